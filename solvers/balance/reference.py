@@ -1,0 +1,15 @@
+"""The do-nothing baseline: the instance's own reference grouping."""
+
+from __future__ import annotations
+
+from packplace.balance.schema import BalanceInstance
+from packplace.result import FEASIBLE, UNKNOWN, Proposal
+from packplace.solvers.registry import register
+
+
+@register("balance", "reference")
+def solve(instance: BalanceInstance, *, time_limit_s: float | None = None, seed: int = 0) -> Proposal:
+    """The reference grouping unchanged (status ``unknown`` when the instance has none)."""
+    if instance.reference_bins is None:
+        return Proposal(None, UNKNOWN, message="the instance has no reference_bins")
+    return Proposal(instance.reference_bins, FEASIBLE, message="reference grouping, unchanged")

@@ -1,0 +1,1 @@
+"""Placement backends; importing this package registers them all."""

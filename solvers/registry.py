@@ -1,0 +1,94 @@
+"""Name → backend registry for both problems."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from packplace.errors import ConfigError
+
+#: The problems packplace solves, each with its own backends package under ``packplace.solvers``.
+PROBLEMS = ("balance", "placement")
+
+
+@dataclass(frozen=True)
+class SolverSpec:
+    """A registered backend.
+
+    Attributes:
+        problem: ``"balance"`` or ``"placement"``.
+        name: Registry name (what ``solver=`` takes).
+        solve: ``solve(instance, *, time_limit_s, seed, **params) -> Proposal``.
+        exact: True for backends that can prove optimality (CP-SAT).
+        summary: One line for listings.
+    """
+
+    problem: str
+    name: str
+    solve: Callable
+    exact: bool = False
+    summary: str = ""
+
+
+_REGISTRY: dict[str, dict[str, SolverSpec]] = {problem: {} for problem in PROBLEMS}
+_ALIASES: dict[str, dict[str, str]] = {problem: {} for problem in PROBLEMS}
+_LOADED: set[str] = set()
+
+
+def register(problem: str, name: str, *, exact: bool = False, aliases: tuple[str, ...] = ()):
+    """Decorator registering ``solve`` as backend ``name`` of ``problem``.
+
+    Raises:
+        ValueError: unknown problem, or a name already taken by another function.
+    """
+    if problem not in PROBLEMS:
+        raise ValueError(f"problem must be one of {PROBLEMS}, got {problem!r}")
+
+    def decorator(solve: Callable) -> Callable:
+        existing = _REGISTRY[problem].get(name)
+        if existing is not None and existing.solve is not solve:
+            raise ValueError(f"{problem} solver {name!r} is already registered")
+        summary = (solve.__doc__ or "").strip().splitlines()[0] if solve.__doc__ else ""
+        _REGISTRY[problem][name] = SolverSpec(problem, name, solve, exact, summary)
+        for alias in aliases:
+            _ALIASES[problem][alias] = name
+        return solve
+
+    return decorator
+
+
+def _load(problem: str) -> None:
+    """Import the problem's backends package once, so that its modules register themselves."""
+    if problem not in _LOADED:
+        _LOADED.add(problem)
+        importlib.import_module(f"packplace.solvers.{problem}")
+
+
+def available(problem: str) -> list[str]:
+    """Names of the registered backends of ``problem``, sorted (aliases not included)."""
+    if problem not in PROBLEMS:
+        raise ConfigError(f"problem: unknown {problem!r}; valid: {', '.join(PROBLEMS)}")
+    _load(problem)
+    return sorted(_REGISTRY[problem])
+
+
+def get(problem: str, name: str) -> SolverSpec:
+    """The backend registered as ``name`` (or one of its aliases) for ``problem``.
+
+    Raises:
+        ConfigError: unknown problem or solver name; the message lists the valid names.
+    """
+    names = available(problem)
+    resolved = _ALIASES[problem].get(name, name)
+    if resolved not in _REGISTRY[problem]:
+        raise ConfigError(f"solver: unknown {problem} solver {name!r}; available: {', '.join(names)}")
+    return _REGISTRY[problem][resolved]
+
+
+def unregister(problem: str, name: str) -> None:
+    """Remove a backend (for tests that register throwaway solvers)."""
+    _REGISTRY[problem].pop(name, None)
+    for alias, target in list(_ALIASES[problem].items()):
+        if target == name:
+            del _ALIASES[problem][alias]

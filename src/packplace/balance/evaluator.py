@@ -1,0 +1,244 @@
+"""The balance evaluator: the single source of truth for feasibility, objectives and lower bounds.
+
+Every solver's answer is re-scored here; no number a solver reports is taken on its word.
+
+Rank load ``ℓ_r`` = Σ of the ``llm`` costs of the samples in rank r's bins, plus, where the instance
+has a padding cost, ``padding_cost(seq_len − bin tokens).llm`` for each of its bins.
+
+* ``makespan`` = max_r ℓ_r.
+* ``balance``  = (1/D)·Σ_r (ℓ_r/μ − 1)², μ the mean load: the squared coefficient of variation
+  (loads are divided by their maximum before squaring so that FLOP-sized numbers cannot overflow).
+* ``rounds``   = Σ_k sorted_desc(ℓ)[k·g]: the time of running the D packs as D/g synchronous rounds
+  of g physical ranks (the optimal schedule puts the g largest loads in one round, and so on).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from packplace.balance.schema import Assignment, BalanceInstance, SampleKey
+
+
+def makespan(loads: Sequence[float] | np.ndarray) -> float:
+    """Maximum rank load (0 for no ranks)."""
+    loads = np.asarray(loads, dtype=float)
+    return float(loads.max()) if loads.size else 0.0
+
+
+def squared_cv(loads: Sequence[float] | np.ndarray) -> float:
+    """(1/D)·Σ(ℓ/μ − 1)², computed on loads scaled by their maximum (no overflow); 0 if all loads are 0."""
+    loads = np.asarray(loads, dtype=float)
+    top = loads.max() if loads.size else 0.0
+    if top <= 0:
+        return 0.0
+    scaled = loads / top
+    mean = scaled.mean()
+    return float(np.mean((scaled / mean - 1.0) ** 2))
+
+
+def round_makespan(loads: Sequence[float] | np.ndarray, group_size: int) -> float:
+    """Σ_k sorted_desc(loads)[k·g]: the scheduled makespan of D packs in rounds of g ranks."""
+    ordered = np.sort(np.asarray(loads, dtype=float))[::-1]
+    return float(math.fsum(ordered[::group_size]))
+
+
+def objective_value(name: str, loads: Sequence[float] | np.ndarray, group_size: int) -> float:
+    """The named objective of a vector of rank loads."""
+    if name == "makespan":
+        return makespan(loads)
+    if name == "balance":
+        return squared_cv(loads)
+    if name == "rounds":
+        return round_makespan(loads, group_size)
+    raise ValueError(f"objective: unknown {name!r}")
+
+
+@dataclass
+class BalanceScore:
+    """Everything the evaluator says about one assignment.
+
+    Attributes:
+        feasible: True iff :attr:`violations` is empty.
+        violations: One line per broken rule (first ones only, at most 20).
+        objective: The instance's objective (``inf`` if infeasible).
+        makespan, balance, rounds: All three objectives (``rounds`` with the instance's group size).
+        rank_loads: ℓ_r per rank, shape (D,), cost units.
+        rank_tokens: Tokens per rank, shape (D,).
+        bin_tokens: Tokens per bin, shape (D·m,).
+    """
+
+    feasible: bool
+    violations: list[str]
+    objective: float
+    makespan: float = math.inf
+    balance: float = math.inf
+    rounds: float = math.inf
+    rank_loads: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    rank_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    bin_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def detail(self) -> dict[str, Any]:
+        """JSON-friendly summary for :class:`~packplace.result.SolveResult.info`."""
+        return {
+            "makespan": self.makespan,
+            "balance": self.balance,
+            "rounds": self.rounds,
+            "rank_loads": [float(x) for x in self.rank_loads],
+            "rank_tokens": [int(x) for x in self.rank_tokens],
+        }
+
+
+class BalanceEvaluator:
+    """Scores assignments of one :class:`BalanceInstance`.
+
+    Precomputes, in the instance's input order: ``keys`` (list), ``index`` (key → position),
+    ``tokens`` (int64 array, shape (n,)), ``costs`` (float array of ``llm`` costs, shape (n,)).
+    """
+
+    MAX_VIOLATIONS = 20
+
+    def __init__(self, instance: BalanceInstance) -> None:
+        self.instance = instance
+        self.keys: list[SampleKey] = [s.key for s in instance.samples]
+        self.index: dict[SampleKey, int] = {k: i for i, k in enumerate(self.keys)}
+        self.tokens = np.fromiter((s.tokens for s in instance.samples), dtype=np.int64, count=len(self.keys))
+        self.costs = np.fromiter((s.cost.llm for s in instance.samples), dtype=float, count=len(self.keys))
+
+    # ----------------------------------------------------------------------------------- feasibility
+    def violations(self, bins: Sequence[Sequence[SampleKey]] | Assignment) -> list[str]:
+        """Every broken rule of ``bins`` (empty list = feasible), at most :attr:`MAX_VIOLATIONS` lines.
+
+        Rules: D·m bins; every input key exactly once and no unknown key; no empty bin; bin tokens
+        ≤ ``seq_len`` except a bin holding exactly one oversized sample under policy ``single``; each
+        budget's sum ≤ its limit.
+        """
+        if isinstance(bins, Assignment):
+            bins = bins.bins
+        inst = self.instance
+        out: list[str] = []
+
+        def add(line: str) -> bool:
+            out.append(line)
+            return len(out) >= self.MAX_VIOLATIONS
+
+        if len(bins) != inst.num_bins:
+            add(f"expected {inst.num_bins} bins (D={inst.data_parallel_size} x m={inst.local_batch_size}), "
+                f"got {len(bins)}")
+            return out
+        seen = np.zeros(len(self.keys), dtype=np.int64)
+        seq_len = inst.constraints.seq_len
+        limits = inst.constraints.budgets
+        samples = inst.samples
+        for b, keys in enumerate(bins):
+            if not keys:
+                if add(f"bin {b} is empty"):
+                    return out
+                continue
+            tokens = 0
+            usage: dict[str, float] = {}
+            for key in keys:
+                i = self.index.get(key)
+                if i is None:
+                    if add(f"bin {b} holds unknown key {key!r}"):
+                        return out
+                    continue
+                seen[i] += 1
+                tokens += int(self.tokens[i])
+                for name, value in samples[i].budgets.items():
+                    usage[name] = usage.get(name, 0.0) + value
+            if tokens > seq_len:
+                alone = len(keys) == 1 and inst.constraints.oversized_policy == "single"
+                if not alone and add(f"bin {b} holds {tokens} tokens > seq_len {seq_len}"):
+                    return out
+            for name, limit in limits.items():
+                if usage.get(name, 0.0) > limit * (1 + 1e-12):
+                    if add(f"bin {b} uses {usage[name]:g} of budget {name!r} > limit {limit:g}"):
+                        return out
+        for i in np.flatnonzero(seen != 1):
+            what = "missing" if seen[i] == 0 else f"placed {int(seen[i])} times"
+            if add(f"sample {self.keys[i]!r} is {what}"):
+                return out
+        return out
+
+    # ------------------------------------------------------------------------------------ objectives
+    def bin_arrays(self, bins: Sequence[Sequence[SampleKey]]) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens per bin, llm cost per bin including padding), shapes (D·m,)."""
+        index = self.index
+        bin_of = np.empty(len(self.keys), dtype=np.int64)
+        for b, keys in enumerate(bins):
+            for key in keys:
+                bin_of[index[key]] = b
+        tokens = np.bincount(bin_of, weights=self.tokens, minlength=len(bins)).astype(np.int64)
+        costs = np.bincount(bin_of, weights=self.costs, minlength=len(bins))
+        padding = self.instance.padding_cost
+        if padding is not None:
+            seq_len = self.instance.constraints.seq_len
+            costs = costs + np.array([padding(max(0, seq_len - int(t))).llm for t in tokens])
+        return tokens, costs
+
+    def rank_loads(self, bins: Sequence[Sequence[SampleKey]] | Assignment) -> np.ndarray:
+        """ℓ_r per rank, shape (D,). Assumes every key is known and placed once (check first)."""
+        if isinstance(bins, Assignment):
+            bins = bins.bins
+        _, costs = self.bin_arrays(bins)
+        return costs.reshape(self.instance.data_parallel_size, self.instance.local_batch_size).sum(axis=1)
+
+    def objective(self, bins: Sequence[Sequence[SampleKey]] | Assignment, name: str | None = None) -> float:
+        """The named objective (default: the instance's) of a feasible assignment."""
+        inst = self.instance
+        return objective_value(name or inst.objective, self.rank_loads(bins), inst.group_size)
+
+    def score(self, bins: Sequence[Sequence[SampleKey]] | Assignment) -> BalanceScore:
+        """Feasibility and all objectives of ``bins``."""
+        if isinstance(bins, Assignment):
+            bins = bins.bins
+        violations = self.violations(bins)
+        if violations:
+            return BalanceScore(False, violations, math.inf)
+        inst = self.instance
+        bin_tokens, bin_costs = self.bin_arrays(bins)
+        shape = (inst.data_parallel_size, inst.local_batch_size)
+        loads = bin_costs.reshape(shape).sum(axis=1)
+        values = {
+            "makespan": makespan(loads),
+            "balance": squared_cv(loads),
+            "rounds": round_makespan(loads, inst.group_size),
+        }
+        return BalanceScore(
+            True, [], values[inst.objective], values["makespan"], values["balance"], values["rounds"],
+            loads, bin_tokens.reshape(shape).sum(axis=1), bin_tokens,
+        )
+
+    # -------------------------------------------------------------------------------- lower bounds
+    def lower_bound(self, name: str | None = None) -> float:
+        """An analytic lower bound on the named objective (default: the instance's).
+
+        makespan ≥ max(Σc/D, max c, c₍D₎ + c₍D+1₎) where c₍k₎ is the k-th largest sample cost: the
+        mean load; the largest sample; and, with more than D samples, two of the D+1 largest share a
+        rank (pigeonhole). rounds ≥ max(Σc/g, makespan bound): each round lasts at least the mean of
+        its g loads, and the first round at least the makespan. balance ≥ 0. Padding only adds load,
+        so the bounds hold with padding too.
+        """
+        name = name or self.instance.objective
+        if name == "balance":
+            return 0.0
+        inst = self.instance
+        ranks = inst.data_parallel_size
+        total = math.fsum(self.costs.tolist())
+        bound = max(total / ranks, float(self.costs.max()))
+        if len(self.costs) > ranks:
+            top = np.sort(self.costs)[::-1][: ranks + 1]
+            bound = max(bound, float(top[ranks - 1] + top[ranks]))
+        if name == "rounds":
+            bound = max(bound, total / inst.group_size)
+        return bound
+
+
+def evaluate(instance: BalanceInstance, assignment: Assignment | Sequence[Sequence[SampleKey]]) -> BalanceScore:
+    """Score one assignment of ``instance`` (see :class:`BalanceEvaluator`)."""
+    return BalanceEvaluator(instance).score(assignment)

@@ -1,0 +1,192 @@
+"""The result types shared by every solver of both problems.
+
+A solver *proposes* (:class:`Proposal`); the problem's evaluator *scores*, and the front-end
+(:func:`finalize`) turns the proposal into a :class:`SolveResult` whose ``objective`` is always the
+evaluator's number, never the solver's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Proven optimal: ``objective == bound`` within the solver's documented tolerance.
+OPTIMAL = "optimal"
+#: A feasible answer without a proof of optimality.
+FEASIBLE = "feasible"
+#: Proven infeasible, by CP-SAT or by an analytic check.
+INFEASIBLE = "infeasible"
+#: No feasible answer found, and no proof that none exists (a heuristic dead end, a timeout).
+UNKNOWN = "unknown"
+#: The solver raised; the message says what.
+ERROR = "error"
+
+STATUSES = (OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN, ERROR)
+
+#: Relative tolerance under which ``objective`` and ``bound`` count as equal for ``optimal``.
+OPTIMALITY_RTOL = 1e-9
+
+
+@dataclass
+class Proposal:
+    """What a solver backend returns: a candidate solution and what it can prove about it.
+
+    Attributes:
+        solution: The proposed assignment or plan, or ``None`` when the solver found nothing.
+        status: The solver's claim, one of :data:`STATUSES` (``optimal`` is checked by
+            :func:`finalize` against the evaluator and downgraded to ``feasible`` if it does not hold).
+        bound: A proven lower bound on the objective, in the objective's units, or ``None``.
+        hit_time_limit: The solver stopped because of ``time_limit_s``.
+        iterations: Search nodes, moves, repair pairs or similar, where meaningful.
+        message: One line for the user (e.g. why a heuristic fell back to the reference).
+        log: The solver's own log lines.
+        info: Solver-specific extras (e.g. the CP-SAT integer scale); copied into the result.
+        optimality_tolerance: Relative tolerance the solver documents for its ``optimal`` claim
+            (e.g. the integer-scaling error of CP-SAT); at least :data:`OPTIMALITY_RTOL`.
+    """
+
+    solution: Any | None
+    status: str
+    bound: float | None = None
+    hit_time_limit: bool = False
+    iterations: int | None = None
+    message: str = ""
+    log: list[str] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    optimality_tolerance: float = OPTIMALITY_RTOL
+
+
+@dataclass
+class SolveResult:
+    """The answer of ``packplace.balance(...)`` / ``packplace.place(...)``, one shape for every backend.
+
+    Attributes:
+        problem: ``"balance"`` or ``"placement"``.
+        solver: Registry name of the backend that ran.
+        solution: The assignment (balance) or plan (placement); ``None`` when nothing was found.
+        objective: The solution's objective *as re-scored by the problem's evaluator* (makespan in
+            cost units, or step time in seconds, ...); ``inf`` when there is no feasible solution.
+        bound: Best proven lower bound: the solver's own where it has one, else the evaluator's
+            analytic bound (the larger of the two).
+        status: One of ``optimal``, ``feasible``, ``infeasible``, ``unknown``, ``error``.
+        hit_time_limit: The backend stopped at its time limit.
+        params: The parameters the backend ran with (``time_limit_s``, ``seed`` and its own).
+        wall_s: Wall-clock seconds of the solve, measured by the front-end.
+        iterations: Backend-specific work count, where meaningful.
+        message: One human-readable line (fallbacks, downgraded claims, errors).
+        log: The backend's log lines.
+        info: Backend extras plus the evaluator's detail (e.g. per-rank loads, per-vertex times).
+    """
+
+    problem: str
+    solver: str
+    solution: Any | None
+    objective: float
+    bound: float
+    status: str
+    hit_time_limit: bool = False
+    params: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+    iterations: int | None = None
+    message: str = ""
+    log: list[str] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gap(self) -> float:
+        """Relative gap ``(objective - bound) / objective``; 0 when both are 0, ``inf`` without a solution."""
+        return relative_gap(self.objective, self.bound)
+
+    @property
+    def ok(self) -> bool:
+        """True when the result carries a feasible solution (status ``optimal`` or ``feasible``)."""
+        return self.status in (OPTIMAL, FEASIBLE)
+
+
+def relative_gap(objective: float, bound: float) -> float:
+    """``(objective - bound) / objective``, clipped at 0; 0 for a zero objective; ``inf`` if unsolved."""
+    if objective == float("inf"):
+        return float("inf")
+    if objective <= 0:
+        return 0.0
+    return max(0.0, (objective - bound) / objective)
+
+
+def finalize(
+    *,
+    problem: str,
+    solver: str,
+    proposal: Proposal,
+    score: Callable[[Any], tuple[bool, float, str, dict[str, Any]]],
+    analytic_bound: float,
+    params: dict[str, Any],
+    wall_s: float,
+) -> SolveResult:
+    """Turn a solver's proposal into a :class:`SolveResult` scored by the evaluator.
+
+    Args:
+        problem, solver: Names for the result.
+        proposal: What the backend returned.
+        score: The evaluator: ``score(solution) -> (feasible, objective, reason, detail)``.
+        analytic_bound: The evaluator's analytic lower bound for the instance.
+        params: Parameters to record.
+        wall_s: Measured wall time (seconds).
+
+    Rules, so that no number is the solver's word alone:
+      * ``objective`` comes from ``score``; an infeasible solution is a solver bug and gives status
+        ``error`` with the evaluator's reason.
+      * ``bound`` = max(solver bound, analytic bound), never above the objective by more than the
+        solver's tolerance (a bound above a feasible objective would be a false proof: status ``error``).
+      * ``optimal`` stays only if ``objective <= bound·(1 + tol)``; otherwise it becomes ``feasible``
+        and the message says so. A heuristic whose objective meets the analytic bound is promoted to
+        ``optimal``: the bound proves it.
+    """
+    status = proposal.status
+    message = proposal.message
+    info = dict(proposal.info)
+    bound = analytic_bound
+    if proposal.bound is not None:
+        bound = max(bound, proposal.bound)
+    objective = float("inf")
+    solution = proposal.solution
+    if solution is not None:
+        feasible, objective, reason, detail = score(solution)
+        info.update(detail)
+        if not feasible:
+            return SolveResult(
+                problem=problem, solver=solver, solution=solution, objective=float("inf"), bound=bound,
+                status=ERROR, hit_time_limit=proposal.hit_time_limit, params=params, wall_s=wall_s,
+                iterations=proposal.iterations,
+                message=f"solver {solver!r} returned an infeasible solution: {reason}",
+                log=proposal.log, info=info,
+            )
+        tol = max(proposal.optimality_tolerance, OPTIMALITY_RTOL)
+        if bound > objective:
+            if bound > objective * (1 + tol) + 1e-12:
+                return SolveResult(
+                    problem=problem, solver=solver, solution=solution, objective=objective, bound=bound,
+                    status=ERROR, hit_time_limit=proposal.hit_time_limit, params=params, wall_s=wall_s,
+                    iterations=proposal.iterations,
+                    message=f"bound {bound!r} exceeds the evaluated objective {objective!r}: a false proof",
+                    log=proposal.log, info=info,
+                )
+            bound = objective
+        proven = objective <= bound * (1 + tol) + 1e-12
+        if status == OPTIMAL and not proven:
+            status = FEASIBLE
+            message = (message + "; " if message else "") + (
+                f"optimal claim withdrawn: evaluated objective {objective:.6g} > bound {bound:.6g}"
+            )
+        elif status in (FEASIBLE, UNKNOWN) and proven:
+            status = OPTIMAL
+        elif status in (UNKNOWN, INFEASIBLE):
+            status = FEASIBLE
+    elif status in (OPTIMAL, FEASIBLE):
+        status = UNKNOWN
+        message = (message + "; " if message else "") + "solver claimed a solution but returned none"
+    return SolveResult(
+        problem=problem, solver=solver, solution=solution, objective=objective, bound=bound, status=status,
+        hit_time_limit=proposal.hit_time_limit, params=params, wall_s=wall_s,
+        iterations=proposal.iterations, message=message, log=proposal.log, info=info,
+    )
