@@ -1,0 +1,83 @@
+"""``packplace balance``: solve one balance config and print the per-rank table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from packplace.balance.api import DEFAULT_SOLVER, solve_balance
+from packplace.balance.config import load_config
+from packplace.result import SolveResult
+from packplace.table import render_table
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``balance`` subcommand."""
+    parser = subparsers.add_parser(
+        "balance",
+        help="assign samples to packed bins on data-parallel ranks",
+        description="Solve a balance config and print per-rank bins, tokens and load.",
+    )
+    parser.add_argument("--config", required=True, help="balance YAML config (see configs/balance/)")
+    parser.add_argument("--solver", default=DEFAULT_SOLVER, help=f"backend name (default {DEFAULT_SOLVER})")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="S", help="time limit in seconds")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--out", default=None, metavar="FILE", help="write the result as JSON")
+    parser.set_defaults(func=run)
+
+
+def result_json(result: SolveResult, instance_name: str) -> dict[str, Any]:
+    """The JSON document ``--out`` writes (also used by the harness)."""
+    solution = result.solution
+    return {
+        "problem": "balance",
+        "instance": instance_name,
+        "solver": result.solver,
+        "status": result.status,
+        "objective": result.objective if result.solution is not None else None,
+        "bound": result.bound,
+        "gap": result.gap if result.solution is not None else None,
+        "wall_s": result.wall_s,
+        "hit_time_limit": result.hit_time_limit,
+        "iterations": result.iterations,
+        "message": result.message,
+        "params": result.params,
+        "objectives": {k: result.info.get(k) for k in ("makespan", "balance", "rounds")},
+        "rank_loads": result.info.get("rank_loads"),
+        "rank_tokens": result.info.get("rank_tokens"),
+        "assignment": solution.to_json() if solution is not None else None,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Solve, print the table, optionally write JSON; exit 1 when no feasible answer was found."""
+    instance = load_config(args.config)
+    result = solve_balance(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
+    name = instance.name or Path(args.config).stem
+    print(
+        f"{name}: {len(instance.samples)} samples, D={instance.data_parallel_size}, "
+        f"m={instance.local_batch_size}, seq_len={instance.constraints.seq_len}, "
+        f"objective={instance.objective}" + (f" (group_size {instance.group_size})"
+                                             if instance.objective == "rounds" else "")
+    )
+    if result.solution is not None:
+        loads = result.info["rank_loads"]
+        tokens = result.info["rank_tokens"]
+        rows = []
+        for r, bins in enumerate(result.solution.ranks()):
+            rows.append([r, len(bins), sum(len(b) for b in bins), tokens[r], loads[r]])
+        print(render_table(["rank", "bins", "samples", "tokens", "load"], rows))
+        print()
+    summary = [[result.solver, result.objective if result.solution is not None else None, result.bound,
+                f"{100 * result.gap:.3f}%" if result.solution is not None else "-", result.status,
+                f"{result.wall_s:.3f}"]]
+    print(render_table(["solver", "objective", "bound", "gap", "status", "time_s"], summary))
+    if result.message:
+        print(f"note: {result.message}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(result_json(result, name), indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0 if result.ok else 1

@@ -1,0 +1,46 @@
+"""The ``packplace`` command: one subcommand per job, each defined next to its problem.
+
+Exit codes: 0 success; 1 the solver found no feasible answer (or ``bench`` found a regression);
+2 bad input, with a one-line error on stderr naming the field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from packplace import __version__
+from packplace.errors import ConfigError
+
+#: Modules that contribute subcommands through ``register(subparsers)``.
+COMMAND_MODULES = ("packplace.balance.cli",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="packplace",
+        description="Exact (CP-SAT) and heuristic planners for distributed LLM training.",
+    )
+    parser.add_argument("--version", action="version", version=f"packplace {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"packplace {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
