@@ -14,7 +14,7 @@ from packplace import __version__
 from packplace.errors import ConfigError
 
 #: Modules that contribute subcommands through ``register(subparsers)``.
-COMMAND_MODULES = ("packplace.balance.cli",)
+COMMAND_MODULES = ("packplace.balance.cli", "packplace.placement.cli", "packplace.harness.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,137 @@
+"""``concurrent`` placement baseline: phases of independent vertices on partitions of the cluster."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from packplace.placement.candidates import Candidate
+from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.plan import Allocation
+from packplace.result import FEASIBLE, Proposal
+from packplace.solvers.placement.greedy import colocated_plan, repair_memory
+from packplace.solvers.registry import register
+
+#: Best partitions per phase kept for assembling and stepping down.
+KEEP_PER_PHASE = 12
+#: Top partitions per phase whose combinations are all scored by the evaluator.
+COMBINE_TOP = 3
+
+
+def partitions(table, block: Allocation, max_parts: int) -> list[list[Allocation]]:
+    """Every way to tile ``block`` with at most ``max_parts`` aligned blocks, obtained by recursively
+    splitting a block into the tiles of the next smaller shape (racks → nodes groups → nodes → half
+    nodes ...). ``[block]`` itself is the serialised option."""
+    out = [[block]]
+    if max_parts < 2:
+        return out
+    extents = table.extents
+    gpus = block.num_gpus
+    smaller = [e for e in extents if e[0] * e[1] * e[2] < gpus and gpus % (e[0] * e[1] * e[2]) == 0]
+    if not smaller:
+        return out
+    child_ext = smaller[-1]
+    lo, hi = block.gpu_range(table.cluster)
+    children = [a for a in table.origins(child_ext) if lo <= a.gpu_range(table.cluster)[0] < hi]
+    if len(children) > max_parts:
+        return out
+    options = [partitions(table, child, max_parts - len(children) + 1) for child in children]
+    for combo in itertools.product(*options):
+        parts = [p for sub in combo for p in sub]
+        if len(parts) <= max_parts:
+            out.append(parts)
+    return out
+
+
+PhaseChoice = dict[str, tuple[Candidate, Allocation]]
+
+
+def phase_options(table, names: list[str], whole: Allocation) -> list[tuple[float, PhaseChoice]]:
+    """Ranked placements of one phase: for every partition with at most ``len(names)`` parts and every
+    assignment of the vertices to parts, each vertex runs its fastest memory-feasible candidate of the
+    part's shape; a part's time is the sum of its vertices' (they serialise); the score is the slowest part."""
+    ranked = []
+    seen = set()
+    for parts in partitions(table, whole, len(names)):
+        for assign in itertools.product(range(len(parts)), repeat=len(names)):
+            load = [0.0] * len(parts)
+            choice = {}
+            ok = True
+            for name, k in zip(names, assign):
+                cand = table.fastest(name, parts[k].extent)
+                if cand is None:
+                    ok = False
+                    break
+                load[k] += cand.time
+                choice[name] = (cand, parts[k])
+            if not ok:
+                continue
+            key = tuple(sorted((n, c.key, a) for n, (c, a) in choice.items()))
+            if key in seen:
+                continue
+            seen.add(key)
+            ranked.append((max(load), key, choice))
+    ranked.sort(key=lambda item: (item[0], item[1]))
+    return [(score, choice) for score, _, choice in ranked[:KEEP_PER_PHASE]]
+
+
+def _choice(options, picks) -> dict:
+    choice = {}
+    for phase, k in enumerate(picks):
+        choice.update(options[phase][k][1])
+    return choice
+
+
+@register("placement", "concurrent")
+def solve(instance, *, time_limit_s: float | None = None, seed: int = 0) -> Proposal:
+    """Phases by longest-path depth, each on the best partition of the cluster (DESIGN §3); steps down
+    when out of memory; never slower than ``greedy`` (returns the colocated plan when that is faster)."""
+    started = time.perf_counter()
+    table = get_table(instance)
+    table.check()
+    ev = get_evaluator(instance)
+    c = instance.cluster
+    whole = Allocation((0, 0, 0), table.extents[-1])
+    phases = instance.graph.phases()
+    options = [phase_options(table, names, whole) for names in phases]
+    log = [f"phase {i}: {', '.join(names)} — {len(opts)} partitions kept, best part time "
+           f"{opts[0][0] if opts else float('inf'):.4g} s" for i, (names, opts) in enumerate(zip(phases, options))]
+    best_plan, best_time, evaluations = None, float("inf"), 0
+    if all(options):
+        # 1) every combination of the top partitions of each phase, scored by the evaluator (vertices on
+        #    over-full GPUs step down to smaller-memory candidates on the same block first)
+        for picks in itertools.product(*[range(min(COMBINE_TOP, len(o))) for o in options]):
+            plan, t, steps = repair_memory(ev, _choice(options, picks), keep_blocks=True)
+            evaluations += 1 + steps
+            if t < best_time:
+                best_plan, best_time = plan, t
+        # 2) still out of memory: step down to the next partition of the phase with the largest footprint
+        picks = [0] * len(options)
+        while best_plan is None and (time_limit_s is None or time.perf_counter() - started < time_limit_s):
+            footprints = sorted(
+                ((max(cand.memory_bytes for cand, _ in options[p][picks[p]][1].values()), p)
+                 for p in range(len(options)) if picks[p] + 1 < len(options[p])), reverse=True)
+            if not footprints:
+                break
+            picks[footprints[0][1]] += 1
+            plan, t, steps = repair_memory(ev, _choice(options, picks), keep_blocks=True)
+            evaluations += 1 + steps
+            if t < float("inf"):
+                best_plan, best_time = plan, t
+    fallback, note = colocated_plan(instance)
+    fallback_time = ev.step_time(fallback)
+    if best_plan is None:
+        message = f"no disjoint partition fits in memory on {c.num_gpus} GPUs; fell back to colocation ({note})"
+        return Proposal(fallback, FEASIBLE, message=message, log=log, iterations=evaluations,
+                        info={"fallback": "colocated"})
+    if fallback_time < best_time:
+        message = (f"the colocated (greedy) plan is faster ({fallback_time:.4g} s vs {best_time:.4g} s for the "
+                   f"best partition); returned it")
+        return Proposal(fallback, FEASIBLE, message=message, log=log, iterations=evaluations,
+                        info={"fallback": "greedy-faster"})
+    whole_gpus = whole.num_gpus
+    if all(vp.allocation.num_gpus == whole_gpus for _, vp in best_plan.vertices):
+        message = "every phase serialised on the whole cluster (colocation): no disjoint partition is faster or fits"
+    else:
+        message = "phases placed on cluster partitions"
+    return Proposal(best_plan, FEASIBLE, message=message, log=log, iterations=evaluations)

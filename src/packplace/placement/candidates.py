@@ -1,0 +1,298 @@
+"""The candidate table: every legal (strategy, micro-batch, block shape) per vertex, with its predicted
+time and memory, sorted by time (DESIGN §3 hard rules).
+
+Hard rules (a candidate breaking one is not generated; :func:`explain` names the rule):
+
+* ``dp·pp·tp`` equals the block's GPU count, the block is an aligned shape (see
+  :class:`~packplace.placement.plan.Allocation`);
+* ``tp ≤ G`` and ``tp`` divides the block's GPUs per node (a TP group stays inside a node);
+* ``tp`` divides the attention heads, and divides the KV heads or is a multiple of them (the KV heads
+  are then replicated, and the KV cache counted on every rank);
+* ``pp`` divides the layers;
+* the ``B·K`` sequences divide evenly over ``dp`` and each replica's share over micro-batches of ``mb``.
+
+Memory: a candidate whose own resident + transient bytes exceed ``memory_per_gpu`` is kept in
+:attr:`CandidateTable.all` (``fits = False``) but not in :attr:`CandidateTable.feasible`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from packplace.errors import ConfigError
+from packplace.placement.cost import CostModel
+from packplace.placement.hardware import Cluster
+from packplace.placement.memory import resident_bytes, transient_bytes
+from packplace.placement.models import ModelSpec
+from packplace.placement.plan import Allocation, Strategy, VertexPlan
+
+GB = 1e9
+
+
+def gb(nbytes: float) -> str:
+    """Bytes as gigabytes (1e9) with 3 significant digits: ``152``, ``80``, ``95.3``, ``0.001``."""
+    return f"{nbytes / GB:.3g}"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One legal way to run a vertex on a block shape (position-independent).
+
+    Attributes:
+        vertex: Vertex name.
+        strategy: ``(dp, pp, tp)``.
+        micro_batch: Sequences per micro-batch (generation: sequences decoded together per replica).
+        extent: Block shape ``(r_ext, n_ext, g_ext)``.
+        gpus: ``dp·pp·tp``.
+        time: Predicted seconds (:class:`~packplace.placement.cost.CostModel`).
+        resident_bytes: Per-GPU bytes kept while the model stays placed (weights, grads, Adam).
+        transient_bytes: Per-GPU bytes while the vertex runs (activations, logits, KV cache).
+        fits: ``resident + transient ≤ memory_per_gpu``.
+    """
+
+    vertex: str
+    strategy: Strategy
+    micro_batch: int
+    extent: tuple[int, int, int]
+    gpus: int
+    time: float
+    resident_bytes: float
+    transient_bytes: float
+    fits: bool
+
+    @property
+    def memory_bytes(self) -> float:
+        """``resident + transient`` per GPU (bytes)."""
+        return self.resident_bytes + self.transient_bytes
+
+    @property
+    def key(self) -> tuple[Strategy, int, tuple[int, int, int]]:
+        """``(strategy, micro_batch, extent)``: what identifies it in a :class:`VertexPlan`."""
+        return (self.strategy, self.micro_batch, self.extent)
+
+    def at(self, allocation: Allocation) -> VertexPlan:
+        """The vertex plan running this candidate on ``allocation`` (must have this extent)."""
+        return VertexPlan(self.strategy, self.micro_batch, allocation)
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of ``n`` in increasing order."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def block_extents(cluster: Cluster) -> list[tuple[int, int, int]]:
+    """Every aligned block shape, smallest first: ``(1, 1, g)`` for g | G, ``(1, n, G)`` for n | N,
+    n ≥ 2, ``(r, N, G)`` for r | R, r ≥ 2."""
+    R, N, G = cluster.racks, cluster.nodes_per_rack, cluster.gpus_per_node
+    out = [(1, 1, g) for g in divisors(G)]
+    out += [(1, n, G) for n in divisors(N) if n >= 2]
+    out += [(r, N, G) for r in divisors(R) if r >= 2]
+    return out
+
+
+def block_origins(cluster: Cluster, extent: tuple[int, int, int]) -> list[Allocation]:
+    """Every aligned position of a block of ``extent``, in linear GPU order."""
+    R, N, G = cluster.racks, cluster.nodes_per_rack, cluster.gpus_per_node
+    r_ext, n_ext, g_ext = extent
+    out = []
+    for r in range(0, R, r_ext):
+        for n in range(0, N, n_ext):
+            for g in range(0, G, g_ext):
+                out.append(Allocation((r, n, g), extent))
+    return out
+
+
+def explain(model: ModelSpec, cluster: Cluster, sequences: int, strategy: Strategy, micro_batch: int,
+            extent: tuple[int, int, int]) -> str | None:
+    """The hard rule that ``(strategy, micro_batch, extent)`` breaks for ``model`` (one line), or ``None``."""
+    dp, pp, tp = strategy.dp, strategy.pp, strategy.tp
+    gpus = extent[0] * extent[1] * extent[2]
+    G = cluster.gpus_per_node
+    if min(dp, pp, tp, micro_batch) < 1:
+        return f"dp, pp, tp and micro_batch must be >= 1, got ({dp}, {pp}, {tp}) mb={micro_batch}"
+    if strategy.gpus != gpus:
+        return f"dp*pp*tp = {strategy.gpus} does not equal the block's {gpus} GPUs"
+    if tp > G or extent[2] % tp:
+        return f"tensor-parallel degree {tp} does not fit inside a node's {extent[2]} GPUs of the block (G={G})"
+    if model.heads % tp:
+        return f"tensor-parallel degree {tp} does not divide {model.heads} attention heads"
+    if model.kv_heads % tp and tp % model.kv_heads:
+        return f"tensor-parallel degree {tp} neither divides nor is a multiple of {model.kv_heads} KV heads"
+    if model.layers % pp:
+        return f"pipeline degree {pp} does not divide {model.layers} layers"
+    if sequences % dp:
+        return f"data-parallel degree {dp} does not divide the {sequences} sequences of a step"
+    if (sequences // dp) % micro_batch:
+        return f"micro-batch {micro_batch} does not divide the {sequences // dp} sequences per replica"
+    return None
+
+
+def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
+                     extent: tuple[int, int, int]) -> list[tuple[Strategy, int]]:
+    """All ``(strategy, micro_batch)`` legal on a block of ``extent`` (micro-batches: every divisor of
+    the per-replica sequence count)."""
+    gpus = extent[0] * extent[1] * extent[2]
+    out = []
+    for tp in divisors(extent[2]):
+        if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads):
+            continue
+        for pp in divisors(gpus // tp):
+            if model.layers % pp:
+                continue
+            dp = gpus // (tp * pp)
+            if sequences % dp:
+                continue
+            for mb in divisors(sequences // dp):
+                out.append((Strategy(dp, pp, tp), mb))
+    return out
+
+
+class CandidateTable:
+    """All candidates of an instance's vertices, built once.
+
+    Attributes:
+        instance: The :class:`~packplace.placement.config.PlacementInstance`.
+        cost: Its :class:`CostModel`.
+        extents: Legal block shapes, smallest first.
+        all: ``{vertex: (Candidate, ...)}`` every hard-rule-legal candidate, sorted by time.
+        feasible: ``{vertex: (Candidate, ...)}`` those that fit in memory alone, sorted by
+            ``(time, memory, gpus)`` — index 0 is the fastest.
+        by_key: ``{vertex: {(strategy, micro_batch, extent): Candidate}}`` over ``all``.
+        vertex_flops: ``{vertex: FLOPs per step}`` (strategy independent, for MFU).
+        build_seconds: Wall time to build the table.
+    """
+
+    def __init__(self, instance) -> None:
+        start = time.perf_counter()
+        self.instance = instance
+        self.cluster = instance.cluster
+        self.cost = CostModel(instance.hardware, instance.cluster, instance.workload)
+        self.extents = block_extents(instance.cluster)
+        self._origins = {ext: tuple(block_origins(instance.cluster, ext)) for ext in self.extents}
+        self.all: dict[str, tuple[Candidate, ...]] = {}
+        self.feasible: dict[str, tuple[Candidate, ...]] = {}
+        self.by_key: dict[str, dict] = {}
+        self.vertex_flops: dict[str, float] = {}
+        for vertex in instance.graph.vertices:
+            model = instance.models[vertex.model]
+            cands = build_vertex_candidates(vertex.name, vertex.kind, model, instance, self.cost, self.extents)
+            cands.sort(key=_order)
+            self.all[vertex.name] = tuple(cands)
+            self.feasible[vertex.name] = tuple(c for c in cands if c.fits)
+            self.by_key[vertex.name] = {c.key: c for c in cands}
+            self.vertex_flops[vertex.name] = self.cost.vertex_flops(model, vertex.kind)
+        self.build_seconds = time.perf_counter() - start
+
+    def origins(self, extent: tuple[int, int, int]) -> tuple[Allocation, ...]:
+        """Aligned positions of a block of ``extent`` (empty for an illegal shape)."""
+        return self._origins.get(tuple(extent), ())
+
+    def top(self, vertex: str, k: int | None = None) -> tuple[Candidate, ...]:
+        """The ``k`` fastest memory-feasible candidates (default ``optimizer.k_eval``)."""
+        return self.feasible[vertex][: self.instance.k_eval if k is None else k]
+
+    def lookup(self, vertex: str, strategy: Strategy, micro_batch: int,
+               extent: tuple[int, int, int]) -> Candidate | None:
+        """The candidate with this key, or ``None`` if it breaks a hard rule."""
+        return self.by_key[vertex].get((strategy, micro_batch, tuple(extent)))
+
+    def fastest(self, vertex: str, extent: tuple[int, int, int] | None = None) -> Candidate | None:
+        """Fastest memory-feasible candidate of ``vertex`` (on blocks of ``extent`` if given)."""
+        for cand in self.feasible[vertex]:
+            if extent is None or cand.extent == extent:
+                return cand
+        return None
+
+    def min_time(self, vertex: str) -> float:
+        """Shortest predicted time of any memory-feasible candidate (inf if none)."""
+        cands = self.feasible[vertex]
+        return cands[0].time if cands else float("inf")
+
+    def min_work(self, vertex: str) -> float:
+        """Smallest GPU-seconds ``time · gpus`` of any memory-feasible candidate (inf if none)."""
+        return min((c.time * c.gpus for c in self.feasible[vertex]), default=float("inf"))
+
+    def check(self) -> None:
+        """Pre-launch checks: every vertex has a legal candidate that fits in memory.
+
+        Raises:
+            ConfigError: with numbers — no legal strategy (the rules that failed on the full cluster),
+                "cluster has X GPUs; the smallest feasible plan for V needs Y", or
+                "V does not fit: Z GB per GPU needed at the largest block, W GB available".
+        """
+        inst = self.instance
+        mem = inst.hardware.memory_per_gpu
+        for vertex in inst.graph.vertices:
+            name = vertex.name
+            if self.feasible[name]:
+                continue
+            model = inst.models[vertex.model]
+            if not self.all[name]:
+                raise ConfigError(f"[models] {vertex.model}: no legal strategy for {name} on the cluster: "
+                                  f"{_why_none(model, inst.cluster, inst.workload.sequences)}")
+            least = min(self.all[name], key=lambda c: c.memory_bytes)
+            largest = max(self.all[name], key=lambda c: (c.gpus, -c.memory_bytes))
+            at_largest = min(c.memory_bytes for c in self.all[name] if c.gpus == largest.gpus)
+            needed = _smallest_fitting_gpus(vertex, model, inst, self.cost)
+            have = inst.cluster.num_gpus
+            detail = (f"{gb(at_largest)} GB per GPU needed at the largest block ({largest.gpus} GPUs), "
+                      f"{gb(mem)} GB available")
+            if needed is not None:
+                raise ConfigError(f"[hardware] cluster has {have} GPUs; the smallest feasible plan for {name} "
+                                  f"needs {needed} ({detail})")
+            raise ConfigError(f"[models] {vertex.model} does not fit: {detail} "
+                              f"(least memory of any candidate: {gb(least.memory_bytes)} GB)")
+
+
+def _order(c: Candidate) -> tuple:
+    return (c.time, c.memory_bytes, c.gpus, c.strategy.dp, c.strategy.pp, c.strategy.tp, c.micro_batch, c.extent)
+
+
+def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, cost: CostModel,
+                            extents: list[tuple[int, int, int]]) -> list[Candidate]:
+    """Every legal candidate of one vertex over ``extents`` with time and memory (unsorted)."""
+    w = instance.workload
+    mem = instance.hardware.memory_per_gpu
+    out = []
+    for extent in extents:
+        for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent):
+            dp, pp, tp = strategy.dp, strategy.pp, strategy.tp
+            micro_batches = w.sequences // (dp * mb)
+            res = resident_bytes(model, kind, dp, pp, tp)
+            tra = transient_bytes(model, kind, pp=pp, tp=tp, micro_batch=mb, micro_batches=micro_batches,
+                                  seq_len=w.train_seq_len, prompt_len=w.context_length,
+                                  kv_len=w.context_length + w.max_response)
+            seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent)
+            out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= mem))
+    return out
+
+
+def _why_none(model: ModelSpec, cluster: Cluster, sequences: int) -> str:
+    G = cluster.gpus_per_node
+    tps = [t for t in divisors(G) if model.heads % t == 0]
+    if not tps:
+        return f"no tensor-parallel degree <= {G} divides {model.heads} heads"
+    return (f"no combination of tp in {tps}, pp dividing {model.layers} layers and dp dividing {sequences} "
+            f"sequences matches a block size of this cluster")
+
+
+def _smallest_fitting_gpus(vertex, model: ModelSpec, instance, cost: CostModel, max_factor: int = 64) -> int | None:
+    """GPU count of the smallest memory-feasible block of ``vertex`` on a cluster grown (more nodes per
+    rack, then more racks) up to ``max_factor`` times; ``None`` if it never fits."""
+    c = instance.cluster
+    factor = 2
+    while factor <= max_factor:
+        if c.racks == 1:
+            grown = Cluster(1, c.nodes_per_rack * factor, c.gpus_per_node)
+        else:
+            grown = Cluster(c.racks * factor, c.nodes_per_rack, c.gpus_per_node)
+        big = replace(instance, cluster=grown, _cache={})
+        grown_cost = CostModel(instance.hardware, grown, instance.workload)
+        cands = build_vertex_candidates(vertex.name, vertex.kind, model, big, grown_cost,
+                                        [e for e in block_extents(grown) if e[0] * e[1] * e[2] > c.num_gpus])
+        fitting = [x.gpus for x in cands if x.fits]
+        if fitting:
+            return min(fitting)
+        factor *= 2
+    return None

@@ -1,0 +1,263 @@
+"""Load and validate a placement config (YAML sections ``hardware``, ``models``, ``workload``,
+``policy``, ``optimizer``; DESIGN §3) into a :class:`PlacementInstance`.
+
+Every problem is a :class:`~packplace.errors.ConfigError` with a one-line message that starts with
+``[section] field``. Bare scientific notation such as ``989e12`` loads as a float (plain PyYAML would
+read it as a string).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packplace.errors import ConfigError
+from packplace.placement.graph import ALGORITHMS, StepGraph, build_graph
+from packplace.placement.hardware import HARDWARE_DEFAULTS, HARDWARE_REQUIRED, Cluster, Hardware
+from packplace.placement.models import ModelSpec
+from packplace.placement.workload import Workload
+from packplace.yamlio import load_yaml as _shared_load_yaml
+
+#: Model roles each algorithm needs in ``[models]`` (the reference copies the actor).
+REQUIRED_ROLES = {"ppo": ("actor", "critic", "reward"), "grpo": ("actor", "reward"), "dpo": ("actor",)}
+#: Models whose staleness the optimizer may choose.
+STALENESS_KEYS = ("actor", "critic", "ac_share")
+MODEL_REQUIRED = ("layers", "hidden_dim", "ffn_dim", "vocab_size")
+MODEL_OPTIONAL = ("head_dim", "num_kv_heads")
+WORKLOAD_REQUIRED = ("batch_size", "samples_per_prompt", "context_length", "generation_length")
+WORKLOAD_OPTIONAL = ("gen_quantiles",)
+#: Default ``optimizer`` values known to this layer (the search adds its own knobs).
+OPTIMIZER_DEFAULTS = {"k_eval": 8}
+
+
+@dataclass(frozen=True, eq=False)
+class PlacementInstance:
+    """A validated placement problem.
+
+    Attributes:
+        cluster: The device grid.
+        hardware: Per-GPU figures and the α–β link model.
+        models: Role → shape; always contains ``reference`` (= the actor's architecture).
+        workload: Batch and response-length distribution.
+        algorithm: ``ppo``, ``grpo`` or ``dpo``.
+        graph: The step graph of ``algorithm``.
+        optimizer: The ``[optimizer]`` section with defaults filled (``k_eval`` ≥ 1,
+            ``staleness_candidates`` as ``{model: (0, 1, ...)}``, search knobs passed through).
+        source: Where it came from (a path or ``"<dict>"``).
+    """
+
+    cluster: Cluster
+    hardware: Hardware
+    models: Mapping[str, ModelSpec]
+    workload: Workload
+    algorithm: str
+    graph: StepGraph
+    optimizer: Mapping[str, Any]
+    source: str = "<dict>"
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs in the cluster."""
+        return self.cluster.num_gpus
+
+    @property
+    def k_eval(self) -> int:
+        """Candidates per vertex kept for search."""
+        return int(self.optimizer["k_eval"])
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML file with bare scientific notation as floats (:func:`packplace.yamlio.load_yaml`).
+
+    Raises:
+        ConfigError: missing file, YAML syntax error, or a top level that is not a mapping.
+    """
+    data = _shared_load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {str(path)!r} must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def load_config(path: str | Path) -> PlacementInstance:
+    """Load and validate a placement YAML config.
+
+    Raises:
+        ConfigError: ``[section] field ...`` for the first missing or invalid field.
+    """
+    return build_instance(load_yaml(path), source=str(path))
+
+
+def _section(cfg: Mapping[str, Any], name: str, required: bool = True) -> dict[str, Any]:
+    if name not in cfg or cfg[name] is None:
+        if required:
+            raise ConfigError(f"[{name}] Missing required section: '{name}'")
+        return {}
+    value = cfg[name]
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"[{name}] must be a mapping, got {type(value).__name__} {value!r}")
+    return dict(value)
+
+
+def _require(section: Mapping[str, Any], keys: tuple[str, ...], where: str) -> None:
+    for key in keys:
+        if key not in section:
+            raise ConfigError(f"[{where}] Missing required field: '{key}'")
+
+
+def _no_unknown(section: Mapping[str, Any], valid: tuple[str, ...], where: str) -> None:
+    for key in section:
+        if key not in valid:
+            raise ConfigError(f"[{where}] Unknown field: {key!r}; valid fields: {', '.join(valid)}")
+
+
+def _int(section: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int:
+    value = section[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ConfigError(f"[{where}] {key}: must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"[{where}] {key}: must be >= {minimum}, got {value!r}")
+    return value
+
+
+def _float(section: Mapping[str, Any], key: str, where: str, *, positive: bool) -> float:
+    value = section[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"[{where}] {key}: must be a finite number, got {value!r}")
+    if positive and value <= 0:
+        raise ConfigError(f"[{where}] {key}: must be > 0, got {value!r}")
+    if not positive and value < 0:
+        raise ConfigError(f"[{where}] {key}: must be >= 0, got {value!r}")
+    return float(value)
+
+
+def _hardware(hw: dict[str, Any]) -> tuple[Cluster, Hardware]:
+    _no_unknown(hw, HARDWARE_REQUIRED + tuple(HARDWARE_DEFAULTS), "hardware")
+    _require(hw, HARDWARE_REQUIRED, "hardware")
+    cluster = Cluster(_int(hw, "racks", "hardware"), _int(hw, "nodes_per_rack", "hardware"),
+                      _int(hw, "gpus_per_node", "hardware"))
+    values: dict[str, float] = {}
+    for key in HARDWARE_REQUIRED[3:]:
+        values[key] = _float(hw, key, "hardware", positive=not key.startswith(("alpha", "beta")))
+    for key, default in HARDWARE_DEFAULTS.items():
+        if key in hw:
+            values[key] = _float(hw, key, "hardware", positive=key in ("decode_bw_eff", "non_gemm_batch_cal"))
+        else:
+            values[key] = default
+    if values["decode_bw_eff"] > 1:
+        raise ConfigError(f"[hardware] decode_bw_eff: must be in (0, 1], got {values['decode_bw_eff']!r}")
+    return cluster, Hardware(**values)
+
+
+def _model(role: str, spec: Any) -> ModelSpec:
+    where = f"models.{role}"
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"[{where}] must be a mapping of shape fields, got {spec!r}")
+    _no_unknown(spec, MODEL_REQUIRED + MODEL_OPTIONAL, where)
+    _require(spec, MODEL_REQUIRED, where)
+    layers, hidden, ffn, vocab = (_int(spec, k, where) for k in MODEL_REQUIRED)
+    head_dim = _int(spec, "head_dim", where) if "head_dim" in spec else 128
+    if hidden % head_dim:
+        raise ConfigError(f"[{where}] head_dim: {head_dim} does not divide hidden_dim {hidden}")
+    heads = hidden // head_dim
+    kv = None
+    if spec.get("num_kv_heads") is not None:
+        kv = _int(spec, "num_kv_heads", where)
+        if heads % kv:
+            raise ConfigError(f"[{where}] num_kv_heads: {kv} does not divide the {heads} attention heads "
+                              f"(hidden_dim {hidden} / head_dim {head_dim})")
+    return ModelSpec(role, layers, hidden, ffn, vocab, head_dim, kv)
+
+
+def _workload(w: dict[str, Any]) -> Workload:
+    _no_unknown(w, WORKLOAD_REQUIRED + WORKLOAD_OPTIONAL, "workload")
+    _require(w, WORKLOAD_REQUIRED, "workload")
+    b, k, s, t = (_int(w, key, "workload") for key in WORKLOAD_REQUIRED)
+    quantiles = None
+    raw = w.get("gen_quantiles")
+    if raw is not None:
+        if not isinstance(raw, list) or not raw:
+            raise ConfigError(f"[workload] gen_quantiles: must be a non-empty list of [q, tokens], got {raw!r}")
+        points = []
+        last_q, last_t = 0.0, 0.0
+        for item in raw:
+            if (not isinstance(item, (list, tuple)) or len(item) != 2
+                    or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in item)):
+                raise ConfigError(f"[workload] gen_quantiles: each entry must be [q, tokens], got {item!r}")
+            q, tokens = float(item[0]), float(item[1])
+            if not (last_q < q <= 1.0):
+                raise ConfigError(f"[workload] gen_quantiles: quantiles must increase within (0, 1], got {item!r}")
+            if not (last_t <= tokens <= t) or tokens < 1:
+                raise ConfigError(f"[workload] gen_quantiles: tokens must be non-decreasing in [1, "
+                                  f"generation_length={t}], got {item!r}")
+            points.append((q, tokens))
+            last_q, last_t = q, tokens
+        quantiles = tuple(points)
+    return Workload(b, k, s, t, quantiles)
+
+
+def _optimizer(o: dict[str, Any], algorithm: str) -> dict[str, Any]:
+    out = dict(OPTIMIZER_DEFAULTS)
+    out.update(o)
+    out["k_eval"] = _int(out, "k_eval", "optimizer")
+    trainable = ("actor", "critic", "ac_share") if algorithm == "ppo" else ("actor",)
+    stale: dict[str, tuple[int, ...]] = {name: (0,) for name in trainable}
+    raw = o.get("staleness_candidates")
+    if raw is not None:
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"[optimizer] staleness_candidates: must be a mapping, got {raw!r}")
+        for name, values in raw.items():
+            if name not in STALENESS_KEYS:
+                raise ConfigError(f"[optimizer.staleness_candidates] Unknown model {name!r}; valid names: "
+                                  f"{', '.join(STALENESS_KEYS)}")
+            if (not isinstance(values, list) or not values
+                    or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in values)):
+                raise ConfigError(f"[optimizer.staleness_candidates] {name}: must be a non-empty list of "
+                                  f"integers >= 0, got {values!r}")
+            if name in trainable:
+                stale[name] = tuple(sorted(set(values)))
+    out["staleness_candidates"] = stale
+    return out
+
+
+def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> PlacementInstance:
+    """Validate a config mapping (the parsed YAML) and build the instance.
+
+    Raises:
+        ConfigError: missing section or field, wrong type or range, unknown algorithm, model role,
+            field or staleness key (the message lists the valid ones).
+    """
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"config: must be a mapping of sections, got {type(config).__name__}")
+    for key in config:
+        if key not in ("hardware", "models", "workload", "policy", "optimizer"):
+            raise ConfigError(f"[{key}] Unknown section; valid: hardware, models, workload, policy, optimizer")
+    cluster, hardware = _hardware(_section(config, "hardware"))
+    policy = _section(config, "policy", required=False)
+    _no_unknown(policy, ("algorithm",), "policy")
+    algorithm = policy.get("algorithm", "ppo")
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"[policy] algorithm: unknown {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
+    models_cfg = _section(config, "models")
+    required = REQUIRED_ROLES[algorithm]
+    if "reference" in models_cfg:
+        raise ConfigError("[models] reference: the reference model always has the actor's architecture; "
+                          "remove this entry")
+    for role in models_cfg:
+        if role not in ("actor", "critic", "reward"):
+            raise ConfigError(f"[models] Unknown role {role!r}; valid roles: actor, critic, reward")
+    _require(models_cfg, required, "models")
+    models = {role: _model(role, models_cfg[role]) for role in required}
+    actor = models["actor"]
+    models["reference"] = ModelSpec("reference", actor.layers, actor.hidden_dim, actor.ffn_dim,
+                                    actor.vocab_size, actor.head_dim, actor.num_kv_heads)
+    workload = _workload(_section(config, "workload"))
+    optimizer = _optimizer(_section(config, "optimizer", required=False), algorithm)
+    return PlacementInstance(cluster, hardware, models, workload, algorithm, build_graph(algorithm),
+                             optimizer, source)

@@ -1,0 +1,213 @@
+"""Cost model: predicted seconds of one vertex under a strategy, micro-batch and block shape (DESIGN §3).
+
+Units: seconds, FLOP, FLOP/s, bytes, bytes/s. Symbols: ``N`` GEMM parameters (Kaplan et al. 2020's
+non-embedding count plus the output head), ``P`` all parameters, ``L`` layers, ``d`` hidden size, ``s``
+tokens per sequence, ``B·K`` sequences per step, ``F`` peak FLOP/s per GPU.
+
+Rank layout inside a block: tensor-parallel ranks innermost (contiguous, inside a node), then data
+parallel, then pipeline stages outermost. A group of ``k`` consecutive ranks crosses a node boundary when
+``k > G`` or ``k`` does not divide ``G`` (the block is aligned), and a rack boundary likewise with
+``N·G``; a collective runs at the slowest level its group spans.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from packplace.placement.hardware import Cluster, Hardware
+from packplace.placement.models import ModelSpec
+from packplace.placement.workload import Workload
+
+#: Bytes per activation element (bf16) sent by tensor/pipeline parallel communication.
+ACT_BYTES = 2
+#: Bytes per token sent along a data edge (int32 token ids or fp32 per-token scores).
+EDGE_BYTES_PER_TOKEN = 4
+#: Rows (and inner-dimension elements) per unit of ``gemm_m_half`` / ``gemm_k_half``.
+GEMM_UNIT = 64.0
+
+
+class CostModel:
+    """Analytic time model of the vertices of one instance.
+
+    Args:
+        hardware, cluster, workload: The instance's figures.
+    """
+
+    def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload) -> None:
+        self.hw = hardware
+        self.cluster = cluster
+        self.workload = workload
+
+    # -- primitives -------------------------------------------------------------------------------
+    def gemm_efficiency(self, rows: float, inner: float) -> float:
+        """Fraction of peak a GEMM reaches: ``m/(m + gemm_m_half) · k/(k + gemm_k_half)`` with ``m`` the
+        rows (tokens) per tensor-parallel rank **in units of 64 rows** (one tensor-core tile row block)
+        and ``k`` the inner dimension per rank (``d/tp``) in units of 64; the second factor is 1 when
+        ``gemm_k_half`` is 0. A saturating roofline-style fit: the default ``gemm_m_half = 5`` puts half
+        of peak at 320 rows, near the H100 ridge point (989e12 FLOP/s / 3.35e12 B/s ≈ 295 FLOP/byte,
+        i.e. ≈ 295 rows for a bf16 weight-stationary GEMM, Williams et al. 2009 roofline)."""
+        m = rows / GEMM_UNIT
+        eff = m / (m + self.hw.gemm_m_half) if m > 0 else 0.0
+        if self.hw.gemm_k_half > 0:
+            k = inner / GEMM_UNIT
+            eff *= k / (k + self.hw.gemm_k_half)
+        return eff
+
+    def allreduce(self, nbytes: float, ranks: int, level: int) -> float:
+        """Ring all-reduce of ``nbytes`` over ``ranks`` ranks: ``2(p−1)·(α + n/p·β)`` seconds with the
+        collective α–β of ``level`` (Thakur, Rabenseifner & Gropp 2005; NCCL ring algorithm); 0 for p ≤ 1."""
+        if ranks <= 1:
+            return 0.0
+        alpha, beta = self.hw.coll(level)
+        return 2 * (ranks - 1) * (alpha + nbytes / ranks * beta)
+
+    def p2p(self, nbytes: float, level: int) -> float:
+        """Point-to-point transfer of ``nbytes``: ``α + n·β`` seconds at ``level`` (Hockney α–β model)."""
+        alpha, beta = self.hw.p2p(level)
+        return alpha + nbytes * beta
+
+    def group_level(self, ranks: int, extent: tuple[int, int, int]) -> int:
+        """Slowest level spanned by a group of ``ranks`` consecutive ranks of a block of ``extent``."""
+        G, NG = self.cluster.gpus_per_node, self.cluster.gpus_per_rack
+        r_ext, n_ext, _ = extent
+        if ranks <= 1 or (r_ext == 1 and n_ext == 1) or (ranks <= G and G % ranks == 0):
+            return 0
+        if r_ext == 1 or (ranks <= NG and NG % ranks == 0):
+            return 1
+        return 2
+
+    def _non_gemm(self, layers: float, tokens: float | np.ndarray) -> float | np.ndarray:
+        """Time outside GEMMs (norms, rotary, SwiGLU, softmax, launches) of ``layers`` layers for
+        ``tokens`` tokens per tensor-parallel rank (sequence parallelism splits them):
+        ``layers·(non_gemm_constant + non_gemm_scaling·tokens/non_gemm_batch_cal)``."""
+        hw = self.hw
+        return layers * (hw.non_gemm_constant + hw.non_gemm_scaling * tokens / hw.non_gemm_batch_cal)
+
+    @staticmethod
+    def pipeline(micro_batches: int, pp: int, stage_time: float) -> float:
+        """GPipe/1F1B pipeline time ``(m + pp − 1)·t_stage`` (Huang et al. 2019; Narayanan et al. 2021):
+        the bubble is ``(pp − 1)/(m + pp − 1)`` of the pipelined part."""
+        return (micro_batches + pp - 1) * stage_time
+
+    # -- FLOPs ------------------------------------------------------------------------------------
+    @staticmethod
+    def forward_flops_per_token(model: ModelSpec, context: float) -> float:
+        """Forward FLOPs per token ``2N + 2·L·n_ctx·d`` (Kaplan et al. 2020, Table 1)."""
+        return 2.0 * model.gemm_params + 2.0 * model.layers * context * model.hidden_dim
+
+    def vertex_flops(self, model: ModelSpec, kind: str) -> float:
+        """Model FLOPs of the vertex over one step (for MFU), independent of the strategy:
+        train ``3×`` forward (backward = 2× forward), infer and generate ``1×`` forward, over
+        ``B·K·s`` tokens (generation: prompt + mean response, context at mid-sequence)."""
+        w = self.workload
+        s = w.train_seq_len
+        tokens = w.sequences * s
+        per_token = self.forward_flops_per_token(model, s / 2 if kind == "generate" else s)
+        return (3.0 if kind == "train" else 1.0) * per_token * tokens
+
+    # -- vertex times -------------------------------------------------------------------------------
+    def vertex_time(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
+                    extent: tuple[int, int, int]) -> float:
+        """Seconds of the vertex on a block of ``extent`` (the slowest data-parallel replica; replicas
+        are identical). Dispatches to :meth:`train_time`, :meth:`infer_time`, :meth:`generate_time`."""
+        if kind == "generate":
+            return self.generate_time(model, dp, pp, tp, micro_batch, extent)
+        return self.pass_time(model, kind == "train", dp, pp, tp, micro_batch, extent)
+
+    def pass_time(self, model: ModelSpec, train: bool, dp: int, pp: int, tp: int, micro_batch: int,
+                  extent: tuple[int, int, int]) -> float:
+        """A training step or an inference (log-prob / score) pass over the step's sequences.
+
+        Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``):
+        compute ``c·(2N + 2Lsd)·tokens / (tp·F·eff)`` with ``c`` = 3 for training (forward + 2× backward)
+        and 1 for inference; tensor-parallel all-reduces of ``tokens·d·2`` bytes at the node level, 2 per
+        layer forward and 2 more backward (Megatron-LM, Shoeybi et al. 2019; Narayanan et al. 2021);
+        non-GEMM time. A stage takes ``1/pp`` of that plus one point-to-point activation send (two for
+        training) of ``tokens·d·2`` bytes; the ``B·K/(dp·mb)`` micro-batches run through the pipeline
+        (:meth:`pipeline`). Training then all-reduces the bf16 gradients ``2P/(tp·pp)`` over the ``dp``
+        ranks at the level of the data-parallel group, and runs the Adam update, memory bound:
+        ``32·P/(tp·pp·dp)`` bytes (read + write of 16 bytes of state per parameter) at HBM bandwidth.
+        """
+        w = self.workload
+        s = w.train_seq_len
+        micro_batches = w.sequences // (dp * micro_batch)
+        tokens = micro_batch * s
+        factor = 3.0 if train else 1.0
+        flops = factor * self.forward_flops_per_token(model, s) * tokens
+        eff = self.gemm_efficiency(tokens / tp, model.hidden_dim / tp)
+        compute = flops / (tp * self.hw.flops_per_gpu * eff)
+        tp_comm = (4 if train else 2) * model.layers * self.allreduce(tokens * model.hidden_dim * ACT_BYTES, tp, 0)
+        non_gemm = factor * self._non_gemm(model.layers, tokens / tp)
+        stage = (compute + tp_comm + non_gemm) / pp
+        if pp > 1:
+            level = self.group_level(dp * pp * tp, extent)
+            stage += (2 if train else 1) * self.p2p(tokens * model.hidden_dim * ACT_BYTES / tp, level)
+        total = self.pipeline(micro_batches, pp, stage)
+        if train:
+            shard = model.params / (tp * pp)
+            total += self.allreduce(2.0 * shard, dp, self.group_level(tp * dp, extent))
+            total += 32.0 * shard / dp / self.hw.memory_bandwidth
+        return total
+
+    def generate_time(self, model: ModelSpec, dp: int, pp: int, tp: int, micro_batch: int,
+                      extent: tuple[int, int, int]) -> float:
+        """Rollout generation: each replica decodes its ``B·K/dp`` sequences in rounds of ``mb``.
+
+        A round is a compute-bound prefill of ``mb·S`` prompt tokens plus decode steps ``t = 1..T_max``
+        (``T_max`` the longest response of the batch, :attr:`Workload.max_response`) with a shrinking
+        active batch ``a_t = mb·(1 − F(t−1))`` from ``gen_quantiles``. A decode step is memory bound:
+        ``max(compute, bytes / (memory_bandwidth·decode_bw_eff))`` where compute is
+        ``(2N + 2L(S+t)d)·a_t/(tp·F·eff)`` and bytes are the weight shard ``2N/tp`` plus the KV cache
+        read ``a_t·(S+t)·kv_bytes_per_token`` (summed over the pipeline stages a token crosses), plus
+        2 tensor-parallel all-reduces per layer of ``a_t·d·2`` bytes and ``pp − 1`` stage hand-offs.
+        Rounds overlap across pipeline stages: ``(rounds + pp − 1)·t_round/pp``.
+        """
+        w, hw = self.workload, self.hw
+        rounds = w.sequences // (dp * micro_batch)
+        d, L = model.hidden_dim, model.layers
+        prompt_tokens = micro_batch * w.context_length
+        eff = self.gemm_efficiency(prompt_tokens / tp, d / tp)
+        prefill = (self.forward_flops_per_token(model, w.context_length) * prompt_tokens
+                   / (tp * hw.flops_per_gpu * eff))
+        prefill += 2 * L * self.allreduce(prompt_tokens * d * ACT_BYTES, tp, 0) + self._non_gemm(L, prompt_tokens / tp)
+        active = micro_batch * w.active_fraction  # (T_max,)
+        ctx = w.context_length + np.arange(1, w.max_response + 1, dtype=float)
+        per_token = 2.0 * model.gemm_params + 2.0 * L * ctx * d
+        m = active / tp / GEMM_UNIT
+        k_eff = d / tp / (d / tp + hw.gemm_k_half * GEMM_UNIT) if hw.gemm_k_half > 0 else 1.0
+        # compute = per_token·a/(tp·F·eff) with eff = m/(m + m_half)·k_eff, written without 1/m
+        compute = per_token * GEMM_UNIT * (m + hw.gemm_m_half) / (hw.flops_per_gpu * k_eff)
+        memory = (2.0 * model.gemm_params / tp + active * ctx * model.kv_bytes_per_token(tp, 1)) / (
+            hw.memory_bandwidth * hw.decode_bw_eff)
+        step = np.maximum(compute, memory) + self._non_gemm(L, active / tp)
+        if tp > 1:
+            alpha, beta = hw.coll(0)
+            step = step + 2 * L * 2 * (tp - 1) * (alpha + active * d * ACT_BYTES / tp * beta)
+        if pp > 1:
+            alpha, beta = hw.p2p(self.group_level(dp * pp * tp, extent))
+            step = step + (pp - 1) * (alpha + active * d * ACT_BYTES / tp * beta)
+        round_time = prefill + float(step.sum())
+        return self.pipeline(rounds, pp, round_time / pp)
+
+    # -- movement between blocks -----------------------------------------------------------------
+    def realloc_time(self, model: ModelSpec, src_layout: tuple[int, int], src_range: tuple[int, int],
+                     dst_layout: tuple[int, int], dst_range: tuple[int, int]) -> float:
+        """Parameter reallocation from a trainer to its generator/inferencer: 0 when both use the same
+        block and the same ``(pp, tp)`` layout; otherwise every destination GPU receives its shard
+        ``2P/(tp_dst·pp_dst)`` bytes, in parallel, at the slowest level spanning both blocks:
+        ``α_p2p + shard·β_p2p`` seconds."""
+        if src_range == dst_range and src_layout == dst_layout:
+            return 0.0
+        level = self.cluster.span_level(min(src_range[0], dst_range[0]), max(src_range[1], dst_range[1]))
+        shard = 2.0 * model.params / (dst_layout[0] * dst_layout[1])
+        return self.p2p(shard, level)
+
+    def transfer_time(self, src_range: tuple[int, int], dst_range: tuple[int, int], dst_dp: int) -> float:
+        """Data edge (rollouts or scores) between two blocks: 0 on the same block, else each consumer
+        replica fetches its ``B·K·(S + T_max)·4/dp`` bytes at the slowest level spanning both blocks."""
+        if src_range == dst_range:
+            return 0.0
+        w = self.workload
+        level = self.cluster.span_level(min(src_range[0], dst_range[0]), max(src_range[1], dst_range[1]))
+        nbytes = w.sequences * (w.context_length + w.max_response) * EDGE_BYTES_PER_TOKEN / dst_dp
+        return self.p2p(nbytes, level)

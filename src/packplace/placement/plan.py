@@ -1,0 +1,166 @@
+"""A placement plan: per vertex a parallel strategy, a micro-batch size and a block of GPUs.
+
+All types are frozen and hashable so that a search can cache evaluations by plan. A
+:class:`Plan` is canonical: its vertices are sorted by name, so two plans with the same content are
+equal and hash the same whatever order they were built in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from packplace.errors import ConfigError
+from packplace.placement.hardware import Cluster
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Strategy:
+    """Data × pipeline × tensor parallel degrees; ``dp·pp·tp`` is the block's GPU count."""
+
+    dp: int
+    pp: int
+    tp: int
+
+    @property
+    def gpus(self) -> int:
+        """``dp · pp · tp``."""
+        return self.dp * self.pp * self.tp
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Allocation:
+    """An aligned block of the device grid.
+
+    Attributes:
+        origin: ``(rack, node, gpu)`` of the first GPU.
+        extent: ``(r_ext, n_ext, g_ext)``. Legal shapes (DESIGN §3): part of one node
+            ``(1, 1, g_ext)`` with ``g_ext`` dividing ``G`` and ``gpu % g_ext == 0``; whole nodes of one
+            rack ``(1, n_ext, G)`` with ``n_ext`` dividing ``N`` and ``node % n_ext == 0``; whole racks
+            ``(r_ext, N, G)`` with ``r_ext`` dividing ``R`` and ``rack % r_ext == 0``.
+    """
+
+    origin: tuple[int, int, int]
+    extent: tuple[int, int, int]
+
+    @property
+    def num_gpus(self) -> int:
+        """``r_ext · n_ext · g_ext``."""
+        return self.extent[0] * self.extent[1] * self.extent[2]
+
+    def gpu_range(self, cluster: Cluster) -> tuple[int, int]:
+        """Linear id range ``[lo, hi)`` (aligned blocks are contiguous in linear ids)."""
+        lo = cluster.gpu_id(*self.origin)
+        return lo, lo + self.num_gpus
+
+    def gpu_ids(self, cluster: Cluster) -> list[tuple[int, int, int]]:
+        """Explicit ``(rack, node, gpu)`` ids of the block, in linear order."""
+        lo, hi = self.gpu_range(cluster)
+        return [cluster.coords(gid) for gid in range(lo, hi)]
+
+    def check(self, cluster: Cluster) -> str | None:
+        """Why the block is not a legal aligned shape on ``cluster`` (one line), or ``None`` if legal."""
+        (r, n, g), (re_, ne, ge) = self.origin, self.extent
+        R, N, G = cluster.racks, cluster.nodes_per_rack, cluster.gpus_per_node
+        if min(re_, ne, ge) < 1 or min(r, n, g) < 0:
+            return f"block {self.origin}+{self.extent}: negative origin or empty extent"
+        if re_ == 1 and ne == 1:
+            ok = G % ge == 0 and g % ge == 0
+            shape = f"part of a node needs g_ext dividing {G} and gpu % g_ext == 0"
+        elif re_ == 1:
+            ok = ge == G and g == 0 and N % ne == 0 and n % ne == 0
+            shape = f"a multi-node block needs whole nodes (g_ext={G}) and n_ext dividing {N}, aligned"
+        else:
+            ok = ge == G and ne == N and g == 0 and n == 0 and R % re_ == 0 and r % re_ == 0
+            shape = f"a multi-rack block needs whole racks and r_ext dividing {R}, aligned"
+        if not ok:
+            return f"block {self.origin}+{self.extent} is not an aligned shape: {shape}"
+        if r + re_ > R or n + ne > N or g + ge > G:
+            return f"block {self.origin}+{self.extent} exceeds the {R}x{N}x{G} cluster"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class VertexPlan:
+    """One vertex's choice: strategy, micro-batch (sequences per micro-batch; for generation, sequences
+    decoded together per replica) and block."""
+
+    strategy: Strategy
+    micro_batch: int
+    allocation: Allocation
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A full plan: ``vertices`` is ``((name, VertexPlan), ...)`` sorted by name; ``staleness`` is
+    ``((model, t), ...)`` sorted (default: empty = 0 for every model; issue 4's asynchronous objective)."""
+
+    vertices: tuple[tuple[str, VertexPlan], ...]
+    staleness: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def build(cls, mapping: Mapping[str, VertexPlan] | Iterable[tuple[str, VertexPlan]],
+              staleness: Mapping[str, int] | None = None) -> Plan:
+        """Canonical plan from ``{vertex: VertexPlan}`` and optional ``{model: staleness}``
+        (zero staleness entries are dropped, so the default is the empty tuple)."""
+        items = mapping.items() if isinstance(mapping, Mapping) else mapping
+        stale = tuple(sorted((m, int(t)) for m, t in (staleness or {}).items() if t))
+        return cls(tuple(sorted(items, key=lambda kv: kv[0])), stale)
+
+    def as_dict(self) -> dict[str, VertexPlan]:
+        """``{vertex: VertexPlan}``."""
+        return dict(self.vertices)
+
+    def __getitem__(self, name: str) -> VertexPlan:
+        for key, value in self.vertices:
+            if key == name:
+                return value
+        raise KeyError(name)
+
+    def replace(self, name: str, vertex_plan: VertexPlan) -> Plan:
+        """A copy with vertex ``name`` set to ``vertex_plan``."""
+        return Plan(tuple((k, vertex_plan if k == name else v) for k, v in self.vertices), self.staleness)
+
+    def staleness_of(self, model: str) -> int:
+        """Staleness of ``model`` (0 if unset)."""
+        return dict(self.staleness).get(model, 0)
+
+    def with_staleness(self, model: str, value: int) -> Plan:
+        """A copy with ``model``'s staleness set."""
+        stale = dict(self.staleness)
+        stale[model] = value
+        return Plan.build(self.vertices, stale)
+
+
+def plan_to_json(plan: Plan, cluster: Cluster) -> dict[str, Any]:
+    """JSON-ready dict: per vertex strategy, micro-batch, block and explicit GPU ids ``[rack, node, gpu]``."""
+    out: dict[str, Any] = {"vertices": {}, "staleness": dict(plan.staleness)}
+    for name, vp in plan.vertices:
+        out["vertices"][name] = {
+            "strategy": {"dp": vp.strategy.dp, "pp": vp.strategy.pp, "tp": vp.strategy.tp},
+            "micro_batch": vp.micro_batch,
+            "allocation": {"origin": list(vp.allocation.origin), "extent": list(vp.allocation.extent)},
+            "gpus": [list(ids) for ids in vp.allocation.gpu_ids(cluster)],
+        }
+    return out
+
+
+def plan_from_json(data: Mapping[str, Any]) -> Plan:
+    """Inverse of :func:`plan_to_json` (the ``gpus`` lists are implied by the blocks and ignored).
+
+    Raises:
+        ConfigError: missing or malformed fields.
+    """
+    try:
+        vertices = {}
+        for name, entry in data["vertices"].items():
+            s = entry["strategy"]
+            alloc = entry["allocation"]
+            vertices[name] = VertexPlan(
+                Strategy(int(s["dp"]), int(s["pp"]), int(s["tp"])), int(entry["micro_batch"]),
+                Allocation(tuple(int(x) for x in alloc["origin"]), tuple(int(x) for x in alloc["extent"])),
+            )
+        return Plan.build(vertices, data.get("staleness") or {})
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"plan: malformed plan JSON ({type(exc).__name__}: {exc})") from None

@@ -1,0 +1,116 @@
+"""The greedy and concurrent baselines: registry, fallbacks, memory errors, concurrent <= greedy."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+import pytest
+
+import packplace
+from packplace.errors import ConfigError
+from packplace.placement.config import build_instance, load_config
+from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.solvers import available
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
+
+HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=8, flops_per_gpu=1e15, memory_per_gpu=1e12,
+          memory_bandwidth=2e12, alpha_coll_g=1e-6, beta_coll_g=3e-12, alpha_coll_n=5e-6, beta_coll_n=2e-11,
+          alpha_coll_r=8e-6, beta_coll_r=2.5e-11, alpha_p2p_g=2e-6, beta_p2p_g=2.5e-12, alpha_p2p_n=5e-6,
+          beta_p2p_n=2e-11, alpha_p2p_r=8e-6, beta_p2p_r=2.4e-11)
+# Small weights, a huge vocabulary and 8k-token sequences: the actor's fp32 logits dominate memory, so the
+# actor's vertices need tensor parallelism over the whole 8-GPU node.
+WIDE = dict(layers=2, hidden_dim=1024, ffn_dim=2048, vocab_size=256000, head_dim=128)
+
+
+def ppo_one_node(memory_per_gpu: float):
+    return build_instance({
+        "hardware": {**HW, "memory_per_gpu": memory_per_gpu},
+        "models": {"actor": WIDE, "critic": WIDE, "reward": WIDE},
+        "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
+        "policy": {"algorithm": "ppo"}})
+
+
+def test_both_baselines_are_registered():
+    assert {"greedy", "concurrent"} <= set(available("placement"))
+    assert packplace.place is not None and "place" in packplace.__all__
+
+
+def test_models_needing_the_whole_node_fall_back_to_colocation():
+    inst = ppo_one_node(3.0e9)
+    table = get_table(inst)
+    # the actor's training step does not fit on half a node, so the training phase cannot be split; the
+    # other phases could be split alone but not next to the resident weights: everything is colocated
+    assert min(c.memory_bytes for c in table.all["actor.train"] if c.gpus <= 4) > 3.0e9
+    assert min(c.memory_bytes for c in table.all["actor.train"] if c.gpus == 8) <= 3.0e9
+    result = packplace.place(inst, "concurrent")
+    assert result.ok, result.message
+    plan = result.solution
+    assert all(v.allocation.extent == (1, 1, 8) for _, v in plan.vertices)
+    assert "colocation" in result.message
+    score = get_evaluator(inst).score(plan)
+    # serialised in topological order: each vertex starts after the previous one ends
+    order = inst.graph.names
+    for earlier, later in zip(order, order[1:]):
+        assert score.start[later] >= score.end[earlier] - 1e-12
+    assert result.objective == pytest.approx(sum(score.vertex_time.values()) + 0.0, rel=0.01)
+    assert result.objective <= packplace.place(inst, "greedy").objective + 1e-12
+
+
+def test_even_colocation_out_of_memory_is_a_clear_error_with_both_numbers():
+    inst = ppo_one_node(2.5e9)
+    assert all(get_table(inst).feasible[name] for name in inst.graph.names)  # each vertex alone fits
+    for solver in ("concurrent", "greedy"):
+        with pytest.raises(ConfigError) as info:
+            packplace.place(inst, solver)
+        msg = str(info.value)
+        assert re.match(r"^\[hardware\] memory_per_gpu: the models do not fit on this cluster: the colocated "
+                        r"plan needs 2\.9\d GB per GPU, 2\.5 GB available \(8 GPUs\)", msg), msg
+
+
+def test_greedy_is_fastest_candidate_per_vertex_colocated():
+    inst = ppo_one_node(1e12)
+    result = packplace.place(inst, "greedy")
+    table = get_table(inst)
+    for name, vp in result.solution.vertices:
+        assert vp.allocation.origin == (0, 0, 0)
+        fastest = table.feasible[name][0]
+        assert (vp.strategy, vp.micro_batch, vp.allocation.extent) == fastest.key
+    assert result.status in ("feasible", "optimal") and result.bound <= result.objective
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=os.path.basename)
+def test_concurrent_never_slower_than_greedy_on_shipped_configs(path):
+    inst = load_config(path)
+    greedy = packplace.place(inst, "greedy")
+    concurrent = packplace.place(inst, "concurrent", seed=3)
+    assert greedy.ok and concurrent.ok
+    assert concurrent.objective <= greedy.objective + 1e-12
+    assert concurrent.bound <= concurrent.objective
+    assert concurrent.objective == get_evaluator(inst).score(concurrent.solution).step_time
+    again = packplace.place(inst, "concurrent", seed=3)
+    assert again.solution == concurrent.solution
+
+
+def test_concurrent_splits_a_phase_when_that_is_faster():
+    inst = load_config(os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml"))
+    result = packplace.place(inst, "concurrent")
+    plan = result.solution
+    trains = [plan["actor.train"].allocation, plan["critic.train"].allocation]
+    lo0, hi0 = trains[0].gpu_range(inst.cluster)
+    lo1, hi1 = trains[1].gpu_range(inst.cluster)
+    assert hi0 <= lo1 or hi1 <= lo0  # the two trainers run side by side on disjoint halves
+    assert result.objective < packplace.place(inst, "greedy").objective
+
+
+def test_unknown_solver_and_bad_arguments():
+    inst = ppo_one_node(1e12)
+    with pytest.raises(ConfigError, match="unknown placement solver 'nope'; available: .*concurrent.*greedy"):
+        packplace.place(inst, "nope")
+    with pytest.raises(ConfigError, match="time_limit_s"):
+        packplace.place(inst, "greedy", time_limit_s=-1)
+    with pytest.raises(ConfigError, match="expected a PlacementInstance"):
+        packplace.place({"hardware": {}}, "greedy")

@@ -1,0 +1,118 @@
+"""Candidate table: the DESIGN §3 hard rules prune exactly what they should; pre-launch errors have numbers."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+import packplace
+from packplace.errors import ConfigError
+from packplace.placement.candidates import block_extents, block_origins, explain
+from packplace.placement.config import build_instance, load_config
+from packplace.placement.evaluator import get_table
+from packplace.placement.hardware import Cluster
+from packplace.placement.plan import Strategy
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
+
+HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=8, flops_per_gpu=1e15, memory_per_gpu=80e9,
+          memory_bandwidth=2e12, alpha_coll_g=1e-6, beta_coll_g=3e-12, alpha_coll_n=5e-6, beta_coll_n=2e-11,
+          alpha_coll_r=8e-6, beta_coll_r=2.5e-11, alpha_p2p_g=2e-6, beta_p2p_g=2.5e-12, alpha_p2p_n=5e-6,
+          beta_p2p_n=2e-11, alpha_p2p_r=8e-6, beta_p2p_r=2.4e-11)
+
+
+def dpo(actor: dict, **hw) -> dict:
+    return {"hardware": {**HW, **hw}, "models": {"actor": actor},
+            "workload": dict(batch_size=16, samples_per_prompt=2, context_length=128, generation_length=128),
+            "policy": {"algorithm": "dpo"}}
+
+
+def test_52_heads_on_8_gpu_nodes_has_no_tp_8():
+    inst = build_instance(dpo(dict(layers=4, hidden_dim=52 * 64, ffn_dim=4096, vocab_size=1000, head_dim=64)))
+    table = get_table(inst)
+    tps = {c.strategy.tp for cands in table.all.values() for c in cands}
+    assert tps == {1, 2, 4}  # every tp divides 52; 8 does not
+    assert explain(inst.models["actor"], inst.cluster, 32, Strategy(1, 1, 8), 1, (1, 1, 8)) == (
+        "tensor-parallel degree 8 does not divide 52 attention heads")
+
+
+def test_30_layers_has_no_pp_4():
+    inst = build_instance(dpo(dict(layers=30, hidden_dim=1024, ffn_dim=2048, vocab_size=1000)))
+    pps = {c.strategy.pp for cands in get_table(inst).all.values() for c in cands}
+    assert 4 not in pps and 8 not in pps
+    assert pps == {1, 2}  # pp divides both 30 and the block size (a divisor of 8)
+    assert explain(inst.models["actor"], inst.cluster, 32, Strategy(2, 4, 1), 1, (1, 1, 8)) == (
+        "pipeline degree 4 does not divide 30 layers")
+
+
+def test_two_nodes_of_one_gpu_has_no_tp_2():
+    inst = build_instance(dpo(dict(layers=4, hidden_dim=1024, ffn_dim=2048, vocab_size=1000),
+                              nodes_per_rack=2, gpus_per_node=1))
+    table = get_table(inst)
+    assert table.extents == [(1, 1, 1), (1, 2, 1)]
+    strategies = {(c.strategy.dp, c.strategy.pp, c.strategy.tp) for cands in table.all.values() for c in cands}
+    assert all(tp == 1 for _, _, tp in strategies)
+    assert (2, 1, 1) in strategies and (1, 2, 1) in strategies
+
+
+def test_kv_heads_replicated_when_tp_exceeds_them():
+    # 16 heads, 2 KV heads: tp = 4 and 8 replicate the KV heads (allowed, counted once per rank)
+    actor = dict(layers=4, hidden_dim=2048, ffn_dim=4096, vocab_size=1000, head_dim=128, num_kv_heads=2)
+    inst = build_instance(dpo(actor))
+    assert {c.strategy.tp for c in get_table(inst).all["actor.train"]} == {1, 2, 4, 8}
+    spec = inst.models["actor"]
+    assert spec.kv_bytes_per_token(8, 1) == 2 * 4 * 1 * 128 * 2
+    assert spec.kv_bytes_per_token(2, 2) == 2 * 2 * 1 * 128 * 2
+    assert spec.kv_bytes_per_token(1, 1) == 2 * 4 * 2 * 128 * 2
+
+
+def test_block_shapes_and_origins_are_aligned():
+    c = Cluster(2, 4, 8)
+    assert block_extents(c) == [(1, 1, 1), (1, 1, 2), (1, 1, 4), (1, 1, 8), (1, 2, 8), (1, 4, 8), (2, 4, 8)]
+    assert [a.origin for a in block_origins(c, (1, 2, 8))] == [(0, 0, 0), (0, 2, 0), (1, 0, 0), (1, 2, 0)]
+    assert len(block_origins(c, (1, 1, 2))) == 32
+    assert [a.gpu_range(c) for a in block_origins(c, (1, 4, 8))] == [(0, 32), (32, 64)]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=os.path.basename)
+def test_every_candidate_obeys_the_hard_rules(path):
+    inst = load_config(path)
+    table = get_table(inst)
+    G, B = inst.cluster.gpus_per_node, inst.workload.sequences
+    for vertex in inst.graph.vertices:
+        model = inst.models[vertex.model]
+        cands = table.all[vertex.name]
+        assert cands, vertex.name
+        for c in cands:
+            dp, pp, tp = c.strategy.dp, c.strategy.pp, c.strategy.tp
+            assert dp * pp * tp == c.extent[0] * c.extent[1] * c.extent[2] == c.gpus
+            assert tp <= G and c.extent[2] % tp == 0 and model.heads % tp == 0
+            assert model.kv_heads % tp == 0 or tp % model.kv_heads == 0
+            assert model.layers % pp == 0 and B % dp == 0 and (B // dp) % c.micro_batch == 0
+            assert c.fits == (c.memory_bytes <= inst.hardware.memory_per_gpu)
+        feasible = table.feasible[vertex.name]
+        assert [c.time for c in feasible] == sorted(c.time for c in feasible)
+        assert all(c.fits for c in feasible) and len(table.top(vertex.name)) == min(inst.k_eval, len(feasible))
+
+
+def test_cluster_smaller_than_the_smallest_feasible_block():
+    # Llama-3.1-8B shaped DPO training: 16 bytes/parameter of weights, grads and Adam = 128 GB, 16 GB per
+    # GPU on 8 GPUs before activations: it needs 16 GPUs of 12 GB
+    actor = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
+    inst = build_instance(dpo(actor, memory_per_gpu=12e9))
+    with pytest.raises(ConfigError) as info:
+        packplace.place(inst, "concurrent")
+    msg = str(info.value)
+    assert msg.startswith("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 16 ")
+    assert "GB per GPU needed at the largest block (8 GPUs), 12 GB available" in msg
+
+
+def test_model_that_never_fits_says_bytes_needed_and_available():
+    actor = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
+    inst = build_instance(dpo(actor, memory_per_gpu=1e6))
+    with pytest.raises(ConfigError, match=r"^\[models\] reference does not fit: [0-9.]+ GB per GPU needed at the "
+                                          r"largest block \(8 GPUs\), 0.001 GB available"):
+        get_table(inst).check()

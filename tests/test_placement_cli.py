@@ -1,0 +1,72 @@
+"""``packplace place`` on every shipped config, in-process through the subcommand's ``run``."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+
+import pytest
+
+from packplace.errors import ConfigError
+from packplace.placement import cli
+from packplace.placement.config import load_config
+from packplace.placement.evaluator import get_evaluator
+from packplace.placement.plan import plan_from_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="packplace")
+    cli.register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["place", *argv])
+
+
+def test_shipped_configs_exist():
+    names = {os.path.basename(p) for p in SHIPPED}
+    assert len(names) >= 4 and any("grpo" in n for n in names) and any("dpo" in n for n in names)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=os.path.basename)
+def test_place_concurrent_on_every_shipped_config(path, tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    args = parse("--config", path, "--solver", "concurrent", "--out", str(out))
+    assert args.func is cli.run
+    assert args.func(args) == 0
+    text = capsys.readouterr().out
+    assert "vertex" in text and "step time:" in text and "status:" in text and "gap:" in text
+    data = json.loads(out.read_text())
+    inst = load_config(path)
+    assert set(data["vertices"]) == set(inst.graph.names)
+    for entry in data["vertices"].values():
+        assert entry["gpus"] and all(len(g) == 3 for g in entry["gpus"])
+        assert len(entry["gpus"]) == entry["strategy"]["dp"] * entry["strategy"]["pp"] * entry["strategy"]["tp"]
+    plan = plan_from_json(data)
+    assert get_evaluator(inst).score(plan).step_time == pytest.approx(data["step_time_s"])
+    for name in inst.graph.names:  # every vertex appears in the table
+        assert name in text
+
+
+def test_gantt_picture(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = os.path.join(ROOT, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml")
+    png = tmp_path / "plan.png"
+    args = parse("--config", path, "--solver", "greedy", "--gantt", str(png))
+    assert args.func(args) == 0
+    assert png.stat().st_size > 1000
+
+
+def test_bad_config_is_a_config_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hardware: {racks: 1}\nmodels: {}\nworkload: {}\n")
+    args = parse("--config", str(bad))
+    with pytest.raises(ConfigError, match=r"^\[hardware\] Missing required field: 'nodes_per_rack'$"):
+        args.func(args)
+
+
+def test_gpu_ranges_format():
+    assert cli.gpu_ranges([(0, n, g) for n in range(2) for g in range(8)]) == "r0/n0-1/g0-7"
+    assert cli.gpu_ranges([(1, 2, 4), (1, 2, 5)]) == "r1/n2/g4-5"

@@ -1,0 +1,150 @@
+"""Placement config loading and validation: every bad field is a one-line ConfigError naming it."""
+
+from __future__ import annotations
+
+import pytest
+
+from packplace.errors import ConfigError
+from packplace.placement.config import build_instance, load_config
+from packplace.placement.graph import build_graph
+from packplace.placement.models import ModelSpec
+
+HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=4, flops_per_gpu=1e12, memory_per_gpu=80e9,
+          memory_bandwidth=1e12, alpha_coll_g=1e-6, beta_coll_g=1e-9, alpha_coll_n=1e-6, beta_coll_n=1e-9,
+          alpha_coll_r=1e-6, beta_coll_r=1e-9, alpha_p2p_g=1e-6, beta_p2p_g=1e-9, alpha_p2p_n=1e-6,
+          beta_p2p_n=1e-9, alpha_p2p_r=1e-6, beta_p2p_r=1e-9)
+MODEL = dict(layers=4, hidden_dim=512, ffn_dim=1024, vocab_size=1000, head_dim=64)
+
+
+def config(algorithm: str = "ppo") -> dict:
+    return {"hardware": dict(HW), "models": {"actor": dict(MODEL), "critic": dict(MODEL), "reward": dict(MODEL)},
+            "workload": dict(batch_size=8, samples_per_prompt=2, context_length=16, generation_length=16),
+            "policy": {"algorithm": algorithm}, "optimizer": {"k_eval": 4}}
+
+
+def error_of(cfg: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        build_instance(cfg)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_valid_config_builds_with_reference_copying_the_actor():
+    inst = build_instance(config())
+    assert inst.algorithm == "ppo" and inst.num_gpus == 4
+    assert inst.models["reference"].hidden_dim == inst.models["actor"].hidden_dim
+    assert inst.graph.names == ("actor.generate", "reference.infer", "reward.infer", "critic.infer",
+                                "actor.train", "critic.train")
+    assert inst.hardware.gemm_m_half == 5.0 and inst.hardware.decode_bw_eff == 0.15
+    assert inst.optimizer["staleness_candidates"] == {"actor": (0,), "critic": (0,), "ac_share": (0,)}
+
+
+def test_missing_hardware_field_names_section_and_field():
+    cfg = config()
+    del cfg["hardware"]["beta_coll_n"]
+    assert error_of(cfg) == "[hardware] Missing required field: 'beta_coll_n'"
+
+
+@pytest.mark.parametrize("algorithm,missing", [("ppo", "critic"), ("grpo", "reward"), ("dpo", "actor")])
+def test_required_roles_depend_on_algorithm(algorithm, missing):
+    cfg = config(algorithm)
+    for role in ("critic", "reward"):
+        if algorithm != "ppo" and role == "critic" or algorithm == "dpo":
+            cfg["models"].pop(role, None)
+    cfg["models"].pop(missing, None)
+    assert error_of(cfg) == f"[models] Missing required field: '{missing}'"
+
+
+def test_grpo_and_dpo_do_not_need_a_critic():
+    cfg = config("grpo")
+    del cfg["models"]["critic"]
+    assert build_instance(cfg).graph.names == ("actor.generate", "reference.infer", "reward.infer", "actor.train")
+    cfg = config("dpo")
+    del cfg["models"]["critic"], cfg["models"]["reward"]
+    assert build_instance(cfg).graph.names == ("reference.infer", "actor.train")
+
+
+def test_unknown_algorithm_lists_valid_ones():
+    cfg = config()
+    cfg["policy"]["algorithm"] = "reinforce"
+    assert error_of(cfg) == "[policy] algorithm: unknown 'reinforce'; valid: ppo, grpo, dpo"
+
+
+def test_unknown_staleness_key_lists_valid_ones():
+    cfg = config()
+    cfg["optimizer"]["staleness_candidates"] = {"actor": [0, 1], "reward": [0]}
+    msg = error_of(cfg)
+    assert msg.startswith("[optimizer.staleness_candidates] Unknown model 'reward'")
+    assert "actor, critic, ac_share" in msg
+
+
+@pytest.mark.parametrize("section,field,value,fragment", [
+    ("hardware", "racks", 0, "[hardware] racks: must be >= 1, got 0"),
+    ("hardware", "flops_per_gpu", -1.0, "[hardware] flops_per_gpu: must be > 0"),
+    ("hardware", "decode_bw_eff", 1.5, "[hardware] decode_bw_eff: must be in (0, 1]"),
+    ("hardware", "gpus_per_nod", 8, "[hardware] Unknown field: 'gpus_per_nod'"),
+    ("workload", "batch_size", "many", "[workload] batch_size: must be an integer, got 'many'"),
+    ("workload", "gen_quantiles", [[0.5, 10], [0.4, 12]], "[workload] gen_quantiles: quantiles must increase"),
+    ("workload", "gen_quantiles", [[0.5, 99]], "[workload] gen_quantiles: tokens must be non-decreasing"),
+    ("optimizer", "k_eval", 0, "[optimizer] k_eval: must be >= 1, got 0"),
+])
+def test_bad_fields(section, field, value, fragment):
+    cfg = config()
+    cfg[section][field] = value
+    assert fragment in error_of(cfg)
+
+
+def test_model_shape_errors():
+    cfg = config()
+    cfg["models"]["actor"]["num_kv_heads"] = 3
+    assert error_of(cfg) == ("[models.actor] num_kv_heads: 3 does not divide the 8 attention heads "
+                             "(hidden_dim 512 / head_dim 64)")
+    cfg = config()
+    cfg["models"]["critic"]["head_dim"] = 100
+    assert error_of(cfg) == "[models.critic] head_dim: 100 does not divide hidden_dim 512"
+    cfg = config()
+    cfg["models"]["reference"] = dict(MODEL)
+    assert "always has the actor's architecture" in error_of(cfg)
+
+
+def test_yaml_bare_scientific_notation(tmp_path):
+    hw = "".join(f"  {k}: {v!r}\n" for k, v in HW.items() if k not in ("flops_per_gpu", "memory_per_gpu"))
+    text = ("hardware:\n  flops_per_gpu: 989e12\n  memory_per_gpu: 80e9\n" + hw
+            + "models:\n  actor: {layers: 4, hidden_dim: 512, ffn_dim: 1024, vocab_size: 1000, head_dim: 64}\n"
+            "workload: {batch_size: 8, samples_per_prompt: 2, context_length: 16, generation_length: 16}\n"
+            "policy: {algorithm: dpo}\n")
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    inst = load_config(path)
+    assert inst.hardware.flops_per_gpu == 989e12 and isinstance(inst.hardware.flops_per_gpu, float)
+    assert inst.hardware.memory_per_gpu == 80e9
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+    path.write_text("hardware: [1, 2\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(path)
+
+
+def test_parameter_counts_from_public_shapes():
+    qwen = ModelSpec("actor", 28, 3584, 18944, 152064, 128, 4)
+    llama8 = ModelSpec("actor", 32, 4096, 14336, 128256, 128, 8)
+    llama70 = ModelSpec("actor", 80, 8192, 28672, 128256, 128, 8)
+    assert qwen.heads == 28 and qwen.kv_heads == 4
+    assert abs(qwen.params - 7.62e9) / 7.62e9 < 0.005      # model card: 7.61B (ours has no biases)
+    assert abs(llama8.params - 8.03e9) / 8.03e9 < 0.005    # model card: 8.03B
+    assert abs(llama70.params - 70.6e9) / 70.6e9 < 0.005   # model card: 70.6B
+    # GQA: K and V projections are d x (kv*hd), not d x d
+    layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    assert llama8.layer_params == layer
+    # a value head instead of the LM head
+    critic = ModelSpec("critic", 32, 4096, 14336, 128256, 128, 8)
+    assert llama8.params - critic.params == 4096 * 128256 - 4096
+
+
+def test_phases_are_longest_path_antichains():
+    assert build_graph("ppo").phases() == [["actor.generate"], ["reference.infer", "reward.infer", "critic.infer"],
+                                           ["actor.train", "critic.train"]]
+    assert build_graph("grpo").phases() == [["actor.generate"], ["reference.infer", "reward.infer"], ["actor.train"]]
+    assert build_graph("dpo").phases() == [["reference.infer"], ["actor.train"]]
+    assert build_graph("ppo").publication_edges == (("actor.train", "actor.generate"), ("critic.train", "critic.infer"))

@@ -1,0 +1,176 @@
+"""The placement evaluator against hand computations: colocated = sum, disjoint = max, transfers, OOM."""
+
+from __future__ import annotations
+
+import glob
+import os
+import random
+
+import pytest
+
+from packplace.placement.config import build_instance, load_config
+from packplace.placement.evaluator import PlacementEvaluator, evaluate_plan, get_evaluator, get_table
+from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan, plan_from_json, plan_to_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRPO = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
+
+HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=2, flops_per_gpu=1e12, memory_per_gpu=80e9,
+          memory_bandwidth=1e12, alpha_coll_g=1e-6, beta_coll_g=1e-10, alpha_coll_n=1e-5, beta_coll_n=1e-9,
+          alpha_coll_r=1e-5, beta_coll_r=1e-9, alpha_p2p_g=3e-6, beta_p2p_g=2e-10, alpha_p2p_n=1e-5,
+          beta_p2p_n=1e-9, alpha_p2p_r=1e-5, beta_p2p_r=1e-9, gemm_m_half=0.0)
+TINY = dict(layers=2, hidden_dim=128, ffn_dim=256, vocab_size=100, head_dim=64)
+WORKLOAD = dict(batch_size=4, samples_per_prompt=2, context_length=10, generation_length=6)
+
+
+def instance(algorithm: str, **hw):
+    models = {"actor": TINY} if algorithm == "dpo" else {"actor": TINY, "reward": TINY}
+    return build_instance({"hardware": {**HW, **hw}, "models": models, "workload": WORKLOAD,
+                           "policy": {"algorithm": algorithm}})
+
+
+def vp(dp, pp, tp, mb, origin, extent) -> VertexPlan:
+    return VertexPlan(Strategy(dp, pp, tp), mb, Allocation(origin, extent))
+
+
+def hand_times():
+    """Reference pass and training step of the tiny actor on one GPU, mb = 8 (one micro-batch)."""
+    params = 2 * (2 * 128 * 128 + 2 * 128 * 128 + 3 * 128 * 256 + 2 * 128) + 128 * 100 + 100 * 128 + 128
+    gemm = params - 100 * 128 - 128
+    s, tokens = 16.0, 8 * 16.0                         # 8 sequences of S + T = 10 + 6 tokens
+    forward = (2 * gemm + 2 * 2 * s * 128) * tokens    # Kaplan: 2N + 2·L·ctx·d per token
+    t_ref = forward / 1e12                             # gemm_m_half = 0: full efficiency
+    t_train = 3 * forward / 1e12 + 32 * params / 1e12  # + memory-bound Adam update
+    return t_ref, t_train
+
+
+def test_two_vertex_plan_colocated_equals_hand_computation():
+    inst = instance("dpo")
+    t_ref, t_train = hand_times()
+    plan = Plan.build({"reference.infer": vp(1, 1, 1, 8, (0, 0, 0), (1, 1, 1)),
+                       "actor.train": vp(1, 1, 1, 8, (0, 0, 0), (1, 1, 1))})
+    score = evaluate_plan(inst, plan)
+    assert score.feasible, score.violations
+    assert score.step_time == pytest.approx(t_ref + t_train, rel=1e-12)
+    assert score.start["actor.train"] == pytest.approx(t_ref)
+    assert score.samples_per_s == pytest.approx(8 / (t_ref + t_train))
+
+
+def test_two_vertex_plan_disjoint_adds_the_data_transfer():
+    inst = instance("dpo")
+    t_ref, t_train = hand_times()
+    plan = Plan.build({"reference.infer": vp(1, 1, 1, 8, (0, 0, 0), (1, 1, 1)),
+                       "actor.train": vp(1, 1, 1, 8, (0, 0, 1), (1, 1, 1))})
+    transfer = 3e-6 + 8 * (10 + 6) * 4 * 2e-10        # α + bytes·β inside the node
+    assert get_evaluator(inst).step_time(plan) == pytest.approx(t_ref + transfer + t_train, rel=1e-12)
+
+
+def test_independent_vertices_sum_on_same_block_max_on_disjoint_blocks():
+    inst = instance("grpo", alpha_p2p_g=0.0, beta_p2p_g=0.0)  # free transfers and reallocation
+    table = get_table(inst)
+    gen = table.fastest("actor.generate", (1, 1, 2))
+    train = table.fastest("actor.train", (1, 1, 2))
+    ref = table.fastest("reference.infer", (1, 1, 1))
+    rew = table.fastest("reward.infer", (1, 1, 1))
+    whole = Allocation((0, 0, 0), (1, 1, 2))
+    gpu0, gpu1 = Allocation((0, 0, 0), (1, 1, 1)), Allocation((0, 0, 1), (1, 1, 1))
+    base = {"actor.generate": gen.at(whole), "actor.train": train.at(whole)}
+    same = evaluate_plan(inst, Plan.build({**base, "reference.infer": ref.at(gpu0), "reward.infer": rew.at(gpu0)}))
+    apart = evaluate_plan(inst, Plan.build({**base, "reference.infer": ref.at(gpu0), "reward.infer": rew.at(gpu1)}))
+    assert same.feasible and apart.feasible
+    assert same.start["actor.train"] - same.end["actor.generate"] == pytest.approx(ref.time + rew.time)
+    assert apart.start["actor.train"] - apart.end["actor.generate"] == pytest.approx(max(ref.time, rew.time))
+    assert same.step_time == pytest.approx(gen.time + ref.time + rew.time + train.time)
+    assert apart.step_time == pytest.approx(gen.time + max(ref.time, rew.time) + train.time)
+
+
+def test_reallocation_is_on_the_step_critical_path():
+    inst = instance("grpo")
+    table = get_table(inst)
+    gen = table.fastest("actor.generate", (1, 1, 2))
+    train = next(c for c in table.feasible["actor.train"]
+                 if c.extent == (1, 1, 2) and (c.strategy.pp, c.strategy.tp) != (gen.strategy.pp, gen.strategy.tp))
+    gpu0 = Allocation((0, 0, 0), (1, 1, 1))
+    whole = Allocation((0, 0, 0), (1, 1, 2))
+    plan = Plan.build({"actor.generate": gen.at(whole), "actor.train": train.at(whole),
+                       "reference.infer": table.fastest("reference.infer", (1, 1, 1)).at(gpu0),
+                       "reward.infer": table.fastest("reward.infer", (1, 1, 1)).at(gpu0)})
+    score = evaluate_plan(inst, plan)
+    realloc = 3e-6 + 2 * inst.models["actor"].params / (gen.strategy.pp * gen.strategy.tp) * 2e-10
+    assert score.realloc["actor.train->actor.generate"] == pytest.approx(realloc)
+    assert score.step_time == pytest.approx(score.end["actor.train"] + realloc)
+
+
+def test_out_of_memory_and_illegal_plans_are_infeasible_with_reasons():
+    inst = instance("dpo")
+    plan = Plan.build({"reference.infer": vp(1, 1, 1, 8, (0, 0, 0), (1, 1, 1)),
+                       "actor.train": vp(1, 1, 1, 8, (0, 0, 0), (1, 1, 1))})
+    table = get_table(inst)
+    ref = table.lookup("reference.infer", Strategy(1, 1, 1), 8, (1, 1, 1))
+    train = table.lookup("actor.train", Strategy(1, 1, 1), 8, (1, 1, 1))
+    need = ref.resident_bytes + train.resident_bytes + max(ref.transient_bytes, train.transient_bytes)
+    assert evaluate_plan(inst, plan).gpu_memory_peak == [pytest.approx(need), 0.0]
+    tight = instance("dpo", memory_per_gpu=need * 0.99)
+    score = evaluate_plan(tight, plan)
+    assert not score.feasible and score.step_time == float("inf")
+    assert score.oom and score.violations[0].startswith("out of memory on GPUs (0, 0, 0)..(0, 0, 0):")
+    assert get_evaluator(tight).step_time(plan) == float("inf")
+    assert get_evaluator(tight).oom_vertices(plan) == ["reference.infer", "actor.train"]
+
+    def reason(p: Plan) -> str:
+        s = evaluate_plan(inst, p)
+        assert not s.feasible and get_evaluator(inst).step_time(p) == float("inf")
+        return s.violations[0]
+
+    ok = plan.as_dict()
+    assert "does not equal the block's 2 GPUs" in reason(plan.replace("actor.train", vp(1, 1, 1, 8, (0, 0, 0),
+                                                                                          (1, 1, 2))))
+    assert "not an aligned shape" in reason(plan.replace("actor.train", vp(1, 1, 2, 8, (0, 0, 1), (1, 1, 2))))
+    assert "micro-batch 3 does not divide the 8 sequences" in reason(
+        plan.replace("actor.train", vp(1, 1, 1, 3, (0, 0, 0), (1, 1, 1))))
+    assert "vertices not placed: actor.train" in reason(Plan.build({"reference.infer": ok["reference.infer"]}))
+    assert "staleness" in reason(Plan.build(ok, {"critic": 1}))
+
+
+def test_plan_is_canonical_hashable_and_round_trips_json():
+    a = vp(1, 1, 1, 8, (0, 0, 0), (1, 1, 1))
+    b = vp(2, 1, 1, 4, (0, 0, 0), (1, 1, 2))
+    p1 = Plan.build({"x": a, "y": b})
+    p2 = Plan.build([("y", b), ("x", a)], {"actor": 0})
+    assert p1 == p2 and hash(p1) == hash(p2) and {p1: 1}[p2] == 1
+    inst = instance("dpo")
+    data = plan_to_json(Plan.build({"reference.infer": b, "actor.train": a}), inst.cluster)
+    assert data["vertices"]["reference.infer"]["gpus"] == [[0, 0, 0], [0, 0, 1]]
+    assert plan_from_json(data) == Plan.build({"reference.infer": b, "actor.train": a})
+
+
+def test_fast_path_agrees_with_score_and_bound_holds_on_random_plans():
+    inst = load_config(GRPO)
+    ev = PlacementEvaluator(inst)
+    table = ev.table
+    rng = random.Random(7)
+    bound = ev.lower_bound()
+    feasible = 0
+    for _ in range(300):
+        vertices = {}
+        for name in inst.graph.names:
+            cand = rng.choice(table.top(name, 6))
+            vertices[name] = cand.at(rng.choice(table.origins(cand.extent)))
+        plan = Plan.build(vertices)
+        score = ev.score(plan)
+        assert ev.step_time(plan) == score.objective
+        if score.feasible:
+            feasible += 1
+            assert score.step_time >= bound - 1e-9
+            assert max(score.gpu_memory_peak) <= inst.hardware.memory_per_gpu
+            assert 0 < score.mfu < 1
+    assert feasible > 50
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml"))),
+                         ids=os.path.basename)
+def test_lower_bound_is_positive_and_below_the_fastest_serial_vertex_sum(path):
+    inst = load_config(path)
+    ev = get_evaluator(inst)
+    serial = sum(ev.table.min_time(name) for name in inst.graph.names)
+    assert 0 < ev.lower_bound() <= serial

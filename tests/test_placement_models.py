@@ -1,0 +1,159 @@
+"""Cost and memory formulas checked against hand computations."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from packplace.placement.config import build_instance
+from packplace.placement.cost import CostModel
+from packplace.placement.hardware import Cluster, Hardware
+from packplace.placement.memory import resident_bytes, transient_bytes, weight_bytes
+from packplace.placement.models import ModelSpec
+from packplace.placement.workload import Workload
+
+HW = Hardware(flops_per_gpu=1e15, memory_per_gpu=80e9, memory_bandwidth=2e12, alpha_coll_g=1e-6,
+              beta_coll_g=3e-12, alpha_coll_n=5e-6, beta_coll_n=2e-11, alpha_coll_r=8e-6, beta_coll_r=4e-11,
+              alpha_p2p_g=2e-6, beta_p2p_g=2.5e-12, alpha_p2p_n=5e-6, beta_p2p_n=2e-11, alpha_p2p_r=1e-5,
+              beta_p2p_r=4e-11)
+MODEL = ModelSpec("actor", layers=2, hidden_dim=128, ffn_dim=256, vocab_size=100, head_dim=64)
+
+
+def cost(workload: Workload | None = None, hw: Hardware = HW) -> CostModel:
+    return CostModel(hw, Cluster(2, 4, 8), workload or Workload(4, 2, 10, 6))
+
+
+def test_alpha_beta_collectives_and_p2p():
+    c = cost()
+    assert c.allreduce(1e6, 4, 0) == pytest.approx(2 * 3 * (1e-6 + 0.25e6 * 3e-12))
+    assert c.allreduce(1e6, 8, 2) == pytest.approx(2 * 7 * (8e-6 + 1e6 / 8 * 4e-11))
+    assert c.allreduce(1e6, 1, 0) == 0.0
+    assert c.p2p(1e6, 1) == pytest.approx(5e-6 + 1e6 * 2e-11)
+
+
+def test_group_levels():
+    c = cost()
+    assert c.group_level(8, (1, 2, 8)) == 0
+    assert c.group_level(16, (1, 2, 8)) == 1
+    assert c.group_level(32, (2, 4, 8)) == 1
+    assert c.group_level(64, (2, 4, 8)) == 2
+    assert c.group_level(4, (1, 1, 4)) == 0
+
+
+def test_gemm_efficiency_and_pipeline_bubble():
+    c = cost()
+    assert c.gemm_efficiency(320, 128) == pytest.approx(0.5)       # 5 units of 64 rows
+    assert c.gemm_efficiency(64 * 45, 128) == pytest.approx(0.9)
+    assert CostModel.pipeline(4, 2, 1.5) == pytest.approx(7.5)      # (m + pp - 1) stages
+    hw_k = Hardware(**{**HW.__dict__, "gemm_k_half": 2.0})
+    assert cost(hw=hw_k).gemm_efficiency(320, 128) == pytest.approx(0.5 * 2 / 4)
+
+
+def test_parameter_counts_by_hand():
+    layer = 2 * 128 * 128 + 2 * 128 * 128 + 3 * 128 * 256 + 2 * 128
+    assert MODEL.layer_params == layer == 164096
+    assert MODEL.gemm_params == 2 * layer + 128 * 100
+    assert MODEL.params == 2 * layer + 128 * 100 + 100 * 128 + 128
+
+
+def test_memory_formulas_by_hand():
+    P = MODEL.params
+    assert weight_bytes(MODEL, 2, 1) == 2 * P / 2
+    assert resident_bytes(MODEL, "infer", 4, 1, 2) == 2 * P / 2
+    assert resident_bytes(MODEL, "train", 4, 1, 2) == pytest.approx(2 * P / 2 + 2 * P / 2 + 12 * P / 8)
+    # training: 34*s*mb*d/tp per layer, L/pp layers, min(pp, m) micro-batches in flight, + fp32 logits
+    t = transient_bytes(MODEL, "train", pp=2, tp=1, micro_batch=2, micro_batches=4, seq_len=16, prompt_len=10,
+                        kv_len=16)
+    assert t == pytest.approx(34 * 16 * 2 * 128 * (2 / 2) * 2 + 2 * 16 * 100 * 4)
+    t = transient_bytes(MODEL, "infer", pp=1, tp=2, micro_batch=2, micro_batches=4, seq_len=16, prompt_len=10,
+                        kv_len=16)
+    assert t == pytest.approx(34 * 16 * 2 * 128 / 2 + 2 * 16 * 100 * 4 / 2)
+    # generation: KV cache 2 * L/pp * kv/tp * hd * 2 bytes * (S + T) * mb, prefill workspace, last logits
+    t = transient_bytes(MODEL, "generate", pp=1, tp=1, micro_batch=4, micro_batches=2, seq_len=16, prompt_len=10,
+                        kv_len=16)
+    assert t == pytest.approx(2 * 2 * 2 * 64 * 2 * 16 * 4 + 34 * 10 * 4 * 128 + 4 * 100 * 4)
+
+
+def test_workload_long_tail():
+    w = Workload(4, 2, 10, 200, ((0.5, 100.0),))
+    assert w.mean_response == pytest.approx(0.5 * (1 + 100) / 2 + 0.5 * (100 + 200) / 2)
+    assert w.max_response == math.ceil(100 + (8 / 9 - 0.5) / 0.5 * 100)
+    frac = w.active_fraction
+    assert len(frac) == w.max_response and frac[0] == 1.0
+    assert frac[100] == pytest.approx(0.5) and frac[-1] < 0.15
+    flat = Workload(4, 2, 10, 6)
+    assert flat.mean_response == 6 and flat.max_response == 6 and list(flat.active_fraction) == [1.0] * 6
+
+
+def test_inference_pass_time_by_hand():
+    w = Workload(4, 2, 10, 6)  # 8 sequences of 16 tokens
+    c = cost(w)
+    s = 16.0
+    per_token = 2 * MODEL.gemm_params + 2 * 2 * s * 128
+    # dp=2, pp=1, tp=2, mb=2: 2 micro-batches of 32 tokens per replica
+    tokens = 2 * s
+    eff = (tokens / 2 / 64) / (tokens / 2 / 64 + 5)
+    compute = per_token * tokens / (2 * 1e15 * eff)
+    tp_comm = 2 * 2 * (2 * 1 * (1e-6 + tokens * 128 * 2 / 2 * 3e-12))
+    expected = 2 * (compute + tp_comm)
+    assert c.pass_time(MODEL, False, 2, 1, 2, 2, (1, 1, 4)) == pytest.approx(expected)
+
+
+def test_train_pass_time_by_hand_with_pipeline_and_dp():
+    w = Workload(4, 2, 10, 6)
+    c = cost(w)
+    s, tokens = 16.0, 16.0  # mb = 1
+    per_token = 2 * MODEL.gemm_params + 2 * 2 * s * 128
+    eff = (tokens / 64) / (tokens / 64 + 5)
+    compute = 3 * per_token * tokens / (1e15 * eff)
+    # dp=4, pp=2, tp=1 on 8 GPUs of one node: stage = compute/2 + 2 p2p sends; 2 micro-batches per replica
+    stage = compute / 2 + 2 * (2e-6 + tokens * 128 * 2 * 2.5e-12)
+    grad = 2 * 3 * (1e-6 + 2 * MODEL.params / 2 / 4 * 3e-12)
+    update = 32 * MODEL.params / 2 / 4 / 2e12
+    expected = (2 + 2 - 1) * stage + grad + update
+    assert c.pass_time(MODEL, True, 4, 2, 1, 1, (1, 1, 8)) == pytest.approx(expected)
+
+
+def test_generate_time_by_hand_memory_bound_decode():
+    w = Workload(2, 1, 10, 3)  # 2 sequences, 3 decode steps, no tail
+    c = cost(w)
+    # dp=1, pp=1, tp=1, mb=2: one round
+    prefill_tokens = 2 * 10
+    eff = (prefill_tokens / 64) / (prefill_tokens / 64 + 5)
+    prefill = (2 * MODEL.gemm_params + 2 * 2 * 10 * 128) * prefill_tokens / (1e15 * eff)
+    decode = 0.0
+    for t in (1, 2, 3):
+        ctx = 10 + t
+        per_token = 2 * MODEL.gemm_params + 2 * 2 * ctx * 128
+        compute = per_token * 2 / (1e15 * ((2 / 64) / (2 / 64 + 5)))
+        memory = (2 * MODEL.gemm_params + 2 * ctx * MODEL.kv_bytes_per_token(1, 1)) / (2e12 * 0.15)
+        decode += max(compute, memory)
+    assert c.generate_time(MODEL, 1, 1, 1, 2, (1, 1, 1)) == pytest.approx(prefill + decode)
+
+
+def test_realloc_and_transfer():
+    c = cost()
+    assert c.realloc_time(MODEL, (1, 2), (0, 8), (1, 2), (0, 8)) == 0.0
+    # same block, different layout: every destination GPU receives 2P/(tp*pp) inside the node
+    assert c.realloc_time(MODEL, (1, 2), (0, 8), (1, 4), (0, 8)) == pytest.approx(
+        2e-6 + 2 * MODEL.params / 4 * 2.5e-12)
+    # across racks (ids 0-31 rack 0, 32-63 rack 1)
+    assert c.realloc_time(MODEL, (1, 8), (0, 8), (1, 8), (32, 40)) == pytest.approx(
+        1e-5 + 2 * MODEL.params / 8 * 4e-11)
+    assert c.transfer_time((0, 8), (0, 8), 2) == 0.0
+    assert c.transfer_time((0, 8), (8, 16), 2) == pytest.approx(5e-6 + 8 * (10 + 6) * 4 / 2 * 2e-11)
+
+
+def test_instance_builds_cost_model_consistent_with_table():
+    cfg = {"hardware": {k: v for k, v in HW.__dict__.items()} | {"racks": 1, "nodes_per_rack": 1, "gpus_per_node": 2},
+           "models": {"actor": dict(layers=2, hidden_dim=128, ffn_dim=256, vocab_size=100, head_dim=64)},
+           "workload": dict(batch_size=4, samples_per_prompt=2, context_length=10, generation_length=6),
+           "policy": {"algorithm": "dpo"}}
+    from packplace.placement.evaluator import get_table
+    inst = build_instance(cfg)
+    table = get_table(inst)
+    for cand in table.all["actor.train"]:
+        s = cand.strategy
+        assert cand.time == pytest.approx(cost(inst.workload).pass_time(
+            inst.models["actor"], True, s.dp, s.pp, s.tp, cand.micro_batch, cand.extent))
