@@ -1,0 +1,158 @@
+"""One small adapter per problem: how the harness builds an instance and calls the problem's front-end.
+
+The harness itself is problem-agnostic; it only needs, per problem:
+
+* ``build(spec) -> (instance, size)``: the instance of an :class:`~packplace.harness.suites.InstanceSpec`
+  and its size (samples for balance, GPUs for placement; compared with ``max_exact_size``);
+* ``solve(instance, solver, time_limit_s=..., seed=..., **params) -> SolveResult``: the problem's
+  front-end, which scores the backend's answer with the problem's evaluator.
+
+The placement adapter imports ``packplace.placement`` lazily, so balance runs work without it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from packplace.errors import ConfigError
+from packplace.harness.suites import InstanceSpec
+from packplace.result import SolveResult
+
+
+class BalanceAdapter:
+    """Balance: generators of :mod:`packplace.harness.generators`, config files, ``packplace.balance(...)``."""
+
+    problem = "balance"
+    size_unit = "samples"
+
+    def build(self, spec: InstanceSpec) -> tuple[Any, int]:
+        """The :class:`~packplace.balance.schema.BalanceInstance` of ``spec`` and its sample count."""
+        from packplace.balance.schema import BalanceInstance
+        from packplace.harness import generators
+
+        if spec.kind == "object":
+            instance = spec.instance
+            if not isinstance(instance, BalanceInstance):
+                raise ConfigError(f"instance {spec.name!r}: expected a BalanceInstance, got {type(instance).__name__}")
+        elif spec.kind == "config":
+            from packplace.balance.config import load_config
+
+            instance = load_config(spec.config)
+        elif spec.generator == "corpus":
+            params = dict(spec.params)
+            instance = generators.corpus_instance(params.pop("config"), name=spec.name, **_checked(
+                params, generators.corpus_instance, spec))
+        else:
+            instance = generators.generate_balance(spec.generator, name=spec.name, **_checked(
+                spec.params, generators.generate_balance, spec))
+        return instance, len(instance.samples)
+
+    def solve(self, instance: Any, solver: str, *, time_limit_s: float | None, seed: int, **params: Any) -> SolveResult:
+        """``packplace.balance.api.solve_balance`` (the result is already re-scored by the evaluator)."""
+        from packplace.balance.api import solve_balance
+
+        return solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **params)
+
+
+def _checked(params: Mapping[str, Any], function: Any, spec: InstanceSpec) -> dict[str, Any]:
+    """``params`` as keyword arguments of ``function``; an unknown name or missing one is a ConfigError."""
+    import inspect
+
+    signature = inspect.signature(function)
+    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+    named = {n for n, p in signature.parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL}
+    named.discard("name")
+    if not accepts_any:
+        unknown = sorted(set(params) - named)
+        if unknown:
+            valid = ", ".join(sorted(named))
+            raise ConfigError(f"instance {spec.name!r}: params.{unknown[0]}: unknown; valid: {valid}")
+    missing = [
+        n for n, p in signature.parameters.items()
+        if p.default is inspect.Parameter.empty and p.kind is inspect.Parameter.KEYWORD_ONLY and n not in params
+    ]
+    if missing:
+        raise ConfigError(f"instance {spec.name!r}: params.{missing[0]}: required")
+    return dict(params)
+
+
+def deep_merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` applied recursively (mappings merge, anything else replaces)."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def cluster_gpus(config: Mapping[str, Any]) -> int:
+    """GPUs of a placement config dict: ``racks · nodes_per_rack · gpus_per_node`` (0 if unreadable)."""
+    hardware = config.get("hardware", {}) if isinstance(config, Mapping) else {}
+    try:
+        return int(hardware.get("racks", 1)) * int(hardware["nodes_per_rack"]) * int(hardware["gpus_per_node"])
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+class PlacementAdapter:
+    """Placement: config files (optionally with ``overrides``), inline configs, ``solve_placement``.
+
+    Uses ``packplace.placement.config.load_config(path)``, ``build_instance(config_dict)`` and
+    ``packplace.placement.api.solve_placement(instance, solver=..., time_limit_s=..., seed=...)``,
+    imported on first use.
+    """
+
+    problem = "placement"
+    size_unit = "GPUs"
+
+    def build(self, spec: InstanceSpec) -> tuple[Any, int]:
+        """The placement instance of ``spec`` and its cluster's GPU count."""
+        from packplace.placement import config as placement_config
+        from packplace.yamlio import load_yaml
+
+        if spec.kind == "object":
+            instance = spec.instance
+            size = _object_gpus(instance)
+        elif spec.kind == "config" and not spec.overrides:
+            instance = placement_config.load_config(spec.config)
+            size = _object_gpus(instance) or cluster_gpus(load_yaml(spec.config))
+        else:
+            raw = load_yaml(spec.config) if spec.kind == "config" else {}
+            data = deep_merge(raw if isinstance(raw, Mapping) else {}, spec.overrides or {})
+            instance = placement_config.build_instance(data)
+            size = _object_gpus(instance) or cluster_gpus(data)
+        return instance, size
+
+    def solve(self, instance: Any, solver: str, *, time_limit_s: float | None, seed: int, **params: Any) -> SolveResult:
+        """``packplace.placement.api.solve_placement`` (re-scored by the placement evaluator)."""
+        from packplace.placement.api import solve_placement
+
+        return solve_placement(instance, solver=solver, time_limit_s=time_limit_s, seed=seed, **params)
+
+
+def _object_gpus(instance: Any) -> int:
+    for path in (("num_gpus",), ("cluster", "num_gpus")):
+        obj = instance
+        for attr in path:
+            obj = getattr(obj, attr, None)
+        if isinstance(obj, int):
+            return obj
+    return 0
+
+
+ADAPTERS = {"balance": BalanceAdapter(), "placement": PlacementAdapter()}
+
+
+def get_adapter(problem: str) -> BalanceAdapter | PlacementAdapter:
+    """The adapter of ``problem``.
+
+    Raises:
+        ConfigError: unknown problem.
+    """
+    if problem not in ADAPTERS:
+        raise ConfigError(f"problem: unknown {problem!r}; valid: {', '.join(ADAPTERS)}")
+    return ADAPTERS[problem]

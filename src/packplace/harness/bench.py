@@ -1,0 +1,333 @@
+"""``packplace bench``: the fixed regression suite against a stored baseline.
+
+A run compares every (instance, solver) cell of the suite with the baseline JSON and fails (exit
+code 1, with a table of what regressed) when, for a cell of the baseline:
+
+* **objective**: the objective is worse than the baseline's beyond ``tolerance`` (relative; default
+  1e-6, for deterministic solvers), or the cell no longer has a feasible answer;
+* **status**: the baseline was ``optimal`` and the run is anything else;
+* **time**: the normalised time (wall seconds / reference seconds) grew by more than ``slowdown``
+  (default 3×) *and* the wall time exceeds the expected one by more than ``floor_s`` (default
+  50 ms, so that millisecond timings do not flap);
+* **missing**: the cell is gone (instance removed from the suite, or solver no longer registered).
+
+Cells that are not in the baseline (a new solver or instance) and improvements are listed as notes;
+they do not fail — ``--update`` records them deliberately.
+
+Timing is made comparable across machines and load by a **reference computation** timed in the
+same run: a fixed pure-Python + numpy workload (:func:`reference_workload`: a greedy
+longest-processing-time assignment of 20,000 integer jobs to 64 bins with ``heapq``, plus sorting,
+cumulative sums and a bincount over 200,000 floats), the minimum of 5 timed repetitions after one
+warm-up. Every cell's time is stored and compared as ``wall_s / reference_s``. The solvers are
+pure Python + numpy (and CP-SAT), so the two drift together when the machine is slower or loaded.
+
+The bench runs serially by default (``jobs=1``) so that timings are not disturbed by sibling workers.
+
+Baseline file (JSON, written by ``--update``)::
+
+    {"format": 1, "problem": "balance", "suite": "regression", "suite_path": "suites/regression.yaml",
+     "time_limit_s": 10, "seed": 0, "reference_s": 0.021, "reference_workload": "...",
+     "versions": {"packplace": ..., "python": ..., "numpy": ..., "ortools": ...}, "created_utc": "...",
+     "results": {instance: {solver: {"objective", "status", "wall_s", "normalised_time",
+                                     "hit_time_limit"}}}}
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from packplace.errors import ConfigError
+from packplace.harness.comparison import SKIPPED, CompareReport, compare
+from packplace.harness.report import fmt_number, fmt_time, table_lines
+from packplace.harness.suites import load_suite
+from packplace.result import ERROR, OPTIMAL
+
+BASELINE_FORMAT = 1
+DEFAULT_SUITE = Path("benchmarks/suites/regression.yaml")
+DEFAULT_BASELINE = Path("benchmarks/baseline.json")
+DEFAULT_TOLERANCE = 1e-6
+DEFAULT_SLOWDOWN = 3.0
+DEFAULT_FLOOR_S = 0.05
+REFERENCE_REPEATS = 5
+REFERENCE_DESCRIPTION = ("LPT of 20,000 integer jobs on 64 bins (heapq) + numpy sort/cumsum/bincount of 200,000 "
+                         "floats; min of 5 runs")
+
+
+def reference_workload() -> float:
+    """One run of the fixed reference computation; returns a checksum (so nothing is optimised away)."""
+    jobs = [(i * 7919) % 10007 + 1 for i in range(20_000)]
+    jobs.sort(reverse=True)
+    heap = [(0, b) for b in range(64)]
+    for job in jobs:
+        load, b = heapq.heappop(heap)
+        heapq.heappush(heap, (load + job, b))
+    values = np.random.default_rng(0).random(200_000)
+    ordered = np.sort(values)
+    sums = np.cumsum(ordered)
+    counts = np.bincount((values * 64).astype(np.int64), weights=values, minlength=64)
+    return float(max(load for load, _ in heap)) + float(sums[-1]) + float(counts.max())
+
+
+def time_reference(repeats: int = REFERENCE_REPEATS) -> float:
+    """Seconds of :func:`reference_workload`: the minimum of ``repeats`` timed runs after one warm-up."""
+    reference_workload()
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        reference_workload()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def default_path(relative: Path) -> Path:
+    """``relative`` under the current directory if it exists there, else under the source checkout."""
+    if relative.exists():
+        return relative
+    checkout = Path(__file__).resolve().parents[3] / relative
+    return checkout if checkout.exists() else relative
+
+
+@dataclass
+class Regression:
+    """One failed check: ``kind`` is ``objective``, ``status``, ``time`` or ``missing``."""
+
+    instance: str
+    solver: str
+    kind: str
+    baseline: str
+    current: str
+    detail: str = ""
+
+
+@dataclass
+class BenchOutcome:
+    """The result of :func:`run_bench`.
+
+    Attributes:
+        regressions: Failed checks (empty: the bench passes).
+        notes: New cells, improvements, version changes (informational).
+        checked: Number of baseline cells compared.
+        reference_s: Seconds of the reference computation in this run.
+        report: The :class:`~packplace.harness.comparison.CompareReport` of the run.
+        updated: The baseline was rewritten (``update=True``).
+        baseline_path: The baseline file.
+    """
+
+    regressions: list[Regression]
+    notes: list[str]
+    checked: int
+    reference_s: float
+    report: CompareReport
+    updated: bool = False
+    baseline_path: Path | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        """1 when something regressed, else 0."""
+        return 1 if self.regressions else 0
+
+    def format_text(self) -> str:
+        """The table printed by ``packplace bench``."""
+        s = self.settings
+        lines = [
+            f"bench suite {self.report.suite!r}: {len(self.report.rows)} instances x {len(self.report.solvers)} "
+            f"solvers, reference computation {fmt_time(self.reference_s)}, tolerance {s.get('tolerance'):g}, "
+            f"slowdown {s.get('slowdown'):g}x (floor {fmt_time(s.get('floor_s', 0.0))})"
+        ]
+        if self.updated:
+            lines.append(f"baseline written: {self.baseline_path} ({self.checked} cells)")
+        elif self.regressions:
+            lines.append(f"FAIL: {len(self.regressions)} regression(s) in {self.checked} baseline cells")
+            lines += table_lines(
+                ["instance", "solver", "check", "baseline", "now", "detail"],
+                [[r.instance, r.solver, r.kind, r.baseline, r.current, r.detail] for r in self.regressions],
+            )
+        else:
+            lines.append(f"ok: {self.checked} baseline cells, no regression")
+        if self.notes:
+            lines += ["notes:", *(f"  {n}" for n in self.notes)]
+        return "\n".join(lines)
+
+
+def _cells(report: CompareReport, reference_s: float) -> dict[str, dict[str, dict[str, Any]]]:
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in report.rows:
+        for name, c in row.cells.items():
+            out.setdefault(row.name, {})[name] = {
+                "objective": c.objective if math.isfinite(c.objective) else None,
+                "status": c.status,
+                "wall_s": c.wall_s,
+                "normalised_time": c.wall_s / reference_s,
+                "hit_time_limit": c.hit_time_limit,
+            }
+    return out
+
+
+def load_baseline(path: str | Path) -> dict[str, Any]:
+    """Read a baseline file.
+
+    Raises:
+        ConfigError: missing or unreadable file, or not a baseline of this format.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"baseline: file not found: {str(path)!r} (create it with `packplace bench --update`)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"baseline: cannot read {str(path)!r}: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT or not isinstance(data.get("results"), dict):
+        raise ConfigError(f"baseline: {str(path)!r} is not a packplace baseline of format {BASELINE_FORMAT}")
+    return data
+
+
+def check_against(
+    baseline: dict[str, Any],
+    current: dict[str, dict[str, dict[str, Any]]],
+    reference_s: float,
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    slowdown: float = DEFAULT_SLOWDOWN,
+    floor_s: float = DEFAULT_FLOOR_S,
+) -> tuple[list[Regression], list[str], int]:
+    """Compare the cells of a run with a baseline's (module docstring); returns (regressions, notes, checked)."""
+    regressions: list[Regression] = []
+    notes: list[str] = []
+    checked = 0
+    for instance, solvers in baseline["results"].items():
+        for solver, base in solvers.items():
+            if base.get("status") == SKIPPED:
+                continue
+            checked += 1
+            now = current.get(instance, {}).get(solver)
+            if now is None or now["status"] == SKIPPED:
+                why = "instance not in the suite" if instance not in current else (
+                    "solver not run" if now is None else "skipped now")
+                regressions.append(Regression(instance, solver, "missing", base.get("status", "?"), "-", why))
+                continue
+            base_obj = math.inf if base.get("objective") is None else float(base["objective"])
+            now_obj = math.inf if now["objective"] is None else float(now["objective"])
+            if math.isfinite(base_obj):
+                limit = base_obj + tolerance * max(abs(base_obj), 1e-12)
+                if now_obj > limit:
+                    if base_obj and math.isfinite(now_obj):
+                        detail = f"+{100 * (now_obj - base_obj) / abs(base_obj):.4g}%"
+                    else:
+                        detail = f"status {now['status']}"
+                    regressions.append(Regression(instance, solver, "objective", fmt_number(base_obj),
+                                                  fmt_number(now_obj), detail))
+                elif now_obj < base_obj - tolerance * max(abs(base_obj), 1e-12):
+                    notes.append(f"{instance} / {solver}: objective improved {fmt_number(base_obj)} -> "
+                                 f"{fmt_number(now_obj)} (run --update to record it)")
+            elif math.isfinite(now_obj):
+                notes.append(f"{instance} / {solver}: now solved ({now['status']}), baseline had {base.get('status')}")
+            if base.get("status") == OPTIMAL and now["status"] != OPTIMAL:
+                regressions.append(Regression(instance, solver, "status", OPTIMAL, now["status"],
+                                              "was proven optimal"))
+            if now["status"] != ERROR and base.get("status") != ERROR and base.get("normalised_time") is not None:
+                expected = float(base["normalised_time"]) * reference_s
+                wall = float(now["wall_s"])
+                if wall > slowdown * expected and wall - expected > floor_s:
+                    regressions.append(Regression(
+                        instance, solver, "time", fmt_time(expected), fmt_time(wall),
+                        f"{wall / expected if expected > 0 else math.inf:.1f}x the baseline (normalised), "
+                        f"limit {slowdown:g}x",
+                    ))
+    for instance, solvers in current.items():
+        for solver, now in solvers.items():
+            if now["status"] != SKIPPED and solver not in baseline["results"].get(instance, {}):
+                notes.append(f"{instance} / {solver}: not in the baseline ({now['status']}, "
+                             f"{fmt_number(now['objective'] if now['objective'] is not None else math.inf)})")
+    return regressions, notes, checked
+
+
+def run_bench(
+    suite: str | Path | None = None,
+    baseline: str | Path | None = None,
+    *,
+    update: bool = False,
+    tolerance: float = DEFAULT_TOLERANCE,
+    slowdown: float = DEFAULT_SLOWDOWN,
+    floor_s: float = DEFAULT_FLOOR_S,
+    jobs: int = 1,
+    solvers: str | list[str] | None = None,
+    progress: bool | TextIO = True,
+) -> BenchOutcome:
+    """Run the regression suite and compare it with the baseline (or rewrite the baseline).
+
+    Args:
+        suite: Suite YAML (default ``benchmarks/suites/regression.yaml``).
+        baseline: Baseline JSON (default ``benchmarks/baseline.json``).
+        update: Rewrite the baseline from this run instead of checking.
+        tolerance: Relative objective tolerance.
+        slowdown: Allowed factor on the normalised time.
+        floor_s: Absolute slack in seconds below which a slowdown never fails.
+        jobs: Worker processes (default 1: undisturbed timings).
+        solvers: Solver list (default: the suite's ``solvers:``, else all registered).
+        progress: As for :func:`~packplace.harness.comparison.compare`.
+
+    Returns:
+        A :class:`BenchOutcome`; its ``exit_code`` is 1 when something regressed.
+
+    Raises:
+        ConfigError: bad suite, missing baseline (without ``update``), bad tolerance/slowdown/floor.
+    """
+    for name, value, low in (("tolerance", tolerance, 0.0), ("slowdown", slowdown, 1.0), ("floor_s", floor_s, 0.0)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
+            raise ConfigError(f"{name}: must be a number >= {low:g}, got {value!r}")
+    suite_path = Path(suite) if suite is not None else default_path(DEFAULT_SUITE)
+    baseline_path = Path(baseline) if baseline is not None else default_path(DEFAULT_BASELINE)
+    parsed = load_suite(suite_path)
+    stored = None if update else load_baseline(baseline_path)
+    stream = sys.stderr if progress is True else (progress or None)
+    reference_s = time_reference()
+    if stream is not None:
+        print(f"[bench] reference computation: {fmt_time(reference_s)}", file=stream, flush=True)
+    report = compare(parsed.problem, parsed, solvers=solvers, jobs=jobs, progress=progress)
+    reference_s = min(reference_s, time_reference())  # timed before and after: the least disturbed run
+    current = _cells(report, reference_s)
+    settings = {"tolerance": tolerance, "slowdown": slowdown, "floor_s": floor_s}
+    versions = report.settings["versions"]
+    if update:
+        data = {
+            "format": BASELINE_FORMAT, "problem": parsed.problem, "suite": parsed.name,
+            "suite_path": _relative(suite_path, baseline_path.parent),
+            "time_limit_s": report.settings["time_limit_s"], "seed": report.settings["seed"],
+            "reference_s": reference_s, "reference_workload": REFERENCE_DESCRIPTION, "versions": versions,
+            "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "results": current,
+        }
+        baseline_path.parent.mkdir(parents=True, exist_ok=True)
+        baseline_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        checked = sum(1 for d in current.values() for c in d.values() if c["status"] != SKIPPED)
+        return BenchOutcome([], [], checked, reference_s, report, True, baseline_path, settings)
+    regressions, notes, checked = check_against(
+        stored, current, reference_s, tolerance=tolerance, slowdown=slowdown, floor_s=floor_s
+    )
+    old_versions = stored.get("versions", {})
+    changed = [f"{k} {old_versions.get(k)} -> {v}" for k, v in versions.items() if old_versions.get(k) != v]
+    if changed:
+        notes.append("versions changed since the baseline: " + ", ".join(changed))
+    for key in ("time_limit_s", "seed"):
+        if stored.get(key) != report.settings[key]:
+            notes.append(f"{key} differs from the baseline's: {stored.get(key)} -> {report.settings[key]}")
+    return BenchOutcome(regressions, notes, checked, reference_s, report, False, baseline_path, settings)
+
+
+def _relative(path: Path, start: Path) -> str:
+    import os
+
+    try:
+        return os.path.relpath(path.resolve(), start.resolve())
+    except ValueError:
+        return str(path)

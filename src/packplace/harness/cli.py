@@ -1,0 +1,87 @@
+"""The ``compare`` and ``bench`` subcommands of the ``packplace`` command.
+
+``register(subparsers)`` adds both to the top-level parser; each sets ``func`` to a
+``run(args) -> int`` (exit code). The top level calls ``args.func(args)`` and turns a
+:class:`~packplace.errors.ConfigError` into one line on stderr and exit code 2.
+
+    packplace compare --problem balance|placement --suite FILE [--solvers all|a,b,...] [--time-limit S]
+                      [--seed N] [--jobs N] [--out DIR] [--rtol R] [--quiet]
+    packplace bench [--suite FILE] [--baseline FILE] [--update] [--tolerance R] [--slowdown X]
+                    [--floor S] [--jobs N] [--quiet]
+
+``compare`` prints the tables on stdout and progress on stderr; exit code 0 (errors of single
+solvers are cells of the report, not a failure of the command). ``bench`` exits 1 when something
+regressed against the baseline, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from packplace.harness.bench import DEFAULT_FLOOR_S, DEFAULT_SLOWDOWN, DEFAULT_TOLERANCE
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """``packplace compare``: run the comparison, print the tables, write the report files."""
+    from packplace.harness.comparison import compare
+
+    report = compare(
+        args.problem, args.suite, solvers=args.solvers, time_limit_s=args.time_limit, seed=args.seed,
+        jobs=args.jobs, out_dir=args.out, rtol=args.rtol, progress=not args.quiet,
+    )
+    print(report.format_text())
+    if args.out:
+        print(f"\nreport written to {args.out}/report.json, report.csv, report.md")
+    return 0
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    """``packplace bench``: exit 1 and a table when something regressed, else 0."""
+    from packplace.harness.bench import run_bench
+
+    outcome = run_bench(
+        args.suite, args.baseline, update=args.update, tolerance=args.tolerance, slowdown=args.slowdown,
+        floor_s=args.floor, jobs=args.jobs, progress=not args.quiet,
+    )
+    print(outcome.format_text())
+    return outcome.exit_code
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``compare`` and ``bench`` subcommands to ``subparsers`` (from ``add_subparsers()``)."""
+    compare = subparsers.add_parser(
+        "compare", help="run several solvers on every instance of a suite and compare them",
+        description="Run the chosen solvers on every instance of a suite with the same time limit and seed; "
+                    "report objective, best bound, gaps, status and time per instance and per solver.",
+    )
+    compare.add_argument("--problem", required=True, choices=("balance", "placement"))
+    compare.add_argument("--suite", required=True, help="suite YAML file (see benchmarks/suites/)")
+    compare.add_argument("--solvers", default=None,
+                         help="'all' or a comma-separated list of solver names (default: the suite's solvers: "
+                              "list, else all registered)")
+    compare.add_argument("--time-limit", type=float, default=None,
+                         help="seconds per solver and instance (default: the suite's, else 10)")
+    compare.add_argument("--seed", type=int, default=None, help="solver seed (default: the suite's, else 0)")
+    compare.add_argument("--jobs", type=int, default=None, help="parallel worker processes (default: CPU count)")
+    compare.add_argument("--out", default=None, help="directory for report.json, report.csv, report.md")
+    compare.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance for ties (default 1e-6)")
+    compare.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    compare.set_defaults(func=run_compare)
+
+    bench = subparsers.add_parser(
+        "bench", help="run the regression suite and compare it with the stored baseline",
+        description="Fails (exit 1) when an objective gets worse beyond the tolerance, a proven optimum is lost, "
+                    "or a solver slows down beyond the factor (times normalised by a reference computation).",
+    )
+    bench.add_argument("--suite", default=None, help="suite YAML (default benchmarks/suites/regression.yaml)")
+    bench.add_argument("--baseline", default=None, help="baseline JSON (default benchmarks/baseline.json)")
+    bench.add_argument("--update", action="store_true", help="rewrite the baseline from this run")
+    bench.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
+                       help=f"relative objective tolerance (default {DEFAULT_TOLERANCE:g})")
+    bench.add_argument("--slowdown", type=float, default=DEFAULT_SLOWDOWN,
+                       help=f"allowed factor on the normalised time (default {DEFAULT_SLOWDOWN:g})")
+    bench.add_argument("--floor", type=float, default=DEFAULT_FLOOR_S,
+                       help=f"seconds of slack under which a slowdown never fails (default {DEFAULT_FLOOR_S:g})")
+    bench.add_argument("--jobs", type=int, default=1, help="parallel worker processes (default 1: clean timings)")
+    bench.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    bench.set_defaults(func=run_bench_command)

@@ -1,0 +1,520 @@
+"""``packplace.compare``: every chosen solver on every instance of a suite, same limits, same seed.
+
+Per instance each solver's answer is the problem front-end's :class:`~packplace.result.SolveResult`
+(``packplace.balance(...)`` / ``solve_placement(...)``), i.e. already re-scored by the problem's
+evaluator; the harness adds nothing to the numbers but the comparison between solvers.
+
+Definitions (objectives are minimised; ``gap`` as in DESIGN §1):
+
+* **best bound** of an instance = max of the ``bound`` of every solver that ran without error (each
+  already includes the evaluator's analytic bound) and of the proven optimum, where a solver proved
+  one (status ``optimal``: objective == bound within the tolerance the solver documents, e.g. the
+  integer scaling of CP-SAT; the proven optimum itself is then the reference, so the prover's gap is
+  0 and every other solver's gap is its distance to that optimum);
+* **gap to bound** = ``(objective − best bound) / objective`` (0 = proven optimal);
+* **best objective** = min objective over the solvers with a feasible answer;
+  **gap to best** = ``(objective − best objective) / objective`` (same denominator as the gap, so
+  0 ≤ gap to best ≤ gap to bound);
+* **win/tie/loss** of solver a vs b on an instance both ran on: a tie when both objectives agree
+  within ``rtol`` relative (or neither has a feasible answer), a win when a's objective is lower (or
+  only a has a feasible answer), else a loss;
+* aggregates: mean and worst gaps over the instances the solver solved (status ``optimal`` or
+  ``feasible``), ``failed`` counts the instances it ran on without a feasible answer, the optimal
+  share is over the instances it ran on, the median time over those as well.
+
+Skipped cells (status ``skipped``) are instances outside a solver's allow-list or, for exact solvers,
+larger than the suite's ``max_exact_size``; they count nowhere. A solver that raises gets status
+``error`` with the exception as message, and the run continues.
+
+Parallel runs (``jobs > 1``): instances are distributed over worker processes
+(:class:`concurrent.futures.ProcessPoolExecutor`); all solvers of one instance run one after the
+other in the same worker, each with its own thread budget (a backend whose ``solve`` takes
+``num_workers`` gets ``num_workers=1`` unless the suite's ``solver_params`` say otherwise, which is
+also what makes CP-SAT deterministic). Results are put back in suite order, so a parallel run gives
+the same objectives, bounds and statuses as a serial one; only wall times differ. (The one exception
+is a solver that stops at its wall-clock time limit: under different load it may stop elsewhere. Such
+cells are marked ``hit_time_limit``; suites meant for exact comparisons keep instances small enough
+to finish.) The harness does not kill a backend that overruns its limit. Workers are started with
+``fork`` where the platform has it (Linux), so solvers registered at run time (e.g. in a test) are
+visible in the workers; with ``spawn`` (macOS/Windows default) only solvers registered on import are.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import pickle
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from packplace.errors import ConfigError
+from packplace.harness.adapters import get_adapter
+from packplace.harness.suites import InstanceSpec, Suite, load_suite
+from packplace.result import ERROR, FEASIBLE, OPTIMAL, relative_gap
+
+SKIPPED = "skipped"
+DEFAULT_TIME_LIMIT_S = 10.0
+DEFAULT_RTOL = 1e-6
+_INF = math.inf
+
+
+@dataclass
+class Cell:
+    """One solver on one instance.
+
+    Attributes:
+        instance, solver: Names.
+        status: ``optimal``/``feasible``/``infeasible``/``unknown``/``error`` (from the front-end) or ``skipped``.
+        objective: Evaluator's objective (``inf`` without a feasible answer).
+        bound: The solver's own best bound (including the evaluator's analytic bound).
+        gap_to_bound: ``(objective − instance best bound) / objective``; ``inf`` when unsolved.
+        gap_to_best: ``(objective − instance best objective) / objective``; ``inf`` when unsolved.
+        wall_s: Seconds the solve took (the front-end's measurement; the harness's for errors).
+        hit_time_limit: The backend stopped at its time limit.
+        message: The front-end's message, the error, or why the cell was skipped.
+    """
+
+    instance: str
+    solver: str
+    status: str
+    objective: float = _INF
+    bound: float = -_INF
+    gap_to_bound: float = _INF
+    gap_to_best: float = _INF
+    wall_s: float = 0.0
+    hit_time_limit: bool = False
+    message: str = ""
+
+    @property
+    def ran(self) -> bool:
+        """The solver ran on the instance (not skipped)."""
+        return self.status != SKIPPED
+
+    @property
+    def solved(self) -> bool:
+        """The solver returned a feasible answer."""
+        return self.status in (OPTIMAL, FEASIBLE)
+
+
+@dataclass
+class InstanceRow:
+    """One instance: its size, the best bound and objective over solvers, and one :class:`Cell` per solver."""
+
+    index: int
+    name: str
+    size: int | None
+    best_bound: float
+    best_objective: float
+    cells: dict[str, Cell]
+    note: str = ""
+
+
+@dataclass
+class SolverSummary:
+    """Aggregate of one solver over the suite (see the module docstring for the definitions)."""
+
+    solver: str
+    ran: int = 0
+    solved: int = 0
+    optimal: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    mean_gap_to_bound: float = _INF
+    worst_gap_to_bound: float = _INF
+    mean_gap_to_best: float = _INF
+    worst_gap_to_best: float = _INF
+    optimal_share: float = 0.0
+    median_time_s: float = 0.0
+    wins: int = 0
+    ties: int = 0
+    losses: int = 0
+
+
+@dataclass
+class CompareReport:
+    """The outcome of :func:`compare`.
+
+    Attributes:
+        problem, suite: What ran.
+        solvers: Solver names, in column order.
+        rows: One :class:`InstanceRow` per instance, in suite order.
+        summaries: ``{solver: SolverSummary}``.
+        pairwise: ``{a: {b: (wins, ties, losses) of a vs b}}``.
+        settings: time limit, seed, jobs, rtol, elapsed seconds and versions.
+    """
+
+    problem: str
+    suite: str
+    solvers: list[str]
+    rows: list[InstanceRow]
+    summaries: dict[str, SolverSummary]
+    pairwise: dict[str, dict[str, tuple[int, int, int]]]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def cell(self, instance: str, solver: str) -> Cell:
+        """The cell of ``instance`` × ``solver`` (KeyError if absent)."""
+        for row in self.rows:
+            if row.name == instance:
+                return row.cells[solver]
+        raise KeyError(instance)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict (infinities become ``None``)."""
+        from packplace.harness.report import report_dict
+
+        return report_dict(self)
+
+    def format_text(self) -> str:
+        """The human-readable tables printed on stdout."""
+        from packplace.harness.report import format_text
+
+        return format_text(self)
+
+    def write(self, out_dir: str | Path) -> list[Path]:
+        """Write ``report.json``, ``report.csv`` and ``report.md`` into ``out_dir`` (created); returns the paths."""
+        from packplace.harness.report import write_report
+
+        return write_report(self, out_dir)
+
+
+# ------------------------------------------------------------------------------------------ workers
+def _solver_params(spec_solve: Callable, name: str, suite_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    params = dict(suite_params.get(name, {}))
+    try:
+        signature = inspect.signature(spec_solve)
+    except (TypeError, ValueError):
+        return params
+    if "num_workers" in signature.parameters and "num_workers" not in params:
+        params["num_workers"] = 1
+    return params
+
+
+def run_instance(
+    problem: str,
+    spec: InstanceSpec,
+    solvers: Sequence[str],
+    time_limit_s: float | None,
+    seed: int,
+    *,
+    exact: Mapping[str, bool] | None = None,
+    max_exact_size: int | None = None,
+    solver_params: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Build one instance and run every solver on it (the unit of work of a worker process).
+
+    Args:
+        problem: ``balance`` or ``placement``.
+        spec: The instance.
+        solvers: Canonical solver names, in report order.
+        time_limit_s, seed: Same for every solver.
+        exact: ``{solver: is exact}``; exact solvers are skipped on instances larger than ``max_exact_size``.
+        max_exact_size: Size limit for exact solvers (``None``: none).
+        solver_params: Backend options per solver name.
+
+    Returns:
+        ``{"index", "name", "size", "cells": [Cell, ...], "note"}`` (picklable). An instance that
+        fails to build gives ``error`` cells with the build error for every solver that would run.
+    """
+    from packplace.solvers import get
+    from packplace.solvers.registry import _ALIASES
+
+    adapter = get_adapter(problem)
+    exact = exact or {}
+    solver_params = solver_params or {}
+    try:
+        instance, size = adapter.build(spec)
+        build_error = ""
+    except Exception as exc:  # noqa: BLE001 - reported in the cells, the run continues
+        instance, size = None, None
+        build_error = f"instance could not be built: {type(exc).__name__}: {exc}"
+    allowed = None if spec.solvers is None else {_ALIASES[problem].get(n, n) for n in spec.solvers}
+    cells: list[Cell] = []
+    for name in solvers:
+        if allowed is not None and name not in allowed:
+            cells.append(Cell(spec.name, name, SKIPPED, message="not in this instance's solver list"))
+            continue
+        if exact.get(name) and max_exact_size is not None and size is not None and size > max_exact_size:
+            cells.append(Cell(spec.name, name, SKIPPED,
+                              message=f"exact solver skipped: size {size} > max_exact_size {max_exact_size}"))
+            continue
+        if build_error:
+            cells.append(Cell(spec.name, name, ERROR, message=build_error))
+            continue
+        start = time.perf_counter()
+        try:
+            params = _solver_params(get(problem, name).solve, name, solver_params)
+            result = adapter.solve(instance, name, time_limit_s=time_limit_s, seed=seed, **params)
+        except Exception as exc:  # noqa: BLE001 - one failing solver must not stop the comparison
+            last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+            where = f" (at {Path(last.filename).name}:{last.lineno})" if last else ""
+            cells.append(Cell(spec.name, name, ERROR, wall_s=time.perf_counter() - start,
+                              message=f"{type(exc).__name__}: {exc}{where}"))
+            continue
+        cells.append(Cell(
+            spec.name, name, result.status, objective=float(result.objective), bound=float(result.bound),
+            wall_s=float(result.wall_s), hit_time_limit=bool(result.hit_time_limit), message=result.message,
+        ))
+    return {"index": spec.index, "name": spec.name, "size": size, "cells": cells, "note": build_error}
+
+
+# ------------------------------------------------------------------------------------------ scoring
+def _same(a: float, b: float, rtol: float) -> bool:
+    if a == b:
+        return True
+    return abs(a - b) <= rtol * max(abs(a), abs(b)) + 1e-12
+
+
+def _row(index: int, name: str, size: int | None, cells: list[Cell], note: str, rtol: float) -> InstanceRow:
+    bounds = [c.bound for c in cells if c.ran and c.status != ERROR and math.isfinite(c.bound)]
+    optima = [c.objective for c in cells if c.status == OPTIMAL]
+    if optima:
+        bounds.append(min(optima))
+    best_bound = max(bounds) if bounds else -_INF
+    objectives = [c.objective for c in cells if c.solved]
+    best_objective = min(objectives) if objectives else _INF
+    notes = [note] if note else []
+    if optima and max(optima) > min(optima) * (1 + rtol) + 1e-12:
+        claims = ", ".join(f"{c.solver} {c.objective:.6g}" for c in cells if c.status == OPTIMAL)
+        notes.append(f"solvers claim different optima: {claims}")
+    if objectives and bounds and best_bound > best_objective * (1 + rtol) + 1e-12:
+        owners = [c.solver for c in cells if c.ran and c.bound == best_bound]
+        notes.append(f"bound {best_bound:.6g} of {', '.join(owners)} exceeds the best objective "
+                     f"{best_objective:.6g}: a false bound")
+    for c in cells:
+        if c.solved:
+            c.gap_to_bound = relative_gap(c.objective, best_bound) if bounds else _INF
+            c.gap_to_best = relative_gap(c.objective, best_objective)
+    return InstanceRow(index, name, size, best_bound, best_objective, {c.solver: c for c in cells}, "; ".join(notes))
+
+
+def _summaries(rows: list[InstanceRow], solvers: list[str], rtol: float):
+    pairwise: dict[str, dict[str, list[int]]] = {a: {b: [0, 0, 0] for b in solvers if b != a} for a in solvers}
+    summaries = {}
+    for a in solvers:
+        cells = [row.cells[a] for row in rows]
+        ran = [c for c in cells if c.ran]
+        solved = [c for c in ran if c.solved]
+        s = SolverSummary(a)
+        s.ran, s.solved = len(ran), len(solved)
+        s.optimal = sum(c.status == OPTIMAL for c in ran)
+        s.failed = len(ran) - len(solved)
+        s.errors = sum(c.status == ERROR for c in ran)
+        s.skipped = len(cells) - len(ran)
+        if solved:
+            gb = [c.gap_to_bound for c in solved]
+            gs = [c.gap_to_best for c in solved]
+            s.mean_gap_to_bound, s.worst_gap_to_bound = math.fsum(gb) / len(gb), max(gb)
+            s.mean_gap_to_best, s.worst_gap_to_best = math.fsum(gs) / len(gs), max(gs)
+        s.optimal_share = s.optimal / len(ran) if ran else 0.0
+        s.median_time_s = statistics.median(c.wall_s for c in ran) if ran else 0.0
+        summaries[a] = s
+    for row in rows:
+        for a in solvers:
+            ca = row.cells[a]
+            for b in solvers:
+                cb = row.cells[b]
+                if a == b or not (ca.ran and cb.ran):
+                    continue
+                if ca.solved and cb.solved:
+                    if _same(ca.objective, cb.objective, rtol):
+                        outcome = 1
+                    else:
+                        outcome = 0 if ca.objective < cb.objective else 2
+                elif ca.solved or cb.solved:
+                    outcome = 0 if ca.solved else 2
+                else:
+                    outcome = 1
+                pairwise[a][b][outcome] += 1
+    for a in solvers:
+        s = summaries[a]
+        s.wins = sum(v[0] for v in pairwise[a].values())
+        s.ties = sum(v[1] for v in pairwise[a].values())
+        s.losses = sum(v[2] for v in pairwise[a].values())
+    return summaries, {a: {b: tuple(v) for b, v in d.items()} for a, d in pairwise.items()}
+
+
+# -------------------------------------------------------------------------------------------- compare
+def resolve_solvers(problem: str, solvers: str | Sequence[str] | None, suite: Suite | None = None) -> list[str]:
+    """Canonical solver names for ``solvers`` (``"all"``, a comma list or a sequence; aliases resolved).
+
+    ``None`` takes the suite's default list, or all registered solvers.
+
+    Raises:
+        ConfigError: an unknown solver name (the message lists the registered ones).
+    """
+    from packplace.solvers import available, get
+
+    if solvers is None and suite is not None and suite.solvers is not None:
+        solvers = suite.solvers
+        lenient = True  # a suite may list solvers that are not registered (yet); they are left out
+    else:
+        lenient = False
+    if solvers is None or solvers == "all":
+        return available(problem)
+    if isinstance(solvers, str):
+        solvers = [s.strip() for s in solvers.split(",") if s.strip()]
+    if not solvers:
+        raise ConfigError("solvers: the list is empty")
+    names: list[str] = []
+    for raw in solvers:
+        if not isinstance(raw, str):
+            raise ConfigError(f"solvers: names must be strings, got {raw!r}")
+        try:
+            name = get(problem, raw).name
+        except ConfigError:
+            if lenient:
+                continue
+            raise
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise ConfigError(f"solvers: none of {list(solvers)} is registered; available: {', '.join(available(problem))}")
+    return names
+
+
+def _versions() -> dict[str, str]:
+    import platform
+
+    import numpy
+
+    import packplace
+
+    versions = {"packplace": packplace.__version__, "python": platform.python_version(), "numpy": numpy.__version__}
+    try:
+        import ortools
+
+        versions["ortools"] = ortools.__version__
+    except Exception:  # noqa: BLE001 - optional in reports
+        pass
+    return versions
+
+
+def _mp_context():
+    import multiprocessing
+
+    return multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+
+
+def compare(
+    problem: str,
+    suite: str | Path | Mapping | Suite | Sequence,
+    solvers: str | Sequence[str] | None = "all",
+    time_limit_s: float | None = None,
+    seed: int | None = None,
+    jobs: int | None = None,
+    out_dir: str | Path | None = None,
+    *,
+    rtol: float = DEFAULT_RTOL,
+    progress: bool | TextIO = True,
+) -> CompareReport:
+    """Run every chosen solver on every instance of a suite and compare them (module docstring).
+
+    Args:
+        problem: ``"balance"`` or ``"placement"``.
+        suite: A suite YAML path, a parsed mapping / :class:`~packplace.harness.suites.Suite`, or a
+            list of instance objects.
+        solvers: ``"all"`` (every registered backend), a comma-separated string or a list of names;
+            ``None`` uses the suite's ``solvers:`` list.
+        time_limit_s: Per-solver, per-instance limit in seconds (default: the suite's, else 10 s).
+        seed: Solver seed, the same for every solver (default: the suite's, else 0).
+        jobs: Worker processes (default ``os.cpu_count()``; 1 runs in this process).
+        out_dir: If given, write ``report.json``, ``report.csv`` and ``report.md`` there.
+        rtol: Relative tolerance under which two objectives tie.
+        progress: ``True`` prints "instances done/total, elapsed" lines on stderr; a stream prints
+            there; ``False`` is silent.
+
+    Returns:
+        A :class:`CompareReport`.
+
+    Raises:
+        ConfigError: unknown problem or solver, a bad suite, a bad time limit, seed or jobs.
+    """
+    from packplace.balance.api import check_limits
+    from packplace.solvers import get
+
+    get_adapter(problem)
+    parsed = load_suite(suite, problem)
+    names = resolve_solvers(problem, solvers, parsed)
+    limit = time_limit_s if time_limit_s is not None else (parsed.time_limit_s or DEFAULT_TIME_LIMIT_S)
+    run_seed = seed if seed is not None else (parsed.seed if parsed.seed is not None else 0)
+    check_limits(limit, run_seed)
+    if jobs is None:
+        jobs = os.cpu_count() or 1
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError(f"jobs: must be an integer >= 1, got {jobs!r}")
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 <= rtol < 1:
+        raise ConfigError(f"rtol: must be a number in [0, 1), got {rtol!r}")
+    exact = {n: get(problem, n).exact for n in names}
+    stream = sys.stderr if progress is True else (progress or None)
+    specs = parsed.instances
+    total = len(specs)
+    started = time.perf_counter()
+    outcomes: dict[int, dict[str, Any]] = {}
+
+    def report_progress(outcome: dict[str, Any]) -> None:
+        if stream is not None:
+            print(f"[compare] {len(outcomes)}/{total} instances done, {time.perf_counter() - started:.1f} s elapsed "
+                  f"({outcome['name']})", file=stream, flush=True)
+
+    workers = min(jobs, total)
+    if workers > 1 and any(s.kind == "object" for s in specs):
+        try:
+            pickle.dumps([s.instance for s in specs])
+        except Exception:  # noqa: BLE001 - unpicklable instance objects: run serially
+            workers = 1
+    from packplace.solvers.registry import _ALIASES
+
+    params_by_solver: dict[str, dict[str, Any]] = {}
+    for key, options in parsed.solver_params.items():
+        params_by_solver.setdefault(_ALIASES[problem].get(key, key), {}).update(options)
+    kwargs = {"exact": exact, "max_exact_size": parsed.max_exact_size, "solver_params": params_by_solver}
+    if workers <= 1:
+        for spec in specs:
+            outcome = run_instance(problem, spec, names, limit, run_seed, **kwargs)
+            outcomes[spec.index] = outcome
+            report_progress(outcome)
+    else:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context()) as pool:
+            futures = {pool.submit(run_instance, problem, spec, names, limit, run_seed, **kwargs): spec
+                       for spec in specs}
+            for future in as_completed(futures):
+                try:
+                    outcome = future.result()
+                except Exception as exc:  # noqa: BLE001 - a worker died (e.g. a crash in native code)
+                    spec = futures[future]
+                    message = f"worker process failed: {type(exc).__name__}: {exc}"
+                    outcome = {"index": spec.index, "name": spec.name, "size": None, "note": message,
+                               "cells": [Cell(spec.name, name, ERROR, message=message) for name in names]}
+                outcomes[outcome["index"]] = outcome
+                report_progress(outcome)
+    elapsed = time.perf_counter() - started
+
+    rows = [
+        _row(o["index"], o["name"], o["size"], o["cells"], o["note"], rtol)
+        for o in (outcomes[spec.index] for spec in specs)
+    ]
+    summaries, pairwise = _summaries(rows, names, rtol)
+    report = CompareReport(
+        problem=problem, suite=parsed.name, solvers=names, rows=rows, summaries=summaries, pairwise=pairwise,
+        settings={
+            "time_limit_s": limit, "seed": run_seed, "jobs": workers, "rtol": rtol, "elapsed_s": elapsed,
+            "suite_path": parsed.path, "max_exact_size": parsed.max_exact_size,
+            "solver_params": params_by_solver, "versions": _versions(),
+        },
+    )
+    if out_dir is not None:
+        report.write(out_dir)
+    return report
+
+
+__all__ = ["Cell", "CompareReport", "InstanceRow", "SKIPPED", "SolverSummary", "compare", "resolve_solvers",
+           "run_instance"]

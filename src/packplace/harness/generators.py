@@ -1,0 +1,322 @@
+"""Seeded generators of balance instances for the harness.
+
+Every generator is a pure function of its arguments: the same parameters and ``seed`` give the same
+instance (numpy ``default_rng(seed)``), on every machine.
+
+Length distributions (``tokens`` per sample, integers in ``[min_tokens, max_tokens]``,
+``max_tokens`` defaulting to ``seq_len``; draws outside the range are redrawn, i.e. the
+distribution is *truncated*, not clipped, so no artificial spike forms at ``seq_len``):
+
+* ``uniform`` — uniform integers in ``[low, high]``.
+* ``lognormal`` — ``exp(N(mu, sigma²))``, a long right tail. Default ``mu = 7.49``, ``sigma = 1.56``
+  are the maximum-likelihood fit (mean and standard deviation of ``ln tokens``) that we measured on
+  the real corpus packplace ships (``packplace.balance.corpus``: the 598 source files of the CPython
+  3.11 standard library, tokens estimated as bytes/4; median 2,492 tokens, 99th percentile 27k,
+  maximum 189k). No published dataset statistics are used; the fit is to that corpus.
+* ``bimodal`` — a mixture of two lognormals: a short mode (``short_mu``, ``short_sigma``; default
+  median e^5.5 ≈ 245 tokens, chat turns / instructions) and a long mode (``long_mu``,
+  ``long_sigma``; default median e^8.3 ≈ 4k tokens, documents / long reasoning traces) with
+  ``long_fraction`` of samples in the long mode (default 0.2). These defaults are **illustrative**,
+  chosen to show the hard case for greedy packing (a few long samples dominating rank loads), not
+  fitted to a dataset.
+
+Costs (``cost=``), all from the token count ``s``:
+
+* ``tokens`` — ``cost = s`` (linear workload).
+* ``attention`` — a super-linear proxy in token-equivalents: ``cost = s + s²/s₀`` with
+  ``s₀ = linear_flops_per_token / (2·L·d)``, the length at which the attention term of DESIGN §2
+  equals the matmul term (Llama-3.1-8B shape by default: s₀ = 57,256 tokens). It is
+  ``F_fwd(s) / linear_flops_per_token`` of :mod:`packplace.balance.workload`.
+* ``flops`` — ``3·F_fwd(s)`` training FLOPs of :func:`packplace.balance.workload.sample_cost`
+  (numbers ~1e9–1e15, which exercise the exact solver's integer scaling).
+
+The model shape for ``attention``/``flops`` is ``model={layers, hidden_dim, ffn_dim, vocab_size,
+num_kv_heads, head_dim}``; default Llama-3.1-8B (32 layers, hidden 4096, FFN 14336, vocab 128256,
+8 KV heads of 128; Meta, "The Llama 3 Herd of Models", 2024, Table 3).
+
+``reference_bins`` of a generated instance is the strided grouping a distributed sampler gives
+(sample i to bin i mod D·m) when every such bin fits ``seq_len``, else ``None`` (the ``reference``
+solver then reports ``unknown``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packplace.balance.schema import (
+    BalanceInstance,
+    PackingConstraints,
+    Sample,
+    default_reference_bins,
+)
+from packplace.errors import ConfigError
+
+#: Distribution name → its parameters and their defaults.
+DISTRIBUTIONS: dict[str, dict[str, float]] = {
+    "uniform": {"low": 1, "high": None},  # high defaults to max_tokens
+    "lognormal": {"mu": 7.49, "sigma": 1.56},
+    "bimodal": {"short_mu": 5.5, "short_sigma": 0.6, "long_mu": 8.3, "long_sigma": 0.4, "long_fraction": 0.2},
+}
+
+COSTS = ("tokens", "attention", "flops")
+
+#: Llama-3.1-8B (Meta 2024, "The Llama 3 Herd of Models", Table 3).
+LLAMA_31_8B = {"layers": 32, "hidden_dim": 4096, "ffn_dim": 14336, "vocab_size": 128256, "num_kv_heads": 8,
+               "head_dim": 128}
+
+_MAX_REDRAW_ROUNDS = 10_000
+
+
+def _int_param(value: Any, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name}: must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _float_param(value: Any, name: str, *, positive: bool = False, unit: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{name}: must be a finite number, got {value!r}")
+    if positive and value <= 0:
+        raise ConfigError(f"{name}: must be > 0, got {value!r}")
+    if unit and not 0 <= value <= 1:
+        raise ConfigError(f"{name}: must be in [0, 1], got {value!r}")
+    return float(value)
+
+
+def sample_lengths(
+    distribution: str,
+    n: int,
+    *,
+    seed: int = 0,
+    min_tokens: int = 1,
+    max_tokens: int,
+    **params: float,
+) -> np.ndarray:
+    """Draw ``n`` token lengths from a named distribution (module docstring), truncated to a range.
+
+    Args:
+        distribution: ``uniform``, ``lognormal`` or ``bimodal``.
+        n: Number of samples.
+        seed: numpy ``default_rng`` seed.
+        min_tokens, max_tokens: Inclusive range of the lengths (draws outside it are redrawn).
+        **params: The distribution's parameters (see :data:`DISTRIBUTIONS`); missing ones take defaults.
+
+    Returns:
+        int64 array of shape (n,), every value in ``[min_tokens, max_tokens]``.
+
+    Raises:
+        ConfigError: unknown distribution or parameter, bad value, or a range that holds no draw.
+    """
+    if distribution not in DISTRIBUTIONS:
+        raise ConfigError(f"distribution: unknown {distribution!r}; valid: {', '.join(DISTRIBUTIONS)}")
+    n = _int_param(n, "n")
+    min_tokens = _int_param(min_tokens, "min_tokens")
+    max_tokens = _int_param(max_tokens, "max_tokens")
+    if max_tokens < min_tokens:
+        raise ConfigError(f"max_tokens: {max_tokens} is below min_tokens {min_tokens}")
+    defaults = DISTRIBUTIONS[distribution]
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise ConfigError(
+            f"{distribution}.{unknown[0]}: unknown parameter; valid: {', '.join(defaults)}"
+        )
+    p = {**defaults, **params}
+    rng = np.random.default_rng(seed)
+
+    if distribution == "uniform":
+        low = _int_param(p["low"], "uniform.low")
+        high = max_tokens if p["high"] is None else _int_param(p["high"], "uniform.high")
+        if high < low:
+            raise ConfigError(f"uniform.high: {high} is below low {low}")
+        low, high = max(low, min_tokens), min(high, max_tokens)
+        if high < low:
+            raise ConfigError(
+                f"uniform: [low, high] does not meet [min_tokens, max_tokens] = [{min_tokens}, {max_tokens}]"
+            )
+        return rng.integers(low, high, size=n, endpoint=True, dtype=np.int64)
+
+    if distribution == "lognormal":
+        mu = _float_param(p["mu"], "lognormal.mu")
+        sigma = _float_param(p["sigma"], "lognormal.sigma", positive=True)
+
+        def draw(k: int) -> np.ndarray:
+            return rng.lognormal(mu, sigma, size=k)
+    else:
+        short = (_float_param(p["short_mu"], "bimodal.short_mu"),
+                 _float_param(p["short_sigma"], "bimodal.short_sigma", positive=True))
+        long = (_float_param(p["long_mu"], "bimodal.long_mu"),
+                _float_param(p["long_sigma"], "bimodal.long_sigma", positive=True))
+        fraction = _float_param(p["long_fraction"], "bimodal.long_fraction", unit=True)
+
+        def draw(k: int) -> np.ndarray:
+            is_long = rng.random(size=k) < fraction
+            values = rng.lognormal(short[0], short[1], size=k)
+            values[is_long] = rng.lognormal(long[0], long[1], size=int(is_long.sum()))
+            return values
+
+    out = np.empty(0, dtype=np.int64)
+    for _ in range(_MAX_REDRAW_ROUNDS):
+        drawn = np.rint(draw(max(n - out.size, 16))).astype(np.int64)
+        kept = drawn[(drawn >= min_tokens) & (drawn <= max_tokens)]
+        out = np.concatenate([out, kept])[:n]
+        if out.size == n:
+            return out
+    raise ConfigError(
+        f"{distribution}: almost no draws fall in [min_tokens, max_tokens] = [{min_tokens}, {max_tokens}]; "
+        f"adjust the parameters or the range"
+    )
+
+
+def cost_function(cost: str = "tokens", model: Mapping[str, int] | None = None) -> Callable[[int], float]:
+    """``f(tokens) -> llm cost`` for a cost name of :data:`COSTS` (module docstring).
+
+    Raises:
+        ConfigError: unknown cost name or a bad model shape.
+    """
+    if cost not in COSTS:
+        raise ConfigError(f"cost: unknown {cost!r}; valid: {', '.join(COSTS)}")
+    if cost == "tokens":
+        return float
+    from packplace.balance.workload import ModelShape, sample_cost
+
+    shape_fields = dict(LLAMA_31_8B if model is None else model)
+    try:
+        shape = ModelShape(**shape_fields)
+    except TypeError as exc:
+        raise ConfigError(f"model: {exc}") from None
+    if cost == "flops":
+        return lambda s: sample_cost(int(s), shape, "train").llm
+    per_token = shape.linear_flops_per_token()
+    return lambda s: shape.forward_flops(int(s)) / per_token
+
+
+def strided_reference(tokens: np.ndarray, keys: list, ranks: int, bins_per_rank: int, seq_len: int):
+    """The strided sampler grouping (sample i → bin i mod D·m) if every bin fits ``seq_len``, else None."""
+    bins = ranks * bins_per_rank
+    totals = np.bincount(np.arange(len(keys)) % bins, weights=tokens, minlength=bins)
+    if len(keys) < bins or totals.max() > seq_len:
+        return None
+    return default_reference_bins(keys, ranks, bins_per_rank)
+
+
+def generate_balance(
+    distribution: str,
+    *,
+    n: int,
+    ranks: int,
+    seq_len: int,
+    bins_per_rank: int = 1,
+    seed: int = 0,
+    objective: str = "makespan",
+    group_size: int | None = None,
+    cost: str = "tokens",
+    model: Mapping[str, int] | None = None,
+    min_tokens: int = 1,
+    max_tokens: int | None = None,
+    name: str = "",
+    **params: float,
+) -> BalanceInstance:
+    """A balance instance with ``n`` samples drawn from ``distribution``.
+
+    Args:
+        distribution: ``uniform``, ``lognormal`` or ``bimodal`` (parameters in ``**params``).
+        n: Number of samples (keys 0..n-1).
+        ranks: D, data-parallel ranks.
+        seq_len: Token capacity of a bin.
+        bins_per_rank: m, bins (micro-batches) per rank.
+        seed: Random seed of the lengths.
+        objective: ``makespan``, ``balance`` or ``rounds``; ``group_size`` g for ``rounds``.
+        cost: ``tokens``, ``attention`` or ``flops`` (module docstring); ``model`` the shape for the latter two.
+        min_tokens, max_tokens: Range of lengths (``max_tokens`` defaults to ``seq_len``).
+        name: Label of the instance.
+
+    Returns:
+        A validated :class:`BalanceInstance`.
+
+    Raises:
+        ConfigError: bad parameter, or lengths whose total exceeds the D·m·seq_len capacity.
+    """
+    seq_len = _int_param(seq_len, "seq_len")
+    ranks = _int_param(ranks, "ranks")
+    bins_per_rank = _int_param(bins_per_rank, "bins_per_rank")
+    max_tokens = seq_len if max_tokens is None else _int_param(max_tokens, "max_tokens")
+    lengths = sample_lengths(distribution, n, seed=seed, min_tokens=min_tokens, max_tokens=max_tokens, **params)
+    price = cost_function(cost, model)
+    keys = list(range(n))
+    samples = tuple(Sample(k, int(t), price(int(t))) for k, t in zip(keys, lengths))
+    reference = strided_reference(lengths, keys, ranks, bins_per_rank, seq_len)
+    return BalanceInstance(
+        samples, PackingConstraints(seq_len), ranks, bins_per_rank, reference_bins=reference,
+        objective=objective, group_size=group_size, name=name or f"{distribution}-n{n}-D{ranks}-s{seed}",
+    )
+
+
+def corpus_instance(
+    config: str | Path,
+    *,
+    n: int | None = None,
+    seed: int = 0,
+    ranks: int | None = None,
+    bins_per_rank: int | None = None,
+    objective: str | None = None,
+    group_size: int | None = None,
+    name: str = "",
+) -> BalanceInstance:
+    """The instance of a balance config file, optionally subsampled and re-laid out.
+
+    Args:
+        config: Path of a balance YAML config (loaded by ``packplace.balance.config.load_config``).
+        n: Keep a seeded random subset of ``n`` samples (input order preserved); ``None`` keeps all.
+        seed: Seed of the subset (numpy ``default_rng``).
+        ranks, bins_per_rank, objective, group_size: Overrides of the config's layout and objective.
+        name: Label (default: the config's name, with ``-n{n}-s{seed}`` when subsampled).
+
+    When samples are dropped or the layout changes, the config's ``reference_bins`` no longer apply;
+    the strided grouping replaces them where it fits (see :func:`strided_reference`). Costs and the
+    padding cost are the config's.
+
+    Raises:
+        ConfigError: the config's own errors, ``n`` larger than the corpus, or an infeasible layout.
+    """
+    from packplace.balance.config import load_config
+
+    base = load_config(config)
+    samples = base.samples
+    changed = False
+    if n is not None:
+        n = _int_param(n, "n")
+        if n > len(samples):
+            raise ConfigError(f"n: {n} exceeds the {len(samples)} samples of {str(config)!r}")
+        if n < len(samples):
+            chosen = np.sort(np.random.default_rng(seed).choice(len(samples), size=n, replace=False))
+            samples = tuple(samples[i] for i in chosen)
+            changed = True
+    layout = {
+        "data_parallel_size": base.data_parallel_size if ranks is None else _int_param(ranks, "ranks"),
+        "local_batch_size": (
+            base.local_batch_size if bins_per_rank is None else _int_param(bins_per_rank, "bins_per_rank")
+        ),
+    }
+    changed = changed or layout["data_parallel_size"] != base.data_parallel_size
+    changed = changed or layout["local_batch_size"] != base.local_batch_size
+    reference = base.reference_bins
+    if changed:
+        tokens = np.array([s.tokens for s in samples], dtype=np.int64)
+        reference = strided_reference(tokens, [s.key for s in samples], layout["data_parallel_size"],
+                                      layout["local_batch_size"], base.constraints.seq_len)
+    new_objective = base.objective if objective is None else objective
+    if group_size is None:
+        group = base.group_size if layout["data_parallel_size"] == base.data_parallel_size else None
+    else:
+        group = group_size
+    label = name or (base.name or Path(config).stem) + (f"-n{n}-s{seed}" if n is not None else "")
+    return dataclasses.replace(
+        base, samples=samples, reference_bins=reference, objective=new_objective, group_size=group,
+        name=label, **layout,
+    )

@@ -1,0 +1,221 @@
+"""Rendering of a :class:`~packplace.harness.comparison.CompareReport`: text tables, JSON, CSV, Markdown.
+
+Files written by :func:`write_report` (``out_dir`` is created):
+
+* ``report.json`` — settings, per-solver summaries, the pairwise win/tie/loss table and every cell;
+  infinities (no feasible answer, no bound) are written as ``null``.
+* ``report.csv`` — one row per (instance, solver) cell; empty fields where a value does not exist.
+* ``report.md`` — the same tables as the text output, in Markdown.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+STATUS_MARK = {"optimal": "*", "feasible": "", "infeasible": "INFEASIBLE", "unknown": "?", "error": "ERROR",
+               "skipped": "-"}
+CSV_FIELDS = ("instance", "size", "solver", "status", "objective", "bound", "best_bound", "best_objective",
+              "gap_to_bound", "gap_to_best", "wall_s", "hit_time_limit", "message")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return _finite(obj)
+
+
+def report_dict(report) -> dict[str, Any]:
+    """JSON-friendly dict of a report (infinities → ``None``)."""
+    instances = []
+    for row in report.rows:
+        instances.append({
+            "index": row.index, "name": row.name, "size": row.size, "best_bound": row.best_bound,
+            "best_objective": row.best_objective, "note": row.note,
+            "cells": {name: {k: v for k, v in asdict(cell).items() if k not in ("instance", "solver")}
+                      for name, cell in row.cells.items()},
+        })
+    return _clean({
+        "problem": report.problem, "suite": report.suite, "solvers": list(report.solvers),
+        "settings": report.settings,
+        "summaries": {name: asdict(s) for name, s in report.summaries.items()},
+        "pairwise": {a: {b: {"wins": w, "ties": t, "losses": l} for b, (w, t, l) in d.items()}
+                     for a, d in report.pairwise.items()},
+        "instances": instances,
+    })
+
+
+def fmt_number(value: float) -> str:
+    """A number in 6 significant digits; ``-`` for an infinity or None."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:.6g}"
+
+
+def fmt_gap(value: float) -> str:
+    """A relative gap as a percentage with two decimals; ``-`` for an infinity."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{100 * value:.2f}%"
+
+
+def fmt_time(seconds: float) -> str:
+    """Seconds as ``12.3ms`` or ``1.23s``."""
+    return f"{seconds * 1e3:.1f}ms" if seconds < 1 else f"{seconds:.2f}s"
+
+
+def _cell_text(cell) -> str:
+    if cell.status == "skipped":
+        return "skipped"
+    if cell.status in ("error", "infeasible", "unknown") and not cell.solved:
+        return cell.status
+    mark = STATUS_MARK.get(cell.status, "")
+    limit = " L" if cell.hit_time_limit else ""
+    return f"{fmt_number(cell.objective)}{mark} ({fmt_gap(cell.gap_to_bound)}){limit}"
+
+
+def table_lines(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> list[str]:
+    """A plain-text table: header, dashes, rows; columns in ``right`` right-aligned."""
+    right = right or set()
+    widths = [max(len(str(x)) for x in [h, *(r[i] for r in rows)]) for i, h in enumerate(headers)]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(str(v).rjust(w) if i in right else str(v).ljust(w)
+                         for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+
+    return [line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+def markdown_lines(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown pipe table."""
+    def esc(v: Any) -> str:
+        return str(v).replace("|", "\\|")
+
+    return ["| " + " | ".join(map(esc, headers)) + " |", "|" + "|".join("---" for _ in headers) + "|",
+            *("| " + " | ".join(map(esc, r)) + " |" for r in rows)]
+
+
+def instance_table(report) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the per-instance table (objective, status mark, gap to the best bound)."""
+    headers = ["instance", "size", "best bound", *report.solvers]
+    rows = [[row.name, "-" if row.size is None else str(row.size), fmt_number(row.best_bound),
+             *(_cell_text(row.cells[s]) for s in report.solvers)] for row in report.rows]
+    return headers, rows
+
+
+def summary_table(report) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the per-solver aggregate table."""
+    headers = ["solver", "ran", "solved", "optimal", "mean gap", "worst gap", "mean gap→best", "worst gap→best",
+               "wins/ties/losses", "errors", "skipped", "median time"]
+    rows = []
+    for name in report.solvers:
+        s = report.summaries[name]
+        rows.append([name, str(s.ran), str(s.solved), f"{100 * s.optimal_share:.0f}%", fmt_gap(s.mean_gap_to_bound),
+                     fmt_gap(s.worst_gap_to_bound), fmt_gap(s.mean_gap_to_best), fmt_gap(s.worst_gap_to_best),
+                     f"{s.wins}/{s.ties}/{s.losses}", str(s.errors), str(s.skipped), fmt_time(s.median_time_s)])
+    return headers, rows
+
+
+def pairwise_table(report) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the win/tie/loss matrix (row solver vs column solver)."""
+    headers = ["w/t/l: row vs column", *report.solvers]
+    rows = []
+    for a in report.solvers:
+        rows.append([a, *("" if a == b else "/".join(map(str, report.pairwise[a][b])) for b in report.solvers)])
+    return headers, rows
+
+
+def _problems(report) -> list[str]:
+    lines = []
+    for row in report.rows:
+        if row.note:
+            lines.append(f"{row.name}: {row.note}")
+        for name in report.solvers:
+            cell = row.cells[name]
+            if cell.status == "error" and cell.message != row.note:
+                lines.append(f"{row.name} / {name}: error: {cell.message}")
+    return lines
+
+
+def _header(report) -> str:
+    st = report.settings
+    return (f"compare {report.problem} suite {report.suite!r}: {len(report.rows)} instances x "
+            f"{len(report.solvers)} solvers, time limit {st.get('time_limit_s')} s, seed {st.get('seed')}, "
+            f"jobs {st.get('jobs')}, {st.get('elapsed_s', 0.0):.1f} s")
+
+
+LEGEND = ("cells: objective (gap to the instance's best bound); * proven optimal; L stopped at the time limit; "
+          "gaps are (objective - bound) / objective; ties within rtol {rtol:g}")
+
+
+def format_text(report) -> str:
+    """The text printed by ``packplace compare``: header, per-instance table, summary, win/tie/loss, errors."""
+    lines = [_header(report), ""]
+    right = set(range(1, 3 + len(report.solvers)))
+    lines += table_lines(*instance_table(report), right=right)
+    lines += ["", LEGEND.format(rtol=report.settings.get("rtol", 0.0)), ""]
+    lines += table_lines(*summary_table(report), right=set(range(1, 12)))
+    lines += [""] + table_lines(*pairwise_table(report))
+    problems = _problems(report)
+    if problems:
+        lines += ["", "errors and notes:", *(f"  {p}" for p in problems)]
+    return "\n".join(lines)
+
+
+def format_markdown(report) -> str:
+    """``report.md``: the same content as :func:`format_text` in Markdown."""
+    lines = [f"# {_header(report)}", "", "## Per instance", ""]
+    lines += markdown_lines(*instance_table(report))
+    lines += ["", LEGEND.format(rtol=report.settings.get("rtol", 0.0)), "", "## Per solver", ""]
+    lines += markdown_lines(*summary_table(report))
+    lines += ["", "## Wins / ties / losses (row vs column)", ""]
+    lines += markdown_lines(*pairwise_table(report))
+    problems = _problems(report)
+    if problems:
+        lines += ["", "## Errors and notes", "", *(f"- {p}" for p in problems)]
+    versions = report.settings.get("versions", {})
+    if versions:
+        lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items())]
+    return "\n".join(lines) + "\n"
+
+
+def csv_rows(report) -> list[dict[str, Any]]:
+    """One dict per (instance, solver) cell with the :data:`CSV_FIELDS` keys (``""`` for no value)."""
+    out = []
+    for row in report.rows:
+        for name in report.solvers:
+            c = row.cells[name]
+            record = {
+                "instance": row.name, "size": row.size, "solver": name, "status": c.status,
+                "objective": c.objective, "bound": c.bound, "best_bound": row.best_bound,
+                "best_objective": row.best_objective, "gap_to_bound": c.gap_to_bound, "gap_to_best": c.gap_to_best,
+                "wall_s": c.wall_s, "hit_time_limit": c.hit_time_limit, "message": c.message,
+            }
+            out.append({k: ("" if _finite(v) is None else v) for k, v in record.items()})
+    return out
+
+
+def write_report(report, out_dir: str | Path) -> list[Path]:
+    """Write ``report.json``, ``report.csv`` and ``report.md`` into ``out_dir``; returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "report.json", out / "report.csv", out / "report.md"]
+    paths[0].write_text(json.dumps(report_dict(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    with paths[1].open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(csv_rows(report))
+    paths[2].write_text(format_markdown(report), encoding="utf-8")
+    return paths

@@ -1,0 +1,311 @@
+"""Benchmark suites: YAML lists of instances (config files or seeded generators) for one problem.
+
+A suite file (paths inside it are relative to the suite file's folder)::
+
+    name: balance_tiny                 # label (default: the file's stem)
+    problem: balance                   # balance | placement
+    description: one line
+    time_limit_s: 10                   # default per-solver limit (seconds); compare's argument overrides it
+    seed: 0                            # default solver seed; compare's argument overrides it
+    solvers: [lpt, repair, cpsat]      # default solver list (absent or "all": every registered one)
+    solver_params:                     # backend options, per solver name
+      cpsat: {num_workers: 1}
+    max_exact_size: 40                 # exact solvers are "skipped" on larger instances
+                                       # (alias: max_exact_samples for balance, max_exact_gpus for placement)
+    instances:
+      - name: uniform-small            # balance generator; see packplace.harness.generators
+        generator: uniform             # uniform | lognormal | bimodal | corpus
+        params: {n: 10, ranks: 2, seq_len: 4096, high: 2048}
+        seeds: [1, 2, 3]               # expands to uniform-small-s1, -s2, -s3 (params.seed = s); or a count
+        solvers: [lpt, cpsat]          # optional allow-list for this entry
+      - config: ../../configs/balance/stdlib.yaml          # a config file as is
+      - generator: corpus                                  # a config file subsampled
+        params: {config: ../../configs/balance/stdlib.yaml, n: 200, seed: 1}
+      - config: ../../configs/placement/grpo.yaml          # placement: a config file ...
+        overrides: {hardware: {nodes_per_rack: 4}}         # ... with fields replaced (a generated cluster)
+      - inline: {hardware: {...}, models: {...}, ...}      # placement: a whole config in the suite
+
+Every field error is a :class:`~packplace.errors.ConfigError` naming the suite, the entry and the
+field (``suite.yaml: instances[3].generator: unknown 'zipf'; valid: ...``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packplace.errors import ConfigError
+from packplace.yamlio import load_yaml
+
+PROBLEMS = ("balance", "placement")
+BALANCE_GENERATORS = ("uniform", "lognormal", "bimodal", "corpus")
+PLACEMENT_GENERATORS = ()
+_SUITE_KEYS = {"name", "problem", "description", "time_limit_s", "seed", "solvers", "solver_params",
+               "max_exact_size", "max_exact_samples", "max_exact_gpus", "instances"}
+_ENTRY_KEYS = {"name", "generator", "params", "seeds", "solvers", "config", "overrides", "inline", "subsample"}
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """How to build one instance of a suite (picklable: it is sent to worker processes).
+
+    Attributes:
+        index: Position in the suite (reports keep this order).
+        name: Unique label within the suite.
+        kind: ``generator``, ``config`` or ``inline``, or ``object`` for an instance passed in directly.
+        generator: Generator name (kind ``generator``).
+        params: Generator parameters, with ``seed`` filled in from ``seeds:`` expansion.
+        config: Absolute path of a config file (kind ``config``).
+        overrides: Fields replacing the config's (placement), or the whole config (kind ``inline``).
+        solvers: Allow-list of solver names for this instance (``None``: every requested solver).
+        instance: The instance object itself (kind ``object``).
+    """
+
+    index: int
+    name: str
+    kind: str
+    generator: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    config: str | None = None
+    overrides: Mapping[str, Any] | None = None
+    solvers: tuple[str, ...] | None = None
+    instance: Any = None
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A parsed suite (see the module docstring for the file format).
+
+    Attributes:
+        name, problem, description: Labels; ``problem`` is ``balance`` or ``placement``.
+        instances: The expanded instance specs, in file order.
+        time_limit_s: Default per-solver time limit in seconds (``None``: unset).
+        seed: Default solver seed (``None``: unset).
+        solvers: Default solver list (``None``: all registered).
+        solver_params: ``{solver name: {option: value}}`` passed to that backend.
+        max_exact_size: Instances larger than this (samples for balance, GPUs for placement) skip
+            exact solvers; ``None``: no limit.
+        path: The suite file, if it came from one.
+    """
+
+    name: str
+    problem: str
+    instances: tuple[InstanceSpec, ...]
+    description: str = ""
+    time_limit_s: float | None = None
+    seed: int | None = None
+    solvers: tuple[str, ...] | None = None
+    solver_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    max_exact_size: int | None = None
+    path: str | None = None
+
+
+def _names(value: Any, where: str) -> tuple[str, ...] | None:
+    if value is None or value == "all":
+        return None
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, Sequence) or not value or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{where}: must be 'all' or a non-empty list of solver names, got {value!r}")
+    return tuple(value)
+
+
+def _expand_seeds(value: Any, where: str) -> list[int]:
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: must be a count or a list of integers, got {value!r}")
+    if isinstance(value, int):
+        if value < 1:
+            raise ConfigError(f"{where}: a count must be >= 1, got {value!r}")
+        return list(range(value))
+    if isinstance(value, Sequence) and not isinstance(value, str) and value and all(
+        isinstance(s, int) and not isinstance(s, bool) for s in value
+    ):
+        return list(value)
+    raise ConfigError(f"{where}: must be a count or a non-empty list of integers, got {value!r}")
+
+
+def _resolve(path: Any, base_dir: Path, where: str) -> str:
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{where}: must be a file path, got {path!r}")
+    resolved = (base_dir / path).resolve() if not Path(path).is_absolute() else Path(path)
+    if not resolved.is_file():
+        raise ConfigError(f"{where}: file not found: {str(resolved)!r}")
+    return str(resolved)
+
+
+def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, start: int) -> list[InstanceSpec]:
+    where = f"{src}: instances[{i}]"
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"{where}: must be a mapping, got {entry!r}")
+    unknown = sorted(set(entry) - _ENTRY_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}: unknown field; valid: {', '.join(sorted(_ENTRY_KEYS))}")
+    sources = [k for k in ("generator", "config", "inline") if k in entry]
+    if len(sources) != 1:
+        raise ConfigError(f"{where}: needs exactly one of generator / config / inline, got {sources or 'none'}")
+    kind = sources[0]
+    solvers = _names(entry.get("solvers"), f"{where}.solvers")
+    params = entry.get("params", {})
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"{where}.params: must be a mapping, got {params!r}")
+    params = dict(params)
+    name = entry.get("name")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ConfigError(f"{where}.name: must be a non-empty string, got {name!r}")
+
+    generator = config = overrides = None
+    if kind == "generator":
+        generator = entry["generator"]
+        valid = BALANCE_GENERATORS if problem == "balance" else PLACEMENT_GENERATORS
+        if generator not in valid:
+            raise ConfigError(
+                f"{where}.generator: unknown {problem} generator {generator!r}; valid: {', '.join(valid) or 'none'}"
+            )
+        if generator == "corpus":
+            if "config" not in params:
+                raise ConfigError(f"{where}.params.config: the corpus generator needs a config file")
+            params["config"] = _resolve(params["config"], base_dir, f"{where}.params.config")
+        name = name or generator
+    elif kind == "config":
+        config = _resolve(entry["config"], base_dir, f"{where}.config")
+        name = name or Path(config).stem
+    else:
+        overrides = entry["inline"]
+        if not isinstance(overrides, Mapping):
+            raise ConfigError(f"{where}.inline: must be a mapping (a whole config), got {overrides!r}")
+        if problem != "placement":
+            raise ConfigError(f"{where}.inline: inline configs are for placement suites only")
+        name = name or f"inline{i}"
+    if "overrides" in entry:
+        if problem != "placement" or kind != "config":
+            raise ConfigError(f"{where}.overrides: only for placement entries with a config file")
+        overrides = entry["overrides"]
+        if not isinstance(overrides, Mapping):
+            raise ConfigError(f"{where}.overrides: must be a mapping, got {overrides!r}")
+    if "subsample" in entry:
+        if problem != "balance" or kind != "config":
+            raise ConfigError(f"{where}.subsample: only for balance entries with a config file")
+        sub = entry["subsample"]
+        if not isinstance(sub, Mapping):
+            raise ConfigError(f"{where}.subsample: must be a mapping {{n, seed}}, got {sub!r}")
+        kind, generator = "generator", "corpus"
+        params = {"config": config, **dict(sub), **params}
+        config = None
+    if kind == "config" and params:
+        raise ConfigError(f"{where}.params: a config entry takes no params (use generator: corpus)")
+
+    seeds = [None] if "seeds" not in entry else _expand_seeds(entry["seeds"], f"{where}.seeds")
+    if seeds != [None] and kind != "generator":
+        raise ConfigError(f"{where}.seeds: only generator entries expand over seeds")
+    specs = []
+    for k, seed in enumerate(seeds):
+        p = dict(params)
+        label = name
+        if seed is not None:
+            p["seed"] = seed
+            label = f"{name}-s{seed}"
+        specs.append(InstanceSpec(start + k, label, kind, generator, p, config, overrides, solvers))
+    return specs
+
+
+def parse_suite(
+    data: Any, *, base_dir: str | Path = ".", source: str = "suite", name: str = "", path: str | None = None
+) -> Suite:
+    """Parse a suite from an already loaded mapping (see the module docstring).
+
+    Raises:
+        ConfigError: any bad field, a missing file, duplicate instance names.
+    """
+    base = Path(base_dir)
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{source}: a suite must be a mapping with 'problem' and 'instances', got {type(data).__name__}"
+        )
+    unknown = sorted(set(data) - _SUITE_KEYS)
+    if unknown:
+        raise ConfigError(f"{source}: {unknown[0]}: unknown field; valid: {', '.join(sorted(_SUITE_KEYS))}")
+    problem = data.get("problem")
+    if problem not in PROBLEMS:
+        raise ConfigError(f"{source}: problem: must be one of {', '.join(PROBLEMS)}, got {problem!r}")
+    entries = data.get("instances")
+    if not isinstance(entries, Sequence) or isinstance(entries, str) or not entries:
+        raise ConfigError(f"{source}: instances: must be a non-empty list, got {entries!r}")
+
+    time_limit = data.get("time_limit_s")
+    if time_limit is not None and (
+        isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
+        or not math.isfinite(time_limit) or time_limit <= 0
+    ):
+        raise ConfigError(f"{source}: time_limit_s: must be a positive number of seconds, got {time_limit!r}")
+    seed = data.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError(f"{source}: seed: must be an integer, got {seed!r}")
+    solver_params = data.get("solver_params", {}) or {}
+    if not isinstance(solver_params, Mapping) or not all(isinstance(v, Mapping) for v in solver_params.values()):
+        raise ConfigError(f"{source}: solver_params: must map solver names to option mappings, got {solver_params!r}")
+    size_keys = [k for k in ("max_exact_size", "max_exact_samples", "max_exact_gpus") if k in data]
+    alias = {"balance": "max_exact_samples", "placement": "max_exact_gpus"}[problem]
+    if any(k not in ("max_exact_size", alias) for k in size_keys) or len(size_keys) > 1:
+        raise ConfigError(f"{source}: use one of max_exact_size / {alias} for a {problem} suite, got {size_keys}")
+    max_exact = data[size_keys[0]] if size_keys else None
+    if max_exact is not None and (isinstance(max_exact, bool) or not isinstance(max_exact, int) or max_exact < 0):
+        raise ConfigError(f"{source}: {size_keys[0]}: must be an integer >= 0, got {max_exact!r}")
+
+    specs: list[InstanceSpec] = []
+    for i, entry in enumerate(entries):
+        specs.extend(_entry_specs(entry, i, problem, base, source, len(specs)))
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise ConfigError(f"{source}: instances: duplicate instance name {spec.name!r}")
+        seen.add(spec.name)
+    label = data.get("name") or name or Path(source).stem
+    return Suite(
+        name=str(label), problem=problem, instances=tuple(specs), description=str(data.get("description", "")),
+        time_limit_s=time_limit, seed=seed, solvers=_names(data.get("solvers"), f"{source}: solvers"),
+        solver_params={k: dict(v) for k, v in solver_params.items()}, max_exact_size=max_exact,
+        path=path,
+    )
+
+
+def load_suite(source: str | Path | Mapping | Suite | Sequence, problem: str | None = None) -> Suite:
+    """A :class:`Suite` from a YAML file path, a mapping, a Suite, or a list of instance objects.
+
+    Args:
+        source: The suite. A list of already built instances (e.g. ``BalanceInstance`` objects)
+            becomes a suite named ``instances`` with one ``object`` spec per instance; ``problem``
+            is then required.
+        problem: Expected problem; a mismatch with the suite's own is an error.
+
+    Raises:
+        ConfigError: unreadable file, bad field, or a problem mismatch.
+    """
+    if isinstance(source, Suite):
+        suite = source
+    elif isinstance(source, Mapping):
+        suite = parse_suite(source)
+    elif isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"suite: file not found: {str(path)!r}")
+        suite = parse_suite(load_yaml(path), base_dir=path.resolve().parent, source=str(path), name=path.stem,
+                            path=str(path))
+    elif isinstance(source, Sequence):
+        if problem not in PROBLEMS:
+            raise ConfigError(f"problem: a list of instances needs problem in {PROBLEMS}, got {problem!r}")
+        if not source:
+            raise ConfigError("suite: the list of instances is empty")
+        specs = []
+        for i, inst in enumerate(source):
+            label = getattr(inst, "name", "") or f"instance{i}"
+            specs.append(InstanceSpec(i, label if label not in {s.name for s in specs} else f"{label}#{i}",
+                                      "object", instance=inst))
+        suite = Suite(name="instances", problem=problem, instances=tuple(specs))
+    else:
+        raise ConfigError(f"suite: expected a file path, a mapping or a list of instances, got {type(source).__name__}")
+    if problem is not None and problem != suite.problem:
+        raise ConfigError(f"problem: {problem!r} does not match the suite's problem {suite.problem!r}")
+    return suite

@@ -1,0 +1,366 @@
+"""The harness: suites, generators, compare (serial and parallel), reports, bench against a baseline."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import packplace
+from packplace.balance.schema import make_instance
+from packplace.errors import ConfigError
+from packplace.harness import generators
+from packplace.harness.adapters import get_adapter
+from packplace.harness.bench import load_baseline, run_bench
+from packplace.harness.cli import register as register_cli
+from packplace.harness.comparison import compare
+from packplace.harness.suites import load_suite
+from packplace.result import FEASIBLE, Proposal
+from packplace.solvers import available, get
+from packplace.solvers.registry import register, unregister
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITES = ROOT / "benchmarks" / "suites"
+HEURISTICS = ("lpt", "repair", "karmarkar_karp")
+
+
+@pytest.fixture
+def temp_solver():
+    """Register throwaway balance solvers for one test and remove them afterwards."""
+    names: list[str] = []
+
+    def add(name, solve, exact=False):
+        register("balance", name, exact=exact)(solve)
+        names.append(name)
+
+    yield add
+    for name in names:
+        unregister("balance", name)
+
+
+def _cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="packplace")
+    register_cli(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+# ------------------------------------------------------------------------------------ generators
+def test_generators_are_seeded_and_respect_the_range():
+    a = generators.sample_lengths("lognormal", 500, seed=3, max_tokens=4096)
+    b = generators.sample_lengths("lognormal", 500, seed=3, max_tokens=4096)
+    c = generators.sample_lengths("lognormal", 500, seed=4, max_tokens=4096)
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    assert a.min() >= 1 and a.max() <= 4096
+    u = generators.sample_lengths("uniform", 2000, seed=0, max_tokens=100, low=10, high=20)
+    assert u.min() == 10 and u.max() == 20  # both ends inclusive
+
+
+def test_lognormal_median_and_bimodal_share():
+    # truncation far out in the tail barely moves the median: exp(mu) = exp(7.49) = 1790 tokens
+    lengths = generators.sample_lengths("lognormal", 20000, seed=1, max_tokens=10**7)
+    assert abs(np.median(lengths) / math.exp(7.49) - 1) < 0.05
+    mixed = generators.sample_lengths("bimodal", 20000, seed=1, max_tokens=10**6, long_fraction=0.25)
+    # the modes' medians are e^5.5 = 245 and e^8.3 = 4024: the split at 1000 tokens separates them
+    assert abs(np.mean(mixed > 1000) - 0.25) < 0.02
+
+
+def test_cost_models():
+    attention = generators.cost_function("attention")
+    # s0 = 2d + 2 d_kv + 3 d_ff + V / L for Llama-3.1-8B = 8192 + 2048 + 43008 + 4008 = 57256
+    assert attention(57256) == pytest.approx(2 * 57256)
+    assert generators.cost_function("tokens")(123) == 123.0
+    from packplace.balance.workload import ModelShape, sample_cost
+
+    shape = ModelShape(**generators.LLAMA_31_8B)
+    assert generators.cost_function("flops")(32768) == pytest.approx(sample_cost(32768, shape).llm)
+
+
+def test_generated_instance_layout_and_reference():
+    inst = generators.generate_balance("uniform", n=12, ranks=3, bins_per_rank=2, seq_len=8192, seed=5, high=1000)
+    assert len(inst.samples) == 12 and inst.num_bins == 6
+    assert inst.reference_bins == tuple(tuple(range(b, 12, 6)) for b in range(6))  # strided: i -> bin i mod 6
+    with pytest.raises(ConfigError, match="lognormal.mean: unknown parameter"):
+        generators.sample_lengths("lognormal", 5, max_tokens=100, mean=3)
+    with pytest.raises(ConfigError, match="distribution: unknown 'zipf'"):
+        generators.sample_lengths("zipf", 5, max_tokens=100)
+
+
+def test_corpus_generator_subsamples_a_config():
+    config = ROOT / "configs" / "balance" / "stdlib_llama8b.yaml"
+    if not config.exists():
+        pytest.skip("configs/balance/stdlib_llama8b.yaml not shipped")
+    full = generators.corpus_instance(config)
+    sub = generators.corpus_instance(config, n=40, seed=2, ranks=8, bins_per_rank=4)
+    again = generators.corpus_instance(config, n=40, seed=2, ranks=8, bins_per_rank=4)
+    keys = {s.key for s in full.samples}
+    assert len(sub.samples) == 40 and {s.key for s in sub.samples} <= keys
+    assert sub.samples == again.samples and sub.data_parallel_size == 8
+    by_key = {s.key: s for s in full.samples}
+    assert all(s == by_key[s.key] and s.cost == by_key[s.key].cost for s in sub.samples)
+    with pytest.raises(ConfigError, match="n: 100000 exceeds"):
+        generators.corpus_instance(config, n=100000)
+
+
+# ---------------------------------------------------------------------------------------- suites
+def test_suite_parsing_and_errors(tmp_path):
+    suite = load_suite(SUITES / "balance_tiny.yaml")
+    assert suite.problem == "balance" and len(suite.instances) == 20
+    assert suite.instances[0].name == "uniform-n8-D2-s1" and suite.instances[0].params["seed"] == 1
+    assert [s.index for s in suite.instances] == list(range(20))
+
+    def bad(data, match):
+        with pytest.raises(ConfigError, match=match):
+            load_suite({"problem": "balance", **data})
+
+    bad({"instances": [{"generator": "zipf"}]}, r"instances\[0\]\.generator: unknown balance generator 'zipf'")
+    bad({"instances": [{"generator": "uniform", "colour": 1}]}, r"instances\[0\]\.colour: unknown field")
+    bad({"instances": [{"config": "nope.yaml"}]}, r"instances\[0\]\.config: file not found")
+    bad({"instances": [{"generator": "uniform", "seeds": [1]}, {"name": "uniform-s1", "generator": "uniform"}]},
+        "duplicate instance name 'uniform-s1'")
+    bad({"instances": []}, "instances: must be a non-empty list")
+    bad({"instances": [{"generator": "uniform"}], "max_exact_gpus": 3}, "max_exact_samples")
+    with pytest.raises(ConfigError, match="problem: 'placement' does not match"):
+        load_suite(SUITES / "smoke.yaml", "placement")
+    with pytest.raises(ConfigError, match="suite: file not found"):
+        load_suite(tmp_path / "missing.yaml")
+
+
+# --------------------------------------------------------------------------------------- compare
+def test_tiny_suite_cpsat_proves_every_optimum_and_heuristic_gaps_are_to_it():
+    report = compare("balance", SUITES / "balance_tiny.yaml", solvers="all", jobs=2, progress=False)
+    assert len(report.rows) == 20
+    assert "cpsat" in report.solvers and set(HEURISTICS) <= set(report.solvers)
+    for row in report.rows:
+        exact = row.cells["cpsat"]
+        assert exact.status == "optimal", (row.name, exact.message)
+        assert exact.gap_to_bound == 0.0 and exact.gap_to_best == 0.0
+        assert row.best_bound == pytest.approx(exact.objective, rel=1e-9)
+        for name in HEURISTICS:
+            cell = row.cells[name]
+            assert cell.solved, (row.name, name, cell.status)
+            assert cell.objective >= exact.objective * (1 - 1e-9)
+            assert cell.gap_to_bound == pytest.approx((cell.objective - row.best_bound) / cell.objective, abs=1e-12)
+    summary = report.summaries["cpsat"]
+    assert summary.optimal_share == 1.0 and summary.mean_gap_to_bound == 0.0 and summary.worst_gap_to_bound == 0.0
+    for name in HEURISTICS:
+        gaps = [row.cells[name].gap_to_bound for row in report.rows]
+        assert report.summaries[name].mean_gap_to_bound == pytest.approx(sum(gaps) / 20)
+        assert report.summaries[name].worst_gap_to_bound == max(gaps)
+        assert report.pairwise["cpsat"][name][2] == 0  # the exact path never loses
+
+
+def test_hand_computed_gaps_and_wins():
+    # costs [8, 7, 6, 5, 4] on 2 ranks: optimum 15 ({8,7} | {6,5,4}); LPT gives 17; KK gives 16 (issue 2)
+    inst = make_instance([8, 7, 6, 5, 4], seq_len=100, data_parallel_size=2, name="five")
+    report = compare("balance", [inst], solvers="cpsat,kk,lpt", jobs=1, progress=False)
+    row = report.rows[0]
+    assert report.solvers == ["cpsat", "karmarkar_karp", "lpt"]
+    assert [row.cells[s].objective for s in report.solvers] == [15, 16, 17]
+    assert row.best_bound == 15 and row.best_objective == 15
+    assert row.cells["lpt"].gap_to_bound == pytest.approx(2 / 17)
+    assert row.cells["karmarkar_karp"].gap_to_best == pytest.approx(1 / 16)
+    assert report.pairwise["karmarkar_karp"]["lpt"] == (1, 0, 0)
+    assert report.pairwise["lpt"]["cpsat"] == (0, 0, 1)
+    s = report.summaries["karmarkar_karp"]
+    assert (s.wins, s.ties, s.losses) == (1, 0, 1)
+
+
+def test_compare_numbers_equal_the_library_call():
+    suite = load_suite(SUITES / "smoke.yaml")
+    report = compare("balance", suite, jobs=1, progress=False)
+    adapter = get_adapter("balance")
+    for spec in suite.instances:
+        instance, _ = adapter.build(spec)
+        for name in report.solvers:
+            cell = report.cell(spec.name, name)
+            if cell.status == "skipped":
+                continue
+            direct = packplace.balance(instance, name, time_limit_s=suite.time_limit_s, seed=0)
+            assert (cell.objective, cell.bound, cell.status) == (direct.objective, direct.bound, direct.status)
+
+
+def test_parallel_results_equal_serial():
+    serial = compare("balance", SUITES / "smoke.yaml", jobs=1, progress=False)
+    parallel = compare("balance", SUITES / "smoke.yaml", jobs=2, progress=False)
+    assert parallel.settings["jobs"] == 2
+    strip = [
+        [(c.instance, c.solver, c.status, c.objective, c.bound, c.gap_to_bound, c.gap_to_best)
+         for c in row.cells.values()] for row in serial.rows
+    ]
+    assert strip == [
+        [(c.instance, c.solver, c.status, c.objective, c.bound, c.gap_to_bound, c.gap_to_best)
+         for c in row.cells.values()] for row in parallel.rows
+    ]
+    assert serial.pairwise == parallel.pairwise
+
+
+def test_smoke_suite_runs_in_seconds_and_writes_reports(tmp_path, capsys):
+    start = time.perf_counter()
+    report = compare("balance", SUITES / "smoke.yaml", jobs=1, out_dir=tmp_path / "out")
+    assert time.perf_counter() - start < 30
+    assert "[compare] 5/5 instances done" in capsys.readouterr().err
+    assert report.solvers == available("balance")
+    big = report.rows[-1]
+    assert big.size == 64 and big.cells["cpsat"].status == "skipped"
+    assert "max_exact_size 12" in big.cells["cpsat"].message
+    for row in report.rows:
+        for name, cell in row.cells.items():
+            assert cell.status in ("optimal", "feasible", "skipped") or name == "reference", (row.name, name)
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert data["problem"] == "balance" and len(data["instances"]) == 5
+    assert data["instances"][-1]["cells"]["cpsat"]["objective"] is None  # inf written as null
+    with (tmp_path / "out" / "report.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 5 * len(report.solvers)
+    first = next(r for r in rows if r["solver"] == "lpt")
+    assert float(first["objective"]) == report.cell(first["instance"], "lpt").objective
+    assert "| solver | ran | solved |" in (tmp_path / "out" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_raising_solver_is_an_error_cell_and_the_run_continues(temp_solver, jobs):
+    lpt = get("balance", "lpt").solve
+
+    def explodes(instance, *, time_limit_s=None, seed=0):
+        """Raises on 8-sample instances, else LPT."""
+        if len(instance.samples) == 8:
+            raise RuntimeError("boom on purpose")
+        return lpt(instance, time_limit_s=time_limit_s, seed=seed)
+
+    temp_solver("explodes", explodes)
+    # jobs=2 uses fork workers on Linux, so the solver registered here is visible there
+    report = compare("balance", SUITES / "smoke.yaml", solvers=["lpt", "explodes"], jobs=jobs, progress=False)
+    statuses = [row.cells["explodes"].status for row in report.rows]
+    assert statuses.count("error") == 2  # the two 8-sample instances
+    failed = [row for row in report.rows if row.cells["explodes"].status == "error"]
+    assert all("RuntimeError: boom on purpose" in row.cells["explodes"].message for row in failed)
+    for row in report.rows:
+        assert row.cells["lpt"].solved
+        if row.cells["explodes"].status != "error":
+            assert row.cells["explodes"].objective == row.cells["lpt"].objective
+    s = report.summaries["explodes"]
+    assert (s.errors, s.failed, s.solved) == (2, 2, 3)
+    assert report.pairwise["lpt"]["explodes"] == (2, 3, 0)
+    assert "boom on purpose" in report.format_text()
+
+
+# ------------------------------------------------------------------------------------------ bench
+BENCH_SUITE = """
+name: bench-test
+problem: balance
+time_limit_s: 5
+solvers: [lpt, flaky]
+instances:
+  - name: u
+    generator: uniform
+    params: {n: 12, ranks: 3, seq_len: 100000, low: 100, high: 5000}
+    seeds: [1, 2]
+"""
+
+
+@pytest.fixture
+def flaky_solver(temp_solver):
+    """A solver whose behaviour the test switches: LPT, then the worse reference grouping, then slow LPT."""
+    lpt = get("balance", "lpt").solve
+    mode = {"value": "good"}
+
+    def flaky(instance, *, time_limit_s=None, seed=0):
+        """LPT, or a deliberately worse answer."""
+        if mode["value"] == "worse":
+            return Proposal(instance.reference_bins, FEASIBLE, message="deliberately the reference")
+        if mode["value"] == "slow":
+            time.sleep(0.3)
+        return lpt(instance, time_limit_s=time_limit_s, seed=seed)
+
+    temp_solver("flaky", flaky)
+    return mode
+
+
+def test_bench_flags_a_broken_solver(tmp_path, flaky_solver, capsys):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(BENCH_SUITE)
+    baseline = tmp_path / "baseline.json"
+    assert _cli(["bench", "--suite", str(suite), "--baseline", str(baseline), "--update", "--quiet"]) == 0
+    stored = load_baseline(baseline)
+    assert set(stored["results"]) == {"u-s1", "u-s2"} and stored["reference_s"] > 0
+    assert set(stored["versions"]) >= {"packplace", "python", "numpy"}
+    assert _cli(["bench", "--suite", str(suite), "--baseline", str(baseline), "--quiet"]) == 0
+
+    flaky_solver["value"] = "worse"
+    capsys.readouterr()
+    assert _cli(["bench", "--suite", str(suite), "--baseline", str(baseline), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: 2 regression(s)" in out and "flaky" in out and "objective" in out
+    outcome = run_bench(suite, baseline, progress=False)
+    assert {(r.instance, r.solver, r.kind) for r in outcome.regressions} == {
+        ("u-s1", "flaky", "objective"), ("u-s2", "flaky", "objective")}
+    for r in outcome.regressions:  # the reference is worse than LPT on both instances
+        assert float(r.current) > float(r.baseline)
+
+
+def test_bench_flags_a_slowdown_and_a_lost_optimum(tmp_path, flaky_solver):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(BENCH_SUITE)
+    baseline = tmp_path / "baseline.json"
+    run_bench(suite, baseline, update=True, progress=False)
+    flaky_solver["value"] = "slow"  # same answers, 0.3 s each: far beyond 3x the baseline and the 50 ms floor
+    outcome = run_bench(suite, baseline, progress=False)
+    assert {(r.solver, r.kind) for r in outcome.regressions} == {("flaky", "time")}
+    assert outcome.exit_code == 1
+
+    data = json.loads(baseline.read_text())
+    data["results"]["u-s1"]["lpt"]["status"] = "optimal"  # pretend LPT used to prove it
+    baseline.write_text(json.dumps(data))
+    flaky_solver["value"] = "good"
+    outcome = run_bench(suite, baseline, progress=False)
+    assert [(r.instance, r.solver, r.kind) for r in outcome.regressions] == [("u-s1", "lpt", "status")]
+
+
+def test_bench_errors_are_config_errors(tmp_path):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(BENCH_SUITE.replace("[lpt, flaky]", "[lpt]"))
+    with pytest.raises(ConfigError, match="baseline: file not found"):
+        run_bench(suite, tmp_path / "none.json", progress=False)
+    with pytest.raises(ConfigError, match="slowdown: must be a number >= 1"):
+        run_bench(suite, tmp_path / "none.json", slowdown=0.5, progress=False)
+
+
+def test_compare_cli_writes_the_report(tmp_path, capsys):
+    code = _cli(["compare", "--problem", "balance", "--suite", str(SUITES / "smoke.yaml"), "--solvers", "lpt,kk",
+                 "--jobs", "1", "--out", str(tmp_path / "r"), "--quiet"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "karmarkar_karp" in out and "wins/ties/losses" in out
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["report.csv", "report.json", "report.md"]
+    with pytest.raises(ConfigError, match="solver: unknown balance solver 'nope'"):
+        _cli(["compare", "--problem", "balance", "--suite", str(SUITES / "smoke.yaml"), "--solvers", "nope"])
+
+
+# -------------------------------------------------------------------------------------- placement
+def test_placement_suite_smoke_and_numbers_equal_the_library_call():
+    api = pytest.importorskip("packplace.placement.api")
+    suite = load_suite(SUITES / "placement.yaml")
+    plain = next(s for s in suite.instances if s.kind == "config" and not s.overrides)
+    generated = next(s for s in suite.instances if s.overrides)
+    report = compare("placement", {"problem": "placement", "time_limit_s": 5, "instances": [
+        {"name": plain.name, "config": plain.config},
+        {"name": generated.name, "config": generated.config, "overrides": dict(generated.overrides)},
+    ]}, solvers="all", jobs=1, progress=False)
+    adapter = get_adapter("placement")
+    for spec, row in zip([plain, generated], report.rows):
+        assert row.size and row.size > 0
+        assert any(cell.solved for cell in row.cells.values())
+        instance, size = adapter.build(spec)
+        assert size == row.size
+        for name, cell in row.cells.items():
+            if cell.status == "skipped":
+                continue
+            direct = api.solve_placement(instance, solver=name, time_limit_s=5, seed=0)
+            assert (cell.objective, cell.bound, cell.status) == (direct.objective, direct.bound, direct.status)
