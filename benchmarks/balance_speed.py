@@ -1,0 +1,97 @@
+"""Speed and quality of the fast balance backends on long-tailed synthetic batches.
+
+A plain script (no pytest): for n samples × D ranks it draws token lengths from a lognormal
+distribution (long tail, clipped to ``seq_len``), prices each sample with the super-linear proxy
+``cost = tokens + tokens² / 4096`` (linear layers plus causal attention, in token units), solves with
+``lpt``, ``repair``, ``karmarkar_karp`` (and ``cpsat`` for n ≤ 40 when registered, with
+``--cpsat-time-limit`` seconds; add e.g. ``--sizes 32`` to get such rows) through
+``packplace.balance(...)``, and prints one row per solver:
+
+    n, D, solver, wall ms (best of --repeats, the backend's own wall time as measured by
+    ``packplace.balance``), cpu ms (best of --repeats, process CPU time of the backend call alone:
+    less sensitive than wall time to other processes on a shared machine), objective (makespan, as
+    scored by the evaluator), lower bound (the evaluator's analytic bound), gap % = (obj − bound)/obj.
+
+One bin per rank (m = 1) with ``seq_len`` = 32768 tokens. The lognormal median is 1024 tokens when
+that fits, and is lowered so that the expected fill of the D bins stays at ``--fill`` (default 0.8)
+when n/D samples of median 1024 would not fit; the median actually used is printed.
+
+Usage:
+    python benchmarks/balance_speed.py
+    python benchmarks/balance_speed.py --sizes 8192 --ranks 64 --repeats 5 --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numpy as np
+
+import packplace
+from packplace.balance.schema import make_instance
+from packplace.solvers import available, get
+
+SEQ_LEN = 32768
+SIGMA = 1.0  # lognormal shape: mean = median · e^{σ²/2}
+
+
+def synthetic_instance(n: int, ranks: int, seed: int, fill: float, seq_len: int = SEQ_LEN):
+    """A long-tailed batch of n samples for ``ranks`` bins of ``seq_len`` tokens; returns (instance, median)."""
+    rng = np.random.default_rng(seed)
+    median = min(1024.0, fill * seq_len * ranks / (n * math.exp(SIGMA**2 / 2)))
+    tokens = np.clip(np.rint(rng.lognormal(math.log(median), SIGMA, size=n)), 1, seq_len).astype(int)
+    # Keep the batch packable: trim the longest samples while the total exceeds the fill target.
+    limit = int(fill * seq_len * ranks)
+    while tokens.sum() > limit:
+        longest = int(np.argmax(tokens))
+        tokens[longest] = max(1, tokens[longest] // 2)
+    costs = tokens + tokens.astype(float) ** 2 / 4096.0
+    instance = make_instance(tokens.tolist(), costs.tolist(), seq_len=seq_len, data_parallel_size=ranks)
+    return instance, median
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse arguments, run the grid and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 8192, 65536], help="sample counts n")
+    parser.add_argument("--ranks", type=int, nargs="+", default=[8, 64, 512], help="data-parallel sizes D")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per solver; the best wall time is kept")
+    parser.add_argument("--seed", type=int, default=0, help="instance seed")
+    parser.add_argument("--fill", type=float, default=0.8, help="largest expected fill of the bins, in (0, 1]")
+    parser.add_argument("--solvers", nargs="+", default=["lpt", "repair", "karmarkar_karp"])
+    parser.add_argument("--cpsat-time-limit", type=float, default=10.0, help="seconds per cpsat solve (n <= 40)")
+    args = parser.parse_args(argv)
+    names = list(args.solvers)
+    has_cpsat = "cpsat" in available("balance")
+
+    header = (f"{'n':>6} {'D':>4} {'median':>6} {'solver':<15} {'wall ms':>9} {'cpu ms':>9} "
+              f"{'objective':>14} {'bound':>14} {'gap %':>7}")
+    print(header)
+    print("-" * len(header))
+    for n in args.sizes:
+        for ranks in args.ranks:
+            if n < ranks:
+                continue
+            instance, median = synthetic_instance(n, ranks, args.seed, args.fill)
+            run = names + (["cpsat"] if has_cpsat and n <= 40 and "cpsat" not in names else [])
+            for name in run:
+                best = None
+                result = None
+                limit = args.cpsat_time_limit if name == "cpsat" else None
+                cpu = None
+                for _ in range(args.repeats):
+                    result = packplace.balance(instance, solver=name, seed=args.seed, time_limit_s=limit)
+                    best = result.wall_s if best is None else min(best, result.wall_s)
+                    start = time.process_time()
+                    get("balance", name).solve(instance, time_limit_s=limit, seed=args.seed)
+                    spent = time.process_time() - start
+                    cpu = spent if cpu is None else min(cpu, spent)
+                gap = 100.0 * result.gap if result.ok else float("nan")
+                print(f"{n:>6} {ranks:>4} {median:>6.0f} {name:<15} {1000 * best:>9.1f} {1000 * cpu:>9.1f} "
+                      f"{result.objective:>14.6g} {result.bound:>14.6g} {gap:>7.3f}  {result.status}")
+
+
+if __name__ == "__main__":
+    main()

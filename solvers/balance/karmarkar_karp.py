@@ -1,0 +1,254 @@
+"""``karmarkar_karp`` (alias ``kk``): largest differencing method, then first-fit decreasing per rank.
+
+Rank partition — the largest differencing method (LDM) of Karmarkar & Karp (1982, "The
+differencing method of set partitioning"), in its multi-way form (Michiels et al. 2003,
+"Performance ratios for the Karmarkar–Karp differencing method"), on ``cost.llm``:
+
+1. Each sample starts as a D-way partial partition: its cost in one subset, the other D−1 empty.
+   With ``equal_size=True`` (needs n divisible by D) the samples are instead taken D at a time in
+   LPT order, each group one partition with one sample per subset, so every rank ends with n/D.
+2. Repeatedly take the two partitions with the largest difference (max − min subset sum), and merge
+   them: the largest subset of one joins the smallest of the other, the second largest the second
+   smallest, and so on.
+3. The last partition's subsets, in decreasing sum order, become ranks 0..D−1.
+
+Ties: samples enter in LPT order (cost desc, tokens desc, key order); the heap breaks equal
+differences by creation order; subsets of equal sum keep their order (stable sorts). Deterministic,
+``seed`` unused. Padding costs and budgets play no part in the partition (the evaluator still scores
+padding).
+
+Bins — each rank's samples are split into m = ``local_batch_size`` bins by first-fit decreasing on
+tokens (ties by cost desc, key order); a bin accepts a sample only if ``seq_len`` and every budget
+still hold; an oversized sample (policy ``single``) gets a bin of its own. If FFD needs more than m
+bins, or a rank has fewer than m samples, the capacity failure is reported — status ``unknown``, no
+solution, a message naming the rank — never hidden. If FFD uses fewer than m bins, the smallest
+sample of the fullest-in-count bin moves to a new bin until there are m (this never breaks a limit).
+
+Cost: n − 1 merges; partitions with few non-empty subsets merge on Python lists, larger ones
+(more than :data:`NUMPY_MERGE_SIZE` subsets, D above it) on numpy arrays with the same result.
+Measured about 0.07 s for 8k samples on 64 ranks and 1.3 s for 64k samples on 512 ranks.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from packplace.balance.schema import BalanceInstance
+from packplace.errors import ConfigError
+from packplace.result import FEASIBLE, UNKNOWN, Proposal
+from packplace.solvers.balance.lpt import PreparedSamples, prepare
+from packplace.solvers.registry import register
+
+#: Merges of more non-empty subsets than this (with D above it) run on numpy arrays.
+NUMPY_MERGE_SIZE = 48
+
+
+def _merge_lists(sums_a, roots_a, sums_b, roots_b, ranks, parent):
+    """One LDM merge on Python lists (small partitions); links union-find roots in ``parent``."""
+    count_a, count_b = len(sums_a), len(sums_b)
+    if count_a + count_b <= ranks:
+        # No overlap: a's subsets meet b's empty ones and vice versa.
+        merged = list(zip(sums_a, roots_a)) + list(zip(sums_b, roots_b))
+    else:
+        # Slot j: a's j-th largest with b's j-th smallest; b's non-empty subsets fill the last
+        # count_b slots in increasing order, a's the first count_a slots in decreasing order.
+        first_b = ranks - count_b
+        merged = []
+        for j in range(ranks):
+            if j < first_b:
+                merged.append((sums_a[j], roots_a[j]))
+                continue
+            k = count_b - 1 - (j - first_b)
+            if j < count_a:
+                parent[roots_b[k]] = roots_a[j]
+                merged.append((sums_a[j] + sums_b[k], roots_a[j]))
+            else:
+                merged.append((sums_b[k], roots_b[k]))
+    merged.sort(key=lambda pair: -pair[0])
+    return [s for s, _ in merged], [r for _, r in merged]
+
+
+def _merge_arrays(sums_a, roots_a, sums_b, roots_b, ranks, links):
+    """The same merge as :func:`_merge_lists` on numpy arrays; links are recorded in ``links``."""
+    sums_a = np.asarray(sums_a, dtype=float)
+    roots_a = np.asarray(roots_a, dtype=np.int64)
+    sums_b = np.asarray(sums_b, dtype=float)[::-1]  # ascending
+    roots_b = np.asarray(roots_b, dtype=np.int64)[::-1]
+    count_a, count_b = sums_a.size, sums_b.size
+    if count_a + count_b <= ranks:
+        sums = np.concatenate((sums_a, sums_b[::-1]))
+        roots = np.concatenate((roots_a, roots_b[::-1]))
+    else:
+        first_b = ranks - count_b
+        overlap = count_a - first_b
+        sums = np.concatenate((sums_a[:first_b], sums_a[first_b:] + sums_b[:overlap], sums_b[overlap:]))
+        roots = np.concatenate((roots_a, roots_b[overlap:]))
+        links[0].append(roots_b[:overlap])
+        links[1].append(roots_a[first_b:])
+    order = np.argsort(-sums, kind="stable")
+    return sums[order], roots[order]
+
+
+def differencing_partition(
+    order: list[int], costs: list[float], ranks: int, equal_size: bool = False
+) -> list[list[int]]:
+    """The largest differencing method: ``ranks`` subsets of sample indices, in decreasing cost sum.
+
+    Args:
+        order: Sample indices in LPT order (cost desc, ...).
+        costs: Cost of each sample index.
+        ranks: D, number of subsets.
+        equal_size: One sample per subset in each starting partition (needs len(order) % D == 0).
+
+    A partition is (sums, roots): its non-empty subsets in decreasing-sum order; each subset is a
+    union-find root (a sample index), ``parent`` links merged subsets.
+    """
+    parent = list(range(len(costs)))
+    links: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])  # union-find links made by array merges
+    heap: list[tuple[float, int, list[float], list[int]]] = []
+    created = 0
+    if equal_size:
+        starts = [order[k:k + ranks] for k in range(0, len(order), ranks)]
+    else:
+        starts = [[i] for i in order]
+    for group in starts:
+        sums = [costs[i] for i in group]
+        difference = sums[0] - (sums[-1] if len(group) == ranks else 0.0)
+        heap.append((-difference, created, sums, list(group)))
+        created += 1
+    heapq.heapify(heap)
+    while len(heap) > 1:
+        _, _, sums_a, roots_a = heapq.heappop(heap)
+        _, _, sums_b, roots_b = heapq.heappop(heap)
+        count_a, count_b = len(sums_a), len(sums_b)
+        if count_a + count_b > NUMPY_MERGE_SIZE and ranks > NUMPY_MERGE_SIZE:
+            sums, roots = _merge_arrays(sums_a, roots_a, sums_b, roots_b, ranks, links)
+        else:
+            sums, roots = _merge_lists(sums_a, roots_a, sums_b, roots_b, ranks, parent)
+        difference = sums[0] - (sums[-1] if len(sums) == ranks else 0.0)
+        heapq.heappush(heap, (-difference, created, sums, roots))
+        created += 1
+    for child, root in zip(np.concatenate(links[0]).tolist() if links[0] else [],
+                           np.concatenate(links[1]).tolist() if links[1] else []):
+        parent[child] = root
+    _, _, _, roots = heap[0]
+
+    def find(i: int) -> int:
+        path = []
+        while parent[i] != i:
+            path.append(i)
+            i = parent[i]
+        for j in path:
+            parent[j] = i
+        return i
+
+    slot = {root: k for k, root in enumerate(np.asarray(roots).tolist())}
+    subsets: list[list[int]] = [[] for _ in range(ranks)]
+    for i in order:
+        subsets[slot[find(i)]].append(i)
+    return subsets
+
+
+def first_fit_decreasing(
+    members: list[int], instance: BalanceInstance, prepared: PreparedSamples, rank: int
+) -> tuple[list[list[int]] | None, str]:
+    """Split one rank's samples into exactly m bins by first-fit decreasing on tokens.
+
+    Returns:
+        (bins of sample indices, "") or (None, a message naming the rank and the overflow).
+    """
+    per_rank = instance.local_batch_size
+    constraints = instance.constraints
+    seq_len = constraints.seq_len
+    limits = constraints.budgets
+    samples = instance.samples
+    if len(members) < per_rank:
+        return None, f"rank {rank}: {len(members)} samples cannot fill {per_rank} non-empty bins"
+    tokens = prepared.tokens
+    position = prepared.position
+    ordered = sorted(members, key=lambda i: (-int(tokens[i]), int(position[i])))
+    bins: list[list[int]] = []
+    bin_tokens: list[int] = []
+    bin_usage: list[dict[str, float]] = []
+    closed: list[bool] = []
+    for i in ordered:
+        t = int(tokens[i])
+        need = {name: samples[i].budgets.get(name, 0.0) for name in limits}
+        target = -1
+        if t <= seq_len:
+            for b in range(len(bins)):
+                if closed[b] or bin_tokens[b] + t > seq_len:
+                    continue
+                if all(bin_usage[b][name] + need[name] <= limit for name, limit in limits.items()):
+                    target = b
+                    break
+        if target < 0:
+            bins.append([])
+            bin_tokens.append(0)
+            bin_usage.append(dict.fromkeys(limits, 0.0))
+            closed.append(t > seq_len)
+            target = len(bins) - 1
+        bins[target].append(i)
+        bin_tokens[target] += t
+        for name in limits:
+            bin_usage[target][name] += need[name]
+    if len(bins) > per_rank:
+        return None, (
+            f"rank {rank}: first-fit decreasing needs {len(bins)} bins of seq_len {seq_len}, "
+            f"only {per_rank} allowed"
+        )
+    while len(bins) < per_rank:
+        donor = max(range(len(bins)), key=lambda b: (len(bins[b]), -b))
+        bins.append([bins[donor].pop()])
+    return bins, ""
+
+
+@register("balance", "karmarkar_karp", aliases=("kk",))
+def solve(
+    instance: BalanceInstance,
+    *,
+    time_limit_s: float | None = None,
+    seed: int = 0,
+    equal_size: bool = False,
+    **params,
+) -> Proposal:
+    """Largest differencing method over ranks (Karmarkar & Karp 1982), then FFD into m bins per rank.
+
+    Args:
+        instance: The balance instance.
+        time_limit_s: Unused (one deterministic pass); accepted for the common signature.
+        seed: Unused (deterministic).
+        equal_size: Give every rank exactly n/D samples.
+
+    Returns:
+        Bins of keys with status ``feasible``, or status ``unknown`` without a solution when a rank's
+        samples do not fit its m bins (the message names the rank).
+
+    Raises:
+        ConfigError: ``equal_size`` not a bool, ``equal_size=True`` with n not divisible by D, or an
+            unknown parameter.
+    """
+    if params:
+        key = sorted(params)[0]
+        raise ConfigError(f"karmarkar_karp: unknown parameter {key!r} = {params[key]!r}")
+    if not isinstance(equal_size, bool):
+        raise ConfigError(f"equal_size: must be true or false, got {equal_size!r}")
+    ranks = instance.data_parallel_size
+    n = len(instance.samples)
+    if equal_size and n % ranks:
+        raise ConfigError(
+            f"equal_size: {n} samples do not split evenly over data_parallel_size {ranks}"
+        )
+    prepared = prepare(instance)
+    subsets = differencing_partition(prepared.order.tolist(), prepared.costs.tolist(), ranks, equal_size)
+    bins: list[list[int]] = []
+    for rank, members in enumerate(subsets):
+        rank_bins, failure = first_fit_decreasing(members, instance, prepared, rank)
+        if rank_bins is None:
+            return Proposal(None, UNKNOWN, message=f"karmarkar_karp: {failure}")
+        bins.extend(rank_bins)
+    keys = prepared.keys
+    solution = tuple(tuple(keys[i] for i in b) for b in bins)
+    return Proposal(solution, FEASIBLE, iterations=n - 1 if not equal_size else n // ranks - 1)

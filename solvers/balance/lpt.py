@@ -1,0 +1,483 @@
+"""``lpt``: longest-processing-time greedy placement of samples into capacity-limited bins.
+
+The classic LPT rule of Graham (1969, "Bounds on multiprocessing timing anomalies") extended with
+per-bin constraints: samples are taken in the order (``cost.llm`` desc, tokens desc,
+:func:`~packplace.balance.schema.key_order` of the key), so the result never depends on the input
+order. The first D·m samples go to empty bins only (every bin ends non-empty); every later sample
+goes to the feasible bin (tokens ≤ ``seq_len``, every budget within its limit, no bin closed by an
+oversized sample) that minimises the tuple
+
+    (score after placing, remaining tokens of the bin, rank tokens, rank, bin index).
+
+The score is
+
+* ``makespan`` / ``balance``: the rank's load after placing (plus the bin's padding delta when the
+  instance has a ``padding_cost``) — the least-loaded feasible rank, i.e. classic LPT;
+* ``rounds``: the scheduled-round objective Σ_k sorted_desc(loads)[k·g] after placing
+  (window-aware LPT), followed by the rank's load after placing as an extra tie-break before the
+  remaining capacity. Most placements do not move a round leader, so without that tie-break the
+  remaining capacity would pile samples onto one rank; with it, ties fall back to classic LPT. This
+  extra key is a documented deviation from the plain chain above.
+
+Implementation (two paths that give the same answer as the tie-break chain above):
+
+* heap path — ``makespan``/``balance`` without padding or budgets: a heap of ranks keyed by
+  (load, rank). A sample pops ranks in load order, skipping (lazily, pushed back afterwards) ranks
+  none of whose bins has room, and stops at the first feasible rank; ranks with exactly the same
+  load are then compared on (remaining tokens, rank tokens, rank, bin). A rank whose largest free
+  space is smaller than every sample still to come is dropped for good. Comparing ranks on the load
+  before adding the sample's cost orders them exactly as the load after, up to floating-point
+  rounding of that addition. Cost O(n log D) plus the skips, which are rare for sorted input.
+  ``rounds`` with m = 1 uses the same heap: the least-loaded feasible rank is provably best when the
+  placement leaves the round objective unchanged (and always for g = 1 or g = D); other samples are
+  scored over every rank with numpy (see :func:`_lpt_heap`). With 1 < g < D and balanced loads most
+  large samples need that scoring: about 0.3 s for 8k samples on 64 ranks, 6 s for 64k on 512.
+* general path — padding, budgets, rounds with m > 1: numpy over all D·m bins per sample, O(n·D·m).
+
+A dead end (a sample that fits no bin) returns the instance's ``reference_bins`` with status
+``feasible`` and a message saying so, or status ``unknown`` without a solution when there are none.
+LPT is one deterministic pass: ``seed`` is unused, ``time_limit_s`` is checked every 256 samples on
+the general path (past it, the same fallback as a dead end, with ``hit_time_limit``).
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import time
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from packplace.balance.schema import BalanceInstance, key_order
+from packplace.result import FEASIBLE, UNKNOWN, Proposal
+from packplace.solvers.registry import register
+
+
+@dataclass
+class PreparedSamples:
+    """Per-sample arrays of an instance, in input order, plus the LPT order.
+
+    Attributes:
+        keys: Sample keys, length n.
+        tokens: Token counts, int64 array of shape (n,).
+        costs: ``cost.llm`` values, float array of shape (n,).
+        order: Sample indices sorted by (cost desc, tokens desc, key_order(key)), int array (n,).
+        position: ``position[i]`` = place of sample i in ``order`` (its LPT rank), int array (n,).
+    """
+
+    keys: list
+    tokens: np.ndarray
+    costs: np.ndarray
+    order: np.ndarray
+    position: np.ndarray
+
+
+def prepare(instance: BalanceInstance) -> PreparedSamples:
+    """Extract the per-sample arrays of ``instance`` and the input-order-independent LPT order."""
+    samples = instance.samples
+    n = len(samples)
+    keys = [s.key for s in samples]
+    tokens = np.fromiter((s.tokens for s in samples), dtype=np.int64, count=n)
+    costs = np.fromiter((s.cost.llm for s in samples), dtype=float, count=n)
+    if all(type(k) is int for k in keys) and max(abs(k) for k in keys) < 2**62:
+        key_rank = np.asarray(keys, dtype=np.int64)
+    else:
+        key_rank = np.empty(n, dtype=np.int64)
+        key_rank[sorted(range(n), key=lambda i: key_order(keys[i]))] = np.arange(n)
+    order = np.lexsort((key_rank, -tokens, -costs))
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n)
+    return PreparedSamples(keys, tokens, costs, order, position)
+
+
+def cached_padding(instance: BalanceInstance) -> Callable[[int], float] | None:
+    """``pad_tokens -> padding_cost(max(0, pad_tokens)).llm`` memoised, or None without a padding cost."""
+    padding = instance.padding_cost
+    if padding is None:
+        return None
+    cache: dict[int, float] = {}
+
+    def pad(pad_tokens: int) -> float:
+        pad_tokens = max(0, int(pad_tokens))
+        value = cache.get(pad_tokens)
+        if value is None:
+            value = float(padding(pad_tokens).llm)
+            cache[pad_tokens] = value
+        return value
+
+    return pad
+
+
+def rounds_after_replacing(sorted_desc: np.ndarray, group_size: int, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """Scheduled-round objective after replacing one load ``old`` by ``new``, for many candidates at once.
+
+    Args:
+        sorted_desc: The current D loads sorted in descending order, shape (D,).
+        group_size: g, ranks per synchronous round.
+        old: Loads being replaced, each present in ``sorted_desc``, shape (k,).
+        new: Their replacement values, shape (k,).
+
+    Returns:
+        Σ_j sorted_desc(loads')[j·g] for each candidate, shape (k,), in O(k log D) after an O(D) setup:
+        the replaced element leaves position p, the new one enters at q, and the elements between
+        shift by one place, which moves them in or out of the every-g-th positions.
+    """
+    loads = np.asarray(sorted_desc, dtype=float)
+    size = loads.size
+    ascending_neg = -loads
+
+    def prefix(shift: int) -> np.ndarray:
+        out = np.zeros(size + 1)
+        np.cumsum(loads * _every_gth(size, group_size, shift), out=out[1:])
+        return out
+
+    head, up = prefix(0), prefix(1)
+    total = head[size]
+    old = np.asarray(old, dtype=float)
+    new = np.asarray(new, dtype=float)
+    p = np.searchsorted(ascending_neg, -old, side="left")  # first position holding `old`
+    above_new = np.searchsorted(ascending_neg, -new, side="left")  # loads strictly greater than `new`
+    # new >= old: the new value enters at q = above_new <= p; positions q..p-1 shift down by one.
+    q_rise = np.minimum(above_new, p)
+    value_rise = (total - (head[p + 1] - head[q_rise]) + (up[p] - up[q_rise])
+                  + np.where(q_rise % group_size == 0, new, 0.0))
+    rising = new >= old
+    if rising.all():
+        return value_rise
+    # new < old: `old` counted among the greater ones; q = above_new - 1 >= p; p+1..q shift up by one.
+    down = prefix(-1)
+    q_fall = np.maximum(above_new - 1, p)
+    value_fall = (total - (head[q_fall + 1] - head[p]) + (down[q_fall + 1] - down[p + 1])
+                  + np.where(q_fall % group_size == 0, new, 0.0))
+    return np.where(rising, value_rise, value_fall)
+
+
+@functools.lru_cache(maxsize=64)
+def _every_gth(size: int, group_size: int, shift: int) -> np.ndarray:
+    """1.0 at positions j with (j + shift) % g == 0, else 0.0; shape (size,)."""
+    return ((np.arange(size) + shift) % group_size == 0).astype(float)
+
+
+class DeadEnd(Exception):
+    """LPT found no feasible bin for a sample (or ran out of time)."""
+
+
+def lpt_bins(
+    instance: BalanceInstance, prepared: PreparedSamples, deadline: float | None = None
+) -> list[list[int]]:
+    """Run LPT and return D·m rank-major bins of sample *indices* (input order positions).
+
+    Raises:
+        DeadEnd: a sample fits no bin, or ``deadline`` (``time.perf_counter()`` value) passed; the
+            message names the sample.
+    """
+    constraints = instance.constraints
+    plain = instance.padding_cost is None and not constraints.budgets
+    if plain and instance.objective in ("makespan", "balance"):
+        return _lpt_heap(instance, prepared)
+    if plain and instance.objective == "rounds" and instance.local_batch_size == 1:
+        return _lpt_heap(instance, prepared, rounds_group=int(instance.group_size or instance.data_parallel_size))
+    return _lpt_vectorized(instance, prepared, deadline)
+
+
+def _lpt_heap(
+    instance: BalanceInstance, prepared: PreparedSamples, rounds_group: int | None = None
+) -> list[list[int]]:
+    """Fast path: makespan/balance without padding or budgets (see the module docstring).
+
+    With ``rounds_group`` g (rounds objective, m = 1): adding load never lowers the scheduled-round
+    objective, so a placement that leaves it unchanged is optimal for the first key, and among those
+    the least-loaded rank wins the second. The heap's least-loaded feasible rank is therefore taken
+    whenever it provably leaves the objective unchanged: it is not a round leader (its first
+    position p in descending order is not a multiple of g) and its new load stays ≤ its round
+    leader's load (or the sample costs 0), or g is 1 or D (see :func:`_round_unchanged`). Otherwise
+    this one sample is scored over every feasible rank with :func:`rounds_after_replacing`; the
+    chosen rank's old heap entry then goes stale and is skipped when popped. A sorted list of the
+    loads (bisect) gives positions and leaders.
+    """
+    ranks = instance.data_parallel_size
+    per_rank = instance.local_batch_size
+    num_bins = ranks * per_rank
+    seq_len = instance.constraints.seq_len
+    order = prepared.order.tolist()
+    tokens = prepared.tokens.tolist()
+    costs = prepared.costs.tolist()
+    n = len(order)
+    bins: list[list[int]] = [[] for _ in range(num_bins)]
+    free = [seq_len] * num_bins  # -1 marks a bin closed by an oversized sample
+    rank_load = [0.0] * ranks
+    rank_tokens = [0] * ranks
+
+    # Phase 1: the first D·m samples fill the empty bins. All empty bins leave the same remaining
+    # capacity, so the key is (load, rank tokens, rank), then the rank's lowest empty bin.
+    filled = [0] * ranks
+    heap = [(0.0, 0, r) for r in range(ranks)]
+    for i in order[:num_bins]:
+        _, _, r = heapq.heappop(heap)
+        b = r * per_rank + filled[r]
+        filled[r] += 1
+        t = tokens[i]
+        bins[b].append(i)
+        free[b] = seq_len - t if t <= seq_len else -1
+        rank_load[r] += costs[i]
+        rank_tokens[r] += t
+        if filled[r] < per_rank:
+            heapq.heappush(heap, (rank_load[r], rank_tokens[r], r))
+
+    # Phase 2: the least-loaded rank with room, best fit inside it.
+    tail_tokens = prepared.tokens[prepared.order]
+    suffix_min = np.minimum.accumulate(tail_tokens[::-1])[::-1].tolist() if n > num_bins else []
+    heap = [(rank_load[r], r) for r in range(ranks)]
+    heapq.heapify(heap)
+    ascending = sorted(rank_load)
+    pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
+    single = per_rank == 1
+    for pos in range(num_bins, n):
+        i = order[pos]
+        t = tokens[i]
+        c = costs[i]
+        if single and heap:
+            # Common case: the least-loaded rank has room and no other rank shares its load.
+            load, r = heap[0]
+            alone = (len(heap) < 2 or heap[1][0] != load) and (len(heap) < 3 or heap[2][0] != load)
+            if (alone and load == rank_load[r] and free[r] >= t
+                    and (rounds_group is None or _round_unchanged(ascending, rounds_group, load, load + c))):
+                bins[r].append(i)
+                free[r] -= t
+                rank_tokens[r] += t
+                rank_load[r] = load + c
+                replace(heap, (load + c, r))
+                if rounds_group is not None:
+                    del ascending[bisect_left(ascending, load)]
+                    insort(ascending, load + c)
+                continue
+        smallest_left = suffix_min[pos]
+        skipped = []
+        chosen = None  # (remaining, rank tokens, rank, bin)
+        chosen_load = 0.0
+        while heap:
+            entry = pop(heap)
+            load, r = entry
+            if load != rank_load[r]:
+                continue  # stale entry left by a rescored placement
+            if chosen is not None and load != chosen_load:
+                push(heap, entry)
+                break
+            base = r * per_rank
+            best_bin = -1
+            best_free = seq_len + 1
+            widest = -1
+            for b in range(base, base + per_rank):
+                f = free[b]
+                if f > widest:
+                    widest = f
+                if t <= f < best_free:
+                    best_free = f
+                    best_bin = b
+            if best_bin < 0:
+                if widest >= smallest_left:
+                    skipped.append(entry)
+                continue  # else: nothing still to come fits this rank; drop it for good
+            key = (best_free - t, rank_tokens[r], r, best_bin)
+            if chosen is None or key < chosen:
+                chosen = key
+            chosen_load = load
+            skipped.append(entry)
+        if chosen is None:
+            raise DeadEnd(f"sample {prepared.keys[i]!r} ({t} tokens) fits no bin")
+        _, _, r, b = chosen
+        rescored = rounds_group is not None and not _round_unchanged(
+            ascending, rounds_group, chosen_load, chosen_load + c
+        )
+        if rescored:
+            r = b = _best_round_rank(ascending, rounds_group, rank_load, rank_tokens, free, t, c)
+        old_load = rank_load[r]
+        bins[b].append(i)
+        free[b] -= t
+        rank_tokens[r] += t
+        rank_load[r] = old_load + c
+        if rounds_group is not None:
+            del ascending[bisect_left(ascending, old_load)]
+            insort(ascending, old_load + c)
+        pushed = False
+        for entry in skipped:
+            if entry[1] == r:
+                push(heap, (rank_load[r], r))
+                pushed = True
+            else:
+                push(heap, entry)
+        if not pushed:  # a rescored rank outside the popped ones: its old entry goes stale
+            push(heap, (rank_load[r], r))
+    return bins
+
+
+def _round_unchanged(ascending: list[float], group: int, load: float, new_load: float) -> bool:
+    """True when raising the least-loaded feasible rank from ``load`` to ``new_load`` is provably best.
+
+    That holds when the round objective Σ_k sorted_desc[k·g] does not change (the rank is not a
+    round leader and stays at or below its leader), and always for g = 1 (the objective is the
+    total load: every placement adds the same cost) and g = D (the objective is the maximum, and
+    max(0, x + c − max) grows with the load x).
+    """
+    size = len(ascending)
+    if new_load == load or group == 1 or group == size:
+        return True
+    first = size - bisect_right(ascending, load)  # first position of `load` in descending order
+    offset = first % group
+    if offset == 0:
+        return False  # it leads its round: the round gets longer
+    return new_load <= ascending[size - 1 - (first - offset)]
+
+
+def _best_round_rank(
+    ascending: list[float], group: int, rank_load: list[float], rank_tokens: list[int], free: list[int],
+    t: int, c: float,
+) -> int:
+    """Rank minimising (round objective after, load after, remaining tokens, rank tokens, rank); m = 1."""
+    loads = np.asarray(rank_load)
+    room = np.asarray(free)
+    candidates = np.flatnonzero(room >= t)
+    old = loads[candidates]
+    score = rounds_after_replacing(np.asarray(ascending)[::-1], group, old, old + c)
+    best = score == score.min()
+    candidates, old = candidates[best], old[best]
+    if candidates.size == 1:
+        return int(candidates[0])
+    keys = (candidates, np.asarray(rank_tokens)[candidates], room[candidates] - t, old + c)
+    return int(candidates[np.lexsort(keys)[0]])
+
+
+def _lpt_vectorized(
+    instance: BalanceInstance, prepared: PreparedSamples, deadline: float | None
+) -> list[list[int]]:
+    """General path: rounds objective, padding cost and/or budgets, numpy over all bins per sample."""
+    ranks = instance.data_parallel_size
+    per_rank = instance.local_batch_size
+    num_bins = ranks * per_rank
+    constraints = instance.constraints
+    seq_len = constraints.seq_len
+    rounds = instance.objective == "rounds"
+    group = int(instance.group_size or ranks)
+    pad = cached_padding(instance)
+    budget_names = sorted(constraints.budgets)
+    limits = np.array([constraints.budgets[name] for name in budget_names], dtype=float)
+    samples = instance.samples
+    usage = np.zeros((num_bins, len(budget_names)))
+
+    bins: list[list[int]] = [[] for _ in range(num_bins)]
+    bin_tokens = np.zeros(num_bins, dtype=np.int64)
+    bin_count = np.zeros(num_bins, dtype=np.int64)
+    closed = np.zeros(num_bins, dtype=bool)
+    bin_rank = np.arange(num_bins) // per_rank
+    empty_pad = pad(seq_len) if pad is not None else 0.0
+    rank_load = np.full(ranks, per_rank * empty_pad)
+    rank_tokens = np.zeros(ranks, dtype=np.int64)
+    tokens = prepared.tokens
+    costs = prepared.costs
+
+    for pos, i in enumerate(prepared.order.tolist()):
+        if deadline is not None and pos % 256 == 0 and time.perf_counter() > deadline:
+            raise DeadEnd(f"time limit reached after {pos} of {len(prepared.order)} samples")
+        t = int(tokens[i])
+        c = float(costs[i])
+        if pos < num_bins:
+            mask = bin_count == 0
+        else:
+            mask = ~closed & (bin_tokens + t <= seq_len)
+        if budget_names:
+            need = np.array([samples[i].budgets.get(name, 0.0) for name in budget_names])
+            mask &= np.all(usage + need <= limits, axis=1)
+        candidates = np.flatnonzero(mask)
+        if candidates.size == 0:
+            raise DeadEnd(f"sample {prepared.keys[i]!r} ({t} tokens) fits no bin")
+        cand_tokens = bin_tokens[candidates]
+        cand_rank = bin_rank[candidates]
+        after = rank_load[cand_rank] + c
+        if pad is not None:
+            after = after + np.array(
+                [pad(seq_len - int(x) - t) - pad(seq_len - int(x)) for x in cand_tokens.tolist()]
+            )
+        remaining = np.maximum(0, seq_len - cand_tokens - t)
+        if rounds:
+            score = rounds_after_replacing(np.sort(rank_load)[::-1], group, rank_load[cand_rank], after)
+            keys = (candidates, cand_rank, rank_tokens[cand_rank], remaining, after, score)
+        else:
+            keys = (candidates, cand_rank, rank_tokens[cand_rank], remaining, after)
+        b = int(candidates[np.lexsort(keys)[0]])
+        r = int(bin_rank[b])
+        bins[b].append(i)
+        if t > seq_len:
+            closed[b] = True
+        bin_tokens[b] += t
+        bin_count[b] += 1
+        if budget_names:
+            usage[b] += need
+        rank_tokens[r] += t
+        rank_load[r] = float(after[np.searchsorted(candidates, b)])
+    return bins
+
+
+def keys_of(prepared: PreparedSamples, bins: list[list[int]]) -> tuple[tuple, ...]:
+    """Rank-major bins of sample indices → bins of sample keys."""
+    keys = prepared.keys
+    return tuple(tuple(keys[i] for i in b) for b in bins)
+
+
+def reference_fallback(instance: BalanceInstance, reason: str, *, hit_time_limit: bool = False) -> Proposal:
+    """The dead-end answer: the reference grouping (``feasible``) or nothing (``unknown``)."""
+    if instance.reference_bins is None:
+        return Proposal(None, UNKNOWN, hit_time_limit=hit_time_limit,
+                        message=f"lpt dead end ({reason}); the instance has no reference_bins to fall back to")
+    return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=hit_time_limit,
+                    message=f"lpt dead end ({reason}); fell back to the reference grouping")
+
+
+def remaining_seconds(time_limit_s: float | None) -> float | None:
+    """``time.perf_counter()`` deadline for ``time_limit_s`` (None: no limit)."""
+    return None if time_limit_s is None else time.perf_counter() + float(time_limit_s)
+
+
+@register("balance", "lpt")
+def solve(
+    instance: BalanceInstance, *, time_limit_s: float | None = None, seed: int = 0, **params
+) -> Proposal:
+    """Longest-processing-time greedy with capacity, budgets and non-empty bins (see module doc).
+
+    Args:
+        instance: The balance instance.
+        time_limit_s: Wall-clock budget (seconds); only the general path checks it.
+        seed: Unused (LPT is deterministic); accepted for the common backend signature.
+
+    Returns:
+        A :class:`~packplace.result.Proposal` with rank-major bins of keys (status ``feasible``), the
+        reference grouping on a dead end, or ``unknown`` without a solution.
+
+    Raises:
+        ConfigError: an unknown parameter.
+    """
+    _reject_params("lpt", params)
+    prepared = prepare(instance)
+    deadline = remaining_seconds(time_limit_s)
+    try:
+        bins = lpt_bins(instance, prepared, deadline)
+    except DeadEnd as dead_end:
+        timed_out = deadline is not None and time.perf_counter() > deadline
+        return reference_fallback(instance, str(dead_end), hit_time_limit=timed_out)
+    return Proposal(keys_of(prepared, bins), FEASIBLE, iterations=len(prepared.order))
+
+
+def _reject_params(solver: str, params: dict) -> None:
+    from packplace.errors import ConfigError
+
+    if params:
+        name = sorted(params)[0]
+        raise ConfigError(f"{solver}: unknown parameter {name!r} = {params[name]!r}")
+
+
+__all__ = [
+    "DeadEnd", "PreparedSamples", "cached_padding", "keys_of", "lpt_bins", "prepare",
+    "reference_fallback", "remaining_seconds", "rounds_after_replacing", "solve",
+]
