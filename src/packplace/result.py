@@ -7,9 +7,10 @@ evaluator's number, never the solver's own.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 #: Proven optimal: ``objective == bound`` within the solver's documented tolerance.
 OPTIMAL = "optimal"
@@ -190,3 +191,78 @@ def finalize(
         hit_time_limit=proposal.hit_time_limit, params=params, wall_s=wall_s,
         iterations=proposal.iterations, message=message, log=proposal.log, info=info,
     )
+
+
+class Evaluator(Protocol):
+    """What :func:`solve_with` needs of a problem's evaluator."""
+
+    def score(self, solution: Any) -> Any:
+        """An object with ``feasible``, ``violations``, ``objective`` and ``detail()``."""
+
+    def lower_bound(self) -> float:
+        """An analytic lower bound on the instance's objective."""
+
+
+def solve_with(
+    *,
+    problem: str,
+    instance: Any,
+    solver: str,
+    evaluator: Evaluator,
+    time_limit_s: float | None,
+    seed: int,
+    params: dict[str, Any],
+    normalize: Callable[[Any], Any] | None = None,
+) -> SolveResult:
+    """Run the registered backend ``solver`` of ``problem`` on ``instance`` and score its proposal.
+
+    The shared body of every problem front-end: look the backend up, validate the limits, time the
+    call, optionally ``normalize`` the proposed solution (e.g. canonical key order), and
+    :func:`finalize` with the evaluator's score and analytic bound.
+
+    Raises:
+        ConfigError: unknown solver name, bad ``time_limit_s`` or ``seed``.
+    """
+    from packplace.solvers.registry import get
+
+    spec = get(problem, solver)
+    check_limits(time_limit_s, seed)
+    start = time.perf_counter()
+    proposal: Proposal = spec.solve(instance, time_limit_s=time_limit_s, seed=seed, **params)
+    wall_s = time.perf_counter() - start
+    if proposal.solution is not None and normalize is not None:
+        proposal.solution = normalize(proposal.solution)
+
+    def score(solution: Any) -> tuple[bool, float, str, dict[str, Any]]:
+        result = evaluator.score(solution)
+        reason = "; ".join(result.violations[:3])
+        return result.feasible, result.objective, reason, result.detail() if result.feasible else {}
+
+    return finalize(
+        problem=problem,
+        solver=spec.name,
+        proposal=proposal,
+        score=score,
+        analytic_bound=evaluator.lower_bound(),
+        params={"time_limit_s": time_limit_s, "seed": seed, **params},
+        wall_s=wall_s,
+    )
+
+
+def check_limits(time_limit_s: float | None, seed: int) -> None:
+    """Validate the two arguments every backend takes.
+
+    Raises:
+        ConfigError: ``time_limit_s`` not a positive finite number (or None), ``seed`` not an int.
+    """
+    import math
+
+    from packplace.errors import ConfigError
+
+    if time_limit_s is not None:
+        if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) or not (
+            math.isfinite(time_limit_s) and time_limit_s > 0
+        ):
+            raise ConfigError(f"time_limit_s: must be a positive number of seconds, got {time_limit_s!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"seed: must be an integer, got {seed!r}")

@@ -2,31 +2,14 @@
 
 from __future__ import annotations
 
-import math
-import time
 from typing import Any
 
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import Assignment, BalanceInstance
 from packplace.errors import ConfigError
-from packplace.result import Proposal, SolveResult, finalize
+from packplace.result import SolveResult, solve_with
 
 DEFAULT_SOLVER = "repair"
-
-
-def check_limits(time_limit_s: float | None, seed: int) -> None:
-    """Validate the two arguments every backend takes.
-
-    Raises:
-        ConfigError: ``time_limit_s`` not a positive finite number (or None), ``seed`` not an int.
-    """
-    if time_limit_s is not None:
-        if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) or not (
-            math.isfinite(time_limit_s) and time_limit_s > 0
-        ):
-            raise ConfigError(f"time_limit_s: must be a positive number of seconds, got {time_limit_s!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError(f"seed: must be an integer, got {seed!r}")
 
 
 def solve_balance(
@@ -56,32 +39,15 @@ def solve_balance(
     Raises:
         ConfigError: unknown solver, bad ``time_limit_s``/``seed``, or a bad backend option.
     """
-    from packplace.solvers import get
-
     if not isinstance(instance, BalanceInstance):
         raise ConfigError(f"instance: expected a BalanceInstance, got {type(instance).__name__}")
-    spec = get("balance", solver)
-    check_limits(time_limit_s, seed)
-    evaluator = BalanceEvaluator(instance)
-    start = time.perf_counter()
-    proposal: Proposal = spec.solve(instance, time_limit_s=time_limit_s, seed=seed, **params)
-    wall_s = time.perf_counter() - start
-    if proposal.solution is not None and not isinstance(proposal.solution, Assignment):
-        proposal.solution = Assignment(proposal.solution, instance.local_batch_size)
-    if proposal.solution is not None:
-        proposal.solution = proposal.solution.canonical()
 
-    def score(solution: Assignment) -> tuple[bool, float, str, dict[str, Any]]:
-        result = evaluator.score(solution)
-        reason = "; ".join(result.violations[:3])
-        return result.feasible, result.objective, reason, result.detail() if result.feasible else {}
+    def normalize(solution: Any) -> Assignment:
+        if not isinstance(solution, Assignment):
+            solution = Assignment(solution, instance.local_batch_size)
+        return solution.canonical()
 
-    return finalize(
-        problem="balance",
-        solver=spec.name,
-        proposal=proposal,
-        score=score,
-        analytic_bound=evaluator.lower_bound(),
-        params={"time_limit_s": time_limit_s, "seed": seed, **params},
-        wall_s=wall_s,
+    return solve_with(
+        problem="balance", instance=instance, solver=solver, evaluator=BalanceEvaluator(instance),
+        time_limit_s=time_limit_s, seed=seed, params=params, normalize=normalize,
     )

@@ -438,7 +438,7 @@ def compare(
     Raises:
         ConfigError: unknown problem or solver, a bad suite, a bad time limit, seed or jobs.
     """
-    from packplace.balance.api import check_limits
+    from packplace.result import check_limits
     from packplace.solvers import get
 
     get_adapter(problem)

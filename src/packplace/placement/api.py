@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from packplace.errors import ConfigError
 from packplace.placement.config import PlacementInstance
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.placement.plan import Plan
-from packplace.result import Proposal, SolveResult, finalize
+from packplace.result import SolveResult, solve_with
 
 DEFAULT_SOLVER = "concurrent"
 
@@ -45,30 +43,10 @@ def solve_placement(
             (with the GPU counts or bytes), or a cluster on which even the colocated plan runs out of
             memory (bytes needed and available).
     """
-    from packplace.balance.api import check_limits
-    from packplace.solvers import get
-
     if not isinstance(instance, PlacementInstance):
         raise ConfigError(f"instance: expected a PlacementInstance, got {type(instance).__name__}")
-    spec = get("placement", solver)
-    check_limits(time_limit_s, seed)
     get_table(instance).check()
-    evaluator = get_evaluator(instance)
-    start = time.perf_counter()
-    proposal: Proposal = spec.solve(instance, time_limit_s=time_limit_s, seed=seed, **params)
-    wall_s = time.perf_counter() - start
-
-    def score(solution: Plan) -> tuple[bool, float, str, dict[str, Any]]:
-        result = evaluator.score(solution)
-        reason = "; ".join(result.violations[:3])
-        return result.feasible, result.objective, reason, result.detail() if result.feasible else {}
-
-    return finalize(
-        problem="placement",
-        solver=spec.name,
-        proposal=proposal,
-        score=score,
-        analytic_bound=evaluator.lower_bound(),
-        params={"time_limit_s": time_limit_s, "seed": seed, **params},
-        wall_s=wall_s,
+    return solve_with(
+        problem="placement", instance=instance, solver=solver, evaluator=get_evaluator(instance),
+        time_limit_s=time_limit_s, seed=seed, params=params,
     )
