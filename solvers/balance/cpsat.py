@@ -1,0 +1,543 @@
+"""``cpsat``: the exact balance backend, a CP-SAT model of the whole bin assignment.
+
+Model (samples in :func:`~packplace.balance.schema.key_order`, bins ``b = r·m + j`` rank-major):
+
+* Booleans ``x[i, b]``: sample i sits in bin b; ``Σ_b x[i, b] = 1``; ``Σ_i x[i, b] ≥ 1`` (no empty bin).
+* Bin tokens ``Σ_i t_i·x[i, b] ≤ seq_len`` over the samples that fit; an oversized sample (policy
+  ``single``) forces its bin to hold nothing else. Each named budget: ``Σ_i u_i·x[i, b] ≤ limit``.
+* Rank loads ``ℓ_r = Σ_{b ∈ r} Σ_i ĉ_i·x[i, b]`` (+ the bins' padding cost) as integers, ``ĉ_i``
+  the scaled costs (below).
+* Symmetry breaking: ``ℓ_0 ≥ ℓ_1 ≥ … ≥ ℓ_{D−1}`` (ranks are interchangeable for every objective)
+  and, within a rank, bins by their lowest sample index (sample i opens bin j only after bin j−1
+  holds a sample k < i).
+* Objective: ``makespan`` → minimise ``ℓ_0`` (the largest load, by the ordering); ``balance`` →
+  minimise ``Σ_r ℓ_r²`` (the total is fixed, so this is the variance; converted back with
+  ``balance = D·Σℓ²/T² − 1``); ``rounds`` → minimise ``Σ_k ℓ_{k·g}`` (the loads are sorted, so this
+  is the scheduled-round makespan). The objective is bounded below by the analytic lower bound of
+  the scaled problem, so CP-SAT stops as soon as a solution meets it.
+
+Integer scaling (why: FLOP-sized costs overflow CP-SAT's int arithmetic, and ortools 9.15's presolve
+can certify a wrong optimum once sums pass 2^31). If every cost is an integer and the total fits in
+the load ceiling, the scale is 1 and the model is exact. Otherwise ``scale = min(10^6 / max cost,
+ceiling / total)`` and ``ĉ_i = round(c_i·scale)``: the largest sample becomes ≈10^6 and every
+scaled rank load and the scaled total stay below 2^30 (for ``balance`` also ``D·ceiling² < 2^61``
+so that the squares fit in int64). The rounding error per sample is ``|c_i·scale − ĉ_i| ≤ 0.5``,
+so a rank's scaled load is within ``slack`` of its true load × scale, where ``slack`` is the sum of
+the ``n − (D−1)·m`` largest per-sample errors (a rank holds at most that many samples), plus the
+padding model's error. Proven bounds are converted conservatively to true units (makespan:
+``(B − slack)/scale``; rounds: ``(B − (D/g)·slack)/scale``; balance via ``‖ℓ‖ ≥ √B − √D·slack``),
+and ``optimality_tolerance`` is the relative width of that interval. ``scale``, ``slack`` and the
+tolerance are reported in ``Proposal.info``. The evaluator re-scores every answer in true units.
+
+Padding cost (when the instance has one) is modelled per bin as ``A + B·pad_tokens`` fitted through
+``padding_cost(0)`` and ``padding_cost(seq_len)``; the fit's worst error over every pad length is
+added to the slack (an affine padding cost is modelled exactly up to rounding). Budgets with
+non-decimal usages are rounded conservatively (usage up, limit down): the model is then a
+restriction, so its ``infeasible`` and ``optimal`` verdicts are not claimed.
+
+Determinism: ``random_seed = seed``, ``num_workers = 1`` by default; with more workers, or when the
+time limit cuts the search, the answer can depend on timing. Output bins are rank-major, keys
+within a bin in ``key_order``; the input order of the samples does not matter.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from packplace.balance.evaluator import BalanceEvaluator
+from packplace.balance.schema import BalanceInstance, Sample, SampleKey, key_order
+from packplace.errors import ConfigError
+from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
+from packplace.solvers.registry import available, get, register
+
+#: Default wall-clock budget (seconds) when ``time_limit_s`` is None.
+DEFAULT_TIME_LIMIT_S = 10.0
+#: Scaled cost of the most expensive sample (the rounding resolution is 1 in this many).
+COST_RESOLUTION = 10**6
+#: Ceiling on the scaled total load (so every rank load and objective stays below 2^31).
+LOAD_CEILING = 2**30
+#: Ceiling on D·(scaled total)² for the ``balance`` objective (the squares must fit in int64).
+SQUARE_CEILING = 2**61
+#: Largest seq_len for which the padding cost is tabulated (one call per pad length).
+MAX_PADDING_TABLE = 2**20
+#: A rounding tolerance above this is too loose to call the answer optimal.
+MAX_CLAIM_TOLERANCE = 1e-3
+#: Heuristics tried, in order, for the starting solution (hint, domain bound and fallback).
+START_HEURISTICS = ("repair", "lpt")
+
+
+@dataclass
+class _Scaling:
+    """Integer costs of the model and what the rounding costs in accuracy (scaled units).
+
+    Attributes:
+        scale: Multiplier from true cost units to model units.
+        costs: Per sample (model order), its scaled effective cost: ``llm`` cost, minus the padding
+            it saves its bin when there is a padding model.
+        bin_const: Scaled padding cost of an empty bin (0 without padding), charged to every bin.
+        rank_slack: Bound on |true load·scale − model load| of any rank.
+        total_slack: Bound on |true total·scale − model total|.
+        exact: scale 1 and no rounding anywhere (the model is the instance).
+    """
+
+    scale: float
+    costs: list[int]
+    bin_const: int = 0
+    padded: bool = False
+    rank_slack: float = 0.0
+    total_slack: float = 0.0
+    exact: bool = True
+
+
+@dataclass
+class _Start:
+    """The starting solution: a feasible assignment from a heuristic or the reference."""
+
+    bins: tuple[tuple[SampleKey, ...], ...]
+    source: str
+    objective: float
+
+
+@dataclass
+class _Model:
+    """The CP-SAT model and the variables the solve reads back or hints."""
+
+    model: cp_model.CpModel
+    x: list[list[cp_model.IntVar]]
+    loads: list[cp_model.IntVar]
+    squares: list[cp_model.IntVar] = field(default_factory=list)
+    exact_budgets: bool = True
+
+
+def _heuristic_start(instance: BalanceInstance, seed: int, time_limit_s: float | None = None) -> _Start | None:
+    """The best feasible starting assignment: a registered heuristic's answer or the reference bins.
+
+    Tries the heuristics of :data:`START_HEURISTICS` in order (``repair``, else ``lpt``) through the
+    registry and takes the first that returns a feasible assignment; the instance's reference bins
+    compete with it, and the better of the two (evaluator objective, ties to the heuristic) is the
+    start. Returns None when neither exists (e.g. a heuristic dead end without reference bins).
+    """
+    evaluator = BalanceEvaluator(instance)
+    names = available("balance")
+    candidates: list[_Start] = []
+    for name in START_HEURISTICS:
+        if name not in names:
+            continue
+        proposal = get("balance", name).solve(instance, time_limit_s=time_limit_s, seed=seed)
+        if proposal.solution is None:
+            continue
+        bins = getattr(proposal.solution, "bins", proposal.solution)
+        bins = tuple(tuple(b) for b in bins)
+        score = evaluator.score(bins)
+        if score.feasible:
+            candidates.append(_Start(bins, name, score.objective))
+            break
+    if instance.reference_bins is not None:
+        candidates.append(_Start(instance.reference_bins, "reference", evaluator.objective(instance.reference_bins)))
+    if not candidates:
+        return None
+    return min(candidates, key=lambda start: start.objective)
+
+
+def _integral(values: Sequence[float]) -> bool:
+    return all(float(v).is_integer() for v in values)
+
+
+def _scale_costs(instance: BalanceInstance, samples: Sequence[Sample]) -> _Scaling:
+    """Choose the integer scale (module docstring) and measure its rounding error.
+
+    Padding, when configured, is fitted as ``f(p) ≈ A + B·p`` (p pad tokens, through ``f(0)`` and
+    ``f(seq_len)``) and folded into the model linearly: every bin is charged ``A + B·seq_len``, a
+    fitting sample of t tokens costs ``c − B·t`` (the padding it fills) and an oversized sample
+    ``c − B·seq_len`` (its bin has no padding). The fit's worst residual joins the slack.
+    """
+    ranks, per_rank = instance.data_parallel_size, instance.local_batch_size
+    bins = ranks * per_rank
+    seq_len = instance.constraints.seq_len
+    costs = [s.cost.llm for s in samples]
+    ceiling = LOAD_CEILING
+    if instance.objective == "balance":
+        ceiling = min(ceiling, math.isqrt(SQUARE_CEILING // ranks))
+
+    table: list[float] = []
+    slope = 0.0
+    if instance.padding_cost is not None:
+        table = [instance.padding_cost(p).llm for p in range(seq_len + 1)]
+        slope = (table[-1] - table[0]) / seq_len
+    effective = [c - slope * min(s.tokens, seq_len) for c, s in zip(costs, samples)]
+    empty_bin = table[0] + slope * seq_len if table else 0.0
+    residual = max((abs(f - (table[0] + slope * p)) for p, f in enumerate(table)), default=0.0)
+
+    biggest = max(max(costs), max(table, default=0.0))
+    total_upper = math.fsum(costs) + bins * max(table, default=0.0)
+    integral = all(float(v).is_integer() for v in [*effective, empty_bin]) and residual == 0.0
+    if biggest <= 0 or (integral and total_upper <= ceiling):
+        scale = 1.0
+    else:
+        scale = min(COST_RESOLUTION / biggest, ceiling / total_upper)
+
+    scaled = [round(c * scale) for c in effective]
+    errors = sorted((abs(c * scale - s) for c, s in zip(effective, scaled)), reverse=True)
+    bin_const = round(empty_bin * scale)
+    bin_error = abs(empty_bin * scale - bin_const) + residual * scale
+    most_per_rank = len(samples) - (ranks - 1) * per_rank  # the other ranks need m samples each
+    rank_slack = math.fsum(errors[:most_per_rank]) + per_rank * bin_error
+    total_slack = math.fsum(errors) + bins * bin_error
+    exact = scale == 1.0 and total_slack == 0.0
+    if not exact:
+        # Floating-point noise of c·scale itself (relative ~1e-16), on top of the rounding.
+        noise = 1e-12 * (sum(abs(c) for c in scaled) + bins * abs(bin_const) + 1.0)
+        rank_slack += noise
+        total_slack += noise
+    return _Scaling(scale, scaled, bin_const, bool(table), rank_slack, total_slack, exact)
+
+
+def _integer_budget(usages: list[float], limit: float) -> tuple[list[int], int, bool]:
+    """Integer usages and limit for one budget: exact when decimal (≤ 6 places), else conservative."""
+    values = [*usages, limit]
+    for digits in range(7):
+        factor = 10**digits
+        if all(abs(v * factor - round(v * factor)) <= 1e-9 * max(1.0, abs(v * factor)) for v in values):
+            return [round(u * factor) for u in usages], round(limit * factor), True
+    factor = 10**6
+    return [math.ceil(u * factor) for u in usages], math.floor(limit * factor), False
+
+
+def _infeasible_by_counting(instance: BalanceInstance) -> str | None:
+    """A reason the instance has no feasible assignment, found by counting, or None.
+
+    More samples using over half of a bin's capacity (tokens or any budget) than there are bins:
+    no two of them can share a bin.
+    """
+    bins = instance.num_bins
+    seq_len = instance.constraints.seq_len
+    large = sum(1 for s in instance.samples if 2 * s.tokens > seq_len)
+    if large > bins:
+        return f"{large} samples have more than seq_len/2 = {seq_len / 2:g} tokens, only {bins} bins"
+    for name, limit in instance.constraints.budgets.items():
+        heavy = sum(1 for s in instance.samples if 2 * s.budgets.get(name, 0.0) > limit)
+        if heavy > bins:
+            return f"{heavy} samples use more than half of budget {name!r} (limit {limit:g}), only {bins} bins"
+    return None
+
+
+def _scaled_lower_bound(instance: BalanceInstance, scaling: _Scaling, scaled_total: int) -> int:
+    """A valid lower bound on the *scaled* model's objective (integers)."""
+    ranks, group = instance.data_parallel_size, instance.group_size
+    if instance.objective == "balance":
+        return -(-scaled_total * scaled_total // ranks)  # Cauchy–Schwarz: Σℓ² ≥ T²/D
+    bound = -(-scaled_total // ranks)
+    if not scaling.padded:
+        ordered = sorted(scaling.costs, reverse=True)
+        bound = max(bound, ordered[0])
+        if len(ordered) > ranks:
+            bound = max(bound, ordered[ranks - 1] + ordered[ranks])
+    if instance.objective == "rounds":
+        bound = max(bound, -(-scaled_total // group))
+    return bound
+
+
+def _order_start(
+    bins: Sequence[Sequence[SampleKey]], instance: BalanceInstance, index: dict[SampleKey, int],
+    scaling: _Scaling,
+) -> tuple[list[list[int]], list[int]]:
+    """The start's bins as sample indices, re-ordered to satisfy the symmetry breaking; and its model loads.
+
+    Ranks go by non-increasing model load (ties by position) and, within a rank, bins by their
+    lowest sample index: exactly the order the model's symmetry-breaking constraints demand.
+    """
+    m = instance.local_batch_size
+    as_index = [sorted(index[k] for k in b) for b in bins]
+    ranks = [as_index[r * m:(r + 1) * m] for r in range(instance.data_parallel_size)]
+    loads = [sum(scaling.costs[i] for b in rank for i in b) + m * scaling.bin_const for rank in ranks]
+    order = sorted(range(len(ranks)), key=lambda r: (-loads[r], r))
+    ordered: list[list[int]] = []
+    for r in order:
+        ordered.extend(sorted(ranks[r], key=lambda b: b[0]))
+    return ordered, [loads[r] for r in order]
+
+
+def _scaled_objective(name: str, loads: list[int], group: int) -> int:
+    if name == "makespan":
+        return max(loads)
+    if name == "rounds":
+        return sum(sorted(loads, reverse=True)[::group])
+    return sum(load * load for load in loads)
+
+
+def _build_model(
+    instance: BalanceInstance, samples: list, scaling: _Scaling, load_upper: int, objective_lower: int,
+) -> _Model:
+    """The CP-SAT model of the module docstring."""
+    ranks, m = instance.data_parallel_size, instance.local_batch_size
+    n, nbins = len(samples), instance.num_bins
+    constraints = instance.constraints
+    seq_len = constraints.seq_len
+    model = cp_model.CpModel()
+    x = [[model.NewBoolVar(f"x_{i}_{b}") for b in range(nbins)] for i in range(n)]
+    for i in range(n):
+        model.AddExactlyOne(x[i])
+    for b in range(nbins):
+        model.AddBoolOr([x[i][b] for i in range(n)])
+
+    oversized = [s.tokens > seq_len for s in samples]
+    regular = [i for i in range(n) if not oversized[i]]
+    for b in range(nbins):
+        fitting = sum(samples[i].tokens * x[i][b] for i in regular)
+        model.Add(fitting <= seq_len)
+        for i in range(n):
+            if oversized[i]:
+                model.Add(sum(x[j][b] for j in range(n) if j != i) == 0).OnlyEnforceIf(x[i][b])
+
+    exact_budgets = True
+    for name, limit in constraints.budgets.items():
+        usages, int_limit, exact = _integer_budget([s.budgets.get(name, 0.0) for s in samples], limit)
+        exact_budgets &= exact
+        users = [i for i in range(n) if usages[i] > 0]
+        if sum(usages) <= int_limit:
+            continue
+        for b in range(nbins):
+            model.Add(sum(usages[i] * x[i][b] for i in users) <= int_limit)
+
+    # Rounding can push a near-zero model load a little below 0 when padding is folded in.
+    load_lower = -(n + nbins) if scaling.padded else 0
+    loads = [model.NewIntVar(load_lower, load_upper, f"load_{r}") for r in range(ranks)]
+    for r in range(ranks):
+        bins_of_rank = range(r * m, (r + 1) * m)
+        work = sum(scaling.costs[i] * x[i][b] for b in bins_of_rank for i in range(n) if scaling.costs[i])
+        model.Add(loads[r] == work + m * scaling.bin_const)
+
+    # Symmetry breaking: ranks by non-increasing load; the bins of a rank by their lowest sample
+    # index (sample i may open bin j only if bin j−1 already holds a sample k < i).
+    for r in range(ranks - 1):
+        model.Add(loads[r] >= loads[r + 1])
+    for r in range(ranks):
+        for b in range(r * m + 1, (r + 1) * m):
+            # opened[i] ⇔ bin b−1 holds one of the samples 0..i (a monotone chain, O(n) per bin).
+            opened = [x[0][b - 1]]
+            model.Add(x[0][b] == 0)
+            for i in range(1, n):
+                model.Add(x[i][b] <= opened[-1])
+                if i < n - 1:
+                    now = model.NewBoolVar(f"opened_{i}_{b - 1}")
+                    model.AddBoolOr([opened[-1], x[i][b - 1]]).OnlyEnforceIf(now)
+                    model.AddImplication(opened[-1], now)
+                    model.AddImplication(x[i][b - 1], now)
+                    opened.append(now)
+
+    built = _Model(model, x, loads, exact_budgets=exact_budgets)
+    if instance.objective == "makespan":
+        model.Add(loads[0] >= objective_lower)
+        model.Minimize(loads[0])
+    elif instance.objective == "rounds":
+        leaders = sum(loads[k] for k in range(0, ranks, instance.group_size))
+        model.Add(leaders >= objective_lower)
+        model.Minimize(leaders)
+    else:
+        top = max(load_upper, -load_lower)
+        built.squares = [model.NewIntVar(0, top * top, f"square_{r}") for r in range(ranks)]
+        for load, square in zip(loads, built.squares):
+            model.AddMultiplicationEquality(square, [load, load])
+        model.Add(sum(built.squares) >= objective_lower)
+        model.Minimize(sum(built.squares))
+    return built
+
+
+def _true_bound(
+    instance: BalanceInstance, scaling: _Scaling, scaled_bound: int, scaled_total: int,
+) -> tuple[float, float]:
+    """(lower bound in true units, relative tolerance of an optimal claim) from the scaled bound."""
+    ranks, name = instance.data_parallel_size, instance.objective
+    slack, scale = scaling.rank_slack, scaling.scale
+    if name in ("makespan", "rounds"):
+        if name == "rounds":
+            slack *= ranks // instance.group_size
+        lower = max(0.0, (scaled_bound - slack) / scale)
+        upper = (scaled_bound + slack) / scale
+    else:
+        root = math.sqrt(scaled_bound)
+        spread = math.sqrt(ranks) * slack
+        total_high = scaled_total + scaling.total_slack
+        total_low = scaled_total - scaling.total_slack
+        if total_low <= 0:
+            return 0.0, 0.0 if scaling.exact else math.inf
+        lower = max(0.0, ranks * max(0.0, root - spread) ** 2 / total_high**2 - 1.0)
+        upper = ranks * (root + spread) ** 2 / total_low**2 - 1.0
+    if scaling.exact:
+        return lower, 0.0
+    if lower <= 0:
+        return 0.0, math.inf if upper > 0 else 0.0
+    return lower, max(0.0, upper / lower - 1.0)
+
+
+def _configure(solver: cp_model.CpSolver, time_limit_s: float, seed: int, num_workers: int) -> None:
+    """CP-SAT parameters: time limit, fixed seed, worker count."""
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.random_seed = seed
+    solver.parameters.num_workers = num_workers
+
+
+def _canonical(bins: Sequence[Sequence[SampleKey]]) -> tuple[tuple[SampleKey, ...], ...]:
+    return tuple(tuple(sorted(b, key=key_order)) for b in bins)
+
+
+@register("balance", "cpsat", exact=True)
+def solve(
+    instance: BalanceInstance,
+    *,
+    time_limit_s: float | None = None,
+    seed: int = 0,
+    num_workers: int = 1,
+    **params: Any,
+) -> Proposal:
+    """Exact CP-SAT assignment (scaled integer costs, symmetry breaking, heuristic hint).
+
+    Args:
+        instance: The balance instance (validated on construction).
+        time_limit_s: Wall-clock budget in seconds for the whole call, heuristic start included
+            (default :data:`DEFAULT_TIME_LIMIT_S`).
+        seed: CP-SAT ``random_seed`` (and the heuristics' seed).
+        num_workers: CP-SAT search workers; 1 (default) is deterministic for a fixed seed.
+
+    Returns:
+        A :class:`~packplace.result.Proposal`: rank-major bins; status ``optimal`` (proven, within
+        ``optimality_tolerance``), ``feasible`` (time limit, or a solution no better than the start),
+        ``infeasible`` (proven by CP-SAT or by counting) or ``unknown``; ``bound`` a proven lower
+        bound in true cost units; ``info`` the scale, rounding slack, tolerance and the start used.
+
+    Raises:
+        ConfigError: ``num_workers`` not an integer ≥ 1, or an unknown parameter.
+    """
+    if params:
+        raise ConfigError(f"cpsat: unknown parameter {sorted(params)[0]!r}; valid: num_workers")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ConfigError(f"num_workers: must be an integer >= 1, got {num_workers!r}")
+    limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else float(time_limit_s)
+    started = time.perf_counter()
+
+    reason = _infeasible_by_counting(instance)
+    if reason is not None:
+        return Proposal(None, INFEASIBLE, message=f"infeasible (counting argument): {reason}",
+                        info={"proof": "counting"})
+
+    evaluator = BalanceEvaluator(instance)
+    analytic = evaluator.lower_bound()
+    start = _heuristic_start(instance, seed, time_limit_s=max(0.05, 0.2 * limit))
+    info: dict[str, Any] = {"start": start.source if start else None,
+                            "start_objective": start.objective if start else None}
+    if start is not None and start.objective <= analytic * (1 + OPTIMALITY_RTOL):
+        info.update(scale=None, slack=0.0, optimality_tolerance=0.0, returned=start.source)
+        return Proposal(_canonical(start.bins), OPTIMAL, bound=analytic, iterations=0,
+                        message=f"{start.source} start meets the analytic lower bound; CP-SAT not run",
+                        info=info)
+
+    samples = sorted(instance.samples, key=lambda s: key_order(s.key))
+    index = {s.key: i for i, s in enumerate(samples)}
+    if instance.padding_cost is not None and instance.constraints.seq_len > MAX_PADDING_TABLE:
+        message = f"padding cost with seq_len > {MAX_PADDING_TABLE} is not modelled; returning the start"
+        if start is None:
+            return Proposal(None, UNKNOWN, bound=analytic, message=message, info=info)
+        return Proposal(_canonical(start.bins), FEASIBLE, bound=analytic, message=message, info=info)
+    scaling = _scale_costs(instance, samples)
+    scaled_total = sum(scaling.costs) + instance.num_bins * scaling.bin_const
+    info.update(scale=scaling.scale, slack=scaling.rank_slack, exact_scaling=scaling.exact)
+
+    hint_bins: list[list[int]] | None = None
+    ceiling = max(scaled_total, 0)
+    if start is not None:
+        hint_bins, hint_loads = _order_start(start.bins, instance, index, scaling)
+        hint_value = _scaled_objective(instance.objective, hint_loads, instance.group_size)
+        if instance.objective == "balance":
+            ceiling = math.isqrt(hint_value)
+        else:
+            ceiling = hint_value
+    objective_lower = _scaled_lower_bound(instance, scaling, scaled_total)
+    built = _build_model(instance, samples, scaling, ceiling, objective_lower)
+    if hint_bins is not None:
+        member = {(i, b) for b, members in enumerate(hint_bins) for i in members}
+        for i in range(len(samples)):
+            for b in range(instance.num_bins):
+                built.model.AddHint(built.x[i][b], (i, b) in member)
+        for load, value in zip(built.loads, hint_loads):
+            built.model.AddHint(load, value)
+        for square, value in zip(built.squares, hint_loads):
+            built.model.AddHint(square, value * value)
+
+    solver = cp_model.CpSolver()
+    _configure(solver, max(0.05, limit - (time.perf_counter() - started)), seed, num_workers)
+    cp_status = solver.Solve(built.model)
+    status_name = solver.StatusName(cp_status)
+    log = [
+        f"cp-sat status {status_name}, wall {solver.WallTime():.3f} s, branches {solver.NumBranches()}, "
+        f"conflicts {solver.NumConflicts()}, booleans {solver.NumBooleans()}",
+        f"scale {scaling.scale:.6g} ({'exact' if scaling.exact else 'rounded'}), rank slack {scaling.rank_slack:.3g}"
+        f" (scaled units), objective lower bound {objective_lower} (scaled)",
+        f"start {info['start']} objective {info['start_objective']!r}",
+    ]
+    info["cp_status"] = status_name
+    hit_limit = cp_status in (cp_model.FEASIBLE, cp_model.UNKNOWN)
+    exact_model = built.exact_budgets
+
+    if cp_status == cp_model.INFEASIBLE:
+        if start is not None:  # a feasible start contradicts the proof: only a restricted model can say this
+            return Proposal(_canonical(start.bins), FEASIBLE, bound=analytic, iterations=solver.NumBranches(),
+                            message="CP-SAT found no solution although the start is feasible (the model is "
+                                    "restricted by rounded budgets); returning the start",
+                            log=log, info=info)
+        if exact_model:
+            return Proposal(None, INFEASIBLE, iterations=solver.NumBranches(), log=log, info=info,
+                            message="CP-SAT proved that no assignment fits the constraints")
+        return Proposal(None, UNKNOWN, iterations=solver.NumBranches(), log=log, info=info,
+                        message="no assignment fits the conservatively rounded budgets (not a proof)")
+
+    bound, tolerance = analytic, math.inf
+    if cp_status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and exact_model:
+        scaled_bound = max(math.ceil(solver.BestObjectiveBound() - 1e-6), objective_lower)
+        cp_bound, tolerance = _true_bound(instance, scaling, scaled_bound, scaled_total)
+        bound = max(bound, cp_bound)
+        info["cp_bound_scaled"] = scaled_bound
+    info["optimality_tolerance"] = tolerance
+
+    solution, source, objective = None, None, math.inf
+    if cp_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        bins = [[] for _ in range(instance.num_bins)]
+        for i, sample in enumerate(samples):
+            for b in range(instance.num_bins):
+                if solver.BooleanValue(built.x[i][b]):
+                    bins[b].append(sample.key)
+                    break
+        solution, source = _canonical(bins), "cpsat"
+        objective = evaluator.objective(solution)
+        info["cp_objective_scaled"] = int(round(solver.ObjectiveValue()))
+    if start is not None and start.objective < objective:
+        solution, source, objective = _canonical(start.bins), start.source, start.objective
+    info["returned"] = source
+    if solution is None:
+        return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=hit_limit, iterations=solver.NumBranches(),
+                        message=f"CP-SAT found no solution ({status_name}) and there is no start", log=log,
+                        info=info)
+
+    proven = (
+        cp_status == cp_model.OPTIMAL and exact_model and tolerance <= MAX_CLAIM_TOLERANCE
+        and objective <= bound * (1 + tolerance) + 1e-12
+    )
+    if source == "cpsat":
+        message = ""
+    elif cp_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        message = f"CP-SAT did not beat the {source} start; returning it"
+    else:
+        message = f"CP-SAT ended {status_name} without a solution; returning the {source} start"
+    if cp_status == cp_model.OPTIMAL and not proven:
+        note = "optimal for the scaled model only (rounding tolerance too loose or restricted budgets)"
+        message = f"{message}; {note}" if message else note
+    return Proposal(
+        solution, OPTIMAL if proven else FEASIBLE, bound=bound, hit_time_limit=hit_limit,
+        iterations=solver.NumBranches(), message=message, log=log, info=info,
+        optimality_tolerance=max(OPTIMALITY_RTOL, tolerance if math.isfinite(tolerance) else OPTIMALITY_RTOL),
+    )

@@ -1,0 +1,292 @@
+"""The exact CP-SAT balance backend: hand-computed optima, brute force, scaling, statuses, properties."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import packplace
+import packplace.solvers.balance.cpsat as cpsat_module
+from packplace.balance.evaluator import BalanceEvaluator
+from packplace.balance.schema import BalanceInstance, Sample, WorkloadCost, make_instance
+from packplace.errors import ConfigError
+from packplace.result import OPTIMALITY_RTOL
+from packplace.solvers import available, get
+
+HEURISTICS = ("lpt", "repair", "karmarkar_karp")
+
+
+@pytest.fixture(params=["with_start", "without_start"])
+def start_mode(request, monkeypatch):
+    """Run each hand-computed case twice: with the heuristic start, and with CP-SAT alone."""
+    if request.param == "without_start":
+        monkeypatch.setattr(cpsat_module, "_heuristic_start", lambda *args, **kwargs: None)
+    return request.param
+
+
+def solve(instance, time_limit_s=5.0, seed=0, **params):
+    return packplace.balance(instance, "cpsat", time_limit_s=time_limit_s, seed=seed, **params)
+
+
+def tolerance(result) -> float:
+    """The relative tolerance of an optimal claim: the backend's documented one, at least the front-end's."""
+    value = result.info.get("optimality_tolerance", 0.0)
+    return max(OPTIMALITY_RTOL, value if value is not None and math.isfinite(value) else 0.0)
+
+
+def brute_force(instance: BalanceInstance) -> float:
+    """Minimum evaluator objective over every assignment of samples to D·m bins (inf if none is feasible)."""
+    evaluator = BalanceEvaluator(instance)
+    keys = [s.key for s in instance.samples]
+    best = math.inf
+    for choice in itertools.product(range(instance.num_bins), repeat=len(keys)):
+        bins = [[] for _ in range(instance.num_bins)]
+        for key, b in zip(keys, choice):
+            bins[b].append(key)
+        if evaluator.violations(bins):
+            continue
+        best = min(best, evaluator.objective(bins))
+    return best
+
+
+def test_registered_as_exact_with_every_heuristic_alongside():
+    spec = get("balance", "cpsat")
+    assert spec.exact is True
+    assert set(HEURISTICS) <= set(available("balance"))
+
+
+def test_two_ranks_makespan_15(start_mode):
+    instance = make_instance([1] * 5, [8, 7, 6, 5, 4], seq_len=100, data_parallel_size=2)
+    result = solve(instance)
+    assert result.status == "optimal"
+    assert result.objective == 15
+    assert result.bound == 15
+    proposal = get("balance", "cpsat").solve(instance, time_limit_s=5)
+    assert proposal.bound == 15
+
+
+def test_capacity_bound_three_ranks(start_mode):
+    tokens = [2, 6, 3, 3, 2, 9, 4]
+    instance = make_instance(tokens, seq_len=10, data_parallel_size=3)
+    result = solve(instance)
+    assert result.status == "optimal"
+    assert result.objective == 10
+    assert result.bound == 10
+    size = dict(enumerate(tokens))
+    assert all(sum(size[k] for k in b) <= 10 for b in result.solution.bins)
+
+
+def test_exact_integer_costs_use_scale_one(start_mode):
+    instance = make_instance([3, 3, 3, 3, 3], [10, 9, 8, 2, 2], seq_len=100, data_parallel_size=2)
+    result = solve(instance)
+    # Best split {10, 2, 2} | {9, 8}: 17, above the analytic bound 15.5, so CP-SAT must prove it.
+    assert result.status == "optimal" and result.objective == 17 and result.bound == 17
+    if start_mode == "without_start":
+        assert result.info["scale"] == 1.0 and result.info["optimality_tolerance"] == 0.0
+
+
+def _flop_instance(divisor: float, count: int = 12) -> BalanceInstance:
+    rng = random.Random(7)
+    costs = [1.9e9 * (1 + 0.5 * rng.random()) / divisor for _ in range(count)]
+    return make_instance([32768] * count, costs, seq_len=65536, data_parallel_size=3, local_batch_size=2)
+
+
+def test_flop_sized_costs_match_the_divided_instance(start_mode):
+    big, small = solve(_flop_instance(1.0)), solve(_flop_instance(1024.0))
+    assert big.status == small.status == "optimal"
+    assert big.info["scale"] < 1  # scaled, not exact: the total is far above 2^31
+    tol = max(tolerance(big), tolerance(small))
+    assert OPTIMALITY_RTOL < tol < 1e-4
+    assert big.objective / (1024 * small.objective) == pytest.approx(1.0, rel=2 * tol)
+    for result in (big, small):
+        assert result.objective <= result.bound * (1 + tolerance(result)) + 1e-9
+        assert result.bound <= result.objective * (1 + 1e-12)
+
+
+def test_flop_sized_costs_against_brute_force(start_mode):
+    rng = random.Random(3)
+    tokens = [rng.randint(1000, 32768) for _ in range(7)]
+    costs = [1.9e9 * (1 + t / 32768) + rng.random() * 1e7 for t in tokens]
+    instance = make_instance(tokens, costs, seq_len=65536, data_parallel_size=3)
+    result = solve(instance)
+    optimum = brute_force(instance)
+    assert result.status == "optimal"
+    assert optimum <= result.objective <= optimum * (1 + tolerance(result)) + 1e-6
+    assert result.bound <= optimum
+
+
+def _tiny_cases():
+    cases = []
+    for seed in range(6):
+        rng = random.Random(seed)
+        n = rng.randint(4, 7)
+        ranks = rng.randint(2, 3)
+        tokens = [rng.randint(1, 9) for _ in range(n)]
+        costs = [rng.randint(0, 30) for _ in range(n)]
+        seq_len = max(max(tokens), -(-sum(tokens) // ranks) + rng.randint(0, 6))
+        cases.append((seed, tokens, costs, seq_len, ranks))
+    return cases
+
+
+@pytest.mark.parametrize("objective", ["makespan", "balance", "rounds"])
+@pytest.mark.parametrize("case", _tiny_cases(), ids=lambda case: f"seed{case[0]}")
+def test_matches_brute_force(case, objective, start_mode):
+    _, tokens, costs, seq_len, ranks = case
+    group = None
+    if objective == "rounds":  # rounds is only different from makespan/total with g ∉ {1, D}
+        ranks, group, tokens, costs = 4, 2, tokens[:6], costs[:6]
+        seq_len = max(max(tokens), seq_len)
+    instance = make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, objective=objective,
+                             group_size=group)
+    optimum = brute_force(instance)
+    result = solve(instance)
+    if math.isinf(optimum):
+        assert result.status in ("infeasible", "unknown")
+        return
+    assert result.status == "optimal"
+    assert result.objective == pytest.approx(optimum, rel=1e-9, abs=1e-12)
+    assert result.bound <= result.objective * (1 + 1e-9) + 1e-12
+
+
+@pytest.mark.parametrize("objective", ["makespan", "balance"])
+@pytest.mark.parametrize("kind", ["padding", "oversized", "budget", "local_batch"])
+def test_model_features_against_brute_force(kind, objective, start_mode):
+    tokens, costs = [4, 7, 3, 5, 2, 6], [9.5, 3.25, 7.0, 1.5, 8.0, 4.75]
+    extra = {}
+    seq_len, ranks, per_rank = 16, 2, 1
+    if kind == "padding":
+        extra["padding_cost"] = lambda pad: WorkloadCost(0.5 + 0.75 * pad)  # affine: modelled up to rounding
+    elif kind == "oversized":
+        tokens, ranks = [4, 20, 3, 5, 2, 6], 3
+        extra["oversized_policy"] = "single"
+    elif kind == "budget":
+        extra["budgets"] = {"vision": 1.5}
+    else:
+        ranks, per_rank, seq_len = 2, 2, 9
+    if kind == "budget":
+        usage = [1.0, 0.0, 0.5, 1.0, 0.25, 0.0]
+        samples = tuple(Sample(i, t, c, {"vision": u}) for i, (t, c, u) in enumerate(zip(tokens, costs, usage)))
+        from packplace.balance.schema import PackingConstraints
+
+        instance = BalanceInstance(samples, PackingConstraints(seq_len, {"vision": 1.5}), ranks, objective=objective)
+    else:
+        instance = make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks,
+                                 local_batch_size=per_rank, objective=objective, **extra)
+    optimum = brute_force(instance)
+    result = solve(instance)
+    assert result.status == "optimal", result.message
+    assert optimum <= result.objective * (1 + 1e-12)
+    assert result.objective <= optimum * (1 + tolerance(result)) + 1e-9
+    assert result.bound <= optimum * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("objective", ["makespan", "balance"])
+def test_non_affine_padding_is_honest(objective, start_mode):
+    """A padding cost with a jump at 0 is fitted linearly; the residual widens the bound, never breaks it."""
+    def padding(pad: int) -> WorkloadCost:
+        return WorkloadCost(0.75 * pad + (1.0 if pad else 0.0))
+
+    instance = make_instance([4, 7, 3, 5, 2, 6], [9.5, 3.25, 7.0, 1.5, 8.0, 4.75], seq_len=16, data_parallel_size=2,
+                             objective=objective, padding_cost=padding)
+    optimum = brute_force(instance)
+    result = solve(instance)
+    assert result.ok
+    assert optimum <= result.objective * (1 + 1e-12)
+    assert result.bound <= optimum * (1 + 1e-12)
+    if result.status == "optimal":
+        assert result.objective <= result.bound * (1 + tolerance(result)) + 1e-9
+
+
+def test_infeasible_by_counting_without_solving():
+    instance = make_instance([6, 6, 6], seq_len=10, data_parallel_size=1, local_batch_size=2)
+    proposal = get("balance", "cpsat").solve(instance, time_limit_s=5)
+    assert proposal.status == "infeasible" and proposal.info["proof"] == "counting"
+    assert solve(instance).status == "infeasible"
+
+
+def test_infeasible_proven_by_cpsat():
+    # 5 items of 4 tokens, two bins of 10: each bin takes at most 2 items, though 20 tokens fit 20 slots.
+    instance = make_instance([4] * 5, seq_len=10, data_parallel_size=1, local_batch_size=2)
+    result = solve(instance)
+    assert result.status == "infeasible"
+    assert result.solution is None
+    assert "CP-SAT" in result.message
+
+
+def test_time_limit_respected_with_honest_status():
+    rng = random.Random(11)
+    tokens = [rng.randint(200, 4000) for _ in range(60)]
+    costs = [t * (1 + t / 4096) * 1e6 + rng.random() for t in tokens]
+    instance = make_instance(tokens, costs, seq_len=16384, data_parallel_size=8, local_batch_size=2)
+    started = time.perf_counter()
+    result = solve(instance, time_limit_s=1.0)
+    assert time.perf_counter() - started < 3.0
+    assert result.ok and result.solution is not None
+    if result.status == "feasible":
+        assert result.hit_time_limit or result.gap > 0
+    else:
+        assert result.objective <= result.bound * (1 + tolerance(result)) + 1e-9
+
+
+def test_deterministic_under_shuffled_input():
+    rng = random.Random(5)
+    samples = [Sample(f"doc{i}", rng.randint(1, 9), rng.randint(1, 40)) for i in range(14)]
+    shuffled = samples[:]
+    random.Random(1).shuffle(shuffled)
+    from packplace.balance.schema import PackingConstraints
+
+    constraints = PackingConstraints(20)
+    first = solve(BalanceInstance(tuple(samples), constraints, 3, 2), seed=4)
+    second = solve(BalanceInstance(tuple(shuffled), constraints, 3, 2), seed=4)
+    assert first.solution.bins == second.solution.bins
+    assert first.objective == second.objective
+
+
+def test_bad_parameters_are_config_errors():
+    instance = make_instance([1, 1], seq_len=4, data_parallel_size=2)
+    with pytest.raises(ConfigError, match="num_workers"):
+        solve(instance, num_workers=0)
+    with pytest.raises(ConfigError, match="max_repair_pairs"):
+        solve(instance, max_repair_pairs=3)
+
+
+@st.composite
+def small_instances(draw):
+    ranks = draw(st.sampled_from([1, 2, 3, 4]))
+    per_rank = draw(st.sampled_from([1, 2])) if ranks <= 2 else 1
+    n = draw(st.integers(ranks * per_rank, min(9, ranks * per_rank + 5)))
+    tokens = draw(st.lists(st.integers(1, 10), min_size=n, max_size=n))
+    costs = draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
+    if draw(st.booleans()):  # FLOP-sized floats: exercises the scaled path
+        costs = [c * 1.9e9 / 7 for c in costs]
+    bins = ranks * per_rank
+    seq_len = max(max(tokens), -(-sum(tokens) // bins)) + draw(st.integers(0, 8))
+    objective = draw(st.sampled_from(["makespan", "balance", "rounds"]))
+    group = 2 if objective == "rounds" and ranks == 4 else None
+    return make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=per_rank,
+                         objective=objective, group_size=group)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_instances())
+def test_properties_exact_dominates_heuristics(instance):
+    result = solve(instance, time_limit_s=5.0)
+    if result.status in ("infeasible", "unknown"):
+        for name in HEURISTICS:
+            assert not packplace.balance(instance, name).ok, name
+        return
+    assert result.ok
+    tol = tolerance(result)
+    assert result.bound <= result.objective * (1 + 1e-9) + 1e-12
+    if result.status == "optimal":
+        assert result.objective <= result.bound * (1 + tol) + 1e-9
+    for name in HEURISTICS:
+        heuristic = packplace.balance(instance, name, seed=0)
+        if heuristic.ok:
+            assert result.objective <= heuristic.objective * (1 + tol) + 1e-9, name
