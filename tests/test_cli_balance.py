@@ -42,3 +42,23 @@ def test_unknown_solver_exits_2(capsys):
 def test_missing_config_file_exits_2(capsys):
     assert main(["balance", "--config", "/nonexistent.yaml"]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_min_gain_runs_the_planner_and_records_the_decision(tmp_path, capsys):
+    config = tmp_path / "gate.yaml"
+    # costs (9, 9, 1, 1), 5 tokens each, 2 ranks of capacity 10; reference pairs the two heavy samples
+    config.write_text(
+        "seq_len: 10\ndata_parallel_size: 2\ncost: {kind: given}\n"
+        "samples: {items: [{key: 0, tokens: 5, cost: 9}, {key: 1, tokens: 5, cost: 9},"
+        " {key: 2, tokens: 5, cost: 1}, {key: 3, tokens: 5, cost: 1}]}\n"
+        "reference: [[0, 1], [2, 3]]\n"
+    )
+    out = tmp_path / "r.json"
+    assert main(["balance", "--config", str(config), "--min-gain", "0", "--out", str(out)]) == 0
+    assert "use the new layout" in capsys.readouterr().out
+    decision = json.loads(out.read_text())["planner"]["decision"]
+    assert decision["accepted"] is True
+    assert decision["reference_objective"] == 18.0 and decision["accepted_objective"] == 10.0
+    # a threshold above the achievable gain (8/18 = 44%) keeps the reference
+    assert main(["balance", "--config", str(config), "--min-gain", "0.5", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["planner"]["decision"]["accepted"] is False

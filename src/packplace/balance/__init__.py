@@ -13,6 +13,7 @@ import types
 
 from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator, BalanceScore, evaluate
+from packplace.balance.planner import BalanceDecision, BalancePlan, plan_balance
 from packplace.balance.schema import (
     Assignment,
     BalanceInstance,
@@ -24,6 +25,8 @@ from packplace.balance.schema import (
 
 __all__ = [
     "Assignment",
+    "BalanceDecision",
+    "BalancePlan",
     "BalanceEvaluator",
     "BalanceInstance",
     "BalanceScore",
@@ -32,6 +35,7 @@ __all__ = [
     "WorkloadCost",
     "evaluate",
     "make_instance",
+    "plan_balance",
     "solve_balance",
 ]
 

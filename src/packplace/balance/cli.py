@@ -10,6 +10,7 @@ from typing import Any
 
 from packplace.balance.api import DEFAULT_SOLVER, solve_balance
 from packplace.balance.config import load_config
+from packplace.balance.planner import plan_balance
 from packplace.result import SolveResult
 from packplace.table import render_table
 
@@ -26,6 +27,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--time-limit", type=float, default=None, metavar="S", help="time limit in seconds")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--out", default=None, metavar="FILE", help="write the result as JSON")
+    parser.add_argument(
+        "--min-gain", type=float, default=None, metavar="G",
+        help="run the planner: keep the config's reference grouping unless the new layout's objective is "
+             "better by more than this relative gain (e.g. 0.02); the decision is printed and written",
+    )
     parser.set_defaults(func=run)
 
 
@@ -73,11 +79,24 @@ def run(args: argparse.Namespace) -> int:
         print()
     summary = [[result.solver, result.objective if result.solution is not None else None, result.bound,
                 f"{100 * result.gap:.3f}%" if result.solution is not None else "-", result.status,
-                f"{result.wall_s:.3f}"]]
+                f"{result.wall_s:.4g}"]]
     print(render_table(["solver", "objective", "bound", "gap", "status", "time_s"], summary))
     if result.message:
         print(f"note: {result.message}")
+    document = result_json(result, name)
+    if args.min_gain is not None:
+        plan = plan_balance(instance, args.solver, args.min_gain, time_limit_s=args.time_limit, seed=args.seed)
+        decision = plan.decision
+        verdict = "use the new layout" if decision.accepted else "keep the reference grouping"
+        print(
+            f"planner: reference {decision.reference_objective:.6g} -> candidate "
+            f"{decision.candidate_objective:.6g}, gain {100 * decision.relative_gain:.2f}% "
+            f"vs threshold {100 * decision.threshold:.2f}%: {verdict} "
+            f"({decision.moved_samples} samples change rank; load spread "
+            f"{100 * decision.loads_before.relative_spread:.1f}% -> {100 * decision.loads_after.relative_spread:.1f}%)"
+        )
+        document["planner"] = plan.to_json()
     if args.out:
-        Path(args.out).write_text(json.dumps(result_json(result, name), indent=2) + "\n", encoding="utf-8")
+        Path(args.out).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.out}", file=sys.stderr)
     return 0 if result.ok else 1
