@@ -140,8 +140,8 @@ def finalize(
       * ``bound`` = max(solver bound, analytic bound), never above the objective by more than the
         solver's tolerance (a bound above a feasible objective would be a false proof: status ``error``).
       * ``optimal`` stays only if ``objective <= bound·(1 + tol)``; otherwise it becomes ``feasible``
-        and the message says so. A heuristic whose objective meets the analytic bound is promoted to
-        ``optimal``: the bound proves it.
+        and the message says so. Any other answer whose objective meets the bound within
+        :data:`OPTIMALITY_RTOL` is promoted to ``optimal``: the bound proves it.
     """
     status = proposal.status
     message = proposal.message
@@ -173,13 +173,13 @@ def finalize(
                     log=proposal.log, info=info,
                 )
             bound = objective
-        proven = objective <= bound * (1 + tol) + 1e-12
-        if status == OPTIMAL and not proven:
+        if status == OPTIMAL and not objective <= bound * (1 + tol) + 1e-12:
             status = FEASIBLE
             message = (message + "; " if message else "") + (
                 f"optimal claim withdrawn: evaluated objective {objective:.6g} > bound {bound:.6g}"
             )
-        elif status in (FEASIBLE, UNKNOWN) and proven:
+        elif status in (FEASIBLE, UNKNOWN) and objective <= bound * (1 + OPTIMALITY_RTOL) + 1e-12:
+            # the bound itself proves it; a solver's own (looser) tolerance only backs its own claim
             status = OPTIMAL
         elif status in (UNKNOWN, INFEASIBLE):
             status = FEASIBLE
