@@ -59,6 +59,12 @@ def format_table(instance, result) -> str:
         lines.append("")
         lines.append(f"throughput: {score.samples_per_s:.2f} samples/s, {score.tokens_per_s:.0f} tokens/s, "
                      f"MFU {score.mfu:.1%}")
+        if score.asynchronous:
+            stale = ", ".join(f"{m}={t}" for m, t in sorted(score.staleness.items()))
+            lines.append(f"staleness: {stale} (asynchronous: the step time below is the steady-state period; "
+                         f"synchronous step time of these blocks {score.synchronous_step_time:.4f} s)")
+        else:
+            lines.append("staleness: 0 (synchronous)")
     lines.append(f"step time: {result.objective:.4f} s   status: {result.status}   bound: {result.bound:.4f} s   "
                  f"gap: {result.gap:.1%}   solver: {result.solver}   wall: {result.wall_s:.2f} s")
     if result.message:

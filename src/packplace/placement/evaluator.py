@@ -5,11 +5,42 @@ vertex starts when every data-edge producer has finished (plus the transfer of i
 blocks differ) and when every earlier vertex sharing one of its GPUs has finished. Colocated vertices
 therefore run one after another in topological order; vertices on disjoint blocks may overlap.
 
-Step time (synchronous): ``max(makespan, max over publication edges (end[trainer] + realloc −
-start[consumer]))`` — the next step's generator/inferencer cannot start before the new weights reach it.
+Step time (synchronous, every staleness 0): ``max(makespan, max over publication edges (end[trainer] +
+realloc − start[consumer]))`` — steps are separated by a barrier (the next step starts when this one has
+ended) and the next step's generator/inferencer cannot start before the new weights reach it. This is the
+period of the rigid schedule that repeats one step every ``step_time`` seconds.
+
+Period (asynchronous, some model with staleness ``t ≥ 1``, DESIGN §3 and issue 4): the barrier is
+dropped and the schedule is unrolled over steps ``k = 0, 1, …``. Instance ``(v, k)`` starts when
+
+* its data-edge producers ``(u, k)`` have ended (plus the transfer when the blocks differ);
+* every instance placed earlier on one of its GPUs has ended — the order on a GPU is step-major, then
+  topological (``(u, k)`` for ``u`` before ``v``, and ``(u, k − 1)`` for ``u`` at or after ``v``, including
+  ``(v, k − 1)`` itself): vertices on shared GPUs still serialise;
+* for each publication edge ``trainer → consumer`` of a model with staleness ``t``: ``(trainer, k − 1 −
+  t)`` has ended plus the reallocation time (this edge replaces ``trainer(k) → consumer(k + 1)``).
+
+So generation of step ``k + 1`` may overlap training of step ``k`` when they use disjoint GPUs. Start
+times obey the max-plus recurrence ``x(k) = ⊕_{d=0..D} A_d ⊗ x(k − d)`` with ``D = 1 + max staleness``;
+the steady-state period per step is its max-plus eigenvalue, the maximum cycle mean of the companion
+graph on ``n = V·D`` nodes (``V`` vertices; Baccelli, Cohen, Olsder & Quadrat 1992, *Synchronization and
+Linearity*, Thm 3.23). It is computed **exactly** by Karp's theorem (Karp 1978, "A characterization of the
+minimum cycle mean in a digraph"): unroll ``N = n`` steps from an all-zero history,
+``y_k = the start times of step k``, and take ``period = max_v min_{0 ≤ k < N} (y_N(v) − y_k(v)) / (N −
+k)``. Why ``N = V·D`` steps suffice: Karp's theorem needs walks of exactly ``n`` edges in an ``n``-node
+graph, and every companion edge advances one step — so for GRPO with ``t = 1`` (``V = 4``, ``D = 2``)
+8 steps, for PPO with ``t = 1`` 12 steps; no "wait until periodic" heuristic is involved (a long unroll
+``(finish(U) − finish(U − w)) / w`` converges to the same number; a test checks it).
+Properties (each a test): staleness 0 gives exactly the synchronous step time (the synchronous
+formula is used); the period never exceeds the synchronous step time of the same blocks (the rigid
+synchronous schedule satisfies every asynchronous constraint, and the earliest schedule is pointwise
+earlier); it is never below the busiest GPU's total vertex time per step, in particular the longest
+single vertex (the resource edge ``(v, k − 1) → (v, k)``).
 
 Memory (per GPU): ``Σ_models max(resident) + max(transient)`` over the vertices placed on it (see
-:mod:`packplace.placement.memory`); more than ``memory_per_gpu`` is infeasible (OOM).
+:mod:`packplace.placement.memory`); more than ``memory_per_gpu`` is infeasible (OOM). Staleness does not
+change it: two working sets can only be live at the same time on a GPU if both vertices are placed on
+it, and vertices that share a GPU serialise in either model — so the peak stays ``max(transient)``.
 
 Speed: all times and bytes come precomputed from the :class:`CandidateTable`; blocks are contiguous id
 ranges, so overlap tests and memory aggregation work on at most ``2V`` range segments whatever the
@@ -36,9 +67,11 @@ class PlacementScore:
     Attributes:
         feasible: No hard-rule violation and no GPU over its memory.
         violations: One line per problem (hard rules, unplaced vertices, OOM).
-        step_time: Seconds per synchronous step (``inf`` when infeasible).
+        step_time: Seconds per step (``inf`` when infeasible): the synchronous step time when every
+            staleness is 0, else the steady-state asynchronous period (module docstring).
         makespan: Seconds from the first start to the last end within the step.
-        start, end, vertex_time: Per vertex, seconds.
+        start, end, vertex_time: Per vertex, seconds, of one step run alone on an idle cluster (step 0 of
+            the unrolled schedule; the same in both models).
         realloc: ``{"trainer->consumer": seconds}`` parameter reallocation per publication edge.
         samples_per_s: ``B·K / step_time`` (sequences per second).
         tokens_per_s: ``B·K·(S + mean response) / step_time``.
@@ -46,7 +79,10 @@ class PlacementScore:
         gpu_memory_peak: Per linear GPU id, peak bytes (0 for idle GPUs).
         oom: One line per GPU range over capacity, with the bytes needed and available.
         memory_capacity: ``memory_per_gpu`` (bytes).
-        staleness: ``{model: t}`` of the plan (scored synchronously here; issue 4 adds the period).
+        staleness: ``{model: t}`` the plan uses (only non-zero entries; empty = synchronous).
+        synchronous_step_time: Seconds per step of the same blocks with every staleness 0 (equals
+            ``step_time`` for a synchronous plan; ``inf`` when infeasible).
+        unrolled_steps: Steps unrolled to compute the period (0 for a synchronous plan).
     """
 
     feasible: bool
@@ -64,10 +100,23 @@ class PlacementScore:
     oom: list[str] = field(default_factory=list)
     memory_capacity: float = 0.0
     staleness: dict[str, int] = field(default_factory=dict)
+    synchronous_step_time: float = INF
+    unrolled_steps: int = 0
+
+    @property
+    def asynchronous(self) -> bool:
+        """True when a model with a publication edge has staleness ≥ 1: the objective is then the period."""
+        return self.unrolled_steps > 0
+
+    @property
+    def period(self) -> float:
+        """Steady-state seconds per step (= ``step_time``; named for the asynchronous case)."""
+        return self.step_time
 
     @property
     def objective(self) -> float:
-        """The objective: ``step_time`` (seconds), ``inf`` when infeasible."""
+        """The objective: ``step_time`` (seconds; the period when any staleness > 0), ``inf`` when
+        infeasible."""
         return self.step_time if self.feasible else INF
 
     def detail(self) -> dict[str, Any]:
@@ -79,6 +128,8 @@ class PlacementScore:
             "samples_per_s": self.samples_per_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
             "peak_memory_bytes": max(self.gpu_memory_peak, default=0.0),
             "memory_capacity_bytes": self.memory_capacity,
+            "staleness": dict(self.staleness), "objective_kind": "period" if self.asynchronous else "step_time",
+            "synchronous_step_time_s": self.synchronous_step_time, "unrolled_steps": self.unrolled_steps,
         }
 
 
@@ -200,6 +251,65 @@ class PlacementEvaluator:
                 step = need
         return start, end, step, reallocs
 
+    def _stale_shifts(self, plan: Plan) -> list[int] | None:
+        """Per publication edge, ``1 + staleness`` of its trainer's model; ``None`` when every one is 1
+        (the plan is synchronous)."""
+        if not plan.staleness:
+            return None
+        stale = dict(plan.staleness)
+        shifts = [1 + stale.get(self.models[self.vertex_model[a]], 0) for a, _ in self.pubs]
+        # staleness of a model without a publication edge in this graph (``ac_share``) changes nothing
+        return shifts if any(x > 1 for x in shifts) else None
+
+    def _period(self, res: list, reallocs: list[float], shifts: list[int]) -> tuple[float, int]:
+        """Exact steady-state period of the asynchronous schedule and the number of unrolled steps
+        (module docstring: max-plus recurrence, Karp's formula over ``N = V·D`` steps)."""
+        n = len(res)
+        transfer = self.cost.transfer_time
+        dur = [r[0].time for r in res]
+        # in-edges of each vertex: (producer, step shift, producer duration + delay)
+        edges: list[list[tuple[int, int, float]]] = [[] for _ in range(n)]
+        for i in range(n):
+            cand, lo, hi = res[i]
+            for p in self.preds[i]:
+                _, plo, phi = res[p]
+                delay = 0.0 if (plo == lo and phi == hi) else transfer((plo, phi), (lo, hi), cand.strategy.dp)
+                edges[i].append((p, 0, dur[p] + delay))
+            for j in range(n):
+                _, jlo, jhi = res[j]
+                if lo < jhi and jlo < hi:
+                    edges[i].append((j, 0 if j < i else 1, dur[j]))
+        for (a, b), r, shift in zip(self.pubs, reallocs, shifts):
+            edges[b].append((a, shift, dur[a] + r))
+        depth = max(shifts + [1])
+        steps = n * depth
+        # y[k + depth - 1] = start times of step k; steps -depth+1..0 are the all-zero history
+        y = [[0.0] * n for _ in range(depth)]
+        for k in range(1, steps + 1):
+            row = [0.0] * n
+            base = k + depth - 1
+            for i in range(n):
+                best = -INF
+                for u, shift, w in edges[i]:
+                    t = (row[u] if shift == 0 else y[base - shift][u]) + w
+                    if t > best:
+                        best = t
+                row[i] = best
+            y.append(row)
+        last = y[-1]
+        period = -INF
+        for v in range(n):
+            worst = INF
+            yn = last[v]
+            for k in range(steps):
+                ratio = (yn - y[k + depth - 1][v]) / (steps - k)
+                if ratio < worst:
+                    worst = ratio
+            if worst > period:
+                period = worst
+        # exact bounds of the period (the self edge (v, k−1) → (v, k)): clamp away floating-point rounding
+        return max(period, max(dur)), steps
+
     def _memory_segments(self, res: list) -> list[tuple[int, int, float]]:
         """``(lo, hi, bytes)`` for each maximal id range covered by the same set of vertices."""
         points = sorted({x for _, lo, hi in res for x in (lo, hi)})
@@ -233,7 +343,8 @@ class PlacementEvaluator:
 
     # -- public ----------------------------------------------------------------------------------
     def step_time(self, plan: Plan) -> float:
-        """Step time in seconds, or ``inf`` if the plan breaks a hard rule or runs out of memory."""
+        """The objective in seconds per step — the synchronous step time, or the asynchronous period when
+        some model has staleness ≥ 1 — or ``inf`` if the plan breaks a hard rule or runs out of memory."""
         res = self._resolve(plan)
         if res.__class__ is str:
             return INF
@@ -243,7 +354,25 @@ class PlacementEvaluator:
         for _, _, used in self._memory_segments(res):
             if used > cap:
                 return INF
-        return self._schedule(res)[2]
+        return self._objective(res, plan)
+
+    def _objective(self, res: list, plan: Plan) -> float:
+        _, _, step, reallocs = self._schedule(res)
+        shifts = self._stale_shifts(plan)
+        return step if shifts is None else min(step, self._period(res, reallocs, shifts)[0])
+
+    def relaxed_step_time(self, plan: Plan) -> tuple[float, float]:
+        """``(seconds per step ignoring memory, overflow)`` where ``overflow`` is the largest per-GPU
+        excess over ``memory_per_gpu`` as a fraction of it (0 when the plan fits). ``(inf, inf)`` when the
+        plan breaks a hard rule (illegal block or strategy, missing vertex, staleness not allowed). Used by
+        a search that scores out-of-memory plans with a penalty (``hard_oom: false``); such plans are
+        still infeasible for :meth:`step_time` and :meth:`score`."""
+        res = self._resolve(plan)
+        if res.__class__ is str or (plan.staleness and self._staleness_violation(plan)):
+            return INF, INF
+        cap = self.capacity
+        over = max((used for _, _, used in self._memory_segments(res)), default=0.0)
+        return self._objective(res, plan), max(0.0, over - cap) / cap
 
     def score(self, plan: Plan) -> PlacementScore:
         """Full verdict on ``plan`` (never raises on a bad plan: it is reported infeasible with reasons)."""
@@ -266,19 +395,24 @@ class PlacementEvaluator:
                 oom.append(f"GPUs {first}..{last}: {gb(used)} GB needed, {gb(self.capacity)} GB available")
         violations += [f"out of memory on {line}" for line in oom]
         start, end, step, reallocs = self._schedule(res)
+        shifts = self._stale_shifts(plan)
+        objective, unrolled = (step, 0) if shifts is None else self._period(res, reallocs, shifts)
+        objective = min(objective, step)  # the period never exceeds the synchronous step time (exact)
         w = self.instance.workload
         score = PlacementScore(
             feasible=not violations, violations=violations,
-            step_time=step if not violations else INF, makespan=max(end),
+            step_time=objective if not violations else INF, makespan=max(end),
             start=dict(zip(self.names, start)), end=dict(zip(self.names, end)),
             vertex_time={name: r[0].time for name, r in zip(self.names, res)},
             realloc={f"{self.names[a]}->{self.names[b]}": r for (a, b), r in zip(self.pubs, reallocs)},
-            gpu_memory_peak=peaks, oom=oom, memory_capacity=self.capacity, staleness=dict(plan.staleness),
+            gpu_memory_peak=peaks, oom=oom, memory_capacity=self.capacity,
+            staleness={m: t for m, t in plan.staleness if t}, synchronous_step_time=step if not violations else INF,
+            unrolled_steps=unrolled,
         )
-        if step > 0:
-            score.samples_per_s = w.sequences / step
-            score.tokens_per_s = w.sequences * w.train_seq_len / step
-            score.mfu = self._total_flops / (step * self.num_gpus * self.instance.hardware.flops_per_gpu)
+        if objective > 0:
+            score.samples_per_s = w.sequences / objective
+            score.tokens_per_s = w.sequences * w.train_seq_len / objective
+            score.mfu = self._total_flops / (objective * self.num_gpus * self.instance.hardware.flops_per_gpu)
         return score
 
     def vertex_memory(self, plan: Plan) -> dict[str, float]:
@@ -299,16 +433,61 @@ class PlacementEvaluator:
         bad = [(a, b) for a, b, used in self._memory_segments(res) if used > self.capacity]
         return [name for name, (_, lo, hi) in zip(self.names, res) if any(lo < b and a < hi for a, b in bad)]
 
-    def lower_bound(self) -> float:
-        """Analytic lower bound on the step time (seconds) of any feasible plan:
-        ``max(critical path, work bound)`` where the critical path is the longest data-edge path with
-        every vertex at its fastest memory-feasible candidate, and the work bound is
-        ``Σ_v min_c(time_c · gpus_c) / total GPUs`` (every vertex occupies at least that many
-        GPU-seconds). Transfers, reallocation and queueing only add to a plan's time."""
-        table = self.table
-        longest: dict[int, float] = {}
+    def _busiest_gpu_bound(self, works: list[float]) -> float:
+        """``max_v min(fastest time of v on a block smaller than the cluster, fastest time of v on the
+        whole cluster + Σ_{u≠v} min GPU-seconds of u / total GPUs)``: a vertex either leaves part of the
+        cluster out (then at least its own time on that block is spent per step on its GPUs), or covers
+        every GPU — then every other vertex shares GPUs with it and the busiest GPU carries at least the
+        average of the rest. Every GPU's vertices serialise within a step, and in the asynchronous
+        schedule they form a cycle of one step (``(last, k−1) → (first, k)``), so the busiest GPU's load
+        bounds both the step time and the period."""
+        total = self.num_gpus
+        bound = 0.0
         for i, name in enumerate(self.names):
-            longest[i] = table.min_time(name) + max((longest[p] for p in self.preds[i]), default=0.0)
-        critical = max(longest.values())
-        work = sum(table.min_work(name) for name in self.names) / self.num_gpus
-        return max(critical, work)
+            part = min((c.time for c in self.table.feasible[name] if c.gpus < total), default=INF)
+            whole = min((c.time for c in self.table.feasible[name] if c.gpus == total), default=INF)
+            rest = (sum(works) - works[i]) / total
+            bound = max(bound, min(part, whole + rest))
+        return bound
+
+    def lower_bound(self) -> float:
+        """Analytic lower bound (seconds per step) on the objective of any feasible plan the instance
+        allows.
+
+        Synchronous instances (``staleness_candidates`` is ``[0]`` for every model with a publication
+        edge): ``max(critical path, work bound, busiest-GPU bound)`` where the critical path is the
+        longest data-edge path with every vertex at its fastest memory-feasible candidate, the work bound
+        is ``Σ_v min_c(time_c · gpus_c) / total GPUs`` (every vertex occupies at least that many
+        GPU-seconds), and the busiest-GPU bound is :meth:`_busiest_gpu_bound`. Transfers, reallocation
+        and queueing only add to a plan's time.
+
+        When some model may be stale (``t ≥ 1``) the period can be shorter than the critical path, so the
+        bound is the largest cycle bound of the asynchronous schedule: the work bound (it holds per step
+        in steady state), the slowest single vertex (``(v, k−1) → (v, k)``), the busiest-GPU bound, and
+        for each publication edge ``trainer → consumer`` of a model with largest allowed staleness ``t`` the cycle
+        ``consumer → … → trainer → consumer`` spanning ``1 + t`` steps: its longest data path at the
+        fastest candidates divided by ``1 + t``."""
+        table = self.table
+        fastest = [table.min_time(name) for name in self.names]
+        longest: dict[int, float] = {}
+        for i in range(len(self.names)):
+            longest[i] = fastest[i] + max((longest[p] for p in self.preds[i]), default=0.0)
+        works = [table.min_work(name) for name in self.names]
+        work = sum(works) / self.num_gpus
+        busiest = self._busiest_gpu_bound(works)
+        allowed = self.instance.optimizer.get("staleness_candidates", {})
+        published = {self.models[self.vertex_model[a]] for a, _ in self.pubs}
+        if not any(t > 0 for m, values in allowed.items() if m in published for t in values):
+            return max(max(longest.values()), work, busiest)
+        bound = max(work, max(fastest), busiest)
+        for a, b in self.pubs:
+            t_max = max(allowed.get(self.models[self.vertex_model[a]], (0,)))
+            # longest data path from the consumer b to the trainer a (topological order: b before a)
+            path: dict[int, float] = {b: fastest[b]}
+            for i in range(b + 1, len(self.names)):
+                reach = [path[p] for p in self.preds[i] if p in path]
+                if reach:
+                    path[i] = fastest[i] + max(reach)
+            if a in path:
+                bound = max(bound, path[a] / (1 + t_max))
+        return bound

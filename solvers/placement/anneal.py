@@ -1,0 +1,524 @@
+"""``anneal`` placement search: simulated annealing over plans, scored by the evaluator (DESIGN §3).
+
+State: a :class:`~packplace.placement.plan.Plan` (per vertex a candidate — strategy, micro-batch, block
+shape — and an aligned block; per trainable model a staleness). Cost: the evaluator's objective
+(:meth:`PlacementEvaluator.step_time`: the synchronous step time, or the asynchronous period when a
+model has staleness ≥ 1), cached by plan (plans are hashable).
+
+Moves (one per proposal, chosen with fixed weights; vertices and models are drawn from sorted lists):
+
+* ``candidate`` — another strategy / micro-batch of the same block shape, same block;
+* ``resize`` — another block size: the aligned block of the new shape that contains (or lies inside)
+  the current one, with the fastest (70%) or a random candidate of that shape;
+* ``move`` — the same candidate on another aligned block of its shape (random, or a neighbour);
+* ``swap`` — two vertices exchange blocks (each takes the fastest candidate of the other's shape when
+  the shapes differ);
+* ``colocate`` — a vertex joins another vertex's block (fastest candidate of that shape);
+* ``split`` — two vertices that share GPUs take the two halves of the larger block;
+* ``staleness`` — a trainable model with a publication edge takes another value of
+  ``staleness_candidates`` (``ac_share`` has no vertex in the step graph, so it is not searched).
+
+Candidate pool per vertex and block shape: the ``k_eval`` fastest memory-feasible candidates of that
+shape plus the one with the least memory (for plans that are tight on memory).
+
+Acceptance (Metropolis, relative): a plan worse by ``Δ`` seconds than the current one (``c`` seconds) is
+accepted with probability ``exp(−Δ / (T·c))``, so ``T`` is a fraction of the current step time:
+``T = 0.1`` accepts a 10% worse plan with probability ``e⁻¹``. Better or equal plans are always accepted.
+
+Knobs (``optimizer`` section of the config, or keyword arguments of ``solve``, which win):
+
+==============  ==========  =================================================================================
+knob            default     meaning
+==============  ==========  =================================================================================
+``t_init``      0.30        starting temperature (relative, see above)
+``t_min``       0.03        final temperature; geometric cooling ``T = t_init·(t_min/t_init)^f`` where ``f``
+                            is the fraction of the budget used, ``max(evaluations/e_max, elapsed/time)``
+``t_warm``      0.10        reheat temperature: after ``stag_window`` plateaus without a new best, the
+                            search restarts from the best plan at ``max(T, t_warm)``
+``e_max``       50000       evaluation budget: distinct plans scored by the evaluator (cache hits are free;
+                            the search also stops after ``20·e_max`` proposals, or after 20,000 proposals
+                            in a row that all hit the cache — a small space fully explored)
+``e_struct``    400         plateau length: proposals per temperature level
+``stag_window`` 20          plateaus without improving the best plan before a restart from it
+``hard_oom``    true        out-of-memory plans are infeasible (rejected). ``false``: they are scored
+                            ``time·(1 + oom_penalty·overflow)``, ``overflow`` the largest per-GPU excess
+                            as a fraction of ``memory_per_gpu``, so the walk may cross them; the returned
+                            plan is always the best *feasible* plan seen
+``oom_penalty`` 4.0         penalty weight for ``hard_oom: false``
+``polish``      true        final greedy descent: best single move of a deterministic neighbourhood of
+                            the best plan, repeated until no move improves
+``progress_s``  3.0         seconds between best-so-far lines on stderr (none for runs shorter than that)
+``k_eval``      8           (shared) candidates per vertex and block shape in the move pool
+==============  ==========  =================================================================================
+
+Budgets: ``time_limit_s`` (default 30 s) bounds the whole run; the annealing stops at 90% of it or at
+``e_max`` evaluations, whichever comes first, and the polish uses what is left (it always gets at least
+one pass over its neighbourhood unless the limit is already spent).
+
+Warm start: the better of the ``greedy`` and ``concurrent`` baselines (by the evaluator). The result is
+never worse than the warm start. Determinism: one ``random.Random(seed)``, sorted iteration everywhere;
+runs that end on ``e_max`` (not on the clock) repeat exactly; a run cut by the time limit depends on
+machine speed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from packplace.errors import ConfigError
+from packplace.placement.evaluator import INF, get_evaluator, get_table
+from packplace.placement.plan import Allocation, Plan
+from packplace.result import FEASIBLE, Proposal
+from packplace.solvers.placement import concurrent as concurrent_baseline
+from packplace.solvers.placement import greedy as greedy_baseline
+from packplace.solvers.registry import register
+
+#: Default wall-clock budget (seconds) when ``time_limit_s`` is None.
+DEFAULT_TIME_LIMIT_S = 30.0
+#: Default knobs (module docstring).
+DEFAULTS: dict[str, Any] = {
+    "t_init": 0.30, "t_min": 0.03, "t_warm": 0.10, "e_max": 50_000, "e_struct": 400, "stag_window": 20,
+    "hard_oom": True, "oom_penalty": 4.0, "polish": True, "progress_s": 3.0,
+}
+#: Fraction of the time limit the annealing may use before the polish.
+ANNEAL_TIME_SHARE = 0.9
+#: Proposals allowed per evaluation of the budget (stops a search whose neighbourhood is all cached).
+PROPOSALS_PER_EVALUATION = 20
+#: Proposals in a row without a new (uncached) plan after which the neighbourhood counts as exhausted.
+EXHAUSTED_AFTER = 20_000
+#: Cached plans kept before the cache is cleared (bounds memory on long runs).
+CACHE_LIMIT = 400_000
+#: Origins per vertex tried by the polish's block moves (evenly spaced, plus the other blocks' origins).
+POLISH_ORIGINS = 32
+#: Move names and their relative weights.
+MOVES = (("candidate", 0.22), ("resize", 0.20), ("move", 0.16), ("swap", 0.10), ("colocate", 0.10),
+         ("split", 0.10), ("staleness", 0.12))
+
+
+@dataclass(frozen=True)
+class AnnealSettings:
+    """Validated knobs (module docstring for meanings and units)."""
+
+    t_init: float
+    t_min: float
+    t_warm: float
+    e_max: int
+    e_struct: int
+    stag_window: int
+    hard_oom: bool
+    oom_penalty: float
+    polish: bool
+    progress_s: float
+
+    @classmethod
+    def resolve(cls, optimizer: dict[str, Any], params: dict[str, Any]) -> AnnealSettings:
+        """Defaults, overridden by the ``optimizer`` section, overridden by ``params``.
+
+        Raises:
+            ConfigError: ``[optimizer] knob: ...`` for an unknown parameter or a bad value.
+        """
+        unknown = sorted(set(params) - set(DEFAULTS))
+        if unknown:
+            raise ConfigError(f"[optimizer] {unknown[0]}: unknown anneal parameter; valid: {', '.join(DEFAULTS)}")
+        values = {key: params.get(key, optimizer.get(key, default)) for key, default in DEFAULTS.items()}
+        for key in ("t_init", "t_min", "t_warm", "oom_penalty", "progress_s"):
+            v = values[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ConfigError(f"[optimizer] {key}: must be a finite number > 0, got {v!r}")
+            values[key] = float(v)
+        for key in ("e_max", "e_struct", "stag_window"):
+            v = values[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"[optimizer] {key}: must be an integer >= 1, got {v!r}")
+        for key in ("hard_oom", "polish"):
+            if not isinstance(values[key], bool):
+                raise ConfigError(f"[optimizer] {key}: must be true or false, got {values[key]!r}")
+        if values["t_min"] > values["t_init"]:
+            raise ConfigError(f"[optimizer] t_min: must be <= t_init ({values['t_init']}), got {values['t_min']!r}")
+        return cls(**values)
+
+
+class _Search:
+    """Moves, the evaluation cache and the bookkeeping of one run."""
+
+    def __init__(self, instance, settings: AnnealSettings, rng: random.Random) -> None:
+        self.instance = instance
+        self.settings = settings
+        self.rng = rng
+        self.ev = get_evaluator(instance)
+        self.table = get_table(instance)
+        self.cluster = instance.cluster
+        self.names = sorted(instance.graph.names)
+        k = instance.k_eval
+        self.pool: dict[str, dict[tuple, tuple]] = {}
+        for name in self.names:
+            by_extent: dict[tuple, list] = {}
+            for cand in self.table.feasible[name]:
+                by_extent.setdefault(cand.extent, []).append(cand)
+            pool = {}
+            for extent in sorted(by_extent, key=lambda e: e[0] * e[1] * e[2]):
+                cands = by_extent[extent]
+                chosen = list(cands[:k])
+                least = min(cands, key=lambda c: (c.memory_bytes, c.time))
+                if least not in chosen:
+                    chosen.append(least)
+                pool[extent] = tuple(chosen)
+            self.pool[name] = pool
+        self.extents = {name: sorted(self.pool[name], key=lambda e: e[0] * e[1] * e[2]) for name in self.names}
+        allowed = instance.optimizer.get("staleness_candidates", {})
+        published = {self.ev.models[self.ev.vertex_model[a]] for a, _ in self.ev.pubs}
+        self.stale_models = sorted(m for m, values in allowed.items() if len(values) > 1 and m in published)
+        self.stale_values = {m: tuple(sorted(allowed[m])) for m in self.stale_models}
+        self.moves = [(m, w) for m, w in MOVES if m != "staleness" or self.stale_models]
+        total = sum(w for _, w in self.moves)
+        acc, self.move_cdf = 0.0, []
+        for m, w in self.moves:
+            acc += w / total
+            self.move_cdf.append((acc, m))
+        self.cache: dict[Plan, tuple[float, bool]] = {}
+        self.evaluations = 0
+        self.cache_hits = 0
+
+    # -- scoring ---------------------------------------------------------------------------------
+    def cost(self, plan: Plan) -> tuple[float, bool]:
+        """``(search cost, feasible)``; the cost is the objective for feasible plans, the OOM-penalised
+        time (``hard_oom: false``) or ``inf`` otherwise."""
+        hit = self.cache.get(plan)
+        if hit is not None:
+            self.cache_hits += 1
+            return hit
+        self.evaluations += 1
+        if self.settings.hard_oom:
+            t = self.ev.step_time(plan)
+            out = (t, t < INF)
+        else:
+            t, over = self.ev.relaxed_step_time(plan)
+            out = (t, True) if over == 0.0 else (t * (1.0 + self.settings.oom_penalty * over), False)
+        if len(self.cache) >= CACHE_LIMIT:
+            self.cache.clear()
+        self.cache[plan] = out
+        return out
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def candidate_of(self, plan: Plan, name: str):
+        vp = plan[name]
+        return self.table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
+
+    def aligned(self, extent: tuple[int, int, int], gpu: int) -> Allocation:
+        """The aligned block of ``extent`` containing linear GPU id ``gpu``."""
+        size = extent[0] * extent[1] * extent[2]
+        return Allocation(self.cluster.coords(gpu // size * size), extent)
+
+    def pick_extent_candidate(self, name: str, extent: tuple) -> Any:
+        pool = self.pool[name].get(extent)
+        if not pool:
+            return None
+        return pool[0] if self.rng.random() < 0.7 else self.rng.choice(pool)
+
+    # -- moves (each returns a new plan or None) -------------------------------------------------
+    def propose(self, plan: Plan) -> Plan | None:
+        r = self.rng.random()
+        for edge, move in self.move_cdf:
+            if r <= edge:
+                return getattr(self, "_" + move)(plan)
+        return getattr(self, "_" + self.move_cdf[-1][1])(plan)
+
+    def _candidate(self, plan: Plan) -> Plan | None:
+        name = self.rng.choice(self.names)
+        vp = plan[name]
+        pool = self.pool[name].get(vp.allocation.extent, ())
+        if len(pool) < 2:
+            return None
+        cand = self.rng.choice(pool)
+        return plan.replace(name, cand.at(vp.allocation))
+
+    def _resize(self, plan: Plan) -> Plan | None:
+        name = self.rng.choice(self.names)
+        vp = plan[name]
+        extents = self.extents[name]
+        current = vp.allocation.extent
+        here = extents.index(current) if current in extents else 0
+        if self.rng.random() < 0.6:  # a neighbouring size
+            others = [extents[i] for i in (here - 1, here + 1) if 0 <= i < len(extents)]
+        else:
+            others = [e for e in extents if e != current]
+        if not others:
+            return None
+        extent = self.rng.choice(others)
+        cand = self.pick_extent_candidate(name, extent)
+        if cand is None:
+            return None
+        lo, hi = vp.allocation.gpu_range(self.cluster)
+        size = extent[0] * extent[1] * extent[2]
+        gpu = lo if size >= hi - lo else self.rng.randrange(lo, hi, size)
+        return plan.replace(name, cand.at(self.aligned(extent, gpu)))
+
+    def _move(self, plan: Plan) -> Plan | None:
+        name = self.rng.choice(self.names)
+        vp = plan[name]
+        alloc = vp.allocation
+        size = alloc.num_gpus
+        count = self.cluster.num_gpus // size
+        if count < 2:
+            return None
+        lo, _ = alloc.gpu_range(self.cluster)
+        if self.rng.random() < 0.5:
+            slot = (lo // size + self.rng.choice((-1, 1))) % count
+        else:
+            slot = self.rng.randrange(count - 1)
+            if slot >= lo // size:
+                slot += 1
+        return plan.replace(name, vp.__class__(vp.strategy, vp.micro_batch, self.aligned(alloc.extent, slot * size)))
+
+    def _two(self) -> tuple[str, str] | None:
+        if len(self.names) < 2:
+            return None
+        a, b = self.rng.sample(self.names, 2)
+        return a, b
+
+    def _on(self, name: str, alloc: Allocation, plan: Plan):
+        """``name`` running on ``alloc``: its own candidate if the shape matches, else the pool's best."""
+        vp = plan[name]
+        if vp.allocation.extent == alloc.extent:
+            return vp.__class__(vp.strategy, vp.micro_batch, alloc)
+        pool = self.pool[name].get(alloc.extent)
+        return pool[0].at(alloc) if pool else None
+
+    def _swap(self, plan: Plan) -> Plan | None:
+        pair = self._two()
+        if pair is None:
+            return None
+        a, b = pair
+        va, vb = self._on(a, plan[b].allocation, plan), self._on(b, plan[a].allocation, plan)
+        if va is None or vb is None or plan[a].allocation == plan[b].allocation:
+            return None
+        return plan.replace(a, va).replace(b, vb)
+
+    def _colocate(self, plan: Plan) -> Plan | None:
+        pair = self._two()
+        if pair is None:
+            return None
+        a, b = pair
+        if plan[a].allocation == plan[b].allocation:
+            return None
+        va = self._on(a, plan[b].allocation, plan)
+        return None if va is None else plan.replace(a, va)
+
+    def _split(self, plan: Plan) -> Plan | None:
+        c = self.cluster
+        sharing = []
+        for i, a in enumerate(self.names):
+            alo, ahi = plan[a].allocation.gpu_range(c)
+            for b in self.names[i + 1:]:
+                blo, bhi = plan[b].allocation.gpu_range(c)
+                if alo < bhi and blo < ahi:
+                    sharing.append((a, b))
+        if not sharing:
+            return None
+        a, b = self.rng.choice(sharing)
+        big = max(plan[a].allocation, plan[b].allocation, key=lambda x: (x.num_gpus, x.origin))
+        lo, hi = big.gpu_range(c)
+        halves = [e for e in self.table.extents if 2 * e[0] * e[1] * e[2] <= hi - lo
+                  and (hi - lo) % (e[0] * e[1] * e[2]) == 0]
+        if not halves:
+            return None
+        extent = halves[-1]
+        size = extent[0] * extent[1] * extent[2]
+        first, second = (a, b) if self.rng.random() < 0.5 else (b, a)
+        pool_f, pool_s = self.pool[first].get(extent), self.pool[second].get(extent)
+        if not pool_f or not pool_s:
+            return None
+        slots = (hi - lo) // size
+        i = self.rng.randrange(slots)
+        j = (i + 1 + self.rng.randrange(slots - 1)) % slots if slots > 2 else 1 - i
+        return (plan.replace(first, pool_f[0].at(self.aligned(extent, lo + i * size)))
+                .replace(second, pool_s[0].at(self.aligned(extent, lo + j * size))))
+
+    def _staleness(self, plan: Plan) -> Plan | None:
+        model = self.rng.choice(self.stale_models)
+        current = plan.staleness_of(model)
+        values = [v for v in self.stale_values[model] if v != current]
+        return plan.with_staleness(model, self.rng.choice(values)) if values else None
+
+    # -- polish neighbourhood (deterministic) ----------------------------------------------------
+    def neighbourhood(self, plan: Plan):
+        """Every single move of a fixed neighbourhood of ``plan``, in a fixed order."""
+        c = self.cluster
+        blocks = sorted({plan[n].allocation for n in self.names})
+        for name in self.names:
+            vp = plan[name]
+            lo, hi = vp.allocation.gpu_range(c)
+            for extent in self.extents[name]:
+                size = extent[0] * extent[1] * extent[2]
+                places = {self.aligned(extent, lo)} if size >= hi - lo else {
+                    self.aligned(extent, g) for g in range(lo, hi, size)}
+                places |= {b for b in blocks if b.extent == extent}
+                for alloc in sorted(places):
+                    for cand in self.pool[name][extent]:
+                        yield plan.replace(name, cand.at(alloc))
+            count = c.num_gpus // vp.allocation.num_gpus
+            step = max(1, count // POLISH_ORIGINS)
+            for slot in range(0, count, step):
+                alloc = self.aligned(vp.allocation.extent, slot * vp.allocation.num_gpus)
+                if alloc != vp.allocation:
+                    yield plan.replace(name, vp.__class__(vp.strategy, vp.micro_batch, alloc))
+        for i, a in enumerate(self.names):
+            for b in self.names[i + 1:]:
+                va, vb = self._on(a, plan[b].allocation, plan), self._on(b, plan[a].allocation, plan)
+                if va is not None and vb is not None:
+                    yield plan.replace(a, va).replace(b, vb)
+        for model in self.stale_models:
+            for value in self.stale_values[model]:
+                if value != plan.staleness_of(model):
+                    yield plan.with_staleness(model, value)
+
+
+def _warm_start(instance, ev) -> tuple[Plan, float, str, dict[str, float]]:
+    """The better of the greedy and concurrent plans (by the evaluator), its time and name."""
+    times, plans = {}, {}
+    for name, module in (("concurrent", concurrent_baseline), ("greedy", greedy_baseline)):
+        proposal = module.solve(instance)
+        plans[name] = proposal.solution
+        times[name] = ev.step_time(proposal.solution)
+    best = min(sorted(times), key=lambda n: times[n])
+    return plans[best], times[best], best, times
+
+
+@register("placement", "anneal")
+def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial_plan: Plan | None = None,
+          **params: Any) -> Proposal:
+    """Simulated annealing over plans from the better baseline, then a greedy polish (module docstring
+    for moves, knobs and budgets). Returns the best feasible plan found, never worse than the warm start.
+
+    Args:
+        instance: A :class:`~packplace.placement.config.PlacementInstance`.
+        time_limit_s: Wall-clock budget in seconds (default :data:`DEFAULT_TIME_LIMIT_S`).
+        seed: Seed of the move generator.
+        initial_plan: Start from this feasible plan instead of the baselines (a warm restart, e.g. from
+            a saved ``plan.json``); the result is never worse than it.
+        **params: Knobs of the module docstring (override the ``optimizer`` section).
+
+    Raises:
+        ConfigError: a bad knob (``[optimizer] name: ...``), an infeasible ``initial_plan`` (with the
+            evaluator's reason), or the baselines' pre-launch errors.
+    """
+    settings = AnnealSettings.resolve(dict(instance.optimizer), params)
+    limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else float(time_limit_s)
+    started = time.perf_counter()
+    rng = random.Random(seed)
+    search = _Search(instance, settings, rng)
+    if initial_plan is not None:
+        verdict = search.ev.score(initial_plan)
+        if not verdict.feasible:
+            raise ConfigError(f"initial_plan: infeasible: {'; '.join(verdict.violations[:2])}")
+        warm, warm_time, warm_name, baseline_times = initial_plan, verdict.step_time, "initial plan", {}
+    else:
+        warm, warm_time, warm_name, baseline_times = _warm_start(instance, search.ev)
+
+    current, (current_cost, _) = warm, search.cost(warm)
+    best, best_time = warm, warm_time
+    trace = [(time.perf_counter() - started, search.evaluations, best_time)]
+    anneal_deadline = started + ANNEAL_TIME_SHARE * limit
+    search_span = max(anneal_deadline - started, 1e-9)
+    log = [f"warm start: {warm_name} {warm_time:.6g} s"
+           + "".join(f", {name} {t:.6g} s" for name, t in sorted(baseline_times.items()))]
+    temperature = settings.t_init
+    ratio = settings.t_min / settings.t_init
+    proposals = accepted = accepted_oom = plateau = stale_plateaus = last_new = 0
+    max_proposals = PROPOSALS_PER_EVALUATION * settings.e_max
+    next_report = started + settings.progress_s
+    hit_time_limit = False
+    stopped_by = "e_max"
+    while True:
+        if search.evaluations >= settings.e_max:
+            break
+        if proposals >= max_proposals or proposals - last_new >= EXHAUSTED_AFTER:
+            stopped_by = "proposals" if proposals >= max_proposals else "exhausted"
+            break
+        proposals += 1
+        if proposals % 64 == 0:
+            now = time.perf_counter()
+            if now >= anneal_deadline:
+                hit_time_limit, stopped_by = True, "time"
+                break
+            if now >= next_report:
+                print(f"anneal: {now - started:.1f} s, {search.evaluations} evaluations, best {best_time:.6g} s "
+                      f"({1 - best_time / warm_time:+.1%} vs {warm_name}), T={temperature:.3g}", file=sys.stderr)
+                next_report = now + settings.progress_s
+        candidate = search.propose(current)
+        if candidate is not None:
+            seen = search.evaluations
+            cost, feasible = search.cost(candidate)
+            if search.evaluations != seen:
+                last_new = proposals
+            if cost < INF:
+                delta = cost - current_cost
+                if delta <= 0 or rng.random() < math.exp(-delta / (temperature * current_cost)):
+                    current, current_cost = candidate, cost
+                    accepted += 1
+                    accepted_oom += not feasible
+                    if feasible and cost < best_time:
+                        best, best_time = candidate, cost
+                        stale_plateaus = -1  # reset at the plateau's end
+                        trace.append((time.perf_counter() - started, search.evaluations, best_time))
+        plateau += 1
+        if plateau >= settings.e_struct:
+            plateau = 0
+            stale_plateaus += 1
+            used = max(search.evaluations / settings.e_max, (time.perf_counter() - started) / search_span)
+            temperature = settings.t_init * ratio ** min(1.0, used)
+            if stale_plateaus >= settings.stag_window:
+                current, current_cost = best, best_time
+                temperature = max(temperature, settings.t_warm)
+                stale_plateaus = 0
+    log.append(f"annealing: {proposals} proposals, {search.evaluations} evaluations, {accepted} accepted, "
+               f"stopped by {stopped_by}, best {best_time:.6g} s")
+
+    polish_moves = 0
+    if settings.polish:
+        deadline = started + limit
+        improved = True
+        while improved:
+            improved = False
+            choice, choice_time = None, best_time
+            for neighbour in search.neighbourhood(best):
+                t, feasible = search.cost(neighbour)
+                if feasible and t < choice_time:
+                    choice, choice_time = neighbour, t
+                if time.perf_counter() >= deadline:
+                    hit_time_limit = True
+                    break
+            if choice is not None:
+                best, best_time, improved = choice, choice_time, True
+                polish_moves += 1
+                trace.append((time.perf_counter() - started, search.evaluations, best_time))
+            if hit_time_limit:
+                break
+        log.append(f"polish: {polish_moves} improving move(s), best {best_time:.6g} s")
+
+    check = search.ev.step_time(best)  # the returned plan is feasible and its time is the evaluator's
+    if check != best_time:
+        raise RuntimeError(f"anneal: internal error, best plan re-scores to {check!r}, not {best_time!r}")
+    improvement = 1.0 - best_time / warm_time
+    stale = {m: t for m, t in best.staleness if t}
+    kind = f"asynchronous period with staleness {stale}" if stale else "synchronous step time"
+    message = (f"{kind} {best_time:.6g} s, {improvement:.1%} better than the {warm_name} warm start "
+               f"({warm_time:.6g} s); {search.evaluations} evaluations")
+    info = {
+        "warm_start": warm_name, "warm_start_s": warm_time, "baselines_s": baseline_times,
+        "improvement": improvement, "evaluations": search.evaluations, "proposals": proposals,
+        "cache_hits": search.cache_hits, "accepted": accepted,
+        "accepted_out_of_memory": accepted_oom, "polish_moves": polish_moves,
+        "stopped_by": stopped_by, "plan_staleness": stale,
+        "trace": [{"elapsed_s": e, "evaluations": n, "best_s": b} for e, n, b in trace],
+        "settings": {k: getattr(settings, k) for k in DEFAULTS},
+    }
+    if time.perf_counter() - started >= settings.progress_s:
+        print(f"anneal: done, best {best_time:.6g} s ({improvement:+.1%} vs {warm_name})", file=sys.stderr)
+    return Proposal(best, FEASIBLE, hit_time_limit=hit_time_limit, iterations=search.evaluations,
+                    message=message, log=log, info=info)

@@ -1,0 +1,192 @@
+"""The ``anneal`` placement search: brute-force optimum on a tiny instance, determinism, budgets, never
+worse than the warm start, OOM penalty mode, staleness search, CLI."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import itertools
+import os
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import packplace
+from packplace.errors import ConfigError
+from packplace.placement import cli
+from packplace.placement.config import build_instance, load_config
+from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.plan import Plan
+from packplace.solvers import available
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
+PPO8B = os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml")
+PPO70B = os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-70b_2x4x8xh200.yaml")
+
+HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=4, flops_per_gpu=989e12, memory_per_gpu=10e9,
+          memory_bandwidth=3.35e12, alpha_coll_g=1e-6, beta_coll_g=2.8e-12, alpha_coll_n=5e-6, beta_coll_n=2.2e-11,
+          alpha_coll_r=8e-6, beta_coll_r=2.5e-11, alpha_p2p_g=2e-6, beta_p2p_g=2.5e-12, alpha_p2p_n=5e-6,
+          beta_p2p_n=2.1e-11, alpha_p2p_r=8e-6, beta_p2p_r=2.4e-11)
+# Qwen2.5-0.5B shape (24 layers, 14 heads of 64, 2 KV heads)
+SMALL = dict(layers=24, hidden_dim=896, ffn_dim=4864, vocab_size=151936, head_dim=64, num_kv_heads=2)
+
+
+def tiny_dpo():
+    """DPO (reference.infer → actor.train) on one node of 4 GPUs with 10 GB each: tight enough that the
+    colocated fastest candidates do not fit together. ``k_eval`` covers every candidate, so the move
+    pool is the whole space and the brute-force optimum is reachable."""
+    return build_instance({
+        "hardware": HW, "models": {"actor": SMALL},
+        "workload": dict(batch_size=16, samples_per_prompt=2, context_length=512, generation_length=512),
+        "policy": {"algorithm": "dpo"}, "optimizer": {"k_eval": 1000}})
+
+
+def brute_force(inst) -> tuple[float, Plan, Plan]:
+    """(optimum, an optimal plan, the slowest feasible plan) over every candidate × aligned origin."""
+    table, ev = get_table(inst), get_evaluator(inst)
+    names = inst.graph.names
+    options = [[c.at(a) for c in table.feasible[n] for a in table.origins(c.extent)] for n in names]
+    scored = []
+    for combo in itertools.product(*options):
+        plan = Plan.build(dict(zip(names, combo)))
+        t = ev.step_time(plan)
+        if t < float("inf"):
+            scored.append((t, plan))
+    assert len(scored) > 1000
+    best = min(scored, key=lambda x: x[0])
+    worst = max(scored, key=lambda x: x[0])
+    return best[0], best[1], worst[1]
+
+
+def test_anneal_is_registered():
+    assert "anneal" in available("placement")
+
+
+def test_tiny_instance_brute_force_optimum():
+    inst = tiny_dpo()
+    optimum, _, slowest = brute_force(inst)
+    baselines = min(packplace.place(inst, s).objective for s in ("greedy", "concurrent"))
+    assert baselines > optimum * (1 + 1e-6)  # the warm start is not already optimal
+    result = packplace.place(inst, "anneal", time_limit_s=20, seed=0, e_max=3000)
+    assert result.ok and result.objective == pytest.approx(optimum, rel=1e-12)
+    assert result.info["improvement"] > 0 and "better than the concurrent warm start" in result.message
+    # from the slowest feasible plan (2x worse or more) the search still reaches the optimum
+    far = packplace.place(inst, "anneal", time_limit_s=20, seed=1, e_max=3000, initial_plan=slowest)
+    assert get_evaluator(inst).step_time(slowest) > 2 * optimum
+    assert far.objective == pytest.approx(optimum, rel=1e-12)
+
+
+def test_same_seed_same_plan_and_one_second_budget():
+    inst = load_config(PPO8B)
+    a = packplace.place(inst, "anneal", time_limit_s=60, seed=7, e_max=1500)
+    b = packplace.place(inst, "anneal", time_limit_s=60, seed=7, e_max=1500)
+    assert a.info["stopped_by"] == "e_max" and a.iterations >= 1500
+    assert a.solution == b.solution and a.objective == b.objective and a.info["trace"][-1]["evaluations"] == \
+        b.info["trace"][-1]["evaluations"]
+    big = load_config(PPO70B)
+    quick = packplace.place(big, "anneal", time_limit_s=1.0, seed=0)
+    assert quick.ok and quick.objective < float("inf")
+    assert get_evaluator(big).score(quick.solution).feasible
+    assert quick.wall_s < 2.5  # 1 s budget (+ table and baselines, built before the clock in the API)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=os.path.basename)
+def test_never_worse_than_the_warm_start(path):
+    inst = load_config(path)
+    result = packplace.place(inst, "anneal", time_limit_s=10, seed=3, e_max=1500)
+    warm = min(packplace.place(inst, s).objective for s in ("greedy", "concurrent"))
+    assert result.ok
+    assert result.objective <= warm + 1e-12
+    assert result.info["warm_start_s"] == pytest.approx(warm, rel=1e-12)
+    assert result.info["improvement"] == pytest.approx(1 - result.objective / warm, abs=1e-12)
+    score = get_evaluator(inst).score(result.solution)
+    assert score.feasible and score.objective == result.objective
+    assert result.bound <= result.objective
+    assert result.info["plan_staleness"] == score.staleness
+
+
+def test_searches_staleness_where_allowed():
+    inst = load_config(PPO8B)
+    result = packplace.place(inst, "anneal", time_limit_s=20, seed=0, e_max=6000)
+    concurrent = packplace.place(inst, "concurrent").objective
+    score = get_evaluator(inst).score(result.solution)
+    assert score.asynchronous and score.staleness.get("actor") == 1
+    assert "asynchronous period with staleness" in result.message
+    assert result.objective <= 0.9 * concurrent  # overlapping generation with training: >= 10% faster
+    # generation on 16 of the 32 GPUs overlaps the rest; the evaluator's busiest-GPU bound (generation on
+    # fewer than 32 GPUs takes >= 10.98 s; on all 32 it carries the others' work too) proves it optimal
+    assert result.status == "optimal" and result.objective == pytest.approx(result.bound, rel=1e-9)
+
+
+def test_soft_oom_never_returns_an_out_of_memory_plan():
+    # one 8-GPU node where the three PPO models only fit together on carefully chosen candidates
+    hw = dict(HW, gpus_per_node=8, memory_per_gpu=16e9)
+    inst = build_instance({
+        "hardware": hw, "models": {"actor": SMALL, "critic": SMALL, "reward": SMALL},
+        "workload": dict(batch_size=32, samples_per_prompt=1, context_length=512, generation_length=256),
+        "policy": {"algorithm": "ppo"}})
+    ev = get_evaluator(inst)
+    for seed in range(2):
+        result = packplace.place(inst, "anneal", time_limit_s=20, seed=seed, e_max=2500, hard_oom=False)
+        assert result.ok
+        score = ev.score(result.solution)
+        assert score.feasible and not score.oom
+        assert max(score.gpu_memory_peak) <= inst.hardware.memory_per_gpu
+        assert result.info["accepted_out_of_memory"] > 0  # the walk did cross out-of-memory plans
+    hard = packplace.place(inst, "anneal", time_limit_s=20, seed=0, e_max=2500)
+    assert hard.info["accepted_out_of_memory"] == 0
+
+
+def test_bad_knobs_are_config_errors():
+    inst = tiny_dpo()
+    with pytest.raises(ConfigError, match=r"^\[optimizer\] t_init: must be a finite number > 0, got -1"):
+        packplace.place(inst, "anneal", t_init=-1)
+    with pytest.raises(ConfigError, match=r"^\[optimizer\] e_max: must be an integer >= 1, got 0"):
+        packplace.place(inst, "anneal", e_max=0)
+    with pytest.raises(ConfigError, match=r"^\[optimizer\] bogus: unknown anneal parameter"):
+        packplace.place(inst, "anneal", bogus=1)
+    with pytest.raises(ConfigError, match=r"^\[optimizer\] hard_oom: must be true or false"):
+        packplace.place(inst, "anneal", hard_oom="no")
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=os.path.basename)
+def test_cli_place_with_anneal(path, tmp_path, capsys):
+    parser = argparse.ArgumentParser(prog="packplace")
+    cli.register(parser.add_subparsers(dest="command"))
+    out = tmp_path / "plan.json"
+    args = parser.parse_args(["place", "--config", path, "--solver", "anneal", "--time-limit", "1", "--seed", "2",
+                              "--out", str(out)])
+    assert args.func(args) == 0
+    text = capsys.readouterr().out
+    assert "solver: anneal" in text and "staleness:" in text and "step time:" in text
+    assert out.stat().st_size > 100
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(algorithm=st.sampled_from(["dpo", "grpo", "ppo"]), nodes=st.sampled_from([1, 2]),
+       gpus=st.sampled_from([2, 4]), memory_gb=st.sampled_from([12, 16, 40]), batch=st.sampled_from([8, 16]),
+       stale=st.booleans(), seed=st.integers(0, 3))
+def test_property_feasible_every_vertex_never_worse_than_baselines(algorithm, nodes, gpus, memory_gb, batch, stale,
+                                                                  seed):
+    roles = {"dpo": ("actor",), "grpo": ("actor", "reward"), "ppo": ("actor", "critic", "reward")}[algorithm]
+    optimizer = {"staleness_candidates": {"actor": [0, 1]}} if stale and algorithm != "dpo" else {}
+    inst = build_instance({
+        "hardware": dict(HW, nodes_per_rack=nodes, gpus_per_node=gpus, memory_per_gpu=memory_gb * 1e9),
+        "models": {role: SMALL for role in roles},
+        "workload": dict(batch_size=batch, samples_per_prompt=2, context_length=256, generation_length=256),
+        "policy": {"algorithm": algorithm}, "optimizer": optimizer})
+    try:
+        warm = min(packplace.place(inst, s).objective for s in ("greedy", "concurrent"))
+    except ConfigError:
+        assume(False)  # nothing fits on this cluster: the baselines' clear error, not anneal's business
+    result = packplace.place(inst, "anneal", time_limit_s=10, seed=seed, e_max=300)
+    assert result.ok
+    names = [name for name, _ in result.solution.vertices]
+    assert sorted(names) == sorted(inst.graph.names)  # every vertex exactly once
+    score = get_evaluator(inst).score(result.solution)
+    assert score.feasible and score.objective == result.objective
+    assert result.objective <= warm + 1e-12
+    assert result.bound <= result.objective * (1 + 1e-9)
+    assert result.iterations == result.info["evaluations"] <= 300 + 10_000  # e_max, then the polish
