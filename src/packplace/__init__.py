@@ -11,7 +11,7 @@ Every call returns a :class:`packplace.result.SolveResult`.
 
 from __future__ import annotations
 
-from packplace import balance
+from packplace import balance, solvers
 from packplace.errors import ConfigError
 from packplace.harness import compare
 from packplace.placement.api import solve_placement as place
@@ -19,4 +19,4 @@ from packplace.result import SolveResult
 
 __version__ = "0.1.0"
 
-__all__ = ["ConfigError", "SolveResult", "__version__", "balance", "compare", "place"]
+__all__ = ["ConfigError", "SolveResult", "__version__", "balance", "compare", "place", "solvers"]

@@ -7,10 +7,14 @@ evaluator's number, never the solver's own.
 
 from __future__ import annotations
 
+import inspect
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from packplace.errors import ConfigError
 
 #: Proven optimal: ``objective == bound`` within the solver's documented tolerance.
 OPTIMAL = "optimal"
@@ -162,6 +166,14 @@ def finalize(
                 message=f"solver {solver!r} returned an infeasible solution: {reason}",
                 log=proposal.log, info=info,
             )
+        if not math.isfinite(objective):
+            return SolveResult(
+                problem=problem, solver=solver, solution=solution, objective=float("inf"), bound=bound,
+                status=ERROR, hit_time_limit=proposal.hit_time_limit, params=params, wall_s=wall_s,
+                iterations=proposal.iterations,
+                message=f"solver {solver!r} returned a solution with a non-finite objective ({objective!r})",
+                log=proposal.log, info=info,
+            )
         tol = max(proposal.optimality_tolerance, OPTIMALITY_RTOL)
         if bound > objective:
             if bound > objective * (1 + tol) + 1e-12:
@@ -227,6 +239,17 @@ def solve_with(
 
     spec = get(problem, solver)
     check_limits(time_limit_s, seed)
+    try:
+        inspect.signature(spec.solve).bind(instance, time_limit_s=time_limit_s, seed=seed, **params)
+    except TypeError:
+        accepted = [
+            name for name, p in inspect.signature(spec.solve).parameters.items()
+            if p.kind is p.KEYWORD_ONLY and name not in ("time_limit_s", "seed")
+        ]
+        unknown = sorted(params)[0] if params else "?"
+        raise ConfigError(
+            f"{spec.name}: unknown parameter {unknown!r}; valid: {', '.join(accepted) or 'none'}"
+        ) from None
     start = time.perf_counter()
     proposal: Proposal = spec.solve(instance, time_limit_s=time_limit_s, seed=seed, **params)
     wall_s = time.perf_counter() - start
@@ -255,10 +278,6 @@ def check_limits(time_limit_s: float | None, seed: int) -> None:
     Raises:
         ConfigError: ``time_limit_s`` not a positive finite number (or None), ``seed`` not an int.
     """
-    import math
-
-    from packplace.errors import ConfigError
-
     if time_limit_s is not None:
         if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) or not (
             math.isfinite(time_limit_s) and time_limit_s > 0

@@ -25,7 +25,22 @@ _FLOAT = re.compile(
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader with the relaxed float resolver."""
+    """SafeLoader with the relaxed float resolver; a key given twice in one mapping is an error."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:  # unhashable key: let PyYAML report it
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
@@ -36,7 +51,9 @@ def loads_yaml(text: str, source: str = "<string>") -> Any:
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: invalid YAML: {str(exc).splitlines()[0]}") from None
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        detail = next((line for line in lines if "duplicate key" in line), lines[0] if lines else "")
+        raise ConfigError(f"{source}: invalid YAML: {detail.strip()}") from None
 
 
 def load_yaml(path: str | Path) -> Any:
@@ -46,4 +63,6 @@ def load_yaml(path: str | Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"config: cannot read {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config: {str(path)!r} is not UTF-8 text") from None
     return loads_yaml(text, str(path))

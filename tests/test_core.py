@@ -1,0 +1,76 @@
+"""Shared machinery: YAML loading, the result finalizer, the registry and the front-end checks."""
+
+from __future__ import annotations
+
+import pytest
+
+import packplace
+from packplace.balance import make_instance
+from packplace.errors import ConfigError
+from packplace.result import ERROR, FEASIBLE, OPTIMAL, Proposal, finalize, relative_gap
+from packplace.yamlio import load_yaml, loads_yaml
+
+
+def test_duplicate_yaml_key_is_an_error_with_its_line():
+    with pytest.raises(ConfigError, match=r"duplicate key 'racks' \(line 3\)"):
+        loads_yaml("hardware:\n  racks: 1\n  racks: 2\n")
+
+
+def test_binary_file_is_a_config_error(tmp_path):
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"\xff\xfe\x00\x01")
+    with pytest.raises(ConfigError, match="is not UTF-8 text"):
+        load_yaml(path)
+
+
+def _finalize(proposal, objective, bound=0.0):
+    return finalize(
+        problem="balance", solver="test", proposal=proposal,
+        score=lambda solution: (True, objective, "", {}), analytic_bound=bound, params={}, wall_s=0.0,
+    )
+
+
+def test_finalize_withdraws_a_false_optimal_claim():
+    result = _finalize(Proposal("x", OPTIMAL, bound=9.0), objective=10.0)
+    assert result.status == FEASIBLE and "optimal claim withdrawn" in result.message
+    assert result.gap == pytest.approx(0.1)
+
+
+def test_finalize_promotes_only_when_the_bound_proves_it():
+    assert _finalize(Proposal("x", FEASIBLE), objective=10.0, bound=10.0).status == OPTIMAL
+    # a solver's own looser tolerance does not promote a plain 'feasible'
+    loose = Proposal("x", FEASIBLE, bound=9.99, optimality_tolerance=1e-2)
+    assert _finalize(loose, objective=10.0).status == FEASIBLE
+
+
+def test_finalize_rejects_a_bound_above_the_objective_and_a_non_finite_objective():
+    assert _finalize(Proposal("x", FEASIBLE, bound=11.0), objective=10.0).status == ERROR
+    result = _finalize(Proposal("x", FEASIBLE), objective=float("inf"))
+    assert result.status == ERROR and "non-finite objective" in result.message
+
+
+def test_relative_gap():
+    assert relative_gap(10.0, 8.0) == pytest.approx(0.2)
+    assert relative_gap(0.0, 0.0) == 0.0
+    assert relative_gap(float("inf"), 1.0) == float("inf")
+
+
+def test_unknown_backend_option_is_a_config_error():
+    inst = make_instance([1, 2, 3], seq_len=10, data_parallel_size=2, reference_bins=((0, 1), (2,)))
+    with pytest.raises(ConfigError, match="reference: unknown parameter 'foo'"):
+        packplace.balance(inst, solver="reference", foo=1)
+
+
+@pytest.mark.parametrize("limit", [0, -1.0, float("nan"), "10"])
+def test_bad_time_limit_is_a_config_error(limit):
+    inst = make_instance([1, 2, 3], seq_len=10, data_parallel_size=2)
+    with pytest.raises(ConfigError, match="time_limit_s"):
+        packplace.balance(inst, solver="lpt", time_limit_s=limit)
+
+
+def test_registry_lists_both_problems_after_plain_import():
+    assert {"reference", "lpt", "repair", "karmarkar_karp", "cpsat"} <= set(packplace.solvers.available("balance"))
+    assert {"greedy", "concurrent"} <= set(packplace.solvers.available("placement"))
+    assert packplace.solvers.get("balance", "kk").name == "karmarkar_karp"
+    with pytest.raises(ConfigError, match="unknown balance solver 'magic'; available: "):
+        packplace.solvers.get("balance", "magic")
