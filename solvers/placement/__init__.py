@@ -1,3 +1,3 @@
 """Placement backends; importing this package registers them all."""
 
-from packplace.solvers.placement import concurrent, greedy  # noqa: F401
+from packplace.solvers.placement import anneal, concurrent, cpsat, greedy  # noqa: F401
