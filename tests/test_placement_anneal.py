@@ -115,9 +115,9 @@ def test_searches_staleness_where_allowed():
     assert score.asynchronous and score.staleness.get("actor") == 1
     assert "asynchronous period with staleness" in result.message
     assert result.objective <= 0.9 * concurrent  # overlapping generation with training: >= 10% faster
-    # generation on 16 of the 32 GPUs overlaps the rest; the evaluator's busiest-GPU bound (generation on
-    # fewer than 32 GPUs takes >= 10.98 s; on all 32 it carries the others' work too) proves it optimal
-    assert result.status == "optimal" and result.objective == pytest.approx(result.bound, rel=1e-9)
+    # with the calibrated decode (decode_bw_eff 0.7, TP-correct GEMM rows) generation no longer dominates:
+    # the bound (5.97 s) is not tight, so the answer is feasible, not proven optimal, within 13% of it
+    assert result.status == "feasible" and result.bound <= result.objective <= 1.13 * result.bound
 
 
 def test_soft_oom_never_returns_an_out_of_memory_plan():

@@ -67,8 +67,14 @@ def test_even_colocation_out_of_memory_is_a_clear_error_with_both_numbers():
         with pytest.raises(ConfigError) as info:
             packplace.place(inst, solver)
         msg = str(info.value)
-        assert re.match(r"^\[hardware\] memory_per_gpu: the models do not fit on this cluster: the colocated "
-                        r"plan needs 2\.9\d GB per GPU, 2\.5 GB available \(8 GPUs\)", msg), msg
+        assert re.match(r"^\[hardware\] memory_per_gpu: the models do not fit together on this cluster: the "
+                        r"colocated plan with every vertex on its least-memory candidate needs 2\.9\d GB per GPU, "
+                        r"2\.5 GB available \(8 GPUs\); ", msg), msg
+        if solver == "greedy":  # greedy never tried a disjoint placement, so it claims nothing about one
+            assert msg.endswith("; only colocated plans were tried") and "disjoint" not in msg
+        else:
+            assert re.search(r"; the concurrent search's \d+ partition plans \(disjoint phase blocks, stepped down in "
+                             r"memory\) did not fit either$", msg), msg
 
 
 def test_greedy_is_fastest_candidate_per_vertex_colocated():
@@ -114,3 +120,22 @@ def test_unknown_solver_and_bad_arguments():
         packplace.place(inst, "greedy", time_limit_s=-1)
     with pytest.raises(ConfigError, match="expected a PlacementInstance"):
         packplace.place({"hardware": {}}, "greedy")
+
+
+def test_colocation_error_names_divisibility_and_only_what_was_tried():
+    tiny = dict(layers=1, hidden_dim=256, ffn_dim=512, vocab_size=1000, head_dim=128)
+    inst = build_instance({"hardware": {**HW, "memory_per_gpu": 8e6}, "models": {"actor": tiny},
+                           "workload": dict(batch_size=1, samples_per_prompt=2, context_length=128,
+                                            generation_length=128), "policy": {"algorithm": "dpo"}})
+    assert all(get_table(inst).feasible[name] for name in inst.graph.names)  # each vertex alone fits
+    cause = ("for reference.infer, actor.train no block larger than 4 GPUs is legal (tp/pp/dp divisibility: tp <= 2 "
+             "(divides 2 attention heads and 8 GPUs per node), pp <= 1 (divides 1 layers), dp <= 2 (divides 2 "
+             "sequences per step); no dp*pp*tp = 8)")
+    with pytest.raises(ConfigError) as info:
+        packplace.place(inst, "greedy")
+    assert str(info.value).endswith(f"needs 0.00863 GB per GPU, 0.008 GB available (8 GPUs); {cause}; "
+                                    f"only colocated plans were tried")
+    with pytest.raises(ConfigError) as info:
+        packplace.place(inst, "concurrent")
+    assert str(info.value).endswith(f"{cause}; the concurrent search had no partition plan to try (a phase has no "
+                                    f"memory-feasible candidate on the blocks it partitions)")

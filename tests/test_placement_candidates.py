@@ -113,6 +113,37 @@ def test_cluster_smaller_than_the_smallest_feasible_block():
 def test_model_that_never_fits_says_bytes_needed_and_available():
     actor = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
     inst = build_instance(dpo(actor, memory_per_gpu=1e6))
-    with pytest.raises(ConfigError, match=r"^\[models\] reference does not fit: [0-9.]+ GB per GPU needed at the "
+    # both vertices never fit; the message names the most demanding one (training: weights, grads, Adam)
+    with pytest.raises(ConfigError, match=r"^\[models\] actor does not fit: actor.train needs 16.2 GB per GPU at the "
                                           r"largest block \(8 GPUs\), 0.001 GB available"):
         get_table(inst).check()
+
+
+def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
+    # GRPO, Llama-3.1-8B actor, 1.5 GB per GPU: generation (the first vertex) needs 16 GPUs for its
+    # 16 GB of weights, training (weights, grads, Adam: 16 bytes/parameter) needs 128
+    actor = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
+    reward = dict(layers=4, hidden_dim=512, ffn_dim=1024, vocab_size=1000, head_dim=64)
+    cfg = {"hardware": {**HW, "memory_per_gpu": 1.5e9}, "models": {"actor": actor, "reward": reward},
+           "workload": dict(batch_size=16, samples_per_prompt=2, context_length=128, generation_length=128),
+           "policy": {"algorithm": "grpo"}}
+    table = get_table(build_instance(cfg))
+    assert not table.feasible["actor.generate"] and not table.feasible["actor.train"]
+    with pytest.raises(ConfigError) as info:
+        table.check()
+    assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 128 "
+                               "(16.2 GB per GPU needed at the largest block (8 GPUs), 1.5 GB available)")
+
+
+def test_model_that_never_fits_because_of_divisibility_says_so():
+    # 1 layer, 2 heads, 2 sequences: at most tp 2 * pp 1 * dp 2 = 4 GPUs, however large the cluster
+    tiny = dict(layers=1, hidden_dim=256, ffn_dim=512, vocab_size=1000, head_dim=128)
+    cfg = dpo(tiny, memory_per_gpu=5e6)
+    cfg["workload"].update(batch_size=1, samples_per_prompt=2)
+    with pytest.raises(ConfigError) as info:
+        get_table(build_instance(cfg)).check()
+    assert str(info.value) == (
+        "[models] actor does not fit: actor.train needs 0.00747 GB per GPU at the largest block (4 GPUs), 0.005 GB "
+        "available (least memory of any candidate: 0.00747 GB); no block larger than 4 GPUs is legal (tp/pp/dp "
+        "divisibility: tp <= 2 (divides 2 attention heads and 8 GPUs per node), pp <= 1 (divides 1 layers), "
+        "dp <= 2 (divides 2 sequences per step); no dp*pp*tp = 8)")

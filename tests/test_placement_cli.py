@@ -70,3 +70,43 @@ def test_bad_config_is_a_config_error(tmp_path):
 def test_gpu_ranges_format():
     assert cli.gpu_ranges([(0, n, g) for n in range(2) for g in range(8)]) == "r0/n0-1/g0-7"
     assert cli.gpu_ranges([(1, 2, 4), (1, 2, 5)]) == "r1/n2/g4-5"
+
+
+DPO = os.path.join(ROOT, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml")
+
+
+def test_unknown_gantt_format_is_a_one_line_config_error(tmp_path):
+    pytest.importorskip("matplotlib")
+    args = parse("--config", DPO, "--solver", "greedy", "--gantt", str(tmp_path / "x.xyz"))
+    with pytest.raises(ConfigError, match=r"^--gantt: unknown image format 'xyz' of .*x\.xyz'; supported: .*png") \
+            as info:
+        args.func(args)
+    assert "\n" not in str(info.value) and not (tmp_path / "x.xyz").exists()
+
+
+def test_gantt_rows_use_the_table_gpu_labels():
+    import packplace
+    from packplace.placement.gantt import gantt_rows
+    inst = load_config(DPO)
+    result = packplace.place(inst, "greedy")
+    rows = gantt_rows(inst, result.solution, get_evaluator(inst).score(result.solution))
+    assert {r["block"] for r in rows} == {"r0/n0/g0-7"}  # greedy colocates both vertices on the node
+    assert [r["vertex"] for r in rows] == sorted(inst.graph.names)
+
+
+def test_table_memory_columns_are_own_footprint_and_gpu_peak(capsys):
+    import packplace
+    inst = load_config(DPO)
+    result = packplace.place(inst, "greedy")
+    text = cli.format_table(inst, result)
+    assert "own GB" in text and "GPU peak GB" in text and "own GB: the vertex's peak per GPU" in text
+    table = get_evaluator(inst).table
+    peak = max(get_evaluator(inst).score(result.solution).gpu_memory_peak)
+    for name, vp in result.solution.vertices:
+        cand = table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
+        line = next(x for x in text.splitlines() if x.startswith(name))
+        own, block = (float(x) for x in line.split()[-2:])
+        assert own == pytest.approx((cand.resident_bytes + cand.transient_bytes) / 1e9, abs=0.05)
+        assert block == pytest.approx(peak / 1e9, abs=0.05)
+    ref_own = float(next(x for x in text.splitlines() if x.startswith("reference.infer")).split()[-2])
+    assert ref_own < peak / 1e9 - 1  # the reference's own footprint excludes the actor's training state

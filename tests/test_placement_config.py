@@ -88,6 +88,14 @@ def test_unknown_staleness_key_lists_valid_ones():
     ("workload", "gen_quantiles", [[0.5, 10], [0.4, 12]], "[workload] gen_quantiles: quantiles must increase"),
     ("workload", "gen_quantiles", [[0.5, 99]], "[workload] gen_quantiles: tokens must be non-decreasing"),
     ("optimizer", "k_eval", 0, "[optimizer] k_eval: must be >= 1, got 0"),
+    ("hardware", "gemm_peak_fraction", 0.0, "[hardware] gemm_peak_fraction: must be > 0, got 0.0"),
+    ("hardware", "gemm_peak_fraction", 1.2, "[hardware] gemm_peak_fraction: must be in (0, 1], got 1.2"),
+    ("hardware", "flops_per_gpu", 1e3, "[hardware] flops_per_gpu: must be >= 1e+06, got 1000.0"),
+    ("hardware", "memory_bandwidth", 5e5, "[hardware] memory_bandwidth: must be >= 1e+06, got 500000.0"),
+    ("workload", "generation_length", 2 * 10**7, "[workload] generation_length: must be <= 1e+07 tokens"),
+    ("workload", "context_length", 10**8, "[workload] context_length: must be <= 1e+07 tokens"),
+    ("workload", "batch_size", 10**12, "[workload] batch_size: batch_size * samples_per_prompt = 2000000000000 "
+                                       "sequences per step; must be <= 1e+12"),
 ])
 def test_bad_fields(section, field, value, fragment):
     cfg = config()
@@ -148,3 +156,53 @@ def test_phases_are_longest_path_antichains():
     assert build_graph("grpo").phases() == [["actor.generate"], ["reference.infer", "reward.infer"], ["actor.train"]]
     assert build_graph("dpo").phases() == [["reference.infer"], ["actor.train"]]
     assert build_graph("ppo").publication_edges == (("actor.train", "actor.generate"), ("critic.train", "critic.infer"))
+
+
+def test_gemm_peak_fraction_defaults_to_design_formula_and_loads():
+    assert build_instance(config()).hardware.gemm_peak_fraction == 1.0
+    cfg = config()
+    cfg["hardware"]["gemm_peak_fraction"] = 0.75
+    assert build_instance(cfg).hardware.gemm_peak_fraction == 0.75
+
+
+def test_unknown_optimizer_key_lists_the_valid_ones():
+    cfg = config()
+    cfg["optimizer"]["t_initial"] = 0.5
+    msg = error_of(cfg)
+    assert msg.startswith("[optimizer] Unknown field: 't_initial'; valid fields: k_eval, staleness_candidates, t_init")
+    cfg = config()
+    cfg["optimizer"].update(t_init=0.5, e_max=100, hard_oom=False, polish=False, progress_s=1.0)
+    assert build_instance(cfg).optimizer["t_init"] == 0.5  # every anneal knob is accepted
+
+
+def test_optimizer_keys_cover_every_anneal_knob():
+    from packplace.placement.config import OPTIMIZER_KEYS
+    from packplace.solvers.placement.anneal import DEFAULTS
+    assert set(DEFAULTS) | {"k_eval", "staleness_candidates"} == set(OPTIMIZER_KEYS)
+
+
+def test_staleness_of_a_model_the_algorithm_does_not_train_is_an_error():
+    cfg = config("grpo")
+    del cfg["models"]["critic"]
+    cfg["optimizer"]["staleness_candidates"] = {"actor": [0, 1], "critic": [0, 1]}
+    assert error_of(cfg) == ("[optimizer.staleness_candidates] critic: grpo has no critic to make stale; "
+                             "valid for grpo: actor")
+    cfg["policy"]["algorithm"] = "dpo"
+    cfg["optimizer"]["staleness_candidates"] = {"ac_share": [0]}
+    assert error_of(cfg).startswith("[optimizer.staleness_candidates] ac_share: dpo has no ac_share")
+
+
+def test_extreme_batch_size_builds_fast():
+    import time
+
+    from packplace.placement.candidates import divisors
+    from packplace.placement.evaluator import get_table
+    assert divisors(10**12)[:8] == [1, 2, 4, 5, 8, 10, 16, 20] and len(divisors(10**12)) == 169
+    assert divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36] and divisors(1) == [1] and divisors(49) == [1, 7, 49]
+    cfg = config("dpo")
+    del cfg["models"]["critic"], cfg["models"]["reward"]
+    cfg["workload"]["batch_size"] = 10**9
+    start = time.perf_counter()
+    table = get_table(build_instance(cfg))
+    assert time.perf_counter() - start < 20
+    assert table.all["actor.train"]  # built (most candidates do not fit in memory, none hang)

@@ -174,3 +174,34 @@ def test_lower_bound_is_positive_and_below_the_fastest_serial_vertex_sum(path):
     ev = get_evaluator(inst)
     serial = sum(ev.table.min_time(name) for name in inst.graph.names)
     assert 0 < ev.lower_bound() <= serial
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_non_finite_vertex_time_is_infeasible_with_a_reason(bad):
+    import dataclasses
+    inst = instance("dpo")
+    table = get_table(inst)
+    key = (Strategy(1, 1, 1), 8, (1, 1, 1))
+    table.by_key["actor.train"][key] = dataclasses.replace(table.by_key["actor.train"][key], time=bad)
+    ev = PlacementEvaluator(inst, table)
+    plan = Plan.build({"reference.infer": vp(1, 1, 1, 8, (0, 0, 0), (1, 1, 1)),
+                       "actor.train": vp(1, 1, 1, 8, (0, 0, 0), (1, 1, 1))})
+    score = ev.score(plan)
+    assert not score.feasible and score.step_time == float("inf") and score.objective == float("inf")
+    assert score.violations == [f"actor.train: predicted time is {bad} seconds (not finite); the plan cannot be scored"]
+    assert ev.step_time(plan) == float("inf")
+
+
+def test_non_finite_candidate_times_never_reach_the_feasible_table(monkeypatch):
+    from packplace.errors import ConfigError
+    from packplace.placement.cost import CostModel
+    real = CostModel.vertex_time
+
+    def broken(self, model, kind, *args):
+        return float("nan") if kind == "train" else real(self, model, kind, *args)
+
+    monkeypatch.setattr(CostModel, "vertex_time", broken)
+    table = get_table(instance("dpo"))
+    assert table.all["actor.train"] and not table.feasible["actor.train"]
+    with pytest.raises(ConfigError, match=r"^\[workload\] actor.train: predicted time is not finite \(nan\)"):
+        table.check()

@@ -382,7 +382,12 @@ def _warm_start(instance, ev) -> tuple[Plan, float, str, dict[str, float]]:
     """The better of the greedy and concurrent plans (by the evaluator), its time and name."""
     times, plans = {}, {}
     for name, module in (("concurrent", concurrent_baseline), ("greedy", greedy_baseline)):
-        proposal = module.solve(instance)
+        try:
+            proposal = module.solve(instance)
+        except ConfigError:
+            if plans:  # colocation runs out of memory where concurrent's partitions fit: start from those
+                continue
+            raise
         plans[name] = proposal.solution
         times[name] = ev.step_time(proposal.solution)
     best = min(sorted(times), key=lambda n: times[n])

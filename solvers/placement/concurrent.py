@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 
+from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.plan import Allocation
@@ -118,8 +119,17 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0) -> Prop
             evaluations += 1 + steps
             if t < float("inf"):
                 best_plan, best_time = plan, t
-    fallback, note = colocated_plan(instance)
-    fallback_time = ev.step_time(fallback)
+    try:
+        tried = (f"the concurrent search's {evaluations} partition plans (disjoint phase blocks, stepped down in "
+                 f"memory) did not fit either" if evaluations else
+                 "the concurrent search had no partition plan to try (a phase has no memory-feasible candidate "
+                 "on the blocks it partitions)")
+        fallback, note = colocated_plan(instance, tried=tried)
+    except ConfigError:
+        if best_plan is None:
+            raise
+        fallback, note = None, ""  # a partition fits where colocation does not: return it
+    fallback_time = ev.step_time(fallback) if fallback is not None else float("inf")
     if best_plan is None:
         message = f"no disjoint partition fits in memory on {c.num_gpus} GPUs; fell back to colocation ({note})"
         return Proposal(fallback, FEASIBLE, message=message, log=log, iterations=evaluations,

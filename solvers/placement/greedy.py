@@ -55,17 +55,20 @@ def repair_memory(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, All
     return plan, ev.step_time(plan), max_steps
 
 
-def colocated_plan(instance) -> tuple[Plan, str]:
+def colocated_plan(instance, tried: str = "only colocated plans were tried") -> tuple[Plan, str]:
     """The colocated baseline plan and a one-line note.
 
     Each vertex takes its fastest memory-feasible candidate, every block starts at GPU (0, 0, 0), so
     all vertices share GPUs and run one after another in topological order. If the models placed
     together run out of memory, :func:`repair_memory` steps vertices down to smaller-footprint
-    candidates; as a last resort every vertex takes its least-memory candidate.
+    candidates; as a last resort every vertex takes its least-memory candidate. ``tried`` ends the
+    out-of-memory message: what the caller searched (a solver that also tried disjoint blocks says so).
 
     Raises:
         ConfigError: a vertex has no feasible candidate (pre-launch check), or even the least-memory
-            colocated plan runs out of memory — the message gives the bytes needed and available.
+            colocated plan runs out of memory — the message gives the bytes needed and available, says
+            that only colocated plans were tried, and names any vertex whose blocks are capped below the
+            cluster size by the tp/pp/dp divisibility rules (the real cause when it is one).
     """
     table = get_table(instance)
     table.check()
@@ -86,10 +89,18 @@ def colocated_plan(instance) -> tuple[Plan, str]:
     if score.feasible:
         return plan, "colocated: least-memory candidates (faster ones do not fit together)"
     peak = max(score.gpu_memory_peak)
+    capped: dict[tuple[int, str], list[str]] = {}  # divisibility caps how far a vertex can spread its memory
+    for name in ev.names:
+        size = table.largest_legal_block(name)
+        if size < instance.cluster.num_gpus:
+            capped.setdefault((size, table.why_not_larger(name)), []).append(name)
+    cause = "".join(f"; for {', '.join(names)} no block larger than {size} GPUs is legal ({why})"
+                    for (size, why), names in capped.items())
     raise ConfigError(
-        f"[hardware] memory_per_gpu: the models do not fit on this cluster: the colocated plan needs "
-        f"{gb(peak)} GB per GPU, {gb(instance.hardware.memory_per_gpu)} GB available "
-        f"({instance.cluster.num_gpus} GPUs), and no disjoint placement fits either"
+        f"[hardware] memory_per_gpu: the models do not fit together on this cluster: the colocated plan with "
+        f"every vertex on its least-memory candidate needs {gb(peak)} GB per GPU, "
+        f"{gb(instance.hardware.memory_per_gpu)} GB available ({instance.cluster.num_gpus} GPUs){cause}; "
+        f"{tried}"
     )
 
 

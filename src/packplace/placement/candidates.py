@@ -17,8 +17,10 @@ Memory: a candidate whose own resident + transient bytes exceed ``memory_per_gpu
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from packplace.errors import ConfigError
 from packplace.placement.cost import CostModel
@@ -77,8 +79,20 @@ class Candidate:
 
 
 def divisors(n: int) -> list[int]:
-    """Positive divisors of ``n`` in increasing order."""
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Positive divisors of ``n`` in increasing order, by trial division up to ``√n`` (O(√n), cached):
+    ``n = 1e12`` takes 1e6 steps instead of 1e12."""
+    return list(_divisors(n))
+
+
+@lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
+    small, large = [], []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+    return tuple(small + large[::-1])
 
 
 def block_extents(cluster: Cluster) -> list[tuple[int, int, int]]:
@@ -156,7 +170,8 @@ class CandidateTable:
         cost: Its :class:`CostModel`.
         extents: Legal block shapes, smallest first.
         all: ``{vertex: (Candidate, ...)}`` every hard-rule-legal candidate, sorted by time.
-        feasible: ``{vertex: (Candidate, ...)}`` those that fit in memory alone, sorted by
+        feasible: ``{vertex: (Candidate, ...)}`` those that fit in memory alone and have a finite
+            predicted time, sorted by
             ``(time, memory, gpus)`` — index 0 is the fastest.
         by_key: ``{vertex: {(strategy, micro_batch, extent): Candidate}}`` over ``all``.
         vertex_flops: ``{vertex: FLOPs per step}`` (strategy independent, for MFU).
@@ -179,7 +194,7 @@ class CandidateTable:
             cands = build_vertex_candidates(vertex.name, vertex.kind, model, instance, self.cost, self.extents)
             cands.sort(key=_order)
             self.all[vertex.name] = tuple(cands)
-            self.feasible[vertex.name] = tuple(c for c in cands if c.fits)
+            self.feasible[vertex.name] = tuple(c for c in cands if c.fits and math.isfinite(c.time))
             self.by_key[vertex.name] = {c.key: c for c in cands}
             self.vertex_flops[vertex.name] = self.cost.vertex_flops(model, vertex.kind)
         self.build_seconds = time.perf_counter() - start
@@ -218,11 +233,15 @@ class CandidateTable:
 
         Raises:
             ConfigError: with numbers — no legal strategy (the rules that failed on the full cluster),
-                "cluster has X GPUs; the smallest feasible plan for V needs Y", or
-                "V does not fit: Z GB per GPU needed at the largest block, W GB available".
+                a non-finite predicted time, "cluster has X GPUs; the smallest feasible plan for V needs Y"
+                naming the vertex that needs the most GPUs, or "M does not fit: V needs Z GB per GPU at the
+                largest block, W GB available" naming the vertex.
         """
         inst = self.instance
         mem = inst.hardware.memory_per_gpu
+        # vertices without a feasible candidate: (needed GPUs or None, name, model, detail, least-memory
+        # candidate, bytes at the largest block, GPUs of the largest block)
+        short = []
         for vertex in inst.graph.vertices:
             name = vertex.name
             if self.feasible[name]:
@@ -231,18 +250,58 @@ class CandidateTable:
             if not self.all[name]:
                 raise ConfigError(f"[models] {vertex.model}: no legal strategy for {name} on the cluster: "
                                   f"{_why_none(model, inst.cluster, inst.workload.sequences)}")
+            fitting = [c for c in self.all[name] if c.fits]
+            if fitting and not any(math.isfinite(c.time) for c in fitting):
+                raise ConfigError(f"[workload] {name}: predicted time is not finite ({fitting[0].time}) for every "
+                                  f"candidate that fits; the workload or hardware figures are out of range")
             least = min(self.all[name], key=lambda c: c.memory_bytes)
-            largest = max(self.all[name], key=lambda c: (c.gpus, -c.memory_bytes))
-            at_largest = min(c.memory_bytes for c in self.all[name] if c.gpus == largest.gpus)
+            largest = max(c.gpus for c in self.all[name])
+            at_largest = min(c.memory_bytes for c in self.all[name] if c.gpus == largest)
             needed = _smallest_fitting_gpus(vertex, model, inst, self.cost)
-            have = inst.cluster.num_gpus
-            detail = (f"{gb(at_largest)} GB per GPU needed at the largest block ({largest.gpus} GPUs), "
+            detail = (f"{gb(at_largest)} GB per GPU needed at the largest block ({largest} GPUs), "
                       f"{gb(mem)} GB available")
-            if needed is not None:
-                raise ConfigError(f"[hardware] cluster has {have} GPUs; the smallest feasible plan for {name} "
-                                  f"needs {needed} ({detail})")
-            raise ConfigError(f"[models] {vertex.model} does not fit: {detail} "
-                              f"(least memory of any candidate: {gb(least.memory_bytes)} GB)")
+            short.append((needed, name, vertex.model, detail, least, at_largest, largest))
+        if not short:
+            return
+        never = [x for x in short if x[0] is None]
+        if never:  # name the most demanding vertex (the most memory at its largest block)
+            _, name, model_name, _, least, at_largest, largest = max(never, key=lambda x: x[5])
+            capped = (f"; no block larger than {largest} GPUs is legal ({self.why_not_larger(name)})"
+                      if largest < inst.cluster.num_gpus else "")
+            raise ConfigError(f"[models] {model_name} does not fit: {name} needs {gb(at_largest)} GB per GPU at "
+                              f"the largest block ({largest} GPUs), {gb(mem)} GB available (least memory of any "
+                              f"candidate: {gb(least.memory_bytes)} GB){capped}")
+        needed, name, _, detail, *_ = max(short, key=lambda x: x[0])  # needs the most GPUs (first on ties)
+        raise ConfigError(f"[hardware] cluster has {inst.cluster.num_gpus} GPUs; the smallest feasible plan for "
+                          f"{name} needs {needed} ({detail})")
+
+    def largest_legal_block(self, vertex: str) -> int:
+        """GPUs of the largest block any hard-rule-legal candidate of ``vertex`` uses (0 if none)."""
+        return max((c.gpus for c in self.all[vertex]), default=0)
+
+    def why_not_larger(self, vertex: str) -> str:
+        """Why no block larger than :meth:`largest_legal_block` is legal for ``vertex``: the distinct
+        hard rules broken on the next larger block shape (one line)."""
+        model = self.instance.models[self.instance.graph.vertex(vertex).model]
+        size = self.largest_legal_block(vertex)
+        bigger = [e for e in self.extents if e[0] * e[1] * e[2] > size]
+        if not bigger:
+            return f"{vertex} already uses the whole cluster"
+        return block_rules_broken(model, self.cluster, self.instance.workload.sequences, bigger[0])
+
+
+def block_rules_broken(model: ModelSpec, cluster: Cluster, sequences: int, extent: tuple[int, int, int]) -> str:
+    """Why no ``(dp, pp, tp)`` fills a block of ``extent`` (one line): the divisibility rules with the
+    largest degree each allows, e.g. ``"tp/pp/dp divisibility: tp <= 2 (divides 2 attention heads, fits
+    a node of 8), pp <= 1 (divides 1 layers), dp <= 2 (divides 2 sequences per step); no dp*pp*tp = 8"``."""
+    gpus = extent[0] * extent[1] * extent[2]
+    tps = [t for t in divisors(extent[2])
+           if model.heads % t == 0 and (model.kv_heads % t == 0 or t % model.kv_heads == 0)]
+    pps = [p for p in divisors(gpus) if model.layers % p == 0]
+    dps = [d for d in divisors(gpus) if sequences % d == 0]
+    return (f"tp/pp/dp divisibility: tp <= {max(tps, default=0)} (divides {model.heads} attention heads and "
+            f"{extent[2]} GPUs per node), pp <= {max(pps)} (divides {model.layers} layers), dp <= {max(dps)} "
+            f"(divides {sequences} sequences per step); no dp*pp*tp = {gpus}")
 
 
 def _order(c: Candidate) -> tuple:

@@ -38,6 +38,18 @@ def gpu_ranges(gpu_ids: list[tuple[int, int, int]]) -> str:
     return f"r{span(racks)}/n{span(nodes)}/g{span(gpus)}"
 
 
+def vertex_own_memory(instance, plan) -> dict[str, float]:
+    """Per vertex, its own peak bytes per GPU: resident (weights, grads, Adam state of its model under its
+    strategy) + its transient (activations, logits, KV cache); empty for an illegal plan."""
+    table = get_evaluator(instance).table
+    out = {}
+    for name, vp in plan.vertices:
+        cand = table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
+        if cand is not None:
+            out[name] = cand.resident_bytes + cand.transient_bytes
+    return out
+
+
 def format_table(instance, result) -> str:
     """The plan as a text table plus the step time, status, bound and gap."""
     lines = []
@@ -46,7 +58,9 @@ def format_table(instance, result) -> str:
         ev = get_evaluator(instance)
         score = ev.score(plan)
         memory = ev.vertex_memory(plan)
-        header = f"{'vertex':<16} {'(dp,pp,tp)':<11} {'mb':>4} {'GPUs':<18} {'start s':>9} {'time s':>9} {'mem GB':>7}"
+        own = vertex_own_memory(instance, plan)
+        header = (f"{'vertex':<16} {'(dp,pp,tp)':<11} {'mb':>4} {'GPUs':<18} {'start s':>9} {'time s':>9} "
+                  f"{'own GB':>7} {'GPU peak GB':>11}")
         lines += [header, "-" * len(header)]
         for name in instance.graph.names:
             vp = plan[name]
@@ -54,9 +68,12 @@ def format_table(instance, result) -> str:
             lines.append(
                 f"{name:<16} {f'({s.dp},{s.pp},{s.tp})':<11} {vp.micro_batch:>4} "
                 f"{gpu_ranges(vp.allocation.gpu_ids(instance.cluster)):<18} {score.start[name]:>9.3f} "
-                f"{score.vertex_time[name]:>9.3f} {memory.get(name, 0.0) / GB:>7.1f}"
+                f"{score.vertex_time[name]:>9.3f} {own.get(name, 0.0) / GB:>7.1f} {memory.get(name, 0.0) / GB:>11.1f}"
             )
         lines.append("")
+        lines.append("own GB: the vertex's peak per GPU (its model's resident weights/grads/optimizer state + its "
+                     "own activations/KV cache); GPU peak GB: the peak of the GPUs of its block, with every model "
+                     f"placed there (capacity {instance.hardware.memory_per_gpu / GB:.0f} GB)")
         lines.append(f"throughput: {score.samples_per_s:.2f} samples/s, {score.tokens_per_s:.0f} tokens/s, "
                      f"MFU {score.mfu:.1%}")
         if score.asynchronous:
@@ -83,10 +100,12 @@ def result_json(instance, result) -> dict[str, Any]:
         ev = get_evaluator(instance)
         score = ev.score(result.solution)
         memory = ev.vertex_memory(result.solution)
+        own = vertex_own_memory(instance, result.solution)
         out.update(plan_to_json(result.solution, instance.cluster))
         for name, entry in out["vertices"].items():
             entry.update({"start_s": score.start[name], "end_s": score.end[name],
-                          "time_s": score.vertex_time[name], "memory_bytes": memory.get(name, 0.0)})
+                          "time_s": score.vertex_time[name], "memory_bytes": memory.get(name, 0.0),
+                          "own_memory_bytes": own.get(name, 0.0)})
         out["throughput"] = {"samples_per_s": score.samples_per_s, "tokens_per_s": score.tokens_per_s,
                              "mfu": score.mfu}
     return out

@@ -4,6 +4,12 @@
 Every problem is a :class:`~packplace.errors.ConfigError` with a one-line message that starts with
 ``[section] field``. Bare scientific notation such as ``989e12`` loads as a float (plain PyYAML would
 read it as a string).
+
+Range checks beyond types (each documented where its constant is defined): ``flops_per_gpu``,
+``memory_per_gpu``, ``memory_bandwidth`` ≥ 1e6; ``gemm_peak_fraction`` and ``decode_bw_eff`` in (0, 1];
+``context_length`` and ``generation_length`` ≤ 1e7 tokens; ``batch_size · samples_per_prompt`` ≤ 1e12;
+``[optimizer]`` keys limited to :data:`OPTIMIZER_KEYS`, and ``staleness_candidates`` only for models the
+algorithm trains.
 """
 
 from __future__ import annotations
@@ -25,12 +31,29 @@ from packplace.yamlio import load_yaml as _shared_load_yaml
 REQUIRED_ROLES = {"ppo": ("actor", "critic", "reward"), "grpo": ("actor", "reward"), "dpo": ("actor",)}
 #: Models whose staleness the optimizer may choose.
 STALENESS_KEYS = ("actor", "critic", "ac_share")
+#: Staleness keys each algorithm has (``critic`` and the fused ``ac_share`` exist only in PPO).
+TRAINABLE = {"ppo": ("actor", "critic", "ac_share"), "grpo": ("actor",), "dpo": ("actor",)}
 MODEL_REQUIRED = ("layers", "hidden_dim", "ffn_dim", "vocab_size")
 MODEL_OPTIONAL = ("head_dim", "num_kv_heads")
 WORKLOAD_REQUIRED = ("batch_size", "samples_per_prompt", "context_length", "generation_length")
 WORKLOAD_OPTIONAL = ("gen_quantiles",)
 #: Default ``optimizer`` values known to this layer (the search adds its own knobs).
 OPTIMIZER_DEFAULTS = {"k_eval": 8}
+#: Every key the ``[optimizer]`` section may hold: ``k_eval`` and ``staleness_candidates`` (this layer,
+#: the candidate table, the evaluator, cpsat) and the annealing knobs ``solvers/placement/anneal.py``
+#: reads (its ``DEFAULTS``; a test keeps the two lists in step).
+OPTIMIZER_KEYS = ("k_eval", "staleness_candidates", "t_init", "t_min", "t_warm", "e_max", "e_struct",
+                  "stag_window", "hard_oom", "oom_penalty", "polish", "progress_s")
+#: Hardware figures that must be at least this large (FLOP/s, bytes, bytes/s): smaller values are not a
+#: GPU and only make every predicted time astronomically large.
+HARDWARE_MINIMUM = {"flops_per_gpu": 1e6, "memory_per_gpu": 1e6, "memory_bandwidth": 1e6}
+#: Hardware knobs that are fractions in (0, 1].
+HARDWARE_FRACTIONS = ("gemm_peak_fraction", "decode_bw_eff")
+#: Upper limits of the workload (tokens, sequences): beyond them the model is meaningless (no GPU holds
+#: such a sequence) and they keep the candidate enumeration and the decode sums bounded.
+WORKLOAD_MAXIMUM = {"context_length": 10_000_000, "generation_length": 10_000_000}
+#: Upper limit of ``batch_size · samples_per_prompt`` (sequences per step).
+MAX_SEQUENCES = 10**12
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,13 +168,17 @@ def _hardware(hw: dict[str, Any]) -> tuple[Cluster, Hardware]:
     values: dict[str, float] = {}
     for key in HARDWARE_REQUIRED[3:]:
         values[key] = _float(hw, key, "hardware", positive=not key.startswith(("alpha", "beta")))
+        if key in HARDWARE_MINIMUM and values[key] < HARDWARE_MINIMUM[key]:
+            raise ConfigError(f"[hardware] {key}: must be >= {HARDWARE_MINIMUM[key]:g}, got {hw[key]!r}")
     for key, default in HARDWARE_DEFAULTS.items():
         if key in hw:
-            values[key] = _float(hw, key, "hardware", positive=key in ("decode_bw_eff", "non_gemm_batch_cal"))
+            values[key] = _float(hw, key, "hardware",
+                                 positive=key in HARDWARE_FRACTIONS + ("non_gemm_batch_cal",))
         else:
             values[key] = default
-    if values["decode_bw_eff"] > 1:
-        raise ConfigError(f"[hardware] decode_bw_eff: must be in (0, 1], got {values['decode_bw_eff']!r}")
+    for key in HARDWARE_FRACTIONS:
+        if values[key] > 1:
+            raise ConfigError(f"[hardware] {key}: must be in (0, 1], got {hw[key]!r}")
     return cluster, Hardware(**values)
 
 
@@ -179,6 +206,12 @@ def _workload(w: dict[str, Any]) -> Workload:
     _no_unknown(w, WORKLOAD_REQUIRED + WORKLOAD_OPTIONAL, "workload")
     _require(w, WORKLOAD_REQUIRED, "workload")
     b, k, s, t = (_int(w, key, "workload") for key in WORKLOAD_REQUIRED)
+    for key, value in (("context_length", s), ("generation_length", t)):
+        if value > WORKLOAD_MAXIMUM[key]:
+            raise ConfigError(f"[workload] {key}: must be <= {WORKLOAD_MAXIMUM[key]:.0e} tokens, got {w[key]!r}")
+    if b * k > MAX_SEQUENCES:
+        raise ConfigError(f"[workload] batch_size: batch_size * samples_per_prompt = {b * k} sequences per step; "
+                          f"must be <= {MAX_SEQUENCES:.0e}")
     quantiles = None
     raw = w.get("gen_quantiles")
     if raw is not None:
@@ -203,10 +236,11 @@ def _workload(w: dict[str, Any]) -> Workload:
 
 
 def _optimizer(o: dict[str, Any], algorithm: str) -> dict[str, Any]:
+    _no_unknown(o, OPTIMIZER_KEYS, "optimizer")
     out = dict(OPTIMIZER_DEFAULTS)
     out.update(o)
     out["k_eval"] = _int(out, "k_eval", "optimizer")
-    trainable = ("actor", "critic", "ac_share") if algorithm == "ppo" else ("actor",)
+    trainable = TRAINABLE[algorithm]
     stale: dict[str, tuple[int, ...]] = {name: (0,) for name in trainable}
     raw = o.get("staleness_candidates")
     if raw is not None:
@@ -220,8 +254,10 @@ def _optimizer(o: dict[str, Any], algorithm: str) -> dict[str, Any]:
                     or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in values)):
                 raise ConfigError(f"[optimizer.staleness_candidates] {name}: must be a non-empty list of "
                                   f"integers >= 0, got {values!r}")
-            if name in trainable:
-                stale[name] = tuple(sorted(set(values)))
+            if name not in trainable:
+                raise ConfigError(f"[optimizer.staleness_candidates] {name}: {algorithm} has no {name} to make "
+                                  f"stale; valid for {algorithm}: {', '.join(trainable)}")
+            stale[name] = tuple(sorted(set(values)))
     out["staleness_candidates"] = stale
     return out
 

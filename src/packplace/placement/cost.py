@@ -40,14 +40,24 @@ class CostModel:
 
     # -- primitives -------------------------------------------------------------------------------
     def gemm_efficiency(self, rows: float, inner: float) -> float:
-        """Fraction of peak a GEMM reaches: ``m/(m + gemm_m_half) · k/(k + gemm_k_half)`` with ``m`` the
-        rows (tokens) per tensor-parallel rank **in units of 64 rows** (one tensor-core tile row block)
-        and ``k`` the inner dimension per rank (``d/tp``) in units of 64; the second factor is 1 when
-        ``gemm_k_half`` is 0. A saturating roofline-style fit: the default ``gemm_m_half = 5`` puts half
-        of peak at 320 rows, near the H100 ridge point (989e12 FLOP/s / 3.35e12 B/s ≈ 295 FLOP/byte,
-        i.e. ≈ 295 rows for a bf16 weight-stationary GEMM, Williams et al. 2009 roofline)."""
+        """Fraction of peak a GEMM reaches:
+        ``gemm_peak_fraction · m/(m + gemm_m_half) · k/(k + gemm_k_half)``.
+
+        ``m`` is the number of rows of the GEMM **in units of 64 rows** (one tensor-core tile row block):
+        the micro-batch tokens. DESIGN §3 says "micro-batch tokens per TP rank"; in Megatron-LM tensor
+        parallelism (Shoeybi et al. 2019) every rank multiplies *all* micro-batch tokens by its ``1/tp``
+        slice of the weights (column/row-parallel linear layers), so the tokens per TP rank are the
+        micro-batch tokens — ``tp`` does not divide the rows (sequence parallelism, Korthikanti et al.
+        2022, splits only the norm/dropout/elementwise work, see :meth:`_non_gemm`). ``k`` is the inner
+        dimension per rank (``d/tp``) in units of 64; that factor is 1 when ``gemm_k_half`` is 0.
+
+        A saturating roofline-style fit: the default ``gemm_m_half = 5`` puts half of the ceiling at 320
+        rows, near the H100 ridge point (989e12 FLOP/s / 3.35e12 B/s ≈ 295 FLOP/byte, i.e. ≈ 295 rows for
+        a bf16 weight-stationary GEMM, Williams et al. 2009 roofline). ``gemm_peak_fraction`` (extension
+        of DESIGN §3's formula, default 1.0 = DESIGN's formula) is the ceiling a very large GEMM reaches:
+        measured dense bf16 GEMMs sustain less than the datasheet peak."""
         m = rows / GEMM_UNIT
-        eff = m / (m + self.hw.gemm_m_half) if m > 0 else 0.0
+        eff = self.hw.gemm_peak_fraction * m / (m + self.hw.gemm_m_half) if m > 0 else 0.0
         if self.hw.gemm_k_half > 0:
             k = inner / GEMM_UNIT
             eff *= k / (k + self.hw.gemm_k_half)
@@ -92,17 +102,32 @@ class CostModel:
     # -- FLOPs ------------------------------------------------------------------------------------
     @staticmethod
     def forward_flops_per_token(model: ModelSpec, context: float) -> float:
-        """Forward FLOPs per token ``2N + 2·L·n_ctx·d`` (Kaplan et al. 2020, Table 1)."""
+        """Forward FLOPs per token of a causal pass over sequences of ``context`` tokens:
+        ``2N + 2·L·n_ctx·d`` (Kaplan et al. 2020, Table 1). Per token at position ``c``, QKᵀ and AV cost
+        ``2·c·d`` each; averaged over the causal positions of the sequence (``c ≈ n_ctx/2``) that is
+        ``4·L·(n_ctx/2)·d = 2·L·n_ctx·d``."""
         return 2.0 * model.gemm_params + 2.0 * model.layers * context * model.hidden_dim
+
+    @staticmethod
+    def decode_flops_per_token(model: ModelSpec, context: float | np.ndarray) -> float | np.ndarray:
+        """FLOPs of generating one token that attends to ``context`` cached tokens:
+        ``2N + 4·L·ctx·d`` — the weights (``2N``) plus, per layer, QKᵀ (``2·ctx·d``) and AV
+        (``2·ctx·d``) over the whole context (no causal averaging: the new token sees every cached one;
+        Kaplan et al. 2020, Table 1, at position ``ctx``)."""
+        return 2.0 * model.gemm_params + 4.0 * model.layers * context * model.hidden_dim
 
     def vertex_flops(self, model: ModelSpec, kind: str) -> float:
         """Model FLOPs of the vertex over one step (for MFU), independent of the strategy:
         train ``3×`` forward (backward = 2× forward), infer and generate ``1×`` forward, over
-        ``B·K·s`` tokens (generation: prompt + mean response, context at mid-sequence)."""
+        ``B·K·s`` tokens with ``s = S + mean response``. Generation (prefill + decode) does the same
+        useful work as one causal forward pass over the ``s`` tokens: decoding position ``c`` costs
+        ``2N + 4·L·c·d`` (:meth:`decode_flops_per_token`), whose mean over ``c = 1..s`` is
+        :meth:`forward_flops_per_token` at ``s`` — the causal averaging is already in that formula, so
+        the context is not halved again."""
         w = self.workload
         s = w.train_seq_len
         tokens = w.sequences * s
-        per_token = self.forward_flops_per_token(model, s / 2 if kind == "generate" else s)
+        per_token = self.forward_flops_per_token(model, s)
         return (3.0 if kind == "train" else 1.0) * per_token * tokens
 
     # -- vertex times -------------------------------------------------------------------------------
@@ -120,7 +145,9 @@ class CostModel:
 
         Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``):
         compute ``c·(2N + 2Lsd)·tokens / (tp·F·eff)`` with ``c`` = 3 for training (forward + 2× backward)
-        and 1 for inference; tensor-parallel all-reduces of ``tokens·d·2`` bytes at the node level, 2 per
+        and 1 for inference, ``eff`` = :meth:`gemm_efficiency` of ``tokens`` rows (every TP rank multiplies
+        all micro-batch tokens by its ``1/tp`` weight slice; Megatron-LM); tensor-parallel all-reduces of
+        ``tokens·d·2`` bytes at the node level, 2 per
         layer forward and 2 more backward (Megatron-LM, Shoeybi et al. 2019; Narayanan et al. 2021);
         non-GEMM time. A stage takes ``1/pp`` of that plus one point-to-point activation send (two for
         training) of ``tokens·d·2`` bytes; the ``B·K/(dp·mb)`` micro-batches run through the pipeline
@@ -134,7 +161,7 @@ class CostModel:
         tokens = micro_batch * s
         factor = 3.0 if train else 1.0
         flops = factor * self.forward_flops_per_token(model, s) * tokens
-        eff = self.gemm_efficiency(tokens / tp, model.hidden_dim / tp)
+        eff = self.gemm_efficiency(tokens, model.hidden_dim / tp)  # all tokens on every TP rank
         compute = flops / (tp * self.hw.flops_per_gpu * eff)
         tp_comm = (4 if train else 2) * model.layers * self.allreduce(tokens * model.hidden_dim * ACT_BYTES, tp, 0)
         non_gemm = factor * self._non_gemm(model.layers, tokens / tp)
@@ -157,26 +184,36 @@ class CostModel:
         (``T_max`` the longest response of the batch, :attr:`Workload.max_response`) with a shrinking
         active batch ``a_t = mb·(1 − F(t−1))`` from ``gen_quantiles``. A decode step is memory bound:
         ``max(compute, bytes / (memory_bandwidth·decode_bw_eff))`` where compute is
-        ``(2N + 2L(S+t)d)·a_t/(tp·F·eff)`` and bytes are the weight shard ``2N/tp`` plus the KV cache
+        ``(2N + 4L(S+t)d)·a_t/(tp·F·eff)`` (:meth:`decode_flops_per_token`; ``eff`` of ``a_t`` rows — every
+        TP rank holds the whole active batch — so the term shrinks as ``1/tp``) and bytes are the weight
+        shard ``2N/tp`` plus the KV cache
         read ``a_t·(S+t)·kv_bytes_per_token`` (summed over the pipeline stages a token crosses), plus
         2 tensor-parallel all-reduces per layer of ``a_t·d·2`` bytes and ``pp − 1`` stage hand-offs.
         Rounds overlap across pipeline stages: ``(rounds + pp − 1)·t_round/pp``.
+
+        Very long generations (``T_max`` > ``workload.DECODE_EXACT_STEPS`` = 16384) are summed in chunks
+        of ``c`` consecutive decode steps, each valued at its middle step times ``c`` (midpoint rule; the summand
+        is piecewise linear in ``t``, so only chunks containing a kink err: < 1e-4 relative in the test that
+        chunks a 400-step decode into 100 pieces): the cost stays bounded
+        whatever ``generation_length`` (≤ 1e7, see the config checks). Below the threshold the sum is exact.
         """
         w, hw = self.workload, self.hw
         rounds = w.sequences // (dp * micro_batch)
         d, L = model.hidden_dim, model.layers
         prompt_tokens = micro_batch * w.context_length
-        eff = self.gemm_efficiency(prompt_tokens / tp, d / tp)
+        eff = self.gemm_efficiency(prompt_tokens, d / tp)
         prefill = (self.forward_flops_per_token(model, w.context_length) * prompt_tokens
                    / (tp * hw.flops_per_gpu * eff))
         prefill += 2 * L * self.allreduce(prompt_tokens * d * ACT_BYTES, tp, 0) + self._non_gemm(L, prompt_tokens / tp)
-        active = micro_batch * w.active_fraction  # (T_max,)
-        ctx = w.context_length + np.arange(1, w.max_response + 1, dtype=float)
-        per_token = 2.0 * model.gemm_params + 2.0 * L * ctx * d
-        m = active / tp / GEMM_UNIT
+        steps, weight, fraction = w.decode_grid  # (n,) decode steps t, steps each entry stands for, 1 − F(t − 1)
+        active = micro_batch * fraction
+        ctx = w.context_length + steps
+        per_token = self.decode_flops_per_token(model, ctx)
+        m = active / GEMM_UNIT
         k_eff = d / tp / (d / tp + hw.gemm_k_half * GEMM_UNIT) if hw.gemm_k_half > 0 else 1.0
-        # compute = per_token·a/(tp·F·eff) with eff = m/(m + m_half)·k_eff, written without 1/m
-        compute = per_token * GEMM_UNIT * (m + hw.gemm_m_half) / (hw.flops_per_gpu * k_eff)
+        # compute = per_token·a/(tp·F·eff) with eff = peak·m/(m + m_half)·k_eff, written without 1/m
+        compute = per_token * GEMM_UNIT * (m + hw.gemm_m_half) / (tp * hw.flops_per_gpu * hw.gemm_peak_fraction
+                                                                  * k_eff)
         memory = (2.0 * model.gemm_params / tp + active * ctx * model.kv_bytes_per_token(tp, 1)) / (
             hw.memory_bandwidth * hw.decode_bw_eff)
         step = np.maximum(compute, memory) + self._non_gemm(L, active / tp)
@@ -186,7 +223,8 @@ class CostModel:
         if pp > 1:
             alpha, beta = hw.p2p(self.group_level(dp * pp * tp, extent))
             step = step + (pp - 1) * (alpha + active * d * ACT_BYTES / tp * beta)
-        round_time = prefill + float(step.sum())
+        step = step * weight
+        round_time = prefill + float(step.sum())  # step already weighted
         return self.pipeline(rounds, pp, round_time / pp)
 
     # -- movement between blocks -----------------------------------------------------------------

@@ -49,6 +49,7 @@ cluster size. :meth:`PlacementEvaluator.step_time` is the fast path a search sho
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,6 +196,8 @@ class PlacementEvaluator:
             why = explain(model, self.cluster, self.instance.workload.sequences, vp.strategy, vp.micro_batch,
                           alloc.extent)
             return f"{name}: {why or 'not a legal candidate'}"
+        if not math.isfinite(cand.time):
+            return f"{name}: predicted time is {cand.time} seconds (not finite); the plan cannot be scored"
         lo, hi = alloc.gpu_range(self.cluster)
         return (cand, lo, hi)
 
@@ -359,7 +362,8 @@ class PlacementEvaluator:
     def _objective(self, res: list, plan: Plan) -> float:
         _, _, step, reallocs = self._schedule(res)
         shifts = self._stale_shifts(plan)
-        return step if shifts is None else min(step, self._period(res, reallocs, shifts)[0])
+        value = step if shifts is None else min(step, self._period(res, reallocs, shifts)[0])
+        return value if math.isfinite(value) else INF  # never a NaN objective
 
     def relaxed_step_time(self, plan: Plan) -> tuple[float, float]:
         """``(seconds per step ignoring memory, overflow)`` where ``overflow`` is the largest per-GPU
@@ -375,7 +379,9 @@ class PlacementEvaluator:
         return self._objective(res, plan), max(0.0, over - cap) / cap
 
     def score(self, plan: Plan) -> PlacementScore:
-        """Full verdict on ``plan`` (never raises on a bad plan: it is reported infeasible with reasons)."""
+        """Full verdict on ``plan`` (never raises on a bad plan: it is reported infeasible with reasons).
+        A non-finite vertex time or step time (``inf``/``nan``) makes the plan infeasible with a reason:
+        a non-finite number is never reported as a feasible step time."""
         if not isinstance(plan, Plan):
             return PlacementScore(False, [f"plan: expected a Plan, got {type(plan).__name__}"])
         res = self._resolve(plan)
@@ -398,6 +404,8 @@ class PlacementEvaluator:
         shifts = self._stale_shifts(plan)
         objective, unrolled = (step, 0) if shifts is None else self._period(res, reallocs, shifts)
         objective = min(objective, step)  # the period never exceeds the synchronous step time (exact)
+        if not (math.isfinite(objective) and math.isfinite(step)):
+            violations.append(f"step time is not finite ({objective} seconds); the plan cannot be scored")
         w = self.instance.workload
         score = PlacementScore(
             feasible=not violations, violations=violations,
@@ -409,7 +417,7 @@ class PlacementEvaluator:
             staleness={m: t for m, t in plan.staleness if t}, synchronous_step_time=step if not violations else INF,
             unrolled_steps=unrolled,
         )
-        if objective > 0:
+        if math.isfinite(objective) and objective > 0:
             score.samples_per_s = w.sequences / objective
             score.tokens_per_s = w.sequences * w.train_seq_len / objective
             score.mfu = self._total_flops / (objective * self.num_gpus * self.instance.hardware.flops_per_gpu)

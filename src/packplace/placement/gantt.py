@@ -5,6 +5,7 @@ matplotlib is an optional extra (``pip install 'packplace[plot]'``) imported onl
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from packplace.errors import ConfigError
@@ -12,22 +13,32 @@ from packplace.placement.plan import Plan
 
 
 def gantt_rows(instance, plan: Plan, score) -> list[dict[str, Any]]:
-    """The trace as rows ``{block, vertex, start, end}`` (seconds), blocks labelled by GPU range."""
+    """The trace as rows ``{block, vertex, start, end}`` (seconds), blocks labelled like the CLI table
+    (``r0/n0-3/g0-7``: rack, node and GPU ranges, :func:`packplace.placement.cli.gpu_ranges`)."""
+    from packplace.placement.cli import gpu_ranges
+
     rows = []
     for name, vp in plan.vertices:
-        alloc = vp.allocation
-        first = alloc.origin
-        last = alloc.gpu_ids(instance.cluster)[-1]
-        rows.append({"block": f"{first}..{tuple(last)}", "vertex": name, "start": score.start[name],
-                     "end": score.end[name]})
+        block = gpu_ranges(vp.allocation.gpu_ids(instance.cluster))
+        rows.append({"block": block, "vertex": name, "start": score.start[name], "end": score.end[name]})
     return rows
+
+
+def check_format(path: str, supported: dict[str, str]) -> None:
+    """Raise :class:`ConfigError` unless ``path``'s extension is one of ``supported`` (matplotlib's
+    ``{extension: description}``); a path without an extension is written as PNG."""
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    if ext and ext not in supported:
+        raise ConfigError(f"--gantt: unknown image format {ext!r} of {path!r}; "
+                          f"supported: {', '.join(sorted(supported))}")
 
 
 def draw_gantt(instance, plan: Plan, score, path: str) -> None:
     """Write a PNG/SVG/PDF (by extension) of the schedule to ``path``.
 
     Raises:
-        ConfigError: matplotlib missing (with the install command) or the file cannot be written.
+        ConfigError: matplotlib missing (with the install command), an extension matplotlib cannot
+            write (the message lists the supported ones), or the file cannot be written.
     """
     try:
         import matplotlib
@@ -40,6 +51,11 @@ def draw_gantt(instance, plan: Plan, score, path: str) -> None:
     blocks = sorted({r["block"] for r in rows})
     colours = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(10, 1.0 + 0.6 * len(blocks)))
+    try:
+        check_format(path, fig.canvas.get_supported_filetypes())
+    except ConfigError:
+        plt.close(fig)
+        raise
     for k, row in enumerate(sorted(rows, key=lambda r: r["start"])):
         y = blocks.index(row["block"])
         ax.barh(y, row["end"] - row["start"], left=row["start"], color=colours(k % 10), edgecolor="black")
@@ -57,5 +73,7 @@ def draw_gantt(instance, plan: Plan, score, path: str) -> None:
         fig.savefig(path)
     except OSError as exc:
         raise ConfigError(f"--gantt: cannot write {path!r}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a format matplotlib rejects after all
+        raise ConfigError(f"--gantt: cannot write {path!r}: {exc}") from None
     finally:
         plt.close(fig)

@@ -7,6 +7,9 @@ from functools import cached_property
 
 import numpy as np
 
+#: Decode steps kept one by one by :attr:`Workload.decode_grid`; longer generations are chunked.
+DECODE_EXACT_STEPS = 16384
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -64,17 +67,36 @@ class Workload:
         n = self.sequences
         return max(1, min(self.generation_length, int(np.ceil(self.quantile(n / (n + 1))))))
 
+    def _active_at(self, steps: np.ndarray) -> np.ndarray:
+        """``1 − F(t − 1)`` at decode steps ``t`` (float array), ``F`` the response-length CDF."""
+        qs, ts = self._quantile_points
+        if ts[0] == ts[-1]:
+            return np.ones(len(steps))
+        cdf = np.interp(steps - 1.0, ts, qs, left=0.0, right=1.0)
+        return np.clip(1.0 - cdf, 0.0, 1.0)
+
     @cached_property
     def active_fraction(self) -> np.ndarray:
         """Fraction of sequences still decoding at decode step ``t = 1 .. max_response`` (shape
         ``(max_response,)``): ``1 − F(t − 1)`` with ``F`` the response-length CDF (the inverse of the
         piecewise-linear quantile function). Without ``gen_quantiles`` it is all ones."""
-        qs, ts = self._quantile_points
-        steps = np.arange(self.max_response, dtype=float)  # t - 1
-        if ts[0] == ts[-1]:
-            return np.ones(self.max_response)
-        cdf = np.interp(steps, ts, qs, left=0.0, right=1.0)
-        return np.clip(1.0 - cdf, 0.0, 1.0)
+        return self._active_at(np.arange(1, self.max_response + 1, dtype=float))
+
+    @cached_property
+    def decode_grid(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(steps, weight, active)``, each of shape ``(n,)``, over which a decode cost is summed as
+        ``Σ weight·f(steps, active)``. Up to :data:`DECODE_EXACT_STEPS` decode steps: every step
+        ``t = 1..max_response`` with weight 1 and ``active = active_fraction`` (exact). Beyond: that many
+        equal chunks of consecutive steps, each represented by its middle step and weighted by its length
+        (midpoint rule), so the cost of a decode sum is bounded for any ``generation_length``."""
+        T = self.max_response
+        if T <= DECODE_EXACT_STEPS:
+            steps = np.arange(1, T + 1, dtype=float)
+            return steps, np.ones(T), self.active_fraction
+        edges = np.round(np.linspace(0, T, DECODE_EXACT_STEPS + 1))
+        weight = np.diff(edges)
+        steps = (edges[:-1] + 1 + edges[1:]) / 2  # chunk covers t = edges[i]+1 .. edges[i+1]
+        return steps, weight, self._active_at(steps)
 
     @property
     def train_seq_len(self) -> float:
