@@ -120,3 +120,18 @@ def test_padding_cost_is_charged_per_bin():
     loads = BalanceEvaluator(inst).rank_loads(Assignment(((0,), (1,))))
     assert list(loads) == [1.0 + 5.0, 1.0 + 3.0]
     assert math.isclose(BalanceEvaluator(inst).objective(((0,), (1,))), 6.0)
+
+
+def test_undeclared_sample_budget_and_scalar_budgets_are_errors():
+    samples = (Sample("img", 10, 1.0, {"audio": 5}), Sample("txt", 10, 1.0))
+    with pytest.raises(ConfigError, match="budget 'audio' is not declared in the constraints"):
+        BalanceInstance(samples, PackingConstraints(64, {"vision_tokens": 256}), 2)
+    with pytest.raises(ConfigError, match="budgets: must be a mapping"):
+        PackingConstraints(64, 5)
+
+
+def test_auto_reference_is_the_token_only_packing():
+    inst = make_instance([6, 5, 4], [9.0, 1.0, 2.0], seq_len=10, data_parallel_size=2, reference_bins="auto")
+    assert inst.reference_bins == ((0,), (1, 2))
+    with pytest.raises(ConfigError, match="reference_bins: must be 'auto'"):
+        make_instance([6, 5, 4], seq_len=10, data_parallel_size=2, reference_bins="sometimes")

@@ -62,3 +62,23 @@ def test_min_gain_runs_the_planner_and_records_the_decision(tmp_path, capsys):
     # a threshold above the achievable gain (8/18 = 44%) keeps the reference
     assert main(["balance", "--config", str(config), "--min-gain", "0.5", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["planner"]["decision"]["accepted"] is False
+
+
+def test_unwritable_out_fails_before_solving(tmp_path, capsys):
+    config = str(ROOT / "configs/balance/two_way_small.yaml")
+    assert main(["balance", "--config", config, "--out", str(tmp_path / "missing" / "r.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["balance", "--config", config, "--out", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_seed_out_of_range_is_a_one_line_error(capsys):
+    config = str(ROOT / "configs/balance/two_way_small.yaml")
+    assert main(["balance", "--config", config, "--solver", "cpsat", "--seed", str(2**31)]) == 2
+    assert "seed: must be an integer in [0, 2^31)" in capsys.readouterr().err
+
+
+def test_rounds_table_shows_each_ranks_round(capsys):
+    assert main(["balance", "--config", str(ROOT / "configs/balance/stdlib_rounds.yaml"), "--solver", "lpt"]) == 0
+    header = [line for line in capsys.readouterr().out.splitlines() if line.startswith("rank")][0]
+    assert header.split()[-1] == "round"

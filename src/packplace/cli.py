@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from packplace import __version__
@@ -39,6 +40,16 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except ConfigError as exc:
         print(f"packplace {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep the interpreter from flushing into the pipe
+        except OSError:
+            pass
+        return 0
+    except OSError as exc:  # e.g. an output file that could not be written
+        print(f"packplace {args.command}: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),
+              file=sys.stderr)
         return 2
 
 

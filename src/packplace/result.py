@@ -276,12 +276,13 @@ def check_limits(time_limit_s: float | None, seed: int) -> None:
     """Validate the two arguments every backend takes.
 
     Raises:
-        ConfigError: ``time_limit_s`` not a positive finite number (or None), ``seed`` not an int.
+        ConfigError: ``time_limit_s`` not a positive finite number (or None), ``seed`` not an int in [0, 2^31)
+            (CP-SAT's ``random_seed`` is a 32-bit int).
     """
     if time_limit_s is not None:
         if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) or not (
             math.isfinite(time_limit_s) and time_limit_s > 0
         ):
             raise ConfigError(f"time_limit_s: must be a positive number of seconds, got {time_limit_s!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError(f"seed: must be an integer, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        raise ConfigError(f"seed: must be an integer in [0, 2^31), got {seed!r}")

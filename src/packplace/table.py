@@ -42,3 +42,22 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     out = [line(list(headers)), "  ".join("-" * w for w in widths)]
     out.extend(line(row) for row in cells)
     return "\n".join(out)
+
+
+def check_output_file(path: str, option: str) -> None:
+    """Fail fast, before any solving, when ``path`` cannot be written as a file.
+
+    Raises:
+        ConfigError: ``path`` is a directory, or its parent directory is missing or not writable.
+    """
+    import os
+
+    from packplace.errors import ConfigError
+
+    if os.path.isdir(path):
+        raise ConfigError(f"{option}: {path!r} is a directory, expected a file path")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ConfigError(f"{option}: directory {parent!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(f"{option}: directory {parent!r} is not writable")

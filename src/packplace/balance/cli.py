@@ -11,8 +11,9 @@ from typing import Any
 from packplace.balance.api import DEFAULT_SOLVER, solve_balance
 from packplace.balance.config import load_config
 from packplace.balance.planner import plan_balance
+from packplace.balance.schema import BalanceInstance
 from packplace.result import SolveResult
-from packplace.table import render_table
+from packplace.table import check_output_file, render_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,12 +36,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def result_json(result: SolveResult, instance_name: str) -> dict[str, Any]:
-    """The JSON document ``--out`` writes (also used by the harness)."""
+def result_json(result: SolveResult, instance: BalanceInstance, instance_name: str) -> dict[str, Any]:
+    """The JSON document ``--out`` writes: the instance's parameters, the result and the assignment."""
     solution = result.solution
     return {
         "problem": "balance",
         "instance": instance_name,
+        "parameters": {
+            "samples": len(instance.samples),
+            "total_tokens": sum(s.tokens for s in instance.samples),
+            "seq_len": instance.constraints.seq_len,
+            "data_parallel_size": instance.data_parallel_size,
+            "local_batch_size": instance.local_batch_size,
+            "objective": instance.objective,
+            "group_size": instance.group_size,
+            "budgets": dict(instance.constraints.budgets),
+            "oversized_policy": instance.constraints.oversized_policy,
+            "has_reference": instance.reference_bins is not None,
+        },
         "solver": result.solver,
         "status": result.status,
         "objective": result.objective if result.solution is not None else None,
@@ -60,6 +73,8 @@ def result_json(result: SolveResult, instance_name: str) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Solve, print the table, optionally write JSON; exit 1 when no feasible answer was found."""
+    if args.out:
+        check_output_file(args.out, "--out")
     instance = load_config(args.config)
     result = solve_balance(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
     name = instance.name or Path(args.config).stem
@@ -72,10 +87,18 @@ def run(args: argparse.Namespace) -> int:
     if result.solution is not None:
         loads = result.info["rank_loads"]
         tokens = result.info["rank_tokens"]
+        headers = ["rank", "bins", "samples", "tokens", "load"]
+        rounds = None
+        if instance.objective == "rounds":
+            # the evaluator's schedule: loads sorted descending, g at a time, one round each
+            order = sorted(range(len(loads)), key=lambda r: (-loads[r], r))
+            rounds = {r: position // instance.group_size for position, r in enumerate(order)}
+            headers.append("round")
         rows = []
         for r, bins in enumerate(result.solution.ranks()):
-            rows.append([r, len(bins), sum(len(b) for b in bins), tokens[r], loads[r]])
-        print(render_table(["rank", "bins", "samples", "tokens", "load"], rows))
+            row = [r, len(bins), sum(len(b) for b in bins), tokens[r], loads[r]]
+            rows.append(row + ([rounds[r]] if rounds is not None else []))
+        print(render_table(headers, rows))
         print()
     summary = [[result.solver, result.objective if result.solution is not None else None, result.bound,
                 f"{100 * result.gap:.3f}%" if result.solution is not None else "-", result.status,
@@ -83,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     print(render_table(["solver", "objective", "bound", "gap", "status", "time_s"], summary))
     if result.message:
         print(f"note: {result.message}")
-    document = result_json(result, name)
+    document = result_json(result, instance, name)
     if args.min_gain is not None:
         plan = plan_balance(instance, args.solver, args.min_gain, time_limit_s=args.time_limit, seed=args.seed)
         decision = plan.decision

@@ -28,7 +28,8 @@ Format (every field but ``seq_len``, ``data_parallel_size`` and ``samples`` is o
     reference: auto                   # auto | none | explicit rank-major list of bins of keys
 
 ``reference: auto`` builds the token-only packing most loaders ship (worst-fit decreasing on tokens,
-see :func:`_auto_reference`) and keeps it only if it is feasible; otherwise there is none.
+see :func:`packplace.balance.schema.token_packing_reference`) and keeps it only if it is feasible;
+otherwise there is none.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from packplace.balance import corpus as corpus_module
-from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost, key_order
+from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost
 from packplace.balance.workload import LatencyModel, ModelShape, padding_cost, sample_cost
 from packplace.errors import ConfigError
 from packplace.yamlio import load_yaml
@@ -107,40 +108,6 @@ def _raw_samples(spec: Any, seq_len: int, capacity: int) -> list[dict[str, Any]]
     return [{"key": d.key, "tokens": d.tokens} for d in batch]
 
 
-def _auto_reference(samples: list[Sample], constraints: PackingConstraints, num_bins: int) -> tuple | None:
-    """Token-only packing, the usual default of packed data loaders: worst-fit decreasing on tokens.
-
-    Samples in decreasing token order (ties by key) each go to the bin with the most free tokens that
-    also respects the budgets; bins are then rank-major. Every bin gets a sample while there are
-    samples, and token counts come out even, but workload costs (super-linear in length) do not: the
-    gap that the balance solvers close. Returns ``None`` when a sample fits nowhere.
-    """
-    bins: list[list[Any]] = [[] for _ in range(num_bins)]
-    used = [0] * num_bins
-    usage: list[dict[str, float]] = [{} for _ in range(num_bins)]
-    limits = constraints.budgets
-    for item in sorted(samples, key=lambda s: (-s.tokens, key_order(s.key))):
-        best = None
-        for b in range(num_bins):
-            if used[b] + item.tokens > constraints.seq_len and not (
-                constraints.oversized_policy == "single" and not bins[b]
-            ):
-                continue
-            if any(usage[b].get(n, 0.0) + v > limits[n] for n, v in item.budgets.items() if n in limits):
-                continue
-            if best is None or used[b] < used[best]:
-                best = b
-        if best is None:
-            return None
-        bins[best].append(item.key)
-        used[best] += item.tokens
-        for n, v in item.budgets.items():
-            usage[best][n] = usage[best].get(n, 0.0) + v
-    if any(not b for b in bins):
-        return None
-    return tuple(tuple(b) for b in bins)
-
-
 def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> BalanceInstance:
     """Build and validate a :class:`BalanceInstance` from a parsed config (format in the module docstring).
 
@@ -196,7 +163,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
 
     reference = config.get("reference", "auto")
     if reference == "auto":
-        reference_bins = _auto_reference(samples, constraints, ranks * per_rank)
+        reference_bins = "auto"
     elif reference in (None, "none"):
         reference_bins = None
     elif isinstance(reference, list):

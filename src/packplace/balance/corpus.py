@@ -38,7 +38,7 @@ def stdlib_documents(bytes_per_token: float = 4.0) -> list[Document]:
         ConfigError: ``bytes_per_token`` not positive.
     """
     if not (isinstance(bytes_per_token, (int, float)) and bytes_per_token > 0):
-        raise ConfigError(f"corpus.bytes_per_token: must be > 0, got {bytes_per_token!r}")
+        raise ConfigError(f"samples.corpus.bytes_per_token: must be > 0, got {bytes_per_token!r}")
     root = sysconfig.get_paths()["stdlib"]
     found: list[Document] = []
     for directory, subdirs, files in os.walk(root):

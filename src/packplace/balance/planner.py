@@ -212,7 +212,8 @@ def plan_balance(
         raise ConfigError(f"instance: expected a BalanceInstance, got {type(instance).__name__}")
     threshold = _check_threshold(min_relative_gain)
     if instance.reference_bins is None:
-        raise ConfigError("reference_bins: plan_balance needs the current grouping to compare against, got None")
+        raise ConfigError("reference_bins: plan_balance needs the current grouping to compare against, got None "
+            "(pass reference_bins='auto' for the token-only packing a plain loader ships)")
     evaluator = BalanceEvaluator(instance)
     reference = instance.reference_bins
     ranks, per_rank = instance.data_parallel_size, instance.local_batch_size

@@ -149,6 +149,8 @@ class Sample:
         if isinstance(self.tokens, bool) or not isinstance(self.tokens, int) or self.tokens < 1:
             raise ConfigError(f"sample {self.key!r}: tokens must be an integer >= 1, got {self.tokens!r}")
         object.__setattr__(self, "cost", as_cost(self.cost, f"sample {self.key!r}: cost"))
+        if not isinstance(self.budgets, Mapping):
+            raise ConfigError(f"sample {self.key!r}: budgets must be a mapping, got {self.budgets!r}")
         budgets = {
             str(name): _finite_nonnegative(value, f"sample {self.key!r}: budgets.{name}")
             for name, value in dict(self.budgets).items()
@@ -183,6 +185,8 @@ class PackingConstraints:
             raise ConfigError(
                 f"oversized_policy: must be one of {', '.join(OVERSIZED_POLICIES)}, got {self.oversized_policy!r}"
             )
+        if not isinstance(self.budgets, Mapping):
+            raise ConfigError(f"budgets: must be a mapping of budget name to limit, got {self.budgets!r}")
         limits = {str(k): _finite_nonnegative(v, f"budgets.{k}") for k, v in dict(self.budgets).items()}
         object.__setattr__(self, "budgets", MappingProxyType(limits))
 
@@ -200,7 +204,9 @@ class BalanceInstance:
         data_parallel_size: D, the number of data-parallel ranks.
         local_batch_size: m, the number of non-empty bins each rank must get (D·m bins in all).
         reference_bins: The original rank-major grouping (D·m bins of keys, feasible), the
-            do-nothing baseline and the planner's point of comparison; ``None`` if there is none.
+            do-nothing baseline and the planner's point of comparison; ``None`` if there is none;
+            ``"auto"`` builds the token-only packing of :func:`token_packing_reference` (``None`` if
+            that packing fails).
         objective: ``"makespan"``, ``"balance"`` or ``"rounds"``.
         group_size: g, physical ranks per synchronous round for ``rounds`` (D must be a multiple
             of g); defaults to D (one round).
@@ -269,7 +275,13 @@ class BalanceInstance:
                 oversized += 1
             for name, usage in item.budgets.items():
                 limit = self.constraints.budgets.get(name)
-                if limit is not None and usage > limit:
+                if limit is None:
+                    declared = ", ".join(sorted(self.constraints.budgets)) or "none"
+                    raise ConfigError(
+                        f"sample {item.key!r}: budget {name!r} is not declared in the constraints "
+                        f"(declared: {declared})"
+                    )
+                if usage > limit:
                     raise ConfigError(f"sample {item.key!r}: budget {name!r} usage {usage:g} exceeds limit {limit:g}")
         if oversized > bins:
             raise ConfigError(f"samples: {oversized} oversized samples need a bin each, only {bins} bins")
@@ -280,6 +292,10 @@ class BalanceInstance:
                 f"samples: {fitting_tokens} tokens cannot fit in {free_bins} bins of seq_len {seq_len} "
                 f"(capacity {free_bins * seq_len})"
             )
+        if isinstance(self.reference_bins, str):
+            if self.reference_bins != "auto":
+                raise ConfigError(f"reference_bins: must be 'auto', None or bins of keys, got {self.reference_bins!r}")
+            object.__setattr__(self, "reference_bins", token_packing_reference(samples, self.constraints, bins))
         if self.reference_bins is not None:
             reference = tuple(tuple(b) for b in self.reference_bins)
             object.__setattr__(self, "reference_bins", reference)
@@ -382,3 +398,39 @@ def make_instance(
     )
     samples = tuple(Sample(k, t, c) for k, t, c in zip(keys, tokens, costs))
     return BalanceInstance(samples, constraints, data_parallel_size, local_batch_size, **kwargs)
+
+
+def token_packing_reference(
+    samples: Sequence[Sample], constraints: PackingConstraints, num_bins: int
+) -> tuple[tuple[SampleKey, ...], ...] | None:
+    """Token-only packing, the usual default of packed data loaders: worst-fit decreasing on tokens.
+
+    Samples in decreasing token order (ties by key) each go to the bin with the most free tokens that
+    also respects the budgets; bins are then rank-major. Every bin gets a sample while there are
+    samples, and token counts come out even, but workload costs (super-linear in length) do not: the
+    gap that the balance solvers close. Returns ``None`` when a sample fits nowhere.
+    """
+    bins: list[list[SampleKey]] = [[] for _ in range(num_bins)]
+    used = [0] * num_bins
+    usage: list[dict[str, float]] = [{} for _ in range(num_bins)]
+    limits = constraints.budgets
+    for item in sorted(samples, key=lambda s: (-s.tokens, key_order(s.key))):
+        best = None
+        for b in range(num_bins):
+            if used[b] + item.tokens > constraints.seq_len and not (
+                constraints.oversized_policy == "single" and not bins[b]
+            ):
+                continue
+            if any(usage[b].get(n, 0.0) + v > limits[n] for n, v in item.budgets.items() if n in limits):
+                continue
+            if best is None or used[b] < used[best]:
+                best = b
+        if best is None:
+            return None
+        bins[best].append(item.key)
+        used[best] += item.tokens
+        for n, v in item.budgets.items():
+            usage[best][n] = usage[best].get(n, 0.0) + v
+    if any(not b for b in bins):
+        return None
+    return tuple(tuple(b) for b in bins)

@@ -115,7 +115,11 @@ def run(args: argparse.Namespace) -> int:
     """Run ``packplace place``; returns the exit code (0 ok, 1 no feasible plan). ConfigError propagates
     to the top-level CLI (one line on stderr, exit code 2)."""
     from packplace.placement.api import solve_placement
+    from packplace.table import check_output_file
 
+    for path, option in ((args.out, "--out"), (args.gantt, "--gantt")):
+        if path:
+            check_output_file(path, option)
     instance = load_config(args.config)
     result = solve_placement(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
     print(format_table(instance, result))
