@@ -149,7 +149,8 @@ def _vision_instance(limit):
         Sample("txt_b", 10, 59.0),
         Sample("txt_c", 10, 58.0),
     ]
-    budgets = {} if limit is None else {"vision_tokens": limit}
+    # None: a limit that never binds (usages must name a declared budget)
+    budgets = {"vision_tokens": 1e12 if limit is None else limit}
     constraints = PackingConstraints(seq_len=100, budgets=budgets)
     return BalanceInstance(tuple(samples), constraints, data_parallel_size=2, local_batch_size=2)
 
