@@ -155,35 +155,25 @@ def finalize(
         bound = max(bound, proposal.bound)
     objective = float("inf")
     solution = proposal.solution
+
+    def error(why: str, value: float = float("inf")) -> SolveResult:
+        return SolveResult(
+            problem=problem, solver=solver, solution=solution, objective=value, bound=bound, status=ERROR,
+            hit_time_limit=proposal.hit_time_limit, params=params, wall_s=wall_s,
+            iterations=proposal.iterations, message=why, log=proposal.log, info=info,
+        )
+
     if solution is not None:
         feasible, objective, reason, detail = score(solution)
         info.update(detail)
         if not feasible:
-            return SolveResult(
-                problem=problem, solver=solver, solution=solution, objective=float("inf"), bound=bound,
-                status=ERROR, hit_time_limit=proposal.hit_time_limit, params=params, wall_s=wall_s,
-                iterations=proposal.iterations,
-                message=f"solver {solver!r} returned an infeasible solution: {reason}",
-                log=proposal.log, info=info,
-            )
+            return error(f"solver {solver!r} returned an infeasible solution: {reason}")
         if not math.isfinite(objective):
-            return SolveResult(
-                problem=problem, solver=solver, solution=solution, objective=float("inf"), bound=bound,
-                status=ERROR, hit_time_limit=proposal.hit_time_limit, params=params, wall_s=wall_s,
-                iterations=proposal.iterations,
-                message=f"solver {solver!r} returned a solution with a non-finite objective ({objective!r})",
-                log=proposal.log, info=info,
-            )
+            return error(f"solver {solver!r} returned a solution with a non-finite objective ({objective!r})")
         tol = max(proposal.optimality_tolerance, OPTIMALITY_RTOL)
         if bound > objective:
             if bound > objective * (1 + tol) + 1e-12:
-                return SolveResult(
-                    problem=problem, solver=solver, solution=solution, objective=objective, bound=bound,
-                    status=ERROR, hit_time_limit=proposal.hit_time_limit, params=params, wall_s=wall_s,
-                    iterations=proposal.iterations,
-                    message=f"bound {bound!r} exceeds the evaluated objective {objective!r}: a false proof",
-                    log=proposal.log, info=info,
-                )
+                return error(f"bound {bound!r} exceeds the evaluated objective {objective!r}: a false proof", objective)
             bound = objective
         if status == OPTIMAL and not objective <= bound * (1 + tol) + 1e-12:
             status = FEASIBLE
