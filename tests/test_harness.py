@@ -349,7 +349,10 @@ def test_placement_suite_smoke_and_numbers_equal_the_library_call():
     suite = load_suite(SUITES / "placement.yaml")
     plain = next(s for s in suite.instances if s.kind == "config" and not s.overrides)
     generated = next(s for s in suite.instances if s.overrides)
-    report = compare("placement", {"problem": "placement", "time_limit_s": 5, "instances": [
+    # a small anneal budget: the runs end on e_max, not on the clock, so they repeat exactly (and fast)
+    solver_params = {"anneal": {"e_max": 4000}}
+    report = compare("placement", {"problem": "placement", "time_limit_s": 5, "solver_params": solver_params,
+                                   "instances": [
         {"name": plain.name, "config": plain.config},
         {"name": generated.name, "config": generated.config, "overrides": dict(generated.overrides)},
     ]}, solvers="all", jobs=1, progress=False)
@@ -362,5 +365,166 @@ def test_placement_suite_smoke_and_numbers_equal_the_library_call():
         for name, cell in row.cells.items():
             if cell.status == "skipped":
                 continue
-            direct = api.solve_placement(instance, solver=name, time_limit_s=5, seed=0)
+            direct = api.solve_placement(instance, solver=name, time_limit_s=5, seed=0, **solver_params.get(name, {}))
             assert (cell.objective, cell.bound, cell.status) == (direct.objective, direct.bound, direct.status)
+            assert not cell.hit_time_limit
+
+
+# ------------------------------------------------------------------------------- placement bench
+PLACEMENT_BENCH_SUITE = f"""
+name: placement-bench-test
+problem: placement
+time_limit_s: 20
+solvers: [greedy, broken]
+instances:
+  - name: grpo-1x8
+    config: {ROOT / "configs" / "placement" / "grpo_qwen2.5-7b_2x8xh100.yaml"}
+    overrides: {{hardware: {{nodes_per_rack: 1}}}}
+"""
+
+
+def _slower_strategy(instance, plan):
+    """``plan`` with one vertex moved to a slower candidate of the same block shape (still memory-feasible)."""
+    from packplace.placement.evaluator import get_evaluator, get_table
+
+    table, ev = get_table(instance), get_evaluator(instance)
+    base = ev.step_time(plan)
+    for name, vertex_plan in plan.vertices:
+        for cand in reversed(table.feasible[name]):
+            if cand.extent != vertex_plan.allocation.extent or cand.key[:2] == (vertex_plan.strategy,
+                                                                                vertex_plan.micro_batch):
+                continue
+            worse = plan.replace(name, cand.at(vertex_plan.allocation))
+            if base < ev.step_time(worse) < math.inf:
+                return worse
+    raise AssertionError("no slower feasible strategy found")
+
+
+@pytest.fixture
+def broken_placement_solver():
+    """A placement solver ``broken`` wrapping greedy: its plan, a plan with a slower strategy, or a slow run."""
+    pytest.importorskip("packplace.placement.api")
+    greedy = get("placement", "greedy").solve
+    mode = {"value": "good"}
+
+    def broken(instance, *, time_limit_s=None, seed=0):
+        """greedy's plan, or a deliberately worse one."""
+        proposal = greedy(instance, time_limit_s=time_limit_s, seed=seed)
+        if mode["value"] == "worse":
+            return Proposal(_slower_strategy(instance, proposal.solution), FEASIBLE, message="slower strategy")
+        if mode["value"] == "slow":
+            time.sleep(0.3)
+        return proposal
+
+    register("placement", "broken")(broken)
+    yield mode
+    unregister("placement", "broken")
+
+
+def test_placement_bench_flags_a_worse_plan_and_a_slowdown(tmp_path, broken_placement_solver, capsys):
+    suite = tmp_path / "placement.yaml"
+    suite.write_text(PLACEMENT_BENCH_SUITE)
+    baseline = tmp_path / "baseline_placement.json"
+    args = ["bench", "--suite", str(suite), "--baseline", str(baseline), "--quiet"]
+    assert _cli([*args, "--update"]) == 0
+    stored = load_baseline(baseline)
+    assert stored["problem"] == "placement" and set(stored["results"]["grpo-1x8"]) == {"greedy", "broken"}
+    assert stored["results"]["grpo-1x8"]["broken"]["objective"] == stored["results"]["grpo-1x8"]["greedy"]["objective"]
+    assert _cli(args) == 0
+
+    broken_placement_solver["value"] = "worse"
+    capsys.readouterr()
+    assert _cli(args) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: 1 regression(s)" in out and "broken" in out
+    outcome = run_bench(suite, baseline, progress=False)
+    assert [(r.instance, r.solver, r.kind) for r in outcome.regressions] == [("grpo-1x8", "broken", "objective")]
+    assert float(outcome.regressions[0].current) > float(outcome.regressions[0].baseline)
+
+    broken_placement_solver["value"] = "slow"  # greedy takes milliseconds: 0.3 s is far beyond 3x + 50 ms
+    outcome = run_bench(suite, baseline, progress=False)
+    assert [(r.solver, r.kind) for r in outcome.regressions] == [("broken", "time")]
+
+
+def test_bench_without_suite_runs_both_default_suites(tmp_path, monkeypatch, flaky_solver, broken_placement_solver,
+                                                      capsys):
+    from packplace.harness import bench
+
+    balance_suite, placement_suite = tmp_path / "balance.yaml", tmp_path / "placement.yaml"
+    balance_suite.write_text(BENCH_SUITE)
+    placement_suite.write_text(PLACEMENT_BENCH_SUITE)
+    balance_baseline, placement_baseline = tmp_path / "b.json", tmp_path / "p.json"
+    monkeypatch.setattr(bench, "DEFAULT_PAIRS", ((balance_suite, balance_baseline),
+                                                 (placement_suite, placement_baseline)))
+    with pytest.raises(ConfigError, match="baseline: file not found"):  # checked before anything runs
+        _cli(["bench", "--quiet"])
+    assert _cli(["bench", "--update", "--quiet"]) == 0  # writes both baselines
+    assert load_baseline(balance_baseline)["problem"] == "balance"
+    assert load_baseline(placement_baseline)["problem"] == "placement"
+    capsys.readouterr()
+    assert _cli(["bench", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "bench-test (balance): ok" in out and "placement-bench-test (placement): ok" in out
+    assert out.rstrip().endswith("bench: ok")
+
+    broken_placement_solver["value"] = "worse"  # only the placement suite regresses: the command fails
+    assert _cli(["bench", "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "bench-test (balance): ok" in out and "placement-bench-test (placement): FAIL (1 regression(s))" in out
+    broken_placement_solver["value"] = "good"
+    flaky_solver["value"] = "worse"  # only the balance suite regresses
+    assert _cli(["bench", "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "bench-test (balance): FAIL (2 regression(s))" in out and "placement-bench-test (placement): ok" in out
+
+    # --suite alone selects one suite and its paired baseline
+    assert _cli(["bench", "--suite", str(placement_suite), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "placement-bench-test" in out and "'bench-test'" not in out and "summary" not in out
+    # --baseline alone runs the suite it pairs with (default pair, or the suite_path it records)
+    assert bench.bench_pairs(baseline=balance_baseline) == [(balance_suite, balance_baseline)]
+    copy = tmp_path / "elsewhere.json"
+    copy.write_text(placement_baseline.read_text())
+    assert bench.bench_pairs(baseline=copy) == [(tmp_path / "placement.yaml", copy)]
+    other = tmp_path / "other.yaml"
+    other.write_text(BENCH_SUITE)
+    with pytest.raises(ConfigError, match="baseline: required for suite"):
+        bench.bench_pairs(suite=other)
+    with pytest.raises(ConfigError, match="solvers: .* one suite only"):
+        bench.run_benches(solvers=["lpt"], progress=False)
+
+
+def test_default_bench_pairs_are_the_shipped_suites_and_baselines():
+    from packplace.harness.bench import bench_pairs
+
+    pairs = bench_pairs()
+    assert [(s.name, b.name) for s, b in pairs] == [("regression.yaml", "baseline.json"),
+                                                     ("regression_placement.yaml", "baseline_placement.json")]
+    assert all(s.is_file() and b.is_file() for s, b in pairs)
+    assert bench_pairs(suite=SUITES / "regression_placement.yaml")[0][1].name == "baseline_placement.json"
+
+
+def test_placement_regression_suite_is_deterministic_and_matches_its_baseline(tmp_path):
+    """The shipped placement suite: every solver ends by its own rule and the bench passes on a fresh baseline."""
+    pytest.importorskip("packplace.placement.api")
+    suite = SUITES / "regression_placement.yaml"
+    baseline = tmp_path / "baseline_placement.json"
+    written = run_bench(suite, baseline, update=True, progress=False)
+    outcome = run_bench(suite, baseline, progress=False)
+    assert outcome.exit_code == 0, outcome.format_text()
+    assert outcome.checked == written.checked == 19  # 5 instances x 4 solvers, cpsat left out of ppo-llama8b-1x8
+    committed = load_baseline(ROOT / "benchmarks" / "baseline_placement.json")
+    fresh = load_baseline(baseline)["results"]
+    assert {i: set(c) for i, c in committed["results"].items()} == {i: set(c) for i, c in fresh.items()}
+    for results in (committed["results"], fresh):
+        for instance, cells in results.items():
+            solved = {name: c for name, c in cells.items() if c["status"] != "skipped"}
+            assert not any(c["hit_time_limit"] for c in solved.values()), instance
+            baselines = min(solved["greedy"]["objective"], solved["concurrent"]["objective"])
+            # anneal starts from the better baseline, cpsat is hinted with it: neither is ever worse
+            assert solved["anneal"]["objective"] <= baselines
+            if "cpsat" in solved:
+                assert solved["cpsat"]["objective"] <= baselines
+    for row in outcome.report.rows:  # the exact path proves the DPO optima (synchronous problem)
+        if row.name.startswith("dpo"):
+            assert row.cells["cpsat"].status == "optimal"

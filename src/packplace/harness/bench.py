@@ -1,4 +1,15 @@
-"""``packplace bench``: the fixed regression suite against a stored baseline.
+"""``packplace bench``: the fixed regression suites against their stored baselines.
+
+Two default (suite, baseline) pairs (:data:`DEFAULT_PAIRS`), both run by ``packplace bench`` with no
+``--suite``/``--baseline`` (:func:`run_benches`; the command fails when either regresses, and
+``--update`` rewrites both baselines):
+
+* balance: ``benchmarks/suites/regression.yaml`` → ``benchmarks/baseline.json``;
+* placement: ``benchmarks/suites/regression_placement.yaml`` → ``benchmarks/baseline_placement.json``.
+
+``--suite`` and/or ``--baseline`` select one pair: a default suite (or baseline) pairs with its default
+baseline (or suite); any other baseline names its suite in its ``suite_path`` field; any other suite
+needs an explicit ``--baseline``.
 
 A run compares every (instance, solver) cell of the suite with the baseline JSON and fails (exit
 code 1, with a table of what regressed) when, for a cell of the baseline:
@@ -55,6 +66,10 @@ from packplace.result import ERROR, OPTIMAL
 BASELINE_FORMAT = 1
 DEFAULT_SUITE = Path("benchmarks/suites/regression.yaml")
 DEFAULT_BASELINE = Path("benchmarks/baseline.json")
+DEFAULT_PLACEMENT_SUITE = Path("benchmarks/suites/regression_placement.yaml")
+DEFAULT_PLACEMENT_BASELINE = Path("benchmarks/baseline_placement.json")
+#: The (suite, baseline) pairs that ``packplace bench`` runs when neither is given: balance, then placement.
+DEFAULT_PAIRS = ((DEFAULT_SUITE, DEFAULT_BASELINE), (DEFAULT_PLACEMENT_SUITE, DEFAULT_PLACEMENT_BASELINE))
 DEFAULT_TOLERANCE = 1e-6
 DEFAULT_SLOWDOWN = 3.0
 DEFAULT_FLOOR_S = 0.05
@@ -121,6 +136,8 @@ class BenchOutcome:
         report: The :class:`~packplace.harness.comparison.CompareReport` of the run.
         updated: The baseline was rewritten (``update=True``).
         baseline_path: The baseline file.
+        settings: ``tolerance``, ``slowdown``, ``floor_s`` of the checks.
+        elapsed_s: Wall seconds of the whole run (reference timings, solves and checks).
     """
 
     regressions: list[Regression]
@@ -131,6 +148,7 @@ class BenchOutcome:
     updated: bool = False
     baseline_path: Path | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float = 0.0
 
     @property
     def exit_code(self) -> int:
@@ -141,8 +159,9 @@ class BenchOutcome:
         """The table printed by ``packplace bench``."""
         s = self.settings
         lines = [
-            f"bench suite {self.report.suite!r}: {len(self.report.rows)} instances x {len(self.report.solvers)} "
-            f"solvers, reference computation {fmt_time(self.reference_s)}, tolerance {s.get('tolerance'):g}, "
+            f"bench suite {self.report.suite!r} ({self.report.problem}, baseline {self.baseline_path}): "
+            f"{len(self.report.rows)} instances x {len(self.report.solvers)} solvers in {fmt_time(self.elapsed_s)}, "
+            f"reference computation {fmt_time(self.reference_s)}, tolerance {s.get('tolerance'):g}, "
             f"slowdown {s.get('slowdown'):g}x (floor {fmt_time(s.get('floor_s', 0.0))})"
         ]
         if self.updated:
@@ -264,11 +283,13 @@ def run_bench(
     solvers: str | list[str] | None = None,
     progress: bool | TextIO = True,
 ) -> BenchOutcome:
-    """Run the regression suite and compare it with the baseline (or rewrite the baseline).
+    """Run one regression suite and compare it with its baseline (or rewrite the baseline).
 
     Args:
-        suite: Suite YAML (default ``benchmarks/suites/regression.yaml``).
-        baseline: Baseline JSON (default ``benchmarks/baseline.json``).
+        suite: Suite YAML. ``None``: the suite paired with ``baseline`` (:func:`bench_pairs`), or
+            ``benchmarks/suites/regression.yaml`` when ``baseline`` is ``None`` too (the balance pair;
+            :func:`run_benches` runs every default pair).
+        baseline: Baseline JSON. ``None``: the default baseline paired with ``suite``.
         update: Rewrite the baseline from this run instead of checking.
         tolerance: Relative objective tolerance.
         slowdown: Allowed factor on the normalised time.
@@ -281,13 +302,15 @@ def run_bench(
         A :class:`BenchOutcome`; its ``exit_code`` is 1 when something regressed.
 
     Raises:
-        ConfigError: bad suite, missing baseline (without ``update``), bad tolerance/slowdown/floor.
+        ConfigError: bad suite, missing baseline (without ``update``), a suite with no baseline to pair
+            with, bad tolerance/slowdown/floor.
     """
-    for name, value, low in (("tolerance", tolerance, 0.0), ("slowdown", slowdown, 1.0), ("floor_s", floor_s, 0.0)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
-            raise ConfigError(f"{name}: must be a number >= {low:g}, got {value!r}")
-    suite_path = Path(suite) if suite is not None else default_path(DEFAULT_SUITE)
-    baseline_path = Path(baseline) if baseline is not None else default_path(DEFAULT_BASELINE)
+    _check_limits(tolerance, slowdown, floor_s)
+    started = time.perf_counter()
+    if suite is None and baseline is None:
+        suite_path, baseline_path = default_path(DEFAULT_SUITE), default_path(DEFAULT_BASELINE)
+    else:
+        ((suite_path, baseline_path),) = bench_pairs(suite, baseline)
     parsed = load_suite(suite_path)
     stored = None if update else load_baseline(baseline_path)
     stream = sys.stderr if progress is True else (progress or None)
@@ -310,7 +333,8 @@ def run_bench(
         baseline_path.parent.mkdir(parents=True, exist_ok=True)
         baseline_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         checked = sum(1 for d in current.values() for c in d.values() if c["status"] != SKIPPED)
-        return BenchOutcome([], [], checked, reference_s, report, True, baseline_path, settings)
+        return BenchOutcome([], [], checked, reference_s, report, True, baseline_path, settings,
+                            time.perf_counter() - started)
     regressions, notes, checked = check_against(
         stored, current, reference_s, tolerance=tolerance, slowdown=slowdown, floor_s=floor_s
     )
@@ -321,7 +345,128 @@ def run_bench(
     for key in ("time_limit_s", "seed"):
         if stored.get(key) != report.settings[key]:
             notes.append(f"{key} differs from the baseline's: {stored.get(key)} -> {report.settings[key]}")
-    return BenchOutcome(regressions, notes, checked, reference_s, report, False, baseline_path, settings)
+    return BenchOutcome(regressions, notes, checked, reference_s, report, False, baseline_path, settings,
+                        time.perf_counter() - started)
+
+
+def _check_limits(tolerance: float, slowdown: float, floor_s: float) -> None:
+    for name, value, low in (("tolerance", tolerance, 0.0), ("slowdown", slowdown, 1.0), ("floor_s", floor_s, 0.0)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
+            raise ConfigError(f"{name}: must be a number >= {low:g}, got {value!r}")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
+
+
+def bench_pairs(suite: str | Path | None = None, baseline: str | Path | None = None) -> list[tuple[Path, Path]]:
+    """The (suite, baseline) pairs a bench run covers.
+
+    * neither given: every pair of :data:`DEFAULT_PAIRS` (balance, then placement);
+    * only ``suite``: its default baseline if it is a default suite;
+    * only ``baseline``: its default suite if it is a default baseline, else the suite named by the
+      baseline file's ``suite_path`` (relative to the baseline's directory);
+    * both: that pair.
+
+    Raises:
+        ConfigError: a suite other than the defaults without a baseline, or a baseline with no suite
+            to pair with (not a default one, and unreadable or without a usable ``suite_path``).
+    """
+    defaults = [(default_path(s), default_path(b)) for s, b in DEFAULT_PAIRS]
+    if suite is None and baseline is None:
+        return defaults
+    if suite is not None and baseline is not None:
+        return [(Path(suite), Path(baseline))]
+    if suite is not None:
+        suite_path = Path(suite)
+        if not suite_path.is_file():
+            raise ConfigError(f"suite: file not found: {str(suite_path)!r}")
+        for default_suite, default_baseline in defaults:
+            if default_suite.exists() and _same_file(suite_path, default_suite):
+                return [(suite_path, default_baseline)]
+        raise ConfigError(f"baseline: required for suite {str(suite_path)!r} (only the default suites "
+                          f"{', '.join(str(s) for s, _ in DEFAULT_PAIRS)} have a default baseline)")
+    baseline_path = Path(baseline)
+    for default_suite, default_baseline in defaults:
+        if _same_file(baseline_path, default_baseline):
+            return [(default_suite, baseline_path)]
+    stored = load_baseline(baseline_path)
+    named = stored.get("suite_path")
+    suite_path = baseline_path.parent / named if isinstance(named, str) and named else None
+    if suite_path is None or not suite_path.is_file():
+        raise ConfigError(f"suite: required for baseline {str(baseline_path)!r} (its suite_path "
+                          f"{named!r} is not a file)")
+    return [(suite_path, baseline_path)]
+
+
+@dataclass
+class BenchSummary:
+    """The result of :func:`run_benches`: one :class:`BenchOutcome` per (suite, baseline) pair."""
+
+    outcomes: list[BenchOutcome]
+
+    @property
+    def exit_code(self) -> int:
+        """1 when any suite regressed, else 0."""
+        return max((o.exit_code for o in self.outcomes), default=0)
+
+    def format_text(self) -> str:
+        """Every suite's table, then (for several suites) one summary line per suite and the verdict."""
+        parts = [o.format_text() for o in self.outcomes]
+        if len(self.outcomes) > 1:
+            lines = ["summary:"]
+            for o in self.outcomes:
+                verdict = ("baseline written" if o.updated else
+                           f"FAIL ({len(o.regressions)} regression(s))" if o.regressions else "ok")
+                lines.append(f"  {o.report.suite} ({o.report.problem}): {verdict}, {o.checked} cells, "
+                             f"{fmt_time(o.elapsed_s)}")
+            updated = all(o.updated for o in self.outcomes)
+            lines.append("bench: " + ("baselines written" if updated else "FAIL" if self.exit_code else "ok"))
+            parts.append("\n".join(lines))
+        return "\n\n".join(parts)
+
+
+def run_benches(
+    suite: str | Path | None = None,
+    baseline: str | Path | None = None,
+    *,
+    update: bool = False,
+    tolerance: float = DEFAULT_TOLERANCE,
+    slowdown: float = DEFAULT_SLOWDOWN,
+    floor_s: float = DEFAULT_FLOOR_S,
+    jobs: int = 1,
+    solvers: str | list[str] | None = None,
+    progress: bool | TextIO = True,
+) -> BenchSummary:
+    """:func:`run_bench` on every pair of :func:`bench_pairs` (``packplace bench``).
+
+    With neither ``suite`` nor ``baseline``: the balance and the placement regression suites, each
+    against its own baseline (``update`` rewrites both). Every suite and (unless ``update``) every
+    baseline is read before anything runs, so a missing file fails at once. Other arguments as for
+    :func:`run_bench`; ``solvers`` only with a single pair (the problems' solver names differ).
+
+    Returns:
+        A :class:`BenchSummary`; its ``exit_code`` is 1 when any suite regressed.
+
+    Raises:
+        ConfigError: as :func:`run_bench` and :func:`bench_pairs`.
+    """
+    _check_limits(tolerance, slowdown, floor_s)
+    pairs = bench_pairs(suite, baseline)
+    if solvers is not None and len(pairs) > 1:
+        raise ConfigError(f"solvers: {solvers!r} applies to one suite only; pass a suite as well")
+    for suite_path, baseline_path in pairs:
+        load_suite(suite_path)
+        if not update:
+            load_baseline(baseline_path)
+    stream = sys.stderr if progress is True else (progress or None)
+    outcomes = []
+    for suite_path, baseline_path in pairs:
+        if stream is not None and len(pairs) > 1:
+            print(f"[bench] suite {suite_path} -> baseline {baseline_path}", file=stream, flush=True)
+        outcomes.append(run_bench(suite_path, baseline_path, update=update, tolerance=tolerance, slowdown=slowdown,
+                                  floor_s=floor_s, jobs=jobs, solvers=solvers, progress=progress))
+    return BenchSummary(outcomes)
 
 
 def _relative(path: Path, start: Path) -> str:

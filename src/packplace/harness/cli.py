@@ -10,8 +10,12 @@
                     [--floor S] [--jobs N] [--quiet]
 
 ``compare`` prints the tables on stdout and progress on stderr; exit code 0 (errors of single
-solvers are cells of the report, not a failure of the command). ``bench`` exits 1 when something
-regressed against the baseline, 0 otherwise.
+solvers are cells of the report, not a failure of the command). ``bench`` with neither ``--suite`` nor
+``--baseline`` runs both default suites (balance: ``benchmarks/suites/regression.yaml`` against
+``benchmarks/baseline.json``; placement: ``benchmarks/suites/regression_placement.yaml`` against
+``benchmarks/baseline_placement.json``; ``--update`` rewrites both); ``--suite``/``--baseline`` select
+one pair (:func:`packplace.harness.bench.bench_pairs`). It exits 1 when any suite regressed against its
+baseline, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -36,10 +40,10 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 def run_bench_command(args: argparse.Namespace) -> int:
-    """``packplace bench``: exit 1 and a table when something regressed, else 0."""
-    from packplace.harness.bench import run_bench
+    """``packplace bench``: exit 1 and a table when any suite regressed, else 0."""
+    from packplace.harness.bench import run_benches
 
-    outcome = run_bench(
+    outcome = run_benches(
         args.suite, args.baseline, update=args.update, tolerance=args.tolerance, slowdown=args.slowdown,
         floor_s=args.floor, jobs=args.jobs, progress=not args.quiet,
     )
@@ -69,13 +73,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compare.set_defaults(func=run_compare)
 
     bench = subparsers.add_parser(
-        "bench", help="run the regression suite and compare it with the stored baseline",
-        description="Fails (exit 1) when an objective gets worse beyond the tolerance, a proven optimum is lost, "
-                    "or a solver slows down beyond the factor (times normalised by a reference computation).",
+        "bench", help="run the regression suites and compare them with the stored baselines",
+        description="Runs the balance (benchmarks/suites/regression.yaml -> benchmarks/baseline.json) and the "
+                    "placement (benchmarks/suites/regression_placement.yaml -> benchmarks/baseline_placement.json) "
+                    "regression suites, or the one pair selected by --suite/--baseline. Fails (exit 1) when an "
+                    "objective gets worse beyond the tolerance, a proven optimum is lost, or a solver slows down "
+                    "beyond the factor (times normalised by a reference computation).",
     )
-    bench.add_argument("--suite", default=None, help="suite YAML (default benchmarks/suites/regression.yaml)")
-    bench.add_argument("--baseline", default=None, help="baseline JSON (default benchmarks/baseline.json)")
-    bench.add_argument("--update", action="store_true", help="rewrite the baseline from this run")
+    bench.add_argument("--suite", default=None,
+                       help="one suite YAML (default: both regression suites); a default suite pairs with its "
+                            "default baseline, any other needs --baseline")
+    bench.add_argument("--baseline", default=None,
+                       help="one baseline JSON (default: the suite's default baseline; alone, it runs the suite "
+                            "it was written for)")
+    bench.add_argument("--update", action="store_true",
+                       help="rewrite the baseline(s) from this run (both, when no --suite/--baseline is given)")
     bench.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
                        help=f"relative objective tolerance (default {DEFAULT_TOLERANCE:g})")
     bench.add_argument("--slowdown", type=float, default=DEFAULT_SLOWDOWN,
