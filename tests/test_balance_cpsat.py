@@ -290,3 +290,46 @@ def test_properties_exact_dominates_heuristics(instance):
         heuristic = packplace.balance(instance, name, seed=0)
         if heuristic.ok:
             assert result.objective <= heuristic.objective * (1 + tol) + 1e-9, name
+
+
+# ------------------------------------------------------------------------- size and time guards
+def _long_tailed(n, ranks, per_rank, seed=0):
+    rng = random.Random(seed)
+    tokens = [min(8192, max(1, int(rng.lognormvariate(math.log(300), 1.0)))) for _ in range(n)]
+    costs = [t + t * t / 4096 for t in tokens]
+    return make_instance(tokens, costs, seq_len=4 * 8192, data_parallel_size=ranks, local_batch_size=per_rank)
+
+
+def test_large_model_skipped_returns_heuristic_start_within_limit():
+    # 2000 samples x 256 bins = 512000 Booleans: building that model alone took ~18 s; it is skipped.
+    instance = _long_tailed(2000, 32, 8)
+    started = time.perf_counter()
+    result = solve(instance, time_limit_s=3.0)
+    assert time.perf_counter() - started < 4.0
+    assert result.status == "feasible" and result.ok
+    assert "exact model skipped" in result.message and "512000 Booleans" in result.message
+    assert "max_booleans=50000" in result.message and "repair start" in result.message
+    repair = packplace.balance(instance, "repair")
+    assert result.objective == repair.objective
+
+
+def test_model_building_stops_at_the_time_limit():
+    # 1000 x 128 = 128000 Booleans (about 3 s to build) allowed by max_booleans, but 1 s of time: the
+    # build is abandoned between phases and the repair start comes back.
+    instance = _long_tailed(1000, 16, 8)
+    started = time.perf_counter()
+    result = solve(instance, time_limit_s=1.0, max_booleans=10**9)
+    assert time.perf_counter() - started < 1.8
+    assert result.ok and result.hit_time_limit
+    assert "time limit 1 s reached" in result.message
+
+
+def test_skipped_model_without_start_is_unknown(monkeypatch):
+    monkeypatch.setattr(cpsat_module, "_heuristic_start", lambda *args, **kwargs: None)
+    instance = make_instance([1] * 12, list(range(1, 13)), seq_len=10, data_parallel_size=2, local_batch_size=2)
+    result = solve(instance, max_booleans=47)  # 12 x 4 = 48 Booleans
+    assert result.status == "unknown" and result.solution is None
+    assert "48 Booleans" in result.message and "no heuristic start" in result.message
+    with pytest.raises(ConfigError, match="max_booleans"):
+        solve(instance, max_booleans=0)
+    assert solve(instance, max_booleans=48).status == "optimal"

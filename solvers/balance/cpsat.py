@@ -35,6 +35,14 @@ added to the slack (an affine padding cost is modelled exactly up to rounding). 
 non-decimal usages are rounded conservatively (usage up, limit down): the model is then a
 restriction, so its ``infeasible`` and ``optimal`` verdicts are not claimed.
 
+Size and time guards: the model has ``n·D·m`` Booleans and about ``(4 + budgets + 3)·n·D·m`` linear
+terms; building it in Python costs roughly 25–35 µs per Boolean (measured: 32k Booleans 0.5 s, 128k
+3.2 s, 512k 18 s). Above ``max_booleans`` (default :data:`DEFAULT_MAX_BOOLEANS`) the model is not
+built at all and the heuristic start is returned (``feasible``, or ``unknown`` without one) with a
+message giving the numbers. The clock is checked after the start, after each model-building phase
+and after the hint; CP-SAT gets only the time that is left, so the whole call ends within about
+``time_limit_s`` plus the overhead of one phase.
+
 Determinism: ``random_seed = seed``, ``num_workers = 1`` by default; with more workers, or when the
 time limit cuts the search, the answer can depend on timing. Output bins are rank-major, keys
 within a bin in ``key_order``; the input order of the samples does not matter.
@@ -68,6 +76,11 @@ SQUARE_CEILING = 2**61
 MAX_PADDING_TABLE = 2**20
 #: A rounding tolerance above this is too loose to call the answer optimal.
 MAX_CLAIM_TOLERANCE = 1e-3
+#: Largest model (samples × bins Booleans) that is built; above it the heuristic start is returned.
+#: 50 000 Booleans build in about 0.8 s on one core (see the module docstring).
+DEFAULT_MAX_BOOLEANS = 50_000
+#: Seconds reserved after the model is built for reading the answer back.
+READBACK_RESERVE_S = 0.05
 #: Heuristics tried, in order, for the starting solution (hint, domain bound and fallback).
 START_HEURISTICS = ("repair", "lpt")
 
@@ -271,29 +284,49 @@ def _scaled_objective(name: str, loads: list[int], group: int) -> int:
     return sum(load * load for load in loads)
 
 
+class _OutOfTime(Exception):
+    """The deadline passed while the model was being built."""
+
+
 def _build_model(
     instance: BalanceInstance, samples: list, scaling: _Scaling, load_upper: int, objective_lower: int,
+    deadline: float | None = None,
 ) -> _Model:
-    """The CP-SAT model of the module docstring."""
+    """The CP-SAT model of the module docstring.
+
+    Raises:
+        _OutOfTime: ``deadline`` (a ``time.perf_counter()`` value) passed between two building phases.
+    """
+
+    def check_clock() -> None:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise _OutOfTime
+
     ranks, m = instance.data_parallel_size, instance.local_batch_size
     n, nbins = len(samples), instance.num_bins
     constraints = instance.constraints
     seq_len = constraints.seq_len
     model = cp_model.CpModel()
-    x = [[model.NewBoolVar(f"x_{i}_{b}") for b in range(nbins)] for i in range(n)]
+    x = []
     for i in range(n):
+        x.append([model.NewBoolVar(f"x_{i}_{b}") for b in range(nbins)])
         model.AddExactlyOne(x[i])
+        if i % 64 == 63:
+            check_clock()
     for b in range(nbins):
         model.AddBoolOr([x[i][b] for i in range(n)])
+    check_clock()
 
     oversized = [s.tokens > seq_len for s in samples]
     regular = [i for i in range(n) if not oversized[i]]
     for b in range(nbins):
         fitting = sum(samples[i].tokens * x[i][b] for i in regular)
         model.Add(fitting <= seq_len)
+        check_clock()
         for i in range(n):
             if oversized[i]:
                 model.Add(sum(x[j][b] for j in range(n) if j != i) == 0).OnlyEnforceIf(x[i][b])
+    check_clock()
 
     exact_budgets = True
     for name, limit in constraints.budgets.items():
@@ -304,6 +337,7 @@ def _build_model(
             continue
         for b in range(nbins):
             model.Add(sum(usages[i] * x[i][b] for i in users) <= int_limit)
+        check_clock()
 
     # Rounding can push a near-zero model load a little below 0 when padding is folded in.
     load_lower = -(n + nbins) if scaling.padded else 0
@@ -312,6 +346,7 @@ def _build_model(
         bins_of_rank = range(r * m, (r + 1) * m)
         work = sum(scaling.costs[i] * x[i][b] for b in bins_of_rank for i in range(n) if scaling.costs[i])
         model.Add(loads[r] == work + m * scaling.bin_const)
+    check_clock()
 
     # Symmetry breaking: ranks by non-increasing load; the bins of a rank by their lowest sample
     # index (sample i may open bin j only if bin j−1 already holds a sample k < i).
@@ -330,6 +365,7 @@ def _build_model(
                     model.AddImplication(opened[-1], now)
                     model.AddImplication(x[i][b - 1], now)
                     opened.append(now)
+        check_clock()
 
     built = _Model(model, x, loads, exact_budgets=exact_budgets)
     if instance.objective == "makespan":
@@ -394,6 +430,7 @@ def solve(
     time_limit_s: float | None = None,
     seed: int = 0,
     num_workers: int = 1,
+    max_booleans: int = DEFAULT_MAX_BOOLEANS,
     **params: Any,
 ) -> Proposal:
     """Exact CP-SAT assignment (scaled integer costs, symmetry breaking, heuristic hint).
@@ -404,6 +441,9 @@ def solve(
             (default :data:`DEFAULT_TIME_LIMIT_S`).
         seed: CP-SAT ``random_seed`` (and the heuristics' seed).
         num_workers: CP-SAT search workers; 1 (default) is deterministic for a fixed seed.
+        max_booleans: Largest model built, in ``x[i, b]`` Booleans (n·D·m); above it the exact model
+            is skipped and the heuristic start is returned with a message (default
+            :data:`DEFAULT_MAX_BOOLEANS`, about 0.8 s of model building).
 
     Returns:
         A :class:`~packplace.result.Proposal`: rank-major bins; status ``optimal`` (proven, within
@@ -412,12 +452,14 @@ def solve(
         bound in true cost units; ``info`` the scale, rounding slack, tolerance and the start used.
 
     Raises:
-        ConfigError: ``num_workers`` not an integer ≥ 1, or an unknown parameter.
+        ConfigError: ``num_workers`` or ``max_booleans`` not an integer ≥ 1, or an unknown parameter.
     """
     if params:
-        raise ConfigError(f"cpsat: unknown parameter {sorted(params)[0]!r}; valid: num_workers")
+        raise ConfigError(f"cpsat: unknown parameter {sorted(params)[0]!r}; valid: num_workers, max_booleans")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
         raise ConfigError(f"num_workers: must be an integer >= 1, got {num_workers!r}")
+    if isinstance(max_booleans, bool) or not isinstance(max_booleans, int) or max_booleans < 1:
+        raise ConfigError(f"max_booleans: must be an integer >= 1, got {max_booleans!r}")
     limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else float(time_limit_s)
     started = time.perf_counter()
 
@@ -436,6 +478,26 @@ def solve(
         return Proposal(_canonical(start.bins), OPTIMAL, bound=analytic, iterations=0,
                         message=f"{start.source} start meets the analytic lower bound; CP-SAT not run",
                         info=info)
+
+    def fall_back(message: str, timed_out: bool = False) -> Proposal:
+        info["returned"] = start.source if start else None
+        if start is None:
+            return Proposal(None, UNKNOWN, bound=analytic, hit_time_limit=timed_out,
+                            message=f"{message}; no heuristic start to return", info=info)
+        return Proposal(_canonical(start.bins), FEASIBLE, bound=analytic, hit_time_limit=timed_out,
+                        message=f"{message}; returning the {start.source} start", info=info)
+
+    booleans = len(instance.samples) * instance.num_bins
+    info["booleans"] = booleans
+    if booleans > max_booleans:
+        terms = booleans * (7 + len(instance.constraints.budgets))
+        return fall_back(
+            f"exact model skipped: {len(instance.samples)} samples x {instance.num_bins} bins = {booleans} "
+            f"Booleans (about {terms} constraint terms) exceed max_booleans={max_booleans}"
+        )
+    deadline = started + limit - READBACK_RESERVE_S
+    if time.perf_counter() > deadline:
+        return fall_back(f"time limit {limit:g} s used up by the heuristic start; exact model not built", True)
 
     samples = sorted(instance.samples, key=lambda s: key_order(s.key))
     index = {s.key: i for i, s in enumerate(samples)}
@@ -458,7 +520,11 @@ def solve(
         else:
             ceiling = hint_value
     objective_lower = _scaled_lower_bound(instance, scaling, scaled_total)
-    built = _build_model(instance, samples, scaling, ceiling, objective_lower)
+    try:
+        built = _build_model(instance, samples, scaling, ceiling, objective_lower, deadline)
+    except _OutOfTime:
+        return fall_back(f"time limit {limit:g} s reached while building the exact model ({booleans} Booleans)",
+                         True)
     if hint_bins is not None:
         member = {(i, b) for b, members in enumerate(hint_bins) for i in members}
         for i in range(len(samples)):
@@ -469,8 +535,11 @@ def solve(
         for square, value in zip(built.squares, hint_loads):
             built.model.AddHint(square, value * value)
 
+    remaining = deadline - time.perf_counter()
+    if remaining <= 0.01:
+        return fall_back(f"time limit {limit:g} s reached after building the exact model; CP-SAT not run", True)
     solver = cp_model.CpSolver()
-    _configure(solver, max(0.05, limit - (time.perf_counter() - started)), seed, num_workers)
+    _configure(solver, remaining, seed, num_workers)
     cp_status = solver.Solve(built.model)
     status_name = solver.StatusName(cp_status)
     log = [

@@ -1,4 +1,4 @@
-"""``repair`` (the default balance solver): :mod:`lpt`, then bounded pair repair.
+"""``repair`` (the default balance solver): :mod:`lpt`, then bounded pair repair or rank local search.
 
 Pair repair (only with one bin per rank, m = 1, and no extra budgets, where a bin *is* a rank):
 take pairs of bins, pour their samples together and re-split them greedily into two bins, and keep
@@ -35,6 +35,12 @@ capacity-checked single moves and one-for-one swaps that narrow the pair's cost 
 (:func:`_polish`); the better of the greedy and the polished split (by the instance objective) is
 the pair's candidate. A final check re-scores the repaired and the starting bins with the
 evaluator and keeps the starting bins if rounding made the repaired ones look better than they are.
+
+Rank local search (m > 1 or budgets; an addition to DESIGN §2, which specifies pair repair for
+m = 1 only): :func:`repair_ranks` takes the same leader/partner rank pairs and tries moves of one
+sample from a bin of the heavier rank to a bin of the lighter one and swaps of one sample each way,
+each checked against ``seq_len`` and every budget of both bins, accepted only when the instance
+objective strictly improves. ``max_repair_pairs`` bounds the rank-pair checks (``iterations``).
 
 When ``lpt`` dead-ends, the repair starts from the instance's ``reference_bins`` (if any) and the
 message says so. Deterministic: ``seed`` is unused.
@@ -444,6 +450,188 @@ def _polish(
     return result[0], result[1]
 
 
+#: Moves and swaps of one rank pair whose instance objective is evaluated (best by cost transfer first).
+RANK_CANDIDATES = 8
+
+
+def repair_ranks(
+    instance: BalanceInstance,
+    prepared: PreparedSamples,
+    bins: list[list[int]],
+    max_pairs: int,
+    deadline: float | None = None,
+) -> tuple[list[list[int]], int, int, bool]:
+    """Bounded rank-level local search for m > 1 and/or budgets (bins of sample indices, rank-major).
+
+    For a pair of ranks (heavy H, light L, chosen as in :func:`repair_pairs`), every move of one
+    sample from a bin of H to a bin of L (its bin keeps at least one sample) and every swap of one
+    sample of H with one of L is checked against ``seq_len`` and every budget of both affected bins;
+    bins holding an oversized sample are never touched. The feasible candidates that transfer a cost
+    d with 0 < d < ℓ_H − ℓ_L (padding deltas included) are ranked by |ℓ_H − ℓ_L − 2d| (then moves
+    before swaps, then sample and bin indices); the best :data:`RANK_CANDIDATES` are scored with the
+    instance objective over all rank loads and the best one is applied if it strictly improves the
+    objective (relative 1e-9). Each pair check counts one iteration against ``max_pairs``; the search
+    also stops when no pair improves, or at ``deadline``. Deterministic.
+
+    Returns:
+        (bins, pair checks, accepted changes, stopped by the deadline).
+    """
+    ranks = instance.data_parallel_size
+    per_rank = instance.local_batch_size
+    capacity = instance.constraints.seq_len
+    name = instance.objective
+    group = int(instance.group_size or ranks)
+    pad = cached_padding(instance)
+    budget_names = sorted(instance.constraints.budgets)
+    limits = np.array([instance.constraints.budgets[b] for b in budget_names], dtype=float)
+    usage = np.array([[s.budgets.get(b, 0.0) for b in budget_names] for s in instance.samples], dtype=float)
+    usage = usage.reshape(len(instance.samples), len(budget_names))
+    tokens, costs = prepared.tokens, prepared.costs
+    bins = [list(b) for b in bins]
+    num_bins = len(bins)
+    bin_tokens = np.array([int(tokens[b].sum()) if b else 0 for b in bins], dtype=np.int64)
+    bin_usage = np.array([usage[b].sum(axis=0) if b else np.zeros(len(budget_names)) for b in bins])
+    bin_usage = bin_usage.reshape(num_bins, len(budget_names))
+    bin_cost = np.array([
+        math.fsum(costs[b].tolist()) + (pad(capacity - int(bin_tokens[k])) if pad else 0.0)
+        for k, b in enumerate(bins)
+    ])
+    locked = bin_tokens > capacity  # a bin closed by an oversized sample (policy "single")
+    loads = bin_cost.reshape(ranks, per_rank).sum(axis=1)
+    score = objective_value(name, loads, group)
+    versions = [0] * ranks
+    checked: set[tuple[int, int, int, int]] = set()
+    iterations = accepted = 0
+    timed_out = False
+
+    def pad_delta(old_tokens: np.ndarray, new_tokens: np.ndarray) -> np.ndarray:
+        if pad is None:
+            return np.zeros(np.broadcast(old_tokens, new_tokens).shape)
+        vectorised = np.vectorize(lambda a, b: pad(capacity - int(b)) - pad(capacity - int(a)), otypes=[float])
+        return vectorised(old_tokens, new_tokens)
+
+    def members(rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """(sample indices, their bins) of the rank's unlocked bins."""
+        items, where = [], []
+        for b in range(rank * per_rank, (rank + 1) * per_rank):
+            if not locked[b]:
+                items.extend(bins[b])
+                where.extend([b] * len(bins[b]))
+        return np.array(items, dtype=np.int64), np.array(where, dtype=np.int64)
+
+    while iterations < max_pairs and ranks >= 2:
+        order = sorted(range(ranks), key=lambda r: (-loads[r], r))
+        if name == "rounds":
+            leaders = order[::group]
+        elif name == "balance":
+            leaders = [order[0], order[-1]]
+        else:
+            leaders = [order[0]]
+        place = {r: k for k, r in enumerate(order)}
+        pairs = set()
+        for leader in leaders:
+            partners = order[:4] + order[-4:] + [order[(place[leader] + 1 + k) % ranks] for k in range(4)]
+            for partner in partners:
+                if partner != leader and loads[leader] != loads[partner]:
+                    heavy, light = (leader, partner) if loads[leader] > loads[partner] else (partner, leader)
+                    if (heavy, light, versions[heavy], versions[light]) not in checked:
+                        pairs.add((heavy, light))
+        ranked = sorted(pairs, key=lambda p: (-(loads[p[0]] - loads[p[1]]), p))
+        improved = False
+        for heavy, light in ranked:
+            if iterations >= max_pairs:
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                timed_out = True
+                break
+            iterations += 1
+            checked.add((heavy, light, versions[heavy], versions[light]))
+            gap = loads[heavy] - loads[light]
+            h_items, h_bins = members(heavy)
+            l_items, l_bins = members(light)
+            if h_items.size == 0:
+                continue
+            options = []  # (spread, kind, a, b, source bin, target bin, transfer)
+            # Moves: sample a (bin A of H, which keeps a sample) to bin B of L.
+            counts = np.array([len(bins[b]) for b in h_bins])
+            targets = np.array([b for b in range(light * per_rank, (light + 1) * per_rank) if not locked[b]],
+                               dtype=np.int64)
+            if targets.size:
+                t_a = tokens[h_items][:, None]
+                fits = (counts[:, None] >= 2) & (bin_tokens[targets][None, :] + t_a <= capacity)
+                if budget_names:
+                    fits &= np.all(bin_usage[targets][None, :, :] + usage[h_items][:, None, :] <= limits, axis=2)
+                rows, cols = np.nonzero(fits)
+                if rows.size:
+                    src, dst = h_bins[rows], targets[cols]
+                    t_moved = tokens[h_items[rows]]
+                    transfer = (costs[h_items[rows]]
+                                - pad_delta(bin_tokens[src], bin_tokens[src] - t_moved)
+                                + 0.0)
+                    gain_light = costs[h_items[rows]] + pad_delta(bin_tokens[dst], bin_tokens[dst] + t_moved)
+                    for k in range(rows.size):
+                        options.append((0, int(h_items[rows[k]]), -1, int(src[k]), int(dst[k]),
+                                        float(transfer[k]), float(gain_light[k])))
+            # Swaps: sample a (bin A of H) with sample b (bin B of L).
+            if l_items.size:
+                t_a, t_b = tokens[h_items][:, None], tokens[l_items][None, :]
+                a_bins, b_bins = h_bins[:, None], l_bins[None, :]
+                new_a = bin_tokens[a_bins] - t_a + t_b
+                new_b = bin_tokens[b_bins] - t_b + t_a
+                fits = (new_a <= capacity) & (new_b <= capacity)
+                if budget_names:
+                    u_a, u_b = usage[h_items][:, None, :], usage[l_items][None, :, :]
+                    fits &= np.all(bin_usage[h_bins][:, None, :] - u_a + u_b <= limits, axis=2)
+                    fits &= np.all(bin_usage[l_bins][None, :, :] - u_b + u_a <= limits, axis=2)
+                rows, cols = np.nonzero(fits)
+                if rows.size:
+                    moved = costs[h_items[rows]] - costs[l_items[cols]]
+                    src, dst = h_bins[rows], l_bins[cols]
+                    loss_heavy = moved - pad_delta(bin_tokens[src], new_a[rows, cols])
+                    gain_light = moved + pad_delta(bin_tokens[dst], new_b[rows, cols])
+                    keep = np.flatnonzero((loss_heavy > 0) & (gain_light < gap))
+                    if keep.size > 4 * RANK_CANDIDATES:
+                        spread = np.abs(gap - loss_heavy[keep] - gain_light[keep])
+                        keep = keep[np.argsort(spread, kind="stable")[:4 * RANK_CANDIDATES]]
+                    for k in keep.tolist():
+                        options.append((1, int(h_items[rows[k]]), int(l_items[cols[k]]), int(src[k]), int(dst[k]),
+                                        float(loss_heavy[k]), float(gain_light[k])))
+            # (kind, a, b, source, target, heavy rank's loss, light rank's gain)
+            useful = [o for o in options if o[5] > 0 and o[6] < gap]
+            useful.sort(key=lambda o: (abs(gap - o[5] - o[6]), o[0], o[1], o[2], o[3], o[4]))
+            best = None
+            for kind, a, b, source, target, loss, gain in useful[:RANK_CANDIDATES]:
+                trial = loads.copy()
+                trial[heavy] -= loss
+                trial[light] += gain
+                value = objective_value(name, trial, group)
+                if best is None or value < best[0]:
+                    best = (value, kind, a, b, source, target, trial)
+            if best is None or not _improves(best[0], score):
+                continue
+            value, kind, a, b, source, target, trial = best
+            bins[source].remove(a)
+            bins[target].append(a)
+            moved_tokens = int(tokens[a]) - (int(tokens[b]) if b >= 0 else 0)
+            moved_usage = usage[a] - (usage[b] if b >= 0 else 0.0)
+            if b >= 0:
+                bins[target].remove(b)
+                bins[source].append(b)
+            for bin_index, sign in ((source, -1), (target, 1)):
+                old_tokens = int(bin_tokens[bin_index])
+                bin_tokens[bin_index] = old_tokens + sign * moved_tokens
+                bin_usage[bin_index] += sign * moved_usage
+            loads, score = trial, value
+            versions[heavy] += 1
+            versions[light] += 1
+            accepted += 1
+            improved = True
+            break
+        if not improved or timed_out:
+            break
+    return bins, iterations, accepted, timed_out
+
+
 def _check_max_pairs(value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"max_repair_pairs: must be a positive integer, got {value!r}")
@@ -465,7 +653,8 @@ def solve(
         instance: The balance instance.
         time_limit_s: Wall-clock budget (seconds); the repair stops at it and keeps its best answer.
         seed: Unused (deterministic); accepted for the common backend signature.
-        max_repair_pairs: Maximum number of pair checks (a positive int, default 64).
+        max_repair_pairs: Maximum number of pair checks (a positive int, default 64): bin pairs for
+            m = 1 without budgets, rank pairs of the local search otherwise.
 
     Returns:
         A :class:`~packplace.result.Proposal`: bins of keys with status ``feasible`` and
@@ -507,7 +696,15 @@ def solve(
             if evaluator.objective(keys_of(prepared, bins)) > evaluator.objective(keys_of(prepared, start_bins)):
                 bins, accepted = start_bins, 0
         messages.append(f"pair repair: {accepted} of {iterations} checked pairs improved the objective")
-    else:
-        messages.append("pair repair skipped (needs local_batch_size 1 and no extra budgets)")
+    elif len(bins) >= 2:
+        start_bins = bins
+        bins, iterations, accepted, hit_time_limit = repair_ranks(
+            instance, prepared, bins, max_repair_pairs, deadline
+        )
+        if accepted:
+            evaluator = BalanceEvaluator(instance)
+            if evaluator.objective(keys_of(prepared, bins)) > evaluator.objective(keys_of(prepared, start_bins)):
+                bins, accepted = start_bins, 0
+        messages.append(f"rank local search: {accepted} moves/swaps accepted in {iterations} rank-pair checks")
     return Proposal(keys_of(prepared, bins), FEASIBLE, iterations=iterations,
                     hit_time_limit=hit_time_limit, message="; ".join(messages))
