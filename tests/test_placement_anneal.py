@@ -190,3 +190,49 @@ def test_property_feasible_every_vertex_never_worse_than_baselines(algorithm, no
     assert result.objective <= warm + 1e-12
     assert result.bound <= result.objective * (1 + 1e-9)
     assert result.iterations == result.info["evaluations"] <= 300 + 10_000  # e_max, then the polish
+
+
+GRPO = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
+
+
+def test_fixed_seed_repeats_exactly_and_a_time_cut_returns_a_prefix_of_the_same_trajectory():
+    inst = load_config(GRPO)
+    runs = [packplace.place(inst, "anneal", time_limit_s=120, seed=5, e_max=2000) for _ in range(3)]
+    for run in runs:
+        assert run.info["stopped_by"] == "e_max" and not run.hit_time_limit
+        assert run.info["annealing_evaluations"] == 2000
+    assert runs[0].solution == runs[1].solution == runs[2].solution
+    assert len({(r.info["evaluations"], r.info["proposals"], r.objective) for r in runs}) == 1
+    assert [(e["evaluations"], e["best_s"]) for e in runs[0].info["trace"]] == \
+        [(e["evaluations"], e["best_s"]) for e in runs[1].info["trace"]]
+    # a cut run (20,000 evaluations take ~1.4 s here; the annealing gets 90 ms) follows the same trajectory
+    full = packplace.place(inst, "anneal", time_limit_s=120, seed=5, e_max=20_000)
+    cut = packplace.place(inst, "anneal", time_limit_s=0.1, seed=5, e_max=20_000)
+    assert cut.hit_time_limit and cut.info["stopped_by"] == "time"
+    k = cut.info["annealing_evaluations"]
+    assert k < 20_000 and cut.info["proposals"] % 64 == 0
+    assert [(e["evaluations"], e["best_s"]) for e in cut.info["trace"] if e["evaluations"] <= k] == \
+        [(e["evaluations"], e["best_s"]) for e in full.info["trace"] if e["evaluations"] <= k]
+    assert cut.objective <= cut.info["warm_start_s"] + 1e-12
+    assert full.objective <= cut.objective + 1e-12
+    assert get_evaluator(inst).score(cut.solution).feasible
+
+
+def test_knobs_come_validated_from_the_config_and_overrides_use_the_same_checks():
+    cfg_inst = build_instance({
+        "hardware": HW, "models": {"actor": SMALL},
+        "workload": dict(batch_size=16, samples_per_prompt=2, context_length=512, generation_length=512),
+        "policy": {"algorithm": "dpo"}, "optimizer": {"e_max": 3e2, "t_init": 1, "polish": False}})
+    assert cfg_inst.optimizer["e_max"] == 300 and isinstance(cfg_inst.optimizer["e_max"], int)
+    result = packplace.place(cfg_inst, "anneal", time_limit_s=30, seed=0)
+    settings_used = result.info["settings"]
+    assert settings_used["e_max"] == 300 and settings_used["t_init"] == 1.0 and settings_used["polish"] is False
+    assert result.info["annealing_evaluations"] <= 300 and result.info["polish_moves"] == 0
+    over = packplace.place(cfg_inst, "anneal", time_limit_s=30, seed=0, e_max=2e2, t_min=0.5)
+    assert over.info["settings"]["e_max"] == 200 and over.info["settings"]["t_min"] == 0.5
+    with pytest.raises(ConfigError, match=r"^\[optimizer\] t_min: must be <= t_init \(1.0\), got 2"):
+        packplace.place(cfg_inst, "anneal", t_min=2)
+    with pytest.raises(ConfigError, match=r"^\[optimizer\] e_max: must be an integer >= 1, got 2.5"):
+        packplace.place(cfg_inst, "anneal", e_max=2.5)
+    with pytest.raises(ConfigError, match=r"^\[optimizer\] k_eval: unknown anneal parameter"):
+        packplace.place(cfg_inst, "anneal", k_eval=3)  # a table knob: set it in the config

@@ -87,7 +87,7 @@ def test_unknown_staleness_key_lists_valid_ones():
     ("workload", "batch_size", "many", "[workload] batch_size: must be an integer, got 'many'"),
     ("workload", "gen_quantiles", [[0.5, 10], [0.4, 12]], "[workload] gen_quantiles: quantiles must increase"),
     ("workload", "gen_quantiles", [[0.5, 99]], "[workload] gen_quantiles: tokens must be non-decreasing"),
-    ("optimizer", "k_eval", 0, "[optimizer] k_eval: must be >= 1, got 0"),
+    ("optimizer", "k_eval", 0, "[optimizer] k_eval: must be an integer >= 1, got 0"),
     ("hardware", "gemm_peak_fraction", 0.0, "[hardware] gemm_peak_fraction: must be > 0, got 0.0"),
     ("hardware", "gemm_peak_fraction", 1.2, "[hardware] gemm_peak_fraction: must be in (0, 1], got 1.2"),
     ("hardware", "flops_per_gpu", 1e3, "[hardware] flops_per_gpu: must be >= 1e+06, got 1000.0"),
@@ -206,3 +206,91 @@ def test_extreme_batch_size_builds_fast():
     table = get_table(build_instance(cfg))
     assert time.perf_counter() - start < 20
     assert table.all["actor.train"]  # built (most candidates do not fit in memory, none hang)
+
+
+@pytest.mark.parametrize(("knob", "value", "message"), [
+    ("e_max", -5, "[optimizer] e_max: must be an integer >= 1, got -5"),
+    ("e_max", 2.5, "[optimizer] e_max: must be an integer >= 1, got 2.5"),
+    ("e_struct", True, "[optimizer] e_struct: must be an integer >= 1, got True"),
+    ("t_init", 0, "[optimizer] t_init: must be a finite number > 0, got 0"),
+    ("t_min", 0.5, "[optimizer] t_min: must be <= t_init (0.3), got 0.5"),
+    ("oom_penalty", float("inf"), "[optimizer] oom_penalty: must be a finite number > 0, got inf"),
+    ("polish", 1, "[optimizer] polish: must be true or false, got 1"),
+    ("hard_oom", "yes", "[optimizer] hard_oom: must be true or false, got 'yes'"),
+    ("progress_s", -1.0, "[optimizer] progress_s: must be a finite number > 0, got -1.0"),
+])
+def test_every_optimizer_knob_is_validated_at_load(knob, value, message):
+    cfg = config()
+    cfg["optimizer"][knob] = value
+    assert error_of(cfg) == message
+
+
+def test_optimizer_knobs_normalised_and_defaults_filled():
+    from packplace.placement.config import OPTIMIZER_DEFAULTS, OPTIMIZER_KNOBS, resolve_optimizer_knobs
+    cfg = config()
+    cfg["optimizer"].update(e_max=5e4, k_eval=4.0, t_init=1, t_min=1)
+    opt = build_instance(cfg).optimizer
+    assert opt["e_max"] == 50_000 and type(opt["e_max"]) is int and type(opt["k_eval"]) is int
+    assert opt["t_init"] == 1.0 and type(opt["t_init"]) is float
+    assert opt["polish"] is True and opt["e_struct"] == OPTIMIZER_DEFAULTS["e_struct"] == 400
+    assert set(OPTIMIZER_KNOBS) <= set(opt)
+    assert resolve_optimizer_knobs(opt, {"e_struct": 1e3})["e_struct"] == 1000
+    with pytest.raises(ConfigError, match=r"^\[optimizer\] t_min: must be <= t_init \(1.0\), got 2"):
+        resolve_optimizer_knobs(opt, {"t_min": 2})
+
+
+def _place_args(tmp_path, *extra):
+    import argparse
+
+    from packplace.placement import cli
+    parser = argparse.ArgumentParser(prog="packplace")
+    cli.register(parser.add_subparsers(dest="command"))
+    path = tmp_path / "c.yaml"
+    cfg = config("dpo")
+    del cfg["models"]["critic"], cfg["models"]["reward"]
+    return parser.parse_args(["place", "--config", str(path), *extra]), path, cfg
+
+
+def test_cli_rejects_bad_knob_for_any_solver_and_bad_gantt_format_before_solving(tmp_path, monkeypatch):
+    import yaml
+
+    from packplace.placement import api
+    args, path, cfg = _place_args(tmp_path, "--solver", "concurrent")
+    cfg["optimizer"]["e_max"] = -5
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match=r"^\[optimizer\] e_max: must be an integer >= 1, got -5$"):
+        args.func(args)
+    cfg["optimizer"]["e_max"] = 100
+    path.write_text(yaml.safe_dump(cfg))
+
+    def no_solve(*a, **k):
+        raise AssertionError("solved before checking --gantt")
+
+    monkeypatch.setattr(api, "solve_placement", no_solve)
+    args, _, _ = _place_args(tmp_path, "--gantt", str(tmp_path / "x.xyz"))
+    with pytest.raises(ConfigError, match=r"^--gantt: unknown image format 'xyz'"):
+        args.func(args)
+    path.write_text("not: [valid")  # the format check comes before the config is even read
+    with pytest.raises(ConfigError, match=r"^--gantt: unknown image format"):
+        args.func(args)
+
+
+def test_gantt_title_names_period_staleness_and_synchronous_step(tmp_path):
+    from packplace.placement.evaluator import get_evaluator
+    from packplace.placement.gantt import draw_gantt, gantt_title
+    from packplace.solvers.placement import concurrent
+    cfg = config("grpo")
+    del cfg["models"]["critic"]
+    cfg["optimizer"]["staleness_candidates"] = {"actor": [0, 1]}
+    inst = build_instance(cfg)
+    ev = get_evaluator(inst)
+    sync = concurrent.solve(inst).solution.with_staleness("actor", 0)
+    stale = sync.with_staleness("actor", 1)
+    s0, s1 = ev.score(sync), ev.score(stale)
+    assert gantt_title(s0) == f"step time {s0.step_time:.3f} s"
+    assert s1.asynchronous and s1.period < s1.synchronous_step_time == pytest.approx(s0.step_time)
+    assert gantt_title(s1) == (f"period {s1.period:.3f} s (staleness actor=1); "
+                               f"synchronous step {s0.step_time:.3f} s")
+    out = tmp_path / "g.svg"
+    draw_gantt(inst, stale, s1, str(out))
+    assert f"period {s1.period:.3f} s" in out.read_text()

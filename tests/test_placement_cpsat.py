@@ -247,3 +247,47 @@ def test_32_gpu_shipped_config_reports_a_proven_bound_and_gap(path):
     assert gap == pytest.approx((result.objective - bound) / result.objective, abs=1e-9)
     assert f"gap {gap:.2%}" in result.message
     assert result.objective <= packplace.place(inst, "concurrent").objective + 1e-12
+
+
+def _ppo70b(**hardware):
+    from packplace.placement.config import load_yaml
+    cfg = load_yaml(os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-70b_2x4x8xh200.yaml"))
+    cfg["hardware"].update(hardware)
+    return cfg
+
+
+def test_model_building_counts_against_the_time_limit_on_1024_gpus():
+    import time
+    inst = build_instance(_ppo70b(racks=16, nodes_per_rack=8))
+    assert inst.num_gpus == 1024
+    started = time.perf_counter()
+    proposal = get("placement", "cpsat").solve(inst, time_limit_s=1)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 2.5  # the full build takes ~10 s on this cluster
+    assert proposal.status == "feasible" and proposal.bound is None and proposal.hit_time_limit
+    assert proposal.message.startswith("model not built in time: ")
+    assert "build budget of 0.50 s (50% of time_limit_s=1)" in proposal.message
+    assert proposal.info["cp_status"] == "NOT_BUILT" and proposal.info["build_budget_s"] == 0.5
+    assert "restricted" in proposal.message  # > 32 GPUs: never an optimality claim
+    hint = min(packplace.place(inst, s).objective for s in cpsat.HINT_SOLVERS)
+    assert get_evaluator(inst).step_time(proposal.solution) == pytest.approx(hint, rel=1e-12)
+    result = packplace.place(inst, "cpsat", time_limit_s=1)
+    assert result.ok and result.status == "feasible" and result.wall_s < 2.5
+
+
+def test_progress_lines_on_stderr_for_long_runs_only(capsys):
+    from packplace.placement.config import load_yaml
+    cfg = load_yaml(os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml"))
+    cfg["optimizer"] = {**(cfg.get("optimizer") or {}), "progress_s": 0.4}  # not optimal within 3 s
+    inst = build_instance(cfg)
+    proposal = get("placement", "cpsat").solve(inst, time_limit_s=3)
+    assert proposal.info["cp_wall_s"] > 1.0  # a search long enough for a couple of lines
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("cpsat: ")]
+    assert len(lines) >= 2
+    assert all(" s, best " in ln and ", bound " in ln for ln in lines)
+    best = [float(ln.split(" s, best ")[1].split(" s")[0]) for ln in lines]
+    assert best == sorted(best, reverse=True)  # best so far never gets worse
+    assert best[0] <= proposal.info["hint_step_time_s"] + proposal.info["rounding_s"] + 1e-6
+    quick = instance("dpo")  # solved to optimality well within the default 3 s
+    assert packplace.place(quick, "cpsat", time_limit_s=10).status == "optimal"
+    assert "cpsat:" not in capsys.readouterr().err

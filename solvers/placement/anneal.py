@@ -25,14 +25,16 @@ Acceptance (Metropolis, relative): a plan worse by ``Δ`` seconds than the curre
 accepted with probability ``exp(−Δ / (T·c))``, so ``T`` is a fraction of the current step time:
 ``T = 0.1`` accepts a 10% worse plan with probability ``e⁻¹``. Better or equal plans are always accepted.
 
-Knobs (``optimizer`` section of the config, or keyword arguments of ``solve``, which win):
+Knobs (``optimizer`` section of the config, validated at load against
+:data:`packplace.placement.config.OPTIMIZER_KNOBS`; keyword arguments of ``solve`` win and are validated
+by the same function):
 
 ==============  ==========  =================================================================================
 knob            default     meaning
 ==============  ==========  =================================================================================
 ``t_init``      0.30        starting temperature (relative, see above)
-``t_min``       0.03        final temperature; geometric cooling ``T = t_init·(t_min/t_init)^f`` where ``f``
-                            is the fraction of the budget used, ``max(evaluations/e_max, elapsed/time)``
+``t_min``       0.03        final temperature; geometric cooling ``T = t_init·(t_min/t_init)^f`` where
+                            ``f = min(1, evaluations/e_max)`` (counts only, never the clock)
 ``t_warm``      0.10        reheat temperature: after ``stag_window`` plateaus without a new best, the
                             search restarts from the best plan at ``max(T, t_warm)``
 ``e_max``       50000       evaluation budget: distinct plans scored by the evaluator (cache hits are free;
@@ -51,14 +53,22 @@ knob            default     meaning
 ``k_eval``      8           (shared) candidates per vertex and block shape in the move pool
 ==============  ==========  =================================================================================
 
-Budgets: ``time_limit_s`` (default 30 s) bounds the whole run; the annealing stops at 90% of it or at
-``e_max`` evaluations, whichever comes first, and the polish uses what is left (it always gets at least
-one pass over its neighbourhood unless the limit is already spent).
+Budgets: ``time_limit_s`` (default 30 s) bounds the whole run; the annealing stops at ``e_max``
+evaluations (or on the proposal caps above), or — a hard stop only — when the clock passes 90% of the
+limit; the polish uses what is left of the limit.
 
 Warm start: the better of the ``greedy`` and ``concurrent`` baselines (by the evaluator). The result is
-never worse than the warm start. Determinism: one ``random.Random(seed)``, sorted iteration everywhere;
-runs that end on ``e_max`` (not on the clock) repeat exactly; a run cut by the time limit depends on
-machine speed.
+never worse than the warm start.
+
+Determinism: one ``random.Random(seed)``, sorted iteration everywhere, and the cooling schedule, the
+restarts, the acceptance and every stopping rule except the clock depend only on counts (evaluations,
+proposals, plateaus). So a run that ends on ``e_max``, on the proposal caps or by exhausting its
+neighbourhood (``info["stopped_by"]``, ``hit_time_limit`` false) repeats exactly: the same plan and the
+same evaluation count for the same instance and seed. The clock is checked every 64 proposals and only
+stops the run: a run cut by the time limit returns the best plan of a prefix of that same deterministic
+trajectory — the first ``N`` proposals of the annealing (``N`` a multiple of 64, set by the machine's
+speed), then the deterministic polish from that prefix's best, itself possibly cut by the clock — so it
+is never worse than the warm start, but which prefix depends on machine speed.
 """
 
 from __future__ import annotations
@@ -71,6 +81,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from packplace.errors import ConfigError
+from packplace.placement.config import OPTIMIZER_DEFAULTS, resolve_optimizer_knobs
 from packplace.placement.evaluator import INF, get_evaluator, get_table
 from packplace.placement.plan import Allocation, Plan
 from packplace.result import FEASIBLE, Proposal
@@ -80,11 +91,11 @@ from packplace.solvers.registry import register
 
 #: Default wall-clock budget (seconds) when ``time_limit_s`` is None.
 DEFAULT_TIME_LIMIT_S = 30.0
-#: Default knobs (module docstring).
-DEFAULTS: dict[str, Any] = {
-    "t_init": 0.30, "t_min": 0.03, "t_warm": 0.10, "e_max": 50_000, "e_struct": 400, "stag_window": 20,
-    "hard_oom": True, "oom_penalty": 4.0, "polish": True, "progress_s": 3.0,
-}
+#: The annealing knobs (module docstring); types, ranges and defaults live in
+#: :data:`packplace.placement.config.OPTIMIZER_KNOBS`, validated when the config is loaded.
+DEFAULTS: dict[str, Any] = {name: OPTIMIZER_DEFAULTS[name] for name in (
+    "t_init", "t_min", "t_warm", "e_max", "e_struct", "stag_window", "hard_oom", "oom_penalty", "polish",
+    "progress_s")}
 #: Fraction of the time limit the annealing may use before the polish.
 ANNEAL_TIME_SHARE = 0.9
 #: Proposals allowed per evaluation of the budget (stops a search whose neighbourhood is all cached).
@@ -117,7 +128,9 @@ class AnnealSettings:
 
     @classmethod
     def resolve(cls, optimizer: dict[str, Any], params: dict[str, Any]) -> AnnealSettings:
-        """Defaults, overridden by the ``optimizer`` section, overridden by ``params``.
+        """The instance's validated ``optimizer`` knobs, overridden by ``params`` (keyword arguments of
+        :func:`solve`), which are validated by :func:`~packplace.placement.config.resolve_optimizer_knobs`
+        exactly as the config section is.
 
         Raises:
             ConfigError: ``[optimizer] knob: ...`` for an unknown parameter or a bad value.
@@ -125,22 +138,8 @@ class AnnealSettings:
         unknown = sorted(set(params) - set(DEFAULTS))
         if unknown:
             raise ConfigError(f"[optimizer] {unknown[0]}: unknown anneal parameter; valid: {', '.join(DEFAULTS)}")
-        values = {key: params.get(key, optimizer.get(key, default)) for key, default in DEFAULTS.items()}
-        for key in ("t_init", "t_min", "t_warm", "oom_penalty", "progress_s"):
-            v = values[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ConfigError(f"[optimizer] {key}: must be a finite number > 0, got {v!r}")
-            values[key] = float(v)
-        for key in ("e_max", "e_struct", "stag_window"):
-            v = values[key]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"[optimizer] {key}: must be an integer >= 1, got {v!r}")
-        for key in ("hard_oom", "polish"):
-            if not isinstance(values[key], bool):
-                raise ConfigError(f"[optimizer] {key}: must be true or false, got {values[key]!r}")
-        if values["t_min"] > values["t_init"]:
-            raise ConfigError(f"[optimizer] t_min: must be <= t_init ({values['t_init']}), got {values['t_min']!r}")
-        return cls(**values)
+        values = resolve_optimizer_knobs(optimizer, params)
+        return cls(**{key: values[key] for key in DEFAULTS})
 
 
 class _Search:
@@ -429,7 +428,6 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
     best, best_time = warm, warm_time
     trace = [(time.perf_counter() - started, search.evaluations, best_time)]
     anneal_deadline = started + ANNEAL_TIME_SHARE * limit
-    search_span = max(anneal_deadline - started, 1e-9)
     log = [f"warm start: {warm_name} {warm_time:.6g} s"
            + "".join(f", {name} {t:.6g} s" for name, t in sorted(baseline_times.items()))]
     temperature = settings.t_init
@@ -475,12 +473,12 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
         if plateau >= settings.e_struct:
             plateau = 0
             stale_plateaus += 1
-            used = max(search.evaluations / settings.e_max, (time.perf_counter() - started) / search_span)
-            temperature = settings.t_init * ratio ** min(1.0, used)
+            temperature = settings.t_init * ratio ** min(1.0, search.evaluations / settings.e_max)
             if stale_plateaus >= settings.stag_window:
                 current, current_cost = best, best_time
                 temperature = max(temperature, settings.t_warm)
                 stale_plateaus = 0
+    annealing_evaluations = search.evaluations
     log.append(f"annealing: {proposals} proposals, {search.evaluations} evaluations, {accepted} accepted, "
                f"stopped by {stopped_by}, best {best_time:.6g} s")
 
@@ -517,7 +515,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
     info = {
         "warm_start": warm_name, "warm_start_s": warm_time, "baselines_s": baseline_times,
         "improvement": improvement, "evaluations": search.evaluations, "proposals": proposals,
-        "cache_hits": search.cache_hits, "accepted": accepted,
+        "annealing_evaluations": annealing_evaluations, "cache_hits": search.cache_hits, "accepted": accepted,
         "accepted_out_of_memory": accepted_oom, "polish_moves": polish_moves,
         "stopped_by": stopped_by, "plan_staleness": stale,
         "trace": [{"elapsed_s": e, "evaluations": n, "best_s": b} for e, n, b in trace],

@@ -54,6 +54,12 @@ defaults to ``optimizer.k_eval``) keeps for each vertex its ``top_k`` fastest re
 each block shape plus the hint's: CP-SAT's bound is then only for the restricted problem, so it is
 reported in ``info["restricted_bound_s"]`` and never as a proof, and the status is at most ``feasible``.
 
+Above ``max_gpus`` (default 32) GPUs the model is always the restricted one (``top_k`` defaults to
+``optimizer.k_eval``): the status is ``feasible`` at best, whatever CP-SAT proves, and ``bound`` is None
+(the restricted bound is in ``info["restricted_bound_s"]`` only). On such clusters the option count
+grows with the number of aligned origins, so model building alone can take seconds (10 s for a
+1,024-GPU PPO-70B cluster); see "Time limit" below.
+
 Staleness. The model is the synchronous step. If ``staleness_candidates`` allow staleness ≥ 1 (the
 asynchronous objective), the answer uses staleness 0, the message says "cpsat models the synchronous
 step; staleness ignored", its bound is reported only as ``info["synchronous_bound_s"]`` and the status
@@ -64,6 +70,19 @@ registry (``hint_solvers``; adding ``anneal`` helps on hard instances) is the hi
 ends of its integer schedule), the upper bound of the step variable, and the fallback when CP-SAT finds
 nothing better (e.g. when presolve eats a short time limit: on the 32-GPU PPO config CP-SAT needs about
 3 s before its first solution).
+
+Time limit: ``time_limit_s`` bounds the whole call. The preparation — hint solvers, option tables, model
+building and hints — may use :data:`BUILD_TIME_SHARE` (half) of it: the build checks the clock per
+vertex, per vertex pair, per GPU segment and per 256 options, and past that share it stops and returns
+the hint with status ``feasible``, ``hit_time_limit`` set, ``info["cp_status"] = "NOT_BUILT"`` and a
+message "model not built in time: X s spent, over the build budget of Y s (50% of time_limit_s=Z),
+stopped at <stage>". Otherwise CP-SAT gets the rest of the limit (at least 10 ms), so the call ends
+within about ``time_limit_s`` plus the time of one clock-check interval and CP-SAT's own overshoot
+(measured: ``time_limit_s=1`` on the 1,024-GPU PPO-70B cluster returns in 0.6 s).
+
+Progress: a solve that lasts longer than ``optimizer.progress_s`` (default 3 s) prints a line to stderr
+every ``progress_s`` seconds with the best step time so far (model value, µs → s) and CP-SAT's bound
+(minus the rounding ``E``); shorter runs print nothing (:class:`_ProgressReporter`).
 
 CP-SAT parameters: :data:`DEFAULT_CP_PARAMETERS` (presolve probing off: a first solution within a few
 seconds), then ``cp_parameters``. ``interleave_search`` is not used: in ortools 9.15 it overran a
@@ -83,6 +102,8 @@ which can depend on machine speed (an ``optimal`` answer does not, up to ties be
 from __future__ import annotations
 
 import math
+import sys
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -107,6 +128,11 @@ US_PER_S = 1_000_000
 MEMORY_UNIT = 1024
 #: Baselines tried for the hint, through the registry.
 HINT_SOLVERS = ("greedy", "concurrent")
+#: Share of ``time_limit_s`` the preparation (hint solvers, option tables, model building) may use; past it
+#: the build stops and the hint is returned (module docstring, "Time limit").
+BUILD_TIME_SHARE = 0.5
+#: Seconds between progress lines on stderr when the config has no ``optimizer.progress_s``.
+DEFAULT_PROGRESS_S = 3.0
 #: Share of ``time_limit_s`` given to each hint solver that takes a budget (e.g. ``anneal``).
 HINT_BUDGET = 0.2
 #: CP-SAT parameters set before ``cp_parameters``: probing in presolve off. With it, the 32-GPU PPO config
@@ -116,9 +142,73 @@ DEFAULT_CP_PARAMETERS = {"cp_model_probing_level": 0}
 STALENESS_NOTE = "cpsat models the synchronous step; staleness ignored"
 
 
+class ModelBuildTimeout(Exception):
+    """Raised by :func:`make_tables` / :func:`build_model` when their ``deadline`` passes; ``args[0]`` names
+    the stage reached (e.g. ``"memory rows, segment 130 of 1024"``)."""
+
+
+def _clock(deadline: float | None):
+    """A ``check(stage, *args)`` function raising :class:`ModelBuildTimeout` with ``stage % args`` (formatted
+    only then) once ``time.perf_counter()`` passes ``deadline`` (no-op when it is None)."""
+    if deadline is None:
+        return lambda stage, *args: None
+
+    def check(stage: str, *args) -> None:
+        if time.perf_counter() > deadline:
+            raise ModelBuildTimeout(stage % args if args else stage)
+
+    return check
+
+
 def to_us(seconds: float) -> int:
     """Seconds → integer microseconds, rounded up (the model never underestimates a time)."""
     return int(math.ceil(seconds * US_PER_S - 1e-9)) if seconds > 0 else 0
+
+
+class _ProgressReporter(cp_model.CpSolverSolutionCallback):
+    """Prints the best step time and bound so far to stderr every ``progress_s`` seconds of a solve
+    (from a background thread; CP-SAT releases the GIL while it searches). Silent for shorter runs.
+
+    Used as a context manager around ``CpSolver.Solve(model, reporter)``; it records each solution's
+    objective (:meth:`on_solution_callback`) and each new bound (:meth:`on_bound`, CP-SAT's
+    ``best_bound_callback``). Values are the model's integer µs, printed in seconds; the bound printed
+    is ``(CP-SAT bound − rounding)``, labelled when it belongs to a restricted or synchronous problem.
+    """
+
+    def __init__(self, began: float, progress_s: float, hint_us: int, rounding_us: int, relaxed: bool) -> None:
+        super().__init__()
+        self.began, self.progress_s = began, progress_s
+        self.best_us, self.bound_us, self.solutions = hint_us, 0, 0
+        self.rounding_us, self.relaxed = rounding_us, relaxed
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpsat-progress", daemon=True)
+
+    def on_solution_callback(self) -> None:
+        self.solutions += 1
+        self.best_us = min(self.best_us, int(self.ObjectiveValue()))
+        self.bound_us = max(self.bound_us, int(math.floor(self.BestObjectiveBound() + 1e-6)))
+
+    def on_bound(self, bound: float) -> None:
+        self.bound_us = max(self.bound_us, int(math.floor(bound + 1e-6)))
+
+    def line(self) -> str:
+        """The progress line for the current state."""
+        bound_s = max(0, self.bound_us - self.rounding_us) / US_PER_S
+        label = " (restricted/synchronous problem)" if self.relaxed else ""
+        return (f"cpsat: {time.perf_counter() - self.began:.1f} s, best {self.best_us / US_PER_S:.6g} s "
+                f"({self.solutions} solution(s) beyond the hint), bound {bound_s:.6g} s{label}")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.progress_s):
+            print(self.line(), file=sys.stderr, flush=True)
+
+    def __enter__(self) -> _ProgressReporter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 @dataclass(frozen=True)
@@ -267,12 +357,16 @@ def _level_ranges(cluster) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]
     return out
 
 
-def make_tables(instance, candidates: dict[str, list[Candidate]]) -> ModelTables:
+def make_tables(instance, candidates: dict[str, list[Candidate]], deadline: float | None = None) -> ModelTables:
     """Options (candidate × aligned origin) and integer transfer/reallocation tables.
 
     The transfer and reallocation figures are the cost model's own functions evaluated on two ranges
     whose hull spans each level (they depend only on the level and the consumer's ``dp`` / layout).
+
+    Raises:
+        ModelBuildTimeout: ``time.perf_counter()`` passed ``deadline`` (checked per candidate).
     """
+    check = _clock(deadline)
     table = get_table(instance)
     cluster = instance.cluster
     graph = instance.graph
@@ -282,6 +376,7 @@ def make_tables(instance, candidates: dict[str, list[Candidate]]) -> ModelTables
     for i, name in enumerate(names):
         opts = []
         for cand in candidates[name]:
+            check("options of %s, %d so far", name, len(opts))
             for alloc in table.origins(cand.extent):
                 lo, hi = alloc.gpu_range(cluster)
                 opts.append(Option(i, cand, alloc, lo, hi, to_us(cand.time)))
@@ -386,14 +481,20 @@ def _match(model: cp_model.CpModel, left: dict, right: dict, name: str):
     return z
 
 
-def build_model(instance, tables: ModelTables, horizon: int) -> Model:
+def build_model(instance, tables: ModelTables, horizon: int, deadline: float | None = None) -> Model:
     """The CP-SAT model of the synchronous step (module docstring), objective ``minimise step`` (µs).
 
     Args:
         tables: Options and integer tables (:func:`make_tables`).
         horizon: Upper bound of every time variable and of ``step`` (µs; the hint's model value). The
             model's own constraints give every lower bound (no outside bound is trusted for the proof).
+        deadline: ``time.perf_counter()`` value after which building stops (None: no limit); checked per
+            vertex, per vertex pair and per GPU segment.
+
+    Raises:
+        ModelBuildTimeout: the deadline passed (the message names the stage reached).
     """
+    check = _clock(deadline)
     m = cp_model.CpModel()
     cluster = instance.cluster
     n = len(tables.names)
@@ -410,8 +511,11 @@ def build_model(instance, tables: ModelTables, horizon: int) -> Model:
     m.Add(start[0] == 0)  # the first vertex has no inputs and nothing before it
     time_boxes, gpu_boxes = [], []
     for v in range(n):
+        check(f"intervals of vertex {v + 1} of {n}")
         m.Add(end[v] == start[v] + sum(o.duration * lit for o, lit in zip(opts[v], x[v])))
-        for o, lit in zip(opts[v], x[v]):
+        for k, (o, lit) in enumerate(zip(opts[v], x[v])):
+            if k % 256 == 255:
+                check("intervals of vertex %d of %d, option %d of %d", v + 1, n, k + 1, len(opts[v]))
             time_boxes.append(m.NewOptionalIntervalVar(start[v], o.duration, end[v], lit, ""))
             gpu_boxes.append(m.NewOptionalFixedSizeIntervalVar(o.lo, o.hi - o.lo, lit, ""))
     m.AddNoOverlap2D(time_boxes, gpu_boxes)
@@ -423,6 +527,7 @@ def build_model(instance, tables: ModelTables, horizon: int) -> Model:
     for v in range(n):
         row = {}
         for s, (a, b) in enumerate(segments):
+            check("GPU occupancy of vertex %d of %d, segment %d of %d", v + 1, n, s + 1, len(segments))
             lits = [lit for o, lit in zip(opts[v], x[v]) if o.lo <= a and b <= o.hi]
             ind = _indicator(m, lits, f"occ[{v},{s}]")
             if ind is not None:
@@ -432,6 +537,7 @@ def build_model(instance, tables: ModelTables, horizon: int) -> Model:
     # -- colocated vertices run in topological order ------------------------------------------------
     for j in range(n):
         for i in range(j):
+            check(f"colocation order of vertices {i + 1} and {j + 1} of {n}")
             for s in occ[i].keys() & occ[j].keys():
                 m.Add(start[j] >= end[i]).OnlyEnforceIf([occ[i][s], occ[j][s]])
 
@@ -440,6 +546,7 @@ def build_model(instance, tables: ModelTables, horizon: int) -> Model:
     vertex_model = [v.model for v in instance.graph.vertices]
     models = sorted(set(vertex_model))
     for s, (a, b) in enumerate(segments):
+        check("memory rows, segment %d of %d", s + 1, len(segments))
         resident_terms, worst = [], 0
         for model_name in models:
             exprs, most = [], 0
@@ -477,6 +584,7 @@ def build_model(instance, tables: ModelTables, horizon: int) -> Model:
     G, NG = cluster.gpus_per_node, cluster.gpus_per_rack
 
     def where(v: int, key_of) -> dict:
+        check(f"indicators of vertex {v + 1} of {n}")
         groups: dict[Any, list] = defaultdict(list)
         for o, lit in zip(opts[v], x[v]):
             key = key_of(o)
@@ -484,6 +592,7 @@ def build_model(instance, tables: ModelTables, horizon: int) -> Model:
                 groups[key].append(lit)
         return {key: _indicator(m, lits, "") for key, lits in groups.items()}
 
+    check("block/node/rack indicators")
     block_of = [where(v, lambda o: (o.lo, o.hi)) for v in range(n)]
     node_of = [where(v, lambda o: o.lo // G if o.lo // G == (o.hi - 1) // G else None) for v in range(n)]
     rack_of = [where(v, lambda o: o.lo // NG if o.lo // NG == (o.hi - 1) // NG else None) for v in range(n)]
@@ -504,6 +613,7 @@ def build_model(instance, tables: ModelTables, horizon: int) -> Model:
     # -- data edges: start[v] ≥ end[p] + transfer (0 on the same block) ----------------------------
     dp_of = [where(v, lambda o: o.cand.strategy.dp) for v in range(n)]
     for v in range(n):
+        check(f"data edges into vertex {v + 1} of {n}")
         for p in tables.preds[v]:
             m.Add(start[v] >= end[p])
             same_block, same_node, same_rack = pair(p, v)
@@ -518,6 +628,7 @@ def build_model(instance, tables: ModelTables, horizon: int) -> Model:
     # bounds. One Boolean per lower bound; at least one is tight (start ≤ that bound).
     last_consumer = max((b for _, b in tables.pubs), default=0)
     for v in range(1, last_consumer + 1):
+        check(f"tight starts of vertex {v + 1} of {n}")
         bounds: list[tuple[Any, list]] = []  # (lower bound of start[v], the literals under which it applies)
         for p in tables.preds[v]:
             same_block, same_node, same_rack = pair(p, v)
@@ -545,6 +656,7 @@ def build_model(instance, tables: ModelTables, horizon: int) -> Model:
     for v in range(n):
         m.Add(step >= end[v])
     for k, (a, b) in enumerate(tables.pubs):
+        check(f"publication edge {k + 1} of {len(tables.pubs)}")
         same_block, same_node, same_rack = pair(a, b)
         lay_a = where(a, lambda o: (o.lo, o.hi, o.layout))
         lay_b = where(b, lambda o: (o.lo, o.hi, o.layout))
@@ -557,6 +669,7 @@ def build_model(instance, tables: ModelTables, horizon: int) -> Model:
                 m.Add(step >= end[a] + r - start[b]).OnlyEnforceIf([layout_of[layout], same_both.Not(), *lv[level]])
 
     # -- redundant energy cut: every vertex's GPU-time fits in step × GPUs -------------------------
+    check("energy cut")
     m.Add(sum(o.duration * (o.hi - o.lo) * lit for v in range(n) for o, lit in zip(opts[v], x[v]))
           <= cluster.num_gpus * step)
     m.Minimize(step)
@@ -617,8 +730,9 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
     Args:
         instance: A :class:`~packplace.placement.config.PlacementInstance`.
         time_limit_s: Wall-clock budget in seconds for the whole call (default
-            :data:`DEFAULT_TIME_LIMIT_S`); CP-SAT gets what the baselines and model building leave
-            (at least 10 ms; building takes under a second on the shipped configs).
+            :data:`DEFAULT_TIME_LIMIT_S`); the baselines and model building may use
+            :data:`BUILD_TIME_SHARE` of it (past that the hint is returned, module docstring "Time
+            limit"); CP-SAT gets what they leave (at least 10 ms).
         seed: CP-SAT ``random_seed`` (and the baselines' seed).
         num_workers: CP-SAT search workers; 1 (default) is deterministic for a fixed seed.
         max_gpus: Largest cluster solved over the full non-dominated candidate set (default 32).
@@ -695,18 +809,33 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
             if hint_cand not in candidates[name]:
                 candidates[name].append(hint_cand)
 
-    tables = make_tables(instance, candidates)
-    n_options = [len(o) for o in tables.options]
-    hint_choice = _choice_of(tables, hint_plan)
-    h_start, h_end, h_step = model_schedule(tables, instance, hint_choice)
-    rounding = tables.rounding_us
-    built = build_model(instance, tables, horizon=h_step)
-    for v, o in enumerate(hint_choice):
-        for opt, lit in zip(tables.options[v], built.x[v]):
-            built.model.AddHint(lit, opt is o)
-        built.model.AddHint(built.start[v], h_start[v])
-        built.model.AddHint(built.end[v], h_end[v])
-    built.model.AddHint(built.step, h_step)
+    build_budget = BUILD_TIME_SHARE * limit
+    deadline = began + build_budget
+    try:
+        tables = make_tables(instance, candidates, deadline)
+        n_options = [len(o) for o in tables.options]
+        hint_choice = _choice_of(tables, hint_plan)
+        h_start, h_end, h_step = model_schedule(tables, instance, hint_choice)
+        rounding = tables.rounding_us
+        built = build_model(instance, tables, horizon=h_step, deadline=deadline)
+        check = _clock(deadline)
+        for v, o in enumerate(hint_choice):
+            check("solution hint")
+            for opt, lit in zip(tables.options[v], built.x[v]):
+                built.model.AddHint(lit, opt is o)
+            built.model.AddHint(built.start[v], h_start[v])
+            built.model.AddHint(built.end[v], h_end[v])
+        built.model.AddHint(built.step, h_step)
+    except ModelBuildTimeout as stage:
+        spent = time.perf_counter() - began
+        notes.insert(0, f"model not built in time: {spent:.2f} s spent, over the build budget of "
+                        f"{build_budget:.2f} s ({BUILD_TIME_SHARE:.0%} of time_limit_s={limit:g}), stopped at "
+                        f"{stage}; returned the {hint_name} hint ({hint_time:.6g} s), no CP-SAT search")
+        info = {"build_s": spent, "build_budget_s": build_budget, "build_stopped_at": str(stage),
+                "restricted": restricted, "hint_solver": hint_name, "hint_step_time_s": hint_time,
+                "hint_solvers": list(hint_solvers), "cp_status": "NOT_BUILT"}
+        log.append(notes[0])
+        return Proposal(hint_plan, FEASIBLE, hit_time_limit=True, message="; ".join(notes), log=log, info=info)
     build_s = time.perf_counter() - began
     log.append(f"options per vertex: {dict(zip(tables.names, n_options))} (total {sum(n_options)})")
     log.append(f"hint: {hint_name} {hint_time:.6f} s (model value {h_step} µs); model built in {build_s:.2f} s")
@@ -721,7 +850,10 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
             setattr(solver.parameters, key, value)
         except (AttributeError, TypeError, ValueError) as exc:
             raise ConfigError(f"cpsat: cp_parameters.{key}: {exc}") from None
-    cp_status = solver.Solve(built.model)
+    progress_s = float(instance.optimizer.get("progress_s", DEFAULT_PROGRESS_S))
+    with _ProgressReporter(began, progress_s, h_step, rounding, restricted or asynchronous) as reporter:
+        solver.best_bound_callback = reporter.on_bound
+        cp_status = solver.Solve(built.model, reporter)
     status_name = solver.StatusName(cp_status)
     info: dict[str, Any] = {
         "options": sum(n_options), "options_per_vertex": dict(zip(tables.names, n_options)),

@@ -120,6 +120,10 @@ def run(args: argparse.Namespace) -> int:
     for path, option in ((args.out, "--out"), (args.gantt, "--gantt")):
         if path:
             check_output_file(path, option)
+    if args.gantt:  # an unsupported image format (or no matplotlib) fails now, not after the solve
+        from packplace.placement.gantt import check_format
+
+        check_format(args.gantt)
     instance = load_config(args.config)
     result = solve_placement(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
     print(format_table(instance, result))

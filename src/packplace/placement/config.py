@@ -8,8 +8,9 @@ read it as a string).
 Range checks beyond types (each documented where its constant is defined): ``flops_per_gpu``,
 ``memory_per_gpu``, ``memory_bandwidth`` ≥ 1e6; ``gemm_peak_fraction`` and ``decode_bw_eff`` in (0, 1];
 ``context_length`` and ``generation_length`` ≤ 1e7 tokens; ``batch_size · samples_per_prompt`` ≤ 1e12;
-``[optimizer]`` keys limited to :data:`OPTIMIZER_KEYS`, and ``staleness_candidates`` only for models the
-algorithm trains.
+``[optimizer]`` keys limited to :data:`OPTIMIZER_KEYS`, every knob's type and range checked against
+:data:`OPTIMIZER_KNOBS` (e.g. ``[optimizer] e_max: must be an integer >= 1, got -5``), and
+``staleness_candidates`` only for models the algorithm trains.
 """
 
 from __future__ import annotations
@@ -37,13 +38,32 @@ MODEL_REQUIRED = ("layers", "hidden_dim", "ffn_dim", "vocab_size")
 MODEL_OPTIONAL = ("head_dim", "num_kv_heads")
 WORKLOAD_REQUIRED = ("batch_size", "samples_per_prompt", "context_length", "generation_length")
 WORKLOAD_OPTIONAL = ("gen_quantiles",)
-#: Default ``optimizer`` values known to this layer (the search adds its own knobs).
-OPTIMIZER_DEFAULTS = {"k_eval": 8}
-#: Every key the ``[optimizer]`` section may hold: ``k_eval`` and ``staleness_candidates`` (this layer,
-#: the candidate table, the evaluator, cpsat) and the annealing knobs ``solvers/placement/anneal.py``
-#: reads (its ``DEFAULTS``; a test keeps the two lists in step).
-OPTIMIZER_KEYS = ("k_eval", "staleness_candidates", "t_init", "t_min", "t_warm", "e_max", "e_struct",
-                  "stag_window", "hard_oom", "oom_penalty", "polish", "progress_s")
+#: Knobs of the ``[optimizer]`` section other than ``staleness_candidates``: name → (kind, default, meaning).
+#: Kinds: ``"int>=1"`` (an integer ≥ 1; an integral float such as ``5e4`` — YAML scientific notation loads
+#: as float — is accepted as that integer), ``"float>0"`` (a finite number > 0, stored as float),
+#: ``"bool"`` (``true``/``false`` only, not 0/1). Cross-field rule: ``t_min <= t_init``. Every knob is
+#: checked at config load (:func:`validate_optimizer_knobs`) and the instance's ``optimizer`` holds all of
+#: them with defaults filled, so backends read validated values; keyword overrides of ``packplace.place``
+#: go through the same function (:func:`resolve_optimizer_knobs`). The annealing knobs are used by
+#: ``solvers/placement/anneal.py`` (its docstring explains them); ``k_eval`` by the candidate table, the
+#: search pools and cpsat; ``progress_s`` by anneal and cpsat.
+OPTIMIZER_KNOBS: dict[str, tuple[str, Any, str]] = {
+    "k_eval": ("int>=1", 8, "candidates per vertex and block shape kept for search"),
+    "t_init": ("float>0", 0.30, "anneal: starting temperature (fraction of the current step time)"),
+    "t_min": ("float>0", 0.03, "anneal: final temperature (<= t_init)"),
+    "t_warm": ("float>0", 0.10, "anneal: reheat temperature of a restart from the best plan"),
+    "e_max": ("int>=1", 50_000, "anneal: evaluation budget (distinct plans scored)"),
+    "e_struct": ("int>=1", 400, "anneal: proposals per temperature level"),
+    "stag_window": ("int>=1", 20, "anneal: plateaus without a new best before a restart"),
+    "hard_oom": ("bool", True, "anneal: out-of-memory plans are rejected (false: penalised)"),
+    "oom_penalty": ("float>0", 4.0, "anneal: penalty weight when hard_oom is false"),
+    "polish": ("bool", True, "anneal: final greedy descent"),
+    "progress_s": ("float>0", 3.0, "anneal, cpsat: seconds between progress lines on stderr"),
+}
+#: Default ``optimizer`` values (every knob of :data:`OPTIMIZER_KNOBS`).
+OPTIMIZER_DEFAULTS = {name: default for name, (_, default, _) in OPTIMIZER_KNOBS.items()}
+#: Every key the ``[optimizer]`` section may hold: the knobs and ``staleness_candidates``.
+OPTIMIZER_KEYS = ("k_eval", "staleness_candidates") + tuple(k for k in OPTIMIZER_KNOBS if k != "k_eval")
 #: Hardware figures that must be at least this large (FLOP/s, bytes, bytes/s): smaller values are not a
 #: GPU and only make every predicted time astronomically large.
 HARDWARE_MINIMUM = {"flops_per_gpu": 1e6, "memory_per_gpu": 1e6, "memory_bandwidth": 1e6}
@@ -67,8 +87,8 @@ class PlacementInstance:
         workload: Batch and response-length distribution.
         algorithm: ``ppo``, ``grpo`` or ``dpo``.
         graph: The step graph of ``algorithm``.
-        optimizer: The ``[optimizer]`` section with defaults filled (``k_eval`` ≥ 1,
-            ``staleness_candidates`` as ``{model: (0, 1, ...)}``, search knobs passed through).
+        optimizer: The ``[optimizer]`` section, validated, every knob of :data:`OPTIMIZER_KNOBS` present
+            (defaults filled), ``staleness_candidates`` as ``{model: (0, 1, ...)}``.
         source: Where it came from (a path or ``"<dict>"``).
     """
 
@@ -235,11 +255,64 @@ def _workload(w: dict[str, Any]) -> Workload:
     return Workload(b, k, s, t, quantiles)
 
 
+def _knob_value(name: str, value: Any, where: str) -> Any:
+    kind = OPTIMIZER_KNOBS[name][0]
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"[{where}] {name}: must be true or false, got {value!r}")
+        return value
+    numeric = not isinstance(value, bool) and isinstance(value, (int, float))
+    if kind == "int>=1":
+        if numeric and isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        if not numeric or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"[{where}] {name}: must be an integer >= 1, got {value!r}")
+        return value
+    if not numeric or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"[{where}] {name}: must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def validate_optimizer_knobs(values: Mapping[str, Any], base: Mapping[str, Any] | None = None, *,
+                             where: str = "optimizer") -> dict[str, Any]:
+    """Check knob values against :data:`OPTIMIZER_KNOBS` and merge them over ``base``.
+
+    Args:
+        values: ``{knob: value}`` to check (keys outside :data:`OPTIMIZER_KNOBS` are errors).
+        base: Already validated knobs the values override (default :data:`OPTIMIZER_DEFAULTS`).
+        where: Section name used in messages.
+
+    Returns:
+        Every knob, validated and normalised (integral floats → int, numbers → float), ``values`` winning.
+
+    Raises:
+        ConfigError: ``[optimizer] e_max: must be an integer >= 1, got -5`` and the like; an unknown knob
+            (lists the valid ones); ``t_min`` above ``t_init`` after merging.
+    """
+    for name in values:
+        if name not in OPTIMIZER_KNOBS:
+            raise ConfigError(f"[{where}] {name}: unknown optimizer knob; valid: {', '.join(OPTIMIZER_KNOBS)}")
+    out = {name: (base or OPTIMIZER_DEFAULTS).get(name, default) for name, default in OPTIMIZER_DEFAULTS.items()}
+    for name, value in values.items():
+        out[name] = _knob_value(name, value, where)
+    if out["t_min"] > out["t_init"]:
+        raise ConfigError(f"[{where}] t_min: must be <= t_init ({out['t_init']}), got {out['t_min']!r}")
+    return out
+
+
+def resolve_optimizer_knobs(optimizer: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The knobs of an instance's validated ``optimizer`` section with keyword ``overrides`` applied (each
+    override validated by :func:`validate_optimizer_knobs`; the section's values are not re-checked).
+
+    Raises:
+        ConfigError: as :func:`validate_optimizer_knobs`.
+    """
+    return validate_optimizer_knobs(overrides, base=optimizer)
+
+
 def _optimizer(o: dict[str, Any], algorithm: str) -> dict[str, Any]:
     _no_unknown(o, OPTIMIZER_KEYS, "optimizer")
-    out = dict(OPTIMIZER_DEFAULTS)
-    out.update(o)
-    out["k_eval"] = _int(out, "k_eval", "optimizer")
+    out = validate_optimizer_knobs({k: v for k, v in o.items() if k != "staleness_candidates"})
     trainable = TRAINABLE[algorithm]
     stale: dict[str, tuple[int, ...]] = {name: (0,) for name in trainable}
     raw = o.get("staleness_candidates")

@@ -24,9 +24,46 @@ def gantt_rows(instance, plan: Plan, score) -> list[dict[str, Any]]:
     return rows
 
 
-def check_format(path: str, supported: dict[str, str]) -> None:
+def _import_pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--gantt: matplotlib is not installed; run: pip install 'packplace[plot]'") from None
+    return plt
+
+
+def supported_formats() -> dict[str, str]:
+    """``{extension: description}`` of the image formats the (Agg) backend writes.
+
+    Raises:
+        ConfigError: matplotlib is not installed (with the install command).
+    """
+    _import_pyplot()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return FigureCanvasAgg.get_supported_filetypes()
+
+
+def gantt_title(score) -> str:
+    """Chart title: ``step time X s`` for a synchronous plan; for an asynchronous one (some staleness ≥ 1)
+    ``period X s (staleness actor=1, …); synchronous step Y s`` — the drawn bars are the schedule of
+    one step of the same blocks, which can span longer than the steady-state period."""
+    if score.asynchronous:
+        stale = ", ".join(f"{m}={t}" for m, t in sorted(score.staleness.items()))
+        return (f"period {score.period:.3f} s (staleness {stale}); "
+                f"synchronous step {score.synchronous_step_time:.3f} s")
+    return f"step time {score.step_time:.3f} s"
+
+
+def check_format(path: str, supported: dict[str, str] | None = None) -> None:
     """Raise :class:`ConfigError` unless ``path``'s extension is one of ``supported`` (matplotlib's
-    ``{extension: description}``); a path without an extension is written as PNG."""
+    ``{extension: description}``; default :func:`supported_formats`, so matplotlib must be installed);
+    a path without an extension is written as PNG. Cheap: the CLI calls it before loading or solving."""
+    if supported is None:
+        supported = supported_formats()
     ext = os.path.splitext(path)[1].lower().lstrip(".")
     if ext and ext not in supported:
         raise ConfigError(f"--gantt: unknown image format {ext!r} of {path!r}; "
@@ -40,13 +77,7 @@ def draw_gantt(instance, plan: Plan, score, path: str) -> None:
         ConfigError: matplotlib missing (with the install command), an extension matplotlib cannot
             write (the message lists the supported ones), or the file cannot be written.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("--gantt: matplotlib is not installed; run: pip install 'packplace[plot]'") from None
+    plt = _import_pyplot()
     rows = gantt_rows(instance, plan, score)
     blocks = sorted({r["block"] for r in rows})
     colours = plt.get_cmap("tab10")
@@ -67,7 +98,7 @@ def draw_gantt(instance, plan: Plan, score, path: str) -> None:
     ax.legend(handles, [r["vertex"] for r in sorted(rows, key=lambda r: r["start"])], fontsize=7,
               loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_xlabel("seconds")
-    ax.set_title(f"step time {score.step_time:.3f} s")
+    ax.set_title(gantt_title(score))
     fig.tight_layout()
     try:
         fig.savefig(path)
