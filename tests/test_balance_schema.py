@@ -135,3 +135,13 @@ def test_auto_reference_is_the_token_only_packing():
     assert inst.reference_bins == ((0,), (1, 2))
     with pytest.raises(ConfigError, match="reference_bins: must be 'auto'"):
         make_instance([6, 5, 4], seq_len=10, data_parallel_size=2, reference_bins="sometimes")
+
+
+def test_balance_lower_bound_from_a_dominant_sample():
+    # costs 10, 1, 1 on 2 ranks: mean 6, some rank carries >= 10; the best is {10 | 1, 1}
+    inst = make_instance([1, 1, 1], [10.0, 1.0, 1.0], seq_len=10, data_parallel_size=2, objective="balance")
+    evaluator = BalanceEvaluator(inst)
+    assert evaluator.lower_bound() == pytest.approx(4 / 9)
+    assert evaluator.score(((0,), (1, 2))).balance == pytest.approx(4 / 9)  # the bound is tight here
+    even = make_instance([1, 1, 1, 1], [5.0, 5.0, 5.0, 5.0], seq_len=10, data_parallel_size=2, objective="balance")
+    assert BalanceEvaluator(even).lower_bound() == 0.0

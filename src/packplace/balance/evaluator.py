@@ -221,12 +221,24 @@ class BalanceEvaluator:
         makespan ≥ max(Σc/D, max c, c₍D₎ + c₍D+1₎) where c₍k₎ is the k-th largest sample cost: the
         mean load; the largest sample; and, with more than D samples, two of the D+1 largest share a
         rank (pigeonhole). rounds ≥ max(Σc/g, makespan bound): each round lasts at least the mean of
-        its g loads, and the first round at least the makespan. balance ≥ 0. Padding only adds load,
-        so the bounds hold with padding too.
+        its g loads, and the first round at least the makespan. Padding only adds load, so these hold
+        with padding too.
+
+        balance: with L the makespan bound and μ = Σc/D, some rank carries at least L; the variance is
+        smallest when that rank carries exactly L and the others share the rest equally, which gives
+        (1/D)·[(L/μ − 1)² + (D − 1)·((μ − L)/((D − 1)·μ))²] = (L/μ − 1)²/(D − 1) when L > μ, else 0.
+        With a padding cost the total load depends on the assignment, so the bound is 0 there.
         """
         name = name or self.instance.objective
         if name == "balance":
-            return 0.0
+            ranks = self.instance.data_parallel_size
+            if self.instance.padding_cost is not None or ranks < 2:
+                return 0.0
+            mean = math.fsum(self.costs.tolist()) / ranks
+            heaviest = self.lower_bound("makespan")
+            if mean <= 0 or heaviest <= mean:
+                return 0.0
+            return (heaviest / mean - 1.0) ** 2 / (ranks - 1)
         inst = self.instance
         ranks = inst.data_parallel_size
         total = math.fsum(self.costs.tolist())
