@@ -145,3 +145,16 @@ def test_balance_lower_bound_from_a_dominant_sample():
     assert evaluator.score(((0,), (1, 2))).balance == pytest.approx(4 / 9)  # the bound is tight here
     even = make_instance([1, 1, 1, 1], [5.0, 5.0, 5.0, 5.0], seq_len=10, data_parallel_size=2, objective="balance")
     assert BalanceEvaluator(even).lower_bound() == 0.0
+
+
+@pytest.mark.parametrize(
+    "bins, match",
+    [
+        ([[0, 1], 2], r"reference_bins\[1\]: must be a list of sample keys, got 2"),
+        ([[[0, 1]], [[2]]], r"reference_bins\[0\]: \[0, 1\] is not a sample key"),
+        (7, "reference_bins: must be a list of bins"),
+    ],
+)
+def test_malformed_reference_bins_are_config_errors(bins, match):
+    with pytest.raises(ConfigError, match=match):
+        make_instance([1, 2, 3], seq_len=10, data_parallel_size=2, reference_bins=bins)

@@ -82,3 +82,10 @@ def test_rounds_table_shows_each_ranks_round(capsys):
     assert main(["balance", "--config", str(ROOT / "configs/balance/stdlib_rounds.yaml"), "--solver", "lpt"]) == 0
     header = [line for line in capsys.readouterr().out.splitlines() if line.startswith("rank")][0]
     assert header.split()[-1] == "round"
+
+
+def test_min_gain_without_a_reference_fails_before_solving(capsys):
+    config = str(ROOT / "configs/balance/two_way_small.yaml")
+    assert main(["balance", "--config", config, "--min-gain", "0.02"]) == 2
+    captured = capsys.readouterr()
+    assert "set `reference: auto`" in captured.err and captured.out == ""

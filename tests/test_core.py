@@ -74,3 +74,16 @@ def test_registry_lists_both_problems_after_plain_import():
     assert packplace.solvers.get("balance", "kk").name == "karmarkar_karp"
     with pytest.raises(ConfigError, match="unknown balance solver 'magic'; available: "):
         packplace.solvers.get("balance", "magic")
+
+
+def test_progress_lines_can_be_silenced(capsys):
+    from packplace import progress
+
+    progress.report("anneal: visible")
+    with progress.quiet():
+        progress.report("anneal: hidden")
+    with progress.quiet(False):
+        progress.report("anneal: still visible")
+    err = capsys.readouterr().err
+    assert "visible" in err and "hidden" not in err and "still visible" in err
+    assert progress.enabled()

@@ -75,7 +75,6 @@ from __future__ import annotations
 
 import math
 import random
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +83,7 @@ from packplace.errors import ConfigError
 from packplace.placement.config import OPTIMIZER_DEFAULTS, resolve_optimizer_knobs
 from packplace.placement.evaluator import INF, get_evaluator, get_table
 from packplace.placement.plan import Allocation, Plan
+from packplace.progress import report
 from packplace.result import FEASIBLE, Proposal
 from packplace.solvers.placement import concurrent as concurrent_baseline
 from packplace.solvers.placement import greedy as greedy_baseline
@@ -450,8 +450,8 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
                 hit_time_limit, stopped_by = True, "time"
                 break
             if now >= next_report:
-                print(f"anneal: {now - started:.1f} s, {search.evaluations} evaluations, best {best_time:.6g} s "
-                      f"({1 - best_time / warm_time:+.1%} vs {warm_name}), T={temperature:.3g}", file=sys.stderr)
+                report(f"anneal: {now - started:.1f} s, {search.evaluations} evaluations, best {best_time:.6g} s "
+                       f"({1 - best_time / warm_time:+.1%} vs {warm_name}), T={temperature:.3g}")
                 next_report = now + settings.progress_s
         candidate = search.propose(current)
         if candidate is not None:
@@ -522,6 +522,6 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
         "settings": {k: getattr(settings, k) for k in DEFAULTS},
     }
     if time.perf_counter() - started >= settings.progress_s:
-        print(f"anneal: done, best {best_time:.6g} s ({improvement:+.1%} vs {warm_name})", file=sys.stderr)
+        report(f"anneal: done, best {best_time:.6g} s ({improvement:+.1%} vs {warm_name})")
     return Proposal(best, FEASIBLE, hit_time_limit=hit_time_limit, iterations=search.evaluations,
                     message=message, log=log, info=info)

@@ -102,7 +102,6 @@ which can depend on machine speed (an ``optimal`` answer does not, up to ties be
 from __future__ import annotations
 
 import math
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -115,6 +114,7 @@ from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate, CandidateTable
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.plan import Allocation, Plan
+from packplace.progress import report
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal
 from packplace.solvers.registry import available, get, register
 
@@ -200,7 +200,7 @@ class _ProgressReporter(cp_model.CpSolverSolutionCallback):
 
     def _run(self) -> None:
         while not self._stop.wait(self.progress_s):
-            print(self.line(), file=sys.stderr, flush=True)
+            report(self.line())
 
     def __enter__(self) -> _ProgressReporter:
         self._thread.start()

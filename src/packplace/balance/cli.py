@@ -12,7 +12,9 @@ from packplace.balance.api import DEFAULT_SOLVER, solve_balance
 from packplace.balance.config import load_config
 from packplace.balance.planner import plan_balance
 from packplace.balance.schema import BalanceInstance
+from packplace.errors import ConfigError
 from packplace.result import SolveResult
+from packplace.solvers import available
 from packplace.table import check_output_file, render_table
 
 
@@ -24,8 +26,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Solve a balance config and print per-rank bins, tokens and load.",
     )
     parser.add_argument("--config", required=True, help="balance YAML config (see configs/balance/)")
-    parser.add_argument("--solver", default=DEFAULT_SOLVER, help=f"backend name (default {DEFAULT_SOLVER})")
-    parser.add_argument("--time-limit", type=float, default=None, metavar="S", help="time limit in seconds")
+    parser.add_argument(
+        "--solver", default=DEFAULT_SOLVER,
+        help=f"one of {', '.join(available('balance'))} (alias kk); default {DEFAULT_SOLVER}",
+    )
+    parser.add_argument(
+        "--time-limit", type=float, default=None, metavar="S",
+        help="time limit in seconds (default: the solver's own; cpsat 10 s, the heuristics run to completion)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--out", default=None, metavar="FILE", help="write the result as JSON")
     parser.add_argument(
@@ -76,6 +84,11 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         check_output_file(args.out, "--out")
     instance = load_config(args.config)
+    if args.min_gain is not None and instance.reference_bins is None:
+        raise ConfigError(
+            "reference: --min-gain compares against the config's reference grouping and there is none "
+            "(set `reference: auto` or list the bins)"
+        )
     result = solve_balance(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
     name = instance.name or Path(args.config).stem
     print(
@@ -100,8 +113,9 @@ def run(args: argparse.Namespace) -> int:
             rows.append(row + ([rounds[r]] if rounds is not None else []))
         print(render_table(headers, rows))
         print()
+    status = result.status + (" (time limit)" if result.hit_time_limit else "")
     summary = [[result.solver, result.objective if result.solution is not None else None, result.bound,
-                f"{100 * result.gap:.3f}%" if result.solution is not None else "-", result.status,
+                f"{100 * result.gap:.3f}%" if result.solution is not None else "-", status,
                 f"{result.wall_s:.4g}"]]
     print(render_table(["solver", "objective", "bound", "gap", "status", "time_s"], summary))
     if result.message:

@@ -297,7 +297,7 @@ class BalanceInstance:
                 raise ConfigError(f"reference_bins: must be 'auto', None or bins of keys, got {self.reference_bins!r}")
             object.__setattr__(self, "reference_bins", token_packing_reference(samples, self.constraints, bins))
         if self.reference_bins is not None:
-            reference = tuple(tuple(b) for b in self.reference_bins)
+            reference = _as_bins(self.reference_bins, "reference_bins")
             object.__setattr__(self, "reference_bins", reference)
             from packplace.balance.evaluator import BalanceEvaluator  # local: evaluator imports schema
 
@@ -355,6 +355,27 @@ class Assignment:
     def to_json(self) -> list[list[list[Any]]]:
         """``[[bin keys, ...] per rank]``."""
         return [[list(b) for b in rank] for rank in self.ranks()]
+
+
+def _as_bins(value: Any, field_name: str) -> tuple[tuple[SampleKey, ...], ...]:
+    """``value`` as a tuple of bins of hashable keys, or a ConfigError naming ``field_name``."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ConfigError(f"{field_name}: must be a list of bins (lists of sample keys), got {value!r}")
+    bins = []
+    for b, keys in enumerate(value):
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+            raise ConfigError(f"{field_name}[{b}]: must be a list of sample keys, got {keys!r}")
+        keys = tuple(keys)
+        for key in keys:
+            try:
+                hash(key)
+            except TypeError:
+                raise ConfigError(
+                    f"{field_name}[{b}]: {key!r} is not a sample key (bins are rank-major lists of keys, "
+                    f"one list per bin)"
+                ) from None
+        bins.append(keys)
+    return tuple(bins)
 
 
 def default_reference_bins(

@@ -58,6 +58,7 @@ from typing import Any, TextIO
 from packplace.errors import ConfigError
 from packplace.harness.adapters import get_adapter
 from packplace.harness.suites import InstanceSpec, Suite, load_suite
+from packplace.progress import quiet
 from packplace.result import ERROR, FEASIBLE, OPTIMAL, relative_gap
 
 SKIPPED = "skipped"
@@ -407,7 +408,7 @@ def _mp_context():
 def compare(
     problem: str,
     suite: str | Path | Mapping | Suite | Sequence,
-    solvers: str | Sequence[str] | None = "all",
+    solvers: str | Sequence[str] | None = None,
     time_limit_s: float | None = None,
     seed: int | None = None,
     jobs: int | None = None,
@@ -423,7 +424,7 @@ def compare(
         suite: A suite YAML path, a parsed mapping / :class:`~packplace.harness.suites.Suite`, or a
             list of instance objects.
         solvers: ``"all"`` (every registered backend), a comma-separated string or a list of names;
-            ``None`` uses the suite's ``solvers:`` list.
+            ``None`` (default, as on the command line) uses the suite's ``solvers:`` list, else all.
         time_limit_s: Per-solver, per-instance limit in seconds (default: the suite's, else 10 s).
         seed: Solver seed, the same for every solver (default: the suite's, else 0).
         jobs: Worker processes (default ``os.cpu_count()``; 1 runs in this process).
@@ -477,25 +478,27 @@ def compare(
     for key, options in parsed.solver_params.items():
         params_by_solver.setdefault(_ALIASES[problem].get(key, key), {}).update(options)
     kwargs = {"exact": exact, "max_exact_size": parsed.max_exact_size, "solver_params": params_by_solver}
-    if workers <= 1:
-        for spec in specs:
-            outcome = run_instance(problem, spec, names, limit, run_seed, **kwargs)
-            outcomes[spec.index] = outcome
-            report_progress(outcome)
-    else:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context()) as pool:
-            futures = {pool.submit(run_instance, problem, spec, names, limit, run_seed, **kwargs): spec
-                       for spec in specs}
-            for future in as_completed(futures):
-                try:
-                    outcome = future.result()
-                except Exception as exc:  # noqa: BLE001 - a worker died (e.g. a crash in native code)
-                    spec = futures[future]
-                    message = f"worker process failed: {type(exc).__name__}: {exc}"
-                    outcome = {"index": spec.index, "name": spec.name, "size": None, "note": message,
-                               "cells": [Cell(spec.name, name, ERROR, message=message) for name in names]}
-                outcomes[outcome["index"]] = outcome
+    # solver progress lines (anneal, cpsat) follow the harness's own switch; forked workers inherit it
+    with quiet(stream is None):
+        if workers <= 1:
+            for spec in specs:
+                outcome = run_instance(problem, spec, names, limit, run_seed, **kwargs)
+                outcomes[spec.index] = outcome
                 report_progress(outcome)
+        else:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context()) as pool:
+                futures = {pool.submit(run_instance, problem, spec, names, limit, run_seed, **kwargs): spec
+                           for spec in specs}
+                for future in as_completed(futures):
+                    try:
+                        outcome = future.result()
+                    except Exception as exc:  # noqa: BLE001 - a worker died (e.g. a crash in native code)
+                        spec = futures[future]
+                        message = f"worker process failed: {type(exc).__name__}: {exc}"
+                        outcome = {"index": spec.index, "name": spec.name, "size": None, "note": message,
+                                   "cells": [Cell(spec.name, name, ERROR, message=message) for name in names]}
+                    outcomes[outcome["index"]] = outcome
+                    report_progress(outcome)
     elapsed = time.perf_counter() - started
 
     rows = [

@@ -17,9 +17,13 @@ def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``place`` subcommand to an ``argparse`` subparsers object; sets ``func`` to :func:`run`."""
     p = subparsers.add_parser("place", help="place the tasks of an RL post-training step on a GPU cluster")
     p.add_argument("--config", required=True, help="placement YAML (see configs/placement/)")
-    p.add_argument("--solver", default="concurrent", help="backend (default: concurrent)")
-    p.add_argument("--time-limit", type=float, default=None, dest="time_limit", help="seconds")
-    p.add_argument("--seed", type=int, default=0)
+    from packplace.solvers import available
+
+    p.add_argument("--solver", default="concurrent",
+                   help=f"one of {', '.join(available('placement'))}; default concurrent")
+    p.add_argument("--time-limit", type=float, default=None, dest="time_limit", metavar="S",
+                   help="time limit in seconds (default: the solver's own; anneal 30 s, cpsat 60 s)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--out", default=None, help="write the plan with explicit GPU ids as JSON")
     p.add_argument("--gantt", default=None, help="write a Gantt chart (PNG/SVG/PDF; needs matplotlib)")
     p.set_defaults(func=run)
