@@ -1,12 +1,16 @@
 """packplace: exact (CP-SAT) and heuristic planners for distributed LLM training.
 
-Library calls:
+Library calls (each returns a :class:`packplace.result.SolveResult`, scored by the problem's evaluator):
 
-* ``packplace.balance(instance, solver="repair", time_limit_s=..., seed=...)`` — bin assignment.
-* ``packplace.place(instance, solver="concurrent", time_limit_s=..., seed=...)`` — placement.
-* ``packplace.solvers.available("balance")`` — the registered backends.
-
-Every call returns a :class:`packplace.result.SolveResult`.
+* ``packplace.balance(instance, solver="repair", time_limit_s=..., seed=...)`` — bin assignment of
+  samples to packs and ranks; instances from ``packplace.balance.make_instance(...)`` or
+  ``packplace.balance.load_config(path)``; the benefit-gated planner is
+  ``packplace.balance.plan_balance(...)``.
+* ``packplace.place(instance, solver="concurrent", time_limit_s=..., seed=...)`` — device placement of
+  an RL post-training step; instances from ``packplace.placement.config.load_config(path)``.
+* ``packplace.compare(problem, suite, solvers=..., time_limit_s=..., jobs=...)`` — every solver on every
+  instance of a suite, with gaps to the best proven bound (a ``CompareReport``).
+* ``packplace.solvers.available("balance" | "placement")`` — the registered backends.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import sys
 import types
 
 from packplace.balance.api import solve_balance
+from packplace.balance.config import load_config
 from packplace.balance.evaluator import BalanceEvaluator, BalanceScore, evaluate
 from packplace.balance.planner import BalanceDecision, BalancePlan, plan_balance
 from packplace.balance.schema import (
@@ -34,6 +35,7 @@ __all__ = [
     "Sample",
     "WorkloadCost",
     "evaluate",
+    "load_config",
     "make_instance",
     "plan_balance",
     "solve_balance",

@@ -57,6 +57,7 @@ def result_json(result: SolveResult, instance: BalanceInstance, instance_name: s
             "data_parallel_size": instance.data_parallel_size,
             "local_batch_size": instance.local_batch_size,
             "objective": instance.objective,
+            "cost_unit": instance.cost_unit,
             "group_size": instance.group_size,
             "budgets": dict(instance.constraints.budgets),
             "oversized_policy": instance.constraints.oversized_policy,
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if result.solution is not None:
         loads = result.info["rank_loads"]
         tokens = result.info["rank_tokens"]
-        headers = ["rank", "bins", "samples", "tokens", "load"]
+        headers = ["rank", "bins", "samples", "tokens", f"load ({instance.cost_unit})"]
         rounds = None
         if instance.objective == "rounds":
             # the evaluator's schedule: loads sorted descending, g at a time, one round each

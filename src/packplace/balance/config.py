@@ -178,6 +178,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
         group_size=config.get("group_size"),
         padding_cost=padding,
         name=str(config.get("name", Path(source).stem if source != "<dict>" else "")),
+        cost_unit={"flops": "FLOPs", "latency": "s", "tokens": "tokens"}.get(kind, "cost"),
     )
 
 

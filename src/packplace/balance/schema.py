@@ -213,6 +213,7 @@ class BalanceInstance:
         padding_cost: Optional ``f(pad_tokens) -> WorkloadCost`` charged to every bin padded up to
             ``seq_len`` (must be >= 0 and 0 at 0 pad tokens is not required).
         name: A label for reports.
+        cost_unit: The unit of the costs, for reports (``"FLOPs"``, ``"s"``, ``"tokens"``, ...).
 
     Raises:
         ConfigError: before any solver runs, for every input that cannot be feasible: duplicate keys,
@@ -230,6 +231,7 @@ class BalanceInstance:
     group_size: int | None = None
     padding_cost: PaddingCost | None = field(default=None, compare=False)
     name: str = ""
+    cost_unit: str = "cost"
 
     def __post_init__(self) -> None:
         samples = tuple(self.samples)
