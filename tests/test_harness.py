@@ -94,8 +94,7 @@ def test_generated_instance_layout_and_reference():
 
 def test_corpus_generator_subsamples_a_config():
     config = ROOT / "configs" / "balance" / "stdlib_llama8b.yaml"
-    if not config.exists():
-        pytest.skip("configs/balance/stdlib_llama8b.yaml not shipped")
+    assert config.exists(), "the real-corpus config is shipped"
     full = generators.corpus_instance(config)
     sub = generators.corpus_instance(config, n=40, seed=2, ranks=8, bins_per_rank=4)
     again = generators.corpus_instance(config, n=40, seed=2, ranks=8, bins_per_rank=4)
