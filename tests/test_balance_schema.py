@@ -158,3 +158,14 @@ def test_balance_lower_bound_from_a_dominant_sample():
 def test_malformed_reference_bins_are_config_errors(bins, match):
     with pytest.raises(ConfigError, match=match):
         make_instance([1, 2, 3], seq_len=10, data_parallel_size=2, reference_bins=bins)
+
+
+def test_rounds_bound_counts_what_the_first_round_cannot_hold():
+    # 4 full bins, rounds of 2: the first round holds 20 tokens, at most cost 100 + 10; the other
+    # 20 of cost spills into the second round, whose 2 ranks then carry >= 10 each: rounds >= 110
+    inst = make_instance([10, 10, 10, 10], [100.0, 10.0, 10.0, 10.0], seq_len=10, data_parallel_size=4,
+                         objective="rounds", group_size=2)
+    evaluator = BalanceEvaluator(inst)
+    assert evaluator.lower_bound() == pytest.approx(110.0)
+    assert evaluator.score(((0,), (1,), (2,), (3,))).rounds == 110.0  # and it is attained
+    assert evaluator.lower_bound("makespan") == 100.0

@@ -220,9 +220,10 @@ class BalanceEvaluator:
 
         makespan ≥ max(Σc/D, max c, c₍D₎ + c₍D+1₎) where c₍k₎ is the k-th largest sample cost: the
         mean load; the largest sample; and, with more than D samples, two of the D+1 largest share a
-        rank (pigeonhole). rounds ≥ max(Σc/g, makespan bound): each round lasts at least the mean of
-        its g loads, and the first round at least the makespan. Padding only adds load, so these hold
-        with padding too.
+        rank (pigeonhole). rounds ≥ max(Σc/g, makespan bound, first-round capacity bound): each round
+        lasts at least the mean of its g loads, the first round at least the makespan, and what the
+        first round's bins cannot hold spills into later rounds (:meth:`_first_round_capacity_bound`).
+        Padding only adds load, so these hold with padding too.
 
         balance: with L the makespan bound and μ = Σc/D, some rank carries at least L; the variance is
         smallest when that rank carries exactly L and the others share the rest equally, which gives
@@ -247,8 +248,31 @@ class BalanceEvaluator:
             top = np.sort(self.costs)[::-1][: ranks + 1]
             bound = max(bound, float(top[ranks - 1] + top[ranks]))
         if name == "rounds":
-            bound = max(bound, total / inst.group_size)
+            bound = max(bound, total / inst.group_size, self._first_round_capacity_bound(total))
         return bound
+
+    def _first_round_capacity_bound(self, total: float) -> float:
+        """rounds ≥ max c + (Σc − K)/g, K the most cost the first round's g·m bins can hold.
+
+        The first round lasts at least the largest sample; its g ranks hold at most g·m·seq_len tokens
+        (a bin holds ≤ seq_len tokens, or one oversized sample, so weights are min(tokens, seq_len)),
+        hence at most K of cost, K from the fractional knapsack by cost per token (an upper bound on
+        the integral one); the remaining cost spreads over later rounds of g ranks each.
+        """
+        inst = self.instance
+        if inst.group_size >= inst.data_parallel_size:
+            return 0.0
+        seq_len = inst.constraints.seq_len
+        weights = np.minimum(self.tokens, seq_len).astype(float)
+        order = np.argsort(-(self.costs / weights), kind="stable")
+        capacity = float(inst.group_size * inst.local_batch_size * seq_len)
+        filled = np.cumsum(weights[order])
+        full = int(np.searchsorted(filled, capacity, side="right"))
+        held = float(self.costs[order[:full]].sum())
+        if full < len(order):
+            room = capacity - (filled[full - 1] if full else 0.0)
+            held += float(self.costs[order[full]]) * room / weights[order[full]]
+        return float(self.costs.max()) + max(0.0, total - held) / inst.group_size
 
 
 def evaluate(instance: BalanceInstance, assignment: Assignment | Sequence[Sequence[SampleKey]]) -> BalanceScore:
