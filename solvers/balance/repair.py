@@ -152,21 +152,12 @@ def repair_pairs(
 
     while iterations < max_pairs and ranks >= 2:
         order = sorted(range(ranks), key=lambda b: (-loads[b], b))
-        if name == "rounds":
-            leaders = order[::group]
-        elif name == "balance":
-            leaders = [order[0], order[-1]]
-        else:
-            leaders = [order[0]]
-        place = {b: k for k, b in enumerate(order)}
         pairs = set()
-        for leader in leaders:
-            partners = order[:4] + order[-4:] + [order[(place[leader] + 1 + k) % ranks] for k in range(4)]
-            for partner in partners:
-                if partner != leader and repairable[leader] and repairable[partner]:
-                    pair = (min(leader, partner), max(leader, partner))
-                    if (*pair, versions[pair[0]], versions[pair[1]]) not in checked:
-                        pairs.add(pair)
+        for leader, partner in _leader_partners(order, name, group):
+            if repairable[leader] and repairable[partner]:
+                pair = (min(leader, partner), max(leader, partner))
+                if (*pair, versions[pair[0]], versions[pair[1]]) not in checked:
+                    pairs.add(pair)
         if prune_makespan:
             # A pair can lower the maximum only if no other bin is at it and half its total is below it.
             tolerance = score - IMPROVEMENT_RTOL * abs(score)
@@ -521,21 +512,12 @@ def repair_ranks(
 
     while iterations < max_pairs and ranks >= 2:
         order = sorted(range(ranks), key=lambda r: (-loads[r], r))
-        if name == "rounds":
-            leaders = order[::group]
-        elif name == "balance":
-            leaders = [order[0], order[-1]]
-        else:
-            leaders = [order[0]]
-        place = {r: k for k, r in enumerate(order)}
         pairs = set()
-        for leader in leaders:
-            partners = order[:4] + order[-4:] + [order[(place[leader] + 1 + k) % ranks] for k in range(4)]
-            for partner in partners:
-                if partner != leader and loads[leader] != loads[partner]:
-                    heavy, light = (leader, partner) if loads[leader] > loads[partner] else (partner, leader)
-                    if (heavy, light, versions[heavy], versions[light]) not in checked:
-                        pairs.add((heavy, light))
+        for leader, partner in _leader_partners(order, name, group):
+            if loads[leader] != loads[partner]:
+                heavy, light = (leader, partner) if loads[leader] > loads[partner] else (partner, leader)
+                if (heavy, light, versions[heavy], versions[light]) not in checked:
+                    pairs.add((heavy, light))
         ranked = sorted(pairs, key=lambda p: (-(loads[p[0]] - loads[p[1]]), p))
         improved = False
         for heavy, light in ranked:
@@ -708,3 +690,25 @@ def solve(
         messages.append(f"rank local search: {accepted} moves/swaps accepted in {iterations} rank-pair checks")
     return Proposal(keys_of(prepared, bins), FEASIBLE, iterations=iterations,
                     hit_time_limit=hit_time_limit, message="; ".join(messages))
+
+
+def _leader_partners(order: list[int], name: str, group: int):
+    """Candidate (leader, partner) pairs of bins or ranks, given them sorted by load descending.
+
+    Leaders are what the objective hinges on: the round leaders ``order[::g]`` for ``rounds``, the
+    heaviest and the lightest for ``balance``, the heaviest for ``makespan``. Each is paired with the
+    4 heaviest, the 4 lightest and the 4 next after it in load order (different kinds of swaps).
+    """
+    if name == "rounds":
+        leaders = order[::group]
+    elif name == "balance":
+        leaders = [order[0], order[-1]]
+    else:
+        leaders = [order[0]]
+    place = {b: k for k, b in enumerate(order)}
+    count = len(order)
+    for leader in leaders:
+        partners = order[:4] + order[-4:] + [order[(place[leader] + 1 + k) % count] for k in range(4)]
+        for partner in partners:
+            if partner != leader:
+                yield leader, partner
