@@ -667,27 +667,21 @@ def solve(
             return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=True, message=messages[0])
     iterations = 0
     hit_time_limit = False
-    if instance.local_batch_size == 1 and not instance.constraints.budgets and len(bins) >= 2:
+    if len(bins) >= 2:
+        # one bin per rank without extra budgets: bitset pair repair; otherwise rank-level moves/swaps
+        bin_pairs = instance.local_batch_size == 1 and not instance.constraints.budgets
+        repair = repair_pairs if bin_pairs else repair_ranks
         start_bins = bins
-        bins, iterations, accepted, hit_time_limit = repair_pairs(
-            instance, prepared, bins, max_repair_pairs, deadline
-        )
+        bins, iterations, accepted, hit_time_limit = repair(instance, prepared, bins, max_repair_pairs, deadline)
         if accepted:
             # Guard against float rounding: the evaluator's own number must not get worse.
             evaluator = BalanceEvaluator(instance)
             if evaluator.objective(keys_of(prepared, bins)) > evaluator.objective(keys_of(prepared, start_bins)):
                 bins, accepted = start_bins, 0
-        messages.append(f"pair repair: {accepted} of {iterations} checked pairs improved the objective")
-    elif len(bins) >= 2:
-        start_bins = bins
-        bins, iterations, accepted, hit_time_limit = repair_ranks(
-            instance, prepared, bins, max_repair_pairs, deadline
+        messages.append(
+            f"pair repair: {accepted} of {iterations} checked pairs improved the objective" if bin_pairs
+            else f"rank local search: {accepted} moves/swaps accepted in {iterations} rank-pair checks"
         )
-        if accepted:
-            evaluator = BalanceEvaluator(instance)
-            if evaluator.objective(keys_of(prepared, bins)) > evaluator.objective(keys_of(prepared, start_bins)):
-                bins, accepted = start_bins, 0
-        messages.append(f"rank local search: {accepted} moves/swaps accepted in {iterations} rank-pair checks")
     return Proposal(keys_of(prepared, bins), FEASIBLE, iterations=iterations,
                     hit_time_limit=hit_time_limit, message="; ".join(messages))
 
