@@ -208,7 +208,7 @@ def test_smoke_suite_runs_in_seconds_and_writes_reports(tmp_path, capsys):
     assert report.solvers == available("balance")
     big = report.rows[-1]
     assert big.size == 64 and big.cells["cpsat"].status == "skipped"
-    assert "max_exact_size 12" in big.cells["cpsat"].message
+    assert "samples > the suite's max_exact_samples 12" in big.cells["cpsat"].message
     for row in report.rows:
         for name, cell in row.cells.items():
             assert cell.status in ("optimal", "feasible", "skipped") or name == "reference", (row.name, name)
