@@ -24,7 +24,9 @@ def test_llama_8b_is_about_6n_flops_per_token():
     shape = ModelShape(32, 4096, 14336, 128256, num_kv_heads=8)
     # Llama-3.1-8B has ~8.03e9 parameters; linear FLOPs per token forward ~ 2 * (N - embedding)
     per_token = shape.linear_flops_per_token()
-    assert 1.4e10 < per_token < 1.7e10
+    # 2 · (32 · (2·4096² + 2·4096·1024 + 3·4096·14336) + 4096·128256) = 2 · 7.50e9 non-embedding params
+    assert per_token == 2 * (32 * (2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 4096 * 128256)
+    assert per_token == pytest.approx(1.500e10, rel=1e-3)
     # attention makes cost super-linear: doubling the length more than doubles it
     assert shape.forward_flops(8192) > 2 * shape.forward_flops(4096)
 
