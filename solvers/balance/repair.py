@@ -145,18 +145,17 @@ def repair_pairs(
     score = objective_value(name, loads, group)
     repairable = [t <= capacity for t in bin_tokens]
     versions = [0] * ranks
-    checked: set[tuple[int, int, int, int]] = set()
-    iterations = accepted = 0
-    timed_out = False
+    budget = _PairBudget(max_pairs, deadline)
+    accepted = 0
     prune_makespan = name == "makespan" and pad is None
 
-    while iterations < max_pairs and ranks >= 2:
+    while budget.open() and ranks >= 2:
         order = sorted(range(ranks), key=lambda b: (-loads[b], b))
         pairs = set()
         for leader, partner in _leader_partners(order, name, group):
             if repairable[leader] and repairable[partner]:
                 pair = (min(leader, partner), max(leader, partner))
-                if (*pair, versions[pair[0]], versions[pair[1]]) not in checked:
+                if not budget.seen(*pair, versions):
                     pairs.add(pair)
         if prune_makespan:
             # A pair can lower the maximum only if no other bin is at it and half its total is below it.
@@ -171,13 +170,8 @@ def repair_pairs(
         ranked = sorted(pairs, key=lambda p: (-abs(loads[p[0]] - loads[p[1]]), p))
         improved = False
         for left, right in ranked:
-            if iterations >= max_pairs:
+            if not budget.take(left, right, versions):
                 break
-            if deadline is not None and time.perf_counter() > deadline:
-                timed_out = True
-                break
-            iterations += 1
-            checked.add((left, right, versions[left], versions[right]))
             others = None
             if name == "rounds":
                 others = _RoundsWithPair([loads[b] for b in order if b != left and b != right], group)
@@ -207,9 +201,9 @@ def repair_pairs(
                 accepted += 1
                 improved = True
                 break
-        if not improved or timed_out:
+        if not improved or budget.timed_out:
             break
-    return bins, iterations, accepted, timed_out
+    return bins, budget.used, accepted, budget.timed_out
 
 
 def _resplit(
@@ -491,9 +485,8 @@ def repair_ranks(
     loads = bin_cost.reshape(ranks, per_rank).sum(axis=1)
     score = objective_value(name, loads, group)
     versions = [0] * ranks
-    checked: set[tuple[int, int, int, int]] = set()
-    iterations = accepted = 0
-    timed_out = False
+    budget = _PairBudget(max_pairs, deadline)
+    accepted = 0
 
     def pad_delta(old_tokens: np.ndarray, new_tokens: np.ndarray) -> np.ndarray:
         if pad is None:
@@ -510,24 +503,19 @@ def repair_ranks(
                 where.extend([b] * len(bins[b]))
         return np.array(items, dtype=np.int64), np.array(where, dtype=np.int64)
 
-    while iterations < max_pairs and ranks >= 2:
+    while budget.open() and ranks >= 2:
         order = sorted(range(ranks), key=lambda r: (-loads[r], r))
         pairs = set()
         for leader, partner in _leader_partners(order, name, group):
             if loads[leader] != loads[partner]:
                 heavy, light = (leader, partner) if loads[leader] > loads[partner] else (partner, leader)
-                if (heavy, light, versions[heavy], versions[light]) not in checked:
+                if not budget.seen(heavy, light, versions):
                     pairs.add((heavy, light))
         ranked = sorted(pairs, key=lambda p: (-(loads[p[0]] - loads[p[1]]), p))
         improved = False
         for heavy, light in ranked:
-            if iterations >= max_pairs:
+            if not budget.take(heavy, light, versions):
                 break
-            if deadline is not None and time.perf_counter() > deadline:
-                timed_out = True
-                break
-            iterations += 1
-            checked.add((heavy, light, versions[heavy], versions[light]))
             gap = loads[heavy] - loads[light]
             h_items, h_bins = members(heavy)
             l_items, l_bins = members(light)
@@ -609,9 +597,9 @@ def repair_ranks(
             accepted += 1
             improved = True
             break
-        if not improved or timed_out:
+        if not improved or budget.timed_out:
             break
-    return bins, iterations, accepted, timed_out
+    return bins, budget.used, accepted, budget.timed_out
 
 
 def _check_max_pairs(value) -> int:
@@ -706,3 +694,34 @@ def _leader_partners(order: list[int], name: str, group: int):
         for partner in partners:
             if partner != leader:
                 yield leader, partner
+
+
+class _PairBudget:
+    """The pair checks a repair may still make: at most ``max_pairs``, none after ``deadline``
+    (``time.perf_counter`` seconds), each pair checked once per version of its two members."""
+
+    def __init__(self, max_pairs: int, deadline: float | None) -> None:
+        self.max_pairs = max_pairs
+        self.deadline = deadline
+        self.used = 0
+        self.timed_out = False
+        self._checked: set[tuple[int, int, int, int]] = set()
+
+    def open(self) -> bool:
+        """True while checks remain."""
+        return self.used < self.max_pairs
+
+    def seen(self, a: int, b: int, versions: list[int]) -> bool:
+        """True if the pair was already checked in the members' current versions."""
+        return (a, b, versions[a], versions[b]) in self._checked
+
+    def take(self, a: int, b: int, versions: list[int]) -> bool:
+        """Spend one check on the pair; False (and nothing spent) when the budget or the time is up."""
+        if self.used >= self.max_pairs:
+            return False
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.timed_out = True
+            return False
+        self.used += 1
+        self._checked.add((a, b, versions[a], versions[b]))
+        return True
