@@ -26,6 +26,8 @@ class BalanceAdapter:
 
     problem = "balance"
     size_unit = "samples"
+    #: The suite key that caps the size for exact solvers (alias of ``max_exact_size``).
+    size_limit_key = "max_exact_samples"
 
     def build(self, spec: InstanceSpec) -> tuple[Any, int]:
         """The :class:`~packplace.balance.schema.BalanceInstance` of ``spec`` and its sample count."""
@@ -108,6 +110,7 @@ class PlacementAdapter:
 
     problem = "placement"
     size_unit = "GPUs"
+    size_limit_key = "max_exact_gpus"
 
     def build(self, spec: InstanceSpec) -> tuple[Any, int]:
         """The placement instance of ``spec`` and its cluster's GPU count."""

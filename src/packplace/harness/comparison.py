@@ -244,8 +244,8 @@ def run_instance(
             cells.append(Cell(spec.name, name, SKIPPED, message="not in this instance's solver list"))
             continue
         if exact.get(name) and max_exact_size is not None and size is not None and size > max_exact_size:
-            unit, limit_key = ("samples", "max_exact_samples") if problem == "balance" else ("GPUs", "max_exact_gpus")
-            why = f"exact solver skipped: {size} {unit} > the suite's {limit_key} {max_exact_size}"
+            why = (f"exact solver skipped: {size} {adapter.size_unit} > the suite's "
+                   f"{adapter.size_limit_key} {max_exact_size}")
             cells.append(Cell(spec.name, name, SKIPPED, message=why))
             continue
         if build_error:

@@ -247,7 +247,9 @@ def parse_suite(
     if not isinstance(solver_params, Mapping) or not all(isinstance(v, Mapping) for v in solver_params.values()):
         raise ConfigError(f"{source}: solver_params: must map solver names to option mappings, got {solver_params!r}")
     size_keys = [k for k in ("max_exact_size", "max_exact_samples", "max_exact_gpus") if k in data]
-    alias = {"balance": "max_exact_samples", "placement": "max_exact_gpus"}[problem]
+    from packplace.harness.adapters import get_adapter  # local: adapters import this module
+
+    alias = get_adapter(problem).size_limit_key
     if any(k not in ("max_exact_size", alias) for k in size_keys) or len(size_keys) > 1:
         raise ConfigError(f"{source}: use one of max_exact_size / {alias} for a {problem} suite, got {size_keys}")
     max_exact = data[size_keys[0]] if size_keys else None
