@@ -1,18 +1,39 @@
-"""YAML loading shared by every config: safe, and with bare scientific notation as floats.
+"""YAML loading shared by every config: safe, bounded, and with bare scientific notation as floats.
 
 PyYAML implements YAML 1.1, whose float pattern needs a dot and a signed exponent, so ``989e12``
 loads as the *string* "989e12". :func:`load_yaml` adds a resolver that reads such numbers as floats.
+
+Limits (a config is a small human-written file; these stop a tiny or huge file from exhausting the
+machine before any field is checked):
+
+* :data:`MAX_CONFIG_BYTES`: the file size, checked before reading.
+* :data:`MAX_DEPTH`: nesting of mappings and sequences (deeper files would overflow Python's stack).
+* :data:`MAX_EXPANDED_NODES`: the number of nodes once every alias is expanded. Aliases (``*name``)
+  are accepted, but a file whose aliases multiply into more nodes than this ("billion laughs") is
+  refused in time linear in its *unexpanded* size; an alias that refers to its own ancestor (a cyclic
+  document) is refused as well.
+
+A key given twice in one mapping is an error; merge keys (``<<: *defaults``) are accepted and the
+mapping's own keys override merged ones.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from packplace.errors import ConfigError
+from packplace.errors import ConfigError, show
+
+#: Largest config file read, in bytes (1M token counts in a flow list take about 8 MB).
+MAX_CONFIG_BYTES = 64 * 2**20
+#: Deepest nesting of mappings/sequences in a config.
+MAX_DEPTH = 64
+#: Most YAML nodes a config may hold after alias expansion.
+MAX_EXPANDED_NODES = 20_000_000
 
 _FLOAT = re.compile(
     r"""^(?:[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)
@@ -23,13 +44,84 @@ _FLOAT = re.compile(
     re.X,
 )
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Nodes under ``root`` with every alias expanded, without expanding them (memoised on node identity).
+
+    Raises:
+        ConfigError: the expansion exceeds :data:`MAX_EXPANDED_NODES`, or a node contains itself.
+    """
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    # iterative post-order walk: (node, children visited?)
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if isinstance(node, yaml.ScalarNode):
+            sizes[key] = 1
+            continue
+        children: list[yaml.Node] = (
+            [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else list(node.value)
+        )
+        if done:
+            on_path.discard(key)
+            total = 1 + sum(sizes[id(child)] for child in children)
+            if total > MAX_EXPANDED_NODES:
+                raise ConfigError(
+                    f"invalid YAML: aliases expand to more than {MAX_EXPANDED_NODES:,} nodes "
+                    f"(line {node.start_mark.line + 1})"
+                )
+            sizes[key] = total
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise ConfigError(f"invalid YAML: an alias refers to its own ancestor (line {node.start_mark.line + 1})")
+        on_path.add(key)
+        stack.append((node, True))
+        for child in children:
+            child_key = id(child)
+            if child_key in on_path:
+                raise ConfigError(
+                    f"invalid YAML: an alias refers to its own ancestor (line {child.start_mark.line + 1})"
+                )
+            if child_key not in sizes:
+                stack.append((child, False))
+    return sizes[id(root)]
+
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader with the relaxed float resolver; a key given twice in one mapping is an error."""
+    """SafeLoader with the relaxed float resolver, a nesting limit, an alias-expansion limit and an error
+    for a key given twice in one mapping."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"invalid YAML: nested more than {MAX_DEPTH} levels deep (line {mark.line + 1})")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self) -> yaml.Node:
+        node = super().compose_document()
+        if node is not None:
+            _expanded_size(node)
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set = set()
         for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
             key = self.construct_object(key_node, deep=True)
             try:
                 duplicate = key in seen
@@ -37,7 +129,7 @@ class _Loader(yaml.SafeLoader):
                 break
             if duplicate:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})", key_node.start_mark
+                    None, None, f"duplicate key {show(key)} (line {key_node.start_mark.line + 1})", key_node.start_mark
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
@@ -47,20 +139,42 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456
 
 
 def loads_yaml(text: str, source: str = "<string>") -> Any:
-    """Parse YAML text (see module docstring). Raises ConfigError on a syntax error."""
+    """Parse YAML text (see module docstring).
+
+    Raises:
+        ConfigError: a syntax error, a duplicate key, or a limit of the module docstring exceeded; the
+            message is one line starting with ``source``.
+    """
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source}: config is {len(text):,} characters; the limit is {MAX_CONFIG_BYTES:,}")
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: invalid YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
         lines = [line for line in str(exc).splitlines() if line.strip()]
         detail = next((line for line in lines if "duplicate key" in line), lines[0] if lines else "")
-        raise ConfigError(f"{source}: invalid YAML: {detail.strip()}") from None
+        detail = detail.strip()
+        if len(detail) > 200:
+            detail = detail[:200] + "..."
+        raise ConfigError(f"{source}: invalid YAML: {detail}") from None
 
 
 def load_yaml(path: str | Path) -> Any:
-    """Read and parse a YAML file. Raises ConfigError if it is missing or not valid YAML."""
+    """Read and parse a YAML file (size checked before reading).
+
+    Raises:
+        ConfigError: missing, unreadable, larger than :data:`MAX_CONFIG_BYTES`, not UTF-8, or not valid YAML.
+    """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        size = os.stat(path).st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config: {str(path)!r} is {size:,} bytes; the limit is {MAX_CONFIG_BYTES:,}")
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"config: cannot read {str(path)!r}: {exc.strerror}") from None
     except UnicodeDecodeError:
