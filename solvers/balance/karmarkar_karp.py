@@ -47,6 +47,7 @@ import numpy as np
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
+from packplace.solvers.balance.construction import after_dead_end
 from packplace.solvers.balance.lpt import PreparedSamples, prepare
 from packplace.solvers.registry import register
 
@@ -303,11 +304,19 @@ def solve(
             f"karmarkar_karp: time limit {time_limit_s:g} s reached ({out}; n={n}, D={ranks}); no partial answer"
         ))
     bins: list[list[int]] = []
+    iterations = n - 1 if not equal_size else n // ranks - 1
+    keys = prepared.keys
     for rank, members in enumerate(subsets):
         rank_bins, failure = first_fit_decreasing(members, instance, prepared, rank)
         if rank_bins is None:
-            return Proposal(None, UNKNOWN, message=f"karmarkar_karp: {failure}")
+            if equal_size:
+                return Proposal(None, UNKNOWN, message=f"karmarkar_karp: {failure}")
+            bins, message, _ = after_dead_end(instance, prepared, failure, deadline, "karmarkar_karp")
+            timed_out = deadline is not None and time.perf_counter() > deadline
+            if bins is None:
+                return Proposal(None, UNKNOWN, hit_time_limit=timed_out, message=message)
+            return Proposal(tuple(tuple(keys[i] for i in b) for b in bins), FEASIBLE, iterations=iterations,
+                            hit_time_limit=timed_out, message=message)
         bins.extend(rank_bins)
-    keys = prepared.keys
     solution = tuple(tuple(keys[i] for i in b) for b in bins)
-    return Proposal(solution, FEASIBLE, iterations=n - 1 if not equal_size else n // ranks - 1)
+    return Proposal(solution, FEASIBLE, iterations=iterations)

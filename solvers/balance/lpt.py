@@ -645,8 +645,13 @@ def solve(
     try:
         bins = lpt_bins(instance, prepared, deadline)
     except DeadEnd as dead_end:
+        from packplace.solvers.balance.construction import after_dead_end  # imports this module
+
+        bins, message, _ = after_dead_end(instance, prepared, str(dead_end), deadline, "lpt")
         timed_out = deadline is not None and time.perf_counter() > deadline
-        return reference_fallback(instance, str(dead_end), hit_time_limit=timed_out)
+        if bins is None:
+            return Proposal(None, UNKNOWN, hit_time_limit=timed_out, message=message)
+        return Proposal(keys_of(prepared, bins), FEASIBLE, hit_time_limit=timed_out, message=message)
     return Proposal(keys_of(prepared, bins), FEASIBLE, iterations=len(prepared.order))
 
 

@@ -58,6 +58,7 @@ from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
+from packplace.solvers.balance.construction import after_dead_end
 from packplace.solvers.balance.lpt import (
     DeadEnd,
     PreparedSamples,
@@ -644,15 +645,13 @@ def solve(
     try:
         bins = lpt_bins(instance, prepared, deadline)
     except DeadEnd as dead_end:
+        bins, message, _ = after_dead_end(instance, prepared, str(dead_end), deadline, "lpt")
         timed_out = deadline is not None and time.perf_counter() > deadline
-        if instance.reference_bins is None:
-            return Proposal(None, UNKNOWN, hit_time_limit=timed_out,
-                            message=f"lpt dead end ({dead_end}); the instance has no reference_bins")
-        index = {key: i for i, key in enumerate(prepared.keys)}
-        bins = [[index[key] for key in b] for b in instance.reference_bins]
-        messages.append(f"lpt dead end ({dead_end}); repair started from the reference grouping")
+        if bins is None:
+            return Proposal(None, UNKNOWN, hit_time_limit=timed_out, message=message)
+        messages.append(f"{message}; repair started from it")
         if timed_out:
-            return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=True, message=messages[0])
+            return Proposal(keys_of(prepared, bins), FEASIBLE, hit_time_limit=True, message=messages[0])
     iterations = 0
     hit_time_limit = False
     if len(bins) >= 2:

@@ -1,0 +1,446 @@
+"""Capacity-feasible construction: find *some* packing of the samples into the D·m bins, then spread
+the bins over the ranks. The fast balance paths (``lpt``, ``repair``, ``karmarkar_karp``) fall back
+to it when their own balancing rule dead-ends, so that they answer ``feasible`` whenever a packing
+is easy to find, and ``cpsat`` uses it as a hint when no heuristic start exists.
+
+Packing (bins are interchangeable here; the objective plays no part):
+
+1. Oversized samples (policy ``single``) take one bin each; the other samples get the K remaining bins.
+2. Decreasing-size rules on tokens (Johnson 1974, "Fast algorithms for bin packing"): first-fit
+   decreasing (FFD), best-fit decreasing (BFD) and worst-fit decreasing (WFD), samples in the LPT
+   key order (tokens desc, cost desc, key). Without budgets they run in O(n log K): FFD on a
+   max-segment tree of free tokens, BFD on a sorted list of free tokens, WFD on a heap. With budgets,
+   every bin is checked with the same predicate (:meth:`_BinSpace.fits`), O(n·K).
+3. Bin completion (Korf 2002, "A new algorithm for optimal bin packing"; Schreiber & Korf 2013,
+   "Improved bin completion for optimal bin packing and number partitioning"), without budgets only:
+   bins are filled one at a time, each starting with the largest sample left and completed by a
+   *maximal* subset of the others (no sample left out would still fit), completions tried in
+   decreasing fill; a branch is cut when the tokens wasted so far exceed K·seq_len − Σ tokens (the
+   total slack) or when ⌈tokens left / seq_len⌉ exceeds the bins left. Samples of equal size are
+   interchangeable, so completions are enumerated over distinct sizes (no duplicates). The search
+   stops after :data:`DEFAULT_MAX_NODES` completions or at the deadline.
+
+A packing into at most K bins becomes one into exactly D·m non-empty bins by moving the smallest
+sample of a bin holding several into each empty bin (there are at least D·m samples; a move only
+lowers the source bin's usage).
+
+Spreading bins over ranks (:func:`spread_bins`): bins in decreasing cost (padding included), each to
+the least-loaded rank that has fewer than m bins (LPT over bins, ties by rank index). ``repair``
+then balances the result with capacity-checked local search.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from bisect import bisect_left, insort
+
+import numpy as np
+
+from packplace.balance.schema import BalanceInstance
+from packplace.solvers.balance.lpt import PreparedSamples, cached_padding
+
+#: Completions (search nodes) the bin-completion search may generate before it gives up.
+DEFAULT_MAX_NODES = 200_000
+#: Completions enumerated per bin before the best of them are tried.
+MAX_COMPLETIONS_PER_BIN = 256
+#: Samples between two looks at the clock in the O(n·K) paths.
+CLOCK_EVERY = 256
+
+
+class _OutOfBudget(Exception):
+    """The search used up its node budget or passed its deadline."""
+
+
+class _BinSpace:
+    """Free tokens and budget usage of K bins, and the one feasibility predicate of a placement."""
+
+    def __init__(self, instance: BalanceInstance, count: int) -> None:
+        constraints = instance.constraints
+        self.capacity = constraints.seq_len
+        self.budget_names = sorted(constraints.budgets)
+        self.limits = [constraints.budgets[name] for name in self.budget_names]
+        self.samples = instance.samples
+        self.free = [self.capacity] * count
+        self.usage = [[0.0] * len(self.budget_names) for _ in range(count)]
+        self.bins: list[list[int]] = [[] for _ in range(count)]
+
+    def need(self, i: int) -> list[float]:
+        budgets = self.samples[i].budgets
+        return [budgets.get(name, 0.0) for name in self.budget_names]
+
+    def fits(self, b: int, i: int, tokens: int) -> bool:
+        """Whether sample i (``tokens`` long) can join bin b: seq_len and every budget hold."""
+        if tokens > self.free[b]:
+            return False
+        if self.budget_names:
+            usage = self.usage[b]
+            for k, value in enumerate(self.need(i)):
+                if usage[k] + value > self.limits[k]:
+                    return False
+        return True
+
+    def add(self, b: int, i: int, tokens: int) -> None:
+        self.bins[b].append(i)
+        self.free[b] -= tokens
+        if self.budget_names:
+            usage = self.usage[b]
+            for k, value in enumerate(self.need(i)):
+                usage[k] += value
+
+
+def _check_clock(step: int, deadline: float | None) -> None:
+    if deadline is not None and step % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
+        raise _OutOfBudget("deadline")
+
+
+def _decreasing_order(prepared: PreparedSamples, items: list[int]) -> list[int]:
+    """``items`` by tokens desc, then their LPT position (cost desc, key order)."""
+    tokens, position = prepared.tokens, prepared.position
+    return sorted(items, key=lambda i: (-int(tokens[i]), int(position[i])))
+
+
+def _first_fit(space: _BinSpace, order: list[int], tokens: list[int], deadline: float | None) -> bool:
+    count = len(space.free)
+    if space.budget_names:
+        for step, i in enumerate(order):
+            _check_clock(step, deadline)
+            target = next((b for b in range(count) if space.fits(b, i, tokens[i])), -1)
+            if target < 0:
+                return False
+            space.add(target, i, tokens[i])
+        return True
+    # Max segment tree over free tokens: the leftmost bin with free >= t in O(log K).
+    size = 1
+    while size < count:
+        size *= 2
+    tree = [-1] * (2 * size)
+    tree[size:size + count] = space.free
+    for node in range(size - 1, 0, -1):
+        tree[node] = max(tree[2 * node], tree[2 * node + 1])
+    for step, i in enumerate(order):
+        _check_clock(step, deadline)
+        t = tokens[i]
+        if tree[1] < t:
+            return False
+        node = 1
+        while node < size:
+            node = 2 * node if tree[2 * node] >= t else 2 * node + 1
+        b = node - size
+        space.add(b, i, t)
+        node = size + b
+        tree[node] = space.free[b]
+        node //= 2
+        while node:
+            tree[node] = max(tree[2 * node], tree[2 * node + 1])
+            node //= 2
+    return True
+
+
+def _best_fit(space: _BinSpace, order: list[int], tokens: list[int], deadline: float | None) -> bool:
+    count = len(space.free)
+    if space.budget_names:
+        for step, i in enumerate(order):
+            _check_clock(step, deadline)
+            fitting = [b for b in range(count) if space.fits(b, i, tokens[i])]
+            if not fitting:
+                return False
+            space.add(min(fitting, key=lambda b: (space.free[b], b)), i, tokens[i])
+        return True
+    ordered = [(space.free[b], b) for b in range(count)]
+    ordered.sort()
+    for step, i in enumerate(order):
+        _check_clock(step, deadline)
+        t = tokens[i]
+        at = bisect_left(ordered, (t, -1))
+        if at == len(ordered):
+            return False
+        _, b = ordered.pop(at)
+        space.add(b, i, t)
+        insort(ordered, (space.free[b], b))
+    return True
+
+
+def _worst_fit(space: _BinSpace, order: list[int], tokens: list[int], deadline: float | None) -> bool:
+    count = len(space.free)
+    if space.budget_names:
+        for step, i in enumerate(order):
+            _check_clock(step, deadline)
+            fitting = [b for b in range(count) if space.fits(b, i, tokens[i])]
+            if not fitting:
+                return False
+            space.add(min(fitting, key=lambda b: (-space.free[b], b)), i, tokens[i])
+        return True
+    heap = [(-space.free[b], b) for b in range(count)]
+    heapq.heapify(heap)
+    for step, i in enumerate(order):
+        _check_clock(step, deadline)
+        t = tokens[i]
+        free, b = heap[0]
+        if -free < t:
+            return False
+        space.add(b, i, t)
+        heapq.heapreplace(heap, (-space.free[b], b))
+    return True
+
+
+def _bin_completion(
+    sizes: list[int], capacity: int, count: int, max_nodes: int, deadline: float | None
+) -> list[list[int]] | None:
+    """Bin completion over token sizes: ``count`` lists of sizes packing every size, or None.
+
+    Raises:
+        _OutOfBudget: ``max_nodes`` completions generated, or ``deadline`` passed.
+    """
+    distinct = sorted(set(sizes), reverse=True)
+    left = {s: 0 for s in distinct}
+    for s in sizes:
+        left[s] += 1
+    counts = [left[s] for s in distinct]
+    total = sum(sizes)
+    slack = count * capacity - total
+    if slack < 0:
+        return None
+    nodes = 0
+
+    def completions(first_group: int, room: int, min_fill: int) -> list[tuple[int, tuple[tuple[int, int], ...]]]:
+        """Maximal multisets (group, how many) of fill in [min_fill, room], best fill first."""
+        nonlocal nodes
+        found: list[tuple[int, tuple[tuple[int, int], ...]]] = []
+        groups = len(distinct)
+        # Total tokens still available from group j on (to prune fills that cannot reach min_fill).
+        reach = [0] * (groups + 1)
+        for j in range(groups - 1, -1, -1):
+            reach[j] = reach[j + 1] + distinct[j] * counts[j]
+        stack = [(first_group, room, (), math.inf)]
+        while stack:
+            nodes += 1
+            if nodes > max_nodes:
+                raise _OutOfBudget(f"{max_nodes} nodes")
+            j, space_left, chosen, smallest_out = stack.pop()
+            while j < groups and (counts[j] == 0 or distinct[j] > space_left):
+                j += 1
+            if j == groups:
+                if room - space_left >= min_fill and smallest_out > space_left:
+                    found.append((room - space_left, chosen))
+                    if len(found) >= MAX_COMPLETIONS_PER_BIN:
+                        break
+                continue
+            if room - space_left + reach[j] < min_fill:
+                continue
+            size = distinct[j]
+            most = min(counts[j], space_left // size)
+            for k in range(most + 1):  # pushed ascending, so the fullest choice is popped first
+                out = smallest_out if k == counts[j] else min(smallest_out, size)
+                stack.append((j + 1, space_left - k * size, chosen + ((j, k),) if k else chosen, out))
+        found.sort(key=lambda item: -item[0])
+        return found
+
+    # Iterative depth-first search over bins; a frame is (completions, next to try, applied one).
+    packed: list[list[int]] = []
+    frames: list[list] = []
+    waste_left = slack
+    bins_left = count
+    tokens_left = total
+
+    def open_frame() -> bool | None:
+        """Push a frame for the next bin; True when everything is packed, None on a dead branch."""
+        nonlocal tokens_left
+        if tokens_left == 0:
+            return True
+        if bins_left == 0 or -(-tokens_left // capacity) > bins_left:
+            return None
+        if deadline is not None and time.perf_counter() > deadline:
+            raise _OutOfBudget("deadline")
+        first = next(j for j in range(len(distinct)) if counts[j])
+        counts[first] -= 1
+        room = capacity - distinct[first]
+        options = completions(first, room, room - waste_left)
+        counts[first] += 1
+        frames.append([first, options, 0, None])
+        return False
+
+    def apply(frame: list, option) -> None:
+        nonlocal waste_left, bins_left, tokens_left
+        first, fill, chosen = frame[0], option[0], option[1]
+        counts[first] -= 1
+        for j, k in chosen:
+            counts[j] -= k
+        waste_left -= capacity - distinct[first] - fill
+        bins_left -= 1
+        tokens_left -= distinct[first] + fill
+        packed.append([distinct[first]] + [distinct[j] for j, k in chosen for _ in range(k)])
+        frame[3] = option
+
+    def undo(frame: list) -> None:
+        nonlocal waste_left, bins_left, tokens_left
+        first, (fill, chosen) = frame[0], frame[3]
+        counts[first] += 1
+        for j, k in chosen:
+            counts[j] += k
+        waste_left += capacity - distinct[first] - fill
+        bins_left += 1
+        tokens_left += distinct[first] + fill
+        packed.pop()
+        frame[3] = None
+
+    state = open_frame()
+    if state is True:
+        return packed
+    if state is None:
+        return None
+    while frames:
+        frame = frames[-1]
+        if frame[3] is not None:
+            undo(frame)
+        if frame[2] >= len(frame[1]):
+            frames.pop()
+            continue
+        option = frame[1][frame[2]]
+        frame[2] += 1
+        apply(frame, option)
+        state = open_frame()
+        if state is True:
+            return packed
+    return None
+
+
+def _fill_empty_bins(bins: list[list[int]], tokens: list[int]) -> None:
+    """Give every empty bin the smallest sample of a bin holding several (in place)."""
+    for members in bins:
+        if members:
+            continue
+        donor = max((k for k in range(len(bins)) if len(bins[k]) >= 2),
+                    key=lambda k: (len(bins[k]), -k))
+        smallest = min(bins[donor], key=lambda i: (tokens[i], i))
+        bins[donor].remove(smallest)
+        members.append(smallest)
+
+
+def feasible_packing(
+    instance: BalanceInstance,
+    prepared: PreparedSamples,
+    deadline: float | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES,
+) -> tuple[list[list[int]] | None, str]:
+    """A capacity-feasible packing of every sample into D·m non-empty bins, or None.
+
+    Args:
+        instance: The balance instance.
+        prepared: Its :func:`~packplace.solvers.balance.lpt.prepare` arrays.
+        deadline: ``time.perf_counter()`` value after which the search gives up.
+        max_nodes: Node budget of the bin-completion search.
+
+    Returns:
+        (D·m bins of sample indices in no particular rank order, the name of the rule that found
+        it) or (None, a sentence naming every rule tried and why it failed).
+    """
+    num_bins = instance.num_bins
+    capacity = instance.constraints.seq_len
+    tokens = prepared.tokens.tolist()
+    n = len(tokens)
+    oversized = [i for i in range(n) if tokens[i] > capacity]
+    regular = _decreasing_order(prepared, [i for i in range(n) if tokens[i] <= capacity])
+    count = num_bins - len(oversized)
+    tried = []
+    for name, rule in (("first-fit decreasing", _first_fit), ("best-fit decreasing", _best_fit),
+                       ("worst-fit decreasing", _worst_fit)):
+        space = _BinSpace(instance, count)
+        try:
+            done = rule(space, regular, tokens, deadline)
+        except _OutOfBudget:
+            tried.append(f"{name} stopped at the time limit")
+            return None, "; ".join(tried)
+        if done:
+            return _finish(space.bins, oversized, tokens), name
+        tried.append(f"{name} found none")
+    if instance.constraints.budgets:
+        tried.append("bin completion not run (budgets)")
+        return None, "; ".join(tried)
+    try:
+        sized = _bin_completion([tokens[i] for i in regular], capacity, count, max_nodes, deadline)
+    except _OutOfBudget as out:
+        tried.append(f"bin completion gave up ({out})")
+        return None, "; ".join(tried)
+    if sized is None:
+        tried.append("bin completion proved that no packing exists")
+        return None, "; ".join(tried)
+    by_size: dict[int, list[int]] = {}
+    for i in reversed(regular):
+        by_size.setdefault(tokens[i], []).append(i)
+    bins = [[by_size[s].pop() for s in sizes] for sizes in sized]
+    bins.extend([] for _ in range(count - len(bins)))
+    return _finish(bins, oversized, tokens), "bin completion"
+
+
+def _finish(bins: list[list[int]], oversized: list[int], tokens: list[int]) -> list[list[int]]:
+    bins = [list(b) for b in bins] + [[i] for i in oversized]
+    _fill_empty_bins(bins, tokens)
+    return bins
+
+
+def spread_bins(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]]) -> list[list[int]]:
+    """Rank-major D·m bins: the packed bins by decreasing cost, each to the least-loaded rank with room.
+
+    Args:
+        bins: D·m non-empty bins of sample indices (any order).
+
+    Returns:
+        The same bins reordered so that bins r·m … r·m + m − 1 belong to rank r.
+    """
+    ranks, per_rank = instance.data_parallel_size, instance.local_batch_size
+    capacity = instance.constraints.seq_len
+    pad = cached_padding(instance)
+    costs = prepared.costs
+    tokens = prepared.tokens
+    bin_cost = []
+    for members in bins:
+        index = np.asarray(members, dtype=np.int64)
+        value = math.fsum(costs[index].tolist())
+        if pad is not None:
+            value += pad(capacity - int(tokens[index].sum()))
+        bin_cost.append(value)
+    order = sorted(range(len(bins)), key=lambda b: (-bin_cost[b], b))
+    heap = [(0.0, r) for r in range(ranks)]
+    placed: list[list[list[int]]] = [[] for _ in range(ranks)]
+    for b in order:
+        load, r = heapq.heappop(heap)
+        placed[r].append(bins[b])
+        if len(placed[r]) < per_rank:
+            heapq.heappush(heap, (load + bin_cost[b], r))
+    return [members for rank_bins in placed for members in rank_bins]
+
+
+#: Wall-clock cap (seconds) of one construction after a dead end, on top of the caller's deadline.
+CONSTRUCTION_TIME_S = 1.0
+
+
+def after_dead_end(
+    instance: BalanceInstance, prepared: PreparedSamples, reason: str, deadline: float | None, solver: str,
+) -> tuple[list[list[int]] | None, str, bool]:
+    """What a fast path answers after its balancing rule dead-ended.
+
+    Tries :func:`feasible_packing` (within :data:`CONSTRUCTION_TIME_S` and ``deadline``) and spreads
+    its bins over the ranks; else the instance's reference grouping; else nothing.
+
+    Returns:
+        (rank-major bins of sample indices or None, one-line message naming what was tried and what
+        is returned, whether that is the reference grouping).
+    """
+    now = time.perf_counter()
+    if deadline is not None and now > deadline:
+        packed, how = None, "no construction tried (time limit reached)"
+    else:
+        packed, how = feasible_packing(instance, prepared, min(now + CONSTRUCTION_TIME_S, deadline or math.inf))
+    if packed is not None:
+        return spread_bins(instance, prepared, packed), f"{solver} dead end ({reason}); {how} found a packing", False
+    if instance.reference_bins is not None:
+        index = {key: i for i, key in enumerate(prepared.keys)}
+        bins = [[index[key] for key in b] for b in instance.reference_bins]
+        return bins, f"{solver} dead end ({reason}); {how}; fell back to the reference grouping", True
+    return None, (f"{solver} dead end ({reason}); {how}; the instance has no reference_bins "
+                  "to fall back to"), False
+
+
+__all__ = ["DEFAULT_MAX_NODES", "after_dead_end", "feasible_packing", "spread_bins"]

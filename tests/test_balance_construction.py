@@ -1,0 +1,86 @@
+"""Feasibility first: the fast paths find a capacity-feasible packing before they balance it."""
+
+from __future__ import annotations
+
+import pytest
+
+import packplace
+from packplace.balance.evaluator import BalanceEvaluator
+from packplace.balance.schema import make_instance
+from packplace.solvers.balance import construction, lpt
+
+FAST_PATHS = ("lpt", "repair", "kk")
+
+#: 22 samples whose 8 bins of 400 tokens are exactly full in every feasible packing (3,200 tokens),
+#: cost L²: two ranks of 4 bins each can carry 360,000 (half the total), e.g. rank 0 =
+#: [400], [350, 50], [300, 100], [290, 110] and rank 1 = [300, 100], [180, 120, 100], [160, 120, 80, 40],
+#: [130, 90, 60, 50, 50, 20]... (CP-SAT proves the optimum; LPT, KK and one-for-one repair end at 365,000).
+FULL_BINS = [120, 80, 160, 100, 120, 100, 300, 20, 350, 60, 110, 400, 180, 130, 290, 40, 100, 90, 50, 50, 300, 50]
+
+
+def full_bins_instance():
+    return make_instance(FULL_BINS, [t * t for t in FULL_BINS], seq_len=400, data_parallel_size=2,
+                         local_batch_size=4)
+
+
+@pytest.mark.parametrize("solver", FAST_PATHS)
+def test_every_fast_path_packs_the_tight_seven_sample_case(solver):
+    # [9, 1], [3, 4, 3], [5, 5] is the only kind of packing; LPT's least-loaded rule dead-ends.
+    inst = make_instance([3, 4, 5, 9, 1, 3, 5], seq_len=10, data_parallel_size=3)
+    result = packplace.balance(inst, solver=solver)
+    assert result.status in ("feasible", "optimal")
+    assert result.objective == 10.0
+    assert sorted(sorted(inst.samples[k].tokens for k in b) for b in result.solution.bins) == [
+        [1, 9], [3, 3, 4], [5, 5]]
+
+
+def test_bin_completion_finds_what_the_decreasing_rules_miss():
+    # Cut from 3 full bins of 20: FFD, BFD and WFD each need a fourth bin.
+    inst = make_instance([2, 7, 11, 10, 3, 3, 4, 7, 5, 8], seq_len=20, data_parallel_size=3)
+    bins, how = construction.feasible_packing(inst, lpt.prepare(inst))
+    assert how == "bin completion"
+    assert sorted(sum(inst.samples[i].tokens for i in b) for b in bins) == [20, 20, 20]
+    for solver in FAST_PATHS:
+        result = packplace.balance(inst, solver=solver)
+        assert result.status in ("feasible", "optimal"), (solver, result.message)
+        assert result.objective == 20.0
+    for solver in ("lpt", "repair"):  # LPT's own rule dead-ends here (KK's partition happens to fit)
+        assert "bin completion found a packing" in packplace.balance(inst, solver=solver).message
+
+
+def test_no_packing_is_unknown_and_the_message_names_every_rule():
+    # 18 tokens fit 2 bins of 10 by volume, but three samples of 6 cannot share.
+    inst = make_instance([6, 6, 6], seq_len=10, data_parallel_size=2)
+    for solver in FAST_PATHS:
+        result = packplace.balance(inst, solver=solver)
+        assert result.status == "unknown" and result.solution is None
+        for rule in ("first-fit decreasing", "best-fit decreasing", "worst-fit decreasing",
+                     "bin completion proved that no packing exists", "no reference_bins"):
+            assert rule in result.message, (solver, result.message)
+
+
+def test_the_reference_is_returned_when_no_construction_succeeds(monkeypatch):
+    inst = make_instance([3, 4, 5, 9, 1, 3, 5], seq_len=10, data_parallel_size=3,
+                         reference_bins=[[3, 4], [0, 1, 5], [2, 6]])
+    monkeypatch.setattr(construction, "feasible_packing", lambda *a, **k: (None, "nothing found (test)"))
+    for solver in FAST_PATHS:
+        result = packplace.balance(inst, solver=solver)
+        assert result.status in ("feasible", "optimal")
+        assert "fell back to the reference grouping" in result.message
+
+
+def test_empty_bins_get_a_sample_and_every_bin_fits():
+    # One sample per bin is forced: 6 bins, 6 samples, all in one bin by volume.
+    inst = make_instance([1, 1, 1, 1, 1, 1], seq_len=10, data_parallel_size=3, local_batch_size=2)
+    bins, _ = construction.feasible_packing(inst, lpt.prepare(inst))
+    assert sorted(len(b) for b in bins) == [1] * 6
+    spread = construction.spread_bins(inst, lpt.prepare(inst), bins)
+    assert BalanceEvaluator(inst).violations([[inst.samples[i].key for i in b] for b in spread]) == []
+
+
+def test_full_bins_case_optimum_is_proven_by_cpsat():
+    inst = full_bins_instance()
+    assert BalanceEvaluator(inst).lower_bound() == 360_000.0
+    result = packplace.balance(inst, solver="cpsat", time_limit_s=60)
+    assert result.status == "optimal"
+    assert result.objective == 360_000.0
