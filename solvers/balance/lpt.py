@@ -69,7 +69,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packplace.balance.schema import BalanceInstance, key_order
+from packplace.balance.schema import BalanceInstance
+from packplace.balance.schema import input_order_key_rank as key_rank_of
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
 from packplace.solvers.registry import register
 
@@ -95,16 +96,11 @@ class PreparedSamples:
 
 def prepare(instance: BalanceInstance) -> PreparedSamples:
     """Extract the per-sample arrays of ``instance`` and the input-order-independent LPT order."""
-    samples = instance.samples
-    n = len(samples)
-    keys = [s.key for s in samples]
-    tokens = np.fromiter((s.tokens for s in samples), dtype=np.int64, count=n)
-    costs = np.fromiter((s.cost.llm for s in samples), dtype=float, count=n)
-    if all(type(k) is int for k in keys) and max(abs(k) for k in keys) < 2**62:
-        key_rank = np.asarray(keys, dtype=np.int64)
-    else:
-        key_rank = np.empty(n, dtype=np.int64)
-        key_rank[sorted(range(n), key=lambda i: key_order(keys[i]))] = np.arange(n)
+    n = len(instance.samples)
+    keys = list(instance.keys)
+    tokens = instance.tokens
+    costs = instance.costs
+    key_rank = key_rank_of(keys)
     order = np.lexsort((key_rank, -tokens, -costs))
     position = np.empty(n, dtype=np.int64)
     position[order] = np.arange(n)

@@ -104,10 +104,10 @@ class BalanceEvaluator:
 
     def __init__(self, instance: BalanceInstance) -> None:
         self.instance = instance
-        self.keys: list[SampleKey] = [s.key for s in instance.samples]
+        self.keys: list[SampleKey] = list(instance.keys)
         self.index: dict[SampleKey, int] = {k: i for i, k in enumerate(self.keys)}
-        self.tokens = np.fromiter((s.tokens for s in instance.samples), dtype=np.int64, count=len(self.keys))
-        self.costs = np.fromiter((s.cost.llm for s in instance.samples), dtype=float, count=len(self.keys))
+        self.tokens = instance.tokens
+        self.costs = instance.costs
 
     # ----------------------------------------------------------------------------------- feasibility
     def violations(self, bins: Sequence[Sequence[SampleKey]] | Assignment) -> list[str]:
@@ -133,31 +133,30 @@ class BalanceEvaluator:
         seen = np.zeros(len(self.keys), dtype=np.int64)
         seq_len = inst.constraints.seq_len
         limits = inst.constraints.budgets
-        samples = inst.samples
+        usages = {name: inst.samples.usage(name) for name in limits}
+        token_list = self.tokens.tolist()
+        index = self.index
         for b, keys in enumerate(bins):
             if not keys:
                 if add(f"bin {b} is empty"):
                     return out
                 continue
-            tokens = 0
-            usage: dict[str, float] = {}
-            for key in keys:
-                i = self.index.get(key)
-                if i is None:
-                    if add(f"bin {b} holds unknown key {key!r}"):
+            members = [index.get(key) for key in keys]
+            if None in members:
+                for key, i in zip(keys, members):
+                    if i is None and add(f"bin {b} holds unknown key {key!r}"):
                         return out
-                    continue
-                seen[i] += 1
-                tokens += int(self.tokens[i])
-                for name, value in samples[i].budgets.items():
-                    usage[name] = usage.get(name, 0.0) + value
+                members = [i for i in members if i is not None]
+            np.add.at(seen, members, 1)  # unbuffered: a key twice in one bin counts twice
+            tokens = sum(token_list[i] for i in members)
             if tokens > seq_len:
                 alone = len(keys) == 1 and inst.constraints.oversized_policy == "single"
                 if not alone and add(f"bin {b} holds {tokens} tokens > seq_len {seq_len}"):
                     return out
             for name, limit in limits.items():
-                if usage.get(name, 0.0) > limit * (1 + 1e-12):
-                    if add(f"bin {b} uses {usage[name]:g} of budget {name!r} > limit {limit:g}"):
+                used = float(usages[name][members].sum())
+                if used > limit * (1 + 1e-12):
+                    if add(f"bin {b} uses {used:g} of budget {name!r} > limit {limit:g}"):
                         return out
         for i in np.flatnonzero(seen != 1):
             what = "missing" if seen[i] == 0 else f"placed {int(seen[i])} times"
