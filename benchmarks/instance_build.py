@@ -38,6 +38,32 @@ def best_ms(action, repeats: int) -> float:
     return best * 1e3
 
 
+def rows_for(n: int, ranks_list: list[int], seed: int, seq_len: int) -> list[tuple[str, object]]:
+    """The timed actions for one sample count: (label, zero-argument callable)."""
+    rng = np.random.default_rng(seed)
+    tokens = np.clip(rng.lognormal(np.log(1024), 1.0, size=n), 1, seq_len).astype(np.int64)
+    costs = (tokens + tokens.astype(np.float64) ** 2 / 4096).astype(np.float32)
+    total = int(tokens.sum())
+
+    def layout(ranks: int) -> dict:
+        return {"data_parallel_size": ranks, "local_batch_size": -(-total // int(0.9 * ranks * seq_len))}
+
+    ranks = min(ranks_list)
+    token_list, cost_list = tokens.tolist(), costs.tolist()
+    instance = make_instance(tokens, costs, seq_len=seq_len, **layout(ranks))
+    rows = [
+        ("make_instance numpy", lambda: make_instance(tokens, costs, seq_len=seq_len, **layout(ranks))),
+        ("make_instance lists", lambda: make_instance(token_list, cost_list, seq_len=seq_len, **layout(ranks))),
+        ("BalanceEvaluator(instance)", lambda: BalanceEvaluator(instance)),
+    ]
+    for count in ranks_list:
+        shape = layout(count)
+        if n >= count * shape["local_batch_size"]:
+            rows.append((f"auto reference D={count} m={shape['local_batch_size']}", lambda shape=shape:
+                         make_instance(tokens, costs, seq_len=seq_len, reference_bins="auto", **shape)))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[8192, 65536])
@@ -45,33 +71,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    seq_len = 8192
     print(f"{'n':>7} {'what':<34} {'ms':>9}")
     for n in args.sizes:
-        rng = np.random.default_rng(args.seed)
-        tokens = np.clip(rng.lognormal(np.log(1024), 1.0, size=n), 1, seq_len).astype(np.int64)
-        costs = (tokens + tokens.astype(np.float64) ** 2 / 4096).astype(np.float32)
-        total = int(tokens.sum())
-
-        def layout(ranks: int) -> dict:
-            return {"data_parallel_size": ranks, "local_batch_size": -(-total // int(0.9 * ranks * seq_len))}
-
-        ranks = min(args.ranks)
-        token_list, cost_list = tokens.tolist(), costs.tolist()
-        rows = [
-            ("make_instance numpy", lambda: make_instance(tokens, costs, seq_len=seq_len,
-                                                          **layout(ranks))),
-            ("make_instance lists", lambda: make_instance(token_list, cost_list, seq_len=seq_len,
-                                                          **layout(ranks))),
-        ]
-        instance = make_instance(tokens, costs, seq_len=seq_len, **layout(ranks))
-        rows.append(("BalanceEvaluator(instance)", lambda: BalanceEvaluator(instance)))
-        for count in args.ranks:
-            shape = layout(count)
-            if n >= count * shape["local_batch_size"]:
-                rows.append((f"auto reference D={count} m={shape['local_batch_size']}", lambda shape=shape:
-                             make_instance(tokens, costs, seq_len=seq_len, reference_bins="auto", **shape)))
-        for what, action in rows:
+        for what, action in rows_for(n, args.ranks, args.seed, 8192):
             print(f"{n:>7} {what:<34} {best_ms(action, args.repeats):>9.2f}", flush=True)
 
 
