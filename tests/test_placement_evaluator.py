@@ -36,7 +36,7 @@ def vp(dp, pp, tp, mb, origin, extent) -> VertexPlan:
 def hand_times():
     """Reference pass and training step of the tiny actor on one GPU, mb = 8 (one micro-batch)."""
     params = 2 * (2 * 128 * 128 + 2 * 128 * 128 + 3 * 128 * 256 + 2 * 128) + 128 * 100 + 100 * 128 + 128
-    gemm = params - 100 * 128 - 128
+    gemm = params - 100 * 128 - 128 - 2 * 2 * 128     # no embedding lookup, no norm vectors
     s, tokens = 16.0, 8 * 16.0                         # 8 sequences of S + T = 10 + 6 tokens
     forward = (2 * gemm + 2 * 2 * s * 128) * tokens    # Kaplan: 2N + 2·L·ctx·d per token
     t_ref = forward / 1e12                             # gemm_m_half = 0: full efficiency

@@ -42,6 +42,7 @@ from packplace.balance import corpus as corpus_module
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost
 from packplace.balance.workload import LatencyModel, ModelShape, padding_cost, sample_cost
 from packplace.errors import ConfigError
+from packplace.shape import from_hf_config, shape_from_mapping
 from packplace.yamlio import load_yaml
 
 TOP_LEVEL = {
@@ -64,13 +65,14 @@ def _require(section: Mapping[str, Any], key: str, prefix: str = "") -> Any:
 
 
 def _shape(spec: Any) -> ModelShape:
+    """The model of ``cost.model``: Hugging Face field names or the older packplace names
+    (:func:`packplace.shape.shape_from_mapping`), or ``{hf_config: path/to/config.json}``."""
     spec = _mapping(spec, "cost.model")
-    known = {"layers", "hidden_dim", "ffn_dim", "vocab_size", "num_kv_heads", "head_dim"}
-    unknown = sorted(set(spec) - known)
-    if unknown:
-        raise ConfigError(f"cost.model.{unknown[0]}: unknown field; valid: {', '.join(sorted(known))}")
-    args = {k: _require(spec, k, "cost.model.") for k in ("layers", "hidden_dim", "ffn_dim", "vocab_size")}
-    return ModelShape(**args, num_kv_heads=spec.get("num_kv_heads"), head_dim=spec.get("head_dim", 128))
+    if "hf_config" in spec:
+        if len(spec) != 1:
+            raise ConfigError(f"cost.model.hf_config: give either hf_config or shape fields, got {sorted(spec)}")
+        return from_hf_config(spec["hf_config"])
+    return shape_from_mapping(spec, "cost.model.")
 
 
 def _raw_samples(spec: Any, seq_len: int, capacity: int) -> list[dict[str, Any]]:

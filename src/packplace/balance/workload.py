@@ -1,12 +1,14 @@
 """Workload cost estimation for packed samples.
 
 Packs use document-masked (variable-length) attention, so a sample's attention cost depends on its
-own length ``s``, not on the pack's. For a decoder-only transformer with L layers, hidden size d,
-gated MLP of width d_ff (3 matrices), vocabulary V, query heads × head_dim = d and key/value width
-d_kv = kv_heads × head_dim, the forward FLOPs of one document of s tokens are
+own length ``s``, not on the pack's. The model is a :class:`packplace.shape.TransformerShape` (the shape
+the placement problem uses too). With L layers, hidden size d, attention width q = heads × head_dim
+(which need not equal d, e.g. Qwen3), key/value width d_kv = kv_heads × head_dim, MLP of width d_ff
+(3 matrices gated, 2 plain; for a mixture of experts only the ``experts_per_token`` active experts and
+the router), vocabulary V, the forward FLOPs of one document of s tokens are
 
-    F_fwd(s) = 2·s·L·(2·d·d + 2·d·d_kv + 3·d·d_ff)   (Q,O projections; K,V projections; MLP)
-             + 2·L·s²·d                               (QKᵀ and AV, 2·s²·d each, halved by the causal mask)
+    F_fwd(s) = 2·s·L·(2·d·q + 2·d·d_kv + 3·d·d_ff)   (Q,O projections; K,V projections; gated MLP)
+             + 2·L·s²·q                               (QKᵀ and AV, 2·s²·q each, halved by the causal mask)
              + 2·s·d·V                                (LM head)
 
 Training (forward + backward) costs 3·F_fwd, inference F_fwd. Sources: Kaplan et al. 2020,
@@ -24,69 +26,14 @@ from typing import Literal
 
 from packplace.balance.schema import WorkloadCost
 from packplace.errors import ConfigError
+from packplace.shape import TransformerShape
 
 Mode = Literal["train", "inference"]
 MODES = ("train", "inference")
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    """Shape of a decoder-only transformer.
-
-    Attributes:
-        layers: L, transformer blocks.
-        hidden_dim: d, model width.
-        ffn_dim: d_ff, width of the gated MLP.
-        vocab_size: V.
-        num_kv_heads: Key/value heads (grouped-query attention); ``None`` means as many as query heads.
-        head_dim: Width of one attention head (default 128).
-
-    Raises:
-        ConfigError: a non-positive field, or ``hidden_dim`` not a multiple of ``head_dim``.
-    """
-
-    layers: int
-    hidden_dim: int
-    ffn_dim: int
-    vocab_size: int
-    num_kv_heads: int | None = None
-    head_dim: int = 128
-
-    def __post_init__(self) -> None:
-        for name in ("layers", "hidden_dim", "ffn_dim", "vocab_size", "head_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"model.{name}: must be an integer >= 1, got {value!r}")
-        if self.hidden_dim % self.head_dim:
-            raise ConfigError(f"model.head_dim: {self.head_dim} does not divide hidden_dim {self.hidden_dim}")
-        if self.num_kv_heads is not None:
-            kv = self.num_kv_heads
-            if isinstance(kv, bool) or not isinstance(kv, int) or kv < 1 or self.num_heads % kv:
-                raise ConfigError(
-                    f"model.num_kv_heads: must divide the {self.num_heads} attention heads, got {kv!r}"
-                )
-
-    @property
-    def num_heads(self) -> int:
-        """Query heads, ``hidden_dim / head_dim``."""
-        return self.hidden_dim // self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        """d_kv = kv_heads × head_dim."""
-        kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
-        return kv_heads * self.head_dim
-
-    def linear_flops_per_token(self) -> float:
-        """Forward FLOPs per token of every matrix multiply (projections, MLP, LM head)."""
-        d, L = self.hidden_dim, self.layers
-        per_layer = 2 * d * d + 2 * d * self.kv_dim + 3 * d * self.ffn_dim
-        return 2.0 * (L * per_layer + d * self.vocab_size)
-
-    def forward_flops(self, tokens: int) -> float:
-        """F_fwd(s) of one document of ``tokens`` tokens (module docstring), in FLOPs."""
-        s = float(tokens)
-        return s * self.linear_flops_per_token() + 2.0 * self.layers * s * s * self.hidden_dim
+#: The balance problem's model shape is the shared :class:`packplace.shape.TransformerShape`.
+ModelShape = TransformerShape
 
 
 def _factor(mode: str) -> float:

@@ -24,8 +24,9 @@ from typing import Any
 from packplace.errors import ConfigError
 from packplace.placement.graph import ALGORITHMS, StepGraph, build_graph
 from packplace.placement.hardware import HARDWARE_DEFAULTS, HARDWARE_REQUIRED, Cluster, Hardware
-from packplace.placement.models import ModelSpec
+from packplace.placement.models import LM_ROLES, ModelSpec
 from packplace.placement.workload import Workload
+from packplace.shape import from_hf_config, shape_from_mapping
 from packplace.yamlio import load_yaml as _shared_load_yaml
 
 #: Model roles each algorithm needs in ``[models]`` (the reference copies the actor).
@@ -34,8 +35,6 @@ REQUIRED_ROLES = {"ppo": ("actor", "critic", "reward"), "grpo": ("actor", "rewar
 STALENESS_KEYS = ("actor", "critic", "ac_share")
 #: Staleness keys each algorithm has (``critic`` and the fused ``ac_share`` exist only in PPO).
 TRAINABLE = {"ppo": ("actor", "critic", "ac_share"), "grpo": ("actor",), "dpo": ("actor",)}
-MODEL_REQUIRED = ("layers", "hidden_dim", "ffn_dim", "vocab_size")
-MODEL_OPTIONAL = ("head_dim", "num_kv_heads")
 WORKLOAD_REQUIRED = ("batch_size", "samples_per_prompt", "context_length", "generation_length")
 WORKLOAD_OPTIONAL = ("gen_quantiles",)
 #: Knobs of the ``[optimizer]`` section other than ``staleness_candidates``: name → (kind, default, meaning).
@@ -202,24 +201,27 @@ def _hardware(hw: dict[str, Any]) -> tuple[Cluster, Hardware]:
     return cluster, Hardware(**values)
 
 
-def _model(role: str, spec: Any) -> ModelSpec:
+def _model(role: str, spec: Any, source: str) -> ModelSpec:
+    """The shape of ``models.<role>``: Hugging Face ``config.json`` field names or the older packplace
+    names (:func:`packplace.shape.shape_from_mapping`), or ``{hf_config: path}`` to read a
+    ``config.json`` (a relative path is taken from the YAML file's directory). A critic or reward model
+    gets a scalar value head instead of the LM head."""
     where = f"models.{role}"
     if not isinstance(spec, Mapping):
         raise ConfigError(f"[{where}] must be a mapping of shape fields, got {spec!r}")
-    _no_unknown(spec, MODEL_REQUIRED + MODEL_OPTIONAL, where)
-    _require(spec, MODEL_REQUIRED, where)
-    layers, hidden, ffn, vocab = (_int(spec, k, where) for k in MODEL_REQUIRED)
-    head_dim = _int(spec, "head_dim", where) if "head_dim" in spec else 128
-    if hidden % head_dim:
-        raise ConfigError(f"[{where}] head_dim: {head_dim} does not divide hidden_dim {hidden}")
-    heads = hidden // head_dim
-    kv = None
-    if spec.get("num_kv_heads") is not None:
-        kv = _int(spec, "num_kv_heads", where)
-        if heads % kv:
-            raise ConfigError(f"[{where}] num_kv_heads: {kv} does not divide the {heads} attention heads "
-                              f"(hidden_dim {hidden} / head_dim {head_dim})")
-    return ModelSpec(role, layers, hidden, ffn, vocab, head_dim, kv)
+    if "hf_config" in spec:
+        if len(spec) != 1:
+            raise ConfigError(f"[{where}] hf_config: give either hf_config or shape fields, got {sorted(spec)}")
+        path = Path(str(spec["hf_config"]))
+        if not path.is_absolute() and source != "<dict>":
+            path = Path(source).parent / path
+        try:
+            shape = from_hf_config(path)
+        except ConfigError as exc:
+            raise ConfigError(f"[{where}] hf_config: {exc}") from None
+    else:
+        shape = shape_from_mapping(spec, f"[{where}] ")
+    return shape if role in LM_ROLES else shape.value_head()
 
 
 def _workload(w: dict[str, Any]) -> Workload:
@@ -362,10 +364,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         if role not in ("actor", "critic", "reward"):
             raise ConfigError(f"[models] Unknown role {role!r}; valid roles: actor, critic, reward")
     _require(models_cfg, required, "models")
-    models = {role: _model(role, models_cfg[role]) for role in required}
-    actor = models["actor"]
-    models["reference"] = ModelSpec("reference", actor.layers, actor.hidden_dim, actor.ffn_dim,
-                                    actor.vocab_size, actor.head_dim, actor.num_kv_heads)
+    models = {role: _model(role, models_cfg[role], source) for role in required}
+    models["reference"] = models["actor"]
     workload = _workload(_section(config, "workload"))
     optimizer = _optimizer(_section(config, "optimizer", required=False), algorithm)
     return PlacementInstance(cluster, hardware, models, workload, algorithm, build_graph(algorithm),

@@ -103,18 +103,19 @@ class CostModel:
     @staticmethod
     def forward_flops_per_token(model: ModelSpec, context: float) -> float:
         """Forward FLOPs per token of a causal pass over sequences of ``context`` tokens:
-        ``2N + 2·L·n_ctx·d`` (Kaplan et al. 2020, Table 1). Per token at position ``c``, QKᵀ and AV cost
-        ``2·c·d`` each; averaged over the causal positions of the sequence (``c ≈ n_ctx/2``) that is
-        ``4·L·(n_ctx/2)·d = 2·L·n_ctx·d``."""
-        return 2.0 * model.gemm_params + 2.0 * model.layers * context * model.hidden_dim
+        ``2N + 2·L·n_ctx·q`` with ``q = heads·head_dim`` the attention width (Kaplan et al. 2020, Table 1;
+        :meth:`packplace.shape.TransformerShape.forward_flops_per_token`). Per token at position ``c``, QKᵀ and AV cost
+        ``2·c·q`` each; averaged over the causal positions of the sequence (``c ≈ n_ctx/2``) that is
+        ``4·L·(n_ctx/2)·q = 2·L·n_ctx·q``."""
+        return model.forward_flops_per_token(context)
 
     @staticmethod
     def decode_flops_per_token(model: ModelSpec, context: float | np.ndarray) -> float | np.ndarray:
         """FLOPs of generating one token that attends to ``context`` cached tokens:
-        ``2N + 4·L·ctx·d`` — the weights (``2N``) plus, per layer, QKᵀ (``2·ctx·d``) and AV
-        (``2·ctx·d``) over the whole context (no causal averaging: the new token sees every cached one;
+        ``2N + 4·L·ctx·q`` — the weights (``2N``, active experts only) plus, per layer, QKᵀ (``2·ctx·q``) and AV
+        (``2·ctx·q``) over the whole context (no causal averaging: the new token sees every cached one;
         Kaplan et al. 2020, Table 1, at position ``ctx``)."""
-        return 2.0 * model.gemm_params + 4.0 * model.layers * context * model.hidden_dim
+        return model.decode_flops_per_token(context)
 
     def vertex_flops(self, model: ModelSpec, kind: str) -> float:
         """Model FLOPs of the vertex over one step (for MFU), independent of the strategy:

@@ -1,0 +1,522 @@
+"""The shape of a decoder-only transformer, shared by both problems (balance FLOPs, placement memory and time).
+
+One class, :class:`TransformerShape`, holds every field a Hugging Face ``config.json`` carries for a
+decoder-only language model that matters for parameter counts, FLOPs and KV-cache bytes:
+
+* attention: ``num_attention_heads`` query heads of ``head_dim`` (independent of ``hidden_size``, as in
+  Qwen3 and Gemma where ``heads × head_dim ≠ hidden_size``), ``num_key_value_heads`` (grouped-query
+  attention), optional Q/K RMSNorm (Qwen3) and linear biases (Qwen2: Q, K, V; OPT/GPT-2: every linear);
+* MLP: ``gated`` (SwiGLU / GeGLU, three matrices: Llama, Qwen, Mistral, Gemma) or ``plain`` (two
+  matrices with GELU/ReLU: OPT, GPT-2, Falcon);
+* mixture of experts: ``num_experts`` routed experts of width ``expert_ffn_dim`` of which
+  ``experts_per_token`` run per token, optional always-active shared experts of total width
+  ``shared_expert_ffn_dim``, a router ``d × num_experts``, and ``dense_layers`` leading dense layers
+  (DeepSeek's ``first_k_dense_replace``). Memory counts every expert, FLOPs only the active ones;
+* embeddings: ``tie_word_embeddings`` (one ``V × d`` matrix for input and output, Qwen2.5-0.5B,
+  Llama-3.2-1B, OPT), learned position embeddings (OPT, GPT-2), an embedding projection (OPT-350M);
+* ``lm_head``: ``False`` for a critic / reward model whose output is a scalar value head.
+
+Parameter count (``P``), per layer with ``d`` = hidden, ``q = heads·head_dim``, ``k = kv_heads·head_dim``::
+
+    attention = d·q (Q) + 2·d·k (K, V) + q·d (O)  [+ q + 2k biases]  [+ 2·head_dim Q/K norms]
+    mlp       = 3·d·d_ff (gated) or 2·d·d_ff (plain)  [+ d_ff + d biases]
+    moe       = num_experts·3·d·d_e + d·num_experts (router) + 3·d·d_shared (shared experts)
+    norms     = 2·d (RMSNorm) or 4·d (LayerNorm with bias)
+
+plus the input embedding ``V·d``, the output head ``d·V`` unless tied (``d`` for a value head), the final
+norm and learned positions. Checked against model cards: Qwen3-4B 4,022,468,096 exactly, Qwen2.5-0.5B
+494,032,768 exactly, Llama-3.1-8B 8.03e9, Qwen3-30B-A3B 30.5e9 total / 3.3e9 active.
+
+Forward FLOPs per token (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Table 1;
+Narayanan et al. 2021 for the attention term): ``2·N_active`` for the matrix multiplies (every active
+weight once, the LM head included, the embedding lookup excluded) plus ``2·L·n_ctx·q`` for QKᵀ and AV at
+an average causal context of ``n_ctx/2`` — the attention width is ``q = heads·head_dim``, not ``d``.
+
+Expert parallelism is not a strategy dimension of the placement problem: a MoE model's experts are
+split by the tensor/pipeline degrees like dense weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from packplace.errors import ConfigError
+
+#: MLP kinds: ``gated`` has three ``d × d_ff`` matrices (gate, up, down), ``plain`` two (up, down).
+MLP_KINDS = ("gated", "plain")
+#: Linear-layer biases: none (Llama), on Q/K/V (Qwen2), on every linear (OPT, GPT-2).
+BIAS_KINDS = ("none", "qkv", "all")
+#: Normalisation layers: ``rms`` (weight only, d) or ``layer`` (weight and bias, 2·d).
+NORM_KINDS = ("rms", "layer")
+#: Bytes per element of bf16 weights, activations and KV cache.
+BF16_BYTES = 2
+
+
+@dataclass(frozen=True)
+class TransformerShape:
+    """A decoder-only transformer (module docstring for the formulas).
+
+    Attributes:
+        layers: ``L`` transformer blocks (HF ``num_hidden_layers``).
+        hidden_dim: ``d`` model width (HF ``hidden_size``).
+        ffn_dim: ``d_ff`` dense MLP width (HF ``intermediate_size``; OPT ``ffn_dim``).
+        vocab_size: ``V``.
+        num_kv_heads: Key/value heads (HF ``num_key_value_heads``); ``None`` = as many as query heads.
+        head_dim: Width of one attention head (default 128).
+        num_heads: Query heads (HF ``num_attention_heads``); ``None`` = ``hidden_dim / head_dim``.
+        tie_word_embeddings: Input embedding and LM head share one matrix (default False).
+        mlp: ``gated`` (default) or ``plain``.
+        num_experts: Routed experts per MoE layer (0 = dense model).
+        experts_per_token: Routed experts each token uses (HF ``num_experts_per_tok``).
+        expert_ffn_dim: Width of one routed expert (HF ``moe_intermediate_size``).
+        shared_expert_ffn_dim: Total width of the always-active shared experts (0 = none).
+        dense_layers: Leading layers with a dense MLP in a MoE model (HF ``first_k_dense_replace``).
+        bias: Linear biases: ``none`` (default), ``qkv`` or ``all``.
+        norm: ``rms`` (default) or ``layer``.
+        qk_norm: Per-head RMSNorm of queries and keys (Qwen3): ``2·head_dim`` parameters per layer.
+        position_embeddings: Rows of a learned position-embedding table (0 = rotary, none).
+        embedding_dim: Width of the token embedding when it differs from ``d`` (OPT-350M: projected in
+            and out with two ``embedding_dim × d`` matrices); ``None`` = ``d``.
+        lm_head: ``True`` for a language model (output ``V``), ``False`` for a scalar value head.
+
+    Raises:
+        ConfigError: a non-positive size, an unknown kind, or heads that the KV heads do not divide.
+    """
+
+    layers: int
+    hidden_dim: int
+    ffn_dim: int
+    vocab_size: int
+    num_kv_heads: int | None = None
+    head_dim: int = 128
+    num_heads: int | None = None
+    tie_word_embeddings: bool = False
+    mlp: str = "gated"
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_ffn_dim: int = 0
+    shared_expert_ffn_dim: int = 0
+    dense_layers: int = 0
+    bias: str = "none"
+    norm: str = "rms"
+    qk_norm: bool = False
+    position_embeddings: int = 0
+    embedding_dim: int | None = None
+    lm_head: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "hidden_dim", "ffn_dim", "vocab_size", "head_dim"):
+            _check_int(name, getattr(self, name), 1)
+        for name in ("num_experts", "experts_per_token", "expert_ffn_dim", "shared_expert_ffn_dim",
+                     "dense_layers", "position_embeddings"):
+            _check_int(name, getattr(self, name), 0)
+        for name in ("num_heads", "num_kv_heads", "embedding_dim"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), 1)
+        if self.num_heads is None and self.hidden_dim % self.head_dim:
+            raise ConfigError(f"head_dim: {self.head_dim} does not divide hidden_dim {self.hidden_dim} "
+                              f"(give num_attention_heads when heads x head_dim != hidden_size)")
+        kv = self.num_kv_heads
+        if kv is not None and self.heads % kv:
+            raise ConfigError(f"num_kv_heads: {kv} does not divide the {self.heads} attention heads")
+        for name, kinds in (("mlp", MLP_KINDS), ("bias", BIAS_KINDS), ("norm", NORM_KINDS)):
+            if getattr(self, name) not in kinds:
+                raise ConfigError(f"{name}: must be one of {', '.join(kinds)}, got {getattr(self, name)!r}")
+        for name in ("tie_word_embeddings", "qk_norm", "lm_head"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}: must be true or false, got {getattr(self, name)!r}")
+        if self.num_experts:
+            if not 1 <= self.experts_per_token <= self.num_experts:
+                raise ConfigError(f"experts_per_token: must be in [1, num_experts={self.num_experts}], "
+                                  f"got {self.experts_per_token!r}")
+            if self.expert_ffn_dim < 1:
+                raise ConfigError(f"expert_ffn_dim: must be >= 1 for a MoE model, got {self.expert_ffn_dim!r}")
+            if self.dense_layers > self.layers:
+                raise ConfigError(f"dense_layers: must be <= layers={self.layers}, got {self.dense_layers!r}")
+        elif self.experts_per_token or self.shared_expert_ffn_dim:
+            raise ConfigError("num_experts: experts_per_token / shared experts need num_experts >= 1")
+
+    # -- attention --------------------------------------------------------------------------------
+    @property
+    def heads(self) -> int:
+        """Query heads: ``num_heads`` or ``hidden_dim / head_dim``."""
+        return self.num_heads if self.num_heads is not None else self.hidden_dim // self.head_dim
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads (``num_kv_heads`` or ``heads``)."""
+        return self.num_kv_heads if self.num_kv_heads is not None else self.heads
+
+    @property
+    def attention_dim(self) -> int:
+        """Width of the attention (Q and O projections, QKᵀ and AV): ``heads · head_dim``."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the K and V projections: ``kv_heads · head_dim``."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def output_dim(self) -> int:
+        """Width of the output head: ``V`` for a language model, 1 for a value head."""
+        return self.vocab_size if self.lm_head else 1
+
+    @property
+    def is_moe(self) -> bool:
+        """True when the model has routed experts."""
+        return self.num_experts > 0
+
+    # -- parameters -------------------------------------------------------------------------------
+    def _attention_params(self, matrices_only: bool = False) -> int:
+        d, q, k = self.hidden_dim, self.attention_dim, self.kv_dim
+        n = 2 * d * q + 2 * d * k
+        if matrices_only:
+            return n
+        if self.bias in ("qkv", "all"):
+            n += q + 2 * k
+        if self.bias == "all":
+            n += d
+        if self.qk_norm:
+            n += 2 * self.head_dim
+        return n
+
+    def _dense_mlp_params(self, width: int, matrices_only: bool = False) -> int:
+        d = self.hidden_dim
+        n = (3 if self.mlp == "gated" else 2) * d * width
+        if self.bias == "all" and not matrices_only:
+            n += width + d
+        return n
+
+    def _norm_params(self) -> int:
+        return (2 if self.norm == "layer" else 1) * self.hidden_dim
+
+    def _layer_params(self, routed_experts: int, moe_layer: bool, matrices_only: bool = False) -> int:
+        """One block with ``routed_experts`` routed experts counted (all for memory, active for FLOPs);
+        ``matrices_only`` leaves out norms and biases (they take part in no matrix multiply)."""
+        n = self._attention_params(matrices_only) + (0 if matrices_only else 2 * self._norm_params())
+        if not moe_layer:
+            return n + self._dense_mlp_params(self.ffn_dim, matrices_only)
+        n += (routed_experts * self._dense_mlp_params(self.expert_ffn_dim, matrices_only)
+              + self.hidden_dim * self.num_experts)
+        if self.shared_expert_ffn_dim:
+            n += self._dense_mlp_params(self.shared_expert_ffn_dim, matrices_only)
+        return n
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with a MoE MLP (``layers − dense_layers``; 0 for a dense model)."""
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one average block, every expert counted: ``(Σ blocks) / L`` rounded down."""
+        return self.block_params // self.layers
+
+    @property
+    def block_params(self) -> int:
+        """Parameters of all ``L`` blocks, every expert counted."""
+        dense = self.layers - self.moe_layers
+        moe = self.moe_layers
+        return dense * self._layer_params(0, False) + moe * self._layer_params(self.num_experts, True)
+
+    @property
+    def active_block_params(self) -> int:
+        """Parameters of all blocks that one token uses (``experts_per_token`` routed experts)."""
+        dense = self.layers - self.moe_layers
+        moe = self.moe_layers
+        return dense * self._layer_params(0, False) + moe * self._layer_params(self.experts_per_token, True)
+
+    @property
+    def embedding_params(self) -> int:
+        """Input side: token embedding ``V·e`` (plus ``e·d`` projection when ``embedding_dim`` differs) and
+        learned positions ``rows·d``."""
+        e = self.embedding_dim or self.hidden_dim
+        n = self.vocab_size * e + self.position_embeddings * self.hidden_dim
+        if e != self.hidden_dim:
+            n += e * self.hidden_dim
+        return n
+
+    @property
+    def head_params(self) -> int:
+        """Output side: final norm plus the LM head ``d·V`` (0 extra when tied; an ``e·d`` projection
+        when ``embedding_dim`` differs) or a value head ``d``."""
+        e = self.embedding_dim or self.hidden_dim
+        n = self._norm_params()
+        if not self.lm_head:
+            return n + self.hidden_dim
+        if e != self.hidden_dim:
+            n += e * self.hidden_dim
+        if not self.tie_word_embeddings:
+            n += e * self.vocab_size
+        return n
+
+    @property
+    def params(self) -> int:
+        """All parameters ``P`` (every expert): blocks + embedding + output side."""
+        return self.block_params + self.embedding_params + self.head_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses (``experts_per_token`` routed experts); ``params`` for a dense model."""
+        return self.active_block_params + self.embedding_params + self.head_params
+
+    @property
+    def gemm_params(self) -> int:
+        """Active weights that take part in matrix multiplies: the blocks' projection, MLP, active-expert
+        and router matrices (no norms, no biases) and the output head ``d·output_dim`` (the embedding is
+        a lookup). Kaplan et al. 2020's ``N`` plus the output projection; forward FLOPs per token are
+        ``2·gemm_params`` plus attention."""
+        e = self.embedding_dim or self.hidden_dim
+        out = e * self.output_dim + (e * self.hidden_dim if e != self.hidden_dim and self.lm_head else 0)
+        dense = self.layers - self.moe_layers
+        blocks = (dense * self._layer_params(0, False, True)
+                  + self.moe_layers * self._layer_params(self.experts_per_token, True, True))
+        return blocks + out
+
+    # -- FLOPs and KV cache -------------------------------------------------------------------------
+    def linear_flops_per_token(self) -> float:
+        """Forward FLOPs per token of every matrix multiply: ``2·gemm_params``."""
+        return 2.0 * self.gemm_params
+
+    def forward_flops_per_token(self, context: float) -> float:
+        """Forward FLOPs per token of a causal pass over sequences of ``context`` tokens:
+        ``2N + 2·L·n_ctx·q`` with ``q = heads·head_dim`` (Kaplan et al. 2020, Table 1)."""
+        return 2.0 * self.gemm_params + 2.0 * self.layers * context * self.attention_dim
+
+    def decode_flops_per_token(self, context: Any) -> Any:
+        """FLOPs of generating one token that attends to ``context`` cached tokens (float or array):
+        ``2N + 4·L·ctx·q`` (QKᵀ and AV over the whole cache)."""
+        return 2.0 * self.gemm_params + 4.0 * self.layers * context * self.attention_dim
+
+    def forward_flops(self, tokens: int) -> float:
+        """Forward FLOPs of one document of ``tokens`` tokens with document-masked causal attention:
+        ``s·2N + 2·L·s²·q`` (= ``s`` × :meth:`forward_flops_per_token` at ``n_ctx = s``)."""
+        s = float(tokens)
+        return s * self.linear_flops_per_token() + 2.0 * self.layers * s * s * self.attention_dim
+
+    def kv_bytes_per_token(self, tp: int = 1, pp: int = 1) -> float:
+        """bf16 KV-cache bytes of one token on one GPU: ``2 (K, V) · L/pp · kv_per_rank · head_dim · 2``,
+        with ``kv_per_rank = kv_heads / tp`` when tp divides the KV heads, else 1 (KV heads replicated
+        across tensor-parallel ranks). Qwen3-4B, tp = pp = 1: 147,456 bytes."""
+        kv_per_rank = self.kv_heads / tp if self.kv_heads % tp == 0 else 1
+        return 2 * (self.layers / pp) * kv_per_rank * self.head_dim * BF16_BYTES
+
+    def value_head(self) -> TransformerShape:
+        """The same trunk with a scalar value head instead of the LM head (critic, reward model)."""
+        return replace(self, lm_head=False)
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name}: must be an integer >= {minimum}, got {value!r}")
+
+
+#: Config keys (Hugging Face names first, then the older packplace names) → field of TransformerShape.
+FIELD_ALIASES: dict[str, str] = {
+    "num_hidden_layers": "layers", "layers": "layers",
+    "hidden_size": "hidden_dim", "hidden_dim": "hidden_dim",
+    "intermediate_size": "ffn_dim", "ffn_dim": "ffn_dim",
+    "vocab_size": "vocab_size",
+    "num_attention_heads": "num_heads",
+    "num_key_value_heads": "num_kv_heads", "num_kv_heads": "num_kv_heads",
+    "head_dim": "head_dim",
+    "tie_word_embeddings": "tie_word_embeddings",
+    "mlp": "mlp",
+    "num_experts": "num_experts", "num_local_experts": "num_experts", "n_routed_experts": "num_experts",
+    "num_experts_per_tok": "experts_per_token", "experts_per_token": "experts_per_token",
+    "moe_intermediate_size": "expert_ffn_dim", "expert_ffn_dim": "expert_ffn_dim",
+    "shared_expert_intermediate_size": "shared_expert_ffn_dim", "shared_expert_ffn_dim": "shared_expert_ffn_dim",
+    "first_k_dense_replace": "dense_layers", "dense_layers": "dense_layers",
+    "bias": "bias", "norm": "norm", "qk_norm": "qk_norm",
+    "position_embeddings": "position_embeddings", "embedding_dim": "embedding_dim",
+}
+#: Keys a YAML model mapping must give (either name of each pair).
+REQUIRED_FIELDS = ("layers", "hidden_dim", "ffn_dim", "vocab_size")
+_BOOL_FIELDS = ("tie_word_embeddings", "qk_norm")
+_STR_FIELDS = ("mlp", "bias", "norm")
+
+
+def shape_from_mapping(spec: Mapping[str, Any], where: str = "model.", *,
+                       extra: tuple[str, ...] = ()) -> TransformerShape:
+    """A shape from a YAML model mapping that uses Hugging Face names (``num_hidden_layers``,
+    ``hidden_size``, ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``, …) or the
+    older packplace names (``layers``, ``hidden_dim``, ``ffn_dim``, ``num_kv_heads``); ``n_shared_experts``
+    (DeepSeek) gives ``shared_expert_ffn_dim = n_shared_experts · expert_ffn_dim``.
+
+    Args:
+        spec: The mapping.
+        where: Prefix of error messages, joined directly to the field name: ``"[models.actor] "`` or
+            ``"cost.model."``.
+        extra: Keys the caller handles itself (ignored here).
+
+    Raises:
+        ConfigError: ``{where}{field}: ...`` for an unknown, missing, duplicated or invalid field.
+    """
+    values: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    shared_count = None
+    for key, value in spec.items():
+        if key in extra:
+            continue
+        if key == "n_shared_experts":
+            shared_count = value
+            continue
+        if key not in FIELD_ALIASES:
+            valid = ", ".join(sorted(set(FIELD_ALIASES) | {"n_shared_experts"} | set(extra)))
+            raise ConfigError(f"{where}{key}: unknown field; valid: {valid}")
+        name = FIELD_ALIASES[key]
+        if name in given:
+            raise ConfigError(f"{where}{key}: given twice (also as {given[name]!r})")
+        given[name] = key
+        values[name] = _coerce(value, key, name, where)
+    for name in REQUIRED_FIELDS:
+        if name not in values:
+            hf = {"layers": "num_hidden_layers", "hidden_dim": "hidden_size", "ffn_dim": "intermediate_size",
+                  "vocab_size": "vocab_size"}[name]
+            raise ConfigError(f"{where}{name}: missing required field"
+                              + (f" (Hugging Face name {hf})" if hf != name else ""))
+    if shared_count is not None:
+        count = _coerce(shared_count, "n_shared_experts", "n_shared_experts", where)
+        values["shared_expert_ffn_dim"] = count * values.get("expert_ffn_dim", 0)
+    if values.get("num_heads") is not None and "head_dim" not in values:
+        if values["hidden_dim"] % values["num_heads"]:
+            raise ConfigError(f"{where}num_attention_heads: {values['num_heads']} does not divide hidden_size "
+                              f"{values['hidden_dim']}; give head_dim")
+        values["head_dim"] = values["hidden_dim"] // values["num_heads"]
+    try:
+        return TransformerShape(**values)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}{exc}") from None
+
+
+def _coerce(value: Any, key: str, name: str, where: str) -> Any:
+    if name in _BOOL_FIELDS:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}{key}: must be true or false, got {value!r}")
+        return value
+    if name in _STR_FIELDS:
+        return value
+    if value is None and name in ("num_heads", "num_kv_heads", "embedding_dim"):
+        return None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where}{key}: must be an integer >= 0, got {value!r}")
+    return value
+
+
+#: Model families with a two-matrix (non-gated) MLP in Hugging Face ``model_type`` names.
+PLAIN_MLP_TYPES = ("opt", "gpt2", "falcon", "gpt_neox", "gptj", "bloom", "phi", "starcoder2", "gpt_bigcode")
+#: Families with LayerNorm (weight and bias) instead of RMSNorm.
+LAYER_NORM_TYPES = ("opt", "gpt2", "falcon", "gpt_neox", "gptj", "bloom", "phi", "starcoder2", "gpt_bigcode")
+#: Families whose Q/K/V projections always carry biases (no config flag).
+QKV_BIAS_TYPES = ("qwen2", "qwen2_moe", "qwen2_vl")
+#: Families with per-head Q/K RMSNorm.
+QK_NORM_TYPES = ("qwen3", "qwen3_moe", "olmo2", "gemma3", "gemma3_text")
+#: Families whose ``tie_word_embeddings`` defaults to true when the file omits it (``PretrainedConfig``'s
+#: default; Llama, Qwen, Mistral set false in their config classes).
+TIED_BY_DEFAULT_TYPES = ("opt", "gpt2", "gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "gpt_bigcode")
+
+
+def from_hf_config(path_or_dict: str | Path | Mapping[str, Any]) -> TransformerShape:
+    """A shape from a Hugging Face ``config.json`` (a path or its parsed dict), read with the standard
+    library (no network, no ``transformers``).
+
+    Reads ``num_hidden_layers``, ``hidden_size``, ``intermediate_size`` (OPT ``ffn_dim``, GPT-2 ``n_inner``
+    or 4·d), ``num_attention_heads``, ``num_key_value_heads`` (Falcon ``num_kv_heads``), ``head_dim``
+    (default ``hidden_size / heads``), ``vocab_size``, ``tie_word_embeddings`` (default per family, see
+    :data:`TIED_BY_DEFAULT_TYPES`), and for MoE ``num_experts`` / ``num_local_experts`` /
+    ``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size`` (Mixtral: the expert width is
+    ``intermediate_size``), ``n_shared_experts`` / ``shared_expert_intermediate_size``,
+    ``first_k_dense_replace``, ``mlp_only_layers``. MLP kind, norm, biases and Q/K norm follow
+    ``model_type`` (:data:`PLAIN_MLP_TYPES`, …), ``attention_bias`` / ``enable_bias`` when present.
+    A ``text_config`` sub-mapping (multimodal wrappers) is used when present.
+
+    Raises:
+        ConfigError: unreadable file, invalid JSON, a missing size field, or multi-head latent attention
+            (``kv_lora_rank``, DeepSeek-V2/V3), which this shape does not model.
+    """
+    where = "config.json"
+    if isinstance(path_or_dict, Mapping):
+        cfg: Mapping[str, Any] = path_or_dict
+    else:
+        where = str(path_or_dict)
+        try:
+            cfg = json.loads(Path(path_or_dict).read_text())
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot read ({exc.strerror or exc})") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+        if not isinstance(cfg, Mapping):
+            raise ConfigError(f"{where}: must be a JSON object, got {type(cfg).__name__}")
+    if isinstance(cfg.get("text_config"), Mapping):
+        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+    if cfg.get("kv_lora_rank"):
+        raise ConfigError(f"{where} kv_lora_rank: multi-head latent attention (DeepSeek-V2/V3) is not modelled")
+    model_type = str(cfg.get("model_type", "")).lower()
+
+    def first(*keys: str, default: Any = None) -> Any:
+        for key in keys:
+            if cfg.get(key) is not None:
+                return cfg[key]
+        return default
+
+    def need(*keys: str) -> Any:
+        value = first(*keys)
+        if value is None:
+            raise ConfigError(f"{where} {keys[0]}: missing required field")
+        return value
+
+    layers = need("num_hidden_layers", "n_layer", "num_layers")
+    hidden = need("hidden_size", "n_embd", "d_model")
+    heads = need("num_attention_heads", "n_head")
+    ffn = first("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
+    values: dict[str, Any] = {
+        "layers": layers, "hidden_dim": hidden, "ffn_dim": ffn, "vocab_size": need("vocab_size"),
+        "num_heads": heads, "head_dim": first("head_dim", default=hidden // heads if heads else 0),
+        "num_kv_heads": first("num_key_value_heads", "num_kv_heads"),
+        "tie_word_embeddings": bool(first("tie_word_embeddings", default=model_type in TIED_BY_DEFAULT_TYPES)),
+        "mlp": "plain" if model_type in PLAIN_MLP_TYPES else "gated",
+        "norm": "layer" if model_type in LAYER_NORM_TYPES else "rms",
+        "qk_norm": model_type in QK_NORM_TYPES,
+    }
+    if model_type == "falcon" and not cfg.get("new_decoder_architecture") and cfg.get("multi_query", True):
+        values["num_kv_heads"] = 1
+    if model_type in PLAIN_MLP_TYPES and first("enable_bias", "bias", default=True):
+        values["bias"] = "all"
+    elif model_type in QKV_BIAS_TYPES or cfg.get("attention_bias"):
+        values["bias"] = "qkv"
+    if model_type == "opt":
+        values["position_embeddings"] = int(first("max_position_embeddings", default=2048)) + 2
+        proj = cfg.get("word_embed_proj_dim")
+        if proj and proj != hidden:
+            values["embedding_dim"] = proj
+    elif model_type == "gpt2":
+        values["position_embeddings"] = int(first("n_positions", default=1024))
+    experts = first("num_experts", "num_local_experts", "n_routed_experts", default=0) or 0
+    if experts:
+        expert_ffn = first("moe_intermediate_size", default=ffn)
+        values.update(num_experts=experts, experts_per_token=need("num_experts_per_tok"), expert_ffn_dim=expert_ffn)
+        if cfg.get("n_shared_experts"):
+            values["shared_expert_ffn_dim"] = int(cfg["n_shared_experts"]) * expert_ffn
+        elif cfg.get("shared_expert_intermediate_size"):
+            values["shared_expert_ffn_dim"] = cfg["shared_expert_intermediate_size"]
+        dense = int(first("first_k_dense_replace", default=0) or 0) + len(cfg.get("mlp_only_layers") or ())
+        values["dense_layers"] = min(dense, layers)
+    for key in ("layers", "hidden_dim", "ffn_dim", "vocab_size", "num_heads", "head_dim", "num_kv_heads"):
+        if isinstance(values[key], float) and values[key].is_integer():
+            values[key] = int(values[key])
+    try:
+        return TransformerShape(**values)
+    except ConfigError as exc:
+        raise ConfigError(f"{where} {exc}") from None
+
+
+#: Every field name of :class:`TransformerShape`.
+SHAPE_FIELDS = tuple(f.name for f in fields(TransformerShape))
