@@ -36,7 +36,7 @@ def test_valid_config_builds_with_reference_copying_the_actor():
     assert inst.models["reference"].hidden_dim == inst.models["actor"].hidden_dim
     assert inst.graph.names == ("actor.generate", "reference.infer", "reward.infer", "critic.infer",
                                 "actor.train", "critic.train")
-    assert inst.hardware.gemm_m_half == 5.0 and inst.hardware.decode_bw_eff == 0.15
+    assert inst.hardware.gemm_m_half == 5.0 and inst.hardware.decode_bw_eff == 0.7
     assert inst.optimizer["staleness_candidates"] == {"actor": (0,), "critic": (0,), "ac_share": (0,)}
 
 
@@ -158,8 +158,8 @@ def test_phases_are_longest_path_antichains():
     assert build_graph("ppo").publication_edges == (("actor.train", "actor.generate"), ("critic.train", "critic.infer"))
 
 
-def test_gemm_peak_fraction_defaults_to_design_formula_and_loads():
-    assert build_instance(config()).hardware.gemm_peak_fraction == 1.0
+def test_gemm_peak_fraction_defaults_below_the_datasheet_peak_and_loads():
+    assert build_instance(config()).hardware.gemm_peak_fraction == 0.7
     cfg = config()
     cfg["hardware"]["gemm_peak_fraction"] = 0.75
     assert build_instance(cfg).hardware.gemm_peak_fraction == 0.75
@@ -294,3 +294,36 @@ def test_gantt_title_names_period_staleness_and_synchronous_step(tmp_path):
     out = tmp_path / "g.svg"
     draw_gantt(inst, stale, s1, str(out))
     assert f"period {s1.period:.3f} s" in out.read_text()
+
+
+def test_hardware_preset_fills_datasheet_figures_and_fields_override_it():
+    from packplace.placement.hardware import PRESETS
+    cfg = config()
+    cfg["hardware"] = {"preset": "h100-sxm", "nodes_per_rack": 2, "decode_bw_eff": 0.5}
+    inst = build_instance(cfg)
+    assert (inst.cluster.racks, inst.cluster.nodes_per_rack, inst.cluster.gpus_per_node) == (1, 2, 8)
+    hw = inst.hardware
+    assert (hw.flops_per_gpu, hw.memory_per_gpu, hw.memory_bandwidth) == (989e12, 80e9, 3.35e12)
+    assert hw.decode_bw_eff == 0.5 and hw.gemm_peak_fraction == PRESETS["h100-sxm"]["gemm_peak_fraction"]
+    for name in ("h100-sxm", "h200", "a100-80gb-sxm", "a800", "h20", "b200", "l40s"):
+        cfg["hardware"] = {"preset": name}
+        hw = build_instance(cfg).hardware
+        # no default reaches the datasheet: documented sustained fractions of peak
+        assert hw.gemm_peak_fraction <= 0.75 and hw.decode_bw_eff <= 0.8, name
+    cfg["hardware"] = {"preset": "x100"}
+    with pytest.raises(ConfigError, match=r"\[hardware\] preset: unknown 'x100'; valid: "):
+        build_instance(cfg)
+
+
+def test_engine_settings_load_and_bad_values_name_the_field():
+    cfg = config()
+    assert build_instance(cfg).engine.batching == "continuous" and build_instance(cfg).engine.max_num_seqs == 256
+    cfg["policy"] = {"algorithm": "ppo", "batching": "static", "max_num_seqs": 64}
+    inst = build_instance(cfg)
+    assert (inst.engine.batching, inst.engine.max_num_seqs) == ("static", 64)
+    cfg["policy"]["batching"] = "dynamic"
+    with pytest.raises(ConfigError, match=r"\[policy\] batching: unknown 'dynamic'"):
+        build_instance(cfg)
+    cfg["policy"] = {"max_num_seqs": 0}
+    with pytest.raises(ConfigError, match=r"\[policy\] max_num_seqs: must be >= 1"):
+        build_instance(cfg)

@@ -10,6 +10,7 @@ import pytest
 
 from packplace.placement.config import build_instance
 from packplace.placement.cost import CostModel
+from packplace.placement.engine import RolloutEngine
 from packplace.placement.hardware import Cluster, Hardware
 from packplace.placement.memory import resident_bytes, transient_bytes, weight_bytes
 from packplace.placement.models import ModelSpec
@@ -20,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HW = Hardware(flops_per_gpu=1e15, memory_per_gpu=80e9, memory_bandwidth=2e12, alpha_coll_g=1e-6,
               beta_coll_g=3e-12, alpha_coll_n=5e-6, beta_coll_n=2e-11, alpha_coll_r=8e-6, beta_coll_r=4e-11,
               alpha_p2p_g=2e-6, beta_p2p_g=2.5e-12, alpha_p2p_n=5e-6, beta_p2p_n=2e-11, alpha_p2p_r=1e-5,
-              beta_p2p_r=4e-11)
+              beta_p2p_r=4e-11, gemm_peak_fraction=1.0, decode_bw_eff=0.15)
 MODEL = ModelSpec(layers=2, hidden_dim=128, ffn_dim=256, vocab_size=100, head_dim=64)
 
 
@@ -131,7 +132,7 @@ def test_generate_time_by_hand_memory_bound_decode():
     for t in (1, 2, 3):
         ctx = 10 + t
         per_token = 2 * MODEL.gemm_params + 4 * 2 * ctx * 128  # 2N + 4·L·ctx·d: QKᵀ and AV, 2·ctx·d each
-        compute = per_token * 2 / (1e15 * ((2 / 64) / (2 / 64 + 5)))
+        compute = per_token * 2 / 1e15  # decode roofline: peak · gemm_peak_fraction (1.0 here), no small-m term
         memory = (2 * MODEL.gemm_params + 2 * ctx * MODEL.kv_bytes_per_token(1, 1)) / (2e12 * 0.15)
         decode += max(compute, memory)
     assert c.generate_time(MODEL, 1, 1, 1, 2, (1, 1, 1)) == pytest.approx(prefill + decode)
@@ -176,7 +177,7 @@ def test_tensor_parallel_keeps_all_micro_batch_tokens_as_gemm_rows():
     c = cost(w, hw)
     eff = lambda rows: 0.75 * (rows / 64) / (rows / 64 + 5)  # noqa: E731
     prefill = (2 * MODEL.gemm_params + 2 * 2 * 10 * 128) * 20 / (2 * 1e15 * eff(20))
-    decode = sum((2 * MODEL.gemm_params + 4 * 2 * (10 + t) * 128) * 2 / (2 * 1e15 * eff(2)) for t in (1, 2, 3))
+    decode = sum((2 * MODEL.gemm_params + 4 * 2 * (10 + t) * 128) * 2 / (2 * 1e15 * 0.75) for t in (1, 2, 3))
     one, two = c.generate_time(MODEL, 1, 1, 1, 2, (1, 1, 1)), c.generate_time(MODEL, 1, 1, 2, 2, (1, 1, 2))
     assert two == pytest.approx(prefill + decode, rel=1e-12)
     assert two == pytest.approx(one / 2, rel=1e-9)
@@ -196,7 +197,7 @@ def test_gemm_peak_fraction_caps_efficiency_and_model_flops_utilisation():
     hw = Hardware(**{**HW.__dict__, "gemm_peak_fraction": 0.75})
     assert cost(hw=hw).gemm_efficiency(320, 128) == pytest.approx(0.375)
     assert cost(hw=hw).gemm_efficiency(64e6, 128) == pytest.approx(0.75, rel=1e-5)
-    assert cost().gemm_efficiency(64e6, 128) == pytest.approx(1.0, rel=1e-5)  # DESIGN default: no ceiling
+    assert cost().gemm_efficiency(64e6, 128) == pytest.approx(1.0, rel=1e-5)  # HW sets the ceiling to 1
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml"))),
@@ -239,7 +240,9 @@ def test_long_generation_is_chunked_and_close_to_the_exact_sum():
         workload_module.DECODE_EXACT_STEPS = 100  # chunk the 400-token case
         chunked = Workload(2, 1, 10, 400, ((0.5, 100.0),))
         assert len(chunked.decode_grid[0]) == 100
-        assert cost(chunked).generate_time(MODEL, 1, 1, 1, 2, (1, 1, 1)) == pytest.approx(
-            cost(exact).generate_time(MODEL, 1, 1, 1, 2, (1, 1, 1)), rel=1e-4)
+        static = RolloutEngine("static")
+        assert CostModel(HW, Cluster(2, 4, 8), chunked, static).generate_time(MODEL, 1, 1, 1, 2, (1, 1, 1)) == \
+            pytest.approx(CostModel(HW, Cluster(2, 4, 8), exact, static).generate_time(MODEL, 1, 1, 1, 2, (1, 1, 1)),
+                          rel=1e-4)
     finally:
         workload_module.DECODE_EXACT_STEPS = old

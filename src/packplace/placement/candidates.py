@@ -182,7 +182,7 @@ class CandidateTable:
         start = time.perf_counter()
         self.instance = instance
         self.cluster = instance.cluster
-        self.cost = CostModel(instance.hardware, instance.cluster, instance.workload)
+        self.cost = CostModel(instance.hardware, instance.cluster, instance.workload, instance.engine)
         self.extents = block_extents(instance.cluster)
         self._origins = {ext: tuple(block_origins(instance.cluster, ext)) for ext in self.extents}
         self.all: dict[str, tuple[Candidate, ...]] = {}
@@ -347,7 +347,7 @@ def _smallest_fitting_gpus(vertex, model: ModelSpec, instance, cost: CostModel, 
         else:
             grown = Cluster(c.racks * factor, c.nodes_per_rack, c.gpus_per_node)
         big = replace(instance, cluster=grown, _cache={})
-        grown_cost = CostModel(instance.hardware, grown, instance.workload)
+        grown_cost = CostModel(instance.hardware, grown, instance.workload, instance.engine)
         cands = build_vertex_candidates(vertex.name, vertex.kind, model, big, grown_cost,
                                         [e for e in block_extents(grown) if e[0] * e[1] * e[2] > c.num_gpus])
         fitting = [x.gpus for x in cands if x.fits]

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from packplace.errors import ConfigError
+from packplace.placement.engine import BATCHING, DEFAULT_MAX_NUM_SEQS, RolloutEngine
 from packplace.placement.graph import ALGORITHMS, StepGraph, build_graph
-from packplace.placement.hardware import HARDWARE_DEFAULTS, HARDWARE_REQUIRED, Cluster, Hardware
+from packplace.placement.hardware import HARDWARE_DEFAULTS, HARDWARE_REQUIRED, Cluster, Hardware, resolve_preset
 from packplace.placement.models import LM_ROLES, ModelSpec
 from packplace.placement.workload import Workload
 from packplace.shape import from_hf_config, shape_from_mapping
@@ -89,6 +90,7 @@ class PlacementInstance:
         optimizer: The ``[optimizer]`` section, validated, every knob of :data:`OPTIMIZER_KNOBS` present
             (defaults filled), ``staleness_candidates`` as ``{model: (0, 1, ...)}``.
         source: Where it came from (a path or ``"<dict>"``).
+        engine: The rollout engine's batching (``policy.batching``, ``policy.max_num_seqs``).
     """
 
     cluster: Cluster
@@ -99,6 +101,7 @@ class PlacementInstance:
     graph: StepGraph
     optimizer: Mapping[str, Any]
     source: str = "<dict>"
+    engine: RolloutEngine = field(default_factory=RolloutEngine)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -180,7 +183,8 @@ def _float(section: Mapping[str, Any], key: str, where: str, *, positive: bool) 
 
 
 def _hardware(hw: dict[str, Any]) -> tuple[Cluster, Hardware]:
-    _no_unknown(hw, HARDWARE_REQUIRED + tuple(HARDWARE_DEFAULTS), "hardware")
+    _no_unknown(hw, HARDWARE_REQUIRED + tuple(HARDWARE_DEFAULTS) + ("preset",), "hardware")
+    hw = resolve_preset(hw)
     _require(hw, HARDWARE_REQUIRED, "hardware")
     cluster = Cluster(_int(hw, "racks", "hardware"), _int(hw, "nodes_per_rack", "hardware"),
                       _int(hw, "gpus_per_node", "hardware"))
@@ -192,7 +196,7 @@ def _hardware(hw: dict[str, Any]) -> tuple[Cluster, Hardware]:
     for key, default in HARDWARE_DEFAULTS.items():
         if key in hw:
             values[key] = _float(hw, key, "hardware",
-                                 positive=key in HARDWARE_FRACTIONS + ("non_gemm_batch_cal",))
+                                 positive=key in HARDWARE_FRACTIONS + ("non_gemm_batch_cal", "host_bandwidth"))
         else:
             values[key] = default
     for key in HARDWARE_FRACTIONS:
@@ -255,6 +259,14 @@ def _workload(w: dict[str, Any]) -> Workload:
             last_q, last_t = q, tokens
         quantiles = tuple(points)
     return Workload(b, k, s, t, quantiles)
+
+
+def _engine(policy: dict[str, Any]) -> RolloutEngine:
+    batching = policy.get("batching", "continuous")
+    if batching not in BATCHING:
+        raise ConfigError(f"[policy] batching: unknown {batching!r}; valid: {', '.join(BATCHING)}")
+    max_num_seqs = _int(policy, "max_num_seqs", "policy") if "max_num_seqs" in policy else DEFAULT_MAX_NUM_SEQS
+    return RolloutEngine(batching, max_num_seqs)
 
 
 def _knob_value(name: str, value: Any, where: str) -> Any:
@@ -351,7 +363,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
             raise ConfigError(f"[{key}] Unknown section; valid: hardware, models, workload, policy, optimizer")
     cluster, hardware = _hardware(_section(config, "hardware"))
     policy = _section(config, "policy", required=False)
-    _no_unknown(policy, ("algorithm",), "policy")
+    _no_unknown(policy, ("algorithm", "batching", "max_num_seqs"), "policy")
+    engine = _engine(policy)
     algorithm = policy.get("algorithm", "ppo")
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"[policy] algorithm: unknown {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
@@ -369,4 +382,4 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     workload = _workload(_section(config, "workload"))
     optimizer = _optimizer(_section(config, "optimizer", required=False), algorithm)
     return PlacementInstance(cluster, hardware, models, workload, algorithm, build_graph(algorithm),
-                             optimizer, source)
+                             optimizer, source, engine)

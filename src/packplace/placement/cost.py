@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from packplace.placement.engine import RolloutEngine, continuous_schedule, kv_capacity_sequences
 from packplace.placement.hardware import Cluster, Hardware
 from packplace.placement.models import ModelSpec
 from packplace.placement.workload import Workload
@@ -31,12 +32,15 @@ class CostModel:
 
     Args:
         hardware, cluster, workload: The instance's figures.
+        engine: The rollout engine's batching settings (default: continuous, ``max_num_seqs`` 256).
     """
 
-    def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload) -> None:
+    def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload,
+                 engine: RolloutEngine | None = None) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
+        self.engine = engine if engine is not None else RolloutEngine()
 
     # -- primitives -------------------------------------------------------------------------------
     def gemm_efficiency(self, rows: float, inner: float) -> float:
@@ -135,10 +139,11 @@ class CostModel:
     def vertex_time(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                     extent: tuple[int, int, int]) -> float:
         """Seconds of the vertex on a block of ``extent`` (the slowest data-parallel replica; replicas
-        are identical). Dispatches to :meth:`train_time`, :meth:`infer_time`, :meth:`generate_time`."""
+        are identical) plus the hardware's ``phase_overhead`` (the fixed cost of running a task: framework
+        dispatch, data gathering). Dispatches to :meth:`pass_time` and :meth:`generate_time`."""
         if kind == "generate":
-            return self.generate_time(model, dp, pp, tp, micro_batch, extent)
-        return self.pass_time(model, kind == "train", dp, pp, tp, micro_batch, extent)
+            return self.generate_time(model, dp, pp, tp, micro_batch, extent) + self.hw.phase_overhead
+        return self.pass_time(model, kind == "train", dp, pp, tp, micro_batch, extent) + self.hw.phase_overhead
 
     def pass_time(self, model: ModelSpec, train: bool, dp: int, pp: int, tp: int, micro_batch: int,
                   extent: tuple[int, int, int]) -> float:
@@ -177,55 +182,109 @@ class CostModel:
             total += 32.0 * shard / dp / self.hw.memory_bandwidth
         return total
 
-    def generate_time(self, model: ModelSpec, dp: int, pp: int, tp: int, micro_batch: int,
-                      extent: tuple[int, int, int]) -> float:
-        """Rollout generation: each replica decodes its ``B·K/dp`` sequences in rounds of ``mb``.
+    def decode_step_times(self, model: ModelSpec, tp: int, pp: int, extent: tuple[int, int, int], dp: int,
+                          running: np.ndarray, context_sum: np.ndarray) -> np.ndarray:
+        """Seconds of one decode iteration of an engine replica with ``running`` sequences whose contexts
+        (prompt + generated tokens) add up to ``context_sum`` tokens (arrays of the same shape).
 
-        A round is a compute-bound prefill of ``mb·S`` prompt tokens plus decode steps ``t = 1..T_max``
-        (``T_max`` the longest response of the batch, :attr:`Workload.max_response`) with a shrinking
-        active batch ``a_t = mb·(1 − F(t−1))`` from ``gen_quantiles``. A decode step is memory bound:
-        ``max(compute, bytes / (memory_bandwidth·decode_bw_eff))`` where compute is
-        ``(2N + 4L(S+t)d)·a_t/(tp·F·eff)`` (:meth:`decode_flops_per_token`; ``eff`` of ``a_t`` rows — every
-        TP rank holds the whole active batch — so the term shrinks as ``1/tp``) and bytes are the weight
-        shard ``2N/tp`` plus the KV cache
-        read ``a_t·(S+t)·kv_bytes_per_token`` (summed over the pipeline stages a token crosses), plus
-        2 tensor-parallel all-reduces per layer of ``a_t·d·2`` bytes and ``pp − 1`` stage hand-offs.
-        Rounds overlap across pipeline stages: ``(rounds + pp − 1)·t_round/pp``.
+        Roofline (Williams et al. 2009; applied to decoding by Pope et al. 2022, "Efficiently Scaling
+        Transformer Inference", §2-3): ``max(compute, memory) + overheads`` with
 
-        Very long generations (``T_max`` > ``workload.DECODE_EXACT_STEPS`` = 16384) are summed in chunks
-        of ``c`` consecutive decode steps, each valued at its middle step times ``c`` (midpoint rule; the summand
-        is piecewise linear in ``t``, so only chunks containing a kink err: < 1e-4 relative in the test that
-        chunks a 400-step decode into 100 pieces): the cost stays bounded
-        whatever ``generation_length`` (≤ 1e7, see the config checks). Below the threshold the sum is exact.
+        * compute ``(2N·a + 4·L·q·Σctx) / (tp·F·gemm_peak_fraction)`` (``q = heads·head_dim``) — the matrix FLOPs of ``a`` new
+          tokens plus attention over every cached token (:meth:`decode_flops_per_token`). No
+          small-``m`` GEMM penalty: at small batch the weight read is what bounds a decode step, and that
+          is the memory term (the ``gemm_m_half`` saturation models the same effect for training GEMMs and
+          would count it twice);
+        * memory ``(2W/tp + kv_bytes_per_token·Σctx) / (memory_bandwidth·decode_bw_eff)`` — every
+          iteration streams the weight shard (``W`` = :meth:`decode_weights_read`) and reads the KV cache of every running sequence (vLLM's
+          PagedAttention reads exactly the live pages, Kwon et al. 2023);
+        * overheads: ``decode_step_overhead`` (scheduler, sampling), the non-GEMM time of ``a/tp``
+          tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et al.
+          2019) and ``pp − 1`` stage hand-offs. A pipeline of ``pp`` stages keeps ``pp`` batches in flight
+          (vLLM virtual engines): an iteration over all running sequences still reads every weight once,
+          so ``pp`` does not shorten it.
         """
-        w, hw = self.workload, self.hw
-        rounds = w.sequences // (dp * micro_batch)
+        hw = self.hw
         d, L = model.hidden_dim, model.layers
-        prompt_tokens = micro_batch * w.context_length
-        eff = self.gemm_efficiency(prompt_tokens, d / tp)
-        prefill = (self.forward_flops_per_token(model, w.context_length) * prompt_tokens
-                   / (tp * hw.flops_per_gpu * eff))
-        prefill += 2 * L * self.allreduce(prompt_tokens * d * ACT_BYTES, tp, 0) + self._non_gemm(L, prompt_tokens / tp)
-        steps, weight, fraction = w.decode_grid  # (n,) decode steps t, steps each entry stands for, 1 − F(t − 1)
-        active = micro_batch * fraction
-        ctx = w.context_length + steps
-        per_token = self.decode_flops_per_token(model, ctx)
-        m = active / GEMM_UNIT
         k_eff = d / tp / (d / tp + hw.gemm_k_half * GEMM_UNIT) if hw.gemm_k_half > 0 else 1.0
-        # compute = per_token·a/(tp·F·eff) with eff = peak·m/(m + m_half)·k_eff, written without 1/m
-        compute = per_token * GEMM_UNIT * (m + hw.gemm_m_half) / (tp * hw.flops_per_gpu * hw.gemm_peak_fraction
-                                                                  * k_eff)
-        memory = (2.0 * model.gemm_params / tp + active * ctx * model.kv_bytes_per_token(tp, 1)) / (
-            hw.memory_bandwidth * hw.decode_bw_eff)
-        step = np.maximum(compute, memory) + self._non_gemm(L, active / tp)
+        flops = 2.0 * model.gemm_params * running + 4.0 * L * model.attention_dim * context_sum
+        compute = flops / (tp * hw.flops_per_gpu * hw.gemm_peak_fraction * k_eff)
+        memory = (2.0 * self.decode_weights_read(model, running) / tp
+                  + context_sum * model.kv_bytes_per_token(tp, 1)) / (hw.memory_bandwidth * hw.decode_bw_eff)
+        step = np.maximum(compute, memory) + self._non_gemm(L, running / tp) + hw.decode_step_overhead
         if tp > 1:
             alpha, beta = hw.coll(0)
-            step = step + 2 * L * 2 * (tp - 1) * (alpha + active * d * ACT_BYTES / tp * beta)
+            step = step + 2 * L * 2 * (tp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
         if pp > 1:
             alpha, beta = hw.p2p(self.group_level(dp * pp * tp, extent))
-            step = step + (pp - 1) * (alpha + active * d * ACT_BYTES / tp * beta)
-        step = step * weight
-        round_time = prefill + float(step.sum())  # step already weighted
+            step = step + (pp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
+        return step
+
+    @staticmethod
+    def decode_weights_read(model: ModelSpec, running: np.ndarray) -> np.ndarray:
+        """Weights (parameters) one decode iteration of ``running`` sequences reads: the matrix weights a
+        token uses (``gemm_params``); for a mixture of experts also the other routed experts, each read
+        when at least one of the ``a`` tokens routes to it: ``(P − P_active)·(1 − (1 − k/E)^a)``
+        (uniform routing)."""
+        if not model.is_moe:
+            return model.gemm_params + 0.0 * running
+        touched = 1.0 - (1.0 - model.experts_per_token / model.num_experts) ** running
+        return model.gemm_params + (model.params - model.active_params) * touched
+
+    def prefill_time(self, model: ModelSpec, tp: int, sequences: float, batch: float) -> float:
+        """Prefill of ``sequences`` prompts of ``S`` tokens, ``batch`` prompts per forward pass, as GEMMs:
+        ``(2N + 2LSd)·S·sequences / (tp·F·eff)`` with ``eff`` = :meth:`gemm_efficiency` of ``batch·S``
+        rows (prefill is compute bound, Pope et al. 2022), plus 2 tensor-parallel all-reduces per layer
+        and the non-GEMM time, per pass."""
+        w, hw = self.workload, self.hw
+        d, L, S = model.hidden_dim, model.layers, w.context_length
+        rows = batch * S
+        passes = sequences / batch
+        eff = self.gemm_efficiency(rows, d / tp)
+        compute = self.forward_flops_per_token(model, S) * S * sequences / (tp * hw.flops_per_gpu * eff)
+        per_pass = 2 * L * self.allreduce(rows * d * ACT_BYTES, tp, 0) + self._non_gemm(L, rows / tp)
+        return compute + passes * per_pass
+
+    def engine_concurrency(self, model: ModelSpec, tp: int, pp: int, micro_batch: int) -> int:
+        """Sequences an engine replica runs at once: ``min(mb, max_num_seqs, KV capacity)`` with the
+        capacity from :func:`packplace.placement.engine.kv_capacity_sequences`."""
+        capacity = kv_capacity_sequences(model, self.hw.memory_per_gpu, self.workload, tp, pp)
+        return max(1, min(micro_batch, self.engine.max_num_seqs, capacity))
+
+    def generate_time(self, model: ModelSpec, dp: int, pp: int, tp: int, micro_batch: int,
+                      extent: tuple[int, int, int]) -> float:
+        """Rollout generation of the ``B·K/dp`` sequences of one engine replica (the replicas are alike).
+
+        Continuous batching (default, :mod:`packplace.placement.engine`): at most
+        :meth:`engine_concurrency` sequences run; :func:`~packplace.placement.engine.continuous_schedule`
+        gives segments of iterations with a constant running set, each priced by
+        :meth:`decode_step_times` at its middle iteration (exact when one roofline side dominates the
+        segment, as both sides are linear in the iteration); plus the prefill of every prompt in passes of
+        the running batch (:meth:`prefill_time`).
+
+        Static rounds (``batching: static``): rounds of ``mb`` sequences, each a prefill of ``mb``
+        prompts and decode iterations ``t = 1..T_max`` (``T_max`` the longest response of the batch,
+        :attr:`Workload.max_response`) with the expected running count ``a_t = mb·(1 − F(t−1))`` from
+        ``gen_quantiles``; rounds overlap across pipeline stages: ``(rounds + pp − 1)·t_round/pp``.
+        Very long generations (``T_max`` > ``workload.DECODE_EXACT_STEPS`` = 16384) are summed in chunks of
+        consecutive iterations, each valued at its middle (midpoint rule, < 1e-4 relative in the test that
+        chunks a 400-step decode into 100 pieces)."""
+        w = self.workload
+        S = w.context_length
+        per_replica = w.sequences // dp
+        if self.engine.batching == "continuous":
+            slots = self.engine_concurrency(model, tp, pp, micro_batch)
+            iterations, running, generated = continuous_schedule(w, per_replica, slots)
+            middle = running * (S + 1.0) + generated + running * (iterations - 1.0) / 2.0
+            steps = self.decode_step_times(model, tp, pp, extent, dp, running, middle)
+            return self.prefill_time(model, tp, per_replica, min(slots, per_replica)) + float(
+                (steps * iterations).sum())
+        rounds = per_replica // micro_batch
+        prefill = self.prefill_time(model, tp, micro_batch, micro_batch)
+        steps, weight, fraction = w.decode_grid  # (n,) decode steps t, steps each entry stands for, 1 − F(t − 1)
+        active = micro_batch * fraction
+        step = self.decode_step_times(model, tp, pp, extent, dp, active, active * (S + steps))
+        round_time = prefill + float((step * weight).sum())
         return self.pipeline(rounds, pp, round_time / pp)
 
     # -- movement between blocks -----------------------------------------------------------------

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from packplace.errors import ConfigError
+
 #: Communication level names, indexed by level.
 LEVEL_NAMES = ("g", "n", "r")
 
@@ -72,18 +74,29 @@ class Hardware:
         gemm_m_half: Rows of a GEMM (micro-batch tokens; with tensor parallelism every rank holds all
             of them), in units of 64 rows, at which a GEMM reaches half of its ceiling (default 5: 320 rows).
         gemm_peak_fraction: Ceiling of the GEMM efficiency, the fraction of ``flops_per_gpu`` a very large
-            dense GEMM sustains (0 < x ≤ 1; default 1.0 = DESIGN §3's formula ``m/(m + gemm_m_half)``).
-            Extension of DESIGN §3: datasheet peaks are not reached by real GEMMs (H100 SXM bf16: ~700-750
-            of 989 TFLOP/s measured with cuBLAS, ≈ 0.75 — an estimate from public benchmarks).
+            dense GEMM sustains (0 < x ≤ 1). Default 0.7: datasheet peaks are not reached by real GEMMs
+            (H100 SXM bf16: ~700-750 of 989 TFLOP/s with cuBLAS, A100 ~250-280 of 312), and whole
+            training steps sustain less (Megatron-LM reports 0.52-0.57 of A100 peak as MFU at scale,
+            Narayanan et al. 2021); the default never exceeds these sustained fractions.
         gemm_k_half: Inner dimension (hidden size per tensor-parallel rank), in units of 64, at which
             a GEMM reaches half of peak; 0 disables the term.
-        decode_bw_eff: Fraction of ``memory_bandwidth`` a decode step achieves (0 < x ≤ 1; DESIGN §3
-            default 0.15; the shipped configs carry a calibrated ≈ 0.7, see their comments).
+        decode_bw_eff: Fraction of ``memory_bandwidth`` a decode step achieves (0 < x ≤ 1; default 0.7:
+            vLLM decoding a 7-8B model at batch 1 streams its weights at 0.6-0.8 of the datasheet HBM
+            bandwidth, see :data:`PRESETS`).
         non_gemm_constant: Seconds per layer per micro-batch spent outside GEMMs (norms, softmax,
             kernel launches); 0 disables.
         non_gemm_scaling: Seconds per layer per ``non_gemm_batch_cal`` tokens (per tensor-parallel rank)
             outside GEMMs.
         non_gemm_batch_cal: Token count at which ``non_gemm_scaling`` was calibrated.
+        host_bandwidth: Host↔GPU (PCIe) bandwidth per GPU, one direction, bytes/s: what sleep/wake
+            (offload/onload of a colocated engine's weights) moves at. Default 25e9: PCIe Gen4 x16 is
+            32 GB/s per direction (PCI-SIG), pinned-memory copies sustain ≈ 25 GB/s; Gen5 doubles it.
+        decode_step_overhead: Seconds added to every decode step of a generation engine (scheduler,
+            sampling, Python and launch overhead that CUDA graphs do not hide); default 0.
+        phase_overhead: Seconds added once to every task of the step (framework dispatch, data
+            gathering, process-group setup: the fixed cost of a phase); default 0.
+        weight_sync_overhead: Seconds added to every per-step weight synchronisation from a trainer to
+            its rollout engine (engine reload, cache reset); default 0.
     """
 
     flops_per_gpu: float
@@ -103,11 +116,15 @@ class Hardware:
     beta_p2p_r: float
     gemm_m_half: float = 5.0
     gemm_k_half: float = 0.0
-    gemm_peak_fraction: float = 1.0
-    decode_bw_eff: float = 0.15
+    gemm_peak_fraction: float = 0.7
+    decode_bw_eff: float = 0.7
     non_gemm_constant: float = 0.0
     non_gemm_scaling: float = 0.0
     non_gemm_batch_cal: float = 64.0
+    host_bandwidth: float = 25e9
+    decode_step_overhead: float = 0.0
+    phase_overhead: float = 0.0
+    weight_sync_overhead: float = 0.0
 
     def coll(self, level: int) -> tuple[float, float]:
         """``(α, β)`` of a collective at ``level`` (seconds, seconds/byte)."""
@@ -128,6 +145,105 @@ HARDWARE_REQUIRED = (
 )
 #: Optional efficiency knobs and their defaults.
 HARDWARE_DEFAULTS = {
-    "gemm_m_half": 5.0, "gemm_k_half": 0.0, "gemm_peak_fraction": 1.0, "decode_bw_eff": 0.15,
+    "gemm_m_half": 5.0, "gemm_k_half": 0.0, "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.7,
     "non_gemm_constant": 0.0, "non_gemm_scaling": 0.0, "non_gemm_batch_cal": 64.0,
+    "host_bandwidth": 25e9, "decode_step_overhead": 0.0, "phase_overhead": 0.0, "weight_sync_overhead": 0.0,
 }
+#: Cluster-shape fields a preset fills (8 GPUs per node, one node, one rack) unless the config sets them.
+PRESET_CLUSTER = {"racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8}
+
+
+def _links(nvlink_bus: float, nic: float, *, rack_factor: float = 0.9) -> dict[str, float]:
+    """α–β figures of the three levels from the NCCL bus bandwidth inside a node (``nvlink_bus``,
+    bytes/s) and the per-GPU network bandwidth across nodes (``nic``, bytes/s, one NIC per GPU); across
+    racks the network is taken ``rack_factor`` as fast (one more switch hop). Latencies: 1 µs per ring
+    step in a node, 5 µs across nodes, 8 µs across racks (nccl-tests small-message all-reduce times on
+    NVSwitch and InfiniBand systems, order of magnitude). Point-to-point runs at 1.1× the collective bus
+    bandwidth (no ring reduction)."""
+    return {
+        "alpha_coll_g": 1e-6, "beta_coll_g": 1.0 / nvlink_bus,
+        "alpha_coll_n": 5e-6, "beta_coll_n": 1.0 / nic,
+        "alpha_coll_r": 8e-6, "beta_coll_r": 1.0 / (nic * rack_factor),
+        "alpha_p2p_g": 2e-6, "beta_p2p_g": 1.0 / (1.1 * nvlink_bus),
+        "alpha_p2p_n": 5e-6, "beta_p2p_n": 1.0 / (1.1 * nic),
+        "alpha_p2p_r": 8e-6, "beta_p2p_r": 1.0 / (1.1 * nic * rack_factor),
+    }
+
+
+#: Hardware presets: ``hardware: {preset: h100-sxm, nodes_per_rack: 2}``; every field may be overridden.
+#:
+#: Datasheet figures (dense BF16 Tensor Core FLOP/s — half the "with sparsity" number —, memory, HBM
+#: bandwidth, NVLink) from NVIDIA's datasheets: H100 Tensor Core GPU datasheet (SXM: 989 TFLOPS, 80 GB,
+#: 3.35 TB/s, NVLink 900 GB/s); H200 Tensor Core GPU datasheet (SXM: 989 TFLOPS, 141 GB, 4.8 TB/s);
+#: A100 Tensor Core GPU datasheet (80 GB SXM: 312 TFLOPS, 2,039 GB/s, NVLink 600 GB/s); A800 40/80 GB
+#: datasheet (A100 silicon, NVLink limited to 400 GB/s); H20 product brief (148 TFLOPS, 96 GB HBM3,
+#: 4.0 TB/s, NVLink 900 GB/s); HGX B200 datasheet (2.25 PFLOPS dense BF16 per GPU, 180 GB HBM3e of the
+#: 1.44 TB per 8-GPU board, 8 TB/s, NVLink 5 1.8 TB/s); L40S datasheet (362 TFLOPS, 48 GB GDDR6,
+#: 864 GB/s, PCIe Gen4 x16, no NVLink).
+#:
+#: Links: NCCL all-reduce bus bandwidth ≈ 0.8 of the one-direction NVLink bandwidth (nccl-tests on
+#: DGX/HGX systems); across nodes one NIC per GPU: 400 Gb/s NDR (H100/H200/H20; 50 GB/s line, 45 GB/s
+#: achieved), 200 Gb/s HDR (A100/A800; 22.5 GB/s achieved), 400 Gb/s ConnectX-7 on B200 (the 800 Gb/s
+#: ConnectX-8 doubles it); L40S servers talk over PCIe Gen4 in the node (~20 GB/s bus bandwidth) and
+#: 200 Gb/s Ethernet/RoCE across nodes. ``host_bandwidth``: PCIe Gen5 x16 (64 GB/s per direction, ~50
+#: sustained) on Hopper and Blackwell boards, Gen4 x16 (32 GB/s, ~25 sustained) on Ampere and L40S.
+#:
+#: Efficiency estimates (documented, not measured on your cluster; ``packplace calibrate`` fits them):
+#: ``gemm_peak_fraction`` is the sustained fraction of dense peak of whole training/inference passes —
+#: 0.65 on Hopper/Blackwell (cuBLAS GEMMs reach ~0.75 of peak; attention, layer norms and the optimizer
+#: bring whole passes lower: Megatron-LM and NeMo report 0.4-0.55 MFU for dense 7-70B training), 0.6 on
+#: A100/A800/L40S; ``decode_bw_eff`` 0.6-0.7 of the datasheet HBM bandwidth (vLLM batch-1 decode of
+#: 7-8B models: 11.9 ms/token for Qwen2.5-7B on one A100 in the Qwen speed benchmark against a 6.9 ms
+#: weight-streaming floor); ``decode_step_overhead`` a few ms (vLLM's scheduler, sampling and detokenizer
+#: per step); ``phase_overhead`` a few seconds (Ray dispatch, data gathering and process-group setup per
+#: phase of an RL step in verl / OpenRLHF / NeMo RL).
+PRESETS: dict[str, dict[str, float]] = {
+    "h100-sxm": {"flops_per_gpu": 989e12, "memory_per_gpu": 80e9, "memory_bandwidth": 3.35e12,
+                 **_links(360e9, 45e9), "host_bandwidth": 50e9,
+                 "gemm_peak_fraction": 0.65, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
+                 "phase_overhead": 2.0, "weight_sync_overhead": 1.0},
+    "h200": {"flops_per_gpu": 989e12, "memory_per_gpu": 141e9, "memory_bandwidth": 4.8e12,
+             **_links(360e9, 45e9), "host_bandwidth": 50e9,
+             "gemm_peak_fraction": 0.65, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
+             "phase_overhead": 2.0, "weight_sync_overhead": 1.0},
+    "a100-80gb-sxm": {"flops_per_gpu": 312e12, "memory_per_gpu": 80e9, "memory_bandwidth": 2.039e12,
+                      **_links(240e9, 22.5e9), "host_bandwidth": 25e9,
+                      "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
+                      "phase_overhead": 2.0, "weight_sync_overhead": 1.0},
+    "a800": {"flops_per_gpu": 312e12, "memory_per_gpu": 80e9, "memory_bandwidth": 2.039e12,
+             **_links(160e9, 22.5e9), "host_bandwidth": 25e9,
+             "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
+             "phase_overhead": 2.0, "weight_sync_overhead": 1.0},
+    "h20": {"flops_per_gpu": 148e12, "memory_per_gpu": 96e9, "memory_bandwidth": 4.0e12,
+            **_links(360e9, 45e9), "host_bandwidth": 50e9,
+            "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
+            "phase_overhead": 2.0, "weight_sync_overhead": 1.0},
+    "b200": {"flops_per_gpu": 2.25e15, "memory_per_gpu": 180e9, "memory_bandwidth": 8.0e12,
+             **_links(720e9, 45e9), "host_bandwidth": 50e9,
+             "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
+             "phase_overhead": 2.0, "weight_sync_overhead": 1.0},
+    "l40s": {"flops_per_gpu": 362e12, "memory_per_gpu": 48e9, "memory_bandwidth": 864e9,
+             **_links(20e9, 22.5e9), "host_bandwidth": 25e9,
+             "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.7, "decode_step_overhead": 2e-3,
+             "phase_overhead": 2.0, "weight_sync_overhead": 1.0},
+}
+PRESETS["a100"] = PRESETS["a100-80gb-sxm"]
+PRESETS["h100"] = PRESETS["h100-sxm"]
+
+
+def resolve_preset(section: dict) -> dict:
+    """The ``hardware`` section with its ``preset`` (if any) expanded: the preset's figures and
+    :data:`PRESET_CLUSTER` first, the section's own fields on top.
+
+    Raises:
+        ConfigError: ``[hardware] preset: unknown 'x100'; valid: ...``.
+    """
+    if "preset" not in section:
+        return dict(section)
+    name = section["preset"]
+    base = PRESETS.get(name) if isinstance(name, str) else None
+    if base is None:
+        raise ConfigError(f"[hardware] preset: unknown {name!r}; valid: {', '.join(sorted(PRESETS))}")
+    merged = {**PRESET_CLUSTER, **base}
+    merged.update({k: v for k, v in section.items() if k != "preset"})
+    return merged
