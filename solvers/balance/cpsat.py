@@ -3,6 +3,7 @@
 Model (samples in :func:`~packplace.balance.schema.key_order`, bins ``b = r·m + j`` rank-major):
 
 * Booleans ``x[i, b]``: sample i sits in bin b; ``Σ_b x[i, b] = 1``; ``Σ_i x[i, b] ≥ 1`` (no empty bin).
+* Rank rules (:func:`_add_rank_rules`): a sample cap per bin, equal rank counts, groups on one rank.
 * Bin tokens ``Σ_i t_i·x[i, b] ≤ seq_len`` over the samples that fit; an oversized sample (policy
   ``single``) forces its bin to hold nothing else. Each named budget: ``Σ_i u_i·x[i, b] ≤ limit``.
 * Rank loads ``ℓ_r = Σ_{b ∈ r} Σ_i ĉ_i·x[i, b]`` (+ the bins' padding cost) as integers, ``ĉ_i``
@@ -339,6 +340,9 @@ def _build_model(
             model.Add(sum(usages[i] * x[i][b] for i in users) <= int_limit)
         check_clock()
 
+    _add_rank_rules(model, instance, samples, x)
+    check_clock()
+
     # Rounding can push a near-zero model load a little below 0 when padding is folded in.
     load_lower = -(n + nbins) if scaling.padded else 0
     loads = [model.NewIntVar(load_lower, load_upper, f"load_{r}") for r in range(ranks)]
@@ -383,6 +387,33 @@ def _build_model(
         model.Add(sum(built.squares) >= objective_lower)
         model.Minimize(sum(built.squares))
     return built
+
+
+def _add_rank_rules(model: cp_model.CpModel, instance: BalanceInstance, samples: list, x: list) -> None:
+    """The rank rules, exactly: Σ_i x[i, b] ≤ cap per bin; lo ≤ Σ_{i, b ∈ r} x[i, b] ≤ hi per rank
+    (with ``equal_count``: ⌊n/D⌋ and ⌈n/D⌉, so exactly n mod D ranks hold ⌈n/D⌉ since the counts sum
+    to n); each member of a group on the same rank as the group's first member."""
+    if not instance.has_rank_rules:
+        return
+    ranks, m = instance.data_parallel_size, instance.local_batch_size
+    n = len(samples)
+    cap = instance.max_samples_per_bin
+    if cap is not None:
+        for b in range(instance.num_bins):
+            model.Add(sum(x[i][b] for i in range(n)) <= cap)
+    if instance.equal_count:
+        rules = instance.rank_rules()
+        for r in range(ranks):
+            held = sum(x[i][b] for i in range(n) for b in range(r * m, (r + 1) * m))
+            model.AddLinearConstraint(held, rules.lo, rules.hi)
+    position = {s.key: i for i, s in enumerate(samples)}
+    for group in instance.groups:
+        first = position[group[0]]
+        for key in group[1:]:
+            other = position[key]
+            for r in range(ranks):
+                bins_of_rank = range(r * m, (r + 1) * m)
+                model.Add(sum(x[first][b] for b in bins_of_rank) == sum(x[other][b] for b in bins_of_rank))
 
 
 def _true_bound(

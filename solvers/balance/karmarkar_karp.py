@@ -280,6 +280,15 @@ def solve(
         raise ConfigError(f"equal_size: must be true or false, got {equal_size!r}")
     ranks = instance.data_parallel_size
     n = len(instance.samples)
+    if instance.has_rank_rules:
+        # KK's differencing keeps equal counts only D at a time (n divisible by D); groups and bin caps
+        # are outside the method: say so rather than return an answer that breaks them.
+        if instance.groups or instance.max_samples_per_bin is not None or n % ranks:
+            return Proposal(None, UNKNOWN, message=(
+                "karmarkar_karp: does not model groups, max_samples_per_bin or equal_count with n not "
+                f"divisible by D (n={n}, D={ranks}); use lpt, repair or cpsat"
+            ))
+        equal_size = True
     if equal_size and n % ranks:
         raise ConfigError(
             f"equal_size: {n} samples do not split evenly over data_parallel_size {ranks}"

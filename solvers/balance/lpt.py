@@ -636,6 +636,10 @@ def solve(
         ConfigError: an unknown parameter.
     """
     _reject_params("lpt", params)
+    if instance.has_rank_rules:  # equal_count, max_samples_per_bin, groups: the rule-aware construction
+        from packplace.solvers.balance.constrained import construct_proposal
+
+        return construct_proposal(instance, "lpt")
     prepared = prepare(instance)
     deadline = remaining_seconds(time_limit_s)
     try:

@@ -639,6 +639,10 @@ def solve(
     if params:
         key = sorted(params)[0]
         raise ConfigError(f"repair: unknown parameter {key!r} = {params[key]!r}")
+    if instance.has_rank_rules:  # equal_count, max_samples_per_bin, groups: rule-keeping local search
+        from packplace.solvers.balance.constrained import repair_proposal
+
+        return repair_proposal(instance, time_limit_s)
     prepared = prepare(instance)
     deadline = remaining_seconds(time_limit_s)
     messages = []

@@ -5,7 +5,10 @@ Format (every field but ``seq_len``, ``data_parallel_size`` and ``samples`` is o
     name: stdlib-llama8b              # label for reports
     seq_len: 8192                     # tokens per bin (pack)
     data_parallel_size: 16            # D ranks
-    local_batch_size: 4               # m non-empty bins per rank (default 1)
+    local_batch_size: 4               # m non-empty bins per rank (default 1), or auto (fewest feasible)
+    equal_count: false                # every rank the same number of samples (within one)
+    max_samples_per_bin: 16           # at most this many samples per bin (default: no limit)
+    groups: [[a, b], [c, d, e]]       # keys that must share a rank (GRPO prompt, DPO pair)
     objective: makespan               # makespan | balance | rounds
     group_size: 4                     # ranks per synchronous round (rounds objective; default D)
     oversized_policy: error           # error | single
@@ -47,7 +50,7 @@ from packplace.yamlio import load_yaml
 
 TOP_LEVEL = {
     "name", "seq_len", "data_parallel_size", "local_batch_size", "objective", "group_size",
-    "oversized_policy", "budgets", "cost", "samples", "reference",
+    "oversized_policy", "budgets", "cost", "samples", "reference", "equal_count", "max_samples_per_bin", "groups",
 }
 COST_KINDS = ("tokens", "flops", "latency", "given")
 
@@ -127,9 +130,13 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
         seq_len, config.get("budgets") or {}, config.get("oversized_policy", "error")
     )
     for field, value in (("data_parallel_size", ranks), ("local_batch_size", per_rank)):
+        if field == "local_batch_size" and value == "auto":
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{field}: must be an integer >= 1, got {value!r}")
-    raw = _raw_samples(_require(config, "samples"), seq_len, ranks * per_rank * seq_len)
+            raise ConfigError(f"{field}: must be an integer >= 1{' or auto' if field == 'local_batch_size' else ''}, "
+                              f"got {value!r}")
+    capacity_bins = ranks * (1 if per_rank == "auto" else per_rank)
+    raw = _raw_samples(_require(config, "samples"), seq_len, capacity_bins * seq_len)
 
     cost_spec = _mapping(config.get("cost") or {"kind": "tokens"}, "cost")
     kind = cost_spec.get("kind", "tokens")
@@ -179,6 +186,9 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
         objective=config.get("objective", "makespan"),
         group_size=config.get("group_size"),
         padding_cost=padding,
+        equal_count=config.get("equal_count", False),
+        max_samples_per_bin=config.get("max_samples_per_bin"),
+        groups=config.get("groups") or (),
         name=str(config.get("name", Path(source).stem if source != "<dict>" else "")),
         cost_unit={"flops": "FLOPs", "latency": "s", "tokens": "tokens"}.get(kind, "cost"),
     )

@@ -115,7 +115,8 @@ class BalanceEvaluator:
 
         Rules: D·m bins; every input key exactly once and no unknown key; no empty bin; bin tokens
         ≤ ``seq_len`` except a bin holding exactly one oversized sample under policy ``single``; each
-        budget's sum ≤ its limit.
+        budget's sum ≤ its limit; at most ``max_samples_per_bin`` samples per bin; and the rank rules
+        of :meth:`rank_rule_violations` (``equal_count``, ``groups``).
         """
         if isinstance(bins, Assignment):
             bins = bins.bins
@@ -136,6 +137,8 @@ class BalanceEvaluator:
         usages = {name: inst.samples.usage(name) for name in limits}
         token_list = self.tokens.tolist()
         index = self.index
+        per_rank, cap = inst.local_batch_size, inst.max_samples_per_bin
+        rank_of = np.full(len(self.keys), -1, dtype=np.int64)
         for b, keys in enumerate(bins):
             if not keys:
                 if add(f"bin {b} is empty"):
@@ -148,6 +151,10 @@ class BalanceEvaluator:
                         return out
                 members = [i for i in members if i is not None]
             np.add.at(seen, members, 1)  # unbuffered: a key twice in one bin counts twice
+            rank_of[members] = b // per_rank
+            if cap is not None and len(keys) > cap:
+                if add(f"bin {b} holds {len(keys)} samples > max_samples_per_bin {cap}"):
+                    return out
             tokens = sum(token_list[i] for i in members)
             if tokens > seq_len:
                 alone = len(keys) == 1 and inst.constraints.oversized_policy == "single"
@@ -162,7 +169,35 @@ class BalanceEvaluator:
             what = "missing" if seen[i] == 0 else f"placed {int(seen[i])} times"
             if add(f"sample {self.keys[i]!r} is {what}"):
                 return out
-        return out
+        if inst.has_rank_rules and (seen == 1).all():
+            out.extend(self.rank_rule_violations(rank_of))
+        return out[: self.MAX_VIOLATIONS]
+
+    def rank_rule_violations(self, rank_of: np.ndarray) -> list[str]:
+        """Broken rank rules of a placement of every sample on a rank, ``rank_of`` int array (n,).
+
+        ``equal_count``: per-rank sample counts within :class:`~packplace.balance.rank_rules.RankRules`
+        (⌊n/D⌋ or ⌈n/D⌉); ``groups``: every group on one rank. The bin cap is checked per bin by
+        :meth:`violations`.
+        """
+        inst = self.instance
+        out: list[str] = []
+        if inst.equal_count:
+            counts = np.bincount(rank_of, minlength=inst.data_parallel_size)
+            if counts.max() - counts.min() > 1:
+                out.append(f"equal_count: ranks hold between {int(counts.min())} and {int(counts.max())} samples "
+                           f"(at most one apart)")
+        if inst.groups:
+            group_of = inst.group_of
+            grouped = group_of >= 0
+            labels, ranks = group_of[grouped], rank_of[grouped]
+            first = np.full(len(inst.groups), -1, dtype=np.int64)
+            first[labels[::-1]] = ranks[::-1]
+            split = np.flatnonzero(np.bincount(labels, weights=(ranks != first[labels]), minlength=len(inst.groups)))
+            for g in split[: self.MAX_VIOLATIONS].tolist():
+                spread = sorted(set(ranks[labels == g].tolist()))
+                out.append(f"groups[{g}] {inst.groups[g]!r} spans ranks {spread}")
+        return out[: self.MAX_VIOLATIONS]
 
     # ------------------------------------------------------------------------------------ objectives
     def bin_arrays(self, bins: Sequence[Sequence[SampleKey]]) -> tuple[np.ndarray, np.ndarray]:

@@ -16,6 +16,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
+from packplace.balance.rank_rules import PackingColumns, RankRules, construct
 from packplace.errors import ConfigError, show
 
 SampleKey = Hashable
@@ -353,7 +354,13 @@ class BalanceInstance:
             builds the table directly from arrays).
         constraints: :class:`PackingConstraints` of every bin.
         data_parallel_size: D, the number of data-parallel ranks.
-        local_batch_size: m, the number of non-empty bins each rank must get (D·m bins in all).
+        local_batch_size: m, the number of non-empty bins each rank must get (D·m bins in all), or
+            ``"auto"``: the fewest bins per rank, the same on every rank, for which the
+            feasibility-first construction of :mod:`packplace.balance.rank_rules` (tokens first)
+            packs every sample under every rule; it is searched upward from the counting lower bound
+            ``max(⌈(oversized + ⌈other tokens/seq_len⌉)/D⌉, ⌈n/(D·max_samples_per_bin)⌉, the largest
+            group's bins)``, which is kept in :attr:`local_batch_size_lower_bound` (equal to m when m
+            is provably the fewest).
         reference_bins: The original rank-major grouping (D·m bins of keys, feasible), the
             do-nothing baseline and the planner's point of comparison; ``None`` if there is none;
             ``"auto"`` builds the token-only packing of :func:`token_packing_reference` (``None`` if
@@ -365,6 +372,16 @@ class BalanceInstance:
             ``seq_len`` (must be >= 0 and 0 at 0 pad tokens is not required).
         name: A label for reports.
         cost_unit: The unit of the costs, for reports (``"FLOPs"``, ``"s"``, ``"tokens"``, ...).
+        equal_count: Every rank holds the same number of samples, or ⌊n/D⌋ and ⌈n/D⌉ when D does
+            not divide n (verl's ``equal_size``).
+        max_samples_per_bin: The most samples one bin may hold (None: no limit).
+        groups: Tuples of keys that must all sit on one rank (a GRPO prompt's samples, a DPO
+            chosen/rejected pair); a key belongs to at most one group. Bins of that rank may differ.
+        local_batch_size_lower_bound: The counting lower bound on m (set on construction).
+
+    The three rank rules and the bin cap have one definition,
+    :class:`packplace.balance.rank_rules.RankRules` plus the group test, used by the evaluator's
+    feasibility check and by every solver.
 
     Raises:
         ConfigError: before any solver runs, for every input that cannot be feasible: duplicate keys,
@@ -377,13 +394,17 @@ class BalanceInstance:
     samples: SampleTable | Sequence[Sample]
     constraints: PackingConstraints
     data_parallel_size: int
-    local_batch_size: int = 1
+    local_batch_size: int | Literal["auto"] = 1
     reference_bins: tuple[tuple[SampleKey, ...], ...] | None = None
     objective: str = "makespan"
     group_size: int | None = None
     padding_cost: PaddingCost | None = field(default=None, compare=False)
     name: str = ""
     cost_unit: str = "cost"
+    equal_count: bool = False
+    max_samples_per_bin: int | None = None
+    groups: tuple[tuple[SampleKey, ...], ...] = ()
+    local_batch_size_lower_bound: int = field(default=0, init=False, compare=False)
 
     def __post_init__(self) -> None:
         samples = self.samples
@@ -398,9 +419,14 @@ class BalanceInstance:
         if not isinstance(self.constraints, PackingConstraints):
             raise ConfigError(f"constraints: expected PackingConstraints, got {type(self.constraints).__name__}")
         ranks = _positive_int(self.data_parallel_size, "data_parallel_size")
-        per_rank = _positive_int(self.local_batch_size, "local_batch_size")
         object.__setattr__(self, "data_parallel_size", ranks)
-        object.__setattr__(self, "local_batch_size", per_rank)
+        auto = isinstance(self.local_batch_size, str) and self.local_batch_size == "auto"
+        if not auto:
+            if isinstance(self.local_batch_size, str):
+                raise ConfigError(
+                    f"local_batch_size: must be an integer >= 1 or 'auto', got {show(self.local_batch_size)}"
+                )
+            object.__setattr__(self, "local_batch_size", _positive_int(self.local_batch_size, "local_batch_size"))
         if not isinstance(self.objective, str) or self.objective not in OBJECTIVES:
             raise ConfigError(f"objective: must be one of {', '.join(OBJECTIVES)}, got {show(self.objective)}")
         group = ranks if self.group_size is None else _positive_int(self.group_size, "group_size")
@@ -418,12 +444,6 @@ class BalanceInstance:
                     raise ConfigError(f"samples: duplicate key {key!r}")
                 seen.add(key)
 
-        bins = ranks * per_rank
-        if n < bins:
-            raise ConfigError(
-                f"samples: {n} samples cannot fill {bins} non-empty bins "
-                f"(data_parallel_size {ranks} x local_batch_size {per_rank})"
-            )
         seq_len = self.constraints.seq_len
         tokens = samples.tokens
         total_tokens = int(tokens.sum()) if n * int(tokens.max()) < 2**62 else sum(tokens.tolist())
@@ -458,6 +478,19 @@ class BalanceInstance:
                 raise ConfigError(f"sample {keys[i]!r}: budget {name!r} usage {usage[i]:g} exceeds limit {limit:g}")
             if not math.isfinite(float(usage.sum())):
                 raise ConfigError(f"samples: the usages of budget {name!r} sum to infinity (overflow)")
+        self._check_rank_rules(n, ranks)
+        if auto:
+            object.__setattr__(self, "local_batch_size", self._smallest_local_batch_size(ranks))
+        else:
+            object.__setattr__(self, "local_batch_size_lower_bound", self._local_batch_size_bound(ranks))
+        per_rank = self.local_batch_size
+        self._check_rank_capacity(n, ranks, per_rank)
+        bins = ranks * per_rank
+        if n < bins:
+            raise ConfigError(
+                f"samples: {n} samples cannot fill {bins} non-empty bins "
+                f"(data_parallel_size {ranks} x local_batch_size {per_rank})"
+            )
         if oversized > bins:
             raise ConfigError(f"samples: {oversized} oversized samples need a bin each, only {bins} bins")
         fitting_tokens = total_tokens - int(tokens[oversized_mask].sum())
@@ -472,7 +505,11 @@ class BalanceInstance:
                 raise ConfigError(
                     f"reference_bins: must be 'auto', None or bins of keys, got {show(self.reference_bins)}"
                 )
-            object.__setattr__(self, "reference_bins", token_packing_reference(samples, self.constraints, bins))
+            if self.has_rank_rules:
+                reference = self.construct(by="tokens")
+            else:
+                reference = token_packing_reference(samples, self.constraints, bins)
+            object.__setattr__(self, "reference_bins", reference)
         if self.reference_bins is not None:
             reference = _as_bins(self.reference_bins, "reference_bins")
             object.__setattr__(self, "reference_bins", reference)
@@ -496,6 +533,148 @@ class BalanceInstance:
     def costs(self) -> np.ndarray:
         """``llm`` costs in input order, read-only float64 array of shape (n,), cost units."""
         return self.samples.costs
+
+    # ------------------------------------------------------------------------------ rank rules
+    @property
+    def has_rank_rules(self) -> bool:
+        """Whether any of ``equal_count``, ``max_samples_per_bin``, ``groups`` is set."""
+        return bool(self.equal_count or self.max_samples_per_bin is not None or self.groups)
+
+    def rank_rules(self) -> RankRules:
+        """The per-rank sample-count limits (:class:`~packplace.balance.rank_rules.RankRules`)."""
+        return RankRules.of(len(self.samples), self.data_parallel_size, self.local_batch_size,
+                            self.equal_count, self.max_samples_per_bin)
+
+    @property
+    def group_of(self) -> np.ndarray:
+        """Group index of each sample (input order), -1 outside every group, read-only int64 array (n,)."""
+        return self.__dict__["_group_of"]
+
+    def packing_columns(self, by: Literal["cost", "tokens"] = "cost", per_rank: int | None = None) -> PackingColumns:
+        """The columns :mod:`packplace.balance.rank_rules` works on, ordering units by ``by``."""
+        names = sorted(self.constraints.budgets)
+        n = len(self.samples)
+        usage = (np.stack([self.samples.usage(name) for name in names], axis=1) if names
+                 else np.zeros((n, 0)))
+        return PackingColumns(
+            tokens=self.tokens,
+            priority=self.costs if by == "cost" else self.tokens.astype(np.float64),
+            key_rank=input_order_key_rank(self.keys),
+            group_of=self.group_of,
+            ranks=self.data_parallel_size,
+            per_rank=self.local_batch_size if per_rank is None else per_rank,
+            seq_len=self.constraints.seq_len,
+            single=self.constraints.oversized_policy == "single",
+            max_samples_per_bin=self.max_samples_per_bin,
+            equal_count=self.equal_count,
+            usage=usage,
+            limits=np.array([self.constraints.budgets[name] for name in names]),
+        )
+
+    def construct(self, by: Literal["cost", "tokens"] = "cost") -> tuple[tuple[SampleKey, ...], ...] | None:
+        """Rank-major bins of keys from the feasibility-first construction, or None at a dead end."""
+        bins = construct(self.packing_columns(by))
+        if bins is None:
+            return None
+        keys = self.keys
+        return tuple(tuple(keys[i] for i in b) for b in bins)
+
+    def _check_rank_rules(self, n: int, ranks: int) -> None:
+        if not isinstance(self.equal_count, (bool, np.bool_)):
+            raise ConfigError(f"equal_count: must be true or false, got {show(self.equal_count)}")
+        object.__setattr__(self, "equal_count", bool(self.equal_count))
+        if self.max_samples_per_bin is not None:
+            object.__setattr__(self, "max_samples_per_bin",
+                               _positive_int(self.max_samples_per_bin, "max_samples_per_bin"))
+        group_of = np.full(n, -1, dtype=np.int64)
+        groups = self.groups
+        if groups is None:
+            groups = ()
+        if isinstance(groups, (str, bytes, Mapping)) or not isinstance(groups, Iterable):
+            raise ConfigError(f"groups: must be a list of lists of sample keys, got {show(groups)}")
+        groups = tuple(groups)
+        if groups:
+            index = {key: i for i, key in enumerate(self.keys)}
+            normalised = []
+            for g, members in enumerate(groups):
+                if isinstance(members, (str, bytes, Mapping)) or not isinstance(members, Iterable):
+                    raise ConfigError(f"groups[{g}]: must be a list of sample keys, got {show(members)}")
+                members = tuple(members)
+                if not members:
+                    raise ConfigError(f"groups[{g}]: is empty")
+                for key in members:
+                    try:
+                        i = index.get(key)
+                    except TypeError:
+                        i = None
+                    if i is None:
+                        raise ConfigError(f"groups[{g}]: {show(key)} is not a sample key")
+                    if group_of[i] >= 0:
+                        raise ConfigError(f"groups[{g}]: sample {key!r} is already in groups[{int(group_of[i])}]")
+                    group_of[i] = g
+                normalised.append(members)
+            groups = tuple(normalised)
+            if self.equal_count:
+                most = -(-n // ranks)
+                largest = max(range(len(groups)), key=lambda g: len(groups[g]))
+                if len(groups[largest]) > most:
+                    raise ConfigError(
+                        f"groups[{largest}]: {len(groups[largest])} samples cannot share a rank that holds at "
+                        f"most {most} (equal_count with {n} samples on {ranks} ranks)"
+                    )
+        object.__setattr__(self, "groups", groups)
+        group_of.flags.writeable = False
+        object.__setattr__(self, "_group_of", group_of)
+
+    def _local_batch_size_bound(self, ranks: int) -> int:
+        """Counting lower bound on m (see the ``local_batch_size`` attribute)."""
+        seq_len, cap = self.constraints.seq_len, self.max_samples_per_bin
+        tokens = self.tokens
+        oversized = tokens > seq_len
+
+        fitting = np.where(oversized, 0, tokens)
+        need = int(oversized.sum()) + -(-int(fitting.sum()) // seq_len)
+        if cap is not None:
+            need = max(need, -(-len(tokens) // cap))
+        bound = max(1, -(-need // ranks))
+        grouped = self.group_of >= 0
+        if grouped.any():
+            labels = self.group_of[grouped]
+            group_need = (np.bincount(labels, weights=oversized[grouped]).astype(np.int64)
+                          - (-np.bincount(labels, weights=fitting[grouped]).astype(np.int64) // seq_len))
+            if cap is not None:
+                group_need = np.maximum(group_need, -(-np.bincount(labels) // cap))
+            bound = max(bound, int(group_need.max()))
+        return bound
+
+    def _smallest_local_batch_size(self, ranks: int) -> int:
+        """The fewest m for which the construction (tokens first) packs every sample."""
+        n = len(self.samples)
+        lower = self._local_batch_size_bound(ranks)
+        object.__setattr__(self, "local_batch_size_lower_bound", lower)
+        upper = n // ranks
+        for per_rank in range(lower, upper + 1):
+            if construct(self.packing_columns("tokens", per_rank)) is not None:
+                return per_rank
+        raise ConfigError(
+            f"local_batch_size: 'auto' found no bins per rank in [{lower}, {upper}] that pack all {n} samples "
+            f"on {ranks} ranks under the rules (seq_len {self.constraints.seq_len}, "
+            f"max_samples_per_bin {self.max_samples_per_bin}, equal_count {self.equal_count}, "
+            f"{len(self.groups)} groups)"
+        )
+
+    def _check_rank_capacity(self, n: int, ranks: int, per_rank: int) -> None:
+        cap = self.max_samples_per_bin
+        if cap is not None and n > ranks * per_rank * cap:
+            raise ConfigError(
+                f"max_samples_per_bin: {n} samples cannot fit in {ranks * per_rank} bins of at most {cap} samples"
+            )
+        if self.groups:
+            bound = self._local_batch_size_bound(ranks)
+            if bound > per_rank:
+                raise ConfigError(
+                    f"groups: some group needs at least {bound} bins of one rank, local_batch_size is {per_rank}"
+                )
 
     @property
     def num_bins(self) -> int:

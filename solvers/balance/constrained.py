@@ -1,0 +1,156 @@
+"""The heuristics on instances with rank rules (``equal_count``, ``max_samples_per_bin``, ``groups``).
+
+``lpt`` and ``repair`` hand such instances here (their own paths assume that any sample may go to any
+rank and any bin):
+
+* :func:`construct_proposal` — the feasibility-first construction of
+  :mod:`packplace.balance.rank_rules`, cost first (LPT over units: groups or single samples), then
+  tokens first if that dead-ends, then the instance's reference bins; otherwise status ``unknown``
+  with the reason. Every answer keeps every rule (the evaluator re-checks it).
+* :func:`improve` — ``repair``'s local search at rank level: the heaviest rank gives a unit to, or
+  swaps two units with, a lighter rank when that lowers the heavier of the two loads; a move is kept
+  only if the rank sample counts stay within :class:`~packplace.balance.rank_rules.RankRules` and
+  both ranks still pack into m bins (:func:`~packplace.balance.rank_rules.pack_rank`). Groups move
+  whole, so they never split. The transfer chosen is the one closest to half the load difference.
+  Loads here are the ``llm`` sample costs (padding is charged by the evaluator afterwards); every
+  accepted move lowers the pair's maximum and its sum of squares, so it never worsens ``makespan``
+  or ``balance``. It stops at a local optimum, at ``max_rounds`` accepted moves, or at the deadline.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from packplace.balance.rank_rules import RankRules, construct, pack_rank, units_of
+from packplace.balance.schema import BalanceInstance
+from packplace.result import FEASIBLE, UNKNOWN, Proposal
+
+#: Lighter ranks tried as partners of the heaviest rank per round.
+PARTNERS = 8
+#: Candidate transfers re-packed per partner before giving up on it.
+ATTEMPTS = 8
+
+
+def _keys(instance: BalanceInstance, bins: list[list[int]]) -> tuple[tuple, ...]:
+    keys = instance.keys
+    return tuple(tuple(keys[i] for i in b) for b in bins)
+
+
+def construct_indices(instance: BalanceInstance) -> tuple[list[list[int]] | None, str]:
+    """Bins of sample indices (cost first, then tokens first) and which order worked ("" if none)."""
+    for by in ("cost", "tokens"):
+        bins = construct(instance.packing_columns(by))
+        if bins is not None:
+            return bins, by
+    return None, ""
+
+
+def construct_proposal(instance: BalanceInstance, solver: str) -> Proposal:
+    """The construction's answer for ``solver`` (see the module docstring)."""
+    bins, by = construct_indices(instance)
+    if bins is not None:
+        note = "" if by == "cost" else "cost-first construction dead-ended; tokens-first construction used"
+        return Proposal(_keys(instance, bins), FEASIBLE, message=note, iterations=len(instance.samples))
+    if instance.reference_bins is not None:
+        return Proposal(instance.reference_bins, FEASIBLE,
+                        message=f"{solver}: the construction under the rank rules dead-ended; returning the reference")
+    return Proposal(None, UNKNOWN, message=(
+        f"{solver}: no assignment found that keeps equal_count={instance.equal_count}, "
+        f"max_samples_per_bin={instance.max_samples_per_bin} and {len(instance.groups)} groups "
+        f"(construction dead end; try cpsat for a proof)"
+    ))
+
+
+def improve(instance: BalanceInstance, bins: list[list[int]], deadline: float | None,
+            max_rounds: int | None = None) -> tuple[list[list[int]], int]:
+    """Rank-level moves and swaps of units that keep every rule; returns (bins, accepted moves)."""
+    columns = instance.packing_columns("cost")
+    ranks, m = instance.data_parallel_size, instance.local_batch_size
+    rules: RankRules = instance.rank_rules()
+    units = units_of(columns.group_of)
+    unit_of = np.empty(len(instance.samples), dtype=np.int64)
+    for u, members in enumerate(units):
+        unit_of[members] = u
+    unit_cost = np.array([float(instance.costs[u].sum()) for u in units])
+    unit_size = np.array([len(u) for u in units], dtype=np.int64)
+    members: list[list[int]] = []
+    for r in range(ranks):
+        rank_samples = [i for b in bins[r * m:(r + 1) * m] for i in b]
+        members.append(sorted(set(unit_of[rank_samples].tolist())))
+    load = np.array([unit_cost[u].sum() for u in members])
+    count = np.array([int(unit_size[u].sum()) for u in members], dtype=np.int64)
+    packed = [bins[r * m:(r + 1) * m] for r in range(ranks)]
+    accepted = 0
+    max_rounds = 4 * len(units) if max_rounds is None else max_rounds
+
+    def samples_of(rank_units: list[int]) -> list[int]:
+        return [i for u in rank_units for i in units[u]]
+
+    while accepted < max_rounds:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        a = int(np.argmax(load))
+        moved = False
+        for b in np.argsort(load, kind="stable")[:PARTNERS].tolist():
+            gap = load[a] - load[b]
+            if b == a or gap <= 0:
+                continue
+            give = np.array(members[a], dtype=np.int64)
+            take = np.array([-1] + members[b], dtype=np.int64)  # -1: a plain move, nothing comes back
+            give_cost, give_size = unit_cost[give], unit_size[give]
+            take_cost = np.where(take >= 0, unit_cost[np.maximum(take, 0)], 0.0)
+            take_size = np.where(take >= 0, unit_size[np.maximum(take, 0)], 0)
+            transfer = give_cost[:, None] - take_cost[None, :]
+            delta = give_size[:, None] - take_size[None, :]
+            new_a, new_b = count[a] - delta, count[b] + delta
+            ok = (transfer > 0) & (transfer < gap) & (new_a >= rules.lo) & (new_a <= rules.hi)
+            ok &= (new_b >= rules.lo) & (new_b <= rules.hi)
+            above = int((count > rules.lo).sum()) - int(count[a] > rules.lo) - int(count[b] > rules.lo)
+            ok &= above + (new_a > rules.lo) + (new_b > rules.lo) <= rules.spare
+            if not ok.any():
+                continue
+            score = np.where(ok, np.abs(transfer - gap / 2), np.inf)
+            flat = np.argsort(score, axis=None, kind="stable")[:ATTEMPTS]
+            for cell in flat.tolist():
+                gi, ti = divmod(cell, take.size)
+                if not np.isfinite(score[gi, ti]):
+                    break
+                u, v = int(give[gi]), int(take[ti])
+                units_a = [w for w in members[a] if w != u] + ([v] if v >= 0 else [])
+                units_b = [w for w in members[b] if w != v] + [u]
+                bins_a = pack_rank(columns, samples_of(units_a))
+                if bins_a is None:
+                    continue
+                bins_b = pack_rank(columns, samples_of(units_b))
+                if bins_b is None:
+                    continue
+                members[a], members[b] = sorted(units_a), sorted(units_b)
+                packed[a], packed[b] = bins_a, bins_b
+                load[a] -= transfer[gi, ti]
+                load[b] += transfer[gi, ti]
+                count[a], count[b] = new_a[gi, ti], new_b[gi, ti]
+                moved = True
+                break
+            if moved:
+                break
+        if not moved:
+            break
+        accepted += 1
+    return [b for rank_bins in packed for b in rank_bins], accepted
+
+
+def repair_proposal(instance: BalanceInstance, time_limit_s: float | None) -> Proposal:
+    """``repair`` under rank rules: the construction, then :func:`improve` (local optimum, 4 moves per
+    unit, or the time limit)."""
+    started = time.perf_counter()
+    deadline = None if time_limit_s is None else started + float(time_limit_s)
+    bins, by = construct_indices(instance)
+    if bins is None:
+        return construct_proposal(instance, "repair")
+    bins, moves = improve(instance, bins, deadline)
+    hit = deadline is not None and time.perf_counter() > deadline
+    note = "" if by == "cost" else "cost-first construction dead-ended; tokens-first construction used; "
+    return Proposal(_keys(instance, bins), FEASIBLE, iterations=moves, hit_time_limit=hit,
+                    message=f"{note}{moves} rank-level moves under the rank rules".strip())

@@ -1,0 +1,166 @@
+"""Rank rules (equal_count, max_samples_per_bin, groups) and local_batch_size='auto': the evaluator,
+every solver's honesty about them, and CP-SAT's exact optima."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import packplace
+from packplace.balance import BalanceEvaluator, make_instance
+from packplace.balance.config import build_instance
+from packplace.errors import ConfigError
+
+HEURISTICS = ("lpt", "repair")
+
+
+def _rank_counts(instance, bins):
+    m = instance.local_batch_size
+    return [sum(len(b) for b in bins[r * m:(r + 1) * m]) for r in range(instance.data_parallel_size)]
+
+
+@pytest.mark.parametrize("solver", [*HEURISTICS, "cpsat"])
+def test_equal_count_gives_every_rank_the_same_count_within_one(solver):
+    inst = make_instance([9, 8, 7, 1, 1, 1, 1, 1, 1, 1], seq_len=100, data_parallel_size=3, equal_count=True)
+    result = packplace.balance(inst, solver=solver, time_limit_s=5)
+    assert result.status in ("optimal", "feasible")
+    assert sorted(_rank_counts(inst, result.solution.bins)) == [3, 3, 4]
+
+
+def test_equal_count_costs_makespan_and_cpsat_proves_the_hand_optimum():
+    free = make_instance([10, 1, 1, 1], seq_len=100, data_parallel_size=2)
+    equal = make_instance([10, 1, 1, 1], seq_len=100, data_parallel_size=2, equal_count=True)
+    assert packplace.balance(free, solver="cpsat").objective == 10.0
+    result = packplace.balance(equal, solver="cpsat", time_limit_s=5)
+    assert (result.status, result.objective) == ("optimal", 11.0)  # {10, 1} and {1, 1}
+
+
+def test_group_on_one_rank_changes_the_optimum_exactly():
+    inst = make_instance([10, 1, 1, 1], seq_len=100, data_parallel_size=2, keys=["big", "a", "b", "c"],
+                         groups=[["big", "a"]])
+    result = packplace.balance(inst, solver="cpsat", time_limit_s=5)
+    assert (result.status, result.objective) == ("optimal", 11.0)
+    for solver in HEURISTICS:
+        answer = packplace.balance(inst, solver=solver)
+        rank_of = {k: b for b, keys in enumerate(answer.solution.bins) for k in keys}
+        assert rank_of["big"] == rank_of["a"] and answer.objective == 11.0
+
+
+@pytest.mark.parametrize("solver", [*HEURISTICS, "cpsat"])
+def test_max_samples_per_bin_is_kept(solver):
+    inst = make_instance([10, 1, 1, 1], seq_len=100, data_parallel_size=2, max_samples_per_bin=2)
+    result = packplace.balance(inst, solver=solver, time_limit_s=5)
+    assert result.status in ("optimal", "feasible")
+    assert max(len(b) for b in result.solution.bins) <= 2
+    assert result.objective == 11.0  # {10}, {1, 1, 1} (makespan 10) breaks the cap: {10, 1}, {1, 1}
+
+
+def test_karmarkar_karp_says_what_it_cannot_model():
+    grouped = make_instance([3, 3, 3, 3], seq_len=100, data_parallel_size=2, groups=[[0, 1]])
+    result = packplace.balance(grouped, solver="kk")
+    assert result.status == "unknown" and result.solution is None and "groups" in result.message
+    odd = make_instance([3, 3, 3, 3, 3], seq_len=100, data_parallel_size=2, equal_count=True)
+    assert packplace.balance(odd, solver="kk").status == "unknown"
+    even = make_instance([5, 4, 3, 3, 2, 1], seq_len=100, data_parallel_size=2, equal_count=True)
+    result = packplace.balance(even, solver="kk")
+    assert result.status in ("optimal", "feasible") and _rank_counts(even, result.solution.bins) == [3, 3]
+
+
+def test_evaluator_names_each_broken_rule():
+    inst = make_instance([1] * 6, seq_len=100, data_parallel_size=2, equal_count=True, max_samples_per_bin=4,
+                         groups=[[0, 5]])
+    evaluator = BalanceEvaluator(inst)
+    lines = evaluator.violations(((0, 1, 2, 3, 4), (5,)))
+    assert "bin 0 holds 5 samples > max_samples_per_bin 4" in lines
+    assert "equal_count: ranks hold between 1 and 5 samples (at most one apart)" in lines
+    assert "groups[0] (0, 5) spans ranks [0, 1]" in lines
+    assert evaluator.violations(((0, 1, 5), (2, 3, 4))) == []
+
+
+def test_local_batch_size_auto_is_the_fewest_feasible_and_reports_its_bound():
+    inst = make_instance([6] * 6, seq_len=10, data_parallel_size=2, local_batch_size="auto")
+    assert (inst.local_batch_size, inst.local_batch_size_lower_bound) == (3, 2)  # 36 tokens: 4 bins by counting
+    tight = make_instance([5] * 8, seq_len=10, data_parallel_size=2, local_batch_size="auto")
+    assert (tight.local_batch_size, tight.local_batch_size_lower_bound) == (2, 2)
+    capped = make_instance([1] * 9, seq_len=100, data_parallel_size=2, local_batch_size="auto",
+                           max_samples_per_bin=2, equal_count=True)
+    assert capped.local_batch_size == 3  # 5 samples on one rank need 3 bins of 2
+    result = packplace.balance(capped, solver="repair")
+    assert result.status == "feasible" and max(len(b) for b in result.solution.bins) <= 2
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"equal_count": "yes"}, "equal_count: must be true or false, got 'yes'"),
+        ({"max_samples_per_bin": 0}, "max_samples_per_bin: must be an integer >= 1, got 0"),
+        ({"max_samples_per_bin": 1}, "max_samples_per_bin: 4 samples cannot fit in 2 bins of at most 1 samples"),
+        ({"groups": [[0, 9]]}, r"groups\[0\]: 9 is not a sample key"),
+        ({"groups": [[0, 1], [1, 2]]}, r"groups\[1\]: sample 1 is already in groups\[0\]"),
+        ({"groups": [[0, 1, 2]], "equal_count": True}, r"groups\[0\]: 3 samples cannot share a rank"),
+        ({"groups": [[]]}, r"groups\[0\]: is empty"),
+        ({"local_batch_size": "many"}, "local_batch_size: must be an integer >= 1 or 'auto', got 'many'"),
+    ],
+)
+def test_bad_rules_are_one_line_errors(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        make_instance([1, 2, 3, 4], seq_len=10, data_parallel_size=2, **kwargs)
+
+
+def test_yaml_config_takes_the_rules():
+    inst = build_instance({
+        "seq_len": 10, "data_parallel_size": 2, "local_batch_size": "auto", "equal_count": True,
+        "max_samples_per_bin": 3, "groups": [[0, 1]], "samples": {"lengths": [6, 1, 5, 4, 3, 2]},
+    })
+    assert inst.equal_count and inst.max_samples_per_bin == 3 and inst.groups == ((0, 1),)
+    assert inst.local_batch_size == 2 and inst.reference_bins is not None
+    assert BalanceEvaluator(inst).violations(inst.reference_bins) == []
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    tokens=st.lists(st.integers(1, 9), min_size=4, max_size=9),
+    ranks=st.integers(1, 3),
+    per_rank=st.integers(1, 2),
+    equal=st.booleans(),
+    cap=st.one_of(st.none(), st.integers(1, 4)),
+    pairs=st.integers(0, 2),
+)
+def test_heuristics_keep_the_rules_and_never_beat_cpsat(tokens, ranks, per_rank, equal, cap, pairs):
+    n = len(tokens)
+    groups = [[2 * g, 2 * g + 1] for g in range(min(pairs, n // 2))]
+    costs = [t * t + 1.0 for t in tokens]
+    try:
+        inst = make_instance(tokens, costs, seq_len=12, data_parallel_size=ranks, local_batch_size=per_rank,
+                             equal_count=equal, max_samples_per_bin=cap, groups=groups)
+    except ConfigError:
+        return
+    exact = packplace.balance(inst, solver="cpsat", time_limit_s=10)
+    evaluator = BalanceEvaluator(inst)
+    for solver in (*HEURISTICS, "kk"):
+        result = packplace.balance(inst, solver=solver, time_limit_s=5)
+        if result.solution is None:
+            assert result.status in ("unknown", "infeasible") and result.message
+            continue
+        assert evaluator.violations(result.solution.bins) == []
+        assert exact.status in ("optimal", "feasible")
+        if exact.status == "optimal":
+            assert result.objective >= exact.objective * (1 - 1e-9)
+    if exact.status == "infeasible":
+        assert packplace.balance(inst, solver="repair").solution is None
+
+
+def test_repair_improves_the_construction_on_a_grpo_batch():
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(100, 4000, size=512)
+    costs = tokens + tokens.astype(float) ** 2 / 4096
+    groups = [list(range(8 * g, 8 * g + 8)) for g in range(64)]  # 64 prompts x 8 responses
+    inst = make_instance(tokens, costs, seq_len=16384, data_parallel_size=16, local_batch_size="auto",
+                         equal_count=True, groups=groups)
+    built = packplace.balance(inst, solver="lpt")
+    repaired = packplace.balance(inst, solver="repair", time_limit_s=10)
+    assert built.status == repaired.status == "feasible"
+    assert repaired.objective <= built.objective
+    assert set(_rank_counts(inst, repaired.solution.bins)) == {32}
