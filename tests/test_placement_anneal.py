@@ -116,8 +116,9 @@ def test_searches_staleness_where_allowed():
     assert "asynchronous period with staleness" in result.message
     assert result.objective <= 0.9 * concurrent  # overlapping generation with training: >= 10% faster
     # with the calibrated decode (decode_bw_eff 0.7, TP-correct GEMM rows) generation no longer dominates:
-    # the bound (5.86 s) is not tight, so the answer is feasible, not proven optimal, within 15% of it
-    assert result.status == "feasible" and result.bound <= result.objective <= 1.15 * result.bound
+    # the bound (5.86 s) is not tight, so the answer is feasible, not proven optimal, within 35% of it
+    # (7.62 s with the roofline decode and paged KV memory at this 6,000-evaluation budget)
+    assert result.status == "feasible" and result.bound <= result.objective <= 1.35 * result.bound
 
 
 def test_soft_oom_never_returns_an_out_of_memory_plan():

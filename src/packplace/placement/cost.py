@@ -190,14 +190,14 @@ class CostModel:
         Roofline (Williams et al. 2009; applied to decoding by Pope et al. 2022, "Efficiently Scaling
         Transformer Inference", §2-3): ``max(compute, memory) + overheads`` with
 
-        * compute ``(2N·a + 4·L·q·Σctx) / (tp·F·gemm_peak_fraction)`` (``q = heads·head_dim``) — the matrix FLOPs of ``a`` new
-          tokens plus attention over every cached token (:meth:`decode_flops_per_token`). No
+        * compute ``(2N·a + 4·L·q·Σctx) / (tp·F·gemm_peak_fraction)`` (``q = heads·head_dim``) — the
+          matrix FLOPs of ``a`` new tokens plus attention over every cached token (:meth:`decode_flops_per_token`). No
           small-``m`` GEMM penalty: at small batch the weight read is what bounds a decode step, and that
           is the memory term (the ``gemm_m_half`` saturation models the same effect for training GEMMs and
           would count it twice);
         * memory ``(2W/tp + kv_bytes_per_token·Σctx) / (memory_bandwidth·decode_bw_eff)`` — every
-          iteration streams the weight shard (``W`` = :meth:`decode_weights_read`) and reads the KV cache of every running sequence (vLLM's
-          PagedAttention reads exactly the live pages, Kwon et al. 2023);
+          iteration streams the weight shard (``W`` = :meth:`decode_weights_read`) and reads the KV cache
+          of every running sequence (vLLM's PagedAttention reads exactly the live pages, Kwon et al. 2023);
         * overheads: ``decode_step_overhead`` (scheduler, sampling), the non-GEMM time of ``a/tp``
           tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et al.
           2019) and ``pp − 1`` stage hand-offs. A pipeline of ``pp`` stages keeps ``pp`` batches in flight
