@@ -47,14 +47,15 @@ BASE = {"seq_len": 10, "data_parallel_size": 2, "samples": {"lengths": [3, 4, 5]
     "change, match",
     [
         ({"seq_len": None}, "seq_len: missing required field"),
-        ({"data_parallel_size": 0}, "data_parallel_size: must be an integer >= 1, got 0"),
+        ({"data_parallel_size": 0}, r"data_parallel_size: must be an integer in \[1, 1,048,576\], got 0"),
         ({"samples": {"lengths": [3, 4], "items": []}}, "samples: give exactly one of"),
         ({"cost": {"kind": "magic"}}, "cost.kind: must be one of"),
         ({"cost": {"kind": "flops", "model": {"layers": 2}}}, "cost.model.hidden_dim: missing required field"),
         ({"speed": 1}, "speed: unknown field"),
         ({"reference": "sometimes"}, "reference: must be auto, none or a list"),
         ({"samples": {"lengths": [3, 40]}}, "sample 1: 40 tokens exceed seq_len 10"),
-        ({"samples": {"corpus": {"name": "wikipedia"}}}, "samples.corpus.name: unknown corpus 'wikipedia'"),
+        ({"samples": {"corpus": {"name": "wikipedia"}}},
+         "samples.corpus.name: must be one of python_stdlib, got 'wikipedia'"),
     ],
 )
 def test_bad_fields_are_named(change, match):

@@ -30,6 +30,13 @@ Format (every field but ``seq_len``, ``data_parallel_size`` and ``samples`` is o
         seed: 0
     reference: auto                   # auto | none | explicit rank-major list of bins of keys
 
+Every field has a range contract (:data:`FIELDS`, :data:`COST_FIELDS`, :data:`LATENCY_FIELDS`,
+:data:`CORPUS_FIELDS`, :data:`ITEM_FIELDS`; the README lists them; ``cost.model`` is checked by
+:func:`packplace.shape.shape_from_mapping`), checked
+when the config loads and before any work: unknown fields are errors at every level (including
+``cost``, ``samples.items[]`` and ``samples.corpus``), booleans are ``true``/``false`` only, sample
+keys are strings or integers, and sizes are bounded up front (:data:`MAX_SAMPLES` samples and bins).
+
 ``reference: auto`` builds the token-only packing most loaders ship (worst-fit decreasing on tokens,
 see :func:`packplace.balance.schema.token_packing_reference`) and keeps it only if it is feasible;
 otherwise there is none.
@@ -44,27 +51,119 @@ from typing import Any
 from packplace.balance import corpus as corpus_module
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost
 from packplace.balance.workload import LatencyModel, ModelShape, padding_cost, sample_cost
-from packplace.errors import ConfigError
+from packplace.contract import Field, check_count, check_section
+from packplace.errors import ConfigError, show
 from packplace.shape import from_hf_config, shape_from_mapping
 from packplace.yamlio import load_yaml
 
-TOP_LEVEL = {
-    "name", "seq_len", "data_parallel_size", "local_batch_size", "objective", "group_size",
-    "oversized_policy", "budgets", "cost", "samples", "reference", "equal_count", "max_samples_per_bin", "groups",
-}
+#: Most samples (and most bins, ``data_parallel_size · local_batch_size``) a config may describe.
+MAX_SAMPLES = 10_000_000
+#: Most corpus documents after splitting at ``seq_len`` (the corpus is built in memory before sampling).
+MAX_CORPUS_DOCUMENTS = 1_000_000
+#: Largest token count of a sample or a bin (int32; sums over :data:`MAX_SAMPLES` stay far inside int64).
+MAX_TOKENS = 2**31 - 1
+#: Largest data-parallel size (ranks).
+MAX_RANKS = 2**20
+#: Sample costs are 0 or in [MIN_COST, MAX_COST] (cost units): sums over :data:`MAX_SAMPLES` samples stay
+#: finite and CP-SAT's integer scaling stays representable.
+MIN_COST, MAX_COST = 1e-30, 1e30
+#: Largest budget limit or per-sample budget usage.
+MAX_BUDGET = 1e15
+#: Largest integer sample key (JSON and int64 arrays hold it exactly).
+MAX_KEY = 2**63 - 1
 COST_KINDS = ("tokens", "flops", "latency", "given")
+
+#: Top-level scalar fields (``name``, ``budgets``, ``cost``, ``samples``, ``reference`` are structured).
+FIELDS: dict[str, Field] = {
+    "seq_len": Field("int", "tokens", 1, MAX_TOKENS, meaning="tokens per bin (pack)"),
+    "data_parallel_size": Field("int", "ranks", 1, MAX_RANKS, meaning="D, data-parallel ranks"),
+    "local_batch_size": Field("int", "bins", 1, MAX_SAMPLES, literals=("auto",), default=1,
+                              meaning="m, non-empty bins per rank; auto: the fewest feasible"),
+    "equal_count": Field("bool", default=False, meaning="every rank the same number of samples (within one)"),
+    "max_samples_per_bin": Field("int", "samples", 1, MAX_SAMPLES, default=None,
+                                 meaning="at most this many samples per bin; default no limit"),
+    "objective": Field("enum", choices=("makespan", "balance", "rounds"), default="makespan",
+                       meaning="what the solvers minimise"),
+    "group_size": Field("int", "ranks", 1, MAX_RANKS, default=None,
+                        meaning="ranks per synchronous round (rounds objective); divides D; default D"),
+    "oversized_policy": Field("enum", choices=("error", "single"), default="error",
+                              meaning="a sample longer than seq_len: error, or alone in its own bin"),
+}
+STRUCTURED = ("name", "budgets", "cost", "samples", "reference", "groups")
+TOP_LEVEL = set(FIELDS) | set(STRUCTURED)
+COST_FIELDS: dict[str, Field] = {
+    "kind": Field("enum", choices=COST_KINDS, default="tokens", meaning="how sample costs are obtained"),
+    "mode": Field("enum", choices=("train", "inference"), default="train",
+                  meaning="train = 3 x forward FLOPs (kind flops)"),
+    "padding": Field("bool", default=False, meaning="charge padding FLOPs of each bin (kind flops only)"),
+}
+LATENCY_FIELDS: dict[str, Field] = {
+    "a": Field("float", "s", 0, 1e6, default=0.0, meaning="seconds per sample"),
+    "b": Field("float", "s/token", 0, 1e6, default=0.0, meaning="seconds per token"),
+    "c": Field("float", "s/token^2", 0, 1e6, default=0.0, meaning="seconds per token squared"),
+}
+CORPUS_FIELDS: dict[str, Field] = {
+    "name": Field("enum", choices=("python_stdlib",), default="python_stdlib", meaning="the corpus"),
+    "bytes_per_token": Field("float", "bytes/token", 1, 64, default=4.0,
+                             meaning="tokens of a document = ceil(bytes / bytes_per_token)"),
+    "fill": Field("float", "", 0, 1, exclusive_minimum=True, default=0.9,
+                  meaning="take documents until this share of D*m*seq_len tokens is filled"),
+    "seed": Field("int", "", 0, 2**32 - 1, default=0, meaning="document sampling seed"),
+}
+ITEM_FIELDS: dict[str, Field] = {
+    "tokens": Field("int", "tokens", 1, MAX_TOKENS, meaning="sample length"),
+}
+#: A sample cost (``samples.items[].cost`` or one component of a cost mapping).
+COST_VALUE = Field("float", "cost units", MIN_COST, MAX_COST, zero_allowed=True)
+#: A budget limit or usage.
+BUDGET_VALUE = Field("float", "budget units", 0, MAX_BUDGET)
 
 
 def _mapping(value: Any, field: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{field}: must be a mapping, got {value!r}")
+        raise ConfigError(f"{field}: must be a mapping, got {show(value)}")
     return value
 
 
-def _require(section: Mapping[str, Any], key: str, prefix: str = "") -> Any:
-    if key not in section:
-        raise ConfigError(f"{prefix}{key}: missing required field")
-    return section[key]
+def _label(prefix: str):
+    return lambda name: f"{prefix}{name}"
+
+
+def _check_key(key: Any, field: str) -> str | int:
+    """A sample key: a string (at most 1,000 characters) or an integer within int64."""
+    if isinstance(key, str) and len(key) <= 1000:
+        return key
+    if isinstance(key, int) and not isinstance(key, bool) and -MAX_KEY <= key <= MAX_KEY:
+        return key
+    raise ConfigError(f"{field}: a sample key must be a string or an integer in [-2^63+1, 2^63-1], got {show(key)}")
+
+
+def _budgets(value: Any, field: str) -> dict[str, float]:
+    value = _mapping(value, field)
+    out = {}
+    for name, limit in value.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"{field}: budget names must be strings, got {show(name)}")
+        out[name] = BUDGET_VALUE.check(limit, f"{field}.{name}")
+    return out
+
+
+def _cost_value(value: Any, field: str) -> float | dict[str, float]:
+    if isinstance(value, Mapping):
+        out = {}
+        for name, component in value.items():
+            if not isinstance(name, str):
+                raise ConfigError(f"{field}: cost component names must be strings, got {show(name)}")
+            out[name] = COST_VALUE.check(component, f"{field}.{name}")
+        return out
+    return COST_VALUE.check(value, field)
+
+
+def _list(value: Any, field: str, what: str) -> list[Any]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{field}: must be a non-empty list of {what}, got {show(value)}")
+    check_count(len(value), MAX_SAMPLES, field, "entries")
+    return value
 
 
 def _shape(spec: Any) -> ModelShape:
@@ -73,7 +172,7 @@ def _shape(spec: Any) -> ModelShape:
     spec = _mapping(spec, "cost.model")
     if "hf_config" in spec:
         if len(spec) != 1:
-            raise ConfigError(f"cost.model.hf_config: give either hf_config or shape fields, got {sorted(spec)}")
+            raise ConfigError(f"cost.model.hf_config: give either hf_config or shape fields, got {show(sorted(spec))}")
         return from_hf_config(spec["hf_config"])
     return shape_from_mapping(spec, "cost.model.")
 
@@ -82,80 +181,123 @@ def _raw_samples(spec: Any, seq_len: int, capacity: int) -> list[dict[str, Any]]
     spec = _mapping(spec, "samples")
     given = [k for k in ("lengths", "items", "corpus") if k in spec]
     if len(given) != 1:
-        raise ConfigError(f"samples: give exactly one of lengths, items, corpus; got {given or list(spec)}")
+        raise ConfigError(f"samples: give exactly one of lengths, items, corpus; got {show(given or list(spec))}")
+    unknown = [k for k in spec if k not in given]
+    if unknown:
+        raise ConfigError(f"samples.{unknown[0]}: unknown field; valid: lengths, items, corpus")
     kind = given[0]
     if kind == "lengths":
-        lengths = spec["lengths"]
-        if not isinstance(lengths, list) or not lengths:
-            raise ConfigError(f"samples.lengths: must be a non-empty list of token counts, got {lengths!r}")
-        return [{"key": i, "tokens": t} for i, t in enumerate(lengths)]
+        lengths = _list(spec["lengths"], "samples.lengths", "token counts")
+        tokens = ITEM_FIELDS["tokens"]
+        return [{"key": i, "tokens": tokens.check(t, f"samples.lengths[{i}]")} for i, t in enumerate(lengths)]
     if kind == "items":
-        items = spec["items"]
-        if not isinstance(items, list) or not items:
-            raise ConfigError("samples.items: must be a non-empty list of {key, tokens, ...}")
+        items = _list(spec["items"], "samples.items", "{key, tokens, cost, budgets}")
         out = []
         for i, item in enumerate(items):
-            item = _mapping(item, f"samples.items[{i}]")
-            _require(item, "tokens", f"samples.items[{i}].")
-            out.append({"key": item.get("key", i), **{k: v for k, v in item.items() if k != "key"}})
+            where = f"samples.items[{i}]"
+            checked = check_section(item, ITEM_FIELDS, where, extra=("key", "cost", "budgets"),
+                                    label=_label(f"{where}."))
+            sample: dict[str, Any] = {"key": _check_key(item.get("key", i), f"{where}.key"), **checked}
+            if item.get("cost") is not None:
+                sample["cost"] = _cost_value(item["cost"], f"{where}.cost")
+            if item.get("budgets") is not None:
+                sample["budgets"] = _budgets(item["budgets"], f"{where}.budgets")
+            out.append(sample)
         return out
-    corpus = _mapping(spec["corpus"], "samples.corpus")
-    name = corpus.get("name", "python_stdlib")
-    if name != "python_stdlib":
-        raise ConfigError(f"samples.corpus.name: unknown corpus {name!r}; valid: python_stdlib")
-    fill = corpus.get("fill", 0.9)
-    if not isinstance(fill, (int, float)) or not 0 < fill <= 1:
-        raise ConfigError(f"samples.corpus.fill: must be in (0, 1], got {fill!r}")
-    documents = corpus_module.split_long(
-        corpus_module.stdlib_documents(corpus.get("bytes_per_token", 4.0)), seq_len
-    )
-    batch = corpus_module.sample_batch(documents, int(fill * capacity), int(corpus.get("seed", 0)))
+    corpus = check_section(spec["corpus"], CORPUS_FIELDS, "samples.corpus", label=_label("samples.corpus."))
+    documents = corpus_module.stdlib_documents(corpus["bytes_per_token"])
+    pieces = sum(-(-d.tokens // seq_len) for d in documents)
+    check_count(pieces, MAX_CORPUS_DOCUMENTS, "samples.corpus", f"documents after splitting at seq_len {seq_len}")
+    documents = corpus_module.split_long(documents, seq_len)
+    batch = corpus_module.sample_batch(documents, int(corpus["fill"] * capacity), corpus["seed"])
     return [{"key": d.key, "tokens": d.tokens} for d in batch]
+
+
+def _cost_model(spec: Any):
+    """``(estimate, padding, unit)`` from the ``cost`` section (``estimate`` None for kind ``given``)."""
+    spec = {} if spec is None else spec
+    cost = check_section(spec, COST_FIELDS, "cost", extra=("model", "latency"), label=_label("cost."))
+    kind = cost["kind"]
+    for section, owner in (("model", "flops"), ("latency", "latency")):
+        if section in spec and kind != owner:
+            raise ConfigError(f"cost.{section}: only used with kind {owner}, but kind is {kind!r}")
+    if "padding" in spec and kind != "flops":
+        raise ConfigError(f"cost.padding: only used with kind flops, but kind is {kind!r}")
+    padding = None
+    unit = {"flops": "FLOPs", "latency": "s", "tokens": "tokens"}.get(kind, "cost")
+    if kind == "flops":
+        if "model" not in spec:
+            raise ConfigError("cost.model: missing required field")
+        shape = _shape(spec["model"])
+        mode = cost["mode"]
+        if cost["padding"]:
+            padding = padding_cost(shape, mode)
+        return (lambda tokens: sample_cost(tokens, shape, mode)), padding, unit
+    if kind == "latency":
+        if "latency" not in spec:
+            raise ConfigError("cost.latency: missing required field")
+        latency = LatencyModel(**check_section(spec["latency"], LATENCY_FIELDS, "cost.latency",
+                                               label=_label("cost.latency.")))
+        return latency.cost, None, unit
+    if kind == "tokens":
+        return (lambda tokens: WorkloadCost(llm=float(tokens))), None, unit
+    return None, None, unit
+
+
+def _reference(reference: Any) -> Any:
+    if reference == "auto":
+        return "auto"
+    if reference is None or reference == "none":
+        return None
+    if not isinstance(reference, list):
+        raise ConfigError(f"reference: must be auto, none or a list of bins, got {show(reference)}")
+    check_count(len(reference), MAX_SAMPLES, "reference", "bins")
+    bins = []
+    for b, keys in enumerate(reference):
+        if not isinstance(keys, list):
+            raise ConfigError(f"reference[{b}]: must be a list of sample keys (one list per bin), got {show(keys)}")
+        bins.append(tuple(_check_key(key, f"reference[{b}]") for key in keys))
+    return tuple(bins)
+
+
+def _groups(groups: Any) -> tuple[tuple[str | int, ...], ...]:
+    """``groups``: a list of lists of sample keys (each group shares a rank)."""
+    if groups is None:
+        return ()
+    if not isinstance(groups, list):
+        raise ConfigError(f"groups: must be a list of groups (lists of sample keys), got {show(groups)}")
+    check_count(len(groups), MAX_SAMPLES, "groups", "groups")
+    out = []
+    for g, keys in enumerate(groups):
+        if not isinstance(keys, list):
+            raise ConfigError(f"groups[{g}]: must be a list of sample keys, got {show(keys)}")
+        out.append(tuple(_check_key(key, f"groups[{g}]") for key in keys))
+    return tuple(out)
 
 
 def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> BalanceInstance:
     """Build and validate a :class:`BalanceInstance` from a parsed config (format in the module docstring).
 
+    Every field is checked against its contract before any sample is built or any cost computed.
+
     Raises:
         ConfigError: a missing or invalid field, named in the message.
     """
     config = _mapping(config, source)
-    unknown = sorted(set(config) - TOP_LEVEL)
-    if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown field; valid: {', '.join(sorted(TOP_LEVEL))}")
-    seq_len = _require(config, "seq_len")
-    ranks = _require(config, "data_parallel_size")
-    per_rank = config.get("local_batch_size", 1)
-    constraints = PackingConstraints(
-        seq_len, config.get("budgets") or {}, config.get("oversized_policy", "error")
-    )
-    for field, value in (("data_parallel_size", ranks), ("local_batch_size", per_rank)):
-        if field == "local_batch_size" and value == "auto":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{field}: must be an integer >= 1{' or auto' if field == 'local_batch_size' else ''}, "
-                              f"got {value!r}")
-    capacity_bins = ranks * (1 if per_rank == "auto" else per_rank)
-    raw = _raw_samples(_require(config, "samples"), seq_len, capacity_bins * seq_len)
-
-    cost_spec = _mapping(config.get("cost") or {"kind": "tokens"}, "cost")
-    kind = cost_spec.get("kind", "tokens")
-    if kind not in COST_KINDS:
-        raise ConfigError(f"cost.kind: must be one of {', '.join(COST_KINDS)}, got {kind!r}")
-    mode = cost_spec.get("mode", "train")
-    padding = None
-    if kind == "flops":
-        shape = _shape(_require(cost_spec, "model", "cost."))
-        estimate = lambda tokens: sample_cost(tokens, shape, mode)  # noqa: E731
-        if cost_spec.get("padding", False):
-            padding = padding_cost(shape, mode)
-    elif kind == "latency":
-        latency = LatencyModel(**_mapping(_require(cost_spec, "latency", "cost."), "cost.latency"))
-        estimate = latency.cost
-    elif kind == "tokens":
-        estimate = lambda tokens: WorkloadCost(llm=float(tokens))  # noqa: E731
-    else:
-        estimate = None
+    fields = check_section(config, FIELDS, source, extra=STRUCTURED, label=str)
+    seq_len, ranks, per_rank = fields["seq_len"], fields["data_parallel_size"], fields["local_batch_size"]
+    bins_per_rank = 1 if per_rank == "auto" else per_rank
+    check_count(ranks * bins_per_rank, MAX_SAMPLES, "local_batch_size",
+                f"bins (data_parallel_size {ranks} x local_batch_size {per_rank})")
+    name = config.get("name")
+    if name is not None and not isinstance(name, str):
+        raise ConfigError(f"name: must be a string, got {show(name)}")
+    budgets = _budgets(config["budgets"], "budgets") if config.get("budgets") is not None else {}
+    constraints = PackingConstraints(seq_len, budgets, fields["oversized_policy"])
+    estimate, padding, unit = _cost_model(config.get("cost"))
+    reference_bins = _reference(config.get("reference", "auto"))
+    raw = _raw_samples(config["samples"] if "samples" in config else _missing("samples"), seq_len,
+                       ranks * bins_per_rank * seq_len)
 
     samples = []
     for i, item in enumerate(raw):
@@ -165,33 +307,25 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
         elif estimate is None:
             raise ConfigError(f"samples.items[{i}].cost: missing (cost.kind is 'given')")
         else:
-            if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-                raise ConfigError(f"sample {item['key']!r}: tokens must be an integer >= 1, got {tokens!r}")
             cost = estimate(tokens)
         samples.append(Sample(item["key"], tokens, cost, item.get("budgets") or {}))
-
-    reference = config.get("reference", "auto")
-    if reference == "auto":
-        reference_bins = "auto"
-    elif reference in (None, "none"):
-        reference_bins = None
-    elif isinstance(reference, list):
-        reference_bins = tuple(tuple(b) for b in reference)
-    else:
-        raise ConfigError(f"reference: must be auto, none or a list of bins, got {reference!r}")
 
     return BalanceInstance(
         tuple(samples), constraints, ranks, per_rank,
         reference_bins=reference_bins,
-        objective=config.get("objective", "makespan"),
-        group_size=config.get("group_size"),
+        objective=fields["objective"],
+        group_size=fields.get("group_size"),
         padding_cost=padding,
-        equal_count=config.get("equal_count", False),
-        max_samples_per_bin=config.get("max_samples_per_bin"),
-        groups=config.get("groups") or (),
-        name=str(config.get("name", Path(source).stem if source != "<dict>" else "")),
-        cost_unit={"flops": "FLOPs", "latency": "s", "tokens": "tokens"}.get(kind, "cost"),
+        equal_count=fields["equal_count"],
+        max_samples_per_bin=fields.get("max_samples_per_bin"),
+        groups=_groups(config.get("groups")),
+        name=str(name if name is not None else (Path(source).stem if source != "<dict>" else "")),
+        cost_unit=unit,
     )
+
+
+def _missing(field: str) -> Any:
+    raise ConfigError(f"{field}: missing required field")
 
 
 def load_config(path: str | Path) -> BalanceInstance:

@@ -82,4 +82,6 @@ def sample_batch(documents: list[Document], token_budget: int, seed: int) -> lis
         if used + doc.tokens <= token_budget:
             batch.append(doc)
             used += doc.tokens
+            if used == token_budget:  # every document has >= 1 token: nothing more fits
+                break
     return batch

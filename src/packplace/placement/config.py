@@ -5,26 +5,31 @@ Every problem is a :class:`~packplace.errors.ConfigError` with a one-line messag
 ``[section] field``. Bare scientific notation such as ``989e12`` loads as a float (plain PyYAML would
 read it as a string).
 
-Range checks beyond types (each documented where its constant is defined): ``flops_per_gpu``,
-``memory_per_gpu``, ``memory_bandwidth`` ≥ 1e6; ``gemm_peak_fraction`` and ``decode_bw_eff`` in (0, 1];
-``context_length`` and ``generation_length`` ≤ 1e7 tokens; ``batch_size · samples_per_prompt`` ≤ 1e12;
-``[optimizer]`` keys limited to :data:`OPTIMIZER_KEYS`, every knob's type and range checked against
-:data:`OPTIMIZER_KNOBS` (e.g. ``[optimizer] e_max: must be an integer >= 1, got -5``), and
-``staleness_candidates`` only for models the algorithm trains.
+Every field has a range contract (:class:`packplace.contract.Field`: type, unit, minimum, maximum or
+allowed values) in one table per section: :data:`CLUSTER_FIELDS` and :data:`HARDWARE_FIELDS`
+(``[hardware]``), :data:`WORKLOAD_FIELDS`,
+:data:`POLICY_FIELDS` and :data:`OPTIMIZER_KNOBS`. To add a field, add its row to the table of its
+section; the loader checks it, fills its default and the README table lists it. Checked at load, before
+any work: unknown fields are errors in every section, booleans are ``true``/``false`` only, and sizes
+are bounded up front with the estimate (:data:`MAX_GPUS` GPUs, :data:`MAX_SEQUENCES` sequences per
+step, :data:`MAX_STALENESS` steps of staleness). Model shapes are checked by
+:func:`packplace.shape.shape_from_mapping`. Cross-field rules: ``gen_quantiles`` within ``generation_length``,
+``t_min <= t_init``, staleness only for models the algorithm trains, every model role the algorithm
+needs and no other.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packplace.errors import ConfigError
+from packplace.contract import Field, check_count, check_section
+from packplace.errors import ConfigError, show
 from packplace.placement.engine import BATCHING, DEFAULT_MAX_NUM_SEQS, RolloutEngine
 from packplace.placement.graph import ALGORITHMS, StepGraph, build_graph
-from packplace.placement.hardware import HARDWARE_DEFAULTS, HARDWARE_REQUIRED, Cluster, Hardware, resolve_preset
+from packplace.placement.hardware import HARDWARE_DEFAULTS, Cluster, Hardware, resolve_preset
 from packplace.placement.models import LM_ROLES, ModelSpec
 from packplace.placement.workload import Workload
 from packplace.shape import from_hf_config, shape_from_mapping
@@ -38,42 +43,113 @@ STALENESS_KEYS = ("actor", "critic", "ac_share")
 TRAINABLE = {"ppo": ("actor", "critic", "ac_share"), "grpo": ("actor",), "dpo": ("actor",)}
 WORKLOAD_REQUIRED = ("batch_size", "samples_per_prompt", "context_length", "generation_length")
 WORKLOAD_OPTIONAL = ("gen_quantiles",)
-#: Knobs of the ``[optimizer]`` section other than ``staleness_candidates``: name → (kind, default, meaning).
-#: Kinds: ``"int>=1"`` (an integer ≥ 1; an integral float such as ``5e4`` — YAML scientific notation loads
-#: as float — is accepted as that integer), ``"float>0"`` (a finite number > 0, stored as float),
-#: ``"bool"`` (``true``/``false`` only, not 0/1). Cross-field rule: ``t_min <= t_init``. Every knob is
-#: checked at config load (:func:`validate_optimizer_knobs`) and the instance's ``optimizer`` holds all of
-#: them with defaults filled, so backends read validated values; keyword overrides of ``packplace.place``
-#: go through the same function (:func:`resolve_optimizer_knobs`). The annealing knobs are used by
-#: ``solvers/placement/anneal.py`` (its docstring explains them); ``k_eval`` by the candidate table, the
-#: search pools and cpsat; ``progress_s`` by anneal and cpsat.
-OPTIMIZER_KNOBS: dict[str, tuple[str, Any, str]] = {
-    "k_eval": ("int>=1", 8, "candidates per vertex and block shape kept for search"),
-    "t_init": ("float>0", 0.30, "anneal: starting temperature (fraction of the current step time)"),
-    "t_min": ("float>0", 0.03, "anneal: final temperature (<= t_init)"),
-    "t_warm": ("float>0", 0.10, "anneal: reheat temperature of a restart from the best plan"),
-    "e_max": ("int>=1", 50_000, "anneal: evaluation budget (distinct plans scored)"),
-    "e_struct": ("int>=1", 400, "anneal: proposals per temperature level"),
-    "stag_window": ("int>=1", 20, "anneal: plateaus without a new best before a restart"),
-    "hard_oom": ("bool", True, "anneal: out-of-memory plans are rejected (false: penalised)"),
-    "oom_penalty": ("float>0", 4.0, "anneal: penalty weight when hard_oom is false"),
-    "polish": ("bool", True, "anneal: final greedy descent"),
-    "progress_s": ("float>0", 3.0, "anneal, cpsat: seconds between progress lines on stderr"),
-}
-#: Default ``optimizer`` values (every knob of :data:`OPTIMIZER_KNOBS`).
-OPTIMIZER_DEFAULTS = {name: default for name, (_, default, _) in OPTIMIZER_KNOBS.items()}
-#: Every key the ``[optimizer]`` section may hold: the knobs and ``staleness_candidates``.
-OPTIMIZER_KEYS = ("k_eval", "staleness_candidates") + tuple(k for k in OPTIMIZER_KNOBS if k != "k_eval")
-#: Hardware figures that must be at least this large (FLOP/s, bytes, bytes/s): smaller values are not a
-#: GPU and only make every predicted time astronomically large.
-HARDWARE_MINIMUM = {"flops_per_gpu": 1e6, "memory_per_gpu": 1e6, "memory_bandwidth": 1e6}
-#: Hardware knobs that are fractions in (0, 1].
-HARDWARE_FRACTIONS = ("gemm_peak_fraction", "decode_bw_eff")
-#: Upper limits of the workload (tokens, sequences): beyond them the model is meaningless (no GPU holds
-#: such a sequence) and they keep the candidate enumeration and the decode sums bounded.
-WORKLOAD_MAXIMUM = {"context_length": 10_000_000, "generation_length": 10_000_000}
+#: Most GPUs a cluster may have (racks · nodes_per_rack · gpus_per_node).
+MAX_GPUS = 65_536
 #: Upper limit of ``batch_size · samples_per_prompt`` (sequences per step).
 MAX_SEQUENCES = 10**12
+#: Largest staleness (steps) the optimizer may choose; the asynchronous period unrolls ``1 + staleness``
+#: steps of the graph.
+MAX_STALENESS = 16
+#: Fields of ``[hardware]`` that shape the device grid.
+CLUSTER_FIELDS: dict[str, Field] = {
+    "racks": Field("int", "racks", 1, 4096, meaning="racks"),
+    "nodes_per_rack": Field("int", "nodes", 1, 4096, meaning="nodes per rack"),
+    "gpus_per_node": Field("int", "GPUs", 1, 64, meaning="GPUs per node"),
+}
+_ALPHA = "latency of one step of a {what} {level}"
+_BETA = "inverse bandwidth of a {what} {level}"
+_LEVELS = {"g": "inside a node", "n": "across nodes of a rack", "r": "across racks"}
+#: Per-GPU figures, α–β link model and efficiency knobs of ``[hardware]`` (every :class:`Hardware` field;
+#: defaults from :data:`HARDWARE_DEFAULTS`; a ``preset`` fills fields before they are checked). Minimum
+#: 1e6 of the figures: smaller values are not a GPU and only make every predicted time astronomically
+#: large. A new hardware field needs a row here (a test checks that every field has one).
+HARDWARE_FIELDS: dict[str, Field] = {
+    "flops_per_gpu": Field("float", "FLOP/s", 1e6, 1e18, meaning="peak dense bf16 throughput"),
+    "memory_per_gpu": Field("float", "bytes", 1e6, 1e15, meaning="HBM capacity"),
+    "memory_bandwidth": Field("float", "bytes/s", 1e6, 1e16, meaning="HBM bandwidth"),
+    **{f"{kind}_{what}_{level}": Field("float", "s" if kind == "alpha" else "s/byte", 0, 1,
+                                       meaning=(_ALPHA if kind == "alpha" else _BETA).format(
+                                           what="collective" if what == "coll" else "point-to-point transfer",
+                                           level=where))
+       for what in ("coll", "p2p") for level, where in _LEVELS.items() for kind in ("alpha", "beta")},
+    "gemm_m_half": Field("float", "64 rows", 0, 1e6, default=HARDWARE_DEFAULTS["gemm_m_half"],
+                         meaning="GEMM rows at which a GEMM reaches half its ceiling"),
+    "gemm_k_half": Field("float", "64 columns", 0, 1e6, default=HARDWARE_DEFAULTS["gemm_k_half"],
+                         meaning="inner dimension at which a GEMM reaches half its ceiling"),
+    "gemm_peak_fraction": Field("float", "", 0, 1, exclusive_minimum=True,
+                                default=HARDWARE_DEFAULTS["gemm_peak_fraction"],
+                                meaning="fraction of flops_per_gpu a large GEMM sustains"),
+    "decode_bw_eff": Field("float", "", 0, 1, exclusive_minimum=True, default=HARDWARE_DEFAULTS["decode_bw_eff"],
+                           meaning="fraction of memory_bandwidth a decode step achieves"),
+    "non_gemm_constant": Field("float", "s", 0, 10, default=HARDWARE_DEFAULTS["non_gemm_constant"],
+                               meaning="seconds per layer per micro-batch outside GEMMs"),
+    "non_gemm_scaling": Field("float", "s", 0, 10, default=HARDWARE_DEFAULTS["non_gemm_scaling"],
+                              meaning="seconds per layer per non_gemm_batch_cal tokens outside GEMMs"),
+    "non_gemm_batch_cal": Field("float", "tokens", 0, 1e9, exclusive_minimum=True,
+                                default=HARDWARE_DEFAULTS["non_gemm_batch_cal"],
+                                meaning="token count at which non_gemm_scaling was calibrated"),
+    "host_bandwidth": Field("float", "bytes/s", 0, 1e13, exclusive_minimum=True,
+                            default=HARDWARE_DEFAULTS["host_bandwidth"],
+                            meaning="host-GPU (PCIe) bandwidth per GPU, one direction (sleep/wake, offload)"),
+    "decode_step_overhead": Field("float", "s", 0, 10, default=HARDWARE_DEFAULTS["decode_step_overhead"],
+                                  meaning="seconds added to every decode step of a generation engine"),
+    "phase_overhead": Field("float", "s", 0, 3600, default=HARDWARE_DEFAULTS["phase_overhead"],
+                            meaning="seconds added once to every task of the step"),
+    "weight_sync_overhead": Field("float", "s", 0, 3600, default=HARDWARE_DEFAULTS["weight_sync_overhead"],
+                                  meaning="seconds added to every trainer-to-engine weight synchronisation"),
+}
+#: Fields of ``[workload]`` (``gen_quantiles`` is structured, checked by the loader). The length limits:
+#: beyond them the model is meaningless (no GPU holds such a sequence) and they keep the candidate
+#: enumeration and the decode sums bounded.
+WORKLOAD_FIELDS: dict[str, Field] = {
+    "batch_size": Field("int", "prompts", 1, MAX_SEQUENCES, meaning="prompts per step"),
+    "samples_per_prompt": Field("int", "responses", 1, MAX_SEQUENCES, meaning="responses per prompt"),
+    "context_length": Field("int", "tokens", 1, 10_000_000, meaning="prompt tokens"),
+    "generation_length": Field("int", "tokens", 1, 10_000_000, meaning="longest response, tokens"),
+}
+#: Fields of ``[policy]``.
+POLICY_FIELDS: dict[str, Field] = {
+    "algorithm": Field("enum", choices=ALGORITHMS, default="ppo", meaning="RL algorithm of the step"),
+    "batching": Field("enum", choices=BATCHING, default="continuous", meaning="rollout engine batching"),
+    "max_num_seqs": Field("int", "sequences", 1, 1_000_000, default=DEFAULT_MAX_NUM_SEQS,
+                          meaning="sequences a rollout engine decodes at once"),
+}
+#: Knobs of the ``[optimizer]`` section other than ``staleness_candidates``. Ints accept an integral float
+#: (YAML reads ``5e4`` as a float). Cross-field rule: ``t_min <= t_init``. Every knob is checked at config
+#: load (:func:`validate_optimizer_knobs`) and the instance's ``optimizer`` holds all of them with
+#: defaults filled, so backends read validated values; keyword overrides of ``packplace.place`` go
+#: through the same function (:func:`resolve_optimizer_knobs`). The annealing knobs are used by
+#: ``solvers/placement/anneal.py`` (its docstring explains them); ``k_eval`` by the candidate table, the
+#: search pools and cpsat; ``progress_s`` by anneal and cpsat.
+OPTIMIZER_KNOBS: dict[str, Field] = {
+    "k_eval": Field("int", "candidates", 1, 1000, default=8,
+                    meaning="candidates per vertex and block shape kept for search"),
+    "t_init": Field("float", "", 0, 100, exclusive_minimum=True, default=0.30,
+                    meaning="anneal: starting temperature (fraction of the current step time)"),
+    "t_min": Field("float", "", 0, 100, exclusive_minimum=True, default=0.03,
+                   meaning="anneal: final temperature (<= t_init)"),
+    "t_warm": Field("float", "", 0, 100, exclusive_minimum=True, default=0.10,
+                    meaning="anneal: reheat temperature of a restart from the best plan"),
+    "e_max": Field("int", "plans", 1, 10**9, default=50_000,
+                   meaning="anneal: evaluation budget (distinct plans scored)"),
+    "e_struct": Field("int", "proposals", 1, 10**7, default=400, meaning="anneal: proposals per temperature level"),
+    "stag_window": Field("int", "plateaus", 1, 10**6, default=20,
+                         meaning="anneal: plateaus without a new best before a restart"),
+    "hard_oom": Field("bool", default=True, meaning="anneal: out-of-memory plans are rejected (false: penalised)"),
+    "oom_penalty": Field("float", "", 0, 1e6, exclusive_minimum=True, default=4.0,
+                         meaning="anneal: penalty weight when hard_oom is false"),
+    "polish": Field("bool", default=True, meaning="anneal: final greedy descent"),
+    "progress_s": Field("float", "s", 0, 1e6, exclusive_minimum=True, default=3.0,
+                        meaning="anneal, cpsat: seconds between progress lines on stderr"),
+}
+#: Default ``optimizer`` values (every knob of :data:`OPTIMIZER_KNOBS`).
+OPTIMIZER_DEFAULTS = {name: spec.default for name, spec in OPTIMIZER_KNOBS.items()}
+#: Every key the ``[optimizer]`` section may hold: the knobs and ``staleness_candidates``.
+OPTIMIZER_KEYS = ("k_eval", "staleness_candidates") + tuple(k for k in OPTIMIZER_KNOBS if k != "k_eval")
+#: Most points of ``[workload] gen_quantiles``.
+MAX_QUANTILES = 1000
+#: One staleness value.
+STALENESS_FIELD = Field("int", "steps", 0, MAX_STALENESS)
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,7 +219,7 @@ def _section(cfg: Mapping[str, Any], name: str, required: bool = True) -> dict[s
         return {}
     value = cfg[name]
     if not isinstance(value, Mapping):
-        raise ConfigError(f"[{name}] must be a mapping, got {type(value).__name__} {value!r}")
+        raise ConfigError(f"[{name}] must be a mapping, got {type(value).__name__} {show(value)}")
     return dict(value)
 
 
@@ -156,52 +232,27 @@ def _require(section: Mapping[str, Any], keys: tuple[str, ...], where: str) -> N
 def _no_unknown(section: Mapping[str, Any], valid: tuple[str, ...], where: str) -> None:
     for key in section:
         if key not in valid:
-            raise ConfigError(f"[{where}] Unknown field: {key!r}; valid fields: {', '.join(valid)}")
+            raise ConfigError(f"[{where}] Unknown field: {show(key)}; valid fields: {', '.join(valid)}")
 
 
-def _int(section: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int:
-    value = section[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise ConfigError(f"[{where}] {key}: must be an integer, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"[{where}] {key}: must be >= {minimum}, got {value!r}")
-    return value
+def _label(where: str):
+    return lambda name: f"[{where}] {name}"
 
 
-def _float(section: Mapping[str, Any], key: str, where: str, *, positive: bool) -> float:
-    value = section[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"[{where}] {key}: must be a finite number, got {value!r}")
-    if positive and value <= 0:
-        raise ConfigError(f"[{where}] {key}: must be > 0, got {value!r}")
-    if not positive and value < 0:
-        raise ConfigError(f"[{where}] {key}: must be >= 0, got {value!r}")
-    return float(value)
+#: Structural error formats of the placement loader (``[section] Missing required field: 'x'``).
+_FORMATS = {"missing": "{where} Missing required field: '{name}'",
+            "unknown": "{where} Unknown field: '{name}'; valid fields: {valid}"}
 
 
 def _hardware(hw: dict[str, Any]) -> tuple[Cluster, Hardware]:
-    _no_unknown(hw, HARDWARE_REQUIRED + tuple(HARDWARE_DEFAULTS) + ("preset",), "hardware")
-    hw = resolve_preset(hw)
-    _require(hw, HARDWARE_REQUIRED, "hardware")
-    cluster = Cluster(_int(hw, "racks", "hardware"), _int(hw, "nodes_per_rack", "hardware"),
-                      _int(hw, "gpus_per_node", "hardware"))
-    values: dict[str, float] = {}
-    for key in HARDWARE_REQUIRED[3:]:
-        values[key] = _float(hw, key, "hardware", positive=not key.startswith(("alpha", "beta")))
-        if key in HARDWARE_MINIMUM and values[key] < HARDWARE_MINIMUM[key]:
-            raise ConfigError(f"[hardware] {key}: must be >= {HARDWARE_MINIMUM[key]:g}, got {hw[key]!r}")
-    for key, default in HARDWARE_DEFAULTS.items():
-        if key in hw:
-            values[key] = _float(hw, key, "hardware",
-                                 positive=key in HARDWARE_FRACTIONS + ("non_gemm_batch_cal", "host_bandwidth"))
-        else:
-            values[key] = default
-    for key in HARDWARE_FRACTIONS:
-        if values[key] > 1:
-            raise ConfigError(f"[hardware] {key}: must be in (0, 1], got {hw[key]!r}")
+    if "preset" in hw:
+        hw = resolve_preset(hw)
+    values = check_section(hw, {**CLUSTER_FIELDS, **HARDWARE_FIELDS}, "[hardware]", label=_label("hardware"),
+                           **_FORMATS)
+    cluster = Cluster(*(values.pop(name) for name in CLUSTER_FIELDS))
+    check_count(cluster.num_gpus, MAX_GPUS, "[hardware] racks",
+                f"GPUs (racks {cluster.racks} x nodes_per_rack {cluster.nodes_per_rack} x gpus_per_node "
+                f"{cluster.gpus_per_node})")
     return cluster, Hardware(**values)
 
 
@@ -212,7 +263,7 @@ def _model(role: str, spec: Any, source: str) -> ModelSpec:
     gets a scalar value head instead of the LM head."""
     where = f"models.{role}"
     if not isinstance(spec, Mapping):
-        raise ConfigError(f"[{where}] must be a mapping of shape fields, got {spec!r}")
+        raise ConfigError(f"[{where}] must be a mapping of shape fields, got {show(spec)}")
     if "hf_config" in spec:
         if len(spec) != 1:
             raise ConfigError(f"[{where}] hf_config: give either hf_config or shape fields, got {sorted(spec)}")
@@ -229,62 +280,35 @@ def _model(role: str, spec: Any, source: str) -> ModelSpec:
 
 
 def _workload(w: dict[str, Any]) -> Workload:
-    _no_unknown(w, WORKLOAD_REQUIRED + WORKLOAD_OPTIONAL, "workload")
-    _require(w, WORKLOAD_REQUIRED, "workload")
-    b, k, s, t = (_int(w, key, "workload") for key in WORKLOAD_REQUIRED)
-    for key, value in (("context_length", s), ("generation_length", t)):
-        if value > WORKLOAD_MAXIMUM[key]:
-            raise ConfigError(f"[workload] {key}: must be <= {WORKLOAD_MAXIMUM[key]:.0e} tokens, got {w[key]!r}")
-    if b * k > MAX_SEQUENCES:
-        raise ConfigError(f"[workload] batch_size: batch_size * samples_per_prompt = {b * k} sequences per step; "
-                          f"must be <= {MAX_SEQUENCES:.0e}")
+    values = check_section(w, WORKLOAD_FIELDS, "[workload]", extra=WORKLOAD_OPTIONAL, label=_label("workload"),
+                           **_FORMATS)
+    b, k, s, t = (values[key] for key in WORKLOAD_REQUIRED)
+    check_count(b * k, MAX_SEQUENCES, "[workload] batch_size",
+                f"sequences per step (batch_size {b} x samples_per_prompt {k})")
     quantiles = None
     raw = w.get("gen_quantiles")
     if raw is not None:
-        if not isinstance(raw, list) or not raw:
-            raise ConfigError(f"[workload] gen_quantiles: must be a non-empty list of [q, tokens], got {raw!r}")
+        if not isinstance(raw, list) or not raw or len(raw) > MAX_QUANTILES:
+            raise ConfigError(f"[workload] gen_quantiles: must be a list of 1 to {MAX_QUANTILES} [q, tokens] pairs, "
+                              f"got {show(raw)}")
         points = []
         last_q, last_t = 0.0, 0.0
+        share = Field("float", "", 0, 1, exclusive_minimum=True)
+        length = Field("float", "tokens", 1, t)
         for item in raw:
-            if (not isinstance(item, (list, tuple)) or len(item) != 2
-                    or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in item)):
-                raise ConfigError(f"[workload] gen_quantiles: each entry must be [q, tokens], got {item!r}")
-            q, tokens = float(item[0]), float(item[1])
-            if not (last_q < q <= 1.0):
-                raise ConfigError(f"[workload] gen_quantiles: quantiles must increase within (0, 1], got {item!r}")
-            if not (last_t <= tokens <= t) or tokens < 1:
+            if not isinstance(item, list) or len(item) != 2:
+                raise ConfigError(f"[workload] gen_quantiles: each entry must be [q, tokens], got {show(item)}")
+            q = share.check(item[0], "[workload] gen_quantiles: quantile")
+            tokens = length.check(item[1], "[workload] gen_quantiles: tokens (at most generation_length)")
+            if not last_q < q:
+                raise ConfigError(f"[workload] gen_quantiles: quantiles must increase within (0, 1], got {show(item)}")
+            if not last_t <= tokens:
                 raise ConfigError(f"[workload] gen_quantiles: tokens must be non-decreasing in [1, "
-                                  f"generation_length={t}], got {item!r}")
+                                  f"generation_length={t}], got {show(item)}")
             points.append((q, tokens))
             last_q, last_t = q, tokens
         quantiles = tuple(points)
     return Workload(b, k, s, t, quantiles)
-
-
-def _engine(policy: dict[str, Any]) -> RolloutEngine:
-    batching = policy.get("batching", "continuous")
-    if batching not in BATCHING:
-        raise ConfigError(f"[policy] batching: unknown {batching!r}; valid: {', '.join(BATCHING)}")
-    max_num_seqs = _int(policy, "max_num_seqs", "policy") if "max_num_seqs" in policy else DEFAULT_MAX_NUM_SEQS
-    return RolloutEngine(batching, max_num_seqs)
-
-
-def _knob_value(name: str, value: Any, where: str) -> Any:
-    kind = OPTIMIZER_KNOBS[name][0]
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise ConfigError(f"[{where}] {name}: must be true or false, got {value!r}")
-        return value
-    numeric = not isinstance(value, bool) and isinstance(value, (int, float))
-    if kind == "int>=1":
-        if numeric and isinstance(value, float) and math.isfinite(value) and value.is_integer():
-            value = int(value)
-        if not numeric or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"[{where}] {name}: must be an integer >= 1, got {value!r}")
-        return value
-    if not numeric or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"[{where}] {name}: must be a finite number > 0, got {value!r}")
-    return float(value)
 
 
 def validate_optimizer_knobs(values: Mapping[str, Any], base: Mapping[str, Any] | None = None, *,
@@ -308,9 +332,9 @@ def validate_optimizer_knobs(values: Mapping[str, Any], base: Mapping[str, Any] 
             raise ConfigError(f"[{where}] {name}: unknown optimizer knob; valid: {', '.join(OPTIMIZER_KNOBS)}")
     out = {name: (base or OPTIMIZER_DEFAULTS).get(name, default) for name, default in OPTIMIZER_DEFAULTS.items()}
     for name, value in values.items():
-        out[name] = _knob_value(name, value, where)
+        out[name] = OPTIMIZER_KNOBS[name].check(value, f"[{where}] {name}")
     if out["t_min"] > out["t_init"]:
-        raise ConfigError(f"[{where}] t_min: must be <= t_init ({out['t_init']}), got {out['t_min']!r}")
+        raise ConfigError(f"[{where}] t_min: must be <= t_init ({out['t_init']}), got {show(out['t_min'])}")
     return out
 
 
@@ -332,15 +356,15 @@ def _optimizer(o: dict[str, Any], algorithm: str) -> dict[str, Any]:
     raw = o.get("staleness_candidates")
     if raw is not None:
         if not isinstance(raw, Mapping):
-            raise ConfigError(f"[optimizer] staleness_candidates: must be a mapping, got {raw!r}")
+            raise ConfigError(f"[optimizer] staleness_candidates: must be a mapping, got {show(raw)}")
         for name, values in raw.items():
             if name not in STALENESS_KEYS:
-                raise ConfigError(f"[optimizer.staleness_candidates] Unknown model {name!r}; valid names: "
+                raise ConfigError(f"[optimizer.staleness_candidates] Unknown model {show(name)}; valid names: "
                                   f"{', '.join(STALENESS_KEYS)}")
-            if (not isinstance(values, list) or not values
-                    or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in values)):
+            if not isinstance(values, list) or not values or len(values) > 4 * (MAX_STALENESS + 1):
                 raise ConfigError(f"[optimizer.staleness_candidates] {name}: must be a non-empty list of "
-                                  f"integers >= 0, got {values!r}")
+                                  f"integers in [0, {MAX_STALENESS}], got {show(values)}")
+            values = [STALENESS_FIELD.check(x, f"[optimizer.staleness_candidates] {name}") for x in values]
             if name not in trainable:
                 raise ConfigError(f"[optimizer.staleness_candidates] {name}: {algorithm} has no {name} to make "
                                   f"stale; valid for {algorithm}: {', '.join(trainable)}")
@@ -362,12 +386,10 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         if key not in ("hardware", "models", "workload", "policy", "optimizer"):
             raise ConfigError(f"[{key}] Unknown section; valid: hardware, models, workload, policy, optimizer")
     cluster, hardware = _hardware(_section(config, "hardware"))
-    policy = _section(config, "policy", required=False)
-    _no_unknown(policy, ("algorithm", "batching", "max_num_seqs"), "policy")
-    engine = _engine(policy)
-    algorithm = policy.get("algorithm", "ppo")
-    if algorithm not in ALGORITHMS:
-        raise ConfigError(f"[policy] algorithm: unknown {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
+    policy = check_section(_section(config, "policy", required=False), POLICY_FIELDS, "[policy]",
+                           label=_label("policy"), **_FORMATS)
+    algorithm = policy["algorithm"]
+    engine = RolloutEngine(policy["batching"], policy["max_num_seqs"])
     models_cfg = _section(config, "models")
     required = REQUIRED_ROLES[algorithm]
     if "reference" in models_cfg:
@@ -375,7 +397,10 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                           "remove this entry")
     for role in models_cfg:
         if role not in ("actor", "critic", "reward"):
-            raise ConfigError(f"[models] Unknown role {role!r}; valid roles: actor, critic, reward")
+            raise ConfigError(f"[models] Unknown role {show(role)}; valid roles: actor, critic, reward")
+        if role not in required:
+            raise ConfigError(f"[models] {role}: {algorithm} has no {role} model; remove it "
+                              f"({algorithm} needs: {', '.join(required)})")
     _require(models_cfg, required, "models")
     models = {role: _model(role, models_cfg[role], source) for role in required}
     models["reference"] = models["actor"]
