@@ -256,3 +256,13 @@ def test_a_preset_is_checked_like_written_fields():
     assert placement_error(config).startswith("[hardware] decode_bw_eff: must be a finite number in (0, 1]")
     config["hardware"] = {"preset": "h100", "gpus_per_node": 4}
     assert placement_config.build_instance(config).num_gpus == 4
+
+
+@pytest.mark.parametrize("name", ["layers", "hidden_dim", "ffn_dim", "vocab_size", "head_dim", "num_kv_heads"])
+@pytest.mark.parametrize("value", [2**62, 10**400, float("inf"), float("nan"), "8", True, -1], ids=repr)
+def test_model_shape_fields_are_bounded_in_both_problems(name, value):
+    model = {**MODEL, name: value}
+    assert f"cost.model.{name}:" in balance_error({**BALANCE, "cost": {"kind": "flops", "model": model}})
+    config = copy.deepcopy(PLACEMENT)
+    config["models"]["actor"] = model
+    assert placement_error(config).startswith(f"[models.actor] {name}:")

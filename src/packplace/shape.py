@@ -45,7 +45,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from packplace.errors import ConfigError
+from packplace.errors import ConfigError, show
 
 #: MLP kinds: ``gated`` has three ``d × d_ff`` matrices (gate, up, down), ``plain`` two (up, down).
 MLP_KINDS = ("gated", "plain")
@@ -395,10 +395,15 @@ def shape_from_mapping(spec: Mapping[str, Any], where: str = "model.", *,
         raise ConfigError(f"{where}{exc}") from None
 
 
+#: Largest integer shape field (layers, widths, vocabulary, experts): 2^24 bounds every product the
+#: FLOP and memory formulas form far inside float range.
+MAX_SHAPE_INTEGER = 2**24
+
+
 def _coerce(value: Any, key: str, name: str, where: str) -> Any:
     if name in _BOOL_FIELDS:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}{key}: must be true or false, got {value!r}")
+            raise ConfigError(f"{where}{key}: must be true or false, got {show(value)}")
         return value
     if name in _STR_FIELDS:
         return value
@@ -406,8 +411,8 @@ def _coerce(value: Any, key: str, name: str, where: str) -> Any:
         return None
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{where}{key}: must be an integer >= 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SHAPE_INTEGER:
+        raise ConfigError(f"{where}{key}: must be an integer in [0, {MAX_SHAPE_INTEGER:,}], got {show(value)}")
     return value
 
 
