@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import pytest
 
 from packplace.balance.planner import (
+    AssignmentAlgorithm,
     BalanceDecision,
     BalancePlan,
-    BalancingAlgorithm,
     LoadSummary,
     _relabel_ranks,
     plan_balance,
@@ -126,7 +126,7 @@ def test_custom_algorithm_scores_both_layouts():
         return max(loads) - min(loads)
 
     algorithm = FixedLayout(((0, 2), (1, 3)), score=spread)
-    assert isinstance(algorithm, BalancingAlgorithm)
+    assert isinstance(algorithm, AssignmentAlgorithm)
     plan = plan_balance(nine_nine_one_one(), algorithm=algorithm)
     decision = plan.decision
     assert decision.reference_objective == 16 and decision.candidate_objective == 0

@@ -1,7 +1,7 @@
 """The balance planner: solve, then land the new layout only if it is worth it (the benefit gate).
 
 :func:`plan_balance` asks a solver (a registry backend, or any object following the
-:class:`BalancingAlgorithm` protocol) for a candidate assignment, scores the candidate and the
+:class:`AssignmentAlgorithm` protocol) for a candidate assignment, scores the candidate and the
 instance's reference grouping with the *same* objective (the evaluator's rank loads, padding cost
 included; the ``rounds`` objective with the instance's group size where that is the objective), and
 uses the candidate only if its relative gain ``(reference − candidate) / reference`` is strictly
@@ -26,10 +26,13 @@ DEFAULT_SOLVER = "repair"
 
 
 @runtime_checkable
-class BalancingAlgorithm(Protocol):
-    """A replaceable assignment algorithm for :func:`plan_balance`.
+class AssignmentAlgorithm(Protocol):
+    """A replaceable assignment algorithm for :func:`plan_balance`, given the whole instance.
 
-    Implementations must be deterministic and must not mutate the instance.
+    Implementations must be deterministic and must not mutate the instance. (hyper_parallel's
+    ``BalancingAlgorithm`` protocol, with ``assign(samples, *, reference_bins, constraints, ...)``,
+    is implemented by :class:`packplace.integrations.hyper_parallel.PackplaceBalancingAlgorithm`;
+    the name ``BalancingAlgorithm`` here is a deprecated alias of this class.)
     """
 
     def assign(self, instance: BalanceInstance) -> Sequence[Sequence[SampleKey]]:
@@ -184,7 +187,7 @@ def plan_balance(
     *,
     time_limit_s: float | None = None,
     seed: int = 0,
-    algorithm: BalancingAlgorithm | None = None,
+    algorithm: AssignmentAlgorithm | None = None,
 ) -> BalancePlan:
     """Propose a new assignment and land it only if it beats the reference by more than the threshold.
 
@@ -195,7 +198,7 @@ def plan_balance(
         min_relative_gain: Threshold in [0, 1): the candidate lands only if
             ``(reference − candidate) / reference > min_relative_gain`` (strictly, so a tie never churns).
         time_limit_s, seed: Passed to the backend.
-        algorithm: A :class:`BalancingAlgorithm` used instead of the registry backend; its
+        algorithm: An :class:`AssignmentAlgorithm` used instead of the registry backend; its
             ``objective()`` then scores both the candidate and the reference.
 
     Returns:
@@ -273,3 +276,15 @@ def plan_balance(
         message=message,
     )
     return BalancePlan(Assignment(landing, per_rank), decision)
+
+
+def __getattr__(name: str) -> Any:
+    """``BalancingAlgorithm``: deprecated alias of :class:`AssignmentAlgorithm` (hyper_parallel owns that name)."""
+    if name == "BalancingAlgorithm":
+        import warnings
+
+        warnings.warn("packplace.balance.planner.BalancingAlgorithm is deprecated: use AssignmentAlgorithm "
+                      "(hyper_parallel's BalancingAlgorithm protocol is packplace.integrations.hyper_parallel)",
+                      DeprecationWarning, stacklevel=2)
+        return AssignmentAlgorithm
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

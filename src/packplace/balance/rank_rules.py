@@ -10,7 +10,8 @@ levels, both deterministic:
    under :class:`RankRules`: at most ``hi`` samples per rank, at most ``spare`` ranks above ``lo``
    when counts must be equal, enough samples left to bring every rank up to ``lo`` (m samples, one
    per bin, or ⌊n/D⌋ with ``equal_count``), at most m oversized samples and at most
-   ``(m − oversized)·seq_len`` other tokens per rank. Cost: O(units·D) with numpy.
+   ``(m − oversized)·seq_len`` other tokens per rank. Cost: O(units·log D) with a heap of ranks
+   (plus the ranks skipped because they cannot take a unit).
 2. **Bins.** Each rank's samples are packed into its m bins by worst-fit decreasing on tokens (a
    heap keyed by used tokens; an oversized sample under policy ``single`` closes an empty bin; a
    bin at ``max_samples_per_bin`` leaves the heap), O(k log m) for k samples; with budgets, a scan
@@ -107,52 +108,75 @@ def units_of(group_of: np.ndarray) -> list[list[int]]:
 
 
 def assign_ranks(columns: PackingColumns, units: list[list[int]]) -> list[list[int]] | None:
-    """Level 1: the samples of each rank (see the module docstring), or None at a dead end."""
+    """Level 1: the samples of each rank (see the module docstring), or None at a dead end.
+
+    A heap of ranks keyed by (load, rank); ranks that cannot take the current unit are set aside
+    and pushed back afterwards, so a unit costs O(log D) plus the ranks it skips.
+    """
     tokens, priority = columns.tokens, columns.priority
     n, ranks, m, seq_len = len(tokens), columns.ranks, columns.per_rank, columns.seq_len
     rules = RankRules.of(n, ranks, m, columns.equal_count, columns.max_samples_per_bin)
     if rules.lo > rules.hi:
         return None
-    size = np.array([len(u) for u in units], dtype=np.int64)
     oversized = tokens > seq_len
-    unit_over = np.array([int(oversized[u].sum()) for u in units], dtype=np.int64)
-    unit_tokens = np.array([int(tokens[u][~oversized[u]].sum()) for u in units], dtype=np.int64)
-    unit_priority = np.array([float(priority[u].sum()) for u in units])
-    unit_tie = np.array([int(columns.key_rank[u].min()) for u in units], dtype=np.int64)
-    order = np.lexsort((unit_tie, -(unit_tokens + unit_over * seq_len), -unit_priority))
+    if all(len(u) == 1 for u in units):
+        flat = np.array([u[0] for u in units], dtype=np.int64)
+        size = np.ones(len(units), dtype=np.int64)
+        unit_over = oversized[flat].astype(np.int64)
+        unit_tokens = np.where(oversized[flat], 0, tokens[flat])
+        unit_priority = priority[flat].astype(np.float64)
+        unit_tie = columns.key_rank[flat]
+    else:
+        size = np.array([len(u) for u in units], dtype=np.int64)
+        unit_over = np.array([int(oversized[u].sum()) for u in units], dtype=np.int64)
+        unit_tokens = np.array([int(tokens[u][~oversized[u]].sum()) for u in units], dtype=np.int64)
+        unit_priority = np.array([float(priority[u].sum()) for u in units])
+        unit_tie = np.array([int(columns.key_rank[u].min()) for u in units], dtype=np.int64)
+    order = np.lexsort((unit_tie, -(unit_tokens + unit_over * seq_len), -unit_priority)).tolist()
+    size_list, over_list = size.tolist(), unit_over.tolist()
+    token_list, priority_list = unit_tokens.tolist(), unit_priority.tolist()
 
-    load = np.zeros(ranks)
-    count = np.zeros(ranks, dtype=np.int64)
-    over = np.zeros(ranks, dtype=np.int64)
-    used = np.zeros(ranks, dtype=np.int64)
+    count = [0] * ranks
+    over = [0] * ranks
+    used = [0] * ranks
     members: list[list[int]] = [[] for _ in range(ranks)]
+    heap = [(0.0, r) for r in range(ranks)]
     remaining = n
+    deficit = ranks * rules.lo  # Σ_r max(0, lo − count_r)
     above = 0  # ranks holding more than lo samples
-    big = np.inf
-    for u in order.tolist():
-        s, o, t = int(size[u]), int(unit_over[u]), int(unit_tokens[u])
-        new_count = count + s
-        ok = new_count <= rules.hi
-        ok &= over + o <= m
-        ok &= used + t <= (m - over - o) * seq_len
-        becomes_above = (count <= rules.lo) & (new_count > rules.lo)
-        if above >= rules.spare:
-            ok &= ~becomes_above
-        deficit = np.maximum(rules.lo - count, 0)
-        total_deficit = int(deficit.sum())
-        after = total_deficit - np.minimum(deficit, s)
-        ok &= remaining - s >= after
-        if not ok.any():
+    lo, hi, spare = rules.lo, rules.hi, rules.spare
+    for u in order:
+        s, o, t = size_list[u], over_list[u], token_list[u]
+        skipped = []
+        chosen = None
+        while heap:
+            load, r = heapq.heappop(heap)
+            new_count = count[r] + s
+            short = max(0, lo - count[r])
+            fits = (
+                new_count <= hi and over[r] + o <= m and used[r] + t <= (m - over[r] - o) * seq_len
+                and not (above >= spare and count[r] <= lo < new_count)
+                and remaining - s >= deficit - min(short, s)
+            )
+            if fits:
+                chosen = (load, r)
+                break
+            skipped.append((load, r))
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+        if chosen is None:
             return None
-        r = int(np.argmin(np.where(ok, load, big)))
-        above += int(becomes_above[r])
-        load[r] += unit_priority[u]
+        load, r = chosen
+        if count[r] <= lo < count[r] + s:
+            above += 1
+        deficit -= min(max(0, lo - count[r]), s)
         count[r] += s
         over[r] += o
         used[r] += t
         members[r].extend(units[u])
         remaining -= s
-    if not rules.counts_hold(count):
+        heapq.heappush(heap, (load + priority_list[u], r))
+    if not rules.counts_hold(np.array(count)):
         return None
     return members
 

@@ -1,0 +1,83 @@
+"""Multiway number partitioning on top of the balance solvers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+import packplace.balance as balance_package
+from packplace.balance.evaluator import BalanceEvaluator
+from packplace.balance.schema import make_instance
+from packplace.errors import ConfigError
+
+#: Default backend of the adapters: LPT then pair repair (fast, usually optimal or near it).
+DEFAULT_SOLVER = "repair"
+
+
+def partition(
+    weights: Sequence[float] | np.ndarray,
+    k: int,
+    *,
+    equal_count: bool = False,
+    solver: str = DEFAULT_SOLVER,
+    time_limit_s: float | None = None,
+    seed: int = 0,
+    also_differencing: bool = True,
+    **options: Any,
+) -> list[list[int]]:
+    """Split ``weights`` into ``k`` non-empty parts with the smallest largest part sum.
+
+    The problem is a balance instance with one unbounded bin per rank (tokens 1 per item, capacity
+    n), costs = weights, objective ``makespan``; ``equal_count`` makes every part hold ⌊n/k⌋ or
+    ⌈n/k⌉ items. With ``also_differencing`` (default) the Karmarkar–Karp largest differencing method
+    (``karmarkar_karp``, the algorithm verl uses) also runs when it applies (no ``equal_count``, or
+    k dividing n) and ``solver``'s answer is not already at the evaluator's lower bound; the better
+    answer is returned (ties to ``solver``), so the result is never worse than that method's.
+
+    Args:
+        weights: Item weights, shape (n,), finite and >= 0 (list or numpy array, any int/float dtype).
+        k: Number of parts, 1 <= k <= n.
+        equal_count: Part sizes differ by at most one.
+        solver: A balance backend (``packplace.solvers.available("balance")``), default ``repair``.
+        time_limit_s, seed, **options: Passed to the backend.
+
+    Returns:
+        ``k`` lists of item indices, each sorted ascending, every index exactly once.
+
+    Raises:
+        ConfigError: bad weights, k < 1 or k > n, an unknown solver or option.
+        RuntimeError: no solver found a partition (cannot happen for plain partitioning: every
+            heuristic constructs one).
+    """
+    n = len(weights)
+    instance = make_instance(np.ones(n, dtype=np.int64), weights, seq_len=max(n, 1), data_parallel_size=k,
+                             equal_count=equal_count, name="partition")
+    evaluator = BalanceEvaluator(instance)
+    candidates = []
+    result = balance_package.solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **options)
+    if result.solution is not None:
+        candidates.append(result.solution.bins)
+    bound = evaluator.lower_bound("makespan")
+    if np.array_equal(instance.costs, np.floor(instance.costs)):
+        bound = math.ceil(bound - 1e-9 * max(1.0, bound))  # integer weights: part sums are integers
+    proven = result.solution is not None and result.objective <= bound
+    if (also_differencing and not proven and solver not in ("karmarkar_karp", "kk")
+            and (not equal_count or n % k == 0)):
+        kk = balance_package.solve_balance(instance, "karmarkar_karp", time_limit_s=time_limit_s, seed=seed)
+        if kk.solution is not None:
+            candidates.append(kk.solution.bins)
+    if not candidates:
+        raise RuntimeError(f"partition: {solver} found no partition ({result.status}: {result.message})")
+    best = min(candidates, key=lambda bins: evaluator.objective(bins, "makespan"))
+    return [sorted(int(i) for i in part) for part in best]
+
+
+def largest_part(weights: Sequence[float] | np.ndarray, parts: Sequence[Sequence[int]]) -> float:
+    """The largest part sum of a partition (exact ``math.fsum`` per part)."""
+    values = np.asarray(weights, dtype=np.float64)
+    if not len(parts):
+        raise ConfigError("parts: empty partition")
+    return max(math.fsum(values[list(part)].tolist()) for part in parts)

@@ -1,0 +1,202 @@
+"""The framework adapters: verl drop-ins against an oracle of verl's own behaviour, hyper_parallel's
+protocol with duck-typed objects, and plain multiway partitioning."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from verl_oracle import verl_micro_batches, verl_partitions
+
+from packplace.errors import ConfigError
+from packplace.integrations import partition
+from packplace.integrations.hyper_parallel import PackplaceBalancingAlgorithm
+from packplace.integrations.partition import largest_part
+from packplace.integrations.verl import get_seqlen_balanced_partitions, micro_batch_partitions, workload
+
+
+def test_oracle_reproduces_a_hand_checked_differencing_answer():
+    # 8, 7, 6, 5, 4 into 2: differencing gives {8, 6} vs {7, 5, 4}... checked by hand: sums 14 and 16.
+    parts = verl_partitions([8, 7, 6, 5, 4], 2, False)
+    assert sorted(sum([8, 7, 6, 5, 4][i] for i in p) for p in parts) == [14, 16]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _check_shape(parts, n, k):
+    assert isinstance(parts, list) and len(parts) == k
+    assert all(isinstance(p, list) and p and p == sorted(p) for p in parts)
+    assert all(type(i) is int for p in parts for i in p)
+    assert sorted(i for p in parts for i in p) == list(range(n))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), k=st.integers(1, 6), equal_size=st.booleans())
+def test_get_seqlen_balanced_partitions_is_never_worse_than_verl(data, k, equal_size):
+    per_part = data.draw(st.integers(1, 8))
+    n = k * per_part if equal_size else data.draw(st.integers(k, 6 * k))
+    values = data.draw(st.lists(st.integers(1, 5000), min_size=n, max_size=n))
+    ours = get_seqlen_balanced_partitions(values, k, equal_size)
+    theirs = verl_partitions(values, k, equal_size)
+    _check_shape(ours, n, k)
+    _check_shape(theirs, n, k)
+    assert largest_part(values, ours) <= largest_part(values, theirs)
+    if equal_size:
+        assert {len(p) for p in ours} == {n // k}
+
+
+def test_equal_size_not_dividing_gives_sizes_within_one():
+    parts = get_seqlen_balanced_partitions(list(range(1, 12)), 3, True)
+    _check_shape(parts, 11, 3)
+    assert sorted(len(p) for p in parts) == [3, 4, 4]
+
+
+def test_bad_input_is_a_value_error_with_one_line():
+    with pytest.raises(ValueError, match="2 samples cannot fill 3 non-empty bins"):
+        get_seqlen_balanced_partitions([1, 2], 3, False)
+    with pytest.raises(ConfigError, match="equal_size: must be True or False"):
+        get_seqlen_balanced_partitions([1, 2], 1, "no")
+
+
+def test_numpy_input_and_exact_solver():
+    values = np.array([4, 5, 6, 7, 8], dtype=np.int32)
+    parts = get_seqlen_balanced_partitions(values, 2, False, solver="cpsat")
+    assert largest_part(values, parts) == 15.0  # {7, 8} | {4, 5, 6}
+
+
+def test_partition_of_plain_weights():
+    parts = partition([1.0, 1.5, 2.0, 2.5, 3.0], 2)
+    assert largest_part([1.0, 1.5, 2.0, 2.5, 3.0], parts) == 5.0  # {2, 3} | {1, 1.5, 2.5}
+    assert partition([3, 1], 1) == [[0, 1]]
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data(), dp_size=st.integers(1, 4))
+def test_micro_batches_keep_the_cap_the_same_count_and_equal_sizes(data, dp_size):
+    n = data.draw(st.integers(dp_size, 8 * dp_size))
+    seqlens = data.draw(st.lists(st.integers(1, 1000), min_size=n, max_size=n))
+    cap = 1000
+    ranks = micro_batch_partitions(seqlens, cap, dp_size)
+    assert len(ranks) == dp_size
+    assert len({len(r) for r in ranks}) == 1
+    assert sorted(i for r in ranks for micro in r for i in micro) == list(range(n))
+    assert all(micro and sum(seqlens[i] for i in micro) <= cap for r in ranks for micro in r)
+    sizes = [sum(len(micro) for micro in r) for r in ranks]
+    assert max(sizes) - min(sizes) <= 1
+    bound = max(math.ceil(sum(seqlens) / (dp_size * cap)), 1)
+    assert len(ranks[0]) >= bound
+
+
+def test_micro_batches_on_a_skewed_batch_beat_the_verl_pipeline_on_the_cap():
+    rng = np.random.default_rng(7)
+    seqlens = np.minimum(rng.lognormal(np.log(900), 1.0, size=256).astype(int) + 1, 4096).tolist()
+    ours = micro_batch_partitions(seqlens, 4096, 8)
+    theirs = verl_micro_batches(seqlens, 4096, 8)
+    assert all(sum(seqlens[i] for i in micro) <= 4096 for r in ours for micro in r)
+    costs = workload(seqlens)
+    ours_makespan = max(sum(costs[i] for micro in r for i in micro) for r in ours)
+    theirs_makespan = max(sum(costs[i] for micro in r for i in micro) for r in theirs)
+    assert ours_makespan <= theirs_makespan
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# hyper_parallel's objects, duck-typed (the package need not be installed).
+
+
+@dataclass(frozen=True, order=True)
+class Key:
+    reader_rank: int
+    dataset_index: int
+
+
+@dataclass(frozen=True)
+class Cost:
+    llm: float = 0.0
+    encoder: float = 0.0
+
+
+@dataclass(frozen=True)
+class Metadata:
+    pack_tokens: int
+    cost: Cost = Cost()
+    packing_costs: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Buffered:
+    key: Key
+    metadata: Metadata
+    global_sample_position: int = 0
+
+
+@dataclass(frozen=True)
+class Constraints:
+    seq_len: int
+    oversized_policy: str = "error"
+    packing_budgets: dict | None = None
+
+
+def _samples(tokens, vision=None):
+    return [
+        Buffered(Key(0, i), Metadata(t, Cost(llm=float(t * t)), {"vision": vision[i]} if vision else {}), i)
+        for i, t in enumerate(tokens)
+    ]
+
+
+def test_hyper_parallel_algorithm_returns_keys_rank_major_and_balances():
+    samples = _samples([8, 7, 6, 5, 4, 3, 2, 1])
+    reference = [[s.key for s in samples[:4]], [s.key for s in samples[4:]]]
+    algorithm = PackplaceBalancingAlgorithm(solver="cpsat", time_limit_s=5)
+    bins = algorithm.assign(samples, reference_bins=reference, constraints=Constraints(seq_len=40),
+                            data_parallel_size=2, local_batch_size=1)
+    assert len(bins) == 2 and sorted(k for b in bins for k in b) == sorted(s.key for s in samples)
+    by_key = {s.key: s.metadata.cost.llm for s in samples}
+    loads = [Cost(llm=sum(by_key[k] for k in b)) for b in bins]
+    assert algorithm.objective(loads) == 102.0  # 204 in all, split evenly: 64+36+1+1... proven by cpsat
+    assert algorithm.last_result.status == "optimal"
+    assert PackplaceBalancingAlgorithm(objective="balance").objective([Cost(llm=1.0), Cost(llm=1.0)]) == 0.0
+
+
+def test_hyper_parallel_budgets_are_kept_and_a_dead_end_returns_the_reference():
+    samples = _samples([3, 3, 3, 3], vision=[5.0, 5.0, 1.0, 1.0])
+    constraints = Constraints(seq_len=6, packing_budgets={"vision": 6.0})
+    reference = [[samples[0].key, samples[2].key], [samples[1].key, samples[3].key]]
+    bins = PackplaceBalancingAlgorithm().assign(samples, reference_bins=reference, constraints=constraints,
+                                                data_parallel_size=2, local_batch_size=1)
+    vision = {s.key: s.metadata.packing_costs["vision"] for s in samples}
+    assert all(sum(vision[k] for k in b) <= 6.0 for b in bins)
+
+
+def test_hyper_parallel_dead_end_returns_the_reference_unchanged():
+    from packplace.result import UNKNOWN, Proposal
+    from packplace.solvers.registry import register, unregister
+
+    @register("balance", "test-dead-end")
+    def dead_end(instance, *, time_limit_s=None, seed=0):
+        """Always gives up."""
+        return Proposal(None, UNKNOWN, message="gave up")
+
+    try:
+        samples = _samples([3, 3, 3, 3])
+        reference = [[samples[0].key, samples[1].key], [samples[2].key, samples[3].key]]
+        algorithm = PackplaceBalancingAlgorithm(solver="test-dead-end")
+        out = algorithm.assign(samples, reference_bins=reference, constraints=Constraints(seq_len=6),
+                               data_parallel_size=2, local_batch_size=1)
+        assert out == tuple(tuple(b) for b in reference) and algorithm.last_result.status == "unknown"
+    finally:
+        unregister("balance", "test-dead-end")
+
+
+def test_planner_protocol_name_is_deprecated_alias():
+    from packplace.balance import planner
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert planner.BalancingAlgorithm is planner.AssignmentAlgorithm
+    assert any(issubclass(w.category, DeprecationWarning) for w in caught)

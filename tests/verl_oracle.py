@@ -1,0 +1,73 @@
+"""Oracle of verl's sequence balancing (``verl.utils.seqlen_balancing``) for the adapter tests and
+``benchmarks/verl_adapter.py``: the largest differencing method with verl's tie rules and its
+two-stage dynamic batching, written from the published behaviour (not verl's code)."""
+
+from __future__ import annotations
+
+import heapq
+
+from packplace.integrations.verl import workload
+
+
+class _Part:
+    """One subset of a differencing state: ordered by (sum, size, members) as verl orders them."""
+
+    def __init__(self, members=()):
+        self.members = list(members)  # (index, value) pairs
+        self.total = sum(v for _, v in self.members)
+
+    def rank(self):
+        return (self.total, len(self.members), self.members)
+
+
+class _State:
+    """k subsets kept in decreasing order; the heap pops the largest spread first, then the largest top set."""
+
+    def __init__(self, parts):
+        self.parts = sorted(parts, key=_Part.rank, reverse=True)
+
+    def spread(self):
+        return self.parts[0].total - self.parts[-1].total
+
+    def __lt__(self, other):
+        if self.spread() != other.spread():
+            return self.spread() > other.spread()
+        return self.parts[0].rank() > other.parts[0].rank()
+
+    def absorb(self, other):
+        k = len(self.parts)
+        merged = [_Part(self.parts[i].members + other.parts[k - 1 - i].members) for i in range(k)]
+        self.parts = sorted(merged, key=_Part.rank, reverse=True)
+
+
+def verl_partitions(values, k, equal_size):
+    """Largest differencing into k parts, verl's way: ascending (value, index) order, equal_size in chunks of k."""
+    ordered = sorted((v, i) for i, v in enumerate(values))
+    heap = []
+    if equal_size:
+        assert len(values) % k == 0
+        for start in range(0, len(ordered), k):
+            heapq.heappush(heap, _State([_Part([(i, v)]) for v, i in ordered[start:start + k]]))
+    else:
+        for v, i in ordered:
+            heapq.heappush(heap, _State([_Part([(i, v)])] + [_Part() for _ in range(k - 1)]))
+    while len(heap) > 1:
+        first, second = heapq.heappop(heap), heapq.heappop(heap)
+        first.absorb(second)
+        heapq.heappush(heap, first)
+    return [sorted(i for i, _ in part.members) for part in heap[0].parts]
+
+
+def verl_micro_batches(seqlens, max_token_len, dp_size):
+    """The trainer's equal_size balancing over ranks, then per rank ⌈tokens/cap⌉ micro-batches (the
+    maximum over ranks, as the all-reduce does) partitioned by differencing on the workload proxy."""
+    ranks = verl_partitions(list(seqlens), dp_size, True)
+    count = max(min(len(r), -(-sum(seqlens[i] for i in r) // max_token_len)) for r in ranks)
+    loads = workload(seqlens)
+    out = []
+    for members in ranks:
+        local = verl_partitions([int(loads[i]) for i in members], count, False)
+        out.append([sorted(members[j] for j in micro) for micro in local])
+    return out
+
+
