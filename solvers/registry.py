@@ -5,8 +5,11 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar, overload
 
 from packplace.errors import ConfigError
+
+SolveFunction = TypeVar("SolveFunction", bound=Callable[..., Any])
 
 #: The problems packplace solves, each with its own backends package under ``packplace.solvers``.
 PROBLEMS = ("balance", "placement")
@@ -26,7 +29,7 @@ class SolverSpec:
 
     problem: str
     name: str
-    solve: Callable
+    solve: Callable[..., Any]
     exact: bool = False
     summary: str = ""
 
@@ -36,7 +39,9 @@ _ALIASES: dict[str, dict[str, str]] = {problem: {} for problem in PROBLEMS}
 _LOADED: set[str] = set()
 
 
-def register(problem: str, name: str, *, exact: bool = False, aliases: tuple[str, ...] = ()):
+def register(
+    problem: str, name: str, *, exact: bool = False, aliases: tuple[str, ...] = ()
+) -> Callable[[SolveFunction], SolveFunction]:
     """Decorator registering ``solve`` as backend ``name`` of ``problem``.
 
     Raises:
@@ -45,7 +50,7 @@ def register(problem: str, name: str, *, exact: bool = False, aliases: tuple[str
     if problem not in PROBLEMS:
         raise ValueError(f"problem must be one of {PROBLEMS}, got {problem!r}")
 
-    def decorator(solve: Callable) -> Callable:
+    def decorator(solve: SolveFunction) -> SolveFunction:
         existing = _REGISTRY[problem].get(name)
         if existing is not None and existing.solve is not solve:
             raise ValueError(f"{problem} solver {name!r} is already registered")
@@ -65,8 +70,25 @@ def _load(problem: str) -> None:
         importlib.import_module(f"packplace.solvers.{problem}")
 
 
-def available(problem: str) -> list[str]:
-    """Names of the registered backends of ``problem``, sorted (aliases not included)."""
+@overload
+def available(problem: str) -> list[str]: ...
+
+
+@overload
+def available(problem: None = None) -> dict[str, list[str]]: ...
+
+
+def available(problem: str | None = None) -> list[str] | dict[str, list[str]]:
+    """Names of the registered backends, sorted (aliases not included).
+
+    With ``problem`` (``"balance"`` or ``"placement"``): that problem's names. Without: a dict from
+    every problem in :data:`PROBLEMS` to its names.
+
+    Raises:
+        ConfigError: unknown problem.
+    """
+    if problem is None:
+        return {name: available(name) for name in PROBLEMS}
     if problem not in PROBLEMS:
         raise ConfigError(f"problem: unknown {problem!r}; valid: {', '.join(PROBLEMS)}")
     _load(problem)

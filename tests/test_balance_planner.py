@@ -154,7 +154,7 @@ def test_plan_is_frozen_and_serialises():
     assert isinstance(plan, BalancePlan) and isinstance(plan.decision, BalanceDecision)
     with pytest.raises(AttributeError):
         plan.decision = None  # type: ignore[misc]
-    payload = json.loads(json.dumps(plan.to_json()))
+    payload = json.loads(plan.to_json())
     assert payload["decision"]["accepted"] is True
     assert payload["decision"]["loads_after"] == {"max": 10.0, "min": 10.0, "relative_spread": 0.0}
     costs = {0: 9, 1: 9, 2: 1, 3: 1}
@@ -198,4 +198,4 @@ def test_solver_without_answer_keeps_reference(throwaway_solver):
     assert plan.bins == ((0, 1), (2, 3))
     assert plan.decision.candidate_objective == float("inf")
     assert plan.decision.status == "unknown"
-    assert plan.to_json()["decision"]["candidate_objective"] is None
+    assert plan.to_dict()["decision"]["candidate_objective"] is None

@@ -9,7 +9,7 @@ import pytest
 from packplace.balance import BalanceEvaluator, PackingConstraints, Sample, WorkloadCost, make_instance
 from packplace.balance.evaluator import round_makespan, squared_cv
 from packplace.balance.schema import Assignment, BalanceInstance
-from packplace.errors import ConfigError
+from packplace.errors import ConfigError, InfeasibleError
 
 
 def test_oversized_sample_error_names_sample_and_both_numbers():
@@ -29,7 +29,7 @@ def test_oversized_single_policy_is_accepted_and_must_sit_alone():
 
 
 def test_fewer_samples_than_bins_is_an_error_before_any_solver():
-    with pytest.raises(ConfigError, match="3 samples cannot fill 4 non-empty bins"):
+    with pytest.raises(InfeasibleError, match="3 samples cannot fill 4 non-empty bins"):
         make_instance([1, 2, 3], seq_len=10, data_parallel_size=2, local_batch_size=2)
 
 
@@ -47,7 +47,7 @@ def test_invalid_instances_name_the_field(kwargs, match):
 
 
 def test_total_tokens_over_capacity_is_rejected():
-    with pytest.raises(ConfigError, match="18 tokens cannot fit in 2 bins of seq_len 8"):
+    with pytest.raises(InfeasibleError, match="18 tokens cannot fit in 2 bins of seq_len 8"):
         make_instance([6, 6, 6], seq_len=8, data_parallel_size=2)
 
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 import packplace
-from packplace.errors import ConfigError
+from packplace.errors import InfeasibleError
 from packplace.placement.candidates import block_extents, block_origins, explain
 from packplace.placement.config import build_instance, load_config
 from packplace.placement.evaluator import get_table
@@ -103,7 +103,7 @@ def test_cluster_smaller_than_the_smallest_feasible_block():
     # GPU on 8 GPUs before activations: it needs 16 GPUs of 12 GB
     actor = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
     inst = build_instance(dpo(actor, memory_per_gpu=12e9))
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(InfeasibleError) as info:
         packplace.place(inst, "concurrent")
     msg = str(info.value)
     assert msg.startswith("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 16 ")
@@ -114,8 +114,8 @@ def test_model_that_never_fits_says_bytes_needed_and_available():
     actor = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
     inst = build_instance(dpo(actor, memory_per_gpu=1e6))
     # both vertices never fit; the message names the most demanding one (training: weights, grads, Adam)
-    with pytest.raises(ConfigError, match=r"^\[models\] actor does not fit: actor.train needs 16.2 GB per GPU at the "
-                                          r"largest block \(8 GPUs\), 0.001 GB available"):
+    with pytest.raises(InfeasibleError, match=r"^\[models\] actor does not fit: actor.train needs 16.2 GB per GPU at "
+                                              r"the largest block \(8 GPUs\), 0.001 GB available"):
         get_table(inst).check()
 
 
@@ -129,7 +129,7 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
            "policy": {"algorithm": "grpo"}}
     table = get_table(build_instance(cfg))
     assert not table.feasible["actor.generate"] and not table.feasible["actor.train"]
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(InfeasibleError) as info:
         table.check()
     assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 128 "
                                "(16.2 GB per GPU needed at the largest block (8 GPUs), 1.5 GB available)")
@@ -140,7 +140,7 @@ def test_model_that_never_fits_because_of_divisibility_says_so():
     tiny = dict(layers=1, hidden_dim=256, ffn_dim=512, vocab_size=1000, head_dim=128)
     cfg = dpo(tiny, memory_per_gpu=5e6)
     cfg["workload"].update(batch_size=1, samples_per_prompt=2)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(InfeasibleError) as info:
         get_table(build_instance(cfg)).check()
     assert str(info.value) == (
         "[models] actor does not fit: actor.train needs 0.00747 GB per GPU at the largest block (4 GPUs), 0.005 GB "

@@ -123,7 +123,7 @@ def test_out_of_memory_and_illegal_plans_are_infeasible_with_reasons():
         assert not s.feasible and get_evaluator(inst).step_time(p) == float("inf")
         return s.violations[0]
 
-    ok = plan.as_dict()
+    ok = plan.by_vertex()
     assert "does not equal the block's 2 GPUs" in reason(plan.replace("actor.train", vp(1, 1, 1, 8, (0, 0, 0),
                                                                                           (1, 1, 2))))
     assert "not an aligned shape" in reason(plan.replace("actor.train", vp(1, 1, 2, 8, (0, 0, 1), (1, 1, 2))))

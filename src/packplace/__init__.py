@@ -10,17 +10,51 @@ Library calls (each returns a :class:`packplace.result.SolveResult`, scored by t
   an RL post-training step; instances from ``packplace.placement.config.load_config(path)``.
 * ``packplace.compare(problem, suite, solvers=..., time_limit_s=..., jobs=...)`` — every solver on every
   instance of a suite, with gaps to the best proven bound (a ``CompareReport``).
-* ``packplace.solvers.available("balance" | "placement")`` — the registered backends.
+* ``packplace.solvers.available()`` — the registered backends of every problem
+  (``available("balance")``: one problem's).
+
+Errors: :class:`PackplaceError` is the base; :class:`ConfigError` is bad input,
+:class:`InfeasibleError` a proven-infeasible instance.
+
+``packplace.balance`` is a function; the balance *subpackage* keeps its name for imports
+(``from packplace.balance import make_instance``). The version is the installed distribution's
+(written once, in ``pyproject.toml``).
 """
 
 from __future__ import annotations
 
-from packplace import balance, solvers
-from packplace.errors import ConfigError
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
+
+from packplace import solvers
+
+# The import system binds the subpackage to the name `balance` when it is first loaded (here);
+# `as balance` then rebinds the name to the entry-point function. The subpackage stays in sys.modules,
+# so `from packplace.balance import ...` keeps working; later submodule imports do not rebind the name.
+from packplace.balance.api import solve_balance as balance
+from packplace.errors import ConfigError, InfeasibleError, PackplaceError
 from packplace.harness import compare
 from packplace.placement.api import solve_placement as place
 from packplace.result import SolveResult
 
-__version__ = "0.1.0"
 
-__all__ = ["ConfigError", "SolveResult", "__version__", "balance", "compare", "place", "solvers"]
+def _installed_version() -> str:
+    try:
+        return _distribution_version("packplace")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
+__version__ = _installed_version()
+
+__all__ = [
+    "ConfigError",
+    "InfeasibleError",
+    "PackplaceError",
+    "SolveResult",
+    "__version__",
+    "balance",
+    "compare",
+    "place",
+    "solvers",
+]

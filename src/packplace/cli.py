@@ -1,7 +1,9 @@
 """The ``packplace`` command: one subcommand per job, each defined next to its problem.
 
-Exit codes: 0 success; 1 the solver found no feasible answer (or ``bench`` found a regression);
-2 bad input, with a one-line error on stderr naming the field.
+Exit codes: 0 success; 1 the solver found no feasible answer (``bench``: a regression; ``compare``:
+a cell ended in ``error``); 2 bad input (:class:`~packplace.errors.ConfigError`), with a one-line error
+on stderr naming the field; 3 a proven-infeasible instance (:class:`~packplace.errors.InfeasibleError`),
+one line saying why.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import os
 import sys
 
 from packplace import __version__
-from packplace.errors import ConfigError
+from packplace.errors import ConfigError, InfeasibleError
 
 #: Modules that contribute subcommands through ``register(subparsers)``.
 COMMAND_MODULES = ("packplace.balance.cli", "packplace.placement.cli", "packplace.harness.cli")
@@ -38,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except InfeasibleError as exc:  # before ConfigError: it is a subclass
+        print(f"packplace {args.command}: infeasible: {exc}", file=sys.stderr)
+        return 3
     except ConfigError as exc:
         print(f"packplace {args.command}: error: {exc}", file=sys.stderr)
         return 2

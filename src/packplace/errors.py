@@ -1,4 +1,17 @@
-"""Errors raised by packplace on bad input, and the bounded value display their messages use."""
+"""The exceptions packplace raises, all subclasses of :class:`PackplaceError`.
+
+* :class:`ConfigError` — bad input: a missing or invalid field, an unknown solver name, a bad option.
+* :class:`InfeasibleError` — the input is well-formed but the instance provably has no feasible
+  answer (more tokens than the bins hold, fewer samples than non-empty bins, a model that fits on no
+  legal block of the cluster).
+
+:func:`show` bounds the values those one-line messages quote.
+
+:class:`InfeasibleError` is a subclass of :class:`ConfigError` (instances that could not be built
+raised :class:`ConfigError` before it existed, and ``except ConfigError`` keeps catching every input
+that cannot be solved); catch :class:`InfeasibleError` first to tell the two apart. Both are
+:class:`ValueError` and :class:`PackplaceError`.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +19,25 @@ import reprlib
 from typing import Any
 
 
-class ConfigError(ValueError):
+class PackplaceError(Exception):
+    """Base class of every error packplace raises on purpose; the message is one line."""
+
+
+class ConfigError(PackplaceError, ValueError):
     """An instance or configuration field is missing or invalid.
 
     The message is one line that names the field (``[section] field`` for YAML configs) and the
     offending value, so that the command line can print it as is and exit with code 2.
+    """
+
+
+class InfeasibleError(ConfigError):
+    """The instance is well-formed but has no feasible answer, and this is proven, not guessed.
+
+    Raised before any solver runs, by the analytic checks of the instance builders (capacity, bin
+    count, memory of the least-memory candidate on the largest legal block). The command line exits
+    with code 3. A solver that merely fails to find an answer returns a result with status
+    ``unknown`` instead.
     """
 
 

@@ -8,10 +8,11 @@ evaluator's number, never the solver's own.
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Protocol
 
 from packplace.errors import ConfigError
@@ -107,6 +108,132 @@ class SolveResult:
     def ok(self) -> bool:
         """True when the result carries a feasible solution (status ``optimal`` or ``feasible``)."""
         return self.status in (OPTIMAL, FEASIBLE)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data: every field, ``gap``, and the solution as plain data.
+
+        The solution becomes ``Assignment.to_dict()`` (balance) or ``Plan.to_dict()`` (placement);
+        non-finite numbers (``objective`` without a solution, an infinite ``gap``) become ``None``;
+        tuples become lists. :meth:`from_dict` inverts it.
+        """
+        solution: Any = None
+        if self.solution is not None:
+            to_dict = getattr(self.solution, "to_dict", None)
+            solution = to_dict() if callable(to_dict) else self.solution
+        data = {
+            "problem": self.problem,
+            "solver": self.solver,
+            "status": self.status,
+            "objective": self.objective,
+            "bound": self.bound,
+            "gap": self.gap,
+            "hit_time_limit": self.hit_time_limit,
+            "wall_s": self.wall_s,
+            "iterations": self.iterations,
+            "message": self.message,
+            "params": self.params,
+            "log": self.log,
+            "info": self.info,
+            "solution": solution,
+        }
+        cleaned: dict[str, Any] = json_ready(data)
+        return cleaned
+
+    def to_json(self, indent: int | None = None) -> str:
+        """:meth:`to_dict` as JSON text (strict JSON: no ``NaN``/``Infinity``)."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SolveResult:
+        """The result :meth:`to_dict` wrote; the solution is rebuilt as an ``Assignment`` or ``Plan``.
+
+        A ``None`` objective or bound reads back as ``inf`` (no solution; a proof of infeasibility).
+        ``info`` and ``params`` come back as
+        the JSON values they were written as (tuples as lists).
+
+        Raises:
+            ConfigError: a missing field, an unknown problem or status, or a malformed solution.
+        """
+        try:
+            problem = str(data["problem"])
+            status = str(data["status"])
+            raw_solution = data["solution"]
+            objective = data["objective"]
+            bound = data["bound"]
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"result: malformed result JSON (missing {exc})") from None
+        if status not in STATUSES:
+            raise ConfigError(f"result: status must be one of {', '.join(STATUSES)}, got {status!r}")
+        solution: Any = None
+        if raw_solution is not None:
+            if problem == "balance":
+                from packplace.balance.schema import Assignment
+
+                solution = Assignment.from_dict(raw_solution)
+            elif problem == "placement":
+                from packplace.placement.plan import Plan
+
+                solution = Plan.from_dict(raw_solution)
+            else:
+                raise ConfigError(f"result: problem must be 'balance' or 'placement', got {problem!r}")
+        return cls(
+            problem=problem,
+            solver=str(data.get("solver", "")),
+            solution=solution,
+            objective=float("inf") if objective is None else float(objective),
+            bound=float("inf") if bound is None else float(bound),  # only a proof of infeasibility is infinite
+            status=status,
+            hit_time_limit=bool(data.get("hit_time_limit", False)),
+            params=dict(data.get("params") or {}),
+            wall_s=float(data.get("wall_s") or 0.0),
+            iterations=data.get("iterations"),
+            message=str(data.get("message", "")),
+            log=list(data.get("log") or []),
+            info=dict(data.get("info") or {}),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> SolveResult:
+        """Parse :meth:`to_json` output back into a result (see :meth:`from_dict`).
+
+        Raises:
+            ConfigError: not JSON, or not a result document.
+        """
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"result: not valid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"result: expected a JSON object, got {type(data).__name__}")
+        return cls.from_dict(data)
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` as plain JSON data: dicts with string keys, lists, str/int/float/bool/None.
+
+    Tuples and numpy arrays become lists, numpy scalars Python numbers, non-finite floats ``None``,
+    dataclasses their fields, and any other object its ``to_dict()`` if it has one, else ``str()``.
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        return [json_ready(v) for v in items]
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return json_ready(to_dict())
+    tolist = getattr(value, "tolist", None)  # numpy arrays and scalars
+    if callable(tolist):
+        return json_ready(tolist())
+    if is_dataclass(value) and not isinstance(value, type):
+        return json_ready({f.name: getattr(value, f.name) for f in fields(value)})
+    return str(value)
 
 
 def relative_gap(objective: float, bound: float) -> float:

@@ -1,15 +1,13 @@
 """Balance: assign variable-length samples to packed bins and bins to data-parallel ranks.
 
-``packplace.balance`` is both this subpackage and the library call: calling the module,
-``packplace.balance(instance, solver="repair", time_limit_s=..., seed=...)``, runs
-:func:`packplace.balance.api.solve_balance`. (The module's class is swapped for a callable
-subclass so that ``packplace.balance.schema`` and ``packplace.balance(...)`` both work.)
+Import the names of this subpackage with ``from packplace.balance import make_instance, ...`` (or
+``from packplace.balance.schema import ...``). The attribute ``packplace.balance`` of the top-level
+package is the *function* :func:`packplace.balance.api.solve_balance`, so that
+``packplace.balance(instance, solver="repair", ...)`` is an ordinary call a type checker accepts;
+``import packplace.balance as name`` therefore binds that function, not this module.
 """
 
 from __future__ import annotations
-
-import sys
-import types
 
 from packplace.balance.api import solve_balance
 from packplace.balance.config import load_config
@@ -40,11 +38,3 @@ __all__ = [
     "plan_balance",
     "solve_balance",
 ]
-
-
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args, **kwargs):
-        return solve_balance(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

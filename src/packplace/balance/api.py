@@ -43,9 +43,8 @@ def solve_balance(
         raise ConfigError(f"instance: expected a BalanceInstance, got {type(instance).__name__}")
 
     def normalize(solution: Any) -> Assignment:
-        if not isinstance(solution, Assignment):
-            solution = Assignment(solution, instance.local_batch_size)
-        return solution.canonical()
+        assignment = solution if isinstance(solution, Assignment) else Assignment(solution, instance.local_batch_size)
+        return assignment.canonical()
 
     return solve_with(
         problem="balance", instance=instance, solver=solver, evaluator=BalanceEvaluator(instance),

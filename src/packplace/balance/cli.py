@@ -76,7 +76,7 @@ def result_json(result: SolveResult, instance: BalanceInstance, instance_name: s
         "objectives": {k: result.info.get(k) for k in ("makespan", "balance", "rounds")},
         "rank_loads": result.info.get("rank_loads"),
         "rank_tokens": result.info.get("rank_tokens"),
-        "assignment": solution.to_json() if solution is not None else None,
+        "assignment": solution.to_lists() if solution is not None else None,
     }
 
 
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
             f"({decision.moved_samples} samples change rank; load spread "
             f"{100 * decision.loads_before.relative_spread:.1f}% -> {100 * decision.loads_after.relative_spread:.1f}%)"
         )
-        document["planner"] = plan.to_json()
+        document["planner"] = plan.to_dict()
     if args.out:
         Path(args.out).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.out}", file=sys.stderr)

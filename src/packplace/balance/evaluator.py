@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -134,7 +134,7 @@ class BalanceEvaluator:
         seen = np.zeros(len(self.keys), dtype=np.int64)
         seq_len = inst.constraints.seq_len
         limits = inst.constraints.budgets
-        usages = {name: inst.samples.usage(name) for name in limits}
+        usages = {name: inst.table.usage(name) for name in limits}
         token_list = self.tokens.tolist()
         index = self.index
         per_rank, cap = inst.local_batch_size, inst.max_samples_per_bin
@@ -144,12 +144,15 @@ class BalanceEvaluator:
                 if add(f"bin {b} is empty"):
                     return out
                 continue
-            members = [index.get(key) for key in keys]
-            if None in members:
-                for key, i in zip(keys, members):
+            found = [index.get(key) for key in keys]
+            members: list[int]
+            if None in found:
+                for key, i in zip(keys, found):
                     if i is None and add(f"bin {b} holds unknown key {key!r}"):
                         return out
-                members = [i for i in members if i is not None]
+                members = [i for i in found if i is not None]
+            else:
+                members = cast("list[int]", found)
             np.add.at(seen, members, 1)  # unbuffered: a key twice in one bin counts twice
             rank_of[members] = b // per_rank
             if cap is not None and len(keys) > cap:
@@ -165,9 +168,9 @@ class BalanceEvaluator:
                 if used > limit * (1 + 1e-12):
                     if add(f"bin {b} uses {used:g} of budget {name!r} > limit {limit:g}"):
                         return out
-        for i in np.flatnonzero(seen != 1):
-            what = "missing" if seen[i] == 0 else f"placed {int(seen[i])} times"
-            if add(f"sample {self.keys[i]!r} is {what}"):
+        for unplaced in np.flatnonzero(seen != 1):
+            what = "missing" if seen[unplaced] == 0 else f"placed {int(seen[unplaced])} times"
+            if add(f"sample {self.keys[unplaced]!r} is {what}"):
                 return out
         if inst.has_rank_rules and (seen == 1).all():
             out.extend(self.rank_rule_violations(rank_of))
@@ -220,12 +223,13 @@ class BalanceEvaluator:
         if isinstance(bins, Assignment):
             bins = bins.bins
         _, costs = self.bin_arrays(bins)
-        return costs.reshape(self.instance.data_parallel_size, self.instance.local_batch_size).sum(axis=1)
+        loads: np.ndarray = costs.reshape(self.instance.data_parallel_size, self.instance.local_batch_size).sum(axis=1)
+        return loads
 
     def objective(self, bins: Sequence[Sequence[SampleKey]] | Assignment, name: str | None = None) -> float:
         """The named objective (default: the instance's) of a feasible assignment."""
         inst = self.instance
-        return objective_value(name or inst.objective, self.rank_loads(bins), inst.group_size)
+        return objective_value(name or inst.objective, self.rank_loads(bins), inst.resolved_group_size)
 
     def score(self, bins: Sequence[Sequence[SampleKey]] | Assignment) -> BalanceScore:
         """Feasibility and all objectives of ``bins``."""
@@ -241,7 +245,7 @@ class BalanceEvaluator:
         values = {
             "makespan": makespan(loads),
             "balance": squared_cv(loads),
-            "rounds": round_makespan(loads, inst.group_size),
+            "rounds": round_makespan(loads, inst.resolved_group_size),
         }
         return BalanceScore(
             True, [], values[inst.objective], values["makespan"], values["balance"], values["rounds"],
@@ -282,7 +286,7 @@ class BalanceEvaluator:
             top = np.sort(self.costs)[::-1][: ranks + 1]
             bound = max(bound, float(top[ranks - 1] + top[ranks]))
         if name == "rounds":
-            bound = max(bound, total / inst.group_size, self._first_round_capacity_bound(total))
+            bound = max(bound, total / inst.resolved_group_size, self._first_round_capacity_bound(total))
         return bound
 
     def _first_round_capacity_bound(self, total: float) -> float:
@@ -294,19 +298,19 @@ class BalanceEvaluator:
         the integral one); the remaining cost spreads over later rounds of g ranks each.
         """
         inst = self.instance
-        if inst.group_size >= inst.data_parallel_size:
+        if inst.resolved_group_size >= inst.data_parallel_size:
             return 0.0
         seq_len = inst.constraints.seq_len
         weights = np.minimum(self.tokens, seq_len).astype(float)
         order = np.argsort(-(self.costs / weights), kind="stable")
-        capacity = float(inst.group_size * inst.local_batch_size * seq_len)
+        capacity = float(inst.resolved_group_size * inst.local_batch_size * seq_len)
         filled = np.cumsum(weights[order])
         full = int(np.searchsorted(filled, capacity, side="right"))
         held = float(self.costs[order[:full]].sum())
         if full < len(order):
             room = capacity - (filled[full - 1] if full else 0.0)
             held += float(self.costs[order[full]]) * room / weights[order[full]]
-        return float(self.costs.max()) + max(0.0, total - held) / inst.group_size
+        return float(self.costs.max()) + max(0.0, total - held) / inst.resolved_group_size
 
 
 def evaluate(instance: BalanceInstance, assignment: Assignment | Sequence[Sequence[SampleKey]]) -> BalanceScore:

@@ -11,6 +11,7 @@ a layout that is not clearly better is not worth landing; equal layouts never ch
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -21,6 +22,7 @@ import numpy as np
 from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey
 from packplace.errors import ConfigError
+from packplace.result import json_ready
 
 DEFAULT_SOLVER = "repair"
 
@@ -117,17 +119,14 @@ class BalancePlan:
         """The landing layout's rank-major bins."""
         return self.assignment.bins
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """``{"bins": [[bin keys, ...] per rank], "decision": {...}}``; non-finite numbers become null."""
+        data: dict[str, Any] = json_ready({"bins": self.assignment.to_lists(), "decision": asdict(self.decision)})
+        return data
 
-        def clean(value: Any) -> Any:
-            if isinstance(value, float) and not math.isfinite(value):
-                return None
-            if isinstance(value, dict):
-                return {k: clean(v) for k, v in value.items()}
-            return value
-
-        return {"bins": self.assignment.to_json(), "decision": clean(asdict(self.decision))}
+    def to_json(self, indent: int | None = None) -> str:
+        """:meth:`to_dict` as JSON text."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
 
 def _check_threshold(min_relative_gain: Any) -> float:
@@ -214,11 +213,11 @@ def plan_balance(
     if not isinstance(instance, BalanceInstance):
         raise ConfigError(f"instance: expected a BalanceInstance, got {type(instance).__name__}")
     threshold = _check_threshold(min_relative_gain)
-    if instance.reference_bins is None:
+    reference = instance.reference_bins
+    if reference is None:
         raise ConfigError("reference_bins: plan_balance needs the current grouping to compare against, got None "
             "(pass reference_bins='auto' for the token-only packing a plain loader ships)")
     evaluator = BalanceEvaluator(instance)
-    reference = instance.reference_bins
     ranks, per_rank = instance.data_parallel_size, instance.local_batch_size
 
     if algorithm is not None:
@@ -241,7 +240,7 @@ def plan_balance(
         candidate = None if result.solution is None else result.solution.bins
 
         def score(bins: Sequence[Sequence[SampleKey]]) -> float:
-            return objective_value(instance.objective, evaluator.rank_loads(bins), instance.group_size)
+            return objective_value(instance.objective, evaluator.rank_loads(bins), instance.resolved_group_size)
 
     if candidate is not None:
         violations = evaluator.violations(candidate)
@@ -259,7 +258,7 @@ def plan_balance(
     else:
         gain = (reference_objective - candidate_objective) / reference_objective
     accepted = candidate is not None and gain > threshold
-    landing = candidate if accepted else reference
+    landing = candidate if accepted and candidate is not None else reference
     decision = BalanceDecision(
         objective_name=objective_name,
         reference_objective=reference_objective,

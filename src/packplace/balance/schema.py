@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 
 from packplace.balance.rank_rules import PackingColumns, RankRules, construct
-from packplace.errors import ConfigError, show
+from packplace.errors import ConfigError, InfeasibleError, show
 
 SampleKey = Hashable
 OBJECTIVES = ("makespan", "balance", "rounds")
@@ -61,9 +62,9 @@ def _finite_nonnegative(value: Any, field_name: str) -> float:
 
 def _positive_int(value: Any, field_name: str, maximum: int | None = None) -> int:
     """A Python int from an int or numpy integer >= 1 (and <= ``maximum``), else ConfigError."""
-    if _is_bool(value) or not isinstance(value, numbers.Integral) or value < 1:
+    if _is_bool(value) or not isinstance(value, numbers.Integral) or int(value) < 1:
         raise ConfigError(f"{field_name}: must be an integer >= 1, got {show(value)}")
-    if maximum is not None and value > maximum:
+    if maximum is not None and int(value) > maximum:
         raise ConfigError(f"{field_name}: must be at most {maximum}, got {show(value)}")
     return int(value)
 
@@ -123,7 +124,7 @@ class WorkloadCost:
             and dict(self.other) == dict(other.other)
         )
 
-    def as_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, float]:
         """``{"llm": ..., **other}`` for JSON output."""
         return {"llm": self.llm, **self.other}
 
@@ -247,8 +248,9 @@ class SampleTable(Sequence[Sample]):
                 raise ConfigError(f"samples: expected Sample objects, got {type(item).__name__}")
         n = len(rows)
         tokens = np.fromiter((s.tokens for s in rows), dtype=np.int64, count=n)
-        costs = np.fromiter((s.cost.llm for s in rows), dtype=np.float64, count=n)
-        other = [s.cost.other for s in rows] if any(s.cost.other for s in rows) else None
+        row_costs = [as_cost(s.cost) for s in rows]  # Sample.__post_init__ stored WorkloadCost objects
+        costs = np.fromiter((c.llm for c in row_costs), dtype=np.float64, count=n)
+        other = [c.other for c in row_costs] if any(c.other for c in row_costs) else None
         budgets = [s.budgets for s in rows] if any(s.budgets for s in rows) else None
         return cls([s.key for s in rows], tokens, costs, other, budgets, rows)
 
@@ -394,7 +396,9 @@ class BalanceInstance:
     samples: SampleTable | Sequence[Sample]
     constraints: PackingConstraints
     data_parallel_size: int
-    local_batch_size: int | Literal["auto"] = 1
+    # "auto" is accepted too (make_instance and the YAML loader pass it); __post_init__ stores the
+    # resolved int, so the attribute is always an int once the instance exists
+    local_batch_size: int = 1
     reference_bins: tuple[tuple[SampleKey, ...], ...] | None = None
     objective: str = "makespan"
     group_size: int | None = None
@@ -487,16 +491,16 @@ class BalanceInstance:
         self._check_rank_capacity(n, ranks, per_rank)
         bins = ranks * per_rank
         if n < bins:
-            raise ConfigError(
+            raise InfeasibleError(
                 f"samples: {n} samples cannot fill {bins} non-empty bins "
                 f"(data_parallel_size {ranks} x local_batch_size {per_rank})"
             )
         if oversized > bins:
-            raise ConfigError(f"samples: {oversized} oversized samples need a bin each, only {bins} bins")
+            raise InfeasibleError(f"samples: {oversized} oversized samples need a bin each, only {bins} bins")
         fitting_tokens = total_tokens - int(tokens[oversized_mask].sum())
         free_bins = bins - oversized
         if fitting_tokens > free_bins * seq_len:
-            raise ConfigError(
+            raise InfeasibleError(
                 f"samples: {fitting_tokens} tokens cannot fit in {free_bins} bins of seq_len {seq_len} "
                 f"(capacity {free_bins * seq_len})"
             )
@@ -520,19 +524,24 @@ class BalanceInstance:
                 raise ConfigError(f"reference_bins: not a feasible assignment: {violations[0]}")
 
     @property
+    def table(self) -> SampleTable:
+        """``samples`` as the :class:`SampleTable` ``__post_init__`` stored."""
+        return cast(SampleTable, self.samples)
+
+    @property
     def keys(self) -> tuple[SampleKey, ...]:
         """Sample keys in input order, length n."""
-        return self.samples.keys
+        return self.table.keys
 
     @property
     def tokens(self) -> np.ndarray:
         """Token counts in input order, read-only int64 array of shape (n,)."""
-        return self.samples.tokens
+        return self.table.tokens
 
     @property
     def costs(self) -> np.ndarray:
         """``llm`` costs in input order, read-only float64 array of shape (n,), cost units."""
-        return self.samples.costs
+        return self.table.costs
 
     # ------------------------------------------------------------------------------ rank rules
     @property
@@ -548,13 +557,14 @@ class BalanceInstance:
     @property
     def group_of(self) -> np.ndarray:
         """Group index of each sample (input order), -1 outside every group, read-only int64 array (n,)."""
-        return self.__dict__["_group_of"]
+        group_of: np.ndarray = self.__dict__["_group_of"]
+        return group_of
 
     def packing_columns(self, by: Literal["cost", "tokens"] = "cost", per_rank: int | None = None) -> PackingColumns:
         """The columns :mod:`packplace.balance.rank_rules` works on, ordering units by ``by``."""
         names = sorted(self.constraints.budgets)
         n = len(self.samples)
-        usage = (np.stack([self.samples.usage(name) for name in names], axis=1) if names
+        usage = (np.stack([self.table.usage(name) for name in names], axis=1) if names
                  else np.zeros((n, 0)))
         return PackingColumns(
             tokens=self.tokens,
@@ -681,6 +691,11 @@ class BalanceInstance:
         """D·m, the number of bins of an assignment."""
         return self.data_parallel_size * self.local_batch_size
 
+    @property
+    def resolved_group_size(self) -> int:
+        """g as an int: ``group_size`` (``__post_init__`` replaces ``None`` by D)."""
+        return self.data_parallel_size if self.group_size is None else self.group_size
+
     def with_objective(self, objective: str, group_size: int | None = None) -> BalanceInstance:
         """A copy of this instance with another objective (and group size)."""
         import dataclasses
@@ -723,9 +738,37 @@ class Assignment:
         """The same assignment with the keys of each bin in :func:`key_order` (bins stay in place)."""
         return Assignment(tuple(tuple(sorted(b, key=key_order)) for b in self.bins), self.local_batch_size)
 
-    def to_json(self) -> list[list[list[Any]]]:
-        """``[[bin keys, ...] per rank]``."""
+    def to_lists(self) -> list[list[list[Any]]]:
+        """``[[bin keys, ...] per rank]``: the rank-nested lists JSON documents carry."""
         return [[list(b) for b in rank] for rank in self.ranks()]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"local_batch_size": m, "ranks": to_lists()}``; :meth:`from_dict` inverts it."""
+        return {"local_batch_size": self.local_batch_size, "ranks": self.to_lists()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Assignment:
+        """The assignment :meth:`to_dict` wrote.
+
+        Raises:
+            ConfigError: missing ``ranks``/``local_batch_size``, or ranks of unequal bin counts.
+        """
+
+        try:
+            ranks = data["ranks"]
+            per_rank = int(data["local_batch_size"])
+            if any(len(rank) != per_rank for rank in ranks):
+                raise ValueError(f"every rank must hold local_batch_size={per_rank} bins")
+            bins = tuple(tuple(b) for rank in ranks for b in rank)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"assignment: malformed assignment data ({type(exc).__name__}: {exc})") from None
+        return cls(bins, per_rank)
+
+    def to_json(self) -> list[list[list[Any]]]:
+        """Deprecated name of :meth:`to_lists` (it returns lists, not JSON text)."""
+        warnings.warn("Assignment.to_json() is deprecated; use to_lists() (or to_dict())", DeprecationWarning,
+                      stacklevel=2)
+        return self.to_lists()
 
 
 def _as_bins(value: Any, field_name: str) -> tuple[tuple[SampleKey, ...], ...]:
@@ -926,7 +969,7 @@ def input_order_key_rank(keys: Sequence[SampleKey]) -> np.ndarray:
     """``rank[i]`` = position of ``keys[i]`` in :func:`key_order`, int64 array (n,)."""
     n = len(keys)
     if n and set(map(type, keys)) == {int}:
-        values = np.asarray(keys, dtype=object if max(map(abs, keys)) >= 2**62 else np.int64)
+        values = np.asarray(keys, dtype=object if max(abs(cast(int, k)) for k in keys) >= 2**62 else np.int64)
         if values.dtype != object:
             rank = np.empty(n, dtype=np.int64)
             rank[np.argsort(values, kind="stable")] = np.arange(n)

@@ -42,7 +42,9 @@ visible in the workers; with ``spawn`` (macOS/Windows default) only solvers regi
 from __future__ import annotations
 
 import inspect
+import json
 import math
+import multiprocessing
 import os
 import pickle
 import statistics
@@ -169,10 +171,14 @@ class CompareReport:
         raise KeyError(instance)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict (infinities become ``None``)."""
+        """JSON-friendly dict (infinities become ``None``): what ``report.json`` holds."""
         from packplace.harness.report import report_dict
 
         return report_dict(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        """:meth:`to_dict` as JSON text."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def format_text(self) -> str:
         """The human-readable tables printed on stdout."""
@@ -188,7 +194,9 @@ class CompareReport:
 
 
 # ------------------------------------------------------------------------------------------ workers
-def _solver_params(spec_solve: Callable, name: str, suite_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def _solver_params(
+    spec_solve: Callable[..., Any], name: str, suite_params: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
     params = dict(suite_params.get(name, {}))
     try:
         signature = inspect.signature(spec_solve)
@@ -298,7 +306,9 @@ def _row(index: int, name: str, size: int | None, cells: list[Cell], note: str, 
     return InstanceRow(index, name, size, best_bound, best_objective, {c.solver: c for c in cells}, "; ".join(notes))
 
 
-def _summaries(rows: list[InstanceRow], solvers: list[str], rtol: float):
+def _summaries(
+    rows: list[InstanceRow], solvers: list[str], rtol: float
+) -> tuple[dict[str, SolverSummary], dict[str, dict[str, tuple[int, int, int]]]]:
     pairwise: dict[str, dict[str, list[int]]] = {a: {b: [0, 0, 0] for b in solvers if b != a} for a in solvers}
     summaries = {}
     for a in solvers:
@@ -341,7 +351,7 @@ def _summaries(rows: list[InstanceRow], solvers: list[str], rtol: float):
         s.wins = sum(v[0] for v in pairwise[a].values())
         s.ties = sum(v[1] for v in pairwise[a].values())
         s.losses = sum(v[2] for v in pairwise[a].values())
-    return summaries, {a: {b: tuple(v) for b, v in d.items()} for a, d in pairwise.items()}
+    return summaries, {a: {b: (v[0], v[1], v[2]) for b, v in d.items()} for a, d in pairwise.items()}
 
 
 # -------------------------------------------------------------------------------------------- compare
@@ -394,21 +404,19 @@ def _versions() -> dict[str, str]:
     try:
         import ortools
 
-        versions["ortools"] = ortools.__version__
+        versions["ortools"] = str(getattr(ortools, "__version__", "unknown"))
     except Exception:  # noqa: BLE001 - optional in reports
         pass
     return versions
 
 
-def _mp_context():
-    import multiprocessing
-
+def _mp_context() -> Any:
     return multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
 
 
 def compare(
     problem: str,
-    suite: str | Path | Mapping | Suite | Sequence,
+    suite: str | Path | Mapping[str, Any] | Suite | Sequence[Any],
     solvers: str | Sequence[str] | None = None,
     time_limit_s: float | None = None,
     seed: int | None = None,
@@ -478,7 +486,9 @@ def compare(
     params_by_solver: dict[str, dict[str, Any]] = {}
     for key, options in parsed.solver_params.items():
         params_by_solver.setdefault(_ALIASES[problem].get(key, key), {}).update(options)
-    kwargs = {"exact": exact, "max_exact_size": parsed.max_exact_size, "solver_params": params_by_solver}
+    kwargs: dict[str, Any] = {
+        "exact": exact, "max_exact_size": parsed.max_exact_size, "solver_params": params_by_solver,
+    }
     # solver progress lines (anneal, cpsat) follow the harness's own switch; forked workers inherit it
     with quiet(stream is None):
         if workers <= 1:

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from packplace.errors import ConfigError
+from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.cost import CostModel
 from packplace.placement.hardware import Cluster
 from packplace.placement.memory import resident_bytes, transient_bytes
@@ -268,11 +268,11 @@ class CandidateTable:
             _, name, model_name, _, least, at_largest, largest = max(never, key=lambda x: x[5])
             capped = (f"; no block larger than {largest} GPUs is legal ({self.why_not_larger(name)})"
                       if largest < inst.cluster.num_gpus else "")
-            raise ConfigError(f"[models] {model_name} does not fit: {name} needs {gb(at_largest)} GB per GPU at "
+            raise InfeasibleError(f"[models] {model_name} does not fit: {name} needs {gb(at_largest)} GB per GPU at "
                               f"the largest block ({largest} GPUs), {gb(mem)} GB available (least memory of any "
                               f"candidate: {gb(least.memory_bytes)} GB){capped}")
         needed, name, _, detail, *_ = max(short, key=lambda x: x[0])  # needs the most GPUs (first on ties)
-        raise ConfigError(f"[hardware] cluster has {inst.cluster.num_gpus} GPUs; the smallest feasible plan for "
+        raise InfeasibleError(f"[hardware] cluster has {inst.cluster.num_gpus} GPUs; the smallest feasible plan for "
                           f"{name} needs {needed} ({detail})")
 
     def largest_legal_block(self, vertex: str) -> int:

@@ -178,7 +178,7 @@ class PlacementInstance:
     optimizer: Mapping[str, Any]
     source: str = "<dict>"
     engine: RolloutEngine = field(default_factory=RolloutEngine)
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_gpus(self) -> int:

@@ -108,9 +108,28 @@ class Plan:
         stale = tuple(sorted((m, int(t)) for m, t in (staleness or {}).items() if t))
         return cls(tuple(sorted(items, key=lambda kv: kv[0])), stale)
 
-    def as_dict(self) -> dict[str, VertexPlan]:
+    def by_vertex(self) -> dict[str, VertexPlan]:
         """``{vertex: VertexPlan}``."""
         return dict(self.vertices)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: per vertex strategy, micro-batch and block, and the staleness per model.
+
+        The cluster-free form of :func:`plan_to_json` (no explicit GPU ids); :meth:`from_dict` inverts both.
+        """
+        return {
+            "vertices": {name: _vertex_dict(vp) for name, vp in self.vertices},
+            "staleness": dict(self.staleness),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        """The plan :meth:`to_dict` or :func:`plan_to_json` wrote (see :func:`plan_from_json`).
+
+        Raises:
+            ConfigError: missing or malformed fields.
+        """
+        return plan_from_json(data)
 
     def __getitem__(self, name: str) -> VertexPlan:
         for key, value in self.vertices:
@@ -133,17 +152,25 @@ class Plan:
         return Plan.build(self.vertices, stale)
 
 
+def _vertex_dict(vp: VertexPlan) -> dict[str, Any]:
+    return {
+        "strategy": {"dp": vp.strategy.dp, "pp": vp.strategy.pp, "tp": vp.strategy.tp},
+        "micro_batch": vp.micro_batch,
+        "allocation": {"origin": list(vp.allocation.origin), "extent": list(vp.allocation.extent)},
+    }
+
+
 def plan_to_json(plan: Plan, cluster: Cluster) -> dict[str, Any]:
-    """JSON-ready dict: per vertex strategy, micro-batch, block and explicit GPU ids ``[rack, node, gpu]``."""
-    out: dict[str, Any] = {"vertices": {}, "staleness": dict(plan.staleness)}
+    """JSON-ready dict: :meth:`Plan.to_dict` plus each vertex's explicit GPU ids ``[rack, node, gpu]``."""
+    out = plan.to_dict()
     for name, vp in plan.vertices:
-        out["vertices"][name] = {
-            "strategy": {"dp": vp.strategy.dp, "pp": vp.strategy.pp, "tp": vp.strategy.tp},
-            "micro_batch": vp.micro_batch,
-            "allocation": {"origin": list(vp.allocation.origin), "extent": list(vp.allocation.extent)},
-            "gpus": [list(ids) for ids in vp.allocation.gpu_ids(cluster)],
-        }
+        out["vertices"][name]["gpus"] = [list(ids) for ids in vp.allocation.gpu_ids(cluster)]
     return out
+
+
+def _triple(values: Any) -> tuple[int, int, int]:
+    a, b, c = (int(x) for x in values)
+    return a, b, c
 
 
 def plan_from_json(data: Mapping[str, Any]) -> Plan:
@@ -159,7 +186,7 @@ def plan_from_json(data: Mapping[str, Any]) -> Plan:
             alloc = entry["allocation"]
             vertices[name] = VertexPlan(
                 Strategy(int(s["dp"]), int(s["pp"]), int(s["tp"])), int(entry["micro_batch"]),
-                Allocation(tuple(int(x) for x in alloc["origin"]), tuple(int(x) for x in alloc["extent"])),
+                Allocation(_triple(alloc["origin"]), _triple(alloc["extent"])),
             )
         return Plan.build(vertices, data.get("staleness") or {})
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -1,0 +1,126 @@
+"""The typed library surface: entry points, serialisers, the registry listing, errors, version."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import types
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+import packplace
+from packplace.balance import Assignment, make_instance, plan_balance
+from packplace.cli import main
+from packplace.errors import ConfigError, InfeasibleError, PackplaceError
+from packplace.placement.config import load_config as load_placement
+from packplace.result import SolveResult
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_balance_is_a_function_and_the_subpackage_still_imports():
+    assert isinstance(packplace.balance, types.FunctionType)
+    assert list(inspect.signature(packplace.balance).parameters)[:2] == ["instance", "solver"]
+    from packplace.balance.schema import BalanceInstance  # the subpackage's own names stay importable
+
+    inst = make_instance(tokens=[2, 6, 3, 3, 2, 9, 4], seq_len=10, data_parallel_size=3)
+    assert isinstance(inst, BalanceInstance)
+    result = packplace.balance(inst, solver="cpsat", time_limit_s=10, seed=0)
+    assert (result.status, result.objective, result.bound) == ("optimal", 10.0, 10.0)
+
+
+def test_package_ships_py_typed():
+    assert (Path(packplace.__file__).parent / "py.typed").is_file()
+
+
+def test_version_is_the_installed_distributions():
+    assert packplace.__version__ == version("packplace")
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert f'version = "{packplace.__version__}"' in text
+
+
+def test_available_without_a_problem_lists_every_problem():
+    every = packplace.solvers.available()
+    assert set(every) == {"balance", "placement"}
+    assert every["balance"] == ["cpsat", "karmarkar_karp", "lpt", "reference", "repair"]
+    assert every["placement"] == packplace.solvers.available("placement")
+    assert {"greedy", "concurrent", "anneal", "cpsat"} <= set(every["placement"])
+    with pytest.raises(ConfigError, match="problem: unknown 'packing'"):
+        packplace.solvers.available("packing")
+
+
+def test_balance_result_round_trips_through_json():
+    inst = make_instance(tokens=[2, 6, 3, 3, 2, 9, 4], seq_len=12, data_parallel_size=3, keys=list("abcdefg"))
+    result = packplace.balance(inst, solver="repair")
+    assert result.ok
+    text = result.to_json()
+    data = json.loads(text)
+    assert data["solution"]["local_batch_size"] == 1 and len(data["solution"]["ranks"]) == 3
+    assert data["gap"] == result.gap and data["objective"] == result.objective
+    back = SolveResult.from_json(text)
+    assert back.solution == result.solution and isinstance(back.solution, Assignment)
+    assert (back.status, back.objective, back.bound, back.solver) == (result.status, result.objective,
+                                                                       result.bound, result.solver)
+    assert back.to_dict() == result.to_dict()
+
+
+def test_mixed_keys_and_unsolved_results_round_trip():
+    inst = make_instance(tokens=[3, 3, 4], seq_len=10, data_parallel_size=1, keys=["a", 7, "c"])
+    result = packplace.balance(inst, solver="lpt")
+    back = SolveResult.from_json(result.to_json())
+    assert back.solution == result.solution
+    unsolved = SolveResult("balance", "lpt", None, float("inf"), 3.0, "unknown", message="dead end")
+    data = unsolved.to_dict()
+    assert data["objective"] is None and data["gap"] is None and data["solution"] is None
+    again = SolveResult.from_json(unsolved.to_json())
+    assert again.objective == float("inf") and again.status == "unknown" and again.message == "dead end"
+
+
+def test_placement_result_round_trips_through_json():
+    inst = load_placement(ROOT / "configs/placement/dpo_llama3.1-8b_1x8xh100.yaml")
+    result = packplace.place(inst, "greedy")
+    back = SolveResult.from_json(result.to_json(indent=2))
+    assert back.solution == result.solution
+    assert back.objective == result.objective and back.info["step_time_s"] == result.info["step_time_s"]
+
+
+def test_malformed_result_json_is_a_config_error():
+    with pytest.raises(ConfigError, match="result: not valid JSON"):
+        SolveResult.from_json("{")
+    with pytest.raises(ConfigError, match="missing 'status'"):
+        SolveResult.from_json('{"problem": "balance"}')
+    with pytest.raises(ConfigError, match="assignment: malformed"):
+        SolveResult.from_json(json.dumps({"problem": "balance", "status": "feasible", "objective": 1, "bound": 1,
+                                          "solution": {"ranks": [[[1]], [[2], [3]]], "local_batch_size": 1}}))
+
+
+def test_every_result_type_serialises_with_to_dict_and_to_json():
+    inst = make_instance([5, 5, 5, 5], costs=[9, 9, 1, 1], seq_len=10, data_parallel_size=2,
+                         reference_bins=((0, 1), (2, 3)))
+    plan = plan_balance(inst, solver="repair", min_relative_gain=0.02)
+    assert json.loads(plan.to_json()) == plan.to_dict()
+    assert plan.to_dict()["bins"] == [[[0, 2]], [[1, 3]]]
+    report = packplace.compare("balance", [inst], solvers="lpt,repair", jobs=1, progress=False)
+    assert json.loads(report.to_json())["solvers"] == ["lpt", "repair"] == report.to_dict()["solvers"]
+
+
+def test_errors_form_one_hierarchy():
+    assert issubclass(ConfigError, PackplaceError) and issubclass(InfeasibleError, PackplaceError)
+    assert issubclass(InfeasibleError, ConfigError) and not issubclass(ConfigError, InfeasibleError)
+    with pytest.raises(InfeasibleError, match="18 tokens cannot fit in 2 bins"):
+        make_instance([6, 6, 6], seq_len=8, data_parallel_size=2)
+    with pytest.raises(ConfigError, match="seq_len"):
+        make_instance([6, 6, 6], seq_len=0, data_parallel_size=2)
+
+
+def test_cli_exit_codes_tell_bad_input_from_infeasible(tmp_path, capsys):
+    infeasible = tmp_path / "full.yaml"
+    infeasible.write_text("seq_len: 8\ndata_parallel_size: 2\nsamples: {lengths: [6, 6, 6]}\n", encoding="utf-8")
+    assert main(["balance", "--config", str(infeasible)]) == 3
+    assert capsys.readouterr().err.startswith("packplace balance: infeasible: samples: 18 tokens cannot fit")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seq_len: 0\ndata_parallel_size: 2\nsamples: {lengths: [6, 6, 6]}\n", encoding="utf-8")
+    assert main(["balance", "--config", str(bad)]) == 2
+    assert capsys.readouterr().err.startswith("packplace balance: error: ")
