@@ -44,7 +44,7 @@ otherwise there is none.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +125,7 @@ def _mapping(value: Any, field: str) -> Mapping[str, Any]:
     return value
 
 
-def _label(prefix: str):
+def _label(prefix: str) -> Callable[[str], str]:
     return lambda name: f"{prefix}{name}"
 
 
@@ -156,7 +156,8 @@ def _cost_value(value: Any, field: str) -> float | dict[str, float]:
                 raise ConfigError(f"{field}: cost component names must be strings, got {show(name)}")
             out[name] = COST_VALUE.check(component, f"{field}.{name}")
         return out
-    return COST_VALUE.check(value, field)
+    number: float = COST_VALUE.check(value, field)
+    return number
 
 
 def _list(value: Any, field: str, what: str) -> list[Any]:
@@ -213,7 +214,7 @@ def _raw_samples(spec: Any, seq_len: int, capacity: int) -> list[dict[str, Any]]
     return [{"key": d.key, "tokens": d.tokens} for d in batch]
 
 
-def _cost_model(spec: Any):
+def _cost_model(spec: Any) -> tuple[Callable[[int], WorkloadCost] | None, Any, str]:
     """``(estimate, padding, unit)`` from the ``cost`` section (``estimate`` None for kind ``given``)."""
     spec = {} if spec is None else spec
     cost = check_section(spec, COST_FIELDS, "cost", extra=("model", "latency"), label=_label("cost."))

@@ -20,7 +20,7 @@ needs and no other.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,12 +235,12 @@ def _no_unknown(section: Mapping[str, Any], valid: tuple[str, ...], where: str) 
             raise ConfigError(f"[{where}] Unknown field: {show(key)}; valid fields: {', '.join(valid)}")
 
 
-def _label(where: str):
+def _label(where: str) -> Callable[[str], str]:
     return lambda name: f"[{where}] {name}"
 
 
 #: Structural error formats of the placement loader (``[section] Missing required field: 'x'``).
-_FORMATS = {"missing": "{where} Missing required field: '{name}'",
+_FORMATS: dict[str, Any] = {"missing": "{where} Missing required field: '{name}'",
             "unknown": "{where} Unknown field: '{name}'; valid fields: {valid}"}
 
 
