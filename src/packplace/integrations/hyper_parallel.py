@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Literal
 
-import packplace.balance as balance_package
+from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator, makespan, squared_cv
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample
 from packplace.errors import ConfigError, show
@@ -82,7 +82,7 @@ class PackplaceBalancingAlgorithm:
         when the solver finds no feasible assignment (the protocol's contract)."""
         instance = self.instance(samples, reference_bins=reference_bins, constraints=constraints,
                                  data_parallel_size=data_parallel_size, local_batch_size=local_batch_size)
-        result = balance_package.solve_balance(instance, self.solver, time_limit_s=self.time_limit_s,
+        result = solve_balance(instance, self.solver, time_limit_s=self.time_limit_s,
                                                seed=self.seed, **self.options)
         self.last_result = result
         if result.solution is None or BalanceEvaluator(instance).violations(result.solution.bins):

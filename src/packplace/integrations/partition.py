@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-import packplace.balance as balance_package
+from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import make_instance
 from packplace.errors import ConfigError
@@ -57,7 +57,7 @@ def partition(
                              equal_count=equal_count, name="partition")
     evaluator = BalanceEvaluator(instance)
     candidates = []
-    result = balance_package.solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **options)
+    result = solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **options)
     if result.solution is not None:
         candidates.append(result.solution.bins)
     bound = evaluator.lower_bound("makespan")
@@ -66,7 +66,7 @@ def partition(
     proven = result.solution is not None and result.objective <= bound
     if (also_differencing and not proven and solver not in ("karmarkar_karp", "kk")
             and (not equal_count or n % k == 0)):
-        kk = balance_package.solve_balance(instance, "karmarkar_karp", time_limit_s=time_limit_s, seed=seed)
+        kk = solve_balance(instance, "karmarkar_karp", time_limit_s=time_limit_s, seed=seed)
         if kk.solution is not None:
             candidates.append(kk.solution.bins)
     if not candidates:

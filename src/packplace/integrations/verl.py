@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-import packplace.balance as balance_package
+from packplace.balance.api import solve_balance
 from packplace.balance.schema import make_instance
 from packplace.errors import ConfigError, show
 from packplace.integrations.partition import DEFAULT_SOLVER, partition
@@ -115,7 +115,7 @@ def micro_batch_partitions(
         local_batch_size="auto", equal_count=bool(equal_size), max_samples_per_bin=max_samples_per_micro_batch,
         name="micro-batches",
     )
-    result = balance_package.solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **options)
+    result = solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **options)
     if result.solution is None:
         raise RuntimeError(f"micro_batch_partitions: {result.solver} found no assignment "
                            f"({result.status}: {result.message})")
