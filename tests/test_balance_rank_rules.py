@@ -88,7 +88,7 @@ def test_local_batch_size_auto_is_the_fewest_feasible_and_reports_its_bound():
                            max_samples_per_bin=2, equal_count=True)
     assert capped.local_batch_size == 3  # 5 samples on one rank need 3 bins of 2
     result = packplace.balance(capped, solver="repair")
-    assert result.status == "feasible" and max(len(b) for b in result.solution.bins) <= 2
+    assert result.status in ("optimal", "feasible") and max(len(b) for b in result.solution.bins) <= 2
 
 
 @pytest.mark.parametrize(

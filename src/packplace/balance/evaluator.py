@@ -256,9 +256,11 @@ class BalanceEvaluator:
     def lower_bound(self, name: str | None = None) -> float:
         """An analytic lower bound on the named objective (default: the instance's).
 
-        makespan ≥ max(Σc/D, max c, c₍D₎ + c₍D+1₎) where c₍k₎ is the k-th largest sample cost: the
-        mean load; the largest sample; and, with more than D samples, two of the D+1 largest share a
-        rank (pigeonhole). rounds ≥ max(Σc/g, makespan bound, first-round capacity bound): each round
+        makespan ≥ max(Σc/D, max c, c₍D₎ + c₍D+1₎, Σ of the ⌈n/D⌉ smallest c) where c₍k₎ is the k-th
+        largest unit cost (a unit is a group, whose members share a rank, or a sample outside every
+        group): the mean load; the largest unit; with more than D units, two of the D+1 largest share
+        a rank (pigeonhole); and some rank holds at least ⌈n/D⌉ samples (pigeonhole on counts).
+        rounds ≥ max(Σc/g, makespan bound, first-round capacity bound): each round
         lasts at least the mean of its g loads, the first round at least the makespan, and what the
         first round's bins cannot hold spills into later rounds (:meth:`_first_round_capacity_bound`).
         Padding only adds load, so these hold with padding too.
@@ -281,13 +283,26 @@ class BalanceEvaluator:
         inst = self.instance
         ranks = inst.data_parallel_size
         total = math.fsum(self.costs.tolist())
-        bound = max(total / ranks, float(self.costs.max()))
-        if len(self.costs) > ranks:
-            top = np.sort(self.costs)[::-1][: ranks + 1]
+        units = self._unit_costs()
+        bound = max(total / ranks, float(units.max()))
+        if len(units) > ranks:
+            top = np.sort(units)[::-1][: ranks + 1]
             bound = max(bound, float(top[ranks - 1] + top[ranks]))
+        most = -(-len(self.costs) // ranks)  # some rank holds at least ⌈n/D⌉ samples
+        if most > 1:
+            bound = max(bound, float(np.partition(self.costs, most - 1)[:most].sum()))
         if name == "rounds":
             bound = max(bound, total / inst.resolved_group_size, self._first_round_capacity_bound(total))
         return bound
+
+    def _unit_costs(self) -> np.ndarray:
+        """Costs of the units that cannot split across ranks: each group's total, then each other sample."""
+        group_of = self.instance.group_of
+        grouped = group_of >= 0
+        if not grouped.any():
+            return self.costs
+        totals = np.bincount(group_of[grouped], weights=self.costs[grouped], minlength=len(self.instance.groups))
+        return np.concatenate([totals, self.costs[~grouped]])
 
     def _first_round_capacity_bound(self, total: float) -> float:
         """rounds ≥ max c + (Σc − K)/g, K the most cost the first round's g·m bins can hold.

@@ -359,7 +359,8 @@ class BalanceInstance:
         local_batch_size: m, the number of non-empty bins each rank must get (D·m bins in all), or
             ``"auto"``: the fewest bins per rank, the same on every rank, for which the
             feasibility-first construction of :mod:`packplace.balance.rank_rules` (tokens first)
-            packs every sample under every rule; it is searched upward from the counting lower bound
+            packs every sample under every rule (each m tried in turn from the bound for 8 steps, then
+            doubling steps and a bisection); the search starts at the counting lower bound
             ``max(⌈(oversized + ⌈other tokens/seq_len⌉)/D⌉, ⌈n/(D·max_samples_per_bin)⌉, the largest
             group's bins)``, which is kept in :attr:`local_batch_size_lower_bound` (equal to m when m
             is provably the fewest).
@@ -663,9 +664,28 @@ class BalanceInstance:
         lower = self._local_batch_size_bound(ranks)
         object.__setattr__(self, "local_batch_size_lower_bound", lower)
         upper = n // ranks
-        for per_rank in range(lower, upper + 1):
-            if construct(self.packing_columns("tokens", per_rank)) is not None:
+
+        def packs(per_rank: int) -> bool:
+            return construct(self.packing_columns("tokens", per_rank)) is not None
+
+        # Every m of the first few above the bound, then doubling steps and a bisection down to the
+        # smallest m that packs (O(log n) constructions when the bound is far off).
+        failed = lower - 1
+        step = 1
+        per_rank = lower
+        while per_rank <= upper:
+            if packs(per_rank):
+                while per_rank - failed > 1:
+                    middle = (failed + per_rank) // 2
+                    if packs(middle):
+                        per_rank = middle
+                    else:
+                        failed = middle
                 return per_rank
+            failed = per_rank
+            if per_rank - lower >= 8:
+                step *= 2
+            per_rank = min(upper + (per_rank == upper), per_rank + step)
         raise ConfigError(
             f"local_batch_size: 'auto' found no bins per rank in [{lower}, {upper}] that pack all {n} samples "
             f"on {ranks} ranks under the rules (seq_len {self.constraints.seq_len}, "
