@@ -30,6 +30,15 @@ def start_mode(request, monkeypatch):
     return request.param
 
 
+def proven_optimal(result) -> bool:
+    """``optimal``, or ``feasible`` only because the solver's proof (integer-scaled) is looser than the
+    front-end's optimality tolerance: the solver claimed optimal within ``solver_optimal_within``."""
+    if result.status == "optimal":
+        return True
+    within = result.info.get("solver_optimal_within")
+    return result.status == "feasible" and within is not None and result.gap <= within * (1 + 1e-9) + 1e-12
+
+
 def solve(instance, time_limit_s=5.0, seed=0, **params):
     return packplace.balance(instance, "cpsat", time_limit_s=time_limit_s, seed=seed, **params)
 
@@ -99,7 +108,10 @@ def _flop_instance(divisor: float, count: int = 12) -> BalanceInstance:
 
 def test_flop_sized_costs_match_the_divided_instance(start_mode):
     big, small = solve(_flop_instance(1.0)), solve(_flop_instance(1024.0))
-    assert big.status == small.status == "optimal"
+    # the integer-scaled proof leaves a gap above the front-end's optimality tolerance: honest 'feasible'
+    for result in (big, small):
+        assert result.status in ("optimal", "feasible")
+        assert (result.status == "optimal") == (result.gap <= result.optimality_tolerance)
     assert big.info["scale"] < 1  # scaled, not exact: the total is far above 2^31
     tol = max(tolerance(big), tolerance(small))
     assert OPTIMALITY_RTOL < tol < 1e-4
@@ -116,7 +128,9 @@ def test_flop_sized_costs_against_brute_force(start_mode):
     instance = make_instance(tokens, costs, seq_len=65536, data_parallel_size=3)
     result = solve(instance)
     optimum = brute_force(instance)
-    assert result.status == "optimal"
+    # scaled costs: the answer is the optimum, but the proof is only within the scaling tolerance
+    assert result.status in ("optimal", "feasible")
+    assert (result.status == "optimal") == (result.gap <= result.optimality_tolerance)
     assert optimum <= result.objective <= optimum * (1 + tolerance(result)) + 1e-6
     assert result.bound <= optimum
 
@@ -180,7 +194,7 @@ def test_model_features_against_brute_force(kind, objective, start_mode):
                                  local_batch_size=per_rank, objective=objective, **extra)
     optimum = brute_force(instance)
     result = solve(instance)
-    assert result.status == "optimal", result.message
+    assert proven_optimal(result), result.message
     assert optimum <= result.objective * (1 + 1e-12)
     assert result.objective <= optimum * (1 + tolerance(result)) + 1e-9
     assert result.bound <= optimum * (1 + 1e-12)

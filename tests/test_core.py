@@ -36,6 +36,20 @@ def test_finalize_withdraws_a_false_optimal_claim():
     assert result.gap == pytest.approx(0.1)
 
 
+def test_optimal_only_within_the_reported_tolerance_whatever_the_solver_claims():
+    from packplace.result import OPTIMALITY_RTOL
+    # a CP-SAT-like claim: objective above the bound by 4.5e-4 relative, within the solver's own tolerance
+    scaled = Proposal("x", OPTIMAL, bound=10.0, optimality_tolerance=1e-3)
+    result = _finalize(scaled, objective=10.0045)
+    assert result.status == FEASIBLE and result.optimality_tolerance == OPTIMALITY_RTOL == 1e-6
+    assert "4.50e-04 relative (tolerance 1e-06)" in result.message
+    assert result.info["solver_optimal_within"] == 1e-3
+    # within the tolerance it is optimal, claimed or not
+    assert _finalize(Proposal("x", OPTIMAL, bound=10.0), objective=10.0 * (1 + 0.9e-6)).status == OPTIMAL
+    assert _finalize(Proposal("x", FEASIBLE, bound=10.0), objective=10.0 * (1 + 0.9e-6)).status == OPTIMAL
+    assert _finalize(Proposal("x", FEASIBLE, bound=10.0), objective=10.0 * (1 + 1.1e-6)).status == FEASIBLE
+
+
 def test_finalize_promotes_only_when_the_bound_proves_it():
     assert _finalize(Proposal("x", FEASIBLE), objective=10.0, bound=10.0).status == OPTIMAL
     # a solver's own looser tolerance does not promote a plain 'feasible'

@@ -32,6 +32,15 @@ HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=4, flops_per_gpu=1e14, memory
 SMALL = dict(layers=8, hidden_dim=1024, ffn_dim=4096, vocab_size=32000, head_dim=128)
 
 
+def proven_optimal(result) -> bool:
+    """``optimal``, or ``feasible`` only because the solver's proof (integer-scaled) is looser than the
+    front-end's optimality tolerance: the solver claimed optimal within ``solver_optimal_within``."""
+    if result.status == "optimal":
+        return True
+    within = result.info.get("solver_optimal_within")
+    return result.status == "feasible" and within is not None and result.gap <= within * (1 + 1e-9) + 1e-12
+
+
 def instance(algorithm: str, *, staleness: dict | None = None, batch_size: int = 16, **hw):
     models = {"dpo": {"actor": SMALL}, "grpo": {"actor": SMALL, "reward": SMALL},
               "ppo": {"actor": SMALL, "critic": SMALL, "reward": SMALL}}[algorithm]
@@ -67,7 +76,7 @@ def test_tiny_dpo_matches_brute_force_over_every_candidate_and_origin():
                 for combo in itertools.product(*options))
     assert brute < math.inf
     result = packplace.place(inst, "cpsat", time_limit_s=10)
-    assert result.status == "optimal", result.message
+    assert proven_optimal(result), result.message
     assert brute - 1e-12 <= result.objective <= brute + result.info["rounding_s"]
     assert 0 <= result.objective - result.bound <= result.info["rounding_s"]  # proof up to the µs rounding
     assert claim_holds(result)
@@ -84,7 +93,7 @@ def test_grpo_on_two_gpus_matches_brute_force_with_a_publication_edge():
     brute = min(ev.step_time(Plan.build({n: c.at(a) for n, (c, a) in zip(ev.names, combo)}))
                 for combo in itertools.product(*options))
     result = packplace.place(inst, "cpsat", time_limit_s=10)
-    assert result.status == "optimal", result.message
+    assert proven_optimal(result), result.message
     assert brute - 1e-12 <= result.objective <= brute + result.info["rounding_s"]
     assert result.objective <= packplace.place(inst, "concurrent").objective
 
@@ -92,7 +101,7 @@ def test_grpo_on_two_gpus_matches_brute_force_with_a_publication_edge():
 def test_reduced_ppo_optimal_and_no_worse_than_the_baselines():
     inst = instance("ppo", memory_per_gpu=6e9, nodes_per_rack=2, gpus_per_node=2)  # 4 GPUs, two nodes
     result = packplace.place(inst, "cpsat", time_limit_s=20)
-    assert result.status == "optimal", result.message
+    assert proven_optimal(result), result.message
     assert result.wall_s < 20
     assert claim_holds(result)
     greedy = packplace.place(inst, "greedy").objective
@@ -167,7 +176,7 @@ def test_staleness_candidates_are_not_modelled_and_never_optimal():
     assert proposal.solution.staleness == ()  # solved with staleness 0 everywhere
     sync = instance("grpo", nodes_per_rack=2, gpus_per_node=2)
     exact = packplace.place(sync, "cpsat", time_limit_s=10)
-    assert exact.status == "optimal"
+    assert proven_optimal(exact)
     # the synchronous bound is reported for information only, and equals the synchronous optimum
     assert proposal.info["synchronous_bound_s"] == pytest.approx(exact.bound, abs=1e-5)
     result = packplace.place(inst, "cpsat", time_limit_s=10)

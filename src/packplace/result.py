@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 from packplace.errors import ConfigError
 
-#: Proven optimal: ``objective == bound`` within the solver's documented tolerance.
+#: Proven optimal: the evaluator's ``objective`` equals the proven ``bound`` within
+#: :data:`OPTIMALITY_RTOL` (reported in every result as ``optimality_tolerance``).
 OPTIMAL = "optimal"
 #: A feasible answer without a proof of optimality.
 FEASIBLE = "feasible"
@@ -30,8 +31,12 @@ ERROR = "error"
 
 STATUSES = (OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN, ERROR)
 
-#: Relative tolerance under which ``objective`` and ``bound`` count as equal for ``optimal``.
-OPTIMALITY_RTOL = 1e-9
+#: Relative tolerance under which ``objective`` and ``bound`` count as equal for ``optimal``, for every
+#: solver of both problems: ``optimal`` iff ``objective <= bound·(1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL``.
+#: A solver whose own proof is looser (CP-SAT on integer-scaled costs) reports ``feasible`` with its gap.
+OPTIMALITY_RTOL = 1e-6
+#: Absolute slack of the same test (objective units), for objectives at or near zero.
+OPTIMALITY_ATOL = 1e-12
 
 
 @dataclass
@@ -41,15 +46,17 @@ class Proposal:
     Attributes:
         solution: The proposed assignment or plan, or ``None`` when the solver found nothing.
         status: The solver's claim, one of :data:`STATUSES` (``optimal`` is checked by
-            :func:`finalize` against the evaluator and downgraded to ``feasible`` if it does not hold).
+            :func:`finalize` against the evaluator and downgraded to ``feasible`` unless the evaluated
+            objective meets the bound within :data:`OPTIMALITY_RTOL`).
         bound: A proven lower bound on the objective, in the objective's units, or ``None``.
         hit_time_limit: The solver stopped because of ``time_limit_s``.
         iterations: Search nodes, moves, repair pairs or similar, where meaningful.
         message: One line for the user (e.g. why a heuristic fell back to the reference).
         log: The solver's own log lines.
         info: Solver-specific extras (e.g. the CP-SAT integer scale); copied into the result.
-        optimality_tolerance: Relative tolerance the solver documents for its ``optimal`` claim
-            (e.g. the integer-scaling error of CP-SAT); at least :data:`OPTIMALITY_RTOL`.
+        optimality_tolerance: Relative error the solver documents for its bound (e.g. the
+            integer-scaling error of CP-SAT): a bound above the evaluated objective by less than this is
+            rounding, not a false proof. It does not widen the ``optimal`` test.
     """
 
     solution: Any | None
@@ -83,6 +90,8 @@ class SolveResult:
         message: One human-readable line (fallbacks, downgraded claims, errors).
         log: The backend's log lines.
         info: Backend extras plus the evaluator's detail (e.g. per-rank loads, per-vertex times).
+        optimality_tolerance: The relative tolerance of the ``optimal`` test (:data:`OPTIMALITY_RTOL`).
+        interrupted: The run was stopped by SIGINT/SIGTERM; ``solution`` is the best found by then.
     """
 
     problem: str
@@ -98,6 +107,8 @@ class SolveResult:
     message: str = ""
     log: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    optimality_tolerance: float = OPTIMALITY_RTOL
+    interrupted: bool = False
 
     @property
     def gap(self) -> float:
@@ -270,9 +281,9 @@ def finalize(
         ``error`` with the evaluator's reason.
       * ``bound`` = max(solver bound, analytic bound), never above the objective by more than the
         solver's tolerance (a bound above a feasible objective would be a false proof: status ``error``).
-      * ``optimal`` stays only if ``objective <= bound·(1 + tol)``; otherwise it becomes ``feasible``
-        and the message says so. Any other answer whose objective meets the bound within
-        :data:`OPTIMALITY_RTOL` is promoted to ``optimal``: the bound proves it.
+      * ``optimal`` iff ``objective <= bound·(1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL``, whatever the
+        solver claimed: a claim that fails the test becomes ``feasible`` (the message gives the gap), and
+        any feasible answer that passes it is ``optimal`` (the bound proves it).
     """
     status = proposal.status
     message = proposal.message
@@ -299,18 +310,21 @@ def finalize(
             return error(f"solver {solver!r} returned a solution with a non-finite objective ({objective!r})")
         tol = max(proposal.optimality_tolerance, OPTIMALITY_RTOL)
         if bound > objective:
-            if bound > objective * (1 + tol) + 1e-12:
+            if bound > objective * (1 + tol) + OPTIMALITY_ATOL:
                 return error(f"bound {bound!r} exceeds the evaluated objective {objective!r}: a false proof", objective)
             bound = objective
-        if status == OPTIMAL and not objective <= bound * (1 + tol) + 1e-12:
+        proven = objective <= bound * (1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL
+        if status == OPTIMAL and not proven:
             status = FEASIBLE
+            # what the solver proved, for callers that accept its looser tolerance
+            info["solver_optimal_within"] = tol
             message = (message + "; " if message else "") + (
-                f"optimal claim withdrawn: evaluated objective {objective:.6g} > bound {bound:.6g}"
+                f"optimal claim withdrawn: evaluated objective {objective:.9g} is above the bound {bound:.9g} "
+                f"by {relative_gap(objective, bound):.2e} relative (tolerance {OPTIMALITY_RTOL:g})"
             )
-        elif status in (FEASIBLE, UNKNOWN) and objective <= bound * (1 + OPTIMALITY_RTOL) + 1e-12:
-            # the bound itself proves it; a solver's own (looser) tolerance only backs its own claim
+        elif proven:
             status = OPTIMAL
-        elif status in (UNKNOWN, INFEASIBLE):
+        else:
             status = FEASIBLE
     elif status in (OPTIMAL, FEASIBLE):
         status = UNKNOWN

@@ -70,6 +70,8 @@ def result_json(result: SolveResult, instance: BalanceInstance, instance_name: s
         "gap": result.gap if result.solution is not None else None,
         "wall_s": result.wall_s,
         "hit_time_limit": result.hit_time_limit,
+        "optimality_tolerance": result.optimality_tolerance,
+        "interrupted": result.interrupted,
         "iterations": result.iterations,
         "message": result.message,
         "params": result.params,

@@ -98,7 +98,8 @@ def result_json(instance, result) -> dict[str, Any]:
     out: dict[str, Any] = {
         "config": instance.source, "algorithm": instance.algorithm, "solver": result.solver,
         "status": result.status, "step_time_s": result.objective, "bound_s": result.bound, "gap": result.gap,
-        "message": result.message, "wall_s": result.wall_s,
+        "message": result.message, "wall_s": result.wall_s, "hit_time_limit": result.hit_time_limit,
+        "optimality_tolerance": result.optimality_tolerance, "interrupted": result.interrupted,
     }
     if result.solution is not None:
         ev = get_evaluator(instance)
