@@ -44,20 +44,13 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(out)
 
 
-def check_output_file(path: str, option: str) -> None:
-    """Fail fast, before any solving, when ``path`` cannot be written as a file.
+def check_output_file(path: str, option: str, inputs: Sequence[str] = ()) -> None:
+    """Fail fast, before any solving, when ``path`` cannot be written as a file (see
+    :func:`packplace.outputs.check_output_path`; ``inputs`` are files the command reads).
 
     Raises:
-        ConfigError: ``path`` is a directory, or its parent directory is missing or not writable.
+        ConfigError: one line naming ``option`` and the path.
     """
-    import os
+    from packplace.outputs import check_output_path
 
-    from packplace.errors import ConfigError
-
-    if os.path.isdir(path):
-        raise ConfigError(f"{option}: {path!r} is a directory, expected a file path")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise ConfigError(f"{option}: directory {parent!r} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ConfigError(f"{option}: directory {parent!r} is not writable")
+    check_output_path(path, option, inputs)

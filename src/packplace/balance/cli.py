@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,8 @@ from packplace.balance.config import load_config
 from packplace.balance.planner import plan_balance
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
-from packplace.result import SolveResult
+from packplace.outputs import json_text, write_atomic
+from packplace.result import SolveResult, check_limits
 from packplace.solvers import available
 from packplace.table import check_output_file, render_table
 
@@ -84,8 +85,11 @@ def result_json(result: SolveResult, instance: BalanceInstance, instance_name: s
 
 def run(args: argparse.Namespace) -> int:
     """Solve, print the table, optionally write JSON; exit 1 when no feasible answer was found."""
+    check_limits(args.time_limit, args.seed)  # argument errors before any work
+    if args.min_gain is not None and not (math.isfinite(args.min_gain) and 0 <= args.min_gain < 1):
+        raise ConfigError(f"--min-gain: must be a relative gain in [0, 1), got {args.min_gain!r}")
     if args.out:
-        check_output_file(args.out, "--out")
+        check_output_file(args.out, "--out", inputs=[args.config])
     instance = load_config(args.config)
     if args.min_gain is not None and instance.reference_bins is None:
         raise ConfigError(
@@ -137,6 +141,6 @@ def run(args: argparse.Namespace) -> int:
         )
         document["planner"] = plan.to_dict()
     if args.out:
-        Path(args.out).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        write_atomic(args.out, json_text(document) + "\n", "--out")
         print(f"wrote {args.out}", file=sys.stderr)
     return 0 if result.ok else 1

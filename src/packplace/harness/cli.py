@@ -28,7 +28,10 @@ from packplace.harness.bench import DEFAULT_FLOOR_S, DEFAULT_SLOWDOWN, DEFAULT_T
 def run_compare(args: argparse.Namespace) -> int:
     """``packplace compare``: run the comparison, print the tables, write the report files."""
     from packplace.harness.comparison import compare
+    from packplace.outputs import check_output_dir
 
+    if args.out:  # before any solving
+        check_output_dir(args.out, "--out", inputs=[args.suite])
     report = compare(
         args.problem, args.suite, solvers=args.solvers, time_limit_s=args.time_limit, seed=args.seed,
         jobs=args.jobs, out_dir=args.out, rtol=args.rtol, progress=not args.quiet,

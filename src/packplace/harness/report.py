@@ -11,6 +11,7 @@ Files written by :func:`write_report` (``out_dir`` is created):
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import asdict
@@ -209,13 +210,17 @@ def csv_rows(report) -> list[dict[str, Any]]:
 
 def write_report(report, out_dir: str | Path) -> list[Path]:
     """Write ``report.json``, ``report.csv`` and ``report.md`` into ``out_dir``; returns their paths."""
+    from packplace.outputs import check_output_dir, write_atomic
+
+    check_output_dir(str(out_dir), "--out")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     paths = [out / "report.json", out / "report.csv", out / "report.md"]
-    paths[0].write_text(json.dumps(report_dict(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    with paths[1].open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
-        writer.writeheader()
-        writer.writerows(csv_rows(report))
-    paths[2].write_text(format_markdown(report), encoding="utf-8")
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=CSV_FIELDS)
+    writer.writeheader()
+    writer.writerows(csv_rows(report))
+    texts = [json.dumps(report_dict(report), indent=2, allow_nan=False) + "\n", table.getvalue(),
+             format_markdown(report)]
+    for path, text in zip(paths, texts):  # each file atomically: an old report stays whole on a write error
+        write_atomic(str(path), text, "--out")
     return paths

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
+import os
 from typing import Any
 
 from packplace.errors import ConfigError
+from packplace.outputs import json_text, write_atomic
 from packplace.placement.candidates import GB
 from packplace.placement.config import load_config
 from packplace.placement.evaluator import get_evaluator
@@ -120,11 +121,15 @@ def run(args: argparse.Namespace) -> int:
     """Run ``packplace place``; returns the exit code (0 ok, 1 no feasible plan). ConfigError propagates
     to the top-level CLI (one line on stderr, exit code 2)."""
     from packplace.placement.api import solve_placement
+    from packplace.result import check_limits
     from packplace.table import check_output_file
 
+    check_limits(args.time_limit, args.seed)  # argument errors before any work
     for path, option in ((args.out, "--out"), (args.gantt, "--gantt")):
         if path:
-            check_output_file(path, option)
+            check_output_file(path, option, inputs=[args.config])
+    if args.out and args.gantt and os.path.abspath(args.out) == os.path.abspath(args.gantt):
+        raise ConfigError(f"--gantt: {args.gantt!r} is also the --out path")
     if args.gantt:  # an unsupported image format (or no matplotlib) fails now, not after the solve
         from packplace.placement.gantt import check_format
 
@@ -133,11 +138,7 @@ def run(args: argparse.Namespace) -> int:
     result = solve_placement(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
     print(format_table(instance, result))
     if args.out:
-        try:
-            with open(args.out, "w") as fh:
-                json.dump(result_json(instance, result), fh, indent=2)
-        except OSError as exc:
-            raise ConfigError(f"--out: cannot write {args.out!r}: {exc.strerror or exc}") from None
+        write_atomic(args.out, json_text(result_json(instance, result)) + "\n", "--out")
     if args.gantt and result.solution is not None:
         from packplace.placement.gantt import draw_gantt
 

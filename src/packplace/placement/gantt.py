@@ -100,8 +100,11 @@ def draw_gantt(instance, plan: Plan, score, path: str) -> None:
     ax.set_xlabel("seconds")
     ax.set_title(gantt_title(score))
     fig.tight_layout()
+    from packplace.outputs import write_with
+
+    extension = os.path.splitext(path)[1].lstrip(".").lower() or "png"
     try:
-        fig.savefig(path)
+        write_with(path, "--gantt", lambda temporary: fig.savefig(temporary, format=extension))
     except OSError as exc:
         raise ConfigError(f"--gantt: cannot write {path!r}: {exc.strerror or exc}") from None
     except ValueError as exc:  # a format matplotlib rejects after all
