@@ -4,47 +4,87 @@ Exit codes: 0 success; 1 the solver found no feasible answer (``bench``: a regre
 a cell ended in ``error``); 2 bad input (:class:`~packplace.errors.ConfigError`), with a one-line error
 on stderr naming the field; 3 a proven-infeasible instance (:class:`~packplace.errors.InfeasibleError`),
 one line saying why.
+
+Every command takes ``--json`` (the result as one JSON document on stdout; the human-readable
+output goes to stderr instead; on an error the document is ``{"error": {...}, "exit_code": N}``) and
+``--quiet`` (no progress lines; progress goes through :mod:`logging`, see :mod:`packplace.progress`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
+import json
 import os
 import sys
+from typing import Any, TextIO
 
-from packplace import __version__
+from packplace import __version__, progress
 from packplace.errors import ConfigError, InfeasibleError
+from packplace.result import json_ready
 
 #: Modules that contribute subcommands through ``register(subparsers)``.
 COMMAND_MODULES = ("packplace.balance.cli", "packplace.placement.cli", "packplace.harness.cli")
 
 
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    """``--json`` and ``--quiet``, which every subcommand takes (added by :func:`build_parser` where a
+    command does not define them itself)."""
+    defined = {option for action in parser._actions for option in action.option_strings}
+    if "--json" not in defined:
+        parser.add_argument(
+            "--json", action="store_true",
+            help="print the result as one JSON document on stdout (the tables go to stderr instead)",
+        )
+    if "--quiet" not in defined:
+        parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand registered."""
+    """The argument parser with every subcommand registered (each with ``--json`` and ``--quiet``)."""
     parser = argparse.ArgumentParser(
         prog="packplace",
-        description="Exact (CP-SAT) and heuristic planners for distributed LLM training.",
+        description="Exact (CP-SAT) and heuristic planners for distributed LLM training. Exit codes: 0 success; "
+                    "1 no feasible answer, a bench regression or a compare cell in error; 2 bad input; "
+                    "3 a proven-infeasible instance.",
     )
     parser.add_argument("--version", action="version", version=f"packplace {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
+    for subparser in subparsers.choices.values():
+        add_common_options(subparser)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+class _Tee(io.TextIOBase):
+    """Writes to a stream and keeps a copy (the human-readable output of a ``--json`` run)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.copy = io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
     except InfeasibleError as exc:  # before ConfigError: it is a subclass
         print(f"packplace {args.command}: infeasible: {exc}", file=sys.stderr)
+        args.json_error = {"type": "InfeasibleError", "message": str(exc)}
         return 3
     except ConfigError as exc:
         print(f"packplace {args.command}: error: {exc}", file=sys.stderr)
+        args.json_error = {"type": "ConfigError", "message": str(exc)}
         return 2
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly
         try:
@@ -53,9 +93,39 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 0
     except OSError as exc:  # e.g. an output file that could not be written
-        print(f"packplace {args.command}: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),
-              file=sys.stderr)
+        message = f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")
+        print(f"packplace {args.command}: error: {message}", file=sys.stderr)
+        args.json_error = {"type": type(exc).__name__, "message": message}
         return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit code.
+
+    A command puts its JSON document in ``args.json_document``; with ``--json`` it is printed on
+    stdout (a command that sets none gets ``{"command", "exit_code", "output"}`` with its text output).
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    with progress.quiet(getattr(args, "quiet", False)):  # restored afterwards (main may run in-process)
+        if not getattr(args, "json", False):
+            return _run(args)
+        stdout = sys.stdout
+        tee = _Tee(sys.stderr)
+        with contextlib.redirect_stdout(tee):  # type: ignore[type-var]
+            code = _run(args)
+    document: Any = getattr(args, "json_document", None)
+    error = getattr(args, "json_error", None)
+    if error is not None:
+        document = {"command": args.command, "error": error, "exit_code": code}
+    elif document is None:
+        document = {"command": args.command, "exit_code": code, "output": tee.copy.getvalue()}
+    try:
+        stdout.write(json.dumps(json_ready(document), indent=2, allow_nan=False) + "\n")
+        stdout.flush()
+    except BrokenPipeError:
+        pass
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

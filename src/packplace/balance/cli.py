@@ -10,8 +10,9 @@ from typing import Any
 
 from packplace.balance.api import DEFAULT_SOLVER, solve_balance
 from packplace.balance.config import load_config
+from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.planner import plan_balance
-from packplace.balance.schema import BalanceInstance
+from packplace.balance.schema import Assignment, BalanceInstance
 from packplace.errors import ConfigError
 from packplace.outputs import json_text, write_atomic
 from packplace.result import SolveResult, check_limits
@@ -24,7 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "balance",
         help="assign samples to packed bins on data-parallel ranks",
-        description="Solve a balance config and print per-rank bins, tokens and load.",
+        description="Solve a balance config and print per-rank bins, tokens and load, then the solver's objective, "
+                    "proven bound, gap (n/a when the bound is 0) and status. Exit codes: 0 solved; 1 no feasible "
+                    "answer; 2 bad input; 3 a proven-infeasible instance.",
     )
     parser.add_argument("--config", required=True, help="balance YAML config (see configs/balance/)")
     parser.add_argument(
@@ -40,7 +43,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--min-gain", type=float, default=None, metavar="G",
         help="run the planner: keep the config's reference grouping unless the new layout's objective is "
-             "better by more than this relative gain (e.g. 0.02); the decision is printed and written",
+             "better by more than this relative gain (e.g. 0.02); solves once, prints the layout that lands "
+             "and the decision, and writes both",
+    )
+    parser.add_argument(
+        "--plot", default=None, metavar="FILE",
+        help="draw the per-rank loads of the landing layout, bins stacked, against the bound "
+             "(PNG/SVG/PDF; needs matplotlib: pip install 'packplace[plot]')",
     )
     parser.set_defaults(func=run)
 
@@ -83,20 +92,48 @@ def result_json(result: SolveResult, instance: BalanceInstance, instance_name: s
     }
 
 
+def gap_text(result: SolveResult) -> str:
+    """The summary's gap cell: ``-`` without a solution, ``n/a`` when the bound is 0 (a zero bound proves
+    nothing relative, so ``(objective - 0) / objective = 100%`` would mislead), else a percentage."""
+    if result.solution is None:
+        return "-"
+    if result.bound <= 0 < result.objective:
+        return "n/a"
+    return f"{100 * result.gap:.3f}%"
+
+
 def run(args: argparse.Namespace) -> int:
-    """Solve, print the table, optionally write JSON; exit 1 when no feasible answer was found."""
+    """Solve (once; with ``--min-gain`` through the planner), print the table of the layout that lands,
+    optionally write JSON and a picture; exit 1 when no feasible answer was found."""
     check_limits(args.time_limit, args.seed)  # argument errors before any work
     if args.min_gain is not None and not (math.isfinite(args.min_gain) and 0 <= args.min_gain < 1):
         raise ConfigError(f"--min-gain: must be a relative gain in [0, 1), got {args.min_gain!r}")
     if args.out:
         check_output_file(args.out, "--out", inputs=[args.config])
+    if args.plot:
+        check_output_file(args.plot, "--plot", inputs=[args.config])
+        from packplace.plots import check_format
+
+        check_format(args.plot)
     instance = load_config(args.config)
     if args.min_gain is not None and instance.reference_bins is None:
         raise ConfigError(
             "reference: --min-gain compares against the config's reference grouping and there is none "
             "(set `reference: auto` or list the bins)"
         )
-    result = solve_balance(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
+    plan = None
+    if args.min_gain is not None:
+        try:
+            plan = plan_balance(instance, args.solver, args.min_gain, time_limit_s=args.time_limit, seed=args.seed)
+        except RuntimeError as exc:  # the backend failed or proposed an infeasible layout: nothing lands
+            print(f"packplace balance: error: {exc}", file=sys.stderr)
+            return 1
+        assert plan.result is not None  # a registry backend ran
+        result = plan.result
+        landing: Assignment | None = plan.assignment
+    else:
+        result = solve_balance(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
+        landing = result.solution
     name = instance.name or Path(args.config).stem
     print(
         f"{name}: {len(instance.samples)} samples, D={instance.data_parallel_size}, "
@@ -104,32 +141,34 @@ def run(args: argparse.Namespace) -> int:
         f"objective={instance.objective}" + (f" (group_size {instance.group_size})"
                                              if instance.objective == "rounds" else "")
     )
-    if result.solution is not None:
-        loads = result.info["rank_loads"]
-        tokens = result.info["rank_tokens"]
+    score = BalanceEvaluator(instance).score(landing) if landing is not None else None
+    if landing is not None and score is not None:
+        if plan is not None:
+            print("landing layout: " + ("the solver's candidate" if plan.decision.accepted
+                                        else "the reference grouping (unchanged)"))
+        loads = score.rank_loads.tolist()
+        tokens = score.rank_tokens.tolist()
         headers = ["rank", "bins", "samples", "tokens", f"load ({instance.cost_unit})"]
         rounds = None
         if instance.objective == "rounds":
             # the evaluator's schedule: loads sorted descending, g at a time, one round each
             order = sorted(range(len(loads)), key=lambda r: (-loads[r], r))
-            rounds = {r: position // instance.group_size for position, r in enumerate(order)}
+            rounds = {r: position // instance.resolved_group_size for position, r in enumerate(order)}
             headers.append("round")
         rows = []
-        for r, bins in enumerate(result.solution.ranks()):
+        for r, bins in enumerate(landing.ranks()):
             row = [r, len(bins), sum(len(b) for b in bins), tokens[r], loads[r]]
             rows.append(row + ([rounds[r]] if rounds is not None else []))
         print(render_table(headers, rows))
         print()
     status = result.status + (" (time limit)" if result.hit_time_limit else "")
     summary = [[result.solver, result.objective if result.solution is not None else None, result.bound,
-                f"{100 * result.gap:.3f}%" if result.solution is not None else "-", status,
-                f"{result.wall_s:.4g}"]]
+                gap_text(result), status, f"{result.wall_s:.4g}"]]
     print(render_table(["solver", "objective", "bound", "gap", "status", "time_s"], summary))
     if result.message:
         print(f"note: {result.message}")
     document = result_json(result, instance, name)
-    if args.min_gain is not None:
-        plan = plan_balance(instance, args.solver, args.min_gain, time_limit_s=args.time_limit, seed=args.seed)
+    if plan is not None and score is not None:
         decision = plan.decision
         verdict = "use the new layout" if decision.accepted else "keep the reference grouping"
         print(
@@ -140,7 +179,17 @@ def run(args: argparse.Namespace) -> int:
             f"{100 * decision.loads_before.relative_spread:.1f}% -> {100 * decision.loads_after.relative_spread:.1f}%)"
         )
         document["planner"] = plan.to_dict()
+        document["landing"] = "candidate" if decision.accepted else "reference"
+        document["assignment"] = plan.assignment.to_lists()  # what lands, not the candidate
+        document["rank_loads"] = score.rank_loads.tolist()
+        document["rank_tokens"] = score.rank_tokens.tolist()
+    if args.plot and landing is not None and score is not None:
+        from packplace.plots import plot_rank_loads
+
+        plot_rank_loads(instance, landing, args.plot, title=name)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    args.json_document = document
     if args.out:
         write_atomic(args.out, json_text(document) + "\n", "--out")
         print(f"wrote {args.out}", file=sys.stderr)
-    return 0 if result.ok else 1
+    return 0 if result.ok or plan is not None else 1  # with the planner the reference lands at worst

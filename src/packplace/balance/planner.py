@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -22,7 +22,7 @@ import numpy as np
 from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey
 from packplace.errors import ConfigError
-from packplace.result import json_ready
+from packplace.result import SolveResult, json_ready
 
 DEFAULT_SOLVER = "repair"
 
@@ -109,10 +109,14 @@ class BalancePlan:
     Attributes:
         assignment: The landing layout: the candidate if accepted, else the reference bins unchanged.
         decision: The :class:`BalanceDecision` behind it.
+        result: The registry backend's :class:`~packplace.result.SolveResult` for the candidate (its
+            status, bound, time and log; ``solution`` is the candidate before rank relabelling), or
+            ``None`` with a custom ``algorithm``.
     """
 
     assignment: Assignment
     decision: BalanceDecision
+    result: SolveResult | None = field(default=None, compare=False)
 
     @property
     def bins(self) -> tuple[tuple[SampleKey, ...], ...]:
@@ -220,6 +224,7 @@ def plan_balance(
     evaluator = BalanceEvaluator(instance)
     ranks, per_rank = instance.data_parallel_size, instance.local_batch_size
 
+    result: SolveResult | None = None
     if algorithm is not None:
         if not callable(getattr(algorithm, "assign", None)) or not callable(getattr(algorithm, "objective", None)):
             raise ConfigError(
@@ -274,7 +279,7 @@ def plan_balance(
         status=status,
         message=message,
     )
-    return BalancePlan(Assignment(landing, per_rank), decision)
+    return BalancePlan(Assignment(landing, per_rank), decision, result)
 
 
 def __getattr__(name: str) -> Any:

@@ -48,9 +48,8 @@ from __future__ import annotations
 import heapq
 import json
 import math
-import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
@@ -61,6 +60,7 @@ from packplace.errors import ConfigError
 from packplace.harness.comparison import SKIPPED, CompareReport, compare
 from packplace.harness.report import fmt_number, fmt_time, table_lines
 from packplace.harness.suites import load_suite
+from packplace.progress import emit
 from packplace.result import ERROR, OPTIMAL
 
 BASELINE_FORMAT = 1
@@ -154,6 +154,23 @@ class BenchOutcome:
     def exit_code(self) -> int:
         """1 when something regressed, else 0."""
         return 1 if self.regressions else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the checks' verdict, regressions, notes, settings and the run's report."""
+        from packplace.result import json_ready
+
+        data: dict[str, Any] = json_ready({
+            "suite": self.report.suite, "problem": self.report.problem, "exit_code": self.exit_code,
+            "updated": self.updated, "baseline": str(self.baseline_path) if self.baseline_path else None,
+            "checked": self.checked, "reference_s": self.reference_s, "elapsed_s": self.elapsed_s,
+            "settings": self.settings, "regressions": [asdict(r) for r in self.regressions], "notes": self.notes,
+            "report": self.report.to_dict(),
+        })
+        return data
+
+    def to_json(self, indent: int | None = None) -> str:
+        """:meth:`to_dict` as JSON text."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def format_text(self) -> str:
         """The table printed by ``packplace bench``."""
@@ -313,10 +330,8 @@ def run_bench(
         ((suite_path, baseline_path),) = bench_pairs(suite, baseline)
     parsed = load_suite(suite_path)
     stored = None if update else load_baseline(baseline_path)
-    stream = sys.stderr if progress is True else (progress or None)
     reference_s = time_reference()
-    if stream is not None:
-        print(f"[bench] reference computation: {fmt_time(reference_s)}", file=stream, flush=True)
+    emit(f"[bench] reference computation: {fmt_time(reference_s)}", progress)
     report = compare(parsed.problem, parsed, solvers=solvers, jobs=jobs, progress=progress)
     reference_s = min(reference_s, time_reference())  # timed before and after: the least disturbed run
     current = _cells(report, reference_s)
@@ -410,6 +425,14 @@ class BenchSummary:
         """1 when any suite regressed, else 0."""
         return max((o.exit_code for o in self.outcomes), default=0)
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the exit code and, per suite, its regressions, notes and comparison report."""
+        return {"exit_code": self.exit_code, "suites": [o.to_dict() for o in self.outcomes]}
+
+    def to_json(self, indent: int | None = None) -> str:
+        """:meth:`to_dict` as JSON text."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
     def format_text(self) -> str:
         """Every suite's table, then (for several suites) one summary line per suite and the verdict."""
         parts = [o.format_text() for o in self.outcomes]
@@ -459,11 +482,10 @@ def run_benches(
         load_suite(suite_path)
         if not update:
             load_baseline(baseline_path)
-    stream = sys.stderr if progress is True else (progress or None)
     outcomes = []
     for suite_path, baseline_path in pairs:
-        if stream is not None and len(pairs) > 1:
-            print(f"[bench] suite {suite_path} -> baseline {baseline_path}", file=stream, flush=True)
+        if len(pairs) > 1:
+            emit(f"[bench] suite {suite_path} -> baseline {baseline_path}", progress)
         outcomes.append(run_bench(suite_path, baseline_path, update=update, tolerance=tolerance, slowdown=slowdown,
                                   floor_s=floor_s, jobs=jobs, solvers=solvers, progress=progress))
     return BenchSummary(outcomes)

@@ -9,8 +9,9 @@
     packplace bench [--suite FILE] [--baseline FILE] [--update] [--tolerance R] [--slowdown X]
                     [--floor S] [--jobs N] [--quiet]
 
-``compare`` prints the tables on stdout and progress on stderr; exit code 0 (errors of single
-solvers are cells of the report, not a failure of the command). ``bench`` with neither ``--suite`` nor
+``compare`` prints the tables on stdout and progress on stderr; exit code 0, or 1 when any cell ended
+in ``error`` (the run still completes and reports every cell; stderr says how many cells failed and
+the first one's message). ``bench`` with neither ``--suite`` nor
 ``--baseline`` runs both default suites (balance: ``benchmarks/suites/regression.yaml`` against
 ``benchmarks/baseline.json``; placement: ``benchmarks/suites/regression_placement.yaml`` against
 ``benchmarks/baseline_placement.json``; ``--update`` rewrites both); ``--suite``/``--baseline`` select
@@ -21,6 +22,7 @@ baseline, 0 otherwise.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from packplace.harness.bench import DEFAULT_FLOOR_S, DEFAULT_SLOWDOWN, DEFAULT_TOLERANCE
 
@@ -32,6 +34,12 @@ def run_compare(args: argparse.Namespace) -> int:
 
     if args.out:  # before any solving
         check_output_dir(args.out, "--out", inputs=[args.suite])
+    if args.plot:
+        from packplace.plots import check_format
+        from packplace.table import check_output_file
+
+        check_output_file(args.plot, "--plot", inputs=[args.suite])
+        check_format(args.plot)
     report = compare(
         args.problem, args.suite, solvers=args.solvers, time_limit_s=args.time_limit, seed=args.seed,
         jobs=args.jobs, out_dir=args.out, rtol=args.rtol, progress=not args.quiet,
@@ -39,6 +47,18 @@ def run_compare(args: argparse.Namespace) -> int:
     print(report.format_text())
     if args.out:
         print(f"\nreport written to {args.out}/report.json, report.csv, report.md")
+    args.json_document = report.to_dict()
+    if args.plot:
+        from packplace.plots import plot_compare_gaps
+
+        plot_compare_gaps(report, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    errors = [(row.name, cell) for row in report.rows for cell in row.cells.values() if cell.status == "error"]
+    if errors:
+        first_instance, first = errors[0]
+        print(f"packplace compare: {len(errors)} cell(s) ended in error (first: {first.solver} on {first_instance}: "
+              f"{first.message}); exit code 1", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -51,17 +71,21 @@ def run_bench_command(args: argparse.Namespace) -> int:
         floor_s=args.floor, jobs=args.jobs, progress=not args.quiet,
     )
     print(outcome.format_text())
+    args.json_document = outcome.to_dict()
     return outcome.exit_code
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``compare`` and ``bench`` subcommands to ``subparsers`` (from ``add_subparsers()``)."""
+    from packplace.cli import add_common_options
+
     compare = subparsers.add_parser(
         "compare", help="run several solvers on every instance of a suite and compare them",
         description="Run the chosen solvers on every instance of a suite with the same time limit and seed; "
                     "report objective, best bound, gaps, status and time per instance and per solver.",
     )
-    compare.add_argument("--problem", required=True, choices=("balance", "placement"))
+    compare.add_argument("--problem", required=True, choices=("balance", "placement"),
+                         help="which problem the suite's instances are")
     compare.add_argument("--suite", required=True, help="suite YAML file (see benchmarks/suites/)")
     compare.add_argument("--solvers", default=None,
                          help="'all' or a comma-separated list of solver names (default: the suite's solvers: "
@@ -72,7 +96,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compare.add_argument("--jobs", type=int, default=None, help="parallel worker processes (default: CPU count)")
     compare.add_argument("--out", default=None, help="directory for report.json, report.csv, report.md")
     compare.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance for ties (default 1e-6)")
-    compare.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    compare.add_argument("--plot", default=None, metavar="FILE",
+                         help="draw the gap to the best bound per solver and instance (PNG/SVG/PDF; needs "
+                              "matplotlib: pip install 'packplace[plot]')")
+    add_common_options(compare)
     compare.set_defaults(func=run_compare)
 
     bench = subparsers.add_parser(
@@ -98,5 +125,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--floor", type=float, default=DEFAULT_FLOOR_S,
                        help=f"seconds of slack under which a slowdown never fails (default {DEFAULT_FLOOR_S:g})")
     bench.add_argument("--jobs", type=int, default=1, help="parallel worker processes (default 1: clean timings)")
-    bench.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_common_options(bench)
     bench.set_defaults(func=run_bench_command)

@@ -48,7 +48,6 @@ import multiprocessing
 import os
 import pickle
 import statistics
-import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -60,7 +59,7 @@ from typing import Any, TextIO
 from packplace.errors import ConfigError
 from packplace.harness.adapters import get_adapter
 from packplace.harness.suites import InstanceSpec, Suite, load_suite
-from packplace.progress import quiet
+from packplace.progress import emit, quiet
 from packplace.result import ERROR, FEASIBLE, OPTIMAL, relative_gap
 
 SKIPPED = "skipped"
@@ -78,7 +77,8 @@ class Cell:
         status: ``optimal``/``feasible``/``infeasible``/``unknown``/``error`` (from the front-end) or ``skipped``.
         objective: Evaluator's objective (``inf`` without a feasible answer).
         bound: The solver's own best bound (including the evaluator's analytic bound).
-        gap_to_bound: ``(objective − instance best bound) / objective``; ``inf`` when unsolved.
+        gap_to_bound: ``(objective − instance best bound) / objective``; ``inf`` when unsolved, ``nan``
+            (shown ``n/a``) when the best bound is 0 and the objective positive.
         gap_to_best: ``(objective − instance best objective) / objective``; ``inf`` when unsolved.
         wall_s: Seconds the solve took (the front-end's measurement; the harness's for errors).
         hit_time_limit: The backend stopped at its time limit.
@@ -301,7 +301,10 @@ def _row(index: int, name: str, size: int | None, cells: list[Cell], note: str, 
                      f"{best_objective:.6g}: a false bound")
     for c in cells:
         if c.solved:
-            c.gap_to_bound = relative_gap(c.objective, best_bound) if bounds else _INF
+            if bounds and best_bound <= 0 < c.objective:
+                c.gap_to_bound = math.nan  # a zero bound proves nothing relative: the gap is undefined, not 100%
+            else:
+                c.gap_to_bound = relative_gap(c.objective, best_bound) if bounds else _INF
             c.gap_to_best = relative_gap(c.objective, best_objective)
     return InstanceRow(index, name, size, best_bound, best_objective, {c.solver: c for c in cells}, "; ".join(notes))
 
@@ -322,7 +325,7 @@ def _summaries(
         s.errors = sum(c.status == ERROR for c in ran)
         s.skipped = len(cells) - len(ran)
         if solved:
-            gb = [c.gap_to_bound for c in solved]
+            gb = [c.gap_to_bound for c in solved if not math.isnan(c.gap_to_bound)] or [math.nan]
             gs = [c.gap_to_best for c in solved]
             s.mean_gap_to_bound, s.worst_gap_to_bound = math.fsum(gb) / len(gb), max(gb)
             s.mean_gap_to_best, s.worst_gap_to_best = math.fsum(gs) / len(gs), max(gs)
@@ -439,7 +442,8 @@ def compare(
         jobs: Worker processes (default ``os.cpu_count()``; 1 runs in this process).
         out_dir: If given, write ``report.json``, ``report.csv`` and ``report.md`` there.
         rtol: Relative tolerance under which two objectives tie.
-        progress: ``True`` prints "instances done/total, elapsed" lines on stderr; a stream prints
+        progress: ``True`` logs "instances done/total, elapsed" lines through :mod:`packplace.progress`
+            (stderr by default); a stream prints
             there; ``False`` is silent.
 
     Returns:
@@ -464,16 +468,15 @@ def compare(
     if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 <= rtol < 1:
         raise ConfigError(f"rtol: must be a number in [0, 1), got {rtol!r}")
     exact = {n: get(problem, n).exact for n in names}
-    stream = sys.stderr if progress is True else (progress or None)
+
     specs = parsed.instances
     total = len(specs)
     started = time.perf_counter()
     outcomes: dict[int, dict[str, Any]] = {}
 
     def report_progress(outcome: dict[str, Any]) -> None:
-        if stream is not None:
-            print(f"[compare] {len(outcomes)}/{total} instances done, {time.perf_counter() - started:.1f} s elapsed "
-                  f"({outcome['name']})", file=stream, flush=True)
+        emit(f"[compare] {len(outcomes)}/{total} instances done, {time.perf_counter() - started:.1f} s elapsed "
+             f"({outcome['name']})", progress)
 
     workers = min(jobs, total)
     if workers > 1 and any(s.kind == "object" for s in specs):
@@ -490,7 +493,7 @@ def compare(
         "exact": exact, "max_exact_size": parsed.max_exact_size, "solver_params": params_by_solver,
     }
     # solver progress lines (anneal, cpsat) follow the harness's own switch; forked workers inherit it
-    with quiet(stream is None):
+    with quiet(not progress):
         if workers <= 1:
             for spec in specs:
                 outcome = run_instance(problem, spec, names, limit, run_seed, **kwargs)

@@ -66,7 +66,10 @@ def fmt_number(value: float) -> str:
 
 
 def fmt_gap(value: float) -> str:
-    """A relative gap as a percentage with two decimals; ``-`` for an infinity."""
+    """A relative gap as a percentage with two decimals; ``n/a`` for NaN (no positive bound), ``-`` for an
+    infinity."""
+    if value is not None and math.isnan(value):
+        return "n/a"
     if value is None or not math.isfinite(value):
         return "-"
     return f"{100 * value:.2f}%"

@@ -16,8 +16,14 @@ from packplace.placement.plan import plan_to_json
 
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``place`` subcommand to an ``argparse`` subparsers object; sets ``func`` to :func:`run`."""
-    p = subparsers.add_parser("place", help="place the tasks of an RL post-training step on a GPU cluster")
-    p.add_argument("--config", required=True, help="placement YAML (see configs/placement/)")
+    p = subparsers.add_parser(
+        "place", help="place the tasks of an RL post-training step on a GPU cluster",
+        description="Place the tasks of one PPO/GRPO/DPO step (generation, inference, training) on racks x nodes "
+                    "x GPUs: per task a (dp, pp, tp) strategy, a micro-batch and a block of GPUs, scored by the "
+                    "cost and memory model. Prints one row per task and the step time, bound, gap and status. "
+                    "Exit codes: 0 a feasible plan; 1 none found; 2 bad input; 3 a proven-infeasible instance.",
+    )
+    p.add_argument("--config", required=True, help="placement YAML config (see configs/placement/)")
     from packplace.solvers import available
 
     p.add_argument("--solver", default="concurrent",
@@ -137,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
     instance = load_config(args.config)
     result = solve_placement(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
     print(format_table(instance, result))
+    args.json_document = result_json(instance, result)
     if args.out:
         write_atomic(args.out, json_text(result_json(instance, result)) + "\n", "--out")
     if args.gantt and result.solution is not None:

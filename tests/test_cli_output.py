@@ -1,0 +1,170 @@
+"""Command-line output contracts: --json on every command, help texts, exit codes, the planner's single
+solve, n/a gaps, progress through logging, and the --plot pictures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from packplace.balance import api as balance_api_module
+from packplace.cli import build_parser, main
+from packplace.solvers.registry import register, unregister
+
+ROOT = Path(__file__).resolve().parents[1]
+TWO_WAY = str(ROOT / "configs/balance/two_way_small.yaml")
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_every_command_and_option_is_described():
+    for name, sub in _subparsers(build_parser()).items():
+        assert sub.description and len(sub.description) > 30, name
+        options = {o for a in sub._actions for o in a.option_strings}
+        assert {"--json", "--quiet"} <= options, name
+        for action in sub._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help and len(action.help) > 10, (name, action.option_strings)
+
+
+def test_balance_json_on_stdout_matches_the_out_file(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["balance", "--config", TWO_WAY, "--solver", "cpsat", "--json", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)  # stdout holds exactly one JSON document
+    assert document == json.loads(out.read_text())
+    assert document["objective"] == 15 and document["status"] == "optimal"
+    assert "rank" in captured.err  # the human-readable table moved to stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["place", "--config", str(ROOT / "configs/placement/dpo_llama3.1-8b_1x8xh100.yaml"), "--solver", "greedy"],
+    ["compare", "--problem", "balance", "--suite", str(ROOT / "benchmarks/suites/smoke.yaml"), "--jobs", "1",
+     "--solvers", "lpt,repair"],
+])
+def test_place_and_compare_print_json(command, capsys):
+    assert main([*command, "--json", "--quiet"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    if command[0] == "place":
+        assert document["step_time_s"] > 0 and document["vertices"]
+    else:
+        assert document["solvers"] == ["lpt", "repair"] and len(document["instances"]) == 5
+
+
+def test_json_error_document_and_exit_code(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seq_len: 0\ndata_parallel_size: 1\nsamples: {lengths: [4, 5]}\n")
+    assert main(["balance", "--config", str(bad), "--json"]) == 2
+    document = json.loads(capsys.readouterr().out)
+    assert document["exit_code"] == 2 and document["error"]["type"] == "ConfigError"
+    assert document["error"]["message"].startswith("seq_len")
+
+
+def test_planner_solves_once_and_prints_what_lands(tmp_path, capsys, monkeypatch):
+    calls = []
+    solve = balance_api_module.solve_balance
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return solve(*args, **kwargs)
+
+    monkeypatch.setattr(balance_api_module, "solve_balance", counting)
+    config = tmp_path / "c.yaml"
+    # reference {0,1} | {2,3}: loads 18 and 2; lpt lands at 10 | 10 (gain 44%), but a 90% threshold keeps
+    # the reference
+    config.write_text("seq_len: 10\ndata_parallel_size: 2\ncost: {kind: given}\n"
+                      "samples: {items: [{key: 0, tokens: 5, cost: 9}, {key: 1, tokens: 5, cost: 9}, "
+                      "{key: 2, tokens: 5, cost: 1}, {key: 3, tokens: 5, cost: 1}]}\n"
+                      "reference: [[0, 1], [2, 3]]\n")
+    out = tmp_path / "r.json"
+    assert main(["balance", "--config", str(config), "--solver", "lpt", "--min-gain", "0.9", "--out", str(out)]) == 0
+    assert len(calls) == 1
+    printed = capsys.readouterr().out
+    assert "landing layout: the reference grouping (unchanged)" in printed
+    table = printed.split("landing layout")[1].splitlines()
+    assert [line.split()[-1] for line in table[3:5]] == ["18", "2"]  # the reference's loads, not 10 | 10
+    document = json.loads(out.read_text())
+    assert document["landing"] == "reference" and document["assignment"] == [[[0, 1]], [[2, 3]]]
+    assert document["rank_loads"] == [18, 2] and document["objective"] == 10  # the candidate's, as solved
+
+
+def test_zero_bound_gap_is_na_not_100_percent(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("seq_len: 10\ndata_parallel_size: 2\nobjective: balance\nsamples: {lengths: [3, 4, 5, 7]}\n")
+    assert main(["balance", "--config", str(config), "--solver", "lpt"]) == 0
+    summary = capsys.readouterr().out.splitlines()[-1].split()
+    assert summary[0] == "lpt" and summary[2] == "0" and summary[3] == "n/a"
+
+
+def test_compare_exits_1_when_a_cell_errors(tmp_path, capsys):
+    @register("balance", "broken_for_test")
+    def broken(instance, *, time_limit_s=None, seed=0):
+        """Raises, to exercise error cells."""
+        raise RuntimeError("boom")
+
+    try:
+        code = main(["compare", "--problem", "balance", "--suite", str(ROOT / "benchmarks/suites/smoke.yaml"),
+                     "--jobs", "1", "--solvers", "lpt,broken_for_test", "--quiet"])
+    finally:
+        unregister("balance", "broken_for_test")
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "5 cell(s) ended in error (first: broken_for_test on uniform-n6-D2-s7" in captured.err
+    assert "boom" in captured.err
+
+
+def test_compare_without_errors_exits_0(capsys):
+    assert main(["compare", "--problem", "balance", "--suite", str(ROOT / "benchmarks/suites/smoke.yaml"),
+                 "--jobs", "1", "--solvers", "lpt", "--quiet"]) == 0
+    assert "ended in error" not in capsys.readouterr().err
+
+
+def test_progress_goes_through_logging_and_quiet_silences_it(capsys):
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger("packplace.progress")
+    keep = Keep()
+    logger.addHandler(keep)
+    try:
+        suite = str(ROOT / "benchmarks/suites/smoke.yaml")
+        assert main(["compare", "--problem", "balance", "--suite", suite, "--jobs", "1", "--solvers", "lpt"]) == 0
+        lines = [r.getMessage() for r in records]
+        assert lines[-1].startswith("[compare] 5/5 instances done") and records[-1].levelno == logging.INFO
+        assert "[compare] 5/5 instances done" in capsys.readouterr().err
+        records.clear()
+        assert main(["compare", "--problem", "balance", "--suite", suite, "--jobs", "1", "--solvers", "lpt",
+                     "--quiet"]) == 0
+        assert records == [] and "[compare]" not in capsys.readouterr().err
+    finally:
+        logger.removeHandler(keep)
+        from packplace import progress
+
+        progress.set_enabled(True)
+
+
+def test_balance_and_compare_pictures(tmp_path):
+    pytest.importorskip("matplotlib", reason="pictures need the plot extra: pip install 'packplace[plot]'")
+    loads, gaps = tmp_path / "loads.png", tmp_path / "gaps.png"
+    assert main(["balance", "--config", str(ROOT / "configs/balance/stdlib_llama8b.yaml"), "--plot", str(loads)]) == 0
+    assert main(["compare", "--problem", "balance", "--suite", str(ROOT / "benchmarks/suites/smoke.yaml"),
+                 "--jobs", "1", "--quiet", "--plot", str(gaps)]) == 0
+    for path in (loads, gaps):
+        data = path.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_unknown_picture_format_fails_before_solving(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="pictures need the plot extra: pip install 'packplace[plot]'")
+    assert main(["balance", "--config", TWO_WAY, "--plot", str(tmp_path / "loads.xyz")]) == 2
+    captured = capsys.readouterr()
+    assert "--plot: unknown image format 'xyz'" in captured.err and captured.out == ""
