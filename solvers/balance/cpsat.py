@@ -59,6 +59,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from packplace import interrupt
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import BalanceInstance, Sample, SampleKey, key_order
 from packplace.errors import ConfigError
@@ -571,7 +572,9 @@ def solve(
         return fall_back(f"time limit {limit:g} s reached after building the exact model; CP-SAT not run", True)
     solver = cp_model.CpSolver()
     _configure(solver, remaining, seed, num_workers)
-    cp_status = solver.Solve(built.model)
+    solver.parameters.catch_sigint_signal = False  # packplace.interrupt stops the search
+    with interrupt.native(solver.stop_search):
+        cp_status = solver.Solve(built.model)
     status_name = solver.StatusName(cp_status)
     log = [
         f"cp-sat status {status_name}, wall {solver.WallTime():.3f} s, branches {solver.NumBranches()}, "

@@ -79,6 +79,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from packplace import interrupt
 from packplace.errors import ConfigError
 from packplace.placement.config import OPTIMIZER_DEFAULTS, resolve_optimizer_knobs
 from packplace.placement.evaluator import INF, get_evaluator, get_table
@@ -426,6 +427,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
 
     current, (current_cost, _) = warm, search.cost(warm)
     best, best_time = warm, warm_time
+    interrupt.offer(best)
     trace = [(time.perf_counter() - started, search.evaluations, best_time)]
     anneal_deadline = started + ANNEAL_TIME_SHARE * limit
     log = [f"warm start: {warm_name} {warm_time:.6g} s"
@@ -467,6 +469,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
                     accepted_oom += not feasible
                     if feasible and cost < best_time:
                         best, best_time = candidate, cost
+                        interrupt.offer(best)
                         stale_plateaus = -1  # reset at the plateau's end
                         trace.append((time.perf_counter() - started, search.evaluations, best_time))
         plateau += 1
@@ -498,6 +501,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
                     break
             if choice is not None:
                 best, best_time, improved = choice, choice_time, True
+                interrupt.offer(best)
                 polish_moves += 1
                 trace.append((time.perf_counter() - started, search.evaluations, best_time))
             if hit_time_limit:

@@ -110,6 +110,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from packplace import interrupt
 from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate, CandidateTable
 from packplace.placement.evaluator import get_evaluator, get_table
@@ -853,7 +854,9 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
     progress_s = float(instance.optimizer.get("progress_s", DEFAULT_PROGRESS_S))
     with _ProgressReporter(began, progress_s, h_step, rounding, restricted or asynchronous) as reporter:
         solver.best_bound_callback = reporter.on_bound
-        cp_status = solver.Solve(built.model, reporter)
+        solver.parameters.catch_sigint_signal = False  # packplace.interrupt stops the search
+        with interrupt.native(solver.stop_search):
+            cp_status = solver.Solve(built.model, reporter)
     status_name = solver.StatusName(cp_status)
     info: dict[str, Any] = {
         "options": sum(n_options), "options_per_vertex": dict(zip(tables.names, n_options)),

@@ -3,7 +3,8 @@
 Exit codes: 0 success; 1 the solver found no feasible answer (``bench``: a regression; ``compare``:
 a cell ended in ``error``); 2 bad input (:class:`~packplace.errors.ConfigError`), with a one-line error
 on stderr naming the field; 3 a proven-infeasible instance (:class:`~packplace.errors.InfeasibleError`),
-one line saying why.
+one line saying why; 130/143 stopped by SIGINT/SIGTERM (the best answer so far is printed and
+marked ``interrupted``; no output file is written).
 
 Every command takes ``--json`` (the result as one JSON document on stdout; the human-readable
 output goes to stderr instead; on an error the document is ``{"error": {...}, "exit_code": N}``) and
@@ -21,7 +22,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from packplace import __version__, progress
+from packplace import __version__, interrupt, progress
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.result import json_ready
 
@@ -78,6 +79,10 @@ class _Tee(io.TextIOBase):
 def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
+    except interrupt.Interrupted as stop:  # outside a solve (loading, printing): nothing to report
+        print(f"packplace {args.command}: {stop}", file=sys.stderr)
+        args.json_error = {"type": "Interrupted", "message": str(stop)}
+        return interrupt.exit_code(stop.signum)
     except InfeasibleError as exc:  # before ConfigError: it is a subclass
         print(f"packplace {args.command}: infeasible: {exc}", file=sys.stderr)
         args.json_error = {"type": "InfeasibleError", "message": str(exc)}
@@ -107,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    interrupt.install()
     with progress.quiet(getattr(args, "quiet", False)):  # restored afterwards (main may run in-process)
         if not getattr(args, "json", False):
             return _run(args)

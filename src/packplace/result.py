@@ -356,12 +356,15 @@ def solve_with(
     seed: int,
     params: dict[str, Any],
     normalize: Callable[[Any], Any] | None = None,
+    initial: Any = None,
 ) -> SolveResult:
     """Run the registered backend ``solver`` of ``problem`` on ``instance`` and score its proposal.
 
     The shared body of every problem front-end: look the backend up, validate the limits, time the
     call, optionally ``normalize`` the proposed solution (e.g. canonical key order), and
-    :func:`finalize` with the evaluator's score and analytic bound.
+    :func:`finalize` with the evaluator's score and analytic bound. ``initial`` (a feasible answer known
+    before the solve, e.g. the reference grouping) is the answer of a run interrupted before the backend
+    offered a better one (:mod:`packplace.interrupt`); such a result has ``interrupted`` set.
 
     Raises:
         ConfigError: unknown solver name, bad ``time_limit_s`` or ``seed``.
@@ -381,8 +384,25 @@ def solve_with(
         raise ConfigError(
             f"{spec.name}: unknown parameter {unknown!r}; valid: {', '.join(accepted) or 'none'}"
         ) from None
+    from packplace import interrupt
+
+    if interrupt.requested() is not None:  # a signal arrived earlier in this command: start no new solve
+        raise interrupt.Interrupted(interrupt.requested())
+    interrupt.reset()
+    if initial is not None:
+        interrupt.offer(initial)
     start = time.perf_counter()
-    proposal: Proposal = spec.solve(instance, time_limit_s=time_limit_s, seed=seed, **params)
+    try:
+        proposal: Proposal = spec.solve(instance, time_limit_s=time_limit_s, seed=seed, **params)
+    except interrupt.Interrupted as stop:
+        best = interrupt.incumbent()
+        proposal = Proposal(best, FEASIBLE if best is not None else UNKNOWN,
+                            message=f"{stop}: {'the best answer so far' if best is not None else 'no answer yet'}")
+    else:
+        if interrupt.requested() is not None:
+            name = signal_name(interrupt.requested())
+            proposal.message = (proposal.message + "; " if proposal.message else "") + f"interrupted by {name}"
+    interrupted = interrupt.requested() is not None
     wall_s = time.perf_counter() - start
     if proposal.solution is not None and normalize is not None:
         proposal.solution = normalize(proposal.solution)
@@ -392,7 +412,7 @@ def solve_with(
         reason = "; ".join(result.violations[:3])
         return result.feasible, result.objective, reason, result.detail() if result.feasible else {}
 
-    return finalize(
+    result = finalize(
         problem=problem,
         solver=spec.name,
         proposal=proposal,
@@ -401,6 +421,21 @@ def solve_with(
         params={"time_limit_s": time_limit_s, "seed": seed, **params},
         wall_s=wall_s,
     )
+    if interrupted:
+        result.interrupted = True
+        if result.status == OPTIMAL and result.objective > result.bound:
+            result.status = FEASIBLE
+    return result
+
+
+def signal_name(signum: int) -> str:
+    """``SIGINT``, ``SIGTERM``, ... for a signal number."""
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def check_limits(time_limit_s: float | None, seed: int) -> None:

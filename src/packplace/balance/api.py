@@ -49,4 +49,5 @@ def solve_balance(
     return solve_with(
         problem="balance", instance=instance, solver=solver, evaluator=BalanceEvaluator(instance),
         time_limit_s=time_limit_s, seed=seed, params=params, normalize=normalize,
+        initial=instance.reference_bins if isinstance(instance.reference_bins, tuple) else None,
     )

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from packplace import interrupt
 from packplace.balance.api import DEFAULT_SOLVER, solve_balance
 from packplace.balance.config import load_config
 from packplace.balance.evaluator import BalanceEvaluator
@@ -168,6 +170,10 @@ def run(args: argparse.Namespace) -> int:
     if result.message:
         print(f"note: {result.message}")
     document = result_json(result, instance, name)
+    if result.interrupted:  # the best answer so far is printed; no output file
+        print(f"interrupted: true (status {result.status}); nothing written", file=sys.stderr)
+        args.json_document = document
+        return interrupt.exit_code(interrupt.requested() or signal.SIGINT)
     if plan is not None and score is not None:
         decision = plan.decision
         verdict = "use the new layout" if decision.accepted else "keep the reference grouping"

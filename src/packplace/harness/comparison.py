@@ -41,6 +41,7 @@ visible in the workers; with ``spawn`` (macOS/Windows default) only solvers regi
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -52,6 +53,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -413,6 +415,51 @@ def _versions() -> dict[str, str]:
     return versions
 
 
+def _run_pool(specs: Sequence[InstanceSpec], workers: int, finished: Callable[[dict[str, Any]], None],
+              args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[InstanceSpec]:
+    """Run ``run_instance`` on ``specs`` in a pool of ``workers`` processes, calling ``finished`` with each
+    outcome; returns the specs left unfinished because a worker process died (``BrokenProcessPool``).
+    On SIGINT/SIGTERM (:class:`packplace.interrupt.Interrupted`) the workers are terminated before the
+    exception propagates: no worker outlives the command."""
+    problem, names, limit, run_seed = args
+    broken: list[InstanceSpec] = []
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context())
+    try:
+        futures = {pool.submit(run_instance, problem, spec, names, limit, run_seed, **kwargs): spec for spec in specs}
+        for future in as_completed(futures):
+            spec = futures[future]
+            try:
+                outcome = future.result()
+            except BrokenProcessPool:
+                broken.append(spec)
+                continue
+            except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result: that instance's cells only
+                message = f"worker process failed: {type(exc).__name__}: {exc}"
+                outcome = {"index": spec.index, "name": spec.name, "size": None, "note": message,
+                           "cells": [Cell(spec.name, name, ERROR, message=message) for name in names]}
+            finished(outcome)
+    except BaseException:
+        _terminate(pool)
+        raise
+    pool.shutdown(wait=True)
+    return sorted(broken, key=lambda spec: spec.index)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool now: cancel queued work and terminate (then kill) its worker processes."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.terminate()
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(1.0)
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _mp_context() -> Any:
     return multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
 
@@ -500,19 +547,18 @@ def compare(
                 outcomes[spec.index] = outcome
                 report_progress(outcome)
         else:
-            with ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context()) as pool:
-                futures = {pool.submit(run_instance, problem, spec, names, limit, run_seed, **kwargs): spec
-                           for spec in specs}
-                for future in as_completed(futures):
-                    try:
-                        outcome = future.result()
-                    except Exception as exc:  # noqa: BLE001 - a worker died (e.g. a crash in native code)
-                        spec = futures[future]
-                        message = f"worker process failed: {type(exc).__name__}: {exc}"
-                        outcome = {"index": spec.index, "name": spec.name, "size": None, "note": message,
-                                   "cells": [Cell(spec.name, name, ERROR, message=message) for name in names]}
-                    outcomes[outcome["index"]] = outcome
-                    report_progress(outcome)
+            def finished(outcome: dict[str, Any]) -> None:
+                outcomes[outcome["index"]] = outcome
+                report_progress(outcome)
+
+            broken = _run_pool(specs, workers, finished, (problem, names, limit, run_seed), kwargs)
+            # a dead worker breaks the whole pool: its unfinished instances run once more, each in its own
+            # process, so that only the instance whose worker dies again ends in 'error'
+            for spec in broken:
+                if _run_pool([spec], 1, finished, (problem, names, limit, run_seed), kwargs):
+                    message = "worker process died twice (killed, or a crash in native code)"
+                    finished({"index": spec.index, "name": spec.name, "size": None, "note": message,
+                              "cells": [Cell(spec.name, name, ERROR, message=message) for name in names]})
     elapsed = time.perf_counter() - started
 
     rows = [

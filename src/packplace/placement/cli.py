@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from packplace.errors import ConfigError
@@ -144,6 +145,11 @@ def run(args: argparse.Namespace) -> int:
     result = solve_placement(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
     print(format_table(instance, result))
     args.json_document = result_json(instance, result)
+    if result.interrupted:  # the best plan so far is printed; no output file
+        from packplace import interrupt
+
+        print(f"interrupted: true (status {result.status}); nothing written", file=sys.stderr)
+        return interrupt.exit_code(interrupt.requested() or 2)
     if args.out:
         write_atomic(args.out, json_text(result_json(instance, result)) + "\n", "--out")
     if args.gantt and result.solution is not None:

@@ -1,0 +1,132 @@
+"""SIGINT/SIGTERM stop a solve within a second with the best answer so far (status feasible,
+interrupted), no output file and no worker left; a dead compare worker costs only its own instance."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from packplace.harness import comparison
+from packplace.yamlio import load_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "benchmarks" / "suites" / "smoke.yaml"
+_RUN_INSTANCE = comparison.run_instance
+
+
+def placement_config(tmp_path: Path) -> Path:
+    """The PPO 32-GPU config with progress lines every 0.2 s (the tests wait for the first one)."""
+    cfg = load_yaml(ROOT / "configs" / "placement" / "ppo_llama3.1-8b_4x8xh100.yaml")
+    cfg.setdefault("optimizer", {}).update(progress_s=0.2, e_max=10**8)
+    path = tmp_path / "ppo.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def start(argv: list[str], cwd: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "PACKPLACE_QUIET"}
+    return subprocess.Popen([sys.executable, "-m", "packplace.cli", *argv], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+def assert_no_process_left(proc: subprocess.Popen) -> None:
+    """Nothing of the command's session (its workers included) is still running."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail("a process of the command outlived it")
+
+
+@pytest.mark.parametrize("solver, signum, code", [("anneal", signal.SIGINT, 130), ("cpsat", signal.SIGTERM, 143)])
+def test_a_signal_stops_place_within_a_second_with_the_best_plan(tmp_path, solver, signum, code):
+    config = placement_config(tmp_path)
+    out = tmp_path / "plan.json"
+    proc = start(["place", "--config", str(config), "--solver", solver, "--time-limit", "60", "--out", str(out)],
+                 tmp_path)
+    first = proc.stderr.readline()  # the first progress line: the search is running
+    assert first.startswith(f"{solver}:"), first
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 1.5
+    assert proc.returncode == code
+    assert "status: feasible" in stdout and f"interrupted by {signal.Signals(signum).name}" in stdout
+    assert "interrupted: true" in stderr and "Traceback" not in stderr
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["ppo.yaml"]
+    assert_no_process_left(proc)
+
+
+def test_sigint_in_balance_before_and_during_the_solve_exits_130_without_traceback(tmp_path):
+    lengths = [(i * 7919) % 15_000 + 500 for i in range(300)]
+    config = tmp_path / "big.yaml"
+    config.write_text(yaml.safe_dump({"seq_len": 65536, "data_parallel_size": 64, "samples": {"lengths": lengths},
+                                      "reference": "none"}))
+    proc = start(["balance", "--config", str(config), "--solver", "cpsat", "--time-limit", "60",
+                  "--out", str(tmp_path / "r.json")], tmp_path)
+    time.sleep(3.0)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 1.5
+    assert proc.returncode == 130 and "Traceback" not in stderr
+    assert "interrupted" in stderr
+    assert not (tmp_path / "r.json").exists()
+    assert_no_process_left(proc)
+
+
+def test_sigterm_stops_compare_and_its_workers(tmp_path):
+    suite = tmp_path / "slow.yaml"
+    suite.write_text(yaml.safe_dump({
+        "name": "slow", "problem": "balance", "time_limit_s": 60, "solvers": ["cpsat"],
+        "max_exact_samples": 1000,
+        "instances": [{"name": f"u{i}", "generator": "uniform", "seeds": [i],
+                       "params": {"n": 300, "ranks": 64, "seq_len": 65536, "low": 500, "high": 15500}}
+                      for i in range(4)],
+    }))
+    proc = start(["compare", "--problem", "balance", "--suite", str(suite), "--jobs", "2",
+                  "--out", str(tmp_path / "report")], tmp_path)
+    time.sleep(3.0)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 3.0
+    assert proc.returncode == 143 and "Traceback" not in stderr
+    assert not (tmp_path / "report" / "report.json").exists()
+    assert_no_process_left(proc)
+
+
+def _dying_run_instance(problem, spec, *args, **kwargs):
+    """``run_instance`` whose worker dies (SIGKILL, like the OOM killer) on instance 1: once, or always."""
+    marker = Path(os.environ["PACKPLACE_TEST_DIR"]) / "died"
+    if spec.index == 1 and (os.environ["PACKPLACE_TEST_DIE"] == "always" or not marker.exists()):
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _RUN_INSTANCE(problem, spec, *args, **kwargs)
+
+
+@pytest.mark.parametrize("mode", ["once", "always"])
+def test_a_dead_worker_is_requeued_once_and_only_its_instance_errs(tmp_path, monkeypatch, mode):
+    monkeypatch.setenv("PACKPLACE_TEST_DIR", str(tmp_path))
+    monkeypatch.setenv("PACKPLACE_TEST_DIE", mode)
+    monkeypatch.setattr(comparison, "run_instance", _dying_run_instance)
+    report = comparison.compare("balance", SMOKE, solvers=["lpt", "repair"], jobs=2, progress=False)
+    errored = {row.name for row in report.rows if any(c.status == "error" for c in row.cells.values())}
+    if mode == "once":
+        assert errored == set()
+    else:
+        assert errored == {report.rows[1].name}
+        assert "worker process died twice" in report.rows[1].cells["lpt"].message
+    assert all(c.status in ("optimal", "feasible") for row in report.rows if row.name not in errored
+               for c in row.cells.values())
