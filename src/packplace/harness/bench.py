@@ -59,7 +59,7 @@ import numpy as np
 from packplace.errors import ConfigError
 from packplace.harness.comparison import SKIPPED, CompareReport, compare
 from packplace.harness.report import fmt_number, fmt_time, table_lines
-from packplace.harness.suites import load_suite
+from packplace.harness.suites import load_suite, shipped_path
 from packplace.progress import emit
 from packplace.result import ERROR, OPTIMAL
 
@@ -105,11 +105,12 @@ def time_reference(repeats: int = REFERENCE_REPEATS) -> float:
 
 
 def default_path(relative: Path) -> Path:
-    """``relative`` under the current directory if it exists there, else under the source checkout."""
+    """``relative`` under the current directory if it exists there, else the copy that ships with
+    packplace (the installed package data, or the source checkout: :func:`~packplace.harness.suites.shipped_path`)."""
     if relative.exists():
         return relative
-    checkout = Path(__file__).resolve().parents[3] / relative
-    return checkout if checkout.exists() else relative
+    shipped = shipped_path(relative)
+    return shipped if shipped is not None else relative
 
 
 @dataclass

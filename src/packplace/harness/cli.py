@@ -86,7 +86,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     compare.add_argument("--problem", required=True, choices=("balance", "placement"),
                          help="which problem the suite's instances are")
-    compare.add_argument("--suite", required=True, help="suite YAML file (see benchmarks/suites/)")
+    compare.add_argument("--suite", required=True,
+                         help="suite YAML file, or the name of a shipped suite (smoke, balance_tiny, placement, ...: "
+                              "benchmarks/suites/)")
     compare.add_argument("--solvers", default=None,
                          help="'all' or a comma-separated list of solver names (default: the suite's solvers: "
                               "list, else all registered)")

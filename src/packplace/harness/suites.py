@@ -273,6 +273,46 @@ def parse_suite(
     )
 
 
+def shipped_path(relative: str | Path) -> Path | None:
+    """A file that ships with packplace (``configs/...``, ``benchmarks/...``), or ``None``.
+
+    Looked up under the installed package's ``_data`` folder (a wheel installs the checkout's
+    ``configs/`` and ``benchmarks/`` there, same layout) and then under the source checkout (an
+    editable install or a source tree).
+    """
+    import packplace
+
+    roots = (Path(packplace.__file__).resolve().parent / "_data", Path(__file__).resolve().parents[3])
+    for root in roots:
+        candidate = root / relative
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def find_suite(source: str | Path) -> Path:
+    """The suite file ``source`` names: the path itself when it exists, else a shipped suite by path
+    (``benchmarks/suites/smoke.yaml``) or by name (``smoke``, ``smoke.yaml``), so that
+    ``packplace compare --suite smoke`` works from any directory.
+
+    Raises:
+        ConfigError: no such file; the message lists the shipped suites.
+    """
+    path = Path(source)
+    if path.is_file():
+        return path
+    if not path.is_absolute():
+        name = path.name if path.suffix in (".yaml", ".yml") else f"{path.name}.yaml"
+        for relative in (path, Path("benchmarks/suites") / name):
+            shipped = shipped_path(relative)
+            if shipped is not None and shipped.is_file():
+                return shipped
+    folder = shipped_path("benchmarks/suites")
+    names = sorted(p.stem for p in folder.glob("*.yaml")) if folder is not None else []
+    raise ConfigError(f"suite: file not found: {str(path)!r}"
+                      + (f" (shipped suites: {', '.join(names)})" if names else ""))
+
+
 def load_suite(source: str | Path | Mapping | Suite | Sequence, problem: str | None = None) -> Suite:
     """A :class:`Suite` from a YAML file path, a mapping, a Suite, or a list of instance objects.
 
@@ -290,9 +330,7 @@ def load_suite(source: str | Path | Mapping | Suite | Sequence, problem: str | N
     elif isinstance(source, Mapping):
         suite = parse_suite(source)
     elif isinstance(source, (str, Path)):
-        path = Path(source)
-        if not path.is_file():
-            raise ConfigError(f"suite: file not found: {str(path)!r}")
+        path = find_suite(source)
         suite = parse_suite(load_yaml(path), base_dir=path.resolve().parent, source=str(path), name=path.stem,
                             path=str(path))
     elif isinstance(source, Sequence):
