@@ -386,8 +386,9 @@ def solve_with(
         ) from None
     from packplace import interrupt
 
-    if interrupt.requested() is not None:  # a signal arrived earlier in this command: start no new solve
-        raise interrupt.Interrupted(interrupt.requested())
+    earlier = interrupt.requested()
+    if earlier is not None:  # a signal arrived earlier in this command: start no new solve
+        raise interrupt.Interrupted(earlier)
     interrupt.reset()
     if initial is not None:
         interrupt.offer(initial)
@@ -399,8 +400,9 @@ def solve_with(
         proposal = Proposal(best, FEASIBLE if best is not None else UNKNOWN,
                             message=f"{stop}: {'the best answer so far' if best is not None else 'no answer yet'}")
     else:
-        if interrupt.requested() is not None:
-            name = signal_name(interrupt.requested())
+        arrived = interrupt.requested()
+        if arrived is not None:
+            name = signal_name(arrived)
             proposal.message = (proposal.message + "; " if proposal.message else "") + f"interrupted by {name}"
     interrupted = interrupt.requested() is not None
     wall_s = time.perf_counter() - start
