@@ -60,21 +60,19 @@ def test_models_needing_the_whole_node_fall_back_to_colocation():
     assert result.objective <= packplace.place(inst, "greedy").objective + 1e-12
 
 
-def test_even_colocation_out_of_memory_is_a_clear_error_with_both_numbers():
+def test_no_feasible_plan_is_unknown_with_both_numbers_and_the_smallest_needs():
     inst = ppo_one_node(2.5e9)
     assert all(get_table(inst).feasible[name] for name in inst.graph.names)  # each vertex alone fits
-    for solver in ("concurrent", "greedy"):
-        with pytest.raises(ConfigError) as info:
-            packplace.place(inst, solver)
-        msg = str(info.value)
-        assert re.match(r"^\[hardware\] memory_per_gpu: the models do not fit together on this cluster: the "
-                        r"colocated plan with every vertex on its least-memory candidate needs 2\.9\d GB per GPU, "
-                        r"2\.5 GB available \(8 GPUs\); ", msg), msg
-        if solver == "greedy":  # greedy never tried a disjoint placement, so it claims nothing about one
-            assert msg.endswith("; only colocated plans were tried") and "disjoint" not in msg
-        else:
-            assert re.search(r"; the concurrent search's \d+ partition plans \(disjoint phase blocks, stepped down in "
-                             r"memory\) did not fit either$", msg), msg
+    for solver in ("concurrent", "greedy", "anneal", "cpsat"):
+        result = packplace.place(inst, solver, time_limit_s=10)
+        assert result.status == "unknown" and result.solution is None and not result.ok, solver
+        msg = result.message
+        assert re.match(r"^no feasible plan found: (no hint solver \(greedy, concurrent\) found a plan|the models do "
+                        r"not fit together on this cluster: the colocated plan with every vertex on its "
+                        r"least-memory candidate needs 2\.9\d GB per GPU, 2\.5 GB available \(8 GPUs\); )", msg), msg
+        assert re.search(r"disjoint model layouts tried; smallest needs: actor\.generate [\d.]+ GB/GPU on \d+ GPUs, ",
+                         msg), msg
+        assert "infeasible" not in msg
 
 
 def test_greedy_is_fastest_candidate_per_vertex_colocated():
@@ -122,20 +120,40 @@ def test_unknown_solver_and_bad_arguments():
         packplace.place({"hardware": {}}, "greedy")
 
 
-def test_colocation_error_names_divisibility_and_only_what_was_tried():
+def test_every_solver_finds_the_disjoint_plan_where_colocation_does_not_fit():
+    # both models' blocks are capped at 4 of the 8 GPUs (divisibility); colocated they share GPUs 0-3 and
+    # overflow, side by side they fit: every solver must find a plan, not report bad input
     tiny = dict(layers=1, hidden_dim=256, ffn_dim=512, vocab_size=1000, head_dim=128)
     inst = build_instance({"hardware": {**HW, "memory_per_gpu": 8e6}, "models": {"actor": tiny},
                            "workload": dict(batch_size=1, samples_per_prompt=2, context_length=128,
                                             generation_length=128), "policy": {"algorithm": "dpo"}})
     assert all(get_table(inst).feasible[name] for name in inst.graph.names)  # each vertex alone fits
-    cause = ("for reference.infer, actor.train no block larger than 4 GPUs is legal (tp/pp/dp divisibility: tp <= 2 "
-             "(divides 2 attention heads and 8 GPUs per node), pp <= 1 (divides 1 layers), dp <= 2 (divides 2 "
-             "sequences per step); no dp*pp*tp = 8)")
-    with pytest.raises(ConfigError) as info:
-        packplace.place(inst, "greedy")
-    assert str(info.value).endswith(f"needs 0.00863 GB per GPU, 0.008 GB available (8 GPUs); {cause}; "
-                                    f"only colocated plans were tried")
-    with pytest.raises(ConfigError) as info:
-        packplace.place(inst, "concurrent")
-    assert str(info.value).endswith(f"{cause}; the concurrent search had no partition plan to try (a phase has no "
-                                    f"memory-feasible candidate on the blocks it partitions)")
+    from packplace.solvers.placement.greedy import colocated_plan
+    with pytest.raises(ConfigError, match="the models do not fit together"):
+        colocated_plan(inst)
+    ev = get_evaluator(inst)
+    for solver in ("greedy", "concurrent", "anneal", "cpsat"):
+        result = packplace.place(inst, solver, time_limit_s=10)
+        assert result.ok, (solver, result.message)
+        score = ev.score(result.solution)
+        assert score.feasible and max(score.gpu_memory_peak) <= inst.hardware.memory_per_gpu
+        ranges = sorted(v.allocation.gpu_range(inst.cluster) for _, v in result.solution.vertices)
+        assert ranges[0][1] <= ranges[1][0], (solver, ranges)  # the two models on disjoint GPUs
+
+
+def test_place_exits_1_when_no_plan_is_found_and_2_only_for_bad_input(tmp_path, capsys):
+    import yaml
+
+    from packplace.cli import main
+    config = {"hardware": {**HW, "memory_per_gpu": 2.5e9}, "models": {"actor": WIDE, "critic": WIDE, "reward": WIDE},
+              "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
+              "policy": {"algorithm": "ppo"}}
+    path = tmp_path / "tight.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["place", "--config", str(path), "--solver", "greedy"]) == 1
+    out = capsys.readouterr().out
+    assert "status: unknown" in out and "note: no feasible plan found:" in out and "smallest needs:" in out
+    config["hardware"]["memory_per_gpu"] = -1
+    path.write_text(yaml.safe_dump(config))
+    assert main(["place", "--config", str(path), "--solver", "greedy"]) == 2
+    assert "memory_per_gpu" in capsys.readouterr().err

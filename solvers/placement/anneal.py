@@ -378,8 +378,9 @@ class _Search:
                     yield plan.with_staleness(model, value)
 
 
-def _warm_start(instance, ev) -> tuple[Plan, float, str, dict[str, float]]:
-    """The better of the greedy and concurrent plans (by the evaluator), its time and name."""
+def _warm_start(instance, ev) -> tuple[Plan | None, float, str, dict[str, float]]:
+    """The better of the greedy and concurrent plans (by the evaluator), its time and name (``None`` when
+    neither found a plan)."""
     times, plans = {}, {}
     for name, module in (("concurrent", concurrent_baseline), ("greedy", greedy_baseline)):
         try:
@@ -388,8 +389,12 @@ def _warm_start(instance, ev) -> tuple[Plan, float, str, dict[str, float]]:
             if plans:  # colocation runs out of memory where concurrent's partitions fit: start from those
                 continue
             raise
+        if proposal.solution is None:  # no plan found by this baseline (its message says why)
+            continue
         plans[name] = proposal.solution
         times[name] = ev.step_time(proposal.solution)
+    if not plans:
+        return None, float("inf"), "", times
     best = min(sorted(times), key=lambda n: times[n])
     return plans[best], times[best], best, times
 
@@ -424,6 +429,8 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
         warm, warm_time, warm_name, baseline_times = initial_plan, verdict.step_time, "initial plan", {}
     else:
         warm, warm_time, warm_name, baseline_times = _warm_start(instance, search.ev)
+        if warm is None:  # neither baseline (colocated, partitions, disjoint layouts) found a plan
+            return greedy_baseline.solve(instance, time_limit_s=limit)
 
     current, (current_cost, _) = warm, search.cost(warm)
     best, best_time = warm, warm_time

@@ -10,7 +10,7 @@ from packplace.placement.candidates import Candidate
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.plan import Allocation
 from packplace.result import FEASIBLE, Proposal
-from packplace.solvers.placement.greedy import colocated_plan, repair_memory
+from packplace.solvers.placement.greedy import colocated_plan, disjoint_plan, no_plan_found, repair_memory
 from packplace.solvers.registry import register
 
 #: Best partitions per phase kept for assembling and stepping down.
@@ -125,9 +125,15 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0) -> Prop
                  "the concurrent search had no partition plan to try (a phase has no memory-feasible candidate "
                  "on the blocks it partitions)")
         fallback, note = colocated_plan(instance, tried=tried)
-    except ConfigError:
-        if best_plan is None:
-            raise
+    except ConfigError as exc:
+        if best_plan is None:  # neither partitions nor colocation fit: one block per model, disjoint
+            deadline = None if time_limit_s is None else started + time_limit_s
+            plan, _, layouts = disjoint_plan(instance, deadline)
+            if plan is None:
+                return no_plan_found(instance, str(exc).split(": ", 1)[-1], layouts)
+            return Proposal(plan, FEASIBLE, log=log, iterations=evaluations + layouts, info={"fallback": "disjoint"},
+                            message=f"no phase partition or colocated plan fits; one block per model, disjoint "
+                                    f"({layouts} layouts scored)")
         fallback, note = None, ""  # a partition fits where colocation does not: return it
     fallback_time = ev.step_time(fallback) if fallback is not None else float("inf")
     if best_plan is None:

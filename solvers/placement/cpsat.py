@@ -117,6 +117,7 @@ from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.plan import Allocation, Plan
 from packplace.progress import report
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal
+from packplace.solvers.placement import greedy as greedy_module
 from packplace.solvers.registry import available, get, register
 
 #: Default wall-clock budget of the CP-SAT search (seconds) when ``time_limit_s`` is None.
@@ -678,12 +679,14 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
 
 
 # -- the backend -------------------------------------------------------------------------------------
-def _best_baseline(instance, seed: int, solvers: tuple[str, ...], budget_s: float) -> tuple[Plan, float, str]:
-    """The hint: the best synchronous plan (evaluator step time, staleness dropped) of ``solvers``.
+def _best_baseline(instance, seed: int, solvers: tuple[str, ...],
+                   budget_s: float) -> tuple[Plan, float, str] | None:
+    """The hint: the best synchronous plan (evaluator step time, staleness dropped) of ``solvers``; None
+    when none of them found a feasible plan (the greedy and concurrent baselines search colocated,
+    partitioned and disjoint one-block-per-model layouts).
 
     Raises:
-        ConfigError: a name is not a registered placement backend (or is ``cpsat``), or none of them
-            produced a feasible plan.
+        ConfigError: a name is not a registered placement backend (or is ``cpsat``).
     """
     ev = get_evaluator(instance)
     best: tuple[Plan, float, str] | None = None
@@ -700,7 +703,7 @@ def _best_baseline(instance, seed: int, solvers: tuple[str, ...], budget_s: floa
         if best is None or t < best[1]:
             best = (plan, t, name)
     if best is None or best[1] == float("inf"):
-        raise ConfigError(f"cpsat: no feasible plan from the hint solvers {', '.join(solvers)} to start from")
+        return None
     return best
 
 
@@ -785,7 +788,12 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
     else:
         candidates = {name: list(table.feasible[name]) for name in instance.graph.names}
         notes.append(f"no dominance pruning ({why})")
-    hint_plan, hint_time, hint_name = _best_baseline(instance, seed, tuple(hint_solvers), HINT_BUDGET * limit)
+    hint = _best_baseline(instance, seed, tuple(hint_solvers), HINT_BUDGET * limit)
+    if hint is None:  # no plan to start from; cpsat never claims infeasibility it has not proved
+        proposal = greedy_module.no_plan_found(instance, f"no hint solver ({', '.join(hint_solvers)}) found a plan", 0)
+        proposal.message += "; cpsat needs a feasible hint and did not run"
+        return proposal
+    hint_plan, hint_time, hint_name = hint
     if restricted:
         for name in candidates:
             per_shape: dict[tuple[int, int, int], int] = defaultdict(int)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+import time
+
 from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate, gb
 from packplace.placement.evaluator import PlacementEvaluator, get_evaluator, get_table
 from packplace.placement.plan import Allocation, Plan
-from packplace.result import FEASIBLE, Proposal
+from packplace.result import FEASIBLE, UNKNOWN, Proposal
 from packplace.solvers.registry import register
 
 ORIGIN = (0, 0, 0)
@@ -104,8 +107,116 @@ def colocated_plan(instance, tried: str = "only colocated plans were tried") -> 
     )
 
 
+#: Most plans (evaluator calls, memory step-downs included) :func:`disjoint_plan` scores.
+DISJOINT_EVALUATIONS = 3000
+#: Longest :func:`disjoint_plan` search when the caller gives no deadline (seconds).
+DISJOINT_TIME_S = 10.0
+
+
+def disjoint_plan(instance, deadline: float | None = None,
+                  max_evaluations: int = DISJOINT_EVALUATIONS) -> tuple[Plan | None, float, int]:
+    """The fastest feasible plan found with one block per *model* (its vertices share it), the blocks as
+    disjoint as the cluster allows: what fits when colocating every model on the same GPUs does not.
+
+    Block shapes are enumerated per model among the shapes on which every vertex of the model has a
+    memory-feasible candidate, largest disjoint layouts first (fewest models per GPU, memory spread
+    widest); each model's block takes the aligned position overlapping the blocks placed so far least;
+    each vertex runs its fastest candidate of that shape, stepped down in memory on the same block
+    (:func:`repair_memory`) while a GPU is over-full.
+
+    Returns:
+        ``(plan, step_time, evaluations)``; ``plan`` is None (time ``inf``) when no layout tried fits,
+        within ``max_evaluations`` scored plans and ``deadline`` (a ``time.perf_counter()`` value).
+    """
+    table, ev = get_table(instance), get_evaluator(instance)
+    cluster = instance.cluster
+    deadline = time.perf_counter() + DISJOINT_TIME_S if deadline is None else deadline
+    names_of: dict[str, list[str]] = {}
+    for vertex in instance.graph.vertices:
+        names_of.setdefault(vertex.model, []).append(vertex.name)
+    models = sorted(names_of)
+    shapes: dict[str, list[tuple[int, int, int]]] = {}
+    for model in models:
+        common = set.intersection(*({c.extent for c in table.feasible[name]} for name in names_of[model]))
+        shapes[model] = sorted(common, key=lambda e: (-(e[0] * e[1] * e[2]), e))
+        if not shapes[model]:
+            return None, float("inf"), 0
+
+    def size(extent: tuple[int, int, int]) -> int:
+        return extent[0] * extent[1] * extent[2]
+
+    layouts = sorted(itertools.product(*(shapes[m] for m in models)),
+                     key=lambda combo: (sum(map(size, combo)) > cluster.num_gpus, -sum(map(size, combo)), combo))
+    best, best_time, evaluations = None, float("inf"), 0
+    for combo in layouts:
+        if evaluations >= max_evaluations or time.perf_counter() > deadline:
+            break
+        used: list[tuple[int, int]] = []
+        blocks: dict[str, Allocation] = {}
+        for model, extent in sorted(zip(models, combo), key=lambda pair: (-size(pair[1]), pair[0])):
+            alloc = min(table.origins(extent), key=lambda a: (_overlap(a.gpu_range(cluster), used),
+                                                              a.gpu_range(cluster)))
+            blocks[model] = alloc
+            used.append(alloc.gpu_range(cluster))
+        choice = {}
+        for model in models:
+            for name in names_of[model]:
+                cand = next(c for c in table.feasible[name] if c.extent == blocks[model].extent)
+                choice[name] = (cand, blocks[model])
+        plan, t, steps = repair_memory(ev, choice, keep_blocks=True, max_steps=50)
+        evaluations += 1 + steps
+        if t < best_time:
+            best, best_time = plan, t
+    return best, best_time, evaluations
+
+
+def _overlap(block: tuple[int, int], used: list[tuple[int, int]]) -> int:
+    """GPUs of the id range ``block`` already covered by the ranges ``used``."""
+    lo, hi = block
+    return sum(max(0, min(hi, b) - max(lo, a)) for a, b in used)
+
+
+def smallest_needs(instance) -> str:
+    """Per vertex, its smallest per-GPU memory need over every legal candidate (and on how many GPUs):
+    what a feasible plan must fit next to the other models' weights."""
+    table = get_table(instance)
+    parts = []
+    for name in get_evaluator(instance).names:
+        cand = min(table.all[name], key=lambda c: (c.memory_bytes, -c.gpus))
+        parts.append(f"{name} {gb(cand.memory_bytes)} GB/GPU on {cand.gpus} GPUs")
+    return ", ".join(parts)
+
+
+def no_plan_found(instance, why: str, evaluations: int) -> Proposal:
+    """The proposal of a search that found no feasible plan (colocated or disjoint): not a proof of
+    infeasibility (status ``unknown``; the command exits 1), with the smallest per-vertex needs."""
+    return Proposal(None, UNKNOWN, iterations=evaluations, message=(
+        f"no feasible plan found: {why}; {evaluations} disjoint model layouts tried; smallest needs: "
+        f"{smallest_needs(instance)}; memory_per_gpu {gb(instance.hardware.memory_per_gpu)} GB"))
+
+
+def baseline_or_disjoint(instance, deadline: float | None = None) -> tuple[Plan | None, str, int]:
+    """The colocated plan (:func:`colocated_plan`), or where no colocated plan fits the best
+    :func:`disjoint_plan`; ``(plan or None, note, evaluations)``."""
+    try:
+        plan, note = colocated_plan(instance, tried="then one block per model, disjoint where possible, was searched")
+        return plan, note, 0
+    except ConfigError as exc:
+        colocated_failure = str(exc).split(": ", 1)[-1]
+    plan, _, evaluations = disjoint_plan(instance, deadline)
+    if plan is None:
+        return None, colocated_failure, evaluations
+    return plan, (f"no colocated plan fits; one block per model, disjoint where the cluster allows "
+                  f"({evaluations} layouts scored)"), evaluations
+
+
 @register("placement", "greedy")
 def solve(instance, *, time_limit_s: float | None = None, seed: int = 0) -> Proposal:
-    """Fastest memory-feasible candidate per vertex, everything colocated and serialised (DESIGN §3)."""
-    plan, note = colocated_plan(instance)
-    return Proposal(plan, FEASIBLE, message=note)
+    """Fastest memory-feasible candidate per vertex, everything colocated and serialised (DESIGN §3); where
+    no colocated plan fits, the best disjoint layout of :func:`disjoint_plan`; where none fits either, no
+    plan (status ``unknown``) with the smallest per-vertex needs."""
+    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
+    plan, note, evaluations = baseline_or_disjoint(instance, deadline)
+    if plan is None:
+        return no_plan_found(instance, note, evaluations)
+    return Proposal(plan, FEASIBLE, message=note, iterations=evaluations or None)
