@@ -42,7 +42,8 @@ def run_compare(args: argparse.Namespace) -> int:
         check_format(args.plot)
     report = compare(
         args.problem, args.suite, solvers=args.solvers, time_limit_s=args.time_limit, seed=args.seed,
-        jobs=args.jobs, out_dir=args.out, rtol=args.rtol, progress=not args.quiet,
+        jobs=args.jobs, out_dir=args.out, rtol=args.rtol, progress=not args.quiet, executor=args.executor,
+        address=args.address,
     )
     print(report.format_text())
     if args.out:
@@ -98,6 +99,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compare.add_argument("--jobs", type=int, default=None, help="parallel worker processes (default: CPU count)")
     compare.add_argument("--out", default=None, help="directory for report.json, report.csv, report.md")
     compare.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance for ties (default 1e-6)")
+    compare.add_argument("--executor", choices=("process", "ray"), default="process",
+                         help="process (default): --jobs local worker processes; ray: every instance a Ray task "
+                              "(pip install 'packplace[ray]'), on the cluster at --address or a local Ray with "
+                              "--jobs CPUs; the report equals the serial one except wall times")
+    compare.add_argument("--address", default=None, metavar="ADDR",
+                         help="Ray cluster to run on with --executor ray (e.g. auto, ray://head:10001, head:6379; "
+                              "default: start a local Ray for the run)")
     compare.add_argument("--plot", default=None, metavar="FILE",
                          help="draw the gap to the best bound per solver and instance (PNG/SVG/PDF; needs "
                               "matplotlib: pip install 'packplace[plot]')")

@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import logging
 import math
 import multiprocessing
 import os
@@ -172,15 +173,18 @@ class CompareReport:
                 return row.cells[solver]
         raise KeyError(instance)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict (infinities become ``None``): what ``report.json`` holds."""
+    def to_dict(self, timings: bool = True) -> dict[str, Any]:
+        """JSON-friendly dict (infinities become ``None``): what ``report.json`` holds.
+        ``timings=False`` leaves out wall times and how the run was executed
+        (:data:`~packplace.harness.report.TIMING_FIELDS`): the same for every executor."""
         from packplace.harness.report import report_dict
 
-        return report_dict(self)
+        data: dict[str, Any] = report_dict(self, timings)
+        return data
 
-    def to_json(self, indent: int | None = None) -> str:
+    def to_json(self, indent: int | None = None, timings: bool = True) -> str:
         """:meth:`to_dict` as JSON text."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return json.dumps(self.to_dict(timings), indent=indent, allow_nan=False)
 
     def format_text(self) -> str:
         """The human-readable tables printed on stdout."""
@@ -445,6 +449,65 @@ def _run_pool(specs: Sequence[InstanceSpec], workers: int, finished: Callable[[d
     return sorted(broken, key=lambda spec: spec.index)
 
 
+#: How :func:`compare` runs its instances.
+EXECUTORS = ("process", "ray")
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("executor: 'ray' needs Ray; run: pip install 'packplace[ray]'") from None
+    return ray
+
+
+def _run_ray(specs: Sequence[InstanceSpec], workers: int, finished: Callable[[dict[str, Any]], None],
+             args: tuple[Any, ...], kwargs: dict[str, Any], address: str | None) -> None:
+    """Run ``run_instance`` on ``specs`` as Ray tasks (one CPU each), calling ``finished`` with each outcome.
+
+    Connects to the cluster at ``address`` (or the one this process already joined), else starts a local
+    Ray with ``workers`` CPUs and stops it afterwards. A task whose worker died or raised gives ``error``
+    cells naming the cause (Ray already retried a dead worker's task once: ``max_retries=1``); on
+    SIGINT/SIGTERM the pending tasks are cancelled before the exception propagates.
+    """
+    ray = _import_ray()
+    problem, names, limit, run_seed = args
+    started_here = False
+    if not ray.is_initialized():
+        options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                   "logging_level": logging.ERROR}
+        if address is None:
+            options["num_cpus"] = workers
+        try:
+            ray.init(address=address, **options)
+        except Exception as exc:  # noqa: BLE001 - a cluster that cannot be reached is the user's input
+            raise ConfigError(f"address: cannot start or reach Ray at {address or 'a local cluster'}: "
+                              f"{type(exc).__name__}: {exc}") from None
+        started_here = True
+    task = ray.remote(num_cpus=1, max_retries=1)(run_instance)
+    pending = {task.remote(problem, spec, names, limit, run_seed, **kwargs): spec for spec in specs}
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                spec = pending.pop(ref)
+                try:
+                    outcome = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - a dead worker or a task error: that instance only
+                    message = f"ray task failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    outcome = {"index": spec.index, "name": spec.name, "size": None, "note": message,
+                               "cells": [Cell(spec.name, name, ERROR, message=message) for name in names]}
+                finished(outcome)
+    except BaseException:
+        for ref in pending:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        raise
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
 def _terminate(pool: ProcessPoolExecutor) -> None:
     """Stop a pool now: cancel queued work and terminate (then kill) its worker processes."""
     processes = list(getattr(pool, "_processes", {}).values())
@@ -475,6 +538,8 @@ def compare(
     *,
     rtol: float = DEFAULT_RTOL,
     progress: bool | TextIO = True,
+    executor: str = "process",
+    address: str | None = None,
 ) -> CompareReport:
     """Run every chosen solver on every instance of a suite and compare them (module docstring).
 
@@ -492,12 +557,19 @@ def compare(
         progress: ``True`` logs "instances done/total, elapsed" lines through :mod:`packplace.progress`
             (stderr by default); a stream prints
             there; ``False`` is silent.
+        executor: ``"process"`` (default: ``jobs`` local worker processes, or this process for 1) or
+            ``"ray"``: every instance is a Ray task (``pip install 'packplace[ray]'``), on the cluster at
+            ``address`` or, without one, on a local Ray started for the run with ``jobs`` CPUs. The
+            report is the same as a serial run's except wall times (:meth:`CompareReport.to_dict`
+            with ``timings=False`` is identical), error cells included.
+        address: Ray cluster address (``auto``, ``ray://host:10001``, ``host:6379``); only with ``ray``.
 
     Returns:
         A :class:`CompareReport`.
 
     Raises:
-        ConfigError: unknown problem or solver, a bad suite, a bad time limit, seed or jobs.
+        ConfigError: unknown problem or solver, a bad suite, a bad time limit, seed or jobs, an unknown
+            executor, or ``ray`` without Ray installed.
     """
     from packplace.result import check_limits
     from packplace.solvers import get
@@ -514,6 +586,12 @@ def compare(
         raise ConfigError(f"jobs: must be an integer >= 1, got {jobs!r}")
     if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 <= rtol < 1:
         raise ConfigError(f"rtol: must be a number in [0, 1), got {rtol!r}")
+    if executor not in EXECUTORS:
+        raise ConfigError(f"executor: must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if address is not None and executor != "ray":
+        raise ConfigError(f"address: a cluster address needs executor 'ray', got executor {executor!r}")
+    if executor == "ray":
+        _import_ray()
     exact = {n: get(problem, n).exact for n in names}
 
     specs = parsed.instances
@@ -541,7 +619,13 @@ def compare(
     }
     # solver progress lines (anneal, cpsat) follow the harness's own switch; forked workers inherit it
     with quiet(not progress):
-        if workers <= 1:
+        if executor == "ray":
+            def finished_on_ray(outcome: dict[str, Any]) -> None:
+                outcomes[outcome["index"]] = outcome
+                report_progress(outcome)
+
+            _run_ray(specs, workers, finished_on_ray, (problem, names, limit, run_seed), kwargs, address)
+        elif workers <= 1:
             for spec in specs:
                 outcome = run_instance(problem, spec, names, limit, run_seed, **kwargs)
                 outcomes[spec.index] = outcome
@@ -569,7 +653,8 @@ def compare(
     report = CompareReport(
         problem=problem, suite=parsed.name, solvers=names, rows=rows, summaries=summaries, pairwise=pairwise,
         settings={
-            "time_limit_s": limit, "seed": run_seed, "jobs": workers, "rtol": rtol, "elapsed_s": elapsed,
+            "time_limit_s": limit, "seed": run_seed, "jobs": workers, "executor": executor, "rtol": rtol,
+            "elapsed_s": elapsed,
             "suite_path": parsed.path, "max_exact_size": parsed.max_exact_size,
             "solver_params": params_by_solver, "versions": _versions(),
         },

@@ -38,20 +38,28 @@ def _clean(obj: Any) -> Any:
     return _finite(obj)
 
 
-def report_dict(report) -> dict[str, Any]:
-    """JSON-friendly dict of a report (infinities → ``None``)."""
+#: Fields that measure wall-clock time or how the run was executed; everything else of a report is the
+#: same whatever the executor (serial, processes, Ray) and the machine's load.
+TIMING_FIELDS = ("wall_s", "median_time_s", "elapsed_s", "jobs", "executor")
+
+
+def report_dict(report, timings: bool = True) -> dict[str, Any]:
+    """JSON-friendly dict of a report (infinities → ``None``); ``timings=False`` leaves out
+    :data:`TIMING_FIELDS`, so that two runs of the same suite compare equal byte for byte."""
+    drop = () if timings else TIMING_FIELDS
     instances = []
     for row in report.rows:
         instances.append({
             "index": row.index, "name": row.name, "size": row.size, "best_bound": row.best_bound,
             "best_objective": row.best_objective, "note": row.note,
-            "cells": {name: {k: v for k, v in asdict(cell).items() if k not in ("instance", "solver")}
+            "cells": {name: {k: v for k, v in asdict(cell).items() if k not in ("instance", "solver", *drop)}
                       for name, cell in row.cells.items()},
         })
     return _clean({
         "problem": report.problem, "suite": report.suite, "solvers": list(report.solvers),
-        "settings": report.settings,
-        "summaries": {name: asdict(s) for name, s in report.summaries.items()},
+        "settings": {k: v for k, v in report.settings.items() if k not in drop},
+        "summaries": {name: {k: v for k, v in asdict(s).items() if k not in drop}
+                      for name, s in report.summaries.items()},
         "pairwise": {a: {b: {"wins": w, "ties": t, "losses": l} for b, (w, t, l) in d.items()}
                      for a, d in report.pairwise.items()},
         "instances": instances,

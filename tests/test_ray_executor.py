@@ -1,0 +1,56 @@
+"""compare --executor ray: the instances run as Ray tasks on a local Ray (2 CPUs) and the report is the
+serial one, error cells included (only wall times differ)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from packplace.cli import main
+from packplace.errors import ConfigError
+from packplace.harness.comparison import compare
+from packplace.yamlio import load_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _smoke_with_a_broken_instance() -> dict:
+    suite = dict(load_yaml(ROOT / "benchmarks/suites/smoke.yaml"))
+    # 2 samples cannot fill 4 non-empty bins: the instance fails to build in the worker -> error cells
+    suite["instances"] = [*suite["instances"], {"name": "too-few-samples", "generator": "uniform",
+                                                "params": {"n": 2, "ranks": 4, "seq_len": 8192}, "seeds": [1]}]
+    return suite
+
+
+def test_ray_report_equals_the_serial_report_with_the_same_error_cells():
+    pytest.importorskip("ray", reason="the ray extra: pip install -e '.[ray]' (CI installs it)")
+    suite = _smoke_with_a_broken_instance()
+    serial = compare("balance", suite, jobs=1, progress=False)
+    on_ray = compare("balance", suite, jobs=2, progress=False, executor="ray")
+    assert on_ray.settings["executor"] == "ray" and serial.settings["executor"] == "process"
+    assert on_ray.to_json(timings=False) == serial.to_json(timings=False)
+    broken = on_ray.rows[-1]
+    assert {c.status for c in broken.cells.values()} <= {"error", "skipped"}
+    assert "error" in {c.status for c in broken.cells.values()}
+    assert "cannot fill 4 non-empty bins" in next(c.message for c in broken.cells.values() if c.status == "error")
+    assert all(c.status != "error" for row in on_ray.rows[:-1] for c in row.cells.values())
+
+
+def test_ray_from_the_command_line_exits_1_on_the_error_cells(tmp_path, capsys):
+    pytest.importorskip("ray", reason="the ray extra: pip install -e '.[ray]' (CI installs it)")
+    path = tmp_path / "suite.yaml"
+    path.write_text(json.dumps(_smoke_with_a_broken_instance()), encoding="utf-8")  # JSON is YAML
+    code = main(["compare", "--problem", "balance", "--suite", str(path), "--executor", "ray", "--jobs", "2",
+                 "--solvers", "lpt,repair", "--quiet", "--json"])
+    captured = capsys.readouterr()
+    assert code == 1 and "2 cell(s) ended in error (first: lpt on too-few-samples-s1" in captured.err
+    assert json.loads(captured.out)["settings"]["executor"] == "ray"
+
+
+def test_executor_and_address_are_checked_before_running():
+    with pytest.raises(ConfigError, match="executor: must be one of process, ray, got 'dask'"):
+        compare("balance", "smoke", executor="dask", progress=False)
+    with pytest.raises(ConfigError, match="address: a cluster address needs executor 'ray'"):
+        compare("balance", "smoke", address="auto", progress=False)
