@@ -253,7 +253,7 @@ def test_every_hardware_field_has_a_contract():
 def test_a_preset_is_checked_like_written_fields():
     config = copy.deepcopy(PLACEMENT)
     config["hardware"] = {"preset": "h100", "gpus_per_node": 4, "decode_bw_eff": 2.0}
-    assert placement_error(config).startswith("[hardware] decode_bw_eff: must be a finite number in (0, 1]")
+    assert placement_error(config).startswith("[hardware] decode_bw_eff: must be a finite number in [0.001, 1]")
     config["hardware"] = {"preset": "h100", "gpus_per_node": 4}
     assert placement_config.build_instance(config).num_gpus == 4
 

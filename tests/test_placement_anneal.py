@@ -143,7 +143,7 @@ def test_soft_oom_never_returns_an_out_of_memory_plan():
 def test_bad_knobs_are_config_errors():
     inst = tiny_dpo()
     with pytest.raises(ConfigError,
-                       match=r"^\[optimizer\] t_init: must be a finite number in \(0, 100\], got -1"):
+                       match=r"^\[optimizer\] t_init: must be a finite number in \[1e-6, 100\], got -1"):
         packplace.place(inst, "anneal", t_init=-1)
     with pytest.raises(ConfigError,
                        match=r"^\[optimizer\] e_max: must be an integer in \[1, 1,000,000,000\], got 0"):

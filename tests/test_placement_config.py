@@ -82,7 +82,7 @@ def test_unknown_staleness_key_lists_valid_ones():
 @pytest.mark.parametrize("section,field,value,fragment", [
     ("hardware", "racks", 0, "[hardware] racks: must be an integer in [1, 4096], got 0"),
     ("hardware", "flops_per_gpu", -1.0, "[hardware] flops_per_gpu: must be a finite number in [1e6, 1e18], got -1.0"),
-    ("hardware", "decode_bw_eff", 1.5, "[hardware] decode_bw_eff: must be a finite number in (0, 1], got 1.5"),
+    ("hardware", "decode_bw_eff", 1.5, "[hardware] decode_bw_eff: must be a finite number in [0.001, 1], got 1.5"),
     ("hardware", "gpus_per_nod", 8, "[hardware] Unknown field: 'gpus_per_nod'"),
     ("workload", "batch_size", "many",
      "[workload] batch_size: must be an integer in [1, 1,000,000,000,000], got 'many'"),
@@ -91,9 +91,9 @@ def test_unknown_staleness_key_lists_valid_ones():
      "[workload] gen_quantiles: tokens (at most generation_length): must be a finite number in [1, 16], got 99"),
     ("optimizer", "k_eval", 0, "[optimizer] k_eval: must be an integer in [1, 1000], got 0"),
     ("hardware", "gemm_peak_fraction", 0.0,
-     "[hardware] gemm_peak_fraction: must be a finite number in (0, 1], got 0.0"),
+     "[hardware] gemm_peak_fraction: must be a finite number in [0.001, 1], got 0.0"),
     ("hardware", "gemm_peak_fraction", 1.2,
-     "[hardware] gemm_peak_fraction: must be a finite number in (0, 1], got 1.2"),
+     "[hardware] gemm_peak_fraction: must be a finite number in [0.001, 1], got 1.2"),
     ("hardware", "flops_per_gpu", 1e3,
      "[hardware] flops_per_gpu: must be a finite number in [1e6, 1e18], got 1000.0"),
     ("hardware", "memory_bandwidth", 5e5,
@@ -221,12 +221,12 @@ def test_extreme_batch_size_builds_fast():
     ("e_max", -5, "[optimizer] e_max: must be an integer in [1, 1,000,000,000], got -5"),
     ("e_max", 2.5, "[optimizer] e_max: must be an integer in [1, 1,000,000,000], got 2.5"),
     ("e_struct", True, "[optimizer] e_struct: must be an integer in [1, 10,000,000], got True"),
-    ("t_init", 0, "[optimizer] t_init: must be a finite number in (0, 100], got 0"),
+    ("t_init", 0, "[optimizer] t_init: must be a finite number in [1e-6, 100], got 0"),
     ("t_min", 0.5, "[optimizer] t_min: must be <= t_init (0.3), got 0.5"),
-    ("oom_penalty", float("inf"), "[optimizer] oom_penalty: must be a finite number in (0, 1e6], got inf"),
+    ("oom_penalty", float("inf"), "[optimizer] oom_penalty: must be a finite number in [1e-6, 1e6], got inf"),
     ("polish", 1, "[optimizer] polish: must be true or false, got 1"),
     ("hard_oom", "yes", "[optimizer] hard_oom: must be true or false, got 'yes'"),
-    ("progress_s", -1.0, "[optimizer] progress_s: must be a finite number in (0, 1e6], got -1.0"),
+    ("progress_s", -1.0, "[optimizer] progress_s: must be a finite number in [0.001, 1e6], got -1.0"),
 ])
 def test_every_optimizer_knob_is_validated_at_load(knob, value, message):
     cfg = config()

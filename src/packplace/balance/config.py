@@ -98,9 +98,10 @@ COST_FIELDS: dict[str, Field] = {
     "padding": Field("bool", default=False, meaning="charge padding FLOPs of each bin (kind flops only)"),
 }
 LATENCY_FIELDS: dict[str, Field] = {
-    "a": Field("float", "s", 0, 1e6, default=0.0, meaning="seconds per sample"),
-    "b": Field("float", "s/token", 0, 1e6, default=0.0, meaning="seconds per token"),
-    "c": Field("float", "s/token^2", 0, 1e6, default=0.0, meaning="seconds per token squared"),
+    "a": Field("float", "s", MIN_COST, 1e6, zero_allowed=True, default=0.0, meaning="seconds per sample"),
+    "b": Field("float", "s/token", MIN_COST, 1e6, zero_allowed=True, default=0.0, meaning="seconds per token"),
+    "c": Field("float", "s/token^2", MIN_COST, 1e6, zero_allowed=True, default=0.0,
+               meaning="seconds per token squared"),
 }
 CORPUS_FIELDS: dict[str, Field] = {
     "name": Field("enum", choices=("python_stdlib",), default="python_stdlib", meaning="the corpus"),
