@@ -83,7 +83,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compare = subparsers.add_parser(
         "compare", help="run several solvers on every instance of a suite and compare them",
         description="Run the chosen solvers on every instance of a suite with the same time limit and seed; "
-                    "report objective, best bound, gaps, status and time per instance and per solver.",
+                    "report objective, best bound, gaps, status and time per instance and per solver. Exit "
+                    "codes: 0 every cell ran; 1 some cell ended in error (the report is still complete); 2 bad "
+                    "input.",
     )
     compare.add_argument("--problem", required=True, choices=("balance", "placement"),
                          help="which problem the suite's instances are")
