@@ -108,7 +108,83 @@ def validate_balance(instance, result) -> None:
     assert (result.status == "optimal") == proven
 
 
+#: Structured balance fields: (label, make(config, value), values the loader must refuse, values it takes).
+KEYS_BAD = [1.5, True, None, float("inf"), b"ab", [1], 2**70, "x" * 1001]
+KEYS_GOOD = ["a", 7, -3, "", 2**62]
+
+
+def _item_key(config, key):
+    config["samples"] = {"items": [{"key": key, "tokens": 5}, {"key": "other", "tokens": 9}, {"tokens": 4}]}
+
+
+def _item_tokens(config, tokens):
+    config["samples"] = {"items": [{"key": "a", "tokens": tokens}, {"key": "b", "tokens": 9},
+                                   {"key": "c", "tokens": 4}]}
+
+
+def _item_cost(config, cost):
+    config["cost"] = {"kind": "given"}
+    config["samples"] = {"items": [{"key": "a", "tokens": 5, "cost": cost}, {"key": "b", "tokens": 9, "cost": 2},
+                                   {"key": "c", "tokens": 4, "cost": 1}]}
+
+
+def _budget(config, limit):
+    config["budgets"] = {"vision": limit}
+    config["samples"] = {"items": [{"key": "a", "tokens": 5, "budgets": {"vision": 3}}, {"key": "b", "tokens": 9},
+                                   {"key": "c", "tokens": 4}]}
+
+
+def _reference(config, bins):
+    config["samples"] = {"items": [{"key": k, "tokens": 5} for k in "abcd"]}
+    config["reference"] = bins
+
+
+def _lengths(config, entry):
+    config["samples"] = {"lengths": [5, entry, 9]}
+
+
+STRUCTURED = [
+    ("samples.items[0].key", _item_key, KEYS_BAD, KEYS_GOOD),
+    ("samples.items[0].tokens", _item_tokens, [0, -1, 2.5, "5", True, 2**31, 10**400, float("nan")], [1, 5, 64]),
+    ("samples.items[0].cost", _item_cost, [-1, float("nan"), float("inf"), 1e308, 5e-324, "3", True, 10**400],
+     [0, 1e-30, 3.5, 1e30, {"llm": 2.0}]),
+    ("budgets.vision", _budget, [-1, float("nan"), 1e16, "4", True], [3, 4.5, 1e15]),
+    ("reference", _reference, [["a", "b", "c", "d"], [["a", "d"], "bc"], 7, [[1.5]], "sometimes"],
+     ["auto", "none", [["a", "b"], ["c", "d"]]]),
+    ("samples.lengths[1]", _lengths, [0, 2.5, "7", True, None, 10**400, float("inf")], [1, 7, 64]),
+]
+
+
+def balance_structured_case(data) -> None:
+    label, make, bad, good = data.draw(st.sampled_from(STRUCTURED), label="structured field")
+    valid = data.draw(st.booleans())
+    value = data.draw(st.sampled_from(good if valid else bad))
+    config = copy.deepcopy(BALANCE_BASE)
+    make(config, value)
+    try:
+        instance = balance_config.build_instance(config)
+    except (ConfigError, InfeasibleError) as exc:
+        message = str(exc)
+        assert "\n" not in message and len(message) < 600
+        if not valid:
+            assert label.split("[")[0].split(".")[0] in message, (label, value, message)
+            COUNTS["balance: invalid refused"] += 1
+        else:
+            COUNTS["balance: valid refused for another reason"] += 1
+        return
+    assert valid, f"silently accepted {label}={value!r}"
+    result = packplace.balance(instance, data.draw(st.sampled_from(["lpt", "repair", "cpsat"])), time_limit_s=2)
+    if result.ok:
+        validate_balance(instance, result)
+        COUNTS["balance: answers validated"] += 1
+    else:
+        COUNTS["balance: no answer"] += 1
+
+
 def balance_case(data) -> None:
+    if data.draw(st.integers(0, 3), label="structured?") == 0:
+        balance_structured_case(data)
+        return
     config = copy.deepcopy(BALANCE_BASE)
     path, name, field = data.draw(st.sampled_from(BALANCE_FIELDS), label="field")
     if path == ("cost", "latency"):
@@ -176,8 +252,38 @@ def validate_placement(instance, result) -> None:
     assert (result.status == "optimal") == proven
 
 
+PLACEMENT_STRUCTURED = [
+    ("gen_quantiles", lambda c, v: c["workload"].update(gen_quantiles=v),
+     [[[0.5, 10**400]], [[float("nan"), 3]], [[0.5, 99]], [[0.6, 10], [0.4, 12]], "x", [], [[0.5]]],
+     [[[0.5, 10], [1.0, 64]], [[1.0, 1]]]),
+    ("staleness_candidates", lambda c, v: c["optimizer"].update(staleness_candidates={"actor": v}),
+     [[0, 10**6], [-1], [0.5], [True], [], "0", [float("nan")]], [[0], [0, 1], [0, 16]]),
+    ("models.actor.layers", lambda c, v: c["models"]["actor"].update(layers=v),
+     [0, -1, 2**62, 10**400, float("inf"), "2", True], [1, 2, 8]),
+    ("models", lambda c, v: c["models"].update(v), [{"critic": TINY}, {"reference": TINY}, {"judge": TINY}], [{}]),
+]
+
+
 def placement_case(data) -> None:
     config = copy.deepcopy(PLACEMENT_BASE)
+    if data.draw(st.integers(0, 3), label="structured?") == 0:
+        label, make, bad, good = data.draw(st.sampled_from(PLACEMENT_STRUCTURED), label="structured field")
+        valid = data.draw(st.booleans())
+        make(config, copy.deepcopy(data.draw(st.sampled_from(good if valid else bad))))
+        try:
+            instance = placement_config.build_instance(config)
+        except (ConfigError, InfeasibleError) as exc:
+            message = str(exc)
+            assert "\n" not in message and len(message) < 600
+            assert valid or label.split(".")[-1] in message or "models" in message, (label, message)
+            COUNTS["placement: invalid refused" if not valid else "placement: valid refused for another reason"] += 1
+            return
+        assert valid, f"silently accepted {label}={config!r:.300}"
+        result = packplace.place(instance, "greedy", time_limit_s=3)
+        if result.ok:
+            validate_placement(instance, result)
+            COUNTS["placement: answers validated"] += 1
+        return
     section, name, field = data.draw(st.sampled_from(PLACEMENT_FIELDS), label="field")
     value, valid = value_for(field, data)
     if section == "hardware" and name in placement_config.CLUSTER_FIELDS and valid and not isinstance(value, bool):
