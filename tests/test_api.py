@@ -31,6 +31,15 @@ def test_balance_is_a_function_and_the_subpackage_still_imports():
     assert (result.status, result.objective, result.bound) == ("optimal", 10.0, 10.0)
 
 
+def test_old_module_style_attribute_access_still_works():
+    import packplace.balance as old_style  # binds the function: it carries the subpackage's names
+
+    assert old_style is packplace.balance
+    assert old_style.make_instance is make_instance and old_style.plan_balance is plan_balance
+    assert old_style.schema.BalanceInstance.__name__ == "BalanceInstance"
+    assert old_style.api.solve_balance(make_instance([1, 2], seq_len=5, data_parallel_size=1)).ok
+
+
 def test_package_ships_py_typed():
     assert (Path(packplace.__file__).parent / "py.typed").is_file()
 

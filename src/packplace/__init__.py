@@ -23,19 +23,58 @@ Errors: :class:`PackplaceError` is the base; :class:`ConfigError` is bad input,
 
 from __future__ import annotations
 
+import sys
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _distribution_version
+from typing import Any
 
 from packplace import solvers
-
-# The import system binds the subpackage to the name `balance` when it is first loaded (here);
-# `as balance` then rebinds the name to the entry-point function. The subpackage stays in sys.modules,
-# so `from packplace.balance import ...` keeps working; later submodule imports do not rebind the name.
-from packplace.balance.api import solve_balance as balance
+from packplace.balance.api import DEFAULT_SOLVER as _DEFAULT_BALANCE_SOLVER
+from packplace.balance.api import solve_balance as _solve_balance
+from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError, InfeasibleError, PackplaceError
 from packplace.harness import compare
 from packplace.placement.api import solve_placement as place
 from packplace.result import SolveResult
+
+
+# The import system bound the subpackage to the name `balance` when the lines above first loaded it;
+# this definition rebinds the name to the entry-point function. The subpackage stays in sys.modules, so
+# `from packplace.balance import ...` keeps working, and later submodule imports do not rebind the name.
+def balance(
+    instance: BalanceInstance,
+    solver: str = _DEFAULT_BALANCE_SOLVER,
+    *,
+    time_limit_s: float | None = None,
+    seed: int = 0,
+    **params: Any,
+) -> SolveResult:
+    """Solve a balance instance with the named backend; the evaluator scores the answer.
+
+    The same call as :func:`packplace.balance.api.solve_balance` (arguments, result and errors are
+    documented there): ``solver`` from ``packplace.solvers.available("balance")``, ``time_limit_s`` in
+    seconds, ``seed`` for any randomness, ``**params`` backend options.
+
+    Raises:
+        ConfigError: unknown solver, bad ``time_limit_s``/``seed``, or a bad backend option.
+    """
+    return _solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **params)
+
+
+def _carry_subpackage_names() -> None:
+    """Deprecated compatibility: ``packplace.balance`` used to be the subpackage made callable, so
+    ``packplace.balance.make_instance`` and ``import packplace.balance as m; m.schema`` worked. The
+    function carries the subpackage's public names and loaded submodules as attributes so that such
+    code still runs; import them with ``from packplace.balance import ...`` instead."""
+    package = sys.modules["packplace.balance"]
+    names = [*package.__all__, *(name.rpartition(".")[2] for name in list(sys.modules)
+                                 if name.startswith("packplace.balance.") and name.count(".") == 2)]
+    for name in names:
+        if hasattr(package, name):
+            setattr(balance, name, getattr(package, name))
+
+
+_carry_subpackage_names()
 
 
 def _installed_version() -> str:

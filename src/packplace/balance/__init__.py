@@ -4,7 +4,9 @@ Import the names of this subpackage with ``from packplace.balance import make_in
 ``from packplace.balance.schema import ...``). The attribute ``packplace.balance`` of the top-level
 package is the *function* :func:`packplace.balance.api.solve_balance`, so that
 ``packplace.balance(instance, solver="repair", ...)`` is an ordinary call a type checker accepts;
-``import packplace.balance as name`` therefore binds that function, not this module.
+``import packplace.balance as name`` therefore binds that function, not this module. For code written
+when ``packplace.balance`` was this module made callable, the function carries this module's public
+names and loaded submodules as attributes (deprecated: import them from here).
 """
 
 from __future__ import annotations
