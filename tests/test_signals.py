@@ -130,3 +130,21 @@ def test_a_dead_worker_is_requeued_once_and_only_its_instance_errs(tmp_path, mon
         assert "worker process died twice" in report.rows[1].cells["lpt"].message
     assert all(c.status in ("optimal", "feasible") for row in report.rows if row.name not in errored
                for c in row.cells.values())
+
+
+def test_sigint_in_lpt_returns_the_reference_grouping_as_the_best_answer(tmp_path):
+    lengths = [(i * 7919) % 3900 + 100 for i in range(60000)]
+    config = tmp_path / "wide.yaml"
+    config.write_text(yaml.safe_dump({"seq_len": 65536, "data_parallel_size": 1024, "local_batch_size": 4,
+                                      "samples": {"lengths": lengths}}, default_flow_style=True, width=10**9))
+    proc = start(["balance", "--config", str(config), "--solver", "lpt", "--out", str(tmp_path / "r.json")],
+                 tmp_path)
+    time.sleep(3.6)  # loading and the auto reference take about 3 s here, LPT about 2 s more
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 1.5
+    assert proc.returncode == 130 and "Traceback" not in stderr and "interrupted" in stderr
+    if "solver  objective" in stdout:  # the signal reached the solve: the reference grouping is the answer
+        assert "feasible" in stdout and "note: interrupted by SIGINT: the best answer so far" in stdout
+    assert not (tmp_path / "r.json").exists()
