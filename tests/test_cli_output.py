@@ -168,3 +168,14 @@ def test_unknown_picture_format_fails_before_solving(tmp_path, capsys):
     assert main(["balance", "--config", TWO_WAY, "--plot", str(tmp_path / "loads.xyz")]) == 2
     captured = capsys.readouterr()
     assert "--plot: unknown image format 'xyz'" in captured.err and captured.out == ""
+
+
+def test_bench_prints_json(tmp_path, capsys):
+    suite, baseline = str(ROOT / "benchmarks/suites/smoke.yaml"), str(tmp_path / "baseline.json")
+    assert main(["bench", "--suite", suite, "--baseline", baseline, "--update", "--quiet", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["exit_code"] == 0 and len(document["suites"]) == 1
+    only = document["suites"][0]
+    assert only["updated"] is True and only["suite"] == "smoke" and only["regressions"] == []
+    stored = json.loads(Path(baseline).read_text())["results"]
+    assert set(stored) == {row["name"] for row in only["report"]["instances"]}
