@@ -19,8 +19,10 @@ Model (:func:`build_model`; vertices in the step graph's topological order ``0..
   enforces one linear constraint per (``dp`` of ``v``, level).
 * **Step time.** ``step ≥ end[v]`` for every vertex; for each publication edge ``trainer → consumer``:
   ``step ≥ end[trainer] + realloc − start[consumer]`` with the reallocation time of
-  :meth:`~packplace.placement.cost.CostModel.realloc_time` (0 on the same block with the same
-  ``(pp, tp)`` layout, else a function of the consumer's ``pp·tp`` and the level). The first vertex
+  :meth:`~packplace.placement.cost.CostModel.realloc_time` (into an inference vertex: 0 on the same
+  block with the same ``(pp, tp)`` layout, else a function of the consumer's ``pp·tp`` and the level;
+  into a rollout engine: on the same block a function of the consumer's layout — local reshard and
+  sleep/wake —, else of its layout and the level). The first vertex
   (the generator) always starts at 0, as in the evaluator. A later consumer (PPO's ``critic.infer``)
   would gain from a late start, so every vertex up to the last consumer gets a *tight* start: one
   Boolean per lower bound of its start (each data edge at each transfer case, each earlier vertex
@@ -32,9 +34,10 @@ Model (:func:`build_model`; vertices in the step graph's topological order ``0..
   feasible plan is lost; the evaluator re-checks memory in bytes.
 
 Integer time (rounding): durations, transfers and reallocations are integer microseconds rounded
-**up**, so the model's value of any plan is ≥ the evaluator's and exceeds it by at most one
-microsecond per rounded term on the longest chain: ``E = 2·V`` µs (V durations, V−1 transfers, one
-reallocation). Hence the proven bound in seconds is ``(CP-SAT bound − E)/10⁶`` and
+**up**, so the model's value of any plan exceeds the evaluator's by at most one microsecond per rounded
+term on the longest chain: ``E = 2·V`` µs (V durations, V−1 transfers, one reallocation). It can also
+fall short of it by less than ``E`` when a publication term ``end[trainer] + realloc − start[consumer]``
+binds for a later consumer, whose rounded-up start shortens the term. Hence the proven bound in seconds is ``(CP-SAT bound − E)/10⁶`` and
 ``optimality_tolerance = E / (CP-SAT bound − E)``; ``rounding_s = E/10⁶`` is reported in ``info``.
 
 Candidate set (what "optimal" covers). Only memory-feasible candidates (a candidate over capacity on
@@ -90,7 +93,7 @@ seconds), then ``cp_parameters``. ``interleave_search`` is not used: in ortools 
 
 Checks: the returned plan is re-scored by the evaluator and compared with the model's value of that
 plan (:func:`model_schedule`, the integer list schedule of the model's tables). They must agree within
-``[value − E, value]``, and a CP-SAT optimum must equal the plan's model value; otherwise (a
+``E`` either way, and a CP-SAT optimum must equal the plan's model value; otherwise (a
 model/evaluator discrepancy) the better of the hint and the CP-SAT plan is returned with status
 ``feasible`` and no proven bound, and the message says so.
 
@@ -334,7 +337,11 @@ class ModelTables:
         preds: Per vertex, indices of its data-edge producers.
         pubs: ``(trainer, consumer)`` index pairs of the publication edges.
         transfer_us: ``{(level, dst_dp): µs}`` of a data-edge transfer between different blocks.
-        realloc_us: ``{(pub index, level, dst (pp, tp)): µs}`` of a reallocation (different block or layout).
+        realloc_us: ``{(pub index, level, dst (pp, tp)): µs}`` of a reallocation (different block or layout;
+            into a rollout engine: different block).
+        colocated_us: ``{(pub index, dst (pp, tp)): µs}`` of a weight sync into a rollout engine on the
+            trainer's block (empty for edges into inference vertices).
+        engine: Per publication edge, whether its consumer is a rollout engine.
         rounding_us: ``E = 2·V``: how much the model's value of a plan can exceed the evaluator's.
     """
 
@@ -345,6 +352,8 @@ class ModelTables:
     transfer_us: dict[tuple[int, int], int]
     realloc_us: dict[tuple[int, int, tuple[int, int]], int]
     rounding_us: int
+    colocated_us: dict[tuple[int, tuple[int, int]], int]
+    engine: list[bool]
 
 
 def _level_ranges(cluster) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]:
@@ -392,18 +401,24 @@ def make_tables(instance, candidates: dict[str, list[Candidate]], deadline: floa
         for dp in {o.cand.strategy.dp for opts in options for o in opts}:
             transfer_us[(level, dp)] = to_us(cost.transfer_time(r1, r2, dp))
     realloc_us = {}
+    colocated_us = {}
+    engine = [graph.vertices[b].kind == "generate" for _, b in pubs]
     for k, (a, b) in enumerate(pubs):
         model = instance.models[graph.vertices[a].model]
         for level, (r1, r2) in levels.items():
             for layout in {o.layout for o in options[b]}:
-                realloc_us[(k, level, layout)] = to_us(cost.realloc_time(model, (0, 0), r1, layout, r2))
+                realloc_us[(k, level, layout)] = to_us(cost.realloc_time(model, (0, 0), r1, layout, r2, engine[k]))
+        if engine[k]:
+            for layout in {o.layout for o in options[b]}:
+                colocated_us[(k, layout)] = to_us(cost.colocated_sync_time(model, layout))
+            continue
         # same block, different layout: the level is the block's own span
         for o in options[b]:
             lvl = cluster.span_level(o.lo, o.hi)
             if (k, lvl, o.layout) not in realloc_us:
                 realloc_us[(k, lvl, o.layout)] = to_us(cost.realloc_time(model, (0, 0), (o.lo, o.hi), o.layout,
                                                                          (o.lo, o.hi)))
-    return ModelTables(names, options, preds, pubs, transfer_us, realloc_us, 2 * len(names))
+    return ModelTables(names, options, preds, pubs, transfer_us, realloc_us, 2 * len(names), colocated_us, engine)
 
 
 def model_schedule(tables: ModelTables, instance, choice: list[Option]) -> tuple[list[int], list[int], int]:
@@ -434,7 +449,9 @@ def model_schedule(tables: ModelTables, instance, choice: list[Option]) -> tuple
     step = max(end)
     for k, (a, b) in enumerate(tables.pubs):
         oa, ob = choice[a], choice[b]
-        if (oa.lo, oa.hi) == (ob.lo, ob.hi) and oa.layout == ob.layout:
+        if tables.engine[k] and (oa.lo, oa.hi) == (ob.lo, ob.hi):
+            r = tables.colocated_us[(k, ob.layout)]
+        elif (oa.lo, oa.hi) == (ob.lo, ob.hi) and oa.layout == ob.layout:
             r = 0
         else:
             r = tables.realloc_us[(k, span(min(oa.lo, ob.lo), max(oa.hi, ob.hi)), ob.layout)]
@@ -666,9 +683,13 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
         layout_of = where(b, lambda o: o.layout)
         lv = level_literals(same_node, same_rack)
         m.Add(step >= end[a] - start[b])
+        apart = same_block.Not() if tables.engine[k] else same_both.Not()
         for (kk, level, layout), r in sorted(tables.realloc_us.items()):
             if kk == k and layout in layout_of and r > 0:
-                m.Add(step >= end[a] + r - start[b]).OnlyEnforceIf([layout_of[layout], same_both.Not(), *lv[level]])
+                m.Add(step >= end[a] + r - start[b]).OnlyEnforceIf([layout_of[layout], apart, *lv[level]])
+        for (kk, layout), r in sorted(tables.colocated_us.items()):
+            if kk == k and layout in layout_of and r > 0:
+                m.Add(step >= end[a] + r - start[b]).OnlyEnforceIf([layout_of[layout], same_block])
 
     # -- redundant energy cut: every vertex's GPU-time fits in step × GPUs -------------------------
     check("energy cut")
@@ -898,7 +919,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
     status = OPTIMAL if cp_status == cp_model.OPTIMAL else FEASIBLE
     proven_bound: float | None = bound_s
 
-    agrees = (value - rounding) / US_PER_S - 1e-9 <= evaluated <= value / US_PER_S + 1e-9
+    agrees = abs(value / US_PER_S - evaluated) <= rounding / US_PER_S + 1e-9  # module docstring: within E
     trusted = agrees and not (status == OPTIMAL and value != cp_value)
     if not trusted:
         # the model disagrees with the evaluator on this plan: trust neither the plan's value nor the bound

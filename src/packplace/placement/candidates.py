@@ -308,11 +308,18 @@ def _order(c: Candidate) -> tuple:
     return (c.time, c.memory_bytes, c.gpus, c.strategy.dp, c.strategy.pp, c.strategy.tp, c.micro_batch, c.extent)
 
 
+def needs_old_log_prob(instance, vertex: str) -> bool:
+    """Whether ``vertex`` is the actor's training of an on-policy algorithm (PPO, GRPO): it then also runs
+    the old-log-prob forward pass (:meth:`~packplace.placement.cost.CostModel.vertex_phases`)."""
+    return vertex == "actor.train" and instance.algorithm in ("ppo", "grpo")
+
+
 def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, cost: CostModel,
                             extents: list[tuple[int, int, int]]) -> list[Candidate]:
     """Every legal candidate of one vertex over ``extents`` with time and memory (unsorted)."""
     w = instance.workload
     mem = instance.hardware.memory_per_gpu
+    old_log_prob = needs_old_log_prob(instance, name)
     out = []
     for extent in extents:
         for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent):
@@ -322,7 +329,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
             tra = transient_bytes(model, kind, pp=pp, tp=tp, micro_batch=mb, micro_batches=micro_batches,
                                   seq_len=w.train_seq_len, prompt_len=w.context_length,
                                   kv_len=w.context_length + w.max_response)
-            seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent)
+            seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent, old_log_prob)
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= mem))
     return out
 

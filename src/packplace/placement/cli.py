@@ -83,6 +83,12 @@ def format_table(instance, result) -> str:
                 f"{score.vertex_time[name]:>9.3f} {own.get(name, 0.0) / GB:>7.1f} {memory.get(name, 0.0) / GB:>11.1f}"
             )
         lines.append("")
+        for name in instance.graph.names:
+            parts = ", ".join(f"{part} {seconds:.3f} s" for part, seconds in score.phases[name].items())
+            lines.append(f"{name:<16} {parts}")
+        for edge, seconds in score.realloc.items():
+            lines.append(f"weight sync {edge}: {seconds:.3f} s")
+        lines.append("")
         lines.append("own GB: the vertex's peak per GPU (its model's resident weights/grads/optimizer state + its "
                      "own activations/KV cache); GPU peak GB: the peak of the GPUs of its block, with every model "
                      f"placed there (capacity {instance.hardware.memory_per_gpu / GB:.0f} GB)")
@@ -117,8 +123,10 @@ def result_json(instance, result) -> dict[str, Any]:
         out.update(plan_to_json(result.solution, instance.cluster))
         for name, entry in out["vertices"].items():
             entry.update({"start_s": score.start[name], "end_s": score.end[name],
-                          "time_s": score.vertex_time[name], "memory_bytes": memory.get(name, 0.0),
+                          "time_s": score.vertex_time[name], "phases_s": score.phases[name],
+                          "memory_bytes": memory.get(name, 0.0),
                           "own_memory_bytes": own.get(name, 0.0)})
+        out["weight_sync_s"] = dict(score.realloc)
         out["throughput"] = {"samples_per_s": score.samples_per_s, "tokens_per_s": score.tokens_per_s,
                              "mfu": score.mfu}
     return out

@@ -137,13 +137,29 @@ class CostModel:
 
     # -- vertex times -------------------------------------------------------------------------------
     def vertex_time(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
-                    extent: tuple[int, int, int]) -> float:
+                    extent: tuple[int, int, int], old_log_prob: bool = False) -> float:
         """Seconds of the vertex on a block of ``extent`` (the slowest data-parallel replica; replicas
-        are identical) plus the hardware's ``phase_overhead`` (the fixed cost of running a task: framework
-        dispatch, data gathering). Dispatches to :meth:`pass_time` and :meth:`generate_time`."""
+        are identical): the sum of :meth:`vertex_phases`."""
+        return sum(self.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob).values())
+
+    def vertex_phases(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
+                      extent: tuple[int, int, int], old_log_prob: bool = False) -> dict[str, float]:
+        """The parts of a vertex's time, seconds: ``generate`` → ``generation`` (:meth:`generate_time`);
+        ``infer`` → ``forward`` (:meth:`pass_time`); ``train`` → ``train`` and, with ``old_log_prob``
+        (the PPO/GRPO actor), ``old_log_prob``: the forward pass over the rollouts with the weights before
+        the update that the clipped objective's ratio needs (verl ``compute_log_prob``, OpenRLHF's
+        experience maker; Schulman et al. 2017), run by the trainer with its own strategy; every vertex
+        adds ``overhead`` = the hardware's ``phase_overhead`` (framework dispatch, data gathering)."""
         if kind == "generate":
-            return self.generate_time(model, dp, pp, tp, micro_batch, extent) + self.hw.phase_overhead
-        return self.pass_time(model, kind == "train", dp, pp, tp, micro_batch, extent) + self.hw.phase_overhead
+            phases = {"generation": self.generate_time(model, dp, pp, tp, micro_batch, extent)}
+        elif kind == "infer":
+            phases = {"forward": self.pass_time(model, False, dp, pp, tp, micro_batch, extent)}
+        else:
+            phases = {"train": self.pass_time(model, True, dp, pp, tp, micro_batch, extent)}
+            if old_log_prob:
+                phases["old_log_prob"] = self.pass_time(model, False, dp, pp, tp, micro_batch, extent)
+        phases["overhead"] = self.hw.phase_overhead
+        return phases
 
     def pass_time(self, model: ModelSpec, train: bool, dp: int, pp: int, tp: int, micro_batch: int,
                   extent: tuple[int, int, int]) -> float:
@@ -289,16 +305,35 @@ class CostModel:
 
     # -- movement between blocks -----------------------------------------------------------------
     def realloc_time(self, model: ModelSpec, src_layout: tuple[int, int], src_range: tuple[int, int],
-                     dst_layout: tuple[int, int], dst_range: tuple[int, int]) -> float:
-        """Parameter reallocation from a trainer to its generator/inferencer: 0 when both use the same
-        block and the same ``(pp, tp)`` layout; otherwise every destination GPU receives its shard
-        ``2P/(tp_dst·pp_dst)`` bytes, in parallel, at the slowest level spanning both blocks:
-        ``α_p2p + shard·β_p2p`` seconds."""
-        if src_range == dst_range and src_layout == dst_layout:
+                     dst_layout: tuple[int, int], dst_range: tuple[int, int], engine: bool = False) -> float:
+        """Weight synchronisation from a trainer to the next step's consumer of its weights, seconds.
+
+        Into an inference vertex (``engine`` false: the critic's own value pass): 0 when both use the
+        same block and the same ``(pp, tp)`` layout (the same workers hold the weights); otherwise every
+        destination GPU receives its shard ``2P/(tp_dst·pp_dst)`` bytes, in parallel, at the slowest level
+        spanning both blocks: ``α_p2p + shard·β_p2p``.
+
+        Into a rollout engine (``engine`` true) the weights always move, every step (verl, OpenRLHF and
+        NeMo RL push them into vLLM/SGLang after each update): on another block the shard crosses the
+        links as above; on the same block (colocated) :meth:`colocated_sync_time`. Both add the
+        hardware's ``weight_sync_overhead``."""
+        shard = 2.0 * model.params / (dst_layout[0] * dst_layout[1])
+        if engine and src_range == dst_range:
+            return self.colocated_sync_time(model, dst_layout)
+        if not engine and src_range == dst_range and src_layout == dst_layout:
             return 0.0
         level = self.cluster.span_level(min(src_range[0], dst_range[0]), max(src_range[1], dst_range[1]))
+        return self.p2p(shard, level) + (self.hw.weight_sync_overhead if engine else 0.0)
+
+    def colocated_sync_time(self, model: ModelSpec, dst_layout: tuple[int, int]) -> float:
+        """Weight sync into a rollout engine colocated with its trainer, seconds:
+        ``2·shard/memory_bandwidth`` (local reshard: the trainer's copy read, the engine's written in HBM)
+        ``+ 2·shard/host_bandwidth`` (the engine's sleep/wake: vLLM sleep mode level 1 offloads the
+        weights to host memory while the trainer runs and loads them back before generation, over PCIe)
+        ``+ weight_sync_overhead``, with ``shard = 2P/(tp·pp)`` bytes of the engine's layout."""
         shard = 2.0 * model.params / (dst_layout[0] * dst_layout[1])
-        return self.p2p(shard, level)
+        hw = self.hw
+        return 2.0 * shard / hw.memory_bandwidth + 2.0 * shard / hw.host_bandwidth + hw.weight_sync_overhead
 
     def transfer_time(self, src_range: tuple[int, int], dst_range: tuple[int, int], dst_dp: int) -> float:
         """Data edge (rollouts or scores) between two blocks: 0 on the same block, else each consumer

@@ -73,7 +73,10 @@ class PlacementScore:
         makespan: Seconds from the first start to the last end within the step.
         start, end, vertex_time: Per vertex, seconds, of one step run alone on an idle cluster (step 0 of
             the unrolled schedule; the same in both models).
-        realloc: ``{"trainer->consumer": seconds}`` parameter reallocation per publication edge.
+        phases: Per vertex, ``{part: seconds}`` adding up to its time (generation; forward; train and
+            old_log_prob; overhead).
+        realloc: ``{"trainer->consumer": seconds}`` weight synchronisation per publication edge (into a
+            rollout engine: every step, including the sleep/wake of a colocated engine).
         samples_per_s: ``B·K / step_time`` (sequences per second).
         tokens_per_s: ``B·K·(S + mean response) / step_time``.
         mfu: Model FLOPs of the step / (step_time · GPUs · peak FLOP/s).
@@ -93,6 +96,7 @@ class PlacementScore:
     start: dict[str, float] = field(default_factory=dict)
     end: dict[str, float] = field(default_factory=dict)
     vertex_time: dict[str, float] = field(default_factory=dict)
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)
     realloc: dict[str, float] = field(default_factory=dict)
     samples_per_s: float = 0.0
     tokens_per_s: float = 0.0
@@ -125,7 +129,8 @@ class PlacementScore:
         return {
             "step_time_s": self.step_time, "makespan_s": self.makespan,
             "vertex_start_s": dict(self.start), "vertex_end_s": dict(self.end),
-            "vertex_time_s": dict(self.vertex_time), "realloc_s": dict(self.realloc),
+            "vertex_time_s": dict(self.vertex_time), "vertex_phases_s": {k: dict(v) for k, v in self.phases.items()},
+            "realloc_s": dict(self.realloc),
             "samples_per_s": self.samples_per_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
             "peak_memory_bytes": max(self.gpu_memory_peak, default=0.0),
             "memory_capacity_bytes": self.memory_capacity,
@@ -170,6 +175,8 @@ class PlacementEvaluator:
         self.index = {name: i for i, name in enumerate(self.names)}
         self.preds = [tuple(self.index[p] for p in graph.predecessors(n)) for n in self.names]
         self.pubs = [(self.index[a], self.index[b]) for a, b in graph.publication_edges]
+        #: per publication edge: does it feed a rollout engine (weights synchronised every step)?
+        self.pub_engine = [graph.vertex(b).kind == "generate" for _, b in graph.publication_edges]
         models = sorted({v.model for v in graph.vertices})
         self.models = models
         self.vertex_model = [models.index(v.model) for v in graph.vertices]
@@ -243,11 +250,11 @@ class PlacementEvaluator:
         makespan = max(end)
         step = makespan
         reallocs = []
-        for a, b in self.pubs:
+        for (a, b), engine in zip(self.pubs, self.pub_engine):
             ca, alo, ahi = res[a]
             cb, blo, bhi = res[b]
             r = self.cost.realloc_time(self.model_specs[a], (ca.strategy.pp, ca.strategy.tp), (alo, ahi),
-                                       (cb.strategy.pp, cb.strategy.tp), (blo, bhi))
+                                       (cb.strategy.pp, cb.strategy.tp), (blo, bhi), engine)
             reallocs.append(r)
             need = end[a] + r - start[b]
             if need > step:
@@ -412,6 +419,7 @@ class PlacementEvaluator:
             step_time=objective if not violations else INF, makespan=max(end),
             start=dict(zip(self.names, start)), end=dict(zip(self.names, end)),
             vertex_time={name: r[0].time for name, r in zip(self.names, res)},
+            phases={name: self.vertex_phases(name, r[0]) for name, r in zip(self.names, res)},
             realloc={f"{self.names[a]}->{self.names[b]}": r for (a, b), r in zip(self.pubs, reallocs)},
             gpu_memory_peak=peaks, oom=oom, memory_capacity=self.capacity,
             staleness={m: t for m, t in plan.staleness if t}, synchronous_step_time=step if not violations else INF,
@@ -422,6 +430,16 @@ class PlacementEvaluator:
             score.tokens_per_s = w.sequences * w.train_seq_len / objective
             score.mfu = self._total_flops / (objective * self.num_gpus * self.instance.hardware.flops_per_gpu)
         return score
+
+    def vertex_phases(self, name: str, cand) -> dict[str, float]:
+        """The parts of a candidate's time (seconds; they add up to ``cand.time``), from
+        :meth:`~packplace.placement.cost.CostModel.vertex_phases`."""
+        from packplace.placement.candidates import needs_old_log_prob
+
+        s = cand.strategy
+        vertex = self.instance.graph.vertex(name)
+        return self.cost.vertex_phases(self.instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp,
+                                       cand.micro_batch, cand.extent, needs_old_log_prob(self.instance, name))
 
     def vertex_memory(self, plan: Plan) -> dict[str, float]:
         """Per vertex, the peak bytes on the GPUs of its block (resident of co-placed models included)."""
