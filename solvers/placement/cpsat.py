@@ -38,7 +38,8 @@ Integer time (rounding): durations, transfers and reallocations are integer micr
 term on the longest chain: ``E = 2·V`` µs (V durations, V−1 transfers, one reallocation). It can also
 fall short of it by less than ``E`` when a publication term ``end[trainer] + realloc − start[consumer]``
 binds for a later consumer, whose rounded-up start shortens the term. Hence the proven bound in seconds
-is ``(CP-SAT bound − E)/10⁶`` and ``optimality_tolerance = E / (CP-SAT bound − E)``; ``rounding_s = E/10⁶`` is reported in ``info``.
+is ``(CP-SAT bound − E)/10⁶`` and ``optimality_tolerance = E / (CP-SAT bound − E)``; ``rounding_s = E/10⁶``
+is reported in ``info``.
 
 Candidate set (what "optimal" covers). Only memory-feasible candidates (a candidate over capacity on
 its own can never be placed). Within each vertex, a candidate is dropped when another one on the same
