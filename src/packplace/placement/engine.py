@@ -57,17 +57,26 @@ def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Wor
                           gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> int:
     """Sequences a paged KV cache holds at once on one engine replica (at least 1).
 
-    ``floor((utilization · memory_per_gpu − 2P/(tp·pp)) / (kv_bytes_per_token · (S + mean response)))``:
-    vLLM reserves ``gpu_memory_utilization`` of the GPU, keeps the bf16 weights and gives the rest to KV
-    pages, which hold only the tokens of live sequences (Kwon et al. 2023); a live sequence holds on
-    average its prompt plus the mean response. This is the one place the engine's concurrency is
+    ``floor((utilization · memory_per_gpu − 2P/(tp·pp)) / (kv_bytes_per_token · live))``: vLLM reserves
+    ``gpu_memory_utilization`` of the GPU, keeps the bf16 weights and gives the rest to KV pages, which
+    hold only the tokens of live sequences (Kwon et al. 2023); ``live`` = :func:`mean_live_tokens`. This is the one place the engine's concurrency is
     estimated; the memory model's paged-KV figure replaces it when it provides one.
     """
     free = gpu_memory_utilization * memory_per_gpu - 2.0 * model.params / (tp * pp)
-    per_sequence = model.kv_bytes_per_token(tp, pp) * (workload.context_length + workload.mean_response)
+    per_sequence = model.kv_bytes_per_token(tp, pp) * mean_live_tokens(workload)
     if free <= 0 or per_sequence <= 0:
         return 1
     return max(1, int(free // per_sequence))
+
+
+def mean_live_tokens(workload: Workload) -> float:
+    """Mean KV tokens a running sequence holds over its life, tokens: ``S + E[T²]/(2·E[T])`` — its
+    prompt plus, weighted by how long each response runs, half its response (a sequence of ``T`` tokens
+    holds on average ``T/2`` generated tokens during its ``T`` iterations). From the quantile function
+    (trapezoid rule on ``Q²``)."""
+    qs, ts = workload._quantile_points
+    second = float(np.sum((ts[1:] ** 2 + ts[:-1] ** 2 + ts[1:] * ts[:-1]) / 3.0 * np.diff(qs)))
+    return workload.context_length + second / (2.0 * workload.mean_response)
 
 
 def response_lengths(workload: Workload, count: int) -> np.ndarray:

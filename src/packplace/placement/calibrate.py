@@ -1,0 +1,146 @@
+"""``packplace calibrate``: fit the hardware efficiency knobs to the measured task times of one profiled
+step on your cluster.
+
+Input: a validation-style config (a placement config with a ``validation.plan`` naming the placement the
+step ran with) and a YAML of measured seconds per task (``actor.generate: 41.2``, ``actor.train: 30.5``,
+...). The knobs in :data:`KNOB_BOUNDS` are fitted with :func:`scipy.optimize.least_squares` (trust-region
+reflective, within the physical bounds) on relative residuals ``log(predicted / measured)`` of each
+task's time from :meth:`~packplace.placement.cost.CostModel.vertex_time`. A knob the measurements do not
+determine (its column of the Jacobian vanishes or is a combination of the others, or there are fewer
+measurements than knobs) is refused with an error naming it: fix it or measure more tasks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from packplace.errors import ConfigError
+from packplace.placement.candidates import needs_old_log_prob
+from packplace.placement.cost import CostModel
+from packplace.placement.hardware import Hardware
+
+#: Knobs that can be fitted and their physical bounds (fractions of peak in (0, 1]; seconds ≥ 0).
+KNOB_BOUNDS: dict[str, tuple[float, float]] = {
+    "gemm_peak_fraction": (0.02, 1.0),
+    "gemm_m_half": (0.01, 200.0),
+    "decode_bw_eff": (0.02, 1.0),
+    "decode_step_overhead": (0.0, 0.5),
+    "phase_overhead": (0.0, 600.0),
+}
+#: Default knobs to fit.
+DEFAULT_KNOBS = ("gemm_peak_fraction", "decode_bw_eff", "phase_overhead")
+#: A knob is unidentifiable when the normalised Jacobian has a singular value below this.
+IDENTIFIABILITY_TOLERANCE = 1e-6
+
+
+def task_times(instance, plan, hardware: Hardware) -> dict[str, float]:
+    """Predicted seconds of every vertex of ``plan`` under ``hardware`` (the cost model, no schedule)."""
+    cost = CostModel(hardware, instance.cluster, instance.workload, instance.engine)
+    out = {}
+    for name, vp in plan.vertices:
+        vertex = instance.graph.vertex(name)
+        s = vp.strategy
+        out[name] = cost.vertex_time(instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp, vp.micro_batch,
+                                     vp.allocation.extent, needs_old_log_prob(instance, name))
+    return out
+
+
+def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...] = DEFAULT_KNOBS
+              ) -> dict[str, Any]:
+    """Fit ``knobs`` so that the predicted task times match ``measured`` (seconds per task).
+
+    Returns:
+        ``{"knobs": {name: value}, "residuals": {task: predicted/measured − 1}, "hardware": Hardware,
+        "cost": ½·Σ log-residual², "status": least_squares message}``.
+
+    Raises:
+        ConfigError: an unknown knob or task, a non-positive measurement, fewer measurements than knobs,
+            or a knob the measurements cannot identify.
+    """
+    from scipy.optimize import least_squares
+
+    for k in knobs:
+        if k not in KNOB_BOUNDS:
+            raise ConfigError(f"calibrate: unknown knob {k!r}; valid: {', '.join(KNOB_BOUNDS)}")
+    names = dict(plan.vertices)
+    for task, seconds in measured.items():
+        if task not in names:
+            raise ConfigError(f"calibrate: measured task {task!r} is not a vertex of the plan; "
+                              f"valid: {', '.join(names)}")
+        if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
+            raise ConfigError(f"calibrate: {task}: measured seconds must be a finite number > 0, got {seconds!r}")
+    if len(measured) < len(knobs):
+        raise ConfigError(f"calibrate: {len(measured)} measured tasks cannot determine {len(knobs)} knobs "
+                          f"({', '.join(knobs)}); measure more tasks or fit fewer knobs")
+    tasks = sorted(measured)
+    target = np.log([float(measured[t]) for t in tasks])
+    base = instance.hardware
+    lower = np.array([KNOB_BOUNDS[k][0] for k in knobs])
+    upper = np.array([KNOB_BOUNDS[k][1] for k in knobs])
+    start = np.clip([getattr(base, k) for k in knobs], lower, upper)
+    # overheads may start at 0: move the start inside the box so the solver can leave the bound
+    start = np.where(start <= lower, lower + 0.01 * (upper - lower), start)
+
+    def hardware_at(x: np.ndarray) -> Hardware:
+        return replace(base, **{k: float(v) for k, v in zip(knobs, x)})
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        times = task_times(instance, plan, hardware_at(x))
+        return np.log([times[t] for t in tasks]) - target
+
+    fit = least_squares(residuals, start, bounds=(lower, upper), x_scale=upper - lower, xtol=1e-12, ftol=1e-12,
+                        gtol=1e-12)
+    jac = fit.jac * (upper - lower)  # sensitivity per unit of each knob's range
+    norms = np.linalg.norm(jac, axis=0)
+    for k, n in zip(knobs, norms):
+        if n < IDENTIFIABILITY_TOLERANCE:
+            raise ConfigError(f"calibrate: knob {k!r} does not change any measured task time "
+                              f"({', '.join(tasks)}); it cannot be identified — fit fewer knobs")
+    singular = np.linalg.svd(jac / norms, compute_uv=True)
+    if singular[1][-1] < IDENTIFIABILITY_TOLERANCE * singular[1][0]:
+        mixed = [k for k, c in zip(knobs, singular[2][-1]) if abs(c) > 0.1]
+        raise ConfigError(f"calibrate: knobs {', '.join(mixed)} trade off against each other on the measured "
+                          f"tasks ({', '.join(tasks)}); they cannot be identified separately — fix one of them")
+    hw = hardware_at(fit.x)
+    times = task_times(instance, plan, hw)
+    return {"knobs": dict(zip(knobs, map(float, fit.x))),
+            "residuals": {t: times[t] / measured[t] - 1.0 for t in tasks},
+            "hardware": hw, "cost": float(fit.cost), "status": fit.message}
+
+
+def register(subparsers) -> None:
+    """Add ``calibrate`` to the CLI."""
+    p = subparsers.add_parser("calibrate", help="fit hardware efficiency knobs to measured task times")
+    p.add_argument("--config", required=True, help="config with validation.plan (the placement that was profiled)")
+    p.add_argument("--measured", required=True, help="YAML: task name -> measured seconds")
+    p.add_argument("--knobs", default=",".join(DEFAULT_KNOBS),
+                   help=f"comma-separated knobs to fit (default {','.join(DEFAULT_KNOBS)}; valid: "
+                        f"{', '.join(KNOB_BOUNDS)})")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print fitted knobs, residuals per task and the fitted hardware block."""
+    from packplace.placement.config import load_yaml
+    from packplace.placement.validate import load_setup
+
+    instance, plan, _ = load_setup(args.config)
+    measured = load_yaml(args.measured)
+    knobs = tuple(k.strip() for k in args.knobs.split(",") if k.strip())
+    result = calibrate(instance, plan, measured, knobs)
+    print("fitted knobs:")
+    for k, v in result["knobs"].items():
+        print(f"  {k}: {v:.6g}")
+    print("residuals (predicted / measured - 1):")
+    for t, r in result["residuals"].items():
+        print(f"  {t}: {r:+.3%}")
+    print("hardware:")
+    hw = result["hardware"]
+    for k in Hardware.__dataclass_fields__:
+        print(f"  {k}: {getattr(hw, k):.6g}")
+    return 0

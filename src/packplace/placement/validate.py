@@ -1,0 +1,164 @@
+"""``packplace validate``: predicted step and phase times of published RL runs against their published
+figures.
+
+A validation file is a placement config plus a ``validation`` section::
+
+    validation:
+      source: "NeMo RL v0.5 performance summary, ..."   # where the figure comes from
+      published: {step: 92.8}                            # seconds; "step" and/or phase names
+      phases: {generation: [actor.generate]}             # phase -> the vertices it spans
+      engine_only: [generation]                          # phases measured on the engine alone (no phase_overhead)
+      plan:                                              # the placement the run used
+        actor.generate: {dp: 16, pp: 1, tp: 1, micro_batch: 128, origin: [0, 0, 0], extent: [1, 2, 8]}
+
+The plan is scored by the evaluator (:class:`~packplace.placement.evaluator.PlacementEvaluator`), with
+memory ignored when it does not fit (the report says so): the published runs fit with their frameworks'
+memory settings. A phase's predicted time is the span of its vertices in the schedule (first start to
+last end); ``step`` is the evaluator's step time. Knobs come from the file's ``hardware`` (a preset and
+nothing fitted per setup).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from packplace.errors import ConfigError
+from packplace.placement.config import build_instance, load_yaml
+from packplace.placement.evaluator import get_evaluator
+from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
+
+#: A setup passes when every predicted/published ratio lies in this range.
+RATIO_RANGE = (1 / 1.3, 1.3)
+
+
+@dataclass
+class ValidationRow:
+    """One compared figure: ``setup``, ``phase`` (``step`` or a phase name), seconds predicted and
+    published, their ratio, and whether the plan fits in memory under the model."""
+
+    setup: str
+    phase: str
+    predicted: float
+    published: float
+    fits: bool
+
+    @property
+    def ratio(self) -> float:
+        """``predicted / published``."""
+        return self.predicted / self.published
+
+    @property
+    def ok(self) -> bool:
+        """The ratio lies in :data:`RATIO_RANGE`."""
+        return RATIO_RANGE[0] <= self.ratio <= RATIO_RANGE[1]
+
+
+def _plan(spec: Any, where: str) -> Plan:
+    if not isinstance(spec, dict) or not spec:
+        raise ConfigError(f"[{where}] plan: must be a mapping of vertex -> placement, got {spec!r}")
+    vertices = {}
+    for name, v in spec.items():
+        try:
+            vertices[name] = VertexPlan(Strategy(int(v["dp"]), int(v["pp"]), int(v["tp"])), int(v["micro_batch"]),
+                                        Allocation(tuple(v["origin"]), tuple(v["extent"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"[{where}] plan.{name}: needs dp, pp, tp, micro_batch, origin, extent ({exc})") from None
+    return Plan.build(vertices)
+
+
+def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
+    """``(instance, plan, validation section)`` of one validation file.
+
+    Raises:
+        ConfigError: a missing ``validation`` section or a malformed plan (one line naming the field).
+    """
+    cfg = load_yaml(path)
+    section = cfg.pop("validation", None)
+    if not isinstance(section, dict) or "published" not in section or "plan" not in section:
+        raise ConfigError(f"[validation] {path}: needs a validation section with 'published' and 'plan'")
+    instance = build_instance(cfg, source=path)
+    return instance, _plan(section["plan"], "validation"), section
+
+
+def predict(instance, plan: Plan, section: dict[str, Any]) -> tuple[dict[str, float], bool]:
+    """Predicted seconds of the step and of each phase of ``section['phases']``, and whether the plan fits.
+
+    Raises:
+        ConfigError: the plan breaks a hard rule (the evaluator's reason).
+    """
+    ev = get_evaluator(instance)
+    score = ev.score(plan)
+    broken = [v for v in score.violations if not v.startswith("out of memory")]
+    if broken:
+        raise ConfigError(f"[validation] plan: {broken[0]}")
+    fits = not score.oom
+    if fits:
+        step = score.step_time
+    else:
+        step, _ = ev.relaxed_step_time(plan)
+    out = {"step": step}
+    engine_only = set(section.get("engine_only", ()))
+    for phase, names in (section.get("phases") or {}).items():
+        span = max(score.end[n] for n in names) - min(score.start[n] for n in names)
+        if phase in engine_only:
+            span -= sum(score.phases[n].get("overhead", 0.0) for n in names)
+        out[phase] = span
+    return out, fits
+
+
+def validate(paths: list[str]) -> list[ValidationRow]:
+    """One row per published figure of every file in ``paths``."""
+    rows = []
+    for path in paths:
+        instance, plan, section = load_setup(path)
+        predicted, fits = predict(instance, plan, section)
+        setup = os.path.splitext(os.path.basename(path))[0]
+        for phase, published in section["published"].items():
+            if phase not in predicted:
+                raise ConfigError(f"[validation] {path}: published phase {phase!r} has no entry in 'phases'")
+            rows.append(ValidationRow(setup, phase, predicted[phase], float(published), fits))
+    return rows
+
+
+def format_rows(rows: list[ValidationRow]) -> str:
+    """The report table."""
+    header = f"{'setup':<44} {'phase':<22} {'predicted s':>11} {'published s':>11} {'ratio':>6}  "
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        note = "ok" if r.ok else "OUT OF RANGE"
+        if not r.fits:
+            note += " (plan over memory in the model; time scored without the memory check)"
+        lines.append(f"{r.setup:<44} {r.phase:<22} {r.predicted:>11.1f} {r.published:>11.1f} {r.ratio:>6.2f}  {note}")
+    bad = sum(not r.ok for r in rows)
+    lines.append(f"{len(rows) - bad} of {len(rows)} figures within x{RATIO_RANGE[1]} of the published value")
+    return "\n".join(lines)
+
+
+def _files(target: str) -> list[str]:
+    if os.path.isdir(target):
+        files = sorted(glob.glob(os.path.join(target, "*.yaml")))
+        if not files:
+            raise ConfigError(f"validate: no *.yaml files in {target!r}")
+        return files
+    return [target]
+
+
+def register(subparsers) -> None:
+    """Add ``validate`` and ``calibrate`` to the CLI."""
+    p = subparsers.add_parser("validate", help="compare predicted step/phase times with published runs")
+    p.add_argument("target", help="a validation YAML or a directory of them (benchmarks/validation/)")
+    p.set_defaults(func=run)
+    from packplace.placement.calibrate import register as register_calibrate
+
+    register_calibrate(subparsers)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; exit 1 when a figure is outside the range."""
+    rows = validate(_files(args.target))
+    print(format_rows(rows))
+    return 0 if all(r.ok for r in rows) else 1

@@ -1,0 +1,70 @@
+"""Published RL runs reproduced within x1.3 (one knob set per GPU type), and calibration of the knobs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pytest
+
+from packplace.cli import main
+from packplace.errors import ConfigError
+from packplace.placement.calibrate import calibrate, task_times
+from packplace.placement.engine import mean_live_tokens
+from packplace.placement.validate import RATIO_RANGE, load_setup, validate
+from packplace.placement.workload import Workload
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
+OPENRLHF = os.path.join(VALIDATION, "openrlhf_ppo_llama2-7b_8xa800.yaml")
+
+
+def test_every_published_setup_is_within_the_ratio_range():
+    rows = validate(sorted(os.path.join(VALIDATION, f) for f in os.listdir(VALIDATION) if f.endswith(".yaml")))
+    figures = {(r.setup, r.phase): r.published for r in rows}
+    assert figures == {
+        ("nemo_rl_grpo_llama3.1-8b_2x8xh100", "step"): 92.8,
+        ("openrlhf_ppo_llama2-7b_8xa800", "step"): 885.0,
+        ("openrlhf_ppo_llama2-7b_8xa800", "generation_and_experience"): 482.0,
+        ("openrlhf_ppo_llama2-7b_8xa800", "training"): 403.0,
+        ("deepspeed_chat_ppo_opt-13b_8xa100", "step"): 125.5,
+        ("qwen2.5-7b_vllm_batch1_1xa100", "generation"): 24.3,
+    }
+    for r in rows:
+        assert RATIO_RANGE[0] <= r.ratio <= RATIO_RANGE[1], (r.setup, r.phase, r.ratio)
+
+
+def test_validate_command_prints_the_report(capsys):
+    assert main(["validate", VALIDATION]) == 0
+    out = capsys.readouterr().out
+    assert "nemo_rl_grpo_llama3.1-8b_2x8xh100" in out and "6 of 6 figures within x1.3" in out
+
+
+def test_mean_live_tokens_by_hand():
+    # every response 1,024 tokens: a sequence holds its 1,024-token prompt plus on average 512 generated
+    assert mean_live_tokens(Workload(8, 1, 1024, 1024)) == pytest.approx(1024 + 512)
+
+
+def test_calibrate_recovers_knobs_from_times_the_model_produced():
+    instance, plan, _ = load_setup(OPENRLHF)
+    truth = replace(instance.hardware, gemm_peak_fraction=0.47, decode_bw_eff=0.58, phase_overhead=3.2)
+    measured = task_times(instance, plan, truth)
+    result = calibrate(instance, plan, measured, ("gemm_peak_fraction", "decode_bw_eff", "phase_overhead"))
+    assert result["knobs"]["gemm_peak_fraction"] == pytest.approx(0.47, rel=1e-4)
+    assert result["knobs"]["decode_bw_eff"] == pytest.approx(0.58, rel=1e-4)
+    assert result["knobs"]["phase_overhead"] == pytest.approx(3.2, rel=1e-4)
+    assert max(abs(r) for r in result["residuals"].values()) < 1e-6
+
+
+def test_calibrate_refuses_knobs_the_data_cannot_identify():
+    instance, plan, _ = load_setup(OPENRLHF)
+    measured = task_times(instance, plan, instance.hardware)
+    only_training = {"actor.train": measured["actor.train"], "critic.train": measured["critic.train"]}
+    with pytest.raises(ConfigError, match="knob 'decode_bw_eff' does not change any measured task time"):
+        calibrate(instance, plan, only_training, ("gemm_peak_fraction", "decode_bw_eff"))
+    with pytest.raises(ConfigError, match="1 measured tasks cannot determine 2 knobs"):
+        calibrate(instance, plan, {"actor.train": 300.0}, ("gemm_peak_fraction", "phase_overhead"))
+    with pytest.raises(ConfigError, match="unknown knob 'speed'"):
+        calibrate(instance, plan, measured, ("speed",))
+    with pytest.raises(ConfigError, match="measured task 'actor.sing' is not a vertex"):
+        calibrate(instance, plan, {"actor.sing": 1.0}, ("phase_overhead",))
