@@ -59,8 +59,9 @@ def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Wor
 
     ``floor((utilization · memory_per_gpu − 2P/(tp·pp)) / (kv_bytes_per_token · live))``: vLLM reserves
     ``gpu_memory_utilization`` of the GPU, keeps the bf16 weights and gives the rest to KV pages, which
-    hold only the tokens of live sequences (Kwon et al. 2023); ``live`` = :func:`mean_live_tokens`. This is the one place the engine's concurrency is
-    estimated; the memory model's paged-KV figure replaces it when it provides one.
+    hold only the tokens of live sequences (Kwon et al. 2023); ``live`` = :func:`mean_live_tokens`. This
+    is the one place the engine's concurrency is estimated; the memory model's paged-KV figure replaces it
+    when it provides one.
     """
     free = gpu_memory_utilization * memory_per_gpu - 2.0 * model.params / (tp * pp)
     per_sequence = model.kv_bytes_per_token(tp, pp) * mean_live_tokens(workload)
