@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from packplace.placement.cost import CostModel
-from packplace.placement.engine import RolloutEngine, continuous_schedule, kv_capacity_sequences, response_lengths
+from packplace.placement.engine import (
+    RolloutEngine,
+    continuous_schedule,
+    kv_capacity_sequences,
+    mean_live_tokens,
+    response_lengths,
+)
 from packplace.placement.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.models import ModelSpec
 from packplace.placement.workload import Workload
@@ -69,7 +75,7 @@ def test_engine_concurrency_is_bounded_by_max_num_seqs_and_kv_capacity():
     # Llama-3.1-8B: 131072 KV bytes per token; 0.9*80e9 - 2*8.03e9 bytes free for KV
     capacity = kv_capacity_sequences(LLAMA8B, 80e9, w, 1, 1)
     free = 0.9 * 80e9 - 2 * LLAMA8B.params
-    assert capacity == int(free // (131072 * (1000 + w.mean_response)))
+    assert capacity == int(free // (131072 * mean_live_tokens(w)))
     c = CostModel(hw, Cluster(1, 1, 8), w, RolloutEngine("continuous", 128))
     assert c.engine_concurrency(LLAMA8B, 1, 1, 512) == min(128, capacity)
     assert c.engine_concurrency(LLAMA8B, 1, 1, 16) == 16

@@ -115,7 +115,11 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
 
 def register(subparsers) -> None:
     """Add ``calibrate`` to the CLI."""
-    p = subparsers.add_parser("calibrate", help="fit hardware efficiency knobs to measured task times")
+    p = subparsers.add_parser(
+        "calibrate", help="fit hardware efficiency knobs to measured task times",
+        description="Fit the hardware efficiency knobs to the measured seconds per task of one profiled step "
+                    "(scipy least_squares within physical bounds); print fitted values, residuals and the "
+                    "fitted hardware block.")
     p.add_argument("--config", required=True, help="config with validation.plan (the placement that was profiled)")
     p.add_argument("--measured", required=True, help="YAML: task name -> measured seconds")
     p.add_argument("--knobs", default=",".join(DEFAULT_KNOBS),

@@ -149,7 +149,10 @@ def _files(target: str) -> list[str]:
 
 def register(subparsers) -> None:
     """Add ``validate`` and ``calibrate`` to the CLI."""
-    p = subparsers.add_parser("validate", help="compare predicted step/phase times with published runs")
+    p = subparsers.add_parser(
+        "validate", help="compare predicted step/phase times with published runs",
+        description="Score the placements of published RL runs (config + validation section) and print "
+                    "predicted, published and their ratio per phase; exit 1 when a ratio is outside x1.3.")
     p.add_argument("target", help="a validation YAML or a directory of them (benchmarks/validation/)")
     p.set_defaults(func=run)
     from packplace.placement.calibrate import register as register_calibrate
