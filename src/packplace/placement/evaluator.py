@@ -186,6 +186,7 @@ class PlacementEvaluator:
         self.cluster = instance.cluster
         self.num_gpus = instance.cluster.num_gpus
         self._resolved: dict[tuple[str, VertexPlan], tuple | str] = {}
+        self._phases: dict[tuple, dict[str, float]] = {}
         self._total_flops = sum(self.table.vertex_flops.values())
 
     # -- resolution ------------------------------------------------------------------------------
@@ -436,10 +437,17 @@ class PlacementEvaluator:
         :meth:`~packplace.placement.cost.CostModel.vertex_phases`."""
         from packplace.placement.candidates import needs_old_log_prob
 
-        s = cand.strategy
-        vertex = self.instance.graph.vertex(name)
-        return self.cost.vertex_phases(self.instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp,
-                                       cand.micro_batch, cand.extent, needs_old_log_prob(self.instance, name))
+        key = (name, cand.key)
+        phases = self._phases.get(key)
+        if phases is None:
+            if len(self._phases) >= RESOLVE_CACHE_LIMIT:
+                self._phases.clear()
+            s = cand.strategy
+            vertex = self.instance.graph.vertex(name)
+            phases = self._phases[key] = self.cost.vertex_phases(
+                self.instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp, cand.micro_batch, cand.extent,
+                needs_old_log_prob(self.instance, name))
+        return dict(phases)
 
     def vertex_memory(self, plan: Plan) -> dict[str, float]:
         """Per vertex, the peak bytes on the GPUs of its block (resident of co-placed models included)."""
