@@ -1,4 +1,4 @@
-"""Cost model: predicted seconds of one vertex under a strategy, micro-batch and block shape (DESIGN §3).
+"""Cost model: predicted seconds of one vertex under a strategy, micro-batch and block shape.
 
 Units: seconds, FLOP, FLOP/s, bytes, bytes/s. Symbols: ``N`` GEMM parameters (Kaplan et al. 2020's
 non-embedding count plus the output head), ``P`` all parameters, ``L`` layers, ``d`` hidden size, ``s``
@@ -48,7 +48,7 @@ class CostModel:
         ``gemm_peak_fraction · m/(m + gemm_m_half) · k/(k + gemm_k_half)``.
 
         ``m`` is the number of rows of the GEMM **in units of 64 rows** (one tensor-core tile row block):
-        the micro-batch tokens. DESIGN §3 says "micro-batch tokens per TP rank"; in Megatron-LM tensor
+        the micro-batch tokens. In Megatron-LM tensor
         parallelism (Shoeybi et al. 2019) every rank multiplies *all* micro-batch tokens by its ``1/tp``
         slice of the weights (column/row-parallel linear layers), so the tokens per TP rank are the
         micro-batch tokens — ``tp`` does not divide the rows (sequence parallelism, Korthikanti et al.
@@ -57,8 +57,8 @@ class CostModel:
 
         A saturating roofline-style fit: the default ``gemm_m_half = 5`` puts half of the ceiling at 320
         rows, near the H100 ridge point (989e12 FLOP/s / 3.35e12 B/s ≈ 295 FLOP/byte, i.e. ≈ 295 rows for
-        a bf16 weight-stationary GEMM, Williams et al. 2009 roofline). ``gemm_peak_fraction`` (extension
-        of DESIGN §3's formula, default 1.0 = DESIGN's formula) is the ceiling a very large GEMM reaches:
+        a bf16 weight-stationary GEMM, Williams et al. 2009 roofline). ``gemm_peak_fraction``
+        (default 0.7) is the ceiling a very large GEMM reaches:
         measured dense bf16 GEMMs sustain less than the datasheet peak."""
         m = rows / GEMM_UNIT
         eff = self.hw.gemm_peak_fraction * m / (m + self.hw.gemm_m_half) if m > 0 else 0.0
