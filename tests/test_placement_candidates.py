@@ -13,6 +13,7 @@ from packplace.placement.candidates import block_extents, block_origins, explain
 from packplace.placement.config import build_instance, load_config
 from packplace.placement.evaluator import get_table
 from packplace.placement.hardware import Cluster
+from packplace.placement.memory import stage_layers
 from packplace.placement.plan import Strategy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,13 +40,16 @@ def test_52_heads_on_8_gpu_nodes_has_no_tp_8():
         "tensor-parallel degree 8 does not divide 52 attention heads")
 
 
-def test_30_layers_has_no_pp_4():
+def test_30_layers_get_uneven_pipeline_stages_and_no_more_stages_than_layers():
     inst = build_instance(dpo(dict(layers=30, hidden_dim=1024, ffn_dim=2048, vocab_size=1000)))
     pps = {c.strategy.pp for cands in get_table(inst).all.values() for c in cands}
-    assert 4 not in pps and 8 not in pps
-    assert pps == {1, 2}  # pp divides both 30 and the block size (a divisor of 8)
-    assert explain(inst.models["actor"], inst.cluster, 32, Strategy(2, 4, 1), 1, (1, 1, 8)) == (
-        "pipeline degree 4 does not divide 30 layers")
+    assert pps == {1, 2, 4, 8}  # pp need not divide the layers: 30 = 7 + 8 + 8 + 7 on 4 stages
+    assert stage_layers(30, 4) == (7, 8, 8, 7) and stage_layers(30, 8) == (3, 4, 4, 4, 4, 4, 4, 3)
+    assert stage_layers(61, 2) == (31, 30) and stage_layers(126, 4) == (31, 32, 32, 31)
+    few = build_instance(dpo(dict(layers=4, hidden_dim=1024, ffn_dim=2048, vocab_size=1000)))
+    assert max(c.strategy.pp for cands in get_table(few).all.values() for c in cands) == 4
+    assert explain(few.models["actor"], few.cluster, 32, Strategy(1, 8, 1), 1, (1, 1, 8)) == (
+        "pipeline degree 8 exceeds the 4 layers")
 
 
 def test_two_nodes_of_one_gpu_has_no_tp_2():
@@ -91,8 +95,11 @@ def test_every_candidate_obeys_the_hard_rules(path):
             assert dp * pp * tp == c.extent[0] * c.extent[1] * c.extent[2] == c.gpus
             assert tp <= G and c.extent[2] % tp == 0 and model.heads % tp == 0
             assert model.kv_heads % tp == 0 or tp % model.kv_heads == 0
-            assert model.layers % pp == 0 and B % dp == 0 and (B // dp) % c.micro_batch == 0
-            assert c.fits == (c.memory_bytes <= inst.hardware.memory_per_gpu)
+            assert pp <= model.layers and B % dp == 0 and (B // dp) % c.micro_batch == 0
+            limit = inst.hardware.memory_per_gpu
+            if vertex.kind == "generate":  # the engine's budget
+                limit *= inst.engine.gpu_memory_utilization
+            assert c.fits == (c.memory_bytes <= limit)
         feasible = table.feasible[vertex.name]
         assert [c.time for c in feasible] == sorted(c.time for c in feasible)
         assert all(c.fits for c in feasible) and len(table.top(vertex.name)) == min(inst.k_eval, len(feasible))
@@ -121,7 +128,8 @@ def test_model_that_never_fits_says_bytes_needed_and_available():
 
 def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
     # GRPO, Llama-3.1-8B actor, 1.5 GB per GPU: generation (the first vertex) needs 16 GPUs for its
-    # 16 GB of weights, training (weights, grads, Adam: 16 bytes/parameter) needs 128
+    # 16 GB of weights, training (weights, grads, Adam: 16 bytes/parameter; the first pipeline stage also
+    # holds the 0.5e9-parameter embedding) needs 256
     actor = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
     reward = dict(layers=4, hidden_dim=512, ffn_dim=1024, vocab_size=1000, head_dim=64)
     cfg = {"hardware": {**HW, "memory_per_gpu": 1.5e9}, "models": {"actor": actor, "reward": reward},
@@ -131,7 +139,7 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
     assert not table.feasible["actor.generate"] and not table.feasible["actor.train"]
     with pytest.raises(InfeasibleError) as info:
         table.check()
-    assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 128 "
+    assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 256 "
                                "(16.2 GB per GPU needed at the largest block (8 GPUs), 1.5 GB available)")
 
 
@@ -145,5 +153,5 @@ def test_model_that_never_fits_because_of_divisibility_says_so():
     assert str(info.value) == (
         "[models] actor does not fit: actor.train needs 0.00747 GB per GPU at the largest block (4 GPUs), 0.005 GB "
         "available (least memory of any candidate: 0.00747 GB); no block larger than 4 GPUs is legal (tp/pp/dp "
-        "divisibility: tp <= 2 (divides 2 attention heads and 8 GPUs per node), pp <= 1 (divides 1 layers), "
+        "divisibility: tp <= 2 (divides 2 attention heads and 8 GPUs per node), pp <= 1 (at most 1 layers), "
         "dp <= 2 (divides 2 sequences per step); no dp*pp*tp = 8)")

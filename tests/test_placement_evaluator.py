@@ -41,7 +41,8 @@ def hand_times():
     s, tokens = 16.0, 8 * 16.0                         # 8 sequences of S + T = 10 + 6 tokens
     forward = (2 * gemm + 2 * 2 * s * 128) * tokens    # Kaplan: 2N + 2·L·ctx·d per token
     t_ref = forward / 1e12                             # gemm_m_half = 0: full efficiency
-    t_train = 3 * forward / 1e12 + 32 * params / 1e12  # + memory-bound Adam update
+    recompute = 2 * 2 * s * 128 * tokens / 1e12        # selective recomputation: the attention term again
+    t_train = 3 * forward / 1e12 + 32 * params / 1e12 + recompute  # + memory-bound Adam update
     return t_ref, t_train
 
 

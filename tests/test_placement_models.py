@@ -12,7 +12,7 @@ from packplace.placement.config import build_instance
 from packplace.placement.cost import CostModel
 from packplace.placement.engine import RolloutEngine
 from packplace.placement.hardware import Cluster, Hardware
-from packplace.placement.memory import resident_bytes, transient_bytes, weight_bytes
+from packplace.placement.memory import resident_bytes, vertex_memory, weight_bytes
 from packplace.placement.models import ModelSpec
 from packplace.placement.workload import Workload
 
@@ -67,17 +67,22 @@ def test_memory_formulas_by_hand():
     assert weight_bytes(MODEL, 2, 1) == 2 * P / 2
     assert resident_bytes(MODEL, "infer", 4, 1, 2) == 2 * P / 2
     assert resident_bytes(MODEL, "train", 4, 1, 2) == pytest.approx(2 * P / 2 + 2 * P / 2 + 12 * P / 8)
-    # training: 34*s*mb*d/tp per layer, L/pp layers, min(pp, m) micro-batches in flight, + fp32 logits
-    t = transient_bytes(MODEL, "train", pp=2, tp=1, micro_batch=2, micro_batches=4, seq_len=16, prompt_len=10,
-                        kv_len=16)
-    assert t == pytest.approx(34 * 16 * 2 * 128 * (2 / 2) * 2 + 2 * 16 * 100 * 4)
-    t = transient_bytes(MODEL, "infer", pp=1, tp=2, micro_batch=2, micro_batches=4, seq_len=16, prompt_len=10,
-                        kv_len=16)
-    assert t == pytest.approx(34 * 16 * 2 * 128 / 2 + 2 * 16 * 100 * 4 / 2)
-    # generation: KV cache 2 * L/pp * kv/tp * hd * 2 bytes * (S + T) * mb, prefill workspace, last logits
-    t = transient_bytes(MODEL, "generate", pp=1, tp=1, micro_batch=4, micro_batches=2, seq_len=16, prompt_len=10,
-                        kv_len=16)
-    assert t == pytest.approx(2 * 2 * 2 * 64 * 2 * 16 * 4 + 34 * 10 * 4 * 128 + 4 * 100 * 4)
+
+    def memory(kind, **kw):
+        args = dict(dp=1, pp=1, tp=1, micro_batch=2, micro_batches=4, seq_len=16, prompt_len=10, live_len=16)
+        return vertex_memory(MODEL, kind, **{**args, **kw})
+
+    # training, pp = 2: stage 0 = 1 layer + embedding, 2 micro-batches in flight (1F1B);
+    # stage 1 = 1 layer + final norm + LM head, 1 micro-batch in flight + fp32 logits
+    layer = MODEL.block_params // 2
+    first = 16 * (layer + 100 * 128) + 34 * 16 * 2 * 128 * 1 * 2
+    last = 16 * (layer + 128 + 128 * 100) + 34 * 16 * 2 * 128 * 1 * 1 + 2 * 16 * 100 * 4
+    assert sum(memory("train", pp=2)) == pytest.approx(max(first, last))
+    res, tra = memory("infer", tp=2)
+    assert tra == pytest.approx(34 * 16 * 2 * 128 / 2 + 2 * 16 * 100 * 4 / 2) and res == 2 * P / 2
+    # generation: paged KV 2 * L * kv * hd * 2 bytes * live tokens * mb, prefill workspace, last logits
+    res, tra = memory("generate", micro_batch=4, micro_batches=2)
+    assert tra == pytest.approx(2 * 2 * 2 * 64 * 2 * 16 * 4 + 34 * 10 * 4 * 128 + 4 * 100 * 4)
 
 
 def test_workload_long_tail():
@@ -159,10 +164,17 @@ def test_instance_builds_cost_model_consistent_with_table():
     from packplace.placement.evaluator import get_table
     inst = build_instance(cfg)
     table = get_table(inst)
+    model = inst.models["actor"]
     for cand in table.all["actor.train"]:
         s = cand.strategy
+        # the pass plus the default selective recomputation: the forward attention term 2·L·s·q per token
+        # once more, at gemm_peak_fraction of peak, through the pipeline
+        seq = inst.workload.train_seq_len
+        per_micro_batch = 2 * 2 * seq * 128 * cand.micro_batch * seq / (s.tp * 1e15) / s.pp
+        micro_batches = 8 // (s.dp * cand.micro_batch)
+        recompute = (micro_batches + s.pp - 1) * per_micro_batch
         assert cand.time == pytest.approx(cost(inst.workload).pass_time(
-            inst.models["actor"], True, s.dp, s.pp, s.tp, cand.micro_batch, cand.extent))
+            model, True, s.dp, s.pp, s.tp, cand.micro_batch, cand.extent) + recompute)
 
 
 FREE_LINKS = {k: 0.0 for k in HW.__dict__ if k.startswith(("alpha", "beta"))}

@@ -202,6 +202,9 @@ def config_reference() -> str:
         ("Placement `hardware`", {**placement.CLUSTER_FIELDS, **placement.HARDWARE_FIELDS}, ""),
         ("Placement `workload`", placement.WORKLOAD_FIELDS, ""),
         ("Placement `policy`", placement.POLICY_FIELDS, ""),
+        ("Placement `training` (for every trained model, or per model under `actor:` / `critic:`)",
+         placement.TRAINING_FIELDS, ""),
+        ("Placement `models.reward` as a rule (`reward: rule` takes the defaults)", placement.RULE_REWARD_FIELDS, ""),
         ("Placement `optimizer`", placement.OPTIMIZER_KNOBS, ""),
     ]
     return "\n\n".join(f"**{title}**\n\n{markdown_table(table, prefix)}" for title, table, prefix in tables)

@@ -8,7 +8,8 @@ Hard rules (a candidate breaking one is not generated; :func:`explain` names the
 * ``tp ≤ G`` and ``tp`` divides the block's GPUs per node (a TP group stays inside a node);
 * ``tp`` divides the attention heads, and divides the KV heads or is a multiple of them (the KV heads
   are then replicated, and the KV cache counted on every rank);
-* ``pp`` divides the layers;
+* ``pp`` is at most the layer count (when it does not divide them the stages are uneven,
+  :func:`~packplace.placement.memory.stage_layers`);
 * the ``B·K`` sequences divide evenly over ``dp`` and each replica's share over micro-batches of ``mb``.
 
 Memory: a candidate whose own resident + transient bytes exceed ``memory_per_gpu`` is kept in
@@ -24,10 +25,12 @@ from functools import lru_cache
 
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.cost import CostModel
+from packplace.placement.engine import mean_live_tokens
 from packplace.placement.hardware import Cluster
-from packplace.placement.memory import resident_bytes, transient_bytes
+from packplace.placement.memory import DEFAULT_TRAINING, vertex_memory
 from packplace.placement.models import ModelSpec
 from packplace.placement.plan import Allocation, Strategy, VertexPlan
+from packplace.placement.training_time import training_overhead_seconds
 
 GB = 1e9
 
@@ -133,8 +136,8 @@ def explain(model: ModelSpec, cluster: Cluster, sequences: int, strategy: Strate
         return f"tensor-parallel degree {tp} does not divide {model.heads} attention heads"
     if model.kv_heads % tp and tp % model.kv_heads:
         return f"tensor-parallel degree {tp} neither divides nor is a multiple of {model.kv_heads} KV heads"
-    if model.layers % pp:
-        return f"pipeline degree {pp} does not divide {model.layers} layers"
+    if pp > model.layers:
+        return f"pipeline degree {pp} exceeds the {model.layers} layers"
     if sequences % dp:
         return f"data-parallel degree {dp} does not divide the {sequences} sequences of a step"
     if (sequences // dp) % micro_batch:
@@ -152,7 +155,7 @@ def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
         if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads):
             continue
         for pp in divisors(gpus // tp):
-            if model.layers % pp:
+            if pp > model.layers:
                 continue
             dp = gpus // (tp * pp)
             if sequences % dp:
@@ -297,10 +300,10 @@ def block_rules_broken(model: ModelSpec, cluster: Cluster, sequences: int, exten
     gpus = extent[0] * extent[1] * extent[2]
     tps = [t for t in divisors(extent[2])
            if model.heads % t == 0 and (model.kv_heads % t == 0 or t % model.kv_heads == 0)]
-    pps = [p for p in divisors(gpus) if model.layers % p == 0]
+    pps = [p for p in divisors(gpus) if p <= model.layers]
     dps = [d for d in divisors(gpus) if sequences % d == 0]
     return (f"tp/pp/dp divisibility: tp <= {max(tps, default=0)} (divides {model.heads} attention heads and "
-            f"{extent[2]} GPUs per node), pp <= {max(pps)} (divides {model.layers} layers), dp <= {max(dps)} "
+            f"{extent[2]} GPUs per node), pp <= {max(pps)} (at most {model.layers} layers), dp <= {max(dps)} "
             f"(divides {sequences} sequences per step); no dp*pp*tp = {gpus}")
 
 
@@ -316,21 +319,33 @@ def needs_old_log_prob(instance, vertex: str) -> bool:
 
 def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, cost: CostModel,
                             extents: list[tuple[int, int, int]]) -> list[Candidate]:
-    """Every legal candidate of one vertex over ``extents`` with time and memory (unsorted)."""
+    """Every legal candidate of one vertex over ``extents`` with time and memory (unsorted).
+
+    Memory is :func:`~packplace.placement.memory.vertex_memory` (worst pipeline stage) with the model's
+    training options; a generation candidate fits only within ``gpu_memory_utilization`` of the GPU (the
+    engine's budget). Training time adds :func:`training_overhead_seconds` (recomputation, offload);
+    with a rule-based reward, generation adds the CPU scoring of the step's sequences."""
     w = instance.workload
     mem = instance.hardware.memory_per_gpu
     old_log_prob = needs_old_log_prob(instance, name)
+    options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
+    limit = mem * instance.engine.gpu_memory_utilization if kind == "generate" else mem
+    extra = 0.0
+    if kind == "generate" and instance.rule_reward is not None:
+        extra = instance.rule_reward.seconds(w.sequences)
+    live_len = mean_live_tokens(w)
     out = []
     for extent in extents:
         for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent):
             dp, pp, tp = strategy.dp, strategy.pp, strategy.tp
             micro_batches = w.sequences // (dp * mb)
-            res = resident_bytes(model, kind, dp, pp, tp)
-            tra = transient_bytes(model, kind, pp=pp, tp=tp, micro_batch=mb, micro_batches=micro_batches,
-                                  seq_len=w.train_seq_len, prompt_len=w.context_length,
-                                  kv_len=w.context_length + w.max_response)
-            seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent, old_log_prob)
-            out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= mem))
+            res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=mb, micro_batches=micro_batches,
+                                     seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
+                                     options=options)
+            seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent, old_log_prob) + extra
+            if kind == "train":
+                seconds += training_overhead_seconds(cost, model, options, dp, pp, tp, mb, extent)
+            out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))
     return out
 
 
@@ -339,7 +354,7 @@ def _why_none(model: ModelSpec, cluster: Cluster, sequences: int) -> str:
     tps = [t for t in divisors(G) if model.heads % t == 0]
     if not tps:
         return f"no tensor-parallel degree <= {G} divides {model.heads} heads"
-    return (f"no combination of tp in {tps}, pp dividing {model.layers} layers and dp dividing {sequences} "
+    return (f"no combination of tp in {tps}, pp up to {model.layers} layers and dp dividing {sequences} "
             f"sequences matches a block size of this cluster")
 
 

@@ -21,17 +21,18 @@ needs and no other.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from packplace.contract import Field, check_count, check_section
 from packplace.errors import ConfigError, show
-from packplace.placement.engine import BATCHING, DEFAULT_MAX_NUM_SEQS, RolloutEngine
+from packplace.placement.engine import BATCHING, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_NUM_SEQS, RolloutEngine
 from packplace.placement.graph import ALGORITHMS, StepGraph, build_graph
 from packplace.placement.hardware import HARDWARE_DEFAULTS, Cluster, Hardware, resolve_preset
+from packplace.placement.memory import OFFLOAD, RECOMPUTE, SHARDING, TrainingOptions
 from packplace.placement.models import LM_ROLES, ModelSpec
-from packplace.placement.workload import Workload
+from packplace.placement.workload import RULE_SECONDS_PER_SAMPLE, RuleReward, Workload
 from packplace.shape import from_hf_config, shape_from_mapping
 from packplace.yamlio import load_yaml as _shared_load_yaml
 
@@ -113,7 +114,30 @@ POLICY_FIELDS: dict[str, Field] = {
     "batching": Field("enum", choices=BATCHING, default="continuous", meaning="rollout engine batching"),
     "max_num_seqs": Field("int", "sequences", 1, 1_000_000, default=DEFAULT_MAX_NUM_SEQS,
                           meaning="sequences a rollout engine decodes at once"),
+    "gpu_memory_utilization": Field("float", "", 0, 1, exclusive_minimum=True,
+                                    default=DEFAULT_GPU_MEMORY_UTILIZATION,
+                                    meaning="fraction of a GPU the rollout engine may use (vLLM's default 0.9)"),
 }
+#: Options of ``[training]`` (for every trained model, or per model under ``actor:`` / ``critic:``);
+#: formulas and sources in :mod:`packplace.placement.memory` and :mod:`packplace.placement.training_time`.
+TRAINING_FIELDS: dict[str, Field] = {
+    "sharding": Field("enum", choices=SHARDING, default="zero1",
+                      meaning="training state sharding over data parallel ranks (zero3 = FSDP full shard)"),
+    "recompute": Field("enum", choices=RECOMPUTE, default="selective",
+                       meaning="activation recomputation (Korthikanti et al. 2022)"),
+    "offload": Field("enum", choices=OFFLOAD, default="none",
+                     meaning="training state kept in host memory, moved at host_bandwidth"),
+    "fp32_grad_buffer": Field("bool", default=False, meaning="fp32 gradient accumulation buffer (4 bytes/param)"),
+}
+#: Fields of a rule-based reward ``models.reward: {kind: rule, ...}`` (``models.reward: rule`` = defaults).
+RULE_REWARD_FIELDS: dict[str, Field] = {
+    "kind": Field("enum", choices=("rule",), meaning="a rule-based reward scored on CPU (no GPU model)"),
+    "seconds_per_sample": Field("float", "s", 0, 3600, default=RULE_SECONDS_PER_SAMPLE,
+                                meaning="CPU seconds to score one response"),
+    "workers": Field("int", "processes", 1, 1_000_000, default=1, meaning="CPU processes scoring in parallel"),
+}
+#: Top-level sections of a placement config.
+SECTIONS = ("hardware", "models", "workload", "policy", "optimizer", "training")
 #: Knobs of the ``[optimizer]`` section other than ``staleness_candidates``. Ints accept an integral float
 #: (YAML reads ``5e4`` as a float). Cross-field rule: ``t_min <= t_init``. Every knob is checked at config
 #: load (:func:`validate_optimizer_knobs`) and the instance's ``optimizer`` holds all of them with
@@ -166,7 +190,10 @@ class PlacementInstance:
         optimizer: The ``[optimizer]`` section, validated, every knob of :data:`OPTIMIZER_KNOBS` present
             (defaults filled), ``staleness_candidates`` as ``{model: (0, 1, ...)}``.
         source: Where it came from (a path or ``"<dict>"``).
-        engine: The rollout engine's batching (``policy.batching``, ``policy.max_num_seqs``).
+        engine: The rollout engine's batching and memory budget (``policy.batching``,
+            ``policy.max_num_seqs``, ``policy.gpu_memory_utilization``).
+        training: ``{model: TrainingOptions}`` of the trained models (``[training]``; defaults when absent).
+        rule_reward: The rule-based reward (``models.reward: rule``), or ``None`` for a reward model.
     """
 
     cluster: Cluster
@@ -178,6 +205,8 @@ class PlacementInstance:
     optimizer: Mapping[str, Any]
     source: str = "<dict>"
     engine: RolloutEngine = field(default_factory=RolloutEngine)
+    training: Mapping[str, TrainingOptions] = field(default_factory=dict)
+    rule_reward: RuleReward | None = None
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -383,15 +412,20 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     if not isinstance(config, Mapping):
         raise ConfigError(f"config: must be a mapping of sections, got {type(config).__name__}")
     for key in config:
-        if key not in ("hardware", "models", "workload", "policy", "optimizer"):
-            raise ConfigError(f"[{key}] Unknown section; valid: hardware, models, workload, policy, optimizer")
+        if key not in SECTIONS:
+            raise ConfigError(f"[{show(key)}] Unknown section; valid: {', '.join(SECTIONS)}")
     cluster, hardware = _hardware(_section(config, "hardware"))
     policy = check_section(_section(config, "policy", required=False), POLICY_FIELDS, "[policy]",
                            label=_label("policy"), **_FORMATS)
     algorithm = policy["algorithm"]
-    engine = RolloutEngine(policy["batching"], policy["max_num_seqs"])
+    engine = RolloutEngine(policy["batching"], policy["max_num_seqs"], policy["gpu_memory_utilization"])
     models_cfg = _section(config, "models")
     required = REQUIRED_ROLES[algorithm]
+    rule_reward = None
+    if "reward" in required and _is_rule(models_cfg.get("reward")):
+        rule_reward = _rule_reward(models_cfg["reward"])
+        models_cfg = {k: v for k, v in models_cfg.items() if k != "reward"}
+        required = tuple(r for r in required if r != "reward")
     if "reference" in models_cfg:
         raise ConfigError("[models] reference: the reference model always has the actor's architecture; "
                           "remove this entry")
@@ -404,7 +438,37 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     _require(models_cfg, required, "models")
     models = {role: _model(role, models_cfg[role], source) for role in required}
     models["reference"] = models["actor"]
+    training = _training(_section(config, "training", required=False), TRAINABLE[algorithm])
     workload = _workload(_section(config, "workload"))
     optimizer = _optimizer(_section(config, "optimizer", required=False), algorithm)
-    return PlacementInstance(cluster, hardware, models, workload, algorithm, build_graph(algorithm),
-                             optimizer, source, engine)
+    return PlacementInstance(cluster, hardware, models, workload, algorithm,
+                             build_graph(algorithm, reward_model=rule_reward is None), optimizer, source, engine,
+                             training=training, rule_reward=rule_reward)
+
+
+def _is_rule(spec: Any) -> bool:
+    return spec == "rule" or (isinstance(spec, Mapping) and spec.get("kind") == "rule")
+
+
+def _rule_reward(spec: Any) -> RuleReward:
+    """``models.reward: rule`` or ``{kind: rule, seconds_per_sample: s, workers: n}``
+    (:data:`RULE_REWARD_FIELDS`)."""
+    if spec == "rule":
+        return RuleReward()
+    values = check_section(spec, RULE_REWARD_FIELDS, "[models.reward]", label=_label("models.reward"), **_FORMATS)
+    return RuleReward(values["seconds_per_sample"], values["workers"])
+
+
+def _training(section: dict[str, Any], trainable: tuple[str, ...]) -> dict[str, TrainingOptions]:
+    """``[training]``: options of :data:`TRAINING_FIELDS` for every trained model and/or per model
+    (``actor: {...}``, ``critic: {...}``), a model's own entry winning."""
+    models = tuple(m for m in trainable if m != "ac_share")
+    common = check_section({k: v for k, v in section.items() if k not in models}, TRAINING_FIELDS, "[training]",
+                           extra=models, label=_label("training"), **_FORMATS)
+    out = {}
+    for model in models:
+        own = section.get(model) or {}
+        given = check_section(own, {name: replace(spec, default=None) for name, spec in TRAINING_FIELDS.items()},
+                              f"[training.{model}]", label=_label(f"training.{model}"), **_FORMATS)
+        out[model] = TrainingOptions(**{**common, **given})
+    return out

@@ -16,6 +16,7 @@ import numpy as np
 
 from packplace.placement.engine import RolloutEngine, continuous_schedule, kv_capacity_sequences
 from packplace.placement.hardware import Cluster, Hardware
+from packplace.placement.memory import stage_share
 from packplace.placement.models import ModelSpec
 from packplace.placement.workload import Workload
 
@@ -171,11 +172,13 @@ class CostModel:
         all micro-batch tokens by its ``1/tp`` weight slice; Megatron-LM); tensor-parallel all-reduces of
         ``tokens·d·2`` bytes at the node level, 2 per
         layer forward and 2 more backward (Megatron-LM, Shoeybi et al. 2019; Narayanan et al. 2021);
-        non-GEMM time. A stage takes ``1/pp`` of that plus one point-to-point activation send (two for
-        training) of ``tokens·d·2`` bytes; the ``B·K/(dp·mb)`` micro-batches run through the pipeline
-        (:meth:`pipeline`). Training then all-reduces the bf16 gradients ``2P/(tp·pp)`` over the ``dp``
-        ranks at the level of the data-parallel group, and runs the Adam update, memory bound:
-        ``32·P/(tp·pp·dp)`` bytes (read + write of 16 bytes of state per parameter) at HBM bandwidth.
+        non-GEMM time. A stage takes its share of the layers (``1/pp``; for an uneven split the largest
+        stage's ``max(stage_layers)/L``, :func:`~packplace.placement.memory.stage_share`) plus one
+        point-to-point activation send (two for training) of ``tokens·d·2`` bytes; the ``B·K/(dp·mb)``
+        micro-batches run through the pipeline (:meth:`pipeline`). Training then all-reduces the bf16
+        gradients ``2P/(tp·pp)`` over the ``dp`` ranks at the level of the data-parallel group, and runs
+        the Adam update, memory bound: ``32·P/(tp·pp·dp)`` bytes (read + write of 16 bytes of state per
+        parameter) at HBM bandwidth.
         """
         w = self.workload
         s = w.train_seq_len
@@ -187,7 +190,7 @@ class CostModel:
         compute = flops / (tp * self.hw.flops_per_gpu * eff)
         tp_comm = (4 if train else 2) * model.layers * self.allreduce(tokens * model.hidden_dim * ACT_BYTES, tp, 0)
         non_gemm = factor * self._non_gemm(model.layers, tokens / tp)
-        stage = (compute + tp_comm + non_gemm) / pp
+        stage = (compute + tp_comm + non_gemm) * stage_share(model.layers, pp)
         if pp > 1:
             level = self.group_level(dp * pp * tp, extent)
             stage += (2 if train else 1) * self.p2p(tokens * model.hidden_dim * ACT_BYTES / tp, level)
@@ -264,7 +267,8 @@ class CostModel:
     def engine_concurrency(self, model: ModelSpec, tp: int, pp: int, micro_batch: int) -> int:
         """Sequences an engine replica runs at once: ``min(mb, max_num_seqs, KV capacity)`` with the
         capacity from :func:`packplace.placement.engine.kv_capacity_sequences`."""
-        capacity = kv_capacity_sequences(model, self.hw.memory_per_gpu, self.workload, tp, pp)
+        capacity = kv_capacity_sequences(model, self.hw.memory_per_gpu, self.workload, tp, pp,
+                                         self.engine.gpu_memory_utilization)
         return max(1, min(micro_batch, self.engine.max_num_seqs, capacity))
 
     def generate_time(self, model: ModelSpec, dp: int, pp: int, tp: int, micro_batch: int,
@@ -281,7 +285,8 @@ class CostModel:
         Static rounds (``batching: static``): rounds of ``mb`` sequences, each a prefill of ``mb``
         prompts and decode iterations ``t = 1..T_max`` (``T_max`` the longest response of the batch,
         :attr:`Workload.max_response`) with the expected running count ``a_t = mb·(1 − F(t−1))`` from
-        ``gen_quantiles``; rounds overlap across pipeline stages: ``(rounds + pp − 1)·t_round/pp``.
+        ``gen_quantiles``; rounds overlap across pipeline stages: ``(rounds + pp − 1)·t_round·share`` with
+        ``share = 1/pp`` (the largest stage's share of the layers for an uneven split).
         Very long generations (``T_max`` > ``workload.DECODE_EXACT_STEPS`` = 16384) are summed in chunks of
         consecutive iterations, each valued at its middle (midpoint rule, < 1e-4 relative in the test that
         chunks a 400-step decode into 100 pieces)."""
@@ -301,7 +306,7 @@ class CostModel:
         active = micro_batch * fraction
         step = self.decode_step_times(model, tp, pp, extent, dp, active, active * (S + steps))
         round_time = prefill + float((step * weight).sum())
-        return self.pipeline(rounds, pp, round_time / pp)
+        return self.pipeline(rounds, pp, round_time * stage_share(model.layers, pp))
 
     # -- movement between blocks -----------------------------------------------------------------
     def realloc_time(self, model: ModelSpec, src_layout: tuple[int, int], src_range: tuple[int, int],

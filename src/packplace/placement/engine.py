@@ -22,6 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from packplace.placement.memory import max_concurrent_sequences
 from packplace.placement.models import ModelSpec
 from packplace.placement.workload import Workload
 
@@ -47,27 +48,26 @@ class RolloutEngine:
     Attributes:
         batching: ``continuous`` (vLLM / SGLang; default) or ``static`` (rounds of ``mb`` sequences).
         max_num_seqs: Running sequences at most per engine replica (default 256, vLLM's default).
+        gpu_memory_utilization: Fraction of each GPU the engine may use for weights, activations and
+            KV cache (default 0.9, vLLM's); a generation candidate must fit in it.
     """
 
     batching: str = "continuous"
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
 
 
 def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,
                           gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> int:
-    """Sequences a paged KV cache holds at once on one engine replica (at least 1).
-
-    ``floor((utilization · memory_per_gpu − 2P/(tp·pp)) / (kv_bytes_per_token · live))``: vLLM reserves
-    ``gpu_memory_utilization`` of the GPU, keeps the bf16 weights and gives the rest to KV pages, which
-    hold only the tokens of live sequences (Kwon et al. 2023); ``live`` = :func:`mean_live_tokens`. This
-    is the one place the engine's concurrency is estimated; the memory model's paged-KV figure replaces it
-    when it provides one.
-    """
-    free = gpu_memory_utilization * memory_per_gpu - 2.0 * model.params / (tp * pp)
-    per_sequence = model.kv_bytes_per_token(tp, pp) * mean_live_tokens(workload)
-    if free <= 0 or per_sequence <= 0:
-        return 1
-    return max(1, int(free // per_sequence))
+    """Sequences a paged KV cache holds at once on one engine replica (at least 1): the memory model's
+    :func:`packplace.placement.memory.max_concurrent_sequences` with live sequences of
+    :func:`mean_live_tokens` tokens (vLLM reserves ``gpu_memory_utilization`` of the GPU, keeps the bf16 weights of the
+    largest pipeline stage and a prefill workspace, and gives the rest to KV pages holding only live
+    tokens; Kwon et al. 2023)."""
+    live = mean_live_tokens(workload)
+    return max(1, max_concurrent_sequences(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
+                                           gpu_memory_utilization=gpu_memory_utilization,
+                                           prompt_len=workload.context_length, live_len=live))
 
 
 def mean_live_tokens(workload: Workload) -> float:

@@ -74,13 +74,14 @@ class StepGraph:
         return groups
 
 
-def build_graph(algorithm: str) -> StepGraph:
+def build_graph(algorithm: str, reward_model: bool = True) -> StepGraph:
     """The step graph of ``algorithm``.
 
     PPO: ``actor.generate → {reference.infer, reward.infer, critic.infer} → {actor.train, critic.train}``,
     publications ``actor.train → actor.generate`` and ``critic.train → critic.infer``.
     GRPO drops the critic (group-relative advantages). DPO is ``reference.infer → actor.train`` (offline
-    preference pairs, no generation, no publication).
+    preference pairs, no generation, no publication). With ``reward_model=False`` (a rule-based reward
+    scored on CPU) PPO and GRPO have no ``reward.infer`` vertex and no edges to or from it.
 
     Raises:
         ValueError: unknown algorithm (the config layer turns this into a ConfigError first).
@@ -110,4 +111,7 @@ def build_graph(algorithm: str) -> StepGraph:
         pubs = []
     else:
         raise ValueError(f"unknown algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
+    if not reward_model:
+        names = [n for n in names if n != "reward.infer"]
+        data = [(a, b) for a, b in data if "reward.infer" not in (a, b)]
     return StepGraph(algorithm, tuple(v(n) for n in names), tuple(data), tuple(pubs))

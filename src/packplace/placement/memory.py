@@ -1,64 +1,279 @@
-"""Per-GPU memory model (bytes), DESIGN §3.
+"""Per-GPU memory model (bytes) of the placement problem.
 
 A vertex's memory splits into a *resident* part (weights, and for a trainer its gradients and Adam
 states) that stays on the GPU for every model placed there, and a *transient* part (activations,
 logits, KV cache) that only exists while the vertex runs. On one GPU the evaluator charges
 ``Σ_models max(resident of that model's vertices) + max_vertices(transient)``.
 
-Units: bytes. ``P`` parameters, bf16 weights and gradients (2 bytes), fp32 Adam master/m/v (12 bytes).
+Pipeline stages are not equal: the first stage holds the input embedding, the last the final norm,
+the output head (with tied embeddings and ``pp > 1`` a copy of the embedding matrix, as Megatron-LM
+keeps one on the last stage) and the fp32 logits, and when ``pp`` does not divide the layers the
+stages differ in size (:func:`stage_layers`). A vertex's memory is that of its worst stage.
+
+Training state per GPU (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models", §5.1 and Figure 1: ``(2 + 2 + K)·Ψ`` with ``K = 12`` bytes of fp32 Adam state), for
+the ``p`` parameters of a stage on one tensor-parallel rank and ``N_d = dp``:
+
+============  ====================  ===================  =================
+sharding      bf16 weights          gradients (g bytes)  Adam states
+============  ====================  ===================  =================
+``none``      ``2p``                ``g·p``              ``12p``
+``zero1``     ``2p``                ``g·p``              ``12p/N_d``
+``zero2``     ``2p``                ``g·p/N_d``          ``12p/N_d``
+``zero3``     ``2p/N_d + 2·p_L``    ``g·p/N_d``          ``12p/N_d``
+============  ====================  ===================  =================
+
+``g = 2`` (bf16 gradients) or 4 with ``fp32_grad_buffer`` (Megatron-LM's fp32 main-gradient
+accumulation buffer). ``zero3`` (= FSDP full shard) also holds one all-gathered layer ``p_L``
+(parameters are gathered layer by layer; FSDP docs, "FULL_SHARD"). ``zero1`` is Megatron-LM's
+distributed optimizer. Offload (Ren et al. 2021, "ZeRO-Offload"): ``optimizer`` keeps the Adam states
+on the host (0 GPU bytes); ``optimizer+params`` also the weights, of which the GPU then holds the
+gathered layer only.
+
+Activations per layer per micro-batch of ``b`` sequences of ``s`` tokens, hidden ``h``, ``a`` heads,
+``t`` tensor-parallel ranks with sequence parallelism (Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", Table 2): ``recompute: none`` ``s·b·h·(34 + 5·a·s/h)/t``;
+``selective`` (attention scores recomputed, as flash attention does) ``34·s·b·h/t``; ``full`` (only each
+layer's input kept) ``2·s·b·h/t`` plus the working set of the one layer being recomputed
+``34·s·b·h/t``. With a 1F1B schedule stage ``i`` of ``pp`` holds ``min(pp − i, m)`` micro-batches in
+flight (Narayanan et al. 2021).
+
+Generation is a paged KV cache (Kwon et al. 2023, "Efficient Memory Management for Large Language Model
+Serving with PagedAttention"; vLLM): the engine holds the KV of *live* tokens only — a sequence's prompt
+plus its response so far, on average ``S + mean response`` from the response-length quantiles — and the
+whole engine (weights, activations, KV) must fit in ``gpu_memory_utilization`` of the GPU (vLLM default
+0.9). :func:`max_concurrent_sequences` is the number of sequences such an engine holds at once.
+
+Units: bytes. bf16 weights, activations and KV cache (2 bytes), fp32 logits (4 bytes).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
+from packplace.errors import ConfigError
 from packplace.placement.models import ModelSpec
 
-#: Activation bytes per token per hidden unit of one layer (Korthikanti et al. 2022, "Reducing
-#: Activation Recomputation in Large Transformer Models", Table 2: ``s·b·h·34/t`` with sequence
-#: parallelism and selective recomputation; the ``5·a·s/h`` attention-score term is recomputed / not
-#: materialised by flash attention).
+#: Activation bytes per token per hidden unit of one layer with sequence parallelism and selective
+#: recomputation (Korthikanti et al. 2022, Table 2: ``s·b·h·34/t``).
 ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 34
+#: Attention-score bytes per ``a·s²·b`` of one layer without recomputation (Korthikanti et al. 2022,
+#: Table 2: the ``5·a·s/h`` term: softmax input and output in 2 bytes, dropout mask in 1 byte).
+ATTENTION_SCORE_BYTES = 5
+#: Bytes per token per hidden unit kept per layer under full recomputation (the layer input, bf16).
+FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN = 2
+#: Adam state bytes per parameter: fp32 master weights, first and second moments (ZeRO paper's K = 12).
+ADAM_BYTES = 12
+#: Bytes of fp32 logits per element.
+LOGIT_BYTES = 4
+
+SHARDING = ("none", "zero1", "zero2", "zero3")
+RECOMPUTE = ("none", "selective", "full")
+OFFLOAD = ("none", "optimizer", "optimizer+params")
+
+
+@dataclass(frozen=True)
+class TrainingOptions:
+    """Memory options of one training task (module docstring for the formulas).
+
+    Attributes:
+        sharding: ``none`` (DDP), ``zero1`` (default; Megatron-LM distributed optimizer), ``zero2``,
+            ``zero3`` (FSDP full shard: verl, OpenRLHF, DeepSpeed-Chat).
+        recompute: ``none``, ``selective`` (default; what flash attention does anyway) or ``full``.
+        offload: ``none`` (default), ``optimizer`` or ``optimizer+params`` (host memory over PCIe).
+        fp32_grad_buffer: fp32 gradient accumulation buffer (4 bytes per parameter instead of 2;
+            default false).
+
+    Raises:
+        ConfigError: an unknown value (``sharding: must be one of ...``).
+    """
+
+    sharding: str = "zero1"
+    recompute: str = "selective"
+    offload: str = "none"
+    fp32_grad_buffer: bool = False
+
+    def __post_init__(self) -> None:
+        for name, valid in (("sharding", SHARDING), ("recompute", RECOMPUTE), ("offload", OFFLOAD)):
+            if getattr(self, name) not in valid:
+                raise ConfigError(f"{name}: must be one of {', '.join(valid)}, got {getattr(self, name)!r}")
+        if not isinstance(self.fp32_grad_buffer, bool):
+            raise ConfigError(f"fp32_grad_buffer: must be true or false, got {self.fp32_grad_buffer!r}")
+
+
+DEFAULT_TRAINING = TrainingOptions()
+
+
+def stage_layers(layers: int, pp: int) -> tuple[int, ...]:
+    """Layers of each of the ``pp`` pipeline stages (``pp ≤ layers``).
+
+    Even when ``pp`` divides ``layers``. Otherwise every stage gets ``⌊L/pp⌋`` and the ``L mod pp`` extra
+    layers go to the middle stages first (the first holds the embedding, the last the output head and
+    logits), then to the first stage — the shape Megatron-LM's ``decoder_first_pipeline_num_layers`` /
+    ``decoder_last_pipeline_num_layers`` produce when set to the smaller size. 61 layers on 4 stages:
+    ``(15, 16, 15, 15)``; on 2 stages ``(31, 30)``.
+    """
+    base, extra = divmod(layers, pp)
+    counts = [base] * pp
+    order = list(range(1, pp - 1)) + [0, pp - 1]
+    for i in order[:extra]:
+        counts[i] += 1
+    return tuple(counts)
+
+
+def stage_share(layers: int, pp: int) -> float:
+    """Fraction of the layers the slowest pipeline stage runs: ``1/pp`` for an even split, else
+    ``max(stage_layers)/L``."""
+    if layers % pp == 0:
+        return 1.0 / pp
+    return max(stage_layers(layers, pp)) / layers
+
+
+def stage_params(model: ModelSpec, pp: int) -> tuple[int, ...]:
+    """Parameters of each pipeline stage (all tensor-parallel ranks together): its layers, the input
+    embedding on the first, the final norm and output head on the last (a tied LM head with ``pp > 1``
+    is a copy of the embedding matrix there)."""
+    per_layer = model.block_params / model.layers
+    out = []
+    for i, n in enumerate(stage_layers(model.layers, pp)):
+        p = n * per_layer
+        if i == 0:
+            p += model.embedding_params
+        if i == pp - 1:
+            p += model.head_params
+            if pp > 1 and model.lm_head and model.tie_word_embeddings:
+                p += model.vocab_size * (model.embedding_dim or model.hidden_dim)
+        out.append(int(round(p)))
+    return tuple(out)
 
 
 def weight_bytes(model: ModelSpec, tp: int, pp: int) -> float:
-    """bf16 weights per GPU: ``2·P / (tp·pp)``."""
-    return 2.0 * model.params / (tp * pp)
+    """bf16 weights per GPU of the largest stage: ``2·max(stage_params)/tp`` (``2P/tp`` for pp = 1)."""
+    return 2.0 * max(stage_params(model, pp)) / tp
 
 
-def resident_bytes(model: ModelSpec, kind: str, dp: int, pp: int, tp: int) -> float:
-    """Resident bytes per GPU of a vertex of ``kind`` (generate / infer / train).
+def train_state_bytes(params: float, layer_params: float, dp: int, options: TrainingOptions) -> float:
+    """Weights + gradients + Adam states per GPU (bytes) of ``params`` parameters on one tensor-parallel
+    rank of one stage, sharded ``dp`` ways as ``options`` say (table in the module docstring).
+    ``layer_params`` is one layer's parameters on that rank (the gathered unit of zero3 / param offload).
+    8-way zero1: 5.5 bytes per parameter; 8-way zero3: 2 bytes per parameter plus the gathered layer."""
+    grad = (4.0 if options.fp32_grad_buffer else 2.0) * params
+    weights = 2.0 * params
+    adam = ADAM_BYTES * params
+    if options.sharding in ("zero1", "zero2", "zero3"):
+        adam /= dp
+    if options.sharding in ("zero2", "zero3"):
+        grad /= dp
+    if options.sharding == "zero3":
+        weights = weights / dp + 2.0 * layer_params
+    if options.offload != "none":
+        adam = 0.0
+    if options.offload == "optimizer+params":
+        weights = 2.0 * layer_params
+    return weights + grad + adam
 
-    Inference and generation: the weights ``2P/(tp·pp)``. Training adds bf16 gradients ``2P/(tp·pp)`` and
-    Adam states (fp32 master weights, first and second moments) ``12P/(tp·pp·dp)`` sharded over data
-    parallel ranks (ZeRO stage 1, Rajbhandari et al. 2020).
+
+def activation_bytes_per_layer(model: ModelSpec, seq_len: float, micro_batch: int, tp: int,
+                               recompute: str = "selective") -> float:
+    """Activation bytes one layer keeps for the backward pass of one micro-batch (Korthikanti et al.
+    2022, Table 2, with sequence parallelism; module docstring)."""
+    sbh = seq_len * micro_batch * model.hidden_dim
+    if recompute == "full":
+        return FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * sbh / tp
+    act = ACTIVATION_BYTES_PER_TOKEN_HIDDEN * sbh / tp
+    if recompute == "none":
+        act += ATTENTION_SCORE_BYTES * model.heads * seq_len * seq_len * micro_batch / tp
+    return act
+
+
+def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, micro_batch: int,
+                  micro_batches: int, seq_len: float, prompt_len: int, live_len: float,
+                  options: TrainingOptions = DEFAULT_TRAINING) -> tuple[float, float]:
+    """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
+
+    Args:
+        model: The shape.
+        kind: ``train``, ``infer`` or ``generate``.
+        dp, pp, tp: Parallel degrees.
+        micro_batch: Sequences per micro-batch (generation: sequences decoded together per replica).
+        micro_batches: Micro-batches per replica per step (generation: rounds).
+        seq_len: Tokens per sequence of a training / inference pass (``S + mean response``).
+        prompt_len: Prompt tokens ``S`` (generation's prefill workspace).
+        live_len: Live KV tokens per generated sequence (``S + mean response``, paged cache).
+        options: Training memory options (train only).
+
+    Per stage ``i``: train — :func:`train_state_bytes` resident, activations of its layers for
+    ``min(pp − i, m)`` micro-batches in flight, fp32 logits ``mb·s·V_out·4/tp`` on the last stage;
+    infer — bf16 weights, one layer's activations and the last stage's logits; generate — bf16 weights,
+    the paged KV of ``mb·min(pp, rounds)`` sequences of ``live_len`` tokens for the stage's layers, the
+    prefill workspace of one layer ``34·S·mb·d/tp`` and the last token's logits ``mb·V·4/tp``.
     """
-    w = weight_bytes(model, tp, pp)
+    per_layer_rank = model.block_params / model.layers / tp
+    layers = stage_layers(model.layers, pp)
+    params = stage_params(model, pp)
+    best = (-1.0, 0.0, 0.0)
+    for i in range(pp):
+        p = params[i] / tp
+        last = i == pp - 1
+        if kind == "train":
+            resident = train_state_bytes(p, per_layer_rank, dp, options)
+            act = activation_bytes_per_layer(model, seq_len, micro_batch, tp, options.recompute)
+            transient = act * layers[i] * min(pp - i, micro_batches)
+            if options.recompute == "full":
+                transient += activation_bytes_per_layer(model, seq_len, micro_batch, tp, "selective")
+            if last:
+                transient += micro_batch * seq_len * model.output_dim * LOGIT_BYTES / tp
+        elif kind == "infer":
+            resident = 2.0 * p
+            transient = activation_bytes_per_layer(model, seq_len, micro_batch, tp)
+            if last:
+                transient += micro_batch * seq_len * model.output_dim * LOGIT_BYTES / tp
+        else:
+            resident = 2.0 * p
+            kv_per_token = model.kv_bytes_per_token(tp, 1) * layers[i] / model.layers
+            transient = kv_per_token * live_len * micro_batch * min(pp, micro_batches)
+            transient += ACTIVATION_BYTES_PER_TOKEN_HIDDEN * prompt_len * micro_batch * model.hidden_dim / tp
+            if last:
+                transient += micro_batch * model.output_dim * LOGIT_BYTES / tp
+        if resident + transient > best[0]:
+            best = (resident + transient, resident, transient)
+    return best[1], best[2]
+
+
+def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,
+                             gpu_memory_utilization: float, prompt_len: int, live_len: float,
+                             prefill_sequences: int = 1) -> int:
+    """How many sequences a paged-KV generation engine holds at once (per data-parallel replica).
+
+    The engine may use ``gpu_memory_utilization · memory_per_gpu`` bytes per GPU; after the bf16 weights
+    of the largest stage and the prefill workspace of ``prefill_sequences`` prompts
+    (``34·S·n·d/tp`` bytes, one layer) the rest is KV cache, and each sequence holds ``live_len`` tokens
+    on average (prompt plus response so far: ``S + mean response``):
+
+        ⌊(util·M − weights − workspace) / (kv_bytes_per_token(tp, pp) · live_len)⌋
+
+    with the KV bytes of the largest stage's layers. 128 rollouts of Llama-3.1-8B at 1,016 live tokens
+    need 17 GB of KV; an 80 GB GPU at utilisation 0.9 holds 419 such sequences (prompt 128).
+
+    Returns:
+        The count (0 when the weights alone exceed the budget).
+    """
+    budget = gpu_memory_utilization * memory_per_gpu
+    budget -= weight_bytes(model, tp, pp)
+    budget -= ACTIVATION_BYTES_PER_TOKEN_HIDDEN * prompt_len * prefill_sequences * model.hidden_dim / tp
+    per_sequence = model.kv_bytes_per_token(tp, 1) * max(stage_layers(model.layers, pp)) / model.layers * live_len
+    if budget <= 0 or per_sequence <= 0:
+        return 0
+    return int(math.floor(budget / per_sequence))
+
+
+def resident_bytes(model: ModelSpec, kind: str, dp: int, pp: int, tp: int,
+                   options: TrainingOptions = DEFAULT_TRAINING) -> float:
+    """Resident bytes per GPU of the worst stage (the ``resident`` of :func:`vertex_memory` without
+    activations): bf16 weights, and for ``train`` :func:`train_state_bytes`."""
+    per_layer_rank = model.block_params / model.layers / tp
+    worst = max(stage_params(model, pp)) / tp
     if kind != "train":
-        return w
-    return 2 * w + 12.0 * model.params / (tp * pp * dp)
-
-
-def transient_bytes(model: ModelSpec, kind: str, *, pp: int, tp: int, micro_batch: int, micro_batches: int,
-                    seq_len: float, prompt_len: int, kv_len: int) -> float:
-    """Transient bytes per GPU while the vertex runs.
-
-    * train: activations ``34·s·mb·d/tp`` per layer (Korthikanti 2022) for ``L/pp`` layers and
-      ``min(pp, micro_batches)`` micro-batches in flight on the first stage (1F1B schedule, Narayanan
-      et al. 2021), plus the fp32 logits of one micro-batch ``mb·s·V_out·4/tp``.
-    * infer: one layer's activations ``34·s·mb·d/tp`` (nothing is kept for a backward pass) plus the
-      fp32 logits ``mb·s·V_out·4/tp`` (the log-prob pass's spike).
-    * generate: the KV cache ``2·(L/pp)·kv_per_rank·head_dim·2 bytes·(S + T_max)`` per sequence for
-      ``mb`` sequences and ``min(pp, rounds)`` rounds in flight, plus the prefill workspace of one
-      layer ``34·S·mb·d/tp`` and the last token's logits ``mb·V·4/tp``.
-
-    ``V_out`` is the vocabulary for the actor/reference and 1 for a value head.
-    """
-    d = model.hidden_dim
-    act_layer = ACTIVATION_BYTES_PER_TOKEN_HIDDEN * seq_len * micro_batch * d / tp
-    if kind == "train":
-        logits = micro_batch * seq_len * model.output_dim * 4.0 / tp
-        return act_layer * (model.layers / pp) * min(pp, micro_batches) + logits
-    if kind == "infer":
-        return act_layer + micro_batch * seq_len * model.output_dim * 4.0 / tp
-    kv = model.kv_bytes_per_token(tp, pp) * kv_len * micro_batch * min(pp, micro_batches)
-    prefill = ACTIVATION_BYTES_PER_TOKEN_HIDDEN * prompt_len * micro_batch * d / tp
-    return kv + prefill + micro_batch * model.output_dim * 4.0 / tp
+        return 2.0 * worst
+    return train_state_bytes(worst, per_layer_rank, dp, options)

@@ -7,6 +7,10 @@ from functools import cached_property
 
 import numpy as np
 
+#: CPU seconds to score one response with a rule-based reward (an estimate for a regex / symbolic math
+#: answer check, e.g. math-verify: milliseconds per response; set it from a measurement of your verifier).
+RULE_SECONDS_PER_SAMPLE = 0.001
+
 #: Decode steps kept one by one by :attr:`Workload.decode_grid`; longer generations are chunked.
 DECODE_EXACT_STEPS = 16384
 
@@ -102,3 +106,21 @@ class Workload:
     def train_seq_len(self) -> float:
         """Tokens per sequence in training and inference passes ``S + mean response`` (packed)."""
         return self.context_length + self.mean_response
+
+
+@dataclass(frozen=True)
+class RuleReward:
+    """A rule-based reward (math answer check, unit tests): a CPU step with no GPU model.
+
+    Attributes:
+        seconds_per_sample: CPU seconds to score one response (default
+            :data:`RULE_SECONDS_PER_SAMPLE`).
+        workers: CPU processes scoring in parallel (default 1).
+    """
+
+    seconds_per_sample: float = RULE_SECONDS_PER_SAMPLE
+    workers: int = 1
+
+    def seconds(self, sequences: int) -> float:
+        """Seconds to score ``sequences`` responses: ``sequences · seconds_per_sample / workers``."""
+        return sequences * self.seconds_per_sample / self.workers

@@ -1,0 +1,146 @@
+"""Training memory options (ZeRO sharding, recomputation, offload, fp32 gradient buffer), per-stage
+pipeline memory, the paged-KV generation engine and the time that saving memory costs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from packplace.errors import ConfigError
+from packplace.placement.config import build_instance, load_config, load_yaml
+from packplace.placement.evaluator import get_table
+from packplace.placement.memory import (
+    TrainingOptions,
+    max_concurrent_sequences,
+    stage_params,
+    train_state_bytes,
+    vertex_memory,
+)
+from packplace.placement.plan import Strategy
+from packplace.shape import TransformerShape
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DPO8B = os.path.join(ROOT, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml")
+LLAMA8 = TransformerShape(32, 4096, 14336, 128256, num_kv_heads=8)
+
+
+@pytest.mark.parametrize("sharding, offload, fp32, per_param", [
+    ("none", "none", False, 16.0),                # 2 + 2 + 12 (ZeRO paper's baseline, K = 12)
+    ("zero1", "none", False, 2 + 2 + 12 / 8),     # 5.5: P_os
+    ("zero2", "none", False, 2 + 14 / 8),         # 3.75: P_os+g
+    ("zero3", "none", False, 16 / 8),             # 2: P_os+g+p (+ the gathered layer)
+    ("zero1", "none", True, 2 + 4 + 12 / 8),      # fp32 gradient buffer
+    ("zero3", "optimizer", False, 4 / 8),         # Adam states on the host
+    ("zero3", "optimizer+params", False, 2 / 8),  # weights too: only the gathered layer stays
+])
+def test_zero_bytes_per_parameter_at_8_way_data_parallelism(sharding, offload, fp32, per_param):
+    options = TrainingOptions(sharding=sharding, offload=offload, fp32_grad_buffer=fp32)
+    layer = 1e6
+    gathered = 2 * layer if sharding == "zero3" or offload == "optimizer+params" else 0.0
+    assert train_state_bytes(1e9, layer, 8, options) == pytest.approx(per_param * 1e9 + gathered)
+
+
+def test_llama_8b_pp4_first_stage_holds_the_embedding():
+    inst = load_config(DPO8B)
+    w = inst.workload
+    assert w.train_seq_len == pytest.approx(824.37)
+    params = stage_params(LLAMA8, 4)
+    layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    assert params[0] == 8 * layer + 128256 * 4096                  # 8 layers + embedding
+    assert params[3] == 8 * layer + 4096 + 4096 * 128256           # 8 layers + final norm + LM head
+    resident, transient = vertex_memory(LLAMA8, "train", dp=1, pp=4, tp=1, micro_batch=1, micro_batches=256,
+                                        seq_len=w.train_seq_len, prompt_len=512, live_len=w.train_seq_len)
+    # 16 bytes/parameter x (8 layers + embedding) + 34·s·d per layer x 8 layers x 4 micro-batches in flight
+    assert resident == 16 * params[0]
+    assert transient == pytest.approx(34 * w.train_seq_len * 4096 * 8 * 4)
+    assert (resident + transient) / 1e9 == pytest.approx(40.0, abs=0.05)
+    cand = get_table(inst).by_key["actor.train"][(Strategy(1, 4, 1), 1, (1, 1, 4))]
+    assert cand.memory_bytes == resident + transient
+
+
+def test_recompute_and_offload_trade_memory_for_time():
+    cfg = load_yaml(DPO8B)
+    times, memory = {}, {}
+    key = (Strategy(8, 1, 1), 1, (1, 1, 8))
+    for name, training in [("none", {"recompute": "none"}), ("selective", {}), ("full", {"recompute": "full"}),
+                           ("optimizer", {"offload": "optimizer"}),
+                           ("optimizer+params", {"offload": "optimizer+params", "sharding": "zero3"}),
+                           ("zero3", {"sharding": "zero3"})]:
+        inst = build_instance({**cfg, "training": {"actor": training}})
+        cand = get_table(inst).by_key["actor.train"][key]
+        times[name], memory[name] = cand.time, cand.memory_bytes
+    assert memory["full"] < memory["selective"] < memory["none"]
+    assert times["none"] < times["selective"] < times["full"]
+    # full recomputation costs one more forward pass: about a third of the training step
+    assert 0.25 < (times["full"] - times["none"]) / times["none"] < 0.4
+    assert memory["optimizer"] < memory["selective"] and times["optimizer"] > times["selective"]
+    assert memory["optimizer+params"] < memory["zero3"] and times["optimizer+params"] > times["zero3"]
+    # offload moves (2 + 2) bytes per parameter of this GPU's zero1 shard over PCIe (25 GB/s default)
+    assert times["optimizer"] - times["selective"] == pytest.approx(4 * LLAMA8.params / 8 / 25e9, rel=1e-9)
+
+
+def test_paged_kv_engine_holds_live_tokens_only():
+    # 128 rollouts of Llama-3.1-8B, 1,016 live tokens on average: 17 GB of KV, not 68 GB at the 4,096 cap
+    assert 128 * 1016 * LLAMA8.kv_bytes_per_token() / 1e9 == pytest.approx(17.05, abs=0.01)
+    held = max_concurrent_sequences(LLAMA8, tp=1, pp=1, memory_per_gpu=80e9, gpu_memory_utilization=0.9,
+                                    prompt_len=128, live_len=1016)
+    budget = 0.9 * 80e9 - 2 * LLAMA8.params - 34 * 128 * 4096
+    assert held == int(budget // (1016 * 131072)) == 419
+    half = max_concurrent_sequences(LLAMA8, tp=1, pp=1, memory_per_gpu=80e9, gpu_memory_utilization=0.3,
+                                    prompt_len=128, live_len=1016)
+    assert half == int((0.3 * 80e9 - 2 * LLAMA8.params - 34 * 128 * 4096) // (1016 * 131072))
+    assert max_concurrent_sequences(LLAMA8, tp=1, pp=1, memory_per_gpu=16e9, gpu_memory_utilization=0.9,
+                                    prompt_len=128, live_len=1016) == 0
+
+
+def test_generation_fits_within_gpu_memory_utilization():
+    inst = load_config(DPO8B.replace("dpo_llama3.1-8b_1x8xh100", "grpo_qwen2.5-7b_2x8xh100"))
+    cfg = load_yaml(inst.source)
+    low = build_instance({**cfg, "policy": {**cfg["policy"], "gpu_memory_utilization": 0.3}})
+    for table, util in ((get_table(inst), 0.9), (get_table(low), 0.3)):
+        gen = table.all["actor.generate"]
+        assert table.instance.engine.gpu_memory_utilization == util
+        assert all(c.fits == (c.memory_bytes <= util * 80e9) for c in gen)
+    assert len(get_table(low).feasible["actor.generate"]) < len(get_table(inst).feasible["actor.generate"])
+
+
+@pytest.mark.parametrize("section, value, message", [
+    ("training", {"sharding": "zero4"}, "[training] sharding: must be one of none, zero1, zero2, zero3, got 'zero4'"),
+    ("training", {"actor": {"recompute": "some"}}, "[training.actor] recompute: must be one of none, selective, full"),
+    ("training", {"critic": {}}, "[training] Unknown field: 'critic'"),
+    ("training", {"actor": {"fp32_grad_buffer": 1}}, "[training.actor] fp32_grad_buffer: must be true or false"),
+    ("policy", {"algorithm": "dpo", "gpu_memory_utilization": 1.5},
+     "[policy] gpu_memory_utilization: must be a finite number in (0, 1], got 1.5"),
+    ("policy", {"algorithm": "dpo", "gpu_memory_utilisation": 0.5},
+     "[policy] Unknown field: 'gpu_memory_utilisation'"),
+])
+def test_bad_memory_options_are_one_line_errors(section, value, message):
+    with pytest.raises(ConfigError) as info:
+        build_instance({**load_yaml(DPO8B), section: value})
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_host_bandwidth_is_validated():
+    cfg = load_yaml(DPO8B)
+    cfg["hardware"]["host_bandwidth"] = 0.0
+    with pytest.raises(ConfigError, match=r"\[hardware\] host_bandwidth: must be a finite number in \(0, "):
+        build_instance(cfg)
+
+
+def test_rule_reward_is_a_cpu_step_without_a_gpu_model():
+    grpo = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
+    base = load_yaml(grpo)
+    model = build_instance(base)
+    rule = build_instance({**base, "models": {**base["models"], "reward": {"kind": "rule", "seconds_per_sample": 0.01,
+                                                                          "workers": 4}}})
+    assert "reward.infer" in model.graph.names and "reward.infer" not in rule.graph.names
+    assert "reward" not in rule.models
+    assert ("actor.generate", "actor.train") in rule.graph.data_edges
+    extra = 1024 * 0.01 / 4   # 128 prompts x 8 samples scored on 4 CPU workers
+    for a, b in zip(get_table(model).all["actor.generate"], get_table(rule).all["actor.generate"]):
+        assert b.time == pytest.approx(a.time + extra, rel=1e-12)
+    short = build_instance({**base, "models": {**base["models"], "reward": "rule"}})
+    assert short.rule_reward.seconds(1000) == pytest.approx(1.0)   # default 1 ms per response, 1 worker
+    with pytest.raises(ConfigError, match=r"\[models.reward\] workers: must be an integer in \[1, 1,000,000\], got 0"):
+        build_instance({**base, "models": {**base["models"], "reward": {"kind": "rule", "workers": 0}}})
