@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from packplace.errors import ConfigError
 from packplace.placement.models import ModelSpec
@@ -105,6 +106,7 @@ class TrainingOptions:
 DEFAULT_TRAINING = TrainingOptions()
 
 
+@lru_cache(maxsize=4096)
 def stage_layers(layers: int, pp: int) -> tuple[int, ...]:
     """Layers of each of the ``pp`` pipeline stages (``pp ≤ layers``).
 
@@ -122,6 +124,7 @@ def stage_layers(layers: int, pp: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
+@lru_cache(maxsize=4096)
 def stage_share(layers: int, pp: int) -> float:
     """Fraction of the layers the slowest pipeline stage runs: ``1/pp`` for an even split, else
     ``max(stage_layers)/L``."""
@@ -130,6 +133,7 @@ def stage_share(layers: int, pp: int) -> float:
     return max(stage_layers(layers, pp)) / layers
 
 
+@lru_cache(maxsize=4096)
 def stage_params(model: ModelSpec, pp: int) -> tuple[int, ...]:
     """Parameters of each pipeline stage (all tensor-parallel ranks together): its layers, the input
     embedding on the first, the final norm and output head on the last (a tied LM head with ``pp > 1``
