@@ -140,7 +140,9 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
     with pytest.raises(InfeasibleError) as info:
         table.check()
     assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 256 "
-                               "(16.2 GB per GPU needed at the largest block (8 GPUs), 1.5 GB available)")
+                               "(16.2 GB per GPU needed at the largest block (8 GPUs), 1.5 GB available); the whole "
+                               "plan with every task on its own GPUs needs at most 289 (actor.generate 16 GPUs, "
+                               "reference.infer 16 GPUs, reward.infer 1 GPUs at 0.0265 GB, actor.train 256 GPUs)")
 
 
 def test_model_that_never_fits_because_of_divisibility_says_so():

@@ -276,7 +276,23 @@ class CandidateTable:
                               f"candidate: {gb(least.memory_bytes)} GB){capped}")
         needed, name, _, detail, *_ = max(short, key=lambda x: x[0])  # needs the most GPUs (first on ties)
         raise InfeasibleError(f"[hardware] cluster has {inst.cluster.num_gpus} GPUs; the smallest feasible plan for "
-                          f"{name} needs {needed} ({detail})")
+                              f"{name} needs {needed} ({detail}); {self._whole_plan(short)}")
+
+    def _whole_plan(self, short: list) -> str:
+        """The whole plan's GPU count with every task on its own smallest memory-feasible block (an upper
+        bound on the smallest cluster: colocating tasks may need fewer), with each task's GPUs and, where
+        it fits on this cluster, its GB per GPU."""
+        grown = {entry[1]: entry[0] for entry in short}
+        parts, total = [], 0
+        for vertex in self.instance.graph.vertices:
+            if vertex.name in grown:
+                total += grown[vertex.name]
+                parts.append(f"{vertex.name} {grown[vertex.name]} GPUs")
+            else:
+                best = min(self.feasible[vertex.name], key=lambda c: (c.gpus, c.memory_bytes))
+                total += best.gpus
+                parts.append(f"{vertex.name} {best.gpus} GPUs at {gb(best.memory_bytes)} GB")
+        return f"the whole plan with every task on its own GPUs needs at most {total} ({', '.join(parts)})"
 
     def largest_legal_block(self, vertex: str) -> int:
         """GPUs of the largest block any hard-rule-legal candidate of ``vertex`` uses (0 if none)."""
