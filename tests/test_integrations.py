@@ -17,7 +17,12 @@ from packplace.errors import ConfigError
 from packplace.integrations import partition
 from packplace.integrations.hyper_parallel import PackplaceBalancingAlgorithm
 from packplace.integrations.partition import largest_part
-from packplace.integrations.verl import get_seqlen_balanced_partitions, micro_batch_partitions, workload
+from packplace.integrations.verl import (
+    differencing_partitions,
+    get_seqlen_balanced_partitions,
+    micro_batch_partitions,
+    workload,
+)
 
 
 def test_oracle_reproduces_a_hand_checked_differencing_answer():
@@ -41,7 +46,8 @@ def _check_shape(parts, n, k):
 def test_get_seqlen_balanced_partitions_is_never_worse_than_verl(data, k, equal_size):
     per_part = data.draw(st.integers(1, 8))
     n = k * per_part if equal_size else data.draw(st.integers(k, 6 * k))
-    values = data.draw(st.lists(st.integers(1, 5000), min_size=n, max_size=n))
+    top = data.draw(st.sampled_from([3, 50, 5000]))  # small ranges: many ties between sums
+    values = data.draw(st.lists(st.integers(0, top), min_size=n, max_size=n))
     ours = get_seqlen_balanced_partitions(values, k, equal_size)
     theirs = verl_partitions(values, k, equal_size)
     _check_shape(ours, n, k)
@@ -49,6 +55,14 @@ def test_get_seqlen_balanced_partitions_is_never_worse_than_verl(data, k, equal_
     assert largest_part(values, ours) <= largest_part(values, theirs)
     if equal_size:
         assert {len(p) for p in ours} == {n // k}
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), k=st.integers(1, 6), equal_size=st.booleans())
+def test_packaged_differencing_reproduces_the_oracle_exactly(data, k, equal_size):
+    n = k * data.draw(st.integers(1, 8)) if equal_size else data.draw(st.integers(k, 6 * k))
+    values = data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))  # small values: many ties
+    assert differencing_partitions(values, k, equal_size) == verl_partitions(values, k, equal_size)
 
 
 def test_equal_size_not_dividing_gives_sizes_within_one():

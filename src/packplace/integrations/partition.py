@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -17,6 +17,18 @@ from packplace.errors import ConfigError
 DEFAULT_SOLVER = "repair"
 
 
+@overload
+def partition(weights: Sequence[float] | np.ndarray, k: int, *, equal_count: bool = ..., solver: str = ...,
+              time_limit_s: float | None = ..., seed: int = ..., also_differencing: bool = ...,
+              with_proof: Literal[False] = ..., **options: Any) -> list[list[int]]: ...
+
+
+@overload
+def partition(weights: Sequence[float] | np.ndarray, k: int, *, equal_count: bool = ..., solver: str = ...,
+              time_limit_s: float | None = ..., seed: int = ..., also_differencing: bool = ...,
+              with_proof: Literal[True], **options: Any) -> tuple[list[list[int]], bool]: ...
+
+
 def partition(
     weights: Sequence[float] | np.ndarray,
     k: int,
@@ -26,8 +38,9 @@ def partition(
     time_limit_s: float | None = None,
     seed: int = 0,
     also_differencing: bool = True,
+    with_proof: bool = False,
     **options: Any,
-) -> list[list[int]]:
+) -> list[list[int]] | tuple[list[list[int]], bool]:
     """Split ``weights`` into ``k`` non-empty parts with the smallest largest part sum.
 
     The problem is a balance instance with one unbounded bin per rank (tokens 1 per item, capacity
@@ -43,9 +56,12 @@ def partition(
         equal_count: Part sizes differ by at most one.
         solver: A balance backend (``packplace.solvers.available("balance")``), default ``repair``.
         time_limit_s, seed, **options: Passed to the backend.
+        with_proof: Also return whether the answer's largest sum equals the evaluator's lower bound
+            (rounded up for integer weights), i.e. is proven optimal.
 
     Returns:
-        ``k`` lists of item indices, each sorted ascending, every index exactly once.
+        ``k`` lists of item indices, each sorted ascending, every index exactly once (and the proof
+        flag with ``with_proof``).
 
     Raises:
         ConfigError: bad weights, k < 1 or k > n, an unknown solver or option.
@@ -72,7 +88,10 @@ def partition(
     if not candidates:
         raise RuntimeError(f"partition: {solver} found no partition ({result.status}: {result.message})")
     best = min(candidates, key=lambda bins: evaluator.objective(bins, "makespan"))
-    return [sorted(int(i) for i in part) for part in best]
+    parts = [sorted(int(i) for i in part) for part in best]
+    if with_proof:
+        return parts, evaluator.objective(best, "makespan") <= bound
+    return parts
 
 
 def largest_part(weights: Sequence[float] | np.ndarray, parts: Sequence[Sequence[int]]) -> float:

@@ -5,8 +5,10 @@ Replace ``from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
 signature, same return type (``k_partitions`` lists of indices, each sorted, non-empty, every index
 once), same meaning of ``equal_size``. Differences, all on the safe side:
 
-* the answer is the better of packplace's ``solver`` and the largest differencing method (verl's
-  own algorithm), so its largest partition sum is never above a differencing answer;
+* the answer is packplace's ``solver`` answer (improved by packplace's differencing method), unless
+  that is not proven optimal by the lower bound and verl's own answer
+  (:func:`differencing_partitions`, same tie rules) has a smaller largest sum: so the largest
+  partition sum is never above verl's;
 * ``equal_size=True`` with ``len(seqlen_list)`` not divisible by ``k_partitions`` gives sizes that
   differ by at most one (verl raises ``AssertionError``);
 * bad input raises :class:`~packplace.errors.ConfigError` (a ``ValueError``) with one line instead of
@@ -22,6 +24,7 @@ sample counts when asked, and rank workloads are balanced.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,7 +33,80 @@ import numpy as np
 from packplace.balance.api import solve_balance
 from packplace.balance.schema import make_instance
 from packplace.errors import ConfigError, show
-from packplace.integrations.partition import DEFAULT_SOLVER, partition
+from packplace.integrations.partition import DEFAULT_SOLVER, largest_part, partition
+
+
+class _Subset:
+    """A part of a differencing state: members as (index, value) pairs, their sum and count."""
+
+    __slots__ = ("total", "items")
+
+    def __init__(self, items: list[tuple[int, Any]]) -> None:
+        self.items = items
+        self.total = sum(value for _, value in items)
+
+    def key(self) -> tuple[Any, int, list[tuple[int, Any]]]:
+        """verl's order of subsets: by sum, then size, then the member list."""
+        return (self.total, len(self.items), self.items)
+
+
+class _TopKey:
+    """Heap tie-break between states of equal spread: the state whose top subset is larger pops first."""
+
+    __slots__ = ("top",)
+
+    def __init__(self, top: _Subset) -> None:
+        self.top = top
+
+    def __lt__(self, other: _TopKey) -> bool:
+        return self.top.key() > other.top.key()
+
+
+def differencing_partitions(values: Sequence[Any], k: int, equal_size: bool) -> list[list[int]]:
+    """verl's own partition: the largest differencing method (Karmarkar & Karp 1982) with verl's ties.
+
+    Items enter in ascending (value, index) order, each as a state of k subsets (one holding the
+    item); with ``equal_size`` they enter k at a time, one per subset. A state's subsets are kept in
+    decreasing (sum, size, members) order; the two states of largest spread (max − min subset sum;
+    ties: the larger top subset first) merge, subset i of one with subset k−1−i of the other,
+    until one state is left. Reproduces ``verl.utils.seqlen_balancing.karmarkar_karp``'s answers
+    (written from its documented behaviour), so :func:`get_seqlen_balanced_partitions` can return
+    the better of it and packplace's answer.
+
+    Args:
+        values: Item values, shape (n,).
+        k: Number of parts, 1 <= k <= n.
+        equal_size: Items enter k at a time (requires k dividing n).
+
+    Returns:
+        k lists of indices in the state's subset order (sorted within each part).
+    """
+    ordered = sorted((value, i) for i, value in enumerate(values))
+    heap: list[tuple[Any, _TopKey, int, list[_Subset]]] = []
+    counter = 0
+
+    def push(subsets: list[_Subset]) -> None:
+        nonlocal counter
+        subsets.sort(key=_Subset.key, reverse=True)
+        spread = subsets[0].total - subsets[-1].total
+        heapq.heappush(heap, (-spread, _TopKey(subsets[0]), counter, subsets))
+        counter += 1
+
+    if equal_size:
+        for start in range(0, len(ordered), k):
+            push([_Subset([(i, value)]) for value, i in ordered[start:start + k]])
+    else:
+        for value, i in ordered:
+            push([_Subset([(i, value)])] + [_Subset([]) for _ in range(k - 1)])
+    while len(heap) > 1:
+        first = heapq.heappop(heap)[3]
+        second = heapq.heappop(heap)[3]
+        for i in range(k):
+            other = second[k - 1 - i]
+            first[i].items.extend(other.items)
+            first[i].total += other.total
+        push(first)
+    return [sorted(i for i, _ in subset.items) for subset in heap[0][3]]
 
 
 def get_seqlen_balanced_partitions(
@@ -59,8 +135,15 @@ def get_seqlen_balanced_partitions(
     """
     if not isinstance(equal_size, (bool, np.bool_)):
         raise ConfigError(f"equal_size: must be True or False, got {show(equal_size)}")
-    return partition(seqlen_list, k_partitions, equal_count=bool(equal_size), solver=solver,
-                     time_limit_s=time_limit_s, seed=seed)
+    equal_size = bool(equal_size)
+    parts, proven = partition(seqlen_list, k_partitions, equal_count=equal_size, solver=solver,
+                              time_limit_s=time_limit_s, seed=seed, with_proof=True)
+    values = seqlen_list.tolist() if isinstance(seqlen_list, np.ndarray) else list(seqlen_list)
+    if not proven and (not equal_size or len(values) % k_partitions == 0):
+        theirs = differencing_partitions(values, k_partitions, equal_size)
+        if largest_part(values, theirs) < largest_part(values, parts):
+            return theirs
+    return parts
 
 
 def workload(seqlens: Sequence[int] | np.ndarray) -> np.ndarray:
