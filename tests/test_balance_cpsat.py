@@ -26,7 +26,7 @@ HEURISTICS = ("lpt", "repair", "karmarkar_karp")
 def start_mode(request, monkeypatch):
     """Run each hand-computed case twice: with the heuristic start, and with CP-SAT alone."""
     if request.param == "without_start":
-        monkeypatch.setattr(cpsat_module, "_heuristic_start", lambda *args, **kwargs: None)
+        monkeypatch.setattr(cpsat_module, "_heuristic_start", lambda *args, **kwargs: (None, False))
     return request.param
 
 
@@ -339,7 +339,7 @@ def test_model_building_stops_at_the_time_limit():
 
 
 def test_skipped_model_without_start_is_unknown(monkeypatch):
-    monkeypatch.setattr(cpsat_module, "_heuristic_start", lambda *args, **kwargs: None)
+    monkeypatch.setattr(cpsat_module, "_heuristic_start", lambda *args, **kwargs: (None, False))
     instance = make_instance([1] * 12, list(range(1, 13)), seq_len=10, data_parallel_size=2, local_batch_size=2)
     result = solve(instance, max_booleans=47)  # 12 x 4 = 48 Booleans
     assert result.status == "unknown" and result.solution is None

@@ -130,22 +130,29 @@ class _Model:
     exact_budgets: bool = True
 
 
-def _heuristic_start(instance: BalanceInstance, seed: int, time_limit_s: float | None = None) -> _Start | None:
+def _heuristic_start(
+    instance: BalanceInstance, seed: int, time_limit_s: float | None = None
+) -> tuple[_Start | None, bool]:
     """The best feasible starting assignment: a registered heuristic's answer or the reference bins.
 
     Tries the heuristics of :data:`START_HEURISTICS` in order (``repair``, else ``lpt``) through the
     registry and takes the first that returns a feasible assignment; the instance's reference bins
     compete with it, and the better of the two (evaluator objective, ties to the heuristic) is the
-    start. Returns None when neither exists (e.g. a heuristic dead end without reference bins).
+    start. Returns (None, ...) when neither exists (e.g. a heuristic dead end without reference
+    bins); the flag says a heuristic stopped at ``time_limit_s`` (the next one is then not tried).
     """
     evaluator = BalanceEvaluator(instance)
     names = available("balance")
     candidates: list[_Start] = []
+    timed_out = False
     for name in START_HEURISTICS:
         if name not in names:
             continue
         proposal = get("balance", name).solve(instance, time_limit_s=time_limit_s, seed=seed)
         if proposal.solution is None:
+            if proposal.hit_time_limit:
+                timed_out = True
+                break
             continue
         bins = getattr(proposal.solution, "bins", proposal.solution)
         bins = tuple(tuple(b) for b in bins)
@@ -156,8 +163,8 @@ def _heuristic_start(instance: BalanceInstance, seed: int, time_limit_s: float |
     if instance.reference_bins is not None:
         candidates.append(_Start(instance.reference_bins, "reference", evaluator.objective(instance.reference_bins)))
     if not candidates:
-        return None
-    return min(candidates, key=lambda start: start.objective)
+        return None, timed_out
+    return min(candidates, key=lambda start: start.objective), timed_out
 
 
 def _integral(values: Sequence[float]) -> bool:
@@ -502,7 +509,7 @@ def solve(
 
     evaluator = BalanceEvaluator(instance)
     analytic = evaluator.lower_bound()
-    start = _heuristic_start(instance, seed, time_limit_s=max(0.05, 0.2 * limit))
+    start, start_timed_out = _heuristic_start(instance, seed, time_limit_s=max(0.05, 0.2 * limit))
     info: dict[str, Any] = {"start": start.source if start else None,
                             "start_objective": start.objective if start else None}
     if start is not None and start.objective <= analytic * (1 + OPTIMALITY_RTOL):
@@ -513,6 +520,7 @@ def solve(
 
     def fall_back(message: str, timed_out: bool = False) -> Proposal:
         info["returned"] = start.source if start else None
+        timed_out = timed_out or start_timed_out
         if start is None:
             return Proposal(None, UNKNOWN, bound=analytic, hit_time_limit=timed_out,
                             message=f"{message}; no heuristic start to return", info=info)

@@ -32,13 +32,19 @@ The score is
 
 Implementation (three paths; the two fast ones give exactly the bins of the general one):
 
-* heap path — ``makespan``/``balance`` without padding or budgets: a heap of ranks keyed by
-  (load, rank). A sample pops ranks in load order, skipping (lazily, pushed back afterwards) ranks
-  none of whose bins has room, and stops at the first feasible rank; ranks with exactly the same
-  load are then compared on (remaining tokens, rank tokens, rank, bin). A rank whose largest free
-  space is smaller than every sample still to come is dropped for good. Comparing ranks on the load
-  before adding the sample's cost orders them exactly as the load after, up to floating-point
-  rounding of that addition. Cost O(n log D) plus the skips, which are rare for sorted input.
+* heap path — ``makespan``/``balance`` without padding or budgets: ranks of equal load form one
+  *group*, a sorted list of (free tokens, rank tokens, rank, bin) over their bins, and the distinct
+  loads sit in a heap. A sample pops loads in increasing order and bisects each group for its
+  first bin with free ≥ t, which is exactly the tie-break (least remaining tokens after placing,
+  rank tokens, rank, bin) among the tied ranks; groups without such a bin are pushed back
+  afterwards, and dropped for good when nothing still to come fits any of their bins. Moving the
+  chosen rank to its new load's group costs O(m log D) (plus the list shifts). Comparing ranks on
+  the load before adding the sample's cost orders them exactly as the load after, up to
+  floating-point rounding of that addition. Cost O(n·m·log D) however many loads tie (token-only
+  costs, lengths clipped at one value): measured with ``benchmarks/lpt_ties.py`` (262,144
+  lognormal samples, 1.9 % clipped at 8,192, D = 4,096, m = 2), 1.5 s with cost = tokens against
+  1.2 s with the ties broken; the previous rank heap, which compared every tied rank, took 172 s
+  on the tied run. The deadline is checked every :data:`CLOCK_EVERY` samples.
 * leader-zone path — ``rounds`` without padding or budgets, any m (:func:`_lpt_rounds`): raising a
   load x by c raises the round objective by the length of [x, x + c) inside the "leader zones"
   between consecutive rounds, so only each round's lowest feasible load can win; the top round's
@@ -50,11 +56,12 @@ Implementation (three paths; the two fast ones give exactly the bins of the gene
   samples on 3072 ranks took 8.2 s, where the numpy path before it did ~850 samples/s.
 * general path — padding or budgets: numpy over all D·m bins per sample, O(n·D·m).
 
-A dead end (a sample that fits no bin) returns the instance's ``reference_bins`` with status
-``feasible`` and a message saying so, or status ``unknown`` without a solution when there are none.
+A dead end (a sample that fits no bin) hands over to :mod:`construction`: a capacity-feasible
+packing by FFD/BFD/WFD or bin completion, spread over the ranks; failing that the instance's
+``reference_bins`` (status ``feasible``), else status ``unknown``; the message says which.
 LPT is one deterministic pass: ``seed`` is unused, ``time_limit_s`` is checked every 256 samples on
-the general path and every 1024 on the leader-zone path (past it, the same fallback as a dead end,
-with ``hit_time_limit``).
+the general path and every 1024 on the heap and leader-zone paths (past it, the reference grouping
+or ``unknown``, with ``hit_time_limit``).
 """
 
 from __future__ import annotations
@@ -63,7 +70,7 @@ import functools
 import heapq
 import math
 import time
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -175,6 +182,10 @@ def _every_gth(size: int, group_size: int, shift: int) -> np.ndarray:
     return ((np.arange(size) + shift) % group_size == 0).astype(float)
 
 
+#: Samples between two looks at the clock on the heap path.
+CLOCK_EVERY = 1024
+
+
 class DeadEnd(Exception):
     """LPT found no feasible bin for a sample (or ran out of time)."""
 
@@ -191,14 +202,20 @@ def lpt_bins(
     constraints = instance.constraints
     plain = instance.padding_cost is None and not constraints.budgets
     if plain and instance.objective in ("makespan", "balance"):
-        return _lpt_heap(instance, prepared)
+        return _lpt_heap(instance, prepared, deadline)
     if plain and instance.objective == "rounds":
         return _lpt_rounds(instance, prepared, deadline)
     return _lpt_vectorized(instance, prepared, deadline)
 
 
-def _lpt_heap(instance: BalanceInstance, prepared: PreparedSamples) -> list[list[int]]:
-    """Fast path: makespan/balance without padding or budgets (see the module docstring)."""
+def _lpt_heap(
+    instance: BalanceInstance, prepared: PreparedSamples, deadline: float | None = None
+) -> list[list[int]]:
+    """Fast path: makespan/balance without padding or budgets (see the module docstring).
+
+    Raises:
+        DeadEnd: a sample fits no bin, or ``deadline`` passed (checked every :data:`CLOCK_EVERY`).
+    """
     ranks = instance.data_parallel_size
     per_rank = instance.local_batch_size
     num_bins = ranks * per_rank
@@ -211,12 +228,15 @@ def _lpt_heap(instance: BalanceInstance, prepared: PreparedSamples) -> list[list
     free = [seq_len] * num_bins  # -1 marks a bin closed by an oversized sample
     rank_load = [0.0] * ranks
     rank_tokens = [0] * ranks
+    clock = time.perf_counter
 
     # Phase 1: the first D·m samples fill the empty bins. All empty bins leave the same remaining
     # capacity, so the key is (load, rank tokens, rank), then the rank's lowest empty bin.
     filled = [0] * ranks
     heap = [(0.0, 0, r) for r in range(ranks)]
-    for i in order[:num_bins]:
+    for pos, i in enumerate(order[:num_bins]):
+        if deadline is not None and pos % CLOCK_EVERY == 0 and clock() > deadline:
+            raise DeadEnd(f"time limit reached after {pos} of {n} samples")
         _, _, r = heapq.heappop(heap)
         b = r * per_rank + filled[r]
         filled[r] += 1
@@ -227,70 +247,92 @@ def _lpt_heap(instance: BalanceInstance, prepared: PreparedSamples) -> list[list
         rank_tokens[r] += t
         if filled[r] < per_rank:
             heapq.heappush(heap, (rank_load[r], rank_tokens[r], r))
+    if n <= num_bins:
+        return bins
 
-    # Phase 2: the least-loaded rank with room, best fit inside it.
+    # Phase 2: the least-loaded rank with room, best fit inside it. Ranks of equal load form one
+    # group: a list of (free tokens, rank tokens, rank, bin) over their bins, sorted, so that the
+    # tie-break (least remaining tokens after placing, rank tokens, rank, bin) is one bisection for
+    # the first bin with free >= t. Distinct loads sit in a heap.
     tail_tokens = prepared.tokens[prepared.order]
-    suffix_min = np.minimum.accumulate(tail_tokens[::-1])[::-1].tolist() if n > num_bins else []
-    heap = [(rank_load[r], r) for r in range(ranks)]
-    heapq.heapify(heap)
+    suffix_min = np.minimum.accumulate(tail_tokens[::-1])[::-1].tolist()
+    groups: dict[float, list[tuple[int, int, int, int]]] = {}
+    for r in range(ranks):
+        entries = groups.setdefault(rank_load[r], [])
+        entries.extend((free[b], rank_tokens[r], r, b) for b in range(r * per_rank, (r + 1) * per_rank))
+    for entries in groups.values():
+        entries.sort()
+    load_heap = list(groups)
+    heapq.heapify(load_heap)
+    in_heap = set(load_heap)
     pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
     single = per_rank == 1
     for pos in range(num_bins, n):
+        if deadline is not None and pos % CLOCK_EVERY == 0 and clock() > deadline:
+            raise DeadEnd(f"time limit reached after {pos} of {n} samples")
         i = order[pos]
         t = tokens[i]
-        c = costs[i]
-        if single and heap:
-            # Common case: the least-loaded rank has room and no other rank shares its load.
-            load, r = heap[0]
-            alone = (len(heap) < 2 or heap[1][0] != load) and (len(heap) < 3 or heap[2][0] != load)
-            if alone and load == rank_load[r] and free[r] >= t:
-                bins[r].append(i)
-                free[r] -= t
-                rank_tokens[r] += t
-                rank_load[r] = load + c
-                replace(heap, (load + c, r))
-                continue
-        smallest_left = suffix_min[pos]
+        if single:
+            # Common case: the least load belongs to one rank, which has room, and its new load is new.
+            load = load_heap[0]
+            entries = groups.get(load)
+            if entries is not None and len(entries) == 1 and entries[0][0] >= t:
+                room, old_tokens, r, b = entries[0]
+                new_load = load + costs[i]
+                if new_load not in groups:
+                    del groups[load]
+                    in_heap.discard(load)
+                    groups[new_load] = [(room - t, old_tokens + t, r, b)]
+                    in_heap.add(new_load)
+                    replace(load_heap, new_load)
+                    bins[b].append(i)
+                    free[b] = room - t
+                    rank_tokens[r] = old_tokens + t
+                    rank_load[r] = new_load
+                    continue
         skipped = []
-        chosen = None  # (remaining, rank tokens, rank, bin)
-        chosen_load = 0.0
-        while heap:
-            entry = pop(heap)
-            load, r = entry
-            if load != rank_load[r]:
-                continue  # stale entry (defensive; every placed rank is re-pushed below)
-            if chosen is not None and load != chosen_load:
-                push(heap, entry)
+        chosen = None
+        while load_heap:
+            load = pop(load_heap)
+            in_heap.discard(load)
+            entries = groups.get(load)
+            if not entries:
+                continue  # stale: the group emptied since it was pushed
+            at = bisect_left(entries, (t,))
+            if at < len(entries):
+                chosen = (load, entries, at)
                 break
-            base = r * per_rank
-            best_bin = -1
-            best_free = seq_len + 1
-            widest = -1
-            for b in range(base, base + per_rank):
-                f = free[b]
-                if f > widest:
-                    widest = f
-                if t <= f < best_free:
-                    best_free = f
-                    best_bin = b
-            if best_bin < 0:
-                if widest >= smallest_left:
-                    skipped.append(entry)
-                continue  # else: nothing still to come fits this rank; drop it for good
-            key = (best_free - t, rank_tokens[r], r, best_bin)
-            if chosen is None or key < chosen:
-                chosen = key
-            chosen_load = load
-            skipped.append(entry)
+            if entries[-1][0] >= suffix_min[pos]:
+                skipped.append(load)
+            else:
+                del groups[load]  # nothing still to come fits any bin of these ranks
         if chosen is None:
             raise DeadEnd(f"sample {prepared.keys[i]!r} ({t} tokens) fits no bin")
-        _, _, r, b = chosen
+        load, entries, at = chosen
+        _, old_tokens, r, b = entries[at]
+        for k in range(r * per_rank, (r + 1) * per_rank):
+            del entries[bisect_left(entries, (free[k], old_tokens, r, k))]
+        if entries:
+            skipped.append(load)
+        else:
+            del groups[load]
         bins[b].append(i)
         free[b] -= t
-        rank_tokens[r] += t
-        rank_load[r] += c
-        for entry in skipped:
-            push(heap, (rank_load[r], r) if entry[1] == r else entry)
+        rank_tokens[r] = old_tokens + t
+        new_load = load + costs[i]
+        rank_load[r] = new_load
+        target = groups.get(new_load)
+        if target is None:
+            target = groups[new_load] = []
+        if new_load not in in_heap:
+            in_heap.add(new_load)
+            push(load_heap, new_load)
+        for k in range(r * per_rank, (r + 1) * per_rank):
+            insort(target, (free[k], rank_tokens[r], r, k))
+        for value in skipped:
+            if value not in in_heap:
+                in_heap.add(value)
+                push(load_heap, value)
     return bins
 
 
@@ -603,15 +645,6 @@ def keys_of(prepared: PreparedSamples, bins: list[list[int]]) -> tuple[tuple, ..
     return tuple(tuple(keys[i] for i in b) for b in bins)
 
 
-def reference_fallback(instance: BalanceInstance, reason: str, *, hit_time_limit: bool = False) -> Proposal:
-    """The dead-end answer: the reference grouping (``feasible``) or nothing (``unknown``)."""
-    if instance.reference_bins is None:
-        return Proposal(None, UNKNOWN, hit_time_limit=hit_time_limit,
-                        message=f"lpt dead end ({reason}); the instance has no reference_bins to fall back to")
-    return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=hit_time_limit,
-                    message=f"lpt dead end ({reason}); fell back to the reference grouping")
-
-
 def remaining_seconds(time_limit_s: float | None) -> float | None:
     """``time.perf_counter()`` deadline for ``time_limit_s`` (None: no limit)."""
     return None if time_limit_s is None else time.perf_counter() + float(time_limit_s)
@@ -665,5 +698,5 @@ def _reject_params(solver: str, params: dict) -> None:
 
 __all__ = [
     "DeadEnd", "PreparedSamples", "cached_padding", "keys_of", "lpt_bins", "prepare",
-    "reference_fallback", "remaining_seconds", "rounds_after_replacing", "solve",
+    "remaining_seconds", "rounds_after_replacing", "solve",
 ]

@@ -1,0 +1,53 @@
+"""LPT's heap path with tied loads: the same bins as the general path, and it stops at the deadline."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import packplace
+from packplace.balance.schema import make_instance
+from packplace.solvers.balance import lpt
+
+
+@st.composite
+def tied_instances(draw):
+    ranks = draw(st.integers(1, 5))
+    per_rank = draw(st.integers(1, 3))
+    seq_len = draw(st.integers(15, 30))
+    n = draw(st.integers(ranks * per_rank, ranks * per_rank + 14))
+    tokens = draw(st.lists(st.integers(1, seq_len), min_size=n, max_size=n))
+    if sum(tokens) > ranks * per_rank * seq_len:
+        tokens = [1] * n
+    # Few distinct costs, so that many rank loads tie.
+    costs = draw(st.one_of(st.just([float(t) for t in tokens]),
+                           st.lists(st.sampled_from([1.0, 2.0, 3.0]), min_size=n, max_size=n)))
+    return make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=per_rank)
+
+
+def _bins_or_dead_end(path, inst, prepared):
+    try:
+        return path(inst, prepared, None)
+    except lpt.DeadEnd:
+        return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(tied_instances())
+def test_heap_path_breaks_ties_like_the_general_path(inst):
+    prepared = lpt.prepare(inst)
+    assert _bins_or_dead_end(lpt._lpt_heap, inst, prepared) == _bins_or_dead_end(lpt._lpt_vectorized, inst, prepared)
+
+
+def test_all_equal_lengths_spread_one_per_rank_in_rank_order():
+    # 8 samples of 4 tokens, cost = tokens, 4 ranks of 2 bins of 10: every load ties at each step.
+    inst = make_instance([4] * 8, seq_len=10, data_parallel_size=4, local_batch_size=2)
+    result = packplace.balance(inst, solver="lpt")
+    assert result.objective == 8.0
+    assert [len(b) for b in result.solution.bins] == [1] * 8
+
+
+def test_heap_path_honours_the_deadline():
+    inst = make_instance([3] * 5000, seq_len=10_000, data_parallel_size=4)
+    result = packplace.balance(inst, solver="lpt", time_limit_s=1e-6)
+    assert result.hit_time_limit and result.status == "unknown" and "time limit" in result.message
