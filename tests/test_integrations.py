@@ -93,8 +93,10 @@ def test_partition_of_plain_weights():
 @settings(max_examples=15, deadline=None)
 @given(data=st.data(), dp_size=st.integers(1, 4))
 def test_micro_batches_keep_the_cap_the_same_count_and_equal_sizes(data, dp_size):
+    # Sequences of at most half the cap: any two share a micro-batch, so a rank of q sequences packs
+    # into ceil(q/2) micro-batches and the same count on every rank always exists.
     n = data.draw(st.integers(dp_size, 8 * dp_size))
-    seqlens = data.draw(st.lists(st.integers(1, 1000), min_size=n, max_size=n))
+    seqlens = data.draw(st.lists(st.integers(1, 500), min_size=n, max_size=n))
     cap = 1000
     ranks = micro_batch_partitions(seqlens, cap, dp_size)
     assert len(ranks) == dp_size
@@ -105,6 +107,16 @@ def test_micro_batches_keep_the_cap_the_same_count_and_equal_sizes(data, dp_size
     assert max(sizes) - min(sizes) <= 1
     bound = max(math.ceil(sum(seqlens) / (dp_size * cap)), 1)
     assert len(ranks[0]) >= bound
+
+
+def test_micro_batches_with_no_common_count_are_refused_with_the_reason():
+    # Equal sizes put 2 sequences on one rank and 1 on the other; 369 + 632 > 1000 forces 2 micro-batches on
+    # the first rank while the second can hold only 1 non-empty micro-batch: no common count exists.
+    with pytest.raises(ConfigError, match=r"local_batch_size: 'auto' found no bins per rank in \[1, 1\]"):
+        micro_batch_partitions([369, 632, 632], 1000, 2)
+    # A fourth sequence gives both ranks 2: two micro-batches each exist (no pair of 632 and 369 shares one).
+    ranks = micro_batch_partitions([369, 632, 632, 10], 1000, 2)
+    assert [len(r) for r in ranks] == [2, 2]
 
 
 def test_micro_batches_on_a_skewed_batch_beat_the_verl_pipeline_on_the_cap():
