@@ -13,7 +13,7 @@ asynchronous period when it chose staleness ≥ 1, shown in ``stale``), its stat
 evaluator's analytic bound proves it), wall time, evaluations, the time at which its best-so-far first came
 within 1% of its final answer, and its improvement over ``concurrent`` and over the best baseline;
 ``sync s``: anneal with staleness fixed to 0 (same budget), the problem ``cpsat`` models; ``cpsat``'s
-objective and status where it runs, and the ratio sync-anneal / cpsat. Targets (issue 4): anneal
+objective and status where it runs, and the ratio sync-anneal / cpsat. Targets: anneal
 finishes the 1,024-GPU case in ≤ 60 s and improves on ``concurrent`` by ≥ 10% on at least two shipped
 configs.
 """
@@ -33,7 +33,7 @@ from packplace.solvers import available
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PPO70B = os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-70b_2x4x8xh200.yaml")
-#: Largest cluster given to cpsat here (issue 4: exact for small clusters).
+#: Largest cluster given to cpsat here (exact for small clusters).
 CPSAT_MAX_GPUS = 32
 
 

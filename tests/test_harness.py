@@ -157,7 +157,7 @@ def test_tiny_suite_cpsat_proves_every_optimum_and_heuristic_gaps_are_to_it():
 
 
 def test_hand_computed_gaps_and_wins():
-    # costs [8, 7, 6, 5, 4] on 2 ranks: optimum 15 ({8,7} | {6,5,4}); LPT gives 17; KK gives 16 (issue 2)
+    # costs [8, 7, 6, 5, 4] on 2 ranks: optimum 15 ({8,7} | {6,5,4}); LPT gives 17; KK gives 16
     inst = make_instance([8, 7, 6, 5, 4], seq_len=100, data_parallel_size=2, name="five")
     report = compare("balance", [inst], solvers="cpsat,kk,lpt", jobs=1, progress=False)
     row = report.rows[0]

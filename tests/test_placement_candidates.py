@@ -1,4 +1,4 @@
-"""Candidate table: the DESIGN §3 hard rules prune exactly what they should; pre-launch errors have numbers."""
+"""Candidate table: the hard rules prune exactly what they should; pre-launch errors have numbers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The exact and the annealing placement paths agree on reduced synchronous instances (issue 4's
+"""The exact and the annealing placement paths agree on reduced synchronous instances (the
 comparison, small enough for the default run; the full one is benchmarks/placement_search.py)."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from packplace.solvers.placement.greedy import repair_memory
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRPO = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
 PPO8B = os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml")
-#: The shipped GRPO config with DESIGN's default decode bandwidth efficiency (0.15 instead of the calibrated
+#: The shipped GRPO config with the old default decode bandwidth efficiency (0.15 instead of the calibrated
 #: 0.7): generation then dominates the step, the case these hand computations are about.
 GEN_BOUND = {"decode_bw_eff": 0.15}
 NODE0 = Allocation((0, 0, 0), (1, 1, 8))

@@ -29,14 +29,14 @@ subset-sum reachability bitset (a Python int per suffix, bit t set when the suff
 summing to t tokens) decides exactly. The bitset table is built lazily, and a pair whose table would
 exceed 256 MiB is skipped. Bins holding an oversized sample (policy ``single``) are never repaired.
 
-Swap polish (an addition to DESIGN §2, without padding only). The greedy re-split is LPT on two
+Swap polish (without padding only). The greedy re-split is LPT on two
 bins, so it often rebuilds the very split it started from. Its result is therefore also polished by
 capacity-checked single moves and one-for-one swaps that narrow the pair's cost difference
 (:func:`_polish`); the better of the greedy and the polished split (by the instance objective) is
 the pair's candidate. A final check re-scores the repaired and the starting bins with the
 evaluator and keeps the starting bins if rounding made the repaired ones look better than they are.
 
-Rank local search (m > 1 or budgets; an addition to DESIGN §2, which specifies pair repair for
+Rank local search (m > 1 or budgets; pair repair alone covers
 m = 1 only): :func:`repair_ranks` takes the same leader/partner rank pairs and tries moves of one
 sample from a bin of the heavier rank to a bin of the lighter one and swaps of one sample each way,
 each checked against ``seq_len`` and every budget of both bins, accepted only when the instance

@@ -1,4 +1,4 @@
-"""``anneal`` placement search: simulated annealing over plans, scored by the evaluator (DESIGN §3).
+"""``anneal`` placement search: simulated annealing over plans, scored by the evaluator.
 
 State: a :class:`~packplace.placement.plan.Plan` (per vertex a candidate — strategy, micro-batch, block
 shape — and an aligned block; per trainable model a staleness). Cost: the evaluator's objective

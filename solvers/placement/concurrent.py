@@ -85,7 +85,7 @@ def _choice(options, picks) -> dict:
 
 @register("placement", "concurrent")
 def solve(instance, *, time_limit_s: float | None = None, seed: int = 0) -> Proposal:
-    """Phases by longest-path depth, each on the best partition of the cluster (DESIGN §3); steps down
+    """Phases by longest-path depth, each on the best partition of the cluster; steps down
     when out of memory; never slower than ``greedy`` (returns the colocated plan when that is faster)."""
     started = time.perf_counter()
     table = get_table(instance)

@@ -1,4 +1,4 @@
-"""``cpsat``: exact placement for small clusters, a CP-SAT model of the synchronous step (DESIGN §3).
+"""``cpsat``: exact placement for small clusters, a CP-SAT model of the synchronous step.
 
 Model (:func:`build_model`; vertices in the step graph's topological order ``0..V-1``):
 
@@ -751,7 +751,7 @@ def _plan_of(choice: list[Option], names: tuple[str, ...]) -> Plan:
 def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_workers: int = 1,
           max_gpus: int = MAX_EXACT_GPUS, top_k: int | None = None, log_search: bool = False,
           cp_parameters: dict[str, Any] | None = None, hint_solvers: tuple[str, ...] = HINT_SOLVERS) -> Proposal:
-    """Exact CP-SAT placement of the synchronous step (options × rectangles × memory; DESIGN §3).
+    """Exact CP-SAT placement of the synchronous step (options × rectangles × memory).
 
     Args:
         instance: A :class:`~packplace.placement.config.PlacementInstance`.

@@ -212,7 +212,7 @@ def baseline_or_disjoint(instance, deadline: float | None = None) -> tuple[Plan 
 
 @register("placement", "greedy")
 def solve(instance, *, time_limit_s: float | None = None, seed: int = 0) -> Proposal:
-    """Fastest memory-feasible candidate per vertex, everything colocated and serialised (DESIGN §3); where
+    """Fastest memory-feasible candidate per vertex, everything colocated and serialised; where
     no colocated plan fits, the best disjoint layout of :func:`disjoint_plan`; where none fits either, no
     plan (status ``unknown``) with the smallest per-vertex needs."""
     deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s

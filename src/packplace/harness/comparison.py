@@ -4,7 +4,7 @@ Per instance each solver's answer is the problem front-end's :class:`~packplace.
 (``packplace.balance(...)`` / ``solve_placement(...)``), i.e. already re-scored by the problem's
 evaluator; the harness adds nothing to the numbers but the comparison between solvers.
 
-Definitions (objectives are minimised; ``gap`` as in DESIGN §1):
+Definitions (objectives are minimised; ``gap = (objective - bound) / objective``):
 
 * **best bound** of an instance = max of the ``bound`` of every solver that ran without error (each
   already includes the evaluator's analytic bound) and of the proven optimum, where a solver proved

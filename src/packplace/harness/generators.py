@@ -24,7 +24,7 @@ Costs (``cost=``), all from the token count ``s``:
 
 * ``tokens`` — ``cost = s`` (linear workload).
 * ``attention`` — a super-linear proxy in token-equivalents: ``cost = s + s²/s₀`` with
-  ``s₀ = linear_flops_per_token / (2·L·d)``, the length at which the attention term of DESIGN §2
+  ``s₀ = linear_flops_per_token / (2·L·d)``, the length at which the attention term of the workload model
   equals the matmul term (Llama-3.1-8B shape by default: s₀ = 57,256 tokens). It is
   ``F_fwd(s) / linear_flops_per_token`` of :mod:`packplace.balance.workload`.
 * ``flops`` — ``3·F_fwd(s)`` training FLOPs of :func:`packplace.balance.workload.sample_cost`

@@ -1,5 +1,5 @@
 """The candidate table: every legal (strategy, micro-batch, block shape) per vertex, with its predicted
-time and memory, sorted by time (DESIGN §3 hard rules).
+time and memory, sorted by time (the hard rules of a legal strategy).
 
 Hard rules (a candidate breaking one is not generated; :func:`explain` names the rule):
 

@@ -1,5 +1,5 @@
 """Load and validate a placement config (YAML sections ``hardware``, ``models``, ``workload``,
-``policy``, ``optimizer``; DESIGN §3) into a :class:`PlacementInstance`.
+``policy``, ``optimizer``) into a :class:`PlacementInstance`.
 
 Every problem is a :class:`~packplace.errors.ConfigError` with a one-line message that starts with
 ``[section] field``. Bare scientific notation such as ``989e12`` loads as a float (plain PyYAML would

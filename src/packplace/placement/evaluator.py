@@ -1,6 +1,6 @@
 """The placement evaluator: the single source of truth for a plan's step time, feasibility and memory.
 
-Scheduling (list scheduling, DESIGN §3): vertices are taken in the step graph's topological order; a
+Scheduling (list scheduling): vertices are taken in the step graph's topological order; a
 vertex starts when every data-edge producer has finished (plus the transfer of its output when the
 blocks differ) and when every earlier vertex sharing one of its GPUs has finished. Colocated vertices
 therefore run one after another in topological order; vertices on disjoint blocks may overlap.
@@ -10,7 +10,7 @@ realloc − start[consumer]))`` — steps are separated by a barrier (the next s
 ended) and the next step's generator/inferencer cannot start before the new weights reach it. This is the
 period of the rigid schedule that repeats one step every ``step_time`` seconds.
 
-Period (asynchronous, some model with staleness ``t ≥ 1``, DESIGN §3 and issue 4): the barrier is
+Period (asynchronous, some model with staleness ``t ≥ 1``): the barrier is
 dropped and the schedule is unrolled over steps ``k = 0, 1, …``. Instance ``(v, k)`` starts when
 
 * its data-edge producers ``(u, k)`` have ended (plus the transfer when the blocks differ);

@@ -35,7 +35,7 @@ class Allocation:
 
     Attributes:
         origin: ``(rack, node, gpu)`` of the first GPU.
-        extent: ``(r_ext, n_ext, g_ext)``. Legal shapes (DESIGN §3): part of one node
+        extent: ``(r_ext, n_ext, g_ext)``. Legal shapes: part of one node
             ``(1, 1, g_ext)`` with ``g_ext`` dividing ``G`` and ``gpu % g_ext == 0``; whole nodes of one
             rack ``(1, n_ext, G)`` with ``n_ext`` dividing ``N`` and ``node % n_ext == 0``; whole racks
             ``(r_ext, N, G)`` with ``r_ext`` dividing ``R`` and ``rack % r_ext == 0``.
@@ -94,7 +94,7 @@ class VertexPlan:
 @dataclass(frozen=True)
 class Plan:
     """A full plan: ``vertices`` is ``((name, VertexPlan), ...)`` sorted by name; ``staleness`` is
-    ``((model, t), ...)`` sorted (default: empty = 0 for every model; issue 4's asynchronous objective)."""
+    ``((model, t), ...)`` sorted (default: empty = 0 for every model; the asynchronous objective)."""
 
     vertices: tuple[tuple[str, VertexPlan], ...]
     staleness: tuple[tuple[str, int], ...] = ()
