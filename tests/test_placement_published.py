@@ -77,3 +77,19 @@ def test_70b_on_one_80gb_gpu_is_rejected_with_numbers():
     assert "GB" in message and "80" in message and "\n" not in message
     # bf16 weights alone are 141 GB
     assert min(c.memory_bytes for c in get_table(inst).all["reference.infer"]) > 2 * 70.5e9
+
+
+def test_70b_ppo_on_one_h200_node_names_the_smallest_whole_cluster(tmp_path):
+    # The shipped 70B PPO config shrunk to one node of 8 H200: actor training needs 16 GPUs, and on 16 (two
+    # nodes) the concurrent solver fits every task colocated, so the message names 16, not the 23-GPU upper
+    # bound of every task on its own GPUs
+    with open(os.path.join(os.path.dirname(PUBLISHED), "ppo_llama3.1-70b_2x4x8xh200.yaml")) as f:
+        text = f.read()
+    assert "  racks: 2\n" in text and "  nodes_per_rack: 4\n" in text
+    path = tmp_path / "ppo70b_one_node.yaml"
+    one_node = text.replace("  racks: 2\n", "  racks: 1\n").replace("  nodes_per_rack: 4\n", "  nodes_per_rack: 1\n")
+    path.write_text(one_node)
+    with pytest.raises(ConfigError) as info:
+        get_table(load_config(str(path))).check()
+    assert "actor.train needs 16" in str(info.value)
+    assert "fits a whole plan has 16 GPUs" in str(info.value)

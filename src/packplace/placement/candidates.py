@@ -231,8 +231,14 @@ class CandidateTable:
         """Smallest GPU-seconds ``time · gpus`` of any memory-feasible candidate (inf if none)."""
         return min((c.time * c.gpus for c in self.feasible[vertex]), default=float("inf"))
 
-    def check(self) -> None:
+    def check(self, search_whole_plan: bool = True) -> None:
         """Pre-launch checks: every vertex has a legal candidate that fits in memory.
+
+        Args:
+            search_whole_plan: When a vertex needs more GPUs than the cluster has, grow the cluster
+                (nodes per rack, then racks, doubling up to 64x) and name the smallest size on which the
+                ``concurrent`` solver finds a whole memory-feasible plan (False: report only the upper
+                bound with every task on its own GPUs; used by that search itself).
 
         Raises:
             ConfigError: with numbers — no legal strategy (the rules that failed on the full cluster),
@@ -275,8 +281,41 @@ class CandidateTable:
                               f"the largest block ({largest} GPUs), {gb(mem)} GB available (least memory of any "
                               f"candidate: {gb(least.memory_bytes)} GB){capped}")
         needed, name, _, detail, *_ = max(short, key=lambda x: x[0])  # needs the most GPUs (first on ties)
+        whole = self._smallest_whole_cluster(short) if search_whole_plan else self._whole_plan(short)
         raise InfeasibleError(f"[hardware] cluster has {inst.cluster.num_gpus} GPUs; the smallest feasible plan for "
-                              f"{name} needs {needed} ({detail}); {self._whole_plan(short)}")
+                              f"{name} needs {needed} ({detail}); {whole}")
+
+    def _smallest_whole_cluster(self, short: list) -> str:
+        """The smallest grown cluster (same node and rack shape, doubled like
+        :func:`_smallest_fitting_gpus`, up to 64x) on which the ``concurrent`` solver finds a plan that fits
+        in memory, with each task's GPUs and GB per GPU in that plan; else the upper bound of
+        :meth:`_whole_plan` and the largest size tried."""
+        from packplace.placement.api import solve_placement  # the solvers import this module
+        from packplace.placement.evaluator import get_table
+
+        inst = self.instance
+        c = inst.cluster
+        least = max(entry[0] for entry in short)  # no plan fits on fewer GPUs than its neediest task
+        factor = 2
+        while factor <= 64:
+            grown = (Cluster(1, c.nodes_per_rack * factor, c.gpus_per_node) if c.racks == 1
+                     else Cluster(c.racks * factor, c.nodes_per_rack, c.gpus_per_node))
+            factor *= 2
+            if grown.num_gpus < least:
+                continue
+            big = replace(inst, cluster=grown, _cache={})
+            try:
+                get_table(big).check(search_whole_plan=False)
+            except InfeasibleError:
+                continue
+            result = solve_placement(big, "concurrent", time_limit_s=10.0, seed=0)
+            if result.solution is None or result.status not in ("optimal", "feasible"):
+                continue
+            parts = [f"{name} {choice.allocation.num_gpus} GPUs" for name, choice in result.solution.vertices]
+            return (f"the smallest cluster of this node and rack shape (doubled) on which the concurrent solver "
+                    f"fits a whole plan has {grown.num_gpus} GPUs (step {result.objective:.4g} s: {', '.join(parts)})")
+        return (f"no whole plan found on clusters up to {grown.num_gpus} GPUs; "
+                f"{self._whole_plan(short)}")
 
     def _whole_plan(self, short: list) -> str:
         """The whole plan's GPU count with every task on its own smallest memory-feasible block (an upper
