@@ -138,16 +138,24 @@ def _first_fit(space: _BinSpace, order: list[int], tokens: list[int], deadline: 
     return True
 
 
+def _scan_with_budgets(space: _BinSpace, order: list[int], tokens: list[int], deadline: float | None,
+                       tightest: bool) -> bool:
+    """Best fit (``tightest``: least free tokens) or worst fit (most free) by a scan over every bin, each
+    checked against ``seq_len`` and every budget; ties to the lowest bin index."""
+    sign = 1 if tightest else -1
+    for step, i in enumerate(order):
+        _check_clock(step, deadline)
+        fitting = [b for b in range(len(space.free)) if space.fits(b, i, tokens[i])]
+        if not fitting:
+            return False
+        space.add(min(fitting, key=lambda b: (sign * space.free[b], b)), i, tokens[i])
+    return True
+
+
 def _best_fit(space: _BinSpace, order: list[int], tokens: list[int], deadline: float | None) -> bool:
     count = len(space.free)
     if space.budget_names:
-        for step, i in enumerate(order):
-            _check_clock(step, deadline)
-            fitting = [b for b in range(count) if space.fits(b, i, tokens[i])]
-            if not fitting:
-                return False
-            space.add(min(fitting, key=lambda b: (space.free[b], b)), i, tokens[i])
-        return True
+        return _scan_with_budgets(space, order, tokens, deadline, tightest=True)
     ordered = [(space.free[b], b) for b in range(count)]
     ordered.sort()
     for step, i in enumerate(order):
@@ -165,13 +173,7 @@ def _best_fit(space: _BinSpace, order: list[int], tokens: list[int], deadline: f
 def _worst_fit(space: _BinSpace, order: list[int], tokens: list[int], deadline: float | None) -> bool:
     count = len(space.free)
     if space.budget_names:
-        for step, i in enumerate(order):
-            _check_clock(step, deadline)
-            fitting = [b for b in range(count) if space.fits(b, i, tokens[i])]
-            if not fitting:
-                return False
-            space.add(min(fitting, key=lambda b: (-space.free[b], b)), i, tokens[i])
-        return True
+        return _scan_with_budgets(space, order, tokens, deadline, tightest=False)
     heap = [(-space.free[b], b) for b in range(count)]
     heapq.heapify(heap)
     for step, i in enumerate(order):
