@@ -57,10 +57,16 @@ def check_output_path(path: str, option: str, inputs: Iterable[str] = ()) -> Non
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise ConfigError(f"{option}: directory {parent!r} does not exist")
+    _probe_writable(parent, option)
+
+
+def _probe_writable(folder: str, option: str) -> None:
+    """Create and remove a probe file in ``folder``; ``ConfigError`` naming ``option`` and the folder if
+    that fails."""
     try:
-        handle, probe = tempfile.mkstemp(dir=parent, prefix=".packplace-probe-")
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".packplace-probe-")
     except OSError as exc:
-        raise ConfigError(f"{option}: cannot write in {parent!r}: {exc.strerror or exc}") from None
+        raise ConfigError(f"{option}: cannot write in {folder!r}: {exc.strerror or exc}") from None
     os.close(handle)
     with contextlib.suppress(OSError):
         os.unlink(probe)
@@ -81,12 +87,9 @@ def check_output_dir(path: str, option: str, inputs: Iterable[str] = ()) -> None
         raise ConfigError(f"{option}: {path!r} exists and is not a directory")
     try:
         os.makedirs(path, exist_ok=True)
-        handle, probe = tempfile.mkstemp(dir=path, prefix=".packplace-probe-")
     except OSError as exc:
         raise ConfigError(f"{option}: cannot write in {path!r}: {exc.strerror or exc}") from None
-    os.close(handle)
-    with contextlib.suppress(OSError):
-        os.unlink(probe)
+    _probe_writable(path, option)
     for source in inputs:
         if source and os.path.dirname(os.path.abspath(source)) == os.path.abspath(path) and \
                 os.path.basename(source) in ("report.json", "report.csv", "report.md"):

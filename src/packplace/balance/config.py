@@ -253,13 +253,19 @@ def _reference(reference: Any) -> Any:
         return None
     if not isinstance(reference, list):
         raise ConfigError(f"reference: must be auto, none or a list of bins, got {show(reference)}")
-    check_count(len(reference), MAX_SAMPLES, "reference", "bins")
-    bins = []
-    for b, keys in enumerate(reference):
+    return _key_lists(reference, "reference", "bins", "one list per bin")
+
+
+def _key_lists(value: list[Any], field: str, unit: str, hint: str) -> tuple[tuple[str | int, ...], ...]:
+    """A list of lists of sample keys (``reference`` bins, ``groups``), each key checked; errors name
+    ``field[i]``."""
+    check_count(len(value), MAX_SAMPLES, field, unit)
+    out = []
+    for index, keys in enumerate(value):
         if not isinstance(keys, list):
-            raise ConfigError(f"reference[{b}]: must be a list of sample keys (one list per bin), got {show(keys)}")
-        bins.append(tuple(_check_key(key, f"reference[{b}]") for key in keys))
-    return tuple(bins)
+            raise ConfigError(f"{field}[{index}]: must be a list of sample keys ({hint}), got {show(keys)}")
+        out.append(tuple(_check_key(key, f"{field}[{index}]") for key in keys))
+    return tuple(out)
 
 
 def _groups(groups: Any) -> tuple[tuple[str | int, ...], ...]:
@@ -268,13 +274,7 @@ def _groups(groups: Any) -> tuple[tuple[str | int, ...], ...]:
         return ()
     if not isinstance(groups, list):
         raise ConfigError(f"groups: must be a list of groups (lists of sample keys), got {show(groups)}")
-    check_count(len(groups), MAX_SAMPLES, "groups", "groups")
-    out = []
-    for g, keys in enumerate(groups):
-        if not isinstance(keys, list):
-            raise ConfigError(f"groups[{g}]: must be a list of sample keys, got {show(keys)}")
-        out.append(tuple(_check_key(key, f"groups[{g}]") for key in keys))
-    return tuple(out)
+    return _key_lists(groups, "groups", "groups", "one list per group")
 
 
 def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> BalanceInstance:
