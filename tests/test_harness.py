@@ -107,6 +107,62 @@ def test_corpus_generator_subsamples_a_config():
         generators.corpus_instance(config, n=100000)
 
 
+@pytest.mark.parametrize("cost, replicate", [("tokens", False), ("flops", True), ("attention", True)])
+def test_planted_optimum_is_the_planted_layout_and_the_bound(cost, replicate):
+    from packplace.balance.evaluator import BalanceEvaluator
+
+    planted = generators.planted_balance(ranks=6, seq_len=8192, bins_per_rank=4, samples_per_rank=10, fill=0.97,
+                                         seed=4, cost=cost, replicate=replicate)
+    inst = planted.instance
+    evaluator = BalanceEvaluator(inst)
+    score = evaluator.score(planted.bins)
+    assert score.feasible and len(inst.samples) == 60 and len(planted.bins) == 24
+    assert planted.bin_tokens == 7946  # floor(0.97 * 8192)
+    assert all(t == 7946 for t in score.bin_tokens)  # every planted bin is filled to exactly F tokens
+    assert planted.optimum == score.objective
+    assert planted.optimum == pytest.approx(evaluator.lower_bound(), rel=1e-12)
+    if cost == "tokens":
+        assert planted.optimum == 4 * 7946  # m * F tokens on every rank
+    assert sorted(len(b) for b in planted.bins[:4]) == [2, 2, 3, 3]  # 10 pieces as evenly as possible
+
+
+def test_planted_generator_is_seeded_and_unknown_optimum_without_equal_loads():
+    a = generators.planted_balance(ranks=4, seq_len=1000, bins_per_rank=2, samples_per_rank=5, fill=0.99, seed=7)
+    b = generators.planted_balance(ranks=4, seq_len=1000, bins_per_rank=2, samples_per_rank=5, fill=0.99, seed=7)
+    c = generators.planted_balance(ranks=4, seq_len=1000, bins_per_rank=2, samples_per_rank=5, fill=0.99, seed=8)
+    assert a.instance.samples == b.instance.samples and a.bins == b.bins
+    assert a.instance.samples != c.instance.samples
+    assert a.optimum == 2 * 990 and a.instance.name == "planted-D4m2k5-f0.99-tokens-s7"
+    # distinct pieces with a non-linear cost: the planted loads differ, so the optimum is not known
+    flops = generators.planted_balance(ranks=4, seq_len=1000, bins_per_rank=2, samples_per_rank=5, seed=7,
+                                       cost="flops")
+    assert flops.optimum is None
+    with pytest.raises(ConfigError, match="samples_per_rank: 1 is below bins_per_rank 2"):
+        generators.planted_balance(ranks=2, seq_len=100, bins_per_rank=2, samples_per_rank=1)
+    with pytest.raises(ConfigError, match="fill: 0.01 leaves 1 tokens per bin, fewer than the 3 samples"):
+        generators.planted_balance(ranks=2, seq_len=100, samples_per_rank=3, fill=0.01)
+    with pytest.raises(ConfigError, match="fill: must be in"):
+        generators.planted_balance(ranks=2, seq_len=100, fill=1.5)
+
+
+def test_planted_generator_in_a_suite(tmp_path):
+    suite_file = tmp_path / "planted.yaml"
+    suite_file.write_text(
+        "problem: balance\n"
+        "instances:\n"
+        "  - name: tight\n"
+        "    generator: planted\n"
+        "    params: {ranks: 3, seq_len: 512, bins_per_rank: 2, samples_per_rank: 6, fill: 0.99}\n"
+        "    seeds: [1, 2]\n"
+    )
+    suite = load_suite(suite_file)
+    adapter = get_adapter("balance")
+    inst, size = adapter.build(suite.instances[1])
+    expected = generators.planted_balance(ranks=3, seq_len=512, bins_per_rank=2, samples_per_rank=6, fill=0.99,
+                                          seed=2)
+    assert size == 18 and inst.name == "tight-s2" and inst.samples == expected.instance.samples
+
+
 # ---------------------------------------------------------------------------------------- suites
 def test_suite_parsing_and_errors(tmp_path):
     suite = load_suite(SUITES / "balance_tiny.yaml")

@@ -46,6 +46,9 @@ class BalanceAdapter:
             params = dict(spec.params)
             instance = generators.corpus_instance(params.pop("config"), name=spec.name, **_checked(
                 params, generators.corpus_instance, spec))
+        elif spec.generator == "planted":
+            instance = generators.generate_planted(name=spec.name, **_checked(
+                spec.params, generators.generate_planted, spec))
         else:
             instance = generators.generate_balance(spec.generator, name=spec.name, **_checked(
                 spec.params, generators.generate_balance, spec))

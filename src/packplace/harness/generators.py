@@ -37,6 +37,22 @@ num_kv_heads, head_dim}``; default Llama-3.1-8B (32 layers, hidden 4096, FFN 143
 ``reference_bins`` of a generated instance is the strided grouping a distributed sampler gives
 (sample i to bin i mod D·m) when every such bin fits ``seq_len``, else ``None`` (the ``reference``
 solver then reports ``unknown``).
+
+Planted instances (:func:`planted_balance`, generator name ``planted``) are tight packings whose
+optimum is known by construction: every one of the D·m bins is filled to exactly
+``F = floor(fill · seq_len)`` tokens and cut into pieces at uniformly drawn distinct cut points
+(each piece at least one token); the pieces, shuffled, are the samples. Rank r's planted bins are
+``r·m … r·m + m − 1``, holding ``samples_per_rank`` pieces split as evenly as possible over its m bins
+(which bins get the extra piece is drawn). With ``replicate`` every rank receives a copy of rank 0's
+pieces. The planted layout gives every rank the same load, hence it is optimal and equal to the
+evaluator's analytic lower bound (Σc/D for ``makespan``, Σc/g for ``rounds``, 0 for ``balance``),
+whenever
+
+* ``cost = tokens`` (each rank carries m·F tokens), or
+* ``replicate`` is set (identical rank multisets; any cost).
+
+Otherwise (a non-linear cost on distinct pieces) the planted layout is only a feasible packing and
+:attr:`PlantedBalance.optimum` is ``None``.
 """
 
 from __future__ import annotations
@@ -320,3 +336,142 @@ def corpus_instance(
         base, samples=samples, reference_bins=reference, objective=new_objective, group_size=group,
         name=label, **layout,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class PlantedBalance:
+    """A planted instance with its planted layout (see the module docstring).
+
+    Attributes:
+        instance: The :class:`BalanceInstance` (samples in shuffled order, keys 0..n-1).
+        bins: The planted layout: D·m bins of keys, rank-major (rank r owns bins r·m … r·m + m − 1);
+            every bin holds exactly ``bin_tokens`` tokens.
+        bin_tokens: F = floor(fill · seq_len), the tokens of every planted bin.
+        optimum: The known optimum of the instance's objective (the evaluator's objective of
+            :attr:`bins`, equal to its analytic lower bound) when every planted rank load is equal,
+            i.e. for ``cost = tokens`` or ``replicate``; ``None`` otherwise.
+    """
+
+    instance: BalanceInstance
+    bins: tuple[tuple[int, ...], ...]
+    bin_tokens: int
+    optimum: float | None
+
+
+def _cut(rng: np.random.Generator, total: int, pieces: int) -> np.ndarray:
+    """``pieces`` positive integers summing to ``total``: cuts at distinct uniform points of 1..total-1."""
+    if pieces == 1:
+        return np.array([total], dtype=np.int64)
+    cuts = np.sort(rng.choice(total - 1, size=pieces - 1, replace=False) + 1)
+    return np.diff(np.concatenate(([0], cuts, [total]))).astype(np.int64)
+
+
+def planted_balance(
+    *,
+    ranks: int,
+    seq_len: int,
+    bins_per_rank: int = 1,
+    samples_per_rank: int = 4,
+    fill: float = 1.0,
+    replicate: bool = False,
+    seed: int = 0,
+    objective: str = "makespan",
+    group_size: int | None = None,
+    cost: str = "tokens",
+    model: Mapping[str, int] | None = None,
+    name: str = "",
+) -> PlantedBalance:
+    """A perfect packing cut into samples, with its planted layout and known optimum (module docstring).
+
+    Args:
+        ranks: D, data-parallel ranks.
+        seq_len: Token capacity of a bin.
+        bins_per_rank: m, bins per rank.
+        samples_per_rank: Pieces per rank (n = D · samples_per_rank), at least m.
+        fill: Share of ``seq_len`` every planted bin holds, in (0, 1]: F = floor(fill · seq_len) tokens.
+        replicate: Give every rank a copy of rank 0's pieces (optimum known for any cost).
+        seed: numpy ``default_rng`` seed of the cuts, the piece split and the shuffle.
+        objective, group_size: The instance's objective (``makespan``, ``balance``, ``rounds``).
+        cost, model: Cost of a sample from its tokens (module docstring).
+        name: Label (default ``planted-D{D}m{m}k{samples_per_rank}-f{fill}-{cost}-s{seed}``).
+
+    Returns:
+        A :class:`PlantedBalance`; the same arguments give the same instance on every machine.
+
+    Raises:
+        ConfigError: a bad parameter, ``samples_per_rank`` below m, or more pieces in a bin than F tokens.
+    """
+    ranks = _int_param(ranks, "ranks")
+    seq_len = _int_param(seq_len, "seq_len")
+    bins_per_rank = _int_param(bins_per_rank, "bins_per_rank")
+    samples_per_rank = _int_param(samples_per_rank, "samples_per_rank")
+    fill = _float_param(fill, "fill", positive=True, unit=True)
+    if not isinstance(replicate, bool):
+        raise ConfigError(f"replicate: must be true or false, got {replicate!r}")
+    if samples_per_rank < bins_per_rank:
+        raise ConfigError(
+            f"samples_per_rank: {samples_per_rank} is below bins_per_rank {bins_per_rank} (every bin needs a sample)"
+        )
+    bin_tokens = math.floor(fill * seq_len)
+    most_per_bin = -(-samples_per_rank // bins_per_rank)
+    if bin_tokens < most_per_bin:
+        raise ConfigError(
+            f"fill: {fill} leaves {bin_tokens} tokens per bin, fewer than the {most_per_bin} samples of a bin"
+        )
+    price = cost_function(cost, model)
+    rng = np.random.default_rng(seed)
+
+    def rank_pieces() -> list[np.ndarray]:
+        counts = np.full(bins_per_rank, samples_per_rank // bins_per_rank)
+        counts[rng.choice(bins_per_rank, size=samples_per_rank % bins_per_rank, replace=False)] += 1
+        return [_cut(rng, bin_tokens, int(c)) for c in counts]
+
+    layout = [rank_pieces()] * ranks if replicate else [rank_pieces() for _ in range(ranks)]
+    pieces = np.concatenate([piece for rank in layout for piece in rank])
+    bin_of_piece = np.repeat(np.arange(ranks * bins_per_rank),
+                             [len(piece) for rank in layout for piece in rank])
+    n = len(pieces)
+    order = rng.permutation(n)  # sample key k is piece order[k]
+    tokens = pieces[order]
+    key_bins: list[list[int]] = [[] for _ in range(ranks * bins_per_rank)]
+    for key, piece in enumerate(order):
+        key_bins[int(bin_of_piece[piece])].append(key)
+    bins = tuple(tuple(b) for b in key_bins)
+    price_of = {int(t): price(int(t)) for t in np.unique(tokens)}
+    keys = list(range(n))
+    samples = tuple(Sample(k, int(t), price_of[int(t)]) for k, t in zip(keys, tokens))
+    label = name or f"planted-D{ranks}m{bins_per_rank}k{samples_per_rank}-f{fill:g}-{cost}-s{seed}"
+    instance = BalanceInstance(
+        samples, PackingConstraints(seq_len), ranks, bins_per_rank,
+        reference_bins=strided_reference(tokens, keys, ranks, bins_per_rank, seq_len),
+        objective=objective, group_size=group_size, name=label,
+    )
+    optimum = None
+    if cost == "tokens" or replicate:
+        from packplace.balance.evaluator import BalanceEvaluator
+
+        optimum = BalanceEvaluator(instance).objective(bins)
+    return PlantedBalance(instance, bins, bin_tokens, optimum)
+
+
+def generate_planted(
+    *,
+    ranks: int,
+    seq_len: int,
+    bins_per_rank: int = 1,
+    samples_per_rank: int = 4,
+    fill: float = 1.0,
+    replicate: bool = False,
+    seed: int = 0,
+    objective: str = "makespan",
+    group_size: int | None = None,
+    cost: str = "tokens",
+    model: Mapping[str, int] | None = None,
+    name: str = "",
+) -> BalanceInstance:
+    """The instance of :func:`planted_balance` alone (the suites' ``planted`` generator); same arguments."""
+    return planted_balance(
+        ranks=ranks, seq_len=seq_len, bins_per_rank=bins_per_rank, samples_per_rank=samples_per_rank, fill=fill,
+        replicate=replicate, seed=seed, objective=objective, group_size=group_size, cost=cost, model=model,
+        name=name,
+    ).instance

@@ -14,7 +14,7 @@ A suite file (paths inside it are relative to the suite file's folder)::
                                        # (alias: max_exact_samples for balance, max_exact_gpus for placement)
     instances:
       - name: uniform-small            # balance generator; see packplace.harness.generators
-        generator: uniform             # uniform | lognormal | bimodal | corpus
+        generator: uniform             # uniform | lognormal | bimodal | planted | corpus
         params: {n: 10, ranks: 2, seq_len: 4096, high: 2048}
         seeds: [1, 2, 3]               # expands to uniform-small-s1, -s2, -s3 (params.seed = s); or a count
         solvers: [lpt, cpsat]          # optional allow-list for this entry
@@ -41,7 +41,7 @@ from packplace.errors import ConfigError
 from packplace.yamlio import load_yaml
 
 PROBLEMS = ("balance", "placement")
-BALANCE_GENERATORS = ("uniform", "lognormal", "bimodal", "corpus")
+BALANCE_GENERATORS = ("uniform", "lognormal", "bimodal", "planted", "corpus")
 PLACEMENT_GENERATORS = ()
 _SUITE_KEYS = {"name", "problem", "description", "time_limit_s", "seed", "solvers", "solver_params",
                "max_exact_size", "max_exact_samples", "max_exact_gpus", "instances"}
