@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import packplace
 from packplace.balance.evaluator import BalanceEvaluator, round_makespan
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost, make_instance
-from packplace.errors import ConfigError
+from packplace.errors import ConfigError, PackplaceError
 from packplace.solvers.balance.lpt import rounds_after_replacing
 
 HEURISTICS = ("lpt", "repair", "karmarkar_karp")
@@ -314,7 +314,7 @@ def test_repair_respects_tight_capacity():
         costs = [float(rng.randint(1, 30)) for _ in range(12)]
         try:
             inst = make_instance(tokens, costs, seq_len=max(max(tokens), -(-sum(tokens) // 3)), data_parallel_size=3)
-        except ConfigError:
+        except PackplaceError:
             continue
         lpt = packplace.balance(inst, solver="lpt")
         repair = packplace.balance(inst, solver="repair")
@@ -348,7 +348,7 @@ def small_instances(draw):
     try:
         return BalanceInstance(samples, PackingConstraints(seq_len, budgets), ranks, per_rank,
                                objective=objective, group_size=group, padding_cost=padding)
-    except ConfigError:
+    except PackplaceError:
         assume(False)
 
 
@@ -437,7 +437,7 @@ def test_lpt_fast_path_matches_general_path(data, objective):
     try:
         inst = make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=per_rank,
                              objective=objective, group_size=group)
-    except ConfigError:
+    except PackplaceError:
         assume(False)
     prepared = lpt_module.prepare(inst)
     try:

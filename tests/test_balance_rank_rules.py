@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import packplace
 from packplace.balance import BalanceEvaluator, make_instance
 from packplace.balance.config import build_instance
-from packplace.errors import ConfigError
+from packplace.errors import ConfigError, PackplaceError
 
 HEURISTICS = ("lpt", "repair")
 
@@ -135,7 +135,7 @@ def test_heuristics_keep_the_rules_and_never_beat_cpsat(tokens, ranks, per_rank,
     try:
         inst = make_instance(tokens, costs, seq_len=12, data_parallel_size=ranks, local_batch_size=per_rank,
                              equal_count=equal, max_samples_per_bin=cap, groups=groups)
-    except ConfigError:
+    except PackplaceError:
         return
     exact = packplace.balance(inst, solver="cpsat", time_limit_s=10)
     evaluator = BalanceEvaluator(inst)

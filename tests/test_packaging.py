@@ -59,6 +59,15 @@ def test_metadata_license_and_version_written_once():
     assert (ROOT / "CHANGELOG.md").read_text(encoding="utf-8").count(f"## {project['version']}") == 1
 
 
+def test_project_urls_point_at_one_repository():
+    urls = PROJECT["project"]["urls"]
+    assert set(urls) == {"Homepage", "Repository", "Issues", "Changelog"}
+    repository = urls["Repository"]
+    assert repository.startswith("https://") and urls["Homepage"] == repository
+    assert urls["Issues"] == f"{repository}/issues"
+    assert urls["Changelog"].startswith(f"{repository}/") and urls["Changelog"].endswith("/CHANGELOG.md")
+
+
 def test_shipped_suites_are_found_by_name_from_any_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert find_suite("smoke") == shipped_path("benchmarks/suites/smoke.yaml")

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from packplace.errors import ConfigError
+from packplace.errors import InfeasibleError
 from packplace.placement.config import build_instance, load_config
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
@@ -71,7 +71,7 @@ def test_70b_on_one_80gb_gpu_is_rejected_with_numbers():
            "workload": dict(batch_size=8, samples_per_prompt=2, context_length=512, generation_length=512),
            "policy": {"algorithm": "dpo"}, "training": {"sharding": "zero3", "recompute": "full"}}
     inst = build_instance(cfg)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(InfeasibleError) as info:
         get_table(inst).check()
     message = str(info.value)
     assert "GB" in message and "80" in message and "\n" not in message
@@ -89,7 +89,7 @@ def test_70b_ppo_on_one_h200_node_names_the_smallest_whole_cluster(tmp_path):
     path = tmp_path / "ppo70b_one_node.yaml"
     one_node = text.replace("  racks: 2\n", "  racks: 1\n").replace("  nodes_per_rack: 4\n", "  nodes_per_rack: 1\n")
     path.write_text(one_node)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(InfeasibleError) as info:
         get_table(load_config(str(path))).check()
     assert "actor.train needs 16" in str(info.value)
     assert "fits a whole plan has 16 GPUs" in str(info.value)

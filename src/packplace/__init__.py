@@ -13,7 +13,7 @@ Library calls (each returns a :class:`packplace.result.SolveResult`, scored by t
 * ``packplace.solvers.available()`` — the registered backends of every problem
   (``available("balance")``: one problem's).
 
-Errors: :class:`PackplaceError` is the base; :class:`ConfigError` is bad input,
+Errors: :class:`PackplaceError` is the base of two siblings: :class:`ConfigError` is bad input,
 :class:`InfeasibleError` a proven-infeasible instance.
 
 ``packplace.balance`` is a function; the balance *subpackage* keeps its name for imports

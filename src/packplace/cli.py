@@ -1,9 +1,9 @@
 """The ``packplace`` command: one subcommand per job, each defined next to its problem.
 
-Exit codes: 0 success; 1 the solver found no feasible answer (``bench``: a regression; ``compare``:
-a cell ended in ``error``); 2 bad input (:class:`~packplace.errors.ConfigError`), with a one-line error
-on stderr naming the field; 3 a proven-infeasible instance (:class:`~packplace.errors.InfeasibleError`),
-one line saying why; 130/143 stopped by SIGINT/SIGTERM (the best answer so far is printed and
+Exit codes: 0 success; 1 no feasible answer: the solver found none, or the instance is proven
+infeasible (:class:`~packplace.errors.InfeasibleError`, one line saying why) (``bench``: a regression;
+``compare``: a cell ended in ``error``); 2 bad input (:class:`~packplace.errors.ConfigError`), with a
+one-line error on stderr naming the field; 130/143 stopped by SIGINT/SIGTERM (the best answer so far is printed and
 marked ``interrupted``; no output file is written).
 
 Every command takes ``--json`` (the result as one JSON document on stdout; the human-readable
@@ -49,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="packplace",
         description="Exact (CP-SAT) and heuristic planners for distributed LLM training. Exit codes: 0 success; "
-                    "1 no feasible answer, a bench regression or a compare cell in error; 2 bad input; "
-                    "3 a proven-infeasible instance.",
+                    "1 no feasible answer (none found, or proven infeasible), a bench regression or a compare "
+                    "cell in error; 2 bad input.",
     )
     parser.add_argument("--version", action="version", version=f"packplace {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -84,10 +84,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"packplace {args.command}: {stop}", file=sys.stderr)
         args.json_error = {"type": "Interrupted", "message": str(stop)}
         return interrupt.exit_code(stop.signum)
-    except InfeasibleError as exc:  # before ConfigError: it is a subclass
+    except InfeasibleError as exc:  # a proven "no feasible plan": exit 1, like a solver that finds none
         print(f"packplace {args.command}: infeasible: {exc}", file=sys.stderr)
         args.json_error = {"type": "InfeasibleError", "message": str(exc)}
-        return 3
+        return 1
     except ConfigError as exc:
         print(f"packplace {args.command}: error: {exc}", file=sys.stderr)
         args.json_error = {"type": "ConfigError", "message": str(exc)}

@@ -7,10 +7,9 @@
 
 :func:`show` bounds the values those one-line messages quote.
 
-:class:`InfeasibleError` is a subclass of :class:`ConfigError` (instances that could not be built
-raised :class:`ConfigError` before it existed, and ``except ConfigError`` keeps catching every input
-that cannot be solved); catch :class:`InfeasibleError` first to tell the two apart. Both are
-:class:`ValueError` and :class:`PackplaceError`.
+The two are siblings: ``except ConfigError`` catches bad input only, ``except InfeasibleError`` a proven
+infeasibility only, and ``except PackplaceError`` both. Both are also :class:`ValueError`. The command
+line exits with code 2 on a :class:`ConfigError` and 1 on an :class:`InfeasibleError` (no feasible plan).
 """
 
 from __future__ import annotations
@@ -31,13 +30,13 @@ class ConfigError(PackplaceError, ValueError):
     """
 
 
-class InfeasibleError(ConfigError):
+class InfeasibleError(PackplaceError, ValueError):
     """The instance is well-formed but has no feasible answer, and this is proven, not guessed.
 
     Raised before any solver runs, by the analytic checks of the instance builders (capacity, bin
     count, memory of the least-memory candidate on the largest legal block). The command line exits
-    with code 3. A solver that merely fails to find an answer returns a result with status
-    ``unknown`` instead.
+    with code 1 (no feasible plan), as when a solver finds none; the message tells the two apart. A
+    solver that merely fails to find an answer returns a result with status ``unknown`` instead.
     """
 
 

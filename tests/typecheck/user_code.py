@@ -29,7 +29,7 @@ def solve_small() -> float:
 
 
 def classify(error: PackplaceError) -> str:
-    if isinstance(error, InfeasibleError):  # first: it is a ConfigError too
+    if isinstance(error, InfeasibleError):
         return "infeasible"
     if isinstance(error, ConfigError):
         return "bad input"

@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="assign samples to packed bins on data-parallel ranks",
         description="Solve a balance config and print per-rank bins, tokens and load, then the solver's objective, "
                     "proven bound, gap (n/a when the bound is 0) and status. Exit codes: 0 solved; 1 no feasible "
-                    "answer; 2 bad input; 3 a proven-infeasible instance.",
+                    "answer (none found, or the instance is proven infeasible); 2 bad input.",
     )
     parser.add_argument("--config", required=True, help="balance YAML config (see configs/balance/)")
     parser.add_argument(

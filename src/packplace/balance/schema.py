@@ -836,8 +836,13 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not _is_bool(value)
 
 
-def _numeric_column(values: Any, field_name: str) -> np.ndarray:
+def _numeric_column(values: Any, field_name: str, kinds: set[type] | None = None) -> np.ndarray:
     """``values`` (a list, tuple, iterable or 1-D numpy array of ints/floats) as a 1-D numeric array.
+
+    A list of plain ``int`` (or of ``int`` and ``float``) takes the fast path: one type check over the
+    elements (``kinds``, the set of their types, when the caller already has it) and one
+    :func:`numpy.asarray` with the dtype fixed (int64, or float64). Everything else (numpy scalars,
+    bools, huge integers, non-numbers) takes the checked path below.
 
     Raises:
         ConfigError: not a 1-D sequence, a boolean or non-numeric element, or an integer beyond int64
@@ -853,7 +858,13 @@ def _numeric_column(values: Any, field_name: str) -> np.ndarray:
         raise ConfigError(f"{field_name}: must be a list or 1-D array of numbers, got {show(values)}")
     elif not isinstance(values, (list, tuple)):
         values = list(values)
-    kinds = set(map(type, values))
+    if kinds is None:
+        kinds = set(map(type, values))
+    if kinds and kinds <= {int, float}:
+        try:
+            return np.asarray(values, dtype=np.int64 if kinds == {int} else np.float64)
+        except OverflowError:  # an int beyond int64 (or float64) range: the checked path names it
+            pass
     if not kinds <= {int, float}:
         i = _first_bad(values, lambda v: _is_real(v) or isinstance(v, np.ndarray) and v.ndim == 0)
         value = values[i] if values else values
@@ -895,16 +906,13 @@ def _token_column(values: Any, keys: Sequence[SampleKey] | None) -> np.ndarray:
 
 def _cost_column(values: Any, keys: Sequence[SampleKey]) -> tuple[np.ndarray, list[Mapping[str, float]] | None]:
     """``llm`` costs as a float64 array (n,) and the extra components (or None), else ConfigError."""
-    if (
-        isinstance(values, (list, tuple))
-        and not set(map(type, values)) <= {int, float}
-        and any(isinstance(v, (Mapping, WorkloadCost)) for v in values)
-    ):
+    kinds = set(map(type, values)) if isinstance(values, (list, tuple)) else None
+    if kinds is not None and not kinds <= {int, float} and any(isinstance(v, (Mapping, WorkloadCost)) for v in values):
         costs = [as_cost(value, f"sample {keys[i]!r}: cost" if i < len(keys) else f"costs[{i}]")
                  for i, value in enumerate(values)]
         other = [c.other for c in costs] if any(c.other for c in costs) else None
         return np.fromiter((c.llm for c in costs), dtype=np.float64, count=len(costs)), other
-    column = _numeric_column(values, "costs")
+    column = _numeric_column(values, "costs", kinds)
     column = column.astype(np.float64, copy=False)
     valid = np.isfinite(column) & (column >= 0)
     if not valid.all():

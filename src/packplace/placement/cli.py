@@ -22,7 +22,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         description="Place the tasks of one PPO/GRPO/DPO step (generation, inference, training) on racks x nodes "
                     "x GPUs: per task a (dp, pp, tp) strategy, a micro-batch and a block of GPUs, scored by the "
                     "cost and memory model. Prints one row per task and the step time, bound, gap and status. "
-                    "Exit codes: 0 a feasible plan; 1 none found; 2 bad input; 3 a proven-infeasible instance.",
+                    "Exit codes: 0 a feasible plan; 1 none found, or none exists (proven); 2 bad input.",
     )
     p.add_argument("--config", required=True, help="placement YAML config (see configs/placement/)")
     from packplace.solvers import available
