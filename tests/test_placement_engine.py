@@ -72,10 +72,11 @@ def test_continuous_batching_beats_static_rounds_on_the_long_tail():
 def test_engine_concurrency_is_bounded_by_max_num_seqs_and_kv_capacity():
     w = Workload(512, 1, 1000, 3000, ((0.5, 1000.0),))
     hw = Hardware(**{**PRESETS["h100-sxm"]})
-    # Llama-3.1-8B: 131072 KV bytes per token; 0.9*80e9 - 2*8.03e9 bytes free for KV
+    # Llama-3.1-8B: 131072 KV bytes per token; 0.9*80e9 - 2*8.03e9 bytes of weights - one 1,000-token prompt's
+    # prefill workspace free for KV; per sequence its KV and its next token's fp32 logits (128,256 x 4 bytes)
     capacity = kv_capacity_sequences(LLAMA8B, 80e9, w, 1, 1)
-    free = 0.9 * 80e9 - 2 * LLAMA8B.params
-    assert capacity == int(free // (131072 * mean_live_tokens(w)))
+    free = 0.9 * 80e9 - 2 * LLAMA8B.params - 34 * 1000 * 4096
+    assert capacity == int(free // (131072 * mean_live_tokens(w) + 128256 * 4)) == 219
     c = CostModel(hw, Cluster(1, 1, 8), w, RolloutEngine("continuous", 128))
     assert c.engine_concurrency(LLAMA8B, 1, 1, 512) == min(128, capacity)
     assert c.engine_concurrency(LLAMA8B, 1, 1, 16) == 16

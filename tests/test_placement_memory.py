@@ -9,6 +9,7 @@ import pytest
 
 from packplace.errors import ConfigError
 from packplace.placement.config import build_instance, load_config, load_yaml
+from packplace.placement.engine import mean_live_tokens
 from packplace.placement.evaluator import get_table
 from packplace.placement.memory import (
     TrainingOptions,
@@ -86,10 +87,11 @@ def test_paged_kv_engine_holds_live_tokens_only():
     held = max_concurrent_sequences(LLAMA8, tp=1, pp=1, memory_per_gpu=80e9, gpu_memory_utilization=0.9,
                                     prompt_len=128, live_len=1016)
     budget = 0.9 * 80e9 - 2 * LLAMA8.params - 34 * 128 * 4096
-    assert held == int(budget // (1016 * 131072)) == 419
+    # per sequence: its KV and the fp32 logits of its next token (128,256 x 4 bytes)
+    assert held == int(budget // (1016 * 131072 + 128256 * 4)) == 418
     half = max_concurrent_sequences(LLAMA8, tp=1, pp=1, memory_per_gpu=80e9, gpu_memory_utilization=0.3,
                                     prompt_len=128, live_len=1016)
-    assert half == int((0.3 * 80e9 - 2 * LLAMA8.params - 34 * 128 * 4096) // (1016 * 131072))
+    assert half == int((0.3 * 80e9 - 2 * LLAMA8.params - 34 * 128 * 4096) // (1016 * 131072 + 128256 * 4))
     assert max_concurrent_sequences(LLAMA8, tp=1, pp=1, memory_per_gpu=16e9, gpu_memory_utilization=0.9,
                                     prompt_len=128, live_len=1016) == 0
 
@@ -102,7 +104,30 @@ def test_generation_fits_within_gpu_memory_utilization():
         gen = table.all["actor.generate"]
         assert table.instance.engine.gpu_memory_utilization == util
         assert all(c.fits == (c.memory_bytes <= util * 80e9) for c in gen)
-    assert len(get_table(low).feasible["actor.generate"]) < len(get_table(inst).feasible["actor.generate"])
+    # less memory for KV pages: one GPU's engine (tp 1) runs fewer sequences at once and is slower
+    key = max((c.key for c in get_table(low).feasible["actor.generate"] if c.strategy.tp == 1 and c.gpus == 1),
+              key=lambda k: k[1])
+    high_time, low_time = (get_table(i).by_key["actor.generate"][key].time for i in (inst, low))
+    assert low_time > 1.2 * high_time
+
+
+def test_continuous_engine_holds_the_kv_of_its_running_sequences_only():
+    # 512 requests handed to one engine: it runs min(512, max_num_seqs 256, KV capacity) at once and holds
+    # their KV only (the waiting requests hold none), so the candidate fits within gpu_memory_utilization
+    inst = load_config(os.path.join(ROOT, "configs", "placement", "published", "ppo_openrlhf_llama2-7b_1x8xa800.yaml"))
+    table = get_table(inst)
+    cand = table.by_key["actor.generate"][(Strategy(2, 1, 1), 512, (1, 1, 2))]
+    running = table.cost.engine_concurrency(inst.models["actor"], 1, 1, 512)
+    assert running < 256
+    live = mean_live_tokens(inst.workload)
+    kv = inst.models["actor"].kv_bytes_per_token() * live * running
+    logits = running * inst.models["actor"].output_dim * 4
+    workspace = 34 * inst.workload.context_length * inst.models["actor"].hidden_dim
+    assert cand.transient_bytes == pytest.approx(kv + logits + workspace, rel=1e-9)
+    assert cand.fits and cand.memory_bytes <= 0.9 * 80e9
+    # static rounds hold every sequence of the round: the same 512 do not fit
+    static = build_instance({**load_yaml(inst.source), "policy": {"algorithm": "ppo", "batching": "static"}})
+    assert not get_table(static).by_key["actor.generate"][(Strategy(2, 1, 1), 512, (1, 1, 2))].fits
 
 
 @pytest.mark.parametrize("section, value, message", [

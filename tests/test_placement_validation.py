@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 
@@ -10,6 +11,7 @@ import pytest
 from packplace.cli import main
 from packplace.errors import ConfigError
 from packplace.placement.calibrate import calibrate, task_times
+from packplace.placement.config import load_yaml
 from packplace.placement.engine import mean_live_tokens
 from packplace.placement.validate import RATIO_RANGE, load_setup, validate
 from packplace.placement.workload import Workload
@@ -32,12 +34,45 @@ def test_every_published_setup_is_within_the_ratio_range():
     }
     for r in rows:
         assert RATIO_RANGE[0] <= r.ratio <= RATIO_RANGE[1], (r.setup, r.phase, r.ratio)
+        assert r.memory_ok, (r.setup, "plan over memory with the run's own memory settings")
+
+
+@pytest.mark.parametrize("setup, published", [
+    ("nemo_rl_grpo_llama3.1-8b_2x8xh100", "grpo_nemo-rl_llama3.1-8b_2x8xh100"),
+    ("openrlhf_ppo_llama2-7b_8xa800", "ppo_openrlhf_llama2-7b_1x8xa800"),
+    ("deepspeed_chat_ppo_opt-13b_8xa100", "ppo_deepspeed-chat_opt13b_1x8xa100"),
+])
+def test_validation_files_use_the_published_configs_settings(setup, published):
+    validation = load_yaml(os.path.join(VALIDATION, setup + ".yaml"))
+    config = load_yaml(os.path.join(ROOT, "configs", "placement", "published", published + ".yaml"))
+    for section in ("hardware", "models", "workload", "training"):
+        assert validation[section] == config[section], section
+    policy = dict(validation["policy"])
+    policy.pop("batching", None)   # the DeepSpeed hybrid engine's static batches (a validation-only setting)
+    assert policy == config["policy"]
+
+
+def test_validate_json_has_one_object_per_row(capsys):
+    assert main(["validate", "--json", OPENRLHF]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["ok"] is True
+    rows = {r["phase"]: r for r in document["rows"]}
+    assert set(rows) == {"step", "generation_and_experience", "training"}
+    training = rows["training"]
+    assert training["published"] == 403.0 and training["memory_ok"] is True
+    assert training["source"].startswith("OpenRLHF")
+    assert training["ratio"] == pytest.approx(training["predicted"] / 403.0)
+    assert set(training["parts"]) == {"actor.train", "critic.train"}
+    assert set(training["parts"]["actor.train"]) == {"train", "old_log_prob", "overhead"}
+    assert set(rows["step"]["parts"]) == {"actor.generate", "reference.infer", "reward.infer", "critic.infer",
+                                          "actor.train", "critic.train"}
 
 
 def test_validate_command_prints_the_report(capsys):
     assert main(["validate", VALIDATION]) == 0
     out = capsys.readouterr().out
-    assert "nemo_rl_grpo_llama3.1-8b_2x8xh100" in out and "6 of 6 figures within x1.3" in out
+    assert "nemo_rl_grpo_llama3.1-8b_2x8xh100" in out
+    assert "6 of 6 figures within x1.3 of the published value with the plan within memory" in out
 
 
 def test_mean_live_tokens_by_hand():

@@ -378,8 +378,10 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
 
     Memory is :func:`~packplace.placement.memory.vertex_memory` (worst pipeline stage) with the model's
     training options; a generation candidate fits only within ``gpu_memory_utilization`` of the GPU (the
-    engine's budget). Training time adds :func:`training_overhead_seconds` (recomputation, offload);
-    with a rule-based reward, generation adds the CPU scoring of the step's sequences."""
+    engine's budget). A continuously batched engine holds the KV of the sequences it runs at once
+    (:meth:`~packplace.placement.cost.CostModel.engine_concurrency`, at most its KV capacity), whatever
+    the number of requests ``mb`` handed to it. Training time adds :func:`training_overhead_seconds`
+    (recomputation, offload); with a rule-based reward, generation adds the CPU scoring of the step's sequences."""
     w = instance.workload
     mem = instance.hardware.memory_per_gpu
     old_log_prob = needs_old_log_prob(instance, name)
@@ -389,14 +391,19 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     if kind == "generate" and instance.rule_reward is not None:
         extra = instance.rule_reward.seconds(w.sequences)
     live_len = mean_live_tokens(w)
+    continuous = instance.engine.batching == "continuous"
     out = []
     for extent in extents:
         for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent):
             dp, pp, tp = strategy.dp, strategy.pp, strategy.tp
             micro_batches = w.sequences // (dp * mb)
-            res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=mb, micro_batches=micro_batches,
+            held, rounds, prefill = mb, micro_batches, None
+            if continuous and kind == "generate":
+                # the engine holds the KV of the sequences it runs, not of the ones waiting for a slot
+                held, rounds, prefill = cost.engine_concurrency(model, tp, pp, mb), 1, 1
+            res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
                                      seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
-                                     options=options)
+                                     options=options, prefill_sequences=prefill)
             seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent, old_log_prob) + extra
             if kind == "train":
                 seconds += training_overhead_seconds(cost, model, options, dp, pp, tp, mb, extent)

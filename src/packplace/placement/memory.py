@@ -193,7 +193,8 @@ def activation_bytes_per_layer(model: ModelSpec, seq_len: float, micro_batch: in
 
 def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, micro_batch: int,
                   micro_batches: int, seq_len: float, prompt_len: int, live_len: float,
-                  options: TrainingOptions = DEFAULT_TRAINING) -> tuple[float, float]:
+                  options: TrainingOptions = DEFAULT_TRAINING,
+                  prefill_sequences: int | None = None) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -206,13 +207,18 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         prompt_len: Prompt tokens ``S`` (generation's prefill workspace).
         live_len: Live KV tokens per generated sequence (``S + mean response``, paged cache).
         options: Training memory options (train only).
+        prefill_sequences: Prompts whose prefill workspace a generation engine holds at once (default
+            ``micro_batch``; a continuously batched engine prefills a bounded chunk: 1 prompt).
 
     Per stage ``i``: train — :func:`train_state_bytes` resident, activations of its layers for
     ``min(pp − i, m)`` micro-batches in flight, fp32 logits ``mb·s·V_out·4/tp`` on the last stage;
     infer — bf16 weights, one layer's activations and the last stage's logits; generate — bf16 weights,
     the paged KV of ``mb·min(pp, rounds)`` sequences of ``live_len`` tokens for the stage's layers, the
-    prefill workspace of one layer ``34·S·mb·d/tp`` and the last token's logits ``mb·V·4/tp``.
+    prefill workspace of one layer ``34·S·n·d/tp`` for ``n`` = ``prefill_sequences`` prompts and the last
+    token's logits ``mb·V·4/tp``. For a continuously batched engine the caller passes the sequences it
+    runs at once as ``micro_batch`` (and ``micro_batches = 1``): the KV of the waiting ones is not held.
     """
+    prefill = micro_batch if prefill_sequences is None else prefill_sequences
     per_layer_rank = model.block_params / model.layers / tp
     layers = stage_layers(model.layers, pp)
     params = stage_params(model, pp)
@@ -237,7 +243,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             resident = 2.0 * p
             kv_per_token = model.kv_bytes_per_token(tp, 1) * layers[i] / model.layers
             transient = kv_per_token * live_len * micro_batch * min(pp, micro_batches)
-            transient += ACTIVATION_BYTES_PER_TOKEN_HIDDEN * prompt_len * micro_batch * model.hidden_dim / tp
+            transient += ACTIVATION_BYTES_PER_TOKEN_HIDDEN * prompt_len * prefill * model.hidden_dim / tp
             if last:
                 transient += micro_batch * model.output_dim * LOGIT_BYTES / tp
         if resident + transient > best[0]:
@@ -253,9 +259,10 @@ def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_g
     The engine may use ``gpu_memory_utilization · memory_per_gpu`` bytes per GPU; after the bf16 weights
     of the largest stage and the prefill workspace of ``prefill_sequences`` prompts
     (``34·S·n·d/tp`` bytes, one layer) the rest is KV cache, and each sequence holds ``live_len`` tokens
-    on average (prompt plus response so far: ``S + mean response``):
+    on average (prompt plus response so far: ``S + mean response``) and the fp32 logits of its next token
+    (``V·4/tp``, sampled every iteration):
 
-        ⌊(util·M − weights − workspace) / (kv_bytes_per_token(tp, pp) · live_len)⌋
+        ⌊(util·M − weights − workspace) / (kv_bytes_per_token(tp, pp) · live_len + V·4/tp)⌋
 
     with the KV bytes of the largest stage's layers. 128 rollouts of Llama-3.1-8B at 1,016 live tokens
     need 17 GB of KV; an 80 GB GPU at utilisation 0.9 holds 419 such sequences (prompt 128).
@@ -267,6 +274,7 @@ def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_g
     budget -= weight_bytes(model, tp, pp)
     budget -= ACTIVATION_BYTES_PER_TOKEN_HIDDEN * prompt_len * prefill_sequences * model.hidden_dim / tp
     per_sequence = model.kv_bytes_per_token(tp, 1) * max(stage_layers(model.layers, pp)) / model.layers * live_len
+    per_sequence += model.output_dim * LOGIT_BYTES / tp
     if budget <= 0 or per_sequence <= 0:
         return 0
     return int(math.floor(budget / per_sequence))
