@@ -458,6 +458,113 @@ def _configure(solver: cp_model.CpSolver, time_limit_s: float, seed: int, num_wo
     solver.parameters.num_workers = num_workers
 
 
+def _add_hint(built: _Model, hint_bins: list[list[int]], hint_loads: list[int]) -> None:
+    """Hint every Boolean, load and square of ``built`` with the (symmetry-ordered) start."""
+    member = {(i, b) for b, members in enumerate(hint_bins) for i in members}
+    for i, row in enumerate(built.x):
+        for b, variable in enumerate(row):
+            built.model.AddHint(variable, (i, b) in member)
+    for load, value in zip(built.loads, hint_loads):
+        built.model.AddHint(load, value)
+    for square, value in zip(built.squares, hint_loads):
+        built.model.AddHint(square, value * value)
+
+
+def _read_bins(solver: cp_model.CpSolver, built: _Model, samples: list) -> tuple[tuple[SampleKey, ...], ...]:
+    """The solver's assignment as rank-major bins of keys (canonical order within a bin)."""
+    bins: list[list[SampleKey]] = [[] for _ in range(len(built.x[0]) if built.x else 0)]
+    for i, sample in enumerate(samples):
+        for b, variable in enumerate(built.x[i]):
+            if solver.BooleanValue(variable):
+                bins[b].append(sample.key)
+                break
+    return _canonical(bins)
+
+
+@dataclass
+class StartedSolve:
+    """What :func:`solve_from_start` found.
+
+    Attributes:
+        bins: Rank-major bins of keys of CP-SAT's best assignment (never worse than the start in the
+            scaled model), or None when CP-SAT returned none (or the model was not built).
+        cp_status: CP-SAT's status name, or a short reason why CP-SAT did not run.
+        proven: CP-SAT proved the scaled model optimal (exact model; no claim about rounding).
+        wall_s: Seconds spent, model building included.
+    """
+
+    bins: tuple[tuple[SampleKey, ...], ...] | None
+    cp_status: str
+    proven: bool
+    wall_s: float
+
+
+def solve_from_start(
+    instance: BalanceInstance,
+    start_bins: Sequence[Sequence[SampleKey]],
+    *,
+    time_limit_s: float,
+    seed: int = 0,
+    num_workers: int = 1,
+    deterministic_time_s: float | None = None,
+    linearization_level: int | None = None,
+) -> StartedSolve:
+    """The module's model solved from a given feasible start, without the heuristic start.
+
+    The start's objective is the model's ceiling and its assignment the hint, so any solution CP-SAT
+    returns is at least as good as the start in the scaled model. Used by the ``lns`` backend for its
+    neighbourhoods (each a small :class:`BalanceInstance`).
+
+    Args:
+        instance: The (sub-)instance.
+        start_bins: A feasible rank-major assignment of ``instance`` (D·m bins of keys).
+        time_limit_s: Wall-clock cap in seconds (model building included).
+        seed: CP-SAT ``random_seed``.
+        num_workers: CP-SAT workers (1: deterministic for a fixed seed and deterministic limit).
+        deterministic_time_s: CP-SAT ``max_deterministic_time`` (its work counter, about one second
+            per unit); with one worker, a search stopped by it ends the same way on every run.
+        linearization_level: CP-SAT ``linearization_level`` (None: its default, 1). 0 keeps the LP out of
+            the search, which solves small neighbourhoods several times faster.
+
+    Returns:
+        A :class:`StartedSolve`.
+    """
+    started = time.perf_counter()
+    deadline = started + time_limit_s
+    samples = sorted(instance.samples, key=lambda s: key_order(s.key))
+    if instance.padding_cost is not None and instance.constraints.seq_len > MAX_PADDING_TABLE:
+        return StartedSolve(None, "padding not modelled", False, time.perf_counter() - started)
+    index = {s.key: i for i, s in enumerate(samples)}
+    scaling = _scale_costs(instance, samples)
+    scaled_total = sum(scaling.costs) + instance.num_bins * scaling.bin_const
+    hint_bins, hint_loads = _order_start(start_bins, instance, index, scaling)
+    hint_value = _scaled_objective(instance.objective, hint_loads, instance.group_size)
+    ceiling = math.isqrt(hint_value) if instance.objective == "balance" else hint_value
+    objective_lower = _scaled_lower_bound(instance, scaling, scaled_total)
+    try:
+        built = _build_model(instance, samples, scaling, ceiling, objective_lower, deadline)
+    except _OutOfTime:
+        return StartedSolve(None, "out of time while building", False, time.perf_counter() - started)
+    _add_hint(built, hint_bins, hint_loads)
+    remaining = deadline - time.perf_counter()
+    if remaining <= 0.001:
+        return StartedSolve(None, "out of time after building", False, time.perf_counter() - started)
+    solver = cp_model.CpSolver()
+    _configure(solver, remaining, seed, num_workers)
+    if deterministic_time_s is not None:
+        solver.parameters.max_deterministic_time = deterministic_time_s
+    if linearization_level is not None:
+        solver.parameters.linearization_level = linearization_level
+    solver.parameters.catch_sigint_signal = False
+    with interrupt.native(solver.stop_search):
+        cp_status = solver.Solve(built.model)
+    bins = None
+    if cp_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        bins = _read_bins(solver, built, samples)
+    proven = cp_status == cp_model.OPTIMAL and built.exact_budgets
+    return StartedSolve(bins, solver.StatusName(cp_status), proven, time.perf_counter() - started)
+
+
 def _canonical(bins: Sequence[Sequence[SampleKey]]) -> tuple[tuple[SampleKey, ...], ...]:
     return tuple(tuple(sorted(b, key=key_order)) for b in bins)
 
@@ -566,14 +673,7 @@ def solve(
         return fall_back(f"time limit {limit:g} s reached while building the exact model ({booleans} Booleans)",
                          True)
     if hint_bins is not None:
-        member = {(i, b) for b, members in enumerate(hint_bins) for i in members}
-        for i in range(len(samples)):
-            for b in range(instance.num_bins):
-                built.model.AddHint(built.x[i][b], (i, b) in member)
-        for load, value in zip(built.loads, hint_loads):
-            built.model.AddHint(load, value)
-        for square, value in zip(built.squares, hint_loads):
-            built.model.AddHint(square, value * value)
+        _add_hint(built, hint_bins, hint_loads)
 
     remaining = deadline - time.perf_counter()
     if remaining <= 0.01:
@@ -617,13 +717,7 @@ def solve(
 
     solution, source, objective = None, None, math.inf
     if cp_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        bins = [[] for _ in range(instance.num_bins)]
-        for i, sample in enumerate(samples):
-            for b in range(instance.num_bins):
-                if solver.BooleanValue(built.x[i][b]):
-                    bins[b].append(sample.key)
-                    break
-        solution, source = _canonical(bins), "cpsat"
+        solution, source = _read_bins(solver, built, samples), "cpsat"
         objective = evaluator.objective(solution)
         info["cp_objective_scaled"] = int(round(solver.ObjectiveValue()))
     if start is not None and start.objective < objective:

@@ -1,0 +1,127 @@
+"""Measure ``lns`` (and ``cpsat``) against known optima on planted instances, and ``lns`` at scale.
+
+Planted instances: D·m bins of exactly round(fill·seq_len) tokens, each cut into pieces at random
+points (cost = tokens), shuffled; the planted packing puts m·round(fill·seq_len) tokens on every rank,
+which equals the mean load, so the optimum makespan is that lower bound.
+
+Run (each section prints one line per instance and a summary):
+
+    python benchmarks/balance_lns.py planted [--time-limit 2] [--ranks 8,16,32,64,128,256]
+    python benchmarks/balance_lns.py large [--time-limit 10]      # 65,536 lognormal samples x 512 ranks
+    python benchmarks/balance_lns.py cpsat [--time-limit 60] [--workers 1]   # planted, up to 32 x 8
+
+Timings are wall-clock seconds on whatever else the machine is running; repeat on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import packplace
+from packplace.balance.schema import make_instance
+from packplace.harness.generators import generate_balance
+
+
+def planted(ranks: int, per_rank: int, samples_per_rank: int, fill: float, seq_len: int = 8192, seed: int = 0):
+    """(instance, optimum): bins of round(fill·seq_len) tokens cut into samples_per_rank pieces per rank."""
+    rng = np.random.default_rng(seed)
+    target = round(fill * seq_len)
+    tokens: list[int] = []
+    for _ in range(ranks):
+        pieces = np.ones(per_rank, dtype=int)
+        for _ in range(samples_per_rank - per_rank):
+            pieces[rng.integers(per_rank)] += 1
+        for count in pieces:
+            cuts = np.sort(rng.choice(np.arange(1, target), size=count - 1, replace=False))
+            tokens.extend(np.diff(np.concatenate([[0], cuts, [target]])).tolist())
+    name = f"planted-D{ranks}-m{per_rank}-k{samples_per_rank}-s{seed}"
+    instance = make_instance(rng.permutation(tokens), seq_len=seq_len, data_parallel_size=ranks,
+                             local_batch_size=per_rank, name=name)
+    return instance, per_rank * target
+
+
+def _run(instance, solver: str, time_limit_s: float, **params):
+    started = time.perf_counter()
+    result = packplace.balance(instance, solver=solver, time_limit_s=time_limit_s, seed=0, **params)
+    return result, time.perf_counter() - started
+
+
+def planted_section(args: argparse.Namespace) -> None:
+    solvers = args.solvers.split(",")
+    gaps: dict[str, list[float]] = {s: [] for s in solvers}
+    walls: dict[str, list[float]] = {s: [] for s in solvers}
+    unsolved: dict[str, int] = {s: 0 for s in solvers}
+    for ranks in [int(x) for x in args.ranks.split(",")]:
+        for per_rank in (2, 4):
+            for samples in (4, 8, 12):
+                for fill in [float(x) for x in args.fills.split(",")]:
+                    instance, optimum = planted(ranks, per_rank, samples, fill, seed=ranks + 10 * per_rank + samples)
+                    line = [f"D={ranks:<4} m={per_rank} k={samples:<2} fill={fill}"]
+                    for solver in solvers:
+                        result, wall = _run(instance, solver, args.time_limit)
+                        if not result.ok:
+                            unsolved[solver] += 1
+                            line.append(f"{solver}: {result.status}")
+                            continue
+                        gap = 100 * (result.objective / optimum - 1)
+                        gaps[solver].append(gap)
+                        walls[solver].append(wall)
+                        line.append(f"{solver}: {gap:.4f}% {wall:.2f}s")
+                    print("  ".join(line), flush=True)
+    for solver in solvers:
+        values = gaps[solver]
+        print(f"{solver}: {len(values)} feasible, {unsolved[solver]} without an answer; gap to the optimum "
+              f"median {statistics.median(values):.4f}%, worst {max(values):.4f}%, "
+              f"optimum reached {sum(g <= 1e-9 for g in values)}/{len(values)}; "
+              f"wall median {statistics.median(walls[solver]):.2f} s, max {max(walls[solver]):.2f} s")
+
+
+def large_section(args: argparse.Namespace) -> None:
+    instance = generate_balance("lognormal", n=65_536, ranks=512, seq_len=8192, bins_per_rank=1, seed=1)
+    for solver in args.solvers.split(","):
+        result, wall = _run(instance, solver, args.time_limit)
+        print(f"{solver}: {result.status}, objective {result.objective:.6g}, bound {result.bound:.6g}, "
+              f"gap to bound {100 * result.gap:.6f}%, {wall:.2f} s; {result.message}", flush=True)
+
+
+def cpsat_section(args: argparse.Namespace) -> None:
+    reached = built = 0
+    for ranks, per_rank, samples in ((4, 1, 4), (4, 2, 6), (8, 1, 4), (8, 2, 4), (8, 2, 6), (8, 4, 8), (8, 4, 12)):
+        instance, optimum = planted(ranks, per_rank, samples, 0.99, seed=ranks + per_rank + samples)
+        result, wall = _run(instance, "cpsat", args.time_limit, num_workers=args.workers)
+        built += 1
+        reached += result.objective == optimum
+        print(f"D={ranks} m={per_rank} n={len(instance.samples):<3} {result.status}: "
+              f"gap {100 * (result.objective / optimum - 1):.4f}%, {wall:.2f} s, "
+              f"returned {result.info.get('returned')}; {result.message}", flush=True)
+    print(f"cpsat ({args.workers} workers, {args.time_limit:g} s): optimum reached on {reached}/{built}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("section", choices=("planted", "large", "cpsat"))
+    parser.add_argument("--time-limit", type=float, default=None)
+    parser.add_argument("--ranks", default="8,16,32,64,128,256")
+    parser.add_argument("--fills", default="0.95,0.99")
+    parser.add_argument("--solvers", default=None)
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    if args.section == "planted":
+        args.time_limit = 2.0 if args.time_limit is None else args.time_limit
+        args.solvers = args.solvers or "repair,lns"
+        planted_section(args)
+    elif args.section == "large":
+        args.time_limit = 10.0 if args.time_limit is None else args.time_limit
+        args.solvers = args.solvers or "repair,karmarkar_karp,lns"
+        large_section(args)
+    else:
+        args.time_limit = 60.0 if args.time_limit is None else args.time_limit
+        cpsat_section(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,352 @@
+"""``lns``: large-neighbourhood search over ranks, each neighbourhood re-solved exactly with CP-SAT.
+
+Large neighbourhood search (Shaw 1998, "Using constraint programming and local search methods to
+solve vehicle routing problems", CP-98, LNCS 1520; Pisinger & Ropke 2010, "Large neighborhood
+search", Handbook of Metaheuristics, 2nd ed., ch. 13): free a part of the incumbent, re-solve that
+part well while the rest stays fixed, keep the result if it is better, repeat. Here the part is a
+few ranks: their samples are pooled and re-assigned to their D'·m bins by the ``cpsat`` backend's
+one formulation (:func:`packplace.solvers.balance.cpsat.solve_from_start`), with the ranks' current
+assignment as hint and ceiling, so the exact path reaches instances it cannot build whole (65,536
+samples × 512 ranks).
+
+Start. The best feasible answer of ``repair`` and ``karmarkar_karp`` (evaluator objective, ties to
+``repair``) and the instance's ``reference_bins``; both fast paths look for any capacity-feasible
+packing first when their balancing rule dead-ends (:mod:`construction`). Without a feasible start
+the answer is ``unknown`` and the message carries each path's reason.
+
+Neighbourhoods. Ranks are ordered by load (heaviest first, ties by index). The *leader* is the
+heaviest rank; its first neighbourhood adds the ``ranks_per_neighbourhood − 1`` lightest ranks, the
+next :data:`PARTNER_TRIES` − 1 add ranks drawn by ``random.Random(seed)``; after that many failures
+in a row the next heaviest rank leads, and so on. When every rank has led that many failures, the
+neighbourhoods grow by one rank (at most :data:`GROWTH` times) and the leaders start over. Two ranks
+are the default start: measured on planted instances (benchmarks/balance_lns.py), pairs solved in
+about 5–40 ms reach the optimum far more often within 2 s than 3 or 4 ranks at 0.1–0.4 s each. A
+neighbourhood is dropped to fewer ranks (at
+least two) while its model would exceed :data:`MAX_NEIGHBOURHOOD_BOOLEANS` samples × bins, and is
+skipped when it was already tried with the same contents.
+
+Sub-problem. A :class:`~packplace.balance.schema.BalanceInstance` of the pooled samples on D' ranks
+with the same m, ``seq_len``, budgets, padding cost and rank rules (``equal_count`` becomes
+⌊n'/D'⌋…⌈n'/D'⌉, within the global limits; groups stay whole). Its objective is ``balance`` (Σℓ²
+over the D' ranks) when the instance's objective is ``balance``, else ``makespan`` (the largest load
+among the D' ranks). CP-SAT runs with one worker, ``random_seed = seed`` and a deterministic time
+limit of ``neighbourhood_time_s`` (``max_deterministic_time``), capped by the wall clock left.
+
+Acceptance (tie-aware). The new loads of the D' ranks replace the old ones; the move is kept when
+the instance objective over all ranks falls, or stays equal while the D' loads sorted in decreasing
+order fall lexicographically (which is the same as the lexicographic order of all D loads sorted,
+the other ranks being unchanged). Plateaus where several ranks share the maximum are walked this
+way: lowering one of them counts.
+
+Stop. At ``time_limit_s`` (the starts included), when the objective meets the evaluator's analytic
+lower bound (status ``optimal``), when every rank has led :data:`PARTNER_TRIES` failed
+neighbourhoods in a row at the largest size (a local optimum of the neighbourhoods), or on a signal. The reported bound
+is the analytic one (:meth:`~packplace.balance.evaluator.BalanceEvaluator.lower_bound`); a final
+check re-scores the answer with the evaluator and keeps the start if rounding made the search's
+answer look better than it is, so ``lns`` is never worse than its start.
+
+Determinism: the starts are deterministic, the neighbourhoods come from ``random.Random(seed)`` and
+every sub-solve is single-threaded with a deterministic work limit, so the same instance and seed
+give the same answer — unless the wall-clock ``time_limit_s`` cuts the search (then the answer
+depends on how far it got).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from typing import Any
+
+import numpy as np
+
+from packplace import interrupt
+from packplace.balance.evaluator import BalanceEvaluator, objective_value
+from packplace.balance.schema import BalanceInstance, SampleKey, key_order
+from packplace.errors import ConfigError
+from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_ATOL, OPTIMALITY_RTOL, UNKNOWN, Proposal
+from packplace.solvers.balance.cpsat import DEFAULT_MAX_BOOLEANS, solve_from_start
+from packplace.solvers.registry import get, register
+
+#: Default wall-clock budget (seconds) of the whole call when ``time_limit_s`` is None.
+DEFAULT_TIME_LIMIT_S = 10.0
+#: Default number of ranks pooled into one neighbourhood (before growth).
+DEFAULT_RANKS_PER_NEIGHBOURHOOD = 2
+#: Ranks a neighbourhood may grow by when every leader has failed (one at a time).
+GROWTH = 2
+#: Default CP-SAT deterministic time limit of one neighbourhood (its work units, about seconds).
+DEFAULT_NEIGHBOURHOOD_TIME_S = 0.2
+#: Largest neighbourhood model (pooled samples × bins Booleans); bigger ones lose ranks (down to 2).
+MAX_NEIGHBOURHOOD_BOOLEANS = 4096
+#: CP-SAT ``linearization_level`` of a neighbourhood: 0 (no LP) proves a 2-rank, 15-sample planted
+#: neighbourhood optimal in 0.04 s against 0.13 s at the default level 1 (benchmarks/balance_lns.py).
+LINEARIZATION_LEVEL = 0
+#: Failed neighbourhoods in a row led by one rank before the next heaviest rank leads.
+PARTNER_TRIES = 4
+#: Backends whose answers compete for the start, in order (ties go to the first).
+START_SOLVERS = ("repair", "karmarkar_karp")
+#: Share of the time limit the start backends may use.
+START_SHARE = 0.5
+#: Relative difference under which two loads count as equal in the lexicographic comparison.
+LOAD_RTOL = 1e-12
+
+
+def _lexicographically_lower(new: list[float], old: list[float]) -> bool:
+    """True if ``new`` sorted decreasingly is lexicographically below ``old`` sorted decreasingly."""
+    for a, b in zip(sorted(new, reverse=True), sorted(old, reverse=True)):
+        if abs(a - b) > LOAD_RTOL * max(abs(a), abs(b), 1.0):
+            return a < b
+    return False
+
+
+class _Search:
+    """The incumbent (rank-major bins of keys and rank loads) and the neighbourhood bookkeeping."""
+
+    def __init__(self, instance: BalanceInstance, bins: tuple[tuple[SampleKey, ...], ...], seed: int) -> None:
+        self.instance = instance
+        self.ranks = instance.data_parallel_size
+        self.per_rank = instance.local_batch_size
+        self.group = instance.resolved_group_size
+        self.name = instance.objective
+        self.bins = [tuple(b) for b in bins]
+        self.loads = BalanceEvaluator(instance).rank_loads(self.bins).astype(float)
+        self.objective = objective_value(self.name, self.loads, self.group)
+        self.rank_sizes = [sum(len(b) for b in self.rank_bins(r)) for r in range(self.ranks)]
+        self.versions = [0] * self.ranks
+        self.tried: set[tuple[tuple[int, int], ...]] = set()
+        self.random = random.Random(seed)
+        self.position = {key: i for i, key in enumerate(instance.keys)}
+
+    def rank_bins(self, rank: int) -> list[tuple[SampleKey, ...]]:
+        return self.bins[rank * self.per_rank:(rank + 1) * self.per_rank]
+
+    def order(self) -> list[int]:
+        """Ranks by load, heaviest first (ties by index)."""
+        return sorted(range(self.ranks), key=lambda r: (-self.loads[r], r))
+
+    def neighbourhood(self, failures: int, size: int) -> list[int] | None:
+        """The ranks of the next neighbourhood after ``failures`` failures in a row (None: stalled)."""
+        slot, attempt = divmod(failures, PARTNER_TRIES)
+        if slot >= self.ranks:
+            return None
+        order = self.order()
+        leader = order[slot]
+        others = [r for r in order if r != leader]
+        count = min(size, self.ranks) - 1
+        partners = others[-count:] if attempt == 0 else self.random.sample(others, count)
+        chosen = [leader, *sorted(partners, key=lambda r: (-self.loads[r], r))]
+        # Drop the last partners while the model is too big (never below two ranks).
+        while len(chosen) > 2 and sum(self.rank_sizes[r] for r in chosen) * len(chosen) * self.per_rank \
+                > MAX_NEIGHBOURHOOD_BOOLEANS:
+            chosen.pop()
+        return chosen
+
+    def seen(self, chosen: list[int]) -> bool:
+        """Record the neighbourhood; True if it was already tried with the same contents."""
+        signature = tuple(sorted((r, self.versions[r]) for r in chosen))
+        if signature in self.tried:
+            return True
+        self.tried.add(signature)
+        return False
+
+    def sub_instance(self, chosen: list[int]) -> BalanceInstance:
+        """The pooled samples of ``chosen`` as an instance of len(chosen) ranks (module docstring)."""
+        instance = self.instance
+        keys = [key for r in chosen for b in self.rank_bins(r) for key in b]
+        table = instance.table
+        samples = [table[self.position[key]] for key in keys]
+        pooled = set(keys)
+        groups = tuple(members for members in instance.groups if members[0] in pooled)
+        return BalanceInstance(
+            samples, instance.constraints, len(chosen), self.per_rank,
+            objective="balance" if self.name == "balance" else "makespan",
+            padding_cost=instance.padding_cost, equal_count=instance.equal_count,
+            max_samples_per_bin=instance.max_samples_per_bin, groups=groups,
+            name=f"{instance.name}-neighbourhood",
+        )
+
+    def try_replace(self, chosen: list[int], new_bins: tuple[tuple[SampleKey, ...], ...],
+                    new_loads: np.ndarray) -> bool:
+        """Accept ``new_bins`` (rank-major over ``chosen``) if better (module docstring)."""
+        trial = self.loads.copy()
+        trial[chosen] = new_loads
+        value = objective_value(self.name, trial, self.group)
+        better = value < self.objective - OPTIMALITY_RTOL * 1e-3 * abs(self.objective)
+        if not better:
+            better = value <= self.objective and _lexicographically_lower(
+                [float(x) for x in new_loads], [float(self.loads[r]) for r in chosen])
+        if not better:
+            return False
+        m = self.per_rank
+        for j, r in enumerate(chosen):
+            self.bins[r * m:(r + 1) * m] = new_bins[j * m:(j + 1) * m]
+            self.rank_sizes[r] = sum(len(b) for b in new_bins[j * m:(j + 1) * m])
+            self.versions[r] += 1
+        self.loads, self.objective = trial, value
+        return True
+
+
+def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: int,
+                time_limit_s: float) -> tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float, list[str]]:
+    """(bins, source, objective, notes) of the best feasible start; (None, "", inf, notes) if none."""
+    best: tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float] = (None, "", math.inf)
+    notes = []
+    started = time.perf_counter()
+    for name in START_SOLVERS:
+        left = max(0.01, time_limit_s - (time.perf_counter() - started))
+        proposal = get("balance", name).solve(instance, time_limit_s=left, seed=seed)
+        if proposal.solution is None:
+            notes.append(f"{name}: {proposal.message or proposal.status}")
+            continue
+        bins = tuple(tuple(b) for b in getattr(proposal.solution, "bins", proposal.solution))
+        score = evaluator.score(bins)
+        if not score.feasible:
+            notes.append(f"{name}: infeasible answer ({score.violations[0]})")
+            continue
+        if score.objective < best[2]:
+            best = (bins, name, score.objective)
+    if instance.reference_bins is not None:
+        value = evaluator.objective(instance.reference_bins)
+        if value < best[2]:
+            best = (tuple(tuple(b) for b in instance.reference_bins), "reference", value)
+    return best[0], best[1], best[2], notes
+
+
+def _check_params(ranks_per_neighbourhood: Any, neighbourhood_time_s: Any, params: dict) -> None:
+    if params:
+        key = sorted(params)[0]
+        raise ConfigError(f"lns: unknown parameter {key!r}; valid: ranks_per_neighbourhood, neighbourhood_time_s")
+    if (isinstance(ranks_per_neighbourhood, bool) or not isinstance(ranks_per_neighbourhood, int)
+            or ranks_per_neighbourhood < 2):
+        raise ConfigError(f"ranks_per_neighbourhood: must be an integer >= 2, got {ranks_per_neighbourhood!r}")
+    if (isinstance(neighbourhood_time_s, bool) or not isinstance(neighbourhood_time_s, (int, float))
+            or not math.isfinite(neighbourhood_time_s) or neighbourhood_time_s <= 0):
+        raise ConfigError(f"neighbourhood_time_s: must be a finite number > 0, got {neighbourhood_time_s!r}")
+
+
+def _canonical(bins) -> tuple[tuple[SampleKey, ...], ...]:
+    return tuple(tuple(sorted(b, key=key_order)) for b in bins)
+
+
+@register("balance", "lns")
+def solve(
+    instance: BalanceInstance,
+    *,
+    time_limit_s: float | None = None,
+    seed: int = 0,
+    ranks_per_neighbourhood: int = DEFAULT_RANKS_PER_NEIGHBOURHOOD,
+    neighbourhood_time_s: float = DEFAULT_NEIGHBOURHOOD_TIME_S,
+    **params: Any,
+) -> Proposal:
+    """Large-neighbourhood search: a few ranks at a time re-solved exactly by CP-SAT.
+
+    Args:
+        instance: The balance instance.
+        time_limit_s: Wall-clock budget in seconds for the whole call, starts included (default
+            :data:`DEFAULT_TIME_LIMIT_S`).
+        seed: Seed of the neighbourhood choice and of CP-SAT (same instance and seed, same answer
+            unless the time limit cuts the search).
+        ranks_per_neighbourhood: Ranks pooled per neighbourhood at first, an integer ≥ 2 (default 2;
+            grown by up to :data:`GROWTH` when the search stalls; fewer when the model would exceed
+            :data:`MAX_NEIGHBOURHOOD_BOOLEANS`).
+        neighbourhood_time_s: CP-SAT deterministic time limit per neighbourhood (default 0.2).
+
+    Returns:
+        A :class:`~packplace.result.Proposal`: rank-major bins; status ``optimal`` when the answer meets
+        the analytic lower bound, else ``feasible``; ``unknown`` without a feasible start; ``bound`` the
+        analytic lower bound; ``iterations`` the neighbourhoods solved; ``info`` the start, its
+        objective and the counts of neighbourhoods solved, accepted and proven optimal.
+
+    Raises:
+        ConfigError: a bad ``ranks_per_neighbourhood`` or ``neighbourhood_time_s``, or an unknown
+            parameter.
+    """
+    _check_params(ranks_per_neighbourhood, neighbourhood_time_s, params)
+    limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else float(time_limit_s)
+    started = time.perf_counter()
+    deadline = started + limit
+    evaluator = BalanceEvaluator(instance)
+    bound = evaluator.lower_bound()
+
+    def meets_bound(value: float) -> bool:
+        return value <= bound * (1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL
+
+    start, source, start_objective, notes = _best_start(instance, evaluator, seed, START_SHARE * limit)
+    info: dict[str, Any] = {"start": source or None, "start_objective": start_objective if start else None}
+    if start is None:
+        return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=time.perf_counter() > deadline,
+                        message="no feasible start: " + "; ".join(notes), info=info)
+    interrupt.offer(start)
+    if meets_bound(start_objective) or instance.data_parallel_size < 2:
+        why = "meets the analytic lower bound" if meets_bound(start_objective) else "is the only rank"
+        return Proposal(_canonical(start), OPTIMAL if meets_bound(start_objective) else FEASIBLE, bound=bound,
+                        iterations=0, message=f"{source} start {why}; no neighbourhood solved", info=info)
+
+    search = _Search(instance, start, seed)
+    solved = accepted = proven = failures = 0
+    size = ranks_per_neighbourhood
+    hit_limit = stalled = False
+    skipped_large = 0
+    while True:
+        if meets_bound(search.objective):
+            break
+        if time.perf_counter() > deadline:
+            hit_limit = True
+            break
+        if interrupt.requested() is not None:
+            break
+        chosen = search.neighbourhood(failures, size)
+        if chosen is None:
+            if size >= min(ranks_per_neighbourhood + GROWTH, instance.data_parallel_size):
+                stalled = True
+                break
+            size, failures = size + 1, 0
+            continue
+        if search.seen(chosen):
+            failures += 1
+            continue
+        booleans = sum(search.rank_sizes[r] for r in chosen) * len(chosen) * search.per_rank
+        if booleans > DEFAULT_MAX_BOOLEANS:  # even two ranks are too big to build quickly
+            skipped_large += 1
+            failures += 1
+            continue
+        sub = search.sub_instance(chosen)
+        current = tuple(b for r in chosen for b in search.rank_bins(r))
+        result = solve_from_start(sub, current, time_limit_s=max(0.0, deadline - time.perf_counter()),
+                                  seed=seed, deterministic_time_s=neighbourhood_time_s,
+                                  linearization_level=LINEARIZATION_LEVEL)
+        solved += 1
+        proven += result.proven
+        improved = False
+        if result.bins is not None:
+            new_loads = BalanceEvaluator(sub).rank_loads(result.bins)
+            improved = search.try_replace(chosen, result.bins, new_loads)
+        if improved:
+            accepted += 1
+            failures = 0
+            interrupt.offer(tuple(search.bins))
+        else:
+            failures += 1
+
+    final = _canonical(search.bins)
+    final_objective = evaluator.objective(final)
+    guarded = final_objective > start_objective
+    if guarded:
+        final, final_objective = _canonical(start), start_objective
+    info.update(neighbourhoods=solved, accepted=accepted, proven_neighbourhoods=proven,
+                skipped_large=skipped_large)
+    if meets_bound(final_objective):
+        stop = "meets the analytic lower bound"
+    elif hit_limit:
+        stop = f"time limit {limit:g} s reached"
+    elif stalled:
+        stop = (f"no neighbourhood of up to {size} ranks improved ({PARTNER_TRIES} tried per leading rank "
+                f"and size)")
+    else:
+        stop = "interrupted"
+    message = (f"lns from the {source} start ({start_objective:.6g}): {accepted} of {solved} neighbourhoods "
+               f"improved; {stop}")
+    if guarded:
+        message += "; the evaluator scored the search's answer worse than the start (rounding), start returned"
+    return Proposal(final, OPTIMAL if meets_bound(final_objective) else FEASIBLE, bound=bound,
+                    hit_time_limit=hit_limit, iterations=solved, message=message, info=info)

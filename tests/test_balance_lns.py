@@ -1,0 +1,133 @@
+"""The ``lns`` balance backend: planted optima, never worse than its start, determinism, time limits."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import packplace
+import packplace.solvers.balance.lns as lns_module
+from packplace.balance.evaluator import BalanceEvaluator
+from packplace.balance.schema import make_instance
+from packplace.errors import ConfigError
+from packplace.harness.generators import generate_balance
+from packplace.solvers import available
+
+
+def planted(ranks: int, per_rank: int, samples_per_rank: int, fill: float, seq_len: int, seed: int):
+    """Bins of exactly round(fill·seq_len) tokens cut into pieces at random points (cost = tokens).
+
+    Every rank of the planted packing carries per_rank·round(fill·seq_len) tokens, which is also the
+    mean load: the optimum makespan equals that lower bound. Returns (instance, optimum).
+    """
+    rng = np.random.default_rng(seed)
+    target = round(fill * seq_len)
+    tokens: list[int] = []
+    for _ in range(ranks):
+        pieces = np.ones(per_rank, dtype=int)
+        for _ in range(samples_per_rank - per_rank):
+            pieces[rng.integers(per_rank)] += 1
+        for count in pieces:
+            cuts = np.sort(rng.choice(np.arange(1, target), size=count - 1, replace=False))
+            tokens.extend(np.diff(np.concatenate([[0], cuts, [target]])).tolist())
+    instance = make_instance(rng.permutation(tokens), seq_len=seq_len, data_parallel_size=ranks,
+                             local_batch_size=per_rank)
+    return instance, per_rank * target
+
+
+def test_registered_and_reachable_by_name():
+    assert "lns" in available("balance")
+    instance = make_instance([8, 7, 6, 5, 4], seq_len=100, data_parallel_size=2)
+    result = packplace.balance(instance, solver="lns", time_limit_s=5)
+    assert result.solver == "lns"
+    assert result.objective == 15 and result.status == "optimal" and result.bound == 15
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_planted_optimum_reached_where_repair_stops_above_it(seed):
+    instance, optimum = planted(6, 2, 8, 0.99, seq_len=1000, seed=seed)
+    assert optimum == 1980
+    repair = packplace.balance(instance, solver="repair")
+    assert repair.objective > optimum  # the fast path stops above it: lns has something to do
+    result = packplace.balance(instance, solver="lns", time_limit_s=20, seed=0)
+    assert result.objective == optimum
+    assert result.status == "optimal"
+    assert result.bound == optimum
+    assert result.iterations >= 1
+
+
+def test_dead_end_case_of_every_fast_path_is_solved_to_its_optimum():
+    # lpt's balancing rule dead-ends here; [9, 1], [3, 4, 3], [5, 5] fills every bin exactly.
+    instance = make_instance([3, 4, 5, 9, 1, 3, 5], seq_len=10, data_parallel_size=3)
+    result = packplace.balance(instance, solver="lns", time_limit_s=10)
+    assert result.status == "optimal"
+    assert result.objective == 10
+    assert sorted(sorted(instance.tokens[list(b)].tolist()) for b in result.solution.bins) == [
+        [1, 9], [3, 3, 4], [5, 5]]
+
+
+@pytest.mark.parametrize("objective", ["makespan", "balance", "rounds"])
+@pytest.mark.parametrize("seed", range(3))
+def test_never_worse_than_its_start(objective, seed):
+    instance = generate_balance("bimodal", n=40, ranks=8, seq_len=8192, bins_per_rank=2, seed=seed,
+                                objective=objective, group_size=2 if objective == "rounds" else None,
+                                cost="attention")
+    evaluator = BalanceEvaluator(instance)
+    result = packplace.balance(instance, solver="lns", time_limit_s=0.5, seed=seed)
+    assert result.ok and not evaluator.violations(result.solution)
+    starts = [packplace.balance(instance, solver=name) for name in ("repair", "karmarkar_karp")]
+    best_start = min(s.objective for s in starts if s.ok)
+    assert result.objective <= best_start
+    assert result.info["start_objective"] == pytest.approx(best_start, rel=0, abs=0)
+    assert result.bound == pytest.approx(evaluator.lower_bound())
+
+
+def test_deterministic_for_a_seed():
+    instance, _ = planted(6, 2, 8, 0.99, seq_len=1000, seed=1)
+    first = packplace.balance(instance, solver="lns", time_limit_s=30, seed=3)
+    second = packplace.balance(instance, solver="lns", time_limit_s=30, seed=3)
+    assert not first.hit_time_limit
+    assert first.solution.bins == second.solution.bins
+    assert first.iterations == second.iterations >= 2
+
+
+def test_time_limit_is_honoured_with_an_honest_status():
+    instance, optimum = planted(64, 4, 12, 0.99, seq_len=8192, seed=5)
+    started = time.perf_counter()
+    result = packplace.balance(instance, solver="lns", time_limit_s=1.0, seed=0)
+    wall = time.perf_counter() - started
+    assert wall < 2.0
+    assert result.ok
+    assert result.objective >= optimum
+    if result.objective > optimum:
+        assert result.status == "feasible" and result.hit_time_limit
+
+
+def test_rank_rules_are_kept():
+    tokens = [900, 850, 700, 640, 600, 520, 480, 400, 330, 300, 220, 150]
+    groups = ((1, 11), (2, 10))
+    instance = make_instance(tokens, seq_len=1000, data_parallel_size=4, local_batch_size=2,
+                             equal_count=True, groups=groups)
+    result = packplace.balance(instance, solver="lns", time_limit_s=5)
+    assert result.ok
+    assert not BalanceEvaluator(instance).violations(result.solution)
+    assert result.objective <= packplace.balance(instance, solver="repair").objective
+
+
+def test_without_any_start_the_answer_is_unknown_and_says_why(monkeypatch):
+    monkeypatch.setattr(lns_module, "START_SOLVERS", ())
+    instance = make_instance([8, 7, 6, 5, 4], seq_len=100, data_parallel_size=2)
+    result = packplace.balance(instance, solver="lns", time_limit_s=1)
+    assert result.status == "unknown" and result.solution is None
+    assert "no feasible start" in result.message
+
+
+@pytest.mark.parametrize("params", [{"ranks_per_neighbourhood": 1}, {"ranks_per_neighbourhood": 2.5},
+                                    {"neighbourhood_time_s": 0}, {"neighbourhood_time_s": float("nan")},
+                                    {"max_pairs": 3}])
+def test_bad_parameters_are_config_errors(params):
+    instance = make_instance([8, 7, 6, 5, 4], seq_len=100, data_parallel_size=2)
+    with pytest.raises(ConfigError):
+        packplace.balance(instance, solver="lns", **params)
