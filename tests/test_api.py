@@ -53,7 +53,7 @@ def test_version_is_the_installed_distributions():
 def test_available_without_a_problem_lists_every_problem():
     every = packplace.solvers.available()
     assert set(every) == {"balance", "placement"}
-    assert every["balance"] == ["cpsat", "karmarkar_karp", "lpt", "reference", "repair"]
+    assert every["balance"] == ["cpsat", "karmarkar_karp", "lns", "lpt", "reference", "repair"]
     assert every["placement"] == packplace.solvers.available("placement")
     assert {"greedy", "concurrent", "anneal", "cpsat"} <= set(every["placement"])
     with pytest.raises(ConfigError, match="problem: unknown 'packing'"):
