@@ -10,7 +10,7 @@ import pytest
 
 from packplace.cli import main
 from packplace.errors import ConfigError
-from packplace.placement.calibrate import calibrate, task_times
+from packplace.placement.calibrate import calibrate, read_measured, task_times
 from packplace.placement.config import load_yaml
 from packplace.placement.engine import mean_live_tokens
 from packplace.placement.validate import RATIO_RANGE, load_setup, validate
@@ -103,3 +103,31 @@ def test_calibrate_refuses_knobs_the_data_cannot_identify():
         calibrate(instance, plan, measured, ("speed",))
     with pytest.raises(ConfigError, match="measured task 'actor.sing' is not a vertex"):
         calibrate(instance, plan, {"actor.sing": 1.0}, ("phase_overhead",))
+
+
+QWEN = os.path.join(VALIDATION, "qwen2.5-7b_vllm_batch1_1xa100.yaml")
+QWEN_MEASURED = os.path.join(ROOT, "benchmarks", "calibration", "qwen2.5-7b_vllm_batch1_1xa100.measured.yaml")
+
+
+def test_calibrate_fits_a_real_measured_file_without_phase_overhead():
+    instance, plan, _ = load_setup(QWEN)
+    measured = read_measured(load_yaml(QWEN_MEASURED))
+    assert measured["engine_only"] == ("actor.generate",) and measured["knobs"] == ("decode_bw_eff",)
+    result = calibrate(instance, plan, measured["times"], measured["knobs"], measured["engine_only"])
+    # 2,048 batch-1 decode steps of 15.2 GB of weights in 24.3 s, less the preset's 2 ms per step and the
+    # 1-token prefill: (24.3 - 2048 x 0.002) / 2048 = 9.9 ms per step = 15.2 GB / (2.039 TB/s x 0.707)
+    assert result["knobs"]["decode_bw_eff"] == pytest.approx(0.7068, abs=5e-4)
+    assert abs(result["residuals"]["actor.generate"]) < 1e-6
+    assert result["fixed"]["phase_overhead"] == instance.hardware.phase_overhead  # kept, and not in the time
+    # the bare engine run has no phase around it: phase_overhead cannot be read from it
+    with pytest.raises(ConfigError, match="knob 'phase_overhead' does not change any measured task time"):
+        calibrate(instance, plan, measured["times"], ("phase_overhead",), measured["engine_only"])
+
+
+def test_calibrate_command_uses_the_files_knobs(capsys):
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED]) == 0
+    out = capsys.readouterr().out
+    assert "decode_bw_eff: 0.70" in out and "engine only, no phase_overhead" in out
+    assert "the fit is exact and does not test the model" in out
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED, "--knobs",
+                 "decode_bw_eff,phase_overhead"]) == 2

@@ -2,12 +2,22 @@
 step on your cluster.
 
 Input: a validation-style config (a placement config with a ``validation.plan`` naming the placement the
-step ran with) and a YAML of measured seconds per task (``actor.generate: 41.2``, ``actor.train: 30.5``,
-...). The knobs in :data:`KNOB_BOUNDS` are fitted with :func:`scipy.optimize.least_squares` (trust-region
+step ran with) and a YAML of measured seconds per task, either flat (``actor.generate: 41.2``,
+``actor.train: 30.5``, ...: whole tasks of an RL step, each including ``phase_overhead``) or with the
+file saying what it measured and which knobs it can determine::
+
+    source: "where the numbers come from"
+    times: {actor.generate: 24.3}
+    engine_only: [actor.generate]     # measured on the engine alone: no RL phase overhead in the time
+    knobs: [decode_bw_eff]            # the knobs to fit; every other knob keeps the config's value
+
+The knobs in :data:`KNOB_BOUNDS` are fitted with :func:`scipy.optimize.least_squares` (trust-region
 reflective, within the physical bounds) on relative residuals ``log(predicted / measured)`` of each
-task's time from :meth:`~packplace.placement.cost.CostModel.vertex_time`. A knob the measurements do not
-determine (its column of the Jacobian vanishes or is a combination of the others, or there are fewer
-measurements than knobs) is refused with an error naming it: fix it or measure more tasks.
+task's time from :meth:`~packplace.placement.cost.CostModel.vertex_time` (less ``phase_overhead`` for an
+``engine_only`` task). A knob the measurements do not determine (its column of the Jacobian vanishes or
+is a combination of the others, or there are fewer measurements than knobs) is refused with an error
+naming it: fix it or measure more tasks. With as many measurements as knobs the fit is exact (zero
+residuals): it then says nothing about how well the model fits, only what the knobs must be.
 """
 
 from __future__ import annotations
@@ -38,8 +48,9 @@ DEFAULT_KNOBS = ("gemm_peak_fraction", "decode_bw_eff", "phase_overhead")
 IDENTIFIABILITY_TOLERANCE = 1e-6
 
 
-def task_times(instance, plan, hardware: Hardware) -> dict[str, float]:
-    """Predicted seconds of every vertex of ``plan`` under ``hardware`` (the cost model, no schedule)."""
+def task_times(instance, plan, hardware: Hardware, engine_only: tuple[str, ...] = ()) -> dict[str, float]:
+    """Predicted seconds of every vertex of ``plan`` under ``hardware`` (the cost model, no schedule); the
+    tasks of ``engine_only`` without ``phase_overhead`` (a bare engine run has no RL phase around it)."""
     cost = CostModel(hardware, instance.cluster, instance.workload, instance.engine)
     out = {}
     for name, vp in plan.vertices:
@@ -47,16 +58,46 @@ def task_times(instance, plan, hardware: Hardware) -> dict[str, float]:
         s = vp.strategy
         out[name] = cost.vertex_time(instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp, vp.micro_batch,
                                      vp.allocation.extent, needs_old_log_prob(instance, name))
+        if name in engine_only:
+            out[name] -= hardware.phase_overhead
     return out
 
 
-def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...] = DEFAULT_KNOBS
-              ) -> dict[str, Any]:
-    """Fit ``knobs`` so that the predicted task times match ``measured`` (seconds per task).
+def read_measured(document: Any, where: str = "measured") -> dict[str, Any]:
+    """``{"times": {task: seconds}, "engine_only": (tasks...), "knobs": (knobs...) or None, "source": str}``
+    from a measured-times YAML document (flat ``task: seconds``, or the ``times`` / ``engine_only`` /
+    ``knobs`` / ``source`` form of the module docstring).
+
+    Raises:
+        ConfigError: not a mapping, an unknown key, or a list field that is not a list of names.
+    """
+    if not isinstance(document, dict) or not document:
+        raise ConfigError(f"calibrate: {where}: must be a mapping of task -> seconds, got {document!r}")
+    if "times" not in document:
+        return {"times": document, "engine_only": (), "knobs": None, "source": ""}
+    unknown = sorted(set(document) - {"times", "engine_only", "knobs", "source"})
+    if unknown:
+        raise ConfigError(f"calibrate: {where}: unknown field {unknown[0]!r}; valid: times, engine_only, knobs, source")
+    out: dict[str, Any] = {"times": document["times"], "source": str(document.get("source", ""))}
+    for key in ("engine_only", "knobs"):
+        value = document.get(key)
+        if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
+            raise ConfigError(f"calibrate: {where}: {key} must be a list of names, got {value!r}")
+        out[key] = tuple(value) if value is not None else (() if key == "engine_only" else None)
+    if not isinstance(out["times"], dict) or not out["times"]:
+        raise ConfigError(f"calibrate: {where}: times must be a mapping of task -> seconds, got {out['times']!r}")
+    return out
+
+
+def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...] = DEFAULT_KNOBS,
+              engine_only: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Fit ``knobs`` so that the predicted task times match ``measured`` (seconds per task); the tasks of
+    ``engine_only`` are compared without ``phase_overhead``.
 
     Returns:
-        ``{"knobs": {name: value}, "residuals": {task: predicted/measured − 1}, "hardware": Hardware,
-        "cost": ½·Σ log-residual², "status": least_squares message}``.
+        ``{"knobs": {name: value}, "fixed": {name: value} (the other knobs of KNOB_BOUNDS, as configured),
+        "residuals": {task: predicted/measured − 1}, "hardware": Hardware, "cost": ½·Σ log-residual²,
+        "status": least_squares message}``.
 
     Raises:
         ConfigError: an unknown knob or task, a non-positive measurement, fewer measurements than knobs,
@@ -74,6 +115,10 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
                               f"valid: {', '.join(names)}")
         if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
             raise ConfigError(f"calibrate: {task}: measured seconds must be a finite number > 0, got {seconds!r}")
+    for task in engine_only:
+        if task not in measured:
+            raise ConfigError(f"calibrate: engine_only task {task!r} has no measured time; "
+                              f"measured: {', '.join(measured)}")
     if len(measured) < len(knobs):
         raise ConfigError(f"calibrate: {len(measured)} measured tasks cannot determine {len(knobs)} knobs "
                           f"({', '.join(knobs)}); measure more tasks or fit fewer knobs")
@@ -90,7 +135,7 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
         return replace(base, **{k: float(v) for k, v in zip(knobs, x)})
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        times = task_times(instance, plan, hardware_at(x))
+        times = task_times(instance, plan, hardware_at(x), engine_only)
         return np.log([times[t] for t in tasks]) - target
 
     fit = least_squares(residuals, start, bounds=(lower, upper), x_scale=upper - lower, xtol=1e-12, ftol=1e-12,
@@ -107,8 +152,9 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
         raise ConfigError(f"calibrate: knobs {', '.join(mixed)} trade off against each other on the measured "
                           f"tasks ({', '.join(tasks)}); they cannot be identified separately — fix one of them")
     hw = hardware_at(fit.x)
-    times = task_times(instance, plan, hw)
+    times = task_times(instance, plan, hw, engine_only)
     return {"knobs": dict(zip(knobs, map(float, fit.x))),
+            "fixed": {k: float(getattr(hw, k)) for k in KNOB_BOUNDS if k not in knobs},
             "residuals": {t: times[t] / measured[t] - 1.0 for t in tasks},
             "hardware": hw, "cost": float(fit.cost), "status": fit.message}
 
@@ -121,30 +167,45 @@ def register(subparsers) -> None:
                     "(scipy least_squares within physical bounds); print fitted values, residuals and the "
                     "fitted hardware block.")
     p.add_argument("--config", required=True, help="config with validation.plan (the placement that was profiled)")
-    p.add_argument("--measured", required=True, help="YAML: task name -> measured seconds")
-    p.add_argument("--knobs", default=",".join(DEFAULT_KNOBS),
-                   help=f"comma-separated knobs to fit (default {','.join(DEFAULT_KNOBS)}; valid: "
-                        f"{', '.join(KNOB_BOUNDS)})")
+    p.add_argument("--measured", required=True,
+                   help="YAML: task name -> measured seconds, or {times: {...}, engine_only: [...], knobs: [...]}")
+    p.add_argument("--knobs", default=None,
+                   help=f"comma-separated knobs to fit (default: the measured file's knobs, else "
+                        f"{','.join(DEFAULT_KNOBS)}; valid: {', '.join(KNOB_BOUNDS)})")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print fitted knobs, residuals per task and the fitted hardware block."""
+    """Print fitted knobs, the knobs kept fixed, residuals per task and the fitted hardware block."""
     from packplace.placement.config import load_yaml
     from packplace.placement.validate import load_setup
 
     instance, plan, _ = load_setup(args.config)
-    measured = load_yaml(args.measured)
-    knobs = tuple(k.strip() for k in args.knobs.split(",") if k.strip())
-    result = calibrate(instance, plan, measured, knobs)
+    measured = read_measured(load_yaml(args.measured), args.measured)
+    if args.knobs is not None:
+        knobs = tuple(k.strip() for k in args.knobs.split(",") if k.strip())
+    else:
+        knobs = measured["knobs"] or DEFAULT_KNOBS
+    result = calibrate(instance, plan, measured["times"], knobs, measured["engine_only"])
+    if measured["source"]:
+        print(f"measured: {measured['source']}")
     print("fitted knobs:")
     for k, v in result["knobs"].items():
         print(f"  {k}: {v:.6g}")
+    print("fixed knobs (config / preset values):")
+    for k, v in result["fixed"].items():
+        print(f"  {k}: {v:.6g}")
     print("residuals (predicted / measured - 1):")
     for t, r in result["residuals"].items():
-        print(f"  {t}: {r:+.3%}")
+        note = " (engine only, no phase_overhead)" if t in measured["engine_only"] else ""
+        print(f"  {t}: {r:+.3%}{note}")
+    if len(result["residuals"]) == len(knobs):
+        print("as many measurements as knobs: the fit is exact and does not test the model")
     print("hardware:")
     hw = result["hardware"]
     for k in Hardware.__dataclass_fields__:
         print(f"  {k}: {getattr(hw, k):.6g}")
+    args.json_document = {"knobs": result["knobs"], "fixed": result["fixed"], "residuals": result["residuals"],
+                          "hardware": {k: getattr(hw, k) for k in Hardware.__dataclass_fields__},
+                          "status": result["status"]}
     return 0
