@@ -1,4 +1,5 @@
-"""``cpsat``: exact placement for small clusters, a CP-SAT model of the synchronous step.
+"""``cpsat``: exact placement for small clusters: a CP-SAT model of the synchronous step, or of the
+asynchronous (periodic) step when staleness candidates allow it.
 
 Model (:func:`build_model`; vertices in the step graph's topological order ``0..V-1``):
 
@@ -64,10 +65,12 @@ Above ``max_gpus`` (default 32) GPUs the model is always the restricted one (``t
 grows with the number of aligned origins, so model building alone can take seconds (10 s for a
 1,024-GPU PPO-70B cluster); see "Time limit" below.
 
-Staleness. The model is the synchronous step. If ``staleness_candidates`` allow staleness ≥ 1 (the
-asynchronous objective), the answer uses staleness 0, the message says "cpsat models the synchronous
-step; staleness ignored", its bound is reported only as ``info["synchronous_bound_s"]`` and the status
-is at most ``feasible``.
+Staleness (the asynchronous objective). If ``staleness_candidates`` allow staleness ≥ 1 for a model
+with a publication edge, the objective is the evaluator's period and the model is the periodic one of
+:mod:`packplace.solvers.placement.periodic` (same options, memory rows, data edges and reallocation
+tables; rounding ``E = 2·V + 1`` µs, one-sided: the model's period of a plan is at least the evaluator's).
+Dominance pruning is then always lossless (the period is monotone in every latency). The hint is the
+best baseline plan re-scored with each model's largest staleness.
 
 Hint and fallback: the better (evaluator step time) of the ``greedy`` and ``concurrent`` plans from the
 registry (``hint_solvers``; adding ``anneal`` helps on hard instances) is the hint (options, starts and
@@ -145,7 +148,6 @@ HINT_BUDGET = 0.2
 #: spends ~7 s in presolve before its first solution (short limits then end with the hint); the time to
 #: optimal is mixed (31 s → 14.5 s without probing on one cost-model version, 43 s → 61 s on the next).
 DEFAULT_CP_PARAMETERS = {"cp_model_probing_level": 0}
-STALENESS_NOTE = "cpsat models the synchronous step; staleness ignored"
 
 
 class ModelBuildTimeout(Exception):
@@ -449,15 +451,22 @@ def model_schedule(tables: ModelTables, instance, choice: list[Option]) -> tuple
         start[i], end[i] = t, t + o.duration
     step = max(end)
     for k, (a, b) in enumerate(tables.pubs):
-        oa, ob = choice[a], choice[b]
-        if tables.engine[k] and (oa.lo, oa.hi) == (ob.lo, ob.hi):
-            r = tables.colocated_us[(k, ob.layout)]
-        elif (oa.lo, oa.hi) == (ob.lo, ob.hi) and oa.layout == ob.layout:
-            r = 0
-        else:
-            r = tables.realloc_us[(k, span(min(oa.lo, ob.lo), max(oa.hi, ob.hi)), ob.layout)]
-        step = max(step, end[a] + r - start[b])
+        step = max(step, end[a] + publication_us(tables, instance, choice, k) - start[b])
     return start, end, step
+
+
+def publication_us(tables: ModelTables, instance, choice: list[Option], k: int) -> int:
+    """The model's weight-synchronisation time (integer µs) of publication edge ``k`` for one option per
+    vertex: the colocated sync into a rollout engine on the trainer's block, 0 into an inference vertex
+    on the same block and layout, else the reallocation across the level the two blocks span."""
+    a, b = tables.pubs[k]
+    oa, ob = choice[a], choice[b]
+    if tables.engine[k] and (oa.lo, oa.hi) == (ob.lo, ob.hi):
+        return tables.colocated_us[(k, ob.layout)]
+    if (oa.lo, oa.hi) == (ob.lo, ob.hi) and oa.layout == ob.layout:
+        return 0
+    span = instance.cluster.span_level
+    return tables.realloc_us[(k, span(min(oa.lo, ob.lo), max(oa.hi, ob.hi)), ob.layout)]
 
 
 @dataclass
@@ -501,6 +510,134 @@ def _match(model: cp_model.CpModel, left: dict, right: dict, name: str):
     return z
 
 
+def add_occupancy(m: cp_model.CpModel, tables: ModelTables, x: list[list[Any]],
+                  check) -> tuple[list[tuple[int, int]], list[dict[int, Any]]]:
+    """GPU segments (maximal id ranges no option boundary splits) and, per vertex, ``{segment index:
+    Boolean "the vertex's block covers it"}`` (segments no option of the vertex covers are absent)."""
+    opts, n = tables.options, len(tables.names)
+    points = sorted({p for vopts in opts for o in vopts for p in (o.lo, o.hi)})
+    segments = list(zip(points, points[1:]))
+    occ: list[dict[int, Any]] = []
+    for v in range(n):
+        row = {}
+        for s, (a, b) in enumerate(segments):
+            check("GPU occupancy of vertex %d of %d, segment %d of %d", v + 1, n, s + 1, len(segments))
+            lits = [lit for o, lit in zip(opts[v], x[v]) if o.lo <= a and b <= o.hi]
+            ind = _indicator(m, lits, f"occ[{v},{s}]")
+            if ind is not None:
+                row[s] = ind
+        occ.append(row)
+    return segments, occ
+
+
+def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[list[Any]],
+                    segments: list[tuple[int, int]], check) -> None:
+    """Per GPU segment: ``Σ_models max resident + max transient ≤ memory_per_gpu`` (KiB, each term rounded
+    down and the capacity up: a relaxation; the evaluator re-checks in bytes)."""
+    opts, n = tables.options, len(tables.names)
+    capacity = math.ceil(instance.hardware.memory_per_gpu / MEMORY_UNIT)
+    vertex_model = [v.model for v in instance.graph.vertices]
+    models = sorted(set(vertex_model))
+    for s, (a, b) in enumerate(segments):
+        check("memory rows, segment %d of %d", s + 1, len(segments))
+        resident_terms, worst = [], 0
+        for model_name in models:
+            exprs, most = [], 0
+            for v in range(n):
+                if vertex_model[v] != model_name:
+                    continue
+                pairs = [(int(o.cand.resident_bytes // MEMORY_UNIT), lit) for o, lit in zip(opts[v], x[v])
+                         if o.lo <= a and b <= o.hi]
+                if pairs:
+                    exprs.append(sum(c * lit for c, lit in pairs))
+                    most = max([most] + [c for c, _ in pairs])
+            if len(exprs) == 1:
+                resident_terms.append(exprs[0])
+            elif exprs:
+                r = m.NewIntVar(0, most, f"resident[{model_name},{s}]")
+                for e in exprs:
+                    m.Add(r >= e)
+                resident_terms.append(r)
+            worst += most
+        most_t, t_exprs = 0, []
+        for v in range(n):
+            pairs = [(int(o.cand.transient_bytes // MEMORY_UNIT), lit) for o, lit in zip(opts[v], x[v])
+                     if o.lo <= a and b <= o.hi]
+            if pairs:
+                t_exprs.append(sum(c * lit for c, lit in pairs))
+                most_t = max([most_t] + [c for c, _ in pairs])
+        if worst + most_t <= capacity:
+            continue  # cannot overflow whatever is chosen
+        transient = m.NewIntVar(0, most_t, f"transient[{s}]")
+        for e in t_exprs:
+            m.Add(transient >= e)
+        m.Add(sum(resident_terms) + transient <= capacity)
+
+
+class Locator:
+    """Where each vertex sits, as Booleans: its block, node, rack, ``dp`` (for same-block and level tests).
+
+    Methods: :meth:`where` (indicators of a key of the chosen option), :meth:`pair` (same block / node /
+    rack of two vertices, cached) and :meth:`level_literals`.
+    """
+
+    def __init__(self, m: cp_model.CpModel, instance, tables: ModelTables, x: list[list[Any]], check) -> None:
+        self.m, self.opts, self.x, self.check = m, tables.options, x, check
+        n = len(tables.names)
+        self.n = n
+        cluster = instance.cluster
+        G, NG = cluster.gpus_per_node, cluster.gpus_per_rack
+        check("block/node/rack indicators")
+        self.block_of = [self.where(v, lambda o: (o.lo, o.hi)) for v in range(n)]
+        self.node_of = [self.where(v, lambda o: o.lo // G if o.lo // G == (o.hi - 1) // G else None)
+                        for v in range(n)]
+        self.rack_of = [self.where(v, lambda o: o.lo // NG if o.lo // NG == (o.hi - 1) // NG else None)
+                        for v in range(n)]
+        self.dp_of = [self.where(v, lambda o: o.cand.strategy.dp) for v in range(n)]
+        self._pairs: dict[tuple[int, int], tuple] = {}
+
+    def where(self, v: int, key_of) -> dict:
+        """``{key: Boolean "vertex v's option has this key"}`` over the keys ``key_of(option)`` (None: skip)."""
+        self.check(f"indicators of vertex {v + 1} of {self.n}")
+        groups: dict[Any, list] = defaultdict(list)
+        for o, lit in zip(self.opts[v], self.x[v]):
+            key = key_of(o)
+            if key is not None:
+                groups[key].append(lit)
+        return {key: _indicator(self.m, lits, "") for key, lits in groups.items()}
+
+    def pair(self, p: int, v: int) -> tuple:
+        """(same block, same node, same rack) Booleans of two vertices."""
+        if (p, v) not in self._pairs:
+            m = self.m
+            self._pairs[(p, v)] = (_match(m, self.block_of[p], self.block_of[v], f"same_block[{p},{v}]"),
+                                   _match(m, self.node_of[p], self.node_of[v], f"same_node[{p},{v}]"),
+                                   _match(m, self.rack_of[p], self.rack_of[v], f"same_rack[{p},{v}]"))
+        return self._pairs[(p, v)]
+
+    @staticmethod
+    def level_literals(same_node, same_rack) -> dict[int, list]:
+        """Enforcement literals meaning "the hull of the two blocks spans exactly this level"."""
+        return {0: [same_node], 1: [same_node.Not(), same_rack], 2: [same_rack.Not()]}
+
+
+def add_data_edges(m: cp_model.CpModel, tables: ModelTables, start: list, end: list, loc: Locator,
+                   check) -> None:
+    """Data edges ``p → v``: ``start[v] ≥ end[p] + transfer`` (0 on the same block; else the cost model's
+    transfer time for the consumer's ``dp`` and the level the two blocks span)."""
+    n = len(tables.names)
+    for v in range(n):
+        check(f"data edges into vertex {v + 1} of {n}")
+        for p in tables.preds[v]:
+            m.Add(start[v] >= end[p])
+            same_block, same_node, same_rack = loc.pair(p, v)
+            lv = loc.level_literals(same_node, same_rack)
+            for (level, dp), delay in sorted(tables.transfer_us.items()):
+                if dp in loc.dp_of[v] and delay > 0:
+                    m.Add(start[v] >= end[p] + delay).OnlyEnforceIf([loc.dp_of[v][dp], same_block.Not(),
+                                                                     *lv[level]])
+
+
 def build_model(instance, tables: ModelTables, horizon: int, deadline: float | None = None) -> Model:
     """The CP-SAT model of the synchronous step (module docstring), objective ``minimise step`` (µs).
 
@@ -541,18 +678,7 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
     m.AddNoOverlap2D(time_boxes, gpu_boxes)
 
     # -- GPU segments: occupancy per vertex -----------------------------------------------------
-    points = sorted({p for vopts in opts for o in vopts for p in (o.lo, o.hi)})
-    segments = list(zip(points, points[1:]))
-    occ: list[dict[int, Any]] = []
-    for v in range(n):
-        row = {}
-        for s, (a, b) in enumerate(segments):
-            check("GPU occupancy of vertex %d of %d, segment %d of %d", v + 1, n, s + 1, len(segments))
-            lits = [lit for o, lit in zip(opts[v], x[v]) if o.lo <= a and b <= o.hi]
-            ind = _indicator(m, lits, f"occ[{v},{s}]")
-            if ind is not None:
-                row[s] = ind
-        occ.append(row)
+    segments, occ = add_occupancy(m, tables, x, check)
 
     # -- colocated vertices run in topological order ------------------------------------------------
     for j in range(n):
@@ -562,85 +688,15 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
                 m.Add(start[j] >= end[i]).OnlyEnforceIf([occ[i][s], occ[j][s]])
 
     # -- memory per GPU segment: Σ_models max resident + max transient ≤ capacity (KiB, relaxed) --
-    capacity = math.ceil(instance.hardware.memory_per_gpu / MEMORY_UNIT)
-    vertex_model = [v.model for v in instance.graph.vertices]
-    models = sorted(set(vertex_model))
-    for s, (a, b) in enumerate(segments):
-        check("memory rows, segment %d of %d", s + 1, len(segments))
-        resident_terms, worst = [], 0
-        for model_name in models:
-            exprs, most = [], 0
-            for v in range(n):
-                if vertex_model[v] != model_name:
-                    continue
-                pairs = [(int(o.cand.resident_bytes // MEMORY_UNIT), lit) for o, lit in zip(opts[v], x[v])
-                         if o.lo <= a and b <= o.hi]
-                if pairs:
-                    exprs.append(sum(c * lit for c, lit in pairs))
-                    most = max([most] + [c for c, _ in pairs])
-            if len(exprs) == 1:
-                resident_terms.append(exprs[0])
-            elif exprs:
-                r = m.NewIntVar(0, most, f"resident[{model_name},{s}]")
-                for e in exprs:
-                    m.Add(r >= e)
-                resident_terms.append(r)
-            worst += most
-        most_t, t_exprs = 0, []
-        for v in range(n):
-            pairs = [(int(o.cand.transient_bytes // MEMORY_UNIT), lit) for o, lit in zip(opts[v], x[v])
-                     if o.lo <= a and b <= o.hi]
-            if pairs:
-                t_exprs.append(sum(c * lit for c, lit in pairs))
-                most_t = max([most_t] + [c for c, _ in pairs])
-        if worst + most_t <= capacity:
-            continue  # cannot overflow whatever is chosen
-        transient = m.NewIntVar(0, most_t, f"transient[{s}]")
-        for e in t_exprs:
-            m.Add(transient >= e)
-        m.Add(sum(resident_terms) + transient <= capacity)
+    add_memory_rows(m, instance, tables, x, segments, check)
 
     # -- where each vertex sits: block, node, rack (for same-block / level tests) ------------------
-    G, NG = cluster.gpus_per_node, cluster.gpus_per_rack
-
-    def where(v: int, key_of) -> dict:
-        check(f"indicators of vertex {v + 1} of {n}")
-        groups: dict[Any, list] = defaultdict(list)
-        for o, lit in zip(opts[v], x[v]):
-            key = key_of(o)
-            if key is not None:
-                groups[key].append(lit)
-        return {key: _indicator(m, lits, "") for key, lits in groups.items()}
-
-    check("block/node/rack indicators")
-    block_of = [where(v, lambda o: (o.lo, o.hi)) for v in range(n)]
-    node_of = [where(v, lambda o: o.lo // G if o.lo // G == (o.hi - 1) // G else None) for v in range(n)]
-    rack_of = [where(v, lambda o: o.lo // NG if o.lo // NG == (o.hi - 1) // NG else None) for v in range(n)]
-    pair_cache: dict[tuple[int, int], tuple] = {}
-
-    def pair(p: int, v: int) -> tuple:
-        """(same block, same node, same rack) Booleans of two vertices."""
-        if (p, v) not in pair_cache:
-            pair_cache[(p, v)] = (_match(m, block_of[p], block_of[v], f"same_block[{p},{v}]"),
-                                  _match(m, node_of[p], node_of[v], f"same_node[{p},{v}]"),
-                                  _match(m, rack_of[p], rack_of[v], f"same_rack[{p},{v}]"))
-        return pair_cache[(p, v)]
-
-    def level_literals(same_node, same_rack) -> dict[int, list]:
-        """Enforcement literals meaning "the hull of the two blocks spans exactly this level"."""
-        return {0: [same_node], 1: [same_node.Not(), same_rack], 2: [same_rack.Not()]}
+    loc = Locator(m, instance, tables, x, check)
+    where, pair, level_literals = loc.where, loc.pair, loc.level_literals
+    dp_of = loc.dp_of
 
     # -- data edges: start[v] ≥ end[p] + transfer (0 on the same block) ----------------------------
-    dp_of = [where(v, lambda o: o.cand.strategy.dp) for v in range(n)]
-    for v in range(n):
-        check(f"data edges into vertex {v + 1} of {n}")
-        for p in tables.preds[v]:
-            m.Add(start[v] >= end[p])
-            same_block, same_node, same_rack = pair(p, v)
-            lv = level_literals(same_node, same_rack)
-            for (level, dp), delay in sorted(tables.transfer_us.items()):
-                if dp in dp_of[v] and delay > 0:
-                    m.Add(start[v] >= end[p] + delay).OnlyEnforceIf([dp_of[v][dp], same_block.Not(), *lv[level]])
+    add_data_edges(m, tables, start, end, loc, check)
 
     # -- tight starts up to the last publication consumer -----------------------------------------
     # ``step ≥ end[trainer] + realloc − start[consumer]`` rewards a late consumer start, so every vertex up
@@ -701,11 +757,11 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
 
 
 # -- the backend -------------------------------------------------------------------------------------
-def _best_baseline(instance, seed: int, solvers: tuple[str, ...],
-                   budget_s: float) -> tuple[Plan, float, str] | None:
-    """The hint: the best synchronous plan (evaluator step time, staleness dropped) of ``solvers``; None
-    when none of them found a feasible plan (the greedy and concurrent baselines search colocated,
-    partitioned and disjoint one-block-per-model layouts).
+def _best_baseline(instance, seed: int, solvers: tuple[str, ...], budget_s: float,
+                   staleness: dict[str, int] | None = None) -> tuple[Plan, float, str] | None:
+    """The hint: the best plan of ``solvers`` by the evaluator, each re-scored with ``staleness`` (None:
+    every staleness 0, the synchronous plan); None when none of them found a feasible plan (the greedy
+    and concurrent baselines search colocated, partitioned and disjoint one-block-per-model layouts).
 
     Raises:
         ConfigError: a name is not a registered placement backend (or is ``cpsat``).
@@ -720,7 +776,7 @@ def _best_baseline(instance, seed: int, solvers: tuple[str, ...],
         proposal = get("placement", name).solve(instance, time_limit_s=budget_s, seed=seed)
         if proposal.solution is None:
             continue
-        plan = Plan.build(proposal.solution.vertices)  # the synchronous version (staleness 0)
+        plan = Plan.build(proposal.solution.vertices, staleness)  # the staleness the model starts from
         t = ev.step_time(plan)
         if best is None or t < best[1]:
             best = (plan, t, name)
@@ -743,15 +799,16 @@ def _choice_of(tables: ModelTables, plan: Plan) -> list[Option]:
     return out
 
 
-def _plan_of(choice: list[Option], names: tuple[str, ...]) -> Plan:
-    return Plan.build({names[v]: o.cand.at(o.alloc) for v, o in enumerate(choice)})
+def _plan_of(choice: list[Option], names: tuple[str, ...], staleness: dict[str, int] | None = None) -> Plan:
+    return Plan.build({names[v]: o.cand.at(o.alloc) for v, o in enumerate(choice)}, staleness)
 
 
 @register("placement", "cpsat", exact=True)
 def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_workers: int = 1,
           max_gpus: int = MAX_EXACT_GPUS, top_k: int | None = None, log_search: bool = False,
           cp_parameters: dict[str, Any] | None = None, hint_solvers: tuple[str, ...] = HINT_SOLVERS) -> Proposal:
-    """Exact CP-SAT placement of the synchronous step (options × rectangles × memory).
+    """Exact CP-SAT placement: the synchronous step (options × rectangles × memory), or the periodic
+    asynchronous step when a model may be stale (module docstring, "Staleness").
 
     Args:
         instance: A :class:`~packplace.placement.config.PlacementInstance`.
@@ -774,11 +831,11 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
             ``HINT_BUDGET·time_limit_s``).
 
     Returns:
-        A :class:`~packplace.result.Proposal` with the plan (staleness 0), status ``optimal`` (proven
-        over the full synchronous problem within ``optimality_tolerance``) or ``feasible``, ``bound`` the
-        proven lower bound in seconds (None when restricted or asynchronous), and ``info`` with the model
-        size, the model's step time of the plan (``model_step_time_s``), ``rounding_s``, CP-SAT's status,
-        objective and bound, and the hint.
+        A :class:`~packplace.result.Proposal` with the plan (and its staleness), status ``optimal``
+        (proven over the full problem within ``optimality_tolerance``) or ``feasible``, ``bound`` the
+        proven lower bound in seconds (None when restricted), and ``info`` with the model size, the
+        model's step time or period of the plan (``model_step_time_s``; ``objective_kind`` says which),
+        ``rounding_s``, CP-SAT's status, objective and bound, and the hint.
 
     Raises:
         ConfigError: bad ``num_workers``/``max_gpus``/``top_k``, or no baseline plan exists (the
@@ -798,19 +855,22 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
     log: list[str] = []
 
     # -- what the model covers ------------------------------------------------------------------
-    asynchronous = any(t >= 1 for values in instance.optimizer["staleness_candidates"].values() for t in values)
-    if asynchronous:
-        notes.append(STALENESS_NOTE)
+    from packplace.solvers.placement import periodic
+
+    choices = periodic.staleness_choices(instance)
+    asynchronous = any(t >= 1 for values in choices.values() for t in values)
+    most_stale = {model: max(values) for model, values in choices.items()} if asynchronous else None
     restricted = top_k is not None or instance.num_gpus > max_gpus
     if restricted and top_k is None:
         top_k = instance.k_eval
-    monotone, why = publication_is_monotone(instance, table)
+    # the period is monotone in every latency and in memory, so pruning is lossless there
+    monotone, why = (True, "") if asynchronous else publication_is_monotone(instance, table)
     if monotone:
         candidates = nondominated_candidates(instance, table)
     else:
         candidates = {name: list(table.feasible[name]) for name in instance.graph.names}
         notes.append(f"no dominance pruning ({why})")
-    hint = _best_baseline(instance, seed, tuple(hint_solvers), HINT_BUDGET * limit)
+    hint = _best_baseline(instance, seed, tuple(hint_solvers), HINT_BUDGET * limit, most_stale)
     if hint is None:  # no plan to start from; cpsat never claims infeasibility it has not proved
         proposal = greedy_module.no_plan_found(instance, f"no hint solver ({', '.join(hint_solvers)}) found a plan", 0)
         proposal.message += "; cpsat needs a feasible hint and did not run"
@@ -846,9 +906,20 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
         tables = make_tables(instance, candidates, deadline)
         n_options = [len(o) for o in tables.options]
         hint_choice = _choice_of(tables, hint_plan)
-        h_start, h_end, h_step = model_schedule(tables, instance, hint_choice)
-        rounding = tables.rounding_us
-        built = build_model(instance, tables, horizon=h_step, deadline=deadline)
+        if asynchronous:
+            h_step, h_start = periodic.model_period(tables, instance, hint_choice, most_stale)
+            h_end = [t + o.duration for t, o in zip(h_start, hint_choice)]
+            rounding = periodic.rounding_us(tables)
+            built = periodic.build_periodic_model(instance, tables, horizon=h_step, deadline=deadline)
+            objective_var = built.period
+            for model_name, values in built.stale.items():
+                for t, lit in values.items():
+                    built.model.AddHint(lit, t == most_stale[model_name])
+        else:
+            h_start, h_end, h_step = model_schedule(tables, instance, hint_choice)
+            rounding = tables.rounding_us
+            built = build_model(instance, tables, horizon=h_step, deadline=deadline)
+            objective_var = built.step
         check = _clock(deadline)
         for v, o in enumerate(hint_choice):
             check("solution hint")
@@ -856,7 +927,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
                 built.model.AddHint(lit, opt is o)
             built.model.AddHint(built.start[v], h_start[v])
             built.model.AddHint(built.end[v], h_end[v])
-        built.model.AddHint(built.step, h_step)
+        built.model.AddHint(objective_var, h_step)
     except ModelBuildTimeout as stage:
         spent = time.perf_counter() - began
         notes.insert(0, f"model not built in time: {spent:.2f} s spent, over the build budget of "
@@ -869,7 +940,8 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
         return Proposal(hint_plan, FEASIBLE, hit_time_limit=True, message="; ".join(notes), log=log, info=info)
     build_s = time.perf_counter() - began
     log.append(f"options per vertex: {dict(zip(tables.names, n_options))} (total {sum(n_options)})")
-    log.append(f"hint: {hint_name} {hint_time:.6f} s (model value {h_step} µs); model built in {build_s:.2f} s")
+    log.append(f"hint: {hint_name} {hint_time:.6f} s (model value {h_step} µs); "
+               f"{'periodic' if asynchronous else 'synchronous'} model built in {build_s:.2f} s")
 
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, limit - (time.perf_counter() - began))
@@ -882,7 +954,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
         except (AttributeError, TypeError, ValueError) as exc:
             raise ConfigError(f"cpsat: cp_parameters.{key}: {exc}") from None
     progress_s = float(instance.optimizer.get("progress_s", DEFAULT_PROGRESS_S))
-    with _ProgressReporter(began, progress_s, h_step, rounding, restricted or asynchronous) as reporter:
+    with _ProgressReporter(began, progress_s, h_step, rounding, restricted) as reporter:
         solver.best_bound_callback = reporter.on_bound
         solver.parameters.catch_sigint_signal = False  # packplace.interrupt stops the search
         with interrupt.native(solver.stop_search):
@@ -895,6 +967,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
         "cp_status": status_name, "hint_solver": hint_name, "hint_step_time_s": hint_time,
         "hint_solvers": list(hint_solvers),
         "cp_wall_s": solver.WallTime(), "build_s": build_s,
+        "objective_kind": "period" if asynchronous else "step_time",
     }
     log.append(f"CP-SAT {status_name} in {solver.WallTime():.2f} s, {solver.NumBranches()} branches")
 
@@ -912,15 +985,25 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
     info["cp_bound_s"] = cp_bound / US_PER_S
     choice = [next(o for o, lit in zip(tables.options[v], built.x[v]) if solver.Value(lit))
               for v in range(len(tables.names))]
-    plan = _plan_of(choice, tables.names)
-    _, _, value = model_schedule(tables, instance, choice)
+    if asynchronous:
+        staleness = {model_name: next(t for t, lit in values.items() if solver.Value(lit))
+                     for model_name, values in built.stale.items()}
+        staleness = periodic.choose_staleness(tables, instance, choice, staleness, cp_value)
+        value = periodic.model_period(tables, instance, choice, staleness)[0]
+        plan = _plan_of(choice, tables.names, staleness)
+    else:
+        plan = _plan_of(choice, tables.names)
+        _, _, value = model_schedule(tables, instance, choice)
     evaluated = ev.step_time(plan)
     bound_s = max(0, cp_bound - rounding) / US_PER_S
     tolerance = max(OPTIMALITY_RTOL, rounding / max(1, cp_bound - rounding))
     status = OPTIMAL if cp_status == cp_model.OPTIMAL else FEASIBLE
     proven_bound: float | None = bound_s
 
-    agrees = abs(value / US_PER_S - evaluated) <= rounding / US_PER_S + 1e-9  # module docstring: within E
+    if asynchronous:  # the model's period is at least the evaluator's and less than it plus E
+        agrees = evaluated - 1e-9 <= value / US_PER_S <= evaluated + rounding / US_PER_S + 1e-9
+    else:  # module docstring: within E either way
+        agrees = abs(value / US_PER_S - evaluated) <= rounding / US_PER_S + 1e-9
     trusted = agrees and not (status == OPTIMAL and value != cp_value)
     if not trusted:
         # the model disagrees with the evaluator on this plan: trust neither the plan's value nor the bound
@@ -934,22 +1017,20 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
     info["model_step_time_s"] = value / US_PER_S
     info["evaluated_step_time_s"] = evaluated
     gap = (evaluated - bound_s) / evaluated if evaluated > 0 else 0.0
-    covers = " and ".join(w for w, flag in (("restricted", restricted), ("synchronous", asynchronous)) if flag)
-    if covers:
+    if restricted:
         # a bound of a problem other than the one asked for: reported, never claimed
         proven_bound = None
         status = FEASIBLE
         if trusted:
-            info["restricted_bound_s" if restricted else "synchronous_bound_s"] = bound_s
-            info["gap_" + ("restricted" if restricted else "synchronous")] = gap
-    if asynchronous:
-        info["staleness_ignored"] = STALENESS_NOTE
+            info["restricted_bound_s"] = bound_s
+            info["gap_restricted"] = gap
+    kind = "period" if asynchronous else "step time"
     if not trusted:
         head = f"CP-SAT {status_name}"
     elif status == OPTIMAL:
-        head = f"optimal within {rounding} µs rounding over {sum(n_options)} options"
-    elif covers:
-        head = (f"CP-SAT {status_name} on the {covers} problem: bound {bound_s:.6f} s, gap {gap:.2%} "
+        head = f"optimal {kind} within {rounding} µs rounding over {sum(n_options)} options"
+    elif restricted:
+        head = (f"CP-SAT {status_name} on the restricted problem: bound {bound_s:.6f} s, gap {gap:.2%} "
                 f"(valid for that problem only)")
     else:
         head = f"CP-SAT {status_name}: gap {gap:.2%} to its proven bound {bound_s:.6f} s"

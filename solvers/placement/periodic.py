@@ -1,0 +1,277 @@
+"""The CP-SAT model of the asynchronous (periodic) step, used by ``cpsat`` when a model may be stale.
+
+Formulation: modulo scheduling / cyclic scheduling. One step's tasks are scheduled once, with start
+times ``start[v]`` (integer µs, relative to the step), and the schedule repeats every ``P`` µs: instance
+``(v, k)`` starts at ``start[v] + k·P``. A precedence ``u → v`` that reaches ``h`` steps ahead (its
+*distance*, or *iteration distance*) becomes ``start[v] + h·P ≥ start[u] + w``. This is the classic
+modulo-scheduling constraint (B. R. Rau, "Iterative modulo scheduling: an algorithm for software
+pipelining loops", MICRO-27, 1994: a dependence of latency ``l`` and distance ``d`` gives ``t(v) −
+t(u) ≥ l − d·II``) and the basic cyclic scheduling problem with heights (C. Hanen and A. Munier, "Cyclic
+scheduling on parallel processors: an overview", in *Scheduling Theory and its Applications*, Wiley
+1995): for fixed durations and distances, the least feasible ``P`` is the maximum over cycles of
+(Σ latencies)/(Σ distances) — the same maximum cycle mean the evaluator computes by Karp's theorem.
+
+The edges are exactly the evaluator's (:mod:`packplace.placement.evaluator`, "Period"):
+
+* **Data edges** ``p → v`` (distance 0): ``start[v] ≥ end[p] + transfer`` (0 on the same block).
+* **GPUs shared** by ``i < j`` (topological order): distance 0 ``start[j] ≥ end[i]`` (within a step
+  the earlier vertex runs first) and distance 1 ``start[i] + P ≥ end[j]`` (the next step's ``i`` waits
+  for this step's ``j``), and for every vertex ``start[v] + P ≥ end[v]``, i.e. ``P ≥ duration``. So the
+  vertices of one GPU occupy disjoint intervals modulo ``P``, in topological order: a cyclic job shop
+  whose machine order is fixed by the evaluator. A task longer than ``P`` cannot wrap: its own next
+  instance runs on the same GPUs and waits for it (the self edge), so ``P`` is at least every duration
+  and, redundantly, at least the busiest GPU segment's total time (one cut per segment).
+* **Publication edges** ``trainer → consumer`` of a model with staleness ``t`` (distance ``1 + t``):
+  ``start[consumer] + (1 + t)·P ≥ end[trainer] + realloc`` with the synchronous model's reallocation
+  terms (level, layout, colocated engine sync).
+* **Staleness** per model with a publication edge is a decision: one Boolean per value of
+  ``staleness_candidates`` (and 0), exactly one per model, at least one value ≥ 1 over all models (a
+  plan with every staleness 0 is scored by the evaluator's synchronous formula, not the period; it is
+  never better: the rigid synchronous schedule is periodic with ``P`` = its step time, and a larger
+  distance only relaxes a constraint, so the largest staleness is always at least as good). After the
+  solve, each model's staleness is lowered to the smallest value that keeps the plan's model period
+  (:func:`choose_staleness`), so a tie never returns a staler plan than needed.
+* **Memory, options, one option per vertex**: as the synchronous model (shared blocks of
+  :mod:`packplace.solvers.placement.cpsat`). Staleness does not change memory.
+* **Objective**: minimise ``P``. Start times are free potentials (``start[0] = 0`` fixes the
+  translation); the least ``P`` admitting potentials equals the maximum cycle mean, so the model's
+  optimum is the evaluator's period, not the period of a particular (e.g. earliest) schedule.
+
+Integer time (rounding): durations, transfers and reallocations are integer µs rounded up, so every edge
+latency of a cycle is overestimated by less than 2 µs (a duration and a delay), a simple cycle has at
+most ``V`` edges and distance ≥ 1, and ``P`` is an integer: the model's period ``P_model`` of a plan
+satisfies ``period_us ≤ P_model < period_us + 2·V + 1``. Hence ``E = 2·V + 1`` µs; the proven bound in
+seconds is ``(CP-SAT bound − E)/10⁶``. :func:`model_period` computes ``P_model`` of a plan (binary
+search on ``P`` with a Bellman–Ford test for a positive cycle of ``latency − distance·P``), so a
+returned plan's claim is checked against the evaluator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from packplace.solvers.placement.cpsat import (
+    Locator,
+    ModelTables,
+    Option,
+    _clock,
+    _match,
+    add_data_edges,
+    add_memory_rows,
+    add_occupancy,
+    publication_us,
+)
+
+
+def rounding_us(tables: ModelTables) -> int:
+    """``E = 2·V + 1``: how much the model's period of a plan can exceed the evaluator's (µs)."""
+    return 2 * len(tables.names) + 1
+
+
+def published_models(instance) -> list[str]:
+    """The models with a publication edge (their staleness changes the period), sorted."""
+    graph = instance.graph
+    return sorted({graph.vertex(a).model for a, _ in graph.publication_edges})
+
+
+def staleness_choices(instance) -> dict[str, tuple[int, ...]]:
+    """Per model with a publication edge, the staleness values a plan may use (0 and the candidates)."""
+    allowed = instance.optimizer["staleness_candidates"]
+    return {model: tuple(sorted({0, *allowed.get(model, (0,))})) for model in published_models(instance)}
+
+
+def cycle_edges(tables: ModelTables, instance, choice: list[Option],
+                staleness: dict[str, int]) -> list[tuple[int, int, int, int]]:
+    """The evaluator's period graph on the model's integer tables: ``(u, v, distance, latency µs)``."""
+    span = instance.cluster.span_level
+    n = len(choice)
+    edges = []
+    for v, o in enumerate(choice):
+        for p in tables.preds[v]:
+            q = choice[p]
+            delay = 0 if (q.lo, q.hi) == (o.lo, o.hi) else tables.transfer_us[
+                (span(min(q.lo, o.lo), max(q.hi, o.hi)), o.cand.strategy.dp)]
+            edges.append((p, v, 0, q.duration + delay))
+        for j in range(n):
+            q = choice[j]
+            if o.lo < q.hi and q.lo < o.hi:
+                edges.append((j, v, 0 if j < v else 1, q.duration))
+    vertex_model = [vx.model for vx in instance.graph.vertices]
+    for k, (a, b) in enumerate(tables.pubs):
+        distance = 1 + staleness.get(vertex_model[a], 0)
+        edges.append((a, b, distance, choice[a].duration + publication_us(tables, instance, choice, k)))
+    return edges
+
+
+def _potentials(n: int, edges: list[tuple[int, int, int, int]], period: int) -> list[int] | None:
+    """Longest-path potentials for ``latency − distance·period`` from a virtual source (Bellman–Ford), or
+    None when a cycle is positive (``period`` too small)."""
+    pot = [0] * n
+    for _ in range(n + 1):
+        changed = False
+        for u, v, d, w in edges:
+            if pot[u] + w - d * period > pot[v]:
+                pot[v] = pot[u] + w - d * period
+                changed = True
+        if not changed:
+            return pot
+    return None
+
+
+def model_period(tables: ModelTables, instance, choice: list[Option],
+                 staleness: dict[str, int]) -> tuple[int, list[int]]:
+    """The model's period of a plan: the least integer ``P`` (µs) whose cycle constraints admit start
+    times, and those start times (``start[0] = 0``).
+
+    Returns:
+        ``(P, start)``; ``P`` is what the CP-SAT model assigns to this plan, at least the evaluator's
+        period and less than it plus :func:`rounding_us`.
+    """
+    n = len(choice)
+    edges = cycle_edges(tables, instance, choice, staleness)
+    low = max(o.duration for o in choice)  # self edges: P ≥ every duration
+    high = max(low, sum(w for *_, w in edges))  # every cycle has distance ≥ 1
+    while low < high:
+        mid = (low + high) // 2
+        if _potentials(n, edges, mid) is None:
+            low = mid + 1
+        else:
+            high = mid
+    pot = _potentials(n, edges, low)
+    assert pot is not None
+    return low, [p - pot[0] for p in pot]
+
+
+def choose_staleness(tables: ModelTables, instance, choice: list[Option], staleness: dict[str, int],
+                     period: int) -> dict[str, int]:
+    """The least staleness per model (in sorted model order, each at its smallest allowed value) that
+    keeps the model period at ``period`` and at least one value ≥ 1."""
+    best = dict(staleness)
+    for model, values in staleness_choices(instance).items():
+        for t in values:
+            if t >= best[model]:
+                break
+            trial = {**best, model: t}
+            if any(trial.values()) and model_period(tables, instance, choice, trial)[0] <= period:
+                best = trial
+                break
+    return best
+
+
+@dataclass
+class PeriodicModel:
+    """The periodic CP-SAT model and the variables the solve reads back.
+
+    Attributes:
+        stale: ``{model: {t: Boolean}}`` the staleness decision per published model.
+    """
+
+    model: cp_model.CpModel
+    x: list[list[cp_model.IntVar]]
+    start: list[cp_model.IntVar]
+    end: list[cp_model.IntVar]
+    period: cp_model.IntVar
+    stale: dict[str, dict[int, Any]]
+
+
+def build_periodic_model(instance, tables: ModelTables, horizon: int,
+                         deadline: float | None = None) -> PeriodicModel:
+    """The CP-SAT model of the asynchronous step (module docstring), objective ``minimise P`` (µs).
+
+    Args:
+        tables: Options and integer tables (:func:`~packplace.solvers.placement.cpsat.make_tables`).
+        horizon: Upper bound of ``P`` (µs; the hint's model period). Start times range over
+            ``±V·(longest duration + largest transfer + largest reallocation + horizon)``, enough for the
+            longest-path potentials of any plan with ``P ≤ horizon``.
+        deadline: ``time.perf_counter()`` value after which building stops (None: no limit).
+
+    Raises:
+        ModelBuildTimeout: the deadline passed (the message names the stage reached).
+    """
+    check = _clock(deadline)
+    m = cp_model.CpModel()
+    n = len(tables.names)
+    opts = tables.options
+    longest = max(o.duration for vopts in opts for o in vopts)
+    largest_delay = max([0, *tables.transfer_us.values()]) + max(
+        [0, *tables.realloc_us.values(), *tables.colocated_us.values()])
+    span = n * (longest + largest_delay + horizon)
+
+    # -- one option per vertex, its duration ----------------------------------------------------------
+    x = [[m.NewBoolVar(f"x[{tables.names[v]},{k}]") for k in range(len(opts[v]))] for v in range(n)]
+    start = [m.NewIntVar(-span, span, f"start[{name}]") for name in tables.names]
+    end = [m.NewIntVar(-span, span, f"end[{name}]") for name in tables.names]
+    duration = []
+    for v in range(n):
+        m.AddExactlyOne(x[v])
+        duration.append(sum(o.duration * lit for o, lit in zip(opts[v], x[v])))
+        m.Add(end[v] == start[v] + duration[v])
+    m.Add(start[0] == 0)  # potentials are defined up to a translation
+    period = m.NewIntVar(max(min(o.duration for o in vopts) for vopts in opts), horizon, "period")
+
+    # -- memory per GPU segment (as the synchronous model) ---------------------------------------------
+    segments, occ = add_occupancy(m, tables, x, check)
+    add_memory_rows(m, instance, tables, x, segments, check)
+
+    # -- data edges (distance 0) -----------------------------------------------------------------------
+    loc = Locator(m, instance, tables, x, check)
+    add_data_edges(m, tables, start, end, loc, check)
+
+    # -- shared GPUs: topological order within a step, the next step after the last ------------------------
+    for v in range(n):
+        m.Add(period >= duration[v])  # self edge: a vertex never overlaps its own next instance
+    for j in range(n):
+        for i in range(j):
+            check(f"modulo order of vertices {i + 1} and {j + 1} of {n}")
+            for s in occ[i].keys() & occ[j].keys():
+                both = [occ[i][s], occ[j][s]]
+                m.Add(start[j] >= end[i]).OnlyEnforceIf(both)
+                m.Add(start[i] + period >= end[j]).OnlyEnforceIf(both)
+
+    # -- redundant cut: a GPU segment's vertices fit in one period --------------------------------------
+    for s in range(len(segments)):
+        check("segment load %d of %d", s + 1, len(segments))
+        load = [o.duration * lit for v in range(n) for o, lit in zip(opts[v], x[v])
+                if o.lo <= segments[s][0] and segments[s][1] <= o.hi]
+        if len(load) > 1:
+            m.Add(sum(load) <= period)
+
+    # -- staleness: one value per published model, at least one ≥ 1 -------------------------------------
+    stale: dict[str, dict[int, Any]] = {}
+    for model, values in staleness_choices(instance).items():
+        stale[model] = {t: m.NewBoolVar(f"staleness[{model}={t}]") for t in values}
+        m.AddExactlyOne(stale[model].values())
+    m.AddBoolOr([lit for values in stale.values() for t, lit in values.items() if t >= 1])
+
+    # -- publication edges (distance 1 + staleness): start[consumer] + (1+t)·P ≥ end[trainer] + realloc ---
+    vertex_model = [vx.model for vx in instance.graph.vertices]
+    for k, (a, b) in enumerate(tables.pubs):
+        check(f"publication edge {k + 1} of {len(tables.pubs)}")
+        same_block, same_node, same_rack = loc.pair(a, b)
+        lay_a = loc.where(a, lambda o: (o.lo, o.hi, o.layout))
+        lay_b = loc.where(b, lambda o: (o.lo, o.hi, o.layout))
+        same_both = _match(m, lay_a, lay_b, f"same_layout[{a},{b}]")
+        layout_of = loc.where(b, lambda o: o.layout)
+        lv = loc.level_literals(same_node, same_rack)
+        apart = same_block.Not() if tables.engine[k] else same_both.Not()
+        for t, chosen in stale[vertex_model[a]].items():
+            m.Add(start[b] + (1 + t) * period >= end[a]).OnlyEnforceIf(chosen)
+            for (kk, level, layout), r in sorted(tables.realloc_us.items()):
+                if kk == k and layout in layout_of and r > 0:
+                    m.Add(start[b] + (1 + t) * period >= end[a] + r).OnlyEnforceIf(
+                        [chosen, layout_of[layout], apart, *lv[level]])
+            for (kk, layout), r in sorted(tables.colocated_us.items()):
+                if kk == k and layout in layout_of and r > 0:
+                    m.Add(start[b] + (1 + t) * period >= end[a] + r).OnlyEnforceIf(
+                        [chosen, layout_of[layout], same_block])
+
+    # -- redundant energy cut: every vertex's GPU-time fits in P × GPUs ---------------------------------
+    check("energy cut")
+    m.Add(sum(o.duration * (o.hi - o.lo) * lit for v in range(n) for o, lit in zip(opts[v], x[v]))
+          <= instance.cluster.num_gpus * period)
+    m.Minimize(period)
+    return PeriodicModel(m, x, start, end, period, stale)
+

@@ -1,0 +1,204 @@
+"""The periodic (asynchronous) CP-SAT model: brute-force optimum, its period against the evaluator's, and
+its proven bound below every plan."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ortools.sat.python import cp_model
+from test_placement_cpsat import claim_holds, instance, proven_optimal
+
+import packplace
+from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.plan import Plan
+from packplace.solvers.placement import cpsat, periodic
+
+_CACHE: dict = {}
+
+
+def _tiny_grpo():
+    """GRPO on one node of two GPUs, 3 GB per GPU, actor staleness 0 or 1: ~150k plans in all."""
+    if "grpo" not in _CACHE:
+        _CACHE["grpo"] = instance("grpo", staleness={"actor": [0, 1]}, gpus_per_node=2, batch_size=4,
+                                  memory_per_gpu=3e9)
+    return _CACHE["grpo"]
+
+
+def _every_plan(inst):
+    table, ev = get_table(inst), get_evaluator(inst)
+    options = [[(c, a) for c in table.feasible[n] for a in table.origins(c.extent)] for n in ev.names]
+    for staleness in ({}, {"actor": 1}):
+        for combo in itertools.product(*options):
+            yield Plan.build({n: c.at(a) for n, (c, a) in zip(ev.names, combo)}, staleness)
+
+
+def test_periodic_optimum_equals_brute_force_over_every_plan_and_staleness():
+    inst = _tiny_grpo()
+    ev = get_evaluator(inst)
+    brute = min(ev.step_time(plan) for plan in _every_plan(inst))
+    result = packplace.place(inst, "cpsat", time_limit_s=10)
+    assert proven_optimal(result), result.message
+    assert result.info["objective_kind"] == "period"
+    rounding = result.info["rounding_s"]
+    assert rounding == (2 * 4 + 1) / 1e6  # E = 2·V + 1 µs
+    assert brute - 1e-12 <= result.objective <= brute + rounding
+    assert result.bound <= brute <= result.bound + rounding
+    # the evaluator's period of cpsat's plan equals the model's P up to the documented rounding
+    assert result.objective <= result.info["model_step_time_s"] + 1e-12
+    assert result.info["model_step_time_s"] - rounding < result.objective
+    assert result.solution.staleness == (("actor", 1),)
+    assert packplace.place(inst, "concurrent").objective > brute * 1.1  # the synchronous baselines miss it
+
+
+def _stale_ppo():
+    """PPO on two racks of two nodes of two GPUs (every link level), tight memory, both models stale."""
+    if "ppo" not in _CACHE:
+        inst = instance("ppo", staleness={"actor": [0, 1, 2], "critic": [0, 1]}, memory_per_gpu=4e9, racks=2,
+                        nodes_per_rack=2, gpus_per_node=2)
+        table = get_table(inst)
+        candidates = {n: list(table.feasible[n])[::4] for n in inst.graph.names}  # every 4th: varied, fast
+        _CACHE["ppo"] = (inst, cpsat.make_tables(inst, candidates))
+    return _CACHE["ppo"]
+
+
+def max_cycle_mean(n: int, edges: list[tuple[int, int, int, int]]) -> Fraction:
+    """Exact maximum over simple cycles of Σ latency / Σ distance (every simple cycle enumerated)."""
+    out: dict[int, list] = {u: [] for u in range(n)}
+    for u, v, d, w in edges:
+        out[u].append((v, d, w))
+    best = Fraction(0)
+
+    def walk(first: int, node: int, seen: set, dist: int, weight: int) -> None:
+        nonlocal best
+        for v, d, w in out[node]:
+            if v == first and dist + d > 0:
+                best = max(best, Fraction(weight + w, dist + d))
+            elif v > first and v not in seen:
+                walk(first, v, seen | {v}, dist + d, weight + w)
+
+    for first in range(n):
+        walk(first, first, {first}, 0, 0)
+    return best
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_model_period_is_the_maximum_cycle_mean_on_sampled_plans(data):
+    inst, tables = _stale_ppo()
+    choice = [data.draw(st.sampled_from(opts)) for opts in tables.options]
+    staleness = {"actor": data.draw(st.sampled_from([0, 1, 2])), "critic": data.draw(st.sampled_from([0, 1]))}
+    if not any(staleness.values()):
+        staleness["critic"] = 1
+    evaluated = get_evaluator(inst).step_time(cpsat._plan_of(choice, tables.names, staleness))
+    built = periodic.build_periodic_model(inst, tables, horizon=10**9)
+    for v, chosen in enumerate(choice):
+        for option, lit in zip(tables.options[v], built.x[v]):
+            built.model.Add(lit == int(option is chosen))
+    for model, values in built.stale.items():
+        for t, lit in values.items():
+            built.model.Add(lit == int(t == staleness[model]))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    status = solver.Solve(built.model)
+    if evaluated == math.inf:  # out of memory: only colocation can overflow
+        assert status == cp_model.INFEASIBLE
+        return
+    assert status == cp_model.OPTIMAL
+    value, start = periodic.model_period(tables, inst, choice, staleness)
+    assert int(solver.ObjectiveValue()) == value
+    assert value == math.ceil(max_cycle_mean(len(choice), periodic.cycle_edges(tables, inst, choice, staleness)))
+    assert start[0] == 0
+    assert evaluated * 1e6 - 1e-3 <= value  # the model never claims less than the evaluator
+
+
+def _two_step_cycle_plan():
+    """A PPO plan whose critical cycle (generate → reference → actor train → next-but-one generate) spans
+    two steps: period (314074 + 92665 + 656024) / 2 = 531381.5 µs on the model's tables."""
+    inst, tables = _stale_ppo()
+    where = {"actor.generate": (0, 4, 313908), "reference.infer": (6, 7, 92653), "reward.infer": (4, 6, 44644),
+             "critic.infer": (0, 4, 17669), "actor.train": (4, 6, 176565), "critic.train": (6, 8, 138160)}
+    choice = [next(o for o in tables.options[v] if (o.lo, o.hi, o.duration) == where[name])
+              for v, name in enumerate(tables.names)]
+    return inst, tables, choice, {"actor": 1, "critic": 1}
+
+
+def test_model_period_of_a_two_step_cycle():
+    inst, tables, choice, staleness = _two_step_cycle_plan()
+    edges = periodic.cycle_edges(tables, inst, choice, staleness)
+    assert max_cycle_mean(len(choice), edges) == Fraction(314074 + 92665 + 656024, 2)
+    assert periodic.model_period(tables, inst, choice, staleness)[0] == 531382
+
+
+@pytest.mark.xfail(strict=True, reason="the evaluator takes Karp's maximum over the current step's vertices "
+                   "only, not over every node of the companion graph (lagged copies included), and misses a "
+                   "critical cycle of distance 2 here (0.3316 s instead of 0.5314 s)")
+def test_evaluator_period_of_a_two_step_cycle():
+    inst, tables, choice, staleness = _two_step_cycle_plan()
+    evaluated = get_evaluator(inst).step_time(cpsat._plan_of(choice, tables.names, staleness))
+    assert evaluated == pytest.approx(0.5313815, abs=13e-6)
+
+
+def test_model_period_of_a_plan_on_one_block_is_its_total_time():
+    # every vertex on all GPUs: one cycle through the whole step, whatever the staleness
+    inst, tables = _stale_ppo()
+    choice = [next(o for o in opts if o.hi - o.lo == 8) for opts in tables.options]
+    total = sum(o.duration for o in choice)
+    for staleness in ({"actor": 1, "critic": 0}, {"actor": 2, "critic": 1}):
+        assert periodic.model_period(tables, inst, choice, staleness)[0] == total
+
+
+def test_staleness_lowered_when_it_does_not_change_the_period():
+    inst, tables = _stale_ppo()
+    choice = [next(o for o in opts if o.hi - o.lo == 8) for opts in tables.options]
+    period = periodic.model_period(tables, inst, choice, {"actor": 2, "critic": 1})[0]
+    # the serial plan's period is its total time for any staleness: the least staleness that keeps ≥ 1
+    assert periodic.choose_staleness(tables, inst, choice, {"actor": 2, "critic": 1}, period) == {
+        "actor": 0, "critic": 1}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_proven_bound_is_below_every_plan(data):
+    inst = _tiny_grpo()
+    if "grpo_result" not in _CACHE:
+        _CACHE["grpo_result"] = packplace.place(inst, "cpsat", time_limit_s=10)
+    bound = _CACHE["grpo_result"].bound
+    table, ev = get_table(inst), get_evaluator(inst)
+    mapping = {}
+    for name in ev.names:
+        cand = data.draw(st.sampled_from(table.feasible[name]))
+        mapping[name] = cand.at(data.draw(st.sampled_from(table.origins(cand.extent))))
+    plan = Plan.build(mapping, {"actor": data.draw(st.sampled_from([0, 1]))})
+    assert bound <= ev.step_time(plan)
+
+
+def _ppo_exact():
+    inst = instance("ppo", staleness={"actor": [0, 1], "critic": [0, 1]}, memory_per_gpu=6e9, nodes_per_rack=2,
+                    gpus_per_node=2)
+    if "ppo4" not in _CACHE:
+        _CACHE["ppo4"] = (inst, packplace.place(inst, "cpsat", time_limit_s=20))
+    return _CACHE["ppo4"]
+
+
+@pytest.mark.parametrize("solver", ["greedy", "concurrent"])
+def test_proven_bound_is_below_every_baseline_plan(solver):
+    inst, exact = _ppo_exact()
+    assert proven_optimal(exact), exact.message
+    assert claim_holds(exact)
+    other = packplace.place(inst, solver)
+    assert exact.bound <= other.objective
+    assert exact.objective <= other.objective + 1e-12
+
+
+@pytest.mark.xfail(strict=True, reason="anneal finds a plan whose critical cycle spans two steps, which the "
+                   "evaluator's period misses (see test_evaluator_period_of_a_two_step_cycle): its evaluated "
+                   "0.2466 s lies below the proven bound 0.2479 s of the period the evaluator documents")
+def test_proven_bound_is_below_the_anneal_plan():
+    inst, exact = _ppo_exact()
+    other = packplace.place(inst, "anneal", time_limit_s=60, e_max=1000)  # an evaluation budget: deterministic
+    assert exact.bound <= other.objective
