@@ -3,6 +3,8 @@ every solver's honesty about them, and CP-SAT's exact optima."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -57,15 +59,32 @@ def test_max_samples_per_bin_is_kept(solver):
     assert result.objective == 11.0  # {10}, {1, 1, 1} (makespan 10) breaks the cap: {10, 1}, {1, 1}
 
 
-def test_karmarkar_karp_says_what_it_cannot_model():
+def test_karmarkar_karp_answers_the_rules_it_cannot_model_by_the_construction_and_says_so():
+    # groups: {0, 1} together; the optimum puts {2, 3} on the other rank: makespan 6
     grouped = make_instance([3, 3, 3, 3], seq_len=100, data_parallel_size=2, groups=[[0, 1]])
     result = packplace.balance(grouped, solver="kk")
-    assert result.status == "unknown" and result.solution is None and "groups" in result.message
+    assert result.status == "optimal" and result.objective == 6.0
+    assert "groups" in result.message and "rank-rule construction" in result.message
+    # equal_count with D not dividing n: counts 3 and 2, makespan 9
     odd = make_instance([3, 3, 3, 3, 3], seq_len=100, data_parallel_size=2, equal_count=True)
-    assert packplace.balance(odd, solver="kk").status == "unknown"
+    result = packplace.balance(odd, solver="kk")
+    assert result.status == "optimal" and sorted(_rank_counts(odd, result.solution.bins)) == [2, 3]
+    # a cap of 2 samples per bin: {10, 1} and {1, 1}, makespan 11 ({10} alone would leave 3 in one bin)
+    capped = make_instance([10, 1, 1, 1], seq_len=100, data_parallel_size=2, max_samples_per_bin=2)
+    result = packplace.balance(capped, solver="kk")
+    assert result.status in ("optimal", "feasible") and result.objective == 11.0  # the analytic bound is lower
+    # uneven equal counts and a pair together: {5, 5, 1} | {4, 3, 3, 2} is optimal (12); kk's answer
+    # keeps every rule, and CP-SAT proves 12
+    both = make_instance([5, 5, 4, 3, 3, 2, 1], seq_len=100, data_parallel_size=2, equal_count=True,
+                         groups=[[0, 1]])
+    result = packplace.balance(both, solver="kk")
+    assert result.status in ("optimal", "feasible") and BalanceEvaluator(both).violations(result.solution) == []
+    assert sorted(_rank_counts(both, result.solution.bins)) == [3, 4] and result.objective >= 12.0
+    assert packplace.balance(both, solver="cpsat").objective == 12.0
     even = make_instance([5, 4, 3, 3, 2, 1], seq_len=100, data_parallel_size=2, equal_count=True)
     result = packplace.balance(even, solver="kk")
     assert result.status in ("optimal", "feasible") and _rank_counts(even, result.solution.bins) == [3, 3]
+    assert "construction" not in result.message  # D divides n: the equal-size differencing itself
 
 
 def test_evaluator_names_each_broken_rule():
@@ -81,7 +100,8 @@ def test_evaluator_names_each_broken_rule():
 
 def test_local_batch_size_auto_is_the_fewest_feasible_and_reports_its_bound():
     inst = make_instance([6] * 6, seq_len=10, data_parallel_size=2, local_batch_size="auto")
-    assert (inst.local_batch_size, inst.local_batch_size_lower_bound) == (3, 2)  # 36 tokens: 4 bins by counting
+    # 36 tokens fit 4 bins by counting, but no two 6s share a bin of 10: the L2 bound says 6 bins, m = 3
+    assert (inst.local_batch_size, inst.local_batch_size_lower_bound) == (3, 3)
     tight = make_instance([5] * 8, seq_len=10, data_parallel_size=2, local_batch_size="auto")
     assert (tight.local_batch_size, tight.local_batch_size_lower_bound) == (2, 2)
     capped = make_instance([1] * 9, seq_len=100, data_parallel_size=2, local_batch_size="auto",
@@ -89,6 +109,73 @@ def test_local_batch_size_auto_is_the_fewest_feasible_and_reports_its_bound():
     assert capped.local_batch_size == 3  # 5 samples on one rank need 3 bins of 2
     result = packplace.balance(capped, solver="repair")
     assert result.status in ("optimal", "feasible") and max(len(b) for b in result.solution.bins) <= 2
+
+
+def test_local_batch_size_auto_is_one_below_the_greedy_count_when_only_an_exact_packing_fits():
+    # {3, 3} and {2, 2, 2} fill two bins of 6 exactly, so m = 1 on 2 ranks; the greedy construction
+    # (largest first onto the emptier rank) puts 3+2 on each rank, cannot place the last 2, and needs m = 2
+    inst = make_instance([3, 3, 2, 2, 2], seq_len=6, data_parallel_size=2, local_batch_size="auto")
+    assert (inst.local_batch_size, inst.local_batch_size_lower_bound) == (1, 1)
+    assert sorted(map(sorted, inst.auto_packing)) == [[0, 1], [2, 3, 4]]
+    for solver in (*HEURISTICS, "kk", "cpsat"):
+        result = packplace.balance(inst, solver=solver)
+        assert result.status in ("optimal", "feasible"), (solver, result.message)
+        assert BalanceEvaluator(inst).violations(result.solution) == []
+    # equal counts (4 and 3) with at most 2 samples per bin: 7 samples need 4 bins, so m >= 2, and
+    # {10} {8, 2} | {6, 3} {3, 1} packs m = 2; the greedy construction dead-ends there (it would need 3)
+    capped = make_instance([3, 3, 6, 10, 2, 1, 8], seq_len=10, data_parallel_size=2, local_batch_size="auto",
+                           equal_count=True, max_samples_per_bin=2, reference_bins="auto")
+    assert (capped.local_batch_size, capped.local_batch_size_lower_bound) == (2, 2)
+    assert capped.auto_packing is not None and capped.reference_bins == capped.auto_packing
+    for solver in (*HEURISTICS, "kk"):
+        result = packplace.balance(capped, solver=solver)
+        assert result.status in ("optimal", "feasible"), (solver, result.message)
+        assert BalanceEvaluator(capped).violations(result.solution) == []
+    # three 4s in bins of 7: by counting 2 bins, but no two share one (L2 bound 3), proven without search
+    single = make_instance([4, 4, 4], seq_len=7, data_parallel_size=1, local_batch_size="auto")
+    assert (single.local_batch_size, single.local_batch_size_lower_bound) == (3, 3)
+
+
+def _fewest_bins_per_rank(tokens, seq_len, ranks, equal_count, cap, groups):
+    """Brute force: the smallest m for which some map of samples to D·m bins keeps every rule."""
+    n = len(tokens)
+    for m in range(1, n // ranks + 1):
+        bins = ranks * m
+        for assignment in itertools.product(range(bins), repeat=n):
+            loads, sizes = [0] * bins, [0] * bins
+            for i, b in enumerate(assignment):
+                loads[b] += tokens[i]
+                sizes[b] += 1
+            if min(sizes) == 0 or max(loads) > seq_len or (cap is not None and max(sizes) > cap):
+                continue
+            counts = [sum(sizes[r * m:(r + 1) * m]) for r in range(ranks)]
+            if equal_count and max(counts) - min(counts) > 1:
+                continue
+            if any(len({assignment[i] // m for i in group}) > 1 for group in groups):
+                continue
+            return m
+    return None
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    tokens=st.lists(st.integers(1, 9), min_size=2, max_size=6),
+    ranks=st.integers(1, 2),
+    equal=st.booleans(),
+    cap=st.sampled_from([None, 2, 3]),
+    grouped=st.booleans(),
+)
+def test_local_batch_size_auto_equals_the_brute_force_minimum(tokens, ranks, equal, cap, grouped):
+    groups = [[0, 1]] if grouped else []
+    expected = _fewest_bins_per_rank(tokens, 10, ranks, equal, cap, groups)
+    try:
+        inst = make_instance(tokens, seq_len=10, data_parallel_size=ranks, local_batch_size="auto",
+                             equal_count=equal, max_samples_per_bin=cap, groups=groups)
+    except PackplaceError:
+        assert expected is None
+        return
+    assert inst.local_batch_size == expected
+    assert inst.local_batch_size_lower_bound == expected  # small enough to be proven
 
 
 @pytest.mark.parametrize(

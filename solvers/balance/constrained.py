@@ -33,17 +33,28 @@ PARTNERS = 8
 ATTEMPTS = 8
 
 
+#: What the message says when the cost-first construction dead-ended, by what answered instead.
+_NOTES = {
+    "tokens": "cost-first construction dead-ended; tokens-first construction used",
+    "auto": "both constructions dead-ended; started from the exact packing of local_batch_size 'auto'",
+}
+
+
 def _keys(instance: BalanceInstance, bins: list[list[int]]) -> tuple[tuple, ...]:
     keys = instance.keys
     return tuple(tuple(keys[i] for i in b) for b in bins)
 
 
 def construct_indices(instance: BalanceInstance) -> tuple[list[list[int]] | None, str]:
-    """Bins of sample indices (cost first, then tokens first) and which order worked ("" if none)."""
+    """Bins of sample indices (cost first, then tokens first, then the exact packing that
+    ``local_batch_size: "auto"`` found) and which of them worked ("" if none)."""
     for by in ("cost", "tokens"):
         bins = construct(instance.packing_columns(by))
         if bins is not None:
             return bins, by
+    if instance.auto_packing is not None:
+        index = {key: i for i, key in enumerate(instance.keys)}
+        return [[index[key] for key in b] for b in instance.auto_packing], "auto"
     return None, ""
 
 
@@ -51,7 +62,7 @@ def construct_proposal(instance: BalanceInstance, solver: str) -> Proposal:
     """The construction's answer for ``solver`` (see the module docstring)."""
     bins, by = construct_indices(instance)
     if bins is not None:
-        note = "" if by == "cost" else "cost-first construction dead-ended; tokens-first construction used"
+        note = "" if by == "cost" else _NOTES[by]
         return Proposal(_keys(instance, bins), FEASIBLE, message=note, iterations=len(instance.samples))
     if instance.reference_bins is not None:
         return Proposal(instance.reference_bins, FEASIBLE,
@@ -151,6 +162,6 @@ def repair_proposal(instance: BalanceInstance, time_limit_s: float | None) -> Pr
         return construct_proposal(instance, "repair")
     bins, moves = improve(instance, bins, deadline)
     hit = deadline is not None and time.perf_counter() > deadline
-    note = "" if by == "cost" else "cost-first construction dead-ended; tokens-first construction used; "
+    note = "" if by == "cost" else _NOTES[by] + "; "
     return Proposal(_keys(instance, bins), FEASIBLE, iterations=moves, hit_time_limit=hit,
                     message=f"{note}{moves} rank-level moves under the rank rules".strip())

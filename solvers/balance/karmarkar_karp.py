@@ -24,6 +24,12 @@ bins, or a rank has fewer than m samples, the capacity failure is reported — s
 solution, a message naming the rank — never hidden. If FFD uses fewer than m bins, the smallest
 sample of the fullest-in-count bin moves to a new bin until there are m (this never breaks a limit).
 
+Rank rules: ``equal_count`` with D dividing n is the ``equal_size`` differencing above. Groups,
+``max_samples_per_bin`` and ``equal_count`` with D not dividing n are outside the method, and so is an
+equal-count partition whose rank does not fit its m bins: those instances are answered by the
+rule-keeping construction of :mod:`packplace.solvers.balance.constrained` (the ``lpt`` answer under
+rank rules), and the message says so; ``unknown`` only when that dead-ends too.
+
 Memory and time guards: a partition stores only its non-empty subsets (a sample starts as one
 subset, not a D-tuple), so every live partition together hold at most n subsets and the peak memory
 is O(n + D): measured about 1.5 KiB per sample all included (60k samples on 7200 ranks: 91 MB, down
@@ -245,6 +251,17 @@ def first_fit_decreasing(
     return bins, ""
 
 
+def _constructed(instance: BalanceInstance, why: str) -> Proposal:
+    """The rank-rule construction's answer (:func:`~packplace.solvers.balance.constrained.construct_proposal`:
+    LPT over units under every rule) for an instance the differencing cannot serve; the message says so."""
+    from packplace.solvers.balance.constrained import construct_proposal  # local: constrained imports lpt
+
+    proposal = construct_proposal(instance, "karmarkar_karp")
+    note = f"karmarkar_karp: {why}; answered by the rank-rule construction (LPT over units)"
+    proposal.message = f"{note}; {proposal.message}" if proposal.message else note
+    return proposal
+
+
 @register("balance", "karmarkar_karp", aliases=("kk",))
 def solve(
     instance: BalanceInstance,
@@ -282,12 +299,10 @@ def solve(
     n = len(instance.samples)
     if instance.has_rank_rules:
         # KK's differencing keeps equal counts only D at a time (n divisible by D); groups and bin caps
-        # are outside the method: say so rather than return an answer that breaks them.
+        # are outside the method: the rule-keeping construction answers instead, and says so.
         if instance.groups or instance.max_samples_per_bin is not None or n % ranks:
-            return Proposal(None, UNKNOWN, message=(
-                "karmarkar_karp: does not model groups, max_samples_per_bin or equal_count with n not "
-                f"divisible by D (n={n}, D={ranks}); use lpt, repair or cpsat"
-            ))
+            return _constructed(instance, "differencing does not model groups, max_samples_per_bin or "
+                                f"equal_count with n not divisible by D (n={n}, D={ranks})")
         equal_size = True
     if equal_size and n % ranks:
         raise ConfigError(
@@ -318,6 +333,8 @@ def solve(
     for rank, members in enumerate(subsets):
         rank_bins, failure = first_fit_decreasing(members, instance, prepared, rank)
         if rank_bins is None:
+            if instance.has_rank_rules:
+                return _constructed(instance, f"the equal-count differencing dead-ended ({failure})")
             if equal_size:
                 return Proposal(None, UNKNOWN, message=f"karmarkar_karp: {failure}")
             bins, message, _ = after_dead_end(instance, prepared, failure, deadline, "karmarkar_karp")

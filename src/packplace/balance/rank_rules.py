@@ -25,6 +25,7 @@ construction ever returns an assignment that breaks a rule.
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -239,3 +240,117 @@ def construct(columns: PackingColumns, units: list[list[int]] | None = None) -> 
             return None
         bins.extend(rank_bins)
     return bins
+
+
+def bin_packing_lower_bound(tokens: np.ndarray, seq_len: int) -> int:
+    """Martello & Toth's L2 lower bound on the bins of ``seq_len`` tokens that hold ``tokens``.
+
+    Martello, S. & Toth, P. (1990), "Lower bounds and reduction procedures for the bin packing
+    problem", Discrete Applied Mathematics 28(1): for every threshold α ≤ C/2, the items above C − α
+    (J1) and those in (C/2, C − α] (J2) each need a bin of their own, and the items in [α, C/2] (J3)
+    can use only the room J2 leaves: ``L(α) = |J1| + |J2| + max(0, ⌈(Σ J3 − (|J2|·C − Σ J2)) / C⌉)``.
+    L2 is the maximum over α ∈ {0} ∪ {item sizes ≤ C/2}; it is at least ``⌈Σ/C⌉``. Items above C
+    (oversized, a bin each) are the caller's to add.
+
+    Args:
+        tokens: Item sizes, integer array (k,), each in [1, C].
+        seq_len: The bin capacity C in tokens.
+
+    Returns:
+        The bound, an int (0 for no items). O(k log k).
+    """
+    if not len(tokens):
+        return 0
+    sizes = np.sort(np.asarray(tokens, dtype=np.int64))
+    prefix = np.concatenate(([0], np.cumsum(sizes)))
+    half_end = int(np.searchsorted(sizes, seq_len // 2, side="right"))  # items 2w <= C: [0, half_end)
+    alphas = np.unique(np.concatenate(([0], sizes[:half_end])))
+    small_start = np.searchsorted(sizes, alphas, side="left")  # J3 = [small_start, half_end)
+    big_end = np.searchsorted(sizes, seq_len - alphas, side="right")  # J2 = [half_end, big_end)
+    count_j1 = len(sizes) - big_end
+    count_j2 = big_end - half_end
+    sum_j2 = prefix[big_end] - prefix[half_end]
+    sum_j3 = prefix[half_end] - prefix[small_start]
+    spill = sum_j3 - (count_j2 * seq_len - sum_j2)
+    extra = np.where(spill > 0, -(-spill // seq_len), 0)
+    return int((count_j1 + count_j2 + extra).max())
+
+
+#: Largest exact feasibility model :func:`exact_packing` builds (Booleans n·D·m).
+EXACT_MAX_BOOLEANS = 20_000
+#: CP-SAT deterministic time (about seconds on one core) per exact feasibility check.
+EXACT_DETERMINISTIC_TIME = 2.0
+
+
+def exact_packing(columns: PackingColumns, deterministic_time: float = EXACT_DETERMINISTIC_TIME,
+                  max_booleans: int = EXACT_MAX_BOOLEANS) -> tuple[list[list[int]] | None, bool]:
+    """Whether the samples fit D·m non-empty bins under every rule, decided exactly by CP-SAT.
+
+    One Boolean ``x[i, b]`` per sample and bin (bins rank-major): every sample in one bin, every bin
+    non-empty, bin tokens ≤ ``seq_len`` (an oversized sample under policy ``single`` counts as
+    ``seq_len``, so it holds its bin alone), each budget ≤ its limit (integral usages only), at most
+    ``max_samples_per_bin`` samples per bin, rank sample counts in [lo, hi] of :class:`RankRules` (with
+    ``equal_count`` that is ⌊n/D⌋..⌈n/D⌉, and the total n fixes how many ranks hold ⌈n/D⌉), and a
+    group's samples on the rank its indicator picks. Symmetry: the largest sample sits in bin 0; when
+    no rule couples the bins of a rank (no ``equal_count``, no groups), the k-th largest sample may use
+    only bins 0..k. One worker, a deterministic time limit: the same columns give the same verdict.
+
+    Returns:
+        ``(bins, proven)``: rank-major bins of sample indices and True when a packing exists; ``(None,
+        True)`` when CP-SAT proved that none exists; ``(None, False)`` when it could not tell within the
+        limit, the model would exceed ``max_booleans``, or a budget has non-integral usages.
+    """
+    from ortools.sat.python import cp_model  # local: only local_batch_size "auto" needs it
+
+    tokens = columns.tokens
+    n, ranks, m, seq_len = len(tokens), columns.ranks, columns.per_rank, columns.seq_len
+    bins = ranks * m
+    if n * bins > max_booleans or n < bins:
+        return None, n < bins
+    usage, limits = columns.usage, columns.limits
+    if limits.size and not (np.all(usage == np.round(usage)) and np.all(np.abs(usage) < 2**40)):
+        return None, False
+    rules = RankRules.of(n, ranks, m, columns.equal_count, columns.max_samples_per_bin)
+    if rules.lo > rules.hi:
+        return None, True
+    weight = np.minimum(tokens, seq_len).tolist()
+    order = np.lexsort((columns.key_rank, -tokens)).tolist()
+    symmetric = not columns.equal_count and not (columns.group_of >= 0).any()
+    model = cp_model.CpModel()
+    x = [[model.NewBoolVar("") for _ in range(bins)] for _ in range(n)]
+    for position, i in enumerate(order):
+        model.AddExactlyOne(x[i])
+        last = position if symmetric else (0 if position == 0 else bins - 1)
+        for b in range(last + 1, bins):
+            model.Add(x[i][b] == 0)
+    for b in range(bins):
+        column = [x[i][b] for i in range(n)]
+        model.AddBoolOr(column)
+        model.Add(sum(w * v for w, v in zip(weight, column)) <= seq_len)
+        if columns.max_samples_per_bin is not None:
+            model.Add(sum(column) <= columns.max_samples_per_bin)
+        for k in range(limits.size):
+            model.Add(sum(int(usage[i, k]) * column[i] for i in range(n) if usage[i, k]) <= math.floor(limits[k]))
+    for r in range(ranks):
+        count = sum(x[i][b] for i in range(n) for b in range(r * m, (r + 1) * m))
+        model.Add(count >= rules.lo)
+        model.Add(count <= rules.hi)
+    for members in units_of(columns.group_of):
+        if len(members) < 2:
+            continue
+        chosen = [model.NewBoolVar("") for _ in range(ranks)]
+        model.AddExactlyOne(chosen)
+        for i in members:
+            for b in range(bins):
+                model.AddImplication(x[i][b], chosen[b // m])
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_deterministic_time = float(deterministic_time)
+    status = solver.Solve(model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        packed: list[list[int]] = [[] for _ in range(bins)]
+        for i in range(n):
+            packed[next(b for b in range(bins) if solver.Value(x[i][b]))].append(i)
+        return packed, True
+    return None, status == cp_model.INFEASIBLE

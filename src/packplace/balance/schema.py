@@ -17,7 +17,13 @@ from typing import Any, Literal, cast, overload
 
 import numpy as np
 
-from packplace.balance.rank_rules import PackingColumns, RankRules, construct
+from packplace.balance.rank_rules import (
+    PackingColumns,
+    RankRules,
+    bin_packing_lower_bound,
+    construct,
+    exact_packing,
+)
 from packplace.errors import ConfigError, InfeasibleError, show
 
 SampleKey = Hashable
@@ -357,13 +363,12 @@ class BalanceInstance:
         constraints: :class:`PackingConstraints` of every bin.
         data_parallel_size: D, the number of data-parallel ranks.
         local_batch_size: m, the number of non-empty bins each rank must get (D·m bins in all), or
-            ``"auto"``: the fewest bins per rank, the same on every rank, for which the
-            feasibility-first construction of :mod:`packplace.balance.rank_rules` (tokens first)
-            packs every sample under every rule (each m tried in turn from the bound for 8 steps, then
-            doubling steps and a bisection); the search starts at the counting lower bound
-            ``max(⌈(oversized + ⌈other tokens/seq_len⌉)/D⌉, ⌈n/(D·max_samples_per_bin)⌉, the largest
-            group's bins)``, which is kept in :attr:`local_batch_size_lower_bound` (equal to m when m
-            is provably the fewest).
+            ``"auto"``: the fewest bins per rank, the same on every rank, for which a packing exists
+            under every rule (see :meth:`_smallest_local_batch_size`): the construction of
+            :mod:`packplace.balance.rank_rules` gives a count, and smaller counts down to the lower bound
+            ``max(⌈(oversized + L2)/D⌉, ⌈n/(D·max_samples_per_bin)⌉, the largest group's bins)`` (L2:
+            Martello & Toth's bin-packing bound of the other samples) are decided exactly by CP-SAT
+            while the model is small.
         reference_bins: The original rank-major grouping (D·m bins of keys, feasible), the
             do-nothing baseline and the planner's point of comparison; ``None`` if there is none;
             ``"auto"`` builds the token-only packing of :func:`token_packing_reference` (``None`` if
@@ -380,7 +385,9 @@ class BalanceInstance:
         max_samples_per_bin: The most samples one bin may hold (None: no limit).
         groups: Tuples of keys that must all sit on one rank (a GRPO prompt's samples, a DPO
             chosen/rejected pair); a key belongs to at most one group. Bins of that rank may differ.
-        local_batch_size_lower_bound: The counting lower bound on m (set on construction).
+        local_batch_size_lower_bound: A lower bound on m (set on construction): with ``"auto"`` the
+            smallest m not proven impossible (equal to m when m is proven the fewest), else the
+            counting bound.
 
     The three rank rules and the bin cap have one definition,
     :class:`packplace.balance.rank_rules.RankRules` plus the group test, used by the evaluator's
@@ -514,7 +521,7 @@ class BalanceInstance:
                 reference = self.construct(by="tokens")
             else:
                 reference = token_packing_reference(samples, self.constraints, bins)
-            object.__setattr__(self, "reference_bins", reference)
+            object.__setattr__(self, "reference_bins", reference if reference is not None else self.auto_packing)
         if self.reference_bins is not None:
             reference = _as_bins(self.reference_bins, "reference_bins")
             object.__setattr__(self, "reference_bins", reference)
@@ -637,39 +644,58 @@ class BalanceInstance:
         group_of.flags.writeable = False
         object.__setattr__(self, "_group_of", group_of)
 
-    def _local_batch_size_bound(self, ranks: int) -> int:
-        """Counting lower bound on m (see the ``local_batch_size`` attribute)."""
+    def _local_batch_size_bound(self, ranks: int, tight: bool = False) -> int:
+        """Lower bound on m (see the ``local_batch_size`` attribute): bins by counting (or, with
+        ``tight``, by Martello & Toth's L2 bound) over D, the sample cap, the largest group's bins."""
         seq_len, cap = self.constraints.seq_len, self.max_samples_per_bin
         tokens = self.tokens
         oversized = tokens > seq_len
-
         fitting = np.where(oversized, 0, tokens)
-        need = int(oversized.sum()) + -(-int(fitting.sum()) // seq_len)
+        if tight:
+            need = int(oversized.sum()) + bin_packing_lower_bound(tokens[~oversized], seq_len)
+        else:
+            need = int(oversized.sum()) + -(-int(fitting.sum()) // seq_len)
         if cap is not None:
             need = max(need, -(-len(tokens) // cap))
-        bound = max(1, -(-need // ranks))
+        return max(1, -(-need // ranks), self._group_bins_bound())
+
+    def _group_bins_bound(self) -> int:
+        """The most bins one group needs on its rank (by counting tokens and the sample cap); 0 without groups."""
         grouped = self.group_of >= 0
-        if grouped.any():
-            labels = self.group_of[grouped]
-            group_need = (np.bincount(labels, weights=oversized[grouped]).astype(np.int64)
-                          - (-np.bincount(labels, weights=fitting[grouped]).astype(np.int64) // seq_len))
-            if cap is not None:
-                group_need = np.maximum(group_need, -(-np.bincount(labels) // cap))
-            bound = max(bound, int(group_need.max()))
-        return bound
+        if not grouped.any():
+            return 0
+        seq_len, cap = self.constraints.seq_len, self.max_samples_per_bin
+        oversized = self.tokens > seq_len
+        fitting = np.where(oversized, 0, self.tokens)
+        labels = self.group_of[grouped]
+        group_need = (np.bincount(labels, weights=oversized[grouped]).astype(np.int64)
+                      - (-np.bincount(labels, weights=fitting[grouped]).astype(np.int64) // seq_len))
+        if cap is not None:
+            group_need = np.maximum(group_need, -(-np.bincount(labels) // cap))
+        return int(group_need.max())
 
     def _smallest_local_batch_size(self, ranks: int) -> int:
-        """The fewest m for which the construction (tokens first) packs every sample."""
+        """The fewest m for which a packing exists under every rule (see ``local_batch_size``).
+
+        1. ``lower``: the tight lower bound (:meth:`_local_batch_size_bound`).
+        2. ``found``: the fewest m for which the construction (tokens first) packs: each m from
+           ``lower`` for 8 steps, then doubling steps and a bisection (O(log n) constructions).
+        3. Each m in [lower, found) in turn: :func:`~packplace.balance.rank_rules.exact_packing`
+           decides it exactly (CP-SAT) while the model is small enough. A packing found there is the
+           answer (and kept as :attr:`auto_packing`); an m proven to have none raises the kept lower
+           bound; an undecided or too large model stops the search at ``found``.
+
+        ``local_batch_size_lower_bound`` ends as the smallest m not proven impossible, so the result
+        is proven minimal exactly when the two are equal.
+        """
         n = len(self.samples)
-        lower = self._local_batch_size_bound(ranks)
-        object.__setattr__(self, "local_batch_size_lower_bound", lower)
+        lower = self._local_batch_size_bound(ranks, tight=True)
         upper = n // ranks
 
         def packs(per_rank: int) -> bool:
             return construct(self.packing_columns("tokens", per_rank)) is not None
 
-        # Every m of the first few above the bound, then doubling steps and a bisection down to the
-        # smallest m that packs (O(log n) constructions when the bound is far off).
+        found: int | None = None
         failed = lower - 1
         step = 1
         per_rank = lower
@@ -681,17 +707,43 @@ class BalanceInstance:
                         per_rank = middle
                     else:
                         failed = middle
-                return per_rank
+                found = per_rank
+                break
             failed = per_rank
             if per_rank - lower >= 8:
                 step *= 2
             per_rank = min(upper + (per_rank == upper), per_rank + step)
+        proven = lower
+        for per_rank in range(lower, upper + 1 if found is None else found):
+            bins, decided = exact_packing(self.packing_columns("tokens", per_rank))
+            if bins is not None:
+                keys = self.keys
+                object.__setattr__(self, "_auto_packing", tuple(tuple(keys[i] for i in b) for b in bins))
+                found = per_rank
+                break
+            if not decided:
+                break
+            proven = per_rank + 1
+        if found is not None:
+            object.__setattr__(self, "local_batch_size_lower_bound", min(proven, found))
+            return found
+        rules = (f"seq_len {self.constraints.seq_len}, max_samples_per_bin {self.max_samples_per_bin}, "
+                 f"equal_count {self.equal_count}, {len(self.groups)} groups")
+        if proven > upper:
+            raise InfeasibleError(
+                f"local_batch_size: 'auto': no bins per rank in [1, {upper}] can hold all {n} samples on {ranks} "
+                f"ranks under the rules ({rules}; proven)"
+            )
         raise ConfigError(
             f"local_batch_size: 'auto' found no bins per rank in [{lower}, {upper}] that pack all {n} samples "
-            f"on {ranks} ranks under the rules (seq_len {self.constraints.seq_len}, "
-            f"max_samples_per_bin {self.max_samples_per_bin}, equal_count {self.equal_count}, "
-            f"{len(self.groups)} groups)"
+            f"on {ranks} ranks under the rules ({rules})"
         )
+
+    @property
+    def auto_packing(self) -> tuple[tuple[SampleKey, ...], ...] | None:
+        """Rank-major bins of keys that the exact check of ``local_batch_size: "auto"`` found at the
+        chosen m when the construction could not pack there (solvers fall back to it); else None."""
+        return cast("tuple[tuple[SampleKey, ...], ...] | None", getattr(self, "_auto_packing", None))
 
     def _check_rank_capacity(self, n: int, ranks: int, per_rank: int) -> None:
         cap = self.max_samples_per_bin
@@ -700,7 +752,7 @@ class BalanceInstance:
                 f"max_samples_per_bin: {n} samples cannot fit in {ranks * per_rank} bins of at most {cap} samples"
             )
         if self.groups:
-            bound = self._local_batch_size_bound(ranks)
+            bound = self._group_bins_bound()
             if bound > per_rank:
                 raise ConfigError(
                     f"groups: some group needs at least {bound} bins of one rank, local_batch_size is {per_rank}"

@@ -18,7 +18,7 @@ once), same meaning of ``equal_size``. Differences, all on the safe side:
 (``rearrange_micro_batches`` after the trainer's ``equal_size`` balancing): one solve places every
 sample on a data-parallel rank and in a micro-batch such that each micro-batch holds at most
 ``max_token_len`` tokens (verl only targets that cap), every rank runs the same number of
-micro-batches (the fewest the construction finds: ``local_batch_size="auto"``), ranks hold equal
+micro-batches (the fewest that pack: ``local_batch_size="auto"``), ranks hold equal
 sample counts when asked, and rank workloads are balanced.
 """
 
@@ -184,12 +184,14 @@ def micro_batch_partitions(
 
     Returns:
         ``result[r][j]``: the sorted sequence indices of micro-batch j on rank r; every rank has the
-        same number of micro-batches (the fewest the construction packs, searched up from
-        ⌈tokens/(D·max_token_len)⌉), each non-empty and within ``max_token_len`` tokens.
+        same number of micro-batches (the fewest for which a packing exists, as
+        ``local_batch_size="auto"`` finds it: proven minimal on small batches), each non-empty and
+        within ``max_token_len`` tokens.
 
     Raises:
         ConfigError: bad lengths or sizes, a sequence longer than ``max_token_len``, fewer sequences
             than ranks.
+        InfeasibleError: no common number of micro-batches exists (proven).
         RuntimeError: the backend found no assignment (its status and message are in the text).
     """
     tokens = np.asarray(seqlens) if isinstance(seqlens, np.ndarray) else seqlens
