@@ -7,7 +7,10 @@ node, up to 8 nodes per rack). For each size it prints and plots:
 
 * **all colocated** — the ``greedy`` backend: every task on the whole cluster, one after another;
 * **strict split** — generation on one half of the cluster, every other task on the other half (each
-  task's fastest memory-feasible candidate on that half; HybridFlow's "split" placement);
+  task's fastest memory-feasible candidate on that half);
+* **HybridFlow split** — the actor's tasks and the reference on one half, the critic's and the reward on
+  the other (HybridFlow's "split" placement, Sheng et al. 2024, §8.3): the critic's and reward's passes
+  run beside the actor's;
 * **planner** — the better of the ``concurrent`` and ``anneal`` backends (``--time-limit`` seconds).
 
 Every number is the evaluator's step time of that plan.
@@ -16,6 +19,7 @@ Every number is the evaluator's step time of that plan.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 
@@ -53,25 +57,58 @@ def half_extents(instance) -> tuple[tuple[int, int, int], Allocation, Allocation
     return extent, Allocation((0, 0, 0), extent), Allocation((0, 0, c.gpus_per_node // 2), extent)
 
 
-def split_plan(instance) -> float:
-    """Evaluator step time of the strict split: generation's fastest candidate on the first half; on the
-    second half the other tasks' fastest candidates if the models fit there together, else each task's
-    least-memory candidate (``inf`` when even those do not fit)."""
+#: HybridFlow's "split" placement (Sheng et al. 2024, "HybridFlow: A Flexible and Efficient RLHF Framework",
+#: §8.3): the actor and reference models on one half of the GPUs, the critic and reward models on the other.
+ACTOR_SIDE = ("actor.generate", "reference.infer", "actor.train")
+
+
+def pareto(cands: list) -> list:
+    """The candidates no other is both faster and smaller than (time-memory Pareto front), fastest first."""
+    front, smallest = [], math.inf
+    for c in sorted(cands, key=lambda c: (c.time, c.memory_bytes)):
+        if c.memory_bytes < smallest:
+            front.append(c)
+            smallest = c.memory_bytes
+    return front
+
+
+def two_block_plan(instance, first: tuple[str, ...], front_size: int = 8) -> float:
+    """Evaluator step time of the best plan found with the tasks of ``first`` on the first half of the
+    cluster and every other task on the second half. Per task, the candidates of its time-memory Pareto
+    front on the half (the ``front_size − 1`` fastest and the smallest); each half's combinations are enumerated with
+    the other half fixed (least memory first, then the best found), twice. ``inf`` when nothing fits."""
     table = get_table(instance)
-    extent, first, second = half_extents(instance)
+    extent, first_half, second_half = half_extents(instance)
     ev = get_evaluator(instance)
-    best = math.inf
-    for least_memory in (False, True):
-        vertices = {}
-        for name in instance.graph.names:
-            cands = [c for c in table.feasible[name] if c.extent == extent]
-            if not cands:
-                return math.inf
-            if least_memory and name != "actor.generate":
-                cands.sort(key=lambda c: (c.memory_bytes, c.time))
-            vertices[name] = cands[0].at(first if name == "actor.generate" else second)
-        best = min(best, ev.step_time(Plan.build(vertices)))
+    options = {}
+    for name in instance.graph.names:
+        cands = pareto([c for c in table.feasible[name] if c.extent == extent])
+        if not cands:
+            return math.inf
+        where = first_half if name in first else second_half
+        kept = cands[:front_size - 1] + cands[-1:] if len(cands) > front_size else cands  # keep the smallest
+        options[name] = [c.at(where) for c in kept]
+    sides = ([n for n in instance.graph.names if n in first], [n for n in instance.graph.names if n not in first])
+    chosen = {name: opts[-1] for name, opts in options.items()}   # least memory on the front
+    best = ev.step_time(Plan.build(chosen))
+    for _ in range(2):
+        for side in sides:
+            for combo in itertools.product(*(options[n] for n in side)):
+                trial = {**chosen, **dict(zip(side, combo))}
+                t = ev.step_time(Plan.build(trial))
+                if t < best:
+                    best, chosen = t, trial
     return best
+
+
+def split_plan(instance) -> float:
+    """The strict split: generation on the first half, every other task on the second."""
+    return two_block_plan(instance, ("actor.generate",))
+
+
+def hybridflow_split_plan(instance) -> float:
+    """HybridFlow's split: actor and reference on the first half, critic and reward on the second."""
+    return two_block_plan(instance, ACTOR_SIDE)
 
 
 def main() -> None:
@@ -80,15 +117,16 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=5.0, dest="time_limit")
     args = parser.parse_args()
     rows = []
-    print(f"{'GPUs':>5} {'colocated s':>12} {'split s':>10} {'planner s':>10}")
+    print(f"{'GPUs':>5} {'colocated s':>12} {'split s':>10} {'actor|critic s':>15} {'planner s':>10}")
     for gpus in SIZES:
         inst = instance_for(gpus)
         colocated = packplace.place(inst, "greedy").objective
         split = split_plan(inst)
+        hybridflow = hybridflow_split_plan(inst)
         planner = min(packplace.place(inst, "concurrent").objective,
                       packplace.place(inst, "anneal", time_limit_s=args.time_limit, seed=0).objective)
-        rows.append((gpus, colocated, split, planner))
-        print(f"{gpus:>5} {colocated:>12.2f} {split:>10.2f} {planner:>10.2f}", flush=True)
+        rows.append((gpus, colocated, split, hybridflow, planner))
+        print(f"{gpus:>5} {colocated:>12.2f} {split:>10.2f} {hybridflow:>15.2f} {planner:>10.2f}", flush=True)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,7 +134,8 @@ def main() -> None:
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for column, label, marker in ((1, "all colocated", "o"), (2, "strict split (generation | rest)", "s"),
-                                  (3, "planner (best of concurrent, anneal)", "^")):
+                                  (3, "HybridFlow split (actor, ref | critic, reward)", "D"),
+                                  (4, "planner (best of concurrent, anneal)", "^")):
         xs = [r[0] for r in rows if math.isfinite(r[column])]
         ys = [r[column] for r in rows if math.isfinite(r[column])]
         ax.plot(xs, ys, marker=marker, label=label)
