@@ -13,8 +13,8 @@ FAST_PATHS = ("lpt", "repair", "kk")
 
 #: 22 samples whose 8 bins of 400 tokens are exactly full in every feasible packing (3,200 tokens),
 #: cost L²: two ranks of 4 bins each can carry 360,000 (half the total), e.g. rank 0 =
-#: [400], [350, 50], [300, 100], [290, 110] and rank 1 = [300, 100], [180, 120, 100], [160, 120, 80, 40],
-#: [130, 90, 60, 50, 50, 20]... (CP-SAT proves the optimum; LPT, KK and one-for-one repair end at 365,000).
+#: [100, 300], [100, 300], [20, 60, 130, 40, 100, 50], [350, 50] and rank 1 = [120, 160, 120],
+#: [80, 180, 90, 50], [110, 290], [400] (CP-SAT proves the optimum; LPT and KK end at 365,000).
 FULL_BINS = [120, 80, 160, 100, 120, 100, 300, 20, 350, 60, 110, 400, 180, 130, 290, 40, 100, 90, 50, 50, 300, 50]
 
 

@@ -1,20 +1,29 @@
-"""``repair`` (the default balance solver): :mod:`lpt`, then bounded pair repair or rank local search.
+"""``repair`` (the default balance solver): the better of :mod:`lpt` and Karmarkar–Karp, then bounded repair.
+
+Start. ``lpt`` (or, when it dead-ends, the feasibility-first construction or the reference bins),
+and, when n·D ≤ :data:`KK_START_MAX_WORK`, ``karmarkar_karp``; the repair starts from the better of
+the two by the evaluator's (objective, Σℓ²) (objective alone for ``rounds``). The repair never
+makes its start worse, so on those sizes ``repair`` is never worse than ``lpt`` or ``kk`` wherever
+they are feasible; above that size it starts from ``lpt`` alone.
+
+Acceptance (both searches). A change is kept if the instance objective strictly improves (by more
+than a relative 1e-9, so that no float rounding can make the evaluator see a worse answer), or —
+for ``makespan`` and ``balance`` — the objective does not grow and Σℓ² (sum of squared rank loads)
+drops: the two loads of the pair move measurably closer. This walks plateaus where several ranks
+share the maximum (each is levelled with a light rank in turn) instead of stopping at the first.
+``rounds`` keeps the strict rule (it wants loads grouped into rounds, not levelled).
 
 Pair repair (only with one bin per rank, m = 1, and no extra budgets, where a bin *is* a rank):
-take pairs of bins, pour their samples together and re-split them greedily into two bins, and keep
-the new split only if the instance objective strictly improves (by more than a relative 1e-9, so
-that no float rounding can make the evaluator see a worse answer). Hence ``repair`` is never worse
-than ``lpt``.
+take pairs of bins, pour their samples together and re-split them greedily into two bins.
 
 Candidate pairs. Leaders: for ``rounds`` the round leaders sorted_desc(loads)[::g]; for
 ``makespan`` the heaviest bin; for ``balance`` the heaviest and the lightest bin. Each leader is
 paired with the 4 heaviest, the 4 lightest and the 4 bins that follow it in descending-load order.
 Pairs are tried in decreasing load difference (then by bin indices). For ``makespan`` without
-padding, pairs that provably cannot lower the maximum (another bin already at the maximum, or half
-the pair's total at or above it) are skipped without being counted. After an accepted repair the
-candidates are recomputed; a pair is not retried until one of its bins changes. The search stops
-when no candidate improves, after ``max_repair_pairs`` pair checks (default 64; ``iterations`` in
-the result), or at ``time_limit_s``.
+padding, pairs whose half total is at or above the maximum are skipped without being counted. After
+an accepted repair the candidates are recomputed; a pair is not retried until one of its bins
+changes. The search stops when no candidate is accepted, after ``max_repair_pairs`` pair checks
+(default max(64, 2·D); ``iterations`` in the result), or at ``time_limit_s``.
 
 Re-splitting a pair. The pair's samples are taken in LPT order (cost desc, tokens desc, key); each
 goes to the side minimising (objective after placing, larger of the two loads, remaining tokens of
@@ -29,21 +38,24 @@ subset-sum reachability bitset (a Python int per suffix, bit t set when the suff
 summing to t tokens) decides exactly. The bitset table is built lazily, and a pair whose table would
 exceed 256 MiB is skipped. Bins holding an oversized sample (policy ``single``) are never repaired.
 
-Swap polish (without padding only). The greedy re-split is LPT on two
-bins, so it often rebuilds the very split it started from. Its result is therefore also polished by
-capacity-checked single moves and one-for-one swaps that narrow the pair's cost difference
-(:func:`_polish`); the better of the greedy and the polished split (by the instance objective) is
-the pair's candidate. A final check re-scores the repaired and the starting bins with the
-evaluator and keeps the starting bins if rounding made the repaired ones look better than they are.
+Swap polish (without padding only). The greedy re-split is LPT on two bins, so it often rebuilds
+the very split it started from. The greedy split and the pair's current split are therefore both
+polished by capacity-checked single moves and one-for-one swaps that narrow the pair's cost
+difference (:func:`_polish`); the best of the candidates by (objective, Σℓ²) is the pair's
+candidate. A final check re-scores the repaired and the starting bins with the evaluator and keeps
+the starting bins if rounding made the repaired ones look better than they are.
 
-Rank local search (m > 1 or budgets; pair repair alone covers
-m = 1 only): :func:`repair_ranks` takes the same leader/partner rank pairs and tries moves of one
-sample from a bin of the heavier rank to a bin of the lighter one and swaps of one sample each way,
-each checked against ``seq_len`` and every budget of both bins, accepted only when the instance
-objective strictly improves. ``max_repair_pairs`` bounds the rank-pair checks (``iterations``).
+Rank local search (m > 1 or budgets): :func:`repair_ranks` takes the same leader/partner rank pairs
+and tries exchanges of exchange units (a sample, or two samples of one bin) between a bin of the
+heavier rank and a bin of the lighter one — moves, one-for-one, two-for-one, one-for-two and
+two-for-two swaps — each checked against ``seq_len`` and every budget of both bins. When no
+exchange is accepted and the two ranks hold at most :data:`EXACT_PAIR_SAMPLES` samples (no budgets,
+no padding, instances of at most :data:`EXACT_PAIR_MAX_INSTANCE` samples), the pair is re-packed
+exactly by a small branch and bound (:func:`_exact_pair`, a node budget per run): where every bin
+is full, exchanges of a few samples cannot move any cost at all.
+``max_repair_pairs`` bounds the rank-pair checks (``iterations``).
 
-When ``lpt`` dead-ends, the repair starts from the instance's ``reference_bins`` (if any) and the
-message says so. Deterministic: ``seed`` is unused.
+Deterministic: ``seed`` is unused.
 """
 
 from __future__ import annotations
@@ -70,8 +82,12 @@ from packplace.solvers.balance.lpt import (
 )
 from packplace.solvers.registry import register
 
-#: Default number of pair checks.
+#: Default number of pair checks: max(64, 2·D) (the plateau walk needs about one check per rank
+#: tied at the maximum).
 DEFAULT_MAX_REPAIR_PAIRS = 64
+#: ``repair`` also runs ``karmarkar_karp`` and starts from the better of the two when n·D is at most
+#: this (the differencing method costs O(n·D log D) in Python: about 150 ms at 8,192 × 64).
+KK_START_MAX_WORK = 1 << 18
 #: Largest suffix bitset table (bytes) one pair may build.
 MAX_BITSET_TABLE_BYTES = 256 * 1024 * 1024
 #: A repair must lower the objective by more than this relative amount to be accepted (the final
@@ -159,15 +175,10 @@ def repair_pairs(
                 if not budget.seen(*pair, versions):
                     pairs.add(pair)
         if prune_makespan:
-            # A pair can lower the maximum only if no other bin is at it and half its total is below it.
+            # A pair can lower its larger load (the maximum, or one of the bins tied at it) only if
+            # half its total is below the maximum.
             tolerance = score - IMPROVEMENT_RTOL * abs(score)
-            top_three = order[:3]
-            kept = set()
-            for pair in pairs:
-                other_max = next((loads[b] for b in top_three if b not in pair), 0.0)
-                if other_max < tolerance and (loads[pair[0]] + loads[pair[1]]) / 2 < tolerance:
-                    kept.add(pair)
-            pairs = kept
+            pairs = {pair for pair in pairs if (loads[pair[0]] + loads[pair[1]]) / 2 < tolerance}
         ranked = sorted(pairs, key=lambda p: (-abs(loads[p[0]] - loads[p[1]]), p))
         improved = False
         for left, right in ranked:
@@ -177,22 +188,27 @@ def repair_pairs(
             if name == "rounds":
                 others = _RoundsWithPair([loads[b] for b in order if b != left and b != right], group)
             split = _resplit(bins[left] + bins[right], tokens, costs, position, capacity, pad, others)
-            if split is None:
-                continue
-            candidates = [split]
+            candidates = [] if split is None else [split]
             if pad is None:
-                polished = _polish(split, prepared.tokens, prepared.costs, capacity)
-                if polished is not None:
-                    candidates.append(polished)
+                # Polish the re-split and the current split: near a plateau the current split is often
+                # one swap away from an even one, which the greedy re-split does not rebuild.
+                current = ((bins[left], float(loads[left])), (bins[right], float(loads[right])))
+                for start in ([split] if split is not None else []) + [current]:
+                    polished = _polish(start, prepared.tokens, prepared.costs, capacity)
+                    if polished is not None:
+                        candidates.append(polished)
+            if not candidates:
+                continue
             best = None
             for (first, first_load), (second, second_load) in candidates:
                 trial = loads.copy()
                 trial[left], trial[right] = first_load, second_load
                 new_score = objective_value(name, trial, group)
-                if best is None or new_score < best[0]:
-                    best = (new_score, first, second, trial)
-            new_score, first, second, trial = best
-            if _improves(new_score, score):
+                squares = _squares_change((loads[left], loads[right]), (first_load, second_load))
+                if best is None or (new_score, squares[0]) < (best[0], best[1][0]):
+                    best = (new_score, squares, first, second, trial)
+            new_score, squares, first, second, trial = best
+            if _better(new_score, score, squares, name):
                 bins[left], bins[right] = first, second
                 bin_tokens[left] = sum(tokens[i] for i in first)
                 bin_tokens[right] = sum(tokens[i] for i in second)
@@ -436,8 +452,125 @@ def _polish(
     return result[0], result[1]
 
 
-#: Moves and swaps of one rank pair whose instance objective is evaluated (best by cost transfer first).
+#: Candidate exchanges of one rank pair whose instance objective is evaluated (best by spread first).
 RANK_CANDIDATES = 8
+#: Same-bin sample pairs are exchange units only in bins holding at most this many samples.
+PAIR_UNIT_MAX_BIN = 24
+#: Rank pairs with at most this many (heavy unit × light unit) combinations try all of them; larger
+#: ones try, for each heavy unit, the light units nearest in cost to its ideal partner.
+FULL_EXCHANGE_MATRIX = 65_536
+#: Light units tried per heavy unit above :data:`FULL_EXCHANGE_MATRIX` (half below, half above the
+#: ideal partner cost).
+NEAREST_PARTNERS = 6
+
+
+def _squares_change(old: tuple[float, float], new: tuple[float, float]) -> tuple[float, float]:
+    """(change of Σℓ², its scale) when two loads go from ``old`` to ``new``.
+
+    The change is Σ (ℓ' − ℓ)(ℓ' + ℓ) (no cancellation of large squares); the scale,
+    max(ℓ) · max|ℓ' − ℓ|, is what a change must exceed relatively to count (:func:`_better`).
+    """
+    change = sum((after - before) * (after + before) for before, after in zip(old, new))
+    scale = max(abs(old[0]), abs(old[1])) * max(abs(new[0] - old[0]), abs(new[1] - old[1]))
+    return change, scale
+
+
+def _better(value: float, score: float, squares: tuple[float, float], name: str) -> bool:
+    """Tie-aware acceptance: the objective improves by a relative 1e-9, or (``makespan`` and
+    ``balance`` only) it does not grow and Σℓ² drops by more than 1e-9 of the scale of
+    :func:`_squares_change` (two loads move measurably closer). ``rounds`` wants loads grouped,
+    not levelled, so there only the objective counts."""
+    if _improves(value, score):
+        return True
+    change, scale = squares
+    return name != "rounds" and value <= score and change < -IMPROVEMENT_RTOL * scale
+
+
+#: Rank pairs holding at most this many samples are re-packed exactly when no exchange helps ...
+EXACT_PAIR_SAMPLES = 24
+#: ... on instances of at most this many samples (elsewhere the search would cost more than it gains).
+EXACT_PAIR_MAX_INSTANCE = 48
+#: Search nodes of all exact pair re-packings of one repair run (about 0.15 s of Python in all).
+EXACT_PAIR_NODES = 200_000
+
+
+def _exact_pair(
+    members: list[int], tokens: np.ndarray, costs: np.ndarray, per_rank: int, capacity: int, gap: float,
+    nodes: list[int], deadline: float | None = None,
+) -> tuple[list[list[int]], tuple[float, float]] | None:
+    """Re-pack two ranks' samples into 2·m non-empty bins of ``capacity`` with the least load difference.
+
+    Depth-first branch and bound over the samples in decreasing tokens (then cost, index): each goes
+    to a bin of rank 0 (bins 0..m-1) or rank 1 (bins m..2m-1) with room; of the bins of a rank
+    only one of those with equal room is tried (they are interchangeable), a branch is cut when the bins left empty
+    outnumber the samples left, when the samples left cannot fit the room left, or when the load
+    difference cannot get below the best found (|ℓ₀ − ℓ₁| − remaining cost ≥ best). Stops at
+    difference 0, when ``nodes[0]`` (the nodes left, shared by the calls of one repair run) runs
+    out, or at ``deadline``, keeping the best found.
+
+    Returns:
+        (2·m bins of sample indices, (ℓ₀, ℓ₁)) if a packing with difference below ``gap`` (relative
+        1e-9) was found, else None.
+    """
+    order = sorted(members, key=lambda i: (-int(tokens[i]), -float(costs[i]), i))
+    size = [int(tokens[i]) for i in order]
+    cost = [float(costs[i]) for i in order]
+    count = len(order)
+    rest_cost = [0.0] * (count + 1)
+    rest_tokens = [0] * (count + 1)
+    for k in range(count - 1, -1, -1):
+        rest_cost[k] = rest_cost[k + 1] + cost[k]
+        rest_tokens[k] = rest_tokens[k + 1] + size[k]
+    bins_count = 2 * per_rank
+    room = [capacity] * bins_count
+    filled = [0] * bins_count
+    where = [0] * count
+    load = [0.0, 0.0]
+    best = [gap * (1 - IMPROVEMENT_RTOL), None]
+
+    def search(k: int, empty: int) -> bool:
+        nodes[0] -= 1
+        if nodes[0] < 0 or (deadline is not None and nodes[0] % 4096 == 0 and time.perf_counter() > deadline):
+            nodes[0] = min(nodes[0], 0)
+            return True
+        difference = abs(load[0] - load[1])
+        if k == count:
+            if empty == 0 and difference < best[0]:
+                best[0], best[1] = difference, where.copy()
+                return difference == 0
+            return False
+        if empty > count - k or rest_tokens[k] > sum(room) or difference - rest_cost[k] >= best[0]:
+            return False
+        tried: set[tuple[int, int, int]] = set()
+        for b in range(bins_count):
+            if room[b] < size[k]:
+                continue
+            rank = b // per_rank
+            state = (rank, room[b], filled[b] == 0)
+            if state in tried:
+                continue  # a bin of the same rank with the same room: symmetric
+            tried.add(state)
+            room[b] -= size[k]
+            filled[b] += 1
+            load[rank] += cost[k]
+            where[k] = b
+            stop = search(k + 1, empty - (filled[b] == 1))
+            room[b] += size[k]
+            filled[b] -= 1
+            load[rank] -= cost[k]
+            if stop:
+                return True
+        return False
+
+    search(0, bins_count)
+    if best[1] is None:
+        return None
+    packed: list[list[int]] = [[] for _ in range(bins_count)]
+    for k, b in enumerate(best[1]):
+        packed[b].append(order[k])
+    loads = tuple(math.fsum(float(costs[i]) for b in packed[r * per_rank:(r + 1) * per_rank] for i in b)
+                  for r in (0, 1))
+    return packed, (loads[0], loads[1])
 
 
 def repair_ranks(
@@ -447,17 +580,23 @@ def repair_ranks(
     max_pairs: int,
     deadline: float | None = None,
 ) -> tuple[list[list[int]], int, int, bool]:
-    """Bounded rank-level local search for m > 1 and/or budgets (bins of sample indices, rank-major).
+    """Bounded rank-level local search (bins of sample indices, rank-major; any m, budgets allowed).
 
-    For a pair of ranks (heavy H, light L, chosen as in :func:`repair_pairs`), every move of one
-    sample from a bin of H to a bin of L (its bin keeps at least one sample) and every swap of one
-    sample of H with one of L is checked against ``seq_len`` and every budget of both affected bins;
-    bins holding an oversized sample are never touched. The feasible candidates that transfer a cost
-    d with 0 < d < ℓ_H − ℓ_L (padding deltas included) are ranked by |ℓ_H − ℓ_L − 2d| (then moves
-    before swaps, then sample and bin indices); the best :data:`RANK_CANDIDATES` are scored with the
-    instance objective over all rank loads and the best one is applied if it strictly improves the
-    objective (relative 1e-9). Each pair check counts one iteration against ``max_pairs``; the search
-    also stops when no pair improves, or at ``deadline``. Deterministic.
+    Exchange units of a rank: each sample of an unlocked bin, and each pair of samples sharing a bin
+    of at most :data:`PAIR_UNIT_MAX_BIN` samples. For a pair of ranks (heavy H, light L, chosen as in
+    :func:`repair_pairs`) an exchange sends a unit u of a bin A of H to a bin B of L and, optionally,
+    a unit v of B back to A: moves (u alone), one-for-one, two-for-one, one-for-two and two-for-two
+    swaps. Each is checked against ``seq_len`` and every budget of A and B, and A keeps at least one
+    sample; bins holding an oversized sample are never touched. Below :data:`FULL_EXCHANGE_MATRIX`
+    unit combinations every exchange is tried; above it, for each u only the
+    :data:`NEAREST_PARTNERS` units v nearest in cost to the ideal partner (cost_u − (ℓ_H − ℓ_L)/2).
+    The feasible exchanges that transfer a cost d with 0 < d < ℓ_H − ℓ_L (padding deltas included)
+    are ranked by |ℓ_H − ℓ_L − 2d| (then unit indices); the best :data:`RANK_CANDIDATES` are scored
+    and the best one by (instance objective, Σℓ²) is applied if it is better under the tie-aware rule
+    of :func:`_better` — the objective improves by a relative 1e-9, or it does not grow and Σℓ²
+    drops by a relative 1e-9 (so the search walks plateaus where several ranks share the maximum).
+    Each pair check counts one iteration against ``max_pairs``; the search also stops when no pair
+    improves, or at ``deadline``. Deterministic.
 
     Returns:
         (bins, pair checks, accepted changes, stopped by the deadline).
@@ -470,7 +609,8 @@ def repair_ranks(
     pad = cached_padding(instance)
     budget_names = sorted(instance.constraints.budgets)
     limits = np.array([instance.constraints.budgets[b] for b in budget_names], dtype=float)
-    usage = np.array([[s.budgets.get(b, 0.0) for b in budget_names] for s in instance.samples], dtype=float)
+    usage = np.array([[s.budgets.get(b, 0.0) for b in budget_names] for s in instance.samples], dtype=float) \
+        if budget_names else np.zeros((len(instance.samples), 0))
     usage = usage.reshape(len(instance.samples), len(budget_names))
     tokens, costs = prepared.tokens, prepared.costs
     bins = [list(b) for b in bins]
@@ -495,14 +635,146 @@ def repair_ranks(
         vectorised = np.vectorize(lambda a, b: pad(capacity - int(b)) - pad(capacity - int(a)), otypes=[float])
         return vectorised(old_tokens, new_tokens)
 
-    def members(rank: int) -> tuple[np.ndarray, np.ndarray]:
-        """(sample indices, their bins) of the rank's unlocked bins."""
-        items, where = [], []
+    def units(rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(first sample, second sample or -1, bin) of every exchange unit of the rank's unlocked bins."""
+        first, second, where = [], [], []
         for b in range(rank * per_rank, (rank + 1) * per_rank):
-            if not locked[b]:
-                items.extend(bins[b])
-                where.extend([b] * len(bins[b]))
-        return np.array(items, dtype=np.int64), np.array(where, dtype=np.int64)
+            if locked[b]:
+                continue
+            members = bins[b]
+            first.extend(members)
+            second.extend([-1] * len(members))
+            where.extend([b] * len(members))
+            if len(members) <= PAIR_UNIT_MAX_BIN:
+                for x in range(len(members)):
+                    for y in range(x + 1, len(members)):
+                        first.append(members[x])
+                        second.append(members[y])
+                        where.append(b)
+        return (np.array(first, dtype=np.int64), np.array(second, dtype=np.int64),
+                np.array(where, dtype=np.int64))
+
+    def unit_columns(first: np.ndarray, second: np.ndarray):
+        """(cost, tokens, budget usage, size) of units; index -1 of ``second`` means none."""
+        paired = second >= 0
+        other = np.where(paired, second, 0)
+        cost = costs[first] + np.where(paired, costs[other], 0.0)
+        size = tokens[first] + np.where(paired, tokens[other], 0)
+        use = usage[first] + np.where(paired[:, None], usage[other], 0.0)
+        return cost, size, use, 1 + paired.astype(np.int64)
+
+    def exchange(heavy: int, light: int):
+        """The best accepted exchange of the pair: (objective, loads, {bin: new members}), or None."""
+        gap = loads[heavy] - loads[light]
+        h_first, h_second, h_bins = units(heavy)
+        l_first, l_second, l_bins = units(light)
+        if h_first.size == 0:
+            return None
+        targets = np.array([b for b in range(light * per_rank, (light + 1) * per_rank) if not locked[b]],
+                           dtype=np.int64)
+        if targets.size == 0:
+            return None
+        h_cost, h_size, h_use, h_count = unit_columns(h_first, h_second)
+        l_cost, l_size, l_use, l_count = unit_columns(l_first, l_second)
+        # Rows: heavy units. Columns: the light units exchanged back, then one "move" column per
+        # target bin of L (nothing comes back).
+        rows_all, cols_all = [], []
+        if l_first.size:
+            if h_first.size * l_first.size <= FULL_EXCHANGE_MATRIX:
+                rows, cols = np.divmod(np.arange(h_first.size * l_first.size), l_first.size)
+            else:
+                by_cost = np.argsort(l_cost, kind="stable")
+                nearest = np.searchsorted(l_cost[by_cost], h_cost - gap / 2)
+                half = NEAREST_PARTNERS // 2
+                window = nearest[:, None] + np.arange(-half, NEAREST_PARTNERS - half)[None, :]
+                window = np.clip(window, 0, l_first.size - 1)
+                cols = by_cost[window].ravel()
+                rows = np.repeat(np.arange(h_first.size), NEAREST_PARTNERS)
+                unique = np.unique(rows * l_first.size + cols)
+                rows, cols = np.divmod(unique, l_first.size)
+            rows_all.append(rows)
+            cols_all.append(cols)
+        moves_rows = np.repeat(np.arange(h_first.size), targets.size)
+        moves_cols = -1 - np.tile(np.arange(targets.size), h_first.size)  # -1-k: move to targets[k]
+        rows = np.concatenate(rows_all + [moves_rows])
+        cols = np.concatenate(cols_all + [moves_cols])
+        back = cols >= 0
+        safe = np.where(back, cols, 0)
+        source = h_bins[rows]
+        target = np.where(back, l_bins[safe], targets[np.where(back, 0, -1 - cols)])
+        back_size = np.where(back, l_size[safe], 0)
+        back_cost = np.where(back, l_cost[safe], 0.0)
+        back_count = np.where(back, l_count[safe], 0)
+        new_source = bin_tokens[source] - h_size[rows] + back_size
+        new_target = bin_tokens[target] - back_size + h_size[rows]
+        source_count = np.array([len(bins[b]) for b in range(num_bins)])[source]
+        fits = (new_source <= capacity) & (new_target <= capacity)
+        fits &= source_count - h_count[rows] + back_count >= 1
+        if budget_names:
+            back_use = np.where(back[:, None], l_use[safe], 0.0)
+            fits &= np.all(bin_usage[source] - h_use[rows] + back_use <= limits, axis=1)
+            fits &= np.all(bin_usage[target] - back_use + h_use[rows] <= limits, axis=1)
+        keep = np.flatnonzero(fits)
+        if keep.size == 0:
+            return None
+        moved = h_cost[rows[keep]] - back_cost[keep]
+        loss = moved - pad_delta(bin_tokens[source[keep]], new_source[keep])
+        gain = moved + pad_delta(bin_tokens[target[keep]], new_target[keep])
+        useful = np.flatnonzero((loss > 0) & (gain < gap))
+        if useful.size == 0:
+            return None
+        spread = np.abs(gap - loss[useful] - gain[useful])
+        chosen = useful[np.lexsort((cols[keep[useful]], rows[keep[useful]], spread))[:RANK_CANDIDATES]]
+        best = None
+        for k in chosen.tolist():
+            trial = loads.copy()
+            trial[heavy] -= loss[k]
+            trial[light] += gain[k]
+            value = objective_value(name, trial, group)
+            squares = _squares_change((loads[heavy], loads[light]), (trial[heavy], trial[light]))
+            if best is None or (value, squares[0]) < (best[0], best[1][0]):
+                best = (value, squares, k, trial)
+        value, squares, k, trial = best
+        if not _better(value, score, squares, name):
+            return None
+        index = keep[k]
+        row, col = int(rows[index]), int(cols[index])
+        source_bin, target_bin = int(source[index]), int(target[index])
+        outgoing = [int(h_first[row])] + ([int(h_second[row])] if h_second[row] >= 0 else [])
+        incoming = []
+        if col >= 0:
+            incoming = [int(l_first[col])] + ([int(l_second[col])] if l_second[col] >= 0 else [])
+        new_source = [i for i in bins[source_bin] if i not in outgoing] + incoming
+        new_target = [i for i in bins[target_bin] if i not in incoming] + outgoing
+        return value, trial, {source_bin: new_source, target_bin: new_target}
+
+    exact_nodes = [EXACT_PAIR_NODES]
+
+    def exact_pair(heavy: int, light: int):
+        """Exact re-packing of a small rank pair (:func:`_exact_pair`), as :func:`exchange` returns it."""
+        rank_bins = [list(range(r * per_rank, (r + 1) * per_rank)) for r in (heavy, light)]
+        members = [i for r in rank_bins for b in r for i in bins[b]]
+        if (pad is not None or budget_names or len(members) > EXACT_PAIR_SAMPLES
+                or len(instance.samples) > EXACT_PAIR_MAX_INSTANCE
+                or any(locked[b] for r in rank_bins for b in r)):
+            return None
+        if exact_nodes[0] <= 0:
+            return None
+        split = _exact_pair(members, tokens, costs, per_rank, capacity, loads[heavy] - loads[light],
+                            exact_nodes, deadline)
+        if split is None:
+            return None
+        new_bins, new_loads = split
+        trial = loads.copy()
+        trial[heavy], trial[light] = max(new_loads), min(new_loads)
+        if new_loads[0] < new_loads[1]:
+            new_bins = new_bins[per_rank:] + new_bins[:per_rank]
+        value = objective_value(name, trial, group)
+        squares = _squares_change((loads[heavy], loads[light]), (trial[heavy], trial[light]))
+        if not _better(value, score, squares, name):
+            return None
+        return value, trial, dict(zip(rank_bins[0] + rank_bins[1], new_bins))
+
 
     while budget.open() and ranks >= 2:
         order = sorted(range(ranks), key=lambda r: (-loads[r], r))
@@ -517,81 +789,16 @@ def repair_ranks(
         for heavy, light in ranked:
             if not budget.take(heavy, light, versions):
                 break
-            gap = loads[heavy] - loads[light]
-            h_items, h_bins = members(heavy)
-            l_items, l_bins = members(light)
-            if h_items.size == 0:
+            found = exchange(heavy, light)
+            if found is None:
+                found = exact_pair(heavy, light)
+            if found is None:
                 continue
-            options = []  # (spread, kind, a, b, source bin, target bin, transfer)
-            # Moves: sample a (bin A of H, which keeps a sample) to bin B of L.
-            counts = np.array([len(bins[b]) for b in h_bins])
-            targets = np.array([b for b in range(light * per_rank, (light + 1) * per_rank) if not locked[b]],
-                               dtype=np.int64)
-            if targets.size:
-                t_a = tokens[h_items][:, None]
-                fits = (counts[:, None] >= 2) & (bin_tokens[targets][None, :] + t_a <= capacity)
-                if budget_names:
-                    fits &= np.all(bin_usage[targets][None, :, :] + usage[h_items][:, None, :] <= limits, axis=2)
-                rows, cols = np.nonzero(fits)
-                if rows.size:
-                    src, dst = h_bins[rows], targets[cols]
-                    t_moved = tokens[h_items[rows]]
-                    transfer = (costs[h_items[rows]]
-                                - pad_delta(bin_tokens[src], bin_tokens[src] - t_moved)
-                                + 0.0)
-                    gain_light = costs[h_items[rows]] + pad_delta(bin_tokens[dst], bin_tokens[dst] + t_moved)
-                    for k in range(rows.size):
-                        options.append((0, int(h_items[rows[k]]), -1, int(src[k]), int(dst[k]),
-                                        float(transfer[k]), float(gain_light[k])))
-            # Swaps: sample a (bin A of H) with sample b (bin B of L).
-            if l_items.size:
-                t_a, t_b = tokens[h_items][:, None], tokens[l_items][None, :]
-                a_bins, b_bins = h_bins[:, None], l_bins[None, :]
-                new_a = bin_tokens[a_bins] - t_a + t_b
-                new_b = bin_tokens[b_bins] - t_b + t_a
-                fits = (new_a <= capacity) & (new_b <= capacity)
-                if budget_names:
-                    u_a, u_b = usage[h_items][:, None, :], usage[l_items][None, :, :]
-                    fits &= np.all(bin_usage[h_bins][:, None, :] - u_a + u_b <= limits, axis=2)
-                    fits &= np.all(bin_usage[l_bins][None, :, :] - u_b + u_a <= limits, axis=2)
-                rows, cols = np.nonzero(fits)
-                if rows.size:
-                    moved = costs[h_items[rows]] - costs[l_items[cols]]
-                    src, dst = h_bins[rows], l_bins[cols]
-                    loss_heavy = moved - pad_delta(bin_tokens[src], new_a[rows, cols])
-                    gain_light = moved + pad_delta(bin_tokens[dst], new_b[rows, cols])
-                    keep = np.flatnonzero((loss_heavy > 0) & (gain_light < gap))
-                    if keep.size > 4 * RANK_CANDIDATES:
-                        spread = np.abs(gap - loss_heavy[keep] - gain_light[keep])
-                        keep = keep[np.argsort(spread, kind="stable")[:4 * RANK_CANDIDATES]]
-                    for k in keep.tolist():
-                        options.append((1, int(h_items[rows[k]]), int(l_items[cols[k]]), int(src[k]), int(dst[k]),
-                                        float(loss_heavy[k]), float(gain_light[k])))
-            # (kind, a, b, source, target, heavy rank's loss, light rank's gain)
-            useful = [o for o in options if o[5] > 0 and o[6] < gap]
-            useful.sort(key=lambda o: (abs(gap - o[5] - o[6]), o[0], o[1], o[2], o[3], o[4]))
-            best = None
-            for kind, a, b, source, target, loss, gain in useful[:RANK_CANDIDATES]:
-                trial = loads.copy()
-                trial[heavy] -= loss
-                trial[light] += gain
-                value = objective_value(name, trial, group)
-                if best is None or value < best[0]:
-                    best = (value, kind, a, b, source, target, trial)
-            if best is None or not _improves(best[0], score):
-                continue
-            value, kind, a, b, source, target, trial = best
-            bins[source].remove(a)
-            bins[target].append(a)
-            moved_tokens = int(tokens[a]) - (int(tokens[b]) if b >= 0 else 0)
-            moved_usage = usage[a] - (usage[b] if b >= 0 else 0.0)
-            if b >= 0:
-                bins[target].remove(b)
-                bins[source].append(b)
-            for bin_index, sign in ((source, -1), (target, 1)):
-                old_tokens = int(bin_tokens[bin_index])
-                bin_tokens[bin_index] = old_tokens + sign * moved_tokens
-                bin_usage[bin_index] += sign * moved_usage
+            value, trial, changed = found
+            for bin_index, members in changed.items():
+                bins[bin_index] = members
+                bin_tokens[bin_index] = int(tokens[members].sum())
+                bin_usage[bin_index] = usage[members].sum(axis=0)
             loads, score = trial, value
             versions[heavy] += 1
             versions[light] += 1
@@ -603,10 +810,35 @@ def repair_ranks(
     return bins, budget.used, accepted, budget.timed_out
 
 
-def _check_max_pairs(value) -> int:
+def _check_max_pairs(value) -> int | None:
+    if value is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"max_repair_pairs: must be a positive integer, got {value!r}")
     return value
+
+
+def _kk_start(instance: BalanceInstance, prepared: PreparedSamples, deadline: float | None):
+    """The ``karmarkar_karp`` answer as bins of sample indices, or None (not run, or not feasible)."""
+    from packplace.solvers.balance import karmarkar_karp
+
+    if len(instance.samples) * instance.data_parallel_size > KK_START_MAX_WORK:
+        return None
+    left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+    proposal = karmarkar_karp.solve(instance, time_limit_s=left)
+    if proposal.solution is None:
+        return None
+    where = {key: i for i, key in enumerate(prepared.keys)}
+    return [[where[key] for key in b] for b in proposal.solution]
+
+
+def _rank_key(evaluator: BalanceEvaluator, prepared: PreparedSamples, bins: list[list[int]]) -> tuple[float, float]:
+    """(instance objective, Σℓ² — 0 for ``rounds``, which wants loads grouped, not levelled) of bins
+    of sample indices, by the evaluator."""
+    score = evaluator.score(keys_of(prepared, bins))
+    if evaluator.instance.objective == "rounds":
+        return score.objective, 0.0
+    return score.objective, float(np.dot(score.rank_loads, score.rank_loads))
 
 
 @register("balance", "repair")
@@ -615,17 +847,17 @@ def solve(
     *,
     time_limit_s: float | None = None,
     seed: int = 0,
-    max_repair_pairs: int = DEFAULT_MAX_REPAIR_PAIRS,
+    max_repair_pairs: int | None = None,
     **params,
 ) -> Proposal:
-    """LPT followed by bounded, capacity-safe pair repair (the default balance solver).
+    """The better of LPT and Karmarkar–Karp, then bounded capacity-safe repair (the default balance solver).
 
     Args:
         instance: The balance instance.
         time_limit_s: Wall-clock budget (seconds); the repair stops at it and keeps its best answer.
         seed: Unused (deterministic); accepted for the common backend signature.
-        max_repair_pairs: Maximum number of pair checks (a positive int, default 64): bin pairs for
-            m = 1 without budgets, rank pairs of the local search otherwise.
+        max_repair_pairs: Maximum number of pair checks (a positive int; default ``None`` = max(64, 2·D)):
+            bin pairs for m = 1 without budgets, rank pairs of the local search otherwise.
 
     Returns:
         A :class:`~packplace.result.Proposal`: bins of keys with status ``feasible`` and
@@ -635,10 +867,12 @@ def solve(
     Raises:
         ConfigError: ``max_repair_pairs`` not a positive integer, or an unknown parameter.
     """
-    _check_max_pairs(max_repair_pairs)
+    max_repair_pairs = _check_max_pairs(max_repair_pairs)
     if params:
         key = sorted(params)[0]
         raise ConfigError(f"repair: unknown parameter {key!r} = {params[key]!r}")
+    if max_repair_pairs is None:
+        max_repair_pairs = max(DEFAULT_MAX_REPAIR_PAIRS, 2 * instance.data_parallel_size)
     if instance.has_rank_rules:  # equal_count, max_samples_per_bin, groups: rule-keeping local search
         from packplace.solvers.balance.constrained import repair_proposal
 
@@ -656,6 +890,11 @@ def solve(
         messages.append(f"{message}; repair started from it")
         if timed_out:
             return Proposal(keys_of(prepared, bins), FEASIBLE, hit_time_limit=True, message=messages[0])
+    evaluator = BalanceEvaluator(instance)
+    kk_bins = _kk_start(instance, prepared, deadline)
+    if kk_bins is not None and _rank_key(evaluator, prepared, kk_bins) < _rank_key(evaluator, prepared, bins):
+        bins = kk_bins
+        messages = ["started from karmarkar_karp (better than lpt)"]
     iterations = 0
     hit_time_limit = False
     if len(bins) >= 2:
@@ -666,7 +905,6 @@ def solve(
         bins, iterations, accepted, hit_time_limit = repair(instance, prepared, bins, max_repair_pairs, deadline)
         if accepted:
             # Guard against float rounding: the evaluator's own number must not get worse.
-            evaluator = BalanceEvaluator(instance)
             if evaluator.objective(keys_of(prepared, bins)) > evaluator.objective(keys_of(prepared, start_bins)):
                 bins, accepted = start_bins, 0
         messages.append(
