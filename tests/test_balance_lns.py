@@ -45,7 +45,7 @@ def test_registered_and_reachable_by_name():
     assert result.objective == 15 and result.status == "optimal" and result.bound == 15
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", [0, 3, 4, 6])  # seeds on which repair stops above the optimum
 def test_planted_optimum_reached_where_repair_stops_above_it(seed):
     instance, optimum = planted(6, 2, 8, 0.99, seq_len=1000, seed=seed)
     assert optimum == 1980
@@ -85,7 +85,7 @@ def test_never_worse_than_its_start(objective, seed):
 
 
 def test_deterministic_for_a_seed():
-    instance, _ = planted(6, 2, 8, 0.99, seq_len=1000, seed=1)
+    instance, _ = planted(6, 2, 8, 0.99, seq_len=1000, seed=0)
     first = packplace.balance(instance, solver="lns", time_limit_s=30, seed=3)
     second = packplace.balance(instance, solver="lns", time_limit_s=30, seed=3)
     assert not first.hit_time_limit

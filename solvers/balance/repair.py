@@ -49,10 +49,11 @@ Rank local search (m > 1 or budgets): :func:`repair_ranks` takes the same leader
 and tries exchanges of exchange units (a sample, or two samples of one bin) between a bin of the
 heavier rank and a bin of the lighter one — moves, one-for-one, two-for-one, one-for-two and
 two-for-two swaps — each checked against ``seq_len`` and every budget of both bins. When no
-exchange is accepted and the two ranks hold at most :data:`EXACT_PAIR_SAMPLES` samples (no budgets,
-no padding, instances of at most :data:`EXACT_PAIR_MAX_INSTANCE` samples), the pair is re-packed
-exactly by a small branch and bound (:func:`_exact_pair`, a node budget per run): where every bin
-is full, exchanges of a few samples cannot move any cost at all.
+exchange is accepted, the two ranks hold at most :data:`EXACT_PAIR_SAMPLES` samples (no budgets,
+no padding, instances of at most :data:`EXACT_PAIR_MAX_INSTANCE` samples) and their bins are so
+full that their free tokens together are fewer than the smallest sample's, the pair is re-packed
+exactly by a small branch and bound (:func:`_exact_pair`, a node budget per run): there,
+exchanges of a few samples can hardly move any cost.
 ``max_repair_pairs`` bounds the rank-pair checks (``iterations``).
 
 Deterministic: ``seed`` is unused.
@@ -758,6 +759,9 @@ def repair_ranks(
                 or len(instance.samples) > EXACT_PAIR_MAX_INSTANCE
                 or any(locked[b] for r in rank_bins for b in r)):
             return None
+        free = sum(capacity - int(bin_tokens[b]) for r in rank_bins for b in r)
+        if free >= int(tokens[members].min()):
+            return None  # room to move a sample: the exchanges above are the search there
         if exact_nodes[0] <= 0:
             return None
         split = _exact_pair(members, tokens, costs, per_rank, capacity, loads[heavy] - loads[light],
