@@ -673,18 +673,22 @@ def solve(
         from packplace.solvers.balance.constrained import construct_proposal
 
         return construct_proposal(instance, "lpt")
+    deadline = remaining_seconds(time_limit_s)  # before prepare: the sort counts against the limit too
     prepared = prepare(instance)
-    deadline = remaining_seconds(time_limit_s)
     try:
         bins = lpt_bins(instance, prepared, deadline)
     except DeadEnd as dead_end:
         from packplace.solvers.balance.construction import after_dead_end  # imports this module
 
-        bins, message, _ = after_dead_end(instance, prepared, str(dead_end), deadline, "lpt")
+        if deadline is not None and time.perf_counter() > deadline and instance.reference_bins is not None:
+            return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=True,
+                            message=f"lpt dead end ({dead_end}); fell back to the reference grouping")
+        bins, message, is_reference = after_dead_end(instance, prepared, str(dead_end), deadline, "lpt")
         timed_out = deadline is not None and time.perf_counter() > deadline
         if bins is None:
             return Proposal(None, UNKNOWN, hit_time_limit=timed_out, message=message)
-        return Proposal(keys_of(prepared, bins), FEASIBLE, hit_time_limit=timed_out, message=message)
+        solution = instance.reference_bins if is_reference else keys_of(prepared, bins)
+        return Proposal(solution, FEASIBLE, hit_time_limit=timed_out, message=message)
     return Proposal(keys_of(prepared, bins), FEASIBLE, iterations=len(prepared.order))
 
 

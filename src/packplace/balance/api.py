@@ -42,12 +42,14 @@ def solve_balance(
     if not isinstance(instance, BalanceInstance):
         raise ConfigError(f"instance: expected a BalanceInstance, got {type(instance).__name__}")
 
+    evaluator = BalanceEvaluator(instance)
+
     def normalize(solution: Any) -> Assignment:
         assignment = solution if isinstance(solution, Assignment) else Assignment(solution, instance.local_batch_size)
-        return assignment.canonical()
+        return evaluator.canonical(assignment)
 
     return solve_with(
-        problem="balance", instance=instance, solver=solver, evaluator=BalanceEvaluator(instance),
+        problem="balance", instance=instance, solver=solver, evaluator=evaluator,
         time_limit_s=time_limit_s, seed=seed, params=params, normalize=normalize,
         initial=instance.reference_bins if isinstance(instance.reference_bins, tuple) else None,
     )

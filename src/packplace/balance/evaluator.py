@@ -14,6 +14,7 @@ has a padding cost, ``padding_cost(seq_len − bin tokens).llm`` for each of its
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from packplace.balance.schema import Assignment, BalanceInstance, SampleKey
+from packplace.balance.schema import Assignment, BalanceInstance, SampleKey, input_order_key_rank
 
 
 def makespan(loads: Sequence[float] | np.ndarray) -> float:
@@ -105,11 +106,96 @@ class BalanceEvaluator:
     def __init__(self, instance: BalanceInstance) -> None:
         self.instance = instance
         self.keys: list[SampleKey] = list(instance.keys)
-        self.index: dict[SampleKey, int] = {k: i for i, k in enumerate(self.keys)}
+        self._index: dict[SampleKey, int] | None = None
         self.tokens = instance.tokens
         self.costs = instance.costs
+        self._key_rank: np.ndarray | None = None  # input_order_key_rank(keys), built on first use
+        # keys 0..n-1 (make_instance's default): a key is its own position, no dictionary needed
+        self._identity_keys = self.keys == list(range(len(self.keys)))
+        # the last bins flattened and their (members, bin_of): score() reads the same bins twice
+        self._flat: tuple[Sequence[Sequence[SampleKey]], tuple[np.ndarray, np.ndarray]] | None = None
+
+    @property
+    def index(self) -> dict[SampleKey, int]:
+        """Key → input position (built on first use: keys 0..n-1 never need it)."""
+        if self._index is None:
+            self._index = {k: i for i, k in enumerate(self.keys)}
+        return self._index
 
     # ----------------------------------------------------------------------------------- feasibility
+    def flatten(self, bins: Sequence[Sequence[SampleKey]]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The samples of ``bins`` as arrays: ``(members, bin_of)``, both int64 of shape (total keys,):
+        ``members[k]`` the input position of the k-th key (bins in order, keys within a bin in order),
+        ``bin_of[k]`` its bin. ``None`` when a key is unknown (or unhashable). One dictionary lookup per
+        key (C speed through :func:`map`), the rest numpy."""
+        cached = self._flat
+        if cached is not None and cached[0] is bins:
+            return cached[1]
+        sizes = np.fromiter(map(len, bins), dtype=np.int64, count=len(bins))
+        flat = list(itertools.chain.from_iterable(bins))
+        if self._identity_keys and set(map(type, flat)) <= {int}:  # keys 0..n-1: a key is its own position
+            members = np.array(flat, dtype=np.int64) if flat else np.zeros(0, dtype=np.int64)
+            if members.size and (members.min() < 0 or members.max() >= len(self.keys)):
+                return None
+        else:
+            try:
+                found = list(map(self.index.get, flat))
+            except TypeError:
+                return None
+            if None in found:
+                return None
+            members = np.array(found, dtype=np.int64)
+        result = members, np.repeat(np.arange(len(bins), dtype=np.int64), sizes)
+        if type(bins) is tuple and all(type(b) is tuple for b in bins):  # immutable: safe to reuse by identity
+            self._flat = (bins, result)
+        return result
+
+    def canonical(self, assignment: Assignment) -> Assignment:
+        """:meth:`Assignment.canonical` (keys within each bin in :func:`key_order`), column-wise: one
+        stable sort of (bin, key rank) instead of one Python sort per bin."""
+        flat = self.flatten(assignment.bins)
+        if flat is None:
+            return assignment.canonical()
+        members, bin_of = flat
+        if self._key_rank is None:
+            self._key_rank = input_order_key_rank(self.keys)
+        ordered = members[np.lexsort((self._key_rank[members], bin_of))]
+        keys = self.keys
+        flat_keys = ordered.tolist() if self._identity_keys else [keys[i] for i in ordered.tolist()]
+        ends = np.cumsum(np.fromiter(map(len, assignment.bins), dtype=np.int64, count=len(assignment.bins)))
+        starts = [0, *ends[:-1].tolist()]
+        bins = tuple(tuple(flat_keys[a:b]) for a, b in zip(starts, ends.tolist()))
+        canonical = Assignment(bins, assignment.local_batch_size)
+        self._flat = (canonical.bins, (ordered, bin_of))  # the same samples, reordered within each bin
+        return canonical
+
+    def _feasible_fast(self, bins: Sequence[Sequence[SampleKey]]) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(members, bin_of)`` of :meth:`flatten` when ``bins`` breaks no per-bin or placement rule
+        (the rules of :meth:`violations` before the rank rules), checked column-wise; else None."""
+        inst = self.instance
+        flat = self.flatten(bins)
+        if flat is None:
+            return None
+        members, bin_of = flat
+        count = len(bins)
+        sizes = np.bincount(bin_of, minlength=count)
+        if (sizes == 0).any() or (np.bincount(members, minlength=len(self.keys)) != 1).any():
+            return None
+        if inst.max_samples_per_bin is not None and (sizes > inst.max_samples_per_bin).any():
+            return None
+        seq_len = inst.constraints.seq_len
+        tokens = np.bincount(bin_of, weights=self.tokens[members], minlength=count)  # exact: totals <= 2^53
+        over = tokens > seq_len
+        if inst.constraints.oversized_policy == "single":
+            over &= sizes != 1
+        if over.any():
+            return None
+        for name, limit in inst.constraints.budgets.items():
+            used = np.bincount(bin_of, weights=inst.table.usage(name)[members], minlength=count)
+            if (used > limit * (1 + 1e-12)).any():
+                return None
+        return members, bin_of
+
     def violations(self, bins: Sequence[Sequence[SampleKey]] | Assignment) -> list[str]:
         """Every broken rule of ``bins`` (empty list = feasible), at most :attr:`MAX_VIOLATIONS` lines.
 
@@ -131,6 +217,13 @@ class BalanceEvaluator:
             add(f"expected {inst.num_bins} bins (D={inst.data_parallel_size} x m={inst.local_batch_size}), "
                 f"got {len(bins)}")
             return out
+        fast = self._feasible_fast(bins)
+        if fast is not None:  # the common case, column-wise; any broken rule is named by the loop below
+            if not inst.has_rank_rules:
+                return out
+            rank_of = np.empty(len(self.keys), dtype=np.int64)
+            rank_of[fast[0]] = fast[1] // inst.local_batch_size
+            return self.rank_rule_violations(rank_of)
         seen = np.zeros(len(self.keys), dtype=np.int64)
         seq_len = inst.constraints.seq_len
         limits = inst.constraints.budgets
@@ -205,13 +298,14 @@ class BalanceEvaluator:
     # ------------------------------------------------------------------------------------ objectives
     def bin_arrays(self, bins: Sequence[Sequence[SampleKey]]) -> tuple[np.ndarray, np.ndarray]:
         """(tokens per bin, llm cost per bin including padding), shapes (D·m,)."""
-        index = self.index
-        bin_of = np.empty(len(self.keys), dtype=np.int64)
-        for b, keys in enumerate(bins):
-            for key in keys:
-                bin_of[index[key]] = b
-        tokens = np.bincount(bin_of, weights=self.tokens, minlength=len(bins)).astype(np.int64)
-        costs = np.bincount(bin_of, weights=self.costs, minlength=len(bins))
+        flat = self.flatten(bins)
+        if flat is None:
+            raise KeyError("bin_arrays: an unknown sample key (check violations first)")
+        members, bin_of = flat
+        sample_bin = np.empty(len(self.keys), dtype=np.int64)
+        sample_bin[members] = bin_of  # summed in input order: the same float sums however bins list their keys
+        tokens = np.bincount(sample_bin, weights=self.tokens, minlength=len(bins)).astype(np.int64)
+        costs = np.bincount(sample_bin, weights=self.costs, minlength=len(bins))
         padding = self.instance.padding_cost
         if padding is not None:
             seq_len = self.instance.constraints.seq_len

@@ -1049,8 +1049,11 @@ def input_order_key_rank(keys: Sequence[SampleKey]) -> np.ndarray:
     """``rank[i]`` = position of ``keys[i]`` in :func:`key_order`, int64 array (n,)."""
     n = len(keys)
     if n and set(map(type, keys)) == {int}:
-        values = np.asarray(keys, dtype=object if max(abs(cast(int, k)) for k in keys) >= 2**62 else np.int64)
-        if values.dtype != object:
+        try:
+            values = np.asarray(keys, dtype=np.int64)
+        except OverflowError:  # a key beyond int64: the general order below
+            pass
+        else:
             rank = np.empty(n, dtype=np.int64)
             rank[np.argsort(values, kind="stable")] = np.arange(n)
             return rank

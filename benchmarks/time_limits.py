@@ -1,0 +1,153 @@
+"""Do the solvers honour ``time_limit_s`` at size? Wall time of whole library calls against the rule.
+
+A plain script (no pytest). The rule: every solver returns within ``1.1·limit + 0.5`` seconds of
+wall time, counted from the call that starts the work to the result in hand, up to 1M samples ×
+4,096 ranks (balance) and 16,384 GPUs (placement). Each row runs in a fresh child process (one at a
+time, so that one solver's memory does not slow the next) and prints, in seconds:
+
+* balance — ``build``: :func:`~packplace.balance.schema.make_instance` from numpy columns with
+  ``reference_bins="auto"`` (the CLI's default reference), ``solve``: ``packplace.balance(...)``
+  (the backend, the evaluator's scoring and the result), ``json``: ``result.to_json()``; ``total``
+  = the three; ``backend``: the backend's own ``wall_s``;
+* placement — ``build``: the config loaded into an instance, ``solve``: ``packplace.place(...)``,
+  ``json`` and ``total`` as above.
+
+``ok`` when ``total <= 1.1·limit + 0.5``, ``OVER`` otherwise; the exit code is 1 when any row is over.
+
+The balance batch: n samples with lognormal token lengths (median 1024, σ 1, clipped to
+``seq_len`` 32,768), costs ``t + t²/4096`` (linear layers plus causal attention, token units),
+m = the fewest bins per rank that hold the tokens at 85% fill. The placement cluster: the shipped
+70B PPO config (``configs/placement/ppo_llama3.1-70b_2x4x8xh200.yaml``) on ``--racks`` ×
+``--nodes`` × 8 GPUs (default 32 × 64 × 8 = 16,384).
+
+On a shared machine the wall times are noisy (other processes take cores): rerun an ``OVER`` row
+alone before trusting it.
+
+Usage:
+    python benchmarks/time_limits.py                              # every solver, limit 5 s
+    python benchmarks/time_limits.py --problem balance --solvers kk lpt --samples 1000000
+    python benchmarks/time_limits.py --problem placement --racks 32 --nodes 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+BALANCE_SOLVERS = ["lpt", "repair", "kk", "cpsat"]
+PLACEMENT_SOLVERS = ["greedy", "concurrent", "anneal", "cpsat"]
+SEQ_LEN = 32768
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "placement" / "ppo_llama3.1-70b_2x4x8xh200.yaml"
+
+
+def allowed_s(limit: float) -> float:
+    """The wall time the rule allows for a time limit, seconds."""
+    return 1.1 * limit + 0.5
+
+
+def balance_row(solver: str, samples: int, ranks: int, limit: float, seed: int) -> dict:
+    """One balance solver on the synthetic batch; phase wall times in seconds."""
+    import packplace
+    from packplace.balance.schema import make_instance
+
+    rng = np.random.default_rng(seed)
+    tokens = np.clip(np.rint(rng.lognormal(math.log(1024), 1.0, size=samples)), 1, SEQ_LEN).astype(np.int64)
+    costs = tokens + tokens.astype(np.float64) ** 2 / 4096.0
+    per_rank = math.ceil(int(tokens.sum()) / (0.85 * ranks * SEQ_LEN))
+    started = time.perf_counter()
+    instance = make_instance(tokens, costs, seq_len=SEQ_LEN, data_parallel_size=ranks, local_batch_size=per_rank,
+                             reference_bins="auto")
+    built = time.perf_counter()
+    result = packplace.balance(instance, solver=solver, time_limit_s=limit)
+    solved = time.perf_counter()
+    result.to_json()
+    done = time.perf_counter()
+    return {"size": f"n={samples} D={ranks} m={per_rank}", "build": built - started, "solve": solved - built,
+            "json": done - solved, "total": done - started, "backend": result.wall_s, "status": result.status,
+            "hit": result.hit_time_limit}
+
+
+def placement_row(solver: str, racks: int, nodes: int, limit: float, seed: int) -> dict:
+    """One placement solver on the 70B PPO config scaled to racks × nodes × 8 GPUs."""
+    import yaml
+
+    import packplace
+    from packplace.placement.config import build_instance
+
+    config = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
+    config["hardware"].update(racks=racks, nodes_per_rack=nodes)
+    started = time.perf_counter()
+    instance = build_instance(config)
+    built = time.perf_counter()
+    result = packplace.place(instance, solver, time_limit_s=limit, seed=seed)
+    solved = time.perf_counter()
+    result.to_json()
+    done = time.perf_counter()
+    return {"size": f"{racks}x{nodes}x8={racks * nodes * 8} GPUs", "build": built - started,
+            "solve": solved - built, "json": done - solved, "total": done - started, "backend": result.wall_s,
+            "status": result.status, "hit": result.hit_time_limit}
+
+
+def _child(queue, problem: str, solver: str, args: argparse.Namespace) -> None:
+    try:
+        if problem == "balance":
+            row = balance_row(solver, args.samples, args.ranks, args.time_limit, args.seed)
+        else:
+            row = placement_row(solver, args.racks, args.nodes, args.time_limit, args.seed)
+    except Exception as exc:  # noqa: BLE001 - a benchmark row reports any failure as its status
+        row = {"size": "", "status": f"error: {type(exc).__name__}: {exc}"[:200]}
+    queue.put(row)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problem", choices=["balance", "placement", "both"], default="both")
+    parser.add_argument("--solvers", nargs="+", default=None, help="default: every solver of the problem")
+    parser.add_argument("--samples", type=int, default=1_000_000)
+    parser.add_argument("--ranks", type=int, default=4096)
+    parser.add_argument("--racks", type=int, default=32)
+    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--time-limit", type=float, default=5.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="one JSON row per line instead of the table")
+    args = parser.parse_args()
+    problems = ["balance", "placement"] if args.problem == "both" else [args.problem]
+    allowed = allowed_s(args.time_limit)
+    over = False
+    if not args.json:
+        print(f"time limit {args.time_limit:g} s, allowed {allowed:.2f} s")
+        print(f"{'problem':<9} {'solver':<10} {'size':<28} {'build':>6} {'solve':>6} {'json':>5} {'total':>6} "
+              f"{'backend':>7}  verdict  status")
+    context = multiprocessing.get_context("spawn")
+    for problem in problems:
+        default = BALANCE_SOLVERS if problem == "balance" else PLACEMENT_SOLVERS
+        for solver in args.solvers or default:
+            queue = context.Queue()
+            process = context.Process(target=_child, args=(queue, problem, solver, args))
+            process.start()
+            row = queue.get()
+            process.join()
+            row.update(problem=problem, solver=solver, limit=args.time_limit, allowed=allowed)
+            row["ok"] = "total" in row and row["total"] <= allowed
+            over |= not row["ok"]
+            if args.json:
+                print(json.dumps(row), flush=True)
+            elif "total" not in row:
+                print(f"{problem:<9} {solver:<10} {row['status']}", flush=True)
+            else:
+                print(f"{problem:<9} {solver:<10} {row['size']:<28} {row['build']:>6.2f} {row['solve']:>6.2f} "
+                      f"{row['json']:>5.2f} {row['total']:>6.2f} {row['backend']:>7.2f}  "
+                      f"{'ok' if row['ok'] else 'OVER':<7}  {row['status']}{' (limit)' if row['hit'] else ''}",
+                      flush=True)
+    return 1 if over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
