@@ -7,8 +7,9 @@ which equals the mean load, so the optimum makespan is that lower bound.
 Run (each section prints one line per instance and a summary):
 
     python benchmarks/balance_lns.py planted [--time-limit 2] [--ranks 8,16,32,64,128,256]
-    python benchmarks/balance_lns.py large [--time-limit 10]      # 65,536 lognormal samples x 512 ranks
+    python benchmarks/balance_lns.py large [--time-limit 10]   # balance_speed.py's 65,536 x 512 batch
     python benchmarks/balance_lns.py cpsat [--time-limit 60] [--workers 1]   # planted, up to 32 x 8
+    python benchmarks/balance_lns.py formulations [--time-limit 10] [--workers 1] [--objectives makespan,rounds]
 
 Timings are wall-clock seconds on whatever else the machine is running; repeat on a quiet machine.
 """
@@ -23,7 +24,6 @@ import numpy as np
 
 import packplace
 from packplace.balance.schema import make_instance
-from packplace.harness.generators import generate_balance
 
 
 def planted(ranks: int, per_rank: int, samples_per_rank: int, fill: float, seq_len: int = 8192, seed: int = 0):
@@ -81,7 +81,9 @@ def planted_section(args: argparse.Namespace) -> None:
 
 
 def large_section(args: argparse.Namespace) -> None:
-    instance = generate_balance("lognormal", n=65_536, ranks=512, seq_len=8192, bins_per_rank=1, seed=1)
+    from balance_speed import synthetic_instance  # the long-tailed batch of balance_speed.py (same folder)
+
+    instance, _ = synthetic_instance(65_536, 512, seed=0, fill=0.8)
     for solver in args.solvers.split(","):
         result, wall = _run(instance, solver, args.time_limit)
         print(f"{solver}: {result.status}, objective {result.objective:.6g}, bound {result.bound:.6g}, "
@@ -101,9 +103,36 @@ def cpsat_section(args: argparse.Namespace) -> None:
     print(f"cpsat ({args.workers} workers, {args.time_limit:g} s): optimum reached on {reached}/{built}")
 
 
+def formulations_section(args: argparse.Namespace) -> None:
+    """cpsat's two formulations side by side on tight planted and loose integer instances."""
+    cases = []
+    for ranks, per_rank, samples in ((4, 2, 6), (8, 1, 4), (8, 2, 4), (8, 2, 6), (8, 4, 8), (8, 4, 12)):
+        instance, optimum = planted(ranks, per_rank, samples, 0.99, seed=ranks + per_rank + samples)
+        cases.append(("tight", instance, optimum))
+    for n, ranks, per_rank in ((16, 4, 1), (24, 4, 2), (24, 8, 1), (32, 8, 2), (40, 8, 1), (40, 4, 4)):
+        instance = make_instance(np.random.default_rng(n + ranks).integers(64, 4096, size=n), seq_len=32768,
+                                 data_parallel_size=ranks, local_batch_size=per_rank, name=f"loose-n{n}-D{ranks}")
+        cases.append(("loose", instance, None))
+    for objective in args.objectives.split(","):
+        for kind, base, optimum in cases:
+            instance = base.with_objective(objective, 2 if objective == "rounds" else None)
+            line = [f"{objective:<8} {kind} n={len(instance.samples):<3} D={instance.data_parallel_size} "
+                    f"m={instance.local_batch_size}"]
+            for formulation in ("ordered", "plain"):
+                result, wall = _run(instance, "cpsat", args.time_limit, num_workers=args.workers,
+                                    formulation=formulation)
+                if objective == "makespan" and optimum is not None:
+                    quality = f"gap to optimum {100 * (result.objective / optimum - 1):.4f}%"
+                else:
+                    quality = f"objective {result.objective:.6g} (gap to bound {100 * result.gap:.4f}%)"
+                line.append(f"{formulation}: {result.status} {quality} {wall:.1f}s")
+            print("  ".join(line), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("section", choices=("planted", "large", "cpsat"))
+    parser.add_argument("section", choices=("planted", "large", "cpsat", "formulations"))
+    parser.add_argument("--objectives", default="makespan,rounds")
     parser.add_argument("--time-limit", type=float, default=None)
     parser.add_argument("--ranks", default="8,16,32,64,128,256")
     parser.add_argument("--fills", default="0.95,0.99")
@@ -118,6 +147,9 @@ def main() -> None:
         args.time_limit = 10.0 if args.time_limit is None else args.time_limit
         args.solvers = args.solvers or "repair,karmarkar_karp,lns"
         large_section(args)
+    elif args.section == "formulations":
+        args.time_limit = 10.0 if args.time_limit is None else args.time_limit
+        formulations_section(args)
     else:
         args.time_limit = 60.0 if args.time_limit is None else args.time_limit
         cpsat_section(args)

@@ -7,6 +7,7 @@ import math
 import random
 import time
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -347,3 +348,56 @@ def test_skipped_model_without_start_is_unknown(monkeypatch):
     with pytest.raises(ConfigError, match="max_booleans"):
         solve(instance, max_booleans=0)
     assert solve(instance, max_booleans=48).status == "optimal"
+
+
+@pytest.mark.parametrize("formulation", ["ordered", "plain"])
+@pytest.mark.parametrize("objective", ["makespan", "balance", "rounds"])
+@pytest.mark.parametrize("case", _tiny_cases()[:3], ids=lambda case: f"seed{case[0]}")
+def test_both_formulations_match_brute_force(case, objective, formulation, monkeypatch):
+    monkeypatch.setattr(cpsat_module, "_heuristic_start", lambda *args, **kwargs: (None, False))
+    _, tokens, costs, seq_len, ranks = case
+    group = None
+    if objective == "rounds":
+        ranks, group, tokens, costs = 4, 2, tokens[:6], costs[:6]
+        seq_len = max(max(tokens), seq_len)
+    instance = make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=1,
+                             objective=objective, group_size=group)
+    optimum = brute_force(instance)
+    result = solve(instance, formulation=formulation)
+    assert result.status == "optimal"
+    assert result.objective == pytest.approx(optimum, rel=1e-9, abs=1e-12)
+    assert result.info["formulation"] == formulation
+
+
+def test_two_bins_per_rank_plain_formulation_matches_brute_force(monkeypatch):
+    monkeypatch.setattr(cpsat_module, "_heuristic_start", lambda *args, **kwargs: (None, False))
+    # tokens over seq_len/2 and over seq_len/3 exercise the bin-packing cardinality constraints
+    instance = make_instance([6, 6, 4, 4, 3, 2, 1], [9, 8, 7, 5, 4, 2, 1], seq_len=10, data_parallel_size=2,
+                             local_batch_size=2)
+    optimum = brute_force(instance)
+    for formulation in ("ordered", "plain"):
+        result = solve(instance, formulation=formulation)
+        assert result.status == "optimal" and result.objective == optimum
+
+
+def test_auto_formulation_follows_the_token_fill():
+    tight = make_instance([9, 1, 3, 4, 3, 5, 5], seq_len=10, data_parallel_size=3)  # fill 30/30
+    loose = make_instance([2, 1, 3, 1], seq_len=10, data_parallel_size=2)
+    assert cpsat_module._choose_formulation(tight) == "plain"
+    assert cpsat_module._choose_formulation(loose) == "ordered"
+    assert cpsat_module._choose_formulation(tight.with_objective("rounds", 1)) == "ordered"
+    with pytest.raises(ConfigError, match="formulation"):
+        solve(loose, formulation="textbook")
+
+
+def test_planted_96_samples_get_a_feasible_assignment():
+    # 32 bins of exactly 99% of 8192 tokens, each cut into pieces: a perfect packing exists
+    rng = np.random.default_rng(20)
+    tokens = []
+    for _ in range(32):
+        cuts = np.sort(rng.choice(np.arange(1, 8110), size=2, replace=False))
+        tokens.extend(np.diff(np.concatenate([[0], cuts, [8110]])).tolist())
+    instance = make_instance(rng.permutation(tokens), seq_len=8192, data_parallel_size=8, local_batch_size=4)
+    result = solve(instance, time_limit_s=3.0)
+    assert result.ok and result.objective >= 4 * 8110
+    assert not BalanceEvaluator(instance).violations(result.solution)

@@ -128,6 +128,8 @@ class _Model:
     loads: list[cp_model.IntVar]
     squares: list[cp_model.IntVar] = field(default_factory=list)
     exact_budgets: bool = True
+    makespan: cp_model.IntVar | None = None
+    makespan_floor: int = 0
 
 
 def _heuristic_start(
@@ -299,9 +301,17 @@ class _OutOfTime(Exception):
 
 def _build_model(
     instance: BalanceInstance, samples: list, scaling: _Scaling, load_upper: int, objective_lower: int,
-    deadline: float | None = None,
+    deadline: float | None = None, makespan_floor: int | None = None, formulation: str = "ordered",
 ) -> _Model:
     """The CP-SAT model of the module docstring.
+
+    ``formulation``: ``"ordered"`` (loads ordered, bins of a rank ordered by their lowest sample) or
+    ``"plain"`` (the textbook assignment model: no symmetry breaking, the makespan a variable above
+    every load; ``rounds`` keeps the load order, which its objective needs).
+
+    ``makespan_floor`` (``makespan`` only, scaled units): minimise max(ℓ_0, floor) instead of ℓ_0, so
+    that the search stops as soon as the largest load is at or below the floor (``lns`` passes the
+    whole instance's lower bound: a neighbourhood cannot usefully go below it).
 
     Raises:
         _OutOfTime: ``deadline`` (a ``time.perf_counter()`` value) passed between two building phases.
@@ -360,11 +370,24 @@ def _build_model(
         model.Add(loads[r] == work + m * scaling.bin_const)
     check_clock()
 
+    # Bin-packing strength: two samples over seq_len/2 never share a bin, three over seq_len/3 neither.
+    for fraction, most in ((2, 1), (3, 2)):
+        large = [i for i in regular if fraction * samples[i].tokens > seq_len]
+        if len(large) > most:
+            for b in range(nbins):
+                if most == 1:
+                    model.AddAtMostOne(x[i][b] for i in large)
+                else:
+                    model.Add(sum(x[i][b] for i in large) <= most)
+    check_clock()
+
     # Symmetry breaking: ranks by non-increasing load; the bins of a rank by their lowest sample
     # index (sample i may open bin j only if bin j−1 already holds a sample k < i).
-    for r in range(ranks - 1):
-        model.Add(loads[r] >= loads[r + 1])
-    for r in range(ranks):
+    ordered = formulation == "ordered"
+    if ordered or instance.objective == "rounds":
+        for r in range(ranks - 1):
+            model.Add(loads[r] >= loads[r + 1])
+    for r in range(ranks if ordered else 0):
         for b in range(r * m + 1, (r + 1) * m):
             # opened[i] ⇔ bin b−1 holds one of the samples 0..i (a monotone chain, O(n) per bin).
             opened = [x[0][b - 1]]
@@ -381,8 +404,16 @@ def _build_model(
 
     built = _Model(model, x, loads, exact_budgets=exact_budgets)
     if instance.objective == "makespan":
-        model.Add(loads[0] >= objective_lower)
-        model.Minimize(loads[0])
+        floor = objective_lower if makespan_floor is None else max(makespan_floor, objective_lower)
+        if ordered and floor == objective_lower:
+            model.Add(loads[0] >= objective_lower)
+            model.Minimize(loads[0])
+        else:
+            largest = model.NewIntVar(floor, max(floor, load_upper), "makespan")
+            for load in loads if not ordered else loads[:1]:
+                model.Add(largest >= load)
+            model.Minimize(largest)
+            built.makespan, built.makespan_floor = largest, floor
     elif instance.objective == "rounds":
         leaders = sum(loads[k] for k in range(0, ranks, instance.group_size))
         model.Add(leaders >= objective_lower)
@@ -468,6 +499,8 @@ def _add_hint(built: _Model, hint_bins: list[list[int]], hint_loads: list[int]) 
         built.model.AddHint(load, value)
     for square, value in zip(built.squares, hint_loads):
         built.model.AddHint(square, value * value)
+    if built.makespan is not None:
+        built.model.AddHint(built.makespan, max(max(hint_loads), built.makespan_floor))
 
 
 def _read_bins(solver: cp_model.CpSolver, built: _Model, samples: list) -> tuple[tuple[SampleKey, ...], ...]:
@@ -508,6 +541,8 @@ def solve_from_start(
     num_workers: int = 1,
     deterministic_time_s: float | None = None,
     linearization_level: int | None = None,
+    makespan_floor: float | None = None,
+    formulation: str = "auto",
 ) -> StartedSolve:
     """The module's model solved from a given feasible start, without the heuristic start.
 
@@ -525,6 +560,9 @@ def solve_from_start(
             per unit); with one worker, a search stopped by it ends the same way on every run.
         linearization_level: CP-SAT ``linearization_level`` (None: its default, 1). 0 keeps the LP out of
             the search, which solves small neighbourhoods several times faster.
+        makespan_floor: For ``makespan``, a load (cost units) below which a lower maximum is of no use
+            to the caller: CP-SAT minimises max(largest load, floor) and stops once it reaches it.
+        formulation: ``"auto"``, ``"ordered"`` or ``"plain"`` (see :func:`solve`).
 
     Returns:
         A :class:`StartedSolve`.
@@ -541,8 +579,12 @@ def solve_from_start(
     hint_value = _scaled_objective(instance.objective, hint_loads, instance.group_size)
     ceiling = math.isqrt(hint_value) if instance.objective == "balance" else hint_value
     objective_lower = _scaled_lower_bound(instance, scaling, scaled_total)
+    floor = None
+    if makespan_floor is not None and instance.objective == "makespan":
+        floor = math.floor(makespan_floor * scaling.scale - scaling.rank_slack)
     try:
-        built = _build_model(instance, samples, scaling, ceiling, objective_lower, deadline)
+        chosen = _choose_formulation(instance) if formulation == "auto" else formulation
+        built = _build_model(instance, samples, scaling, ceiling, objective_lower, deadline, floor, chosen)
     except _OutOfTime:
         return StartedSolve(None, "out of time while building", False, time.perf_counter() - started)
     _add_hint(built, hint_bins, hint_loads)
@@ -565,6 +607,21 @@ def solve_from_start(
     return StartedSolve(bins, solver.StatusName(cp_status), proven, time.perf_counter() - started)
 
 
+#: Formulations of the model (``formulation=``): ``auto`` picks by :func:`_choose_formulation`.
+FORMULATIONS = ("auto", "ordered", "plain")
+#: Token fill (Σ tokens / (D·m·seq_len)) from which ``auto`` picks the plain model.
+TIGHT_FILL = 0.9
+
+
+def _choose_formulation(instance: BalanceInstance) -> str:
+    """``plain`` on tight instances (fill ≥ :data:`TIGHT_FILL`) for makespan/balance, else ``ordered``."""
+    if instance.objective == "rounds":
+        return "ordered"
+    seq_len = instance.constraints.seq_len
+    fill = float(instance.tokens.clip(max=seq_len).sum()) / (instance.num_bins * seq_len)
+    return "plain" if fill >= TIGHT_FILL else "ordered"
+
+
 def _canonical(bins: Sequence[Sequence[SampleKey]]) -> tuple[tuple[SampleKey, ...], ...]:
     return tuple(tuple(sorted(b, key=key_order)) for b in bins)
 
@@ -577,6 +634,7 @@ def solve(
     seed: int = 0,
     num_workers: int = 1,
     max_booleans: int = DEFAULT_MAX_BOOLEANS,
+    formulation: str = "auto",
     **params: Any,
 ) -> Proposal:
     """Exact CP-SAT assignment (scaled integer costs, symmetry breaking, heuristic hint).
@@ -601,7 +659,10 @@ def solve(
         ConfigError: ``num_workers`` or ``max_booleans`` not an integer ≥ 1, or an unknown parameter.
     """
     if params:
-        raise ConfigError(f"cpsat: unknown parameter {sorted(params)[0]!r}; valid: num_workers, max_booleans")
+        raise ConfigError(
+            f"cpsat: unknown parameter {sorted(params)[0]!r}; valid: num_workers, max_booleans, formulation")
+    if formulation not in FORMULATIONS:
+        raise ConfigError(f"formulation: must be one of {', '.join(FORMULATIONS)}, got {formulation!r}")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
         raise ConfigError(f"num_workers: must be an integer >= 1, got {num_workers!r}")
     if isinstance(max_booleans, bool) or not isinstance(max_booleans, int) or max_booleans < 1:
@@ -668,7 +729,9 @@ def solve(
             ceiling = hint_value
     objective_lower = _scaled_lower_bound(instance, scaling, scaled_total)
     try:
-        built = _build_model(instance, samples, scaling, ceiling, objective_lower, deadline)
+        chosen = _choose_formulation(instance) if formulation == "auto" else formulation
+        info["formulation"] = chosen
+        built = _build_model(instance, samples, scaling, ceiling, objective_lower, deadline, formulation=chosen)
     except _OutOfTime:
         return fall_back(f"time limit {limit:g} s reached while building the exact model ({booleans} Booleans)",
                          True)
