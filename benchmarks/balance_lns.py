@@ -9,6 +9,7 @@ Run (each section prints one line per instance and a summary):
     python benchmarks/balance_lns.py planted [--time-limit 2] [--ranks 8,16,32,64,128,256]
     python benchmarks/balance_lns.py large [--time-limit 10]   # balance_speed.py's 65,536 x 512 batch
     python benchmarks/balance_lns.py cpsat [--time-limit 60] [--workers 1]   # planted, up to 32 x 8
+    python benchmarks/balance_lns.py workers [--time-limit 20]   # cpsat with 1 and 8 workers
     python benchmarks/balance_lns.py formulations [--time-limit 10] [--workers 1] [--objectives makespan,rounds]
 
 Timings are wall-clock seconds on whatever else the machine is running; repeat on a quiet machine.
@@ -129,9 +130,24 @@ def formulations_section(args: argparse.Namespace) -> None:
             print("  ".join(line), flush=True)
 
 
+def workers_section(args: argparse.Namespace) -> None:
+    """cpsat with 1 and with 8 workers (default formulation) on tight and loose instances."""
+    cases = [planted(8, 2, 4, 0.99, seed=14)[0], planted(8, 2, 6, 0.99, seed=16)[0]]
+    for n, ranks, per_rank in ((24, 4, 2), (40, 8, 1)):
+        cases.append(make_instance(np.random.default_rng(n + ranks).integers(64, 4096, size=n), seq_len=32768,
+                                   data_parallel_size=ranks, local_batch_size=per_rank, name=f"loose-n{n}-D{ranks}"))
+    for instance in cases:
+        line = [f"n={len(instance.samples):<3} D={instance.data_parallel_size} m={instance.local_batch_size}"]
+        for workers in (1, 8):
+            result, wall = _run(instance, "cpsat", args.time_limit, num_workers=workers)
+            line.append(f"{workers} workers: {result.status} {result.objective:.6g} "
+                        f"(gap to bound {100 * result.gap:.4f}%) {wall:.1f}s")
+        print("  ".join(line), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("section", choices=("planted", "large", "cpsat", "formulations"))
+    parser.add_argument("section", choices=("planted", "large", "cpsat", "formulations", "workers"))
     parser.add_argument("--objectives", default="makespan,rounds")
     parser.add_argument("--time-limit", type=float, default=None)
     parser.add_argument("--ranks", default="8,16,32,64,128,256")
@@ -147,6 +163,9 @@ def main() -> None:
         args.time_limit = 10.0 if args.time_limit is None else args.time_limit
         args.solvers = args.solvers or "repair,karmarkar_karp,lns"
         large_section(args)
+    elif args.section == "workers":
+        args.time_limit = 20.0 if args.time_limit is None else args.time_limit
+        workers_section(args)
     elif args.section == "formulations":
         args.time_limit = 10.0 if args.time_limit is None else args.time_limit
         formulations_section(args)

@@ -8,13 +8,19 @@ Model (samples in :func:`~packplace.balance.schema.key_order`, bins ``b = r·m +
   ``single``) forces its bin to hold nothing else. Each named budget: ``Σ_i u_i·x[i, b] ≤ limit``.
 * Rank loads ``ℓ_r = Σ_{b ∈ r} Σ_i ĉ_i·x[i, b]`` (+ the bins' padding cost) as integers, ``ĉ_i``
   the scaled costs (below).
-* Symmetry breaking: ``ℓ_0 ≥ ℓ_1 ≥ … ≥ ℓ_{D−1}`` (ranks are interchangeable for every objective)
-  and, within a rank, bins by their lowest sample index (sample i opens bin j only after bin j−1
-  holds a sample k < i).
-* Objective: ``makespan`` → minimise ``ℓ_0`` (the largest load, by the ordering); ``balance`` →
+* Bin-packing strength: at most one sample over ``seq_len/2`` and at most two over ``seq_len/3`` per
+  bin (implied by the capacity, but stated as cardinalities CP-SAT propagates directly).
+* Symmetry breaking (formulation ``ordered``): ``ℓ_0 ≥ ℓ_1 ≥ … ≥ ℓ_{D−1}`` (ranks are
+  interchangeable for every objective) and, within a rank, bins by their lowest sample index (sample
+  i opens bin j only after bin j−1 holds a sample k < i). Formulation ``plain`` is the textbook
+  assignment model without either.
+* Objective: ``makespan`` → minimise ``ℓ_0`` (the largest load, by the ordering; ``plain``: a
+  variable above every load); ``balance`` →
   minimise ``Σ_r ℓ_r²`` (the total is fixed, so this is the variance; converted back with
   ``balance = D·Σℓ²/T² − 1``); ``rounds`` → minimise ``Σ_k ℓ_{k·g}`` (the loads are sorted, so this
-  is the scheduled-round makespan). The objective is bounded below by the analytic lower bound of
+  is the scheduled-round makespan; ``plain``: ranks k·g … k·g + g − 1 form round k, whose length
+  ``L_k ≥ ℓ_r`` for its ranks, ``L_0 ≥ L_1 ≥ …``, minimise ``Σ_k L_k`` — ranks are interchangeable,
+  so any schedule can be relabelled into this one). The objective is bounded below by the analytic lower bound of
   the scaled problem, so CP-SAT stops as soon as a solution meets it.
 
 Integer scaling (why: FLOP-sized costs overflow CP-SAT's int arithmetic, and ortools 9.15's presolve
@@ -44,8 +50,34 @@ message giving the numbers. The clock is checked after the start, after each mod
 and after the hint; CP-SAT gets only the time that is left, so the whole call ends within about
 ``time_limit_s`` plus the overhead of one phase.
 
-Determinism: ``random_seed = seed``, ``num_workers = 1`` by default; with more workers, or when the
-time limit cuts the search, the answer can depend on timing. Output bins are rank-major, keys
+Formulation choice (``formulation="auto"``, the default): ``plain`` for ``rounds`` and when the
+token fill Σ min(t_i, seq_len) / (D·m·seq_len) is at least :data:`TIGHT_FILL` (0.9), else
+``ordered``. Measured with ``benchmarks/balance_lns.py formulations`` (one worker,
+10 s, makespan, on a shared 2-core machine): on six planted instances at fill 0.99 (24–96 samples,
+D = 4–8, m = 1–4; the known optimum is the lower bound) ``plain`` is better or equal on all six
+(0.21 % vs 0.80 %, 0.23 % vs 0.48 %, 0.18 % vs 0.50 % above the optimum where neither proves; the
+32 × 16-bin one proven in 0.2 s against 3.4 s); on six loose integer instances (fill 0.13–0.25)
+the two are within 0.2 % of each other, ``plain`` never worse in 10 s. The ordered model is kept
+where capacity is loose: an earlier measurement (8 workers, 60 s) proved 13 of 13 loose integer
+instances with it against 9 of 13 with the plain model, its symmetry breaking shortening the proofs.
+For ``rounds`` the round-length model is better or equal on all twelve instances of the same
+benchmark (10 s): it proves the 32-sample, 8 × 2-bin planted one (objective 64,880) where the sorted
+leaders stop at 64,915, proves the 24-sample one in 2.5 s against 8.1 s, and ends lower on three
+others (129,800 vs 129,802; 31,147 vs 31,159; 44,174 vs 44,176).
+
+Workers and determinism: ``random_seed = seed``, ``num_workers = 1`` by default. One worker is
+deterministic (the same branches for the same model and seed; wall time only decides where a time
+limit cuts). With more workers CP-SAT races several strategies in threads and shares solutions and
+bounds between them, so even a proven optimum can be a different assignment from run to run.
+Measured (``benchmarks/balance_lns.py workers``, 10 s, default formulation, shared 2-core machine):
+8 workers are better or equal on all four instances — the planted 32-sample, 8 × 2-bin instance
+proven in 0.6 s against 3.4 s (1.1 s and 0.5 s in quieter runs; 11,328 branches with one worker,
+90,693 with the ordered model), 16,253 against 16,277 on the 48-sample one (optimum 16,220), 14,321
+against 14,324 on a loose one, equal on the fourth. ``interleave_search`` (CP-SAT's deterministic
+multi-worker mode) lost most of that gain: the 32-sample proof took 9.4–10 s with 8 workers. The
+default stays at one worker because packplace promises the same answer for the same input and
+seed; pass ``num_workers=8`` when the best answer within the time limit matters more than
+reproducibility. Output bins are rank-major, keys
 within a bin in ``key_order``; the input order of the samples does not matter.
 """
 
@@ -130,6 +162,7 @@ class _Model:
     exact_budgets: bool = True
     makespan: cp_model.IntVar | None = None
     makespan_floor: int = 0
+    round_lengths: list[cp_model.IntVar] = field(default_factory=list)
 
 
 def _heuristic_start(
@@ -384,7 +417,7 @@ def _build_model(
     # Symmetry breaking: ranks by non-increasing load; the bins of a rank by their lowest sample
     # index (sample i may open bin j only if bin j−1 already holds a sample k < i).
     ordered = formulation == "ordered"
-    if ordered or instance.objective == "rounds":
+    if ordered:
         for r in range(ranks - 1):
             model.Add(loads[r] >= loads[r + 1])
     for r in range(ranks if ordered else 0):
@@ -414,10 +447,22 @@ def _build_model(
                 model.Add(largest >= load)
             model.Minimize(largest)
             built.makespan, built.makespan_floor = largest, floor
-    elif instance.objective == "rounds":
+    elif instance.objective == "rounds" and ordered:
         leaders = sum(loads[k] for k in range(0, ranks, instance.group_size))
         model.Add(leaders >= objective_lower)
         model.Minimize(leaders)
+    elif instance.objective == "rounds":
+        # Ranks are interchangeable, so ranks k·g … k·g + g − 1 form round k; a round lasts its
+        # largest load; rounds ordered by length (symmetry breaking).
+        group = instance.group_size
+        built.round_lengths = [model.NewIntVar(load_lower, load_upper, f"round_{k}") for k in range(ranks // group)]
+        for k, length in enumerate(built.round_lengths):
+            for r in range(k * group, (k + 1) * group):
+                model.Add(length >= loads[r])
+            if k:
+                model.Add(built.round_lengths[k - 1] >= length)
+        model.Add(sum(built.round_lengths) >= objective_lower)
+        model.Minimize(sum(built.round_lengths))
     else:
         top = max(load_upper, -load_lower)
         built.squares = [model.NewIntVar(0, top * top, f"square_{r}") for r in range(ranks)]
@@ -499,6 +544,9 @@ def _add_hint(built: _Model, hint_bins: list[list[int]], hint_loads: list[int]) 
         built.model.AddHint(load, value)
     for square, value in zip(built.squares, hint_loads):
         built.model.AddHint(square, value * value)
+    for k, length in enumerate(built.round_lengths):
+        group = len(hint_loads) // len(built.round_lengths)
+        built.model.AddHint(length, max(hint_loads[k * group:(k + 1) * group]))
     if built.makespan is not None:
         built.model.AddHint(built.makespan, max(max(hint_loads), built.makespan_floor))
 
@@ -614,9 +662,9 @@ TIGHT_FILL = 0.9
 
 
 def _choose_formulation(instance: BalanceInstance) -> str:
-    """``plain`` on tight instances (fill ≥ :data:`TIGHT_FILL`) for makespan/balance, else ``ordered``."""
+    """``plain`` for ``rounds`` and on tight instances (fill ≥ :data:`TIGHT_FILL`), else ``ordered``."""
     if instance.objective == "rounds":
-        return "ordered"
+        return "plain"
     seq_len = instance.constraints.seq_len
     fill = float(instance.tokens.clip(max=seq_len).sum()) / (instance.num_bins * seq_len)
     return "plain" if fill >= TIGHT_FILL else "ordered"
@@ -644,10 +692,12 @@ def solve(
         time_limit_s: Wall-clock budget in seconds for the whole call, heuristic start included
             (default :data:`DEFAULT_TIME_LIMIT_S`).
         seed: CP-SAT ``random_seed`` (and the heuristics' seed).
-        num_workers: CP-SAT search workers; 1 (default) is deterministic for a fixed seed.
+        num_workers: CP-SAT search workers; 1 (default) is deterministic for a fixed seed; 8 was
+            better or equal on every instance measured (module docstring) but is not reproducible.
         max_booleans: Largest model built, in ``x[i, b]`` Booleans (n·D·m); above it the exact model
             is skipped and the heuristic start is returned with a message (default
             :data:`DEFAULT_MAX_BOOLEANS`, about 0.8 s of model building).
+        formulation: ``"auto"`` (default), ``"ordered"`` or ``"plain"`` (module docstring).
 
     Returns:
         A :class:`~packplace.result.Proposal`: rank-major bins; status ``optimal`` (proven, within
@@ -656,7 +706,8 @@ def solve(
         bound in true cost units; ``info`` the scale, rounding slack, tolerance and the start used.
 
     Raises:
-        ConfigError: ``num_workers`` or ``max_booleans`` not an integer ≥ 1, or an unknown parameter.
+        ConfigError: ``num_workers`` or ``max_booleans`` not an integer ≥ 1, an unknown
+            ``formulation``, or an unknown parameter.
     """
     if params:
         raise ConfigError(
