@@ -67,7 +67,7 @@ from bisect import bisect_left
 
 import numpy as np
 
-from packplace.balance.evaluator import BalanceEvaluator, objective_value
+from packplace.balance.evaluator import objective_value
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
@@ -836,13 +836,30 @@ def _kk_start(instance: BalanceInstance, prepared: PreparedSamples, deadline: fl
     return [[where[key] for key in b] for b in proposal.solution]
 
 
-def _rank_key(evaluator: BalanceEvaluator, prepared: PreparedSamples, bins: list[list[int]]) -> tuple[float, float]:
+def _evaluator_loads(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]]) -> np.ndarray:
+    """Rank loads of bins of sample indices, summed exactly as :meth:`BalanceEvaluator.bin_arrays` sums
+    them (``bincount`` over the samples in input order, then padding per bin, then per rank), so the
+    same numbers without building key tuples."""
+    bin_of = np.empty(len(prepared.keys), dtype=np.int64)
+    for b, members in enumerate(bins):
+        bin_of[members] = b
+    costs = np.bincount(bin_of, weights=prepared.costs, minlength=len(bins))
+    padding = instance.padding_cost
+    if padding is not None:
+        tokens = np.bincount(bin_of, weights=prepared.tokens, minlength=len(bins)).astype(np.int64)
+        seq_len = instance.constraints.seq_len
+        costs = costs + np.array([padding(max(0, seq_len - int(t))).llm for t in tokens])
+    return costs.reshape(instance.data_parallel_size, instance.local_batch_size).sum(axis=1)
+
+
+def _rank_key(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]]) -> tuple[float, float]:
     """(instance objective, Σℓ² — 0 for ``rounds``, which wants loads grouped, not levelled) of bins
-    of sample indices, by the evaluator."""
-    score = evaluator.score(keys_of(prepared, bins))
-    if evaluator.instance.objective == "rounds":
-        return score.objective, 0.0
-    return score.objective, float(np.dot(score.rank_loads, score.rank_loads))
+    of sample indices, as the evaluator scores them."""
+    loads = _evaluator_loads(instance, prepared, bins)
+    objective = objective_value(instance.objective, loads, instance.resolved_group_size)
+    if instance.objective == "rounds":
+        return objective, 0.0
+    return objective, float(np.dot(loads, loads))
 
 
 @register("balance", "repair")
@@ -894,9 +911,8 @@ def solve(
         messages.append(f"{message}; repair started from it")
         if timed_out:
             return Proposal(keys_of(prepared, bins), FEASIBLE, hit_time_limit=True, message=messages[0])
-    evaluator = BalanceEvaluator(instance)
     kk_bins = _kk_start(instance, prepared, deadline)
-    if kk_bins is not None and _rank_key(evaluator, prepared, kk_bins) < _rank_key(evaluator, prepared, bins):
+    if kk_bins is not None and _rank_key(instance, prepared, kk_bins) < _rank_key(instance, prepared, bins):
         bins = kk_bins
         messages = ["started from karmarkar_karp (better than lpt)"]
     iterations = 0
@@ -908,8 +924,8 @@ def solve(
         start_bins = bins
         bins, iterations, accepted, hit_time_limit = repair(instance, prepared, bins, max_repair_pairs, deadline)
         if accepted:
-            # Guard against float rounding: the evaluator's own number must not get worse.
-            if evaluator.objective(keys_of(prepared, bins)) > evaluator.objective(keys_of(prepared, start_bins)):
+            # Guard against float rounding: the evaluator's own number (same sums) must not get worse.
+            if _rank_key(instance, prepared, bins)[0] > _rank_key(instance, prepared, start_bins)[0]:
                 bins, accepted = start_bins, 0
         messages.append(
             f"pair repair: {accepted} of {iterations} checked pairs improved the objective" if bin_pairs
