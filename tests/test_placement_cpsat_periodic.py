@@ -134,9 +134,6 @@ def test_model_period_of_a_two_step_cycle():
     assert periodic.model_period(tables, inst, choice, staleness)[0] == 531382
 
 
-@pytest.mark.xfail(strict=True, reason="the evaluator takes Karp's maximum over the current step's vertices "
-                   "only, not over every node of the companion graph (lagged copies included), and misses a "
-                   "critical cycle of distance 2 here (0.3316 s instead of 0.5314 s)")
 def test_evaluator_period_of_a_two_step_cycle():
     inst, tables, choice, staleness = _two_step_cycle_plan()
     evaluated = get_evaluator(inst).step_time(cpsat._plan_of(choice, tables.names, staleness))
@@ -195,9 +192,6 @@ def test_proven_bound_is_below_every_baseline_plan(solver):
     assert exact.objective <= other.objective + 1e-12
 
 
-@pytest.mark.xfail(strict=True, reason="anneal finds a plan whose critical cycle spans two steps, which the "
-                   "evaluator's period misses (see test_evaluator_period_of_a_two_step_cycle): its evaluated "
-                   "0.2466 s lies below the proven bound 0.2479 s of the period the evaluator documents")
 def test_proven_bound_is_below_the_anneal_plan():
     inst, exact = _ppo_exact()
     other = packplace.place(inst, "anneal", time_limit_s=60, e_max=1000)  # an evaluation budget: deterministic

@@ -25,12 +25,14 @@ times obey the max-plus recurrence ``x(k) = ⊕_{d=0..D} A_d ⊗ x(k − d)`` wi
 the steady-state period per step is its max-plus eigenvalue, the maximum cycle mean of the companion
 graph on ``n = V·D`` nodes (``V`` vertices; Baccelli, Cohen, Olsder & Quadrat 1992, *Synchronization and
 Linearity*, Thm 3.23). It is computed **exactly** by Karp's theorem (Karp 1978, "A characterization of the
-minimum cycle mean in a digraph"): unroll ``N = n`` steps from an all-zero history,
-``y_k = the start times of step k``, and take ``period = max_v min_{0 ≤ k < N} (y_N(v) − y_k(v)) / (N −
-k)``. Why ``N = V·D`` steps suffice: Karp's theorem needs walks of exactly ``n`` edges in an ``n``-node
-graph, and every companion edge advances one step — so for GRPO with ``t = 1`` (``V = 4``, ``D = 2``)
-8 steps, for PPO with ``t = 1`` 12 steps; no "wait until periodic" heuristic is involved (a long unroll
-``(finish(U) − finish(U − w)) / w`` converges to the same number; a test checks it).
+minimum cycle mean in a digraph"): unroll ``N = n`` steps from an all-zero history, ``y_k = the start times of
+step k`` (``y_k = 0`` for ``k ≤ 0``), and take ``period = max_{v, ℓ} min_{0 ≤ k < N} (y_{N−ℓ}(v) − y_{k−ℓ}(v))
+/ (N − k)`` over every companion node ``(v, ℓ)``, ``0 ≤ ℓ < D`` — the node ``(v, ℓ)`` holds the start of ``v``
+``ℓ`` steps back; leaving out the lagged nodes would miss critical cycles whose distance is 2 or more. Why ``N
+= V·D`` steps suffice: Karp's theorem needs walks of exactly ``n`` edges in an ``n``-node graph, and every
+companion edge advances one step — so for GRPO with ``t = 1`` (``V = 4``, ``D = 2``) 8 steps, for PPO with ``t
+= 1`` 12 steps; no "wait until periodic" heuristic is involved (a long unroll ``(finish(U) − finish(U − w)) /
+w`` converges to the same number; a test checks it).
 Properties (each a test): staleness 0 gives exactly the synchronous step time (the synchronous
 formula is used); the period never exceeds the synchronous step time of the same blocks (the rigid
 synchronous schedule satisfies every asynchronous constraint, and the earliest schedule is pointwise
@@ -307,17 +309,20 @@ class PlacementEvaluator:
                         best = t
                 row[i] = best
             y.append(row)
-        last = y[-1]
+        # Karp's maximum runs over every node of the companion graph: node (v, lag) holds the start of v
+        # `lag` steps back, so its walk weight after k companion steps is y at step k − lag (0 in the
+        # history). Missing the lagged nodes misses critical cycles whose distance is ≥ 2.
         period = -INF
-        for v in range(n):
-            worst = INF
-            yn = last[v]
-            for k in range(steps):
-                ratio = (yn - y[k + depth - 1][v]) / (steps - k)
-                if ratio < worst:
-                    worst = ratio
-            if worst > period:
-                period = worst
+        for lag in range(depth):
+            for v in range(n):
+                worst = INF
+                yn = y[steps - lag + depth - 1][v]
+                for k in range(steps):
+                    ratio = (yn - y[max(k - lag, 0) + depth - 1][v]) / (steps - k)
+                    if ratio < worst:
+                        worst = ratio
+                if worst > period:
+                    period = worst
         # exact bounds of the period (the self edge (v, k−1) → (v, k)): clamp away floating-point rounding
         return max(period, max(dur)), steps
 
