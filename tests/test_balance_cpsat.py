@@ -401,3 +401,19 @@ def test_planted_96_samples_get_a_feasible_assignment():
     result = solve(instance, time_limit_s=3.0)
     assert result.ok and result.objective >= 4 * 8110
     assert not BalanceEvaluator(instance).violations(result.solution)
+
+
+def test_coarse_first_model_hints_the_fine_one_on_rounded_costs():
+    rng = random.Random(4)
+    tokens = [rng.randint(100, 3000) for _ in range(14)]
+    costs = [t * 1.37e9 + t * t * 2.1e5 for t in tokens]  # FLOP-sized, not integers: rounded model
+    instance = make_instance(tokens, costs, seq_len=8192, data_parallel_size=4)
+    plain_run = solve(instance, time_limit_s=4)
+    result = solve(instance, time_limit_s=4, coarse_share=0.3)
+    assert plain_run.info["exact_scaling"] is False
+    assert result.info["coarse"]["cp_status"] in ("OPTIMAL", "FEASIBLE")
+    assert result.ok and result.objective <= result.info["start_objective"]
+    assert result.bound <= result.objective * (1 + 1e-9)
+    for bad in (-0.1, 1.0, True, "half"):
+        with pytest.raises(ConfigError, match="coarse_share"):
+            solve(instance, coarse_share=bad)
