@@ -196,3 +196,24 @@ def test_proven_bound_is_below_the_anneal_plan():
     inst, exact = _ppo_exact()
     other = packplace.place(inst, "anneal", time_limit_s=60, e_max=1000)  # an evaluation budget: deterministic
     assert exact.bound <= other.objective
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_mirrored_plan_scores_the_same_and_starts_at_gpu_zero(data):
+    # two racks of two nodes of two GPUs: block sizes 1, 2, 4, 8 nest, every level of the cluster in play
+    inst, tables = _stale_ppo()
+    sizes = cpsat.nested_block_sizes(tables, inst.cluster)
+    assert sizes == [1, 2, 4, 8]
+    choice = [data.draw(st.sampled_from(opts)) for opts in tables.options]
+    staleness = {"actor": data.draw(st.sampled_from([0, 1, 2])), "critic": data.draw(st.sampled_from([0, 1]))}
+    mirrored = cpsat.first_block_at_origin(choice, tables, sizes)
+    assert mirrored[0].lo == 0
+    assert [o.cand for o in mirrored] == [o.cand for o in choice]
+    ev = get_evaluator(inst)
+    before = ev.step_time(cpsat._plan_of(choice, tables.names, staleness))
+    after = ev.step_time(cpsat._plan_of(mirrored, tables.names, staleness))
+    assert after == pytest.approx(before, rel=1e-12)
+    # which vertices share GPUs is unchanged
+    overlap = [[a.lo < b.hi and b.lo < a.hi for b in choice] for a in choice]
+    assert overlap == [[a.lo < b.hi and b.lo < a.hi for b in mirrored] for a in mirrored]

@@ -72,11 +72,17 @@ tables; rounding ``E = 2·V + 1`` µs, one-sided: the model's period of a plan i
 Dominance pruning is then always lossless (the period is monotone in every latency). The hint is the
 best baseline plan re-scored with each model's largest staleness.
 
-Hint and fallback: the better (evaluator step time) of the ``greedy`` and ``concurrent`` plans from the
-registry (``hint_solvers``; adding ``anneal`` helps on hard instances) is the hint (options, starts and
-ends of its integer schedule), the upper bound of the step variable, and the fallback when CP-SAT finds
-nothing better (e.g. when presolve eats a short time limit: on the 32-GPU PPO config CP-SAT needs about
-3 s before its first solution).
+Hint and fallback: the best (evaluator objective) of the ``greedy``, ``concurrent`` and ``anneal`` plans
+from the registry (``hint_solvers``; ``anneal`` gets ``HINT_BUDGET`` = 20% of the time limit) is the hint
+(options, starts and ends of its integer schedule), the upper bound of the objective variable, and the
+fallback when CP-SAT finds nothing better (e.g. when presolve eats a short time limit). With one worker
+CP-SAT rarely improves a hint on the 8-GPU PPO configs within minutes, so the annealed hint is what makes
+cpsat at least as good as a short ``anneal`` run there.
+
+Symmetry breaking: when the block sizes nest (each divides the next, node and rack included: every
+shipped cluster), the aligned blocks form a tree and swapping sibling subtrees is a symmetry of the cost
+and memory model; the first vertex's block is then fixed at GPU 0 (the hint is mirrored accordingly,
+:func:`first_block_at_origin`; if the mirrored hint scores differently, nothing is fixed).
 
 Time limit: ``time_limit_s`` bounds the whole call. The preparation — hint solvers, option tables, model
 building and hints — may use :data:`BUILD_TIME_SHARE` (half) of it: the build checks the clock per
@@ -102,8 +108,15 @@ model/evaluator discrepancy) the better of the hint and the CP-SAT plan is retur
 ``feasible`` and no proven bound, and the message says so.
 
 Determinism: ``random_seed = seed`` and ``num_workers = 1`` by default, so the search is the same for
-the same input and seed; a run stopped by the wall-clock limit returns the best plan found by then,
-which can depend on machine speed (an ``optimal`` answer does not, up to ties between equal optima).
+the same input, seed and hint; a run stopped by the wall-clock limit (CP-SAT's, or the hint's ``anneal``
+when it stops on its clock rather than its evaluation budget) returns the best plan found by then, which
+can depend on machine speed (an ``optimal`` answer does not, up to ties between equal optima). OR-Tools
+documents multi-worker search as deterministic only with the experimental ``interleave_search``
+(``sat_parameters.proto``: "The search is deterministic (independently of num_workers!)"). Measured at
+30 s on 2 shared cores (``benchmarks/placement_exact.py``), 1 vs 8 workers vs 8 interleaved: gap to the
+proven bound 9.30% / 7.62% / 8.96% (ppo-llama8b-2x8, period), 2.84% / 2.88% / 3.60% (OpenRLHF PPO on
+one A800 node), optimal in 7.0 / 7.1 / 7.3 s (grpo-qwen14b-2x8): no setting clearly ahead on a 2-core
+machine, so the reproducible single worker stays the default.
 """
 
 from __future__ import annotations
@@ -136,7 +149,7 @@ US_PER_S = 1_000_000
 #: Model memory unit: KiB (bytes // 1024 per term, capacity rounded up: a relaxation).
 MEMORY_UNIT = 1024
 #: Baselines tried for the hint, through the registry.
-HINT_SOLVERS = ("greedy", "concurrent")
+HINT_SOLVERS = ("greedy", "concurrent", "anneal")
 #: Share of ``time_limit_s`` the preparation (hint solvers, option tables, model building) may use; past it
 #: the build stops and the hint is returned (module docstring, "Time limit").
 BUILD_TIME_SHARE = 0.5
@@ -785,6 +798,45 @@ def _best_baseline(instance, seed: int, solvers: tuple[str, ...], budget_s: floa
     return best
 
 
+def nested_block_sizes(tables: ModelTables, cluster) -> list[int] | None:
+    """The block sizes of the options, a node, a rack and the cluster, ascending, when each divides the
+    next (then the aligned blocks form a tree: every block lies inside one block of each larger size);
+    None otherwise."""
+    sizes = sorted({o.hi - o.lo for opts in tables.options for o in opts} |
+                   {cluster.gpus_per_node, cluster.gpus_per_rack, cluster.num_gpus})
+    return sizes if all(b % a == 0 for a, b in zip(sizes, sizes[1:])) else None
+
+
+def first_block_at_origin(choice: list[Option], tables: ModelTables, sizes: list[int]) -> list[Option]:
+    """The same plan mirrored by a symmetry of the cluster so that the first vertex's block starts at GPU 0.
+
+    With nested block sizes the aligned blocks form a tree whose levels include the node and the rack;
+    swapping two sibling subtrees maps aligned blocks to aligned blocks, keeps every block's shape and
+    keeps which pairs of blocks share a node or a rack — all the cost and memory model sees (times
+    depend on the block shape, transfers and reallocations on the level two blocks span). Repeated from
+    the top of the tree down, the swaps bring the first vertex's block to GPU 0.
+    """
+    lo_of = [o.lo for o in choice]
+    first_size = choice[0].hi - choice[0].lo
+    for parent, child in reversed(list(zip(sizes[1:], sizes))):
+        if child < first_size:
+            break
+        here = lo_of[0] - lo_of[0] % child  # the child block holding the first vertex's block
+        left = here - here % parent  # the leftmost child of the same parent
+        if here == left:
+            continue
+        for v, o in enumerate(choice):
+            if o.hi - o.lo <= child:
+                if here <= lo_of[v] < here + child:
+                    lo_of[v] += left - here
+                elif left <= lo_of[v] < left + child:
+                    lo_of[v] += here - left
+    out = []
+    for v, o in enumerate(choice):
+        out.append(next(q for q in tables.options[v] if q.cand == o.cand and q.lo == lo_of[v]))
+    return out
+
+
 def _choice_of(tables: ModelTables, plan: Plan) -> list[Option]:
     """The option of every vertex of ``plan`` (must be in the tables)."""
     out = []
@@ -826,9 +878,9 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
         log_search: Print CP-SAT's search log.
         cp_parameters: Extra CP-SAT parameters by name (``SatParameters`` fields), applied after
             :data:`DEFAULT_CP_PARAMETERS`.
-        hint_solvers: Registered backends whose best synchronous plan is the hint (default ``greedy``
-            and ``concurrent``; adding ``anneal`` helps on hard instances, each budget-taking solver gets
-            ``HINT_BUDGET·time_limit_s``).
+        hint_solvers: Registered backends whose best plan (re-scored with each model's largest staleness
+            when the objective is the period, else with staleness 0) is the hint (default
+            :data:`HINT_SOLVERS`; each budget-taking solver gets ``HINT_BUDGET·time_limit_s``).
 
     Returns:
         A :class:`~packplace.result.Proposal` with the plan (and its staleness), status ``optimal``
@@ -906,6 +958,16 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
         tables = make_tables(instance, candidates, deadline)
         n_options = [len(o) for o in tables.options]
         hint_choice = _choice_of(tables, hint_plan)
+        sizes = nested_block_sizes(tables, instance.cluster)
+        if sizes is not None:  # symmetry breaking: the first vertex's block starts at GPU 0
+            mirrored = first_block_at_origin(hint_choice, tables, sizes)
+            mirrored_plan = _plan_of(mirrored, tables.names, most_stale)
+            if ev.step_time(mirrored_plan) == hint_time:
+                hint_choice, hint_plan = mirrored, mirrored_plan
+                tables.options[0] = [o for o in tables.options[0] if o.lo == 0]
+                n_options = [len(o) for o in tables.options]
+            else:
+                notes.append("no symmetry breaking (a mirrored plan scored differently)")
         if asynchronous:
             h_step, h_start = periodic.model_period(tables, instance, hint_choice, most_stale)
             h_end = [t + o.duration for t, o in zip(h_start, hint_choice)]

@@ -257,6 +257,11 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
         layout_of = loc.where(b, lambda o: o.layout)
         lv = loc.level_literals(same_node, same_rack)
         apart = same_block.Not() if tables.engine[k] else same_both.Not()
+        # redundant, unconditional: the largest staleness and the least synchronisation time (LP bound)
+        least = min([value for (kk, *_), value in tables.realloc_us.items() if kk == k] +
+                    [value for (kk, _), value in tables.colocated_us.items() if kk == k] +
+                    ([] if tables.engine[k] else [0]))
+        m.Add(start[b] + (1 + max(stale[vertex_model[a]])) * period >= end[a] + least)
         for t, chosen in stale[vertex_model[a]].items():
             m.Add(start[b] + (1 + t) * period >= end[a]).OnlyEnforceIf(chosen)
             for (kk, level, layout), r in sorted(tables.realloc_us.items()):
