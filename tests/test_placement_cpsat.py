@@ -192,8 +192,11 @@ def test_restricted_candidate_set_never_claims_optimal():
 
 def test_same_seed_same_plan_and_bad_parameters():
     inst = instance("ppo", memory_per_gpu=6e9, nodes_per_rack=2, gpus_per_node=2)
-    first = packplace.place(inst, "cpsat", time_limit_s=20, seed=3)
-    second = packplace.place(inst, "cpsat", time_limit_s=20, seed=3)
+    # the construction baselines as hints: a hint from anneal stopped by its clock on a loaded machine can
+    # differ run to run (documented); the CP-SAT search itself is what must repeat
+    quick = ("greedy", "concurrent")
+    first = packplace.place(inst, "cpsat", time_limit_s=20, seed=3, hint_solvers=quick)
+    second = packplace.place(inst, "cpsat", time_limit_s=20, seed=3, hint_solvers=quick)
     assert first.solution == second.solution and first.objective == second.objective
     for bad in ({"num_workers": 0}, {"max_gpus": "8"}, {"top_k": 0}, {"hint_solvers": ("nope",)},
                 {"cp_parameters": {"no_such_parameter": 1}}):
