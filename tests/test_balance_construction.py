@@ -7,6 +7,7 @@ import pytest
 import packplace
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import make_instance
+from packplace.harness.generators import planted_balance
 from packplace.solvers.balance import construction, lpt
 
 FAST_PATHS = ("lpt", "repair", "kk")
@@ -84,3 +85,17 @@ def test_full_bins_case_optimum_is_proven_by_cpsat():
     result = packplace.balance(inst, solver="cpsat", time_limit_s=60)
     assert result.status == "optimal"
     assert result.objective == 360_000.0
+
+
+def test_replicated_ranks_are_packed_by_their_common_multiplicity():
+    # Eight copies of one rank's two planted bins (8,110 tokens each of 8,192): first-, best- and
+    # worst-fit decreasing dead-end and bin completion over all 64 samples gives up, while the
+    # multiset divided by 8 packs into 2 bins, repeated 8 times.
+    planted = planted_balance(ranks=8, seq_len=8192, bins_per_rank=2, samples_per_rank=8, fill=0.99, seed=1,
+                              cost="flops", replicate=True)
+    inst = planted.instance
+    bins, how = construction.feasible_packing(inst, lpt.prepare(inst))
+    assert how == "bin completion on the sizes divided by their common multiplicity 8"
+    assert sorted(sum(int(inst.tokens[i]) for i in b) for b in bins) == [8110] * 16
+    result = packplace.balance(inst, solver="repair")
+    assert result.ok and result.objective == pytest.approx(planted.optimum, rel=1e-12)

@@ -20,6 +20,10 @@ Packing (bins are interchangeable here; the objective plays no part):
    interchangeable, so completions are enumerated over distinct sizes (no duplicates). The search
    stops after :data:`DEFAULT_MAX_NODES` completions or at the deadline.
 
+Where every token size occurs a multiple of g > 1 times and g divides K (data replicated across
+ranks), bin completion first packs the multiset divided by g into K/g bins and repeats that packing
+g times (half the node budget); only if that finds nothing does it search the whole multiset.
+
 A packing into at most K bins becomes one into exactly D·m non-empty bins by moving the smallest
 sample of a bin holding several into each empty bin (there are at least D·m samples; a move only
 lowers the source bin's usage).
@@ -35,6 +39,7 @@ import heapq
 import math
 import time
 from bisect import bisect_left, insort
+from collections import Counter
 
 import numpy as np
 
@@ -360,20 +365,42 @@ def feasible_packing(
     if instance.constraints.budgets:
         tried.append("bin completion not run (budgets)")
         return None, "; ".join(tried)
-    try:
-        sized = _bin_completion([tokens[i] for i in regular], capacity, count, max_nodes, deadline)
-    except _OutOfBudget as out:
-        tried.append(f"bin completion gave up ({out})")
-        return None, "; ".join(tried)
+    sizes = [tokens[i] for i in regular]
+    how = "bin completion"
+    sized = None
+    multiplicity = math.gcd(count, *Counter(sizes).values()) if sizes else 1
+    if multiplicity > 1:
+        # Every size occurs a multiple of g times and g divides the bin count: a packing of the
+        # multiset divided by g into count/g bins, repeated g times, packs everything.
+        reduced = [size for size, times in Counter(sizes).items() for _ in range(times // multiplicity)]
+        try:
+            part = _bin_completion(sorted(reduced, reverse=True), capacity, count // multiplicity, max_nodes // 2,
+                                   deadline)
+        except _OutOfBudget as out:
+            part = None
+            if str(out) == "deadline":
+                tried.append("bin completion stopped at the time limit")
+                return None, "; ".join(tried)
+        if part is not None:
+            sized = part * multiplicity
+            how = f"bin completion on the sizes divided by their common multiplicity {multiplicity}"
+        else:
+            tried.append(f"bin completion on the sizes divided by their common multiplicity {multiplicity} found none")
     if sized is None:
-        tried.append("bin completion proved that no packing exists")
-        return None, "; ".join(tried)
+        try:
+            sized = _bin_completion(sizes, capacity, count, max_nodes, deadline)
+        except _OutOfBudget as out:
+            tried.append(f"bin completion gave up ({out})")
+            return None, "; ".join(tried)
+        if sized is None:
+            tried.append("bin completion proved that no packing exists")
+            return None, "; ".join(tried)
     by_size: dict[int, list[int]] = {}
     for i in reversed(regular):
         by_size.setdefault(tokens[i], []).append(i)
     bins = [[by_size[s].pop() for s in sizes] for sizes in sized]
     bins.extend([] for _ in range(count - len(bins)))
-    return _finish(bins, oversized, tokens), "bin completion"
+    return _finish(bins, oversized, tokens), how
 
 
 def _finish(bins: list[list[int]], oversized: list[int], tokens: list[int]) -> list[list[int]]:
