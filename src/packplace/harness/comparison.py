@@ -49,6 +49,7 @@ import math
 import multiprocessing
 import os
 import pickle
+import signal
 import statistics
 import time
 import traceback
@@ -427,7 +428,7 @@ def _run_pool(specs: Sequence[InstanceSpec], workers: int, finished: Callable[[d
     exception propagates: no worker outlives the command."""
     problem, names, limit, run_seed = args
     broken: list[InstanceSpec] = []
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context())
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context(), initializer=_quiet_worker_signals)
     try:
         futures = {pool.submit(run_instance, problem, spec, names, limit, run_seed, **kwargs): spec for spec in specs}
         for future in as_completed(futures):
@@ -506,6 +507,17 @@ def _run_ray(specs: Sequence[InstanceSpec], workers: int, finished: Callable[[di
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _quiet_worker_signals() -> None:
+    """In a pool worker: the parent alone handles SIGINT/SIGTERM. A forked worker inherits the command's
+    handlers, which would raise :class:`packplace.interrupt.Interrupted` wherever the worker is — also while
+    it waits for work, where multiprocessing prints a traceback. So Ctrl-C (sent to the whole foreground
+    process group) is ignored here, and the parent's ``terminate()`` (SIGTERM) ends the worker at once."""
+    with contextlib.suppress(ValueError):
+        signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _terminate(pool: ProcessPoolExecutor) -> None:
