@@ -76,12 +76,10 @@ def balance_row(solver: str, samples: int, ranks: int, limit: float, seed: int) 
 
 def placement_row(solver: str, racks: int, nodes: int, limit: float, seed: int) -> dict:
     """One placement solver on the 70B PPO config scaled to racks × nodes × 8 GPUs."""
-    import yaml
-
     import packplace
-    from packplace.placement.config import build_instance
+    from packplace.placement.config import build_instance, load_yaml
 
-    config = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
+    config = load_yaml(CONFIG)
     config["hardware"].update(racks=racks, nodes_per_rack=nodes)
     started = time.perf_counter()
     instance = build_instance(config)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from packplace.errors import ConfigError
 from packplace.placement.config import PlacementInstance
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.result import SolveResult, solve_with
+from packplace.result import SolveResult, check_limits, solve_with
 
 DEFAULT_SOLVER = "concurrent"
 
@@ -26,7 +27,8 @@ def solve_placement(
         instance: A validated instance (:func:`packplace.placement.config.load_config` /
             :func:`~packplace.placement.config.build_instance`).
         solver: A name from ``packplace.solvers.available("placement")`` (``greedy``, ``concurrent``, ...).
-        time_limit_s: Wall-clock budget in seconds (None: the backend's default).
+        time_limit_s: Wall-clock budget in seconds for the whole call (None: the backend's default):
+            building the candidate table counts against it, the backend gets the rest.
         seed: Seed for any randomness; same instance and seed give the same plan.
         **params: Backend options.
 
@@ -45,8 +47,15 @@ def solve_placement(
     """
     if not isinstance(instance, PlacementInstance):
         raise ConfigError(f"instance: expected a PlacementInstance, got {type(instance).__name__}")
+    check_limits(time_limit_s, seed)
+    started = time.perf_counter()
     get_table(instance).check()
-    return solve_with(
+    # time_limit_s covers the whole call: the candidate table (seconds on a cluster of 16,384 GPUs)
+    # counts against it, and the backend gets what is left (at least 1 ms)
+    remaining = None if time_limit_s is None else max(1e-3, time_limit_s - (time.perf_counter() - started))
+    result = solve_with(
         problem="placement", instance=instance, solver=solver, evaluator=get_evaluator(instance),
-        time_limit_s=time_limit_s, seed=seed, params=params,
+        time_limit_s=remaining, seed=seed, params=params,
     )
+    result.params["time_limit_s"] = time_limit_s
+    return result
