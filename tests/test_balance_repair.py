@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 import packplace
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import make_instance
+from packplace.errors import InfeasibleError
 from packplace.harness.generators import planted_balance
 from packplace.solvers.balance import lpt
 from packplace.solvers.balance.repair import repair_ranks
@@ -68,12 +69,17 @@ def test_exchanges_of_two_samples_between_full_bins():
     power=st.sampled_from([1.0, 1.5, 2.0]),
     objective=st.sampled_from(["makespan", "balance", "rounds"]),
     seq_len=st.integers(60, 160),
+    equal_count=st.booleans(),
 )
-def test_repair_is_never_worse_than_lpt_or_kk(tokens, ranks, per_rank, power, objective, seq_len):
+def test_repair_is_never_worse_than_lpt_or_kk(tokens, ranks, per_rank, power, objective, seq_len, equal_count):
     assume(len(tokens) >= ranks * per_rank and sum(tokens) <= ranks * per_rank * seq_len)
     group = ranks if objective != "rounds" or ranks % 2 else 2
-    inst = make_instance(tokens, [float(t) ** power for t in tokens], seq_len=seq_len, data_parallel_size=ranks,
-                         local_batch_size=per_rank, objective=objective, group_size=group)
+    try:
+        inst = make_instance(tokens, [float(t) ** power for t in tokens], seq_len=seq_len, data_parallel_size=ranks,
+                             local_batch_size=per_rank, objective=objective, group_size=group,
+                             equal_count=equal_count)
+    except InfeasibleError:
+        assume(False)
     repaired = packplace.balance(inst, solver="repair")
     for other in ("lpt", "kk"):
         result = packplace.balance(inst, solver=other)

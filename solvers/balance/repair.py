@@ -67,7 +67,7 @@ from bisect import bisect_left
 
 import numpy as np
 
-from packplace.balance.evaluator import objective_value
+from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
@@ -836,6 +836,26 @@ def _kk_start(instance: BalanceInstance, prepared: PreparedSamples, deadline: fl
     return [[where[key] for key in b] for b in proposal.solution]
 
 
+def _better_of_kk(instance: BalanceInstance, proposal: Proposal, deadline: float | None) -> Proposal:
+    """``proposal`` (the rule-keeping repair), or ``karmarkar_karp``'s answer where that is feasible and
+    scores a strictly lower objective (n·D ≤ :data:`KK_START_MAX_WORK` only)."""
+    from packplace.solvers.balance import karmarkar_karp
+
+    if len(instance.samples) * instance.data_parallel_size > KK_START_MAX_WORK:
+        return proposal
+    left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+    other = karmarkar_karp.solve(instance, time_limit_s=left)
+    if other.solution is None:
+        return proposal
+    evaluator = BalanceEvaluator(instance)
+    if evaluator.violations(other.solution):
+        return proposal
+    if proposal.solution is not None and evaluator.objective(other.solution) >= evaluator.objective(proposal.solution):
+        return proposal
+    return Proposal(other.solution, FEASIBLE, iterations=proposal.iterations, hit_time_limit=proposal.hit_time_limit,
+                    message=f"karmarkar_karp's answer (better than the rule-keeping repair: {proposal.message})")
+
+
 def _evaluator_loads(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]]) -> np.ndarray:
     """Rank loads of bins of sample indices, summed exactly as :meth:`BalanceEvaluator.bin_arrays` sums
     them (``bincount`` over the samples in input order, then padding per bin, then per rank), so the
@@ -897,7 +917,9 @@ def solve(
     if instance.has_rank_rules:  # equal_count, max_samples_per_bin, groups: rule-keeping local search
         from packplace.solvers.balance.constrained import repair_proposal
 
-        return repair_proposal(instance, time_limit_s)
+        deadline = remaining_seconds(time_limit_s)
+        proposal = repair_proposal(instance, time_limit_s)
+        return _better_of_kk(instance, proposal, deadline)
     prepared = prepare(instance)
     deadline = remaining_seconds(time_limit_s)
     messages = []
