@@ -23,7 +23,9 @@ Pairs are tried in decreasing load difference (then by bin indices). For ``makes
 padding, pairs whose half total is at or above the maximum are skipped without being counted. After
 an accepted repair the candidates are recomputed; a pair is not retried until one of its bins
 changes. The search stops when no candidate is accepted, after ``max_repair_pairs`` pair checks
-(default max(64, 2·D); ``iterations`` in the result), or at ``time_limit_s``.
+(default max(64, 2·D); ``iterations`` in the result), at ``time_limit_s``, or (``makespan`` without
+padding) once the maximum meets the evaluator's analytic bound, rounded up when all costs are
+integers (both searches).
 
 Re-splitting a pair. The pair's samples are taken in LPT order (cost desc, tokens desc, key); each
 goes to the side minimising (objective after placing, larger of the two loads, remaining tokens of
@@ -140,6 +142,7 @@ def repair_pairs(
     bins: list[list[int]],
     max_pairs: int,
     deadline: float | None = None,
+    target: float | None = None,
 ) -> tuple[list[list[int]], int, int, bool]:
     """Bounded pair repair of a one-bin-per-rank assignment (bins of sample indices).
 
@@ -167,7 +170,7 @@ def repair_pairs(
     accepted = 0
     prune_makespan = name == "makespan" and pad is None
 
-    while budget.open() and ranks >= 2:
+    while budget.open() and ranks >= 2 and (target is None or score > target):
         order = sorted(range(ranks), key=lambda b: (-loads[b], b))
         pairs = set()
         for leader, partner in _leader_partners(order, name, group):
@@ -455,8 +458,9 @@ def _polish(
 
 #: Candidate exchanges of one rank pair whose instance objective is evaluated (best by spread first).
 RANK_CANDIDATES = 8
-#: Same-bin sample pairs are exchange units only in bins holding at most this many samples.
-PAIR_UNIT_MAX_BIN = 24
+#: Same-bin sample pairs are exchange units only in bins holding at most this many samples (few
+#: samples per bin is where single samples cannot move; above, pairs cost more than they find).
+PAIR_UNIT_MAX_BIN = 12
 #: Rank pairs with at most this many (heavy unit × light unit) combinations try all of them; larger
 #: ones try, for each heavy unit, the light units nearest in cost to its ideal partner.
 FULL_EXCHANGE_MATRIX = 65_536
@@ -580,6 +584,7 @@ def repair_ranks(
     bins: list[list[int]],
     max_pairs: int,
     deadline: float | None = None,
+    target: float | None = None,
 ) -> tuple[list[list[int]], int, int, bool]:
     """Bounded rank-level local search (bins of sample indices, rank-major; any m, budgets allowed).
 
@@ -780,7 +785,7 @@ def repair_ranks(
         return value, trial, dict(zip(rank_bins[0] + rank_bins[1], new_bins))
 
 
-    while budget.open() and ranks >= 2:
+    while budget.open() and ranks >= 2 and (target is None or score > target):
         order = sorted(range(ranks), key=lambda r: (-loads[r], r))
         pairs = set()
         for leader, partner in _leader_partners(order, name, group):
@@ -854,6 +859,18 @@ def _better_of_kk(instance: BalanceInstance, proposal: Proposal, deadline: float
         return proposal
     return Proposal(other.solution, FEASIBLE, iterations=proposal.iterations, hit_time_limit=proposal.hit_time_limit,
                     message=f"karmarkar_karp's answer (better than the rule-keeping repair: {proposal.message})")
+
+
+def _target(instance: BalanceInstance, prepared: PreparedSamples) -> float | None:
+    """A makespan no answer can beat, at which the repair stops: the evaluator's analytic bound, rounded
+    up when every cost is an integer (then so is every load); None for other objectives or padding."""
+    if instance.objective != "makespan" or instance.padding_cost is not None:
+        return None
+    bound = BalanceEvaluator(instance).lower_bound()
+    costs = prepared.costs
+    if np.all(costs == np.round(costs)) and float(np.abs(costs).sum()) < 2.0 ** 52:
+        bound = float(math.ceil(bound - 1e-9 * max(1.0, abs(bound))))
+    return bound
 
 
 def _evaluator_loads(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]]) -> np.ndarray:
@@ -944,7 +961,8 @@ def solve(
         bin_pairs = instance.local_batch_size == 1 and not instance.constraints.budgets
         repair = repair_pairs if bin_pairs else repair_ranks
         start_bins = bins
-        bins, iterations, accepted, hit_time_limit = repair(instance, prepared, bins, max_repair_pairs, deadline)
+        bins, iterations, accepted, hit_time_limit = repair(instance, prepared, bins, max_repair_pairs, deadline,
+                                                            _target(instance, prepared))
         if accepted:
             # Guard against float rounding: the evaluator's own number (same sums) must not get worse.
             if _rank_key(instance, prepared, bins)[0] > _rank_key(instance, prepared, start_bins)[0]:
