@@ -1,8 +1,9 @@
 """Measure ``lns`` (and ``cpsat``) against known optima on planted instances, and ``lns`` at scale.
 
-Planted instances: D·m bins of exactly round(fill·seq_len) tokens, each cut into pieces at random
-points (cost = tokens), shuffled; the planted packing puts m·round(fill·seq_len) tokens on every rank,
-which equals the mean load, so the optimum makespan is that lower bound.
+Planted instances (``packplace.harness.generators.planted_balance``, cost = tokens): D·m bins of
+exactly floor(fill·seq_len) tokens cut into pieces, shuffled; every planted rank carries the mean
+load, so the optimum makespan is the lower bound. ``benchmarks/tight_suite.py`` runs every solver on
+the suite of such instances; this script gives the lns/cpsat-specific measurements.
 
 Run (each section prints one line per instance and a summary):
 
@@ -25,24 +26,14 @@ import numpy as np
 
 import packplace
 from packplace.balance.schema import make_instance
+from packplace.harness.generators import planted_balance
 
 
 def planted(ranks: int, per_rank: int, samples_per_rank: int, fill: float, seq_len: int = 8192, seed: int = 0):
-    """(instance, optimum): bins of round(fill·seq_len) tokens cut into samples_per_rank pieces per rank."""
-    rng = np.random.default_rng(seed)
-    target = round(fill * seq_len)
-    tokens: list[int] = []
-    for _ in range(ranks):
-        pieces = np.ones(per_rank, dtype=int)
-        for _ in range(samples_per_rank - per_rank):
-            pieces[rng.integers(per_rank)] += 1
-        for count in pieces:
-            cuts = np.sort(rng.choice(np.arange(1, target), size=count - 1, replace=False))
-            tokens.extend(np.diff(np.concatenate([[0], cuts, [target]])).tolist())
-    name = f"planted-D{ranks}-m{per_rank}-k{samples_per_rank}-s{seed}"
-    instance = make_instance(rng.permutation(tokens), seq_len=seq_len, data_parallel_size=ranks,
-                             local_batch_size=per_rank, name=name)
-    return instance, per_rank * target
+    """(instance, optimum) of the ``planted`` generator with cost = tokens (its optimum is its bound)."""
+    made = planted_balance(ranks=ranks, seq_len=seq_len, bins_per_rank=per_rank, samples_per_rank=samples_per_rank,
+                           fill=fill, seed=seed)
+    return made.instance, made.optimum
 
 
 def _run(instance, solver: str, time_limit_s: float, **params):

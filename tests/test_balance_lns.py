@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 
 import packplace
@@ -12,29 +11,15 @@ import packplace.solvers.balance.lns as lns_module
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import make_instance
 from packplace.errors import ConfigError
-from packplace.harness.generators import generate_balance
+from packplace.harness.generators import generate_balance, planted_balance
 from packplace.solvers import available
 
 
 def planted(ranks: int, per_rank: int, samples_per_rank: int, fill: float, seq_len: int, seed: int):
-    """Bins of exactly round(fill·seq_len) tokens cut into pieces at random points (cost = tokens).
-
-    Every rank of the planted packing carries per_rank·round(fill·seq_len) tokens, which is also the
-    mean load: the optimum makespan equals that lower bound. Returns (instance, optimum).
-    """
-    rng = np.random.default_rng(seed)
-    target = round(fill * seq_len)
-    tokens: list[int] = []
-    for _ in range(ranks):
-        pieces = np.ones(per_rank, dtype=int)
-        for _ in range(samples_per_rank - per_rank):
-            pieces[rng.integers(per_rank)] += 1
-        for count in pieces:
-            cuts = np.sort(rng.choice(np.arange(1, target), size=count - 1, replace=False))
-            tokens.extend(np.diff(np.concatenate([[0], cuts, [target]])).tolist())
-    instance = make_instance(rng.permutation(tokens), seq_len=seq_len, data_parallel_size=ranks,
-                             local_batch_size=per_rank)
-    return instance, per_rank * target
+    """(instance, optimum) of the ``planted`` generator with cost = tokens (the optimum is its bound)."""
+    made = planted_balance(ranks=ranks, seq_len=seq_len, bins_per_rank=per_rank, samples_per_rank=samples_per_rank,
+                           fill=fill, seed=seed)
+    return made.instance, made.optimum
 
 
 def test_registered_and_reachable_by_name():
@@ -45,7 +30,7 @@ def test_registered_and_reachable_by_name():
     assert result.objective == 15 and result.status == "optimal" and result.bound == 15
 
 
-@pytest.mark.parametrize("seed", [0, 3, 4, 6])  # seeds on which repair stops above the optimum
+@pytest.mark.parametrize("seed", [0, 5, 10, 13])  # seeds on which repair stops above the optimum
 def test_planted_optimum_reached_where_repair_stops_above_it(seed):
     instance, optimum = planted(6, 2, 8, 0.99, seq_len=1000, seed=seed)
     assert optimum == 1980
