@@ -937,12 +937,16 @@ def solve(
         deadline = remaining_seconds(time_limit_s)
         proposal = repair_proposal(instance, time_limit_s)
         return _better_of_kk(instance, proposal, deadline)
+    deadline = remaining_seconds(time_limit_s)  # before prepare: the sort counts against the limit too
     prepared = prepare(instance)
-    deadline = remaining_seconds(time_limit_s)
     messages = []
     try:
         bins = lpt_bins(instance, prepared, deadline)
     except DeadEnd as dead_end:
+        if deadline is not None and time.perf_counter() > deadline and instance.reference_bins is not None:
+            return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=True,
+                            message=f"lpt dead end ({dead_end}); fell back to the reference grouping; no time left "
+                                    "to repair it")
         bins, message, _ = after_dead_end(instance, prepared, str(dead_end), deadline, "lpt")
         timed_out = deadline is not None and time.perf_counter() > deadline
         if bins is None:
