@@ -24,6 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
 SMALL_SHIPPED = [p for p in SHIPPED if load_config(p).num_gpus <= 32]
 TINY_SHIPPED = [p for p in SHIPPED if load_config(p).num_gpus <= 16]
+PUBLISHED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "published", "*.yaml")))
 
 HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=4, flops_per_gpu=1e14, memory_per_gpu=80e9,
           memory_bandwidth=2e12, alpha_coll_g=1e-6, beta_coll_g=3e-12, alpha_coll_n=5e-6, beta_coll_n=2e-11,
@@ -230,7 +231,8 @@ def test_cli_place_with_cpsat(capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", TINY_SHIPPED, ids=os.path.basename)
+@pytest.mark.parametrize("path", TINY_SHIPPED + [p for p in PUBLISHED if load_config(p).num_gpus <= 16],
+                         ids=os.path.basename)
 def test_shipped_configs_up_to_16_gpus_reach_optimal_within_120s(path):
     inst = load_config(path)
     result = packplace.place(inst, "cpsat", time_limit_s=120)
@@ -238,6 +240,8 @@ def test_shipped_configs_up_to_16_gpus_reach_optimal_within_120s(path):
     assert proven_optimal(result), result.message
     for other in ("greedy", "concurrent"):
         assert result.objective <= packplace.place(inst, other).objective + 1e-12
+    anneal = packplace.place(inst, "anneal", time_limit_s=30)
+    assert result.bound <= anneal.objective <= result.objective * 1.02
 
 
 @pytest.mark.slow
@@ -247,7 +251,7 @@ def test_32_gpu_shipped_config_reports_a_proven_bound_and_gap(path):
     result = packplace.place(inst, "cpsat", time_limit_s=120)
     assert result.ok and not result.info.get("discrepancy"), result.message
     assert 0 < result.bound <= result.objective
-    if result.status != "optimal":
+    if result.info["cp_status"] != "OPTIMAL":
         assert result.info["gap"] == pytest.approx((result.objective - result.bound) / result.objective, abs=1e-9)
         assert f"gap {result.info['gap']:.2%}" in result.message
     assert result.objective <= packplace.place(inst, "concurrent").objective + 1e-12
