@@ -110,6 +110,7 @@ class BalanceEvaluator:
         self.tokens = instance.tokens
         self.costs = instance.costs
         self._key_rank: np.ndarray | None = None  # input_order_key_rank(keys), built on first use
+        self._by_rank = np.zeros(0, dtype=np.int64)  # its inverse: the input position of each key rank
         # keys 0..n-1 (make_instance's default): a key is its own position, no dictionary needed
         self._identity_keys = self.keys == list(range(len(self.keys)))
         # the last bins flattened and their (members, bin_of): score() reads the same bins twice
@@ -157,9 +158,15 @@ class BalanceEvaluator:
         if flat is None:
             return assignment.canonical()
         members, bin_of = flat
+        n = len(self.keys)
         if self._key_rank is None:
             self._key_rank = input_order_key_rank(self.keys)
-        ordered = members[np.lexsort((self._key_rank[members], bin_of))]
+            self._by_rank = np.empty(n, dtype=np.int64)
+            self._by_rank[self._key_rank] = np.arange(n)
+        if len(assignment.bins) * n < 2**62:  # one sort of (bin, key rank) packed in an int64
+            ordered = self._by_rank[np.sort(bin_of * n + self._key_rank[members]) % n]
+        else:
+            ordered = members[np.lexsort((self._key_rank[members], bin_of))]
         keys = self.keys
         flat_keys = ordered.tolist() if self._identity_keys else [keys[i] for i in ordered.tolist()]
         ends = np.cumsum(np.fromiter(map(len, assignment.bins), dtype=np.int64, count=len(assignment.bins)))
