@@ -1,9 +1,11 @@
 """Do the solvers honour ``time_limit_s`` at size? Wall time of whole library calls against the rule.
 
 A plain script (no pytest). The rule: every solver returns within ``1.1·limit + 0.5`` seconds of
-wall time, counted from the call that starts the work to the result in hand, up to 1M samples ×
-4,096 ranks (balance) and 16,384 GPUs (placement). Each row runs in a fresh child process (one at a
-time, so that one solver's memory does not slow the next) and prints, in seconds:
+wall time, counted from the library call (``packplace.balance``/``packplace.place``) to its result
+written as JSON, up to 1M samples × 4,096 ranks (balance) and 16,384 GPUs (placement). Building the
+instance comes before the call and has no time limit; it is shown (``build``) and added in ``total``.
+Each row runs in a fresh child process (one at a time, so that one solver's memory does not slow the
+next) and prints, in seconds:
 
 * balance — ``build``: :func:`~packplace.balance.schema.make_instance` from numpy columns with
   ``reference_bins="auto"`` (the CLI's default reference), ``solve``: ``packplace.balance(...)``
@@ -12,7 +14,8 @@ time, so that one solver's memory does not slow the next) and prints, in seconds
 * placement — ``build``: the config loaded into an instance, ``solve``: ``packplace.place(...)``,
   ``json`` and ``total`` as above.
 
-``ok`` when ``total <= 1.1·limit + 0.5``, ``OVER`` otherwise; the exit code is 1 when any row is over.
+``ok`` when ``solve + json <= 1.1·limit + 0.5``, ``OVER`` otherwise; the exit code is 1 when any row is
+over.
 
 The balance batch: n samples with lognormal token lengths (median 1024, σ 1, clipped to
 ``seq_len`` 32,768), costs ``t + t²/4096`` (linear layers plus causal attention, token units),
@@ -133,7 +136,7 @@ def main() -> int:
             row = queue.get()
             process.join()
             row.update(problem=problem, solver=solver, limit=args.time_limit, allowed=allowed)
-            row["ok"] = "total" in row and row["total"] <= allowed
+            row["ok"] = "total" in row and row["solve"] + row["json"] <= allowed
             over |= not row["ok"]
             if args.json:
                 print(json.dumps(row), flush=True)
