@@ -79,7 +79,7 @@ def test_tiny_dpo_matches_brute_force_over_every_candidate_and_origin():
     result = packplace.place(inst, "cpsat", time_limit_s=10)
     assert proven_optimal(result), result.message
     assert brute - 1e-12 <= result.objective <= brute + result.info["rounding_s"]
-    assert 0 <= result.objective - result.bound <= result.info["rounding_s"]  # proof up to the µs rounding
+    assert 0 <= result.objective - result.bound <= result.info["rounding_s"]  # proof up to the ticks rounding
     assert claim_holds(result)
     for baseline in ("greedy", "concurrent"):
         assert packplace.place(inst, baseline).objective > brute * 1.01  # the baselines miss it (by 2.7%)
@@ -136,8 +136,8 @@ def test_model_value_equals_evaluator_on_sampled_plans(data):
     assert status == cp_model.OPTIMAL
     start, _, value = cpsat.model_schedule(tables, inst, choice)
     assert int(solver.ObjectiveValue()) == value
-    # within E µs either way (a later consumer's rounded-up start can shorten its reallocation term)
-    assert abs(value / 1e6 - evaluated) <= tables.rounding_us / 1e6 + 1e-9
+    # within E ticks either way (a later consumer's rounded-up start can shorten its reallocation term)
+    assert abs(value / cpsat.TICKS_PER_S - evaluated) <= tables.rounding_ticks / cpsat.TICKS_PER_S + 1e-9
     # up to the critic's reallocation consumer, starts are tight: critic.infer cannot start later than the
     # evaluator starts it (a later start would shorten its reallocation term end[critic.train] + r − start)
     consumer = tables.names.index("critic.infer")

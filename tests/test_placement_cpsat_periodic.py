@@ -45,7 +45,7 @@ def test_periodic_optimum_equals_brute_force_over_every_plan_and_staleness():
     assert proven_optimal(result), result.message
     assert result.info["objective_kind"] == "period"
     rounding = result.info["rounding_s"]
-    assert rounding == (2 * 4 + 1) / 1e6  # E = 2·V + 1 µs
+    assert rounding == (2 * 4 + 1) / cpsat.TICKS_PER_S  # E = 2·V + 1 ticks
     assert brute - 1e-12 <= result.objective <= brute + rounding
     assert result.bound <= brute <= result.bound + rounding
     # the evaluator's period of cpsat's plan equals the model's P up to the documented rounding
@@ -113,16 +113,17 @@ def test_model_period_is_the_maximum_cycle_mean_on_sampled_plans(data):
     assert int(solver.ObjectiveValue()) == value
     assert value == math.ceil(max_cycle_mean(len(choice), periodic.cycle_edges(tables, inst, choice, staleness)))
     assert start[0] == 0
-    # the evaluator's period equals the model's P up to the documented rounding E = 2·V + 1 µs
-    assert evaluated * 1e6 - 1e-3 <= value < evaluated * 1e6 + periodic.rounding_us(tables)
+    # the evaluator's period equals the model's P up to the documented rounding E = 2·V + 1 ticks
+    ticks = evaluated * cpsat.TICKS_PER_S
+    assert ticks - 1e-3 <= value < ticks + periodic.rounding_ticks(tables)
 
 
 def _two_step_cycle_plan():
     """A PPO plan whose critical cycle (generate → reference → actor train → next-but-one generate) spans
-    two steps: period (314074 + 92665 + 656024) / 2 = 531381.5 µs on the model's tables."""
+    two steps: period (31407235 + 9266398 + 65602347) / 2 = 53137990 ticks on the model's tables."""
     inst, tables = _stale_ppo()
-    where = {"actor.generate": (0, 4, 313908), "reference.infer": (6, 7, 92653), "reward.infer": (4, 6, 44644),
-             "critic.infer": (0, 4, 17669), "actor.train": (4, 6, 176565), "critic.train": (6, 8, 138160)}
+    where = {"actor.generate": (0, 4, 31390706), "reference.infer": (6, 7, 9265242), "reward.infer": (4, 6, 4464311),
+             "critic.infer": (0, 4, 1766834), "actor.train": (4, 6, 17656474), "critic.train": (6, 8, 13815942)}
     choice = [next(o for o in tables.options[v] if (o.lo, o.hi, o.duration) == where[name])
               for v, name in enumerate(tables.names)]
     return inst, tables, choice, {"actor": 1, "critic": 1}
@@ -131,14 +132,14 @@ def _two_step_cycle_plan():
 def test_model_period_of_a_two_step_cycle():
     inst, tables, choice, staleness = _two_step_cycle_plan()
     edges = periodic.cycle_edges(tables, inst, choice, staleness)
-    assert max_cycle_mean(len(choice), edges) == Fraction(314074 + 92665 + 656024, 2)
-    assert periodic.model_period(tables, inst, choice, staleness)[0] == 531382
+    assert max_cycle_mean(len(choice), edges) == Fraction(31407235 + 9266398 + 65602347, 2)
+    assert periodic.model_period(tables, inst, choice, staleness)[0] == 53137990
 
 
 def test_evaluator_period_of_a_two_step_cycle():
     inst, tables, choice, staleness = _two_step_cycle_plan()
     evaluated = get_evaluator(inst).step_time(cpsat._plan_of(choice, tables.names, staleness))
-    assert evaluated == pytest.approx(0.5313815, abs=13e-6)
+    assert evaluated == pytest.approx(0.5313799, abs=13 / cpsat.TICKS_PER_S)
 
 
 def test_model_period_of_a_plan_on_one_block_is_its_total_time():

@@ -39,7 +39,7 @@ def test_cpsat_optimal_beats_every_path_and_anneal_is_within_two_percent(algorit
     exact = packplace.place(inst, "cpsat", time_limit_s=60)
     # proven: optimal, or within the microsecond rounding when that is looser than the 1e-6 tolerance
     assert exact.status == "optimal" or "optimal claim withdrawn" in exact.message, exact.message
-    assert exact.objective - exact.bound <= exact.info["rounding_s"]  # proven up to the µs rounding
+    assert exact.objective - exact.bound <= exact.info["rounding_s"]  # proven up to the ticks rounding
     others = {name: packplace.place(inst, name, time_limit_s=20, seed=0) for name in ("greedy", "concurrent", "anneal")}
     for name, result in others.items():
         assert result.ok, (name, result.message)

@@ -36,7 +36,7 @@ Model (:func:`build_model`; vertices in the step graph's topological order ``0..
 
 Integer time (rounding): durations, transfers and reallocations are integer microseconds rounded
 **up**, so the model's value of any plan exceeds the evaluator's by at most one microsecond per rounded
-term on the longest chain: ``E = 2·V`` µs (V durations, V−1 transfers, one reallocation). It can also
+term on the longest chain: ``E = 2·V`` ticks (V durations, V−1 transfers, one reallocation). It can also
 fall short of it by less than ``E`` when a publication term ``end[trainer] + realloc − start[consumer]``
 binds for a later consumer, whose rounded-up start shortens the term. Hence the proven bound in seconds
 is ``(CP-SAT bound − E)/10⁶`` and ``optimality_tolerance = E / (CP-SAT bound − E)``; ``rounding_s = E/10⁶``
@@ -68,7 +68,7 @@ grows with the number of aligned origins, so model building alone can take secon
 Staleness (the asynchronous objective). If ``staleness_candidates`` allow staleness ≥ 1 for a model
 with a publication edge, the objective is the evaluator's period and the model is the periodic one of
 :mod:`packplace.solvers.placement.periodic` (same options, memory rows, data edges and reallocation
-tables; rounding ``E = 2·V + 1`` µs, one-sided: the model's period of a plan is at least the evaluator's).
+tables; rounding ``E = 2·V + 1`` ticks, one-sided: the model's period of a plan is at least the evaluator's).
 Dominance pruning is then always lossless (the period is monotone in every latency). The hint is the
 best baseline plan re-scored with each model's largest staleness.
 
@@ -94,7 +94,7 @@ within about ``time_limit_s`` plus the time of one clock-check interval and CP-S
 (measured: ``time_limit_s=1`` on the 1,024-GPU PPO-70B cluster returns in 0.6 s).
 
 Progress: a solve that lasts longer than ``optimizer.progress_s`` (default 3 s) prints a line to stderr
-every ``progress_s`` seconds with the best step time so far (model value, µs → s) and CP-SAT's bound
+every ``progress_s`` seconds with the best step time so far (model value, ticks → s) and CP-SAT's bound
 (minus the rounding ``E``); shorter runs print nothing (:class:`_ProgressReporter`).
 
 CP-SAT parameters: :data:`DEFAULT_CP_PARAMETERS` (presolve probing off: a first solution within a few
@@ -144,8 +144,11 @@ from packplace.solvers.registry import available, get, register
 DEFAULT_TIME_LIMIT_S = 60.0
 #: Largest cluster (GPUs) solved over the full (dominance-pruned) candidate set by default.
 MAX_EXACT_GPUS = 32
-#: Model time unit: integer microseconds.
-US_PER_S = 1_000_000
+#: Model time unit: integer ticks of 10 ns. The rounding ``E = 2·V + 1`` ticks (0.13 µs for six tasks) then stays
+#: below the front-end's relative optimality tolerance (``packplace.result.OPTIMALITY_RTOL``, 10^-6) for every
+#: step longer than about 0.2 s, so a proof of CP-SAT is an ``optimal`` result (with 1 µs ticks it was not, on
+#: 2.7 s and 7.6 s steps); measured: the same CP-SAT times to optimal on the 13 shipped instances up to 32 GPUs.
+TICKS_PER_S = 100_000_000
 #: Model memory unit: KiB (bytes // 1024 per term, capacity rounded up: a relaxation).
 MEMORY_UNIT = 1024
 #: Baselines tried for the hint, through the registry.
@@ -181,9 +184,9 @@ def _clock(deadline: float | None):
     return check
 
 
-def to_us(seconds: float) -> int:
+def to_ticks(seconds: float) -> int:
     """Seconds → integer microseconds, rounded up (the model never underestimates a time)."""
-    return int(math.ceil(seconds * US_PER_S - 1e-9)) if seconds > 0 else 0
+    return int(math.ceil(seconds * TICKS_PER_S - 1e-9)) if seconds > 0 else 0
 
 
 class _ProgressReporter(cp_model.CpSolverSolutionCallback):
@@ -192,31 +195,31 @@ class _ProgressReporter(cp_model.CpSolverSolutionCallback):
 
     Used as a context manager around ``CpSolver.Solve(model, reporter)``; it records each solution's
     objective (:meth:`on_solution_callback`) and each new bound (:meth:`on_bound`, CP-SAT's
-    ``best_bound_callback``). Values are the model's integer µs, printed in seconds; the bound printed
+    ``best_bound_callback``). Values are the model's integer ticks, printed in seconds; the bound printed
     is ``(CP-SAT bound − rounding)``, labelled when it belongs to a restricted or synchronous problem.
     """
 
-    def __init__(self, began: float, progress_s: float, hint_us: int, rounding_us: int, relaxed: bool) -> None:
+    def __init__(self, began: float, progress_s: float, hint_ticks: int, rounding_ticks: int, relaxed: bool) -> None:
         super().__init__()
         self.began, self.progress_s = began, progress_s
-        self.best_us, self.bound_us, self.solutions = hint_us, 0, 0
-        self.rounding_us, self.relaxed = rounding_us, relaxed
+        self.best_ticks, self.bound_ticks, self.solutions = hint_ticks, 0, 0
+        self.rounding_ticks, self.relaxed = rounding_ticks, relaxed
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpsat-progress", daemon=True)
 
     def on_solution_callback(self) -> None:
         self.solutions += 1
-        self.best_us = min(self.best_us, int(self.ObjectiveValue()))
-        self.bound_us = max(self.bound_us, int(math.floor(self.BestObjectiveBound() + 1e-6)))
+        self.best_ticks = min(self.best_ticks, int(self.ObjectiveValue()))
+        self.bound_ticks = max(self.bound_ticks, int(math.floor(self.BestObjectiveBound() + 1e-6)))
 
     def on_bound(self, bound: float) -> None:
-        self.bound_us = max(self.bound_us, int(math.floor(bound + 1e-6)))
+        self.bound_ticks = max(self.bound_ticks, int(math.floor(bound + 1e-6)))
 
     def line(self) -> str:
         """The progress line for the current state."""
-        bound_s = max(0, self.bound_us - self.rounding_us) / US_PER_S
+        bound_s = max(0, self.bound_ticks - self.rounding_ticks) / TICKS_PER_S
         label = " (restricted/synchronous problem)" if self.relaxed else ""
-        return (f"cpsat: {time.perf_counter() - self.began:.1f} s, best {self.best_us / US_PER_S:.6g} s "
+        return (f"cpsat: {time.perf_counter() - self.began:.1f} s, best {self.best_ticks / TICKS_PER_S:.6g} s "
                 f"({self.solutions} solution(s) beyond the hint), bound {bound_s:.6g} s{label}")
 
     def _run(self) -> None:
@@ -352,23 +355,23 @@ class ModelTables:
         options: Per vertex, its options.
         preds: Per vertex, indices of its data-edge producers.
         pubs: ``(trainer, consumer)`` index pairs of the publication edges.
-        transfer_us: ``{(level, dst_dp): µs}`` of a data-edge transfer between different blocks.
-        realloc_us: ``{(pub index, level, dst (pp, tp)): µs}`` of a reallocation (different block or layout;
+        transfer_ticks: ``{(level, dst_dp): ticks}`` of a data-edge transfer between different blocks.
+        realloc_ticks: ``{(pub index, level, dst (pp, tp)): ticks}`` of a reallocation (different block or layout;
             into a rollout engine: different block).
-        colocated_us: ``{(pub index, dst (pp, tp)): µs}`` of a weight sync into a rollout engine on the
+        colocated_ticks: ``{(pub index, dst (pp, tp)): ticks}`` of a weight sync into a rollout engine on the
             trainer's block (empty for edges into inference vertices).
         engine: Per publication edge, whether its consumer is a rollout engine.
-        rounding_us: ``E = 2·V``: how much the model's value of a plan can exceed the evaluator's.
+        rounding_ticks: ``E = 2·V``: how much the model's value of a plan can exceed the evaluator's.
     """
 
     names: tuple[str, ...]
     options: list[list[Option]]
     preds: list[tuple[int, ...]]
     pubs: list[tuple[int, int]]
-    transfer_us: dict[tuple[int, int], int]
-    realloc_us: dict[tuple[int, int, tuple[int, int]], int]
-    rounding_us: int
-    colocated_us: dict[tuple[int, tuple[int, int]], int]
+    transfer_ticks: dict[tuple[int, int], int]
+    realloc_ticks: dict[tuple[int, int, tuple[int, int]], int]
+    rounding_ticks: int
+    colocated_ticks: dict[tuple[int, tuple[int, int]], int]
     engine: list[bool]
 
 
@@ -406,35 +409,37 @@ def make_tables(instance, candidates: dict[str, list[Candidate]], deadline: floa
             check("options of %s, %d so far", name, len(opts))
             for alloc in table.origins(cand.extent):
                 lo, hi = alloc.gpu_range(cluster)
-                opts.append(Option(i, cand, alloc, lo, hi, to_us(cand.time)))
+                opts.append(Option(i, cand, alloc, lo, hi, to_ticks(cand.time)))
         options.append(opts)
     preds = [tuple(index[p] for p in graph.predecessors(name)) for name in names]
     pubs = [(index[a], index[b]) for a, b in graph.publication_edges]
     levels = _level_ranges(cluster)
     cost = table.cost
-    transfer_us = {}
+    transfer_ticks = {}
     for level, (r1, r2) in levels.items():
         for dp in {o.cand.strategy.dp for opts in options for o in opts}:
-            transfer_us[(level, dp)] = to_us(cost.transfer_time(r1, r2, dp))
-    realloc_us = {}
-    colocated_us = {}
+            transfer_ticks[(level, dp)] = to_ticks(cost.transfer_time(r1, r2, dp))
+    realloc_ticks = {}
+    colocated_ticks = {}
     engine = [graph.vertices[b].kind == "generate" for _, b in pubs]
     for k, (a, b) in enumerate(pubs):
         model = instance.models[graph.vertices[a].model]
         for level, (r1, r2) in levels.items():
             for layout in {o.layout for o in options[b]}:
-                realloc_us[(k, level, layout)] = to_us(cost.realloc_time(model, (0, 0), r1, layout, r2, engine[k]))
+                realloc_ticks[(k, level, layout)] = to_ticks(
+                    cost.realloc_time(model, (0, 0), r1, layout, r2, engine[k]))
         if engine[k]:
             for layout in {o.layout for o in options[b]}:
-                colocated_us[(k, layout)] = to_us(cost.colocated_sync_time(model, layout))
+                colocated_ticks[(k, layout)] = to_ticks(cost.colocated_sync_time(model, layout))
             continue
         # same block, different layout: the level is the block's own span
         for o in options[b]:
             lvl = cluster.span_level(o.lo, o.hi)
-            if (k, lvl, o.layout) not in realloc_us:
-                realloc_us[(k, lvl, o.layout)] = to_us(cost.realloc_time(model, (0, 0), (o.lo, o.hi), o.layout,
+            if (k, lvl, o.layout) not in realloc_ticks:
+                realloc_ticks[(k, lvl, o.layout)] = to_ticks(cost.realloc_time(model, (0, 0), (o.lo, o.hi), o.layout,
                                                                          (o.lo, o.hi)))
-    return ModelTables(names, options, preds, pubs, transfer_us, realloc_us, 2 * len(names), colocated_us, engine)
+    return ModelTables(names, options, preds, pubs, transfer_ticks, realloc_ticks, 2 * len(names), colocated_ticks,
+                       engine)
 
 
 def model_schedule(tables: ModelTables, instance, choice: list[Option]) -> tuple[list[int], list[int], int]:
@@ -445,7 +450,7 @@ def model_schedule(tables: ModelTables, instance, choice: list[Option]) -> tuple
 
     Returns:
         ``(start, end, step)`` in integer microseconds; ``step`` is what the CP-SAT model assigns to this
-        plan at its earliest schedule (≥ the evaluator's step time, by at most ``rounding_us``).
+        plan at its earliest schedule (≥ the evaluator's step time, by at most ``rounding_ticks``).
     """
     span = instance.cluster.span_level
     n = len(choice)
@@ -454,7 +459,7 @@ def model_schedule(tables: ModelTables, instance, choice: list[Option]) -> tuple
         t = 0
         for p in tables.preds[i]:
             q = choice[p]
-            delay = 0 if (q.lo, q.hi) == (o.lo, o.hi) else tables.transfer_us[
+            delay = 0 if (q.lo, q.hi) == (o.lo, o.hi) else tables.transfer_ticks[
                 (span(min(q.lo, o.lo), max(q.hi, o.hi)), o.cand.strategy.dp)]
             t = max(t, end[p] + delay)
         for j in range(i):
@@ -464,22 +469,22 @@ def model_schedule(tables: ModelTables, instance, choice: list[Option]) -> tuple
         start[i], end[i] = t, t + o.duration
     step = max(end)
     for k, (a, b) in enumerate(tables.pubs):
-        step = max(step, end[a] + publication_us(tables, instance, choice, k) - start[b])
+        step = max(step, end[a] + publication_ticks(tables, instance, choice, k) - start[b])
     return start, end, step
 
 
-def publication_us(tables: ModelTables, instance, choice: list[Option], k: int) -> int:
-    """The model's weight-synchronisation time (integer µs) of publication edge ``k`` for one option per
+def publication_ticks(tables: ModelTables, instance, choice: list[Option], k: int) -> int:
+    """The model's weight-synchronisation time (integer ticks) of publication edge ``k`` for one option per
     vertex: the colocated sync into a rollout engine on the trainer's block, 0 into an inference vertex
     on the same block and layout, else the reallocation across the level the two blocks span."""
     a, b = tables.pubs[k]
     oa, ob = choice[a], choice[b]
     if tables.engine[k] and (oa.lo, oa.hi) == (ob.lo, ob.hi):
-        return tables.colocated_us[(k, ob.layout)]
+        return tables.colocated_ticks[(k, ob.layout)]
     if (oa.lo, oa.hi) == (ob.lo, ob.hi) and oa.layout == ob.layout:
         return 0
     span = instance.cluster.span_level
-    return tables.realloc_us[(k, span(min(oa.lo, ob.lo), max(oa.hi, ob.hi)), ob.layout)]
+    return tables.realloc_ticks[(k, span(min(oa.lo, ob.lo), max(oa.hi, ob.hi)), ob.layout)]
 
 
 @dataclass
@@ -645,18 +650,18 @@ def add_data_edges(m: cp_model.CpModel, tables: ModelTables, start: list, end: l
             m.Add(start[v] >= end[p])
             same_block, same_node, same_rack = loc.pair(p, v)
             lv = loc.level_literals(same_node, same_rack)
-            for (level, dp), delay in sorted(tables.transfer_us.items()):
+            for (level, dp), delay in sorted(tables.transfer_ticks.items()):
                 if dp in loc.dp_of[v] and delay > 0:
                     m.Add(start[v] >= end[p] + delay).OnlyEnforceIf([loc.dp_of[v][dp], same_block.Not(),
                                                                      *lv[level]])
 
 
 def build_model(instance, tables: ModelTables, horizon: int, deadline: float | None = None) -> Model:
-    """The CP-SAT model of the synchronous step (module docstring), objective ``minimise step`` (µs).
+    """The CP-SAT model of the synchronous step (module docstring), objective ``minimise step`` (ticks).
 
     Args:
         tables: Options and integer tables (:func:`make_tables`).
-        horizon: Upper bound of every time variable and of ``step`` (µs; the hint's model value). The
+        horizon: Upper bound of every time variable and of ``step`` (ticks; the hint's model value). The
             model's own constraints give every lower bound (no outside bound is trusted for the proof).
         deadline: ``time.perf_counter()`` value after which building stops (None: no limit); checked per
             vertex, per vertex pair and per GPU segment.
@@ -723,7 +728,7 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
             same_block, same_node, same_rack = pair(p, v)
             lv = level_literals(same_node, same_rack)
             bounds.append((end[p], [same_block]))
-            for (level, dp), delay in sorted(tables.transfer_us.items()):
+            for (level, dp), delay in sorted(tables.transfer_ticks.items()):
                 if dp in dp_of[v]:
                     bounds.append((end[p] + delay, [dp_of[v][dp], same_block.Not(), *lv[level]]))
         for j in range(v):
@@ -754,10 +759,10 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
         lv = level_literals(same_node, same_rack)
         m.Add(step >= end[a] - start[b])
         apart = same_block.Not() if tables.engine[k] else same_both.Not()
-        for (kk, level, layout), r in sorted(tables.realloc_us.items()):
+        for (kk, level, layout), r in sorted(tables.realloc_ticks.items()):
             if kk == k and layout in layout_of and r > 0:
                 m.Add(step >= end[a] + r - start[b]).OnlyEnforceIf([layout_of[layout], apart, *lv[level]])
-        for (kk, layout), r in sorted(tables.colocated_us.items()):
+        for (kk, layout), r in sorted(tables.colocated_ticks.items()):
             if kk == k and layout in layout_of and r > 0:
                 m.Add(step >= end[a] + r - start[b]).OnlyEnforceIf([layout_of[layout], same_block])
 
@@ -971,7 +976,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
         if asynchronous:
             h_step, h_start = periodic.model_period(tables, instance, hint_choice, most_stale)
             h_end = [t + o.duration for t, o in zip(h_start, hint_choice)]
-            rounding = periodic.rounding_us(tables)
+            rounding = periodic.rounding_ticks(tables)
             built = periodic.build_periodic_model(instance, tables, horizon=h_step, deadline=deadline)
             objective_var = built.period
             for model_name, values in built.stale.items():
@@ -979,7 +984,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
                     built.model.AddHint(lit, t == most_stale[model_name])
         else:
             h_start, h_end, h_step = model_schedule(tables, instance, hint_choice)
-            rounding = tables.rounding_us
+            rounding = tables.rounding_ticks
             built = build_model(instance, tables, horizon=h_step, deadline=deadline)
             objective_var = built.step
         check = _clock(deadline)
@@ -1002,7 +1007,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
         return Proposal(hint_plan, FEASIBLE, hit_time_limit=True, message="; ".join(notes), log=log, info=info)
     build_s = time.perf_counter() - began
     log.append(f"options per vertex: {dict(zip(tables.names, n_options))} (total {sum(n_options)})")
-    log.append(f"hint: {hint_name} {hint_time:.6f} s (model value {h_step} µs); "
+    log.append(f"hint: {hint_name} {hint_time:.6f} s (model value {h_step} ticks); "
                f"{'periodic' if asynchronous else 'synchronous'} model built in {build_s:.2f} s")
 
     solver = cp_model.CpSolver()
@@ -1025,7 +1030,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
     info: dict[str, Any] = {
         "options": sum(n_options), "options_per_vertex": dict(zip(tables.names, n_options)),
         "candidates_per_vertex": {name: len(c) for name, c in candidates.items()},
-        "dominance_pruning": monotone, "restricted": restricted, "rounding_s": rounding / US_PER_S,
+        "dominance_pruning": monotone, "restricted": restricted, "rounding_s": rounding / TICKS_PER_S,
         "cp_status": status_name, "hint_solver": hint_name, "hint_step_time_s": hint_time,
         "hint_solvers": list(hint_solvers),
         "cp_wall_s": solver.WallTime(), "build_s": build_s,
@@ -1037,14 +1042,14 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
         notes.insert(0, f"CP-SAT returned {status_name}; returned the {hint_name} hint")
         if cp_status == cp_model.INFEASIBLE:
             notes.append("the model rejected the hint: a model/evaluator discrepancy")
-        info["model_step_time_s"] = h_step / US_PER_S
+        info["model_step_time_s"] = h_step / TICKS_PER_S
         return Proposal(hint_plan, FEASIBLE, hit_time_limit=cp_status == cp_model.UNKNOWN,
                         message="; ".join(notes), log=log, info=info)
 
     cp_value = int(solver.ObjectiveValue())
     cp_bound = int(math.floor(solver.BestObjectiveBound() + 1e-6))
-    info["cp_objective_s"] = cp_value / US_PER_S
-    info["cp_bound_s"] = cp_bound / US_PER_S
+    info["cp_objective_s"] = cp_value / TICKS_PER_S
+    info["cp_bound_s"] = cp_bound / TICKS_PER_S
     choice = [next(o for o, lit in zip(tables.options[v], built.x[v]) if solver.Value(lit))
               for v in range(len(tables.names))]
     if asynchronous:
@@ -1057,26 +1062,26 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
         plan = _plan_of(choice, tables.names)
         _, _, value = model_schedule(tables, instance, choice)
     evaluated = ev.step_time(plan)
-    bound_s = max(0, cp_bound - rounding) / US_PER_S
+    bound_s = max(0, cp_bound - rounding) / TICKS_PER_S
     tolerance = max(OPTIMALITY_RTOL, rounding / max(1, cp_bound - rounding))
     status = OPTIMAL if cp_status == cp_model.OPTIMAL else FEASIBLE
     proven_bound: float | None = bound_s
 
     if asynchronous:  # the model's period is at least the evaluator's and less than it plus E
-        agrees = evaluated - 1e-9 <= value / US_PER_S <= evaluated + rounding / US_PER_S + 1e-9
+        agrees = evaluated - 1e-9 <= value / TICKS_PER_S <= evaluated + rounding / TICKS_PER_S + 1e-9
     else:  # module docstring: within E either way
-        agrees = abs(value / US_PER_S - evaluated) <= rounding / US_PER_S + 1e-9
+        agrees = abs(value / TICKS_PER_S - evaluated) <= rounding / TICKS_PER_S + 1e-9
     trusted = agrees and not (status == OPTIMAL and value != cp_value)
     if not trusted:
         # the model disagrees with the evaluator on this plan: trust neither the plan's value nor the bound
-        notes.append(f"model/evaluator discrepancy: CP-SAT {cp_value / US_PER_S:.6f} s, model schedule "
-                     f"{value / US_PER_S:.6f} s, evaluator {evaluated:.6f} s (rounding {rounding} µs); "
+        notes.append(f"model/evaluator discrepancy: CP-SAT {cp_value / TICKS_PER_S:.6f} s, model schedule "
+                     f"{value / TICKS_PER_S:.6f} s, evaluator {evaluated:.6f} s (rounding {rounding} ticks); "
                      f"returned the better of the CP-SAT plan and the hint, no bound")
         info["discrepancy"] = True
         status, proven_bound = FEASIBLE, None
         if hint_time <= evaluated:
             plan, evaluated, value = hint_plan, hint_time, h_step
-    info["model_step_time_s"] = value / US_PER_S
+    info["model_step_time_s"] = value / TICKS_PER_S
     info["evaluated_step_time_s"] = evaluated
     gap = (evaluated - bound_s) / evaluated if evaluated > 0 else 0.0
     if restricted:
@@ -1090,7 +1095,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
     if not trusted:
         head = f"CP-SAT {status_name}"
     elif status == OPTIMAL:
-        head = f"optimal {kind} within {rounding} µs rounding over {sum(n_options)} options"
+        head = f"optimal {kind} within {rounding} ticks rounding over {sum(n_options)} options"
     elif restricted:
         head = (f"CP-SAT {status_name} on the restricted problem: bound {bound_s:.6f} s, gap {gap:.2%} "
                 f"(valid for that problem only)")

@@ -1,7 +1,7 @@
 """The CP-SAT model of the asynchronous (periodic) step, used by ``cpsat`` when a model may be stale.
 
 Formulation: modulo scheduling / cyclic scheduling. One step's tasks are scheduled once, with start
-times ``start[v]`` (integer µs, relative to the step), and the schedule repeats every ``P`` µs: instance
+times ``start[v]`` (integer ticks, relative to the step), and the schedule repeats every ``P`` ticks: instance
 ``(v, k)`` starts at ``start[v] + k·P``. A precedence ``u → v`` that reaches ``h`` steps ahead (its
 *distance*, or *iteration distance*) becomes ``start[v] + h·P ≥ start[u] + w``. This is the classic
 modulo-scheduling constraint (B. R. Rau, "Iterative modulo scheduling: an algorithm for software
@@ -37,10 +37,10 @@ The edges are exactly the evaluator's (:mod:`packplace.placement.evaluator`, "Pe
   translation); the least ``P`` admitting potentials equals the maximum cycle mean, so the model's
   optimum is the evaluator's period, not the period of a particular (e.g. earliest) schedule.
 
-Integer time (rounding): durations, transfers and reallocations are integer µs rounded up, so every edge
-latency of a cycle is overestimated by less than 2 µs (a duration and a delay), a simple cycle has at
+Integer time (rounding): durations, transfers and reallocations are integer ticks rounded up, so every edge
+latency of a cycle is overestimated by less than 2 ticks (a duration and a delay), a simple cycle has at
 most ``V`` edges and distance ≥ 1, and ``P`` is an integer: the model's period ``P_model`` of a plan
-satisfies ``period_us ≤ P_model < period_us + 2·V + 1``. Hence ``E = 2·V + 1`` µs; the proven bound in
+satisfies ``period_ticks ≤ P_model < period_ticks + 2·V + 1``. Hence ``E = 2·V + 1`` ticks; the proven bound in
 seconds is ``(CP-SAT bound − E)/10⁶``. :func:`model_period` computes ``P_model`` of a plan (binary
 search on ``P`` with a Bellman–Ford test for a positive cycle of ``latency − distance·P``), so a
 returned plan's claim is checked against the evaluator.
@@ -62,12 +62,12 @@ from packplace.solvers.placement.cpsat import (
     add_data_edges,
     add_memory_rows,
     add_occupancy,
-    publication_us,
+    publication_ticks,
 )
 
 
-def rounding_us(tables: ModelTables) -> int:
-    """``E = 2·V + 1``: how much the model's period of a plan can exceed the evaluator's (µs)."""
+def rounding_ticks(tables: ModelTables) -> int:
+    """``E = 2·V + 1``: how much the model's period of a plan can exceed the evaluator's (ticks)."""
     return 2 * len(tables.names) + 1
 
 
@@ -85,14 +85,14 @@ def staleness_choices(instance) -> dict[str, tuple[int, ...]]:
 
 def cycle_edges(tables: ModelTables, instance, choice: list[Option],
                 staleness: dict[str, int]) -> list[tuple[int, int, int, int]]:
-    """The evaluator's period graph on the model's integer tables: ``(u, v, distance, latency µs)``."""
+    """The evaluator's period graph on the model's integer tables: ``(u, v, distance, latency ticks)``."""
     span = instance.cluster.span_level
     n = len(choice)
     edges = []
     for v, o in enumerate(choice):
         for p in tables.preds[v]:
             q = choice[p]
-            delay = 0 if (q.lo, q.hi) == (o.lo, o.hi) else tables.transfer_us[
+            delay = 0 if (q.lo, q.hi) == (o.lo, o.hi) else tables.transfer_ticks[
                 (span(min(q.lo, o.lo), max(q.hi, o.hi)), o.cand.strategy.dp)]
             edges.append((p, v, 0, q.duration + delay))
         for j in range(n):
@@ -102,7 +102,7 @@ def cycle_edges(tables: ModelTables, instance, choice: list[Option],
     vertex_model = [vx.model for vx in instance.graph.vertices]
     for k, (a, b) in enumerate(tables.pubs):
         distance = 1 + staleness.get(vertex_model[a], 0)
-        edges.append((a, b, distance, choice[a].duration + publication_us(tables, instance, choice, k)))
+        edges.append((a, b, distance, choice[a].duration + publication_ticks(tables, instance, choice, k)))
     return edges
 
 
@@ -123,12 +123,12 @@ def _potentials(n: int, edges: list[tuple[int, int, int, int]], period: int) -> 
 
 def model_period(tables: ModelTables, instance, choice: list[Option],
                  staleness: dict[str, int]) -> tuple[int, list[int]]:
-    """The model's period of a plan: the least integer ``P`` (µs) whose cycle constraints admit start
+    """The model's period of a plan: the least integer ``P`` (ticks) whose cycle constraints admit start
     times, and those start times (``start[0] = 0``).
 
     Returns:
         ``(P, start)``; ``P`` is what the CP-SAT model assigns to this plan, at least the evaluator's
-        period and less than it plus :func:`rounding_us`.
+        period and less than it plus :func:`rounding_ticks`.
     """
     n = len(choice)
     edges = cycle_edges(tables, instance, choice, staleness)
@@ -179,11 +179,11 @@ class PeriodicModel:
 
 def build_periodic_model(instance, tables: ModelTables, horizon: int,
                          deadline: float | None = None) -> PeriodicModel:
-    """The CP-SAT model of the asynchronous step (module docstring), objective ``minimise P`` (µs).
+    """The CP-SAT model of the asynchronous step (module docstring), objective ``minimise P`` (ticks).
 
     Args:
         tables: Options and integer tables (:func:`~packplace.solvers.placement.cpsat.make_tables`).
-        horizon: Upper bound of ``P`` (µs; the hint's model period). Start times range over
+        horizon: Upper bound of ``P`` (ticks; the hint's model period). Start times range over
             ``±V·(longest duration + largest transfer + largest reallocation + horizon)``, enough for the
             longest-path potentials of any plan with ``P ≤ horizon``.
         deadline: ``time.perf_counter()`` value after which building stops (None: no limit).
@@ -196,8 +196,8 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
     n = len(tables.names)
     opts = tables.options
     longest = max(o.duration for vopts in opts for o in vopts)
-    largest_delay = max([0, *tables.transfer_us.values()]) + max(
-        [0, *tables.realloc_us.values(), *tables.colocated_us.values()])
+    largest_delay = max([0, *tables.transfer_ticks.values()]) + max(
+        [0, *tables.realloc_ticks.values(), *tables.colocated_ticks.values()])
     span = n * (longest + largest_delay + horizon)
 
     # -- one option per vertex, its duration ----------------------------------------------------------
@@ -258,17 +258,17 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
         lv = loc.level_literals(same_node, same_rack)
         apart = same_block.Not() if tables.engine[k] else same_both.Not()
         # redundant, unconditional: the largest staleness and the least synchronisation time (LP bound)
-        least = min([value for (kk, *_), value in tables.realloc_us.items() if kk == k] +
-                    [value for (kk, _), value in tables.colocated_us.items() if kk == k] +
+        least = min([value for (kk, *_), value in tables.realloc_ticks.items() if kk == k] +
+                    [value for (kk, _), value in tables.colocated_ticks.items() if kk == k] +
                     ([] if tables.engine[k] else [0]))
         m.Add(start[b] + (1 + max(stale[vertex_model[a]])) * period >= end[a] + least)
         for t, chosen in stale[vertex_model[a]].items():
             m.Add(start[b] + (1 + t) * period >= end[a]).OnlyEnforceIf(chosen)
-            for (kk, level, layout), r in sorted(tables.realloc_us.items()):
+            for (kk, level, layout), r in sorted(tables.realloc_ticks.items()):
                 if kk == k and layout in layout_of and r > 0:
                     m.Add(start[b] + (1 + t) * period >= end[a] + r).OnlyEnforceIf(
                         [chosen, layout_of[layout], apart, *lv[level]])
-            for (kk, layout), r in sorted(tables.colocated_us.items()):
+            for (kk, layout), r in sorted(tables.colocated_ticks.items()):
                 if kk == k and layout in layout_of and r > 0:
                     m.Add(start[b] + (1 + t) * period >= end[a] + r).OnlyEnforceIf(
                         [chosen, layout_of[layout], same_block])
