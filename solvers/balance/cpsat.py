@@ -109,6 +109,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from packplace import interrupt
@@ -225,7 +226,7 @@ def _heuristic_start(
     if not candidates:
         return None, timed_out
     best = min(candidates, key=lambda start: start.objective)
-    tight = _choose_formulation(instance.with_objective("makespan")) == "plain"
+    tight = _token_fill(instance) >= TIGHT_FILL
     if (tight and not timed_out and "lns" in names
             and best.objective > evaluator.lower_bound() * (1 + OPTIMALITY_RTOL)):
         # Tight packings: the fast paths stop well above the optimum there; the large-neighbourhood
@@ -311,11 +312,13 @@ def _infeasible_by_counting(instance: BalanceInstance) -> str | None:
     """
     bins = instance.num_bins
     seq_len = instance.constraints.seq_len
-    large = sum(1 for s in instance.samples if 2 * s.tokens > seq_len)
+    large = int(np.count_nonzero(2 * instance.tokens > seq_len))
     if large > bins:
         return f"{large} samples have more than seq_len/2 = {seq_len / 2:g} tokens, only {bins} bins"
-    for name, limit in instance.constraints.budgets.items():
-        heavy = sum(1 for s in instance.samples if 2 * s.budgets.get(name, 0.0) > limit)
+    budgets = instance.constraints.budgets
+    samples = instance.samples if budgets else ()
+    for name, limit in budgets.items():
+        heavy = sum(1 for s in samples if 2 * s.budgets.get(name, 0.0) > limit)
         if heavy > bins:
             return f"{heavy} samples use more than half of budget {name!r} (limit {limit:g}), only {bins} bins"
     return None
@@ -701,13 +704,17 @@ FORMULATIONS = ("auto", "ordered", "plain")
 TIGHT_FILL = 0.9
 
 
+def _token_fill(instance: BalanceInstance) -> float:
+    """Σ tokens (each clipped at ``seq_len``) / (D·m·``seq_len``): how full the bins must be on average."""
+    seq_len = instance.constraints.seq_len
+    return float(instance.tokens.clip(max=seq_len).sum()) / (instance.num_bins * seq_len)
+
+
 def _choose_formulation(instance: BalanceInstance) -> str:
     """``plain`` for ``rounds`` and on tight instances (fill ≥ :data:`TIGHT_FILL`), else ``ordered``."""
     if instance.objective == "rounds":
         return "plain"
-    seq_len = instance.constraints.seq_len
-    fill = float(instance.tokens.clip(max=seq_len).sum()) / (instance.num_bins * seq_len)
-    return "plain" if fill >= TIGHT_FILL else "ordered"
+    return "plain" if _token_fill(instance) >= TIGHT_FILL else "ordered"
 
 
 def _canonical(bins: Sequence[Sequence[SampleKey]]) -> tuple[tuple[SampleKey, ...], ...]:
