@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -10,7 +13,7 @@ from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import make_instance
 from packplace.errors import InfeasibleError
 from packplace.harness.generators import planted_balance
-from packplace.solvers.balance import lpt
+from packplace.solvers.balance import lpt, repair
 from packplace.solvers.balance.repair import repair_ranks
 
 #: 22 samples whose 8 bins of 400 tokens are exactly full in every feasible packing (3,200 tokens).
@@ -99,3 +102,27 @@ def test_planted_instances_are_solved_within_half_a_percent():
         assert result.solution is not None, result.message
         worst = max(worst, result.objective / planted.optimum - 1)
     assert worst <= 0.005
+
+
+def test_large_tight_repair_falls_back_to_karmarkar_karp_when_lpt_stays_far_from_the_bound():
+    # 65,536 long-tailed samples (lognormal, median 497 tokens) on 512 ranks x 4 bins of 32,768 tokens,
+    # fill 0.8: above the size where repair always tries kk, LPT + repair end 2.4% above the analytic
+    # bound; kk reaches it, so repair must run kk after all and return an answer on the bound.
+    rng = np.random.default_rng(0)
+    n, ranks, per_rank, seq_len = 65536, 512, 4, 32768
+    median = min(1024.0, 0.8 * seq_len * ranks * per_rank / (n * math.exp(0.5)))
+    tokens = np.clip(np.rint(rng.lognormal(math.log(median), 1.0, size=n)), 1, seq_len).astype(np.int64)
+    limit = int(0.8 * seq_len * ranks * per_rank)
+    while tokens.sum() > limit:
+        longest = int(np.argmax(tokens))
+        tokens[longest] = max(1, tokens[longest] // 2)
+    costs = tokens + tokens.astype(float) ** 2 / 4096.0
+    inst = make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=per_rank)
+    assert n * ranks > repair.KK_START_MAX_WORK
+    bound = BalanceEvaluator(inst).lower_bound()
+    lpt_result = packplace.balance(inst, solver="lpt")
+    assert lpt_result.objective > bound * (1 + repair.KK_RESCUE_GAP)  # the premise: LPT is far off here
+    result = packplace.balance(inst, solver="repair")
+    assert "karmarkar_karp then repair" in result.message
+    assert result.objective <= packplace.balance(inst, solver="kk").objective
+    assert result.objective <= bound * (1 + 1e-5)  # 160,664.46 against the bound 160,663.84
