@@ -115,10 +115,10 @@ def test_searches_staleness_where_allowed():
     assert score.asynchronous and score.staleness.get("actor") == 1
     assert "asynchronous period with staleness" in result.message
     assert result.objective <= 0.9 * concurrent  # overlapping generation with training: >= 10% faster
-    # with the calibrated decode (decode_bw_eff 0.7, TP-correct GEMM rows) generation no longer dominates:
-    # the bound (5.86 s) is not tight, so the answer is feasible, not proven optimal, within 35% of it
-    # (7.62 s with the roofline decode and paged KV memory at this 6,000-evaluation budget)
-    assert result.status == "feasible" and result.bound <= result.objective <= 1.35 * result.bound
+    # with the h100-sxm preset generation no longer dominates and every task pays the 5 s phase overhead,
+    # which the bound counts only along its critical path: the bound (11.95 s) is not tight, so the answer is
+    # feasible, not proven optimal, within 60% of it (18.51 s at this 6,000-evaluation budget)
+    assert result.status == "feasible" and result.bound <= result.objective <= 1.6 * result.bound
 
 
 def test_soft_oom_never_returns_an_out_of_memory_plan():

@@ -73,12 +73,15 @@ def test_recompute_and_offload_trade_memory_for_time():
         times[name], memory[name] = cand.time, cand.memory_bytes
     assert memory["full"] < memory["selective"] < memory["none"]
     assert times["none"] < times["selective"] < times["full"]
-    # full recomputation costs one more forward pass: about a third of the training step
-    assert 0.25 < (times["full"] - times["none"]) / times["none"] < 0.4
+    # full recomputation costs one more forward pass: about a third of the training step (its compute, without
+    # the fixed phase_overhead of the task)
+    overhead = build_instance(cfg).hardware.phase_overhead
+    assert 0.25 < (times["full"] - times["none"]) / (times["none"] - overhead) < 0.4
     assert memory["optimizer"] < memory["selective"] and times["optimizer"] > times["selective"]
     assert memory["optimizer+params"] < memory["zero3"] and times["optimizer+params"] > times["zero3"]
-    # offload moves (2 + 2) bytes per parameter of this GPU's zero1 shard over PCIe (25 GB/s default)
-    assert times["optimizer"] - times["selective"] == pytest.approx(4 * LLAMA8.params / 8 / 25e9, rel=1e-9)
+    # offload moves (2 + 2) bytes per parameter of this GPU's zero1 shard over PCIe (the h100-sxm preset's
+    # Gen5 x16 host link: 50 GB/s)
+    assert times["optimizer"] - times["selective"] == pytest.approx(4 * LLAMA8.params / 8 / 50e9, rel=1e-9)
 
 
 def test_paged_kv_engine_holds_live_tokens_only():
