@@ -568,7 +568,8 @@ def test_placement_regression_suite_is_deterministic_and_matches_its_baseline(tm
     written = run_bench(suite, baseline, update=True, progress=False)
     outcome = run_bench(suite, baseline, progress=False)
     assert outcome.exit_code == 0, outcome.format_text()
-    assert outcome.checked == written.checked == 19  # 5 instances x 4 solvers, cpsat left out of ppo-llama8b-1x8
+    # 5 instances x 4 solvers, cpsat left out of ppo-llama8b-1x8 and grpo-qwen7b-2x8
+    assert outcome.checked == written.checked == 18
     committed = load_baseline(ROOT / "benchmarks" / "baseline_placement.json")
     fresh = load_baseline(baseline)["results"]
     assert {i: set(c) for i, c in committed["results"].items()} == {i: set(c) for i, c in fresh.items()}
