@@ -169,3 +169,8 @@ def test_rounds_bound_counts_what_the_first_round_cannot_hold():
     assert evaluator.lower_bound() == pytest.approx(110.0)
     assert evaluator.score(((0,), (1,), (2,), (3,))).rounds == 110.0  # and it is attained
     assert evaluator.lower_bound("makespan") == 100.0
+
+
+def test_make_instance_names_a_mistyped_keyword():
+    with pytest.raises(ConfigError, match=r"unknown argument 'objectiv' \(did you mean 'objective'\?\)"):
+        make_instance([1, 2], seq_len=10, data_parallel_size=1, objectiv="balance")

@@ -783,7 +783,11 @@ def solve(
 
     evaluator = BalanceEvaluator(instance)
     analytic = evaluator.lower_bound()
-    start, start_timed_out = _heuristic_start(instance, seed, time_limit_s=max(0.05, 0.2 * limit))
+    booleans = len(instance.samples) * instance.num_bins
+    # the start gets a fifth of the limit, or all of it when the exact model will not be built
+    start_share = 0.2 if booleans <= max_booleans else 1.0
+    start_limit = max(0.05, start_share * limit - (time.perf_counter() - started) - READBACK_RESERVE_S * start_share)
+    start, start_timed_out = _heuristic_start(instance, seed, time_limit_s=start_limit)
     info: dict[str, Any] = {"start": start.source if start else None,
                             "start_objective": start.objective if start else None}
     if start is not None and start.objective <= analytic * (1 + OPTIMALITY_RTOL):
@@ -801,7 +805,6 @@ def solve(
         return Proposal(_canonical(start.bins), FEASIBLE, bound=analytic, hit_time_limit=timed_out,
                         message=f"{message}; returning the {start.source} start", info=info)
 
-    booleans = len(instance.samples) * instance.num_bins
     info["booleans"] = booleans
     if booleans > max_booleans:
         terms = booleans * (7 + len(instance.constraints.budgets))

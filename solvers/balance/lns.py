@@ -191,14 +191,20 @@ class _Search:
         return True
 
 
-def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: int,
-                time_limit_s: float) -> tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float, list[str]]:
-    """(bins, source, objective, notes) of the best feasible start; (None, "", inf, notes) if none."""
+def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: int, time_limit_s: float,
+                deadline: float) -> tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float, list[str]]:
+    """(bins, source, objective, notes) of the best feasible start; (None, "", inf, notes) if none.
+
+    The start backends share ``time_limit_s`` seconds; once one has failed and none has found a start, the
+    next one may use everything up to ``deadline`` (``time.perf_counter()`` seconds) instead: without a start there is
+    nothing to search from, so the search's share is better spent finding one."""
     best: tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float] = (None, "", math.inf)
     notes = []
     started = time.perf_counter()
     for name in START_SOLVERS:
         left = max(0.01, time_limit_s - (time.perf_counter() - started))
+        if best[0] is None and notes:  # every backend so far failed
+            left = max(left, deadline - time.perf_counter())
         proposal = get("balance", name).solve(instance, time_limit_s=left, seed=seed)
         if proposal.solution is None:
             notes.append(f"{name}: {proposal.message or proposal.status}")
@@ -276,7 +282,8 @@ def solve(
     def meets_bound(value: float) -> bool:
         return value <= bound * (1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL
 
-    start, source, start_objective, notes = _best_start(instance, evaluator, seed, START_SHARE * limit)
+    start, source, start_objective, notes = _best_start(instance, evaluator, seed, START_SHARE * limit,
+                                                        deadline - READBACK_RESERVE_S)
     info: dict[str, Any] = {"start": source or None, "start_objective": start_objective if start else None}
     if start is None:
         return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=time.perf_counter() > deadline,

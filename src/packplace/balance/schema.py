@@ -7,6 +7,8 @@ instance must share that unit.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import math
 import numbers
 import warnings
@@ -1042,6 +1044,14 @@ def make_instance(
         seq_len, kwargs.pop("budgets", {}), kwargs.pop("oversized_policy", "error")
     )
     table = SampleTable(key_column, token_column, cost_column, other)
+    valid = {f.name for f in dataclasses.fields(BalanceInstance) if f.init} - {
+        "samples", "constraints", "data_parallel_size", "local_batch_size"}
+    unknown = sorted(set(kwargs) - valid)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(valid | {"budgets", "oversized_policy", "keys"}), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"make_instance: unknown argument {unknown[0]!r}{hint}; valid: "
+                          f"{', '.join(sorted(valid | {'budgets', 'oversized_policy'}))}")
     return BalanceInstance(table, constraints, data_parallel_size, local_batch_size, **kwargs)
 
 
