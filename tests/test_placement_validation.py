@@ -133,6 +133,22 @@ def test_calibrate_command_uses_the_files_knobs(capsys):
                  "decode_bw_eff,phase_overhead"]) == 2
 
 
+def test_calibrate_flags_a_knob_pressed_against_its_limit_and_refuses_no_knob(capsys):
+    instance, plan, _ = load_setup(QWEN)
+    # 1 s for 2,048 decode steps of 15.2 GB: faster than the HBM allows, so decode_bw_eff hits its bound
+    result = calibrate(instance, plan, {"actor.generate": 1.0}, ("decode_bw_eff",), ("actor.generate",))
+    assert result["at_limit"] == ["decode_bw_eff"] and result["residuals"]["actor.generate"] > 1.0
+    assert calibrate(instance, plan, {"actor.generate": 24.3}, ("decode_bw_eff",),
+                     ("actor.generate",))["at_limit"] == []
+    with pytest.raises(ConfigError, match="no knob to fit"):
+        calibrate(instance, plan, {"actor.generate": 24.3}, (), ("actor.generate",))
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED, "--knobs", ""]) == 2
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED, "--knobs", "gemm_peak_fraction"]) == 0
+    captured = capsys.readouterr()
+    assert "gemm_peak_fraction ended at its physical limit" in captured.err
+    assert "the fit is exact" not in captured.out
+
+
 def test_held_out_row_fits_in_memory_and_is_reported_whatever_its_ratio():
     # a published run added after the knobs were set: its ratio is reported, not required in range
     rows = validate([os.path.join(VALIDATION, "held_out", "nemo_rl_grpo_qwen3-32b_4x8xh100.yaml")])

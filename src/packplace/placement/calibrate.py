@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -105,6 +106,8 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
     """
     from scipy.optimize import least_squares
 
+    if not knobs:
+        raise ConfigError(f"calibrate: no knob to fit; valid: {', '.join(KNOB_BOUNDS)}")
     for k in knobs:
         if k not in KNOB_BOUNDS:
             raise ConfigError(f"calibrate: unknown knob {k!r}; valid: {', '.join(KNOB_BOUNDS)}")
@@ -153,9 +156,13 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
                           f"tasks ({', '.join(tasks)}); they cannot be identified separately — fix one of them")
     hw = hardware_at(fit.x)
     times = task_times(instance, plan, hw, engine_only)
+    # a knob pressed against its physical limit: the measurements ask for a value outside the bounds
+    at_limit = [k for k, x, lo, hi in zip(knobs, fit.x, lower, upper)
+                if math.isclose(x, lo, rel_tol=1e-9, abs_tol=1e-12) or math.isclose(x, hi, rel_tol=1e-9, abs_tol=1e-12)]
     return {"knobs": dict(zip(knobs, map(float, fit.x))),
             "fixed": {k: float(getattr(hw, k)) for k in KNOB_BOUNDS if k not in knobs},
             "residuals": {t: times[t] / measured[t] - 1.0 for t in tasks},
+            "at_limit": at_limit,
             "hardware": hw, "cost": float(fit.cost), "status": fit.message}
 
 
@@ -199,7 +206,12 @@ def run(args: argparse.Namespace) -> int:
     for t, r in result["residuals"].items():
         note = " (engine only, no phase_overhead)" if t in measured["engine_only"] else ""
         print(f"  {t}: {r:+.3%}{note}")
-    if len(result["residuals"]) == len(knobs):
+    worst = max(abs(r) for r in result["residuals"].values())
+    for k in result["at_limit"]:
+        print(f"warning: {k} ended at its physical limit {result['knobs'][k]:.6g} "
+              f"(bounds {KNOB_BOUNDS[k][0]:g}..{KNOB_BOUNDS[k][1]:g}): the measurements ask for a value outside "
+              f"them; check the measured times and the config before trusting the fit", file=sys.stderr)
+    if len(result["residuals"]) == len(knobs) and not result["at_limit"] and worst < 1e-6:
         print("as many measurements as knobs: the fit is exact and does not test the model")
     print("hardware:")
     hw = result["hardware"]
@@ -207,5 +219,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {k}: {getattr(hw, k):.6g}")
     args.json_document = {"knobs": result["knobs"], "fixed": result["fixed"], "residuals": result["residuals"],
                           "hardware": {k: getattr(hw, k) for k in Hardware.__dataclass_fields__},
-                          "status": result["status"]}
+                          "at_limit": result["at_limit"], "status": result["status"]}
     return 0
