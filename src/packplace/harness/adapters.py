@@ -47,8 +47,8 @@ class BalanceAdapter:
             instance = generators.corpus_instance(params.pop("config"), name=spec.name, **_checked(
                 params, generators.corpus_instance, spec))
         elif spec.generator == "planted":
-            instance = generators.generate_planted(name=spec.name, **_checked(
-                spec.params, generators.generate_planted, spec))
+            instance = generators.planted_balance(name=spec.name, **_checked(
+                spec.params, generators.planted_balance, spec)).instance
         else:
             instance = generators.generate_balance(spec.generator, name=spec.name, **_checked(
                 spec.params, generators.generate_balance, spec))

@@ -452,26 +452,3 @@ def planted_balance(
 
         optimum = BalanceEvaluator(instance).objective(bins)
     return PlantedBalance(instance, bins, bin_tokens, optimum)
-
-
-def generate_planted(
-    *,
-    ranks: int,
-    seq_len: int,
-    bins_per_rank: int = 1,
-    samples_per_rank: int = 4,
-    fill: float = 1.0,
-    replicate: bool = False,
-    seed: int = 0,
-    objective: str = "makespan",
-    group_size: int | None = None,
-    cost: str = "tokens",
-    model: Mapping[str, int] | None = None,
-    name: str = "",
-) -> BalanceInstance:
-    """The instance of :func:`planted_balance` alone (the suites' ``planted`` generator); same arguments."""
-    return planted_balance(
-        ranks=ranks, seq_len=seq_len, bins_per_rank=bins_per_rank, samples_per_rank=samples_per_rank, fill=fill,
-        replicate=replicate, seed=seed, objective=objective, group_size=group_size, cost=cost, model=model,
-        name=name,
-    ).instance
