@@ -152,3 +152,14 @@ def test_sigint_in_lpt_returns_the_reference_grouping_as_the_best_answer(tmp_pat
     if "solver  objective" in stdout:  # the signal reached the solve: the reference grouping is the answer
         assert "feasible" in stdout and "note: interrupted by SIGINT: the best answer so far" in stdout
     assert not (tmp_path / "r.json").exists()
+
+
+def test_ctrl_c_while_the_command_modules_load_exits_130_without_traceback(monkeypatch, capsys):
+    import packplace.cli as cli
+
+    def interrupted_while_loading():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted_while_loading)
+    assert cli.main(["balance", "--help"]) == 130
+    assert capsys.readouterr().err == "packplace: interrupted by SIGINT\n"

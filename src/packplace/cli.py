@@ -19,6 +19,7 @@ import importlib
 import io
 import json
 import os
+import signal
 import sys
 from typing import Any, TextIO
 
@@ -111,8 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     A command puts its JSON document in ``args.json_document``; with ``--json`` it is printed on
     stdout (a command that sets none gets ``{"command", "exit_code", "output"}`` with its text output).
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # Ctrl-C while the command modules load, before the handlers are installed: no traceback
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("packplace: interrupted by SIGINT", file=sys.stderr)
+        return interrupt.exit_code(signal.SIGINT)
     interrupt.install()
     with progress.quiet(getattr(args, "quiet", False)):  # restored afterwards (main may run in-process)
         if not getattr(args, "json", False):
