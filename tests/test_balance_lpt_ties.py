@@ -51,3 +51,45 @@ def test_heap_path_honours_the_deadline():
     inst = make_instance([3] * 5000, seq_len=10_000, data_parallel_size=4)
     result = packplace.balance(inst, solver="lpt", time_limit_s=1e-6)
     assert result.hit_time_limit and result.status == "unknown" and "time limit" in result.message
+
+
+@st.composite
+def many_bins_instances(draw):
+    """Few ranks, many bins per rank, few distinct lengths and costs: groups of tied ranks with many bins."""
+    ranks = draw(st.integers(1, 6))
+    per_rank = draw(st.integers(4, 12))
+    seq_len = draw(st.integers(8, 20))
+    n = draw(st.integers(ranks * per_rank, ranks * per_rank * 3))
+    tokens = draw(st.lists(st.sampled_from([1, 2, 3, 5, 8]), min_size=n, max_size=n))
+    if sum(tokens) > ranks * per_rank * seq_len:
+        tokens = [1] * n
+    costs = draw(st.one_of(st.just([float(t) for t in tokens]),
+                           st.lists(st.sampled_from([1.0, 2.0, 2.5]), min_size=n, max_size=n)))
+    return make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=per_rank)
+
+
+@settings(max_examples=100, deadline=None)
+@given(many_bins_instances())
+def test_heap_path_with_many_bins_per_rank_matches_the_general_path_scanned_or_merged(inst):
+    # MERGE_FACTOR 0: every group of tied ranks keeps a merged list of its bins; 1000: none does.
+    prepared = lpt.prepare(inst)
+    reference = _bins_or_dead_end(lpt._lpt_vectorized, inst, prepared)
+    default = lpt.MERGE_FACTOR
+    try:
+        for factor in (0, default, 1000):
+            lpt.MERGE_FACTOR = factor
+            assert _bins_or_dead_end(lpt._lpt_heap, inst, prepared) == reference
+    finally:
+        lpt.MERGE_FACTOR = default
+
+
+def test_many_bins_best_fit_inside_the_least_loaded_rank_by_hand():
+    # 2 ranks x 3 bins of 10 tokens; lengths 9, 8, 7, 6, 5, 4 open the bins (LPT order, least-loaded
+    # rank first): rank 0 gets 9, 6, 5 (load 20), rank 1 gets 8, 7, 4 (load 19); free 1, 4, 5 and 2, 3, 6.
+    # Then 3 goes to rank 1 (load 19) into its tightest bin with room (free 3 -> 0, bin 4): load 22.
+    # Then 2 goes to rank 0 (load 20), free 4 is the tightest >= 2 (bin 1): load 22. Then two samples of
+    # 1 token: loads and rank tokens tie at 22, so the tightest fit decides: rank 0's bin 0 (free 1)
+    # beats rank 1's bin 3 (free 2); the last one goes to rank 1 (load 22 < 23), bin 3.
+    inst = make_instance([9, 8, 7, 6, 5, 4, 3, 2, 1, 1], seq_len=10, data_parallel_size=2, local_batch_size=3)
+    prepared = lpt.prepare(inst)
+    assert lpt._lpt_heap(inst, prepared) == [[0, 8], [3, 7], [4], [1, 9], [2, 6], [5]]
