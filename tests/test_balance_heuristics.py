@@ -27,14 +27,14 @@ def _bin_tokens(instance: BalanceInstance, bins) -> list[int]:
 def test_five_costs_two_ranks_lpt_17_kk_16():
     # Costs 8,7,6,5,4 on 2 ranks: optimum 15 ({8,7} vs {6,5,4}). LPT: 8|7, 6→7 (13), 5→8 (13),
     # 4 → tie at 13, rank 0 wins → 17. LDM: 8-7 → diff 1, 6-5 → 1, 4 vs (8,7) → (11,8), then
-    # (11,8)+(5,6) → (16,14): the textbook KK result 16. Repair: the greedy re-split of the pair is
-    # LPT again ({8,5,4} | {7,6}); the swap polish then trades 8 for 6: {6,5,4} | {8,7} = 15.
+    # (11,8)+(5,6) → (16,14): the textbook KK result 16. Repair starts from KK's 16 | 14 and the
+    # fine-tuning sends a cost of 1 from the heavier rank to the lighter (swap 5 for 4): 15 | 15.
     inst = make_instance([1] * 5, [8, 7, 6, 5, 4], seq_len=100, data_parallel_size=2)
     lpt = packplace.balance(inst, solver="lpt")
     repair = packplace.balance(inst, solver="repair")
     kk = packplace.balance(inst, solver="kk")
     assert lpt.status == "feasible" and lpt.objective == 17.0
-    assert repair.objective == 15.0 and repair.status == "optimal" and repair.iterations >= 1
+    assert repair.objective == 15.0 and repair.status == "optimal" and "fine-tuning: 1 exchanges" in repair.message
     assert kk.solver == "karmarkar_karp" and kk.objective == 16.0
     assert {frozenset(b) for b in kk.solution.bins} == {frozenset({1, 3, 4}), frozenset({0, 2})}
     assert lpt.bound == pytest.approx(15.0)
@@ -409,7 +409,8 @@ def test_repair_pair_bitset_keeps_capacity(monkeypatch):
     costs = [10.0, 9.0, 1.0, 8.0]
     inst = make_instance(tokens, costs, seq_len=10, data_parallel_size=2, reference_bins=((1, 2), (0, 3)))
     result = packplace.balance(inst, solver="repair")
-    assert result.ok and built == [[[0, 3], [1, 2]]]  # the re-split completed, within capacity
+    # Every re-split (of the FFD start and of KK's) completed, within capacity.
+    assert result.ok and built and all(split == [[0, 3], [1, 2]] for split in built)
     assert "first-fit decreasing found a packing" in result.message
     assert sorted(_bin_tokens(inst, result.solution.bins)) == [10, 10]
     # Only feasible split: {9,1} | {5,5}: costs 18 | 10.
@@ -526,13 +527,24 @@ def test_repair_rank_local_search_m2_hand_computed():
     # Costs = tokens 10,9,8,7,6 on D = 2 ranks x m = 2 bins of 20 tokens. LPT opens 10 | 9, then 8 → rank 1
     # (17), 7 → rank 0 (17); the 6 ties at 17 and best fit puts it with the 10 (4 tokens left vs 5):
     # 23 | 17. No pair of the five sums to 20 and every triple exceeds 20, so 21 | 19 is optimal; the
-    # rank local search gets there by swapping the 10 (rank 0) with the 8 (rank 1): transfer 2.
+    # rank local search gets there from LPT's answer by swapping the 10 (rank 0) with the 8 (rank 1):
+    # transfer 2. (The solver itself starts from KK's answer here and fine-tunes it to the same 21.)
+    from packplace.solvers.balance import lpt as lpt_module
+    from packplace.solvers.balance.repair import repair_ranks
+
     inst = make_instance([10, 9, 8, 7, 6], seq_len=20, data_parallel_size=2, local_batch_size=2)
     lpt = packplace.balance(inst, solver="lpt")
-    repair = packplace.balance(inst, solver="repair")
     assert lpt.objective == 23.0
-    assert repair.objective == 21.0 and "rank local search" in repair.message
-    assert max(_bin_tokens(inst, repair.solution.bins)) <= 20 and all(repair.solution.bins)
+    prepared = lpt_module.prepare(inst)
+    index = {key: i for i, key in enumerate(prepared.keys)}
+    start = [[index[key] for key in b] for b in lpt.solution.bins]
+    bins, _, accepted, _ = repair_ranks(inst, prepared, start, 64)
+    searched = lpt_module.keys_of(prepared, bins)
+    assert accepted == 1 and BalanceEvaluator(inst).objective(searched) == 21.0
+    repair = packplace.balance(inst, solver="repair")
+    assert repair.objective == 21.0 and repair.status == "optimal"
+    for bins in (searched, repair.solution.bins):
+        assert max(_bin_tokens(inst, bins)) <= 20 and all(bins)
 
 
 def test_repair_rank_local_search_respects_budgets():
@@ -578,10 +590,20 @@ def test_repair_rank_local_search_budget_blocks_the_balancing_swap():
 
 
 def test_repair_rank_local_search_budget_of_pairs():
+    # The rank local search alone from LPT's answer (the solver fine-tunes this instance to the bound
+    # without it): one pair check against the default budget of 64.
+    from packplace.solvers.balance import lpt as lpt_module
+    from packplace.solvers.balance.repair import repair_ranks
+
     inst = _long_tailed(2000, 16, per_rank=4, seq_len=8192)
-    lpt = packplace.balance(inst, solver="lpt")
-    one = packplace.balance(inst, solver="repair", max_repair_pairs=1)
-    full = packplace.balance(inst, solver="repair")
-    assert one.iterations == 1 and full.iterations <= 64
-    assert full.objective <= one.objective <= lpt.objective
-    assert full.objective < lpt.objective
+    prepared = lpt_module.prepare(inst)
+    start = lpt_module.lpt_bins(inst, prepared)
+    evaluator = BalanceEvaluator(inst)
+    objective = {}
+    for budget in (1, 64):
+        bins, checks, _, _ = repair_ranks(inst, prepared, start, budget)
+        assert checks <= budget
+        objective[budget] = evaluator.objective(lpt_module.keys_of(prepared, bins))
+    lpt_objective = evaluator.objective(lpt_module.keys_of(prepared, start))
+    assert objective[64] <= objective[1] <= lpt_objective and objective[64] < lpt_objective
+    assert packplace.balance(inst, solver="repair").status == "optimal"

@@ -1,13 +1,25 @@
-"""``repair`` (the default balance solver): the better of :mod:`lpt` and Karmarkar–Karp, then bounded repair.
+"""``repair`` (the default balance solver): LPT or Karmarkar–Karp, fine-tuning to the bound, bounded repair.
 
 Start. ``lpt`` (or, when it dead-ends, the feasibility-first construction or the reference bins),
-and, when n·D ≤ :data:`KK_START_MAX_WORK`, ``karmarkar_karp``; the repair starts from the better of
-the two by the evaluator's (objective, Σℓ²) (objective alone for ``rounds``). The repair never
-makes its start worse, so on those sizes ``repair`` is never worse than ``lpt`` or ``kk`` wherever
-they are feasible; above that size it starts from ``lpt`` alone, and for ``makespan`` runs
-``karmarkar_karp`` (then repairs it too and keeps the better) only when the repaired answer is still
-more than :data:`KK_RESCUE_GAP` above the analytic bound — so there it can end slightly worse than
-``kk`` (e.g. 0.0012% against 0.0010% at 65,536 × 512 × 1), never by more than that gap.
+and ``karmarkar_karp`` when n·D ≤ :data:`KK_START_MAX_WORK` or when LPT's answer is more than
+:data:`KK_START_GAP` above the analytic bound. Each start is improved in turn, the better by the
+evaluator's (objective, Σℓ²) first (objective alone for ``rounds``), until one is proven optimal:
+first the fine-tuning of :mod:`~packplace.solvers.balance.fine_tune` (``makespan`` without padding or
+budgets: exchanges of one or two samples that bring every rank load under the bound raised by 0.9 of
+the optimality tolerance); if that does not reach the bound, the bounded repair below from the start
+itself, then the fine-tuning of the repaired answer. The better result is kept.
+
+Never worse than ``lpt`` or ``kk``. Every phase keeps its input when the evaluator would score its
+output worse, so the answer is never worse than the starts it came from. An answer whose objective is
+at most bound·(1 + OPTIMALITY_RTOL) (the evaluator's ``optimal`` test; for ``makespan`` with integer
+costs also the bound rounded up) is returned at once: no answer beats it by more than that relative
+tolerance. Otherwise, if ``karmarkar_karp`` was not a start, it runs now on the remaining time, its
+answer is improved the same way, and the better of the two is returned. So wherever ``lpt`` and
+``kk`` are feasible, ``repair``'s objective is at most theirs, or within the optimality tolerance
+(relative 1e-6) of the bound and hence of theirs — unless the time limit cuts ``karmarkar_karp`` off
+(``hit_time_limit`` and the message say so). Under rank rules (equal counts, groups, bin caps) the
+rule-keeping construction and its local search run instead, and ``karmarkar_karp``'s answer replaces
+theirs when it is feasible and strictly better (again not run when the answer is proven optimal).
 
 Acceptance (both searches). A change is kept if the instance objective strictly improves (by more
 than a relative 1e-9, so that no float rounding can make the evaluator see a worse answer), or —
@@ -75,8 +87,9 @@ import numpy as np
 from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
-from packplace.result import FEASIBLE, UNKNOWN, Proposal
+from packplace.result import FEASIBLE, OPTIMALITY_ATOL, OPTIMALITY_RTOL, UNKNOWN, Proposal
 from packplace.solvers.balance.construction import after_dead_end
+from packplace.solvers.balance.fine_tune import fine_tune
 from packplace.solvers.balance.lpt import (
     DeadEnd,
     PreparedSamples,
@@ -94,12 +107,16 @@ DEFAULT_MAX_REPAIR_PAIRS = 64
 #: ``repair`` also runs ``karmarkar_karp`` and starts from the better of the two when n·D is at most
 #: this (the differencing method costs O(n·D log D) in Python: about 150 ms at 8,192 × 64).
 KK_START_MAX_WORK = 1 << 18
-#: Above :data:`KK_START_MAX_WORK`, a makespan repair whose answer is still more than this relative
-#: gap above the analytic bound runs ``karmarkar_karp`` after all, repairs its answer too and keeps the
-#: better: where capacity binds (several bins per rank, high fill) LPT's start can sit percents above
-#: the bound while differencing reaches it (65,536 × 512 × 4 long-tail, fill 0.8: 2.4% against 0.000%),
-#: and where LPT is already close the extra second is not spent.
-KK_RESCUE_GAP = 1e-3
+#: Above :data:`KK_START_MAX_WORK`, ``karmarkar_karp`` still provides a start when LPT's answer is more than
+#: this relative gap above the analytic bound: where capacity binds (several bins per rank, high fill) LPT
+#: can sit percents above the bound while differencing reaches it (65,536 × 512 × 4 long-tail, fill 0.8:
+#: 3.6% against 0.000%), and fine-tuning cannot close such a gap.
+KK_START_GAP = 1e-3
+#: The fine-tuning aims at the bound raised by this relative amount (0.9 of the optimality tolerance).
+FINE_TUNE_RTOL = 0.9 * OPTIMALITY_RTOL
+#: Most fine-tuning exchanges per call: max(FINE_TUNE_MIN_STEPS, FINE_TUNE_STEPS_PER_RANK · D).
+FINE_TUNE_MIN_STEPS = 64
+FINE_TUNE_STEPS_PER_RANK = 4
 #: Largest suffix bitset table (bytes) one pair may build.
 MAX_BITSET_TABLE_BYTES = 256 * 1024 * 1024
 #: A repair must lower the objective by more than this relative amount to be accepted (the final
@@ -836,35 +853,44 @@ def _check_max_pairs(value) -> int | None:
     return value
 
 
-def _kk_start(instance: BalanceInstance, prepared: PreparedSamples, deadline: float | None, any_size: bool = False):
-    """The ``karmarkar_karp`` answer as bins of sample indices, or None (not run, or not feasible); not
-    run above :data:`KK_START_MAX_WORK` unless ``any_size``."""
+def _kk_bins(instance: BalanceInstance, prepared: PreparedSamples, deadline: float | None):
+    """``karmarkar_karp``'s answer as bins of sample indices: (bins or None, cut off by the deadline)."""
     from packplace.solvers.balance import karmarkar_karp
 
-    if not any_size and len(instance.samples) * instance.data_parallel_size > KK_START_MAX_WORK:
-        return None
     if deadline is not None and time.perf_counter() >= deadline:
-        return None
+        return None, True
     left = None if deadline is None else max(0.0, deadline - time.perf_counter())
     proposal = karmarkar_karp.solve(instance, time_limit_s=left)
     if proposal.solution is None:
-        return None
+        return None, bool(proposal.hit_time_limit)
     where = {key: i for i, key in enumerate(prepared.keys)}
-    return [[where[key] for key in b] for b in proposal.solution]
+    return [[where[key] for key in b] for b in proposal.solution], False
+
+
+def _proven_level(instance: BalanceInstance, prepared: PreparedSamples, bound: float) -> float:
+    """The objective at or below which an answer is optimal within the tolerance: bound·(1 + OPTIMALITY_RTOL)
+    + OPTIMALITY_ATOL (the evaluator's test), or, for ``makespan`` with integer costs and no padding, the
+    bound rounded up if that is larger (every load is then an integer, so no answer is below it)."""
+    level = bound * (1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL
+    target = _target(instance, prepared)
+    return level if target is None else max(level, target)
 
 
 def _better_of_kk(instance: BalanceInstance, proposal: Proposal, deadline: float | None) -> Proposal:
     """``proposal`` (the rule-keeping repair), or ``karmarkar_karp``'s answer where that is feasible and
-    scores a strictly lower objective (n·D ≤ :data:`KK_START_MAX_WORK` only)."""
+    scores a strictly lower objective; kk is not run when ``proposal`` is optimal within the tolerance."""
     from packplace.solvers.balance import karmarkar_karp
 
-    if len(instance.samples) * instance.data_parallel_size > KK_START_MAX_WORK:
+    evaluator = BalanceEvaluator(instance)
+    if proposal.solution is not None and (evaluator.objective(proposal.solution)
+                                          <= evaluator.lower_bound() * (1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL):
         return proposal
     left = None if deadline is None else max(0.0, deadline - time.perf_counter())
     other = karmarkar_karp.solve(instance, time_limit_s=left)
     if other.solution is None:
+        if other.hit_time_limit:
+            proposal.hit_time_limit = True
         return proposal
-    evaluator = BalanceEvaluator(instance)
     if evaluator.violations(other.solution):
         return proposal
     if proposal.solution is not None and evaluator.objective(other.solution) >= evaluator.objective(proposal.solution):
@@ -920,7 +946,7 @@ def solve(
     max_repair_pairs: int | None = None,
     **params,
 ) -> Proposal:
-    """The better of LPT and Karmarkar–Karp, then bounded capacity-safe repair (the default balance solver).
+    """LPT (or Karmarkar–Karp), fine-tuning to the bound, bounded capacity-safe repair (the default balance solver).
 
     Args:
         instance: The balance instance.
@@ -931,8 +957,8 @@ def solve(
 
     Returns:
         A :class:`~packplace.result.Proposal`: bins of keys with status ``feasible`` and
-        ``iterations`` = pairs checked; ``unknown`` without a solution when LPT dead-ends and the
-        instance has no reference grouping.
+        ``iterations`` = pairs checked by the repair (fine-tuning exchanges are in the message);
+        ``unknown`` without a solution when LPT dead-ends and the instance has no reference grouping.
 
     Raises:
         ConfigError: ``max_repair_pairs`` not a positive integer, or an unknown parameter.
@@ -966,26 +992,96 @@ def solve(
         messages.append(f"{message}; repair started from it")
         if timed_out:
             return Proposal(keys_of(prepared, bins), FEASIBLE, hit_time_limit=True, message=messages[0])
-    kk_bins = _kk_start(instance, prepared, deadline)
-    if kk_bins is not None and _rank_key(instance, prepared, kk_bins) < _rank_key(instance, prepared, bins):
-        bins = kk_bins
-        messages = ["started from karmarkar_karp (better than lpt)"]
-    bins, iterations, hit_time_limit, note = _repair(instance, prepared, bins, max_repair_pairs, deadline)
-    if note:
-        messages.append(note)
-    if (kk_bins is None and instance.objective == "makespan" and not hit_time_limit
-            and _rank_key(instance, prepared, bins)[0]
-            > BalanceEvaluator(instance).lower_bound() * (1 + KK_RESCUE_GAP)):
-        kk_bins = _kk_start(instance, prepared, deadline, any_size=True)
+    bound = BalanceEvaluator(instance).lower_bound()
+    proven = _proven_level(instance, prepared, bound)
+    starts = [(_rank_key(instance, prepared, bins), 0, "lpt", bins)]
+    kk_run = kk_cut = False
+    if (len(instance.samples) * instance.data_parallel_size <= KK_START_MAX_WORK
+            or starts[0][0][0] > bound * (1 + KK_START_GAP)):
+        kk_run = True
+        kk_bins, kk_cut = _kk_bins(instance, prepared, deadline)
         if kk_bins is not None:
-            kk_bins, more, hit_time_limit, kk_note = _repair(instance, prepared, kk_bins, max_repair_pairs, deadline)
-            iterations += more
-            if _rank_key(instance, prepared, kk_bins) < _rank_key(instance, prepared, bins):
-                bins = kk_bins
-                messages = [f"karmarkar_karp then repair (lpt's repaired answer stayed more than "
-                            f"{KK_RESCUE_GAP:.1%} above the bound)"] + ([kk_note] if kk_note else [])
+            starts.append((_rank_key(instance, prepared, kk_bins), 1, "karmarkar_karp", kk_bins))
+    starts.sort(key=lambda start: start[:2])
+    best = None
+    iterations = 0
+    hit_time_limit = False
+    while True:
+        for _, _, name, start_bins in starts:
+            bins, key, checks, hit_time_limit, notes = _improve(instance, prepared, start_bins, proven,
+                                                                max_repair_pairs, deadline)
+            iterations += checks
+            if best is None or key < best[0]:
+                head = [] if name == "lpt" else [f"started from {name}'s answer"]
+                best = (key, bins, (messages if name == "lpt" else []) + head + notes)
+            if best[0][0] <= proven or hit_time_limit:
+                break
+        if best[0][0] <= proven or hit_time_limit or kk_run:
+            break
+        # Not proven optimal: the differencing method's answer may be better; improve it too, keep the better.
+        kk_run = True
+        kk_bins, kk_cut = _kk_bins(instance, prepared, deadline)
+        if kk_bins is None:
+            break
+        starts = [(None, 1, "karmarkar_karp", kk_bins)]
+    key, bins, messages = best
+    if kk_cut:
+        hit_time_limit = True
+        messages.append("the time limit cut karmarkar_karp off")
     return Proposal(keys_of(prepared, bins), FEASIBLE, iterations=iterations,
                     hit_time_limit=hit_time_limit, message="; ".join(messages))
+
+
+def _fine_tunable(instance: BalanceInstance) -> bool:
+    """Fine-tuning applies to ``makespan`` without padding or budgets (loads are plain cost sums)."""
+    return (instance.objective == "makespan" and instance.padding_cost is None
+            and not instance.constraints.budgets)
+
+
+def _fine_tune(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]],
+               key: tuple[float, float], deadline: float | None):
+    """:func:`fine_tune` of ``bins`` towards :func:`_fine_target`: (bins, key, exchanges, hit the deadline),
+    the given bins when it changes nothing or the evaluator's objective would not improve."""
+    if not _fine_tunable(instance) or len(bins) < 2:
+        return bins, key, 0, False
+    ranks = instance.data_parallel_size
+    tuned, steps, timed_out = fine_tune(bins, prepared.tokens, prepared.costs, ranks, instance.local_batch_size,
+                                        instance.constraints.seq_len, _fine_target(instance, prepared),
+                                        max(FINE_TUNE_MIN_STEPS, FINE_TUNE_STEPS_PER_RANK * ranks), deadline)
+    if not steps:
+        return bins, key, 0, timed_out
+    tuned_key = _rank_key(instance, prepared, tuned)
+    if tuned_key[0] > key[0] or (tuned_key[0] == key[0] and tuned_key[1] >= key[1]):
+        return bins, key, steps, timed_out
+    return tuned, tuned_key, steps, timed_out
+
+
+def _fine_target(instance: BalanceInstance, prepared: PreparedSamples) -> float:
+    """T of the fine-tuning: the bound raised by :data:`FINE_TUNE_RTOL` (inside the optimality tolerance,
+    so float sums cannot push the evaluator's objective past it), or the integer target if larger."""
+    bound = BalanceEvaluator(instance).lower_bound()
+    return max(bound * (1 + FINE_TUNE_RTOL), _target(instance, prepared))
+
+
+def _improve(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]], proven: float,
+             max_repair_pairs: int, deadline: float | None):
+    """Fine-tune ``bins``; if that does not reach ``proven``, repair ``bins`` and fine-tune the repaired answer:
+    (bins, key, pair checks of the repair, hit the deadline, messages)."""
+    key = _rank_key(instance, prepared, bins)
+    tuned, tuned_key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline)
+    if tuned_key[0] <= proven or timed_out:
+        notes = [f"fine-tuning: {steps} exchanges" + (" reached the bound" if tuned_key[0] <= proven else "")]
+        return tuned, tuned_key, 0, timed_out, notes if steps else []
+    # Not at the bound: repair the start itself (the fine-tuned answer is a worse start for the repair,
+    # measured on the tight suite), then fine-tune the repaired answer.
+    bins, checks, timed_out, note = _repair(instance, prepared, bins, max_repair_pairs, deadline)
+    key = _rank_key(instance, prepared, bins)
+    notes = [note] if note else []
+    if not timed_out and key[0] > proven:
+        bins, key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline)
+        if steps:
+            notes.append(f"fine-tuning: {steps} exchanges" + (" reached the bound" if key[0] <= proven else ""))
+    return bins, key, checks, timed_out, notes
 
 
 def _repair(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]], max_repair_pairs: int,

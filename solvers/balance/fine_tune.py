@@ -1,0 +1,225 @@
+"""Makespan fine-tuning: exchanges of one or two samples that bring every rank load under a target.
+
+The last phase of ``repair`` for ``makespan`` without padding or budgets. The target T is the
+evaluator's analytic bound raised by 0.9 of the optimality tolerance (or the bound rounded up when
+every cost is an integer, whichever is larger): an answer whose rank loads all stay at or below T is
+``optimal`` by the evaluator's test, and no other answer can beat it by more than that tolerance.
+
+Step. Take the heaviest rank h (excess e = ℓ_h − T > 0) and the :data:`PARTNERS` lightest ranks,
+lightest first. For a partner l with room r = T − ℓ_l ≥ e, look for an exchange that moves a cost d
+with e ≤ d ≤ r from h to l (both end at or below T), as near as possible to the middle (ℓ_h − ℓ_l)/2;
+with r < e, one with 0 < d ≤ r as near to r as possible (h sheds what l can take). An exchange sends
+a unit u of a bin A of h to a bin B of l and a unit v of B (possibly none) back to A: units are single
+samples, then — only when no single-sample exchange fits with any partner — also two samples of one
+bin (of the :data:`PAIR_SAMPLES` smallest of that bin), which gives the fine differences one-for-one
+swaps lack (with cost t + t²/4096, two-for-two swaps reach multiples of 2/4096 where one-for-one
+swaps of different lengths move at least 1). Both bins must stay within ``seq_len`` and A non-empty;
+bins holding an oversized sample are left alone.
+
+Search. The partner's unit costs are sorted once per step; for every unit u of h a binary search
+finds the partner units v with c_u − c_v inside the interval, and the :data:`WINDOW` of them nearest
+to the aimed difference are checked for capacity (vectorised numpy, O((k_h + k_l) log k_l) per
+partner). The first partner with a feasible exchange takes the best one (nearest to the aim, then
+unit indices). Every step lowers the total excess Σ max(0, ℓ − T) and never lifts a rank above T, so
+the makespan never grows; the phase stops when the makespan reaches T, when no partner has an
+exchange for the heaviest rank, after ``max_steps`` steps or at the deadline. Deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+#: Light ranks tried as partners of the heaviest rank in each step (lightest first).
+PARTNERS = 8
+#: Two-sample units are formed from at most this many samples of a bin (the smallest by tokens).
+PAIR_SAMPLES = 48
+#: Partner units checked per heavy unit (the nearest in cost to the aimed difference).
+WINDOW = 4
+
+
+_TRIANGLES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _triangle(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row and column indices of the pairs x < y of ``size`` items (cached)."""
+    found = _TRIANGLES.get(size)
+    if found is None:
+        found = _TRIANGLES[size] = np.triu_indices(size, k=1)
+    return found
+
+
+class _Units:
+    """Exchange units of one rank: arrays of first sample, second sample (-1: none), bin, cost, tokens, count.
+
+    ``costs``/``tokens`` carry one extra trailing 0 so that index -1 (no second sample) adds nothing.
+    """
+
+    __slots__ = ("first", "second", "bin", "cost", "tokens", "count")
+
+    def __init__(self, bins, rank_bins, locked, costs, tokens, pairs: bool) -> None:
+        firsts, seconds, wheres = [], [], []
+        for b in rank_bins:
+            if locked[b] or not bins[b]:
+                continue
+            members = np.asarray(bins[b], dtype=np.int64)
+            firsts.append(members)
+            seconds.append(np.full(members.size, -1, dtype=np.int64))
+            wheres.append(np.full(members.size, b, dtype=np.int64))
+            if pairs and members.size >= 2:
+                chosen = members[np.lexsort((members, tokens[members]))[:PAIR_SAMPLES]]
+                x, y = _triangle(chosen.size)
+                firsts.append(chosen[x])
+                seconds.append(chosen[y])
+                wheres.append(np.full(x.size, b, dtype=np.int64))
+        empty = np.zeros(0, dtype=np.int64)
+        self.first = np.concatenate(firsts) if firsts else empty
+        self.second = np.concatenate(seconds) if seconds else empty
+        self.bin = np.concatenate(wheres) if wheres else empty
+        self.cost = costs[self.first] + costs[self.second]
+        self.tokens = tokens[self.first] + tokens[self.second]
+        self.count = np.where(self.second >= 0, 2, 1)
+
+
+def fine_tune(
+    bins: list[list[int]],
+    tokens: np.ndarray,
+    costs: np.ndarray,
+    ranks: int,
+    per_rank: int,
+    capacity: int,
+    target: float,
+    max_steps: int,
+    deadline: float | None = None,
+) -> tuple[list[list[int]], int, bool]:
+    """Exchange units between the heaviest rank and light ones until every load is at most ``target``.
+
+    Args:
+        bins: Rank-major bins of sample indices (D·m lists); not modified.
+        tokens: Tokens per sample index, int array (n,).
+        costs: Cost per sample index, float array (n,) (no padding: loads are plain cost sums).
+        ranks: D. per_rank: m. capacity: ``seq_len`` (tokens).
+        target: T, the makespan aimed at (cost units).
+        max_steps: Most exchanges made.
+        deadline: ``time.perf_counter()`` value after which no step starts.
+
+    Returns:
+        (bins, exchanges made, stopped by the deadline).
+    """
+    bins = [list(b) for b in bins]
+    bin_tokens = np.array([int(tokens[b].sum()) if b else 0 for b in bins], dtype=np.int64)
+    bin_count = np.array([len(b) for b in bins], dtype=np.int64)
+    locked = bin_tokens > capacity
+    loads = np.array([math.fsum(costs[[i for b in range(r * per_rank, (r + 1) * per_rank) for i in bins[b]]].tolist())
+                      for r in range(ranks)])
+    cache: dict[tuple[int, bool], _Units] = {}
+    padded_costs = np.append(costs, 0.0)
+    padded_tokens = np.append(tokens, 0)
+
+    def units(rank: int, pairs: bool) -> _Units:
+        found = cache.get((rank, pairs))
+        if found is None:
+            found = _Units(bins, range(rank * per_rank, (rank + 1) * per_rank), locked, padded_costs, padded_tokens,
+                           pairs)
+            cache[(rank, pairs)] = found
+        return found
+
+    def search(heavy: int, light: int, low: float, high: float, aim: float, pairs: bool):
+        """Best exchange moving d in [low, high] from heavy to light: (distance to aim, u, v, bin B) or None."""
+        mine, theirs = units(heavy, pairs), units(light, pairs)
+        if mine.first.size == 0:
+            return None
+        targets = np.array([b for b in range(light * per_rank, (light + 1) * per_rank) if not locked[b]],
+                           dtype=np.int64)
+        if targets.size == 0:
+            return None
+        best = None
+        # Moves: u alone to the fullest-room target bin that takes it (d = c_u).
+        ok = (mine.cost >= low) & (mine.cost <= high) & (bin_count[mine.bin] > mine.count)
+        if ok.any():
+            room = capacity - bin_tokens[targets]
+            fits = ok & (mine.tokens <= room.max())
+            if fits.any():
+                distance = np.where(fits, np.abs(mine.cost - aim), np.inf)
+                k = int(np.argmin(distance))
+                target_bin = int(targets[int(np.argmax(room))])
+                best = (float(distance[k]), k, -1, target_bin)
+        if theirs.first.size:
+            by_cost = np.argsort(theirs.cost, kind="stable")
+            sorted_cost = theirs.cost[by_cost]
+            start = np.searchsorted(sorted_cost, mine.cost - high, side="left")
+            stop = np.searchsorted(sorted_cost, mine.cost - low, side="right")
+            near = np.searchsorted(sorted_cost, mine.cost - aim, side="left")
+            rows = np.flatnonzero(stop > start)
+            if rows.size:
+                start, stop, near = start[rows], stop[rows], near[rows]
+                first = np.clip(near - WINDOW // 2, start, np.maximum(start, stop - WINDOW))
+                offsets = np.arange(WINDOW)
+                column = first[:, None] + offsets[None, :]
+                valid = column < stop[:, None]
+                column = np.where(valid, column, start[:, None])
+                row = np.broadcast_to(rows[:, None], column.shape)
+                v = by_cost[column]
+                source = mine.bin[row]
+                target = theirs.bin[v]
+                new_source = bin_tokens[source] - mine.tokens[row] + theirs.tokens[v]
+                new_target = bin_tokens[target] - theirs.tokens[v] + mine.tokens[row]
+                fits = valid & (new_source <= capacity) & (new_target <= capacity)
+                fits &= bin_count[source] - mine.count[row] + theirs.count[v] >= 1
+                fits &= bin_count[target] - theirs.count[v] + mine.count[row] >= 1
+                if fits.any():
+                    distance = np.where(fits, np.abs(mine.cost[row] - theirs.cost[v] - aim), np.inf)
+                    k = int(np.argmin(distance))
+                    if best is None or distance.flat[k] < best[0]:
+                        best = (float(distance.flat[k]), int(row.flat[k]), int(v.flat[k]), int(target.flat[k]))
+        return best
+
+    steps = 0
+    timed_out = False
+    while steps < max_steps:
+        heavy = int(np.argmax(loads))
+        excess = loads[heavy] - target
+        if excess <= 0:
+            break
+        if deadline is not None and time.perf_counter() > deadline:
+            timed_out = True
+            break
+        partners = [int(r) for r in np.argsort(loads, kind="stable")[:PARTNERS] if r != heavy]
+        found = None
+        for light, pairs in [(light, pairs) for light in partners for pairs in (False, True)]:
+            room = target - loads[light]
+            if room <= 0:
+                continue
+            if room >= excess:
+                low, high, aim = excess, room, (loads[heavy] - loads[light]) / 2
+            else:
+                low, high, aim = room * 1e-6, room, room
+            found = search(heavy, light, low, high, aim, pairs)
+            if found is not None:
+                found = (light, pairs) + found[1:]
+                break
+        if found is None:
+            break
+        light, pairs, u, v, target_bin = found
+        mine = units(heavy, pairs)
+        source_bin = int(mine.bin[u])
+        outgoing = [int(mine.first[u])] + ([int(mine.second[u])] if mine.second[u] >= 0 else [])
+        incoming = []
+        if v >= 0:
+            theirs = units(light, pairs)
+            target_bin = int(theirs.bin[v])
+            incoming = [int(theirs.first[v])] + ([int(theirs.second[v])] if theirs.second[v] >= 0 else [])
+        bins[source_bin] = [i for i in bins[source_bin] if i not in outgoing] + incoming
+        bins[target_bin] = [i for i in bins[target_bin] if i not in incoming] + outgoing
+        for b in (source_bin, target_bin):
+            bin_tokens[b] = int(tokens[bins[b]].sum())
+            bin_count[b] = len(bins[b])
+        for r in (heavy, light):
+            members = [i for b in range(r * per_rank, (r + 1) * per_rank) for i in bins[b]]
+            loads[r] = math.fsum(costs[members].tolist())
+            cache.pop((r, False), None)
+            cache.pop((r, True), None)
+        steps += 1
+    return bins, steps, timed_out
