@@ -8,8 +8,10 @@ which makes many rank loads tie) and packs them on D ranks × m bins of ``--seq-
 * ``lpt_bins``: CPU seconds of the LPT pass alone (:func:`~packplace.solvers.balance.lpt.lpt_bins`, the
   sort excluded), best of ``--repeats``;
 * per solver of ``--solvers``: wall seconds of ``packplace.balance(...)`` with ``--time-limit`` (none by
-  default), its status, whether it hit the limit, the evaluator's objective and, with a limit, ``ok``
-  when the wall time is within the rule ``1.1·limit + 0.5`` s (``OVER`` otherwise).
+  default; ``--reference none`` builds the instance without reference bins, so a solver that finds
+  nothing answers ``unknown`` instead of the reference grouping), its status, whether it hit the
+  limit, the evaluator's objective and, with a limit, ``ok`` when the wall time is within the rule
+  ``1.1·limit + 0.5`` s (``OVER`` otherwise).
 
 The two sizes the measurements in lpt.py's docstring and the README use:
 
@@ -34,7 +36,7 @@ import numpy as np
 
 
 def build(samples: int, ranks: int, per_rank: int | None, seq_len: int, fill: float, seed: int,
-          token_costs: bool):
+          token_costs: bool, reference: str = "auto"):
     """The synthetic instance: (instance, m, fill actually reached)."""
     from packplace.balance.schema import make_instance
 
@@ -44,7 +46,7 @@ def build(samples: int, ranks: int, per_rank: int | None, seq_len: int, fill: fl
     if per_rank is None:
         per_rank = math.ceil(int(tokens.sum()) / (fill * ranks * seq_len))
     instance = make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=per_rank,
-                             reference_bins="auto")
+                             reference_bins=None if reference == "none" else reference)
     return instance, per_rank, int(tokens.sum()) / (ranks * per_rank * seq_len)
 
 
@@ -73,15 +75,17 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=None)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reference", choices=["auto", "none"], default="auto",
+                        help="reference bins: the CLI's default 'auto' (a fallback answer) or none")
     parser.add_argument("--skip-lpt-bins", action="store_true")
     args = parser.parse_args()
 
     import packplace
 
     instance, per_rank, fill = build(args.samples, args.ranks, args.per_rank, args.seq_len, args.fill, args.seed,
-                                     args.token_costs)
+                                     args.token_costs, args.reference)
     print(f"n={args.samples} D={args.ranks} m={per_rank} seq_len={args.seq_len} fill={fill:.3f} "
-          f"costs={'tokens' if args.token_costs else 't + t^2/4096'}")
+          f"costs={'tokens' if args.token_costs else 't + t^2/4096'} reference={args.reference}")
     if not args.skip_lpt_bins:
         print(f"lpt_bins: {lpt_cpu_s(instance, args.repeats):.3f} s CPU (best of {args.repeats})")
     allowed = None if args.time_limit is None else 1.1 * args.time_limit + 0.5

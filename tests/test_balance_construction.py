@@ -99,3 +99,39 @@ def test_replicated_ranks_are_packed_by_their_common_multiplicity():
     assert sorted(sum(int(inst.tokens[i]) for i in b) for b in bins) == [8110] * 16
     result = packplace.balance(inst, solver="repair")
     assert result.ok and result.objective == pytest.approx(planted.optimum, rel=1e-12)
+
+
+def _fill_empty_bins_by_scan(bins, tokens):
+    """Reference: each empty bin, in index order, takes the smallest sample of the fullest bin (lowest index)."""
+    for members in bins:
+        if not members:
+            donor = max((k for k in range(len(bins)) if len(bins[k]) >= 2), key=lambda k: (len(bins[k]), -k))
+            smallest = min(bins[donor], key=lambda i: (tokens[i], i))
+            bins[donor].remove(smallest)
+            members.append(smallest)
+
+
+def test_empty_bins_take_the_smallest_sample_of_the_fullest_bin_by_hand():
+    # Bin 1 holds three samples (the fullest): bin 0 takes its smallest (sample 3, 1 token); then bins 1
+    # and 3 hold two each and bin 1 is first: bin 4 takes its smallest (sample 2, 2 tokens).
+    tokens = [5, 4, 2, 1, 6, 3]
+    bins = [[], [1, 2, 3], [0], [4, 5], []]
+    construction._fill_empty_bins(bins, tokens)
+    assert bins == [[3], [1], [0], [4, 5], [2]]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_empty_bins_are_filled_like_a_full_scan(seed):
+    import random
+
+    rng = random.Random(seed)
+    n = rng.randint(8, 40)
+    count = rng.randint(2, n)
+    tokens = [rng.randint(1, 9) for _ in range(n)]
+    bins = [[] for _ in range(count)]
+    for i in range(n):
+        bins[rng.randrange(max(1, count // 3))].append(i)  # a third of the bins hold everything
+    expected = [list(b) for b in bins]
+    _fill_empty_bins_by_scan(expected, tokens)
+    construction._fill_empty_bins(bins, tokens)
+    assert bins == expected and all(bins)

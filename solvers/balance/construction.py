@@ -25,8 +25,11 @@ ranks), bin completion first packs the multiset divided by g into K/g bins and r
 g times (half the node budget); only if that finds nothing does it search the whole multiset.
 
 A packing into at most K bins becomes one into exactly D·m non-empty bins by moving the smallest
-sample of a bin holding several into each empty bin (there are at least D·m samples; a move only
-lowers the source bin's usage).
+sample of the bin holding the most samples into each empty bin (there are at least D·m samples; a
+move only lowers the source bin's usage); a heap finds each donor in O(log K). Measured
+(``benchmarks/balance_many_bins.py`` sizes, 262,144 lognormal samples into 1,024 × 59 bins of 8,192
+tokens, fill 0.85): first-fit decreasing plus the filling of its ~9,000 empty bins 1.7 s, against
+79 s when each empty bin scanned every bin for its donor.
 
 Spreading bins over ranks (:func:`spread_bins`): bins in decreasing cost (padding included), each to
 the least-loaded rank that has fewer than m bins (LPT over bins, ties by rank index). ``repair``
@@ -314,15 +317,26 @@ def _bin_completion(
 
 
 def _fill_empty_bins(bins: list[list[int]], tokens: list[int]) -> None:
-    """Give every empty bin the smallest sample of a bin holding several (in place)."""
+    """Give every empty bin, in index order, the smallest sample of the bin holding the most samples
+    (ties to the lowest index), in place. Only the donor's count changes, so a heap of (−count, bin)
+    over the bins holding several finds each donor in O(log K).
+
+    Raises:
+        ValueError: an empty bin is left and no bin holds two samples (fewer samples than bins).
+    """
+    donors = [(-len(members), k) for k, members in enumerate(bins) if len(members) >= 2]
+    heapq.heapify(donors)
     for members in bins:
         if members:
             continue
-        donor = max((k for k in range(len(bins)) if len(bins[k]) >= 2),
-                    key=lambda k: (len(bins[k]), -k))
+        if not donors:
+            raise ValueError("fewer samples than bins: an empty bin cannot be filled")
+        _, donor = heapq.heappop(donors)
         smallest = min(bins[donor], key=lambda i: (tokens[i], i))
         bins[donor].remove(smallest)
         members.append(smallest)
+        if len(bins[donor]) >= 2:
+            heapq.heappush(donors, (-len(bins[donor]), donor))
 
 
 def feasible_packing(
