@@ -93,3 +93,20 @@ def test_many_bins_best_fit_inside_the_least_loaded_rank_by_hand():
     inst = make_instance([9, 8, 7, 6, 5, 4, 3, 2, 1, 1], seq_len=10, data_parallel_size=2, local_batch_size=3)
     prepared = lpt.prepare(inst)
     assert lpt._lpt_heap(inst, prepared) == [[0, 8], [3, 7], [4], [1, 9], [2, 6], [5]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 2), st.integers(3, 10), st.data())
+def test_rounds_path_with_many_bins_per_rank_matches_the_general_path(rounds, group, per_rank, data):
+    ranks = rounds * group
+    seq_len = data.draw(st.integers(8, 20))
+    n = data.draw(st.integers(ranks * per_rank, ranks * per_rank * 3))
+    tokens = data.draw(st.lists(st.sampled_from([1, 2, 3, 5, 8]), min_size=n, max_size=n))
+    if sum(tokens) > ranks * per_rank * seq_len:
+        tokens = [1] * n
+    costs = data.draw(st.lists(st.sampled_from([1.0, 2.0, 4.0]), min_size=n, max_size=n))  # exact sums
+    inst = make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=per_rank,
+                         objective="rounds", group_size=group)
+    prepared = lpt.prepare(inst)
+    assert _bins_or_dead_end(lpt._lpt_rounds, inst, prepared) == _bins_or_dead_end(lpt._lpt_vectorized, inst,
+                                                                                    prepared)
