@@ -113,7 +113,7 @@ def test_repair_without_the_kk_start_is_never_worse_than_lpt_or_kk(tokens, ranks
     group = ranks if objective != "rounds" or ranks % 2 else 2
     inst = make_instance(tokens, [float(t) ** power for t in tokens], seq_len=seq_len, data_parallel_size=ranks,
                          local_batch_size=per_rank, objective=objective, group_size=group)
-    with mock.patch.object(repair, "KK_START_MAX_WORK", 0), mock.patch.object(repair, "KK_START_GAP", math.inf):
+    with mock.patch.object(repair, "KK_START_MAX_WORK", 0):
         repaired = packplace.balance(inst, solver="repair")
     proven = repaired.objective <= repaired.bound * (1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL
     for other in ("lpt", "kk"):
@@ -139,10 +139,11 @@ def test_planted_instances_are_solved_within_half_a_percent():
     assert worst <= 0.005
 
 
-def test_large_tight_repair_starts_from_karmarkar_karp_when_lpt_is_far_from_the_bound():
+def test_large_tight_repair_starts_from_rank_level_lpt_when_lpt_is_far_from_the_bound():
     # 65,536 long-tailed samples (lognormal, median 497 tokens) on 512 ranks x 4 bins of 32,768 tokens,
     # fill 0.8: above the size where repair always tries kk, LPT ends 3.6% above the analytic bound, which
-    # fine-tuning cannot close; kk nearly reaches it, so repair must start from kk and fine-tune it to the bound.
+    # fine-tuning cannot close; LPT over ranks then first-fit decreasing per rank starts 0.006% above it,
+    # and the fine-tuning brings that to the bound (kk is then never run).
     rng = np.random.default_rng(0)
     n, ranks, per_rank, seq_len = 65536, 512, 4, 32768
     median = min(1024.0, 0.8 * seq_len * ranks * per_rank / (n * math.exp(0.5)))
@@ -156,8 +157,8 @@ def test_large_tight_repair_starts_from_karmarkar_karp_when_lpt_is_far_from_the_
     assert n * ranks > repair.KK_START_MAX_WORK
     bound = BalanceEvaluator(inst).lower_bound()
     lpt_result = packplace.balance(inst, solver="lpt")
-    assert lpt_result.objective > bound * (1 + repair.KK_START_GAP)  # the premise: LPT is far off here
+    assert lpt_result.objective > bound * (1 + repair.RANK_LPT_START_GAP)  # the premise: LPT is far off here
     result = packplace.balance(inst, solver="repair")
-    assert "started from karmarkar_karp" in result.message
+    assert "started from rank-level LPT" in result.message
     assert result.objective <= packplace.balance(inst, solver="kk").objective
-    assert result.status == "optimal"  # 160,663.987 against the bound 160,663.844
+    assert result.status == "optimal"  # 160,663.989 against the bound 160,663.844

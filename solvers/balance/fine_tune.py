@@ -38,6 +38,7 @@ PARTNERS = 8
 PAIR_SAMPLES = 48
 #: Partner units checked per heavy unit (the nearest in cost to the aimed difference).
 WINDOW = 4
+_OFFSETS = np.arange(WINDOW)[None, :]
 
 
 _TRIANGLES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -57,7 +58,7 @@ class _Units:
     ``costs``/``tokens`` carry one extra trailing 0 so that index -1 (no second sample) adds nothing.
     """
 
-    __slots__ = ("first", "second", "bin", "cost", "tokens", "count")
+    __slots__ = ("first", "second", "bin", "cost", "tokens", "count", "_by_cost", "_sorted_cost")
 
     def __init__(self, bins, rank_bins, locked, costs, tokens, pairs: bool) -> None:
         firsts, seconds, wheres = [], [], []
@@ -69,7 +70,9 @@ class _Units:
             seconds.append(np.full(members.size, -1, dtype=np.int64))
             wheres.append(np.full(members.size, b, dtype=np.int64))
             if pairs and members.size >= 2:
-                chosen = members[np.lexsort((members, tokens[members]))[:PAIR_SAMPLES]]
+                chosen = members[np.lexsort((members, tokens[members]))]
+                if chosen.size > PAIR_SAMPLES:  # evenly spread over the lengths: varied fine differences
+                    chosen = chosen[np.linspace(0, chosen.size - 1, PAIR_SAMPLES).round().astype(np.int64)]
                 x, y = _triangle(chosen.size)
                 firsts.append(chosen[x])
                 seconds.append(chosen[y])
@@ -81,6 +84,15 @@ class _Units:
         self.cost = costs[self.first] + costs[self.second]
         self.tokens = tokens[self.first] + tokens[self.second]
         self.count = np.where(self.second >= 0, 2, 1)
+        self._by_cost = None
+        self._sorted_cost = None
+
+    def by_cost(self) -> tuple[np.ndarray, np.ndarray]:
+        """(unit indices in increasing cost, stable; their costs), computed once."""
+        if self._by_cost is None:
+            self._by_cost = np.argsort(self.cost, kind="stable")
+            self._sorted_cost = self.cost[self._by_cost]
+        return self._by_cost, self._sorted_cost
 
 
 def fine_tune(
@@ -115,6 +127,8 @@ def fine_tune(
     loads = np.array([math.fsum(costs[[i for b in range(r * per_rank, (r + 1) * per_rank) for i in bins[b]]].tolist())
                       for r in range(ranks)])
     cache: dict[tuple[int, bool], _Units] = {}
+    open_bins = [np.array([b for b in range(r * per_rank, (r + 1) * per_rank) if not locked[b]], dtype=np.int64)
+                 for r in range(ranks)]
     padded_costs = np.append(costs, 0.0)
     padded_tokens = np.append(tokens, 0)
 
@@ -131,49 +145,47 @@ def fine_tune(
         mine, theirs = units(heavy, pairs), units(light, pairs)
         if mine.first.size == 0:
             return None
-        targets = np.array([b for b in range(light * per_rank, (light + 1) * per_rank) if not locked[b]],
-                           dtype=np.int64)
+        targets = open_bins[light]
         if targets.size == 0:
             return None
         best = None
-        # Moves: u alone to the fullest-room target bin that takes it (d = c_u).
+        # Moves: u alone to the target bin with the most room, if it fits there (d = c_u).
         ok = (mine.cost >= low) & (mine.cost <= high) & (bin_count[mine.bin] > mine.count)
         if ok.any():
             room = capacity - bin_tokens[targets]
-            fits = ok & (mine.tokens <= room.max())
-            if fits.any():
-                distance = np.where(fits, np.abs(mine.cost - aim), np.inf)
+            ok &= mine.tokens <= room.max()
+            if ok.any():
+                distance = np.where(ok, np.abs(mine.cost - aim), np.inf)
                 k = int(np.argmin(distance))
-                target_bin = int(targets[int(np.argmax(room))])
-                best = (float(distance[k]), k, -1, target_bin)
+                best = (float(distance[k]), k, -1, int(targets[int(np.argmax(room))]))
         if theirs.first.size:
-            by_cost = np.argsort(theirs.cost, kind="stable")
-            sorted_cost = theirs.cost[by_cost]
-            start = np.searchsorted(sorted_cost, mine.cost - high, side="left")
+            by_cost, sorted_cost = theirs.by_cost()
+            count = mine.cost.size
+            lower = np.searchsorted(sorted_cost, np.concatenate((mine.cost - high, mine.cost - aim)), side="left")
+            start, near = lower[:count], lower[count:]
             stop = np.searchsorted(sorted_cost, mine.cost - low, side="right")
-            near = np.searchsorted(sorted_cost, mine.cost - aim, side="left")
             rows = np.flatnonzero(stop > start)
             if rows.size:
                 start, stop, near = start[rows], stop[rows], near[rows]
                 first = np.clip(near - WINDOW // 2, start, np.maximum(start, stop - WINDOW))
-                offsets = np.arange(WINDOW)
-                column = first[:, None] + offsets[None, :]
+                column = first[:, None] + _OFFSETS
                 valid = column < stop[:, None]
                 column = np.where(valid, column, start[:, None])
-                row = np.broadcast_to(rows[:, None], column.shape)
+                row = rows[:, None]
                 v = by_cost[column]
                 source = mine.bin[row]
                 target = theirs.bin[v]
-                new_source = bin_tokens[source] - mine.tokens[row] + theirs.tokens[v]
-                new_target = bin_tokens[target] - theirs.tokens[v] + mine.tokens[row]
-                fits = valid & (new_source <= capacity) & (new_target <= capacity)
-                fits &= bin_count[source] - mine.count[row] + theirs.count[v] >= 1
-                fits &= bin_count[target] - theirs.count[v] + mine.count[row] >= 1
+                moved_tokens = theirs.tokens[v] - mine.tokens[row]
+                fits = valid & (bin_tokens[source] + moved_tokens <= capacity)
+                fits &= bin_tokens[target] - moved_tokens <= capacity
+                moved_count = theirs.count[v] - mine.count[row]
+                fits &= (bin_count[source] + moved_count >= 1) & (bin_count[target] - moved_count >= 1)
                 if fits.any():
                     distance = np.where(fits, np.abs(mine.cost[row] - theirs.cost[v] - aim), np.inf)
                     k = int(np.argmin(distance))
                     if best is None or distance.flat[k] < best[0]:
-                        best = (float(distance.flat[k]), int(row.flat[k]), int(v.flat[k]), int(target.flat[k]))
+                        best = (float(distance.flat[k]), int(rows[k // WINDOW]), int(v.flat[k]),
+                                int(target.flat[k]))
         return best
 
     steps = 0

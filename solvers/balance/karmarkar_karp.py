@@ -220,22 +220,23 @@ def first_fit_decreasing(
     samples = instance.samples
     if len(members) < per_rank:
         return None, f"rank {rank}: {len(members)} samples cannot fill {per_rank} non-empty bins"
-    tokens = prepared.tokens
-    position = prepared.position
-    ordered = sorted(members, key=lambda i: (-int(tokens[i]), int(position[i])))
+    chosen = np.asarray(members, dtype=np.int64)
+    sizes = prepared.tokens[chosen]
+    by_size = np.lexsort((prepared.position[chosen], -sizes))
+    ordered = chosen[by_size].tolist()
+    ordered_sizes = sizes[by_size].tolist()
     bins: list[list[int]] = []
     bin_tokens: list[int] = []
     bin_usage: list[dict[str, float]] = []
     closed: list[bool] = []
-    for i in ordered:
-        t = int(tokens[i])
-        need = {name: samples[i].budgets.get(name, 0.0) for name in limits}
+    for i, t in zip(ordered, ordered_sizes):
+        need = {name: samples[i].budgets.get(name, 0.0) for name in limits} if limits else None
         target = -1
         if t <= seq_len:
             for b in range(len(bins)):
                 if closed[b] or bin_tokens[b] + t > seq_len:
                     continue
-                if all(bin_usage[b][name] + need[name] <= limit for name, limit in limits.items()):
+                if need is None or all(bin_usage[b][name] + need[name] <= limit for name, limit in limits.items()):
                     target = b
                     break
         if target < 0:
@@ -246,8 +247,9 @@ def first_fit_decreasing(
             target = len(bins) - 1
         bins[target].append(i)
         bin_tokens[target] += t
-        for name in limits:
-            bin_usage[target][name] += need[name]
+        if need is not None:
+            for name in limits:
+                bin_usage[target][name] += need[name]
     if len(bins) > per_rank:
         return None, (
             f"rank {rank}: first-fit decreasing needs {len(bins)} bins of seq_len {seq_len}, "
