@@ -130,3 +130,19 @@ def test_lns_and_cpsat_find_a_start_with_the_time_a_first_backend_left():
         # a feasible answer whatever the machine's speed (repair stopped at its share, or kk after it)
         assert result.ok and result.status in ("optimal", "feasible"), (solver, result.status, result.message)
         assert result.objective >= result.bound
+
+
+def test_a_start_that_meets_the_bound_skips_the_later_start_backends(monkeypatch):
+    # Costs 4, 3, 2, 1 on 2 ranks: bound 5, repair finds {4, 1} / {3, 2}, so karmarkar_karp is not run.
+    inst = make_instance([4, 3, 2, 1], seq_len=10, data_parallel_size=2)
+    called = []
+    real_get = lns_module.get
+
+    def recording_get(problem, name):
+        called.append(name)
+        return real_get(problem, name)
+
+    monkeypatch.setattr(lns_module, "get", recording_get)
+    result = packplace.balance(inst, solver="lns", time_limit_s=5)
+    assert result.status == "optimal" and result.objective == 5.0
+    assert called == ["repair"]

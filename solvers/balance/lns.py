@@ -11,8 +11,10 @@ samples × 512 ranks).
 
 Start. The best feasible answer of ``repair`` and ``karmarkar_karp`` (evaluator objective, ties to
 ``repair``) and the instance's ``reference_bins``; both fast paths look for any capacity-feasible
-packing first when their balancing rule dead-ends (:mod:`construction`). Without a feasible start
-the answer is ``unknown`` and the message carries each path's reason.
+packing first when their balancing rule dead-ends (:mod:`construction`). When ``repair`` proves its
+answer optimal (it meets the analytic bound) ``karmarkar_karp`` is not run: on 20,000 samples × 8
+ranks × 1,386 bins that saves its 1.2 s (lns 2.6 s → 1.4 s). Without a feasible start the answer is
+``unknown`` and the message carries each path's reason.
 
 Neighbourhoods. Ranks are ordered by load (heaviest first, ties by index). The *leader* is the
 heaviest rank; its first neighbourhood adds the ``ranks_per_neighbourhood − 1`` lightest ranks, the
@@ -61,6 +63,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -192,10 +195,12 @@ class _Search:
 
 
 def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: int, time_limit_s: float,
-                deadline: float) -> tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float, list[str]]:
+                deadline: float, meets_bound: Callable[[float], bool] | None = None,
+                ) -> tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float, list[str]]:
     """(bins, source, objective, notes) of the best feasible start; (None, "", inf, notes) if none.
 
-    The start backends share ``time_limit_s`` seconds; once one has failed and none has found a start, the
+    A start whose objective ``meets_bound`` (proven optimal) ends the list. The start backends share
+    ``time_limit_s`` seconds; once one has failed and none has found a start, the
     next one may use everything up to ``deadline`` (``time.perf_counter()`` seconds) instead: without a start there is
     nothing to search from, so the search's share is better spent finding one."""
     best: tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float] = (None, "", math.inf)
@@ -216,6 +221,8 @@ def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: in
             continue
         if score.objective < best[2]:
             best = (bins, name, score.objective)
+        if meets_bound is not None and meets_bound(best[2]):
+            break  # proven optimal: no later start can be better, skip its time (kk at 8 x 1,386 bins: 1.2 s)
     if instance.reference_bins is not None:
         value = evaluator.objective(instance.reference_bins)
         if value < best[2]:
@@ -283,7 +290,7 @@ def solve(
         return value <= bound * (1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL
 
     start, source, start_objective, notes = _best_start(instance, evaluator, seed, START_SHARE * limit,
-                                                        deadline - READBACK_RESERVE_S)
+                                                        deadline - READBACK_RESERVE_S, meets_bound)
     info: dict[str, Any] = {"start": source or None, "start_objective": start_objective if start else None}
     if start is None:
         return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=time.perf_counter() > deadline,
