@@ -315,6 +315,30 @@ def _lpt_heap(
             raise DeadEnd(f"time limit reached after {pos} of {n} samples")
         i = order[pos]
         t = tokens[i]
+        # Common case (the general loop below gives the same bin): the least load is one rank's, its
+        # widest bin takes the sample, and its new load is no other rank's.
+        load = load_heap[0]
+        group = groups.get(load)
+        if group is not None and group.merged is None and len(group.members) == 1:
+            (r,) = group.members
+            own = rank_bins[r]
+            new_load = load + costs[i]
+            if own[-1][0] >= t and new_load not in groups and new_load not in in_heap:
+                at = bisect_left(own, (t,))
+                room, b = own[at]
+                del own[at]
+                insort(own, (room - t, b))
+                bins[b].append(i)
+                free[b] = room - t
+                rank_tokens[r] += t
+                rank_load[r] = new_load
+                del groups[load]
+                group.widest = own[-1][0]
+                groups[new_load] = group
+                in_heap.discard(load)
+                in_heap.add(new_load)
+                heapq.heapreplace(load_heap, new_load)
+                continue
         skipped = []
         chosen = None
         while load_heap:
