@@ -251,3 +251,16 @@ def test_repair_improves_the_construction_on_a_grpo_batch():
     assert built.status == repaired.status == "feasible"
     assert repaired.objective <= built.objective
     assert set(_rank_counts(inst, repaired.solution.bins)) == {32}
+
+
+def test_rule_keeping_repair_keeps_the_construction_when_levelling_raises_the_rounds_objective():
+    # 12 samples, cost tokens^1.5, 4 ranks of 3 samples (equal_count) in rounds of 2: the rank-level
+    # moves level the loads (929.96 = the sum of the two rounds' maxima afterwards), which is worse
+    # than the construction's 928.79, so repair returns the construction, as lpt does.
+    tokens = [1, 1, 2, 17, 24, 32, 32, 33, 39, 39, 46, 46]
+    inst = make_instance(tokens, [float(t) ** 1.5 for t in tokens], seq_len=88, data_parallel_size=4,
+                         objective="rounds", group_size=2, equal_count=True)
+    lpt_result = packplace.balance(inst, solver="lpt")
+    repaired = packplace.balance(inst, solver="repair")
+    assert lpt_result.objective == pytest.approx(928.7925428300864, rel=1e-12)
+    assert repaired.objective <= lpt_result.objective

@@ -15,6 +15,8 @@ rank and any bin):
   Loads here are the ``llm`` sample costs (padding is charged by the evaluator afterwards); every
   accepted move lowers the pair's maximum and its sum of squares, so it never worsens ``makespan``
   or ``balance``. It stops at a local optimum, at ``max_rounds`` accepted moves, or at the deadline.
+  Levelling the loads can raise the ``rounds`` objective (or a padding cost), so
+  :func:`repair_proposal` keeps the construction when the evaluator scores it better.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 
 import numpy as np
 
+from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.rank_rules import RankRules, construct, pack_rank, units_of
 from packplace.balance.schema import BalanceInstance
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
@@ -154,14 +157,23 @@ def improve(instance: BalanceInstance, bins: list[list[int]], deadline: float | 
 
 def repair_proposal(instance: BalanceInstance, time_limit_s: float | None) -> Proposal:
     """``repair`` under rank rules: the construction, then :func:`improve` (local optimum, 4 moves per
-    unit, or the time limit)."""
+    unit, or the time limit); the construction itself when the evaluator scores it strictly better
+    (``rounds`` objective, padding), so never worse than ``lpt``."""
     started = time.perf_counter()
     deadline = None if time_limit_s is None else started + float(time_limit_s)
     bins, by = construct_indices(instance)
     if bins is None:
         return construct_proposal(instance, "repair")
+    constructed = _keys(instance, bins)
     bins, moves = improve(instance, bins, deadline)
     hit = deadline is not None and time.perf_counter() > deadline
     note = "" if by == "cost" else _NOTES[by] + "; "
-    return Proposal(_keys(instance, bins), FEASIBLE, iterations=moves, hit_time_limit=hit,
+    improved = _keys(instance, bins)
+    if moves:
+        evaluator = BalanceEvaluator(instance)
+        if evaluator.objective(constructed) < evaluator.objective(improved):
+            return Proposal(constructed, FEASIBLE, iterations=moves, hit_time_limit=hit,
+                            message=f"{note}{moves} rank-level moves under the rank rules raised the "
+                                    f"{instance.objective} objective; the construction kept")
+    return Proposal(improved, FEASIBLE, iterations=moves, hit_time_limit=hit,
                     message=f"{note}{moves} rank-level moves under the rank rules".strip())
