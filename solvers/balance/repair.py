@@ -24,10 +24,10 @@ rule-keeping construction and its local search run instead, and ``karmarkar_karp
 theirs when it is feasible and strictly better (again not run when the answer is proven optimal).
 
 Measured (``benchmarks/balance_speed.py``, long-tailed lengths, cost t + t²/4096, fill 0.8, best of 3
-on a shared 2-core machine): status ``optimal`` at 8,192 × 64 in about 40 ms for m = 1 and m = 4
-(LPT about 10 ms of it), at 65,536 × 64 in 0.2 s, at 65,536 × 512 in 0.45 s (m = 1, 529 fine-tuning
-exchanges from LPT) and 0.5 s (m = 4, from the rank-level LPT start); 8,192 × 512 × 4, where bins
-are full and the bound is not met, 0.26 s and 0.061% above the bound (``kk`` 7.2%). On the tight
+on a shared 2-core machine): status ``optimal`` at 8,192 × 64 in 37 ms (m = 1) and 35 ms (m = 4),
+LPT about 10 ms of it, at 65,536 × 64 in 0.16-0.2 s, at 65,536 × 512 in 0.37 s (m = 1, 529
+fine-tuning exchanges from LPT) and 0.41 s (m = 4, from the rank-level LPT start); 8,192 × 512 × 4,
+where bins are full and the bound is not met, 0.25 s and 0.061% above the bound (``kk`` 7.2%). On the tight
 planted suite (``benchmarks/tight_suite.py``) median 0.0000% and worst 0.080% above the known
 optimum. ``balance``/``rounds`` objectives, rarely proven optimal, pay for the ``kk`` comparison:
 65,536 × 512 × 1 ``balance`` 2.6 s, ``rounds`` (g = 8) 7 s.
