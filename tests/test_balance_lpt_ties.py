@@ -64,23 +64,24 @@ def many_bins_instances(draw):
     if sum(tokens) > ranks * per_rank * seq_len:
         tokens = [1] * n
     costs = draw(st.one_of(st.just([float(t) for t in tokens]),
-                           st.lists(st.sampled_from([1.0, 2.0, 2.5]), min_size=n, max_size=n)))
+                           st.lists(st.sampled_from([0.0, 1.0, 2.0, 2.5]), min_size=n, max_size=n)))
     return make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=per_rank)
 
 
 @settings(max_examples=100, deadline=None)
 @given(many_bins_instances())
 def test_heap_path_with_many_bins_per_rank_matches_the_general_path_scanned_or_merged(inst):
-    # MERGE_FACTOR 0: every group of tied ranks keeps a merged list of its bins; 1000: none does.
+    # MERGE_FACTOR 0: every group of tied ranks keeps a merged list of its bins; 1000 (or m above
+    # MERGE_MAX_BINS): none does, each group answers from its heap of best fits.
     prepared = lpt.prepare(inst)
     reference = _bins_or_dead_end(lpt._lpt_vectorized, inst, prepared)
-    default = lpt.MERGE_FACTOR
+    default = lpt.MERGE_FACTOR, lpt.MERGE_MAX_BINS
     try:
-        for factor in (0, default, 1000):
-            lpt.MERGE_FACTOR = factor
+        for factor, max_bins in ((0, 100), (2, 100), default, (1000, 100)):
+            lpt.MERGE_FACTOR, lpt.MERGE_MAX_BINS = factor, max_bins
             assert _bins_or_dead_end(lpt._lpt_heap, inst, prepared) == reference
     finally:
-        lpt.MERGE_FACTOR = default
+        lpt.MERGE_FACTOR, lpt.MERGE_MAX_BINS = default
 
 
 def test_many_bins_best_fit_inside_the_least_loaded_rank_by_hand():

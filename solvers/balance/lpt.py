@@ -37,22 +37,35 @@ Implementation (three paths; the two fast ones give exactly the bins of the gene
   the first free ≥ t. Ranks of equal load form one *group* and the distinct loads sit in a heap. A
   sample pops loads in increasing order; in each group it takes the least (free tokens, rank tokens,
   rank, bin) over the members' best fits, which is exactly the tie-break (least remaining tokens
-  after placing, rank tokens, rank, bin) among the tied ranks. A group of more than
-  :data:`MERGE_FACTOR`·m ranks (many ties, few bins per rank) instead keeps one merged sorted list
-  of its members' bins and bisects that; below m members it goes back to scanning. Groups without
-  a fitting bin are pushed back afterwards, and dropped for good when nothing still to come fits
-  any of their bins. A placement costs O(log D + log m) plus, in a group of k tied ranks,
-  min(k, m)-ish work: k bisections when scanning, or moving the rank's m entries in and out of
-  merged lists. Comparing ranks on the load before adding the sample's cost orders them exactly as
-  the load after, up to floating-point rounding of that addition. Measured (CPU time of the path
-  alone, best of 3, shared 2-core machine; ``benchmarks/balance_many_bins.py``, lognormal lengths,
-  cost t + t²/4096): 20,000 samples on 8 ranks × 1,386 bins of 4,096 tokens 0.036 s (11.7 s when
-  every group kept a merged list, which moved a rank's m bins at each placement); 262,144 samples
-  on 1,024 × 59 bins of 8,192 tokens 1.27 s (7.5 s before). With ties and m = 2
-  (``benchmarks/lpt_ties.py``: 262,144 samples, 1.9 % clipped at 8,192, D = 4,096, cost = tokens)
-  1.1 s against 0.95 s before, and 0.93 s with the ties broken; the rank heap before groups, which
-  compared every tied rank, took 172 s on the tied run. The deadline is checked every
-  :data:`CLOCK_EVERY` samples.
+  after placing, rank tokens, rank, bin) among the tied ranks. A group keeps those best fits in a
+  heap for the last t it was asked about: a run of equal lengths (clipped lengths, a repeated
+  pattern) then takes its ranks one by one in O(log k), and the heap is rebuilt (k bisections) only
+  when a different length asks. With at most :data:`MERGE_MAX_BINS` bins per rank, a group of more
+  than :data:`MERGE_FACTOR`·m ranks instead keeps one merged sorted list of its members' bins and
+  bisects that (better when every sample has a new length and all costs tie). Groups without a
+  fitting bin are pushed back afterwards, and dropped for good when nothing still to come fits any
+  of their bins. Moving a rank between groups touches only its own entry, never its m bins.
+  Comparing ranks on the load before adding the sample's cost orders them exactly as the load
+  after, up to floating-point rounding of that addition. Measured (CPU time of the path alone,
+  shared 2-core machine; lognormal lengths, median 1,024, σ 1, clipped at ``seq_len``; "before" is
+  the earlier heap path whose groups were merged lists of all their bins, so a placement moved the
+  rank's m bins; the bins are identical):
+
+  ======================================================  ============  ===========  =========
+  instance                                                cost          before       now
+  ======================================================  ============  ===========  =========
+  20,000 samples, 8 ranks × 1,386 bins of 4,096           t + t²/4096   11.1 s       0.033 s
+  20,000 samples, 8 ranks × 1,386 bins of 4,096           t (ties)      17.0 s       0.040 s
+  262,144 samples, 1,024 ranks × 59 bins of 8,192         t + t²/4096   7.1 s        0.83 s
+  262,144 samples, 1,024 ranks × 59 bins of 8,192         t (ties)      27.5 s       0.99 s
+  262,144 samples, 4,096 ranks × 2 bins of 65,536         t (ties)      0.94 s       1.01 s
+  262,144 samples, 4,096 ranks × 2 bins of 65,536         ties broken   0.77 s       0.62 s
+  ======================================================  ============  ===========  =========
+
+  (best of 3, the tied 262,144 × 59 row and the 17.0 s one of 1; ``benchmarks/balance_many_bins.py``
+  and ``benchmarks/lpt_ties.py``, whose last two rows have 1.9 % of lengths clipped at 8,192: the
+  rank heap before groups, which compared every tied rank, took 172 s on the tied one). The
+  deadline is checked every :data:`CLOCK_EVERY` samples.
 * leader-zone path — ``rounds`` without padding or budgets, any m (:func:`_lpt_rounds`): raising a
   load x by c raises the round objective by the length of [x, x + c) inside the "leader zones"
   between consecutive rounds, so only each round's lowest feasible load can win; the top round's
@@ -220,23 +233,33 @@ def lpt_bins(
     return _lpt_vectorized(instance, prepared, deadline)
 
 
-#: A group of tied ranks keeps one merged sorted list of its bins once it has more than
-#: ``MERGE_FACTOR · m`` ranks (m bins per rank), and drops it again at ``m`` ranks or fewer: below that,
-#: scanning the members (one bisection each) is cheaper than moving m entries per placement.
+#: With at most ``MERGE_MAX_BINS`` bins per rank, a group of tied ranks keeps one merged sorted list
+#: of its bins once it has more than ``MERGE_FACTOR · m`` ranks, and drops it again at ``m`` ranks or
+#: fewer. A placement then moves the rank's m entries through lists of k·m entries (k members), which
+#: only small m affords; everywhere else the group's best-fit heap (``_Group.cache``) answers.
+#: Measured on 131,072 lognormal samples on 1,024 ranks with equal costs (every sample a new length,
+#: so the heap is rebuilt often): m = 2 0.55 s merged against 1.33 s without, m = 4 0.82 against
+#: 1.18 s, m = 8 1.85 against 1.00 s, m = 16 4.5 against 0.92 s, m = 59 27.6 against 0.67 s.
 MERGE_FACTOR = 2
+MERGE_MAX_BINS = 4
 
 
 class _Group:
     """Ranks of one load on the heap path: ``members`` (ranks), ``merged`` (None, or the sorted
-    (free tokens, rank tokens, rank, bin) of all their bins) and ``widest`` (an upper bound of the
-    largest free space over their bins)."""
+    (free tokens, rank tokens, rank, bin) of all their bins), ``widest`` (an upper bound of the
+    largest free space over their bins) and, without a merged list, ``cache``: a heap of the
+    members' best fits (free tokens, rank tokens, rank, bin, rank version) for a sample of
+    ``cache_tokens`` tokens, so that a run of equal lengths takes the group's ranks one by one in
+    O(log k) each instead of rescanning its k members."""
 
-    __slots__ = ("members", "merged", "widest")
+    __slots__ = ("members", "merged", "widest", "cache", "cache_tokens")
 
     def __init__(self) -> None:
         self.members: set[int] = set()
         self.merged: list[tuple[int, int, int, int]] | None = None
         self.widest = -1
+        self.cache: list[tuple[int, int, int, int, int]] = []
+        self.cache_tokens = -1
 
 
 def _lpt_heap(
@@ -289,8 +312,10 @@ def _lpt_heap(
     tail_tokens = prepared.tokens[prepared.order]
     suffix_min = np.minimum.accumulate(tail_tokens[::-1])[::-1].tolist()
     rank_bins = [sorted((free[b], b) for b in range(r * per_rank, (r + 1) * per_rank)) for r in range(ranks)]
-    merge_above = MERGE_FACTOR * per_rank
+    merge_above = MERGE_FACTOR * per_rank if per_rank <= MERGE_MAX_BINS else ranks  # k > D: never
     groups: dict[float, _Group] = {}
+    version = [0] * ranks  # placements into each rank: tells the cache's current entries from stale ones
+    heappop, heappush, heapify = heapq.heappop, heapq.heappush, heapq.heapify
 
     def merged_entries(members) -> list[tuple[int, int, int, int]]:
         entries = [(f, rank_tokens[r], r, b) for r in members for f, b in rank_bins[r]]
@@ -332,8 +357,10 @@ def _lpt_heap(
                 free[b] = room - t
                 rank_tokens[r] += t
                 rank_load[r] = new_load
+                version[r] += 1
                 del groups[load]
                 group.widest = own[-1][0]
+                group.cache_tokens = -1
                 groups[new_load] = group
                 in_heap.discard(load)
                 in_heap.add(new_load)
@@ -356,21 +383,32 @@ def _lpt_heap(
                         break
                     group.widest = merged[-1][0]
                 else:
-                    widest = -1
-                    for r in group.members:
-                        own = rank_bins[r]
-                        room = own[-1][0]
-                        if room < t:
-                            if room > widest:
-                                widest = room
-                            continue
-                        f, b = own[bisect_left(own, (t,))]
-                        key = (f, rank_tokens[r], r, b)
-                        if chosen is None or key < chosen:
-                            chosen = key
+                    members = group.members
+                    if group.cache_tokens != t:
+                        cache = []
+                        widest = -1
+                        for r in members:
+                            own = rank_bins[r]
+                            room = own[-1][0]
+                            if room < t:
+                                if room > widest:
+                                    widest = room
+                                continue
+                            f, b = own[bisect_left(own, (t,))]
+                            cache.append((f, rank_tokens[r], r, b, version[r]))
+                        heapify(cache)
+                        group.cache, group.cache_tokens = cache, t
+                        if not cache:
+                            group.widest = widest
+                    cache = group.cache
+                    while cache:
+                        f, held, r, b, seen = cache[0]
+                        if seen == version[r] and r in members:
+                            chosen = (f, held, r, b)
+                            break
+                        heappop(cache)
                     if chosen is not None:
                         break
-                    group.widest = widest
             if group.widest >= suffix_min[pos]:
                 skipped.append(load)
             else:
@@ -384,6 +422,7 @@ def _lpt_heap(
         if group.merged is not None:
             if len(members) <= per_rank:
                 group.merged = None
+                group.cache_tokens = -1
             else:
                 merged = group.merged
                 for f, k in own:
@@ -397,6 +436,7 @@ def _lpt_heap(
         bins[b].append(i)
         free[b] = room - t
         rank_tokens[r] = new_tokens = old_tokens + t
+        version[r] += 1
         new_load = load + costs[i]
         rank_load[r] = new_load
         target = groups.get(new_load)
@@ -411,6 +451,10 @@ def _lpt_heap(
                 insort(merged, (f, new_tokens, r, k))
         elif len(target.members) > merge_above:
             target.merged = merged_entries(target.members)
+            target.cache, target.cache_tokens = [], -1
+        elif target.cache_tokens >= 0 and own[-1][0] >= target.cache_tokens:
+            f, k = own[bisect_left(own, (target.cache_tokens,))]
+            heappush(target.cache, (f, new_tokens, r, k, version[r]))
         if new_load not in in_heap:
             in_heap.add(new_load)
             push(load_heap, new_load)
