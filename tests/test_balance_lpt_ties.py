@@ -111,3 +111,49 @@ def test_rounds_path_with_many_bins_per_rank_matches_the_general_path(rounds, gr
     prepared = lpt.prepare(inst)
     assert _bins_or_dead_end(lpt._lpt_rounds, inst, prepared) == _bins_or_dead_end(lpt._lpt_vectorized, inst,
                                                                                     prepared)
+
+
+def _lpt_with_padding_by_hand(inst, prepared, pad):
+    """The documented rule, one bin at a time: the first D·m samples open empty bins, then the feasible
+    bin minimising (rank load after placing incl. the bin's padding change, remaining tokens, rank
+    tokens, rank, bin)."""
+    ranks, per_rank, seq_len = inst.data_parallel_size, inst.local_batch_size, inst.constraints.seq_len
+    bins = [[] for _ in range(ranks * per_rank)]
+    used = [0] * len(bins)
+    load = [per_rank * pad(seq_len)] * ranks
+    held = [0] * ranks
+    for pos, i in enumerate(prepared.order.tolist()):
+        t, c = int(prepared.tokens[i]), float(prepared.costs[i])
+        best = None
+        for b in range(len(bins)):
+            if (pos < len(bins) and bins[b]) or (pos >= len(bins) and used[b] + t > seq_len):
+                continue
+            r = b // per_rank
+            after = load[r] + c + (pad(max(0, seq_len - used[b] - t)) - pad(max(0, seq_len - used[b])))
+            key = (after, max(0, seq_len - used[b] - t), held[r], r, b)
+            best = key if best is None or key < best else best
+        if best is None:
+            return None
+        after, _, _, r, b = best
+        bins[b].append(i)
+        used[b] += t
+        held[r] += t
+        load[r] = after
+    return bins
+
+
+@settings(max_examples=40, deadline=None)
+@given(many_bins_instances(), st.sampled_from([0.5, 1.0, 3.0]))
+def test_padding_path_with_many_bins_per_rank_follows_the_rule(inst, rate):
+    # cost.llm of p padding tokens = rate·p + p²/64 (exact in binary for these sizes).
+    from packplace.balance.schema import WorkloadCost
+
+    def padding(pad_tokens):
+        return WorkloadCost(llm=rate * pad_tokens + pad_tokens * pad_tokens / 64)
+
+    padded = make_instance([s.tokens for s in inst.samples], inst.costs.tolist(), seq_len=inst.constraints.seq_len,
+                           data_parallel_size=inst.data_parallel_size, local_batch_size=inst.local_batch_size,
+                           padding_cost=padding)
+    prepared = lpt.prepare(padded)
+    by_hand = _lpt_with_padding_by_hand(padded, prepared, lambda k: float(padding(k).llm))
+    assert _bins_or_dead_end(lpt._lpt_vectorized, padded, prepared) == by_hand
