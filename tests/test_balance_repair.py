@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -107,7 +108,7 @@ def test_repair_without_the_kk_start_is_never_worse_than_lpt_or_kk(tokens, ranks
     # optimality tolerance of the bound (and so of theirs).
     from unittest import mock
 
-    from packplace.result import OPTIMALITY_ATOL, OPTIMALITY_RTOL
+    from packplace.result import OPTIMALITY_ATOL, OPTIMALITY_RTOL, optimality_level
 
     assume(len(tokens) >= ranks * per_rank and sum(tokens) <= ranks * per_rank * seq_len)
     group = ranks if objective != "rounds" or ranks % 2 else 2
@@ -115,7 +116,7 @@ def test_repair_without_the_kk_start_is_never_worse_than_lpt_or_kk(tokens, ranks
                          local_batch_size=per_rank, objective=objective, group_size=group)
     with mock.patch.object(repair, "KK_START_MAX_WORK", 0):
         repaired = packplace.balance(inst, solver="repair")
-    proven = repaired.objective <= repaired.bound * (1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL
+    proven = repaired.objective <= optimality_level(repaired.bound)
     for other in ("lpt", "kk"):
         result = packplace.balance(inst, solver=other)
         if result.solution is not None:
@@ -162,3 +163,20 @@ def test_large_tight_repair_starts_from_rank_level_lpt_when_lpt_is_far_from_the_
     assert "started from rank-level LPT" in result.message
     assert result.objective <= packplace.balance(inst, solver="kk").objective
     assert result.status == "optimal"  # 160,663.989 against the bound 160,663.844
+
+
+@pytest.mark.parametrize("objective", ["makespan", "balance"])
+def test_repair_on_costs_near_the_float_limit_gives_the_scaled_answer_without_overflow(objective):
+    import warnings
+
+    tokens = [(53 * i) % 700 + 5 for i in range(240)]
+    answers = []
+    for scale in (1.0, 2.0**990):  # exact scaling: the same moves, the loads' squares must not overflow
+        costs = [scale * (t + t * t / 4096) for t in tokens]
+        inst = make_instance(tokens, costs, seq_len=16384, data_parallel_size=6, local_batch_size=2,
+                             objective=objective)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            result = packplace.balance(inst, solver="repair")
+        answers.append((result.solution, result.status, result.objective / (scale if objective == "makespan" else 1)))
+    assert answers[0] == answers[1]

@@ -50,6 +50,27 @@ def test_optimal_only_within_the_reported_tolerance_whatever_the_solver_claims()
     assert _finalize(Proposal("x", FEASIBLE, bound=10.0), objective=10.0 * (1 + 1.1e-6)).status == FEASIBLE
 
 
+def test_tiny_costs_are_optimal_only_within_the_relative_tolerance():
+    # objectives in cost units may be tiny: 1e-12 of absolute slack must not make them optimal
+    assert _finalize(Proposal("x", FEASIBLE, bound=2.9672e-296), objective=2.9678e-296).status == FEASIBLE
+    assert _finalize(Proposal("x", OPTIMAL, bound=2.9672e-296), objective=2.9678e-296).status == FEASIBLE
+    # a bound above a tiny objective is a false proof, not a rounding
+    assert _finalize(Proposal("x", FEASIBLE, bound=3e-296), objective=2e-296).status == ERROR
+    # a zero bound (the balance objective's optimum can be 0) takes a rounding residue of 1e-12
+    assert _finalize(Proposal("x", FEASIBLE), objective=1e-13, bound=0.0).status == OPTIMAL
+    assert _finalize(Proposal("x", FEASIBLE), objective=1e-11, bound=0.0).status == FEASIBLE
+
+
+def test_lpt_on_costs_scaled_by_a_power_of_two_keeps_its_status():
+    tokens = [(37 * i) % 500 + 10 for i in range(400)]
+    statuses = set()
+    for scale in (1.0, 2.0**-990, 2.0**990):  # exact scalings: the same bins, the same relative gap
+        costs = [scale * (t + t * t / 4096) for t in tokens]
+        result = packplace.balance(make_instance(tokens, costs, seq_len=65536, data_parallel_size=8), solver="lpt")
+        statuses.add((result.status, round(result.gap, 12)))
+    assert len(statuses) == 1 and next(iter(statuses))[0] == FEASIBLE
+
+
 def test_finalize_promotes_only_when_the_bound_proves_it():
     assert _finalize(Proposal("x", FEASIBLE), objective=10.0, bound=10.0).status == OPTIMAL
     # a solver's own looser tolerance does not promote a plain 'feasible'

@@ -25,7 +25,7 @@ from packplace.balance import config as balance_config
 from packplace.contract import Field
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement import config as placement_config
-from packplace.result import OPTIMALITY_ATOL, OPTIMALITY_RTOL
+from packplace.result import optimality_level
 
 #: Values outside every numeric contract or of a wrong type.
 WRONG = [10**400, -(10**400), float("nan"), float("inf"), float("-inf"), "12", "true", [1], {"a": 1}]
@@ -104,7 +104,7 @@ def validate_balance(instance, result) -> None:
                  for r in range(ranks)]
         assert result.objective == pytest.approx(max(loads), rel=1e-9, abs=1e-12)
     assert result.bound <= result.objective * (1 + 1e-6) + 1e-9
-    proven = result.objective <= result.bound * (1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL
+    proven = result.objective <= optimality_level(result.bound)
     assert (result.status == "optimal") == proven
 
 
@@ -248,7 +248,7 @@ def validate_placement(instance, result) -> None:
         assert s.dp * s.pp * s.tp == hi - lo and vertex.micro_batch >= 1
     assert 0 < result.objective < math.inf
     assert result.bound <= result.objective * (1 + 1e-6) + 1e-9
-    proven = result.objective <= result.bound * (1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL
+    proven = result.objective <= optimality_level(result.bound)
     assert (result.status == "optimal") == proven
 
 

@@ -74,7 +74,7 @@ from packplace import interrupt
 from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import BalanceInstance, SampleKey, key_order
 from packplace.errors import ConfigError
-from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_ATOL, OPTIMALITY_RTOL, UNKNOWN, Proposal
+from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
 from packplace.solvers.balance.cpsat import DEFAULT_MAX_BOOLEANS, READBACK_RESERVE_S, solve_from_start
 from packplace.solvers.registry import get, register
 
@@ -300,7 +300,7 @@ def solve(
     bound = evaluator.lower_bound()
 
     def meets_bound(value: float) -> bool:
-        return value <= bound * (1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL
+        return value <= optimality_level(bound)
 
     integer_bound = _integer_makespan_bound(instance, bound)
 

@@ -102,7 +102,7 @@ import numpy as np
 from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
-from packplace.result import FEASIBLE, OPTIMALITY_ATOL, OPTIMALITY_RTOL, UNKNOWN, Proposal
+from packplace.result import FEASIBLE, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
 from packplace.solvers.balance.construction import after_dead_end
 from packplace.solvers.balance.fine_tune import fine_tune
 from packplace.solvers.balance.lpt import (
@@ -523,9 +523,18 @@ def _squares_change(old: tuple[float, float], new: tuple[float, float]) -> tuple
     The change is Σ (ℓ' − ℓ)(ℓ' + ℓ) (no cancellation of large squares); the scale,
     max(ℓ) · max|ℓ' − ℓ|, is what a change must exceed relatively to count (:func:`_better`).
     """
+    unit = _power_of_two_above(max(abs(old[0]), abs(old[1]), abs(new[0]), abs(new[1])))
+    old = (old[0] / unit, old[1] / unit)  # exact (a power of two); no overflow for costs near 1e300
+    new = (new[0] / unit, new[1] / unit)
     change = sum((after - before) * (after + before) for before, after in zip(old, new))
     scale = max(abs(old[0]), abs(old[1])) * max(abs(new[0] - old[0]), abs(new[1] - old[1]))
     return change, scale
+
+
+def _power_of_two_above(value: float) -> float:
+    """The power of two 2^k with value < 2^k (1.0 for 0 or a non-finite value): dividing by it is exact in
+    floating point, so sums of squares of scaled loads compare exactly as the unscaled ones would have."""
+    return math.ldexp(1.0, math.frexp(value)[1]) if math.isfinite(value) and value > 0 else 1.0
 
 
 def _better(value: float, score: float, squares: tuple[float, float], name: str) -> bool:
@@ -914,10 +923,10 @@ def _kk_bins(instance: BalanceInstance, prepared: PreparedSamples, deadline: flo
 
 
 def _proven_level(instance: BalanceInstance, prepared: PreparedSamples, bound: float) -> float:
-    """The objective at or below which an answer is optimal within the tolerance: bound·(1 + OPTIMALITY_RTOL)
-    + OPTIMALITY_ATOL (the evaluator's test), or, for ``makespan`` with integer costs and no padding, the
+    """The objective at or below which an answer is optimal within the tolerance: ``optimality_level(bound)``
+    (the evaluator's test), or, for ``makespan`` with integer costs and no padding, the
     bound rounded up if that is larger (every load is then an integer, so no answer is below it)."""
-    level = bound * (1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL
+    level = optimality_level(bound)
     target = _target(instance, prepared)
     return level if target is None else max(level, target)
 
@@ -929,7 +938,7 @@ def _better_of_kk(instance: BalanceInstance, proposal: Proposal, deadline: float
 
     evaluator = BalanceEvaluator(instance)
     if proposal.solution is not None and (evaluator.objective(proposal.solution)
-                                          <= evaluator.lower_bound() * (1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL):
+                                          <= optimality_level(evaluator.lower_bound())):
         return proposal
     left = None if deadline is None else max(0.0, deadline - time.perf_counter())
     other = karmarkar_karp.solve(instance, time_limit_s=left)
@@ -980,7 +989,8 @@ def _rank_key(instance: BalanceInstance, prepared: PreparedSamples, bins: list[l
     objective = objective_value(instance.objective, loads, instance.resolved_group_size)
     if instance.objective == "rounds":
         return objective, 0.0
-    return objective, float(np.dot(loads, loads))
+    scaled = loads / _power_of_two_above(float(np.sum(np.abs(prepared.costs))))  # same for every bins
+    return objective, float(np.dot(scaled, scaled))
 
 
 @register("balance", "repair")

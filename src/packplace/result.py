@@ -32,11 +32,20 @@ ERROR = "error"
 STATUSES = (OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN, ERROR)
 
 #: Relative tolerance under which ``objective`` and ``bound`` count as equal for ``optimal``, for every
-#: solver of both problems: ``optimal`` iff ``objective <= bound·(1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL``.
-#: A solver whose own proof is looser (CP-SAT on integer-scaled costs) reports ``feasible`` with its gap.
+#: solver of both problems (:func:`optimality_level`). A solver whose own proof is looser (CP-SAT on
+#: integer-scaled costs) reports ``feasible`` with its gap.
 OPTIMALITY_RTOL = 1e-6
-#: Absolute slack of the same test (objective units), for objectives at or near zero.
+#: Absolute slack of the same test, used only where the bound is exactly 0 (an objective whose optimum
+#: can be zero, such as the balance objective, a squared coefficient of variation, where a relative
+#: test could never pass for a rounding residue). It is never added to a positive bound: objectives in
+#: cost units may be tiny (costs of 1e-300 are valid), and 1e-12 would call any answer of theirs optimal.
 OPTIMALITY_ATOL = 1e-12
+
+
+def optimality_level(bound: float) -> float:
+    """The largest objective proven optimal by ``bound``: ``bound·(1 + OPTIMALITY_RTOL)``, or
+    :data:`OPTIMALITY_ATOL` when ``bound`` is 0 (same units as the objective; minimisation)."""
+    return OPTIMALITY_ATOL if bound == 0 else bound * (1 + OPTIMALITY_RTOL)
 
 
 @dataclass
@@ -281,7 +290,7 @@ def finalize(
         ``error`` with the evaluator's reason.
       * ``bound`` = max(solver bound, analytic bound), never above the objective by more than the
         solver's tolerance (a bound above a feasible objective would be a false proof: status ``error``).
-      * ``optimal`` iff ``objective <= bound·(1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL``, whatever the
+      * ``optimal`` iff ``objective <= optimality_level(bound)``, whatever the
         solver claimed: a claim that fails the test becomes ``feasible`` (the message gives the gap), and
         any feasible answer that passes it is ``optimal`` (the bound proves it).
     """
@@ -310,10 +319,10 @@ def finalize(
             return error(f"solver {solver!r} returned a solution with a non-finite objective ({objective!r})")
         tol = max(proposal.optimality_tolerance, OPTIMALITY_RTOL)
         if bound > objective:
-            if bound > objective * (1 + tol) + OPTIMALITY_ATOL:
+            if bound > (objective * (1 + tol) if objective > 0 else OPTIMALITY_ATOL):
                 return error(f"bound {bound!r} exceeds the evaluated objective {objective!r}: a false proof", objective)
             bound = objective
-        proven = objective <= bound * (1 + OPTIMALITY_RTOL) + OPTIMALITY_ATOL
+        proven = objective <= optimality_level(bound)
         if status == OPTIMAL and not proven:
             status = FEASIBLE
             # what the solver proved, for callers that accept its looser tolerance
