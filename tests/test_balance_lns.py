@@ -132,10 +132,9 @@ def test_lns_and_cpsat_find_a_start_with_the_time_a_first_backend_left():
         assert result.objective >= result.bound
 
 
-def test_a_start_that_meets_the_bound_skips_the_later_start_backends(monkeypatch):
-    # Costs 4, 3, 2, 1 on 2 ranks: bound 5, repair finds {4, 1} / {3, 2}, so karmarkar_karp is not run.
-    inst = make_instance([4, 3, 2, 1], seq_len=10, data_parallel_size=2)
-    called = []
+def _record_start_backends(monkeypatch) -> list[str]:
+    """The names of the backends lns fetches from the registry, in order (filled as it runs)."""
+    called: list[str] = []
     real_get = lns_module.get
 
     def recording_get(problem, name):
@@ -143,6 +142,13 @@ def test_a_start_that_meets_the_bound_skips_the_later_start_backends(monkeypatch
         return real_get(problem, name)
 
     monkeypatch.setattr(lns_module, "get", recording_get)
+    return called
+
+
+def test_a_start_that_meets_the_bound_skips_the_later_start_backends(monkeypatch):
+    # Costs 4, 3, 2, 1 on 2 ranks: bound 5, repair finds {4, 1} / {3, 2}, so karmarkar_karp is not run.
+    inst = make_instance([4, 3, 2, 1], seq_len=10, data_parallel_size=2)
+    called = _record_start_backends(monkeypatch)
     result = packplace.balance(inst, solver="lns", time_limit_s=5)
     assert result.status == "optimal" and result.objective == 5.0
     assert called == ["repair"]
@@ -152,14 +158,7 @@ def test_a_start_at_the_integer_rounded_bound_ends_the_search(monkeypatch):
     # Integer costs 7, 6, 5, 4, 3, 2, 2 (sum 29) on 3 ranks: the analytic bound is 29/3, every makespan
     # is an integer, so repair's 10 cannot be improved: kk is not run and no neighbourhood is searched.
     inst = make_instance([7, 6, 5, 4, 3, 2, 2], seq_len=40, data_parallel_size=3)
-    called = []
-    real_get = lns_module.get
-
-    def recording_get(problem, name):
-        called.append(name)
-        return real_get(problem, name)
-
-    monkeypatch.setattr(lns_module, "get", recording_get)
+    called = _record_start_backends(monkeypatch)
     result = packplace.balance(inst, solver="lns", time_limit_s=5)
     assert result.objective == 10.0 and result.bound == pytest.approx(29 / 3) and result.status == "feasible"
     assert called == ["repair"] and result.iterations == 0

@@ -65,16 +65,19 @@ def test_exchanges_of_two_samples_between_full_bins():
     assert evaluator.objective(keys) == 150.0
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
+#: Small random instances for the never-worse properties: lengths, ranks, bins per rank, cost = length^power.
+SMALL_INSTANCES = dict(
     tokens=st.lists(st.integers(1, 60), min_size=4, max_size=24),
     ranks=st.integers(2, 4),
     per_rank=st.integers(1, 2),
     power=st.sampled_from([1.0, 1.5, 2.0]),
     objective=st.sampled_from(["makespan", "balance", "rounds"]),
     seq_len=st.integers(60, 160),
-    equal_count=st.booleans(),
 )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**SMALL_INSTANCES, equal_count=st.booleans())
 def test_repair_is_never_worse_than_lpt_or_kk(tokens, ranks, per_rank, power, objective, seq_len, equal_count):
     assume(len(tokens) >= ranks * per_rank and sum(tokens) <= ranks * per_rank * seq_len)
     group = ranks if objective != "rounds" or ranks % 2 else 2
@@ -93,14 +96,7 @@ def test_repair_is_never_worse_than_lpt_or_kk(tokens, ranks, per_rank, power, ob
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    tokens=st.lists(st.integers(1, 60), min_size=4, max_size=24),
-    ranks=st.integers(2, 4),
-    per_rank=st.integers(1, 2),
-    power=st.sampled_from([1.0, 1.5, 2.0]),
-    objective=st.sampled_from(["makespan", "balance", "rounds"]),
-    seq_len=st.integers(60, 160),
-)
+@given(**SMALL_INSTANCES)
 def test_repair_without_the_kk_start_is_never_worse_than_lpt_or_kk(tokens, ranks, per_rank, power, objective,
                                                                    seq_len):
     # The path of large instances (kk is not a start unless LPT is far off): kk runs only when the
