@@ -79,6 +79,15 @@ def test_deterministic_for_a_seed():
     assert first.iterations == second.iterations >= 2
 
 
+def test_max_neighbourhoods_is_a_count_budget():
+    instance, optimum = planted(6, 2, 8, 0.99, seq_len=1000, seed=5)  # repair's start ends at 1981
+    none = packplace.balance(instance, solver="lns", time_limit_s=30, max_neighbourhoods=0)
+    assert none.objective == optimum + 1 and none.status == "feasible" and none.iterations == 0
+    assert not none.hit_time_limit and none.message.endswith("max_neighbourhoods 0 reached")
+    one = packplace.balance(instance, solver="lns", time_limit_s=30, max_neighbourhoods=1)
+    assert one.objective == optimum and one.status == "optimal" and one.iterations == 1
+
+
 def test_time_limit_is_honoured_with_an_honest_status():
     instance, optimum = planted(64, 4, 12, 0.99, seq_len=8192, seed=5)
     started = time.perf_counter()
@@ -112,7 +121,8 @@ def test_without_any_start_the_answer_is_unknown_and_says_why(monkeypatch):
 
 @pytest.mark.parametrize("params", [{"ranks_per_neighbourhood": 1}, {"ranks_per_neighbourhood": 2.5},
                                     {"neighbourhood_time_s": 0}, {"neighbourhood_time_s": float("nan")},
-                                    {"max_pairs": 3}])
+                                    {"max_neighbourhoods": -1}, {"max_neighbourhoods": True},
+                                    {"max_neighbourhoods": 2.0}, {"max_pairs": 3}])
 def test_bad_parameters_are_config_errors(params):
     instance = make_instance([8, 7, 6, 5, 4], seq_len=100, data_parallel_size=2)
     with pytest.raises(ConfigError):

@@ -57,7 +57,9 @@ answer look better than it is, so ``lns`` is never worse than its start.
 Determinism: the starts are deterministic, the neighbourhoods come from ``random.Random(seed)`` and
 every sub-solve is single-threaded with a deterministic work limit, so the same instance and seed
 give the same answer — unless the wall-clock ``time_limit_s`` cuts the search (then the answer
-depends on how far it got).
+depends on how far it got, ``hit_time_limit`` is set and the message says so). ``max_neighbourhoods``
+bounds the search by a count instead: with a time limit long enough not to cut it, runs are
+reproducible on any machine and under any load.
 """
 
 from __future__ import annotations
@@ -246,7 +248,8 @@ def _integer_makespan_bound(instance: BalanceInstance, bound: float) -> float | 
 def _check_params(ranks_per_neighbourhood: Any, neighbourhood_time_s: Any, params: dict) -> None:
     if params:
         key = sorted(params)[0]
-        raise ConfigError(f"lns: unknown parameter {key!r}; valid: ranks_per_neighbourhood, neighbourhood_time_s")
+        raise ConfigError(f"lns: unknown parameter {key!r}; valid: ranks_per_neighbourhood, neighbourhood_time_s, "
+                          f"max_neighbourhoods")
     if (isinstance(ranks_per_neighbourhood, bool) or not isinstance(ranks_per_neighbourhood, int)
             or ranks_per_neighbourhood < 2):
         raise ConfigError(f"ranks_per_neighbourhood: must be an integer >= 2, got {ranks_per_neighbourhood!r}")
@@ -267,6 +270,7 @@ def solve(
     seed: int = 0,
     ranks_per_neighbourhood: int = DEFAULT_RANKS_PER_NEIGHBOURHOOD,
     neighbourhood_time_s: float = DEFAULT_NEIGHBOURHOOD_TIME_S,
+    max_neighbourhoods: int | None = None,
     **params: Any,
 ) -> Proposal:
     """Large-neighbourhood search: a few ranks at a time re-solved exactly by CP-SAT.
@@ -281,6 +285,8 @@ def solve(
             grown by up to :data:`GROWTH` when the search stalls; fewer when the model would exceed
             :data:`MAX_NEIGHBOURHOOD_BOOLEANS`).
         neighbourhood_time_s: CP-SAT deterministic time limit per neighbourhood (default 0.2).
+        max_neighbourhoods: Stop after this many neighbourhoods solved, an integer ≥ 0 (default None:
+            no count limit) — the reproducible budget (module docstring, "Determinism").
 
     Returns:
         A :class:`~packplace.result.Proposal`: rank-major bins; status ``optimal`` when the answer meets
@@ -289,10 +295,13 @@ def solve(
         objective and the counts of neighbourhoods solved, accepted and proven optimal.
 
     Raises:
-        ConfigError: a bad ``ranks_per_neighbourhood`` or ``neighbourhood_time_s``, or an unknown
-            parameter.
+        ConfigError: a bad ``ranks_per_neighbourhood``, ``neighbourhood_time_s`` or
+            ``max_neighbourhoods``, or an unknown parameter.
     """
     _check_params(ranks_per_neighbourhood, neighbourhood_time_s, params)
+    if max_neighbourhoods is not None and (
+            isinstance(max_neighbourhoods, bool) or not isinstance(max_neighbourhoods, int) or max_neighbourhoods < 0):
+        raise ConfigError(f"max_neighbourhoods: must be an integer >= 0 or None, got {max_neighbourhoods!r}")
     limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else float(time_limit_s)
     started = time.perf_counter()
     deadline = started + limit
@@ -326,7 +335,7 @@ def solve(
     reserve = READBACK_RESERVE_S + 3e-6 * len(instance.samples)
     solved = accepted = proven = failures = 0
     size = ranks_per_neighbourhood
-    hit_limit = stalled = False
+    hit_limit = stalled = counted_out = False
     skipped_large = 0
     while True:
         if meets_bound(search.objective):
@@ -335,6 +344,9 @@ def solve(
             hit_limit = True
             break
         if interrupt.requested() is not None:
+            break
+        if max_neighbourhoods is not None and solved >= max_neighbourhoods:
+            counted_out = True
             break
         chosen = search.neighbourhood(failures, size)
         if chosen is None:
@@ -384,7 +396,10 @@ def solve(
     if meets_bound(final_objective):
         stop = "meets the analytic lower bound"
     elif hit_limit:
-        stop = f"time limit {limit:g} s reached"
+        stop = (f"time limit {limit:g} s reached (where the wall clock stops the search depends on the machine: "
+                f"max_neighbourhoods gives a reproducible budget)")
+    elif counted_out:
+        stop = f"max_neighbourhoods {max_neighbourhoods} reached"
     elif stalled:
         stop = (f"no neighbourhood of up to {size} ranks improved ({PARTNER_TRIES} tried per leading rank "
                 f"and size)")

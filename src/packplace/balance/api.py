@@ -32,7 +32,9 @@ def solve_balance(
         time_limit_s: Wall-clock budget in seconds for the whole call (None: the backend's default);
             from 50,000 samples the backend gets it less :data:`FINISH_S_PER_SAMPLE` per sample (at
             most half), the time the canonical order and the evaluator's score take afterwards.
-        seed: Seed for any randomness; the same instance and seed give the same result.
+        seed: Seed for any randomness; the same instance and seed give the same result, except where a
+            search is cut by the wall-clock ``time_limit_s`` (``lns``, ``cpsat``: ``hit_time_limit`` is
+            then set; ``lns`` takes ``max_neighbourhoods`` for a reproducible budget).
         **params: Backend options (e.g. ``max_repair_pairs`` for ``repair``, ``num_workers`` for ``cpsat``).
 
     Returns:
