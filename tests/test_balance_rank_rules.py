@@ -264,3 +264,26 @@ def test_rule_keeping_repair_keeps_the_construction_when_levelling_raises_the_ro
     repaired = packplace.balance(inst, solver="repair")
     assert lpt_result.objective == pytest.approx(928.7925428300864, rel=1e-12)
     assert repaired.objective <= lpt_result.objective
+
+
+def test_fast_paths_pack_a_tight_grouped_batch_the_constructions_miss():
+    # 97.5% token fill, four pairs on one rank each: LPT over units dead-ends cost first and tokens
+    # first; CP-SAT's feasibility model under the rules finds a packing, and every fast path uses it.
+    tokens = [50, 225, 34, 100, 50, 77, 81, 187, 132, 52, 143, 51, 105, 75, 98, 50, 28, 133, 46, 60, 64, 93, 341, 64]
+    inst = make_instance(tokens, [t * t for t in tokens], seq_len=400, data_parallel_size=6, objective="balance",
+                         groups=[[19, 13], [6, 18], [20, 16], [2, 11]])
+    evaluator = BalanceEvaluator(inst)
+    for solver in ("lpt", "karmarkar_karp", "repair"):
+        result = packplace.balance(inst, solver=solver, time_limit_s=10)
+        assert result.status == "feasible" and evaluator.violations(result.solution) == [], solver
+        assert "CP-SAT's feasibility model" in result.message and "found this packing" in result.message
+
+
+def test_fast_paths_say_infeasible_when_the_feasibility_model_proves_it():
+    # 6, 4, 6, 4, 5, 5 fill three bins of 10 only as {6, 4} {6, 4} {5, 5}; keeping samples 4 (5 tokens)
+    # and 1 (4 tokens) together leaves 6, 6, 4, 5 for two bins of 10: no packing keeps the group.
+    inst = make_instance([6, 4, 6, 4, 5, 5], seq_len=10, data_parallel_size=3, groups=[[4, 1]])
+    for solver in ("lpt", "karmarkar_karp", "repair", "cpsat"):
+        result = packplace.balance(inst, solver=solver, time_limit_s=10)
+        assert result.status == "infeasible" and result.solution is None, solver
+    assert "proved that no packing keeps them" in packplace.balance(inst, solver="lpt").message

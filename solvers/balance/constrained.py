@@ -5,8 +5,10 @@ rank and any bin):
 
 * :func:`construct_proposal` — the feasibility-first construction of
   :mod:`packplace.balance.rank_rules`, cost first (LPT over units: groups or single samples), then
-  tokens first if that dead-ends, then the instance's reference bins; otherwise status ``unknown``
-  with the reason. Every answer keeps every rule (the evaluator re-checks it).
+  tokens first if that dead-ends, then (n·D·m ≤ 20,000) CP-SAT's feasibility model under every rule
+  (one worker, deterministic limit, capped by the time limit), then the instance's reference bins;
+  otherwise status ``infeasible`` when that model proved no packing exists, else ``unknown``, with
+  the reason. Every answer keeps every rule (the evaluator re-checks it).
 * :func:`improve` — ``repair``'s local search at rank level: the heaviest rank gives a unit to, or
   swaps two units with, a lighter rank when that lowers the heavier of the two loads; a move is kept
   only if the rank sample counts stay within :class:`~packplace.balance.rank_rules.RankRules` and
@@ -26,9 +28,9 @@ import time
 import numpy as np
 
 from packplace.balance.evaluator import BalanceEvaluator
-from packplace.balance.rank_rules import RankRules, construct, pack_rank, units_of
+from packplace.balance.rank_rules import EXACT_MAX_BOOLEANS, RankRules, construct, exact_packing, pack_rank, units_of
 from packplace.balance.schema import BalanceInstance
-from packplace.result import FEASIBLE, UNKNOWN, Proposal
+from packplace.result import FEASIBLE, INFEASIBLE, UNKNOWN, Proposal
 
 #: Lighter ranks tried as partners of the heaviest rank per round.
 PARTNERS = 8
@@ -40,6 +42,8 @@ ATTEMPTS = 8
 _NOTES = {
     "tokens": "cost-first construction dead-ended; tokens-first construction used",
     "auto": "both constructions dead-ended; started from the exact packing of local_batch_size 'auto'",
+    "exact": (f"both constructions dead-ended; CP-SAT's feasibility model (at most {EXACT_MAX_BOOLEANS:,} "
+              f"sample-bin Booleans, one worker, deterministic limit) found this packing"),
 }
 
 
@@ -48,9 +52,13 @@ def _keys(instance: BalanceInstance, bins: list[list[int]]) -> tuple[tuple, ...]
     return tuple(tuple(keys[i] for i in b) for b in bins)
 
 
-def construct_indices(instance: BalanceInstance) -> tuple[list[list[int]] | None, str]:
-    """Bins of sample indices (cost first, then tokens first, then the exact packing that
-    ``local_batch_size: "auto"`` found) and which of them worked ("" if none)."""
+def construct_indices(instance: BalanceInstance, deadline: float | None = None) -> tuple[list[list[int]] | None, str]:
+    """Bins of sample indices and which way found them ("" if none): cost first, then tokens first, then
+    the exact packing that ``local_batch_size: "auto"`` found, then — where n·D·m ≤
+    :data:`~packplace.balance.rank_rules.EXACT_MAX_BOOLEANS` — CP-SAT's feasibility model under every
+    rule (:func:`~packplace.balance.rank_rules.exact_packing`; capped at ``deadline``, a
+    ``time.perf_counter()`` value). On a dead end the second item says why ("" or "proven": CP-SAT
+    proved that no packing keeps the rules)."""
     for by in ("cost", "tokens"):
         bins = construct(instance.packing_columns(by))
         if bins is not None:
@@ -58,22 +66,38 @@ def construct_indices(instance: BalanceInstance) -> tuple[list[list[int]] | None
     if instance.auto_packing is not None:
         index = {key: i for i, key in enumerate(instance.keys)}
         return [[index[key] for key in b] for b in instance.auto_packing], "auto"
+    n, bins_total = len(instance.samples), instance.data_parallel_size * instance.local_batch_size
+    left = None if deadline is None else deadline - time.perf_counter()
+    if n * bins_total <= EXACT_MAX_BOOLEANS and (left is None or left > 0.01):
+        packed, proven = exact_packing(instance.packing_columns("tokens"), time_limit_s=left)
+        if packed is not None:
+            return packed, "exact"
+        return None, "proven" if proven else ""
     return None, ""
 
 
-def construct_proposal(instance: BalanceInstance, solver: str) -> Proposal:
-    """The construction's answer for ``solver`` (see the module docstring)."""
-    bins, by = construct_indices(instance)
+def construct_proposal(instance: BalanceInstance, solver: str, deadline: float | None = None) -> Proposal:
+    """The construction's answer for ``solver`` (see the module docstring); ``deadline`` as in
+    :func:`construct_indices`."""
+    bins, by = construct_indices(instance, deadline)
     if bins is not None:
         note = "" if by == "cost" else _NOTES[by]
         return Proposal(_keys(instance, bins), FEASIBLE, message=note, iterations=len(instance.samples))
+    return _dead_end(instance, solver, by)
+
+
+def _dead_end(instance: BalanceInstance, solver: str, why: str) -> Proposal:
+    """The reference bins (``feasible``) after every construction dead-ended, else ``infeasible`` when
+    CP-SAT's feasibility model proved that no packing keeps the rules, else ``unknown``."""
+    proof = ("CP-SAT's feasibility model proved that no packing keeps them" if why == "proven" else
+             "construction dead end; try cpsat for a proof")
     if instance.reference_bins is not None:
         return Proposal(instance.reference_bins, FEASIBLE,
-                        message=f"{solver}: the construction under the rank rules dead-ended; returning the reference")
-    return Proposal(None, UNKNOWN, message=(
+                        message=f"{solver}: the construction under the rank rules dead-ended ({proof}); "
+                                f"returning the reference")
+    return Proposal(None, INFEASIBLE if why == "proven" else UNKNOWN, message=(
         f"{solver}: no assignment found that keeps equal_count={instance.equal_count}, "
-        f"max_samples_per_bin={instance.max_samples_per_bin} and {len(instance.groups)} groups "
-        f"(construction dead end; try cpsat for a proof)"
+        f"max_samples_per_bin={instance.max_samples_per_bin} and {len(instance.groups)} groups ({proof})"
     ))
 
 
@@ -161,9 +185,9 @@ def repair_proposal(instance: BalanceInstance, time_limit_s: float | None) -> Pr
     (``rounds`` objective, padding), so never worse than ``lpt``."""
     started = time.perf_counter()
     deadline = None if time_limit_s is None else started + float(time_limit_s)
-    bins, by = construct_indices(instance)
+    bins, by = construct_indices(instance, deadline)
     if bins is None:
-        return construct_proposal(instance, "repair")
+        return _dead_end(instance, "repair", by)
     constructed = _keys(instance, bins)
     bins, moves = improve(instance, bins, deadline)
     hit = deadline is not None and time.perf_counter() > deadline

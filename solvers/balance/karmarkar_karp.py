@@ -261,12 +261,12 @@ def first_fit_decreasing(
     return bins, ""
 
 
-def _constructed(instance: BalanceInstance, why: str) -> Proposal:
+def _constructed(instance: BalanceInstance, why: str, deadline: float | None = None) -> Proposal:
     """The rank-rule construction's answer (:func:`~packplace.solvers.balance.constrained.construct_proposal`:
     LPT over units under every rule) for an instance the differencing cannot serve; the message says so."""
     from packplace.solvers.balance.constrained import construct_proposal  # local: constrained imports lpt
 
-    proposal = construct_proposal(instance, "karmarkar_karp")
+    proposal = construct_proposal(instance, "karmarkar_karp", deadline)
     note = f"karmarkar_karp: {why}; answered by the rank-rule construction (LPT over units)"
     proposal.message = f"{note}; {proposal.message}" if proposal.message else note
     return proposal
@@ -312,7 +312,8 @@ def solve(
         # are outside the method: the rule-keeping construction answers instead, and says so.
         if instance.groups or instance.max_samples_per_bin is not None or n % ranks:
             return _constructed(instance, "differencing does not model groups, max_samples_per_bin or "
-                                f"equal_count with n not divisible by D (n={n}, D={ranks})")
+                                f"equal_count with n not divisible by D (n={n}, D={ranks})",
+                                None if time_limit_s is None else time.perf_counter() + float(time_limit_s))
         equal_size = True
     if equal_size and n % ranks:
         raise ConfigError(
@@ -351,7 +352,7 @@ def solve(
         rank_bins, failure = first_fit_decreasing(members, instance, prepared, rank)
         if rank_bins is None:
             if instance.has_rank_rules:
-                return _constructed(instance, f"the equal-count differencing dead-ended ({failure})")
+                return _constructed(instance, f"the equal-count differencing dead-ended ({failure})", deadline)
             if equal_size:
                 return Proposal(None, UNKNOWN, message=f"karmarkar_karp: {failure}")
             bins, message, _ = after_dead_end(instance, prepared, failure, deadline, "karmarkar_karp")

@@ -813,7 +813,7 @@ def solve(
     if instance.has_rank_rules:  # equal_count, max_samples_per_bin, groups: the rule-aware construction
         from packplace.solvers.balance.constrained import construct_proposal
 
-        return construct_proposal(instance, "lpt")
+        return construct_proposal(instance, "lpt", remaining_seconds(time_limit_s))
     deadline = remaining_seconds(time_limit_s)  # before prepare: the sort counts against the limit too
     prepared = prepare(instance)
     try:

@@ -283,7 +283,8 @@ EXACT_DETERMINISTIC_TIME = 2.0
 
 
 def exact_packing(columns: PackingColumns, deterministic_time: float = EXACT_DETERMINISTIC_TIME,
-                  max_booleans: int = EXACT_MAX_BOOLEANS) -> tuple[list[list[int]] | None, bool]:
+                  max_booleans: int = EXACT_MAX_BOOLEANS,
+                  time_limit_s: float | None = None) -> tuple[list[list[int]] | None, bool]:
     """Whether the samples fit D·m non-empty bins under every rule, decided exactly by CP-SAT.
 
     One Boolean ``x[i, b]`` per sample and bin (bins rank-major): every sample in one bin, every bin
@@ -293,7 +294,8 @@ def exact_packing(columns: PackingColumns, deterministic_time: float = EXACT_DET
     ``equal_count`` that is ⌊n/D⌋..⌈n/D⌉, and the total n fixes how many ranks hold ⌈n/D⌉), and a
     group's samples on the rank its indicator picks. Symmetry: the largest sample sits in bin 0; when
     no rule couples the bins of a rank (no ``equal_count``, no groups), the k-th largest sample may use
-    only bins 0..k. One worker, a deterministic time limit: the same columns give the same verdict.
+    only bins 0..k. One worker, a deterministic time limit: the same columns give the same verdict
+    (unless ``time_limit_s``, a wall-clock cap in seconds, stops the search first).
 
     Returns:
         ``(bins, proven)``: rank-major bins of sample indices and True when a packing exists; ``(None,
@@ -347,6 +349,8 @@ def exact_packing(columns: PackingColumns, deterministic_time: float = EXACT_DET
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
     solver.parameters.max_deterministic_time = float(deterministic_time)
+    if time_limit_s is not None:
+        solver.parameters.max_time_in_seconds = max(0.001, float(time_limit_s))
     status = solver.Solve(model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         packed: list[list[int]] = [[] for _ in range(bins)]
