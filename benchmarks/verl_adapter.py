@@ -1,4 +1,4 @@
-"""packplace's verl drop-ins against verl's own algorithm (the oracle in ``tests/verl_oracle.py``).
+"""packplace's verl drop-ins against verl's own algorithm (the oracle in ``tests/integrations/verl_oracle.py``).
 
 A plain script (no pytest). Draws n lognormal sequence lengths (median 1024, clipped to 32768),
 then for k ranks and ``equal_size`` in {False, True} times (best of ``--repeats``, wall clock,
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integrations"))
 
 from verl_oracle import verl_micro_batches, verl_partitions  # noqa: E402
 

@@ -15,7 +15,7 @@ from packplace.placement.config import load_config
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.plan import plan_from_json
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
 
 

@@ -14,7 +14,7 @@ from packplace.placement.evaluator import PlacementEvaluator, get_evaluator, get
 from packplace.placement.plan import Allocation, Plan
 from packplace.solvers.placement.greedy import repair_memory
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GRPO = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
 PPO8B = os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml")
 #: The shipped GRPO config with the old default decode bandwidth efficiency (0.15 instead of the calibrated

@@ -16,7 +16,7 @@ from packplace.placement.engine import mean_live_tokens
 from packplace.placement.validate import RATIO_RANGE, load_setup, validate
 from packplace.placement.workload import Workload
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
 OPENRLHF = os.path.join(VALIDATION, "openrlhf_ppo_llama2-7b_8xa800.yaml")
 

@@ -16,7 +16,7 @@ from packplace.placement.memory import resident_bytes, vertex_memory, weight_byt
 from packplace.placement.models import ModelSpec
 from packplace.placement.workload import Workload
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 HW = Hardware(flops_per_gpu=1e15, memory_per_gpu=80e9, memory_bandwidth=2e12, alpha_coll_g=1e-6,
               beta_coll_g=3e-12, alpha_coll_n=5e-6, beta_coll_n=2e-11, alpha_coll_r=8e-6, beta_coll_r=4e-11,

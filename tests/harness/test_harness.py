@@ -25,7 +25,7 @@ from packplace.result import FEASIBLE, Proposal
 from packplace.solvers import available, get
 from packplace.solvers.registry import register, unregister
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "benchmarks" / "suites"
 HEURISTICS = ("lpt", "repair", "karmarkar_karp")
 

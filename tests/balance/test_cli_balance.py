@@ -7,7 +7,7 @@ from pathlib import Path
 
 from packplace.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_balance_prints_table_and_writes_json(tmp_path, capsys):

@@ -13,7 +13,7 @@ from packplace.errors import ConfigError
 from packplace.harness.comparison import compare
 from packplace.yamlio import load_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _smoke_with_a_broken_instance() -> dict:

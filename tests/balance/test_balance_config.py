@@ -11,7 +11,7 @@ from packplace.balance.evaluator import BalanceEvaluator
 from packplace.errors import ConfigError
 from packplace.yamlio import loads_yaml
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs" / "balance").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs" / "balance").glob("*.yaml"))
 
 
 def test_there_are_shipped_configs():
@@ -27,7 +27,7 @@ def test_shipped_config_loads(path):
 
 
 def test_real_corpus_config_is_the_stdlib_on_llama_8b():
-    inst = load_config(Path(__file__).resolve().parents[1] / "configs/balance/stdlib_llama8b.yaml")
+    inst = load_config(Path(__file__).resolve().parents[2] / "configs/balance/stdlib_llama8b.yaml")
     assert inst.constraints.seq_len == 8192 and inst.data_parallel_size == 16
     assert all(s.tokens <= 8192 for s in inst.samples)
     assert any(str(s.key).endswith(".py") for s in inst.samples)

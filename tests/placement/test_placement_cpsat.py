@@ -20,7 +20,7 @@ from packplace.placement.plan import Plan
 from packplace.solvers import available, get
 from packplace.solvers.placement import cpsat
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
 SMALL_SHIPPED = [p for p in SHIPPED if load_config(p).num_gpus <= 32]
 TINY_SHIPPED = [p for p in SHIPPED if load_config(p).num_gpus <= 16]

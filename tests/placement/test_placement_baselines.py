@@ -14,7 +14,7 @@ from packplace.placement.config import build_instance, load_config, load_yaml
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.solvers import available
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
 
 HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=8, flops_per_gpu=1e15, memory_per_gpu=1e12,

@@ -12,7 +12,7 @@ from packplace.placement.config import build_instance, load_config
 from packplace.placement.evaluator import PlacementEvaluator, evaluate_plan, get_evaluator, get_table
 from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan, plan_from_json, plan_to_json
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GRPO = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
 
 HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=2, flops_per_gpu=1e12, memory_per_gpu=80e9,

@@ -20,7 +20,7 @@ from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.plan import Plan
 from packplace.solvers import available
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
 PPO8B = os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml")
 PPO70B = os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-70b_2x4x8xh200.yaml")

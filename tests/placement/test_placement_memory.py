@@ -21,7 +21,7 @@ from packplace.placement.memory import (
 from packplace.placement.plan import Strategy
 from packplace.shape import TransformerShape
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DPO8B = os.path.join(ROOT, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml")
 LLAMA8 = TransformerShape(32, 4096, 14336, 128256, num_kv_heads=8)
 
