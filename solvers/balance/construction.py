@@ -1,39 +1,19 @@
-"""Capacity-feasible construction: find *some* packing of the samples into the D·m bins, then spread
-the bins over the ranks. The fast balance paths (``lpt``, ``repair``, ``karmarkar_karp``) fall back
-to it when their own balancing rule dead-ends, so that they answer ``feasible`` whenever a packing
-is easy to find, and ``cpsat`` uses it as a hint when no heuristic start exists.
+"""Capacity-feasible construction: *some* packing of the samples into the D·m bins, spread over the ranks.
 
-Packing (bins are interchangeable here; the objective plays no part):
-
-1. Oversized samples (policy ``single``) take one bin each; the other samples get the K remaining bins.
-2. Decreasing-size rules on tokens (Johnson 1974, "Fast algorithms for bin packing"): first-fit
-   decreasing (FFD), best-fit decreasing (BFD) and worst-fit decreasing (WFD), samples in the LPT
-   key order (tokens desc, cost desc, key). Without budgets they run in O(n log K): FFD on a
-   max-segment tree of free tokens, BFD on a sorted list of free tokens, WFD on a heap. With budgets,
-   every bin is checked with the same predicate (:meth:`_BinSpace.fits`), O(n·K).
-3. Bin completion (Korf 2002, "A new algorithm for optimal bin packing"; Schreiber & Korf 2013,
-   "Improved bin completion for optimal bin packing and number partitioning"), without budgets only:
-   bins are filled one at a time, each starting with the largest sample left and completed by a
-   *maximal* subset of the others (no sample left out would still fit), completions tried in
-   decreasing fill; a branch is cut when the tokens wasted so far exceed K·seq_len − Σ tokens (the
-   total slack) or when ⌈tokens left / seq_len⌉ exceeds the bins left. Samples of equal size are
-   interchangeable, so completions are enumerated over distinct sizes (no duplicates). The search
-   stops after :data:`DEFAULT_MAX_NODES` completions or at the deadline.
-
-Where every token size occurs a multiple of g > 1 times and g divides K (data replicated across
-ranks), bin completion first packs the multiset divided by g into K/g bins and repeats that packing
-g times (half the node budget); only if that finds nothing does it search the whole multiset.
-
-A packing into at most K bins becomes one into exactly D·m non-empty bins by moving the smallest
-sample of the bin holding the most samples into each empty bin (there are at least D·m samples; a
-move only lowers the source bin's usage); a heap finds each donor in O(log K). Measured
-(``benchmarks/balance_many_bins.py`` sizes, 262,144 lognormal samples into 1,024 × 59 bins of 8,192
-tokens, fill 0.85): first-fit decreasing plus the filling of its ~9,000 empty bins 1.7 s, against
-79 s when each empty bin scanned every bin for its donor.
-
-Spreading bins over ranks (:func:`spread_bins`): bins in decreasing cost (padding included), each to
-the least-loaded rank that has fewer than m bins (LPT over bins, ties by rank index). ``repair``
-then balances the result with capacity-checked local search.
+The fast balance paths (``lpt``, ``repair``, ``karmarkar_karp``) fall back to it when their own
+balancing rule dead-ends, so that they answer ``feasible`` whenever a packing is easy to find.
+Packing (bins interchangeable, the objective plays no part): oversized samples (policy ``single``)
+take one bin each; the others go into the K remaining bins by first-, best- and worst-fit decreasing
+on tokens (Johnson 1974, "Fast algorithms for bin packing"; O(n log K) without budgets, O(n·K) with),
+then, without budgets, by bin completion (Korf 2002, "A new algorithm for optimal bin packing";
+Schreiber & Korf 2013): bins filled one at a time by maximal completions over distinct sizes, cut
+when the waste exceeds the total slack, at most :data:`DEFAULT_MAX_NODES` completions. Where every
+size occurs a multiple of g > 1 times and g divides K, the multiset divided by g is packed first and
+repeated g times. Empty bins are then filled with the smallest sample of the bin holding the most.
+:func:`spread_bins` deals the bins, by decreasing cost, to the least-loaded rank with room.
+Options: ``max_nodes`` (default :data:`DEFAULT_MAX_NODES`); searches capped by
+:data:`CONSTRUCTION_TIME_S` on top of the caller's deadline.
+Performance: docs/performance.md
 """
 
 from __future__ import annotations
@@ -47,7 +27,7 @@ from collections import Counter
 import numpy as np
 
 from packplace.balance.schema import BalanceInstance
-from packplace.solvers.balance.lpt import PreparedSamples, cached_padding
+from packplace.solvers.balance._common import PreparedSamples, cached_padding
 
 #: Completions (search nodes) the bin-completion search may generate before it gives up.
 DEFAULT_MAX_NODES = 200_000
@@ -350,7 +330,7 @@ def feasible_packing(
 
     Args:
         instance: The balance instance.
-        prepared: Its :func:`~packplace.solvers.balance.lpt.prepare` arrays.
+        prepared: Its :func:`~packplace.solvers.balance._common.prepare` arrays.
         deadline: ``time.perf_counter()`` value after which every rule gives up.
         max_nodes: Node budget of the bin-completion search.
         search_deadline: An earlier ``time.perf_counter()`` value for the searches only: bin
@@ -466,8 +446,7 @@ def spread_bins(instance: BalanceInstance, prepared: PreparedSamples, bins: list
 
 #: Wall-clock cap (seconds) of the searches of one construction after a dead end (bin completion, and
 #: the decreasing rules' O(n·K) scans with budgets), on top of the caller's deadline; the decreasing
-#: rules without budgets, O(n log K), run to the caller's deadline (FFD at 262,144 samples into
-#: 60,416 bins takes about 1.7 s).
+#: rules without budgets, O(n log K), run to the caller's deadline.
 CONSTRUCTION_TIME_S = 1.0
 
 

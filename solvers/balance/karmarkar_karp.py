@@ -1,48 +1,18 @@
-"""``karmarkar_karp`` (alias ``kk``): largest differencing method, then first-fit decreasing per rank.
+"""``karmarkar_karp`` (alias ``kk``): largest differencing method over ranks, then first-fit decreasing per rank.
 
-Rank partition — the largest differencing method (LDM) of Karmarkar & Karp (1982, "The
-differencing method of set partitioning"), in its multi-way form (Michiels et al. 2003,
-"Performance ratios for the Karmarkar–Karp differencing method"), on ``cost.llm``:
-
-1. Each sample starts as a D-way partial partition: its cost in one subset, the other D−1 empty.
-   With ``equal_size=True`` (needs n divisible by D) the samples are instead taken D at a time in
-   LPT order, each group one partition with one sample per subset, so every rank ends with n/D.
-2. Repeatedly take the two partitions with the largest difference (max − min subset sum), and merge
-   them: the largest subset of one joins the smallest of the other, the second largest the second
-   smallest, and so on.
-3. The last partition's subsets, in decreasing sum order, become ranks 0..D−1.
-
-Ties: samples enter in LPT order (cost desc, tokens desc, key order); the heap breaks equal
-differences by creation order; subsets of equal sum keep their order (stable sorts). Deterministic,
-``seed`` unused. Padding costs and budgets play no part in the partition (the evaluator still scores
-padding).
-
-Bins — each rank's samples are split into m = ``local_batch_size`` bins by first-fit decreasing on
-tokens (ties by cost desc, key order); a bin accepts a sample only if ``seq_len`` and every budget
-still hold; an oversized sample (policy ``single``) gets a bin of its own. If FFD needs more than m
-bins, or a rank has fewer than m samples, the capacity failure is reported — status ``unknown``, no
-solution, a message naming the rank — never hidden. If FFD uses fewer than m bins, the smallest
-sample of the fullest-in-count bin moves to a new bin until there are m (this never breaks a limit).
-
-Rank rules: ``equal_count`` with D dividing n is the ``equal_size`` differencing above. Groups,
-``max_samples_per_bin`` and ``equal_count`` with D not dividing n are outside the method, and so is an
-equal-count partition whose rank does not fit its m bins: those instances are answered by the
-rule-keeping construction of :mod:`packplace.solvers.balance.constrained` (the ``lpt`` answer under
-rank rules), and the message says so; ``unknown`` only when that dead-ends too.
-
-Memory and time guards: a partition stores only its non-empty subsets (a sample starts as one
-subset, not a D-tuple), so every live partition together hold at most n subsets and the peak memory
-is O(n + D): measured about 1.5 KiB per sample all included (60k samples on 7200 ranks: 91 MB, down
-from 3.1 GB when merge links kept views of whole D-long arrays alive). :func:`estimate_bytes` gives
-the up-front estimate; above ``max_memory_bytes`` (default :data:`DEFAULT_MAX_MEMORY_BYTES`) the
-solver returns ``unknown`` without allocating. ``time_limit_s`` covers the whole call: it is checked after the
-sort, every :data:`CLOCK_SETUP_EVERY` starting partitions, every :data:`CLOCK_EVERY` merges, every
-:data:`CLOCK_SETUP_EVERY` samples read back and before each rank's bins; past it the answer is
-``unknown`` with ``hit_time_limit`` (a partial partition is never returned).
-
-Cost: n − 1 merges; partitions with few non-empty subsets merge on Python lists, larger ones
-(more than :data:`NUMPY_MERGE_SIZE` subsets, D above it) on numpy arrays with the same result.
-Measured about 0.07 s for 8k samples on 64 ranks and 1.3 s for 64k samples on 512 ranks.
+Model: the multi-way largest differencing method (Karmarkar & Karp 1982, "The differencing method of
+set partitioning"; Michiels et al. 2003, "Performance ratios for the Karmarkar–Karp differencing
+method") on ``cost.llm``. Every sample starts as a D-way partial partition (with ``equal_size``: the
+samples D at a time in LPT order, one per subset); the two partitions of largest difference (max −
+min subset sum) are merged repeatedly, largest subset of one with smallest of the other; the last
+partition's subsets, by decreasing sum, are ranks 0..D−1. Each rank's samples then go into its m
+bins by first-fit decreasing on tokens (``seq_len`` and every budget checked, exactly m non-empty
+bins); a rank that does not fit falls back to :mod:`construction`. Padding and budgets play no part
+in the partition. Rank rules: ``equal_count`` with D dividing n is the ``equal_size`` method; other
+rules go to the rule-keeping construction of :mod:`constrained`. Deterministic, ``seed`` unused.
+Options: ``equal_size`` (default False), ``max_memory_bytes`` (default
+:data:`DEFAULT_MAX_MEMORY_BYTES`, refused above it by :func:`estimate_bytes`); ``time_limit_s``.
+Performance: docs/performance.md
 """
 
 from __future__ import annotations
@@ -55,8 +25,9 @@ import numpy as np
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
+from packplace.solvers.balance._common import first_fit_decreasing, prepare, reject_unknown_params
+from packplace.solvers.balance.constrained import construct_proposal
 from packplace.solvers.balance.construction import after_dead_end
-from packplace.solvers.balance.lpt import PreparedSamples, prepare
 from packplace.solvers.registry import register
 
 #: Default ceiling on the estimated peak memory (bytes) of one solve.
@@ -114,7 +85,7 @@ def _merge_arrays(sums_a, roots_a, sums_b, roots_b, ranks, links):
         sums = np.concatenate((sums_a[:first_b], sums_a[first_b:] + sums_b[:overlap], sums_b[overlap:]))
         roots = np.concatenate((roots_a, roots_b[overlap:]))
         # Copies, not views: a view would keep the whole D-long parent array alive per merge
-        # (n merges x D x 8 bytes: 3 GB for 60k samples on 7200 ranks).
+        # (n merges x D x 8 bytes).
         links[0].append(roots_b[:overlap].copy())
         links[1].append(roots_a[first_b:].copy())
     order = np.argsort(-sums, kind="stable")
@@ -128,8 +99,8 @@ class OutOfTime(Exception):
 def estimate_bytes(samples: int, ranks: int) -> int:
     """Up-front estimate of the peak memory (bytes) of a solve with ``samples`` samples on ``ranks`` ranks.
 
-    ``BYTES_PER_SAMPLE·n + BYTES_PER_RANK·D``: measured peaks are about 1.5 KiB per sample (60k samples
-    on 7200 ranks: 91 MB) and a few D-long arrays per merge.
+    ``BYTES_PER_SAMPLE·n + BYTES_PER_RANK·D``: Python objects of the heap, union-find and FFD per
+    sample, and a few D-long arrays per merge.
     """
     return BYTES_PER_SAMPLE * samples + BYTES_PER_RANK * ranks
 
@@ -205,67 +176,9 @@ def differencing_partition(
     return subsets
 
 
-def first_fit_decreasing(
-    members: list[int], instance: BalanceInstance, prepared: PreparedSamples, rank: int
-) -> tuple[list[list[int]] | None, str]:
-    """Split one rank's samples into exactly m bins by first-fit decreasing on tokens.
-
-    Returns:
-        (bins of sample indices, "") or (None, a message naming the rank and the overflow).
-    """
-    per_rank = instance.local_batch_size
-    constraints = instance.constraints
-    seq_len = constraints.seq_len
-    limits = constraints.budgets
-    samples = instance.samples
-    if len(members) < per_rank:
-        return None, f"rank {rank}: {len(members)} samples cannot fill {per_rank} non-empty bins"
-    chosen = np.asarray(members, dtype=np.int64)
-    sizes = prepared.tokens[chosen]
-    by_size = np.lexsort((prepared.position[chosen], -sizes))
-    ordered = chosen[by_size].tolist()
-    ordered_sizes = sizes[by_size].tolist()
-    bins: list[list[int]] = []
-    bin_tokens: list[int] = []
-    bin_usage: list[dict[str, float]] = []
-    closed: list[bool] = []
-    for i, t in zip(ordered, ordered_sizes):
-        need = {name: samples[i].budgets.get(name, 0.0) for name in limits} if limits else None
-        target = -1
-        if t <= seq_len:
-            for b in range(len(bins)):
-                if closed[b] or bin_tokens[b] + t > seq_len:
-                    continue
-                if need is None or all(bin_usage[b][name] + need[name] <= limit for name, limit in limits.items()):
-                    target = b
-                    break
-        if target < 0:
-            bins.append([])
-            bin_tokens.append(0)
-            bin_usage.append(dict.fromkeys(limits, 0.0))
-            closed.append(t > seq_len)
-            target = len(bins) - 1
-        bins[target].append(i)
-        bin_tokens[target] += t
-        if need is not None:
-            for name in limits:
-                bin_usage[target][name] += need[name]
-    if len(bins) > per_rank:
-        return None, (
-            f"rank {rank}: first-fit decreasing needs {len(bins)} bins of seq_len {seq_len}, "
-            f"only {per_rank} allowed"
-        )
-    while len(bins) < per_rank:
-        donor = max(range(len(bins)), key=lambda b: (len(bins[b]), -b))
-        bins.append([bins[donor].pop()])
-    return bins, ""
-
-
 def _constructed(instance: BalanceInstance, why: str, deadline: float | None = None) -> Proposal:
     """The rank-rule construction's answer (:func:`~packplace.solvers.balance.constrained.construct_proposal`:
     LPT over units under every rule) for an instance the differencing cannot serve; the message says so."""
-    from packplace.solvers.balance.constrained import construct_proposal  # local: constrained imports lpt
-
     proposal = construct_proposal(instance, "karmarkar_karp", deadline)
     note = f"karmarkar_karp: {why}; answered by the rank-rule construction (LPT over units)"
     proposal.message = f"{note}; {proposal.message}" if proposal.message else note
@@ -300,9 +213,7 @@ def solve(
         ConfigError: ``equal_size`` not a bool, ``equal_size=True`` with n not divisible by D,
             ``max_memory_bytes`` not a positive integer, or an unknown parameter.
     """
-    if params:
-        key = sorted(params)[0]
-        raise ConfigError(f"karmarkar_karp: unknown parameter {key!r} = {params[key]!r}")
+    reject_unknown_params("karmarkar_karp", params)
     if not isinstance(equal_size, bool):
         raise ConfigError(f"equal_size: must be true or false, got {equal_size!r}")
     ranks = instance.data_parallel_size

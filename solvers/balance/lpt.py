@@ -1,222 +1,48 @@
 """``lpt``: longest-processing-time greedy placement of samples into capacity-limited bins.
 
-The classic LPT rule of Graham (1969, "Bounds on multiprocessing timing anomalies") extended with
-per-bin constraints: samples are taken in the order (``cost.llm`` desc, tokens desc,
-:func:`~packplace.balance.schema.key_order` of the key), so the result never depends on the input
-order. The first D·m samples go to empty bins only (every bin ends non-empty); every later sample
-goes to the feasible bin (tokens ≤ ``seq_len``, every budget within its limit, no bin closed by an
-oversized sample) that minimises the tuple
-
-    (score after placing, remaining tokens of the bin, rank tokens, rank, bin index).
-
-The score is
-
-* ``makespan`` / ``balance``: the rank's load after placing (plus the bin's padding delta when the
-  instance has a ``padding_cost``) — the least-loaded feasible rank, i.e. classic LPT;
-* ``rounds``: the scheduled-round objective Σ_k sorted_desc(loads)[k·g] after placing
-  (window-aware LPT), followed by two extra keys before the remaining capacity (a documented
-  deviation from the plain chain above):
-
-  1. *heaviest round first* — for a placement that leaves the objective unchanged (the rank's load x
-     is not a round leader and x + c stays at or below the lowest non-empty leader zone above it,
-     see :func:`_lpt_rounds`), the index p // g of the round its load x sits in (p = the first
-     position of x in descending order); 0 for every other placement. Free room is used in the
-     heaviest round first, which keeps the later rounds (and their maxima) light;
-  2. the rank's load after placing (lowest first): inside that round the least-loaded rank, and
-     among equal objective increases classic LPT. Without it the remaining capacity would pile
-     samples onto one rank.
-
-  Measured against CP-SAT optima (rounds, 12 samples, D ∈ {4, 6, 8}): the previous chain without
-  key 1 left pair repair stuck at a mean gap of 4.3 % (worst 23.5 %) on 40 instances with loose
-  capacity, this one 2.0 % (worst 15.1 %); LPT alone is within ±0.2 % of the old rule on average.
-
-Implementation (three paths; the two fast ones give exactly the bins of the general one):
-
-* heap path — ``makespan``/``balance`` without padding or budgets: each rank keeps its bins as a
-  sorted list of (free tokens, bin), so its best fit for a sample of t tokens is one bisection for
-  the first free ≥ t. Ranks of equal load form one *group* and the distinct loads sit in a heap. A
-  sample pops loads in increasing order; in each group it takes the least (free tokens, rank tokens,
-  rank, bin) over the members' best fits, which is exactly the tie-break (least remaining tokens
-  after placing, rank tokens, rank, bin) among the tied ranks. A group keeps those best fits in a
-  heap for the last t it was asked about: a run of equal lengths (clipped lengths, a repeated
-  pattern) then takes its ranks one by one in O(log k), and the heap is rebuilt (k bisections) only
-  when a different length asks. With at most :data:`MERGE_MAX_BINS` bins per rank, a group of more
-  than :data:`MERGE_FACTOR`·m ranks instead keeps one merged sorted list of its members' bins and
-  bisects that (better when every sample has a new length and all costs tie). Groups without a
-  fitting bin are pushed back afterwards, and dropped for good when nothing still to come fits any
-  of their bins. Moving a rank between groups touches only its own entry, never its m bins.
-  Comparing ranks on the load before adding the sample's cost orders them exactly as the load
-  after, up to floating-point rounding of that addition. Measured (CPU time of the path alone,
-  shared 2-core machine; lognormal lengths, median 1,024, σ 1, clipped at ``seq_len``; "before" is
-  the earlier heap path whose groups were merged lists of all their bins, so a placement moved the
-  rank's m bins; the bins are identical):
-
-  ======================================================  ============  ===========  =========
-  instance                                                cost          before       now
-  ======================================================  ============  ===========  =========
-  20,000 samples, 8 ranks × 1,386 bins of 4,096           t + t²/4096   11.1 s       0.033 s
-  20,000 samples, 8 ranks × 1,386 bins of 4,096           t (ties)      17.0 s       0.040 s
-  262,144 samples, 1,024 ranks × 59 bins of 8,192         t + t²/4096   7.1 s        0.83 s
-  262,144 samples, 1,024 ranks × 59 bins of 8,192         t (ties)      27.5 s       0.99 s
-  262,144 samples, 4,096 ranks × 2 bins of 65,536         t (ties)      0.94 s       1.01 s
-  262,144 samples, 4,096 ranks × 2 bins of 65,536         ties broken   0.77 s       0.62 s
-  ======================================================  ============  ===========  =========
-
-  (best of 3, the tied 262,144 × 59 row and the 17.0 s one of 1; ``benchmarks/balance_many_bins.py``
-  and ``benchmarks/lpt_ties.py``, whose last two rows have 1.9 % of lengths clipped at 8,192: the
-  rank heap before groups, which compared every tied rank, took 172 s on the tied one). The
-  deadline is checked every :data:`CLOCK_EVERY` samples.
-* leader-zone path — ``rounds`` without padding or budgets, any m (:func:`_lpt_rounds`): raising a
-  load x by c raises the round objective by the length of [x, x + c) inside the "leader zones"
-  between consecutive rounds, so only each round's lowest feasible load can win; the top round's
-  lowest feasible load is tried first (it wins outright when the objective does not move), else
-  every round's candidate is scored in one numpy pass over D/g values. Measured (lognormal lengths,
-  g = 8, CPU time of the path alone): m = 8, 60k samples on 1024 ranks 3.4 s (2.0 s before the
-  heaviest-round key, which makes the one-candidate shortcut rarer; makespan 0.15 s); m = 1, 65,536
-  samples on 512 ranks 2.1 s (1.7 s before), on 64 ranks 1.5 s (unchanged). Before that key, 200k
-  samples on 3072 ranks took 8.2 s, where the numpy path before it did ~850 samples/s. Each rank
-  keeps its bins as a sorted list of (free tokens, bin), so its best fit and widest bin cost
-  O(log m), not a scan of its m bins: 20,000 samples on 8 ranks × 1,386 bins (g = 2) 0.58 s, 1.27 s
-  with the scan; at 262,144 samples on 1,024 × 59 bins (g = 8) the per-sample scoring of the
-  D/g rounds dominates (9.6 s either way).
-* general path — padding or budgets: numpy over all D·m bins per sample, O(n·D·m); the padding
-  cost of each candidate bin comes from a table of ``padding_cost`` per padding length, filled as
-  lengths first appear. At many bins this is still the slow path: 20,000 samples on 8 ranks ×
-  1,386 bins with a padding cost take 4.3 s CPU (73 s when each candidate called the padding
-  function from Python), so it looks at the clock after every sample.
-
-A dead end (a sample that fits no bin) hands over to :mod:`construction`: a capacity-feasible
-packing by FFD/BFD/WFD or bin completion, spread over the ranks; failing that the instance's
-``reference_bins`` (status ``feasible``), else status ``unknown``; the message says which.
-LPT is one deterministic pass: ``seed`` is unused, ``time_limit_s`` is checked after every sample on
-the general path and every 1024 on the heap and leader-zone paths (past it, the reference grouping
-or ``unknown``, with ``hit_time_limit``).
+Model: Graham's LPT rule (1969, "Bounds on multiprocessing timing anomalies") with per-bin limits.
+Samples are taken in the order (``cost.llm`` desc, tokens desc, key order), so the input order never
+matters. The first D·m samples open the empty bins; every later sample goes to the feasible bin
+(tokens ≤ ``seq_len``, every budget within its limit, no bin closed by an oversized sample) that
+minimises (score after placing, remaining tokens of the bin, rank tokens, rank, bin index). The score
+is the rank's load after placing (padding delta included) for ``makespan``/``balance``, and the
+scheduled-round objective Σ_k sorted_desc(loads)[k·g] for ``rounds``, followed there by the index of
+the round an objective-neutral placement lands in (heaviest round first) and the rank's new load.
+Three paths give the same bins: a heap of tied-load rank groups (``makespan``/``balance`` without
+padding or budgets), leader zones (``rounds`` without padding or budgets, :func:`_lpt_rounds`), and
+numpy over all bins (padding or budgets). A dead end hands over to :mod:`construction`.
+Options: none (``seed`` unused); ``time_limit_s`` is checked every :data:`CLOCK_EVERY` samples on the
+fast paths and after every sample on the general one.
+Performance: docs/performance.md
 """
 
 from __future__ import annotations
 
-import functools
 import heapq
 import math
 import time
 from bisect import bisect_left, insort
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from packplace.balance.schema import BalanceInstance
-from packplace.balance.schema import input_order_key_rank as key_rank_of
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
+from packplace.solvers.balance._common import (
+    DeadEnd,
+    PreparedSamples,
+    cached_padding,
+    keys_of,
+    prepare,
+    reject_unknown_params,
+    remaining_seconds,
+)
+from packplace.solvers.balance.constrained import construct_proposal
+from packplace.solvers.balance.construction import after_dead_end
+from packplace.solvers.balance.rounds import lowest_zone_overlap, round_ceilings, rounds_after_replacing
 from packplace.solvers.registry import register
-
-
-@dataclass
-class PreparedSamples:
-    """Per-sample arrays of an instance, in input order, plus the LPT order.
-
-    Attributes:
-        keys: Sample keys, length n.
-        tokens: Token counts, int64 array of shape (n,).
-        costs: ``cost.llm`` values, float array of shape (n,).
-        order: Sample indices sorted by (cost desc, tokens desc, key_order(key)), int array (n,).
-        position: ``position[i]`` = place of sample i in ``order`` (its LPT rank), int array (n,).
-    """
-
-    keys: list
-    tokens: np.ndarray
-    costs: np.ndarray
-    order: np.ndarray
-    position: np.ndarray
-
-
-def prepare(instance: BalanceInstance) -> PreparedSamples:
-    """Extract the per-sample arrays of ``instance`` and the input-order-independent LPT order."""
-    n = len(instance.samples)
-    keys = list(instance.keys)
-    tokens = instance.tokens
-    costs = instance.costs
-    key_rank = key_rank_of(keys)
-    order = np.lexsort((key_rank, -tokens, -costs))
-    position = np.empty(n, dtype=np.int64)
-    position[order] = np.arange(n)
-    return PreparedSamples(keys, tokens, costs, order, position)
-
-
-def cached_padding(instance: BalanceInstance) -> Callable[[int], float] | None:
-    """``pad_tokens -> padding_cost(max(0, pad_tokens)).llm`` memoised, or None without a padding cost."""
-    padding = instance.padding_cost
-    if padding is None:
-        return None
-    cache: dict[int, float] = {}
-
-    def pad(pad_tokens: int) -> float:
-        pad_tokens = max(0, int(pad_tokens))
-        value = cache.get(pad_tokens)
-        if value is None:
-            value = float(padding(pad_tokens).llm)
-            cache[pad_tokens] = value
-        return value
-
-    return pad
-
-
-def rounds_after_replacing(sorted_desc: np.ndarray, group_size: int, old: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """Scheduled-round objective after replacing one load ``old`` by ``new``, for many candidates at once.
-
-    Args:
-        sorted_desc: The current D loads sorted in descending order, shape (D,).
-        group_size: g, ranks per synchronous round.
-        old: Loads being replaced, each present in ``sorted_desc``, shape (k,).
-        new: Their replacement values, shape (k,).
-
-    Returns:
-        Σ_j sorted_desc(loads')[j·g] for each candidate, shape (k,), in O(k log D) after an O(D) setup:
-        the replaced element leaves position p, the new one enters at q, and the elements between
-        shift by one place, which moves them in or out of the every-g-th positions.
-    """
-    loads = np.asarray(sorted_desc, dtype=float)
-    size = loads.size
-    ascending_neg = -loads
-
-    def prefix(shift: int) -> np.ndarray:
-        out = np.zeros(size + 1)
-        np.cumsum(loads * _every_gth(size, group_size, shift), out=out[1:])
-        return out
-
-    head, up = prefix(0), prefix(1)
-    total = head[size]
-    old = np.asarray(old, dtype=float)
-    new = np.asarray(new, dtype=float)
-    p = np.searchsorted(ascending_neg, -old, side="left")  # first position holding `old`
-    above_new = np.searchsorted(ascending_neg, -new, side="left")  # loads strictly greater than `new`
-    # new >= old: the new value enters at q = above_new <= p; positions q..p-1 shift down by one.
-    q_rise = np.minimum(above_new, p)
-    value_rise = (total - (head[p + 1] - head[q_rise]) + (up[p] - up[q_rise])
-                  + np.where(q_rise % group_size == 0, new, 0.0))
-    rising = new >= old
-    if rising.all():
-        return value_rise
-    # new < old: `old` counted among the greater ones; q = above_new - 1 >= p; p+1..q shift up by one.
-    down = prefix(-1)
-    q_fall = np.maximum(above_new - 1, p)
-    value_fall = (total - (head[q_fall + 1] - head[p]) + (down[q_fall + 1] - down[p + 1])
-                  + np.where(q_fall % group_size == 0, new, 0.0))
-    return np.where(rising, value_rise, value_fall)
-
-
-@functools.lru_cache(maxsize=64)
-def _every_gth(size: int, group_size: int, shift: int) -> np.ndarray:
-    """1.0 at positions j with (j + shift) % g == 0, else 0.0; shape (size,)."""
-    return ((np.arange(size) + shift) % group_size == 0).astype(float)
-
 
 #: Samples between two looks at the clock on the heap path.
 CLOCK_EVERY = 1024
-
-
-class DeadEnd(Exception):
-    """LPT found no feasible bin for a sample (or ran out of time)."""
 
 
 def lpt_bins(
@@ -241,9 +67,6 @@ def lpt_bins(
 #: of its bins once it has more than ``MERGE_FACTOR · m`` ranks, and drops it again at ``m`` ranks or
 #: fewer. A placement then moves the rank's m entries through lists of k·m entries (k members), which
 #: only small m affords; everywhere else the group's best-fit heap (``_Group.cache``) answers.
-#: Measured on 131,072 lognormal samples on 1,024 ranks with equal costs (every sample a new length,
-#: so the heap is rebuilt often): m = 2 0.55 s merged against 1.33 s without, m = 4 0.82 against
-#: 1.18 s, m = 8 1.85 against 1.00 s, m = 16 4.5 against 0.92 s, m = 59 27.6 against 0.67 s.
 MERGE_FACTOR = 2
 MERGE_MAX_BINS = 4
 
@@ -487,10 +310,10 @@ def _lpt_rounds(
     increase is 0: c = 0, or x is not a leader and x + c is at most the start of the lowest
     non-empty zone at or above x's round (zones emptied by ties cost nothing). The top round's lowest
     feasible load is tried first: if it leaves the objective unchanged, it wins (heaviest round
-    first). Otherwise :func:`_lowest_zone_overlap` scores every value round's lowest feasible load
-    in one numpy pass: the unchanged one of the heaviest round, else the least increase, then the
-    least load. Ranks with the same load are compared on (remaining tokens of the best-fit bin,
-    rank tokens, rank, bin).
+    first). Otherwise :func:`~packplace.solvers.balance.rounds.lowest_zone_overlap` scores every
+    value round's lowest feasible load in one numpy pass: the unchanged one of the heaviest round,
+    else the least increase, then the least load. Ranks with the same load are compared on
+    (remaining tokens of the best-fit bin, rank tokens, rank, bin).
 
     Loads are kept in a sorted list of (load, rank tokens, rank), updated by bisection after each
     placement. Scores are compared as increases rather than objective values; with integer costs the
@@ -554,7 +377,7 @@ def _lpt_rounds(
                 feasible = filled_array[sorted_rank] < per_rank
             else:
                 feasible = widest_array[sorted_rank] >= t
-            best_x = _lowest_zone_overlap(ascending, group, c, feasible)
+            best_x = lowest_zone_overlap(ascending, group, c, feasible)
         if best_x is None:
             raise DeadEnd(f"sample {prepared.keys[i]!r} ({t} tokens) fits no bin")
         # Ranks at the chosen load: (remaining tokens of the best-fit bin, rank tokens, rank, bin).
@@ -604,90 +427,6 @@ def _lpt_rounds(
         ascending[hi] = new_load
         sorted_rank[hi] = r
     return bins
-
-
-def _lowest_zone_overlap(ascending: np.ndarray, group: int, cost: float, feasible: np.ndarray) -> float | None:
-    """The load x to raise by ``cost`` under the rounds rule of :func:`_lpt_rounds`.
-
-    Args:
-        ascending: The D loads in ascending order, shape (D,).
-        group: g; D is a multiple of it.
-        cost: The sample's cost c.
-        feasible: Whether the rank at each position of ``ascending`` can take the sample, shape (D,).
-
-    Returns:
-        The chosen load, or None if nothing is feasible. Only the lowest feasible load of each value
-        round is scored (value round k: loads in [v_{(k+1)g−1}, v_{k·g−1}), v the loads in descending
-        order, v_{−1} = ∞). If some of them leave the objective unchanged, the one of the heaviest
-        (lowest-numbered) round wins; otherwise the least |[x, x + c) ∩ leader zones| wins, then the
-        least x. Zone k ≥ 1 is [v_{k·g}, v_{k·g−1}) and zone 0 is [v_0, ∞).
-    """
-    size = ascending.size
-    count = size // group
-    if count == 1 or not (ascending[group - 1:-1:group] == ascending[group::group]).any():
-        # No tie across a row boundary: the value rounds are the rows of g.
-        flat = feasible.reshape(count, group).argmax(axis=1) + _row_starts(count, group)
-        has = feasible[flat]
-        lowest = ascending[flat] if has.all() else ascending[flat[has]]  # ascending
-        if lowest.size == 0:
-            return None
-    else:
-        # First index of each value round (ascending, bottom round first), then its lowest feasible index.
-        feasible_at = np.flatnonzero(feasible)
-        # Feasible ranks before each value round's first index; a round holds one iff the count grows.
-        before = feasible_at.searchsorted(ascending.searchsorted(ascending[::group], side="left"))
-        has = np.empty(count, dtype=bool)
-        has[:-1] = before[:-1] < before[1:]
-        has[-1] = before[-1] < feasible_at.size
-        if not has.any():
-            return None
-        lowest = ascending[feasible_at[before[has]]]  # ascending
-    raised = lowest + cost
-    # Window ends and starts together: |(−∞, y) ∩ zones| for y in (x..., x + cost...).
-    values = np.concatenate((lowest, raised))
-    over_top = values - ascending[-1]
-    np.maximum(over_top, 0.0, out=over_top)
-    if count > 1:
-        descending = ascending[::-1]
-        zone_starts = descending[group::group][::-1]  # zone starts, ascending
-        lengths = descending[group - 1:-1:group][::-1] - zone_starts
-        covered = np.zeros(count)
-        np.cumsum(lengths, out=covered[1:])
-        at = zone_starts.searchsorted(values, side="right") - 1
-        below = at < 0
-        at[below] = 0
-        inside = np.minimum(values - zone_starts[at], lengths[at])
-        inside += covered[at]
-        inside[below] = 0.0
-        over_top += inside
-    half = lowest.size
-    increase = over_top[half:] - over_top[:half]
-    best = int(np.argmin(increase))
-    if increase[best] == 0.0:
-        # Unchanged objective (a zero increase is exact: both window ends see the same partial sums):
-        # the heaviest round wins.
-        best = int(np.flatnonzero(increase == 0.0)[-1])
-    return float(lowest[best])
-
-
-def _round_ceilings(descending: np.ndarray, group: int) -> np.ndarray:
-    """Per round k, the start v_{j·g} of the lowest non-empty leader zone j ≤ k, shape (D/g,).
-
-    A load x inside round k (below its leader) can rise to this value without changing the rounds
-    objective: the zones between are empty (ties across a round boundary). ``descending``: the D
-    loads in descending order, shape (D,).
-    """
-    count = descending.size // group
-    rounds = np.arange(count)
-    open_zone = np.ones(count, dtype=bool)
-    open_zone[1:] = descending[group::group] < descending[group - 1:-1:group]
-    return descending[np.maximum.accumulate(np.where(open_zone, rounds, 0)) * group]
-
-
-@functools.lru_cache(maxsize=16)
-def _row_starts(count: int, group: int) -> np.ndarray:
-    """Flat index of the first element of each of ``count`` rows of ``group``, shape (count,)."""
-    return np.arange(count) * group
 
 
 def _lpt_vectorized(
@@ -759,7 +498,7 @@ def _lpt_vectorized(
             # Placements that provably leave the objective unchanged: scored exactly, ranked by round.
             # (A padding cost can lower a rank's load; such placements keep their computed score.)
             above = np.searchsorted(-descending, -before, side="left")  # first descending position
-            ceiling = _round_ceilings(descending, group)[above // group]
+            ceiling = round_ceilings(descending, group)[above // group]
             unchanged = (after == before) | ((above % group != 0) & (after > before) & (after <= ceiling))
             score[unchanged] = math.fsum(descending[::group])
             heaviest_round = np.where(unchanged, above // group, 0)
@@ -780,17 +519,6 @@ def _lpt_vectorized(
     return bins
 
 
-def keys_of(prepared: PreparedSamples, bins: list[list[int]]) -> tuple[tuple, ...]:
-    """Rank-major bins of sample indices → bins of sample keys."""
-    keys = prepared.keys
-    return tuple(tuple(keys[i] for i in b) for b in bins)
-
-
-def remaining_seconds(time_limit_s: float | None) -> float | None:
-    """``time.perf_counter()`` deadline for ``time_limit_s`` (None: no limit)."""
-    return None if time_limit_s is None else time.perf_counter() + float(time_limit_s)
-
-
 @register("balance", "lpt")
 def solve(
     instance: BalanceInstance, *, time_limit_s: float | None = None, seed: int = 0, **params
@@ -809,18 +537,14 @@ def solve(
     Raises:
         ConfigError: an unknown parameter.
     """
-    _reject_params("lpt", params)
+    reject_unknown_params("lpt", params)
     if instance.has_rank_rules:  # equal_count, max_samples_per_bin, groups: the rule-aware construction
-        from packplace.solvers.balance.constrained import construct_proposal
-
         return construct_proposal(instance, "lpt", remaining_seconds(time_limit_s))
     deadline = remaining_seconds(time_limit_s)  # before prepare: the sort counts against the limit too
     prepared = prepare(instance)
     try:
         bins = lpt_bins(instance, prepared, deadline)
     except DeadEnd as dead_end:
-        from packplace.solvers.balance.construction import after_dead_end  # imports this module
-
         if deadline is not None and time.perf_counter() > deadline and instance.reference_bins is not None:
             return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=True,
                             message=f"lpt dead end ({dead_end}); fell back to the reference grouping")
@@ -833,15 +557,4 @@ def solve(
     return Proposal(keys_of(prepared, bins), FEASIBLE, iterations=len(prepared.order))
 
 
-def _reject_params(solver: str, params: dict) -> None:
-    from packplace.errors import ConfigError
-
-    if params:
-        name = sorted(params)[0]
-        raise ConfigError(f"{solver}: unknown parameter {name!r} = {params[name]!r}")
-
-
-__all__ = [
-    "DeadEnd", "PreparedSamples", "cached_padding", "keys_of", "lpt_bins", "prepare",
-    "remaining_seconds", "rounds_after_replacing", "solve",
-]
+__all__ = ["lpt_bins", "rounds_after_replacing", "solve"]

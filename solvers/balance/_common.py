@@ -1,0 +1,186 @@
+"""Helpers every balance backend shares: per-sample arrays, padding lookup, dead ends, bins of keys.
+
+* :class:`PreparedSamples` / :func:`prepare`: the tokens, ``cost.llm`` values and keys of an instance
+  as arrays, plus the LPT order (cost desc, tokens desc,
+  :func:`~packplace.balance.schema.key_order` of the key) that makes every backend independent of
+  the input order.
+* :func:`cached_padding`: ``padding_cost(pad_tokens).llm`` memoised per pad length.
+* :class:`DeadEnd`: raised by a construction that finds no feasible bin for a sample.
+* :func:`first_fit_decreasing`: one rank's samples into exactly m bins (``seq_len`` and every budget
+  checked), the bin stage of ``karmarkar_karp`` and of ``repair``'s rank-level LPT start.
+* :func:`keys_of`, :func:`canonical`: bins of sample indices as bins of keys; keys in ``key_order``.
+* :func:`integer_makespan_bound`, :func:`remaining_seconds`, :func:`reject_unknown_params`: the
+  integer-cost makespan bound, a ``time.perf_counter()`` deadline and the unknown-parameter error.
+
+Bins are rank-major throughout: bin ``b = r·m + j`` is bin j of rank r.
+Performance: docs/performance.md
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from packplace.balance.schema import BalanceInstance, SampleKey, key_order
+from packplace.balance.schema import input_order_key_rank as key_rank_of
+from packplace.errors import ConfigError
+
+
+@dataclass
+class PreparedSamples:
+    """Per-sample arrays of an instance, in input order, plus the LPT order.
+
+    Attributes:
+        keys: Sample keys, length n.
+        tokens: Token counts, int64 array of shape (n,).
+        costs: ``cost.llm`` values, float array of shape (n,).
+        order: Sample indices sorted by (cost desc, tokens desc, key_order(key)), int array (n,).
+        position: ``position[i]`` = place of sample i in ``order`` (its LPT rank), int array (n,).
+    """
+
+    keys: list
+    tokens: np.ndarray
+    costs: np.ndarray
+    order: np.ndarray
+    position: np.ndarray
+
+
+def prepare(instance: BalanceInstance) -> PreparedSamples:
+    """Extract the per-sample arrays of ``instance`` and the input-order-independent LPT order."""
+    n = len(instance.samples)
+    keys = list(instance.keys)
+    tokens = instance.tokens
+    costs = instance.costs
+    key_rank = key_rank_of(keys)
+    order = np.lexsort((key_rank, -tokens, -costs))
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n)
+    return PreparedSamples(keys, tokens, costs, order, position)
+
+
+def cached_padding(instance: BalanceInstance) -> Callable[[int], float] | None:
+    """``pad_tokens -> padding_cost(max(0, pad_tokens)).llm`` memoised, or None without a padding cost."""
+    padding = instance.padding_cost
+    if padding is None:
+        return None
+    cache: dict[int, float] = {}
+
+    def pad(pad_tokens: int) -> float:
+        pad_tokens = max(0, int(pad_tokens))
+        value = cache.get(pad_tokens)
+        if value is None:
+            value = float(padding(pad_tokens).llm)
+            cache[pad_tokens] = value
+        return value
+
+    return pad
+
+
+
+class DeadEnd(Exception):
+    """LPT found no feasible bin for a sample (or ran out of time)."""
+
+
+
+def keys_of(prepared: PreparedSamples, bins: list[list[int]]) -> tuple[tuple, ...]:
+    """Rank-major bins of sample indices → bins of sample keys."""
+    keys = prepared.keys
+    return tuple(tuple(keys[i] for i in b) for b in bins)
+
+
+def remaining_seconds(time_limit_s: float | None) -> float | None:
+    """``time.perf_counter()`` deadline for ``time_limit_s`` (None: no limit)."""
+    return None if time_limit_s is None else time.perf_counter() + float(time_limit_s)
+
+
+
+def first_fit_decreasing(
+    members: list[int], instance: BalanceInstance, prepared: PreparedSamples, rank: int
+) -> tuple[list[list[int]] | None, str]:
+    """Split one rank's samples into exactly m bins by first-fit decreasing on tokens.
+
+    Returns:
+        (bins of sample indices, "") or (None, a message naming the rank and the overflow).
+    """
+    per_rank = instance.local_batch_size
+    constraints = instance.constraints
+    seq_len = constraints.seq_len
+    limits = constraints.budgets
+    samples = instance.samples
+    if len(members) < per_rank:
+        return None, f"rank {rank}: {len(members)} samples cannot fill {per_rank} non-empty bins"
+    chosen = np.asarray(members, dtype=np.int64)
+    sizes = prepared.tokens[chosen]
+    by_size = np.lexsort((prepared.position[chosen], -sizes))
+    ordered = chosen[by_size].tolist()
+    ordered_sizes = sizes[by_size].tolist()
+    bins: list[list[int]] = []
+    bin_tokens: list[int] = []
+    bin_usage: list[dict[str, float]] = []
+    closed: list[bool] = []
+    for i, t in zip(ordered, ordered_sizes):
+        need = {name: samples[i].budgets.get(name, 0.0) for name in limits} if limits else None
+        target = -1
+        if t <= seq_len:
+            for b in range(len(bins)):
+                if closed[b] or bin_tokens[b] + t > seq_len:
+                    continue
+                if need is None or all(bin_usage[b][name] + need[name] <= limit for name, limit in limits.items()):
+                    target = b
+                    break
+        if target < 0:
+            bins.append([])
+            bin_tokens.append(0)
+            bin_usage.append(dict.fromkeys(limits, 0.0))
+            closed.append(t > seq_len)
+            target = len(bins) - 1
+        bins[target].append(i)
+        bin_tokens[target] += t
+        if need is not None:
+            for name in limits:
+                bin_usage[target][name] += need[name]
+    if len(bins) > per_rank:
+        return None, (
+            f"rank {rank}: first-fit decreasing needs {len(bins)} bins of seq_len {seq_len}, "
+            f"only {per_rank} allowed"
+        )
+    while len(bins) < per_rank:
+        donor = max(range(len(bins)), key=lambda b: (len(bins[b]), -b))
+        bins.append([bins[donor].pop()])
+    return bins, ""
+
+def canonical(bins: Sequence[Sequence[SampleKey]]) -> tuple[tuple[SampleKey, ...], ...]:
+    """Bins of keys with the keys of each bin in :func:`~packplace.balance.schema.key_order`."""
+    return tuple(tuple(sorted(b, key=key_order)) for b in bins)
+
+
+def integer_makespan_bound(instance: BalanceInstance, bound: float) -> float | None:
+    """⌈bound⌉ for ``makespan`` without padding when every cost is an integer (every rank load, hence the
+    makespan, is then an integer), else None. ``bound`` is the evaluator's analytic lower bound; an
+    answer at or below the result cannot be improved."""
+    costs = instance.costs
+    if (instance.objective != "makespan" or instance.padding_cost is not None
+            or not np.all(costs == np.round(costs)) or float(np.abs(costs).sum()) >= 2.0 ** 52):
+        return None
+    return float(math.ceil(bound - 1e-9 * max(1.0, abs(bound))))
+
+
+def reject_unknown_params(solver: str, params: dict) -> None:
+    """Raise for the first (sorted) of ``params``, the keyword arguments ``solver`` does not take.
+
+    Raises:
+        ConfigError: ``params`` is not empty.
+    """
+    if params:
+        name = sorted(params)[0]
+        raise ConfigError(f"{solver}: unknown parameter {name!r} = {params[name]!r}")
+
+
+__all__ = [
+    "DeadEnd", "PreparedSamples", "cached_padding", "canonical", "first_fit_decreasing", "integer_makespan_bound",
+    "keys_of", "prepare", "reject_unknown_params", "remaining_seconds",
+]
