@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from packplace.solvers.balance.fine_tune import fine_tune
+from packplace.solvers.balance.repair.fine_tune import fine_tune
 
 # Rank 0 = samples 0-2 (costs 10, 4, 2: 16), rank 1 = samples 3-5 (7, 5, 2: 14); the target is 15.
 # Every single move or one-for-one swap moves 2 or more; only {4, 2} <-> {5} (2 for 1) and {10} <-> {7, 2}

@@ -381,7 +381,7 @@ def test_heuristic_properties(inst):
     second=st.integers(0, 60),
 )
 def test_rounds_with_pair_matches_brute_force(others, group, first, second):
-    from packplace.solvers.balance.repair import _RoundsWithPair
+    from packplace.solvers.balance.repair.pair import _RoundsWithPair
 
     ranks = len(others) + 2
     group = min(group, ranks)
@@ -394,7 +394,7 @@ def test_repair_pair_bitset_keeps_capacity(monkeypatch):
     # joins the lighter 5t bin, the last 5t fits nowhere), so repair starts from the FFD packing. In the
     # re-split the cost-8 sample (1 token) would go to the lighter side, but the suffix bitset proves
     # the remaining 5 tokens could then not complete both bins: it goes with the 9.
-    from packplace.solvers.balance import repair as repair_module
+    from packplace.solvers.balance.repair import pair as repair_module
 
     built = []
     original = repair_module._resplit

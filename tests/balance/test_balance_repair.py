@@ -14,8 +14,9 @@ from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import make_instance
 from packplace.errors import InfeasibleError
 from packplace.harness.generators import planted_balance
-from packplace.solvers.balance import lpt, repair
+from packplace.solvers.balance import lpt
 from packplace.solvers.balance.repair import repair_ranks
+from packplace.solvers.balance.repair import solver as repair
 
 #: 22 samples whose 8 bins of 400 tokens are exactly full in every feasible packing (3,200 tokens).
 FULL_BINS = [120, 80, 160, 100, 120, 100, 300, 20, 350, 60, 110, 400, 180, 130, 290, 40, 100, 90, 50, 50, 300, 50]

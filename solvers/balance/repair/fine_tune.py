@@ -1,33 +1,19 @@
-"""Makespan fine-tuning: exchanges of one or two samples that bring every rank load under a target.
+"""Makespan fine-tuning of ``repair``: exchanges of one or two samples that bring every rank load under a target.
 
-The last phase of ``repair`` for ``makespan`` without padding or budgets. The target T is the
-evaluator's analytic bound raised by 0.9 of the optimality tolerance (or the bound rounded up when
-every cost is an integer, whichever is larger): an answer whose rank loads all stay at or below T is
-``optimal`` by the evaluator's test, and no other answer can beat it by more than that tolerance.
-
-Step. Take the heaviest rank h (excess e = ℓ_h − T > 0) and the :data:`PARTNERS` lightest ranks,
-lightest first. For a partner l with room r = T − ℓ_l ≥ e, look for an exchange that moves a cost d
-with e ≤ d ≤ r from h to l (both end at or below T), as near as possible to the middle (ℓ_h − ℓ_l)/2;
-with r < e, one with 0 < d ≤ r as near to r as possible (h sheds what l can take). An exchange sends
-a unit u of a bin A of h to a bin B of l and a unit v of B (possibly none) back to A. Units are single
-samples; when no exchange of single samples fits with a partner, the search is repeated with that
-partner including two samples of one bin as a unit (all pairs of at most :data:`PAIR_SAMPLES` samples
-of the bin, evenly spread over its lengths: varied sizes give varied fine differences; the smallest
-alone, at 16-token medians, gave too few) before the next partner is tried. Two-sample units give
-the fine differences one-for-one swaps lack: with cost t + t²/4096, two-for-two swaps reach
-multiples of 2/4096 where one-for-one swaps of different lengths move at least 1. Both bins must stay
-within ``seq_len`` and A non-empty; bins holding an oversized sample are left alone.
-
-Search. A rank's units and their sorted costs are built once and kept until the rank changes; for
-every unit u of h a binary search finds the partner units v with c_u − c_v inside the interval, and
-the :data:`WINDOW` of them nearest to the aimed difference are checked for capacity (vectorised
-numpy, O(k_h log k_l) per partner). The first partner with a feasible exchange takes the best one
-(nearest to the aim; moves of u alone first, then the lowest unit index). Every step lowers the total
-excess Σ max(0, ℓ − T) and never lifts a rank above T, so the makespan never grows; the phase stops
-when the makespan reaches T, when no partner has an exchange for the heaviest rank, after
-``max_steps`` steps or at the deadline. Deterministic. Measured (``benchmarks/balance_speed.py``,
-long-tailed batches, fill 0.8): from LPT's answer, 65 exchanges at 8,192 × 64 (about 25 ms) and 529
-at 65,536 × 512 (about 0.25 s) reach the bound.
+Applies to ``makespan`` without padding or budgets. The target T is the evaluator's analytic bound
+raised by 0.9 of the optimality tolerance (or the bound rounded up when every cost is an integer):
+an answer whose rank loads all stay at or below T is ``optimal`` by the evaluator's test.
+Step: the heaviest rank h (excess e = ℓ_h − T > 0) and the :data:`PARTNERS` lightest ranks. For a
+partner l with room r = T − ℓ_l ≥ e, an exchange moving a cost d with e ≤ d ≤ r from h to l, nearest
+the middle (ℓ_h − ℓ_l)/2; with r < e, one with 0 < d ≤ r nearest r. An exchange sends a unit of a bin
+of h to a bin of l and a unit (or none) back; units are single samples, then, for a partner where none
+fits, also pairs of samples of one bin (at most :data:`PAIR_SAMPLES` per bin, spread over its
+lengths), which give the fine cost differences one-for-one swaps lack. Both bins stay within
+``seq_len``; bins holding an oversized sample are left alone. For each unit a binary search over the
+partner's sorted unit costs checks the :data:`WINDOW` nearest the aim. Every step lowers the total
+excess and never lifts a rank above T; stops at T, when no partner has an exchange, after
+``max_steps`` steps or at the deadline. Deterministic.
+Performance: docs/performance.md
 """
 
 from __future__ import annotations

@@ -1,0 +1,28 @@
+"""``repair`` (the default balance solver): LPT or Karmarkar–Karp, fine-tuning to the bound, bounded repair.
+
+Model: the better of fast starts, improved by capacity-safe local search towards the evaluator's
+analytic lower bound. Starts (:mod:`.solver`): ``lpt`` (or, on a dead end, the feasibility-first
+construction of :mod:`~packplace.solvers.balance.construction`), ``karmarkar_karp`` and, where LPT is
+far above the bound on large instances, LPT over ranks then first-fit decreasing (:mod:`.start`).
+Each start is fine-tuned by exchanges of one or two samples (:mod:`.fine_tune`; ``makespan`` without
+padding or budgets) and otherwise repaired: pair repair with one bin per rank and no budgets
+(:mod:`.pair`), rank repair otherwise (:mod:`.ranks`), both under the tie-aware acceptance of
+:mod:`.acceptance`. The first answer proven optimal (objective ≤ bound·(1 + OPTIMALITY_RTOL), or the
+integer makespan bound) ends the search. Every phase keeps its input when the evaluator would score
+its output worse, so ``repair`` is never worse than ``lpt`` or ``kk`` unless the time limit cuts
+``kk`` off. Rank rules go to the rule-keeping search of :mod:`~packplace.solvers.balance.constrained`.
+Options: ``max_repair_pairs`` (default max(64, 2·D)), ``time_limit_s``; ``seed`` unused (deterministic).
+Performance: docs/performance.md
+"""
+
+from packplace.solvers.balance.repair.pair import repair_pairs
+from packplace.solvers.balance.repair.ranks import repair_ranks
+from packplace.solvers.balance.repair.solver import (
+    DEFAULT_MAX_REPAIR_PAIRS,
+    KK_START_MAX_WORK,
+    RANK_LPT_START_GAP,
+    solve,
+)
+
+__all__ = ["DEFAULT_MAX_REPAIR_PAIRS", "KK_START_MAX_WORK", "RANK_LPT_START_GAP", "repair_pairs", "repair_ranks",
+           "solve"]

@@ -1,0 +1,253 @@
+"""The ``repair`` entry point: the starts, the improvement of each, the Karmarkar–Karp fallback.
+
+:func:`solve` builds the starts: ``lpt`` (or, on a dead end, the feasibility-first construction);
+``karmarkar_karp`` when n·D ≤ :data:`KK_START_MAX_WORK`, above that the rank-level LPT start when LPT
+is more than :data:`RANK_LPT_START_GAP` above the analytic bound; and ``karmarkar_karp`` at every size
+where the fine-tuning does not apply and no start is proven optimal. The starts, best first by the
+evaluator's (objective, Σℓ²), are improved in turn (:func:`_improve`): a start within
+:data:`FINE_TUNE_FIRST_GAP` of the bound is fine-tuned first; one still above the bound is repaired
+(pair repair with m = 1 and no budgets, rank repair otherwise) and the repaired answer fine-tuned.
+The first answer proven optimal ends the search. Otherwise ``karmarkar_karp`` runs on the time left
+and is improved the same way; the best answer is returned.
+Options: ``max_repair_pairs`` (a positive int; default max(:data:`DEFAULT_MAX_REPAIR_PAIRS`, 2·D)),
+``time_limit_s``; ``seed`` is unused (deterministic).
+Performance: docs/performance.md
+"""
+
+from __future__ import annotations
+
+import time
+
+from packplace.balance.evaluator import BalanceEvaluator
+from packplace.balance.schema import BalanceInstance
+from packplace.errors import ConfigError
+from packplace.result import FEASIBLE, OPTIMALITY_RTOL, UNKNOWN, Proposal
+from packplace.solvers.balance._common import (
+    DeadEnd,
+    PreparedSamples,
+    keys_of,
+    prepare,
+    reject_unknown_params,
+    remaining_seconds,
+)
+from packplace.solvers.balance.constrained import repair_proposal
+from packplace.solvers.balance.construction import after_dead_end
+from packplace.solvers.balance.lpt import lpt_bins
+from packplace.solvers.balance.repair.fine_tune import fine_tune
+from packplace.solvers.balance.repair.pair import repair_pairs
+from packplace.solvers.balance.repair.ranks import repair_ranks
+from packplace.solvers.balance.repair.start import (
+    better_of_kk,
+    kk_start_bins,
+    makespan_target,
+    proven_level,
+    rank_key,
+    rank_lpt_bins,
+)
+from packplace.solvers.registry import register
+
+#: Default number of pair checks: max(64, 2·D) (the plateau walk needs about one check per rank
+#: tied at the maximum).
+DEFAULT_MAX_REPAIR_PAIRS = 64
+#: ``repair`` also runs ``karmarkar_karp`` as a second start when n·D is at most this (the differencing
+#: method costs O(n·D log D) in Python); above it, ``karmarkar_karp`` runs only when the answer is not
+#: proven optimal.
+KK_START_MAX_WORK = 1 << 18
+#: Above :data:`KK_START_MAX_WORK`, a second start is built when LPT's answer is more than this relative gap
+#: above the analytic bound: LPT over ranks ignoring bins, then first-fit decreasing into each rank's bins
+#: (:func:`~packplace.solvers.balance.repair.start.rank_lpt_bins`). Where capacity binds (several bins
+#: per rank, high fill) LPT can sit far above the bound, a gap fine-tuning cannot close, while this
+#: start is near it, at a fraction of ``karmarkar_karp``'s time.
+RANK_LPT_START_GAP = 1e-3
+#: The fine-tuning aims at the bound raised by this relative amount (0.9 of the optimality tolerance).
+FINE_TUNE_RTOL = 0.9 * OPTIMALITY_RTOL
+#: Most fine-tuning exchanges per call: max(FINE_TUNE_MIN_STEPS, FINE_TUNE_STEPS_PER_RANK · D).
+FINE_TUNE_MIN_STEPS = 64
+#: A start more than this relative gap above the bound is repaired before it is fine-tuned: from that
+#: far (capacity binding, tight packings) the fine-tuning alone does not reach the bound and only
+#: spends time.
+FINE_TUNE_FIRST_GAP = 1e-3
+FINE_TUNE_STEPS_PER_RANK = 4
+
+
+@register("balance", "repair")
+def solve(
+    instance: BalanceInstance,
+    *,
+    time_limit_s: float | None = None,
+    seed: int = 0,
+    max_repair_pairs: int | None = None,
+    **params,
+) -> Proposal:
+    """LPT (or Karmarkar–Karp), fine-tuning to the bound, bounded capacity-safe repair (the default balance solver).
+
+    Args:
+        instance: The balance instance.
+        time_limit_s: Wall-clock budget (seconds); the repair stops at it and keeps its best answer.
+        seed: Unused (deterministic); accepted for the common backend signature.
+        max_repair_pairs: Maximum number of pair checks (a positive int; default ``None`` = max(64, 2·D)):
+            bin pairs for m = 1 without budgets, rank pairs of the local search otherwise.
+
+    Returns:
+        A :class:`~packplace.result.Proposal`: bins of keys with status ``feasible`` and
+        ``iterations`` = pairs checked by the repair (fine-tuning exchanges are in the message);
+        ``unknown`` without a solution when LPT dead-ends and the instance has no reference grouping.
+
+    Raises:
+        ConfigError: ``max_repair_pairs`` not a positive integer, or an unknown parameter.
+    """
+    max_repair_pairs = _check_max_pairs(max_repair_pairs)
+    reject_unknown_params("repair", params)
+    if max_repair_pairs is None:
+        max_repair_pairs = max(DEFAULT_MAX_REPAIR_PAIRS, 2 * instance.data_parallel_size)
+    if instance.has_rank_rules:  # equal_count, max_samples_per_bin, groups: rule-keeping local search
+        deadline = remaining_seconds(time_limit_s)
+        proposal = repair_proposal(instance, time_limit_s)
+        return better_of_kk(instance, proposal, deadline)
+    deadline = remaining_seconds(time_limit_s)  # before prepare: the sort counts against the limit too
+    prepared = prepare(instance)
+    messages = []
+    try:
+        bins = lpt_bins(instance, prepared, deadline)
+    except DeadEnd as dead_end:
+        if deadline is not None and time.perf_counter() > deadline and instance.reference_bins is not None:
+            return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=True,
+                            message=f"lpt dead end ({dead_end}); fell back to the reference grouping; no time left "
+                                    "to repair it")
+        bins, message, _ = after_dead_end(instance, prepared, str(dead_end), deadline, "lpt")
+        timed_out = deadline is not None and time.perf_counter() > deadline
+        if bins is None:
+            return Proposal(None, UNKNOWN, hit_time_limit=timed_out, message=message)
+        messages.append(f"{message}; repair started from it")
+        if timed_out:
+            return Proposal(keys_of(prepared, bins), FEASIBLE, hit_time_limit=True, message=messages[0])
+    bound = BalanceEvaluator(instance).lower_bound()
+    proven = proven_level(instance, bound)
+    starts = [(rank_key(instance, prepared, bins), 0, "lpt", bins)]
+    kk_run = kk_cut = False
+    if len(instance.samples) * instance.data_parallel_size <= KK_START_MAX_WORK:
+        kk_run = True
+        kk_bins, kk_cut = kk_start_bins(instance, prepared, deadline)
+        if kk_bins is not None:
+            starts.append((rank_key(instance, prepared, kk_bins), 1, "karmarkar_karp", kk_bins))
+    elif starts[0][0][0] > bound * (1 + RANK_LPT_START_GAP):
+        rank_bins = rank_lpt_bins(instance, prepared)
+        if rank_bins is not None:
+            starts.append((rank_key(instance, prepared, rank_bins), 1, "rank-level LPT", rank_bins))
+    if not kk_run and not _fine_tunable(instance) and min(start[0][0] for start in starts) > proven:
+        # Without the fine-tuning an answer is rarely proven optimal, so kk would run anyway: run it now,
+        # as a start, so that the better start is improved first and a proven one ends the search.
+        kk_run = True
+        kk_bins, kk_cut = kk_start_bins(instance, prepared, deadline)
+        if kk_bins is not None:
+            starts.append((rank_key(instance, prepared, kk_bins), 2, "karmarkar_karp", kk_bins))
+    starts.sort(key=lambda start: start[:2])
+    best = None
+    iterations = 0
+    hit_time_limit = False
+    while True:
+        for _, _, name, start_bins in starts:
+            bins, key, checks, hit_time_limit, notes = _improve(instance, prepared, start_bins, proven,
+                                                                max_repair_pairs, deadline)
+            iterations += checks
+            if best is None or key < best[0]:
+                head = [] if name == "lpt" else [f"started from {name}'s answer"]
+                best = (key, bins, (messages if name == "lpt" else []) + head + notes)
+            if best[0][0] <= proven or hit_time_limit:
+                break
+        if best[0][0] <= proven or hit_time_limit or kk_run:
+            break
+        # Not proven optimal: the differencing method's answer may be better; improve it too, keep the better.
+        kk_run = True
+        kk_bins, kk_cut = kk_start_bins(instance, prepared, deadline)
+        if kk_bins is None:
+            break
+        starts = [(None, 1, "karmarkar_karp", kk_bins)]
+    key, bins, messages = best
+    if kk_cut:
+        hit_time_limit = True
+        messages.append("the time limit cut karmarkar_karp off")
+    return Proposal(keys_of(prepared, bins), FEASIBLE, iterations=iterations,
+                    hit_time_limit=hit_time_limit, message="; ".join(messages))
+
+
+def _fine_tunable(instance: BalanceInstance) -> bool:
+    """Fine-tuning applies to ``makespan`` without padding or budgets (loads are plain cost sums)."""
+    return (instance.objective == "makespan" and instance.padding_cost is None
+            and not instance.constraints.budgets)
+
+
+def _fine_tune(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]],
+               key: tuple[float, float], deadline: float | None):
+    """:func:`fine_tune` of ``bins`` towards :func:`_fine_target`: (bins, key, exchanges, hit the deadline),
+    the given bins when it changes nothing or the evaluator's objective would not improve."""
+    if not _fine_tunable(instance) or len(bins) < 2:
+        return bins, key, 0, False
+    ranks = instance.data_parallel_size
+    tuned, steps, timed_out = fine_tune(bins, prepared.tokens, prepared.costs, ranks, instance.local_batch_size,
+                                        instance.constraints.seq_len, _fine_target(instance, prepared),
+                                        max(FINE_TUNE_MIN_STEPS, FINE_TUNE_STEPS_PER_RANK * ranks), deadline)
+    if not steps:
+        return bins, key, 0, timed_out
+    tuned_key = rank_key(instance, prepared, tuned)
+    if tuned_key[0] > key[0] or (tuned_key[0] == key[0] and tuned_key[1] >= key[1]):
+        return bins, key, steps, timed_out
+    return tuned, tuned_key, steps, timed_out
+
+
+def _fine_target(instance: BalanceInstance, prepared: PreparedSamples) -> float:
+    """T of the fine-tuning: the bound raised by :data:`FINE_TUNE_RTOL` (inside the optimality tolerance,
+    so float sums cannot push the evaluator's objective past it), or the integer target if larger."""
+    bound = BalanceEvaluator(instance).lower_bound()
+    return max(bound * (1 + FINE_TUNE_RTOL), makespan_target(instance))
+
+
+def _improve(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]], proven: float,
+             max_repair_pairs: int, deadline: float | None):
+    """Fine-tune ``bins``; if that does not reach ``proven``, repair ``bins`` and fine-tune the repaired answer:
+    (bins, key, pair checks of the repair, hit the deadline, messages)."""
+    key = rank_key(instance, prepared, bins)
+    if key[0] <= proven * (1 + FINE_TUNE_FIRST_GAP):
+        tuned, tuned_key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline)
+        if tuned_key[0] <= proven or timed_out:
+            notes = [f"fine-tuning: {steps} exchanges" + (" reached the bound" if tuned_key[0] <= proven else "")]
+            return tuned, tuned_key, 0, timed_out, notes if steps else []
+    # Not at the bound: repair the start itself (the fine-tuned answer is a worse start for the repair),
+    # then fine-tune the repaired answer.
+    bins, checks, timed_out, note = _repair(instance, prepared, bins, max_repair_pairs, deadline)
+    key = rank_key(instance, prepared, bins)
+    notes = [note] if note else []
+    if not timed_out and key[0] > proven:
+        bins, key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline)
+        if steps:
+            notes.append(f"fine-tuning: {steps} exchanges" + (" reached the bound" if key[0] <= proven else ""))
+    return bins, key, checks, timed_out, notes
+
+
+def _repair(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]], max_repair_pairs: int,
+            deadline: float | None) -> tuple[list[list[int]], int, bool, str]:
+    """Repair ``bins`` (sample indices): ``(bins, pairs checked, hit the deadline, message)``; never worse
+    than the given bins by the evaluator's sums."""
+    if len(bins) < 2:
+        return bins, 0, False, ""
+    # one bin per rank without extra budgets: bitset pair repair; otherwise rank-level moves/swaps
+    bin_pairs = instance.local_batch_size == 1 and not instance.constraints.budgets
+    repair = repair_pairs if bin_pairs else repair_ranks
+    start_bins = bins
+    bins, iterations, accepted, hit_time_limit = repair(instance, prepared, bins, max_repair_pairs, deadline,
+                                                        makespan_target(instance))
+    if accepted:
+        # Guard against float rounding: the evaluator's own number (same sums) must not get worse.
+        if rank_key(instance, prepared, bins)[0] > rank_key(instance, prepared, start_bins)[0]:
+            bins, accepted = start_bins, 0
+    note = (f"pair repair: {accepted} of {iterations} checked pairs improved the objective" if bin_pairs
+            else f"rank local search: {accepted} moves/swaps accepted in {iterations} rank-pair checks")
+    return bins, iterations, hit_time_limit, note
+
+
+def _check_max_pairs(value) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"max_repair_pairs: must be a positive integer, got {value!r}")
+    return value

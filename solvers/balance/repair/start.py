@@ -1,0 +1,130 @@
+"""Starts and scoring of ``repair``: rank-level LPT, Karmarkar–Karp's answer, the evaluator's keys, the bound.
+
+* :func:`rank_lpt_bins`: LPT over ranks ignoring bins (each sample, in LPT order, to the least-loaded
+  rank), then first-fit decreasing into each rank's m bins: a start near the bound where capacity
+  binds (several bins per rank, high fill) and LPT is far above it.
+* :func:`kk_start_bins`: ``karmarkar_karp``'s answer as bins of sample indices, within the deadline.
+* :func:`better_of_kk`: under rank rules, ``karmarkar_karp``'s answer where it is feasible and
+  strictly better than the rule-keeping repair's.
+* :func:`rank_key`: (objective, Σℓ²) of bins of sample indices, summed exactly as the evaluator sums
+  them (Σℓ² is 0 for ``rounds``, which wants loads grouped, not levelled).
+* :func:`makespan_target`, :func:`proven_level`: the makespan at which a repair stops (the analytic
+  bound, rounded up for integer costs) and the objective at or below which an answer is optimal
+  within the tolerance.
+Performance: docs/performance.md
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+
+import numpy as np
+
+from packplace.balance.evaluator import BalanceEvaluator, objective_value
+from packplace.balance.schema import BalanceInstance
+from packplace.result import FEASIBLE, Proposal, optimality_level
+from packplace.solvers.balance import karmarkar_karp
+from packplace.solvers.balance._common import PreparedSamples, first_fit_decreasing, integer_makespan_bound
+from packplace.solvers.balance.repair.acceptance import power_of_two_above
+
+
+def rank_lpt_bins(instance: BalanceInstance, prepared: PreparedSamples) -> list[list[int]] | None:
+    """LPT over ranks ignoring bins (each sample, in LPT order, to the least-loaded rank, lowest index on
+    ties), then each rank's samples into its m bins by first-fit decreasing
+    (:func:`~packplace.solvers.balance._common.first_fit_decreasing`); None if some rank's samples
+    do not fit. Padding plays no part. O(n log D + n·m)."""
+    ranks = instance.data_parallel_size
+    costs = prepared.costs.tolist()
+    heap = [(0.0, r) for r in range(ranks)]
+    members: list[list[int]] = [[] for _ in range(ranks)]
+    for i in prepared.order.tolist():
+        load, rank = heap[0]
+        members[rank].append(i)
+        heapq.heapreplace(heap, (load + costs[i], rank))
+    bins: list[list[int]] = []
+    for rank in range(ranks):
+        rank_bins, _ = first_fit_decreasing(members[rank], instance, prepared, rank)
+        if rank_bins is None:
+            return None
+        bins.extend(rank_bins)
+    return bins
+
+
+def kk_start_bins(instance: BalanceInstance, prepared: PreparedSamples, deadline: float | None):
+    """``karmarkar_karp``'s answer as bins of sample indices: (bins or None, cut off by the deadline)."""
+    if deadline is not None and time.perf_counter() >= deadline:
+        return None, True
+    left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+    proposal = karmarkar_karp.solve(instance, time_limit_s=left)
+    if proposal.solution is None:
+        return None, bool(proposal.hit_time_limit)
+    where = {key: i for i, key in enumerate(prepared.keys)}
+    return [[where[key] for key in b] for b in proposal.solution], False
+
+
+def proven_level(instance: BalanceInstance, bound: float) -> float:
+    """The objective at or below which an answer is optimal within the tolerance: ``optimality_level(bound)``
+    (the evaluator's test), or, for ``makespan`` with integer costs and no padding, the
+    bound rounded up if that is larger (every load is then an integer, so no answer is below it)."""
+    level = optimality_level(bound)
+    target = makespan_target(instance)
+    return level if target is None else max(level, target)
+
+
+def better_of_kk(instance: BalanceInstance, proposal: Proposal, deadline: float | None) -> Proposal:
+    """``proposal`` (the rule-keeping repair), or ``karmarkar_karp``'s answer where that is feasible and
+    scores a strictly lower objective; kk is not run when ``proposal`` is optimal within the tolerance."""
+    evaluator = BalanceEvaluator(instance)
+    if proposal.solution is not None and (evaluator.objective(proposal.solution)
+                                          <= optimality_level(evaluator.lower_bound())):
+        return proposal
+    left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+    other = karmarkar_karp.solve(instance, time_limit_s=left)
+    if other.solution is None:
+        if other.hit_time_limit:
+            proposal.hit_time_limit = True
+        return proposal
+    if evaluator.violations(other.solution):
+        return proposal
+    if proposal.solution is not None and evaluator.objective(other.solution) >= evaluator.objective(proposal.solution):
+        return proposal
+    return Proposal(other.solution, FEASIBLE, iterations=proposal.iterations, hit_time_limit=proposal.hit_time_limit,
+                    message=f"karmarkar_karp's answer (better than the rule-keeping repair: {proposal.message})")
+
+
+def makespan_target(instance: BalanceInstance) -> float | None:
+    """A makespan no answer can beat, at which the repair stops: the evaluator's analytic bound, rounded
+    up when every cost is an integer (then so is every load); None for other objectives or padding."""
+    if instance.objective != "makespan" or instance.padding_cost is not None:
+        return None
+    bound = BalanceEvaluator(instance).lower_bound()
+    rounded = integer_makespan_bound(instance, bound)
+    return bound if rounded is None else rounded
+
+
+def evaluator_loads(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]]) -> np.ndarray:
+    """Rank loads of bins of sample indices, summed exactly as :meth:`BalanceEvaluator.bin_arrays` sums
+    them (``bincount`` over the samples in input order, then padding per bin, then per rank), so the
+    same numbers without building key tuples."""
+    bin_of = np.empty(len(prepared.keys), dtype=np.int64)
+    for b, members in enumerate(bins):
+        bin_of[members] = b
+    costs = np.bincount(bin_of, weights=prepared.costs, minlength=len(bins))
+    padding = instance.padding_cost
+    if padding is not None:
+        tokens = np.bincount(bin_of, weights=prepared.tokens, minlength=len(bins)).astype(np.int64)
+        seq_len = instance.constraints.seq_len
+        costs = costs + np.array([padding(max(0, seq_len - int(t))).llm for t in tokens])
+    return costs.reshape(instance.data_parallel_size, instance.local_batch_size).sum(axis=1)
+
+
+def rank_key(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]]) -> tuple[float, float]:
+    """(instance objective, Σℓ² — 0 for ``rounds``, which wants loads grouped, not levelled) of bins
+    of sample indices, as the evaluator scores them."""
+    loads = evaluator_loads(instance, prepared, bins)
+    objective = objective_value(instance.objective, loads, instance.resolved_group_size)
+    if instance.objective == "rounds":
+        return objective, 0.0
+    scaled = loads / power_of_two_above(float(np.sum(np.abs(prepared.costs))))  # same for every bins
+    return objective, float(np.dot(scaled, scaled))
