@@ -1,65 +1,21 @@
 """``lns``: large-neighbourhood search over ranks, each neighbourhood re-solved exactly with CP-SAT.
 
-Large neighbourhood search (Shaw 1998, "Using constraint programming and local search methods to
-solve vehicle routing problems", CP-98, LNCS 1520; Pisinger & Ropke 2010, "Large neighborhood
-search", Handbook of Metaheuristics, 2nd ed., ch. 13): free a part of the incumbent, re-solve that
-part well while the rest stays fixed, keep the result if it is better, repeat. Here the part is a
-few ranks: their samples are pooled and re-assigned to their D'·m bins by the ``cpsat`` backend's
-one formulation (:func:`packplace.solvers.balance.cpsat.solve_from_start`), with the ranks' current
-assignment as hint and ceiling, so the exact path reaches instances it cannot build whole (65,536
-samples × 512 ranks).
-
-Start. The best feasible answer of ``repair`` and ``karmarkar_karp`` (evaluator objective, ties to
-``repair``) and the instance's ``reference_bins``; both fast paths look for any capacity-feasible
-packing first when their balancing rule dead-ends (:mod:`construction`). When ``repair`` proves its
-answer optimal (it meets the analytic bound, or that bound rounded up when every cost is an integer
-and the objective is ``makespan``), ``karmarkar_karp`` is not run and no neighbourhood is searched:
-on 20,000 samples × 8 ranks × 1,386 bins that saves kk's 1.2 s (lns 2.6 s → 1.4 s); on 262,144
-token-cost samples × 1,024 ranks × 59 bins with a 5 s limit, lns ends in 2.5 s instead of at the
-limit. Without a feasible start the answer is ``unknown`` and the message carries each path's reason.
-
-Neighbourhoods. Ranks are ordered by load (heaviest first, ties by index). The *leader* is the
-heaviest rank; its first neighbourhood adds the ``ranks_per_neighbourhood − 1`` lightest ranks, the
-next :data:`PARTNER_TRIES` − 1 add ranks drawn by ``random.Random(seed)``; after that many failures
-in a row the next heaviest rank leads, and so on. When every rank has led that many failures, the
-neighbourhoods grow by one rank (at most :data:`GROWTH` times) and the leaders start over. Two ranks
-are the default start: measured on planted instances (benchmarks/balance_lns.py), pairs solved in
-about 5–40 ms reach the optimum far more often within 2 s than 3 or 4 ranks at 0.1–0.4 s each. A
-neighbourhood is dropped to fewer ranks (at
-least two) while its model would exceed :data:`MAX_NEIGHBOURHOOD_BOOLEANS` samples × bins, and is
-skipped when it was already tried with the same contents.
-
-Sub-problem. A :class:`~packplace.balance.schema.BalanceInstance` of the pooled samples on D' ranks
-with the same m, ``seq_len``, budgets, padding cost and rank rules (``equal_count`` becomes
-⌊n'/D'⌋…⌈n'/D'⌉, within the global limits; groups stay whole). Its objective is ``balance`` (Σℓ²
-over the D' ranks) when the instance's objective is ``balance``, else ``makespan`` (the largest load
-among the D' ranks); for the ``makespan`` objective CP-SAT minimises max(largest load, the whole
-instance's analytic lower bound) and so stops as soon as the neighbourhood's largest load reaches
-that bound: pushing it lower cannot help the instance, and leaves the light ranks room to absorb the
-excess of the next heavy ones (on planted instances this turns a proof of the pair's own optimum,
-tens of thousands of conflicts, into a first solution). CP-SAT runs with one worker,
-``random_seed = seed``, no LP (:data:`LINEARIZATION_LEVEL`) and a deterministic time limit of
-``neighbourhood_time_s`` (``max_deterministic_time``), capped by the wall clock left.
-
-Acceptance (tie-aware). The new loads of the D' ranks replace the old ones; the move is kept when
-the instance objective over all ranks falls, or stays equal while the D' loads sorted in decreasing
-order fall lexicographically (which is the same as the lexicographic order of all D loads sorted,
-the other ranks being unchanged). Plateaus where several ranks share the maximum are walked this
-way: lowering one of them counts.
-
-Stop. At ``time_limit_s`` (the starts included), when the objective meets the evaluator's analytic
-lower bound (status ``optimal``), when every rank has led :data:`PARTNER_TRIES` failed
-neighbourhoods in a row at the largest size (a local optimum of the neighbourhoods), or on a signal. The reported bound
-is the analytic one (:meth:`~packplace.balance.evaluator.BalanceEvaluator.lower_bound`); a final
-check re-scores the answer with the evaluator and keeps the start if rounding made the search's
-answer look better than it is, so ``lns`` is never worse than its start.
-
-Determinism: the starts are deterministic, the neighbourhoods come from ``random.Random(seed)`` and
-every sub-solve is single-threaded with a deterministic work limit, so the same instance and seed
-give the same answer — unless the wall-clock ``time_limit_s`` cuts the search (then the answer
-depends on how far it got, ``hit_time_limit`` is set and the message says so). ``max_neighbourhoods``
-bounds the search by a count instead: with a time limit long enough not to cut it, runs are
-reproducible on any machine and under any load.
+Model: large neighbourhood search (Shaw 1998, "Using constraint programming and local search methods
+to solve vehicle routing problems", CP-98; Pisinger & Ropke 2010, "Large neighborhood search",
+Handbook of Metaheuristics, ch. 13). Start: the best feasible answer of :data:`START_SOLVERS` and the
+``reference_bins``; a start proven optimal ends the call. Neighbourhood: the heaviest rank with the
+lightest ones, then with ranks drawn by ``random.Random(seed)``; after :data:`PARTNER_TRIES` failures
+the next heaviest leads, and when all have, neighbourhoods grow by one rank (at most :data:`GROWTH`),
+never above :data:`MAX_NEIGHBOURHOOD_BOOLEANS`. Its pooled samples form a sub-instance (same m,
+``seq_len``, budgets, padding, rank rules; objective ``balance`` or else ``makespan``) re-solved by the
+``cpsat`` model (:func:`~packplace.solvers.balance.cpsat.solve_from_start`) from the current assignment
+as hint and ceiling, stopping at the whole instance's bound for ``makespan``. A move is kept when the
+objective falls, or stays while the D' loads sorted decreasingly fall lexicographically. Stops at
+``time_limit_s``, at the analytic bound (``optimal``), when no neighbourhood improves, after
+``max_neighbourhoods``, or on a signal. Determinism: one CP-SAT worker with a deterministic limit and a
+seeded choice give the same answer for the same seed, unless the wall clock cuts the search.
+Options: ``ranks_per_neighbourhood`` (2), ``neighbourhood_time_s`` (0.2), ``max_neighbourhoods`` (None).
+Performance: docs/performance.md
 """
 
 from __future__ import annotations
@@ -74,9 +30,10 @@ import numpy as np
 
 from packplace import interrupt
 from packplace.balance.evaluator import BalanceEvaluator, objective_value
-from packplace.balance.schema import BalanceInstance, SampleKey, key_order
+from packplace.balance.schema import BalanceInstance, SampleKey
 from packplace.errors import ConfigError
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
+from packplace.solvers.balance._common import canonical, integer_makespan_bound
 from packplace.solvers.balance.cpsat import DEFAULT_MAX_BOOLEANS, READBACK_RESERVE_S, solve_from_start
 from packplace.solvers.registry import get, register
 
@@ -90,8 +47,8 @@ GROWTH = 2
 DEFAULT_NEIGHBOURHOOD_TIME_S = 0.2
 #: Largest neighbourhood model (pooled samples × bins Booleans); bigger ones lose ranks (down to 2).
 MAX_NEIGHBOURHOOD_BOOLEANS = 4096
-#: CP-SAT ``linearization_level`` of a neighbourhood: 0 (no LP) proves a 2-rank, 15-sample planted
-#: neighbourhood optimal in 0.04 s against 0.13 s at the default level 1 (benchmarks/balance_lns.py).
+#: CP-SAT ``linearization_level`` of a neighbourhood: 0 keeps the LP out of the search, which solves
+#: small neighbourhoods faster than the default level 1.
 LINEARIZATION_LEVEL = 0
 #: Failed neighbourhoods in a row led by one rank before the next heaviest rank leads.
 PARTNER_TRIES = 4
@@ -226,23 +183,12 @@ def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: in
         if score.objective < best[2]:
             best = (bins, name, score.objective)
         if meets_bound is not None and meets_bound(best[2]):
-            break  # proven optimal: no later start can be better, skip its time (kk at 8 x 1,386 bins: 1.2 s)
+            break  # proven optimal: no later start can be better, skip its time
     if instance.reference_bins is not None:
         value = evaluator.objective(instance.reference_bins)
         if value < best[2]:
             best = (tuple(tuple(b) for b in instance.reference_bins), "reference", value)
     return best[0], best[1], best[2], notes
-
-
-def _integer_makespan_bound(instance: BalanceInstance, bound: float) -> float | None:
-    """⌈bound⌉ for ``makespan`` without padding when every cost is an integer (every rank load, hence the
-    makespan, is then an integer), else None. A start at or below it cannot be improved; the status
-    stays ``feasible`` where it is above the analytic bound's tolerance, the reported bound unchanged."""
-    costs = instance.costs
-    if (instance.objective != "makespan" or instance.padding_cost is not None
-            or not np.all(costs == np.round(costs)) or float(np.abs(costs).sum()) >= 2.0 ** 52):
-        return None
-    return float(math.ceil(bound - 1e-9 * max(1.0, abs(bound))))
 
 
 def _check_params(ranks_per_neighbourhood: Any, neighbourhood_time_s: Any, params: dict) -> None:
@@ -256,10 +202,6 @@ def _check_params(ranks_per_neighbourhood: Any, neighbourhood_time_s: Any, param
     if (isinstance(neighbourhood_time_s, bool) or not isinstance(neighbourhood_time_s, (int, float))
             or not math.isfinite(neighbourhood_time_s) or neighbourhood_time_s <= 0):
         raise ConfigError(f"neighbourhood_time_s: must be a finite number > 0, got {neighbourhood_time_s!r}")
-
-
-def _canonical(bins) -> tuple[tuple[SampleKey, ...], ...]:
-    return tuple(tuple(sorted(b, key=key_order)) for b in bins)
 
 
 @register("balance", "lns")
@@ -286,7 +228,7 @@ def solve(
             :data:`MAX_NEIGHBOURHOOD_BOOLEANS`).
         neighbourhood_time_s: CP-SAT deterministic time limit per neighbourhood (default 0.2).
         max_neighbourhoods: Stop after this many neighbourhoods solved, an integer ≥ 0 (default None:
-            no count limit) — the reproducible budget (module docstring, "Determinism").
+            no count limit) — the reproducible budget (module docstring).
 
     Returns:
         A :class:`~packplace.result.Proposal`: rank-major bins; status ``optimal`` when the answer meets
@@ -311,7 +253,7 @@ def solve(
     def meets_bound(value: float) -> bool:
         return value <= optimality_level(bound)
 
-    integer_bound = _integer_makespan_bound(instance, bound)
+    integer_bound = integer_makespan_bound(instance, bound)
 
     def meets_integer_bound(value: float) -> bool:
         return meets_bound(value) or (integer_bound is not None and value <= integer_bound)
@@ -327,11 +269,11 @@ def solve(
         why = ("meets the analytic lower bound" if meets_bound(start_objective) else
                f"meets the analytic lower bound rounded up to an integer ({integer_bound:.17g}: integer costs)"
                if meets_integer_bound(start_objective) else "is the only rank")
-        return Proposal(_canonical(start), OPTIMAL if meets_bound(start_objective) else FEASIBLE, bound=bound,
+        return Proposal(canonical(start), OPTIMAL if meets_bound(start_objective) else FEASIBLE, bound=bound,
                         iterations=0, message=f"{source} start {why}; no neighbourhood solved", info=info)
 
     search = _Search(instance, start, seed)
-    # Time kept for the final re-scoring, which grows with the instance (65,536 samples: about 0.2 s).
+    # Time kept for the final re-scoring, which grows with the instance.
     reserve = READBACK_RESERVE_S + 3e-6 * len(instance.samples)
     solved = accepted = proven = failures = 0
     size = ranks_per_neighbourhood
@@ -386,11 +328,11 @@ def solve(
         else:
             failures += 1
 
-    final = _canonical(search.bins)
+    final = canonical(search.bins)
     final_objective = evaluator.objective(final)
     guarded = final_objective > start_objective
     if guarded:
-        final, final_objective = _canonical(start), start_objective
+        final, final_objective = canonical(start), start_objective
     info.update(neighbourhoods=solved, accepted=accepted, proven_neighbourhoods=proven,
                 skipped_large=skipped_large)
     if meets_bound(final_objective):

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import packplace
-import packplace.solvers.balance.cpsat as cpsat_module
+import packplace.solvers.balance.cpsat.solver as cpsat_module
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import BalanceInstance, Sample, WorkloadCost, make_instance
 from packplace.errors import ConfigError

@@ -1,0 +1,373 @@
+"""``cpsat``: the exact balance backend, the CP-SAT model of the whole bin assignment.
+
+:func:`solve` returns the heuristic start at once when it meets the analytic bound, proves
+infeasibility by counting where it can, and skips the model above ``max_booleans`` samples × bins
+Booleans (the start is returned). Otherwise it scales the costs (:mod:`.scaling`), builds the model
+(:mod:`.model`) with the start (:mod:`.start`) as hint and ceiling, and solves it in the time left;
+the better of CP-SAT's answer and the start is returned, ``optimal`` only when CP-SAT proved the exact
+model optimal within a claim tolerance of at most :data:`MAX_CLAIM_TOLERANCE`. The clock is checked
+after the start, between model-building phases and after the hint. :func:`solve_from_start` solves the
+same model from a given start (``lns`` uses it for its neighbourhoods).
+Options: ``num_workers`` (default 1: deterministic for a seed; more workers race strategies and share
+bounds, not reproducible), ``max_booleans`` (default :data:`DEFAULT_MAX_BOOLEANS`), ``formulation``
+(``auto``, ``ordered``, ``plain``), ``coarse_share`` (default 0: off; a coarse model at
+:data:`~packplace.solvers.balance.cpsat.scaling.COARSE_RESOLUTION` first), ``time_limit_s`` (default
+:data:`DEFAULT_TIME_LIMIT_S`), ``seed`` (CP-SAT ``random_seed``). Output bins are rank-major.
+Performance: docs/performance.md
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from packplace import interrupt
+from packplace.balance.evaluator import BalanceEvaluator
+from packplace.balance.schema import BalanceInstance, SampleKey, key_order
+from packplace.errors import ConfigError
+from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
+from packplace.solvers.balance._common import canonical
+from packplace.solvers.balance.cpsat.model import (
+    FORMULATIONS,
+    _add_hint,
+    _build_model,
+    _choose_formulation,
+    _configure,
+    _infeasible_by_counting,
+    _OutOfTime,
+    _read_bins,
+)
+from packplace.solvers.balance.cpsat.scaling import (
+    COARSE_RESOLUTION,
+    _order_start,
+    _scale_costs,
+    _scaled_lower_bound,
+    _scaled_objective,
+    _true_bound,
+)
+from packplace.solvers.balance.cpsat.start import _heuristic_start, _Start
+from packplace.solvers.registry import register
+
+#: Default wall-clock budget (seconds) when ``time_limit_s`` is None.
+DEFAULT_TIME_LIMIT_S = 10.0
+#: Largest seq_len for which the padding cost is tabulated (one call per pad length).
+MAX_PADDING_TABLE = 2**20
+#: A rounding tolerance above this is too loose to call the answer optimal.
+MAX_CLAIM_TOLERANCE = 1e-3
+#: Largest model (samples × bins Booleans) that is built; above it the heuristic start is returned.
+DEFAULT_MAX_BOOLEANS = 50_000
+#: Seconds reserved after the model is built for reading the answer back.
+READBACK_RESERVE_S = 0.05
+
+
+@dataclass
+class StartedSolve:
+    """What :func:`solve_from_start` found.
+
+    Attributes:
+        bins: Rank-major bins of keys of CP-SAT's best assignment (never worse than the start in the
+            scaled model), or None when CP-SAT returned none (or the model was not built).
+        cp_status: CP-SAT's status name, or a short reason why CP-SAT did not run.
+        proven: CP-SAT proved the scaled model optimal (exact model; no claim about rounding).
+        wall_s: Seconds spent, model building included.
+    """
+
+    bins: tuple[tuple[SampleKey, ...], ...] | None
+    cp_status: str
+    proven: bool
+    wall_s: float
+
+
+def solve_from_start(
+    instance: BalanceInstance,
+    start_bins: Sequence[Sequence[SampleKey]],
+    *,
+    time_limit_s: float,
+    seed: int = 0,
+    num_workers: int = 1,
+    deterministic_time_s: float | None = None,
+    linearization_level: int | None = None,
+    makespan_floor: float | None = None,
+    formulation: str = "auto",
+    resolution: int | None = None,
+) -> StartedSolve:
+    """The module's model solved from a given feasible start, without the heuristic start.
+
+    The start's objective is the model's ceiling and its assignment the hint, so any solution CP-SAT
+    returns is at least as good as the start in the scaled model. Used by the ``lns`` backend for its
+    neighbourhoods (each a small :class:`BalanceInstance`).
+
+    Args:
+        instance: The (sub-)instance.
+        start_bins: A feasible rank-major assignment of ``instance`` (D·m bins of keys).
+        time_limit_s: Wall-clock cap in seconds (model building included).
+        seed: CP-SAT ``random_seed``.
+        num_workers: CP-SAT workers (1: deterministic for a fixed seed and deterministic limit).
+        deterministic_time_s: CP-SAT ``max_deterministic_time`` (its work counter, about one second
+            per unit); with one worker, a search stopped by it ends the same way on every run.
+        linearization_level: CP-SAT ``linearization_level`` (None: its default, 1). 0 keeps the LP out of
+            the search, which solves small neighbourhoods several times faster.
+        makespan_floor: For ``makespan``, a load (cost units) below which a lower maximum is of no use
+            to the caller: CP-SAT minimises max(largest load, floor) and stops once it reaches it.
+        formulation: ``"auto"``, ``"ordered"`` or ``"plain"`` (see :func:`solve`).
+        resolution: Scaled cost of the most expensive sample when costs are rounded (default
+            :data:`COST_RESOLUTION`).
+
+    Returns:
+        A :class:`StartedSolve`.
+    """
+    started = time.perf_counter()
+    deadline = started + time_limit_s
+    samples = sorted(instance.samples, key=lambda s: key_order(s.key))
+    if instance.padding_cost is not None and instance.constraints.seq_len > MAX_PADDING_TABLE:
+        return StartedSolve(None, "padding not modelled", False, time.perf_counter() - started)
+    index = {s.key: i for i, s in enumerate(samples)}
+    scaling = _scale_costs(instance, samples, resolution)
+    scaled_total = sum(scaling.costs) + instance.num_bins * scaling.bin_const
+    hint_bins, hint_loads = _order_start(start_bins, instance, index, scaling)
+    hint_value = _scaled_objective(instance.objective, hint_loads, instance.group_size)
+    ceiling = math.isqrt(hint_value) if instance.objective == "balance" else hint_value
+    objective_lower = _scaled_lower_bound(instance, scaling, scaled_total)
+    floor = None
+    if makespan_floor is not None and instance.objective == "makespan":
+        floor = math.floor(makespan_floor * scaling.scale - scaling.rank_slack)
+    try:
+        chosen = _choose_formulation(instance) if formulation == "auto" else formulation
+        built = _build_model(instance, samples, scaling, ceiling, objective_lower, deadline, floor, chosen)
+    except _OutOfTime:
+        return StartedSolve(None, "out of time while building", False, time.perf_counter() - started)
+    _add_hint(built, hint_bins, hint_loads)
+    remaining = deadline - time.perf_counter()
+    if remaining <= 0.001:
+        return StartedSolve(None, "out of time after building", False, time.perf_counter() - started)
+    solver = cp_model.CpSolver()
+    _configure(solver, remaining, seed, num_workers)
+    if deterministic_time_s is not None:
+        solver.parameters.max_deterministic_time = deterministic_time_s
+    if linearization_level is not None:
+        solver.parameters.linearization_level = linearization_level
+    solver.parameters.catch_sigint_signal = False
+    with interrupt.native(solver.stop_search):
+        cp_status = solver.Solve(built.model)
+    bins = None
+    if cp_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        bins = _read_bins(solver, built, samples)
+    proven = cp_status == cp_model.OPTIMAL and built.exact_budgets
+    return StartedSolve(bins, solver.StatusName(cp_status), proven, time.perf_counter() - started)
+
+
+@register("balance", "cpsat", exact=True)
+def solve(
+    instance: BalanceInstance,
+    *,
+    time_limit_s: float | None = None,
+    seed: int = 0,
+    num_workers: int = 1,
+    max_booleans: int = DEFAULT_MAX_BOOLEANS,
+    formulation: str = "auto",
+    coarse_share: float = 0.0,
+    **params: Any,
+) -> Proposal:
+    """Exact CP-SAT assignment (scaled integer costs, symmetry breaking, heuristic hint).
+
+    Args:
+        instance: The balance instance (validated on construction).
+        time_limit_s: Wall-clock budget in seconds for the whole call, heuristic start included
+            (default :data:`DEFAULT_TIME_LIMIT_S`).
+        seed: CP-SAT ``random_seed`` (and the heuristics' seed).
+        num_workers: CP-SAT search workers; 1 (default) is deterministic for a fixed seed; more race
+            several strategies and share bounds (often a better answer within the limit), not reproducible.
+        max_booleans: Largest model built, in ``x[i, b]`` Booleans (n·D·m); above it the exact model
+            is skipped and the heuristic start is returned with a message (default
+            :data:`DEFAULT_MAX_BOOLEANS`).
+        formulation: ``"auto"`` (default), ``"ordered"`` or ``"plain"`` (:mod:`.model`).
+        coarse_share: With rounded (non-integer) costs, the share of the time left given first to a
+            model at resolution :data:`COARSE_RESOLUTION`, whose answer then hints the fine model; a
+            number in [0, 1), default 0 (off; the trade-off is in docs/performance.md).
+
+    Returns:
+        A :class:`~packplace.result.Proposal`: rank-major bins; status ``optimal`` (proven, within
+        ``optimality_tolerance``), ``feasible`` (time limit, or a solution no better than the start),
+        ``infeasible`` (proven by CP-SAT or by counting) or ``unknown``; ``bound`` a proven lower
+        bound in true cost units; ``info`` the scale, rounding slack, tolerance and the start used.
+
+    Raises:
+        ConfigError: ``num_workers`` or ``max_booleans`` not an integer ≥ 1, an unknown
+            ``formulation``, or an unknown parameter.
+    """
+    if params:
+        raise ConfigError(
+            f"cpsat: unknown parameter {sorted(params)[0]!r}; valid: num_workers, max_booleans, formulation, "
+            "coarse_share")
+    if (isinstance(coarse_share, bool) or not isinstance(coarse_share, (int, float))
+            or not 0 <= coarse_share < 1):
+        raise ConfigError(f"coarse_share: must be a number in [0, 1), got {coarse_share!r}")
+    if formulation not in FORMULATIONS:
+        raise ConfigError(f"formulation: must be one of {', '.join(FORMULATIONS)}, got {formulation!r}")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ConfigError(f"num_workers: must be an integer >= 1, got {num_workers!r}")
+    if isinstance(max_booleans, bool) or not isinstance(max_booleans, int) or max_booleans < 1:
+        raise ConfigError(f"max_booleans: must be an integer >= 1, got {max_booleans!r}")
+    limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else float(time_limit_s)
+    started = time.perf_counter()
+
+    reason = _infeasible_by_counting(instance)
+    if reason is not None:
+        return Proposal(None, INFEASIBLE, message=f"infeasible (counting argument): {reason}",
+                        info={"proof": "counting"})
+
+    evaluator = BalanceEvaluator(instance)
+    analytic = evaluator.lower_bound()
+    booleans = len(instance.samples) * instance.num_bins
+    # the start gets a fifth of the limit, or all of it when the exact model will not be built
+    start_share = 0.2 if booleans <= max_booleans else 1.0
+    start_limit = max(0.05, start_share * limit - (time.perf_counter() - started) - READBACK_RESERVE_S * start_share)
+    start, start_timed_out = _heuristic_start(instance, seed, time_limit_s=start_limit)
+    info: dict[str, Any] = {"start": start.source if start else None,
+                            "start_objective": start.objective if start else None}
+    if start is not None and start.objective <= analytic * (1 + OPTIMALITY_RTOL):
+        info.update(scale=None, slack=0.0, optimality_tolerance=0.0, returned=start.source)
+        return Proposal(canonical(start.bins), OPTIMAL, bound=analytic, iterations=0,
+                        message=f"{start.source} start meets the analytic lower bound; CP-SAT not run",
+                        info=info)
+
+    def fall_back(message: str, timed_out: bool = False) -> Proposal:
+        info["returned"] = start.source if start else None
+        timed_out = timed_out or start_timed_out
+        if start is None:
+            return Proposal(None, UNKNOWN, bound=analytic, hit_time_limit=timed_out,
+                            message=f"{message}; no heuristic start to return", info=info)
+        return Proposal(canonical(start.bins), FEASIBLE, bound=analytic, hit_time_limit=timed_out,
+                        message=f"{message}; returning the {start.source} start", info=info)
+
+    info["booleans"] = booleans
+    if booleans > max_booleans:
+        terms = booleans * (7 + len(instance.constraints.budgets))
+        return fall_back(
+            f"exact model skipped: {len(instance.samples)} samples x {instance.num_bins} bins = {booleans} "
+            f"Booleans (about {terms} constraint terms) exceed max_booleans={max_booleans}"
+        )
+    deadline = started + limit - READBACK_RESERVE_S
+    if time.perf_counter() > deadline:
+        return fall_back(f"time limit {limit:g} s used up by the heuristic start; exact model not built", True)
+
+    samples = sorted(instance.samples, key=lambda s: key_order(s.key))
+    index = {s.key: i for i, s in enumerate(samples)}
+    if instance.padding_cost is not None and instance.constraints.seq_len > MAX_PADDING_TABLE:
+        message = f"padding cost with seq_len > {MAX_PADDING_TABLE} is not modelled; returning the start"
+        if start is None:
+            return Proposal(None, UNKNOWN, bound=analytic, message=message, info=info)
+        return Proposal(canonical(start.bins), FEASIBLE, bound=analytic, message=message, info=info)
+    scaling = _scale_costs(instance, samples)
+    scaled_total = sum(scaling.costs) + instance.num_bins * scaling.bin_const
+    info.update(scale=scaling.scale, slack=scaling.rank_slack, exact_scaling=scaling.exact)
+    chosen = _choose_formulation(instance) if formulation == "auto" else formulation
+    info["formulation"] = chosen
+
+    if not scaling.exact and start is not None and coarse_share > 0:
+        # Rounded costs: a coarser model first (it proves its own optimum far sooner), its answer then
+        # hints and caps the fine model.
+        coarse = solve_from_start(instance, start.bins, time_limit_s=coarse_share * (deadline - time.perf_counter()),
+                                  seed=seed, num_workers=num_workers, formulation=chosen,
+                                  resolution=COARSE_RESOLUTION)
+        info["coarse"] = {"cp_status": coarse.cp_status, "wall_s": round(coarse.wall_s, 4)}
+        if coarse.bins is not None:
+            value = evaluator.objective(coarse.bins)
+            info["coarse"]["objective"] = value
+            if value < start.objective:
+                start = _Start(coarse.bins, f"cpsat at resolution {COARSE_RESOLUTION:g}", value)
+
+    hint_bins: list[list[int]] | None = None
+    ceiling = max(scaled_total, 0)
+    if start is not None:
+        hint_bins, hint_loads = _order_start(start.bins, instance, index, scaling)
+        hint_value = _scaled_objective(instance.objective, hint_loads, instance.group_size)
+        if instance.objective == "balance":
+            ceiling = math.isqrt(hint_value)
+        else:
+            ceiling = hint_value
+    objective_lower = _scaled_lower_bound(instance, scaling, scaled_total)
+    try:
+        built = _build_model(instance, samples, scaling, ceiling, objective_lower, deadline, formulation=chosen)
+    except _OutOfTime:
+        return fall_back(f"time limit {limit:g} s reached while building the exact model ({booleans} Booleans)",
+                         True)
+    if hint_bins is not None:
+        _add_hint(built, hint_bins, hint_loads)
+
+    remaining = deadline - time.perf_counter()
+    if remaining <= 0.01:
+        return fall_back(f"time limit {limit:g} s reached after building the exact model; CP-SAT not run", True)
+    solver = cp_model.CpSolver()
+    _configure(solver, remaining, seed, num_workers)
+    solver.parameters.catch_sigint_signal = False  # packplace.interrupt stops the search
+    with interrupt.native(solver.stop_search):
+        cp_status = solver.Solve(built.model)
+    status_name = solver.StatusName(cp_status)
+    log = [
+        f"cp-sat status {status_name}, wall {solver.WallTime():.3f} s, branches {solver.NumBranches()}, "
+        f"conflicts {solver.NumConflicts()}, booleans {solver.NumBooleans()}",
+        f"scale {scaling.scale:.6g} ({'exact' if scaling.exact else 'rounded'}), rank slack {scaling.rank_slack:.3g}"
+        f" (scaled units), objective lower bound {objective_lower} (scaled)",
+        f"start {info['start']} objective {info['start_objective']!r}",
+    ]
+    info["cp_status"] = status_name
+    hit_limit = cp_status in (cp_model.FEASIBLE, cp_model.UNKNOWN)
+    exact_model = built.exact_budgets
+
+    if cp_status == cp_model.INFEASIBLE:
+        if start is not None:  # a feasible start contradicts the proof: only a restricted model can say this
+            return Proposal(canonical(start.bins), FEASIBLE, bound=analytic, iterations=solver.NumBranches(),
+                            message="CP-SAT found no solution although the start is feasible (the model is "
+                                    "restricted by rounded budgets); returning the start",
+                            log=log, info=info)
+        if exact_model:
+            return Proposal(None, INFEASIBLE, iterations=solver.NumBranches(), log=log, info=info,
+                            message="CP-SAT proved that no assignment fits the constraints")
+        return Proposal(None, UNKNOWN, iterations=solver.NumBranches(), log=log, info=info,
+                        message="no assignment fits the conservatively rounded budgets (not a proof)")
+
+    bound, tolerance = analytic, math.inf
+    if cp_status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and exact_model:
+        scaled_bound = max(math.ceil(solver.BestObjectiveBound() - 1e-6), objective_lower)
+        cp_bound, tolerance = _true_bound(instance, scaling, scaled_bound, scaled_total)
+        bound = max(bound, cp_bound)
+        info["cp_bound_scaled"] = scaled_bound
+    info["optimality_tolerance"] = tolerance
+
+    solution, source, objective = None, None, math.inf
+    if cp_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        solution, source = _read_bins(solver, built, samples), "cpsat"
+        objective = evaluator.objective(solution)
+        info["cp_objective_scaled"] = int(round(solver.ObjectiveValue()))
+    if start is not None and start.objective < objective:
+        solution, source, objective = canonical(start.bins), start.source, start.objective
+    info["returned"] = source
+    if solution is None:
+        return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=hit_limit, iterations=solver.NumBranches(),
+                        message=f"CP-SAT found no solution ({status_name}) and there is no start", log=log,
+                        info=info)
+
+    proven = (
+        cp_status == cp_model.OPTIMAL and exact_model and tolerance <= MAX_CLAIM_TOLERANCE
+        and objective <= bound * (1 + tolerance) + 1e-12
+    )
+    if source == "cpsat":
+        message = ""
+    elif cp_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        message = f"CP-SAT did not beat the {source} start; returning it"
+    else:
+        message = f"CP-SAT ended {status_name} without a solution; returning the {source} start"
+    if cp_status == cp_model.OPTIMAL and not proven:
+        note = "optimal for the scaled model only (rounding tolerance too loose or restricted budgets)"
+        message = f"{message}; {note}" if message else note
+    return Proposal(
+        solution, OPTIMAL if proven else FEASIBLE, bound=bound, hit_time_limit=hit_limit,
+        iterations=solver.NumBranches(), message=message, log=log, info=info,
+        optimality_tolerance=max(OPTIMALITY_RTOL, tolerance if math.isfinite(tolerance) else OPTIMALITY_RTOL),
+    )

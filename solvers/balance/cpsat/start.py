@@ -1,0 +1,89 @@
+"""The starting solution of the balance CP-SAT backend: hint, objective ceiling and fallback answer.
+
+:func:`_heuristic_start` runs the heuristics of :data:`START_HEURISTICS` (``repair``, else ``lpt``)
+through the registry and keeps the first feasible answer; the instance's ``reference_bins`` compete
+with it, the better by the evaluator's objective (ties to the heuristic) is the start. On a tight
+instance (token fill ≥ :data:`~packplace.solvers.balance.cpsat.model.TIGHT_FILL`) whose start is above
+the analytic bound, ``lns`` then runs from the same starts and its answer replaces the start when
+better: the fast paths stop well above the optimum there, and a better start gives the model a better
+hint and ceiling. The start is the model's hint (every Boolean, load and square) and its objective
+the model's ceiling, so CP-SAT's answer is never worse than it in the scaled model; it is also the
+answer when CP-SAT finds none. CP-SAT's presolve can turn a complete, feasible hint infeasible on
+some tight models; the search then ends without a solution and the start is returned.
+All heuristics share ``time_limit_s``; one that stops at it ends the list.
+Performance: docs/performance.md
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packplace.balance.evaluator import BalanceEvaluator
+from packplace.balance.schema import BalanceInstance, SampleKey
+from packplace.result import OPTIMALITY_RTOL
+from packplace.solvers.balance.cpsat.model import TIGHT_FILL, _token_fill
+from packplace.solvers.registry import available, get
+
+#: Heuristics tried, in order, for the starting solution (hint, domain bound and fallback).
+START_HEURISTICS = ("repair", "lpt")
+
+
+@dataclass
+class _Start:
+    """The starting solution: a feasible assignment from a heuristic or the reference."""
+
+    bins: tuple[tuple[SampleKey, ...], ...]
+    source: str
+    objective: float
+
+
+def _heuristic_start(
+    instance: BalanceInstance, seed: int, time_limit_s: float | None = None
+) -> tuple[_Start | None, bool]:
+    """The best feasible starting assignment: a registered heuristic's answer or the reference bins.
+
+    Tries the heuristics of :data:`START_HEURISTICS` in order (``repair``, else ``lpt``) through the
+    registry and takes the first that returns a feasible assignment; the instance's reference bins
+    compete with it, and the better of the two (evaluator objective, ties to the heuristic) is the
+    start. On a tight instance (token fill ≥ :data:`TIGHT_FILL`) whose start is above the analytic
+    bound, ``lns`` then runs from the same starts within ``time_limit_s`` and its answer replaces the
+    start when it is better. Returns (None, ...) when no start exists (e.g. a heuristic dead end
+    without reference bins); the flag says a heuristic stopped at ``time_limit_s`` (the next one is
+    then not tried).
+    """
+    evaluator = BalanceEvaluator(instance)
+    names = available("balance")
+    candidates: list[_Start] = []
+    timed_out = False
+    for name in START_HEURISTICS:
+        if name not in names:
+            continue
+        proposal = get("balance", name).solve(instance, time_limit_s=time_limit_s, seed=seed)
+        if proposal.solution is None:
+            if proposal.hit_time_limit:
+                timed_out = True
+                break
+            continue
+        bins = getattr(proposal.solution, "bins", proposal.solution)
+        bins = tuple(tuple(b) for b in bins)
+        score = evaluator.score(bins)
+        if score.feasible:
+            candidates.append(_Start(bins, name, score.objective))
+            break
+    if instance.reference_bins is not None:
+        candidates.append(_Start(instance.reference_bins, "reference", evaluator.objective(instance.reference_bins)))
+    if not candidates:
+        return None, timed_out
+    best = min(candidates, key=lambda start: start.objective)
+    tight = _token_fill(instance) >= TIGHT_FILL
+    if (tight and not timed_out and "lns" in names
+            and best.objective > evaluator.lower_bound() * (1 + OPTIMALITY_RTOL)):
+        # Tight packings: the fast paths stop well above the optimum there; the large-neighbourhood
+        # search from them gives the model a far better hint and ceiling.
+        proposal = get("balance", "lns").solve(instance, time_limit_s=time_limit_s, seed=seed)
+        if proposal.solution is not None:
+            bins = tuple(tuple(b) for b in getattr(proposal.solution, "bins", proposal.solution))
+            score = evaluator.score(bins)
+            if score.feasible and score.objective < best.objective:
+                best = _Start(bins, "lns", score.objective)
+    return best, timed_out
