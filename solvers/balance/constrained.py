@@ -1,24 +1,19 @@
 """The heuristics on instances with rank rules (``equal_count``, ``max_samples_per_bin``, ``groups``).
 
-``lpt`` and ``repair`` hand such instances here (their own paths assume that any sample may go to any
-rank and any bin):
-
-* :func:`construct_proposal` — the feasibility-first construction of
-  :mod:`packplace.balance.rank_rules`, cost first (LPT over units: groups or single samples), then
-  tokens first if that dead-ends, then (n·D·m ≤ 20,000) CP-SAT's feasibility model under every rule
-  (one worker, deterministic limit, capped by the time limit), then the instance's reference bins;
-  otherwise status ``infeasible`` when that model proved no packing exists, else ``unknown``, with
-  the reason. Every answer keeps every rule (the evaluator re-checks it).
-* :func:`improve` — ``repair``'s local search at rank level: the heaviest rank gives a unit to, or
-  swaps two units with, a lighter rank when that lowers the heavier of the two loads; a move is kept
-  only if the rank sample counts stay within :class:`~packplace.balance.rank_rules.RankRules` and
-  both ranks still pack into m bins (:func:`~packplace.balance.rank_rules.pack_rank`). Groups move
-  whole, so they never split. The transfer chosen is the one closest to half the load difference.
-  Loads here are the ``llm`` sample costs (padding is charged by the evaluator afterwards); every
-  accepted move lowers the pair's maximum and its sum of squares, so it never worsens ``makespan``
-  or ``balance``. It stops at a local optimum, at ``max_rounds`` accepted moves, or at the deadline.
-  Levelling the loads can raise the ``rounds`` objective (or a padding cost), so
-  :func:`repair_proposal` keeps the construction when the evaluator scores it better.
+``lpt``, ``repair`` and ``karmarkar_karp`` hand such instances here (their own paths assume that any
+sample may go to any rank and any bin). Units are groups (kept whole) or single samples.
+:func:`construct_proposal`: the feasibility-first construction of
+:mod:`packplace.balance.rank_rules`, cost first (LPT over units), then tokens first, then the exact
+packing of ``local_batch_size: "auto"``, then (n·D·m ≤ ``EXACT_MAX_BOOLEANS``) CP-SAT's feasibility
+model under every rule (one worker, deterministic limit, capped by the deadline), then the reference
+bins; otherwise ``infeasible`` when that model proved no packing exists, else ``unknown``.
+:func:`improve` (``repair``'s local search): the heaviest rank gives a unit to, or swaps one with, one
+of the :data:`PARTNERS` lightest ranks when the transfer lowers the pair's maximum, the transfer nearest
+half the load gap first (:data:`ATTEMPTS` per partner), kept only if the rank counts stay within
+:class:`~packplace.balance.rank_rules.RankRules` and both ranks still pack into m bins. Loads are the
+``llm`` costs; :func:`repair_proposal` keeps the construction when the evaluator scores it better
+(``rounds``, padding). Stops at a local optimum, ``max_rounds`` moves (default 4 per unit), or the deadline.
+Performance: docs/performance.md
 """
 
 from __future__ import annotations

@@ -1,4 +1,11 @@
-"""The do-nothing baseline: the instance's own reference grouping."""
+"""``reference``: the do-nothing baseline, the instance's own reference grouping.
+
+Returns ``instance.reference_bins`` unchanged (status ``feasible``; the evaluator scores it like any
+other answer), or status ``unknown`` when the instance has none: the grouping a training job would
+use without packplace, listed next to the other backends in ``packplace compare``.
+Options: none (``time_limit_s`` and ``seed`` are accepted and unused).
+Performance: docs/performance.md
+"""
 
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ def solve_from_start(
         deterministic_time_s: CP-SAT ``max_deterministic_time`` (its work counter, about one second
             per unit); with one worker, a search stopped by it ends the same way on every run.
         linearization_level: CP-SAT ``linearization_level`` (None: its default, 1). 0 keeps the LP out of
-            the search, which solves small neighbourhoods several times faster.
+            the search, which solves small neighbourhoods faster.
         makespan_floor: For ``makespan``, a load (cost units) below which a lower maximum is of no use
             to the caller: CP-SAT minimises max(largest load, floor) and stops once it reaches it.
         formulation: ``"auto"``, ``"ordered"`` or ``"plain"`` (see :func:`solve`).

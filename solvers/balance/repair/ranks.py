@@ -48,7 +48,7 @@ NEAREST_PARTNERS = 6
 EXACT_PAIR_SAMPLES = 24
 #: ... on instances of at most this many samples (elsewhere the search would cost more than it gains).
 EXACT_PAIR_MAX_INSTANCE = 48
-#: Search nodes of all exact pair re-packings of one repair run (about 0.15 s of Python in all).
+#: Search nodes of all exact pair re-packings of one repair run.
 EXACT_PAIR_NODES = 200_000
 
 

@@ -24,8 +24,8 @@ import numpy as np
 from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import BalanceInstance
 from packplace.result import FEASIBLE, Proposal, optimality_level
-from packplace.solvers.balance import karmarkar_karp
 from packplace.solvers.balance._common import PreparedSamples, first_fit_decreasing, integer_makespan_bound
+from packplace.solvers.balance.karmarkar_karp import solve as solve_karmarkar_karp
 from packplace.solvers.balance.repair.acceptance import power_of_two_above
 
 
@@ -56,7 +56,7 @@ def kk_start_bins(instance: BalanceInstance, prepared: PreparedSamples, deadline
     if deadline is not None and time.perf_counter() >= deadline:
         return None, True
     left = None if deadline is None else max(0.0, deadline - time.perf_counter())
-    proposal = karmarkar_karp.solve(instance, time_limit_s=left)
+    proposal = solve_karmarkar_karp(instance, time_limit_s=left)
     if proposal.solution is None:
         return None, bool(proposal.hit_time_limit)
     where = {key: i for i, key in enumerate(prepared.keys)}
@@ -80,7 +80,7 @@ def better_of_kk(instance: BalanceInstance, proposal: Proposal, deadline: float 
                                           <= optimality_level(evaluator.lower_bound())):
         return proposal
     left = None if deadline is None else max(0.0, deadline - time.perf_counter())
-    other = karmarkar_karp.solve(instance, time_limit_s=left)
+    other = solve_karmarkar_karp(instance, time_limit_s=left)
     if other.solution is None:
         if other.hit_time_limit:
             proposal.hit_time_limit = True
