@@ -6,13 +6,14 @@ matters. The first D·m samples open the empty bins; every later sample goes to 
 (tokens ≤ ``seq_len``, every budget within its limit, no bin closed by an oversized sample) that
 minimises (score after placing, remaining tokens of the bin, rank tokens, rank, bin index). The score
 is the rank's load after placing (padding delta included) for ``makespan``/``balance``, and the
-scheduled-round objective Σ_k sorted_desc(loads)[k·g] for ``rounds``, followed there by the index of
-the round an objective-neutral placement lands in (heaviest round first) and the rank's new load.
+scheduled-round objective Σ_k sorted_desc(loads)[k·g] for ``rounds``, where two keys follow it: the
+round p // g an objective-neutral placement lands in (0 otherwise: heaviest round first), then the
+rank's load after placing.
 Three paths give the same bins: a heap of tied-load rank groups (``makespan``/``balance`` without
 padding or budgets), leader zones (``rounds`` without padding or budgets, :func:`_lpt_rounds`), and
 numpy over all bins (padding or budgets). A dead end hands over to :mod:`construction`.
-Options: none (``seed`` unused); ``time_limit_s`` is checked every :data:`CLOCK_EVERY` samples on the
-fast paths and after every sample on the general one.
+Options: none (``seed`` unused); ``time_limit_s`` is checked every :data:`CLOCK_EVERY` samples on
+the fast paths, after every sample on the general one.
 Performance: docs/performance.md
 """
 
@@ -92,7 +93,18 @@ class _Group:
 def _lpt_heap(
     instance: BalanceInstance, prepared: PreparedSamples, deadline: float | None = None
 ) -> list[list[int]]:
-    """Fast path: makespan/balance without padding or budgets (see the module docstring).
+    """Fast path: makespan/balance without padding or budgets; the same bins as the general path.
+
+    Each rank keeps its bins as a sorted list of (free tokens, bin), so its best fit for a sample of t
+    tokens is one bisection. Ranks of equal load form one :class:`_Group` and the distinct loads sit in
+    a heap; a sample pops loads in increasing order and in each group takes the least (free tokens,
+    rank tokens, rank, bin) over the members' best fits, which is the tie-break among tied ranks. A
+    group keeps those best fits in a heap for the last t it was asked about, so a run of equal lengths
+    takes its ranks one by one in O(log k); with at most :data:`MERGE_MAX_BINS` bins per rank, a group
+    of more than :data:`MERGE_FACTOR`·m ranks keeps one merged sorted list of its members' bins
+    instead. Groups without a fitting bin are pushed back, and dropped once nothing still to come fits
+    any of their bins. Comparing ranks on the load before adding the sample's cost orders them as the
+    load after, up to floating-point rounding of that addition.
 
     Raises:
         DeadEnd: a sample fits no bin, or ``deadline`` passed (checked every :data:`CLOCK_EVERY`).
@@ -432,7 +444,11 @@ def _lpt_rounds(
 def _lpt_vectorized(
     instance: BalanceInstance, prepared: PreparedSamples, deadline: float | None
 ) -> list[list[int]]:
-    """General path: rounds objective, padding cost and/or budgets, numpy over all bins per sample."""
+    """General path: rounds objective, padding cost and/or budgets, numpy over all bins per sample.
+
+    The padding cost of each candidate bin comes from a table of ``padding_cost`` per padding length,
+    filled as lengths first appear; the clock is checked after every sample.
+    """
     ranks = instance.data_parallel_size
     per_rank = instance.local_batch_size
     num_bins = ranks * per_rank
