@@ -116,7 +116,7 @@ def solve_from_start(
             to the caller: CP-SAT minimises max(largest load, floor) and stops once it reaches it.
         formulation: ``"auto"``, ``"ordered"`` or ``"plain"`` (see :func:`solve`).
         resolution: Scaled cost of the most expensive sample when costs are rounded (default
-            :data:`COST_RESOLUTION`).
+            :data:`~packplace.solvers.balance.cpsat.scaling.COST_RESOLUTION`).
 
     Returns:
         A :class:`StartedSolve`.

@@ -141,21 +141,21 @@ def repair_ranks(
 ) -> tuple[list[list[int]], int, int, bool]:
     """Bounded rank-level local search (bins of sample indices, rank-major; any m, budgets allowed).
 
-    Exchange units of a rank: each sample of an unlocked bin, and each pair of samples sharing a bin
-    of at most :data:`PAIR_UNIT_MAX_BIN` samples. For a pair of ranks (heavy H, light L, chosen as in
-    :func:`repair_pairs`) an exchange sends a unit u of a bin A of H to a bin B of L and, optionally,
-    a unit v of B back to A: moves (u alone), one-for-one, two-for-one, one-for-two and two-for-two
-    swaps. Each is checked against ``seq_len`` and every budget of A and B, and A keeps at least one
-    sample; bins holding an oversized sample are never touched. Below :data:`FULL_EXCHANGE_MATRIX`
-    unit combinations every exchange is tried; above it, for each u only the
-    :data:`NEAREST_PARTNERS` units v nearest in cost to the ideal partner (cost_u − (ℓ_H − ℓ_L)/2).
-    The feasible exchanges that transfer a cost d with 0 < d < ℓ_H − ℓ_L (padding deltas included)
-    are ranked by |ℓ_H − ℓ_L − 2d| (then unit indices); the best :data:`RANK_CANDIDATES` are scored
-    and the best one by (instance objective, Σℓ²) is applied if it is better under the tie-aware rule
-    of :func:`better` — the objective improves by a relative 1e-9, or it does not grow and Σℓ²
-    drops by a relative 1e-9 (so the search walks plateaus where several ranks share the maximum).
-    Each pair check counts one iteration against ``max_pairs``; the search also stops when no pair
-    improves, or at ``deadline``. Deterministic.
+    Exchange units of a rank: each sample of an unlocked bin, and each pair of samples sharing a bin of
+    at most :data:`PAIR_UNIT_MAX_BIN` samples. For a pair of ranks (heavy H, light L, chosen by
+    :func:`~packplace.solvers.balance.repair.acceptance.leader_partners`) an exchange sends a unit u of
+    a bin A of H to a bin B of L and, optionally, a unit v of B back to A: moves (u alone), one-for-one,
+    two-for-one, one-for-two and two-for-two swaps. Each is checked against ``seq_len`` and every budget
+    of A and B, and A keeps at least one sample; bins holding an oversized sample are never touched.
+    Below :data:`FULL_EXCHANGE_MATRIX` unit combinations every exchange is tried; above it, for each u
+    only the :data:`NEAREST_PARTNERS` units v nearest in cost to the ideal partner (cost_u − (ℓ_H −
+    ℓ_L)/2). The feasible exchanges that transfer a cost d with 0 < d < ℓ_H − ℓ_L (padding deltas
+    included) are ranked by |ℓ_H − ℓ_L − 2d| (then unit indices); the best :data:`RANK_CANDIDATES` are
+    scored and the best one by (instance objective, Σℓ²) is applied if it is better under the tie-aware
+    rule of :func:`better` — the objective improves by a relative 1e-9, or it does not grow and Σℓ²
+    drops by a relative 1e-9 (so the search walks plateaus where several ranks share the maximum). Each
+    pair check counts one iteration against ``max_pairs``; the search also stops when no pair improves,
+    or at ``deadline``. Deterministic.
 
     Returns:
         (bins, pair checks, accepted changes, stopped by the deadline).
