@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import NamedTuple
@@ -304,18 +305,26 @@ class CandidateTable:
         return (f"[hardware] cluster has {self.instance.cluster.num_gpus} GPUs; the smallest feasible plan for "
                 f"{worst.vertex} needs {worst.needed} ({worst.detail}); {whole}")
 
-    def check(self) -> None:
+    def check(self, search_whole_plan: bool | None = None) -> None:
         """Pre-launch checks: every vertex has a legal candidate that fits in memory.
 
         A vertex that needs more GPUs than the cluster has is reported with the upper bound of every task
         on its own GPUs (:meth:`whole_plan_bound`); :func:`packplace.placement.api.check_instance` words
         the same error with the smallest grown cluster on which a solver fits a whole plan.
 
+        Args:
+            search_whole_plan: Deprecated (removal in 0.3.0) and ignored: this method never searches; call
+                :func:`packplace.placement.api.check_instance` for the search.
+
         Raises:
             ConfigError: as :meth:`shortfalls`.
             InfeasibleError: as :meth:`shortfalls`, or "cluster has X GPUs; the smallest feasible plan for V
                 needs Y (...); the whole plan with every task on its own GPUs needs at most Z (...)".
         """
+        if search_whole_plan is not None:
+            warnings.warn("CandidateTable.check(search_whole_plan=...) is deprecated (removal in 0.3.0) and "
+                          "never searches; use packplace.placement.api.check_instance(instance)",
+                          DeprecationWarning, stacklevel=2)
         short = self.shortfalls()
         if short:
             raise InfeasibleError(self.shortfall_message(short, self.whole_plan_bound(short)))

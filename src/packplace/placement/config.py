@@ -20,6 +20,7 @@ needs and no other.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -480,3 +481,24 @@ def _training(section: dict[str, Any], models: tuple[str, ...]) -> dict[str, Tra
                               f"[training.{model}]", label=_label(f"training.{model}"), **_FORMATS)
         out[model] = TrainingOptions(**{**common, **given})
     return out
+
+
+#: Names this module no longer defines, and what replaces them (they still work, with a DeprecationWarning).
+_DEPRECATED = {
+    "REQUIRED_ROLES": "packplace.placement.graph.RL_ALGORITHMS[name].required_roles",
+    "TRAINABLE": "packplace.placement.graph.RL_ALGORITHMS[name].staleness_keys",
+    "STALENESS_KEYS": "packplace.placement.graph.all_staleness_keys()",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The deprecated role and staleness tables, computed from the algorithm table (removal in 0.3.0)."""
+    if name not in _DEPRECATED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"packplace.placement.config.{name} is deprecated (removal in 0.3.0); use {_DEPRECATED[name]}",
+                  DeprecationWarning, stacklevel=2)
+    if name == "REQUIRED_ROLES":
+        return {algorithm: spec.required_roles for algorithm, spec in RL_ALGORITHMS.items()}
+    if name == "TRAINABLE":
+        return {algorithm: spec.staleness_keys for algorithm, spec in RL_ALGORITHMS.items()}
+    return all_staleness_keys()
