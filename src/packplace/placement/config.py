@@ -483,7 +483,7 @@ def _training(section: dict[str, Any], models: tuple[str, ...]) -> dict[str, Tra
     return out
 
 
-#: Names this module no longer defines, and what replaces them (they still work, with a DeprecationWarning).
+#: Deprecated names and what replaces them (they still work, with a DeprecationWarning).
 _DEPRECATED = {
     "REQUIRED_ROLES": "packplace.placement.graph.RL_ALGORITHMS[name].required_roles",
     "TRAINABLE": "packplace.placement.graph.RL_ALGORITHMS[name].staleness_keys",
