@@ -40,7 +40,7 @@ from packplace.solvers.registry import register
 
 #: Default wall-clock budget (seconds) when ``time_limit_s`` is None.
 DEFAULT_TIME_LIMIT_S = 30.0
-#: The annealing knobs (module docstring); types, ranges and defaults live in
+#: The annealing knobs (:class:`AnnealSettings`); types, ranges and defaults live in
 #: :data:`packplace.placement.config.OPTIMIZER_KNOBS`, validated when the config is loaded.
 DEFAULTS: dict[str, Any] = {name: OPTIMIZER_DEFAULTS[name] for name in (
     "t_init", "t_min", "t_warm", "e_max", "e_struct", "stag_window", "hard_oom", "oom_penalty", "polish",
@@ -391,7 +391,8 @@ def _warm_start(instance, ev) -> tuple[Plan | None, float, str, dict[str, float]
 def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial_plan: Plan | None = None,
           **params: Any) -> Proposal:
     """Simulated annealing over plans from the better baseline, then a greedy polish (module docstring
-    for moves, knobs and budgets). Returns the best feasible plan found, never worse than the warm start.
+    for moves and budgets, :class:`AnnealSettings` for the knobs). Returns the best feasible plan found,
+    never worse than the warm start.
 
     Args:
         instance: A :class:`~packplace.placement.config.PlacementInstance`.
@@ -399,7 +400,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
         seed: Seed of the move generator.
         initial_plan: Start from this feasible plan instead of the baselines (a warm restart, e.g. from
             a saved ``plan.json``); the result is never worse than it.
-        **params: Knobs of the module docstring (override the ``optimizer`` section).
+        **params: Knobs of :class:`AnnealSettings` (override the ``optimizer`` section).
 
     Raises:
         ConfigError: a bad knob (``[optimizer] name: ...``), an infeasible ``initial_plan`` (with the

@@ -59,7 +59,7 @@ MAX_EXACT_GPUS = 32
 #: Baselines tried for the hint, through the registry.
 HINT_SOLVERS = ("greedy", "concurrent", "anneal")
 #: Share of ``time_limit_s`` the preparation (hint solvers, option tables, model building) may use; past it
-#: the build stops and the hint is returned (module docstring, "Time limit").
+#: the build stops and the hint is returned (module docstring).
 BUILD_TIME_SHARE = 0.5
 #: Seconds between progress lines on stderr when the config has no ``optimizer.progress_s``.
 DEFAULT_PROGRESS_S = 3.0
@@ -211,14 +211,14 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
           max_gpus: int = MAX_EXACT_GPUS, top_k: int | None = None, log_search: bool = False,
           cp_parameters: dict[str, Any] | None = None, hint_solvers: tuple[str, ...] = HINT_SOLVERS) -> Proposal:
     """Exact CP-SAT placement: the synchronous step (options × rectangles × memory), or the periodic
-    asynchronous step when a model may be stale (module docstring, "Staleness").
+    asynchronous step when a model may be stale (:mod:`~packplace.solvers.placement.cpsat.periodic`).
 
     Args:
         instance: A :class:`~packplace.placement.config.PlacementInstance`.
         time_limit_s: Wall-clock budget in seconds for the whole call (default
             :data:`DEFAULT_TIME_LIMIT_S`); the baselines and model building may use
-            :data:`BUILD_TIME_SHARE` of it (past that the hint is returned, module docstring "Time
-            limit"); CP-SAT gets what they leave (at least 10 ms).
+            :data:`BUILD_TIME_SHARE` of it (past that the hint is returned, module docstring); CP-SAT
+            gets what they leave (at least 10 ms).
         seed: CP-SAT ``random_seed`` (and the baselines' seed).
         num_workers: CP-SAT search workers; 1 (default) is deterministic for a fixed seed.
         max_gpus: Largest cluster solved over the full non-dominated candidate set (default 32).
@@ -413,7 +413,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
 
     if asynchronous:  # the model's period is at least the evaluator's and less than it plus E
         agrees = evaluated - 1e-9 <= value / TICKS_PER_S <= evaluated + rounding / TICKS_PER_S + 1e-9
-    else:  # module docstring: within E either way
+    else:  # within E either way (tables module docstring)
         agrees = abs(value / TICKS_PER_S - evaluated) <= rounding / TICKS_PER_S + 1e-9
     # CP-SAT's objective may exceed the plan's own model value when it stopped at its relative gap limit
     # (``P`` or ``step`` not yet pushed down to the plan's value), never fall below it

@@ -45,7 +45,7 @@ OFFLOAD = ("none", "optimizer", "optimizer+params")
 
 @dataclass(frozen=True)
 class TrainingOptions:
-    """Memory options of one training task (module docstring for the formulas).
+    """Memory options of one training task (formulas: :func:`train_state_bytes`, :func:`activation_bytes_per_layer`).
 
     Attributes:
         sharding: ``none`` (DDP), ``zero1`` (default; Megatron-LM distributed optimizer), ``zero2``,
