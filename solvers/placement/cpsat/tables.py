@@ -64,7 +64,7 @@ class Option:
         cand: The candidate (strategy, micro-batch, block shape, time, memory).
         alloc: The block.
         lo, hi: Its linear GPU id range ``[lo, hi)``.
-        duration: ``cand.time`` in integer microseconds, rounded up.
+        duration: ``cand.time`` in integer ticks (:data:`TICKS_PER_S`), rounded up.
     """
 
     vertex: int
@@ -184,7 +184,7 @@ def model_schedule(tables: ModelTables, instance, choice: list[Option]) -> tuple
         choice: One option per vertex (topological order).
 
     Returns:
-        ``(start, end, step)`` in integer microseconds; ``step`` is what the CP-SAT model assigns to this
+        ``(start, end, step)`` in integer ticks; ``step`` is what the CP-SAT model assigns to this
         plan at its earliest schedule (≥ the evaluator's step time, by at most ``rounding_ticks``).
     """
     span = instance.cluster.span_level
