@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from packplace import outputs
 from packplace.errors import ConfigError
-from packplace.outputs import write_with
 from packplace.placement.plan import Plan, gpu_ranges
 
 
@@ -101,7 +101,7 @@ def draw_gantt(instance, plan: Plan, score, path: str) -> None:
     fig.tight_layout()
     extension = os.path.splitext(path)[1].lstrip(".").lower() or "png"
     try:
-        write_with(path, "--gantt", lambda temporary: fig.savefig(temporary, format=extension))
+        outputs.write_with(path, "--gantt", lambda temporary: fig.savefig(temporary, format=extension))
     except OSError as exc:
         raise ConfigError(f"--gantt: cannot write {path!r}: {exc.strerror or exc}") from None
     except ValueError as exc:  # a format matplotlib rejects after all
