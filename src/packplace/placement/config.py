@@ -15,7 +15,7 @@ are bounded up front with the estimate (:data:`MAX_GPUS` GPUs, :data:`MAX_SEQUEN
 step, :data:`MAX_STALENESS` steps of staleness). Model shapes are checked by
 :func:`packplace.shape.shape_from_mapping`. Cross-field rules: ``gen_quantiles`` within ``generation_length``,
 ``t_min <= t_init``, staleness only for models the algorithm trains, every model role the algorithm
-needs and no other.
+needs and no other (both from :data:`packplace.placement.graph.RL_ALGORITHMS`).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def _import_pyplot():
         import matplotlib  # optional dependency (the plot extra)
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # optional dependency (the plot extra)
     except ImportError:
         raise ConfigError("--gantt: matplotlib is not installed; run: pip install 'packplace[plot]'") from None
     return plt
