@@ -1,74 +1,22 @@
 """``anneal`` placement search: simulated annealing over plans, scored by the evaluator.
 
-State: a :class:`~packplace.placement.plan.Plan` (per vertex a candidate — strategy, micro-batch, block
-shape — and an aligned block; per trainable model a staleness). Cost: the evaluator's objective
-(:meth:`PlacementEvaluator.step_time`: the synchronous step time, or the asynchronous period when a
-model has staleness ≥ 1), cached by plan (plans are hashable).
+State: a :class:`~packplace.placement.plan.Plan` (per vertex a candidate and an aligned block; per
+trainable model a staleness). Cost: the evaluator's objective (step time, or the asynchronous period when
+a model is stale), cached by plan. Moves (:data:`MOVES`): another candidate on the same block, another
+block size, another block, two vertices swap blocks, colocate, split a shared block, another staleness;
+each vertex draws from the ``k_eval`` fastest memory-feasible candidates of each block shape plus the one
+with the least memory. Acceptance (Metropolis, relative): a plan worse by ``Δ`` seconds than the current
+one (``c`` seconds) is accepted with probability ``exp(−Δ / (T·c))``; geometric cooling from ``t_init`` to
+``t_min`` over ``e_max`` evaluations, restarts from the best plan at ``t_warm``, then a greedy polish.
 
-Moves (one per proposal, chosen with fixed weights; vertices and models are drawn from sorted lists):
-
-* ``candidate`` — another strategy / micro-batch of the same block shape, same block;
-* ``resize`` — another block size: the aligned block of the new shape that contains (or lies inside)
-  the current one, with the fastest (70%) or a random candidate of that shape;
-* ``move`` — the same candidate on another aligned block of its shape (random, or a neighbour);
-* ``swap`` — two vertices exchange blocks (each takes the fastest candidate of the other's shape when
-  the shapes differ);
-* ``colocate`` — a vertex joins another vertex's block (fastest candidate of that shape);
-* ``split`` — two vertices that share GPUs take the two halves of the larger block;
-* ``staleness`` — a trainable model with a publication edge takes another value of
-  ``staleness_candidates`` (``ac_share`` has no vertex in the step graph, so it is not searched).
-
-Candidate pool per vertex and block shape: the ``k_eval`` fastest memory-feasible candidates of that
-shape plus the one with the least memory (for plans that are tight on memory).
-
-Acceptance (Metropolis, relative): a plan worse by ``Δ`` seconds than the current one (``c`` seconds) is
-accepted with probability ``exp(−Δ / (T·c))``, so ``T`` is a fraction of the current step time:
-``T = 0.1`` accepts a 10% worse plan with probability ``e⁻¹``. Better or equal plans are always accepted.
-
-Knobs (``optimizer`` section of the config, validated at load against
-:data:`packplace.placement.config.OPTIMIZER_KNOBS`; keyword arguments of ``solve`` win and are validated
-by the same function):
-
-==============  ==========  =================================================================================
-knob            default     meaning
-==============  ==========  =================================================================================
-``t_init``      0.30        starting temperature (relative, see above)
-``t_min``       0.03        final temperature; geometric cooling ``T = t_init·(t_min/t_init)^f`` where
-                            ``f = min(1, evaluations/e_max)`` (counts only, never the clock)
-``t_warm``      0.10        reheat temperature: after ``stag_window`` plateaus without a new best, the
-                            search restarts from the best plan at ``max(T, t_warm)``
-``e_max``       50000       evaluation budget: distinct plans scored by the evaluator (cache hits are free;
-                            the search also stops after ``20·e_max`` proposals, or after 20,000 proposals
-                            in a row that all hit the cache — a small space fully explored)
-``e_struct``    400         plateau length: proposals per temperature level
-``stag_window`` 20          plateaus without improving the best plan before a restart from it
-``hard_oom``    true        out-of-memory plans are infeasible (rejected). ``false``: they are scored
-                            ``time·(1 + oom_penalty·overflow)``, ``overflow`` the largest per-GPU excess
-                            as a fraction of ``memory_per_gpu``, so the walk may cross them; the returned
-                            plan is always the best *feasible* plan seen
-``oom_penalty`` 4.0         penalty weight for ``hard_oom: false``
-``polish``      true        final greedy descent: best single move of a deterministic neighbourhood of
-                            the best plan, repeated until no move improves
-``progress_s``  3.0         seconds between best-so-far lines on stderr (none for runs shorter than that)
-``k_eval``      8           (shared) candidates per vertex and block shape in the move pool
-==============  ==========  =================================================================================
-
-Budgets: ``time_limit_s`` (default 30 s) bounds the whole run; the annealing stops at ``e_max``
-evaluations (or on the proposal caps above), or — a hard stop only — when the clock passes 90% of the
-limit; the polish uses what is left of the limit.
-
-Warm start: the better of the ``greedy`` and ``concurrent`` baselines (by the evaluator). The result is
-never worse than the warm start.
-
-Determinism: one ``random.Random(seed)``, sorted iteration everywhere, and the cooling schedule, the
-restarts, the acceptance and every stopping rule except the clock depend only on counts (evaluations,
-proposals, plateaus). So a run that ends on ``e_max``, on the proposal caps or by exhausting its
-neighbourhood (``info["stopped_by"]``, ``hit_time_limit`` false) repeats exactly: the same plan and the
-same evaluation count for the same instance and seed. The clock is checked every 64 proposals and only
-stops the run: a run cut by the time limit returns the best plan of a prefix of that same deterministic
-trajectory — the first ``N`` proposals of the annealing (``N`` a multiple of 64, set by the machine's
-speed), then the deterministic polish from that prefix's best, itself possibly cut by the clock — so it
-is never worse than the warm start, but which prefix depends on machine speed.
+Options: the ``optimizer`` knobs (:class:`AnnealSettings`; ``t_init`` 0.30, ``t_min`` 0.03, ``t_warm``
+0.10, ``e_max`` 50,000, ``e_struct`` 400, ``stag_window`` 20, ``hard_oom`` true, ``oom_penalty`` 4.0,
+``polish`` true, ``progress_s`` 3.0), ``time_limit_s`` (30 s; the annealing may use
+:data:`ANNEAL_TIME_SHARE` of it), ``seed`` (0), ``initial_plan``. Warm start: the better of ``greedy``
+and ``concurrent``; the result is never worse. Determinism: one ``random.Random(seed)`` and counts only
+(never the clock) drive cooling, restarts and stopping, so a run that ends on its own rule repeats exactly;
+a run cut by the clock returns the best plan of a prefix of that trajectory. Reference: Kirkpatrick,
+Gelatt & Vecchi 1983. Performance: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -86,13 +34,13 @@ from packplace.placement.evaluator import INF, get_evaluator, get_table
 from packplace.placement.plan import Allocation, Plan
 from packplace.progress import report
 from packplace.result import FEASIBLE, Proposal
-from packplace.solvers.placement import concurrent as concurrent_baseline
-from packplace.solvers.placement import greedy as greedy_baseline
+from packplace.solvers.placement.concurrent import solve as concurrent_solve
+from packplace.solvers.placement.greedy import solve as greedy_solve
 from packplace.solvers.registry import register
 
 #: Default wall-clock budget (seconds) when ``time_limit_s`` is None.
 DEFAULT_TIME_LIMIT_S = 30.0
-#: The annealing knobs (module docstring); types, ranges and defaults live in
+#: The annealing knobs (:class:`AnnealSettings`); types, ranges and defaults live in
 #: :data:`packplace.placement.config.OPTIMIZER_KNOBS`, validated when the config is loaded.
 DEFAULTS: dict[str, Any] = {name: OPTIMIZER_DEFAULTS[name] for name in (
     "t_init", "t_min", "t_warm", "e_max", "e_struct", "stag_window", "hard_oom", "oom_penalty", "polish",
@@ -107,14 +55,54 @@ EXHAUSTED_AFTER = 20_000
 CACHE_LIMIT = 400_000
 #: Origins per vertex tried by the polish's block moves (evenly spaced, plus the other blocks' origins).
 POLISH_ORIGINS = 32
-#: Move names and their relative weights.
+#: Move names and their relative weights (one move per proposal; vertices and models drawn from sorted
+#: lists):
+#:
+#: * ``candidate`` — another strategy / micro-batch of the same block shape, same block;
+#: * ``resize`` — another block size: the aligned block of the new shape that contains (or lies inside)
+#:   the current one, with the fastest (70%) or a random candidate of that shape;
+#: * ``move`` — the same candidate on another aligned block of its shape (random, or a neighbour);
+#: * ``swap`` — two vertices exchange blocks (each takes the fastest candidate of the other's shape when
+#:   the shapes differ);
+#: * ``colocate`` — a vertex joins another vertex's block (fastest candidate of that shape);
+#: * ``split`` — two vertices that share GPUs take the two halves of the larger block;
+#: * ``staleness`` — a trainable model with a publication edge takes another value of
+#:   ``staleness_candidates`` (``ac_share`` has no vertex in the step graph, so it is not searched).
 MOVES = (("candidate", 0.22), ("resize", 0.20), ("move", 0.16), ("swap", 0.10), ("colocate", 0.10),
          ("split", 0.10), ("staleness", 0.12))
 
 
 @dataclass(frozen=True)
 class AnnealSettings:
-    """Validated knobs (module docstring for meanings and units)."""
+    """Validated knobs of the ``optimizer`` section (types and ranges:
+    :data:`packplace.placement.config.OPTIMIZER_KNOBS`; keyword arguments of :func:`solve` win).
+
+    ==============  ==========  =================================================================================
+    knob            default     meaning
+    ==============  ==========  =================================================================================
+    ``t_init``      0.30        starting temperature (relative, see above)
+    ``t_min``       0.03        final temperature; geometric cooling ``T = t_init·(t_min/t_init)^f`` where
+                                ``f = min(1, evaluations/e_max)`` (counts only, never the clock)
+    ``t_warm``      0.10        reheat temperature: after ``stag_window`` plateaus without a new best, the
+                                search restarts from the best plan at ``max(T, t_warm)``
+    ``e_max``       50000       evaluation budget: distinct plans scored by the evaluator (cache hits are free;
+                                the search also stops after ``20·e_max`` proposals, or after 20,000 proposals
+                                in a row that all hit the cache — a small space fully explored)
+    ``e_struct``    400         plateau length: proposals per temperature level
+    ``stag_window`` 20          plateaus without improving the best plan before a restart from it
+    ``hard_oom``    true        out-of-memory plans are infeasible (rejected). ``false``: they are scored
+                                ``time·(1 + oom_penalty·overflow)``, ``overflow`` the largest per-GPU excess
+                                as a fraction of ``memory_per_gpu``, so the walk may cross them; the returned
+                                plan is always the best *feasible* plan seen
+    ``oom_penalty`` 4.0         penalty weight for ``hard_oom: false``
+    ``polish``      true        final greedy descent: best single move of a deterministic neighbourhood of
+                                the best plan, repeated until no move improves
+    ``progress_s``  3.0         seconds between best-so-far lines on stderr (none for runs shorter than that)
+    ``k_eval``      8           (shared) candidates per vertex and block shape in the move pool
+    ==============  ==========  =================================================================================
+
+    Temperatures are relative: ``T = 0.1`` accepts a 10% worse plan with probability ``e⁻¹``.
+    """
 
     t_init: float
     t_min: float
@@ -382,9 +370,9 @@ def _warm_start(instance, ev) -> tuple[Plan | None, float, str, dict[str, float]
     """The better of the greedy and concurrent plans (by the evaluator), its time and name (``None`` when
     neither found a plan)."""
     times, plans = {}, {}
-    for name, module in (("concurrent", concurrent_baseline), ("greedy", greedy_baseline)):
+    for name, baseline in (("concurrent", concurrent_solve), ("greedy", greedy_solve)):
         try:
-            proposal = module.solve(instance)
+            proposal = baseline(instance)
         except ConfigError:
             if plans:  # colocation runs out of memory where concurrent's partitions fit: start from those
                 continue
@@ -403,7 +391,8 @@ def _warm_start(instance, ev) -> tuple[Plan | None, float, str, dict[str, float]
 def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial_plan: Plan | None = None,
           **params: Any) -> Proposal:
     """Simulated annealing over plans from the better baseline, then a greedy polish (module docstring
-    for moves, knobs and budgets). Returns the best feasible plan found, never worse than the warm start.
+    for moves and budgets, :class:`AnnealSettings` for the knobs). Returns the best feasible plan found,
+    never worse than the warm start.
 
     Args:
         instance: A :class:`~packplace.placement.config.PlacementInstance`.
@@ -411,7 +400,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
         seed: Seed of the move generator.
         initial_plan: Start from this feasible plan instead of the baselines (a warm restart, e.g. from
             a saved ``plan.json``); the result is never worse than it.
-        **params: Knobs of the module docstring (override the ``optimizer`` section).
+        **params: Knobs of :class:`AnnealSettings` (override the ``optimizer`` section).
 
     Raises:
         ConfigError: a bad knob (``[optimizer] name: ...``), an infeasible ``initial_plan`` (with the
@@ -430,7 +419,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
     else:
         warm, warm_time, warm_name, baseline_times = _warm_start(instance, search.ev)
         if warm is None:  # neither baseline (colocated, partitions, disjoint layouts) found a plan
-            return greedy_baseline.solve(instance, time_limit_s=limit)
+            return greedy_solve(instance, time_limit_s=limit)
 
     current, (current_cost, _) = warm, search.cost(warm)
     best, best_time = warm, warm_time

@@ -1,4 +1,19 @@
-"""``concurrent`` placement baseline: phases of independent vertices on partitions of the cluster."""
+"""``concurrent`` placement baseline: phases of independent vertices on partitions of the cluster.
+
+The step graph's vertices are grouped into phases by longest-path depth (each phase an antichain: PPO's
+``[generate]``, ``[reference, reward, critic infer]``, ``[actor, critic train]``). Each phase is placed on
+a partition of the whole cluster: every tiling of the cluster with at most one aligned block per vertex
+(recursive splits into the next smaller block shape), every assignment of the phase's vertices to the
+blocks, each vertex on its fastest memory-feasible candidate of its block's shape; a partition's score is
+its slowest block (vertices on one block serialise). The :data:`COMBINE_TOP` best partitions of every
+phase are combined and scored by the evaluator, stepping vertices down in memory on the same block
+(:func:`~packplace.solvers.placement._common.repair_memory`); still out of memory, the phase with the
+largest footprint moves to its next partition. Never slower than ``greedy``: the colocated plan is
+returned when faster; where neither fits, one block per model (disjoint layouts).
+
+Options: ``time_limit_s`` (None: no limit on the step-down loop), ``seed`` (unused: deterministic).
+Performance: docs/performance.md.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +25,7 @@ from packplace.placement.candidates import Candidate
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.plan import Allocation
 from packplace.result import FEASIBLE, Proposal
-from packplace.solvers.placement.greedy import colocated_plan, disjoint_plan, no_plan_found, repair_memory
+from packplace.solvers.placement._common import colocated_plan, disjoint_plan, no_plan_found, repair_memory
 from packplace.solvers.registry import register
 
 #: Best partitions per phase kept for assembling and stepping down.

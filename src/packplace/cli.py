@@ -28,8 +28,7 @@ from packplace.errors import ConfigError, InfeasibleError
 from packplace.result import json_ready
 
 #: Modules that contribute subcommands through ``register(subparsers)``.
-COMMAND_MODULES = ("packplace.balance.cli", "packplace.placement.cli", "packplace.placement.validate",
-                   "packplace.harness.cli")
+COMMAND_MODULES = ("packplace.balance.cli", "packplace.placement.cli", "packplace.harness.cli")
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

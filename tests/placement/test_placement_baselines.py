@@ -131,7 +131,7 @@ def test_every_solver_finds_the_disjoint_plan_where_colocation_does_not_fit():
                            "workload": dict(batch_size=1, samples_per_prompt=2, context_length=128,
                                             generation_length=128), "policy": {"algorithm": "dpo"}})
     assert all(get_table(inst).feasible[name] for name in inst.graph.names)  # each vertex alone fits
-    from packplace.solvers.placement.greedy import colocated_plan
+    from packplace.solvers.placement._common import colocated_plan
     with pytest.raises(ConfigError, match="the models do not fit together"):
         colocated_plan(inst)
     ev = get_evaluator(inst)

@@ -9,6 +9,7 @@ import pytest
 
 import packplace
 from packplace.errors import InfeasibleError
+from packplace.placement.api import check_instance
 from packplace.placement.candidates import block_extents, block_origins, explain
 from packplace.placement.config import build_instance, load_config
 from packplace.placement.evaluator import get_table
@@ -138,16 +139,17 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
     table = get_table(build_instance(cfg))
     assert not table.feasible["actor.generate"] and not table.feasible["actor.train"]
     with pytest.raises(InfeasibleError) as info:
-        table.check()
+        check_instance(table.instance)
     assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 256 "
                                "(16.2 GB per GPU needed at the largest block (8 GPUs), 1.5 GB available); the smallest "
                                "cluster of this node and rack shape (doubled) on which the concurrent solver fits a "
                                "whole plan has 512 GPUs (step 0.3579 s: actor.generate 512 GPUs, actor.train 512 "
                                "GPUs, reference.infer 512 GPUs, reward.infer 512 GPUs)")
     # On 256 GPUs (what actor.train alone needs) the colocated weights of the other tasks do not fit: the
-    # search reports the next doubling, and the upper bound without the search is every task on its own GPUs
+    # search reports the next doubling, and the table's own check (no search) gives the upper bound with
+    # every task on its own GPUs
     with pytest.raises(InfeasibleError, match=r"needs at most 289 \(actor.generate 16 GPUs"):
-        table.check(search_whole_plan=False)
+        table.check()
 
 
 def test_model_that_never_fits_because_of_divisibility_says_so():

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from packplace.errors import InfeasibleError
+from packplace.placement.api import check_instance
 from packplace.placement.config import build_instance, load_config
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
@@ -91,6 +92,6 @@ def test_70b_ppo_on_one_h200_node_names_the_smallest_whole_cluster(tmp_path):
     one_node = text.replace("  racks: 2\n", "  racks: 1\n").replace("  nodes_per_rack: 4\n", "  nodes_per_rack: 1\n")
     path.write_text(one_node)
     with pytest.raises(InfeasibleError) as info:
-        get_table(load_config(str(path))).check()
+        check_instance(load_config(str(path)))
     assert "actor.train needs 16" in str(info.value)
     assert "fits a whole plan has 16 GPUs" in str(info.value)

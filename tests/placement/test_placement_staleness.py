@@ -12,7 +12,7 @@ import packplace
 from packplace.placement.config import build_instance, load_config, load_yaml
 from packplace.placement.evaluator import PlacementEvaluator, get_evaluator, get_table
 from packplace.placement.plan import Allocation, Plan
-from packplace.solvers.placement.greedy import repair_memory
+from packplace.solvers.placement._common import repair_memory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GRPO = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")

@@ -1,16 +1,36 @@
-"""``packplace.place(instance, solver=..., ...)``: one entry point for every placement backend."""
+"""``packplace.place(instance, solver=..., ...)``: one entry point for every placement backend.
+
+:func:`solve_placement` checks the instance (:func:`check_instance`: every task has a legal candidate that
+fits in memory, else one line with the numbers), builds the candidate table once, hands the rest of the
+time limit to the backend named ``solver`` through the registry and returns the
+:class:`~packplace.result.SolveResult` the placement evaluator scored.
+
+When the cluster is too small for some task, :func:`check_instance` grows the cluster (same node and rack
+shape, doubled up to 64x) and names the smallest size on which the ``concurrent`` solver fits a whole
+plan; that search is why the error wording lives here and not in the candidate table.
+
+Options: ``solver`` (default :data:`DEFAULT_SOLVER`), ``time_limit_s`` (None: the backend's default),
+``seed`` (0), backend keyword options. Solvers: ``packplace.solvers.available("placement")``.
+"""
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
-from packplace.errors import ConfigError
+from packplace.errors import ConfigError, InfeasibleError
+from packplace.placement.candidates import CandidateTable, Shortfall
 from packplace.placement.config import PlacementInstance
 from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.hardware import Cluster
 from packplace.result import SolveResult, check_limits, solve_with
 
 DEFAULT_SOLVER = "concurrent"
+#: Largest growth factor of the cluster the whole-plan search of :func:`check_instance` tries.
+MAX_GROWTH = 64
+#: Seconds the ``concurrent`` solver gets on each grown cluster of that search.
+SEARCH_TIME_LIMIT_S = 10.0
 
 
 def solve_placement(
@@ -49,9 +69,9 @@ def solve_placement(
         raise ConfigError(f"instance: expected a PlacementInstance, got {type(instance).__name__}")
     check_limits(time_limit_s, seed)
     started = time.perf_counter()
-    get_table(instance).check()
-    # time_limit_s covers the whole call: the candidate table (seconds on a cluster of 16,384 GPUs)
-    # counts against it, and the backend gets what is left (at least 1 ms)
+    check_instance(instance)
+    # time_limit_s covers the whole call: the candidate table counts against it, and the backend gets
+    # what is left (at least 1 ms)
     remaining = None if time_limit_s is None else max(1e-3, time_limit_s - (time.perf_counter() - started))
     result = solve_with(
         problem="placement", instance=instance, solver=solver, evaluator=get_evaluator(instance),
@@ -59,3 +79,46 @@ def solve_placement(
     )
     result.params["time_limit_s"] = time_limit_s
     return result
+
+
+def check_instance(instance: PlacementInstance) -> None:
+    """Pre-launch checks of :meth:`CandidateTable.check`, worded with the smallest whole cluster.
+
+    Raises:
+        ConfigError: a vertex with no legal strategy, or non-finite predicted times.
+        InfeasibleError: a vertex that fits on no cluster grown up to 64x (bytes needed and available), or
+            "cluster has X GPUs; the smallest feasible plan for V needs Y (...); the smallest cluster of
+            this node and rack shape (doubled) on which the concurrent solver fits a whole plan has Z GPUs
+            (step T s: per task its GPUs)" (else the upper bound with every task on its own GPUs).
+    """
+    table = get_table(instance)
+    short = table.shortfalls()
+    if short:
+        raise InfeasibleError(table.shortfall_message(short, _smallest_whole_cluster(instance, table, short)))
+
+
+def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, short: list[Shortfall]) -> str:
+    """The smallest grown cluster (same node and rack shape, doubled up to :data:`MAX_GROWTH` times) on which
+    the ``concurrent`` solver finds a plan that fits in memory, with each task's GPUs in that plan; else
+    the upper bound of :meth:`CandidateTable.whole_plan_bound` and the largest size tried."""
+    c = instance.cluster
+    least = max(entry.needed or 0 for entry in short)  # no plan fits on fewer GPUs than its neediest task
+    factor = 2
+    while factor <= MAX_GROWTH:
+        grown = (Cluster(1, c.nodes_per_rack * factor, c.gpus_per_node) if c.racks == 1
+                 else Cluster(c.racks * factor, c.nodes_per_rack, c.gpus_per_node))
+        factor *= 2
+        if grown.num_gpus < least:
+            continue
+        big = replace(instance, cluster=grown, _cache={})
+        try:
+            get_table(big).check()
+        except InfeasibleError:
+            continue
+        result = solve_placement(big, "concurrent", time_limit_s=SEARCH_TIME_LIMIT_S, seed=0)
+        if result.solution is None or result.status not in ("optimal", "feasible"):
+            continue
+        parts = [f"{name} {choice.allocation.num_gpus} GPUs" for name, choice in result.solution.vertices]
+        return (f"the smallest cluster of this node and rack shape (doubled) on which the concurrent solver "
+                f"fits a whole plan has {grown.num_gpus} GPUs (step {result.objective:.4g} s: {', '.join(parts)})")
+    return f"no whole plan found on clusters up to {grown.num_gpus} GPUs; {table.whole_plan_bound(short)}"

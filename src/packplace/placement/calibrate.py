@@ -1,30 +1,22 @@
 """``packplace calibrate``: fit the hardware efficiency knobs to the measured task times of one profiled
 step on your cluster.
 
-Input: a validation-style config (a placement config with a ``validation.plan`` naming the placement the
-step ran with) and a YAML of measured seconds per task, either flat (``actor.generate: 41.2``,
-``actor.train: 30.5``, ...: whole tasks of an RL step, each including ``phase_overhead``) or with the
-file saying what it measured and which knobs it can determine::
+Input: a validation-style config (a placement config whose ``validation.plan`` names the placement the
+step ran with) and a YAML of measured seconds per task, flat (``actor.generate: 41.2``: whole tasks,
+each including ``phase_overhead``) or ``{source: ..., times: {...}, engine_only: [tasks measured on the
+engine alone, without phase_overhead], knobs: [knobs to fit]}`` (:func:`read_measured`).
 
-    source: "where the numbers come from"
-    times: {actor.generate: 24.3}
-    engine_only: [actor.generate]     # measured on the engine alone: no RL phase overhead in the time
-    knobs: [decode_bw_eff]            # the knobs to fit; every other knob keeps the config's value
-
-The knobs in :data:`KNOB_BOUNDS` are fitted with :func:`scipy.optimize.least_squares` (trust-region
-reflective, within the physical bounds) on relative residuals ``log(predicted / measured)`` of each
-task's time from :meth:`~packplace.placement.cost.CostModel.vertex_time` (less ``phase_overhead`` for an
-``engine_only`` task). A knob the measurements do not determine (its column of the Jacobian vanishes or
-is a combination of the others, or there are fewer measurements than knobs) is refused with an error
-naming it: fix it or measure more tasks. With as many measurements as knobs the fit is exact (zero
-residuals): it then says nothing about how well the model fits, only what the knobs must be.
+The knobs of :data:`KNOB_BOUNDS` (default :data:`DEFAULT_KNOBS`) are fitted with
+:func:`scipy.optimize.least_squares` (trust-region reflective, within the physical bounds) on the
+residuals ``log(predicted / measured)`` of each task's time from
+:meth:`~packplace.placement.cost.CostModel.vertex_time`. A knob the measurements do not determine (its
+Jacobian column vanishes or is a combination of the others, or fewer measurements than knobs) is refused
+with an error naming it. With as many measurements as knobs the fit is exact and does not test the model.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from dataclasses import replace
 from typing import Any
 
@@ -104,7 +96,7 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
         ConfigError: an unknown knob or task, a non-positive measurement, fewer measurements than knobs,
             or a knob the measurements cannot identify.
     """
-    from scipy.optimize import least_squares
+    from scipy.optimize import least_squares  # start-up time: scipy loads only when a fit runs
 
     if not knobs:
         raise ConfigError(f"calibrate: no knob to fit; valid: {', '.join(KNOB_BOUNDS)}")
@@ -164,60 +156,3 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
             "residuals": {t: times[t] / measured[t] - 1.0 for t in tasks},
             "at_limit": at_limit,
             "hardware": hw, "cost": float(fit.cost), "status": fit.message}
-
-
-def register(subparsers) -> None:
-    """Add ``calibrate`` to the CLI."""
-    p = subparsers.add_parser(
-        "calibrate", help="fit hardware efficiency knobs to measured task times",
-        description="Fit the hardware efficiency knobs to the measured seconds per task of one profiled step "
-                    "(scipy least_squares within physical bounds); print fitted values, residuals and the "
-                    "fitted hardware block.")
-    p.add_argument("--config", required=True, help="config with validation.plan (the placement that was profiled)")
-    p.add_argument("--measured", required=True,
-                   help="YAML: task name -> measured seconds, or {times: {...}, engine_only: [...], knobs: [...]}")
-    p.add_argument("--knobs", default=None,
-                   help=f"comma-separated knobs to fit (default: the measured file's knobs, else "
-                        f"{','.join(DEFAULT_KNOBS)}; valid: {', '.join(KNOB_BOUNDS)})")
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Print fitted knobs, the knobs kept fixed, residuals per task and the fitted hardware block."""
-    from packplace.placement.config import load_yaml
-    from packplace.placement.validate import load_setup
-
-    instance, plan, _ = load_setup(args.config)
-    measured = read_measured(load_yaml(args.measured), args.measured)
-    if args.knobs is not None:
-        knobs = tuple(k.strip() for k in args.knobs.split(",") if k.strip())
-    else:
-        knobs = measured["knobs"] or DEFAULT_KNOBS
-    result = calibrate(instance, plan, measured["times"], knobs, measured["engine_only"])
-    if measured["source"]:
-        print(f"measured: {measured['source']}")
-    print("fitted knobs:")
-    for k, v in result["knobs"].items():
-        print(f"  {k}: {v:.6g}")
-    print("fixed knobs (config / preset values):")
-    for k, v in result["fixed"].items():
-        print(f"  {k}: {v:.6g}")
-    print("residuals (predicted / measured - 1):")
-    for t, r in result["residuals"].items():
-        note = " (engine only, no phase_overhead)" if t in measured["engine_only"] else ""
-        print(f"  {t}: {r:+.3%}{note}")
-    worst = max(abs(r) for r in result["residuals"].values())
-    for k in result["at_limit"]:
-        print(f"warning: {k} ended at its physical limit {result['knobs'][k]:.6g} "
-              f"(bounds {KNOB_BOUNDS[k][0]:g}..{KNOB_BOUNDS[k][1]:g}): the measurements ask for a value outside "
-              f"them; check the measured times and the config before trusting the fit", file=sys.stderr)
-    if len(result["residuals"]) == len(knobs) and not result["at_limit"] and worst < 1e-6:
-        print("as many measurements as knobs: the fit is exact and does not test the model")
-    print("hardware:")
-    hw = result["hardware"]
-    for k in Hardware.__dataclass_fields__:
-        print(f"  {k}: {getattr(hw, k):.6g}")
-    args.json_document = {"knobs": result["knobs"], "fixed": result["fixed"], "residuals": result["residuals"],
-                          "hardware": {k: getattr(hw, k) for k in Hardware.__dataclass_fields__},
-                          "at_limit": result["at_limit"], "status": result["status"]}
-    return 0

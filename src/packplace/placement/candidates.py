@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import NamedTuple
 
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.cost import CostModel
 from packplace.placement.engine import mean_live_tokens
+from packplace.placement.graph import algorithm_spec
 from packplace.placement.hardware import Cluster
 from packplace.placement.memory import DEFAULT_TRAINING, vertex_memory
 from packplace.placement.models import ModelSpec
@@ -79,6 +82,27 @@ class Candidate:
     def at(self, allocation: Allocation) -> VertexPlan:
         """The vertex plan running this candidate on ``allocation`` (must have this extent)."""
         return VertexPlan(self.strategy, self.micro_batch, allocation)
+
+
+class Shortfall(NamedTuple):
+    """A vertex without a memory-feasible candidate on the cluster (:meth:`CandidateTable.shortfalls`).
+
+    Attributes:
+        needed: GPUs of its smallest memory-feasible block on a cluster grown up to 64x (None: never fits).
+        vertex, model: The vertex and its model role.
+        detail: "Z GB per GPU needed at the largest block (N GPUs), W GB available".
+        least: Its candidate with the least memory.
+        bytes_at_largest: Least bytes per GPU of its candidates on the largest legal block.
+        largest_gpus: GPUs of that block.
+    """
+
+    needed: int | None
+    vertex: str
+    model: str
+    detail: str
+    least: Candidate
+    bytes_at_largest: float
+    largest_gpus: int
 
 
 def divisors(n: int) -> list[int]:
@@ -231,25 +255,17 @@ class CandidateTable:
         """Smallest GPU-seconds ``time · gpus`` of any memory-feasible candidate (inf if none)."""
         return min((c.time * c.gpus for c in self.feasible[vertex]), default=float("inf"))
 
-    def check(self, search_whole_plan: bool = True) -> None:
-        """Pre-launch checks: every vertex has a legal candidate that fits in memory.
-
-        Args:
-            search_whole_plan: When a vertex needs more GPUs than the cluster has, grow the cluster
-                (nodes per rack, then racks, doubling up to 64x) and name the smallest size on which the
-                ``concurrent`` solver finds a whole memory-feasible plan (False: report only the upper
-                bound with every task on its own GPUs; used by that search itself).
+    def shortfalls(self) -> list[Shortfall]:
+        """The vertices without a memory-feasible candidate, each with the GPUs it would need.
 
         Raises:
-            ConfigError: with numbers — no legal strategy (the rules that failed on the full cluster),
-                a non-finite predicted time, "cluster has X GPUs; the smallest feasible plan for V needs Y"
-                naming the vertex that needs the most GPUs, or "M does not fit: V needs Z GB per GPU at the
-                largest block, W GB available" naming the vertex.
+            ConfigError: a vertex with no legal strategy (the rules that failed on the full cluster) or a
+                non-finite predicted time for every candidate that fits.
+            InfeasibleError: a vertex that fits on no cluster grown up to 64x: "M does not fit: V needs Z GB
+                per GPU at the largest block, W GB available" naming the most demanding vertex.
         """
         inst = self.instance
         mem = inst.hardware.memory_per_gpu
-        # vertices without a feasible candidate: (needed GPUs or None, name, model, detail, least-memory
-        # candidate, bytes at the largest block, GPUs of the largest block)
         short = []
         for vertex in inst.graph.vertices:
             name = vertex.name
@@ -269,59 +285,55 @@ class CandidateTable:
             needed = _smallest_fitting_gpus(vertex, model, inst, self.cost)
             detail = (f"{gb(at_largest)} GB per GPU needed at the largest block ({largest} GPUs), "
                       f"{gb(mem)} GB available")
-            short.append((needed, name, vertex.model, detail, least, at_largest, largest))
-        if not short:
-            return
-        never = [x for x in short if x[0] is None]
+            short.append(Shortfall(needed, name, vertex.model, detail, least, at_largest, largest))
+        never = [x for x in short if x.needed is None]
         if never:  # name the most demanding vertex (the most memory at its largest block)
-            _, name, model_name, _, least, at_largest, largest = max(never, key=lambda x: x[5])
-            capped = (f"; no block larger than {largest} GPUs is legal ({self.why_not_larger(name)})"
-                      if largest < inst.cluster.num_gpus else "")
-            raise InfeasibleError(f"[models] {model_name} does not fit: {name} needs {gb(at_largest)} GB per GPU at "
-                              f"the largest block ({largest} GPUs), {gb(mem)} GB available (least memory of any "
-                              f"candidate: {gb(least.memory_bytes)} GB){capped}")
-        needed, name, _, detail, *_ = max(short, key=lambda x: x[0])  # needs the most GPUs (first on ties)
-        whole = self._smallest_whole_cluster(short) if search_whole_plan else self._whole_plan(short)
-        raise InfeasibleError(f"[hardware] cluster has {inst.cluster.num_gpus} GPUs; the smallest feasible plan for "
-                              f"{name} needs {needed} ({detail}); {whole}")
+            worst = max(never, key=lambda x: x.bytes_at_largest)
+            capped = (f"; no block larger than {worst.largest_gpus} GPUs is legal ({self.why_not_larger(worst.vertex)})"
+                      if worst.largest_gpus < inst.cluster.num_gpus else "")
+            raise InfeasibleError(f"[models] {worst.model} does not fit: {worst.vertex} needs "
+                                  f"{gb(worst.bytes_at_largest)} GB per GPU at the largest block "
+                                  f"({worst.largest_gpus} GPUs), {gb(mem)} GB available (least memory of any "
+                                  f"candidate: {gb(worst.least.memory_bytes)} GB){capped}")
+        return short
 
-    def _smallest_whole_cluster(self, short: list) -> str:
-        """The smallest grown cluster (same node and rack shape, doubled like
-        :func:`_smallest_fitting_gpus`, up to 64x) on which the ``concurrent`` solver finds a plan that fits
-        in memory, with each task's GPUs and GB per GPU in that plan; else the upper bound of
-        :meth:`_whole_plan` and the largest size tried."""
-        from packplace.placement.api import solve_placement  # the solvers import this module
-        from packplace.placement.evaluator import get_table
+    def shortfall_message(self, short: list[Shortfall], whole: str) -> str:
+        """The one-line error for a cluster too small for some vertex: the vertex needing the most GPUs
+        (first on ties) and ``whole``, what the whole plan needs (:meth:`whole_plan_bound` or the placement
+        API's search)."""
+        worst = max(short, key=lambda x: x.needed)
+        return (f"[hardware] cluster has {self.instance.cluster.num_gpus} GPUs; the smallest feasible plan for "
+                f"{worst.vertex} needs {worst.needed} ({worst.detail}); {whole}")
 
-        inst = self.instance
-        c = inst.cluster
-        least = max(entry[0] for entry in short)  # no plan fits on fewer GPUs than its neediest task
-        factor = 2
-        while factor <= 64:
-            grown = (Cluster(1, c.nodes_per_rack * factor, c.gpus_per_node) if c.racks == 1
-                     else Cluster(c.racks * factor, c.nodes_per_rack, c.gpus_per_node))
-            factor *= 2
-            if grown.num_gpus < least:
-                continue
-            big = replace(inst, cluster=grown, _cache={})
-            try:
-                get_table(big).check(search_whole_plan=False)
-            except InfeasibleError:
-                continue
-            result = solve_placement(big, "concurrent", time_limit_s=10.0, seed=0)
-            if result.solution is None or result.status not in ("optimal", "feasible"):
-                continue
-            parts = [f"{name} {choice.allocation.num_gpus} GPUs" for name, choice in result.solution.vertices]
-            return (f"the smallest cluster of this node and rack shape (doubled) on which the concurrent solver "
-                    f"fits a whole plan has {grown.num_gpus} GPUs (step {result.objective:.4g} s: {', '.join(parts)})")
-        return (f"no whole plan found on clusters up to {grown.num_gpus} GPUs; "
-                f"{self._whole_plan(short)}")
+    def check(self, search_whole_plan: bool | None = None) -> None:
+        """Pre-launch checks: every vertex has a legal candidate that fits in memory.
 
-    def _whole_plan(self, short: list) -> str:
+        A vertex that needs more GPUs than the cluster has is reported with the upper bound of every task
+        on its own GPUs (:meth:`whole_plan_bound`); :func:`packplace.placement.api.check_instance` words
+        the same error with the smallest grown cluster on which a solver fits a whole plan.
+
+        Args:
+            search_whole_plan: Deprecated (removal in 0.3.0) and ignored: this method never searches; call
+                :func:`packplace.placement.api.check_instance` for the search.
+
+        Raises:
+            ConfigError: as :meth:`shortfalls`.
+            InfeasibleError: as :meth:`shortfalls`, or "cluster has X GPUs; the smallest feasible plan for V
+                needs Y (...); the whole plan with every task on its own GPUs needs at most Z (...)".
+        """
+        if search_whole_plan is not None:
+            warnings.warn("CandidateTable.check(search_whole_plan=...) is deprecated (removal in 0.3.0) and "
+                          "never searches; use packplace.placement.api.check_instance(instance)",
+                          DeprecationWarning, stacklevel=2)
+        short = self.shortfalls()
+        if short:
+            raise InfeasibleError(self.shortfall_message(short, self.whole_plan_bound(short)))
+
+    def whole_plan_bound(self, short: list[Shortfall]) -> str:
         """The whole plan's GPU count with every task on its own smallest memory-feasible block (an upper
         bound on the smallest cluster: colocating tasks may need fewer), with each task's GPUs and, where
         it fits on this cluster, its GB per GPU."""
-        grown = {entry[1]: entry[0] for entry in short}
+        grown = {entry.vertex: entry.needed for entry in short}
         parts, total = [], 0
         for vertex in self.instance.graph.vertices:
             if vertex.name in grown:
@@ -367,9 +379,10 @@ def _order(c: Candidate) -> tuple:
 
 
 def needs_old_log_prob(instance, vertex: str) -> bool:
-    """Whether ``vertex`` is the actor's training of an on-policy algorithm (PPO, GRPO): it then also runs
-    the old-log-prob forward pass (:meth:`~packplace.placement.cost.CostModel.vertex_phases`)."""
-    return vertex == "actor.train" and instance.algorithm in ("ppo", "grpo")
+    """Whether ``vertex`` is the actor's training of an on-policy algorithm (``old_log_prob`` in its
+    :data:`~packplace.placement.graph.RL_ALGORITHMS` entry): it then also runs the old-log-prob forward
+    pass (:meth:`~packplace.placement.cost.CostModel.vertex_phases`)."""
+    return algorithm_spec(instance.algorithm).runs_old_log_prob(vertex)
 
 
 def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, cost: CostModel,

@@ -1,4 +1,15 @@
-"""``packplace place``: solve a placement config, print the plan table, write plan.json / a Gantt chart."""
+"""The placement subcommands: ``packplace place``, ``packplace validate`` and ``packplace calibrate``.
+
+``place`` solves a placement config and prints one row per task (strategy, micro-batch, GPUs, start,
+time, memory), the step time, status, bound and gap; ``--out`` writes the plan with explicit GPU ids as
+JSON and ``--gantt`` a chart (matplotlib). ``validate`` scores the plans of published runs against their
+published times (:mod:`packplace.placement.validate`); ``calibrate`` fits the hardware efficiency knobs to
+measured task times (:mod:`packplace.placement.calibrate`).
+
+Exit codes: 0 a feasible plan / every figure within range; 1 no plan found or proven infeasible, or a
+validation figure out of range; 2 bad input (a :class:`~packplace.errors.ConfigError`, raised to the
+top-level CLI). ``--json`` documents: :func:`result_json`, ``{"rows": [...], "ok": bool}`` and the fit.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +18,29 @@ import os
 import sys
 from typing import Any
 
+from packplace import interrupt
 from packplace.errors import ConfigError
 from packplace.outputs import json_text, write_atomic
+from packplace.placement import api
+from packplace.placement.calibrate import DEFAULT_KNOBS, KNOB_BOUNDS, calibrate, read_measured
 from packplace.placement.candidates import GB
-from packplace.placement.config import load_config
+from packplace.placement.config import load_config, load_yaml
 from packplace.placement.evaluator import get_evaluator
-from packplace.placement.plan import plan_to_json
+from packplace.placement.gantt import check_format, draw_gantt
+from packplace.placement.hardware import Hardware
+from packplace.placement.plan import gpu_ranges, plan_to_json
+from packplace.placement.validate import format_rows, load_setup, validate, validation_files
+from packplace.result import check_limits
+from packplace.solvers import available
+from packplace.table import check_output_file
+
+__all__ = ["format_table", "gpu_ranges", "register", "result_json", "run", "run_calibrate", "run_validate",
+           "vertex_own_memory"]
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    """Add the ``place`` subcommand to an ``argparse`` subparsers object; sets ``func`` to :func:`run`."""
+    """Add ``place``, ``validate`` and ``calibrate`` to an ``argparse`` subparsers object (``func`` set to
+    :func:`run`, :func:`run_validate`, :func:`run_calibrate`); returns the ``place`` parser."""
     p = subparsers.add_parser(
         "place", help="place the tasks of an RL post-training step on a GPU cluster",
         description="Place the tasks of one PPO/GRPO/DPO step (generation, inference, training) on racks x nodes "
@@ -25,8 +49,6 @@ def register(subparsers) -> argparse.ArgumentParser:
                     "Exit codes: 0 a feasible plan; 1 none found, or none exists (proven); 2 bad input.",
     )
     p.add_argument("--config", required=True, help="placement YAML config (see configs/placement/)")
-    from packplace.solvers import available
-
     p.add_argument("--solver", default="concurrent",
                    help=f"one of {', '.join(available('placement'))}; default concurrent")
     p.add_argument("--time-limit", type=float, default=None, dest="time_limit", metavar="S",
@@ -35,19 +57,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write the plan with explicit GPU ids as JSON")
     p.add_argument("--gantt", default=None, help="write a Gantt chart (PNG/SVG/PDF; needs matplotlib)")
     p.set_defaults(func=run)
+    register_validate(subparsers)
+    register_calibrate(subparsers)
     return p
-
-
-def gpu_ranges(gpu_ids: list[tuple[int, int, int]]) -> str:
-    """Compact ``rack/node/gpu`` ranges, e.g. ``r0/n0-1/g0-7`` for two whole nodes."""
-    racks = sorted({r for r, _, _ in gpu_ids})
-    nodes = sorted({n for _, n, _ in gpu_ids})
-    gpus = sorted({g for _, _, g in gpu_ids})
-
-    def span(xs: list[int]) -> str:
-        return str(xs[0]) if len(xs) == 1 else f"{xs[0]}-{xs[-1]}"
-
-    return f"r{span(racks)}/n{span(nodes)}/g{span(gpus)}"
 
 
 def vertex_own_memory(instance, plan) -> dict[str, float]:
@@ -135,10 +147,6 @@ def result_json(instance, result) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Run ``packplace place``; returns the exit code (0 ok, 1 no feasible plan). ConfigError propagates
     to the top-level CLI (one line on stderr, exit code 2)."""
-    from packplace.placement.api import solve_placement
-    from packplace.result import check_limits
-    from packplace.table import check_output_file
-
     check_limits(args.time_limit, args.seed)  # argument errors before any work
     for path, option in ((args.out, "--out"), (args.gantt, "--gantt")):
         if path:
@@ -146,22 +154,90 @@ def run(args: argparse.Namespace) -> int:
     if args.out and args.gantt and os.path.abspath(args.out) == os.path.abspath(args.gantt):
         raise ConfigError(f"--gantt: {args.gantt!r} is also the --out path")
     if args.gantt:  # an unsupported image format (or no matplotlib) fails now, not after the solve
-        from packplace.placement.gantt import check_format
-
         check_format(args.gantt)
     instance = load_config(args.config)
-    result = solve_placement(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
+    result = api.solve_placement(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
     print(format_table(instance, result))
     args.json_document = result_json(instance, result)
     if result.interrupted:  # the best plan so far is printed; no output file
-        from packplace import interrupt
-
         print(f"interrupted: true (status {result.status}); nothing written", file=sys.stderr)
         return interrupt.exit_code(interrupt.requested() or 2)
     if args.out:
         write_atomic(args.out, json_text(result_json(instance, result)) + "\n", "--out")
     if args.gantt and result.solution is not None:
-        from packplace.placement.gantt import draw_gantt
-
         draw_gantt(instance, result.solution, get_evaluator(instance).score(result.solution), args.gantt)
     return 0 if result.ok else 1
+
+
+def register_validate(subparsers) -> None:
+    """Add ``validate`` to the CLI (``func`` set to :func:`run_validate`)."""
+    p = subparsers.add_parser(
+        "validate", help="compare predicted step/phase times with published runs",
+        description="Score the placements of published RL runs (config + validation section) and print "
+                    "predicted, published and their ratio per phase; exit 1 when a ratio is outside x1.3.")
+    p.add_argument("target", help="a validation YAML or a directory of them (benchmarks/validation/)")
+    p.set_defaults(func=run_validate)
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    """Print the report (with ``--json`` the document ``{"rows": [...], "ok": bool}``, one
+    :meth:`~packplace.placement.validate.ValidationRow.as_dict` per row); exit 1 when a figure is outside
+    the range or its plan is over memory."""
+    rows = validate(validation_files(args.target))
+    print(format_rows(rows))
+    args.json_document = {"rows": [r.as_dict() for r in rows], "ok": all(r.ok for r in rows)}
+    return 0 if all(r.ok for r in rows) else 1
+
+
+def register_calibrate(subparsers) -> None:
+    """Add ``calibrate`` to the CLI (``func`` set to :func:`run_calibrate`)."""
+    p = subparsers.add_parser(
+        "calibrate", help="fit hardware efficiency knobs to measured task times",
+        description="Fit the hardware efficiency knobs to the measured seconds per task of one profiled step "
+                    "(scipy least_squares within physical bounds); print fitted values, residuals and the "
+                    "fitted hardware block.")
+    p.add_argument("--config", required=True, help="config with validation.plan (the placement that was profiled)")
+    p.add_argument("--measured", required=True,
+                   help="YAML: task name -> measured seconds, or {times: {...}, engine_only: [...], knobs: [...]}")
+    p.add_argument("--knobs", default=None,
+                   help=f"comma-separated knobs to fit (default: the measured file's knobs, else "
+                        f"{','.join(DEFAULT_KNOBS)}; valid: {', '.join(KNOB_BOUNDS)})")
+    p.set_defaults(func=run_calibrate)
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    """Print fitted knobs, the knobs kept fixed, residuals per task and the fitted hardware block."""
+    instance, plan, _ = load_setup(args.config)
+    measured = read_measured(load_yaml(args.measured), args.measured)
+    if args.knobs is not None:
+        knobs = tuple(k.strip() for k in args.knobs.split(",") if k.strip())
+    else:
+        knobs = measured["knobs"] or DEFAULT_KNOBS
+    result = calibrate(instance, plan, measured["times"], knobs, measured["engine_only"])
+    if measured["source"]:
+        print(f"measured: {measured['source']}")
+    print("fitted knobs:")
+    for k, v in result["knobs"].items():
+        print(f"  {k}: {v:.6g}")
+    print("fixed knobs (config / preset values):")
+    for k, v in result["fixed"].items():
+        print(f"  {k}: {v:.6g}")
+    print("residuals (predicted / measured - 1):")
+    for t, r in result["residuals"].items():
+        note = " (engine only, no phase_overhead)" if t in measured["engine_only"] else ""
+        print(f"  {t}: {r:+.3%}{note}")
+    worst = max(abs(r) for r in result["residuals"].values())
+    for k in result["at_limit"]:
+        print(f"warning: {k} ended at its physical limit {result['knobs'][k]:.6g} "
+              f"(bounds {KNOB_BOUNDS[k][0]:g}..{KNOB_BOUNDS[k][1]:g}): the measurements ask for a value outside "
+              f"them; check the measured times and the config before trusting the fit", file=sys.stderr)
+    if len(result["residuals"]) == len(knobs) and not result["at_limit"] and worst < 1e-6:
+        print("as many measurements as knobs: the fit is exact and does not test the model")
+    print("hardware:")
+    hw = result["hardware"]
+    for k in Hardware.__dataclass_fields__:
+        print(f"  {k}: {getattr(hw, k):.6g}")
+    args.json_document = {"knobs": result["knobs"], "fixed": result["fixed"], "residuals": result["residuals"],
+                          "hardware": {k: getattr(hw, k) for k in Hardware.__dataclass_fields__},
+                          "at_limit": result["at_limit"], "status": result["status"]}
+    return 0

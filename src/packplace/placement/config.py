@@ -15,11 +15,12 @@ are bounded up front with the estimate (:data:`MAX_GPUS` GPUs, :data:`MAX_SEQUEN
 step, :data:`MAX_STALENESS` steps of staleness). Model shapes are checked by
 :func:`packplace.shape.shape_from_mapping`. Cross-field rules: ``gen_quantiles`` within ``generation_length``,
 ``t_min <= t_init``, staleness only for models the algorithm trains, every model role the algorithm
-needs and no other.
+needs and no other (both from :data:`packplace.placement.graph.RL_ALGORITHMS`).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,7 +29,14 @@ from typing import Any
 from packplace.contract import Field, check_count, check_section
 from packplace.errors import ConfigError, show
 from packplace.placement.engine import BATCHING, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_NUM_SEQS, RolloutEngine
-from packplace.placement.graph import ALGORITHMS, StepGraph, build_graph
+from packplace.placement.graph import (
+    RL_ALGORITHMS,
+    StepGraph,
+    algorithm_spec,
+    all_roles,
+    all_staleness_keys,
+    build_graph,
+)
 from packplace.placement.hardware import HARDWARE_DEFAULTS, Cluster, Hardware, resolve_preset
 from packplace.placement.memory import OFFLOAD, RECOMPUTE, SHARDING, TrainingOptions
 from packplace.placement.models import LM_ROLES, ModelSpec
@@ -36,12 +44,6 @@ from packplace.placement.workload import RULE_SECONDS_PER_SAMPLE, RuleReward, Wo
 from packplace.shape import from_hf_config, shape_from_mapping
 from packplace.yamlio import load_yaml as _shared_load_yaml
 
-#: Model roles each algorithm needs in ``[models]`` (the reference copies the actor).
-REQUIRED_ROLES = {"ppo": ("actor", "critic", "reward"), "grpo": ("actor", "reward"), "dpo": ("actor",)}
-#: Models whose staleness the optimizer may choose.
-STALENESS_KEYS = ("actor", "critic", "ac_share")
-#: Staleness keys each algorithm has (``critic`` and the fused ``ac_share`` exist only in PPO).
-TRAINABLE = {"ppo": ("actor", "critic", "ac_share"), "grpo": ("actor",), "dpo": ("actor",)}
 WORKLOAD_REQUIRED = ("batch_size", "samples_per_prompt", "context_length", "generation_length")
 WORKLOAD_OPTIONAL = ("gen_quantiles",)
 #: Most GPUs a cluster may have (racks · nodes_per_rack · gpus_per_node).
@@ -110,7 +112,8 @@ WORKLOAD_FIELDS: dict[str, Field] = {
 }
 #: Fields of ``[policy]``.
 POLICY_FIELDS: dict[str, Field] = {
-    "algorithm": Field("enum", choices=ALGORITHMS, default="ppo", meaning="RL algorithm of the step"),
+    "algorithm": Field("enum", choices=tuple(RL_ALGORITHMS), default=next(iter(RL_ALGORITHMS)),
+                       meaning="RL algorithm of the step"),
     "batching": Field("enum", choices=BATCHING, default="continuous", meaning="rollout engine batching"),
     "max_num_seqs": Field("int", "sequences", 1, 1_000_000, default=DEFAULT_MAX_NUM_SEQS,
                           meaning="sequences a rollout engine decodes at once"),
@@ -268,6 +271,11 @@ def _label(where: str) -> Callable[[str], str]:
     return lambda name: f"[{where}] {name}"
 
 
+def _policy_fields() -> dict[str, Field]:
+    """:data:`POLICY_FIELDS` with the algorithm choices read from the algorithm table at load time."""
+    return {**POLICY_FIELDS, "algorithm": replace(POLICY_FIELDS["algorithm"], choices=tuple(RL_ALGORITHMS))}
+
+
 #: Structural error formats of the placement loader (``[section] Missing required field: 'x'``).
 _FORMATS: dict[str, Any] = {"missing": "{where} Missing required field: '{name}'",
             "unknown": "{where} Unknown field: '{name}'; valid fields: {valid}"}
@@ -380,16 +388,16 @@ def resolve_optimizer_knobs(optimizer: Mapping[str, Any], overrides: Mapping[str
 def _optimizer(o: dict[str, Any], algorithm: str) -> dict[str, Any]:
     _no_unknown(o, OPTIMIZER_KEYS, "optimizer")
     out = validate_optimizer_knobs({k: v for k, v in o.items() if k != "staleness_candidates"})
-    trainable = TRAINABLE[algorithm]
+    trainable = algorithm_spec(algorithm).staleness_keys
     stale: dict[str, tuple[int, ...]] = {name: (0,) for name in trainable}
     raw = o.get("staleness_candidates")
     if raw is not None:
         if not isinstance(raw, Mapping):
             raise ConfigError(f"[optimizer] staleness_candidates: must be a mapping, got {show(raw)}")
         for name, values in raw.items():
-            if name not in STALENESS_KEYS:
+            if name not in all_staleness_keys():
                 raise ConfigError(f"[optimizer.staleness_candidates] Unknown model {show(name)}; valid names: "
-                                  f"{', '.join(STALENESS_KEYS)}")
+                                  f"{', '.join(all_staleness_keys())}")
             if not isinstance(values, list) or not values or len(values) > 4 * (MAX_STALENESS + 1):
                 raise ConfigError(f"[optimizer.staleness_candidates] {name}: must be a non-empty list of "
                                   f"integers in [0, {MAX_STALENESS}], got {show(values)}")
@@ -415,12 +423,13 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         if key not in SECTIONS:
             raise ConfigError(f"[{show(key)}] Unknown section; valid: {', '.join(SECTIONS)}")
     cluster, hardware = _hardware(_section(config, "hardware"))
-    policy = check_section(_section(config, "policy", required=False), POLICY_FIELDS, "[policy]",
+    policy = check_section(_section(config, "policy", required=False), _policy_fields(), "[policy]",
                            label=_label("policy"), **_FORMATS)
     algorithm = policy["algorithm"]
     engine = RolloutEngine(policy["batching"], policy["max_num_seqs"], policy["gpu_memory_utilization"])
     models_cfg = _section(config, "models")
-    required = REQUIRED_ROLES[algorithm]
+    spec = algorithm_spec(algorithm)
+    required = spec.required_roles
     rule_reward = None
     if "reward" in required and _is_rule(models_cfg.get("reward")):
         rule_reward = _rule_reward(models_cfg["reward"])
@@ -429,16 +438,17 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     if "reference" in models_cfg:
         raise ConfigError("[models] reference: the reference model always has the actor's architecture; "
                           "remove this entry")
+    roles = all_roles()
     for role in models_cfg:
-        if role not in ("actor", "critic", "reward"):
-            raise ConfigError(f"[models] Unknown role {show(role)}; valid roles: actor, critic, reward")
+        if role not in roles:
+            raise ConfigError(f"[models] Unknown role {show(role)}; valid roles: {', '.join(roles)}")
         if role not in required:
             raise ConfigError(f"[models] {role}: {algorithm} has no {role} model; remove it "
                               f"({algorithm} needs: {', '.join(required)})")
     _require(models_cfg, required, "models")
     models = {role: _model(role, models_cfg[role], source) for role in required}
     models["reference"] = models["actor"]
-    training = _training(_section(config, "training", required=False), TRAINABLE[algorithm])
+    training = _training(_section(config, "training", required=False), spec.trainable_models)
     workload = _workload(_section(config, "workload"))
     optimizer = _optimizer(_section(config, "optimizer", required=False), algorithm)
     return PlacementInstance(cluster, hardware, models, workload, algorithm,
@@ -459,10 +469,9 @@ def _rule_reward(spec: Any) -> RuleReward:
     return RuleReward(values["seconds_per_sample"], values["workers"])
 
 
-def _training(section: dict[str, Any], trainable: tuple[str, ...]) -> dict[str, TrainingOptions]:
+def _training(section: dict[str, Any], models: tuple[str, ...]) -> dict[str, TrainingOptions]:
     """``[training]``: options of :data:`TRAINING_FIELDS` for every trained model and/or per model
     (``actor: {...}``, ``critic: {...}``), a model's own entry winning."""
-    models = tuple(m for m in trainable if m != "ac_share")
     common = check_section({k: v for k, v in section.items() if k not in models}, TRAINING_FIELDS, "[training]",
                            extra=models, label=_label("training"), **_FORMATS)
     out = {}
@@ -472,3 +481,24 @@ def _training(section: dict[str, Any], trainable: tuple[str, ...]) -> dict[str, 
                               f"[training.{model}]", label=_label(f"training.{model}"), **_FORMATS)
         out[model] = TrainingOptions(**{**common, **given})
     return out
+
+
+#: Deprecated names and what replaces them (they still work, with a DeprecationWarning).
+_DEPRECATED = {
+    "REQUIRED_ROLES": "packplace.placement.graph.RL_ALGORITHMS[name].required_roles",
+    "TRAINABLE": "packplace.placement.graph.RL_ALGORITHMS[name].staleness_keys",
+    "STALENESS_KEYS": "packplace.placement.graph.all_staleness_keys()",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The deprecated role and staleness tables, computed from the algorithm table (removal in 0.3.0)."""
+    if name not in _DEPRECATED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"packplace.placement.config.{name} is deprecated (removal in 0.3.0); use {_DEPRECATED[name]}",
+                  DeprecationWarning, stacklevel=2)
+    if name == "REQUIRED_ROLES":
+        return {algorithm: spec.required_roles for algorithm, spec in RL_ALGORITHMS.items()}
+    if name == "TRAINABLE":
+        return {algorithm: spec.staleness_keys for algorithm, spec in RL_ALGORITHMS.items()}
+    return all_staleness_keys()

@@ -1,52 +1,18 @@
 """The placement evaluator: the single source of truth for a plan's step time, feasibility and memory.
 
-Scheduling (list scheduling): vertices are taken in the step graph's topological order; a
-vertex starts when every data-edge producer has finished (plus the transfer of its output when the
-blocks differ) and when every earlier vertex sharing one of its GPUs has finished. Colocated vertices
-therefore run one after another in topological order; vertices on disjoint blocks may overlap.
-
-Step time (synchronous, every staleness 0): ``max(makespan, max over publication edges (end[trainer] +
-realloc − start[consumer]))`` — steps are separated by a barrier (the next step starts when this one has
-ended) and the next step's generator/inferencer cannot start before the new weights reach it. This is the
-period of the rigid schedule that repeats one step every ``step_time`` seconds.
-
-Period (asynchronous, some model with staleness ``t ≥ 1``): the barrier is
-dropped and the schedule is unrolled over steps ``k = 0, 1, …``. Instance ``(v, k)`` starts when
-
-* its data-edge producers ``(u, k)`` have ended (plus the transfer when the blocks differ);
-* every instance placed earlier on one of its GPUs has ended — the order on a GPU is step-major, then
-  topological (``(u, k)`` for ``u`` before ``v``, and ``(u, k − 1)`` for ``u`` at or after ``v``, including
-  ``(v, k − 1)`` itself): vertices on shared GPUs still serialise;
-* for each publication edge ``trainer → consumer`` of a model with staleness ``t``: ``(trainer, k − 1 −
-  t)`` has ended plus the reallocation time (this edge replaces ``trainer(k) → consumer(k + 1)``).
-
-So generation of step ``k + 1`` may overlap training of step ``k`` when they use disjoint GPUs. Start
-times obey the max-plus recurrence ``x(k) = ⊕_{d=0..D} A_d ⊗ x(k − d)`` with ``D = 1 + max staleness``;
-the steady-state period per step is its max-plus eigenvalue, the maximum cycle mean of the companion
-graph on ``n = V·D`` nodes (``V`` vertices; Baccelli, Cohen, Olsder & Quadrat 1992, *Synchronization and
-Linearity*, Thm 3.23). It is computed **exactly** by Karp's theorem (Karp 1978, "A characterization of the
-minimum cycle mean in a digraph"): unroll ``N = n`` steps from an all-zero history, ``y_k = the start times of
-step k`` (``y_k = 0`` for ``k ≤ 0``), and take ``period = max_{v, ℓ} min_{0 ≤ k < N} (y_{N−ℓ}(v) − y_{k−ℓ}(v))
-/ (N − k)`` over every companion node ``(v, ℓ)``, ``0 ≤ ℓ < D`` — the node ``(v, ℓ)`` holds the start of ``v``
-``ℓ`` steps back; leaving out the lagged nodes would miss critical cycles whose distance is 2 or more. Why ``N
-= V·D`` steps suffice: Karp's theorem needs walks of exactly ``n`` edges in an ``n``-node graph, and every
-companion edge advances one step — so for GRPO with ``t = 1`` (``V = 4``, ``D = 2``) 8 steps, for PPO with ``t
-= 1`` 12 steps; no "wait until periodic" heuristic is involved (a long unroll ``(finish(U) − finish(U − w)) /
-w`` converges to the same number; a test checks it).
-Properties (each a test): staleness 0 gives exactly the synchronous step time (the synchronous
-formula is used); the period never exceeds the synchronous step time of the same blocks (the rigid
-synchronous schedule satisfies every asynchronous constraint, and the earliest schedule is pointwise
-earlier); it is never below the busiest GPU's total vertex time per step, in particular the longest
-single vertex (the resource edge ``(v, k − 1) → (v, k)``).
-
-Memory (per GPU): ``Σ_models max(resident) + max(transient)`` over the vertices placed on it (see
-:mod:`packplace.placement.memory`); more than ``memory_per_gpu`` is infeasible (OOM). Staleness does not
-change it: two working sets can only be live at the same time on a GPU if both vertices are placed on
-it, and vertices that share a GPU serialise in either model — so the peak stays ``max(transient)``.
-
-Speed: all times and bytes come precomputed from the :class:`CandidateTable`; blocks are contiguous id
-ranges, so overlap tests and memory aggregation work on at most ``2V`` range segments whatever the
-cluster size. :meth:`PlacementEvaluator.step_time` is the fast path a search should call.
+Schedule (list scheduling in the step graph's topological order): a vertex starts when its data-edge
+producers have finished (plus the transfer of their output when the blocks differ) and every earlier
+vertex sharing one of its GPUs has finished. Step time (every staleness 0): ``max(makespan, max over
+publication edges (end[trainer] + realloc − start[consumer]))``, the period of the rigid schedule that
+repeats one step after the other. Period (some model with staleness ``t ≥ 1``): the schedule unrolled over
+steps without the barrier, each publication edge reaching ``1 + t`` steps ahead; the steady-state period
+is the max-plus eigenvalue of that recurrence, computed exactly by Karp's theorem
+(:meth:`PlacementEvaluator._period`). Memory per GPU: ``Σ_models max(resident) + max(transient)`` over
+the vertices placed on it (:mod:`packplace.placement.memory`); above ``memory_per_gpu`` the plan is out of
+memory. Times and bytes come precomputed from the :class:`CandidateTable`; blocks are contiguous id
+ranges, so overlaps and memory work on at most ``2V`` segments; :meth:`PlacementEvaluator.step_time` is
+the fast path of a search. References: Baccelli, Cohen, Olsder & Quadrat 1992, *Synchronization and
+Linearity*, Thm 3.23; Karp 1978. Performance: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -55,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from packplace.placement.candidates import CandidateTable, explain, gb
+from packplace.placement.candidates import CandidateTable, explain, gb, needs_old_log_prob
 from packplace.placement.plan import Plan, VertexPlan
 
 INF = float("inf")
@@ -275,8 +241,26 @@ class PlacementEvaluator:
         return shifts if any(x > 1 for x in shifts) else None
 
     def _period(self, res: list, reallocs: list[float], shifts: list[int]) -> tuple[float, int]:
-        """Exact steady-state period of the asynchronous schedule and the number of unrolled steps
-        (module docstring: max-plus recurrence, Karp's formula over ``N = V·D`` steps)."""
+        """Exact steady-state period of the asynchronous schedule and the number of unrolled steps.
+
+        The barrier between steps is dropped and the schedule unrolled over steps ``k = 0, 1, …``. Instance
+        ``(v, k)`` starts when its data-edge producers ``(u, k)`` have ended (plus the transfer when the
+        blocks differ); when every instance placed earlier on one of its GPUs has ended (the order on a GPU
+        is step-major, then topological: ``(u, k)`` for ``u`` before ``v`` and ``(u, k − 1)`` for ``u`` at or
+        after ``v``, ``(v, k − 1)`` included); and, for each publication edge ``trainer → consumer`` of a
+        model with staleness ``t``, when ``(trainer, k − 1 − t)`` has ended plus the reallocation time. So
+        generation of step ``k + 1`` may overlap training of step ``k`` on disjoint GPUs.
+
+        Start times obey the max-plus recurrence ``x(k) = ⊕_{d=0..D} A_d ⊗ x(k − d)`` with ``D = 1 + max
+        staleness``; the period is its max-plus eigenvalue, the maximum cycle mean of the companion graph on
+        ``n = V·D`` nodes (Baccelli et al. 1992, Thm 3.23), computed by Karp's theorem (Karp 1978): unroll
+        ``N = n`` steps from an all-zero history (``y_k`` = start times of step ``k``) and take ``max_{v, ℓ}
+        min_{0 ≤ k < N} (y_{N−ℓ}(v) − y_{k−ℓ}(v)) / (N − k)`` over every companion node ``(v, ℓ)``, ``0 ≤ ℓ <
+        D`` (node ``(v, ℓ)`` holds the start of ``v`` ``ℓ`` steps back; leaving out the lagged nodes would
+        miss critical cycles of distance 2 or more). Karp's theorem needs walks of exactly ``n`` edges and
+        every companion edge advances one step, hence ``N = V·D`` steps. Properties (each a test): staleness
+        0 gives the synchronous step time; the period never exceeds the synchronous step time of the same
+        blocks and is never below the busiest GPU's total vertex time per step."""
         n = len(res)
         transfer = self.cost.transfer_time
         dur = [r[0].time for r in res]
@@ -440,8 +424,6 @@ class PlacementEvaluator:
     def vertex_phases(self, name: str, cand) -> dict[str, float]:
         """The parts of a candidate's time (seconds; they add up to ``cand.time``), from
         :meth:`~packplace.placement.cost.CostModel.vertex_phases`."""
-        from packplace.placement.candidates import needs_old_log_prob
-
         key = (name, cand.key)
         phases = self._phases.get(key)
         if phases is None:

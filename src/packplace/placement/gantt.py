@@ -8,15 +8,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from packplace import outputs
 from packplace.errors import ConfigError
-from packplace.placement.plan import Plan
+from packplace.placement.plan import Plan, gpu_ranges
 
 
 def gantt_rows(instance, plan: Plan, score) -> list[dict[str, Any]]:
     """The trace as rows ``{block, vertex, start, end}`` (seconds), blocks labelled like the CLI table
-    (``r0/n0-3/g0-7``: rack, node and GPU ranges, :func:`packplace.placement.cli.gpu_ranges`)."""
-    from packplace.placement.cli import gpu_ranges
-
+    (``r0/n0-3/g0-7``: rack, node and GPU ranges, :func:`packplace.placement.plan.gpu_ranges`)."""
     rows = []
     for name, vp in plan.vertices:
         block = gpu_ranges(vp.allocation.gpu_ids(instance.cluster))
@@ -26,10 +25,10 @@ def gantt_rows(instance, plan: Plan, score) -> list[dict[str, Any]]:
 
 def _import_pyplot():
     try:
-        import matplotlib
+        import matplotlib  # optional dependency (the plot extra)
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # optional dependency (the plot extra)
     except ImportError:
         raise ConfigError("--gantt: matplotlib is not installed; run: pip install 'packplace[plot]'") from None
     return plt
@@ -42,7 +41,7 @@ def supported_formats() -> dict[str, str]:
         ConfigError: matplotlib is not installed (with the install command).
     """
     _import_pyplot()
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # optional dependency (the plot extra)
 
     return FigureCanvasAgg.get_supported_filetypes()
 
@@ -100,11 +99,9 @@ def draw_gantt(instance, plan: Plan, score, path: str) -> None:
     ax.set_xlabel("seconds")
     ax.set_title(gantt_title(score))
     fig.tight_layout()
-    from packplace.outputs import write_with
-
     extension = os.path.splitext(path)[1].lstrip(".").lower() or "png"
     try:
-        write_with(path, "--gantt", lambda temporary: fig.savefig(temporary, format=extension))
+        outputs.write_with(path, "--gantt", lambda temporary: fig.savefig(temporary, format=extension))
     except OSError as exc:
         raise ConfigError(f"--gantt: cannot write {path!r}: {exc.strerror or exc}") from None
     except ValueError as exc:  # a format matplotlib rejects after all

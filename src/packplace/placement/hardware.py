@@ -5,7 +5,12 @@ the node. Every aligned block of the grid (see :class:`packplace.placement.plan.
 contiguous range ``[lo, hi)`` of ids, which keeps the evaluator's overlap and level tests O(1).
 
 Communication levels: ``0`` inside a node (suffix ``_g``), ``1`` across nodes of one rack (``_n``),
-``2`` across racks (``_r``).
+``2`` across racks (``_r``); each has an α–β (latency, inverse bandwidth) pair for collectives and for
+point-to-point transfers.
+
+GPU presets (:data:`PRESETS`, ``hardware: {preset: h100-sxm}``) hold datasheet figures, link figures
+from :func:`_links` and documented efficiency estimates, each with its source in the comment above the
+table; a config's own fields override them. Adding a preset: ``docs/recipes/add-a-gpu-preset.md``.
 """
 
 from __future__ import annotations

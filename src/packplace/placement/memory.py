@@ -3,48 +3,17 @@
 A vertex's memory splits into a *resident* part (weights, and for a trainer its gradients and Adam
 states) that stays on the GPU for every model placed there, and a *transient* part (activations,
 logits, KV cache) that only exists while the vertex runs. On one GPU the evaluator charges
-``Σ_models max(resident of that model's vertices) + max_vertices(transient)``.
+``Σ_models max(resident of that model's vertices) + max_vertices(transient)``. Pipeline stages differ
+(the first holds the embedding, the last the final norm, the output head and the fp32 logits; uneven
+layer splits, :func:`stage_layers`); a vertex's memory is that of its worst stage.
 
-Pipeline stages are not equal: the first stage holds the input embedding, the last the final norm,
-the output head (with tied embeddings and ``pp > 1`` a copy of the embedding matrix, as Megatron-LM
-keeps one on the last stage) and the fp32 logits, and when ``pp`` does not divide the layers the
-stages differ in size (:func:`stage_layers`). A vertex's memory is that of its worst stage.
-
-Training state per GPU (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
-Parameter Models", §5.1 and Figure 1: ``(2 + 2 + K)·Ψ`` with ``K = 12`` bytes of fp32 Adam state), for
-the ``p`` parameters of a stage on one tensor-parallel rank and ``N_d = dp``:
-
-============  ====================  ===================  =================
-sharding      bf16 weights          gradients (g bytes)  Adam states
-============  ====================  ===================  =================
-``none``      ``2p``                ``g·p``              ``12p``
-``zero1``     ``2p``                ``g·p``              ``12p/N_d``
-``zero2``     ``2p``                ``g·p/N_d``          ``12p/N_d``
-``zero3``     ``2p/N_d + 2·p_L``    ``g·p/N_d``          ``12p/N_d``
-============  ====================  ===================  =================
-
-``g = 2`` (bf16 gradients) or 4 with ``fp32_grad_buffer`` (Megatron-LM's fp32 main-gradient
-accumulation buffer). ``zero3`` (= FSDP full shard) also holds one all-gathered layer ``p_L``
-(parameters are gathered layer by layer; FSDP docs, "FULL_SHARD"). ``zero1`` is Megatron-LM's
-distributed optimizer. Offload (Ren et al. 2021, "ZeRO-Offload"): ``optimizer`` keeps the Adam states
-on the host (0 GPU bytes); ``optimizer+params`` also the weights, of which the GPU then holds the
-gathered layer only.
-
-Activations per layer per micro-batch of ``b`` sequences of ``s`` tokens, hidden ``h``, ``a`` heads,
-``t`` tensor-parallel ranks with sequence parallelism (Korthikanti et al. 2022, "Reducing Activation
-Recomputation in Large Transformer Models", Table 2): ``recompute: none`` ``s·b·h·(34 + 5·a·s/h)/t``;
-``selective`` (attention scores recomputed, as flash attention does) ``34·s·b·h/t``; ``full`` (only each
-layer's input kept) ``2·s·b·h/t`` plus the working set of the one layer being recomputed
-``34·s·b·h/t``. With a 1F1B schedule stage ``i`` of ``pp`` holds ``min(pp − i, m)`` micro-batches in
-flight (Narayanan et al. 2021).
-
-Generation is a paged KV cache (Kwon et al. 2023, "Efficient Memory Management for Large Language Model
-Serving with PagedAttention"; vLLM): the engine holds the KV of *live* tokens only — a sequence's prompt
-plus its response so far, on average ``S + mean response`` from the response-length quantiles — and the
-whole engine (weights, activations, KV) must fit in ``gpu_memory_utilization`` of the GPU (vLLM default
-0.9). :func:`max_concurrent_sequences` is the number of sequences such an engine holds at once.
-
-Units: bytes. bf16 weights, activations and KV cache (2 bytes), fp32 logits (4 bytes).
+Training state: :func:`train_state_bytes` (ZeRO sharding, offload, fp32 gradient buffer); activations:
+:func:`activation_bytes_per_layer` (recomputation, 1F1B in-flight micro-batches); generation: a paged KV
+cache of live tokens within ``gpu_memory_utilization`` of the GPU (:func:`max_concurrent_sequences`).
+Options: :class:`TrainingOptions` (``sharding`` zero1, ``recompute`` selective, ``offload`` none,
+``fp32_grad_buffer`` false). Units: bytes; bf16 weights, activations and KV cache, fp32 logits.
+References: Rajbhandari et al. 2020 (ZeRO); Ren et al. 2021 (ZeRO-Offload); Korthikanti et al. 2022;
+Narayanan et al. 2021; Kwon et al. 2023 (PagedAttention, vLLM).
 """
 
 from __future__ import annotations
@@ -76,7 +45,7 @@ OFFLOAD = ("none", "optimizer", "optimizer+params")
 
 @dataclass(frozen=True)
 class TrainingOptions:
-    """Memory options of one training task (module docstring for the formulas).
+    """Memory options of one training task (formulas: :func:`train_state_bytes`, :func:`activation_bytes_per_layer`).
 
     Attributes:
         sharding: ``none`` (DDP), ``zero1`` (default; Megatron-LM distributed optimizer), ``zero2``,
@@ -159,9 +128,28 @@ def weight_bytes(model: ModelSpec, tp: int, pp: int) -> float:
 
 def train_state_bytes(params: float, layer_params: float, dp: int, options: TrainingOptions) -> float:
     """Weights + gradients + Adam states per GPU (bytes) of ``params`` parameters on one tensor-parallel
-    rank of one stage, sharded ``dp`` ways as ``options`` say (table in the module docstring).
-    ``layer_params`` is one layer's parameters on that rank (the gathered unit of zero3 / param offload).
-    8-way zero1: 5.5 bytes per parameter; 8-way zero3: 2 bytes per parameter plus the gathered layer."""
+    rank of one stage, sharded ``dp`` ways as ``options`` say. ``layer_params`` is one layer's parameters
+    on that rank (the gathered unit of zero3 / param offload).
+
+    Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", §5.1
+    and Figure 1: ``(2 + 2 + K)·Ψ`` with ``K = 12`` bytes of fp32 Adam state; for ``p`` parameters and
+    ``N_d = dp``:
+
+    ============  ====================  ===================  =================
+    sharding      bf16 weights          gradients (g bytes)  Adam states
+    ============  ====================  ===================  =================
+    ``none``      ``2p``                ``g·p``              ``12p``
+    ``zero1``     ``2p``                ``g·p``              ``12p/N_d``
+    ``zero2``     ``2p``                ``g·p/N_d``          ``12p/N_d``
+    ``zero3``     ``2p/N_d + 2·p_L``    ``g·p/N_d``          ``12p/N_d``
+    ============  ====================  ===================  =================
+
+    ``g = 2`` (bf16 gradients) or 4 with ``fp32_grad_buffer`` (Megatron-LM's fp32 main-gradient buffer).
+    ``zero3`` (= FSDP full shard) also holds one all-gathered layer ``p_L``; ``zero1`` is Megatron-LM's
+    distributed optimizer. Offload (Ren et al. 2021, "ZeRO-Offload"): ``optimizer`` keeps the Adam states
+    on the host (0 GPU bytes); ``optimizer+params`` also the weights, of which the GPU then holds the
+    gathered layer only. 8-way zero1: 5.5 bytes per parameter; 8-way zero3: 2 bytes per parameter plus the
+    gathered layer."""
     grad = (4.0 if options.fp32_grad_buffer else 2.0) * params
     weights = 2.0 * params
     adam = ADAM_BYTES * params
@@ -180,8 +168,15 @@ def train_state_bytes(params: float, layer_params: float, dp: int, options: Trai
 
 def activation_bytes_per_layer(model: ModelSpec, seq_len: float, micro_batch: int, tp: int,
                                recompute: str = "selective") -> float:
-    """Activation bytes one layer keeps for the backward pass of one micro-batch (Korthikanti et al.
-    2022, Table 2, with sequence parallelism; module docstring)."""
+    """Activation bytes one layer keeps for the backward pass of one micro-batch.
+
+    Per layer per micro-batch of ``b`` sequences of ``s`` tokens, hidden ``h``, ``a`` heads, ``t``
+    tensor-parallel ranks with sequence parallelism (Korthikanti et al. 2022, "Reducing Activation
+    Recomputation in Large Transformer Models", Table 2): ``recompute: none`` ``s·b·h·(34 + 5·a·s/h)/t``;
+    ``selective`` (attention scores recomputed, as flash attention does) ``34·s·b·h/t``; ``full`` (only
+    each layer's input kept) ``2·s·b·h/t`` (:func:`vertex_memory` adds the working set of the one layer being
+    recomputed, ``34·s·b·h/t``). With a 1F1B schedule stage ``i`` of ``pp`` holds ``min(pp − i, m)``
+    micro-batches in flight (Narayanan et al. 2021)."""
     sbh = seq_len * micro_batch * model.hidden_dim
     if recompute == "full":
         return FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * sbh / tp

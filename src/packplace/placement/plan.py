@@ -152,6 +152,18 @@ class Plan:
         return Plan.build(self.vertices, stale)
 
 
+def gpu_ranges(gpu_ids: list[tuple[int, int, int]]) -> str:
+    """Compact ``rack/node/gpu`` ranges, e.g. ``r0/n0-1/g0-7`` for two whole nodes."""
+    racks = sorted({r for r, _, _ in gpu_ids})
+    nodes = sorted({n for _, n, _ in gpu_ids})
+    gpus = sorted({g for _, _, g in gpu_ids})
+
+    def span(xs: list[int]) -> str:
+        return str(xs[0]) if len(xs) == 1 else f"{xs[0]}-{xs[-1]}"
+
+    return f"r{span(racks)}/n{span(nodes)}/g{span(gpus)}"
+
+
 def _vertex_dict(vp: VertexPlan) -> dict[str, Any]:
     return {
         "strategy": {"dp": vp.strategy.dp, "pp": vp.strategy.pp, "tp": vp.strategy.tp},

@@ -7,22 +7,16 @@ A validation file is a placement config plus a ``validation`` section::
       source: "NeMo RL v0.5 performance summary, ..."   # where the figure comes from
       published: {step: 92.8}                            # seconds; "step" and/or phase names
       phases: {generation: [actor.generate]}             # phase -> the vertices it spans
-      engine_only: [generation]                          # phases measured on the engine alone (no phase_overhead)
-      plan:                                              # the placement the run used
-        actor.generate: {dp: 16, pp: 1, tp: 1, micro_batch: 128, origin: [0, 0, 0], extent: [1, 2, 8]}
+      engine_only: [generation]                          # phases measured on the engine alone
+      plan: {actor.generate: {dp: 16, pp: 1, tp: 1, micro_batch: 128, origin: [0, 0, 0], extent: [1, 2, 8]}}
 
-The plan is scored by the evaluator (:class:`~packplace.placement.evaluator.PlacementEvaluator`) with the
-file's memory settings (``policy.gpu_memory_utilization``, ``training`` sharding / recomputation /
-offload as the run's scripts set them). A plan over memory is still timed (without the memory check) but
-its rows fail: a published run fits, so a plan that does not fit points at the model or the file. A
-phase's predicted time is the span of its vertices in the schedule (first start to last end); ``step``
-is the evaluator's step time. Knobs come from the file's ``hardware`` (a preset and nothing fitted per
-setup). ``packplace validate --json`` prints one object per row (:meth:`ValidationRow.as_dict`).
+The plan is scored by the evaluator with the file's memory settings; a plan over memory is timed without
+the memory check but its rows fail. A phase's predicted time is the span of its vertices in the schedule;
+``step`` is the evaluator's step time. A row passes within :data:`RATIO_RANGE`.
 """
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 from dataclasses import dataclass, field
@@ -161,33 +155,15 @@ def format_rows(rows: list[ValidationRow]) -> str:
     return "\n".join(lines)
 
 
-def _files(target: str) -> list[str]:
+def validation_files(target: str) -> list[str]:
+    """``target`` itself, or the sorted ``*.yaml`` files of ``target`` when it is a directory.
+
+    Raises:
+        ConfigError: a directory without ``*.yaml`` files.
+    """
     if os.path.isdir(target):
         files = sorted(glob.glob(os.path.join(target, "*.yaml")))
         if not files:
             raise ConfigError(f"validate: no *.yaml files in {target!r}")
         return files
     return [target]
-
-
-def register(subparsers) -> None:
-    """Add ``validate`` and ``calibrate`` to the CLI."""
-    p = subparsers.add_parser(
-        "validate", help="compare predicted step/phase times with published runs",
-        description="Score the placements of published RL runs (config + validation section) and print "
-                    "predicted, published and their ratio per phase; exit 1 when a ratio is outside x1.3.")
-    p.add_argument("target", help="a validation YAML or a directory of them (benchmarks/validation/)")
-    p.set_defaults(func=run)
-    from packplace.placement.calibrate import register as register_calibrate
-
-    register_calibrate(subparsers)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Print the report (with ``--json`` the document ``{"rows": [...], "ok": bool}``, one
-    :meth:`ValidationRow.as_dict` per row); exit 1 when a figure is outside the range or its plan is over
-    memory."""
-    rows = validate(_files(args.target))
-    print(format_rows(rows))
-    args.json_document = {"rows": [r.as_dict() for r in rows], "ok": all(r.ok for r in rows)}
-    return 0 if all(r.ok for r in rows) else 1

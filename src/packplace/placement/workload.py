@@ -1,4 +1,15 @@
-"""The rollout workload of one RL step and its response-length distribution."""
+"""The rollout workload of one RL step and its response-length distribution.
+
+:class:`Workload` holds the batch (``B`` prompts × ``K`` responses, ``S`` prompt tokens, at most ``T``
+new tokens) and the response lengths as a piecewise-linear quantile function through the config's
+``gen_quantiles`` and ``(1, T)`` (every response ``T`` tokens when none are given). From it come the
+mean response, the longest response of a batch, the fraction of sequences still decoding at each step
+(:attr:`Workload.active_fraction`), the grid a decode sum runs over (:attr:`Workload.decode_grid`: exact
+up to :data:`DECODE_EXACT_STEPS` steps, chunked beyond) and the training sequence length
+``S + mean response``. :class:`RuleReward` is a rule-based reward scored on CPU
+(``models.reward: rule``): ``seconds_per_sample`` per response over ``workers`` processes, added to
+generation. Config fields: :data:`packplace.placement.config.WORKLOAD_FIELDS`.
+"""
 
 from __future__ import annotations
 

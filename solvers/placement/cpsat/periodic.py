@@ -1,49 +1,18 @@
-"""The CP-SAT model of the asynchronous (periodic) step, used by ``cpsat`` when a model may be stale.
+"""The CP-SAT model of the asynchronous (periodic) placement step, used when a model may be stale.
 
-Formulation: modulo scheduling / cyclic scheduling. One step's tasks are scheduled once, with start
-times ``start[v]`` (integer ticks, relative to the step), and the schedule repeats every ``P`` ticks: instance
-``(v, k)`` starts at ``start[v] + k·P``. A precedence ``u → v`` that reaches ``h`` steps ahead (its
-*distance*, or *iteration distance*) becomes ``start[v] + h·P ≥ start[u] + w``. This is the classic
-modulo-scheduling constraint (B. R. Rau, "Iterative modulo scheduling: an algorithm for software
-pipelining loops", MICRO-27, 1994: a dependence of latency ``l`` and distance ``d`` gives ``t(v) −
-t(u) ≥ l − d·II``) and the basic cyclic scheduling problem with heights (C. Hanen and A. Munier, "Cyclic
-scheduling on parallel processors: an overview", in *Scheduling Theory and its Applications*, Wiley
-1995): for fixed durations and distances, the least feasible ``P`` is the maximum over cycles of
-(Σ latencies)/(Σ distances) — the same maximum cycle mean the evaluator computes by Karp's theorem.
+Modulo (cyclic) scheduling: one step's tasks get start times ``start[v]`` (ticks) and the schedule
+repeats every ``P`` ticks; a precedence ``u → v`` of latency ``w`` reaching ``h`` steps ahead gives
+``start[v] + h·P ≥ start[u] + w``. Edges are the evaluator's: data edges (distance 0, with transfers);
+GPUs shared by ``i < j`` (``start[j] ≥ end[i]`` and ``start[i] + P ≥ end[j]``, and ``P ≥`` every
+duration); publication edges of a model with staleness ``t`` (distance ``1 + t``, with the synchronous
+model's reallocation terms). Staleness is a decision: one Boolean per allowed value and published model,
+at least one value ≥ 1. Memory, options and one option per vertex are those of
+:mod:`~packplace.solvers.placement.cpsat.model`. Objective: minimise ``P``; the least ``P`` admitting
+start times is the maximum cycle mean, so the model's optimum is the evaluator's period. Rounding:
+``E = 2·V + 1`` ticks, one-sided (:func:`rounding_ticks`); :func:`model_period` computes a plan's ``P``.
 
-The edges are exactly the evaluator's (:mod:`packplace.placement.evaluator`, "Period"):
-
-* **Data edges** ``p → v`` (distance 0): ``start[v] ≥ end[p] + transfer`` (0 on the same block).
-* **GPUs shared** by ``i < j`` (topological order): distance 0 ``start[j] ≥ end[i]`` (within a step
-  the earlier vertex runs first) and distance 1 ``start[i] + P ≥ end[j]`` (the next step's ``i`` waits
-  for this step's ``j``), and for every vertex ``start[v] + P ≥ end[v]``, i.e. ``P ≥ duration``. So the
-  vertices of one GPU occupy disjoint intervals modulo ``P``, in topological order: a cyclic job shop
-  whose machine order is fixed by the evaluator. A task longer than ``P`` cannot wrap: its own next
-  instance runs on the same GPUs and waits for it (the self edge), so ``P`` is at least every duration
-  and, redundantly, at least the busiest GPU segment's total time (one cut per segment).
-* **Publication edges** ``trainer → consumer`` of a model with staleness ``t`` (distance ``1 + t``):
-  ``start[consumer] + (1 + t)·P ≥ end[trainer] + realloc`` with the synchronous model's reallocation
-  terms (level, layout, colocated engine sync).
-* **Staleness** per model with a publication edge is a decision: one Boolean per value of
-  ``staleness_candidates`` (and 0), exactly one per model, at least one value ≥ 1 over all models (a
-  plan with every staleness 0 is scored by the evaluator's synchronous formula, not the period; it is
-  never better: the rigid synchronous schedule is periodic with ``P`` = its step time, and a larger
-  distance only relaxes a constraint, so the largest staleness is always at least as good). After the
-  solve, each model's staleness is lowered to the smallest value that keeps the plan's model period
-  (:func:`choose_staleness`), so a tie never returns a staler plan than needed.
-* **Memory, options, one option per vertex**: as the synchronous model (shared blocks of
-  :mod:`packplace.solvers.placement.cpsat`). Staleness does not change memory.
-* **Objective**: minimise ``P``. Start times are free potentials (``start[0] = 0`` fixes the
-  translation); the least ``P`` admitting potentials equals the maximum cycle mean, so the model's
-  optimum is the evaluator's period, not the period of a particular (e.g. earliest) schedule.
-
-Integer time (rounding): durations, transfers and reallocations are integer ticks rounded up, so every edge
-latency of a cycle is overestimated by less than 2 ticks (a duration and a delay), a simple cycle has at
-most ``V`` edges and distance ≥ 1, and ``P`` is an integer: the model's period ``P_model`` of a plan
-satisfies ``period_ticks ≤ P_model < period_ticks + 2·V + 1``. Hence ``E = 2·V + 1`` ticks; the proven bound in
-seconds is ``(CP-SAT bound − E)/10⁶``. :func:`model_period` computes ``P_model`` of a plan (binary
-search on ``P`` with a Bellman–Ford test for a positive cycle of ``latency − distance·P``), so a
-returned plan's claim is checked against the evaluator.
+References: B. R. Rau, "Iterative modulo scheduling", MICRO-27, 1994; C. Hanen and A. Munier, "Cyclic
+scheduling on parallel processors: an overview", Wiley 1995.
 """
 
 from __future__ import annotations
@@ -53,21 +22,23 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from packplace.solvers.placement.cpsat import (
+from packplace.solvers.placement.cpsat.model import (
     Locator,
-    ModelTables,
-    Option,
-    _clock,
-    _match,
     add_data_edges,
     add_memory_rows,
     add_occupancy,
-    publication_ticks,
+    match_literal,
 )
+from packplace.solvers.placement.cpsat.tables import ModelTables, Option, deadline_check, publication_ticks
 
 
 def rounding_ticks(tables: ModelTables) -> int:
-    """``E = 2·V + 1``: how much the model's period of a plan can exceed the evaluator's (ticks)."""
+    """``E = 2·V + 1``: how much the model's period of a plan can exceed the evaluator's (ticks).
+
+    Every edge latency of a cycle is overestimated by less than 2 ticks (a duration and a delay, each
+    rounded up), a simple cycle has at most ``V`` edges and distance ≥ 1, and ``P`` is an integer, so the
+    model's period of a plan satisfies ``period_ticks ≤ P_model < period_ticks + 2·V + 1``; the proven bound
+    is ``(CP-SAT bound − E) / TICKS_PER_S`` seconds."""
     return 2 * len(tables.names) + 1
 
 
@@ -182,7 +153,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
     """The CP-SAT model of the asynchronous step (module docstring), objective ``minimise P`` (ticks).
 
     Args:
-        tables: Options and integer tables (:func:`~packplace.solvers.placement.cpsat.make_tables`).
+        tables: Options and integer tables (:func:`~packplace.solvers.placement.cpsat.tables.make_tables`).
         horizon: Upper bound of ``P`` (ticks; the hint's model period). Start times range over
             ``±V·(longest duration + largest transfer + largest reallocation + horizon)``, enough for the
             longest-path potentials of any plan with ``P ≤ horizon``.
@@ -191,7 +162,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
     Raises:
         ModelBuildTimeout: the deadline passed (the message names the stage reached).
     """
-    check = _clock(deadline)
+    check = deadline_check(deadline)
     m = cp_model.CpModel()
     n = len(tables.names)
     opts = tables.options
@@ -253,7 +224,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
         same_block, same_node, same_rack = loc.pair(a, b)
         lay_a = loc.where(a, lambda o: (o.lo, o.hi, o.layout))
         lay_b = loc.where(b, lambda o: (o.lo, o.hi, o.layout))
-        same_both = _match(m, lay_a, lay_b, f"same_layout[{a},{b}]")
+        same_both = match_literal(m, lay_a, lay_b, f"same_layout[{a},{b}]")
         layout_of = loc.where(b, lambda o: o.layout)
         lv = loc.level_literals(same_node, same_rack)
         apart = same_block.Not() if tables.engine[k] else same_both.Not()

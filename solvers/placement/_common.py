@@ -1,0 +1,224 @@
+"""Helpers shared by the placement backends: plan assembly, memory repair, the colocated and disjoint
+baselines and the "no plan found" proposal.
+
+* :func:`colocated_plan`: every vertex on its fastest memory-feasible candidate at GPU (0, 0, 0), so all
+  vertices share GPUs and run one after another; out-of-memory plans are stepped down to
+  smaller-footprint candidates (:func:`repair_memory`), as a last resort the least-memory ones.
+* :func:`disjoint_plan`: one block per model, the blocks as disjoint as the cluster allows (what fits
+  when colocating every model does not), within :data:`DISJOINT_EVALUATIONS` scored plans.
+* :func:`baseline_or_disjoint`: the colocated plan, else the best disjoint one.
+* :func:`no_plan_found`: status ``unknown`` with the smallest per-vertex memory needs (never a claim of
+  infeasibility).
+
+Used by ``greedy``, ``concurrent``, ``anneal`` (warm start) and ``cpsat`` (hint). Performance:
+docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from packplace.errors import ConfigError
+from packplace.placement.candidates import Candidate, gb
+from packplace.placement.evaluator import PlacementEvaluator, get_evaluator, get_table
+from packplace.placement.plan import Allocation, Plan
+from packplace.result import UNKNOWN, Proposal
+
+#: Origin of every block of the colocated plan.
+ORIGIN = (0, 0, 0)
+
+
+def assemble(choice: dict[str, tuple[Candidate, Allocation]]) -> Plan:
+    """The plan running each vertex's candidate on its block."""
+    return Plan.build({name: cand.at(alloc) for name, (cand, alloc) in choice.items()})
+
+
+def repair_memory(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, Allocation]], *,
+                  keep_blocks: bool, max_steps: int = 500) -> tuple[Plan, float, int]:
+    """Step down out-of-memory vertices until the plan fits.
+
+    While the plan runs out of memory, the vertex with the largest per-GPU footprint among those on
+    an over-full GPU moves to its next candidate (in time order) with a smaller footprint — of the same
+    block shape when ``keep_blocks`` (the block stays), else of any shape placed at GPU (0, 0, 0).
+
+    Returns:
+        ``(plan, step_time, steps)``; ``step_time`` is ``inf`` when no step-down makes it fit.
+    """
+    table = ev.table
+    choice = dict(choice)
+    plan = assemble(choice)
+    for steps in range(max_steps):
+        t = ev.step_time(plan)
+        if t < float("inf"):
+            return plan, t, steps
+        over = ev.oom_vertices(plan)
+        moved = False
+        for name in sorted(over, key=lambda n: (-choice[n][0].memory_bytes, n)):
+            cand, alloc = choice[name]
+            for nxt in table.feasible[name]:
+                if nxt.memory_bytes >= cand.memory_bytes or (keep_blocks and nxt.extent != cand.extent):
+                    continue
+                if (nxt.time, nxt.memory_bytes) < (cand.time, cand.memory_bytes):
+                    continue  # only step down in time order
+                choice[name] = (nxt, alloc if keep_blocks else Allocation(ORIGIN, nxt.extent))
+                moved = True
+                break
+            if moved:
+                break
+        if not moved:
+            return plan, float("inf"), steps
+        plan = assemble(choice)
+    return plan, ev.step_time(plan), max_steps
+
+
+def colocated_plan(instance, tried: str = "only colocated plans were tried") -> tuple[Plan, str]:
+    """The colocated baseline plan and a one-line note.
+
+    Each vertex takes its fastest memory-feasible candidate, every block starts at GPU (0, 0, 0), so
+    all vertices share GPUs and run one after another in topological order. If the models placed
+    together run out of memory, :func:`repair_memory` steps vertices down to smaller-footprint
+    candidates; as a last resort every vertex takes its least-memory candidate. ``tried`` ends the
+    out-of-memory message: what the caller searched (a solver that also tried disjoint blocks says so).
+
+    Raises:
+        ConfigError: a vertex has no feasible candidate (pre-launch check), or even the least-memory
+            colocated plan runs out of memory — the message gives the bytes needed and available, says
+            that only colocated plans were tried, and names any vertex whose blocks are capped below the
+            cluster size by the tp/pp/dp divisibility rules (the real cause when it is one).
+    """
+    table = get_table(instance)
+    table.check()
+    ev = get_evaluator(instance)
+    choice = {name: (table.feasible[name][0], Allocation(ORIGIN, table.feasible[name][0].extent))
+              for name in ev.names}
+    plan, t, steps = repair_memory(ev, choice, keep_blocks=False)
+    if t < float("inf"):
+        if steps == 0:
+            return plan, "colocated: every vertex on its fastest candidate, serialised on shared GPUs"
+        return plan, f"colocated: {steps} step(s) down to smaller-memory candidates so that the models fit together"
+    least = {}
+    for name in ev.names:
+        cand = min(table.feasible[name], key=lambda c: (c.resident_bytes + c.transient_bytes, c.time))
+        least[name] = (cand, Allocation(ORIGIN, cand.extent))
+    plan = assemble(least)
+    score = ev.score(plan)
+    if score.feasible:
+        return plan, "colocated: least-memory candidates (faster ones do not fit together)"
+    peak = max(score.gpu_memory_peak)
+    capped: dict[tuple[int, str], list[str]] = {}  # divisibility caps how far a vertex can spread its memory
+    for name in ev.names:
+        size = table.largest_legal_block(name)
+        if size < instance.cluster.num_gpus:
+            capped.setdefault((size, table.why_not_larger(name)), []).append(name)
+    cause = "".join(f"; for {', '.join(names)} no block larger than {size} GPUs is legal ({why})"
+                    for (size, why), names in capped.items())
+    raise ConfigError(
+        f"[hardware] memory_per_gpu: the models do not fit together on this cluster: the colocated plan with "
+        f"every vertex on its least-memory candidate needs {gb(peak)} GB per GPU, "
+        f"{gb(instance.hardware.memory_per_gpu)} GB available ({instance.cluster.num_gpus} GPUs){cause}; "
+        f"{tried}"
+    )
+
+
+#: Most plans (evaluator calls, memory step-downs included) :func:`disjoint_plan` scores.
+DISJOINT_EVALUATIONS = 3000
+#: Longest :func:`disjoint_plan` search when the caller gives no deadline (seconds).
+DISJOINT_TIME_S = 10.0
+
+
+def disjoint_plan(instance, deadline: float | None = None,
+                  max_evaluations: int = DISJOINT_EVALUATIONS) -> tuple[Plan | None, float, int]:
+    """The fastest feasible plan found with one block per *model* (its vertices share it), the blocks as
+    disjoint as the cluster allows: what fits when colocating every model on the same GPUs does not.
+
+    Block shapes are enumerated per model among the shapes on which every vertex of the model has a
+    memory-feasible candidate, largest disjoint layouts first (fewest models per GPU, memory spread
+    widest); each model's block takes the aligned position overlapping the blocks placed so far least;
+    each vertex runs its fastest candidate of that shape, stepped down in memory on the same block
+    (:func:`repair_memory`) while a GPU is over-full.
+
+    Returns:
+        ``(plan, step_time, evaluations)``; ``plan`` is None (time ``inf``) when no layout tried fits,
+        within ``max_evaluations`` scored plans and ``deadline`` (a ``time.perf_counter()`` value).
+    """
+    table, ev = get_table(instance), get_evaluator(instance)
+    cluster = instance.cluster
+    deadline = time.perf_counter() + DISJOINT_TIME_S if deadline is None else deadline
+    names_of: dict[str, list[str]] = {}
+    for vertex in instance.graph.vertices:
+        names_of.setdefault(vertex.model, []).append(vertex.name)
+    models = sorted(names_of)
+    shapes: dict[str, list[tuple[int, int, int]]] = {}
+    for model in models:
+        common = set.intersection(*({c.extent for c in table.feasible[name]} for name in names_of[model]))
+        shapes[model] = sorted(common, key=lambda e: (-(e[0] * e[1] * e[2]), e))
+        if not shapes[model]:
+            return None, float("inf"), 0
+
+    def size(extent: tuple[int, int, int]) -> int:
+        return extent[0] * extent[1] * extent[2]
+
+    layouts = sorted(itertools.product(*(shapes[m] for m in models)),
+                     key=lambda combo: (sum(map(size, combo)) > cluster.num_gpus, -sum(map(size, combo)), combo))
+    best, best_time, evaluations = None, float("inf"), 0
+    for combo in layouts:
+        if evaluations >= max_evaluations or time.perf_counter() > deadline:
+            break
+        used: list[tuple[int, int]] = []
+        blocks: dict[str, Allocation] = {}
+        for model, extent in sorted(zip(models, combo), key=lambda pair: (-size(pair[1]), pair[0])):
+            alloc = min(table.origins(extent), key=lambda a: (_overlap(a.gpu_range(cluster), used),
+                                                              a.gpu_range(cluster)))
+            blocks[model] = alloc
+            used.append(alloc.gpu_range(cluster))
+        choice = {}
+        for model in models:
+            for name in names_of[model]:
+                cand = next(c for c in table.feasible[name] if c.extent == blocks[model].extent)
+                choice[name] = (cand, blocks[model])
+        plan, t, steps = repair_memory(ev, choice, keep_blocks=True, max_steps=50)
+        evaluations += 1 + steps
+        if t < best_time:
+            best, best_time = plan, t
+    return best, best_time, evaluations
+
+
+def _overlap(block: tuple[int, int], used: list[tuple[int, int]]) -> int:
+    """GPUs of the id range ``block`` already covered by the ranges ``used``."""
+    lo, hi = block
+    return sum(max(0, min(hi, b) - max(lo, a)) for a, b in used)
+
+
+def smallest_needs(instance) -> str:
+    """Per vertex, its smallest per-GPU memory need over every legal candidate (and on how many GPUs):
+    what a feasible plan must fit next to the other models' weights."""
+    table = get_table(instance)
+    parts = []
+    for name in get_evaluator(instance).names:
+        cand = min(table.all[name], key=lambda c: (c.memory_bytes, -c.gpus))
+        parts.append(f"{name} {gb(cand.memory_bytes)} GB/GPU on {cand.gpus} GPUs")
+    return ", ".join(parts)
+
+
+def no_plan_found(instance, why: str, evaluations: int) -> Proposal:
+    """The proposal of a search that found no feasible plan (colocated or disjoint): not a proof of
+    infeasibility (status ``unknown``; the command exits 1), with the smallest per-vertex needs."""
+    return Proposal(None, UNKNOWN, iterations=evaluations, message=(
+        f"no feasible plan found: {why}; {evaluations} disjoint model layouts tried; smallest needs: "
+        f"{smallest_needs(instance)}; memory_per_gpu {gb(instance.hardware.memory_per_gpu)} GB"))
+
+
+def baseline_or_disjoint(instance, deadline: float | None = None) -> tuple[Plan | None, str, int]:
+    """The colocated plan (:func:`colocated_plan`), or where no colocated plan fits the best
+    :func:`disjoint_plan`; ``(plan or None, note, evaluations)``."""
+    try:
+        plan, note = colocated_plan(instance, tried="then one block per model, disjoint where possible, was searched")
+        return plan, note, 0
+    except ConfigError as exc:
+        colocated_failure = str(exc).split(": ", 1)[-1]
+    plan, _, evaluations = disjoint_plan(instance, deadline)
+    if plan is None:
+        return None, colocated_failure, evaluations
+    return plan, (f"no colocated plan fits; one block per model, disjoint where the cluster allows "
+                  f"({evaluations} layouts scored)"), evaluations

@@ -1,0 +1,316 @@
+"""The CP-SAT model of the synchronous placement step (vertices in topological order ``0..V-1``).
+
+* **Options**: one Boolean ``x[o]`` per option (candidate × aligned origin), exactly one per vertex.
+* **Rectangles**: each option is an optional interval in time (shared ``start[v]``/``end[v]``) and a
+  fixed optional interval on the linear GPU axis; ``AddNoOverlap2D`` over them, plus a redundant energy
+  cut ``Σ duration·gpus ≤ step·num_gpus``.
+* **Colocation order**: vertices ``i < j`` sharing a GPU segment obey ``start[j] ≥ end[i]`` (the
+  evaluator's schedule class), so the model's earliest schedule is the evaluator's list schedule.
+* **Data edges** ``p → v``: ``start[v] ≥ end[p] + delay``, the delay 0 on the same block, else the
+  transfer time for the consumer's ``dp`` and the level both blocks span (reified same block/node/rack).
+* **Step**: ``step ≥ end[v]`` and, per publication edge, ``step ≥ end[trainer] + realloc − start[consumer]``;
+  every vertex up to the last consumer gets a *tight* start (:func:`build_model`).
+* **Memory** per GPU segment: ``Σ_models max resident + max transient ≤ memory_per_gpu`` in KiB.
+
+The building blocks (:func:`add_occupancy`, :func:`add_memory_rows`, :class:`Locator`,
+:func:`add_data_edges`) are shared with :mod:`~packplace.solvers.placement.cpsat.periodic`.
+Reference: OR-Tools CP-SAT, ``CpModel.AddNoOverlap2D``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from packplace.solvers.placement.cpsat.tables import MEMORY_UNIT, ModelTables, deadline_check
+
+
+@dataclass
+class Model:
+    """The CP-SAT model and the variables the solve reads back."""
+
+    model: cp_model.CpModel
+    x: list[list[cp_model.IntVar]]
+    start: list[cp_model.IntVar]
+    end: list[cp_model.IntVar]
+    step: cp_model.IntVar
+
+
+def _and(model: cp_model.CpModel, a, b):
+    """A Boolean equal to ``a ∧ b``."""
+    z = model.NewBoolVar("")
+    model.AddImplication(z, a)
+    model.AddImplication(z, b)
+    model.AddBoolOr([a.Not(), b.Not(), z])
+    return z
+
+
+def _indicator(model: cp_model.CpModel, literals: list, name: str):
+    """A Boolean equal to ``Σ literals`` (the literals are mutually exclusive), or None if empty."""
+    if not literals:
+        return None
+    if len(literals) == 1:
+        return literals[0]
+    z = model.NewBoolVar(name)
+    model.Add(z == sum(literals))
+    return z
+
+
+def match_literal(model: cp_model.CpModel, left: dict, right: dict, name: str):
+    """A Boolean: both vertices take the same key (each side's indicators are exclusive); False if none."""
+    both = [_and(model, left[key], right[key]) for key in sorted(left.keys() & right.keys())]
+    if not both:
+        return model.NewConstant(0)
+    z = model.NewBoolVar(name)
+    model.Add(z == sum(both))
+    return z
+
+
+def add_occupancy(m: cp_model.CpModel, tables: ModelTables, x: list[list[Any]],
+                  check) -> tuple[list[tuple[int, int]], list[dict[int, Any]]]:
+    """GPU segments (maximal id ranges no option boundary splits) and, per vertex, ``{segment index:
+    Boolean "the vertex's block covers it"}`` (segments no option of the vertex covers are absent)."""
+    opts, n = tables.options, len(tables.names)
+    points = sorted({p for vopts in opts for o in vopts for p in (o.lo, o.hi)})
+    segments = list(zip(points, points[1:]))
+    occ: list[dict[int, Any]] = []
+    for v in range(n):
+        row = {}
+        for s, (a, b) in enumerate(segments):
+            check("GPU occupancy of vertex %d of %d, segment %d of %d", v + 1, n, s + 1, len(segments))
+            lits = [lit for o, lit in zip(opts[v], x[v]) if o.lo <= a and b <= o.hi]
+            ind = _indicator(m, lits, f"occ[{v},{s}]")
+            if ind is not None:
+                row[s] = ind
+        occ.append(row)
+    return segments, occ
+
+
+def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[list[Any]],
+                    segments: list[tuple[int, int]], check) -> None:
+    """Per GPU segment: ``Σ_models max resident + max transient ≤ memory_per_gpu`` (KiB, each term rounded
+    down and the capacity up: a relaxation; the evaluator re-checks in bytes)."""
+    opts, n = tables.options, len(tables.names)
+    capacity = math.ceil(instance.hardware.memory_per_gpu / MEMORY_UNIT)
+    vertex_model = [v.model for v in instance.graph.vertices]
+    models = sorted(set(vertex_model))
+    for s, (a, b) in enumerate(segments):
+        check("memory rows, segment %d of %d", s + 1, len(segments))
+        resident_terms, worst = [], 0
+        for model_name in models:
+            exprs, most = [], 0
+            for v in range(n):
+                if vertex_model[v] != model_name:
+                    continue
+                pairs = [(int(o.cand.resident_bytes // MEMORY_UNIT), lit) for o, lit in zip(opts[v], x[v])
+                         if o.lo <= a and b <= o.hi]
+                if pairs:
+                    exprs.append(sum(c * lit for c, lit in pairs))
+                    most = max([most] + [c for c, _ in pairs])
+            if len(exprs) == 1:
+                resident_terms.append(exprs[0])
+            elif exprs:
+                r = m.NewIntVar(0, most, f"resident[{model_name},{s}]")
+                for e in exprs:
+                    m.Add(r >= e)
+                resident_terms.append(r)
+            worst += most
+        most_t, t_exprs = 0, []
+        for v in range(n):
+            pairs = [(int(o.cand.transient_bytes // MEMORY_UNIT), lit) for o, lit in zip(opts[v], x[v])
+                     if o.lo <= a and b <= o.hi]
+            if pairs:
+                t_exprs.append(sum(c * lit for c, lit in pairs))
+                most_t = max([most_t] + [c for c, _ in pairs])
+        if worst + most_t <= capacity:
+            continue  # cannot overflow whatever is chosen
+        transient = m.NewIntVar(0, most_t, f"transient[{s}]")
+        for e in t_exprs:
+            m.Add(transient >= e)
+        m.Add(sum(resident_terms) + transient <= capacity)
+
+
+class Locator:
+    """Where each vertex sits, as Booleans: its block, node, rack, ``dp`` (for same-block and level tests).
+
+    Methods: :meth:`where` (indicators of a key of the chosen option), :meth:`pair` (same block / node /
+    rack of two vertices, cached) and :meth:`level_literals`.
+    """
+
+    def __init__(self, m: cp_model.CpModel, instance, tables: ModelTables, x: list[list[Any]], check) -> None:
+        self.m, self.opts, self.x, self.check = m, tables.options, x, check
+        n = len(tables.names)
+        self.n = n
+        cluster = instance.cluster
+        G, NG = cluster.gpus_per_node, cluster.gpus_per_rack
+        check("block/node/rack indicators")
+        self.block_of = [self.where(v, lambda o: (o.lo, o.hi)) for v in range(n)]
+        self.node_of = [self.where(v, lambda o: o.lo // G if o.lo // G == (o.hi - 1) // G else None)
+                        for v in range(n)]
+        self.rack_of = [self.where(v, lambda o: o.lo // NG if o.lo // NG == (o.hi - 1) // NG else None)
+                        for v in range(n)]
+        self.dp_of = [self.where(v, lambda o: o.cand.strategy.dp) for v in range(n)]
+        self._pairs: dict[tuple[int, int], tuple] = {}
+
+    def where(self, v: int, key_of) -> dict:
+        """``{key: Boolean "vertex v's option has this key"}`` over the keys ``key_of(option)`` (None: skip)."""
+        self.check(f"indicators of vertex {v + 1} of {self.n}")
+        groups: dict[Any, list] = defaultdict(list)
+        for o, lit in zip(self.opts[v], self.x[v]):
+            key = key_of(o)
+            if key is not None:
+                groups[key].append(lit)
+        return {key: _indicator(self.m, lits, "") for key, lits in groups.items()}
+
+    def pair(self, p: int, v: int) -> tuple:
+        """(same block, same node, same rack) Booleans of two vertices."""
+        if (p, v) not in self._pairs:
+            m = self.m
+            self._pairs[(p, v)] = (match_literal(m, self.block_of[p], self.block_of[v], f"same_block[{p},{v}]"),
+                                   match_literal(m, self.node_of[p], self.node_of[v], f"same_node[{p},{v}]"),
+                                   match_literal(m, self.rack_of[p], self.rack_of[v], f"same_rack[{p},{v}]"))
+        return self._pairs[(p, v)]
+
+    @staticmethod
+    def level_literals(same_node, same_rack) -> dict[int, list]:
+        """Enforcement literals meaning "the hull of the two blocks spans exactly this level"."""
+        return {0: [same_node], 1: [same_node.Not(), same_rack], 2: [same_rack.Not()]}
+
+
+def add_data_edges(m: cp_model.CpModel, tables: ModelTables, start: list, end: list, loc: Locator,
+                   check) -> None:
+    """Data edges ``p → v``: ``start[v] ≥ end[p] + transfer`` (0 on the same block; else the cost model's
+    transfer time for the consumer's ``dp`` and the level the two blocks span)."""
+    n = len(tables.names)
+    for v in range(n):
+        check(f"data edges into vertex {v + 1} of {n}")
+        for p in tables.preds[v]:
+            m.Add(start[v] >= end[p])
+            same_block, same_node, same_rack = loc.pair(p, v)
+            lv = loc.level_literals(same_node, same_rack)
+            for (level, dp), delay in sorted(tables.transfer_ticks.items()):
+                if dp in loc.dp_of[v] and delay > 0:
+                    m.Add(start[v] >= end[p] + delay).OnlyEnforceIf([loc.dp_of[v][dp], same_block.Not(),
+                                                                     *lv[level]])
+
+
+def build_model(instance, tables: ModelTables, horizon: int, deadline: float | None = None) -> Model:
+    """The CP-SAT model of the synchronous step (module docstring), objective ``minimise step`` (ticks).
+
+    Args:
+        tables: Options and integer tables (:func:`make_tables`).
+        horizon: Upper bound of every time variable and of ``step`` (ticks; the hint's model value). The
+            model's own constraints give every lower bound (no outside bound is trusted for the proof).
+        deadline: ``time.perf_counter()`` value after which building stops (None: no limit); checked per
+            vertex, per vertex pair and per GPU segment.
+
+    Raises:
+        ModelBuildTimeout: the deadline passed (the message names the stage reached).
+    """
+    check = deadline_check(deadline)
+    m = cp_model.CpModel()
+    cluster = instance.cluster
+    n = len(tables.names)
+    opts = tables.options
+
+    # -- one option per vertex ----------------------------------------------------------------
+    x = [[m.NewBoolVar(f"x[{tables.names[v]},{k}]") for k in range(len(opts[v]))] for v in range(n)]
+    for v in range(n):
+        m.AddExactlyOne(x[v])
+
+    # -- rectangles in (time × GPU) -----------------------------------------------------------
+    start = [m.NewIntVar(0, horizon, f"start[{name}]") for name in tables.names]
+    end = [m.NewIntVar(0, horizon, f"end[{name}]") for name in tables.names]
+    m.Add(start[0] == 0)  # the first vertex has no inputs and nothing before it
+    time_boxes, gpu_boxes = [], []
+    for v in range(n):
+        check(f"intervals of vertex {v + 1} of {n}")
+        m.Add(end[v] == start[v] + sum(o.duration * lit for o, lit in zip(opts[v], x[v])))
+        for k, (o, lit) in enumerate(zip(opts[v], x[v])):
+            if k % 256 == 255:
+                check("intervals of vertex %d of %d, option %d of %d", v + 1, n, k + 1, len(opts[v]))
+            time_boxes.append(m.NewOptionalIntervalVar(start[v], o.duration, end[v], lit, ""))
+            gpu_boxes.append(m.NewOptionalFixedSizeIntervalVar(o.lo, o.hi - o.lo, lit, ""))
+    m.AddNoOverlap2D(time_boxes, gpu_boxes)
+
+    # -- GPU segments: occupancy per vertex -----------------------------------------------------
+    segments, occ = add_occupancy(m, tables, x, check)
+
+    # -- colocated vertices run in topological order ------------------------------------------------
+    for j in range(n):
+        for i in range(j):
+            check(f"colocation order of vertices {i + 1} and {j + 1} of {n}")
+            for s in occ[i].keys() & occ[j].keys():
+                m.Add(start[j] >= end[i]).OnlyEnforceIf([occ[i][s], occ[j][s]])
+
+    # -- memory per GPU segment: Σ_models max resident + max transient ≤ capacity (KiB, relaxed) --
+    add_memory_rows(m, instance, tables, x, segments, check)
+
+    # -- where each vertex sits: block, node, rack (for same-block / level tests) ------------------
+    loc = Locator(m, instance, tables, x, check)
+    where, pair, level_literals = loc.where, loc.pair, loc.level_literals
+    dp_of = loc.dp_of
+
+    # -- data edges: start[v] ≥ end[p] + transfer (0 on the same block) ----------------------------
+    add_data_edges(m, tables, start, end, loc, check)
+
+    # -- tight starts up to the last publication consumer -----------------------------------------
+    # ``step ≥ end[trainer] + realloc − start[consumer]`` rewards a late consumer start, so every vertex up
+    # to the last consumer starts exactly when the evaluator starts it: at the largest of its lower
+    # bounds. One Boolean per lower bound; at least one is tight (start ≤ that bound).
+    last_consumer = max((b for _, b in tables.pubs), default=0)
+    for v in range(1, last_consumer + 1):
+        check(f"tight starts of vertex {v + 1} of {n}")
+        bounds: list[tuple[Any, list]] = []  # (lower bound of start[v], the literals under which it applies)
+        for p in tables.preds[v]:
+            same_block, same_node, same_rack = pair(p, v)
+            lv = level_literals(same_node, same_rack)
+            bounds.append((end[p], [same_block]))
+            for (level, dp), delay in sorted(tables.transfer_ticks.items()):
+                if dp in dp_of[v]:
+                    bounds.append((end[p] + delay, [dp_of[v][dp], same_block.Not(), *lv[level]]))
+        for j in range(v):
+            for s in occ[j].keys() & occ[v].keys():
+                bounds.append((end[j], [occ[j][s], occ[v][s]]))
+        if not tables.preds[v]:
+            bounds.append((0, []))
+        tight = []
+        for limit, conditions in bounds:
+            t = m.NewBoolVar("")
+            for lit in conditions:
+                m.AddImplication(t, lit)
+            m.Add(start[v] <= limit).OnlyEnforceIf(t)
+            tight.append(t)
+        m.AddBoolOr(tight)
+
+    # -- step time: makespan and publication (reallocation) terms ----------------------------------
+    step = m.NewIntVar(0, horizon, "step")
+    for v in range(n):
+        m.Add(step >= end[v])
+    for k, (a, b) in enumerate(tables.pubs):
+        check(f"publication edge {k + 1} of {len(tables.pubs)}")
+        same_block, same_node, same_rack = pair(a, b)
+        lay_a = where(a, lambda o: (o.lo, o.hi, o.layout))
+        lay_b = where(b, lambda o: (o.lo, o.hi, o.layout))
+        same_both = match_literal(m, lay_a, lay_b, f"same_layout[{a},{b}]")
+        layout_of = where(b, lambda o: o.layout)
+        lv = level_literals(same_node, same_rack)
+        m.Add(step >= end[a] - start[b])
+        apart = same_block.Not() if tables.engine[k] else same_both.Not()
+        for (kk, level, layout), r in sorted(tables.realloc_ticks.items()):
+            if kk == k and layout in layout_of and r > 0:
+                m.Add(step >= end[a] + r - start[b]).OnlyEnforceIf([layout_of[layout], apart, *lv[level]])
+        for (kk, layout), r in sorted(tables.colocated_ticks.items()):
+            if kk == k and layout in layout_of and r > 0:
+                m.Add(step >= end[a] + r - start[b]).OnlyEnforceIf([layout_of[layout], same_block])
+
+    # -- redundant energy cut: every vertex's GPU-time fits in step × GPUs -------------------------
+    check("energy cut")
+    m.Add(sum(o.duration * (o.hi - o.lo) * lit for v in range(n) for o, lit in zip(opts[v], x[v]))
+          <= cluster.num_gpus * step)
+    m.Minimize(step)
+    return Model(m, x, start, end, step)

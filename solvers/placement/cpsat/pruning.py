@@ -1,0 +1,106 @@
+"""Dominance pruning of the candidates the placement CP-SAT model covers (what "optimal" covers).
+
+Only memory-feasible candidates enter the model (one over capacity on its own can never be placed).
+Within each vertex, a candidate is dropped when another one on the same block shape is at least as good
+on everything the evaluator can see: time, resident bytes, transient bytes, ``dp`` (a larger ``dp``
+receives smaller transfers) and, for a vertex on a publication edge, the same ``(pp, tp)`` layout (or
+both layouts unmatched by the partner vertex on that shape, with a larger ``pp·tp`` for the consumer: a
+smaller shard to receive).
+
+This is lossless when the step time is monotone in those quantities, which holds when no publication
+term of a consumer other than the first vertex can exceed the makespan: :func:`publication_is_monotone`
+checks it per instance (largest reallocation ≤ the consumer's earliest possible start); if it fails,
+nothing is pruned. The asynchronous period is monotone in every latency, so there pruning is always
+lossless.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from packplace.placement.candidates import Candidate, CandidateTable
+
+
+def publication_is_monotone(instance, table: CandidateTable) -> tuple[bool, str]:
+    """Whether the step time is monotone in vertex times, transfers and memory (pruning is lossless).
+
+    The evaluator's step is ``max(makespan, end[trainer] + realloc − start[consumer])``. For the first
+    vertex ``start`` is 0 and the term is monotone. For any later consumer ``b`` the term never exceeds
+    the makespan when ``realloc ≤ start[b]``; this holds for every plan when the largest reallocation
+    into ``b`` (any candidate of ``b``, any level of the cluster) is at most ``b``'s earliest start, the
+    longest data-edge path of fastest candidates before it.
+
+    Returns:
+        ``(monotone, reason)``; ``reason`` names the failing edge, or is empty.
+    """
+    graph = instance.graph
+    names = graph.names
+    earliest_end: dict[str, float] = {}
+    earliest_start: dict[str, float] = {}
+    for name in names:
+        earliest_start[name] = max((earliest_end[p] for p in graph.predecessors(name)), default=0.0)
+        earliest_end[name] = earliest_start[name] + table.min_time(name)
+    cluster = instance.cluster
+    top_level = cluster.span_level(0, cluster.num_gpus)
+    for trainer, consumer in graph.publication_edges:
+        if consumer == names[0]:
+            continue
+        model = instance.models[graph.vertex(trainer).model]
+        worst = 0.0
+        for cand in table.feasible[consumer]:
+            for level in range(top_level + 1):
+                shard = 2.0 * model.params / (cand.strategy.pp * cand.strategy.tp)
+                worst = max(worst, table.cost.p2p(shard, level))
+        if worst > earliest_start[consumer]:
+            return False, (f"reallocation {trainer}->{consumer} can take {worst:.4g} s, more than the earliest "
+                           f"start {earliest_start[consumer]:.4g} s of {consumer}")
+    return True, ""
+
+
+def _dominates(a: tuple, b: tuple) -> bool:
+    return all(x <= y for x, y in zip(a, b))
+
+
+def nondominated_candidates(instance, table: CandidateTable) -> dict[str, list[Candidate]]:
+    """Per vertex, the memory-feasible candidates that no other candidate dominates (module docstring).
+
+    Candidates compete only within a group: same block shape, and for a vertex on a publication edge the
+    same ``(pp, tp)`` layout when the partner vertex has a candidate of that shape and layout (a
+    matching layout on the same block makes the reallocation free), else the group of unmatched
+    layouts. Within a group, ``a`` dominates ``b`` when ``a`` is no worse in ``(time, resident bytes,
+    transient bytes, −dp if the vertex has data-edge inputs, −pp·tp if it is an unmatched reallocation
+    consumer)``; of equal vectors the first in table order stays. Output keeps table order (fastest first).
+    """
+    graph = instance.graph
+    partner_edges: dict[str, list[tuple[str, bool]]] = defaultdict(list)  # vertex -> [(partner, is_consumer)]
+    for trainer, consumer in graph.publication_edges:
+        partner_edges[trainer].append((consumer, False))
+        partner_edges[consumer].append((trainer, True))
+    layouts = {name: {(c.extent, c.strategy.pp, c.strategy.tp) for c in table.feasible[name]}
+               for name in graph.names}
+    out: dict[str, list[Candidate]] = {}
+    for name in graph.names:
+        has_inputs = bool(graph.predecessors(name))
+        groups: dict[tuple, list[tuple[tuple, int, Candidate]]] = defaultdict(list)
+        for index, cand in enumerate(table.feasible[name]):
+            pp, tp = cand.strategy.pp, cand.strategy.tp
+            key: list[Any] = [cand.extent]
+            shard_dim = 0
+            for partner, is_consumer in partner_edges[name]:
+                matched = (cand.extent, pp, tp) in layouts[partner]
+                key.append((pp, tp) if matched else None)
+                if is_consumer and not matched:
+                    shard_dim = -pp * tp
+            vector = (cand.time, cand.resident_bytes, cand.transient_bytes,
+                      -cand.strategy.dp if has_inputs else 0, shard_dim)
+            groups[tuple(key)].append((vector, index, cand))
+        kept: list[tuple[int, Candidate]] = []
+        for members in groups.values():
+            for vector, index, cand in members:
+                beaten = any(_dominates(other, vector) and (other != vector or j < index)
+                             for other, j, _ in members if j != index)
+                if not beaten:
+                    kept.append((index, cand))
+        out[name] = [cand for _, cand in sorted(kept, key=lambda item: item[0])]
+    return out

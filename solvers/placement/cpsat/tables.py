@@ -1,0 +1,222 @@
+"""Options and integer tables of the placement CP-SAT models (synchronous and periodic).
+
+An *option* is one candidate of a vertex at one aligned origin: it fixes the block (a contiguous GPU id
+range ``[lo, hi)``), the strategy, the micro-batch, the duration and the memory. :func:`make_tables`
+lists every option and the integer transfer and reallocation tables; those figures are the cost model's
+own functions evaluated on two GPU ranges whose hull spans each level (0 inside a node, 1 inside a rack,
+2 across racks), since they depend only on the level and the consumer's ``dp`` or ``(pp, tp)`` layout.
+
+Integer time: durations, transfers and reallocations are ticks (:data:`TICKS_PER_S`) rounded **up**, so
+the model's value of a plan exceeds the evaluator's by at most one tick per rounded term on the longest
+chain, ``E = 2·V`` ticks (V durations, V−1 transfers, one reallocation); it can also fall short by less
+than ``E`` when a publication term binds for a later consumer. :func:`model_schedule` computes the
+model's value of a plan (the evaluator's list schedule on these tables), which the backend compares with
+the evaluator. Memory is in KiB (:data:`MEMORY_UNIT`), each term rounded down, the capacity up.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from packplace.placement.candidates import Candidate
+from packplace.placement.evaluator import get_table
+from packplace.placement.plan import Allocation
+
+#: Model time unit: integer ticks of 10 ns. The rounding ``E = 2·V + 1`` ticks (0.13 µs for six tasks) stays
+#: below the front-end's relative optimality tolerance (``packplace.result.OPTIMALITY_RTOL``, 10^-6) for every
+#: step longer than about 0.2 s, so a proof of CP-SAT is an ``optimal`` result.
+TICKS_PER_S = 100_000_000
+#: Model memory unit: KiB (bytes // 1024 per term, capacity rounded up: a relaxation).
+MEMORY_UNIT = 1024
+
+
+class ModelBuildTimeout(Exception):
+    """Raised by :func:`make_tables` / :func:`build_model` when their ``deadline`` passes; ``args[0]`` names
+    the stage reached (e.g. ``"memory rows, segment 130 of 1024"``)."""
+
+
+def deadline_check(deadline: float | None):
+    """A ``check(stage, *args)`` function raising :class:`ModelBuildTimeout` with ``stage % args`` (formatted
+    only then) once ``time.perf_counter()`` passes ``deadline`` (no-op when it is None)."""
+    if deadline is None:
+        return lambda stage, *args: None
+
+    def check(stage: str, *args) -> None:
+        if time.perf_counter() > deadline:
+            raise ModelBuildTimeout(stage % args if args else stage)
+
+    return check
+
+
+def to_ticks(seconds: float) -> int:
+    """Seconds → integer ticks (:data:`TICKS_PER_S`), rounded up (the model never underestimates a time)."""
+    return int(math.ceil(seconds * TICKS_PER_S - 1e-9)) if seconds > 0 else 0
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to place a vertex: a candidate at an aligned origin.
+
+    Attributes:
+        vertex: Vertex index (topological order).
+        cand: The candidate (strategy, micro-batch, block shape, time, memory).
+        alloc: The block.
+        lo, hi: Its linear GPU id range ``[lo, hi)``.
+        duration: ``cand.time`` in integer ticks (:data:`TICKS_PER_S`), rounded up.
+    """
+
+    vertex: int
+    cand: Candidate
+    alloc: Allocation
+    lo: int
+    hi: int
+    duration: int
+
+    @property
+    def layout(self) -> tuple[int, int]:
+        """``(pp, tp)``: what parameter reallocation compares."""
+        return (self.cand.strategy.pp, self.cand.strategy.tp)
+
+
+# -- option and integer tables -------------------------------------------------------------
+@dataclass
+class ModelTables:
+    """Integer data shared by the CP-SAT model and :func:`model_schedule`.
+
+    Attributes:
+        names: Vertex names, topological order.
+        options: Per vertex, its options.
+        preds: Per vertex, indices of its data-edge producers.
+        pubs: ``(trainer, consumer)`` index pairs of the publication edges.
+        transfer_ticks: ``{(level, dst_dp): ticks}`` of a data-edge transfer between different blocks.
+        realloc_ticks: ``{(pub index, level, dst (pp, tp)): ticks}`` of a reallocation (different block or layout;
+            into a rollout engine: different block).
+        colocated_ticks: ``{(pub index, dst (pp, tp)): ticks}`` of a weight sync into a rollout engine on the
+            trainer's block (empty for edges into inference vertices).
+        engine: Per publication edge, whether its consumer is a rollout engine.
+        rounding_ticks: ``E = 2·V``: how much the model's value of a plan can exceed the evaluator's.
+    """
+
+    names: tuple[str, ...]
+    options: list[list[Option]]
+    preds: list[tuple[int, ...]]
+    pubs: list[tuple[int, int]]
+    transfer_ticks: dict[tuple[int, int], int]
+    realloc_ticks: dict[tuple[int, int, tuple[int, int]], int]
+    rounding_ticks: int
+    colocated_ticks: dict[tuple[int, tuple[int, int]], int]
+    engine: list[bool]
+
+
+def _level_ranges(cluster) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]:
+    """Two different one-GPU ranges whose hull spans exactly each level present in the cluster."""
+    out = {}
+    if cluster.gpus_per_node >= 2:
+        out[0] = ((0, 1), (1, 2))
+    if cluster.nodes_per_rack >= 2:
+        out[1] = ((0, 1), (cluster.gpus_per_node, cluster.gpus_per_node + 1))
+    if cluster.racks >= 2:
+        out[2] = ((0, 1), (cluster.gpus_per_rack, cluster.gpus_per_rack + 1))
+    return out
+
+
+def make_tables(instance, candidates: dict[str, list[Candidate]], deadline: float | None = None) -> ModelTables:
+    """Options (candidate × aligned origin) and integer transfer/reallocation tables.
+
+    The transfer and reallocation figures are the cost model's own functions evaluated on two ranges
+    whose hull spans each level (they depend only on the level and the consumer's ``dp`` / layout).
+
+    Raises:
+        ModelBuildTimeout: ``time.perf_counter()`` passed ``deadline`` (checked per candidate).
+    """
+    check = deadline_check(deadline)
+    table = get_table(instance)
+    cluster = instance.cluster
+    graph = instance.graph
+    names = graph.names
+    index = {name: i for i, name in enumerate(names)}
+    options: list[list[Option]] = []
+    for i, name in enumerate(names):
+        opts = []
+        for cand in candidates[name]:
+            check("options of %s, %d so far", name, len(opts))
+            for alloc in table.origins(cand.extent):
+                lo, hi = alloc.gpu_range(cluster)
+                opts.append(Option(i, cand, alloc, lo, hi, to_ticks(cand.time)))
+        options.append(opts)
+    preds = [tuple(index[p] for p in graph.predecessors(name)) for name in names]
+    pubs = [(index[a], index[b]) for a, b in graph.publication_edges]
+    levels = _level_ranges(cluster)
+    cost = table.cost
+    transfer_ticks = {}
+    for level, (r1, r2) in levels.items():
+        for dp in {o.cand.strategy.dp for opts in options for o in opts}:
+            transfer_ticks[(level, dp)] = to_ticks(cost.transfer_time(r1, r2, dp))
+    realloc_ticks = {}
+    colocated_ticks = {}
+    engine = [graph.vertices[b].kind == "generate" for _, b in pubs]
+    for k, (a, b) in enumerate(pubs):
+        model = instance.models[graph.vertices[a].model]
+        for level, (r1, r2) in levels.items():
+            for layout in {o.layout for o in options[b]}:
+                realloc_ticks[(k, level, layout)] = to_ticks(
+                    cost.realloc_time(model, (0, 0), r1, layout, r2, engine[k]))
+        if engine[k]:
+            for layout in {o.layout for o in options[b]}:
+                colocated_ticks[(k, layout)] = to_ticks(cost.colocated_sync_time(model, layout))
+            continue
+        # same block, different layout: the level is the block's own span
+        for o in options[b]:
+            lvl = cluster.span_level(o.lo, o.hi)
+            if (k, lvl, o.layout) not in realloc_ticks:
+                realloc_ticks[(k, lvl, o.layout)] = to_ticks(cost.realloc_time(model, (0, 0), (o.lo, o.hi), o.layout,
+                                                                         (o.lo, o.hi)))
+    return ModelTables(names, options, preds, pubs, transfer_ticks, realloc_ticks, 2 * len(names), colocated_ticks,
+                       engine)
+
+
+def model_schedule(tables: ModelTables, instance, choice: list[Option]) -> tuple[list[int], list[int], int]:
+    """The model's value of a plan: the evaluator's list schedule on the model's integer tables.
+
+    Args:
+        choice: One option per vertex (topological order).
+
+    Returns:
+        ``(start, end, step)`` in integer ticks; ``step`` is what the CP-SAT model assigns to this
+        plan at its earliest schedule (≥ the evaluator's step time, by at most ``rounding_ticks``).
+    """
+    span = instance.cluster.span_level
+    n = len(choice)
+    start, end = [0] * n, [0] * n
+    for i, o in enumerate(choice):
+        t = 0
+        for p in tables.preds[i]:
+            q = choice[p]
+            delay = 0 if (q.lo, q.hi) == (o.lo, o.hi) else tables.transfer_ticks[
+                (span(min(q.lo, o.lo), max(q.hi, o.hi)), o.cand.strategy.dp)]
+            t = max(t, end[p] + delay)
+        for j in range(i):
+            q = choice[j]
+            if o.lo < q.hi and q.lo < o.hi:
+                t = max(t, end[j])
+        start[i], end[i] = t, t + o.duration
+    step = max(end)
+    for k, (a, b) in enumerate(tables.pubs):
+        step = max(step, end[a] + publication_ticks(tables, instance, choice, k) - start[b])
+    return start, end, step
+
+
+def publication_ticks(tables: ModelTables, instance, choice: list[Option], k: int) -> int:
+    """The model's weight-synchronisation time (integer ticks) of publication edge ``k`` for one option per
+    vertex: the colocated sync into a rollout engine on the trainer's block, 0 into an inference vertex
+    on the same block and layout, else the reallocation across the level the two blocks span."""
+    a, b = tables.pubs[k]
+    oa, ob = choice[a], choice[b]
+    if tables.engine[k] and (oa.lo, oa.hi) == (ob.lo, ob.hi):
+        return tables.colocated_ticks[(k, ob.layout)]
+    if (oa.lo, oa.hi) == (ob.lo, ob.hi) and oa.layout == ob.layout:
+        return 0
+    span = instance.cluster.span_level
+    return tables.realloc_ticks[(k, span(min(oa.lo, ob.lo), max(oa.hi, ob.hi)), ob.layout)]
