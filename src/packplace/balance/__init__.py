@@ -14,6 +14,7 @@ from __future__ import annotations
 from packplace.balance.api import solve_balance
 from packplace.balance.config import load_config
 from packplace.balance.evaluator import BalanceEvaluator, BalanceScore, evaluate
+from packplace.balance.instance import make_instance
 from packplace.balance.planner import BalanceDecision, BalancePlan, plan_balance
 from packplace.balance.schema import (
     Assignment,
@@ -21,7 +22,6 @@ from packplace.balance.schema import (
     PackingConstraints,
     Sample,
     WorkloadCost,
-    make_instance,
 )
 
 __all__ = [

@@ -38,7 +38,7 @@ when the config loads and before any work: unknown fields are errors at every le
 keys are strings or integers, and sizes are bounded up front (:data:`MAX_SAMPLES` samples and bins).
 
 ``reference: auto`` builds the token-only packing most loaders ship (worst-fit decreasing on tokens,
-see :func:`packplace.balance.schema.token_packing_reference`) and keeps it only if it is feasible;
+see :func:`packplace.balance.reference.token_packing_reference`) and keeps it only if it is feasible;
 otherwise there is none.
 """
 
@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from packplace.balance import corpus as corpus_module
+from packplace.balance.instance import check_reference_bins
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost
 from packplace.balance.workload import LatencyModel, ModelShape, padding_cost, sample_cost
 from packplace.contract import Field, check_count, check_section
@@ -312,7 +313,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
             cost = estimate(tokens)
         samples.append(Sample(item["key"], tokens, cost, item.get("budgets") or {}))
 
-    return BalanceInstance(
+    return check_reference_bins(BalanceInstance(
         tuple(samples), constraints, ranks, per_rank,
         reference_bins=reference_bins,
         objective=fields["objective"],
@@ -323,7 +324,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
         groups=_groups(config.get("groups")),
         name=str(name if name is not None else (Path(source).stem if source != "<dict>" else "")),
         cost_unit=unit,
-    )
+    ))
 
 
 def _missing(field: str) -> Any:

@@ -65,12 +65,12 @@ from typing import Any
 
 import numpy as np
 
-from packplace.balance.schema import (
-    BalanceInstance,
-    PackingConstraints,
-    Sample,
-    default_reference_bins,
-)
+from packplace.balance.config import load_config
+from packplace.balance.evaluator import BalanceEvaluator
+from packplace.balance.instance import check_reference_bins
+from packplace.balance.reference import default_reference_bins
+from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample
+from packplace.balance.workload import ModelShape, sample_cost
 from packplace.errors import ConfigError
 
 #: Distribution name → its parameters and their defaults.
@@ -199,8 +199,6 @@ def cost_function(cost: str = "tokens", model: Mapping[str, int] | None = None) 
         raise ConfigError(f"cost: unknown {cost!r}; valid: {', '.join(COSTS)}")
     if cost == "tokens":
         return float
-    from packplace.balance.workload import ModelShape, sample_cost
-
     shape_fields = dict(LLAMA_31_8B if model is None else model)
     try:
         shape = ModelShape(**shape_fields)
@@ -267,10 +265,10 @@ def generate_balance(
     keys = list(range(n))
     samples = tuple(Sample(k, int(t), price(int(t))) for k, t in zip(keys, lengths))
     reference = strided_reference(lengths, keys, ranks, bins_per_rank, seq_len)
-    return BalanceInstance(
+    return check_reference_bins(BalanceInstance(
         samples, PackingConstraints(seq_len), ranks, bins_per_rank, reference_bins=reference,
         objective=objective, group_size=group_size, name=name or f"{distribution}-n{n}-D{ranks}-s{seed}",
-    )
+    ))
 
 
 def corpus_instance(
@@ -300,8 +298,6 @@ def corpus_instance(
     Raises:
         ConfigError: the config's own errors, ``n`` larger than the corpus, or an infeasible layout.
     """
-    from packplace.balance.config import load_config
-
     base = load_config(config)
     samples = base.samples
     changed = False
@@ -332,10 +328,10 @@ def corpus_instance(
     else:
         group = group_size
     label = name or (base.name or Path(config).stem) + (f"-n{n}-s{seed}" if n is not None else "")
-    return dataclasses.replace(
+    return check_reference_bins(dataclasses.replace(
         base, samples=samples, reference_bins=reference, objective=new_objective, group_size=group,
         name=label, **layout,
-    )
+    ))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -441,14 +437,12 @@ def planted_balance(
     keys = list(range(n))
     samples = tuple(Sample(k, int(t), price_of[int(t)]) for k, t in zip(keys, tokens))
     label = name or f"planted-D{ranks}m{bins_per_rank}k{samples_per_rank}-f{fill:g}-{cost}-s{seed}"
-    instance = BalanceInstance(
+    instance = check_reference_bins(BalanceInstance(
         samples, PackingConstraints(seq_len), ranks, bins_per_rank,
         reference_bins=strided_reference(tokens, keys, ranks, bins_per_rank, seq_len),
         objective=objective, group_size=group_size, name=label,
-    )
+    ))
     optimum = None
     if cost == "tokens" or replicate:
-        from packplace.balance.evaluator import BalanceEvaluator
-
         optimum = BalanceEvaluator(instance).objective(bins)
     return PlantedBalance(instance, bins, bin_tokens, optimum)
