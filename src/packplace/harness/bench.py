@@ -48,6 +48,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -61,7 +62,7 @@ from packplace.harness.comparison import SKIPPED, CompareReport, compare
 from packplace.harness.report import fmt_number, fmt_time, table_lines
 from packplace.harness.suites import load_suite, shipped_path
 from packplace.progress import emit
-from packplace.result import ERROR, OPTIMAL
+from packplace.result import ERROR, OPTIMAL, json_ready
 
 BASELINE_FORMAT = 1
 DEFAULT_SUITE = Path("benchmarks/suites/regression.yaml")
@@ -158,8 +159,6 @@ class BenchOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data: the checks' verdict, regressions, notes, settings and the run's report."""
-        from packplace.result import json_ready
-
         data: dict[str, Any] = json_ready({
             "suite": self.report.suite, "problem": self.report.problem, "exit_code": self.exit_code,
             "updated": self.updated, "baseline": str(self.baseline_path) if self.baseline_path else None,
@@ -493,8 +492,6 @@ def run_benches(
 
 
 def _relative(path: Path, start: Path) -> str:
-    import os
-
     try:
         return os.path.relpath(path.resolve(), start.resolve())
     except ValueError:

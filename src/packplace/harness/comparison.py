@@ -49,6 +49,7 @@ import math
 import multiprocessing
 import os
 import pickle
+import platform
 import signal
 import statistics
 import time
@@ -60,11 +61,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+
 from packplace.errors import ConfigError
 from packplace.harness.adapters import get_adapter
+from packplace.harness.report import format_text, report_dict, write_report
 from packplace.harness.suites import InstanceSpec, Suite, load_suite
 from packplace.progress import emit, quiet
-from packplace.result import ERROR, FEASIBLE, OPTIMAL, relative_gap
+from packplace.result import ERROR, FEASIBLE, OPTIMAL, check_limits, relative_gap
+from packplace.solvers import aliases, available, get
+from packplace.version import __version__
 
 SKIPPED = "skipped"
 DEFAULT_TIME_LIMIT_S = 10.0
@@ -178,8 +184,6 @@ class CompareReport:
         """JSON-friendly dict (infinities become ``None``): what ``report.json`` holds.
         ``timings=False`` leaves out wall times and how the run was executed
         (:data:`~packplace.harness.report.TIMING_FIELDS`): the same for every executor."""
-        from packplace.harness.report import report_dict
-
         data: dict[str, Any] = report_dict(self, timings)
         return data
 
@@ -189,14 +193,10 @@ class CompareReport:
 
     def format_text(self) -> str:
         """The human-readable tables printed on stdout."""
-        from packplace.harness.report import format_text
-
         return format_text(self)
 
     def write(self, out_dir: str | Path) -> list[Path]:
         """Write ``report.json``, ``report.csv`` and ``report.md`` into ``out_dir`` (created); returns the paths."""
-        from packplace.harness.report import write_report
-
         return write_report(self, out_dir)
 
 
@@ -240,9 +240,6 @@ def run_instance(
         ``{"index", "name", "size", "cells": [Cell, ...], "note"}`` (picklable). An instance that
         fails to build gives ``error`` cells with the build error for every solver that would run.
     """
-    from packplace.solvers import get
-    from packplace.solvers.registry import _ALIASES
-
     adapter = get_adapter(problem)
     exact = exact or {}
     solver_params = solver_params or {}
@@ -252,7 +249,7 @@ def run_instance(
     except Exception as exc:  # noqa: BLE001 - reported in the cells, the run continues
         instance, size = None, None
         build_error = f"instance could not be built: {type(exc).__name__}: {exc}"
-    allowed = None if spec.solvers is None else {_ALIASES[problem].get(n, n) for n in spec.solvers}
+    allowed = None if spec.solvers is None else {aliases(problem).get(n, n) for n in spec.solvers}
     cells: list[Cell] = []
     for name in solvers:
         if allowed is not None and name not in allowed:
@@ -373,8 +370,6 @@ def resolve_solvers(problem: str, solvers: str | Sequence[str] | None, suite: Su
     Raises:
         ConfigError: an unknown solver name (the message lists the registered ones).
     """
-    from packplace.solvers import available, get
-
     if solvers is None and suite is not None and suite.solvers is not None:
         solvers = suite.solvers
         lenient = True  # a suite may list solvers that are not registered (yet); they are left out
@@ -404,15 +399,9 @@ def resolve_solvers(problem: str, solvers: str | Sequence[str] | None, suite: Su
 
 
 def _versions() -> dict[str, str]:
-    import platform
-
-    import numpy
-
-    import packplace
-
-    versions = {"packplace": packplace.__version__, "python": platform.python_version(), "numpy": numpy.__version__}
+    versions = {"packplace": __version__, "python": platform.python_version(), "numpy": np.__version__}
     try:
-        import ortools
+        import ortools  # only for its version string, and a report without it is still written
 
         versions["ortools"] = str(getattr(ortools, "__version__", "unknown"))
     except Exception:  # noqa: BLE001 - optional in reports
@@ -456,7 +445,7 @@ EXECUTORS = ("process", "ray")
 
 def _import_ray() -> Any:
     try:
-        import ray
+        import ray  # optional dependency (packplace[ray])
     except ImportError:
         raise ConfigError("executor: 'ray' needs Ray; run: pip install 'packplace[ray]'") from None
     return ray
@@ -583,9 +572,6 @@ def compare(
         ConfigError: unknown problem or solver, a bad suite, a bad time limit, seed or jobs, an unknown
             executor, or ``ray`` without Ray installed.
     """
-    from packplace.result import check_limits
-    from packplace.solvers import get
-
     get_adapter(problem)
     parsed = load_suite(suite, problem)
     names = resolve_solvers(problem, solvers, parsed)
@@ -621,11 +607,10 @@ def compare(
             pickle.dumps([s.instance for s in specs])
         except Exception:  # noqa: BLE001 - unpicklable instance objects: run serially
             workers = 1
-    from packplace.solvers.registry import _ALIASES
-
     params_by_solver: dict[str, dict[str, Any]] = {}
+    alias_of = aliases(problem)
     for key, options in parsed.solver_params.items():
-        params_by_solver.setdefault(_ALIASES[problem].get(key, key), {}).update(options)
+        params_by_solver.setdefault(alias_of.get(key, key), {}).update(options)
     kwargs: dict[str, Any] = {
         "exact": exact, "max_exact_size": parsed.max_exact_size, "solver_params": params_by_solver,
     }

@@ -41,6 +41,9 @@ from packplace.errors import ConfigError
 from packplace.yamlio import load_yaml
 
 PROBLEMS = ("balance", "placement")
+#: Per problem, the suite key that caps the instance size for exact solvers (alias of ``max_exact_size``):
+#: samples for balance, GPUs for placement. The adapters of :mod:`packplace.harness.adapters` read it.
+SIZE_LIMIT_KEYS = {"balance": "max_exact_samples", "placement": "max_exact_gpus"}
 BALANCE_GENERATORS = ("uniform", "lognormal", "bimodal", "planted", "corpus")
 PLACEMENT_GENERATORS = ()
 _SUITE_KEYS = {"name", "problem", "description", "time_limit_s", "seed", "solvers", "solver_params",
@@ -247,9 +250,7 @@ def parse_suite(
     if not isinstance(solver_params, Mapping) or not all(isinstance(v, Mapping) for v in solver_params.values()):
         raise ConfigError(f"{source}: solver_params: must map solver names to option mappings, got {solver_params!r}")
     size_keys = [k for k in ("max_exact_size", "max_exact_samples", "max_exact_gpus") if k in data]
-    from packplace.harness.adapters import get_adapter  # local: adapters import this module
-
-    alias = get_adapter(problem).size_limit_key
+    alias = SIZE_LIMIT_KEYS[problem]
     if any(k not in ("max_exact_size", alias) for k in size_keys) or len(size_keys) > 1:
         raise ConfigError(f"{source}: use one of max_exact_size / {alias} for a {problem} suite, got {size_keys}")
     max_exact = data[size_keys[0]] if size_keys else None
@@ -280,9 +281,8 @@ def shipped_path(relative: str | Path) -> Path | None:
     ``configs/`` and ``benchmarks/`` there, same layout) and then under the source checkout (an
     editable install or a source tree).
     """
-    import packplace
-
-    roots = (Path(packplace.__file__).resolve().parent / "_data", Path(__file__).resolve().parents[3])
+    package = Path(__file__).resolve().parents[1]  # the installed packplace folder
+    roots = (package / "_data", Path(__file__).resolve().parents[3])
     for root in roots:
         candidate = root / relative
         if candidate.exists():
