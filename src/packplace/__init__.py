@@ -23,6 +23,7 @@ The attribute ``packplace.balance`` is the solve entry point (a :class:`BalanceE
 from __future__ import annotations
 
 import sys
+import types
 import warnings
 from typing import Any
 
@@ -42,8 +43,10 @@ class BalanceEntry:
 
     The balance subpackage is imported as a module (``from packplace.balance import make_instance``);
     the attribute ``packplace.balance`` of the top-level package is this callable. Reading a name of
-    the subpackage through it (``packplace.balance.make_instance``, ``packplace.balance.schema``)
-    still works, with a :class:`DeprecationWarning` once per name (removed in 0.3.0).
+    the subpackage through it (``packplace.balance.make_instance``) still works, with a
+    :class:`DeprecationWarning` once per name (removed in 0.3.0). Its submodules
+    (``packplace.balance.schema``) are returned without a warning, because
+    ``import packplace.balance.schema as name`` reads them through this attribute.
     """
 
     _warned: set[str] = set()
@@ -73,6 +76,9 @@ class BalanceEntry:
         package = sys.modules["packplace.balance"]
         if name.startswith("_") or not hasattr(package, name):
             raise AttributeError(f"packplace.balance has no attribute {name!r}")
+        value = getattr(package, name)
+        if isinstance(value, types.ModuleType):  # `import packplace.balance.schema as s` reads this attribute
+            return value
         if name not in self._warned:
             self._warned.add(name)
             warnings.warn(
@@ -80,7 +86,7 @@ class BalanceEntry:
                 f"are deprecated and will be removed in packplace 0.3.0; use 'from packplace.balance import {name}'",
                 DeprecationWarning, stacklevel=2,
             )
-        return getattr(package, name)
+        return value
 
     def __repr__(self) -> str:
         return "<packplace.balance: solve a balance instance (packplace.balance.api.solve_balance)>"
