@@ -61,8 +61,9 @@ def test_moved_schema_names_warn_once_and_name_their_new_module(monkeypatch):
         from packplace.balance.schema import make_instance as old_make_instance
     assert old_make_instance is instance.make_instance is again
     assert len([w for w in caught if issubclass(w.category, DeprecationWarning)]) == 1
-    with pytest.warns(DeprecationWarning, match="0.3.0; import it from packplace.balance.reference"):
-        assert schema.worst_fit_bins is reference.worst_fit_bins
+    for name in ("worst_fit_bins", "token_packing_reference", "default_reference_bins"):
+        with pytest.warns(DeprecationWarning, match="0.3.0; import it from packplace.balance.reference"):
+            assert getattr(schema, name) is getattr(reference, name)
     with pytest.raises(ImportError):
         from packplace.balance.schema import no_such_name  # noqa: F401
 

@@ -98,6 +98,7 @@ class BalanceEntry:
 balance = BalanceEntry()
 
 __all__ = [
+    "BalanceEntry",
     "ConfigError",
     "InfeasibleError",
     "PackplaceError",

@@ -28,12 +28,8 @@ import numpy as np
 
 from packplace.balance.assignment import Assignment, as_bins
 from packplace.balance.rank_rules import PackingColumns, RankRules, construct, normalise_groups
-from packplace.balance.reference import (
-    group_bins_bound,
-    local_batch_size_bound,
-    smallest_local_batch_size,
-    token_packing_reference,
-)
+from packplace.balance.reference import group_bins_bound, local_batch_size_bound, smallest_local_batch_size
+from packplace.balance.reference import token_packing_reference as _token_packing_reference
 from packplace.balance.samples import (
     MAX_TOKENS,
     OVERSIZED_POLICIES,
@@ -246,7 +242,7 @@ class BalanceInstance:
             if self.has_rank_rules:
                 reference = self.construct(by="tokens")
             else:
-                reference = token_packing_reference(samples, self.constraints, bins)
+                reference = _token_packing_reference(samples, self.constraints, bins)
             object.__setattr__(self, "reference_bins", reference if reference is not None else self.auto_packing)
         if self.reference_bins is not None:
             object.__setattr__(self, "reference_bins", as_bins(self.reference_bins, "reference_bins"))
