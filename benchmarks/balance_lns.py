@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 import packplace
-from packplace.balance.schema import make_instance
+from packplace.balance.instance import make_instance
 from packplace.harness.generators import planted_balance
 
 

@@ -38,7 +38,7 @@ import numpy as np
 def build(samples: int, ranks: int, per_rank: int | None, seq_len: int, fill: float, seed: int,
           token_costs: bool, reference: str = "auto"):
     """The synthetic instance: (instance, m, fill actually reached)."""
-    from packplace.balance.schema import make_instance
+    from packplace.balance.instance import make_instance
 
     rng = np.random.default_rng(seed)
     tokens = np.clip(np.rint(rng.lognormal(math.log(1024), 1.0, size=samples)), 1, seq_len).astype(np.int64)

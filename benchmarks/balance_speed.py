@@ -35,7 +35,7 @@ import time
 import numpy as np
 
 import packplace
-from packplace.balance.schema import make_instance
+from packplace.balance.instance import make_instance
 from packplace.solvers import available, get
 
 SEQ_LEN = 32768

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from packplace.balance.evaluator import BalanceEvaluator
-from packplace.balance.schema import make_instance
+from packplace.balance.instance import make_instance
 
 
 def best_ms(action, repeats: int) -> float:

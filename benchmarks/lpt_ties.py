@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from packplace.balance.schema import make_instance
+from packplace.balance.instance import make_instance
 from packplace.solvers.balance import lpt
 
 

@@ -7,7 +7,7 @@ instance comes before the call and has no time limit; it is shown (``build``) an
 Each row runs in a fresh child process (one at a time, so that one solver's memory does not slow the
 next) and prints, in seconds:
 
-* balance — ``build``: :func:`~packplace.balance.schema.make_instance` from numpy columns with
+* balance — ``build``: :func:`~packplace.balance.instance.make_instance` from numpy columns with
   ``reference_bins="auto"`` (the CLI's default reference), ``solve``: ``packplace.balance(...)``
   (the backend, the evaluator's scoring and the result), ``json``: ``result.to_json()``; ``total``
   = the three; ``backend``: the backend's own ``wall_s``;
@@ -58,7 +58,7 @@ def allowed_s(limit: float) -> float:
 def balance_row(solver: str, samples: int, ranks: int, limit: float, seed: int) -> dict:
     """One balance solver on the synthetic batch; phase wall times in seconds."""
     import packplace
-    from packplace.balance.schema import make_instance
+    from packplace.balance.instance import make_instance
 
     rng = np.random.default_rng(seed)
     tokens = np.clip(np.rint(rng.lognormal(math.log(1024), 1.0, size=samples)), 1, SEQ_LEN).astype(np.int64)

@@ -1,8 +1,17 @@
-"""Name → backend registry for both problems."""
+"""Name → backend registry for both problems.
+
+A backend is a function ``solve(instance, *, time_limit_s, seed, **params) -> Proposal`` decorated
+with :func:`register`. The registry finds the backends itself: the first lookup of a problem imports
+every module and subpackage of ``packplace.solvers.<problem>`` whose name does not start with ``_``
+(:func:`pkgutil.iter_modules`), so a new backend is one file (or one subpackage) in that folder.
+Modules whose names start with ``_`` (shared helpers such as ``_common``) are imported only by the
+backends that use them.
+"""
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
@@ -64,10 +73,14 @@ def register(
 
 
 def _load(problem: str) -> None:
-    """Import the problem's backends package once, so that its modules register themselves."""
+    """Import every public module and subpackage of the problem's backends package once (sorted by
+    name), so that their backends register themselves."""
     if problem not in _LOADED:
         _LOADED.add(problem)
-        importlib.import_module(f"packplace.solvers.{problem}")
+        package = importlib.import_module(f"packplace.solvers.{problem}")
+        names = sorted(info.name for info in pkgutil.iter_modules(package.__path__) if not info.name.startswith("_"))
+        for name in names:
+            importlib.import_module(f"{package.__name__}.{name}")
 
 
 @overload
@@ -93,6 +106,16 @@ def available(problem: str | None = None) -> list[str] | dict[str, list[str]]:
         raise ConfigError(f"problem: unknown {problem!r}; valid: {', '.join(PROBLEMS)}")
     _load(problem)
     return sorted(_REGISTRY[problem])
+
+
+def aliases(problem: str) -> dict[str, str]:
+    """The aliases of ``problem``'s backends: ``{alias: registry name}`` (a copy).
+
+    Raises:
+        ConfigError: unknown problem.
+    """
+    available(problem)
+    return dict(_ALIASES[problem])
 
 
 def get(problem: str, name: str) -> SolverSpec:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import types
 from importlib.metadata import version
 from pathlib import Path
 
@@ -20,8 +19,8 @@ from packplace.result import SolveResult
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_balance_is_a_function_and_the_subpackage_still_imports():
-    assert isinstance(packplace.balance, types.FunctionType)
+def test_balance_is_the_entry_point_and_the_subpackage_still_imports():
+    assert isinstance(packplace.balance, packplace.BalanceEntry) and callable(packplace.balance)
     assert list(inspect.signature(packplace.balance).parameters)[:2] == ["instance", "solver"]
     from packplace.balance.schema import BalanceInstance  # the subpackage's own names stay importable
 
@@ -31,13 +30,64 @@ def test_balance_is_a_function_and_the_subpackage_still_imports():
     assert (result.status, result.objective, result.bound) == ("optimal", 10.0, 10.0)
 
 
-def test_old_module_style_attribute_access_still_works():
-    import packplace.balance as old_style  # binds the function: it carries the subpackage's names
+def test_old_module_style_attribute_access_still_works_and_warns_once_per_name(monkeypatch):
+    import packplace.balance as old_style  # binds the entry point: it forwards the subpackage's names
 
+    monkeypatch.setattr(packplace.BalanceEntry, "_warned", set())
     assert old_style is packplace.balance
-    assert old_style.make_instance is make_instance and old_style.plan_balance is plan_balance
-    assert old_style.schema.BalanceInstance.__name__ == "BalanceInstance"
-    assert old_style.api.solve_balance(make_instance([1, 2], seq_len=5, data_parallel_size=1)).ok
+    with pytest.warns(DeprecationWarning) as caught:
+        assert old_style.make_instance is make_instance
+        assert old_style.make_instance is make_instance  # the second read does not warn again
+        assert old_style.plan_balance is plan_balance
+        assert old_style.schema.BalanceInstance.__name__ == "BalanceInstance"
+        assert old_style.api.solve_balance(make_instance([1, 2], seq_len=5, data_parallel_size=1)).ok
+    names = [str(w.message).split(":")[0] for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert names == ["packplace.balance.make_instance", "packplace.balance.plan_balance"]  # submodules: no warning
+    assert all("0.3.0" in str(w.message) for w in caught)
+    assert "use 'from packplace.balance import make_instance'" in str(caught[0].message)
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        old_style.missing  # noqa: B018
+    with pytest.raises(AttributeError):
+        old_style._private  # noqa: B018
+
+
+def test_moved_schema_names_warn_once_and_name_their_new_module(monkeypatch):
+    import packplace.balance.schema as schema
+    from packplace.balance import instance, reference
+
+    monkeypatch.setattr(schema, "_WARNED", set())
+    with pytest.warns(DeprecationWarning, match="import it from packplace.balance.instance") as caught:
+        from packplace.balance.schema import make_instance as again
+        from packplace.balance.schema import make_instance as old_make_instance
+    assert old_make_instance is instance.make_instance is again
+    assert len([w for w in caught if issubclass(w.category, DeprecationWarning)]) == 1
+    for name in ("worst_fit_bins", "token_packing_reference", "default_reference_bins"):
+        with pytest.warns(DeprecationWarning, match="0.3.0; import it from packplace.balance.reference"):
+            assert getattr(schema, name) is getattr(reference, name)
+    with pytest.raises(ImportError):
+        from packplace.balance.schema import no_such_name  # noqa: F401
+
+
+def test_registry_aliases_are_public_and_copied():
+    assert packplace.solvers.aliases("balance") == {"kk": "karmarkar_karp"}
+    assert packplace.solvers.aliases("placement") == {}
+    packplace.solvers.aliases("balance")["x"] = "lpt"  # a copy: the registry is unchanged
+    assert "x" not in packplace.solvers.aliases("balance")
+    with pytest.raises(ConfigError, match="problem: unknown 'packing'"):
+        packplace.solvers.aliases("packing")
+
+
+def test_the_registry_discovers_every_public_solver_module():
+    import pkgutil
+    import sys
+
+    for problem in ("balance", "placement"):
+        packplace.solvers.available(problem)
+        package = sys.modules[f"packplace.solvers.{problem}"]
+        public = [m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_")]
+        assert public and all(f"packplace.solvers.{problem}.{name}" in sys.modules for name in public)
+        source = Path(package.__file__).read_text(encoding="utf-8")
+        assert "import" not in source.split('"""')[-1]  # the package itself is docstring-only
 
 
 def test_package_ships_py_typed():

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from packplace.balance import api as balance_api_module
+from packplace.balance import planner as planner_module
 from packplace.cli import build_parser, main
 from packplace.solvers.registry import register, unregister
 
@@ -75,6 +76,7 @@ def test_planner_solves_once_and_prints_what_lands(tmp_path, capsys, monkeypatch
         return solve(*args, **kwargs)
 
     monkeypatch.setattr(balance_api_module, "solve_balance", counting)
+    monkeypatch.setattr(planner_module, "solve_balance", counting)  # the planner imports it by name
     config = tmp_path / "c.yaml"
     # reference {0,1} | {2,3}: loads 18 and 2; lpt lands at 10 | 10 (gain 44%), but a 90% threshold keeps
     # the reference

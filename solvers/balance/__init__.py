@@ -1,10 +1,6 @@
-"""Balance backends; importing this package registers them all."""
+"""Balance backends, one module (or subpackage) per algorithm.
 
-from packplace.solvers.balance import (
-    cpsat,  # noqa: F401
-    karmarkar_karp,  # noqa: F401
-    lns,  # noqa: F401
-    lpt,  # noqa: F401
-    reference,  # noqa: F401
-    repair,  # noqa: F401
-)
+:mod:`packplace.solvers.registry` imports every module and subpackage of this package whose name does
+not start with ``_`` the first time a balance backend is looked up; each registers itself with
+``@register("balance", name)``. Shared helpers live in modules named with a leading ``_``.
+"""

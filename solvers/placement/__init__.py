@@ -1,3 +1,6 @@
-"""Placement backends; importing this package registers them all."""
+"""Placement backends, one module (or subpackage) per algorithm.
 
-from packplace.solvers.placement import anneal, concurrent, cpsat, greedy  # noqa: F401
+:mod:`packplace.solvers.registry` imports every module and subpackage of this package whose name does
+not start with ``_`` the first time a placement backend is looked up; each registers itself with
+``@register("placement", name)``. Shared helpers live in modules named with a leading ``_``.
+"""

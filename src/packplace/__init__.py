@@ -16,16 +16,15 @@ Library calls (each returns a :class:`packplace.result.SolveResult`, scored by t
 Errors: :class:`PackplaceError` is the base of two siblings: :class:`ConfigError` is bad input,
 :class:`InfeasibleError` a proven-infeasible instance.
 
-``packplace.balance`` is a function; the balance *subpackage* keeps its name for imports
-(``from packplace.balance import make_instance``). The version is the installed distribution's
-(written once, in ``pyproject.toml``).
+The attribute ``packplace.balance`` is the solve entry point (a :class:`BalanceEntry`); the balance
+*subpackage* keeps its name for imports (``from packplace.balance import make_instance``).
 """
 
 from __future__ import annotations
 
 import sys
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _distribution_version
+import types
+import warnings
 from typing import Any
 
 from packplace import solvers
@@ -36,57 +35,70 @@ from packplace.errors import ConfigError, InfeasibleError, PackplaceError
 from packplace.harness import compare
 from packplace.placement.api import solve_placement as place
 from packplace.result import SolveResult
+from packplace.version import __version__
+
+
+class BalanceEntry:
+    """``packplace.balance``: the balance entry point, callable like :func:`packplace.balance.api.solve_balance`.
+
+    The balance subpackage is imported as a module (``from packplace.balance import make_instance``);
+    the attribute ``packplace.balance`` of the top-level package is this callable. Reading a name of
+    the subpackage through it (``packplace.balance.make_instance``) still works, with a
+    :class:`DeprecationWarning` once per name (removed in 0.3.0). Its submodules
+    (``packplace.balance.schema``) are returned without a warning, because
+    ``import packplace.balance.schema as name`` reads them through this attribute.
+    """
+
+    _warned: set[str] = set()
+
+    def __call__(
+        self,
+        instance: BalanceInstance,
+        solver: str = _DEFAULT_BALANCE_SOLVER,
+        *,
+        time_limit_s: float | None = None,
+        seed: int = 0,
+        **params: Any,
+    ) -> SolveResult:
+        """Solve a balance instance with the named backend; the evaluator scores the answer.
+
+        The same call as :func:`packplace.balance.api.solve_balance` (arguments, result and errors are
+        documented there): ``solver`` from ``packplace.solvers.available("balance")``, ``time_limit_s`` in
+        seconds, ``seed`` for any randomness, ``**params`` backend options.
+
+        Raises:
+            ConfigError: unknown solver, bad ``time_limit_s``/``seed``, or a bad backend option.
+        """
+        return _solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **params)
+
+    def __getattr__(self, name: str) -> Any:
+        """A public name of the balance subpackage (deprecated path; see the class docstring)."""
+        package = sys.modules["packplace.balance"]
+        if name.startswith("_") or not hasattr(package, name):
+            raise AttributeError(f"packplace.balance has no attribute {name!r}")
+        value = getattr(package, name)
+        if isinstance(value, types.ModuleType):  # `import packplace.balance.schema as s` reads this attribute
+            return value
+        if name not in self._warned:
+            self._warned.add(name)
+            warnings.warn(
+                f"packplace.balance.{name}: packplace.balance is the solve function; its subpackage attributes "
+                f"are deprecated and will be removed in packplace 0.3.0; use 'from packplace.balance import {name}'",
+                DeprecationWarning, stacklevel=2,
+            )
+        return value
+
+    def __repr__(self) -> str:
+        return "<packplace.balance: solve a balance instance (packplace.balance.api.solve_balance)>"
 
 
 # The import system bound the subpackage to the name `balance` when the lines above first loaded it;
-# this definition rebinds the name to the entry-point function. The subpackage stays in sys.modules, so
+# this rebinds the name to the entry point. The subpackage stays in sys.modules, so
 # `from packplace.balance import ...` keeps working, and later submodule imports do not rebind the name.
-def balance(
-    instance: BalanceInstance,
-    solver: str = _DEFAULT_BALANCE_SOLVER,
-    *,
-    time_limit_s: float | None = None,
-    seed: int = 0,
-    **params: Any,
-) -> SolveResult:
-    """Solve a balance instance with the named backend; the evaluator scores the answer.
-
-    The same call as :func:`packplace.balance.api.solve_balance` (arguments, result and errors are
-    documented there): ``solver`` from ``packplace.solvers.available("balance")``, ``time_limit_s`` in
-    seconds, ``seed`` for any randomness, ``**params`` backend options.
-
-    Raises:
-        ConfigError: unknown solver, bad ``time_limit_s``/``seed``, or a bad backend option.
-    """
-    return _solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **params)
-
-
-def _carry_subpackage_names() -> None:
-    """Deprecated compatibility: ``packplace.balance`` used to be the subpackage made callable, so
-    ``packplace.balance.make_instance`` and ``import packplace.balance as m; m.schema`` worked. The
-    function carries the subpackage's public names and loaded submodules as attributes so that such
-    code still runs; import them with ``from packplace.balance import ...`` instead."""
-    package = sys.modules["packplace.balance"]
-    names = [*package.__all__, *(name.rpartition(".")[2] for name in list(sys.modules)
-                                 if name.startswith("packplace.balance.") and name.count(".") == 2)]
-    for name in names:
-        if hasattr(package, name):
-            setattr(balance, name, getattr(package, name))
-
-
-_carry_subpackage_names()
-
-
-def _installed_version() -> str:
-    try:
-        return _distribution_version("packplace")
-    except PackageNotFoundError:  # a source tree that was never installed
-        return "0+unknown"
-
-
-__version__ = _installed_version()
+balance = BalanceEntry()
 
 __all__ = [
+    "BalanceEntry",
     "ConfigError",
     "InfeasibleError",
     "PackplaceError",

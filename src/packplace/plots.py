@@ -10,15 +10,17 @@ import math
 import os
 from typing import Any
 
+from packplace.balance.evaluator import BalanceEvaluator
 from packplace.errors import ConfigError
+from packplace.outputs import write_with
 
 
 def _pyplot(option: str) -> Any:
     try:
-        import matplotlib
+        import matplotlib  # optional dependency (packplace[plot]), loaded only to draw
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # optional dependency, after the backend is chosen
     except ImportError:
         raise ConfigError(f"{option}: matplotlib is not installed; run: pip install 'packplace[plot]'") from None
     return plt
@@ -38,7 +40,7 @@ def check_format(path: str, option: str = "--plot") -> None:
             message lists the supported ones).
     """
     _pyplot(option)
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # optional dependency, present once _pyplot passed
 
     supported = FigureCanvasAgg.get_supported_filetypes()
     ext = os.path.splitext(path)[1].lower().lstrip(".")
@@ -49,8 +51,6 @@ def check_format(path: str, option: str = "--plot") -> None:
 
 def _save(fig: Any, plt: Any, path: str, option: str) -> None:
     """Write the figure atomically (a temporary file in the target folder, then ``os.replace``)."""
-    from packplace.outputs import write_with
-
     fig.tight_layout()
     try:
         write_with(path, option, lambda temporary: fig.savefig(temporary, dpi=120, format=_format(path)))
@@ -79,8 +79,6 @@ def plot_rank_loads(instance: Any, assignment: Any, path: str, *, title: str = "
     Raises:
         ConfigError: matplotlib missing, an unknown image extension, or the file cannot be written.
     """
-    from packplace.balance.evaluator import BalanceEvaluator
-
     plt = _pyplot(option)
     evaluator = BalanceEvaluator(instance)
     _, bin_costs = evaluator.bin_arrays(assignment.bins)

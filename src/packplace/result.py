@@ -10,12 +10,15 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Protocol
 
+from packplace import interrupt
 from packplace.errors import ConfigError
+from packplace.solvers.registry import get
 
 #: Proven optimal: the evaluator's ``objective`` equals the proven ``bound`` within
 #: :data:`OPTIMALITY_RTOL` (reported in every result as ``optimality_tolerance``).
@@ -187,10 +190,12 @@ class SolveResult:
         solution: Any = None
         if raw_solution is not None:
             if problem == "balance":
-                from packplace.balance.schema import Assignment
+                # at call time: packplace.balance imports this module
+                from packplace.balance.assignment import Assignment
 
                 solution = Assignment.from_dict(raw_solution)
             elif problem == "placement":
+                # at call time: packplace.placement imports this module
                 from packplace.placement.plan import Plan
 
                 solution = Plan.from_dict(raw_solution)
@@ -378,8 +383,6 @@ def solve_with(
     Raises:
         ConfigError: unknown solver name, bad ``time_limit_s`` or ``seed``.
     """
-    from packplace.solvers.registry import get
-
     spec = get(problem, solver)
     check_limits(time_limit_s, seed)
     try:
@@ -393,8 +396,6 @@ def solve_with(
         raise ConfigError(
             f"{spec.name}: unknown parameter {unknown!r}; valid: {', '.join(accepted) or 'none'}"
         ) from None
-    from packplace import interrupt
-
     earlier = interrupt.requested()
     if earlier is not None:  # a signal arrived earlier in this command: start no new solve
         raise interrupt.Interrupted(earlier)
@@ -441,8 +442,6 @@ def solve_with(
 
 def signal_name(signum: int) -> str:
     """``SIGINT``, ``SIGTERM``, ... for a signal number."""
-    import signal
-
     try:
         return signal.Signals(signum).name
     except ValueError:

@@ -16,21 +16,11 @@ decoder-only language model that matters for parameter counts, FLOPs and KV-cach
   Llama-3.2-1B, OPT), learned position embeddings (OPT, GPT-2), an embedding projection (OPT-350M);
 * ``lm_head``: ``False`` for a critic / reward model whose output is a scalar value head.
 
-Parameter count (``P``), per layer with ``d`` = hidden, ``q = heads·head_dim``, ``k = kv_heads·head_dim``::
-
-    attention = d·q (Q) + 2·d·k (K, V) + q·d (O)  [+ q + 2k biases]  [+ 2·head_dim Q/K norms]
-    mlp       = 3·d·d_ff (gated) or 2·d·d_ff (plain)  [+ d_ff + d biases]
-    moe       = num_experts·3·d·d_e + d·num_experts (router) + 3·d·d_shared (shared experts)
-    norms     = 2·d (RMSNorm) or 4·d (LayerNorm with bias)
-
-plus the input embedding ``V·d``, the output head ``d·V`` unless tied (``d`` for a value head), the final
-norm and learned positions. Checked against model cards: Qwen3-4B 4,022,468,096 exactly, Qwen2.5-0.5B
-494,032,768 exactly, Llama-3.1-8B 8.03e9, Qwen3-30B-A3B 30.5e9 total / 3.3e9 active.
-
-Forward FLOPs per token (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Table 1;
-Narayanan et al. 2021 for the attention term): ``2·N_active`` for the matrix multiplies (every active
-weight once, the LM head included, the embedding lookup excluded) plus ``2·L·n_ctx·q`` for QKᵀ and AV at
-an average causal context of ``n_ctx/2`` — the attention width is ``q = heads·head_dim``, not ``d``.
+Parameter counts: :meth:`TransformerShape.params` (the per-layer formulas). Forward FLOPs per token
+(Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Table 1; Narayanan et al. 2021 for
+the attention term): ``2·N_active`` for the matrix multiplies (every active weight once, the LM head
+included, the embedding lookup excluded) plus ``2·L·n_ctx·q`` for QKᵀ and AV at an average causal
+context of ``n_ctx/2`` — the attention width is ``q = heads·head_dim``, not ``d``.
 
 Expert parallelism is not a strategy dimension of the placement problem: a MoE model's experts are
 split by the tensor/pipeline degrees like dense weights.
@@ -258,7 +248,20 @@ class TransformerShape:
 
     @property
     def params(self) -> int:
-        """All parameters ``P`` (every expert): blocks + embedding + output side."""
+        """All parameters ``P`` (every expert): blocks + embedding + output side.
+
+        Per layer, with ``d`` = hidden, ``q = heads·head_dim``, ``k = kv_heads·head_dim``::
+
+            attention = d·q (Q) + 2·d·k (K, V) + q·d (O)  [+ q + 2k biases]  [+ 2·head_dim Q/K norms]
+            mlp       = 3·d·d_ff (gated) or 2·d·d_ff (plain)  [+ d_ff + d biases]
+            moe       = num_experts·3·d·d_e + d·num_experts (router) + 3·d·d_shared (shared experts)
+            norms     = 2·d (RMSNorm) or 4·d (LayerNorm with bias)
+
+        plus the input embedding ``V·d``, the output head ``d·V`` unless tied (``d`` for a value head),
+        the final norm and learned positions. Checked against model cards: Qwen3-4B 4,022,468,096
+        exactly, Qwen2.5-0.5B 494,032,768 exactly, Llama-3.1-8B 8.03e9, Qwen3-30B-A3B 30.5e9 total /
+        3.3e9 active.
+        """
         return self.block_params + self.embedding_params + self.head_params
 
     @property

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from packplace.outputs import check_output_path
+
 
 def format_number(value: Any, digits: int = 6) -> str:
     """Compact text for a cell: ints as is, floats with ``digits`` significant digits, None as '-'."""
@@ -51,6 +53,4 @@ def check_output_file(path: str, option: str, inputs: Sequence[str] = ()) -> Non
     Raises:
         ConfigError: one line naming ``option`` and the path.
     """
-    from packplace.outputs import check_output_path
-
     check_output_path(path, option, inputs)

@@ -6,7 +6,7 @@ import pytest
 
 import packplace
 from packplace.balance.evaluator import BalanceEvaluator
-from packplace.balance.schema import make_instance
+from packplace.balance.instance import make_instance
 from packplace.harness.generators import planted_balance
 from packplace.solvers.balance import construction, lpt
 

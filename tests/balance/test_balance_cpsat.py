@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 import packplace
 import packplace.solvers.balance.cpsat.solver as cpsat_module
 from packplace.balance.evaluator import BalanceEvaluator
-from packplace.balance.schema import BalanceInstance, Sample, WorkloadCost, make_instance
+from packplace.balance.instance import make_instance
+from packplace.balance.schema import BalanceInstance, Sample, WorkloadCost
 from packplace.errors import ConfigError
 from packplace.result import OPTIMALITY_RTOL
 from packplace.solvers import available, get

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import packplace
 from packplace.balance.evaluator import BalanceEvaluator, round_makespan
-from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost, make_instance
+from packplace.balance.instance import make_instance
+from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost
 from packplace.errors import ConfigError, PackplaceError
 from packplace.solvers.balance.lpt import rounds_after_replacing
 

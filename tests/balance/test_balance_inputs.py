@@ -10,13 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packplace.balance import BalanceEvaluator, Sample, make_instance
-from packplace.balance.schema import (
-    BalanceInstance,
-    PackingConstraints,
-    SampleTable,
-    key_order,
-    token_packing_reference,
-)
+from packplace.balance.reference import token_packing_reference
+from packplace.balance.schema import BalanceInstance, PackingConstraints, SampleTable, key_order
 from packplace.errors import ConfigError
 
 

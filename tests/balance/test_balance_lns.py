@@ -10,7 +10,7 @@ import pytest
 import packplace
 import packplace.solvers.balance.lns as lns_module
 from packplace.balance.evaluator import BalanceEvaluator
-from packplace.balance.schema import make_instance
+from packplace.balance.instance import make_instance
 from packplace.errors import ConfigError
 from packplace.harness.generators import generate_balance, planted_balance
 from packplace.solvers import available

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import packplace
-from packplace.balance.schema import make_instance
+from packplace.balance.instance import make_instance
 from packplace.solvers.balance import lpt
 
 

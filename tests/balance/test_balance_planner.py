@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from packplace.balance.instance import make_instance
 from packplace.balance.planner import (
     AssignmentAlgorithm,
     BalanceDecision,
@@ -15,7 +16,6 @@ from packplace.balance.planner import (
     _relabel_ranks,
     plan_balance,
 )
-from packplace.balance.schema import make_instance
 from packplace.errors import ConfigError
 
 

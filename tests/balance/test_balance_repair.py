@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import packplace
 from packplace.balance.evaluator import BalanceEvaluator
-from packplace.balance.schema import make_instance
+from packplace.balance.instance import make_instance
 from packplace.errors import InfeasibleError
 from packplace.harness.generators import planted_balance
 from packplace.solvers.balance import lpt

@@ -12,7 +12,7 @@ import pytest
 
 import packplace
 from packplace.balance.evaluator import BalanceEvaluator
-from packplace.balance.schema import make_instance
+from packplace.balance.instance import make_instance
 from packplace.solvers.balance import lpt as lpt_module
 
 

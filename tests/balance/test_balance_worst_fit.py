@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packplace.balance import make_instance
-from packplace.balance.schema import worst_fit_bins
+from packplace.balance.reference import worst_fit_bins
 
 
 def heap_worst_fit(sizes, num_bins, seq_len, single):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import packplace
-from packplace.balance.schema import make_instance
+from packplace.balance.instance import make_instance
 from packplace.errors import ConfigError
 from packplace.harness import generators
 from packplace.harness.adapters import get_adapter

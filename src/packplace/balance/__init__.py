@@ -1,12 +1,16 @@
 """Balance: assign variable-length samples to packed bins and bins to data-parallel ranks.
 
-Import the names of this subpackage with ``from packplace.balance import make_instance, ...`` (or
-``from packplace.balance.schema import ...``). The attribute ``packplace.balance`` of the top-level
-package is the *function* :func:`packplace.balance.api.solve_balance`, so that
-``packplace.balance(instance, solver="repair", ...)`` is an ordinary call a type checker accepts;
-``import packplace.balance as name`` therefore binds that function, not this module. For code written
-when ``packplace.balance`` was this module made callable, the function carries this module's public
-names and loaded submodules as attributes (deprecated: import them from here).
+Modules: :mod:`~packplace.balance.schema` (the instance and assignment types, with the sample types
+of :mod:`~packplace.balance.samples`), :mod:`~packplace.balance.instance` (:func:`make_instance`),
+:mod:`~packplace.balance.reference` (reference packings, ``local_batch_size="auto"``),
+:mod:`~packplace.balance.rank_rules`, :mod:`~packplace.balance.evaluator` (the one scorer),
+:mod:`~packplace.balance.api` (the solve front-end), :mod:`~packplace.balance.planner` (the
+benefit-gated planner), :mod:`~packplace.balance.config` (YAML configs).
+
+Import the names of this subpackage with ``from packplace.balance import make_instance, ...``. The
+attribute ``packplace.balance`` of the top-level package is the solve entry point
+(:class:`packplace.BalanceEntry`, the call of :func:`packplace.balance.api.solve_balance`), so
+``import packplace.balance as name`` binds that callable, not this module.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 from packplace.balance.api import solve_balance
 from packplace.balance.config import load_config
 from packplace.balance.evaluator import BalanceEvaluator, BalanceScore, evaluate
+from packplace.balance.instance import make_instance
 from packplace.balance.planner import BalanceDecision, BalancePlan, plan_balance
 from packplace.balance.schema import (
     Assignment,
@@ -21,7 +26,6 @@ from packplace.balance.schema import (
     PackingConstraints,
     Sample,
     WorkloadCost,
-    make_instance,
 )
 
 __all__ = [

@@ -17,6 +17,7 @@ from packplace.balance.planner import plan_balance
 from packplace.balance.schema import Assignment, BalanceInstance
 from packplace.errors import ConfigError
 from packplace.outputs import json_text, write_atomic
+from packplace.plots import check_format, plot_rank_loads
 from packplace.result import SolveResult, check_limits
 from packplace.solvers import available
 from packplace.table import check_output_file, render_table
@@ -114,8 +115,6 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(args.out, "--out", inputs=[args.config])
     if args.plot:
         check_output_file(args.plot, "--plot", inputs=[args.config])
-        from packplace.plots import check_format
-
         check_format(args.plot)
     instance = load_config(args.config)
     if args.min_gain is not None and instance.reference_bins is None:
@@ -190,8 +189,6 @@ def run(args: argparse.Namespace) -> int:
         document["rank_loads"] = score.rank_loads.tolist()
         document["rank_tokens"] = score.rank_tokens.tolist()
     if args.plot and landing is not None and score is not None:
-        from packplace.plots import plot_rank_loads
-
         plot_rank_loads(instance, landing, args.plot, title=name)
         print(f"wrote {args.plot}", file=sys.stderr)
     args.json_document = document

@@ -1,44 +1,15 @@
-"""Balance instances from YAML configs.
+"""Balance instances from YAML configs (:func:`load_config`, :func:`build_instance` for a parsed dict).
 
-Format (every field but ``seq_len``, ``data_parallel_size`` and ``samples`` is optional)::
-
-    name: stdlib-llama8b              # label for reports
-    seq_len: 8192                     # tokens per bin (pack)
-    data_parallel_size: 16            # D ranks
-    local_batch_size: 4               # m non-empty bins per rank (default 1), or auto (fewest feasible)
-    equal_count: false                # every rank the same number of samples (within one)
-    max_samples_per_bin: 16           # at most this many samples per bin (default: no limit)
-    groups: [[a, b], [c, d, e]]       # keys that must share a rank (GRPO prompt, DPO pair)
-    objective: makespan               # makespan | balance | rounds
-    group_size: 4                     # ranks per synchronous round (rounds objective; default D)
-    oversized_policy: error           # error | single
-    budgets: {vision_tokens: 4096}    # per-bin limits of named budgets
-    cost:                             # how sample costs are obtained (default: kind tokens)
-      kind: flops                     # flops (model shape) | latency (a + b·s + c·s² seconds) | tokens | given
-      mode: train                     # train (3 × forward) | inference
-      model: {layers: 32, hidden_dim: 4096, ffn_dim: 14336, vocab_size: 128256, num_kv_heads: 8, head_dim: 128}
-      latency: {a: 0.0, b: 1.0e-6, c: 1.0e-10}
-      padding: false                  # charge padding FLOPs of each bin (kind flops only)
-    samples:                          # exactly one of:
-      lengths: [512, 2048, ...]       #   token counts, keys 0..n-1
-      items:                          #   explicit samples (cost required when cost.kind is given)
-        - {key: a, tokens: 512, cost: 1.0, budgets: {vision_tokens: 256}}
-      corpus:                         #   real lengths: the Python standard library (see balance.corpus)
-        name: python_stdlib
-        bytes_per_token: 4
-        fill: 0.9                     #   take documents until this share of D·m·seq_len is filled
-        seed: 0
-    reference: auto                   # auto | none | explicit rank-major list of bins of keys
-
-Every field has a range contract (:data:`FIELDS`, :data:`COST_FIELDS`, :data:`LATENCY_FIELDS`,
-:data:`CORPUS_FIELDS`, :data:`ITEM_FIELDS`; the README lists them; ``cost.model`` is checked by
-:func:`packplace.shape.shape_from_mapping`), checked
-when the config loads and before any work: unknown fields are errors at every level (including
-``cost``, ``samples.items[]`` and ``samples.corpus``), booleans are ``true``/``false`` only, sample
-keys are strings or integers, and sizes are bounded up front (:data:`MAX_SAMPLES` samples and bins).
+The YAML format is documented with :func:`load_config`. Every field has a range contract
+(:data:`FIELDS`, :data:`COST_FIELDS`, :data:`LATENCY_FIELDS`, :data:`CORPUS_FIELDS`,
+:data:`ITEM_FIELDS`; ``cost.model`` is checked by :func:`packplace.shape.shape_from_mapping`),
+checked when the config loads and before any work: unknown fields are errors at every level
+(including ``cost``, ``samples.items[]`` and ``samples.corpus``), booleans are ``true``/``false``
+only, sample keys are strings or integers, and sizes are bounded up front (:data:`MAX_SAMPLES`
+samples and bins).
 
 ``reference: auto`` builds the token-only packing most loaders ship (worst-fit decreasing on tokens,
-see :func:`packplace.balance.schema.token_packing_reference`) and keeps it only if it is feasible;
+see :func:`packplace.balance.reference.token_packing_reference`) and keeps it only if it is feasible;
 otherwise there is none.
 """
 
@@ -49,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from packplace.balance import corpus as corpus_module
+from packplace.balance.instance import check_reference_bins
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost
 from packplace.balance.workload import LatencyModel, ModelShape, padding_cost, sample_cost
 from packplace.contract import Field, check_count, check_section
@@ -278,7 +250,7 @@ def _groups(groups: Any) -> tuple[tuple[str | int, ...], ...]:
 
 
 def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> BalanceInstance:
-    """Build and validate a :class:`BalanceInstance` from a parsed config (format in the module docstring).
+    """Build and validate a :class:`BalanceInstance` from a parsed config (format in :func:`load_config`).
 
     Every field is checked against its contract before any sample is built or any cost computed.
 
@@ -312,7 +284,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
             cost = estimate(tokens)
         samples.append(Sample(item["key"], tokens, cost, item.get("budgets") or {}))
 
-    return BalanceInstance(
+    return check_reference_bins(BalanceInstance(
         tuple(samples), constraints, ranks, per_rank,
         reference_bins=reference_bins,
         objective=fields["objective"],
@@ -323,7 +295,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
         groups=_groups(config.get("groups")),
         name=str(name if name is not None else (Path(source).stem if source != "<dict>" else "")),
         cost_unit=unit,
-    )
+    ))
 
 
 def _missing(field: str) -> Any:
@@ -331,5 +303,42 @@ def _missing(field: str) -> Any:
 
 
 def load_config(path: str | Path) -> BalanceInstance:
-    """Load a balance YAML config (see the module docstring). Raises ConfigError on any bad field."""
+    """Load a balance YAML config into a validated :class:`BalanceInstance`.
+
+    Format (every field but ``seq_len``, ``data_parallel_size`` and ``samples`` is optional)::
+
+        name: stdlib-llama8b              # label for reports
+        seq_len: 8192                     # tokens per bin (pack)
+        data_parallel_size: 16            # D ranks
+        local_batch_size: 4               # m non-empty bins per rank (default 1), or auto (fewest feasible)
+        equal_count: false                # every rank the same number of samples (within one)
+        max_samples_per_bin: 16           # at most this many samples per bin (default: no limit)
+        groups: [[a, b], [c, d, e]]       # keys that must share a rank (GRPO prompt, DPO pair)
+        objective: makespan               # makespan | balance | rounds
+        group_size: 4                     # ranks per synchronous round (rounds objective; default D)
+        oversized_policy: error           # error | single
+        budgets: {vision_tokens: 4096}    # per-bin limits of named budgets
+        cost:                             # how sample costs are obtained (default: kind tokens)
+          kind: flops                     # flops (model shape) | latency (a + b·s + c·s² s) | tokens | given
+          mode: train                     # train (3 × forward) | inference
+          model: {layers: 32, hidden_dim: 4096, ffn_dim: 14336, vocab_size: 128256,
+                  num_kv_heads: 8, head_dim: 128}
+          latency: {a: 0.0, b: 1.0e-6, c: 1.0e-10}
+          padding: false                  # charge padding FLOPs of each bin (kind flops only)
+        samples:                          # exactly one of:
+          lengths: [512, 2048, ...]       #   token counts, keys 0..n-1
+          items:                          #   explicit samples (cost required when cost.kind is given)
+            - {key: a, tokens: 512, cost: 1.0, budgets: {vision_tokens: 256}}
+          corpus:                         #   real lengths: the Python standard library (see balance.corpus)
+            name: python_stdlib
+            bytes_per_token: 4
+            fill: 0.9                     #   take documents until this share of D·m·seq_len is filled
+            seed: 0
+        reference: auto                   # auto | none | explicit rank-major list of bins of keys
+
+    Raises:
+        ConfigError: any bad field (the message names it), a ``reference`` that is not a feasible
+            assignment, and every instance-level error of :class:`BalanceInstance`.
+        InfeasibleError: the instance-level proofs of :class:`BalanceInstance`.
+    """
     return build_instance(load_yaml(path), source=str(path))

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey
 from packplace.errors import ConfigError
@@ -160,7 +162,7 @@ def _relabel_ranks(
     Valid for the built-in objectives, which do not depend on rank order. Maximum-overlap matching of
     candidate ranks to reference ranks (linear sum assignment); ties keep the candidate's order.
     """
-    from ortools.graph.python import linear_sum_assignment
+    from ortools.graph.python import linear_sum_assignment  # ortools loads on first use (start-up time)
 
     home = _rank_of(reference, per_rank)
     overlap = np.zeros((ranks, ranks), dtype=np.int64)
@@ -236,8 +238,6 @@ def plan_balance(
         def score(bins: Sequence[Sequence[SampleKey]]) -> float:
             return float(algorithm.objective([float(x) for x in evaluator.rank_loads(bins)]))
     else:
-        from packplace.balance.api import solve_balance
-
         result = solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed)
         solver_name, status, message, objective_name = result.solver, result.status, result.message, instance.objective
         if result.status == "error":
@@ -285,8 +285,6 @@ def plan_balance(
 def __getattr__(name: str) -> Any:
     """``BalancingAlgorithm``: deprecated alias of :class:`AssignmentAlgorithm` (hyper_parallel owns that name)."""
     if name == "BalancingAlgorithm":
-        import warnings
-
         warnings.warn("packplace.balance.planner.BalancingAlgorithm is deprecated: use AssignmentAlgorithm "
                       "(hyper_parallel's BalancingAlgorithm protocol is packplace.integrations.hyper_parallel)",
                       DeprecationWarning, stacklevel=2)

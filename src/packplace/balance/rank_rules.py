@@ -26,9 +26,13 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+
+from packplace.errors import ConfigError, show
 
 
 @dataclass
@@ -225,6 +229,58 @@ def pack_rank(columns: PackingColumns, members: list[int]) -> list[list[int]] | 
         else:
             heapq.heapreplace(heap, (filled + t, b))
     return bins if all(bins) else None
+
+
+def normalise_groups(groups: Any, keys: Sequence[Any], ranks: int,
+                     equal_count: bool) -> tuple[tuple[tuple[Any, ...], ...], np.ndarray]:
+    """The ``groups`` rule checked against the sample ``keys`` (length n) on D ``ranks``.
+
+    Returns:
+        ``(groups, group_of)``: the groups as tuples of keys, and the group index of each sample
+        (input order), -1 outside every group, a read-only int64 array of shape (n,).
+
+    Raises:
+        ConfigError: groups that are not lists of keys, an empty group, an unknown key, a key in two
+            groups, or (with ``equal_count``) a group larger than a rank may hold.
+    """
+    n = len(keys)
+    group_of = np.full(n, -1, dtype=np.int64)
+    if groups is None:
+        groups = ()
+    if isinstance(groups, (str, bytes, Mapping)) or not isinstance(groups, Iterable):
+        raise ConfigError(f"groups: must be a list of lists of sample keys, got {show(groups)}")
+    groups = tuple(groups)
+    if groups:
+        index = {key: i for i, key in enumerate(keys)}
+        normalised = []
+        for g, members in enumerate(groups):
+            if isinstance(members, (str, bytes, Mapping)) or not isinstance(members, Iterable):
+                raise ConfigError(f"groups[{g}]: must be a list of sample keys, got {show(members)}")
+            members = tuple(members)
+            if not members:
+                raise ConfigError(f"groups[{g}]: is empty")
+            for key in members:
+                try:
+                    i = index.get(key)
+                except TypeError:
+                    i = None
+                if i is None:
+                    raise ConfigError(f"groups[{g}]: {show(key)} is not a sample key")
+                if group_of[i] >= 0:
+                    raise ConfigError(f"groups[{g}]: sample {key!r} is already in groups[{int(group_of[i])}]")
+                group_of[i] = g
+            normalised.append(members)
+        groups = tuple(normalised)
+        if equal_count:
+            most = -(-n // ranks)
+            largest = max(range(len(groups)), key=lambda g: len(groups[g]))
+            if len(groups[largest]) > most:
+                raise ConfigError(
+                    f"groups[{largest}]: {len(groups[largest])} samples cannot share a rank that holds at "
+                    f"most {most} (equal_count with {n} samples on {ranks} ranks)"
+                )
+    group_of.flags.writeable = False
+    return groups, group_of
 
 
 def construct(columns: PackingColumns, units: list[list[int]] | None = None) -> list[list[int]] | None:

@@ -12,26 +12,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+from packplace.harness.bench import run_bench, run_benches
 from packplace.harness.comparison import CompareReport, compare
 from packplace.harness.suites import Suite, load_suite
 
-if TYPE_CHECKING:
-    from packplace.harness.bench import BenchOutcome, BenchSummary
-
 __all__ = ["CompareReport", "Suite", "compare", "load_suite", "run_bench", "run_benches"]
-
-
-def run_bench(*args: Any, **kwargs: Any) -> BenchOutcome:
-    """:func:`packplace.harness.bench.run_bench` (imported on first use)."""
-    from packplace.harness.bench import run_bench as _run_bench
-
-    return _run_bench(*args, **kwargs)
-
-
-def run_benches(*args: Any, **kwargs: Any) -> BenchSummary:
-    """:func:`packplace.harness.bench.run_benches` (imported on first use)."""
-    from packplace.harness.bench import run_benches as _run_benches
-
-    return _run_benches(*args, **kwargs)

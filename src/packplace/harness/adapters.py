@@ -6,19 +6,25 @@ The harness itself is problem-agnostic; it only needs, per problem:
   and its size (samples for balance, GPUs for placement; compared with ``max_exact_size``);
 * ``solve(instance, solver, time_limit_s=..., seed=..., **params) -> SolveResult``: the problem's
   front-end, which scores the backend's answer with the problem's evaluator.
-
-The placement adapter imports ``packplace.placement`` lazily, so balance runs work without it.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from packplace.balance.api import solve_balance
+from packplace.balance.config import load_config
+from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
-from packplace.harness.suites import InstanceSpec
+from packplace.harness import generators
+from packplace.harness.suites import SIZE_LIMIT_KEYS, InstanceSpec
+from packplace.placement import config as placement_config
+from packplace.placement.api import solve_placement
 from packplace.result import SolveResult
+from packplace.yamlio import load_yaml
 
 
 class BalanceAdapter:
@@ -27,20 +33,15 @@ class BalanceAdapter:
     problem = "balance"
     size_unit = "samples"
     #: The suite key that caps the size for exact solvers (alias of ``max_exact_size``).
-    size_limit_key = "max_exact_samples"
+    size_limit_key = SIZE_LIMIT_KEYS["balance"]
 
     def build(self, spec: InstanceSpec) -> tuple[Any, int]:
         """The :class:`~packplace.balance.schema.BalanceInstance` of ``spec`` and its sample count."""
-        from packplace.balance.schema import BalanceInstance
-        from packplace.harness import generators
-
         if spec.kind == "object":
             instance = spec.instance
             if not isinstance(instance, BalanceInstance):
                 raise ConfigError(f"instance {spec.name!r}: expected a BalanceInstance, got {type(instance).__name__}")
         elif spec.kind == "config":
-            from packplace.balance.config import load_config
-
             instance = load_config(spec.config)
         elif spec.generator == "corpus":
             params = dict(spec.params)
@@ -56,15 +57,11 @@ class BalanceAdapter:
 
     def solve(self, instance: Any, solver: str, *, time_limit_s: float | None, seed: int, **params: Any) -> SolveResult:
         """``packplace.balance.api.solve_balance`` (the result is already re-scored by the evaluator)."""
-        from packplace.balance.api import solve_balance
-
         return solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **params)
 
 
 def _checked(params: Mapping[str, Any], function: Any, spec: InstanceSpec) -> dict[str, Any]:
     """``params`` as keyword arguments of ``function``; an unknown name or missing one is a ConfigError."""
-    import inspect
-
     signature = inspect.signature(function)
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
     named = {n for n, p in signature.parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL}
@@ -107,19 +104,15 @@ class PlacementAdapter:
     """Placement: config files (optionally with ``overrides``), inline configs, ``solve_placement``.
 
     Uses ``packplace.placement.config.load_config(path)``, ``build_instance(config_dict)`` and
-    ``packplace.placement.api.solve_placement(instance, solver=..., time_limit_s=..., seed=...)``,
-    imported on first use.
+    ``packplace.placement.api.solve_placement(instance, solver=..., time_limit_s=..., seed=...)``.
     """
 
     problem = "placement"
     size_unit = "GPUs"
-    size_limit_key = "max_exact_gpus"
+    size_limit_key = SIZE_LIMIT_KEYS["placement"]
 
     def build(self, spec: InstanceSpec) -> tuple[Any, int]:
         """The placement instance of ``spec`` and its cluster's GPU count."""
-        from packplace.placement import config as placement_config
-        from packplace.yamlio import load_yaml
-
         if spec.kind == "object":
             instance = spec.instance
             size = _object_gpus(instance)
@@ -135,8 +128,6 @@ class PlacementAdapter:
 
     def solve(self, instance: Any, solver: str, *, time_limit_s: float | None, seed: int, **params: Any) -> SolveResult:
         """``packplace.placement.api.solve_placement`` (re-scored by the placement evaluator)."""
-        from packplace.placement.api import solve_placement
-
         return solve_placement(instance, solver=solver, time_limit_s=time_limit_s, seed=seed, **params)
 
 

@@ -7,40 +7,12 @@ Two default (suite, baseline) pairs (:data:`DEFAULT_PAIRS`), both run by ``packp
 * balance: ``benchmarks/suites/regression.yaml`` → ``benchmarks/baseline.json``;
 * placement: ``benchmarks/suites/regression_placement.yaml`` → ``benchmarks/baseline_placement.json``.
 
-``--suite`` and/or ``--baseline`` select one pair: a default suite (or baseline) pairs with its default
-baseline (or suite); any other baseline names its suite in its ``suite_path`` field; any other suite
-needs an explicit ``--baseline``.
-
-A run compares every (instance, solver) cell of the suite with the baseline JSON and fails (exit
-code 1, with a table of what regressed) when, for a cell of the baseline:
-
-* **objective**: the objective is worse than the baseline's beyond ``tolerance`` (relative; default
-  1e-6, for deterministic solvers), or the cell no longer has a feasible answer;
-* **status**: the baseline was ``optimal`` and the run is anything else;
-* **time**: the normalised time (wall seconds / reference seconds) grew by more than ``slowdown``
-  (default 3×) *and* the wall time exceeds the expected one by more than ``floor_s`` (default
-  50 ms, so that millisecond timings do not flap);
-* **missing**: the cell is gone (instance removed from the suite, or solver no longer registered).
-
-Cells that are not in the baseline (a new solver or instance) and improvements are listed as notes;
-they do not fail — ``--update`` records them deliberately.
-
-Timing is made comparable across machines and load by a **reference computation** timed in the
-same run: a fixed pure-Python + numpy workload (:func:`reference_workload`: a greedy
-longest-processing-time assignment of 20,000 integer jobs to 64 bins with ``heapq``, plus sorting,
-cumulative sums and a bincount over 200,000 floats), the minimum of 5 timed repetitions after one
-warm-up. Every cell's time is stored and compared as ``wall_s / reference_s``. The solvers are
-pure Python + numpy (and CP-SAT), so the two drift together when the machine is slower or loaded.
-
-The bench runs serially by default (``jobs=1``) so that timings are not disturbed by sibling workers.
-
-Baseline file (JSON, written by ``--update``)::
-
-    {"format": 1, "problem": "balance", "suite": "regression", "suite_path": "suites/regression.yaml",
-     "time_limit_s": 10, "seed": 0, "reference_s": 0.021, "reference_workload": "...",
-     "versions": {"packplace": ..., "python": ..., "numpy": ..., "ortools": ...}, "created_utc": "...",
-     "results": {instance: {solver: {"objective", "status", "wall_s", "normalised_time",
-                                     "hit_time_limit"}}}}
+``--suite`` and/or ``--baseline`` select one pair (:func:`bench_pairs`). A run fails when a cell of
+the baseline regresses in objective, status, time or presence (:func:`check_against`; defaults
+``tolerance`` 1e-6, ``slowdown`` 3, ``floor_s`` 0.05 s); times are compared as multiples of a
+reference computation timed in the same run (:func:`time_reference`). The bench runs serially by
+default (``jobs=1``) so that timings are not disturbed by sibling workers. Baseline format:
+:func:`run_bench`.
 """
 
 from __future__ import annotations
@@ -48,6 +20,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -61,7 +34,7 @@ from packplace.harness.comparison import SKIPPED, CompareReport, compare
 from packplace.harness.report import fmt_number, fmt_time, table_lines
 from packplace.harness.suites import load_suite, shipped_path
 from packplace.progress import emit
-from packplace.result import ERROR, OPTIMAL
+from packplace.result import ERROR, OPTIMAL, json_ready
 
 BASELINE_FORMAT = 1
 DEFAULT_SUITE = Path("benchmarks/suites/regression.yaml")
@@ -94,7 +67,15 @@ def reference_workload() -> float:
 
 
 def time_reference(repeats: int = REFERENCE_REPEATS) -> float:
-    """Seconds of :func:`reference_workload`: the minimum of ``repeats`` timed runs after one warm-up."""
+    """Seconds of :func:`reference_workload`: the minimum of ``repeats`` timed runs after one warm-up.
+
+    Timing is made comparable across machines and load by a **reference computation** timed in the
+    same run: a fixed pure-Python + numpy workload (:func:`reference_workload`: a greedy
+    longest-processing-time assignment of 20,000 integer jobs to 64 bins with ``heapq``, plus sorting,
+    cumulative sums and a bincount over 200,000 floats), the minimum of 5 timed repetitions after one
+    warm-up. Every cell's time is stored and compared as ``wall_s / reference_s``. The solvers are
+    pure Python + numpy (and CP-SAT), so the two drift together when the machine is slower or loaded.
+    """
     reference_workload()
     best = math.inf
     for _ in range(repeats):
@@ -158,8 +139,6 @@ class BenchOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data: the checks' verdict, regressions, notes, settings and the run's report."""
-        from packplace.result import json_ready
-
         data: dict[str, Any] = json_ready({
             "suite": self.report.suite, "problem": self.report.problem, "exit_code": self.exit_code,
             "updated": self.updated, "baseline": str(self.baseline_path) if self.baseline_path else None,
@@ -238,7 +217,22 @@ def check_against(
     slowdown: float = DEFAULT_SLOWDOWN,
     floor_s: float = DEFAULT_FLOOR_S,
 ) -> tuple[list[Regression], list[str], int]:
-    """Compare the cells of a run with a baseline's (module docstring); returns (regressions, notes, checked)."""
+    """Compare the cells of a run with a baseline's; returns (regressions, notes, checked).
+
+    A run compares every (instance, solver) cell of the suite with the baseline JSON and fails (exit
+    code 1, with a table of what regressed) when, for a cell of the baseline:
+
+    * **objective**: the objective is worse than the baseline's beyond ``tolerance`` (relative; default
+      1e-6, for deterministic solvers), or the cell no longer has a feasible answer;
+    * **status**: the baseline was ``optimal`` and the run is anything else;
+    * **time**: the normalised time (wall seconds / reference seconds) grew by more than ``slowdown``
+      (default 3×) *and* the wall time exceeds the expected one by more than ``floor_s`` (default
+      50 ms, so that millisecond timings do not flap);
+    * **missing**: the cell is gone (instance removed from the suite, or solver no longer registered).
+
+    Cells that are not in the baseline (a new solver or instance) and improvements are listed as notes;
+    they do not fail — ``--update`` records them deliberately.
+    """
     regressions: list[Regression] = []
     notes: list[str] = []
     checked = 0
@@ -318,6 +312,14 @@ def run_bench(
 
     Returns:
         A :class:`BenchOutcome`; its ``exit_code`` is 1 when something regressed.
+
+    Baseline file (JSON, written by ``update``)::
+
+        {"format": 1, "problem": "balance", "suite": "regression", "suite_path": "suites/regression.yaml",
+         "time_limit_s": 10, "seed": 0, "reference_s": ..., "reference_workload": "...",
+         "versions": {"packplace": ..., "python": ..., "numpy": ..., "ortools": ...}, "created_utc": "...",
+         "results": {instance: {solver: {"objective", "status", "wall_s", "normalised_time",
+                                         "hit_time_limit"}}}}
 
     Raises:
         ConfigError: bad suite, missing baseline (without ``update``), a suite with no baseline to pair
@@ -493,8 +495,6 @@ def run_benches(
 
 
 def _relative(path: Path, start: Path) -> str:
-    import os
-
     try:
         return os.path.relpath(path.resolve(), start.resolve())
     except ValueError:

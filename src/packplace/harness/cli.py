@@ -24,20 +24,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from packplace.harness.bench import DEFAULT_FLOOR_S, DEFAULT_SLOWDOWN, DEFAULT_TOLERANCE
+from packplace.cli import add_common_options
+from packplace.harness.bench import DEFAULT_FLOOR_S, DEFAULT_SLOWDOWN, DEFAULT_TOLERANCE, run_benches
+from packplace.harness.comparison import compare
+from packplace.outputs import check_output_dir
+from packplace.plots import check_format, plot_compare_gaps
+from packplace.table import check_output_file
 
 
 def run_compare(args: argparse.Namespace) -> int:
     """``packplace compare``: run the comparison, print the tables, write the report files."""
-    from packplace.harness.comparison import compare
-    from packplace.outputs import check_output_dir
-
     if args.out:  # before any solving
         check_output_dir(args.out, "--out", inputs=[args.suite])
     if args.plot:
-        from packplace.plots import check_format
-        from packplace.table import check_output_file
-
         check_output_file(args.plot, "--plot", inputs=[args.suite])
         check_format(args.plot)
     report = compare(
@@ -50,8 +49,6 @@ def run_compare(args: argparse.Namespace) -> int:
         print(f"\nreport written to {args.out}/report.json, report.csv, report.md")
     args.json_document = report.to_dict()
     if args.plot:
-        from packplace.plots import plot_compare_gaps
-
         plot_compare_gaps(report, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
     errors = [(row.name, cell) for row in report.rows for cell in row.cells.values() if cell.status == "error"]
@@ -65,8 +62,6 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def run_bench_command(args: argparse.Namespace) -> int:
     """``packplace bench``: exit 1 and a table when any suite regressed, else 0."""
-    from packplace.harness.bench import run_benches
-
     outcome = run_benches(
         args.suite, args.baseline, update=args.update, tolerance=args.tolerance, slowdown=args.slowdown,
         floor_s=args.floor, jobs=args.jobs, progress=not args.quiet,
@@ -78,8 +73,6 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``compare`` and ``bench`` subcommands to ``subparsers`` (from ``add_subparsers()``)."""
-    from packplace.cli import add_common_options
-
     compare = subparsers.add_parser(
         "compare", help="run several solvers on every instance of a suite and compare them",
         description="Run the chosen solvers on every instance of a suite with the same time limit and seed; "

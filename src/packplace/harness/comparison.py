@@ -2,69 +2,48 @@
 
 Per instance each solver's answer is the problem front-end's :class:`~packplace.result.SolveResult`
 (``packplace.balance(...)`` / ``solve_placement(...)``), i.e. already re-scored by the problem's
-evaluator; the harness adds nothing to the numbers but the comparison between solvers.
-
-Definitions (objectives are minimised; ``gap = (objective - bound) / objective``):
-
-* **best bound** of an instance = max of the ``bound`` of every solver that ran without error (each
-  already includes the evaluator's analytic bound) and of the proven optimum, where a solver proved
-  one (status ``optimal``: objective == bound within the tolerance the solver documents, e.g. the
-  integer scaling of CP-SAT; the proven optimum itself is then the reference, so the prover's gap is
-  0 and every other solver's gap is its distance to that optimum);
-* **gap to bound** = ``(objective − best bound) / objective`` (0 = proven optimal);
-* **best objective** = min objective over the solvers with a feasible answer;
-  **gap to best** = ``(objective − best objective) / objective`` (same denominator as the gap, so
-  0 ≤ gap to best ≤ gap to bound);
-* **win/tie/loss** of solver a vs b on an instance both ran on: a tie when both objectives agree
-  within ``rtol`` relative (or neither has a feasible answer), a win when a's objective is lower (or
-  only a has a feasible answer), else a loss;
-* aggregates: mean and worst gaps over the instances the solver solved (status ``optimal`` or
-  ``feasible``), ``failed`` counts the instances it ran on without a feasible answer, the optimal
-  share is over the instances it ran on, the median time over those as well.
+evaluator; the harness adds nothing to the numbers but the comparison between solvers: gaps to the
+best proven bound and to the best objective, win/tie/loss, aggregates (definitions:
+:class:`SolverSummary`).
 
 Skipped cells (status ``skipped``) are instances outside a solver's allow-list or, for exact solvers,
 larger than the suite's ``max_exact_size``; they count nowhere. A solver that raises gets status
 ``error`` with the exception as message, and the run continues.
 
-Parallel runs (``jobs > 1``): instances are distributed over worker processes
-(:class:`concurrent.futures.ProcessPoolExecutor`); all solvers of one instance run one after the
-other in the same worker, each with its own thread budget (a backend whose ``solve`` takes
-``num_workers`` gets ``num_workers=1`` unless the suite's ``solver_params`` say otherwise, which is
-also what makes CP-SAT deterministic). Results are put back in suite order, so a parallel run gives
-the same objectives, bounds and statuses as a serial one; only wall times differ. (The one exception
-is a solver that stops at its wall-clock time limit: under different load it may stop elsewhere. Such
-cells are marked ``hit_time_limit``; suites meant for exact comparisons keep instances small enough
-to finish.) The harness does not kill a backend that overruns its limit. Workers are started with
-``fork`` where the platform has it (Linux), so solvers registered at run time (e.g. in a test) are
-visible in the workers; with ``spawn`` (macOS/Windows default) only solvers registered on import are.
+With ``jobs > 1`` instances are distributed over worker processes or Ray tasks
+(:mod:`packplace.harness.executors`); all solvers of one instance run in one worker, each with one
+thread (``num_workers=1`` unless the suite's ``solver_params`` say otherwise). Results are put back
+in suite order, so a parallel run gives the same objectives, bounds and statuses as a serial one,
+except for a cell that stopped at its wall-clock limit (marked ``hit_time_limit``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
-import logging
 import math
-import multiprocessing
 import os
 import pickle
-import signal
+import platform
 import statistics
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+
 from packplace.errors import ConfigError
 from packplace.harness.adapters import get_adapter
+from packplace.harness.executors import EXECUTORS, import_ray, run_pool, run_ray
+from packplace.harness.report import format_text, report_dict, write_report
 from packplace.harness.suites import InstanceSpec, Suite, load_suite
 from packplace.progress import emit, quiet
-from packplace.result import ERROR, FEASIBLE, OPTIMAL, relative_gap
+from packplace.result import ERROR, FEASIBLE, OPTIMAL, check_limits, relative_gap
+from packplace.solvers import aliases, available, get
+from packplace.version import __version__
 
 SKIPPED = "skipped"
 DEFAULT_TIME_LIMIT_S = 10.0
@@ -126,7 +105,26 @@ class InstanceRow:
 
 @dataclass
 class SolverSummary:
-    """Aggregate of one solver over the suite (see the module docstring for the definitions)."""
+    """Aggregate of one solver over the suite.
+
+    Definitions (objectives are minimised; ``gap = (objective - bound) / objective``):
+
+    * **best bound** of an instance = max of the ``bound`` of every solver that ran without error (each
+      already includes the evaluator's analytic bound) and of the proven optimum, where a solver proved
+      one (status ``optimal``: objective == bound within the tolerance the solver documents, e.g. the
+      integer scaling of CP-SAT; the proven optimum itself is then the reference, so the prover's gap is
+      0 and every other solver's gap is its distance to that optimum);
+    * **gap to bound** = ``(objective − best bound) / objective`` (0 = proven optimal);
+    * **best objective** = min objective over the solvers with a feasible answer;
+      **gap to best** = ``(objective − best objective) / objective`` (same denominator as the gap, so
+      0 ≤ gap to best ≤ gap to bound);
+    * **win/tie/loss** of solver a vs b on an instance both ran on: a tie when both objectives agree
+      within ``rtol`` relative (or neither has a feasible answer), a win when a's objective is lower (or
+      only a has a feasible answer), else a loss;
+    * aggregates: mean and worst gaps over the instances the solver solved (status ``optimal`` or
+      ``feasible``), ``failed`` counts the instances it ran on without a feasible answer, the optimal
+      share is over the instances it ran on, the median time over those as well.
+    """
 
     solver: str
     ran: int = 0
@@ -178,8 +176,6 @@ class CompareReport:
         """JSON-friendly dict (infinities become ``None``): what ``report.json`` holds.
         ``timings=False`` leaves out wall times and how the run was executed
         (:data:`~packplace.harness.report.TIMING_FIELDS`): the same for every executor."""
-        from packplace.harness.report import report_dict
-
         data: dict[str, Any] = report_dict(self, timings)
         return data
 
@@ -189,14 +185,10 @@ class CompareReport:
 
     def format_text(self) -> str:
         """The human-readable tables printed on stdout."""
-        from packplace.harness.report import format_text
-
         return format_text(self)
 
     def write(self, out_dir: str | Path) -> list[Path]:
         """Write ``report.json``, ``report.csv`` and ``report.md`` into ``out_dir`` (created); returns the paths."""
-        from packplace.harness.report import write_report
-
         return write_report(self, out_dir)
 
 
@@ -240,9 +232,6 @@ def run_instance(
         ``{"index", "name", "size", "cells": [Cell, ...], "note"}`` (picklable). An instance that
         fails to build gives ``error`` cells with the build error for every solver that would run.
     """
-    from packplace.solvers import get
-    from packplace.solvers.registry import _ALIASES
-
     adapter = get_adapter(problem)
     exact = exact or {}
     solver_params = solver_params or {}
@@ -252,7 +241,7 @@ def run_instance(
     except Exception as exc:  # noqa: BLE001 - reported in the cells, the run continues
         instance, size = None, None
         build_error = f"instance could not be built: {type(exc).__name__}: {exc}"
-    allowed = None if spec.solvers is None else {_ALIASES[problem].get(n, n) for n in spec.solvers}
+    allowed = None if spec.solvers is None else {aliases(problem).get(n, n) for n in spec.solvers}
     cells: list[Cell] = []
     for name in solvers:
         if allowed is not None and name not in allowed:
@@ -373,8 +362,6 @@ def resolve_solvers(problem: str, solvers: str | Sequence[str] | None, suite: Su
     Raises:
         ConfigError: an unknown solver name (the message lists the registered ones).
     """
-    from packplace.solvers import available, get
-
     if solvers is None and suite is not None and suite.solvers is not None:
         solvers = suite.solvers
         lenient = True  # a suite may list solvers that are not registered (yet); they are left out
@@ -404,15 +391,9 @@ def resolve_solvers(problem: str, solvers: str | Sequence[str] | None, suite: Su
 
 
 def _versions() -> dict[str, str]:
-    import platform
-
-    import numpy
-
-    import packplace
-
-    versions = {"packplace": packplace.__version__, "python": platform.python_version(), "numpy": numpy.__version__}
+    versions = {"packplace": __version__, "python": platform.python_version(), "numpy": np.__version__}
     try:
-        import ortools
+        import ortools  # only for its version string, and a report without it is still written
 
         versions["ortools"] = str(getattr(ortools, "__version__", "unknown"))
     except Exception:  # noqa: BLE001 - optional in reports
@@ -420,123 +401,10 @@ def _versions() -> dict[str, str]:
     return versions
 
 
-def _run_pool(specs: Sequence[InstanceSpec], workers: int, finished: Callable[[dict[str, Any]], None],
-              args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[InstanceSpec]:
-    """Run ``run_instance`` on ``specs`` in a pool of ``workers`` processes, calling ``finished`` with each
-    outcome; returns the specs left unfinished because a worker process died (``BrokenProcessPool``).
-    On SIGINT/SIGTERM (:class:`packplace.interrupt.Interrupted`) the workers are terminated before the
-    exception propagates: no worker outlives the command."""
-    problem, names, limit, run_seed = args
-    broken: list[InstanceSpec] = []
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context(), initializer=_quiet_worker_signals)
-    try:
-        futures = {pool.submit(run_instance, problem, spec, names, limit, run_seed, **kwargs): spec for spec in specs}
-        for future in as_completed(futures):
-            spec = futures[future]
-            try:
-                outcome = future.result()
-            except BrokenProcessPool:
-                broken.append(spec)
-                continue
-            except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result: that instance's cells only
-                message = f"worker process failed: {type(exc).__name__}: {exc}"
-                outcome = {"index": spec.index, "name": spec.name, "size": None, "note": message,
-                           "cells": [Cell(spec.name, name, ERROR, message=message) for name in names]}
-            finished(outcome)
-    except BaseException:
-        _terminate(pool)
-        raise
-    pool.shutdown(wait=True)
-    return sorted(broken, key=lambda spec: spec.index)
-
-
-#: How :func:`compare` runs its instances.
-EXECUTORS = ("process", "ray")
-
-
-def _import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("executor: 'ray' needs Ray; run: pip install 'packplace[ray]'") from None
-    return ray
-
-
-def _run_ray(specs: Sequence[InstanceSpec], workers: int, finished: Callable[[dict[str, Any]], None],
-             args: tuple[Any, ...], kwargs: dict[str, Any], address: str | None) -> None:
-    """Run ``run_instance`` on ``specs`` as Ray tasks (one CPU each), calling ``finished`` with each outcome.
-
-    Connects to the cluster at ``address`` (or the one this process already joined), else starts a local
-    Ray with ``workers`` CPUs and stops it afterwards. A task whose worker died or raised gives ``error``
-    cells naming the cause (Ray already retried a dead worker's task once: ``max_retries=1``); on
-    SIGINT/SIGTERM the pending tasks are cancelled before the exception propagates.
-    """
-    ray = _import_ray()
-    problem, names, limit, run_seed = args
-    started_here = False
-    if not ray.is_initialized():
-        options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                   "logging_level": logging.ERROR}
-        if address is None:
-            options["num_cpus"] = workers
-        try:
-            ray.init(address=address, **options)
-        except Exception as exc:  # noqa: BLE001 - a cluster that cannot be reached is the user's input
-            raise ConfigError(f"address: cannot start or reach Ray at {address or 'a local cluster'}: "
-                              f"{type(exc).__name__}: {exc}") from None
-        started_here = True
-    task = ray.remote(num_cpus=1, max_retries=1)(run_instance)
-    pending = {task.remote(problem, spec, names, limit, run_seed, **kwargs): spec for spec in specs}
-    try:
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                spec = pending.pop(ref)
-                try:
-                    outcome = ray.get(ref)
-                except Exception as exc:  # noqa: BLE001 - a dead worker or a task error: that instance only
-                    message = f"ray task failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                    outcome = {"index": spec.index, "name": spec.name, "size": None, "note": message,
-                               "cells": [Cell(spec.name, name, ERROR, message=message) for name in names]}
-                finished(outcome)
-    except BaseException:
-        for ref in pending:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref, force=True)
-        raise
-    finally:
-        if started_here:
-            ray.shutdown()
-
-
-def _quiet_worker_signals() -> None:
-    """In a pool worker: the parent alone handles SIGINT/SIGTERM. A forked worker inherits the command's
-    handlers, which would raise :class:`packplace.interrupt.Interrupted` wherever the worker is — also while
-    it waits for work, where multiprocessing prints a traceback. So Ctrl-C (sent to the whole foreground
-    process group) is ignored here, and the parent's ``terminate()`` (SIGTERM) ends the worker at once."""
-    with contextlib.suppress(ValueError):
-        signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _terminate(pool: ProcessPoolExecutor) -> None:
-    """Stop a pool now: cancel queued work and terminate (then kill) its worker processes."""
-    processes = list(getattr(pool, "_processes", {}).values())
-    for process in processes:
-        with contextlib.suppress(Exception):
-            process.terminate()
-    for process in processes:
-        with contextlib.suppress(Exception):
-            process.join(1.0)
-            if process.is_alive():
-                process.kill()
-                process.join(1.0)
-    pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _mp_context() -> Any:
-    return multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+def _failed_outcome(spec: InstanceSpec, names: Sequence[str], message: str) -> dict[str, Any]:
+    """The outcome of an instance whose worker failed: an ``error`` cell for every solver."""
+    return {"index": spec.index, "name": spec.name, "size": None, "note": message,
+            "cells": [Cell(spec.name, name, ERROR, message=message) for name in names]}
 
 
 def compare(
@@ -583,9 +451,6 @@ def compare(
         ConfigError: unknown problem or solver, a bad suite, a bad time limit, seed or jobs, an unknown
             executor, or ``ray`` without Ray installed.
     """
-    from packplace.result import check_limits
-    from packplace.solvers import get
-
     get_adapter(problem)
     parsed = load_suite(suite, problem)
     names = resolve_solvers(problem, solvers, parsed)
@@ -603,7 +468,7 @@ def compare(
     if address is not None and executor != "ray":
         raise ConfigError(f"address: a cluster address needs executor 'ray', got executor {executor!r}")
     if executor == "ray":
-        _import_ray()
+        import_ray()
     exact = {n: get(problem, n).exact for n in names}
 
     specs = parsed.instances
@@ -621,11 +486,10 @@ def compare(
             pickle.dumps([s.instance for s in specs])
         except Exception:  # noqa: BLE001 - unpicklable instance objects: run serially
             workers = 1
-    from packplace.solvers.registry import _ALIASES
-
     params_by_solver: dict[str, dict[str, Any]] = {}
+    alias_of = aliases(problem)
     for key, options in parsed.solver_params.items():
-        params_by_solver.setdefault(_ALIASES[problem].get(key, key), {}).update(options)
+        params_by_solver.setdefault(alias_of.get(key, key), {}).update(options)
     kwargs: dict[str, Any] = {
         "exact": exact, "max_exact_size": parsed.max_exact_size, "solver_params": params_by_solver,
     }
@@ -636,7 +500,8 @@ def compare(
                 outcomes[outcome["index"]] = outcome
                 report_progress(outcome)
 
-            _run_ray(specs, workers, finished_on_ray, (problem, names, limit, run_seed), kwargs, address)
+            run_ray(run_instance, _failed_outcome, specs, workers, finished_on_ray, (problem, names, limit, run_seed),
+                    kwargs, address)
         elif workers <= 1:
             for spec in specs:
                 outcome = run_instance(problem, spec, names, limit, run_seed, **kwargs)
@@ -647,11 +512,13 @@ def compare(
                 outcomes[outcome["index"]] = outcome
                 report_progress(outcome)
 
-            broken = _run_pool(specs, workers, finished, (problem, names, limit, run_seed), kwargs)
+            run_args = (problem, names, limit, run_seed)
+            broken = run_pool(run_instance, _failed_outcome, specs, workers, finished, run_args, kwargs)
             # a dead worker breaks the whole pool: its unfinished instances run once more, each in its own
             # process, so that only the instance whose worker dies again ends in 'error'
             for spec in broken:
-                if _run_pool([spec], 1, finished, (problem, names, limit, run_seed), kwargs):
+                if run_pool(run_instance, _failed_outcome, [spec], 1, finished, (problem, names, limit, run_seed),
+                            kwargs):
                     message = "worker process died twice (killed, or a crash in native code)"
                     finished({"index": spec.index, "name": spec.name, "size": None, "note": message,
                               "cells": [Cell(spec.name, name, ERROR, message=message) for name in names]})

@@ -3,56 +3,14 @@
 Every generator is a pure function of its arguments: the same parameters and ``seed`` give the same
 instance (numpy ``default_rng(seed)``), on every machine.
 
-Length distributions (``tokens`` per sample, integers in ``[min_tokens, max_tokens]``,
-``max_tokens`` defaulting to ``seq_len``; draws outside the range are redrawn, i.e. the
-distribution is *truncated*, not clipped, so no artificial spike forms at ``seq_len``):
-
-* ``uniform`` — uniform integers in ``[low, high]``.
-* ``lognormal`` — ``exp(N(mu, sigma²))``, a long right tail. Default ``mu = 7.49``, ``sigma = 1.56``
-  are the maximum-likelihood fit (mean and standard deviation of ``ln tokens``) that we measured on
-  the real corpus packplace ships (``packplace.balance.corpus``: the 598 source files of the CPython
-  3.11 standard library, tokens estimated as bytes/4; median 2,492 tokens, 99th percentile 27k,
-  maximum 189k). No published dataset statistics are used; the fit is to that corpus.
-* ``bimodal`` — a mixture of two lognormals: a short mode (``short_mu``, ``short_sigma``; default
-  median e^5.5 ≈ 245 tokens, chat turns / instructions) and a long mode (``long_mu``,
-  ``long_sigma``; default median e^8.3 ≈ 4k tokens, documents / long reasoning traces) with
-  ``long_fraction`` of samples in the long mode (default 0.2). These defaults are **illustrative**,
-  chosen to show the hard case for greedy packing (a few long samples dominating rank loads), not
-  fitted to a dataset.
-
-Costs (``cost=``), all from the token count ``s``:
-
-* ``tokens`` — ``cost = s`` (linear workload).
-* ``attention`` — a super-linear proxy in token-equivalents: ``cost = s + s²/s₀`` with
-  ``s₀ = linear_flops_per_token / (2·L·d)``, the length at which the attention term of the workload model
-  equals the matmul term (Llama-3.1-8B shape by default: s₀ = 57,256 tokens). It is
-  ``F_fwd(s) / linear_flops_per_token`` of :mod:`packplace.balance.workload`.
-* ``flops`` — ``3·F_fwd(s)`` training FLOPs of :func:`packplace.balance.workload.sample_cost`
-  (numbers ~1e9–1e15, which exercise the exact solver's integer scaling).
-
-The model shape for ``attention``/``flops`` is ``model={layers, hidden_dim, ffn_dim, vocab_size,
-num_kv_heads, head_dim}``; default Llama-3.1-8B (32 layers, hidden 4096, FFN 14336, vocab 128256,
-8 KV heads of 128; Meta, "The Llama 3 Herd of Models", 2024, Table 3).
-
-``reference_bins`` of a generated instance is the strided grouping a distributed sampler gives
-(sample i to bin i mod D·m) when every such bin fits ``seq_len``, else ``None`` (the ``reference``
-solver then reports ``unknown``).
-
-Planted instances (:func:`planted_balance`, generator name ``planted``) are tight packings whose
-optimum is known by construction: every one of the D·m bins is filled to exactly
-``F = floor(fill · seq_len)`` tokens and cut into pieces at uniformly drawn distinct cut points
-(each piece at least one token); the pieces, shuffled, are the samples. Rank r's planted bins are
-``r·m … r·m + m − 1``, holding ``samples_per_rank`` pieces split as evenly as possible over its m bins
-(which bins get the extra piece is drawn). With ``replicate`` every rank receives a copy of rank 0's
-pieces. The planted layout gives every rank the same load, hence it is optimal and equal to the
-evaluator's analytic lower bound (Σc/D for ``makespan``, Σc/g for ``rounds``, 0 for ``balance``),
-whenever
-
-* ``cost = tokens`` (each rank carries m·F tokens), or
-* ``replicate`` is set (identical rank multisets; any cost).
-
-Otherwise (a non-linear cost on distinct pieces) the planted layout is only a feasible packing and
-:attr:`PlantedBalance.optimum` is ``None``.
+* :func:`sample_lengths` — token lengths from a truncated ``uniform``, ``lognormal`` or ``bimodal``
+  distribution (:data:`DISTRIBUTIONS` with their defaults).
+* :func:`cost_function` — sample costs ``tokens``, ``attention`` or ``flops`` (:data:`COSTS`) from the
+  workload model of :mod:`packplace.balance.workload` (default shape Llama-3.1-8B).
+* :func:`generate_balance` — an instance of drawn lengths with the strided reference grouping.
+* :func:`corpus_instance` — a config's instance, subsampled and re-laid out.
+* :func:`planted_balance` — a perfect packing cut into samples, with its planted layout and (for
+  linear costs or replicated ranks) its known optimum.
 """
 
 from __future__ import annotations
@@ -65,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from packplace.balance.schema import (
-    BalanceInstance,
-    PackingConstraints,
-    Sample,
-    default_reference_bins,
-)
+from packplace.balance.config import load_config
+from packplace.balance.evaluator import BalanceEvaluator
+from packplace.balance.instance import check_reference_bins
+from packplace.balance.reference import default_reference_bins
+from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample
+from packplace.balance.workload import ModelShape, sample_cost
 from packplace.errors import ConfigError
 
 #: Distribution name → its parameters and their defaults.
@@ -114,7 +72,24 @@ def sample_lengths(
     max_tokens: int,
     **params: float,
 ) -> np.ndarray:
-    """Draw ``n`` token lengths from a named distribution (module docstring), truncated to a range.
+    """Draw ``n`` token lengths from a named distribution, truncated to a range.
+
+    Length distributions (``tokens`` per sample, integers in ``[min_tokens, max_tokens]``,
+    ``max_tokens`` defaulting to ``seq_len``; draws outside the range are redrawn, i.e. the
+    distribution is *truncated*, not clipped, so no artificial spike forms at ``seq_len``):
+
+    * ``uniform`` — uniform integers in ``[low, high]``.
+    * ``lognormal`` — ``exp(N(mu, sigma²))``, a long right tail. Default ``mu = 7.49``, ``sigma = 1.56``
+      are the maximum-likelihood fit (mean and standard deviation of ``ln tokens``) to
+      the real corpus packplace ships (``packplace.balance.corpus``: the 598 source files of the CPython
+      3.11 standard library, tokens estimated as bytes/4; median 2,492 tokens, 99th percentile 27k,
+      maximum 189k). No published dataset statistics are used; the fit is to that corpus.
+    * ``bimodal`` — a mixture of two lognormals: a short mode (``short_mu``, ``short_sigma``; default
+      median e^5.5 ≈ 245 tokens, chat turns / instructions) and a long mode (``long_mu``,
+      ``long_sigma``; default median e^8.3 ≈ 4k tokens, documents / long reasoning traces) with
+      ``long_fraction`` of samples in the long mode (default 0.2). These defaults are **illustrative**,
+      chosen to show the hard case for greedy packing (a few long samples dominating rank loads), not
+      fitted to a dataset.
 
     Args:
         distribution: ``uniform``, ``lognormal`` or ``bimodal``.
@@ -190,7 +165,21 @@ def sample_lengths(
 
 
 def cost_function(cost: str = "tokens", model: Mapping[str, int] | None = None) -> Callable[[int], float]:
-    """``f(tokens) -> llm cost`` for a cost name of :data:`COSTS` (module docstring).
+    """``f(tokens) -> llm cost`` for a cost name of :data:`COSTS`.
+
+    Costs (``cost=``), all from the token count ``s``:
+
+    * ``tokens`` — ``cost = s`` (linear workload).
+    * ``attention`` — a super-linear proxy in token-equivalents: ``cost = s + s²/s₀`` with
+      ``s₀ = linear_flops_per_token / (2·L·d)``, the length at which the attention term of the workload model
+      equals the matmul term (Llama-3.1-8B shape by default: s₀ = 57,256 tokens). It is
+      ``F_fwd(s) / linear_flops_per_token`` of :mod:`packplace.balance.workload`.
+    * ``flops`` — ``3·F_fwd(s)`` training FLOPs of :func:`packplace.balance.workload.sample_cost`
+      (numbers ~1e9–1e15, which exercise the exact solver's integer scaling).
+
+    The model shape for ``attention``/``flops`` is ``model={layers, hidden_dim, ffn_dim, vocab_size,
+    num_kv_heads, head_dim}``; default Llama-3.1-8B (32 layers, hidden 4096, FFN 14336, vocab 128256,
+    8 KV heads of 128; Meta, "The Llama 3 Herd of Models", 2024, Table 3).
 
     Raises:
         ConfigError: unknown cost name or a bad model shape.
@@ -199,8 +188,6 @@ def cost_function(cost: str = "tokens", model: Mapping[str, int] | None = None) 
         raise ConfigError(f"cost: unknown {cost!r}; valid: {', '.join(COSTS)}")
     if cost == "tokens":
         return float
-    from packplace.balance.workload import ModelShape, sample_cost
-
     shape_fields = dict(LLAMA_31_8B if model is None else model)
     try:
         shape = ModelShape(**shape_fields)
@@ -248,12 +235,14 @@ def generate_balance(
         bins_per_rank: m, bins (micro-batches) per rank.
         seed: Random seed of the lengths.
         objective: ``makespan``, ``balance`` or ``rounds``; ``group_size`` g for ``rounds``.
-        cost: ``tokens``, ``attention`` or ``flops`` (module docstring); ``model`` the shape for the latter two.
+        cost: ``tokens``, ``attention`` or ``flops`` (:func:`cost_function`); ``model`` the shape for the latter two.
         min_tokens, max_tokens: Range of lengths (``max_tokens`` defaults to ``seq_len``).
         name: Label of the instance.
 
     Returns:
-        A validated :class:`BalanceInstance`.
+        A validated :class:`BalanceInstance`. Its ``reference_bins`` is the strided grouping a
+        distributed sampler gives (sample i to bin i mod D·m) when every such bin fits ``seq_len``,
+        else ``None`` (the ``reference`` solver then reports ``unknown``).
 
     Raises:
         ConfigError: bad parameter, or lengths whose total exceeds the D·m·seq_len capacity.
@@ -267,10 +256,10 @@ def generate_balance(
     keys = list(range(n))
     samples = tuple(Sample(k, int(t), price(int(t))) for k, t in zip(keys, lengths))
     reference = strided_reference(lengths, keys, ranks, bins_per_rank, seq_len)
-    return BalanceInstance(
+    return check_reference_bins(BalanceInstance(
         samples, PackingConstraints(seq_len), ranks, bins_per_rank, reference_bins=reference,
         objective=objective, group_size=group_size, name=name or f"{distribution}-n{n}-D{ranks}-s{seed}",
-    )
+    ))
 
 
 def corpus_instance(
@@ -300,8 +289,6 @@ def corpus_instance(
     Raises:
         ConfigError: the config's own errors, ``n`` larger than the corpus, or an infeasible layout.
     """
-    from packplace.balance.config import load_config
-
     base = load_config(config)
     samples = base.samples
     changed = False
@@ -332,15 +319,15 @@ def corpus_instance(
     else:
         group = group_size
     label = name or (base.name or Path(config).stem) + (f"-n{n}-s{seed}" if n is not None else "")
-    return dataclasses.replace(
+    return check_reference_bins(dataclasses.replace(
         base, samples=samples, reference_bins=reference, objective=new_objective, group_size=group,
         name=label, **layout,
-    )
+    ))
 
 
 @dataclasses.dataclass(frozen=True)
 class PlantedBalance:
-    """A planted instance with its planted layout (see the module docstring).
+    """A planted instance with its planted layout (see :func:`planted_balance`).
 
     Attributes:
         instance: The :class:`BalanceInstance` (samples in shuffled order, keys 0..n-1).
@@ -381,7 +368,23 @@ def planted_balance(
     model: Mapping[str, int] | None = None,
     name: str = "",
 ) -> PlantedBalance:
-    """A perfect packing cut into samples, with its planted layout and known optimum (module docstring).
+    """A perfect packing cut into samples, with its planted layout and known optimum.
+
+    Planted instances (:func:`planted_balance`, generator name ``planted``) are tight packings whose
+    optimum is known by construction: every one of the D·m bins is filled to exactly
+    ``F = floor(fill · seq_len)`` tokens and cut into pieces at uniformly drawn distinct cut points
+    (each piece at least one token); the pieces, shuffled, are the samples. Rank r's planted bins are
+    ``r·m … r·m + m − 1``, holding ``samples_per_rank`` pieces split as evenly as possible over its m bins
+    (which bins get the extra piece is drawn). With ``replicate`` every rank receives a copy of rank 0's
+    pieces. The planted layout gives every rank the same load, hence it is optimal and equal to the
+    evaluator's analytic lower bound (Σc/D for ``makespan``, Σc/g for ``rounds``, 0 for ``balance``),
+    whenever
+
+    * ``cost = tokens`` (each rank carries m·F tokens), or
+    * ``replicate`` is set (identical rank multisets; any cost).
+
+    Otherwise (a non-linear cost on distinct pieces) the planted layout is only a feasible packing and
+    :attr:`PlantedBalance.optimum` is ``None``.
 
     Args:
         ranks: D, data-parallel ranks.
@@ -392,7 +395,7 @@ def planted_balance(
         replicate: Give every rank a copy of rank 0's pieces (optimum known for any cost).
         seed: numpy ``default_rng`` seed of the cuts, the piece split and the shuffle.
         objective, group_size: The instance's objective (``makespan``, ``balance``, ``rounds``).
-        cost, model: Cost of a sample from its tokens (module docstring).
+        cost, model: Cost of a sample from its tokens (:func:`cost_function`).
         name: Label (default ``planted-D{D}m{m}k{samples_per_rank}-f{fill}-{cost}-s{seed}``).
 
     Returns:
@@ -441,14 +444,12 @@ def planted_balance(
     keys = list(range(n))
     samples = tuple(Sample(k, int(t), price_of[int(t)]) for k, t in zip(keys, tokens))
     label = name or f"planted-D{ranks}m{bins_per_rank}k{samples_per_rank}-f{fill:g}-{cost}-s{seed}"
-    instance = BalanceInstance(
+    instance = check_reference_bins(BalanceInstance(
         samples, PackingConstraints(seq_len), ranks, bins_per_rank,
         reference_bins=strided_reference(tokens, keys, ranks, bins_per_rank, seq_len),
         objective=objective, group_size=group_size, name=label,
-    )
+    ))
     optimum = None
     if cost == "tokens" or replicate:
-        from packplace.balance.evaluator import BalanceEvaluator
-
         optimum = BalanceEvaluator(instance).objective(bins)
     return PlantedBalance(instance, bins, bin_tokens, optimum)

@@ -18,6 +18,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from packplace.outputs import check_output_dir, write_atomic
+
 STATUS_MARK = {"optimal": "*", "feasible": "", "infeasible": "INFEASIBLE", "unknown": "?", "error": "ERROR",
                "skipped": "-"}
 CSV_FIELDS = ("instance", "size", "solver", "status", "objective", "bound", "best_bound", "best_objective",
@@ -221,8 +223,6 @@ def csv_rows(report) -> list[dict[str, Any]]:
 
 def write_report(report, out_dir: str | Path) -> list[Path]:
     """Write ``report.json``, ``report.csv`` and ``report.md`` into ``out_dir``; returns their paths."""
-    from packplace.outputs import check_output_dir, write_atomic
-
     check_output_dir(str(out_dir), "--out")
     out = Path(out_dir)
     paths = [out / "report.json", out / "report.csv", out / "report.md"]

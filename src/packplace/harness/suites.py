@@ -1,29 +1,11 @@
 """Benchmark suites: YAML lists of instances (config files or seeded generators) for one problem.
 
-A suite file (paths inside it are relative to the suite file's folder)::
-
-    name: balance_tiny                 # label (default: the file's stem)
-    problem: balance                   # balance | placement
-    description: one line
-    time_limit_s: 10                   # default per-solver limit (seconds); compare's argument overrides it
-    seed: 0                            # default solver seed; compare's argument overrides it
-    solvers: [lpt, repair, cpsat]      # default solver list (absent or "all": every registered one)
-    solver_params:                     # backend options, per solver name
-      cpsat: {num_workers: 1}
-    max_exact_size: 40                 # exact solvers are "skipped" on larger instances
-                                       # (alias: max_exact_samples for balance, max_exact_gpus for placement)
-    instances:
-      - name: uniform-small            # balance generator; see packplace.harness.generators
-        generator: uniform             # uniform | lognormal | bimodal | planted | corpus
-        params: {n: 10, ranks: 2, seq_len: 4096, high: 2048}
-        seeds: [1, 2, 3]               # expands to uniform-small-s1, -s2, -s3 (params.seed = s); or a count
-        solvers: [lpt, cpsat]          # optional allow-list for this entry
-      - config: ../../configs/balance/stdlib.yaml          # a config file as is
-      - generator: corpus                                  # a config file subsampled
-        params: {config: ../../configs/balance/stdlib.yaml, n: 200, seed: 1}
-      - config: ../../configs/placement/grpo.yaml          # placement: a config file ...
-        overrides: {hardware: {nodes_per_rack: 4}}         # ... with fields replaced (a generated cluster)
-      - inline: {hardware: {...}, models: {...}, ...}      # placement: a whole config in the suite
+:func:`load_suite` reads a suite (its docstring shows the file format) into a :class:`Suite` of
+:class:`InstanceSpec` entries: a config file as is, a config file with ``overrides`` (placement), an
+inline config (placement), or a seeded generator of :mod:`packplace.harness.generators` (balance),
+expanded over ``seeds``. A suite sets defaults for the comparison (time limit, seed, solvers and
+their options, the size above which exact solvers are skipped: :data:`SIZE_LIMIT_KEYS`).
+:func:`find_suite` finds shipped suites by name (``packplace compare --suite smoke``).
 
 Every field error is a :class:`~packplace.errors.ConfigError` naming the suite, the entry and the
 field (``suite.yaml: instances[3].generator: unknown 'zipf'; valid: ...``).
@@ -41,6 +23,9 @@ from packplace.errors import ConfigError
 from packplace.yamlio import load_yaml
 
 PROBLEMS = ("balance", "placement")
+#: Per problem, the suite key that caps the instance size for exact solvers (alias of ``max_exact_size``):
+#: samples for balance, GPUs for placement. The adapters of :mod:`packplace.harness.adapters` read it.
+SIZE_LIMIT_KEYS = {"balance": "max_exact_samples", "placement": "max_exact_gpus"}
 BALANCE_GENERATORS = ("uniform", "lognormal", "bimodal", "planted", "corpus")
 PLACEMENT_GENERATORS = ()
 _SUITE_KEYS = {"name", "problem", "description", "time_limit_s", "seed", "solvers", "solver_params",
@@ -77,7 +62,7 @@ class InstanceSpec:
 
 @dataclass(frozen=True)
 class Suite:
-    """A parsed suite (see the module docstring for the file format).
+    """A parsed suite (the file format: :func:`load_suite`).
 
     Attributes:
         name, problem, description: Labels; ``problem`` is ``balance`` or ``placement``.
@@ -214,7 +199,7 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
 def parse_suite(
     data: Any, *, base_dir: str | Path = ".", source: str = "suite", name: str = "", path: str | None = None
 ) -> Suite:
-    """Parse a suite from an already loaded mapping (see the module docstring).
+    """Parse a suite from an already loaded mapping (the format of :func:`load_suite`).
 
     Raises:
         ConfigError: any bad field, a missing file, duplicate instance names.
@@ -247,9 +232,7 @@ def parse_suite(
     if not isinstance(solver_params, Mapping) or not all(isinstance(v, Mapping) for v in solver_params.values()):
         raise ConfigError(f"{source}: solver_params: must map solver names to option mappings, got {solver_params!r}")
     size_keys = [k for k in ("max_exact_size", "max_exact_samples", "max_exact_gpus") if k in data]
-    from packplace.harness.adapters import get_adapter  # local: adapters import this module
-
-    alias = get_adapter(problem).size_limit_key
+    alias = SIZE_LIMIT_KEYS[problem]
     if any(k not in ("max_exact_size", alias) for k in size_keys) or len(size_keys) > 1:
         raise ConfigError(f"{source}: use one of max_exact_size / {alias} for a {problem} suite, got {size_keys}")
     max_exact = data[size_keys[0]] if size_keys else None
@@ -280,9 +263,8 @@ def shipped_path(relative: str | Path) -> Path | None:
     ``configs/`` and ``benchmarks/`` there, same layout) and then under the source checkout (an
     editable install or a source tree).
     """
-    import packplace
-
-    roots = (Path(packplace.__file__).resolve().parent / "_data", Path(__file__).resolve().parents[3])
+    package = Path(__file__).resolve().parents[1]  # the installed packplace folder
+    roots = (package / "_data", Path(__file__).resolve().parents[3])
     for root in roots:
         candidate = root / relative
         if candidate.exists():
@@ -321,6 +303,31 @@ def load_suite(source: str | Path | Mapping | Suite | Sequence, problem: str | N
             becomes a suite named ``instances`` with one ``object`` spec per instance; ``problem``
             is then required.
         problem: Expected problem; a mismatch with the suite's own is an error.
+
+    A suite file (paths inside it are relative to the suite file's folder)::
+
+        name: balance_tiny                 # label (default: the file's stem)
+        problem: balance                   # balance | placement
+        description: one line
+        time_limit_s: 10                   # default per-solver limit (seconds); compare's argument overrides it
+        seed: 0                            # default solver seed; compare's argument overrides it
+        solvers: [lpt, repair, cpsat]      # default solver list (absent or "all": every registered one)
+        solver_params:                     # backend options, per solver name
+          cpsat: {num_workers: 1}
+        max_exact_size: 40                 # exact solvers are "skipped" on larger instances
+                                           # (alias: max_exact_samples for balance, max_exact_gpus for placement)
+        instances:
+          - name: uniform-small            # balance generator; see packplace.harness.generators
+            generator: uniform             # uniform | lognormal | bimodal | planted | corpus
+            params: {n: 10, ranks: 2, seq_len: 4096, high: 2048}
+            seeds: [1, 2, 3]               # expands to uniform-small-s1, -s2, -s3 (params.seed = s); or a count
+            solvers: [lpt, cpsat]          # optional allow-list for this entry
+          - config: ../../configs/balance/stdlib.yaml          # a config file as is
+          - generator: corpus                                  # a config file subsampled
+            params: {config: ../../configs/balance/stdlib.yaml, n: 200, seed: 1}
+          - config: ../../configs/placement/grpo.yaml          # placement: a config file ...
+            overrides: {hardware: {nodes_per_rack: 4}}         # ... with fields replaced (a generated cluster)
+          - inline: {hardware: {...}, models: {...}, ...}      # placement: a whole config in the suite
 
     Raises:
         ConfigError: unreadable file, bad field, or a problem mismatch.

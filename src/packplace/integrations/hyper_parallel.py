@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator, makespan, squared_cv
+from packplace.balance.instance import check_reference_bins
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample
 from packplace.errors import ConfigError, show
 from packplace.integrations.partition import DEFAULT_SOLVER
@@ -73,8 +74,8 @@ class PackplaceBalancingAlgorithm:
                 reference = tuple(tuple(position[key] for key in keys) for keys in reference_bins)
             except KeyError as missing:
                 raise ConfigError(f"reference_bins: {show(missing.args[0])} is not a selected sample key") from None
-        return BalanceInstance(tuple(rows), packing, data_parallel_size, local_batch_size,
-                               reference_bins=reference, objective=self.objective_name)
+        return check_reference_bins(BalanceInstance(tuple(rows), packing, data_parallel_size, local_batch_size,
+                                                    reference_bins=reference, objective=self.objective_name))
 
     def assign(self, samples: Sequence[Any], *, reference_bins: Sequence[Sequence[Hashable]],
                constraints: Any, data_parallel_size: int, local_batch_size: int) -> tuple[tuple[Hashable, ...], ...]:

@@ -10,7 +10,7 @@ import numpy as np
 
 from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator
-from packplace.balance.schema import make_instance
+from packplace.balance.instance import make_instance
 from packplace.errors import ConfigError
 
 #: Default backend of the adapters: LPT then pair repair (fast, usually optimal or near it).

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from packplace.balance.api import solve_balance
-from packplace.balance.schema import make_instance
+from packplace.balance.instance import make_instance
 from packplace.errors import ConfigError, show
 from packplace.integrations.partition import DEFAULT_SOLVER, largest_part, partition
 

@@ -1,0 +1,103 @@
+"""The answer of a balance instance: :class:`Assignment`, D·m bins of sample keys, rank-major.
+
+``bins[r·m + j]`` is bin j of rank r. Its feasibility and objectives are judged by
+:mod:`packplace.balance.evaluator`; JSON documents carry it as rank-nested lists
+(:meth:`Assignment.to_dict`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from packplace.balance.samples import SampleKey, key_order
+from packplace.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A rank-major assignment: ``bins[r·m + j]`` is bin j of rank r, each a tuple of sample keys.
+
+    Attributes:
+        bins: D·m tuples of keys.
+        local_batch_size: m, bins per rank.
+    """
+
+    bins: tuple[tuple[SampleKey, ...], ...]
+    local_batch_size: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bins", tuple(tuple(b) for b in self.bins))
+
+    @property
+    def data_parallel_size(self) -> int:
+        """D, the number of ranks."""
+        return len(self.bins) // self.local_batch_size
+
+    def rank(self, r: int) -> tuple[tuple[SampleKey, ...], ...]:
+        """The m bins of rank ``r``."""
+        m = self.local_batch_size
+        return self.bins[r * m:(r + 1) * m]
+
+    def ranks(self) -> list[tuple[tuple[SampleKey, ...], ...]]:
+        """All ranks' bins, rank-major."""
+        return [self.rank(r) for r in range(self.data_parallel_size)]
+
+    def canonical(self) -> Assignment:
+        """The same assignment with the keys of each bin in :func:`key_order` (bins stay in place)."""
+        return Assignment(tuple(tuple(sorted(b, key=key_order)) for b in self.bins), self.local_batch_size)
+
+    def to_lists(self) -> list[list[list[Any]]]:
+        """``[[bin keys, ...] per rank]``: the rank-nested lists JSON documents carry."""
+        return [[list(b) for b in rank] for rank in self.ranks()]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"local_batch_size": m, "ranks": to_lists()}``; :meth:`from_dict` inverts it."""
+        return {"local_batch_size": self.local_batch_size, "ranks": self.to_lists()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Assignment:
+        """The assignment :meth:`to_dict` wrote.
+
+        Raises:
+            ConfigError: missing ``ranks``/``local_batch_size``, or ranks of unequal bin counts.
+        """
+
+        try:
+            ranks = data["ranks"]
+            per_rank = int(data["local_batch_size"])
+            if any(len(rank) != per_rank for rank in ranks):
+                raise ValueError(f"every rank must hold local_batch_size={per_rank} bins")
+            bins = tuple(tuple(b) for rank in ranks for b in rank)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"assignment: malformed assignment data ({type(exc).__name__}: {exc})") from None
+        return cls(bins, per_rank)
+
+    def to_json(self) -> list[list[list[Any]]]:
+        """Deprecated name of :meth:`to_lists` (it returns lists, not JSON text)."""
+        warnings.warn("Assignment.to_json() is deprecated; use to_lists() (or to_dict())", DeprecationWarning,
+                      stacklevel=2)
+        return self.to_lists()
+
+
+def as_bins(value: Any, field_name: str) -> tuple[tuple[SampleKey, ...], ...]:
+    """``value`` as a tuple of bins of hashable keys, or a ConfigError naming ``field_name``."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ConfigError(f"{field_name}: must be a list of bins (lists of sample keys), got {value!r}")
+    bins = []
+    for b, keys in enumerate(value):
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+            raise ConfigError(f"{field_name}[{b}]: must be a list of sample keys, got {keys!r}")
+        keys = tuple(keys)
+        for key in keys:
+            try:
+                hash(key)
+            except TypeError:
+                raise ConfigError(
+                    f"{field_name}[{b}]: {key!r} is not a sample key (bins are rank-major lists of keys, "
+                    f"one list per bin)"
+                ) from None
+        bins.append(keys)
+    return tuple(bins)
