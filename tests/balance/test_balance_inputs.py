@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import packplace
 from packplace.balance import BalanceEvaluator, Sample, make_instance
 from packplace.balance.reference import token_packing_reference
 from packplace.balance.schema import BalanceInstance, PackingConstraints, SampleTable, key_order
@@ -152,3 +154,13 @@ def test_auto_reference_is_feasible_on_a_large_instance():
     inst = make_instance(tokens, seq_len=8192, data_parallel_size=64, local_batch_size=100, reference_bins="auto")
     assert inst.reference_bins is not None and len(inst.reference_bins) == 6400
     assert BalanceEvaluator(inst).violations(inst.reference_bins) == []
+
+
+def test_directly_built_instance_with_infeasible_reference_bins_is_refused_by_the_solve():
+    """A reference grouping whose bin 0 holds 2 + 6 + 3 = 11 tokens > seq_len 10 is refused before any
+    backend runs (a backend would return it on a dead end); the builder-checked instance solves."""
+    good = make_instance(tokens=[2, 6, 3, 3, 2, 9, 4], seq_len=10, data_parallel_size=3)
+    bad = dataclasses.replace(good, reference_bins=((0, 1, 2), (3,), (4, 5, 6)))
+    with pytest.raises(ConfigError, match="reference_bins: not a feasible assignment: bin 0 holds 11 tokens"):
+        packplace.balance(bad, "lpt")
+    assert packplace.balance(good, "lpt").objective == 10.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from packplace.balance.evaluator import BalanceEvaluator
+from packplace.balance.instance import ensure_reference_bins_checked
 from packplace.balance.schema import Assignment, BalanceInstance
 from packplace.errors import ConfigError
 from packplace.result import SolveResult, check_limits, solve_with
@@ -44,12 +45,16 @@ def solve_balance(
         lower bound, and ``info`` the per-rank loads and all three objectives.
 
     Raises:
-        ConfigError: unknown solver, bad ``time_limit_s``/``seed``, or a bad backend option.
+        ConfigError: unknown solver, bad ``time_limit_s``/``seed``, a bad backend option, or
+            ``reference_bins`` that are not a feasible assignment.
     """
     if not isinstance(instance, BalanceInstance):
         raise ConfigError(f"instance: expected a BalanceInstance, got {type(instance).__name__}")
 
     check_limits(time_limit_s, seed)
+    # an instance built directly (not by make_instance or load_config) has unchecked reference bins,
+    # which the backends return on a dead end
+    ensure_reference_bins_checked(instance)
     evaluator = BalanceEvaluator(instance)
 
     def normalize(solution: Any) -> Assignment:

@@ -219,7 +219,8 @@ def check_reference_bins(instance: BalanceInstance) -> BalanceInstance:
     The evaluator's rules (:meth:`packplace.balance.evaluator.BalanceEvaluator.violations`) decide;
     :func:`make_instance`, :func:`packplace.balance.config.load_config`, the harness generators and
     the integrations call it for every instance they build. An instance built directly with
-    ``BalanceInstance(...)`` is checked by calling it.
+    ``BalanceInstance(...)`` is checked by :func:`packplace.balance.api.solve_balance` before it solves
+    (an instance that passed is marked, so the check runs once per instance).
 
     Raises:
         ConfigError: ``reference_bins: not a feasible assignment: <the first violation>``.
@@ -228,4 +229,22 @@ def check_reference_bins(instance: BalanceInstance) -> BalanceInstance:
         violations = BalanceEvaluator(instance).violations(instance.reference_bins)
         if violations:
             raise ConfigError(f"reference_bins: not a feasible assignment: {violations[0]}")
+    # a mark outside the dataclass fields (equality and hashing ignore it): the solve entry point skips
+    # instances that a builder has checked already
+    object.__setattr__(instance, REFERENCE_CHECKED, True)
     return instance
+
+
+#: Attribute that :func:`check_reference_bins` sets on an instance whose reference bins it has checked.
+REFERENCE_CHECKED = "_reference_bins_checked"
+
+
+def ensure_reference_bins_checked(instance: BalanceInstance) -> BalanceInstance:
+    """:func:`check_reference_bins` unless it has already passed on this instance object.
+
+    Raises:
+        ConfigError: as :func:`check_reference_bins`.
+    """
+    if instance.reference_bins is None or getattr(instance, REFERENCE_CHECKED, False):
+        return instance
+    return check_reference_bins(instance)
