@@ -1,0 +1,57 @@
+"""Shared test settings: the registered solver lists, read from the registry at collection time.
+
+Every test that runs "each solver" or "each heuristic" takes its list from here, so a solver added
+under ``solvers/balance/`` or ``solvers/placement/`` is picked up by every such test (and by
+``test_solver_contract.py``) with no other edit. Subsets are derived from the registry's
+:class:`~packplace.solvers.SolverSpec` (``exact``), never written out by name.
+
+Fixtures: a test that takes an argument ``balance_solver`` (``placement_solver``) is run once per
+registered balance (placement) solver; ``balance_heuristic`` / ``placement_heuristic`` once per
+non-exact one that builds its own answer.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from packplace.solvers import available, get
+
+#: Every registered backend of each problem, sorted (aliases not included).
+BALANCE_SOLVERS: list[str] = available("balance")
+PLACEMENT_SOLVERS: list[str] = available("placement")
+
+#: Backends that can prove optimality (``SolverSpec.exact``).
+BALANCE_EXACT: list[str] = [name for name in BALANCE_SOLVERS if get("balance", name).exact]
+PLACEMENT_EXACT: list[str] = [name for name in PLACEMENT_SOLVERS if get("placement", name).exact]
+
+#: Backends that return the instance's own grouping instead of searching (an answer only when the
+#: instance carries ``reference_bins``): the one registered solver left out of the heuristic lists.
+BALANCE_BASELINES: tuple[str, ...] = ("reference",)
+
+#: The non-exact backends that build their own answer (every instance, with or without a reference).
+BALANCE_HEURISTICS: list[str] = [
+    name for name in BALANCE_SOLVERS if name not in BALANCE_EXACT and name not in BALANCE_BASELINES
+]
+PLACEMENT_HEURISTICS: list[str] = [name for name in PLACEMENT_SOLVERS if name not in PLACEMENT_EXACT]
+
+#: Every backend that builds its own answer (the heuristics and the exact ones).
+BALANCE_SEARCHING: list[str] = [name for name in BALANCE_SOLVERS if name not in BALANCE_BASELINES]
+
+# No example of a property test may fail for taking long on a loaded machine: no per-example deadline
+# and no "too slow" health check (the tests' own @settings still choose the number of examples).
+settings.register_profile("packplace", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("packplace")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize the solver-name arguments from the registry."""
+    lists = {
+        "balance_solver": BALANCE_SOLVERS,
+        "placement_solver": PLACEMENT_SOLVERS,
+        "balance_heuristic": BALANCE_HEURISTICS,
+        "placement_heuristic": PLACEMENT_HEURISTICS,
+    }
+    for argument, names in lists.items():
+        if argument in metafunc.fixturenames:
+            metafunc.parametrize(argument, names)
