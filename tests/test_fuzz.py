@@ -17,6 +17,7 @@ import time
 from collections import Counter
 
 import pytest
+from conftest import BALANCE_SEARCHING, PLACEMENT_HEURISTICS
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
@@ -173,7 +174,7 @@ def balance_structured_case(data) -> None:
             COUNTS["balance: valid refused for another reason"] += 1
         return
     assert valid, f"silently accepted {label}={value!r}"
-    result = packplace.balance(instance, data.draw(st.sampled_from(["lpt", "repair", "cpsat"])), time_limit_s=2)
+    result = packplace.balance(instance, data.draw(st.sampled_from(BALANCE_SEARCHING)), time_limit_s=2)
     if result.ok:
         validate_balance(instance, result)
         COUNTS["balance: answers validated"] += 1
@@ -208,7 +209,7 @@ def balance_case(data) -> None:
             COUNTS["balance: valid refused for another reason"] += 1
         return
     assert valid, f"silently accepted {label}={value!r}"
-    solver = data.draw(st.sampled_from(["lpt", "repair", "karmarkar_karp", "cpsat"]), label="solver")
+    solver = data.draw(st.sampled_from(BALANCE_SEARCHING), label="solver")
     result = packplace.balance(instance, solver, time_limit_s=2)
     if result.ok:
         validate_balance(instance, result)
@@ -304,7 +305,7 @@ def placement_case(data) -> None:
             COUNTS["placement: valid refused for another reason"] += 1
         return
     assert valid, f"silently accepted [{section}] {name}={value!r}"
-    solver = data.draw(st.sampled_from(["greedy", "concurrent", "anneal"]), label="solver")
+    solver = data.draw(st.sampled_from(PLACEMENT_HEURISTICS), label="solver")
     params = {"e_max": 300} if solver == "anneal" else {}
     try:
         result = packplace.place(instance, solver, time_limit_s=3, **params)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import BALANCE_SEARCHING
 
 import packplace
 from packplace.balance.evaluator import BalanceEvaluator
@@ -10,6 +11,7 @@ from packplace.balance.instance import make_instance
 from packplace.harness.generators import planted_balance
 from packplace.solvers.balance import construction, lpt
 
+#: The backends built on the construction module (their messages name its rules).
 FAST_PATHS = ("lpt", "repair", "kk")
 
 #: 22 samples whose 8 bins of 400 tokens are exactly full in every feasible packing (3,200 tokens),
@@ -24,8 +26,8 @@ def full_bins_instance():
                          local_batch_size=4)
 
 
-@pytest.mark.parametrize("solver", FAST_PATHS)
-def test_every_fast_path_packs_the_tight_seven_sample_case(solver):
+@pytest.mark.parametrize("solver", BALANCE_SEARCHING)
+def test_every_backend_packs_the_tight_seven_sample_case(solver):
     # [9, 1], [3, 4, 3], [5, 5] is the only kind of packing; LPT's least-loaded rule dead-ends.
     inst = make_instance([3, 4, 5, 9, 1, 3, 5], seq_len=10, data_parallel_size=3)
     result = packplace.balance(inst, solver=solver)
@@ -41,7 +43,7 @@ def test_bin_completion_finds_what_the_decreasing_rules_miss():
     bins, how = construction.feasible_packing(inst, lpt.prepare(inst))
     assert how == "bin completion"
     assert sorted(sum(inst.samples[i].tokens for i in b) for b in bins) == [20, 20, 20]
-    for solver in FAST_PATHS:
+    for solver in BALANCE_SEARCHING:
         result = packplace.balance(inst, solver=solver)
         assert result.status in ("feasible", "optimal"), (solver, result.message)
         assert result.objective == 20.0

@@ -1,4 +1,5 @@
-"""Tests of the fast balance backends: ``lpt``, ``repair`` and ``karmarkar_karp`` (alias ``kk``)."""
+"""Tests of the fast balance backends (``lpt``, ``repair``, ``karmarkar_karp`` alias ``kk``); the properties
+every heuristic must have run over every registered non-exact backend (``conftest.BALANCE_HEURISTICS``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+from conftest import BALANCE_HEURISTICS
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +18,7 @@ from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample
 from packplace.errors import ConfigError, PackplaceError
 from packplace.solvers.balance.lpt import rounds_after_replacing
 
-HEURISTICS = ("lpt", "repair", "karmarkar_karp")
+HEURISTICS = BALANCE_HEURISTICS
 
 
 def _bin_tokens(instance: BalanceInstance, bins) -> list[int]:

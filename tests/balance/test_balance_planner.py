@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 
 import pytest
+from conftest import BALANCE_SEARCHING
 
 from packplace.balance.instance import make_instance
 from packplace.balance.planner import (
@@ -38,7 +39,7 @@ def nine_nine_one_one(**kwargs):
                          reference_bins=((0, 1), (2, 3)), **kwargs)
 
 
-@pytest.mark.parametrize("solver", ["repair", "cpsat", "lpt", "karmarkar_karp"])
+@pytest.mark.parametrize("solver", BALANCE_SEARCHING)
 def test_moves_heavy_samples_apart(solver):
     plan = plan_balance(nine_nine_one_one(), solver, 0.0)
     decision = plan.decision

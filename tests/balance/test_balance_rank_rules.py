@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
+from conftest import BALANCE_EXACT, BALANCE_HEURISTICS, BALANCE_SEARCHING
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +16,8 @@ from packplace.balance import BalanceEvaluator, make_instance
 from packplace.balance.config import build_instance
 from packplace.errors import ConfigError, PackplaceError
 
-HEURISTICS = ("lpt", "repair")
+#: The rank rules bind every backend that builds its own answer.
+HEURISTICS = BALANCE_HEURISTICS
 
 
 def _rank_counts(instance, bins):
@@ -23,7 +25,7 @@ def _rank_counts(instance, bins):
     return [sum(len(b) for b in bins[r * m:(r + 1) * m]) for r in range(instance.data_parallel_size)]
 
 
-@pytest.mark.parametrize("solver", [*HEURISTICS, "cpsat"])
+@pytest.mark.parametrize("solver", BALANCE_SEARCHING)
 def test_equal_count_gives_every_rank_the_same_count_within_one(solver):
     inst = make_instance([9, 8, 7, 1, 1, 1, 1, 1, 1, 1], seq_len=100, data_parallel_size=3, equal_count=True)
     result = packplace.balance(inst, solver=solver, time_limit_s=5)
@@ -50,7 +52,7 @@ def test_group_on_one_rank_changes_the_optimum_exactly():
         assert rank_of["big"] == rank_of["a"] and answer.objective == 11.0
 
 
-@pytest.mark.parametrize("solver", [*HEURISTICS, "cpsat"])
+@pytest.mark.parametrize("solver", BALANCE_SEARCHING)
 def test_max_samples_per_bin_is_kept(solver):
     inst = make_instance([10, 1, 1, 1], seq_len=100, data_parallel_size=2, max_samples_per_bin=2)
     result = packplace.balance(inst, solver=solver, time_limit_s=5)
@@ -117,7 +119,7 @@ def test_local_batch_size_auto_is_one_below_the_greedy_count_when_only_an_exact_
     inst = make_instance([3, 3, 2, 2, 2], seq_len=6, data_parallel_size=2, local_batch_size="auto")
     assert (inst.local_batch_size, inst.local_batch_size_lower_bound) == (1, 1)
     assert sorted(map(sorted, inst.auto_packing)) == [[0, 1], [2, 3, 4]]
-    for solver in (*HEURISTICS, "kk", "cpsat"):
+    for solver in BALANCE_SEARCHING:
         result = packplace.balance(inst, solver=solver)
         assert result.status in ("optimal", "feasible"), (solver, result.message)
         assert BalanceEvaluator(inst).violations(result.solution) == []
@@ -127,7 +129,7 @@ def test_local_batch_size_auto_is_one_below_the_greedy_count_when_only_an_exact_
                            equal_count=True, max_samples_per_bin=2, reference_bins="auto")
     assert (capped.local_batch_size, capped.local_batch_size_lower_bound) == (2, 2)
     assert capped.auto_packing is not None and capped.reference_bins == capped.auto_packing
-    for solver in (*HEURISTICS, "kk"):
+    for solver in HEURISTICS:
         result = packplace.balance(capped, solver=solver)
         assert result.status in ("optimal", "feasible"), (solver, result.message)
         assert BalanceEvaluator(capped).violations(result.solution) == []
@@ -226,7 +228,7 @@ def test_heuristics_keep_the_rules_and_never_beat_cpsat(tokens, ranks, per_rank,
         return
     exact = packplace.balance(inst, solver="cpsat", time_limit_s=10)
     evaluator = BalanceEvaluator(inst)
-    for solver in (*HEURISTICS, "kk"):
+    for solver in HEURISTICS:
         result = packplace.balance(inst, solver=solver, time_limit_s=5)
         if result.solution is None:
             assert result.status in ("unknown", "infeasible") and result.message
@@ -283,7 +285,10 @@ def test_fast_paths_say_infeasible_when_the_feasibility_model_proves_it():
     # 6, 4, 6, 4, 5, 5 fill three bins of 10 only as {6, 4} {6, 4} {5, 5}; keeping samples 4 (5 tokens)
     # and 1 (4 tokens) together leaves 6, 6, 4, 5 for two bins of 10: no packing keeps the group.
     inst = make_instance([6, 4, 6, 4, 5, 5], seq_len=10, data_parallel_size=3, groups=[[4, 1]])
-    for solver in ("lpt", "karmarkar_karp", "repair", "cpsat"):
+    for solver in ("lpt", "karmarkar_karp", "repair", *BALANCE_EXACT):  # the fast paths share the model
         result = packplace.balance(inst, solver=solver, time_limit_s=10)
         assert result.status == "infeasible" and result.solution is None, solver
+    for solver in BALANCE_SEARCHING:  # no backend offers an answer
+        result = packplace.balance(inst, solver=solver, time_limit_s=10)
+        assert result.status in ("infeasible", "unknown") and result.solution is None, solver
     assert "proved that no packing keeps them" in packplace.balance(inst, solver="lpt").message

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import BALANCE_EXACT, BALANCE_HEURISTICS, BALANCE_SOLVERS
 
 import packplace
 from packplace.balance.instance import make_instance
@@ -27,7 +28,7 @@ from packplace.solvers.registry import register, unregister
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "benchmarks" / "suites"
-HEURISTICS = ("lpt", "repair", "karmarkar_karp")
+HEURISTICS = BALANCE_HEURISTICS
 
 
 @pytest.fixture
@@ -191,25 +192,29 @@ def test_suite_parsing_and_errors(tmp_path):
 def test_tiny_suite_cpsat_proves_every_optimum_and_heuristic_gaps_are_to_it():
     report = compare("balance", SUITES / "balance_tiny.yaml", solvers="all", jobs=2, progress=False)
     assert len(report.rows) == 20
-    assert "cpsat" in report.solvers and set(HEURISTICS) <= set(report.solvers)
+    assert report.solvers == BALANCE_SOLVERS and "cpsat" in BALANCE_EXACT
     for row in report.rows:
+        for exact_name in BALANCE_EXACT:
+            exact = row.cells[exact_name]
+            # optimal, or the integer-scaled proof is looser than the 1e-6 optimality tolerance (then 'feasible')
+            assert exact.status == "optimal" or "optimal claim withdrawn" in exact.message, (row.name, exact.message)
+            assert exact.gap_to_bound <= 1e-5 and exact.gap_to_best == 0.0
+            assert row.best_bound == pytest.approx(exact.objective, rel=1e-5)
         exact = row.cells["cpsat"]
-        # optimal, or the integer-scaled proof is looser than the 1e-6 optimality tolerance (then 'feasible')
-        assert exact.status == "optimal" or "optimal claim withdrawn" in exact.message, (row.name, exact.message)
-        assert exact.gap_to_bound <= 1e-5 and exact.gap_to_best == 0.0
-        assert row.best_bound == pytest.approx(exact.objective, rel=1e-5)
         for name in HEURISTICS:
             cell = row.cells[name]
             assert cell.solved, (row.name, name, cell.status)
             assert cell.objective >= exact.objective * (1 - 1e-9)
             assert cell.gap_to_bound == pytest.approx((cell.objective - row.best_bound) / cell.objective, abs=1e-12)
-    summary = report.summaries["cpsat"]
-    assert summary.optimal_share >= 0.9 and summary.worst_gap_to_bound <= 1e-5
+    for exact_name in BALANCE_EXACT:
+        summary = report.summaries[exact_name]
+        assert summary.optimal_share >= 0.9 and summary.worst_gap_to_bound <= 1e-5
     for name in HEURISTICS:
         gaps = [row.cells[name].gap_to_bound for row in report.rows]
         assert report.summaries[name].mean_gap_to_bound == pytest.approx(sum(gaps) / 20)
         assert report.summaries[name].worst_gap_to_bound == max(gaps)
-        assert report.pairwise["cpsat"][name][2] == 0  # the exact path never loses
+        for exact_name in BALANCE_EXACT:
+            assert report.pairwise[exact_name][name][2] == 0  # the exact path never loses
 
 
 def test_hand_computed_gaps_and_wins():

@@ -7,6 +7,7 @@ import os
 import re
 
 import pytest
+from conftest import PLACEMENT_SOLVERS
 
 import packplace
 from packplace.errors import ConfigError
@@ -63,7 +64,7 @@ def test_models_needing_the_whole_node_fall_back_to_colocation():
 def test_no_feasible_plan_is_unknown_with_both_numbers_and_the_smallest_needs():
     inst = ppo_one_node(2.5e9)
     assert all(get_table(inst).feasible[name] for name in inst.graph.names)  # each vertex alone fits
-    for solver in ("concurrent", "greedy", "anneal", "cpsat"):
+    for solver in PLACEMENT_SOLVERS:
         result = packplace.place(inst, solver, time_limit_s=10)
         assert result.status == "unknown" and result.solution is None and not result.ok, solver
         msg = result.message
@@ -135,7 +136,7 @@ def test_every_solver_finds_the_disjoint_plan_where_colocation_does_not_fit():
     with pytest.raises(ConfigError, match="the models do not fit together"):
         colocated_plan(inst)
     ev = get_evaluator(inst)
-    for solver in ("greedy", "concurrent", "anneal", "cpsat"):
+    for solver in PLACEMENT_SOLVERS:
         result = packplace.place(inst, solver, time_limit_s=10)
         assert result.ok, (solver, result.message)
         score = ev.score(result.solution)
