@@ -5,12 +5,20 @@ under ``solvers/balance/`` or ``solvers/placement/`` is picked up by every such 
 ``test_solver_contract.py``) with no other edit. Subsets are derived from the registry's
 :class:`~packplace.solvers.SolverSpec` (``exact``), never written out by name.
 
+Work counts: :func:`counting_calls` counts the Python function calls made inside a block, a measure
+of work that, unlike a stopwatch, gives the same number on any machine under any load.
+
 Fixtures: a test that takes an argument ``balance_solver`` (``placement_solver``) is run once per
 registered balance (placement) solver; ``balance_heuristic`` / ``placement_heuristic`` once per
 non-exact one that builds its own answer.
 """
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -55,3 +63,31 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for argument, names in lists.items():
         if argument in metafunc.fixturenames:
             metafunc.parametrize(argument, names)
+
+
+@dataclass
+class Work:
+    """Python function calls counted by :func:`counting_calls`."""
+
+    calls: int = 0
+
+
+@contextmanager
+def counting_calls() -> Iterator[Work]:
+    """Count the Python function calls made in the ``with`` block (this thread; C functions not counted).
+
+    For "refused at once" checks: an input that would make the code do a huge amount of work (expand a
+    YAML bomb, walk 10^9 shared leaves) must be refused after a bounded number of calls.
+    """
+    work = Work()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            work.calls += 1
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield work
+    finally:
+        sys.setprofile(previous)

@@ -8,7 +8,6 @@ import importlib
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -104,8 +103,7 @@ def test_output_and_argument_errors_come_before_any_work(capsys, monkeypatch, ar
 def test_place_out_and_gantt_are_checked_before_solving(tmp_path, capsys, monkeypatch):
     placement_cli = importlib.import_module("packplace.placement.cli")
 
-    monkeypatch.setattr(placement_cli, "load_config", lambda path: pytest.fail("loaded"))
-    start = time.perf_counter()
+    monkeypatch.setattr(placement_cli, "load_config", lambda path: pytest.fail("loaded"))  # nothing is solved
     code, _, err = run(capsys, "place", "--config", str(PLACEMENT), "--out", str(PLACEMENT))
     assert code == 2 and "--out:" in one_error_line(err) and "input file" in err
     code, _, err = run(capsys, "place", "--config", str(PLACEMENT), "--gantt", "/proc/version.png")
@@ -113,7 +111,6 @@ def test_place_out_and_gantt_are_checked_before_solving(tmp_path, capsys, monkey
     same = str(tmp_path / "x.json")
     code, _, err = run(capsys, "place", "--config", str(PLACEMENT), "--out", same, "--gantt", same)
     assert code == 2 and "--gantt:" in one_error_line(err)
-    assert time.perf_counter() - start < 5
 
 
 def test_gantt_write_error_keeps_the_old_picture(tmp_path, capsys, monkeypatch):

@@ -1,5 +1,9 @@
-"""SIGINT/SIGTERM stop a solve within a second with the best answer so far (status feasible,
-interrupted), no output file and no worker left; a dead compare worker costs only its own instance."""
+"""SIGINT/SIGTERM stop a solve with the best answer so far (status feasible, interrupted), exit code
+130/143, no traceback, no output file and no worker left; a dead compare worker costs only its own instance.
+
+The solves run with time limits far beyond the tests' hang guard (:data:`HANG_GUARD_S`), so a command
+that ends at all within the guard was ended by the signal; how fast it stops is not asserted here.
+"""
 
 from __future__ import annotations
 
@@ -19,12 +23,17 @@ from packplace.yamlio import load_yaml
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "benchmarks" / "suites" / "smoke.yaml"
 _RUN_INSTANCE = comparison.run_instance
+#: Seconds a signalled command may take to exit before the test kills it and fails (a hang guard, not a
+#: latency check); the solves' own time limits are ten times longer.
+HANG_GUARD_S = 60
+#: The solves' time limit: the signal, not the limit, is what ends them.
+LIMIT = "600"
 
 
-def placement_config(tmp_path: Path) -> Path:
+def placement_config(tmp_path: Path, e_max: int) -> Path:
     """The PPO 32-GPU config with progress lines every 0.2 s (the tests wait for the first one)."""
     cfg = load_yaml(ROOT / "configs" / "placement" / "ppo_llama3.1-8b_4x8xh100.yaml")
-    cfg.setdefault("optimizer", {}).update(progress_s=0.2, e_max=10**8)
+    cfg.setdefault("optimizer", {}).update(progress_s=0.2, e_max=e_max)
     path = tmp_path / "ppo.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -34,6 +43,18 @@ def start(argv: list[str], cwd: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "PACKPLACE_QUIET"}
     return subprocess.Popen([sys.executable, "-m", "packplace.cli", *argv], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen, signum: int) -> tuple[str, str]:
+    """Send ``signum`` and wait for the command to exit: (stdout, stderr). A command still running after
+    :data:`HANG_GUARD_S` is killed (its whole session) and the test fails."""
+    proc.send_signal(signum)
+    try:
+        return proc.communicate(timeout=HANG_GUARD_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"the command did not exit within {HANG_GUARD_S} s of {signal.Signals(signum).name}")
 
 
 def assert_no_process_left(proc: subprocess.Popen) -> None:
@@ -49,20 +70,20 @@ def assert_no_process_left(proc: subprocess.Popen) -> None:
     pytest.fail("a process of the command outlived it")
 
 
-@pytest.mark.parametrize("solver, signum, code", [("anneal", signal.SIGINT, 130), ("cpsat", signal.SIGTERM, 143)])
-def test_a_signal_stops_place_within_a_second_with_the_best_plan(tmp_path, solver, signum, code):
-    config = placement_config(tmp_path)
+# anneal: an evaluation budget it never reaches; cpsat: a small one for its annealed hint, so that its own
+# search (the one signalled) starts at once
+@pytest.mark.parametrize("solver, e_max, signum, code", [("anneal", 10**8, signal.SIGINT, 130),
+                                                         ("cpsat", 2000, signal.SIGTERM, 143)])
+def test_a_signal_stops_place_with_the_best_plan(tmp_path, solver, e_max, signum, code):
+    config = placement_config(tmp_path, e_max)
     out = tmp_path / "plan.json"
-    proc = start(["place", "--config", str(config), "--solver", solver, "--time-limit", "60", "--out", str(out)],
+    proc = start(["place", "--config", str(config), "--solver", solver, "--time-limit", LIMIT, "--out", str(out)],
                  tmp_path)
     first = proc.stderr.readline()  # the solver's first progress line: the search is running
     while first.startswith("anneal:") and solver != "anneal":  # cpsat's hint (anneal) runs first
         first = proc.stderr.readline()
     assert first.startswith(f"{solver}:"), first
-    sent = time.monotonic()
-    proc.send_signal(signum)
-    stdout, stderr = proc.communicate(timeout=30)
-    assert time.monotonic() - sent < 1.5
+    stdout, stderr = stop(proc, signum)
     assert proc.returncode == code
     assert "status: feasible" in stdout and f"interrupted by {signal.Signals(signum).name}" in stdout
     assert "interrupted: true" in stderr and "Traceback" not in stderr
@@ -75,13 +96,10 @@ def test_sigint_in_balance_before_and_during_the_solve_exits_130_without_traceba
     config = tmp_path / "big.yaml"
     config.write_text(yaml.safe_dump({"seq_len": 65536, "data_parallel_size": 64, "samples": {"lengths": lengths},
                                       "reference": "none"}))
-    proc = start(["balance", "--config", str(config), "--solver", "cpsat", "--time-limit", "60",
+    proc = start(["balance", "--config", str(config), "--solver", "cpsat", "--time-limit", LIMIT,
                   "--out", str(tmp_path / "r.json")], tmp_path)
-    time.sleep(3.0)
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=30)
-    assert time.monotonic() - sent < 1.5
+    time.sleep(3.0)  # on a quiet machine the solve is running by then; on a loaded one it may still load
+    stdout, stderr = stop(proc, signal.SIGINT)
     assert proc.returncode == 130 and "Traceback" not in stderr
     assert "interrupted" in stderr
     assert not (tmp_path / "r.json").exists()
@@ -91,7 +109,7 @@ def test_sigint_in_balance_before_and_during_the_solve_exits_130_without_traceba
 def test_sigterm_stops_compare_and_its_workers(tmp_path):
     suite = tmp_path / "slow.yaml"
     suite.write_text(yaml.safe_dump({
-        "name": "slow", "problem": "balance", "time_limit_s": 60, "solvers": ["cpsat"],
+        "name": "slow", "problem": "balance", "time_limit_s": int(LIMIT), "solvers": ["cpsat"],
         "max_exact_samples": 1000,
         "instances": [{"name": f"u{i}", "generator": "uniform", "seeds": [i],
                        "params": {"n": 300, "ranks": 64, "seq_len": 65536, "low": 500, "high": 15500}}
@@ -100,10 +118,7 @@ def test_sigterm_stops_compare_and_its_workers(tmp_path):
     proc = start(["compare", "--problem", "balance", "--suite", str(suite), "--jobs", "2",
                   "--out", str(tmp_path / "report")], tmp_path)
     time.sleep(3.0)
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=30)
-    assert time.monotonic() - sent < 3.0
+    _, stderr = stop(proc, signal.SIGTERM)
     assert proc.returncode == 143 and "Traceback" not in stderr
     assert not (tmp_path / "report" / "report.json").exists()
     assert_no_process_left(proc)
@@ -143,11 +158,8 @@ def test_sigint_in_lpt_returns_the_reference_grouping_as_the_best_answer(tmp_pat
                                       "samples": {"lengths": lengths}}, default_flow_style=True, width=10**9))
     proc = start(["balance", "--config", str(config), "--solver", "lpt", "--out", str(tmp_path / "r.json")],
                  tmp_path)
-    time.sleep(3.6)  # loading and the auto reference take about 3 s here, LPT about 2 s more
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=30)
-    assert time.monotonic() - sent < 1.5
+    time.sleep(3.6)  # on a quiet machine: after loading and the auto reference, during LPT
+    stdout, stderr = stop(proc, signal.SIGINT)
     assert proc.returncode == 130 and "Traceback" not in stderr and "interrupted" in stderr
     if "solver  objective" in stdout:  # the signal reached the solve: the reference grouping is the answer
         assert "feasible" in stdout and "note: interrupted by SIGINT: the best answer so far" in stdout

@@ -1,12 +1,14 @@
-"""The shared YAML loader refuses hostile files fast (aliases, nesting, size) and accepts merge keys."""
+"""The shared YAML loader refuses hostile files at once (aliases, nesting, size) and accepts merge keys.
+
+"At once" is a bounded number of Python calls (``conftest.counting_calls``), not a wall time."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
+from conftest import counting_calls
 
 from packplace import yamlio
 from packplace.errors import ConfigError, show
@@ -23,25 +25,22 @@ def billion_laughs(field: str, levels: int = 9) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_billion_laughs_is_refused_in_milliseconds():
+def test_billion_laughs_is_refused_before_it_expands():
     text = billion_laughs("seq_len")
     assert len(text) < 600
-    start = time.perf_counter()
-    with pytest.raises(ConfigError, match="aliases expand to more than"):
+    with counting_calls() as work, pytest.raises(ConfigError, match="aliases expand to more than"):
         loads_yaml(text)
-    assert time.perf_counter() - start < 1.0
+    assert work.calls < 100_000, work.calls  # expanding it would take 9^9 (387 million) nodes
 
 
 @pytest.mark.parametrize("command, field", [("balance", "seq_len"), ("place", "hardware")])
 def test_billion_laughs_config_is_one_line_exit_2(tmp_path, command, field):
     path = tmp_path / "bomb.yaml"
     path.write_text(billion_laughs(field))
-    start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "packplace.cli", command, "--config", str(path)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60)  # a hang guard
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "aliases expand" in proc.stderr
-    assert time.perf_counter() - start < 30
 
 
 def test_small_alias_expansion_is_accepted():
@@ -84,8 +83,8 @@ def test_file_size_cap_is_checked_before_reading(tmp_path, monkeypatch):
 
 def test_show_bounds_huge_and_shared_values():
     value = [[["x" * 10_000] * 1000] * 1000] * 1000  # shared references: 10^9 leaves
-    start = time.perf_counter()
-    text = show(value)
-    assert time.perf_counter() - start < 0.1
+    with counting_calls() as work:
+        text = show(value)
+    assert work.calls < 10_000, work.calls  # the leaves are never walked
     assert len(text) <= 200
     assert len(show(10**400)) <= 200

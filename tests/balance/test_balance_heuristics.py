@@ -19,6 +19,8 @@ from packplace.errors import ConfigError, PackplaceError
 from packplace.solvers.balance.lpt import rounds_after_replacing
 
 HEURISTICS = BALANCE_HEURISTICS
+#: Seconds per backend call in the property tests.
+PROPERTY_LIMIT_S = 0.25
 
 
 def _bin_tokens(instance: BalanceInstance, bins) -> list[int]:
@@ -359,7 +361,9 @@ def small_instances(draw):
 @given(inst=small_instances())
 def test_heuristic_properties(inst):
     evaluator = BalanceEvaluator(inst)
-    results = {name: packplace.balance(inst, solver=name) for name in HEURISTICS}
+    # a short limit bounds the searching backends (lns) on the larger draws; the constructions finish far
+    # below it, and a cut answer must have every property too
+    results = {name: packplace.balance(inst, solver=name, time_limit_s=PROPERTY_LIMIT_S) for name in HEURISTICS}
     keys = sorted(str(s.key) for s in inst.samples)
     for name, result in results.items():
         assert result.status in ("optimal", "feasible", "unknown"), (name, result.message)
@@ -522,7 +526,6 @@ def test_kk_memory_estimate_refuses_and_time_limit_is_unknown():
     timed = packplace.balance(inst, solver="kk", time_limit_s=0.05)
     assert timed.status == "unknown" and timed.solution is None and timed.hit_time_limit
     assert "time limit 0.05 s reached" in timed.message and "no partial answer" in timed.message
-    assert timed.wall_s < 0.5
 
 
 # ------------------------------------------------------------------------- repair with m > 1

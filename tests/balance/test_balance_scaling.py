@@ -1,6 +1,7 @@
 """Scaling guards of the fast balance backends: the rounds fast path, repair with m > 1, time limits.
 
-Each test runs in well under a second or two; the full-size figures live in benchmarks/balance_speed.py.
+The guards check which path runs and the work counts, not wall times; the speed figures are
+benchmarks/balance_speed.py's (e.g. ``--sizes 20000 --ranks 512 --per-rank 8 --objective rounds --group-size 8``).
 """
 
 from __future__ import annotations
@@ -35,13 +36,16 @@ def test_rounds_fast_path_matches_general_path_mid_size():
     assert lpt_module.lpt_bins(inst, prepared) == lpt_module._lpt_vectorized(inst, prepared, None)
 
 
-def test_rounds_fast_path_speed():
-    # 20000 samples on 512 ranks x 8 bins, g = 8: the per-bin numpy path takes 7.3 s here, the
-    # leader-zone path 0.47 s (measured). Generous bound for a shared machine.
-    inst = _long_tailed(20000, 512, 8, objective="rounds", group_size=8)
-    result = packplace.balance(inst, solver="lpt", time_limit_s=20)
+def test_rounds_without_padding_takes_the_leader_zone_path(monkeypatch):
+    # The rounds objective without padding or budgets never runs the per-bin numpy path (the slow one at
+    # scale: benchmarks/balance_speed.py --objective rounds), at any size.
+    def general_path(*args, **kwargs):
+        raise AssertionError("the per-bin numpy path ran")
+
+    monkeypatch.setattr(lpt_module, "_lpt_vectorized", general_path)
+    inst = _long_tailed(5000, 128, 8, objective="rounds", group_size=8)
+    result = packplace.balance(inst, solver="lpt", time_limit_s=60)
     assert result.status == "feasible" and not result.hit_time_limit
-    assert result.wall_s < 3.0
     assert result.objective == pytest.approx(BalanceEvaluator(inst).objective(result.solution))
 
 
@@ -58,6 +62,5 @@ def test_repair_improves_m4_at_scale():
     inst = _long_tailed(8192, 512, 4)
     lpt = packplace.balance(inst, solver="lpt")
     repair = packplace.balance(inst, solver="repair")
-    assert repair.ok and repair.iterations <= 64
+    assert repair.ok and repair.iterations <= 64 and not repair.hit_time_limit
     assert repair.gap < 0.5 * lpt.gap
-    assert repair.wall_s < 1.0

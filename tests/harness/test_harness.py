@@ -29,6 +29,13 @@ from packplace.solvers.registry import register, unregister
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "benchmarks" / "suites"
 HEURISTICS = BALANCE_HEURISTICS
+#: The bench's time check in these tests: a cell is "slow" only past this many seconds over its baseline
+#: (and 3x), so that a loaded machine's hiccup never fails a check that is about objectives; the slow
+#: solvers below sleep :data:`SLOW_S`, well past it.
+FLOOR_S = 0.5
+SLOW_S = 1.0
+#: The same slack as a command-line option, for the runs whose times are not what is tested.
+NO_TIME_CHECK = ["--floor", "60"]
 
 
 @pytest.fixture
@@ -262,10 +269,8 @@ def test_parallel_results_equal_serial():
     assert serial.pairwise == parallel.pairwise
 
 
-def test_smoke_suite_runs_in_seconds_and_writes_reports(tmp_path, capsys):
-    start = time.perf_counter()
+def test_smoke_suite_runs_every_solver_and_writes_reports(tmp_path, capsys):
     report = compare("balance", SUITES / "smoke.yaml", jobs=1, out_dir=tmp_path / "out")
-    assert time.perf_counter() - start < 30
     assert "[compare] 5/5 instances done" in capsys.readouterr().err
     assert report.solvers == available("balance")
     big = report.rows[-1]
@@ -337,7 +342,7 @@ def flaky_solver(temp_solver):
         if mode["value"] == "worse":
             return Proposal(instance.reference_bins, FEASIBLE, message="deliberately the reference")
         if mode["value"] == "slow":
-            time.sleep(0.3)
+            time.sleep(SLOW_S)
         return lpt(instance, time_limit_s=time_limit_s, seed=seed)
 
     temp_solver("flaky", flaky)
@@ -352,14 +357,14 @@ def test_bench_flags_a_broken_solver(tmp_path, flaky_solver, capsys):
     stored = load_baseline(baseline)
     assert set(stored["results"]) == {"u-s1", "u-s2"} and stored["reference_s"] > 0
     assert set(stored["versions"]) >= {"packplace", "python", "numpy"}
-    assert _cli(["bench", "--suite", str(suite), "--baseline", str(baseline), "--quiet"]) == 0
+    assert _cli(["bench", "--suite", str(suite), "--baseline", str(baseline), "--quiet", *NO_TIME_CHECK]) == 0
 
     flaky_solver["value"] = "worse"
     capsys.readouterr()
-    assert _cli(["bench", "--suite", str(suite), "--baseline", str(baseline), "--quiet"]) == 1
+    assert _cli(["bench", "--suite", str(suite), "--baseline", str(baseline), "--quiet", *NO_TIME_CHECK]) == 1
     out = capsys.readouterr().out
     assert "FAIL: 2 regression(s)" in out and "flaky" in out and "objective" in out
-    outcome = run_bench(suite, baseline, progress=False)
+    outcome = run_bench(suite, baseline, floor_s=60, progress=False)
     assert {(r.instance, r.solver, r.kind) for r in outcome.regressions} == {
         ("u-s1", "flaky", "objective"), ("u-s2", "flaky", "objective")}
     for r in outcome.regressions:  # the reference is worse than LPT on both instances
@@ -371,8 +376,8 @@ def test_bench_flags_a_slowdown_and_a_lost_optimum(tmp_path, flaky_solver):
     suite.write_text(BENCH_SUITE)
     baseline = tmp_path / "baseline.json"
     run_bench(suite, baseline, update=True, progress=False)
-    flaky_solver["value"] = "slow"  # same answers, 0.3 s each: far beyond 3x the baseline and the 50 ms floor
-    outcome = run_bench(suite, baseline, progress=False)
+    flaky_solver["value"] = "slow"  # same answers, SLOW_S each: far beyond 3x the baseline and the floor
+    outcome = run_bench(suite, baseline, floor_s=FLOOR_S, progress=False)
     assert {(r.solver, r.kind) for r in outcome.regressions} == {("flaky", "time")}
     assert outcome.exit_code == 1
 
@@ -380,7 +385,7 @@ def test_bench_flags_a_slowdown_and_a_lost_optimum(tmp_path, flaky_solver):
     data["results"]["u-s1"]["lpt"]["status"] = "optimal"  # pretend LPT used to prove it
     baseline.write_text(json.dumps(data))
     flaky_solver["value"] = "good"
-    outcome = run_bench(suite, baseline, progress=False)
+    outcome = run_bench(suite, baseline, floor_s=60, progress=False)
     assert [(r.instance, r.solver, r.kind) for r in outcome.regressions] == [("u-s1", "lpt", "status")]
 
 
@@ -474,7 +479,7 @@ def broken_placement_solver():
         if mode["value"] == "worse":
             return Proposal(_slower_strategy(instance, proposal.solution), FEASIBLE, message="slower strategy")
         if mode["value"] == "slow":
-            time.sleep(0.3)
+            time.sleep(SLOW_S)
         return proposal
 
     register("placement", "broken")(broken)
@@ -488,6 +493,7 @@ def test_placement_bench_flags_a_worse_plan_and_a_slowdown(tmp_path, broken_plac
     baseline = tmp_path / "baseline_placement.json"
     args = ["bench", "--suite", str(suite), "--baseline", str(baseline), "--quiet"]
     assert _cli([*args, "--update"]) == 0
+    args += NO_TIME_CHECK
     stored = load_baseline(baseline)
     assert stored["problem"] == "placement" and set(stored["results"]["grpo-1x8"]) == {"greedy", "broken"}
     assert stored["results"]["grpo-1x8"]["broken"]["objective"] == stored["results"]["grpo-1x8"]["greedy"]["objective"]
@@ -498,12 +504,12 @@ def test_placement_bench_flags_a_worse_plan_and_a_slowdown(tmp_path, broken_plac
     assert _cli(args) == 1
     out = capsys.readouterr().out
     assert "FAIL: 1 regression(s)" in out and "broken" in out
-    outcome = run_bench(suite, baseline, progress=False)
+    outcome = run_bench(suite, baseline, floor_s=60, progress=False)
     assert [(r.instance, r.solver, r.kind) for r in outcome.regressions] == [("grpo-1x8", "broken", "objective")]
     assert float(outcome.regressions[0].current) > float(outcome.regressions[0].baseline)
 
-    broken_placement_solver["value"] = "slow"  # greedy takes milliseconds: 0.3 s is far beyond 3x + 50 ms
-    outcome = run_bench(suite, baseline, progress=False)
+    broken_placement_solver["value"] = "slow"  # greedy takes milliseconds: SLOW_S is far beyond 3x + the floor
+    outcome = run_bench(suite, baseline, floor_s=FLOOR_S, progress=False)
     assert [(r.solver, r.kind) for r in outcome.regressions] == [("broken", "time")]
 
 
@@ -518,30 +524,29 @@ def test_bench_without_suite_runs_both_default_suites(tmp_path, monkeypatch, fla
     monkeypatch.setattr(bench, "DEFAULT_PAIRS", ((balance_suite, balance_baseline),
                                                  (placement_suite, placement_baseline)))
     with pytest.raises(ConfigError, match="baseline: file not found"):  # checked before anything runs
-        _cli(["bench", "--quiet", "--floor", "5"])
+        _cli(["bench", "--quiet", *NO_TIME_CHECK])
     assert _cli(["bench", "--update", "--quiet"]) == 0  # writes both baselines
-    # objectives are what this test is about; a 5 s floor keeps a loaded machine's slow cell from failing it
-    # (the time check has its own tests)
+    # objectives are what this test is about: no time check (it has its own tests)
     assert load_baseline(balance_baseline)["problem"] == "balance"
     assert load_baseline(placement_baseline)["problem"] == "placement"
     capsys.readouterr()
-    assert _cli(["bench", "--quiet", "--floor", "5"]) == 0
+    assert _cli(["bench", "--quiet", *NO_TIME_CHECK]) == 0
     out = capsys.readouterr().out
     assert "bench-test (balance): ok" in out and "placement-bench-test (placement): ok" in out
     assert out.rstrip().endswith("bench: ok")
 
     broken_placement_solver["value"] = "worse"  # only the placement suite regresses: the command fails
-    assert _cli(["bench", "--quiet", "--floor", "5"]) == 1
+    assert _cli(["bench", "--quiet", *NO_TIME_CHECK]) == 1
     out = capsys.readouterr().out
     assert "bench-test (balance): ok" in out and "placement-bench-test (placement): FAIL (1 regression(s))" in out
     broken_placement_solver["value"] = "good"
     flaky_solver["value"] = "worse"  # only the balance suite regresses
-    assert _cli(["bench", "--quiet", "--floor", "5"]) == 1
+    assert _cli(["bench", "--quiet", *NO_TIME_CHECK]) == 1
     out = capsys.readouterr().out
     assert "bench-test (balance): FAIL (2 regression(s))" in out and "placement-bench-test (placement): ok" in out
 
     # --suite alone selects one suite and its paired baseline
-    assert _cli(["bench", "--suite", str(placement_suite), "--quiet"]) == 0
+    assert _cli(["bench", "--suite", str(placement_suite), "--quiet", *NO_TIME_CHECK]) == 0
     out = capsys.readouterr().out
     assert "placement-bench-test" in out and "'bench-test'" not in out and "summary" not in out
     # --baseline alone runs the suite it pairs with (default pair, or the suite_path it records)
@@ -567,28 +572,49 @@ def test_default_bench_pairs_are_the_shipped_suites_and_baselines():
     assert bench_pairs(suite=SUITES / "regression_placement.yaml")[0][1].name == "baseline_placement.json"
 
 
+def _placement_regression_checks(results) -> None:
+    """What every placement baseline (committed or fresh) shows: each solver ended by its own rule, and
+    the searching solvers are never worse than the construction baselines they start from."""
+    for instance, cells in results.items():
+        solved = {name: c for name, c in cells.items() if c["status"] != "skipped"}
+        assert not any(c["hit_time_limit"] for c in solved.values()), instance
+        baselines = min(solved["greedy"]["objective"], solved["concurrent"]["objective"])
+        # anneal starts from the better baseline, cpsat is hinted with it: neither is ever worse
+        assert solved["anneal"]["objective"] <= baselines
+        if "cpsat" in solved:
+            assert solved["cpsat"]["objective"] <= baselines
+
+
+def test_committed_placement_baseline_covers_the_suite_and_is_consistent():
+    """The committed baseline that ``packplace bench`` checks against: every instance and solver of the
+    shipped suite, each cell ended by its own rule, the exact path proving the DPO optima."""
+    suite = load_suite(SUITES / "regression_placement.yaml")
+    committed = load_baseline(ROOT / "benchmarks" / "baseline_placement.json")
+    names = {spec.name for spec in suite.instances}
+    assert set(committed["results"]) == names
+    # 5 instances x 4 solvers, cpsat left out of ppo-llama8b-1x8 and grpo-qwen7b-2x8
+    assert sum(len(cells) for cells in committed["results"].values()) == 20
+    assert sum(c["status"] != "skipped" for cells in committed["results"].values() for c in cells.values()) == 18
+    _placement_regression_checks(committed["results"])
+    for name, cells in committed["results"].items():
+        if name.startswith("dpo"):
+            assert cells["cpsat"]["status"] == "optimal", name
+
+
+@pytest.mark.slow  # the full shipped suite, twice: what `packplace bench` runs against the committed baseline
 def test_placement_regression_suite_is_deterministic_and_matches_its_baseline(tmp_path):
     """The shipped placement suite: every solver ends by its own rule and the bench passes on a fresh baseline."""
     pytest.importorskip("packplace.placement.api")
     suite = SUITES / "regression_placement.yaml"
     baseline = tmp_path / "baseline_placement.json"
     written = run_bench(suite, baseline, update=True, progress=False)
-    outcome = run_bench(suite, baseline, progress=False)
+    outcome = run_bench(suite, baseline, floor_s=60, progress=False)  # the answers, not the times
     assert outcome.exit_code == 0, outcome.format_text()
-    # 5 instances x 4 solvers, cpsat left out of ppo-llama8b-1x8 and grpo-qwen7b-2x8
     assert outcome.checked == written.checked == 18
     committed = load_baseline(ROOT / "benchmarks" / "baseline_placement.json")
     fresh = load_baseline(baseline)["results"]
     assert {i: set(c) for i, c in committed["results"].items()} == {i: set(c) for i, c in fresh.items()}
-    for results in (committed["results"], fresh):
-        for instance, cells in results.items():
-            solved = {name: c for name, c in cells.items() if c["status"] != "skipped"}
-            assert not any(c["hit_time_limit"] for c in solved.values()), instance
-            baselines = min(solved["greedy"]["objective"], solved["concurrent"]["objective"])
-            # anneal starts from the better baseline, cpsat is hinted with it: neither is ever worse
-            assert solved["anneal"]["objective"] <= baselines
-            if "cpsat" in solved:
-                assert solved["cpsat"]["objective"] <= baselines
+    _placement_regression_checks(fresh)
     for row in outcome.report.rows:  # the exact path proves the DPO optima (synchronous problem)
         if row.name.startswith("dpo"):
             cell = row.cells["cpsat"]  # proven, within the optimality tolerance or the microsecond rounding
