@@ -1,5 +1,6 @@
-"""mypy --strict on the public API, in the default test run, so that a change that breaks the types
-of the public modules fails here before it lands (CI also runs `.ci/typecheck` on its own)."""
+"""mypy --strict on the public API through `.ci/typecheck`, the script CI runs as its own step before the
+tests (`.ci/run`). Here behind the ``slow`` marker (`python -m pytest -m slow tests/test_typecheck.py`), so
+that the default run does not type-check twice in CI."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_public_api_passes_mypy_strict():
     pytest.importorskip("mypy", reason="mypy comes with the test extra: pip install -e '.[test]'")
     bash = shutil.which("bash")
