@@ -396,7 +396,7 @@ def test_planted_96_samples_get_a_feasible_assignment():
         cuts = np.sort(rng.choice(np.arange(1, 8110), size=2, replace=False))
         tokens.extend(np.diff(np.concatenate([[0], cuts, [8110]])).tolist())
     instance = make_instance(rng.permutation(tokens), seq_len=8192, data_parallel_size=8, local_batch_size=4)
-    result = solve(instance, time_limit_s=3.0)
+    result = solve(instance, time_limit_s=1.0)  # feasible whether or not CP-SAT improves its start by then
     assert result.ok and result.objective >= 4 * 8110
     assert not BalanceEvaluator(instance).violations(result.solution)
 
