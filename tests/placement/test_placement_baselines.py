@@ -7,7 +7,6 @@ import os
 import re
 
 import pytest
-from conftest import PLACEMENT_SOLVERS
 
 import packplace
 from packplace.errors import ConfigError
@@ -61,19 +60,18 @@ def test_models_needing_the_whole_node_fall_back_to_colocation():
     assert result.objective <= packplace.place(inst, "greedy").objective + 1e-12
 
 
-def test_no_feasible_plan_is_unknown_with_both_numbers_and_the_smallest_needs():
+def test_no_feasible_plan_is_unknown_with_both_numbers_and_the_smallest_needs(placement_solver):
     inst = ppo_one_node(2.5e9)
     assert all(get_table(inst).feasible[name] for name in inst.graph.names)  # each vertex alone fits
-    for solver in PLACEMENT_SOLVERS:
-        result = packplace.place(inst, solver, time_limit_s=10)
-        assert result.status == "unknown" and result.solution is None and not result.ok, solver
-        msg = result.message
-        assert re.match(r"^no feasible plan found: (no hint solver \(greedy, concurrent, anneal\) found a plan|"
-                        r"the models do not fit together on this cluster: the colocated plan with every vertex on its "
-                        r"least-memory candidate needs 2\.9\d GB per GPU, 2\.5 GB available \(8 GPUs\); )", msg), msg
-        assert re.search(r"disjoint model layouts tried; smallest needs: actor\.generate [\d.]+ GB/GPU on \d+ GPUs, ",
-                         msg), msg
-        assert "infeasible" not in msg
+    result = packplace.place(inst, placement_solver, time_limit_s=10)
+    assert result.status == "unknown" and result.solution is None and not result.ok, placement_solver
+    msg = result.message
+    assert re.match(r"^no feasible plan found: (no hint solver \(greedy, concurrent, anneal\) found a plan|"
+                    r"the models do not fit together on this cluster: the colocated plan with every vertex on its "
+                    r"least-memory candidate needs 2\.9\d GB per GPU, 2\.5 GB available \(8 GPUs\); )", msg), msg
+    assert re.search(r"disjoint model layouts tried; smallest needs: actor\.generate [\d.]+ GB/GPU on \d+ GPUs, ",
+                     msg), msg
+    assert "infeasible" not in msg
 
 
 def test_greedy_is_fastest_candidate_per_vertex_colocated():
@@ -124,7 +122,7 @@ def test_unknown_solver_and_bad_arguments():
         packplace.place({"hardware": {}}, "greedy")
 
 
-def test_every_solver_finds_the_disjoint_plan_where_colocation_does_not_fit():
+def test_every_solver_finds_the_disjoint_plan_where_colocation_does_not_fit(placement_solver):
     # both models' blocks are capped at 4 of the 8 GPUs (divisibility); colocated they share GPUs 0-3 and
     # overflow, side by side they fit: every solver must find a plan, not report bad input
     tiny = dict(layers=1, hidden_dim=256, ffn_dim=512, vocab_size=1000, head_dim=128)
@@ -136,13 +134,12 @@ def test_every_solver_finds_the_disjoint_plan_where_colocation_does_not_fit():
     with pytest.raises(ConfigError, match="the models do not fit together"):
         colocated_plan(inst)
     ev = get_evaluator(inst)
-    for solver in PLACEMENT_SOLVERS:
-        result = packplace.place(inst, solver, time_limit_s=10)
-        assert result.ok, (solver, result.message)
-        score = ev.score(result.solution)
-        assert score.feasible and max(score.gpu_memory_peak) <= inst.hardware.memory_per_gpu
-        ranges = sorted(v.allocation.gpu_range(inst.cluster) for _, v in result.solution.vertices)
-        assert ranges[0][1] <= ranges[1][0], (solver, ranges)  # the two models on disjoint GPUs
+    result = packplace.place(inst, placement_solver, time_limit_s=10)
+    assert result.ok, (placement_solver, result.message)
+    score = ev.score(result.solution)
+    assert score.feasible and max(score.gpu_memory_peak) <= inst.hardware.memory_per_gpu
+    ranges = sorted(v.allocation.gpu_range(inst.cluster) for _, v in result.solution.vertices)
+    assert ranges[0][1] <= ranges[1][0], (placement_solver, ranges)  # the two models on disjoint GPUs
 
 
 def test_place_exits_1_when_no_plan_is_found_and_2_only_for_bad_input(tmp_path, capsys):
