@@ -30,8 +30,8 @@ import pytest
 from conftest import BALANCE_EXACT, BALANCE_SOLVERS, PLACEMENT_EXACT, PLACEMENT_SOLVERS
 
 import packplace
+from packplace.balance import make_instance
 from packplace.balance.evaluator import BalanceEvaluator
-from packplace.balance.schema import make_instance
 from packplace.placement.config import build_instance, load_config, load_yaml
 from packplace.placement.evaluator import get_evaluator
 from packplace.result import OPTIMAL, OPTIMALITY_RTOL, Proposal, optimality_level
