@@ -3,7 +3,8 @@
 Every test that runs "each solver" or "each heuristic" takes its list from here, so a solver added
 under ``solvers/balance/`` or ``solvers/placement/`` is picked up by every such test (and by
 ``test_solver_contract.py``) with no other edit. Subsets are derived from the registry's
-:class:`~packplace.solvers.SolverSpec` (``exact``), never written out by name.
+:class:`~packplace.solvers.SolverSpec` (``exact``); the one name written out is ``reference``
+(:data:`BALANCE_BASELINES`), the backend that returns the instance's own grouping instead of searching.
 
 Work counts: :func:`counting_calls` counts the Python function calls made inside a block, a measure
 of work that, unlike a stopwatch, gives the same number on any machine under any load.
