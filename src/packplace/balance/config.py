@@ -2,7 +2,7 @@
 
 The YAML format is documented with :func:`load_config`. Every field has a range contract
 (:data:`FIELDS`, :data:`COST_FIELDS`, :data:`LATENCY_FIELDS`, :data:`CORPUS_FIELDS`,
-:data:`ITEM_FIELDS`; ``cost.model`` is checked by :func:`packplace.shape.shape_from_mapping`),
+:data:`ITEM_FIELDS`; docs/config-reference.md lists them; ``cost.model`` is checked by :func:`packplace.shape.shape_from_mapping`),
 checked when the config loads and before any work: unknown fields are errors at every level
 (including ``cost``, ``samples.items[]`` and ``samples.corpus``), booleans are ``true``/``false``
 only, sample keys are strings or integers, and sizes are bounded up front (:data:`MAX_SAMPLES`
