@@ -13,7 +13,7 @@ which makes many rank loads tie) and packs them on D ranks × m bins of ``--seq-
   limit, the evaluator's objective and, with a limit, ``ok`` when the wall time is within the rule
   ``1.1·limit + 0.5`` s (``OVER`` otherwise).
 
-The two sizes the measurements in lpt.py's docstring and the README use:
+The two sizes measured in docs/performance.md:
 
 * 20,000 samples × 8 ranks × 1,386 bins of 4,096 tokens (fill 0.63), no limit;
 * 262,144 samples × 1,024 ranks × 59 bins of 8,192 tokens (fill 0.86), limit 5 s.

@@ -1,4 +1,4 @@
-"""Predicted PPO step time against cluster size for three placements (the README picture).
+"""Predicted PPO step time against cluster size for three placements (the picture in docs/placement-model.md).
 
 Run: ``python benchmarks/step_time_vs_cluster.py [--out docs/step_time_vs_cluster.png] [--time-limit 5]``.
 The workload is the shipped ``configs/placement/ppo_llama3.1-8b_4x8xh100.yaml`` (Llama-3.1-8B actor,

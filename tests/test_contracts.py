@@ -235,12 +235,35 @@ def test_gen_quantiles_with_huge_numbers_are_errors():
     assert placement_error(config).startswith("[workload] gen_quantiles: quantile")
 
 
-def test_readme_lists_every_contract_table():
+def _config_reference_script():
+    """docs/generate_config_reference.py, loaded as a module (docs/ is not a package)."""
+    import importlib.util
     from pathlib import Path
 
-    from packplace.contract import config_reference
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert config_reference() in readme, "regenerate the README's 'Config field ranges' tables"
+    path = Path(__file__).resolve().parents[1] / "docs" / "generate_config_reference.py"
+    spec = importlib.util.spec_from_file_location("generate_config_reference", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_config_reference_page_is_the_generated_one():
+    script = _config_reference_script()
+    page = script.PAGE.read_text(encoding="utf-8")
+    assert page == script.config_reference(), "rerun python docs/generate_config_reference.py"
+    assert "| `seq_len` | an integer in [1, 2,147,483,647] | tokens | required | tokens per bin (pack) |" in page
+    assert "| `e_max` | an integer in [1, 1,000,000,000] | plans | 50000 |" in page
+
+
+def test_config_reference_lists_every_contract_table():
+    tables = _config_reference_script().tables()
+    listed_fields = {id(spec) for _, fields, _ in tables for spec in fields.values()}
+    for module in (balance_config, placement_config):
+        for name, value in vars(module).items():
+            if isinstance(value, dict) and value and all(isinstance(v, Field) for v in value.values()):
+                assert all(id(spec) in listed_fields for spec in value.values()), \
+                    f"{module.__name__}.{name} is missing from docs/config-reference.md"
 
 
 def test_every_hardware_field_has_a_contract():

@@ -1,18 +1,21 @@
-"""Every code block of the README is checked.
+"""Every code block and link of the README and of the manual (``docs/*.md``) is checked.
 
 * ``python`` blocks run, statement by statement, in the repository root; a statement line whose comment
   starts with a literal (``# ('optimal', 10.0, 10.0, 0.0)``) must evaluate to it (``...`` in the
-  comment matches anything), so the numbers the README shows are the ones the code gives.
+  comment matches anything), so the numbers the pages show are the ones the code gives.
 * ``bash`` blocks pass ``bash -n``; every ``packplace ...`` command parses with the real argument
-  parser, and the configs and suites it names exist; every ``pip install '.[extra]'`` names extras that
+  parser, and the configs and suites it names exist; every ``python SCRIPT.py --option`` names a script
+  that exists and options it defines; every ``pip install '.[extra]'`` names extras that
   ``pyproject.toml`` defines. (Running them all would take minutes; the commands themselves are tested
   elsewhere.)
+* ``yaml`` blocks parse.
+* Relative links (``[text](page.md#anchor)``) name files that exist and headings that the page has;
+  ``docs/index.md`` links every page of ``docs/``.
 """
 
 from __future__ import annotations
 
 import ast
-import os
 import re
 import shlex
 import shutil
@@ -25,9 +28,24 @@ import pytest
 from packplace.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
-BLOCKS = [(m.group(1), m.group(2), README[: m.start()].count("\n") + 1)
-          for m in re.finditer(r"^```(\w+)\n(.*?)^```", README, flags=re.S | re.M)]
+#: The pages whose code blocks run: the README and the manual's top-level pages.
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: Every page whose links are checked (the recipes too).
+LINKED = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _name(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+def _blocks(page: Path) -> list[tuple[str, str, int]]:
+    text = page.read_text(encoding="utf-8")
+    return [(m.group(1), m.group(2), text[: m.start()].count("\n") + 1)
+            for m in re.finditer(r"^```(\w+)\n(.*?)^```", text, flags=re.S | re.M)]
+
+
+BLOCKS = [(_name(page), lang, code, line) for page in PAGES for lang, code, line in _blocks(page)]
+README_BLOCKS = [(lang, code, line) for name, lang, code, line in BLOCKS if name == "README.md"]
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -56,9 +74,13 @@ def _matches(value: object, expected: str) -> bool:
     return re.fullmatch(pattern, re.sub(r"\s+", " ", repr(value))) is not None
 
 
-@pytest.mark.parametrize("code, line", [(code, line) for lang, code, line in BLOCKS if lang == "python"],
-                         ids=lambda x: str(x) if isinstance(x, int) else "python")
-def test_python_block_runs_and_shows_true_values(code, line, monkeypatch):
+def _ids(kind: str) -> list[str]:
+    return [f"{name}:{line}" for name, lang, _, line in BLOCKS if lang == kind]
+
+
+@pytest.mark.parametrize("page, code, line", [(n, c, li) for n, lang, c, li in BLOCKS if lang == "python"],
+                         ids=_ids("python"))
+def test_python_block_runs_and_shows_true_values(page, code, line, monkeypatch):
     monkeypatch.chdir(ROOT)
     lines = code.splitlines()
     namespace: dict[str, object] = {"__name__": "readme"}
@@ -67,12 +89,12 @@ def test_python_block_runs_and_shows_true_values(code, line, monkeypatch):
         source = "\n".join(lines[statement.lineno - 1: statement.end_lineno])
         comment = lines[statement.end_lineno - 1].partition("  #")[2]
         expected = _literal_prefix(comment) if isinstance(statement, ast.Expr) else None
+        where = f"{page}:{line + statement.lineno}"
         if expected is None:
-            exec(compile(ast.Module([statement], []), f"README.md:{line}", "exec"), namespace)  # noqa: S102
+            exec(compile(ast.Module([statement], []), where, "exec"), namespace)  # noqa: S102
             continue
-        value = eval(compile(ast.Expression(statement.value), f"README.md:{line}", "eval"), namespace)  # noqa: S307
-        assert _matches(value, expected), f"README.md:{line + statement.lineno}: {source!r} gives {value!r}, " \
-                                          f"the README says {expected}"
+        value = eval(compile(ast.Expression(statement.value), where, "eval"), namespace)  # noqa: S307
+        assert _matches(value, expected), f"{where}: {source!r} gives {value!r}, the page says {expected}"
         checked += 1
     assert checked or "#" not in code
 
@@ -88,38 +110,103 @@ def _commands(code: str) -> list[list[str]]:
     return out
 
 
-BASH = [(code, line) for lang, code, line in BLOCKS if lang == "bash"]
+def _check_script(words: list[str], where: str) -> None:
+    """``python SCRIPT.py --option ...``: the script exists and defines every option given."""
+    script = ROOT / words[1]
+    assert script.is_file(), f"{where}: {words[1]} does not exist"
+    source = script.read_text(encoding="utf-8")
+    for word in words[2:]:
+        option = word.split("=")[0]
+        if option.startswith("--"):
+            assert f'"{option}"' in source or f"'{option}'" in source, f"{where}: {words[1]} has no {option}"
 
 
-@pytest.mark.parametrize("code, line", BASH, ids=lambda x: str(x) if isinstance(x, int) else "bash")
-def test_bash_block_is_valid_and_its_commands_parse(code, line):
+@pytest.mark.parametrize("page, code, line", [(n, c, li) for n, lang, c, li in BLOCKS if lang == "bash"],
+                         ids=_ids("bash"))
+def test_bash_block_is_valid_and_its_commands_parse(page, code, line):
     bash = shutil.which("bash")
     assert bash is not None
     assert subprocess.run([bash, "-n"], input=code, text=True, capture_output=True).returncode == 0
     extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
                  ["optional-dependencies"])
     parser = build_parser()
+    where = f"{page}:{line}"
     for words in _commands(code):
         if words[0] == "packplace":
             args = parser.parse_args(words[1:])  # SystemExit (a failed test) on an unknown option
-            for option in ("config", "suite", "baseline"):
+            for option in ("config", "suite", "baseline", "measured", "target"):
                 value = getattr(args, option, None)
                 if value and option != "suite":
-                    assert (ROOT / value).is_file(), f"README.md:{line}: {value} does not exist"
+                    assert (ROOT / value).exists(), f"{where}: {value} does not exist"
                 elif value:
                     assert (ROOT / value).is_file() or (ROOT / "benchmarks/suites" / f"{value}.yaml").is_file()
+        elif words[0] == "python" and words[1].endswith(".py"):
+            _check_script(words, where)
         elif words[:2] == ["pip", "install"]:
             for spec in words[2:]:
                 named = re.findall(r"\[([\w,]+)\]", spec)
-                assert all(set(group.split(",")) <= extras for group in named), (line, spec)
+                assert all(set(group.split(",")) <= extras for group in named), (where, spec)
 
 
 def test_every_block_language_is_checked():
-    assert {lang for lang, _, _ in BLOCKS} <= {"python", "bash", "yaml"}
-    assert len([b for b in BLOCKS if b[0] == "python"]) >= 3 and BASH
-    yaml_blocks = [code for lang, code, _ in BLOCKS if lang == "yaml"]
     from packplace.yamlio import loads_yaml
 
-    for code in yaml_blocks:
-        assert isinstance(loads_yaml(code, "README.md"), dict)
-    assert os.path.isdir(ROOT / "configs")
+    assert {lang for _, lang, _, _ in BLOCKS} <= {"python", "bash", "yaml"}
+    assert len([b for b in README_BLOCKS if b[0] == "python"]) >= 2
+    assert [b for b in README_BLOCKS if b[0] == "bash"]
+    for name, lang, code, line in BLOCKS:
+        if lang == "yaml":
+            assert isinstance(loads_yaml(code, f"{name}:{line}"), dict)
+
+
+def test_readme_starts_with_the_two_commands_and_stays_short():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    first = README_BLOCKS[0]
+    assert first[0] == "bash"
+    assert _commands(first[1]) == [
+        ["pip", "install", ".[test]"],
+        ["packplace", "balance", "--config", "configs/balance/stdlib_llama8b.yaml"],
+        ["python", "-m", "pytest", "-q"],
+    ]
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a markdown heading."""
+    text = re.sub(r"[`*]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    return {_slug(m.group(1)) for m in re.finditer(r"^#+ (.+)$", text, flags=re.M)}
+
+
+def _links(page: Path) -> list[str]:
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    return [target for target in re.findall(r"\]\(([^)\s]+)\)", text) if "://" not in target]
+
+
+@pytest.mark.parametrize("page", LINKED, ids=_name)
+def test_relative_links_resolve(page):
+    for target in _links(page):
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        assert linked.exists(), f"{_name(page)}: link to {target}: no such file"
+        if anchor:
+            assert linked.suffix == ".md" and anchor in _anchors(linked), \
+                f"{_name(page)}: link to {target}: no such heading"
+
+
+def test_index_lists_every_page():
+    index = ROOT / "docs" / "index.md"
+    linked = {(index.parent / target.partition("#")[0]).resolve() for target in _links(index)}
+    for page in (ROOT / "docs").rglob("*.md"):
+        assert page == index or page.resolve() in linked, f"docs/index.md does not link {_name(page)}"
+
+
+@pytest.mark.parametrize("page", LINKED, ids=_name)
+def test_pages_cite_no_design_notes_or_issue_numbers(page):
+    text = page.read_text(encoding="utf-8")
+    assert "DESIGN.md" not in text
+    assert not re.search(r"(?i)\bissue #?\d+|#\d{2,}\b", text), _name(page)

@@ -3,7 +3,8 @@ allowed values), checked when a config loads, before any work.
 
 A loader declares its fields in a table (``{name: Field(...)}``) and calls :func:`check_section`, which
 rejects unknown keys, fills defaults and returns the normalised values. To add a field, add one row to
-the table: the check, the error message and the README range table (:func:`markdown_table`) follow.
+the table: the check, the error message and the row of docs/config-reference.md (written by
+docs/generate_config_reference.py) follow.
 
 Conventions, the same for every field of both problems:
 
@@ -44,7 +45,7 @@ class Field:
 
     Attributes:
         kind: ``"int"``, ``"float"``, ``"bool"`` or ``"enum"``.
-        unit: Unit of the value for the README (``"tokens"``, ``"bytes"``, ``"FLOP/s"``, ``"s"``, ...).
+        unit: Unit of the value for the config reference (``"tokens"``, ``"bytes"``, ``"FLOP/s"``, ``"s"``, ...).
         minimum, maximum: Inclusive bounds (``None``: unbounded on that side).
         exclusive_minimum: ``minimum`` itself is not allowed (``x > minimum``).
         zero_allowed: Exactly 0 is allowed even below ``minimum``.
@@ -52,7 +53,7 @@ class Field:
         literals: Words a numeric field also accepts as themselves (e.g. ``auto``).
         default: Value when the field is absent (:data:`REQUIRED`: it must be given; ``None``: optional
             without a default).
-        meaning: One line for the README table.
+        meaning: One line for the config reference table.
     """
 
     kind: str
@@ -172,39 +173,3 @@ def check_count(count: int, maximum: int, label: str, what: str) -> None:
     """
     if count > maximum:
         raise ConfigError(f"{label}: {count:,} {what}; the limit is {maximum:,}")
-
-
-def markdown_table(fields: Mapping[str, Field], prefix: str = "") -> str:
-    """The README table of ``fields``: name, type and range, unit, default, meaning."""
-    lines = ["| field | allowed | unit | default | meaning |", "|---|---|---|---|---|"]
-    for name, spec in fields.items():
-        default = "required" if spec.default is REQUIRED else ("-" if spec.default is None else spec.default)
-        if isinstance(default, bool):
-            default = str(default).lower()
-        lines.append(f"| `{prefix}{name}` | {spec.describe()} | {spec.unit or '-'} | {default} | {spec.meaning} |")
-    return "\n".join(lines)
-
-
-def config_reference() -> str:
-    """The README section body listing every contract table of both config loaders (the README test
-    checks that the README holds exactly this text)."""
-    from packplace.balance import config as balance
-    from packplace.placement import config as placement
-
-    tables = [
-        ("Balance, top level", balance.FIELDS, ""),
-        ("Balance `cost`", balance.COST_FIELDS, "cost."),
-        ("Balance `cost.latency`", balance.LATENCY_FIELDS, "cost.latency."),
-        ("Balance `samples.corpus`", balance.CORPUS_FIELDS, "samples.corpus."),
-        ("Balance `samples.items[]` (also `key`: a string or an int64; `cost`: 0 or in "
-         f"[{balance.MIN_COST:g}, {balance.MAX_COST:g}], or a mapping of such components; `budgets`)",
-         balance.ITEM_FIELDS, ""),
-        ("Placement `hardware`", {**placement.CLUSTER_FIELDS, **placement.HARDWARE_FIELDS}, ""),
-        ("Placement `workload`", placement.WORKLOAD_FIELDS, ""),
-        ("Placement `policy`", placement.POLICY_FIELDS, ""),
-        ("Placement `training` (for every trained model, or per model under `actor:` / `critic:`)",
-         placement.TRAINING_FIELDS, ""),
-        ("Placement `models.reward` as a rule (`reward: rule` takes the defaults)", placement.RULE_REWARD_FIELDS, ""),
-        ("Placement `optimizer`", placement.OPTIMIZER_KNOBS, ""),
-    ]
-    return "\n\n".join(f"**{title}**\n\n{markdown_table(table, prefix)}" for title, table, prefix in tables)

@@ -2,11 +2,11 @@
 
 The YAML format is documented with :func:`load_config`. Every field has a range contract
 (:data:`FIELDS`, :data:`COST_FIELDS`, :data:`LATENCY_FIELDS`, :data:`CORPUS_FIELDS`,
-:data:`ITEM_FIELDS`; ``cost.model`` is checked by :func:`packplace.shape.shape_from_mapping`),
-checked when the config loads and before any work: unknown fields are errors at every level
-(including ``cost``, ``samples.items[]`` and ``samples.corpus``), booleans are ``true``/``false``
-only, sample keys are strings or integers, and sizes are bounded up front (:data:`MAX_SAMPLES`
-samples and bins).
+:data:`ITEM_FIELDS`; docs/config-reference.md lists them; ``cost.model`` is checked by
+:func:`packplace.shape.shape_from_mapping`), checked when the config loads and before any work:
+unknown fields are errors at every level (including ``cost``, ``samples.items[]`` and
+``samples.corpus``), booleans are ``true``/``false`` only, sample keys are strings or integers, and
+sizes are bounded up front (:data:`MAX_SAMPLES` samples and bins).
 
 ``reference: auto`` builds the token-only packing most loaders ship (worst-fit decreasing on tokens,
 see :func:`packplace.balance.reference.token_packing_reference`) and keeps it only if it is feasible;

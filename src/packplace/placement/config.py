@@ -9,7 +9,7 @@ Every field has a range contract (:class:`packplace.contract.Field`: type, unit,
 allowed values) in one table per section: :data:`CLUSTER_FIELDS` and :data:`HARDWARE_FIELDS`
 (``[hardware]``), :data:`WORKLOAD_FIELDS`,
 :data:`POLICY_FIELDS` and :data:`OPTIMIZER_KNOBS`. To add a field, add its row to the table of its
-section; the loader checks it, fills its default and the README table lists it. Checked at load, before
+section; the loader checks it, fills its default and docs/config-reference.md lists it. Checked at load, before
 any work: unknown fields are errors in every section, booleans are ``true``/``false`` only, and sizes
 are bounded up front with the estimate (:data:`MAX_GPUS` GPUs, :data:`MAX_SEQUENCES` sequences per
 step, :data:`MAX_STALENESS` steps of staleness). Model shapes are checked by
