@@ -90,7 +90,7 @@ def main() -> None:
         big = inst.num_gpus > 64
         limit = args.big_time_limit if big else args.time_limit
         started = time.perf_counter()
-        result = packplace.place(inst, "anneal", time_limit_s=limit, seed=args.seed, progress_s=1e9)
+        result = packplace.place(inst, "anneal", time_limit_s=limit, seed=args.seed, progress_s=1e6)
         wall = time.perf_counter() - started
         final = result.objective
         stale = ",".join(f"{m[0]}{t}" for m, t in sorted(result.info["plan_staleness"].items())) or "0"
@@ -103,7 +103,7 @@ def main() -> None:
         sync_time = final
         if result.info["plan_staleness"]:
             sync_time = packplace.place(synchronous(inst), "anneal", time_limit_s=limit, seed=args.seed,
-                                        progress_s=1e9).objective
+                                        progress_s=1e6).objective
         cp_obj, cp_status, ratio = "", "", ""
         if use_cpsat and inst.num_gpus <= CPSAT_MAX_GPUS:
             cp = packplace.place(inst, "cpsat", time_limit_s=args.cpsat_time_limit, seed=args.seed)
