@@ -12,7 +12,7 @@ from packplace.result import SolveResult, check_limits, solve_with
 
 DEFAULT_SOLVER = "repair"
 #: Seconds per sample kept back from the backend's time limit for what follows it (canonical order,
-#: evaluator score, bounds): measured about 0.9 s for 10^6 samples (benchmarks/time_limits.py).
+#: evaluator score, bounds), a linear-time estimate checked by ``benchmarks/time_limits.py``.
 FINISH_S_PER_SAMPLE = 1e-6
 
 
