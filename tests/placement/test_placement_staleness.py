@@ -163,6 +163,7 @@ def test_period_matches_a_long_unroll_and_is_bounded(path):
 
 def test_staleness_outside_the_candidates_is_infeasible_and_bound_depends_on_them():
     cfg = grpo_config(**GEN_BOUND)
+    cfg["hardware"]["phase_overhead"] = 5.0  # a fixed 5 s per task, set here (the presets set none)
     cfg["optimizer"]["staleness_candidates"] = {"actor": [0]}
     sync_only = build_instance(cfg)
     plan = grpo_split_plan(sync_only).with_staleness("actor", 1)
@@ -170,7 +171,9 @@ def test_staleness_outside_the_candidates_is_infeasible_and_bound_depends_on_the
     assert not score.feasible and get_evaluator(sync_only).step_time(plan) == float("inf")
     assert "staleness: actor=1 is not among staleness_candidates [0]" in score.violations[0]
     # synchronous instances keep the critical-path bound; with t = 1 allowed the bound is the async one
-    ev_sync, ev_async = get_evaluator(sync_only), get_evaluator(build_instance(grpo_config(**GEN_BOUND)))
+    async_cfg = grpo_config(**GEN_BOUND)
+    async_cfg["hardware"]["phase_overhead"] = 5.0
+    ev_sync, ev_async = get_evaluator(sync_only), get_evaluator(build_instance(async_cfg))
     table = ev_sync.table
     names = sync_only.graph.names
     critical = table.min_time("actor.generate") + max(table.min_time("reference.infer"),
@@ -182,7 +185,7 @@ def test_staleness_outside_the_candidates_is_infeasible_and_bound_depends_on_the
         whole = min(c.time for c in table.feasible[name] if c.gpus == 16)
         return min(part, whole + (total_work - table.min_work(name)) / 16)
 
-    # generation on all 16 GPUs (31.08 s with the preset's 5 s phase overhead) plus the rest's work spread
+    # generation on all 16 GPUs (31.08 s with the 5 s phase overhead) plus the rest's work spread
     # over them (12.74 s) beats one node (45.96 s)
     assert busiest("actor.generate") == pytest.approx(31.077216239 + 12.738966700, rel=1e-9)
     whole = min(c.time for c in table.feasible["actor.generate"] if c.gpus == 16)

@@ -23,8 +23,7 @@ from typing import Any
 import numpy as np
 
 from packplace.errors import ConfigError
-from packplace.placement.candidates import needs_old_log_prob
-from packplace.placement.cost import CostModel
+from packplace.placement.candidates import cost_model, inference_sharded, needs_old_log_prob
 from packplace.placement.hardware import Hardware
 
 #: Knobs that can be fitted and their physical bounds (fractions of peak in (0, 1]; seconds ≥ 0).
@@ -43,16 +42,19 @@ IDENTIFIABILITY_TOLERANCE = 1e-6
 
 def task_times(instance, plan, hardware: Hardware, engine_only: tuple[str, ...] = ()) -> dict[str, float]:
     """Predicted seconds of every vertex of ``plan`` under ``hardware`` (the cost model, no schedule); the
-    tasks of ``engine_only`` without ``phase_overhead`` (a bare engine run has no RL phase around it)."""
-    cost = CostModel(hardware, instance.cluster, instance.workload, instance.engine)
+    tasks of ``engine_only`` without their ``overhead`` part (``phase_overhead`` and the framework's
+    dispatch: a bare engine run has no RL phase around it)."""
+    cost = cost_model(instance, hardware=hardware)
     out = {}
     for name, vp in plan.vertices:
         vertex = instance.graph.vertex(name)
         s = vp.strategy
-        out[name] = cost.vertex_time(instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp, vp.micro_batch,
-                                     vp.allocation.extent, needs_old_log_prob(instance, name))
+        phases = cost.vertex_phases(instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp, vp.micro_batch,
+                                    vp.allocation.extent, needs_old_log_prob(instance, name),
+                                    inference_sharded(instance, name))
         if name in engine_only:
-            out[name] -= hardware.phase_overhead
+            phases.pop("overhead", None)
+        out[name] = sum(phases.values())
     return out
 
 

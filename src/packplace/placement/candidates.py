@@ -28,6 +28,7 @@ from typing import NamedTuple
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.cost import CostModel
 from packplace.placement.engine import mean_live_tokens
+from packplace.placement.framework import inference_owner, profile
 from packplace.placement.graph import algorithm_spec
 from packplace.placement.hardware import Cluster
 from packplace.placement.memory import DEFAULT_TRAINING, vertex_memory
@@ -209,7 +210,7 @@ class CandidateTable:
         start = time.perf_counter()
         self.instance = instance
         self.cluster = instance.cluster
-        self.cost = CostModel(instance.hardware, instance.cluster, instance.workload, instance.engine)
+        self.cost = cost_model(instance)
         self.extents = block_extents(instance.cluster)
         self._origins = {ext: tuple(block_origins(instance.cluster, ext)) for ext in self.extents}
         self.all: dict[str, tuple[Candidate, ...]] = {}
@@ -380,9 +381,33 @@ def _order(c: Candidate) -> tuple:
 
 def needs_old_log_prob(instance, vertex: str) -> bool:
     """Whether ``vertex`` is the actor's training of an on-policy algorithm (``old_log_prob`` in its
-    :data:`~packplace.placement.graph.RL_ALGORITHMS` entry): it then also runs the old-log-prob forward
-    pass (:meth:`~packplace.placement.cost.CostModel.vertex_phases`)."""
-    return algorithm_spec(instance.algorithm).runs_old_log_prob(vertex)
+    :data:`~packplace.placement.graph.RL_ALGORITHMS` entry) and the framework recomputes the old
+    log-probs: it then also runs the old-log-prob forward pass
+    (:meth:`~packplace.placement.cost.CostModel.vertex_phases`)."""
+    return algorithm_spec(instance.algorithm).runs_old_log_prob(vertex) and profile(instance.framework).old_log_prob
+
+
+def inference_sharded(instance, vertex: str) -> bool:
+    """Whether the forward passes of ``vertex`` (an ``infer`` vertex, or a trainer's old-log-prob pass)
+    run on ZeRO-3 / FSDP-partitioned weights: the framework shards inference
+    (:attr:`~packplace.placement.framework.FrameworkProfile.sharded_inference`) and the trained model
+    the vertex's model follows (:func:`~packplace.placement.framework.inference_owner`) shards with
+    ``zero3``."""
+    if not profile(instance.framework).sharded_inference:
+        return False
+    role = instance.graph.vertex(vertex).model
+    owner = inference_owner(role, algorithm_spec(instance.algorithm).trainable_models)
+    return owner is not None and instance.training.get(owner, DEFAULT_TRAINING).sharding == "zero3"
+
+
+def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostModel:
+    """The :class:`CostModel` of ``instance`` (optionally on another cluster or hardware): its workload,
+    engine, framework profile and the shapes of its models that train with ``zero3``."""
+    sharded = frozenset(instance.models[m] for m, o in instance.training.items()
+                        if o.sharding == "zero3" and m in instance.models)
+    return CostModel(hardware if hardware is not None else instance.hardware,
+                     cluster if cluster is not None else instance.cluster, instance.workload, instance.engine,
+                     profile(instance.framework), sharded)
 
 
 def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, cost: CostModel,
@@ -398,6 +423,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     w = instance.workload
     mem = instance.hardware.memory_per_gpu
     old_log_prob = needs_old_log_prob(instance, name)
+    sharded = inference_sharded(instance, name)
     options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
     limit = mem * instance.engine.gpu_memory_utilization if kind == "generate" else mem
     extra = 0.0
@@ -416,8 +442,9 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                 held, rounds, prefill = cost.engine_concurrency(model, tp, pp, mb), 1, 1
             res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
                                      seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
-                                     options=options, prefill_sequences=prefill)
-            seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent, old_log_prob) + extra
+                                     options=options, prefill_sequences=prefill,
+                                     sharded_weights=sharded and kind == "infer")
+            seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent, old_log_prob, sharded) + extra
             if kind == "train":
                 seconds += training_overhead_seconds(cost, model, options, dp, pp, tp, mb, extent)
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))
@@ -444,7 +471,7 @@ def _smallest_fitting_gpus(vertex, model: ModelSpec, instance, cost: CostModel, 
         else:
             grown = Cluster(c.racks * factor, c.nodes_per_rack, c.gpus_per_node)
         big = replace(instance, cluster=grown, _cache={})
-        grown_cost = CostModel(instance.hardware, grown, instance.workload, instance.engine)
+        grown_cost = cost_model(instance, grown)
         cands = build_vertex_candidates(vertex.name, vertex.kind, model, big, grown_cost,
                                         [e for e in block_extents(grown) if e[0] * e[1] * e[2] > c.num_gpus])
         fitting = [x.gpus for x in cands if x.fits]

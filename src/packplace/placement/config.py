@@ -29,6 +29,7 @@ from typing import Any
 from packplace.contract import Field, check_count, check_section
 from packplace.errors import ConfigError, show
 from packplace.placement.engine import BATCHING, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_NUM_SEQS, RolloutEngine
+from packplace.placement.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
 from packplace.placement.graph import (
     RL_ALGORITHMS,
     StepGraph,
@@ -120,6 +121,8 @@ POLICY_FIELDS: dict[str, Field] = {
     "gpu_memory_utilization": Field("float", "", 0, 1, exclusive_minimum=True,
                                     default=DEFAULT_GPU_MEMORY_UTILIZATION,
                                     meaning="fraction of a GPU the rollout engine may use (vLLM's default 0.9)"),
+    "framework": Field("enum", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
+                       meaning="RL framework whose execution profile runs the step (none: the model's own mechanics)"),
 }
 #: Options of ``[training]`` (for every trained model, or per model under ``actor:`` / ``critic:``);
 #: formulas and sources in :mod:`packplace.placement.memory` and :mod:`packplace.placement.training_time`.
@@ -197,6 +200,8 @@ class PlacementInstance:
             ``policy.max_num_seqs``, ``policy.gpu_memory_utilization``).
         training: ``{model: TrainingOptions}`` of the trained models (``[training]``; defaults when absent).
         rule_reward: The rule-based reward (``models.reward: rule``), or ``None`` for a reward model.
+        framework: ``policy.framework``, the execution profile
+            (:data:`packplace.placement.framework.FRAMEWORKS`; default ``none``).
     """
 
     cluster: Cluster
@@ -210,6 +215,7 @@ class PlacementInstance:
     engine: RolloutEngine = field(default_factory=RolloutEngine)
     training: Mapping[str, TrainingOptions] = field(default_factory=dict)
     rule_reward: RuleReward | None = None
+    framework: str = DEFAULT_FRAMEWORK
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -453,7 +459,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     optimizer = _optimizer(_section(config, "optimizer", required=False), algorithm)
     return PlacementInstance(cluster, hardware, models, workload, algorithm,
                              build_graph(algorithm, reward_model=rule_reward is None), optimizer, source, engine,
-                             training=training, rule_reward=rule_reward)
+                             training=training, rule_reward=rule_reward, framework=policy["framework"])
 
 
 def _is_rule(spec: Any) -> bool:

@@ -15,6 +15,14 @@ from __future__ import annotations
 import numpy as np
 
 from packplace.placement.engine import RolloutEngine, continuous_schedule, kv_capacity_sequences
+from packplace.placement.framework import (
+    DEFAULT_FRAMEWORK,
+    FRAMEWORKS,
+    FrameworkProfile,
+    dispatch_seconds,
+    gather_seconds,
+    refit_seconds,
+)
 from packplace.placement.hardware import Cluster, Hardware
 from packplace.placement.memory import stage_share
 from packplace.placement.models import ModelSpec
@@ -34,14 +42,21 @@ class CostModel:
     Args:
         hardware, cluster, workload: The instance's figures.
         engine: The rollout engine's batching settings (default: continuous, ``max_num_seqs`` 256).
+        framework: The framework profile (:mod:`packplace.placement.framework`; default ``none``).
+        sharded_models: Shapes of the trained models that shard their weights with ``zero3`` (their
+            weight sync into a hybrid engine gathers the partitions,
+            :func:`~packplace.placement.framework.refit_seconds`).
     """
 
     def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload,
-                 engine: RolloutEngine | None = None) -> None:
+                 engine: RolloutEngine | None = None, framework: FrameworkProfile | None = None,
+                 sharded_models: frozenset = frozenset()) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
         self.engine = engine if engine is not None else RolloutEngine()
+        self.framework = framework if framework is not None else FRAMEWORKS[DEFAULT_FRAMEWORK]
+        self.sharded_models = sharded_models
 
     # -- primitives -------------------------------------------------------------------------------
     def gemm_efficiency(self, rows: float, inner: float) -> float:
@@ -138,19 +153,25 @@ class CostModel:
 
     # -- vertex times -------------------------------------------------------------------------------
     def vertex_time(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
-                    extent: tuple[int, int, int], old_log_prob: bool = False) -> float:
+                    extent: tuple[int, int, int], old_log_prob: bool = False, sharded: bool = False) -> float:
         """Seconds of the vertex on a block of ``extent`` (the slowest data-parallel replica; replicas
         are identical): the sum of :meth:`vertex_phases`."""
-        return sum(self.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob).values())
+        return sum(self.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob,
+                                      sharded).values())
 
     def vertex_phases(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
-                      extent: tuple[int, int, int], old_log_prob: bool = False) -> dict[str, float]:
+                      extent: tuple[int, int, int], old_log_prob: bool = False,
+                      sharded: bool = False) -> dict[str, float]:
         """The parts of a vertex's time, seconds: ``generate`` → ``generation`` (:meth:`generate_time`);
         ``infer`` → ``forward`` (:meth:`pass_time`); ``train`` → ``train`` and, with ``old_log_prob``
         (the PPO/GRPO actor), ``old_log_prob``: the forward pass over the rollouts with the weights before
         the update that the clipped objective's ratio needs (verl ``compute_log_prob``, OpenRLHF's
-        experience maker; Schulman et al. 2017), run by the trainer with its own strategy; every vertex
-        adds ``overhead`` = the hardware's ``phase_overhead`` (framework dispatch, data gathering)."""
+        experience maker; Schulman et al. 2017), run by the trainer with its own strategy. With
+        ``sharded`` (a forward on ZeRO-3 / FSDP-partitioned weights,
+        :func:`~packplace.placement.candidates.inference_sharded`) the forward passes add ``gather``:
+        :func:`~packplace.placement.framework.gather_seconds` once per micro-batch. Every vertex adds
+        ``overhead`` = the framework's dispatch (:func:`~packplace.placement.framework.dispatch_seconds`)
+        plus the hardware's ``phase_overhead`` knob (0 unless a config or ``calibrate`` sets it)."""
         if kind == "generate":
             phases = {"generation": self.generate_time(model, dp, pp, tp, micro_batch, extent)}
         elif kind == "infer":
@@ -159,7 +180,10 @@ class CostModel:
             phases = {"train": self.pass_time(model, True, dp, pp, tp, micro_batch, extent)}
             if old_log_prob:
                 phases["old_log_prob"] = self.pass_time(model, False, dp, pp, tp, micro_batch, extent)
-        phases["overhead"] = self.hw.phase_overhead
+        if sharded and kind != "generate" and (kind == "infer" or old_log_prob):
+            passes = self.workload.sequences // (dp * micro_batch)
+            phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent)
+        phases["overhead"] = self.hw.phase_overhead + dispatch_seconds(self, self.framework, dp)
         return phases
 
     def pass_time(self, model: ModelSpec, train: bool, dp: int, pp: int, tp: int, micro_batch: int,
@@ -320,24 +344,38 @@ class CostModel:
 
         Into a rollout engine (``engine`` true) the weights always move, every step (verl, OpenRLHF and
         NeMo RL push them into vLLM/SGLang after each update): on another block the shard crosses the
-        links as above; on the same block (colocated) :meth:`colocated_sync_time`. Both add the
-        hardware's ``weight_sync_overhead``."""
+        links as above; on the same block (colocated) :meth:`colocated_sync_time`. A framework with its
+        own path (:func:`~packplace.placement.framework.refit_seconds`: NCCL broadcast across blocks,
+        DeepSpeed's in-place gather) replaces the formula. Both add the hardware's
+        ``weight_sync_overhead`` knob (0 unless a config or ``calibrate`` sets it)."""
         shard = 2.0 * model.params / (dst_layout[0] * dst_layout[1])
         if engine and src_range == dst_range:
-            return self.colocated_sync_time(model, dst_layout)
+            return self.colocated_sync_time(model, dst_layout, src_range)
+        if engine:
+            path = refit_seconds(self, model, src_range, dst_layout, dst_range, model in self.sharded_models)
+            if path is not None:
+                return path + self.hw.weight_sync_overhead
         if not engine and src_range == dst_range and src_layout == dst_layout:
             return 0.0
         level = self.cluster.span_level(min(src_range[0], dst_range[0]), max(src_range[1], dst_range[1]))
         return self.p2p(shard, level) + (self.hw.weight_sync_overhead if engine else 0.0)
 
-    def colocated_sync_time(self, model: ModelSpec, dst_layout: tuple[int, int]) -> float:
+    def colocated_sync_time(self, model: ModelSpec, dst_layout: tuple[int, int],
+                            block: tuple[int, int] | None = None) -> float:
         """Weight sync into a rollout engine colocated with its trainer, seconds:
         ``2·shard/memory_bandwidth`` (local reshard: the trainer's copy read, the engine's written in HBM)
         ``+ 2·shard/host_bandwidth`` (the engine's sleep/wake: vLLM sleep mode level 1 offloads the
         weights to host memory while the trainer runs and loads them back before generation, over PCIe)
-        ``+ weight_sync_overhead``, with ``shard = 2P/(tp·pp)`` bytes of the engine's layout."""
-        shard = 2.0 * model.params / (dst_layout[0] * dst_layout[1])
+        ``+ weight_sync_overhead``, with ``shard = 2P/(tp·pp)`` bytes of the engine's layout. An
+        ``in_place`` framework (DeepSpeed hybrid engine) has no sleep/wake; its gather of ZeRO-3
+        partitions over the ``block`` (id range) is :func:`~packplace.placement.framework.refit_seconds`
+        (without ``block`` the gather is left out)."""
         hw = self.hw
+        if self.framework.refit == "in_place":
+            block = block if block is not None else (0, 1)
+            sharded = model in self.sharded_models
+            return refit_seconds(self, model, block, dst_layout, block, sharded) + hw.weight_sync_overhead
+        shard = 2.0 * model.params / (dst_layout[0] * dst_layout[1])
         return 2.0 * shard / hw.memory_bandwidth + 2.0 * shard / hw.host_bandwidth + hw.weight_sync_overhead
 
     def transfer_time(self, src_range: tuple[int, int], dst_range: tuple[int, int], dst_dp: int) -> float:

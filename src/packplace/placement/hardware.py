@@ -200,37 +200,31 @@ def _links(nvlink_bus: float, nic: float, *, rack_factor: float = 0.9) -> dict[s
 #: A100/A800/L40S; ``decode_bw_eff`` 0.6-0.7 of the datasheet HBM bandwidth (vLLM batch-1 decode of
 #: 7-8B models: 11.9 ms/token for Qwen2.5-7B on one A100 in the Qwen speed benchmark against a 6.9 ms
 #: weight-streaming floor); ``decode_step_overhead`` a few ms (vLLM's scheduler, sampling and detokenizer
-#: per step); ``phase_overhead`` a few seconds (Ray dispatch, data gathering and process-group setup per
-#: phase of an RL step in verl / OpenRLHF / NeMo RL).
+#: per step). The presets set no ``phase_overhead`` or ``weight_sync_overhead`` (both 0): what an RL
+#: framework adds per task and per weight sync is derived from the plan by its execution profile
+#: (``policy.framework``, :mod:`packplace.placement.framework`); the two knobs remain for ``calibrate``.
 PRESETS: dict[str, dict[str, float]] = {
     "h100-sxm": {"flops_per_gpu": 989e12, "memory_per_gpu": 80e9, "memory_bandwidth": 3.35e12,
                  **_links(360e9, 45e9), "host_bandwidth": 50e9,
-                 "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
-                 "phase_overhead": 5.0, "weight_sync_overhead": 1.0},
+                 "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3},
     "h200": {"flops_per_gpu": 989e12, "memory_per_gpu": 141e9, "memory_bandwidth": 4.8e12,
              **_links(360e9, 45e9), "host_bandwidth": 50e9,
-             "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
-             "phase_overhead": 5.0, "weight_sync_overhead": 1.0},
+             "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3},
     "a100-80gb-sxm": {"flops_per_gpu": 312e12, "memory_per_gpu": 80e9, "memory_bandwidth": 2.039e12,
                       **_links(240e9, 22.5e9), "host_bandwidth": 25e9,
-                      "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
-                      "phase_overhead": 5.0, "weight_sync_overhead": 1.0},
+                      "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3},
     "a800": {"flops_per_gpu": 312e12, "memory_per_gpu": 80e9, "memory_bandwidth": 2.039e12,
              **_links(160e9, 22.5e9), "host_bandwidth": 25e9,
-             "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
-             "phase_overhead": 5.0, "weight_sync_overhead": 1.0},
+             "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3},
     "h20": {"flops_per_gpu": 148e12, "memory_per_gpu": 96e9, "memory_bandwidth": 4.0e12,
             **_links(360e9, 45e9), "host_bandwidth": 50e9,
-            "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
-            "phase_overhead": 5.0, "weight_sync_overhead": 1.0},
+            "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3},
     "b200": {"flops_per_gpu": 2.25e15, "memory_per_gpu": 180e9, "memory_bandwidth": 8.0e12,
              **_links(720e9, 45e9), "host_bandwidth": 50e9,
-             "gemm_peak_fraction": 0.5, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
-             "phase_overhead": 5.0, "weight_sync_overhead": 1.0},
+             "gemm_peak_fraction": 0.5, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3},
     "l40s": {"flops_per_gpu": 362e12, "memory_per_gpu": 48e9, "memory_bandwidth": 864e9,
              **_links(20e9, 22.5e9), "host_bandwidth": 25e9,
-             "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.7, "decode_step_overhead": 2e-3,
-             "phase_overhead": 5.0, "weight_sync_overhead": 1.0},
+             "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.7, "decode_step_overhead": 2e-3},
 }
 PRESETS["a100"] = PRESETS["a100-80gb-sxm"]
 PRESETS["h100"] = PRESETS["h100-sxm"]

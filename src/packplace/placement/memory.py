@@ -189,7 +189,7 @@ def activation_bytes_per_layer(model: ModelSpec, seq_len: float, micro_batch: in
 def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, micro_batch: int,
                   micro_batches: int, seq_len: float, prompt_len: int, live_len: float,
                   options: TrainingOptions = DEFAULT_TRAINING,
-                  prefill_sequences: int | None = None) -> tuple[float, float]:
+                  prefill_sequences: int | None = None, sharded_weights: bool = False) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -204,10 +204,14 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         options: Training memory options (train only).
         prefill_sequences: Prompts whose prefill workspace a generation engine holds at once (default
             ``micro_batch``; a continuously batched engine prefills a bounded chunk: 1 prompt).
+        sharded_weights: An ``infer`` pass on ZeRO-3 / FSDP-partitioned weights (DeepSpeed-Chat's and
+            OpenRLHF's reference and reward under ZeRO-3, verl's FSDP reference): the resident weights are
+            ``2p/dp`` and the pass holds one gathered layer ``2·p_L`` (Rajbhandari et al. 2020, §5.3).
 
     Per stage ``i``: train — :func:`train_state_bytes` resident, activations of its layers for
     ``min(pp − i, m)`` micro-batches in flight, fp32 logits ``mb·s·V_out·4/tp`` on the last stage;
-    infer — bf16 weights, one layer's activations and the last stage's logits; generate — bf16 weights,
+    infer — bf16 weights (``2p/dp`` resident plus one gathered layer when ``sharded_weights``), one
+    layer's activations and the last stage's logits; generate — bf16 weights,
     the paged KV of ``mb·min(pp, rounds)`` sequences of ``live_len`` tokens for the stage's layers, the
     prefill workspace of one layer ``34·S·n·d/tp`` for ``n`` = ``prefill_sequences`` prompts and the last
     token's logits ``mb·V·4/tp``. For a continuously batched engine the caller passes the sequences it
@@ -230,8 +234,10 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             if last:
                 transient += micro_batch * seq_len * model.output_dim * LOGIT_BYTES / tp
         elif kind == "infer":
-            resident = 2.0 * p
+            resident = 2.0 * p / dp if sharded_weights else 2.0 * p
             transient = activation_bytes_per_layer(model, seq_len, micro_batch, tp)
+            if sharded_weights:
+                transient += 2.0 * per_layer_rank
             if last:
                 transient += micro_batch * seq_len * model.output_dim * LOGIT_BYTES / tp
         else:

@@ -1,0 +1,182 @@
+"""Framework execution profiles: how an RL framework runs the step the graph describes (``policy.framework``).
+
+A profile (:data:`FRAMEWORKS`) says which passes run, where the weights of the inference passes live, how
+weights reach the rollout engine and what a task costs to dispatch. Every cost it adds is derived from the
+plan (bytes over a link of the α–β model, at ``host_bandwidth`` or HBM bandwidth) or is a documented
+per-call latency; nothing is a seconds-per-task constant:
+
+* sharded inference (:func:`gather_seconds`): ZeRO-3 / FSDP forwards all-gather each layer's weights over
+  the data-parallel group for every micro-batch (Rajbhandari et al. 2020, §5.3; PyTorch FSDP docs);
+* refit (:func:`refit_seconds`): ``in_place`` (DeepSpeed hybrid engine), ``cuda_ipc`` (colocated vLLM,
+  with its sleep/wake over the host link), ``nccl`` (broadcast from trainer rank 0);
+* dispatch (:func:`dispatch_seconds`): a Ray remote call per task and its batch through host memory.
+
+``none`` (the default) adds nothing to the model's own mechanics: full-replica inference weights, the
+publication edge's shard over the links, no dispatch cost (a bare engine, or a config that sets the
+hardware's ``phase_overhead`` / ``weight_sync_overhead`` knobs itself). Sources of each framework's
+mechanics: each profile's ``sources``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packplace.errors import ConfigError
+from packplace.placement.memory import stage_params
+from packplace.placement.models import ModelSpec
+
+#: Seconds of one Ray remote actor-method call (submit, schedule on a live actor, return a small
+#: result): sub-millisecond to a millisecond (Moritz et al. 2018, "Ray: A Distributed Framework for
+#: Emerging AI Applications", OSDI, §5.1: task latencies of about a millisecond end to end); the
+#: controller calls every worker of a group at once, so one latency per task.
+RAY_CALL_LATENCY = 1e-3
+#: Bytes per token of the batch a Ray controller hands to a worker group and gets back (verl ``DataProto``,
+#: OpenRLHF ``Experience``, NeMo RL ``BatchedDataDict``): int64 token ids, attention mask and position
+#: ids in, fp32 log-probs / values out (3 × 8 + 4 bytes).
+RAY_BATCH_BYTES_PER_TOKEN = 28
+#: Refit paths.
+REFITS = ("p2p", "in_place", "cuda_ipc", "nccl")
+
+
+@dataclass(frozen=True)
+class FrameworkProfile:
+    """How one framework runs an RL step.
+
+    Attributes:
+        name: ``policy.framework`` value.
+        old_log_prob: The trainer recomputes the old log-probs (the algorithm table's pass); false: the
+            engine's log-probs are used and the pass is dropped.
+        sharded_inference: Reference / reward / critic forwards (and the old-log-prob pass) run on
+            ZeRO-3 / FSDP-partitioned weights when the owning trained model shards with ``zero3``
+            (:func:`inference_owner`); otherwise every replica holds whole weights.
+        refit: Weight path from trainer to rollout engine when they share a block (``in_place``,
+            ``cuda_ipc`` or ``p2p``); across blocks ``nccl`` frameworks broadcast from trainer rank 0,
+            ``p2p`` sends each engine GPU its shard.
+        ray: Tasks are Ray remote calls from a single controller (:func:`dispatch_seconds`).
+        sources: Where the mechanics are documented (code paths, docs).
+    """
+
+    name: str
+    old_log_prob: bool
+    sharded_inference: bool
+    refit: str
+    ray: bool
+    sources: str
+
+
+#: The profiles (``policy.framework``).
+FRAMEWORKS: dict[str, FrameworkProfile] = {
+    "none": FrameworkProfile("none", True, False, "p2p", False,
+                             "the model's own mechanics (docs/placement-model.md)"),
+    "verl": FrameworkProfile(
+        "verl", True, True, "cuda_ipc", True,
+        "verl trainer/ppo/ray_trainer.py (old_log_prob, ref, values phases); workers/fsdp_workers.py (FSDP "
+        "reference module, rollout.resume(tags=['weights']) then update_weights over CUDA IPC); "
+        "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)"),
+    "nemo-rl": FrameworkProfile(
+        "nemo-rl", True, True, "cuda_ipc", True,
+        "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "
+        "refit_policy_generation: stream_weights_via_ipc_zmq colocated, broadcast_weights_for_collective split); "
+        "the reference runs in the policy worker's own (sharded) layout"),
+    "openrlhf": FrameworkProfile(
+        "openrlhf", True, True, "cuda_ipc", True,
+        "OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (actor, critic, reward, reference forwards); "
+        "utils/deepspeed/deepspeed.py get_ds_eval_config (stage 3 iff training stage 3); "
+        "trainer/ray/ppo_actor.py broadcast_to_vllm (NCCL broadcast from rank 0, CUDA IPC when colocate_all)"),
+    "deepspeed-chat": FrameworkProfile(
+        "deepspeed-chat", True, True, "in_place", False,
+        "DeepSpeedExamples applications/DeepSpeed-Chat/dschat/rlhf/rlhf_engine.py (_init_ref / _init_reward: "
+        "ZeRO-3 iff the actor / critic stage is 3), ppo_trainer.py generate_experience (one process per GPU, "
+        "hybrid engine generates with the training parameters gathered in place)"),
+}
+#: Frameworks by name.
+FRAMEWORK_NAMES = tuple(FRAMEWORKS)
+#: ``policy.framework`` when a config does not set it (module docstring).
+DEFAULT_FRAMEWORK = "none"
+
+
+def profile(name: str) -> FrameworkProfile:
+    """The profile ``name``.
+
+    Raises:
+        ConfigError: ``[policy] framework: unknown 'x'; valid: ...``.
+    """
+    try:
+        return FRAMEWORKS[name]
+    except KeyError:
+        raise ConfigError(f"[policy] framework: unknown {name!r}; valid: {', '.join(FRAMEWORKS)}") from None
+
+
+def inference_owner(role: str, trained: tuple[str, ...]) -> str | None:
+    """The trained model whose ZeRO stage an inference model of ``role`` follows: the reference the
+    actor's (DeepSpeed-Chat ``_init_ref``; verl's ref FSDP module; NeMo RL's reference in the policy
+    worker), the reward the critic's when there is one (DeepSpeed-Chat ``_init_reward``) else the actor's
+    (OpenRLHF's single ``--zero_stage``), a trained model its own."""
+    if role in trained:
+        return role
+    if role == "reward" and "critic" in trained:
+        return "critic"
+    return "actor" if "actor" in trained else None
+
+
+def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: int,
+                   extent: tuple[int, int, int]) -> float:
+    """All-gather of ZeRO-3 / FSDP-partitioned weights for ``passes`` forward passes, seconds.
+
+    A partitioned forward gathers every layer before using it and frees it after (ZeRO-3, Rajbhandari et
+    al. 2020 §5.3; FSDP ``FULL_SHARD``), once per micro-batch: each pass moves the largest stage's
+    ``n = 2·P_stage/tp`` bytes to every rank of the ``dp`` group by a ring all-gather,
+    ``(dp − 1)·(α + n/dp·β)`` at the slowest level of the group (Thakur et al. 2005). Not overlapped with
+    compute: DeepSpeed-Chat's and OpenRLHF's eval configs prefetch ``stage3_prefetch_bucket_size`` 3e7
+    parameters, less than one layer of a 1B+ model. 0 for ``dp = 1``."""
+    if dp <= 1:
+        return 0.0
+    nbytes = 2.0 * max(stage_params(model, pp)) / tp
+    alpha, beta = cost.hw.coll(cost.group_level(tp * dp, extent))
+    return passes * (dp - 1) * (alpha + nbytes / dp * beta)
+
+
+def dispatch_seconds(cost, framework: FrameworkProfile, dp: int) -> float:
+    """Seconds to dispatch one task: for a Ray framework one remote call (:data:`RAY_CALL_LATENCY`) plus
+    the batch to and from each of the ``dp`` replicas through host memory, ``2·B·K·(S + T_max)·28/dp``
+    bytes at ``host_bandwidth`` (:data:`RAY_BATCH_BYTES_PER_TOKEN`; the replicas copy in parallel, each
+    over its own PCIe link); 0 for a process-per-GPU framework (DeepSpeed-Chat) and ``none``."""
+    if not framework.ray:
+        return 0.0
+    w = cost.workload
+    nbytes = 2.0 * w.sequences * (w.context_length + w.max_response) * RAY_BATCH_BYTES_PER_TOKEN / dp
+    return RAY_CALL_LATENCY + nbytes / cost.hw.host_bandwidth
+
+
+def refit_seconds(cost, model: ModelSpec, src_range: tuple[int, int], dst_layout: tuple[int, int],
+                  dst_range: tuple[int, int], sharded: bool) -> float | None:
+    """Weight sync into a rollout engine by the framework's path, seconds; ``None`` for the model's own
+    formula (:meth:`~packplace.placement.cost.CostModel.realloc_time`, the ``p2p`` path).
+
+    * ``in_place`` on the same block (DeepSpeed hybrid engine): no copy between processes; ZeRO-3
+      partitions are all-gathered into the inference layout, ``(n − 1)·(α + 2P/n·β)`` over the block's
+      ``n`` GPUs (the full model: the engine gathers whole layers and keeps its TP slice), plus the copy
+      into the inference containers, ``2·shard/memory_bandwidth`` (``shard = 2P/(tp·pp)``); without
+      ZeRO-3 only the copy.
+    * ``cuda_ipc`` on the same block: the model's colocated formula (local reshard and the engine's
+      sleep/wake over the host link; vLLM sleep level 1 offloads the weights and discards the KV cache,
+      so no KV bytes move).
+    * Across blocks, a Ray framework (``cuda_ipc`` / ``in_place`` are same-block paths) broadcasts the
+      whole ``2P`` bytes from trainer rank 0 (OpenRLHF ``broadcast_to_vllm``, NeMo RL
+      ``broadcast_weights_for_collective``, verl's NCCL group): a pipelined broadcast carries every byte
+      once over each link, ``α + 2P·β_p2p`` at the level spanning both blocks."""
+    fw = cost.framework
+    if fw.refit == "p2p":
+        return None
+    if src_range == dst_range:
+        if fw.refit == "in_place":
+            n = src_range[1] - src_range[0]
+            shard = 2.0 * model.params / (dst_layout[0] * dst_layout[1])
+            seconds = 2.0 * shard / cost.hw.memory_bandwidth
+            if sharded and n > 1:
+                alpha, beta = cost.hw.coll(cost.cluster.span_level(*src_range))
+                seconds += (n - 1) * (alpha + 2.0 * model.params / n * beta)
+            return seconds
+        return None
+    level = cost.cluster.span_level(min(src_range[0], dst_range[0]), max(src_range[1], dst_range[1]))
+    return cost.p2p(2.0 * model.params, level)
