@@ -1,0 +1,164 @@
+"""Framework execution profiles (``policy.framework``): sharded inference memory and gather time, refit
+paths, dispatch cost, and the ``none`` default keeping the model's own mechanics; hand calculations."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from packplace.errors import ConfigError
+from packplace.placement.candidates import inference_sharded
+from packplace.placement.config import build_instance, load_yaml
+from packplace.placement.evaluator import get_evaluator
+from packplace.placement.framework import FRAMEWORKS, RAY_CALL_LATENCY, inference_owner
+from packplace.placement.hardware import PRESETS
+from packplace.placement.validate import load_setup
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
+OPT66_64 = os.path.join(VALIDATION, "deepspeed_chat_ppo_opt-66b_64xa100.yaml")
+OPT13_64 = os.path.join(VALIDATION, "deepspeed_chat_ppo_opt-13b_64xa100.yaml")
+OPENRLHF_70B = os.path.join(VALIDATION, "openrlhf_ppo_llama2-70b_32xa800.yaml")
+NEMO_8B = os.path.join(VALIDATION, "nemo_rl_grpo_llama3.1-8b_2x8xh100.yaml")
+
+# OPT-66B (huggingface.co/facebook/opt-66b config.json: 64 layers, d 9216, ffn 36864, vocab 50272, 2050
+# positions, tied head): per layer 4d² + 4d (attention with biases) + 2·d·f + d + f (MLP) + 4d (two layer
+# norms) = 339,738,624 + 36,864 + 679,477,248 + 46,080 + 36,864 = 1,019,335,680 parameters
+OPT66_LAYER = 4 * 9216**2 + 4 * 9216 + 2 * 9216 * 36864 + 9216 + 36864 + 4 * 9216
+# 64 layers + token embedding 50,272·9,216 + positions 2,050·9,216 + final norm 2·9,216
+OPT66_PARAMS = 64 * OPT66_LAYER + 50272 * 9216 + 2050 * 9216 + 2 * 9216
+
+
+def _candidate(instance, plan, name):
+    vp = dict(plan.vertices)[name]
+    return get_evaluator(instance).table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
+
+
+def test_zero3_inference_opt66b_on_64_a100_memory_and_time_by_hand():
+    instance, plan, _ = load_setup(OPT66_64)
+    assert OPT66_LAYER == 1_019_335_680 and OPT66_PARAMS == 65_719_701_504
+    assert instance.models["actor"].params == OPT66_PARAMS
+    assert inference_sharded(instance, "reference.infer")  # DeepSpeed-Chat, actor at ZeRO 3
+    ref = _candidate(instance, plan, "reference.infer")   # dp 64, tp 1, 4 sequences per micro-batch
+    # resident: the bf16 weights partitioned 64 ways, 2·65,719,701,504/64 = 2,053,740,672 bytes (a full
+    # replica would be 131.4 GB: over the 80 GB of the GPU before any activation)
+    assert ref.resident_bytes == pytest.approx(2 * OPT66_PARAMS / 64, rel=1e-12)
+    assert ref.resident_bytes == pytest.approx(2_053_740_672, rel=1e-12)
+    # transient: one gathered layer 2·1,019,335,680 = 2,038,671,360, activations 34·512·4·9,216 =
+    # 641,728,512 (s = 256 + 256 tokens), fp32 logits 4·512·50,272·4 = 411,828,224
+    assert ref.transient_bytes == pytest.approx(2_038_671_360 + 641_728_512 + 411_828_224, rel=1e-12)
+    assert ref.fits and ref.memory_bytes < 80e9
+    # time: 1,024 sequences / (64 replicas · 4) = 4 micro-batches, each gathering the 131.4 GB over the
+    # 64 ranks spread on 8 nodes: ring all-gather 63·(α_n + 131.4e9/64·β_n), α_n = 5 µs, β_n = 1/22.5e9
+    phases = get_evaluator(instance).vertex_phases("reference.infer", ref)
+    per_pass = 63 * (5e-6 + 2_053_740_672 / 22.5e9)
+    assert per_pass == pytest.approx(5.7507889, rel=1e-6)
+    assert phases["gather"] == pytest.approx(4 * per_pass, rel=1e-12)
+    assert phases["overhead"] == 0.0  # one process per GPU: no Ray dispatch
+    # the whole plan fits (DeepSpeed-Chat ran it): 168 GB per GPU with full-replica inference weights
+    score = get_evaluator(instance).score(plan)
+    assert score.feasible and max(score.gpu_memory_peak) < 80e9
+
+
+@pytest.mark.parametrize("setup", ["deepspeed_chat_ppo_opt-66b_64xa100", "deepspeed_chat_ppo_opt-30b_8xa100"])
+def test_full_replica_inference_is_out_of_memory_where_the_run_sharded(setup):
+    path = os.path.join(VALIDATION, setup + ".yaml")
+    instance, plan, _ = load_setup(path)
+    assert get_evaluator(instance).score(plan).feasible  # ZeRO-3 reference and reward: it fits
+    cfg = load_yaml(path)
+    cfg.pop("validation")
+    cfg["policy"]["framework"] = "none"                 # every replica holding whole weights
+    replicas = build_instance(cfg)
+    assert not inference_sharded(replicas, "reference.infer")
+    ref = _candidate(replicas, plan, "reference.infer")
+    assert ref.resident_bytes == pytest.approx(2 * replicas.models["actor"].params, rel=1e-12)
+    score = get_evaluator(replicas).score(plan)
+    # whole weights on every GPU: 126 GB (30B on 8) and 155 GB (66B on 64) per GPU on these plans
+    assert not score.feasible and max(score.gpu_memory_peak) > 120e9
+
+
+def test_hybrid_engine_refit_gathers_the_partitions_in_place():
+    instance, plan, _ = load_setup(OPT66_64)
+    score = get_evaluator(instance).score(plan)
+    # no copy between processes: ZeRO-3 partitions all-gathered over the 64 GPUs of the block (one rack:
+    # level n), 63·(5 µs + 2P/64/22.5e9), plus the copy into the TP-8 inference containers,
+    # 2·(2P/8)/2.039e12 bytes/s of HBM; no sleep/wake over the host link
+    shard = 2 * OPT66_PARAMS / 8
+    expected = 63 * (5e-6 + 2 * OPT66_PARAMS / 64 / 22.5e9) + 2 * shard / 2.039e12
+    assert score.realloc["actor.train->actor.generate"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_ray_framework_broadcasts_weights_across_blocks_and_pays_its_dispatch():
+    instance, plan, _ = load_setup(OPENRLHF_70B)
+    score = get_evaluator(instance).score(plan)
+    params = instance.models["actor"].params
+    # OpenRLHF broadcast_to_vllm: the whole 2P bytes leave trainer rank 0 (a pipelined NCCL broadcast
+    # carries each byte once per link); trainer and engines on different nodes of one rack: level n,
+    # α_p2p 5 µs, β_p2p = 1/(1.1·22.5e9)
+    assert score.realloc["actor.train->actor.generate"] == pytest.approx(5e-6 + 2 * params / (1.1 * 22.5e9),
+                                                                         rel=1e-12)
+    # dispatch of the reference forward (dp 4): one Ray call, 1 ms, plus the batch of 1,024 sequences of
+    # 2,048 tokens at 28 bytes each, in and out, over each replica's PCIe (25 GB/s):
+    # 2·1,024·2,048·28/4 = 29,360,128 bytes → 1.174 ms
+    ref = _candidate(instance, plan, "reference.infer")
+    overhead = get_evaluator(instance).vertex_phases("reference.infer", ref)["overhead"]
+    assert overhead == pytest.approx(RAY_CALL_LATENCY + 2 * 1024 * 2048 * 28 / 4 / 25e9, rel=1e-12)
+    assert overhead == pytest.approx(0.0021744, rel=1e-4)
+
+
+def test_colocated_cuda_ipc_refit_is_the_sleep_wake_formula():
+    instance, plan, _ = load_setup(NEMO_8B)
+    score = get_evaluator(instance).score(plan)
+    # NeMo RL colocated: CUDA IPC (local HBM copy) and vLLM sleep level 1 / wake of the TP-1 engine's
+    # weights over PCIe Gen5 (50 GB/s); the KV cache is discarded, not moved
+    shard = 2 * instance.models["actor"].params
+    assert score.realloc["actor.train->actor.generate"] == pytest.approx(2 * shard / 3.35e12 + 2 * shard / 50e9,
+                                                                         rel=1e-12)
+
+
+def test_none_keeps_the_models_own_mechanics_and_the_knobs():
+    cfg = load_yaml(NEMO_8B)
+    cfg.pop("validation")
+    cfg["policy"].pop("framework")
+    cfg["hardware"].update(phase_overhead=5.0, weight_sync_overhead=1.0)
+    instance = build_instance(cfg)
+    assert instance.framework == "none"
+    _, plan, _ = load_setup(NEMO_8B)
+    ev = get_evaluator(instance)
+    score = ev.score(plan)
+    for name, phases in score.phases.items():
+        assert "gather" not in phases and phases["overhead"] == 5.0, name  # full replicas, the knob alone
+    shard = 2 * instance.models["actor"].params
+    assert score.realloc["actor.train->actor.generate"] == pytest.approx(
+        2 * shard / 3.35e12 + 2 * shard / 50e9 + 1.0, rel=1e-12)
+
+
+def test_presets_carry_no_fixed_overheads():
+    for name, preset in PRESETS.items():
+        assert "phase_overhead" not in preset and "weight_sync_overhead" not in preset, name
+
+
+def test_deepspeed_chat_13b_on_64_a100_without_the_fixed_overhead():
+    # 2.47x too slow with 5 s per task (six tasks: 30 s on a 17.4 s step); the profile adds none
+    instance, plan, section = load_setup(OPT13_64)
+    score = get_evaluator(instance).score(plan)
+    assert all(phases["overhead"] == 0.0 for phases in score.phases.values())
+    assert 0.8 <= score.step_time / section["published"]["step"] <= 1.25
+
+
+def test_inference_owner_follows_the_frameworks_zero_stage_rules():
+    assert inference_owner("reference", ("actor", "critic")) == "actor"
+    assert inference_owner("reward", ("actor", "critic")) == "critic"   # DeepSpeed-Chat _init_reward
+    assert inference_owner("reward", ("actor",)) == "actor"             # OpenRLHF's single --zero_stage
+    assert inference_owner("critic", ("actor", "critic")) == "critic"
+    assert set(FRAMEWORKS) >= {"none", "verl", "nemo-rl", "openrlhf", "deepspeed-chat"}
+    assert not FRAMEWORKS["deepspeed-chat"].ray and FRAMEWORKS["verl"].ray
+
+
+def test_unknown_framework_is_a_config_error():
+    cfg = load_yaml(NEMO_8B)
+    cfg.pop("validation")
+    cfg["policy"]["framework"] = "megatron-chat"
+    with pytest.raises(ConfigError, match=r"\[policy\] framework.*'megatron-chat'"):
+        build_instance(cfg)
