@@ -34,8 +34,8 @@ RAY_CALL_LATENCY = 1e-3
 #: OpenRLHF ``Experience``, NeMo RL ``BatchedDataDict``): int64 token ids, attention mask and position
 #: ids in, fp32 log-probs / values out (3 × 8 + 4 bytes).
 RAY_BATCH_BYTES_PER_TOKEN = 28
-#: Refit paths.
-REFITS = ("p2p", "in_place", "cuda_ipc", "nccl")
+#: Refit paths on the trainer's own block (:func:`refit_seconds`).
+REFITS = ("p2p", "in_place", "cuda_ipc")
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,9 @@ class FrameworkProfile:
         sharded_inference: Reference / reward / critic forwards (and the old-log-prob pass) run on
             ZeRO-3 / FSDP-partitioned weights when the owning trained model shards with ``zero3``
             (:func:`inference_owner`); otherwise every replica holds whole weights.
-        refit: Weight path from trainer to rollout engine when they share a block (``in_place``,
-            ``cuda_ipc`` or ``p2p``); across blocks ``nccl`` frameworks broadcast from trainer rank 0,
-            ``p2p`` sends each engine GPU its shard.
+        refit: Weight path from trainer to rollout engine when they share a block (:data:`REFITS`:
+            ``in_place``, ``cuda_ipc`` or ``p2p``); across blocks every framework but ``none`` (``p2p``:
+            each engine GPU receives its shard) broadcasts the weights from trainer rank 0 over NCCL.
         ray: Tasks are Ray remote calls from a single controller (:func:`dispatch_seconds`).
         sources: Where the mechanics are documented (code paths, docs).
     """
@@ -161,7 +161,7 @@ def refit_seconds(cost, model: ModelSpec, src_range: tuple[int, int], dst_layout
     * ``cuda_ipc`` on the same block: the model's colocated formula (local reshard and the engine's
       sleep/wake over the host link; vLLM sleep level 1 offloads the weights and discards the KV cache,
       so no KV bytes move).
-    * Across blocks, a Ray framework (``cuda_ipc`` / ``in_place`` are same-block paths) broadcasts the
+    * Across blocks (``cuda_ipc`` / ``in_place`` are same-block paths) the framework broadcasts the
       whole ``2P`` bytes from trainer rank 0 (OpenRLHF ``broadcast_to_vllm``, NeMo RL
       ``broadcast_weights_for_collective``, verl's NCCL group): a pipelined broadcast carries every byte
       once over each link, ``α + 2P·β_p2p`` at the level spanning both blocks."""

@@ -98,10 +98,11 @@ class Hardware:
             32 GB/s per direction (PCI-SIG), pinned-memory copies sustain ≈ 25 GB/s; Gen5 doubles it.
         decode_step_overhead: Seconds added to every decode step of a generation engine (scheduler,
             sampling, Python and launch overhead that CUDA graphs do not hide); default 0.
-        phase_overhead: Seconds added once to every task of the step (framework dispatch, data
-            gathering, process-group setup: the fixed cost of a phase); default 0.
+        phase_overhead: Seconds added once to every task of the step, on top of the framework profile's
+            derived dispatch (:mod:`packplace.placement.framework`); default 0, no preset sets it: a
+            knob for ``calibrate`` to fit a measured per-task cost.
         weight_sync_overhead: Seconds added to every per-step weight synchronisation from a trainer to
-            its rollout engine (engine reload, cache reset); default 0.
+            its rollout engine, on top of the framework's refit path; default 0, no preset sets it.
     """
 
     flops_per_gpu: float
