@@ -162,3 +162,26 @@ def test_unknown_framework_is_a_config_error():
     cfg["policy"]["framework"] = "megatron-chat"
     with pytest.raises(ConfigError, match=r"\[policy\] framework.*'megatron-chat'"):
         build_instance(cfg)
+
+
+def test_host_offloaded_zero3_reference_streams_its_partition_every_micro_batch():
+    path = os.path.join(VALIDATION, "deepspeed_chat_optimized_ppo_llama2-7b_16xa800.yaml")
+    instance, plan, _ = load_setup(path)
+    assert instance.inference_offload == "reference+reward" and inference_sharded(instance, "reference.infer")
+    ref = _candidate(instance, plan, "reference.infer")   # dp 16 over two nodes, 8 sequences per micro-batch
+    params = instance.models["actor"].params
+    assert params == 6_738_415_616                          # Llama-2-7B
+    # nothing resident: the partition lives on the host; the pass holds one gathered layer,
+    # 2·(4·4096² + 3·4096·11008 + 2·4096) = 2·202,383,360 bytes, activations 34·2048·8·4096 and the
+    # fp32 logits 8·2048·32000·4
+    layer = 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
+    assert ref.resident_bytes == 0.0
+    assert ref.transient_bytes == pytest.approx(2 * layer + 34 * 2048 * 8 * 4096 + 8 * 2048 * 32000 * 4, rel=1e-12)
+    # onload: 1,024 / (16 · 8) = 8 micro-batches, each bringing the rank's partition 2P/16 = 842,301,952
+    # bytes over PCIe Gen4 (25e9 B/s): 8 · 0.0336921 s; then the gather over 16 ranks on two nodes
+    phases = get_evaluator(instance).vertex_phases("reference.infer", ref)
+    assert phases["onload"] == pytest.approx(8 * 2 * params / 16 / 25e9, rel=1e-12)
+    assert phases["onload"] == pytest.approx(0.2695366, rel=1e-6)
+    assert phases["gather"] == pytest.approx(8 * 15 * (5e-6 + 2 * params / 16 / 22.5e9), rel=1e-12)
+    critic = _candidate(instance, plan, "critic.infer")      # the critic is trained: not offloaded
+    assert "onload" not in get_evaluator(instance).vertex_phases("critic.infer", critic)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from packplace.errors import ConfigError
-from packplace.placement.candidates import cost_model, inference_sharded, needs_old_log_prob
+from packplace.placement.candidates import cost_model, inference_offloaded, inference_sharded, needs_old_log_prob
 from packplace.placement.hardware import Hardware
 
 #: Knobs that can be fitted and their physical bounds (fractions of peak in (0, 1]; seconds ≥ 0).
@@ -51,7 +51,7 @@ def task_times(instance, plan, hardware: Hardware, engine_only: tuple[str, ...] 
         s = vp.strategy
         phases = cost.vertex_phases(instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp, vp.micro_batch,
                                     vp.allocation.extent, needs_old_log_prob(instance, name),
-                                    inference_sharded(instance, name))
+                                    inference_sharded(instance, name), inference_offloaded(instance, name))
         if name in engine_only:
             phases.pop("overhead", None)
         out[name] = sum(phases.values())

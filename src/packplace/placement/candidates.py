@@ -28,7 +28,7 @@ from typing import NamedTuple
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.cost import CostModel
 from packplace.placement.engine import mean_live_tokens
-from packplace.placement.framework import inference_owner, profile
+from packplace.placement.framework import INFERENCE_OFFLOAD, inference_owner, profile
 from packplace.placement.graph import algorithm_spec
 from packplace.placement.hardware import Cluster
 from packplace.placement.memory import DEFAULT_TRAINING, vertex_memory
@@ -400,6 +400,13 @@ def inference_sharded(instance, vertex: str) -> bool:
     return owner is not None and instance.training.get(owner, DEFAULT_TRAINING).sharding == "zero3"
 
 
+def inference_offloaded(instance, vertex: str) -> bool:
+    """Whether ``vertex`` is the forward of an inference-only model that ``policy.inference_offload``
+    keeps in host memory (its weights stream in over ``host_bandwidth``)."""
+    v = instance.graph.vertex(vertex)
+    return v.kind == "infer" and v.model in INFERENCE_OFFLOAD[instance.inference_offload]
+
+
 def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostModel:
     """The :class:`CostModel` of ``instance`` (optionally on another cluster or hardware): its workload,
     engine, framework profile and the shapes of its models that train with ``zero3``."""
@@ -424,6 +431,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     mem = instance.hardware.memory_per_gpu
     old_log_prob = needs_old_log_prob(instance, name)
     sharded = inference_sharded(instance, name)
+    offloaded = inference_offloaded(instance, name)
     options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
     limit = mem * instance.engine.gpu_memory_utilization if kind == "generate" else mem
     extra = 0.0
@@ -443,8 +451,8 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
             res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
                                      seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
                                      options=options, prefill_sequences=prefill,
-                                     sharded_weights=sharded and kind == "infer")
-            seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent, old_log_prob, sharded) + extra
+                                     sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded)
+            seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent, old_log_prob, sharded, offloaded) + extra
             if kind == "train":
                 seconds += training_overhead_seconds(cost, model, options, dp, pp, tp, mb, extent)
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))

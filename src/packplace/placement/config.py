@@ -29,7 +29,7 @@ from typing import Any
 from packplace.contract import Field, check_count, check_section
 from packplace.errors import ConfigError, show
 from packplace.placement.engine import BATCHING, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_NUM_SEQS, RolloutEngine
-from packplace.placement.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
+from packplace.placement.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, INFERENCE_OFFLOAD
 from packplace.placement.graph import (
     RL_ALGORITHMS,
     StepGraph,
@@ -123,6 +123,8 @@ POLICY_FIELDS: dict[str, Field] = {
                                     meaning="fraction of a GPU the rollout engine may use (vLLM's default 0.9)"),
     "framework": Field("enum", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
                        meaning="RL framework whose execution profile runs the step (none: the model's own mechanics)"),
+    "inference_offload": Field("enum", choices=tuple(INFERENCE_OFFLOAD), default="none",
+                               meaning="inference-only models whose weights stay in host memory between forwards"),
 }
 #: Options of ``[training]`` (for every trained model, or per model under ``actor:`` / ``critic:``);
 #: formulas and sources in :mod:`packplace.placement.memory` and :mod:`packplace.placement.training_time`.
@@ -202,6 +204,8 @@ class PlacementInstance:
         rule_reward: The rule-based reward (``models.reward: rule``), or ``None`` for a reward model.
         framework: ``policy.framework``, the execution profile
             (:data:`packplace.placement.framework.FRAMEWORKS`; default ``none``).
+        inference_offload: ``policy.inference_offload``: ``none`` (default), ``reference`` or
+            ``reference+reward`` keep those models' weights in host memory between forwards.
     """
 
     cluster: Cluster
@@ -216,6 +220,7 @@ class PlacementInstance:
     training: Mapping[str, TrainingOptions] = field(default_factory=dict)
     rule_reward: RuleReward | None = None
     framework: str = DEFAULT_FRAMEWORK
+    inference_offload: str = "none"
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -459,7 +464,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     optimizer = _optimizer(_section(config, "optimizer", required=False), algorithm)
     return PlacementInstance(cluster, hardware, models, workload, algorithm,
                              build_graph(algorithm, reward_model=rule_reward is None), optimizer, source, engine,
-                             training=training, rule_reward=rule_reward, framework=policy["framework"])
+                             training=training, rule_reward=rule_reward, framework=policy["framework"],
+                             inference_offload=policy["inference_offload"])
 
 
 def _is_rule(spec: Any) -> bool:

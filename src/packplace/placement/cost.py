@@ -21,6 +21,7 @@ from packplace.placement.framework import (
     FrameworkProfile,
     dispatch_seconds,
     gather_seconds,
+    onload_seconds,
     refit_seconds,
 )
 from packplace.placement.hardware import Cluster, Hardware
@@ -153,15 +154,16 @@ class CostModel:
 
     # -- vertex times -------------------------------------------------------------------------------
     def vertex_time(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
-                    extent: tuple[int, int, int], old_log_prob: bool = False, sharded: bool = False) -> float:
+                    extent: tuple[int, int, int], old_log_prob: bool = False, sharded: bool = False,
+                    offloaded: bool = False) -> float:
         """Seconds of the vertex on a block of ``extent`` (the slowest data-parallel replica; replicas
         are identical): the sum of :meth:`vertex_phases`."""
         return sum(self.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob,
-                                      sharded).values())
+                                      sharded, offloaded).values())
 
     def vertex_phases(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                       extent: tuple[int, int, int], old_log_prob: bool = False,
-                      sharded: bool = False) -> dict[str, float]:
+                      sharded: bool = False, offloaded: bool = False) -> dict[str, float]:
         """The parts of a vertex's time, seconds: ``generate`` → ``generation`` (:meth:`generate_time`);
         ``infer`` → ``forward`` (:meth:`pass_time`); ``train`` → ``train`` and, with ``old_log_prob``
         (the PPO/GRPO actor), ``old_log_prob``: the forward pass over the rollouts with the weights before
@@ -169,7 +171,9 @@ class CostModel:
         experience maker; Schulman et al. 2017), run by the trainer with its own strategy. With
         ``sharded`` (a forward on ZeRO-3 / FSDP-partitioned weights,
         :func:`~packplace.placement.candidates.inference_sharded`) the forward passes add ``gather``:
-        :func:`~packplace.placement.framework.gather_seconds` once per micro-batch. Every vertex adds
+        :func:`~packplace.placement.framework.gather_seconds` once per micro-batch; with ``offloaded``
+        (an inference model kept in host memory, ``policy.inference_offload``) an ``infer`` vertex adds
+        ``onload``, :func:`~packplace.placement.framework.onload_seconds`. Every vertex adds
         ``overhead`` = the framework's dispatch (:func:`~packplace.placement.framework.dispatch_seconds`)
         plus the hardware's ``phase_overhead`` knob (0 unless a config or ``calibrate`` sets it)."""
         if kind == "generate":
@@ -183,6 +187,9 @@ class CostModel:
         if sharded and kind != "generate" and (kind == "infer" or old_log_prob):
             passes = self.workload.sequences // (dp * micro_batch)
             phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent)
+        if offloaded and kind == "infer":
+            passes = self.workload.sequences // (dp * micro_batch)
+            phases["onload"] = onload_seconds(self, model, dp, pp, tp, passes, sharded)
         phases["overhead"] = self.hw.phase_overhead + dispatch_seconds(self, self.framework, dp)
         return phases
 

@@ -21,7 +21,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from packplace.placement.candidates import CandidateTable, explain, gb, inference_sharded, needs_old_log_prob
+from packplace.placement.candidates import (
+    CandidateTable,
+    explain,
+    gb,
+    inference_offloaded,
+    inference_sharded,
+    needs_old_log_prob,
+)
 from packplace.placement.plan import Plan, VertexPlan
 
 INF = float("inf")
@@ -433,7 +440,8 @@ class PlacementEvaluator:
             vertex = self.instance.graph.vertex(name)
             phases = self._phases[key] = self.cost.vertex_phases(
                 self.instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp, cand.micro_batch, cand.extent,
-                needs_old_log_prob(self.instance, name), inference_sharded(self.instance, name))
+                needs_old_log_prob(self.instance, name), inference_sharded(self.instance, name),
+                inference_offloaded(self.instance, name))
         return dict(phases)
 
     def vertex_memory(self, plan: Plan) -> dict[str, float]:

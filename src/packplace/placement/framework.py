@@ -34,6 +34,9 @@ RAY_CALL_LATENCY = 1e-3
 #: OpenRLHF ``Experience``, NeMo RL ``BatchedDataDict``): int64 token ids, attention mask and position
 #: ids in, fp32 log-probs / values out (3 × 8 + 4 bytes).
 RAY_BATCH_BYTES_PER_TOKEN = 28
+#: ``policy.inference_offload`` values: which inference-only models keep their weights in host memory
+#: between forwards (OpenRLHF ``--ref_reward_offload``; DeepSpeed-Chat ``--offload_reference_model``).
+INFERENCE_OFFLOAD = {"none": (), "reference": ("reference",), "reference+reward": ("reference", "reward")}
 #: Refit paths on the trainer's own block (:func:`refit_seconds`).
 REFITS = ("p2p", "in_place", "cuda_ipc")
 
@@ -134,6 +137,19 @@ def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     nbytes = 2.0 * max(stage_params(model, pp)) / tp
     alpha, beta = cost.hw.coll(cost.group_level(tp * dp, extent))
     return passes * (dp - 1) * (alpha + nbytes / dp * beta)
+
+
+def onload_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: int, sharded: bool) -> float:
+    """Host-to-GPU streaming of a host-offloaded inference model's weights, seconds, at ``host_bandwidth``
+    (each GPU over its own PCIe link). ZeRO-3 parameter offload (ZeRO-Infinity, Rajbhandari et al. 2021;
+    DeepSpeed ``offload_param``) brings each rank's partition ``2·P_stage/(tp·dp)`` to the GPU for every
+    one of the ``passes`` micro-batches (then :func:`gather_seconds` gathers it); a full replica kept on
+    the host (OpenRLHF's ``--ref_reward_offload`` without ZeRO-3 moves the module to the GPU and back)
+    crosses once per step, ``2·P_stage/tp``."""
+    nbytes = 2.0 * max(stage_params(model, pp)) / tp
+    if sharded:
+        return passes * nbytes / dp / cost.hw.host_bandwidth
+    return nbytes / cost.hw.host_bandwidth
 
 
 def dispatch_seconds(cost, framework: FrameworkProfile, dp: int) -> float:

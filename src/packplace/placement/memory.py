@@ -189,7 +189,8 @@ def activation_bytes_per_layer(model: ModelSpec, seq_len: float, micro_batch: in
 def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, micro_batch: int,
                   micro_batches: int, seq_len: float, prompt_len: int, live_len: float,
                   options: TrainingOptions = DEFAULT_TRAINING,
-                  prefill_sequences: int | None = None, sharded_weights: bool = False) -> tuple[float, float]:
+                  prefill_sequences: int | None = None, sharded_weights: bool = False,
+                  offloaded_weights: bool = False) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -207,6 +208,9 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         sharded_weights: An ``infer`` pass on ZeRO-3 / FSDP-partitioned weights (DeepSpeed-Chat's and
             OpenRLHF's reference and reward under ZeRO-3, verl's FSDP reference): the resident weights are
             ``2p/dp`` and the pass holds one gathered layer ``2·p_L`` (Rajbhandari et al. 2020, §5.3).
+        offloaded_weights: An ``infer`` pass whose weights live in host memory (ZeRO-Infinity parameter
+            offload, Rajbhandari et al. 2021; OpenRLHF ``--ref_reward_offload``): nothing resident; while
+            it runs the GPU holds the gathered layer (sharded) or the whole weights (a replica).
 
     Per stage ``i``: train — :func:`train_state_bytes` resident, activations of its layers for
     ``min(pp − i, m)`` micro-batches in flight, fp32 logits ``mb·s·V_out·4/tp`` on the last stage;
@@ -238,6 +242,9 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             transient = activation_bytes_per_layer(model, seq_len, micro_batch, tp)
             if sharded_weights:
                 transient += 2.0 * per_layer_rank
+            if offloaded_weights:
+                transient += 0.0 if sharded_weights else resident
+                resident = 0.0
             if last:
                 transient += micro_batch * seq_len * model.output_dim * LOGIT_BYTES / tp
         else:
