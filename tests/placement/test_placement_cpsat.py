@@ -218,6 +218,8 @@ def test_rescored_step_time_equals_the_claim_on_shipped_configs(path):
     result = packplace.place(inst, "cpsat", time_limit_s=600, cp_parameters={"max_deterministic_time": 0.5})
     assert result.ok, result.message
     assert not result.info.get("discrepancy"), result.message
+    if result.info.get("cp_status") == "NOT_BUILT":  # a loaded machine spent the build budget: no claim made
+        pytest.skip(result.message)
     assert claim_holds(result), (result.objective, result.info["model_step_time_s"])
     assert result.objective <= result.info["hint_step_time_s"] + 1e-12
     if inst.num_gpus <= 16:  # the claim checked is CP-SAT's own answer (32 GPUs may stop after presolve)

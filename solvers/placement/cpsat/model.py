@@ -298,15 +298,16 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
         lay_b = where(b, lambda o: (o.lo, o.hi, o.layout))
         same_both = match_literal(m, lay_a, lay_b, f"same_layout[{a},{b}]")
         layout_of = where(b, lambda o: o.layout)
+        sized_of = where(b, lambda o: (o.layout, o.hi - o.lo)) if tables.engine[k] else {}
         lv = level_literals(same_node, same_rack)
         m.Add(step >= end[a] - start[b])
         apart = same_block.Not() if tables.engine[k] else same_both.Not()
         for (kk, level, layout), r in sorted(tables.realloc_ticks.items()):
             if kk == k and layout in layout_of and r > 0:
                 m.Add(step >= end[a] + r - start[b]).OnlyEnforceIf([layout_of[layout], apart, *lv[level]])
-        for (kk, layout), r in sorted(tables.colocated_ticks.items()):
-            if kk == k and layout in layout_of and r > 0:
-                m.Add(step >= end[a] + r - start[b]).OnlyEnforceIf([layout_of[layout], same_block])
+        for (kk, sized), r in sorted(tables.colocated_ticks.items()):
+            if kk == k and sized in sized_of and r > 0:
+                m.Add(step >= end[a] + r - start[b]).OnlyEnforceIf([sized_of[sized], same_block])
 
     # -- redundant energy cut: every vertex's GPU-time fits in step × GPUs -------------------------
     check("energy cut")

@@ -226,6 +226,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
         lay_b = loc.where(b, lambda o: (o.lo, o.hi, o.layout))
         same_both = match_literal(m, lay_a, lay_b, f"same_layout[{a},{b}]")
         layout_of = loc.where(b, lambda o: o.layout)
+        sized_of = loc.where(b, lambda o: (o.layout, o.hi - o.lo)) if tables.engine[k] else {}
         lv = loc.level_literals(same_node, same_rack)
         apart = same_block.Not() if tables.engine[k] else same_both.Not()
         # redundant, unconditional: the largest staleness and the least synchronisation time (LP bound)
@@ -239,10 +240,10 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
                 if kk == k and layout in layout_of and r > 0:
                     m.Add(start[b] + (1 + t) * period >= end[a] + r).OnlyEnforceIf(
                         [chosen, layout_of[layout], apart, *lv[level]])
-            for (kk, layout), r in sorted(tables.colocated_ticks.items()):
-                if kk == k and layout in layout_of and r > 0:
+            for (kk, sized), r in sorted(tables.colocated_ticks.items()):
+                if kk == k and sized in sized_of and r > 0:
                     m.Add(start[b] + (1 + t) * period >= end[a] + r).OnlyEnforceIf(
-                        [chosen, layout_of[layout], same_block])
+                        [chosen, sized_of[sized], same_block])
 
     # -- redundant energy cut: every vertex's GPU-time fits in P × GPUs ---------------------------------
     check("energy cut")

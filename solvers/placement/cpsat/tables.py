@@ -93,8 +93,9 @@ class ModelTables:
         transfer_ticks: ``{(level, dst_dp): ticks}`` of a data-edge transfer between different blocks.
         realloc_ticks: ``{(pub index, level, dst (pp, tp)): ticks}`` of a reallocation (different block or layout;
             into a rollout engine: different block).
-        colocated_ticks: ``{(pub index, dst (pp, tp)): ticks}`` of a weight sync into a rollout engine on the
-            trainer's block (empty for edges into inference vertices).
+        colocated_ticks: ``{(pub index, (dst (pp, tp), block GPUs)): ticks}`` of a weight sync into a rollout
+            engine on the trainer's block (empty for edges into inference vertices); the block's size
+            matters to a framework that gathers ZeRO-3 partitions over it (DeepSpeed's hybrid engine).
         engine: Per publication edge, whether its consumer is a rollout engine.
         rounding_ticks: ``E = 2·V``: how much the model's value of a plan can exceed the evaluator's.
     """
@@ -106,7 +107,7 @@ class ModelTables:
     transfer_ticks: dict[tuple[int, int], int]
     realloc_ticks: dict[tuple[int, int, tuple[int, int]], int]
     rounding_ticks: int
-    colocated_ticks: dict[tuple[int, tuple[int, int]], int]
+    colocated_ticks: dict[tuple[int, tuple[tuple[int, int], int]], int]
     engine: list[bool]
 
 
@@ -164,8 +165,10 @@ def make_tables(instance, candidates: dict[str, list[Candidate]], deadline: floa
                 realloc_ticks[(k, level, layout)] = to_ticks(
                     cost.realloc_time(model, (0, 0), r1, layout, r2, engine[k]))
         if engine[k]:
-            for layout in {o.layout for o in options[b]}:
-                colocated_ticks[(k, layout)] = to_ticks(cost.colocated_sync_time(model, layout))
+            for o in options[b]:
+                key = (o.layout, o.hi - o.lo)
+                if (k, key) not in colocated_ticks:
+                    colocated_ticks[(k, key)] = to_ticks(cost.colocated_sync_time(model, o.layout, (o.lo, o.hi)))
             continue
         # same block, different layout: the level is the block's own span
         for o in options[b]:
@@ -215,7 +218,7 @@ def publication_ticks(tables: ModelTables, instance, choice: list[Option], k: in
     a, b = tables.pubs[k]
     oa, ob = choice[a], choice[b]
     if tables.engine[k] and (oa.lo, oa.hi) == (ob.lo, ob.hi):
-        return tables.colocated_ticks[(k, ob.layout)]
+        return tables.colocated_ticks[(k, (ob.layout, ob.hi - ob.lo))]
     if (oa.lo, oa.hi) == (ob.lo, ob.hi) and oa.layout == ob.layout:
         return 0
     span = instance.cluster.span_level
