@@ -221,3 +221,17 @@ def test_more_expert_parallelism_never_needs_more_memory(tp, sharding):
     values = [resident_bytes(QWEN3_MOE, "train", 32 // tp, 1, tp, options, ep) for ep in (1, 2, 4)
               if (32 // tp) % ep == 0]
     assert values == sorted(values, reverse=True)
+
+
+def test_shared_experts_are_active_for_every_token_and_not_split_by_ep():
+    # 2 layers, d 256, 4 heads of 64, 8 experts of width 128, top-2, one shared expert of width 128
+    m = TransformerShape(layers=2, hidden_dim=256, ffn_dim=512, vocab_size=1000, num_heads=4, head_dim=64,
+                         num_experts=8, experts_per_token=2, expert_ffn_dim=128, shared_expert_ffn_dim=128)
+    one = 3 * 256 * 128                                          # one expert (gate, up, down): 98,304
+    assert m.expert_params == 2 * 8 * one                         # routed experts only, the shared one not
+    assert m.expert_gemm_params == 2 * one
+    # per layer a token multiplies attention 4 x 256 x 256, the router 256 x 8, 2 routed + 1 shared expert
+    per_layer = 4 * 256 * 256 + 256 * 8 + (2 + 1) * one
+    assert m.gemm_params == 2 * per_layer + 256 * 1000            # + the LM head
+    # the shared expert stays on every expert-parallel rank: only 16 routed experts are divided by ep
+    assert weight_bytes(m, 1, 1, 4) == pytest.approx(2 * (m.params - 2 * 8 * one + 2 * 8 * one / 4), rel=1e-12)
