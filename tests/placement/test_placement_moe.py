@@ -235,3 +235,19 @@ def test_shared_experts_are_active_for_every_token_and_not_split_by_ep():
     assert m.gemm_params == 2 * per_layer + 256 * 1000            # + the LM head
     # the shared expert stays on every expert-parallel rank: only 16 routed experts are divided by ep
     assert weight_bytes(m, 1, 1, 4) == pytest.approx(2 * (m.params - 2 * 8 * one + 2 * 8 * one / 4), rel=1e-12)
+
+
+def test_cpsat_and_the_evaluator_agree_on_expert_parallel_candidates():
+    # a tiny MoE PPO step on 4 GPUs: the CP-SAT model prices ep layouts (weight sync, colocation) as the
+    # evaluator does, and proves its plan optimal
+    actor = {"num_hidden_layers": 4, "hidden_size": 512, "intermediate_size": 1024, "moe_intermediate_size": 256,
+             "num_experts": 8, "num_experts_per_tok": 2, "vocab_size": 8000, "num_attention_heads": 4}
+    inst = build_instance({
+        "hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": 4, "memory_per_gpu": 6e8},
+        "models": {"actor": actor, "critic": actor, "reward": actor},
+        "workload": {"batch_size": 8, "samples_per_prompt": 2, "context_length": 64, "generation_length": 64},
+        "policy": {"algorithm": "ppo"}})
+    result = packplace.place(inst, "cpsat", time_limit_s=60)
+    assert result.status == "optimal" and not result.info.get("discrepancy"), result.message
+    assert any(vp.strategy.ep > 1 for _, vp in result.solution.vertices)
+    assert result.objective <= packplace.place(inst, "greedy").objective + 1e-12
