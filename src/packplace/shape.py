@@ -22,8 +22,9 @@ the attention term): ``2·N_active`` for the matrix multiplies (every active wei
 included, the embedding lookup excluded) plus ``2·L·n_ctx·q`` for QKᵀ and AV at an average causal
 context of ``n_ctx/2`` — the attention width is ``q = heads·head_dim``, not ``d``.
 
-Expert parallelism is not a strategy dimension of the placement problem: a MoE model's experts are
-split by the tensor/pipeline degrees like dense weights.
+The placement problem splits the routed experts (:attr:`TransformerShape.expert_params`) over an
+expert-parallel degree ``ep`` as well (:mod:`packplace.placement.memory`, :mod:`packplace.placement.cost`);
+the attention, dense, router and shared-expert weights follow the tensor/pipeline degrees.
 """
 
 from __future__ import annotations
@@ -202,6 +203,18 @@ class TransformerShape:
     def moe_layers(self) -> int:
         """Layers with a MoE MLP (``layers − dense_layers``; 0 for a dense model)."""
         return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def expert_gemm_params(self) -> int:
+        """Matrix weights of one routed expert summed over the MoE layers: ``moe_layers·3·d·d_e`` (gated;
+        ``2·d·d_e`` plain); 0 for a dense model. ``experts_per_token`` of them are active per token."""
+        return self.moe_layers * self._dense_mlp_params(self.expert_ffn_dim, True) if self.is_moe else 0
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of every routed expert of every MoE layer (biases included): the part of
+        ``params`` that expert parallelism splits; 0 for a dense model."""
+        return self.moe_layers * self.num_experts * self._dense_mlp_params(self.expert_ffn_dim) if self.is_moe else 0
 
     @property
     def layer_params(self) -> int:

@@ -50,7 +50,7 @@ def task_times(instance, plan, hardware: Hardware, engine_only: tuple[str, ...] 
         vertex = instance.graph.vertex(name)
         s = vp.strategy
         out[name] = cost.vertex_time(instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp, vp.micro_batch,
-                                     vp.allocation.extent, needs_old_log_prob(instance, name))
+                                     vp.allocation.extent, needs_old_log_prob(instance, name), s.ep)
         if name in engine_only:
             out[name] -= hardware.phase_overhead
     return out
