@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from packplace.errors import ConfigError, show
+from packplace.outputs import record_input
 
 #: Largest config file read, in bytes (1M token counts in a flow list take about 8 MB).
 MAX_CONFIG_BYTES = 64 * 2**20
@@ -162,21 +164,50 @@ def loads_yaml(text: str, source: str = "<string>") -> Any:
         raise ConfigError(f"{source}: invalid YAML: {detail}") from None
 
 
+def read_regular_text(path: str | Path, what: str = "config", limit: int | None = None) -> str:
+    """The UTF-8 text of ``path``, which must be a regular file (a FIFO, a device or a folder is refused at
+    once, never read or waited on) of at most ``limit`` bytes; recorded as an input of the command
+    (:func:`packplace.outputs.record_input`).
+
+    Raises:
+        ConfigError: ``<what>: ...`` naming the path: missing, unreadable, not a regular file, larger than
+            ``limit``, or not UTF-8.
+    """
+    name = str(path)
+    limit = MAX_CONFIG_BYTES if limit is None else limit
+    try:
+        # O_NONBLOCK: opening a FIFO without a writer returns at once (it is refused below)
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read {name!r}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{what}: {name!r} is not a regular file")
+        if info.st_size > limit:
+            raise ConfigError(f"{what}: {name!r} is {info.st_size:,} bytes; the limit is {limit:,}")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read {name!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ConfigError(f"{what}: {name!r} is more than {limit:,} bytes; the limit is {limit:,}")
+    record_input(name)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what}: {name!r} is not UTF-8 text") from None
+
+
 def load_yaml(path: str | Path) -> Any:
     """Read and parse a YAML file (size checked before reading).
 
     Raises:
-        ConfigError: missing, unreadable, larger than :data:`MAX_CONFIG_BYTES`, not UTF-8, or not valid YAML.
+        ConfigError: missing, unreadable, not a regular file, larger than :data:`MAX_CONFIG_BYTES`, not
+            UTF-8, or not valid YAML.
     """
-    path = Path(path)
-    try:
-        size = os.stat(path).st_size
-        if size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"config: {str(path)!r} is {size:,} bytes; the limit is {MAX_CONFIG_BYTES:,}")
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"config: cannot read {str(path)!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config: {str(path)!r} is not UTF-8 text") from None
+    text = read_regular_text(path)
     return loads_yaml(text, str(path))

@@ -33,8 +33,10 @@ from packplace.errors import ConfigError
 from packplace.harness.comparison import SKIPPED, CompareReport, compare
 from packplace.harness.report import fmt_number, fmt_time, table_lines
 from packplace.harness.suites import load_suite, shipped_path
+from packplace.outputs import write_atomic
 from packplace.progress import emit
 from packplace.result import ERROR, OPTIMAL, json_ready
+from packplace.yamlio import read_regular_text
 
 BASELINE_FORMAT = 1
 DEFAULT_SUITE = Path("benchmarks/suites/regression.yaml")
@@ -197,11 +199,11 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
         ConfigError: missing or unreadable file, or not a baseline of this format.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"baseline: file not found: {str(path)!r} (create it with `packplace bench --update`)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_regular_text(path, "baseline"))
+    except ValueError as exc:
         raise ConfigError(f"baseline: cannot read {str(path)!r}: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT or not isinstance(data.get("results"), dict):
         raise ConfigError(f"baseline: {str(path)!r} is not a packplace baseline of format {BASELINE_FORMAT}")
@@ -349,7 +351,8 @@ def run_bench(
             "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "results": current,
         }
         baseline_path.parent.mkdir(parents=True, exist_ok=True)
-        baseline_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        write_atomic(str(baseline_path), json.dumps(data, indent=1, sort_keys=True) + "\n", "--baseline",
+                     inputs=[str(suite_path)])
         checked = sum(1 for d in current.values() for c in d.values() if c["status"] != SKIPPED)
         return BenchOutcome([], [], checked, reference_s, report, True, baseline_path, settings,
                             time.perf_counter() - started)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from packplace.errors import ConfigError
+from packplace.outputs import record_input
 from packplace.yamlio import load_yaml
 
 PROBLEMS = ("balance", "placement")
@@ -116,8 +117,11 @@ def _resolve(path: Any, base_dir: Path, where: str) -> str:
     if not isinstance(path, str) or not path:
         raise ConfigError(f"{where}: must be a file path, got {path!r}")
     resolved = (base_dir / path).resolve() if not Path(path).is_absolute() else Path(path)
-    if not resolved.is_file():
+    if not resolved.exists():
         raise ConfigError(f"{where}: file not found: {str(resolved)!r}")
+    if not resolved.is_file():
+        raise ConfigError(f"{where}: {str(resolved)!r} is not a regular file")
+    record_input(resolved)
     return str(resolved)
 
 
