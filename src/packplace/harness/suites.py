@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packplace.balance import config as balance_config
+from packplace.contract import check_count
 from packplace.errors import ConfigError
 from packplace.outputs import record_input
 from packplace.yamlio import load_yaml
@@ -29,6 +31,13 @@ PROBLEMS = ("balance", "placement")
 SIZE_LIMIT_KEYS = {"balance": "max_exact_samples", "placement": "max_exact_gpus"}
 BALANCE_GENERATORS = ("uniform", "lognormal", "bimodal", "planted", "corpus")
 PLACEMENT_GENERATORS = ()
+#: Most seeds one entry expands over (``seeds: N`` or a list), and most instances in a suite.
+MAX_SEEDS = 1_000
+MAX_INSTANCES = 10_000
+#: Caps on the sizes a generator entry asks for (``params``), checked when the suite is read: samples,
+#: ranks and bins (ranks x bins_per_rank) as in a balance config.
+GENERATOR_LIMITS = {"n": balance_config.MAX_SAMPLES, "ranks": balance_config.MAX_RANKS,
+                    "bins": balance_config.MAX_SAMPLES}
 _SUITE_KEYS = {"name", "problem", "description", "time_limit_s", "seed", "solvers", "solver_params",
                "max_exact_size", "max_exact_samples", "max_exact_gpus", "instances"}
 _ENTRY_KEYS = {"name", "generator", "params", "seeds", "solvers", "config", "overrides", "inline", "subsample"}
@@ -105,10 +114,12 @@ def _expand_seeds(value: Any, where: str) -> list[int]:
     if isinstance(value, int):
         if value < 1:
             raise ConfigError(f"{where}: a count must be >= 1, got {value!r}")
+        check_count(value, MAX_SEEDS, where, "seeds")
         return list(range(value))
     if isinstance(value, Sequence) and not isinstance(value, str) and value and all(
         isinstance(s, int) and not isinstance(s, bool) for s in value
     ):
+        check_count(len(value), MAX_SEEDS, where, "seeds")
         return list(value)
     raise ConfigError(f"{where}: must be a count or a non-empty list of integers, got {value!r}")
 
@@ -123,6 +134,18 @@ def _resolve(path: Any, base_dir: Path, where: str) -> str:
         raise ConfigError(f"{where}: {str(resolved)!r} is not a regular file")
     record_input(resolved)
     return str(resolved)
+
+
+def _check_generator_sizes(params: Mapping[str, Any], where: str) -> None:
+    """Refuse generator sizes above :data:`GENERATOR_LIMITS` before anything is generated."""
+    def count(key: str, default: int = 1) -> int:
+        value = params.get(key, default)
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+    check_count(count("n"), GENERATOR_LIMITS["n"], f"{where}.n", "samples")
+    check_count(count("ranks"), GENERATOR_LIMITS["ranks"], f"{where}.ranks", "ranks")
+    check_count(count("ranks") * count("bins_per_rank"), GENERATOR_LIMITS["bins"],
+                f"{where}.bins_per_rank", "bins (ranks x bins_per_rank)")
 
 
 def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, start: int) -> list[InstanceSpec]:
@@ -153,6 +176,7 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
             raise ConfigError(
                 f"{where}.generator: unknown {problem} generator {generator!r}; valid: {', '.join(valid) or 'none'}"
             )
+        _check_generator_sizes(params, f"{where}.params")
         if generator == "corpus":
             if "config" not in params:
                 raise ConfigError(f"{where}.params.config: the corpus generator needs a config file")
@@ -246,6 +270,7 @@ def parse_suite(
     specs: list[InstanceSpec] = []
     for i, entry in enumerate(entries):
         specs.extend(_entry_specs(entry, i, problem, base, source, len(specs)))
+        check_count(len(specs), MAX_INSTANCES, f"{source}: instances", "instances")
     seen: set[str] = set()
     for spec in specs:
         if spec.name in seen:
