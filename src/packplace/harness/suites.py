@@ -14,6 +14,7 @@ field (``suite.yaml: instances[3].generator: unknown 'zipf'; valid: ...``).
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,19 @@ def _resolve(path: Any, base_dir: Path, where: str) -> str:
     return str(resolved)
 
 
+def check_name(value: str, where: str) -> str:
+    """``value`` unchanged if it holds no control character (C0/C1, DEL, line or paragraph separators),
+    which would break a report's lines or a terminal.
+
+    Raises:
+        ConfigError: ``<where>: ...`` with the character's code point.
+    """
+    for ch in value:
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp"):
+            raise ConfigError(f"{where}: contains the control character U+{ord(ch):04X}; names must be printable")
+    return value
+
+
 def _check_generator_sizes(params: Mapping[str, Any], where: str) -> None:
     """Refuse generator sizes above :data:`GENERATOR_LIMITS` before anything is generated."""
     def count(key: str, default: int = 1) -> int:
@@ -213,6 +227,7 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
     seeds = [None] if "seeds" not in entry else _expand_seeds(entry["seeds"], f"{where}.seeds")
     if seeds != [None] and kind != "generator":
         raise ConfigError(f"{where}.seeds: only generator entries expand over seeds")
+    check_name(name, f"{where}.name")
     specs = []
     for k, seed in enumerate(seeds):
         p = dict(params)
@@ -277,6 +292,7 @@ def parse_suite(
             raise ConfigError(f"{source}: instances: duplicate instance name {spec.name!r}")
         seen.add(spec.name)
     label = data.get("name") or name or Path(source).stem
+    check_name(str(label), f"{source}: name")
     return Suite(
         name=str(label), problem=problem, instances=tuple(specs), description=str(data.get("description", "")),
         time_limit_s=time_limit, seed=seed, solvers=_names(data.get("solvers"), f"{source}: solvers"),
@@ -376,7 +392,7 @@ def load_suite(source: str | Path | Mapping | Suite | Sequence, problem: str | N
             raise ConfigError("suite: the list of instances is empty")
         specs = []
         for i, inst in enumerate(source):
-            label = getattr(inst, "name", "") or f"instance{i}"
+            label = check_name(str(getattr(inst, "name", "") or f"instance{i}"), f"instances[{i}].name")
             specs.append(InstanceSpec(i, label if label not in {s.name for s in specs} else f"{label}#{i}",
                                       "object", instance=inst))
         suite = Suite(name="instances", problem=problem, instances=tuple(specs))
