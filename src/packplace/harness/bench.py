@@ -203,11 +203,49 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"baseline: file not found: {str(path)!r} (create it with `packplace bench --update`)")
     try:
         data = json.loads(read_regular_text(path, "baseline"))
+    except RecursionError:
+        raise ConfigError(f"baseline: {str(path)!r} is nested too deeply") from None
     except ValueError as exc:
-        raise ConfigError(f"baseline: cannot read {str(path)!r}: {exc}") from None
-    if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT or not isinstance(data.get("results"), dict):
-        raise ConfigError(f"baseline: {str(path)!r} is not a packplace baseline of format {BASELINE_FORMAT}")
+        raise ConfigError(f"baseline: cannot read {str(path)!r}: {str(exc)[:80]}") from None
+    check_baseline(data, str(path))
     return data
+
+
+def _number(value: Any, low: float = -math.inf) -> bool:
+    """``value`` is an int or float (not a bool), finite (an int too large for a float is not) and >= low."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value)) and float(value) >= low
+    except OverflowError:
+        return False
+
+
+def check_baseline(data: Any, where: str = "baseline") -> None:
+    """Check the shape of a baseline document (:func:`run_bench`'s format) before any field is used.
+
+    Raises:
+        ConfigError: ``baseline: ...`` naming ``where`` and the first field of a wrong type.
+    """
+    if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT or not isinstance(data.get("results"), dict):
+        raise ConfigError(f"baseline: {where!r} is not a packplace baseline of format {BASELINE_FORMAT}")
+    for key, kind in (("versions", dict), ("suite_path", str)):
+        if key in data and not isinstance(data[key], kind):
+            raise ConfigError(f"baseline: {where!r} {key}: must be a {kind.__name__}")
+    for instance, solvers in data["results"].items():
+        if not isinstance(solvers, dict):
+            raise ConfigError(f"baseline: {where!r} results.{str(instance)[:80]}: must be an object")
+        for solver, cell in solvers.items():
+            field_name = f"results.{str(instance)[:80]}.{str(solver)[:80]}"
+            if not isinstance(cell, dict):
+                raise ConfigError(f"baseline: {where!r} {field_name}: must be an object")
+            if not isinstance(cell.get("status", ""), str):
+                raise ConfigError(f"baseline: {where!r} {field_name}.status: must be a string")
+            for key in ("objective", "normalised_time", "wall_s"):
+                value = cell.get(key)
+                if value is not None and not _number(value, 0.0 if key != "objective" else -math.inf):
+                    raise ConfigError(f"baseline: {where!r} {field_name}.{key}: must be a finite number"
+                                      + (" >= 0" if key != "objective" else "") + " or null")
 
 
 def check_against(
