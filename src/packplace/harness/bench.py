@@ -22,7 +22,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
@@ -49,6 +49,8 @@ DEFAULT_TOLERANCE = 1e-6
 DEFAULT_SLOWDOWN = 3.0
 DEFAULT_FLOOR_S = 0.05
 REFERENCE_REPEATS = 5
+#: Re-runs of a cell that looks slower than the limit before it fails (its best normalised time counts).
+REMEASURE_RUNS = 3
 REFERENCE_DESCRIPTION = ("LPT of 20,000 integer jobs on 64 bins (heapq) + numpy sort/cumsum/bincount of 200,000 "
                          "floats; min of 5 runs")
 
@@ -397,6 +399,8 @@ def run_bench(
     regressions, notes, checked = check_against(
         stored, current, reference_s, tolerance=tolerance, slowdown=slowdown, floor_s=floor_s
     )
+    regressions = remeasure(regressions, stored, current, reference_s, parsed, report.settings, notes,
+                            slowdown=slowdown, floor_s=floor_s, progress=progress)
     old_versions = stored.get("versions", {})
     changed = [f"{k} {old_versions.get(k)} -> {v}" for k, v in versions.items() if old_versions.get(k) != v]
     if changed:
@@ -406,6 +410,71 @@ def run_bench(
             notes.append(f"{key} differs from the baseline's: {stored.get(key)} -> {report.settings[key]}")
     return BenchOutcome(regressions, notes, checked, reference_s, report, False, baseline_path, settings,
                         time.perf_counter() - started)
+
+
+def _time_factor(wall_s: float, expected_s: float) -> float:
+    return wall_s / expected_s if expected_s > 0 else math.inf
+
+
+def remeasure(
+    regressions: list[Regression],
+    baseline: dict[str, Any],
+    current: dict[str, dict[str, dict[str, Any]]],
+    reference_s: float,
+    suite: Any,
+    settings: dict[str, Any],
+    notes: list[str],
+    *,
+    slowdown: float = DEFAULT_SLOWDOWN,
+    floor_s: float = DEFAULT_FLOOR_S,
+    runs: int = REMEASURE_RUNS,
+    progress: bool | TextIO = False,
+) -> list[Regression]:
+    """Re-run every cell that failed the time check up to ``runs`` times, each re-run normalised by a
+    reference computation timed just before it (as the first run was); the cell fails only if its best
+    time still exceeds the limit. Returns the regressions that remain; a cell that passes on a re-run adds
+    a note. Both say how far over the limit each measurement was (``4.1x, 2.2x; limit 3x``).
+
+    Args:
+        regressions: From :func:`check_against`; only ``time`` entries are re-measured.
+        baseline, current: The baseline document and this run's cells (:func:`run_bench`).
+        reference_s: The reference computation's seconds that normalised ``current``.
+        suite: The parsed :class:`~packplace.harness.suites.Suite` the cells came from.
+        settings: The comparison report's settings (``time_limit_s``, ``seed``).
+        notes: Appended to.
+    """
+    kept: list[Regression] = []
+    for regression in regressions:
+        spec = None if regression.kind != "time" else next(
+            (s for s in suite.instances if s.name == regression.instance), None)
+        if spec is None or runs < 1:
+            kept.append(regression)
+            continue
+        base_normalised = float(baseline["results"][regression.instance][regression.solver]["normalised_time"])
+        first = current[regression.instance][regression.solver]
+        factors = [_time_factor(float(first["wall_s"]), base_normalised * reference_s)]
+        single = replace(suite, instances=(replace(spec, index=0),))
+        passed = False
+        for _ in range(runs):
+            emit(f"[bench] {regression.instance} / {regression.solver}: {factors[-1]:.1f}x the baseline "
+                 f"(limit {slowdown:g}x), re-measuring", progress)
+            rerun_reference_s = time_reference()
+            rerun = compare(suite.problem, single, solvers=[regression.solver], time_limit_s=settings["time_limit_s"],
+                            seed=settings["seed"], jobs=1, progress=False)
+            cell = rerun.rows[0].cells[regression.solver]
+            expected = base_normalised * rerun_reference_s
+            factors.append(_time_factor(cell.wall_s, expected))
+            if cell.status != ERROR and not (cell.wall_s > slowdown * expected and cell.wall_s - expected > floor_s):
+                passed = True
+                break
+        measured = ", ".join(f"{f:.1f}x" for f in factors)
+        if passed:
+            notes.append(f"{regression.instance} / {regression.solver}: looked slower, then within the limit on a "
+                         f"re-run ({measured}; limit {slowdown:g}x)")
+        else:
+            kept.append(replace(regression, detail=f"{measured} the baseline (normalised; best of "
+                                                   f"{len(factors)} runs), limit {slowdown:g}x"))
+    return kept
 
 
 def _check_limits(tolerance: float, slowdown: float, floor_s: float) -> None:
