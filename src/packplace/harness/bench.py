@@ -10,7 +10,9 @@ Two default (suite, baseline) pairs (:data:`DEFAULT_PAIRS`), both run by ``packp
 ``--suite`` and/or ``--baseline`` select one pair (:func:`bench_pairs`). A run fails when a cell of
 the baseline regresses in objective, status, time or presence (:func:`check_against`; defaults
 ``tolerance`` 1e-6, ``slowdown`` 3, ``floor_s`` 0.05 s); times are compared as multiples of a
-reference computation timed in the same run (:func:`time_reference`). The bench runs serially by
+reference computation timed in the same run (:func:`time_reference`); a cell over the time limit is
+re-run up to :data:`REMEASURE_RUNS` times and fails only if its best time stays over (:func:`remeasure`).
+The bench runs serially by
 default (``jobs=1``) so that timings are not disturbed by sibling workers. Baseline format:
 :func:`run_bench`.
 """
@@ -273,7 +275,8 @@ def check_against(
     * **missing**: the cell is gone (instance removed from the suite, or solver no longer registered).
 
     Cells that are not in the baseline (a new solver or instance) and improvements are listed as notes;
-    they do not fail — ``--update`` records them deliberately.
+    they do not fail — ``--update`` records them deliberately. :func:`run_bench` re-measures the time
+    regressions found here (:func:`remeasure`) before it reports them.
     """
     regressions: list[Regression] = []
     notes: list[str] = []
