@@ -207,6 +207,8 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"baseline: file not found: {str(path)!r} (create it with `packplace bench --update`)")
     try:
         data = json.loads(read_regular_text(path, "baseline"))
+    except ConfigError:  # from the reader, already one line naming the file
+        raise
     except RecursionError:
         raise ConfigError(f"baseline: {str(path)!r} is nested too deeply") from None
     except ValueError as exc:
