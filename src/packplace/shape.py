@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from packplace.errors import ConfigError, show
+from packplace.yamlio import read_regular_text
 
 #: MLP kinds: ``gated`` has three ``d × d_ff`` matrices (gate, up, down), ``plain`` two (up, down).
 MLP_KINDS = ("gated", "plain")
@@ -469,7 +470,7 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any]) -> TransformerS
     else:
         where = str(path_or_dict)
         try:
-            cfg = json.loads(Path(path_or_dict).read_text())
+            cfg = json.loads(read_regular_text(path_or_dict, where))
         except OSError as exc:
             raise ConfigError(f"{where}: cannot read ({exc.strerror or exc})") from None
         except json.JSONDecodeError as exc:
