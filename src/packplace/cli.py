@@ -23,7 +23,7 @@ import signal
 import sys
 from typing import Any, TextIO
 
-from packplace import __version__, interrupt, progress
+from packplace import __version__, interrupt, outputs, progress
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.result import json_ready
 
@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         print("packplace: interrupted by SIGINT", file=sys.stderr)
         return interrupt.exit_code(signal.SIGINT)
     interrupt.install()
-    with progress.quiet(getattr(args, "quiet", False)):  # restored afterwards (main may run in-process)
+    # both restored afterwards (main may run in-process); the scope records the files the command reads
+    with outputs.reading_scope(), progress.quiet(getattr(args, "quiet", False)):
         if not getattr(args, "json", False):
             return _run(args)
         stdout = sys.stdout

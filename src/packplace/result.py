@@ -171,6 +171,26 @@ class SolveResult:
         """The result :meth:`to_dict` wrote; the solution is rebuilt as an ``Assignment`` or ``Plan``.
 
         A ``None`` objective or bound reads back as ``inf`` (no solution; a proof of infeasibility).
+        ``info`` and ``params`` come back as the JSON values they were written as (tuples as lists).
+
+        Raises:
+            ConfigError: only: a missing field, a field of the wrong type, an unknown problem or status, a
+                malformed solution, or a document nested too deeply.
+        """
+        try:
+            return cls._from_dict(data)
+        except ConfigError:
+            raise
+        except RecursionError:
+            raise ConfigError("result: the document is nested too deeply") from None
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as exc:
+            raise ConfigError(f"result: malformed result document ({type(exc).__name__}: {str(exc)[:80]})") from None
+
+    @classmethod
+    def _from_dict(cls, data: Mapping[str, Any]) -> SolveResult:
+        """The result :meth:`to_dict` wrote; the solution is rebuilt as an ``Assignment`` or ``Plan``.
+
+        A ``None`` objective or bound reads back as ``inf`` (no solution; a proof of infeasibility).
         ``info`` and ``params`` come back as
         the JSON values they were written as (tuples as lists).
 
@@ -222,12 +242,14 @@ class SolveResult:
         """Parse :meth:`to_json` output back into a result (see :meth:`from_dict`).
 
         Raises:
-            ConfigError: not JSON, or not a result document.
+            ConfigError: only: not JSON, nested too deeply, or not a result document.
         """
         try:
             data = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"result: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise ConfigError("result: the document is nested too deeply") from None
+        except (ValueError, TypeError) as exc:  # TypeError: not text; ValueError includes over-long integers
+            raise ConfigError(f"result: not valid JSON ({str(exc)[:80]})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"result: expected a JSON object, got {type(data).__name__}")
         return cls.from_dict(data)

@@ -22,8 +22,9 @@ the attention term): ``2·N_active`` for the matrix multiplies (every active wei
 included, the embedding lookup excluded) plus ``2·L·n_ctx·q`` for QKᵀ and AV at an average causal
 context of ``n_ctx/2`` — the attention width is ``q = heads·head_dim``, not ``d``.
 
-Expert parallelism is not a strategy dimension of the placement problem: a MoE model's experts are
-split by the tensor/pipeline degrees like dense weights.
+The placement problem splits the routed experts (:attr:`TransformerShape.expert_params`) over an
+expert-parallel degree ``ep`` as well (:mod:`packplace.placement.memory`, :mod:`packplace.placement.cost`);
+the attention, dense, router and shared-expert weights follow the tensor/pipeline degrees.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from packplace.errors import ConfigError, show
+from packplace.yamlio import read_regular_text
 
 #: MLP kinds: ``gated`` has three ``d × d_ff`` matrices (gate, up, down), ``plain`` two (up, down).
 MLP_KINDS = ("gated", "plain")
@@ -202,6 +204,18 @@ class TransformerShape:
     def moe_layers(self) -> int:
         """Layers with a MoE MLP (``layers − dense_layers``; 0 for a dense model)."""
         return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def expert_gemm_params(self) -> int:
+        """Matrix weights of one routed expert summed over the MoE layers: ``moe_layers·3·d·d_e`` (gated;
+        ``2·d·d_e`` plain); 0 for a dense model. ``experts_per_token`` of them are active per token."""
+        return self.moe_layers * self._dense_mlp_params(self.expert_ffn_dim, True) if self.is_moe else 0
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of every routed expert of every MoE layer (biases included): the part of
+        ``params`` that expert parallelism splits; 0 for a dense model."""
+        return self.moe_layers * self.num_experts * self._dense_mlp_params(self.expert_ffn_dim) if self.is_moe else 0
 
     @property
     def layer_params(self) -> int:
@@ -456,7 +470,7 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any]) -> TransformerS
     else:
         where = str(path_or_dict)
         try:
-            cfg = json.loads(Path(path_or_dict).read_text())
+            cfg = json.loads(read_regular_text(path_or_dict, where))
         except OSError as exc:
             raise ConfigError(f"{where}: cannot read ({exc.strerror or exc})") from None
         except json.JSONDecodeError as exc:

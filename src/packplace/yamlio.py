@@ -3,6 +3,10 @@
 PyYAML implements YAML 1.1, whose float pattern needs a dot and a signed exponent, so ``989e12``
 loads as the *string* "989e12". :func:`load_yaml` adds a resolver that reads such numbers as floats.
 
+Parsing uses libyaml's ``CSafeLoader`` where PyYAML was built with it (the pure-Python ``SafeLoader``
+otherwise); the document is composed into nodes, the limits below are checked on the nodes, and only
+then are values constructed.
+
 Limits (a config is a small human-written file; these stop a tiny or huge file from exhausting the
 machine before any field is checked):
 
@@ -12,6 +16,7 @@ machine before any field is checked):
   are accepted, but a file whose aliases multiply into more nodes than this ("billion laughs") is
   refused in time linear in its *unexpanded* size; an alias that refers to its own ancestor (a cyclic
   document) is refused as well.
+* :data:`MAX_INT_DIGITS`: digits of an integer (Python refuses longer conversions).
 
 A key given twice in one mapping is an error; merge keys (``<<: *defaults``) are accepted and the
 mapping's own keys override merged ones.
@@ -21,12 +26,14 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from packplace.errors import ConfigError, show
+from packplace.outputs import record_input
 
 #: Largest config file read, in bytes (1M token counts in a flow list take about 8 MB).
 MAX_CONFIG_BYTES = 64 * 2**20
@@ -47,22 +54,27 @@ _FLOAT = re.compile(
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-def _expanded_size(root: yaml.Node) -> int:
-    """Nodes under ``root`` with every alias expanded, without expanding them (memoised on node identity).
+def _check_graph(root: yaml.Node) -> int:
+    """Nodes under ``root`` with every alias expanded, without expanding them (memoised on node identity);
+    also checks the nesting depth (iterative: a deep document never recurses in Python).
 
     Raises:
-        ConfigError: the expansion exceeds :data:`MAX_EXPANDED_NODES`, or a node contains itself.
+        ConfigError: nested more than :data:`MAX_DEPTH` levels, the expansion exceeds
+            :data:`MAX_EXPANDED_NODES`, or a node contains itself.
     """
     sizes: dict[int, int] = {}
     on_path: set[int] = set()
-    # iterative post-order walk: (node, children visited?)
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    # iterative post-order walk: (node, depth, children visited?)
+    stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
     while stack:
-        node, done = stack.pop()
+        node, depth, done = stack.pop()
         key = id(node)
         if isinstance(node, yaml.ScalarNode):
             sizes[key] = 1
             continue
+        if depth > MAX_DEPTH:
+            line = node.start_mark.line + 1
+            raise ConfigError(f"invalid YAML: nested more than {MAX_DEPTH} levels deep (line {line})")
         children: list[yaml.Node] = (
             [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else list(node.value)
         )
@@ -81,7 +93,7 @@ def _expanded_size(root: yaml.Node) -> int:
         if key in on_path:
             raise ConfigError(f"invalid YAML: an alias refers to its own ancestor (line {node.start_mark.line + 1})")
         on_path.add(key)
-        stack.append((node, True))
+        stack.append((node, depth, True))
         for child in children:
             child_key = id(child)
             if child_key in on_path:
@@ -89,33 +101,34 @@ def _expanded_size(root: yaml.Node) -> int:
                     f"invalid YAML: an alias refers to its own ancestor (line {child.start_mark.line + 1})"
                 )
             if child_key not in sizes:
-                stack.append((child, False))
+                stack.append((child, depth + 1, False))
     return sizes[id(root)]
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader with the relaxed float resolver, a nesting limit, an alias-expansion limit and an error
-    for a key given twice in one mapping."""
+#: libyaml's parser where PyYAML was built with it (several times faster), else the pure-Python one.
+_BASE_LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: Most digits of a YAML integer (Python's own limit on converting text to int).
+MAX_INT_DIGITS = 4300
 
-    def __init__(self, stream: Any) -> None:
-        super().__init__(stream)
-        self._depth = 0
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
-                raise ConfigError(f"invalid YAML: nested more than {MAX_DEPTH} levels deep (line {mark.line + 1})")
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+class _Loader(_BASE_LOADER):  # type: ignore[misc,valid-type]
+    """Safe loading with the relaxed float resolver, a nesting limit, an alias-expansion limit, an integer
+    length limit and an error for a key given twice in one mapping. The document is composed into nodes
+    (libyaml where present), checked (:func:`_check_graph`), then constructed."""
 
-    def compose_document(self) -> yaml.Node:
-        node = super().compose_document()
-        if node is not None:
-            _expanded_size(node)
-        return node
+    def get_single_data(self) -> Any:
+        node = self.get_single_node()
+        if node is None:
+            return None
+        _check_graph(node)
+        return self.construct_document(node)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        digits = sum(ch.isdigit() or ch in "abcdefABCDEF" for ch in str(node.value))
+        if digits > MAX_INT_DIGITS:
+            raise ConfigError(f"invalid YAML: an integer of {digits:,} digits (line {node.start_mark.line + 1}); "
+                              f"the limit is {MAX_INT_DIGITS:,}")
+        return super().construct_yaml_int(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set = set()
@@ -135,6 +148,7 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
 
 
@@ -153,7 +167,13 @@ def loads_yaml(text: str, source: str = "<string>") -> Any:
         raise ConfigError(f"{source}: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{source}: invalid YAML: nested too deeply") from None
+    except ValueError as exc:  # a conversion Python refuses (e.g. an integer too long for int())
+        raise ConfigError(f"{source}: invalid YAML: {str(exc)[:80]}") from None
     except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):  # libyaml's own nesting limit, far above MAX_DEPTH
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark is not None else ""
+            raise ConfigError(f"{source}: invalid YAML: nested more than {MAX_DEPTH} levels deep{where}") from None
         lines = [line for line in str(exc).splitlines() if line.strip()]
         detail = next((line for line in lines if "duplicate key" in line), lines[0] if lines else "")
         detail = detail.strip()
@@ -162,21 +182,50 @@ def loads_yaml(text: str, source: str = "<string>") -> Any:
         raise ConfigError(f"{source}: invalid YAML: {detail}") from None
 
 
+def read_regular_text(path: str | Path, what: str = "config", limit: int | None = None) -> str:
+    """The UTF-8 text of ``path``, which must be a regular file (a FIFO, a device or a folder is refused at
+    once, never read or waited on) of at most ``limit`` bytes; recorded as an input of the command
+    (:func:`packplace.outputs.record_input`).
+
+    Raises:
+        ConfigError: ``<what>: ...`` naming the path: missing, unreadable, not a regular file, larger than
+            ``limit``, or not UTF-8.
+    """
+    name = str(path)
+    limit = MAX_CONFIG_BYTES if limit is None else limit
+    try:
+        # O_NONBLOCK: opening a FIFO without a writer returns at once (it is refused below)
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read {name!r}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{what}: {name!r} is not a regular file")
+        if info.st_size > limit:
+            raise ConfigError(f"{what}: {name!r} is {info.st_size:,} bytes; the limit is {limit:,}")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read {name!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ConfigError(f"{what}: {name!r} is more than {limit:,} bytes; the limit is {limit:,}")
+    record_input(name)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what}: {name!r} is not UTF-8 text") from None
+
+
 def load_yaml(path: str | Path) -> Any:
     """Read and parse a YAML file (size checked before reading).
 
     Raises:
-        ConfigError: missing, unreadable, larger than :data:`MAX_CONFIG_BYTES`, not UTF-8, or not valid YAML.
+        ConfigError: missing, unreadable, not a regular file, larger than :data:`MAX_CONFIG_BYTES`, not
+            UTF-8, or not valid YAML.
     """
-    path = Path(path)
-    try:
-        size = os.stat(path).st_size
-        if size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"config: {str(path)!r} is {size:,} bytes; the limit is {MAX_CONFIG_BYTES:,}")
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"config: cannot read {str(path)!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config: {str(path)!r} is not UTF-8 text") from None
+    text = read_regular_text(path)
     return loads_yaml(text, str(path))

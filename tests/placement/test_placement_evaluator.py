@@ -204,8 +204,8 @@ def test_non_finite_candidate_times_never_reach_the_feasible_table(monkeypatch):
     from packplace.placement.cost import CostModel
     real = CostModel.vertex_time
 
-    def broken(self, model, kind, *args):
-        return float("nan") if kind == "train" else real(self, model, kind, *args)
+    def broken(self, model, kind, *args, **kwargs):
+        return float("nan") if kind == "train" else real(self, model, kind, *args, **kwargs)
 
     monkeypatch.setattr(CostModel, "vertex_time", broken)
     table = get_table(instance("dpo"))

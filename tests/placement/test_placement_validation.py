@@ -44,11 +44,20 @@ ADDED = {
 }
 
 
+#: Rows whose ratio lies outside RATIO_RANGE today, with the bounds it is kept within (a regression guard,
+#: not a target): the MoE row fits in memory with expert parallelism, but its step comes out well below
+#: the published one.
+KNOWN_OUT_OF_RANGE = {("nemo_rl_grpo_qwen3-30b-a3b_4x8xh100", "step"): (0.35, 0.55)}
+
+
 def test_every_published_setup_fits_and_the_in_sample_rows_are_within_the_ratio_range():
     rows = validate(sorted(os.path.join(VALIDATION, f) for f in os.listdir(VALIDATION) if f.endswith(".yaml")))
     figures = {(r.setup, r.phase): r.published for r in rows}
-    assert figures == {**IN_SAMPLE, **ADDED}
+    assert figures == {**IN_SAMPLE, **ADDED, ("nemo_rl_grpo_qwen3-30b-a3b_4x8xh100", "step"): 225.0}
     for r in rows:
+        if (r.setup, r.phase) in KNOWN_OUT_OF_RANGE:
+            low, high = KNOWN_OUT_OF_RANGE[(r.setup, r.phase)]
+            assert low <= r.ratio <= high, (r.setup, r.phase, r.ratio)
         assert r.memory_ok, (r.setup, "plan over memory with the run's own memory settings")
         if (r.setup, r.phase) in IN_SAMPLE:
             assert RATIO_RANGE[0] <= r.ratio <= RATIO_RANGE[1], (r.setup, r.phase, r.ratio)
@@ -93,8 +102,9 @@ def test_validate_command_prints_the_report(capsys):
     code = main(["validate", VALIDATION])
     out = capsys.readouterr().out
     assert "nemo_rl_grpo_llama3.1-8b_2x8xh100" in out
-    rows = [ln for ln in out.splitlines() if ln.split()[:1] and ln.split()[0] in {s for s, _ in {**IN_SAMPLE, **ADDED}}]
-    assert len(rows) == len(IN_SAMPLE) + len(ADDED)
+    setups = {s for s, _ in {**IN_SAMPLE, **ADDED, **KNOWN_OUT_OF_RANGE}}
+    rows = [ln for ln in out.splitlines() if ln.split()[:1] and ln.split()[0] in setups]
+    assert len(rows) == len(IN_SAMPLE) + len(ADDED) + len(KNOWN_OUT_OF_RANGE)
     failing = sum("OUT OF RANGE" in ln or "FAILS" in ln for ln in rows)
     assert f"{len(rows) - failing} of {len(rows)} figures within x1.3 of the published value" in out
     assert code == (1 if failing else 0)  # exit 1 when a ratio is outside the range

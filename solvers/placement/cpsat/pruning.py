@@ -3,7 +3,7 @@
 Only memory-feasible candidates enter the model (one over capacity on its own can never be placed).
 Within each vertex, a candidate is dropped when another one on the same block shape is at least as good
 on everything the evaluator can see: time, resident bytes, transient bytes, ``dp`` (a larger ``dp``
-receives smaller transfers) and, for a vertex on a publication edge, the same ``(pp, tp)`` layout (or
+receives smaller transfers) and, for a vertex on a publication edge, the same ``(pp, tp, ep)`` layout (or
 both layouts unmatched by the partner vertex on that shape, with a larger ``pp·tp`` for the consumer: a
 smaller shard to receive).
 
@@ -66,7 +66,7 @@ def nondominated_candidates(instance, table: CandidateTable) -> dict[str, list[C
     """Per vertex, the memory-feasible candidates that no other candidate dominates (module docstring).
 
     Candidates compete only within a group: same block shape, and for a vertex on a publication edge the
-    same ``(pp, tp)`` layout when the partner vertex has a candidate of that shape and layout (a
+    same ``(pp, tp, ep)`` layout when the partner vertex has a candidate of that shape and layout (a
     matching layout on the same block makes the reallocation free), else the group of unmatched
     layouts. Within a group, ``a`` dominates ``b`` when ``a`` is no worse in ``(time, resident bytes,
     transient bytes, −dp if the vertex has data-edge inputs, −pp·tp if it is an unmatched reallocation
@@ -77,19 +77,19 @@ def nondominated_candidates(instance, table: CandidateTable) -> dict[str, list[C
     for trainer, consumer in graph.publication_edges:
         partner_edges[trainer].append((consumer, False))
         partner_edges[consumer].append((trainer, True))
-    layouts = {name: {(c.extent, c.strategy.pp, c.strategy.tp) for c in table.feasible[name]}
+    layouts = {name: {(c.extent, c.strategy.pp, c.strategy.tp, c.strategy.ep) for c in table.feasible[name]}
                for name in graph.names}
     out: dict[str, list[Candidate]] = {}
     for name in graph.names:
         has_inputs = bool(graph.predecessors(name))
         groups: dict[tuple, list[tuple[tuple, int, Candidate]]] = defaultdict(list)
         for index, cand in enumerate(table.feasible[name]):
-            pp, tp = cand.strategy.pp, cand.strategy.tp
+            pp, tp, ep = cand.strategy.pp, cand.strategy.tp, cand.strategy.ep
             key: list[Any] = [cand.extent]
             shard_dim = 0
             for partner, is_consumer in partner_edges[name]:
-                matched = (cand.extent, pp, tp) in layouts[partner]
-                key.append((pp, tp) if matched else None)
+                matched = (cand.extent, pp, tp, ep) in layouts[partner]
+                key.append((pp, tp, ep) if matched else None)
                 if is_consumer and not matched:
                     shard_dim = -pp * tp
             vector = (cand.time, cand.resident_bytes, cand.transient_bytes,

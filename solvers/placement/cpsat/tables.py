@@ -4,7 +4,7 @@ An *option* is one candidate of a vertex at one aligned origin: it fixes the blo
 range ``[lo, hi)``), the strategy, the micro-batch, the duration and the memory. :func:`make_tables`
 lists every option and the integer transfer and reallocation tables; those figures are the cost model's
 own functions evaluated on two GPU ranges whose hull spans each level (0 inside a node, 1 inside a rack,
-2 across racks), since they depend only on the level and the consumer's ``dp`` or ``(pp, tp)`` layout.
+2 across racks), since they depend only on the level and the consumer's ``dp`` or ``(pp, tp, ep)`` layout.
 
 Integer time: durations, transfers and reallocations are ticks (:data:`TICKS_PER_S`) rounded **up**, so
 the model's value of a plan exceeds the evaluator's by at most one tick per rounded term on the longest
@@ -75,9 +75,9 @@ class Option:
     duration: int
 
     @property
-    def layout(self) -> tuple[int, int]:
-        """``(pp, tp)``: what parameter reallocation compares."""
-        return (self.cand.strategy.pp, self.cand.strategy.tp)
+    def layout(self) -> tuple[int, int, int]:
+        """``(pp, tp, ep)``: what parameter reallocation compares."""
+        return (self.cand.strategy.pp, self.cand.strategy.tp, self.cand.strategy.ep)
 
 
 # -- option and integer tables -------------------------------------------------------------
@@ -91,11 +91,11 @@ class ModelTables:
         preds: Per vertex, indices of its data-edge producers.
         pubs: ``(trainer, consumer)`` index pairs of the publication edges.
         transfer_ticks: ``{(level, dst_dp): ticks}`` of a data-edge transfer between different blocks.
-        realloc_ticks: ``{(pub index, level, dst (pp, tp)): ticks}`` of a reallocation (different block or layout;
+        realloc_ticks: ``{(pub index, level, dst (pp, tp, ep)): ticks}`` of a reallocation (different block or layout;
             into a rollout engine: different block).
-        colocated_ticks: ``{(pub index, (dst (pp, tp), block GPUs)): ticks}`` of a weight sync into a rollout
-            engine on the trainer's block (empty for edges into inference vertices); the block's size
-            matters to a framework that gathers ZeRO-3 partitions over it (DeepSpeed's hybrid engine).
+        colocated_ticks: ``{(pub index, (dst (pp, tp, ep), block GPUs)): ticks}`` of a weight sync into a
+            rollout engine on the trainer's block (empty for edges into inference vertices); the block's
+            size matters to a framework that gathers ZeRO-3 partitions over it (DeepSpeed's hybrid engine).
         engine: Per publication edge, whether its consumer is a rollout engine.
         rounding_ticks: ``E = 2·V``: how much the model's value of a plan can exceed the evaluator's.
     """

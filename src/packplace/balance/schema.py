@@ -44,6 +44,7 @@ from packplace.balance.samples import (
     key_order,
     positive_int,
 )
+from packplace.balance.workload import check_padding_cost
 from packplace.errors import ConfigError, InfeasibleError, show
 
 __all__ = [
@@ -158,8 +159,9 @@ class BalanceInstance:
         if ranks % group:
             raise ConfigError(f"group_size: {group} does not divide data_parallel_size {ranks}")
         object.__setattr__(self, "group_size", group)
-        if self.padding_cost is not None and not callable(self.padding_cost):
-            raise ConfigError(f"padding_cost: must be callable or None, got {show(self.padding_cost)}")
+        if self.padding_cost is not None:  # probed now: a bad callback is one line, not a solver traceback
+            object.__setattr__(self, "padding_cost", check_padding_cost(self.padding_cost,
+                                                                        self.constraints.seq_len))
 
         keys = samples.keys
         if len(set(keys)) != n:

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from packplace.balance.schema import WorkloadCost
-from packplace.errors import ConfigError
+from packplace.balance.samples import WorkloadCost
+from packplace.errors import ConfigError, show
 from packplace.shape import TransformerShape
 
 Mode = Literal["train", "inference"]
@@ -59,6 +59,68 @@ def padding_cost(shape: ModelShape, mode: Mode = "train") -> Callable[[int], Wor
         return WorkloadCost(llm=per_token * max(0, pad_tokens))
 
     return cost
+
+
+def _callback_name(callback: Any) -> str:
+    name = getattr(callback, "__qualname__", None) or getattr(callback, "__name__", None)
+    return str(name or type(callback).__name__)
+
+
+class CheckedPaddingCost:
+    """A user's ``padding_cost(pad_tokens) -> WorkloadCost`` whose every call is checked: an exception or a
+    return that is not a :class:`~packplace.balance.samples.WorkloadCost` becomes one
+    :class:`~packplace.errors.ConfigError` line naming the callback (picklable when the callback is).
+
+    Raises:
+        ConfigError: ``padding_cost: <name>(<pad>) ...``: raised (type and message cut to 80 characters),
+            or returned something else (its type and value; expected a WorkloadCost).
+    """
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: Callable[[int], WorkloadCost]) -> None:
+        self.callback = callback
+
+    def __call__(self, pad_tokens: int) -> WorkloadCost:
+        name = _callback_name(self.callback)
+        try:
+            result = self.callback(pad_tokens)
+        except ConfigError as exc:
+            raise ConfigError(f"padding_cost: {name}({pad_tokens}): {str(exc)[:160]}") from None
+        except Exception as exc:  # a user's callback: any error becomes one line naming it
+            raise ConfigError(f"padding_cost: {name}({pad_tokens}) raised {type(exc).__name__}: "
+                              f"{str(exc)[:80]}") from None
+        if not isinstance(result, WorkloadCost):
+            raise ConfigError(f"padding_cost: {name}({pad_tokens}) returned {type(result).__name__} {show(result)}; "
+                              "expected a WorkloadCost, e.g. WorkloadCost(llm=flops)")
+        return result
+
+    def __getstate__(self) -> Any:
+        return self.callback
+
+    def __setstate__(self, state: Any) -> None:
+        self.callback = state
+
+    def __repr__(self) -> str:
+        return f"CheckedPaddingCost({self.callback!r})"
+
+
+def check_padding_cost(callback: Any, seq_len: int) -> CheckedPaddingCost:
+    """``callback`` wrapped in :class:`CheckedPaddingCost` and probed at 0, 1 and ``seq_len`` pad tokens
+    (an instance calls it with pad lengths in ``[0, seq_len]``).
+
+    Raises:
+        ConfigError: not callable, or a probe raised or returned something other than a WorkloadCost
+            (one line naming the callback and the expected return).
+    """
+    if isinstance(callback, CheckedPaddingCost):
+        return callback
+    if not callable(callback):
+        raise ConfigError(f"padding_cost: must be callable or None, got {show(callback)}")
+    checked = CheckedPaddingCost(callback)
+    for pad in sorted({0, 1, int(seq_len)}):
+        checked(pad)
+    return checked
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ Two default (suite, baseline) pairs (:data:`DEFAULT_PAIRS`), both run by ``packp
 ``--suite`` and/or ``--baseline`` select one pair (:func:`bench_pairs`). A run fails when a cell of
 the baseline regresses in objective, status, time or presence (:func:`check_against`; defaults
 ``tolerance`` 1e-6, ``slowdown`` 3, ``floor_s`` 0.05 s); times are compared as multiples of a
-reference computation timed in the same run (:func:`time_reference`). The bench runs serially by
+reference computation timed in the same run (:func:`time_reference`); a cell over the time limit is
+re-run up to :data:`REMEASURE_RUNS` times and fails only if its best time stays over (:func:`remeasure`).
+The bench runs serially by
 default (``jobs=1``) so that timings are not disturbed by sibling workers. Baseline format:
 :func:`run_bench`.
 """
@@ -22,7 +24,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
@@ -33,8 +35,10 @@ from packplace.errors import ConfigError
 from packplace.harness.comparison import SKIPPED, CompareReport, compare
 from packplace.harness.report import fmt_number, fmt_time, table_lines
 from packplace.harness.suites import load_suite, shipped_path
+from packplace.outputs import write_atomic
 from packplace.progress import emit
 from packplace.result import ERROR, OPTIMAL, json_ready
+from packplace.yamlio import read_regular_text
 
 BASELINE_FORMAT = 1
 DEFAULT_SUITE = Path("benchmarks/suites/regression.yaml")
@@ -47,6 +51,8 @@ DEFAULT_TOLERANCE = 1e-6
 DEFAULT_SLOWDOWN = 3.0
 DEFAULT_FLOOR_S = 0.05
 REFERENCE_REPEATS = 5
+#: Re-runs of a cell that looks slower than the limit before it fails (its best normalised time counts).
+REMEASURE_RUNS = 3
 REFERENCE_DESCRIPTION = ("LPT of 20,000 integer jobs on 64 bins (heapq) + numpy sort/cumsum/bincount of 200,000 "
                          "floats; min of 5 runs")
 
@@ -197,15 +203,55 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
         ConfigError: missing or unreadable file, or not a baseline of this format.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"baseline: file not found: {str(path)!r} (create it with `packplace bench --update`)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"baseline: cannot read {str(path)!r}: {exc}") from None
-    if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT or not isinstance(data.get("results"), dict):
-        raise ConfigError(f"baseline: {str(path)!r} is not a packplace baseline of format {BASELINE_FORMAT}")
+        data = json.loads(read_regular_text(path, "baseline"))
+    except ConfigError:  # from the reader, already one line naming the file
+        raise
+    except RecursionError:
+        raise ConfigError(f"baseline: {str(path)!r} is nested too deeply") from None
+    except ValueError as exc:
+        raise ConfigError(f"baseline: cannot read {str(path)!r}: {str(exc)[:80]}") from None
+    check_baseline(data, str(path))
     return data
+
+
+def _number(value: Any, low: float = -math.inf) -> bool:
+    """``value`` is an int or float (not a bool), finite (an int too large for a float is not) and >= low."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value)) and float(value) >= low
+    except OverflowError:
+        return False
+
+
+def check_baseline(data: Any, where: str = "baseline") -> None:
+    """Check the shape of a baseline document (:func:`run_bench`'s format) before any field is used.
+
+    Raises:
+        ConfigError: ``baseline: ...`` naming ``where`` and the first field of a wrong type.
+    """
+    if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT or not isinstance(data.get("results"), dict):
+        raise ConfigError(f"baseline: {where!r} is not a packplace baseline of format {BASELINE_FORMAT}")
+    for key, kind in (("versions", dict), ("suite_path", str)):
+        if key in data and not isinstance(data[key], kind):
+            raise ConfigError(f"baseline: {where!r} {key}: must be a {kind.__name__}")
+    for instance, solvers in data["results"].items():
+        if not isinstance(solvers, dict):
+            raise ConfigError(f"baseline: {where!r} results.{str(instance)[:80]}: must be an object")
+        for solver, cell in solvers.items():
+            field_name = f"results.{str(instance)[:80]}.{str(solver)[:80]}"
+            if not isinstance(cell, dict):
+                raise ConfigError(f"baseline: {where!r} {field_name}: must be an object")
+            if not isinstance(cell.get("status", ""), str):
+                raise ConfigError(f"baseline: {where!r} {field_name}.status: must be a string")
+            for key in ("objective", "normalised_time", "wall_s"):
+                value = cell.get(key)
+                if value is not None and not _number(value, 0.0 if key != "objective" else -math.inf):
+                    raise ConfigError(f"baseline: {where!r} {field_name}.{key}: must be a finite number"
+                                      + (" >= 0" if key != "objective" else "") + " or null")
 
 
 def check_against(
@@ -231,7 +277,8 @@ def check_against(
     * **missing**: the cell is gone (instance removed from the suite, or solver no longer registered).
 
     Cells that are not in the baseline (a new solver or instance) and improvements are listed as notes;
-    they do not fail — ``--update`` records them deliberately.
+    they do not fail — ``--update`` records them deliberately. :func:`run_bench` re-measures the time
+    regressions found here (:func:`remeasure`) before it reports them.
     """
     regressions: list[Regression] = []
     notes: list[str] = []
@@ -349,13 +396,16 @@ def run_bench(
             "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "results": current,
         }
         baseline_path.parent.mkdir(parents=True, exist_ok=True)
-        baseline_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        write_atomic(str(baseline_path), json.dumps(data, indent=1, sort_keys=True) + "\n", "--baseline",
+                     inputs=[str(suite_path)])
         checked = sum(1 for d in current.values() for c in d.values() if c["status"] != SKIPPED)
         return BenchOutcome([], [], checked, reference_s, report, True, baseline_path, settings,
                             time.perf_counter() - started)
     regressions, notes, checked = check_against(
         stored, current, reference_s, tolerance=tolerance, slowdown=slowdown, floor_s=floor_s
     )
+    regressions = remeasure(regressions, stored, current, reference_s, parsed, report.settings, notes,
+                            slowdown=slowdown, floor_s=floor_s, progress=progress)
     old_versions = stored.get("versions", {})
     changed = [f"{k} {old_versions.get(k)} -> {v}" for k, v in versions.items() if old_versions.get(k) != v]
     if changed:
@@ -365,6 +415,71 @@ def run_bench(
             notes.append(f"{key} differs from the baseline's: {stored.get(key)} -> {report.settings[key]}")
     return BenchOutcome(regressions, notes, checked, reference_s, report, False, baseline_path, settings,
                         time.perf_counter() - started)
+
+
+def _time_factor(wall_s: float, expected_s: float) -> float:
+    return wall_s / expected_s if expected_s > 0 else math.inf
+
+
+def remeasure(
+    regressions: list[Regression],
+    baseline: dict[str, Any],
+    current: dict[str, dict[str, dict[str, Any]]],
+    reference_s: float,
+    suite: Any,
+    settings: dict[str, Any],
+    notes: list[str],
+    *,
+    slowdown: float = DEFAULT_SLOWDOWN,
+    floor_s: float = DEFAULT_FLOOR_S,
+    runs: int = REMEASURE_RUNS,
+    progress: bool | TextIO = False,
+) -> list[Regression]:
+    """Re-run every cell that failed the time check up to ``runs`` times, each re-run normalised by a
+    reference computation timed just before it (as the first run was); the cell fails only if its best
+    time still exceeds the limit. Returns the regressions that remain; a cell that passes on a re-run adds
+    a note. Both say how far over the limit each measurement was (``4.1x, 2.2x; limit 3x``).
+
+    Args:
+        regressions: From :func:`check_against`; only ``time`` entries are re-measured.
+        baseline, current: The baseline document and this run's cells (:func:`run_bench`).
+        reference_s: The reference computation's seconds that normalised ``current``.
+        suite: The parsed :class:`~packplace.harness.suites.Suite` the cells came from.
+        settings: The comparison report's settings (``time_limit_s``, ``seed``).
+        notes: Appended to.
+    """
+    kept: list[Regression] = []
+    for regression in regressions:
+        spec = None if regression.kind != "time" else next(
+            (s for s in suite.instances if s.name == regression.instance), None)
+        if spec is None or runs < 1:
+            kept.append(regression)
+            continue
+        base_normalised = float(baseline["results"][regression.instance][regression.solver]["normalised_time"])
+        first = current[regression.instance][regression.solver]
+        factors = [_time_factor(float(first["wall_s"]), base_normalised * reference_s)]
+        single = replace(suite, instances=(replace(spec, index=0),))
+        passed = False
+        for _ in range(runs):
+            emit(f"[bench] {regression.instance} / {regression.solver}: {factors[-1]:.1f}x the baseline "
+                 f"(limit {slowdown:g}x), re-measuring", progress)
+            rerun_reference_s = time_reference()
+            rerun = compare(suite.problem, single, solvers=[regression.solver], time_limit_s=settings["time_limit_s"],
+                            seed=settings["seed"], jobs=1, progress=False)
+            cell = rerun.rows[0].cells[regression.solver]
+            expected = base_normalised * rerun_reference_s
+            factors.append(_time_factor(cell.wall_s, expected))
+            if cell.status != ERROR and not (cell.wall_s > slowdown * expected and cell.wall_s - expected > floor_s):
+                passed = True
+                break
+        measured = ", ".join(f"{f:.1f}x" for f in factors)
+        if passed:
+            notes.append(f"{regression.instance} / {regression.solver}: looked slower, then within the limit on a "
+                         f"re-run ({measured}; limit {slowdown:g}x)")
+        else:
+            kept.append(replace(regression, detail=f"{measured} the baseline (normalised; best of "
+                                                   f"{len(factors)} runs), limit {slowdown:g}x"))
+    return kept
 
 
 def _check_limits(tolerance: float, slowdown: float, floor_s: float) -> None:

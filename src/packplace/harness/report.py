@@ -4,8 +4,10 @@ Files written by :func:`write_report` (``out_dir`` is created):
 
 * ``report.json`` — settings, per-solver summaries, the pairwise win/tie/loss table and every cell;
   infinities (no feasible answer, no bound) are written as ``null``.
-* ``report.csv`` — one row per (instance, solver) cell; empty fields where a value does not exist.
-* ``report.md`` — the same tables as the text output, in Markdown.
+* ``report.csv`` — one row per (instance, solver) cell; empty fields where a value does not exist; a text
+  cell starting with ``=``, ``+``, ``-``, ``@``, tab or CR gets a leading ``'`` (:func:`csv_cell`).
+* ``report.md`` — the same tables as the text output, in Markdown; cells and lines escaped
+  (:func:`markdown_cell`, :func:`markdown_text`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import csv
 import io
 import json
 import math
+import unicodedata
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -112,13 +115,37 @@ def table_lines(headers: list[str], rows: list[list[str]], right: set[int] | Non
     return [line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)]
 
 
-def markdown_lines(headers: list[str], rows: list[list[str]]) -> list[str]:
-    """A Markdown pipe table."""
-    def esc(v: Any) -> str:
-        return str(v).replace("|", "\\|")
+def markdown_text(value: Any) -> str:
+    """``value`` as one line of Markdown text: control characters (newlines included) shown as ``\\xNN`` /
+    ``\\uNNNN`` escapes, so that no value can start a heading, a list or a new table row."""
+    return "".join(
+        (f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}")
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp") else ch
+        for ch in str(value)
+    )
 
-    return ["| " + " | ".join(map(esc, headers)) + " |", "|" + "|".join("---" for _ in headers) + "|",
-            *("| " + " | ".join(map(esc, r)) + " |" for r in rows)]
+
+def markdown_cell(value: Any) -> str:
+    """``value`` as a Markdown table cell: :func:`markdown_text`, with backslashes and ``|`` escaped."""
+    return markdown_text(str(value).replace("\\", "\\\\").replace("|", "\\|"))
+
+
+def markdown_lines(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown pipe table (every cell through :func:`markdown_cell`)."""
+    return ["| " + " | ".join(map(markdown_cell, headers)) + " |", "|" + "|".join("---" for _ in headers) + "|",
+            *("| " + " | ".join(map(markdown_cell, r)) + " |" for r in rows)]
+
+
+#: First characters that make a spreadsheet read a CSV cell as a formula (OWASP CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` safe for a spreadsheet: a string starting with one of :data:`FORMULA_STARTS` gets a
+    leading single quote (OWASP's CSV-injection rule); numbers and other strings are unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 def instance_table(report) -> tuple[list[str], list[list[str]]]:
@@ -190,7 +217,7 @@ def format_text(report) -> str:
 
 def format_markdown(report) -> str:
     """``report.md``: the same content as :func:`format_text` in Markdown."""
-    lines = [f"# {_header(report)}", "", "## Per instance", ""]
+    lines = [f"# {markdown_text(_header(report))}", "", "## Per instance", ""]
     lines += markdown_lines(*instance_table(report))
     lines += ["", LEGEND.format(rtol=report.settings.get("rtol", 0.0)), "", "## Per solver", ""]
     lines += markdown_lines(*summary_table(report))
@@ -198,10 +225,10 @@ def format_markdown(report) -> str:
     lines += markdown_lines(*pairwise_table(report))
     problems = _problems(report)
     if problems:
-        lines += ["", "## Errors and notes", "", *(f"- {p}" for p in problems)]
+        lines += ["", "## Errors and notes", "", *(f"- {markdown_text(p)}" for p in problems)]
     versions = report.settings.get("versions", {})
     if versions:
-        lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items())]
+        lines += ["", "Versions: " + markdown_text(", ".join(f"{k} {v}" for k, v in versions.items()))]
     return "\n".join(lines) + "\n"
 
 
@@ -217,7 +244,7 @@ def csv_rows(report) -> list[dict[str, Any]]:
                 "best_objective": row.best_objective, "gap_to_bound": c.gap_to_bound, "gap_to_best": c.gap_to_best,
                 "wall_s": c.wall_s, "hit_time_limit": c.hit_time_limit, "message": c.message,
             }
-            out.append({k: ("" if _finite(v) is None else v) for k, v in record.items()})
+            out.append({k: ("" if _finite(v) is None else csv_cell(v)) for k, v in record.items()})
     return out
 
 

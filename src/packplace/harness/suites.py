@@ -14,12 +14,16 @@ field (``suite.yaml: instances[3].generator: unknown 'zipf'; valid: ...``).
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packplace.balance import config as balance_config
+from packplace.contract import check_count
 from packplace.errors import ConfigError
+from packplace.outputs import record_input
 from packplace.yamlio import load_yaml
 
 PROBLEMS = ("balance", "placement")
@@ -28,6 +32,13 @@ PROBLEMS = ("balance", "placement")
 SIZE_LIMIT_KEYS = {"balance": "max_exact_samples", "placement": "max_exact_gpus"}
 BALANCE_GENERATORS = ("uniform", "lognormal", "bimodal", "planted", "corpus")
 PLACEMENT_GENERATORS = ()
+#: Most seeds one entry expands over (``seeds: N`` or a list), and most instances in a suite.
+MAX_SEEDS = 1_000
+MAX_INSTANCES = 10_000
+#: Caps on the sizes a generator entry asks for (``params``), checked when the suite is read: samples,
+#: ranks and bins (ranks x bins_per_rank) as in a balance config.
+GENERATOR_LIMITS = {"n": balance_config.MAX_SAMPLES, "ranks": balance_config.MAX_RANKS,
+                    "bins": balance_config.MAX_SAMPLES}
 _SUITE_KEYS = {"name", "problem", "description", "time_limit_s", "seed", "solvers", "solver_params",
                "max_exact_size", "max_exact_samples", "max_exact_gpus", "instances"}
 _ENTRY_KEYS = {"name", "generator", "params", "seeds", "solvers", "config", "overrides", "inline", "subsample"}
@@ -104,10 +115,12 @@ def _expand_seeds(value: Any, where: str) -> list[int]:
     if isinstance(value, int):
         if value < 1:
             raise ConfigError(f"{where}: a count must be >= 1, got {value!r}")
+        check_count(value, MAX_SEEDS, where, "seeds")
         return list(range(value))
     if isinstance(value, Sequence) and not isinstance(value, str) and value and all(
         isinstance(s, int) and not isinstance(s, bool) for s in value
     ):
+        check_count(len(value), MAX_SEEDS, where, "seeds")
         return list(value)
     raise ConfigError(f"{where}: must be a count or a non-empty list of integers, got {value!r}")
 
@@ -116,9 +129,37 @@ def _resolve(path: Any, base_dir: Path, where: str) -> str:
     if not isinstance(path, str) or not path:
         raise ConfigError(f"{where}: must be a file path, got {path!r}")
     resolved = (base_dir / path).resolve() if not Path(path).is_absolute() else Path(path)
-    if not resolved.is_file():
+    if not resolved.exists():
         raise ConfigError(f"{where}: file not found: {str(resolved)!r}")
+    if not resolved.is_file():
+        raise ConfigError(f"{where}: {str(resolved)!r} is not a regular file")
+    record_input(resolved)
     return str(resolved)
+
+
+def check_name(value: str, where: str) -> str:
+    """``value`` unchanged if it holds no control character (C0/C1, DEL, line or paragraph separators),
+    which would break a report's lines or a terminal.
+
+    Raises:
+        ConfigError: ``<where>: ...`` with the character's code point.
+    """
+    for ch in value:
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp"):
+            raise ConfigError(f"{where}: contains the control character U+{ord(ch):04X}; names must be printable")
+    return value
+
+
+def _check_generator_sizes(params: Mapping[str, Any], where: str) -> None:
+    """Refuse generator sizes above :data:`GENERATOR_LIMITS` before anything is generated."""
+    def count(key: str, default: int = 1) -> int:
+        value = params.get(key, default)
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+    check_count(count("n"), GENERATOR_LIMITS["n"], f"{where}.n", "samples")
+    check_count(count("ranks"), GENERATOR_LIMITS["ranks"], f"{where}.ranks", "ranks")
+    check_count(count("ranks") * count("bins_per_rank"), GENERATOR_LIMITS["bins"],
+                f"{where}.bins_per_rank", "bins (ranks x bins_per_rank)")
 
 
 def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, start: int) -> list[InstanceSpec]:
@@ -149,6 +190,7 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
             raise ConfigError(
                 f"{where}.generator: unknown {problem} generator {generator!r}; valid: {', '.join(valid) or 'none'}"
             )
+        _check_generator_sizes(params, f"{where}.params")
         if generator == "corpus":
             if "config" not in params:
                 raise ConfigError(f"{where}.params.config: the corpus generator needs a config file")
@@ -185,6 +227,7 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
     seeds = [None] if "seeds" not in entry else _expand_seeds(entry["seeds"], f"{where}.seeds")
     if seeds != [None] and kind != "generator":
         raise ConfigError(f"{where}.seeds: only generator entries expand over seeds")
+    check_name(name, f"{where}.name")
     specs = []
     for k, seed in enumerate(seeds):
         p = dict(params)
@@ -242,12 +285,14 @@ def parse_suite(
     specs: list[InstanceSpec] = []
     for i, entry in enumerate(entries):
         specs.extend(_entry_specs(entry, i, problem, base, source, len(specs)))
+        check_count(len(specs), MAX_INSTANCES, f"{source}: instances", "instances")
     seen: set[str] = set()
     for spec in specs:
         if spec.name in seen:
             raise ConfigError(f"{source}: instances: duplicate instance name {spec.name!r}")
         seen.add(spec.name)
     label = data.get("name") or name or Path(source).stem
+    check_name(str(label), f"{source}: name")
     return Suite(
         name=str(label), problem=problem, instances=tuple(specs), description=str(data.get("description", "")),
         time_limit_s=time_limit, seed=seed, solvers=_names(data.get("solvers"), f"{source}: solvers"),
@@ -347,7 +392,7 @@ def load_suite(source: str | Path | Mapping | Suite | Sequence, problem: str | N
             raise ConfigError("suite: the list of instances is empty")
         specs = []
         for i, inst in enumerate(source):
-            label = getattr(inst, "name", "") or f"instance{i}"
+            label = check_name(str(getattr(inst, "name", "") or f"instance{i}"), f"instances[{i}].name")
             specs.append(InstanceSpec(i, label if label not in {s.name for s in specs} else f"{label}#{i}",
                                       "object", instance=inst))
         suite = Suite(name="instances", problem=problem, instances=tuple(specs))

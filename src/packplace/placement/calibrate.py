@@ -50,8 +50,9 @@ def task_times(instance, plan, hardware: Hardware, engine_only: tuple[str, ...] 
         vertex = instance.graph.vertex(name)
         s = vp.strategy
         phases = cost.vertex_phases(instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp, vp.micro_batch,
-                                    vp.allocation.extent, needs_old_log_prob(instance, name),
-                                    inference_sharded(instance, name), inference_offloaded(instance, name))
+                                    vp.allocation.extent, needs_old_log_prob(instance, name), s.ep,
+                                    sharded=inference_sharded(instance, name),
+                                    offloaded=inference_offloaded(instance, name))
         if name in engine_only:
             phases.pop("overhead", None)
         out[name] = sum(phases.values())

@@ -10,6 +10,8 @@ Hard rules (a candidate breaking one is not generated; :func:`explain` names the
   are then replicated, and the KV cache counted on every rank);
 * ``pp`` is at most the layer count (when it does not divide them the stages are uneven,
   :func:`~packplace.placement.memory.stage_layers`);
+* ``ep`` (expert parallelism) is 1 for a dense model; for a MoE model it divides the routed experts and
+  ``dp`` (the ep ranks are carved out of the data-parallel replicas, as in Megatron-Core and vLLM);
 * the ``B·K`` sequences divide evenly over ``dp`` and each replica's share over micro-batches of ``mb``.
 
 Memory: a candidate whose own resident + transient bytes exceed ``memory_per_gpu`` is kept in
@@ -50,7 +52,7 @@ class Candidate:
 
     Attributes:
         vertex: Vertex name.
-        strategy: ``(dp, pp, tp)``.
+        strategy: ``(dp, pp, tp, ep)``.
         micro_batch: Sequences per micro-batch (generation: sequences decoded together per replica).
         extent: Block shape ``(r_ext, n_ext, g_ext)``.
         gpus: ``dp·pp·tp``.
@@ -148,11 +150,16 @@ def block_origins(cluster: Cluster, extent: tuple[int, int, int]) -> list[Alloca
 def explain(model: ModelSpec, cluster: Cluster, sequences: int, strategy: Strategy, micro_batch: int,
             extent: tuple[int, int, int]) -> str | None:
     """The hard rule that ``(strategy, micro_batch, extent)`` breaks for ``model`` (one line), or ``None``."""
-    dp, pp, tp = strategy.dp, strategy.pp, strategy.tp
+    dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
     gpus = extent[0] * extent[1] * extent[2]
     G = cluster.gpus_per_node
-    if min(dp, pp, tp, micro_batch) < 1:
-        return f"dp, pp, tp and micro_batch must be >= 1, got ({dp}, {pp}, {tp}) mb={micro_batch}"
+    if min(dp, pp, tp, ep, micro_batch) < 1:
+        return f"dp, pp, tp, ep and micro_batch must be >= 1, got ({dp}, {pp}, {tp}, {ep}) mb={micro_batch}"
+    if ep > 1 and not model.is_moe:
+        return f"expert-parallel degree {ep} needs a mixture-of-experts model (this one is dense: ep must be 1)"
+    if ep > 1 and (model.num_experts % ep or dp % ep):
+        return (f"expert-parallel degree {ep} must divide the {model.num_experts} experts and the data-parallel "
+                f"degree {dp}")
     if strategy.gpus != gpus:
         return f"dp*pp*tp = {strategy.gpus} does not equal the block's {gpus} GPUs"
     if tp > G or extent[2] % tp:
@@ -173,7 +180,7 @@ def explain(model: ModelSpec, cluster: Cluster, sequences: int, strategy: Strate
 def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
                      extent: tuple[int, int, int]) -> list[tuple[Strategy, int]]:
     """All ``(strategy, micro_batch)`` legal on a block of ``extent`` (micro-batches: every divisor of
-    the per-replica sequence count)."""
+    the per-replica sequence count; for a MoE model every ``ep`` dividing both the experts and ``dp``)."""
     gpus = extent[0] * extent[1] * extent[2]
     out = []
     for tp in divisors(extent[2]):
@@ -185,8 +192,10 @@ def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
             dp = gpus // (tp * pp)
             if sequences % dp:
                 continue
-            for mb in divisors(sequences // dp):
-                out.append((Strategy(dp, pp, tp), mb))
+            eps = [e for e in divisors(dp) if model.num_experts % e == 0] if model.is_moe else [1]
+            for ep in eps:
+                for mb in divisors(sequences // dp):
+                    out.append((Strategy(dp, pp, tp, ep), mb))
     return out
 
 
@@ -376,7 +385,8 @@ def block_rules_broken(model: ModelSpec, cluster: Cluster, sequences: int, exten
 
 
 def _order(c: Candidate) -> tuple:
-    return (c.time, c.memory_bytes, c.gpus, c.strategy.dp, c.strategy.pp, c.strategy.tp, c.micro_batch, c.extent)
+    return (c.time, c.memory_bytes, c.gpus, c.strategy.dp, c.strategy.pp, c.strategy.tp, c.strategy.ep, c.micro_batch,
+            c.extent)
 
 
 def needs_old_log_prob(instance, vertex: str) -> bool:
@@ -442,19 +452,20 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     out = []
     for extent in extents:
         for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent):
-            dp, pp, tp = strategy.dp, strategy.pp, strategy.tp
+            dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
             micro_batches = w.sequences // (dp * mb)
             held, rounds, prefill = mb, micro_batches, None
             if continuous and kind == "generate":
                 # the engine holds the KV of the sequences it runs, not of the ones waiting for a slot
-                held, rounds, prefill = cost.engine_concurrency(model, tp, pp, mb), 1, 1
+                held, rounds, prefill = cost.engine_concurrency(model, tp, pp, mb, ep), 1, 1
             res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
                                      seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
-                                     options=options, prefill_sequences=prefill,
+                                     options=options, prefill_sequences=prefill, ep=ep,
                                      sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded)
-            seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent, old_log_prob, sharded, offloaded) + extra
+            seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent, old_log_prob, ep, sharded=sharded,
+                                       offloaded=offloaded) + extra
             if kind == "train":
-                seconds += training_overhead_seconds(cost, model, options, dp, pp, tp, mb, extent)
+                seconds += training_overhead_seconds(cost, model, options, dp, pp, tp, mb, extent, ep)
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))
     return out
 

@@ -83,14 +83,14 @@ def format_table(instance, result) -> str:
         score = ev.score(plan)
         memory = ev.vertex_memory(plan)
         own = vertex_own_memory(instance, plan)
-        header = (f"{'vertex':<16} {'(dp,pp,tp)':<11} {'mb':>4} {'GPUs':<18} {'start s':>9} {'time s':>9} "
+        header = (f"{'vertex':<16} {'(dp,pp,tp,ep)':<14} {'mb':>4} {'GPUs':<18} {'start s':>9} {'time s':>9} "
                   f"{'own GB':>7} {'GPU peak GB':>11}")
         lines += [header, "-" * len(header)]
         for name in instance.graph.names:
             vp = plan[name]
             s = vp.strategy
             lines.append(
-                f"{name:<16} {f'({s.dp},{s.pp},{s.tp})':<11} {vp.micro_batch:>4} "
+                f"{name:<16} {f'({s.dp},{s.pp},{s.tp},{s.ep})':<14} {vp.micro_batch:>4} "
                 f"{gpu_ranges(vp.allocation.gpu_ids(instance.cluster)):<18} {score.start[name]:>9.3f} "
                 f"{score.vertex_time[name]:>9.3f} {own.get(name, 0.0) / GB:>7.1f} {memory.get(name, 0.0) / GB:>11.1f}"
             )

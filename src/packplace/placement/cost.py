@@ -7,7 +7,15 @@ tokens per sequence, ``B·K`` sequences per step, ``F`` peak FLOP/s per GPU.
 Rank layout inside a block: tensor-parallel ranks innermost (contiguous, inside a node), then data
 parallel, then pipeline stages outermost. A group of ``k`` consecutive ranks crosses a node boundary when
 ``k > G`` or ``k`` does not divide ``G`` (the block is aligned), and a rack boundary likewise with
-``N·G``; a collective runs at the slowest level its group spans.
+``N·G``; a collective runs at the slowest level its group spans. An expert-parallel group of ``ep``
+(a MoE model) is ``ep`` consecutive data-parallel replicas, ``ep·tp`` consecutive ranks.
+
+Mixture of experts: per token only the active experts' FLOPs (``experts_per_token`` of the routed
+experts plus the shared ones: :attr:`~packplace.shape.TransformerShape.gemm_params`); an expert GEMM has
+the rows routed to one expert, ``tokens·k·ep/E`` (:meth:`CostModel.expert_rows`); every MoE layer
+dispatches each token to its ``k`` experts and combines the results, two all-to-alls over the ep group
+(:meth:`CostModel.moe_alltoall`); a decode step reads the experts its batch touches
+(:meth:`CostModel.decode_weights_read`).
 """
 
 from __future__ import annotations
@@ -92,6 +100,56 @@ class CostModel:
         alpha, beta = self.hw.coll(level)
         return 2 * (ranks - 1) * (alpha + nbytes / ranks * beta)
 
+    def alltoall(self, nbytes: float, ranks: int, level: int) -> float:
+        """All-to-all in which every rank sends ``nbytes`` spread evenly over the ``ranks`` ranks (its own
+        ``1/p`` stays local): ``(p−1)·(α + n/p·β)`` seconds with the collective α–β of ``level``; 0 for
+        p ≤ 1. The pairwise-exchange algorithm, ``p − 1`` steps of ``n/p`` bytes (Thakur, Rabenseifner &
+        Gropp 2005, "Optimization of Collective Communication Operations in MPICH", §3.6); NCCL runs it as
+        grouped send/receive and its bus bandwidth for all-to-all is ``algbw·(p−1)/p``
+        (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md), so ``β`` is the inverse bus bandwidth."""
+        if ranks <= 1:
+            return 0.0
+        alpha, beta = self.hw.coll(level)
+        return (ranks - 1) * (alpha + nbytes / ranks * beta)
+
+    def moe_alltoall(self, model: ModelSpec, tokens: float | np.ndarray, tp: int, ep: int,
+                     extent: tuple[int, int, int]) -> float | np.ndarray:
+        """Token dispatch and combine of one MoE layer for ``tokens`` tokens per data-parallel replica,
+        seconds: two all-to-alls (:meth:`alltoall`) over the ``ep`` ranks of the expert-parallel group at
+        the level its ``ep·tp`` consecutive ranks span, each rank sending ``tokens·k·d·2/tp`` bytes (its
+        ``1/tp`` share of the tokens, sequence parallel, each sent to its ``k`` experts in bf16). The
+        dispatch volume ``tokens × k × hidden × bytes`` is that of GShard's dispatch/combine einsums
+        (Lepikhin et al. 2020, "GShard", §2.2 and Algorithm 1) and DeepSpeed-MoE's all-to-all
+        (Rajbhandari et al. 2022, "DeepSpeed-MoE", §5.3). 0 for ``ep = 1`` (every expert is local)."""
+        if ep <= 1 or not model.is_moe:
+            return 0.0 * tokens
+        level = self.group_level(ep * tp, extent)
+        nbytes = tokens * model.experts_per_token * model.hidden_dim * ACT_BYTES / tp
+        if not isinstance(nbytes, np.ndarray):
+            return 2.0 * self.alltoall(nbytes, ep, level)
+        alpha, beta = self.hw.coll(level)
+        return 2.0 * (ep - 1) * (alpha + nbytes / ep * beta)
+
+    @staticmethod
+    def expert_rows(model: ModelSpec, tokens: float, ep: int) -> float:
+        """Rows of one routed expert's GEMM when each of the ``ep`` replicas of the expert-parallel group
+        routes ``tokens`` tokens: ``tokens·k·ep/E`` (uniform routing: each expert receives ``k/E`` of the
+        group's tokens; Megatron-Core's grouped GEMM multiplies each local expert's rows by its weights)."""
+        return tokens * model.experts_per_token * ep / model.num_experts
+
+    def compute_time(self, model: ModelSpec, flops_per_token: float, factor: float, tokens: float, tp: int,
+                     ep: int) -> float:
+        """GEMM seconds of ``factor × flops_per_token × tokens`` FLOPs on one tensor-parallel rank:
+        ``/ (tp·F·eff)`` with :meth:`gemm_efficiency` of ``tokens`` rows; for a MoE model the active
+        experts' share (``2·k·expert_gemm_params`` per token) at the efficiency of
+        :meth:`expert_rows` rows instead (small per-expert GEMMs run further from the ceiling)."""
+        eff = self.gemm_efficiency(tokens, model.hidden_dim / tp)  # all tokens on every TP rank
+        if not model.is_moe:
+            return factor * flops_per_token * tokens / (tp * self.hw.flops_per_gpu * eff)
+        expert = 2.0 * model.experts_per_token * model.expert_gemm_params
+        eff_e = self.gemm_efficiency(self.expert_rows(model, tokens, ep), model.hidden_dim / tp)
+        return factor * tokens * ((flops_per_token - expert) / eff + expert / eff_e) / (tp * self.hw.flops_per_gpu)
+
     def p2p(self, nbytes: float, level: int) -> float:
         """Point-to-point transfer of ``nbytes``: ``α + n·β`` seconds at ``level`` (Hockney α–β model)."""
         alpha, beta = self.hw.p2p(level)
@@ -154,15 +212,15 @@ class CostModel:
 
     # -- vertex times -------------------------------------------------------------------------------
     def vertex_time(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
-                    extent: tuple[int, int, int], old_log_prob: bool = False, sharded: bool = False,
-                    offloaded: bool = False) -> float:
+                    extent: tuple[int, int, int], old_log_prob: bool = False, ep: int = 1, *,
+                    sharded: bool = False, offloaded: bool = False) -> float:
         """Seconds of the vertex on a block of ``extent`` (the slowest data-parallel replica; replicas
         are identical): the sum of :meth:`vertex_phases`."""
-        return sum(self.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob,
-                                      sharded, offloaded).values())
+        return sum(self.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep,
+                                      sharded=sharded, offloaded=offloaded).values())
 
     def vertex_phases(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
-                      extent: tuple[int, int, int], old_log_prob: bool = False,
+                      extent: tuple[int, int, int], old_log_prob: bool = False, ep: int = 1, *,
                       sharded: bool = False, offloaded: bool = False) -> dict[str, float]:
         """The parts of a vertex's time, seconds: ``generate`` → ``generation`` (:meth:`generate_time`);
         ``infer`` → ``forward`` (:meth:`pass_time`); ``train`` → ``train`` and, with ``old_log_prob``
@@ -177,13 +235,13 @@ class CostModel:
         ``overhead`` = the framework's dispatch (:func:`~packplace.placement.framework.dispatch_seconds`)
         plus the hardware's ``phase_overhead`` knob (0 unless a config or ``calibrate`` sets it)."""
         if kind == "generate":
-            phases = {"generation": self.generate_time(model, dp, pp, tp, micro_batch, extent)}
+            phases = {"generation": self.generate_time(model, dp, pp, tp, micro_batch, extent, ep)}
         elif kind == "infer":
-            phases = {"forward": self.pass_time(model, False, dp, pp, tp, micro_batch, extent)}
+            phases = {"forward": self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep)}
         else:
-            phases = {"train": self.pass_time(model, True, dp, pp, tp, micro_batch, extent)}
+            phases = {"train": self.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep)}
             if old_log_prob:
-                phases["old_log_prob"] = self.pass_time(model, False, dp, pp, tp, micro_batch, extent)
+                phases["old_log_prob"] = self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep)
         if sharded and kind != "generate" and (kind == "infer" or old_log_prob):
             passes = self.workload.sequences // (dp * micro_batch)
             phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent)
@@ -194,7 +252,7 @@ class CostModel:
         return phases
 
     def pass_time(self, model: ModelSpec, train: bool, dp: int, pp: int, tp: int, micro_batch: int,
-                  extent: tuple[int, int, int]) -> float:
+                  extent: tuple[int, int, int], ep: int = 1) -> float:
         """A training step or an inference (log-prob / score) pass over the step's sequences.
 
         Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``):
@@ -210,16 +268,22 @@ class CostModel:
         gradients ``2P/(tp·pp)`` over the ``dp`` ranks at the level of the data-parallel group, and runs
         the Adam update, memory bound: ``32·P/(tp·pp·dp)`` bytes (read + write of 16 bytes of state per
         parameter) at HBM bandwidth.
+
+        A MoE model: the compute of :meth:`compute_time` (active experts at their per-expert rows), per
+        MoE layer :meth:`moe_alltoall` in the forward and again in the backward (the gradients of the
+        dispatched tokens travel back; Lepikhin et al. 2020), and with ``ep > 1`` the dense gradients
+        all-reduced over ``dp`` while the experts' ``2·P_e/(tp·pp·ep)`` bytes are all-reduced over the
+        ``dp/ep`` ranks holding the same experts (Megatron-Core's expert-data-parallel group).
         """
         w = self.workload
         s = w.train_seq_len
         micro_batches = w.sequences // (dp * micro_batch)
         tokens = micro_batch * s
         factor = 3.0 if train else 1.0
-        flops = factor * self.forward_flops_per_token(model, s) * tokens
-        eff = self.gemm_efficiency(tokens, model.hidden_dim / tp)  # all tokens on every TP rank
-        compute = flops / (tp * self.hw.flops_per_gpu * eff)
+        compute = self.compute_time(model, self.forward_flops_per_token(model, s), factor, tokens, tp, ep)
         tp_comm = (4 if train else 2) * model.layers * self.allreduce(tokens * model.hidden_dim * ACT_BYTES, tp, 0)
+        if ep > 1 and model.is_moe:
+            tp_comm += (2 if train else 1) * model.moe_layers * self.moe_alltoall(model, tokens, tp, ep, extent)
         non_gemm = factor * self._non_gemm(model.layers, tokens / tp)
         stage = (compute + tp_comm + non_gemm) * stage_share(model.layers, pp)
         if pp > 1:
@@ -228,12 +292,18 @@ class CostModel:
         total = self.pipeline(micro_batches, pp, stage)
         if train:
             shard = model.params / (tp * pp)
-            total += self.allreduce(2.0 * shard, dp, self.group_level(tp * dp, extent))
+            level = self.group_level(tp * dp, extent)
+            if ep > 1 and model.is_moe:
+                experts = model.expert_params / (tp * pp)
+                total += self.allreduce(2.0 * (shard - experts), dp, level)
+                total += self.allreduce(2.0 * experts / ep, dp // ep, level)
+            else:
+                total += self.allreduce(2.0 * shard, dp, level)
             total += 32.0 * shard / dp / self.hw.memory_bandwidth
         return total
 
     def decode_step_times(self, model: ModelSpec, tp: int, pp: int, extent: tuple[int, int, int], dp: int,
-                          running: np.ndarray, context_sum: np.ndarray) -> np.ndarray:
+                          running: np.ndarray, context_sum: np.ndarray, ep: int = 1) -> np.ndarray:
         """Seconds of one decode iteration of an engine replica with ``running`` sequences whose contexts
         (prompt + generated tokens) add up to ``context_sum`` tokens (arrays of the same shape).
 
@@ -253,15 +323,22 @@ class CostModel:
           2019) and ``pp − 1`` stage hand-offs. A pipeline of ``pp`` stages keeps ``pp`` batches in flight
           (vLLM virtual engines): an iteration over all running sequences still reads every weight once,
           so ``pp`` does not shorten it.
+
+        A MoE model with ``ep > 1`` (vLLM's expert-parallel mode: docs.vllm.ai, "Expert Parallel
+        Deployment"; the ``ep`` replicas of the group decode in lock step and share the experts): the
+        weight read is that of one GPU's experts for the group's ``a·ep`` tokens
+        (:meth:`decode_weights_read`), and every MoE layer adds :meth:`moe_alltoall` of the ``a`` tokens.
         """
         hw = self.hw
         d, L = model.hidden_dim, model.layers
         k_eff = d / tp / (d / tp + hw.gemm_k_half * GEMM_UNIT) if hw.gemm_k_half > 0 else 1.0
         flops = 2.0 * model.gemm_params * running + 4.0 * L * model.attention_dim * context_sum
         compute = flops / (tp * hw.flops_per_gpu * hw.gemm_peak_fraction * k_eff)
-        memory = (2.0 * self.decode_weights_read(model, running) / tp
+        memory = (2.0 * self.decode_weights_read(model, running, ep) / tp
                   + context_sum * model.kv_bytes_per_token(tp, 1)) / (hw.memory_bandwidth * hw.decode_bw_eff)
         step = np.maximum(compute, memory) + self._non_gemm(L, running / tp) + hw.decode_step_overhead
+        if ep > 1 and model.is_moe:
+            step = step + model.moe_layers * self.moe_alltoall(model, running, tp, ep, extent)
         if tp > 1:
             alpha, beta = hw.coll(0)
             step = step + 2 * L * 2 * (tp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
@@ -271,39 +348,52 @@ class CostModel:
         return step
 
     @staticmethod
-    def decode_weights_read(model: ModelSpec, running: np.ndarray) -> np.ndarray:
-        """Weights (parameters) one decode iteration of ``running`` sequences reads: the matrix weights a
-        token uses (``gemm_params``); for a mixture of experts also the other routed experts, each read
-        when at least one of the ``a`` tokens routes to it: ``(P − P_active)·(1 − (1 − k/E)^a)``
-        (uniform routing)."""
+    def decode_weights_read(model: ModelSpec, running: np.ndarray, ep: int = 1) -> np.ndarray:
+        """Matrix weights (parameters, all tensor-parallel ranks of one GPU's group together) one decode
+        iteration of ``running`` sequences per replica reads: the ones every token uses (``gemm_params``
+        without the active experts) and, of a mixture of experts, the experts the batch touches among the
+        ``E/ep`` local ones. With ``B = a·ep`` tokens of the expert-parallel group routed uniformly to
+        ``k`` of ``E`` experts each, an expert is missed by all of them with probability
+        ``(1 − k/E)^B``, so a GPU reads ``(E/ep)·(1 − (1 − k/E)^B)`` experts of ``expert_gemm_params``
+        each (the expected number of distinct experts touched, the occupancy expectation of Feller 1968,
+        *An Introduction to Probability Theory*, Vol. I, §II.11; as the batched-decode MoE weight read of
+        Kim et al. 2023, "Who Says Elephants Can't Run", §3); one token reads exactly ``k``."""
         if not model.is_moe:
             return model.gemm_params + 0.0 * running
-        touched = 1.0 - (1.0 - model.experts_per_token / model.num_experts) ** running
-        return model.gemm_params + (model.params - model.active_params) * touched
+        k, E = model.experts_per_token, model.num_experts
+        touched = (E / ep) * (1.0 - (1.0 - k / E) ** (running * ep))
+        return model.gemm_params - k * model.expert_gemm_params + touched * model.expert_gemm_params
 
-    def prefill_time(self, model: ModelSpec, tp: int, sequences: float, batch: float) -> float:
+    def prefill_time(self, model: ModelSpec, tp: int, sequences: float, batch: float, ep: int = 1,
+                     extent: tuple[int, int, int] = (1, 1, 1)) -> float:
         """Prefill of ``sequences`` prompts of ``S`` tokens, ``batch`` prompts per forward pass, as GEMMs:
         ``(2N + 2LSd)·S·sequences / (tp·F·eff)`` with ``eff`` = :meth:`gemm_efficiency` of ``batch·S``
-        rows (prefill is compute bound, Pope et al. 2022), plus 2 tensor-parallel all-reduces per layer
-        and the non-GEMM time, per pass."""
+        rows (prefill is compute bound, Pope et al. 2022; a MoE model's experts at their per-expert rows,
+        :meth:`compute_time`), plus 2 tensor-parallel all-reduces per layer, the non-GEMM time and with
+        ``ep > 1`` the MoE layers' :meth:`moe_alltoall`, per pass."""
         w, hw = self.workload, self.hw
         d, L, S = model.hidden_dim, model.layers, w.context_length
         rows = batch * S
         passes = sequences / batch
-        eff = self.gemm_efficiency(rows, d / tp)
-        compute = self.forward_flops_per_token(model, S) * S * sequences / (tp * hw.flops_per_gpu * eff)
+        if model.is_moe:
+            compute = self.compute_time(model, self.forward_flops_per_token(model, S), 1.0, rows, tp, ep) * passes
+        else:
+            eff = self.gemm_efficiency(rows, d / tp)
+            compute = self.forward_flops_per_token(model, S) * S * sequences / (tp * hw.flops_per_gpu * eff)
         per_pass = 2 * L * self.allreduce(rows * d * ACT_BYTES, tp, 0) + self._non_gemm(L, rows / tp)
+        if ep > 1 and model.is_moe:
+            per_pass += model.moe_layers * self.moe_alltoall(model, rows, tp, ep, extent)
         return compute + passes * per_pass
 
-    def engine_concurrency(self, model: ModelSpec, tp: int, pp: int, micro_batch: int) -> int:
+    def engine_concurrency(self, model: ModelSpec, tp: int, pp: int, micro_batch: int, ep: int = 1) -> int:
         """Sequences an engine replica runs at once: ``min(mb, max_num_seqs, KV capacity)`` with the
         capacity from :func:`packplace.placement.engine.kv_capacity_sequences`."""
         capacity = kv_capacity_sequences(model, self.hw.memory_per_gpu, self.workload, tp, pp,
-                                         self.engine.gpu_memory_utilization)
+                                         self.engine.gpu_memory_utilization, ep)
         return max(1, min(micro_batch, self.engine.max_num_seqs, capacity))
 
     def generate_time(self, model: ModelSpec, dp: int, pp: int, tp: int, micro_batch: int,
-                      extent: tuple[int, int, int]) -> float:
+                      extent: tuple[int, int, int], ep: int = 1) -> float:
         """Rollout generation of the ``B·K/dp`` sequences of one engine replica (the replicas are alike).
 
         Continuous batching (default, :mod:`packplace.placement.engine`): at most
@@ -325,29 +415,39 @@ class CostModel:
         S = w.context_length
         per_replica = w.sequences // dp
         if self.engine.batching == "continuous":
-            slots = self.engine_concurrency(model, tp, pp, micro_batch)
+            slots = self.engine_concurrency(model, tp, pp, micro_batch, ep)
             iterations, running, generated = continuous_schedule(w, per_replica, slots)
             middle = running * (S + 1.0) + generated + running * (iterations - 1.0) / 2.0
-            steps = self.decode_step_times(model, tp, pp, extent, dp, running, middle)
-            return self.prefill_time(model, tp, per_replica, min(slots, per_replica)) + float(
+            steps = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep)
+            return self.prefill_time(model, tp, per_replica, min(slots, per_replica), ep, extent) + float(
                 (steps * iterations).sum())
         rounds = per_replica // micro_batch
-        prefill = self.prefill_time(model, tp, micro_batch, micro_batch)
+        prefill = self.prefill_time(model, tp, micro_batch, micro_batch, ep, extent)
         steps, weight, fraction = w.decode_grid  # (n,) decode steps t, steps each entry stands for, 1 − F(t − 1)
         active = micro_batch * fraction
-        step = self.decode_step_times(model, tp, pp, extent, dp, active, active * (S + steps))
+        step = self.decode_step_times(model, tp, pp, extent, dp, active, active * (S + steps), ep)
         round_time = prefill + float((step * weight).sum())
         return self.pipeline(rounds, pp, round_time * stage_share(model.layers, pp))
 
     # -- movement between blocks -----------------------------------------------------------------
-    def realloc_time(self, model: ModelSpec, src_layout: tuple[int, int], src_range: tuple[int, int],
-                     dst_layout: tuple[int, int], dst_range: tuple[int, int], engine: bool = False) -> float:
+    @staticmethod
+    def layout_shard_bytes(model: ModelSpec, layout: tuple[int, ...]) -> float:
+        """bf16 weight bytes per GPU of a ``(pp, tp)`` or ``(pp, tp, ep)`` layout: ``2P/(tp·pp)``, the
+        routed experts (``P_e``) counted ``1/ep``: ``2·(P − P_e + P_e/ep)/(tp·pp)``."""
+        pp, tp = layout[0], layout[1]
+        ep = layout[2] if len(layout) > 2 else 1
+        if ep == 1 or not model.is_moe:
+            return 2.0 * model.params / (pp * tp)
+        return 2.0 * (model.params - model.expert_params + model.expert_params / ep) / (pp * tp)
+
+    def realloc_time(self, model: ModelSpec, src_layout: tuple[int, ...], src_range: tuple[int, int],
+                     dst_layout: tuple[int, ...], dst_range: tuple[int, int], engine: bool = False) -> float:
         """Weight synchronisation from a trainer to the next step's consumer of its weights, seconds.
 
         Into an inference vertex (``engine`` false: the critic's own value pass): 0 when both use the
-        same block and the same ``(pp, tp)`` layout (the same workers hold the weights); otherwise every
-        destination GPU receives its shard ``2P/(tp_dst·pp_dst)`` bytes, in parallel, at the slowest level
-        spanning both blocks: ``α_p2p + shard·β_p2p``.
+        same block and the same ``(pp, tp[, ep])`` layout (the same workers hold the weights); otherwise
+        every destination GPU receives its shard ``2P/(tp_dst·pp_dst)`` bytes (:meth:`layout_shard_bytes`),
+        in parallel, at the slowest level spanning both blocks: ``α_p2p + shard·β_p2p``.
 
         Into a rollout engine (``engine`` true) the weights always move, every step (verl, OpenRLHF and
         NeMo RL push them into vLLM/SGLang after each update): on another block the shard crosses the
@@ -355,7 +455,7 @@ class CostModel:
         own path (:func:`~packplace.placement.framework.refit_seconds`: NCCL broadcast across blocks,
         DeepSpeed's in-place gather) replaces the formula. Both add the hardware's
         ``weight_sync_overhead`` knob (0 unless a config or ``calibrate`` sets it)."""
-        shard = 2.0 * model.params / (dst_layout[0] * dst_layout[1])
+        shard = self.layout_shard_bytes(model, dst_layout)
         if engine and src_range == dst_range:
             return self.colocated_sync_time(model, dst_layout, src_range)
         if engine:
@@ -367,22 +467,22 @@ class CostModel:
         level = self.cluster.span_level(min(src_range[0], dst_range[0]), max(src_range[1], dst_range[1]))
         return self.p2p(shard, level) + (self.hw.weight_sync_overhead if engine else 0.0)
 
-    def colocated_sync_time(self, model: ModelSpec, dst_layout: tuple[int, int],
+    def colocated_sync_time(self, model: ModelSpec, dst_layout: tuple[int, ...],
                             block: tuple[int, int] | None = None) -> float:
         """Weight sync into a rollout engine colocated with its trainer, seconds:
         ``2·shard/memory_bandwidth`` (local reshard: the trainer's copy read, the engine's written in HBM)
         ``+ 2·shard/host_bandwidth`` (the engine's sleep/wake: vLLM sleep mode level 1 offloads the
         weights to host memory while the trainer runs and loads them back before generation, over PCIe)
-        ``+ weight_sync_overhead``, with ``shard = 2P/(tp·pp)`` bytes of the engine's layout. An
-        ``in_place`` framework (DeepSpeed hybrid engine) has no sleep/wake; its gather of ZeRO-3
-        partitions over the ``block`` (id range) is :func:`~packplace.placement.framework.refit_seconds`
-        (without ``block`` the gather is left out)."""
+        ``+ weight_sync_overhead``, with ``shard = 2P/(tp·pp)`` bytes of the engine's layout
+        (:meth:`layout_shard_bytes`). An ``in_place`` framework (DeepSpeed hybrid engine) has no
+        sleep/wake; its gather of ZeRO-3 partitions over the ``block`` (id range) is
+        :func:`~packplace.placement.framework.refit_seconds` (without ``block`` the gather is left out)."""
         hw = self.hw
         if self.framework.refit == "in_place":
             block = block if block is not None else (0, 1)
             sharded = model in self.sharded_models
             return refit_seconds(self, model, block, dst_layout, block, sharded) + hw.weight_sync_overhead
-        shard = 2.0 * model.params / (dst_layout[0] * dst_layout[1])
+        shard = self.layout_shard_bytes(model, dst_layout)
         return 2.0 * shard / hw.memory_bandwidth + 2.0 * shard / hw.host_bandwidth + hw.weight_sync_overhead
 
     def transfer_time(self, src_range: tuple[int, int], dst_range: tuple[int, int], dst_dp: int) -> float:

@@ -58,16 +58,16 @@ class RolloutEngine:
 
 
 def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,
-                          gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> int:
+                          gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, ep: int = 1) -> int:
     """Sequences a paged KV cache holds at once on one engine replica (at least 1): the memory model's
     :func:`packplace.placement.memory.max_concurrent_sequences` with live sequences of
     :func:`mean_live_tokens` tokens (vLLM reserves ``gpu_memory_utilization`` of the GPU, keeps the bf16 weights of the
-    largest pipeline stage and a prefill workspace, and gives the rest to KV pages holding only live
-    tokens; Kwon et al. 2023)."""
+    largest pipeline stage (its experts split ``ep`` ways under expert parallelism) and a prefill
+    workspace, and gives the rest to KV pages holding only live tokens; Kwon et al. 2023)."""
     live = mean_live_tokens(workload)
     return max(1, max_concurrent_sequences(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
                                            gpu_memory_utilization=gpu_memory_utilization,
-                                           prompt_len=workload.context_length, live_len=live))
+                                           prompt_len=workload.context_length, live_len=live, ep=ep))
 
 
 def mean_live_tokens(workload: Workload) -> float:

@@ -229,8 +229,9 @@ class PlacementEvaluator:
         for (a, b), engine in zip(self.pubs, self.pub_engine):
             ca, alo, ahi = res[a]
             cb, blo, bhi = res[b]
-            r = self.cost.realloc_time(self.model_specs[a], (ca.strategy.pp, ca.strategy.tp), (alo, ahi),
-                                       (cb.strategy.pp, cb.strategy.tp), (blo, bhi), engine)
+            r = self.cost.realloc_time(self.model_specs[a], (ca.strategy.pp, ca.strategy.tp, ca.strategy.ep),
+                                       (alo, ahi), (cb.strategy.pp, cb.strategy.tp, cb.strategy.ep), (blo, bhi),
+                                       engine)
             reallocs.append(r)
             need = end[a] + r - start[b]
             if need > step:
@@ -440,8 +441,8 @@ class PlacementEvaluator:
             vertex = self.instance.graph.vertex(name)
             phases = self._phases[key] = self.cost.vertex_phases(
                 self.instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp, cand.micro_batch, cand.extent,
-                needs_old_log_prob(self.instance, name), inference_sharded(self.instance, name),
-                inference_offloaded(self.instance, name))
+                needs_old_log_prob(self.instance, name), s.ep, sharded=inference_sharded(self.instance, name),
+                offloaded=inference_offloaded(self.instance, name))
         return dict(phases)
 
     def vertex_memory(self, plan: Plan) -> dict[str, float]:

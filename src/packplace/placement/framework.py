@@ -164,7 +164,7 @@ def dispatch_seconds(cost, framework: FrameworkProfile, dp: int) -> float:
     return RAY_CALL_LATENCY + nbytes / cost.hw.host_bandwidth
 
 
-def refit_seconds(cost, model: ModelSpec, src_range: tuple[int, int], dst_layout: tuple[int, int],
+def refit_seconds(cost, model: ModelSpec, src_range: tuple[int, int], dst_layout: tuple[int, ...],
                   dst_range: tuple[int, int], sharded: bool) -> float | None:
     """Weight sync into a rollout engine by the framework's path, seconds; ``None`` for the model's own
     formula (:meth:`~packplace.placement.cost.CostModel.realloc_time`, the ``p2p`` path).
@@ -187,7 +187,7 @@ def refit_seconds(cost, model: ModelSpec, src_range: tuple[int, int], dst_layout
     if src_range == dst_range:
         if fw.refit == "in_place":
             n = src_range[1] - src_range[0]
-            shard = 2.0 * model.params / (dst_layout[0] * dst_layout[1])
+            shard = cost.layout_shard_bytes(model, dst_layout)
             seconds = 2.0 * shard / cost.hw.memory_bandwidth
             if sharded and n > 1:
                 alpha, beta = cost.hw.coll(cost.cluster.span_level(*src_range))

@@ -10,8 +10,11 @@ layer splits, :func:`stage_layers`); a vertex's memory is that of its worst stag
 Training state: :func:`train_state_bytes` (ZeRO sharding, offload, fp32 gradient buffer); activations:
 :func:`activation_bytes_per_layer` (recomputation, 1F1B in-flight micro-batches); generation: a paged KV
 cache of live tokens within ``gpu_memory_utilization`` of the GPU (:func:`max_concurrent_sequences`).
-Options: :class:`TrainingOptions` (``sharding`` zero1, ``recompute`` selective, ``offload`` none,
-``fp32_grad_buffer`` false). Units: bytes; bf16 weights, activations and KV cache, fp32 logits.
+Expert parallelism (``ep``, a MoE model): the routed experts of a stage are split over ``tp·ep`` GPUs
+(:func:`stage_split`), their gradients and Adam states sharded over the ``dp/ep`` expert-data-parallel
+ranks; the other weights as above. Options: :class:`TrainingOptions` (``sharding`` zero1, ``recompute``
+selective, ``offload`` none, ``fp32_grad_buffer`` false). Units: bytes; bf16 weights, activations and KV
+cache, fp32 logits.
 References: Rajbhandari et al. 2020 (ZeRO); Ren et al. 2021 (ZeRO-Offload); Korthikanti et al. 2022;
 Narayanan et al. 2021; Kwon et al. 2023 (PagedAttention, vLLM).
 """
@@ -121,9 +124,46 @@ def stage_params(model: ModelSpec, pp: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def weight_bytes(model: ModelSpec, tp: int, pp: int) -> float:
-    """bf16 weights per GPU of the largest stage: ``2·max(stage_params)/tp`` (``2P/tp`` for pp = 1)."""
-    return 2.0 * max(stage_params(model, pp)) / tp
+def stage_split(model: ModelSpec, pp: int, tp: int, ep: int = 1) -> tuple[tuple[float, float], ...]:
+    """Per pipeline stage, the parameters one GPU holds as ``(dense, expert)``: ``dense`` the stage's
+    non-expert weights over ``tp`` (attention, dense MLPs, router, shared experts, embedding / head),
+    ``expert`` its routed experts (:attr:`~packplace.shape.TransformerShape.expert_params` times the
+    stage's share of the layers) over ``tp·ep``.
+
+    Expert parallelism as in Megatron-Core (docs.nvidia.com/megatron-core/developer-guide/latest/
+    api-guide/moe.html, "Expert Parallelism": ``expert-model-parallel-size`` ranks, each holding
+    ``num_experts/ep`` experts) with the ep ranks carved out of the data-parallel ranks and each expert
+    split over the tensor-parallel ranks (the expert tensor-parallel degree equal to tp): the experts of
+    a layer fill ``tp·ep`` GPUs. A dense model (or ``ep = 1`` with ``expert = 0`` for a dense model) gives
+    ``(stage_params/tp, 0)``."""
+    experts_per_layer = model.expert_params / model.layers
+    out = []
+    for p, n in zip(stage_params(model, pp), stage_layers(model.layers, pp)):
+        expert = n * experts_per_layer
+        out.append(((p - expert) / tp, expert / (tp * ep)))
+    return tuple(out)
+
+
+def weight_bytes(model: ModelSpec, tp: int, pp: int, ep: int = 1) -> float:
+    """bf16 weights per GPU of the largest stage: ``2·max(stage_params)/tp`` (``2P/tp`` for pp = 1); with
+    expert parallelism the routed experts count ``1/ep`` of that (:func:`stage_split`)."""
+    if ep == 1 or not model.is_moe:
+        return 2.0 * max(stage_params(model, pp)) / tp
+    return 2.0 * max(d + e for d, e in stage_split(model, pp, tp, ep))
+
+
+def expert_train_state_bytes(model: ModelSpec, split: tuple[float, float], dp: int, tp: int, ep: int,
+                             options: TrainingOptions) -> float:
+    """:func:`train_state_bytes` of one GPU of a MoE stage holding ``split`` = ``(dense, expert)``
+    parameters (:func:`stage_split`): the dense part sharded over the ``dp`` ranks, the experts over the
+    ``dp/ep`` ranks that hold the same experts (Megatron-Core's expert-data-parallel group, over which its
+    distributed optimizer shards the expert states); the gathered layer of zero3 / param offload is one
+    layer's dense part over ``tp`` plus its experts over ``tp·ep``."""
+    dense, expert = split
+    layer_dense = (model.block_params - model.expert_params) / model.layers / tp
+    layer_expert = model.expert_params / model.layers / (tp * ep)
+    return (train_state_bytes(dense, layer_dense, dp, options)
+            + train_state_bytes(expert, layer_expert, dp // ep, options))
 
 
 def train_state_bytes(params: float, layer_params: float, dp: int, options: TrainingOptions) -> float:
@@ -189,7 +229,7 @@ def activation_bytes_per_layer(model: ModelSpec, seq_len: float, micro_batch: in
 def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, micro_batch: int,
                   micro_batches: int, seq_len: float, prompt_len: int, live_len: float,
                   options: TrainingOptions = DEFAULT_TRAINING,
-                  prefill_sequences: int | None = None, sharded_weights: bool = False,
+                  prefill_sequences: int | None = None, ep: int = 1, sharded_weights: bool = False,
                   offloaded_weights: bool = False) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
@@ -205,6 +245,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         options: Training memory options (train only).
         prefill_sequences: Prompts whose prefill workspace a generation engine holds at once (default
             ``micro_batch``; a continuously batched engine prefills a bounded chunk: 1 prompt).
+        ep: Expert-parallel degree (a MoE model; divides ``dp``): the stage's weights are
+            :func:`stage_split`, a trainer's state :func:`expert_train_state_bytes`.
         sharded_weights: An ``infer`` pass on ZeRO-3 / FSDP-partitioned weights (DeepSpeed-Chat's and
             OpenRLHF's reference and reward under ZeRO-3, verl's FSDP reference): the resident weights are
             ``2p/dp`` and the pass holds one gathered layer ``2·p_L`` (Rajbhandari et al. 2020, §5.3).
@@ -225,12 +267,14 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     per_layer_rank = model.block_params / model.layers / tp
     layers = stage_layers(model.layers, pp)
     params = stage_params(model, pp)
+    split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
     best = (-1.0, 0.0, 0.0)
     for i in range(pp):
-        p = params[i] / tp
+        p = params[i] / tp if split is None else split[i][0] + split[i][1]
         last = i == pp - 1
         if kind == "train":
-            resident = train_state_bytes(p, per_layer_rank, dp, options)
+            resident = (train_state_bytes(p, per_layer_rank, dp, options) if split is None
+                        else expert_train_state_bytes(model, split[i], dp, tp, ep, options))
             act = activation_bytes_per_layer(model, seq_len, micro_batch, tp, options.recompute)
             transient = act * layers[i] * min(pp - i, micro_batches)
             if options.recompute == "full":
@@ -238,7 +282,9 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             if last:
                 transient += micro_batch * seq_len * model.output_dim * LOGIT_BYTES / tp
         elif kind == "infer":
-            resident = 2.0 * p / dp if sharded_weights else 2.0 * p
+            # partitioned: the stage's weights over all tp·dp ranks (ZeRO-3 shards expert weights over the
+            # expert-data-parallel group, ep·(dp/ep) = dp ranks with tp)
+            resident = 2.0 * params[i] / (tp * dp) if sharded_weights else 2.0 * p
             transient = activation_bytes_per_layer(model, seq_len, micro_batch, tp)
             if sharded_weights:
                 transient += 2.0 * per_layer_rank
@@ -261,7 +307,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
 
 def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,
                              gpu_memory_utilization: float, prompt_len: int, live_len: float,
-                             prefill_sequences: int = 1) -> int:
+                             prefill_sequences: int = 1, ep: int = 1) -> int:
     """How many sequences a paged-KV generation engine holds at once (per data-parallel replica).
 
     The engine may use ``gpu_memory_utilization · memory_per_gpu`` bytes per GPU; after the bf16 weights
@@ -272,14 +318,15 @@ def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_g
 
         ⌊(util·M − weights − workspace) / (kv_bytes_per_token(tp, pp) · live_len + V·4/tp)⌋
 
-    with the KV bytes of the largest stage's layers. 128 rollouts of Llama-3.1-8B at 1,016 live tokens
+    with the KV bytes of the largest stage's layers and the weights of :func:`weight_bytes` (``ep``: the
+    experts split over the expert-parallel ranks). 128 rollouts of Llama-3.1-8B at 1,016 live tokens
     need 17 GB of KV; an 80 GB GPU at utilisation 0.9 holds 419 such sequences (prompt 128).
 
     Returns:
         The count (0 when the weights alone exceed the budget).
     """
     budget = gpu_memory_utilization * memory_per_gpu
-    budget -= weight_bytes(model, tp, pp)
+    budget -= weight_bytes(model, tp, pp, ep)
     budget -= ACTIVATION_BYTES_PER_TOKEN_HIDDEN * prompt_len * prefill_sequences * model.hidden_dim / tp
     per_sequence = model.kv_bytes_per_token(tp, 1) * max(stage_layers(model.layers, pp)) / model.layers * live_len
     per_sequence += model.output_dim * LOGIT_BYTES / tp
@@ -289,9 +336,15 @@ def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_g
 
 
 def resident_bytes(model: ModelSpec, kind: str, dp: int, pp: int, tp: int,
-                   options: TrainingOptions = DEFAULT_TRAINING) -> float:
+                   options: TrainingOptions = DEFAULT_TRAINING, ep: int = 1) -> float:
     """Resident bytes per GPU of the worst stage (the ``resident`` of :func:`vertex_memory` without
-    activations): bf16 weights, and for ``train`` :func:`train_state_bytes`."""
+    activations): bf16 weights, and for ``train`` :func:`train_state_bytes` (with ``ep`` > 1 for a MoE
+    model, :func:`expert_train_state_bytes` of the worst stage)."""
+    if model.is_moe and ep > 1:
+        split = stage_split(model, pp, tp, ep)
+        if kind != "train":
+            return 2.0 * max(d + e for d, e in split)
+        return max(expert_train_state_bytes(model, part, dp, tp, ep, options) for part in split)
     per_layer_rank = model.block_params / model.layers / tp
     worst = max(stage_params(model, pp)) / tp
     if kind != "train":

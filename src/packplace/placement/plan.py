@@ -17,11 +17,15 @@ from packplace.placement.hardware import Cluster
 
 @dataclass(frozen=True, slots=True, order=True)
 class Strategy:
-    """Data × pipeline × tensor parallel degrees; ``dp·pp·tp`` is the block's GPU count."""
+    """Data × pipeline × tensor parallel degrees; ``dp·pp·tp`` is the block's GPU count. ``ep`` (default
+    1) is the expert-parallel degree of a MoE model: groups of ``ep`` of the ``dp`` data-parallel replicas
+    split the routed experts among them (Megatron-Core's expert parallelism; vLLM's expert-parallel
+    mode), so it divides ``dp`` and adds no GPUs."""
 
     dp: int
     pp: int
     tp: int
+    ep: int = 1
 
     @property
     def gpus(self) -> int:
@@ -166,7 +170,7 @@ def gpu_ranges(gpu_ids: list[tuple[int, int, int]]) -> str:
 
 def _vertex_dict(vp: VertexPlan) -> dict[str, Any]:
     return {
-        "strategy": {"dp": vp.strategy.dp, "pp": vp.strategy.pp, "tp": vp.strategy.tp},
+        "strategy": {"dp": vp.strategy.dp, "pp": vp.strategy.pp, "tp": vp.strategy.tp, "ep": vp.strategy.ep},
         "micro_batch": vp.micro_batch,
         "allocation": {"origin": list(vp.allocation.origin), "extent": list(vp.allocation.extent)},
     }
@@ -197,7 +201,7 @@ def plan_from_json(data: Mapping[str, Any]) -> Plan:
             s = entry["strategy"]
             alloc = entry["allocation"]
             vertices[name] = VertexPlan(
-                Strategy(int(s["dp"]), int(s["pp"]), int(s["tp"])), int(entry["micro_batch"]),
+                Strategy(int(s["dp"]), int(s["pp"]), int(s["tp"]), int(s.get("ep", 1))), int(entry["micro_batch"]),
                 Allocation(_triple(alloc["origin"]), _triple(alloc["extent"])),
             )
         return Plan.build(vertices, data.get("staleness") or {})

@@ -16,7 +16,9 @@ Saving memory is not free, so the planner sees the trade-off:
   ``2·2·p_shard·m`` more bytes at ``host_bandwidth``.
 
 ``p_shard`` is the parameters a GPU owns: ``params/(tp·pp)``, divided by ``dp`` under zero1-3 (each rank
-updates its shard). Every GPU has its own PCIe link (HGX nodes: one PCIe switch port per GPU).
+updates its shard); with expert parallelism (``ep``) the routed experts count ``1/ep`` of that, sharded
+over the ``dp/ep`` ranks holding the same experts, which gives the same ``params/(tp·pp·dp)`` under zero1-3.
+Every GPU has its own PCIe link (HGX nodes: one PCIe switch port per GPU).
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ from packplace.placement.models import ModelSpec
 
 
 def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, dp: int, pp: int, tp: int,
-                              micro_batch: int, extent: tuple[int, int, int]) -> float:
+                              micro_batch: int, extent: tuple[int, int, int], ep: int = 1) -> float:
     """Extra seconds per step of ``options`` for a training vertex (module docstring).
 
     Args:
         cost: The instance's :class:`~packplace.placement.cost.CostModel` (hardware, workload).
         model, options: The trained model and its memory options.
-        dp, pp, tp, micro_batch, extent: The candidate's strategy and block shape.
+        dp, pp, tp, micro_batch, extent, ep: The candidate's strategy and block shape.
 
     Returns:
         Seconds (0 for ``recompute: none`` and ``offload: none``).
@@ -41,7 +43,7 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
     micro_batches = w.sequences // (dp * micro_batch)
     seconds = 0.0
     if options.recompute == "full":
-        seconds += cost.pass_time(model, False, dp, pp, tp, micro_batch, extent)
+        seconds += cost.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep)
     elif options.recompute == "selective":
         s = w.train_seq_len
         tokens = micro_batch * s
@@ -52,6 +54,8 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
         shard = model.params * stage_share(model.layers, pp) / tp
         if options.sharding != "none":
             shard /= dp
+        elif ep > 1 and model.is_moe:
+            shard -= model.expert_params * stage_share(model.layers, pp) / tp * (1.0 - 1.0 / ep)
         grad_bytes = 4.0 if options.fp32_grad_buffer else 2.0
         moved = (grad_bytes + 2.0) * shard
         if options.offload == "optimizer+params":

@@ -10,6 +10,8 @@ A validation file is a placement config plus a ``validation`` section::
       engine_only: [generation]                          # phases measured on the engine alone
       plan: {actor.generate: {dp: 16, pp: 1, tp: 1, micro_batch: 128, origin: [0, 0, 0], extent: [1, 2, 8]}}
 
+A vertex's ``ep`` (expert-parallel degree of a MoE model, dividing ``dp``) defaults to 1.
+
 The plan is scored by the evaluator with the file's memory settings; a plan over memory is timed without
 the memory check but its rows fail. A phase's predicted time is the span of its vertices in the schedule;
 ``step`` is the evaluator's step time. A row passes within :data:`RATIO_RANGE`.
@@ -70,10 +72,11 @@ def _plan(spec: Any, where: str) -> Plan:
     vertices = {}
     for name, v in spec.items():
         try:
-            vertices[name] = VertexPlan(Strategy(int(v["dp"]), int(v["pp"]), int(v["tp"])), int(v["micro_batch"]),
-                                        Allocation(tuple(v["origin"]), tuple(v["extent"])))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"[{where}] plan.{name}: needs dp, pp, tp, micro_batch, origin, extent ({exc})") from None
+            vertices[name] = VertexPlan(Strategy(int(v["dp"]), int(v["pp"]), int(v["tp"]), int(v.get("ep", 1))),
+                                        int(v["micro_batch"]), Allocation(tuple(v["origin"]), tuple(v["extent"])))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"[{where}] plan.{name}: needs dp, pp, tp, micro_batch, origin, extent and "
+                              f"optionally ep ({exc})") from None
     return Plan.build(vertices)
 
 

@@ -1,0 +1,253 @@
+"""Expert parallelism of MoE models: memory, all-to-all and decode time by hand (Qwen3-30B-A3B on 4x8 H100),
+candidates with ep, plan files with ep, and ep = 1 leaving dense models unchanged."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import packplace
+from packplace.placement.candidates import explain, legal_strategies
+from packplace.placement.cli import format_table
+from packplace.placement.config import build_instance
+from packplace.placement.cost import CostModel
+from packplace.placement.memory import TrainingOptions, resident_bytes, vertex_memory, weight_bytes
+from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
+from packplace.placement.validate import load_setup, predict
+from packplace.shape import TransformerShape, from_hf_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+QWEN3_MOE = from_hf_config(os.path.join(ROOT, "tests", "data", "hf_configs", "qwen3-30b-a3b.json"))
+ROW = os.path.join(ROOT, "benchmarks", "validation", "nemo_rl_grpo_qwen3-30b-a3b_4x8xh100.yaml")
+ZERO1 = TrainingOptions("zero1", "selective")
+EXTENT = (1, 4, 8)  # the whole 4 x 8 H100 cluster
+
+
+def h100_cost(**hardware) -> CostModel:
+    inst = build_instance({
+        "hardware": {"preset": "h100-sxm", "nodes_per_rack": 4, **hardware},
+        "models": {"actor": {"num_hidden_layers": 8, "hidden_size": 1024, "intermediate_size": 4096,
+                             "vocab_size": 32000}, "reward": "rule"},
+        "workload": {"batch_size": 64, "samples_per_prompt": 32, "context_length": 128, "generation_length": 3968},
+        "policy": {"algorithm": "grpo"}})
+    return CostModel(inst.hardware, inst.cluster, inst.workload)
+
+
+def test_qwen3_30b_a3b_expert_parameters_from_its_config():
+    # 48 MoE layers x 128 experts x 3 matrices x 2048 x 768 = 28,991,029,248 routed-expert parameters of 30.5e9
+    assert QWEN3_MOE.expert_params == 48 * 128 * 3 * 2048 * 768 == 28_991_029_248
+    assert QWEN3_MOE.params == 30_532_122_624
+    # one expert over the 48 layers; 8 of them active per token
+    assert QWEN3_MOE.expert_gemm_params == 48 * 3 * 2048 * 768 == 226_492_416
+
+
+def test_trainer_memory_per_gpu_at_tp2_ep4_by_hand():
+    # dense part (attention, router, norms, embedding, LM head): 30,532,122,624 - 28,991,029,248 = 1,541,093,376
+    dense = (30_532_122_624 - 28_991_029_248) / 2           # over tp 2: 770,546,688 per GPU
+    expert = 28_991_029_248 / (2 * 4)                        # over tp 2 x ep 4: 3,623,878,656 per GPU
+    # zero1: bf16 weights + bf16 grads, Adam 12 bytes sharded over dp 16 (dense) and dp/ep = 4 (experts)
+    by_hand = (4 * dense + 12 * dense / 16) + (4 * expert + 12 * expert / 4)
+    assert by_hand == 29_027_247_360
+    assert resident_bytes(QWEN3_MOE, "train", 16, 1, 2, ZERO1, ep=4) == pytest.approx(by_hand, rel=1e-12)
+    # ep 1 (every GPU of a TP-2 trainer holds half of all 128 experts): 4 x P/2 + 12 x P/2 / 16
+    ep1 = 4 * 30_532_122_624 / 2 + 12 * 30_532_122_624 / 2 / 16
+    assert ep1 == 72_513_791_232
+    assert resident_bytes(QWEN3_MOE, "train", 16, 1, 2, ZERO1) == pytest.approx(ep1, rel=1e-12)
+    # with activations (mb 1 of 4,096 tokens, selective: 34 s h / tp per layer x 48) and fp32 logits
+    act = 34 * 4096 * 2048 / 2 * 48                          # 6,845,104,128
+    logits = 4096 * 151936 * 4 / 2                           # 1,244,659,712
+    for ep, resident in ((4, by_hand), (1, ep1)):
+        res, tra = vertex_memory(QWEN3_MOE, "train", dp=16, pp=1, tp=2, micro_batch=1, micro_batches=128,
+                                 seq_len=4096, prompt_len=128, live_len=4096, options=ZERO1, ep=ep)
+        assert res == pytest.approx(resident, rel=1e-12)
+        assert tra == pytest.approx(act + logits, rel=1e-12)
+    # 37.1 GB per GPU at ep 4; 80.6 GB (over an 80 GB H100) at ep 1
+    assert (by_hand + act + logits) / 1e9 == pytest.approx(37.117, abs=1e-3)
+    assert (ep1 + act + logits) / 1e9 == pytest.approx(80.604, abs=1e-3)
+
+
+def test_engine_weights_split_over_ep():
+    # bf16 weights of a TP-4 engine: 2 x (1,541,093,376 / 4 + 28,991,029,248 / (4 x ep))
+    for ep in (1, 2, 8):
+        by_hand = 2 * (1_541_093_376 / 4 + 28_991_029_248 / (4 * ep))
+        assert weight_bytes(QWEN3_MOE, 4, 1, ep) == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_all_to_all_seconds_of_one_layer_by_hand():
+    c = h100_cost()
+    # 4,096 tokens per replica at tp 2: each GPU dispatches its 2,048 tokens to 8 experts in bf16:
+    # n = 4096 x 8 x 2048 x 2 / 2 = 67,108,864 bytes
+    n = 4096 * 8 * 2048 * 2 / 2
+    # ep 4 x tp 2 = 8 consecutive GPUs: inside a node (alpha 1e-6 s, 360 GB/s bus bandwidth);
+    # pairwise exchange (p - 1)(alpha + n/p beta), dispatch + combine
+    inside = 2 * 3 * (1e-6 + n / 4 / 360e9)
+    assert inside == pytest.approx(2.856203e-4, rel=1e-6)
+    assert c.moe_alltoall(QWEN3_MOE, 4096, 2, 4, EXTENT) == pytest.approx(inside, rel=1e-12)
+    # ep 8 x tp 2 = 16 GPUs: across two nodes (alpha 5e-6 s, 45 GB/s): about 9x slower
+    across = 2 * 7 * (5e-6 + n / 8 / 45e9)
+    assert across == pytest.approx(2.679789e-3, rel=1e-6)
+    assert c.moe_alltoall(QWEN3_MOE, 4096, 2, 8, EXTENT) == pytest.approx(across, rel=1e-12)
+    # no expert parallelism, no all-to-all
+    assert c.moe_alltoall(QWEN3_MOE, 4096, 2, 1, EXTENT) == 0.0
+
+
+def test_training_pass_adds_dispatch_and_combine_forward_and_backward():
+    # tp 1, ep 8 (an 8-GPU group inside a node, the only level-0 collective at tp 1): removing the
+    # level-0 cost removes exactly m micro-batches x 2 (forward, backward) x 48 layers x one layer's all-to-all
+    c, free = h100_cost(), h100_cost(alpha_coll_g=0.0, beta_coll_g=1e-30)
+    s = c.workload.train_seq_len
+    per_layer = c.moe_alltoall(QWEN3_MOE, 4 * s, 1, 8, EXTENT)
+    micro_batches = 2048 // (32 * 4)
+    gap = (c.pass_time(QWEN3_MOE, True, 32, 1, 1, 4, EXTENT, 8)
+           - free.pass_time(QWEN3_MOE, True, 32, 1, 1, 4, EXTENT, 8))
+    assert gap == pytest.approx(micro_batches * 2 * 48 * per_layer, rel=1e-6)
+    infer_gap = (c.pass_time(QWEN3_MOE, False, 32, 1, 1, 4, EXTENT, 8)
+                 - free.pass_time(QWEN3_MOE, False, 32, 1, 1, 4, EXTENT, 8))
+    assert infer_gap == pytest.approx(micro_batches * 48 * per_layer, rel=1e-6)
+
+
+def test_compute_counts_active_experts_at_their_rows_by_hand():
+    c = h100_cost()
+    # forward FLOPs per token at context 4,096: 2 x 3,041,656,832 (attention, router, 8 active experts,
+    # LM head) + 2 x 48 x 4096 x 4096 = 7,693,926,400, of which 2 x 8 x 226,492,416 = 3,623,878,656 expert
+    assert QWEN3_MOE.gemm_params == 3_041_656_832
+    total, expert = 2 * 3_041_656_832 + 2 * 48 * 4096 * 4096, 2 * 8 * 226_492_416
+    # 4,096 rows: 0.55 x 64/(64 + 5); an expert of ep 4 receives 4096 x 8 x 4 / 128 = 1,024 rows: 0.55 x 16/21
+    eff, eff_e = 0.55 * 64 / 69, 0.55 * 16 / 21
+    assert c.expert_rows(QWEN3_MOE, 4096, 4) == 1024
+    by_hand = 4096 * ((total - expert) / eff + expert / eff_e) / (2 * 989e12)
+    assert by_hand == pytest.approx(0.034429, rel=1e-4)
+    assert c.compute_time(QWEN3_MOE, QWEN3_MOE.forward_flops_per_token(4096), 1.0, 4096, 2, 4) == \
+        pytest.approx(by_hand, rel=1e-12)
+
+
+def test_decode_reads_the_expected_distinct_experts():
+    pe, k_all = 226_492_416, 8 * 226_492_416
+    shared = QWEN3_MOE.gemm_params - k_all            # weights every token reads
+    read = CostModel.decode_weights_read
+    # one token reads exactly its 8 experts
+    assert read(QWEN3_MOE, np.array([1.0]))[0] == pytest.approx(QWEN3_MOE.gemm_params, rel=1e-12)
+    # 16 tokens: 128 x (1 - (120/128)^16) = 128 x (1 - 0.356074) = 82.42 distinct experts
+    assert 128 * (1 - 0.9375 ** 16) == pytest.approx(82.42, abs=0.01)
+    assert read(QWEN3_MOE, np.array([16.0]))[0] == pytest.approx(shared + 128 * (1 - 0.9375 ** 16) * pe, rel=1e-12)
+    # ep 4: a GPU's 32 experts see the group's 4 x 16 = 64 tokens: 32 x (1 - 0.9375^64) = 31.49 experts
+    assert 32 * (1 - 0.9375 ** 64) == pytest.approx(31.486, abs=1e-3)
+    assert read(QWEN3_MOE, np.array([16.0]), 4)[0] == pytest.approx(shared + 32 * (1 - 0.9375 ** 64) * pe, rel=1e-12)
+    # many tokens: every local expert, the E/ep share of them
+    assert read(QWEN3_MOE, np.array([4096.0]), 4)[0] == pytest.approx(shared + 32 * pe, rel=1e-9)
+
+
+def test_candidates_enumerate_ep_for_moe_only():
+    got = {(s.dp, s.tp, s.ep) for s, mb in legal_strategies(QWEN3_MOE, build_cluster(), 2048, EXTENT) if s.pp == 1}
+    # tp 2, dp 16: every divisor of 16 that divides 128 experts
+    assert {ep for dp, tp, ep in got if tp == 2} == {1, 2, 4, 8, 16}
+    assert {ep for dp, tp, ep in got if tp == 1} == {1, 2, 4, 8, 16, 32}
+    dense = replace(QWEN3_MOE, num_experts=0, experts_per_token=0, expert_ffn_dim=0)
+    assert {s.ep for s, _ in legal_strategies(dense, build_cluster(), 2048, EXTENT)} == {1}
+    assert "mixture-of-experts" in explain(dense, build_cluster(), 2048, Strategy(16, 1, 2, 4), 1, EXTENT)
+    assert "must divide" in explain(QWEN3_MOE, build_cluster(), 2048, Strategy(4, 1, 8, 8), 1, EXTENT)  # 8 !| dp 4
+    assert "must divide" in explain(QWEN3_MOE, build_cluster(), 2048, Strategy(16, 1, 2, 32), 1, EXTENT)
+    assert explain(QWEN3_MOE, build_cluster(), 2048, Strategy(16, 1, 2, 8), 1, EXTENT) is None
+
+
+def build_cluster():
+    from packplace.placement.hardware import Cluster
+    return Cluster(1, 4, 8)
+
+
+def test_validation_row_fits_with_expert_parallelism_and_not_without():
+    inst, plan, section = load_setup(ROW)
+    assert plan["actor.train"].strategy == Strategy(16, 1, 2, 4)
+    predicted, fits, _ = predict(inst, plan, section)
+    assert fits
+    assert 0.35 <= predicted["step"] / 225 <= 0.55
+    no_ep = Plan.build({name: VertexPlan(replace(vp.strategy, ep=1), vp.micro_batch, vp.allocation)
+                        for name, vp in plan.vertices})
+    assert not predict(inst, no_ep, section)[1]  # a TP-2 trainer holding half of all experts: out of memory
+
+
+def test_plan_json_and_cli_table_carry_ep():
+    vp = VertexPlan(Strategy(16, 1, 2, 4), 1, Allocation((0, 0, 0), (1, 4, 8)))
+    plan = Plan.build({"actor.train": vp})
+    data = plan.to_dict()
+    assert data["vertices"]["actor.train"]["strategy"] == {"dp": 16, "pp": 1, "tp": 2, "ep": 4}
+    assert Plan.from_dict(data) == plan
+    del data["vertices"]["actor.train"]["strategy"]["ep"]     # older plan files: ep 1
+    assert Plan.from_dict(data)["actor.train"].strategy == Strategy(16, 1, 2)
+    small = build_instance({
+        "hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": 4},
+        "models": {"actor": {"num_hidden_layers": 4, "hidden_size": 512, "intermediate_size": 1024,
+                             "moe_intermediate_size": 256, "num_experts": 8, "num_experts_per_tok": 2,
+                             "vocab_size": 8000, "num_attention_heads": 4}, "reward": "rule"},
+        "workload": {"batch_size": 8, "samples_per_prompt": 2, "context_length": 64, "generation_length": 64},
+        "policy": {"algorithm": "grpo"}})
+    result = packplace.place(small, "greedy")
+    assert "(dp,pp,tp,ep)" in format_table(small, result)
+
+
+DENSE = st.builds(
+    lambda layers, heads, kv, ffn: TransformerShape(layers=layers, hidden_dim=heads * 64, ffn_dim=ffn,
+                                                    vocab_size=1000, num_heads=heads, num_kv_heads=kv, head_dim=64),
+    st.integers(1, 8), st.sampled_from([4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from([256, 1024]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(DENSE, st.sampled_from([(1, 1, 4), (2, 1, 2), (1, 2, 2), (4, 1, 1)]),
+       st.sampled_from(["train", "infer", "generate"]))
+def test_ep_one_leaves_dense_models_unchanged(model, degrees, kind):
+    # a dense model has no experts: ep 1 is the only degree, and passing it changes no time or byte
+    dp, pp, tp = degrees
+    c = h100_cost()
+    extent = (1, 1, 4)
+    assert model.expert_params == model.expert_gemm_params == 0
+    assert c.vertex_time(model, kind, dp, pp, tp, 1, extent) == c.vertex_time(model, kind, dp, pp, tp, 1, extent,
+                                                                              False, 1)
+    kwargs = dict(dp=dp, pp=pp, tp=tp, micro_batch=1, micro_batches=2, seq_len=512.0, prompt_len=128, live_len=300.0)
+    assert vertex_memory(model, kind, **kwargs) == vertex_memory(model, kind, **kwargs, ep=1)
+    assert c.moe_alltoall(model, 4096, tp, 1, extent) == 0.0
+    assert weight_bytes(model, tp, pp, 1) == weight_bytes(model, tp, pp)
+    assert CostModel.layout_shard_bytes(model, (pp, tp, 1)) == CostModel.layout_shard_bytes(model, (pp, tp))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8]), st.sampled_from(["none", "zero1", "zero3"]))
+def test_more_expert_parallelism_never_needs_more_memory(tp, sharding):
+    options = TrainingOptions(sharding, "selective")
+    values = [resident_bytes(QWEN3_MOE, "train", 32 // tp, 1, tp, options, ep) for ep in (1, 2, 4)
+              if (32 // tp) % ep == 0]
+    assert values == sorted(values, reverse=True)
+
+
+def test_shared_experts_are_active_for_every_token_and_not_split_by_ep():
+    # 2 layers, d 256, 4 heads of 64, 8 experts of width 128, top-2, one shared expert of width 128
+    m = TransformerShape(layers=2, hidden_dim=256, ffn_dim=512, vocab_size=1000, num_heads=4, head_dim=64,
+                         num_experts=8, experts_per_token=2, expert_ffn_dim=128, shared_expert_ffn_dim=128)
+    one = 3 * 256 * 128                                          # one expert (gate, up, down): 98,304
+    assert m.expert_params == 2 * 8 * one                         # routed experts only, the shared one not
+    assert m.expert_gemm_params == 2 * one
+    # per layer a token multiplies attention 4 x 256 x 256, the router 256 x 8, 2 routed + 1 shared expert
+    per_layer = 4 * 256 * 256 + 256 * 8 + (2 + 1) * one
+    assert m.gemm_params == 2 * per_layer + 256 * 1000            # + the LM head
+    # the shared expert stays on every expert-parallel rank: only 16 routed experts are divided by ep
+    assert weight_bytes(m, 1, 1, 4) == pytest.approx(2 * (m.params - 2 * 8 * one + 2 * 8 * one / 4), rel=1e-12)
+
+
+def test_cpsat_and_the_evaluator_agree_on_expert_parallel_candidates():
+    # a tiny MoE PPO step on 4 GPUs: the CP-SAT model prices ep layouts (weight sync, colocation) as the
+    # evaluator does, and proves its plan optimal
+    actor = {"num_hidden_layers": 4, "hidden_size": 512, "intermediate_size": 1024, "moe_intermediate_size": 256,
+             "num_experts": 8, "num_experts_per_tok": 2, "vocab_size": 8000, "num_attention_heads": 4}
+    inst = build_instance({
+        "hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": 4, "memory_per_gpu": 6e8},
+        "models": {"actor": actor, "critic": actor, "reward": actor},
+        "workload": {"batch_size": 8, "samples_per_prompt": 2, "context_length": 64, "generation_length": 64},
+        "policy": {"algorithm": "ppo"}})
+    result = packplace.place(inst, "cpsat", time_limit_s=60)
+    assert result.status == "optimal" and not result.info.get("discrepancy"), result.message
+    assert any(vp.strategy.ep > 1 for _, vp in result.solution.vertices)
+    assert result.objective <= packplace.place(inst, "greedy").objective + 1e-12

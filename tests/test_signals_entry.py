@@ -1,0 +1,39 @@
+"""Ctrl-C at any moment of the console script, imports included: exit 130 (SIGTERM 143), at most one
+line on stderr, never a traceback."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "balance" / "stdlib_llama8b.yaml"
+SCRIPT = Path(sys.executable).parent / "packplace"
+
+
+def test_the_console_script_is_the_early_handler_module():
+    assert 'packplace = "packplace_console:main"' in (ROOT / "pyproject.toml").read_text()
+    if SCRIPT.exists():
+        assert "from packplace_console import main" in SCRIPT.read_text()
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="the console script is not installed next to this python")
+@pytest.mark.parametrize(("seed", "signum"), [(k, signal.SIGINT) for k in range(6)] + [(6, signal.SIGTERM)])
+def test_a_signal_at_a_random_moment_exits_cleanly(tmp_path, seed, signum):
+    delay = random.Random(seed).uniform(0.15, 1.5)  # mostly inside the imports (about a second)
+    proc = subprocess.Popen([str(SCRIPT), "balance", "--config", str(CONFIG), "--solver", "lpt"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:  # finished before the signal (a fast machine): nothing to check
+        return
+    assert proc.returncode == 128 + signum, (delay, err)
+    assert "Traceback" not in err and "Error" not in err, err
+    assert len(err.strip().splitlines()) <= 1, err
