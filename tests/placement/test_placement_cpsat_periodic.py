@@ -121,26 +121,31 @@ def test_model_period_is_the_maximum_cycle_mean_on_sampled_plans(data):
 
 def _two_step_cycle_plan():
     """A PPO plan whose critical cycle (generate → reference → actor train → next-but-one generate) spans
-    two steps: period (31407235 + 9266398 + 65602347) / 2 = 53137990 ticks on the model's tables."""
+    two steps: period (9095782 + 7461873 + 129945811) / 2 = 73251733 ticks on the model's tables (the
+    edges: generate + rollout transfer, reference + transfer, actor train on all 8 GPUs + weight sync)."""
     inst, tables = _stale_ppo()
-    where = {"actor.generate": (0, 4, 31390706), "reference.infer": (6, 7, 9265242), "reward.infer": (4, 6, 4464311),
-             "critic.infer": (0, 4, 1766834), "actor.train": (4, 6, 17656474), "critic.train": (6, 8, 13815942)}
-    choice = [next(o for o in tables.options[v] if (o.lo, o.hi, o.duration) == where[name])
-              for v, name in enumerate(tables.names)]
+    where = {"actor.generate": (0, 4, 4, 1, 1, 8), "reference.infer": (0, 2, 1, 2, 1, 16),
+             "reward.infer": (4, 6, 2, 1, 1, 8), "critic.infer": (6, 7, 1, 1, 1, 8),
+             "actor.train": (0, 8, 2, 4, 1, 4), "critic.train": (4, 6, 1, 2, 1, 2)}
+
+    def key(o):
+        return o.lo, o.hi, o.cand.strategy.dp, o.cand.strategy.pp, o.cand.strategy.tp, o.cand.micro_batch
+
+    choice = [next(o for o in tables.options[v] if key(o) == where[name]) for v, name in enumerate(tables.names)]
     return inst, tables, choice, {"actor": 1, "critic": 1}
 
 
 def test_model_period_of_a_two_step_cycle():
     inst, tables, choice, staleness = _two_step_cycle_plan()
     edges = periodic.cycle_edges(tables, inst, choice, staleness)
-    assert max_cycle_mean(len(choice), edges) == Fraction(31407235 + 9266398 + 65602347, 2)
-    assert periodic.model_period(tables, inst, choice, staleness)[0] == 53137990
+    assert max_cycle_mean(len(choice), edges) == Fraction(9095782 + 7461873 + 129945811, 2)
+    assert periodic.model_period(tables, inst, choice, staleness)[0] == 73251733
 
 
 def test_evaluator_period_of_a_two_step_cycle():
     inst, tables, choice, staleness = _two_step_cycle_plan()
     evaluated = get_evaluator(inst).step_time(cpsat._plan_of(choice, tables.names, staleness))
-    assert evaluated == pytest.approx(0.5313799, abs=13 / cpsat.TICKS_PER_S)
+    assert evaluated == pytest.approx(0.7325173, abs=13 / cpsat.TICKS_PER_S)
 
 
 def test_model_period_of_a_plan_on_one_block_is_its_total_time():
