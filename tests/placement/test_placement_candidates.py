@@ -94,7 +94,11 @@ def test_every_candidate_obeys_the_hard_rules(path):
         for c in cands:
             dp, pp, tp = c.strategy.dp, c.strategy.pp, c.strategy.tp
             assert dp * pp * tp == c.extent[0] * c.extent[1] * c.extent[2] == c.gpus
-            assert tp <= G and c.extent[2] % tp == 0 and model.heads % tp == 0
+            if vertex.kind == "generate" and tp > G:  # a rollout engine's TP group over whole nodes
+                assert tp % G == 0 and c.extent[2] == G and c.extent[1] % (tp // G) == 0
+            else:
+                assert tp <= G and c.extent[2] % tp == 0
+            assert model.heads % tp == 0
             assert model.kv_heads % tp == 0 or tp % model.kv_heads == 0
             assert pp <= model.layers and B % dp == 0 and (B // dp) % c.micro_batch == 0
             limit = inst.hardware.memory_per_gpu

@@ -309,12 +309,14 @@ class CostModel:
           of every running sequence (vLLM's PagedAttention reads exactly the live pages, Kwon et al. 2023);
         * overheads: ``decode_step_overhead`` (scheduler, sampling), the non-GEMM time of ``a/tp``
           tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et al.
-          2019) and ``pp − 1`` stage hand-offs. A pipeline of ``pp`` stages keeps ``pp`` batches in flight
-          (vLLM virtual engines): an iteration over all running sequences still reads every weight once,
-          so ``pp`` does not shorten it; the stages run at the pace of the slowest, the last one with the
-          output head, so the weight terms (``2N·a`` and ``2W/tp``) are scaled by
-          ``pp·stage_gemm_share`` (:func:`~packplace.placement.memory.stage_gemm_share`; 1 for pp = 1,
-          1.21 for Llama-3.1-8B at pp 4).
+          2019) at the TP group's level (:meth:`group_level`: inside a node, or over the inter-node links
+          for a group spanning nodes) and ``pp − 1`` stage hand-offs. A pipeline of ``pp`` stages
+          keeps ``pp`` batches in flight (vLLM virtual engines): an iteration over all running
+          sequences still reads every weight once, so ``pp`` does not shorten it; the stages run at the
+          pace of the slowest, the last one with the output head, so the weight terms (``2N·a`` and
+          ``2W/tp``) are scaled by ``pp·stage_gemm_share``
+          (:func:`~packplace.placement.memory.stage_gemm_share`; 1 for pp = 1, 1.21 for Llama-3.1-8B at
+          pp 4).
 
         A MoE model with ``ep > 1`` (vLLM's expert-parallel mode: docs.vllm.ai, "Expert Parallel
         Deployment"; the ``ep`` replicas of the group decode in lock step and share the experts): the
@@ -333,7 +335,7 @@ class CostModel:
         if ep > 1 and model.is_moe:
             step = step + model.moe_layers * self.moe_alltoall(model, running, tp, ep, extent)
         if tp > 1:
-            alpha, beta = hw.coll(0)
+            alpha, beta = hw.coll(self.group_level(tp, extent))
             step = step + 2 * L * 2 * (tp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
         if pp > 1:
             alpha, beta = hw.p2p(self.group_level(dp * pp * tp, extent))
@@ -362,7 +364,8 @@ class CostModel:
         """Prefill of ``sequences`` prompts of ``S`` tokens, ``batch`` prompts per forward pass, as GEMMs:
         ``(2N + 2LSd)·S·sequences / (tp·F·eff)`` with ``eff`` = :meth:`gemm_efficiency` of ``batch·S``
         rows (prefill is compute bound, Pope et al. 2022; a MoE model's experts at their per-expert rows,
-        :meth:`compute_time`), plus 2 tensor-parallel all-reduces per layer, the non-GEMM time and with
+        :meth:`compute_time`), plus 2 tensor-parallel all-reduces per layer at the TP group's level
+        (:meth:`group_level` in ``extent``), the non-GEMM time and with
         ``ep > 1`` the MoE layers' :meth:`moe_alltoall`, per pass."""
         w, hw = self.workload, self.hw
         d, L, S = model.hidden_dim, model.layers, w.context_length
@@ -373,7 +376,8 @@ class CostModel:
         else:
             eff = self.gemm_efficiency(rows, d / tp)
             compute = self.forward_flops_per_token(model, S) * S * sequences / (tp * hw.flops_per_gpu * eff)
-        per_pass = 2 * L * self.allreduce(rows * d * ACT_BYTES, tp, 0) + self._non_gemm(L, rows / tp)
+        per_pass = (2 * L * self.allreduce(rows * d * ACT_BYTES, tp, self.group_level(tp, extent))
+                    + self._non_gemm(L, rows / tp))
         if ep > 1 and model.is_moe:
             per_pass += model.moe_layers * self.moe_alltoall(model, rows, tp, ep, extent)
         return compute + passes * per_pass
