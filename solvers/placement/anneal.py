@@ -66,8 +66,9 @@ POLISH_ORIGINS = 32
 #:   the shapes differ);
 #: * ``colocate`` — a vertex joins another vertex's block (fastest candidate of that shape);
 #: * ``split`` — two vertices that share GPUs take the two halves of the larger block;
-#: * ``staleness`` — a trainable model with a publication edge takes another value of
-#:   ``staleness_candidates`` (``ac_share`` has no vertex in the step graph, so it is not searched).
+#: * ``staleness`` — a trainable model with a publication edge takes another of its allowed values: 0
+#:   (synchronous, always allowed) and its ``staleness_candidates`` (``actor: [1]`` searches 0 and 1, as
+#:   ``cpsat`` does; ``ac_share`` has no vertex in the step graph, so it is not searched).
 MOVES = (("candidate", 0.22), ("resize", 0.20), ("move", 0.16), ("swap", 0.10), ("colocate", 0.10),
          ("split", 0.10), ("staleness", 0.12))
 
@@ -160,8 +161,11 @@ class _Search:
         self.extents = {name: sorted(self.pool[name], key=lambda e: e[0] * e[1] * e[2]) for name in self.names}
         allowed = instance.optimizer.get("staleness_candidates", {})
         published = {self.ev.models[self.ev.vertex_model[a]] for a, _ in self.ev.pubs}
-        self.stale_models = sorted(m for m, values in allowed.items() if len(values) > 1 and m in published)
-        self.stale_values = {m: tuple(sorted(allowed[m])) for m in self.stale_models}
+        # staleness 0 is always allowed (the evaluator accepts it, listed or not): a list without 0, such
+        # as ``actor: [1]``, still offers two values
+        choices = {m: tuple(sorted({0, *allowed.get(m, (0,))})) for m in published}
+        self.stale_models = sorted(m for m, values in choices.items() if len(values) > 1)
+        self.stale_values = {m: choices[m] for m in self.stale_models}
         self.moves = [(m, w) for m, w in MOVES if m != "staleness" or self.stale_models]
         total = sum(w for _, w in self.moves)
         acc, self.move_cdf = 0.0, []
@@ -333,6 +337,19 @@ class _Search:
         values = [v for v in self.stale_values[model] if v != current]
         return plan.with_staleness(model, self.rng.choice(values)) if values else None
 
+    def best_staleness(self, plan: Plan) -> tuple[Plan, float]:
+        """``plan`` with, model by model (sorted), the allowed staleness of the least feasible cost (the
+        first on ties, values ascending), and that cost: the baselines plan synchronously, so the search
+        starts from the staleness that suits their blocks."""
+        best, best_cost = plan, self.cost(plan)[0]
+        for model in self.stale_models:
+            for value in self.stale_values[model]:
+                other = best.with_staleness(model, value)
+                cost, feasible = self.cost(other)
+                if feasible and cost < best_cost:
+                    best, best_cost = other, cost
+        return best, best_cost
+
     # -- polish neighbourhood (deterministic) ----------------------------------------------------
     def neighbourhood(self, plan: Plan):
         """Every single move of a fixed neighbourhood of ``plan``, in a fixed order."""
@@ -421,8 +438,8 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
         if warm is None:  # neither baseline (colocated, partitions, disjoint layouts) found a plan
             return greedy_solve(instance, time_limit_s=limit)
 
-    current, (current_cost, _) = warm, search.cost(warm)
-    best, best_time = warm, warm_time
+    current, current_cost = search.best_staleness(warm)
+    best, best_time = current, (warm_time if current == warm else search.ev.step_time(current))
     interrupt.offer(best)
     trace = [(time.perf_counter() - started, search.evaluations, best_time)]
     anneal_deadline = started + ANNEAL_TIME_SHARE * limit

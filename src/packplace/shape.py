@@ -289,12 +289,18 @@ class TransformerShape:
         and router matrices (no norms, no biases) and the output head ``d·output_dim`` (the embedding is
         a lookup). Kaplan et al. 2020's ``N`` plus the output projection; forward FLOPs per token are
         ``2·gemm_params`` plus attention."""
-        e = self.embedding_dim or self.hidden_dim
-        out = e * self.output_dim + (e * self.hidden_dim if e != self.hidden_dim and self.lm_head else 0)
         dense = self.layers - self.moe_layers
         blocks = (dense * self._layer_params(0, False, True)
                   + self.moe_layers * self._layer_params(self.experts_per_token, True, True))
-        return blocks + out
+        return blocks + self.head_gemm_params
+
+    @property
+    def head_gemm_params(self) -> int:
+        """The output head's part of :attr:`gemm_params`: ``e·output_dim`` (the LM head ``d·V``, or the
+        value head ``d``) plus the ``d·e`` output projection when ``embedding_dim`` differs. With
+        pipeline parallelism it runs on the last stage only."""
+        e = self.embedding_dim or self.hidden_dim
+        return e * self.output_dim + (e * self.hidden_dim if e != self.hidden_dim and self.lm_head else 0)
 
     # -- FLOPs and KV cache -------------------------------------------------------------------------
     def linear_flops_per_token(self) -> float:

@@ -121,26 +121,31 @@ def test_model_period_is_the_maximum_cycle_mean_on_sampled_plans(data):
 
 def _two_step_cycle_plan():
     """A PPO plan whose critical cycle (generate → reference → actor train → next-but-one generate) spans
-    two steps: period (31407235 + 9266398 + 65602347) / 2 = 53137990 ticks on the model's tables."""
+    two steps: period (9095782 + 7461873 + 129945811) / 2 = 73251733 ticks on the model's tables (the
+    edges: generate + rollout transfer, reference + transfer, actor train on all 8 GPUs + weight sync)."""
     inst, tables = _stale_ppo()
-    where = {"actor.generate": (0, 4, 31390706), "reference.infer": (6, 7, 9265242), "reward.infer": (4, 6, 4464311),
-             "critic.infer": (0, 4, 1766834), "actor.train": (4, 6, 17656474), "critic.train": (6, 8, 13815942)}
-    choice = [next(o for o in tables.options[v] if (o.lo, o.hi, o.duration) == where[name])
-              for v, name in enumerate(tables.names)]
+    where = {"actor.generate": (0, 4, 4, 1, 1, 8), "reference.infer": (0, 2, 1, 2, 1, 16),
+             "reward.infer": (4, 6, 2, 1, 1, 8), "critic.infer": (6, 7, 1, 1, 1, 8),
+             "actor.train": (0, 8, 2, 4, 1, 4), "critic.train": (4, 6, 1, 2, 1, 2)}
+
+    def key(o):
+        return o.lo, o.hi, o.cand.strategy.dp, o.cand.strategy.pp, o.cand.strategy.tp, o.cand.micro_batch
+
+    choice = [next(o for o in tables.options[v] if key(o) == where[name]) for v, name in enumerate(tables.names)]
     return inst, tables, choice, {"actor": 1, "critic": 1}
 
 
 def test_model_period_of_a_two_step_cycle():
     inst, tables, choice, staleness = _two_step_cycle_plan()
     edges = periodic.cycle_edges(tables, inst, choice, staleness)
-    assert max_cycle_mean(len(choice), edges) == Fraction(31407235 + 9266398 + 65602347, 2)
-    assert periodic.model_period(tables, inst, choice, staleness)[0] == 53137990
+    assert max_cycle_mean(len(choice), edges) == Fraction(9095782 + 7461873 + 129945811, 2)
+    assert periodic.model_period(tables, inst, choice, staleness)[0] == 73251733
 
 
 def test_evaluator_period_of_a_two_step_cycle():
     inst, tables, choice, staleness = _two_step_cycle_plan()
     evaluated = get_evaluator(inst).step_time(cpsat._plan_of(choice, tables.names, staleness))
-    assert evaluated == pytest.approx(0.5313799, abs=13 / cpsat.TICKS_PER_S)
+    assert evaluated == pytest.approx(0.7325173, abs=13 / cpsat.TICKS_PER_S)
 
 
 def test_model_period_of_a_plan_on_one_block_is_its_total_time():
@@ -203,6 +208,23 @@ def test_proven_bound_is_below_the_anneal_plan():
     inst, exact = _ppo_exact()
     other = packplace.place(inst, "anneal", time_limit_s=60, e_max=1000)  # an evaluation budget: deterministic
     assert exact.bound <= other.objective
+
+
+def test_anneal_with_a_list_without_zero_finds_the_asynchronous_optimum_cpsat_proves():
+    # ``actor: [1]`` means "0 or 1" (0 is always allowed): anneal searches both values, as cpsat does.
+    # The synchronous baselines stop at the concurrent plan (period = step time 0.137 s, 13% above the
+    # asynchronous optimum 0.121 s), which is where anneal stayed when it skipped one-value lists.
+    inst = instance("grpo", staleness={"actor": [1]}, gpus_per_node=2, batch_size=4, memory_per_gpu=3e9)
+    exact = packplace.place(inst, "cpsat", time_limit_s=20)
+    assert proven_optimal(exact), exact.message
+    assert exact.solution.staleness == (("actor", 1),)
+    synchronous = packplace.place(inst, "concurrent").objective
+    assert synchronous > exact.objective * 1.1
+    for seed in (0, 1):
+        found = packplace.place(inst, "anneal", time_limit_s=600, e_max=300, seed=seed)  # a count budget
+        assert found.info["stopped_by"] == "e_max"
+        assert found.solution.staleness == (("actor", 1),)
+        assert exact.bound <= found.objective <= exact.objective + 1e-12
 
 
 @settings(max_examples=30, deadline=None)

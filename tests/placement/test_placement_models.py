@@ -115,13 +115,17 @@ def test_train_pass_time_by_hand_with_pipeline_and_dp():
     w = Workload(4, 2, 10, 6)
     c = cost(w)
     s, tokens = 16.0, 16.0  # mb = 1
-    per_token = 2 * MODEL.gemm_params + 2 * 2 * s * 128
+    head = 128 * 100                                   # LM head GEMM weights d·V, on the last stage
+    layer = (MODEL.gemm_params - head) / 2             # one layer's GEMM weights
     eff = (tokens / 64) / (tokens / 64 + 5)
-    compute = 3 * per_token * tokens / (1e15 * eff)
-    # dp=4, pp=2, tp=1 on 8 GPUs of one node: stage = compute/2 + 2 p2p sends; 2 micro-batches per replica
-    stage = compute / 2 + 2 * (2e-6 + tokens * 128 * 2 * 2.5e-12)
-    grad = 2 * 3 * (1e-6 + 2 * MODEL.params / 2 / 4 * 3e-12)
-    update = 32 * MODEL.params / 2 / 4 / 2e12
+    # dp=4, pp=2, tp=1 on 8 GPUs of one node: stage 0 = layer 0, stage 1 = layer 1 + the LM head (the
+    # slowest), + 2 p2p sends; 2 micro-batches per replica through (2 + 2 − 1) slots of the slowest stage
+    last = 3 * ((2 * layer + 2 * s * 128) + 2 * head) * tokens / (1e15 * eff)
+    stage = last + 2 * (2e-6 + tokens * 128 * 2 * 2.5e-12)
+    # gradients and Adam of the largest stage: stage 1 = 1 layer + final norm (128) + head (12,800)
+    shard = MODEL.block_params / 2 + 128 + head
+    grad = 2 * 3 * (1e-6 + 2 * shard / 4 * 3e-12)
+    update = 32 * shard / 4 / 2e12
     expected = (2 + 2 - 1) * stage + grad + update
     assert c.pass_time(MODEL, True, 4, 2, 1, 1, (1, 1, 8)) == pytest.approx(expected)
 
@@ -260,3 +264,64 @@ def test_long_generation_is_chunked_and_close_to_the_exact_sum():
                           rel=1e-4)
     finally:
         workload_module.DECODE_EXACT_STEPS = old
+
+
+LLAMA8B = ModelSpec(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
+
+
+@pytest.mark.parametrize("pp, last_over_even", [(2, 1.070), (4, 1.210), (8, 1.490)])
+def test_lm_head_runs_on_the_last_pipeline_stage(pp, last_over_even):
+    # Llama-3.1-8B: one layer's GEMM weights 4096·4096·2 (Q, O) + 2·4096·1024 (K, V) + 3·4096·14336
+    # (SwiGLU) = 218,103,808; 32 layers 6,979,321,856; LM head 4096·128,256 = 525,336,576.
+    layer, head = 218_103_808, 525_336_576
+    assert LLAMA8B.gemm_params == 32 * layer + head and LLAMA8B.head_gemm_params == head
+    w = Workload(4, 2, 10, 6)                       # 8 sequences of s = 16 tokens: m = 8 micro-batches of 1
+    c = cost(w)
+    s = tokens = 16.0
+    eff = (tokens / 64) / (tokens / 64 + 5)
+    per_layer = (2 * layer + 2 * s * 4096) * tokens / (1e15 * eff)
+    last = (32 // pp) * per_layer + 2 * head * tokens / (1e15 * eff)   # the slowest stage: layers + head
+    send = 2e-6 + tokens * 4096 * 2 * 2.5e-12                          # one activation hand-off inside the node
+    expected = (8 + pp - 1) * (last + send)
+    assert c.pass_time(LLAMA8B, False, 1, pp, 1, 1, (1, 1, 8)) == pytest.approx(expected)
+    # the last stage's work against the even split of the whole model (what spreading the head gave):
+    # pp 2: (3.490e9 + 0.525e9)/3.752e9 = 1.070; pp 4: (1.745 + 0.525)/1.876 = 1.210; pp 8: 1.490
+    even = (32 * per_layer + 2 * head * tokens / (1e15 * eff)) / pp
+    assert last / even == pytest.approx(last_over_even, abs=1e-3)
+    # pp = 1: the whole model per micro-batch, as before
+    assert c.pass_time(LLAMA8B, False, 1, 1, 1, 1, (1, 1, 1)) == pytest.approx(8 * (32 * per_layer + 2 * head * tokens
+                                                                                    / (1e15 * eff)))
+
+
+def test_uneven_stages_the_slowest_of_the_middle_stage_and_the_head_stage():
+    # 33 layers on 4 stages: (8, 9, 8, 8); the head stage 8 layers + head against the middle stage's 9
+    model = ModelSpec(layers=33, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
+    w = Workload(4, 2, 10, 6)
+    c = cost(w)
+    tokens = 16.0
+    eff = (tokens / 64) / (tokens / 64 + 5)
+    per_layer = (2 * 218_103_808 + 2 * 16 * 4096) * tokens / (1e15 * eff)
+    head = 2 * 525_336_576 * tokens / (1e15 * eff)
+    send = 2e-6 + tokens * 4096 * 2 * 2.5e-12
+    assert 8 * per_layer + head > 9 * per_layer                       # the head (2.4 layers) outweighs one layer
+    assert c.pass_time(model, False, 2, 4, 1, 1, (1, 1, 8)) == pytest.approx((4 + 3) * (8 * per_layer + head + send))
+    value = model.value_head()                                        # a value head: the middle stage is slowest
+    v_head = 2 * 4096 * tokens / (1e15 * eff)
+    assert c.pass_time(value, False, 2, 4, 1, 1, (1, 1, 8)) == pytest.approx((4 + 3) * (9 * per_layer + send))
+    assert 9 * per_layer > 8 * per_layer + v_head
+
+
+def test_decode_iteration_runs_at_the_pace_of_the_head_stage():
+    import numpy as np
+    c = cost()
+    one, empty = np.array([1.0]), np.array([0.0])
+    # one sequence, empty cache: memory bound, the weights 2·7,504,658,432 bytes at 2e12·0.15 B/s
+    weights = 2 * 7_504_658_432 / (2e12 * 0.15)
+    assert c.decode_step_times(LLAMA8B, 1, 1, (1, 1, 1), 1, one, empty)[0] == pytest.approx(weights)
+    # pp 4 with 4 batches in flight: the last stage (8 layers + head = 0.3025 of the weights) reads its
+    # weights 4 times per iteration: 4·0.3025 = 1.21 × the whole model, plus 3 hand-offs of 4096·2 bytes
+    share = (8 * 218_103_808 + 525_336_576) / 7_504_658_432
+    hand_offs = 3 * (2e-6 + 4096 * 2 * 2.5e-12)
+    assert c.decode_step_times(LLAMA8B, 1, 4, (1, 1, 4), 1, one, empty)[0] == pytest.approx(
+        4 * share * weights + hand_offs)
+    assert 4 * share == pytest.approx(1.210, abs=1e-3)

@@ -5,7 +5,10 @@ Hard rules (a candidate breaking one is not generated; :func:`explain` names the
 
 * ``dp·pp·tp`` equals the block's GPU count, the block is an aligned shape (see
   :class:`~packplace.placement.plan.Allocation`);
-* ``tp ≤ G`` and ``tp`` divides the block's GPUs per node (a TP group stays inside a node);
+* ``tp ≤ G`` and ``tp`` divides the block's GPUs per node (a TP group stays inside a node), except for
+  the task kinds of :data:`CROSS_NODE_TP_KINDS` (generation), where ``tp`` may also span ``k ≥ 2``
+  whole nodes of one rack (``tp = k·G``, ``k`` dividing the block's nodes per rack), costed over the
+  inter-node links (:meth:`~packplace.placement.cost.CostModel.group_level`);
 * ``tp`` divides the attention heads, and divides the KV heads or is a multiple of them (the KV heads
   are then replicated, and the KV cache counted on every rank);
 * ``pp`` is at most the layer count (when it does not divide them the stages are uneven,
@@ -39,6 +42,16 @@ from packplace.placement.plan import Allocation, Strategy, VertexPlan
 from packplace.placement.training_time import training_overhead_seconds
 
 GB = 1e9
+#: Task kinds whose tensor-parallel group may span whole nodes. A rollout engine may: vLLM runs one
+#: tensor-parallel group over several nodes through its Ray executor (vLLM documentation, "Distributed
+#: inference and serving": multi-node serving sets ``tensor_parallel_size`` to the GPUs of all nodes),
+#: and NeMo RL's Qwen3-235B-A22B recipe generates at vLLM TP 16 on 8-GPU H100 nodes
+#: (github.com/NVIDIA-NeMo/RL ``examples/configs/recipes/llm/performance/grpo-qwen3-235b-16n8g.yaml``;
+#: docs/about/performance-summary.md, v0.4 table, "Generation [TP,PP] [16,1]"). Training and the
+#: reference/reward/critic forwards run on the trainer's workers (Megatron-LM, FSDP), whose tensor
+#: parallelism stays inside a node: Narayanan et al. 2021, §3.3 takeaway, "tensor model parallelism
+#: should generally be used up to degree g when using g-GPU servers".
+CROSS_NODE_TP_KINDS = ("generate",)
 
 
 def gb(nbytes: float) -> str:
@@ -147,9 +160,22 @@ def block_origins(cluster: Cluster, extent: tuple[int, int, int]) -> list[Alloca
     return out
 
 
+def tensor_parallel_degrees(cluster: Cluster, extent: tuple[int, int, int], kind: str | None = None) -> list[int]:
+    """The tensor-parallel degrees a block of ``extent`` allows (head rules aside), increasing: the
+    divisors of its GPUs per node; for a kind of :data:`CROSS_NODE_TP_KINDS` also ``k·G`` for every
+    ``k ≥ 2`` dividing the block's nodes per rack (a TP group over ``k`` whole nodes of one rack: an
+    all-reduce every layer over the cross-rack links is what no engine recipe does)."""
+    out = divisors(extent[2])
+    if kind in CROSS_NODE_TP_KINDS and extent[2] == cluster.gpus_per_node:
+        out += [k * extent[2] for k in divisors(extent[1]) if k >= 2]
+    return out
+
+
 def explain(model: ModelSpec, cluster: Cluster, sequences: int, strategy: Strategy, micro_batch: int,
-            extent: tuple[int, int, int]) -> str | None:
-    """The hard rule that ``(strategy, micro_batch, extent)`` breaks for ``model`` (one line), or ``None``."""
+            extent: tuple[int, int, int], kind: str | None = None) -> str | None:
+    """The hard rule that ``(strategy, micro_batch, extent)`` breaks for ``model`` (one line), or ``None``;
+    ``kind`` (``generate``, ``infer``, ``train``) decides whether TP may span nodes
+    (:data:`CROSS_NODE_TP_KINDS`)."""
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
     gpus = extent[0] * extent[1] * extent[2]
     G = cluster.gpus_per_node
@@ -162,8 +188,14 @@ def explain(model: ModelSpec, cluster: Cluster, sequences: int, strategy: Strate
                 f"degree {dp}")
     if strategy.gpus != gpus:
         return f"dp*pp*tp = {strategy.gpus} does not equal the block's {gpus} GPUs"
-    if tp > G or extent[2] % tp:
-        return f"tensor-parallel degree {tp} does not fit inside a node's {extent[2]} GPUs of the block (G={G})"
+    if tp not in tensor_parallel_degrees(cluster, extent, kind):
+        if kind in CROSS_NODE_TP_KINDS and tp > G:
+            return (f"tensor-parallel degree {tp} is not a whole number k of nodes of {G} GPUs with k "
+                    f"dividing the block's {extent[1]} nodes per rack")
+        where = "" if kind in CROSS_NODE_TP_KINDS else (
+            f" ({kind or 'this'} task's TP stays inside a node; only {', '.join(CROSS_NODE_TP_KINDS)} may span nodes)")
+        return (f"tensor-parallel degree {tp} does not fit inside a node's {extent[2]} GPUs of the block "
+                f"(G={G}){where}")
     if model.heads % tp:
         return f"tensor-parallel degree {tp} does not divide {model.heads} attention heads"
     if model.kv_heads % tp and tp % model.kv_heads:
@@ -178,12 +210,13 @@ def explain(model: ModelSpec, cluster: Cluster, sequences: int, strategy: Strate
 
 
 def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
-                     extent: tuple[int, int, int]) -> list[tuple[Strategy, int]]:
-    """All ``(strategy, micro_batch)`` legal on a block of ``extent`` (micro-batches: every divisor of
-    the per-replica sequence count; for a MoE model every ``ep`` dividing both the experts and ``dp``)."""
+                     extent: tuple[int, int, int], kind: str | None = None) -> list[tuple[Strategy, int]]:
+    """All ``(strategy, micro_batch)`` legal on a block of ``extent`` for a task of ``kind``
+    (micro-batches: every divisor of the per-replica sequence count; TP degrees:
+    :func:`tensor_parallel_degrees`; for a MoE model every ``ep`` dividing both the experts and ``dp``)."""
     gpus = extent[0] * extent[1] * extent[2]
     out = []
-    for tp in divisors(extent[2]):
+    for tp in tensor_parallel_degrees(cluster, extent, kind):
         if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads):
             continue
         for pp in divisors(gpus // tp):
@@ -362,20 +395,22 @@ class CandidateTable:
     def why_not_larger(self, vertex: str) -> str:
         """Why no block larger than :meth:`largest_legal_block` is legal for ``vertex``: the distinct
         hard rules broken on the next larger block shape (one line)."""
-        model = self.instance.models[self.instance.graph.vertex(vertex).model]
+        spec = self.instance.graph.vertex(vertex)
+        model = self.instance.models[spec.model]
         size = self.largest_legal_block(vertex)
         bigger = [e for e in self.extents if e[0] * e[1] * e[2] > size]
         if not bigger:
             return f"{vertex} already uses the whole cluster"
-        return block_rules_broken(model, self.cluster, self.instance.workload.sequences, bigger[0])
+        return block_rules_broken(model, self.cluster, self.instance.workload.sequences, bigger[0], spec.kind)
 
 
-def block_rules_broken(model: ModelSpec, cluster: Cluster, sequences: int, extent: tuple[int, int, int]) -> str:
+def block_rules_broken(model: ModelSpec, cluster: Cluster, sequences: int, extent: tuple[int, int, int],
+                       kind: str | None = None) -> str:
     """Why no ``(dp, pp, tp)`` fills a block of ``extent`` (one line): the divisibility rules with the
     largest degree each allows, e.g. ``"tp/pp/dp divisibility: tp <= 2 (divides 2 attention heads, fits
     a node of 8), pp <= 1 (divides 1 layers), dp <= 2 (divides 2 sequences per step); no dp*pp*tp = 8"``."""
     gpus = extent[0] * extent[1] * extent[2]
-    tps = [t for t in divisors(extent[2])
+    tps = [t for t in tensor_parallel_degrees(cluster, extent, kind)
            if model.heads % t == 0 and (model.kv_heads % t == 0 or t % model.kv_heads == 0)]
     pps = [p for p in divisors(gpus) if p <= model.layers]
     dps = [d for d in divisors(gpus) if sequences % d == 0]
@@ -451,7 +486,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     continuous = instance.engine.batching == "continuous"
     out = []
     for extent in extents:
-        for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent):
+        for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent, kind):
             dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
             micro_batches = w.sequences // (dp * mb)
             held, rounds, prefill = mb, micro_batches, None

@@ -33,7 +33,7 @@ from packplace.placement.framework import (
     refit_seconds,
 )
 from packplace.placement.hardware import Cluster, Hardware
-from packplace.placement.memory import stage_share
+from packplace.placement.memory import stage_gemm_share, stage_layers, stage_params
 from packplace.placement.models import ModelSpec
 from packplace.placement.workload import Workload
 
@@ -255,43 +255,60 @@ class CostModel:
                   extent: tuple[int, int, int], ep: int = 1) -> float:
         """A training step or an inference (log-prob / score) pass over the step's sequences.
 
-        Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``):
-        compute ``c·(2N + 2Lsd)·tokens / (tp·F·eff)`` with ``c`` = 3 for training (forward + 2× backward)
-        and 1 for inference, ``eff`` = :meth:`gemm_efficiency` of ``tokens`` rows (every TP rank multiplies
-        all micro-batch tokens by its ``1/tp`` weight slice; Megatron-LM); tensor-parallel all-reduces of
-        ``tokens·d·2`` bytes at the node level, 2 per
-        layer forward and 2 more backward (Megatron-LM, Shoeybi et al. 2019; Narayanan et al. 2021);
-        non-GEMM time. A stage takes its share of the layers (``1/pp``; for an uneven split the largest
-        stage's ``max(stage_layers)/L``, :func:`~packplace.placement.memory.stage_share`) plus one
-        point-to-point activation send (two for training) of ``tokens·d·2`` bytes; the ``B·K/(dp·mb)``
-        micro-batches run through the pipeline (:meth:`pipeline`). Training then all-reduces the bf16
-        gradients ``2P/(tp·pp)`` over the ``dp`` ranks at the level of the data-parallel group, and runs
-        the Adam update, memory bound: ``32·P/(tp·pp·dp)`` bytes (read + write of 16 bytes of state per
-        parameter) at HBM bandwidth.
+        Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``), per layer:
+        compute ``c·(2N_blocks/L + 2sq)·tokens / (tp·F·eff)`` with ``c`` = 3 for training (forward + 2×
+        backward) and 1 for inference, ``eff`` = :meth:`gemm_efficiency` of ``tokens`` rows (every TP
+        rank multiplies all micro-batch tokens by its ``1/tp`` weight slice; Megatron-LM);
+        tensor-parallel all-reduces of ``tokens·d·2`` bytes at the level of the TP group, 2 per layer
+        forward and 2 more backward (Megatron-LM, Shoeybi et al. 2019; Narayanan et al. 2021); non-GEMM
+        time. The output head, ``c·2N_head·tokens/(tp·F·eff)`` (:attr:`~packplace.shape.TransformerShape.
+        head_gemm_params`), runs once per micro-batch on the **last** pipeline stage, where the memory
+        model keeps it (:func:`~packplace.placement.memory.stage_params`); the embedding on the first is
+        a lookup (no GEMM). Stage ``i`` runs its ``stage_layers[i]`` layers (plus the head if last) plus
+        one point-to-point activation send (two for training) of ``tokens·d·2/tp`` bytes, and the
+        ``m = B·K/(dp·mb)`` micro-batches run through the pipeline at the pace of the slowest stage:
+        ``(m + pp − 1)·max_i t_stage_i`` (GPipe / 1F1B, Huang et al. 2019; Narayanan et al. 2021, §2.2;
+        :meth:`pipeline`). For ``pp = 1`` this is the whole model per micro-batch.
+
+        Training then all-reduces the bf16 gradients of the largest stage, ``2·max(stage_params)/tp``
+        bytes, over the ``dp`` ranks at the level of the data-parallel group, and runs the Adam update,
+        memory bound: ``32·max(stage_params)/(tp·dp)`` bytes (read + write of 16 bytes of state per
+        parameter) at HBM bandwidth; a tied LM head with ``pp > 1`` also all-reduces its word-embedding
+        gradient ``2·V·e/tp`` bytes between the first and last stage (Megatron-LM's embedding group,
+        ``_allreduce_word_embedding_grads``).
 
         A MoE model: the compute of :meth:`compute_time` (active experts at their per-expert rows), per
         MoE layer :meth:`moe_alltoall` in the forward and again in the backward (the gradients of the
-        dispatched tokens travel back; Lepikhin et al. 2020), and with ``ep > 1`` the dense gradients
-        all-reduced over ``dp`` while the experts' ``2·P_e/(tp·pp·ep)`` bytes are all-reduced over the
-        ``dp/ep`` ranks holding the same experts (Megatron-Core's expert-data-parallel group).
+        dispatched tokens travel back; Lepikhin et al. 2020; spread evenly over the layers), and with
+        ``ep > 1`` the dense gradients all-reduced over ``dp`` while the experts' ``2·P_e/(tp·pp·ep)``
+        bytes are all-reduced over the ``dp/ep`` ranks holding the same experts (Megatron-Core's
+        expert-data-parallel group).
         """
         w = self.workload
         s = w.train_seq_len
         micro_batches = w.sequences // (dp * micro_batch)
         tokens = micro_batch * s
         factor = 3.0 if train else 1.0
-        compute = self.compute_time(model, self.forward_flops_per_token(model, s), factor, tokens, tp, ep)
-        tp_comm = (4 if train else 2) * model.layers * self.allreduce(tokens * model.hidden_dim * ACT_BYTES, tp, 0)
+        head_flops = 2.0 * model.head_gemm_params
+        layer_compute = self.compute_time(model, self.forward_flops_per_token(model, s) - head_flops, factor,
+                                          tokens, tp, ep) / model.layers
+        eff = self.gemm_efficiency(tokens, model.hidden_dim / tp)  # all tokens on every TP rank
+        head = factor * head_flops * tokens / (tp * self.hw.flops_per_gpu * eff)
+        tp_level = self.group_level(tp, extent)
+        comm = (4 if train else 2) * self.allreduce(tokens * model.hidden_dim * ACT_BYTES, tp, tp_level)
         if ep > 1 and model.is_moe:
-            tp_comm += (2 if train else 1) * model.moe_layers * self.moe_alltoall(model, tokens, tp, ep, extent)
-        non_gemm = factor * self._non_gemm(model.layers, tokens / tp)
-        stage = (compute + tp_comm + non_gemm) * stage_share(model.layers, pp)
+            comm += ((2 if train else 1) * model.moe_layers * self.moe_alltoall(model, tokens, tp, ep, extent)
+                     / model.layers)
+        per_layer = layer_compute + comm + factor * self._non_gemm(1, tokens / tp)
+        counts = stage_layers(model.layers, pp)
+        stage = counts[-1] * per_layer + head
         if pp > 1:
+            stage = max(stage, max(counts[:-1]) * per_layer)
             level = self.group_level(dp * pp * tp, extent)
             stage += (2 if train else 1) * self.p2p(tokens * model.hidden_dim * ACT_BYTES / tp, level)
         total = self.pipeline(micro_batches, pp, stage)
         if train:
-            shard = model.params / (tp * pp)
+            shard = (model.params if pp == 1 else max(stage_params(model, pp))) / tp
             level = self.group_level(tp * dp, extent)
             if ep > 1 and model.is_moe:
                 experts = model.expert_params / (tp * pp)
@@ -300,6 +317,9 @@ class CostModel:
             else:
                 total += self.allreduce(2.0 * shard, dp, level)
             total += 32.0 * shard / dp / self.hw.memory_bandwidth
+            if pp > 1 and model.lm_head and model.tie_word_embeddings:
+                tied = 2.0 * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp
+                total += self.allreduce(tied, 2, self.group_level(dp * pp * tp, extent))
         return total
 
     def decode_step_times(self, model: ModelSpec, tp: int, pp: int, extent: tuple[int, int, int], dp: int,
@@ -320,9 +340,14 @@ class CostModel:
           of every running sequence (vLLM's PagedAttention reads exactly the live pages, Kwon et al. 2023);
         * overheads: ``decode_step_overhead`` (scheduler, sampling), the non-GEMM time of ``a/tp``
           tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et al.
-          2019) and ``pp − 1`` stage hand-offs. A pipeline of ``pp`` stages keeps ``pp`` batches in flight
-          (vLLM virtual engines): an iteration over all running sequences still reads every weight once,
-          so ``pp`` does not shorten it.
+          2019) at the TP group's level (:meth:`group_level`: inside a node, or over the inter-node links
+          for a group spanning nodes) and ``pp − 1`` stage hand-offs. A pipeline of ``pp`` stages
+          keeps ``pp`` batches in flight (vLLM virtual engines): an iteration over all running
+          sequences still reads every weight once, so ``pp`` does not shorten it; the stages run at the
+          pace of the slowest, the last one with the output head, so the weight terms (``2N·a`` and
+          ``2W/tp``) are scaled by ``pp·stage_gemm_share``
+          (:func:`~packplace.placement.memory.stage_gemm_share`; 1 for pp = 1, 1.21 for Llama-3.1-8B at
+          pp 4).
 
         A MoE model with ``ep > 1`` (vLLM's expert-parallel mode: docs.vllm.ai, "Expert Parallel
         Deployment"; the ``ep`` replicas of the group decode in lock step and share the experts): the
@@ -332,15 +357,16 @@ class CostModel:
         hw = self.hw
         d, L = model.hidden_dim, model.layers
         k_eff = d / tp / (d / tp + hw.gemm_k_half * GEMM_UNIT) if hw.gemm_k_half > 0 else 1.0
-        flops = 2.0 * model.gemm_params * running + 4.0 * L * model.attention_dim * context_sum
+        imbalance = pp * stage_gemm_share(model, pp)  # the slowest stage's weights, pp batches in flight
+        flops = 2.0 * model.gemm_params * imbalance * running + 4.0 * L * model.attention_dim * context_sum
         compute = flops / (tp * hw.flops_per_gpu * hw.gemm_peak_fraction * k_eff)
-        memory = (2.0 * self.decode_weights_read(model, running, ep) / tp
+        memory = (2.0 * self.decode_weights_read(model, running, ep) * imbalance / tp
                   + context_sum * model.kv_bytes_per_token(tp, 1)) / (hw.memory_bandwidth * hw.decode_bw_eff)
         step = np.maximum(compute, memory) + self._non_gemm(L, running / tp) + hw.decode_step_overhead
         if ep > 1 and model.is_moe:
             step = step + model.moe_layers * self.moe_alltoall(model, running, tp, ep, extent)
         if tp > 1:
-            alpha, beta = hw.coll(0)
+            alpha, beta = hw.coll(self.group_level(tp, extent))
             step = step + 2 * L * 2 * (tp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
         if pp > 1:
             alpha, beta = hw.p2p(self.group_level(dp * pp * tp, extent))
@@ -369,7 +395,8 @@ class CostModel:
         """Prefill of ``sequences`` prompts of ``S`` tokens, ``batch`` prompts per forward pass, as GEMMs:
         ``(2N + 2LSd)·S·sequences / (tp·F·eff)`` with ``eff`` = :meth:`gemm_efficiency` of ``batch·S``
         rows (prefill is compute bound, Pope et al. 2022; a MoE model's experts at their per-expert rows,
-        :meth:`compute_time`), plus 2 tensor-parallel all-reduces per layer, the non-GEMM time and with
+        :meth:`compute_time`), plus 2 tensor-parallel all-reduces per layer at the TP group's level
+        (:meth:`group_level` in ``extent``), the non-GEMM time and with
         ``ep > 1`` the MoE layers' :meth:`moe_alltoall`, per pass."""
         w, hw = self.workload, self.hw
         d, L, S = model.hidden_dim, model.layers, w.context_length
@@ -380,7 +407,8 @@ class CostModel:
         else:
             eff = self.gemm_efficiency(rows, d / tp)
             compute = self.forward_flops_per_token(model, S) * S * sequences / (tp * hw.flops_per_gpu * eff)
-        per_pass = 2 * L * self.allreduce(rows * d * ACT_BYTES, tp, 0) + self._non_gemm(L, rows / tp)
+        per_pass = (2 * L * self.allreduce(rows * d * ACT_BYTES, tp, self.group_level(tp, extent))
+                    + self._non_gemm(L, rows / tp))
         if ep > 1 and model.is_moe:
             per_pass += model.moe_layers * self.moe_alltoall(model, rows, tp, ep, extent)
         return compute + passes * per_pass
@@ -407,7 +435,8 @@ class CostModel:
         prompts and decode iterations ``t = 1..T_max`` (``T_max`` the longest response of the batch,
         :attr:`Workload.max_response`) with the expected running count ``a_t = mb·(1 − F(t−1))`` from
         ``gen_quantiles``; rounds overlap across pipeline stages: ``(rounds + pp − 1)·t_round·share`` with
-        ``share = 1/pp`` (the largest stage's share of the layers for an uneven split).
+        ``share`` the slowest stage's share of the GEMM weights, the output head on the last stage
+        (:func:`~packplace.placement.memory.stage_gemm_share`).
         Very long generations (``T_max`` > ``workload.DECODE_EXACT_STEPS`` = 16384) are summed in chunks of
         consecutive iterations, each valued at its middle (midpoint rule, < 1e-4 relative in the test that
         chunks a 400-step decode into 100 pieces)."""
@@ -427,7 +456,7 @@ class CostModel:
         active = micro_batch * fraction
         step = self.decode_step_times(model, tp, pp, extent, dp, active, active * (S + steps), ep)
         round_time = prefill + float((step * weight).sum())
-        return self.pipeline(rounds, pp, round_time * stage_share(model.layers, pp))
+        return self.pipeline(rounds, pp, round_time * stage_gemm_share(model, pp))
 
     # -- movement between blocks -----------------------------------------------------------------
     @staticmethod

@@ -175,9 +175,9 @@ class PlacementEvaluator:
             return f"{name}: {bad}"
         cand = self.table.lookup(name, vp.strategy, vp.micro_batch, alloc.extent)
         if cand is None:
-            model = self.instance.models[self.instance.graph.vertex(name).model]
-            why = explain(model, self.cluster, self.instance.workload.sequences, vp.strategy, vp.micro_batch,
-                          alloc.extent)
+            vertex = self.instance.graph.vertex(name)
+            why = explain(self.instance.models[vertex.model], self.cluster, self.instance.workload.sequences,
+                          vp.strategy, vp.micro_batch, alloc.extent, vertex.kind)
             return f"{name}: {why or 'not a legal candidate'}"
         if not math.isfinite(cand.time):
             return f"{name}: predicted time is {cand.time} seconds (not finite); the plan cannot be scored"

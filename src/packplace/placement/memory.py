@@ -106,6 +106,21 @@ def stage_share(layers: int, pp: int) -> float:
 
 
 @lru_cache(maxsize=4096)
+def stage_gemm_share(model: ModelSpec, pp: int) -> float:
+    """Fraction of a forward pass's GEMM weights (:attr:`~packplace.shape.TransformerShape.gemm_params`)
+    that the slowest pipeline stage multiplies: per stage its layers' share of the blocks and, on the
+    last stage, the output head (where :func:`stage_params` puts it); the maximum over the stages. 1 for
+    ``pp = 1``. Llama-3.1-8B (blocks 6.98e9, head 0.525e9 of 7.50e9): 0.535 at pp 2 (last stage), 0.303
+    at pp 4, 0.186 at pp 8 — 1.07, 1.21 and 1.49 times the even ``1/pp``."""
+    if pp == 1:
+        return 1.0
+    head = model.head_gemm_params
+    per_layer = (model.gemm_params - head) / model.layers
+    counts = stage_layers(model.layers, pp)
+    return max(max(counts[:-1]) * per_layer, counts[-1] * per_layer + head) / model.gemm_params
+
+
+@lru_cache(maxsize=4096)
 def stage_params(model: ModelSpec, pp: int) -> tuple[int, ...]:
     """Parameters of each pipeline stage (all tensor-parallel ranks together): its layers, the input
     embedding on the first, the final norm and output head on the last (a tied LM head with ``pp > 1``

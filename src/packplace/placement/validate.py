@@ -8,13 +8,17 @@ A validation file is a placement config plus a ``validation`` section::
       published: {step: 92.8}                            # seconds; "step" and/or phase names
       phases: {generation: [actor.generate]}             # phase -> the vertices it spans
       engine_only: [generation]                          # phases measured on the engine alone
-      plan: {actor.generate: {dp: 16, pp: 1, tp: 1, micro_batch: 128, origin: [0, 0, 0], extent: [1, 2, 8]}}
+      plan: {actor.generate: {dp: 16, pp: 1, tp: 1, micro_batch: 128, origin: [0, 0, 0], extent: [1, 2, 8]},
+             staleness: {actor: 1}}                     # optional: an asynchronous (k-step off-policy) run
 
 A vertex's ``ep`` (expert-parallel degree of a MoE model, dividing ``dp``) defaults to 1.
 
 The plan is scored by the evaluator with the file's memory settings; a plan over memory is timed without
-the memory check but its rows fail. A phase's predicted time is the span of its vertices in the schedule;
-``step`` is the evaluator's step time. A row passes within :data:`RATIO_RANGE`.
+the memory check but its rows fail. A plan with ``staleness`` (per model, the values of
+``optimizer.staleness_candidates``) is scored as the evaluator scores an asynchronous plan: ``step`` is
+the steady-state period (the published value is then a period too); the value is added to the model's
+allowed candidates, as the published run used it. A phase's predicted time is the span of its vertices
+in the schedule; ``step`` is the evaluator's step time. A row passes within :data:`RATIO_RANGE`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from packplace.errors import ConfigError
-from packplace.placement.config import build_instance, load_yaml
+from packplace.placement.config import STALENESS_FIELD, build_instance, load_yaml
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
 
@@ -66,18 +70,30 @@ class ValidationRow:
                 "parts": self.parts}
 
 
+def _staleness(spec: Any, where: str) -> dict[str, int]:
+    """The plan's ``staleness`` mapping ``{model: steps}`` (empty when absent)."""
+    raw = spec.get("staleness") if isinstance(spec, dict) else None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{where}] plan.staleness: must be a mapping of model -> steps, got {raw!r}")
+    return {str(m): STALENESS_FIELD.check(t, f"[{where}] plan.staleness.{m}") for m, t in raw.items()}
+
+
 def _plan(spec: Any, where: str) -> Plan:
     if not isinstance(spec, dict) or not spec:
         raise ConfigError(f"[{where}] plan: must be a mapping of vertex -> placement, got {spec!r}")
     vertices = {}
     for name, v in spec.items():
+        if name == "staleness":
+            continue
         try:
             vertices[name] = VertexPlan(Strategy(int(v["dp"]), int(v["pp"]), int(v["tp"]), int(v.get("ep", 1))),
                                         int(v["micro_batch"]), Allocation(tuple(v["origin"]), tuple(v["extent"])))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"[{where}] plan.{name}: needs dp, pp, tp, micro_batch, origin, extent and "
                               f"optionally ep ({exc})") from None
-    return Plan.build(vertices)
+    return Plan.build(vertices, _staleness(spec, where))
 
 
 def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
@@ -90,6 +106,14 @@ def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
     section = cfg.pop("validation", None)
     if not isinstance(section, dict) or "published" not in section or "plan" not in section:
         raise ConfigError(f"[validation] {path}: needs a validation section with 'published' and 'plan'")
+    stale = _staleness(section["plan"], "validation")
+    if stale:  # the published run's staleness is allowed, whatever the search candidates say
+        optimizer = dict(cfg.get("optimizer") or {})
+        allowed = dict(optimizer.get("staleness_candidates") or {})
+        for model, t in stale.items():
+            allowed[model] = sorted({0, t, *(allowed.get(model) or [])})
+        optimizer["staleness_candidates"] = allowed
+        cfg["optimizer"] = optimizer
     instance = build_instance(cfg, source=path)
     return instance, _plan(section["plan"], "validation"), section
 
