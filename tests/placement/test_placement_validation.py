@@ -25,10 +25,17 @@ OPENRLHF = os.path.join(VALIDATION, "openrlhf_ppo_llama2-7b_8xa800.yaml")
 #: not a target): the MoE row fits in memory with expert parallelism, but its step comes out 0.44 of the
 #: published one.
 KNOWN_OUT_OF_RANGE = {("nemo_rl_grpo_qwen3-30b-a3b_4x8xh100", "step"): (0.35, 0.55)}
+#: The rows the presets' knobs were set with in view (in sample): required within x1.3. The other files of
+#: benchmarks/validation/ are reported and cross-validated (tests/placement/test_crossval.py).
+IN_SAMPLE = ("nemo_rl_grpo_llama3.1-8b_2x8xh100", "openrlhf_ppo_llama2-7b_8xa800", "deepspeed_chat_ppo_opt-13b_8xa100",
+             "qwen2.5-7b_vllm_batch1_1xa100")
+IN_SAMPLE_FILES = sorted(os.path.join(VALIDATION, f + ".yaml") for f in IN_SAMPLE)
+#: Checked with them: the MoE row (within its KNOWN_OUT_OF_RANGE bounds).
+CHECKED_FILES = IN_SAMPLE_FILES + [os.path.join(VALIDATION, "nemo_rl_grpo_qwen3-30b-a3b_4x8xh100.yaml")]
 
 
 def test_every_published_setup_is_within_the_ratio_range():
-    rows = validate(sorted(os.path.join(VALIDATION, f) for f in os.listdir(VALIDATION) if f.endswith(".yaml")))
+    rows = validate(CHECKED_FILES)
     figures = {(r.setup, r.phase): r.published for r in rows}
     assert figures == {
         ("nemo_rl_grpo_llama3.1-8b_2x8xh100", "step"): 92.8,
@@ -77,10 +84,10 @@ def test_validate_json_has_one_object_per_row(capsys):
 
 
 def test_validate_command_prints_the_report(capsys):
-    assert main(["validate", VALIDATION]) == 1  # a row out of range (KNOWN_OUT_OF_RANGE)
+    assert main(["validate", *IN_SAMPLE_FILES]) == 0
     out = capsys.readouterr().out
     assert "nemo_rl_grpo_llama3.1-8b_2x8xh100" in out
-    assert "6 of 7 figures within x1.3 of the published value with the plan within memory" in out
+    assert "6 of 6 figures within x1.3 of the published value with the plan within memory" in out
 
 
 def test_mean_live_tokens_by_hand():
