@@ -246,27 +246,39 @@ def fit_published(setups, scoped_knobs) -> dict[str, Any]:
 
         fit = least_squares(residuals, x0, bounds=(lower, upper), x_scale=upper - lower, diff_step=1e-6,
                             xtol=1e-8, ftol=1e-8, gtol=1e-8)
-        jac = fit.jac * (upper - lower)
+        # a value pressed against its bound is set by the bound (reported under at_limit); the solver's
+        # Jacobian column of such a value is scaled to 0 (Coleman-Li), so only inner values are tested
+        inner = [i for i, (v, lo, hi) in enumerate(zip(fit.x, lower, upper))
+                 if not (math.isclose(v, lo, rel_tol=1e-6, abs_tol=1e-6 * (hi - lo))
+                         or math.isclose(v, hi, rel_tol=1e-6, abs_tol=1e-6 * (hi - lo)))]
+        jac = (fit.jac * (upper - lower))[:, inner]
         norms = np.linalg.norm(jac, axis=0)
-        dead = [k for k, n in zip(free, norms) if n < IDENTIFIABILITY_TOLERANCE]
+        dead = [free[i] for i, n in zip(inner, norms) if n < IDENTIFIABILITY_TOLERANCE]
+        for i in sorted(set(range(len(free))) - set(inner)):  # at a bound: move it 1 % of its range inward
+            moved = fit.x.copy()
+            moved[i] += 0.01 * (upper[i] - lower[i]) * (1 if math.isclose(moved[i], lower[i], abs_tol=1e-6 *
+                                                                          (upper[i] - lower[i])) else -1)
+            if np.max(np.abs(residuals(moved) - fit.fun)) < IDENTIFIABILITY_TOLERANCE:
+                dead.append(free[i])
         if dead:
-            at = float(fit.x[free.index(dead[0])])
-            fixed[dead[0]] = (start[dead[0]], f"no fitted figure depends on it (at {at:.3g})")
+            fixed[dead[0]] = (start[dead[0]], "no fitted figure depends on it")
             continue
-        singular = np.linalg.svd(jac / norms)
-        if len(free) > len(figures) or singular[1][-1] < IDENTIFIABILITY_TOLERANCE * singular[1][0]:
-            worst = free[int(np.argmax(np.abs(singular[2][-1])))]
-            fixed[worst] = (start[worst], "trades off against other knobs on the fitted figures")
-            continue
+        if inner:
+            singular = np.linalg.svd(jac / norms)
+            if len(inner) > len(figures) or singular[1][-1] < IDENTIFIABILITY_TOLERANCE * singular[1][0]:
+                worst = free[inner[int(np.argmax(np.abs(singular[2][-1])))]]
+                fixed[worst] = (start[worst], "trades off against other knobs on the fitted figures")
+                continue
         break
     knobs = {k: start[k] for k in keys if k not in fixed}
     if fit is not None:
         knobs = {k: float(v) for k, v in zip([k for k in keys if k not in fixed], fit.x)}
     x = {**knobs, **{k: val for k, (val, _) in fixed.items()}}
     res = residual_vector(x) if figures else np.array([])
+    span = {k: KNOB_BOUNDS[k[0]][1] - KNOB_BOUNDS[k[0]][0] for k in knobs}
     at_limit = [k for k, v in knobs.items()
-                if math.isclose(v, KNOB_BOUNDS[k[0]][0], rel_tol=1e-6, abs_tol=1e-9)
-                or math.isclose(v, KNOB_BOUNDS[k[0]][1], rel_tol=1e-6, abs_tol=1e-9)]
+                if math.isclose(v, KNOB_BOUNDS[k[0]][0], rel_tol=1e-6, abs_tol=1e-6 * span[k])
+                or math.isclose(v, KNOB_BOUNDS[k[0]][1], rel_tol=1e-6, abs_tol=1e-6 * span[k])]
     return {"knobs": knobs, "fixed": fixed, "at_limit": at_limit,
             "residuals": {(st.name, f): math.exp(r) - 1.0 for (st, f, _), r in zip(figures, res)},
             "cost": float(0.5 * np.sum(res ** 2))}
