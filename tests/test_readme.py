@@ -136,10 +136,11 @@ def test_bash_block_is_valid_and_its_commands_parse(page, code, line):
             args = parser.parse_args(words[1:])  # SystemExit (a failed test) on an unknown option
             for option in ("config", "suite", "baseline", "measured", "target"):
                 value = getattr(args, option, None)
-                if value and option != "suite":
-                    assert (ROOT / value).exists(), f"{where}: {value} does not exist"
-                elif value:
-                    assert (ROOT / value).is_file() or (ROOT / "benchmarks/suites" / f"{value}.yaml").is_file()
+                for item in value if isinstance(value, list) else [value]:  # validate takes several targets
+                    if item and option != "suite":
+                        assert (ROOT / item).exists(), f"{where}: {item} does not exist"
+                    elif item:
+                        assert (ROOT / item).is_file() or (ROOT / "benchmarks/suites" / f"{item}.yaml").is_file()
         elif words[0] == "python" and words[1].endswith(".py"):
             _check_script(words, where)
         elif words[:2] == ["pip", "install"]:

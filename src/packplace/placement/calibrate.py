@@ -12,6 +12,12 @@ residuals ``log(predicted / measured)`` of each task's time from
 :meth:`~packplace.placement.cost.CostModel.vertex_time`. A knob the measurements do not determine (its
 Jacobian column vanishes or is a combination of the others, or fewer measurements than knobs) is refused
 with an error naming it. With as many measurements as knobs the fit is exact and does not test the model.
+
+:func:`fit_published` is the same fit over many published runs at once, each knob shared by the runs of
+one GPU type or one framework (:data:`KNOB_SCOPES`, never one value per run): the residuals are
+``log(predicted / published)`` of every published figure; a knob value the runs do not determine stays at
+its configured value and is reported. Leave-one-source-out cross-validation calls it per fold
+(:mod:`packplace.placement.crossval`).
 """
 
 from __future__ import annotations
@@ -38,6 +44,12 @@ KNOB_BOUNDS: dict[str, tuple[float, float]] = {
 DEFAULT_KNOBS = ("gemm_peak_fraction", "decode_bw_eff", "phase_overhead")
 #: A knob is unidentifiable when the normalised Jacobian has a singular value below this.
 IDENTIFIABILITY_TOLERANCE = 1e-6
+#: What one fitted knob value is shared by: the runs of one GPU type (hardware preset) or one framework.
+KNOB_SCOPES = ("gpu", "framework")
+#: Knobs cross-validation fits by default, as ``knob:scope``.
+DEFAULT_SCOPED_KNOBS = ("gemm_peak_fraction:gpu", "decode_bw_eff:gpu", "phase_overhead:framework")
+#: Residual of a figure the model cannot time (an infinite or undefined prediction) in the joint fit.
+UNTIMED_RESIDUAL = 10.0
 
 
 def task_times(instance, plan, hardware: Hardware, engine_only: tuple[str, ...] = ()) -> dict[str, float]:
@@ -159,3 +171,117 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
             "residuals": {t: times[t] / measured[t] - 1.0 for t in tasks},
             "at_limit": at_limit,
             "hardware": hw, "cost": float(fit.cost), "status": fit.message}
+
+
+def parse_scoped_knobs(specs) -> tuple[tuple[str, str], ...]:
+    """``(knob, scope)`` pairs from ``"knob:scope"`` strings (a comma-separated string or a list).
+
+    Raises:
+        ConfigError: an unknown knob or scope, or a knob given twice.
+    """
+    items = [x.strip() for x in (specs.split(",") if isinstance(specs, str) else specs) if x.strip()]
+    if not items:
+        raise ConfigError(f"calibrate: no knob to fit; valid: {', '.join(KNOB_BOUNDS)} as knob:scope")
+    out = []
+    for item in items:
+        knob, _, scope = item.partition(":")
+        if knob not in KNOB_BOUNDS:
+            raise ConfigError(f"calibrate: unknown knob {knob!r}; valid: {', '.join(KNOB_BOUNDS)}")
+        if scope not in KNOB_SCOPES:
+            raise ConfigError(f"calibrate: {item!r}: scope must be one of {', '.join(KNOB_SCOPES)} (one value per "
+                              f"GPU type or per framework, never per run), as {knob}:gpu")
+        if any(k == knob for k, _ in out):
+            raise ConfigError(f"calibrate: knob {knob!r} given twice")
+        out.append((knob, scope))
+    return tuple(out)
+
+
+def fit_published(setups, scoped_knobs) -> dict[str, Any]:
+    """Fit ``scoped_knobs`` (``(knob, scope)`` pairs) to the published figures of ``setups`` jointly.
+
+    A setup provides ``name``, ``published`` (``{figure: seconds}``), ``group(scope)`` (its GPU type or
+    framework), ``base_value(knob)`` (its configured value) and ``figures(values)`` (predicted
+    ``{figure: seconds}`` with the knobs of ``values`` set). One parameter per ``(knob, scope, group)``
+    present; parameters the figures do not determine (a vanishing Jacobian column, or the smallest singular
+    value of the normalised Jacobian below :data:`IDENTIFIABILITY_TOLERANCE`) are fixed at their start value,
+    one at a time, and the fit repeated.
+
+    Returns:
+        ``{"knobs": {(knob, scope, group): value}, "fixed": {(knob, scope, group): (value, reason)},
+        "at_limit": [(knob, scope, group)], "residuals": {(setup, figure): predicted/published − 1},
+        "cost": ½·Σ log-residual²}``.
+    """
+    from scipy.optimize import least_squares  # start-up time: scipy loads only when a fit runs
+
+    params: dict[tuple[str, str, str], list[float]] = {}
+    for st in setups:
+        for knob, scope in scoped_knobs:
+            params.setdefault((knob, scope, st.group(scope)), []).append(float(st.base_value(knob)))
+    keys = sorted(params)
+    start = {k: float(np.median(v)) for k, v in params.items()}
+    figures = [(st, f, float(p)) for st in setups for f, p in st.published.items()]
+    fixed: dict[tuple[str, str, str], tuple[float, str]] = {}
+
+    def values_for(st, x: dict) -> dict[str, float]:
+        return {knob: x[(knob, scope, st.group(scope))] for knob, scope in scoped_knobs}
+
+    def residual_vector(x: dict) -> np.ndarray:
+        out, cache = [], {}
+        for st, f, p in figures:
+            if st.name not in cache:
+                cache[st.name] = st.figures(values_for(st, x))
+            pred = cache[st.name].get(f, math.inf)
+            out.append(math.log(pred / p) if 0 < pred < math.inf else UNTIMED_RESIDUAL)
+        return np.array(out)
+
+    fit = None
+    while True:
+        free = [k for k in keys if k not in fixed]
+        if not free or not figures:
+            break
+        lower = np.array([KNOB_BOUNDS[k[0]][0] for k in free])
+        upper = np.array([KNOB_BOUNDS[k[0]][1] for k in free])
+        x0 = np.clip([start[k] for k in free], lower, upper)
+        x0 = np.where(x0 <= lower, lower + 0.01 * (upper - lower), x0)
+
+        def residuals(v: np.ndarray, free=free) -> np.ndarray:
+            return residual_vector({**start, **{k: float(val) for k, val in zip(free, v)}})
+
+        fit = least_squares(residuals, x0, bounds=(lower, upper), x_scale=upper - lower, diff_step=1e-6,
+                            xtol=1e-8, ftol=1e-8, gtol=1e-8)
+        # a value pressed against its bound is set by the bound (reported under at_limit); the solver's
+        # Jacobian column of such a value is scaled to 0 (Coleman-Li), so only inner values are tested
+        inner = [i for i, (v, lo, hi) in enumerate(zip(fit.x, lower, upper))
+                 if not (math.isclose(v, lo, rel_tol=1e-6, abs_tol=1e-6 * (hi - lo))
+                         or math.isclose(v, hi, rel_tol=1e-6, abs_tol=1e-6 * (hi - lo)))]
+        jac = (fit.jac * (upper - lower))[:, inner]
+        norms = np.linalg.norm(jac, axis=0)
+        dead = [free[i] for i, n in zip(inner, norms) if n < IDENTIFIABILITY_TOLERANCE]
+        for i in sorted(set(range(len(free))) - set(inner)):  # at a bound: move it 1 % of its range inward
+            moved = fit.x.copy()
+            moved[i] += 0.01 * (upper[i] - lower[i]) * (1 if math.isclose(moved[i], lower[i], abs_tol=1e-6 *
+                                                                          (upper[i] - lower[i])) else -1)
+            if np.max(np.abs(residuals(moved) - fit.fun)) < IDENTIFIABILITY_TOLERANCE:
+                dead.append(free[i])
+        if dead:
+            fixed[dead[0]] = (start[dead[0]], "no fitted figure depends on it")
+            continue
+        if inner:
+            singular = np.linalg.svd(jac / norms)
+            if len(inner) > len(figures) or singular[1][-1] < IDENTIFIABILITY_TOLERANCE * singular[1][0]:
+                worst = free[inner[int(np.argmax(np.abs(singular[2][-1])))]]
+                fixed[worst] = (start[worst], "trades off against other knobs on the fitted figures")
+                continue
+        break
+    knobs = {k: start[k] for k in keys if k not in fixed}
+    if fit is not None:
+        knobs = {k: float(v) for k, v in zip([k for k in keys if k not in fixed], fit.x)}
+    x = {**knobs, **{k: val for k, (val, _) in fixed.items()}}
+    res = residual_vector(x) if figures else np.array([])
+    span = {k: KNOB_BOUNDS[k[0]][1] - KNOB_BOUNDS[k[0]][0] for k in knobs}
+    at_limit = [k for k, v in knobs.items()
+                if math.isclose(v, KNOB_BOUNDS[k[0]][0], rel_tol=1e-6, abs_tol=1e-6 * span[k])
+                or math.isclose(v, KNOB_BOUNDS[k[0]][1], rel_tol=1e-6, abs_tol=1e-6 * span[k])]
+    return {"knobs": knobs, "fixed": fixed, "at_limit": at_limit,
+            "residuals": {(st.name, f): math.exp(r) - 1.0 for (st, f, _), r in zip(figures, res)},
+            "cost": float(0.5 * np.sum(res ** 2))}

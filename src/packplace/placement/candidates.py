@@ -233,7 +233,8 @@ def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
 
 
 class CandidateTable:
-    """All candidates of an instance's vertices, built once.
+    """All candidates of an instance's vertices, built once (only those of ``plan`` when given: scoring
+    one known plan needs no other).
 
     Attributes:
         instance: The :class:`~packplace.placement.config.PlacementInstance`.
@@ -248,12 +249,17 @@ class CandidateTable:
         build_seconds: Wall time to build the table.
     """
 
-    def __init__(self, instance) -> None:
+    def __init__(self, instance, plan=None) -> None:
         start = time.perf_counter()
         self.instance = instance
         self.cluster = instance.cluster
         self.cost = cost_model(instance)
         self.extents = block_extents(instance.cluster)
+        only = None
+        if plan is not None:  # scoring one known plan (validation): its own candidates only
+            only = {name: {(vp.strategy, vp.micro_batch, tuple(vp.allocation.extent))} for name, vp in plan.vertices}
+            wanted = {key[2] for keys in only.values() for key in keys}
+            self.extents = [e for e in self.extents if e in wanted]
         self._origins = {ext: tuple(block_origins(instance.cluster, ext)) for ext in self.extents}
         self.all: dict[str, tuple[Candidate, ...]] = {}
         self.feasible: dict[str, tuple[Candidate, ...]] = {}
@@ -261,7 +267,8 @@ class CandidateTable:
         self.vertex_flops: dict[str, float] = {}
         for vertex in instance.graph.vertices:
             model = instance.models[vertex.model]
-            cands = build_vertex_candidates(vertex.name, vertex.kind, model, instance, self.cost, self.extents)
+            cands = build_vertex_candidates(vertex.name, vertex.kind, model, instance, self.cost, self.extents,
+                                            None if only is None else only.get(vertex.name, set()))
             cands.sort(key=_order)
             self.all[vertex.name] = tuple(cands)
             self.feasible[vertex.name] = tuple(c for c in cands if c.fits and math.isfinite(c.time))
@@ -463,8 +470,9 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
 
 
 def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, cost: CostModel,
-                            extents: list[tuple[int, int, int]]) -> list[Candidate]:
-    """Every legal candidate of one vertex over ``extents`` with time and memory (unsorted).
+                            extents: list[tuple[int, int, int]], only: set | None = None) -> list[Candidate]:
+    """Every legal candidate of one vertex over ``extents`` with time and memory (unsorted; only the
+    ``(strategy, micro_batch, extent)`` keys of ``only`` when given).
 
     Memory is :func:`~packplace.placement.memory.vertex_memory` (worst pipeline stage) with the model's
     training options; a generation candidate fits only within ``gpu_memory_utilization`` of the GPU (the
@@ -487,6 +495,8 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     out = []
     for extent in extents:
         for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent, kind):
+            if only is not None and (strategy, mb, extent) not in only:
+                continue
             dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
             micro_batches = w.sequences // (dp * mb)
             held, rounds, prefill = mb, micro_batches, None

@@ -22,9 +22,17 @@ from packplace import interrupt
 from packplace.errors import ConfigError
 from packplace.outputs import json_text, write_atomic
 from packplace.placement import api
-from packplace.placement.calibrate import DEFAULT_KNOBS, KNOB_BOUNDS, calibrate, read_measured
+from packplace.placement.calibrate import (
+    DEFAULT_KNOBS,
+    DEFAULT_SCOPED_KNOBS,
+    KNOB_BOUNDS,
+    calibrate,
+    parse_scoped_knobs,
+    read_measured,
+)
 from packplace.placement.candidates import GB
 from packplace.placement.config import load_config, load_yaml
+from packplace.placement.crossval import cross_validate, format_cross_validation, format_pairs, load_setups, pair_rows
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.gantt import check_format, draw_gantt
 from packplace.placement.hardware import Hardware
@@ -174,19 +182,50 @@ def register_validate(subparsers) -> None:
     p = subparsers.add_parser(
         "validate", help="compare predicted step/phase times with published runs",
         description="Score the placements of published RL runs (config + validation section) and print "
-                    "predicted, published and their ratio per phase; exit 1 when a ratio is outside x1.3.")
-    p.add_argument("target", help="a validation YAML or a directory of them (benchmarks/validation/)")
+                    "predicted, published and their ratio per phase, and the predicted against the published "
+                    "speed-up of declared pairs (validation.pair_with); exit 1 when a ratio is outside x1.3. "
+                    "--cross-validate: leave one publication out, fit the knobs on the others, predict it "
+                    "(out-of-sample ratios and their summary; exit 0).")
+    p.add_argument("target", nargs="+", help="validation YAMLs or directories of them (benchmarks/validation/)")
+    p.add_argument("--cross-validate", action="store_true", dest="cross_validate",
+                   help="leave-one-source-out cross-validation of the knobs of --knobs")
+    p.add_argument("--knobs", default=",".join(DEFAULT_SCOPED_KNOBS),
+                   help=f"knob:scope list fitted by --cross-validate, scope gpu or framework (default "
+                        f"{','.join(DEFAULT_SCOPED_KNOBS)}; knobs: {', '.join(KNOB_BOUNDS)})")
     p.set_defaults(func=run_validate)
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    """Print the report (with ``--json`` the document ``{"rows": [...], "ok": bool}``, one
-    :meth:`~packplace.placement.validate.ValidationRow.as_dict` per row); exit 1 when a figure is outside
-    the range or its plan is over memory."""
-    rows = validate(validation_files(args.target))
+    """Print the report (with ``--json`` the document ``{"rows": [...], "pairs": [...], "ok": bool}``, one
+    :meth:`~packplace.placement.validate.ValidationRow.as_dict` per row); exit 1 when a scored figure is
+    outside the range or its plan is over memory. With ``--cross-validate``: the cross-validation report
+    and ``{"rows", "pairs", "folds", "summary", "knobs"}`` (:func:`~packplace.placement.crossval.cross_validate`),
+    exit 0."""
+    targets = [args.target] if isinstance(args.target, str) else list(args.target)
+    paths = [p for t in targets for p in validation_files(t)]
+    if getattr(args, "cross_validate", False):
+        knobs = parse_scoped_knobs(args.knobs)
+        result = cross_validate(load_setups(paths), knobs)
+        print(format_cross_validation(result))
+        args.json_document = {"rows": [r.as_dict() for r in result["rows"]], "pairs": result["pairs"],
+                              "folds": result["folds"], "summary": result["summary"],
+                              "knobs": [f"{k}:{s}" for k, s in knobs]}
+        return 0
+    rows = validate(paths)
     print(format_rows(rows))
-    args.json_document = {"rows": [r.as_dict() for r in rows], "ok": all(r.ok for r in rows)}
-    return 0 if all(r.ok for r in rows) else 1
+    setups = load_setups(paths)
+    in_step = {r.setup: r.predicted for r in rows if not r.skipped and r.phase == _primary(setups, r.setup)}
+    pairs = pair_rows(setups, in_step)
+    if pairs:
+        print()
+        print(format_pairs(pairs))
+    args.json_document = {"rows": [r.as_dict() for r in rows], "pairs": pairs,
+                          "ok": all(r.ok for r in rows if not r.skipped)}
+    return 0 if all(r.ok for r in rows if not r.skipped) else 1
+
+
+def _primary(setups, name: str) -> str:
+    return next(s.primary for s in setups if s.name == name)
 
 
 def register_calibrate(subparsers) -> None:

@@ -19,6 +19,10 @@ the memory check but its rows fail. A plan with ``staleness`` (per model, the va
 the steady-state period (the published value is then a period too); the value is added to the model's
 allowed candidates, as the published run used it. A phase's predicted time is the span of its vertices
 in the schedule; ``step`` is the evaluator's step time. A row passes within :data:`RATIO_RANGE`.
+Optional keys: ``url``, ``publication`` (the group of leave-one-source-out cross-validation,
+:mod:`packplace.placement.crossval`; default: ``source`` up to its first comma), ``framework`` and
+``pair_with`` (:data:`PAIR_KEYS`). A row whose declared staleness the plan does not carry is flagged and
+skipped, never scored as synchronous.
 """
 
 from __future__ import annotations
@@ -29,12 +33,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from packplace.errors import ConfigError
+from packplace.placement.candidates import CandidateTable
 from packplace.placement.config import STALENESS_FIELD, build_instance, load_yaml
-from packplace.placement.evaluator import get_evaluator
+from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.hardware import PRESETS
 from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
 
 #: A setup passes when every predicted/published ratio lies in this range.
 RATIO_RANGE = (1 / 1.3, 1.3)
+#: Keys of the validation section (anything else is a typo).
+SECTION_KEYS = ("source", "url", "publication", "framework", "published", "phases", "engine_only", "plan",
+                "pair_with", "note")
+#: Keys of one ``pair_with`` entry: the other setup's file name without ``.yaml`` and what changes.
+PAIR_KEYS = ("setup", "what")
 
 
 @dataclass
@@ -51,6 +62,7 @@ class ValidationRow:
     memory_ok: bool
     source: str = ""
     parts: dict[str, dict[str, float]] = field(default_factory=dict)
+    skipped: str = ""
 
     @property
     def ratio(self) -> float:
@@ -59,15 +71,15 @@ class ValidationRow:
 
     @property
     def ok(self) -> bool:
-        """The ratio lies in :data:`RATIO_RANGE` and the plan fits in memory."""
-        return self.memory_ok and RATIO_RANGE[0] <= self.ratio <= RATIO_RANGE[1]
+        """The ratio lies in :data:`RATIO_RANGE` and the plan fits in memory (never for a skipped row)."""
+        return not self.skipped and self.memory_ok and RATIO_RANGE[0] <= self.ratio <= RATIO_RANGE[1]
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready fields: ``setup, phase, source, published, predicted, ratio, memory_ok,
-        ok, parts`` (seconds)."""
+        ok, parts`` (seconds) and ``skipped`` (the reason, empty when scored)."""
         return {"setup": self.setup, "phase": self.phase, "source": self.source, "published": self.published,
                 "predicted": self.predicted, "ratio": self.ratio, "memory_ok": self.memory_ok, "ok": self.ok,
-                "parts": self.parts}
+                "parts": self.parts, "skipped": self.skipped}
 
 
 def _staleness(spec: Any, where: str) -> dict[str, int]:
@@ -106,6 +118,9 @@ def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
     section = cfg.pop("validation", None)
     if not isinstance(section, dict) or "published" not in section or "plan" not in section:
         raise ConfigError(f"[validation] {path}: needs a validation section with 'published' and 'plan'")
+    unknown = sorted(set(section) - set(SECTION_KEYS))
+    if unknown:
+        raise ConfigError(f"[validation] {path}: unknown key {unknown[0]!r}; valid: {', '.join(SECTION_KEYS)}")
     stale = _staleness(section["plan"], "validation")
     if stale:  # the published run's staleness is allowed, whatever the search candidates say
         optimizer = dict(cfg.get("optimizer") or {})
@@ -115,7 +130,62 @@ def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
         optimizer["staleness_candidates"] = allowed
         cfg["optimizer"] = optimizer
     instance = build_instance(cfg, source=path)
+    section = dict(section)
+    preset = (cfg.get("hardware") or {}).get("preset")
+    section["_gpu"] = next((k for k, v in PRESETS.items() if v is PRESETS.get(preset)), preset) or "custom"
     return instance, _plan(section["plan"], "validation"), section
+
+
+def declared_staleness(section: dict[str, Any]) -> dict[str, int]:
+    """``{model: steps}`` of ``plan.staleness`` (the published run's asynchrony; empty when synchronous).
+
+    Raises:
+        ConfigError: not a mapping of model -> integer >= 0.
+    """
+    spec = (section.get("plan") or {}).get("staleness") or {}
+    if not isinstance(spec, dict) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                             for t in spec.values()):
+        raise ConfigError(f"[validation] plan.staleness: must be a mapping of model -> steps >= 0, got {spec!r}")
+    return {m: t for m, t in spec.items() if t}
+
+
+def publication(section: dict[str, Any]) -> str:
+    """The publication a file's figures come from (``validation.publication``, else ``source`` up to its
+    first comma): the group that leave-one-source-out cross-validation leaves out together."""
+    if section.get("publication"):
+        return str(section["publication"])
+    return str(section.get("source", "")).split(",")[0].strip() or "unknown"
+
+
+def framework(instance, section: dict[str, Any]) -> str:
+    """The framework that ran the step: ``validation.framework``, else the config's ``framework`` setting
+    when the instance has one (``unknown`` when neither is given)."""
+    value = section.get("framework") or getattr(instance, "framework", None)
+    return str(getattr(value, "name", value) or "unknown")
+
+
+def pairs_of(section: dict[str, Any], where: str) -> list[dict[str, str]]:
+    """The ``pair_with`` entries of a section as ``[{"setup": ..., "what": ...}]``.
+
+    Raises:
+        ConfigError: an entry without ``setup`` or with an unknown key.
+    """
+    spec = section.get("pair_with") or []
+    entries = spec if isinstance(spec, list) else [spec]
+    out = []
+    for entry in entries:
+        if isinstance(entry, str):
+            entry = {"setup": entry}
+        if not isinstance(entry, dict) or not isinstance(entry.get("setup"), str) or set(entry) - set(PAIR_KEYS):
+            raise ConfigError(f"[validation] {where}: pair_with entries need 'setup' (a file name without .yaml) "
+                              f"and optionally 'what'; got {entry!r}")
+        out.append({"setup": entry["setup"], "what": str(entry.get("what", ""))})
+    return out
+
+
+def plan_evaluator(instance, plan: Plan) -> PlacementEvaluator:
+    """An evaluator whose candidate table holds only ``plan``'s candidates (scoring one known plan)."""
+    return PlacementEvaluator(instance, CandidateTable(instance, plan))
 
 
 def predict(instance, plan: Plan, section: dict[str, Any]
@@ -126,7 +196,7 @@ def predict(instance, plan: Plan, section: dict[str, Any]
     Raises:
         ConfigError: the plan breaks a hard rule (the evaluator's reason).
     """
-    ev = get_evaluator(instance)
+    ev = plan_evaluator(instance, plan)
     score = ev.score(plan)
     broken = [v for v in score.violations if not v.startswith("out of memory")]
     if broken:
@@ -153,6 +223,7 @@ def validate(paths: list[str]) -> list[ValidationRow]:
         instance, plan, section = load_setup(path)
         predicted, fits, parts = predict(instance, plan, section)
         setup = os.path.splitext(os.path.basename(path))[0]
+        skipped = skip_reason(plan, section)
         phases = section.get("phases") or {}
         engine_only = set(section.get("engine_only", ()))
         for phase, published in section["published"].items():
@@ -162,23 +233,38 @@ def validate(paths: list[str]) -> list[ValidationRow]:
             row_parts = {n: {k: v for k, v in parts[n].items() if not (phase in engine_only and k == "overhead")}
                          for n in names}
             rows.append(ValidationRow(setup, phase, predicted[phase], float(published), fits,
-                                      str(section.get("source", "")), row_parts))
+                                      str(section.get("source", "")), row_parts, skipped))
     return rows
+
+
+def skip_reason(plan: Plan, section: dict[str, Any]) -> str:
+    """Why a file's rows are not scored: its run was asynchronous (``plan.staleness``) but the plan does not
+    carry that staleness, so the prediction would be the synchronous one; empty when scored."""
+    stale = declared_staleness(section)
+    if stale and dict(plan.staleness) != stale:
+        shown = ", ".join(f"{m} {t}" for m, t in sorted(stale.items()))
+        return f"asynchronous run (staleness {shown}) not scored: the plan carries no staleness yet"
+    return ""
 
 
 def format_rows(rows: list[ValidationRow]) -> str:
     """The report table."""
-    header = f"{'setup':<44} {'phase':<22} {'predicted s':>11} {'published s':>11} {'ratio':>6}  "
+    header = f"{'setup':<50} {'phase':<30} {'predicted s':>11} {'published s':>11} {'ratio':>6}  "
     lines = [header, "-" * len(header)]
     for r in rows:
+        if r.skipped:
+            lines.append(f"{r.setup:<50} {r.phase:<30} {'-':>11} {r.published:>11.1f} {'-':>6}  SKIPPED: {r.skipped}")
+            continue
         in_range = RATIO_RANGE[0] <= r.ratio <= RATIO_RANGE[1]
         note = "ok" if r.ok else ("OUT OF RANGE" if not in_range else "FAILS")
         if not r.memory_ok:
             note += " (plan over memory in the model; time scored without the memory check)"
-        lines.append(f"{r.setup:<44} {r.phase:<22} {r.predicted:>11.1f} {r.published:>11.1f} {r.ratio:>6.2f}  {note}")
-    bad = sum(not r.ok for r in rows)
-    lines.append(f"{len(rows) - bad} of {len(rows)} figures within x{RATIO_RANGE[1]} of the published value "
-                 "with the plan within memory")
+        lines.append(f"{r.setup:<50} {r.phase:<30} {r.predicted:>11.1f} {r.published:>11.1f} {r.ratio:>6.2f}  {note}")
+    scored = [r for r in rows if not r.skipped]
+    bad = sum(not r.ok for r in scored)
+    lines.append(f"{len(scored) - bad} of {len(scored)} figures within x{RATIO_RANGE[1]} of the published value "
+                 "with the plan within memory" + (f"; {len(rows) - len(scored)} skipped" if len(scored) < len(rows)
+                                                   else ""))
     return "\n".join(lines)
 
 
