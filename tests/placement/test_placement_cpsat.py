@@ -313,3 +313,17 @@ def test_progress_lines_on_stderr_for_long_runs_only(capsys):
     quick = instance("dpo")  # solved to optimality well within the default 3 s
     assert packplace.place(quick, "cpsat", time_limit_s=10).status == "optimal"
     assert "cpsat:" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("limits", [{"time_limit_s": 1e-4},  # the build budget has passed before the build
+                                    {"time_limit_s": 600, "cp_parameters": {"max_deterministic_time": 1e-9}}],
+                         ids=["build-cut", "search-cut"])
+def test_every_cut_return_path_sets_the_claim_keys(limits):
+    # a 32-GPU PPO config cut by a limit either while the model is built or by CP-SAT's work limit:
+    # every return path with a plan reports the claim callers read
+    inst = load_config(os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml"))
+    result = packplace.place(inst, "cpsat", hint_solvers=("greedy",), **limits)
+    assert result.ok and result.hit_time_limit
+    for key in ("model_step_time_s", "rounding_s", "objective_kind", "hint_step_time_s", "cp_status"):
+        assert key in result.info, key
+    assert claim_holds(result), (result.objective, result.info["model_step_time_s"])

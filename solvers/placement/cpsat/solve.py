@@ -346,7 +346,10 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
                         f"{stage}; returned the {hint_name} hint ({hint_time:.6g} s), no CP-SAT search")
         info = {"build_s": spent, "build_budget_s": build_budget, "build_stopped_at": str(stage),
                 "restricted": restricted, "hint_solver": hint_name, "hint_step_time_s": hint_time,
-                "hint_solvers": list(hint_solvers), "cp_status": "NOT_BUILT"}
+                "hint_solvers": list(hint_solvers), "cp_status": "NOT_BUILT",
+                # no model value exists: the claim is the hint's evaluated value, exact (no rounding)
+                "model_step_time_s": hint_time, "rounding_s": 0.0,
+                "objective_kind": "period" if asynchronous else "step_time"}
         log.append(notes[0])
         return Proposal(hint_plan, FEASIBLE, hit_time_limit=True, message="; ".join(notes), log=log, info=info)
     build_s = time.perf_counter() - began
