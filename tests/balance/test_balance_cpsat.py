@@ -415,3 +415,40 @@ def test_coarse_first_model_hints_the_fine_one_on_rounded_costs():
     for bad in (-0.1, 1.0, True, "half"):
         with pytest.raises(ConfigError, match="coarse_share"):
             solve(instance, coarse_share=bad)
+
+
+def tight_58_samples():
+    """2 ranks x 2 bins filled to exactly seq_len, cut into 58 pieces: lpt needs its bin-completion step."""
+    from packplace.harness.generators import planted_balance
+    return planted_balance(ranks=2, bins_per_rank=2, samples_per_rank=29, seq_len=8192, fill=1.0, seed=0,
+                           cost="flops").instance
+
+
+def test_a_short_limit_returns_the_start_and_repeats_its_status():
+    # 0.3 s: the start's fifth of the limit is too short for the construction, the whole limit is not
+    inst = tight_58_samples()
+    assert packplace.balance(inst, solver="lpt").status == "feasible"
+    results = [packplace.balance(inst, solver="cpsat", time_limit_s=0.3) for _ in range(2)]
+    assert [r.status for r in results] == ["feasible", "feasible"], [r.message for r in results]
+    assert all(r.solution is not None and r.info["start"] is not None for r in results)
+
+
+def test_a_deterministic_limit_gives_the_same_answer_twice():
+    inst = tight_58_samples()
+    params = {"cp_parameters": {"max_deterministic_time": 0.05}}
+    first, second = (packplace.balance(inst, solver="cpsat", time_limit_s=60, **params) for _ in range(2))
+    assert first.status == second.status == "feasible"
+    assert first.solution == second.solution and first.objective == second.objective
+
+
+def test_cp_parameters_are_taken_and_checked_like_placement():
+    inst = tight_58_samples()
+    result = packplace.balance(inst, solver="cpsat", time_limit_s=60,
+                               cp_parameters={"relative_gap_limit": 0.5, "max_deterministic_time": 1.0})
+    assert result.status in ("feasible", "optimal") and result.solution is not None
+    with pytest.raises(ConfigError, match=r"^cpsat: cp_parameters\.no_such_parameter: "):
+        packplace.balance(inst, solver="cpsat", time_limit_s=1, cp_parameters={"no_such_parameter": 1})
+    with pytest.raises(ConfigError, match=r"^cpsat: cp_parameters\.relative_gap_limit: "):
+        packplace.balance(inst, solver="cpsat", time_limit_s=1, cp_parameters={"relative_gap_limit": "tight"})
+    with pytest.raises(ConfigError, match="cp_parameters must be a mapping"):
+        packplace.balance(inst, solver="cpsat", time_limit_s=1, cp_parameters=[("relative_gap_limit", 0.1)])

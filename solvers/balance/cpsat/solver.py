@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,6 +171,7 @@ def solve(
     max_booleans: int = DEFAULT_MAX_BOOLEANS,
     formulation: str = "auto",
     coarse_share: float = 0.0,
+    cp_parameters: Mapping[str, Any] | None = None,
     **params: Any,
 ) -> Proposal:
     """Exact CP-SAT assignment (scaled integer costs, symmetry breaking, heuristic hint).
@@ -189,6 +190,9 @@ def solve(
         coarse_share: With rounded (non-integer) costs, the share of the time left given first to a
             model at resolution :data:`COARSE_RESOLUTION`, whose answer then hints the fine model; a
             number in [0, 1), default 0 (off; the trade-off is in docs/performance.md).
+        cp_parameters: Extra CP-SAT parameters by name (``SatParameters`` fields, e.g.
+            ``relative_gap_limit``, or ``max_deterministic_time`` for a search that ends the same way on
+            every run with one worker), applied after the time limit, seed and worker count.
 
     Returns:
         A :class:`~packplace.result.Proposal`: rank-major bins; status ``optimal`` (proven, within
@@ -198,12 +202,12 @@ def solve(
 
     Raises:
         ConfigError: ``num_workers`` or ``max_booleans`` not an integer ≥ 1, an unknown
-            ``formulation``, or an unknown parameter.
+            ``formulation``, a ``cp_parameters`` entry CP-SAT refuses, or an unknown parameter.
     """
     if params:
         raise ConfigError(
             f"cpsat: unknown parameter {sorted(params)[0]!r}; valid: num_workers, max_booleans, formulation, "
-            "coarse_share")
+            "coarse_share, cp_parameters")
     if (isinstance(coarse_share, bool) or not isinstance(coarse_share, (int, float))
             or not 0 <= coarse_share < 1):
         raise ConfigError(f"coarse_share: must be a number in [0, 1), got {coarse_share!r}")
@@ -213,6 +217,7 @@ def solve(
         raise ConfigError(f"num_workers: must be an integer >= 1, got {num_workers!r}")
     if isinstance(max_booleans, bool) or not isinstance(max_booleans, int) or max_booleans < 1:
         raise ConfigError(f"max_booleans: must be an integer >= 1, got {max_booleans!r}")
+    _check_cp_parameters(cp_parameters)
     limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else float(time_limit_s)
     started = time.perf_counter()
 
@@ -227,7 +232,9 @@ def solve(
     # the start gets a fifth of the limit, or all of it when the exact model will not be built
     start_share = 0.2 if booleans <= max_booleans else 1.0
     start_limit = max(0.05, start_share * limit - (time.perf_counter() - started) - READBACK_RESERVE_S * start_share)
-    start, start_timed_out = _heuristic_start(instance, seed, time_limit_s=start_limit)
+    # the start is the answer of last resort: a construction cut by its share retries with all the time left
+    fallback_limit = max(start_limit, limit - (time.perf_counter() - started) - READBACK_RESERVE_S)
+    start, start_timed_out = _heuristic_start(instance, seed, time_limit_s=start_limit, fallback_limit_s=fallback_limit)
     info: dict[str, Any] = {"start": start.source if start else None,
                             "start_objective": start.objective if start else None}
     if start is not None and start.objective <= analytic * (1 + OPTIMALITY_RTOL):
@@ -305,6 +312,7 @@ def solve(
         return fall_back(f"time limit {limit:g} s reached after building the exact model; CP-SAT not run", True)
     solver = cp_model.CpSolver()
     _configure(solver, remaining, seed, num_workers)
+    _apply_cp_parameters(solver, cp_parameters)
     solver.parameters.catch_sigint_signal = False  # packplace.interrupt stops the search
     with interrupt.native(solver.stop_search):
         cp_status = solver.Solve(built.model)
@@ -371,3 +379,20 @@ def solve(
         iterations=solver.NumBranches(), message=message, log=log, info=info,
         optimality_tolerance=max(OPTIMALITY_RTOL, tolerance if math.isfinite(tolerance) else OPTIMALITY_RTOL),
     )
+
+
+def _apply_cp_parameters(solver: cp_model.CpSolver, cp_parameters: Mapping[str, Any] | None) -> None:
+    """Set each ``cp_parameters`` entry on ``solver.parameters``; ConfigError naming the entry CP-SAT refuses."""
+    for key, value in (cp_parameters or {}).items():
+        try:
+            setattr(solver.parameters, key, value)
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise ConfigError(f"cpsat: cp_parameters.{key}: {exc}") from None
+
+
+def _check_cp_parameters(cp_parameters: Any) -> None:
+    """``cp_parameters`` checked on a scratch solver before any work, so that a bad entry fails at once."""
+    if cp_parameters is not None and not isinstance(cp_parameters, Mapping):
+        raise ConfigError(f"cpsat: cp_parameters must be a mapping of CP-SAT parameter names to values, "
+                          f"got {type(cp_parameters).__name__}")
+    _apply_cp_parameters(cp_model.CpSolver(), cp_parameters)

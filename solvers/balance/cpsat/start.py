@@ -38,7 +38,8 @@ class _Start:
 
 
 def _heuristic_start(
-    instance: BalanceInstance, seed: int, time_limit_s: float | None = None
+    instance: BalanceInstance, seed: int, time_limit_s: float | None = None,
+    fallback_limit_s: float | None = None,
 ) -> tuple[_Start | None, bool]:
     """The best feasible starting assignment: a registered heuristic's answer or the reference bins.
 
@@ -49,7 +50,10 @@ def _heuristic_start(
     bound, ``lns`` then runs from the same starts within ``time_limit_s`` and its answer replaces the
     start when it is better. Returns (None, ...) when no start exists (e.g. a heuristic dead end
     without reference bins); the flag says a heuristic stopped at ``time_limit_s`` (the next one is
-    then not tried).
+    then not tried). When a heuristic stopped at ``time_limit_s`` without an answer and
+    ``fallback_limit_s`` is longer, the last heuristic of the list (the cheapest construction) runs
+    again within ``fallback_limit_s``, so that a short share of a limit the construction fits in still
+    gives a start.
     """
     evaluator = BalanceEvaluator(instance)
     names = available("balance")
@@ -70,6 +74,15 @@ def _heuristic_start(
         if score.feasible:
             candidates.append(_Start(bins, name, score.objective))
             break
+    if timed_out and not candidates and fallback_limit_s is not None and fallback_limit_s > (time_limit_s or 0):
+        name = START_HEURISTICS[-1]
+        proposal = get("balance", name).solve(instance, time_limit_s=fallback_limit_s, seed=seed)
+        if proposal.solution is not None:
+            bins = tuple(tuple(b) for b in getattr(proposal.solution, "bins", proposal.solution))
+            score = evaluator.score(bins)
+            if score.feasible:
+                candidates.append(_Start(bins, name, score.objective))
+                timed_out = False
     if instance.reference_bins is not None:
         candidates.append(_Start(instance.reference_bins, "reference", evaluator.objective(instance.reference_bins)))
     if not candidates:
