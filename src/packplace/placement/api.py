@@ -20,11 +20,12 @@ from dataclasses import replace
 from typing import Any
 
 from packplace.errors import ConfigError, InfeasibleError
-from packplace.placement.candidates import CandidateTable, Shortfall
+from packplace.placement.candidates import CandidateTable, Shortfall, TableBuildTimeout
 from packplace.placement.config import PlacementInstance
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.hardware import Cluster
-from packplace.result import SolveResult, check_limits, solve_with
+from packplace.result import UNKNOWN, SolveResult, check_limits, solve_with
+from packplace.solvers.registry import get
 
 DEFAULT_SOLVER = "concurrent"
 #: Largest growth factor of the cluster the whole-plan search of :func:`check_instance` tries.
@@ -68,7 +69,13 @@ def solve_placement(
     if not isinstance(instance, PlacementInstance):
         raise ConfigError(f"instance: expected a PlacementInstance, got {type(instance).__name__}")
     check_limits(time_limit_s, seed)
+    get("placement", solver)  # an unknown solver name fails before the table is built
     started = time.perf_counter()
+    if time_limit_s is not None:
+        try:
+            get_table(instance, deadline=started + time_limit_s)
+        except TableBuildTimeout as cut:
+            return _table_cut(instance, solver, cut, time_limit_s, seed, params, time.perf_counter() - started)
     check_instance(instance)
     # time_limit_s covers the whole call: the candidate table counts against it, and the backend gets
     # what is left (at least 1 ms)
@@ -79,6 +86,20 @@ def solve_placement(
     )
     result.params["time_limit_s"] = time_limit_s
     return result
+
+
+def _table_cut(instance: PlacementInstance, solver: str, cut: TableBuildTimeout, time_limit_s: float, seed: int,
+               params: dict[str, Any], wall_s: float) -> SolveResult:
+    """The result of a call whose candidate table was not built within ``time_limit_s``: no plan, status
+    ``unknown`` (the command exits 1), the message says how far the build got and why it is large."""
+    w = instance.workload
+    message = (f"candidate table not built within time_limit_s={time_limit_s:g}: {cut}; {w.sequences:,} sequences "
+               f"per step give {cut.vertex} {cut.micro_batches:,} micro-batch sizes per strategy (every divisor of "
+               f"the sequences per replica); a batch with fewer divisors, or a longer limit, builds it")
+    return SolveResult(problem="placement", solver=solver, solution=None, objective=float("inf"), bound=0.0,
+                       status=UNKNOWN, hit_time_limit=True, wall_s=wall_s, message=message,
+                       params={"time_limit_s": time_limit_s, "seed": seed, **params},
+                       info={"table_candidates_built": cut.built})
 
 
 def check_instance(instance: PlacementInstance) -> None:

@@ -232,6 +232,20 @@ def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
     return out
 
 
+class TableBuildTimeout(Exception):
+    """Raised by :class:`CandidateTable` when its build passes ``deadline``; ``built`` candidates so far
+    (all vertices), ``vertex`` the one being built, ``micro_batches`` its micro-batch choices per strategy
+    (the divisors of the per-replica sequence count, the factor that grows with the batch)."""
+
+    def __init__(self, built: int, vertex: str, micro_batches: int) -> None:
+        super().__init__(f"{built} candidates built, stopped at {vertex}")
+        self.built, self.vertex, self.micro_batches = built, vertex, micro_batches
+
+
+#: Candidates built between two clock checks when the table has a deadline.
+DEADLINE_CHECK_EVERY = 256
+
+
 class CandidateTable:
     """All candidates of an instance's vertices, built once (only those of ``plan`` when given: scoring
     one known plan needs no other).
@@ -249,8 +263,11 @@ class CandidateTable:
         build_seconds: Wall time to build the table.
     """
 
-    def __init__(self, instance, plan=None) -> None:
+    def __init__(self, instance, plan=None, deadline: float | None = None) -> None:
+        """Build every vertex's candidates; ``deadline`` (``time.perf_counter()`` seconds, None: none)
+        stops the build with :class:`TableBuildTimeout`."""
         start = time.perf_counter()
+        built = 0
         self.instance = instance
         self.cluster = instance.cluster
         self.cost = cost_model(instance)
@@ -268,7 +285,9 @@ class CandidateTable:
         for vertex in instance.graph.vertices:
             model = instance.models[vertex.model]
             cands = build_vertex_candidates(vertex.name, vertex.kind, model, instance, self.cost, self.extents,
-                                            None if only is None else only.get(vertex.name, set()))
+                                            None if only is None else only.get(vertex.name, set()),
+                                            deadline=deadline, built_before=built)
+            built += len(cands)
             cands.sort(key=_order)
             self.all[vertex.name] = tuple(cands)
             self.feasible[vertex.name] = tuple(c for c in cands if c.fits and math.isfinite(c.time))
@@ -470,7 +489,8 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
 
 
 def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, cost: CostModel,
-                            extents: list[tuple[int, int, int]], only: set | None = None) -> list[Candidate]:
+                            extents: list[tuple[int, int, int]], only: set | None = None, *,
+                            deadline: float | None = None, built_before: int = 0) -> list[Candidate]:
     """Every legal candidate of one vertex over ``extents`` with time and memory (unsorted; only the
     ``(strategy, micro_batch, extent)`` keys of ``only`` when given).
 
@@ -479,7 +499,9 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     engine's budget). A continuously batched engine holds the KV of the sequences it runs at once
     (:meth:`~packplace.placement.cost.CostModel.engine_concurrency`, at most its KV capacity), whatever
     the number of requests ``mb`` handed to it. Training time adds :func:`training_overhead_seconds`
-    (recomputation, offload); with a rule-based reward, generation adds the CPU scoring of the step's sequences."""
+    (recomputation, offload); with a rule-based reward, generation adds the CPU scoring of the step's sequences.
+    ``deadline`` (``time.perf_counter()`` seconds) raises :class:`TableBuildTimeout` once passed (checked
+    every :data:`DEADLINE_CHECK_EVERY` candidates; ``built_before`` counts the earlier vertices')."""
     w = instance.workload
     mem = instance.hardware.memory_per_gpu
     old_log_prob = needs_old_log_prob(instance, name)
@@ -494,7 +516,11 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     continuous = instance.engine.batching == "continuous"
     out = []
     for extent in extents:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TableBuildTimeout(built_before + len(out), name, len(divisors(w.sequences)))
         for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent, kind):
+            if deadline is not None and len(out) % DEADLINE_CHECK_EVERY == 0 and time.perf_counter() > deadline:
+                raise TableBuildTimeout(built_before + len(out), name, len(divisors(w.sequences // strategy.dp)))
             if only is not None and (strategy, mb, extent) not in only:
                 continue
             dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep

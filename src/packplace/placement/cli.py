@@ -6,9 +6,10 @@ JSON and ``--gantt`` a chart (matplotlib). ``validate`` scores the plans of publ
 published times (:mod:`packplace.placement.validate`); ``calibrate`` fits the hardware efficiency knobs to
 measured task times (:mod:`packplace.placement.calibrate`).
 
-Exit codes: 0 a feasible plan / every figure within range; 1 no plan found or proven infeasible, or a
-validation figure out of range; 2 bad input (a :class:`~packplace.errors.ConfigError`, raised to the
-top-level CLI). ``--json`` documents: :func:`result_json`, ``{"rows": [...], "ok": bool}`` and the fit.
+Exit codes: 0 a feasible plan / every figure within range; 1 no plan found or proven infeasible, a plan
+whose step time exceeds :data:`MAX_PLAUSIBLE_STEP_S`, or a validation figure out of range; 2 bad input (a
+:class:`~packplace.errors.ConfigError`, raised to the top-level CLI). ``--json`` documents:
+:func:`result_json`, ``{"rows": [...], "ok": bool}`` and the fit.
 """
 
 from __future__ import annotations
@@ -42,8 +43,14 @@ from packplace.result import check_limits
 from packplace.solvers import available
 from packplace.table import check_output_file
 
-__all__ = ["format_table", "gpu_ranges", "register", "result_json", "run", "run_calibrate", "run_validate",
-           "vertex_own_memory"]
+#: Longest step time (seconds, one week) of a plan ``place`` accepts. A plan above it is printed, not
+#: written, and the command exits 1: no RL step runs a week without a checkpoint, and such a figure comes
+#: from a config whose units are off (tokens given as prompts, a dataset given as one batch), not from a
+#: run anyone would launch.
+MAX_PLAUSIBLE_STEP_S = 7 * 24 * 3600.0
+
+__all__ = ["MAX_PLAUSIBLE_STEP_S", "format_table", "gpu_ranges", "register", "result_json", "run", "run_calibrate",
+           "run_validate", "vertex_own_memory"]
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -167,6 +174,15 @@ def run(args: argparse.Namespace) -> int:
     result = api.solve_placement(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
     print(format_table(instance, result))
     args.json_document = result_json(instance, result)
+    implausible = result.solution is not None and result.objective > MAX_PLAUSIBLE_STEP_S
+    args.json_document["implausible_step_time"] = implausible
+    if implausible:
+        w = instance.workload
+        print(f"packplace place: step time {result.objective:,.0f} s is over the plausibility bound of "
+              f"{MAX_PLAUSIBLE_STEP_S:,.0f} s (one week; no RL step runs that long): check the [workload] units "
+              f"({w.sequences:,} sequences per step of {w.context_length} + {w.generation_length} tokens); "
+              f"nothing written", file=sys.stderr)
+        return 1
     if result.interrupted:  # the best plan so far is printed; no output file
         print(f"interrupted: true (status {result.status}); nothing written", file=sys.stderr)
         return interrupt.exit_code(interrupt.requested() or 2)

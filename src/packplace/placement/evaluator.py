@@ -114,11 +114,13 @@ class PlacementScore:
         }
 
 
-def get_table(instance) -> CandidateTable:
-    """The instance's candidate table, built once and cached on the instance."""
+def get_table(instance, deadline: float | None = None) -> CandidateTable:
+    """The instance's candidate table, built once and cached on the instance; a build that passes
+    ``deadline`` (``time.perf_counter()`` seconds) raises
+    :class:`~packplace.placement.candidates.TableBuildTimeout` and caches nothing."""
     table = instance._cache.get("table")
     if table is None:
-        table = instance._cache["table"] = CandidateTable(instance)
+        table = instance._cache["table"] = CandidateTable(instance, deadline=deadline)
     return table
 
 
