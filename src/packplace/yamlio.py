@@ -169,6 +169,9 @@ def loads_yaml(text: str, source: str = "<string>") -> Any:
         raise ConfigError(f"{source}: invalid YAML: nested too deeply") from None
     except ValueError as exc:  # a conversion Python refuses (e.g. an integer too long for int())
         raise ConfigError(f"{source}: invalid YAML: {str(exc)[:80]}") from None
+    except (TypeError, AttributeError, IndexError, KeyError) as exc:  # an explicit tag on a value it cannot take
+        raise ConfigError(f"{source}: invalid YAML: a value that does not fit its tag (e.g. !!set on a list, "
+                          f"!!timestamp on a word): {type(exc).__name__}: {str(exc)[:80]}") from None
     except yaml.YAMLError as exc:
         if "maximum nesting depth" in str(exc):  # libyaml's own nesting limit, far above MAX_DEPTH
             mark = getattr(exc, "problem_mark", None)
