@@ -269,6 +269,11 @@ def json_ready(value: Any) -> Any:
         return value if math.isfinite(value) else None
     if isinstance(value, Mapping):
         return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        kinds = set(map(type, value))  # a flat list of plain values (a bin's keys): one C-speed pass, no recursion
+        if kinds <= {str, int} or (kinds <= {str, int, float} and all(map(math.isfinite, (
+                v for v in value if type(v) is float)))):
+            return list(value)
     if isinstance(value, (list, tuple, set, frozenset)):
         items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
         return [json_ready(v) for v in items]
