@@ -1,0 +1,105 @@
+"""Ctrl-C at random moments: does ``packplace`` always end with exit 130, one line and no traceback?
+
+A plain script (no pytest). Each trial starts ``packplace balance`` or ``packplace place`` (alternating)
+on a shipped config with ``cpsat`` and ``--time-limit 10`` (so that the command is still running when the
+signal comes), in its own process group, waits a random time drawn uniformly from ``[0, --max-delay]``
+seconds (default 3; seeded, so the same ``--seed`` gives the same delays), then sends SIGINT to the group
+as a terminal's Ctrl-C does, and waits for the exit (at most ``--timeout`` seconds, then SIGKILL and the
+trial counts as a hang). The signal may land while Python starts, while the packages import, while the
+config is read, during the solve or while the result is printed.
+
+Printed: one line per trial (command, delay, exit code, tracebacks in stderr, ``--out`` file written),
+then the counts: exit codes, trials with a traceback, hangs, output files written by an interrupted run.
+A trial whose command ended before the signal (exit 0 or 1) is listed as ``finished first``. The exit
+code is 1 when any signalled trial ended other than 130, printed a traceback, hung or wrote its output.
+
+Usage:
+    python benchmarks/ctrl_c_trials.py                  # 50 trials, delays 0-3 s
+    python benchmarks/ctrl_c_trials.py --trials 10 --max-delay 1 --seed 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = {
+    "balance": ["balance", "--config", str(ROOT / "configs" / "balance" / "stdlib_llama8b.yaml")],
+    "place": ["place", "--config", str(ROOT / "configs" / "placement" / "ppo_llama3.1-8b_4x8xh100.yaml")],
+}
+
+
+def console_script() -> list[str]:
+    """The ``packplace`` console script of this interpreter's environment (else the entry point via -c)."""
+    script = Path(sys.executable).with_name("packplace")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("packplace")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "import sys, packplace_console; sys.exit(packplace_console.main())"]
+
+
+def trial(command: str, delay: float, timeout: float, folder: Path, index: int) -> dict:
+    """One run of ``command`` interrupted after ``delay`` seconds; the exit code and what it left."""
+    out = folder / f"trial{index}.json"
+    argv = console_script() + COMMANDS[command] + ["--solver", "cpsat", "--time-limit", "10", "--out", str(out)]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    time.sleep(delay)
+    finished_first = process.poll() is not None
+    if not finished_first:
+        os.killpg(process.pid, signal.SIGINT)
+    hung = False
+    try:
+        _, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        hung = True
+        os.killpg(process.pid, signal.SIGKILL)
+        _, err = process.communicate()
+    text = err.decode("utf-8", "replace")
+    return {"command": command, "delay": delay, "code": process.returncode, "finished_first": finished_first,
+            "tracebacks": text.count("Traceback (most recent call last)"), "hung": hung, "wrote": out.exists(),
+            "last_line": text.strip().splitlines()[-1][:100] if text.strip() else ""}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=50)
+    parser.add_argument("--max-delay", type=float, default=3.0, help="seconds; delays drawn from [0, this]")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the exit after the signal")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ctrl_c_trials_") as folder:
+        for i in range(args.trials):
+            command = ("balance", "place")[i % 2]
+            row = trial(command, rng.uniform(0, args.max_delay), args.timeout, Path(folder), i)
+            rows.append(row)
+            state = "finished first" if row["finished_first"] else ("HUNG" if row["hung"] else "")
+            print(f"{i:>3} {command:<8} delay {row['delay']:5.2f} s  exit {row['code']:>4}  tracebacks "
+                  f"{row['tracebacks']}  wrote {'yes' if row['wrote'] else 'no '}  {state:<15} {row['last_line']}",
+                  flush=True)
+    signalled = [r for r in rows if not r["finished_first"]]
+    codes = collections.Counter(r["code"] for r in signalled)
+    bad = [r for r in signalled if r["code"] != 130 or r["tracebacks"] or r["hung"] or r["wrote"]]
+    print(f"trials {len(rows)}: signalled {len(signalled)}, finished before the signal {len(rows) - len(signalled)}")
+    print(f"exit codes of signalled trials: {dict(sorted(codes.items()))}")
+    print(f"with a traceback: {sum(1 for r in rows if r['tracebacks'])}; hangs: {sum(r['hung'] for r in rows)}; "
+          f"output written by an interrupted run: {sum(r['wrote'] for r in signalled)}")
+    print(f"bad trials: {len(bad)}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
