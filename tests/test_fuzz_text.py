@@ -265,3 +265,12 @@ def test_a_tag_on_a_value_it_cannot_take_is_one_error_line(value, tmp_path, caps
     assert main(["balance", "--config", str(config), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and ERROR_LINE.match(err[0]), err
+
+
+def test_a_huge_seq_len_with_a_padding_cost_allocates_no_table_of_that_size(tmp_path, capsys):
+    # found by the sweep: lpt tabulated pad(k) for every k <= seq_len in one array (16 GiB at 2^31 - 1)
+    text = (ROOT / "configs" / "balance" / "multimodal_budgets.yaml").read_text(encoding="utf-8")
+    config = tmp_path / "config.yaml"
+    config.write_text(re.sub(r"seq_len: \d+", "seq_len: 0x7fffffff", text), encoding="utf-8")
+    assert main(["balance", "--config", str(config), "--solver", "lpt", "--time-limit", "2", "--quiet"]) == 0
+    assert "feasible" in capsys.readouterr().out

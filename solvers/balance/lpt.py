@@ -441,6 +441,11 @@ def _lpt_rounds(
     return bins
 
 
+#: Largest ``seq_len`` whose padding costs are tabulated in an array (8 MiB); above it a dict holds the
+#: lengths met.
+DENSE_PAD_TABLE = 2**20
+
+
 def _lpt_vectorized(
     instance: BalanceInstance, prepared: PreparedSamples, deadline: float | None
 ) -> list[list[int]]:
@@ -468,11 +473,18 @@ def _lpt_vectorized(
     closed = np.zeros(num_bins, dtype=bool)
     bin_rank = np.arange(num_bins) // per_rank
     empty_pad = pad(seq_len) if pad is not None else 0.0
-    pad_table = np.full(seq_len + 1, np.nan)  # pad(k) for k = 0..seq_len, filled as needed
+    # pad(k) for k = 0..seq_len, filled as needed: an array up to DENSE_PAD_TABLE, a dict above (a seq_len
+    # of 2^31 would allocate 16 GiB)
+    pad_table = np.full(seq_len + 1, np.nan) if seq_len <= DENSE_PAD_TABLE else None
+    pad_memo: dict[int, float] = {}
 
     def pad_values(pad_tokens: np.ndarray) -> np.ndarray:
         """``pad(max(0, k))`` for each k of ``pad_tokens`` (all ≤ seq_len), one call per new value."""
         index = np.maximum(pad_tokens, 0)
+        if pad_table is None:
+            for k in set(index.tolist()) - pad_memo.keys():
+                pad_memo[k] = float(pad(k))
+            return np.array([pad_memo[k] for k in index.tolist()], dtype=float)
         values = pad_table[index]
         missing = np.isnan(values)
         if missing.any():
