@@ -133,12 +133,16 @@ class BalanceEvaluator:
         if cached is not None and cached[0] is bins:
             return cached[1]
         sizes = np.fromiter(map(len, bins), dtype=np.int64, count=len(bins))
-        flat = list(itertools.chain.from_iterable(bins))
-        if self._identity_keys and set(map(type, flat)) <= {int}:  # keys 0..n-1: a key is its own position
-            members = np.array(flat, dtype=np.int64) if flat else np.zeros(0, dtype=np.int64)
+        plain = self._identity_keys and set(map(type, itertools.chain.from_iterable(bins))) <= {int}
+        if plain:  # keys 0..n-1: a key is its own position, read straight into int64 (no list in between)
+            try:
+                members = np.fromiter(itertools.chain.from_iterable(bins), dtype=np.int64, count=int(sizes.sum()))
+            except OverflowError:  # a key beyond int64 is no key of the instance
+                return None
             if members.size and (members.min() < 0 or members.max() >= len(self.keys)):
                 return None
         else:
+            flat = list(itertools.chain.from_iterable(bins))
             try:
                 found = list(map(self.index.get, flat))
             except TypeError:
