@@ -10,8 +10,12 @@ config is read, during the solve or while the result is printed.
 
 Printed: one line per trial (command, delay, exit code, tracebacks in stderr, ``--out`` file written),
 then the counts: exit codes, trials with a traceback, hangs, output files written by an interrupted run.
-A trial whose command ended before the signal (exit 0 or 1) is listed as ``finished first``. The exit
-code is 1 when any signalled trial ended other than 130, printed a traceback, hung or wrote its output.
+A trial whose command ended before the signal (exit 0 or 1) is listed as ``finished first``. Two phases
+come before any packplace code runs and are counted apart (``start-up``): the interpreter killed by the
+signal before Python installs its own handler (return code -2, which a shell shows as 130), and a
+``KeyboardInterrupt`` raised while the interpreter's ``site`` step runs the ``.pth`` files of the
+environment (the traceback has no ``packplace`` frame). The exit code is 1 when any other signalled trial
+ended other than 130, printed a traceback, hung or wrote its output.
 
 Usage:
     python benchmarks/ctrl_c_trials.py                  # 50 trials, delays 0-3 s
@@ -67,7 +71,9 @@ def trial(command: str, delay: float, timeout: float, folder: Path, index: int) 
         os.killpg(process.pid, signal.SIGKILL)
         _, err = process.communicate()
     text = err.decode("utf-8", "replace")
-    return {"command": command, "delay": delay, "code": process.returncode, "finished_first": finished_first,
+    startup = process.returncode == -signal.SIGINT or ("KeyboardInterrupt" in text and "packplace" not in text)
+    return {"startup": startup, "command": command, "delay": delay, "code": process.returncode,
+            "finished_first": finished_first,
             "tracebacks": text.count("Traceback (most recent call last)"), "hung": hung, "wrote": out.exists(),
             "last_line": text.strip().splitlines()[-1][:100] if text.strip() else ""}
 
@@ -86,17 +92,23 @@ def main() -> int:
             command = ("balance", "place")[i % 2]
             row = trial(command, rng.uniform(0, args.max_delay), args.timeout, Path(folder), i)
             rows.append(row)
-            state = "finished first" if row["finished_first"] else ("HUNG" if row["hung"] else "")
+            state = ("finished first" if row["finished_first"] else "HUNG" if row["hung"] else
+                     "start-up" if row["startup"] else "")
             print(f"{i:>3} {command:<8} delay {row['delay']:5.2f} s  exit {row['code']:>4}  tracebacks "
                   f"{row['tracebacks']}  wrote {'yes' if row['wrote'] else 'no '}  {state:<15} {row['last_line']}",
                   flush=True)
     signalled = [r for r in rows if not r["finished_first"]]
     codes = collections.Counter(r["code"] for r in signalled)
-    bad = [r for r in signalled if r["code"] != 130 or r["tracebacks"] or r["hung"] or r["wrote"]]
+    startup = [r for r in signalled if r["startup"]]
+    bad = [r for r in signalled
+           if not r["startup"] and (r["code"] != 130 or r["tracebacks"] or r["hung"] or r["wrote"])]
     print(f"trials {len(rows)}: signalled {len(signalled)}, finished before the signal {len(rows) - len(signalled)}")
     print(f"exit codes of signalled trials: {dict(sorted(codes.items()))}")
     print(f"with a traceback: {sum(1 for r in rows if r['tracebacks'])}; hangs: {sum(r['hung'] for r in rows)}; "
           f"output written by an interrupted run: {sum(r['wrote'] for r in signalled)}")
+    print(f"signalled during interpreter start-up (before packplace code): {len(startup)} "
+          f"(exit codes {dict(collections.Counter(r['code'] for r in startup))}, "
+          f"{sum(1 for r in startup if r['tracebacks'])} with a traceback)")
     print(f"bad trials: {len(bad)}")
     return 1 if bad else 0
 

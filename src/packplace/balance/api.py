@@ -72,7 +72,8 @@ def solve_balance(
     if time_limit_s is not None:
         get("balance", solver)  # the first lookup imports every backend module: within the limit, before the clock
         spent = time.perf_counter() - started
-        backend_limit = max(1e-3, time_limit_s - spent)
+        if spent >= 0.01:  # the first call of a process (imports) or a large instance's checks
+            backend_limit = max(1e-3, time_limit_s - spent)
         if finish_s >= 0.05:
             backend_limit = max(1e-3, backend_limit - min(0.5 * time_limit_s, finish_s))
     result = solve_with(
