@@ -6,28 +6,43 @@ import) ends the process at once with one line on stderr and exit code 128 + sig
 for SIGTERM): no traceback, no half-initialised native module, nothing written.
 """
 
-from __future__ import annotations
-
-import os
+import os  # noqa: I001 - os and signal only (both loaded with the interpreter), then the handlers at once
 import signal
-import sys
-from typing import Any
 
 
-def _stop_early(signum: int, frame: Any) -> None:
+def _stop_early(signum: int, frame: object) -> None:
     try:
         os.write(2, f"packplace: interrupted by {signal.Signals(signum).name}\n".encode())
     finally:
         os._exit(128 + signum)
 
 
-def main() -> int:
-    """Install the early handlers, then import and run :func:`packplace.cli.main` (which replaces them)."""
+def _install() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _stop_early)
+
+
+_install()  # on import, before any other module loads (the console script imports this module first)
+
+import sys  # noqa: E402 - after the handlers
+
+
+def main() -> int:
+    """Install the early handlers, then import and run :func:`packplace.cli.main` (which replaces them)."""
+    _install()
     from packplace.cli import main as run  # after the handlers: these imports take the longest
 
-    return run()
+    code = run()
+    # the command has finished and its exit code is decided: a signal from here on (output flushed, the
+    # interpreter shutting down, when Python would restore the default action and die of it) is ignored
+    for _ in range(2):  # a signal landing while the handlers are swapped raises once: swap them again
+        try:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, signal.SIG_IGN)
+            break
+        except BaseException:  # noqa: BLE001, S110 - the command's own exit code stands
+            pass
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

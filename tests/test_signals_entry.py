@@ -37,3 +37,17 @@ def test_a_signal_at_a_random_moment_exits_cleanly(tmp_path, seed, signum):
     assert proc.returncode == 128 + signum, (delay, err)
     assert "Traceback" not in err and "Error" not in err, err
     assert len(err.strip().splitlines()) <= 1, err
+
+
+def test_handlers_from_the_module_import_and_ignored_once_the_command_has_finished():
+    # Ctrl-C while the rest of the entry module loads (typing took 40 ms) is handled; a signal while the
+    # interpreter shuts down after the command cannot turn its exit code 0 into death by SIGINT
+    small = ROOT / "configs" / "balance" / "two_way_small.yaml"
+    code = ("import signal, sys, packplace_console as c\n"
+            "assert signal.getsignal(signal.SIGINT) is c._stop_early, 'not on import'\n"
+            f"sys.argv = ['packplace', 'balance', '--config', {str(small)!r}, '--quiet']\n"
+            "rc = c.main()\n"
+            "print(rc, *(signal.getsignal(s) is signal.SIG_IGN for s in (signal.SIGINT, signal.SIGTERM)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "0 True True"
