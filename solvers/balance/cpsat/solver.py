@@ -233,8 +233,8 @@ def solve(
     start_share = 0.2 if booleans <= max_booleans else 1.0
     start_limit = max(0.05, start_share * limit - (time.perf_counter() - started) - READBACK_RESERVE_S * start_share)
     # the start is the answer of last resort: a construction cut by its share retries with all the time left
-    fallback_limit = max(start_limit, limit - (time.perf_counter() - started) - READBACK_RESERVE_S)
-    start, start_timed_out = _heuristic_start(instance, seed, time_limit_s=start_limit, fallback_limit_s=fallback_limit)
+    start, start_timed_out = _heuristic_start(instance, seed, time_limit_s=start_limit,
+                                              fallback_deadline=started + limit - READBACK_RESERVE_S)
     info: dict[str, Any] = {"start": start.source if start else None,
                             "start_objective": start.objective if start else None}
     if start is not None and start.objective <= analytic * (1 + OPTIMALITY_RTOL):

@@ -16,6 +16,7 @@ Performance: docs/performance.md
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from packplace.balance.evaluator import BalanceEvaluator
@@ -39,7 +40,7 @@ class _Start:
 
 def _heuristic_start(
     instance: BalanceInstance, seed: int, time_limit_s: float | None = None,
-    fallback_limit_s: float | None = None,
+    fallback_deadline: float | None = None,
 ) -> tuple[_Start | None, bool]:
     """The best feasible starting assignment: a registered heuristic's answer or the reference bins.
 
@@ -50,10 +51,10 @@ def _heuristic_start(
     bound, ``lns`` then runs from the same starts within ``time_limit_s`` and its answer replaces the
     start when it is better. Returns (None, ...) when no start exists (e.g. a heuristic dead end
     without reference bins); the flag says a heuristic stopped at ``time_limit_s`` (the next one is
-    then not tried). When a heuristic stopped at ``time_limit_s`` without an answer and
-    ``fallback_limit_s`` is longer, the last heuristic of the list (the cheapest construction) runs
-    again within ``fallback_limit_s``, so that a short share of a limit the construction fits in still
-    gives a start.
+    then not tried). When a heuristic stopped at ``time_limit_s`` without an answer and more than
+    ``time_limit_s`` is left before ``fallback_deadline`` (``time.perf_counter()`` seconds), the last
+    heuristic of the list (the cheapest construction) runs again until that deadline, so that a short
+    share of a limit the construction fits in still gives a start.
     """
     evaluator = BalanceEvaluator(instance)
     names = available("balance")
@@ -74,9 +75,10 @@ def _heuristic_start(
         if score.feasible:
             candidates.append(_Start(bins, name, score.objective))
             break
-    if timed_out and not candidates and fallback_limit_s is not None and fallback_limit_s > (time_limit_s or 0):
+    left = None if fallback_deadline is None else fallback_deadline - time.perf_counter()
+    if timed_out and not candidates and left is not None and left > (time_limit_s or 0):
         name = START_HEURISTICS[-1]
-        proposal = get("balance", name).solve(instance, time_limit_s=fallback_limit_s, seed=seed)
+        proposal = get("balance", name).solve(instance, time_limit_s=left, seed=seed)
         if proposal.solution is not None:
             bins = tuple(tuple(b) for b in getattr(proposal.solution, "bins", proposal.solution))
             score = evaluator.score(bins)
