@@ -322,6 +322,7 @@ def test_every_cut_return_path_sets_the_claim_keys(limits):
     # a 32-GPU PPO config cut by a limit either while the model is built or by CP-SAT's work limit:
     # every return path with a plan reports the claim callers read
     inst = load_config(os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml"))
+    get_table(inst)  # built before the call: the limit then cuts the CP-SAT model build, not the table
     result = packplace.place(inst, "cpsat", hint_solvers=("greedy",), **limits)
     assert result.ok and result.hit_time_limit
     for key in ("model_step_time_s", "rounding_s", "objective_kind", "hint_step_time_s", "cp_status"):
