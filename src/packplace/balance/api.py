@@ -68,8 +68,9 @@ def solve_balance(
     # enough to leave time for the canonical order and the score (FINISH_S_PER_SAMPLE per sample, at most
     # half the limit); its messages then quote the shorter limit it ran with
     finish_s = FINISH_S_PER_SAMPLE * len(instance.samples)
-    backend_limit = time_limit_s
+    backend_limit: float | None = None
     if time_limit_s is not None:
+        backend_limit = time_limit_s
         get("balance", solver)  # the first lookup imports every backend module: within the limit, before the clock
         spent = time.perf_counter() - started
         if spent >= 0.01:  # the first call of a process (imports) or a large instance's checks
