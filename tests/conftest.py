@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import HealthCheck, settings
 
+from packplace.cli import main as cli_main
 from packplace.solvers import available, get
 
 #: Every registered backend of each problem, sorted (aliases not included).
@@ -92,3 +93,17 @@ def counting_calls() -> Iterator[Work]:
         yield work
     finally:
         sys.setprofile(previous)
+
+
+def run_cli(capsys, *argv):
+    """``packplace ARGV...`` in-process: (exit code, stdout, stderr)."""
+    code = cli_main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_line(err: str) -> str:
+    """The single line of ``err``, asserting there is exactly one and no traceback."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]

@@ -11,27 +11,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import counting_calls
+from conftest import counting_calls, one_line, run_cli
 
 from packplace import yamlio
-from packplace.cli import main
 from packplace.errors import ConfigError
 from packplace.harness import bench, suites
 
 ROOT = Path(__file__).resolve().parents[1]
 BALANCE = ROOT / "configs" / "balance" / "two_way_small.yaml"
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 def test_a_fifo_as_config_is_refused_at_once(tmp_path):
@@ -59,7 +46,7 @@ def test_a_fifo_as_baseline_is_refused(tmp_path):
 
 
 def test_a_directory_as_config_is_one_line(tmp_path, capsys):
-    code, _, err = run(capsys, "balance", "--config", tmp_path)
+    code, _, err = run_cli(capsys, "balance", "--config", tmp_path)
     assert code == 2 and str(tmp_path) in one_line(err)
 
 
@@ -72,7 +59,7 @@ def test_libyaml_is_used_where_present():
 def test_an_integer_of_more_than_4300_digits_is_one_line(tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text(BALANCE.read_text().replace("seq_len: 100", "seq_len: " + "9" * 5000))
-    code, _, err = run(capsys, "balance", "--config", config)
+    code, _, err = run_cli(capsys, "balance", "--config", config)
     line = one_line(err)
     assert code == 2 and "5,000 digits" in line and "line 4" in line
     assert len(line) < 300

@@ -12,9 +12,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import one_line, run_cli
 
 from packplace import outputs
-from packplace.cli import main
 from packplace.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,22 +22,10 @@ BALANCE = ROOT / "configs" / "balance" / "two_way_small.yaml"
 HF_CONFIG = ROOT / "tests" / "data" / "hf_configs" / "qwen2.5-0.5b.json"
 
 
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
-
-
 def test_out_symlink_to_dev_null_is_written_through_and_the_link_kept(tmp_path, capsys):
     link = tmp_path / "stdout"
     link.symlink_to("/dev/null")
-    code, _, err = run(capsys, "balance", "--config", BALANCE, "--out", link)
+    code, _, err = run_cli(capsys, "balance", "--config", BALANCE, "--out", link)
     assert code == 0, err
     assert link.is_symlink() and os.readlink(link) == "/dev/null"
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
@@ -49,7 +37,7 @@ def test_out_symlink_to_a_descriptor_writes_to_that_descriptor(tmp_path, capsys)
     try:
         link = tmp_path / "out.json"
         link.symlink_to(f"/proc/self/fd/{write_end}")
-        code, _, err = run(capsys, "balance", "--config", BALANCE, "--out", link)
+        code, _, err = run_cli(capsys, "balance", "--config", BALANCE, "--out", link)
         assert code == 0, err
         os.close(write_end)
         write_end = -1
@@ -77,7 +65,7 @@ def test_out_fifo_is_written_through_and_stays_a_fifo(tmp_path, capsys):
 
     thread = threading.Thread(target=read, daemon=True)
     thread.start()
-    code, _, err = run(capsys, "balance", "--config", BALANCE, "--out", fifo)
+    code, _, err = run_cli(capsys, "balance", "--config", BALANCE, "--out", fifo)
     thread.join(10)
     assert code == 0, err
     assert json.loads(received[0])["objective"] == 15
@@ -93,7 +81,7 @@ def test_out_fifo_without_reader_is_one_line_not_a_hang(tmp_path):
 
 
 def test_dash_is_stdout(capsys):
-    code, out, err = run(capsys, "balance", "--config", BALANCE, "--out", "-")
+    code, out, err = run_cli(capsys, "balance", "--config", BALANCE, "--out", "-")
     assert code == 0, err
     document = json.loads(out[out.index("{\n"):])
     assert document["objective"] == 15
@@ -120,7 +108,7 @@ def test_existing_file_keeps_its_mode(tmp_path, capsys):
     target = tmp_path / "result.json"
     target.write_text("old")
     os.chmod(target, 0o640)
-    code, _, err = run(capsys, "balance", "--config", BALANCE, "--out", target)
+    code, _, err = run_cli(capsys, "balance", "--config", BALANCE, "--out", target)
     assert code == 0, err
     assert stat.S_IMODE(os.stat(target).st_mode) == 0o640
     assert os.stat(target).st_uid == os.geteuid()
@@ -141,7 +129,7 @@ def hf_balance_config(tmp_path: Path) -> tuple[Path, Path]:
 def test_out_over_the_hf_config_model_file_is_refused_naming_both(tmp_path, capsys):
     config, model = hf_balance_config(tmp_path)
     before = model.read_bytes()
-    code, _, err = run(capsys, "balance", "--config", config, "--out", model)
+    code, _, err = run_cli(capsys, "balance", "--config", config, "--out", model)
     line = one_line(err)
     assert code == 2 and "--out" in line and str(model) in line and "input file" in line
     assert model.read_bytes() == before
@@ -158,7 +146,7 @@ def test_out_over_a_placement_hf_config_is_refused(tmp_path, capsys):
     config = tmp_path / "p.yaml"
     config.write_text(text)
     before = model.read_bytes()
-    code, _, err = run(capsys, "place", "--config", config, "--solver", "greedy", "--out", model)
+    code, _, err = run_cli(capsys, "place", "--config", config, "--solver", "greedy", "--out", model)
     line = one_line(err)
     assert code == 2 and str(model) in line and "input file" in line, err
     assert model.read_bytes() == before
@@ -170,7 +158,7 @@ def test_compare_plot_over_a_suite_config_is_refused(tmp_path, capsys):
     suite = tmp_path / "suite.yaml"
     suite.write_text("problem: balance\ninstances:\n  - config: c.yaml\n")
     before = config.read_bytes()
-    code, _, err = run(capsys, "compare", "--problem", "balance", "--suite", suite, "--solvers", "lpt", "--quiet",
+    code, _, err = run_cli(capsys, "compare", "--problem", "balance", "--suite", suite, "--solvers", "lpt", "--quiet",
                        "--plot", config)
     assert code == 2 and str(config) in one_line(err), err
     assert config.read_bytes() == before
