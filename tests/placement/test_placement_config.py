@@ -69,7 +69,7 @@ def test_grpo_and_dpo_do_not_need_a_critic():
 def test_unknown_algorithm_lists_valid_ones():
     cfg = config()
     cfg["policy"]["algorithm"] = "reinforce"
-    assert error_of(cfg) == "[policy] algorithm: must be one of ppo, grpo, dpo, got 'reinforce'"
+    assert error_of(cfg) == "[policy] algorithm: must be one of ppo, grpo, dapo, dpo, got 'reinforce'"
 
 
 def test_unknown_staleness_key_lists_valid_ones():

@@ -64,7 +64,7 @@ def test_add_an_rl_algorithm(tmp_path, monkeypatch):
 
 
 def test_an_algorithm_not_in_the_table_is_rejected(tmp_path):
-    with pytest.raises(packplace.ConfigError, match=r"\[policy\] algorithm: must be one of ppo, grpo, dpo"):
+    with pytest.raises(packplace.ConfigError, match=r"\[policy\] algorithm: must be one of ppo, grpo, dapo, dpo"):
         load_config(recipe_config("add-an-rl-algorithm.md", tmp_path))
 
 

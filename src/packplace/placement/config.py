@@ -193,7 +193,7 @@ class PlacementInstance:
         hardware: Per-GPU figures and the α–β link model.
         models: Role → shape; always contains ``reference`` (= the actor's architecture).
         workload: Batch and response-length distribution.
-        algorithm: ``ppo``, ``grpo`` or ``dpo``.
+        algorithm: ``ppo``, ``grpo``, ``dapo`` or ``dpo``.
         graph: The step graph of ``algorithm``.
         optimizer: The ``[optimizer]`` section, validated, every knob of :data:`OPTIMIZER_KNOBS` present
             (defaults filled), ``staleness_candidates`` as ``{model: (0, 1, ...)}``.

@@ -1,4 +1,4 @@
-"""Step graphs of RL post-training (PPO, GRPO, DPO): one table entry per algorithm.
+"""Step graphs of RL post-training (PPO, GRPO, DAPO, DPO): one table entry per algorithm.
 
 Vertices are ``(model, kind)`` tasks named ``model.kind`` (kinds: ``generate``, ``infer``, ``train``),
 listed in topological order (the evaluator schedules in that order). Data edges carry tokens inside one
@@ -11,8 +11,8 @@ staleness keys) and whether actor training runs an old-log-prob forward pass. Th
 candidate table and the cost model read this table and nothing else, so a new algorithm is one entry
 (``docs/recipes/add-an-rl-algorithm.md``).
 
-References: Schulman et al. 2017 (PPO), Shao et al. 2024 (GRPO, DeepSeekMath), Rafailov et al. 2023
-(DPO); Sheng et al. 2024 (HybridFlow / verl) for the step as a dataflow graph.
+References: Schulman et al. 2017 (PPO), Shao et al. 2024 (GRPO, DeepSeekMath), Yu et al. 2025 (DAPO,
+arXiv 2503.14476: GRPO without the KL term, hence without a reference pass), Rafailov et al. 2023 (DPO); Sheng et al. 2024 (HybridFlow / verl) for the step as a dataflow graph.
 """
 
 from __future__ import annotations
@@ -80,6 +80,18 @@ RL_ALGORITHMS: dict[str, RLAlgorithm] = {
         vertices=("actor.generate", "reference.infer", "reward.infer", "actor.train"),
         data_edges=(("actor.generate", "reference.infer"), ("actor.generate", "reward.infer"),
                     ("actor.generate", "actor.train"), ("reference.infer", "actor.train"),
+                    ("reward.infer", "actor.train")),
+        publication_edges=(("actor.train", "actor.generate"),),
+        required_roles=("actor", "reward"),
+        trainable_models=("actor",),
+        old_log_prob=True,
+    ),
+    # GRPO without a KL term: no reference forward (DAPO, Yu et al. 2025, arXiv 2503.14476, §3 drops the KL
+    # penalty; verl starts a reference worker only when use_kl_loss or use_kl_in_reward is set,
+    # verl/trainer/ppo/utils.py need_reference_policy, and its DAPO scripts set both false)
+    "dapo": RLAlgorithm(
+        vertices=("actor.generate", "reward.infer", "actor.train"),
+        data_edges=(("actor.generate", "reward.infer"), ("actor.generate", "actor.train"),
                     ("reward.infer", "actor.train")),
         publication_edges=(("actor.train", "actor.generate"),),
         required_roles=("actor", "reward"),
