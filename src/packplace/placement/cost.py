@@ -252,7 +252,7 @@ class CostModel:
         return phases
 
     def pass_time(self, model: ModelSpec, train: bool, dp: int, pp: int, tp: int, micro_batch: int,
-                  extent: tuple[int, int, int], ep: int = 1) -> float:
+                  extent: tuple[int, int, int], ep: int = 1, include_update: bool = True) -> float:
         """A training step or an inference (log-prob / score) pass over the step's sequences.
 
         Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``), per layer:
@@ -283,6 +283,10 @@ class CostModel:
         ``ep > 1`` the dense gradients all-reduced over ``dp`` while the experts' ``2·P_e/(tp·pp·ep)``
         bytes are all-reduced over the ``dp/ep`` ranks holding the same experts (Megatron-Core's
         expert-data-parallel group).
+
+        ``include_update=False`` leaves out that end-of-step part (gradient all-reduce, Adam, tied
+        embedding): the forward and backward passes alone, which ZeRO-3's per-micro-batch collectives
+        overlap with (:func:`~packplace.placement.training_time.zero3_exposed_seconds`).
         """
         w = self.workload
         s = w.train_seq_len
@@ -307,7 +311,7 @@ class CostModel:
             level = self.group_level(dp * pp * tp, extent)
             stage += (2 if train else 1) * self.p2p(tokens * model.hidden_dim * ACT_BYTES / tp, level)
         total = self.pipeline(micro_batches, pp, stage)
-        if train:
+        if train and include_update:
             shard = (model.params if pp == 1 else max(stage_params(model, pp))) / tp
             level = self.group_level(tp * dp, extent)
             if ep > 1 and model.is_moe:

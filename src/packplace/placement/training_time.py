@@ -15,6 +15,20 @@ Saving memory is not free, so the planner sees the trade-off:
   the backward of every micro-batch (ZeRO-Infinity, Rajbhandari et al. 2021; FSDP ``CPUOffload``):
   ``2·2·p_shard·m`` more bytes at ``host_bandwidth``.
 
+``sharding: zero3`` (ZeRO-3, Rajbhandari et al. 2020, arXiv 1910.02054, §5.3 and §7.2.2; PyTorch FSDP
+``FULL_SHARD``, Zhao et al. 2023, arXiv 2304.11277, §3.2) gathers every layer's parameters before its
+forward and again before its backward and reduce-scatters its gradients after the backward, for every
+micro-batch: per micro-batch two all-gathers of the largest stage's ``2·P_stage/tp`` bf16 bytes and one
+reduce-scatter of its gradients (``g`` bytes per parameter), each ``(dp − 1)·(α + n/dp·β)`` by a ring over
+the ``dp`` ranks at the level of the data-parallel group (Thakur et al. 2005); with expert parallelism the
+routed experts' bytes go over the ``dp/ep`` ranks holding the same experts. Overlap rule: FSDP's forward
+and backward prefetch (Zhao et al. 2023, §3.3.2) and ZeRO-3's parameter prefetch issue the next layer's
+gather while the current layer computes, so a layer costs ``max(compute, communication)``; the layers
+being alike, the pass costs ``max(C, M)`` and the collectives add ``max(0, M − C)`` to the forward and
+backward time ``C`` (:func:`zero3_exposed_seconds`). The step-end gradient all-reduce the pass already
+charges (:meth:`~packplace.placement.cost.CostModel.pass_time`) stands for the last micro-batch's
+reduce-scatter, which nothing hides.
+
 ``p_shard`` is the parameters a GPU owns: ``params/(tp·pp)``, divided by ``dp`` under zero1-3 (each rank
 updates its shard); with expert parallelism (``ep``) the routed experts count ``1/ep`` of that, sharded
 over the ``dp/ep`` ranks holding the same experts, which gives the same ``params/(tp·pp·dp)`` under zero1-3.
@@ -23,7 +37,7 @@ Every GPU has its own PCIe link (HGX nodes: one PCIe switch port per GPU).
 
 from __future__ import annotations
 
-from packplace.placement.memory import TrainingOptions, stage_share
+from packplace.placement.memory import TrainingOptions, stage_params, stage_share
 from packplace.placement.models import ModelSpec
 
 
@@ -37,7 +51,7 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
         dp, pp, tp, micro_batch, extent, ep: The candidate's strategy and block shape.
 
     Returns:
-        Seconds (0 for ``recompute: none`` and ``offload: none``).
+        Seconds (0 for ``recompute: none``, ``offload: none`` and a sharding other than ``zero3``).
     """
     hw, w = cost.hw, cost.workload
     micro_batches = w.sequences // (dp * micro_batch)
@@ -50,6 +64,9 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
         attention = 2.0 * model.layers * s * model.attention_dim * tokens   # forward attention FLOPs
         stage = attention * stage_share(model.layers, pp) / (tp * hw.flops_per_gpu * hw.gemm_peak_fraction)
         seconds += cost.pipeline(micro_batches, pp, stage)
+    if options.sharding == "zero3" and dp > 1:
+        compute = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False) + seconds
+        seconds += zero3_exposed_seconds(cost, model, options, dp, pp, tp, micro_batches, extent, ep, compute)
     if options.offload != "none":
         shard = model.params * stage_share(model.layers, pp) / tp
         if options.sharding != "none":
@@ -62,3 +79,36 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
             moved += 2.0 * 2.0 * shard * micro_batches
         seconds += moved / hw.host_bandwidth
     return seconds
+
+
+def zero3_collective_seconds(cost, model: ModelSpec, options: TrainingOptions, dp: int, pp: int, tp: int,
+                             micro_batches: int, extent: tuple[int, int, int], ep: int = 1) -> float:
+    """ZeRO-3 / FSDP collectives of a training step, seconds, before any overlap (module docstring):
+    ``m·(2·gather(2·n) + gather(g·n))`` with ``gather(b) = (p − 1)·(α + b/p·β)`` over the ``p = dp``
+    ranks at the level of the ``tp·dp`` group, ``n`` the largest stage's parameters per tensor-parallel
+    rank and ``g`` 4 with ``fp32_grad_buffer`` else 2 bytes (a reduce-scatter moves what an all-gather
+    does; Thakur et al. 2005). A MoE model with ``ep > 1`` sends its routed experts' ``n_e/ep`` over the
+    ``dp/ep`` ranks that hold them. 0 for ``dp = 1``."""
+    if dp <= 1:
+        return 0.0
+    alpha, beta = cost.hw.coll(cost.group_level(tp * dp, extent))
+    grad_bytes = 4.0 if options.fp32_grad_buffer else 2.0
+    params = max(stage_params(model, pp)) / tp
+    groups = [(params, dp)]
+    if ep > 1 and model.is_moe:
+        experts = model.expert_params * stage_share(model.layers, pp) / tp
+        groups = [(params - experts, dp), (experts / ep, dp // ep)]
+    seconds = 0.0
+    for n, ranks in groups:
+        if ranks > 1:
+            seconds += (ranks - 1) * (3.0 * alpha + (2.0 * 2.0 + grad_bytes) * n / ranks * beta)
+    return micro_batches * seconds
+
+
+def zero3_exposed_seconds(cost, model: ModelSpec, options: TrainingOptions, dp: int, pp: int, tp: int,
+                          micro_batches: int, extent: tuple[int, int, int], ep: int, compute: float) -> float:
+    """Seconds the ZeRO-3 / FSDP collectives (:func:`zero3_collective_seconds`) add to a training step whose
+    forward and backward passes take ``compute`` seconds: ``max(0, M − compute)`` (prefetch overlaps each
+    layer's gather with the previous layer's compute, Zhao et al. 2023, arXiv 2304.11277, §3.3.2)."""
+    comm = zero3_collective_seconds(cost, model, options, dp, pp, tp, micro_batches, extent, ep)
+    return max(0.0, comm - compute)

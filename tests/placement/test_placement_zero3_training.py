@@ -1,0 +1,107 @@
+"""ZeRO-3 / FSDP training collectives (per micro-batch all-gathers and reduce-scatter, overlapped with
+compute) and the DAPO step (GRPO without a reference pass), each against a hand calculation."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from packplace.placement.config import build_instance
+from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.graph import RL_ALGORITHMS, build_graph
+from packplace.placement.memory import TrainingOptions
+from packplace.placement.training_time import training_overhead_seconds, zero3_collective_seconds
+from packplace.placement.validate import load_setup, validate
+from packplace.shape import from_hf_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
+LLAMA8B_ROW = os.path.join(VALIDATION, "nemo_rl_grpo_llama3.1-8b_2x8xh100.yaml")
+QWEN3_MOE = from_hf_config(os.path.join(ROOT, "tests", "data", "hf_configs", "qwen3-30b-a3b.json"))
+ZERO3 = TrainingOptions("zero3", "full")
+ZERO2 = TrainingOptions("zero2", "full")
+TWO_NODES = (1, 2, 8)
+# H100 preset, the node-to-node level: alpha 5 us, beta 1/45e9 s per byte (the group of 16 spans 2 nodes)
+ALPHA, BETA = 5e-6, 1 / 45e9
+
+
+def llama8b_cost():
+    instance, _, _ = load_setup(LLAMA8B_ROW)
+    return PlacementEvaluator(instance).cost, instance.models["actor"]
+
+
+def test_zero3_collectives_of_llama8b_on_16_h100_by_hand():
+    cost, model = llama8b_cost()
+    assert model.params == 8_030_261_248 and cost.hw.coll(1) == pytest.approx((ALPHA, BETA))
+    # per micro-batch: all-gather of the bf16 weights before the forward and before the backward, and a
+    # reduce-scatter of the bf16 gradients, each (16 - 1)·(α + bytes/16·β):
+    # 15·(3·5e-6 + (2 + 2 + 2)·8,030,261,248/16/45e9) = 15·(1.5e-5 + 0.0669188437) = 1.00400766 s
+    per_micro_batch = 15 * (3 * ALPHA + 6 * 8_030_261_248 / 16 * BETA)
+    assert per_micro_batch == pytest.approx(1.00400766, rel=1e-8)
+    # 2,048 sequences / (16 ranks x 4) = 32 micro-batches
+    assert zero3_collective_seconds(cost, model, ZERO3, 16, 1, 1, 32, TWO_NODES) == pytest.approx(
+        32 * per_micro_batch, rel=1e-12)
+    # fp32 gradients (fp32_grad_buffer): the reduce-scatter moves 4 bytes per parameter
+    fp32 = TrainingOptions("zero3", "full", fp32_grad_buffer=True)
+    assert zero3_collective_seconds(cost, model, fp32, 16, 1, 1, 32, TWO_NODES) == pytest.approx(
+        32 * 15 * (3 * ALPHA + 8 * 8_030_261_248 / 16 * BETA), rel=1e-12)
+    # one rank: nothing to gather
+    assert zero3_collective_seconds(cost, model, ZERO3, 1, 1, 1, 32, TWO_NODES) == 0.0
+
+
+def test_zero3_collectives_overlap_with_compute_layer_by_layer():
+    cost, model = llama8b_cost()
+    # the forward and backward passes (recompute: full adds one more forward) of the same micro-batches
+    compute = (cost.pass_time(model, True, 16, 1, 1, 4, TWO_NODES, include_update=False)
+               + cost.pass_time(model, False, 16, 1, 1, 4, TWO_NODES))
+    comm = 32 * 15 * (3 * ALPHA + 6 * 8_030_261_248 / 16 * BETA)          # 32.128 s
+    assert comm > compute  # 4 sequences per micro-batch: the gathers are longer than the compute
+    extra = (training_overhead_seconds(cost, model, ZERO3, 16, 1, 1, 4, TWO_NODES)
+             - training_overhead_seconds(cost, model, ZERO2, 16, 1, 1, 4, TWO_NODES))
+    assert extra == pytest.approx(comm - compute, rel=1e-9)               # max(C, M) - C
+    # 16 sequences per micro-batch: 8 micro-batches, 8.03 s of collectives hidden behind the compute
+    compute16 = (cost.pass_time(model, True, 16, 1, 1, 16, TWO_NODES, include_update=False)
+                 + cost.pass_time(model, False, 16, 1, 1, 16, TWO_NODES))
+    comm16 = 8 * 15 * (3 * ALPHA + 6 * 8_030_261_248 / 16 * BETA)
+    assert comm16 < compute16
+    assert training_overhead_seconds(cost, model, ZERO3, 16, 1, 1, 16, TWO_NODES) == pytest.approx(
+        training_overhead_seconds(cost, model, ZERO2, 16, 1, 1, 16, TWO_NODES), rel=1e-12)
+
+
+def test_zero3_collectives_of_a_moe_send_experts_over_their_replicas():
+    cost, _ = llama8b_cost()
+    # Qwen3-30B-A3B at tp 2, ep 4, dp 16 on 2 nodes: the dense 1,541,093,376 parameters / tp 2 over all
+    # 16 ranks, the 28,991,029,248 routed-expert parameters / (tp 2 x ep 4) over the 4 ranks holding them
+    dense = (30_532_122_624 - 28_991_029_248) / 2
+    experts = 28_991_029_248 / 2 / 4
+    by_hand = 15 * (3 * ALPHA + 6 * dense / 16 * BETA) + 3 * (3 * ALPHA + 6 * experts / 4 * BETA)
+    assert zero3_collective_seconds(cost, QWEN3_MOE, ZERO3, 16, 1, 2, 1, TWO_NODES, ep=4) == pytest.approx(
+        by_hand, rel=1e-12)
+
+
+def test_dapo_step_has_no_reference_pass():
+    spec = RL_ALGORITHMS["dapo"]
+    assert spec.vertices == ("actor.generate", "reward.infer", "actor.train")
+    assert spec.old_log_prob and spec.trainable_models == ("actor",)
+    graph = build_graph("dapo", reward_model=False)  # rule-based reward on CPU
+    assert graph.names == ("actor.generate", "actor.train")
+    assert graph.data_edges == (("actor.generate", "actor.train"),)
+    assert graph.publication_edges == (("actor.train", "actor.generate"),)
+    instance = build_instance({
+        "hardware": {"preset": "h20", "nodes_per_rack": 2},
+        "models": {"actor": {"num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size": 18944,
+                             "vocab_size": 152064, "num_attention_heads": 28, "num_key_value_heads": 4},
+                   "reward": "rule"},
+        "workload": {"batch_size": 64, "samples_per_prompt": 8, "context_length": 512, "generation_length": 1024},
+        "policy": {"algorithm": "dapo"}})
+    assert instance.graph.names == ("actor.generate", "actor.train")
+
+
+def test_verl_dapo_rows_score_without_the_reference_pass():
+    # verl starts no reference worker without a KL term: the scored plan has generation and training only
+    row = os.path.join(VALIDATION, "verl_dapo_qwen2.5-math-7b_16x8xh20_colocate.yaml")
+    instance, plan, _ = load_setup(row)
+    assert instance.algorithm == "dapo" and "reference.infer" not in instance.graph.names
+    (step,) = [r for r in validate([row]) if r.phase == "step"]
+    assert set(step.parts) == {"actor.generate", "actor.train"}
