@@ -12,7 +12,8 @@ candidate table and the cost model read this table and nothing else, so a new al
 (``docs/recipes/add-an-rl-algorithm.md``).
 
 References: Schulman et al. 2017 (PPO), Shao et al. 2024 (GRPO, DeepSeekMath), Yu et al. 2025 (DAPO,
-arXiv 2503.14476: GRPO without the KL term, hence without a reference pass), Rafailov et al. 2023 (DPO); Sheng et al. 2024 (HybridFlow / verl) for the step as a dataflow graph.
+arXiv 2503.14476: GRPO without the KL term, hence without a reference pass), Rafailov et al. 2023 (DPO);
+Sheng et al. 2024 (HybridFlow / verl) for the step as a dataflow graph.
 """
 
 from __future__ import annotations
