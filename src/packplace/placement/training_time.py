@@ -26,8 +26,9 @@ and backward prefetch (Zhao et al. 2023, §3.3.2) and ZeRO-3's parameter prefetc
 gather while the current layer computes, so a layer costs ``max(compute, communication)``; the layers
 being alike, the pass costs ``max(C, M)`` and the collectives add ``max(0, M − C)`` to the forward and
 backward time ``C`` (:func:`zero3_exposed_seconds`). The step-end gradient all-reduce the pass already
-charges (:meth:`~packplace.placement.cost.CostModel.pass_time`) stands for the last micro-batch's
-reduce-scatter, which nothing hides.
+charges (:meth:`~packplace.placement.cost.CostModel.pass_time`, two collectives' worth of the stage's
+bytes) is kept for what nothing hides: the last micro-batch's reduce-scatter and the gather of the first
+layer, which has no earlier layer to overlap with.
 
 ``p_shard`` is the parameters a GPU owns: ``params/(tp·pp)``, divided by ``dp`` under zero1-3 (each rank
 updates its shard); with expert parallelism (``ep``) the routed experts count ``1/ep`` of that, sharded
