@@ -2,20 +2,24 @@
 
 hyper_parallel's planner accepts any object with its ``BalancingAlgorithm`` protocol::
 
-    assign(samples, *, reference_bins, constraints, data_parallel_size, local_batch_size)
-        -> rank-major bins of sample keys (or the reference bins when no candidate is feasible)
+    assign(samples, *, reference_bins, constraints, data_parallel_size, local_batch_size,
+           objective_group_size=None)
+        -> rank-major bins of sample keys (``reference_bins`` itself when no candidate is feasible)
     objective(rank_costs) -> float   # finite, >= 0, lower is better
 
-:class:`PackplaceBalancingAlgorithm` implements it on top of any packplace balance backend, reading
-the duck-typed hyper_parallel objects it is given — each sample's ``key`` (any hashable, e.g. its
-``SampleKey``), ``metadata.pack_tokens``, ``metadata.cost.llm`` and ``metadata.packing_costs``; the
-constraints' ``seq_len``, ``oversized_policy`` and ``packing_budgets`` — so hyper_parallel need not
-be installed to import it, and no glue is needed to plug it in::
+:class:`PackplaceBalancingAlgorithm` implements it on top of any packplace balance backend. It reads
+the protocol's own ``SampleMetadata`` (``key``, ``pack_tokens``, ``cost.llm``, optional
+``packing_costs``) or a wrapper whose ``metadata`` holds them, and the constraints' ``seq_len``,
+``packing_budgets`` and, when present, their own ``fits``/``add_costs`` rules, which every returned
+bin passes. It also computes hyper_parallel's default answer
+(:mod:`packplace.integrations.hyper_parallel_lpt`) and returns the better of the two by the
+protocol's window objective, so it is never worse than that default. hyper_parallel need not be
+installed::
 
     planner = ...(balancing_algorithm=PackplaceBalancingAlgorithm(solver="repair"))
 
 (packplace's own planner protocol, with ``assign(instance)``, is
-:class:`packplace.balance.planner.AssignmentAlgorithm`.)
+:class:`packplace.balance.planner.AssignmentAlgorithm`.) Performance: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -27,8 +31,55 @@ from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator, makespan, squared_cv
 from packplace.balance.instance import check_reference_bins
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample
-from packplace.errors import ConfigError, show
+from packplace.errors import ConfigError, PackplaceError, show
+from packplace.integrations.hyper_parallel_lpt import (
+    Item,
+    add_costs,
+    feasible_lpt_bins,
+    fits,
+    rank_loads,
+    window_score,
+)
 from packplace.integrations.partition import DEFAULT_SOLVER
+
+
+def _metadata(sample: Any) -> Any:
+    """The object carrying ``pack_tokens`` and ``cost``: the sample itself or its ``metadata``."""
+    if hasattr(sample, "pack_tokens"):
+        return sample
+    return getattr(sample, "metadata", sample)
+
+
+def protocol_items(samples: Sequence[Any]) -> list[Item]:
+    """The samples as :class:`~packplace.integrations.hyper_parallel_lpt.Item` (key, tokens, llm cost).
+
+    Raises:
+        ConfigError: a sample without ``key``/``pack_tokens``/``cost.llm``, an unhashable or repeated key.
+    """
+    items = []
+    seen: set[Hashable] = set()
+    for i, sample in enumerate(samples):
+        meta = _metadata(sample)
+        key = getattr(sample, "key", getattr(meta, "key", None))
+        if key is None or not hasattr(meta, "pack_tokens") or not hasattr(getattr(meta, "cost", None), "llm"):
+            raise ConfigError(f"samples[{i}]: needs key, pack_tokens and cost.llm, got {show(sample)}")
+        try:
+            hash(key)
+        except TypeError:
+            raise ConfigError(f"samples[{i}].key: must be hashable, got {show(key)}") from None
+        if key in seen:
+            raise ConfigError(f"samples[{i}].key: {show(key)} appears twice")
+        seen.add(key)
+        items.append(Item(key, int(meta.pack_tokens), float(meta.cost.llm), meta))
+    return items
+
+
+def _group_size(value: Any, data_parallel_size: int) -> int:
+    group = data_parallel_size if value is None else value
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1 or data_parallel_size % group:
+        raise ConfigError(f"objective_group_size: must be a positive divisor of data_parallel_size "
+                          f"{data_parallel_size}, got {show(value)}")
+    return group
 
 
 class PackplaceBalancingAlgorithm:
@@ -58,38 +109,82 @@ class PackplaceBalancingAlgorithm:
         self.last_result = None
 
     def instance(self, samples: Sequence[Any], *, reference_bins: Sequence[Sequence[Hashable]] | None,
-                 constraints: Any, data_parallel_size: int, local_batch_size: int) -> BalanceInstance:
-        """The packplace instance of one ``assign`` call; sample i gets key i (input order)."""
+                 constraints: Any, data_parallel_size: int, local_batch_size: int,
+                 objective_group_size: int | None = None) -> BalanceInstance:
+        """The packplace instance of one ``assign`` call; sample i gets key i (input order).
+
+        With rounds of g < D ranks the ``makespan`` objective is packplace's ``rounds`` (the
+        scheduled makespan); ``balance`` stays per window in :func:`window_score` only.
+        """
+        items = protocol_items(samples)
+        group = _group_size(objective_group_size, data_parallel_size)
         budgets = dict(getattr(constraints, "packing_budgets", None) or {})
         packing = PackingConstraints(constraints.seq_len, budgets, getattr(constraints, "oversized_policy", "error"))
         rows = []
-        for i, item in enumerate(samples):
-            usage: Mapping[str, float] = getattr(item.metadata, "packing_costs", None) or {}
-            rows.append(Sample(i, item.metadata.pack_tokens, float(item.metadata.cost.llm),
-                               {name: usage.get(name, 0.0) for name in budgets}))
-        position = {item.key: i for i, item in enumerate(samples)}
+        for i, item in enumerate(items):
+            usage: Mapping[str, float] = getattr(item.source, "packing_costs", None) or {}
+            rows.append(Sample(i, item.tokens, item.llm, {name: usage.get(name, 0.0) for name in budgets}))
+        position = {item.key: i for i, item in enumerate(items)}
         reference = None
         if reference_bins is not None:
             try:
                 reference = tuple(tuple(position[key] for key in keys) for keys in reference_bins)
-            except KeyError as missing:
-                raise ConfigError(f"reference_bins: {show(missing.args[0])} is not a selected sample key") from None
+            except (KeyError, TypeError):
+                raise ConfigError(f"reference_bins: {show(reference_bins)} holds a key that is not a selected "
+                                  "sample key") from None
+        windowed = self.objective_name == "makespan" and group < data_parallel_size
+        objective = "rounds" if windowed else self.objective_name
         return check_reference_bins(BalanceInstance(tuple(rows), packing, data_parallel_size, local_batch_size,
-                                                    reference_bins=reference, objective=self.objective_name))
+                                                    reference_bins=reference, objective=objective,
+                                                    group_size=group))
 
     def assign(self, samples: Sequence[Any], *, reference_bins: Sequence[Sequence[Hashable]],
-               constraints: Any, data_parallel_size: int, local_batch_size: int) -> tuple[tuple[Hashable, ...], ...]:
-        """Rank-major bins of sample keys from the packplace solver, or ``reference_bins`` unchanged
-        when the solver finds no feasible assignment (the protocol's contract)."""
-        instance = self.instance(samples, reference_bins=reference_bins, constraints=constraints,
-                                 data_parallel_size=data_parallel_size, local_batch_size=local_batch_size)
-        result = solve_balance(instance, self.solver, time_limit_s=self.time_limit_s,
-                                               seed=self.seed, **self.options)
-        self.last_result = result
-        if result.solution is None or BalanceEvaluator(instance).violations(result.solution.bins):
-            return tuple(tuple(keys) for keys in reference_bins)
-        keys = [item.key for item in samples]
-        return tuple(tuple(keys[i] for i in b) for b in result.solution.bins)
+               constraints: Any, data_parallel_size: int, local_batch_size: int,
+               objective_group_size: int | None = None) -> Sequence[Sequence[Hashable]]:
+        """Rank-major bins of sample keys: the better, by :func:`window_score`, of the packplace
+        solver's answer and hyper_parallel's default rules; ``reference_bins`` itself when neither
+        finds a feasible candidate (the protocol's contract).
+
+        Args:
+            samples: hyper_parallel ``SampleMetadata`` (or wrappers with ``metadata``), keys unique.
+            reference_bins: The known-feasible rank-major grouping of the same keys.
+            constraints: ``seq_len``, optional ``packing_budgets`` and ``fits``/``add_costs``.
+            data_parallel_size, local_batch_size: D target ranks (window rounds included), m bins per rank.
+            objective_group_size: Physical ranks per round (a divisor of D); default D.
+
+        Raises:
+            ConfigError: bad samples or keys (:func:`protocol_items`), a bad ``objective_group_size``.
+        """
+        items = protocol_items(samples)
+        group = _group_size(objective_group_size, data_parallel_size)
+        llm = {item.key: item.llm for item in items}
+        candidates: list[Sequence[Sequence[Hashable]]] = []
+        self.last_result = None
+        try:
+            instance = self.instance(samples, reference_bins=reference_bins, constraints=constraints,
+                                     data_parallel_size=data_parallel_size, local_batch_size=local_batch_size,
+                                     objective_group_size=group)
+        except PackplaceError:
+            instance = None  # e.g. budgets packplace cannot read: hyper_parallel's rules still apply
+        if instance is not None:
+            result = solve_balance(instance, self.solver, time_limit_s=self.time_limit_s, seed=self.seed,
+                                   **self.options)
+            self.last_result = result
+            if result.solution is not None and not BalanceEvaluator(instance).violations(result.solution.bins):
+                bins = tuple(tuple(items[i].key for i in b) for b in result.solution.bins)
+                if _passes(bins, items, constraints):
+                    candidates.append(bins)
+        try:
+            default = feasible_lpt_bins(items, reference_bins, constraints, data_parallel_size, local_batch_size,
+                                        self.objective_name, group)
+        except TypeError:
+            default = reference_bins  # keys without an order: hyper_parallel's rules sort by key
+        if default is not reference_bins:
+            candidates.append(tuple(tuple(keys) for keys in default))
+        if not candidates:
+            return reference_bins
+        return min(candidates, key=lambda bins: window_score(rank_loads(bins, llm, local_batch_size),
+                                                             self.objective_name, group))
 
     def objective(self, rank_costs: Sequence[Any]) -> float:
         """Largest rank ``llm`` load, or the squared coefficient of variation of the loads."""
@@ -99,4 +194,20 @@ class PackplaceBalancingAlgorithm:
         return makespan(loads) if self.objective_name == "makespan" else squared_cv(loads)
 
 
-__all__ = ["PackplaceBalancingAlgorithm"]
+def _passes(bins: Sequence[Sequence[Hashable]], items: Sequence[Item], constraints: Any) -> bool:
+    """Every bin non-empty and accepted by the constraints' own ``fits``, sample by sample."""
+    lookup = {item.key: item for item in items}
+    for keys in bins:
+        if not keys:
+            return False
+        tokens, usage = 0, {}
+        for key in keys:
+            item = lookup[key]
+            if not fits(constraints, tokens, usage, item):
+                return False
+            tokens += item.tokens
+            usage = add_costs(constraints, usage, item)
+    return True
+
+
+__all__ = ["PackplaceBalancingAlgorithm", "protocol_items", "window_score"]
