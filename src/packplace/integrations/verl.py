@@ -378,7 +378,7 @@ def _all_reduce_max(count: int, dp_group: Any) -> int:
     """The maximum of ``count`` over ``dp_group`` when torch.distributed is initialized, else ``count``."""
     try:
         import torch  # reason: optional; the count is synchronised only where torch.distributed runs
-        import torch.distributed as dist
+        import torch.distributed as dist  # reason: optional, as above
     except ImportError:
         return count
     if not dist.is_initialized():
