@@ -71,3 +71,26 @@ def verl_micro_batches(seqlens, max_token_len, dp_size):
     return out
 
 
+
+
+def verl_rearrange(lengths, max_token_len, min_num_micro_batch=None, num_batches_divided_by=None, rank_counts=None):
+    """verl 0.9.1's ``rearrange_micro_batches`` count search, one rank (or ranks in lockstep): start at
+    min(B, ceil(tokens / cap)), raised to the minimum and to the maximum over ranks (``rank_counts``: the
+    other ranks' lengths), rounded up to the divisor, then grown by the divisor until the differencing
+    partition of the workloads keeps every micro-batch within the cap (on every rank). Returns the
+    count and this rank's index lists (before verl's ordering)."""
+    ranks = [list(lengths)] + [list(r) for r in (rank_counts or [])]
+    step = num_batches_divided_by or 1
+
+    def start(values):
+        count = min(len(values), -(-sum(values) // max_token_len))
+        return count if min_num_micro_batch is None else max(count, min_num_micro_batch)
+
+    count = max(start(values) for values in ranks)
+    count = -(-count // step) * step
+    while True:
+        assert count <= min(len(values) for values in ranks)
+        parts = [verl_partitions([int(w) for w in workload(values)], count, False) for values in ranks]
+        if all(sum(values[i] for i in p) <= max_token_len for values, rank in zip(ranks, parts) for p in rank):
+            return count, parts[0]
+        count += step
