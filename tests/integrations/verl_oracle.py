@@ -59,26 +59,23 @@ def verl_partitions(values, k, equal_size):
 
 
 def verl_micro_batches(seqlens, max_token_len, dp_size):
-    """The trainer's equal_size balancing over ranks, then per rank ⌈tokens/cap⌉ micro-batches (the
-    maximum over ranks, as the all-reduce does) partitioned by differencing on the workload proxy."""
-    ranks = verl_partitions(list(seqlens), dp_size, True)
-    count = max(min(len(r), -(-sum(seqlens[i] for i in r) // max_token_len)) for r in ranks)
-    loads = workload(seqlens)
-    out = []
-    for members in ranks:
-        local = verl_partitions([int(loads[i]) for i in members], count, False)
-        out.append([sorted(members[j] for j in micro) for micro in local])
-    return out
+    """verl 0.9.1's trainer pipeline: ``equal_size`` balancing of the workloads over ranks, then on every
+    rank ``rearrange_micro_batches`` with the count synchronised over ranks and grown in lockstep until
+    every micro-batch fits the cap. Returns [rank][micro-batch] sorted index lists."""
+    loads = [int(w) for w in workload(seqlens)]
+    ranks = verl_partitions(loads, dp_size, True)
+    lengths = [[seqlens[i] for i in members] for members in ranks]
+    _, parts = verl_rearrange(lengths[0], max_token_len, rank_counts=lengths[1:], every_rank=True)
+    return [[sorted(members[j] for j in micro) for micro in local] for members, local in zip(ranks, parts)]
 
 
-
-
-def verl_rearrange(lengths, max_token_len, min_num_micro_batch=None, num_batches_divided_by=None, rank_counts=None):
+def verl_rearrange(lengths, max_token_len, min_num_micro_batch=None, num_batches_divided_by=None, rank_counts=None,
+                   every_rank=False):
     """verl 0.9.1's ``rearrange_micro_batches`` count search, one rank (or ranks in lockstep): start at
     min(B, ceil(tokens / cap)), raised to the minimum and to the maximum over ranks (``rank_counts``: the
     other ranks' lengths), rounded up to the divisor, then grown by the divisor until the differencing
     partition of the workloads keeps every micro-batch within the cap (on every rank). Returns the
-    count and this rank's index lists (before verl's ordering)."""
+    count and this rank's index lists (before verl's ordering; every rank's with ``every_rank``)."""
     ranks = [list(lengths)] + [list(r) for r in (rank_counts or [])]
     step = num_batches_divided_by or 1
 
@@ -92,5 +89,5 @@ def verl_rearrange(lengths, max_token_len, min_num_micro_batch=None, num_batches
         assert count <= min(len(values) for values in ranks)
         parts = [verl_partitions([int(w) for w in workload(values)], count, False) for values in ranks]
         if all(sum(values[i] for i in p) <= max_token_len for values, rank in zip(ranks, parts) for p in rank):
-            return count, parts[0]
+            return count, (parts if every_rank else parts[0])
         count += step

@@ -58,7 +58,7 @@ def differencing_partitions(values: Sequence[Any], k: int, equal_size: bool) -> 
     Returns:
         k lists of indices in the final state's subset order, each sorted ascending.
     """
-    ordered = sorted((value, i) for i, value in enumerate(values))
+    ordered = sorted(zip(values, range(len(values))))
     heap: list[tuple[Any, _TopFirst, int, list[list[Any]]]] = []
 
     def push(subsets: list[list[Any]], order: int) -> None:
@@ -88,9 +88,14 @@ def differencing_partitions(values: Sequence[Any], k: int, equal_size: bool) -> 
     return [sorted(subset[2]) for subset in heap[0][3]]
 
 
+def integral(values: Sequence[Any]) -> bool:
+    """True iff every value is a Python int (bools excluded)."""
+    return {type(value) for value in values} <= {int}
+
+
 def part_sums(values: Sequence[Any], parts: Sequence[Sequence[int]]) -> list[Any]:
     """Exact sum of each part: Python integer sums when every value is an int, else :func:`math.fsum`."""
-    if all(isinstance(value, int) for value in values):
+    if integral(values):
         return [sum(values[i] for i in part) for part in parts]
     return [math.fsum(values[i] for i in part) for part in parts]
 
@@ -120,19 +125,18 @@ def refine_equal_size(values: Sequence[Any], parts: Sequence[Sequence[int]], max
     Returns:
         The refined parts, each sorted ascending, in the order given.
     """
-    integral = all(isinstance(value, int) for value in values)
-    total = sum(abs(value) for value in values) if integral else 0
+    exact = integral(values)
     array: np.ndarray | None = None
-    if not integral:
+    if not exact:
         array = np.asarray(values, dtype=np.float64)
-    elif 4 * total < 2**62:
+    elif 4 * sum(values) < 2**62:
         array = np.asarray(values, dtype=np.int64)
     members = [np.asarray(part, dtype=np.int64) for part in parts]
     sums: list[Any] = part_sums(values, parts) if array is None else [array[m].sum().item() for m in members]
     for _ in range(max_rounds):
-        heavy = max(range(len(members)), key=lambda p: (sums[p], -p))
+        heavy = max(range(len(members)), key=sums.__getitem__)  # the first maximum: lowest index on ties
         swapped = False
-        for light in sorted(range(len(members)), key=lambda p: (sums[p], p)):
+        for light in sorted(range(len(members)), key=sums.__getitem__):  # stable: ties by index
             gap = sums[heavy] - sums[light]
             if light == heavy or gap <= 0:
                 break
@@ -151,7 +155,10 @@ def refine_equal_size(values: Sequence[Any], parts: Sequence[Sequence[int]], max
             break
         if not swapped:
             break
-    refined = [sorted(int(i) for i in part) for part in members]
+    refined = [sorted(part.tolist()) for part in members]
+    if array is not None and exact:  # int64 sums are exact here
+        before = max(int(array[np.asarray(part, dtype=np.int64)].sum()) for part in parts)
+        return refined if max(sums) <= before else [sorted(p) for p in parts]
     return refined if largest_sum(values, refined) <= largest_sum(values, parts) else [sorted(p) for p in parts]
 
 

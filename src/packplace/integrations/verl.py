@@ -57,6 +57,11 @@ def as_values(seqlen_list: Iterable[Any], field: str = "seqlen_list") -> list[An
     if hasattr(seqlen_list, "tolist"):
         seqlen_list = seqlen_list.tolist()
     values = list(seqlen_list)
+    if {type(value) for value in values} <= {int}:  # the common case, checked at C speed
+        if values and min(values) < 0:
+            i = next(i for i, value in enumerate(values) if value < 0)
+            raise ConfigError(f"{field}[{i}]: must be >= 0, got {show(values[i])}")
+        return values
     for i, value in enumerate(values):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise ConfigError(f"{field}[{i}]: must be a number, got {show(value)}")
