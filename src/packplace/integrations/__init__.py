@@ -5,13 +5,17 @@ for hyper_parallel), so neither torch nor the frameworks are dependencies.
 
 * :func:`partition` — multiway number partitioning: split weights into k non-empty parts with the
   smallest largest part sum (optionally equal part sizes).
-* :mod:`packplace.integrations.verl` — ``get_seqlen_balanced_partitions`` (same signature, return
-  type and semantics as ``verl.utils.seqlen_balancing``) and ``micro_batch_partitions``
-  (dynamic micro-batching of a global batch under a token cap, the same count on every rank).
+* :mod:`packplace.integrations.verl` — verl 0.9.1's ``get_seqlen_balanced_partitions``,
+  ``rearrange_micro_batches`` and ``get_reverse_idx`` (same signatures and return shapes as
+  ``verl.utils.seqlen_balancing``), never worse than verl's answers, and ``micro_batch_partitions``
+  (:mod:`packplace.integrations.micro_batches`: dynamic micro-batching of a whole global batch).
 * :mod:`packplace.integrations.hyper_parallel` — :class:`PackplaceBalancingAlgorithm`, an
-  implementation of hyper_parallel's ``BalancingAlgorithm`` protocol
-  (``assign(samples, *, reference_bins, constraints, data_parallel_size, local_batch_size)`` and
-  ``objective(rank_costs)``).
+  implementation of hyper_parallel's ``BalancingAlgorithm`` protocol, never worse than its default
+  algorithm (:mod:`packplace.integrations.hyper_parallel_lpt`).
+* :mod:`packplace.integrations.megatron` — :class:`PackplacePackingScheduler`, a Megatron-Core
+  sequence-packing scheduler (the slot of ``dp_balanced``) that balances FLOPs under the token cap.
+
+Performance: docs/performance.md (Integrations).
 """
 
 from __future__ import annotations
