@@ -154,3 +154,28 @@ def test_never_worse_than_the_reference_algorithm(data, ranks, group):
     assert all(sum(tokens[k.dataset_index] for k in b) <= cap for b in ours)
     g = group or ranks
     assert scheduled_score(ours, samples, g) <= scheduled_score(theirs, samples, g)
+
+
+def _rank_makespan(bins, samples, per_rank):
+    llm = {s.key: s.cost.llm for s in samples}
+    per_bin = [sum(llm[k] for k in b) for b in bins]
+    return max(sum(per_bin[r:r + per_rank]) for r in range(0, len(per_bin), per_rank))
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), ranks=st.sampled_from([1, 2, 3]))
+def test_never_worse_than_the_reference_algorithm_with_two_bins_per_rank(data, ranks):
+    n = data.draw(st.integers(2 * ranks, 6 * ranks))
+    tokens = data.draw(st.lists(st.integers(1, 8), min_size=n, max_size=n))
+    costs = data.draw(st.lists(st.integers(1, 60), min_size=n, max_size=n))
+    cap = max(max(tokens), -(-sum(tokens) // (2 * ranks)) + data.draw(st.integers(0, 4)))
+    samples = samples_of(tokens, costs)
+    reference = ReferenceLPT()._greedy(samples, PackingConstraints(cap), ranks, 2, ranks)
+    if reference is None:
+        return
+    theirs = ReferenceLPT().assign(samples, reference_bins=reference, constraints=PackingConstraints(cap),
+                                   data_parallel_size=ranks, local_batch_size=2)
+    ours = _call(PackplaceBalancingAlgorithm(), samples, reference, cap, ranks, per_rank=2)
+    _keys_once_non_empty(ours, samples, 2 * ranks)
+    assert all(sum(tokens[k.dataset_index] for k in b) <= cap for b in ours)
+    assert _rank_makespan(ours, samples, 2) <= _rank_makespan(theirs, samples, 2)
