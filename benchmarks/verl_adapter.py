@@ -8,9 +8,10 @@ partition sum of each, its gap to the oracle's and to the mean (a lower bound).
 
 Then verl's trainer input: ``equal_size=True`` on the workloads ``24576·s + s²`` of the same n
 sequences for every k of ``--trainer-k``: seconds (best of ``--repeats``) of verl's own
-``get_seqlen_balanced_partitions`` and of packplace's, and the largest part of each relative to
-the mean. With ``--verl-source`` (verl 0.9.1's ``verl/utils/seqlen_balancing.py``, e.g. unzipped
-from the PyPI wheel ``verl-0.9.1-py3-none-any.whl``) verl's own functions ``karmarkar_karp`` and
+``get_seqlen_balanced_partitions`` and of packplace's (the repeats interleaved), and the largest
+part of each relative to the mean. With ``--verl-source`` (verl 0.9.1's
+``verl/utils/seqlen_balancing.py``, e.g. unzipped from the PyPI wheel
+``verl-0.9.1-py3-none-any.whl``) verl's own functions ``karmarkar_karp`` and
 ``get_seqlen_balanced_partitions`` are compiled from that file and timed (they need no torch);
 without it the oracle stands in for them.
 
@@ -80,8 +81,12 @@ def trainer_input(seqlens, ks, repeats, verl_source):
     print(f"\nverl's trainer input: equal_size=True on workloads 24576*s + s^2, n={len(loads)}; {who}")
     print(f"{'k':>4} {'verl s':>8} {'packplace s':>12} {'verl max/mean-1':>16} {'packplace max/mean-1':>21}")
     for k in ks:
-        verl_s, theirs = timed(lambda k=k: theirs_fn(loads, k, True), repeats)
-        ours_s, ours = timed(lambda k=k: get_seqlen_balanced_partitions(loads, k, True), repeats)
+        verl_s = ours_s = float("inf")
+        for _ in range(repeats):  # interleaved: both sides see the same load on a shared machine
+            seconds, theirs = timed(lambda k=k: theirs_fn(loads, k, True), 1)
+            verl_s = min(verl_s, seconds)
+            seconds, ours = timed(lambda k=k: get_seqlen_balanced_partitions(loads, k, True), 1)
+            ours_s = min(ours_s, seconds)
         mean = sum(loads) / k
         assert largest_sum(loads, ours) <= largest_sum(loads, theirs)
         print(f"{k:>4} {verl_s:>8.3f} {ours_s:>12.3f} {largest_sum(loads, theirs) / mean - 1:>16.2e} "
