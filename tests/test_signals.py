@@ -169,7 +169,7 @@ def test_sigint_in_lpt_returns_the_reference_grouping_as_the_best_answer(tmp_pat
 def test_ctrl_c_while_the_command_modules_load_exits_130_without_traceback(monkeypatch, capsys):
     import packplace.cli as cli
 
-    def interrupted_while_loading():
+    def interrupted_while_loading(*_args):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "build_parser", interrupted_while_loading)

@@ -22,20 +22,40 @@ The attribute ``packplace.balance`` is the solve entry point (a :class:`BalanceE
 
 from __future__ import annotations
 
+import importlib
 import sys
 import types
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packplace import solvers
-from packplace.balance.api import DEFAULT_SOLVER as _DEFAULT_BALANCE_SOLVER
-from packplace.balance.api import solve_balance as _solve_balance
-from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError, InfeasibleError, PackplaceError
-from packplace.harness import compare
-from packplace.placement.api import solve_placement as place
-from packplace.result import SolveResult
 from packplace.version import __version__
+
+if TYPE_CHECKING:
+    from packplace.balance.schema import BalanceInstance
+    from packplace.harness import compare
+    from packplace.placement.api import solve_placement as place
+    from packplace.result import SolveResult
+
+#: The entry points loaded on first use (PEP 562 ``__getattr__``): name -> (module, attribute). The
+#: command line imports this package for every command, ``--help`` included, and these pull in numpy,
+#: the models and the solvers.
+_LAZY = {
+    "compare": ("packplace.harness", "compare"),
+    "place": ("packplace.placement.api", "solve_placement"),
+    "SolveResult": ("packplace.result", "SolveResult"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """``compare``, ``place`` and ``SolveResult``, imported when first read (start-up time)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'packplace' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
 
 
 class BalanceEntry:
@@ -54,7 +74,7 @@ class BalanceEntry:
     def __call__(
         self,
         instance: BalanceInstance,
-        solver: str = _DEFAULT_BALANCE_SOLVER,
+        solver: str = "repair",
         *,
         time_limit_s: float | None = None,
         seed: int = 0,
@@ -69,11 +89,13 @@ class BalanceEntry:
         Raises:
             ConfigError: unknown solver, bad ``time_limit_s``/``seed``, or a bad backend option.
         """
-        return _solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **params)
+        from packplace.balance.api import solve_balance  # start-up time: numpy and the model load on first solve
+
+        return solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **params)
 
     def __getattr__(self, name: str) -> Any:
         """A public name of the balance subpackage (deprecated path; see the class docstring)."""
-        package = sys.modules["packplace.balance"]
+        package = importlib.import_module("packplace.balance")
         if name.startswith("_") or not hasattr(package, name):
             raise AttributeError(f"packplace.balance has no attribute {name!r}")
         value = getattr(package, name)
@@ -92,10 +114,19 @@ class BalanceEntry:
         return "<packplace.balance: solve a balance instance (packplace.balance.api.solve_balance)>"
 
 
-# The import system bound the subpackage to the name `balance` when the lines above first loaded it;
-# this rebinds the name to the entry point. The subpackage stays in sys.modules, so
-# `from packplace.balance import ...` keeps working, and later submodule imports do not rebind the name.
+class _Package(types.ModuleType):
+    """This package's module type: importing the balance subpackage (``from packplace.balance import ...``)
+    makes the import system set the attribute ``balance`` to the subpackage; that assignment is ignored,
+    so ``packplace.balance`` stays the entry point. The subpackage stays in ``sys.modules``."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "balance" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
 balance = BalanceEntry()
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "BalanceEntry",

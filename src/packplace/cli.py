@@ -29,6 +29,18 @@ from packplace.result import json_ready
 
 #: Modules that contribute subcommands through ``register(subparsers)``.
 COMMAND_MODULES = ("packplace.balance.cli", "packplace.placement.cli", "packplace.harness.cli")
+#: Every subcommand: name -> (the module that registers it, its one-line help). :func:`build_parser`
+#: imports only the module of the command being run (the command modules load numpy, the models and the
+#: solver registry); the other commands get a parser with this help line, enough for ``packplace --help``
+#: and for a usage error. tests/test_cli_output.py checks the table against the modules.
+COMMANDS = {
+    "balance": ("packplace.balance.cli", "assign samples to packed bins on data-parallel ranks"),
+    "place": ("packplace.placement.cli", "place the tasks of an RL post-training step on a GPU cluster"),
+    "validate": ("packplace.placement.cli", "compare predicted step/phase times with published runs"),
+    "calibrate": ("packplace.placement.cli", "fit hardware efficiency knobs to measured task times"),
+    "compare": ("packplace.harness.cli", "run several solvers on every instance of a suite and compare them"),
+    "bench": ("packplace.harness.cli", "run the regression suites and compare them with the stored baselines"),
+}
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
@@ -44,8 +56,20 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand registered (each with ``--json`` and ``--quiet``)."""
+def command_of(argv: list[str]) -> str | None:
+    """The subcommand named on the command line: the first argument that is not an option (the top-level
+    options ``-h``, ``--help`` and ``--version`` take no value), or ``None``."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser (each subcommand with ``--json`` and ``--quiet``).
+
+    Args:
+        argv: The command line to be parsed: only the module of the command it names is imported and
+            registers its full parsers; every other command of :data:`COMMANDS` gets a parser with its
+            help line only. ``None``: every command registered in full.
+    """
     parser = argparse.ArgumentParser(
         prog="packplace",
         description="Exact (CP-SAT) and heuristic planners for distributed LLM training. Exit codes: 0 success; "
@@ -55,8 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"packplace {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
+    wanted = COMMAND_MODULES if argv is None else [COMMANDS[c][0] for c in [command_of(argv)] if c in COMMANDS]
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+        if name in wanted:
+            importlib.import_module(name).register(subparsers)
+    for command, (module, summary) in COMMANDS.items():
+        if module not in wanted:
+            subparsers.add_parser(command, help=summary, description=summary)
+    choices = subparsers.choices
+    subparsers.choices = {command: choices[command] for command in COMMANDS}  # the listing's order
     for subparser in subparsers.choices.values():
         add_common_options(subparser)
     return parser
@@ -112,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     stdout (a command that sets none gets ``{"command", "exit_code", "output"}`` with its text output).
     """
     try:  # Ctrl-C while the command modules load, before the handlers are installed: no traceback
-        parser = build_parser()
-        args = parser.parse_args(argv)
+        words = sys.argv[1:] if argv is None else list(argv)
+        parser = build_parser(words)
+        args = parser.parse_args(words)
     except KeyboardInterrupt:
         print("packplace: interrupted by SIGINT", file=sys.stderr)
         return interrupt.exit_code(signal.SIGINT)

@@ -19,13 +19,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from packplace.balance.schema import BalanceInstance, SampleKey
+from packplace.lazy import lazy_module
 from packplace.solvers.balance._common import canonical
 from packplace.solvers.balance.cpsat.scaling import _integer_budget, _Scaling
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+else:  # start-up time: OR-Tools (with pandas) loads when a model is first built, not when the registry lists it
+    cp_model = lazy_module("ortools.sat.python.cp_model")
 
 FORMULATIONS = ("auto", "ordered", "plain")
 #: Token fill (Σ tokens / (D·m·seq_len)) from which ``auto`` picks the plain model.

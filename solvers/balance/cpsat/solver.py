@@ -22,14 +22,13 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING, Any
 
 from packplace import interrupt
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import BalanceInstance, SampleKey, key_order
 from packplace.errors import ConfigError
+from packplace.lazy import lazy_module
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
 from packplace.solvers.balance._common import canonical
 from packplace.solvers.balance.cpsat.model import (
@@ -52,6 +51,11 @@ from packplace.solvers.balance.cpsat.scaling import (
 )
 from packplace.solvers.balance.cpsat.start import _heuristic_start, _Start
 from packplace.solvers.registry import register
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+else:  # start-up time: OR-Tools (with pandas) loads when a model is first built, not when the registry lists it
+    cp_model = lazy_module("ortools.sat.python.cp_model")
 
 #: Default wall-clock budget (seconds) when ``time_limit_s`` is None.
 DEFAULT_TIME_LIMIT_S = 10.0

@@ -22,11 +22,15 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ortools.sat.python import cp_model
-
+from packplace.lazy import lazy_module
 from packplace.solvers.placement.cpsat.tables import MEMORY_UNIT, ModelTables, deadline_check
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+else:  # start-up time: OR-Tools (with pandas) loads when a model is first built, not when the registry lists it
+    cp_model = lazy_module("ortools.sat.python.cp_model")
 
 
 @dataclass

@@ -18,10 +18,9 @@ scheduling on parallel processors: an overview", Wiley 1995.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ortools.sat.python import cp_model
-
+from packplace.lazy import lazy_module
 from packplace.solvers.placement.cpsat.model import (
     Locator,
     add_data_edges,
@@ -30,6 +29,11 @@ from packplace.solvers.placement.cpsat.model import (
     match_literal,
 )
 from packplace.solvers.placement.cpsat.tables import ModelTables, Option, deadline_check, publication_ticks
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+else:  # start-up time: OR-Tools (with pandas) loads when a model is first built, not when the registry lists it
+    cp_model = lazy_module("ortools.sat.python.cp_model")
 
 
 def rounding_ticks(tables: ModelTables) -> int:

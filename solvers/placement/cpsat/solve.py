@@ -18,18 +18,15 @@ Performance: docs/performance.md.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections import defaultdict
-from typing import Any
-
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING, Any
 
 from packplace import interrupt
 from packplace.errors import ConfigError
+from packplace.lazy import lazy_module
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.plan import Plan
-from packplace.progress import report
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal
 from packplace.solvers.placement._common import no_plan_found
 from packplace.solvers.placement.cpsat.model import build_model
@@ -52,6 +49,11 @@ from packplace.solvers.placement.cpsat.tables import (
 )
 from packplace.solvers.registry import available, get, register
 
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+else:  # start-up time: OR-Tools (with pandas) loads when a model is first built, not when the registry lists it
+    cp_model = lazy_module("ortools.sat.python.cp_model")
+
 #: Default wall-clock budget of the CP-SAT search (seconds) when ``time_limit_s`` is None.
 DEFAULT_TIME_LIMIT_S = 60.0
 #: Largest cluster (GPUs) solved over the full (dominance-pruned) candidate set by default.
@@ -72,52 +74,6 @@ HINT_BUDGET = 0.2
 #: ``optimal`` within that tolerance even after the rounding ``E``, and the search does not run on to its
 #: limit to close the last few ticks of the bound.
 DEFAULT_CP_PARAMETERS = {"cp_model_probing_level": 0, "relative_gap_limit": 5e-7}
-
-
-class _ProgressReporter(cp_model.CpSolverSolutionCallback):
-    """Prints the best step time and bound so far to stderr every ``progress_s`` seconds of a solve
-    (from a background thread; CP-SAT releases the GIL while it searches). Silent for shorter runs.
-
-    Used as a context manager around ``CpSolver.Solve(model, reporter)``; it records each solution's
-    objective (:meth:`on_solution_callback`) and each new bound (:meth:`on_bound`, CP-SAT's
-    ``best_bound_callback``). Values are the model's integer ticks, printed in seconds; the bound printed
-    is ``(CP-SAT bound − rounding)``, labelled when it belongs to a restricted or synchronous problem.
-    """
-
-    def __init__(self, began: float, progress_s: float, hint_ticks: int, rounding_ticks: int, relaxed: bool) -> None:
-        super().__init__()
-        self.began, self.progress_s = began, progress_s
-        self.best_ticks, self.bound_ticks, self.solutions = hint_ticks, 0, 0
-        self.rounding_ticks, self.relaxed = rounding_ticks, relaxed
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cpsat-progress", daemon=True)
-
-    def on_solution_callback(self) -> None:
-        self.solutions += 1
-        self.best_ticks = min(self.best_ticks, int(self.ObjectiveValue()))
-        self.bound_ticks = max(self.bound_ticks, int(math.floor(self.BestObjectiveBound() + 1e-6)))
-
-    def on_bound(self, bound: float) -> None:
-        self.bound_ticks = max(self.bound_ticks, int(math.floor(bound + 1e-6)))
-
-    def line(self) -> str:
-        """The progress line for the current state."""
-        bound_s = max(0, self.bound_ticks - self.rounding_ticks) / TICKS_PER_S
-        label = " (restricted/synchronous problem)" if self.relaxed else ""
-        return (f"cpsat: {time.perf_counter() - self.began:.1f} s, best {self.best_ticks / TICKS_PER_S:.6g} s "
-                f"({self.solutions} solution(s) beyond the hint), bound {bound_s:.6g} s{label}")
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.progress_s):
-            report(self.line())
-
-    def __enter__(self) -> _ProgressReporter:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 # -- the backend -------------------------------------------------------------------------------------
@@ -368,7 +324,10 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
         except (AttributeError, TypeError, ValueError) as exc:
             raise ConfigError(f"cpsat: cp_parameters.{key}: {exc}") from None
     progress_s = float(instance.optimizer.get("progress_s", DEFAULT_PROGRESS_S))
-    with _ProgressReporter(began, progress_s, h_step, rounding, restricted) as reporter:
+    # start-up time: the reporter subclasses an OR-Tools class, so its module loads OR-Tools
+    from packplace.solvers.placement.cpsat.progress import ProgressReporter
+
+    with ProgressReporter(began, progress_s, h_step, rounding, restricted) as reporter:
         solver.best_bound_callback = reporter.on_bound
         solver.parameters.catch_sigint_signal = False  # packplace.interrupt stops the search
         with interrupt.native(solver.stop_search):
