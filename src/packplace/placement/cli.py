@@ -2,7 +2,8 @@
 
 ``place`` solves a placement config and prints one row per task (strategy, micro-batch, GPUs, start,
 time, memory), the step time, status, bound and gap; ``--out`` writes the plan with explicit GPU ids as
-JSON and ``--gantt`` a chart (matplotlib). ``validate`` scores the plans of published runs against their
+JSON and ``--gantt`` a chart (matplotlib); ``--emit FRAMEWORK`` prints the plan as verl, OpenRLHF or NeMo RL
+settings (:mod:`packplace.placement.emit`). ``validate`` scores the plans of published runs against their
 published times (:mod:`packplace.placement.validate`); ``calibrate`` fits the hardware efficiency knobs to
 measured task times (:mod:`packplace.placement.calibrate`).
 
@@ -34,6 +35,7 @@ from packplace.placement.calibrate import (
 from packplace.placement.candidates import GB
 from packplace.placement.config import load_config, load_yaml
 from packplace.placement.crossval import cross_validate, format_cross_validation, format_pairs, load_setups, pair_rows
+from packplace.placement.emit import FRAMEWORKS, emit
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.gantt import check_format, draw_gantt
 from packplace.placement.hardware import Hardware
@@ -71,6 +73,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--out", default=None, help="write the plan with explicit GPU ids as JSON")
     p.add_argument("--gantt", default=None, help="write a Gantt chart (PNG/SVG/PDF; needs matplotlib)")
+    p.add_argument("--emit", default=None, choices=sorted(FRAMEWORKS), metavar="FRAMEWORK",
+                   help=f"also print the plan as the framework's own config keys or flags, with a line per plan "
+                        f"feature it cannot run ({', '.join(sorted(FRAMEWORKS))})")
     p.set_defaults(func=run)
     register_validate(subparsers)
     register_calibrate(subparsers)
@@ -186,6 +191,13 @@ def run(args: argparse.Namespace) -> int:
     if result.interrupted:  # the best plan so far is printed; no output file
         print(f"interrupted: true (status {result.status}); nothing written", file=sys.stderr)
         return interrupt.exit_code(interrupt.requested() or 2)
+    framework = getattr(args, "emit", None)
+    if framework and result.solution is not None:
+        emitted = emit(instance, result.solution, framework)
+        print()
+        print(f"{framework} ({emitted.config}):")
+        print(emitted.text())
+        args.json_document["emit"] = emitted.as_dict()
     if args.out:
         write_atomic(args.out, json_text(result_json(instance, result)) + "\n", "--out")
     if args.gantt and result.solution is not None:

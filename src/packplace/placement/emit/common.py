@@ -1,0 +1,181 @@
+"""What every emitter reads of a plan (:class:`PlanView`) and what it returns (:class:`EmittedPlan`).
+
+A plan's tasks are the step graph's vertices (``actor.generate``, ``actor.train``, ``reference.infer``,
+``reward.infer``, ``critic.infer``, ``critic.train``); :class:`PlanView` gives each its strategy,
+micro-batch, block (GPU ids, nodes, GPUs per node) and its model's training options, plus the batch and
+the staleness, so an emitter is a table of keys and the checks of its framework's layout rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from packplace.errors import ConfigError
+from packplace.placement.config import PlacementInstance
+from packplace.placement.memory import DEFAULT_TRAINING, TrainingOptions
+from packplace.placement.plan import Plan, Strategy, VertexPlan
+
+GENERATE, TRAIN, REFERENCE = "actor.generate", "actor.train", "reference.infer"
+REWARD, CRITIC_INFER, CRITIC_TRAIN = "reward.infer", "critic.infer", "critic.train"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One planned task: strategy, micro-batch (sequences), and its block as GPU ids and node shape.
+
+    Attributes:
+        name: Vertex name.
+        strategy: ``(dp, pp, tp, ep)``.
+        micro_batch: Sequences per micro-batch per replica (generation: decoded together per replica).
+        gpus: Linear GPU ids of the block.
+        nodes: Nodes the block spans (``racks · nodes`` of its extent).
+        gpus_per_node: GPUs of the block on each of its nodes.
+    """
+
+    name: str
+    strategy: Strategy
+    micro_batch: int
+    gpus: frozenset[int]
+    nodes: int
+    gpus_per_node: int
+
+    @property
+    def layout(self) -> str:
+        """``name (dp,pp,tp)`` for messages."""
+        s = self.strategy
+        return f"{self.name} (dp={s.dp}, pp={s.pp}, tp={s.tp}{f', ep={s.ep}' if s.ep > 1 else ''})"
+
+
+@dataclass(frozen=True)
+class PlanView:
+    """A plan with the facts of its instance that an emitter needs.
+
+    Attributes:
+        tasks: ``{vertex: Task}``.
+        algorithm: ``ppo``, ``grpo`` or ``dpo``.
+        prompts: Prompts per step ``B``.
+        samples_per_prompt: Responses per prompt ``K``.
+        rule_reward: The reward is a rule (no reward model).
+        training: ``{model: TrainingOptions}`` (defaults filled).
+        staleness: ``{model: steps}`` (0: synchronous).
+        gpu_memory_utilization: The rollout engine's memory fraction.
+        gpus_per_node: GPUs per node of the cluster.
+    """
+
+    tasks: Mapping[str, Task]
+    algorithm: str
+    prompts: int
+    samples_per_prompt: int
+    rule_reward: bool
+    training: Mapping[str, TrainingOptions]
+    staleness: Mapping[str, int]
+    gpu_memory_utilization: float
+    gpus_per_node: int
+
+    @classmethod
+    def of(cls, instance: PlacementInstance, plan: Plan) -> PlanView:
+        """The view of ``plan`` on ``instance``.
+
+        Raises:
+            ConfigError: the plan misses a task of the instance's step graph.
+        """
+        by_vertex = plan.by_vertex()
+        missing = [name for name in instance.graph.names if name not in by_vertex]
+        if missing:
+            raise ConfigError(f"emit: the plan has no {', '.join(missing)} (tasks of the {instance.algorithm} step)")
+        tasks = {name: _task(name, by_vertex[name], instance) for name in instance.graph.names}
+        models = {vertex.model for vertex in instance.graph.vertices}
+        return cls(tasks=tasks, algorithm=instance.algorithm, prompts=instance.workload.batch_size,
+                   samples_per_prompt=instance.workload.samples_per_prompt,
+                   rule_reward=instance.rule_reward is not None,
+                   training={m: instance.training.get(m, DEFAULT_TRAINING) for m in models},
+                   staleness={m: plan.staleness_of(m) for m in models},
+                   gpu_memory_utilization=instance.engine.gpu_memory_utilization,
+                   gpus_per_node=instance.cluster.gpus_per_node)
+
+    def get(self, name: str) -> Task | None:
+        """The task ``name``, or ``None`` when the step has none."""
+        return self.tasks.get(name)
+
+    @property
+    def sequences(self) -> int:
+        """Sequences per step ``B · K``."""
+        return self.prompts * self.samples_per_prompt
+
+    @property
+    def nodes(self) -> int:
+        """Nodes any task uses."""
+        return len({gpu // self.gpus_per_node for gpu in self.all_gpus})
+
+    @property
+    def all_gpus(self) -> frozenset[int]:
+        """GPUs any task uses."""
+        return frozenset().union(*(t.gpus for t in self.tasks.values()))
+
+
+def _task(name: str, vp: VertexPlan, instance: PlacementInstance) -> Task:
+    r_ext, n_ext, g_ext = vp.allocation.extent
+    lo, hi = vp.allocation.gpu_range(instance.cluster)
+    return Task(name, vp.strategy, vp.micro_batch, frozenset(range(lo, hi)), r_ext * n_ext, g_ext)
+
+
+@dataclass
+class EmittedPlan:
+    """A plan in a framework's terms.
+
+    Attributes:
+        framework: ``verl``, ``openrlhf`` or ``nemo-rl``.
+        config: The framework config (or script) the settings apply to, a key of that framework's key
+            list (``tests/data/frameworks/<framework>.json``), e.g. ``megatron`` for verl's
+            ``ppo_megatron_trainer``.
+        command: How the settings are passed (the entry point they follow).
+        settings: ``{key: value}``: config keys (dotted) or command-line options (``--x``; ``True`` is
+            a switch that is given).
+        refusals: One line per plan feature the framework cannot run as planned.
+        notes: How a setting was derived where the framework's term differs from the plan's.
+    """
+
+    framework: str
+    config: str
+    command: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    refusals: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        """The command line: Hydra-style ``key=value`` overrides, or ``--flag value`` options; then the
+        refusals and notes as ``#`` lines."""
+        if self.framework == "openrlhf":
+            parts = [key if value is True else f"{key} {_value(value)}" for key, value in self.settings.items()
+                     if value is not False]
+        else:
+            parts = [f"{key}={_value(value)}" for key, value in self.settings.items()]
+        lines = [self.command + " \\"] + [f"    {part} \\" for part in parts]
+        lines[-1] = lines[-1].removesuffix(" \\")
+        lines += [f"# cannot run as planned: {line}" for line in self.refusals]
+        lines += [f"# note: {line}" for line in self.notes]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"framework": self.framework, "config": self.config, "command": self.command,
+                "settings": dict(self.settings), "refusals": list(self.refusals), "notes": list(self.notes)}
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def same_gpus(*tasks: Task | None) -> bool:
+    """All the given tasks (``None`` skipped) run on the same GPUs."""
+    sets = [t.gpus for t in tasks if t is not None]
+    return all(s == sets[0] for s in sets)
+
+
+def disjoint(a: Task, b: Task) -> bool:
+    """``a`` and ``b`` share no GPU."""
+    return not a.gpus & b.gpus

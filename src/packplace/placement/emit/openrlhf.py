@@ -1,0 +1,149 @@
+"""The plan as OpenRLHF v0.11.0 command-line options (``openrlhf.cli.train_ppo_ray``; DPO: ``train_dpo``).
+
+Options: the ``argparse`` definitions of ``openrlhf/cli/train_ppo_ray.py`` and ``train_dpo.py`` at tag
+v0.11.0. OpenRLHF's layout rules that the emitter checks (the same file's ``train()``):
+
+* each model is a Ray actor group with its own ``--<model>.num_nodes`` / ``--<model>.num_gpus_per_node``
+  and its own GPUs, unless colocated: ``--train.colocate_actor_ref`` (actor and reference share a
+  placement group), ``--train.colocate_critic_reward``, or ``--train.colocate_all`` (every model and the
+  vLLM engines on the actor's GPUs, which then must equal ``vllm.num_engines × vllm.tensor_parallel_size``);
+* generation is ``--vllm.num_engines`` engines of ``--vllm.tensor_parallel_size`` GPUs (no pipeline
+  parallelism); training is DeepSpeed (``--ds.zero_stage``, AutoTP ``--ds.tensor_parallel_size``, no
+  pipeline parallelism);
+* one micro-batch for every inference forward (``--rollout.micro_batch_size``) and one for training.
+"""
+
+from __future__ import annotations
+
+from packplace.placement.emit.common import (
+    CRITIC_INFER,
+    CRITIC_TRAIN,
+    GENERATE,
+    REFERENCE,
+    REWARD,
+    TRAIN,
+    EmittedPlan,
+    PlanView,
+    Task,
+    disjoint,
+    same_gpus,
+)
+
+#: ``--ds.zero_stage`` per packplace sharding.
+ZERO_STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
+#: ``--algo.advantage.estimator`` per packplace algorithm.
+ADVANTAGE = {"ppo": "gae", "grpo": "group_norm"}
+
+
+def emit_openrlhf(view: PlanView) -> EmittedPlan:
+    """OpenRLHF options for ``view`` (module docstring: options and layout rules)."""
+    if view.algorithm == "dpo":
+        return _dpo(view)
+    out = EmittedPlan("openrlhf", "train_ppo_ray", "python3 -m openrlhf.cli.train_ppo_ray")
+    s, refuse, note = out.settings, out.refusals, out.notes
+    train, gen = view.tasks[TRAIN], view.get(GENERATE)
+    s["--algo.advantage.estimator"] = ADVANTAGE[view.algorithm]
+    for prefix, task in (("--actor", train), ("--ref", view.get(REFERENCE)), ("--reward", view.get(REWARD)),
+                         ("--critic", view.get(CRITIC_TRAIN))):
+        if task is not None and not (prefix == "--reward" and view.rule_reward):
+            s[f"{prefix}.num_nodes"] = task.nodes
+            s[f"{prefix}.num_gpus_per_node"] = task.gpus_per_node
+    _colocation(out, view)
+    if gen is not None:
+        s["--vllm.num_engines"] = gen.strategy.dp
+        s["--vllm.tensor_parallel_size"] = gen.strategy.tp
+        s["--vllm.gpu_memory_utilization"] = view.gpu_memory_utilization
+        s["--rollout.vllm_generate_batch_size"] = gen.micro_batch * gen.strategy.dp
+        if gen.strategy.pp > 1 or gen.strategy.ep > 1:
+            refuse.append(f"{gen.layout}: OpenRLHF's vLLM engines take a tensor-parallel size only")
+    s["--rollout.batch_size"] = view.prompts
+    s["--rollout.n_samples_per_prompt"] = view.samples_per_prompt
+    s["--train.batch_size"] = view.sequences
+    note.append("train.batch_size = rollout.batch_size x n_samples_per_prompt: one optimizer step per RL step")
+    s["--train.micro_batch_size"] = train.micro_batch
+    _deepspeed(out, [t for t in (train, view.get(CRITIC_TRAIN)) if t is not None], view)
+    forwards = [t for t in (view.get(REFERENCE), view.get(REWARD), view.get(CRITIC_INFER)) if t is not None]
+    if forwards:
+        s["--rollout.micro_batch_size"] = min(t.micro_batch for t in forwards)
+        if len({t.micro_batch for t in forwards}) > 1:
+            note.append("rollout.micro_batch_size is the smallest of the planned inference micro-batches ("
+                        + ", ".join(f"{t.name} {t.micro_batch}" for t in forwards)
+                        + "): OpenRLHF uses one for every forward")
+        for task in forwards:
+            if task.strategy.tp > 1 or task.strategy.pp > 1:
+                refuse.append(f"{task.layout}: OpenRLHF's inference models run data-parallel only "
+                              f"(tensor parallelism only through --ds.tensor_parallel_size of the trained models)")
+    stale = view.staleness.get("actor", 0)
+    if stale:
+        s["--train.async_enable"] = True
+        s["--train.async_queue_size"] = stale
+    return out
+
+
+def _colocation(out: EmittedPlan, view: PlanView) -> None:
+    """The colocation switches, and a refusal for any sharing of GPUs they cannot express."""
+    t = view.tasks
+    train, gen, ref = t[TRAIN], t.get(GENERATE), t.get(REFERENCE)
+    reward = None if view.rule_reward else t.get(REWARD)
+    critic, critic_infer = t.get(CRITIC_TRAIN), t.get(CRITIC_INFER)
+    if critic is not None and critic_infer is not None and (
+            not same_gpus(critic, critic_infer) or critic.strategy != critic_infer.strategy):
+        out.refusals.append(f"{critic_infer.layout} differs from {critic.layout}: one critic actor group computes "
+                            f"values and trains, with one layout")
+    if same_gpus(train, gen, ref, reward, critic):
+        out.settings["--train.colocate_all"] = True
+        out.settings["--vllm.enable_sleep"] = True
+        return
+    groups = [("actor", train), ("vLLM", gen), ("reference", ref), ("reward", reward), ("critic", critic)]
+    allowed = {("actor", "reference"), ("reward", "critic")}
+    if ref is not None and same_gpus(train, ref):
+        out.settings["--train.colocate_actor_ref"] = True
+    if reward is not None and critic is not None and same_gpus(reward, critic):
+        out.settings["--train.colocate_critic_reward"] = True
+    for i, (a_name, a) in enumerate(groups):
+        for b_name, b in groups[i + 1:]:
+            if a is None or b is None or disjoint(a, b):
+                continue
+            if (a_name, b_name) in allowed and same_gpus(a, b):
+                continue
+            out.refusals.append(f"{a_name} and {b_name} share GPUs ({a.name}, {b.name}): OpenRLHF colocates only "
+                                f"actor+reference, critic+reward, or everything (--train.colocate_all)")
+
+
+def _deepspeed(out: EmittedPlan, trained: list[Task], view: PlanView) -> None:
+    """ZeRO stage, AutoTP size, Adam offload and gradient checkpointing (one setting for all trained models)."""
+    options = [view.training["actor" if t.name == TRAIN else "critic"] for t in trained]
+    out.settings["--ds.zero_stage"] = ZERO_STAGE[options[0].sharding]
+    out.settings["--ds.tensor_parallel_size"] = trained[0].strategy.tp
+    for task, opts in zip(trained, options, strict=True):
+        if task.strategy.pp > 1:
+            out.refusals.append(f"{task.layout}: OpenRLHF trains with DeepSpeed ZeRO and no pipeline parallelism")
+        if task.strategy.tp != trained[0].strategy.tp or opts.sharding != options[0].sharding:
+            out.refusals.append(f"{task.layout} sharding {opts.sharding}: OpenRLHF gives every trained model the "
+                                f"same --ds.tensor_parallel_size and --ds.zero_stage")
+    if any(o.offload != "none" for o in options):
+        out.settings["--ds.adam_offload"] = True
+        if any(o.offload == "optimizer+params" for o in options):
+            out.refusals.append("offload optimizer+params: OpenRLHF offloads the Adam state (--ds.adam_offload), "
+                                "not the parameters of a trained model")
+    if any(o.recompute == "full" for o in options):
+        out.settings["--actor.gradient_checkpointing_enable"] = True
+
+
+def _dpo(view: PlanView) -> EmittedPlan:
+    """``train_dpo`` (DeepSpeed, no Ray): one process group with the policy and the reference model."""
+    out = EmittedPlan("openrlhf", "train_dpo", "deepspeed --module openrlhf.cli.train_dpo")
+    train, ref = view.tasks[TRAIN], view.get(REFERENCE)
+    if ref is not None and not same_gpus(train, ref):
+        out.refusals.append(f"{ref.layout} on other GPUs than actor.train: train_dpo holds the reference in the "
+                            f"training processes")
+    out.settings["--train.batch_size"] = view.prompts
+    out.settings["--train.micro_batch_size"] = train.micro_batch
+    _deepspeed(out, [train], view)
+    opts = view.training["actor"]
+    if opts.recompute == "full":
+        out.settings.pop("--actor.gradient_checkpointing_enable", None)
+        out.settings["--model.gradient_checkpointing_enable"] = True
+    out.notes.append(f"launch on {train.nodes} node(s) x {train.gpus_per_node} GPUs (deepspeed --num_nodes "
+                     f"{train.nodes} --num_gpus {train.gpus_per_node}); train.batch_size counts preference pairs")
+    return out

@@ -1,0 +1,175 @@
+"""``packplace place --emit``: a plan as verl, OpenRLHF and NeMo RL settings.
+
+Every emitted key is checked against the framework's own key list (tests/data/frameworks/*.json, made
+from the real configs by benchmarks/frameworks/make_key_lists.py) for every shipped placement config and
+for hand-built plans that reach the disjoint, asynchronous and resource-pool paths; the values of a
+hand-built plan are checked one by one, and so is each refusal.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from packplace.errors import ConfigError
+from packplace.placement import api
+from packplace.placement.config import load_config
+from packplace.placement.emit import FRAMEWORKS, emit
+from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY_LISTS = {name: json.loads((ROOT / "tests" / "data" / "frameworks" / f"{name}.json").read_text())
+             for name in FRAMEWORKS}
+CONFIGS = sorted((ROOT / "configs" / "placement").rglob("*.yaml"))
+GRPO = ROOT / "configs" / "placement" / "grpo_qwen2.5-7b_2x8xh100.yaml"  # 1 rack x 2 nodes x 8 GPUs
+PPO = ROOT / "configs" / "placement" / "ppo_llama3.1-8b_4x8xh100.yaml"  # 1 rack x 4 nodes x 8 GPUs
+
+
+def assert_known_keys(emitted) -> None:
+    keys = KEY_LISTS[emitted.framework]["configs"][emitted.config]
+    unknown = [key for key in emitted.settings if key not in keys]
+    assert not unknown, (emitted.framework, emitted.config, unknown)
+
+
+def vp(dp: int, pp: int, tp: int, mb: int, origin: tuple[int, int, int], extent: tuple[int, int, int]) -> VertexPlan:
+    return VertexPlan(Strategy(dp, pp, tp), mb, Allocation(origin, extent))
+
+
+NODE0, NODE1, BOTH = ((0, 0, 0), (1, 1, 8)), ((0, 1, 0), (1, 1, 8)), ((0, 0, 0), (1, 2, 8))
+
+
+def test_the_key_lists_say_where_they_come_from():
+    assert KEY_LISTS["verl"]["version"] == "0.9.1" and "sha256" in KEY_LISTS["verl"]["source"]
+    assert KEY_LISTS["nemo-rl"]["version"] == "v0.7.0" and len(KEY_LISTS["nemo-rl"]["commit"]) == 40
+    assert KEY_LISTS["openrlhf"]["version"] == "v0.11.0" and len(KEY_LISTS["openrlhf"]["commit"]) == 40
+    # spot checks against the files themselves: verl's trainer section, NeMo RL's cluster, OpenRLHF's vLLM flag
+    assert "trainer.n_gpus_per_node" in KEY_LISTS["verl"]["configs"]["fsdp"]
+    assert "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size" in KEY_LISTS["verl"]["configs"]["megatron"]
+    assert "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size" not in KEY_LISTS["verl"]["configs"]["fsdp"]
+    assert "cluster.num_nodes" in KEY_LISTS["nemo-rl"]["configs"]["dpo"]
+    assert KEY_LISTS["openrlhf"]["configs"]["train_ppo_ray"]["--train.colocate_all"] == "switch"
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+def test_every_emitted_key_exists_in_the_framework_for_every_shipped_config(config):
+    instance = load_config(config)
+    plan = api.solve_placement(instance, "greedy", seed=0).solution
+    assert plan is not None
+    for framework in FRAMEWORKS:
+        emitted = emit(instance, plan, framework)
+        assert_known_keys(emitted)
+        assert emitted.settings and emitted.text().startswith(emitted.command)
+
+
+def test_a_colocated_grpo_plan_in_verl_uses_fsdp_and_the_plan_numbers():
+    instance = load_config(GRPO)  # B = 128 prompts, K = 8 samples per prompt
+    plan = Plan.build({
+        "actor.generate": vp(4, 1, 4, 256, *BOTH),  # 4 vLLM replicas of TP 4 on 16 GPUs
+        "reference.infer": vp(16, 1, 1, 32, *BOTH),
+        "reward.infer": vp(16, 1, 1, 64, *BOTH),
+        "actor.train": vp(16, 1, 1, 8, *BOTH),
+    })
+    out = emit(instance, plan, "verl")
+    assert out.config == "fsdp" and "ppo_trainer" in out.command and not out.refusals
+    s = out.settings
+    assert (s["trainer.nnodes"], s["trainer.n_gpus_per_node"]) == (2, 8)  # the 1x2x8 block
+    assert s["data.train_batch_size"] == 128 and s["actor_rollout_ref.rollout.n"] == 8
+    assert s["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 4
+    assert s["actor_rollout_ref.rollout.max_num_seqs"] == 256
+    assert s["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 8
+    assert s["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] == 32
+    assert s["reward.reward_model.enable_resource_pool"] is False
+    assert "trainer.v1.trainer_mode" not in s  # synchronous
+    assert_known_keys(out)
+
+
+def test_disjoint_generation_with_staleness_is_verl_separate_async_and_nemo_rl_async_grpo():
+    instance = load_config(GRPO)
+    plan = Plan.build({
+        "actor.generate": vp(2, 1, 4, 256, *NODE1),
+        "reference.infer": vp(8, 1, 1, 32, *NODE0),
+        "reward.infer": vp(8, 1, 1, 64, *NODE0),
+        "actor.train": vp(4, 1, 2, 8, *NODE0),
+    }, staleness={"actor": 1})
+    verl = emit(instance, plan, "verl")
+    assert verl.settings["trainer.v1.trainer_mode"] == "separate_async"
+    assert verl.settings["actor_rollout_ref.hybrid_engine"] is False
+    rollout = "actor_rollout_ref.rollout"
+    assert (verl.settings[f"{rollout}.nnodes"], verl.settings[f"{rollout}.n_gpus_per_node"]) == (1, 8)  # node 1
+    assert (verl.settings["trainer.nnodes"], verl.settings["trainer.n_gpus_per_node"]) == (1, 8)
+    nemo = emit(instance, plan, "nemo-rl")
+    assert nemo.settings["grpo.async_grpo.enabled"] is True
+    assert nemo.settings["grpo.async_grpo.max_trajectory_age_steps"] == 1
+    assert nemo.settings["policy.generation.colocated.enabled"] is False
+    # a 2-node cluster: generation gets whole nodes, gpus_per_node equal to the cluster's (8)
+    assert nemo.settings["policy.generation.colocated.resources.num_nodes"] == 1
+    assert nemo.settings["policy.generation.colocated.resources.gpus_per_node"] == 8
+    openrlhf = emit(instance, plan, "openrlhf")
+    assert openrlhf.settings["--train.async_enable"] is True and openrlhf.settings["--train.async_queue_size"] == 1
+    assert openrlhf.settings["--train.colocate_actor_ref"] is True and "--train.colocate_all" not in openrlhf.settings
+    assert (openrlhf.settings["--vllm.num_engines"], openrlhf.settings["--vllm.tensor_parallel_size"]) == (2, 4)
+    assert openrlhf.settings["--train.batch_size"] == 128 * 8
+    for out in (verl, nemo, openrlhf):
+        assert_known_keys(out)
+    assert "--train.async_enable" in openrlhf.text().split() and "--train.async_enable true" not in openrlhf.text()
+
+
+def test_disjoint_synchronous_generation_is_refused_by_verl_and_a_reward_pool_is_emitted():
+    instance = load_config(GRPO)
+    plan = Plan.build({
+        "actor.generate": vp(2, 1, 4, 256, *NODE1),
+        "reference.infer": vp(8, 1, 1, 32, *NODE0),
+        "reward.infer": vp(8, 1, 1, 64, *NODE1),  # the reward model on the generation node, not the trainer's
+        "actor.train": vp(8, 1, 1, 8, *NODE0),
+    })
+    out = emit(instance, plan, "verl")
+    assert any("staleness 0" in line and "separate_async" in line for line in out.refusals)
+    assert out.settings["reward.reward_model.enable_resource_pool"] is True
+    assert (out.settings["reward.reward_model.nnodes"], out.settings["reward.reward_model.n_gpus_per_node"]) == (1, 8)
+    assert_known_keys(out)
+    openrlhf = emit(instance, plan, "openrlhf")
+    assert any(line.startswith("vLLM and reward share GPUs") for line in openrlhf.refusals)
+
+
+def test_pipeline_parallel_training_picks_megatron_in_verl_and_is_refused_by_openrlhf():
+    instance = load_config(PPO)
+    plan = api.solve_placement(instance, "greedy", seed=0).solution
+    critic = plan["critic.train"]
+    assert critic.strategy.pp > 1  # the shipped plan trains the critic with pipeline parallelism
+    verl = emit(instance, plan, "verl")
+    assert verl.config == "megatron" and "ppo_megatron_trainer" in verl.command
+    assert verl.settings["critic.megatron.pipeline_model_parallel_size"] == critic.strategy.pp
+    openrlhf = emit(instance, plan, "openrlhf")
+    assert any("no pipeline parallelism" in line and line.startswith("critic.train") for line in openrlhf.refusals)
+    nemo = emit(instance, plan, "nemo-rl")
+    assert nemo.config == "ppo_math_1B_megatron"
+    assert nemo.settings["value.megatron_cfg.pipeline_model_parallel_size"] == critic.strategy.pp
+    assert all("\n" not in line for out in (verl, openrlhf, nemo) for line in out.refusals)  # one line each
+
+
+def test_dpo_goes_to_the_frameworks_dpo_entry_points():
+    instance = load_config(ROOT / "configs" / "placement" / "dpo_llama3.1-8b_1x8xh100.yaml")
+    plan = api.solve_placement(instance, "greedy", seed=0).solution
+    assert emit(instance, plan, "openrlhf").config == "train_dpo"
+    assert emit(instance, plan, "nemo-rl").config == "dpo"
+    assert any(line.startswith("algorithm dpo") for line in emit(instance, plan, "verl").refusals)
+
+
+def test_unknown_framework_and_a_plan_without_the_tasks_are_one_line_errors():
+    instance = load_config(GRPO)
+    plan = Plan.build({"actor.train": vp(16, 1, 1, 8, *BOTH)})
+    with pytest.raises(ConfigError, match="unknown framework 'ray'; valid: verl, openrlhf, nemo-rl"):
+        emit(instance, plan, "ray")
+    with pytest.raises(ConfigError, match="the plan has no actor.generate, reference.infer, reward.infer"):
+        emit(instance, plan, "verl")
+
+
+def test_place_emit_prints_the_settings_and_puts_them_in_the_json(capsys):
+    from packplace.cli import main
+
+    assert main(["place", "--config", str(GRPO), "--solver", "greedy", "--emit", "openrlhf", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["emit"]["framework"] == "openrlhf"
+    assert document["emit"]["settings"]["--rollout.n_samples_per_prompt"] == 8
