@@ -51,9 +51,12 @@ def check_format(path: str, option: str = "--plot") -> None:
 
 def _save(fig: Any, plt: Any, path: str, option: str) -> None:
     """Write the figure atomically (a temporary file in the target folder, then ``os.replace``)."""
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # a figure made with a layout engine of its own keeps it
+        fig.tight_layout()
     try:
-        write_with(path, option, lambda temporary: fig.savefig(temporary, dpi=120, format=_format(path)))
+        # bbox "tight": the legend and long tick labels outside the axes are kept in the image
+        write_with(path, option, lambda temporary: fig.savefig(temporary, dpi=120, format=_format(path),
+                                                               bbox_inches="tight"))
     except OSError as exc:
         raise ConfigError(f"{option}: cannot write {path!r}: {exc.strerror or exc}") from None
     except ValueError as exc:
@@ -108,45 +111,83 @@ def plot_rank_loads(instance: Any, assignment: Any, path: str, *, title: str = "
     _save(fig, plt, path, option)
 
 
-def plot_compare_gaps(report: Any, path: str, *, option: str = "--plot") -> None:
-    """Gap to the best proven bound per solver and instance, as grouped bars (percent).
+#: Marker per solver column of the gap chart (with a colour of ``tab10``): shapes that stay distinct in
+#: greyscale and when they overlap.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 
-    Cells without a finite gap are marked above the axis: ``x`` no answer (error, unknown, infeasible),
-    ``s`` skipped, ``n/a`` no positive bound on the instance. A proven optimum is a zero-height bar with a
-    star.
+
+def gap_axis_threshold(gaps_percent: list[float]) -> float:
+    """The linear range ``[-t, t]`` (percent) of the chart's symmetric-log gap axis: the largest power of
+    ten at or below the smallest positive gap, within ``[1e-4, 1]`` percent (so a gap of 0.003% and one
+    of 30% are both readable, and a zero gap sits at 0)."""
+    positive = [g for g in gaps_percent if g > 0]
+    if not positive:
+        return 1.0
+    return min(1.0, max(1e-4, 10.0 ** math.floor(math.log10(min(positive)))))
+
+
+def plot_compare_gaps(report: Any, path: str, *, option: str = "--plot") -> None:
+    """Gap to the best proven bound per instance (rows) and solver (one marker and colour each), percent
+    on a symmetric-log axis.
+
+    The axis is linear within ``[0, t]`` (:func:`gap_axis_threshold`) and logarithmic above, so a gap of
+    0.01% and one of 40% are both visible, and a zero gap (a solver that reached the bound) sits at 0.
+    The solvers of a row are offset vertically so that equal gaps do not hide each other; a marker with
+    a black edge is a proven optimum. Cells without a finite gap are drawn in a narrow panel on the left:
+    ``x`` no answer (error, unknown, infeasible), ``s`` skipped, ``n/a`` no positive bound.
 
     Raises:
         ConfigError: matplotlib missing, an unknown image extension, or the file cannot be written.
     """
     plt = _pyplot(option)
-    instances = [row.name for row in report.rows]
+    rows = list(report.rows)
     solvers = list(report.solvers)
-    width = 0.8 / max(len(solvers), 1)
-    fig, ax = plt.subplots(figsize=(min(18.0, 3.0 + 0.5 * len(instances) * max(len(solvers), 1) ** 0.5), 4.8))
+    n, k = len(rows), max(len(solvers), 1)
+    gaps = [100 * c.gap_to_bound for row in rows for c in row.cells.values()
+            if c.solved and math.isfinite(c.gap_to_bound)]
+    threshold = gap_axis_threshold(gaps)
+    fig, (missing_ax, ax) = plt.subplots(
+        1, 2, sharey=True, figsize=(11.0, 1.6 + 0.32 * max(n, 4)), layout="constrained",
+        gridspec_kw={"width_ratios": [1, 9]})
     colours = plt.get_cmap("tab10")
-    finite = [100 * c.gap_to_bound for row in report.rows for c in row.cells.values()
-              if c.solved and math.isfinite(c.gap_to_bound)]
-    top = max(finite, default=1.0) or 1.0
-    for k, solver in enumerate(solvers):
-        xs, heights = [], []
-        for i, row in enumerate(report.rows):
+    missing_columns = {"x": 0, "s": 1, "n/a": 2}
+    spread = 0.6 / k
+    for j, solver in enumerate(solvers):
+        colour, marker = colours(j % 10), MARKERS[j % len(MARKERS)]
+        found: dict[str, list[float]] = {"x": [], "y": [], "edge": []}
+        for i, row in enumerate(rows):
             cell = row.cells[solver]
-            x = i + (k - (len(solvers) - 1) / 2) * width
+            y = i + (j - (k - 1) / 2) * spread
             if cell.solved and math.isfinite(cell.gap_to_bound):
-                xs.append(x)
-                heights.append(100 * cell.gap_to_bound)
-                if cell.status == "optimal":
-                    ax.text(x, 100 * cell.gap_to_bound + 0.02 * top, "*", ha="center", fontsize=9)
+                found["x"].append(100 * cell.gap_to_bound)
+                found["y"].append(y)
+                found["edge"].append(cell.status == "optimal")
             else:
-                mark = ("s" if cell.status == "skipped" else "n/a" if cell.solved else "x")
-                ax.text(x, 0.02 * top, mark, ha="center", va="bottom", fontsize=7, color=colours(k % 10))
-        ax.bar(xs, heights, width=width, color=colours(k % 10), label=solver)
-    ax.set_xticks(range(len(instances)))
-    tilted = len(instances) > 4
-    ax.set_xticklabels(instances, rotation=30 if tilted else 0, ha="right" if tilted else "center", fontsize=8)
-    ax.set_ylabel("gap to best bound (%)")
-    ax.set_ylim(0, top * 1.15)
-    ax.set_title(f"{report.suite} ({report.problem}): (objective - best bound) / objective; "
-                 "* proven optimal, x no answer, s skipped")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+                mark = "s" if cell.status == "skipped" else "n/a" if cell.solved else "x"
+                missing_ax.scatter([missing_columns[mark]], [y], marker=marker, s=28, color=colour,
+                                   alpha=0.35 if mark == "s" else 0.9)
+        edges = ["black" if proven else colour for proven in found["edge"]]
+        widths = [1.3 if proven else 0.5 for proven in found["edge"]]
+        ax.scatter(found["x"], found["y"], marker=marker, s=36, color=colour, edgecolors=edges, linewidths=widths,
+                   alpha=0.9, label=solver, zorder=3)
+    ax.set_xscale("symlog", linthresh=threshold, linscale=0.5)
+    # a little room left of 0 (inside the linear range) so that the markers of zero gaps show whole
+    ax.set_xlim(left=-0.25 * threshold, right=max(max(gaps, default=1.0) * 1.6, threshold * 10))
+    ax.axvspan(0, threshold, color="0.93", zorder=0)
+    ax.grid(axis="x", which="major", color="0.85", linewidth=0.6)
+    for i in range(n + 1):
+        ax.axhline(i - 0.5, color="0.9", linewidth=0.5, zorder=1)
+        missing_ax.axhline(i - 0.5, color="0.9", linewidth=0.5, zorder=1)
+    ax.set_xlabel(f"gap to best bound (%), (objective - best bound) / objective; log scale, linear below "
+                  f"{threshold:g}% (shaded)")
+    missing_ax.set_yticks(range(n))
+    missing_ax.set_yticklabels([row.name for row in rows], fontsize=8)
+    missing_ax.set_ylim(n - 0.5, -0.5)
+    missing_ax.set_xticks(list(missing_columns.values()))
+    missing_ax.set_xticklabels(list(missing_columns), fontsize=8)
+    missing_ax.set_xlim(-0.6, 2.6)
+    missing_ax.set_xlabel("no gap", fontsize=8)
+    ax.set_title(f"{report.suite} ({report.problem}): gap per instance and solver; black edge: proven optimal; "
+                 "left: x no answer, s skipped, n/a no bound", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="solver", title_fontsize=8)
     _save(fig, plt, path, option)
