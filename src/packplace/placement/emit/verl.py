@@ -51,13 +51,14 @@ def _needs_megatron(view: PlanView) -> list[str]:
 
 def emit_verl(view: PlanView) -> EmittedPlan:
     """verl settings for ``view`` (module docstring: keys and layout rules)."""
-    megatron = _needs_megatron(view)
+    reasons = _needs_megatron(view)
+    megatron = bool(reasons)
     config = "megatron" if megatron else "fsdp"
     out = EmittedPlan("verl", config, f"{ENTRY} --config-name {'ppo_megatron_trainer' if megatron else 'ppo_trainer'}")
     s, refuse, note = out.settings, out.refusals, out.notes
     if megatron:
         note.append(f"Megatron backend: verl's FSDP workers have no tensor or pipeline parallelism "
-                    f"({'; '.join(megatron)})")
+                    f"({'; '.join(reasons)})")
     train, gen, ref = view.tasks[TRAIN], view.get(GENERATE), view.get(REFERENCE)
     if view.algorithm == "dpo":
         refuse.append("algorithm dpo: verl.trainer.main_ppo runs PPO-family algorithms (algorithm.adv_estimator); "
