@@ -34,3 +34,16 @@ def classify(error: PackplaceError) -> str:
     if isinstance(error, ConfigError):
         return "bad input"
     return "other"
+
+
+def framework_settings(path: str) -> dict[str, object]:
+    from packplace.placement.config import load_config
+    from packplace.placement.emit import EmittedPlan, emit
+
+    instance = load_config(path)
+    plan = packplace.place(instance, "greedy", time_limit_s=5).solution
+    if plan is None:
+        return {}
+    emitted: EmittedPlan = emit(instance, plan, "verl")
+    lines: list[str] = emitted.refusals
+    return {"settings": dict(emitted.settings), "refusals": lines, "text": emitted.text()}

@@ -53,7 +53,8 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
         s["--vllm.num_engines"] = gen.strategy.dp
         s["--vllm.tensor_parallel_size"] = gen.strategy.tp
         s["--vllm.gpu_memory_utilization"] = view.gpu_memory_utilization
-        s["--rollout.vllm_generate_batch_size"] = gen.micro_batch * gen.strategy.dp
+        note.append(f"{gen.name} decodes {gen.micro_batch} sequences at once per engine in the plan: OpenRLHF "
+                    f"has no flag for vLLM's max_num_seqs, so the engine's own default applies")
         if gen.strategy.pp > 1 or gen.strategy.ep > 1:
             refuse.append(f"{gen.layout}: OpenRLHF's vLLM engines take a tensor-parallel size only")
     s["--rollout.batch_size"] = view.prompts
