@@ -9,6 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+import packplace
 from packplace.balance import make_instance
 from packplace.balance.bounds import BOUND_NAMES, makespan_bounds
 from packplace.balance.evaluator import BalanceEvaluator, objective_value
@@ -137,3 +138,22 @@ def test_bounds_never_exceed_the_brute_force_optimum(case):
         assert evaluator.makespan_bounds()[name] <= best["makespan"] + 1e-9, name
     for name, optimum in best.items():
         assert evaluator.lower_bound(name) <= optimum * (1 + 1e-9) + 1e-12, name
+
+
+@pytest.mark.parametrize("solver", ["repair", "lns", "cpsat"])
+def test_solvers_stop_optimal_at_the_count_bound(solver):
+    # D=2, m=3, costs 12,1,1,2,2,2: the bound 12 + 1 + 1 = 14 is met by {12,1,1} / {2,2,2} (loads 14 | 6).
+    inst = make_instance([1] * 6, [12, 1, 1, 2, 2, 2], seq_len=10, data_parallel_size=2, local_batch_size=3)
+    result = packplace.balance(inst, solver=solver, time_limit_s=10)
+    assert result.status == "optimal" and result.objective == 14.0 and result.bound == 14.0
+
+
+def test_repair_meets_the_count_bound_with_a_dominant_sample():
+    # D=4, m=3, 24 samples: one of cost 100 and 23 of costs 1..23. The 100's rank holds 2 more samples,
+    # at least 1 + 2: bound 103 (mean (100 + 276)/4 = 94). The count-aware rank-level LPT gives the 100
+    # the two smallest; the other 21 samples (273) over 3 ranks average 91 < 103.
+    costs = [100.0, *map(float, range(1, 24))]
+    inst = make_instance([1] * 24, costs, seq_len=10, data_parallel_size=4, local_batch_size=3)
+    assert BalanceEvaluator(inst).lower_bound() == 103.0
+    result = packplace.balance(inst)
+    assert result.status == "optimal" and result.objective == 103.0

@@ -396,7 +396,10 @@ class BalanceEvaluator:
 
     def makespan_bounds(self) -> dict[str, float]:
         """Every lower bound on max_r ℓ_r of :func:`packplace.balance.bounds.makespan_bounds`, by name
-        (cost units; computed once per evaluator)."""
+        (cost units; computed once per instance: the instance is immutable, and every solver builds
+        its own evaluator)."""
+        if self._bounds is None:
+            self._bounds = cast("dict[str, float] | None", self.instance.__dict__.get("_makespan_bounds"))
         if self._bounds is None:
             inst = self.instance
             units = sizes = None
@@ -408,6 +411,7 @@ class BalanceEvaluator:
             self._bounds = makespan_bounds(self.costs, self.tokens, ranks=inst.data_parallel_size,
                                            per_rank=inst.local_batch_size, seq_len=inst.constraints.seq_len,
                                            equal_count=inst.equal_count, unit_costs=units, unit_sizes=sizes)
+            object.__setattr__(inst, "_makespan_bounds", self._bounds)  # frozen dataclass: a private cache
         return dict(self._bounds)
 
     def _unit_costs(self) -> np.ndarray:
