@@ -28,13 +28,13 @@ import math
 
 import numpy as np
 
-__all__ = ["BOUND_NAMES", "makespan_bounds"]
+__all__ = ["BOUND_NAMES", "count_bound", "makespan_bounds"]
 
 #: The names of :func:`makespan_bounds`' entries, in the order they are computed.
 BOUND_NAMES = ("mean", "count", "units", "bin_conflict", "rank_tokens")
 
 
-def _count_bound(descending: np.ndarray, ranks: int, per_rank_count: int) -> float:
+def count_bound(descending: np.ndarray, ranks: int, per_rank_count: int) -> float:
     """max over j of [the j smallest of the t_j = (j−1)·D + 1 largest costs] + [the (q − j)⁺ smallest others].
 
     Some rank r holds ≥ j of the t_j largest samples (pigeonhole), hence at least the j smallest of
@@ -160,7 +160,7 @@ def makespan_bounds(costs: np.ndarray, tokens: np.ndarray, *, ranks: int, per_ra
     descending = np.sort(costs)[::-1]
     out = dict.fromkeys(BOUND_NAMES, 0.0)
     out["mean"] = math.fsum(costs.tolist()) / ranks
-    out["count"] = _count_bound(descending, ranks, count)
+    out["count"] = count_bound(descending, ranks, count)
     if unit_costs is not None and unit_sizes is not None:
         out["units"] = _unit_bound(unit_costs, unit_sizes, descending[::-1], ranks, count)
     out["bin_conflict"] = _conflict_bound(costs, tokens, ranks, per_rank, count, seq_len)
