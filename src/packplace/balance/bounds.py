@@ -45,8 +45,8 @@ def count_bound(descending: np.ndarray, ranks: int, per_rank_count: int) -> floa
     if n == 0:
         return 0.0
     top = np.concatenate(([0.0], np.cumsum(descending)))  # top[k] = Σ of the k largest
-    ascending = descending[::-1]
-    low = np.concatenate(([0.0], np.cumsum(ascending)))  # low[k] = Σ of the k smallest
+    small = min(n, max(0, per_rank_count))
+    low = np.concatenate(([0.0], np.cumsum(descending[::-1][:small])))  # low[k] = Σ of the k smallest, k ≤ q
     most = -(-n // ranks)
     j = np.arange(1, most + 1)
     t = np.minimum(n, (j - 1) * ranks + 1)
@@ -54,10 +54,11 @@ def count_bound(descending: np.ndarray, ranks: int, per_rank_count: int) -> floa
     extra_need = np.maximum(0, per_rank_count - j)
     bottom = n - t  # samples below the window
     fits = extra_need <= bottom
-    # the extras: the extra_need smallest; when the bottom is too short, all of it plus the smallest above the window
-    spill_start = np.clip(n - per_rank_count, 0, None)
-    extra = np.where(fits, low[np.minimum(extra_need, n)],
-                     low[bottom] + top[np.maximum(t - j, 0)] - top[np.minimum(spill_start, np.maximum(t - j, 0))])
+    # the extras: the extra_need smallest; when the bottom is too short, all of it (top[n] − top[t]) plus
+    # the smallest above the window, c₍n−q+1₎ … c₍t−j₎
+    above = np.maximum(t - j, 0)
+    spill_start = np.minimum(max(n - per_rank_count, 0), above)
+    extra = np.where(fits, low[np.minimum(extra_need, small)], (top[n] - top[t]) + top[above] - top[spill_start])
     return float((window + extra).max())
 
 
@@ -79,6 +80,13 @@ def _unit_bound(unit_costs: np.ndarray, unit_sizes: np.ndarray, ascending_sample
     return max(bound, float((unit_costs + low[need]).max()))
 
 
+def _smallest(values: np.ndarray, count: int) -> np.ndarray:
+    """The ``count`` smallest of ``values``, ascending (all of them when there are fewer)."""
+    if count < len(values):
+        values = np.partition(values, count - 1)[:count] if count > 0 else values[:0]
+    return np.sort(values)
+
+
 def _conflict_bound(costs: np.ndarray, tokens: np.ndarray, ranks: int, per_rank: int, per_rank_count: int,
                     seq_len: int) -> float:
     """The rank of a sample u also holds, among its other m − 1 bins, ≥ a bins with a sample over seq_len/2.
@@ -96,17 +104,18 @@ def _conflict_bound(costs: np.ndarray, tokens: np.ndarray, ranks: int, per_rank:
     bins = ranks * per_rank
     best = 0.0
     candidates = {int(np.argmax(costs)), int(np.flatnonzero(heavy)[np.argmax(costs[heavy])])}
+    heavy_count = int(heavy.sum())
     for u in sorted(candidates):
-        others = np.ones(len(costs), dtype=bool)
-        others[u] = False
-        in_heavy = np.sort(costs[others & heavy])
-        not_heavy = np.sort(costs[others & ~heavy])
-        placed = len(in_heavy) - (0 if heavy[u] else 1)
+        placed = heavy_count - 1  # |H∖{u}| − [u ∉ H] is h − 1 either way
         free = bins - 1 - placed
         need = max(0, per_rank - 1 - free)
         if need == 0:
             continue
         size = max(per_rank_count - 1, need)
+        others = np.ones(len(costs), dtype=bool)
+        others[u] = False
+        in_heavy = _smallest(costs[others & heavy], size)
+        not_heavy = _smallest(costs[others & ~heavy], size)
         i = np.arange(need, min(size, len(in_heavy)) + 1)
         i = i[size - i <= len(not_heavy)]
         if not i.size:
@@ -123,11 +132,12 @@ def _rank_tokens_bound(costs: np.ndarray, tokens: np.ndarray, ranks: int, per_ra
     at least c_u plus the fractional-knapsack cover of τ − w_u by the other samples (cost per weight
     ascending, the last one fractionally): a relaxation of the integral cover. (Every rank carries
     ≥ τ too, but that cover alone never exceeds Σc/D.)"""
-    weights = np.minimum(tokens, seq_len).astype(float)
+    capped = np.minimum(tokens, seq_len)
     u = int(np.argmax(costs))
-    floor = float(weights.sum()) - (ranks - 1) * per_rank * float(seq_len) - float(weights[u])
+    floor = int(capped.sum()) - (ranks - 1) * per_rank * seq_len - int(capped[u])
     if floor <= 0 or ranks < 2:
         return 0.0
+    weights = capped.astype(float)
     others = np.delete(np.arange(len(costs)), u)
     order = others[np.argsort(costs[others] / weights[others], kind="stable")]
     carried = np.cumsum(weights[order])
