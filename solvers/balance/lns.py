@@ -2,8 +2,10 @@
 
 Model: large neighbourhood search (Shaw 1998, "Using constraint programming and local search methods
 to solve vehicle routing problems", CP-98; Pisinger & Ropke 2010, "Large neighborhood search",
-Handbook of Metaheuristics, ch. 13). Start: the best feasible answer of :data:`START_SOLVERS` and the
-``reference_bins``; a start proven optimal ends the call. Neighbourhood: the heaviest rank with the
+Handbook of Metaheuristics, ch. 13). Start: ``repair``'s answer (:data:`START_SOLVERS`;
+``lpt``'s when ``repair`` returns none) or the ``reference_bins`` if better; a start proven optimal
+ends the call; the answer is never worse than the start, and is the best one found when the limit
+cuts the search. Neighbourhood: the heaviest rank with the
 lightest ones, then with ranks drawn by ``random.Random(seed)``; after :data:`PARTNER_TRIES` failures
 the next heaviest leads, and when all have, neighbourhoods grow by one rank (at most :data:`GROWTH`),
 never above :data:`MAX_NEIGHBOURHOOD_BOOLEANS`. Its pooled samples form a sub-instance (same m,
@@ -52,10 +54,16 @@ MAX_NEIGHBOURHOOD_BOOLEANS = 4096
 LINEARIZATION_LEVEL = 0
 #: Failed neighbourhoods in a row led by one rank before the next heaviest rank leads.
 PARTNER_TRIES = 4
-#: Backends whose answers compete for the start, in order (ties go to the first).
-START_SOLVERS = ("repair", "karmarkar_karp")
-#: Share of the time limit the start backends may use.
-START_SHARE = 0.5
+#: The start backend: lns improves its answer and never returns anything worse. (``repair`` itself
+#: improves ``karmarkar_karp``'s answer where that is affordable, so no other start competes.)
+START_SOLVERS = ("repair",)
+#: The backend of last resort when the start backend returns nothing (a dead end or its share of the
+#: limit spent): the cheapest construction, given the whole time left.
+FALLBACK_SOLVER: str | None = "lpt"
+#: Share of the time limit the start backend may use: most of it, so that lns's answer is never worse
+#: than ``repair``'s under the same limit unless the limit cuts ``repair`` itself (where ``repair``
+#: finishes early, as it mostly does, the rest of the limit goes to the neighbourhoods).
+START_SHARE = 0.9
 #: Relative difference under which two loads count as equal in the lexicographic comparison.
 LOAD_RTOL = 1e-12
 
@@ -167,7 +175,9 @@ def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: in
     best: tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float] = (None, "", math.inf)
     notes = []
     started = time.perf_counter()
-    for name in START_SOLVERS:
+    for name in (*START_SOLVERS, *((FALLBACK_SOLVER,) if FALLBACK_SOLVER else ())):
+        if name == FALLBACK_SOLVER and best[0] is not None:
+            break
         left = max(0.01, time_limit_s - (time.perf_counter() - started))
         if best[0] is None and notes:  # every backend so far failed
             left = max(left, deadline - time.perf_counter())

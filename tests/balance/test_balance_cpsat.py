@@ -308,12 +308,13 @@ def test_properties_exact_dominates_heuristics(instance):
 
 # ------------------------------------------------------------------------- size and time guards
 def _long_tailed(n, ranks, per_rank, seed=0):
-    # One sample costs 1.2x the mean rank load: the bound is then that cost, which no packing meets (its
-    # rank holds m - 1 more samples), so the heuristic start is never proven optimal and CP-SAT has work.
+    # Two samples cost 1.2x the mean rank load each: the bound is one of them plus the m - 1 smallest
+    # others, which only one of their two ranks can hold (the other holds the next m - 1 smallest), so
+    # the heuristic start is never proven optimal and CP-SAT has work.
     rng = random.Random(seed)
     tokens = [min(8192, max(1, int(rng.lognormvariate(math.log(300), 1.0)))) for _ in range(n)]
     costs = [t + t * t / 4096 for t in tokens]
-    costs[0] = 1.2 * sum(costs[1:]) / (ranks - 1.2)
+    costs[0] = costs[1] = 1.2 * sum(costs[2:]) / (ranks - 2.4)
     return make_instance(tokens, costs, seq_len=4 * 8192, data_parallel_size=ranks, local_batch_size=per_rank)
 
 

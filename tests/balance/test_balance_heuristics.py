@@ -295,7 +295,8 @@ def test_kk_rank_with_fewer_samples_than_bins():
     inst = make_instance([1] * 5, [100, 1, 1, 1, 1], seq_len=10, data_parallel_size=2, local_batch_size=2)
     result = packplace.balance(inst, solver="kk")
     assert "cannot fill 2 non-empty bins" in result.message and "found a packing" in result.message
-    assert result.status == "feasible" and result.objective == 101.0  # the 100 with one 1-cost sample
+    # the 100 with one 1-cost sample: the bound "largest + the m - 1 smallest others" = 101 proves it
+    assert result.status == "optimal" and result.objective == 101.0
 
 
 def test_repair_reaches_bound_where_lpt_does_not():
@@ -560,12 +561,24 @@ def test_repair_rank_local_search_respects_budgets():
     # or break the budget while it searches.
     samples = [Sample(f"img{i}", 10, 50.0, {"vision_tokens": 600}) for i in range(4)]
     samples += [Sample("txt_big", 10, 30.0)] + [Sample(f"txt{i}", 10, 5.0) for i in range(4)]
+    # The bound proves 130 (a rank holds 3 of the 5 costliest: 50 + 50 + 30), so repair stops at LPT's
+    # answer; the rank local search is run on it directly as well.
+    from packplace.solvers.balance import lpt as lpt_module
+    from packplace.solvers.balance.repair import repair_ranks
+
     inst = BalanceInstance(tuple(samples), PackingConstraints(100, {"vision_tokens": 1000}), 2, 2)
+    assert BalanceEvaluator(inst).lower_bound() == 130.0
     repair = packplace.balance(inst, solver="repair")
     assert repair.ok and BalanceEvaluator(inst).violations(repair.solution) == []
-    assert repair.objective == 130.0 and "rank local search" in repair.message
-    for b in repair.solution.bins:
-        assert sum(1 for k in b if k.startswith("img")) <= 1
+    assert repair.objective == 130.0 and repair.status == "optimal"
+    prepared = lpt_module.prepare(inst)
+    index = {key: i for i, key in enumerate(prepared.keys)}
+    start = [[index[key] for key in b] for b in packplace.balance(inst, solver="lpt").solution.bins]
+    searched = lpt_module.keys_of(prepared, repair_ranks(inst, prepared, start, 64)[0])
+    assert BalanceEvaluator(inst).violations(searched) == [] and BalanceEvaluator(inst).objective(searched) == 130.0
+    for bins in (repair.solution.bins, searched):
+        for b in bins:
+            assert sum(1 for k in b if k.startswith("img")) <= 1
 
 
 def test_repair_rank_local_search_budget_blocks_the_balancing_swap():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import packplace
 import packplace.solvers.balance.lns as lns_module
@@ -61,10 +63,10 @@ def test_never_worse_than_its_start(objective, seed):
     evaluator = BalanceEvaluator(instance)
     result = packplace.balance(instance, solver="lns", time_limit_s=0.5, seed=seed)
     assert result.ok and not evaluator.violations(result.solution)
-    starts = [packplace.balance(instance, solver=name) for name in ("repair", "karmarkar_karp")]
-    best_start = min(s.objective for s in starts if s.ok)
-    assert result.objective <= best_start
-    assert result.info["start_objective"] == pytest.approx(best_start, rel=0, abs=0)
+    repair = packplace.balance(instance, solver="repair")
+    assert result.objective <= repair.objective
+    assert result.info["start"] == "repair"
+    assert result.info["start_objective"] == pytest.approx(repair.objective, rel=0, abs=0)
     assert result.bound == pytest.approx(evaluator.lower_bound())
 
 
@@ -106,8 +108,18 @@ def test_rank_rules_are_kept():
     assert result.objective <= packplace.balance(instance, solver="repair").objective
 
 
+def test_without_repair_the_start_is_lpts(monkeypatch):
+    # repair returns nothing (here: not asked): lpt's answer is the start, never "unknown".
+    monkeypatch.setattr(lns_module, "START_SOLVERS", ())
+    instance = make_instance([8, 7, 6, 5, 4], seq_len=100, data_parallel_size=2)
+    result = packplace.balance(instance, solver="lns", time_limit_s=1)
+    assert result.ok and result.info["start"] == "lpt"
+    assert result.objective == 15.0  # 8+7 | 6+5+4, or any split of 30 into 15 | 15: the mean bound
+
+
 def test_without_any_start_the_answer_is_unknown_and_says_why(monkeypatch):
     monkeypatch.setattr(lns_module, "START_SOLVERS", ())
+    monkeypatch.setattr(lns_module, "FALLBACK_SOLVER", None)
     instance = make_instance([8, 7, 6, 5, 4], seq_len=100, data_parallel_size=2)
     result = packplace.balance(instance, solver="lns", time_limit_s=1)
     assert result.status == "unknown" and result.solution is None
@@ -168,3 +180,14 @@ def test_a_start_at_the_integer_rounded_bound_ends_the_search(monkeypatch):
     assert result.objective == 10.0 and result.bound == pytest.approx(29 / 3) and result.status == "feasible"
     assert called == ["repair"] and result.iterations == 0
     assert "rounded up to an integer (10" in result.message
+
+
+@settings(max_examples=25)
+@given(st.integers(2, 5), st.integers(1, 3), st.integers(0, 10**6))
+def test_never_worse_than_repair_property(ranks, per_rank, seed):
+    # any long-tailed batch: lns starts from repair's answer and keeps it unless it finds a better one
+    instance = generate_balance("lognormal", n=ranks * per_rank * 3, ranks=ranks, seq_len=1 << 17,
+                                bins_per_rank=per_rank, seed=seed, cost="attention")
+    repair = packplace.balance(instance, solver="repair")
+    result = packplace.balance(instance, solver="lns", time_limit_s=5, seed=seed, max_neighbourhoods=3)
+    assert result.ok and result.objective <= repair.objective

@@ -21,6 +21,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from packplace.balance.bounds import count_bound
 from packplace.balance.schema import BalanceInstance, Sample, SampleKey
 
 #: Scaled cost of the most expensive sample (the rounding resolution is 1 in this many).
@@ -127,6 +130,11 @@ def _scaled_lower_bound(instance: BalanceInstance, scaling: _Scaling, scaled_tot
         bound = max(bound, ordered[0])
         if len(ordered) > ranks:
             bound = max(bound, ordered[ranks - 1] + ordered[ranks])
+        # pigeonhole with every rank's sample count (packplace.balance.bounds): exact on integers < 2^53
+        per_rank_count = max(instance.local_batch_size,
+                             len(ordered) // ranks if instance.equal_count else 0)
+        if sum(ordered) < 2**53:
+            bound = max(bound, int(count_bound(np.asarray(ordered, dtype=float), ranks, per_rank_count)))
     if instance.objective == "rounds":
         bound = max(bound, -(-scaled_total // group))
     return bound

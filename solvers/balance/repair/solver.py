@@ -125,7 +125,22 @@ def solve(
     proven = proven_level(instance, bound)
     starts = [(rank_key(instance, prepared, bins), 0, "lpt", bins)]
     kk_run = kk_cut = False
-    if len(instance.samples) * instance.data_parallel_size <= KK_START_MAX_WORK:
+    if _fine_tunable(instance) and starts[0][0][0] <= proven * (1 + FINE_TUNE_FIRST_GAP):
+        # LPT near the bound: fine-tune it before any other start is built; at the bound it is the answer
+        tuned, tuned_key, steps, timed_out = _fine_tune(instance, prepared, bins, starts[0][0], deadline)
+        if tuned_key[0] <= proven:
+            note = f"fine-tuning: {steps} exchanges reached the bound" if steps else ""
+            return Proposal(keys_of(prepared, tuned), FEASIBLE, iterations=0, hit_time_limit=timed_out,
+                            message="; ".join([*messages, *([note] if note else [])]))
+    small = len(instance.samples) * instance.data_parallel_size <= KK_START_MAX_WORK
+    if small and instance.local_batch_size > 1 and starts[0][0][0] > proven:
+        # several bins per rank: the count-aware rank-level LPT meets the count bound where a dominant
+        # sample sets it; taken when it proves itself optimal
+        rank_bins = rank_lpt_bins(instance, prepared)
+        if rank_bins is not None and rank_key(instance, prepared, rank_bins)[0] <= proven:
+            return Proposal(keys_of(prepared, rank_bins), FEASIBLE, iterations=0,
+                            message="; ".join([*messages, "rank-level LPT start meets the bound"]))
+    if small:
         kk_run = True
         kk_bins, kk_cut = kk_start_bins(instance, prepared, deadline)
         if kk_bins is not None:

@@ -33,13 +33,27 @@ def rank_lpt_bins(instance: BalanceInstance, prepared: PreparedSamples) -> list[
     """LPT over ranks ignoring bins (each sample, in LPT order, to the least-loaded rank, lowest index on
     ties), then each rank's samples into its m bins by first-fit decreasing
     (:func:`~packplace.solvers.balance._common.first_fit_decreasing`); None if some rank's samples
-    do not fit. Padding plays no part. O(n log D + n·m)."""
-    ranks = instance.data_parallel_size
+    do not fit. Every rank needs m samples: once the samples left are exactly as many as the ranks
+    still lack, each goes to the least-loaded rank that lacks one (so a dominant sample's rank gets
+    the m − 1 smallest, the structure of the count bound of :mod:`packplace.balance.bounds`).
+    Padding plays no part. O(n log D + n·m)."""
+    ranks, per_rank = instance.data_parallel_size, instance.local_batch_size
     costs = prepared.costs.tolist()
     heap = [(0.0, r) for r in range(ranks)]
     members: list[list[int]] = [[] for _ in range(ranks)]
-    for i in prepared.order.tolist():
+    order = prepared.order.tolist()
+    lacking = ranks * per_rank  # Σ_r max(0, m − samples on r)
+    for step, i in enumerate(order):
+        if len(order) - step == lacking:  # from here on every sample fills a lacking rank
+            loads = {rank: load for load, rank in heap}
+            for j in order[step:]:
+                rank = min((r for r in range(ranks) if len(members[r]) < per_rank), key=lambda r: (loads[r], r))
+                members[rank].append(j)
+                loads[rank] += costs[j]
+            break
         load, rank = heap[0]
+        if len(members[rank]) < per_rank:
+            lacking -= 1
         members[rank].append(i)
         heapq.heapreplace(heap, (load + costs[i], rank))
     bins: list[list[int]] = []

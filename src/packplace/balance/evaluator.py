@@ -22,6 +22,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from packplace.balance.bounds import makespan_bounds
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey, input_order_key_rank
 
 
@@ -115,6 +116,7 @@ class BalanceEvaluator:
         self._identity_keys = self.keys == list(range(len(self.keys)))
         # the last bins flattened and their (members, bin_of): score() reads the same bins twice
         self._flat: tuple[Sequence[Sequence[SampleKey]], tuple[np.ndarray, np.ndarray]] | None = None
+        self._bounds: dict[str, float] | None = None  # makespan_bounds(), computed on first use
 
     @property
     def index(self) -> dict[SampleKey, int]:
@@ -361,10 +363,10 @@ class BalanceEvaluator:
     def lower_bound(self, name: str | None = None) -> float:
         """An analytic lower bound on the named objective (default: the instance's).
 
-        makespan ≥ max(Σc/D, max c, c₍D₎ + c₍D+1₎, Σ of the ⌈n/D⌉ smallest c) where c₍k₎ is the k-th
-        largest unit cost (a unit is a group, whose members share a rank, or a sample outside every
-        group): the mean load; the largest unit; with more than D units, two of the D+1 largest share
-        a rank (pigeonhole); and some rank holds at least ⌈n/D⌉ samples (pigeonhole on counts).
+        makespan ≥ the largest of :meth:`makespan_bounds` (:mod:`packplace.balance.bounds`: the mean
+        load Σc/D; pigeonhole on the largest samples with every rank's sample count q ≥ m, e.g. the
+        largest cost plus the q − 1 smallest others; the same over groups; samples over seq_len/2 that
+        cannot share a bin; the fewest tokens a rank must carry). Proofs: docs/balance-model.md.
         rounds ≥ max(Σc/g, makespan bound, first-round capacity bound): each round
         lasts at least the mean of its g loads, the first round at least the makespan, and what the
         first round's bins cannot hold spills into later rounds (:meth:`_first_round_capacity_bound`).
@@ -386,19 +388,31 @@ class BalanceEvaluator:
                 return 0.0
             return (heaviest / mean - 1.0) ** 2 / (ranks - 1)
         inst = self.instance
-        ranks = inst.data_parallel_size
         total = math.fsum(self.costs.tolist())
-        units = self._unit_costs()
-        bound = max(total / ranks, float(units.max()))
-        if len(units) > ranks:
-            top = np.sort(units)[::-1][: ranks + 1]
-            bound = max(bound, float(top[ranks - 1] + top[ranks]))
-        most = -(-len(self.costs) // ranks)  # some rank holds at least ⌈n/D⌉ samples
-        if most > 1:
-            bound = max(bound, float(np.partition(self.costs, most - 1)[:most].sum()))
+        bound = max(self.makespan_bounds().values())
         if name == "rounds":
             bound = max(bound, total / inst.resolved_group_size, self._first_round_capacity_bound(total))
         return bound
+
+    def makespan_bounds(self) -> dict[str, float]:
+        """Every lower bound on max_r ℓ_r of :func:`packplace.balance.bounds.makespan_bounds`, by name
+        (cost units; computed once per instance: the instance is immutable, and every solver builds
+        its own evaluator)."""
+        if self._bounds is None:
+            self._bounds = cast("dict[str, float] | None", self.instance.__dict__.get("_makespan_bounds"))
+        if self._bounds is None:
+            inst = self.instance
+            units = sizes = None
+            if inst.groups:
+                units = self._unit_costs()
+                grouped = inst.group_of >= 0
+                counts = np.bincount(inst.group_of[grouped], minlength=len(inst.groups))
+                sizes = np.concatenate([counts, np.ones(int((~grouped).sum()), dtype=np.int64)])
+            self._bounds = makespan_bounds(self.costs, self.tokens, ranks=inst.data_parallel_size,
+                                           per_rank=inst.local_batch_size, seq_len=inst.constraints.seq_len,
+                                           equal_count=inst.equal_count, unit_costs=units, unit_sizes=sizes)
+            object.__setattr__(inst, "_makespan_bounds", self._bounds)  # frozen dataclass: a private cache
+        return dict(self._bounds)
 
     def _unit_costs(self) -> np.ndarray:
         """Costs of the units that cannot split across ranks: each group's total, then each other sample."""

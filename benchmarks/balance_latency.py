@@ -1,0 +1,111 @@
+"""Per-step latency of the default balance solver, instance construction included, against lpt, kk and verl.
+
+A plain script (no pytest). For each size n × D × m (default 256×16×4, 1,024×8×4, 4,096×32×4) it
+draws lognormal token lengths (median 1024, σ 1), prices them with training FLOPs
+(:func:`packplace.harness.generators.cost_function` ``"flops"``, Llama-3.1-8B shape), picks the
+smallest power-of-two ``seq_len`` that holds the batch at ≤ ``--fill`` of the D·m bins (lengths
+clipped to it), and times, per call, ``make_instance`` + ``packplace.balance(...)`` for the default
+solver and for ``lpt`` and ``kk``, and verl's Karmarkar–Karp (the oracle re-implementation in
+``tests/integrations/verl_oracle.py``: ranks by largest differencing on the costs, then each rank's
+samples into m micro-batches by differencing on the tokens, as verl's dynamic batching does; its
+micro-batches are not held to ``seq_len`` nor kept non-empty: "over" counts those above ``seq_len``,
+"empty" the empty ones, either making its answer infeasible here, which is how it can end below the
+bound). Columns: median and best wall ms over ``--repeats`` calls (a fresh instance each call), the
+median process CPU ms (less sensitive to other processes on a shared machine), the makespan, the gap
+to the evaluator's bound, the status.
+
+Usage:
+    python benchmarks/balance_latency.py
+    python benchmarks/balance_latency.py --repeats 51 --sizes 256x16x4
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import packplace
+from packplace.balance import make_instance
+from packplace.balance.evaluator import BalanceEvaluator
+from packplace.harness.generators import cost_function
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integrations"))
+
+from verl_oracle import verl_partitions  # noqa: E402
+
+DEFAULT_SIZES = ("256x16x4", "1024x8x4", "4096x32x4")
+
+
+def batch(n: int, ranks: int, per_rank: int, seed: int, fill: float) -> tuple[list[int], list[float], int]:
+    """(tokens, FLOPs costs, seq_len) of one lognormal batch for D·m bins."""
+    rng = np.random.default_rng(seed)
+    tokens = np.maximum(1, np.rint(rng.lognormal(math.log(1024), 1.0, size=n))).astype(np.int64)
+    seq_len = 1 << math.ceil(math.log2(max(int(tokens.max()), tokens.sum() / (fill * ranks * per_rank))))
+    tokens = np.minimum(tokens, seq_len)
+    price = cost_function("flops")
+    return tokens.tolist(), [price(t) for t in tokens.tolist()], seq_len
+
+
+def verl_kk(tokens: list[int], costs: list[float], ranks: int, per_rank: int) -> list[list[int]]:
+    """verl's two stages: ranks by Karmarkar–Karp on the costs, then each rank into m micro-batches by
+    Karmarkar–Karp on the tokens; rank-major bins of sample indices."""
+    bins: list[list[int]] = []
+    for part in verl_partitions(costs, ranks, False):
+        members = sorted(part)
+        for micro in verl_partitions([tokens[i] for i in members], per_rank, False):
+            bins.append([members[j] for j in sorted(micro)])
+    return bins
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES), help="n x D x m, e.g. 256x16x4")
+    parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fill", type=float, default=0.8)
+    parser.add_argument("--solvers", nargs="+", default=["default", "lpt", "kk", "verl"])
+    args = parser.parse_args()
+    packplace.balance(make_instance([1, 2], seq_len=4, data_parallel_size=1))  # imports outside the timing
+    print(f"{'n x D x m':>12} {'seq_len':>8} {'who':<8} {'median ms':>10} {'best ms':>8} {'cpu ms':>8} "
+          f"{'makespan':>12} {'gap %':>8} {'over':>5} {'empty':>5} status")
+    for size in args.sizes:
+        n, ranks, per_rank = (int(x) for x in size.split("x"))
+        tokens, costs, seq_len = batch(n, ranks, per_rank, args.seed, args.fill)
+        probe = make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=per_rank)
+        evaluator = BalanceEvaluator(probe)
+        bound = evaluator.lower_bound()
+        for who in args.solvers:
+            times, cpu, objective, over, empty, status = [], [], math.inf, 0, 0, ""
+            for _ in range(args.repeats):
+                start, start_cpu = time.perf_counter(), time.process_time()
+                if who == "verl":
+                    bins = verl_kk(tokens, costs, ranks, per_rank)
+                else:
+                    inst = make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks,
+                                         local_batch_size=per_rank)
+                    result = (packplace.balance(inst) if who == "default" else packplace.balance(inst, solver=who))
+                times.append(time.perf_counter() - start)
+                cpu.append(time.process_time() - start_cpu)
+            if who == "verl":
+                loads = np.zeros(ranks)
+                for b, members in enumerate(bins):
+                    loads[b // per_rank] += sum(costs[i] for i in members)
+                    over += sum(tokens[i] for i in members) > seq_len
+                    empty += not members
+                objective, status = float(loads.max()), "-"
+            else:
+                objective, status = result.objective, result.status
+            gap = 100 * (objective - bound) / objective
+            print(f"{size:>12} {seq_len:>8} {who:<8} {1e3 * statistics.median(times):>10.2f} {1e3 * min(times):>8.2f} "
+                  f"{1e3 * statistics.median(cpu):>8.2f} {objective:>12.5g} {gap:>8.4f} {over:>5} {empty:>5} {status}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
