@@ -225,12 +225,21 @@ def fit_published(setups, scoped_knobs) -> dict[str, Any]:
     def values_for(st, x: dict) -> dict[str, float]:
         return {knob: x[(knob, scope, st.group(scope))] for knob, scope in scoped_knobs}
 
+    # a setup's figures depend only on its own knob values: a finite-difference step of one GPU type's
+    # or framework's value re-scores only that group's setups
+    memo: dict[tuple[str, tuple[tuple[str, float], ...]], dict[str, float]] = {}
+
+    def predicted(st, x: dict) -> dict[str, float]:
+        values = values_for(st, x)
+        key = (st.name, tuple(sorted(values.items())))
+        if key not in memo:
+            memo[key] = st.figures(values)
+        return memo[key]
+
     def residual_vector(x: dict) -> np.ndarray:
-        out, cache = [], {}
+        out = []
         for st, f, p in figures:
-            if st.name not in cache:
-                cache[st.name] = st.figures(values_for(st, x))
-            pred = cache[st.name].get(f, math.inf)
+            pred = predicted(st, x).get(f, math.inf)
             out.append(math.log(pred / p) if 0 < pred < math.inf else UNTIMED_RESIDUAL)
         return np.array(out)
 
