@@ -4,9 +4,13 @@ Every validation file belongs to one publication (``validation.publication``, de
 the first comma). For each publication ``P`` the declared knobs (``knob:scope``, one value per GPU type or
 per framework, :data:`~packplace.placement.calibrate.DEFAULT_SCOPED_KNOBS`) are fitted by
 :func:`~packplace.placement.calibrate.fit_published` on the figures of every *other* publication, and
-``P``'s figures are predicted with them: that ratio is out of sample. A knob value that no other
-publication determines (a GPU type or framework only ``P`` has) keeps its configured value and the row
-says so. The configured (preset) ratio is in sample: the presets were set with the rows in view.
+``P``'s figures are predicted with them: that ratio is out of sample. A value whose group has a single
+run in the fold is not fitted (a per-run knob; :data:`~packplace.placement.calibrate.MIN_RUNS_PER_VALUE`).
+A GPU type or framework that no other publication determines takes the median of the same knob's fitted
+values over the fold's other groups (those not at a physical limit), so no preset enters an out-of-sample
+figure unless no group was fitted; the row says which. Files with ``validation.not_fitted`` are scored and
+summarised but never train a fold. The configured (preset) ratio is in sample: the presets were set with
+the rows in view.
 
 Pairs (``validation.pair_with``): two files of one publication, the same job at two placements or cluster
 sizes. The published speed-up ``published(A) / published(B)`` of their primary figure (``step`` when
