@@ -192,7 +192,7 @@ def test_calibrate_flags_a_knob_pressed_against_its_limit_and_refuses_no_knob(ca
 
 def test_held_out_row_fits_in_memory_and_is_reported_whatever_its_ratio():
     # a published run added after the knobs were set: its ratio is reported, not required in range
-    rows = validate([os.path.join(VALIDATION, "held_out", "nemo_rl_grpo_qwen3-32b_4x8xh100.yaml")])
+    rows = validate([os.path.join(VALIDATION, "nemo_rl_grpo_qwen3-32b_4x8xh100.yaml")])
     assert [(r.setup, r.phase, r.published) for r in rows] == [("nemo_rl_grpo_qwen3-32b_4x8xh100", "step", 393.0)]
     assert rows[0].memory_ok
     # the NeMo RL profile derives its dispatch (~0) instead of the presets' former 5 s per task

@@ -47,7 +47,12 @@ IDENTIFIABILITY_TOLERANCE = 1e-6
 #: What one fitted knob value is shared by: the runs of one GPU type (hardware preset) or one framework.
 KNOB_SCOPES = ("gpu", "framework")
 #: Knobs cross-validation fits by default, as ``knob:scope``.
-DEFAULT_SCOPED_KNOBS = ("gemm_peak_fraction:gpu", "decode_bw_eff:gpu", "phase_overhead:framework")
+#: ``phase_overhead`` is not among them: what a framework adds per task is derived from the plan by its
+#: execution profile (:mod:`packplace.placement.framework`; 0 for DeepSpeed-Chat's process per GPU).
+DEFAULT_SCOPED_KNOBS = ("gemm_peak_fraction:gpu", "decode_bw_eff:gpu")
+#: Fewest runs that may determine one fitted value (a value set by a single run is a per-run knob, which
+#: the scopes exist to rule out); a group with fewer keeps its configured value.
+MIN_RUNS_PER_VALUE = 2
 #: Residual of a figure the model cannot time (an infinite or undefined prediction) in the joint fit.
 UNTIMED_RESIDUAL = 10.0
 
@@ -202,7 +207,8 @@ def fit_published(setups, scoped_knobs) -> dict[str, Any]:
     A setup provides ``name``, ``published`` (``{figure: seconds}``), ``group(scope)`` (its GPU type or
     framework), ``base_value(knob)`` (its configured value) and ``figures(values)`` (predicted
     ``{figure: seconds}`` with the knobs of ``values`` set). One parameter per ``(knob, scope, group)``
-    present; parameters the figures do not determine (a vanishing Jacobian column, or the smallest singular
+    present; a parameter of fewer than :data:`MIN_RUNS_PER_VALUE` setups, and parameters the figures do not
+    determine (a vanishing Jacobian column, or the smallest singular
     value of the normalised Jacobian below :data:`IDENTIFIABILITY_TOLERANCE`) are fixed at their start value,
     one at a time, and the fit repeated.
 
@@ -220,17 +226,28 @@ def fit_published(setups, scoped_knobs) -> dict[str, Any]:
     keys = sorted(params)
     start = {k: float(np.median(v)) for k, v in params.items()}
     figures = [(st, f, float(p)) for st in setups for f, p in st.published.items()]
-    fixed: dict[tuple[str, str, str], tuple[float, str]] = {}
+    fixed: dict[tuple[str, str, str], tuple[float, str]] = {
+        k: (start[k], f"only {len(v)} run of its group: a value fitted on one run is a per-run value")
+        for k, v in params.items() if len(v) < MIN_RUNS_PER_VALUE}
 
     def values_for(st, x: dict) -> dict[str, float]:
         return {knob: x[(knob, scope, st.group(scope))] for knob, scope in scoped_knobs}
 
+    # a setup's figures depend only on its own knob values: a finite-difference step of one GPU type's
+    # or framework's value re-scores only that group's setups
+    memo: dict[tuple[str, tuple[tuple[str, float], ...]], dict[str, float]] = {}
+
+    def predicted(st, x: dict) -> dict[str, float]:
+        values = values_for(st, x)
+        key = (st.name, tuple(sorted(values.items())))
+        if key not in memo:
+            memo[key] = st.figures(values)
+        return memo[key]
+
     def residual_vector(x: dict) -> np.ndarray:
-        out, cache = [], {}
+        out = []
         for st, f, p in figures:
-            if st.name not in cache:
-                cache[st.name] = st.figures(values_for(st, x))
-            pred = cache[st.name].get(f, math.inf)
+            pred = predicted(st, x).get(f, math.inf)
             out.append(math.log(pred / p) if 0 < pred < math.inf else UNTIMED_RESIDUAL)
         return np.array(out)
 

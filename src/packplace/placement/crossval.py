@@ -4,9 +4,13 @@ Every validation file belongs to one publication (``validation.publication``, de
 the first comma). For each publication ``P`` the declared knobs (``knob:scope``, one value per GPU type or
 per framework, :data:`~packplace.placement.calibrate.DEFAULT_SCOPED_KNOBS`) are fitted by
 :func:`~packplace.placement.calibrate.fit_published` on the figures of every *other* publication, and
-``P``'s figures are predicted with them: that ratio is out of sample. A knob value that no other
-publication determines (a GPU type or framework only ``P`` has) keeps its configured value and the row
-says so. The configured (preset) ratio is in sample: the presets were set with the rows in view.
+``P``'s figures are predicted with them: that ratio is out of sample. A value whose group has a single
+run in the fold is not fitted (a per-run knob; :data:`~packplace.placement.calibrate.MIN_RUNS_PER_VALUE`).
+A GPU type or framework that no other publication determines takes the median of the same knob's fitted
+values over the fold's other groups (those not at a physical limit), so no preset enters an out-of-sample
+figure unless no group was fitted; the row says which. Files with ``validation.not_fitted`` are scored and
+summarised but never train a fold. The configured (preset) ratio is in sample: the presets were set with
+the rows in view.
 
 Pairs (``validation.pair_with``): two files of one publication, the same job at two placements or cluster
 sizes. The published speed-up ``published(A) / published(B)`` of their primary figure (``step`` when
@@ -24,7 +28,7 @@ from typing import Any
 
 from packplace.errors import ConfigError
 from packplace.placement.calibrate import fit_published
-from packplace.placement.validate import framework, load_setup, pairs_of, predict, publication, skip_reason
+from packplace.placement.validate import framework, load_setup, not_fitted, pairs_of, predict, publication, skip_reason
 
 #: Summary ranges of the predicted/published ratio: the issue's "within" bands.
 SUMMARY_BANDS = ((0.8, 1.25), (0.67, 1.5))
@@ -34,7 +38,8 @@ SUMMARY_BANDS = ((0.8, 1.25), (0.67, 1.5))
 class Setup:
     """One validation file prepared for fitting: ``name`` (file name without ``.yaml``), its
     ``publication``, ``framework``, ``gpu`` (canonical preset name), ``published`` figures (seconds; empty
-    for a skipped file), ``skipped`` reason and its ``pairs`` (``pair_with`` entries)."""
+    for a skipped file), ``skipped`` reason, its ``pairs`` (``pair_with`` entries) and ``not_fitted``
+    (the declared reason its figures are scored but never fitted, :func:`~packplace.placement.validate.not_fitted`)."""
 
     name: str
     instance: Any
@@ -46,6 +51,7 @@ class Setup:
     published: dict[str, float]
     skipped: str = ""
     pairs: list[dict[str, str]] = field(default_factory=list)
+    not_fitted: str = ""
 
     @property
     def primary(self) -> str:
@@ -88,7 +94,7 @@ def load_setups(paths: list[str]) -> list[Setup]:
         skipped = skip_reason(plan, section)
         published = {} if skipped else {f: float(v) for f, v in section["published"].items()}
         out.append(Setup(name, instance, plan, section, publication(section), framework(instance, section),
-                         section["_gpu"], published, skipped, pairs_of(section, path)))
+                         section["_gpu"], published, skipped, pairs_of(section, path), not_fitted(section, path)))
     return out
 
 
@@ -96,7 +102,10 @@ def load_setups(paths: list[str]) -> list[Setup]:
 class CrossRow:
     """One figure: published seconds, predicted with the configured knobs (``in_sample``) and with the
     knobs fitted without its publication (``out_of_sample``), ``memory_ok`` and the knobs of its fold kept
-    at their configured value (``unfitted``: no other publication determines them)."""
+    at their configured value (``unfitted``: no other publication determines them and no other group has a
+    fitted value) or set to the median of the other groups' fitted values of the fold (``pooled``,
+    ``{knob[group]: value}``: no other publication has that GPU type or framework); ``not_fitted``: the
+    declared reason the file never trains a fold (its figures are still scored and summarised)."""
 
     setup: str
     figure: str
@@ -110,6 +119,8 @@ class CrossRow:
     primary: bool
     skipped: str = ""
     unfitted: list[str] = field(default_factory=list)
+    not_fitted: str = ""
+    pooled: dict[str, float] = field(default_factory=dict)
 
     def ratio(self, which: str = "out_of_sample") -> float:
         """``predicted / published`` of ``which`` (``in_sample`` or ``out_of_sample``)."""
@@ -124,7 +135,8 @@ class CrossRow:
                 "out_of_sample": self.out_of_sample if scored else None,
                 "in_sample_ratio": self.ratio("in_sample") if scored else None,
                 "out_of_sample_ratio": self.ratio() if scored else None, "memory_ok": self.memory_ok,
-                "primary": self.primary, "skipped": self.skipped, "unfitted": self.unfitted}
+                "primary": self.primary, "skipped": self.skipped, "unfitted": self.unfitted,
+                "not_fitted": self.not_fitted, "pooled": self.pooled}
 
 
 def _label(key: tuple[str, str, str]) -> str:
@@ -142,9 +154,10 @@ def cross_validate(setups: list[Setup], scoped_knobs) -> dict[str, Any]:
     base = {s.name: s.score() for s in setups}
     out_pred: dict[str, dict[str, float]] = {}
     unfitted: dict[str, list[str]] = {}
+    pooled: dict[str, dict[str, float]] = {}
     folds = []
     for pub in sorted({s.publication for s in scored}):
-        train = [s for s in scored if s.publication != pub]
+        train = [s for s in scored if s.publication != pub and not s.not_fitted]
         fit = fit_published(train, scoped_knobs)
         folds.append({"left_out": pub, "train_setups": [s.name for s in train],
                       "knobs": {_label(k): v for k, v in fit["knobs"].items()},
@@ -158,6 +171,11 @@ def cross_validate(setups: list[Setup], scoped_knobs) -> dict[str, Any]:
                 key = (knob, scope, s.group(scope))
                 if key in fit["knobs"]:
                     values[knob] = fit["knobs"][key]
+                    continue
+                others = [v for k, v in fit["knobs"].items() if k[:2] == (knob, scope) and k not in fit["at_limit"]]
+                if others:  # no other publication determines this group's value: the other groups' median
+                    values[knob] = float(statistics.median(others))
+                    pooled.setdefault(s.name, {})[_label(key)] = values[knob]
                 else:
                     kept.append(_label(key))
             out_pred[s.name] = s.score(values)[0]
@@ -168,7 +186,8 @@ def cross_validate(setups: list[Setup], scoped_knobs) -> dict[str, Any]:
         for fig, pub_s in s.section["published"].items():
             oos = out_pred.get(s.name, predicted).get(fig, math.nan)
             rows.append(CrossRow(s.name, fig, s.publication, s.framework, s.gpu, float(pub_s), predicted[fig], oos,
-                                 fits, fig == s.primary, s.skipped, unfitted.get(s.name, [])))
+                                 fits, fig == s.primary, s.skipped, unfitted.get(s.name, []), s.not_fitted,
+                                 pooled.get(s.name, {})))
     in_step = {s.name: base[s.name][0][s.primary] for s in scored}
     out_step = {s.name: out_pred[s.name][s.primary] for s in scored}
     return {"rows": rows, "folds": folds, "pairs": pair_rows(setups, in_step, out_step),
@@ -236,8 +255,12 @@ def format_cross_validation(result: dict[str, Any]) -> str:
             lines.append(f"{r.setup:<50} {r.figure:<30} {r.published:>11.1f} {'-':>9} {'-':>13}  SKIPPED: {r.skipped}")
             continue
         notes = [] if r.memory_ok else ["plan over memory in the model"]
+        if r.pooled:
+            notes.append("other groups' median: " + ", ".join(f"{k} {v:.3g}" for k, v in r.pooled.items()))
         if r.unfitted:
             notes.append("kept at preset: " + ", ".join(r.unfitted))
+        if r.not_fitted and r.primary:
+            notes.append("never fitted (validation.not_fitted)")
         lines.append(f"{r.setup:<50} {r.figure:<30} {r.published:>11.1f} {r.ratio('in_sample'):>9.2f} "
                      f"{r.ratio():>13.2f}  {'; '.join(notes)}")
     lines.append("")

@@ -85,9 +85,8 @@ class Hardware:
             Narayanan et al. 2021); the default never exceeds these sustained fractions.
         gemm_k_half: Inner dimension (hidden size per tensor-parallel rank), in units of 64, at which
             a GEMM reaches half of peak; 0 disables the term.
-        decode_bw_eff: Fraction of ``memory_bandwidth`` a decode step achieves (0 < x ≤ 1; default 0.7:
-            vLLM decoding a 7-8B model at batch 1 streams its weights at 0.6-0.8 of the datasheet HBM
-            bandwidth, see :data:`PRESETS`).
+        decode_bw_eff: Fraction of ``memory_bandwidth`` a decode step achieves (0 < x ≤ 1; default 0.7,
+            an in-sample default: :data:`PRESETS`).
         non_gemm_constant: Seconds per layer per micro-batch spent outside GEMMs (norms, softmax,
             kernel launches); 0 disables.
         non_gemm_scaling: Seconds per layer per ``non_gemm_batch_cal`` tokens (per tensor-parallel rank)
@@ -194,14 +193,16 @@ def _links(nvlink_bus: float, nic: float, *, rack_factor: float = 0.9) -> dict[s
 #: 200 Gb/s Ethernet/RoCE across nodes. ``host_bandwidth``: PCIe Gen5 x16 (64 GB/s per direction, ~50
 #: sustained) on Hopper and Blackwell boards, Gen4 x16 (32 GB/s, ~25 sustained) on Ampere and L40S.
 #:
-#: Efficiency estimates (documented, not measured on your cluster; ``packplace calibrate`` fits them):
-#: ``gemm_peak_fraction`` is the sustained fraction of dense peak of whole training/inference passes —
-#: 0.65 on Hopper/Blackwell (cuBLAS GEMMs reach ~0.75 of peak; attention, layer norms and the optimizer
-#: bring whole passes lower: Megatron-LM and NeMo report 0.4-0.55 MFU for dense 7-70B training), 0.6 on
-#: A100/A800/L40S; ``decode_bw_eff`` 0.6-0.7 of the datasheet HBM bandwidth (vLLM batch-1 decode of
-#: 7-8B models: 11.9 ms/token for Qwen2.5-7B on one A100 in the Qwen speed benchmark against a 6.9 ms
-#: weight-streaming floor); ``decode_step_overhead`` a few ms (vLLM's scheduler, sampling and detokenizer
-#: per step). The presets set no ``phase_overhead`` or ``weight_sync_overhead`` (both 0): what an RL
+#: Efficiency defaults (not measured on your cluster; ``packplace calibrate`` fits them):
+#: ``gemm_peak_fraction`` is the sustained fraction of dense peak of whole training/inference passes
+#: (cuBLAS GEMMs reach ~0.75 of peak; whole passes less: Megatron-LM reports up to 0.52 of A100 peak,
+#: Narayanan et al. 2021 Table 1, and up to 0.47 MFU on H100, github.com/NVIDIA/Megatron-LM README) and
+#: ``decode_bw_eff`` the fraction of the datasheet HBM bandwidth a decode step streams at. Both preset
+#: values were chosen with the validation rows in view: they are in-sample defaults, and the out-of-sample
+#: figures (``packplace validate --cross-validate``) do not use them: each GPU type's value there is
+#: fitted without the row's publication (docs/calibration-and-validation.md). ``decode_step_overhead``
+#: 2 ms is an estimate of vLLM's scheduler, sampling and detokenizer cost per step, with no source.
+#: The presets set no ``phase_overhead`` or ``weight_sync_overhead`` (both 0): what an RL
 #: framework adds per task and per weight sync is derived from the plan by its execution profile
 #: (``policy.framework``, :mod:`packplace.placement.framework`); the two knobs remain for ``calibrate``.
 PRESETS: dict[str, dict[str, float]] = {

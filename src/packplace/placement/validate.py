@@ -20,9 +20,9 @@ the steady-state period (the published value is then a period too); the value is
 allowed candidates, as the published run used it. A phase's predicted time is the span of its vertices
 in the schedule; ``step`` is the evaluator's step time. A row passes within :data:`RATIO_RANGE`.
 Optional keys: ``url``, ``publication`` (the group of leave-one-source-out cross-validation,
-:mod:`packplace.placement.crossval`; default: ``source`` up to its first comma), ``framework`` and
-``pair_with`` (:data:`PAIR_KEYS`). A row whose declared staleness the plan does not carry is flagged and
-skipped, never scored as synchronous.
+:mod:`packplace.placement.crossval`; default: ``source`` up to its first comma), ``framework``,
+``pair_with`` (:data:`PAIR_KEYS`) and ``not_fitted`` (:func:`not_fitted`). A row whose declared staleness
+the plan does not carry is flagged and skipped, never scored as synchronous.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
 RATIO_RANGE = (1 / 1.3, 1.3)
 #: Keys of the validation section (anything else is a typo).
 SECTION_KEYS = ("source", "url", "publication", "framework", "published", "phases", "engine_only", "plan",
-                "pair_with", "note")
+                "pair_with", "note", "not_fitted")
 #: Keys of one ``pair_with`` entry: the other setup's file name without ``.yaml`` and what changes.
 PAIR_KEYS = ("setup", "what")
 
@@ -162,6 +162,21 @@ def framework(instance, section: dict[str, Any]) -> str:
     when the instance has one (``unknown`` when neither is given)."""
     value = section.get("framework") or getattr(instance, "framework", None)
     return str(getattr(value, "name", value) or "unknown")
+
+
+def not_fitted(section: dict[str, Any], where: str) -> str:
+    """Why a file's figures are scored and reported but never used to fit knobs (``validation.not_fitted``:
+    the reason, naming the mechanism the model lacks for that run); empty when the file is fitted.
+
+    Raises:
+        ConfigError: ``not_fitted`` given but not a non-empty reason.
+    """
+    value = section.get("not_fitted")
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"[validation] {where}: not_fitted must be the reason (a non-empty string), got {value!r}")
+    return value.strip()
 
 
 def pairs_of(section: dict[str, Any], where: str) -> list[dict[str, str]]:
