@@ -59,6 +59,9 @@ def _balance_instances() -> dict:
         "rounds-n10-D4g2": make_instance([2, 9, 4, 7, 1, 8, 3, 6, 5, 10], [4, 81, 16, 49, 1, 64, 9, 36, 25, 100],
                                          seq_len=30, data_parallel_size=4, objective="rounds", group_size=2,
                                          reference_bins="auto"),
+        "lockstep-n10-D2m3": make_instance([3, 5, 2, 7, 4, 6, 1, 8, 2, 3], [9, 25, 4, 49, 16, 36, 1, 64, 4, 9],
+                                           seq_len=12, data_parallel_size=2, local_batch_size=3,
+                                           objective="lockstep", reference_bins="auto"),
         "tight-n7-D3": make_instance([2, 6, 3, 3, 2, 9, 4], seq_len=10, data_parallel_size=3,
                                      reference_bins=((5,), (1, 0, 4), (6, 2, 3))),
     }

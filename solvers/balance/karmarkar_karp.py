@@ -28,6 +28,7 @@ from packplace.result import FEASIBLE, UNKNOWN, Proposal
 from packplace.solvers.balance._common import first_fit_decreasing, prepare, reject_unknown_params
 from packplace.solvers.balance.constrained import construct_proposal
 from packplace.solvers.balance.construction import after_dead_end
+from packplace.solvers.balance.lockstep import lockstep_aware
 from packplace.solvers.registry import register
 
 #: Default ceiling on the estimated peak memory (bytes) of one solve.
@@ -186,6 +187,7 @@ def _constructed(instance: BalanceInstance, why: str, deadline: float | None = N
 
 
 @register("balance", "karmarkar_karp", aliases=("kk",))
+@lockstep_aware
 def solve(
     instance: BalanceInstance,
     *,

@@ -37,6 +37,7 @@ from packplace.errors import ConfigError
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
 from packplace.solvers.balance._common import canonical, integer_makespan_bound
 from packplace.solvers.balance.cpsat import DEFAULT_MAX_BOOLEANS, READBACK_RESERVE_S, solve_from_start
+from packplace.solvers.balance.lockstep import lockstep_aware
 from packplace.solvers.registry import get, register
 
 #: Default wall-clock budget (seconds) of the whole call when ``time_limit_s`` is None.
@@ -215,6 +216,7 @@ def _check_params(ranks_per_neighbourhood: Any, neighbourhood_time_s: Any, param
 
 
 @register("balance", "lns")
+@lockstep_aware
 def solve(
     instance: BalanceInstance,
     *,

@@ -39,6 +39,7 @@ from packplace.solvers.balance._common import (
 )
 from packplace.solvers.balance.constrained import construct_proposal
 from packplace.solvers.balance.construction import after_dead_end
+from packplace.solvers.balance.lockstep import lockstep_aware
 from packplace.solvers.balance.rounds import lowest_zone_overlap, round_ceilings, rounds_after_replacing
 from packplace.solvers.registry import register
 
@@ -548,6 +549,7 @@ def _lpt_vectorized(
 
 
 @register("balance", "lpt")
+@lockstep_aware
 def solve(
     instance: BalanceInstance, *, time_limit_s: float | None = None, seed: int = 0, **params
 ) -> Proposal:

@@ -50,6 +50,7 @@ from packplace.solvers.balance.cpsat.scaling import (
     _true_bound,
 )
 from packplace.solvers.balance.cpsat.start import _heuristic_start, _Start
+from packplace.solvers.balance.lockstep import lockstep_aware
 from packplace.solvers.registry import register
 
 if TYPE_CHECKING:
@@ -166,6 +167,7 @@ def solve_from_start(
 
 
 @register("balance", "cpsat", exact=True)
+@lockstep_aware
 def solve(
     instance: BalanceInstance,
     *,

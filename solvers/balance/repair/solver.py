@@ -32,6 +32,7 @@ from packplace.solvers.balance._common import (
 )
 from packplace.solvers.balance.constrained import repair_proposal
 from packplace.solvers.balance.construction import after_dead_end
+from packplace.solvers.balance.lockstep import lockstep_aware
 from packplace.solvers.balance.lpt import lpt_bins
 from packplace.solvers.balance.repair.fine_tune import fine_tune
 from packplace.solvers.balance.repair.pair import repair_pairs
@@ -71,6 +72,7 @@ FINE_TUNE_STEPS_PER_RANK = 4
 
 
 @register("balance", "repair")
+@lockstep_aware
 def solve(
     instance: BalanceInstance,
     *,

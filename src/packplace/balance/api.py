@@ -42,7 +42,8 @@ def solve_balance(
 
     Returns:
         A :class:`~packplace.result.SolveResult` whose ``solution`` is an
-        :class:`~packplace.balance.schema.Assignment` (keys within a bin in canonical order),
+        :class:`~packplace.balance.schema.Assignment` (keys within a bin in canonical order, each
+        rank's bins in running order in ``run_order``: cost descending),
         ``objective`` the evaluator's value of the instance's objective, ``bound`` the best proven
         lower bound, and ``info`` the per-rank loads and all three objectives.
 
@@ -62,7 +63,7 @@ def solve_balance(
 
     def normalize(solution: Any) -> Assignment:
         assignment = solution if isinstance(solution, Assignment) else Assignment(solution, instance.local_batch_size)
-        return evaluator.canonical(assignment)
+        return evaluator.with_run_order(evaluator.canonical(assignment))
 
     # time_limit_s covers the whole call: on large instances (from 50,000 samples) the backend stops early
     # enough to leave time for the canonical order and the score (FINISH_S_PER_SAMPLE per sample, at most

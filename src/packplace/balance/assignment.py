@@ -2,14 +2,15 @@
 
 ``bins[r·m + j]`` is bin j of rank r. Its feasibility and objectives are judged by
 :mod:`packplace.balance.evaluator`; JSON documents carry it as rank-nested lists
-(:meth:`Assignment.to_dict`).
+(:meth:`Assignment.to_dict`). :attr:`Assignment.run_order` states the order in which each rank runs
+its bins (every solve fills it in: cost descending, :func:`packplace.balance.lockstep.run_order`).
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from packplace.balance.samples import SampleKey, key_order
@@ -23,13 +24,38 @@ class Assignment:
     Attributes:
         bins: D·m tuples of keys.
         local_batch_size: m, bins per rank.
+        run_order: The order in which each rank runs its bins: D tuples, each a permutation of the
+            positions 0..m-1 of the rank's bins (``run_order[r][k]`` = the bin rank r runs k-th), or
+            ``None`` when unstated (then the bins run in position order). Not part of equality: the
+            same bins are the same assignment.
+
+    Raises:
+        ConfigError: a ``run_order`` that is not D permutations of 0..m-1.
     """
 
     bins: tuple[tuple[SampleKey, ...], ...]
     local_batch_size: int = 1
+    run_order: tuple[tuple[int, ...], ...] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "bins", tuple(tuple(b) for b in self.bins))
+        if not (type(self.bins) is tuple and all(type(b) is tuple for b in self.bins)):  # keep the same object
+            object.__setattr__(self, "bins", tuple(tuple(b) for b in self.bins))
+        if self.run_order is not None:
+            object.__setattr__(self, "run_order", _checked_run_order(self.run_order, self.data_parallel_size,
+                                                                     self.local_batch_size))
+
+    def with_run_order(self, order: Iterable[Iterable[int]]) -> Assignment:
+        """The same bins with :attr:`run_order` set to ``order`` (D permutations of 0..m-1).
+
+        Raises:
+            ConfigError: ``order`` is not D permutations of 0..m-1.
+        """
+        return Assignment(self.bins, self.local_batch_size, tuple(tuple(int(j) for j in rank) for rank in order))
+
+    def ordered_rank(self, r: int) -> tuple[tuple[SampleKey, ...], ...]:
+        """The m bins of rank ``r`` in the order it runs them (:attr:`run_order`, else position order)."""
+        bins = self.rank(r)
+        return bins if self.run_order is None else tuple(bins[j] for j in self.run_order[r])
 
     @property
     def data_parallel_size(self) -> int:
@@ -47,22 +73,28 @@ class Assignment:
 
     def canonical(self) -> Assignment:
         """The same assignment with the keys of each bin in :func:`key_order` (bins stay in place)."""
-        return Assignment(tuple(tuple(sorted(b, key=key_order)) for b in self.bins), self.local_batch_size)
+        return Assignment(tuple(tuple(sorted(b, key=key_order)) for b in self.bins), self.local_batch_size,
+                          self.run_order)
 
     def to_lists(self) -> list[list[list[Any]]]:
         """``[[bin keys, ...] per rank]``: the rank-nested lists JSON documents carry."""
         return [[list(b) for b in rank] for rank in self.ranks()]
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"local_batch_size": m, "ranks": to_lists()}``; :meth:`from_dict` inverts it."""
-        return {"local_batch_size": self.local_batch_size, "ranks": self.to_lists()}
+        """``{"local_batch_size": m, "ranks": to_lists()}`` plus ``"run_order"`` (per rank, the bin
+        positions in running order) when stated; :meth:`from_dict` inverts it."""
+        data: dict[str, Any] = {"local_batch_size": self.local_batch_size, "ranks": self.to_lists()}
+        if self.run_order is not None:
+            data["run_order"] = [list(rank) for rank in self.run_order]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Assignment:
         """The assignment :meth:`to_dict` wrote.
 
         Raises:
-            ConfigError: missing ``ranks``/``local_batch_size``, or ranks of unequal bin counts.
+            ConfigError: missing ``ranks``/``local_batch_size``, ranks of unequal bin counts, or a
+                ``run_order`` (optional) that is not one permutation of 0..m-1 per rank.
         """
 
         try:
@@ -71,15 +103,34 @@ class Assignment:
             if any(len(rank) != per_rank for rank in ranks):
                 raise ValueError(f"every rank must hold local_batch_size={per_rank} bins")
             bins = tuple(tuple(b) for rank in ranks for b in rank)
+            order = data.get("run_order")
+            if order is not None:
+                order = tuple(tuple(rank) for rank in order)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"assignment: malformed assignment data ({type(exc).__name__}: {exc})") from None
-        return cls(bins, per_rank)
+        return cls(bins, per_rank, order)
 
     def to_json(self) -> list[list[list[Any]]]:
         """Deprecated name of :meth:`to_lists` (it returns lists, not JSON text)."""
         warnings.warn("Assignment.to_json() is deprecated; use to_lists() (or to_dict())", DeprecationWarning,
                       stacklevel=2)
         return self.to_lists()
+
+
+def _checked_run_order(order: Any, ranks: int, per_rank: int) -> tuple[tuple[int, ...], ...]:
+    """``order`` as D tuples of ints, each a permutation of 0..m-1, else a one-line ConfigError."""
+    expected = list(range(per_rank))
+    try:
+        rows = tuple(tuple(rank) for rank in order)
+        valid = len(rows) == ranks and all(
+            all(isinstance(j, int) and not isinstance(j, bool) for j in row) and sorted(row) == expected
+            for row in rows)
+    except TypeError:
+        valid = False
+    if not valid:
+        raise ConfigError(f"run_order: must be {ranks} permutations of 0..{per_rank - 1} (one per rank), "
+                          f"got {str(order)[:80]}")
+    return rows
 
 
 def as_bins(value: Any, field_name: str) -> tuple[tuple[SampleKey, ...], ...]:

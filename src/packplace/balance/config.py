@@ -54,7 +54,7 @@ FIELDS: dict[str, Field] = {
     "equal_count": Field("bool", default=False, meaning="every rank the same number of samples (within one)"),
     "max_samples_per_bin": Field("int", "samples", 1, MAX_SAMPLES, default=None,
                                  meaning="at most this many samples per bin; default no limit"),
-    "objective": Field("enum", choices=("makespan", "balance", "rounds"), default="makespan",
+    "objective": Field("enum", choices=("makespan", "balance", "rounds", "lockstep"), default="makespan",
                        meaning="what the solvers minimise"),
     "group_size": Field("int", "ranks", 1, MAX_RANKS, default=None,
                         meaning="ranks per synchronous round (rounds objective); divides D; default D"),

@@ -10,6 +10,11 @@ has a padding cost, ``padding_cost(seq_len − bin tokens).llm`` for each of its
   (loads are divided by their maximum before squaring so that FLOP-sized numbers cannot overflow).
 * ``rounds``   = Σ_k sorted_desc(ℓ)[k·g]: the time of running the D packs as D/g synchronous rounds
   of g physical ranks (the optimal schedule puts the g largest loads in one round, and so on).
+* ``lockstep`` = Σ_j max_r (the j-th costliest bin of rank r): micro-batches that run in lockstep
+  across ranks, each rank running its bins by cost descending (optimal:
+  :func:`packplace.balance.lockstep.lockstep_cost`). It depends on bin costs, not only rank loads.
+
+Every scored plan also states each rank's run order (:meth:`BalanceEvaluator.run_order`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any, cast
 import numpy as np
 
 from packplace.balance.bounds import makespan_bounds
+from packplace.balance.lockstep import as_rounds_instance, capacity_bounds, lockstep_cost, run_order
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey, input_order_key_rank
 
 
@@ -50,13 +56,20 @@ def round_makespan(loads: Sequence[float] | np.ndarray, group_size: int) -> floa
 
 
 def objective_value(name: str, loads: Sequence[float] | np.ndarray, group_size: int) -> float:
-    """The named objective of a vector of rank loads."""
+    """The named objective of a vector of rank loads.
+
+    Raises:
+        ValueError: an unknown name, or ``lockstep``, which needs the bin costs
+            (:meth:`BalanceEvaluator.objective`).
+    """
     if name == "makespan":
         return makespan(loads)
     if name == "balance":
         return squared_cv(loads)
     if name == "rounds":
         return round_makespan(loads, group_size)
+    if name == "lockstep":
+        raise ValueError("objective: 'lockstep' depends on bin costs, not rank loads alone (use the evaluator)")
     raise ValueError(f"objective: unknown {name!r}")
 
 
@@ -68,10 +81,14 @@ class BalanceScore:
         feasible: True iff :attr:`violations` is empty.
         violations: One line per broken rule (first ones only, at most 20).
         objective: The instance's objective (``inf`` if infeasible).
-        makespan, balance, rounds: All three objectives (``rounds`` with the instance's group size).
+        makespan, balance, rounds, lockstep: All four objectives (``rounds`` with the instance's group
+            size).
         rank_loads: ℓ_r per rank, shape (D,), cost units.
         rank_tokens: Tokens per rank, shape (D,).
         bin_tokens: Tokens per bin, shape (D·m,).
+        bin_costs: Cost per bin, padding included, shape (D·m,).
+        run_order: Each rank's bins in running order (:func:`~packplace.balance.lockstep.run_order`),
+            shape (D, m): positions within the rank.
     """
 
     feasible: bool
@@ -80,9 +97,12 @@ class BalanceScore:
     makespan: float = math.inf
     balance: float = math.inf
     rounds: float = math.inf
+    lockstep: float = math.inf
     rank_loads: np.ndarray = field(default_factory=lambda: np.zeros(0))
     rank_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     bin_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    bin_costs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    run_order: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
 
     def detail(self) -> dict[str, Any]:
         """JSON-friendly summary for :class:`~packplace.result.SolveResult.info`."""
@@ -90,6 +110,7 @@ class BalanceScore:
             "makespan": self.makespan,
             "balance": self.balance,
             "rounds": self.rounds,
+            "lockstep": self.lockstep,
             "rank_loads": [float(x) for x in self.rank_loads],
             "rank_tokens": [int(x) for x in self.rank_tokens],
         }
@@ -333,10 +354,35 @@ class BalanceEvaluator:
         loads: np.ndarray = costs.reshape(self.instance.data_parallel_size, self.instance.local_batch_size).sum(axis=1)
         return loads
 
+    def with_run_order(self, assignment: Assignment) -> Assignment:
+        """``assignment`` with its :attr:`~Assignment.run_order` set to :meth:`run_order`; unchanged when
+        it has the wrong number of bins or an unknown key (the score then names the violation)."""
+        inst = self.instance
+        if len(assignment.bins) != inst.num_bins or assignment.local_batch_size != inst.local_batch_size:
+            return assignment
+        if self.flatten(assignment.bins) is None:
+            return assignment
+        return assignment.with_run_order(self.run_order(assignment.bins).tolist())
+
     def objective(self, bins: Sequence[Sequence[SampleKey]] | Assignment, name: str | None = None) -> float:
         """The named objective (default: the instance's) of a feasible assignment."""
         inst = self.instance
-        return objective_value(name or inst.objective, self.rank_loads(bins), inst.resolved_group_size)
+        name = name or inst.objective
+        if name == "lockstep":
+            if isinstance(bins, Assignment):
+                bins = bins.bins
+            _, costs = self.bin_arrays(bins)
+            return lockstep_cost(costs.reshape(inst.data_parallel_size, inst.local_batch_size))
+        return objective_value(name, self.rank_loads(bins), inst.resolved_group_size)
+
+    def run_order(self, bins: Sequence[Sequence[SampleKey]] | Assignment) -> np.ndarray:
+        """Each rank's bins in running order, int64 array (D, m) of positions within the rank: cost
+        descending, ties by position (:func:`~packplace.balance.lockstep.run_order`; optimal for
+        ``lockstep``, neutral for the objectives of rank totals). Assumes known keys (check first)."""
+        if isinstance(bins, Assignment):
+            bins = bins.bins
+        _, costs = self.bin_arrays(bins)
+        return run_order(costs.reshape(self.instance.data_parallel_size, self.instance.local_batch_size))
 
     def score(self, bins: Sequence[Sequence[SampleKey]] | Assignment) -> BalanceScore:
         """Feasibility and all objectives of ``bins``."""
@@ -348,15 +394,18 @@ class BalanceEvaluator:
         inst = self.instance
         bin_tokens, bin_costs = self.bin_arrays(bins)
         shape = (inst.data_parallel_size, inst.local_batch_size)
-        loads = bin_costs.reshape(shape).sum(axis=1)
+        by_rank = bin_costs.reshape(shape)
+        loads = by_rank.sum(axis=1)
         values = {
             "makespan": makespan(loads),
             "balance": squared_cv(loads),
             "rounds": round_makespan(loads, inst.resolved_group_size),
+            "lockstep": lockstep_cost(by_rank),
         }
         return BalanceScore(
             True, [], values[inst.objective], values["makespan"], values["balance"], values["rounds"],
-            loads, bin_tokens.reshape(shape).sum(axis=1), bin_tokens,
+            values["lockstep"], loads, bin_tokens.reshape(shape).sum(axis=1), bin_tokens, bin_costs,
+            run_order(by_rank),
         )
 
     # -------------------------------------------------------------------------------- lower bounds
@@ -376,8 +425,12 @@ class BalanceEvaluator:
         smallest when that rank carries exactly L and the others share the rest equally, which gives
         (1/D)·[(L/μ − 1)² + (D − 1)·((μ − L)/((D − 1)·μ))²] = (L/μ − 1)²/(D − 1) when L > μ, else 0.
         With a padding cost the total load depends on the assignment, so the bound is 0 there.
+
+        lockstep: :meth:`_lockstep_bound`.
         """
         name = name or self.instance.objective
+        if name == "lockstep":
+            return self._lockstep_bound()
         if name == "balance":
             ranks = self.instance.data_parallel_size
             if self.instance.padding_cost is not None or ranks < 2:
@@ -413,6 +466,33 @@ class BalanceEvaluator:
                                            equal_count=inst.equal_count, unit_costs=units, unit_sizes=sizes)
             object.__setattr__(inst, "_makespan_bounds", self._bounds)  # frozen dataclass: a private cache
         return dict(self._bounds)
+
+    def _lockstep_bound(self) -> float:
+        """lockstep ≥ max(makespan bound, rounds bound of the D·m one-bin ranks, capacity bound).
+
+        * lockstep ≥ makespan for every assignment (:func:`~packplace.balance.lockstep.lockstep_cost`),
+          so every makespan bound holds (groups and ``equal_count`` included);
+        * the ``rounds`` instance of :func:`~packplace.balance.lockstep.as_rounds_instance` (rounds of D
+          over D·m one-bin ranks) has the lockstep optimum as its optimum, or below it under
+          ``equal_count``/``groups`` (it drops them): its analytic bound (Σc/D, the largest sample, the
+          first round's token capacity) holds;
+        * :func:`~packplace.balance.lockstep.capacity_bounds`: what the first k indices' bins cannot
+          hold spreads over the later ones, k = 1..m−1;
+        * with integer costs and no padding every bin cost, hence the lockstep cost, is an integer: the
+          bound rounds up.
+        """
+        inst = self.instance
+        bound = self.lower_bound("makespan")
+        if inst.local_batch_size == 1:  # one micro-batch: lockstep is the makespan
+            return bound
+        relaxed = BalanceEvaluator(as_rounds_instance(inst)).lower_bound("rounds")
+        capacity = capacity_bounds(self.tokens, self.costs, inst.constraints.seq_len, inst.data_parallel_size,
+                                   inst.local_batch_size)
+        bound = max(bound, relaxed, capacity)
+        costs = self.costs
+        if inst.padding_cost is None and np.all(costs == np.round(costs)) and float(costs.sum()) < 2.0 ** 52:
+            bound = float(math.ceil(bound - 1e-9 * max(1.0, abs(bound))))
+        return bound
 
     def _unit_costs(self) -> np.ndarray:
         """Costs of the units that cannot split across ranks: each group's total, then each other sample."""

@@ -5,7 +5,7 @@ An instance holds n samples (:class:`~packplace.balance.samples.Sample`, stored 
 data-parallel ranks and m bins per rank. An assignment places every sample in one of the D·m
 non-empty bins (rank-major), each bin within ``seq_len`` tokens and its budgets, under the rank
 rules (``equal_count``, ``max_samples_per_bin``, ``groups``:
-:mod:`packplace.balance.rank_rules`). Objectives: ``makespan``, ``balance``, ``rounds``
+:mod:`packplace.balance.rank_rules`). Objectives: ``makespan``, ``balance``, ``rounds``, ``lockstep``
 (:mod:`packplace.balance.evaluator`, the one scorer of feasibility and objectives).
 
 Instances are validated on construction; ``local_batch_size="auto"`` and ``reference_bins="auto"``
@@ -64,7 +64,7 @@ __all__ = [
     "key_order",
 ]
 
-OBJECTIVES = ("makespan", "balance", "rounds")
+OBJECTIVES = ("makespan", "balance", "rounds", "lockstep")
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,8 @@ class BalanceInstance:
             when the instance has rank rules; ``None`` if that packing fails). Its feasibility is
             checked by :func:`packplace.balance.instance.check_reference_bins`, which
             :func:`~packplace.balance.instance.make_instance` and the config loader call.
-        objective: ``"makespan"``, ``"balance"`` or ``"rounds"``.
+        objective: ``"makespan"``, ``"balance"``, ``"rounds"`` or ``"lockstep"`` (micro-batches in
+            lockstep across ranks: :mod:`packplace.balance.lockstep`).
         group_size: g, physical ranks per synchronous round for ``rounds`` (D must be a multiple
             of g); defaults to D (one round).
         padding_cost: Optional ``f(pad_tokens) -> WorkloadCost`` charged to every bin padded up to

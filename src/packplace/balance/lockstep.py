@@ -1,0 +1,172 @@
+"""The ``lockstep`` objective: micro-batches that run in lockstep across data-parallel ranks.
+
+Under FSDP / ZeRO-3 every micro-batch's forward and backward gather and reduce-scatter parameters
+across all D ranks, so micro-batch j of every rank ends together and a step lasts
+Σ_j max_r c(bin_{r, σ_r(j)}), σ_r the order in which rank r runs its m bins (PyTorch FSDP,
+https://pytorch.org/docs/2.5/fsdp.html; ZeRO-3, Rajbhandari et al., arXiv:1910.02054, §5). WLB-LLM
+(Wang et al., OSDI'25, arXiv:2503.17924) balances this per-micro-batch workload.
+
+* :func:`run_order`: the order in which each rank runs its bins: cost descending, ties by position.
+  For every objective a plan carries it (:attr:`~packplace.balance.assignment.Assignment.run_order`);
+  for ``lockstep`` it is optimal (:func:`lockstep_cost` proves it).
+* :func:`lockstep_cost`: the objective of a (D, m) array of bin costs, ranks in that order.
+* :func:`as_rounds_instance`: the same samples as D·m one-bin "ranks" under the ``rounds``
+  objective with rounds of D; without ``equal_count``/``groups`` its optimum equals the lockstep
+  optimum, with them it is a relaxation (:func:`lift_rounds_bins` maps answers back).
+* :func:`capacity_bounds`: the token-capacity bound family of the lockstep lower bound.
+
+Modelled: a bin's cost is its samples' ``llm`` cost plus the instance's per-bin padding cost; the
+pipeline bubble of a pipeline-parallel schedule is not modelled (it adds a term that does not depend
+on the assignment for a fixed number of micro-batches).
+Performance: docs/performance.md
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from packplace.balance.samples import SampleKey
+from packplace.balance.schema import BalanceInstance
+
+
+def run_order(bin_costs: np.ndarray) -> np.ndarray:
+    """Each rank's bins in the order they should run: cost descending, ties by position.
+
+    Args:
+        bin_costs: Bin costs, shape (D, m), ``bin_costs[r, j]`` the cost of bin j of rank r.
+
+    Returns:
+        Int64 array of shape (D, m): ``order[r, k]`` is the position (0..m-1) of the bin rank r runs
+        k-th. Optimal for ``lockstep`` (:func:`lockstep_cost`); for the other objectives, which depend
+        on rank totals only, any order is optimal and this one is stated so that every plan names one.
+    """
+    costs = np.asarray(bin_costs, dtype=float)
+    order: np.ndarray = np.argsort(-costs, axis=1, kind="stable").astype(np.int64)
+    return order
+
+
+def lockstep_cost(bin_costs: np.ndarray) -> float:
+    """Σ_j max_r of the j-th costliest bin of rank r: the lockstep step time, each rank in its best order.
+
+    Ordering rule: with every rank running the same number m of bins, running each rank's bins by cost
+    descending minimises Σ_j max_r c(bin_{r, σ_r(j)}) over all orders σ_r.
+
+    Proof (exchange by order statistics): let a_r(1) ≥ … ≥ a_r(m) be rank r's bin costs sorted and, for
+    any orders σ, let M_j = max_r c(bin_{r, σ_r(j)}) and M_(1) ≥ … ≥ M_(m) these maxima sorted. Fix k
+    and a rank r* with the largest a_r(k). Its k costliest bins run at k distinct indices j, and each
+    such index has M_j ≥ a_r*(k); so at least k of the maxima are ≥ a_r*(k), that is
+    M_(k) ≥ max_r a_r(k). Summing over k, Σ_j M_j = Σ_k M_(k) ≥ Σ_k max_r a_r(k), which is the cost of
+    the descending orders (their index k has maximum exactly max_r a_r(k)). ∎
+
+    Also lockstep ≥ makespan: Σ_j max_r c_{r,j} ≥ max_r Σ_j c_{r,j}.
+
+    Args:
+        bin_costs: Bin costs, shape (D, m).
+
+    Returns:
+        The lockstep cost (0 for no bins), in cost units.
+    """
+    costs = np.asarray(bin_costs, dtype=float)
+    if costs.size == 0:
+        return 0.0
+    descending = -np.sort(-costs, axis=1)
+    return float(math.fsum(descending.max(axis=0).tolist()))
+
+
+def capacity_bounds(tokens: np.ndarray, costs: np.ndarray, seq_len: int, ranks: int, per_rank: int) -> float:
+    """max over k = 1..m-1 of max(c₍₁₎, r_k) + (m − 1)·r_k, r_k = max(0, Σc − K_k)/(D·(m − k)).
+
+    K_k is the most cost that k·D bins can hold: the fractional knapsack by cost per token of capacity
+    k·D·seq_len over weights min(tokens, seq_len) (a bin holds at most ``seq_len`` tokens or one
+    oversized sample), an upper bound on the integral one.
+
+    Validity: take the descending orders (optimal, :func:`lockstep_cost`), so M_1 ≥ … ≥ M_m. The bins
+    of indices 1..k hold at most K_k, so the D·(m − k) bins of the later indices hold at least
+    Σc − K_k, each at most its index's maximum: Σ_{j>k} M_j ≥ (Σc − K_k)/D = (m − k)·r_k, hence
+    M_{k+1} ≥ r_k; the first k maxima are each ≥ M_{k+1} and M_1 ≥ c₍₁₎ (the bin of the largest
+    sample), so Σ_{j≤k} M_j ≥ max(c₍₁₎, r_k) + (k − 1)·r_k. Padding only adds cost.
+
+    Args:
+        tokens, costs: Per-sample tokens (int) and ``llm`` costs (float), shape (n,).
+        seq_len: Bin capacity in tokens.
+        ranks, per_rank: D and m.
+
+    Returns:
+        The bound (0 when m = 1: the makespan bounds cover it), in cost units.
+    """
+    if per_rank < 2 or len(costs) == 0:
+        return 0.0
+    weights = np.minimum(tokens, seq_len).astype(float)
+    order = np.argsort(-(costs / weights), kind="stable")
+    filled = np.cumsum(weights[order])
+    held_prefix = np.cumsum(costs[order])
+    total = math.fsum(costs.tolist())
+    largest = float(costs.max())
+    best = 0.0
+    for k in range(1, per_rank):
+        capacity = float(k * ranks * seq_len)
+        full = int(np.searchsorted(filled, capacity, side="right"))
+        held = float(held_prefix[full - 1]) if full else 0.0
+        if full < len(order):
+            room = capacity - (float(filled[full - 1]) if full else 0.0)
+            held += float(costs[order[full]]) * room / float(weights[order[full]])
+        spill = max(0.0, total - held) / (ranks * (per_rank - k))
+        best = max(best, max(largest, spill) + (per_rank - 1) * spill)
+    return best
+
+
+def as_rounds_instance(instance: BalanceInstance) -> BalanceInstance:
+    """The ``rounds`` instance over D·m one-bin ranks in rounds of D that solves ``lockstep``.
+
+    Given the D·m bins of any lockstep answer, dealing them by cost descending (the D costliest bins
+    run first, one per rank, and so on) costs Σ_j B₍(j−1)·D+1₎, B the bin costs sorted descending —
+    which is the ``rounds`` objective of the bins as D·m ranks of one bin with g = D, and no dealing
+    does better (the maxima M_j of the descending orders satisfy M_j ≥ B₍(j−1)·D+1₎: at most
+    (j − 1)·D bins, those of the earlier indices, cost more than M_j). So the two optima are equal when
+    any dealing is allowed, i.e. without ``equal_count`` and ``groups``; with them the ``rounds``
+    instance drops those rules and its optimum (and every bound on it) is a lower bound.
+
+    Keeps the samples, per-bin constraints, padding, ``max_samples_per_bin`` and reference bins (a
+    rank-major list of D·m bins is a list of D·m one-bin ranks).
+    """
+    return BalanceInstance(
+        instance.samples, instance.constraints, instance.num_bins, 1,
+        reference_bins=instance.reference_bins if isinstance(instance.reference_bins, tuple) else None,
+        objective="rounds", group_size=instance.data_parallel_size, padding_cost=instance.padding_cost,
+        name=instance.name, cost_unit=instance.cost_unit, max_samples_per_bin=instance.max_samples_per_bin,
+    )
+
+
+def lift_rounds_bins(
+    bins: Sequence[Sequence[SampleKey]], bin_costs: np.ndarray, ranks: int
+) -> tuple[tuple[SampleKey, ...], ...]:
+    """The D·m bins of a :func:`as_rounds_instance` answer dealt to D ranks, rank-major.
+
+    Bins sorted by cost descending (ties by position) are dealt index by index: rank r's bin j is the
+    (j·D + r)-th costliest, so each rank runs its bins by cost descending and the lockstep cost equals
+    the ``rounds`` objective of ``bins``.
+
+    Args:
+        bins: D·m bins of keys.
+        bin_costs: Their costs, shape (D·m,).
+        ranks: D.
+    """
+    order = np.argsort(-np.asarray(bin_costs, dtype=float), kind="stable")
+    per_rank = len(bins) // ranks
+    dealt = order.reshape(per_rank, ranks).T.reshape(-1)  # rank-major: rank r gets order[j·D + r]
+    return tuple(tuple(bins[b]) for b in dealt.tolist())
+
+
+def without_lockstep(instance: BalanceInstance) -> BalanceInstance:
+    """``instance`` under ``makespan`` (same rules): the fallback a solver runs when ``equal_count`` or
+    ``groups`` rule out :func:`as_rounds_instance`'s free dealing; its bound is a lockstep bound too
+    (lockstep ≥ makespan)."""
+    return dataclasses.replace(instance, objective="makespan")
+
+
+__all__ = ["as_rounds_instance", "capacity_bounds", "lift_rounds_bins", "lockstep_cost", "run_order",
+           "without_lockstep"]

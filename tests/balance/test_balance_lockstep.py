@@ -1,0 +1,225 @@
+"""The ``lockstep`` objective: the ordering rule, its lower bound, the solvers and the plans' run order.
+
+Brute force: every order of every rank's bins (the ordering rule), every assignment of a tiny
+instance's samples to its D·m bins (the bound, the exact solver).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from conftest import BALANCE_EXACT, BALANCE_SOLVERS
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import packplace
+from packplace.balance import Assignment, make_instance
+from packplace.balance.evaluator import BalanceEvaluator, objective_value
+from packplace.balance.lockstep import lift_rounds_bins, lockstep_cost, run_order
+from packplace.errors import ConfigError
+from packplace.result import SolveResult
+
+HEURISTICS = [name for name in BALANCE_SOLVERS if name not in ("reference", *BALANCE_EXACT)]
+
+
+def _in_position_order(costs: np.ndarray) -> float:
+    return float(sum(costs.max(axis=0)))
+
+
+# ------------------------------------------------------------------------------------ ordering rule
+def test_descending_order_by_hand() -> None:
+    # rank 0 bins cost (1, 5), rank 1 (4, 2): in position order max(1,4) + max(5,2) = 4 + 5 = 9;
+    # cost descending, rank 0 runs (5, 1): max(5,4) + max(1,2) = 5 + 2 = 7
+    costs = np.array([[1.0, 5.0], [4.0, 2.0]])
+    assert _in_position_order(costs) == 9.0
+    assert lockstep_cost(costs) == 7.0
+    assert run_order(costs).tolist() == [[1, 0], [0, 1]]
+
+
+def test_ties_keep_position_order() -> None:
+    assert run_order(np.array([[3.0, 3.0, 1.0, 3.0]])).tolist() == [[0, 1, 3, 2]]
+
+
+@settings(max_examples=250, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 4), st.data())
+def test_descending_order_is_optimal_brute_force(ranks: int, per_rank: int, data: st.DataObject) -> None:
+    per_rank = min(per_rank, 3) if ranks == 3 else per_rank  # at most 3!^3 order combinations
+    costs = np.array(data.draw(st.lists(st.lists(st.integers(0, 20), min_size=per_rank, max_size=per_rank),
+                                        min_size=ranks, max_size=ranks)), dtype=float)
+    best = min(
+        _in_position_order(np.array([row[list(p)] for row, p in zip(costs, orders)]))
+        for orders in itertools.product(itertools.permutations(range(per_rank)), repeat=ranks)
+    )
+    assert lockstep_cost(costs) == best
+    ordered = np.take_along_axis(costs, run_order(costs), axis=1)
+    assert _in_position_order(ordered) == best
+    assert lockstep_cost(costs) >= costs.sum(axis=1).max()  # lockstep >= makespan
+
+
+def test_lift_deals_bins_by_cost() -> None:
+    # bin costs 1, 9, 4, 6 over D = 2: sorted 9 (bin 1), 6 (bin 3), 4 (bin 2), 1 (bin 0); rank 0 gets the
+    # 1st and 3rd costliest, rank 1 the 2nd and 4th: lockstep = 9 + 4 = 13, the rounds value 9 + 4
+    bins = (("a",), ("b",), ("c",), ("d",))
+    assert lift_rounds_bins(bins, np.array([1.0, 9.0, 4.0, 6.0]), 2) == (("b",), ("c",), ("d",), ("a",))
+
+
+# ------------------------------------------------------------------------------------- brute force
+def _brute_force(tokens: list[int], costs: list[float], seq_len: int, ranks: int, per_rank: int,
+                 equal_count: bool = False) -> float:
+    """The lockstep optimum over every map of samples to the D·m bins (bin b on rank b // m)."""
+    bins = ranks * per_rank
+    best = math.inf
+    n = len(tokens)
+    for labels in itertools.product(range(bins), repeat=n):
+        used = [0] * bins
+        cost = [0.0] * bins
+        count = [0] * bins
+        for i, b in enumerate(labels):
+            used[b] += tokens[i]
+            cost[b] += costs[i]
+            count[b] += 1
+        if min(count) == 0 or max(used) > seq_len:
+            continue
+        if equal_count:
+            per = [sum(count[r * per_rank:(r + 1) * per_rank]) for r in range(ranks)]
+            if max(per) - min(per) > 1:
+                continue
+        best = min(best, lockstep_cost(np.array(cost).reshape(ranks, per_rank)))
+    return best
+
+
+@st.composite
+def _tiny(draw: st.DrawFn) -> tuple[list[int], list[float], int, int, int, bool]:
+    ranks = draw(st.integers(1, 2))
+    per_rank = draw(st.integers(1, 3 if ranks == 1 else 2))
+    n = draw(st.integers(ranks * per_rank, 6))
+    tokens = draw(st.lists(st.integers(1, 9), min_size=n, max_size=n))
+    costs = [float(t * t + draw(st.integers(0, 5))) for t in tokens]  # FLOPs-like: superlinear in length
+    slack = draw(st.integers(0, 12))
+    seq_len = max(max(tokens), -(-sum(tokens) // (ranks * per_rank))) + slack
+    return tokens, costs, seq_len, ranks, per_rank, draw(st.booleans())
+
+
+@settings(max_examples=220, deadline=None)
+@given(_tiny())
+def test_bound_is_below_the_brute_force_optimum(case: tuple[list[int], list[float], int, int, int, bool]) -> None:
+    tokens, costs, seq_len, ranks, per_rank, equal_count = case
+    optimum = _brute_force(tokens, costs, seq_len, ranks, per_rank, equal_count)
+    if not math.isfinite(optimum):
+        return
+    inst = make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=per_rank,
+                         objective="lockstep", equal_count=equal_count)
+    bound = BalanceEvaluator(inst).lower_bound()
+    assert bound <= optimum
+    assert bound >= sum(costs) / ranks - 1e-9 and bound >= max(costs)
+
+
+def test_bound_and_optimum_by_hand() -> None:
+    # costs 8, 1, 1, 1, 1 on D = 2, m = 2, room for all: the bin holding 8 runs at index 1, and index 2
+    # has two non-empty bins of cost >= 1, so lockstep >= 8 + 1 = 9, reached by bins {8}, {1, 1} | {1}, {1}.
+    # The bound: max(sum/D = 6, largest 8) = 8
+    inst = make_instance([8, 1, 1, 1, 1], seq_len=100, data_parallel_size=2, local_batch_size=2,
+                         objective="lockstep")
+    assert BalanceEvaluator(inst).lower_bound() == 8.0
+    assert _brute_force([8, 1, 1, 1, 1], [8.0, 1, 1, 1, 1], 100, 2, 2) == 9.0
+    assert packplace.balance(inst, solver="cpsat").objective == 9.0
+
+
+def test_capacity_bound_by_hand() -> None:
+    # tokens 4, 4, 4, 4, cost 16 each except one 40; seq_len 4: every bin holds one sample, D = 2, m = 2.
+    # The first index's two bins hold at most 40 + 16 = 56 of 88, so the second index's two bins hold 32:
+    # M_2 >= 16 and lockstep >= 40 + 16 = 56 (the optimum: bins 40 and 16 first, then 16 and 16).
+    inst = make_instance([4, 4, 4, 4], [40, 16, 16, 16], seq_len=4, data_parallel_size=2, local_batch_size=2,
+                         objective="lockstep")
+    assert BalanceEvaluator(inst).lower_bound() == 56.0
+    assert packplace.balance(inst, solver="lpt").objective == 56.0
+
+
+# --------------------------------------------------------------------------------------- solvers
+@pytest.fixture(scope="module")
+def tiny_instances() -> list:
+    out = []
+    rng = np.random.default_rng(7)
+    for case in range(6):
+        ranks, per_rank = (2, 2) if case % 2 else (1, 3)
+        n = ranks * per_rank + 3
+        tokens = rng.integers(1, 9, n).tolist()
+        costs = [float(t * t + int(rng.integers(0, 4))) for t in tokens]
+        seq_len = max(max(tokens), -(-sum(tokens) // (ranks * per_rank))) + 3
+        out.append(make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks,
+                                 local_batch_size=per_rank, objective="lockstep"))
+    return out
+
+
+@pytest.mark.parametrize("exact", BALANCE_EXACT)
+def test_exact_solver_reaches_brute_force_and_beats_heuristics(exact: str, tiny_instances: list) -> None:
+    for inst in tiny_instances[:3]:
+        result = packplace.balance(inst, solver=exact, time_limit_s=30)
+        ev = BalanceEvaluator(inst)
+        optimum = _brute_force(ev.tokens.tolist(), ev.costs.tolist(), inst.constraints.seq_len,
+                               inst.data_parallel_size, inst.local_batch_size)
+        assert result.status == "optimal" and result.objective == optimum
+        for other in HEURISTICS:
+            assert result.objective <= packplace.balance(inst, solver=other).objective
+
+
+@pytest.mark.parametrize("solver", [s for s in BALANCE_SOLVERS if s != "reference"])
+def test_evaluator_reproduces_every_reported_lockstep_figure(solver: str, tiny_instances: list) -> None:
+    for inst in tiny_instances:
+        result = packplace.balance(inst, solver=solver, time_limit_s=30)
+        assert result.ok
+        ev = BalanceEvaluator(inst)
+        assignment = result.solution
+        assert result.objective == ev.objective(assignment) == result.info["lockstep"]
+        # by hand from the stated run order: index k's maximum over ranks of the bin each runs k-th
+        _, costs = ev.bin_arrays(assignment.bins)
+        by_rank = costs.reshape(inst.data_parallel_size, inst.local_batch_size)
+        stated = np.take_along_axis(by_rank, np.array(assignment.run_order), axis=1)
+        assert math.isclose(_in_position_order(stated), result.objective, rel_tol=1e-12)
+        assert result.bound <= result.objective
+
+
+def test_rank_rules_route_keeps_the_rules() -> None:
+    # groups pin samples 0 and 1 to one rank: the makespan route under the same rules
+    inst = make_instance([5, 5, 1, 1, 2, 2, 3, 3], seq_len=8, data_parallel_size=2, local_batch_size=2,
+                         objective="lockstep", groups=[(0, 1)])
+    for solver in ("lpt", "repair", "cpsat"):
+        result = packplace.balance(inst, solver=solver)
+        assert result.ok and not BalanceEvaluator(inst).violations(result.solution)
+        assert result.objective == BalanceEvaluator(inst).objective(result.solution)
+
+
+def test_objective_value_names_the_missing_bin_costs() -> None:
+    with pytest.raises(ValueError, match="lockstep"):
+        objective_value("lockstep", [1.0, 2.0], 1)
+
+
+# -------------------------------------------------------------------------------------- run order
+@pytest.mark.parametrize("objective", ["makespan", "balance", "rounds", "lockstep"])
+def test_every_plan_states_its_run_order(objective: str) -> None:
+    inst = make_instance([3, 5, 2, 7, 4, 6, 1, 8], [9, 14, 5, 20, 11, 16, 2, 24], seq_len=16,
+                         data_parallel_size=2, local_batch_size=2, objective=objective)
+    result = packplace.balance(inst, solver="lpt")
+    order = result.solution.run_order
+    _, costs = BalanceEvaluator(inst).bin_arrays(result.solution.bins)
+    for r, rank in enumerate(order):
+        assert sorted(rank) == [0, 1]
+        ran = [costs[r * 2 + j] for j in rank]
+        assert ran == sorted(ran, reverse=True)
+    data = result.to_dict()["solution"]
+    assert data["run_order"] == [list(rank) for rank in order]
+    back = SolveResult.from_json(result.to_json()).solution
+    assert back.run_order == order and back == result.solution
+
+
+def test_run_order_json_is_backward_compatible_and_checked() -> None:
+    old = {"local_batch_size": 2, "ranks": [[[0], [1]], [[2], [3]]]}
+    assert Assignment.from_dict(old).run_order is None
+    assert Assignment.from_dict({**old, "run_order": [[1, 0], [0, 1]]}).ordered_rank(0) == ((1,), (0,))
+    with pytest.raises(ConfigError, match="run_order: must be 2 permutations of 0..1"):
+        Assignment.from_dict({**old, "run_order": [[0, 0], [0, 1]]})
+    with pytest.raises(ConfigError, match="run_order"):
+        Assignment(((0,), (1,)), 1, ((0,),))
