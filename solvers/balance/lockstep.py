@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from packplace.balance.assignment import Assignment
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.lockstep import as_rounds_instance, lift_rounds_bins, without_lockstep
@@ -69,6 +71,14 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, *, time_limit_s: flo
         bins = tuple(tuple(b) for b in bins)
         evaluator = BalanceEvaluator(relaxed)
         if evaluator.flatten(bins) is not None and len(bins) == instance.num_bins:
+            if proposal.status != OPTIMAL and instance.padding_cost is None and not evaluator.violations(bins):
+                polished, moves = level_layers(evaluator, bins, deadline)
+                if deadline is not None and time.perf_counter() >= deadline:
+                    proposal.hit_time_limit = True
+                if evaluator.objective(polished) < evaluator.objective(bins):
+                    bins = polished
+                    note = f"lockstep levelling: {moves} moves"
+                    proposal.message = f"{proposal.message}; {note}" if proposal.message else note
             _, costs = evaluator.bin_arrays(bins)
             proposal.solution = lift_rounds_bins(bins, costs, instance.data_parallel_size)
         else:  # not D·m bins of known keys: passed on for the evaluator to name the violation
@@ -77,4 +87,177 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, *, time_limit_s: flo
     return proposal
 
 
-__all__ = ["lockstep_aware", "solve_lockstep"]
+#: A bin's exchange offers: cost sums, token sums, the bin (repeated) and the member sets, one per set.
+Offer = tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, ...]]]
+
+
+def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...], deadline: float | None,
+                 max_moves: int | None = None) -> tuple[tuple[tuple[Any, ...], ...], int]:
+    """Move samples out of each layer's costliest bin into bins with room under their layer's maximum.
+
+    Bins sorted by cost descending form layers of D (layer j = micro-batch index j), and the lockstep
+    cost is Σ_j M_j, M_j the cost of layer j's first bin. A move takes a sample of cost s out of a
+    layer's first bin A (which keeps at least one sample) into a bin B with c_B + s ≤ M_(layer of B)
+    and c_B + s < c_A, within ``seq_len``, every budget and ``max_samples_per_bin``. It never raises
+    the cost: B rises no higher than the top of its own layer, so every layer's first value is
+    unchanged by B and can only fall with A. Σ c² falls strictly (s·(c_B + s − c_A) < 0), so the
+    search ends; it stops when no layer's first bin has a move, at ``deadline`` or after
+    ``max_moves`` moves. The destination is the best fit (least room left under its layer's maximum,
+    then the lowest bin index); the sample the costliest of A that has one.
+
+    Args:
+        evaluator: The evaluator of the :func:`~packplace.balance.lockstep.as_rounds_instance` instance
+            (no padding: the moves price bins by their samples' costs).
+        bins: Its D·m feasible bins of keys.
+        deadline: ``time.perf_counter()`` value to stop at, or None.
+        max_moves: Cap on moves (None: none).
+
+    Returns:
+        (the bins after the moves, keys in the order they arrived, the number of moves).
+    """
+    inst = evaluator.instance
+    ranks = inst.group_size or 1
+    flat = evaluator.flatten(bins)
+    assert flat is not None  # reason: the caller passes known keys only
+    members, bin_of = flat
+    count = len(bins)
+    contents: list[list[int]] = [[] for _ in range(count)]
+    for i, b in zip(members.tolist(), bin_of.tolist()):
+        contents[b].append(i)
+    costs = evaluator.costs
+    tokens = evaluator.tokens
+    seq_len = inst.constraints.seq_len
+    load = np.bincount(bin_of, weights=costs[members], minlength=count)
+    used = np.bincount(bin_of, weights=tokens[members], minlength=count)
+    sizes = np.bincount(bin_of, minlength=count)
+    cap_samples = inst.max_samples_per_bin
+    limits = inst.constraints.budgets
+    usage = {name: inst.table.usage(name) for name in limits}
+    spent = {name: np.bincount(bin_of, weights=usage[name][members], minlength=count) for name in limits}
+    indices = np.arange(count)
+    offers: dict[int, Offer] = {}  # bin -> its 1- and 2-sample sets
+    version = [0] * count  # changes of each bin: a layer whose bins did not change has no new exchange
+    no_swap: set[tuple[int, ...]] = set()
+    moves = 0
+
+    def transfer(i: int, source: int, target: int) -> None:
+        contents[source].remove(i)
+        contents[target].append(i)
+        c, t = float(costs[i]), int(tokens[i])
+        load[source] -= c
+        load[target] += c
+        used[source] -= t
+        used[target] += t
+        sizes[source] -= 1
+        sizes[target] += 1
+        for name in limits:
+            spent[name][source] -= usage[name][i]
+            spent[name][target] += usage[name][i]
+        offers.pop(source, None)
+        offers.pop(target, None)
+        version[source] += 1
+        version[target] += 1
+
+    while max_moves is None or moves < max_moves:
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
+        order = np.argsort(-load, kind="stable")
+        layer_of = np.empty(count, dtype=np.int64)
+        layer_of[order] = np.arange(count) // ranks
+        ceiling = load[order[::ranks]][layer_of]  # the maximum of each bin's layer
+        room = ceiling - load
+        found: tuple[int, int, int] | None = None
+        for source in order[::ranks].tolist():
+            if sizes[source] < 2:
+                continue
+            for i in sorted(contents[source], key=lambda k: (-costs[k], k)):
+                c, t = float(costs[i]), int(tokens[i])
+                fits = (room >= c) & (load + c < load[source]) & (used + t <= seq_len) & (indices != source)
+                if cap_samples is not None:
+                    fits &= sizes < cap_samples
+                for name, limit in limits.items():
+                    fits &= spent[name] + usage[name][i] <= limit
+                if fits.any():
+                    found = (i, source, int(np.argmin(np.where(fits, room - c, np.inf))))
+                    break
+            if found is not None:
+                break
+        if found is not None:
+            transfer(*found)
+            moves += 1
+            continue
+        if limits or cap_samples is not None:  # exchanges check tokens only
+            break
+        for source in order[::ranks].tolist():
+            peers = order[layer_of[source] * ranks:(layer_of[source] + 1) * ranks]
+            memo = (source, *peers.tolist(), *(version[b] for b in peers.tolist()))
+            if memo in no_swap:
+                continue
+            swap = _best_swap(source, peers[peers != source], contents, costs, tokens, load, used, seq_len, offers)
+            if swap is None:
+                no_swap.add(memo)
+            else:
+                i, target, given = swap
+                transfer(i, source, target)
+                for u in given:
+                    transfer(u, target, source)
+                moves += 1
+                break
+        else:
+            break
+    keys = evaluator.keys
+    return tuple(tuple(keys[i] for i in b) for b in contents), moves
+
+
+def _best_swap(source: int, peers: np.ndarray, contents: list[list[int]], costs: np.ndarray, tokens: np.ndarray,
+               load: np.ndarray, used: np.ndarray, seq_len: int,
+               offers: dict[int, Offer]) -> tuple[int, int, tuple[int, ...]] | None:
+    """The exchange of one sample i of ``source`` for one or two cheaper samples U of a peer bin B (same
+    layer, so B's ceiling is ``source``'s cost) that most lowers max(c_A', c_B') below c_A, both bins
+    within ``seq_len``; None if none does. c_A' = c_A − c_i + c_U and c_B' = c_B + c_i − c_U: the pair
+    levels (Σ c² falls) and neither exceeds the layer's maximum. Two for one lets a full bin take a
+    long sample (costlier per token under a superlinear cost) for two shorter ones. ``offers`` caches
+    each bin's sets (cost sums, token sums, members); the caller drops the entries of changed bins."""
+    top = float(load[source])
+    parts_cost, parts_tokens, parts_peer, given_sets = [], [], [], []
+    for peer in peers.tolist():
+        offer = offers.get(peer)
+        if offer is None:
+            items = contents[peer]
+            sets = [(u,) for u in items] + [(u, v) for a, u in enumerate(items) for v in items[a + 1:]]
+            item_costs = costs[items].tolist()
+            item_tokens = tokens[items].tolist()
+            where = {u: k for k, u in enumerate(items)}
+            offer = (np.array([sum(item_costs[where[u]] for u in g) for g in sets]),
+                     np.array([sum(item_tokens[where[u]] for u in g) for g in sets], dtype=np.int64),
+                     np.full(len(sets), peer, dtype=np.int64), sets)
+            offers[peer] = offer
+        parts_cost.append(offer[0])
+        parts_tokens.append(offer[1])
+        parts_peer.append(offer[2])
+        given_sets.extend(offer[3])
+    if not given_sets:
+        return None
+    given_cost = np.concatenate(parts_cost)
+    given_tokens = np.concatenate(parts_tokens)
+    peer_of = np.concatenate(parts_peer)
+    best: tuple[float, int, int] | None = None
+    for i in contents[source]:
+        delta = float(costs[i]) - given_cost
+        new_source = top - delta
+        new_peer = load[peer_of] + delta
+        fits = ((delta > 0) & (new_peer < top) & (used[source] - int(tokens[i]) + given_tokens <= seq_len)
+                & (used[peer_of] + int(tokens[i]) - given_tokens <= seq_len))
+        if not fits.any():
+            continue
+        worst = np.where(fits, np.maximum(new_source, new_peer), np.inf)
+        k = int(np.argmin(worst))
+        if best is None or worst[k] < best[0]:
+            best = (float(worst[k]), i, k)
+    if best is None:
+        return None
+    _, i, k = best
+    return i, int(peer_of[k]), given_sets[k]
+
+
+__all__ = ["level_layers", "lockstep_aware", "solve_lockstep"]

@@ -21,6 +21,7 @@ from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.lockstep import lift_rounds_bins, lockstep_cost, run_order
 from packplace.errors import ConfigError
 from packplace.result import SolveResult
+from packplace.solvers.balance.lockstep import level_layers
 
 HEURISTICS = [name for name in BALANCE_SOLVERS if name not in ("reference", *BALANCE_EXACT)]
 
@@ -136,6 +137,33 @@ def test_capacity_bound_by_hand() -> None:
                          objective="lockstep")
     assert BalanceEvaluator(inst).lower_bound() == 56.0
     assert packplace.balance(inst, solver="lpt").objective == 56.0
+
+
+# ------------------------------------------------------------------------------------- levelling
+def test_levelling_by_hand() -> None:
+    # four one-bin ranks in rounds of 2: bins (6, 4) | 5 | 3 | 2 cost 10, 5, 3, 2: layers {10, 5}, {3, 2},
+    # 10 + 3 = 13. The 6 fits under no ceiling (room 5, 0, 1); the 4 goes to the 5 (9 <= 10 and 9 < 10):
+    # layers {9, 6}, {3, 2}, 9 + 3 = 12. Then nothing moves: 5 and 4 exceed the rooms 3, 0, 1; the 3 for
+    # the 2 would leave 3, not below 3.
+    inst = make_instance([6, 4, 5, 3, 2], seq_len=100, data_parallel_size=4, objective="rounds", group_size=2)
+    ev = BalanceEvaluator(inst)
+    before = ((0, 1), (2,), (3,), (4,))
+    after, moves = level_layers(ev, before, None)
+    assert (ev.objective(before), ev.objective(after), moves) == (13.0, 12.0, 1)
+    assert sorted(map(sorted, after)) == [[0], [1, 2], [3], [4]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 3), st.integers(2, 3), st.lists(st.integers(1, 30), min_size=9, max_size=20))
+def test_levelling_never_raises_the_cost(ranks: int, per_rank: int, sizes: list[int]) -> None:
+    seq_len = max(sizes) + -(-sum(sizes) // (ranks * per_rank))
+    inst = make_instance(sizes, [float(t * t) for t in sizes], seq_len=seq_len,
+                         data_parallel_size=ranks * per_rank, objective="rounds", group_size=ranks)
+    start = packplace.balance(inst, solver="lpt").solution.bins
+    ev = BalanceEvaluator(inst)
+    after, _ = level_layers(ev, start, None)
+    assert not ev.violations(after)
+    assert ev.objective(after) <= ev.objective(start) * (1 + 1e-12)
 
 
 # --------------------------------------------------------------------------------------- solvers

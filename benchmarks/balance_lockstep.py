@@ -1,0 +1,148 @@
+"""Micro-batches in lockstep: ``lockstep`` plans against makespan plans on three trainer mixes.
+
+A plain script (no pytest). Three seeded generators with lognormal lengths and training FLOPs from the
+project's cost model (:func:`packplace.balance.workload.sample_cost`, forward + backward):
+
+* ``rl-mix``: GRPO, 128 prompts × 8 responses = 1,024 samples on 16 ranks × 6 bins, Qwen2.5-7B;
+  prompt lengths lognormal (median 400, σ 0.5), response lengths lognormal (median 1,200, σ 0.9),
+  each sample ≤ 16,384 tokens; ``seq_len`` 32,768.
+* ``sft-long``: long-context SFT, 512 samples on 8 ranks × 5 bins, Llama-3.1-8B; lengths lognormal
+  (median 4,096, σ 1.1) clipped to [64, 65,536]; ``seq_len`` 131,072.
+* ``rl-reasoning``: 512 prompts × 8 responses = 4,096 samples on 64 ranks × 9 bins, Qwen2.5-7B;
+  prompts lognormal (median 300, σ 0.4), responses lognormal (median 2,500, σ 0.8), ≤ 32,768;
+  ``seq_len`` 40,960.
+
+Model shapes from the published Hugging Face ``config.json`` files (Qwen/Qwen2.5-7B,
+meta-llama/Llama-3.1-8B). Per instance it prints Σc/D, the evaluator's ``lockstep`` lower bound, the
+lockstep cost of the default solver's ``makespan`` plan (its bins run by cost descending, their best
+order), then per solver of ``--solvers`` its ``lockstep`` plan: cost, gap to the bound, status and
+wall seconds; and the column ``megatron_dp_balanced`` (:func:`megatron_dp_balanced_bins`, the hook
+for Megatron-Core's ``dp_balanced`` scheduler: ``n/a`` until a re-implementation is wired in).
+
+Usage:
+    python benchmarks/balance_lockstep.py [--instances rl-mix sft-long rl-reasoning]
+        [--solvers lpt repair kk lns] [--time-limit 10] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+import packplace
+from packplace.balance import make_instance
+from packplace.balance.evaluator import BalanceEvaluator
+from packplace.balance.schema import BalanceInstance
+from packplace.balance.workload import sample_cost
+from packplace.shape import TransformerShape
+
+#: Qwen/Qwen2.5-7B config.json: 28 layers, hidden 3584, intermediate 18944, 28 heads, 4 KV heads, vocab 152064.
+QWEN25_7B = TransformerShape(layers=28, hidden_dim=3584, ffn_dim=18944, vocab_size=152064, num_kv_heads=4,
+                             num_heads=28, bias="qkv")
+#: meta-llama/Llama-3.1-8B config.json: 32 layers, hidden 4096, intermediate 14336, 32 heads, 8 KV heads,
+#: vocab 128256.
+LLAMA31_8B = TransformerShape(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8,
+                              num_heads=32)
+
+
+def _costs(tokens: np.ndarray, shape: TransformerShape) -> np.ndarray:
+    """Training FLOPs of each sample (one cost-model call per distinct length)."""
+    lengths, inverse = np.unique(tokens, return_inverse=True)
+    table = np.array([sample_cost(int(s), shape).llm for s in lengths.tolist()])
+    return table[inverse]
+
+
+def _grpo(rng: np.random.Generator, prompts: int, responses: int, prompt_median: float, prompt_sigma: float,
+          response_median: float, response_sigma: float, longest: int) -> np.ndarray:
+    prompt = np.rint(rng.lognormal(math.log(prompt_median), prompt_sigma, size=prompts)).astype(np.int64)
+    response = np.rint(rng.lognormal(math.log(response_median), response_sigma, size=(prompts, responses)))
+    tokens = np.repeat(prompt, responses) + response.reshape(-1).astype(np.int64)
+    return np.clip(tokens, 16, longest)
+
+
+def build(name: str, seed: int, objective: str = "lockstep") -> BalanceInstance:
+    """One of the three seeded instances (module docstring), under ``objective``."""
+    rng = np.random.default_rng(seed)
+    if name == "rl-mix":
+        tokens, shape, ranks, per_rank, seq_len = (_grpo(rng, 128, 8, 400, 0.5, 1200, 0.9, 16384), QWEN25_7B,
+                                                   16, 6, 32768)
+    elif name == "sft-long":
+        tokens = np.clip(np.rint(rng.lognormal(math.log(4096), 1.1, size=512)), 64, 65536).astype(np.int64)
+        shape, ranks, per_rank, seq_len = LLAMA31_8B, 8, 5, 131072
+    elif name == "rl-reasoning":
+        tokens, shape, ranks, per_rank, seq_len = (_grpo(rng, 512, 8, 300, 0.4, 2500, 0.8, 32768), QWEN25_7B,
+                                                   64, 9, 40960)
+    else:
+        raise SystemExit(f"unknown instance {name!r}")
+    return make_instance(tokens, _costs(tokens, shape), seq_len=seq_len, data_parallel_size=ranks,
+                         local_batch_size=per_rank, objective=objective, name=name, cost_unit="FLOPs")
+
+
+def megatron_dp_balanced_bins(instance: BalanceInstance) -> Sequence[Sequence[Any]] | None:
+    """Hook: the D·m rank-major bins Megatron-Core's ``dp_balanced`` scheduler gives ``instance``, or
+    None while no re-implementation is wired in (the column then reads ``n/a``)."""
+    return None
+
+
+def _row(label: str, cost: float, bound: float, total_mean: float, status: str = "", wall_s: float = math.nan
+         ) -> list[str]:
+    gap = 100 * (cost - bound) / cost if math.isfinite(cost) and cost > 0 else math.nan
+    above_mean = 100 * (cost / total_mean - 1) if math.isfinite(cost) else math.nan
+    return [label, f"{cost:.4e}", f"{gap:.2f}%", f"{above_mean:.2f}%", status,
+            "" if math.isnan(wall_s) else f"{wall_s:.3f}"]
+
+
+def run(name: str, solvers: Sequence[str], time_limit_s: float, seed: int) -> list[list[str]]:
+    """The table rows of one instance."""
+    instance = build(name, seed)
+    evaluator = BalanceEvaluator(instance)
+    ranks, per_rank = instance.data_parallel_size, instance.local_batch_size
+    total_mean = math.fsum(evaluator.costs.tolist()) / ranks
+    bound = evaluator.lower_bound()
+    fill = int(evaluator.tokens.sum()) / (instance.num_bins * instance.constraints.seq_len)
+    print(f"\n{name}: {len(evaluator.costs)} samples x {ranks} ranks x {per_rank} bins, seq_len "
+          f"{instance.constraints.seq_len}, fill {fill:.2f}; sum(c)/D {total_mean:.4e}, lockstep bound "
+          f"{bound:.4e} ({100 * (bound / total_mean - 1):.2f}% above sum(c)/D)")
+    rows = []
+    started = time.perf_counter()
+    makespan_plan = packplace.balance(instance.with_objective("makespan"), time_limit_s=time_limit_s, seed=seed)
+    wall = time.perf_counter() - started
+    rows.append(_row(f"makespan plan ({makespan_plan.solver})", evaluator.objective(makespan_plan.solution),
+                     bound, total_mean, makespan_plan.status + " (makespan)", wall))
+    for solver in solvers:
+        started = time.perf_counter()
+        result = packplace.balance(instance, solver=solver, time_limit_s=time_limit_s, seed=seed)
+        wall = time.perf_counter() - started
+        assert result.objective == evaluator.objective(result.solution)  # the evaluator's figure
+        rows.append(_row(f"lockstep {solver}", result.objective, bound, total_mean, result.status, wall))
+    megatron = megatron_dp_balanced_bins(instance)
+    if megatron is None:
+        rows.append(["megatron_dp_balanced", "n/a", "", "", "hook", ""])
+    else:
+        rows.append(_row("megatron_dp_balanced", evaluator.objective(megatron), bound, total_mean))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--instances", nargs="+", default=["rl-mix", "sft-long", "rl-reasoning"])
+    parser.add_argument("--solvers", nargs="+", default=["lpt", "repair", "kk", "lns"])
+    parser.add_argument("--time-limit", type=float, default=10.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    header = ["plan", "lockstep", "gap to bound", "above sum(c)/D", "status", "wall_s"]
+    for name in args.instances:
+        rows = run(name, args.solvers, args.time_limit, args.seed)
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+        print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+        for row in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+
+
+if __name__ == "__main__":
+    main()
