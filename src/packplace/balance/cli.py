@@ -88,10 +88,13 @@ def result_json(result: SolveResult, instance: BalanceInstance, instance_name: s
         "iterations": result.iterations,
         "message": result.message,
         "params": result.params,
-        "objectives": {k: result.info.get(k) for k in ("makespan", "balance", "rounds")},
+        "objectives": {k: result.info.get(k) for k in ("makespan", "balance", "rounds", "lockstep")},
         "rank_loads": result.info.get("rank_loads"),
         "rank_tokens": result.info.get("rank_tokens"),
         "assignment": solution.to_lists() if solution is not None else None,
+        # per rank, the positions of its bins in the order it runs them (cost descending)
+        "run_order": [list(rank) for rank in solution.run_order]
+        if solution is not None and solution.run_order is not None else None,
     }
 
 
@@ -156,10 +159,14 @@ def run(args: argparse.Namespace) -> int:
             order = sorted(range(len(loads)), key=lambda r: (-loads[r], r))
             rounds = {r: position // instance.resolved_group_size for position, r in enumerate(order)}
             headers.append("round")
+        run_order = score.run_order.tolist() if instance.local_batch_size > 1 else None
+        if run_order is not None:
+            headers.append("run order")
         rows = []
         for r, bins in enumerate(landing.ranks()):
             row = [r, len(bins), sum(len(b) for b in bins), tokens[r], loads[r]]
-            rows.append(row + ([rounds[r]] if rounds is not None else []))
+            row += [rounds[r]] if rounds is not None else []
+            rows.append(row + ([",".join(map(str, run_order[r]))] if run_order is not None else []))
         print(render_table(headers, rows))
         print()
     status = result.status + (" (time limit)" if result.hit_time_limit else "")
