@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 8192, 65536], help="sample counts n")
     parser.add_argument("--ranks", type=int, nargs="+", default=[8, 64, 512], help="data-parallel sizes D")
     parser.add_argument("--per-rank", type=int, nargs="+", default=[1], help="bins per rank m")
-    parser.add_argument("--objective", default="makespan", choices=["makespan", "balance", "rounds"])
+    parser.add_argument("--objective", default="makespan", choices=["makespan", "balance", "rounds", "lockstep"])
     parser.add_argument("--group-size", type=int, default=None, help="g for the rounds objective (default D)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per solver; the best wall time is kept")
     parser.add_argument("--seed", type=int, default=0, help="instance seed")

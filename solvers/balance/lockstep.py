@@ -170,17 +170,18 @@ def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...],
         for source in order[::ranks].tolist():
             if sizes[source] < 2:
                 continue
-            for i in sorted(contents[source], key=lambda k: (-costs[k], k)):
-                c, t = float(costs[i]), int(tokens[i])
-                fits = (room >= c) & (load + c < load[source]) & (used + t <= seq_len) & (indices != source)
-                if cap_samples is not None:
-                    fits &= sizes < cap_samples
-                for name, limit in limits.items():
-                    fits &= spent[name] + usage[name][i] <= limit
-                if fits.any():
-                    found = (i, source, int(np.argmin(np.where(fits, room - c, np.inf))))
-                    break
-            if found is not None:
+            items = sorted(contents[source], key=lambda k: (-costs[k], k))
+            c = costs[items][:, None]
+            fits = ((room >= c) & (load + c < load[source]) & (used + tokens[items][:, None] <= seq_len)
+                    & (indices != source))
+            if cap_samples is not None:
+                fits &= sizes < cap_samples
+            for name, limit in limits.items():
+                fits &= spent[name] + usage[name][items][:, None] <= limit
+            rows = np.flatnonzero(fits.any(axis=1))
+            if rows.size:
+                k = int(rows[0])  # the costliest sample that fits somewhere, into its best fit
+                found = (items[k], source, int(np.argmin(np.where(fits[k], room - c[k], np.inf))))
                 break
         if found is not None:
             transfer(*found)

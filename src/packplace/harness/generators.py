@@ -234,7 +234,7 @@ def generate_balance(
         seq_len: Token capacity of a bin.
         bins_per_rank: m, bins (micro-batches) per rank.
         seed: Random seed of the lengths.
-        objective: ``makespan``, ``balance`` or ``rounds``; ``group_size`` g for ``rounds``.
+        objective: ``makespan``, ``balance``, ``rounds`` or ``lockstep``; ``group_size`` g for ``rounds``.
         cost: ``tokens``, ``attention`` or ``flops`` (:func:`cost_function`); ``model`` the shape for the latter two.
         min_tokens, max_tokens: Range of lengths (``max_tokens`` defaults to ``seq_len``).
         name: Label of the instance.
@@ -394,7 +394,7 @@ def planted_balance(
         fill: Share of ``seq_len`` every planted bin holds, in (0, 1]: F = floor(fill · seq_len) tokens.
         replicate: Give every rank a copy of rank 0's pieces (optimum known for any cost).
         seed: numpy ``default_rng`` seed of the cuts, the piece split and the shuffle.
-        objective, group_size: The instance's objective (``makespan``, ``balance``, ``rounds``).
+        objective, group_size: The instance's objective (``makespan``, ``balance``, ``rounds``, ``lockstep``).
         cost, model: Cost of a sample from its tokens (:func:`cost_function`).
         name: Label (default ``planted-D{D}m{m}k{samples_per_rank}-f{fill}-{cost}-s{seed}``).
 
