@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import packplace
-from packplace.balance import Assignment, make_instance
+from packplace.balance import Assignment, make_instance, plan_balance
 from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.lockstep import lift_rounds_bins, lockstep_cost, run_order
 from packplace.errors import ConfigError
@@ -251,3 +251,15 @@ def test_run_order_json_is_backward_compatible_and_checked() -> None:
         Assignment.from_dict({**old, "run_order": [[0, 0], [0, 1]]})
     with pytest.raises(ConfigError, match="run_order"):
         Assignment(((0,), (1,)), 1, ((0,),))
+
+
+def test_planner_scores_lockstep_and_states_the_run_order() -> None:
+    # costs 9, 25, 4, 49, 16, 36, 1, 64, 4, 9 (sum 217) on 2 ranks x 3 bins of 12 tokens
+    inst = make_instance([3, 5, 2, 7, 4, 6, 1, 8, 2, 3], [9, 25, 4, 49, 16, 36, 1, 64, 4, 9], seq_len=12,
+                         data_parallel_size=2, local_batch_size=3, objective="lockstep", reference_bins="auto")
+    plan = plan_balance(inst, "cpsat", 0.0)
+    ev = BalanceEvaluator(inst)
+    assert plan.decision.objective_name == "lockstep"
+    assert plan.decision.reference_objective == ev.objective(inst.reference_bins)
+    assert plan.decision.accepted_objective == ev.objective(plan.assignment) >= ev.lower_bound() >= 217 / 2
+    assert plan.assignment.run_order == tuple(map(tuple, ev.run_order(plan.assignment).tolist()))

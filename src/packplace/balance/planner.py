@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from packplace.balance.api import solve_balance
-from packplace.balance.evaluator import BalanceEvaluator, objective_value
+from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey
 from packplace.errors import ConfigError
 from packplace.result import SolveResult, json_ready
@@ -159,7 +159,8 @@ def _relabel_ranks(
 ) -> tuple[tuple[SampleKey, ...], ...]:
     """Permute the candidate's ranks so that as many samples as possible stay on their reference rank.
 
-    Valid for the built-in objectives, which do not depend on rank order. Maximum-overlap matching of
+    Valid for the built-in objectives, which do not depend on rank order (``lockstep`` takes the
+    maximum over ranks at each micro-batch index, so it does not either). Maximum-overlap matching of
     candidate ranks to reference ranks (linear sum assignment); ties keep the candidate's order.
     """
     from ortools.graph.python import linear_sum_assignment  # ortools loads on first use (start-up time)
@@ -245,7 +246,7 @@ def plan_balance(
         candidate = None if result.solution is None else result.solution.bins
 
         def score(bins: Sequence[Sequence[SampleKey]]) -> float:
-            return objective_value(instance.objective, evaluator.rank_loads(bins), instance.resolved_group_size)
+            return evaluator.objective(bins)  # every built-in objective, lockstep's bin costs included
 
     if candidate is not None:
         violations = evaluator.violations(candidate)
@@ -279,7 +280,7 @@ def plan_balance(
         status=status,
         message=message,
     )
-    return BalancePlan(Assignment(landing, per_rank), decision, result)
+    return BalancePlan(evaluator.with_run_order(Assignment(landing, per_rank)), decision, result)
 
 
 def __getattr__(name: str) -> Any:
