@@ -11,6 +11,8 @@ project's cost model (:func:`packplace.balance.workload.sample_cost`, forward + 
 * ``rl-reasoning``: 512 prompts × 8 responses = 4,096 samples on 64 ranks × 9 bins, Qwen2.5-7B;
   prompts lognormal (median 300, σ 0.4), responses lognormal (median 2,500, σ 0.8), ≤ 32,768;
   ``seq_len`` 40,960.
+* ``rl-mix-groups``: ``rl-mix`` with each prompt's 8 responses kept on one rank (``groups``), which
+  takes the solvers' makespan-under-the-rules route levelled within ranks.
 
 Model shapes from the published Hugging Face ``config.json`` files (Qwen/Qwen2.5-7B,
 meta-llama/Llama-3.1-8B). Per instance it prints Σc/D, the evaluator's ``lockstep`` lower bound, the
@@ -22,11 +24,13 @@ for Megatron-Core's ``dp_balanced`` scheduler: ``n/a`` until a re-implementation
 Usage:
     python benchmarks/balance_lockstep.py [--instances rl-mix sft-long rl-reasoning]
         [--solvers lpt repair kk lns] [--time-limit 10] [--seed 0]
+    python benchmarks/balance_lockstep.py --instances rl-mix-groups
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -68,6 +72,10 @@ def _grpo(rng: np.random.Generator, prompts: int, responses: int, prompt_median:
 def build(name: str, seed: int, objective: str = "lockstep") -> BalanceInstance:
     """One of the three seeded instances (module docstring), under ``objective``."""
     rng = np.random.default_rng(seed)
+    if name == "rl-mix-groups":
+        base = build("rl-mix", seed, objective)
+        groups = tuple(tuple(range(8 * p, 8 * p + 8)) for p in range(128))
+        return dataclasses.replace(base, groups=groups, name=name)
     if name == "rl-mix":
         tokens, shape, ranks, per_rank, seq_len = (_grpo(rng, 128, 8, 400, 0.5, 1200, 0.9, 16384), QWEN25_7B,
                                                    16, 6, 32768)

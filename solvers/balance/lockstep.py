@@ -55,14 +55,27 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, *, time_limit_s: flo
         The backend's proposal for the original instance: D·m rank-major bins, each rank's bins by cost
         descending; ``bound`` a lockstep lower bound or None; the message says which route ran.
     """
+    deadline = remaining_seconds(time_limit_s)
     if instance.equal_count or instance.groups:
         proposal = solve(without_lockstep(instance), time_limit_s=time_limit_s, seed=seed, **params)
         if proposal.status == OPTIMAL:
             proposal.status = FEASIBLE  # a makespan optimum, not a lockstep one (the evaluator may still prove it)
-        note = "lockstep under equal_count/groups: the makespan answer under the same rules, bins by cost descending"
+        note = "lockstep under equal_count/groups: the makespan answer under the same rules"
+        if proposal.solution is not None:
+            bins = proposal.solution.bins if isinstance(proposal.solution, Assignment) else proposal.solution
+            bins = tuple(tuple(b) for b in bins)
+            proposal.solution = bins
+            evaluator = BalanceEvaluator(instance)
+            if instance.padding_cost is None and not evaluator.violations(bins):
+                levelled, moves = level_layers(evaluator, bins, deadline, within_ranks=True)
+                if evaluator.objective(levelled) < evaluator.objective(bins):
+                    proposal.solution = levelled
+                    note += f", levelled within ranks ({moves} moves)"
+                if deadline is not None and time.perf_counter() >= deadline:
+                    proposal.hit_time_limit = True
         proposal.message = f"{proposal.message}; {note}" if proposal.message else note
+        proposal.info["lockstep_route"] = "makespan under the rank rules, levelled within ranks"
         return proposal
-    deadline = remaining_seconds(time_limit_s)
     relaxed = as_rounds_instance(instance)
     limit = None if deadline is None else max(1e-3, deadline - time.perf_counter())
     proposal = solve(relaxed, time_limit_s=limit, seed=seed, **params)
@@ -92,7 +105,7 @@ Offer = tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, ...]]]
 
 
 def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...], deadline: float | None,
-                 max_moves: int | None = None) -> tuple[tuple[tuple[Any, ...], ...], int]:
+                 max_moves: int | None = None, within_ranks: bool = False) -> tuple[tuple[tuple[Any, ...], ...], int]:
     """Move samples out of each layer's costliest bin into bins with room under their layer's maximum.
 
     Bins sorted by cost descending form layers of D (layer j = micro-batch index j), and the lockstep
@@ -105,6 +118,13 @@ def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...],
     ``max_moves`` moves. The destination is the best fit (least room left under its layer's maximum,
     then the lowest bin index); the sample the costliest of A that has one.
 
+    ``within_ranks``: ``bins`` are an assignment of ``evaluator``'s instance (D ranks × m, rank-major)
+    whose samples must stay on their rank (``equal_count``, ``groups``). Index j's bins are each rank's
+    j-th costliest, M_j their maximum, and samples move (or are exchanged) only between bins of one
+    rank. Raising a bin of rank r at index i to at most M_i moves it up rank r's order, and each bin it
+    passes moves down one index with a cost at most the raised bin's, so no index maximum rises; lowering
+    a bin lowers rank r's sorted costs pointwise. The same rules hold.
+
     Args:
         evaluator: The evaluator of the :func:`~packplace.balance.lockstep.as_rounds_instance` instance
             (no padding: the moves price bins by their samples' costs).
@@ -116,7 +136,8 @@ def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...],
         (the bins after the moves, keys in the order they arrived, the number of moves).
     """
     inst = evaluator.instance
-    ranks = inst.group_size or 1
+    ranks = inst.data_parallel_size if within_ranks else inst.group_size or 1
+    per_rank = inst.local_batch_size
     flat = evaluator.flatten(bins)
     assert flat is not None  # reason: the caller passes known keys only
     members, bin_of = flat
@@ -161,19 +182,19 @@ def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...],
     while max_moves is None or moves < max_moves:
         if deadline is not None and time.perf_counter() >= deadline:
             break
-        order = np.argsort(-load, kind="stable")
-        layer_of = np.empty(count, dtype=np.int64)
-        layer_of[order] = np.arange(count) // ranks
-        ceiling = load[order[::ranks]][layer_of]  # the maximum of each bin's layer
+        sources, ceiling, peers_of = _layers(load, ranks, per_rank if within_ranks else None)
         room = ceiling - load
         found: tuple[int, int, int] | None = None
-        for source in order[::ranks].tolist():
+        for source in sources:
             if sizes[source] < 2:
                 continue
             items = sorted(contents[source], key=lambda k: (-costs[k], k))
             c = costs[items][:, None]
+            allowed = indices != source
+            if within_ranks:
+                allowed &= indices // per_rank == source // per_rank
             fits = ((room >= c) & (load + c < load[source]) & (used + tokens[items][:, None] <= seq_len)
-                    & (indices != source))
+                    & allowed)
             if cap_samples is not None:
                 fits &= sizes < cap_samples
             for name, limit in limits.items():
@@ -189,12 +210,13 @@ def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...],
             continue
         if limits or cap_samples is not None:  # exchanges check tokens only
             break
-        for source in order[::ranks].tolist():
-            peers = order[layer_of[source] * ranks:(layer_of[source] + 1) * ranks]
+        for source in sources:
+            peers = peers_of(source)
             memo = (source, *peers.tolist(), *(version[b] for b in peers.tolist()))
             if memo in no_swap:
                 continue
-            swap = _best_swap(source, peers[peers != source], contents, costs, tokens, load, used, seq_len, offers)
+            swap = _best_swap(source, peers[peers != source], contents, costs, tokens, load, used, seq_len, offers,
+                              ceiling)
             if swap is None:
                 no_swap.add(memo)
             else:
@@ -210,13 +232,38 @@ def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...],
     return tuple(tuple(keys[i] for i in b) for b in contents), moves
 
 
+def _layers(load: np.ndarray, ranks: int, per_rank: int | None
+            ) -> tuple[list[int], np.ndarray, Callable[[int], np.ndarray]]:
+    """(the first bin of each index, each bin's ceiling = its index's maximum, a bin's exchange peers).
+
+    ``per_rank`` None: layers of ``ranks`` bins in cost order, peers the bins of the same layer. Else
+    D = ``ranks`` rows of ``per_rank`` bins: index j holds each rank's j-th costliest bin, peers the bins
+    of the same rank.
+    """
+    count = len(load)
+    index_of = np.empty(count, dtype=np.int64)
+    if per_rank is None:
+        order = np.argsort(-load, kind="stable")
+        index_of[order] = np.arange(count) // ranks
+        first = order[::ranks]
+        return first.tolist(), load[first][index_of], lambda b: order[index_of[b] * ranks:(index_of[b] + 1) * ranks]
+    within = np.argsort(-load.reshape(ranks, per_rank), axis=1, kind="stable")
+    bin_ids = within + (np.arange(ranks) * per_rank)[:, None]  # bin_ids[r, k]: rank r's k-th costliest bin
+    index_of[bin_ids.reshape(-1)] = np.tile(np.arange(per_rank), ranks)
+    sorted_loads = load[bin_ids]
+    heaviest = np.argmax(sorted_loads, axis=0)
+    first = bin_ids[heaviest, np.arange(per_rank)]
+    maxima = sorted_loads.max(axis=0)
+    return first.tolist(), maxima[index_of], lambda b: np.arange(b - b % per_rank, b - b % per_rank + per_rank)
+
+
 def _best_swap(source: int, peers: np.ndarray, contents: list[list[int]], costs: np.ndarray, tokens: np.ndarray,
-               load: np.ndarray, used: np.ndarray, seq_len: int,
-               offers: dict[int, Offer]) -> tuple[int, int, tuple[int, ...]] | None:
-    """The exchange of one sample i of ``source`` for one or two cheaper samples U of a peer bin B (same
-    layer, so B's ceiling is ``source``'s cost) that most lowers max(c_A', c_B') below c_A, both bins
-    within ``seq_len``; None if none does. c_A' = c_A − c_i + c_U and c_B' = c_B + c_i − c_U: the pair
-    levels (Σ c² falls) and neither exceeds the layer's maximum. Two for one lets a full bin take a
+               load: np.ndarray, used: np.ndarray, seq_len: int, offers: dict[int, Offer], ceiling: np.ndarray
+               ) -> tuple[int, int, tuple[int, ...]] | None:
+    """The exchange of one sample i of ``source`` for one or two cheaper samples U of a peer bin B that
+    most lowers max(c_A', c_B') below c_A, B staying at or below its ``ceiling`` (its index's maximum)
+    and both bins within ``seq_len``; None if none does. c_A' = c_A − c_i + c_U and c_B' = c_B + c_i −
+    c_U: the pair levels (Σ c² falls) and neither exceeds its index's maximum. Two for one lets a full bin take a
     long sample (costlier per token under a superlinear cost) for two shorter ones. ``offers`` caches
     each bin's sets (cost sums, token sums, members); the caller drops the entries of changed bins."""
     top = float(load[source])
@@ -247,7 +294,8 @@ def _best_swap(source: int, peers: np.ndarray, contents: list[list[int]], costs:
         delta = float(costs[i]) - given_cost
         new_source = top - delta
         new_peer = load[peer_of] + delta
-        fits = ((delta > 0) & (new_peer < top) & (used[source] - int(tokens[i]) + given_tokens <= seq_len)
+        fits = ((delta > 0) & (new_peer < top) & (new_peer <= ceiling[peer_of])
+                & (used[source] - int(tokens[i]) + given_tokens <= seq_len)
                 & (used[peer_of] + int(tokens[i]) - given_tokens <= seq_len))
         if not fits.any():
             continue

@@ -166,6 +166,34 @@ def test_levelling_never_raises_the_cost(ranks: int, per_rank: int, sizes: list[
     assert ev.objective(after) <= ev.objective(start) * (1 + 1e-12)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 3), st.integers(2, 3), st.lists(st.integers(1, 30), min_size=12, max_size=20), st.booleans())
+def test_levelling_within_ranks_keeps_the_rules(ranks: int, per_rank: int, sizes: list[int], equal: bool) -> None:
+    seq_len = max(sizes) * 2 + -(-sum(sizes) // (ranks * per_rank))
+    rules = {"equal_count": True} if equal else {"groups": [(0, 1), (2, 3, 4)]}
+    inst = make_instance(sizes, [float(t * t) for t in sizes], seq_len=seq_len, data_parallel_size=ranks,
+                         local_batch_size=per_rank, **rules)
+    start = packplace.balance(inst, solver="lpt").solution.bins
+    ev = BalanceEvaluator(inst)
+    after, _ = level_layers(ev, start, None, within_ranks=True)
+    assert not ev.violations(after)
+    assert ev.objective(after, "lockstep") <= ev.objective(start, "lockstep") * (1 + 1e-12)
+    assert ev.rank_loads(after).tolist() == pytest.approx(ev.rank_loads(start).tolist())  # samples kept their rank
+
+
+def test_levelling_within_ranks_by_hand() -> None:
+    # groups pin samples to ranks: rank 0 bins (5, 4) = 9 and (1) = 1, rank 1 bins (6) = 6 and (3, 2) = 5;
+    # index maxima max(9, 6) + max(1, 5) = 14. Out of rank 0's 9: the 5 into its other bin gives 6 > the
+    # second index's maximum 5; the 4 gives 5 <= 5 and 5 < 9: one move, then max(5, 6) + max(5, 5) = 11.
+    # Nothing more moves: the 6 is alone, and rank 0's (1, 4) gives 9 or 6 to its (5) (ceiling 6, not < 5).
+    inst = make_instance([5, 4, 1, 6, 3, 2], seq_len=20, data_parallel_size=2, local_batch_size=2,
+                         groups=[(0, 1, 2), (3, 4, 5)])
+    ev = BalanceEvaluator(inst)
+    before = ((0, 1), (2,), (3,), (4, 5))
+    after, moves = level_layers(ev, before, None, within_ranks=True)
+    assert (ev.objective(before, "lockstep"), ev.objective(after, "lockstep"), moves) == (14.0, 11.0, 1)
+
+
 # --------------------------------------------------------------------------------------- solvers
 @pytest.fixture(scope="module")
 def tiny_instances() -> list:
