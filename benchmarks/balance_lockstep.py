@@ -18,8 +18,12 @@ Model shapes from the published Hugging Face ``config.json`` files (Qwen/Qwen2.5
 meta-llama/Llama-3.1-8B). Per instance it prints Σc/D, the evaluator's ``lockstep`` lower bound, the
 lockstep cost of the default solver's ``makespan`` plan (its bins run by cost descending, their best
 order), then per solver of ``--solvers`` its ``lockstep`` plan: cost, gap to the bound, status and
-wall seconds; and the column ``megatron_dp_balanced`` (:func:`megatron_dp_balanced_bins`, the hook
-for Megatron-Core's ``dp_balanced`` scheduler: ``n/a`` until a re-implementation is wired in).
+wall seconds; and the row ``megatron_dp_balanced``: Megatron-Core's ``dp_balanced`` scheduler on the
+same samples in input order with ``max_seqlen_per_dp_cp_rank`` = ``seq_len`` (re-implemented from its
+source in ``benchmarks/megatron_dp_balanced.py``, which cites the file and commit), its micro-batches
+run in its own order and priced with the same costs; it makes as many micro-batches per rank as its
+next-fit packing needs (shown in the row), and the ratio column divides its lockstep time by the best
+``lockstep`` plan's.
 
 Usage:
     python benchmarks/balance_lockstep.py [--instances rl-mix sft-long rl-reasoning]
@@ -34,7 +38,6 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -91,10 +94,15 @@ def build(name: str, seed: int, objective: str = "lockstep") -> BalanceInstance:
                          local_batch_size=per_rank, objective=objective, name=name, cost_unit="FLOPs")
 
 
-def megatron_dp_balanced_bins(instance: BalanceInstance) -> Sequence[Sequence[Any]] | None:
-    """Hook: the D·m rank-major bins Megatron-Core's ``dp_balanced`` scheduler gives ``instance``, or
-    None while no re-implementation is wired in (the column then reads ``n/a``)."""
-    return None
+def megatron_dp_balanced_costs(instance: BalanceInstance) -> np.ndarray:
+    """Costs of the micro-batches Megatron-Core's ``dp_balanced`` scheduler gives ``instance``'s samples
+    (input order, no context parallelism), shape (D, k): ``[r, i]`` is rank r's i-th micro-batch."""
+    from megatron_dp_balanced import dp_balanced_groups, micro_costs  # reason: a sibling script, not a package
+
+    evaluator = BalanceEvaluator(instance)
+    lengths = list(enumerate(evaluator.tokens.tolist()))
+    groups = dp_balanced_groups(lengths, instance.constraints.seq_len, 1, instance.data_parallel_size)
+    return np.array(micro_costs(groups, evaluator.costs, 1))
 
 
 def _row(label: str, cost: float, bound: float, total_mean: float, status: str = "", wall_s: float = math.nan
@@ -117,6 +125,7 @@ def run(name: str, solvers: Sequence[str], time_limit_s: float, seed: int) -> li
           f"{instance.constraints.seq_len}, fill {fill:.2f}; sum(c)/D {total_mean:.4e}, lockstep bound "
           f"{bound:.4e} ({100 * (bound / total_mean - 1):.2f}% above sum(c)/D)")
     rows = []
+    best = math.inf
     started = time.perf_counter()
     makespan_plan = packplace.balance(instance.with_objective("makespan"), time_limit_s=time_limit_s, seed=seed)
     wall = time.perf_counter() - started
@@ -128,11 +137,13 @@ def run(name: str, solvers: Sequence[str], time_limit_s: float, seed: int) -> li
         wall = time.perf_counter() - started
         assert result.objective == evaluator.objective(result.solution)  # the evaluator's figure
         rows.append(_row(f"lockstep {solver}", result.objective, bound, total_mean, result.status, wall))
-    megatron = megatron_dp_balanced_bins(instance)
-    if megatron is None:
-        rows.append(["megatron_dp_balanced", "n/a", "", "", "hook", ""])
-    else:
-        rows.append(_row("megatron_dp_balanced", evaluator.objective(megatron), bound, total_mean))
+        best = min(best, result.objective)
+    started = time.perf_counter()
+    megatron = megatron_dp_balanced_costs(instance)
+    wall = time.perf_counter() - started
+    in_its_order = float(math.fsum(megatron.max(axis=0).tolist()))  # micro-batch i of every rank together
+    rows.append(_row(f"megatron_dp_balanced ({megatron.shape[1]} per rank)", in_its_order, bound, total_mean,
+                     f"x{in_its_order / best:.3f} of the best plan", wall))
     return rows
 
 
