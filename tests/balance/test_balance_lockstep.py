@@ -121,10 +121,12 @@ def test_bound_is_below_the_brute_force_optimum(case: tuple[list[int], list[floa
 def test_bound_and_optimum_by_hand() -> None:
     # costs 8, 1, 1, 1, 1 on D = 2, m = 2, room for all: the bin holding 8 runs at index 1, and index 2
     # has two non-empty bins of cost >= 1, so lockstep >= 8 + 1 = 9, reached by bins {8}, {1, 1} | {1}, {1}.
-    # The bound: max(sum/D = 6, largest 8) = 8
+    # The bound proves it through the makespan: the rank holding 8 has a second non-empty bin, so a load
+    # of at least 8 + 1 = 9 (the largest cost plus the m - 1 smallest others), and lockstep >= makespan
     inst = make_instance([8, 1, 1, 1, 1], seq_len=100, data_parallel_size=2, local_batch_size=2,
                          objective="lockstep")
-    assert BalanceEvaluator(inst).lower_bound() == 8.0
+    assert BalanceEvaluator(inst).lower_bound() == 9.0
+    assert BalanceEvaluator(inst).lower_bound("makespan") == 9.0
     assert _brute_force([8, 1, 1, 1, 1], [8.0, 1, 1, 1, 1], 100, 2, 2) == 9.0
     assert packplace.balance(inst, solver="cpsat").objective == 9.0
 
