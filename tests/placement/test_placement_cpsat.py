@@ -199,8 +199,10 @@ def test_same_seed_same_plan_and_bad_parameters():
     # the construction baselines as hints: a hint from anneal stopped by its clock on a loaded machine can
     # differ run to run (documented); the CP-SAT search itself is what must repeat
     quick = ("greedy", "concurrent")
-    first = packplace.place(inst, "cpsat", time_limit_s=20, seed=3, hint_solvers=quick)
-    second = packplace.place(inst, "cpsat", time_limit_s=20, seed=3, hint_solvers=quick)
+    # a deterministic work limit, not the wall clock, ends the search: the same on a loaded machine
+    work = {"cp_parameters": {"max_deterministic_time": 2.0}}
+    first = packplace.place(inst, "cpsat", time_limit_s=600, seed=3, hint_solvers=quick, **work)
+    second = packplace.place(inst, "cpsat", time_limit_s=600, seed=3, hint_solvers=quick, **work)
     assert first.solution == second.solution and first.objective == second.objective
     for bad in ({"num_workers": 0}, {"max_gpus": "8"}, {"top_k": 0}, {"hint_solvers": ("nope",)},
                 {"cp_parameters": {"no_such_parameter": 1}}):
