@@ -20,8 +20,9 @@ and 40% long reasoning traces (median 6,000, sigma 0.5), clipped to [64, 16,384]
 ``sft``: long-context SFT, 512 sequences on 8 ranks, lognormal median 8,192 sigma 1.0 clipped to
 [256, 65,536], cap 65,536.
 
-``lockstep`` below is this script's own function; the balance evaluator's ``lockstep`` objective
-(when it lands) computes the same figure.
+``lockstep`` below takes each rank's micro-batches in the order the scheduler runs them; the balance
+evaluator's ``lockstep`` objective (``packplace.balance.lockstep``) takes every rank's best order, which
+is never worse.
 
 Usage:
     python benchmarks/megatron_dp_balanced.py
