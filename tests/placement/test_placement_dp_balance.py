@@ -87,7 +87,7 @@ def test_slowest_rank_time_in_the_evaluator_by_hand():
     # GRPO, 4 sequences of one sample each, the actor trained at dp 2 with one sequence per micro-batch
     instance = build_instance(_grpo(batch_size=4, samples_per_prompt=1), source=GRPO)
     balance = DataParallelBalance(instance.workload)
-    balance.lengths = np.array([1000, 3000, 2000, 4000])
+    balance.draws = [np.array([1000, 3000, 2000, 4000])]
     instance._cache["dp_balance"] = balance
     model = instance.models["actor"]
     # forward FLOPs of a sequence of l tokens: l·(2N + 2·L·l·q), Qwen2.5-7B: L = 28, q = 28·128 = 3584

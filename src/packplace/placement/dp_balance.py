@@ -1,8 +1,8 @@
 """Data-parallel load balance of a pass: per-rank loads of a drawn batch instead of an even split.
 
 Model: for every data-parallel pass over the step's rollouts (training, the old-log-prob forward, the
-reference / reward / critic forwards; not generation, whose lengths are unknown when it is dispatched) a
-seeded batch of ``B·K`` sequence lengths is drawn from the workload (:func:`draw_lengths`: ``S`` prompt
+reference / reward / critic forwards; not generation, whose lengths are unknown when it is dispatched)
+seeded batches of ``B·K`` sequence lengths are drawn from the workload (:func:`draw_lengths`: ``S`` prompt
 tokens plus a response of the ``gen_quantiles`` distribution, a prompt's ``K`` samples consecutive, as
 GRPO dispatches siblings), split over the ``dp`` ranks and their ``m = B·K/(dp·mb)`` micro-batches as
 ``training.balance`` says (:func:`split_batch`), and each micro-batch's load measured in forward FLOPs
@@ -10,8 +10,9 @@ GRPO dispatches siblings), split over the ``dp`` ranks and their ``m = B·K/(dp�
 partitioned weights every micro-batch all-gathers each layer over the group, so micro-batch ``k`` ends with
 its slowest rank (``lockstep``: ``Σ_k max_r load[r, k]``, :func:`lockstep_load`); otherwise the ranks meet
 once, at the gradient all-reduce or the result gather (``makespan``: ``max_r Σ_k load[r, k]``). The
-imbalance factor ``f`` is that over the mean rank's total; the pass's per-micro-batch part ``P`` stretches
-to ``f·P`` (phase ``imbalance`` = ``(f − 1)·P``, :meth:`VertexBalance.seconds`).
+imbalance factor ``f`` is that over the mean rank's total, averaged over the batches; the pass's
+per-micro-batch part ``P`` stretches to ``f·P`` (phase ``imbalance`` = ``(f − 1)·P``,
+:meth:`VertexBalance.seconds`).
 
 Options (``training.balance``, per trained model and for the inference passes its owner's):
 ``framework`` (default: what the framework does, :data:`FRAMEWORK_BALANCE`), ``none`` (the contiguous
@@ -46,8 +47,11 @@ BALANCE_OBJECTIVES = ("makespan", "lockstep")
 #: (``get_seqlen_balanced_partitions(..., equal_size=True)``; github.com/volcengine/verl at b178a3cd56f5).
 #: The other profiles' sources (:data:`packplace.placement.framework.FRAMEWORKS`) dispatch contiguously.
 FRAMEWORK_BALANCE = {"verl": "kk"}
-#: Seed of the drawn batch of lengths (a fixed batch: the same instance always gives the same loads).
+#: Seed of the first drawn batch of lengths (fixed batches: the same instance always gives the same loads).
 LENGTH_SEED = 0
+#: Batches drawn (seeds ``LENGTH_SEED ..``); a factor is the mean over them, the expected straggler rather
+#: than one batch's luck.
+LENGTH_DRAWS = 4
 #: Cached factors kept before the cache is cleared (bounds memory in long searches).
 FACTOR_CACHE_LIMIT = 100_000
 
@@ -185,18 +189,21 @@ def imbalance_factor(loads: np.ndarray, lockstep: bool) -> float:
 
 
 class DataParallelBalance:
-    """One instance's drawn batch, its balanced rank assignments and imbalance factors, cached.
+    """One instance's drawn batches, their balanced rank assignments and imbalance factors, cached.
 
     Args:
-        workload: The step's batch (:func:`draw_lengths`).
+        workload: The step's batch (:func:`draw_lengths`, :data:`LENGTH_DRAWS` seeds).
 
-    Caches: the costs per model shape, the solver's ranks per ``(shape, dp, split)`` (independent of the
-    micro-batch) and the factor per ``(shape, dp, mb, split, objective, lockstep)``.
+    Attributes:
+        draws: The batches of lengths, each of shape ``(B·K,)``.
+
+    Caches: the costs per model shape, the solver's ranks per ``(draw, shape, dp, split)`` (independent of
+    the micro-batch) and the factor per ``(shape, dp, mb, setting, lockstep)``.
     """
 
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
-        self.lengths = draw_lengths(workload)
+        self.draws = [draw_lengths(workload, LENGTH_SEED + k) for k in range(LENGTH_DRAWS)]
         self._costs: dict[tuple, np.ndarray] = {}
         self._ranks: dict[tuple, list[np.ndarray]] = {}
         self._factors: dict[tuple, float] = {}
@@ -205,34 +212,38 @@ class DataParallelBalance:
     def _shape_key(model: ModelSpec) -> tuple:
         return (model.gemm_params, model.layers, model.attention_dim)
 
-    def costs(self, model: ModelSpec) -> np.ndarray:
-        """:func:`sequence_costs` of the drawn batch for ``model`` (cached per shape)."""
-        key = self._shape_key(model)
+    def costs(self, model: ModelSpec, draw: int = 0) -> np.ndarray:
+        """:func:`sequence_costs` of batch ``draw`` for ``model`` (cached per shape)."""
+        key = (draw, self._shape_key(model))
         costs = self._costs.get(key)
         if costs is None:
-            costs = self._costs[key] = sequence_costs(model, self.lengths)
+            costs = self._costs[key] = sequence_costs(model, self.draws[draw])
         return costs
 
-    def loads(self, model: ModelSpec, dp: int, micro_batch: int, setting: BalanceSetting) -> np.ndarray:
-        """FLOPs per micro-batch per rank, shape ``(dp, m)``, of the split ``setting`` (resolved)."""
-        costs = self.costs(model)
+    def loads(self, model: ModelSpec, dp: int, micro_batch: int, setting: BalanceSetting,
+              draw: int = 0) -> np.ndarray:
+        """FLOPs per micro-batch per rank of batch ``draw``, shape ``(dp, m)``, split as ``setting``
+        (resolved) says."""
+        lengths, costs = self.draws[draw], self.costs(model, draw)
         ranks = None
         if setting.split != "none" and dp > 1:
-            key = (self._shape_key(model), dp, setting.split)
+            key = (draw, self._shape_key(model), dp, setting.split)
             ranks = self._ranks.get(key)
             if ranks is None:
-                ranks = self._ranks[key] = solver_ranks(self.lengths, costs, dp, setting.split)
-        idx = split_batch(self.lengths, costs, dp, micro_batch, setting, ranks)
+                ranks = self._ranks[key] = solver_ranks(lengths, costs, dp, setting.split)
+        idx = split_batch(lengths, costs, dp, micro_batch, setting, ranks)
         return costs[idx].sum(axis=2)
 
     def factor(self, model: ModelSpec, dp: int, micro_batch: int, setting: BalanceSetting, lockstep: bool) -> float:
-        """:func:`imbalance_factor` of :meth:`loads` (cached)."""
+        """The mean over the drawn batches of :func:`imbalance_factor` of :meth:`loads` (cached)."""
         key = (self._shape_key(model), dp, micro_batch, setting, lockstep)
         f = self._factors.get(key)
         if f is None:
             if len(self._factors) >= FACTOR_CACHE_LIMIT:
                 self._factors.clear()
-            f = self._factors[key] = imbalance_factor(self.loads(model, dp, micro_batch, setting), lockstep)
+            f = self._factors[key] = float(np.mean([
+                imbalance_factor(self.loads(model, dp, micro_batch, setting, k), lockstep)
+                for k in range(len(self.draws))]))
         return f
 
 
