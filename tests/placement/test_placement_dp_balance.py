@@ -22,6 +22,7 @@ from packplace.placement.dp_balance import (
     draw_lengths,
     imbalance_factor,
     lockstep_load,
+    reduced_shape,
     solver_ranks,
     split_batch,
 )
@@ -211,3 +212,22 @@ def test_unirl_ablation_train_phase_ratio():
     ratio = predicted["balanced"] / predicted["unbalanced"]
     published = 15.3 / 28.4   # Tencent-Hunyuan/UniRL pull request 45: train phase 28.4 s -> 15.3 s
     assert 0.8 <= ratio / published <= 1.25
+
+
+def test_a_step_larger_than_the_drawn_batch_is_estimated_on_a_reduced_shape():
+    # fits: the exact shape, 1024 / (16 · 4) = 16 micro-batches per rank
+    assert reduced_shape(1024, 16, 4, lockstep=False, cap=16384) == (4, 16, 1.0)
+    # 10^6 sequences at dp 64, mb 8 (m = 1953): mb' = 8, m' = 16384 // 512 = 32; the slowest rank total of
+    # 8 · 32 = 256 sequences stands for 8 · 1953 = 15,624: scale √(256 / 15,624) = 0.128
+    mb, m, scale = reduced_shape(10**6, 64, 8, lockstep=False, cap=16384)
+    assert (mb, m) == (8, 32) and scale == pytest.approx((256 / 15624) ** 0.5)
+    # lockstep: a micro-batch's slowest rank does not depend on m, and mb is kept: scale 1
+    assert reduced_shape(10**6, 64, 8, lockstep=True, cap=16384) == (8, 32, 1.0)
+    # mb 1024 at dp 64: mb' = 256, m' = 1, lockstep scale √(256/1024) = 0.5
+    assert reduced_shape(2**20, 64, 1024, lockstep=True, cap=16384) == (256, 1, 0.5)
+    assert reduced_shape(10**9, 20000, 1, lockstep=True, cap=16384) is None
+    huge = Workload(10**9, 1, 100, 1000, ((0.5, 200.0),))
+    balance = DataParallelBalance(huge)
+    assert all(d.shape == (16384,) for d in balance.draws)
+    model = build_instance(_grpo(), source=GRPO).models["actor"]
+    assert 1.0 <= balance.factor(model, 64, 8, BalanceSetting("none"), False) < 1.01

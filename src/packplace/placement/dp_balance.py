@@ -14,6 +14,7 @@ imbalance factor ``f`` is that over the mean rank's total, averaged over the bat
 per-micro-batch part ``P`` stretches to ``f·P`` (phase ``imbalance`` = ``(f − 1)·P``,
 :meth:`VertexBalance.seconds`).
 
+A step of more than :data:`MAX_DRAWN_SEQUENCES` sequences is estimated on a smaller shape (:func:`reduced_shape`).
 Options (``training.balance``, per trained model and for the inference passes its owner's):
 ``framework`` (default: what the framework does, :data:`FRAMEWORK_BALANCE`), ``none`` (the contiguous
 split), or a balance solver of :mod:`packplace.balance` (``lpt``, ``kk``, ``repair``) assigning
@@ -52,6 +53,9 @@ LENGTH_SEED = 0
 #: Batches drawn (seeds ``LENGTH_SEED ..``); a factor is the mean over them, the expected straggler rather
 #: than one batch's luck.
 LENGTH_DRAWS = 4
+#: Most sequences of a drawn batch. A larger step is estimated on a shape with fewer sequences
+#: (:func:`reduced_shape`), the excess imbalance scaled by the square root of the sequences it stands for.
+MAX_DRAWN_SEQUENCES = 16_384
 #: Cached factors kept before the cache is cleared (bounds memory in long searches).
 FACTOR_CACHE_LIMIT = 100_000
 
@@ -88,17 +92,17 @@ class BalanceSetting:
         return BalanceSetting(FRAMEWORK_BALANCE.get(framework, "none"), self.objective)
 
 
-def draw_lengths(workload: Workload, seed: int = LENGTH_SEED) -> np.ndarray:
-    """Tokens of each of the step's ``B·K`` sequences, shape ``(B·K,)`` int64: ``S + Q(u)`` rounded up,
+def draw_lengths(workload: Workload, seed: int = LENGTH_SEED, cap: int = MAX_DRAWN_SEQUENCES) -> np.ndarray:
+    """Tokens of each of the step's ``n = min(B·K, cap)`` sequences, shape ``(n,)`` int64: ``S + Q(u)`` rounded up,
     ``Q`` the workload's response quantile function and ``u`` stratified (``u_i = (π_i + v_i)/n``,
     ``π`` a seeded permutation, ``v_i`` seeded uniform; McKay, Beckman & Conover 1979, Latin hypercube
     sampling), so the batch follows the distribution and only the order is random. Sequence ``p·K + j``
     is sample ``j`` of prompt ``p`` (siblings consecutive). Every length is ``S + T`` without
     ``gen_quantiles``."""
-    n = workload.sequences
+    n = min(workload.sequences, cap)
     rng = np.random.default_rng(seed)
     u = (rng.permutation(n) + rng.random(n)) / n
-    response = np.array([workload.quantile(x) for x in u])
+    response = workload.quantiles(u)
     response = np.clip(np.ceil(response - 1e-9), 1, workload.generation_length)
     return (workload.context_length + response).astype(np.int64)
 
@@ -171,6 +175,26 @@ def split_batch(lengths: np.ndarray, costs: np.ndarray, dp: int, micro_batch: in
     return ends_first_micro_batches(ranks, costs, micro_batch)
 
 
+def reduced_shape(sequences: int, dp: int, micro_batch: int, lockstep: bool,
+                  cap: int = MAX_DRAWN_SEQUENCES) -> tuple[int, int, float] | None:
+    """``(mb', m', scale)``: the micro-batch and micro-batches per rank a drawn batch of at most ``cap``
+    sequences is split into for a step of ``sequences`` at ``(dp, mb)``, and the factor by which its excess
+    imbalance ``f' − 1`` is scaled. ``(mb, m, 1)`` when the step fits. Otherwise ``mb' = min(mb, cap/dp)``,
+    ``m' = min(m, cap/(dp·mb'))`` and, since the spread of a sum of ``k`` independent lengths relative to
+    its mean falls as ``1/√k`` (central limit theorem), ``scale = √(mb'/mb)`` under lockstep (a
+    micro-batch's slowest rank) or ``√(mb'·m'/(mb·m))`` for the slowest rank total. ``None`` (no
+    imbalance estimated, factor 1) when ``dp > cap``."""
+    m = sequences // (dp * micro_batch)
+    if sequences <= cap:
+        return micro_batch, m, 1.0
+    if dp > cap:
+        return None
+    mb = min(micro_batch, cap // dp)
+    mm = max(1, min(m, cap // (dp * mb)))
+    kept = mb if lockstep else mb * mm
+    return mb, mm, float(np.sqrt(kept / (micro_batch if lockstep else micro_batch * m)))
+
+
 def lockstep_load(loads: np.ndarray) -> float:
     """``Σ_k max_r loads[r, k]`` of a ``(dp, m)`` array: micro-batch ``k`` ends when its slowest rank does
     (a collective in every micro-batch). The balance evaluator's lockstep objective is the same figure."""
@@ -221,13 +245,16 @@ class DataParallelBalance:
         return costs
 
     def loads(self, model: ModelSpec, dp: int, micro_batch: int, setting: BalanceSetting,
-              draw: int = 0) -> np.ndarray:
+              draw: int = 0, micro_batches: int | None = None) -> np.ndarray:
         """FLOPs per micro-batch per rank of batch ``draw``, shape ``(dp, m)``, split as ``setting``
-        (resolved) says."""
+        (resolved) says; with ``micro_batches`` only the first ``dp·m·mb`` sequences of the batch."""
         lengths, costs = self.draws[draw], self.costs(model, draw)
+        if micro_batches is not None:
+            count = dp * micro_batches * micro_batch
+            lengths, costs = lengths[:count], costs[:count]
         ranks = None
         if setting.split != "none" and dp > 1:
-            key = (draw, self._shape_key(model), dp, setting.split)
+            key = (draw, self._shape_key(model), dp, len(lengths), setting.split)
             ranks = self._ranks.get(key)
             if ranks is None:
                 ranks = self._ranks[key] = solver_ranks(lengths, costs, dp, setting.split)
@@ -235,15 +262,23 @@ class DataParallelBalance:
         return costs[idx].sum(axis=2)
 
     def factor(self, model: ModelSpec, dp: int, micro_batch: int, setting: BalanceSetting, lockstep: bool) -> float:
-        """The mean over the drawn batches of :func:`imbalance_factor` of :meth:`loads` (cached)."""
+        """The mean over the drawn batches of :func:`imbalance_factor` of :meth:`loads` (cached), on the
+        :func:`reduced_shape` of a step larger than :data:`MAX_DRAWN_SEQUENCES`."""
         key = (self._shape_key(model), dp, micro_batch, setting, lockstep)
         f = self._factors.get(key)
         if f is None:
             if len(self._factors) >= FACTOR_CACHE_LIMIT:
                 self._factors.clear()
-            f = self._factors[key] = float(np.mean([
-                imbalance_factor(self.loads(model, dp, micro_batch, setting, k), lockstep)
-                for k in range(len(self.draws))]))
+            shape = reduced_shape(self.workload.sequences, dp, micro_batch, lockstep)
+            if shape is None:
+                f = 1.0
+            else:
+                mb, m, scale = shape
+                sample = float(np.mean([
+                    imbalance_factor(self.loads(model, dp, mb, setting, k, m), lockstep)
+                    for k in range(len(self.draws))]))
+                f = 1.0 + (sample - 1.0) * scale
+            self._factors[key] = f
         return f
 
 
