@@ -46,8 +46,11 @@ BALANCE_OBJECTIVES = ("makespan", "lockstep")
 #: The split a framework applies by default. verl: ``trainer.balance_batch: True`` in
 #: verl/trainer/config/ppo_trainer.yaml, Karmarkar–Karp into equal-size partitions
 #: (``get_seqlen_balanced_partitions(..., equal_size=True)``; github.com/volcengine/verl at b178a3cd56f5).
-#: The other profiles' sources (:data:`packplace.placement.framework.FRAMEWORKS`) dispatch contiguously.
-FRAMEWORK_BALANCE = {"verl": "kk"}
+#: NeMo RL: ``policy.sequence_packing.enabled: True`` with ``algorithm: modified_first_fit_decreasing`` in
+#: examples/configs/grpo_math_1B.yaml (the GRPO recipes' base; github.com/NVIDIA-NeMo/RL at 00294d9baabc):
+#: the driver packs the batch longest-first into bins spread over the ranks (``shard_by_batch_size``), a
+#: length-aware split modelled by ``lpt``. The other profiles' sources dispatch contiguously.
+FRAMEWORK_BALANCE = {"verl": "kk", "nemo-rl": "lpt"}
 #: Seed of the first drawn batch of lengths (fixed batches: the same instance always gives the same loads).
 LENGTH_SEED = 0
 #: Batches drawn (seeds ``LENGTH_SEED ..``); a factor is the mean over them, the expected straggler rather
