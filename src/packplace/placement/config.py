@@ -138,8 +138,8 @@ TRAINING_FIELDS: dict[str, Field] = {
                      meaning="training state kept in host memory, moved at host_bandwidth"),
     "fp32_grad_buffer": Field("bool", default=False, meaning="fp32 gradient accumulation buffer (4 bytes/param)"),
     "balance": Field("enum", choices=BALANCE_CHOICES, default="framework",
-                     meaning="data-parallel split of every pass over the rollouts (framework: verl kk, else none = "
-                             "contiguous; lpt/kk/repair: that balance solver)"),
+                     meaning="data-parallel split of every pass over the rollouts (framework: verl kk, nemo-rl lpt, "
+                             "else none = contiguous; lpt/kk/repair: that balance solver)"),
     "balance_objective": Field("enum", choices=BALANCE_OBJECTIVES, default="makespan",
                                meaning="what the balance solver evens out: rank totals or per-micro-batch maxima"),
 }
