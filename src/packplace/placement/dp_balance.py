@@ -234,10 +234,15 @@ class DataParallelBalance:
         self._costs: dict[tuple, np.ndarray] = {}
         self._ranks: dict[tuple, list[np.ndarray]] = {}
         self._factors: dict[tuple, float] = {}
+        self._shapes: dict[int, tuple] = {}
 
-    @staticmethod
-    def _shape_key(model: ModelSpec) -> tuple:
-        return (model.gemm_params, model.layers, model.attention_dim)
+    def _shape_key(self, model: ModelSpec) -> tuple:
+        """``(N, L, q)`` of ``model``, the figures its costs depend on (kept per model object: ``N`` is a
+        computed property)."""
+        key = self._shapes.get(id(model))
+        if key is None or key[0] is not model:
+            key = self._shapes[id(model)] = (model, (model.gemm_params, model.layers, model.attention_dim))
+        return key[1]
 
     def costs(self, model: ModelSpec, draw: int = 0) -> np.ndarray:
         """:func:`sequence_costs` of batch ``draw`` for ``model`` (cached per shape)."""
