@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.cost import CostModel
+from packplace.placement.dp_balance import VertexBalance, instance_balance, vertex_setting
 from packplace.placement.engine import mean_live_tokens
 from packplace.placement.framework import INFERENCE_OFFLOAD, inference_owner, profile
 from packplace.placement.graph import algorithm_spec
@@ -478,6 +479,24 @@ def inference_offloaded(instance, vertex: str) -> bool:
     return v.kind == "infer" and v.model in INFERENCE_OFFLOAD[instance.inference_offload]
 
 
+def vertex_balance(instance, vertex: str) -> VertexBalance | None:
+    """The data-parallel split of ``vertex``'s passes (:mod:`packplace.placement.dp_balance`): the setting
+    of the trained model its batch belongs to (:func:`~packplace.placement.framework.inference_owner`),
+    in lockstep when the passes run on ZeRO-3 / FSDP-partitioned weights (training with ``zero3``, or
+    :func:`inference_sharded`); ``None`` for generation (its lengths are unknown at dispatch)."""
+    v = instance.graph.vertex(vertex)
+    if v.kind == "generate":
+        return None
+    owner = inference_owner(v.model, algorithm_spec(instance.algorithm).trainable_models)
+    options = instance.training.get(v.model, DEFAULT_TRAINING)
+    if v.kind == "train":
+        lockstep = options.sharding == "zero3"
+    else:
+        lockstep = inference_sharded(instance, vertex)
+    return VertexBalance(instance_balance(instance), vertex_setting(instance, owner), lockstep,
+                         v.kind == "train" and options.recompute == "full")
+
+
 def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostModel:
     """The :class:`CostModel` of ``instance`` (optionally on another cluster or hardware): its workload,
     engine, framework profile and the shapes of its models that train with ``zero3``."""
@@ -507,6 +526,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     old_log_prob = needs_old_log_prob(instance, name)
     sharded = inference_sharded(instance, name)
     offloaded = inference_offloaded(instance, name)
+    balance = vertex_balance(instance, name)
     options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
     limit = mem * instance.engine.gpu_memory_utilization if kind == "generate" else mem
     extra = 0.0
@@ -534,7 +554,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                                      options=options, prefill_sequences=prefill, ep=ep,
                                      sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded)
             seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent, old_log_prob, ep, sharded=sharded,
-                                       offloaded=offloaded) + extra
+                                       offloaded=offloaded, balance=balance) + extra
             if kind == "train":
                 seconds += training_overhead_seconds(cost, model, options, dp, pp, tp, mb, extent, ep)
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))

@@ -24,6 +24,12 @@ from packplace import interrupt
 from packplace.errors import ConfigError
 from packplace.outputs import json_text, write_atomic
 from packplace.placement import api
+from packplace.placement.balance_report import (
+    compare_balance,
+    format_compare_balance,
+    format_plan_balance,
+    plan_balance,
+)
 from packplace.placement.calibrate import (
     DEFAULT_KNOBS,
     DEFAULT_SCOPED_KNOBS,
@@ -76,6 +82,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--emit", default=None, choices=sorted(FRAMEWORKS), metavar="FRAMEWORK",
                    help=f"also print the plan as the framework's own config keys or flags, with a line per plan "
                         f"feature it cannot run ({', '.join(sorted(FRAMEWORKS))})")
+    p.add_argument("--compare-balance", action="store_true", dest="compare_balance",
+                   help="also print the chosen plan's step time with each training.balance split")
     p.set_defaults(func=run)
     register_validate(subparsers)
     register_calibrate(subparsers)
@@ -120,6 +128,7 @@ def format_table(instance, result) -> str:
             lines.append(f"{name:<16} {parts}")
         for edge, seconds in score.realloc.items():
             lines.append(f"weight sync {edge}: {seconds:.3f} s")
+        lines += format_plan_balance(plan_balance(instance, plan))
         lines.append("")
         lines.append("own GB: the vertex's peak per GPU (its model's resident weights/grads/optimizer state + its "
                      "own activations/KV cache); GPU peak GB: the peak of the GPUs of its block, with every model "
@@ -153,7 +162,10 @@ def result_json(instance, result) -> dict[str, Any]:
         memory = ev.vertex_memory(result.solution)
         own = vertex_own_memory(instance, result.solution)
         out.update(plan_to_json(result.solution, instance.cluster))
+        balance = plan_balance(instance, result.solution)
         for name, entry in out["vertices"].items():
+            if name in balance:
+                entry["balance"] = balance[name]
             entry.update({"start_s": score.start[name], "end_s": score.end[name],
                           "time_s": score.vertex_time[name], "phases_s": score.phases[name],
                           "memory_bytes": memory.get(name, 0.0),
@@ -179,6 +191,10 @@ def run(args: argparse.Namespace) -> int:
     result = api.solve_placement(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
     print(format_table(instance, result))
     args.json_document = result_json(instance, result)
+    if getattr(args, "compare_balance", False) and result.solution is not None:
+        rows = compare_balance(instance, result.solution)
+        print("\n".join(format_compare_balance(rows)))
+        args.json_document["compare_balance_s"] = dict(rows)
     implausible = result.solution is not None and result.objective > MAX_PLAUSIBLE_STEP_S
     args.json_document["implausible_step_time"] = implausible
     if implausible:

@@ -28,6 +28,7 @@ from typing import Any
 
 from packplace.contract import Field, check_count, check_section
 from packplace.errors import ConfigError, show
+from packplace.placement.dp_balance import BALANCE_CHOICES, BALANCE_OBJECTIVES, BalanceSetting
 from packplace.placement.engine import BATCHING, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_NUM_SEQS, RolloutEngine
 from packplace.placement.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, INFERENCE_OFFLOAD
 from packplace.placement.graph import (
@@ -136,7 +137,14 @@ TRAINING_FIELDS: dict[str, Field] = {
     "offload": Field("enum", choices=OFFLOAD, default="none",
                      meaning="training state kept in host memory, moved at host_bandwidth"),
     "fp32_grad_buffer": Field("bool", default=False, meaning="fp32 gradient accumulation buffer (4 bytes/param)"),
+    "balance": Field("enum", choices=BALANCE_CHOICES, default="framework",
+                     meaning="data-parallel split of every pass over the rollouts (framework: verl kk, nemo-rl lpt, "
+                             "else none = contiguous; lpt/kk/repair: that balance solver)"),
+    "balance_objective": Field("enum", choices=BALANCE_OBJECTIVES, default="makespan",
+                               meaning="what the balance solver evens out: rank totals or per-micro-batch maxima"),
 }
+#: ``[training]`` fields that set the data-parallel split (:mod:`packplace.placement.dp_balance`), not memory.
+BALANCE_FIELDS = ("balance", "balance_objective")
 #: Fields of a rule-based reward ``models.reward: {kind: rule, ...}`` (``models.reward: rule`` = defaults).
 RULE_REWARD_FIELDS: dict[str, Field] = {
     "kind": Field("enum", choices=("rule",), meaning="a rule-based reward scored on CPU (no GPU model)"),
@@ -206,6 +214,8 @@ class PlacementInstance:
             (:data:`packplace.placement.framework.FRAMEWORKS`; default ``none``).
         inference_offload: ``policy.inference_offload``: ``none`` (default), ``reference`` or
             ``reference+reward`` keep those models' weights in host memory between forwards.
+        balance: ``{model: BalanceSetting}`` of the trained models' data-parallel passes (``training.balance``,
+            :mod:`packplace.placement.dp_balance`; key ``""``: the common setting; empty: the framework's).
     """
 
     cluster: Cluster
@@ -221,6 +231,7 @@ class PlacementInstance:
     rule_reward: RuleReward | None = None
     framework: str = DEFAULT_FRAMEWORK
     inference_offload: str = "none"
+    balance: Mapping[str, BalanceSetting] = field(default_factory=dict)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -459,13 +470,13 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     _require(models_cfg, required, "models")
     models = {role: _model(role, models_cfg[role], source) for role in required}
     models["reference"] = models["actor"]
-    training = _training(_section(config, "training", required=False), spec.trainable_models)
+    training, balance = _training(_section(config, "training", required=False), spec.trainable_models)
     workload = _workload(_section(config, "workload"))
     optimizer = _optimizer(_section(config, "optimizer", required=False), algorithm)
     return PlacementInstance(cluster, hardware, models, workload, algorithm,
                              build_graph(algorithm, reward_model=rule_reward is None), optimizer, source, engine,
                              training=training, rule_reward=rule_reward, framework=policy["framework"],
-                             inference_offload=policy["inference_offload"])
+                             inference_offload=policy["inference_offload"], balance=balance)
 
 
 def _is_rule(spec: Any) -> bool:
@@ -481,18 +492,23 @@ def _rule_reward(spec: Any) -> RuleReward:
     return RuleReward(values["seconds_per_sample"], values["workers"])
 
 
-def _training(section: dict[str, Any], models: tuple[str, ...]) -> dict[str, TrainingOptions]:
+def _training(section: dict[str, Any], models: tuple[str, ...]
+              ) -> tuple[dict[str, TrainingOptions], dict[str, BalanceSetting]]:
     """``[training]``: options of :data:`TRAINING_FIELDS` for every trained model and/or per model
-    (``actor: {...}``, ``critic: {...}``), a model's own entry winning."""
+    (``actor: {...}``, ``critic: {...}``), a model's own entry winning. Returns the memory options per
+    model and the :data:`BALANCE_FIELDS` per model (key ``""``: the common setting)."""
     common = check_section({k: v for k, v in section.items() if k not in models}, TRAINING_FIELDS, "[training]",
                            extra=models, label=_label("training"), **_FORMATS)
     out = {}
+    balance = {"": BalanceSetting(common["balance"], common["balance_objective"])}
     for model in models:
         own = section.get(model) or {}
         given = check_section(own, {name: replace(spec, default=None) for name, spec in TRAINING_FIELDS.items()},
                               f"[training.{model}]", label=_label(f"training.{model}"), **_FORMATS)
-        out[model] = TrainingOptions(**{**common, **given})
-    return out
+        merged = {**common, **given}
+        balance[model] = BalanceSetting(merged.pop("balance"), merged.pop("balance_objective"))
+        out[model] = TrainingOptions(**merged)
+    return out, balance
 
 
 #: Deprecated names and what replaces them (they still work, with a DeprecationWarning).

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from packplace.placement.dp_balance import VertexBalance
 from packplace.placement.engine import RolloutEngine, continuous_schedule, kv_capacity_sequences
 from packplace.placement.framework import (
     DEFAULT_FRAMEWORK,
@@ -213,15 +214,16 @@ class CostModel:
     # -- vertex times -------------------------------------------------------------------------------
     def vertex_time(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                     extent: tuple[int, int, int], old_log_prob: bool = False, ep: int = 1, *,
-                    sharded: bool = False, offloaded: bool = False) -> float:
-        """Seconds of the vertex on a block of ``extent`` (the slowest data-parallel replica; replicas
-        are identical): the sum of :meth:`vertex_phases`."""
+                    sharded: bool = False, offloaded: bool = False, balance: VertexBalance | None = None) -> float:
+        """Seconds of the vertex on a block of ``extent`` (the slowest data-parallel replica): the sum of
+        :meth:`vertex_phases`."""
         return sum(self.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep,
-                                      sharded=sharded, offloaded=offloaded).values())
+                                      sharded=sharded, offloaded=offloaded, balance=balance).values())
 
     def vertex_phases(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                       extent: tuple[int, int, int], old_log_prob: bool = False, ep: int = 1, *,
-                      sharded: bool = False, offloaded: bool = False) -> dict[str, float]:
+                      sharded: bool = False, offloaded: bool = False,
+                      balance: VertexBalance | None = None) -> dict[str, float]:
         """The parts of a vertex's time, seconds: ``generate`` → ``generation`` (:meth:`generate_time`);
         ``infer`` → ``forward`` (:meth:`pass_time`); ``train`` → ``train`` and, with ``old_log_prob``
         (the PPO/GRPO actor), ``old_log_prob``: the forward pass over the rollouts with the weights before
@@ -233,7 +235,10 @@ class CostModel:
         (an inference model kept in host memory, ``policy.inference_offload``) an ``infer`` vertex adds
         ``onload``, :func:`~packplace.placement.framework.onload_seconds`. Every vertex adds
         ``overhead`` = the framework's dispatch (:func:`~packplace.placement.framework.dispatch_seconds`)
-        plus the hardware's ``phase_overhead`` knob (0 unless a config or ``calibrate`` sets it)."""
+        plus the hardware's ``phase_overhead`` knob (0 unless a config or ``calibrate`` sets it). With
+        ``balance`` (the vertex's data-parallel split, :mod:`packplace.placement.dp_balance`) a pass whose
+        slowest rank carries more than the mean adds ``imbalance``
+        (:meth:`~packplace.placement.dp_balance.VertexBalance.seconds`); without it the ranks are equal."""
         if kind == "generate":
             phases = {"generation": self.generate_time(model, dp, pp, tp, micro_batch, extent, ep)}
         elif kind == "infer":
@@ -248,6 +253,10 @@ class CostModel:
         if offloaded and kind == "infer":
             passes = self.workload.sequences // (dp * micro_batch)
             phases["onload"] = onload_seconds(self, model, dp, pp, tp, passes, sharded)
+        if balance is not None:
+            extra = balance.seconds(self, model, kind, dp, pp, tp, micro_batch, extent, ep, phases)
+            if extra > 0.0:
+                phases["imbalance"] = extra
         phases["overhead"] = self.hw.phase_overhead + dispatch_seconds(self, self.framework, dp)
         return phases
 

@@ -28,6 +28,7 @@ from packplace.placement.candidates import (
     inference_offloaded,
     inference_sharded,
     needs_old_log_prob,
+    vertex_balance,
 )
 from packplace.placement.plan import Plan, VertexPlan
 
@@ -444,7 +445,7 @@ class PlacementEvaluator:
             phases = self._phases[key] = self.cost.vertex_phases(
                 self.instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp, cand.micro_batch, cand.extent,
                 needs_old_log_prob(self.instance, name), s.ep, sharded=inference_sharded(self.instance, name),
-                offloaded=inference_offloaded(self.instance, name))
+                offloaded=inference_offloaded(self.instance, name), balance=vertex_balance(self.instance, name))
         return dict(phases)
 
     def vertex_memory(self, plan: Plan) -> dict[str, float]:

@@ -69,6 +69,11 @@ class Workload:
         qs, ts = self._quantile_points
         return float(np.interp(q, qs, ts))
 
+    def quantiles(self, q: np.ndarray) -> np.ndarray:
+        """Response lengths (tokens, float) at the quantiles ``q`` (array in [0, 1], same shape)."""
+        qs, ts = self._quantile_points
+        return np.interp(q, qs, ts)
+
     @cached_property
     def mean_response(self) -> float:
         """Mean response length (tokens): the integral of the quantile function (trapezoid rule)."""
