@@ -67,6 +67,7 @@ def tables() -> list[tuple[str, Mapping[str, Field], str]]:
     """(heading, fields, name prefix) of every contract table, in page order."""
     return [
         ("Balance, top level", balance.FIELDS, ""),
+        ("Balance `local_batch_size` rules", balance.LOCAL_BATCH_SIZE_FIELDS, "local_batch_size."),
         ("Balance `cost`", balance.COST_FIELDS, "cost."),
         ("Balance `cost.latency`", balance.LATENCY_FIELDS, "cost.latency."),
         ("Balance `samples.corpus`", balance.CORPUS_FIELDS, "samples.corpus."),
@@ -85,6 +86,10 @@ NOTES = {
     "Balance `samples.items[]`": (
         "Also `key` (a string or an int64), `cost` (0 or in "
         f"[{balance.MIN_COST:g}, {balance.MAX_COST:g}], or a mapping of such components) and `budgets`."),
+    "Balance `local_batch_size` rules": (
+        "`local_batch_size` given as a mapping of these keys (either or both) means `auto` among the "
+        "counts they allow: the fewest bins per rank, the same on every rank, that is a multiple of "
+        "`multiple_of`, at least `at_least`, and packs under every rule."),
     "Placement `training`": "For every trained model, or per model under `actor:` / `critic:`.",
     "Placement `models.reward` as a rule": "`reward: rule` takes the defaults.",
 }

@@ -48,8 +48,9 @@ SHORT_LIMIT_S = {"balance": 0.2, "placement": 0.5}
 
 # ---------------------------------------------------------------------------------------- instances
 def _balance_instances() -> dict:
-    """Tiny balance instances (every objective, one and two bins per rank, binding capacity), each
-    with a reference grouping so that every backend, ``reference`` included, has an answer."""
+    """Tiny balance instances (every objective, one and two bins per rank, binding capacity, a
+    ``local_batch_size`` rule), each with a reference grouping so that every backend, ``reference``
+    included, has an answer."""
     return {
         "makespan-n8-D2m2": make_instance([3, 5, 2, 7, 4, 6, 1, 8], [9, 14, 5, 20, 11, 16, 2, 24],
                                           seq_len=16, data_parallel_size=2, local_batch_size=2,
@@ -64,6 +65,9 @@ def _balance_instances() -> dict:
                                            objective="lockstep", reference_bins="auto"),
         "tight-n7-D3": make_instance([2, 6, 3, 3, 2, 9, 4], seq_len=10, data_parallel_size=3,
                                      reference_bins=((5,), (1, 0, 4), (6, 2, 3))),
+        # auto would give one bin per rank; the rule asks for a multiple of 2 bins on each of 2 ranks
+        "multiple-of-2-n8-D2": make_instance([9, 14, 5, 20, 11, 16, 2, 24], seq_len=100, data_parallel_size=2,
+                                             local_batch_size={"multiple_of": 2}, reference_bins="auto"),
     }
 
 

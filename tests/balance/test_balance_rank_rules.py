@@ -190,7 +190,8 @@ def test_local_batch_size_auto_equals_the_brute_force_minimum(tokens, ranks, equ
         ({"groups": [[0, 1], [1, 2]]}, r"groups\[1\]: sample 1 is already in groups\[0\]"),
         ({"groups": [[0, 1, 2]], "equal_count": True}, r"groups\[0\]: 3 samples cannot share a rank"),
         ({"groups": [[]]}, r"groups\[0\]: is empty"),
-        ({"local_batch_size": "many"}, "local_batch_size: must be an integer >= 1 or 'auto', got 'many'"),
+        ({"local_batch_size": "many"}, "local_batch_size: must be an integer >= 1, 'auto' or a rule "
+         r"\{multiple_of: N, at_least: N\}, got 'many'"),
     ],
 )
 def test_bad_rules_are_one_line_errors(kwargs, match):

@@ -50,7 +50,8 @@ FIELDS: dict[str, Field] = {
     "seq_len": Field("int", "tokens", 1, MAX_TOKENS, meaning="tokens per bin (pack)"),
     "data_parallel_size": Field("int", "ranks", 1, MAX_RANKS, meaning="D, data-parallel ranks"),
     "local_batch_size": Field("int", "bins", 1, MAX_SAMPLES, literals=("auto",), default=1,
-                              meaning="m, non-empty bins per rank; auto: the fewest feasible"),
+                              meaning="m, non-empty bins per rank; auto: the fewest feasible; or a rule "
+                                      "mapping (`local_batch_size` rules)"),
     "equal_count": Field("bool", default=False, meaning="every rank the same number of samples (within one)"),
     "max_samples_per_bin": Field("int", "samples", 1, MAX_SAMPLES, default=None,
                                  meaning="at most this many samples per bin; default no limit"),
@@ -60,6 +61,13 @@ FIELDS: dict[str, Field] = {
                         meaning="ranks per synchronous round (rounds objective); divides D; default D"),
     "oversized_policy": Field("enum", choices=("error", "single"), default="error",
                               meaning="a sample longer than seq_len: error, or alone in its own bin"),
+}
+#: ``local_batch_size`` as a mapping: ``auto`` among the counts these rules allow.
+LOCAL_BATCH_SIZE_FIELDS: dict[str, Field] = {
+    "multiple_of": Field("int", "bins", 1, MAX_SAMPLES, default=1,
+                         meaning="m is a multiple of this (virtual pipeline stages of an interleaved schedule)"),
+    "at_least": Field("int", "bins", 1, MAX_SAMPLES, default=1,
+                      meaning="m is at least this (pipeline stages, so that the pipeline fills)"),
 }
 STRUCTURED = ("name", "budgets", "cost", "samples", "reference", "groups")
 TOP_LEVEL = set(FIELDS) | set(STRUCTURED)
@@ -258,9 +266,18 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
         ConfigError: a missing or invalid field, named in the message.
     """
     config = _mapping(config, source)
+    per_rank_rule = config.get("local_batch_size")
+    if isinstance(per_rank_rule, Mapping):
+        per_rank_rule = check_section(per_rank_rule, LOCAL_BATCH_SIZE_FIELDS, "local_batch_size",
+                                      label=_label("local_batch_size."))
+        config = {key: value for key, value in config.items() if key != "local_batch_size"}
     fields = check_section(config, FIELDS, source, extra=STRUCTURED, label=str)
-    seq_len, ranks, per_rank = fields["seq_len"], fields["data_parallel_size"], fields["local_batch_size"]
-    bins_per_rank = 1 if per_rank == "auto" else per_rank
+    seq_len, ranks = fields["seq_len"], fields["data_parallel_size"]
+    per_rank = per_rank_rule if isinstance(per_rank_rule, dict) else fields["local_batch_size"]
+    if isinstance(per_rank, dict):
+        bins_per_rank = -(-per_rank["at_least"] // per_rank["multiple_of"]) * per_rank["multiple_of"]
+    else:
+        bins_per_rank = 1 if per_rank == "auto" else per_rank
     check_count(ranks * bins_per_rank, MAX_SAMPLES, "local_batch_size",
                 f"bins (data_parallel_size {ranks} x local_batch_size {per_rank})")
     name = config.get("name")
@@ -311,6 +328,7 @@ def load_config(path: str | Path) -> BalanceInstance:
         seq_len: 8192                     # tokens per bin (pack)
         data_parallel_size: 16            # D ranks
         local_batch_size: 4               # m non-empty bins per rank (default 1), or auto (fewest feasible)
+                                          # or {multiple_of: 2, at_least: 4}: auto among those counts
         equal_count: false                # every rank the same number of samples (within one)
         max_samples_per_bin: 16           # at most this many samples per bin (default: no limit)
         groups: [[a, b], [c, d, e]]       # keys that must share a rank (GRPO prompt, DPO pair)

@@ -233,14 +233,21 @@ class BalanceEvaluator:
     def violations(self, bins: Sequence[Sequence[SampleKey]] | Assignment) -> list[str]:
         """Every broken rule of ``bins`` (empty list = feasible), at most :attr:`MAX_VIOLATIONS` lines.
 
-        Rules: D·m bins; every input key exactly once and no unknown key; no empty bin; bin tokens
-        ≤ ``seq_len`` except a bin holding exactly one oversized sample under policy ``single``; each
-        budget's sum ≤ its limit; at most ``max_samples_per_bin`` samples per bin; and the rank rules
+        Rules: D·m bins (an :class:`Assignment` with m bins per rank), m allowed by the instance's
+        ``local_batch_size_rule`` (a multiple of N, at least N); every input key exactly once and no
+        unknown key; no empty bin; bin tokens ≤ ``seq_len`` except a bin holding exactly one
+        oversized sample under policy ``single``; each budget's sum ≤ its limit; at most
+        ``max_samples_per_bin`` samples per bin; and the rank rules
         of :meth:`rank_rule_violations` (``equal_count``, ``groups``).
         """
-        if isinstance(bins, Assignment):
-            bins = bins.bins
         inst = self.instance
+        rule = inst.local_batch_size_rule
+        ruled = "" if rule.is_default else f", local_batch_size {rule.describe()}"
+        if isinstance(bins, Assignment):
+            if bins.local_batch_size != inst.local_batch_size:
+                return [f"the assignment has local_batch_size {bins.local_batch_size}, the instance "
+                        f"m={inst.local_batch_size}{ruled}"]
+            bins = bins.bins
         out: list[str] = []
 
         def add(line: str) -> bool:
@@ -248,8 +255,11 @@ class BalanceEvaluator:
             return len(out) >= self.MAX_VIOLATIONS
 
         if len(bins) != inst.num_bins:
-            add(f"expected {inst.num_bins} bins (D={inst.data_parallel_size} x m={inst.local_batch_size}), "
+            add(f"expected {inst.num_bins} bins (D={inst.data_parallel_size} x m={inst.local_batch_size}{ruled}), "
                 f"got {len(bins)}")
+            return out
+        if not rule.allows(inst.local_batch_size):  # an instance object altered after construction
+            add(f"local_batch_size {inst.local_batch_size} breaks its rule {rule.describe()}")
             return out
         fast = self._feasible_fast(bins)
         if fast is not None:  # the common case, column-wise; any broken rule is named by the loop below

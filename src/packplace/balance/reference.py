@@ -4,7 +4,8 @@
   (worst-fit decreasing on tokens), the instance's ``reference_bins="auto"`` without rank rules.
 * :func:`worst_fit_bins`: its batched worst-fit step (numpy), equal to one heap step per item.
 * :func:`default_reference_bins`: the strided grouping of a distributed sampler.
-* :func:`smallest_local_batch_size`: the fewest bins per rank for which a packing exists under
+* :func:`smallest_local_batch_size`: the fewest bins per rank (among those a
+  :class:`LocalBatchSizeRule` allows: a multiple of N, at least N) for which a packing exists under
   every rule: the construction of :mod:`packplace.balance.rank_rules` gives a count, and smaller
   counts down to :func:`local_batch_size_bound` (Martello & Toth's L2 bin-packing bound) are decided
   exactly by CP-SAT (:func:`~packplace.balance.rank_rules.exact_packing`) while the model is small.
@@ -199,6 +200,46 @@ def local_batch_size_bound(tokens: np.ndarray, seq_len: int, cap: int | None, gr
 
 
 @dataclass(frozen=True)
+class LocalBatchSizeRule:
+    """What counts of bins per rank (m, the same on every rank) a trainer accepts.
+
+    Interleaved (virtual) pipeline schedules run the micro-batches of a step in rounds of the
+    pipeline's virtual stages, so their count must be a multiple of that number, and a pipeline of p
+    stages idles unless each rank has at least p micro-batches (Megatron-LM's interleaved 1F1B
+    schedule, Narayanan et al. 2021, arXiv:2104.04473, section 2.2; verl PR volcengine/verl#1617 rounds
+    the dynamic micro-batch count up to a multiple of the virtual pipeline size, NeMo RL PR
+    NVIDIA-NeMo/RL#748 the sequence-packing micro-batch count likewise).
+
+    Attributes:
+        multiple_of: m must be a multiple of this (>= 1; 1: any m).
+        at_least: m must be at least this (>= 1).
+    """
+
+    multiple_of: int = 1
+    at_least: int = 1
+
+    @property
+    def is_default(self) -> bool:
+        """True when the rule allows every m >= 1."""
+        return self.multiple_of == 1 and self.at_least == 1
+
+    def allows(self, per_rank: int) -> bool:
+        """Whether m = ``per_rank`` keeps the rule."""
+        return per_rank >= self.at_least and per_rank % self.multiple_of == 0
+
+    def first_from(self, per_rank: int) -> int:
+        """The smallest m >= ``per_rank`` the rule allows."""
+        start = max(per_rank, self.at_least, 1)
+        return -(-start // self.multiple_of) * self.multiple_of
+
+    def describe(self) -> str:
+        """The rule in words for messages, e.g. ``multiple_of 4, at_least 8``."""
+        parts = [f"multiple_of {self.multiple_of}"] if self.multiple_of > 1 else []
+        parts += [f"at_least {self.at_least}"] if self.at_least > 1 else []
+        return ", ".join(parts) or "any count"
+
+
+@dataclass(frozen=True)
 class AutoLocalBatchSize:
     """The outcome of :func:`smallest_local_batch_size`.
 
@@ -215,67 +256,88 @@ class AutoLocalBatchSize:
 
 
 def smallest_local_batch_size(columns_at: Callable[[int], PackingColumns], lower: int, upper: int,
-                              rules: str) -> AutoLocalBatchSize:
-    """The fewest bins per rank m in [``lower``, ``upper``] for which a packing exists under every rule.
+                              rules: str, rule: LocalBatchSizeRule | None = None) -> AutoLocalBatchSize:
+    """The fewest bins per rank m in [``lower``, ``upper``] that ``rule`` allows and for which a packing
+    exists under every rule.
 
-    1. ``found``: the fewest m for which the construction (``columns_at(m)``, ordered by tokens)
-       packs: each m from ``lower`` (:func:`local_batch_size_bound` with ``tight``) for 8 steps, then
-       doubling steps and a bisection (O(log n) constructions).
-    2. Each m in [lower, found) in turn: :func:`~packplace.balance.rank_rules.exact_packing` decides it
-       exactly (CP-SAT) while the model is small enough. A packing found there is the answer; an m
-       proven to have none raises the lower bound; an undecided or too large model stops the search
-       at ``found``.
+    The candidates are the counts ``rule`` allows (:class:`LocalBatchSizeRule`: every m by default),
+    c_0 < c_1 < ...; the search runs over their index k:
+
+    1. ``found``: the fewest candidate for which the construction (``columns_at(m)``, ordered by
+       tokens) packs: each candidate from the first at or above ``lower`` (:func:`local_batch_size_bound`
+       with ``tight``) for 8 steps, then doubling steps and a bisection (O(log n) constructions).
+    2. Each candidate below ``found`` in turn: :func:`~packplace.balance.rank_rules.exact_packing`
+       decides it exactly (CP-SAT) while the model is small enough. A packing found there is the
+       answer; a candidate proven to have none raises the lower bound; an undecided or too large model
+       stops the search at ``found``.
 
     ``rules`` describes the instance's rules for the error messages.
 
     Raises:
-        InfeasibleError: no m in [1, upper] can hold the samples (proven).
+        InfeasibleError: no m in [1, upper] that ``rule`` allows can hold the samples (proven), among
+            them no allowed m at all (``at_least`` above ``upper``, no multiple in range).
         ConfigError: no m was found and none was proven impossible beyond ``lower``.
     """
+    rule = LocalBatchSizeRule() if rule is None else rule
+    step_of = rule.multiple_of
+    first = rule.first_from(lower) // step_of  # candidate m = k * step_of for k in [first, last]
+    last = upper // step_of
+    columns = columns_at(max(1, min(lower, upper)))
+    n, ranks = len(columns.tokens), columns.ranks
+    if first > last and not rule.is_default:
+        smallest = rule.first_from(1)
+        if smallest > upper:
+            raise InfeasibleError(
+                f"local_batch_size: {rule.describe()} needs at least {smallest} non-empty bins on each of {ranks} "
+                f"ranks ({smallest * ranks} in all), but {n} samples fill at most {upper} per rank"
+            )
+        raise InfeasibleError(
+            f"local_batch_size: {rule.describe()}: no allowed count of bins per rank in [{lower}, {upper}] "
+            f"(the rules need at least {lower}; {n} samples fill at most {upper} per rank on {ranks} ranks; "
+            f"rules: {rules})"
+        )
 
-    def packs(per_rank: int) -> bool:
-        return construct(columns_at(per_rank)) is not None
+    def packs(k: int) -> bool:
+        return construct(columns_at(k * step_of)) is not None
 
     found: int | None = None
-    failed = lower - 1
+    failed = first - 1
     step = 1
-    per_rank = lower
-    while per_rank <= upper:
-        if packs(per_rank):
-            while per_rank - failed > 1:
-                middle = (failed + per_rank) // 2
+    k = first
+    while k <= last:
+        if packs(k):
+            while k - failed > 1:
+                middle = (failed + k) // 2
                 if packs(middle):
-                    per_rank = middle
+                    k = middle
                 else:
                     failed = middle
-            found = per_rank
+            found = k
             break
-        failed = per_rank
-        if per_rank - lower >= 8:
+        failed = k
+        if k - first >= 8:
             step *= 2
-        per_rank = min(upper + (per_rank == upper), per_rank + step)
-    proven = lower
+        k = min(last + (k == last), k + step)
+    proven = first
     packing = None
-    for per_rank in range(lower, upper + 1 if found is None else found):
-        columns = columns_at(per_rank)
-        bins, decided = exact_packing(columns)
+    for k in range(first, last + 1 if found is None else found):
+        bins, decided = exact_packing(columns_at(k * step_of))
         if bins is not None:
             packing = bins
-            found = per_rank
+            found = k
             break
         if not decided:
             break
-        proven = per_rank + 1
+        proven = k + 1
     if found is not None:
-        return AutoLocalBatchSize(found, min(proven, found), packing)
-    columns = columns_at(lower)
-    n, ranks = len(columns.tokens), columns.ranks
-    if proven > upper:
+        return AutoLocalBatchSize(found * step_of, min(proven, found) * step_of, packing)
+    what = "'auto'" if rule.is_default else f"'auto' with {rule.describe()}"
+    if proven > last:
         raise InfeasibleError(
-            f"local_batch_size: 'auto': no bins per rank in [1, {upper}] can hold all {n} samples on {ranks} "
+            f"local_batch_size: {what}: no bins per rank in [1, {upper}] can hold all {n} samples on {ranks} "
             f"ranks under the rules ({rules}; proven)"
         )
     raise ConfigError(
-        f"local_batch_size: 'auto' found no bins per rank in [{lower}, {upper}] that pack all {n} samples "
-        f"on {ranks} ranks under the rules ({rules})"
+        f"local_batch_size: {what} found no bins per rank in [{first * step_of}, {upper}] that pack all {n} "
+        f"samples on {ranks} ranks under the rules ({rules})"
     )

@@ -20,7 +20,7 @@ import dataclasses
 import importlib
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -28,7 +28,12 @@ import numpy as np
 
 from packplace.balance.assignment import Assignment, as_bins
 from packplace.balance.rank_rules import PackingColumns, RankRules, construct, normalise_groups
-from packplace.balance.reference import group_bins_bound, local_batch_size_bound, smallest_local_batch_size
+from packplace.balance.reference import (
+    LocalBatchSizeRule,
+    group_bins_bound,
+    local_batch_size_bound,
+    smallest_local_batch_size,
+)
 from packplace.balance.reference import token_packing_reference as _token_packing_reference
 from packplace.balance.samples import (
     MAX_TOKENS,
@@ -53,6 +58,7 @@ __all__ = [
     "OVERSIZED_POLICIES",
     "Assignment",
     "BalanceInstance",
+    "LocalBatchSizeRule",
     "PackingConstraints",
     "PaddingCost",
     "Sample",
@@ -67,6 +73,33 @@ __all__ = [
 OBJECTIVES = ("makespan", "balance", "rounds", "lockstep")
 
 
+#: The keys of a ``local_batch_size`` rule mapping.
+LOCAL_BATCH_SIZE_RULE_KEYS = ("multiple_of", "at_least")
+
+
+def local_batch_size_rule(value: Any) -> LocalBatchSizeRule | None:
+    """The rule of a ``local_batch_size`` value: the default rule for ``"auto"``, the given rule for a
+    mapping ``{multiple_of: N, at_least: M}`` (either key) or a :class:`LocalBatchSizeRule`; None for
+    anything else (a fixed count, checked by the caller).
+
+    Raises:
+        ConfigError: a mapping with another key, or a value that is not an integer >= 1.
+    """
+    if isinstance(value, LocalBatchSizeRule):
+        value = {"multiple_of": value.multiple_of, "at_least": value.at_least}
+    elif isinstance(value, str):
+        return LocalBatchSizeRule() if value == "auto" else None
+    if not isinstance(value, Mapping):
+        return None
+    for key in value:
+        if key not in LOCAL_BATCH_SIZE_RULE_KEYS:
+            raise ConfigError(f"local_batch_size: unknown rule {show(key)}; valid: "
+                              f"{', '.join(LOCAL_BATCH_SIZE_RULE_KEYS)}")
+    parts = {key: positive_int(value[key], f"local_batch_size.{key}") for key in LOCAL_BATCH_SIZE_RULE_KEYS
+             if value.get(key) is not None}
+    return LocalBatchSizeRule(**parts)
+
+
 @dataclass(frozen=True)
 class BalanceInstance:
     """One balance problem: samples, bin constraints and the data-parallel layout.
@@ -79,7 +112,11 @@ class BalanceInstance:
         data_parallel_size: D, the number of data-parallel ranks.
         local_batch_size: m, the number of non-empty bins each rank must get (D·m bins in all), or
             ``"auto"``: the fewest bins per rank, the same on every rank, for which a packing exists
-            under every rule (:func:`packplace.balance.reference.smallest_local_batch_size`).
+            under every rule (:func:`packplace.balance.reference.smallest_local_batch_size`), or a
+            rule ``{"multiple_of": N, "at_least": M}`` (either key, or a
+            :class:`~packplace.balance.reference.LocalBatchSizeRule`): ``"auto"`` among the counts
+            that are a multiple of N and at least M (interleaved pipeline schedules). Stored as the
+            resolved int; the rule is kept in ``local_batch_size_rule``.
         reference_bins: The original rank-major grouping (D·m bins of keys, feasible), the
             do-nothing baseline and the planner's point of comparison; ``None`` if there is none;
             ``"auto"`` builds the token-only packing of
@@ -102,7 +139,9 @@ class BalanceInstance:
             chosen/rejected pair); a key belongs to at most one group. Bins of that rank may differ.
         local_batch_size_lower_bound: A lower bound on m (set on construction): with ``"auto"`` the
             smallest m not proven impossible (equal to m when m is proven the fewest), else the
-            counting bound.
+            counting bound. Under a rule: the smallest count the rule allows not proven impossible.
+        local_batch_size_rule: The :class:`~packplace.balance.reference.LocalBatchSizeRule` that m
+            keeps (set on construction; allows every m unless a rule was given).
 
     The three rank rules and the bin cap have one definition,
     :class:`packplace.balance.rank_rules.RankRules` plus the group test, used by the evaluator's
@@ -111,7 +150,8 @@ class BalanceInstance:
     Raises:
         ConfigError: before any solver runs, for every input that cannot be feasible: duplicate keys,
             more than 2^53 tokens in all, costs whose sum overflows float64,
-            fewer samples than D·m, a sample longer than ``seq_len`` (policy ``error``) or over a budget,
+            a ``local_batch_size`` rule that is not a mapping of ``multiple_of``/``at_least`` to integers
+            >= 1, fewer samples than D·m, a sample longer than ``seq_len`` (policy ``error``) or over a budget,
             total tokens above D·m·seq_len, more oversized samples than bins, a group size that does
             not divide D, an unknown objective, or reference bins that are not bins of sample keys.
     """
@@ -132,6 +172,7 @@ class BalanceInstance:
     max_samples_per_bin: int | None = None
     groups: tuple[tuple[SampleKey, ...], ...] = ()
     local_batch_size_lower_bound: int = field(default=0, init=False, compare=False)
+    local_batch_size_rule: LocalBatchSizeRule = field(default=LocalBatchSizeRule(), init=False, compare=False)
 
     def __post_init__(self) -> None:
         samples = self.samples
@@ -147,11 +188,15 @@ class BalanceInstance:
             raise ConfigError(f"constraints: expected PackingConstraints, got {type(self.constraints).__name__}")
         ranks = positive_int(self.data_parallel_size, "data_parallel_size")
         object.__setattr__(self, "data_parallel_size", ranks)
-        auto = isinstance(self.local_batch_size, str) and self.local_batch_size == "auto"
-        if not auto:
+        rule = local_batch_size_rule(self.local_batch_size)
+        auto = rule is not None
+        if rule is not None:
+            object.__setattr__(self, "local_batch_size_rule", rule)
+        else:
             if isinstance(self.local_batch_size, str):
                 raise ConfigError(
-                    f"local_batch_size: must be an integer >= 1 or 'auto', got {show(self.local_batch_size)}"
+                    f"local_batch_size: must be an integer >= 1, 'auto' or a rule {{multiple_of: N, at_least: N}}, "
+                    f"got {show(self.local_batch_size)}"
                 )
             object.__setattr__(self, "local_batch_size", positive_int(self.local_batch_size, "local_batch_size"))
         if not isinstance(self.objective, str) or self.objective not in OBJECTIVES:
@@ -210,9 +255,10 @@ class BalanceInstance:
         cap = self.max_samples_per_bin
         if auto:
             rules = (f"seq_len {seq_len}, max_samples_per_bin {cap}, equal_count {self.equal_count}, "
-                     f"{len(self.groups)} groups")
+                     f"{len(self.groups)} groups, local_batch_size {self.local_batch_size_rule.describe()}")
             lower = local_batch_size_bound(tokens, seq_len, cap, self.group_of, ranks, tight=True)
-            chosen = smallest_local_batch_size(lambda m: self.packing_columns("tokens", m), lower, n // ranks, rules)
+            chosen = smallest_local_batch_size(lambda m: self.packing_columns("tokens", m), lower, n // ranks, rules,
+                                               self.local_batch_size_rule)
             object.__setattr__(self, "local_batch_size", chosen.per_rank)
             object.__setattr__(self, "local_batch_size_lower_bound", chosen.lower_bound)
             if chosen.packing is not None:
@@ -357,10 +403,13 @@ class BalanceInstance:
         return self.data_parallel_size if self.group_size is None else self.group_size
 
     def with_objective(self, objective: str, group_size: int | None = None) -> BalanceInstance:
-        """A copy of this instance with another objective (and group size)."""
-        return dataclasses.replace(
+        """A copy of this instance with another objective (and group size); its ``local_batch_size_rule``
+        carries over."""
+        copy = dataclasses.replace(
             self, objective=objective, group_size=self.group_size if group_size is None else group_size
         )
+        object.__setattr__(copy, "local_batch_size_rule", self.local_batch_size_rule)
+        return copy
 
 
 #: Names that moved out of this module: name -> the module that defines it.
