@@ -7,7 +7,9 @@ samples D at a time in LPT order, one per subset); the two partitions of largest
 min subset sum) are merged repeatedly, largest subset of one with smallest of the other; the last
 partition's subsets, by decreasing sum, are ranks 0..D−1. Each rank's samples then go into its m
 bins by first-fit decreasing on tokens (``seq_len`` and every budget checked, exactly m non-empty
-bins); a rank that does not fit falls back to :mod:`construction`. Padding and budgets play no part
+bins); a rank that does not fit falls back to :mod:`construction`. Cut by ``time_limit_s`` (or over
+``max_memory_bytes``) it answers with LPT's bins in what is left of the limit, else the reference
+grouping (:func:`cut_answer`): never ``unknown`` while an answer exists. Padding and budgets play no part
 in the partition. Rank rules: ``equal_count`` with D dividing n is the ``equal_size`` method; other
 rules go to the rule-keeping construction of :mod:`constrained`. Deterministic, ``seed`` unused.
 Options: ``equal_size`` (default False), ``max_memory_bytes`` (default
@@ -25,10 +27,18 @@ import numpy as np
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
-from packplace.solvers.balance._common import first_fit_decreasing, prepare, reject_unknown_params
+from packplace.solvers.balance._common import (
+    DeadEnd,
+    PreparedSamples,
+    first_fit_decreasing,
+    keys_of,
+    prepare,
+    reject_unknown_params,
+)
 from packplace.solvers.balance.constrained import construct_proposal
 from packplace.solvers.balance.construction import after_dead_end
 from packplace.solvers.balance.lockstep import lockstep_aware
+from packplace.solvers.balance.lpt import lpt_bins
 from packplace.solvers.registry import register
 
 #: Default ceiling on the estimated peak memory (bytes) of one solve.
@@ -177,6 +187,43 @@ def differencing_partition(
     return subsets
 
 
+def cut_answer(instance: BalanceInstance, prepared: PreparedSamples | None, why: str,
+               deadline: float | None, by_limit: bool = True) -> Proposal:
+    """The answer of a differencing run that cannot finish (``why``: the limit, the memory ceiling).
+
+    LPT's bins (:func:`~packplace.solvers.balance.lpt.lpt_bins`, the same greedy ``lpt`` runs) within
+    what is left before ``deadline`` (a ``time.perf_counter()`` value, None: no limit), under the rank
+    rules the rule-keeping construction; else the instance's reference grouping; else ``unknown``. The
+    status is ``feasible`` with an answer; ``hit_time_limit`` is set when the limit cut the
+    differencing (``by_limit``) or the deadline has passed.
+    """
+    if instance.has_rank_rules:
+        proposal = construct_proposal(instance, "karmarkar_karp", deadline)
+        how = "the rank-rule construction"
+    else:
+        proposal = Proposal(None, UNKNOWN)
+        how = "lpt"
+        if prepared is None:
+            prepared = prepare(instance)
+        if deadline is None or time.perf_counter() < deadline:
+            try:
+                proposal = Proposal(keys_of(prepared, lpt_bins(instance, prepared, deadline)), FEASIBLE,
+                                    iterations=len(prepared.order))
+            except DeadEnd as dead_end:
+                how = f"lpt dead-ended ({dead_end})"
+        else:
+            how = "no time left for lpt"
+        if proposal.solution is None and instance.reference_bins is not None:
+            proposal = Proposal(instance.reference_bins, FEASIBLE)
+            how += "; the reference grouping"
+    timed_out = deadline is not None and time.perf_counter() > deadline
+    proposal.hit_time_limit = proposal.hit_time_limit or timed_out or by_limit
+    answered = f"answered by {how}" if proposal.solution is not None else f"{how}; no answer"
+    note = f"karmarkar_karp: {why}; {answered}"
+    proposal.message = f"{note}; {proposal.message}" if proposal.message else note
+    return proposal
+
+
 def _constructed(instance: BalanceInstance, why: str, deadline: float | None = None) -> Proposal:
     """The rank-rule construction's answer (:func:`~packplace.solvers.balance.constrained.construct_proposal`:
     LPT over units under every rule) for an instance the differencing cannot serve; the message says so."""
@@ -201,15 +248,16 @@ def solve(
 
     Args:
         instance: The balance instance.
-        time_limit_s: Wall-clock budget (seconds) of the differencing loop; past it ``unknown``.
+        time_limit_s: Wall-clock budget (seconds) of the whole solve; past it the answer of
+            :func:`cut_answer` (LPT's bins, else the reference grouping).
         seed: Unused (deterministic).
         equal_size: Give every rank exactly n/D samples.
-        max_memory_bytes: Refuse (``unknown``, nothing allocated) when :func:`estimate_bytes` exceeds
-            it (default :data:`DEFAULT_MAX_MEMORY_BYTES`, 4 GiB).
+        max_memory_bytes: Skip the differencing (nothing allocated for it) when :func:`estimate_bytes`
+            exceeds it (default :data:`DEFAULT_MAX_MEMORY_BYTES`, 4 GiB): :func:`cut_answer` answers.
 
     Returns:
         Bins of keys with status ``feasible``, or status ``unknown`` without a solution when a rank's
-        samples do not fit its m bins (the message names the rank).
+        samples do not fit its m bins (the message names the rank) or nothing answered in time.
 
     Raises:
         ConfigError: ``equal_size`` not a bool, ``equal_size=True`` with n not divisible by D,
@@ -235,13 +283,12 @@ def solve(
     if isinstance(max_memory_bytes, bool) or not isinstance(max_memory_bytes, int) or max_memory_bytes < 1:
         raise ConfigError(f"max_memory_bytes: must be a positive integer, got {max_memory_bytes!r}")
     started = time.perf_counter()
+    deadline = None if time_limit_s is None else started + float(time_limit_s)
     needed = estimate_bytes(n, ranks)
     if needed > max_memory_bytes:
-        return Proposal(None, UNKNOWN, message=(
-            f"karmarkar_karp: not run: n={n} samples on D={ranks} ranks need an estimated {needed} bytes, "
-            f"above max_memory_bytes={max_memory_bytes}"
-        ))
-    deadline = None if time_limit_s is None else started + float(time_limit_s)
+        return cut_answer(instance, None, (
+            f"differencing not run: n={n} samples on D={ranks} ranks need an estimated {needed} bytes, "
+            f"above max_memory_bytes={max_memory_bytes}"), deadline, by_limit=False)
     prepared = prepare(instance)
     try:
         if deadline is not None and time.perf_counter() > deadline:
@@ -250,18 +297,16 @@ def solve(
             prepared.order.tolist(), prepared.costs.tolist(), ranks, equal_size, deadline
         )
     except OutOfTime as out:
-        return Proposal(None, UNKNOWN, hit_time_limit=True, message=(
-            f"karmarkar_karp: time limit {time_limit_s:g} s reached ({out}; n={n}, D={ranks}); no partial answer"
-        ))
+        return cut_answer(instance, prepared, f"time limit {time_limit_s:g} s reached ({out}; n={n}, D={ranks})",
+                          deadline)
     bins: list[list[int]] = []
     iterations = n - 1 if not equal_size else n // ranks - 1
     keys = prepared.keys
     for rank, members in enumerate(subsets):
         if deadline is not None and time.perf_counter() > deadline:
-            return Proposal(None, UNKNOWN, hit_time_limit=True, message=(
-                f"karmarkar_karp: time limit {time_limit_s:g} s reached while packing the bins of rank {rank} of "
-                f"{ranks} (n={n}); no partial answer"
-            ))
+            return cut_answer(instance, prepared, (
+                f"time limit {time_limit_s:g} s reached while packing the bins of rank {rank} of {ranks} (n={n})"),
+                deadline)
         rank_bins, failure = first_fit_decreasing(members, instance, prepared, rank)
         if rank_bins is None:
             if instance.has_rank_rules:

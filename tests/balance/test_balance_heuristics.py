@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import packplace
+from packplace.balance import Assignment
 from packplace.balance.evaluator import BalanceEvaluator, round_makespan
 from packplace.balance.instance import make_instance
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost
@@ -515,18 +516,37 @@ def test_kk_memory_stays_linear_in_samples():
     assert peak < 8 * 1024**2, peak
 
 
-def test_kk_memory_estimate_refuses_and_time_limit_is_unknown():
-    inst = _long_tailed(20000, 2400)
+def test_kk_over_its_memory_ceiling_or_cut_by_the_limit_answers_with_lpt():
+    inst = _long_tailed(20000, 2400, reference_bins="auto")
     needed = 2048 * 20000 + 64 * 2400
+    lpt = packplace.balance(inst, solver="lpt")
     refused = packplace.balance(inst, solver="kk", max_memory_bytes=needed - 1)
-    assert refused.status == "unknown" and refused.solution is None
+    assert refused.status == lpt.status and refused.status in ("optimal", "feasible") and not refused.hit_time_limit
     assert f"n=20000 samples on D=2400 ranks need an estimated {needed} bytes" in refused.message
+    assert "answered by lpt" in refused.message
+    assert refused.solution == lpt.solution and refused.objective == lpt.objective  # LPT's very bins
     with pytest.raises(ConfigError, match="max_memory_bytes"):
         packplace.balance(inst, solver="kk", max_memory_bytes=0)
-    # The whole solve takes ~0.7 s; with 0.05 s the differencing loop stops and says so.
-    timed = packplace.balance(inst, solver="kk", time_limit_s=0.05)
-    assert timed.status == "unknown" and timed.solution is None and timed.hit_time_limit
-    assert "time limit 0.05 s reached" in timed.message and "no partial answer" in timed.message
+    # the differencing stops at the limit; what is left of it goes to LPT, else the reference grouping
+    for limit in (0.05, 1e-4):
+        timed = packplace.balance(inst, solver="kk", time_limit_s=limit)
+        assert timed.status in ("optimal", "feasible") and timed.hit_time_limit, timed.message
+        assert f"time limit {limit:g} s reached" in timed.message
+        assert BalanceEvaluator(inst).violations(timed.solution) == []
+        assert timed.solution in (lpt.solution, BalanceEvaluator(inst).canonical(Assignment(inst.reference_bins,
+                                                                                            inst.local_batch_size)))
+
+
+def test_kk_cut_without_a_reference_and_without_time_is_unknown():
+    from packplace.solvers.balance import karmarkar_karp as kk_module
+
+    inst = make_instance([5, 4, 3, 2], seq_len=10, data_parallel_size=2)  # no reference_bins
+    gone = kk_module.cut_answer(inst, None, "time limit 1 s reached", deadline=0.0)  # the deadline has passed
+    assert gone.status == "unknown" and gone.solution is None and gone.hit_time_limit
+    assert gone.message == "karmarkar_karp: time limit 1 s reached; no time left for lpt; no answer"
+    # with time left, LPT on keys 0..3 (tokens = costs 5, 4, 3, 2): 5 | 4, then 3 → rank 1 (7), 2 → rank 0 (7)
+    answered = kk_module.cut_answer(inst, None, "time limit 1 s reached", deadline=None)
+    assert answered.status == "feasible" and sorted(map(sorted, answered.solution)) == [[0, 3], [1, 2]]
 
 
 # ------------------------------------------------------------------------- repair with m > 1
