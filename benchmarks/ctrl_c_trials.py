@@ -11,11 +11,12 @@ config is read, during the solve or while the result is printed.
 Printed: one line per trial (command, delay, exit code, tracebacks in stderr, ``--out`` file written),
 then the counts: exit codes, trials with a traceback, hangs, output files written by an interrupted run.
 A trial whose command ended before the signal (exit 0 or 1) is listed as ``finished first``. Two phases
-come before any packplace code runs and are counted apart (``start-up``): the interpreter killed by the
-signal before Python installs its own handler (return code -2, which a shell shows as 130), and a
-``KeyboardInterrupt`` raised while the interpreter's ``site`` step runs the ``.pth`` files of the
-environment (the traceback has no ``packplace`` frame). The exit code is 1 when any other signalled trial
-ended other than 130, printed a traceback, hung or wrote its output.
+come before any packplace code runs and are counted apart (``start-up``, :func:`startup_phase`): the
+interpreter killed by the signal before Python installs its own handler (return code -2, which a shell
+shows as 130), a ``KeyboardInterrupt`` raised while the interpreter's ``site`` step runs the ``.pth``
+files of the environment, and one raised in pip's generated console-script wrapper before
+``packplace_console``'s first statement. The exit code is 1 when any other signalled trial ended other
+than 130, printed a traceback, hung or wrote its output.
 
 Usage:
     python benchmarks/ctrl_c_trials.py                  # 50 trials, delays 0-3 s
@@ -54,11 +55,43 @@ def console_script() -> list[str]:
     return [sys.executable, "-c", "import sys, packplace_console; sys.exit(packplace_console.main())"]
 
 
+def startup_phase(code: int, stderr: str) -> str:
+    """The interpreter start-up phase a signal interrupted before any packplace code ran, or ``""``.
+
+    * ``interpreter``: before CPython installs its own SIGINT handler the default action ends the
+      process (return code -2, no output; a shell shows 130);
+    * ``site``: CPython's ``site`` step runs the environment's ``.pth`` files (an editable install's
+      import finder among them) and the interpreter prints the ``KeyboardInterrupt``: the traceback's
+      first frames are ``<frozen site>`` ones;
+    * ``wrapper``: the console script pip generates (``import re``, ``from packplace_console import
+      main``) is interrupted before the first statement of ``packplace_console`` runs: the traceback's
+      last frame is the wrapper's import line and no frame is inside ``packplace_console.py``.
+    """
+    if code == -signal.SIGINT and "Traceback" not in stderr:
+        return "interpreter"
+    if "KeyboardInterrupt" not in stderr or "packplace_console.py" in stderr or "/packplace/" in stderr:
+        return ""
+    frames = [line.strip() for line in stderr.splitlines() if line.strip().startswith("File ")]
+    if frames and frames[0].startswith('File "<frozen site>"'):
+        return "site"
+    if frames and "from packplace_console import main" in stderr.split(frames[-1], 1)[1]:
+        return "wrapper"
+    return ""
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def trial(command: str, delay: float, timeout: float, folder: Path, index: int) -> dict:
     """One run of ``command`` interrupted after ``delay`` seconds; the exit code and what it left."""
     out = folder / f"trial{index}.json"
     argv = console_script() + COMMANDS[command] + ["--solver", "cpsat", "--time-limit", "10", "--out", str(out)]
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    # SIGINT at its default action in the child, as in a terminal's foreground job: a shell starts a
+    # background job (this script run with `&`) with SIGINT ignored, and an ignored SIGINT stays ignored
+    # across exec until packplace_console installs its handler, so an early signal would be lost
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                               preexec_fn=_default_sigint)  # noqa: PLW1509 - single-threaded parent
     time.sleep(delay)
     finished_first = process.poll() is not None
     if not finished_first:
@@ -71,7 +104,7 @@ def trial(command: str, delay: float, timeout: float, folder: Path, index: int) 
         os.killpg(process.pid, signal.SIGKILL)
         _, err = process.communicate()
     text = err.decode("utf-8", "replace")
-    startup = process.returncode == -signal.SIGINT or ("KeyboardInterrupt" in text and "packplace" not in text)
+    startup = startup_phase(process.returncode, text)
     return {"startup": startup, "command": command, "delay": delay, "code": process.returncode,
             "finished_first": finished_first,
             "tracebacks": text.count("Traceback (most recent call last)"), "hung": hung, "wrote": out.exists(),
@@ -93,7 +126,7 @@ def main() -> int:
             row = trial(command, rng.uniform(0, args.max_delay), args.timeout, Path(folder), i)
             rows.append(row)
             state = ("finished first" if row["finished_first"] else "HUNG" if row["hung"] else
-                     "start-up" if row["startup"] else "")
+                     f"start-up: {row['startup']}" if row["startup"] else "")
             print(f"{i:>3} {command:<8} delay {row['delay']:5.2f} s  exit {row['code']:>4}  tracebacks "
                   f"{row['tracebacks']}  wrote {'yes' if row['wrote'] else 'no '}  {state:<15} {row['last_line']}",
                   flush=True)
@@ -106,8 +139,10 @@ def main() -> int:
     print(f"exit codes of signalled trials: {dict(sorted(codes.items()))}")
     print(f"with a traceback: {sum(1 for r in rows if r['tracebacks'])}; hangs: {sum(r['hung'] for r in rows)}; "
           f"output written by an interrupted run: {sum(r['wrote'] for r in signalled)}")
+    phases = collections.Counter(r["startup"] for r in startup)
+    startup_codes = collections.Counter(r["code"] for r in startup)
     print(f"signalled during interpreter start-up (before packplace code): {len(startup)} "
-          f"(exit codes {dict(collections.Counter(r['code'] for r in startup))}, "
+          f"(phases {dict(sorted(phases.items()))}, exit codes {dict(startup_codes)}, "
           f"{sum(1 for r in startup if r['tracebacks'])} with a traceback)")
     print(f"bad trials: {len(bad)}")
     return 1 if bad else 0

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from packplace.balance.schema import BalanceInstance, SampleKey, key_order
-from packplace.balance.schema import input_order_key_rank as key_rank_of
 from packplace.errors import ConfigError
 
 
@@ -55,7 +54,7 @@ def prepare(instance: BalanceInstance) -> PreparedSamples:
     keys = list(instance.keys)
     tokens = instance.tokens
     costs = instance.costs
-    key_rank = key_rank_of(keys)
+    key_rank = instance.table.key_rank
     order = np.lexsort((key_rank, -tokens, -costs))
     position = np.empty(n, dtype=np.int64)
     position[order] = np.arange(n)

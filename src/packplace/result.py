@@ -8,6 +8,7 @@ evaluator's number, never the solver's own.
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import math
 import signal
@@ -143,6 +144,9 @@ class SolveResult:
         if self.solution is not None:
             to_dict = getattr(self.solution, "to_dict", None)
             solution = to_dict() if callable(to_dict) else self.solution
+        # a solution type that declares its to_dict() plain JSON data (fresh lists of ints and strs: a balance
+        # Assignment) skips the walk below, one call per bin of millions of keys
+        plain = solution is not None and getattr(self.solution, "json_plain", False) is True
         data = {
             "problem": self.problem,
             "solver": self.solver,
@@ -157,9 +161,11 @@ class SolveResult:
             "params": self.params,
             "log": self.log,
             "info": self.info,
-            "solution": solution,
+            "solution": None if plain else solution,
         }
         cleaned: dict[str, Any] = json_ready(data)
+        if plain:
+            cleaned["solution"] = solution
         return cleaned
 
     def to_json(self, indent: int | None = None) -> str:
@@ -274,6 +280,8 @@ def json_ready(value: Any) -> Any:
         if kinds <= {str, int} or (kinds <= {str, int, float} and all(map(math.isfinite, (
                 v for v in value if type(v) is float)))):
             return list(value)
+        if kinds and kinds <= {list, tuple} and set(map(type, itertools.chain.from_iterable(value))) <= {str, int}:
+            return [list(v) for v in value]  # lists of flat lists of keys (a rank's bins): one pass, no recursion
     if isinstance(value, (list, tuple, set, frozenset)):
         items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
         return [json_ready(v) for v in items]

@@ -13,9 +13,13 @@ from packplace.result import SolveResult, check_limits, solve_with
 from packplace.solvers.registry import get
 
 DEFAULT_SOLVER = "repair"
-#: Seconds per sample kept back from the backend's time limit for what follows it (canonical order,
-#: evaluator score, bounds), a linear-time estimate checked by ``benchmarks/time_limits.py``.
-FINISH_S_PER_SAMPLE = 1e-6
+#: Seconds per sample kept back from the backend's time limit for what follows it: the canonical order,
+#: the evaluator's score and bounds, and the result's JSON that the command line writes. Measured by
+#: ``benchmarks/time_limits.py`` (``finish`` and ``json`` columns; docs/performance.md): the largest
+#: per-sample figure at 1M and 4M samples, rounded up.
+FINISH_S_PER_SAMPLE = 1.6e-6
+#: The most of ``time_limit_s`` that reserve may take (the backend keeps the rest, at least 1 ms).
+FINISH_SHARE = 0.8
 
 
 def solve_balance(
@@ -33,8 +37,9 @@ def solve_balance(
         solver: A name from ``packplace.solvers.available("balance")``: ``reference``, ``lpt``,
             ``repair`` (default), ``karmarkar_karp`` (alias ``kk``), ``cpsat``.
         time_limit_s: Wall-clock budget in seconds for the whole call (None: the backend's default);
-            from 50,000 samples the backend gets it less :data:`FINISH_S_PER_SAMPLE` per sample (at
-            most half), the time the canonical order and the evaluator's score take afterwards.
+            from about 31,000 samples the backend gets it less :data:`FINISH_S_PER_SAMPLE` per sample
+            (at most :data:`FINISH_SHARE` of it), the time the canonical order, the evaluator's score and
+            the JSON of the result take afterwards.
         seed: Seed for any randomness; the same instance and seed give the same result, except where a
             search is cut by the wall-clock ``time_limit_s`` (``lns``, ``cpsat``: ``hit_time_limit`` is
             then set; ``lns`` takes ``max_neighbourhoods`` for a reproducible budget).
@@ -65,9 +70,9 @@ def solve_balance(
         assignment = solution if isinstance(solution, Assignment) else Assignment(solution, instance.local_batch_size)
         return evaluator.with_run_order(evaluator.canonical(assignment))
 
-    # time_limit_s covers the whole call: on large instances (from 50,000 samples) the backend stops early
-    # enough to leave time for the canonical order and the score (FINISH_S_PER_SAMPLE per sample, at most
-    # half the limit); its messages then quote the shorter limit it ran with
+    # time_limit_s covers the whole call: on large instances the backend stops early enough to leave time
+    # for the canonical order, the score and the JSON (FINISH_S_PER_SAMPLE per sample, at most FINISH_SHARE
+    # of the limit); its messages then quote the shorter limit it ran with
     finish_s = FINISH_S_PER_SAMPLE * len(instance.samples)
     backend_limit: float | None = None
     if time_limit_s is not None:
@@ -77,7 +82,7 @@ def solve_balance(
         if spent >= 0.01:  # the first call of a process (imports) or a large instance's checks
             backend_limit = max(1e-3, time_limit_s - spent)
         if finish_s >= 0.05:
-            backend_limit = max(1e-3, backend_limit - min(0.5 * time_limit_s, finish_s))
+            backend_limit = max(1e-3, backend_limit - min(FINISH_SHARE * time_limit_s, finish_s))
     result = solve_with(
         problem="balance", instance=instance, solver=solver, evaluator=evaluator,
         time_limit_s=backend_limit, seed=seed, params=params, normalize=normalize,

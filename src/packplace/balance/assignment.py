@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from packplace.balance.samples import SampleKey, key_order
 from packplace.errors import ConfigError
@@ -36,10 +36,14 @@ class Assignment:
     bins: tuple[tuple[SampleKey, ...], ...]
     local_batch_size: int = 1
     run_order: tuple[tuple[int, ...], ...] | None = field(default=None, compare=False)
+    #: :meth:`to_dict` returns plain JSON data (fresh lists; keys are ints and strs, as instances require):
+    #: :meth:`packplace.result.SolveResult.to_dict` takes it as it is.
+    json_plain: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if not (type(self.bins) is tuple and all(type(b) is tuple for b in self.bins)):  # keep the same object
-            object.__setattr__(self, "bins", tuple(tuple(b) for b in self.bins))
+        bins = self.bins
+        if type(bins) is not tuple or set(map(type, bins)) - {tuple}:  # kept as is when already tuples,
+            object.__setattr__(self, "bins", tuple(tuple(b) for b in bins))  # so the evaluator's cache still hits
         if self.run_order is not None:
             object.__setattr__(self, "run_order", _checked_run_order(self.run_order, self.data_parallel_size,
                                                                      self.local_batch_size))

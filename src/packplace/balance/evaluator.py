@@ -29,7 +29,7 @@ import numpy as np
 
 from packplace.balance.bounds import makespan_bounds
 from packplace.balance.lockstep import as_rounds_instance, capacity_bounds, lockstep_cost, run_order
-from packplace.balance.schema import Assignment, BalanceInstance, SampleKey, input_order_key_rank
+from packplace.balance.schema import Assignment, BalanceInstance, SampleKey
 
 
 def makespan(loads: Sequence[float] | np.ndarray) -> float:
@@ -187,7 +187,7 @@ class BalanceEvaluator:
         members, bin_of = flat
         n = len(self.keys)
         if self._key_rank is None:
-            self._key_rank = input_order_key_rank(self.keys)
+            self._key_rank = self.instance.table.key_rank
             self._by_rank = np.empty(n, dtype=np.int64)
             self._by_rank[self._key_rank] = np.arange(n)
         if len(assignment.bins) * n < 2**62:  # one sort of (bin, key rank) packed in an int64

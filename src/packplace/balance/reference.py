@@ -30,7 +30,6 @@ from packplace.balance.samples import (
     Sample,
     SampleKey,
     SampleTable,
-    input_order_key_rank,
 )
 from packplace.errors import ConfigError, InfeasibleError
 
@@ -113,7 +112,7 @@ def token_packing_reference(
     table = samples if isinstance(samples, SampleTable) else SampleTable.from_samples(samples)
     keys = table.keys
     tokens = table.tokens
-    order = np.lexsort((input_order_key_rank(keys), -tokens)).tolist()
+    order = np.lexsort((table.key_rank, -tokens)).tolist()
     seq_len = constraints.seq_len
     single = constraints.oversized_policy == "single"
     bins: list[list[SampleKey]] = [[] for _ in range(num_bins)]

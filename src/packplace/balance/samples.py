@@ -56,6 +56,8 @@ def input_order_key_rank(keys: Sequence[SampleKey]) -> np.ndarray:
         except OverflowError:  # a key beyond int64: the general order below
             pass
         else:
+            if n == 1 or bool((values[1:] > values[:-1]).all()):  # already in order (keys 0..n-1): no sort
+                return np.arange(n, dtype=np.int64)
             rank = np.empty(n, dtype=np.int64)
             rank[np.argsort(values, kind="stable")] = np.arange(n)
             return rank
@@ -245,7 +247,7 @@ class SampleTable(Sequence[Sample]):
         budgets: Per-sample budget usages, or ``None`` if no sample uses a budget.
     """
 
-    __slots__ = ("keys", "tokens", "costs", "other", "budgets", "_rows", "_usage")
+    __slots__ = ("keys", "tokens", "costs", "other", "budgets", "_rows", "_usage", "_key_rank")
 
     def __init__(self, keys: Sequence[SampleKey], tokens: np.ndarray, costs: np.ndarray,
                  other: Sequence[Mapping[str, float]] | None = None,
@@ -260,6 +262,16 @@ class SampleTable(Sequence[Sample]):
         self.budgets = None if budgets is None else tuple(budgets)
         self._rows: list[Sample | None] = list(rows) if rows is not None else [None] * len(self.keys)
         self._usage: dict[str, np.ndarray] = {}
+        self._key_rank: np.ndarray | None = None
+
+    @property
+    def key_rank(self) -> np.ndarray:
+        """:func:`input_order_key_rank` of the keys, computed once, read-only int64 array (n,)."""
+        if self._key_rank is None:
+            rank = input_order_key_rank(self.keys)
+            rank.flags.writeable = False
+            self._key_rank = rank
+        return self._key_rank
 
     @classmethod
     def from_samples(cls, samples: Iterable[Sample]) -> SampleTable:

@@ -342,7 +342,7 @@ class BalanceInstance:
         return PackingColumns(
             tokens=self.tokens,
             priority=self.costs if by == "cost" else self.tokens.astype(np.float64),
-            key_rank=input_order_key_rank(self.keys),
+            key_rank=self.table.key_rank,
             group_of=self.group_of,
             ranks=self.data_parallel_size,
             per_rank=self.local_batch_size if per_rank is None else per_rank,
