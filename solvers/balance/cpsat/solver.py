@@ -26,11 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from packplace import interrupt
 from packplace.balance.evaluator import BalanceEvaluator
-from packplace.balance.schema import BalanceInstance, SampleKey, key_order
+from packplace.balance.schema import Assignment, BalanceInstance, SampleKey, key_order
 from packplace.errors import ConfigError
 from packplace.lazy import lazy_module
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
-from packplace.solvers.balance._common import canonical
 from packplace.solvers.balance.cpsat.model import (
     FORMULATIONS,
     _add_hint,
@@ -68,6 +67,10 @@ MAX_CLAIM_TOLERANCE = 1e-3
 DEFAULT_MAX_BOOLEANS = 50_000
 #: Seconds reserved after the model is built for reading the answer back.
 READBACK_RESERVE_S = 0.05
+#: Seconds per sample kept back from the start's share when the exact model is skipped (large
+#: instances): the start's score and the reference's objective, two evaluator passes (measured with
+#: the front end's finish reserve, ``benchmarks/time_limits.py``; docs/performance.md).
+START_SCORE_S_PER_SAMPLE = 0.5e-6
 
 
 @dataclass
@@ -237,15 +240,21 @@ def solve(
     booleans = len(instance.samples) * instance.num_bins
     # the start gets a fifth of the limit, or all of it when the exact model will not be built
     start_share = 0.2 if booleans <= max_booleans else 1.0
-    start_limit = max(0.05, start_share * limit - (time.perf_counter() - started) - READBACK_RESERVE_S * start_share)
+    scoring_s = 0.0 if booleans <= max_booleans else min(0.5 * limit, START_SCORE_S_PER_SAMPLE * len(instance.samples))
+    start_limit = max(0.05, start_share * limit - (time.perf_counter() - started) - READBACK_RESERVE_S * start_share
+                      - scoring_s)
     # the start is the answer of last resort: a construction cut by its share retries with all the time left
     start, start_timed_out = _heuristic_start(instance, seed, time_limit_s=start_limit,
-                                              fallback_deadline=started + limit - READBACK_RESERVE_S)
+                                              fallback_deadline=started + limit - READBACK_RESERVE_S - scoring_s)
+
+    def in_key_order(bins: Sequence[Sequence[SampleKey]]) -> tuple[tuple[SampleKey, ...], ...]:
+        """Keys of each bin in key order, column-wise (the evaluator's canonical order)."""
+        return evaluator.canonical(Assignment(tuple(map(tuple, bins)), instance.local_batch_size)).bins
     info: dict[str, Any] = {"start": start.source if start else None,
                             "start_objective": start.objective if start else None}
     if start is not None and start.objective <= analytic * (1 + OPTIMALITY_RTOL):
         info.update(scale=None, slack=0.0, optimality_tolerance=0.0, returned=start.source)
-        return Proposal(canonical(start.bins), OPTIMAL, bound=analytic, iterations=0,
+        return Proposal(in_key_order(start.bins), OPTIMAL, bound=analytic, iterations=0,
                         message=f"{start.source} start meets the analytic lower bound; CP-SAT not run",
                         info=info)
 
@@ -255,7 +264,7 @@ def solve(
         if start is None:
             return Proposal(None, UNKNOWN, bound=analytic, hit_time_limit=timed_out,
                             message=f"{message}; no heuristic start to return", info=info)
-        return Proposal(canonical(start.bins), FEASIBLE, bound=analytic, hit_time_limit=timed_out,
+        return Proposal(in_key_order(start.bins), FEASIBLE, bound=analytic, hit_time_limit=timed_out,
                         message=f"{message}; returning the {start.source} start", info=info)
 
     info["booleans"] = booleans
@@ -275,7 +284,7 @@ def solve(
         message = f"padding cost with seq_len > {MAX_PADDING_TABLE} is not modelled; returning the start"
         if start is None:
             return Proposal(None, UNKNOWN, bound=analytic, message=message, info=info)
-        return Proposal(canonical(start.bins), FEASIBLE, bound=analytic, message=message, info=info)
+        return Proposal(in_key_order(start.bins), FEASIBLE, bound=analytic, message=message, info=info)
     scaling = _scale_costs(instance, samples)
     scaled_total = sum(scaling.costs) + instance.num_bins * scaling.bin_const
     info.update(scale=scaling.scale, slack=scaling.rank_slack, exact_scaling=scaling.exact)
@@ -336,7 +345,7 @@ def solve(
 
     if cp_status == cp_model.INFEASIBLE:
         if start is not None:  # a feasible start contradicts the proof: only a restricted model can say this
-            return Proposal(canonical(start.bins), FEASIBLE, bound=analytic, iterations=solver.NumBranches(),
+            return Proposal(in_key_order(start.bins), FEASIBLE, bound=analytic, iterations=solver.NumBranches(),
                             message="CP-SAT found no solution although the start is feasible (the model is "
                                     "restricted by rounded budgets); returning the start",
                             log=log, info=info)
@@ -360,7 +369,7 @@ def solve(
         objective = evaluator.objective(solution)
         info["cp_objective_scaled"] = int(round(solver.ObjectiveValue()))
     if start is not None and start.objective < objective:
-        solution, source, objective = canonical(start.bins), start.source, start.objective
+        solution, source, objective = in_key_order(start.bins), start.source, start.objective
     info["returned"] = source
     if solution is None:
         return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=hit_limit, iterations=solver.NumBranches(),
