@@ -273,7 +273,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
         config = {key: value for key, value in config.items() if key != "local_batch_size"}
     fields = check_section(config, FIELDS, source, extra=STRUCTURED, label=str)
     seq_len, ranks = fields["seq_len"], fields["data_parallel_size"]
-    per_rank = per_rank_rule if isinstance(per_rank_rule, dict) else fields["local_batch_size"]
+    per_rank: Any = per_rank_rule if isinstance(per_rank_rule, dict) else fields["local_batch_size"]  # int, auto, rule
     if isinstance(per_rank, dict):
         bins_per_rank = -(-per_rank["at_least"] // per_rank["multiple_of"]) * per_rank["multiple_of"]
     else:
