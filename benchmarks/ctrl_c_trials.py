@@ -61,8 +61,8 @@ def startup_phase(code: int, stderr: str) -> str:
     * ``interpreter``: before CPython installs its own SIGINT handler the default action ends the
       process (return code -2, no output; a shell shows 130);
     * ``site``: CPython's ``site`` step runs the environment's ``.pth`` files (an editable install's
-      import finder among them) and the interpreter prints the ``KeyboardInterrupt``: the traceback's
-      first frames are ``<frozen site>`` ones;
+      import finder among them) and the interpreter prints the ``KeyboardInterrupt`` (``Fatal Python
+      error: init_import_site``, exit 1): the traceback runs through ``<frozen site>`` frames;
     * ``wrapper``: the console script pip generates (``import re``, ``from packplace_console import
       main``) is interrupted before the first statement of ``packplace_console`` runs: the traceback's
       last frame is the wrapper's import line and no frame is inside ``packplace_console.py``.
@@ -72,7 +72,7 @@ def startup_phase(code: int, stderr: str) -> str:
     if "KeyboardInterrupt" not in stderr or "packplace_console.py" in stderr or "/packplace/" in stderr:
         return ""
     frames = [line.strip() for line in stderr.splitlines() if line.strip().startswith("File ")]
-    if frames and frames[0].startswith('File "<frozen site>"'):
+    if "init_import_site" in stderr or any(frame.startswith('File "<frozen site>"') for frame in frames):
         return "site"
     if frames and "from packplace_console import main" in stderr.split(frames[-1], 1)[1]:
         return "wrapper"
