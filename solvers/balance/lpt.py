@@ -45,6 +45,10 @@ from packplace.solvers.registry import register
 
 #: Samples between two looks at the clock on the heap path.
 CLOCK_EVERY = 1024
+#: Seconds per sample of the LPT order (:func:`~packplace.solvers.balance._common.prepare`, one lexsort),
+#: measured at 4M samples by ``benchmarks/time_limits.py`` (docs/performance.md): with less time than
+#: that and a reference grouping, the reference is returned without sorting.
+PREPARE_S_PER_SAMPLE = 0.25e-6
 
 
 def lpt_bins(
@@ -571,6 +575,11 @@ def solve(
     if instance.has_rank_rules:  # equal_count, max_samples_per_bin, groups: the rule-aware construction
         return construct_proposal(instance, "lpt", remaining_seconds(time_limit_s))
     deadline = remaining_seconds(time_limit_s)  # before prepare: the sort counts against the limit too
+    if (time_limit_s is not None and instance.reference_bins is not None
+            and time_limit_s < PREPARE_S_PER_SAMPLE * len(instance.samples)):
+        return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=True, message=(
+            f"lpt: time limit {time_limit_s:g} s is shorter than sorting {len(instance.samples)} samples takes; "
+            f"returned the reference grouping"))
     prepared = prepare(instance)
     try:
         bins = lpt_bins(instance, prepared, deadline)
