@@ -258,13 +258,16 @@ def solve(
                         message=f"{start.source} start meets the analytic lower bound; CP-SAT not run",
                         info=info)
 
-    def fall_back(message: str, timed_out: bool = False) -> Proposal:
+    def fall_back(message: str, timed_out: bool = False, ordered: bool = True) -> Proposal:
         info["returned"] = start.source if start else None
         timed_out = timed_out or start_timed_out
         if start is None:
             return Proposal(None, UNKNOWN, bound=analytic, hit_time_limit=timed_out,
                             message=f"{message}; no heuristic start to return", info=info)
-        return Proposal(in_key_order(start.bins), FEASIBLE, bound=analytic, hit_time_limit=timed_out,
+        # ordered=False (instances too large for the model): the start's bins as the heuristic gave them,
+        # deterministic; the front end puts them in key order once (a second pass costs seconds at 4M)
+        bins = in_key_order(start.bins) if ordered else start.bins
+        return Proposal(bins, FEASIBLE, bound=analytic, hit_time_limit=timed_out,
                         message=f"{message}; returning the {start.source} start", info=info)
 
     info["booleans"] = booleans
@@ -272,7 +275,7 @@ def solve(
         terms = booleans * (7 + len(instance.constraints.budgets))
         return fall_back(
             f"exact model skipped: {len(instance.samples)} samples x {instance.num_bins} bins = {booleans} "
-            f"Booleans (about {terms} constraint terms) exceed max_booleans={max_booleans}"
+            f"Booleans (about {terms} constraint terms) exceed max_booleans={max_booleans}", ordered=False
         )
     deadline = started + limit - READBACK_RESERVE_S
     if time.perf_counter() > deadline:
