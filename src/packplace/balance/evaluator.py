@@ -174,7 +174,7 @@ class BalanceEvaluator:
                 return None
             members = np.array(found, dtype=np.int64)
         result = members, np.repeat(np.arange(len(bins), dtype=np.int64), sizes)
-        if type(bins) is tuple and all(type(b) is tuple for b in bins):  # immutable: safe to reuse by identity
+        if type(bins) is tuple and set(map(type, bins)) <= {tuple}:  # immutable: safe to reuse by identity
             self._flat = (bins, result)
         return result
 
