@@ -27,12 +27,30 @@ _install()  # on import, before any other module loads (the console script impor
 import sys  # noqa: E402 - after the handlers
 
 
+def _received_signal() -> int | None:
+    """The signal :mod:`packplace.interrupt` recorded, if the command line installed it, else None."""
+    handled = sys.modules.get("packplace.interrupt")
+    requested = getattr(handled, "requested", None)
+    signum = requested() if callable(requested) else None
+    return signum if isinstance(signum, int) else None
+
+
 def main() -> int:
     """Install the early handlers, then import and run :func:`packplace.cli.main` (which replaces them)."""
     _install()
     from packplace.cli import main as run  # after the handlers: these imports take the longest
 
-    code = run()
+    try:
+        code = run()
+    except BaseException as exc:
+        # the command line's handler raises its Interrupted wherever the signal lands; inside a module's
+        # initialisation (a lazy import of numpy or OR-Tools) that surfaces as another error
+        # ("ImportError: initialization failed"): once a signal was received, that is the interruption
+        signum = _received_signal()
+        if signum is None or isinstance(exc, SystemExit):
+            raise
+        os.write(2, f"packplace: interrupted by {signal.Signals(signum).name}\n".encode())
+        code = 128 + signum
     # the command has finished and its exit code is decided: a signal from here on (output flushed, the
     # interpreter shutting down, when Python would restore the default action and die of it) is ignored
     for _ in range(2):  # a signal landing while the handlers are swapped raises once: swap them again

@@ -51,3 +51,29 @@ def test_handlers_from_the_module_import_and_ignored_once_the_command_has_finish
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "0 True True"
+
+
+def test_an_error_a_received_signal_caused_is_the_interruption(monkeypatch, capfd):
+    # a signal inside a lazy import's initialisation surfaces as "ImportError: initialization failed";
+    # once packplace.interrupt has recorded the signal, the console script exits 128 + 2 with one line
+    import packplace.cli
+    import packplace_console
+    from packplace import interrupt
+
+    def broken_by_a_signal() -> int:
+        monkeypatch.setattr(interrupt._state, "signum", signal.SIGINT)
+        raise ImportError("initialization failed")
+
+    monkeypatch.setattr(packplace.cli, "main", broken_by_a_signal)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        assert packplace_console.main() == 130
+        assert capfd.readouterr().err == "packplace: interrupted by SIGINT\n"
+        # without a received signal the error is the error
+        monkeypatch.setattr(interrupt._state, "signum", None)
+        monkeypatch.setattr(packplace.cli, "main", lambda: (_ for _ in ()).throw(ImportError("real")))
+        with pytest.raises(ImportError, match="real"):
+            packplace_console.main()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
