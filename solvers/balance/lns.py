@@ -65,6 +65,10 @@ FALLBACK_SOLVER: str | None = "lpt"
 #: than ``repair``'s under the same limit unless the limit cuts ``repair`` itself (where ``repair``
 #: finishes early, as it mostly does, the rest of the limit goes to the neighbourhoods).
 START_SHARE = 0.9
+#: Seconds per sample lns itself spends around the start (the search state, one neighbourhood's
+#: bookkeeping, the canonical order and the re-scoring of its answer): kept back from the start's share,
+#: and when less than this is left after the start, the start is returned without a neighbourhood.
+SETUP_S_PER_SAMPLE = 2.5e-6
 #: Relative difference under which two loads count as equal in the lexicographic comparison.
 LOAD_RTOL = 1e-12
 
@@ -270,7 +274,9 @@ def solve(
     def meets_integer_bound(value: float) -> bool:
         return meets_bound(value) or (integer_bound is not None and value <= integer_bound)
 
-    start, source, start_objective, notes = _best_start(instance, evaluator, seed, START_SHARE * limit,
+    setup_s = SETUP_S_PER_SAMPLE * len(instance.samples)
+    start_share = max(0.1 * limit, START_SHARE * limit - setup_s)
+    start, source, start_objective, notes = _best_start(instance, evaluator, seed, start_share,
                                                         deadline - READBACK_RESERVE_S, meets_integer_bound)
     info: dict[str, Any] = {"start": source or None, "start_objective": start_objective if start else None}
     if start is None:
@@ -283,6 +289,12 @@ def solve(
                if meets_integer_bound(start_objective) else "is the only rank")
         return Proposal(canonical(start), OPTIMAL if meets_bound(start_objective) else FEASIBLE, bound=bound,
                         iterations=0, message=f"{source} start {why}; no neighbourhood solved", info=info)
+    if deadline - time.perf_counter() < setup_s:
+        # the start's bins as the start gave them: the front end puts them in key order once
+        return Proposal(start, FEASIBLE, bound=bound, hit_time_limit=True, iterations=0,
+                        message=(f"lns from the {source} start ({start_objective:.6g}): time limit {limit:g} s "
+                                 f"leaves too little for a neighbourhood at {len(instance.samples)} samples; "
+                                 f"the start returned"), info=info)
 
     search = _Search(instance, start, seed)
     # Time kept for the final re-scoring, which grows with the instance.
