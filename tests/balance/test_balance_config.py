@@ -56,6 +56,8 @@ BASE = {"seq_len": 10, "data_parallel_size": 2, "samples": {"lengths": [3, 4, 5]
         ({"samples": {"lengths": [3, 40]}}, "sample 1: 40 tokens exceed seq_len 10"),
         ({"samples": {"corpus": {"name": "wikipedia"}}},
          "samples.corpus.name: must be one of python_stdlib, got 'wikipedia'"),
+        ({"objective": "lockstep", "group_size": 2},
+         r"group_size: sets the ranks per round of objective 'rounds' only; objective is 'lockstep'"),
     ],
 )
 def test_bad_fields_are_named(change, match):

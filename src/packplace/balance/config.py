@@ -88,7 +88,8 @@ CORPUS_FIELDS: dict[str, Field] = {
     "bytes_per_token": Field("float", "bytes/token", 1, 64, default=4.0,
                              meaning="tokens of a document = ceil(bytes / bytes_per_token)"),
     "fill": Field("float", "", 0, 1, exclusive_minimum=True, default=0.9,
-                  meaning="take documents until this share of D*m*seq_len tokens is filled"),
+                  meaning="take documents until this share of D*m*seq_len tokens is filled; m is the "
+                          "smallest count local_batch_size allows (1 for auto, the rule's least multiple)"),
     "seed": Field("int", "", 0, 2**32 - 1, default=0, meaning="document sampling seed"),
 }
 ITEM_FIELDS: dict[str, Field] = {
@@ -301,6 +302,9 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
             cost = estimate(tokens)
         samples.append(Sample(item["key"], tokens, cost, item.get("budgets") or {}))
 
+    if fields.get("group_size") is not None and fields["objective"] != "rounds":
+        raise ConfigError(f"group_size: sets the ranks per round of objective 'rounds' only; objective is "
+                          f"{fields['objective']!r} (remove group_size or set objective: rounds)")
     return check_reference_bins(BalanceInstance(
         tuple(samples), constraints, ranks, per_rank,
         reference_bins=reference_bins,
