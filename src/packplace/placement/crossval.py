@@ -9,8 +9,9 @@ run in the fold is not fitted (a per-run knob; :data:`~packplace.placement.calib
 A GPU type or framework that no other publication determines takes the median of the same knob's fitted
 values over the fold's other groups (those not at a physical limit), so no preset enters an out-of-sample
 figure unless no group was fitted; the row says which. Files with ``validation.not_fitted`` are scored and
-summarised but never train a fold. The configured (preset) ratio is in sample: the presets were set with
-the rows in view.
+summarised but never train a fold, and so are files with a published figure below its inputs' datasheet
+floor (:func:`~packplace.placement.validate.floor_reason`: no efficiency at or below 1 reproduces it).
+The configured (preset) ratio is in sample: the presets were set with the rows in view.
 
 Pairs (``validation.pair_with``): two files of one publication, the same job at two placements or cluster
 sizes. The published speed-up ``published(A) / published(B)`` of their primary figure (``step`` when
@@ -28,7 +29,17 @@ from typing import Any
 
 from packplace.errors import ConfigError
 from packplace.placement.calibrate import fit_published
-from packplace.placement.validate import framework, load_setup, not_fitted, pairs_of, predict, publication, skip_reason
+from packplace.placement.validate import (
+    BELOW_FLOOR,
+    floor_reason,
+    framework,
+    load_setup,
+    not_fitted,
+    pairs_of,
+    predict,
+    publication,
+    skip_reason,
+)
 
 #: Summary ranges of the predicted/published ratio: the issue's "within" bands.
 SUMMARY_BANDS = ((0.8, 1.25), (0.67, 1.5))
@@ -39,7 +50,8 @@ class Setup:
     """One validation file prepared for fitting: ``name`` (file name without ``.yaml``), its
     ``publication``, ``framework``, ``gpu`` (canonical preset name), ``published`` figures (seconds; empty
     for a skipped file), ``skipped`` reason, its ``pairs`` (``pair_with`` entries) and ``not_fitted``
-    (the declared reason its figures are scored but never fitted, :func:`~packplace.placement.validate.not_fitted`)."""
+    (why its figures are scored but never fitted: the declared reason,
+    :func:`~packplace.placement.validate.not_fitted`, else :func:`~packplace.placement.validate.floor_reason`)."""
 
     name: str
     instance: Any
@@ -93,8 +105,9 @@ def load_setups(paths: list[str]) -> list[Setup]:
             raise ConfigError(f"[validation] {path}: a second setup named {name!r}")
         skipped = skip_reason(plan, section)
         published = {} if skipped else {f: float(v) for f, v in section["published"].items()}
+        reason = not_fitted(section, path) or ("" if skipped else floor_reason(instance, plan, section))
         out.append(Setup(name, instance, plan, section, publication(section), framework(instance, section),
-                         section["_gpu"], published, skipped, pairs_of(section, path), not_fitted(section, path)))
+                         section["_gpu"], published, skipped, pairs_of(section, path), reason))
     return out
 
 
@@ -104,8 +117,9 @@ class CrossRow:
     knobs fitted without its publication (``out_of_sample``), ``memory_ok`` and the knobs of its fold kept
     at their configured value (``unfitted``: no other publication determines them and no other group has a
     fitted value) or set to the median of the other groups' fitted values of the fold (``pooled``,
-    ``{knob[group]: value}``: no other publication has that GPU type or framework); ``not_fitted``: the
-    declared reason the file never trains a fold (its figures are still scored and summarised)."""
+    ``{knob[group]: value}``: no other publication has that GPU type or framework); ``not_fitted``: why
+    the file never trains a fold (declared, or a figure below its datasheet floor; its figures are still
+    scored and summarised)."""
 
     setup: str
     figure: str
@@ -260,7 +274,8 @@ def format_cross_validation(result: dict[str, Any]) -> str:
         if r.unfitted:
             notes.append("kept at preset: " + ", ".join(r.unfitted))
         if r.not_fitted and r.primary:
-            notes.append("never fitted (validation.not_fitted)")
+            notes.append(f"never fitted ({BELOW_FLOOR})" if r.not_fitted.startswith(BELOW_FLOOR)
+                         else "never fitted (validation.not_fitted)")
         lines.append(f"{r.setup:<50} {r.figure:<30} {r.published:>11.1f} {r.ratio('in_sample'):>9.2f} "
                      f"{r.ratio():>13.2f}  {'; '.join(notes)}")
     lines.append("")

@@ -44,6 +44,8 @@ RATIO_RANGE = (1 / 1.3, 1.3)
 #: Keys of the validation section (anything else is a typo).
 SECTION_KEYS = ("source", "url", "publication", "framework", "published", "phases", "engine_only", "plan",
                 "pair_with", "note", "not_fitted")
+#: Start of :func:`floor_reason`'s sentence (a published figure below its inputs' datasheet floor).
+BELOW_FLOOR = "below its inputs' datasheet floor"
 #: Keys of one ``pair_with`` entry: the other setup's file name without ``.yaml`` and what changes.
 PAIR_KEYS = ("setup", "what")
 
@@ -53,7 +55,8 @@ class ValidationRow:
     """One compared figure: ``setup``, ``phase`` (``step`` or a phase name), seconds predicted and
     published, whether the plan fits in memory under the model (``memory_ok``), the file's ``source`` and
     ``parts``: per vertex of the phase (every vertex for ``step``), its predicted seconds by part
-    (``generation``, ``forward``, ``train``, ``old_log_prob``, ``overhead``)."""
+    (``generation``, ``forward``, ``train``, ``old_log_prob``, ``overhead``) and ``floor``: the figure's
+    datasheet lower bound for the file's workload (:func:`flop_floor`, seconds)."""
 
     setup: str
     phase: str
@@ -63,6 +66,13 @@ class ValidationRow:
     source: str = ""
     parts: dict[str, dict[str, float]] = field(default_factory=dict)
     skipped: str = ""
+    floor: float = 0.0
+
+    @property
+    def below_floor(self) -> bool:
+        """The published figure is shorter than its datasheet floor (:func:`flop_floor`): the file's
+        inputs cannot be the run's."""
+        return self.published < self.floor
 
     @property
     def ratio(self) -> float:
@@ -76,10 +86,12 @@ class ValidationRow:
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready fields: ``setup, phase, source, published, predicted, ratio, memory_ok,
-        ok, parts`` (seconds) and ``skipped`` (the reason, empty when scored)."""
+        ok, parts`` (seconds), ``skipped`` (the reason, empty when scored), ``floor`` (seconds) and
+        ``below_floor``."""
         return {"setup": self.setup, "phase": self.phase, "source": self.source, "published": self.published,
                 "predicted": self.predicted, "ratio": self.ratio, "memory_ok": self.memory_ok, "ok": self.ok,
-                "parts": self.parts, "skipped": self.skipped}
+                "parts": self.parts, "skipped": self.skipped, "floor": self.floor,
+                "below_floor": self.below_floor}
 
 
 def _staleness(spec: Any, where: str) -> dict[str, int]:
@@ -211,11 +223,56 @@ def predict(instance, plan: Plan, section: dict[str, Any]
     Raises:
         ConfigError: the plan breaks a hard rule (the evaluator's reason).
     """
+    predicted, fits, phases, _ = _predict(instance, plan, section)
+    return predicted, fits, phases
+
+
+def flop_floor(instance, plan: Plan, section: dict[str, Any]) -> dict[str, float]:
+    """Datasheet lower bound of every published figure, seconds: the model FLOPs the figure's vertices
+    must run for the file's workload, at the whole dense peak of their GPUs (``{figure: seconds}``).
+
+    A vertex's floor is ``FLOPs / (GPUs · flops_per_gpu)`` with the strategy-independent FLOPs of
+    :meth:`~packplace.placement.cost.CostModel.vertex_flops` (training ``3×`` a forward pass over the
+    ``B·K·(S + mean response)`` packed tokens, inference and generation ``1×``) plus, for a training
+    vertex that recomputes the old log-probs, one more forward pass; no recomputation, communication,
+    overhead or efficiency below 1 (Kaplan et al. 2020, Table 1: ``2N`` FLOPs per token forward, ``6N``
+    forward and backward). The attention term uses the mean length, less than the mean of the squared
+    lengths, so the floor stays a lower bound. A figure spans its phase's vertices (every vertex for
+    ``step``); the vertices sharing a GPU take turns on it (a synchronous step runs each once; an
+    asynchronous period too), so the figure lasts at least the largest sum of floors over one GPU's
+    vertices. A published figure below its floor cannot come from the file's workload on the file's
+    GPUs at any efficiency: the inputs (lengths, batch) are not those of the run."""
+    return _predict(instance, plan, section)[3]
+
+
+def floor_reason(instance, plan: Plan, section: dict[str, Any]) -> str:
+    """Why a file's figures cannot determine an efficiency knob: the first published figure shorter than
+    its datasheet floor (:func:`flop_floor`), as a sentence naming figure, published and floor seconds;
+    empty when every figure is above its floor. No efficiency at or below 1 reproduces such a figure, so a
+    fit it entered would be pulled to the knob's physical limit by inputs that are not the run's."""
+    floors = flop_floor(instance, plan, section)
+    for fig, published in section["published"].items():
+        if float(published) < floors.get(fig, 0.0):
+            return (f"{BELOW_FLOOR}: published {fig} {float(published):.1f} s < {floors[fig]:.1f} s at the "
+                    "whole dense peak for the file's workload")
+    return ""
+
+
+def _predict(instance, plan: Plan, section: dict[str, Any]
+             ) -> tuple[dict[str, float], bool, dict[str, dict[str, float]], dict[str, float]]:
+    """:func:`predict`'s figures, fit and parts, and :func:`flop_floor`'s floors."""
     ev = plan_evaluator(instance, plan)
     score = ev.score(plan)
     broken = [v for v in score.violations if not v.startswith("out of memory")]
     if broken:
         raise ConfigError(f"[validation] plan: {broken[0]}")
+    peak = float(instance.hardware.flops_per_gpu)
+    vertex_floor = {}
+    for name, vp in plan.vertices:
+        flops = ev.table.vertex_flops.get(name, 0.0)
+        if "old_log_prob" in score.phases.get(name, {}):
+            flops *= 4.0 / 3.0  # the training vertex's 3 forward-equivalents plus the old-log-prob forward
+        vertex_floor[name] = flops / (vp.allocation.num_gpus * peak)
     fits = not score.oom
     if fits:
         step = score.step_time
@@ -228,7 +285,16 @@ def predict(instance, plan: Plan, section: dict[str, Any]
         if phase in engine_only:
             span -= sum(score.phases[n].get("overhead", 0.0) for n in names)
         out[phase] = span
-    return out, fits, score.phases
+    ranges = {name: vp.allocation.gpu_range(instance.cluster) for name, vp in plan.vertices}
+    phase_vertices = {"step": list(vertex_floor), **(section.get("phases") or {})}
+    floors = {}
+    for phase, names in phase_vertices.items():
+        names = [n for n in names if n in vertex_floor]
+        # vertices sharing a GPU take turns on it: the busiest GPU's sum bounds the figure (the per-GPU
+        # sum only rises where a block starts, so the first GPU of some block is the busiest)
+        floors[phase] = max((sum(vertex_floor[u] for u in names if ranges[u][0] <= ranges[v][0] < ranges[u][1])
+                             for v in names), default=0.0)
+    return out, fits, score.phases, floors
 
 
 def validate(paths: list[str]) -> list[ValidationRow]:
@@ -236,7 +302,7 @@ def validate(paths: list[str]) -> list[ValidationRow]:
     rows = []
     for path in paths:
         instance, plan, section = load_setup(path)
-        predicted, fits, parts = predict(instance, plan, section)
+        predicted, fits, parts, floors = _predict(instance, plan, section)
         setup = os.path.splitext(os.path.basename(path))[0]
         skipped = skip_reason(plan, section)
         phases = section.get("phases") or {}
@@ -248,7 +314,7 @@ def validate(paths: list[str]) -> list[ValidationRow]:
             row_parts = {n: {k: v for k, v in parts[n].items() if not (phase in engine_only and k == "overhead")}
                          for n in names}
             rows.append(ValidationRow(setup, phase, predicted[phase], float(published), fits,
-                                      str(section.get("source", "")), row_parts, skipped))
+                                      str(section.get("source", "")), row_parts, skipped, floors[phase]))
     return rows
 
 
@@ -274,6 +340,8 @@ def format_rows(rows: list[ValidationRow]) -> str:
         note = "ok" if r.ok else ("OUT OF RANGE" if not in_range else "FAILS")
         if not r.memory_ok:
             note += " (plan over memory in the model; time scored without the memory check)"
+        if r.below_floor:
+            note += f" (published {BELOW_FLOOR} {r.floor:.1f} s: the inputs are not the run's)"
         lines.append(f"{r.setup:<50} {r.phase:<30} {r.predicted:>11.1f} {r.published:>11.1f} {r.ratio:>6.2f}  {note}")
     scored = [r for r in rows if not r.skipped]
     bad = sum(not r.ok for r in scored)

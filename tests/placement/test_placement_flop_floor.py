@@ -1,0 +1,113 @@
+"""The datasheet floor of a published figure (validate.flop_floor) against hand calculations."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+
+from packplace.placement.crossval import load_setups
+from packplace.placement.validate import BELOW_FLOOR, floor_reason, flop_floor, format_rows, load_setup, validate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
+VERL_16 = os.path.join(VALIDATION, "verl_dapo_qwen2.5-math-7b_2x8xh20_colocate.yaml")
+OPENRLHF = os.path.join(VALIDATION, "openrlhf_ppo_llama2-7b_8xa800.yaml")
+
+#: A two-layer model: d 64, 4 heads of 16 (q = kv = 64), gated MLP of 128, vocabulary 1,000.
+TINY_MODEL = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "vocab_size": 1000,
+              "num_attention_heads": 4, "num_key_value_heads": 4}
+
+
+def _tiny_file(tmp_path, published: dict[str, float]) -> str:
+    """A colocated DAPO step of 4 prompts x 2 responses (100 prompt + 100 response tokens) on 2 GPUs of
+    1e9 FLOP/s."""
+    cfg = {
+        "hardware": {"preset": "h20", "flops_per_gpu": 1.0e9},
+        "models": {"actor": TINY_MODEL, "reward": "rule"},
+        "workload": {"batch_size": 4, "samples_per_prompt": 2, "context_length": 100, "generation_length": 100},
+        "policy": {"algorithm": "dapo"},
+        "validation": {
+            "source": "tiny, hand calculation", "framework": "verl", "published": published,
+            "phases": {"generation": ["actor.generate"], "training": ["actor.train"]},
+            "plan": {"actor.generate": {"dp": 2, "pp": 1, "tp": 1, "micro_batch": 4, "origin": [0, 0, 0],
+                                        "extent": [1, 1, 2]},
+                     "actor.train": {"dp": 2, "pp": 1, "tp": 1, "micro_batch": 2, "origin": [0, 0, 0],
+                                     "extent": [1, 1, 2]}}},
+    }
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def test_floor_of_a_tiny_colocated_step_by_hand(tmp_path):
+    instance, plan, section = load_setup(_tiny_file(tmp_path, {"step": 10.0}))
+    # N = L·(4d² + 3·d·ff) + d·V = 2·(4·4096 + 3·64·128) + 64·1000 = 2·40,960 + 64,000 = 145,920
+    assert instance.models["actor"].gemm_params == 145_920
+    # forward FLOPs per token at s = 100 + 100: 2N + 2·L·s·q = 291,840 + 2·2·200·64 = 343,040;
+    # 8 sequences x 200 tokens = 1,600 tokens: 548,864,000 FLOPs per forward pass
+    forward = 343_040 * 1_600
+    floors = flop_floor(instance, plan, section)
+    # generation: one forward pass over 2 GPUs of 1e9 FLOP/s = 0.274432 s
+    assert floors["generation"] == pytest.approx(forward / 2e9) == pytest.approx(0.274432)
+    # training: 3 forward-equivalents (forward + backward) + the old-log-prob forward = 4 passes: 1.097728 s
+    assert floors["training"] == pytest.approx(4 * forward / 2e9) == pytest.approx(1.097728)
+    # the step: both vertices take turns on the same 2 GPUs, so their floors add: 1.37216 s
+    assert floors["step"] == pytest.approx(5 * forward / 2e9) == pytest.approx(1.37216)
+
+
+def test_a_split_step_lasts_at_least_its_busiest_gpu(tmp_path):
+    path = _tiny_file(tmp_path, {"step": 10.0})
+    cfg = yaml.safe_load(open(path))
+    # generation alone on GPU 0, training alone on GPU 1: they overlap, so the step floor is the larger one
+    cfg["validation"]["plan"]["actor.generate"].update({"dp": 1, "extent": [1, 1, 1]})
+    cfg["validation"]["plan"]["actor.train"].update({"dp": 1, "origin": [0, 0, 1], "extent": [1, 1, 1]})
+    open(path, "w").write(yaml.safe_dump(cfg))
+    instance, plan, section = load_setup(path)
+    floors = flop_floor(instance, plan, section)
+    forward = 343_040 * 1_600
+    assert floors["generation"] == pytest.approx(forward / 1e9)
+    assert floors["training"] == pytest.approx(4 * forward / 1e9)
+    assert floors["step"] == pytest.approx(4 * forward / 1e9)  # max(1, 4) passes, not their sum
+
+
+def test_a_figure_below_its_floor_is_flagged_and_never_fitted(tmp_path):
+    below = _tiny_file(tmp_path, {"step": 1.0, "training": 0.5})   # floors 1.372 and 1.098 s
+    (step, training) = validate([below])
+    assert step.below_floor and training.below_floor
+    assert step.floor == pytest.approx(1.37216)
+    assert BELOW_FLOOR in format_rows([step, training])
+    instance, plan, section = load_setup(below)
+    reason = floor_reason(instance, plan, section)
+    assert reason.startswith(BELOW_FLOOR) and "step 1.0 s < 1.4 s" in reason
+    (setup,) = load_setups([below])
+    assert setup.not_fitted == reason
+    above = _tiny_file(tmp_path, {"step": 2.0})
+    assert not validate([above])[0].below_floor
+    assert load_setups([above])[0].not_fitted == ""
+
+
+def test_the_verl_one_step_off_row_is_below_its_floor_by_hand():
+    # Qwen2.5-Math-7B: N = 28·(2·3584² + 2·3584·512 + 3·3584·18944) + 3584·152,064 = 7,070,285,824;
+    # mean response of the file's quantiles (0,1) (0.5,3000) (0.9,8000) (0.99,18000) (1,20480) by the
+    # trapezoid rule: 750.25 + 2200 + 1170 + 192.4 = 4312.65, so s = 2048 + 4312.65 = 6360.65 tokens
+    instance, plan, section = load_setup(VERL_16)
+    assert instance.models["actor"].gemm_params == 7_070_285_824
+    s = 2048 + 4312.65
+    assert instance.workload.train_seq_len == pytest.approx(s)
+    per_token = 2 * 7_070_285_824 + 2 * 28 * s * 3584
+    forward = per_token * 6144 * s                       # 512 x 12 sequences: 6.025e17 FLOPs
+    floor = 4 * forward / (16 * 148e12)                  # 16 H20 at the 148 TFLOP/s datasheet peak
+    assert floor == pytest.approx(1017.7, abs=0.1)
+    floors = flop_floor(instance, plan, section)
+    assert floors["old_log_prob_and_update_actor"] == pytest.approx(floor, rel=1e-9)
+    # published: old_log_prob 88 s + update_actor 286 s = 374 s, 0.37 of the floor
+    assert floor_reason(instance, plan, section).startswith(BELOW_FLOOR)
+
+
+def test_rows_of_other_frameworks_stay_above_their_floors():
+    instance, plan, section = load_setup(OPENRLHF)
+    floors = flop_floor(instance, plan, section)
+    assert all(float(section["published"][f]) > 2.0 * floors[f] for f in section["published"])
+    assert floor_reason(instance, plan, section) == ""
