@@ -111,3 +111,19 @@ def test_rows_of_other_frameworks_stay_above_their_floors():
     floors = flop_floor(instance, plan, section)
     assert all(float(section["published"][f]) > 2.0 * floors[f] for f in section["published"])
     assert floor_reason(instance, plan, section) == ""
+
+
+def test_runs_below_their_floor_leave_the_bands_but_are_counted():
+    from packplace.placement.crossval import CrossRow, summarize
+
+    def row(name, ratio, reason=""):
+        return CrossRow(setup=name, figure="step", publication="p", framework="verl", gpu="h100-sxm",
+                        published=100.0, in_sample=100.0 * ratio, out_of_sample=100.0 * ratio, memory_ok=True,
+                        primary=True, not_fitted=reason)
+
+    rows = [row("a", 1.0), row("b", 1.4), row("c", 3.0, f"{BELOW_FLOOR} 300 s")]
+    scored = summarize(rows)
+    assert (scored["runs"], scored["below_floor"], scored["median"]) == (2, 1, pytest.approx(1.2))
+    assert scored["within_0.67-1.5"] == 1.0 and scored["within_0.8-1.25"] == 0.5
+    every = summarize(rows, every_run=True)
+    assert (every["runs"], every["median"], every["within_0.67-1.5"]) == (3, 1.4, pytest.approx(2 / 3))
