@@ -251,3 +251,37 @@ def test_cpsat_and_the_evaluator_agree_on_expert_parallel_candidates():
     assert result.status == "optimal" and not result.info.get("discrepancy"), result.message
     assert any(vp.strategy.ep > 1 for _, vp in result.solution.vertices)
     assert result.objective <= packplace.place(inst, "greedy").objective + 1e-12
+
+
+def test_decode_iteration_streams_experts_at_the_fused_moe_fraction_by_hand():
+    # Qwen3-30B-A3B on a TP-2 H100 engine, every running sequence with 2,000 tokens of context.
+    # h100-sxm: 3.35e12 B/s, decode_bw_eff 0.65 (dense weights, KV), moe_decode_bw_eff 0.51 (experts at
+    # >= 16 tokens per expert; vLLM benchmark_moe.py Qwen3-30B-A3B on H100), 2 ms per step, NVLink
+    # all-reduce alpha 1 us, beta 1/360e9.
+    c = h100_cost()
+    assert c.hw.moe_decode_bw_eff == 0.51 and c.hw.decode_bw_eff == 0.65
+    pe, dense = 226_492_416, 3_041_656_832 - 8 * 226_492_416   # per expert; weights every token reads
+    bw = 3.35e12
+
+    def by_hand(a: float, eff_experts: float) -> float:
+        experts = 128 * (1 - (120 / 128) ** a) * pe            # distinct experts the a tokens touch
+        kv = a * 2000 * 49_152                                 # 48 x 2 x 4 heads x 128 x 2 B / tp 2 per token
+        memory = (2 * dense / 2 + kv) / (bw * 0.65) + 2 * experts / 2 / (bw * eff_experts)
+        compute = (2 * 3_041_656_832 * a + 4 * 48 * 4096 * a * 2000) / (2 * 989e12 * 0.55)
+        allreduce = 2 * 48 * 2 * (1e-6 + a * 2048 * 2 / 2 / 360e9)
+        return max(memory, compute) + 2e-3 + allreduce
+
+    # 256 sequences: 256 x 8 / 128 = 16 tokens per expert -> the experts stream at 0.51
+    assert by_hand(256, 0.51) == pytest.approx(0.031562, abs=1e-6)
+    # 128 sequences: 8 tokens per expert -> still the dense fraction 0.65
+    assert by_hand(128, 0.65) == pytest.approx(0.021986, abs=1e-6)
+    # 181 sequences: 11.31 tokens per expert, log2(11.31 / 8) = 0.5 of the way: 0.65 - 0.5 x 0.14 = 0.58
+    assert np.log2(181 * 8 / 128 / 8) == pytest.approx(0.5, abs=1e-3)
+    eff_181 = 0.65 + (0.51 - 0.65) * np.log2(181 * 8 / 128 / 8)
+    for a, eff in ((256, 0.51), (128, 0.65), (181, eff_181)):
+        got = c.decode_step_times(QWEN3_MOE, 2, 1, (1, 1, 8), 8, np.array([float(a)]), np.array([a * 2000.0]))[0]
+        assert got == pytest.approx(by_hand(a, eff), rel=1e-12)
+    # unset (0), the experts stream at decode_bw_eff as dense weights do
+    flat = h100_cost(moe_decode_bw_eff=0.0)
+    got = flat.decode_step_times(QWEN3_MOE, 2, 1, (1, 1, 8), 8, np.array([256.0]), np.array([256 * 2000.0]))[0]
+    assert got == pytest.approx(by_hand(256, 0.65), rel=1e-12)
