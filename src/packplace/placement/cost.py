@@ -149,16 +149,23 @@ class CostModel:
         return tokens * model.experts_per_token * ep / model.num_experts
 
     def compute_time(self, model: ModelSpec, flops_per_token: float, factor: float, tokens: float, tp: int,
-                     ep: int) -> float:
+                     ep: int, trainer: bool = True) -> float:
         """GEMM seconds of ``factor × flops_per_token × tokens`` FLOPs on one tensor-parallel rank:
         ``/ (tp·F·eff)`` with :meth:`gemm_efficiency` of ``tokens`` rows; for a MoE model the active
         experts' share (``2·k·expert_gemm_params`` per token) at the efficiency of
-        :meth:`expert_rows` rows instead (small per-expert GEMMs run further from the ceiling)."""
+        :meth:`expert_rows` rows instead (small per-expert GEMMs run further from the ceiling). On a
+        trainer (``trainer``: the training and log-prob passes, not the engine's prefill) the experts'
+        ceiling is ``moe_gemm_peak_fraction`` when set (the sustained MoE layer of Megatron-Core's
+        grouped GEMMs with token permutation and all-to-all; source of the H100 value:
+        :data:`~packplace.placement.hardware.MOE_GEMM_PEAK_FRACTION_H100`) instead of
+        ``gemm_peak_fraction``."""
         eff = self.gemm_efficiency(tokens, model.hidden_dim / tp)  # all tokens on every TP rank
         if not model.is_moe:
             return factor * flops_per_token * tokens / (tp * self.hw.flops_per_gpu * eff)
         expert = 2.0 * model.experts_per_token * model.expert_gemm_params
         eff_e = self.gemm_efficiency(self.expert_rows(model, tokens, ep), model.hidden_dim / tp)
+        if trainer and self.hw.moe_gemm_peak_fraction > 0:
+            eff_e *= self.hw.moe_gemm_peak_fraction / self.hw.gemm_peak_fraction
         return factor * tokens * ((flops_per_token - expert) / eff + expert / eff_e) / (tp * self.hw.flops_per_gpu)
 
     def p2p(self, nbytes: float, level: int) -> float:
@@ -446,7 +453,8 @@ class CostModel:
         rows = batch * S
         passes = sequences / batch
         if model.is_moe:
-            compute = self.compute_time(model, self.forward_flops_per_token(model, S), 1.0, rows, tp, ep) * passes
+            compute = self.compute_time(model, self.forward_flops_per_token(model, S), 1.0, rows, tp, ep,
+                                        trainer=False) * passes
         else:
             eff = self.gemm_efficiency(rows, d / tp)
             compute = self.forward_flops_per_token(model, S) * S * sequences / (tp * hw.flops_per_gpu * eff)

@@ -109,6 +109,10 @@ class Hardware:
             :data:`MOE_FULL_TOKENS` tokens or more (the fused-MoE grouped GEMMs;
             :meth:`expert_decode_bw_eff`); 0 (the default): ``decode_bw_eff``, as for dense weights.
             Source of the H100 value: :data:`MOE_DECODE_BW_EFF_H100`.
+        moe_gemm_peak_fraction: Ceiling of the routed experts' GEMM efficiency in the training and
+            log-prob passes of a mixture of experts (in place of ``gemm_peak_fraction`` for the
+            experts' FLOPs; the rows-per-expert saturation still applies); 0 (the default):
+            ``gemm_peak_fraction``. Source of the H100 value: :data:`MOE_GEMM_PEAK_FRACTION_H100`.
     """
 
     flops_per_gpu: float
@@ -138,6 +142,7 @@ class Hardware:
     phase_overhead: float = 0.0
     weight_sync_overhead: float = 0.0
     moe_decode_bw_eff: float = 0.0
+    moe_gemm_peak_fraction: float = 0.0
 
     def expert_decode_bw_eff(self, tokens_per_expert):
         """The fraction of ``memory_bandwidth`` at which routed experts stream in a decode step whose
@@ -173,7 +178,7 @@ HARDWARE_DEFAULTS = {
     "gemm_m_half": 5.0, "gemm_k_half": 0.0, "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.7,
     "non_gemm_constant": 0.0, "non_gemm_scaling": 0.0, "non_gemm_batch_cal": 64.0,
     "host_bandwidth": 25e9, "decode_step_overhead": 0.0, "phase_overhead": 0.0, "weight_sync_overhead": 0.0,
-    "moe_decode_bw_eff": 0.0,
+    "moe_decode_bw_eff": 0.0, "moe_gemm_peak_fraction": 0.0,
 }
 #: Cluster-shape fields a preset fills (8 GPUs per node, one node, one rack) unless the config sets them.
 PRESET_CLUSTER = {"racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8}
@@ -218,6 +223,18 @@ MOE_GEMV_TOKENS = 8.0
 #: Tokens per expert from which fused-MoE decode streams at ``moe_decode_bw_eff`` (0.51 at 16 in the
 #: same measurement).
 MOE_FULL_TOKENS = 16.0
+#: ``moe_gemm_peak_fraction`` of the ``h100-sxm`` preset: the experts' GEMM ceiling at which the model's
+#: training pass reproduces Megatron-Bridge's published MoE pre-training throughput on H100. Source:
+#: Megatron-Bridge performance summary (github.com/NVIDIA-NeMo/Megatron-Bridge, docs/performance-summary.md,
+#: "25.11 NeMo Container", "System: DGX-H100"), row Qwen3_30B_a3B: 16 GPUs, GBS 512, MBS 2, sequence 4096,
+#: TP 1, PP 2, EP 8, 5,275 tokens/s/GPU (121 model TFLOP/s/GPU). The model with the H100 preset's other
+#: figures gives 15,053 tokens/s/GPU with the experts at ``gemm_peak_fraction`` 0.55 and 5,275 with
+#: 0.084 (:meth:`~packplace.placement.cost.CostModel.pass_time`, a test reproduces it): the grouped GEMMs
+#: of ~1,000 rows per expert, token permutation, router and the expert all-to-all that Megatron-Core
+#: does not hide run at about a fifth of a dense GEMM's sustained rate. That run is FP8 (current
+#: scaling), at least as fast as the BF16 runs this model times, so for BF16 the value is an upper
+#: bound; a ``calibrate`` knob (``--knobs moe_gemm_peak_fraction``). Other presets leave it unset.
+MOE_GEMM_PEAK_FRACTION_H100 = 0.084
 
 #: Hardware presets: ``hardware: {preset: h100-sxm, nodes_per_rack: 2}``; every field may be overridden.
 #:
@@ -253,7 +270,7 @@ PRESETS: dict[str, dict[str, float]] = {
     "h100-sxm": {"flops_per_gpu": 989e12, "memory_per_gpu": 80e9, "memory_bandwidth": 3.35e12,
                  **_links(360e9, 45e9), "host_bandwidth": 50e9,
                  "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
-                 "moe_decode_bw_eff": MOE_DECODE_BW_EFF_H100},
+                 "moe_decode_bw_eff": MOE_DECODE_BW_EFF_H100, "moe_gemm_peak_fraction": MOE_GEMM_PEAK_FRACTION_H100},
     "h200": {"flops_per_gpu": 989e12, "memory_per_gpu": 141e9, "memory_bandwidth": 4.8e12,
              **_links(360e9, 45e9), "host_bandwidth": 50e9,
              "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3},
