@@ -64,9 +64,10 @@ class FrameworkProfile:
             GRPO (nemo_rl/algorithms/async_utils.py, v0.5.0: ``AsyncTrajectoryCollector`` runs one thread
             per prompt, bounded by ``_inflight_sema`` = ``num_prompts_per_step ×
             max_trajectory_age_steps``, on vLLM's async engine). False: the next batch is generated as a
-            whole while the current one trains (verl ``recipe/one_step_off_policy``: the whole next
-            batch's ``generate_sequences`` is launched before the update), so a stale generation still
-            costs the batch makespan, tail included.
+            whole while the current one trains (verl ``recipe/one_step_off_policy/README.md``:
+            ``_async_gen_next_batch`` syncs the weights, then launches the whole next batch's
+            ``async_generate_sequences``, and the trainer waits on that batch's future), so a stale
+            generation still costs the batch makespan, tail included.
     """
 
     name: str

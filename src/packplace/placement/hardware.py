@@ -202,7 +202,7 @@ def _links(nvlink_bus: float, nic: float, *, rack_factor: float = 0.9) -> dict[s
 
 
 #: ``moe_decode_bw_eff`` of the ``h100-sxm`` preset: the fraction of HBM bandwidth at which vLLM's fused-MoE
-#: Triton kernel streams the routed experts at decode batch sizes. Source: vLLM pull request #24700
+#: Triton kernel streams the routed experts at decode batch sizes. Source: vLLM pull request
 #: (github.com/vllm-project/vllm/pull/24700, "Benchmarks on H100", ``benchmarks/kernels/benchmark_moe.py
 #: --model=Qwen/Qwen3-30B-A3B -tp=1 --dtype=fp8_w8a8``, the "Main" kernel times of one MoE layer: 128
 #: experts of 3 × 2048 × 768 fp8 weights, 4.72 MB each, top-8). Bytes of the experts the batch touches
