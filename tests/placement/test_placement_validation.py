@@ -13,6 +13,7 @@ from packplace.errors import ConfigError
 from packplace.placement.calibrate import calibrate, read_measured, task_times
 from packplace.placement.config import load_yaml
 from packplace.placement.engine import mean_live_tokens
+from packplace.placement.plan import Plan
 from packplace.placement.validate import RATIO_RANGE, load_setup, validate
 from packplace.placement.workload import Workload
 
@@ -36,9 +37,9 @@ ADDED = {
 
 
 #: Rows whose ratio lies outside RATIO_RANGE today, with the bounds it is kept within (a regression guard,
-#: not a target): the MoE row fits in memory with expert parallelism, but its step comes out well below
-#: the published one.
-KNOWN_OUT_OF_RANGE = {("nemo_rl_grpo_qwen3-30b-a3b_4x8xh100", "step"): (0.35, 0.55)}
+#: not a target): the MoE row fits in memory with expert parallelism, but its step comes out below the
+#: published one (0.61).
+KNOWN_OUT_OF_RANGE = {("nemo_rl_grpo_qwen3-30b-a3b_4x8xh100", "step"): (0.5, 0.7)}
 #: The held-out row's ratio (0.71 with the presets' former 5 s per task).
 HELD_OUT_RATIO = 0.67
 #: The rows the presets' knobs were set with in view (in sample): required within x1.3. The other files of
@@ -92,17 +93,16 @@ MOE_ROWS = {
 def test_the_moe_rows_fit_in_memory_and_keep_their_known_gaps():
     """Every published MoE placement fits (expert parallelism); a regression guard on the documented gaps
     (docs/calibration-and-validation.md, "Mixture of experts"): Qwen3-235B-A22B within x1.3, every
-    synchronous or 1-step Qwen3-30B-A3B run too fast, the 8-step off-policy one too slow."""
+    Qwen3-30B-A3B run between 0.55 and 1 (too fast or within range; the 8-step off-policy one no longer
+    too slow: its engines roll out continuously)."""
     rows = validate(sorted(os.path.join(VALIDATION, s + ".yaml") for s in MOE_ROWS))
     assert {r.setup: r.published for r in rows} == MOE_ROWS
     for r in rows:
         assert r.memory_ok, (r.setup, "plan over memory with the run's own memory settings")
         if "235b" in r.setup:
             assert RATIO_RANGE[0] <= r.ratio <= RATIO_RANGE[1], (r.setup, r.ratio)
-        elif r.setup.endswith("8off"):
-            assert r.ratio > RATIO_RANGE[1], (r.setup, r.ratio)
         else:
-            assert 0.3 <= r.ratio < RATIO_RANGE[0], (r.setup, r.ratio)
+            assert 0.55 <= r.ratio <= 1.0, (r.setup, r.ratio)
 
 
 @pytest.mark.parametrize("setup, published", [
@@ -250,19 +250,25 @@ def test_validate_scores_a_stale_plan_as_the_asynchronous_period(tmp_path):
     (sync_row,), (async_row,) = validate([sync_path]), validate([async_path])
     instance, plan, _ = load_setup(async_path)
     assert plan.staleness == (("actor", 1),)
-    score = get_evaluator(instance).score(plan)
+    ev = get_evaluator(instance)
+    score, alone = ev.score(plan), ev.score(Plan(plan.vertices))
     g, r, t = (score.vertex_time[v] for v in ("actor.generate", "reference.infer", "actor.train"))
+    g_batch = alone.vertex_time["actor.generate"]
     sync = score.synchronous_step_time
+    realloc = score.realloc["actor.train->actor.generate"]
     # synchronous: one chain generate -> reference -> train -> weight sync, so the step is their sum
-    # (plus the rollouts' transfer between the nodes, < 1 ms)
+    # (plus the rollouts' transfer between the nodes, < 1 ms), the generation at its batch makespan
     assert sync_row.predicted == pytest.approx(sync)
-    assert sync == pytest.approx(g + r + t + score.realloc["actor.train->actor.generate"], abs=1e-3)
-    # 1-step off-policy: period = max(node 0's cycle g, node 1's cycle r + t, the chain over 2 steps
-    # sync/2) = max(58.58, 10.49 + 42.51 = 53.00, 111.90/2 = 55.95) = g, the generation (NeMo RL profile:
-    # ZeRO-3 gathers in the reference and old-log-prob passes, milliseconds of Ray dispatch)
-    assert async_row.predicted == pytest.approx(max(g, r + t, sync / 2))
-    assert async_row.predicted == pytest.approx(g) and g == pytest.approx(58.58, abs=0.01)
-    assert async_row.predicted < 0.53 * sync_row.predicted  # 58.58 / 111.90 = 0.524
+    assert sync == pytest.approx(g_batch + r + t + realloc, abs=1e-3)
+    # stale, the nemo-rl profile rolls out continuously: the next batch's prompts fill the slots this
+    # batch's tail frees, so a step of generation costs its steady-state time, below the makespan
+    assert g < g_batch and g == pytest.approx(48.89, abs=0.01) and g_batch == pytest.approx(58.58, abs=0.01)
+    # 1-step off-policy: period = max(node 0's cycle g, node 1's cycle r + t, the chain over 2 steps)
+    # = max(48.89, 10.53 + 42.72 = 53.24, (48.89 + 53.24 + 0.32) / 2 = 51.23) = r + t, the trainer
+    chain = (g + r + t + realloc) / 2
+    assert async_row.predicted == pytest.approx(max(g, r + t, chain), abs=1e-3)
+    assert async_row.predicted == pytest.approx(r + t, abs=1e-3)
+    assert async_row.predicted < 0.48 * sync_row.predicted  # 53.24 / 112.15 = 0.475
 
 
 def test_validation_plan_staleness_must_be_a_mapping_of_steps(tmp_path):

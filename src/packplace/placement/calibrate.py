@@ -39,6 +39,8 @@ KNOB_BOUNDS: dict[str, tuple[float, float]] = {
     "decode_bw_eff": (0.02, 1.0),
     "decode_step_overhead": (0.0, 0.5),
     "phase_overhead": (0.0, 600.0),
+    "moe_decode_bw_eff": (0.02, 1.0),
+    "moe_gemm_peak_fraction": (0.01, 1.0),
 }
 #: Default knobs to fit.
 DEFAULT_KNOBS = ("gemm_peak_fraction", "decode_bw_eff", "phase_overhead")

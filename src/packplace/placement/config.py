@@ -102,6 +102,12 @@ HARDWARE_FIELDS: dict[str, Field] = {
                             meaning="seconds added once to every task of the step"),
     "weight_sync_overhead": Field("float", "s", 0, 3600, default=HARDWARE_DEFAULTS["weight_sync_overhead"],
                                   meaning="seconds added to every trainer-to-engine weight synchronisation"),
+    "moe_decode_bw_eff": Field("float", "", 0, 1, default=HARDWARE_DEFAULTS["moe_decode_bw_eff"],
+                               meaning="fraction of memory_bandwidth a decode step streams routed experts at "
+                                       "(0: decode_bw_eff)"),
+    "moe_gemm_peak_fraction": Field("float", "", 0, 1, default=HARDWARE_DEFAULTS["moe_gemm_peak_fraction"],
+                                    meaning="ceiling of the routed experts' GEMM efficiency in training and "
+                                            "log-prob passes (0: gemm_peak_fraction)"),
 }
 #: Fields of ``[workload]`` (``gen_quantiles`` is structured, checked by the loader). The length limits:
 #: beyond them the model is meaningless (no GPU holds such a sequence) and they keep the candidate

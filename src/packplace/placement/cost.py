@@ -20,10 +20,17 @@ dispatches each token to its ``k`` experts and combines the results, two all-to-
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from packplace.placement.dp_balance import VertexBalance
-from packplace.placement.engine import RolloutEngine, continuous_schedule, kv_capacity_sequences
+from packplace.placement.engine import (
+    RolloutEngine,
+    continuous_schedule,
+    kv_capacity_sequences,
+    rollout_stream_schedule,
+)
 from packplace.placement.framework import (
     DEFAULT_FRAMEWORK,
     FRAMEWORKS,
@@ -44,6 +51,9 @@ ACT_BYTES = 2
 EDGE_BYTES_PER_TOKEN = 4
 #: Rows (and inner-dimension elements) per unit of ``gemm_m_half`` / ``gemm_k_half``.
 GEMM_UNIT = 64.0
+#: Sequences a continuous-rollout stream simulates at most per replica (:meth:`CostModel.stale_generate_time`)
+#: beyond its ``t + 3`` batches.
+STREAM_SEQUENCES = 16384
 
 
 class CostModel:
@@ -139,16 +149,23 @@ class CostModel:
         return tokens * model.experts_per_token * ep / model.num_experts
 
     def compute_time(self, model: ModelSpec, flops_per_token: float, factor: float, tokens: float, tp: int,
-                     ep: int) -> float:
+                     ep: int, trainer: bool = True) -> float:
         """GEMM seconds of ``factor × flops_per_token × tokens`` FLOPs on one tensor-parallel rank:
         ``/ (tp·F·eff)`` with :meth:`gemm_efficiency` of ``tokens`` rows; for a MoE model the active
         experts' share (``2·k·expert_gemm_params`` per token) at the efficiency of
-        :meth:`expert_rows` rows instead (small per-expert GEMMs run further from the ceiling)."""
+        :meth:`expert_rows` rows instead (small per-expert GEMMs run further from the ceiling). On a
+        trainer (``trainer``: the training and log-prob passes, not the engine's prefill) the experts'
+        ceiling is ``moe_gemm_peak_fraction`` when set (the sustained MoE layer of Megatron-Core's
+        grouped GEMMs with token permutation and all-to-all; source of the H100 value:
+        :data:`~packplace.placement.hardware.MOE_GEMM_PEAK_FRACTION_H100`) instead of
+        ``gemm_peak_fraction``."""
         eff = self.gemm_efficiency(tokens, model.hidden_dim / tp)  # all tokens on every TP rank
         if not model.is_moe:
             return factor * flops_per_token * tokens / (tp * self.hw.flops_per_gpu * eff)
         expert = 2.0 * model.experts_per_token * model.expert_gemm_params
         eff_e = self.gemm_efficiency(self.expert_rows(model, tokens, ep), model.hidden_dim / tp)
+        if trainer and self.hw.moe_gemm_peak_fraction > 0:
+            eff_e *= self.hw.moe_gemm_peak_fraction / self.hw.gemm_peak_fraction
         return factor * tokens * ((flops_per_token - expert) / eff + expert / eff_e) / (tp * self.hw.flops_per_gpu)
 
     def p2p(self, nbytes: float, level: int) -> float:
@@ -351,6 +368,11 @@ class CostModel:
         * memory ``(2W/tp + kv_bytes_per_token·Σctx) / (memory_bandwidth·decode_bw_eff)`` — every
           iteration streams the weight shard (``W`` = :meth:`decode_weights_read`) and reads the KV cache
           of every running sequence (vLLM's PagedAttention reads exactly the live pages, Kwon et al. 2023);
+          of a mixture of experts the touched routed experts (:meth:`decode_expert_weights_read`) stream
+          at :meth:`~packplace.placement.hardware.Hardware.expert_decode_bw_eff` of the tokens each
+          expert receives (:meth:`expert_rows`) instead (the fused-MoE grouped GEMMs of 16 or more tokens
+          per expert run further below the HBM bandwidth than dense GEMVs; the H100 figure's source is
+          :data:`~packplace.placement.hardware.MOE_DECODE_BW_EFF_H100`);
         * overheads: ``decode_step_overhead`` (scheduler, sampling), the non-GEMM time of ``a/tp``
           tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et al.
           2019) at the TP group's level (:meth:`group_level`: inside a node, or over the inter-node links
@@ -373,8 +395,13 @@ class CostModel:
         imbalance = pp * stage_gemm_share(model, pp)  # the slowest stage's weights, pp batches in flight
         flops = 2.0 * model.gemm_params * imbalance * running + 4.0 * L * model.attention_dim * context_sum
         compute = flops / (tp * hw.flops_per_gpu * hw.gemm_peak_fraction * k_eff)
-        memory = (2.0 * self.decode_weights_read(model, running, ep) * imbalance / tp
-                  + context_sum * model.kv_bytes_per_token(tp, 1)) / (hw.memory_bandwidth * hw.decode_bw_eff)
+        experts = self.decode_expert_weights_read(model, running, ep)
+        dense = self.decode_weights_read(model, running, ep) - experts
+        memory = ((2.0 * dense * imbalance / tp + context_sum * model.kv_bytes_per_token(tp, 1))
+                  / (hw.memory_bandwidth * hw.decode_bw_eff))
+        if model.is_moe:
+            memory = memory + 2.0 * experts * imbalance / tp / (
+                hw.memory_bandwidth * hw.expert_decode_bw_eff(self.expert_rows(model, running, ep)))
         step = np.maximum(compute, memory) + self._non_gemm(L, running / tp) + hw.decode_step_overhead
         if ep > 1 and model.is_moe:
             step = step + model.moe_layers * self.moe_alltoall(model, running, tp, ep, extent)
@@ -403,6 +430,16 @@ class CostModel:
         touched = (E / ep) * (1.0 - (1.0 - k / E) ** (running * ep))
         return model.gemm_params - k * model.expert_gemm_params + touched * model.expert_gemm_params
 
+    @staticmethod
+    def decode_expert_weights_read(model: ModelSpec, running: np.ndarray, ep: int = 1) -> np.ndarray:
+        """The routed experts' share of :meth:`decode_weights_read`, parameters: the
+        ``(E/ep)·(1 − (1 − k/E)^(a·ep))`` experts one GPU's group touches, ``expert_gemm_params`` each;
+        0 for a dense model."""
+        if not model.is_moe:
+            return 0.0 * running
+        k, E = model.experts_per_token, model.num_experts
+        return (E / ep) * (1.0 - (1.0 - k / E) ** (running * ep)) * model.expert_gemm_params
+
     def prefill_time(self, model: ModelSpec, tp: int, sequences: float, batch: float, ep: int = 1,
                      extent: tuple[int, int, int] = (1, 1, 1)) -> float:
         """Prefill of ``sequences`` prompts of ``S`` tokens, ``batch`` prompts per forward pass, as GEMMs:
@@ -416,7 +453,8 @@ class CostModel:
         rows = batch * S
         passes = sequences / batch
         if model.is_moe:
-            compute = self.compute_time(model, self.forward_flops_per_token(model, S), 1.0, rows, tp, ep) * passes
+            compute = self.compute_time(model, self.forward_flops_per_token(model, S), 1.0, rows, tp, ep,
+                                        trainer=False) * passes
         else:
             eff = self.gemm_efficiency(rows, d / tp)
             compute = self.forward_flops_per_token(model, S) * S * sequences / (tp * hw.flops_per_gpu * eff)
@@ -470,6 +508,43 @@ class CostModel:
         step = self.decode_step_times(model, tp, pp, extent, dp, active, active * (S + steps), ep)
         round_time = prefill + float((step * weight).sum())
         return self.pipeline(rounds, pp, round_time * stage_gemm_share(model, pp))
+
+    def stale_generate_time(self, model: ModelSpec, dp: int, pp: int, tp: int, micro_batch: int,
+                            extent: tuple[int, int, int], ep: int = 1, staleness: int = 0) -> float | None:
+        """Seconds per step of a rollout engine replica in the steady state of a *continuous rollout*
+        (a framework profile with ``continuous_rollout``, a continuously batched engine and the policy's
+        ``staleness ≥ 1``); ``None`` otherwise (the vertex keeps :meth:`generate_time`, the makespan of
+        one batch, tail included).
+
+        The framework keeps ``B·t`` prompts in flight over the ``dp`` replicas (NeMo RL async GRPO:
+        ``num_prompts_per_step × max_trajectory_age_steps`` per-prompt requests,
+        :func:`~packplace.placement.engine.rollout_stream_schedule`), each of ``K`` samples, and issues
+        the next prompt as soon as one returns: the engine decodes the next batch's sequences in the
+        slots the current batch's tail frees, so one step costs the throughput time of a batch rather
+        than its makespan. The stream of ``N = max(t + 3, 2t + 4)`` batches (fewer when the replica's
+        batch is large, at least ``t + 3``) runs on ``min(max_num_seqs, KV capacity)`` slots
+        (:meth:`engine_concurrency` with no request limit); every segment is priced by
+        :meth:`decode_step_times` as in :meth:`generate_time`, and the per-step time is the mean spacing
+        of the batch completions between the first and third quarter of the stream (the warm-up and the
+        drain left out), plus the prefill of the replica's prompts (:meth:`prefill_time`)."""
+        if (staleness < 1 or not self.framework.continuous_rollout or self.engine.batching != "continuous"):
+            return None
+        w = self.workload
+        per_replica = w.sequences // dp
+        group = math.gcd(per_replica, w.samples_per_prompt)
+        batches = max(staleness + 3, min(2 * staleness + 4, STREAM_SEQUENCES // per_replica))
+        slots = self.engine_concurrency(model, tp, pp, max(per_replica * (staleness + 1), 1), ep)
+        in_flight = staleness * (per_replica // group)
+        iterations, running, generated, done = rollout_stream_schedule(w, per_replica, group, in_flight, slots,
+                                                                       batches)
+        middle = running * (w.context_length + 1.0) + generated + running * (iterations - 1.0) / 2.0
+        seconds = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep) * iterations
+        clock = np.concatenate([[0.0], np.cumsum(iterations)])
+        elapsed = np.concatenate([[0.0], np.cumsum(seconds)])
+        first, last = batches // 4, (3 * batches) // 4
+        span = np.interp([done[first], done[last]], clock, elapsed)
+        decode = float(span[1] - span[0]) / (last - first)
+        return self.prefill_time(model, tp, per_replica, min(slots, per_replica), ep, extent) + decode
 
     # -- movement between blocks -----------------------------------------------------------------
     @staticmethod

@@ -125,7 +125,85 @@ def _schedule(workload: Workload, sequences: int, slots: int) -> tuple[np.ndarra
         t = heapq.heappop(heap)
         starts[i] = t
         heapq.heappush(heap, t + lengths[i])
-    finishes = starts + lengths
+    iterations, running, generated = _segments(starts, starts + lengths)
+    return iterations * scale_time, running * scale_running, generated * scale_running
+
+
+def rollout_stream_schedule(workload: Workload, batch_sequences: int, group: int, groups_in_flight: int,
+                            slots: int, batches: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Segments of a *continuous rollout*: one engine replica fed a stream of prompt groups, several
+    batches back to back, as an asynchronous RL framework drives it (NeMo RL's async GRPO: one request
+    of ``group`` samples per prompt, at most ``groups_in_flight`` such requests outstanding — its
+    ``_inflight_sema`` of ``num_prompts_per_step × max_trajectory_age_steps`` prompts, nemo_rl/algorithms/
+    async_utils.py, v0.5.0 — and a new prompt's request issued as soon as an earlier one has returned all
+    its samples).
+
+    The engine runs at most ``slots`` sequences (first come, first served, as :func:`continuous_schedule`);
+    a group holds its in-flight place until its last sample finishes. ``batches`` batches of
+    ``batch_sequences`` sequences (``batch_sequences / group`` groups each) arrive in order.
+
+    Returns:
+        ``(iterations, running, generated, batch_done)``: the segments as :func:`continuous_schedule`
+        returns them (shape ``(k,)`` each) and, shape ``(batches,)``, the iteration at which each batch's
+        last sequence finishes.
+
+    Raises:
+        ValueError: a non-positive size, or ``batch_sequences`` not a multiple of ``group``.
+    """
+    for name, value in (("batch_sequences", batch_sequences), ("group", group),
+                        ("groups_in_flight", groups_in_flight), ("slots", slots), ("batches", batches)):
+        if int(value) < 1:
+            raise ValueError(f"rollout_stream_schedule: {name} must be >= 1, got {value!r}")
+    if batch_sequences % group:
+        raise ValueError(f"rollout_stream_schedule: batch_sequences {batch_sequences} is not a multiple of "
+                         f"group {group}")
+    return _stream(workload, int(batch_sequences), int(group), int(groups_in_flight), int(slots), int(batches))
+
+
+@lru_cache(maxsize=256)
+def _stream(workload: Workload, batch_sequences: int, group: int, groups_in_flight: int, slots: int,
+            batches: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    n = batch_sequences * batches
+    lengths = response_lengths(workload, n)
+    groups = n // group
+    starts = np.zeros(n)
+    finishes = np.zeros(n)
+    left = [group] * groups  # unfinished samples per group
+    queue: list[int] = []  # sequences waiting for a slot, in arrival order
+    head = 0
+    running: list[tuple[float, int]] = []  # (finish iteration, sequence)
+    admitted = 0
+    now = 0.0
+
+    def admit() -> None:
+        nonlocal admitted
+        queue.extend(range(admitted * group, (admitted + 1) * group))
+        admitted += 1
+
+    while admitted < min(groups_in_flight, groups):
+        admit()
+    while True:
+        while len(running) < slots and head < len(queue):
+            i = queue[head]
+            head += 1
+            starts[i] = now
+            heapq.heappush(running, (now + lengths[i], i))
+        if not running:
+            break
+        now, i = heapq.heappop(running)
+        finishes[i] = now
+        g = i // group
+        left[g] -= 1
+        if left[g] == 0 and admitted < groups:
+            admit()
+    iterations, run, generated = _segments(starts, finishes)
+    done = finishes.reshape(batches, batch_sequences).max(axis=1)
+    return iterations, run, generated, np.maximum.accumulate(done)
+
+
+def _segments(starts: np.ndarray, finishes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Piecewise-constant segments of the running set from every sequence's start and finish iteration
+    (:func:`continuous_schedule`'s return form)."""
     times = np.unique(np.concatenate([starts, finishes]))
     order_s, order_f = np.sort(starts), np.argsort(finishes)
     started = np.searchsorted(order_s, times, side="right")
@@ -133,7 +211,7 @@ def _schedule(workload: Workload, sequences: int, slots: int) -> tuple[np.ndarra
     finished = np.searchsorted(finishes[order_f], times, side="right")
     finish_start_sum = np.concatenate([[0.0], np.cumsum(starts[order_f])])[finished]
     running = (started - finished)[:-1].astype(float)
-    generated = (running * times[:-1] - (start_sum - finish_start_sum)[:-1])
+    generated = running * times[:-1] - (start_sum - finish_start_sum)[:-1]
     iterations = np.diff(times)
     keep = running > 0
-    return iterations[keep] * scale_time, running[keep] * scale_running, generated[keep] * scale_running
+    return iterations[keep], running[keep], generated[keep]

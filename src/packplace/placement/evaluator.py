@@ -47,10 +47,13 @@ class PlacementScore:
         step_time: Seconds per step (``inf`` when infeasible): the synchronous step time when every
             staleness is 0, else the steady-state asynchronous period (module docstring).
         makespan: Seconds from the first start to the last end within the step.
-        start, end, vertex_time: Per vertex, seconds, of one step run alone on an idle cluster (step 0 of
-            the unrolled schedule; the same in both models).
-        phases: Per vertex, ``{part: seconds}`` adding up to its time (generation; forward; train and
-            old_log_prob; overhead).
+        start, end: Per vertex, seconds, of one step run alone on an idle cluster (step 0 of the unrolled
+            schedule; the same in both models).
+        vertex_time: Per vertex, seconds of one step: as run alone, except a generation vertex fed by a
+            stale policy under a continuous-rollout framework, which has its steady-state seconds per
+            step (:meth:`PlacementEvaluator._stale_time`; what the period uses).
+        phases: Per vertex, ``{part: seconds}`` adding up to ``vertex_time`` (generation; forward; train
+            and old_log_prob; overhead).
         realloc: ``{"trainer->consumer": seconds}`` weight synchronisation per publication edge (into a
             rollout engine: every step, including the sleep/wake of a colocated engine).
         samples_per_s: ``B·K / step_time`` (sequences per second).
@@ -165,6 +168,7 @@ class PlacementEvaluator:
         self.num_gpus = instance.cluster.num_gpus
         self._resolved: dict[tuple[str, VertexPlan], tuple | str] = {}
         self._phases: dict[tuple, dict[str, float]] = {}
+        self._stale: dict[tuple, float | None] = {}
         self._total_flops = sum(self.table.vertex_flops.values())
 
     # -- resolution ------------------------------------------------------------------------------
@@ -251,7 +255,38 @@ class PlacementEvaluator:
         # staleness of a model without a publication edge in this graph (``ac_share``) changes nothing
         return shifts if any(x > 1 for x in shifts) else None
 
-    def _period(self, res: list, reallocs: list[float], shifts: list[int]) -> tuple[float, int]:
+    def _stale_time(self, i: int, cand, staleness: int) -> float | None:
+        """Seconds per step of generation vertex ``i`` on ``cand`` when its policy has ``staleness ≥ 1``
+        and the framework rolls out continuously
+        (:meth:`~packplace.placement.cost.CostModel.stale_generate_time` in place of the batch's
+        generation makespan; the vertex's other parts unchanged); ``None`` when the makespan stays."""
+        key = (i, cand.key, staleness)
+        if key not in self._stale:
+            if len(self._stale) >= RESOLVE_CACHE_LIMIT:
+                self._stale.clear()
+            s = cand.strategy
+            stale = self.cost.stale_generate_time(self.model_specs[i], s.dp, s.pp, s.tp, cand.micro_batch,
+                                                  cand.extent, s.ep, staleness)
+            if stale is not None:
+                stale += cand.time - self.vertex_phases(self.names[i], cand)["generation"]
+            self._stale[key] = stale
+        return self._stale[key]
+
+    def _stale_durations(self, res: list, shifts: list[int] | None) -> dict[int, float]:
+        """``{vertex index: seconds per step}`` of the generation vertices a stale policy feeds under a
+        continuous-rollout framework (:meth:`_stale_time`); empty for a synchronous plan."""
+        out: dict[int, float] = {}
+        if shifts is None or not self.cost.framework.continuous_rollout:
+            return out
+        for (_, b), engine, shift in zip(self.pubs, self.pub_engine, shifts):
+            if engine and shift > 1:
+                t = self._stale_time(b, res[b][0], shift - 1)
+                if t is not None:
+                    out[b] = t
+        return out
+
+    def _period(self, res: list, reallocs: list[float], shifts: list[int],
+                durations: dict[int, float] | None = None) -> tuple[float, int]:
         """Exact steady-state period of the asynchronous schedule and the number of unrolled steps.
 
         The barrier between steps is dropped and the schedule unrolled over steps ``k = 0, 1, …``. Instance
@@ -271,10 +306,15 @@ class PlacementEvaluator:
         miss critical cycles of distance 2 or more). Karp's theorem needs walks of exactly ``n`` edges and
         every companion edge advances one step, hence ``N = V·D`` steps. Properties (each a test): staleness
         0 gives the synchronous step time; the period never exceeds the synchronous step time of the same
-        blocks and is never below the busiest GPU's total vertex time per step."""
+        blocks and is never below the busiest GPU's total vertex time per step.
+
+        ``durations`` replaces the time of some vertices in the unrolled schedule (a stale generation
+        vertex's steady-state time under a continuous rollout, :meth:`_stale_durations`)."""
         n = len(res)
         transfer = self.cost.transfer_time
         dur = [r[0].time for r in res]
+        for i, t in (durations or {}).items():
+            dur[i] = t
         # in-edges of each vertex: (producer, step shift, producer duration + delay)
         edges: list[list[tuple[int, int, float]]] = [[] for _ in range(n)]
         for i in range(n):
@@ -370,7 +410,8 @@ class PlacementEvaluator:
     def _objective(self, res: list, plan: Plan) -> float:
         _, _, step, reallocs = self._schedule(res)
         shifts = self._stale_shifts(plan)
-        value = step if shifts is None else min(step, self._period(res, reallocs, shifts)[0])
+        value = step if shifts is None else min(step, self._period(res, reallocs, shifts,
+                                                                     self._stale_durations(res, shifts))[0])
         return value if math.isfinite(value) else INF  # never a NaN objective
 
     def relaxed_step_time(self, plan: Plan) -> tuple[float, float]:
@@ -410,7 +451,8 @@ class PlacementEvaluator:
         violations += [f"out of memory on {line}" for line in oom]
         start, end, step, reallocs = self._schedule(res)
         shifts = self._stale_shifts(plan)
-        objective, unrolled = (step, 0) if shifts is None else self._period(res, reallocs, shifts)
+        stale = self._stale_durations(res, shifts)
+        objective, unrolled = (step, 0) if shifts is None else self._period(res, reallocs, shifts, stale)
         objective = min(objective, step)  # the period never exceeds the synchronous step time (exact)
         if not (math.isfinite(objective) and math.isfinite(step)):
             violations.append(f"step time is not finite ({objective} seconds); the plan cannot be scored")
@@ -419,8 +461,8 @@ class PlacementEvaluator:
             feasible=not violations, violations=violations,
             step_time=objective if not violations else INF, makespan=max(end),
             start=dict(zip(self.names, start)), end=dict(zip(self.names, end)),
-            vertex_time={name: r[0].time for name, r in zip(self.names, res)},
-            phases={name: self.vertex_phases(name, r[0]) for name, r in zip(self.names, res)},
+            vertex_time={name: stale.get(i, r[0].time) for i, (name, r) in enumerate(zip(self.names, res))},
+            phases={name: self._score_phases(i, r[0], stale) for i, (name, r) in enumerate(zip(self.names, res))},
             realloc={f"{self.names[a]}->{self.names[b]}": r for (a, b), r in zip(self.pubs, reallocs)},
             gpu_memory_peak=peaks, oom=oom, memory_capacity=self.capacity,
             staleness={m: t for m, t in plan.staleness if t}, synchronous_step_time=step if not violations else INF,
@@ -431,6 +473,14 @@ class PlacementEvaluator:
             score.tokens_per_s = w.sequences * w.train_seq_len / objective
             score.mfu = self._total_flops / (objective * self.num_gpus * self.instance.hardware.flops_per_gpu)
         return score
+
+    def _score_phases(self, i: int, cand, stale: dict[int, float]) -> dict[str, float]:
+        """:meth:`vertex_phases`, with a stale continuous-rollout generation at its steady-state
+        seconds per step (:meth:`_stale_durations`)."""
+        phases = self.vertex_phases(self.names[i], cand)
+        if i in stale:
+            phases["generation"] += stale[i] - cand.time
+        return phases
 
     def vertex_phases(self, name: str, cand) -> dict[str, float]:
         """The parts of a candidate's time (seconds; they add up to ``cand.time``), from
@@ -466,7 +516,25 @@ class PlacementEvaluator:
         bad = [(a, b) for a, b, used in self._memory_segments(res) if used > self.capacity]
         return [name for name, (_, lo, hi) in zip(self.names, res) if any(lo < b and a < hi for a, b in bad)]
 
-    def _busiest_gpu_bound(self, works: list[float]) -> float:
+    def _bound_times(self) -> dict[str, list[tuple[Any, float]]]:
+        """Per vertex, ``(candidate, seconds)`` of every memory-feasible candidate as the bounds count
+        it: its time, or for a generation vertex that a possibly stale policy feeds under a
+        continuous-rollout framework the least of its time and its steady-state time at every allowed
+        staleness (:meth:`_stale_time`), so that the bounds hold for asynchronous plans too."""
+        out = {name: [(c, c.time) for c in self.table.feasible[name]] for name in self.names}
+        if not self.cost.framework.continuous_rollout:
+            return out
+        allowed = self.instance.optimizer.get("staleness_candidates", {})
+        for (a, b), engine in zip(self.pubs, self.pub_engine):
+            stale = [t for t in allowed.get(self.models[self.vertex_model[a]], (0,)) if t > 0]
+            if engine and stale:
+                name = self.names[b]
+                out[name] = [(c, min([c.time] + [x for t in stale if (x := self._stale_time(b, c, t)) is not None]))
+                             for c in self.table.feasible[name]]
+        return out
+
+    def _busiest_gpu_bound(self, works: list[float],
+                           times: dict[str, list[tuple[Any, float]]] | None = None) -> float:
         """``max_v min(fastest time of v on a block smaller than the cluster, fastest time of v on the
         whole cluster + Σ_{u≠v} min GPU-seconds of u / total GPUs)``: a vertex either leaves part of the
         cluster out (then at least its own time on that block is spent per step on its GPUs), or covers
@@ -476,9 +544,10 @@ class PlacementEvaluator:
         bounds both the step time and the period."""
         total = self.num_gpus
         bound = 0.0
+        times = times if times is not None else {n: [(c, c.time) for c in self.table.feasible[n]] for n in self.names}
         for i, name in enumerate(self.names):
-            part = min((c.time for c in self.table.feasible[name] if c.gpus < total), default=INF)
-            whole = min((c.time for c in self.table.feasible[name] if c.gpus == total), default=INF)
+            part = min((t for c, t in times[name] if c.gpus < total), default=INF)
+            whole = min((t for c, t in times[name] if c.gpus == total), default=INF)
             rest = (sum(works) - works[i]) / total
             bound = max(bound, min(part, whole + rest))
         return bound
@@ -499,19 +568,23 @@ class PlacementEvaluator:
         in steady state), the slowest single vertex (``(v, k−1) → (v, k)``), the busiest-GPU bound, and
         for each publication edge ``trainer → consumer`` of a model with largest allowed staleness ``t`` the cycle
         ``consumer → … → trainer → consumer`` spanning ``1 + t`` steps: its longest data path at the
-        fastest candidates divided by ``1 + t``."""
+        fastest candidates divided by ``1 + t``. A generation vertex under a continuous-rollout framework
+        counts at its steady-state time where that is shorter (:meth:`_bound_times`)."""
         table = self.table
         fastest = [table.min_time(name) for name in self.names]
         longest: dict[int, float] = {}
         for i in range(len(self.names)):
             longest[i] = fastest[i] + max((longest[p] for p in self.preds[i]), default=0.0)
         works = [table.min_work(name) for name in self.names]
-        work = sum(works) / self.num_gpus
-        busiest = self._busiest_gpu_bound(works)
         allowed = self.instance.optimizer.get("staleness_candidates", {})
         published = {self.models[self.vertex_model[a]] for a, _ in self.pubs}
         if not any(t > 0 for m, values in allowed.items() if m in published for t in values):
-            return max(max(longest.values()), work, busiest)
+            return max(max(longest.values()), sum(works) / self.num_gpus, self._busiest_gpu_bound(works))
+        times = self._bound_times()
+        fastest = [min((t for _, t in times[name]), default=INF) for name in self.names]
+        works = [min((t * c.gpus for c, t in times[name]), default=INF) for name in self.names]
+        work = sum(works) / self.num_gpus
+        busiest = self._busiest_gpu_bound(works, times)
         bound = max(work, max(fastest), busiest)
         for a, b in self.pubs:
             t_max = max(allowed.get(self.models[self.vertex_model[a]], (0,)))

@@ -57,6 +57,17 @@ class FrameworkProfile:
             each engine GPU receives its shard) broadcasts the weights from trainer rank 0 over NCCL.
         ray: Tasks are Ray remote calls from a single controller (:func:`dispatch_seconds`).
         sources: Where the mechanics are documented (code paths, docs).
+        continuous_rollout: With the policy's staleness ``t ≥ 1`` the rollout is a continuous stream of
+            per-prompt requests, at most ``t`` steps' prompts in flight, the next prompt issued as a slot
+            frees: a generation step costs the engine's steady-state throughput time, not one batch's
+            makespan (:meth:`~packplace.placement.cost.CostModel.stale_generate_time`). NeMo RL async
+            GRPO (nemo_rl/algorithms/async_utils.py, v0.5.0: ``AsyncTrajectoryCollector`` runs one thread
+            per prompt, bounded by ``_inflight_sema`` = ``num_prompts_per_step ×
+            max_trajectory_age_steps``, on vLLM's async engine). False: the next batch is generated as a
+            whole while the current one trains (verl ``recipe/one_step_off_policy/README.md``:
+            ``_async_gen_next_batch`` syncs the weights, then launches the whole next batch's
+            ``async_generate_sequences``, and the trainer waits on that batch's future), so a stale
+            generation still costs the batch makespan, tail included.
     """
 
     name: str
@@ -65,6 +76,7 @@ class FrameworkProfile:
     refit: str
     ray: bool
     sources: str
+    continuous_rollout: bool = False
 
 
 #: The profiles (``policy.framework``).
@@ -80,7 +92,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "nemo-rl", True, True, "cuda_ipc", True,
         "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "
         "refit_policy_generation: stream_weights_via_ipc_zmq colocated, broadcast_weights_for_collective split); "
-        "the reference runs in the policy worker's own (sharded) layout"),
+        "the reference runs in the policy worker's own (sharded) layout; algorithms/async_utils.py "
+        "(AsyncTrajectoryCollector: per-prompt requests, at most num_prompts_per_step x "
+        "max_trajectory_age_steps in flight)", continuous_rollout=True),
     "openrlhf": FrameworkProfile(
         "openrlhf", True, True, "cuda_ipc", True,
         "OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (actor, critic, reward, reference forwards); "

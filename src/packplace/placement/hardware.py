@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from packplace.errors import ConfigError
 
 #: Communication level names, indexed by level.
@@ -102,6 +104,15 @@ class Hardware:
             knob for ``calibrate`` to fit a measured per-task cost.
         weight_sync_overhead: Seconds added to every per-step weight synchronisation from a trainer to
             its rollout engine, on top of the framework's refit path; default 0, no preset sets it.
+        moe_decode_bw_eff: Fraction of ``memory_bandwidth`` at which a decode step streams the routed
+            experts' weights of a mixture of experts once each expert receives
+            :data:`MOE_FULL_TOKENS` tokens or more (the fused-MoE grouped GEMMs;
+            :meth:`expert_decode_bw_eff`); 0 (the default): ``decode_bw_eff``, as for dense weights.
+            Source of the H100 value: :data:`MOE_DECODE_BW_EFF_H100`.
+        moe_gemm_peak_fraction: Ceiling of the routed experts' GEMM efficiency in the training and
+            log-prob passes of a mixture of experts (in place of ``gemm_peak_fraction`` for the
+            experts' FLOPs; the rows-per-expert saturation still applies); 0 (the default):
+            ``gemm_peak_fraction``. Source of the H100 value: :data:`MOE_GEMM_PEAK_FRACTION_H100`.
     """
 
     flops_per_gpu: float
@@ -130,6 +141,20 @@ class Hardware:
     decode_step_overhead: float = 0.0
     phase_overhead: float = 0.0
     weight_sync_overhead: float = 0.0
+    moe_decode_bw_eff: float = 0.0
+    moe_gemm_peak_fraction: float = 0.0
+
+    def expert_decode_bw_eff(self, tokens_per_expert):
+        """The fraction of ``memory_bandwidth`` at which routed experts stream in a decode step whose
+        experts receive ``tokens_per_expert`` tokens each (float or array): ``decode_bw_eff`` up to
+        :data:`MOE_GEMV_TOKENS`, ``moe_decode_bw_eff`` from :data:`MOE_FULL_TOKENS` on, linear in
+        ``log2`` between (the shape of the measured curve, :data:`MOE_DECODE_BW_EFF_H100`);
+        ``decode_bw_eff`` throughout when ``moe_decode_bw_eff`` is 0 (unset)."""
+        if self.moe_decode_bw_eff <= 0:
+            return self.decode_bw_eff + 0.0 * tokens_per_expert
+        span = np.log2(MOE_FULL_TOKENS / MOE_GEMV_TOKENS)
+        x = np.clip(np.log2(np.maximum(tokens_per_expert, 1e-9) / MOE_GEMV_TOKENS) / span, 0.0, 1.0)
+        return self.decode_bw_eff + (self.moe_decode_bw_eff - self.decode_bw_eff) * x
 
     def coll(self, level: int) -> tuple[float, float]:
         """``(α, β)`` of a collective at ``level`` (seconds, seconds/byte)."""
@@ -153,6 +178,7 @@ HARDWARE_DEFAULTS = {
     "gemm_m_half": 5.0, "gemm_k_half": 0.0, "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.7,
     "non_gemm_constant": 0.0, "non_gemm_scaling": 0.0, "non_gemm_batch_cal": 64.0,
     "host_bandwidth": 25e9, "decode_step_overhead": 0.0, "phase_overhead": 0.0, "weight_sync_overhead": 0.0,
+    "moe_decode_bw_eff": 0.0, "moe_gemm_peak_fraction": 0.0,
 }
 #: Cluster-shape fields a preset fills (8 GPUs per node, one node, one rack) unless the config sets them.
 PRESET_CLUSTER = {"racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8}
@@ -174,6 +200,41 @@ def _links(nvlink_bus: float, nic: float, *, rack_factor: float = 0.9) -> dict[s
         "alpha_p2p_r": 8e-6, "beta_p2p_r": 1.0 / (1.1 * nic * rack_factor),
     }
 
+
+#: ``moe_decode_bw_eff`` of the ``h100-sxm`` preset: the fraction of HBM bandwidth at which vLLM's fused-MoE
+#: Triton kernel streams the routed experts at decode batch sizes. Source: vLLM pull request
+#: (github.com/vllm-project/vllm/pull/24700, "Benchmarks on H100", ``benchmarks/kernels/benchmark_moe.py
+#: --model=Qwen/Qwen3-30B-A3B -tp=1 --dtype=fp8_w8a8``, the "Main" kernel times of one MoE layer: 128
+#: experts of 3 × 2048 × 768 fp8 weights, 4.72 MB each, top-8). Bytes of the experts the batch touches
+#: (expected distinct experts, :meth:`~packplace.placement.cost.CostModel.decode_expert_weights_read`) over
+#: the kernel time, as a fraction of the H100 SXM's 3.35 TB/s: 16 tokens (1 per expert) 185.40 µs, 0.63;
+#: 32 tokens (2) 238.37 µs, 0.66; 64 (4) 262.73 µs, 0.68; 128 (8) 273.72 µs, 0.66; 256 (16) 355.49 µs,
+#: 0.51; 512 (32) 391.86 µs, 0.46. Up to 8 tokens per expert the kernel streams at the dense decode
+#: fraction (``decode_bw_eff`` 0.65); from 16 on it falls to 0.51 — :data:`MOE_GEMV_TOKENS`,
+#: :data:`MOE_FULL_TOKENS`. Held at 0.51 beyond 16 (a rollout engine of ``max_num_seqs`` 256 reaches 16
+#: tokens per expert on this model). An fp8 measurement of the shape (the closest public H100 figure at
+#: this expert size; a bf16 expert moves twice the bytes for the same FLOPs), so the value is uncertain:
+#: ``packplace calibrate --knobs moe_decode_bw_eff`` fits it to a measured step. Other presets leave it
+#: unset (0: ``decode_bw_eff``).
+MOE_DECODE_BW_EFF_H100 = 0.51
+#: Tokens per expert up to which fused-MoE decode streams at the dense fraction (the measured plateau
+#: of :data:`MOE_DECODE_BW_EFF_H100`, 0.63-0.68 at 1-8 tokens per expert).
+MOE_GEMV_TOKENS = 8.0
+#: Tokens per expert from which fused-MoE decode streams at ``moe_decode_bw_eff`` (0.51 at 16 in the
+#: same measurement).
+MOE_FULL_TOKENS = 16.0
+#: ``moe_gemm_peak_fraction`` of the ``h100-sxm`` preset: the experts' GEMM ceiling at which the model's
+#: training pass reproduces Megatron-Bridge's published MoE pre-training throughput on H100. Source:
+#: Megatron-Bridge performance summary (github.com/NVIDIA-NeMo/Megatron-Bridge, docs/performance-summary.md,
+#: "25.11 NeMo Container", "System: DGX-H100"), row Qwen3_30B_a3B: 16 GPUs, GBS 512, MBS 2, sequence 4096,
+#: TP 1, PP 2, EP 8, 5,275 tokens/s/GPU (121 model TFLOP/s/GPU). The model with the H100 preset's other
+#: figures gives 15,053 tokens/s/GPU with the experts at ``gemm_peak_fraction`` 0.55 and 5,275 with
+#: 0.084 (:meth:`~packplace.placement.cost.CostModel.pass_time`, a test reproduces it): the grouped GEMMs
+#: of ~1,000 rows per expert, token permutation, router and the expert all-to-all that Megatron-Core
+#: does not hide run at about a fifth of a dense GEMM's sustained rate. That run is FP8 (current
+#: scaling), at least as fast as the BF16 runs this model times, so for BF16 the value is an upper
+#: bound; a ``calibrate`` knob (``--knobs moe_gemm_peak_fraction``). Other presets leave it unset.
+MOE_GEMM_PEAK_FRACTION_H100 = 0.084
 
 #: Hardware presets: ``hardware: {preset: h100-sxm, nodes_per_rack: 2}``; every field may be overridden.
 #:
@@ -208,7 +269,8 @@ def _links(nvlink_bus: float, nic: float, *, rack_factor: float = 0.9) -> dict[s
 PRESETS: dict[str, dict[str, float]] = {
     "h100-sxm": {"flops_per_gpu": 989e12, "memory_per_gpu": 80e9, "memory_bandwidth": 3.35e12,
                  **_links(360e9, 45e9), "host_bandwidth": 50e9,
-                 "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3},
+                 "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
+                 "moe_decode_bw_eff": MOE_DECODE_BW_EFF_H100, "moe_gemm_peak_fraction": MOE_GEMM_PEAK_FRACTION_H100},
     "h200": {"flops_per_gpu": 989e12, "memory_per_gpu": 141e9, "memory_bandwidth": 4.8e12,
              **_links(360e9, 45e9), "host_bandwidth": 50e9,
              "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3},

@@ -1,0 +1,129 @@
+"""Continuous rollout of an asynchronous framework (NeMo RL async GRPO): the engine's stream of prompt groups
+by hand (period = tokens / slots when the engine stays full), and the evaluator's steady-state generation
+time of a stale plan against that hand figure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from packplace.placement.config import build_instance
+from packplace.placement.engine import response_lengths, rollout_stream_schedule
+from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.framework import FRAMEWORKS
+from packplace.placement.plan import Allocation, Plan, VertexPlan
+from packplace.placement.workload import Workload
+
+#: Half the responses 100 tokens, half 300 (the quantile function is flat at 100 up to q = 0.5, then 300).
+TWO_LENGTHS = ((1e-9, 100.0), (0.5, 100.0), (0.5 + 1e-9, 300.0))
+
+
+def two_length_workload(prompts: int, samples: int) -> Workload:
+    return Workload(prompts, samples, 16, 300, TWO_LENGTHS)
+
+
+def test_two_length_workload_has_half_short_and_half_long_responses():
+    lengths = response_lengths(two_length_workload(8, 4), 32)
+    assert sorted(lengths) == [100.0] * 16 + [300.0] * 16
+
+
+def test_full_engine_streams_one_batch_per_tokens_over_slots():
+    # one engine, batches of 8 sequences (4 groups of 2 samples), 4 slots, 8 groups (16 sequences) in
+    # flight: the queue never empties, so every iteration runs 4 sequences and a batch of
+    # 4 x 100 + 4 x 300 = 1,600 tokens costs 1,600 / 4 = 400 iterations in the steady state
+    w = two_length_workload(4, 2)
+    batches = 40
+    iterations, running, generated, done = rollout_stream_schedule(w, 8, 2, 8, 4, batches)
+    lengths = response_lengths(w, 8 * batches)
+    assert (iterations * running).sum() == pytest.approx(lengths.sum(), rel=1e-12)  # every token once
+    assert running.max() == 4
+    steady = np.cumsum(iterations) < done[-4]  # before the drain of the last batches
+    assert np.all(running[steady] == 4)
+    per_batch = (done[30] - done[10]) / 20
+    assert per_batch == pytest.approx(400.0, rel=0.05)
+    assert np.all(np.diff(done) >= 0)
+
+
+def test_in_flight_limit_caps_the_running_sequences():
+    # one group of 2 samples in flight at a time: never more than 2 running, whatever the slots; each
+    # group lasts its longer sample (300 unless both are 100), so the stream takes the sum of group maxima
+    w = two_length_workload(4, 2)
+    iterations, running, _, done = rollout_stream_schedule(w, 8, 2, 1, 4, 4)
+    lengths = response_lengths(w, 32).reshape(16, 2)
+    assert running.max() <= 2
+    assert done[-1] == pytest.approx(lengths.max(axis=1).sum(), rel=1e-12)
+
+
+def test_bad_stream_sizes_are_one_line_errors():
+    w = two_length_workload(4, 2)
+    with pytest.raises(ValueError, match="slots must be >= 1"):
+        rollout_stream_schedule(w, 8, 2, 1, 0, 4)
+    with pytest.raises(ValueError, match="not a multiple of group"):
+        rollout_stream_schedule(w, 9, 2, 1, 4, 4)
+
+
+def test_only_nemo_rl_rolls_out_continuously():
+    assert {name for name, p in FRAMEWORKS.items() if p.continuous_rollout} == {"nemo-rl"}
+
+
+def stale_instance(framework: str):
+    """2 engines of 4 slots on GPUs 0-1, each with 16 sequences per step (half 100, half 300 tokens); a
+    decode iteration costs about ``decode_step_overhead`` = 10 ms (a tiny model)."""
+    return build_instance({
+        "hardware": {"preset": "h100-sxm", "decode_step_overhead": 0.01},
+        "models": {"actor": {"layers": 2, "hidden_dim": 256, "ffn_dim": 1024, "vocab_size": 1000, "head_dim": 64},
+                   "reward": "rule"},
+        "workload": {"batch_size": 8, "samples_per_prompt": 4, "context_length": 16, "generation_length": 300,
+                     "gen_quantiles": [list(q) for q in TWO_LENGTHS]},
+        "policy": {"algorithm": "grpo", "framework": framework, "max_num_seqs": 4},
+        "optimizer": {"staleness_candidates": {"actor": [0, 2]}}})
+
+
+def stale_plan(inst) -> Plan:
+    table = get_table(inst)
+    gen = next(c for c in table.feasible["actor.generate"]
+               if c.extent == (1, 1, 2) and c.strategy.dp == 2 and c.micro_batch == 16)
+    vertices = [("actor.generate", gen.at(Allocation((0, 0, 0), (1, 1, 2))))]
+    for name in inst.graph.names:
+        if name != "actor.generate":
+            vertices.append((name, table.fastest(name, (1, 1, 4)).at(Allocation((0, 0, 4), (1, 1, 4)))))
+    return Plan(tuple(vertices), (("actor", 2),))
+
+
+def test_evaluator_prices_a_stale_generation_at_its_steady_state_throughput():
+    inst = stale_instance("nemo-rl")
+    ev = get_evaluator(inst)
+    plan = stale_plan(inst)
+    score = ev.score(plan)
+    assert score.feasible
+    sync = ev.score(Plan(plan.vertices))
+    vp: VertexPlan = dict(plan.vertices)["actor.generate"]
+    cost = ev.cost
+    spec = inst.models["actor"]
+    step = float(cost.decode_step_times(spec, 1, 1, (1, 1, 2), 2, np.array([4.0]), np.array([4 * 216.0]))[0])
+    assert step == pytest.approx(0.01, rel=0.02)  # the 10 ms overhead dominates
+    # per engine: 8 x 100 + 8 x 300 = 3,200 tokens per step on 4 slots = 800 iterations of ~10 ms
+    by_hand = 3200 / 4 * step
+    generation = score.phases["actor.generate"]["generation"]
+    prefill = cost.prefill_time(spec, 1, 16, 4)
+    assert generation - prefill == pytest.approx(by_hand, rel=0.1)
+    assert generation == pytest.approx(cost.stale_generate_time(spec, 2, 1, 1, vp.micro_batch, (1, 1, 2), 1, 2),
+                                       rel=1e-12)
+    # the synchronous batch waits for its tail: 16 sequences on 4 slots take more than 800 iterations
+    assert sync.phases["actor.generate"]["generation"] > generation
+    # generation-bound: the period is the steady-state generation time (with its overhead part)
+    assert score.step_time == pytest.approx(score.vertex_time["actor.generate"], rel=1e-9)
+    # only the generation part changes: the rest of the vertex (overhead, the rule reward's CPU scoring)
+    # is the synchronous one
+    rest = score.vertex_time["actor.generate"] - score.phases["actor.generate"]["generation"]
+    assert rest == pytest.approx(sync.vertex_time["actor.generate"] - sync.phases["actor.generate"]["generation"])
+    assert ev.lower_bound() <= score.step_time + 1e-9
+
+
+def test_a_batch_framework_keeps_the_makespan_when_stale():
+    inst = stale_instance("verl")
+    ev = get_evaluator(inst)
+    plan = stale_plan(inst)
+    score, sync = ev.score(plan), ev.score(Plan(plan.vertices))
+    assert score.phases["actor.generate"]["generation"] == sync.phases["actor.generate"]["generation"]
+    assert ev.cost.stale_generate_time(inst.models["actor"], 2, 1, 1, 16, (1, 1, 2), 1, 2) is None
