@@ -12,7 +12,8 @@ few samples per rank), the exact pair re-split of :mod:`.resplit` enumerates the
 pooled samples and keeps the most even one that packs. The first answer proven optimal (objective ≤
 bound·(1 + OPTIMALITY_RTOL), or the integer makespan bound) ends the search. Every phase keeps its
 input when the evaluator would score its output worse, so ``repair`` is never worse than ``lpt`` or
-``kk`` unless the time limit cuts ``kk`` off. Rank rules go to the rule-keeping search of :mod:`~packplace.solvers.balance.constrained`.
+``kk`` unless the time limit cuts ``kk`` off. Rank rules go to the rule-keeping search of
+:mod:`~packplace.solvers.balance.constrained`.
 Options: ``max_repair_pairs`` (default max(64, 2·D)), ``time_limit_s``; ``seed`` unused (deterministic).
 Performance: docs/performance.md
 """
