@@ -102,7 +102,7 @@ def solve(
 
     Returns:
         A :class:`~packplace.result.Proposal`: bins of keys with status ``feasible`` and
-        ``iterations`` = pairs checked by the repair (fine-tuning exchanges are in the message);
+        ``iterations`` = pairs checked by the repair and the re-split (fine-tuning exchanges are in the message);
         ``unknown`` without a solution when LPT dead-ends and the instance has no reference grouping.
 
     Raises:
