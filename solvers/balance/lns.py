@@ -5,10 +5,14 @@ to solve vehicle routing problems", CP-98; Pisinger & Ropke 2010, "Large neighbo
 Handbook of Metaheuristics, ch. 13). Start: ``repair``'s answer (:data:`START_SOLVERS`;
 ``lpt``'s when ``repair`` returns none) or the ``reference_bins`` if better; a start proven optimal
 ends the call; the answer is never worse than the start, and is the best one found when the limit
-cuts the search. Neighbourhood: the heaviest rank with the
-lightest ones, then with ranks drawn by ``random.Random(seed)``; after :data:`PARTNER_TRIES` failures
-the next heaviest leads, and when all have, neighbourhoods grow by one rank (at most :data:`GROWTH`),
-never above :data:`MAX_NEIGHBOURHOOD_BOOLEANS`. Its pooled samples form a sub-instance (same m,
+cuts the search. Neighbourhood for ``makespan``: a rank tied at the maximum load, one of the
+:data:`PARTNER_TRIES` lightest ranks (only a lighter rank can take its excess) and ranks drawn by
+``random.Random(seed)`` (a chain of exchanges can pass through them); after :data:`PARTNER_TRIES` failures
+the next tied rank leads, and when all have, neighbourhoods grow by one rank, up to every rank while the
+model stays under :data:`MAX_NEIGHBOURHOOD_BOOLEANS`. Other objectives: the heaviest rank with the
+lightest ones, then with seeded draws; after :data:`PARTNER_TRIES` failures the next heaviest leads,
+and when all have, neighbourhoods grow by one rank (at most :data:`GROWTH`), never above
+:data:`MAX_NEIGHBOURHOOD_BOOLEANS`. Its pooled samples form a sub-instance (same m,
 ``seq_len``, budgets, padding, rank rules; objective ``balance`` or else ``makespan``) re-solved by the
 ``cpsat`` model (:func:`~packplace.solvers.balance.cpsat.solve_from_start`) from the current assignment
 as hint and ceiling, stopping at the whole instance's bound for ``makespan``. A move is kept when the
@@ -44,7 +48,8 @@ from packplace.solvers.registry import get, register
 DEFAULT_TIME_LIMIT_S = 10.0
 #: Default number of ranks pooled into one neighbourhood (before growth).
 DEFAULT_RANKS_PER_NEIGHBOURHOOD = 2
-#: Ranks a neighbourhood may grow by when every leader has failed (one at a time).
+#: Ranks a neighbourhood may grow by when every leader has failed (one at a time), for objectives other
+#: than ``makespan`` (which grow up to every rank, within :data:`MAX_NEIGHBOURHOOD_BOOLEANS`).
 GROWTH = 2
 #: Default CP-SAT deterministic time limit of one neighbourhood (its work units, about seconds).
 DEFAULT_NEIGHBOURHOOD_TIME_S = 0.2
@@ -109,13 +114,27 @@ class _Search:
     def neighbourhood(self, failures: int, size: int) -> list[int] | None:
         """The ranks of the next neighbourhood after ``failures`` failures in a row (None: stalled)."""
         slot, attempt = divmod(failures, PARTNER_TRIES)
-        if slot >= self.ranks:
-            return None
         order = self.order()
-        leader = order[slot]
-        others = [r for r in order if r != leader]
         count = min(size, self.ranks) - 1
-        partners = others[-count:] if attempt == 0 else self.random.sample(others, count)
+        if self.name == "makespan":
+            # Only a rank at the maximum can lower the objective, and only with a lighter rank to take its
+            # excess: the leaders are the ranks tied at the maximum, each with one of the PARTNER_TRIES
+            # lightest ranks, plus (size - 2) seeded draws through which a chain of exchanges can pass.
+            top = self.loads[order[0]]
+            tied = [r for r in order if self.loads[r] >= top - LOAD_RTOL * max(abs(top), 1.0)]
+            if slot >= len(tied) or len(tied) == self.ranks:
+                return None
+            leader = tied[slot]
+            lightest = order[::-1][:min(PARTNER_TRIES, self.ranks - len(tied))]
+            light = lightest[attempt % len(lightest)]
+            others = [r for r in order if r != leader and r != light]
+            partners = [light, *self.random.sample(others, min(count - 1, len(others)))]
+        else:
+            if slot >= self.ranks:
+                return None
+            leader = order[slot]
+            others = [r for r in order if r != leader]
+            partners = others[-count:] if attempt == 0 else self.random.sample(others, count)
         chosen = [leader, *sorted(partners, key=lambda r: (-self.loads[r], r))]
         # Drop the last partners while the model is too big (never below two ranks).
         while len(chosen) > 2 and sum(self.rank_sizes[r] for r in chosen) * len(chosen) * self.per_rank \
@@ -240,7 +259,8 @@ def solve(
         seed: Seed of the neighbourhood choice and of CP-SAT (same instance and seed, same answer
             unless the time limit cuts the search).
         ranks_per_neighbourhood: Ranks pooled per neighbourhood at first, an integer ≥ 2 (default 2;
-            grown by up to :data:`GROWTH` when the search stalls; fewer when the model would exceed
+            grown when the search stalls, by up to :data:`GROWTH` except for ``makespan``; fewer when the
+            model would exceed
             :data:`MAX_NEIGHBOURHOOD_BOOLEANS`).
         neighbourhood_time_s: CP-SAT deterministic time limit per neighbourhood (default 0.2).
         max_neighbourhoods: Stop after this many neighbourhoods solved, an integer ≥ 0 (default None:
@@ -301,6 +321,10 @@ def solve(
     reserve = READBACK_RESERVE_S + 3e-6 * len(instance.samples)
     solved = accepted = proven = failures = 0
     size = ranks_per_neighbourhood
+    # makespan: grow while the model stays under MAX_NEIGHBOURHOOD_BOOLEANS (small instances end in one
+    # neighbourhood holding every rank); other objectives: by at most GROWTH ranks
+    largest = instance.data_parallel_size if instance.objective == "makespan" else ranks_per_neighbourhood + GROWTH
+    capped = False
     hit_limit = stalled = counted_out = False
     skipped_large = 0
     while True:
@@ -316,11 +340,12 @@ def solve(
             break
         chosen = search.neighbourhood(failures, size)
         if chosen is None:
-            if size >= min(ranks_per_neighbourhood + GROWTH, instance.data_parallel_size):
+            if size >= min(largest, instance.data_parallel_size) or capped:
                 stalled = True
                 break
             size, failures = size + 1, 0
             continue
+        capped = capped or len(chosen) < min(size, instance.data_parallel_size)  # the model cap binds
         if search.seen(chosen):
             failures += 1
             continue

@@ -7,16 +7,20 @@ far above the bound on large instances, LPT over ranks then first-fit decreasing
 Each start is fine-tuned by exchanges of one or two samples (:mod:`.fine_tune`; ``makespan`` without
 padding or budgets) and otherwise repaired: pair repair with one bin per rank and no budgets
 (:mod:`.pair`), rank repair otherwise (:mod:`.ranks`), both under the tie-aware acceptance of
-:mod:`.acceptance`. The first answer proven optimal (objective ≤ bound·(1 + OPTIMALITY_RTOL), or the
-integer makespan bound) ends the search. Every phase keeps its input when the evaluator would score
-its output worse, so ``repair`` is never worse than ``lpt`` or ``kk`` unless the time limit cuts
-``kk`` off. Rank rules go to the rule-keeping search of :mod:`~packplace.solvers.balance.constrained`.
+:mod:`.acceptance`. Where the answer is still above the bound (``makespan`` without padding or budgets,
+few samples per rank), the exact pair re-split of :mod:`.resplit` enumerates the splits of two ranks'
+pooled samples and keeps the most even one that packs. The first answer proven optimal (objective ≤
+bound·(1 + OPTIMALITY_RTOL), or the integer makespan bound) ends the search. Every phase keeps its
+input when the evaluator would score its output worse, so ``repair`` is never worse than ``lpt`` or
+``kk`` unless the time limit cuts ``kk`` off. Rank rules go to the rule-keeping search of
+:mod:`~packplace.solvers.balance.constrained`.
 Options: ``max_repair_pairs`` (default max(64, 2·D)), ``time_limit_s``; ``seed`` unused (deterministic).
 Performance: docs/performance.md
 """
 
 from packplace.solvers.balance.repair.pair import repair_pairs
 from packplace.solvers.balance.repair.ranks import repair_ranks
+from packplace.solvers.balance.repair.resplit import resplit
 from packplace.solvers.balance.repair.solver import (
     DEFAULT_MAX_REPAIR_PAIRS,
     KK_START_MAX_WORK,
@@ -25,4 +29,4 @@ from packplace.solvers.balance.repair.solver import (
 )
 
 __all__ = ["DEFAULT_MAX_REPAIR_PAIRS", "KK_START_MAX_WORK", "RANK_LPT_START_GAP", "repair_pairs", "repair_ranks",
-           "solve"]
+           "resplit", "solve"]

@@ -6,9 +6,11 @@ is more than :data:`RANK_LPT_START_GAP` above the analytic bound; and ``karmarka
 where the fine-tuning does not apply and no start is proven optimal. The starts, best first by the
 evaluator's (objective, Σℓ²), are improved in turn (:func:`_improve`): a start within
 :data:`FINE_TUNE_FIRST_GAP` of the bound is fine-tuned first; one still above the bound is repaired
-(pair repair with m = 1 and no budgets, rank repair otherwise) and the repaired answer fine-tuned.
-The first answer proven optimal ends the search. Otherwise ``karmarkar_karp`` runs on the time left
-and is improved the same way; the best answer is returned.
+(pair repair with m = 1 and no budgets, rank repair otherwise) and the repaired answer fine-tuned; one
+still above the bound is then re-split pair by pair (:mod:`.resplit`; ``makespan`` without padding or
+budgets, at most :data:`RESPLIT_MAX_SAMPLES_PER_RANK` samples per rank on average) when it is better
+than the best answer of an earlier start. The first answer proven optimal ends the search. Otherwise
+``karmarkar_karp`` runs on the time left and is improved the same way; the best answer is returned.
 Options: ``max_repair_pairs`` (a positive int; default max(:data:`DEFAULT_MAX_REPAIR_PAIRS`, 2·D)),
 ``time_limit_s``; ``seed`` is unused (deterministic).
 Performance: docs/performance.md
@@ -37,6 +39,7 @@ from packplace.solvers.balance.lpt import lpt_bins
 from packplace.solvers.balance.repair.fine_tune import fine_tune
 from packplace.solvers.balance.repair.pair import repair_pairs
 from packplace.solvers.balance.repair.ranks import repair_ranks
+from packplace.solvers.balance.repair.resplit import resplit
 from packplace.solvers.balance.repair.start import (
     better_of_kk,
     kk_start_bins,
@@ -69,6 +72,13 @@ FINE_TUNE_MIN_STEPS = 64
 #: spends time.
 FINE_TUNE_FIRST_GAP = 1e-3
 FINE_TUNE_STEPS_PER_RANK = 4
+#: The exact pair re-split (:mod:`.resplit`) runs where the ranks hold at most this many samples on
+#: average: there the exchanges of one or two samples are coarse and stall above the bound on tight
+#: packings, while a pair's pooled samples are few enough to enumerate their splits.
+RESPLIT_MAX_SAMPLES_PER_RANK = 16
+#: Most pair checks of one re-split run: max(RESPLIT_MIN_CHECKS, RESPLIT_CHECKS_PER_RANK · D).
+RESPLIT_MIN_CHECKS = 256
+RESPLIT_CHECKS_PER_RANK = 32
 
 
 @register("balance", "repair")
@@ -92,7 +102,7 @@ def solve(
 
     Returns:
         A :class:`~packplace.result.Proposal`: bins of keys with status ``feasible`` and
-        ``iterations`` = pairs checked by the repair (fine-tuning exchanges are in the message);
+        ``iterations`` = pairs checked by the repair and the re-split (fine-tuning exchanges are in the message);
         ``unknown`` without a solution when LPT dead-ends and the instance has no reference grouping.
 
     Raises:
@@ -165,7 +175,8 @@ def solve(
     while True:
         for _, _, name, start_bins in starts:
             bins, key, checks, hit_time_limit, notes = _improve(instance, prepared, start_bins, proven,
-                                                                max_repair_pairs, deadline)
+                                                                max_repair_pairs, deadline,
+                                                                None if best is None else best[0])
             iterations += checks
             if best is None or key < best[0]:
                 head = [] if name == "lpt" else [f"started from {name}'s answer"]
@@ -220,9 +231,11 @@ def _fine_target(instance: BalanceInstance, prepared: PreparedSamples) -> float:
 
 
 def _improve(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]], proven: float,
-             max_repair_pairs: int, deadline: float | None):
-    """Fine-tune ``bins``; if that does not reach ``proven``, repair ``bins`` and fine-tune the repaired answer:
-    (bins, key, pair checks of the repair, hit the deadline, messages)."""
+             max_repair_pairs: int, deadline: float | None, best: tuple[float, float] | None = None):
+    """Fine-tune ``bins``; if that does not reach ``proven``, repair ``bins`` and fine-tune the repaired answer,
+    then, where it applies (:func:`_resplittable`) and the answer is better than ``best`` (the best key of
+    an earlier start, already re-split), re-split it: (bins, key, pair checks of the repair and the
+    re-split, hit the deadline, messages)."""
     key = rank_key(instance, prepared, bins)
     if key[0] <= proven * (1 + FINE_TUNE_FIRST_GAP):
         tuned, tuned_key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline)
@@ -238,7 +251,35 @@ def _improve(instance: BalanceInstance, prepared: PreparedSamples, bins: list[li
         bins, key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline)
         if steps:
             notes.append(f"fine-tuning: {steps} exchanges" + (" reached the bound" if key[0] <= proven else ""))
+    if not timed_out and key[0] > proven and _resplittable(instance) and (best is None or key < best):
+        bins, key, resplit_checks, timed_out, note = _resplit(instance, prepared, bins, key, deadline)
+        checks += resplit_checks
+        if note:
+            notes.append(note + (" reached the bound" if key[0] <= proven else ""))
     return bins, key, checks, timed_out, notes
+
+
+def _resplittable(instance: BalanceInstance) -> bool:
+    """The exact pair re-split applies: fine-tunable (plain cost sums) and few samples per rank."""
+    ranks = instance.data_parallel_size
+    return (_fine_tunable(instance) and ranks >= 2
+            and len(instance.samples) <= RESPLIT_MAX_SAMPLES_PER_RANK * ranks)
+
+
+def _resplit(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]],
+             key: tuple[float, float], deadline: float | None):
+    """:func:`resplit` of ``bins`` towards :func:`_fine_target`: (bins, key, pair checks, hit the deadline,
+    message); the given bins when the evaluator would not score the result better."""
+    ranks = instance.data_parallel_size
+    new_bins, checks, accepted, timed_out = resplit(
+        bins, prepared.tokens, prepared.costs, ranks, instance.local_batch_size, instance.constraints.seq_len,
+        _fine_target(instance, prepared), max(RESPLIT_MIN_CHECKS, RESPLIT_CHECKS_PER_RANK * ranks), deadline)
+    if not accepted:
+        return bins, key, checks, timed_out, ""
+    new_key = rank_key(instance, prepared, new_bins)
+    if new_key[0] > key[0] or (new_key[0] == key[0] and new_key[1] >= key[1]):
+        return bins, key, checks, timed_out, ""
+    return new_bins, new_key, checks, timed_out, f"pair re-split: {accepted} of {checks} checked pairs re-split"
 
 
 def _repair(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]], max_repair_pairs: int,

@@ -1,0 +1,277 @@
+"""Exact pair re-split of ``repair``: two ranks' samples pooled, their splits enumerated, the most even one kept.
+
+Applies to ``makespan`` without padding or budgets (rank loads are plain cost sums), any m. Where the
+single- and two-sample exchanges of :mod:`.ranks` and :mod:`.fine_tune` stall on tight packings
+(fill near 1, several bins per rank: each bin has little room, so most exchanges overflow it), a
+different split of the pooled samples of two ranks often still exists. For a pair (heavy H, light L)
+up to :data:`FREE_SAMPLES` of the pooled samples are free (all of them when the pair holds no more;
+otherwise a seeded draw, the others stay on their rank) and all 2^q ways of sending the free samples
+to H or L are enumerated with their cost, token and count sums (numpy, O(2^q)). A split is
+admissible when each side holds at least m samples and at most m·``seq_len`` tokens and its larger
+load is below ℓ_H (relative 1e-9); the admissible splits are tried by increasing larger load (then
+mask) and the first whose two sides each pack into m bins of ``seq_len`` (:func:`pack_bins`:
+first-fit decreasing, else a node-limited exact search; trivially so for m = 1) is applied, so the
+pair ends as evenly split as the enumeration can make it. Every accepted split lowers max(ℓ_H, ℓ_L)
+and hence Σℓ² without raising the objective, so the search terminates.
+
+Search (:func:`resplit`): leaders are the :data:`LEADERS` heaviest ranks above the target, heaviest
+first; each is paired with the :data:`LIGHT_PARTNERS` lightest ranks and :data:`RANDOM_PARTNERS`
+seeded draws; each (leader, partner) pair is checked once per version of its two ranks; after an
+accepted split the search restarts from the heaviest. Stops when every rank load is at most
+``target``, when no pair improves, after ``max_checks`` pair checks, or at the deadline. Deterministic.
+Multiway number partitioning by repeated exact two-way re-partitioning: Korf, "Multi-way number
+partitioning", IJCAI 2009 (https://www.ijcai.org/Proceedings/09/Papers/096.pdf).
+Performance: docs/performance.md
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import numpy as np
+
+from packplace.solvers.balance.repair.acceptance import IMPROVEMENT_RTOL
+
+#: Pooled samples enumerated per pair (2^q splits); pairs holding more draw q of them.
+FREE_SAMPLES = 14
+#: Heaviest ranks tried as leaders before the search gives up (heaviest first).
+LEADERS = 8
+#: Lightest ranks paired with each leader.
+LIGHT_PARTNERS = 8
+#: Seeded random ranks paired with each leader, besides the lightest.
+RANDOM_PARTNERS = 8
+#: Admissible splits checked for packability per pair (m > 1), most even first.
+PACK_CANDIDATES = 48
+#: Search nodes of one exact packing check (:func:`pack_bins`).
+PACK_NODES = 4000
+
+
+def pack_bins(members: list[int], tokens: np.ndarray, per_rank: int, capacity: int,
+              nodes: int = PACK_NODES) -> list[list[int]] | None:
+    """``members`` (sample indices) in exactly ``per_rank`` non-empty bins of ``capacity`` tokens, or None.
+
+    First-fit decreasing; if that overflows, a depth-first search over the samples in decreasing tokens
+    (each to a bin with room, bins with equal load tried once, a branch cut when the room wasted in bins
+    no remaining sample fits exceeds the total slack), at most ``nodes`` nodes. A packing in fewer than
+    ``per_rank`` bins is completed by moving single samples out of bins holding several (any sample fits
+    an empty bin). None when the samples are fewer than the bins, or no packing was found.
+    """
+    if len(members) < per_rank:
+        return None
+    order = sorted(members, key=lambda i: (-int(tokens[i]), i))
+    sizes = [int(tokens[i]) for i in order]
+    total = sum(sizes)
+    if total > per_rank * capacity or (sizes and sizes[0] > capacity):
+        return None
+    where = [-1] * len(order)
+    loads = [0] * per_rank
+    for k, size in enumerate(sizes):  # first-fit decreasing
+        for b in range(per_rank):
+            if loads[b] + size <= capacity:
+                loads[b] += size
+                where[k] = b
+                break
+        else:
+            break
+    else:
+        return _complete(order, where, per_rank)
+    slack = per_rank * capacity - total
+    smallest_after = [0] * len(sizes)
+    low = capacity + 1
+    for k in range(len(sizes) - 1, -1, -1):
+        smallest_after[k] = low
+        low = min(low, sizes[k])
+    loads = [0] * per_rank
+    budget = [nodes]
+
+    def search(k: int) -> bool:
+        if k == len(sizes):
+            return True
+        budget[0] -= 1
+        if budget[0] < 0:
+            return False
+        size = sizes[k]
+        tried = set()
+        for b in range(per_rank):
+            load = loads[b]
+            if load + size > capacity or load in tried:
+                continue
+            tried.add(load)
+            loads[b] = load + size
+            # waste: room in bins that no later sample fits (the smallest later sample is smallest_after[k])
+            waste = sum(capacity - x for x in loads if capacity - x < smallest_after[k])
+            if waste <= slack:
+                where[k] = b
+                if search(k + 1):
+                    return True
+            loads[b] = load
+        return False
+
+    if not search(0):
+        return None
+    return _complete(order, where, per_rank)
+
+
+def _complete(order: list[int], where: list[int], per_rank: int) -> list[list[int]]:
+    """Bins from the placement ``where`` (index into ``order``), empty bins filled by single samples."""
+    bins: list[list[int]] = [[] for _ in range(per_rank)]
+    for i, b in zip(order, where):
+        bins[b].append(i)
+    for b in range(per_rank):
+        if not bins[b]:
+            donor = max(range(per_rank), key=lambda x: (len(bins[x]), -x))
+            bins[b].append(bins[donor].pop())  # the donor holds >= 2 (samples >= bins)
+    return bins
+
+
+_POPCOUNTS: dict[int, np.ndarray] = {}
+
+
+def _subset_sums(values: np.ndarray) -> np.ndarray:
+    """Σ over the set bits: entry ``mask`` of the result is Σ_{i in mask} values[i] (shape (2^q,)).
+
+    Built as the outer sum of the two halves' subset sums (one pass over 2^q entries)."""
+    half = len(values) // 2
+    low = np.zeros(1, dtype=values.dtype)
+    for value in values[:half]:
+        low = np.concatenate((low, low + value))
+    high = np.zeros(1, dtype=values.dtype)
+    for value in values[half:]:
+        high = np.concatenate((high, high + value))
+    return (high[:, None] + low[None, :]).ravel()
+
+
+def _popcounts(q: int) -> np.ndarray:
+    """Set bits of every mask of q bits, shape (2^q,) (cached)."""
+    found = _POPCOUNTS.get(q)
+    if found is None:
+        found = _POPCOUNTS[q] = _subset_sums(np.ones(q, dtype=np.int64))
+    return found
+
+
+def resplit(
+    bins: list[list[int]],
+    tokens: np.ndarray,
+    costs: np.ndarray,
+    ranks: int,
+    per_rank: int,
+    capacity: int,
+    target: float,
+    max_checks: int,
+    deadline: float | None = None,
+    seed: int = 0,
+) -> tuple[list[list[int]], int, int, bool]:
+    """Exact pair re-splits (module docstring) until every rank load is at most ``target``.
+
+    Args:
+        bins: Rank-major bins of sample indices (D·m lists); not modified.
+        tokens: Tokens per sample index, int array (n,). costs: Cost per sample index, float array (n,).
+        ranks: D. per_rank: m. capacity: ``seq_len`` (tokens).
+        target: The makespan aimed at (cost units); the search stops once every load is at most it.
+        max_checks: Most pair checks.
+        deadline: ``time.perf_counter()`` value after which no pair is checked.
+        seed: Seed of the random partners and of the free samples' draw.
+
+    Returns:
+        (bins, pair checks, accepted splits, stopped by the deadline).
+    """
+    bins = [list(b) for b in bins]
+    rng = random.Random(seed)
+    members = [[i for b in bins[r * per_rank:(r + 1) * per_rank] for i in b] for r in range(ranks)]
+    loads = np.array([math.fsum(costs[m].tolist()) for m in members])
+    # ranks with a bin over capacity (an oversized sample, policy "single") are left alone
+    locked = [any(int(tokens[b].sum()) > capacity for b in bins[r * per_rank:(r + 1) * per_rank] if b)
+              for r in range(ranks)]
+    versions = [0] * ranks
+    checked: set[tuple[int, int, int, int]] = set()
+    checks = accepted = 0
+    timed_out = False
+
+    def split(heavy: int, light: int) -> tuple[list[list[int]], list[list[int]]] | None:
+        pool = members[heavy] + members[light]
+        if len(pool) > FREE_SAMPLES:
+            free = sorted(rng.sample(range(len(pool)), FREE_SAMPLES))
+        else:
+            free = list(range(len(pool)))
+        free_set = set(free)
+        fixed_heavy = [pool[k] for k in range(len(members[heavy])) if k not in free_set]
+        fixed_light = [pool[k] for k in range(len(members[heavy]), len(pool)) if k not in free_set]
+        chosen = np.array([pool[k] for k in free], dtype=np.int64)
+        cost_sums = _subset_sums(costs[chosen])
+        token_sums = _subset_sums(tokens[chosen].astype(np.int64))
+        total_cost = float(loads[heavy] + loads[light])
+        ceiling = loads[heavy] - IMPROVEMENT_RTOL * abs(loads[heavy])  # the larger side must end below it
+        base_cost = math.fsum(costs[fixed_heavy].tolist())
+        base_tokens = int(tokens[fixed_heavy].sum())
+        room = per_rank * capacity
+        total_tokens = int(tokens[pool].sum())
+        low_count, high_count = per_rank - len(fixed_heavy), len(pool) - per_rank - len(fixed_heavy)
+        ok = (cost_sums < ceiling - base_cost) & (cost_sums > total_cost - ceiling - base_cost)
+        ok &= (token_sums <= room - base_tokens) & (token_sums >= total_tokens - room - base_tokens)
+        if low_count > 0 or high_count < len(free):
+            counts = _popcounts(len(free))
+            ok &= (counts >= low_count) & (counts <= high_count)
+        masks = np.flatnonzero(ok)
+        if masks.size == 0:
+            return None
+        heavy_cost = base_cost + cost_sums[masks]
+        larger = np.maximum(heavy_cost, total_cost - heavy_cost)
+        if masks.size > PACK_CANDIDATES:
+            part = np.argpartition(larger, PACK_CANDIDATES - 1)[:PACK_CANDIDATES]
+            masks, larger = masks[part], larger[part]
+        masks = masks[np.lexsort((masks, larger))]
+        for mask in masks.tolist():
+            bits = [(mask >> j) & 1 for j in range(len(free))]
+            to_heavy = fixed_heavy + [int(chosen[j]) for j in range(len(free)) if bits[j]]
+            to_light = fixed_light + [int(chosen[j]) for j in range(len(free)) if not bits[j]]
+            heavy_bins = pack_bins(to_heavy, tokens, per_rank, capacity)
+            if heavy_bins is None:
+                continue
+            light_bins = pack_bins(to_light, tokens, per_rank, capacity)
+            if light_bins is None:
+                continue
+            return heavy_bins, light_bins
+        return None
+
+    while checks < max_checks:
+        order = np.argsort(-loads, kind="stable").tolist()  # heaviest first, ties by index
+        if loads[order[0]] <= target:
+            break
+        lightest = order[::-1][:LIGHT_PARTNERS]
+        found = False
+        for leader in order[:LEADERS]:
+            if loads[leader] <= target or locked[leader]:
+                continue
+            drawn = rng.sample(range(ranks), min(RANDOM_PARTNERS, ranks))
+            partners = lightest + [r for r in drawn if r not in lightest]
+            for partner in partners:
+                if partner == leader or locked[partner] or loads[partner] >= loads[leader]:
+                    continue
+                key = (leader, partner, versions[leader], versions[partner])
+                if key in checked:
+                    continue
+                if checks >= max_checks:
+                    break
+                if deadline is not None and time.perf_counter() > deadline:
+                    timed_out = True
+                    break
+                checked.add(key)
+                checks += 1
+                result = split(leader, partner)
+                if result is None:
+                    continue
+                for rank, new_bins in zip((leader, partner), result):
+                    bins[rank * per_rank:(rank + 1) * per_rank] = new_bins
+                    members[rank] = [i for b in new_bins for i in b]
+                    loads[rank] = math.fsum(costs[members[rank]].tolist())
+                    versions[rank] += 1
+                accepted += 1
+                found = True
+                break
+            if found or timed_out:
+                break
+        if not found:
+            break
+    return bins, checks, accepted, timed_out
