@@ -20,6 +20,7 @@ than 130, printed a traceback, hung or wrote its output.
 
 Usage:
     python benchmarks/ctrl_c_trials.py                  # 50 trials, delays 0-3 s
+    python benchmarks/ctrl_c_trials.py --trials 4 --delays-ms 0 2 4 6 8 10 15 20 30 40 50   # start-up window
     python benchmarks/ctrl_c_trials.py --trials 10 --max-delay 1 --seed 3
 """
 
@@ -117,17 +118,24 @@ def main() -> int:
     parser.add_argument("--max-delay", type=float, default=3.0, help="seconds; delays drawn from [0, this]")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the exit after the signal")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--delays-ms", type=float, nargs="+", default=None,
+                        help="fixed delays in milliseconds instead of random ones: each runs --trials times "
+                             "(the start-up window: e.g. --delays-ms 0 2 4 ... 50 --trials 4)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
+    if args.delays_ms is not None:
+        delays = [ms / 1000 for ms in args.delays_ms for _ in range(args.trials)]
+    else:
+        delays = [rng.uniform(0, args.max_delay) for _ in range(args.trials)]
     rows = []
     with tempfile.TemporaryDirectory(prefix="ctrl_c_trials_") as folder:
-        for i in range(args.trials):
+        for i, delay in enumerate(delays):
             command = ("balance", "place")[i % 2]
-            row = trial(command, rng.uniform(0, args.max_delay), args.timeout, Path(folder), i)
+            row = trial(command, delay, args.timeout, Path(folder), i)
             rows.append(row)
             state = ("finished first" if row["finished_first"] else "HUNG" if row["hung"] else
                      f"start-up: {row['startup']}" if row["startup"] else "")
-            print(f"{i:>3} {command:<8} delay {row['delay']:5.2f} s  exit {row['code']:>4}  tracebacks "
+            print(f"{i:>3} {command:<8} delay {row['delay']:6.3f} s  exit {row['code']:>4}  tracebacks "
                   f"{row['tracebacks']}  wrote {'yes' if row['wrote'] else 'no '}  {state:<15} {row['last_line']}",
                   flush=True)
     signalled = [r for r in rows if not r["finished_first"]]
@@ -144,6 +152,13 @@ def main() -> int:
     print(f"signalled during interpreter start-up (before packplace code): {len(startup)} "
           f"(phases {dict(sorted(phases.items()))}, exit codes {dict(startup_codes)}, "
           f"{sum(1 for r in startup if r['tracebacks'])} with a traceback)")
+    for phase in sorted(phases):
+        at = sorted(1000 * r["delay"] for r in startup if r["startup"] == phase)
+        print(f"  {phase}: signals sent {at[0]:.1f}-{at[-1]:.1f} ms after the child's exec")
+    if startup:
+        later = [1000 * r["delay"] for r in signalled if not r["startup"]]
+        if later:
+            print(f"  first signal handled by packplace (exit 130) at {min(later):.1f} ms")
     print(f"bad trials: {len(bad)}")
     return 1 if bad else 0
 

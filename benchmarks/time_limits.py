@@ -15,7 +15,8 @@ next) and prints, in seconds:
 * placement — ``build``: the config loaded into an instance, ``solve``: ``packplace.place(...)``,
   ``json`` and ``total`` as above.
 
-``cpu``: the child's CPU seconds over ``solve`` and ``json`` (every thread). ``ok`` when both
+``cpu``: the child's CPU seconds over ``solve`` and ``json`` (every thread); ``objective``: the
+evaluator's value of the answer (the same for the same input and seed unless the limit cut a search). ``ok`` when both
 ``solve + json`` and ``cpu`` are at most ``1.1·limit + 0.5``, ``OVER`` otherwise; the exit code is 1 when
 any row is over.
 
@@ -42,6 +43,7 @@ import argparse
 import json
 import math
 import multiprocessing
+import os
 import sys
 import time
 from pathlib import Path
@@ -81,7 +83,8 @@ def balance_row(solver: str, samples: int, ranks: int, limit: float, seed: int) 
     done = time.perf_counter()
     return {"size": f"n={samples} D={ranks} m={per_rank}", "build": built - started, "solve": solved - built,
             "json": done - solved, "total": done - started, "cpu": time.process_time() - cpu,
-            "backend": result.wall_s, "status": result.status, "hit": result.hit_time_limit}
+            "backend": result.wall_s, "status": result.status, "hit": result.hit_time_limit,
+            "objective": result.objective}
 
 
 def placement_row(solver: str, racks: int, nodes: int, limit: float, seed: int, batch: int = 0) -> dict:
@@ -108,7 +111,7 @@ def placement_row(solver: str, racks: int, nodes: int, limit: float, seed: int, 
     done = time.perf_counter()
     return {"size": size, "build": built - started, "solve": solved - built, "json": done - solved,
             "total": done - started, "cpu": time.process_time() - cpu, "backend": result.wall_s,
-            "status": result.status, "hit": result.hit_time_limit}
+            "status": result.status, "hit": result.hit_time_limit, "objective": result.objective}
 
 
 def _child(queue, problem: str, solver: str, size: int, args: argparse.Namespace) -> None:
@@ -140,9 +143,10 @@ def main() -> int:
     allowed = allowed_s(args.time_limit)
     over = False
     if not args.json:
-        print(f"time limit {args.time_limit:g} s, allowed {allowed:.2f} s")
+        print(f"time limit {args.time_limit:g} s, allowed {allowed:.2f} s, load average "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(f"{'problem':<9} {'solver':<10} {'size':<28} {'build':>6} {'solve':>6} {'json':>5} {'total':>6} "
-              f"{'cpu':>6} {'backend':>7}  verdict  status")
+              f"{'cpu':>6} {'backend':>7}  verdict  {'objective':>13}  status")
     context = multiprocessing.get_context("spawn")
     for problem in problems:
         default = BALANCE_SOLVERS if problem == "balance" else PLACEMENT_SOLVERS
@@ -175,7 +179,8 @@ def _print_row(row: dict, as_json: bool) -> None:
     else:
         print(f"{row['problem']:<9} {row['solver']:<10} {row['size']:<28} {row['build']:>6.2f} {row['solve']:>6.2f} "
               f"{row['json']:>5.2f} {row['total']:>6.2f} {row['cpu']:>6.2f} {row['backend']:>7.2f}  "
-              f"{'ok' if row['ok'] else 'OVER':<7}  {row['status']}{' (limit)' if row['hit'] else ''}", flush=True)
+              f"{'ok' if row['ok'] else 'OVER':<7}  {row['objective']:>13.8g}  "
+              f"{row['status']}{' (limit)' if row['hit'] else ''}", flush=True)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 Model: large neighbourhood search (Shaw 1998, "Using constraint programming and local search methods
 to solve vehicle routing problems", CP-98; Pisinger & Ropke 2010, "Large neighborhood search",
 Handbook of Metaheuristics, ch. 13). Start: ``repair``'s answer (:data:`START_SOLVERS`;
-``lpt``'s when ``repair`` returns none) or the ``reference_bins`` if better; a start proven optimal
-ends the call; the answer is never worse than the start, and is the best one found when the limit
+``lpt``'s when ``repair`` returns none) or the ``reference_bins`` if better (the reference alone, with
+the time limit flagged, when the limit is below
+:data:`~packplace.solvers.balance.cpsat.start.START_S_PER_SAMPLE` per sample: no start backend
+finishes in it); a start proven optimal ends the call; the answer is never worse than the start, and is the best one found when the limit
 cuts the search. Neighbourhood for ``makespan``: a rank tied at the maximum load, one of the
 :data:`PARTNER_TRIES` lightest ranks (only a lighter rank can take its excess) and ranks drawn by
 ``random.Random(seed)`` (a chain of exchanges can pass through them); after :data:`PARTNER_TRIES` failures
@@ -41,6 +43,7 @@ from packplace.errors import ConfigError
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
 from packplace.solvers.balance._common import canonical, integer_makespan_bound
 from packplace.solvers.balance.cpsat import DEFAULT_MAX_BOOLEANS, READBACK_RESERVE_S, solve_from_start
+from packplace.solvers.balance.cpsat.start import START_S_PER_SAMPLE
 from packplace.solvers.balance.lockstep import lockstep_aware
 from packplace.solvers.registry import get, register
 
@@ -295,6 +298,13 @@ def solve(
         return meets_bound(value) or (integer_bound is not None and value <= integer_bound)
 
     setup_s = SETUP_S_PER_SAMPLE * len(instance.samples)
+    if instance.reference_bins is not None and limit < START_S_PER_SAMPLE * len(instance.samples):
+        # too short for any start backend to finish at this size: the reference, without a pre-search
+        value = evaluator.objective(instance.reference_bins)
+        return Proposal(instance.reference_bins, OPTIMAL if meets_bound(value) else FEASIBLE, bound=bound,
+                        hit_time_limit=True, iterations=0, info={"start": "reference", "start_objective": value},
+                        message=(f"lns: time limit {limit:g} s is shorter than a start takes at "
+                                 f"{len(instance.samples)} samples; returned the reference grouping"))
     start_share = max(0.1 * limit, START_SHARE * limit - setup_s)
     start, source, start_objective, notes = _best_start(instance, evaluator, seed, start_share,
                                                         deadline - READBACK_RESERVE_S, meets_integer_bound)

@@ -140,9 +140,15 @@ class SolveResult:
         non-finite numbers (``objective`` without a solution, an infinite ``gap``) become ``None``;
         tuples become lists. :meth:`from_dict` inverts it.
         """
+        return self._data(view=False)
+
+    def _data(self, view: bool) -> dict[str, Any]:
+        """:meth:`to_dict`; with ``view``, a solution that offers ``json_view()`` (the same JSON text from
+        its own immutable containers, no copy of millions of keys) gives that instead of ``to_dict()``."""
         solution: Any = None
         if self.solution is not None:
-            to_dict = getattr(self.solution, "to_dict", None)
+            json_view = getattr(self.solution, "json_view", None) if view else None
+            to_dict = json_view if callable(json_view) else getattr(self.solution, "to_dict", None)
             solution = to_dict() if callable(to_dict) else self.solution
         # a solution type that declares its to_dict() plain JSON data (fresh lists of ints and strs: a balance
         # Assignment) skips the walk below, one call per bin of millions of keys
@@ -170,7 +176,7 @@ class SolveResult:
 
     def to_json(self, indent: int | None = None) -> str:
         """:meth:`to_dict` as JSON text (strict JSON: no ``NaN``/``Infinity``)."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return json.dumps(self._data(view=True), indent=indent, allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SolveResult:

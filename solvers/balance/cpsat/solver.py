@@ -413,4 +413,5 @@ def _check_cp_parameters(cp_parameters: Any) -> None:
     if cp_parameters is not None and not isinstance(cp_parameters, Mapping):
         raise ConfigError(f"cpsat: cp_parameters must be a mapping of CP-SAT parameter names to values, "
                           f"got {type(cp_parameters).__name__}")
-    _apply_cp_parameters(cp_model.CpSolver(), cp_parameters)
+    if cp_parameters:  # none given: OR-Tools (and pandas) stay unloaded until a model is built
+        _apply_cp_parameters(cp_model.CpSolver(), cp_parameters)

@@ -82,7 +82,9 @@ class Assignment:
 
     def to_lists(self) -> list[list[list[Any]]]:
         """``[[bin keys, ...] per rank]``: the rank-nested lists JSON documents carry."""
-        return [[list(b) for b in rank] for rank in self.ranks()]
+        lists = list(map(list, self.bins))
+        m = self.local_batch_size
+        return [lists[r * m:(r + 1) * m] for r in range(self.data_parallel_size)]
 
     def to_dict(self) -> dict[str, Any]:
         """``{"local_batch_size": m, "ranks": to_lists()}`` plus ``"run_order"`` (per rank, the bin
@@ -90,6 +92,17 @@ class Assignment:
         data: dict[str, Any] = {"local_batch_size": self.local_batch_size, "ranks": self.to_lists()}
         if self.run_order is not None:
             data["run_order"] = [list(rank) for rank in self.run_order]
+        return data
+
+    def json_view(self) -> dict[str, Any]:
+        """:meth:`to_dict` with the bins as they are (tuples, which JSON writes as arrays): the same JSON
+        text without copying every key into a fresh list (:meth:`packplace.result.SolveResult.to_json`).
+        For reading only."""
+        m = self.local_batch_size
+        data: dict[str, Any] = {"local_batch_size": m,
+                                "ranks": [self.bins[r * m:(r + 1) * m] for r in range(self.data_parallel_size)]}
+        if self.run_order is not None:
+            data["run_order"] = self.run_order
         return data
 
     @classmethod

@@ -19,9 +19,11 @@ Every scored plan also states each rank's run order (:meth:`BalanceEvaluator.run
 
 from __future__ import annotations
 
+import array
 import itertools
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -116,55 +118,145 @@ class BalanceScore:
         }
 
 
+class _Shared:
+    """What every evaluator of one instance object computes once and shares (the instance is immutable).
+
+    ``keys`` (list), ``identity`` (keys are 0..n-1), ``index`` (key → position), ``key_rank`` and
+    ``by_rank`` (its inverse), the lower bounds by objective name, and the last :data:`FLAT_CACHE`
+    flattened bins (:meth:`BalanceEvaluator.flatten`) with their per-bin sums, plus the instance's own
+    reference bins, which every solve may return. A solve builds several evaluators (the front end's,
+    a backend's, its start's) over the same bins: each pass over millions of keys is then made once.
+    Pickles empty (a worker process rebuilds what it needs).
+    """
+
+    __slots__ = ("keys", "identity", "index", "key_rank", "by_rank", "bounds", "flats", "reference")
+
+    def __init__(self) -> None:
+        self.keys: list[SampleKey] | None = None
+        self.identity = False
+        self.index: dict[SampleKey, int] | None = None
+        self.key_rank: np.ndarray | None = None
+        self.by_rank = np.zeros(0, dtype=np.int64)
+        self.bounds: dict[str, float] = {}
+        self.flats: list[_Flat] = []
+        self.reference: _Flat | None = None
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        return _Shared, ()
+
+
+#: Flattened bins kept per instance besides its reference bins (a backend's answer and its canonical order).
+FLAT_CACHE = 2
+#: Attribute of the instance object that holds its :class:`_Shared` cache (frozen dataclass: set once).
+SHARED_ATTR = "_evaluator_shared"
+
+
+@dataclass
+class _Flat:
+    """One flattened assignment: the bins (immutable tuples), ``(members, bin_of)`` and, once computed, the
+    per-bin (tokens, costs) of :meth:`BalanceEvaluator.bin_arrays`."""
+
+    bins: Sequence[Sequence[SampleKey]]
+    arrays: tuple[np.ndarray, np.ndarray]
+    sums: tuple[np.ndarray, np.ndarray] | None = None
+    canonical: bool = False  # built by BalanceEvaluator.canonical: its keys are in key order already
+
+
+def _same_bins(cached: Sequence[Sequence[SampleKey]], bins: Sequence[Sequence[SampleKey]]) -> bool:
+    """``bins`` is ``cached`` or holds the very same (immutable) bin tuples in the same order."""
+    return cached is bins or (len(cached) == len(bins) and all(map(operator.is_, cached, bins)))
+
+
+def _immutable(bins: Sequence[Sequence[SampleKey]]) -> bool:
+    """Bins whose flattening can be reused by identity: a tuple (or list) of tuples."""
+    return type(bins) in (tuple, list) and set(map(type, bins)) <= {tuple}
+
+
 class BalanceEvaluator:
     """Scores assignments of one :class:`BalanceInstance`.
 
     Precomputes, in the instance's input order: ``keys`` (list), ``index`` (key → position),
-    ``tokens`` (int64 array, shape (n,)), ``costs`` (float array of ``llm`` costs, shape (n,)).
+    ``tokens`` (int64 array, shape (n,)), ``costs`` (float array of ``llm`` costs, shape (n,)); these,
+    the lower bounds and the last flattened bins are shared by every evaluator of the same instance
+    object (:class:`_Shared`).
     """
 
     MAX_VIOLATIONS = 20
 
     def __init__(self, instance: BalanceInstance) -> None:
         self.instance = instance
-        self.keys: list[SampleKey] = list(instance.keys)
-        self._index: dict[SampleKey, int] | None = None
+        shared = instance.__dict__.get(SHARED_ATTR)
+        if not isinstance(shared, _Shared):
+            shared = _Shared()
+            object.__setattr__(instance, SHARED_ATTR, shared)  # frozen dataclass: a private cache
+        if shared.keys is None:
+            keys = list(instance.keys)
+            # keys 0..n-1 (make_instance's default): a key is its own position, no dictionary needed
+            shared.identity = keys == list(range(len(keys)))
+            shared.keys = keys
+        self._shared = shared
+        self.keys: list[SampleKey] = shared.keys
+        self._identity_keys = shared.identity
         self.tokens = instance.tokens
         self.costs = instance.costs
-        self._key_rank: np.ndarray | None = None  # input_order_key_rank(keys), built on first use
-        self._by_rank = np.zeros(0, dtype=np.int64)  # its inverse: the input position of each key rank
-        # keys 0..n-1 (make_instance's default): a key is its own position, no dictionary needed
-        self._identity_keys = self.keys == list(range(len(self.keys)))
-        # the last bins flattened and their (members, bin_of): score() reads the same bins twice
-        self._flat: tuple[Sequence[Sequence[SampleKey]], tuple[np.ndarray, np.ndarray]] | None = None
         self._bounds: dict[str, float] | None = None  # makespan_bounds(), computed on first use
 
     @property
     def index(self) -> dict[SampleKey, int]:
         """Key → input position (built on first use: keys 0..n-1 never need it)."""
-        if self._index is None:
-            self._index = {k: i for i, k in enumerate(self.keys)}
-        return self._index
+        shared = self._shared
+        if shared.index is None:
+            shared.index = {k: i for i, k in enumerate(self.keys)}
+        return shared.index
 
     # ----------------------------------------------------------------------------------- feasibility
+    def _cached(self, bins: Sequence[Sequence[SampleKey]]) -> _Flat | None:
+        """The cache entry of ``bins`` (the same bin tuples flattened before), else None."""
+        shared = self._shared
+        reference = shared.reference
+        if reference is not None and _same_bins(reference.bins, bins):
+            return reference
+        for entry in shared.flats:
+            if _same_bins(entry.bins, bins):
+                return entry
+        return None
+
+    def _remember(self, bins: Sequence[Sequence[SampleKey]], arrays: tuple[np.ndarray, np.ndarray]) -> None:
+        """Keep ``arrays`` for ``bins`` (bins of tuples only: they cannot change under the cache)."""
+        if not _immutable(bins):
+            return
+        shared = self._shared
+        entry = _Flat(tuple(bins) if type(bins) is list else bins, arrays)
+        if bins is self.instance.reference_bins:
+            shared.reference = entry
+            return
+        shared.flats = [entry, *shared.flats[: FLAT_CACHE - 1]]
+
     def flatten(self, bins: Sequence[Sequence[SampleKey]]) -> tuple[np.ndarray, np.ndarray] | None:
         """The samples of ``bins`` as arrays: ``(members, bin_of)``, both int64 of shape (total keys,):
         ``members[k]`` the input position of the k-th key (bins in order, keys within a bin in order),
-        ``bin_of[k]`` its bin. ``None`` when a key is unknown (or unhashable). One dictionary lookup per
-        key (C speed through :func:`map`), the rest numpy."""
-        cached = self._flat
-        if cached is not None and cached[0] is bins:
-            return cached[1]
+        ``bin_of[k]`` its bin. ``None`` when a key is unknown (or unhashable).
+
+        Keys 0..n-1: one pass reads every key as a C ``long long`` (:class:`array.array` ``'q'``: ints,
+        bools and numpy integers, which equal and hash as the int they hold); any other key type, or
+        other keys, one dictionary lookup per key (C speed through :func:`map`). The rest is numpy.
+        Bins of tuples are remembered (by the identity of their bin tuples) for every evaluator of the
+        instance: scoring, the canonical order and the run order read the same bins several times."""
+        entry = self._cached(bins)
+        if entry is not None:
+            return entry.arrays
         sizes = np.fromiter(map(len, bins), dtype=np.int64, count=len(bins))
-        plain = self._identity_keys and set(map(type, itertools.chain.from_iterable(bins))) <= {int}
-        if plain:  # keys 0..n-1: a key is its own position, read straight into int64 (no list in between)
+        members: np.ndarray | None = None
+        if self._identity_keys:  # a key is its own position, read straight into int64 (no list in between)
             try:
-                members = np.fromiter(itertools.chain.from_iterable(bins), dtype=np.int64, count=int(sizes.sum()))
-            except OverflowError:  # a key beyond int64 is no key of the instance
-                return None
-            if members.size and (members.min() < 0 or members.max() >= len(self.keys)):
-                return None
-        else:
+                chained = cast("Iterable[int]", itertools.chain.from_iterable(bins))
+                members = np.frombuffer(array.array("q", chained), dtype=np.int64)
+            except (TypeError, OverflowError):  # a str, float, ... key, or an int beyond int64: by lookup
+                members = None
+            else:
+                if members.size and (members.min() < 0 or members.max() >= len(self.keys)):
+                    return None
+        if members is None:
             flat = list(itertools.chain.from_iterable(bins))
             try:
                 found = list(map(self.index.get, flat))
@@ -174,33 +266,52 @@ class BalanceEvaluator:
                 return None
             members = np.array(found, dtype=np.int64)
         result = members, np.repeat(np.arange(len(bins), dtype=np.int64), sizes)
-        if type(bins) is tuple and set(map(type, bins)) <= {tuple}:  # immutable: safe to reuse by identity
-            self._flat = (bins, result)
+        self._remember(bins, result)
         return result
+
+    def _key_ranks(self) -> tuple[np.ndarray, np.ndarray]:
+        """(key rank of each input position, input position of each key rank), int64 arrays (n,)."""
+        shared = self._shared
+        if shared.key_rank is None:
+            n = len(self.keys)
+            key_rank = self.instance.table.key_rank
+            by_rank = np.empty(n, dtype=np.int64)
+            by_rank[key_rank] = np.arange(n)
+            shared.key_rank, shared.by_rank = key_rank, by_rank
+        return shared.key_rank, shared.by_rank
 
     def canonical(self, assignment: Assignment) -> Assignment:
         """:meth:`Assignment.canonical` (keys within each bin in :func:`key_order`), column-wise: one
-        stable sort of (bin, key rank) instead of one Python sort per bin."""
+        sort of (bin, key rank) packed in an int64 (a lexsort when that could overflow) instead of one
+        Python sort per bin. The bins are always rebuilt from fresh int objects laid out in bin order,
+        so the passes that follow (scoring, JSON) read memory in order."""
         flat = self.flatten(assignment.bins)
         if flat is None:
             return assignment.canonical()
+        entry = self._cached(assignment.bins)
+        if entry is not None and entry.canonical:  # this method's own answer: nothing to reorder
+            return Assignment(cast("tuple[tuple[SampleKey, ...], ...]", entry.bins), assignment.local_batch_size)
         members, bin_of = flat
         n = len(self.keys)
-        if self._key_rank is None:
-            self._key_rank = self.instance.table.key_rank
-            self._by_rank = np.empty(n, dtype=np.int64)
-            self._by_rank[self._key_rank] = np.arange(n)
-        if len(assignment.bins) * n < 2**62:  # one sort of (bin, key rank) packed in an int64
-            ordered = self._by_rank[np.sort(bin_of * n + self._key_rank[members]) % n]
-        else:
-            ordered = members[np.lexsort((self._key_rank[members], bin_of))]
+        if len(assignment.bins) * n >= 2**62:
+            ordered = members[np.lexsort((self._key_ranks()[0][members], bin_of))]
+        elif self._identity_keys:  # keys 0..n-1 are in key order: a key's rank is its position
+            ordered = np.sort(bin_of * n + members) % n
+        else:  # one sort of (bin, key rank) packed in an int64
+            key_rank, by_rank = self._key_ranks()
+            ordered = by_rank[np.sort(bin_of * n + key_rank[members]) % n]
         keys = self.keys
         flat_keys = ordered.tolist() if self._identity_keys else [keys[i] for i in ordered.tolist()]
         ends = np.cumsum(np.fromiter(map(len, assignment.bins), dtype=np.int64, count=len(assignment.bins)))
         starts = [0, *ends[:-1].tolist()]
-        bins = tuple(tuple(flat_keys[a:b]) for a, b in zip(starts, ends.tolist()))
+        bins = tuple(map(tuple, map(flat_keys.__getitem__, map(slice, starts, ends.tolist()))))
         canonical = Assignment(bins, assignment.local_batch_size)
-        self._flat = (canonical.bins, (ordered, bin_of))  # the same samples, reordered within each bin
+        # the same samples, reordered within each bin: the per-bin sums carry over
+        self._remember(canonical.bins, (ordered, bin_of))
+        if self._shared.flats and self._shared.flats[0].bins is canonical.bins:
+            self._shared.flats[0].canonical = True
+            if entry is not None and entry.sums is not None:
+                self._shared.flats[0].sums = entry.sums
         return canonical
 
     def _feasible_fast(self, bins: Sequence[Sequence[SampleKey]]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -341,10 +452,14 @@ class BalanceEvaluator:
 
     # ------------------------------------------------------------------------------------ objectives
     def bin_arrays(self, bins: Sequence[Sequence[SampleKey]]) -> tuple[np.ndarray, np.ndarray]:
-        """(tokens per bin, llm cost per bin including padding), shapes (D·m,)."""
+        """(tokens per bin, llm cost per bin including padding), shapes (D·m,). Remembered with the
+        flattened bins (:meth:`flatten`): the score and the run order of one answer sum it once."""
         flat = self.flatten(bins)
         if flat is None:
             raise KeyError("bin_arrays: an unknown sample key (check violations first)")
+        entry = self._cached(bins)
+        if entry is not None and entry.sums is not None:
+            return entry.sums[0].copy(), entry.sums[1].copy()
         members, bin_of = flat
         sample_bin = np.empty(len(self.keys), dtype=np.int64)
         sample_bin[members] = bin_of  # summed in input order: the same float sums however bins list their keys
@@ -354,6 +469,8 @@ class BalanceEvaluator:
         if padding is not None:
             seq_len = self.instance.constraints.seq_len
             costs = costs + np.array([padding(max(0, seq_len - int(t))).llm for t in tokens])
+        if entry is not None and len(members) == len(self.keys):  # every key placed: the sums above are exact
+            entry.sums = tokens.copy(), costs.copy()
         return tokens, costs
 
     def rank_loads(self, bins: Sequence[Sequence[SampleKey]] | Assignment) -> np.ndarray:
@@ -372,7 +489,10 @@ class BalanceEvaluator:
             return assignment
         if self.flatten(assignment.bins) is None:
             return assignment
-        return assignment.with_run_order(self.run_order(assignment.bins).tolist())
+        order = self.run_order(assignment.bins)  # D permutations of 0..m-1 by construction: no re-check
+        ordered = Assignment(assignment.bins, assignment.local_batch_size)
+        object.__setattr__(ordered, "run_order", tuple(map(tuple, order.tolist())))
+        return ordered
 
     def objective(self, bins: Sequence[Sequence[SampleKey]] | Assignment, name: str | None = None) -> float:
         """The named objective (default: the instance's) of a feasible assignment."""
@@ -437,8 +557,17 @@ class BalanceEvaluator:
         With a padding cost the total load depends on the assignment, so the bound is 0 there.
 
         lockstep: :meth:`_lockstep_bound`.
+
+        Computed once per instance object and name (every evaluator of the instance shares it).
         """
         name = name or self.instance.objective
+        cached = self._shared.bounds.get(name)
+        if cached is None:
+            cached = self._shared.bounds[name] = self._lower_bound(name)
+        return cached
+
+    def _lower_bound(self, name: str) -> float:
+        """:meth:`lower_bound` computed."""
         if name == "lockstep":
             return self._lockstep_bound()
         if name == "balance":
