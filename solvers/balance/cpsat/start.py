@@ -85,6 +85,7 @@ def _heuristic_start(
                 timed_out = True
                 break
             continue
+        timed_out = timed_out or proposal.hit_time_limit  # an answer the limit cut: the result says so
         bins = getattr(proposal.solution, "bins", proposal.solution)
         bins = tuple(tuple(b) for b in bins)
         score = evaluator.score(bins)

@@ -160,6 +160,7 @@ class _Flat:
     arrays: tuple[np.ndarray, np.ndarray]
     sums: tuple[np.ndarray, np.ndarray] | None = None
     canonical: bool = False  # built by BalanceEvaluator.canonical: its keys are in key order already
+    feasible: bool = False  # passed BalanceEvaluator._feasible_fast (its rules do not depend on key order)
 
 
 def _same_bins(cached: Sequence[Sequence[SampleKey]], bins: Sequence[Sequence[SampleKey]]) -> bool:
@@ -310,8 +311,9 @@ class BalanceEvaluator:
         self._remember(canonical.bins, (ordered, bin_of))
         if self._shared.flats and self._shared.flats[0].bins is canonical.bins:
             self._shared.flats[0].canonical = True
-            if entry is not None and entry.sums is not None:
+            if entry is not None:  # each bin holds the same samples: the same sums, the same per-bin rules
                 self._shared.flats[0].sums = entry.sums
+                self._shared.flats[0].feasible = entry.feasible
         return canonical
 
     def _feasible_fast(self, bins: Sequence[Sequence[SampleKey]]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -321,6 +323,9 @@ class BalanceEvaluator:
         flat = self.flatten(bins)
         if flat is None:
             return None
+        entry = self._cached(bins)
+        if entry is not None and entry.feasible:  # these bins (or the same samples reordered) passed before
+            return flat
         members, bin_of = flat
         count = len(bins)
         sizes = np.bincount(bin_of, minlength=count)
@@ -339,6 +344,8 @@ class BalanceEvaluator:
             used = np.bincount(bin_of, weights=inst.table.usage(name)[members], minlength=count)
             if (used > limit * (1 + 1e-12)).any():
                 return None
+        if entry is not None:
+            entry.feasible = True
         return members, bin_of
 
     def violations(self, bins: Sequence[Sequence[SampleKey]] | Assignment) -> list[str]:
