@@ -6,8 +6,8 @@ Handbook of Metaheuristics, ch. 13). Start: ``repair``'s answer (:data:`START_SO
 ``lpt``'s when ``repair`` returns none) or the ``reference_bins`` if better (the reference alone, with
 the time limit flagged, when the limit is below
 :data:`~packplace.solvers.balance.cpsat.start.START_S_PER_SAMPLE` per sample: no start backend
-finishes in it); a start proven optimal ends the call; the answer is never worse than the start, and is the best one found when the limit
-cuts the search. Neighbourhood for ``makespan``: a rank tied at the maximum load, one of the
+finishes in it); a start proven optimal ends the call; the answer is never worse than the start, and
+is the best one found when the limit cuts the search. Neighbourhood for ``makespan``: a rank tied at the maximum load, one of the
 :data:`PARTNER_TRIES` lightest ranks (only a lighter rank can take its excess) and ranks drawn by
 ``random.Random(seed)`` (a chain of exchanges can pass through them); after :data:`PARTNER_TRIES` failures
 the next tied rank leads, and when all have, neighbourhoods grow by one rank, up to every rank while the
