@@ -2,18 +2,18 @@
 
 Model: large neighbourhood search (Shaw 1998, "Using constraint programming and local search methods
 to solve vehicle routing problems", CP-98; Pisinger & Ropke 2010, "Large neighborhood search",
-Handbook of Metaheuristics, ch. 13). Start: ``repair``'s answer (:data:`START_SOLVERS`;
-``lpt``'s when ``repair`` returns none) or the ``reference_bins`` if better (the reference alone, with
-the time limit flagged, when the limit is below
-:data:`~packplace.solvers.balance.cpsat.start.START_S_PER_SAMPLE` per sample: no start backend
-finishes in it); a start proven optimal ends the call; the answer is never worse than the start, and
-is the best one found when the limit cuts the search. Neighbourhood for ``makespan``: a rank tied at the maximum load, one of the
-:data:`PARTNER_TRIES` lightest ranks (only a lighter rank can take its excess) and ranks drawn by
-``random.Random(seed)`` (a chain of exchanges can pass through them); after :data:`PARTNER_TRIES` failures
-the next tied rank leads, and when all have, neighbourhoods grow by one rank, up to every rank while the
-model stays under :data:`MAX_NEIGHBOURHOOD_BOOLEANS`. Other objectives: the heaviest rank with the
-lightest ones, then with seeded draws; after :data:`PARTNER_TRIES` failures the next heaviest leads,
-and when all have, neighbourhoods grow by one rank (at most :data:`GROWTH`), never above
+Handbook of Metaheuristics, ch. 13). Start: ``repair``'s answer (:data:`START_SOLVERS`; ``lpt``'s when
+``repair`` returns none) or the ``reference_bins`` if better (the reference alone, with the time limit
+flagged, when the limit is below :data:`~packplace.solvers.balance.cpsat.start.START_S_PER_SAMPLE` per
+sample: no start backend finishes in it); a start proven optimal ends the call; the answer is never
+worse than the start, and is the best one found when the limit cuts the search. Neighbourhood for
+``makespan``: a rank tied at the maximum load, one of the :data:`PARTNER_TRIES` lightest ranks (only a
+lighter rank can take its excess) and ranks drawn by ``random.Random(seed)`` (a chain of exchanges can
+pass through them); after :data:`PARTNER_TRIES` failures the next tied rank leads, and when all have,
+neighbourhoods grow by one rank, up to every rank while the model stays under
+:data:`MAX_NEIGHBOURHOOD_BOOLEANS`. Other objectives: the heaviest rank with the lightest ones, then
+with seeded draws; after :data:`PARTNER_TRIES` failures the next heaviest leads, and when all have,
+neighbourhoods grow by one rank (at most :data:`GROWTH`), never above
 :data:`MAX_NEIGHBOURHOOD_BOOLEANS`. Its pooled samples form a sub-instance (same m,
 ``seq_len``, budgets, padding, rank rules; objective ``balance`` or else ``makespan``) re-solved by the
 ``cpsat`` model (:func:`~packplace.solvers.balance.cpsat.solve_from_start`) from the current assignment
