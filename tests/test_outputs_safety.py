@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import stat
 import threading
@@ -59,12 +60,24 @@ def test_out_fifo_is_written_through_and_stays_a_fifo(tmp_path, capsys):
     reader_open = threading.Event()
 
     def read() -> None:
-        with open(fifo, "rb") as handle:
-            reader_open.set()
-            received.append(handle.read())
+        # open without waiting for a writer, so the reader is there before the command writes; select
+        # wakes on data and on the writer's close (end of file)
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        reader_open.set()
+        chunks = []
+        try:
+            while select.select([fd], [], [], 30)[0]:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        received.append(b"".join(chunks))
 
     thread = threading.Thread(target=read, daemon=True)
     thread.start()
+    assert reader_open.wait(30)
     code, _, err = run_cli(capsys, "balance", "--config", BALANCE, "--out", fifo)
     thread.join(10)
     assert code == 0, err
