@@ -215,7 +215,7 @@ def cut_answer(instance: BalanceInstance, prepared: PreparedSamples | None, why:
             how = "no time left for lpt"
         if proposal.solution is None and instance.reference_bins is not None:
             proposal = Proposal(instance.reference_bins, FEASIBLE)
-            how += "; the reference grouping"
+            how = f"the reference grouping ({how})"
     timed_out = deadline is not None and time.perf_counter() > deadline
     proposal.hit_time_limit = proposal.hit_time_limit or timed_out or by_limit
     answered = f"answered by {how}" if proposal.solution is not None else f"{how}; no answer"

@@ -332,7 +332,7 @@ def format_pairs(pairs: list[dict[str, Any]]) -> str:
         ratio_of = p["out_of_sample_ratio"] if oos is not None else p["in_sample_ratio"]
         order = p["out_of_sample_order_ok"] if oos is not None else p["in_sample_order_ok"]
         oos_text = f"{oos:>13.2f}" if oos is not None else f"{'-':>13}"
-        lines.append(f"{name:<100} {p['published']:>9.2f} {p['in_sample']:>9.2f} {oos_text} {ratio_of:>6.2f} "
+        lines.append(f"{name:<100} {p['published']:>9.2f} {p['in_sample']:>9.2f} {oos_text} {ratio_of:>6.3f} "
                      f"{'yes' if order else 'NO':>5}")
         if p["what"]:
             lines.append(f"    {p['what']}")
