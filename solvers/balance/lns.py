@@ -320,7 +320,8 @@ def solve(
         A :class:`~packplace.result.Proposal`: rank-major bins; status ``optimal`` when the answer meets
         the analytic lower bound, else ``feasible``; ``unknown`` without a feasible start; ``bound`` the
         analytic lower bound; ``iterations`` the neighbourhoods solved; ``info`` the start, its
-        objective and the counts of neighbourhoods solved, accepted and proven optimal.
+        objective and the counts of neighbourhoods solved, accepted and proven optimal (and, where the
+        every-partner re-split changed the start, its pair checks, splits and whether its share cut it).
 
     Raises:
         ConfigError: a bad ``ranks_per_neighbourhood``, ``neighbourhood_time_s`` or
