@@ -27,6 +27,7 @@ Usage:
     python benchmarks/planted_packings.py
     python benchmarks/planted_packings.py --count 120 --solvers repair,lns --time-limit 5
     python benchmarks/planted_packings.py --family corners --solvers repair,lns --time-limit 5
+    python benchmarks/planted_packings.py --count 120 --index 100 --solvers lns   # one instance
 """
 
 from __future__ import annotations
@@ -112,9 +113,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--solvers", default="repair,lns")
     parser.add_argument("--time-limit", type=float, default=5.0)
+    parser.add_argument("--index", type=int, default=None,
+                        help="run only this instance of the family (0-based, in the order of the rows)")
     args = parser.parse_args()
     solvers = args.solvers.split(",")
     family = planted_family(args.count, args.seed) if args.family == "random" else corner_family(args.seed)
+    if args.index is not None:
+        if not 0 <= args.index < len(family):
+            parser.error(f"--index: must be in [0, {len(family)}), got {args.index}")
+        family = family[args.index:args.index + 1]
     gaps: dict[str, list[float]] = {s: [] for s in solvers}
     walls: dict[str, list[float]] = {s: [] for s in solvers}
     cells: dict[tuple[str, str, str], dict[str, list[float]]] = {}

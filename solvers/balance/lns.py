@@ -6,7 +6,11 @@ Handbook of Metaheuristics, ch. 13). Start: ``repair``'s answer (:data:`START_SO
 ``repair`` returns none) or the ``reference_bins`` if better (the reference alone, with the time limit
 flagged, when the limit is below :data:`~packplace.solvers.balance.cpsat.start.START_S_PER_SAMPLE` per
 sample: no start backend finishes in it); a start proven optimal ends the call; the answer is never
-worse than the start, and is the best one found when the limit cuts the search. Neighbourhood for
+worse than the start, and is the best one found when the limit cuts the search. Where the ranks hold
+few samples (``makespan`` without padding, budgets or rank rules), the start is first re-split pair by
+pair with each leading rank against every lighter rank (:func:`_resplit_start`, at most
+:data:`EVERY_PARTNER_SHARE` of the time left): cheap there, and each CP-SAT neighbourhood fixes only one
+rank. Neighbourhood for
 ``makespan``: a rank tied at the maximum load, one of the :data:`PARTNER_TRIES` lightest ranks (only a
 lighter rank can take its excess) and ranks drawn by ``random.Random(seed)`` (a chain of exchanges can
 pass through them); after :data:`PARTNER_TRIES` failures the next tied rank leads, and when all have,
@@ -45,6 +49,7 @@ from packplace.solvers.balance._common import canonical, integer_makespan_bound
 from packplace.solvers.balance.cpsat import DEFAULT_MAX_BOOLEANS, READBACK_RESERVE_S, solve_from_start
 from packplace.solvers.balance.cpsat.start import START_S_PER_SAMPLE
 from packplace.solvers.balance.lockstep import lockstep_aware
+from packplace.solvers.balance.repair.resplit import resplit
 from packplace.solvers.registry import get, register
 
 #: Default wall-clock budget (seconds) of the whole call when ``time_limit_s`` is None.
@@ -79,6 +84,16 @@ START_SHARE = 0.9
 SETUP_S_PER_SAMPLE = 2.5e-6
 #: Relative difference under which two loads count as equal in the lexicographic comparison.
 LOAD_RTOL = 1e-12
+#: The every-partner pair re-split (:func:`_resplit_start`) runs where the ranks hold at most this many
+#: samples on average: a pair's pooled samples are then few (2^q splits, q about twice this), so
+#: checking a leader against every lighter rank costs little, while CP-SAT neighbourhoods cost tens of
+#: milliseconds each and fix one rank at a time.
+EVERY_PARTNER_MAX_SAMPLES_PER_RANK = 4
+#: Share of the time left after the start the every-partner re-split may use; the neighbourhoods get
+#: the rest.
+EVERY_PARTNER_SHARE = 0.5
+#: Most pair checks of the every-partner re-split, per rank.
+EVERY_PARTNER_CHECKS_PER_RANK = 64
 
 
 def _lexicographically_lower(new: list[float], old: list[float]) -> bool:
@@ -228,6 +243,38 @@ def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: in
     return best[0], best[1], best[2], notes
 
 
+def _resplit_start(instance: BalanceInstance, bins: tuple[tuple[SampleKey, ...], ...], target: float,
+                   deadline: float, seed: int) -> tuple[tuple[tuple[SampleKey, ...], ...], int, int, bool] | None:
+    """``bins`` re-split pair by pair, each leader against every lighter rank: (bins, checks, accepted,
+    cut by the deadline).
+
+    ``repair``'s pair re-split (:func:`~packplace.solvers.balance.repair.resplit.resplit`) pairs each
+    leader with a few light and drawn ranks only; on tight packings with few samples per rank a pair
+    that splits more evenly often exists among the other ranks, and with few pooled samples checking all
+    of them is cheap. Applies (else None) to ``makespan`` without padding or budgets, D >= 2 and at
+    most :data:`EVERY_PARTNER_MAX_SAMPLES_PER_RANK` samples per rank on average. Every accepted split
+    lowers the larger load of its pair, so no rank load rises above the start's maximum; stops at
+    ``target`` (cost units), when no pair of the leaders improves, after
+    :data:`EVERY_PARTNER_CHECKS_PER_RANK` · D checks, or at ``deadline`` (``time.perf_counter()``).
+    Returns None when no split was accepted. Deterministic for the seed unless the deadline cuts it.
+    """
+    ranks = instance.data_parallel_size
+    if (instance.objective != "makespan" or instance.padding_cost is not None or instance.constraints.budgets
+            or instance.has_rank_rules or ranks < 2
+            or len(instance.samples) > EVERY_PARTNER_MAX_SAMPLES_PER_RANK * ranks):
+        return None
+    position = {key: i for i, key in enumerate(instance.keys)}
+    index_bins = [[position[key] for key in b] for b in bins]
+    new_bins, checks, accepted, timed_out = resplit(
+        index_bins, instance.tokens, instance.costs, ranks, instance.local_batch_size,
+        instance.constraints.seq_len, target, EVERY_PARTNER_CHECKS_PER_RANK * ranks, deadline, seed,
+        every_partner=True)
+    if not accepted:
+        return None
+    keys = instance.keys
+    return tuple(tuple(keys[i] for i in b) for b in new_bins), checks, accepted, timed_out
+
+
 def _check_params(ranks_per_neighbourhood: Any, neighbourhood_time_s: Any, params: dict) -> None:
     if params:
         key = sorted(params)[0]
@@ -273,7 +320,8 @@ def solve(
         A :class:`~packplace.result.Proposal`: rank-major bins; status ``optimal`` when the answer meets
         the analytic lower bound, else ``feasible``; ``unknown`` without a feasible start; ``bound`` the
         analytic lower bound; ``iterations`` the neighbourhoods solved; ``info`` the start, its
-        objective and the counts of neighbourhoods solved, accepted and proven optimal.
+        objective and the counts of neighbourhoods solved, accepted and proven optimal (and, where the
+        every-partner re-split changed the start, its pair checks, splits and whether its share cut it).
 
     Raises:
         ConfigError: a bad ``ranks_per_neighbourhood``, ``neighbourhood_time_s`` or
@@ -326,6 +374,21 @@ def solve(
                                  f"leaves too little for a neighbourhood at {len(instance.samples)} samples; "
                                  f"the start returned"), info=info)
 
+    resplit_note = ""
+    if max_neighbourhoods != 0:
+        left = deadline - time.perf_counter() - setup_s - READBACK_RESERVE_S
+        target = integer_bound if integer_bound is not None else bound
+        resplit_answer = _resplit_start(instance, start, target, time.perf_counter() + EVERY_PARTNER_SHARE * left,
+                                        seed) if left > 0 else None
+        if resplit_answer is not None:
+            resplit_bins, checks, moved, cut = resplit_answer
+            resplit_objective = evaluator.objective(resplit_bins)
+            if resplit_objective <= start_objective:
+                start = resplit_bins
+                resplit_note = (f"; every-partner pair re-split: {moved} of {checks} checked pairs re-split "
+                                f"({resplit_objective:.6g}{', cut by its time share' if cut else ''})")
+                info.update(resplit_checks=checks, resplit_accepted=moved, resplit_cut=cut)
+                interrupt.offer(start)
     search = _Search(instance, start, seed)
     # Time kept for the final re-scoring, which grows with the instance.
     reserve = READBACK_RESERVE_S + 3e-6 * len(instance.samples)
@@ -406,8 +469,8 @@ def solve(
                 f"and size)")
     else:
         stop = "interrupted"
-    message = (f"lns from the {source} start ({start_objective:.6g}): {accepted} of {solved} neighbourhoods "
-               f"improved; {stop}")
+    message = (f"lns from the {source} start ({start_objective:.6g}){resplit_note}: {accepted} of {solved} "
+               f"neighbourhoods improved; {stop}")
     if guarded:
         message += "; the evaluator scored the search's answer worse than the start (rounding), start returned"
     return Proposal(final, OPTIMAL if meets_bound(final_objective) else FEASIBLE, bound=bound,

@@ -45,6 +45,35 @@ def test_resplit_finds_the_split_single_exchanges_miss():
     assert accepted == 1 and checks >= 1 and not timed_out
 
 
+def test_resplit_every_partner_finds_the_one_partner_that_splits_evenly():
+    # m = 1, seq_len 100, cost = tokens. Rank 0 = [7, 5] (12), rank 1 = [4, 6] (10), ranks 2-21 = [9].
+    # With a [9] rank no split of {7, 5, 9} has both sides below 12 (12|9, 14|7, 16|5); with rank 1,
+    # 7+4 | 5+6 = 11 | 11. Optimum 11: the twenty 9s each need a rank of their own (9 plus any other
+    # sample is >= 13), so 7, 5, 4, 6 (22) share two ranks.
+    tokens = np.array([7, 5, 4, 6] + [9] * 20)
+    bins = [[0, 1], [2, 3]] + [[4 + j] for j in range(20)]
+    new, checks, accepted, timed_out = resplit(bins, tokens, tokens.astype(float), 22, 1, 100, 10.0, 10_000,
+                                               every_partner=True)
+    assert sorted(sorted(int(tokens[i]) for i in b) for b in new[:2]) == [[4, 7], [5, 6]]
+    assert new[2:] == bins[2:]
+    assert accepted == 1 and not timed_out
+    # the lighter ranks come first: 20 checks against the [9] ranks fail before rank 1 is tried; then the
+    # two ranks at 11 fail against the 20 [9] ranks and each other (tied, not lighter): stalled
+    assert checks == 20 + 1 + 2 * 20
+
+
+def test_lns_every_partner_resplit_beats_repair_with_one_neighbourhood():
+    # m = 1, three samples per rank, D = 20 (a 3-partition): repair's pair re-split stops at 7902 (its
+    # partners are the 8 lightest and 8 drawn ranks); lns's every-partner re-split then gets below it.
+    made = planted_balance(ranks=20, bins_per_rank=1, samples_per_rank=3, seq_len=8192, fill=0.96, seed=8)
+    assert made.optimum == 7864  # floor(0.96 · 8192)
+    repair = packplace.balance(made.instance, solver="repair")
+    lns = packplace.balance(made.instance, solver="lns", time_limit_s=60, max_neighbourhoods=1)
+    assert made.optimum <= lns.objective < repair.objective
+    assert "every-partner pair re-split" in lns.message
+    _check_bins(made.instance, lns.solution.bins)
+
+
 @pytest.mark.parametrize(("ranks", "per_rank", "samples", "fill", "seed", "optimum"), [
     # every planted bin holds floor(fill · 8192) tokens and cost = tokens, so each rank carries m of those;
     # exchanges of one or two samples stop 0.03-1.2% above (8,004; 16,007; 16,104; 32,114; 7,956)
@@ -86,9 +115,9 @@ def _check_bins(instance, bins):
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(2, 12), st.sampled_from([1, 2, 4]), st.integers(0, 8), st.floats(0.9, 0.99),
-       st.integers(0, 10**6), st.booleans())
+       st.integers(0, 10**6), st.booleans(), st.booleans())
 def test_resplit_keeps_every_sample_once_and_never_raises_the_maximum(ranks, per_rank, extra, fill, seed,
-                                                                       flops):
+                                                                       flops, every_partner):
     made = planted_balance(ranks=ranks, bins_per_rank=per_rank, samples_per_rank=per_rank + extra, seq_len=4096,
                            fill=fill, seed=seed, cost="flops" if flops else "tokens")
     instance = made.instance
@@ -98,7 +127,7 @@ def test_resplit_keeps_every_sample_once_and_never_raises_the_maximum(ranks, per
     bins = [[where[key] for key in b] for b in start]
     loads = BalanceEvaluator(instance).rank_loads(start)
     new, checks, accepted, _ = resplit(bins, prepared.tokens, prepared.costs, ranks, per_rank, 4096,
-                                       float(made.optimum or 0.0), 200, seed=seed)
+                                       float(made.optimum or 0.0), 200, seed=seed, every_partner=every_partner)
     keys = tuple(tuple(prepared.keys[i] for i in b) for b in new)
     _check_bins(instance, keys)
     new_loads = BalanceEvaluator(instance).rank_loads(keys)

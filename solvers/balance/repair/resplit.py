@@ -16,8 +16,9 @@ and hence Σℓ² without raising the objective, so the search terminates.
 
 Search (:func:`resplit`): leaders are the :data:`LEADERS` heaviest ranks above the target, heaviest
 first; each is paired with the :data:`LIGHT_PARTNERS` lightest ranks and :data:`RANDOM_PARTNERS`
-seeded draws; each (leader, partner) pair is checked once per version of its two ranks; after an
-accepted split the search restarts from the heaviest. Stops when every rank load is at most
+seeded draws (or with every lighter rank, lightest first: ``every_partner``); each (leader, partner)
+pair is checked once per version of its two ranks; after an accepted split the search restarts from
+the heaviest. Stops when every rank load is at most
 ``target``, when no pair improves, after ``max_checks`` pair checks, or at the deadline. Deterministic.
 Multiway number partitioning by repeated exact two-way re-partitioning: Korf, "Multi-way number
 partitioning", IJCAI 2009 (https://www.ijcai.org/Proceedings/09/Papers/096.pdf).
@@ -46,6 +47,9 @@ RANDOM_PARTNERS = 8
 PACK_CANDIDATES = 48
 #: Search nodes of one exact packing check (:func:`pack_bins`).
 PACK_NODES = 4000
+#: ``every_partner`` with m = 1 tests the admissibility of a leader's splits with every partner at once
+#: (one numpy array of this many entries at most; above it, pair by pair).
+BATCH_ENTRIES = 1 << 20
 
 
 def pack_bins(members: list[int], tokens: np.ndarray, per_rank: int, capacity: int,
@@ -162,6 +166,7 @@ def resplit(
     max_checks: int,
     deadline: float | None = None,
     seed: int = 0,
+    every_partner: bool = False,
 ) -> tuple[list[list[int]], int, int, bool]:
     """Exact pair re-splits (module docstring) until every rank load is at most ``target``.
 
@@ -173,6 +178,9 @@ def resplit(
         max_checks: Most pair checks.
         deadline: ``time.perf_counter()`` value after which no pair is checked.
         seed: Seed of the random partners and of the free samples' draw.
+        every_partner: Pair each leader with every lighter rank, lightest first, instead of the
+            :data:`LIGHT_PARTNERS` lightest and :data:`RANDOM_PARTNERS` drawn ones (``lns`` uses this where
+            the ranks hold few samples and a pair check is cheap; ``repair`` does not).
 
     Returns:
         (bins, pair checks, accepted splits, stopped by the deadline).
@@ -235,6 +243,49 @@ def resplit(
             return heavy_bins, light_bins
         return None
 
+    subsets: dict[int, tuple[int, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def own_subsets(rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(cost, token, count) sums of every subset of ``rank``'s samples, cached per version."""
+        found = subsets.get(rank)
+        if found is None or found[0] != versions[rank]:
+            chosen = np.array(members[rank], dtype=np.int64)
+            found = subsets[rank] = (versions[rank], _subset_sums(costs[chosen]),
+                                     _subset_sums(tokens[chosen].astype(np.int64)), _popcounts(len(chosen)))
+        return found[1], found[2], found[3]
+
+    def hopeless(leader: int, candidates: list[int]) -> set[int]:
+        """The ``candidates`` (m = 1, pools of at most FREE_SAMPLES) without an admissible split.
+
+        The admissibility test of ``split`` for all of them at once (with m = 1 an admissible split
+        always packs), so that ``split`` runs only where it can succeed; same answer, fewer calls."""
+        own = len(members[leader])
+        small = [r for r in candidates if own + len(members[r]) <= FREE_SAMPLES]
+        if not small:
+            return set()
+        parts = [own_subsets(r) for r in small]
+        widths = np.array([len(part[0]) for part in parts])
+        if (1 << own) * int(widths.sum()) > BATCH_ENTRIES:
+            return set()
+        lead_costs, lead_tokens, lead_counts = own_subsets(leader)
+        owner = np.repeat(np.arange(len(small)), widths)
+        ceiling = loads[leader] - IMPROVEMENT_RTOL * abs(loads[leader])
+        room = capacity
+        lead_total = int(lead_tokens[-1])  # the full subset: all the leader's tokens
+        partner_tokens = np.array([int(part[1][-1]) for part in parts])
+        low_cost = (loads[leader] + loads[small] - ceiling)[owner]
+        low_tokens = (lead_total + partner_tokens - room)[owner]
+        pool_sizes = (own + np.array([len(members[r]) for r in small]))[owner]
+        heavy_cost = lead_costs[:, None] + np.concatenate([part[0] for part in parts])[None, :]
+        heavy_tokens = lead_tokens[:, None] + np.concatenate([part[1] for part in parts])[None, :]
+        count = lead_counts[:, None] + np.concatenate([part[2] for part in parts])[None, :]
+        ok = (heavy_cost < ceiling) & (heavy_cost > low_cost[None, :])
+        ok &= (heavy_tokens <= room) & (heavy_tokens >= low_tokens[None, :])
+        ok &= (count >= 1) & (count <= pool_sizes[None, :] - 1)
+        possible = np.zeros(len(small), dtype=bool)
+        possible[owner[ok.any(axis=0)]] = True
+        return {r for r, good in zip(small, possible.tolist()) if not good}
+
     while checks < max_checks:
         order = np.argsort(-loads, kind="stable").tolist()  # heaviest first, ties by index
         if loads[order[0]] <= target:
@@ -244,8 +295,15 @@ def resplit(
         for leader in order[:LEADERS]:
             if loads[leader] <= target or locked[leader]:
                 continue
-            drawn = rng.sample(range(ranks), min(RANDOM_PARTNERS, ranks))
-            partners = lightest + [r for r in drawn if r not in lightest]
+            if every_partner:
+                partners = order[::-1]
+                skip = hopeless(leader, [
+                    r for r in partners if r != leader and not locked[r] and loads[r] < loads[leader]
+                    and (leader, r, versions[leader], versions[r]) not in checked]) if per_rank == 1 else set()
+            else:
+                skip = set()
+                drawn = rng.sample(range(ranks), min(RANDOM_PARTNERS, ranks))
+                partners = lightest + [r for r in drawn if r not in lightest]
             for partner in partners:
                 if partner == leader or locked[partner] or loads[partner] >= loads[leader]:
                     continue
@@ -259,6 +317,8 @@ def resplit(
                     break
                 checked.add(key)
                 checks += 1
+                if partner in skip:
+                    continue
                 result = split(leader, partner)
                 if result is None:
                     continue
