@@ -33,7 +33,7 @@ START_HEURISTICS = ("repair", "lpt")
 #: last resort, and ``lpt`` is one sort and one pass, far inside the contract's 0.5 s of slack.
 LAST_RESORT_S = 0.25
 #: Seconds per sample below which no start heuristic finishes (``repair`` and ``lpt`` sort the samples
-#: and make at least one Python pass over them): a floor well under their measured cost
+#: and make at least one Python pass over them): a floor well under their cost
 #: (docs/performance.md, "Time limits at size"). With less time than this and reference bins, the
 #: reference is the start at once, with the time limit flagged, instead of a construction the limit cuts.
 START_S_PER_SAMPLE = 2e-6

@@ -148,7 +148,7 @@ class Hardware:
         """The fraction of ``memory_bandwidth`` at which routed experts stream in a decode step whose
         experts receive ``tokens_per_expert`` tokens each (float or array): ``decode_bw_eff`` up to
         :data:`MOE_GEMV_TOKENS`, ``moe_decode_bw_eff`` from :data:`MOE_FULL_TOKENS` on, linear in
-        ``log2`` between (the shape of the measured curve, :data:`MOE_DECODE_BW_EFF_H100`);
+        ``log2`` between (the shape of the published kernel times, :data:`MOE_DECODE_BW_EFF_H100`);
         ``decode_bw_eff`` throughout when ``moe_decode_bw_eff`` is 0 (unset)."""
         if self.moe_decode_bw_eff <= 0:
             return self.decode_bw_eff + 0.0 * tokens_per_expert
@@ -203,25 +203,19 @@ def _links(nvlink_bus: float, nic: float, *, rack_factor: float = 0.9) -> dict[s
 
 #: ``moe_decode_bw_eff`` of the ``h100-sxm`` preset: the fraction of HBM bandwidth at which vLLM's fused-MoE
 #: Triton kernel streams the routed experts at decode batch sizes. Source: vLLM pull request
-#: (github.com/vllm-project/vllm/pull/24700, "Benchmarks on H100", ``benchmarks/kernels/benchmark_moe.py
-#: --model=Qwen/Qwen3-30B-A3B -tp=1 --dtype=fp8_w8a8``, the "Main" kernel times of one MoE layer: 128
-#: experts of 3 × 2048 × 768 fp8 weights, 4.72 MB each, top-8). Bytes of the experts the batch touches
-#: (expected distinct experts, :meth:`~packplace.placement.cost.CostModel.decode_expert_weights_read`) over
-#: the kernel time, as a fraction of the H100 SXM's 3.35 TB/s: 16 tokens (1 per expert) 185.40 µs, 0.63;
-#: 32 tokens (2) 238.37 µs, 0.66; 64 (4) 262.73 µs, 0.68; 128 (8) 273.72 µs, 0.66; 256 (16) 355.49 µs,
-#: 0.51; 512 (32) 391.86 µs, 0.46. Up to 8 tokens per expert the kernel streams at the dense decode
-#: fraction (``decode_bw_eff`` 0.65); from 16 on it falls to 0.51 — :data:`MOE_GEMV_TOKENS`,
-#: :data:`MOE_FULL_TOKENS`. Held at 0.51 beyond 16 (a rollout engine of ``max_num_seqs`` 256 reaches 16
-#: tokens per expert on this model). An fp8 measurement of the shape (the closest public H100 figure at
-#: this expert size; a bf16 expert moves twice the bytes for the same FLOPs), so the value is uncertain:
-#: ``packplace calibrate --knobs moe_decode_bw_eff`` fits it to a measured step. Other presets leave it
-#: unset (0: ``decode_bw_eff``).
+#: github.com/vllm-project/vllm/pull/24700 ("Benchmarks on H100", ``benchmarks/kernels/benchmark_moe.py
+#: --model=Qwen/Qwen3-30B-A3B -tp=1 --dtype=fp8_w8a8``, the "Main" kernel times of one MoE layer): the bytes
+#: of the experts a batch touches (:meth:`~packplace.placement.cost.CostModel.decode_expert_weights_read`)
+#: over the kernel time, as a fraction of the H100 SXM's 3.35 TB/s, stay near the dense decode fraction up
+#: to 8 tokens per expert and fall to 0.51 at 16 (the per-batch-size table: docs/calibration-and-validation.md,
+#: "Mixture of experts"). Held at 0.51 beyond 16 (an engine of ``max_num_seqs`` 256 reaches 16 on this
+#: model). An fp8 figure used for bf16 weights, so uncertain: ``packplace calibrate --knobs
+#: moe_decode_bw_eff`` fits it to a step of your own. Other presets leave it unset (0: ``decode_bw_eff``).
 MOE_DECODE_BW_EFF_H100 = 0.51
-#: Tokens per expert up to which fused-MoE decode streams at the dense fraction (the measured plateau
-#: of :data:`MOE_DECODE_BW_EFF_H100`, 0.63-0.68 at 1-8 tokens per expert).
+#: Tokens per expert up to which fused-MoE decode streams at the dense fraction (the plateau of the
+#: source of :data:`MOE_DECODE_BW_EFF_H100`).
 MOE_GEMV_TOKENS = 8.0
-#: Tokens per expert from which fused-MoE decode streams at ``moe_decode_bw_eff`` (0.51 at 16 in the
-#: same measurement).
+#: Tokens per expert from which fused-MoE decode streams at ``moe_decode_bw_eff`` (the same source).
 MOE_FULL_TOKENS = 16.0
 #: ``moe_gemm_peak_fraction`` of the ``h100-sxm`` preset: the experts' GEMM ceiling at which the model's
 #: training pass reproduces Megatron-Bridge's published MoE pre-training throughput on H100. Source:
