@@ -38,10 +38,13 @@ ADDED = {
 
 #: Rows whose ratio lies outside RATIO_RANGE today, with the bounds it is kept within (a regression guard,
 #: not a target): the MoE row fits in memory with expert parallelism, but its step comes out below the
-#: published one (0.61).
-KNOWN_OUT_OF_RANGE = {("nemo_rl_grpo_qwen3-30b-a3b_4x8xh100", "step"): (0.5, 0.7)}
-#: The held-out row's ratio (0.71 with the presets' former 5 s per task).
-HELD_OUT_RATIO = 0.67
+#: published one (0.61); OpenRLHF's generation + experience phase (1.28 in sample when the presets were
+#: set) is 1.31 since its vLLM batches are bounded by their KV cache's tokens (recompute preemption).
+KNOWN_OUT_OF_RANGE = {("nemo_rl_grpo_qwen3-30b-a3b_4x8xh100", "step"): (0.5, 0.7),
+                      ("openrlhf_ppo_llama2-7b_8xa800", "generation_and_experience"): (1.2, 1.4)}
+#: The held-out row's ratio (0.67 before its vLLM batch was bounded by the KV cache's tokens at
+#: gpu_memory_utilization 0.6: 277.1 / 393 s).
+HELD_OUT_RATIO = 0.705
 #: The rows the presets' knobs were set with in view (in sample): required within x1.3. The other files of
 #: benchmarks/validation/ are reported and cross-validated (tests/placement/test_crossval.py).
 IN_SAMPLE = ("nemo_rl_grpo_llama3.1-8b_2x8xh100", "openrlhf_ppo_llama2-7b_8xa800", "deepspeed_chat_ppo_opt-13b_8xa100",
@@ -121,11 +124,13 @@ def test_validation_files_use_the_published_configs_settings(setup, published):
 
 
 def test_validate_json_has_one_object_per_row(capsys):
-    assert main(["validate", "--json", OPENRLHF]) == 0
+    code = main(["validate", "--json", OPENRLHF])
     document = json.loads(capsys.readouterr().out)
-    assert document["ok"] is True
     rows = {r["phase"]: r for r in document["rows"]}
     assert set(rows) == {"step", "generation_and_experience", "training"}
+    # the generation + experience phase is at 1.31 (KNOWN_OUT_OF_RANGE): the file fails, exit 1
+    assert rows["generation_and_experience"]["ok"] is False and rows["step"]["ok"] is True
+    assert document["ok"] is False and code == 1
     training = rows["training"]
     assert training["published"] == 403.0 and training["memory_ok"] is True
     assert training["source"].startswith("OpenRLHF")
@@ -138,10 +143,10 @@ def test_validate_json_has_one_object_per_row(capsys):
 
 
 def test_validate_command_prints_the_report(capsys):
-    assert main(["validate", *IN_SAMPLE_FILES]) == 0
+    assert main(["validate", *IN_SAMPLE_FILES]) == 1  # OpenRLHF's generation + experience at 1.31
     out = capsys.readouterr().out
     assert "nemo_rl_grpo_llama3.1-8b_2x8xh100" in out
-    assert "6 of 6 figures within x1.3 of the published value with the plan within memory" in out
+    assert "5 of 6 figures within x1.3 of the published value with the plan within memory" in out
 
 
 def test_mean_live_tokens_by_hand():

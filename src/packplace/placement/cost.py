@@ -27,8 +27,9 @@ import numpy as np
 from packplace.placement.dp_balance import VertexBalance
 from packplace.placement.engine import (
     RolloutEngine,
-    continuous_schedule,
     kv_capacity_sequences,
+    kv_capacity_tokens,
+    paged_schedule,
     rollout_stream_schedule,
 )
 from packplace.placement.framework import (
@@ -476,11 +477,14 @@ class CostModel:
         """Rollout generation of the ``B·K/dp`` sequences of one engine replica (the replicas are alike).
 
         Continuous batching (default, :mod:`packplace.placement.engine`): at most
-        :meth:`engine_concurrency` sequences run; :func:`~packplace.placement.engine.continuous_schedule`
-        gives segments of iterations with a constant running set, each priced by
+        :meth:`engine_concurrency` sequences run and their prompt and generated tokens at most the paged
+        cache's :func:`~packplace.placement.engine.kv_capacity_tokens`;
+        :func:`~packplace.placement.engine.paged_schedule` gives segments of iterations with a constant
+        running set (vLLM's preemptions where the batch outgrows the cache), each priced by
         :meth:`decode_step_times` at its middle iteration (exact when one roofline side dominates the
         segment, as both sides are linear in the iteration); plus the prefill of every prompt in passes of
-        the running batch (:meth:`prefill_time`).
+        the running batch (:meth:`prefill_time`) and of the tokens preempted sequences recompute
+        (:meth:`recompute_time`).
 
         Static rounds (``batching: static``): rounds of ``mb`` sequences, each a prefill of ``mb``
         prompts and decode iterations ``t = 1..T_max`` (``T_max`` the longest response of the batch,
@@ -496,11 +500,13 @@ class CostModel:
         per_replica = w.sequences // dp
         if self.engine.batching == "continuous":
             slots = self.engine_concurrency(model, tp, pp, micro_batch, ep)
-            iterations, running, generated = continuous_schedule(w, per_replica, slots)
+            kv = kv_capacity_tokens(model, self.hw.memory_per_gpu, w, tp, pp, self.engine.gpu_memory_utilization,
+                                    ep)
+            iterations, running, generated, recomputed = paged_schedule(w, per_replica, slots, kv)
             middle = running * (S + 1.0) + generated + running * (iterations - 1.0) / 2.0
             steps = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep)
-            return self.prefill_time(model, tp, per_replica, min(slots, per_replica), ep, extent) + float(
-                (steps * iterations).sum())
+            return (self.prefill_time(model, tp, per_replica, min(slots, per_replica), ep, extent)
+                    + self.recompute_time(model, tp, recomputed, ep) + float((steps * iterations).sum()))
         rounds = per_replica // micro_batch
         prefill = self.prefill_time(model, tp, micro_batch, micro_batch, ep, extent)
         steps, weight, fraction = w.decode_grid  # (n,) decode steps t, steps each entry stands for, 1 − F(t − 1)
@@ -508,6 +514,18 @@ class CostModel:
         step = self.decode_step_times(model, tp, pp, extent, dp, active, active * (S + steps), ep)
         round_time = prefill + float((step * weight).sum())
         return self.pipeline(rounds, pp, round_time * stage_gemm_share(model, pp))
+
+    def recompute_time(self, model: ModelSpec, tp: int, tokens: float, ep: int = 1) -> float:
+        """Prefill of the ``tokens`` a rollout engine recomputes for preempted sequences (vLLM's
+        recompute preemption re-runs the prompt and the tokens generated so far,
+        :func:`~packplace.placement.engine.paged_schedule`), seconds: a causal forward pass over them
+        (:meth:`forward_flops_per_token` at ``s = S + mean response``) as GEMMs of ``s`` rows, one resumed
+        sequence per pass (:meth:`compute_time`); 0 for no tokens."""
+        if tokens <= 0:
+            return 0.0
+        s = self.workload.train_seq_len
+        per_pass = self.compute_time(model, self.forward_flops_per_token(model, s), 1.0, s, tp, ep, trainer=False)
+        return per_pass * tokens / s
 
     def stale_generate_time(self, model: ModelSpec, dp: int, pp: int, tp: int, micro_batch: int,
                             extent: tuple[int, int, int], ep: int = 1, staleness: int = 0) -> float | None:

@@ -22,7 +22,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from packplace.placement.memory import max_concurrent_sequences
+from packplace.placement.memory import (
+    ACTIVATION_BYTES_PER_TOKEN_HIDDEN,
+    max_concurrent_sequences,
+    stage_layers,
+    weight_bytes,
+)
 from packplace.placement.models import ModelSpec
 from packplace.placement.workload import Workload
 
@@ -68,6 +73,23 @@ def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Wor
     return max(1, max_concurrent_sequences(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
                                            gpu_memory_utilization=gpu_memory_utilization,
                                            prompt_len=workload.context_length, live_len=live, ep=ep))
+
+
+def kv_capacity_tokens(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,
+                       gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, ep: int = 1) -> int:
+    """Tokens the paged KV cache of one engine replica holds, all running sequences together (at least 1):
+    the budget of :func:`packplace.placement.memory.max_concurrent_sequences` (``gpu_memory_utilization``
+    of the GPU less the bf16 weights of the largest stage and one prompt's prefill workspace) over the KV
+    bytes of one token on the largest stage's layers. vLLM sizes its cache the same way (the fraction of
+    the GPU it may use less the weights and the profiled activations; the rest is KV blocks,
+    docs.vllm.ai "Engine Arguments", ``--gpu-memory-utilization``) and allocates blocks to a sequence as
+    it grows (Kwon et al. 2023, §4)."""
+    budget = gpu_memory_utilization * memory_per_gpu - weight_bytes(model, tp, pp, ep)
+    budget -= ACTIVATION_BYTES_PER_TOKEN_HIDDEN * workload.context_length * model.hidden_dim / tp
+    per_token = model.kv_bytes_per_token(tp, 1) * max(stage_layers(model.layers, pp)) / model.layers
+    if budget <= 0 or per_token <= 0:
+        return 1
+    return max(1, int(budget // per_token))
 
 
 def mean_live_tokens(workload: Workload) -> float:
@@ -127,6 +149,105 @@ def _schedule(workload: Workload, sequences: int, slots: int) -> tuple[np.ndarra
         heapq.heappush(heap, t + lengths[i])
     iterations, running, generated = _segments(starts, starts + lengths)
     return iterations * scale_time, running * scale_running, generated * scale_running
+
+
+def paged_schedule(workload: Workload, sequences: int, slots: int, kv_tokens: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """:func:`continuous_schedule` with the paged KV cache's token capacity enforced as vLLM's scheduler
+    enforces it, and the tokens it recomputes.
+
+    A batch whose sequences all start together holds its largest KV footprint in mid-decode, when most
+    sequences are still running and long: ``max_t n(T > t)·(S + t)`` tokens, more than the running count
+    times the mean live length (:func:`mean_live_tokens`, the capacity of a steady stream) that sizes
+    ``slots``. When the schedule of :func:`continuous_schedule` never holds more than ``kv_tokens``
+    tokens (prompt plus generated tokens of the running sequences) it is returned as it is. Otherwise
+    the scheduler of vLLM V1 (vllm/v1/core/sched/scheduler.py, ``Scheduler.schedule``; docs.vllm.ai,
+    "Optimization and Tuning", "Preemption") is simulated: each decode iteration every running sequence
+    needs one more token's KV slot; when the cache cannot hold them the most recently admitted running
+    sequence is preempted (first come, first served: ``self.running.pop()``), its KV freed, and it
+    returns to the head of the waiting queue keeping its generated tokens, whose KV is recomputed
+    (prefill of prompt plus generated tokens) when it is admitted again; no sequence is admitted in an
+    iteration that preempted one. A waiting sequence is admitted (at most ``slots`` running) when its
+    tokens and one more token of every running sequence fit (otherwise it would be the sequence preempted
+    at the next iteration). Token granularity (vLLM's 16-token blocks are ignored).
+
+    Returns:
+        ``(iterations, running, generated, recomputed)``: the segments as :func:`continuous_schedule`
+        returns them (shape ``(k,)`` each; ``generated`` counts the response tokens the running sequences
+        hold, those kept over a preemption included) and the tokens re-prefilled after preemptions.
+
+    Raises:
+        ValueError: ``kv_tokens`` < 1.
+    """
+    if int(kv_tokens) < 1:
+        raise ValueError(f"paged_schedule: kv_tokens must be >= 1, got {kv_tokens!r}")
+    return _paged(workload, int(sequences), int(max(1, min(slots, sequences))), int(kv_tokens))
+
+
+@lru_cache(maxsize=256)
+def _paged(workload: Workload, sequences: int, slots: int, kv_tokens: int
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    iterations, running, generated = _schedule(workload, sequences, slots)
+    S = float(workload.context_length)
+    peak = float(np.max(running * S + generated + running * iterations)) if len(running) else 0.0
+    if peak <= kv_tokens:
+        return iterations, running, generated, 0.0
+    if sequences > SIMULATED_SEQUENCES:
+        ratio = sequences / SIMULATED_SEQUENCES
+        n, c = SIMULATED_SEQUENCES, max(1, round(slots / ratio))
+        scale_running = slots / c
+        cap = kv_tokens / scale_running
+        scale_time = ratio / scale_running
+    else:
+        n, c, cap, scale_running, scale_time, ratio = sequences, slots, float(kv_tokens), 1.0, 1.0, 1.0
+    lengths = response_lengths(workload, n)
+    gen = np.zeros(n)
+    waiting = list(range(n))
+    waiting.reverse()  # a stack: the head of the queue at the end
+    run: list[int] = []  # admission order: the newest last
+    used = 0.0
+    recomputed = 0.0
+    seg_it: list[float] = []
+    seg_run: list[float] = []
+    seg_gen: list[float] = []
+    preempted = False
+    while waiting or run:
+        if not preempted:
+            while waiting and len(run) < c:
+                i = waiting[-1]
+                need = S + gen[i]
+                if run and used + need + len(run) + 1 > cap:
+                    break
+                waiting.pop()
+                if gen[i] > 0:
+                    recomputed += need
+                run.append(i)
+                used += need
+        r = len(run)
+        idx = np.fromiter(run, dtype=int, count=r)
+        room = int((cap - used) // r)
+        if room < 1 and r > 1:
+            i = run.pop()
+            used -= S + gen[i]
+            waiting.append(i)
+            preempted = True
+            continue
+        left = lengths[idx] - gen[idx]
+        # a lone sequence larger than the cache runs on (vLLM would refuse it; the model keeps a time)
+        step = max(1, min(int(left.min()), room)) if room >= 1 else max(1, int(left.min()))
+        seg_it.append(float(step))
+        seg_run.append(float(r))
+        seg_gen.append(float(gen[idx].sum()))
+        gen[idx] += step
+        used += r * step
+        preempted = False
+        finished = gen[idx] >= lengths[idx]
+        if finished.any():
+            done = set(idx[finished].tolist())
+            used -= float(np.sum(S + gen[idx[finished]]))
+            run = [i for i in run if i not in done]
+    return (np.array(seg_it) * scale_time, np.array(seg_run) * scale_running,
+            np.array(seg_gen) * scale_running, recomputed * ratio)
 
 
 def rollout_stream_schedule(workload: Workload, batch_sequences: int, group: int, groups_in_flight: int,
