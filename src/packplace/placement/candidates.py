@@ -473,10 +473,18 @@ def inference_sharded(instance, vertex: str) -> bool:
 
 
 def inference_offloaded(instance, vertex: str) -> bool:
-    """Whether ``vertex`` is the forward of an inference-only model that ``policy.inference_offload``
-    keeps in host memory (its weights stream in over ``host_bandwidth``)."""
+    """Whether the weights of ``vertex``'s forwards live in host memory (they stream in over
+    ``host_bandwidth``): an ``infer`` vertex of an inference-only model that ``policy.inference_offload``
+    lists, or an ``infer`` / ``generate`` vertex of a model that trains with ``sharding: zero3`` and
+    ``offload: optimizer+params`` (ZeRO-3 ``offload_param``: the partitions stay on the host for every
+    forward, DeepSpeed-Chat ``--offload``, dschat/utils/ds_utils.py get_train_ds_config)."""
     v = instance.graph.vertex(vertex)
-    return v.kind == "infer" and v.model in INFERENCE_OFFLOAD[instance.inference_offload]
+    if v.kind == "infer" and v.model in INFERENCE_OFFLOAD[instance.inference_offload]:
+        return True
+    if v.kind not in ("infer", "generate") or v.model not in algorithm_spec(instance.algorithm).trainable_models:
+        return False
+    options = instance.training.get(v.model, DEFAULT_TRAINING)
+    return options.sharding == "zero3" and options.offload == "optimizer+params"
 
 
 def vertex_balance(instance, vertex: str) -> VertexBalance | None:
