@@ -23,10 +23,9 @@ from functools import lru_cache
 import numpy as np
 
 from packplace.placement.memory import (
-    ACTIVATION_BYTES_PER_TOKEN_HIDDEN,
+    kv_cache_budget_bytes,
     max_concurrent_sequences,
-    stage_layers,
-    weight_bytes,
+    stage_kv_bytes_per_token,
 )
 from packplace.placement.models import ModelSpec
 from packplace.placement.workload import Workload
@@ -84,9 +83,10 @@ def kv_capacity_tokens(model: ModelSpec, memory_per_gpu: float, workload: Worklo
     the GPU it may use less the weights and the profiled activations; the rest is KV blocks,
     docs.vllm.ai "Engine Arguments", ``--gpu-memory-utilization``) and allocates blocks to a sequence as
     it grows (Kwon et al. 2023, §4)."""
-    budget = gpu_memory_utilization * memory_per_gpu - weight_bytes(model, tp, pp, ep)
-    budget -= ACTIVATION_BYTES_PER_TOKEN_HIDDEN * workload.context_length * model.hidden_dim / tp
-    per_token = model.kv_bytes_per_token(tp, 1) * max(stage_layers(model.layers, pp)) / model.layers
+    budget = kv_cache_budget_bytes(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
+                                   gpu_memory_utilization=gpu_memory_utilization,
+                                   prompt_len=workload.context_length, ep=ep)
+    per_token = stage_kv_bytes_per_token(model, tp, pp)
     if budget <= 0 or per_token <= 0:
         return 1
     return max(1, int(budget // per_token))

@@ -320,6 +320,23 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     return best[1], best[2]
 
 
+def kv_cache_budget_bytes(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,
+                          gpu_memory_utilization: float, prompt_len: int, prefill_sequences: int = 1,
+                          ep: int = 1) -> float:
+    """Bytes per GPU a paged-KV generation engine has for its KV cache (negative when the weights do not
+    fit): ``gpu_memory_utilization · memory_per_gpu`` less the bf16 weights of the largest stage
+    (:func:`weight_bytes`) and the prefill workspace of ``prefill_sequences`` prompts of ``prompt_len``
+    tokens (``34·S·n·d/tp`` bytes, one layer). vLLM sizes its cache this way (docs.vllm.ai "Engine
+    Arguments", ``--gpu-memory-utilization``)."""
+    budget = gpu_memory_utilization * memory_per_gpu - weight_bytes(model, tp, pp, ep)
+    return budget - ACTIVATION_BYTES_PER_TOKEN_HIDDEN * prompt_len * prefill_sequences * model.hidden_dim / tp
+
+
+def stage_kv_bytes_per_token(model: ModelSpec, tp: int, pp: int) -> float:
+    """KV-cache bytes per token per GPU on the largest pipeline stage's layers (``tp``-way split heads)."""
+    return model.kv_bytes_per_token(tp, 1) * max(stage_layers(model.layers, pp)) / model.layers
+
+
 def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,
                              gpu_memory_utilization: float, prompt_len: int, live_len: float,
                              prefill_sequences: int = 1, ep: int = 1) -> int:
@@ -340,11 +357,10 @@ def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_g
     Returns:
         The count (0 when the weights alone exceed the budget).
     """
-    budget = gpu_memory_utilization * memory_per_gpu
-    budget -= weight_bytes(model, tp, pp, ep)
-    budget -= ACTIVATION_BYTES_PER_TOKEN_HIDDEN * prompt_len * prefill_sequences * model.hidden_dim / tp
-    per_sequence = model.kv_bytes_per_token(tp, 1) * max(stage_layers(model.layers, pp)) / model.layers * live_len
-    per_sequence += model.output_dim * LOGIT_BYTES / tp
+    budget = kv_cache_budget_bytes(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
+                                   gpu_memory_utilization=gpu_memory_utilization, prompt_len=prompt_len,
+                                   prefill_sequences=prefill_sequences, ep=ep)
+    per_sequence = stage_kv_bytes_per_token(model, tp, pp) * live_len + model.output_dim * LOGIT_BYTES / tp
     if budget <= 0 or per_sequence <= 0:
         return 0
     return int(math.floor(budget / per_sequence))
