@@ -136,8 +136,9 @@ def test_validate_json_has_one_object_per_row(capsys):
     assert training["source"].startswith("OpenRLHF")
     assert training["ratio"] == pytest.approx(training["predicted"] / 403.0)
     assert set(training["parts"]) == {"actor.train", "critic.train"}
-    # ZeRO-3 under OpenRLHF: the old-log-prob pass gathers the partitioned weights
-    assert set(training["parts"]["actor.train"]) == {"train", "old_log_prob", "gather", "overhead"}
+    # ZeRO-3 under OpenRLHF: the old-log-prob pass gathers the partitioned weights; the trainer's
+    # recomputation, ZeRO-3 collectives and Adam offload are its memory_options part
+    assert set(training["parts"]["actor.train"]) == {"train", "old_log_prob", "gather", "memory_options", "overhead"}
     assert set(rows["step"]["parts"]) == {"actor.generate", "reference.infer", "reward.infer", "critic.infer",
                                           "actor.train", "critic.train"}
 
@@ -281,3 +282,28 @@ def test_validation_plan_staleness_must_be_a_mapping_of_steps(tmp_path):
         load_setup(_split_nemo_file(tmp_path, {"actor": -1}))
     with pytest.raises(ConfigError, match="plan.staleness: must be a mapping"):
         load_setup(_split_nemo_file(tmp_path, [1]))
+
+
+def test_parts_add_up_to_the_task_time_and_calibrate_uses_the_same_total():
+    # The 70B "Optimized DSChat" file trains ZeRO-3 with parameter and Adam offload and full recomputation:
+    # its trainers' memory options cost more than their passes, so a part list without them (the former
+    # validate --json parts and calibrate task times) would be off by that much.
+    from packplace.placement.training_time import training_overhead_seconds
+
+    path = os.path.join(VALIDATION, "deepspeed_chat_optimized_ppo_llama2-70b_32xa800.yaml")
+    instance, plan, _ = load_setup(path)
+    from packplace.placement.validate import plan_evaluator
+
+    ev = plan_evaluator(instance, plan)
+    score = ev.score(plan)
+    times = task_times(instance, plan, instance.hardware)
+    for name, _vp in plan.vertices:
+        parts = score.phases[name]
+        assert sum(parts.values()) == pytest.approx(score.vertex_time[name], rel=1e-12)
+        assert times[name] == pytest.approx(score.vertex_time[name], rel=1e-12)
+    vp = dict(plan.vertices)["actor.train"]
+    s = vp.strategy
+    expected = training_overhead_seconds(ev.cost, instance.models["actor"], instance.training["actor"], s.dp, s.pp,
+                                         s.tp, vp.micro_batch, vp.allocation.extent, s.ep)
+    assert score.phases["actor.train"]["memory_options"] == pytest.approx(expected)
+    assert expected > score.phases["actor.train"]["train"]

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from packplace.errors import ConfigError
-from packplace.placement.candidates import cost_model, inference_offloaded, inference_sharded, needs_old_log_prob
+from packplace.placement.candidates import cost_model, vertex_parts
 from packplace.placement.hardware import Hardware
 
 #: Knobs that can be fitted and their physical bounds (fractions of peak in (0, 1]; seconds ≥ 0).
@@ -66,12 +66,7 @@ def task_times(instance, plan, hardware: Hardware, engine_only: tuple[str, ...] 
     cost = cost_model(instance, hardware=hardware)
     out = {}
     for name, vp in plan.vertices:
-        vertex = instance.graph.vertex(name)
-        s = vp.strategy
-        phases = cost.vertex_phases(instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp, vp.micro_batch,
-                                    vp.allocation.extent, needs_old_log_prob(instance, name), s.ep,
-                                    sharded=inference_sharded(instance, name),
-                                    offloaded=inference_offloaded(instance, name))
+        phases = vertex_parts(instance, cost, name, vp.strategy, vp.micro_batch, vp.allocation.extent)
         if name in engine_only:
             phases.pop("overhead", None)
         out[name] = sum(phases.values())

@@ -515,6 +515,31 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
                      profile(instance.framework), sharded)
 
 
+def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro_batch: int,
+                 extent: tuple[int, int, int]) -> dict[str, float]:
+    """The parts of one vertex's time under ``strategy`` on a block of ``extent``, seconds; they add up to
+    the candidate's time (:func:`build_vertex_candidates`), so every consumer (the evaluator's phases,
+    ``validate``'s parts, ``calibrate``'s task times) sees the same total.
+
+    :meth:`~packplace.placement.cost.CostModel.vertex_phases` (generation, forward, train, old_log_prob,
+    gather, onload, imbalance, overhead) plus, for a training vertex, ``memory_options``: what its
+    recomputation, ZeRO-3 collectives and host offload cost
+    (:func:`~packplace.placement.training_time.training_overhead_seconds`), and for a generation vertex
+    with a rule-based reward, ``reward``: the CPU scoring of the step's sequences."""
+    vertex = instance.graph.vertex(name)
+    model = instance.models[vertex.model]
+    dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
+    parts = cost.vertex_phases(model, vertex.kind, dp, pp, tp, micro_batch, extent, needs_old_log_prob(instance, name),
+                               ep, sharded=inference_sharded(instance, name),
+                               offloaded=inference_offloaded(instance, name), balance=vertex_balance(instance, name))
+    if vertex.kind == "train":
+        options = instance.training.get(vertex.model, DEFAULT_TRAINING)
+        parts["memory_options"] = training_overhead_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
+    elif vertex.kind == "generate" and instance.rule_reward is not None:
+        parts["reward"] = instance.rule_reward.seconds(instance.workload.sequences)
+    return parts
+
+
 def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, cost: CostModel,
                             extents: list[tuple[int, int, int]], only: set | None = None, *,
                             deadline: float | None = None, built_before: int = 0) -> list[Candidate]:

@@ -25,10 +25,7 @@ from packplace.placement.candidates import (
     CandidateTable,
     explain,
     gb,
-    inference_offloaded,
-    inference_sharded,
-    needs_old_log_prob,
-    vertex_balance,
+    vertex_parts,
 )
 from packplace.placement.plan import Plan, VertexPlan
 
@@ -483,19 +480,15 @@ class PlacementEvaluator:
         return phases
 
     def vertex_phases(self, name: str, cand) -> dict[str, float]:
-        """The parts of a candidate's time (seconds; they add up to ``cand.time``), from
-        :meth:`~packplace.placement.cost.CostModel.vertex_phases`."""
+        """The parts of a candidate's time (seconds; they add up to ``cand.time``):
+        :func:`~packplace.placement.candidates.vertex_parts`."""
         key = (name, cand.key)
         phases = self._phases.get(key)
         if phases is None:
             if len(self._phases) >= RESOLVE_CACHE_LIMIT:
                 self._phases.clear()
-            s = cand.strategy
-            vertex = self.instance.graph.vertex(name)
-            phases = self._phases[key] = self.cost.vertex_phases(
-                self.instance.models[vertex.model], vertex.kind, s.dp, s.pp, s.tp, cand.micro_batch, cand.extent,
-                needs_old_log_prob(self.instance, name), s.ep, sharded=inference_sharded(self.instance, name),
-                offloaded=inference_offloaded(self.instance, name), balance=vertex_balance(self.instance, name))
+            phases = self._phases[key] = vertex_parts(self.instance, self.cost, name, cand.strategy,
+                                                      cand.micro_batch, cand.extent)
         return dict(phases)
 
     def vertex_memory(self, plan: Plan) -> dict[str, float]:
