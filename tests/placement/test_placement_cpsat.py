@@ -26,10 +26,11 @@ SMALL_SHIPPED = [p for p in SHIPPED if load_config(p).num_gpus <= 32]
 TINY_SHIPPED = [p for p in SHIPPED if load_config(p).num_gpus <= 16]
 PUBLISHED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "published", "*.yaml")))
 
+#: decode_step_overhead 0: the bare roofline, no engine's per-step cost (the framework profile's when unset)
 HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=4, flops_per_gpu=1e14, memory_per_gpu=80e9,
           memory_bandwidth=2e12, alpha_coll_g=1e-6, beta_coll_g=3e-12, alpha_coll_n=5e-6, beta_coll_n=2e-11,
           alpha_coll_r=8e-6, beta_coll_r=2.5e-11, alpha_p2p_g=2e-6, beta_p2p_g=2.5e-12, alpha_p2p_n=5e-6,
-          beta_p2p_n=2e-10, alpha_p2p_r=8e-6, beta_p2p_r=2.4e-9)
+          beta_p2p_n=2e-10, alpha_p2p_r=8e-6, beta_p2p_r=2.4e-9, decode_step_overhead=0.0)
 SMALL = dict(layers=8, hidden_dim=1024, ffn_dim=4096, vocab_size=32000, head_dim=128)
 
 

@@ -16,10 +16,11 @@ from packplace.placement.models import ModelSpec
 from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
 from packplace.placement.workload import Workload
 
+#: decode_step_overhead 0: the bare roofline, no engine's per-step cost (the framework profile's when unset)
 HW = Hardware(flops_per_gpu=1e15, memory_per_gpu=80e9, memory_bandwidth=2e12, alpha_coll_g=1e-6,
               beta_coll_g=3e-12, alpha_coll_n=5e-6, beta_coll_n=2e-11, alpha_coll_r=8e-6, beta_coll_r=4e-11,
               alpha_p2p_g=2e-6, beta_p2p_g=2.5e-12, alpha_p2p_n=5e-6, beta_p2p_n=2e-11, alpha_p2p_r=1e-5,
-              beta_p2p_r=4e-11, gemm_peak_fraction=1.0, decode_bw_eff=0.15)
+              beta_p2p_r=4e-11, gemm_peak_fraction=1.0, decode_bw_eff=0.15, decode_step_overhead=0.0)
 #: Llama-3.1-405B config.json (huggingface.co/meta-llama/Llama-3.1-405B): 126 layers, d 16,384, 128 query
 #: and 8 KV heads of 128, SwiGLU 53,248, vocabulary 128,256.
 LLAMA405B = ModelSpec(layers=126, hidden_dim=16384, ffn_dim=53248, vocab_size=128256, num_heads=128,

@@ -278,12 +278,12 @@ def test_decode_iteration_streams_experts_at_the_fused_moe_fraction_by_hand():
         memory = (2 * dense / 2 + kv) / (bw * 0.65) + 2 * experts / 2 / (bw * eff_experts)
         compute = (2 * 3_041_656_832 * a + 4 * 48 * 4096 * a * 2000) / (2 * 989e12 * 0.55)
         allreduce = 2 * 48 * 2 * (1e-6 + a * 2048 * 2 / 2 / 360e9)
-        return max(memory, compute) + 2e-3 + allreduce
+        return max(memory, compute) + 1.4e-3 + allreduce  # framework none: vLLM's per-step cost
 
     # 256 sequences: 256 x 8 / 128 = 16 tokens per expert -> the experts stream at 0.51
-    assert by_hand(256, 0.51) == pytest.approx(0.031562, abs=1e-6)
+    assert by_hand(256, 0.51) == pytest.approx(0.030962, abs=1e-6)
     # 128 sequences: 8 tokens per expert -> still the dense fraction 0.65
-    assert by_hand(128, 0.65) == pytest.approx(0.021986, abs=1e-6)
+    assert by_hand(128, 0.65) == pytest.approx(0.021386, abs=1e-6)
     # 181 sequences: 11.31 tokens per expert, log2(11.31 / 8) = 0.5 of the way: 0.65 - 0.5 x 0.14 = 0.58
     assert np.log2(181 * 8 / 128 / 8) == pytest.approx(0.5, abs=1e-3)
     eff_181 = 0.65 + (0.51 - 0.65) * np.log2(181 * 8 / 128 / 8)

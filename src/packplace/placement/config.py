@@ -30,7 +30,7 @@ from packplace.contract import Field, check_count, check_section
 from packplace.errors import ConfigError, show
 from packplace.placement.dp_balance import BALANCE_CHOICES, BALANCE_OBJECTIVES, BalanceSetting
 from packplace.placement.engine import BATCHING, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_NUM_SEQS, RolloutEngine
-from packplace.placement.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, INFERENCE_OFFLOAD
+from packplace.placement.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, INFERENCE_OFFLOAD, profile
 from packplace.placement.graph import (
     RL_ALGORITHMS,
     StepGraph,
@@ -97,7 +97,8 @@ HARDWARE_FIELDS: dict[str, Field] = {
                             default=HARDWARE_DEFAULTS["host_bandwidth"],
                             meaning="host-GPU (PCIe) bandwidth per GPU, one direction (sleep/wake, offload)"),
     "decode_step_overhead": Field("float", "s", 0, 10, default=HARDWARE_DEFAULTS["decode_step_overhead"],
-                                  meaning="seconds added to every decode step of a generation engine"),
+                                  meaning="seconds added to every decode step of a generation engine "
+                                          "(unset: the framework engine's)"),
     "phase_overhead": Field("float", "s", 0, 3600, default=HARDWARE_DEFAULTS["phase_overhead"],
                             meaning="seconds added once to every task of the step"),
     "weight_sync_overhead": Field("float", "s", 0, 3600, default=HARDWARE_DEFAULTS["weight_sync_overhead"],
@@ -479,6 +480,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     training, balance = _training(_section(config, "training", required=False), spec.trainable_models)
     workload = _workload(_section(config, "workload"))
     optimizer = _optimizer(_section(config, "optimizer", required=False), algorithm)
+    if hardware.decode_step_overhead is None:  # unset: the framework engine's per-step cost
+        hardware = replace(hardware, decode_step_overhead=profile(policy["framework"]).decode_step_overhead)
     return PlacementInstance(cluster, hardware, models, workload, algorithm,
                              build_graph(algorithm, reward_model=rule_reward is None), optimizer, source, engine,
                              training=training, rule_reward=rule_reward, framework=policy["framework"],

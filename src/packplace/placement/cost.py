@@ -36,6 +36,7 @@ from packplace.placement.framework import (
     DEFAULT_FRAMEWORK,
     FRAMEWORKS,
     FrameworkProfile,
+    decode_step_overhead,
     dispatch_seconds,
     gather_seconds,
     onload_seconds,
@@ -374,7 +375,9 @@ class CostModel:
           expert receives (:meth:`expert_rows`) instead (the fused-MoE grouped GEMMs of 16 or more tokens
           per expert run further below the HBM bandwidth than dense GEMVs; the H100 figure's source is
           :data:`~packplace.placement.hardware.MOE_DECODE_BW_EFF_H100`);
-        * overheads: ``decode_step_overhead`` (scheduler, sampling), the non-GEMM time of ``a/tp``
+        * overheads: the engine's ``decode_step_overhead`` (scheduler, sampling; the framework
+          profile's, or the hardware's when set: :func:`~packplace.placement.framework.decode_step_overhead`),
+          the non-GEMM time of ``a/tp``
           tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et al.
           2019) at the TP group's level (:meth:`group_level`: inside a node, or over the inter-node links
           for a group spanning nodes) and ``pp − 1`` stage hand-offs. A pipeline of ``pp`` stages
@@ -403,7 +406,8 @@ class CostModel:
         if model.is_moe:
             memory = memory + 2.0 * experts * imbalance / tp / (
                 hw.memory_bandwidth * hw.expert_decode_bw_eff(self.expert_rows(model, running, ep)))
-        step = np.maximum(compute, memory) + self._non_gemm(L, running / tp) + hw.decode_step_overhead
+        step = (np.maximum(compute, memory) + self._non_gemm(L, running / tp)
+                + decode_step_overhead(hw, self.framework))
         if ep > 1 and model.is_moe:
             step = step + model.moe_layers * self.moe_alltoall(model, running, tp, ep, extent)
         if tp > 1:

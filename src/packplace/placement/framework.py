@@ -13,7 +13,8 @@ per-call latency; nothing is a seconds-per-task constant:
 
 ``none`` (the default) adds nothing to the model's own mechanics: full-replica inference weights, the
 publication edge's shard over the links, no dispatch cost (a bare engine, or a config that sets the
-hardware's ``phase_overhead`` / ``weight_sync_overhead`` knobs itself). Sources of each framework's
+hardware's ``phase_overhead`` / ``weight_sync_overhead`` knobs itself); its engine is a bare vLLM one
+(``decode_step_overhead``, as the vLLM-based profiles). Sources of each framework's
 mechanics: each profile's ``sources``.
 """
 
@@ -39,6 +40,31 @@ RAY_BATCH_BYTES_PER_TOKEN = 28
 INFERENCE_OFFLOAD = {"none": (), "reference": ("reference",), "reference+reward": ("reference", "reward")}
 #: Refit paths on the trainer's own block (:func:`refit_seconds`).
 REFITS = ("p2p", "in_place", "cuda_ipc")
+#: Seconds a vLLM engine adds to every decode iteration beyond the roofline of
+#: :meth:`~packplace.placement.cost.CostModel.decode_step_times` (scheduler, input preparation, sampling,
+#: detokenisation, the launches CUDA graphs do not hide). Source: ``benchmarks/benchmark_latency.py`` at
+#: its defaults (batch 8, 32 prompt and 128 generated tokens: 128 engine iterations) for OPT-125M on one
+#: H100, the V1 engine's batch latency after github.com/vllm-project/vllm/pull/10733 ("[V1] Optimize the
+#: CPU overheads in FlashAttention custom op"). A model of 0.25 GB of weights leaves the iterations almost
+#: only this overhead: the batch latency over 128, less the model's own weight and KV-cache read at
+#: ``decode_bw_eff`` 0.65 of 3.35 TB/s and the prefill (the arithmetic:
+#: docs/calibration-and-validation.md). One figure per iteration, not per layer: the source has one model
+#: (12 layers), so a per-layer share (piecewise CUDA graphs launch attention per layer) cannot be
+#: separated from it.
+VLLM_DECODE_STEP_OVERHEAD = 1.4e-3
+#: Seconds the DeepSpeed hybrid engine adds to every decode iteration beyond the roofline (Hugging Face
+#: ``generate``'s Python loop: logits processors, stopping criteria, sampling and concatenating the ids;
+#: DeepSpeed inference kernels launched eagerly, no CUDA graph). Source: the step-3 training log of
+#: DeepSpeedExamples (commit 3a77097a, applications/DeepSpeed-Chat/training/step3_rlhf_finetuning/
+#: training_log_output/actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log; 16 V100-32GB of a DGX-2 by
+#: the training README): the hybrid engine's ``Generate time`` of a batch of 4 OPT-1.3B sequences, 256
+#: prompt tokens each, generated to exactly 256 new tokens (``ppo_trainer._generate_sequence`` sets
+#: ``min_length = max_length``), per iteration, less the model's weight and KV-cache read at
+#: ``decode_bw_eff`` 0.65 of 900 GB/s and the prefill (the arithmetic:
+#: docs/calibration-and-validation.md). Per iteration, not per layer: one model (24 layers) cannot
+#: separate a per-layer launch cost from the per-iteration loop, so a per-layer form would be an
+#: assumption the source does not test.
+DS_HYBRID_DECODE_STEP_OVERHEAD = 4.7e-3
 
 
 @dataclass(frozen=True)
@@ -68,6 +94,10 @@ class FrameworkProfile:
             ``_async_gen_next_batch`` syncs the weights, then launches the whole next batch's
             ``async_generate_sequences``, and the trainer waits on that batch's future), so a stale
             generation still costs the batch makespan, tail included.
+        decode_step_overhead: Seconds the framework's generation engine adds to every decode iteration
+            (:data:`VLLM_DECODE_STEP_OVERHEAD` for the vLLM-based profiles and ``none``, a bare vLLM
+            engine; :data:`DS_HYBRID_DECODE_STEP_OVERHEAD` for DeepSpeed-Chat's hybrid engine); a
+            config's ``hardware.decode_step_overhead`` overrides it (:func:`decode_step_overhead`).
     """
 
     name: str
@@ -77,6 +107,7 @@ class FrameworkProfile:
     ray: bool
     sources: str
     continuous_rollout: bool = False
+    decode_step_overhead: float = VLLM_DECODE_STEP_OVERHEAD
 
 
 #: The profiles (``policy.framework``).
@@ -104,7 +135,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "deepspeed-chat", True, True, "in_place", False,
         "DeepSpeedExamples applications/DeepSpeed-Chat/dschat/rlhf/rlhf_engine.py (_init_ref / _init_reward: "
         "ZeRO-3 iff the actor / critic stage is 3), ppo_trainer.py generate_experience (one process per GPU, "
-        "hybrid engine generates with the training parameters gathered in place)"),
+        "hybrid engine generates with the training parameters gathered in place)",
+        decode_step_overhead=DS_HYBRID_DECODE_STEP_OVERHEAD),
 }
 #: Frameworks by name.
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
@@ -122,6 +154,13 @@ def profile(name: str) -> FrameworkProfile:
         return FRAMEWORKS[name]
     except KeyError:
         raise ConfigError(f"[policy] framework: unknown {name!r}; valid: {', '.join(FRAMEWORKS)}") from None
+
+
+def decode_step_overhead(hardware, framework: FrameworkProfile) -> float:
+    """Seconds added to every decode iteration: the hardware's ``decode_step_overhead`` when set (a config
+    override or a ``calibrate`` fit), else the framework engine's (``framework.decode_step_overhead``)."""
+    return hardware.decode_step_overhead if hardware.decode_step_overhead is not None \
+        else framework.decode_step_overhead
 
 
 def inference_owner(role: str, trained: tuple[str, ...]) -> str | None:

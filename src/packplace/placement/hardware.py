@@ -98,7 +98,10 @@ class Hardware:
             (offload/onload of a colocated engine's weights) moves at. Default 25e9: PCIe Gen4 x16 is
             32 GB/s per direction (PCI-SIG), pinned-memory copies sustain ≈ 25 GB/s; Gen5 doubles it.
         decode_step_overhead: Seconds added to every decode step of a generation engine (scheduler,
-            sampling, Python and launch overhead that CUDA graphs do not hide); default 0.
+            sampling, Python and launch overhead that CUDA graphs do not hide); ``None`` (the default, no
+            preset sets it): the framework engine's
+            (:attr:`~packplace.placement.framework.FrameworkProfile.decode_step_overhead`); a value set
+            here (a config override, a ``calibrate`` fit) replaces it.
         phase_overhead: Seconds added once to every task of the step, on top of the framework profile's
             derived dispatch (:mod:`packplace.placement.framework`); default 0, no preset sets it: a
             knob for ``calibrate`` to fit a measured per-task cost.
@@ -138,7 +141,7 @@ class Hardware:
     non_gemm_scaling: float = 0.0
     non_gemm_batch_cal: float = 64.0
     host_bandwidth: float = 25e9
-    decode_step_overhead: float = 0.0
+    decode_step_overhead: float | None = None
     phase_overhead: float = 0.0
     weight_sync_overhead: float = 0.0
     moe_decode_bw_eff: float = 0.0
@@ -177,7 +180,7 @@ HARDWARE_REQUIRED = (
 HARDWARE_DEFAULTS = {
     "gemm_m_half": 5.0, "gemm_k_half": 0.0, "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.7,
     "non_gemm_constant": 0.0, "non_gemm_scaling": 0.0, "non_gemm_batch_cal": 64.0,
-    "host_bandwidth": 25e9, "decode_step_overhead": 0.0, "phase_overhead": 0.0, "weight_sync_overhead": 0.0,
+    "host_bandwidth": 25e9, "decode_step_overhead": None, "phase_overhead": 0.0, "weight_sync_overhead": 0.0,
     "moe_decode_bw_eff": 0.0, "moe_gemm_peak_fraction": 0.0,
 }
 #: Cluster-shape fields a preset fills (8 GPUs per node, one node, one rack) unless the config sets them.
@@ -255,34 +258,35 @@ MOE_GEMM_PEAK_FRACTION_H100 = 0.084
 #: ``decode_bw_eff`` the fraction of the datasheet HBM bandwidth a decode step streams at. Both preset
 #: values were chosen with the validation rows in view: they are in-sample defaults, and the out-of-sample
 #: figures (``packplace validate --cross-validate``) do not use them: each GPU type's value there is
-#: fitted without the row's publication (docs/calibration-and-validation.md). ``decode_step_overhead``
-#: 2 ms is an estimate of vLLM's scheduler, sampling and detokenizer cost per step, with no source.
+#: fitted without the row's publication (docs/calibration-and-validation.md). No preset sets
+#: ``decode_step_overhead``: it is the generation engine's, so the framework profile's
+#: (:attr:`~packplace.placement.framework.FrameworkProfile.decode_step_overhead`).
 #: The presets set no ``phase_overhead`` or ``weight_sync_overhead`` (both 0): what an RL
 #: framework adds per task and per weight sync is derived from the plan by its execution profile
 #: (``policy.framework``, :mod:`packplace.placement.framework`); the two knobs remain for ``calibrate``.
 PRESETS: dict[str, dict[str, float]] = {
     "h100-sxm": {"flops_per_gpu": 989e12, "memory_per_gpu": 80e9, "memory_bandwidth": 3.35e12,
                  **_links(360e9, 45e9), "host_bandwidth": 50e9,
-                 "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3,
+                 "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65,
                  "moe_decode_bw_eff": MOE_DECODE_BW_EFF_H100, "moe_gemm_peak_fraction": MOE_GEMM_PEAK_FRACTION_H100},
     "h200": {"flops_per_gpu": 989e12, "memory_per_gpu": 141e9, "memory_bandwidth": 4.8e12,
              **_links(360e9, 45e9), "host_bandwidth": 50e9,
-             "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3},
+             "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65},
     "a100-80gb-sxm": {"flops_per_gpu": 312e12, "memory_per_gpu": 80e9, "memory_bandwidth": 2.039e12,
                       **_links(240e9, 22.5e9), "host_bandwidth": 25e9,
-                      "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3},
+                      "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65},
     "a800": {"flops_per_gpu": 312e12, "memory_per_gpu": 80e9, "memory_bandwidth": 2.039e12,
              **_links(160e9, 22.5e9), "host_bandwidth": 25e9,
-             "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3},
+             "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65},
     "h20": {"flops_per_gpu": 148e12, "memory_per_gpu": 96e9, "memory_bandwidth": 4.0e12,
             **_links(360e9, 45e9), "host_bandwidth": 50e9,
-            "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3},
+            "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.65},
     "b200": {"flops_per_gpu": 2.25e15, "memory_per_gpu": 180e9, "memory_bandwidth": 8.0e12,
              **_links(720e9, 45e9), "host_bandwidth": 50e9,
-             "gemm_peak_fraction": 0.5, "decode_bw_eff": 0.65, "decode_step_overhead": 2e-3},
+             "gemm_peak_fraction": 0.5, "decode_bw_eff": 0.65},
     "l40s": {"flops_per_gpu": 362e12, "memory_per_gpu": 48e9, "memory_bandwidth": 864e9,
              **_links(20e9, 22.5e9), "host_bandwidth": 25e9,
-             "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.7, "decode_step_overhead": 2e-3},
+             "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.7},
 }
 PRESETS["a100"] = PRESETS["a100-80gb-sxm"]
 PRESETS["h100"] = PRESETS["h100-sxm"]
