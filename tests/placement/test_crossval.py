@@ -161,8 +161,9 @@ def test_cross_validate_command_on_real_files(capsys):
     assert folds["DeepSpeed-Chat"]["fixed"]["decode_bw_eff[a100-80gb-sxm]"]["reason"].startswith("only 1 run")
     rows = {r["setup"]: r for r in document["rows"]}
     dsc = rows["deepspeed_chat_ppo_opt-13b_8xa100"]
-    # 0.77 under the deepspeed-chat profile (1.00 with the presets' former 5 s per task)
-    assert dsc["in_sample_ratio"] == pytest.approx(0.77, abs=0.01)
+    # 0.71 under the deepspeed-chat profile with the actor's LoRA (0.77 training the whole actor, 1.00
+    # with the presets' former 5 s per task)
+    assert dsc["in_sample_ratio"] == pytest.approx(0.71, abs=0.01)
     assert dsc["out_of_sample_ratio"] == dsc["in_sample_ratio"]
     assert dsc["unfitted"] == ["decode_bw_eff[a100-80gb-sxm]"]
     qwen = rows["qwen2.5-7b_vllm_batch1_1xa100"]

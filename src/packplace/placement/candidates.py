@@ -502,7 +502,8 @@ def vertex_balance(instance, vertex: str) -> VertexBalance | None:
     else:
         lockstep = inference_sharded(instance, vertex)
     return VertexBalance(instance_balance(instance), vertex_setting(instance, owner), lockstep,
-                         v.kind == "train" and options.recompute == "full")
+                         v.kind == "train" and options.recompute == "full",
+                         options.lora_rank if v.kind == "train" else 0)
 
 
 def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostModel:
@@ -529,11 +530,13 @@ def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro
     vertex = instance.graph.vertex(name)
     model = instance.models[vertex.model]
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
+    options = instance.training.get(vertex.model, DEFAULT_TRAINING)
+    lora_rank = options.lora_rank if vertex.kind == "train" else 0
     parts = cost.vertex_phases(model, vertex.kind, dp, pp, tp, micro_batch, extent, needs_old_log_prob(instance, name),
                                ep, sharded=inference_sharded(instance, name),
-                               offloaded=inference_offloaded(instance, name), balance=vertex_balance(instance, name))
+                               offloaded=inference_offloaded(instance, name), balance=vertex_balance(instance, name),
+                               lora_rank=lora_rank)
     if vertex.kind == "train":
-        options = instance.training.get(vertex.model, DEFAULT_TRAINING)
         parts["memory_options"] = training_overhead_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
     elif vertex.kind == "generate" and instance.rule_reward is not None:
         parts["reward"] = instance.rule_reward.seconds(instance.workload.sequences)
@@ -561,6 +564,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     offloaded = inference_offloaded(instance, name)
     balance = vertex_balance(instance, name)
     options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
+    lora_rank = options.lora_rank if kind == "train" else 0
     limit = mem * instance.engine.gpu_memory_utilization if kind == "generate" else mem
     extra = 0.0
     if kind == "generate" and instance.rule_reward is not None:
@@ -587,7 +591,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                                      options=options, prefill_sequences=prefill, ep=ep,
                                      sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded)
             seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent, old_log_prob, ep, sharded=sharded,
-                                       offloaded=offloaded, balance=balance) + extra
+                                       offloaded=offloaded, balance=balance, lora_rank=lora_rank) + extra
             if kind == "train":
                 seconds += training_overhead_seconds(cost, model, options, dp, pp, tp, mb, extent, ep)
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))
