@@ -165,3 +165,26 @@ def test_lora_rank_in_a_config():
         assert "\n" not in str(info.value)
     with pytest.raises(ConfigError, match=r"\[training.actor\] lora_rank: LoRA of a MoE model"):
         build_instance(cfg({"actor": {"lora_rank": 8}}, moe))
+
+
+def test_hybrid_engine_keeps_the_training_state_resident_while_generating():
+    from packplace.placement.candidates import train_state_kept
+    from packplace.placement.evaluator import get_evaluator
+    from packplace.placement.framework import FRAMEWORKS
+
+    assert FRAMEWORKS["deepspeed-chat"].colocated_train_state
+    assert not any(FRAMEWORKS[f].colocated_train_state for f in ("none", "verl", "nemo-rl", "openrlhf"))
+    path = os.path.join(ROOT, "benchmarks", "validation", "deepspeed_chat_ppo_opt-30b_8xa100.yaml")
+    instance, plan, _ = load_setup(path)
+    assert [n for n in instance.graph.names if train_state_kept(instance, n)] == ["actor.generate"]
+    ev = get_evaluator(instance)
+    cand = {n: c for n, (c, _, _) in zip(instance.graph.names, ev._resolve(plan))}
+    # every task on all 8 GPUs: the actor's engine weights plus its ZeRO-3 training state (added, not the
+    # larger), the reference's shard, reward, the critic's larger vertex (its training state), and the
+    # largest transient bytes of any task
+    by_hand = (cand["actor.generate"].resident_bytes + cand["actor.train"].resident_bytes
+               + cand["reference.infer"].resident_bytes + cand["reward.infer"].resident_bytes
+               + max(cand["critic.infer"].resident_bytes, cand["critic.train"].resident_bytes)
+               + max(c.transient_bytes for c in cand.values()))
+    assert max(ev.score(plan).gpu_memory_peak) == pytest.approx(by_hand, rel=1e-12)
+    assert by_hand < 80e9

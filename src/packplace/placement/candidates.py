@@ -472,6 +472,17 @@ def inference_sharded(instance, vertex: str) -> bool:
     return owner is not None and instance.training.get(owner, DEFAULT_TRAINING).sharding == "zero3"
 
 
+def train_state_kept(instance, vertex: str) -> bool:
+    """Whether ``vertex`` is a rollout engine whose model's training state stays resident while it generates
+    (:attr:`~packplace.placement.framework.FrameworkProfile.colocated_train_state`, a model the graph
+    trains): on the GPUs they share, the engine's resident bytes add to the trainer's instead of the larger
+    of the two counting (the evaluator's memory segments, the CP-SAT memory rows)."""
+    v = instance.graph.vertex(vertex)
+    if v.kind != "generate" or not profile(instance.framework).colocated_train_state:
+        return False
+    return any(u.kind == "train" and u.model == v.model for u in instance.graph.vertices)
+
+
 def inference_offloaded(instance, vertex: str) -> bool:
     """Whether the weights of ``vertex``'s forwards live in host memory (they stream in over
     ``host_bandwidth``): an ``infer`` vertex of an inference-only model that ``policy.inference_offload``

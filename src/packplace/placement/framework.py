@@ -68,6 +68,15 @@ class FrameworkProfile:
             ``_async_gen_next_batch`` syncs the weights, then launches the whole next batch's
             ``async_generate_sequences``, and the trainer waits on that batch's future), so a stale
             generation still costs the batch makespan, tail included.
+        colocated_train_state: A trained model's training state (its trainer's resident bytes: weights,
+            gradients and optimizer state as its ``training`` options leave them on the GPU) stays resident
+            while its rollout engine generates on the same GPUs, so the two add instead of taking the
+            larger (:func:`~packplace.placement.candidates.train_state_kept`). DeepSpeed-Chat: the hybrid
+            engine is the training engine (DeepSpeed runtime/hybrid_engine.py ``DeepSpeedHybridEngine``
+            subclasses ``DeepSpeedEngine``; dschat ppo_trainer.py generate_experience calls
+            ``actor_model.module.generate`` between ``train`` steps with no offload in between). False:
+            the framework offloads the training state while generating (NeMo RL, OpenRLHF colocated) or
+            the model does not represent its offload (verl's param/optimizer offload flags).
     """
 
     name: str
@@ -77,6 +86,7 @@ class FrameworkProfile:
     ray: bool
     sources: str
     continuous_rollout: bool = False
+    colocated_train_state: bool = False
 
 
 #: The profiles (``policy.framework``).
@@ -104,7 +114,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "deepspeed-chat", True, True, "in_place", False,
         "DeepSpeedExamples applications/DeepSpeed-Chat/dschat/rlhf/rlhf_engine.py (_init_ref / _init_reward: "
         "ZeRO-3 iff the actor / critic stage is 3), ppo_trainer.py generate_experience (one process per GPU, "
-        "hybrid engine generates with the training parameters gathered in place)"),
+        "hybrid engine generates with the training parameters gathered in place)", colocated_train_state=True),
 }
 #: Frameworks by name.
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
