@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packplace.lazy import lazy_module
+from packplace.placement.candidates import train_state_kept
 from packplace.solvers.placement.cpsat.tables import MEMORY_UNIT, ModelTables, deadline_check
 
 if TYPE_CHECKING:
@@ -102,6 +103,8 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
     capacity = math.ceil(instance.hardware.memory_per_gpu / MEMORY_UNIT)
     vertex_model = [v.model for v in instance.graph.vertices]
     models = sorted(set(vertex_model))
+    # an engine whose model's training state stays resident adds its resident bytes (the evaluator's rule)
+    adds = [train_state_kept(instance, name) for name in instance.graph.names]
     for s, (a, b) in enumerate(segments):
         check("memory rows, segment %d of %d", s + 1, len(segments))
         resident_terms, worst = [], 0
@@ -112,7 +115,10 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
                     continue
                 pairs = [(int(o.cand.resident_bytes // MEMORY_UNIT), lit) for o, lit in zip(opts[v], x[v])
                          if o.lo <= a and b <= o.hi]
-                if pairs:
+                if pairs and adds[v]:
+                    resident_terms.append(sum(c * lit for c, lit in pairs))
+                    worst += max(c for c, _ in pairs)
+                elif pairs:
                     exprs.append(sum(c * lit for c, lit in pairs))
                     most = max([most] + [c for c, _ in pairs])
             if len(exprs) == 1:

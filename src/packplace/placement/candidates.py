@@ -472,6 +472,17 @@ def inference_sharded(instance, vertex: str) -> bool:
     return owner is not None and instance.training.get(owner, DEFAULT_TRAINING).sharding == "zero3"
 
 
+def train_state_kept(instance, vertex: str) -> bool:
+    """Whether ``vertex`` is a rollout engine whose model's training state stays resident while it generates
+    (:attr:`~packplace.placement.framework.FrameworkProfile.colocated_train_state`, a model the graph
+    trains): on the GPUs they share, the engine's resident bytes add to the trainer's instead of the larger
+    of the two counting (the evaluator's memory segments, the CP-SAT memory rows)."""
+    v = instance.graph.vertex(vertex)
+    if v.kind != "generate" or not profile(instance.framework).colocated_train_state:
+        return False
+    return any(u.kind == "train" and u.model == v.model for u in instance.graph.vertices)
+
+
 def inference_offloaded(instance, vertex: str) -> bool:
     """Whether the weights of ``vertex``'s forwards live in host memory (they stream in over
     ``host_bandwidth``): an ``infer`` vertex of an inference-only model that ``policy.inference_offload``
@@ -502,7 +513,8 @@ def vertex_balance(instance, vertex: str) -> VertexBalance | None:
     else:
         lockstep = inference_sharded(instance, vertex)
     return VertexBalance(instance_balance(instance), vertex_setting(instance, owner), lockstep,
-                         v.kind == "train" and options.recompute == "full")
+                         v.kind == "train" and options.recompute == "full",
+                         options.lora_rank if v.kind == "train" else 0)
 
 
 def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostModel:
@@ -529,11 +541,13 @@ def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro
     vertex = instance.graph.vertex(name)
     model = instance.models[vertex.model]
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
+    options = instance.training.get(vertex.model, DEFAULT_TRAINING)
+    lora_rank = options.lora_rank if vertex.kind == "train" else 0
     parts = cost.vertex_phases(model, vertex.kind, dp, pp, tp, micro_batch, extent, needs_old_log_prob(instance, name),
                                ep, sharded=inference_sharded(instance, name),
-                               offloaded=inference_offloaded(instance, name), balance=vertex_balance(instance, name))
+                               offloaded=inference_offloaded(instance, name), balance=vertex_balance(instance, name),
+                               lora_rank=lora_rank)
     if vertex.kind == "train":
-        options = instance.training.get(vertex.model, DEFAULT_TRAINING)
         parts["memory_options"] = training_overhead_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
     elif vertex.kind == "generate" and instance.rule_reward is not None:
         parts["reward"] = instance.rule_reward.seconds(instance.workload.sequences)
@@ -561,6 +575,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     offloaded = inference_offloaded(instance, name)
     balance = vertex_balance(instance, name)
     options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
+    lora_rank = options.lora_rank if kind == "train" else 0
     limit = mem * instance.engine.gpu_memory_utilization if kind == "generate" else mem
     extra = 0.0
     if kind == "generate" and instance.rule_reward is not None:
@@ -587,7 +602,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                                      options=options, prefill_sequences=prefill, ep=ep,
                                      sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded)
             seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent, old_log_prob, ep, sharded=sharded,
-                                       offloaded=offloaded, balance=balance) + extra
+                                       offloaded=offloaded, balance=balance, lora_rank=lora_rank) + extra
             if kind == "train":
                 seconds += training_overhead_seconds(cost, model, options, dp, pp, tp, mb, extent, ep)
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))

@@ -40,7 +40,7 @@ from packplace.placement.graph import (
     build_graph,
 )
 from packplace.placement.hardware import HARDWARE_DEFAULTS, Cluster, Hardware, resolve_preset
-from packplace.placement.memory import OFFLOAD, RECOMPUTE, SHARDING, TrainingOptions
+from packplace.placement.memory import OFFLOAD, RECOMPUTE, SHARDING, TrainingOptions, lora_params
 from packplace.placement.models import LM_ROLES, ModelSpec
 from packplace.placement.workload import RULE_SECONDS_PER_SAMPLE, RuleReward, Workload
 from packplace.shape import from_hf_config, shape_from_mapping
@@ -144,6 +144,9 @@ TRAINING_FIELDS: dict[str, Field] = {
     "offload": Field("enum", choices=OFFLOAD, default="none",
                      meaning="training state kept in host memory, moved at host_bandwidth"),
     "fp32_grad_buffer": Field("bool", default=False, meaning="fp32 gradient accumulation buffer (4 bytes/param)"),
+    "lora_rank": Field("int", "rank", 0, 65536, default=0,
+                       meaning="LoRA adapters of this rank on every linear of the blocks, base matrices frozen "
+                               "(0 = full-parameter training)"),
     "balance": Field("enum", choices=BALANCE_CHOICES, default="framework",
                      meaning="data-parallel split of every pass over the rollouts (framework: verl kk, nemo-rl lpt, "
                              "else none = contiguous; lpt/kk/repair: that balance solver)"),
@@ -478,6 +481,11 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     models = {role: _model(role, models_cfg[role], source) for role in required}
     models["reference"] = models["actor"]
     training, balance = _training(_section(config, "training", required=False), spec.trainable_models)
+    for role, options in training.items():
+        try:
+            lora_params(models[role], options.lora_rank)
+        except ConfigError as exc:
+            raise ConfigError(f"[training.{role}] {exc}") from None
     workload = _workload(_section(config, "workload"))
     optimizer = _optimizer(_section(config, "optimizer", required=False), algorithm)
     if hardware.decode_step_overhead is None:  # unset: the framework engine's per-step cost

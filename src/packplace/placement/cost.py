@@ -43,7 +43,7 @@ from packplace.placement.framework import (
     refit_seconds,
 )
 from packplace.placement.hardware import Cluster, Hardware
-from packplace.placement.memory import stage_gemm_share, stage_layers, stage_params
+from packplace.placement.memory import lora_params, stage_gemm_share, stage_layers, trainable_stage_params
 from packplace.placement.models import ModelSpec
 from packplace.placement.workload import Workload
 
@@ -233,16 +233,18 @@ class CostModel:
     # -- vertex times -------------------------------------------------------------------------------
     def vertex_time(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                     extent: tuple[int, int, int], old_log_prob: bool = False, ep: int = 1, *,
-                    sharded: bool = False, offloaded: bool = False, balance: VertexBalance | None = None) -> float:
+                    sharded: bool = False, offloaded: bool = False, balance: VertexBalance | None = None,
+                    lora_rank: int = 0) -> float:
         """Seconds of the vertex on a block of ``extent`` (the slowest data-parallel replica): the sum of
         :meth:`vertex_phases`."""
         return sum(self.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep,
-                                      sharded=sharded, offloaded=offloaded, balance=balance).values())
+                                      sharded=sharded, offloaded=offloaded, balance=balance,
+                                      lora_rank=lora_rank).values())
 
     def vertex_phases(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                       extent: tuple[int, int, int], old_log_prob: bool = False, ep: int = 1, *,
                       sharded: bool = False, offloaded: bool = False,
-                      balance: VertexBalance | None = None) -> dict[str, float]:
+                      balance: VertexBalance | None = None, lora_rank: int = 0) -> dict[str, float]:
         """The parts of a vertex's time, seconds: ``generate`` → ``generation`` (:meth:`generate_time`);
         ``infer`` → ``forward`` (:meth:`pass_time`); ``train`` → ``train`` and, with ``old_log_prob``
         (the PPO/GRPO actor), ``old_log_prob``: the forward pass over the rollouts with the weights before
@@ -257,15 +259,18 @@ class CostModel:
         plus the hardware's ``phase_overhead`` knob (0 unless a config or ``calibrate`` sets it). With
         ``balance`` (the vertex's data-parallel split, :mod:`packplace.placement.dp_balance`) a pass whose
         slowest rank carries more than the mean adds ``imbalance``
-        (:meth:`~packplace.placement.dp_balance.VertexBalance.seconds`); without it the ranks are equal."""
+        (:meth:`~packplace.placement.dp_balance.VertexBalance.seconds`); without it the ranks are equal.
+        ``lora_rank`` (a trainer with LoRA adapters, :func:`~packplace.placement.memory.lora_params`) goes
+        to the trainer's passes (:meth:`pass_time`)."""
         if kind == "generate":
             phases = {"generation": self.generate_time(model, dp, pp, tp, micro_batch, extent, ep)}
         elif kind == "infer":
             phases = {"forward": self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep)}
         else:
-            phases = {"train": self.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep)}
+            phases = {"train": self.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, lora_rank=lora_rank)}
             if old_log_prob:
-                phases["old_log_prob"] = self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep)
+                phases["old_log_prob"] = self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep,
+                                                        lora_rank=lora_rank)
         if sharded and kind != "generate" and (kind == "infer" or old_log_prob):
             passes = self.workload.sequences // (dp * micro_batch)
             phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent)
@@ -280,7 +285,8 @@ class CostModel:
         return phases
 
     def pass_time(self, model: ModelSpec, train: bool, dp: int, pp: int, tp: int, micro_batch: int,
-                  extent: tuple[int, int, int], ep: int = 1, include_update: bool = True) -> float:
+                  extent: tuple[int, int, int], ep: int = 1, include_update: bool = True,
+                  lora_rank: int = 0) -> float:
         """A training step or an inference (log-prob / score) pass over the step's sequences.
 
         Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``), per layer:
@@ -315,6 +321,15 @@ class CostModel:
         ``include_update=False`` leaves out that end-of-step part (gradient all-reduce, Adam, tied
         embedding): the forward and backward passes alone, which ZeRO-3's per-micro-batch collectives
         overlap with (:func:`~packplace.placement.training_time.zero3_exposed_seconds`).
+
+        ``lora_rank = r > 0`` (LoRA on the blocks' linears, :func:`~packplace.placement.memory.lora_params`:
+        ``W`` frozen matrix weights and ``A`` adapter weights per block): the frozen matrices' backward
+        computes activation gradients only, no weight gradients, so a training pass does ``4W`` instead
+        of ``6W`` FLOPs per token for them (backward = 2× forward, half of it the weight gradients;
+        Hu et al. 2021, arXiv 2106.09685, §4.2), and the unmerged adapters add ``2A`` FLOPs per token in
+        a forward pass, ``6A`` in training (same efficiency as the block GEMMs). The gradient all-reduce
+        and the Adam update cover the trainable parameters only
+        (:func:`~packplace.placement.memory.trainable_stage_params`).
         """
         w = self.workload
         s = w.train_seq_len
@@ -322,8 +337,14 @@ class CostModel:
         tokens = micro_batch * s
         factor = 3.0 if train else 1.0
         head_flops = 2.0 * model.head_gemm_params
-        layer_compute = self.compute_time(model, self.forward_flops_per_token(model, s) - head_flops, factor,
-                                          tokens, tp, ep) / model.layers
+        block_flops = self.forward_flops_per_token(model, s) - head_flops
+        if lora_rank:   # a dense model (lora_params refuses MoE): compute_time is linear in the FLOPs
+            frozen, adapter = lora_params(model, lora_rank)
+            block_flops = factor * block_flops + model.layers * (factor * 2.0 * adapter
+                                                                 - (2.0 * frozen if train else 0.0))
+            layer_compute = self.compute_time(model, block_flops, 1.0, tokens, tp, ep) / model.layers
+        else:
+            layer_compute = self.compute_time(model, block_flops, factor, tokens, tp, ep) / model.layers
         eff = self.gemm_efficiency(tokens, model.hidden_dim / tp)  # all tokens on every TP rank
         head = factor * head_flops * tokens / (tp * self.hw.flops_per_gpu * eff)
         tp_level = self.group_level(tp, extent)
@@ -340,7 +361,8 @@ class CostModel:
             stage += (2 if train else 1) * self.p2p(tokens * model.hidden_dim * ACT_BYTES / tp, level)
         total = self.pipeline(micro_batches, pp, stage)
         if train and include_update:
-            shard = (model.params if pp == 1 else max(stage_params(model, pp))) / tp
+            shard = (model.params if pp == 1 and not lora_rank
+                     else max(trainable_stage_params(model, pp, lora_rank))) / tp
             level = self.group_level(tp * dp, extent)
             if ep > 1 and model.is_moe:
                 experts = model.expert_params / (tp * pp)

@@ -295,12 +295,14 @@ class VertexBalance:
     """The balance of one vertex's passes: the instance's :class:`DataParallelBalance`, the vertex's
     resolved setting, whether its passes run in lockstep (ZeRO-3 / FSDP-partitioned weights) and whether
     its training re-runs the forward pass of every micro-batch (``recompute: full``,
-    :mod:`packplace.placement.training_time`)."""
+    :mod:`packplace.placement.training_time`); ``lora_rank`` of a trainer with LoRA adapters
+    (:meth:`~packplace.placement.cost.CostModel.pass_time`)."""
 
     balance: DataParallelBalance
     setting: BalanceSetting
     lockstep: bool
     recompute_full: bool = False
+    lora_rank: int = 0
 
     def factor(self, model: ModelSpec, dp: int, micro_batch: int) -> float:
         """Slowest over mean rank (≥ 1) of the vertex's passes (:meth:`DataParallelBalance.factor`)."""
@@ -321,10 +323,12 @@ class VertexBalance:
         if kind == "infer":
             per_micro_batch = phases.get("forward", 0.0)
         else:
-            per_micro_batch = (cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False)
+            per_micro_batch = (cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False,
+                                              lora_rank=self.lora_rank)
                                + phases.get("old_log_prob", 0.0))
             if self.recompute_full:
-                per_micro_batch += cost.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep)
+                per_micro_batch += cost.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep,
+                                                  lora_rank=self.lora_rank)
         return (f - 1.0) * per_micro_batch
 
 

@@ -25,6 +25,7 @@ from packplace.placement.candidates import (
     CandidateTable,
     explain,
     gb,
+    train_state_kept,
     vertex_parts,
 )
 from packplace.placement.plan import Plan, VertexPlan
@@ -159,6 +160,8 @@ class PlacementEvaluator:
         self.models = models
         self.vertex_model = [models.index(v.model) for v in graph.vertices]
         self.model_specs = [instance.models[v.model] for v in graph.vertices]
+        #: per vertex: its resident bytes add to its model's training state (train_state_kept)
+        self.adds_resident = [train_state_kept(instance, n) for n in self.names]
         self.capacity = instance.hardware.memory_per_gpu
         self.cost = self.table.cost
         self.cluster = instance.cluster
@@ -359,25 +362,32 @@ class PlacementEvaluator:
         return max(period, max(dur)), steps
 
     def _memory_segments(self, res: list) -> list[tuple[int, int, float]]:
-        """``(lo, hi, bytes)`` for each maximal id range covered by the same set of vertices."""
+        """``(lo, hi, bytes)`` for each maximal id range covered by the same set of vertices: per model the
+        largest resident bytes of its vertices there (plus, added, those of an engine whose model's
+        training state stays resident, :func:`~packplace.placement.candidates.train_state_kept`), plus the
+        largest transient bytes."""
         points = sorted({x for _, lo, hi in res for x in (lo, hi)})
         out = []
         vm = self.vertex_model
+        adds = self.adds_resident
         for k in range(len(points) - 1):
             a, b = points[k], points[k + 1]
             resident: dict[int, float] = {}
+            extra = 0.0
             transient = 0.0
             covered = False
             for i, (cand, lo, hi) in enumerate(res):
                 if lo <= a and b <= hi:
                     covered = True
                     m = vm[i]
-                    if cand.resident_bytes > resident.get(m, 0.0):
+                    if adds[i]:
+                        extra += cand.resident_bytes
+                    elif cand.resident_bytes > resident.get(m, 0.0):
                         resident[m] = cand.resident_bytes
                     if cand.transient_bytes > transient:
                         transient = cand.transient_bytes
             if covered:
-                out.append((a, b, sum(resident.values()) + transient))
+                out.append((a, b, sum(resident.values()) + extra + transient))
         return out
 
     def _staleness_violation(self, plan: Plan) -> str | None:

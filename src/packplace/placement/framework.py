@@ -98,6 +98,15 @@ class FrameworkProfile:
             (:data:`VLLM_DECODE_STEP_OVERHEAD` for the vLLM-based profiles and ``none``, a bare vLLM
             engine; :data:`DS_HYBRID_DECODE_STEP_OVERHEAD` for DeepSpeed-Chat's hybrid engine); a
             config's ``hardware.decode_step_overhead`` overrides it (:func:`decode_step_overhead`).
+        colocated_train_state: A trained model's training state (its trainer's resident bytes: weights,
+            gradients and optimizer state as its ``training`` options leave them on the GPU) stays resident
+            while its rollout engine generates on the same GPUs, so the two add instead of taking the
+            larger (:func:`~packplace.placement.candidates.train_state_kept`). DeepSpeed-Chat: the hybrid
+            engine is the training engine (DeepSpeed runtime/hybrid_engine.py ``DeepSpeedHybridEngine``
+            subclasses ``DeepSpeedEngine``; dschat ppo_trainer.py generate_experience calls
+            ``actor_model.module.generate`` between ``train`` steps with no offload in between). False:
+            the framework offloads the training state while generating (NeMo RL, OpenRLHF colocated) or
+            the model does not represent its offload (verl's param/optimizer offload flags).
     """
 
     name: str
@@ -108,6 +117,7 @@ class FrameworkProfile:
     sources: str
     continuous_rollout: bool = False
     decode_step_overhead: float = VLLM_DECODE_STEP_OVERHEAD
+    colocated_train_state: bool = False
 
 
 #: The profiles (``policy.framework``).
@@ -136,7 +146,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "DeepSpeedExamples applications/DeepSpeed-Chat/dschat/rlhf/rlhf_engine.py (_init_ref / _init_reward: "
         "ZeRO-3 iff the actor / critic stage is 3), ppo_trainer.py generate_experience (one process per GPU, "
         "hybrid engine generates with the training parameters gathered in place)",
-        decode_step_overhead=DS_HYBRID_DECODE_STEP_OVERHEAD),
+        decode_step_overhead=DS_HYBRID_DECODE_STEP_OVERHEAD, colocated_train_state=True),
 }
 #: Frameworks by name.
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)

@@ -57,6 +57,9 @@ class TrainingOptions:
         offload: ``none`` (default), ``optimizer`` or ``optimizer+params`` (host memory over PCIe).
         fp32_grad_buffer: fp32 gradient accumulation buffer (4 bytes per parameter instead of 2;
             default false).
+        lora_rank: LoRA adapters of rank ``r`` on every linear of the transformer blocks (0, the
+            default: full-parameter training; :func:`lora_params`): the blocks' matrix weights are
+            frozen, the adapters, biases, norms, embeddings and head train.
 
     Raises:
         ConfigError: an unknown value (``sharding: must be one of ...``).
@@ -66,6 +69,7 @@ class TrainingOptions:
     recompute: str = "selective"
     offload: str = "none"
     fp32_grad_buffer: bool = False
+    lora_rank: int = 0
 
     def __post_init__(self) -> None:
         for name, valid in (("sharding", SHARDING), ("recompute", RECOMPUTE), ("offload", OFFLOAD)):
@@ -73,6 +77,60 @@ class TrainingOptions:
                 raise ConfigError(f"{name}: must be one of {', '.join(valid)}, got {getattr(self, name)!r}")
         if not isinstance(self.fp32_grad_buffer, bool):
             raise ConfigError(f"fp32_grad_buffer: must be true or false, got {self.fp32_grad_buffer!r}")
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 0:
+            raise ConfigError(f"lora_rank: must be an integer >= 0 (0 = no LoRA), got {self.lora_rank!r}")
+
+
+def lora_params(model: ModelSpec, rank: int) -> tuple[int, int]:
+    """``(frozen, adapter)`` parameters of one transformer block under LoRA of rank ``r`` on every linear
+    of the block (Hu et al. 2021, arXiv 2106.09685, §4.1: ``W0 + BA`` with ``B`` of ``d_out × r`` and
+    ``A`` of ``r × d_in``, ``W0`` frozen).
+
+    ``frozen`` is the block's matrix weights (Q, K, V, O and the MLP's 2 or 3 matrices; no biases, no
+    norms); ``adapter`` is ``r·Σ(d_in + d_out)`` over those linears, with ``d`` = hidden, ``q`` the
+    attention width, ``k`` the key/value width and ``f`` the MLP width:
+    ``r·((d+q) + 2·(d+k) + (q+d) + n·(d+f))``, ``n`` = 3 (gated) or 2 (plain). This is DeepSpeed-Chat's
+    ``convert_linear_layer_to_lora`` with the default scope ``decoder.layers.`` (every ``nn.Linear``
+    inside the blocks: dschat/utils/module/lora.py, ``LinearLayer_LoRA`` sets
+    ``weight.requires_grad = False`` and keeps the bias trainable). ``rank = 0``: ``(0, 0)``.
+
+    Raises:
+        ConfigError: a MoE model (LoRA on routed experts is not modelled).
+    """
+    if rank == 0:
+        return 0, 0
+    if model.is_moe:
+        raise ConfigError("lora_rank: LoRA of a MoE model (routed experts) is not modelled")
+    d, q, k, f = model.hidden_dim, model.attention_dim, model.kv_dim, model.ffn_dim
+    mlp = 3 if model.mlp == "gated" else 2
+    frozen = 2 * d * q + 2 * d * k + mlp * d * f
+    adapter = rank * ((d + q) + 2 * (d + k) + (q + d) + mlp * (d + f))
+    return frozen, adapter
+
+
+@lru_cache(maxsize=4096)
+def stage_lora(model: ModelSpec, pp: int, rank: int) -> tuple[tuple[int, int], ...]:
+    """Per pipeline stage ``(frozen, adapter)`` parameters (all tensor-parallel ranks together): its
+    layers times :func:`lora_params`."""
+    frozen, adapter = lora_params(model, rank)
+    return tuple((n * frozen, n * adapter) for n in stage_layers(model.layers, pp))
+
+
+def trainable_stage_params(model: ModelSpec, pp: int, rank: int = 0) -> tuple[int, ...]:
+    """Parameters with gradients and Adam state per pipeline stage: :func:`stage_params` less the frozen
+    matrices plus the adapters (:func:`stage_lora`); :func:`stage_params` for ``rank = 0``."""
+    params = stage_params(model, pp)
+    if rank == 0:
+        return params
+    return tuple(p - f + a for p, (f, a) in zip(params, stage_lora(model, pp, rank)))
+
+
+def held_stage_params(model: ModelSpec, pp: int, rank: int = 0) -> tuple[int, ...]:
+    """Parameters a trainer holds per pipeline stage: :func:`stage_params` plus the LoRA adapters."""
+    params = stage_params(model, pp)
+    if rank == 0:
+        return params
+    return tuple(p + a for p, (_, a) in zip(params, stage_lora(model, pp, rank)))
 
 
 DEFAULT_TRAINING = TrainingOptions()
@@ -181,10 +239,14 @@ def expert_train_state_bytes(model: ModelSpec, split: tuple[float, float], dp: i
             + train_state_bytes(expert, layer_expert, dp // ep, options))
 
 
-def train_state_bytes(params: float, layer_params: float, dp: int, options: TrainingOptions) -> float:
+def train_state_bytes(params: float, layer_params: float, dp: int, options: TrainingOptions,
+                      frozen: float = 0.0) -> float:
     """Weights + gradients + Adam states per GPU (bytes) of ``params`` parameters on one tensor-parallel
     rank of one stage, sharded ``dp`` ways as ``options`` say. ``layer_params`` is one layer's parameters
-    on that rank (the gathered unit of zero3 / param offload).
+    on that rank (the gathered unit of zero3 / param offload). ``frozen`` of the ``params`` have no
+    gradient and no Adam state (LoRA's base matrices, :func:`lora_params`): they keep their bf16 weights
+    only, sharded like the others (DeepSpeed's ZeRO partitions every parameter; gradients and optimizer
+    state exist for the ``requires_grad`` ones only).
 
     Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", §5.1
     and Figure 1: ``(2 + 2 + K)·Ψ`` with ``K = 12`` bytes of fp32 Adam state; for ``p`` parameters and
@@ -204,10 +266,11 @@ def train_state_bytes(params: float, layer_params: float, dp: int, options: Trai
     distributed optimizer. Offload (Ren et al. 2021, "ZeRO-Offload"): ``optimizer`` keeps the Adam states
     on the host (0 GPU bytes); ``optimizer+params`` also the weights, of which the GPU then holds the
     gathered layer only. 8-way zero1: 5.5 bytes per parameter; 8-way zero3: 2 bytes per parameter plus the
-    gathered layer."""
-    grad = (4.0 if options.fp32_grad_buffer else 2.0) * params
+    gathered layer. With ``frozen = f``: ``p`` in the weights column, ``p − f`` in the other two."""
+    trainable = params - frozen
+    grad = (4.0 if options.fp32_grad_buffer else 2.0) * trainable
     weights = 2.0 * params
-    adam = ADAM_BYTES * params
+    adam = ADAM_BYTES * trainable
     if options.sharding in ("zero1", "zero2", "zero3"):
         adam /= dp
     if options.sharding in ("zero2", "zero3"):
@@ -269,7 +332,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             offload, Rajbhandari et al. 2021; OpenRLHF ``--ref_reward_offload``): nothing resident; while
             it runs the GPU holds the gathered layer (sharded) or the whole weights (a replica).
 
-    Per stage ``i``: train — :func:`train_state_bytes` resident, activations of its layers for
+    Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
+    adapters added and its blocks' matrices frozen, :func:`stage_lora`), activations of its layers for
     ``min(pp − i, m)`` micro-batches in flight, fp32 logits ``mb·s·V_out·4/tp`` on the last stage;
     infer — bf16 weights (``2p/dp`` resident plus one gathered layer when ``sharded_weights``), one
     layer's activations and the last stage's logits; generate — bf16 weights,
@@ -284,12 +348,18 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     params = stage_params(model, pp)
     split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
     best = (-1.0, 0.0, 0.0)
+    lora = stage_lora(model, pp, options.lora_rank) if kind == "train" and options.lora_rank else None
+    lora_layer = lora_params(model, options.lora_rank)[1] / tp if lora is not None else 0.0
     for i in range(pp):
         p = params[i] / tp if split is None else split[i][0] + split[i][1]
         last = i == pp - 1
         if kind == "train":
-            resident = (train_state_bytes(p, per_layer_rank, dp, options) if split is None
-                        else expert_train_state_bytes(model, split[i], dp, tp, ep, options))
+            if lora is not None:
+                frozen, adapter = lora[i]
+                resident = train_state_bytes(p + adapter / tp, per_layer_rank + lora_layer, dp, options, frozen / tp)
+            else:
+                resident = (train_state_bytes(p, per_layer_rank, dp, options) if split is None
+                            else expert_train_state_bytes(model, split[i], dp, tp, ep, options))
             act = activation_bytes_per_layer(model, seq_len, micro_batch, tp, options.recompute)
             transient = act * layers[i] * min(pp - i, micro_batches)
             if options.recompute == "full":
@@ -377,6 +447,11 @@ def resident_bytes(model: ModelSpec, kind: str, dp: int, pp: int, tp: int,
             return 2.0 * max(d + e for d, e in split)
         return max(expert_train_state_bytes(model, part, dp, tp, ep, options) for part in split)
     per_layer_rank = model.block_params / model.layers / tp
+    if kind == "train" and options.lora_rank:
+        _, adapter = lora_params(model, options.lora_rank)
+        layer = per_layer_rank + adapter / tp
+        return max(train_state_bytes(p / tp + a / tp, layer, dp, options, f / tp)
+                   for p, (f, a) in zip(stage_params(model, pp), stage_lora(model, pp, options.lora_rank)))
     worst = max(stage_params(model, pp)) / tp
     if kind != "train":
         return 2.0 * worst

@@ -30,6 +30,13 @@ charges (:meth:`~packplace.placement.cost.CostModel.pass_time`, two collectives'
 bytes) is kept for what nothing hides: the last micro-batch's reduce-scatter and the gather of the first
 layer, which has no earlier layer to overlap with.
 
+LoRA (``lora_rank``, :func:`~packplace.placement.memory.lora_params`): the frozen base matrices have no
+gradients and no optimizer state, so the reduce-scatter and the offload traffic (gradients out, updated
+weights back) cover the trainable parameters only (:func:`~packplace.placement.memory.trainable_stage_params`),
+while ZeRO-3 still gathers every weight (frozen ones and adapters) for the forward and the backward and
+parameter offload still streams them all (DeepSpeed partitions every parameter; only ``requires_grad``
+ones get gradient partitions and optimizer state).
+
 ``p_shard`` is the parameters a GPU owns: ``params/(tp·pp)``, divided by ``dp`` under zero1-3 (each rank
 updates its shard); with expert parallelism (``ep``) the routed experts count ``1/ep`` of that, sharded
 over the ``dp/ep`` ranks holding the same experts, which gives the same ``params/(tp·pp·dp)`` under zero1-3.
@@ -38,7 +45,7 @@ Every GPU has its own PCIe link (HGX nodes: one PCIe switch port per GPU).
 
 from __future__ import annotations
 
-from packplace.placement.memory import TrainingOptions, stage_params, stage_share
+from packplace.placement.memory import TrainingOptions, held_stage_params, stage_share, trainable_stage_params
 from packplace.placement.models import ModelSpec
 
 
@@ -57,8 +64,9 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
     hw, w = cost.hw, cost.workload
     micro_batches = w.sequences // (dp * micro_batch)
     seconds = 0.0
+    rank = options.lora_rank
     if options.recompute == "full":
-        seconds += cost.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep)
+        seconds += cost.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep, lora_rank=rank)
     elif options.recompute == "selective":
         s = w.train_seq_len
         tokens = micro_batch * s
@@ -66,7 +74,8 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
         stage = attention * stage_share(model.layers, pp) / (tp * hw.flops_per_gpu * hw.gemm_peak_fraction)
         seconds += cost.pipeline(micro_batches, pp, stage)
     if options.sharding == "zero3" and dp > 1:
-        compute = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False) + seconds
+        compute = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False,
+                                 lora_rank=rank) + seconds
         seconds += zero3_exposed_seconds(cost, model, options, dp, pp, tp, micro_batches, extent, ep, compute)
     if options.offload != "none":
         shard = model.params * stage_share(model.layers, pp) / tp
@@ -74,8 +83,12 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
             shard /= dp
         elif ep > 1 and model.is_moe:
             shard -= model.expert_params * stage_share(model.layers, pp) / tp * (1.0 - 1.0 / ep)
+        trainable = shard
+        if rank:   # the same share of the held and of the trainable parameters (LoRA: a dense model)
+            trainable = shard * trainable_stage_params(model, 1, rank)[0] / model.params
+            shard *= held_stage_params(model, 1, rank)[0] / model.params
         grad_bytes = 4.0 if options.fp32_grad_buffer else 2.0
-        moved = (grad_bytes + 2.0) * shard
+        moved = (grad_bytes + 2.0) * trainable
         if options.offload == "optimizer+params":
             moved += 2.0 * 2.0 * shard * micro_batches
         seconds += moved / hw.host_bandwidth
@@ -94,15 +107,17 @@ def zero3_collective_seconds(cost, model: ModelSpec, options: TrainingOptions, d
         return 0.0
     alpha, beta = cost.hw.coll(cost.group_level(tp * dp, extent))
     grad_bytes = 4.0 if options.fp32_grad_buffer else 2.0
-    params = max(stage_params(model, pp)) / tp
-    groups = [(params, dp)]
+    rank = options.lora_rank
+    params = max(held_stage_params(model, pp, rank)) / tp
+    trainable = max(trainable_stage_params(model, pp, rank)) / tp
+    groups = [(params, trainable, dp)]
     if ep > 1 and model.is_moe:
         experts = model.expert_params * stage_share(model.layers, pp) / tp
-        groups = [(params - experts, dp), (experts / ep, dp // ep)]
+        groups = [(params - experts, params - experts, dp), (experts / ep, experts / ep, dp // ep)]
     seconds = 0.0
-    for n, ranks in groups:
+    for n, g, ranks in groups:
         if ranks > 1:
-            seconds += (ranks - 1) * (3.0 * alpha + (2.0 * 2.0 + grad_bytes) * n / ranks * beta)
+            seconds += (ranks - 1) * (3.0 * alpha + (2.0 * 2.0 * n + grad_bytes * g) / ranks * beta)
     return micro_batches * seconds
 
 
