@@ -173,3 +173,32 @@ def test_place_emit_prints_the_settings_and_puts_them_in_the_json(capsys):
     document = json.loads(capsys.readouterr().out)
     assert document["emit"]["framework"] == "openrlhf"
     assert document["emit"]["settings"]["--rollout.n_samples_per_prompt"] == 8
+
+
+@pytest.mark.parametrize("config", [GRPO, PPO], ids=lambda p: p.stem)
+def test_a_lora_plan_is_emitted_with_each_frameworks_lora_settings(config):
+    # a plan sized for LoRA trainers must not be handed over as full training: each framework gets its
+    # own LoRA keys (all of them in the framework's key list), or a refusal line
+    from dataclasses import replace
+
+    instance = load_config(config)
+    lora = {role: replace(opts, lora_rank=16) for role, opts in instance.training.items()}
+    for role in ("actor", "critic"):
+        if role in instance.models and role not in lora:
+            from packplace.placement.memory import DEFAULT_TRAINING
+            lora[role] = replace(DEFAULT_TRAINING, lora_rank=16)
+    instance = replace(instance, training=lora, _cache={})
+    plan = api.solve_placement(instance, "greedy", seed=0).solution
+    assert plan is not None
+    verl = emit(instance, plan, "verl")
+    assert verl.settings["actor_rollout_ref.model.lora_rank"] == 16
+    assert verl.settings["actor_rollout_ref.model.target_modules"] == "all-linear"
+    openrlhf = emit(instance, plan, "openrlhf")
+    assert openrlhf.settings["--ds.lora.rank"] == 16
+    nemo = emit(instance, plan, "nemo-rl")
+    lora_keys = {k: v for k, v in nemo.settings.items() if "lora_cfg.dim" in k or "peft.dim" in k}
+    assert lora_keys and set(lora_keys.values()) == {16}
+    if "critic" in instance.models:
+        assert verl.settings["critic.model.lora_rank"] == 16
+    for out in (verl, openrlhf, nemo):
+        assert_known_keys(out)

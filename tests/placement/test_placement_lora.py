@@ -165,6 +165,11 @@ def test_lora_rank_in_a_config():
         assert "\n" not in str(info.value)
     with pytest.raises(ConfigError, match=r"\[training.actor\] lora_rank: LoRA of a MoE model"):
         build_instance(cfg({"actor": {"lora_rank": 8}}, moe))
+    # hidden 512, 8 heads of 64 (attention and key/value 512), MLP 1,024: a rank above 512 adapts no matrix
+    # at low rank
+    assert build_instance(cfg({"actor": {"lora_rank": 512}})).training["actor"].lora_rank == 512
+    with pytest.raises(ConfigError, match=r"\[training.actor\] lora_rank: must be at most 512, .* got 513"):
+        build_instance(cfg({"actor": {"lora_rank": 513}}))
 
 
 def test_hybrid_engine_keeps_the_training_state_resident_while_generating():

@@ -95,13 +95,18 @@ def lora_params(model: ModelSpec, rank: int) -> tuple[int, int]:
     ``weight.requires_grad = False`` and keeps the bias trainable). ``rank = 0``: ``(0, 0)``.
 
     Raises:
-        ConfigError: a MoE model (LoRA on routed experts is not modelled).
+        ConfigError: a MoE model (LoRA on routed experts is not modelled), or a rank above the smallest
+            dimension of the adapted matrices (an adapter that large is no low-rank update: it has more
+            parameters than the matrix it adapts).
     """
     if rank == 0:
         return 0, 0
     if model.is_moe:
         raise ConfigError("lora_rank: LoRA of a MoE model (routed experts) is not modelled")
     d, q, k, f = model.hidden_dim, model.attention_dim, model.kv_dim, model.ffn_dim
+    if rank > min(d, q, k, f):
+        raise ConfigError(f"lora_rank: must be at most {min(d, q, k, f):,}, the smallest dimension of the adapted "
+                          f"matrices (hidden {d:,}, attention {q:,}, key/value {k:,}, MLP {f:,}), got {rank:,}")
     mlp = 3 if model.mlp == "gated" else 2
     frozen = 2 * d * q + 2 * d * k + mlp * d * f
     adapter = rank * ((d + q) + 2 * (d + k) + (q + d) + mlp * (d + f))

@@ -101,12 +101,24 @@ def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions,
         if options.sharding == "zero3" or options.offload == "optimizer+params":
             out.refusals.append(f"{task.name} sharding {options.sharding}, offload {options.offload}: the Megatron "
                                 f"policy shards the optimizer (distributed optimizer) and offloads only its state")
+        if options.lora_rank and prefix != "policy":
+            out.refusals.append(f"{task.name} lora_rank {options.lora_rank}: NeMo RL's Megatron {prefix} model "
+                                f"has no LoRA (PEFT) setting; it would train in full")
+        elif options.lora_rank:
+            # Megatron-Bridge PEFT: LoRA on the blocks' linear layers
+            s[f"{prefix}.megatron_cfg.peft.enabled"] = True
+            s[f"{prefix}.megatron_cfg.peft.dim"] = options.lora_rank
         return
     if task.strategy.pp > 1:
         out.refusals.append(f"{task.layout}: the DTensor {prefix} has no pipeline parallelism")
     s[f"{prefix}.dtensor_cfg.tensor_parallel_size"] = task.strategy.tp
     s[f"{prefix}.dtensor_cfg.activation_checkpointing"] = options.recompute == "full"
     s[f"{prefix}.dtensor_cfg.cpu_offload"] = options.offload == "optimizer+params"
+    if options.lora_rank:
+        # LoRA on every linear layer of the model, as the plan's adapters
+        s[f"{prefix}.dtensor_cfg.lora_cfg.enabled"] = True
+        s[f"{prefix}.dtensor_cfg.lora_cfg.dim"] = options.lora_rank
+        s[f"{prefix}.dtensor_cfg.lora_cfg.match_all_linear"] = True
     if options.sharding != "zero3":
         out.notes.append(f"{task.name} sharding {options.sharding}: the DTensor {prefix} is FSDP2 (ZeRO-3), no "
                          f"more memory than planned, more all-gathers per step")

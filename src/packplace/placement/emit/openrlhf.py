@@ -129,6 +129,13 @@ def _deepspeed(out: EmittedPlan, trained: list[Task], view: PlanView) -> None:
                                 "not the parameters of a trained model")
     if any(o.recompute == "full" for o in options):
         out.settings["--actor.gradient_checkpointing_enable"] = True
+    if options[0].lora_rank:
+        # one LoRA setting for every trained model (its default targets are all linear layers)
+        out.settings["--ds.lora.rank"] = options[0].lora_rank
+    for task, opts in zip(trained, options, strict=True):
+        if opts.lora_rank != options[0].lora_rank:
+            out.refusals.append(f"{task.name} lora_rank {opts.lora_rank}: OpenRLHF gives every trained model the "
+                                f"same --ds.lora.rank ({options[0].lora_rank})")
 
 
 def _dpo(view: PlanView) -> EmittedPlan:

@@ -128,6 +128,10 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
         s[f"{fsdp}.param_offload"] = options.offload == "optimizer+params"
         s[f"{fsdp}.optimizer_offload"] = options.offload != "none"
     s[f"{model_key}.enable_gradient_checkpointing"] = options.recompute == "full"
+    if options.lora_rank:
+        # PEFT adapters on every linear of the blocks (verl's ``all-linear``), as the plan's LoRA
+        s[f"{model_key}.lora_rank"] = options.lora_rank
+        s[f"{model_key}.target_modules"] = "all-linear"
 
 
 def _rollout(s: dict[str, Any], refuse: list[str], note: list[str], view: PlanView, gen: Task, train: Task) -> None:
