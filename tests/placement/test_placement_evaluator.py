@@ -202,12 +202,12 @@ def test_non_finite_vertex_time_is_infeasible_with_a_reason(bad):
 def test_non_finite_candidate_times_never_reach_the_feasible_table(monkeypatch):
     from packplace.errors import ConfigError
     from packplace.placement.cost import CostModel
-    real = CostModel.vertex_time
+    real = CostModel.vertex_phases
 
     def broken(self, model, kind, *args, **kwargs):
-        return float("nan") if kind == "train" else real(self, model, kind, *args, **kwargs)
+        return {"train": float("nan")} if kind == "train" else real(self, model, kind, *args, **kwargs)
 
-    monkeypatch.setattr(CostModel, "vertex_time", broken)
+    monkeypatch.setattr(CostModel, "vertex_phases", broken)
     table = get_table(instance("dpo"))
     assert table.all["actor.train"] and not table.feasible["actor.train"]
     with pytest.raises(ConfigError, match=r"^\[workload\] actor.train: predicted time is not finite \(nan\)"):

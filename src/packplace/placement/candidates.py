@@ -37,7 +37,7 @@ from packplace.placement.engine import mean_live_tokens
 from packplace.placement.framework import INFERENCE_OFFLOAD, inference_owner, profile
 from packplace.placement.graph import algorithm_spec
 from packplace.placement.hardware import Cluster
-from packplace.placement.memory import DEFAULT_TRAINING, vertex_memory
+from packplace.placement.memory import DEFAULT_TRAINING, TrainingOptions, vertex_memory
 from packplace.placement.models import ModelSpec
 from packplace.placement.plan import Allocation, Strategy, VertexPlan
 from packplace.placement.training_time import training_overhead_seconds
@@ -539,18 +539,27 @@ def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro
     (:func:`~packplace.placement.training_time.training_overhead_seconds`), and for a generation vertex
     with a rule-based reward, ``reward``: the CPU scoring of the step's sequences."""
     vertex = instance.graph.vertex(name)
-    model = instance.models[vertex.model]
-    dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
+    reward = instance.rule_reward.seconds(instance.workload.sequences) \
+        if vertex.kind == "generate" and instance.rule_reward is not None else None
     options = instance.training.get(vertex.model, DEFAULT_TRAINING)
-    lora_rank = options.lora_rank if vertex.kind == "train" else 0
-    parts = cost.vertex_phases(model, vertex.kind, dp, pp, tp, micro_batch, extent, needs_old_log_prob(instance, name),
-                               ep, sharded=inference_sharded(instance, name),
-                               offloaded=inference_offloaded(instance, name), balance=vertex_balance(instance, name),
-                               lora_rank=lora_rank)
-    if vertex.kind == "train":
+    return _parts(cost, instance.models[vertex.model], vertex.kind, options, strategy, micro_batch, extent,
+                  needs_old_log_prob(instance, name), inference_sharded(instance, name),
+                  inference_offloaded(instance, name), vertex_balance(instance, name), reward)
+
+
+def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOptions, strategy: Strategy,
+           micro_batch: int, extent: tuple[int, int, int], old_log_prob: bool, sharded: bool, offloaded: bool,
+           balance: VertexBalance | None, reward: float | None) -> dict[str, float]:
+    """:func:`vertex_parts` with the vertex's settings resolved (the candidate builder resolves them once
+    per vertex)."""
+    dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
+    parts = cost.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep, sharded=sharded,
+                               offloaded=offloaded, balance=balance,
+                               lora_rank=options.lora_rank if kind == "train" else 0)
+    if kind == "train":
         parts["memory_options"] = training_overhead_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
-    elif vertex.kind == "generate" and instance.rule_reward is not None:
-        parts["reward"] = instance.rule_reward.seconds(instance.workload.sequences)
+    elif reward is not None:
+        parts["reward"] = reward
     return parts
 
 
@@ -575,11 +584,9 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     offloaded = inference_offloaded(instance, name)
     balance = vertex_balance(instance, name)
     options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
-    lora_rank = options.lora_rank if kind == "train" else 0
     limit = mem * instance.engine.gpu_memory_utilization if kind == "generate" else mem
-    extra = 0.0
-    if kind == "generate" and instance.rule_reward is not None:
-        extra = instance.rule_reward.seconds(w.sequences)
+    reward = instance.rule_reward.seconds(w.sequences) if kind == "generate" and instance.rule_reward is not None \
+        else None
     live_len = mean_live_tokens(w)
     continuous = instance.engine.batching == "continuous"
     out = []
@@ -601,10 +608,8 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                                      seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
                                      options=options, prefill_sequences=prefill, ep=ep,
                                      sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded)
-            seconds = cost.vertex_time(model, kind, dp, pp, tp, mb, extent, old_log_prob, ep, sharded=sharded,
-                                       offloaded=offloaded, balance=balance, lora_rank=lora_rank) + extra
-            if kind == "train":
-                seconds += training_overhead_seconds(cost, model, options, dp, pp, tp, mb, extent, ep)
+            seconds = sum(_parts(cost, model, kind, options, strategy, mb, extent, old_log_prob, sharded, offloaded,
+                                 balance, reward).values())
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))
     return out
 

@@ -138,6 +138,15 @@ def held_stage_params(model: ModelSpec, pp: int, rank: int = 0) -> tuple[int, ..
     return tuple(p + a for p, (_, a) in zip(params, stage_lora(model, pp, rank)))
 
 
+def lora_train_state_bytes(model: ModelSpec, pp: int, tp: int, dp: int, options: TrainingOptions) -> tuple[float, ...]:
+    """Per pipeline stage, a LoRA trainer's :func:`train_state_bytes` on one tensor-parallel rank: the
+    stage's parameters plus its adapters, the blocks' matrices frozen (:func:`stage_lora`), one layer
+    with its adapters as the gathered unit."""
+    layer = (model.block_params / model.layers + lora_params(model, options.lora_rank)[1]) / tp
+    return tuple(train_state_bytes((p + a) / tp, layer, dp, options, f / tp)
+                 for p, (f, a) in zip(stage_params(model, pp), stage_lora(model, pp, options.lora_rank)))
+
+
 DEFAULT_TRAINING = TrainingOptions()
 
 
@@ -353,15 +362,13 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     params = stage_params(model, pp)
     split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
     best = (-1.0, 0.0, 0.0)
-    lora = stage_lora(model, pp, options.lora_rank) if kind == "train" and options.lora_rank else None
-    lora_layer = lora_params(model, options.lora_rank)[1] / tp if lora is not None else 0.0
+    lora = lora_train_state_bytes(model, pp, tp, dp, options) if kind == "train" and options.lora_rank else None
     for i in range(pp):
         p = params[i] / tp if split is None else split[i][0] + split[i][1]
         last = i == pp - 1
         if kind == "train":
             if lora is not None:
-                frozen, adapter = lora[i]
-                resident = train_state_bytes(p + adapter / tp, per_layer_rank + lora_layer, dp, options, frozen / tp)
+                resident = lora[i]
             else:
                 resident = (train_state_bytes(p, per_layer_rank, dp, options) if split is None
                             else expert_train_state_bytes(model, split[i], dp, tp, ep, options))
@@ -453,10 +460,7 @@ def resident_bytes(model: ModelSpec, kind: str, dp: int, pp: int, tp: int,
         return max(expert_train_state_bytes(model, part, dp, tp, ep, options) for part in split)
     per_layer_rank = model.block_params / model.layers / tp
     if kind == "train" and options.lora_rank:
-        _, adapter = lora_params(model, options.lora_rank)
-        layer = per_layer_rank + adapter / tp
-        return max(train_state_bytes(p / tp + a / tp, layer, dp, options, f / tp)
-                   for p, (f, a) in zip(stage_params(model, pp), stage_lora(model, pp, options.lora_rank)))
+        return max(lora_train_state_bytes(model, pp, tp, dp, options))
     worst = max(stage_params(model, pp)) / tp
     if kind != "train":
         return 2.0 * worst
