@@ -245,6 +245,18 @@ def test_decode_attention_flops_and_generate_mfu_flops_by_hand():
     assert c.vertex_flops(MODEL, "train") == pytest.approx(3 * (2 * N + 2 * L * 16 * d) * 8 * 16)
 
 
+def test_lora_trainer_flops_by_hand():
+    # rank 8 on a block of d = q = k = 128, gated MLP f = 256: frozen W = 2dq + 2dk + 3df = 163,840;
+    # adapters A = r((d+q) + 2(d+k) + (q+d) + 3(d+f)) = 8 x 2,176 = 17,408; per token the frozen matrices
+    # lose their weight gradients (-2W) and the adapters add 6A, per block
+    w = Workload(4, 2, 10, 6)  # 8 sequences of s = 16 tokens
+    c = cost(w)
+    N, L, d = MODEL.gemm_params, 2, 128
+    per_token = 3 * (2 * N + 2 * L * 16 * d) + L * (6 * 17_408 - 2 * 163_840)
+    assert c.vertex_flops(MODEL, "train", lora_rank=8) == pytest.approx(per_token * 8 * 16)
+    assert c.vertex_flops(MODEL, "infer", lora_rank=8) == c.vertex_flops(MODEL, "infer")
+
+
 def test_long_generation_is_chunked_and_close_to_the_exact_sum():
     from packplace.placement import workload as workload_module
     long = Workload(2, 1, 10, 40_000, ((0.5, 10_000.0),))

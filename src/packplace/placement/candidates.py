@@ -293,7 +293,8 @@ class CandidateTable:
             self.all[vertex.name] = tuple(cands)
             self.feasible[vertex.name] = tuple(c for c in cands if c.fits and math.isfinite(c.time))
             self.by_key[vertex.name] = {c.key: c for c in cands}
-            self.vertex_flops[vertex.name] = self.cost.vertex_flops(model, vertex.kind)
+            lora_rank = instance.training.get(vertex.model, DEFAULT_TRAINING).lora_rank
+            self.vertex_flops[vertex.name] = self.cost.vertex_flops(model, vertex.kind, lora_rank)
         self.build_seconds = time.perf_counter() - start
 
     def origins(self, extent: tuple[int, int, int]) -> tuple[Allocation, ...]:

@@ -216,19 +216,32 @@ class CostModel:
         Kaplan et al. 2020, Table 1, at position ``ctx``)."""
         return model.decode_flops_per_token(context)
 
-    def vertex_flops(self, model: ModelSpec, kind: str) -> float:
-        """Model FLOPs of the vertex over one step (for MFU), independent of the strategy:
-        train ``3×`` forward (backward = 2× forward), infer and generate ``1×`` forward, over
+    def vertex_flops(self, model: ModelSpec, kind: str, lora_rank: int = 0) -> float:
+        """Model FLOPs of the vertex over one step (for MFU and the datasheet floor), independent of the
+        strategy: train ``3×`` forward (backward = 2× forward), infer and generate ``1×`` forward, over
         ``B·K·s`` tokens with ``s = S + mean response``. Generation (prefill + decode) does the same
         useful work as one causal forward pass over the ``s`` tokens: decoding position ``c`` costs
         ``2N + 4·L·c·d`` (:meth:`decode_flops_per_token`), whose mean over ``c = 1..s`` is
         :meth:`forward_flops_per_token` at ``s`` — the causal averaging is already in that formula, so
-        the context is not halved again."""
+        the context is not halved again. A LoRA trainer (``lora_rank > 0``, ``kind == "train"``) does
+        ``4W`` instead of ``6W`` per token for its frozen block matrices and ``6A`` for the adapters, per
+        block (:func:`~packplace.placement.memory.lora_params`; Hu et al. 2021, arXiv 2106.09685, §4.2), the
+        FLOPs :meth:`pass_time` runs.
+
+        Raises:
+            ConfigError: ``lora_rank`` not valid for the model (:func:`~packplace.placement.memory.lora_params`).
+        """
         w = self.workload
         s = w.train_seq_len
         tokens = w.sequences * s
         per_token = self.forward_flops_per_token(model, s)
-        return (3.0 if kind == "train" else 1.0) * per_token * tokens
+        if kind != "train":
+            return per_token * tokens
+        per_token *= 3.0
+        if lora_rank:
+            frozen, adapter = lora_params(model, lora_rank)
+            per_token += model.layers * (6.0 * adapter - 2.0 * frozen)
+        return per_token * tokens
 
     # -- vertex times -------------------------------------------------------------------------------
     def vertex_time(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
