@@ -191,3 +191,36 @@ def test_host_offloaded_zero3_reference_streams_its_partition_every_micro_batch(
     assert instance.training["critic"].offload == "optimizer+params"
     critic_phases = get_evaluator(instance).vertex_phases("critic.infer", critic)
     assert critic_phases["onload"] == pytest.approx(8 * 2 * instance.models["critic"].params / 16 / 25e9, rel=1e-12)
+
+
+def test_fsdp_prefetch_hides_each_later_layers_gather_behind_the_previous_layers_compute():
+    from packplace.placement.framework import exposed_gather_seconds
+    # 4 layers, 8 s of gathers and 6 s of compute: layer 0's 2 s gather is exposed, layers 1-3 each gather 2 s
+    # beside 1.5 s of compute: 0.5 s each -> 2 + 3 x 0.5 = 3.5 s
+    assert exposed_gather_seconds(8.0, 6.0, 4) == pytest.approx(3.5)
+    # compute longer than the gathers: only the first layer's gather
+    assert exposed_gather_seconds(8.0, 20.0, 4) == pytest.approx(2.0)
+    # one layer: nothing to overlap with
+    assert exposed_gather_seconds(8.0, 20.0, 1) == pytest.approx(8.0)
+    with pytest.raises(ValueError, match="layers"):
+        exposed_gather_seconds(1.0, 1.0, 0)
+    assert FRAMEWORKS["verl"].gather_prefetch and FRAMEWORKS["nemo-rl"].gather_prefetch
+    assert not FRAMEWORKS["deepspeed-chat"].gather_prefetch and not FRAMEWORKS["openrlhf"].gather_prefetch
+
+
+def test_nemo_rl_dtensor_reference_gathers_overlap_with_its_forward():
+    from packplace.placement.framework import exposed_gather_seconds, gather_seconds
+    instance, plan, _ = load_setup(NEMO_8B)   # DTensor (FSDP2) policy at zero3, the reference in its layout
+    assert inference_sharded(instance, "reference.infer")
+    from packplace.placement.candidates import vertex_parts
+    vp = dict(plan.vertices)["reference.infer"]
+    s, extent = vp.strategy, vp.allocation.extent
+    cost = get_evaluator(instance).table.cost
+    parts = vertex_parts(instance, cost, "reference.infer", s, vp.micro_batch, extent)
+    passes = instance.workload.sequences // (s.dp * vp.micro_batch)
+    full = gather_seconds(cost, instance.models["actor"], s.dp, s.pp, s.tp, passes, extent)
+    assert full > parts["forward"] > 0
+    # Llama-3.1-8B: 32 layers, one stage
+    assert parts["gather"] == pytest.approx(full / 32 + 31 / 32 * (full - parts["forward"]))
+    assert parts["gather"] == pytest.approx(exposed_gather_seconds(full, parts["forward"], 32))
+    assert _candidate(instance, plan, "reference.infer").time == pytest.approx(sum(parts.values()))

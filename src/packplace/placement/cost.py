@@ -38,6 +38,7 @@ from packplace.placement.framework import (
     FrameworkProfile,
     decode_step_overhead,
     dispatch_seconds,
+    exposed_gather_seconds,
     gather_seconds,
     onload_seconds,
     refit_seconds,
@@ -265,7 +266,9 @@ class CostModel:
         experience maker; Schulman et al. 2017), run by the trainer with its own strategy. With
         ``sharded`` (a forward on ZeRO-3 / FSDP-partitioned weights,
         :func:`~packplace.placement.candidates.inference_sharded`) the forward passes add ``gather``:
-        :func:`~packplace.placement.framework.gather_seconds` once per micro-batch; with ``offloaded``
+        :func:`~packplace.placement.framework.gather_seconds` once per micro-batch, less what FSDP's
+        prefetching hides behind the passes' compute for a ``gather_prefetch`` framework
+        (:func:`~packplace.placement.framework.exposed_gather_seconds`); with ``offloaded``
         (an inference model kept in host memory, ``policy.inference_offload``) an ``infer`` vertex adds
         ``onload``, :func:`~packplace.placement.framework.onload_seconds`. Every vertex adds
         ``overhead`` = the framework's dispatch (:func:`~packplace.placement.framework.dispatch_seconds`)
@@ -287,6 +290,10 @@ class CostModel:
         if sharded and kind != "generate" and (kind == "infer" or old_log_prob):
             passes = self.workload.sequences // (dp * micro_batch)
             phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent)
+            if self.framework.gather_prefetch:
+                compute = phases["forward"] if kind == "infer" else phases["old_log_prob"]
+                phases["gather"] = exposed_gather_seconds(phases["gather"], compute,
+                                                          max(stage_layers(model.layers, pp)))
         if offloaded and kind == "infer":
             passes = self.workload.sequences // (dp * micro_batch)
             phases["onload"] = onload_seconds(self, model, dp, pp, tp, passes, sharded)

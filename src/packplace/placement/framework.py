@@ -107,6 +107,13 @@ class FrameworkProfile:
             ``actor_model.module.generate`` between ``train`` steps with no offload in between). False:
             the framework offloads the training state while generating (NeMo RL, OpenRLHF colocated) or
             the model does not represent its offload (verl's param/optimizer offload flags).
+        gather_prefetch: Sharded inference runs on PyTorch FSDP, whose implicit forward prefetching overlaps
+            each layer's all-gather with the previous layer's compute (:func:`exposed_gather_seconds`; PyTorch
+            docs, notes/fsdp.html "FSDP Prefetch Nuances": always enabled, the first all-gather overlaps
+            nothing). verl's FSDP / FSDP2 workers and NeMo RL's DTensor policy (``fully_shard``). False:
+            DeepSpeed ZeRO-3 (DeepSpeed-Chat, OpenRLHF), whose eval configs prefetch
+            ``stage3_prefetch_bucket_size`` 3e7 parameters, less than one layer of a 1B+ model, so the gather
+            stays exposed (:func:`gather_seconds`).
     """
 
     name: str
@@ -118,6 +125,7 @@ class FrameworkProfile:
     continuous_rollout: bool = False
     decode_step_overhead: float = VLLM_DECODE_STEP_OVERHEAD
     colocated_train_state: bool = False
+    gather_prefetch: bool = False
 
 
 #: The profiles (``policy.framework``).
@@ -128,14 +136,15 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "verl", True, True, "cuda_ipc", True,
         "verl trainer/ppo/ray_trainer.py (old_log_prob, ref, values phases); workers/fsdp_workers.py (FSDP "
         "reference module, rollout.resume(tags=['weights']) then update_weights over CUDA IPC); "
-        "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)"),
+        "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)", gather_prefetch=True),
     "nemo-rl": FrameworkProfile(
         "nemo-rl", True, True, "cuda_ipc", True,
         "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "
         "refit_policy_generation: stream_weights_via_ipc_zmq colocated, broadcast_weights_for_collective split); "
         "the reference runs in the policy worker's own (sharded) layout; algorithms/async_utils.py "
         "(AsyncTrajectoryCollector: per-prompt requests, at most num_prompts_per_step x "
-        "max_trajectory_age_steps in flight)", continuous_rollout=True),
+        "max_trajectory_age_steps in flight); models/policy/dtensor_policy_worker.py (fully_shard)",
+        continuous_rollout=True, gather_prefetch=True),
     "openrlhf": FrameworkProfile(
         "openrlhf", True, True, "cuda_ipc", True,
         "OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (actor, critic, reward, reference forwards); "
@@ -200,6 +209,22 @@ def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     nbytes = 2.0 * max(stage_params(model, pp)) / tp
     alpha, beta = cost.hw.coll(cost.group_level(tp * dp, extent))
     return passes * (dp - 1) * (alpha + nbytes / dp * beta)
+
+
+def exposed_gather_seconds(gather: float, compute: float, layers: int) -> float:
+    """Seconds of a sharded forward's all-gathers (``gather`` seconds in all) left after FSDP's implicit
+    forward prefetching overlaps them with the ``compute`` seconds of the same passes, for passes of
+    ``layers`` equal layers each: the first layer's gather overlaps nothing, each later layer's gather runs
+    beside the previous layer's compute, ``gather/L + (L − 1)/L · max(0, gather − compute)`` (PyTorch docs,
+    notes/fsdp.html, "FSDP Prefetch Nuances": implicit forward prefetching is always enabled; the first
+    all-gather cannot overlap with anything).
+
+    Raises:
+        ValueError: ``layers`` below 1.
+    """
+    if layers < 1:
+        raise ValueError(f"layers must be at least 1, got {layers}")
+    return gather / layers + (layers - 1) / layers * max(0.0, gather - compute)
 
 
 def onload_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: int, sharded: bool) -> float:
