@@ -4,10 +4,13 @@ time of a stale plan against that hand figure."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from packplace.placement.config import build_instance
+from packplace.placement.cost import CostModel
 from packplace.placement.engine import response_lengths, rollout_stream_schedule
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.framework import FRAMEWORKS
@@ -127,3 +130,43 @@ def test_a_batch_framework_keeps_the_makespan_when_stale():
     score, sync = ev.score(plan), ev.score(Plan(plan.vertices))
     assert score.phases["actor.generate"]["generation"] == sync.phases["actor.generate"]["generation"]
     assert ev.cost.stale_generate_time(inst.models["actor"], 2, 1, 1, 16, (1, 1, 2), 1, 2) is None
+
+
+def test_nemo_rl_async_engine_runs_vllms_async_default_of_128_sequences():
+    # AsyncLLM.from_engine_args with no max_num_seqs: vLLM's ENGINE_CONTEXT default, 128 (framework.py)
+    assert FRAMEWORKS["nemo-rl"].stale_engine_max_num_seqs == 128
+    assert {name for name, p in FRAMEWORKS.items() if p.stale_engine_max_num_seqs} == {"nemo-rl"}
+    unset = build_instance({**_toy_config("nemo-rl"), "policy": {"algorithm": "grpo", "framework": "nemo-rl"}})
+    assert unset.engine.max_num_seqs == 256 and not unset.engine.max_num_seqs_set
+    assert stale_instance("nemo-rl").engine.max_num_seqs_set
+
+
+def _toy_config(framework: str) -> dict:
+    return {
+        "hardware": {"preset": "h100-sxm", "decode_step_overhead": 0.01},
+        "models": {"actor": {"layers": 2, "hidden_dim": 256, "ffn_dim": 1024, "vocab_size": 1000, "head_dim": 64},
+                   "reward": "rule"},
+        "workload": {"batch_size": 8, "samples_per_prompt": 4, "context_length": 16, "generation_length": 300,
+                     "gen_quantiles": [list(q) for q in TWO_LENGTHS]},
+        "policy": {"algorithm": "grpo", "framework": framework},
+        "optimizer": {"staleness_candidates": {"actor": [0, 2]}}}
+
+
+@pytest.mark.parametrize("max_num_seqs, slots", [(None, 4), (8, 8)])
+def test_stale_engine_cap_applies_only_when_the_config_sets_no_max_num_seqs(max_num_seqs, slots):
+    # the toy of stale_instance with the profile's async cap at 4: with no policy.max_num_seqs the engine
+    # runs 4 sequences, 3,200 tokens per engine and step = 800 iterations of ~10 ms; a config that sets
+    # max_num_seqs 8 keeps its 8 slots (32 sequences in flight per engine): 400 iterations
+    cfg = _toy_config("nemo-rl")
+    if max_num_seqs is not None:
+        cfg["policy"] = {**cfg["policy"], "max_num_seqs": max_num_seqs}
+    inst = build_instance(cfg)
+    capped = CostModel(inst.hardware, inst.cluster, inst.workload, inst.engine,
+                       dataclasses.replace(FRAMEWORKS["nemo-rl"], stale_engine_max_num_seqs=4))
+    spec = inst.models["actor"]
+    step = float(capped.decode_step_times(spec, 1, 1, (1, 1, 2), 2, np.array([float(slots)]),
+                                          np.array([slots * 216.0]))[0])
+    assert step == pytest.approx(0.01, rel=0.02)
+    by_hand = 3200 / slots * step
+    generation = capped.stale_generate_time(spec, 2, 1, 1, 16, (1, 1, 2), 1, 2)
+    assert generation - capped.prefill_time(spec, 1, 16, min(slots, 16)) == pytest.approx(by_hand, rel=0.1)

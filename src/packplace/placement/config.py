@@ -455,10 +455,11 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         if key not in SECTIONS:
             raise ConfigError(f"[{show(key)}] Unknown section; valid: {', '.join(SECTIONS)}")
     cluster, hardware = _hardware(_section(config, "hardware"))
-    policy = check_section(_section(config, "policy", required=False), _policy_fields(), "[policy]",
-                           label=_label("policy"), **_FORMATS)
+    policy_cfg = _section(config, "policy", required=False)
+    policy = check_section(policy_cfg, _policy_fields(), "[policy]", label=_label("policy"), **_FORMATS)
     algorithm = policy["algorithm"]
-    engine = RolloutEngine(policy["batching"], policy["max_num_seqs"], policy["gpu_memory_utilization"])
+    engine = RolloutEngine(policy["batching"], policy["max_num_seqs"], policy["gpu_memory_utilization"],
+                           max_num_seqs_set="max_num_seqs" in policy_cfg)
     models_cfg = _section(config, "models")
     spec = algorithm_spec(algorithm)
     required = spec.required_roles

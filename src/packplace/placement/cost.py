@@ -587,7 +587,9 @@ class CostModel:
         slots the current batch's tail frees, so one step costs the throughput time of a batch rather
         than its makespan. The stream of ``N = max(t + 3, 2t + 4)`` batches (fewer when the replica's
         batch is large, at least ``t + 3``) runs on ``min(max_num_seqs, KV capacity)`` slots
-        (:meth:`engine_concurrency` with no request limit); every segment is priced by
+        (:meth:`engine_concurrency` with no request limit; ``max_num_seqs`` is the framework's
+        ``stale_engine_max_num_seqs`` when it has one and the config sets none: the asynchronous engine's
+        own default); every segment is priced by
         :meth:`decode_step_times` as in :meth:`generate_time`, and the per-step time is the mean spacing
         of the batch completions between the first and third quarter of the stream (the warm-up and the
         drain left out), plus the prefill of the replica's prompts (:meth:`prefill_time`)."""
@@ -598,6 +600,8 @@ class CostModel:
         group = math.gcd(per_replica, w.samples_per_prompt)
         batches = max(staleness + 3, min(2 * staleness + 4, STREAM_SEQUENCES // per_replica))
         slots = self.engine_concurrency(model, tp, pp, max(per_replica * (staleness + 1), 1), ep)
+        if self.framework.stale_engine_max_num_seqs and not self.engine.max_num_seqs_set:
+            slots = min(slots, self.framework.stale_engine_max_num_seqs)
         in_flight = staleness * (per_replica // group)
         iterations, running, generated, done = rollout_stream_schedule(w, per_replica, group, in_flight, slots,
                                                                        batches)

@@ -54,11 +54,14 @@ class RolloutEngine:
         max_num_seqs: Running sequences at most per engine replica (default 256, vLLM's default).
         gpu_memory_utilization: Fraction of each GPU the engine may use for weights, activations and
             KV cache (default 0.9, vLLM's); a generation candidate must fit in it.
+        max_num_seqs_set: The config sets ``max_num_seqs`` (false: the default above, which a framework
+            profile's ``stale_engine_max_num_seqs`` may replace for an asynchronous rollout).
     """
 
     batching: str = "continuous"
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    max_num_seqs_set: bool = False
 
 
 def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,

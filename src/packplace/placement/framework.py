@@ -65,6 +65,14 @@ VLLM_DECODE_STEP_OVERHEAD = 1.4e-3
 #: separate a per-layer launch cost from the per-iteration loop, so a per-layer form would be an
 #: assumption the source does not test.
 DS_HYBRID_DECODE_STEP_OVERHEAD = 4.7e-3
+#: Running sequences at most of a vLLM ``AsyncLLM`` engine built with no ``max_num_seqs``: its
+#: ``from_engine_args`` defaults the usage context to ``ENGINE_CONTEXT`` (vllm/v1/engine/async_llm.py),
+#: which vLLM's table of usage-context defaults does not list (``EngineArgs.get_batch_defaults`` names
+#: ``LLM_CLASS`` and ``OPENAI_API_SERVER`` only; vllm/engine/arg_utils.py), so the scheduler keeps
+#: ``SchedulerConfig.DEFAULT_MAX_NUM_SEQS`` = 128 (vllm/config/scheduler.py; vLLM 0.10 set the same 128
+#: in ``SchedulerConfig.__post_init__`` when the field was left ``None``). The offline ``LLM`` class is
+#: given ``LLM_CLASS`` and gets 256, or 1024 on a GPU of 70 GiB or more other than an A100.
+VLLM_ASYNC_ENGINE_MAX_NUM_SEQS = 128
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,14 @@ class FrameworkProfile:
             (:data:`VLLM_DECODE_STEP_OVERHEAD` for the vLLM-based profiles and ``none``, a bare vLLM
             engine; :data:`DS_HYBRID_DECODE_STEP_OVERHEAD` for DeepSpeed-Chat's hybrid engine); a
             config's ``hardware.decode_step_overhead`` overrides it (:func:`decode_step_overhead`).
+        stale_engine_max_num_seqs: Running sequences at most per engine replica of a stale (asynchronous)
+            rollout when the config does not set ``policy.max_num_seqs`` (0: the engine's own
+            ``max_num_seqs``). NeMo RL async GRPO requires vLLM's async engine
+            (nemo_rl/algorithms/grpo.py ``async_grpo_train`` asserts ``vllm_cfg.async_engine``), which
+            nemo_rl/models/generation/vllm/vllm_worker_async.py (v0.4.0-v0.6.0) builds with
+            ``AsyncLLM.from_engine_args`` and no ``max_num_seqs`` (neither the worker nor the GRPO
+            recipes set one): :data:`VLLM_ASYNC_ENGINE_MAX_NUM_SEQS`. Its synchronous path (``vllm.LLM``)
+            keeps the engine's ``max_num_seqs``.
         colocated_train_state: A trained model's training state (its trainer's resident bytes: weights,
             gradients and optimizer state as its ``training`` options leave them on the GPU) stays resident
             while its rollout engine generates on the same GPUs, so the two add instead of taking the
@@ -126,6 +142,7 @@ class FrameworkProfile:
     decode_step_overhead: float = VLLM_DECODE_STEP_OVERHEAD
     colocated_train_state: bool = False
     gather_prefetch: bool = False
+    stale_engine_max_num_seqs: int = 0
 
 
 #: The profiles (``policy.framework``).
@@ -143,8 +160,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "refit_policy_generation: stream_weights_via_ipc_zmq colocated, broadcast_weights_for_collective split); "
         "the reference runs in the policy worker's own (sharded) layout; algorithms/async_utils.py "
         "(AsyncTrajectoryCollector: per-prompt requests, at most num_prompts_per_step x "
-        "max_trajectory_age_steps in flight); models/policy/dtensor_policy_worker.py (fully_shard)",
-        continuous_rollout=True, gather_prefetch=True),
+        "max_trajectory_age_steps in flight); models/policy/dtensor_policy_worker.py (fully_shard); "
+        "models/generation/vllm/vllm_worker_async.py (AsyncLLM.from_engine_args, no max_num_seqs)",
+        continuous_rollout=True, gather_prefetch=True, stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS),
     "openrlhf": FrameworkProfile(
         "openrlhf", True, True, "cuda_ipc", True,
         "OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (actor, critic, reward, reference forwards); "
