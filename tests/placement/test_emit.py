@@ -202,3 +202,26 @@ def test_a_lora_plan_is_emitted_with_each_frameworks_lora_settings(config):
         assert verl.settings["critic.model.lora_rank"] == 16
     for out in (verl, openrlhf, nemo):
         assert_known_keys(out)
+
+
+def test_a_dapo_plan_is_emitted_as_grpo_advantages_without_a_kl_term_for_every_framework():
+    from packplace.placement.config import build_instance, load_yaml
+    raw = load_yaml(GRPO)
+    raw["policy"]["algorithm"] = "dapo"   # the dapo step: no reference task
+    instance = build_instance(raw)
+    plan = api.solve_placement(instance, "greedy", seed=0).solution
+    assert plan is not None and "reference.infer" not in dict(plan.vertices)
+    verl = emit(instance, plan, "verl")
+    assert verl.settings["algorithm.adv_estimator"] == "grpo"
+    assert verl.settings["actor_rollout_ref.actor.use_kl_loss"] is False
+    assert verl.settings["algorithm.use_kl_in_reward"] is False
+    openrlhf = emit(instance, plan, "openrlhf")
+    assert openrlhf.settings["--algo.advantage.estimator"] == "group_norm"
+    assert openrlhf.settings["--algo.kl.init_coef"] == 0
+    nemo = emit(instance, plan, "nemo-rl")
+    assert nemo.command.endswith("examples/configs/grpo_math_1B.yaml") and "run_grpo.py" in nemo.command
+    assert nemo.settings["loss_fn.reference_policy_kl_penalty"] == 0
+    assert nemo.settings["grpo.num_prompts_per_step"] == instance.workload.batch_size
+    assert any("reference policy's log-probs every step" in r for r in nemo.refusals)
+    for out in (verl, openrlhf, nemo):
+        assert_known_keys(out)

@@ -32,8 +32,9 @@ from packplace.placement.emit.common import (
 )
 from packplace.placement.memory import TrainingOptions
 
-SCRIPTS = {"grpo": "examples/run_grpo.py", "ppo": "examples/run_ppo.py", "dpo": "examples/run_dpo.py"}
-BASE_CONFIG = {"grpo": "grpo_math_1B", "ppo": "ppo_math_1B", "dpo": "dpo"}
+SCRIPTS = {"grpo": "examples/run_grpo.py", "dapo": "examples/run_grpo.py", "ppo": "examples/run_ppo.py",
+           "dpo": "examples/run_dpo.py"}
+BASE_CONFIG = {"grpo": "grpo_math_1B", "dapo": "grpo_math_1B", "ppo": "ppo_math_1B", "dpo": "dpo"}
 
 
 def emit_nemo_rl(view: PlanView) -> EmittedPlan:
@@ -50,11 +51,16 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
         s["policy.train_global_batch_size"] = view.prompts
         note.append("train_global_batch_size counts preference pairs (dpo.yaml)")
     else:
-        section = "grpo" if view.algorithm == "grpo" else "ppo"
+        section = "ppo" if view.algorithm == "ppo" else "grpo"
         s[f"{section}.num_prompts_per_step"] = view.prompts
         s[f"{section}.num_generations_per_prompt"] = view.samples_per_prompt
         s["policy.train_global_batch_size"] = view.sequences
         note.append("train_global_batch_size = prompts x generations: one optimizer step per RL step")
+    if view.algorithm == "dapo":
+        s["loss_fn.reference_policy_kl_penalty"] = 0
+        refuse.append("algorithm dapo: NeMo RL's GRPO computes the reference policy's log-probs every step "
+                      "(grpo.py) even without a KL penalty; the plan's DAPO step has no reference pass, so the "
+                      "step runs longer than planned")
     s["policy.train_micro_batch_size"] = train.micro_batch
     _policy(out, "policy", train, view.training["actor"], megatron and view.algorithm != "dpo")
     if ref is not None:

@@ -32,7 +32,7 @@ from packplace.placement.emit.common import (
 #: ``--ds.zero_stage`` per packplace sharding.
 ZERO_STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
 #: ``--algo.advantage.estimator`` per packplace algorithm.
-ADVANTAGE = {"ppo": "gae", "grpo": "group_norm"}
+ADVANTAGE = {"ppo": "gae", "grpo": "group_norm", "dapo": "group_norm"}
 
 
 def emit_openrlhf(view: PlanView) -> EmittedPlan:
@@ -43,6 +43,11 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
     s, refuse, note = out.settings, out.refusals, out.notes
     train, gen = view.tasks[TRAIN], view.get(GENERATE)
     s["--algo.advantage.estimator"] = ADVANTAGE[view.algorithm]
+    if view.algorithm == "dapo":   # no KL term: OpenRLHF then builds no reference model
+        s["--algo.kl.init_coef"] = 0
+        note.append("dapo: group-normalised advantages without a KL term or reference; DAPO's clip-higher "
+                    "(--actor.eps_clip_low_high) and dynamic sampling (--algo.dynamic_filtering_enable) are loss "
+                    "and sampling settings the plan does not choose")
     for prefix, task in (("--actor", train), ("--ref", view.get(REFERENCE)), ("--reward", view.get(REWARD)),
                          ("--critic", view.get(CRITIC_TRAIN))):
         if task is not None and not (prefix == "--reward" and view.rule_reward):

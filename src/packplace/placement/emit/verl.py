@@ -36,8 +36,11 @@ from packplace.placement.emit.common import (
 from packplace.placement.memory import TrainingOptions
 
 ENTRY = "python3 -m verl.trainer.main_ppo"
+#: What a DAPO plan leaves to the user: its loss and sampling settings are not placement.
+DAPO_NOTE = ("dapo: GRPO advantages without a KL term or reference; DAPO's clip-higher, dynamic sampling and "
+             "overlong shaping are loss and sampling settings the plan does not choose (verl recipe/dapo)")
 #: verl's ``algorithm.adv_estimator`` per packplace algorithm.
-ADVANTAGE = {"ppo": "gae", "grpo": "grpo"}
+ADVANTAGE = {"ppo": "gae", "grpo": "grpo", "dapo": "grpo"}
 
 
 def _needs_megatron(view: PlanView) -> list[str]:
@@ -65,6 +68,10 @@ def emit_verl(view: PlanView) -> EmittedPlan:
                       "verl has no DPO trainer on this config")
     else:
         s["algorithm.adv_estimator"] = ADVANTAGE[view.algorithm]
+    if view.algorithm == "dapo":   # no KL term, so verl starts no reference worker (need_reference_policy)
+        s["actor_rollout_ref.actor.use_kl_loss"] = False
+        s["algorithm.use_kl_in_reward"] = False
+        note.append(DAPO_NOTE)
     s["trainer.nnodes"] = train.nodes
     s["trainer.n_gpus_per_node"] = train.gpus_per_node
     s["data.train_batch_size"] = view.prompts
