@@ -85,7 +85,9 @@ def tables() -> list[tuple[str, Mapping[str, Field], str]]:
 NOTES = {
     "Balance `samples.items[]`": (
         "Also `key` (a string or an int64), `cost` (0 or in "
-        f"[{balance.MIN_COST:g}, {balance.MAX_COST:g}], or a mapping of such components) and `budgets`."),
+        f"[{balance.MIN_COST:g}, {balance.MAX_COST:g}], or a mapping of such components: `llm` enters every "
+        "objective, the others are carried through for your own; read only with `cost.kind: given`) and "
+        "`budgets`."),
     "Balance `local_batch_size` rules": (
         "`local_batch_size` given as a mapping of these keys (either or both) means `auto` among the "
         "counts they allow: the fewest bins per rank, the same on every rank, that is a multiple of "

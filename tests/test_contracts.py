@@ -155,6 +155,17 @@ def test_yaml_keys_dates_and_inf_are_refused():
     assert balance_error(loads_yaml(text)).startswith("samples.items[0].key:")
 
 
+def test_an_items_cost_under_a_cost_model_is_refused_not_mixed_with_the_models_units():
+    items = [{"key": 0, "tokens": 3, "cost": 1000}, {"key": 1, "tokens": 4}]
+    for cost, unit in (({"kind": "latency", "latency": {"b": 1.0}}, "'latency' (costs in s)"),
+                       (None, "'tokens' (costs in tokens)")):
+        config = {**BALANCE, "samples": {"items": items}}
+        if cost is not None:
+            config["cost"] = cost
+        assert balance_error(config) == (f"samples.items[0].cost: read only with cost.kind 'given', but cost.kind "
+                                         f"is {unit}; set cost.kind: given to use the items' costs, or remove them")
+
+
 def test_costs_that_would_overflow_sums_or_scaling_are_refused():
     items = [{"key": i, "tokens": 3, "cost": 1e308} for i in range(3)]
     config = {**BALANCE, "cost": {"kind": "given"}, "samples": {"items": items}}

@@ -294,6 +294,10 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
     samples = []
     for i, item in enumerate(raw):
         tokens = item["tokens"]
+        if "cost" in item and estimate is not None:   # one unit per instance: the model's or the items'
+            raise ConfigError(f"samples.items[{i}].cost: read only with cost.kind 'given', but cost.kind is "
+                              f"{(config.get('cost') or {}).get('kind', 'tokens')!r} (costs in {unit}); set "
+                              "cost.kind: given to use the items' costs, or remove them")
         if "cost" in item:
             cost = item["cost"]
         elif estimate is None:
