@@ -117,6 +117,17 @@ def test_unhashable_and_repeated_keys_are_refused_in_one_line():
         _call(PackplaceBalancingAlgorithm(), twice, [[twice[0].key], [twice[1].key]], 10, 2)
 
 
+def test_bad_token_counts_and_costs_are_refused_in_one_line_with_or_without_reference_bins():
+    for tokens, cost, message in (("abc", 3.0, r"samples\[0\]\.pack_tokens: must be an integer >= 1, got 'abc'"),
+                                  (10.5, 3.0, r"samples\[0\]\.pack_tokens: must be an integer >= 1, got 10\.5"),
+                                  (3, float("nan"), r"samples\[0\]\.cost\.llm: must be finite and >= 0, got nan")):
+        bad = [SampleMetadata(SampleKey(0, 0), tokens, WorkloadCost(cost)),
+               SampleMetadata(SampleKey(0, 1), 3, WorkloadCost(3.0))]
+        for reference in ([[bad[0].key], [bad[1].key]], None):
+            with pytest.raises(ConfigError, match=message):
+                _call(PackplaceBalancingAlgorithm(), bad, reference, 10, 2)
+
+
 def test_budgets_of_the_protocol_constraints_are_kept():
     # Cap 6 tokens, vision budget 6: samples 3 tokens each with vision 5, 5, 1, 1. Both 5s cannot share a
     # bin (10 > 6), so each bin holds one 5 and one 1.

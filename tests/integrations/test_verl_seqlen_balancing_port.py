@@ -182,3 +182,11 @@ def test_any_iterable_and_truthy_equal_size():
     assert max(sum([5, 4, 3, 2, 1][i] for i in p) for p in parts) == 8
     parts = get_seqlen_balanced_partitions(iter([4, 3, 2, 1]), 2, 1)  # equal sizes: {4, 1} | {3, 2}
     assert sorted(sorted(p) for p in parts) == [[0, 3], [1, 2]]
+
+
+def test_an_unknown_solver_is_refused_on_the_equal_size_path_too():
+    from packplace.errors import ConfigError
+    from packplace.integrations.verl import get_seqlen_balanced_partitions
+    for lengths in ([512, 2048, 3, 4], [512, 2048, 3]):   # k divides n (verl's path), and not
+        with pytest.raises(ConfigError, match="solver: unknown balance solver 'nope'"):
+            get_seqlen_balanced_partitions(lengths, 2, True, solver="nope")

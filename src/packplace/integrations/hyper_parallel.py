@@ -30,6 +30,7 @@ from typing import Any, Literal
 from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator, makespan, squared_cv
 from packplace.balance.instance import check_reference_bins
+from packplace.balance.samples import finite_nonnegative, positive_int
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample
 from packplace.errors import ConfigError, PackplaceError, show
 from packplace.integrations.hyper_parallel_lpt import (
@@ -54,7 +55,8 @@ def protocol_items(samples: Sequence[Any]) -> list[Item]:
     """The samples as :class:`~packplace.integrations.hyper_parallel_lpt.Item` (key, tokens, llm cost).
 
     Raises:
-        ConfigError: a sample without ``key``/``pack_tokens``/``cost.llm``, an unhashable or repeated key.
+        ConfigError: a sample without ``key``/``pack_tokens``/``cost.llm``, an unhashable or repeated key,
+            ``pack_tokens`` not an integer >= 1, ``cost.llm`` not a finite number >= 0.
     """
     items = []
     seen: set[Hashable] = set()
@@ -70,7 +72,9 @@ def protocol_items(samples: Sequence[Any]) -> list[Item]:
         if key in seen:
             raise ConfigError(f"samples[{i}].key: {show(key)} appears twice")
         seen.add(key)
-        items.append(Item(key, int(meta.pack_tokens), float(meta.cost.llm), meta))
+        tokens = positive_int(meta.pack_tokens, f"samples[{i}].pack_tokens")
+        cost = finite_nonnegative(meta.cost.llm, f"samples[{i}].cost.llm")
+        items.append(Item(key, tokens, cost, meta))
     return items
 
 

@@ -42,6 +42,7 @@ from packplace.integrations.differencing import (
 )
 from packplace.integrations.micro_batches import micro_batch_partitions
 from packplace.integrations.partition import DEFAULT_SOLVER, partition
+from packplace.solvers.registry import get as get_solver
 
 #: Exact float64 integers end here: above it, packplace's float model may mis-rank integer answers.
 _EXACT_FLOAT = 2**53
@@ -117,6 +118,7 @@ def get_seqlen_balanced_partitions(
         ConfigError: n < k, bad values (:func:`as_values`), k < 1, a bad ``equal_size``, an unknown solver.
     """
     equal = _flag(equal_size, "equal_size")
+    get_solver("balance", solver)   # an unknown name is an error on every path
     values = as_values(seqlen_list)
     n = len(values)
     if isinstance(k_partitions, bool) or not isinstance(k_partitions, (int, np.integer)) or k_partitions < 1:
