@@ -67,3 +67,13 @@ def test_bad_arguments_are_refused_in_one_line():
         PackplacePackingScheduler(10, 1, 0, None)
     with pytest.raises(ConfigError, match="tokens"):
         PackplacePackingScheduler(10, 1, 1, None).get_groups_and_subsamples([(0, 11)])
+
+
+def test_entries_that_are_not_id_length_pairs_or_bad_lengths_are_refused_in_one_line():
+    scheduler = PackplacePackingScheduler(8, 1, 1, None)
+    for entries, message in (([4, 3], r"sample_id_seqlens\[0\]: must be a \(sample id, sequence length\) pair, got 4"),
+                             ([(0, "x"), (1, 3)], r"seqlens\[0\]: must be an integer >= 1, got 'x'"),
+                             ([(0, 4.5), (1, 3)], r"seqlens\[0\]: must be an integer >= 1, got 4\.5")):
+        with pytest.raises(ConfigError, match=message):
+            scheduler.get_groups_and_subsamples(entries)
+    assert scheduler.get_groups_and_subsamples([(7, 4), (9, 3)]) == [[[0, 1]]]

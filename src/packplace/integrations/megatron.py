@@ -27,6 +27,7 @@ import numpy as np
 
 from packplace.balance.api import solve_balance
 from packplace.balance.instance import make_instance
+from packplace.balance.samples import positive_int
 from packplace.errors import ConfigError, show
 from packplace.integrations.partition import DEFAULT_SOLVER
 
@@ -91,7 +92,8 @@ class PackplacePackingScheduler:
             InfeasibleError: fewer sequences than ranks (a pack cannot be empty).
             RuntimeError: the backend found no assignment.
         """
-        tokens = np.asarray(seqlens, dtype=np.int64)
+        tokens = np.asarray([positive_int(length, f"seqlens[{i}]") for i, length in enumerate(seqlens)],
+                            dtype=np.int64)
         costs = sequence_flops(tokens, self.hidden_size)
         multiple = self.microbatch_group_size_per_vp_stage or 1
         instance = make_instance(tokens, costs, seq_len=self.max_seq_len_all_ranks, data_parallel_size=self.dp_size,
@@ -119,8 +121,18 @@ class PackplacePackingScheduler:
 
         Args:
             sample_id_seqlens: (global sample id, sequence length) pairs of the global batch.
+
+        Raises:
+            ConfigError: an entry that is not a (sample id, length) pair, a bad length
+                (:meth:`rank_packs`).
         """
-        packs = self.rank_packs([int(length) for _, length in sample_id_seqlens])
+        lengths = []
+        for i, entry in enumerate(sample_id_seqlens):
+            if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+                raise ConfigError(f"sample_id_seqlens[{i}]: must be a (sample id, sequence length) pair, "
+                                  f"got {show(entry)}")
+            lengths.append(entry[1])
+        packs = self.rank_packs(lengths)
         count = len(packs[0])
         return [[packs[j // self.cp_size][i] for j in range(self.dp_size * self.cp_size)] for i in range(count)]
 
