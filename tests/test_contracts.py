@@ -166,6 +166,12 @@ def test_an_items_cost_under_a_cost_model_is_refused_not_mixed_with_the_models_u
                                          f"is {unit}; set cost.kind: given to use the items' costs, or remove them")
 
 
+def test_a_flops_only_cost_field_under_another_kind_is_refused():
+    for kind in ("tokens", "given"):
+        config = {**BALANCE, "cost": {"kind": kind, "mode": "inference"}}
+        assert balance_error(config) == f"cost.mode: only used with kind flops, but kind is {kind!r}"
+
+
 def test_costs_that_would_overflow_sums_or_scaling_are_refused():
     items = [{"key": i, "tokens": 3, "cost": 1e308} for i in range(3)]
     config = {**BALANCE, "cost": {"kind": "given"}, "samples": {"items": items}}

@@ -232,3 +232,18 @@ def test_planner_protocol_name_is_deprecated_alias():
         warnings.simplefilter("always")
         assert planner.BalancingAlgorithm is planner.AssignmentAlgorithm
     assert any(issubclass(w.category, DeprecationWarning) for w in caught)
+
+
+def test_drop_in_errors_name_the_argument_at_fault():
+    import numpy as np
+
+    from packplace.errors import ConfigError
+    from packplace.integrations.micro_batches import micro_batch_partitions
+    from packplace.integrations.verl import rearrange_micro_batches
+    with pytest.raises(ConfigError, match=r"^batch: attention_mask has no rows"):
+        rearrange_micro_batches({"attention_mask": []}, 4)
+    with pytest.raises(ConfigError, match=r"^min_num_micro_batch: 5 non-empty micro-batches asked for, but the "
+                                          r"batch has only 2 groups"):
+        rearrange_micro_batches({"attention_mask": np.ones((2, 3))}, 4, min_num_micro_batch=5)
+    with pytest.raises(ConfigError, match=r"^seqlens: 1 sequences cannot give each of dp_size=2 ranks"):
+        micro_batch_partitions([100], 2048, 2)

@@ -204,8 +204,9 @@ def _cost_model(spec: Any) -> tuple[Callable[[int], WorkloadCost] | None, Any, s
     for section, owner in (("model", "flops"), ("latency", "latency")):
         if section in spec and kind != owner:
             raise ConfigError(f"cost.{section}: only used with kind {owner}, but kind is {kind!r}")
-    if "padding" in spec and kind != "flops":
-        raise ConfigError(f"cost.padding: only used with kind flops, but kind is {kind!r}")
+    for name in ("padding", "mode"):
+        if name in spec and kind != "flops":
+            raise ConfigError(f"cost.{name}: only used with kind flops, but kind is {kind!r}")
     padding = None
     unit = {"flops": "FLOPs", "latency": "s", "tokens": "tokens"}.get(kind, "cost")
     if kind == "flops":

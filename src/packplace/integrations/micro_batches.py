@@ -19,6 +19,7 @@ import numpy as np
 
 from packplace.balance.api import solve_balance
 from packplace.balance.instance import make_instance
+from packplace.errors import ConfigError
 from packplace.integrations.partition import DEFAULT_SOLVER
 
 
@@ -68,6 +69,9 @@ def micro_batch_partitions(
         RuntimeError: the backend found no assignment (its status and message are in the text).
     """
     tokens = np.asarray(seqlens) if isinstance(seqlens, np.ndarray) else seqlens
+    if isinstance(dp_size, (int, np.integer)) and not isinstance(dp_size, bool) and 0 < len(tokens) < dp_size:
+        raise ConfigError(f"seqlens: {len(tokens)} sequences cannot give each of dp_size={int(dp_size)} ranks a "
+                          "non-empty micro-batch")
     instance = make_instance(
         tokens, _default_costs(tokens) if costs is None else costs, seq_len=max_token_len, data_parallel_size=dp_size,
         local_batch_size="auto", equal_count=bool(equal_size), max_samples_per_bin=max_samples_per_micro_batch,

@@ -323,7 +323,9 @@ class _MicroBatchPlan:
         widest = max(lengths, default=0) if width is None else width
         if widest > self.cap:
             raise ConfigError(f"max_token_len: must be at least the sequence length {widest}, got {self.cap}")
-        if not lengths or len(lengths) % self.group_size:
+        if not lengths:
+            raise ConfigError("batch: attention_mask has no rows (an empty batch has no micro-batches)")
+        if len(lengths) % self.group_size:
             raise ConfigError(f"force_group_size: batch size {len(lengths)} must be a positive multiple "
                               f"of {self.group_size}")
         self.workloads, self.tokens = _group_workloads(lengths, self.group_size)
@@ -332,6 +334,9 @@ class _MicroBatchPlan:
         count = min(len(self.tokens), -(-sum(lengths) // self.cap))
         if minimum is not None:
             count = max(count, _positive(minimum, "min_num_micro_batch"))
+            if count > len(self.tokens):
+                raise ConfigError(f"min_num_micro_batch: {count} non-empty micro-batches asked for, but the batch "
+                                  f"has only {len(self.tokens)} groups of force_group_size={self.group_size}")
         count = self._round(count)
         while True:
             self._check(count)
