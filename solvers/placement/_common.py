@@ -222,3 +222,19 @@ def baseline_or_disjoint(instance, deadline: float | None = None) -> tuple[Plan 
         return None, colocated_failure, evaluations
     return plan, (f"no colocated plan fits; one block per model, disjoint where the cluster allows "
                   f"({evaluations} layouts scored)"), evaluations
+
+
+def synchronous_only(proposal: Proposal, instance, solver: str) -> Proposal:
+    """``proposal`` with a note when the config allows stale (asynchronous) plans that ``solver`` does not
+    search: its plan is synchronous (staleness 0) whatever ``staleness_candidates`` says; ``anneal`` and
+    ``cpsat`` search them."""
+    allowed = {model: [t for t in values if t > 0]
+               for model, values in instance.optimizer.get("staleness_candidates", {}).items()}
+    allowed = {model: values for model, values in allowed.items() if values}
+    if not allowed or proposal.solution is None:
+        return proposal
+    listed = ", ".join(f"{model}: {values}" for model, values in sorted(allowed.items()))
+    note = (f"synchronous plan: {solver} does not search staleness_candidates ({listed}); anneal and cpsat "
+            "search them")
+    proposal.message = f"{proposal.message}; {note}" if proposal.message else note
+    return proposal

@@ -25,7 +25,13 @@ from packplace.placement.candidates import Candidate
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.plan import Allocation
 from packplace.result import FEASIBLE, Proposal
-from packplace.solvers.placement._common import colocated_plan, disjoint_plan, no_plan_found, repair_memory
+from packplace.solvers.placement._common import (
+    colocated_plan,
+    disjoint_plan,
+    no_plan_found,
+    repair_memory,
+    synchronous_only,
+)
 from packplace.solvers.registry import register
 
 #: Best partitions per phase kept for assembling and stepping down.
@@ -101,7 +107,13 @@ def _choice(options, picks) -> dict:
 @register("placement", "concurrent")
 def solve(instance, *, time_limit_s: float | None = None, seed: int = 0) -> Proposal:
     """Phases by longest-path depth, each on the best partition of the cluster; steps down
-    when out of memory; never slower than ``greedy`` (returns the colocated plan when that is faster)."""
+    when out of memory; never slower than ``greedy`` (returns the colocated plan when that is faster).
+    Synchronous plans only (a note says so when ``staleness_candidates`` allows stale ones)."""
+    return synchronous_only(_solve(instance, time_limit_s), instance, "concurrent")
+
+
+def _solve(instance, time_limit_s: float | None) -> Proposal:
+    """:func:`solve`'s search."""
     started = time.perf_counter()
     table = get_table(instance)
     table.check()

@@ -24,6 +24,7 @@ from packplace.solvers.placement._common import (
     disjoint_plan,
     no_plan_found,
     repair_memory,
+    synchronous_only,
 )
 from packplace.solvers.registry import register
 
@@ -40,4 +41,4 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0) -> Prop
     plan, note, evaluations = baseline_or_disjoint(instance, deadline)
     if plan is None:
         return no_plan_found(instance, note, evaluations)
-    return Proposal(plan, FEASIBLE, message=note, iterations=evaluations or None)
+    return synchronous_only(Proposal(plan, FEASIBLE, message=note, iterations=evaluations or None), instance, "greedy")

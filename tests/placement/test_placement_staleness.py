@@ -220,3 +220,15 @@ def test_staleness_of_a_model_without_publication_edge_changes_nothing():
 
 def packplace_concurrent_plan(inst) -> Plan:
     return packplace.place(inst, "concurrent").solution
+
+
+@pytest.mark.parametrize("solver", ["greedy", "concurrent"])
+def test_solvers_without_a_staleness_search_say_their_plan_is_synchronous(solver):
+    instance = load_config(GRPO)   # staleness_candidates: {actor: [1]}
+    result = packplace.place(instance, solver=solver)
+    assert result.solution.staleness == ()   # every model synchronous
+    assert result.message.endswith(f"synchronous plan: {solver} does not search staleness_candidates "
+                                   "(actor: [1]); anneal and cpsat search them")
+    raw = load_yaml(GRPO)
+    raw["optimizer"]["staleness_candidates"] = {"actor": [0]}
+    assert "staleness_candidates" not in (packplace.place(build_instance(raw), solver=solver).message or "")
