@@ -16,6 +16,7 @@ from packplace.placement.validate import load_setup, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QWEN = os.path.join(ROOT, "benchmarks", "validation", "qwen2.5-7b_vllm_batch1_1xa100.yaml")
+QWEN_MEASURED = os.path.join(ROOT, "benchmarks", "calibration", "qwen2.5-7b_vllm_batch1_1xa100.measured.yaml")
 TASKS = "actor.generate, reference.infer, reward.infer, actor.train"
 
 
@@ -159,3 +160,15 @@ def test_the_checked_section_is_normalised_and_scores_as_before(tmp_path):
     (row,) = validate([QWEN])
     assert (row.phase, row.published) == ("generation", 24.3) and row.ok
 
+
+def test_calibrate_names_an_empty_measured_file_as_the_measured_file(tmp_path, capsys):
+    empty = tmp_path / "m3.yaml"
+    empty.write_text("")
+    assert main(["calibrate", "--config", QWEN, "--measured", str(empty)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"packplace calibrate: error: calibrate: measured {str(empty)!r}: must be a mapping of task -> seconds, "
+        "got None"]
+    assert main(["calibrate", "--config", QWEN, "--measured", str(tmp_path / "absent.yaml")]) == 2
+    assert capsys.readouterr().err.startswith(f"packplace calibrate: error: measured: cannot read "
+                                              f"{str(tmp_path / 'absent.yaml')!r}")
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED]) == 0
