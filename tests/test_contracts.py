@@ -13,6 +13,7 @@ from packplace.balance import config as balance_config
 from packplace.contract import REQUIRED, Field
 from packplace.errors import ConfigError
 from packplace.placement import config as placement_config
+from packplace.placement import validate as placement_validate
 from packplace.yamlio import loads_yaml
 
 BALANCE = {"seq_len": 10, "data_parallel_size": 2, "samples": {"lengths": [3, 4, 5]}}
@@ -107,7 +108,14 @@ def test_field_bounds_are_inclusive_and_defaults_documented():
     assert cost.check(0, "c") == 0 and cost.check(1e-30, "c") == 1e-30
     with pytest.raises(ConfigError, match=r"must be 0 or a finite number in \[1e-30, 1e30\], got 5e-324"):
         cost.check(5e-324, "c")
-    for table in (balance_config.FIELDS, placement_config.HARDWARE_FIELDS, placement_config.OPTIMIZER_KNOBS):
+    text = Field("str")
+    assert text.check("NeMo RL", "s") == "NeMo RL" and text.describe() == "a non-empty string"
+    for bad in ("", "  ", 3, None, ["a"]):
+        with pytest.raises(ConfigError, match=r"^s: must be a non-empty string, got "):
+            text.check(bad, "s")
+    for table in (balance_config.FIELDS, placement_config.HARDWARE_FIELDS, placement_config.OPTIMIZER_KNOBS,
+                  placement_validate.VALIDATION_FIELDS, placement_validate.PLAN_TASK_FIELDS,
+                  placement_validate.PAIR_FIELDS):
         for name, field in table.items():
             assert field.meaning, name
             if field.default not in (REQUIRED, None):
@@ -276,7 +284,7 @@ def test_config_reference_page_is_the_generated_one():
 def test_config_reference_lists_every_contract_table():
     tables = _config_reference_script().tables()
     listed_fields = {id(spec) for _, fields, _ in tables for spec in fields.values()}
-    for module in (balance_config, placement_config):
+    for module in (balance_config, placement_config, placement_validate):
         for name, value in vars(module).items():
             if isinstance(value, dict) and value and all(isinstance(v, Field) for v in value.values()):
                 assert all(id(spec) in listed_fields for spec in value.values()), \

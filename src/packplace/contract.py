@@ -13,6 +13,7 @@ Conventions, the same for every field of both problems:
   ``OverflowError``.
 * ``bool``: ``true``/``false`` only (not 0/1, not the string ``"false"``).
 * ``enum``: one of ``choices`` exactly.
+* ``str``: a string that is not empty or only whitespace (free text: a source, a note, a name).
 * ``minimum``/``maximum`` are inclusive unless ``exclusive_minimum``; ``zero_allowed`` additionally
   admits exactly 0 below a positive ``minimum`` (e.g. a cost that is 0 or at least 1e-30).
 
@@ -44,7 +45,7 @@ class Field:
     """The contract of one config field.
 
     Attributes:
-        kind: ``"int"``, ``"float"``, ``"bool"`` or ``"enum"``.
+        kind: ``"int"``, ``"float"``, ``"bool"``, ``"enum"`` or ``"str"``.
         unit: Unit of the value for the config reference (``"tokens"``, ``"bytes"``, ``"FLOP/s"``, ``"s"``, ...).
         minimum, maximum: Inclusive bounds (``None``: unbounded on that side).
         exclusive_minimum: ``minimum`` itself is not allowed (``x > minimum``).
@@ -73,6 +74,8 @@ class Field:
             return "true or false"
         if self.kind == "enum":
             return "one of " + ", ".join(str(c) for c in self.choices)
+        if self.kind == "str":
+            return "a non-empty string"
         noun = "an integer" if self.kind == "int" else "a finite number"
         low = "-inf" if self.minimum is None else _fmt(self.minimum)
         high = "inf" if self.maximum is None else _fmt(self.maximum)
@@ -83,12 +86,17 @@ class Field:
         return text + "".join(f" or {word}" for word in self.literals)
 
     def check(self, value: Any, label: str) -> Any:
-        """``value`` normalised (int, float, bool or the enum value), or ConfigError naming ``label``."""
+        """``value`` normalised (int, float, bool, the enum value or the string), or ConfigError naming
+        ``label``."""
         if self.kind == "bool":
             if not isinstance(value, bool):
                 raise ConfigError(f"{label}: must be true or false, got {show(value)}")
             return value
         wrong = ConfigError(f"{label}: must be {self.describe()}, got {show(value)}")
+        if self.kind == "str":
+            if not isinstance(value, str) or not value.strip():
+                raise wrong
+            return value
         if self.kind == "enum":
             if isinstance(value, bool) or not isinstance(value, (str, int)) or value not in self.choices:
                 raise wrong

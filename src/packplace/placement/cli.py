@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from packplace import interrupt
+from packplace import interrupt, yamlio
 from packplace.errors import ConfigError
 from packplace.outputs import json_text, write_atomic
 from packplace.placement import api
@@ -39,7 +39,7 @@ from packplace.placement.calibrate import (
     read_measured,
 )
 from packplace.placement.candidates import GB
-from packplace.placement.config import load_config, load_yaml
+from packplace.placement.config import load_config
 from packplace.placement.crossval import cross_validate, format_cross_validation, format_pairs, load_setups, pair_rows
 from packplace.placement.emit import FRAMEWORKS, emit
 from packplace.placement.evaluator import get_evaluator
@@ -291,7 +291,9 @@ def register_calibrate(subparsers) -> None:
 def run_calibrate(args: argparse.Namespace) -> int:
     """Print fitted knobs, the knobs kept fixed, residuals per task and the fitted hardware block."""
     instance, plan, _ = load_setup(args.config)
-    measured = read_measured(load_yaml(args.measured), args.measured)
+    # the measured file is task -> seconds, not a config: its errors name it as the measured file
+    text = yamlio.read_regular_text(args.measured, "measured")
+    measured = read_measured(yamlio.loads_yaml(text, str(args.measured)), f"measured {str(args.measured)!r}")
     if args.knobs is not None:
         knobs = tuple(k.strip() for k in args.knobs.split(",") if k.strip())
     else:

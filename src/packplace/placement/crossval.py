@@ -107,7 +107,7 @@ def load_setups(paths: list[str]) -> list[Setup]:
         published = {} if skipped else {f: float(v) for f, v in section["published"].items()}
         reason = not_fitted(section, path) or ("" if skipped else floor_reason(instance, plan, section))
         out.append(Setup(name, instance, plan, section, publication(section), framework(instance, section),
-                         section["_gpu"], published, skipped, pairs_of(section, path), reason))
+                         section["_gpu"], published, skipped, pairs_of(section), reason))
     return out
 
 

@@ -23,6 +23,14 @@ Optional keys: ``url``, ``publication`` (the group of leave-one-source-out cross
 :mod:`packplace.placement.crossval`; default: ``source`` up to its first comma), ``framework``,
 ``pair_with`` (:data:`PAIR_KEYS`) and ``not_fitted`` (:func:`not_fitted`). A row whose declared staleness
 the plan does not carry is flagged and skipped, never scored as synchronous.
+
+Every field of the section is checked when the file loads (:func:`check_validation`, :func:`load_setup`),
+before any scoring: a published figure is a positive finite number of seconds, named ``step`` or a phase of
+``phases``; a phase is a non-empty list of tasks of the step graph; ``engine_only`` lists phases of
+``phases``; a plan entry has integer degrees and ``[rack, node, gpu]`` blocks. A bad value is a one-line
+:class:`~packplace.errors.ConfigError` naming the field path (``[validation] phases.generation: ...``).
+The contracts (:data:`VALIDATION_FIELDS`, :data:`PUBLISHED_FIELD`, :data:`PLAN_TASK_FIELDS`,
+:data:`PAIR_FIELDS`) are listed in docs/config-reference.md.
 """
 
 from __future__ import annotations
@@ -32,22 +40,61 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from packplace.errors import ConfigError
+from packplace.contract import Field, check_section
+from packplace.errors import ConfigError, show
 from packplace.placement.candidates import CandidateTable
-from packplace.placement.config import STALENESS_FIELD, build_instance, load_yaml
+from packplace.placement.config import MAX_GPUS, MAX_SEQUENCES, STALENESS_FIELD, build_instance, load_yaml
 from packplace.placement.evaluator import PlacementEvaluator
 from packplace.placement.hardware import PRESETS
 from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
 
 #: A setup passes when every predicted/published ratio lies in this range.
 RATIO_RANGE = (1 / 1.3, 1.3)
+#: Free-text fields of the validation section (:func:`check_section`); the structured ones are
+#: :data:`STRUCTURED_KEYS`.
+VALIDATION_FIELDS: dict[str, Field] = {
+    "source": Field("str", default=None, meaning="where the published figures come from (publication, setup)"),
+    "url": Field("str", default=None, meaning="address of the source"),
+    "publication": Field("str", default=None,
+                         meaning="group left out together by --cross-validate (default: source up to its first comma)"),
+    "framework": Field("str", default=None,
+                       meaning="framework that ran the step, the group of framework-scoped knobs "
+                               "(default: policy.framework)"),
+    "note": Field("str", default=None, meaning="free text for the reader"),
+    "not_fitted": Field("str", default=None,
+                        meaning="why the figures are scored but never used to fit knobs "
+                                "(the mechanism the model lacks)"),
+}
+#: Structured keys of the validation section, checked by :func:`check_validation`.
+STRUCTURED_KEYS = ("published", "phases", "engine_only", "plan", "pair_with")
 #: Keys of the validation section (anything else is a typo).
-SECTION_KEYS = ("source", "url", "publication", "framework", "published", "phases", "engine_only", "plan",
-                "pair_with", "note", "not_fitted")
+SECTION_KEYS = tuple(VALIDATION_FIELDS) + STRUCTURED_KEYS
+#: One published figure (``published.<figure>``, ``<figure>`` being ``step`` or a phase of ``phases``).
+PUBLISHED_FIELD = Field("float", "s", 0, None, exclusive_minimum=True, default=None,
+                        meaning="published seconds of the step (step) or of a phase of phases")
+#: Fields of one task of ``plan`` (``plan.<task>``) besides ``origin`` and ``extent``.
+PLAN_TASK_FIELDS: dict[str, Field] = {
+    "dp": Field("int", "ranks", 1, MAX_GPUS, meaning="data-parallel degree"),
+    "pp": Field("int", "stages", 1, MAX_GPUS, meaning="pipeline-parallel degree"),
+    "tp": Field("int", "ranks", 1, MAX_GPUS, meaning="tensor-parallel degree"),
+    "ep": Field("int", "ranks", 1, MAX_GPUS, default=1, meaning="expert-parallel degree of a MoE model (divides dp)"),
+    "micro_batch": Field("int", "sequences", 1, MAX_SEQUENCES,
+                         meaning="sequences per micro-batch (generation: decoded together per replica)"),
+}
+#: ``plan.<task>.origin`` (``[rack, node, gpu]`` of the block's first GPU) and ``.extent`` (its size) coordinates.
+BLOCK_FIELDS: dict[str, Field] = {
+    "origin": Field("int", "", 0, MAX_GPUS, meaning="block's first GPU: [rack, node, gpu], 3 integers"),
+    "extent": Field("int", "", 1, MAX_GPUS, meaning="block's size at each level: [racks, nodes, GPUs], 3 integers"),
+}
+#: Fields of one ``pair_with`` entry (a bare string is the ``setup``).
+PAIR_FIELDS: dict[str, Field] = {
+    "setup": Field("str", meaning="the other setup: its file name without .yaml"),
+    "what": Field("str", default=None, meaning="what changes between the two setups"),
+}
+#: Keys of one ``pair_with`` entry: the other setup's file name without ``.yaml`` and what changes.
+PAIR_KEYS = tuple(PAIR_FIELDS)
 #: Start of :func:`floor_reason`'s sentence (a published figure below its inputs' datasheet floor).
 BELOW_FLOOR = "below its inputs' datasheet floor"
-#: Keys of one ``pair_with`` entry: the other setup's file name without ``.yaml`` and what changes.
-PAIR_KEYS = ("setup", "what")
 
 
 @dataclass
@@ -104,33 +151,131 @@ def _staleness(spec: Any, where: str) -> dict[str, int]:
     return {str(m): STALENESS_FIELD.check(t, f"[{where}] plan.staleness.{m}") for m, t in raw.items()}
 
 
-def _plan(spec: Any, where: str) -> Plan:
+def _block(value: Any, label: str, kind: str) -> tuple[int, int, int]:
+    """``plan.<task>.origin`` or ``.extent`` as a ``(rack, node, gpu)`` tuple (:data:`BLOCK_FIELDS`)."""
+    if not isinstance(value, list) or len(value) != 3:
+        raise ConfigError(f"{label}: must be a list of 3 integers [rack, node, gpu], got {show(value)}")
+    x, y, z = (BLOCK_FIELDS[kind].check(v, f"{label}[{i}]") for i, v in enumerate(value))
+    return x, y, z
+
+
+def _plan(spec: Any, where: str, tasks: tuple[str, ...]) -> Plan:
+    """The plan of ``validation.plan``: per task (a vertex of the step graph, ``tasks``) the fields of
+    :data:`PLAN_TASK_FIELDS` and its block (:data:`BLOCK_FIELDS`), and ``staleness``.
+
+    Raises:
+        ConfigError: not a non-empty mapping; an unknown task; a task entry with a missing, unknown or
+            ill-typed field.
+    """
     if not isinstance(spec, dict) or not spec:
-        raise ConfigError(f"[{where}] plan: must be a mapping of vertex -> placement, got {spec!r}")
+        raise ConfigError(f"[{where}] plan: must be a mapping of vertex -> placement, got {show(spec)}")
     vertices = {}
     for name, v in spec.items():
         if name == "staleness":
             continue
-        try:
-            vertices[name] = VertexPlan(Strategy(int(v["dp"]), int(v["pp"]), int(v["tp"]), int(v.get("ep", 1))),
-                                        int(v["micro_batch"]), Allocation(tuple(v["origin"]), tuple(v["extent"])))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ConfigError(f"[{where}] plan.{name}: needs dp, pp, tp, micro_batch, origin, extent and "
-                              f"optionally ep ({exc})") from None
+        task = f"[{where}] plan.{name}"
+        if name not in tasks:
+            raise ConfigError(f"[{where}] plan: unknown task {show(name)}; tasks: {', '.join(tasks)}")
+        values = check_section(v, PLAN_TASK_FIELDS, task, extra=tuple(BLOCK_FIELDS),
+                               label=lambda field, task=task: f"{task}.{field}")
+        block = {}
+        for key in BLOCK_FIELDS:
+            if v.get(key) is None:
+                raise ConfigError(f"{task}.{key}: missing required field")
+            block[key] = _block(v[key], f"{task}.{key}", key)
+        vertices[name] = VertexPlan(Strategy(values["dp"], values["pp"], values["tp"], values["ep"]),
+                                    values["micro_batch"], Allocation(block["origin"], block["extent"]))
     return Plan.build(vertices, _staleness(spec, where))
 
 
-def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
-    """``(instance, plan, validation section)`` of one validation file.
+def _phases(spec: Any, tasks: tuple[str, ...]) -> dict[str, list[str]]:
+    """``validation.phases``: phase name -> the non-empty list of distinct tasks (vertices of the step
+    graph, ``tasks``) it spans; ``step`` is not a phase name (it is the whole step)."""
+    if spec is None:
+        return {}
+    if not isinstance(spec, dict):
+        raise ConfigError(f"[validation] phases: must be a mapping of phase -> list of tasks, got {show(spec)}")
+    out = {}
+    for phase, names in spec.items():
+        label = f"[validation] phases.{phase}"
+        if not isinstance(phase, str) or phase == "step":
+            raise ConfigError(f"[validation] phases: a phase name must be a string other than 'step' (the whole "
+                              f"step), got {show(phase)}")
+        if not isinstance(names, list) or not names:
+            raise ConfigError(f"{label}: must be a non-empty list of tasks ({', '.join(tasks)}), got {show(names)}")
+        for name in names:
+            if name not in tasks:
+                raise ConfigError(f"{label}: unknown task {show(name)}; tasks: {', '.join(tasks)}")
+        if len(set(names)) < len(names):
+            raise ConfigError(f"{label}: a task is listed twice, got {show(names)}")
+        out[phase] = list(names)
+    return out
+
+
+def _engine_only(spec: Any, phases: dict[str, list[str]]) -> list[str]:
+    """``validation.engine_only``: the phases of ``phases`` measured on the engine alone."""
+    if spec is None:
+        return []
+    valid = ", ".join(phases) or "none declared"
+    if not isinstance(spec, list):
+        raise ConfigError(f"[validation] engine_only: must be a list of phases of 'phases' ({valid}), got {show(spec)}")
+    for phase in spec:
+        if phase not in phases:
+            raise ConfigError(f"[validation] engine_only: {show(phase)} is not a phase of 'phases'; phases: {valid}")
+    return list(spec)
+
+
+def _published(spec: Any, phases: dict[str, list[str]]) -> dict[str, float]:
+    """``validation.published``: figure (``step`` or a phase of ``phases``) -> seconds
+    (:data:`PUBLISHED_FIELD`), in the file's order."""
+    where = "[validation] published"
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: must be a mapping of figure (step or a phase of 'phases') -> seconds, "
+                          f"got {show(spec)}")
+    fields = {name: PUBLISHED_FIELD for name in ("step", *phases)}
+    values = check_section(spec, fields, where, label=lambda name: f"{where}.{name}",
+                           unknown="{label}: not step or a phase of 'phases'; valid: {valid}")
+    if not values:
+        raise ConfigError(f"{where}: needs at least one figure (step or a phase of 'phases'), got {show(spec)}")
+    return {name: values[name] for name in spec if name in values}
+
+
+def check_validation(section: dict[str, Any], tasks: tuple[str, ...]) -> dict[str, Any]:
+    """The validation section checked field by field, ``published`` as ``{figure: seconds}`` and
+    ``phases`` and ``engine_only`` normalised (empty when absent); ``plan`` is checked by
+    :func:`load_setup`. ``tasks`` are the vertices of the file's step graph.
 
     Raises:
-        ConfigError: a missing ``validation`` section or a malformed plan (one line naming the field).
+        ConfigError: ``[validation] <field path>: ...`` naming the value: an unknown key, a free-text field
+            that is not a non-empty string (:data:`VALIDATION_FIELDS`), a published figure that is not a
+            positive finite number of seconds or neither ``step`` nor a phase, a phase that is not a
+            non-empty list of known tasks, an ``engine_only`` entry that is not a phase, a malformed
+            ``pair_with`` entry.
+    """
+    check_section(section, VALIDATION_FIELDS, "[validation]", extra=STRUCTURED_KEYS,
+                  label=lambda name: f"[validation] {name}")
+    phases = _phases(section.get("phases"), tasks)
+    out = dict(section)
+    out["phases"] = phases
+    out["engine_only"] = _engine_only(section.get("engine_only"), phases)
+    out["published"] = _published(section.get("published"), phases)
+    pairs_of(section)
+    return out
+
+
+def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
+    """``(instance, plan, validation section)`` of one validation file (the section as
+    :func:`check_validation` returns it, with ``_gpu``: the canonical preset name of its GPU).
+
+    Raises:
+        ConfigError: a missing ``validation`` section, a field of it that breaks its contract
+            (:func:`check_validation`) or a malformed plan (one line naming the field).
     """
     cfg = load_yaml(path)
     section = cfg.pop("validation", None)
     if not isinstance(section, dict) or "published" not in section or "plan" not in section:
         raise ConfigError(f"[validation] {path}: needs a validation section with 'published' and 'plan'")
-    unknown = sorted(set(section) - set(SECTION_KEYS))
+    unknown = sorted(set(section) - set(SECTION_KEYS), key=str)
     if unknown:
         raise ConfigError(f"[validation] {path}: unknown key {unknown[0]!r}; valid: {', '.join(SECTION_KEYS)}")
     stale = _staleness(section["plan"], "validation")
@@ -142,10 +287,11 @@ def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
         optimizer["staleness_candidates"] = allowed
         cfg["optimizer"] = optimizer
     instance = build_instance(cfg, source=path)
-    section = dict(section)
+    section = check_validation(section, instance.graph.names)
+    plan = _plan(section["plan"], "validation", instance.graph.names)
     preset = (cfg.get("hardware") or {}).get("preset")
     section["_gpu"] = next((k for k, v in PRESETS.items() if v is PRESETS.get(preset)), preset) or "custom"
-    return instance, _plan(section["plan"], "validation"), section
+    return instance, plan, section
 
 
 def declared_staleness(section: dict[str, Any]) -> dict[str, int]:
@@ -191,22 +337,23 @@ def not_fitted(section: dict[str, Any], where: str) -> str:
     return value.strip()
 
 
-def pairs_of(section: dict[str, Any], where: str) -> list[dict[str, str]]:
-    """The ``pair_with`` entries of a section as ``[{"setup": ..., "what": ...}]``.
+def pairs_of(section: dict[str, Any]) -> list[dict[str, str]]:
+    """The ``pair_with`` entries of a section as ``[{"setup": ..., "what": ...}]`` (one entry, a list of
+    them, a bare string being the ``setup``; :data:`PAIR_FIELDS`).
 
     Raises:
-        ConfigError: an entry without ``setup`` or with an unknown key.
+        ConfigError: ``[validation] pair_with[i]...``: an entry that is not a mapping, without ``setup``,
+            with an unknown key or a field that is not a non-empty string.
     """
     spec = section.get("pair_with") or []
     entries = spec if isinstance(spec, list) else [spec]
     out = []
-    for entry in entries:
+    for i, entry in enumerate(entries):
         if isinstance(entry, str):
             entry = {"setup": entry}
-        if not isinstance(entry, dict) or not isinstance(entry.get("setup"), str) or set(entry) - set(PAIR_KEYS):
-            raise ConfigError(f"[validation] {where}: pair_with entries need 'setup' (a file name without .yaml) "
-                              f"and optionally 'what'; got {entry!r}")
-        out.append({"setup": entry["setup"], "what": str(entry.get("what", ""))})
+        where = f"[validation] pair_with[{i}]" if isinstance(spec, list) else "[validation] pair_with"
+        values = check_section(entry, PAIR_FIELDS, where, label=lambda name, where=where: f"{where}.{name}")
+        out.append({"setup": values["setup"], "what": values.get("what", "")})
     return out
 
 
@@ -308,8 +455,6 @@ def validate(paths: list[str]) -> list[ValidationRow]:
         phases = section.get("phases") or {}
         engine_only = set(section.get("engine_only", ()))
         for phase, published in section["published"].items():
-            if phase not in predicted:
-                raise ConfigError(f"[validation] {path}: published phase {phase!r} has no entry in 'phases'")
             names = phases.get(phase, list(parts))
             row_parts = {n: {k: v for k, v in parts[n].items() if not (phase in engine_only and k == "overhead")}
                          for n in names}

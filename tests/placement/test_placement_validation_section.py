@@ -1,0 +1,174 @@
+"""The ``validation`` section of a validation file is checked field by field when it loads: a bad value is
+exit 2 with one line naming the field path and the value, before any scoring."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import yaml
+
+from packplace.cli import main
+from packplace.errors import ConfigError
+from packplace.placement.config import load_yaml
+from packplace.placement.validate import load_setup, validate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+QWEN = os.path.join(ROOT, "benchmarks", "validation", "qwen2.5-7b_vllm_batch1_1xa100.yaml")
+QWEN_MEASURED = os.path.join(ROOT, "benchmarks", "calibration", "qwen2.5-7b_vllm_batch1_1xa100.measured.yaml")
+TASKS = "actor.generate, reference.infer, reward.infer, actor.train"
+
+
+def _edited(tmp_path, edit, name="setup.yaml") -> str:
+    """The Qwen2.5-7B batch-1 file with ``edit(validation_section)`` applied, written under ``tmp_path``."""
+    cfg = copy.deepcopy(load_yaml(QWEN))
+    edit(cfg["validation"])
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def _set(key, value):
+    return lambda section: section.__setitem__(key, value)
+
+
+def _set_origin(value):
+    return lambda section: section["plan"]["actor.generate"].__setitem__("origin", value)
+
+
+#: (edit of the validation section, the whole error line after "packplace validate: error: ").
+CLI_CASES = [
+    pytest.param(_set("phases", {"generation": ["actor.gen"]}),
+                 f"[validation] phases.generation: unknown task 'actor.gen'; tasks: {TASKS}", id="unknown-task"),
+    pytest.param(_set("phases", {"generation": []}),
+                 f"[validation] phases.generation: must be a non-empty list of tasks ({TASKS}), got []",
+                 id="empty-phase"),
+    pytest.param(_set("phases", {"generation": "actor.generate"}),
+                 f"[validation] phases.generation: must be a non-empty list of tasks ({TASKS}), got 'actor.generate'",
+                 id="phase-as-string"),
+    pytest.param(_set("published", {"generation": 0}),
+                 "[validation] published.generation: must be a finite number in (0, inf), got 0", id="published-0"),
+    pytest.param(_set("published", {"generation": "fast"}),
+                 "[validation] published.generation: must be a finite number in (0, inf), got 'fast'",
+                 id="published-string"),
+    pytest.param(_set_origin("0,0,0"),
+                 "[validation] plan.actor.generate.origin: must be a list of 3 integers [rack, node, gpu], "
+                 "got '0,0,0'", id="origin-string"),
+    pytest.param(_set("published", {"generation": -1}),
+                 "[validation] published.generation: must be a finite number in (0, inf), got -1",
+                 id="published-negative"),
+    pytest.param(_set("engine_only", ["gen"]),
+                 "[validation] engine_only: 'gen' is not a phase of 'phases'; phases: generation",
+                 id="engine-only-not-a-phase"),
+]
+
+
+@pytest.mark.parametrize("edit, line", CLI_CASES)
+def test_validate_refuses_a_bad_validation_field_with_one_line(tmp_path, capsys, edit, line):
+    assert main(["validate", _edited(tmp_path, edit)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"packplace validate: error: {line}"]
+    assert captured.out == ""  # refused at load: no row is printed
+
+
+def _load_error(tmp_path, edit) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_setup(_edited(tmp_path, edit))
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def _plan_entry(key, value):
+    def edit(section):
+        if value is None:
+            section["plan"]["actor.generate"].pop(key)
+        else:
+            section["plan"]["actor.generate"][key] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit, message", [
+    # published: a mapping of step or declared phases to positive finite seconds
+    (_set("published", {"generation": float("inf")}),
+     "[validation] published.generation: must be a finite number in (0, inf), got inf"),
+    (_set("published", {"generation": True}),
+     "[validation] published.generation: must be a finite number in (0, inf), got True"),
+    (_set("published", {"gen": 24.3}), "[validation] published.gen: not step or a phase of 'phases'; valid: step, "
+                                       "generation"),
+    (_set("published", [24.3]),
+     "[validation] published: must be a mapping of figure (step or a phase of 'phases') -> seconds, got [24.3]"),
+    (_set("published", {}), "[validation] published: needs at least one figure (step or a phase of 'phases'), got {}"),
+    # phases: a mapping of phase names (not "step") to non-empty lists of distinct known tasks
+    (_set("phases", ["actor.generate"]),
+     "[validation] phases: must be a mapping of phase -> list of tasks, got ['actor.generate']"),
+    (_set("phases", {"step": ["actor.generate"]}),
+     "[validation] phases: a phase name must be a string other than 'step' (the whole step), got 'step'"),
+    (_set("phases", {"generation": ["actor.generate", "actor.generate"]}),
+     "[validation] phases.generation: a task is listed twice, got ['actor.generate', 'actor.generate']"),
+    # engine_only: a list of declared phases
+    (_set("engine_only", "generation"),
+     "[validation] engine_only: must be a list of phases of 'phases' (generation), got 'generation'"),
+    # plan entries: known tasks, integer degrees, [rack, node, gpu] blocks, no unknown field
+    (_plan_entry("dp", 1.5), "[validation] plan.actor.generate.dp: must be an integer in [1, 65,536], got 1.5"),
+    (_plan_entry("tp", "1"), "[validation] plan.actor.generate.tp: must be an integer in [1, 65,536], got '1'"),
+    (_plan_entry("micro_batch", True),
+     "[validation] plan.actor.generate.micro_batch: must be an integer in [1, 1,000,000,000,000], got True"),
+    (_plan_entry("pp", None), "[validation] plan.actor.generate.pp: missing required field"),
+    (_plan_entry("extent", None), "[validation] plan.actor.generate.extent: missing required field"),
+    (_plan_entry("origin", [0, 0]),
+     "[validation] plan.actor.generate.origin: must be a list of 3 integers [rack, node, gpu], got [0, 0]"),
+    (_plan_entry("origin", [0, 0, -1]),
+     "[validation] plan.actor.generate.origin[2]: must be an integer in [0, 65,536], got -1"),
+    (_plan_entry("extent", [1, 1, 0]),
+     "[validation] plan.actor.generate.extent[2]: must be an integer in [1, 65,536], got 0"),
+    (_plan_entry("speed", 1), "[validation] plan.actor.generate.speed: unknown field; valid: dp, pp, tp, ep, "
+                              "micro_batch, origin, extent"),
+    (lambda s: s["plan"].__setitem__("actor.gen", s["plan"].pop("actor.generate")),
+     f"[validation] plan: unknown task 'actor.gen'; tasks: {TASKS}"),
+    (lambda s: s["plan"].__setitem__("actor.generate", 3),
+     "[validation] plan.actor.generate: must be a mapping, got 3"),
+    # pair_with: entries of setup and what
+    (_set("pair_with", {"setup": "other", "wat": "2x GPUs"}),
+     "[validation] pair_with.wat: unknown field; valid: setup, what"),
+    (_set("pair_with", ["other", {"what": "2x GPUs"}]), "[validation] pair_with[1].setup: missing required field"),
+    (_set("pair_with", [3]), "[validation] pair_with[0]: must be a mapping, got 3"),
+    # free text
+    (_set("source", 3), "[validation] source: must be a non-empty string, got 3"),
+    (_set("not_fitted", " "), "[validation] not_fitted: must be a non-empty string, got ' '"),
+])
+def test_every_validation_field_is_checked_at_load(tmp_path, edit, message):
+    assert _load_error(tmp_path, edit) == message
+
+
+def test_an_unknown_validation_key_names_the_file(tmp_path):
+    path = _edited(tmp_path, _set("sorce", "x"))
+    with pytest.raises(ConfigError, match=rf"^\[validation\] {path}: unknown key 'sorce'; valid: source, url, "):
+        load_setup(path)
+
+
+def test_the_checked_section_is_normalised_and_scores_as_before(tmp_path):
+    # published as floats in the file's order, phases and engine_only as given (empty when absent)
+    _, _, section = load_setup(_edited(tmp_path, _set("published", {"generation": 24, "step": 30})))
+    assert section["published"] == {"generation": 24.0, "step": 30.0}
+    assert list(section["published"]) == ["generation", "step"]
+    assert section["phases"] == {"generation": ["actor.generate"]} and section["engine_only"] == ["generation"]
+    _, _, bare = load_setup(_edited(tmp_path, lambda s: [s.pop("phases"), s.pop("engine_only"),
+                                                         s.__setitem__("published", {"step": 30})], "bare.yaml"))
+    assert bare["phases"] == {} and bare["engine_only"] == []
+    (row,) = validate([QWEN])
+    assert (row.phase, row.published) == ("generation", 24.3) and row.ok
+
+
+def test_calibrate_names_an_empty_measured_file_as_the_measured_file(tmp_path, capsys):
+    empty = tmp_path / "m3.yaml"
+    empty.write_text("")
+    assert main(["calibrate", "--config", QWEN, "--measured", str(empty)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"packplace calibrate: error: calibrate: measured {str(empty)!r}: must be a mapping of task -> seconds, "
+        "got None"]
+    assert main(["calibrate", "--config", QWEN, "--measured", str(tmp_path / "absent.yaml")]) == 2
+    assert capsys.readouterr().err.startswith(f"packplace calibrate: error: measured: cannot read "
+                                              f"{str(tmp_path / 'absent.yaml')!r}")
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED]) == 0
