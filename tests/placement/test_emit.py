@@ -225,3 +225,20 @@ def test_a_dapo_plan_is_emitted_as_grpo_advantages_without_a_kl_term_for_every_f
     assert any("reference policy's log-probs every step" in r for r in nemo.refusals)
     for out in (verl, openrlhf, nemo):
         assert_known_keys(out)
+
+
+def test_a_verl_zero3_search_keeps_to_fsdp_layouts_so_the_plan_runs_as_planned():
+    from packplace.placement.config import build_instance, load_yaml
+    from packplace.placement.evaluator import get_table
+    raw = load_yaml(GRPO)
+    raw["policy"]["framework"] = "verl"
+    raw["training"] = {"sharding": "zero3"}
+    instance = build_instance(raw)
+    table = get_table(instance)
+    for name, cands in table.all.items():
+        if not name.endswith(".generate"):   # FSDP: no tensor, pipeline or expert parallelism
+            assert cands and all(c.strategy.tp == c.strategy.pp == c.strategy.ep == 1 for c in cands), name
+    assert any(c.strategy.tp > 1 for c in table.all["actor.generate"])   # vLLM keeps its TP
+    for solver in ("greedy", "concurrent"):
+        plan = api.solve_placement(instance, solver, seed=0).solution
+        assert emit(instance, plan, "verl").refusals == []

@@ -564,6 +564,22 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
     return parts
 
 
+def framework_layout_allows(instance, kind: str, strategy: Strategy) -> bool:
+    """Whether ``policy.framework`` can run a vertex of ``kind`` with ``strategy``.
+
+    verl runs every trainer and forward on one backend: with a model trained at ``sharding: zero3`` that is
+    FSDP, which has no tensor, pipeline or expert parallelism (verl ``workers/fsdp_workers.py``; Ulysses
+    sequence parallelism only), so the non-generation vertices keep ``tp = pp = ep = 1``; its Megatron
+    workers have those but shard no parameters (``ppo_megatron_trainer.yaml``: the distributed optimizer
+    is ZeRO-1), the rule :mod:`packplace.placement.emit.verl` checks. Generation (vLLM) is unrestricted.
+    Every other framework: every legal strategy."""
+    if instance.framework != "verl" or kind == "generate":
+        return True
+    if not any(o.sharding == "zero3" for o in instance.training.values()):
+        return True
+    return strategy.tp == 1 and strategy.pp == 1 and strategy.ep == 1
+
+
 def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, cost: CostModel,
                             extents: list[tuple[int, int, int]], only: set | None = None, *,
                             deadline: float | None = None, built_before: int = 0) -> list[Candidate]:
@@ -595,6 +611,8 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
         if deadline is not None and time.perf_counter() > deadline:
             raise TableBuildTimeout(built_before + len(out), name, len(divisors(w.sequences)))
         for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent, kind):
+            if not framework_layout_allows(instance, kind, strategy):
+                continue
             if deadline is not None and len(out) % DEADLINE_CHECK_EVERY == 0 and time.perf_counter() > deadline:
                 raise TableBuildTimeout(built_before + len(out), name, len(divisors(w.sequences // strategy.dp)))
             if only is not None and (strategy, mb, extent) not in only:

@@ -214,6 +214,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"{framework} ({emitted.config}):")
         print(emitted.text())
         args.json_document["emit"] = emitted.as_dict()
+    elif instance.framework in FRAMEWORKS and result.solution is not None:
+        refusals = emit(instance, result.solution, instance.framework).refusals
+        if refusals:   # the search scores the framework's costs but does not keep to its layout rules
+            print(f"note: {instance.framework} cannot run this plan as planned in {len(refusals)} way(s), e.g. "
+                  f"{refusals[0]}; `--emit {instance.framework}` lists them all")
+        args.json_document["framework_refusals"] = refusals
     if args.out:
         write_atomic(args.out, json_text(result_json(instance, result)) + "\n", "--out")
     if args.gantt and result.solution is not None:
