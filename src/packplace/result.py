@@ -96,7 +96,7 @@ class SolveResult:
         bound: Best proven lower bound: the solver's own where it has one, else the evaluator's
             analytic bound (the larger of the two).
         status: One of ``optimal``, ``feasible``, ``infeasible``, ``unknown``, ``error``.
-        hit_time_limit: The backend stopped at its time limit.
+        hit_time_limit: The backend stopped at its time limit (not set by a signal: see ``interrupted``).
         params: The parameters the backend ran with (``time_limit_s``, ``seed`` and its own).
         wall_s: Wall-clock seconds of the whole library call, measured by the front-end (placement: the
             candidate table and the analytic bound included; balance: the checks, the canonical order and
@@ -482,6 +482,9 @@ def solve_with(
     )
     if interrupted:
         result.interrupted = True
+        # a signal is not a time limit: a search stopped by it (CP-SAT's stop_search ends like a timeout)
+        # keeps hit_time_limit only when the limit had run out by then
+        result.hit_time_limit = result.hit_time_limit and time_limit_s is not None and wall_s >= time_limit_s
         if result.status == OPTIMAL and result.objective > result.bound:
             result.status = FEASIBLE
     return result
