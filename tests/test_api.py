@@ -185,3 +185,20 @@ def test_cli_exit_codes_tell_bad_input_from_infeasible(tmp_path, capsys):
     bad.write_text("seq_len: 0\ndata_parallel_size: 2\nsamples: {lengths: [6, 6, 6]}\n", encoding="utf-8")
     assert main(["balance", "--config", str(bad)]) == 2
     assert capsys.readouterr().err.startswith("packplace balance: error: ")
+
+
+def test_balance_wall_s_is_the_whole_call(monkeypatch):
+    # the reference-bin check before the backend counts in wall_s, as the time limit counts it
+    import time as clock
+
+    import packplace.balance.api as balance_api
+
+    real = balance_api.ensure_reference_bins_checked
+
+    def slow_check(instance):
+        clock.sleep(0.05)
+        return real(instance)
+
+    monkeypatch.setattr(balance_api, "ensure_reference_bins_checked", slow_check)
+    result = packplace.balance(make_instance([3, 2, 1], seq_len=10, data_parallel_size=2), solver="lpt")
+    assert result.ok and result.wall_s >= 0.05

@@ -122,3 +122,32 @@ def test_progress_lines_can_be_silenced(capsys):
     err = capsys.readouterr().err
     assert "visible" in err and "hidden" not in err and "still visible" in err
     assert progress.enabled()
+
+
+def test_a_signal_is_reported_as_an_interrupt_not_as_the_time_limit(monkeypatch):
+    # CP-SAT stopped by stop_search ends as if at its limit; the front-end knows a signal stopped it
+    import signal
+
+    from packplace import interrupt
+    from packplace import result as result_module
+
+    real_get = result_module.get
+
+    def fake_get(problem, name):
+        spec = real_get(problem, name)
+
+        def solve(instance, *, time_limit_s, seed, **params):
+            proposal = spec.solve(instance, time_limit_s=time_limit_s, seed=seed, **params)
+            interrupt._state.signum = signal.SIGTERM  # what the handler / watcher thread records
+            proposal.hit_time_limit = True
+            return proposal
+
+        return type(spec)(**{**spec.__dict__, "solve": solve})
+
+    monkeypatch.setattr(interrupt._state, "signum", None)  # restored after the test
+    monkeypatch.setattr(result_module, "get", fake_get)
+    result = packplace.balance(make_instance([3, 2, 1], seq_len=10, data_parallel_size=2), solver="lpt",
+                               time_limit_s=600)
+    assert result.interrupted and result.ok
+    assert not result.hit_time_limit
+    assert "interrupted by SIGTERM" in result.message

@@ -175,3 +175,23 @@ def test_ctrl_c_while_the_command_modules_load_exits_130_without_traceback(monke
     monkeypatch.setattr(cli, "build_parser", interrupted_while_loading)
     assert cli.main(["balance", "--help"]) == 130
     assert capsys.readouterr().err == "packplace: interrupted by SIGINT\n"
+
+
+def test_sigterm_in_balance_json_reports_an_interrupt_not_the_time_limit(tmp_path):
+    lengths = [(i * 7919) % 15_000 + 500 for i in range(300)]
+    config = tmp_path / "big.yaml"
+    config.write_text(yaml.safe_dump({"seq_len": 65536, "data_parallel_size": 64, "samples": {"lengths": lengths},
+                                      "reference": "none"}))
+    proc = start(["balance", "--config", str(config), "--solver", "cpsat", "--time-limit", LIMIT, "--json"],
+                 tmp_path)
+    time.sleep(3.0)
+    stdout, stderr = stop(proc, signal.SIGTERM)
+    assert proc.returncode == 143 and "Traceback" not in stderr
+    if not stdout.strip():  # the signal came while the modules loaded: nothing was solved
+        pytest.skip("SIGTERM arrived before the solve started")
+    import json
+
+    document = json.loads(stdout)
+    assert document["interrupted"] is True
+    assert document["hit_time_limit"] is False  # a 600 s limit cannot have run out
+    assert "(interrupted)" in stderr and "(time limit)" not in stderr

@@ -74,13 +74,14 @@ START_SOLVERS = ("repair",)
 #: The backend of last resort when the start backend returns nothing (a dead end or its share of the
 #: limit spent): the cheapest construction, given the whole time left.
 FALLBACK_SOLVER: str | None = "lpt"
-#: Share of the time limit the start backend may use: most of it, so that lns's answer is never worse
-#: than ``repair``'s under the same limit unless the limit cuts ``repair`` itself (where ``repair``
+#: Share of the time limit the start backend may use: all of it (less the read-back reserve), the budget
+#: ``repair`` alone would get, so that lns's answer is never worse than ``repair``'s under the same limit
+#: and a start that ``repair`` finishes in the limit is never cut off by a smaller share (where ``repair``
 #: finishes early, as it mostly does, the rest of the limit goes to the neighbourhoods).
-START_SHARE = 0.9
+START_SHARE = 1.0
 #: Seconds per sample lns itself spends around the start (the search state, one neighbourhood's
-#: bookkeeping, the canonical order and the re-scoring of its answer): kept back from the start's share,
-#: and when less than this is left after the start, the start is returned without a neighbourhood.
+#: bookkeeping, the canonical order and the re-scoring of its answer): when less than this is left after
+#: the start, the start is returned without a neighbourhood.
 SETUP_S_PER_SAMPLE = 2.5e-6
 #: Relative difference under which two loads count as equal in the lexicographic comparison.
 LOAD_RTOL = 1e-12
@@ -207,8 +208,9 @@ class _Search:
 
 def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: int, time_limit_s: float,
                 deadline: float, meets_bound: Callable[[float], bool] | None = None,
-                ) -> tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float, list[str]]:
-    """(bins, source, objective, notes) of the best feasible start; (None, "", inf, notes) if none.
+                ) -> tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float, list[str], bool]:
+    """(bins, source, objective, notes, cut) of the best feasible start; (None, "", inf, notes, cut) if
+    none; ``cut`` is True when a start backend that returned nothing was stopped by its time limit.
 
     A start whose objective ``meets_bound`` (proven optimal) ends the list. The start backends share
     ``time_limit_s`` seconds; once one has failed and none has found a start, the
@@ -216,6 +218,7 @@ def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: in
     nothing to search from, so the search's share is better spent finding one."""
     best: tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float] = (None, "", math.inf)
     notes = []
+    cut = False
     started = time.perf_counter()
     for name in (*START_SOLVERS, *((FALLBACK_SOLVER,) if FALLBACK_SOLVER else ())):
         if name == FALLBACK_SOLVER and best[0] is not None:
@@ -225,6 +228,7 @@ def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: in
             left = max(left, deadline - time.perf_counter())
         proposal = get("balance", name).solve(instance, time_limit_s=left, seed=seed)
         if proposal.solution is None:
+            cut = cut or proposal.hit_time_limit
             notes.append(f"{name}: {proposal.message or proposal.status}")
             continue
         bins = tuple(tuple(b) for b in getattr(proposal.solution, "bins", proposal.solution))
@@ -240,7 +244,7 @@ def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: in
         value = evaluator.objective(instance.reference_bins)
         if value < best[2]:
             best = (tuple(tuple(b) for b in instance.reference_bins), "reference", value)
-    return best[0], best[1], best[2], notes
+    return best[0], best[1], best[2], notes, cut
 
 
 def _resplit_start(instance: BalanceInstance, bins: tuple[tuple[SampleKey, ...], ...], target: float,
@@ -353,12 +357,12 @@ def solve(
                         hit_time_limit=True, iterations=0, info={"start": "reference", "start_objective": value},
                         message=(f"lns: time limit {limit:g} s is shorter than a start takes at "
                                  f"{len(instance.samples)} samples; returned the reference grouping"))
-    start_share = max(0.1 * limit, START_SHARE * limit - setup_s)
-    start, source, start_objective, notes = _best_start(instance, evaluator, seed, start_share,
-                                                        deadline - READBACK_RESERVE_S, meets_integer_bound)
+    start_share = max(0.01, START_SHARE * (deadline - READBACK_RESERVE_S - time.perf_counter()))
+    start, source, start_objective, notes, start_cut = _best_start(instance, evaluator, seed, start_share,
+                                                                   deadline - READBACK_RESERVE_S, meets_integer_bound)
     info: dict[str, Any] = {"start": source or None, "start_objective": start_objective if start else None}
     if start is None:
-        return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=time.perf_counter() > deadline,
+        return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=start_cut or time.perf_counter() > deadline,
                         message="no feasible start: " + "; ".join(notes), info=info)
     interrupt.offer(start)
     if meets_integer_bound(start_objective) or instance.data_parallel_size < 2:

@@ -96,9 +96,11 @@ class SolveResult:
         bound: Best proven lower bound: the solver's own where it has one, else the evaluator's
             analytic bound (the larger of the two).
         status: One of ``optimal``, ``feasible``, ``infeasible``, ``unknown``, ``error``.
-        hit_time_limit: The backend stopped at its time limit.
+        hit_time_limit: The backend stopped at its time limit (not set by a signal: see ``interrupted``).
         params: The parameters the backend ran with (``time_limit_s``, ``seed`` and its own).
-        wall_s: Wall-clock seconds of the solve, measured by the front-end.
+        wall_s: Wall-clock seconds of the whole library call, measured by the front-end (placement: the
+            candidate table and the analytic bound included; balance: the checks, the canonical order and
+            the score included).
         iterations: Backend-specific work count, where meaningful.
         message: One human-readable line (fallbacks, downgraded claims, errors).
         log: The backend's log lines.
@@ -412,6 +414,7 @@ def solve_with(
     params: dict[str, Any],
     normalize: Callable[[Any], Any] | None = None,
     initial: Any = None,
+    analytic_bound: float | None = None,
 ) -> SolveResult:
     """Run the registered backend ``solver`` of ``problem`` on ``instance`` and score its proposal.
 
@@ -420,6 +423,9 @@ def solve_with(
     :func:`finalize` with the evaluator's score and analytic bound. ``initial`` (a feasible answer known
     before the solve, e.g. the reference grouping) is the answer of a run interrupted before the backend
     offered a better one (:mod:`packplace.interrupt`); such a result has ``interrupted`` set.
+    ``analytic_bound`` is the evaluator's bound when the front-end computed it already (None: ask
+    ``evaluator.lower_bound()`` after the backend). ``wall_s`` is the backend's seconds; the front-ends
+    replace it with the whole call's.
 
     Raises:
         ConfigError: unknown solver name, bad ``time_limit_s`` or ``seed``.
@@ -470,12 +476,15 @@ def solve_with(
         solver=spec.name,
         proposal=proposal,
         score=score,
-        analytic_bound=evaluator.lower_bound(),
+        analytic_bound=evaluator.lower_bound() if analytic_bound is None else analytic_bound,
         params={"time_limit_s": time_limit_s, "seed": seed, **params},
         wall_s=wall_s,
     )
     if interrupted:
         result.interrupted = True
+        # a signal is not a time limit: a search stopped by it (CP-SAT's stop_search ends like a timeout)
+        # keeps hit_time_limit only when the limit had run out by then
+        result.hit_time_limit = result.hit_time_limit and time_limit_s is not None and wall_s >= time_limit_s
         if result.status == OPTIMAL and result.objective > result.bound:
             result.status = FEASIBLE
     return result

@@ -196,3 +196,44 @@ def test_never_worse_than_repair_property(ranks, per_rank, seed):
     repair = packplace.balance(instance, solver="repair")
     result = packplace.balance(instance, solver="lns", time_limit_s=5, seed=seed, max_neighbourhoods=3)
     assert result.ok and result.objective <= repair.objective
+
+
+def lognormal_instance(samples: int, ranks: int):
+    """Long-tailed lengths, ``auto`` local batch, no reference bins: every start is a construction."""
+    tokens = np.minimum(np.ceil(np.random.default_rng(0).lognormal(7, 1.2, samples)).astype(int), 16384)
+    return make_instance(tokens=tokens, seq_len=16384, data_parallel_size=ranks, local_batch_size="auto")
+
+
+def test_a_start_cut_by_the_limit_sets_hit_time_limit():
+    # 200,000 samples take far longer than 0.6 s to construct (less the finish reserve): every start
+    # backend stops at its time limit with nothing, and the call says the limit stopped it
+    instance = lognormal_instance(200_000, 512)
+    assert instance.reference_bins is None
+    packplace.balance(make_instance([3, 2, 1], seq_len=10, data_parallel_size=2), solver="lns")  # imports
+    result = packplace.balance(instance, solver="lns", time_limit_s=0.6)
+    assert result.status == "unknown" and result.solution is None
+    assert "no feasible start" in result.message and "time limit reached" in result.message
+    assert result.hit_time_limit
+
+
+def test_the_start_gets_the_whole_limit(monkeypatch):
+    # the start backend gets the budget repair alone would (all but the read-back reserve), so a start
+    # that repair finishes within the limit is not cut off by a smaller share
+    limits = []
+    real_get = lns_module.get
+
+    def spying_get(problem, name):
+        spec = real_get(problem, name)
+
+        def solve(instance, *, time_limit_s, seed, **params):
+            limits.append((name, time_limit_s))
+            return spec.solve(instance, time_limit_s=time_limit_s, seed=seed, **params)
+
+        return type(spec)(**{**spec.__dict__, "solve": solve})
+
+    monkeypatch.setattr(lns_module, "get", spying_get)
+    instance = lognormal_instance(2_000, 8)
+    lns_module.solve(instance, time_limit_s=10.0, seed=0, max_neighbourhoods=0)
+    name, given = limits[0]
+    assert name == "repair"
+    assert given > 10.0 - lns_module.READBACK_RESERVE_S - 0.5  # before: 0.9 of the limit less the setup

@@ -169,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
             rows.append(row + ([",".join(map(str, run_order[r]))] if run_order is not None else []))
         print(render_table(headers, rows))
         print()
-    status = result.status + (" (time limit)" if result.hit_time_limit else "")
+    status = result.status + (" (interrupted)" if result.interrupted else " (time limit)" if result.hit_time_limit
+                              else "")
     summary = [[result.solver, result.objective if result.solution is not None else None, result.bound,
                 gap_text(result), status, f"{result.wall_s:.4g}"]]
     print(render_table(["solver", "objective", "bound", "gap", "status", "time_s"], summary))

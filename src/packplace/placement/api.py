@@ -49,7 +49,10 @@ def solve_placement(
             :func:`~packplace.placement.config.build_instance`).
         solver: A name from ``packplace.solvers.available("placement")`` (``greedy``, ``concurrent``, ...).
         time_limit_s: Wall-clock budget in seconds for the whole call (None: the backend's default):
-            building the candidate table counts against it, the backend gets the rest.
+            building the candidate table and the analytic bound count against it, the backend gets the
+            rest (at least 1 ms). When the table and bound use it up, the answer is the backend's 1 ms
+            one (``hit_time_limit`` set, the message says so); a table not built in time gives status
+            ``unknown``.
         seed: Seed for any randomness; same instance and seed give the same plan.
         **params: Backend options.
 
@@ -59,7 +62,9 @@ def solve_placement(
         ``bound`` the larger of the backend's proven bound and the evaluator's analytic bound
         (:meth:`~packplace.placement.evaluator.PlacementEvaluator.lower_bound`: max of the critical
         path at the fastest candidates and the total minimum GPU-seconds over all GPUs), and ``info``
-        the per-vertex start/end/time, throughput, MFU and peak memory.
+        the per-vertex start/end/time, throughput, MFU and peak memory, and ``table_build_s`` (seconds
+        this call spent building the candidate table, 0 when the instance had one). ``wall_s`` is the
+        whole call's seconds.
 
     Raises:
         ConfigError: unknown solver, bad ``time_limit_s``/``seed``, a vertex with no feasible candidate
@@ -71,20 +76,36 @@ def solve_placement(
     check_limits(time_limit_s, seed)
     get("placement", solver)  # an unknown solver name fails before the table is built
     started = time.perf_counter()
-    if time_limit_s is not None:
+    deadline = None if time_limit_s is None else started + time_limit_s
+    built_here = "table" not in instance._cache
+    if time_limit_s is not None and deadline is not None:
         try:
-            get_table(instance, deadline=started + time_limit_s)
+            get_table(instance, deadline=deadline)
         except TableBuildTimeout as cut:
             return _table_cut(instance, solver, cut, time_limit_s, seed, params, time.perf_counter() - started)
     check_instance(instance)
-    # time_limit_s covers the whole call: the candidate table counts against it, and the backend gets
-    # what is left (at least 1 ms)
-    remaining = None if time_limit_s is None else max(1e-3, time_limit_s - (time.perf_counter() - started))
+    build_s = get_table(instance).build_seconds if built_here else 0.0
+    # time_limit_s covers the whole call: the candidate table and the analytic bound count against it, and
+    # the backend gets what is left (at least 1 ms)
+    evaluator = get_evaluator(instance)
+    bound = evaluator.lower_bound(deadline=deadline)
+    bound_cut = evaluator.bound_cut
+    spent = time.perf_counter() - started
+    remaining = None if time_limit_s is None else max(1e-3, time_limit_s - spent)
     result = solve_with(
-        problem="placement", instance=instance, solver=solver, evaluator=get_evaluator(instance),
-        time_limit_s=remaining, seed=seed, params=params,
+        problem="placement", instance=instance, solver=solver, evaluator=evaluator,
+        time_limit_s=remaining, seed=seed, params=params, analytic_bound=bound,
     )
     result.params["time_limit_s"] = time_limit_s
+    result.info["table_build_s"] = build_s
+    if time_limit_s is not None and (bound_cut or spent >= time_limit_s) and not result.interrupted:
+        result.hit_time_limit = True
+        why = (f"time limit reached before the search: the candidate table took {build_s:.3g} s and the analytic "
+               f"bound {spent - build_s:.3g} s of time_limit_s={time_limit_s:g}"
+               + (" (the bound is cut short, so weaker)" if bound_cut else "")
+               + f"; the {solver!r} search ran with the 1 ms left")
+        result.message = f"{result.message}; {why}" if result.message else why
+    result.wall_s = time.perf_counter() - started
     return result
 
 

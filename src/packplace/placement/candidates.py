@@ -243,8 +243,9 @@ class TableBuildTimeout(Exception):
         self.built, self.vertex, self.micro_batches = built, vertex, micro_batches
 
 
-#: Candidates built between two clock checks when the table has a deadline.
-DEADLINE_CHECK_EVERY = 256
+#: Candidates built between two clock checks when the table has a deadline. One: a generation candidate
+#: of a large batch takes about a millisecond (its engine schedule), the clock read well under a microsecond.
+DEADLINE_CHECK_EVERY = 1
 
 
 class CandidateTable:

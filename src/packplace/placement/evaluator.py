@@ -18,6 +18,7 @@ Linearity*, Thm 3.23; Karp 1978. Performance: docs/performance.md.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,6 +170,9 @@ class PlacementEvaluator:
         self._resolved: dict[tuple[str, VertexPlan], tuple | str] = {}
         self._phases: dict[tuple, dict[str, float]] = {}
         self._stale: dict[tuple, float | None] = {}
+        self._bound: float | None = None
+        #: the last :meth:`lower_bound` stopped at its deadline and counted some stale times as 0
+        self.bound_cut = False
         self._total_flops = sum(self.table.vertex_flops.values())
 
     # -- resolution ------------------------------------------------------------------------------
@@ -519,22 +523,35 @@ class PlacementEvaluator:
         bad = [(a, b) for a, b, used in self._memory_segments(res) if used > self.capacity]
         return [name for name, (_, lo, hi) in zip(self.names, res) if any(lo < b and a < hi for a, b in bad)]
 
-    def _bound_times(self) -> dict[str, list[tuple[Any, float]]]:
+    def _bound_times(self, deadline: float | None = None) -> tuple[dict[str, list[tuple[Any, float]]], bool]:
         """Per vertex, ``(candidate, seconds)`` of every memory-feasible candidate as the bounds count
         it: its time, or for a generation vertex that a possibly stale policy feeds under a
         continuous-rollout framework the least of its time and its steady-state time at every allowed
-        staleness (:meth:`_stale_time`), so that the bounds hold for asynchronous plans too."""
+        staleness (:meth:`_stale_time`), so that the bounds hold for asynchronous plans too.
+
+        The steady-state times cost about a millisecond per candidate; once ``deadline``
+        (``time.perf_counter()`` seconds) has passed, the candidates not yet priced count as 0 seconds
+        (a valid, weaker bound). The flag is True when that happened."""
         out = {name: [(c, c.time) for c in self.table.feasible[name]] for name in self.names}
         if not self.cost.framework.continuous_rollout:
-            return out
+            return out, False
         allowed = self.instance.optimizer.get("staleness_candidates", {})
+        cut = False
         for (a, b), engine in zip(self.pubs, self.pub_engine):
             stale = [t for t in allowed.get(self.models[self.vertex_model[a]], (0,)) if t > 0]
             if engine and stale:
                 name = self.names[b]
-                out[name] = [(c, min([c.time] + [x for t in stale if (x := self._stale_time(b, c, t)) is not None]))
-                             for c in self.table.feasible[name]]
-        return out
+                times = []
+                for c in self.table.feasible[name]:
+                    if not cut and deadline is not None and time.perf_counter() > deadline:
+                        cut = True
+                    if cut:
+                        times.append((c, 0.0))
+                        continue
+                    steady = [x for t in stale if (x := self._stale_time(b, c, t)) is not None]
+                    times.append((c, min([c.time, *steady])))
+                out[name] = times
+        return out, cut
 
     def _busiest_gpu_bound(self, works: list[float],
                            times: dict[str, list[tuple[Any, float]]] | None = None) -> float:
@@ -555,9 +572,11 @@ class PlacementEvaluator:
             bound = max(bound, min(part, whole + rest))
         return bound
 
-    def lower_bound(self) -> float:
+    def lower_bound(self, deadline: float | None = None) -> float:
         """Analytic lower bound (seconds per step) on the objective of any feasible plan the instance
-        allows.
+        allows; computed once and cached. ``deadline`` (``time.perf_counter()`` seconds, None: none) caps
+        the steady-state pricing of :meth:`_bound_times`: a bound cut by it is weaker (some generation
+        candidates at 0 seconds), sets :attr:`bound_cut` and is not cached.
 
         Synchronous instances (``staleness_candidates`` is ``[0]`` for every model with a publication
         edge): ``max(critical path, work bound, busiest-GPU bound)`` where the critical path is the
@@ -573,6 +592,16 @@ class PlacementEvaluator:
         ``consumer → … → trainer → consumer`` spanning ``1 + t`` steps: its longest data path at the
         fastest candidates divided by ``1 + t``. A generation vertex under a continuous-rollout framework
         counts at its steady-state time where that is shorter (:meth:`_bound_times`)."""
+        if self._bound is not None:
+            self.bound_cut = False
+            return self._bound
+        bound, self.bound_cut = self._lower_bound(deadline)
+        if not self.bound_cut:
+            self._bound = bound
+        return bound
+
+    def _lower_bound(self, deadline: float | None) -> tuple[float, bool]:
+        """:meth:`lower_bound` and whether ``deadline`` cut its pricing."""
         table = self.table
         fastest = [table.min_time(name) for name in self.names]
         longest: dict[int, float] = {}
@@ -582,8 +611,8 @@ class PlacementEvaluator:
         allowed = self.instance.optimizer.get("staleness_candidates", {})
         published = {self.models[self.vertex_model[a]] for a, _ in self.pubs}
         if not any(t > 0 for m, values in allowed.items() if m in published for t in values):
-            return max(max(longest.values()), sum(works) / self.num_gpus, self._busiest_gpu_bound(works))
-        times = self._bound_times()
+            return max(max(longest.values()), sum(works) / self.num_gpus, self._busiest_gpu_bound(works)), False
+        times, cut = self._bound_times(deadline)
         fastest = [min((t for _, t in times[name]), default=INF) for name in self.names]
         works = [min((t * c.gpus for c, t in times[name]), default=INF) for name in self.names]
         work = sum(works) / self.num_gpus
@@ -599,4 +628,4 @@ class PlacementEvaluator:
                     path[i] = fastest[i] + max(reach)
             if a in path:
                 bound = max(bound, path[a] / (1 + t_max))
-        return bound
+        return bound, cut

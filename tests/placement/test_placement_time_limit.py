@@ -1,0 +1,80 @@
+"""``packplace.place`` under a time limit: the limit and ``wall_s`` cover the whole call (candidate table
+and analytic bound included), and a call whose table and bound use up the limit says so."""
+
+from __future__ import annotations
+
+import itertools
+import types
+
+import pytest
+
+import packplace
+from packplace.placement import candidates
+from packplace.placement.candidates import CandidateTable, TableBuildTimeout
+from packplace.placement.config import build_instance
+from packplace.placement.evaluator import get_evaluator, get_table
+
+#: A NeMo RL async GRPO step that may run one step stale: the bound prices every generation candidate's
+#: steady-state rollout (the costly part of the analytic bound).
+STALE = {
+    "hardware": {"preset": "h100", "nodes_per_rack": 1},
+    "models": {"actor": {"num_hidden_layers": 8, "hidden_size": 1024, "intermediate_size": 4096,
+                         "vocab_size": 32000, "num_attention_heads": 16, "num_key_value_heads": 4,
+                         "head_dim": 64}, "reward": "rule"},
+    "workload": {"batch_size": 16, "samples_per_prompt": 4, "context_length": 256, "generation_length": 1024},
+    "policy": {"algorithm": "grpo", "framework": "nemo-rl"},
+    "optimizer": {"staleness_candidates": {"actor": [0, 1]}},
+}
+
+
+def stale_instance():
+    return build_instance(STALE)
+
+
+@pytest.mark.parametrize("solver", ["concurrent", "greedy"])
+def test_wall_s_counts_the_candidate_table(solver):
+    result = packplace.place(stale_instance(), solver, time_limit_s=600)
+    assert result.ok
+    assert result.info["table_build_s"] > 0
+    assert result.wall_s >= result.info["table_build_s"]
+    assert not result.hit_time_limit
+
+
+def test_a_cached_table_is_not_counted_again():
+    inst = stale_instance()
+    get_table(inst)
+    result = packplace.place(inst, "concurrent")
+    assert result.info["table_build_s"] == 0.0 and result.wall_s > 0
+
+
+def test_the_bound_stops_at_its_deadline_with_a_weaker_bound():
+    inst = stale_instance()
+    evaluator = get_evaluator(inst)
+    cut = evaluator.lower_bound(deadline=0.0)  # long passed
+    assert evaluator.bound_cut
+    full = evaluator.lower_bound()
+    assert not evaluator.bound_cut
+    assert 0 < cut <= full
+    assert evaluator.lower_bound(deadline=0.0) == full and not evaluator.bound_cut  # the full bound is cached
+
+
+def test_a_limit_used_up_before_the_search_sets_hit_time_limit():
+    inst = stale_instance()
+    get_table(inst)  # built: the call's 1 µs goes to the checks and the bound, which it cuts
+    result = packplace.place(inst, "concurrent", time_limit_s=1e-6)
+    assert result.status == "feasible" and result.solution is not None
+    assert result.hit_time_limit
+    assert "time limit reached before the search" in result.message
+    assert "the bound is cut short" in result.message
+    assert result.bound <= get_evaluator(inst).lower_bound()
+    assert result.params["time_limit_s"] == 1e-6
+
+
+def test_the_table_checks_its_deadline_at_every_candidate(monkeypatch):
+    # a clock that advances 1 ms per reading: the deadline passes at the 50th reading, and the build
+    # stops there instead of running on to its next scheduled check
+    ticks = itertools.count()
+    monkeypatch.setattr(candidates, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks) * 1e-3))
+    with pytest.raises(TableBuildTimeout) as cut:
+        CandidateTable(stale_instance(), deadline=0.05)
+    assert cut.value.built <= 50
