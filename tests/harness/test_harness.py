@@ -184,6 +184,10 @@ def test_suite_parsing_and_errors(tmp_path):
 
     bad({"instances": [{"generator": "zipf"}]}, r"instances\[0\]\.generator: unknown balance generator 'zipf'")
     bad({"instances": [{"generator": "uniform", "colour": 1}]}, r"instances\[0\]\.colour: unknown field")
+    bad({"instances": [{"generator": "uniform", "params": {"n": 10, "ranks": 2, "seq_len": 4096, "hig": 5}}]},
+        r"instances\[0\]\.params\.hig: unknown parameter of generator 'uniform'; valid: bins_per_rank, .*high")
+    bad({"instances": [{"generator": "planted", "params": {"sigma": 1}}]},
+        r"instances\[0\]\.params\.sigma: unknown parameter of generator 'planted'")
     bad({"instances": [{"config": "nope.yaml"}]}, r"instances\[0\]\.config: file not found")
     bad({"instances": [{"generator": "uniform", "seeds": [1]}, {"name": "uniform-s1", "generator": "uniform"}]},
         "duplicate instance name 'uniform-s1'")

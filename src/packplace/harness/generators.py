@@ -453,3 +453,25 @@ def planted_balance(
     if cost == "tokens" or replicate:
         optimum = BalanceEvaluator(instance).objective(bins)
     return PlantedBalance(instance, bins, bin_tokens, optimum)
+
+
+def parameter_names(generator: str) -> frozenset[str]:
+    """The ``params`` a suite entry of balance generator ``generator`` may give (keyword arguments of
+    :func:`generate_balance` plus the distribution's own, of :func:`planted_balance` or of
+    :func:`corpus_instance`; ``name`` comes from the entry).
+
+    Raises:
+        ConfigError: an unknown generator.
+    """
+    import inspect
+
+    functions = {"planted": planted_balance, "corpus": corpus_instance}
+    if generator not in DISTRIBUTIONS and generator not in functions:
+        raise ConfigError(f"generator: unknown {generator!r}; valid: {', '.join([*DISTRIBUTIONS, *functions])}")
+    function = functions.get(generator, generate_balance)
+    names = {n for n, p in inspect.signature(function).parameters.items()
+             if p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)}
+    names -= {"name", "distribution"}
+    if generator == "corpus":
+        names.add("config")
+    return frozenset(names | set(DISTRIBUTIONS.get(generator, {})))

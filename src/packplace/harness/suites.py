@@ -191,6 +191,13 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
                 f"{where}.generator: unknown {problem} generator {generator!r}; valid: {', '.join(valid) or 'none'}"
             )
         _check_generator_sizes(params, f"{where}.params")
+        if problem == "balance":   # a misspelt parameter is bad input, not an instance that fails to build
+            from packplace.harness.generators import parameter_names
+            valid_params = parameter_names(generator)
+            unknown = sorted(set(params) - valid_params)
+            if unknown:
+                raise ConfigError(f"{where}.params.{unknown[0]}: unknown parameter of generator {generator!r}; "
+                                  f"valid: {', '.join(sorted(valid_params))}")
         if generator == "corpus":
             if "config" not in params:
                 raise ConfigError(f"{where}.params.config: the corpus generator needs a config file")
