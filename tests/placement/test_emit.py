@@ -242,3 +242,20 @@ def test_a_verl_zero3_search_keeps_to_fsdp_layouts_so_the_plan_runs_as_planned()
     for solver in ("greedy", "concurrent"):
         plan = api.solve_placement(instance, solver, seed=0).solution
         assert emit(instance, plan, "verl").refusals == []
+
+
+def test_an_openrlhf_search_keeps_to_layouts_openrlhf_runs():
+    from packplace.placement.config import build_instance, load_yaml
+    from packplace.placement.evaluator import get_table
+    raw = load_yaml(PPO)
+    raw["policy"]["framework"] = "openrlhf"
+    instance = build_instance(raw)
+    table = get_table(instance)
+    for name, cands in table.all.items():
+        kind = instance.graph.vertex(name).kind
+        assert cands and all(c.strategy.pp == 1 for c in cands), name   # DeepSpeed and vLLM: no pipeline
+        if kind == "infer":   # reference / reward / critic forwards: data-parallel only
+            assert all(c.strategy.tp == 1 for c in cands), name
+    assert any(c.strategy.tp > 1 for c in table.all["actor.train"])   # DeepSpeed AutoTP stays
+    plan = api.solve_placement(instance, "concurrent", seed=0).solution
+    assert not [r for r in emit(instance, plan, "openrlhf").refusals if "pipeline" in r or "data-parallel" in r]

@@ -573,7 +573,19 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy) -> bool:
     sequence parallelism only), so the non-generation vertices keep ``tp = pp = ep = 1``; its Megatron
     workers have those but shard no parameters (``ppo_megatron_trainer.yaml``: the distributed optimizer
     is ZeRO-1), the rule :mod:`packplace.placement.emit.verl` checks. Generation (vLLM) is unrestricted.
+
+    OpenRLHF (``openrlhf/cli/train_ppo_ray.py``, the rules :mod:`packplace.placement.emit.openrlhf`
+    checks): vLLM engines take a tensor-parallel size only (``pp = ep = 1``), DeepSpeed trains without
+    pipeline parallelism (``pp = 1``; tensor parallelism through AutoTP), and the reference / reward /
+    critic forwards run data-parallel only (``tp = pp = 1``).
+
     Every other framework: every legal strategy."""
+    if instance.framework == "openrlhf":
+        if kind == "generate":
+            return strategy.pp == 1 and strategy.ep == 1
+        if kind == "infer":
+            return strategy.tp == 1 and strategy.pp == 1
+        return strategy.pp == 1
     if instance.framework != "verl" or kind == "generate":
         return True
     if not any(o.sharding == "zero3" for o in instance.training.values()):
