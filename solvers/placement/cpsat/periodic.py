@@ -6,7 +6,13 @@ repeats every ``P`` ticks; a precedence ``u → v`` of latency ``w`` reaching ``
 GPUs shared by ``i < j`` (``start[j] ≥ end[i]`` and ``start[i] + P ≥ end[j]``, and ``P ≥`` every
 duration); publication edges of a model with staleness ``t`` (distance ``1 + t``, with the synchronous
 model's reallocation terms). Staleness is a decision: one Boolean per allowed value and published model,
-at least one value ≥ 1. Memory, options and one option per vertex are those of
+at least one value ≥ 1. Durations are the evaluator's (:func:`durations`): an option's, except a rollout
+engine fed by a stale policy under a continuous-rollout framework, which takes its steady-state seconds per
+step at that staleness; its duration is then linear in one Boolean per (option, staleness) pair. When such a
+steady-state time can exceed the option's own time, a plan's period can exceed its synchronous step time
+(the evaluator scores the smaller): every staleness 0 is then allowed too, at the period of the options'
+own durations, which never exceeds the synchronous step time of the same blocks, so the optimum stays a
+lower bound of the evaluator's. Memory, options and one option per vertex are those of
 :mod:`~packplace.solvers.placement.cpsat.model`. Objective: minimise ``P``; the least ``P`` admitting
 start times is the maximum cycle mean, so the model's optimum is the evaluator's period. Rounding:
 ``E = 2·V + 1`` ticks, one-sided (:func:`rounding_ticks`); :func:`model_period` computes a plan's ``P``.
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packplace.lazy import lazy_module
+from packplace.placement.evaluator import get_evaluator
 from packplace.solvers.placement.cpsat.model import (
     Locator,
     add_data_edges,
@@ -28,7 +35,13 @@ from packplace.solvers.placement.cpsat.model import (
     add_occupancy,
     match_literal,
 )
-from packplace.solvers.placement.cpsat.tables import ModelTables, Option, deadline_check, publication_ticks
+from packplace.solvers.placement.cpsat.tables import (
+    ModelTables,
+    Option,
+    deadline_check,
+    publication_ticks,
+    to_ticks,
+)
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -58,26 +71,59 @@ def staleness_choices(instance) -> dict[str, tuple[int, ...]]:
     return {model: tuple(sorted({0, *allowed.get(model, (0,))})) for model in published_models(instance)}
 
 
+def stale_consumers(instance) -> dict[int, str]:
+    """``{vertex index: trainer model}`` of the rollout engines fed by a publication edge under a
+    continuous-rollout framework: their duration depends on the trainer model's staleness (the evaluator's
+    :meth:`~packplace.placement.evaluator.PlacementEvaluator._stale_durations`); empty otherwise."""
+    ev = get_evaluator(instance)
+    if not ev.cost.framework.continuous_rollout:
+        return {}
+    return {b: ev.models[ev.vertex_model[a]] for (a, b), engine in zip(ev.pubs, ev.pub_engine) if engine}
+
+
+def stale_ticks(instance, vertex: int, option: Option, staleness: int) -> int:
+    """The duration (ticks, rounded up) of ``option`` of ``vertex`` when its policy has ``staleness``: the
+    evaluator's steady-state seconds per step
+    (:meth:`~packplace.placement.evaluator.PlacementEvaluator._stale_time`) when it has one, else
+    ``option.duration``. Call only for a vertex of :func:`stale_consumers`."""
+    if staleness < 1:
+        return option.duration
+    seconds = get_evaluator(instance)._stale_time(vertex, option.cand, staleness)
+    return option.duration if seconds is None else to_ticks(seconds)
+
+
+def durations(instance, choice: list[Option], staleness: dict[str, int]) -> list[int]:
+    """Per vertex, the model's duration (ticks) of a plan with ``staleness``: the option's, except a
+    rollout engine of :func:`stale_consumers` whose model is stale (:func:`stale_ticks`), as the
+    evaluator's period uses them."""
+    out = [o.duration for o in choice]
+    for b, model in stale_consumers(instance).items():
+        out[b] = stale_ticks(instance, b, choice[b], staleness.get(model, 0))
+    return out
+
+
 def cycle_edges(tables: ModelTables, instance, choice: list[Option],
                 staleness: dict[str, int]) -> list[tuple[int, int, int, int]]:
-    """The evaluator's period graph on the model's integer tables: ``(u, v, distance, latency ticks)``."""
+    """The evaluator's period graph on the model's integer tables: ``(u, v, distance, latency ticks)``;
+    latencies use :func:`durations`."""
     span = instance.cluster.span_level
     n = len(choice)
+    dur = durations(instance, choice, staleness)
     edges = []
     for v, o in enumerate(choice):
         for p in tables.preds[v]:
             q = choice[p]
             delay = 0 if (q.lo, q.hi) == (o.lo, o.hi) else tables.transfer_ticks[
                 (span(min(q.lo, o.lo), max(q.hi, o.hi)), o.cand.strategy.dp)]
-            edges.append((p, v, 0, q.duration + delay))
+            edges.append((p, v, 0, dur[p] + delay))
         for j in range(n):
             q = choice[j]
             if o.lo < q.hi and q.lo < o.hi:
-                edges.append((j, v, 0 if j < v else 1, q.duration))
+                edges.append((j, v, 0 if j < v else 1, dur[j]))
     vertex_model = [vx.model for vx in instance.graph.vertices]
     for k, (a, b) in enumerate(tables.pubs):
         distance = 1 + staleness.get(vertex_model[a], 0)
-        edges.append((a, b, distance, choice[a].duration + publication_ticks(tables, instance, choice, k)))
+        edges.append((a, b, distance, dur[a] + publication_ticks(tables, instance, choice, k)))
     return edges
 
 
@@ -102,12 +148,14 @@ def model_period(tables: ModelTables, instance, choice: list[Option],
     times, and those start times (``start[0] = 0``).
 
     Returns:
-        ``(P, start)``; ``P`` is what the CP-SAT model assigns to this plan, at least the evaluator's
-        period and less than it plus :func:`rounding_ticks`.
+        ``(P, start)``; ``P`` is what the CP-SAT model assigns to this plan: with some staleness ≥ 1 at
+        least the evaluator's period and less than it plus :func:`rounding_ticks`; with every staleness 0
+        (a choice of the model only when a stale rollout can be slower, module docstring) less than the
+        evaluator's synchronous step time plus :func:`rounding_ticks`.
     """
     n = len(choice)
     edges = cycle_edges(tables, instance, choice, staleness)
-    low = max(o.duration for o in choice)  # self edges: P ≥ every duration
+    low = max(durations(instance, choice, staleness))  # self edges: P ≥ every duration
     high = max(low, sum(w for *_, w in edges))  # every cycle has distance ≥ 1
     while low < high:
         mid = (low + high) // 2
@@ -170,22 +218,65 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
     m = cp_model.CpModel()
     n = len(tables.names)
     opts = tables.options
-    longest = max(o.duration for vopts in opts for o in vopts)
+    choices = staleness_choices(instance)
+    # a rollout engine whose duration depends on its policy's staleness: per option, {t: ticks}
+    engines = {v: model for v, model in stale_consumers(instance).items() if model in choices}
+    ticks: dict[int, list[dict[int, int]]] = {}
+    for v, model in engines.items():
+        ticks[v] = []
+        for k, o in enumerate(opts[v]):
+            check("staleness-dependent durations of %s, option %d", tables.names[v], k)
+            ticks[v].append({t: stale_ticks(instance, v, o, t) for t in choices[model]})
+    longest = max([o.duration for vopts in opts for o in vopts] +
+                  [d for per in ticks.values() for by_t in per for d in by_t.values()])
     largest_delay = max([0, *tables.transfer_ticks.values()]) + max(
         [0, *tables.realloc_ticks.values(), *tables.colocated_ticks.values()])
     span = n * (longest + largest_delay + horizon)
 
-    # -- one option per vertex, its duration ----------------------------------------------------------
+    # a stale rollout slower than the batch's makespan can make a plan's period exceed its synchronous
+    # step time (the evaluator then scores the synchronous step): every staleness 0 stays allowed, at
+    # the period of the same durations, never above the synchronous step time (a relaxation)
+    slower = any(d > o.duration for v, per in ticks.items() for o, by_t in zip(opts[v], per) for d in by_t.values())
+    stale: dict[str, dict[int, Any]] = {}
+
+    def add_staleness() -> None:  # one value per published model, at least one ≥ 1 unless ``slower``
+        for model, values in choices.items():
+            stale[model] = {t: m.NewBoolVar(f"staleness[{model}={t}]") for t in values}
+            m.AddExactlyOne(stale[model].values())
+        if not slower:
+            m.AddBoolOr([lit for values in stale.values() for t, lit in values.items() if t >= 1])
+
+    # -- one option per vertex, its duration: Σ ticks·literal over the options or, for a rollout engine
+    # whose duration depends on its policy's staleness, over (option, staleness) pairs where the ticks
+    # differ: pair[o][t] ⇒ stale[t] and Σ_t pair[o][t] = x[o], so exactly the chosen option's pair at the
+    # chosen staleness is true (an exact linearisation of x[o]·stale[t]) ---------------------------------
     x = [[m.NewBoolVar(f"x[{tables.names[v]},{k}]") for k in range(len(opts[v]))] for v in range(n)]
     start = [m.NewIntVar(-span, span, f"start[{name}]") for name in tables.names]
     end = [m.NewIntVar(-span, span, f"end[{name}]") for name in tables.names]
+    if engines:
+        add_staleness()
+    terms: list[list[tuple[int, Any, Option]]] = []  # per vertex: (ticks, literal, option)
     duration = []
     for v in range(n):
         m.AddExactlyOne(x[v])
-        duration.append(sum(o.duration * lit for o, lit in zip(opts[v], x[v])))
+        if v not in engines:
+            terms.append([(o.duration, lit, o) for o, lit in zip(opts[v], x[v])])
+        else:
+            terms.append([])
+            for k, (o, lit) in enumerate(zip(opts[v], x[v])):
+                by_t = ticks[v][k]
+                if len(set(by_t.values())) == 1:
+                    terms[v].append((o.duration, lit, o))
+                    continue
+                pair = {t: m.NewBoolVar(f"x[{tables.names[v]},{k}]&staleness={t}") for t in by_t}
+                m.Add(sum(pair.values()) == lit)
+                for t, y in pair.items():
+                    m.AddImplication(y, stale[engines[v]][t])
+                    terms[v].append((by_t[t], y, o))
+        duration.append(sum(d * lit for d, lit, _ in terms[v]))
         m.Add(end[v] == start[v] + duration[v])
     m.Add(start[0] == 0)  # potentials are defined up to a translation
-    period = m.NewIntVar(max(min(o.duration for o in vopts) for vopts in opts), horizon, "period")
+    period = m.NewIntVar(max(min(d for d, _, _ in vterms) for vterms in terms), horizon, "period")
 
     # -- memory per GPU segment (as the synchronous model) ---------------------------------------------
     segments, occ = add_occupancy(m, tables, x, check)
@@ -209,17 +300,14 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
     # -- redundant cut: a GPU segment's vertices fit in one period --------------------------------------
     for s in range(len(segments)):
         check("segment load %d of %d", s + 1, len(segments))
-        load = [o.duration * lit for v in range(n) for o, lit in zip(opts[v], x[v])
+        load = [d * lit for v in range(n) for d, lit, o in terms[v]
                 if o.lo <= segments[s][0] and segments[s][1] <= o.hi]
         if len(load) > 1:
             m.Add(sum(load) <= period)
 
-    # -- staleness: one value per published model, at least one ≥ 1 -------------------------------------
-    stale: dict[str, dict[int, Any]] = {}
-    for model, values in staleness_choices(instance).items():
-        stale[model] = {t: m.NewBoolVar(f"staleness[{model}={t}]") for t in values}
-        m.AddExactlyOne(stale[model].values())
-    m.AddBoolOr([lit for values in stale.values() for t, lit in values.items() if t >= 1])
+    # -- staleness (created before the durations when one depends on it) --------------------------------
+    if not engines:
+        add_staleness()
 
     # -- publication edges (distance 1 + staleness): start[consumer] + (1+t)·P ≥ end[trainer] + realloc ---
     vertex_model = [vx.model for vx in instance.graph.vertices]
@@ -251,7 +339,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
 
     # -- redundant energy cut: every vertex's GPU-time fits in P × GPUs ---------------------------------
     check("energy cut")
-    m.Add(sum(o.duration * (o.hi - o.lo) * lit for v in range(n) for o, lit in zip(opts[v], x[v]))
+    m.Add(sum(d * (o.hi - o.lo) * lit for v in range(n) for d, lit, o in terms[v])
           <= instance.cluster.num_gpus * period)
     m.Minimize(period)
     return PeriodicModel(m, x, start, end, period, stale)

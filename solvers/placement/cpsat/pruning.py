@@ -5,7 +5,8 @@ Within each vertex, a candidate is dropped when another one on the same block sh
 on everything the evaluator can see: time, resident bytes, transient bytes, ``dp`` (a larger ``dp``
 receives smaller transfers) and, for a vertex on a publication edge, the same ``(pp, tp, ep)`` layout (or
 both layouts unmatched by the partner vertex on that shape, with a larger ``pp·tp`` for the consumer: a
-smaller shard to receive).
+smaller shard to receive), and for a rollout engine that a stale policy may feed under a continuous-rollout
+framework its steady-state time at each allowed staleness (the duration the period then uses).
 
 This is lossless when the step time is monotone in those quantities, which holds when no publication
 term of a consumer other than the first vertex can exceed the makespan: :func:`publication_is_monotone`
@@ -20,6 +21,7 @@ from collections import defaultdict
 from typing import Any
 
 from packplace.placement.candidates import Candidate, CandidateTable
+from packplace.placement.evaluator import get_evaluator
 
 
 def publication_is_monotone(instance, table: CandidateTable) -> tuple[bool, str]:
@@ -62,6 +64,25 @@ def _dominates(a: tuple, b: tuple) -> bool:
     return all(x <= y for x, y in zip(a, b))
 
 
+def _stale_times(instance) -> dict[str, Any]:
+    """Per rollout engine whose time depends on its policy's staleness (a continuous-rollout framework,
+    a staleness ≥ 1 allowed), a function of a candidate giving its seconds per step at each allowed
+    staleness ≥ 1 (:meth:`~packplace.placement.evaluator.PlacementEvaluator._stale_time`, its time where
+    that is None): a candidate must be no slower there too to dominate."""
+    ev = get_evaluator(instance)
+    if not ev.cost.framework.continuous_rollout:
+        return {}
+    allowed = instance.optimizer.get("staleness_candidates", {})
+    out = {}
+    for (a, b), engine in zip(ev.pubs, ev.pub_engine):
+        values = tuple(sorted(t for t in allowed.get(ev.models[ev.vertex_model[a]], (0,)) if t >= 1))
+        if engine and values:
+            def times(cand, b=b, values=values) -> tuple[float, ...]:
+                return tuple(x if (x := ev._stale_time(b, cand, t)) is not None else cand.time for t in values)
+            out[ev.names[b]] = times
+    return out
+
+
 def nondominated_candidates(instance, table: CandidateTable) -> dict[str, list[Candidate]]:
     """Per vertex, the memory-feasible candidates that no other candidate dominates (module docstring).
 
@@ -70,7 +91,9 @@ def nondominated_candidates(instance, table: CandidateTable) -> dict[str, list[C
     matching layout on the same block makes the reallocation free), else the group of unmatched
     layouts. Within a group, ``a`` dominates ``b`` when ``a`` is no worse in ``(time, resident bytes,
     transient bytes, −dp if the vertex has data-edge inputs, −pp·tp if it is an unmatched reallocation
-    consumer)``; of equal vectors the first in table order stays. Output keeps table order (fastest first).
+    consumer, and for a rollout engine a stale policy may feed under a continuous-rollout framework its
+    steady-state time at each allowed staleness ≥ 1)``; of equal vectors the first in table order stays.
+    Output keeps table order (fastest first).
     """
     graph = instance.graph
     partner_edges: dict[str, list[tuple[str, bool]]] = defaultdict(list)  # vertex -> [(partner, is_consumer)]
@@ -79,6 +102,7 @@ def nondominated_candidates(instance, table: CandidateTable) -> dict[str, list[C
         partner_edges[consumer].append((trainer, True))
     layouts = {name: {(c.extent, c.strategy.pp, c.strategy.tp, c.strategy.ep) for c in table.feasible[name]}
                for name in graph.names}
+    stale_times = _stale_times(instance)
     out: dict[str, list[Candidate]] = {}
     for name in graph.names:
         has_inputs = bool(graph.predecessors(name))
@@ -94,6 +118,8 @@ def nondominated_candidates(instance, table: CandidateTable) -> dict[str, list[C
                     shard_dim = -pp * tp
             vector = (cand.time, cand.resident_bytes, cand.transient_bytes,
                       -cand.strategy.dp if has_inputs else 0, shard_dim)
+            if name in stale_times:
+                vector += stale_times[name](cand)
             groups[tuple(key)].append((vector, index, cand))
         kept: list[tuple[int, Candidate]] = []
         for members in groups.values():

@@ -33,6 +33,7 @@ from packplace.solvers.placement.cpsat.model import build_model
 from packplace.solvers.placement.cpsat.periodic import (
     build_periodic_model,
     choose_staleness,
+    durations,
     model_period,
     rounding_ticks,
     staleness_choices,
@@ -275,7 +276,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
                 notes.append("no symmetry breaking (a mirrored plan scored differently)")
         if asynchronous:
             h_step, h_start = model_period(tables, instance, hint_choice, most_stale)
-            h_end = [t + o.duration for t, o in zip(h_start, hint_choice)]
+            h_end = [t + d for t, d in zip(h_start, durations(instance, hint_choice, most_stale))]
             rounding = rounding_ticks(tables)
             built = build_periodic_model(instance, tables, horizon=h_step, deadline=deadline)
             objective_var = built.period
@@ -399,7 +400,9 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
         if trusted:
             info["restricted_bound_s"] = bound_s
             info["gap_restricted"] = gap
-    kind = "period" if asynchronous else "step time"
+    if asynchronous and not any(t for _, t in plan.staleness):  # every staleness 0 won (periodic module docstring)
+        info["objective_kind"] = "step_time"
+    kind = "period" if info["objective_kind"] == "period" else "step time"
     if not trusted:
         head = f"CP-SAT {status_name}"
     elif status == OPTIMAL:

@@ -1,0 +1,200 @@
+"""The periodic CP-SAT model under a continuous-rollout framework (NeMo RL): a rollout engine fed by a
+stale policy runs at its steady-state seconds per step, which the model's durations must match (the
+evaluator's), including where that time exceeds the batch's makespan and the synchronous plan wins."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ortools.sat.python import cp_model
+from test_placement_cpsat import HW, SMALL, proven_optimal
+from test_placement_cpsat_periodic import max_cycle_mean
+
+import packplace
+from packplace.placement.config import build_instance
+from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.plan import Plan
+from packplace.solvers.placement import cpsat
+from packplace.solvers.placement.cpsat import periodic
+
+#: The reported repro: DAPO on a 48-layer MoE under NeMo RL (its async engine capped at 128 sequences).
+DAPO_MOE = {
+    "hardware": {"preset": "h100", "nodes_per_rack": 4},
+    "models": {"actor": dict(num_hidden_layers=48, hidden_size=2048, intermediate_size=6144,
+                             moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8,
+                             vocab_size=151936, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                             qk_norm=True),
+               "reward": "rule"},
+    "workload": {"batch_size": 128, "samples_per_prompt": 16, "context_length": 512, "generation_length": 4096,
+                 "gen_quantiles": [[0.5, 1500], [0.9, 3500], [0.99, 4096]]},
+    "policy": {"algorithm": "dapo", "framework": "nemo-rl"},
+    "optimizer": {"staleness_candidates": {"actor": [0, 1]}},
+}
+
+def small_dapo(batch_size: int = 128, memory_per_gpu: float = 8e9, gpus_per_node: int = 2,
+               generation_length: int = 256):
+    """DAPO (generate → train, rule reward) of the small test model under NeMo RL, actor staleness 0 or 1:
+    about a thousand plans on two GPUs, 256 sequences (above the async engine's 128 running sequences)."""
+    config = {"hardware": {**HW, "gpus_per_node": gpus_per_node, "memory_per_gpu": memory_per_gpu},
+              "models": {"actor": SMALL, "reward": "rule"},
+              "workload": dict(batch_size=batch_size, samples_per_prompt=2, context_length=256,
+                               generation_length=generation_length),
+              "policy": {"algorithm": "dapo", "framework": "nemo-rl"},
+              "optimizer": {"e_max": 4000, "staleness_candidates": {"actor": [0, 1]}}}
+    return build_instance(config)
+
+
+def _brute(inst) -> dict[str, float]:
+    """The evaluator's least objective over every plan, synchronous and with actor staleness 1."""
+    table, ev = get_table(inst), get_evaluator(inst)
+    options = [[(c, a) for c in table.feasible[n] for a in table.origins(c.extent)] for n in ev.names]
+    out = {}
+    for key, staleness in (("sync", {}), ("stale", {"actor": 1})):
+        out[key] = min(ev.step_time(Plan.build({n: c.at(a) for n, (c, a) in zip(ev.names, combo)}, staleness))
+                       for combo in itertools.product(*options))
+    return out
+
+
+def _slower_candidates(inst) -> int:
+    """How many candidates of the rollout engine run slower per step when stale than as one batch."""
+    ev, table = get_evaluator(inst), get_table(inst)
+    b = ev.pubs[0][1]
+    return sum(1 for c in table.feasible[ev.names[b]] if (s := ev._stale_time(b, c, 1)) is not None and s > c.time)
+
+
+def test_repro_dapo_moe_is_optimal_and_agrees_with_the_evaluator():
+    inst = build_instance(DAPO_MOE)
+    result = packplace.place(inst, "cpsat", time_limit_s=30)
+    assert "discrepancy" not in result.info, result.message
+    assert result.status == "optimal", result.message
+    assert result.message.startswith("optimal period within 5 ticks rounding")
+    assert result.solution.staleness == (("actor", 1),)
+    evaluated = get_evaluator(inst).step_time(result.solution)
+    assert result.objective == evaluated
+    assert result.info["evaluated_step_time_s"] == evaluated
+    assert result.bound <= result.objective <= result.bound + result.info["rounding_s"]
+    # the repro's case: stale rollouts above their batch's makespan exist
+    assert _slower_candidates(inst) > 0
+
+
+@pytest.mark.parametrize("kw, winner", [
+    (dict(), "stale"),  # stale plans win by 0.3%
+    (dict(batch_size=256), "tie"),  # a stale rollout is never faster here: the synchronous optimum
+    (dict(generation_length=1024), "tie"),
+    (dict(batch_size=256, memory_per_gpu=4e9), "tie"),
+])
+def test_small_dapo_matches_brute_force_over_every_plan_and_staleness(kw, winner):
+    inst = small_dapo(**kw)
+    assert _slower_candidates(inst) > 0  # the case of the fix: some stale rollout exceeds its makespan
+    brute = _brute(inst)
+    assert (brute["stale"] < brute["sync"]) == (winner == "stale")
+    best = min(brute.values())
+    result = packplace.place(inst, "cpsat", time_limit_s=20)
+    assert "discrepancy" not in result.info, result.message
+    assert proven_optimal(result), result.message
+    rounding = result.info["rounding_s"]
+    assert rounding == (2 * 2 + 1) / cpsat.TICKS_PER_S
+    assert result.objective == get_evaluator(inst).step_time(result.solution)
+    assert best - 1e-12 <= result.objective <= best + rounding
+    assert result.bound <= best <= result.bound + rounding
+    if winner == "stale":
+        assert result.solution.staleness == (("actor", 1),)
+        assert result.info["objective_kind"] == "period"
+    else:  # every staleness 0: the evaluator's synchronous step time
+        assert result.solution.staleness == ()
+        assert result.info["objective_kind"] == "step_time"
+        assert result.message.startswith("optimal step time")
+
+
+_GRPO: dict = {}
+
+
+def _nemo_grpo():
+    """GRPO (generate, reference, reward, train) under NeMo RL on two GPUs, 256 sequences."""
+    if "inst" not in _GRPO:
+        config = {"hardware": {**HW, "gpus_per_node": 2, "memory_per_gpu": 8e9},
+                  "models": {"actor": SMALL, "reward": SMALL},
+                  "workload": dict(batch_size=128, samples_per_prompt=2, context_length=256, generation_length=256),
+                  "policy": {"algorithm": "grpo", "framework": "nemo-rl"},
+                  "optimizer": {"e_max": 4000, "staleness_candidates": {"actor": [0, 1]}}}
+        inst = build_instance(config)
+        table = get_table(inst)
+        _GRPO["inst"] = inst
+        _GRPO["tables"] = cpsat.make_tables(inst, {n: list(table.feasible[n])[::2] for n in inst.graph.names})
+    return _GRPO["inst"], _GRPO["tables"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_model_period_matches_the_evaluator_with_stale_rollout_durations(data):
+    inst, tables = _nemo_grpo()
+    choice = [data.draw(st.sampled_from(opts)) for opts in tables.options]
+    staleness = {"actor": data.draw(st.sampled_from([0, 1]))}
+    plan = cpsat._plan_of(choice, tables.names, staleness)
+    ev = get_evaluator(inst)
+    score = ev.score(plan)
+    # the model's durations are the evaluator's vertex times (ticks, rounded up)
+    dur = periodic.durations(inst, choice, staleness)
+    assert dur == [cpsat.to_ticks(score.vertex_time[name]) for name in tables.names]
+    built = periodic.build_periodic_model(inst, tables, horizon=10**10)
+    for v, chosen in enumerate(choice):
+        for option, lit in zip(tables.options[v], built.x[v]):
+            built.model.Add(lit == int(option is chosen))
+    for t, lit in built.stale["actor"].items():
+        built.model.Add(lit == int(t == staleness["actor"]))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    status = solver.Solve(built.model)
+    if not score.feasible:
+        assert status == cp_model.INFEASIBLE
+        return
+    assert status == cp_model.OPTIMAL
+    value, _ = periodic.model_period(tables, inst, choice, staleness)
+    assert int(solver.ObjectiveValue()) == value
+    assert value == math.ceil(max_cycle_mean(len(choice), periodic.cycle_edges(tables, inst, choice, staleness)))
+    rounding = periodic.rounding_ticks(tables)
+    if staleness["actor"]:
+        # the documented agreement: the evaluator's period ≤ the model's P < it + E (when the period, not the
+        # synchronous step time, is the evaluator's objective)
+        period = ev._period(ev._resolve(plan), [score.realloc[k] for k in score.realloc],
+                            ev._stale_shifts(plan), ev._stale_durations(ev._resolve(plan), ev._stale_shifts(plan)))[0]
+        ticks = period * cpsat.TICKS_PER_S
+        assert ticks - 1e-3 <= value < ticks + rounding
+    else:  # every staleness 0: a relaxation of the synchronous step time
+        assert value < score.step_time * cpsat.TICKS_PER_S + rounding
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(batch_size=256), dict(generation_length=1024),
+                                dict(gpus_per_node=4, memory_per_gpu=80e9)])
+def test_cpsat_proven_optimum_is_at_most_anneal_on_nemo_rl_stale_configs(kw):
+    inst = small_dapo(**kw)
+    exact = packplace.place(inst, "cpsat", time_limit_s=30)
+    assert proven_optimal(exact), exact.message
+    for seed in (0, 1):
+        found = packplace.place(inst, "anneal", time_limit_s=600, e_max=2000, seed=seed)  # a count budget
+        assert exact.bound <= found.objective
+        assert exact.objective <= found.objective + 1e-12
+
+
+def test_pruning_keeps_candidates_whose_stale_rollout_is_faster(monkeypatch):
+    # the period uses a stale rollout's steady-state time, so a candidate slower as one batch but faster
+    # when stale is not dominated (pruning stays lossless for the periodic model)
+    from packplace.solvers.placement.cpsat import pruning
+
+    inst = build_instance(DAPO_MOE)
+    table, ev = get_table(inst), get_evaluator(inst)
+    kept = pruning.nondominated_candidates(inst, table)
+    monkeypatch.setattr(pruning, "_stale_times", lambda instance: {})
+    by_time = pruning.nondominated_candidates(inst, table)
+    assert by_time["actor.train"] == kept["actor.train"]
+    extra = [c for c in kept["actor.generate"] if c not in by_time["actor.generate"]]
+    assert set(by_time["actor.generate"]) <= set(kept["actor.generate"])
+    assert len(extra) == 28
+    b = ev.index["actor.generate"]
+    for c in extra:  # each is slower as a batch than some candidate of its shape, but faster when stale
+        assert any(d.extent == c.extent and d.time <= c.time and ev._stale_time(b, c, 1) < ev._stale_time(b, d, 1)
+                   for d in table.feasible["actor.generate"])
