@@ -16,6 +16,7 @@ instance (numpy ``default_rng(seed)``), on every machine.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -463,8 +464,6 @@ def parameter_names(generator: str) -> frozenset[str]:
     Raises:
         ConfigError: an unknown generator.
     """
-    import inspect
-
     functions = {"planted": planted_balance, "corpus": corpus_instance}
     if generator not in DISTRIBUTIONS and generator not in functions:
         raise ConfigError(f"generator: unknown {generator!r}; valid: {', '.join([*DISTRIBUTIONS, *functions])}")

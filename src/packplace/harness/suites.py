@@ -192,6 +192,7 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
             )
         _check_generator_sizes(params, f"{where}.params")
         if problem == "balance":   # a misspelt parameter is bad input, not an instance that fails to build
+            # numpy and the generators load only when a suite has a generator entry
             from packplace.harness.generators import parameter_names
             valid_params = parameter_names(generator)
             unknown = sorted(set(params) - valid_params)
