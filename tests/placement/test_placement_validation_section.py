@@ -66,18 +66,22 @@ CLI_CASES = [
 
 @pytest.mark.parametrize("edit, line", CLI_CASES)
 def test_validate_refuses_a_bad_validation_field_with_one_line(tmp_path, capsys, edit, line):
-    assert main(["validate", _edited(tmp_path, edit)]) == 2
+    path = _edited(tmp_path, edit)
+    assert main(["validate", path]) == 2
     captured = capsys.readouterr()
-    assert captured.err.splitlines() == [f"packplace validate: error: {line}"]
+    named = line.replace("[validation] ", f"[validation] {path}: ", 1)   # the file comes first
+    assert captured.err.splitlines() == [f"packplace validate: error: {named}"]
     assert captured.out == ""  # refused at load: no row is printed
 
 
 def _load_error(tmp_path, edit) -> str:
+    """The one-line error of the edited file, without the file name it starts with."""
+    path = _edited(tmp_path, edit)
     with pytest.raises(ConfigError) as info:
-        load_setup(_edited(tmp_path, edit))
+        load_setup(path)
     message = str(info.value)
-    assert "\n" not in message
-    return message
+    assert "\n" not in message and message.startswith(f"[validation] {path}: ")
+    return message.replace(f"{path}: ", "", 1)
 
 
 def _plan_entry(key, value):

@@ -287,8 +287,11 @@ def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
         optimizer["staleness_candidates"] = allowed
         cfg["optimizer"] = optimizer
     instance = build_instance(cfg, source=path)
-    section = check_validation(section, instance.graph.names)
-    plan = _plan(section["plan"], "validation", instance.graph.names)
+    try:
+        section = check_validation(section, instance.graph.names)
+        plan = _plan(section["plan"], "validation", instance.graph.names)
+    except ConfigError as exc:   # name the file: a directory of them is validated at once
+        raise ConfigError(f"[validation] {path}: {str(exc).removeprefix('[validation] ')}") from None
     preset = (cfg.get("hardware") or {}).get("preset")
     section["_gpu"] = next((k for k, v in PRESETS.items() if v is PRESETS.get(preset)), preset) or "custom"
     return instance, plan, section
