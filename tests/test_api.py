@@ -137,6 +137,9 @@ def test_mixed_keys_and_unsolved_results_round_trip():
     assert data["objective"] is None and data["gap"] is None and data["solution"] is None
     again = SolveResult.from_json(unsolved.to_json())
     assert again.objective == float("inf") and again.status == "unknown" and again.message == "dead end"
+    stopped = SolveResult("balance", "lpt", None, float("inf"), 3.0, "unknown", interrupted=True)
+    assert stopped.to_dict()["interrupted"] is True and stopped.to_dict()["hit_time_limit"] is False
+    assert SolveResult.from_json(stopped.to_json()).interrupted is True
 
 
 def test_placement_result_round_trips_through_json():

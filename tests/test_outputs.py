@@ -140,9 +140,11 @@ def test_gantt_without_extension_is_a_png(tmp_path, capsys):
 
 
 def test_compare_out_that_is_a_file_fails_before_running(tmp_path, capsys, monkeypatch):
-    comparison = importlib.import_module("packplace.harness.comparison")
+    # the name the command calls: patching packplace.harness.comparison.compare instead would leak the
+    # lambda into packplace.harness.cli when this test is the first to import it
+    harness_cli = importlib.import_module("packplace.harness.cli")
 
-    monkeypatch.setattr(comparison, "compare", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr(harness_cli, "compare", lambda *a, **k: pytest.fail("ran"))
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
     code, _, err = run(capsys, "compare", "--problem", "balance", "--suite",

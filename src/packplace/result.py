@@ -163,6 +163,7 @@ class SolveResult:
             "bound": self.bound,
             "gap": self.gap,
             "hit_time_limit": self.hit_time_limit,
+            "interrupted": self.interrupted,
             "wall_s": self.wall_s,
             "iterations": self.iterations,
             "message": self.message,
@@ -243,6 +244,7 @@ class SolveResult:
             bound=float("inf") if bound is None else float(bound),  # only a proof of infeasibility is infinite
             status=status,
             hit_time_limit=bool(data.get("hit_time_limit", False)),
+            interrupted=bool(data.get("interrupted", False)),
             params=dict(data.get("params") or {}),
             wall_s=float(data.get("wall_s") or 0.0),
             iterations=data.get("iterations"),
