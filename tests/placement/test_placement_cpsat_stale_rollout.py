@@ -63,7 +63,7 @@ def _slower_candidates(inst) -> int:
     """How many candidates of the rollout engine run slower per step when stale than as one batch."""
     ev, table = get_evaluator(inst), get_table(inst)
     b = ev.pubs[0][1]
-    return sum(1 for c in table.feasible[ev.names[b]] if (s := ev._stale_time(b, c, 1)) is not None and s > c.time)
+    return sum(1 for c in table.feasible[ev.names[b]] if (s := ev.stale_time(b, c, 1)) is not None and s > c.time)
 
 
 def test_repro_dapo_moe_is_optimal_and_agrees_with_the_evaluator():
@@ -196,5 +196,5 @@ def test_pruning_keeps_candidates_whose_stale_rollout_is_faster(monkeypatch):
     assert len(extra) == 28
     b = ev.index["actor.generate"]
     for c in extra:  # each is slower as a batch than some candidate of its shape, but faster when stale
-        assert any(d.extent == c.extent and d.time <= c.time and ev._stale_time(b, c, 1) < ev._stale_time(b, d, 1)
+        assert any(d.extent == c.extent and d.time <= c.time and ev.stale_time(b, c, 1) < ev.stale_time(b, d, 1)
                    for d in table.feasible["actor.generate"])

@@ -75,20 +75,17 @@ def stale_consumers(instance) -> dict[int, str]:
     """``{vertex index: trainer model}`` of the rollout engines fed by a publication edge under a
     continuous-rollout framework: their duration depends on the trainer model's staleness (the evaluator's
     :meth:`~packplace.placement.evaluator.PlacementEvaluator._stale_durations`); empty otherwise."""
-    ev = get_evaluator(instance)
-    if not ev.cost.framework.continuous_rollout:
-        return {}
-    return {b: ev.models[ev.vertex_model[a]] for (a, b), engine in zip(ev.pubs, ev.pub_engine) if engine}
+    return {b: model for b, (model, _) in get_evaluator(instance).stale_engines().items()}
 
 
 def stale_ticks(instance, vertex: int, option: Option, staleness: int) -> int:
     """The duration (ticks, rounded up) of ``option`` of ``vertex`` when its policy has ``staleness``: the
     evaluator's steady-state seconds per step
-    (:meth:`~packplace.placement.evaluator.PlacementEvaluator._stale_time`) when it has one, else
+    (:meth:`~packplace.placement.evaluator.PlacementEvaluator.stale_time`) when it has one, else
     ``option.duration``. Call only for a vertex of :func:`stale_consumers`."""
     if staleness < 1:
         return option.duration
-    seconds = get_evaluator(instance)._stale_time(vertex, option.cand, staleness)
+    seconds = get_evaluator(instance).stale_time(vertex, option.cand, staleness)
     return option.duration if seconds is None else to_ticks(seconds)
 
 

@@ -67,18 +67,14 @@ def _dominates(a: tuple, b: tuple) -> bool:
 def _stale_times(instance) -> dict[str, Any]:
     """Per rollout engine whose time depends on its policy's staleness (a continuous-rollout framework,
     a staleness ≥ 1 allowed), a function of a candidate giving its seconds per step at each allowed
-    staleness ≥ 1 (:meth:`~packplace.placement.evaluator.PlacementEvaluator._stale_time`, its time where
+    staleness ≥ 1 (:meth:`~packplace.placement.evaluator.PlacementEvaluator.stale_time`, its time where
     that is None): a candidate must be no slower there too to dominate."""
     ev = get_evaluator(instance)
-    if not ev.cost.framework.continuous_rollout:
-        return {}
-    allowed = instance.optimizer.get("staleness_candidates", {})
     out = {}
-    for (a, b), engine in zip(ev.pubs, ev.pub_engine):
-        values = tuple(sorted(t for t in allowed.get(ev.models[ev.vertex_model[a]], (0,)) if t >= 1))
-        if engine and values:
+    for b, (_, values) in ev.stale_engines().items():
+        if values:
             def times(cand, b=b, values=values) -> tuple[float, ...]:
-                return tuple(x if (x := ev._stale_time(b, cand, t)) is not None else cand.time for t in values)
+                return tuple(x if (x := ev.stale_time(b, cand, t)) is not None else cand.time for t in values)
             out[ev.names[b]] = times
     return out
 

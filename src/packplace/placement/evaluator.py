@@ -50,7 +50,7 @@ class PlacementScore:
             schedule; the same in both models).
         vertex_time: Per vertex, seconds of one step: as run alone, except a generation vertex fed by a
             stale policy under a continuous-rollout framework, which has its steady-state seconds per
-            step (:meth:`PlacementEvaluator._stale_time`; what the period uses).
+            step (:meth:`PlacementEvaluator.stale_time`; what the period uses).
         phases: Per vertex, ``{part: seconds}`` adding up to ``vertex_time`` (generation; forward; train
             and old_log_prob; overhead).
         realloc: ``{"trainer->consumer": seconds}`` weight synchronisation per publication edge (into a
@@ -259,7 +259,21 @@ class PlacementEvaluator:
         # staleness of a model without a publication edge in this graph (``ac_share``) changes nothing
         return shifts if any(x > 1 for x in shifts) else None
 
-    def _stale_time(self, i: int, cand, staleness: int) -> float | None:
+    def stale_engines(self) -> dict[int, tuple[str, tuple[int, ...]]]:
+        """``{engine vertex index: (trainer model, its allowed staleness values ≥ 1)}`` of the rollout engines
+        fed by a publication edge under a continuous-rollout framework, whose time per step depends on their
+        policy's staleness (:meth:`stale_time`); empty for another framework."""
+        if not self.cost.framework.continuous_rollout:
+            return {}
+        allowed = self.instance.optimizer.get("staleness_candidates", {})
+        out = {}
+        for (a, b), engine in zip(self.pubs, self.pub_engine):
+            if engine:
+                model = self.models[self.vertex_model[a]]
+                out[b] = (model, tuple(sorted(t for t in allowed.get(model, (0,)) if t > 0)))
+        return out
+
+    def stale_time(self, i: int, cand, staleness: int) -> float | None:
         """Seconds per step of generation vertex ``i`` on ``cand`` when its policy has ``staleness ≥ 1``
         and the framework rolls out continuously
         (:meth:`~packplace.placement.cost.CostModel.stale_generate_time` in place of the batch's
@@ -278,13 +292,13 @@ class PlacementEvaluator:
 
     def _stale_durations(self, res: list, shifts: list[int] | None) -> dict[int, float]:
         """``{vertex index: seconds per step}`` of the generation vertices a stale policy feeds under a
-        continuous-rollout framework (:meth:`_stale_time`); empty for a synchronous plan."""
+        continuous-rollout framework (:meth:`stale_time`); empty for a synchronous plan."""
         out: dict[int, float] = {}
         if shifts is None or not self.cost.framework.continuous_rollout:
             return out
         for (_, b), engine, shift in zip(self.pubs, self.pub_engine, shifts):
             if engine and shift > 1:
-                t = self._stale_time(b, res[b][0], shift - 1)
+                t = self.stale_time(b, res[b][0], shift - 1)
                 if t is not None:
                     out[b] = t
         return out
@@ -527,19 +541,15 @@ class PlacementEvaluator:
         """Per vertex, ``(candidate, seconds)`` of every memory-feasible candidate as the bounds count
         it: its time, or for a generation vertex that a possibly stale policy feeds under a
         continuous-rollout framework the least of its time and its steady-state time at every allowed
-        staleness (:meth:`_stale_time`), so that the bounds hold for asynchronous plans too.
+        staleness (:meth:`stale_time`), so that the bounds hold for asynchronous plans too.
 
         The steady-state times cost about a millisecond per candidate; once ``deadline``
         (``time.perf_counter()`` seconds) has passed, the candidates not yet priced count as 0 seconds
         (a valid, weaker bound). The flag is True when that happened."""
         out = {name: [(c, c.time) for c in self.table.feasible[name]] for name in self.names}
-        if not self.cost.framework.continuous_rollout:
-            return out, False
-        allowed = self.instance.optimizer.get("staleness_candidates", {})
         cut = False
-        for (a, b), engine in zip(self.pubs, self.pub_engine):
-            stale = [t for t in allowed.get(self.models[self.vertex_model[a]], (0,)) if t > 0]
-            if engine and stale:
+        for b, (_, stale) in self.stale_engines().items():
+            if stale:
                 name = self.names[b]
                 times = []
                 for c in self.table.feasible[name]:
@@ -548,7 +558,7 @@ class PlacementEvaluator:
                     if cut:
                         times.append((c, 0.0))
                         continue
-                    steady = [x for t in stale if (x := self._stale_time(b, c, t)) is not None]
+                    steady = [x for t in stale if (x := self.stale_time(b, c, t)) is not None]
                     times.append((c, min([c.time, *steady])))
                 out[name] = times
         return out, cut
