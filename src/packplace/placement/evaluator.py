@@ -543,7 +543,7 @@ class PlacementEvaluator:
         continuous-rollout framework the least of its time and its steady-state time at every allowed
         staleness (:meth:`stale_time`), so that the bounds hold for asynchronous plans too.
 
-        The steady-state times cost about a millisecond per candidate; once ``deadline``
+        Each steady-state time simulates a rollout stream, the costly part of the bound; once ``deadline``
         (``time.perf_counter()`` seconds) has passed, the candidates not yet priced count as 0 seconds
         (a valid, weaker bound). The flag is True when that happened."""
         out = {name: [(c, c.time) for c in self.table.feasible[name]] for name in self.names}

@@ -28,7 +28,8 @@ Every field of the section is checked when the file loads (:func:`check_validati
 before any scoring: a published figure is a positive finite number of seconds, named ``step`` or a phase of
 ``phases``; a phase is a non-empty list of tasks of the step graph; ``engine_only`` lists phases of
 ``phases``; a plan entry has integer degrees and ``[rack, node, gpu]`` blocks. A bad value is a one-line
-:class:`~packplace.errors.ConfigError` naming the field path (``[validation] phases.generation: ...``).
+:class:`~packplace.errors.ConfigError` naming the file and the field path
+(``[validation] <file>: phases.generation: ...``).
 The contracts (:data:`VALIDATION_FIELDS`, :data:`PUBLISHED_FIELD`, :data:`PLAN_TASK_FIELDS`,
 :data:`PAIR_FIELDS`) are listed in docs/config-reference.md.
 """
