@@ -243,11 +243,6 @@ class TableBuildTimeout(Exception):
         self.built, self.vertex, self.micro_batches = built, vertex, micro_batches
 
 
-#: Candidates built between two clock checks when the table has a deadline. One: a generation candidate
-#: of a large batch takes about a millisecond (its engine schedule), the clock read well under a microsecond.
-DEADLINE_CHECK_EVERY = 1
-
-
 class CandidateTable:
     """All candidates of an instance's vertices, built once (only those of ``plan`` when given: scoring
     one known plan needs no other).
@@ -606,7 +601,8 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     the number of requests ``mb`` handed to it. Training time adds :func:`training_overhead_seconds`
     (recomputation, offload); with a rule-based reward, generation adds the CPU scoring of the step's sequences.
     ``deadline`` (``time.perf_counter()`` seconds) raises :class:`TableBuildTimeout` once passed (checked
-    every :data:`DEADLINE_CHECK_EVERY` candidates; ``built_before`` counts the earlier vertices')."""
+    before every candidate: a generation candidate prices a whole engine schedule, a clock read is cheap;
+    ``built_before`` counts the earlier vertices')."""
     w = instance.workload
     mem = instance.hardware.memory_per_gpu
     old_log_prob = needs_old_log_prob(instance, name)
@@ -626,7 +622,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
         for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent, kind):
             if not framework_layout_allows(instance, kind, strategy):
                 continue
-            if deadline is not None and len(out) % DEADLINE_CHECK_EVERY == 0 and time.perf_counter() > deadline:
+            if deadline is not None and time.perf_counter() > deadline:
                 raise TableBuildTimeout(built_before + len(out), name, len(divisors(w.sequences // strategy.dp)))
             if only is not None and (strategy, mb, extent) not in only:
                 continue
