@@ -206,7 +206,8 @@ def test_same_seed_same_plan_and_bad_parameters():
     second = packplace.place(inst, "cpsat", time_limit_s=600, seed=3, hint_solvers=quick, **work)
     assert first.solution == second.solution and first.objective == second.objective
     for bad in ({"num_workers": 0}, {"max_gpus": "8"}, {"top_k": 0}, {"hint_solvers": ("nope",)},
-                {"cp_parameters": {"no_such_parameter": 1}}):
+                {"cp_parameters": {"no_such_parameter": 1}}, {"hint_solvers": ()}, {"hint_solvers": "greedy"},
+                {"cp_parameters": "relative_gap_limit: 0.1"}, {"log_search": "yes"}):
         with pytest.raises(ConfigError, match=next(iter(bad))):  # the message names the parameter
             packplace.place(inst, "cpsat", time_limit_s=1, **bad)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from packplace import interrupt
@@ -198,7 +199,8 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
         ``rounding_s``, CP-SAT's status, objective and bound, and the hint.
 
     Raises:
-        ConfigError: bad ``num_workers``/``max_gpus``/``top_k``, or no baseline plan exists (the
+        ConfigError: bad ``num_workers``/``max_gpus``/``top_k``/``log_search``, a ``cp_parameters`` that is
+            not a mapping, an empty ``hint_solvers``, or no baseline plan exists (the
             pre-launch checks of the candidate table explain why).
     """
     for field_name, value in (("num_workers", num_workers), ("max_gpus", max_gpus)):
@@ -206,6 +208,14 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
             raise ConfigError(f"cpsat: {field_name} must be an integer >= 1, got {value!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ConfigError(f"cpsat: top_k must be an integer >= 1 or None, got {top_k!r}")
+    if not isinstance(log_search, bool):
+        raise ConfigError(f"cpsat: log_search must be true or false, got {log_search!r}")
+    if cp_parameters is not None and not isinstance(cp_parameters, Mapping):
+        raise ConfigError(f"cpsat: cp_parameters must be a mapping of CP-SAT parameter names to values, "
+                          f"got {type(cp_parameters).__name__}")
+    if isinstance(hint_solvers, str) or not hint_solvers:
+        raise ConfigError(f"cpsat: hint_solvers must be a non-empty list of placement backends (the search "
+                          f"starts from their best plan), got {hint_solvers!r}")
     limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else float(time_limit_s)
     began = time.perf_counter()
     table = get_table(instance)
