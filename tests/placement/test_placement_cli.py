@@ -110,3 +110,13 @@ def test_table_memory_columns_are_own_footprint_and_gpu_peak(capsys):
         assert block == pytest.approx(peak / 1e9, abs=0.05)
     ref_own = float(next(x for x in text.splitlines() if x.startswith("reference.infer")).split()[-2])
     assert ref_own < peak / 1e9 - 1  # the reference's own footprint excludes the actor's training state
+
+
+def test_out_file_is_the_json_document(tmp_path, capsys):
+    # --out writes the document --json prints, emit and all
+    from packplace.cli import main  # the top-level entry point, as a user runs it
+
+    out = tmp_path / "plan.json"
+    assert main(["place", "--config", DPO, "--solver", "greedy", "--emit", "verl", "--json", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert json.loads(out.read_text()) == printed and "emit" in printed

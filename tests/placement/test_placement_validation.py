@@ -313,3 +313,9 @@ def test_parts_add_up_to_the_task_time_and_calibrate_uses_the_same_total():
                                          s.tp, vp.micro_batch, vp.allocation.extent, s.ep)
     assert score.phases["actor.train"]["memory_options"] == pytest.approx(expected)
     assert expected > score.phases["actor.train"]["train"]
+
+
+def test_validate_refuses_knobs_without_cross_validate(capsys):
+    # --knobs names what --cross-validate fits; alone it would be ignored, so it is bad input
+    assert main(["validate", OPENRLHF, "--knobs", "decode_bw_eff:gpu"]) == 2
+    assert "--knobs" in capsys.readouterr().err

@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{refusals[0]}; `--emit {instance.framework}` lists them all")
         args.json_document["framework_refusals"] = refusals
     if args.out:
-        write_atomic(args.out, json_text(result_json(instance, result)) + "\n", "--out")
+        write_atomic(args.out, json_text(args.json_document) + "\n", "--out")
     if args.gantt and result.solution is not None:
         draw_gantt(instance, result.solution, get_evaluator(instance).score(result.solution), args.gantt)
     return 0 if result.ok else 1
@@ -239,7 +239,7 @@ def register_validate(subparsers) -> None:
     p.add_argument("target", nargs="+", help="validation YAMLs or directories of them (benchmarks/validation/)")
     p.add_argument("--cross-validate", action="store_true", dest="cross_validate",
                    help="leave-one-source-out cross-validation of the knobs of --knobs")
-    p.add_argument("--knobs", default=",".join(DEFAULT_SCOPED_KNOBS),
+    p.add_argument("--knobs", default=None,
                    help=f"knob:scope list fitted by --cross-validate, scope gpu or framework (default "
                         f"{','.join(DEFAULT_SCOPED_KNOBS)}; knobs: {', '.join(KNOB_BOUNDS)})")
     p.set_defaults(func=run_validate)
@@ -253,8 +253,12 @@ def run_validate(args: argparse.Namespace) -> int:
     exit 0."""
     targets = [args.target] if isinstance(args.target, str) else list(args.target)
     paths = [p for t in targets for p in validation_files(t)]
+    knobs_arg = getattr(args, "knobs", None)
+    if not getattr(args, "cross_validate", False) and knobs_arg is not None:
+        raise ConfigError(f"--knobs {knobs_arg!r}: only --cross-validate fits knobs; validate alone scores "
+                          "the configured ones")
     if getattr(args, "cross_validate", False):
-        knobs = parse_scoped_knobs(args.knobs)
+        knobs = parse_scoped_knobs(knobs_arg if knobs_arg is not None else ",".join(DEFAULT_SCOPED_KNOBS))
         result = cross_validate(load_setups(paths), knobs)
         print(format_cross_validation(result))
         args.json_document = {"rows": [r.as_dict() for r in result["rows"]], "pairs": result["pairs"],
