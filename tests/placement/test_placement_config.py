@@ -329,12 +329,21 @@ def test_hardware_preset_fills_datasheet_figures_and_fields_override_it():
 def test_engine_settings_load_and_bad_values_name_the_field():
     cfg = config()
     assert build_instance(cfg).engine.batching == "continuous" and build_instance(cfg).engine.max_num_seqs == 256
-    cfg["policy"] = {"algorithm": "ppo", "batching": "static", "max_num_seqs": 64}
+    cfg["policy"] = {"algorithm": "ppo", "batching": "continuous", "max_num_seqs": 64}
     inst = build_instance(cfg)
-    assert (inst.engine.batching, inst.engine.max_num_seqs) == ("static", 64)
+    assert (inst.engine.batching, inst.engine.max_num_seqs, inst.engine.max_num_seqs_set) == ("continuous", 64, True)
     cfg["policy"]["batching"] = "dynamic"
     with pytest.raises(ConfigError, match=r"\[policy\] batching: must be one of continuous, static, got 'dynamic'"):
         build_instance(cfg)
     cfg["policy"] = {"max_num_seqs": 0}
     with pytest.raises(ConfigError, match=r"\[policy\] max_num_seqs: must be an integer in \[1, 1,000,000\], got 0"):
         build_instance(cfg)
+
+
+def test_max_num_seqs_with_static_batching_is_refused():
+    # static rounds decode the micro-batch: a max_num_seqs there would be silently ignored
+    cfg = config()
+    cfg["policy"].update(batching="static", max_num_seqs=1)
+    assert "[policy] max_num_seqs: 1" in error_of(cfg)
+    cfg["policy"].pop("max_num_seqs")
+    assert build_instance(cfg).engine.batching == "static"

@@ -125,7 +125,7 @@ POLICY_FIELDS: dict[str, Field] = {
                        meaning="RL algorithm of the step"),
     "batching": Field("enum", choices=BATCHING, default="continuous", meaning="rollout engine batching"),
     "max_num_seqs": Field("int", "sequences", 1, 1_000_000, default=DEFAULT_MAX_NUM_SEQS,
-                          meaning="sequences a rollout engine decodes at once"),
+                          meaning="sequences a continuous-batching engine decodes at once (not with batching: static)"),
     "gpu_memory_utilization": Field("float", "", 0, 1, exclusive_minimum=True,
                                     default=DEFAULT_GPU_MEMORY_UTILIZATION,
                                     meaning="fraction of a GPU the rollout engine may use (vLLM's default 0.9)"),
@@ -447,7 +447,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
 
     Raises:
         ConfigError: missing section or field, wrong type or range, unknown algorithm, model role,
-            field or staleness key (the message lists the valid ones).
+            field or staleness key (the message lists the valid ones), ``max_num_seqs`` with static
+            batching.
     """
     if not isinstance(config, Mapping):
         raise ConfigError(f"config: must be a mapping of sections, got {type(config).__name__}")
@@ -458,6 +459,10 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     policy_cfg = _section(config, "policy", required=False)
     policy = check_section(policy_cfg, _policy_fields(), "[policy]", label=_label("policy"), **_FORMATS)
     algorithm = policy["algorithm"]
+    if policy["batching"] == "static" and "max_num_seqs" in policy_cfg:
+        raise ConfigError(f"[policy] max_num_seqs: {policy_cfg['max_num_seqs']!r} caps a continuous-batching "
+                          "engine; with batching: static each round decodes the generation task's micro-batch "
+                          "(set that instead, or drop max_num_seqs)")
     engine = RolloutEngine(policy["batching"], policy["max_num_seqs"], policy["gpu_memory_utilization"],
                            max_num_seqs_set="max_num_seqs" in policy_cfg)
     models_cfg = _section(config, "models")
