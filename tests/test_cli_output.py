@@ -94,6 +94,7 @@ def test_planner_solves_once_and_prints_what_lands(tmp_path, capsys, monkeypatch
     document = json.loads(out.read_text())
     assert document["landing"] == "reference" and document["assignment"] == [[[0, 1]], [[2, 3]]]
     assert document["rank_loads"] == [18, 2] and document["objective"] == 10  # the candidate's, as solved
+    assert document["landing_objective"] == 18 and document["landing_objectives"]["makespan"] == 18
 
 
 def test_zero_bound_gap_is_na_not_100_percent(tmp_path, capsys):
@@ -181,3 +182,11 @@ def test_bench_prints_json(tmp_path, capsys):
     assert only["updated"] is True and only["suite"] == "smoke" and only["regressions"] == []
     stored = json.loads(Path(baseline).read_text())["results"]
     assert set(stored) == {row["name"] for row in only["report"]["instances"]}
+
+
+def test_min_gain_without_a_feasible_reference_says_why(tmp_path, capsys):
+    # worst-fit decreasing cannot pack 6, 5, 4, 3, 2 into 2 x 1 bins of 10 tokens: auto finds no reference
+    config = tmp_path / "c.yaml"
+    config.write_text("seq_len: 10\ndata_parallel_size: 2\nsamples: {lengths: [6, 5, 4, 3, 2]}\nreference: auto\n")
+    assert main(["balance", "--config", str(config), "--min-gain", "0.02"]) == 2
+    assert "`auto`, the default, whose token-only worst-fit packing breaks" in capsys.readouterr().err

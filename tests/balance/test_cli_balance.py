@@ -88,4 +88,4 @@ def test_min_gain_without_a_reference_fails_before_solving(capsys):
     config = str(ROOT / "configs/balance/two_way_small.yaml")
     assert main(["balance", "--config", config, "--min-gain", "0.02"]) == 2
     captured = capsys.readouterr()
-    assert "set `reference: auto`" in captured.err and captured.out == ""
+    assert "list the bins you run today" in captured.err and captured.out == ""

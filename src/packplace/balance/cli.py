@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     if args.min_gain is not None and instance.reference_bins is None:
         raise ConfigError(
             "reference: --min-gain compares against the config's reference grouping and there is none "
-            "(set `reference: auto` or list the bins)"
+            "(`reference: none`, or `auto`, the default, whose token-only worst-fit packing breaks the "
+            "config's rules here; list the bins you run today)"
         )
     plan = None
     if args.min_gain is not None:
@@ -196,6 +197,11 @@ def run(args: argparse.Namespace) -> int:
         document["assignment"] = plan.assignment.to_lists()  # what lands, not the candidate
         document["rank_loads"] = score.rank_loads.tolist()
         document["rank_tokens"] = score.rank_tokens.tolist()
+        document["run_order"] = score.run_order.tolist() if instance.local_batch_size > 1 else None
+        # objective / objectives / gap stay the solver's (its candidate); these score what lands
+        document["landing_objective"] = score.objective
+        document["landing_objectives"] = {k: getattr(score, k) for k in ("makespan", "balance", "rounds",
+                                                                          "lockstep")}
     if args.plot and landing is not None and score is not None:
         plot_rank_loads(instance, landing, args.plot, title=name)
         print(f"wrote {args.plot}", file=sys.stderr)
