@@ -52,8 +52,9 @@ def construct_indices(instance: BalanceInstance, deadline: float | None = None) 
     the exact packing that ``local_batch_size: "auto"`` found, then — where n·D·m ≤
     :data:`~packplace.balance.rank_rules.EXACT_MAX_BOOLEANS` — CP-SAT's feasibility model under every
     rule (:func:`~packplace.balance.rank_rules.exact_packing`; capped at ``deadline``, a
-    ``time.perf_counter()`` value). On a dead end the second item says why ("" or "proven": CP-SAT
-    proved that no packing keeps the rules)."""
+    ``time.perf_counter()`` value). On a dead end the second item says why: "proven" (CP-SAT proved that
+    no packing keeps the rules), "time_limit" (the deadline stopped the feasibility model first) or
+    ""."""
     for by in ("cost", "tokens"):
         bins = construct(instance.packing_columns(by))
         if bins is not None:
@@ -63,12 +64,17 @@ def construct_indices(instance: BalanceInstance, deadline: float | None = None) 
         return [[index[key] for key in b] for b in instance.auto_packing], "auto"
     n, bins_total = len(instance.samples), instance.data_parallel_size * instance.local_batch_size
     left = None if deadline is None else deadline - time.perf_counter()
-    if n * bins_total <= EXACT_MAX_BOOLEANS and (left is None or left > 0.01):
-        packed, proven = exact_packing(instance.packing_columns("tokens"), time_limit_s=left)
-        if packed is not None:
-            return packed, "exact"
-        return None, "proven" if proven else ""
-    return None, ""
+    if n * bins_total > EXACT_MAX_BOOLEANS:
+        return None, ""
+    if left is not None and left <= 0.01:
+        return None, "time_limit"
+    packed, proven = exact_packing(instance.packing_columns("tokens"), time_limit_s=left)
+    if packed is not None:
+        return packed, "exact"
+    if proven:
+        return None, "proven"
+    # the model stopped without an answer: by the caller's deadline, or by its own work limit
+    return None, "time_limit" if deadline is not None and time.perf_counter() >= deadline - 0.005 else ""
 
 
 def construct_proposal(instance: BalanceInstance, solver: str, deadline: float | None = None) -> Proposal:
@@ -84,13 +90,15 @@ def construct_proposal(instance: BalanceInstance, solver: str, deadline: float |
 def _dead_end(instance: BalanceInstance, solver: str, why: str) -> Proposal:
     """The reference bins (``feasible``) after every construction dead-ended, else ``infeasible`` when
     CP-SAT's feasibility model proved that no packing keeps the rules, else ``unknown``."""
-    proof = ("CP-SAT's feasibility model proved that no packing keeps them" if why == "proven" else
-             "construction dead end; try cpsat for a proof")
+    proof = {"proven": "CP-SAT's feasibility model proved that no packing keeps them",
+             "time_limit": "time limit reached before CP-SAT's feasibility model found a packing; a longer "
+                           "limit may find one"}.get(why, "construction dead end; try cpsat for a proof")
+    hit = why == "time_limit"
     if instance.reference_bins is not None:
-        return Proposal(instance.reference_bins, FEASIBLE,
+        return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=hit,
                         message=f"{solver}: the construction under the rank rules dead-ended ({proof}); "
                                 f"returning the reference")
-    return Proposal(None, INFEASIBLE if why == "proven" else UNKNOWN, message=(
+    return Proposal(None, INFEASIBLE if why == "proven" else UNKNOWN, hit_time_limit=hit, message=(
         f"{solver}: no assignment found that keeps equal_count={instance.equal_count}, "
         f"max_samples_per_bin={instance.max_samples_per_bin} and {len(instance.groups)} groups ({proof})"
     ))

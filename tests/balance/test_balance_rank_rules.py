@@ -293,3 +293,16 @@ def test_fast_paths_say_infeasible_when_the_feasibility_model_proves_it():
         result = packplace.balance(inst, solver=solver, time_limit_s=10)
         assert result.status in ("infeasible", "unknown") and result.solution is None, solver
     assert "proved that no packing keeps them" in packplace.balance(inst, solver="lpt").message
+
+
+@pytest.mark.parametrize("solver", ["lpt", "repair"])
+def test_a_limit_that_stops_the_feasibility_model_says_so(solver):
+    # both greedy constructions (cost first, tokens first) dead-end on this instance; CP-SAT's
+    # feasibility model packs it when it is given the time
+    inst = make_instance(tokens=[2, 7, 2, 1, 5, 6, 3], seq_len=7, data_parallel_size=2, local_batch_size=2,
+                         equal_count=True, max_samples_per_bin=2)
+    cut = packplace.balance(inst, solver=solver, time_limit_s=0.005)  # under the 10 ms the model needs
+    assert cut.status == "unknown" and cut.hit_time_limit and "time limit reached" in cut.message
+    full = packplace.balance(inst, solver=solver, time_limit_s=30)
+    assert full.status == "feasible" and not full.hit_time_limit
+    assert BalanceEvaluator(inst).score(full.solution).feasible
