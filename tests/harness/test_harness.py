@@ -400,6 +400,9 @@ def test_bench_errors_are_config_errors(tmp_path):
         run_bench(suite, tmp_path / "none.json", progress=False)
     with pytest.raises(ConfigError, match="slowdown: must be a number >= 1"):
         run_bench(suite, tmp_path / "none.json", slowdown=0.5, progress=False)
+    # the shipped placement baseline paired with a balance suite: refused before any solving
+    with pytest.raises(ConfigError, match="problem is 'placement' but the suite .* has 'balance'"):
+        run_bench(suite, ROOT / "benchmarks" / "baseline_placement.json", progress=False)
 
 
 def test_compare_cli_writes_the_report(tmp_path, capsys):

@@ -369,8 +369,8 @@ def run_bench(
                                          "hit_time_limit"}}}}
 
     Raises:
-        ConfigError: bad suite, missing baseline (without ``update``), a suite with no baseline to pair
-            with, bad tolerance/slowdown/floor.
+        ConfigError: bad suite, missing baseline (without ``update``), a baseline of another problem or
+            suite, a suite with no baseline to pair with, bad tolerance/slowdown/floor.
     """
     _check_limits(tolerance, slowdown, floor_s)
     started = time.perf_counter()
@@ -380,6 +380,11 @@ def run_bench(
         ((suite_path, baseline_path),) = bench_pairs(suite, baseline)
     parsed = load_suite(suite_path)
     stored = None if update else load_baseline(baseline_path)
+    if stored is not None:  # before any solving: a baseline of another suite would read as regressions
+        for key, value in (("problem", parsed.problem), ("suite", parsed.name)):
+            if key in stored and stored[key] != value:
+                raise ConfigError(f"baseline: {str(baseline_path)!r} {key} is {stored[key]!r} but the suite "
+                                  f"{str(suite_path)!r} has {value!r}; pass that suite's baseline")
     reference_s = time_reference()
     emit(f"[bench] reference computation: {fmt_time(reference_s)}", progress)
     report = compare(parsed.problem, parsed, solvers=solvers, jobs=jobs, progress=progress)
