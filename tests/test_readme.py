@@ -211,3 +211,14 @@ def test_pages_cite_no_design_notes_or_issue_numbers(page):
     text = page.read_text(encoding="utf-8")
     assert "DESIGN.md" not in text
     assert not re.search(r"(?i)\bissue #?\d+|#\d{2,}\b", text), _name(page)
+
+
+def test_balance_config_format_block_loads_as_a_config(tmp_path):
+    # the commented example of every field is a config a user can copy: it must load
+    from packplace.balance import load_config
+
+    page = ROOT / "docs" / "balance-model.md"
+    block = page.read_text().split("## Config format", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    (tmp_path / "c.yaml").write_text(block)
+    instance = load_config(str(tmp_path / "c.yaml"))
+    assert instance.data_parallel_size == 16 and instance.objective == "makespan"
