@@ -89,7 +89,8 @@ def construct_proposal(instance: BalanceInstance, solver: str, deadline: float |
 
 def _dead_end(instance: BalanceInstance, solver: str, why: str) -> Proposal:
     """The reference bins (``feasible``) after every construction dead-ended, else ``infeasible`` when
-    CP-SAT's feasibility model proved that no packing keeps the rules, else ``unknown``."""
+    CP-SAT's feasibility model proved that no packing keeps the rules, else ``unknown``; ``hit_time_limit``
+    when the deadline stopped that model (``why`` "time_limit")."""
     proof = {"proven": "CP-SAT's feasibility model proved that no packing keeps them",
              "time_limit": "time limit reached before CP-SAT's feasibility model found a packing; a longer "
                            "limit may find one"}.get(why, "construction dead end; try cpsat for a proof")
