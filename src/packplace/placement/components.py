@@ -1,0 +1,652 @@
+"""Step-time components measured on one GPU type: the kernels of a pass, each priced by a constant of the
+GPU's component table.
+
+A pass is a list of kernels built from the layer's own structure (:func:`pass_kernels`, :func:`decode_kernels`):
+
+* **GEMMs** ``(m, k, n)`` — every linear of the layer (Q, K, V, O, the MLP's gate/up/down or up/down, the
+  router and the routed experts, the output head), forward and, in a training pass, the two backward
+  GEMMs ``dX = dY·Wᵀ`` and ``dW = Xᵀ·dY``. Priced by a roofline with tile and wave quantization
+  (:meth:`ComponentTable.gemm_seconds`): ``max(2mnk / (F·q_wave·k/(k + k₀)), bytes / B_gemm)``, whose
+  constants come from the table's GEMM rows (a dense 8192³ GEMM, training-shaped and few-row GEMMs).
+* **Attention** — the flash / SDPA kernel, ``2·T·s·q`` FLOPs forward over a causal sequence of ``s``
+  (``4·T·s·q·1.25`` backward: five matrix products against the forward's two, Dao 2023, "FlashAttention-2",
+  §3.1), at the table's ``attention_flops`` (fitted to whole passes); a decode step's attention reads the
+  KV cache at ``kv_bandwidth``.
+* **Elementwise** — bytes each non-GEMM kernel reads and writes, counted from the eager PyTorch /
+  Hugging Face implementation of each op (:func:`rms_norm`, :func:`rotary`, the gated activation, the
+  residual adds, autocast's casts, the fp32 upcast and log-softmax / cross-entropy over the vocabulary,
+  the fused AdamW step) at ``stream_bandwidth`` (the device copy row).
+* **Per-kernel fixed time** — ``kernel_gpu_s`` on the GPU for every kernel (launch, ramp-up, tail: what
+  a CUDA-graph-captured decode step pays per kernel), and in an eager pass the host's ``kernel_issue_s``
+  per kernel (Python and the dispatcher): an eager pass lasts ``Σ max(issue, gpu_fixed + t_kernel)``, so
+  a small model whose kernels are shorter than their issue time is bound by the host (the per-layer
+  floor the small models show), a large one by the GPU.
+
+The table (one JSON file per GPU type under ``tables/``, :func:`load_table`) names the measurement rows
+each constant comes from; :func:`fit_table` fits the constants that no microbenchmark gives directly
+(attention rate, issue and per-kernel times, the decode streaming rates) to a measurement file in the
+format of ``benchmarks/hardware/h200/measurements.json`` (``packplace calibrate --hardware``). No constant
+is per model: every model's kernels come from its shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from packplace.errors import ConfigError
+from packplace.shape import TransformerShape
+
+#: Folder of the shipped component tables (``<preset>.json``).
+TABLE_DIR = Path(__file__).parent / "tables"
+#: Bytes of one bf16 element.
+BF16 = 2
+#: Bytes of one fp32 element.
+FP32 = 4
+#: Backward FLOPs of the flash attention kernel per forward FLOP: dQ, dK, dV and the recomputed
+#: scores and probabilities, five matrix products against the forward's two, 2.5× (Dao 2023,
+#: "FlashAttention-2", §3.1.2).
+ATTENTION_BACKWARD_FLOPS = 2.5
+#: Bytes per parameter the fused AdamW step moves: reads fp32 weight, gradient, first and second moment,
+#: writes weight and both moments (``torch.optim.AdamW(fused=True)``: one multi-tensor kernel pass).
+ADAMW_BYTES_PER_PARAM = 28.0
+#: Bytes per element a non-persistent log-softmax moves over a row longer than one thread block holds:
+#: three reads of the fp32 input (max, sum of exponentials, output) and one fp32 write (PyTorch
+#: ``aten/src/ATen/native/cuda/SoftMax.cu``, the ``cunn_SoftMaxForward`` path).
+LOG_SOFTMAX_BYTES = 16.0
+#: Bytes per element of the log-softmax backward: reads the incoming gradient and the saved output,
+#: writes the input gradient (fp32), plus a row-sum pass over the gradient.
+LOG_SOFTMAX_BACKWARD_BYTES = 16.0
+
+#: Constants of a table and what each is (units in the name's docstring of :class:`ComponentTable`).
+CONSTANTS = ("gemm_flops", "gemm_k_overhead", "gemm_stream_bandwidth", "gemm_launch_s", "stream_bandwidth",
+             "attention_flops", "kernel_issue_s", "kernel_gpu_s", "decode_weight_bandwidth", "kv_bandwidth")
+#: Constants :func:`fit_table` fits to whole passes and decode steps (the others come from the GEMM and
+#: copy rows directly).
+PASS_CONSTANTS = ("attention_flops", "kernel_issue_s", "kernel_gpu_s")
+DECODE_CONSTANTS = ("decode_weight_bandwidth", "kv_bandwidth")
+
+
+@dataclass(frozen=True)
+class ComponentTable:
+    """The component constants of one GPU type (module docstring).
+
+    Attributes:
+        gpu: The hardware preset the table belongs to.
+        gemm_flops: FLOP/s a dense bf16 GEMM sustains once its tiles fill every SM in whole waves.
+        gemm_k_overhead: Inner-dimension elements each output tile pays for its prologue and epilogue
+            (efficiency ``k/(k + k₀)``).
+        gemm_stream_bandwidth: Bytes/s at which a GEMM of few rows streams its operands.
+        gemm_launch_s: Seconds a lone, event-timed GEMM adds (launch gap); used only to fit the GEMM
+            rows, not in passes (back-to-back kernels do not wait for it).
+        stream_bandwidth: Bytes/s (read + written) of an elementwise kernel: the device copy.
+        attention_flops: FLOP/s of the flash / SDPA attention kernel.
+        kernel_issue_s: Host seconds to issue one kernel of an eager pass.
+        kernel_gpu_s: GPU seconds every kernel adds to its own work.
+        decode_weight_bandwidth: Bytes/s at which a captured decode step streams the weight matrices.
+        kv_bandwidth: Bytes/s at which a decode step's attention reads the KV cache.
+        sms, tile_m, tile_n: Streaming multiprocessors and the GEMM output tile (wave quantization).
+        sources: Constant name -> the measurement rows it comes from.
+        measurements: The measurement file the table was made from.
+    """
+
+    gpu: str
+    gemm_flops: float
+    gemm_k_overhead: float
+    gemm_stream_bandwidth: float
+    gemm_launch_s: float
+    stream_bandwidth: float
+    attention_flops: float
+    kernel_issue_s: float
+    kernel_gpu_s: float
+    decode_weight_bandwidth: float
+    kv_bandwidth: float
+    sms: int = 132
+    tile_m: int = 128
+    tile_n: int = 256
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    measurements: str = ""
+
+    def __post_init__(self) -> None:
+        for name in CONSTANTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < 0 or (value == 0 and name not in ("gemm_k_overhead", "gemm_launch_s",
+                                                                   "kernel_issue_s", "kernel_gpu_s")):
+                raise ConfigError(f"component table {self.gpu}: {name} must be a finite number > 0, got {value!r}")
+        for name in ("sms", "tile_m", "tile_n"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"component table {self.gpu}: {name} must be an integer >= 1, got {value!r}")
+
+    # -- kernels ---------------------------------------------------------------------------------------
+    def gemm_seconds(self, m: float, k: float, n: float) -> float:
+        """Seconds of one bf16 GEMM ``(m × k)·(k × n)`` on the GPU (no launch gap): the larger of the
+        compute time ``2mnk / (F·q_wave·k/(k + k₀))`` — ``q_wave`` = tiles / (whole waves · SMs) with
+        ``⌈m/tile_m⌉·⌈n/tile_n⌉`` output tiles (a wave runs one tile per SM) — and the memory time
+        ``2·(mk + kn + mn) / gemm_stream_bandwidth`` (a roofline, Williams et al. 2009, with tile and wave
+        quantization as NVIDIA's "Matrix Multiplication Background User's Guide" describes). 0 for an
+        empty GEMM."""
+        if m <= 0 or k <= 0 or n <= 0:
+            return 0.0
+        tiles = math.ceil(m / self.tile_m) * math.ceil(n / self.tile_n)
+        wave = tiles / (math.ceil(tiles / self.sms) * self.sms)
+        compute = 2.0 * m * k * n / (self.gemm_flops * wave * k / (k + self.gemm_k_overhead))
+        memory = BF16 * (m * k + k * n + m * n) / self.gemm_stream_bandwidth
+        return max(compute, memory)
+
+    def kernel_seconds(self, kernel: tuple) -> float:
+        """GPU seconds of one kernel of :func:`pass_kernels` / :func:`decode_kernels` (its own work, no
+        fixed part)."""
+        kind = kernel[0]
+        if kind == "gemm":
+            return self.gemm_seconds(kernel[1], kernel[2], kernel[3])
+        if kind == "attn":
+            return kernel[1] / self.attention_flops
+        if kind == "gemv":   # a decode GEMM: its weights streamed, or its FLOPs when more
+            _, m, k, n = kernel
+            return max(BF16 * k * n / self.decode_weight_bandwidth, 2.0 * m * k * n / self.gemm_flops)
+        if kind == "kv":
+            return kernel[1] / self.kv_bandwidth
+        return kernel[1] / self.stream_bandwidth   # "ew": bytes read + written
+
+    def eager_seconds(self, kernels: list[tuple]) -> float:
+        """Seconds of an eager pass: ``Σ max(kernel_issue_s, kernel_gpu_s + t_kernel)`` (module docstring)."""
+        issue, fixed = self.kernel_issue_s, self.kernel_gpu_s
+        return sum(max(issue * k[-1] if k[0] == "ew_batch" else issue,
+                       fixed * (k[-1] if k[0] == "ew_batch" else 1) + self.kernel_seconds(k))
+                   for k in kernels)
+
+    def graph_seconds(self, kernels: list[tuple]) -> float:
+        """Seconds of a CUDA-graph-captured step (no host issue): ``Σ (kernel_gpu_s + t_kernel)``."""
+        return sum(self.kernel_gpu_s + self.kernel_seconds(k) for k in kernels)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The table as the JSON document :func:`load_table` reads."""
+        return {"gpu": self.gpu, "measurements": self.measurements,
+                "sms": self.sms, "tile_m": self.tile_m, "tile_n": self.tile_n,
+                "constants": {name: {"value": getattr(self, name), "rows": self.sources.get(name, "")}
+                              for name in CONSTANTS}}
+
+
+def table_from_dict(document: Any, where: str = "component table") -> ComponentTable:
+    """A :class:`ComponentTable` from its JSON document (:meth:`ComponentTable.as_dict`).
+
+    Raises:
+        ConfigError: a missing or invalid constant, naming it.
+    """
+    if not isinstance(document, dict) or not isinstance(document.get("constants"), dict):
+        raise ConfigError(f"{where}: must be a mapping with a 'constants' mapping")
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name in CONSTANTS:
+        entry = document["constants"].get(name)
+        if entry is None:
+            raise ConfigError(f"{where}: constants.{name}: missing")
+        value = entry.get("value") if isinstance(entry, dict) else entry
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: constants.{name}: must be a number, got {value!r}")
+        values[name] = float(value)
+        sources[name] = str(entry.get("rows", "")) if isinstance(entry, dict) else ""
+    extra = {k: document[k] for k in ("sms", "tile_m", "tile_n") if k in document}
+    return ComponentTable(gpu=str(document.get("gpu", "")), sources=sources,
+                          measurements=str(document.get("measurements", "")), **values, **extra)
+
+
+@lru_cache(maxsize=16)
+def load_table(gpu: str) -> ComponentTable | None:
+    """The shipped component table of hardware preset ``gpu`` (``tables/<gpu>.json``), or ``None`` when
+    that GPU type has none (its passes keep the efficiency-knob model of :mod:`packplace.placement.cost`)."""
+    path = TABLE_DIR / f"{gpu}.json"
+    if not path.is_file():
+        return None
+    return table_from_dict(json.loads(path.read_text()), str(path))
+
+
+# -- the kernels of a pass -------------------------------------------------------------------------------
+def rms_norm(width: float, in_bytes: int) -> list[tuple]:
+    """Kernels of Hugging Face's eager ``RMSNorm`` over ``width`` elements per token (per token bytes):
+    the upcast to fp32 (none when the input is fp32 already), ``pow(2)``, ``mean``, ``+ eps`` and
+    ``rsqrt`` on one value per token, the scaling, the cast back, the weight multiply."""
+    ops: list[tuple] = []
+    if in_bytes != FP32:
+        ops.append(("ew", (in_bytes + FP32) * width))
+    ops += [("ew", 2 * FP32 * width), ("ew", FP32 * width), ("ew", 0.0), ("ew", 0.0), ("ew", 2 * FP32 * width)]
+    if in_bytes != FP32:
+        ops.append(("ew", (FP32 + in_bytes) * width))
+    ops.append(("ew", 2 * in_bytes * width))
+    return ops
+
+
+def rotary(width: float) -> list[tuple]:
+    """Kernels of ``apply_rotary_pos_emb`` on one bf16 tensor of ``width`` elements per token (per token
+    bytes): ``x·cos``, the negation and concatenation of ``rotate_half``, ``·sin`` and the sum."""
+    return [("ew", 2 * BF16 * width), ("ew", BF16 * width), ("ew", 2 * BF16 * width),
+            ("ew", 2 * BF16 * width), ("ew", 3 * BF16 * width)]
+
+
+def _scale(ops: list[tuple], tokens: float) -> list[tuple]:
+    return [(op[0], op[1] * tokens) if op[0] == "ew" else op for op in ops]
+
+
+def layer_forward(model: TransformerShape, tokens: float, seq_len: float, tp: int = 1, ep: int = 1,
+                  autocast: bool = False) -> list[tuple]:
+    """The kernels of one transformer layer's forward over ``tokens`` tokens in sequences of ``seq_len``
+    (causal, flash attention), on one of ``tp`` tensor-parallel ranks (column-parallel Q/K/V and gate/up,
+    row-parallel O and down, Megatron-LM; norms and residuals on ``tokens/tp`` rows, sequence
+    parallelism). ``autocast``: fp32 master weights under ``torch.autocast(bf16)`` (the residual stream
+    stays fp32, every linear casts its fp32 input to bf16)."""
+    d, T = model.hidden_dim, float(tokens)
+    q, kvw = model.attention_dim / tp, model.kv_dim / tp
+    res = FP32 if autocast else BF16
+    rows = T / tp
+    ops: list[tuple] = []
+
+    def norm(width: float, n: float) -> None:
+        if model.norm == "rms":
+            ops.extend(_scale(rms_norm(width, res), n))
+        else:
+            ops.append(("ew", 2 * res * width * n))
+
+    def cast(width: float) -> None:
+        if autocast:
+            ops.append(("ew", (FP32 + BF16) * width * T))
+
+    norm(d, rows)
+    for out in (q, kvw, kvw):
+        cast(d)
+        ops.append(("gemm", T, d, out))
+    if model.qk_norm:
+        norm(q, T)
+        norm(kvw, T)
+    if model.position_embeddings == 0:
+        ops.extend(_scale(rotary(q), T))
+        ops.extend(_scale(rotary(kvw), T))
+    ops.append(("attn", 2.0 * T * seq_len * q))
+    ops.append(("ew", 2 * BF16 * q * T))            # the attention output's transpose(1, 2).contiguous()
+    ops.append(("gemm", T, q, d))
+    ops.append(("ew", (2 * res + BF16) * d * rows))   # residual add
+    norm(d, rows)
+    if model.is_moe and model.moe_layers == model.layers:
+        ops.extend(_moe_mlp(model, T, tp, ep, cast))
+    else:
+        f = model.ffn_dim / tp
+        if model.mlp == "gated":
+            for _ in range(2):
+                cast(d)
+                ops.append(("gemm", T, d, f))
+            ops += [("ew", 2 * BF16 * f * T), ("ew", 3 * BF16 * f * T)]   # act(gate), act * up
+        else:
+            cast(d)
+            ops += [("gemm", T, d, f), ("ew", 2 * BF16 * f * T)]
+        ops.append(("gemm", T, f, d))
+    ops.append(("ew", (2 * res + BF16) * d * rows))   # residual add
+    return ops
+
+
+def _moe_mlp(model: TransformerShape, tokens: float, tp: int, ep: int, cast) -> list[tuple]:
+    """Router, routed experts (each local expert a GEMM of ``tokens·k·ep/E`` rows) and shared experts."""
+    d = model.hidden_dim
+    ops: list[tuple] = [("gemm", tokens, d, model.num_experts), ("ew", 3 * FP32 * model.num_experts * tokens)]
+    rows = tokens * model.experts_per_token * ep / model.num_experts
+    fe = model.expert_ffn_dim / tp
+    for _ in range(max(1, model.num_experts // ep)):
+        ops += [("gemm", rows, d, 2 * fe), ("ew", 5 * BF16 * fe * rows), ("gemm", rows, fe, d)]
+    if model.shared_expert_ffn_dim:
+        fs = model.shared_expert_ffn_dim / tp
+        ops += [("gemm", tokens, d, 2 * fs), ("ew", 5 * BF16 * fs * tokens), ("gemm", tokens, fs, d)]
+    ops.append(("ew", 2 * BF16 * d * tokens * model.experts_per_token))   # gather / scatter of the tokens
+    return ops
+
+
+def backward(ops: list[tuple]) -> list[tuple]:
+    """The backward kernels of forward kernels ``ops``: each GEMM ``(m, k, n)`` gives ``dX`` ``(m, n, k)``
+    and ``dW`` ``(k, m, n)``; attention its backward at :data:`ATTENTION_BACKWARD_FLOPS` × the FLOPs; an
+    elementwise kernel two of the same bytes (the gradient of each operand reads the incoming gradient
+    and the saved other operand)."""
+    out: list[tuple] = []
+    for op in ops:
+        if op[0] == "gemm":
+            _, m, k, n = op
+            out += [("gemm", m, n, k), ("gemm", k, m, n)]
+        elif op[0] == "attn":
+            out.append(("attn", ATTENTION_BACKWARD_FLOPS * op[1]))
+        else:
+            out += [op, op]
+    return out
+
+
+def head_kernels(model: TransformerShape, tokens: float, tp: int, mode: str) -> list[tuple]:
+    """The final norm, the output head and what follows it over ``tokens`` tokens: ``infer`` the fp32
+    upcast of the logits and the log-softmax over the vocabulary (the log-probabilities of an RL log-prob
+    pass); ``loss`` the upcast and cross-entropy forward (Hugging Face's ``ForCausalLMLoss``) — the
+    backward comes from :func:`head_backward`; ``prefill`` the last token's logits only. Per tensor-
+    parallel rank (the vocabulary split ``tp`` ways)."""
+    d, V = model.hidden_dim, model.output_dim / tp
+    T = float(tokens)
+    res = FP32 if mode == "loss_autocast" else BF16
+    ops: list[tuple] = []
+    if model.norm == "rms":
+        ops.extend(_scale(rms_norm(d, res), T / tp))
+    else:
+        ops.append(("ew", 2 * res * d * T / tp))
+    if mode == "prefill":
+        return ops + [("gemm", 1.0, d, V)]
+    if res == FP32:
+        ops.append(("ew", (FP32 + BF16) * d * T))
+    ops.append(("gemm", T, d, V))
+    if model.lm_head:
+        ops += [("ew", (BF16 + FP32) * V * T), ("ew", LOG_SOFTMAX_BYTES * V * T), ("ew", 0.0)]
+    return ops
+
+
+def head_backward(model: TransformerShape, tokens: float, tp: int, autocast: bool) -> list[tuple]:
+    """Backward of the loss and the head: the NLL gradient (a zero-filled fp32 ``T × V`` tensor and its
+    scatter), the log-softmax backward, the upcast's backward (fp32 to bf16), the head's two GEMMs and
+    the final norm."""
+    d, V = model.hidden_dim, model.output_dim / tp
+    T = float(tokens)
+    ops: list[tuple] = []
+    if model.lm_head:
+        ops += [("ew", FP32 * V * T), ("ew", 0.0), ("ew", LOG_SOFTMAX_BACKWARD_BYTES * V * T),
+                ("ew", (FP32 + BF16) * V * T)]
+    ops += [("gemm", T, V, d), ("gemm", d, T, V)]
+    res = FP32 if autocast else BF16
+    norm = _scale(rms_norm(d, res), T / tp) if model.norm == "rms" else [("ew", 2 * res * d * T / tp)]
+    return ops + backward(norm)[::2] + backward(norm)[1::2]
+
+
+def weight_update_kernels(model: TransformerShape, params: float, tensors: int, autocast: bool,
+                          optimizer: bool, recompute: bool) -> list[tuple]:
+    """Per-step kernels on the weights: with ``autocast`` each matrix's bf16 copy (once per forward, again
+    when the layers are recomputed) and the fp32 gradient of the bf16 one; with ``optimizer`` the fused
+    AdamW pass over ``params`` fp32 parameters (:data:`ADAMW_BYTES_PER_PARAM`). ``tensors`` is how many
+    weight tensors the casts run over (one kernel each)."""
+    ops: list[tuple] = []
+    if autocast:
+        casts = 3 if recompute else 2
+        ops.append(("ew_batch", casts * (FP32 + BF16) * params, casts * tensors))
+    if optimizer:
+        ops.append(("ew_batch", ADAMW_BYTES_PER_PARAM * params, max(1, tensors // 64)))
+    return ops
+
+
+def _ew_batch_seconds(table: ComponentTable, op: tuple) -> float:
+    return op[1] / table.stream_bandwidth
+
+
+# -- whole passes ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PassTimes:
+    """Seconds of one micro-batch on one GPU, by part: ``forward`` (the layers and the head),
+    ``backward``, ``recompute`` (the layers' forward again), ``optimizer`` (autocast weight copies and
+    the AdamW step)."""
+
+    forward: float = 0.0
+    backward: float = 0.0
+    recompute: float = 0.0
+    optimizer: float = 0.0
+
+    @property
+    def total(self) -> float:
+        """Sum of the parts, seconds."""
+        return self.forward + self.backward + self.recompute + self.optimizer
+
+    def as_dict(self) -> dict[str, float]:
+        """The parts as a mapping (seconds)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def layer_count_split(model: TransformerShape) -> tuple[int, int]:
+    """``(dense layers, MoE layers)``."""
+    return model.layers - model.moe_layers, model.moe_layers
+
+
+def _layer_ops(model: TransformerShape, tokens: float, seq_len: float, tp: int, ep: int,
+               autocast: bool) -> list[tuple[list[tuple], int]]:
+    """``[(kernels of one layer, how many such layers)]``: the dense layers and the MoE layers."""
+    dense, moe = layer_count_split(model)
+    out = []
+    if dense:
+        flat = replace(model, num_experts=0, experts_per_token=0, expert_ffn_dim=0, shared_expert_ffn_dim=0,
+                       dense_layers=0) if model.is_moe else model
+        out.append((layer_forward(flat, tokens, seq_len, tp, ep, autocast), dense))
+    if moe:
+        out.append((layer_forward(replace(model, dense_layers=0), tokens, seq_len, tp, ep, autocast), moe))
+    return out
+
+
+def pass_times(table: ComponentTable, model: TransformerShape, *, tokens: float, seq_len: float,
+               train: bool, layers: float | None = None, head: bool = True, tp: int = 1, ep: int = 1,
+               recompute: str = "none", master_fp32: bool = False, optimizer: bool = False,
+               params: float = 0.0) -> PassTimes:
+    """Seconds of one micro-batch of ``tokens`` tokens (sequences of ``seq_len``) through ``layers`` of
+    the model's layers (default all; a pipeline stage passes its own count) on one GPU of ``tp``
+    tensor-parallel ranks, eager PyTorch (Hugging Face modelling code, SDPA attention).
+
+    ``train``: forward, loss and backward (a training micro-batch); otherwise a log-probability pass
+    (forward, fp32 log-softmax over the vocabulary). ``head``: the stage holds the output head.
+    ``recompute``: ``full`` re-runs every layer's forward in the backward (activation checkpointing);
+    ``selective`` re-runs the attention core only. ``master_fp32``: fp32 weights under bf16 autocast
+    (mixed precision with fp32 master weights; the residual stream in fp32); ``optimizer``: the fused
+    AdamW step over ``params`` parameters (fp32 state).
+
+    Returns:
+        :class:`PassTimes` (seconds).
+    """
+    total_layers = model.layers
+    scale = 1.0 if layers is None else layers / total_layers
+    autocast = master_fp32 and train
+    fwd = bwd = rec = 0.0
+    for ops, count in _layer_ops(model, tokens, seq_len, tp, ep, autocast):
+        n = count * scale
+        fwd += n * table.eager_seconds(ops)
+        if train:
+            bwd += n * table.eager_seconds(backward(ops))
+            if recompute == "full":
+                rec += n * table.eager_seconds(ops)
+            elif recompute == "selective":
+                rec += n * table.eager_seconds([op for op in ops if op[0] == "attn"])
+    if head:
+        mode = ("loss_autocast" if autocast else "loss") if train else "infer"
+        fwd += table.eager_seconds(head_kernels(model, tokens, tp, mode))
+        fwd += table.eager_seconds([("ew", (BF16 + res_bytes(autocast)) * model.hidden_dim * tokens / tp)])
+        if train:
+            bwd += table.eager_seconds(head_backward(model, tokens, tp, autocast))
+    opt = 0.0
+    if train and (autocast or optimizer):
+        tensors = int(7 * total_layers * scale) + 2
+        opt = table.eager_seconds(weight_update_kernels(model, params, tensors, autocast, optimizer,
+                                                        recompute == "full"))
+    return PassTimes(forward=fwd, backward=bwd, recompute=rec, optimizer=opt)
+
+
+def res_bytes(autocast: bool) -> int:
+    """Bytes per element of the residual stream: fp32 under autocast with fp32 weights, else bf16."""
+    return FP32 if autocast else BF16
+
+
+def decode_kernels(model: TransformerShape, batch: float, context: float, tp: int = 1) -> list[tuple]:
+    """The kernels of one layer of a captured decode step for ``batch`` sequences of ``context`` cached
+    tokens (the layer of ``benchmarks/hardware/h200/measure.py``'s ``Decoder``: fused QKV GEMM, the
+    query's copy out of it, SDPA over the ``(batch, kv_heads, context, head_dim)`` cache, O GEMM, residual
+    add, fused gate/up GEMM, activation, product, down GEMM, residual add), one of ``tp`` ranks."""
+    d, q, kvw = model.hidden_dim, model.attention_dim / tp, model.kv_dim / tp
+    B = float(batch)
+    f = (model.ffn_dim if not model.is_moe else
+         model.expert_ffn_dim * model.experts_per_token + model.shared_expert_ffn_dim) / tp
+    gated = 2 if model.mlp == "gated" else 1
+    kv_bytes = 2.0 * B * context * kvw * BF16
+    return [("gemv", B, d, q + 2 * kvw), ("ew", 2 * BF16 * q * B), ("kv", kv_bytes), ("gemv", B, q, d),
+            ("ew", 3 * BF16 * d * B), ("gemv", B, d, gated * f), ("ew", 2 * BF16 * f * B),
+            ("ew", 3 * BF16 * f * B), ("gemv", B, f, d), ("ew", 3 * BF16 * d * B)][: 10 if gated == 2 else 10]
+
+
+def decode_seconds(table: ComponentTable, model: TransformerShape, batch: float, context: float,
+                   tp: int = 1, layers: float | None = None, head: bool = True) -> float:
+    """Seconds of one graph-captured decode iteration of ``batch`` sequences of ``context`` cached tokens
+    on one GPU (``layers`` of them, default all; ``head``: the LM head and the argmax of each row)."""
+    n = model.layers if layers is None else layers
+    t = n * table.graph_seconds(decode_kernels(model, batch, context, tp))
+    if head:
+        t += table.graph_seconds([("gemv", float(batch), model.hidden_dim, model.output_dim / tp),
+                                  ("ew", BF16 * model.output_dim / tp * batch)])
+    return t
+
+
+# -- measurement files and fitting ---------------------------------------------------------------------
+#: Hugging Face pass modes of a measurement row: ``fwd`` a log-prob pass, ``fwdbwd`` forward + loss +
+#: backward on bf16 weights, ``train`` the same with fp32 master weights under autocast plus fused AdamW.
+PASS_MODES = ("fwd", "fwdbwd", "train")
+
+
+def read_measurements(document: Any, where: str = "measurements") -> dict[str, Any]:
+    """The parts of a measurement file (``benchmarks/hardware/h200/measure.py``'s JSON) this module uses,
+    checked: ``configs`` (model name -> Hugging Face config mapping), ``peak`` (``gemm_MxKxN`` /
+    ``gemm_8192`` and ``copy`` rows), ``hf`` and ``decode`` rows (those with an ``error`` are skipped).
+
+    Raises:
+        ConfigError: a missing section or a row naming an unknown model or mode, naming it.
+    """
+    from packplace.shape import from_hf_config
+
+    if not isinstance(document, dict):
+        raise ConfigError(f"{where}: must be a JSON object")
+    for key in ("configs", "peak", "hf", "decode"):
+        if key not in document:
+            raise ConfigError(f"{where}: {key}: missing section")
+    if "copy" not in document["peak"] or not any(k.startswith("gemm_") for k in document["peak"]):
+        raise ConfigError(f"{where}: peak: needs a 'copy' row and at least one 'gemm_' row")
+    shapes = {name: from_hf_config(cfg) for name, cfg in document["configs"].items()}
+    hf, decode = [], []
+    for i, row in enumerate(document["hf"]):
+        if "median_s" not in row:
+            continue
+        if row.get("model") not in shapes or row.get("mode") not in PASS_MODES:
+            raise ConfigError(f"{where}: hf[{i}]: model {row.get('model')!r} / mode {row.get('mode')!r} unknown")
+        hf.append(row)
+    for i, row in enumerate(document["decode"]):
+        if "median_s" not in row:
+            continue
+        if row.get("model") not in shapes:
+            raise ConfigError(f"{where}: decode[{i}]: model {row.get('model')!r} unknown")
+        decode.append(row)
+    return {"shapes": shapes, "peak": document["peak"], "hf": hf, "decode": decode,
+            "gpu": str(document.get("gpu", ""))}
+
+
+def gemm_row_shape(name: str) -> tuple[int, int, int]:
+    """``(m, k, n)`` of a GEMM row name (``gemm_8192`` is 8192³, ``gemm_4096x1536x8960`` is m×k×n)."""
+    parts = name[len("gemm_"):].split("x")
+    if len(parts) == 1:
+        n = int(parts[0])
+        return n, n, n
+    m, k, n = (int(p) for p in parts)
+    return m, k, n
+
+
+def row_label(row: dict) -> str:
+    """A short label of a measurement row: ``qwen2.5-7b fwd 2x4096`` / ``... decode B=32 ctx=2048``."""
+    if "mode" in row:
+        return f"{row['model']} {row['mode']}{' ckpt' if row.get('ckpt') else ''} {row['b']}x{row['s']}"
+    return f"{row['model']} decode B={row['B']} ctx={row['ctx']}"
+
+
+def predict_row(table: ComponentTable, shapes: dict[str, TransformerShape], row: dict) -> float:
+    """Predicted seconds of one ``hf`` or ``decode`` measurement row (the case the row ran)."""
+    model = shapes[row["model"]]
+    if "mode" not in row:
+        return decode_seconds(table, model, row["B"], row["ctx"])
+    mode, b, s = row["mode"], row["b"], row["s"]
+    times = pass_times(table, model, tokens=b * s, seq_len=s, train=mode != "fwd",
+                       recompute="full" if row.get("ckpt") else "none", master_fp32=mode == "train",
+                       optimizer=mode == "train", params=model.params)
+    return times.total
+
+
+def fit_table(document: Any, gpu: str, exclude_models: tuple[str, ...] = (),
+              where: str = "measurements") -> ComponentTable:
+    """Fit a component table to a measurement file (:func:`read_measurements`), leaving out the rows of
+    ``exclude_models`` (leave-one-model-out).
+
+    Sources of each constant: ``stream_bandwidth``, ``decode_weight_bandwidth`` and ``kv_bandwidth`` —
+    the ``peak.copy`` row (bytes read + written per second); ``gemm_flops``, ``gemm_k_overhead``,
+    ``gemm_stream_bandwidth`` and ``gemm_launch_s`` — a least-squares fit of :meth:`ComponentTable.gemm_seconds`
+    plus the launch gap to the ``peak.gemm_*`` rows; ``kernel_gpu_s`` — the ``decode`` rows;
+    ``attention_flops`` and ``kernel_issue_s`` — the ``hf`` rows. Each fit minimises the squared
+    ``log(predicted / measured)`` (:func:`scipy.optimize.least_squares`).
+
+    Raises:
+        ConfigError: the file lacks rows to determine a constant.
+    """
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    data = read_measurements(document, where)
+    peak = data["peak"]
+    stream = float(peak["copy"]["tbps_rw"]) * 1e12
+    gemm_rows = [(gemm_row_shape(k), float(v["median_s"])) for k, v in peak.items()
+                 if k.startswith("gemm_") and "median_s" in v]
+    start = ComponentTable(gpu=gpu, gemm_flops=7e14, gemm_k_overhead=128.0, gemm_stream_bandwidth=stream,
+                           gemm_launch_s=1e-5, stream_bandwidth=stream, attention_flops=3e14,
+                           kernel_issue_s=2e-5, kernel_gpu_s=3e-6, decode_weight_bandwidth=stream,
+                           kv_bandwidth=stream)
+
+    def fitted(table: ComponentTable, names: tuple[str, ...], scales: tuple[float, ...], rows: list,
+               residual, x0: list[float], bounds: tuple[list[float], list[float]]) -> ComponentTable:
+        if len(rows) < len(names):
+            raise ConfigError(f"{where}: {len(rows)} rows cannot determine {', '.join(names)}")
+
+        def res(x: np.ndarray) -> list[float]:
+            t = replace(table, **{n: float(v) * s for n, v, s in zip(names, x, scales)})
+            return [residual(t, r) for r in rows]
+
+        fit = least_squares(res, x0, bounds=bounds)
+        return replace(table, **{n: float(v) * s for n, v, s in zip(names, fit.x, scales)})
+
+    table = fitted(start, ("gemm_flops", "gemm_k_overhead", "gemm_stream_bandwidth", "gemm_launch_s"),
+                   (1e12, 1.0, 1e12, 1e-6), gemm_rows,
+                   lambda t, r: math.log((t.gemm_seconds(*r[0]) + t.gemm_launch_s) / r[1]),
+                   [700.0, 128.0, stream / 1e12, 10.0], ([10.0, 0.0, 0.1, 0.0], [1e4, 1e4, 100.0, 1e3]))
+    shapes = data["shapes"]
+    decode = [r for r in data["decode"] if r["model"] not in exclude_models]
+    table = fitted(table, ("kernel_gpu_s",), (1e-6,), decode,
+                   lambda t, r: math.log(predict_row(t, shapes, r) / r["median_s"]), [3.0], ([0.0], [1e3]))
+    passes = [r for r in data["hf"] if r["model"] not in exclude_models]
+    table = fitted(table, ("attention_flops", "kernel_issue_s"), (1e12, 1e-6), passes,
+                   lambda t, r: math.log(predict_row(t, shapes, r) / r["median_s"]),
+                   [300.0, 20.0], ([1.0, 0.0], [1e5, 1e4]))
+    left = f" (without {', '.join(exclude_models)})" if exclude_models else ""
+    sources = {
+        "stream_bandwidth": "peak.copy (tbps_rw)",
+        "decode_weight_bandwidth": "peak.copy (tbps_rw)",
+        "kv_bandwidth": "peak.copy (tbps_rw)",
+        **{n: "fit to peak.gemm_* rows: " + ", ".join(k for k in peak if k.startswith("gemm_"))
+           for n in ("gemm_flops", "gemm_k_overhead", "gemm_stream_bandwidth", "gemm_launch_s")},
+        "kernel_gpu_s": f"fit to the {len(decode)} decode rows{left}",
+        "attention_flops": f"fit to the {len(passes)} hf rows{left}",
+        "kernel_issue_s": f"fit to the {len(passes)} hf rows{left}",
+    }
+    return replace(table, sources=sources)
+
+
+def leave_one_model_out(document: Any, gpu: str, where: str = "measurements") -> list[dict[str, Any]]:
+    """Every ``hf`` and ``decode`` row predicted by a table fitted without its model's rows
+    (:func:`fit_table`): ``[{"model", "case", "kind" ("pass"/"decode"), "measured_s", "predicted_s",
+    "ratio"}]`` in file order."""
+    data = read_measurements(document, where)
+    out = []
+    for name in data["shapes"]:
+        table = fit_table(document, gpu, (name,), where)
+        for kind, rows in (("pass", data["hf"]), ("decode", data["decode"])):
+            for row in rows:
+                if row["model"] != name:
+                    continue
+                predicted = predict_row(table, data["shapes"], row)
+                out.append({"model": name, "case": row_label(row), "kind": kind, "measured_s": row["median_s"],
+                            "predicted_s": predicted, "ratio": predicted / row["median_s"]})
+    return out
