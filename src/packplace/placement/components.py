@@ -166,11 +166,11 @@ class ComponentTable:
         return sum(self.kernel_gpu_s + self.kernel_seconds(k) for k in kernels)
 
     def as_dict(self) -> dict[str, Any]:
-        """The table as the JSON document :func:`load_table` reads."""
+        """The table as the JSON document :func:`load_table` reads (values to 4 significant digits)."""
         return {"gpu": self.gpu, "measurements": self.measurements,
                 "sms": self.sms, "tile_m": self.tile_m, "tile_n": self.tile_n,
-                "constants": {name: {"value": getattr(self, name), "rows": self.sources.get(name, "")}
-                              for name in CONSTANTS}}
+                "constants": {name: {"value": float(f"{getattr(self, name):.4g}"),
+                                     "rows": self.sources.get(name, "")} for name in CONSTANTS}}
 
 
 def table_from_dict(document: Any, where: str = "component table") -> ComponentTable:
@@ -375,10 +375,6 @@ def weight_update_kernels(model: TransformerShape, params: float, tensors: int, 
     return ops
 
 
-def _ew_batch_seconds(table: ComponentTable, op: tuple) -> float:
-    return op[1] / table.stream_bandwidth
-
-
 # -- whole passes ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PassTimes:
@@ -423,13 +419,14 @@ def _layer_ops(model: TransformerShape, tokens: float, seq_len: float, tp: int, 
 def pass_times(table: ComponentTable, model: TransformerShape, *, tokens: float, seq_len: float,
                train: bool, layers: float | None = None, head: bool = True, tp: int = 1, ep: int = 1,
                recompute: str = "none", master_fp32: bool = False, optimizer: bool = False,
-               params: float = 0.0) -> PassTimes:
+               params: float = 0.0, logits: str = "all") -> PassTimes:
     """Seconds of one micro-batch of ``tokens`` tokens (sequences of ``seq_len``) through ``layers`` of
     the model's layers (default all; a pipeline stage passes its own count) on one GPU of ``tp``
     tensor-parallel ranks, eager PyTorch (Hugging Face modelling code, SDPA attention).
 
     ``train``: forward, loss and backward (a training micro-batch); otherwise a log-probability pass
-    (forward, fp32 log-softmax over the vocabulary). ``head``: the stage holds the output head.
+    (forward, fp32 log-softmax over the vocabulary; ``logits="last"``: the last token's logits only, a
+    prefill). ``head``: the stage holds the output head.
     ``recompute``: ``full`` re-runs every layer's forward in the backward (activation checkpointing);
     ``selective`` re-runs the attention core only. ``master_fp32``: fp32 weights under bf16 autocast
     (mixed precision with fp32 master weights; the residual stream in fp32); ``optimizer``: the fused
@@ -452,7 +449,7 @@ def pass_times(table: ComponentTable, model: TransformerShape, *, tokens: float,
             elif recompute == "selective":
                 rec += n * table.eager_seconds([op for op in ops if op[0] == "attn"])
     if head:
-        mode = ("loss_autocast" if autocast else "loss") if train else "infer"
+        mode = ("loss_autocast" if autocast else "loss") if train else ("prefill" if logits == "last" else "infer")
         fwd += table.eager_seconds(head_kernels(model, tokens, tp, mode))
         fwd += table.eager_seconds([("ew", (BF16 + res_bytes(autocast)) * model.hidden_dim * tokens / tp)])
         if train:
@@ -481,9 +478,11 @@ def decode_kernels(model: TransformerShape, batch: float, context: float, tp: in
          model.expert_ffn_dim * model.experts_per_token + model.shared_expert_ffn_dim) / tp
     gated = 2 if model.mlp == "gated" else 1
     kv_bytes = 2.0 * B * context * kvw * BF16
-    return [("gemv", B, d, q + 2 * kvw), ("ew", 2 * BF16 * q * B), ("kv", kv_bytes), ("gemv", B, q, d),
-            ("ew", 3 * BF16 * d * B), ("gemv", B, d, gated * f), ("ew", 2 * BF16 * f * B),
-            ("ew", 3 * BF16 * f * B), ("gemv", B, f, d), ("ew", 3 * BF16 * d * B)][: 10 if gated == 2 else 10]
+    ops: list[tuple] = [("gemv", B, d, q + 2 * kvw), ("ew", 2 * BF16 * q * B), ("kv", kv_bytes), ("gemv", B, q, d),
+                        ("ew", 3 * BF16 * d * B), ("gemv", B, d, gated * f), ("ew", 2 * BF16 * f * B)]
+    if gated == 2:
+        ops.append(("ew", 3 * BF16 * f * B))   # act(gate) * up
+    return ops + [("gemv", B, f, d), ("ew", 3 * BF16 * d * B)]
 
 
 def decode_seconds(table: ComponentTable, model: TransformerShape, batch: float, context: float,
@@ -650,3 +649,34 @@ def leave_one_model_out(document: Any, gpu: str, where: str = "measurements") ->
                 out.append({"model": name, "case": row_label(row), "kind": kind, "measured_s": row["median_s"],
                             "predicted_s": predicted, "ratio": predicted / row["median_s"]})
     return out
+
+
+def decode_step_array(table: ComponentTable, model: TransformerShape, running, context_sum, tp: int = 1):
+    """:func:`decode_seconds` over arrays: one decode iteration of ``running`` sequences whose cached
+    contexts add up to ``context_sum`` tokens (numpy arrays of one shape, or floats), every layer and the
+    head on one of ``tp`` ranks: per layer ``Σ_GEMM max(weights / decode_weight_bandwidth, 2·a·k·n /
+    gemm_flops)`` + the KV bytes of ``context_sum`` tokens at ``kv_bandwidth`` + the elementwise bytes at
+    ``stream_bandwidth`` + ``kernel_gpu_s`` per kernel (the sum of the kernels of :func:`decode_kernels`,
+    whose attention is linear in the total context). Seconds, the shape of ``running``."""
+    import numpy as np
+
+    a = np.asarray(running, dtype=float)
+    ctx = np.asarray(context_sum, dtype=float)
+    layer = 0.0 * a
+    count = 0
+    for kernel in decode_kernels(model, 1.0, 1.0, tp):
+        kind = kernel[0]
+        count += 1
+        if kind == "gemv":
+            _, _, k, n = kernel
+            layer = layer + np.maximum(BF16 * k * n / table.decode_weight_bandwidth,
+                                       2.0 * a * k * n / table.gemm_flops)
+        elif kind == "kv":
+            layer = layer + kernel[1] * ctx / table.kv_bandwidth   # bytes of one token of one sequence
+        else:
+            layer = layer + kernel[1] * a / table.stream_bandwidth
+    head_n = model.output_dim / tp
+    head = (np.maximum(BF16 * model.hidden_dim * head_n / table.decode_weight_bandwidth,
+                       2.0 * a * model.hidden_dim * head_n / table.gemm_flops)
+            + BF16 * head_n * a / table.stream_bandwidth + 2 * table.kernel_gpu_s)
+    return model.layers * (layer + count * table.kernel_gpu_s) + head

@@ -39,7 +39,7 @@ from packplace.placement.graph import (
     all_staleness_keys,
     build_graph,
 )
-from packplace.placement.hardware import HARDWARE_DEFAULTS, Cluster, Hardware, resolve_preset
+from packplace.placement.hardware import COMPONENT_TABLES, HARDWARE_DEFAULTS, Cluster, Hardware, resolve_preset
 from packplace.placement.memory import OFFLOAD, RECOMPUTE, SHARDING, TrainingOptions, lora_params
 from packplace.placement.models import LM_ROLES, ModelSpec
 from packplace.placement.workload import RULE_SECONDS_PER_SAMPLE, RuleReward, Workload
@@ -109,6 +109,9 @@ HARDWARE_FIELDS: dict[str, Field] = {
     "moe_gemm_peak_fraction": Field("float", "", 0, 1, default=HARDWARE_DEFAULTS["moe_gemm_peak_fraction"],
                                     meaning="ceiling of the routed experts' GEMM efficiency in training and "
                                             "log-prob passes (0: gemm_peak_fraction)"),
+    "component_table": Field("enum", "", choices=COMPONENT_TABLES, default=HARDWARE_DEFAULTS["component_table"],
+                             meaning="measured kernel-by-kernel table pricing dense passes and decode steps "
+                                     "(none: the efficiency knobs)"),
 }
 #: Fields of ``[workload]`` (``gen_quantiles`` is structured, checked by the loader). The length limits:
 #: beyond them the model is meaningless (no GPU holds such a sequence) and they keep the candidate

@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from packplace.placement.components import ComponentTable, decode_step_array, load_table, pass_times
 from packplace.placement.dp_balance import VertexBalance
 from packplace.placement.engine import (
     RolloutEngine,
@@ -80,6 +81,16 @@ class CostModel:
         self.engine = engine if engine is not None else RolloutEngine()
         self.framework = framework if framework is not None else FRAMEWORKS[DEFAULT_FRAMEWORK]
         self.sharded_models = sharded_models
+        name = getattr(hardware, "component_table", "none")
+        self.components = load_table(name) if name != "none" else None
+
+    def components_for(self, model: ModelSpec, lora_rank: int = 0) -> ComponentTable | None:
+        """The GPU type's component table (:mod:`packplace.placement.components`) when it prices this
+        model's passes: a dense model without LoRA adapters (the table's kernels are those of dense
+        layers; a mixture of experts and LoRA keep the efficiency knobs); else ``None``."""
+        if self.components is None or model.is_moe or lora_rank:
+            return None
+        return self.components
 
     # -- primitives -------------------------------------------------------------------------------
     def gemm_efficiency(self, rows: float, inner: float) -> float:
@@ -367,12 +378,17 @@ class CostModel:
             layer_compute = self.compute_time(model, block_flops, factor, tokens, tp, ep) / model.layers
         eff = self.gemm_efficiency(tokens, model.hidden_dim / tp)  # all tokens on every TP rank
         head = factor * head_flops * tokens / (tp * self.hw.flops_per_gpu * eff)
+        table = self.components_for(model, lora_rank)
+        if table is not None:   # measured components: one layer's kernels, and the head's
+            layer = pass_times(table, model, tokens=tokens, seq_len=s, train=train, layers=1, head=False, tp=tp)
+            top = pass_times(table, model, tokens=tokens, seq_len=s, train=train, layers=0, head=True, tp=tp)
+            layer_compute, head = layer.forward + layer.backward, top.forward + top.backward
         tp_level = self.group_level(tp, extent)
         comm = (4 if train else 2) * self.allreduce(tokens * model.hidden_dim * ACT_BYTES, tp, tp_level)
         if ep > 1 and model.is_moe:
             comm += ((2 if train else 1) * model.moe_layers * self.moe_alltoall(model, tokens, tp, ep, extent)
                      / model.layers)
-        per_layer = layer_compute + comm + factor * self._non_gemm(1, tokens / tp)
+        per_layer = layer_compute + comm + (0.0 if table is not None else factor * self._non_gemm(1, tokens / tp))
         counts = stage_layers(model.layers, pp)
         stage = counts[-1] * per_layer + head
         if pp > 1:
@@ -448,8 +464,12 @@ class CostModel:
         if model.is_moe:
             memory = memory + 2.0 * experts * imbalance / tp / (
                 hw.memory_bandwidth * hw.expert_decode_bw_eff(self.expert_rows(model, running, ep)))
-        step = (np.maximum(compute, memory) + self._non_gemm(L, running / tp)
-                + decode_step_overhead(hw, self.framework))
+        table = self.components_for(model)
+        if table is not None:   # measured components: the captured step's kernels
+            body = decode_step_array(table, model, running, context_sum, tp) * imbalance
+        else:
+            body = np.maximum(compute, memory) + self._non_gemm(L, running / tp)
+        step = body + decode_step_overhead(hw, self.framework)
         if ep > 1 and model.is_moe:
             step = step + model.moe_layers * self.moe_alltoall(model, running, tp, ep, extent)
         if tp > 1:
@@ -505,8 +525,12 @@ class CostModel:
         else:
             eff = self.gemm_efficiency(rows, d / tp)
             compute = self.forward_flops_per_token(model, S) * S * sequences / (tp * hw.flops_per_gpu * eff)
+        table = self.components_for(model)
+        if table is not None:   # measured components: forward of the layers, the last tokens' logits
+            compute = passes * pass_times(table, model, tokens=rows, seq_len=S, train=False, tp=tp,
+                                          logits="last").total
         per_pass = (2 * L * self.allreduce(rows * d * ACT_BYTES, tp, self.group_level(tp, extent))
-                    + self._non_gemm(L, rows / tp))
+                    + (0.0 if table is not None else self._non_gemm(L, rows / tp)))
         if ep > 1 and model.is_moe:
             per_pass += model.moe_layers * self.moe_alltoall(model, rows, tp, ep, extent)
         return compute + passes * per_pass

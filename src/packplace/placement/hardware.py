@@ -16,6 +16,7 @@ table; a config's own fields override them. Adding a preset: ``docs/recipes/add-
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -116,6 +117,10 @@ class Hardware:
             log-prob passes of a mixture of experts (in place of ``gemm_peak_fraction`` for the
             experts' FLOPs; the rows-per-expert saturation still applies); 0 (the default):
             ``gemm_peak_fraction``. Source of the H100 value: :data:`MOE_GEMM_PEAK_FRACTION_H100`.
+        component_table: Name of the GPU type's component table (:mod:`packplace.placement.components`,
+            measured kernel by kernel: ``h200``), which then prices the dense layers' passes and decode
+            steps in place of ``gemm_peak_fraction``, ``gemm_m_half``, ``decode_bw_eff`` and the
+            non-GEMM knobs; ``none`` (the default, every preset without a table) keeps those knobs.
     """
 
     flops_per_gpu: float
@@ -146,6 +151,7 @@ class Hardware:
     weight_sync_overhead: float = 0.0
     moe_decode_bw_eff: float = 0.0
     moe_gemm_peak_fraction: float = 0.0
+    component_table: str = "none"
 
     def expert_decode_bw_eff(self, tokens_per_expert):
         """The fraction of ``memory_bandwidth`` at which routed experts stream in a decode step whose
@@ -181,8 +187,10 @@ HARDWARE_DEFAULTS = {
     "gemm_m_half": 5.0, "gemm_k_half": 0.0, "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.7,
     "non_gemm_constant": 0.0, "non_gemm_scaling": 0.0, "non_gemm_batch_cal": 64.0,
     "host_bandwidth": 25e9, "decode_step_overhead": None, "phase_overhead": 0.0, "weight_sync_overhead": 0.0,
-    "moe_decode_bw_eff": 0.0, "moe_gemm_peak_fraction": 0.0,
+    "moe_decode_bw_eff": 0.0, "moe_gemm_peak_fraction": 0.0, "component_table": "none",
 }
+#: Component tables shipped with the package (``placement/tables/<name>.json``); ``none`` uses the knobs.
+COMPONENT_TABLES = ("none", "h200")
 #: Cluster-shape fields a preset fills (8 GPUs per node, one node, one rack) unless the config sets them.
 PRESET_CLUSTER = {"racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8}
 
@@ -264,14 +272,14 @@ MOE_GEMM_PEAK_FRACTION_H100 = 0.084
 #: The presets set no ``phase_overhead`` or ``weight_sync_overhead`` (both 0): what an RL
 #: framework adds per task and per weight sync is derived from the plan by its execution profile
 #: (``policy.framework``, :mod:`packplace.placement.framework`); the two knobs remain for ``calibrate``.
-PRESETS: dict[str, dict[str, float]] = {
+PRESETS: dict[str, dict[str, Any]] = {
     "h100-sxm": {"flops_per_gpu": 989e12, "memory_per_gpu": 80e9, "memory_bandwidth": 3.35e12,
                  **_links(360e9, 45e9), "host_bandwidth": 50e9,
                  "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65,
                  "moe_decode_bw_eff": MOE_DECODE_BW_EFF_H100, "moe_gemm_peak_fraction": MOE_GEMM_PEAK_FRACTION_H100},
     "h200": {"flops_per_gpu": 989e12, "memory_per_gpu": 141e9, "memory_bandwidth": 4.8e12,
              **_links(360e9, 45e9), "host_bandwidth": 50e9,
-             "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65},
+             "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "component_table": "h200"},
     "a100-80gb-sxm": {"flops_per_gpu": 312e12, "memory_per_gpu": 80e9, "memory_bandwidth": 2.039e12,
                       **_links(240e9, 22.5e9), "host_bandwidth": 25e9,
                       "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65},
