@@ -38,6 +38,7 @@ COMMANDS = {
     "place": ("packplace.placement.cli", "place the tasks of an RL post-training step on a GPU cluster"),
     "validate": ("packplace.placement.cli", "compare predicted step/phase times with published runs"),
     "calibrate": ("packplace.placement.cli", "fit hardware efficiency knobs to measured task times"),
+    "estimate": ("packplace.placement.cli", "time and peak memory per GPU of one task of one model on one GPU type"),
     "compare": ("packplace.harness.cli", "run several solvers on every instance of a suite and compare them"),
     "bench": ("packplace.harness.cli", "run the regression suites and compare them with the stored baselines"),
 }

@@ -87,6 +87,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.set_defaults(func=run)
     register_validate(subparsers)
     register_calibrate(subparsers)
+    from packplace.placement.estimate import register_estimate
+
+    register_estimate(subparsers)
     return p
 
 

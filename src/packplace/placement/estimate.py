@@ -1,0 +1,472 @@
+"""``packplace estimate``: the time and peak memory per GPU of one task of one model on one GPU type and
+parallel strategy, each with its parts.
+
+Tasks (one GPU's share; the strategy's slowest pipeline stage):
+
+* ``train`` — one micro-batch of ``micro_batch × seq_len`` tokens: forward, loss, backward, the layers'
+  forward again under ``recompute``; with ``optimizer="adam"`` fp32 master weights under bf16 autocast
+  and the fused AdamW step (fp32 gradients and moments), with ``optimizer="none"`` bf16 weights and
+  gradients and no step (the inner micro-batch of gradient accumulation);
+* ``infer`` — forward plus the log-probability of every token (fp32 log-softmax over the vocabulary),
+  as an RL log-prob pass computes them;
+* ``prefill`` — forward over ``micro_batch`` prompts of ``seq_len`` tokens, the last token's logits;
+* ``decode`` — one decode iteration of ``batch`` running sequences of ``context`` cached tokens
+  (a CUDA-graph-captured step);
+* ``generate`` — prefill of ``batch`` prompts of ``seq_len`` tokens, then decode iterations until every
+  sequence holds ``context`` tokens.
+
+Time: on a GPU type with a component table (:mod:`packplace.placement.components`, ``h200``) the kernels
+of the layers are priced from measurement; otherwise (and for mixture-of-experts or LoRA passes) the
+efficiency-knob model of :class:`~packplace.placement.cost.CostModel`. Communication (tensor-parallel
+all-reduces, pipeline sends, the data-parallel gradient all-reduce) comes from the hardware's α–β links.
+``framework="none"`` is bare kernels; a framework profile adds its per-task dispatch and its engine's
+per-decode-step overhead (:mod:`packplace.placement.framework`). The placement evaluator prices its
+passes with the same table (:meth:`~packplace.placement.cost.CostModel.pass_time`,
+:meth:`~packplace.placement.cost.CostModel.decode_step_times`).
+
+Memory: :func:`memory_parts`, the memory model's peak per GPU (:mod:`packplace.placement.memory`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packplace.errors import ConfigError, show
+from packplace.placement.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
+from packplace.placement.hardware import PRESETS, Cluster, Hardware
+from packplace.placement.memory import (
+    LOGIT_BYTES,
+    TrainingOptions,
+    stage_layers,
+    stage_params,
+    vertex_memory,
+)
+from packplace.placement.models import ModelSpec
+from packplace.shape import TransformerShape, from_hf_config, shape_from_mapping
+
+#: Tasks ``estimate`` prices (module docstring).
+TASKS = ("train", "infer", "prefill", "decode", "generate")
+#: Recomputation settings: none, the attention core, every layer's forward.
+RECOMPUTE = ("none", "selective", "full")
+#: Optimizer settings: fp32 master weights and AdamW, or none (bf16 forward + backward only).
+OPTIMIZERS = ("adam", "none")
+#: Preset model shapes (``--model NAME``): the Hugging Face ``config.json`` fields of each model.
+MODEL_PRESETS: dict[str, dict[str, Any]] = {
+    "qwen2.5-0.5b": {"model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896, "intermediate_size": 4864,
+                     "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
+                     "tie_word_embeddings": True},
+    "qwen2.5-1.5b": {"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 1536, "intermediate_size": 8960,
+                     "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
+                     "tie_word_embeddings": True},
+    "llama3.2-1b": {"model_type": "llama", "num_hidden_layers": 16, "hidden_size": 2048, "intermediate_size": 8192,
+                    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
+                    "tie_word_embeddings": True},
+    "llama3.2-3b": {"model_type": "llama", "num_hidden_layers": 28, "hidden_size": 3072, "intermediate_size": 8192,
+                    "num_attention_heads": 24, "num_key_value_heads": 8, "vocab_size": 128256,
+                    "tie_word_embeddings": True},
+    "qwen3-4b": {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 2560, "intermediate_size": 9728,
+                 "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+                 "tie_word_embeddings": True},
+    "qwen2.5-7b": {"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size": 18944,
+                   "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+                   "tie_word_embeddings": False},
+    "llama3.1-8b": {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
+                    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+                    "tie_word_embeddings": False},
+    "qwen3-8b": {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096, "intermediate_size": 12288,
+                 "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+                 "tie_word_embeddings": False},
+}
+#: Frameworks of ``--framework``: ``none`` (bare kernels) or a placement framework profile; ``vllm`` is a
+#: bare vLLM engine (the placement profile ``none``: its per-step overhead, no RL framework around it).
+ESTIMATE_FRAMEWORKS = ("none", "vllm", "verl", "nemo-rl", "openrlhf", "deepspeed-chat")
+#: Memory parts of an estimate, bytes per GPU.
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "kv_cache", "workspace")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One task's time and peak memory per GPU.
+
+    Attributes:
+        time_s: Seconds (the sum of ``parts``).
+        parts: Seconds by part: ``forward``, ``backward``, ``recompute``, ``optimizer`` (train),
+            ``prefill``, ``decode`` (generate, decode), ``communication``, ``overhead``.
+        memory: Bytes per GPU: ``peak_bytes`` and the parts of :data:`MEMORY_PARTS`.
+        model: Parameters of the model; gpu: the preset; components: the component table that priced the
+            kernels, or ``knobs`` (the efficiency-knob model).
+        inputs: The task and strategy as given.
+    """
+
+    time_s: float
+    parts: dict[str, float]
+    memory: dict[str, float]
+    components: str
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON document of ``packplace estimate --json``."""
+        return {"time_s": self.time_s, "parts": dict(self.parts), "memory": dict(self.memory),
+                "components": self.components, "inputs": dict(self.inputs)}
+
+
+def resolve_model(spec: Any) -> TransformerShape:
+    """A model shape from a :class:`~packplace.shape.TransformerShape`, a mapping of shape fields (Hugging
+    Face or packplace names), a preset name (:data:`MODEL_PRESETS`), a Hugging Face ``config.json`` path or
+    a YAML file holding one model entry (shape fields, ``{hf_config: path}``, or either under a ``model``
+    key).
+
+    Raises:
+        ConfigError: an unknown name, an unreadable file or an invalid shape, naming it.
+    """
+    if isinstance(spec, TransformerShape):
+        return spec
+    if isinstance(spec, Mapping):
+        if "hf_config" in spec:
+            return from_hf_config(str(spec["hf_config"]))
+        return shape_from_mapping(spec, "model.")
+    if not isinstance(spec, (str, Path)):
+        raise ConfigError(f"model: must be a preset name, a config.json or YAML path, got {show(spec)}")
+    name = str(spec)
+    if name in MODEL_PRESETS:
+        return from_hf_config(MODEL_PRESETS[name])
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml"):
+        from packplace.placement.config import load_yaml
+
+        doc = load_yaml(path)
+        entry = doc.get("model", doc) if isinstance(doc, Mapping) else doc
+        if isinstance(entry, Mapping) and "hf_config" in entry and not Path(str(entry["hf_config"])).is_absolute():
+            entry = {"hf_config": str(path.parent / str(entry["hf_config"]))}
+        return resolve_model(entry)
+    if path.suffix == ".json" or path.exists():
+        return from_hf_config(path)
+    raise ConfigError(f"model: {name!r} is neither a preset ({', '.join(MODEL_PRESETS)}) nor a config.json or "
+                      f"YAML file")
+
+
+def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus: int = 1) -> tuple[Cluster, Hardware]:
+    """The hardware preset ``gpu`` with ``overrides`` (any :class:`Hardware` field) on a cluster of nodes
+    of 8 GPUs holding ``gpus`` GPUs, checked as a config's ``[hardware]`` section is.
+
+    Raises:
+        ConfigError: an unknown preset or an invalid field value.
+    """
+    from packplace.placement.config import _hardware
+
+    if gpu not in PRESETS:
+        raise ConfigError(f"gpu: unknown preset {gpu!r}; valid: {', '.join(sorted(PRESETS))}")
+    per_node = min(8, gpus)
+    section = {"preset": gpu, "racks": 1, "nodes_per_rack": max(1, math.ceil(gpus / per_node)),
+               "gpus_per_node": per_node, **dict(overrides or {})}
+    return _hardware(section)
+
+
+def _check(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name}: must be an integer >= {minimum}, got {show(value)}")
+    return value
+
+
+def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch: int = 1, seq_len: int = 4096,
+             batch: int = 1, context: int = 2048, recompute: str = "none", optimizer: str = "adam",
+             tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
+             hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None) -> Estimate:
+    """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
+
+    Args:
+        model: A shape, mapping, preset name or file (:func:`resolve_model`).
+        gpu: Hardware preset (:data:`~packplace.placement.hardware.PRESETS`); ``hardware`` overrides any
+            of its fields.
+        task: One of :data:`TASKS`.
+        micro_batch, seq_len: Sequences and tokens per sequence (train, infer, prefill; generate's prompts).
+        batch, context: Running sequences and cached tokens per sequence (decode; generate's final length).
+        recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`.
+        tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees.
+        framework: :data:`ESTIMATE_FRAMEWORKS`.
+        table: A component table (object, JSON path, ``"none"`` for the knob model); default: the
+            preset's own (``component_table``).
+
+    Returns:
+        :class:`Estimate` (seconds and bytes per GPU).
+
+    Raises:
+        ConfigError: an invalid argument, naming it and its value.
+    """
+    shape = resolve_model(model)
+    if task not in TASKS:
+        raise ConfigError(f"task: must be one of {', '.join(TASKS)}, got {show(task)}")
+    if recompute not in RECOMPUTE:
+        raise ConfigError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {show(recompute)}")
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"optimizer: must be one of {', '.join(OPTIMIZERS)}, got {show(optimizer)}")
+    if framework not in ESTIMATE_FRAMEWORKS:
+        raise ConfigError(f"framework: must be one of {', '.join(ESTIMATE_FRAMEWORKS)}, got {show(framework)}")
+    for name, value in (("micro_batch", micro_batch), ("batch", batch), ("tp", tp), ("pp", pp), ("dp", dp),
+                        ("ep", ep)):
+        _check(name, value)
+    _check("seq_len", seq_len, 2)
+    _check("context", context, 1)
+    if task == "generate" and context <= seq_len:
+        raise ConfigError(f"context: must exceed seq_len ({seq_len}) for generate (the final length), got {context}")
+    if pp > shape.layers:
+        raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
+    if ep > 1 and (not shape.is_moe or dp % ep):
+        raise ConfigError(f"ep: {ep} needs a mixture-of-experts model and must divide dp ({dp})")
+    cluster, hw = resolve_hardware(gpu, hardware, tp * pp * dp)
+    components = _table(table, hw)
+    inputs = {"model": str(model) if isinstance(model, (str, Path)) else "shape", "gpu": gpu, "task": task,
+              "micro_batch": micro_batch, "seq_len": seq_len, "batch": batch, "context": context,
+              "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
+              "framework": framework, "params": shape.params}
+    parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
+                        optimizer, tp, pp, dp, ep, framework)
+    memory = memory_parts(shape, hw, task, micro_batch=micro_batch, seq_len=seq_len, batch=batch, context=context,
+                          recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep)
+    used = components.gpu if components is not None and not shape.is_moe else "knobs"
+    return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, components=used, inputs=inputs)
+
+
+def _table(table: ComponentTable | str | Path | None, hw: Hardware) -> ComponentTable | None:
+    if isinstance(table, ComponentTable):
+        return table
+    if table is None:
+        return load_table(hw.component_table) if hw.component_table != "none" else None
+    if str(table) == "none":
+        return None
+    path = Path(str(table))
+    try:
+        document = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"table: cannot read {str(path)!r} ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"table: {str(path)!r} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    return table_from_dict(document, f"table {str(path)!r}")
+
+
+def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, seq_len: int, framework: str):
+    from packplace.placement.cost import CostModel
+    from packplace.placement.framework import FRAMEWORKS
+    from packplace.placement.workload import Workload
+
+    profile = FRAMEWORKS["none" if framework in ("none", "vllm") else framework]
+    workload = Workload(batch_size=sequences, samples_per_prompt=1, context_length=max(1, seq_len - 1),
+                        generation_length=1)
+    return CostModel(hw, cluster, workload, framework=profile)
+
+
+def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: ComponentTable | None, task: str,
+                micro_batch: int, seq_len: int, batch: int, context: int, recompute: str, optimizer: str,
+                tp: int, pp: int, dp: int, ep: int, framework: str) -> dict[str, float]:
+    from packplace.placement.framework import decode_step_overhead, dispatch_seconds
+    from packplace.placement.training_time import training_overhead_seconds
+
+    extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
+    sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
+    cost = _cost(shape, cluster, hw, sequences, seq_len, framework)
+    if table is not None and shape.is_moe:
+        table = None
+    layers = stage_layers(shape.layers, pp)
+    d = shape.hidden_dim
+    parts: dict[str, float] = {}
+    tokens = micro_batch * seq_len
+    tp_level = cost.group_level(tp, extent)
+    pp_level = cost.group_level(dp * pp * tp, extent)
+    if task in ("train", "infer", "prefill"):
+        train = task == "train"
+        if table is not None:
+            stages = []
+            for i, n in enumerate(layers):
+                last = i == pp - 1
+                params = stage_params(shape, pp)[i] / tp
+                stages.append(pass_times(table, shape, tokens=tokens, seq_len=seq_len, train=train, layers=n,
+                                         head=last, tp=tp, recompute=recompute if train else "none",
+                                         master_fp32=train and optimizer == "adam",
+                                         optimizer=train and optimizer == "adam", params=params,
+                                         logits="last" if task == "prefill" else "all"))
+            worst = max(stages, key=lambda t: t.total)
+            parts.update({k: v for k, v in worst.as_dict().items() if v > 0 or k == "forward"})
+        else:   # the knob model: its pass times hold the communication and the pipeline of one micro-batch
+            fwd_comm = 2 * max(layers) * cost.allreduce(tokens * d * 2.0, tp, tp_level) + (
+                cost.p2p(tokens * d * 2.0 / tp, pp_level) if pp > 1 else 0.0)
+            forward = (cost.pass_time(shape, False, dp, pp, tp, micro_batch, extent, ep) if task != "prefill"
+                       else cost.prefill_time(shape, tp, micro_batch, micro_batch, ep, extent)) / pp - fwd_comm
+            parts["forward"] = max(0.0, forward)
+            if train:
+                both = cost.pass_time(shape, True, dp, pp, tp, micro_batch, extent, ep, include_update=False) / pp
+                parts["backward"] = max(0.0, both - 2.0 * fwd_comm - forward)
+                if recompute != "none":
+                    options = TrainingOptions(sharding="none", recompute=recompute)
+                    parts["recompute"] = training_overhead_seconds(cost, shape, options, dp, pp, tp, micro_batch,
+                                                                   extent, ep) / pp
+                if optimizer == "adam":
+                    full = cost.pass_time(shape, True, dp, pp, tp, micro_batch, extent, ep)
+                    parts["optimizer"] = max(0.0, full - both * pp - cost.allreduce(
+                        2.0 * max(stage_params(shape, pp)) / tp, dp, cost.group_level(tp * dp, extent)))
+        n = max(layers)
+        comm = (4 if train else 2) * n * cost.allreduce(tokens * d * 2.0, tp, tp_level)
+        if pp > 1:
+            comm += (2 if train else 1) * cost.p2p(tokens * d * 2.0 / tp, pp_level)
+        if train and optimizer == "adam":
+            comm += cost.allreduce(2.0 * max(stage_params(shape, pp)) / tp, dp, cost.group_level(tp * dp, extent))
+        parts["communication"] = comm
+        parts["overhead"] = dispatch_seconds(cost, cost.framework, dp) if framework != "none" else 0.0
+        return parts
+    # decode / generate
+    step_overhead = decode_step_overhead(hw, cost.framework) if framework != "none" else 0.0
+
+    def step(running: float, ctx: float) -> float:
+        if table is not None:
+            return max(decode_seconds(table, shape, running, ctx, tp, layers=n, head=i == pp - 1)
+                       for i, n in enumerate(layers)) * pp
+        import numpy as np
+
+        one = cost.decode_step_times(shape, tp, pp, extent, dp, np.array([float(running)]),
+                                     np.array([float(running) * ctx]), ep)
+        return float(one[0]) - decode_step_overhead(hw, cost.framework) - _decode_comm(cost, shape, running, tp, pp,
+                                                                                      extent, dp)
+
+    if task == "decode":
+        parts["decode"] = step(batch, context)
+        steps = 1
+    else:
+        steps = context - seq_len
+        if table is not None:
+            prefill = max(pass_times(table, shape, tokens=batch * seq_len, seq_len=seq_len, train=False, layers=n,
+                                     head=i == pp - 1, tp=tp, logits="last").total for i, n in enumerate(layers))
+        else:
+            prefill = cost.prefill_time(shape, tp, batch, batch, ep, extent)
+        parts["prefill"] = prefill
+        parts["decode"] = steps * step(batch, (seq_len + context) / 2.0)   # linear in the context
+    parts["communication"] = steps * _decode_comm(cost, shape, batch, tp, pp, extent, dp)
+    parts["overhead"] = steps * step_overhead + (dispatch_seconds(cost, cost.framework, dp)
+                                                 if framework not in ("none", "vllm") else 0.0)
+    return parts
+
+
+def _decode_comm(cost, shape: ModelSpec, running: float, tp: int, pp: int, extent: tuple[int, int, int],
+                 dp: int) -> float:
+    """Tensor-parallel all-reduces (2 per layer) and pipeline hand-offs of one decode iteration, seconds."""
+    seconds = 0.0
+    d = shape.hidden_dim
+    if tp > 1:
+        alpha, beta = cost.hw.coll(cost.group_level(tp, extent))
+        seconds += 2 * shape.layers * 2 * (tp - 1) * (alpha + running * d * 2.0 / tp * beta)
+    if pp > 1:
+        alpha, beta = cost.hw.p2p(cost.group_level(dp * pp * tp, extent))
+        seconds += (pp - 1) * (alpha + running * d * 2.0 / tp * beta)
+    return seconds
+
+
+def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int, seq_len: int, batch: int,
+                 context: int, recompute: str, optimizer: str, tp: int, pp: int, dp: int, ep: int) -> dict[str, float]:
+    """Peak bytes per GPU and its parts (:data:`MEMORY_PARTS`): the one adapter between ``estimate`` and the
+    memory model (:func:`packplace.placement.memory.vertex_memory`, the placement evaluator's), which
+    gives the peak; the parts split it (weights, gradients and optimizer state of the worst stage; the
+    fp32 logits of the last stage; the KV cache of a decode; activations the rest)."""
+    stage = max(stage_params(shape, pp)) / tp
+    weights = 2.0 * stage
+    if task == "train":
+        options = TrainingOptions(sharding="none", recompute=recompute)
+        resident, transient = vertex_memory(shape, "train", dp=dp, pp=pp, tp=tp, micro_batch=micro_batch,
+                                            micro_batches=1, seq_len=seq_len, prompt_len=seq_len,
+                                            live_len=seq_len, options=options, ep=ep)
+        gradients = 2.0 * stage
+        state = max(0.0, resident - weights - gradients)
+        if optimizer == "none":
+            state = 0.0
+        logits = micro_batch * seq_len * shape.output_dim * LOGIT_BYTES / tp
+        parts = {"weights": weights, "gradients": gradients, "optimizer": state,
+                 "activations": max(0.0, transient - logits), "logits": logits, "kv_cache": 0.0, "workspace": 0.0}
+    elif task in ("infer", "prefill"):
+        resident, transient = vertex_memory(shape, "infer", dp=dp, pp=pp, tp=tp, micro_batch=micro_batch,
+                                            micro_batches=1, seq_len=seq_len, prompt_len=seq_len, live_len=seq_len,
+                                            ep=ep)
+        logits = micro_batch * seq_len * shape.output_dim * LOGIT_BYTES / tp
+        if task == "prefill":
+            logits = micro_batch * shape.output_dim * LOGIT_BYTES / tp
+        parts = {"weights": resident, "gradients": 0.0, "optimizer": 0.0,
+                 "activations": max(0.0, transient - micro_batch * seq_len * shape.output_dim * LOGIT_BYTES / tp),
+                 "logits": logits, "kv_cache": 0.0, "workspace": 0.0}
+    else:
+        resident, transient = vertex_memory(shape, "generate", dp=dp, pp=pp, tp=tp, micro_batch=batch,
+                                            micro_batches=1, seq_len=context, prompt_len=seq_len if task == "generate"
+                                            else context, live_len=context, prefill_sequences=1, ep=ep)
+        kv = shape.kv_bytes_per_token(tp, 1) * max(stage_layers(shape.layers, pp)) / shape.layers * batch * context
+        logits = batch * shape.output_dim * LOGIT_BYTES / tp
+        parts = {"weights": resident, "gradients": 0.0, "optimizer": 0.0, "activations": 0.0, "logits": logits,
+                 "kv_cache": kv, "workspace": max(0.0, transient - kv - logits)}
+    return {"peak_bytes": sum(parts.values()), **parts}
+
+
+# -- command line ---------------------------------------------------------------------------------------
+def register_estimate(subparsers) -> None:
+    """Add ``estimate`` to the CLI (``func`` set to :func:`run_estimate`)."""
+    p = subparsers.add_parser(
+        "estimate", help="time and peak memory per GPU of one task of one model on one GPU type",
+        description="Time and peak memory per GPU of one task (train, infer, prefill, decode, generate) of one "
+                    "model on one GPU type and parallel strategy, each with its parts. On a GPU type with a "
+                    "measured component table (h200) the kernels are priced from measurement.")
+    p.add_argument("--model", required=True,
+                   help=f"a Hugging Face config.json, a YAML model entry or a preset ({', '.join(MODEL_PRESETS)})")
+    p.add_argument("--gpu", default="h200", help=f"hardware preset (default h200; {', '.join(sorted(PRESETS))})")
+    p.add_argument("--hw", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a hardware field of the preset (repeatable), e.g. --hw memory_per_gpu=80e9")
+    p.add_argument("--table", default=None, metavar="PATH",
+                   help="a component table JSON (from packplace calibrate --measurements), or 'none' for the "
+                        "efficiency-knob model; default: the preset's own")
+    p.add_argument("--task", default="train", choices=TASKS, help="default train")
+    p.add_argument("--micro-batch", type=int, default=1, dest="micro_batch", metavar="B",
+                   help="sequences per micro-batch (train, infer, prefill; generate's prompts: --batch)")
+    p.add_argument("--seq-len", type=int, default=4096, dest="seq_len", metavar="S",
+                   help="tokens per sequence (train, infer, prefill); prompt tokens (generate); default 4096")
+    p.add_argument("--batch", type=int, default=1, metavar="B", help="running sequences (decode, generate)")
+    p.add_argument("--context", type=int, default=2048, metavar="C",
+                   help="cached tokens per sequence (decode); final tokens per sequence (generate); default 2048")
+    p.add_argument("--recompute", default="none", choices=RECOMPUTE, help="default none")
+    p.add_argument("--optimizer", default="adam", choices=OPTIMIZERS,
+                   help="adam: fp32 master weights + AdamW step; none: bf16 forward + backward only")
+    for name in ("tp", "pp", "dp", "ep"):
+        p.add_argument(f"--{name}", type=int, default=1, help=f"{name} degree (default 1)")
+    p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
+                   help="none: bare kernels; otherwise the framework's dispatch and engine overheads")
+    p.set_defaults(func=run_estimate)
+
+
+def _overrides(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--hw: expected FIELD=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def format_estimate(result: Estimate) -> str:
+    """The estimate as text: the time and its parts, the peak memory and its parts."""
+    GB = 1e9
+    lines = [f"time per GPU: {result.time_s:.4f} s  (kernels priced by: {result.components})"]
+    lines += [f"  {name:<14} {seconds:.4f} s" for name, seconds in result.parts.items()]
+    lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB")
+    lines += [f"  {name:<14} {result.memory[name] / GB:.2f} GB" for name in MEMORY_PARTS]
+    return "\n".join(lines)
+
+
+def run_estimate(args) -> int:
+    """Print the estimate (``--json``: the document of :meth:`Estimate.as_dict`)."""
+    result = estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
+                      batch=args.batch, context=args.context, recompute=args.recompute, optimizer=args.optimizer,
+                      tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
+                      hardware=_overrides(args.hw), table=args.table)
+    print(format_estimate(result))
+    args.json_document = result.as_dict()
+    return 0
