@@ -16,11 +16,12 @@ whose step time exceeds :data:`MAX_PLAUSIBLE_STEP_S`, or a validation figure out
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Any
 
-from packplace import interrupt, yamlio
+from packplace import interrupt, outputs, yamlio
 from packplace.errors import ConfigError
 from packplace.outputs import json_text, write_atomic
 from packplace.placement import api
@@ -46,6 +47,7 @@ from packplace.placement.evaluator import get_evaluator
 from packplace.placement.gantt import check_format, draw_gantt
 from packplace.placement.hardware import Hardware
 from packplace.placement.plan import gpu_ranges, plan_to_json
+from packplace.placement.task_estimate import register_estimate
 from packplace.placement.validate import format_rows, load_setup, validate, validation_files
 from packplace.result import check_limits
 from packplace.solvers import available
@@ -87,8 +89,6 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.set_defaults(func=run)
     register_validate(subparsers)
     register_calibrate(subparsers)
-    from packplace.placement.estimate import register_estimate
-
     register_estimate(subparsers)
     return p
 
@@ -291,18 +291,70 @@ def register_calibrate(subparsers) -> None:
         "calibrate", help="fit hardware efficiency knobs to measured task times",
         description="Fit the hardware efficiency knobs to the measured seconds per task of one profiled step "
                     "(scipy least_squares within physical bounds); print fitted values, residuals and the "
-                    "fitted hardware block.")
-    p.add_argument("--config", required=True, help="config with validation.plan (the placement that was profiled)")
-    p.add_argument("--measured", required=True,
+                    "fitted hardware block. With --measurements: fit a GPU type's component table to a "
+                    "component measurement file (benchmarks/hardware/h200/measure.py's JSON), print each "
+                    "constant with its source rows and the leave-one-model-out table, write the table (--out).")
+    p.add_argument("--config", default=None, help="config with validation.plan (the placement that was profiled)")
+    p.add_argument("--measured", default=None,
                    help="YAML: task name -> measured seconds, or {times: {...}, engine_only: [...], knobs: [...]}")
     p.add_argument("--knobs", default=None,
                    help=f"comma-separated knobs to fit (default: the measured file's knobs, else "
                         f"{','.join(DEFAULT_KNOBS)}; valid: {', '.join(KNOB_BOUNDS)})")
+    p.add_argument("--measurements", default=None, metavar="JSON",
+                   help="a component measurement file: fit a component table instead of the knobs")
+    p.add_argument("--gpu", default=None, help="with --measurements: the GPU type's name (a hardware preset)")
+    p.add_argument("--out", default=None, help="with --measurements: write the component table JSON here")
     p.set_defaults(func=run_calibrate)
 
 
+def run_calibrate_components(args: argparse.Namespace) -> int:
+    """``calibrate --measurements``: fit a component table, print its constants with their source rows and
+    every row's leave-one-model-out ratio, write the table to ``--out``."""
+    from packplace.placement.components import CONSTANTS, fit_table, leave_one_model_out  # only this mode fits
+
+    if args.config or args.measured:
+        raise ConfigError("calibrate: --measurements fits a component table; give it without --config/--measured")
+    text = yamlio.read_regular_text(args.measurements, "measurements")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"measurements {args.measurements!r}: invalid JSON ({exc.msg} at line {exc.lineno})") \
+            from None
+    where = f"measurements {str(args.measurements)!r}"
+    gpu = args.gpu or "gpu"
+    table = fit_table(document, gpu, where=where)
+    print(f"component table {gpu} from {args.measurements}:")
+    for name in CONSTANTS:
+        print(f"  {name}: {getattr(table, name):.4g}   ({table.sources.get(name, '')})")
+    rows = leave_one_model_out(document, gpu, where)
+    print("leave-one-model-out (each model predicted by a table fitted without its rows):")
+    for row in rows:
+        print(f"  {row['case']:<40} measured {row['measured_s']:.5f} s  predicted {row['predicted_s']:.5f} s  "
+              f"{row['ratio']:.3f}")
+    summary = {}
+    for kind in ("pass", "decode"):
+        ratios = [r["ratio"] for r in rows if r["kind"] == kind]
+        if ratios:
+            inside = sum(0.87 <= r <= 1.15 for r in ratios) / len(ratios)
+            summary[kind] = {"rows": len(ratios), "within_0.87_1.15": inside, "min": min(ratios), "max": max(ratios)}
+            print(f"{kind}: {len(ratios)} rows, {inside:.0%} within 0.87-1.15, "
+                  f"range {min(ratios):.3f}-{max(ratios):.3f}")
+    document_out = table.as_dict()
+    document_out["measurements"] = str(args.measurements)
+    if args.out:
+        outputs.write_atomic(args.out, json.dumps(document_out, indent=1) + "\n", "--out", [args.measurements])
+        print(f"wrote {args.out}")
+    args.json_document = {"table": document_out, "leave_one_model_out": rows, "summary": summary}
+    return 0
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
-    """Print fitted knobs, the knobs kept fixed, residuals per task and the fitted hardware block."""
+    """Print fitted knobs, the knobs kept fixed, residuals per task and the fitted hardware block
+    (``--measurements``: :func:`run_calibrate_components`)."""
+    if args.measurements is not None:
+        return run_calibrate_components(args)
+    if not args.config or not args.measured:
+        raise ConfigError("calibrate: needs --config and --measured (or --measurements for a component table)")
     instance, plan, _ = load_setup(args.config)
     # the measured file is task -> seconds, not a config: its errors name it as the measured file
     text = yamlio.read_regular_text(args.measured, "measured")
@@ -334,7 +386,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     print("hardware:")
     hw = result["hardware"]
     for k in Hardware.__dataclass_fields__:
-        print(f"  {k}: {getattr(hw, k):.6g}")
+        value = getattr(hw, k)
+        print(f"  {k}: {value:.6g}" if isinstance(value, float) else f"  {k}: {value}")
     args.json_document = {"knobs": result["knobs"], "fixed": result["fixed"], "residuals": result["residuals"],
                           "hardware": {k: getattr(hw, k) for k in Hardware.__dataclass_fields__},
                           "at_limit": result["at_limit"], "status": result["status"]}

@@ -38,8 +38,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from packplace.errors import ConfigError
-from packplace.shape import TransformerShape
+from packplace.shape import TransformerShape, from_hf_config
 
 #: Folder of the shipped component tables (``<preset>.json``).
 TABLE_DIR = Path(__file__).parent / "tables"
@@ -511,8 +513,6 @@ def read_measurements(document: Any, where: str = "measurements") -> dict[str, A
     Raises:
         ConfigError: a missing section or a row naming an unknown model or mode, naming it.
     """
-    from packplace.shape import from_hf_config
-
     if not isinstance(document, dict):
         raise ConfigError(f"{where}: must be a JSON object")
     for key in ("configs", "peak", "hf", "decode"):
@@ -582,8 +582,7 @@ def fit_table(document: Any, gpu: str, exclude_models: tuple[str, ...] = (),
     Raises:
         ConfigError: the file lacks rows to determine a constant.
     """
-    import numpy as np
-    from scipy.optimize import least_squares
+    from scipy.optimize import least_squares  # scipy loads only when a table is fitted
 
     data = read_measurements(document, where)
     peak = data["peak"]
@@ -658,7 +657,6 @@ def decode_step_array(table: ComponentTable, model: TransformerShape, running, c
     gemm_flops)`` + the KV bytes of ``context_sum`` tokens at ``kv_bandwidth`` + the elementwise bytes at
     ``stream_bandwidth`` + ``kernel_gpu_s`` per kernel (the sum of the kernels of :func:`decode_kernels`,
     whose attention is linear in the total context). Seconds, the shape of ``running``."""
-    import numpy as np
 
     a = np.asarray(running, dtype=float)
     ctx = np.asarray(context_sum, dtype=float)

@@ -36,8 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from packplace.errors import ConfigError, show
 from packplace.placement.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
+from packplace.placement.config import _hardware, load_yaml
+from packplace.placement.cost import CostModel
+from packplace.placement.framework import FRAMEWORKS, decode_step_overhead, dispatch_seconds
 from packplace.placement.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.memory import (
     LOGIT_BYTES,
@@ -47,6 +52,8 @@ from packplace.placement.memory import (
     vertex_memory,
 )
 from packplace.placement.models import ModelSpec
+from packplace.placement.training_time import training_overhead_seconds
+from packplace.placement.workload import Workload
 from packplace.shape import TransformerShape, from_hf_config, shape_from_mapping
 
 #: Tasks ``estimate`` prices (module docstring).
@@ -137,8 +144,6 @@ def resolve_model(spec: Any) -> TransformerShape:
         return from_hf_config(MODEL_PRESETS[name])
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
-        from packplace.placement.config import load_yaml
-
         doc = load_yaml(path)
         entry = doc.get("model", doc) if isinstance(doc, Mapping) else doc
         if isinstance(entry, Mapping) and "hf_config" in entry and not Path(str(entry["hf_config"])).is_absolute():
@@ -157,8 +162,6 @@ def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus:
     Raises:
         ConfigError: an unknown preset or an invalid field value.
     """
-    from packplace.placement.config import _hardware
-
     if gpu not in PRESETS:
         raise ConfigError(f"gpu: unknown preset {gpu!r}; valid: {', '.join(sorted(PRESETS))}")
     per_node = min(8, gpus)
@@ -250,10 +253,6 @@ def _table(table: ComponentTable | str | Path | None, hw: Hardware) -> Component
 
 
 def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, seq_len: int, framework: str):
-    from packplace.placement.cost import CostModel
-    from packplace.placement.framework import FRAMEWORKS
-    from packplace.placement.workload import Workload
-
     profile = FRAMEWORKS["none" if framework in ("none", "vllm") else framework]
     workload = Workload(batch_size=sequences, samples_per_prompt=1, context_length=max(1, seq_len - 1),
                         generation_length=1)
@@ -263,9 +262,6 @@ def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, seq_
 def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: ComponentTable | None, task: str,
                 micro_batch: int, seq_len: int, batch: int, context: int, recompute: str, optimizer: str,
                 tp: int, pp: int, dp: int, ep: int, framework: str) -> dict[str, float]:
-    from packplace.placement.framework import decode_step_overhead, dispatch_seconds
-    from packplace.placement.training_time import training_overhead_seconds
-
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
     cost = _cost(shape, cluster, hw, sequences, seq_len, framework)
@@ -324,8 +320,6 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
         if table is not None:
             return max(decode_seconds(table, shape, running, ctx, tp, layers=n, head=i == pp - 1)
                        for i, n in enumerate(layers)) * pp
-        import numpy as np
-
         one = cost.decode_step_times(shape, tp, pp, extent, dp, np.array([float(running)]),
                                      np.array([float(running) * ctx]), ep)
         return float(one[0]) - decode_step_overhead(hw, cost.framework) - _decode_comm(cost, shape, running, tp, pp,
