@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +223,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         raise ConfigError(f"ep: {ep} needs a mixture-of-experts model and must divide dp ({dp})")
     cluster, hw = resolve_hardware(gpu, hardware, tp * pp * dp)
     components = _table(table, hw)
+    if components is None:
+        hw = replace(hw, component_table="none")
     inputs = {"model": str(model) if isinstance(model, (str, Path)) else "shape", "gpu": gpu, "task": task,
               "micro_batch": micro_batch, "seq_len": seq_len, "batch": batch, "context": context,
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
@@ -265,6 +267,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
     cost = _cost(shape, cluster, hw, sequences, seq_len, framework)
+    cost.components = table   # the knob model's passes (MoE) with the same table as the kernels below
     if table is not None and shape.is_moe:
         table = None
     layers = stage_layers(shape.layers, pp)
