@@ -1,0 +1,440 @@
+"""Peak memory of one pass of one model on one GPU, from the layer's own tensors (bytes).
+
+:func:`pass_memory` answers "what does this pass hold on each GPU at its peak?" for a training
+micro-batch (forward + backward, optional recomputation, the optimizer step), a log-prob forward, an
+engine prefill, one decode iteration or a whole generation, and returns the parts: weights, gradients,
+optimizer state, saved activations, logits, KV cache and workspace. The placement evaluator's
+:func:`~packplace.placement.memory.vertex_memory` prices activations, logits and workspace with the
+same functions, so ``place`` / ``validate`` and ``estimate`` agree.
+
+The model follows what the tensors of a Hugging Face decoder layer are (``LlamaDecoderLayer`` /
+``Qwen2DecoderLayer`` with SDPA attention, PyTorch autograd), not fitted per-token knobs:
+
+* **saved activations** (:func:`saved_activation_bytes_per_token`): per layer, what autograd keeps for
+  the backward pass. RMSNorm upcasts to fp32 and keeps that copy and the normalised tensor; every linear
+  keeps its input (under ``torch.autocast`` each linear casts the fp32 norm output to bf16 itself, so
+  Q, K, V and gate, up each keep one copy); the flash / memory-efficient SDPA kernel keeps Q, K, V, its
+  output and the fp32 log-sum-exp (no ``s²`` score matrix); a gated MLP keeps gate, up, ``act(gate)``
+  and their product, each of the MLP's real width (Qwen2.5-1.5B: 5.8·d); Q/K-norm (Qwen3) keeps its
+  own fp32 copies. Sources: transformers ``modeling_llama.py`` (``LlamaRMSNorm.forward``,
+  ``LlamaMLP.forward``), PyTorch's autocast op lists (docs.pytorch.org/docs/stable/amp.html, "CUDA Ops
+  that can autocast to float16": linear and SDPA cast their inputs; norms and pointwise ops do not).
+* **logits** (:func:`logit_bytes_per_token`): the bf16 LM-head output, its fp32 upcast and the fp32
+  log-softmax over the vocabulary of every token, ``10·V`` bytes per token in a log-prob pass or the
+  loss's forward; the loss's backward holds the saved log-softmax, its incoming gradient and its output
+  gradient, ``12·V``.
+* **autocast weight copies**: with fp32 master weights ``torch.autocast`` caches the bf16 copy of every
+  weight a matmul uses until the autocast region exits, and autograd keeps them for the backward
+  (docs.pytorch.org/docs/stable/amp.html, ``torch.autocast(cache_enabled=True)``); under gradient
+  checkpointing only the output head's copy outlives the forward.
+* **allocator rounding**: PyTorch's caching allocator hands a large request a whole cached block when the
+  block would leave 1 MiB or less (``kSmallSize``) after a split, so each live tensor can count up to
+  1 MiB more than its size in ``torch.cuda.max_memory_allocated`` (c10/cuda/CUDACachingAllocator.cpp,
+  ``should_split``): :data:`ALLOCATOR_BLOCK_SLACK` per live weight and saved tensor.
+* **workspace**: what the process holds that no pass tensor explains (cuBLAS / cuBLASLt workspaces,
+  kernel scratch, allocator residue): :attr:`MemoryStack.workspace_bytes`, per software stack.
+
+Peak: a pass's memory rises and falls, so the peak is the largest of its phases (:func:`pass_memory`):
+the end of the forward (every activation saved, the loss's logits), the start of the backward (the
+loss's gradient over the vocabulary) and the end of the backward (every gradient, the last layer's
+working set, a tied embedding's second gradient). Units: bytes, tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packplace.errors import ConfigError
+from packplace.placement.models import ModelSpec
+
+#: Tasks :func:`pass_memory` prices.
+TASKS = ("train", "infer", "prefill", "decode", "generate")
+#: Optimizers: ``adam`` (fp32 master weights, fp32 moments) or ``none`` (forward + backward only).
+OPTIMIZERS = ("adam", "none")
+#: Activation recomputation: ``none``, ``selective`` (the attention core; flash attention keeps no score
+#: matrix, so the same as ``none``) or ``full`` (every layer's input only, one layer recomputed at a time).
+RECOMPUTE_MODES = ("none", "selective", "full")
+#: Allocator slack per live tensor, bytes: a block is not split when 1 MiB or less would remain
+#: (PyTorch c10/cuda/CUDACachingAllocator.cpp, ``kSmallSize`` in ``should_split``).
+ALLOCATOR_BLOCK_SLACK = 1 << 20
+#: Saved tensors per layer for the slack count: norms (fp32 copy, normalised, output: 3 each), Q, K, V,
+#: attention output and log-sum-exp (5), MLP (4), autocast casts of the norm outputs (5): an upper count.
+SAVED_TENSORS_PER_LAYER = 20
+#: Weight tensors per layer for the slack count: Q, K, V, O, gate, up, down, three biases (an upper count).
+WEIGHT_TENSORS_PER_LAYER = 10
+#: Bytes per vocabulary entry per token of a log-prob pass or the loss's forward: bf16 logits (2), their
+#: fp32 copy (4) and the fp32 log-softmax (4).
+LOGIT_FORWARD_BYTES = 10
+#: Bytes per vocabulary entry per token while the loss's backward runs: the saved fp32 log-softmax, its
+#: incoming gradient and the gradient it produces (3 × 4).
+LOGIT_BACKWARD_BYTES = 12
+
+
+@dataclass(frozen=True)
+class MemoryStack:
+    """Per-process constants of one software stack on one GPU type.
+
+    Attributes:
+        name: The framework name (``none``: bare PyTorch eager modules, Hugging Face layers).
+        workspace_bytes: Bytes a process holds beyond the pass's tensors and their allocator slack.
+        source: Where the figure comes from.
+    """
+
+    name: str
+    workspace_bytes: float
+    source: str
+
+
+#: Workspace of the bare PyTorch stack (torch 2.11, CUDA 13) on an H200: the largest residual of the
+#: log-prob rows of ``benchmarks/hardware/h200/measurements.json`` (``hf`` rows of mode ``fwd``) after
+#: their bf16 weights, KV cache, ``10·T·V`` logits and allocator slack: 0.67-0.80 GB over the five model
+#: shapes in runs 2 and 3 (0.47 GB in run 1), rounded up.
+STACKS: dict[str, MemoryStack] = {
+    "none": MemoryStack("none", 0.80e9,
+                        "benchmarks/hardware/h200/measurements.json, hf rows of mode fwd (largest residual)"),
+}
+
+
+def stack(framework: str) -> MemoryStack:
+    """The :class:`MemoryStack` of ``framework``; a framework without its own measurement uses the bare
+    PyTorch stack's (every framework here runs PyTorch eager layers)."""
+    return STACKS.get(framework, STACKS["none"])
+
+
+@dataclass(frozen=True)
+class PassMemory:
+    """Peak memory of one pass on one GPU, bytes, and its parts at the peak.
+
+    ``peak_bytes`` is the sum of the parts. ``weights``: bf16 weights, or under fp32 master weights
+    (optimizer ``adam``, no sharding) the fp32 weights plus the autocast bf16 copies alive at the peak;
+    ``gradients``; ``optimizer``: Adam moments (and the fp32 master copy when the weights are bf16);
+    ``activations``: saved activations or the no-grad working set; ``logits``; ``kv_cache``;
+    ``workspace``: the stack's workspace plus allocator slack. ``phase`` names the phase that sets the
+    peak (``forward``, ``loss_backward``, ``backward_end``, ``layer``, ``logits``, ``decode``).
+    """
+
+    peak_bytes: float
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    logits: float
+    kv_cache: float
+    workspace: float
+    phase: str
+
+    def as_dict(self) -> dict[str, float | str]:
+        """The parts as a JSON-ready mapping (bytes)."""
+        return {"peak_bytes": self.peak_bytes, "weights": self.weights, "gradients": self.gradients,
+                "optimizer": self.optimizer, "activations": self.activations, "logits": self.logits,
+                "kv_cache": self.kv_cache, "workspace": self.workspace, "phase": self.phase}
+
+
+def _norm_bytes(model: ModelSpec, autocast: bool) -> float:
+    """Saved bytes per token of one normalisation layer (its output's consumers counted elsewhere
+    under autocast): RMSNorm keeps the fp32 input copy and the normalised tensor (bf16: 4 + 2, plus the
+    bf16 output every linear keeps, 2; autocast: the fp32 input and the fp32 normalised tensor, 4 + 4);
+    LayerNorm keeps its input and output (bf16: 2 + 2; autocast: the fp32 input, 4)."""
+    d = model.hidden_dim
+    if model.norm == "rms":
+        return 8.0 * d
+    return 4.0 * d
+
+
+def saved_activation_bytes_per_token(model: ModelSpec, autocast: bool) -> float:
+    """Bytes autograd keeps per token for one layer's backward (``tp = 1``; flash / SDPA attention).
+
+    ``autocast`` true: fp32 weights under ``torch.autocast(bf16)`` (the residual stream is fp32);
+    false: bf16 weights (bf16 residual stream, fp32 only inside the norms). With ``d`` hidden, ``q``
+    attention width, ``k`` key/value width, ``h`` heads, ``f`` MLP width:
+
+    * two norms (:func:`_norm_bytes`): RMSNorm ``8d`` each;
+    * autocast only: each linear casts the fp32 norm output to bf16 itself, ``2d`` per consumer: Q, K, V
+      and gate, up (gated) or fc1 (plain);
+    * attention: Q, K, V, output (bf16) and the fp32 log-sum-exp: ``4q + 4k + 4h``; Q/K-norm adds its
+      fp32 copies and normalised tensors, ``6(q + k)`` (bf16) or ``8(q + k)`` (autocast);
+    * MLP: gated keeps gate, up, ``act(gate)`` and the product, ``8f``; plain keeps fc1's output and the
+      activation, ``4f``; a MoE layer keeps that of its ``experts_per_token`` routed experts (and shared
+      experts) per token, the dispatched and combined token copies (``4d`` per routed expert) and the
+      fp32 router probabilities (``4·num_experts``).
+
+    Llama-3.1-8B: ``49·d`` per token (bf16) and ``59·d`` (autocast), against Korthikanti et al. 2022's
+    ``34·d`` for a GPT layer with a ``4d`` plain MLP.
+    """
+    d, q, k, h = model.hidden_dim, model.attention_dim, model.kv_dim, model.heads
+    gated = model.mlp == "gated"
+    per_mlp = 8.0 if gated else 4.0
+    total = 2.0 * _norm_bytes(model, autocast)
+    if autocast:
+        total += 2.0 * d * (3 + (2 if gated else 1))
+    total += 4.0 * q + 4.0 * k + 4.0 * h
+    if model.qk_norm:
+        total += (8.0 if autocast else 6.0) * (q + k)
+    dense_mlp = per_mlp * model.ffn_dim
+    if model.is_moe:
+        moe_mlp = (per_mlp * (model.experts_per_token * model.expert_ffn_dim + model.shared_expert_ffn_dim)
+                   + 4.0 * d * model.experts_per_token + 4.0 * model.num_experts)
+        total += (model.dense_layers * dense_mlp + model.moe_layers * moe_mlp) / model.layers
+    else:
+        total += dense_mlp
+    return total
+
+
+def working_set_bytes_per_token(model: ModelSpec) -> float:
+    """Bytes per token of one layer's largest live set in a no-grad bf16 forward (nothing saved): the
+    residual and the norm output (``4d``) plus the larger of the attention step (the norm's fp32 copies,
+    Q, K, V and the output: ``8d + 4q + 4k``) and the MLP step (gated: ``act(gate)``, up and their
+    product, ``6f``; plain: fc1's output and the activation, ``4f``; MoE: the routed experts' share
+    and the dispatched copies)."""
+    d, q, k = model.hidden_dim, model.attention_dim, model.kv_dim
+    per = 6.0 if model.mlp == "gated" else 4.0
+    width = model.ffn_dim
+    if model.is_moe:
+        width = max(width, model.experts_per_token * model.expert_ffn_dim + model.shared_expert_ffn_dim)
+    mlp = per * width + (4.0 * d * model.experts_per_token if model.is_moe else 0.0)
+    return 4.0 * d + max(8.0 * d + 4.0 * q + 4.0 * k, mlp)
+
+
+def checkpoint_bytes_per_token(model: ModelSpec, autocast: bool) -> float:
+    """Bytes per token per layer kept under full recomputation: the layer's input (fp32 under autocast,
+    bf16 otherwise)."""
+    return (4.0 if autocast else 2.0) * model.hidden_dim
+
+
+def logit_bytes_per_token(model: ModelSpec, backward: bool) -> float:
+    """Bytes per token of the output head's logits: :data:`LOGIT_FORWARD_BYTES` (or
+    :data:`LOGIT_BACKWARD_BYTES` while the loss's backward runs) times the output width (``V``, or 1 for a
+    value head)."""
+    return (LOGIT_BACKWARD_BYTES if backward else LOGIT_FORWARD_BYTES) * model.output_dim
+
+
+def _check(name: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ConfigError(f"{name}: must be one of {', '.join(valid)}, got {value!r}")
+
+
+def _check_positive(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name}: must be an integer >= 1, got {value!r}")
+
+
+def _stage(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[list[float], tuple[int, ...]]:
+    """Parameters one GPU holds per stage and the stage layer counts (imported lazily: memory.py imports
+    this module)."""
+    from packplace.placement.memory import stage_layers, stage_params, stage_split
+
+    if model.is_moe and ep > 1:
+        per = [dense + expert for dense, expert in stage_split(model, pp, tp, ep)]
+    else:
+        per = [p / tp for p in stage_params(model, pp)]
+    return per, stage_layers(model.layers, pp)
+
+
+def _head_gemm_on_stage(model: ModelSpec, last: bool, tp: int) -> float:
+    return model.head_gemm_params / tp if last else 0.0
+
+
+def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: int = 0, context: int = 0,
+                recompute: str = "none", optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1,
+                ep: int = 1, framework: str = "none", sharding: str = "none", micro_batches: int = 1,
+                workspace_bytes: float | None = None) -> PassMemory:
+    """Peak memory per GPU of one pass (bytes), the worst pipeline stage, with its parts.
+
+    Args:
+        model: The shape.
+        task: ``train`` (one micro-batch's forward + backward, recomputation, the optimizer step),
+            ``infer`` (forward plus the fp32 log-softmax of every token: an RL log-prob pass),
+            ``prefill`` (an engine's prefill of ``micro_batch`` prompts of ``seq_len`` tokens: KV cache
+            written, logits of the last token only), ``decode`` (one iteration of ``micro_batch``
+            running sequences of ``context`` cached tokens) or ``generate`` (``micro_batch`` sequences
+            generated up to ``context`` tokens: the last decode iteration plus one prompt's prefill).
+        micro_batch: Sequences (``B``).
+        seq_len: Tokens per sequence (train, infer, prefill; ``S``).
+        context: Cached tokens per sequence (decode, generate; ``C``).
+        recompute: ``none``, ``selective`` or ``full`` (:data:`RECOMPUTE_MODES`; train only).
+        optimizer: ``adam`` or ``none`` (train only): ``adam`` with ``sharding: none`` is fp32 master
+            weights under ``torch.autocast`` with fp32 gradients and fused AdamW, as a bare PyTorch
+            loop trains; with ``zero1``–``zero3`` the ZeRO mixed-precision layout of
+            :func:`~packplace.placement.memory.train_state_bytes` (bf16 weights and activations);
+            ``none``: bf16 weights and gradients, no optimizer state.
+        tp, pp, dp, ep: Parallel degrees (activations and logits split ``tp`` ways as with sequence
+            parallelism and a vocabulary-parallel head; ``pp`` stages hold ``min(pp − i, micro_batches)``
+            micro-batches in flight under 1F1B; ``dp`` shards state only through ``sharding``; ``ep``
+            splits the routed experts).
+        framework: ``none`` (bare PyTorch, Hugging Face layers; a log-prob forward keeps the model's
+            KV cache, as ``model(input_ids)`` does with ``use_cache`` on) or a framework profile name
+            (its passes run with ``use_cache`` off).
+        sharding: ``none``, ``zero1``, ``zero2``, ``zero3`` (train; ``zero3`` also shards ``infer``
+            weights).
+        micro_batches: Micro-batches per step (pipeline in-flight count).
+        workspace_bytes: Overrides the stack's workspace (a leave-one-out check refits it).
+
+    Returns:
+        :class:`PassMemory`.
+
+    Raises:
+        ConfigError: an unknown task / recompute / optimizer / sharding value, a non-positive degree or
+            batch, or a missing ``seq_len`` / ``context`` for the task.
+    """
+    from packplace.placement.memory import SHARDING
+
+    _check("task", task, TASKS)
+    _check("recompute", recompute, RECOMPUTE_MODES)
+    _check("optimizer", optimizer, OPTIMIZERS)
+    _check("sharding", sharding, SHARDING)
+    for name, value in (("micro_batch", micro_batch), ("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep),
+                        ("micro_batches", micro_batches)):
+        _check_positive(name, value)
+    if task in ("train", "infer", "prefill") and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
+                                                  or seq_len < 1):
+        raise ConfigError(f"seq_len: must be an integer >= 1 for task {task}, got {seq_len!r}")
+    if task in ("decode", "generate") and (isinstance(context, bool) or not isinstance(context, int)
+                                           or context < 1):
+        raise ConfigError(f"context: must be an integer >= 1 for task {task}, got {context!r}")
+    if pp > model.layers:
+        raise ConfigError(f"pp: must be <= layers={model.layers}, got {pp}")
+    ws = stack(framework).workspace_bytes if workspace_bytes is None else float(workspace_bytes)
+    per_gpu, layers = _stage(model, pp, tp, ep)
+    best: PassMemory | None = None
+    for i in range(pp):
+        last = i == pp - 1
+        if task == "train":
+            part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, micro_batch * seq_len, recompute,
+                                optimizer, tp, pp - i, dp, sharding, micro_batches, ws)
+        elif task == "infer":
+            part = _infer_stage(model, per_gpu[i], layers[i], last, micro_batch * seq_len, tp, dp, sharding,
+                                framework, ws)
+        else:
+            part = _engine_stage(model, task, per_gpu[i], layers[i], last, micro_batch, seq_len, context, tp, ws)
+        if best is None or part.peak_bytes > best.peak_bytes:
+            best = part
+    assert best is not None
+    return best
+
+
+def _slack(tensors: float) -> float:
+    return ALLOCATOR_BLOCK_SLACK * tensors
+
+
+def _assemble(phase: str, weights: float, gradients: float, optimizer: float, activations: float,
+              logits: float, kv_cache: float, workspace: float) -> PassMemory:
+    total = weights + gradients + optimizer + activations + logits + kv_cache + workspace
+    return PassMemory(total, weights, gradients, optimizer, activations, logits, kv_cache, workspace, phase)
+
+
+def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, first: bool, tokens: int,
+                 recompute: str, optimizer: str, tp: int, ahead: int, dp: int, sharding: str,
+                 micro_batches: int, ws: float) -> PassMemory:
+    """One pipeline stage of a training micro-batch: the largest of the forward's end, the loss's
+    backward and the backward's end (module docstring)."""
+    from packplace.placement.memory import ADAM_BYTES
+
+    autocast = optimizer == "adam" and sharding == "none"
+    layer_params = model.block_params / model.layers / tp
+    gemm_stage = (model.gemm_params - model.head_gemm_params) / model.layers * n_layers / tp \
+        + _head_gemm_on_stage(model, last, tp)
+    inflight = min(ahead, micro_batches)
+    t = tokens / tp
+    a_layer = saved_activation_bytes_per_token(model, autocast) * t
+    if recompute == "full":
+        saved = checkpoint_bytes_per_token(model, autocast) * t * n_layers * inflight
+        saved_tensors = n_layers * inflight
+    else:
+        saved = a_layer * n_layers * inflight
+        saved_tensors = SAVED_TENSORS_PER_LAYER * n_layers * inflight
+    weight_tensors = WEIGHT_TENSORS_PER_LAYER * n_layers + 2
+    if autocast:
+        # fp32 master weights + fp32 moments resident; bf16 copies cached by autocast while it runs;
+        # fp32 gradients from the backward on
+        resident_w = 4.0 * params
+        moments = 8.0 * params
+        copies_fwd = 2.0 * gemm_stage
+        copies_bwd = copies_fwd if recompute != "full" else 2.0 * _head_gemm_on_stage(model, last, tp)
+        grads = 4.0 * params
+        grad_bytes = 4.0
+    else:
+        grad_bytes = 2.0 if optimizer == "none" else 2.0
+        resident_w = 2.0 * params
+        moments = 0.0 if optimizer == "none" else ADAM_BYTES * params / (dp if sharding != "none" else 1)
+        grads = grad_bytes * params / (dp if sharding in ("zero2", "zero3") else 1)
+        copies_fwd = copies_bwd = 0.0
+        if sharding == "zero3" and optimizer == "adam":
+            resident_w = 2.0 * params / dp
+            copies_fwd = copies_bwd = 2.0 * layer_params
+    logit_f = logit_bytes_per_token(model, False) * t if last else 0.0
+    logit_b = logit_bytes_per_token(model, True) * t if last else 0.0
+    tied = model.tie_word_embeddings and model.lm_head and first and last
+    embed_grad = grad_bytes * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp if tied else 0.0
+    slack_fwd = _slack(weight_tensors + saved_tensors)
+    forward = _assemble("forward", resident_w + copies_fwd, 0.0, moments, saved, logit_f, 0.0, ws + slack_fwd)
+    loss_backward = _assemble("loss_backward", resident_w + copies_bwd, 0.0, moments, saved, logit_b, 0.0,
+                              ws + slack_fwd)
+    # the last layer's backward: every other gradient allocated, its working set (recomputed or kept)
+    # still alive; a tied embedding's gradient is materialised once more before it is accumulated
+    end_extra = max(embed_grad, a_layer)
+    end = _assemble("backward_end", resident_w, grads, moments, end_extra, 0.0, 0.0,
+                    ws + _slack(2 * weight_tensors + SAVED_TENSORS_PER_LAYER))
+    return max((forward, loss_backward, end), key=lambda p: p.peak_bytes)
+
+
+def _infer_stage(model: ModelSpec, params: float, n_layers: int, last: bool, tokens: int, tp: int, dp: int,
+                 sharding: str, framework: str, ws: float) -> PassMemory:
+    """One stage of a log-prob forward (no grad): bf16 weights, the KV cache a bare Hugging Face forward
+    keeps (framework ``none``), then the larger of one layer's working set and the logits' log-softmax."""
+    layer_params = model.block_params / model.layers / tp
+    weights = 2.0 * params / dp + 2.0 * layer_params if sharding == "zero3" else 2.0 * params
+    t = tokens / tp
+    kv = model.kv_bytes_per_token(tp, 1) * n_layers / model.layers * tokens if framework == "none" else 0.0
+    weight_tensors = WEIGHT_TENSORS_PER_LAYER * n_layers + 2
+    slack = _slack(weight_tensors + 2 * n_layers)
+    layer = _assemble("layer", weights, 0.0, 0.0, working_set_bytes_per_token(model) * t, 0.0, kv, ws + slack)
+    if not last:
+        return layer
+    logits = _assemble("logits", weights, 0.0, 0.0, 2.0 * model.hidden_dim * t,
+                       logit_bytes_per_token(model, False) * t, kv, ws + slack)
+    return max((layer, logits), key=lambda p: p.peak_bytes)
+
+
+def _engine_stage(model: ModelSpec, task: str, params: float, n_layers: int, last: bool, batch: int,
+                  seq_len: int, context: int, tp: int, ws: float) -> PassMemory:
+    """One stage of an engine pass: bf16 weights, the KV cache of the sequences, the working set of the
+    tokens in flight, the fp32 logits of each sequence's last token."""
+    kv_token = model.kv_bytes_per_token(tp, 1) * n_layers / model.layers
+    weight_tensors = WEIGHT_TENSORS_PER_LAYER * n_layers + 2
+    slack = _slack(weight_tensors + 2 * n_layers)
+    logits = logit_bytes_per_token(model, False) * batch / tp if last else 0.0
+    if task == "prefill":
+        kv = kv_token * batch * seq_len
+        act = working_set_bytes_per_token(model) * batch * seq_len / tp
+        return _assemble("prefill", 2.0 * params, 0.0, 0.0, act, logits, kv, ws + slack)
+    kv = kv_token * batch * (context + 1)
+    act = working_set_bytes_per_token(model) * batch / tp
+    if task == "generate":
+        act += working_set_bytes_per_token(model) * context / tp
+    return _assemble("decode", 2.0 * params, 0.0, 0.0, act, logits, kv, ws + slack)
+
+
+#: ``hf`` rows of the H200 file that do not measure their own pass (``benchmarks/hardware/h200/README.md``):
+#: ``(run, model, mode, b, s)``; each follows a training case whose fp32 weights and AdamW moments were still
+#: allocated when the peak counter was reset.
+CARRIED_OVER_ROWS = frozenset({(1, "llama3.2-3b", "fwd", 1, 4096), (1, "llama3.2-3b", "fwd", 4, 4096),
+                               (1, "qwen2.5-7b", "fwd", 1, 4096)})
+
+
+def measured_row_memory(model: ModelSpec, row: dict, workspace_bytes: float | None = None) -> PassMemory:
+    """:func:`pass_memory` of one ``hf`` row of a measurement file (``benchmarks/hardware/h200/measure.py``):
+    mode ``fwd`` is ``infer``, ``train`` is ``train`` with ``optimizer: adam``, ``fwdbwd`` is ``train``
+    with ``optimizer: none``; ``ckpt`` true is ``recompute: full``; ``b`` sequences of ``s`` tokens.
+
+    Raises:
+        ConfigError: an unknown mode.
+    """
+    mode = row.get("mode")
+    if mode == "fwd":
+        return pass_memory(model, "infer", micro_batch=int(row["b"]), seq_len=int(row["s"]),
+                           workspace_bytes=workspace_bytes)
+    if mode in ("train", "fwdbwd"):
+        return pass_memory(model, "train", micro_batch=int(row["b"]), seq_len=int(row["s"]),
+                           recompute="full" if row.get("ckpt") else "none",
+                           optimizer="adam" if mode == "train" else "none", workspace_bytes=workspace_bytes)
+    raise ConfigError(f"mode: must be fwd, train or fwdbwd, got {mode!r}")

@@ -1,0 +1,131 @@
+"""Peak memory of one pass (``pass_memory``): the layer's own tensors by hand, and the H200 measurement
+file with each model shape left out in turn (the workspace refitted on the other four)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from packplace.errors import ConfigError
+from packplace.placement.pass_memory import (
+    ALLOCATOR_BLOCK_SLACK,
+    CARRIED_OVER_ROWS,
+    STACKS,
+    WEIGHT_TENSORS_PER_LAYER,
+    measured_row_memory,
+    pass_memory,
+    saved_activation_bytes_per_token,
+)
+from packplace.shape import from_hf_config
+
+MEASUREMENTS = Path(__file__).resolve().parents[2] / "benchmarks" / "hardware" / "h200" / "measurements.json"
+DATA = json.loads(MEASUREMENTS.read_text())
+SHAPES = {name: from_hf_config(cfg) for name, cfg in DATA["configs"].items()}
+ROWS = [r for r in DATA["hf"] if "max_mem_gb" in r]
+
+
+def carried_over(row: dict) -> bool:
+    return (row["run"], row["model"], row["mode"], row["b"], row["s"]) in CARRIED_OVER_ROWS
+
+
+def test_qwen_1_5b_layer_tensors_by_hand() -> None:
+    # d 1536, q 1536, k 256, 12 heads, gated f 8960 (5.8·d)
+    autocast = 26 * 1536 + 4 * 1536 + 4 * 256 + 4 * 12 + 8 * 8960
+    bf16 = 16 * 1536 + 4 * 1536 + 4 * 256 + 4 * 12 + 8 * 8960
+    assert saved_activation_bytes_per_token(SHAPES["qwen2.5-1.5b"], True) == autocast
+    assert saved_activation_bytes_per_token(SHAPES["qwen2.5-1.5b"], False) == bf16
+
+
+def test_log_prob_pass_by_hand() -> None:
+    """Qwen2.5-7B, 2 × 4096 tokens: bf16 weights, the KV cache of the forward, 10 bytes per logit."""
+    m = SHAPES["qwen2.5-7b"]
+    t = 8192
+    pm = pass_memory(m, "infer", micro_batch=2, seq_len=4096, workspace_bytes=0.0)
+    slack = ALLOCATOR_BLOCK_SLACK * (WEIGHT_TENSORS_PER_LAYER * 28 + 2 + 2 * 28)
+    assert pm.weights == 2 * 7_615_616_512
+    assert pm.kv_cache == 2 * 28 * 4 * 128 * 2 * t
+    assert pm.logits == 10 * 152_064 * t
+    assert pm.workspace == slack
+    assert pm.peak_bytes == pytest.approx(pm.weights + pm.kv_cache + pm.logits + pm.activations + slack)
+    assert pm.phase == "logits"
+
+
+def test_fp32_master_training_parts() -> None:
+    """fp32 master weights under autocast: the loss's backward holds fp32 weights, every bf16 copy, the
+    Adam moments, every saved activation and 12 bytes per logit; with full recomputation only the head's
+    copy outlives the forward."""
+    m = SHAPES["qwen2.5-0.5b"]
+    p = m.params
+    pm = pass_memory(m, "train", micro_batch=1, seq_len=4096, workspace_bytes=0.0)
+    assert pm.phase == "loss_backward"
+    assert pm.weights == pytest.approx(4 * p + 2 * m.gemm_params)
+    assert pm.optimizer == pytest.approx(8 * p)
+    assert pm.gradients == 0.0
+    assert pm.logits == 12 * m.vocab_size * 4096
+    assert pm.activations == pytest.approx(24 * 4096 * saved_activation_bytes_per_token(m, True))
+    none = pass_memory(m, "train", micro_batch=1, seq_len=4096, optimizer="none", workspace_bytes=0.0)
+    assert none.optimizer == 0.0 and none.weights == pytest.approx(2 * p)
+
+
+def test_zero_sharding_divides_the_state() -> None:
+    m = SHAPES["llama3.1-8b"]
+    one = pass_memory(m, "train", micro_batch=1, seq_len=1024, dp=8, sharding="zero1", recompute="full")
+    three = pass_memory(m, "train", micro_batch=1, seq_len=1024, dp=8, sharding="zero3", recompute="full")
+    assert three.peak_bytes < one.peak_bytes
+    assert one.optimizer == pytest.approx(12 * m.params / 8)
+
+
+def test_decode_holds_kv_of_every_sequence() -> None:
+    m = SHAPES["llama3.1-8b"]
+    pm = pass_memory(m, "decode", micro_batch=32, context=8192)
+    assert pm.kv_cache == 2 * 32 * 8 * 128 * 2 * 32 * 8193
+    assert pm.weights == 2 * m.params
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"task": "fit"}, "task"), ({"task": "train", "seq_len": 16, "recompute": "some"}, "recompute"),
+    ({"task": "train", "seq_len": 16, "optimizer": "sgd"}, "optimizer"), ({"task": "infer", "seq_len": 0}, "seq_len"),
+    ({"task": "decode"}, "context"), ({"task": "infer", "seq_len": 8, "tp": 0}, "tp"),
+])
+def test_bad_input_names_the_field(kwargs: dict, field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        pass_memory(SHAPES["qwen2.5-0.5b"], **kwargs)
+
+
+def test_carried_over_rows_are_the_previous_cases_state() -> None:
+    """Each excluded row's peak is the fp32 weights and AdamW moments (12 bytes per parameter) of the
+    training case before it plus run 1's residual, not its own pass."""
+    rows = DATA["hf"]
+    found = 0
+    for i, row in enumerate(rows):
+        if "max_mem_gb" in row and carried_over(row):
+            before = rows[i - 1]
+            assert before["mode"] == "train"
+            assert row["max_mem_gb"] - 12 * before["params"] / 1e9 == pytest.approx(0.475, abs=0.01)
+            own = measured_row_memory(SHAPES[row["model"]], row).peak_bytes / 1e9
+            assert own < 0.8 * row["max_mem_gb"]
+            found += 1
+    assert found == len(CARRIED_OVER_ROWS)
+
+
+def _workspace_fit(models: set[str]) -> float:
+    """The largest residual of the log-prob rows of ``models`` with no workspace."""
+    return max(r["max_mem_gb"] * 1e9 - measured_row_memory(SHAPES[r["model"]], r, 0.0).peak_bytes
+               for r in ROWS if r["mode"] == "fwd" and r["model"] in models and not carried_over(r))
+
+
+def test_shipped_workspace_is_the_fit_on_every_shape() -> None:
+    fit = _workspace_fit(set(SHAPES))
+    assert fit <= STACKS["none"].workspace_bytes <= fit + 0.01e9
+
+
+@pytest.mark.parametrize("held_out", sorted(SHAPES))
+def test_leave_one_shape_out_within_0_95_and_1_35(held_out: str) -> None:
+    workspace = _workspace_fit(set(SHAPES) - {held_out})
+    ratios = [measured_row_memory(SHAPES[r["model"]], r, workspace).peak_bytes / (r["max_mem_gb"] * 1e9)
+              for r in ROWS if r["model"] == held_out and not carried_over(r)]
+    assert len(ratios) >= 8
+    assert min(ratios) >= 0.95, ratios
+    assert max(ratios) <= 1.35, ratios
