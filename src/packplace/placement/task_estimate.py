@@ -24,7 +24,7 @@ per-decode-step overhead (:mod:`packplace.placement.framework`). The placement e
 passes with the same table (:meth:`~packplace.placement.cost.CostModel.pass_time`,
 :meth:`~packplace.placement.cost.CostModel.decode_step_times`).
 
-Memory: :func:`memory_parts`, the memory model's peak per GPU (:mod:`packplace.placement.memory`).
+Memory: :func:`memory_parts`, the memory model's peak per GPU (:mod:`packplace.placement.pass_memory`).
 """
 
 from __future__ import annotations
@@ -44,14 +44,9 @@ from packplace.placement.config import _hardware, load_yaml
 from packplace.placement.cost import CostModel
 from packplace.placement.framework import FRAMEWORKS, decode_step_overhead, dispatch_seconds
 from packplace.placement.hardware import PRESETS, Cluster, Hardware
-from packplace.placement.memory import (
-    LOGIT_BYTES,
-    TrainingOptions,
-    stage_layers,
-    stage_params,
-    vertex_memory,
-)
+from packplace.placement.memory import TrainingOptions, stage_layers, stage_params
 from packplace.placement.models import ModelSpec
+from packplace.placement.pass_memory import pass_memory
 from packplace.placement.training_time import training_overhead_seconds
 from packplace.placement.workload import Workload
 from packplace.shape import TransformerShape, from_hf_config, shape_from_mapping
@@ -232,7 +227,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
                         optimizer, tp, pp, dp, ep, framework)
     memory = memory_parts(shape, hw, task, micro_batch=micro_batch, seq_len=seq_len, batch=batch, context=context,
-                          recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep)
+                          recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep, framework=framework)
     used = components.gpu if components is not None and not shape.is_moe else "knobs"
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, components=used, inputs=inputs)
 
@@ -361,44 +356,19 @@ def _decode_comm(cost, shape: ModelSpec, running: float, tp: int, pp: int, exten
 
 
 def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int, seq_len: int, batch: int,
-                 context: int, recompute: str, optimizer: str, tp: int, pp: int, dp: int, ep: int) -> dict[str, float]:
+                 context: int, recompute: str, optimizer: str, tp: int, pp: int, dp: int, ep: int,
+                 framework: str = "none") -> dict[str, float]:
     """Peak bytes per GPU and its parts (:data:`MEMORY_PARTS`): the one adapter between ``estimate`` and the
-    memory model (:func:`packplace.placement.memory.vertex_memory`, the placement evaluator's), which
-    gives the peak; the parts split it (weights, gradients and optimizer state of the worst stage; the
-    fp32 logits of the last stage; the KV cache of a decode; activations the rest)."""
-    stage = max(stage_params(shape, pp)) / tp
-    weights = 2.0 * stage
-    if task == "train":
-        options = TrainingOptions(sharding="none", recompute=recompute)
-        resident, transient = vertex_memory(shape, "train", dp=dp, pp=pp, tp=tp, micro_batch=micro_batch,
-                                            micro_batches=1, seq_len=seq_len, prompt_len=seq_len,
-                                            live_len=seq_len, options=options, ep=ep)
-        gradients = 2.0 * stage
-        state = max(0.0, resident - weights - gradients)
-        if optimizer == "none":
-            state = 0.0
-        logits = micro_batch * seq_len * shape.output_dim * LOGIT_BYTES / tp
-        parts = {"weights": weights, "gradients": gradients, "optimizer": state,
-                 "activations": max(0.0, transient - logits), "logits": logits, "kv_cache": 0.0, "workspace": 0.0}
-    elif task in ("infer", "prefill"):
-        resident, transient = vertex_memory(shape, "infer", dp=dp, pp=pp, tp=tp, micro_batch=micro_batch,
-                                            micro_batches=1, seq_len=seq_len, prompt_len=seq_len, live_len=seq_len,
-                                            ep=ep)
-        logits = micro_batch * seq_len * shape.output_dim * LOGIT_BYTES / tp
-        if task == "prefill":
-            logits = micro_batch * shape.output_dim * LOGIT_BYTES / tp
-        parts = {"weights": resident, "gradients": 0.0, "optimizer": 0.0,
-                 "activations": max(0.0, transient - micro_batch * seq_len * shape.output_dim * LOGIT_BYTES / tp),
-                 "logits": logits, "kv_cache": 0.0, "workspace": 0.0}
-    else:
-        resident, transient = vertex_memory(shape, "generate", dp=dp, pp=pp, tp=tp, micro_batch=batch,
-                                            micro_batches=1, seq_len=context, prompt_len=seq_len if task == "generate"
-                                            else context, live_len=context, prefill_sequences=1, ep=ep)
-        kv = shape.kv_bytes_per_token(tp, 1) * max(stage_layers(shape.layers, pp)) / shape.layers * batch * context
-        logits = batch * shape.output_dim * LOGIT_BYTES / tp
-        parts = {"weights": resident, "gradients": 0.0, "optimizer": 0.0, "activations": 0.0, "logits": logits,
-                 "kv_cache": kv, "workspace": max(0.0, transient - kv - logits)}
-    return {"peak_bytes": sum(parts.values()), **parts}
+    memory model, :func:`packplace.placement.pass_memory.pass_memory` (the pass's worst pipeline stage at
+    its peak phase). ``micro_batch`` sequences of ``seq_len`` for train / infer / prefill; ``batch``
+    sequences of ``context`` tokens for decode and generate. ``hw`` is not used by the memory model (the
+    caller compares ``peak_bytes`` with ``hw.memory_per_gpu``)."""
+    engine = task in ("decode", "generate")
+    result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
+                         seq_len=seq_len, context=context if engine else 0, recompute=recompute,
+                         optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep,
+                         framework="none" if framework == "vllm" else framework)
+    return {"peak_bytes": result.peak_bytes, **{name: getattr(result, name) for name in MEMORY_PARTS}}
 
 
 # -- command line ---------------------------------------------------------------------------------------
