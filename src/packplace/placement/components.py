@@ -437,6 +437,16 @@ def pass_times(table: ComponentTable, model: TransformerShape, *, tokens: float,
     Returns:
         :class:`PassTimes` (seconds).
     """
+    return _pass_times(table, model, float(tokens), float(seq_len), bool(train), None if layers is None else
+                       float(layers), bool(head), int(tp), int(ep), recompute, bool(master_fp32), bool(optimizer),
+                       float(params), logits)
+
+
+@lru_cache(maxsize=65536)
+def _pass_times(table: ComponentTable, model: TransformerShape, tokens: float, seq_len: float, train: bool,
+                layers: float | None, head: bool, tp: int, ep: int, recompute: str, master_fp32: bool,
+                optimizer: bool, params: float, logits: str) -> PassTimes:
+    """:func:`pass_times`, memoised (the placement evaluator asks for the same pass under many blocks)."""
     total_layers = model.layers
     scale = 1.0 if layers is None else layers / total_layers
     autocast = master_fp32 and train
