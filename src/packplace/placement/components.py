@@ -25,7 +25,7 @@ A pass is a list of kernels built from the layer's own structure (:func:`pass_ke
 The table (one JSON file per GPU type under ``tables/``, :func:`load_table`) names the measurement rows
 each constant comes from; :func:`fit_table` fits the constants that no microbenchmark gives directly
 (attention rate, issue and per-kernel times, the decode streaming rates) to a measurement file in the
-format of ``benchmarks/hardware/h200/measurements.json`` (``packplace calibrate --hardware``). No constant
+format of ``benchmarks/hardware/h200/measurements.json`` (``packplace calibrate --measurements``). No constant
 is per model: every model's kernels come from its shape.
 """
 
