@@ -23,8 +23,9 @@ A pass is a list of kernels built from the layer's own structure (:func:`pass_ke
   floor the small models show), a large one by the GPU.
 
 The table (one JSON file per GPU type under ``tables/``, :func:`load_table`) names the measurement rows
-each constant comes from; :func:`fit_table` fits the constants that no microbenchmark gives directly
-(attention rate, issue and per-kernel times, the decode streaming rates) to a measurement file in the
+each constant comes from; :func:`fit_table` takes the streaming rates from the copy row, fits the GEMM
+roofline to the GEMM rows and the attention rate, the issue and the per-kernel times to whole passes and
+decode steps, of a measurement file in the
 format of ``benchmarks/hardware/h200/measurements.json`` (``packplace calibrate --measurements``). No constant
 is per model: every model's kernels come from its shape.
 """
@@ -67,10 +68,10 @@ LOG_SOFTMAX_BACKWARD_BYTES = 16.0
 #: Constants of a table and what each is (units in the name's docstring of :class:`ComponentTable`).
 CONSTANTS = ("gemm_flops", "gemm_k_overhead", "gemm_stream_bandwidth", "gemm_launch_s", "stream_bandwidth",
              "attention_flops", "kernel_issue_s", "kernel_gpu_s", "decode_weight_bandwidth", "kv_bandwidth")
-#: Constants :func:`fit_table` fits to whole passes and decode steps (the others come from the GEMM and
-#: copy rows directly).
-PASS_CONSTANTS = ("attention_flops", "kernel_issue_s", "kernel_gpu_s")
-DECODE_CONSTANTS = ("decode_weight_bandwidth", "kv_bandwidth")
+#: Constants :func:`fit_table` fits to whole passes (``hf`` rows) and to decode steps (``decode`` rows);
+#: the others come from the GEMM and copy rows.
+PASS_CONSTANTS = ("attention_flops", "kernel_issue_s")
+DECODE_CONSTANTS = ("kernel_gpu_s",)
 
 
 @dataclass(frozen=True)
