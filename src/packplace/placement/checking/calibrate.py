@@ -9,7 +9,7 @@ engine alone, without phase_overhead], knobs: [knobs to fit]}`` (:func:`read_mea
 The knobs of :data:`KNOB_BOUNDS` (default :data:`DEFAULT_KNOBS`) are fitted with
 :func:`scipy.optimize.least_squares` (trust-region reflective, within the physical bounds) on the
 residuals ``log(predicted / measured)`` of each task's time from
-:meth:`~packplace.placement.cost.CostModel.vertex_time`. A knob the measurements do not determine (its
+:meth:`~packplace.placement.model.cost.CostModel.vertex_time`. A knob the measurements do not determine (its
 Jacobian column vanishes or is a combination of the others, or fewer measurements than knobs) is refused
 with an error naming it. With as many measurements as knobs the fit is exact and does not test the model.
 
@@ -17,7 +17,7 @@ with an error naming it. With as many measurements as knobs the fit is exact and
 one GPU type or one framework (:data:`KNOB_SCOPES`, never one value per run): the residuals are
 ``log(predicted / published)`` of every published figure; a knob value the runs do not determine stays at
 its configured value and is reported. Leave-one-source-out cross-validation calls it per fold
-(:mod:`packplace.placement.crossval`).
+(:mod:`packplace.placement.checking.crossval`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 
 from packplace.errors import ConfigError
 from packplace.placement.candidates import cost_model, vertex_parts
-from packplace.placement.hardware import Hardware
+from packplace.placement.problem.hardware import Hardware
 
 #: Knobs that can be fitted and their physical bounds (fractions of peak in (0, 1]; seconds ≥ 0).
 KNOB_BOUNDS: dict[str, tuple[float, float]] = {
@@ -50,7 +50,7 @@ IDENTIFIABILITY_TOLERANCE = 1e-6
 KNOB_SCOPES = ("gpu", "framework")
 #: Knobs cross-validation fits by default, as ``knob:scope``.
 #: ``phase_overhead`` is not among them: what a framework adds per task is derived from the plan by its
-#: execution profile (:mod:`packplace.placement.framework`; 0 for DeepSpeed-Chat's process per GPU).
+#: execution profile (:mod:`packplace.placement.model.framework`; 0 for DeepSpeed-Chat's process per GPU).
 DEFAULT_SCOPED_KNOBS = ("gemm_peak_fraction:gpu", "decode_bw_eff:gpu")
 #: Fewest runs that may determine one fitted value (a value set by a single run is a per-run knob, which
 #: the scopes exist to rule out); a group with fewer keeps its configured value.
