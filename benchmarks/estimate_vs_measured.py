@@ -3,7 +3,7 @@
     python benchmarks/estimate_vs_measured.py [measurements.json] [--gpu h200] [--markdown]
 
 Per row: measured seconds, the estimate with each model's rows left out of the fit (leave-one-model-out:
-the table fitted on the other models, :func:`packplace.placement.components.leave_one_model_out`), its
+the table fitted on the other models, :func:`packplace.placement.model.components.leave_one_model_out`), its
 ratio, the ratio of the table fitted on every row, and the ratio of the efficiency-knob model the GPU
 preset had before (``component_table: none``). Then the share of pass times and decode steps within
 0.87-1.15 and the extremes. Default file: ``benchmarks/hardware/h200/measurements.json``.
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from packplace.placement import components as C
-from packplace.placement.cost import CostModel
-from packplace.placement.hardware import Cluster, Hardware, resolve_preset
-from packplace.placement.workload import Workload
+from packplace.placement.model import components as C
+from packplace.placement.model.cost import CostModel
+from packplace.placement.problem.hardware import Cluster, Hardware, resolve_preset
+from packplace.placement.problem.workload import Workload
 
 HERE = Path(__file__).resolve().parent
 

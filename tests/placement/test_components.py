@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from packplace.errors import ConfigError
-from packplace.placement import components as C
-from packplace.placement.cost import CostModel
-from packplace.placement.hardware import Cluster, Hardware, resolve_preset
+from packplace.placement.model import components as C
+from packplace.placement.model.cost import CostModel
+from packplace.placement.problem.hardware import Cluster, Hardware, resolve_preset
+from packplace.placement.problem.workload import Workload
 from packplace.placement.task_estimate import estimate, resolve_model
-from packplace.placement.workload import Workload
 from packplace.shape import from_hf_config
 
 ROOT = Path(__file__).resolve().parents[2]

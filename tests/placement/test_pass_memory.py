@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from packplace.errors import ConfigError
-from packplace.placement.pass_memory import (
+from packplace.placement.model.pass_memory import (
     ALLOCATOR_BLOCK_SLACK,
     CARRIED_OVER_ROWS,
     STACKS,

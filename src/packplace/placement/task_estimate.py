@@ -15,16 +15,16 @@ Tasks (one GPU's share; the strategy's slowest pipeline stage):
 * ``generate`` — prefill of ``batch`` prompts of ``seq_len`` tokens, then decode iterations until every
   sequence holds ``context`` tokens.
 
-Time: on a GPU type with a component table (:mod:`packplace.placement.components`, ``h200``) the kernels
+Time: on a GPU type with a component table (:mod:`packplace.placement.model.components`, ``h200``) the kernels
 of the layers are priced from measurement; otherwise (and for mixture-of-experts or LoRA passes) the
-efficiency-knob model of :class:`~packplace.placement.cost.CostModel`. Communication (tensor-parallel
+efficiency-knob model of :class:`~packplace.placement.model.cost.CostModel`. Communication (tensor-parallel
 all-reduces, pipeline sends, the data-parallel gradient all-reduce) comes from the hardware's α–β links.
 ``framework="none"`` is bare kernels; a framework profile adds its per-task dispatch and its engine's
-per-decode-step overhead (:mod:`packplace.placement.framework`). The placement evaluator prices its
-passes with the same table (:meth:`~packplace.placement.cost.CostModel.pass_time`,
-:meth:`~packplace.placement.cost.CostModel.decode_step_times`).
+per-decode-step overhead (:mod:`packplace.placement.model.framework`). The placement evaluator prices its
+passes with the same table (:meth:`~packplace.placement.model.cost.CostModel.pass_time`,
+:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`).
 
-Memory: :func:`memory_parts`, the memory model's peak per GPU (:mod:`packplace.placement.pass_memory`).
+Memory: :func:`memory_parts`, the memory model's peak per GPU (:mod:`packplace.placement.model.pass_memory`).
 """
 
 from __future__ import annotations
@@ -39,16 +39,16 @@ from typing import Any
 import numpy as np
 
 from packplace.errors import ConfigError, show
-from packplace.placement.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
-from packplace.placement.config import _hardware, load_yaml
-from packplace.placement.cost import CostModel
-from packplace.placement.framework import FRAMEWORKS, decode_step_overhead, dispatch_seconds
-from packplace.placement.hardware import PRESETS, Cluster, Hardware
-from packplace.placement.memory import TrainingOptions, stage_layers, stage_params
-from packplace.placement.models import ModelSpec
-from packplace.placement.pass_memory import pass_memory
-from packplace.placement.training_time import training_overhead_seconds
-from packplace.placement.workload import Workload
+from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
+from packplace.placement.model.cost import CostModel
+from packplace.placement.model.framework import FRAMEWORKS, decode_step_overhead, dispatch_seconds
+from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
+from packplace.placement.model.pass_memory import pass_memory
+from packplace.placement.model.training_time import training_overhead_seconds
+from packplace.placement.problem.config import _hardware, load_yaml
+from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
+from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.workload import Workload
 from packplace.shape import TransformerShape, from_hf_config, shape_from_mapping
 
 #: Tasks ``estimate`` prices (module docstring).
@@ -179,7 +179,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
 
     Args:
         model: A shape, mapping, preset name or file (:func:`resolve_model`).
-        gpu: Hardware preset (:data:`~packplace.placement.hardware.PRESETS`); ``hardware`` overrides any
+        gpu: Hardware preset (:data:`~packplace.placement.problem.hardware.PRESETS`); ``hardware`` overrides any
             of its fields.
         task: One of :data:`TASKS`.
         micro_batch, seq_len: Sequences and tokens per sequence (train, infer, prefill; generate's prompts).
@@ -359,7 +359,7 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
                  context: int, recompute: str, optimizer: str, tp: int, pp: int, dp: int, ep: int,
                  framework: str = "none") -> dict[str, float]:
     """Peak bytes per GPU and its parts (:data:`MEMORY_PARTS`): the one adapter between ``estimate`` and the
-    memory model, :func:`packplace.placement.pass_memory.pass_memory` (the pass's worst pipeline stage at
+    memory model, :func:`packplace.placement.model.pass_memory.pass_memory` (the pass's worst pipeline stage at
     its peak phase). ``micro_batch`` sequences of ``seq_len`` for train / infer / prefill; ``batch``
     sequences of ``context`` tokens for decode and generate. ``hw`` is not used by the memory model (the
     caller compares ``peak_bytes`` with ``hw.memory_per_gpu``)."""

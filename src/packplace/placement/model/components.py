@@ -203,7 +203,7 @@ def table_from_dict(document: Any, where: str = "component table") -> ComponentT
 @lru_cache(maxsize=16)
 def load_table(gpu: str) -> ComponentTable | None:
     """The shipped component table of hardware preset ``gpu`` (``tables/<gpu>.json``), or ``None`` when
-    that GPU type has none (its passes keep the efficiency-knob model of :mod:`packplace.placement.cost`)."""
+    that GPU type has none (its passes keep the efficiency-knob model of :mod:`packplace.placement.model.cost`)."""
     path = TABLE_DIR / f"{gpu}.json"
     if not path.is_file():
         return None

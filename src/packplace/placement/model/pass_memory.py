@@ -4,7 +4,7 @@
 micro-batch (forward + backward, optional recomputation, the optimizer step), a log-prob forward, an
 engine prefill, one decode iteration or a whole generation, and returns the parts: weights, gradients,
 optimizer state, saved activations, logits, KV cache and workspace. The placement evaluator's
-:func:`~packplace.placement.memory.vertex_memory` prices activations, logits and workspace with the
+:func:`~packplace.placement.model.memory.vertex_memory` prices activations, logits and workspace with the
 same functions, so ``place`` / ``validate`` and ``estimate`` agree.
 
 The model follows what the tensors of a Hugging Face decoder layer are (``LlamaDecoderLayer`` /
@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from packplace.errors import ConfigError
-from packplace.placement.models import ModelSpec
+from packplace.placement.problem.models import ModelSpec
 
 #: Tasks :func:`pass_memory` prices.
 TASKS = ("train", "infer", "prefill", "decode", "generate")
@@ -221,7 +221,7 @@ def _check_positive(name: str, value: int) -> None:
 def _stage(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[list[float], tuple[int, ...]]:
     """Parameters one GPU holds per stage and the stage layer counts (imported lazily: memory.py imports
     this module)."""
-    from packplace.placement.memory import stage_layers, stage_params, stage_split
+    from packplace.placement.model.memory import stage_layers, stage_params, stage_split  # memory imports us
 
     if model.is_moe and ep > 1:
         per = [dense + expert for dense, expert in stage_split(model, pp, tp, ep)]
@@ -255,7 +255,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         optimizer: ``adam`` or ``none`` (train only): ``adam`` with ``sharding: none`` is fp32 master
             weights under ``torch.autocast`` with fp32 gradients and fused AdamW, as a bare PyTorch
             loop trains; with ``zero1``–``zero3`` the ZeRO mixed-precision layout of
-            :func:`~packplace.placement.memory.train_state_bytes` (bf16 weights and activations);
+            :func:`~packplace.placement.model.memory.train_state_bytes` (bf16 weights and activations);
             ``none``: bf16 weights and gradients, no optimizer state.
         tp, pp, dp, ep: Parallel degrees (activations and logits split ``tp`` ways as with sequence
             parallelism and a vocabulary-parallel head; ``pp`` stages hold ``min(pp − i, micro_batches)``
@@ -276,7 +276,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         ConfigError: an unknown task / recompute / optimizer / sharding value, a non-positive degree or
             batch, or a missing ``seq_len`` / ``context`` for the task.
     """
-    from packplace.placement.memory import SHARDING
+    from packplace.placement.model.memory import SHARDING  # memory imports us
 
     _check("task", task, TASKS)
     _check("recompute", recompute, RECOMPUTE_MODES)
@@ -327,7 +327,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                  micro_batches: int, ws: float) -> PassMemory:
     """One pipeline stage of a training micro-batch: the largest of the forward's end, the loss's
     backward and the backward's end (module docstring)."""
-    from packplace.placement.memory import ADAM_BYTES
+    from packplace.placement.model.memory import ADAM_BYTES  # memory imports us
 
     autocast = optimizer == "adam" and sharding == "none"
     layer_params = model.block_params / model.layers / tp
