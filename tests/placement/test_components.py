@@ -241,3 +241,14 @@ def test_cli_calibrate_measurements_writes_a_table(tmp_path, capsys):
     e = estimate("qwen2.5-1.5b", "h200", "infer", micro_batch=2, seq_len=4096, table=str(out))
     assert e.time_s == pytest.approx(C.pass_times(table, resolve_model("qwen2.5-1.5b"), tokens=8192, seq_len=4096,
                                                   train=False).total + e.parts["communication"])
+
+
+def test_model_from_a_yaml_entry_or_a_config_json(tmp_path):
+    entry = tmp_path / "m.yaml"
+    entry.write_text("model:\n  hf_config: cfg.json\n")
+    (tmp_path / "cfg.json").write_text(json.dumps(json.loads((HF_CONFIGS / "qwen3-4b.json").read_text())))
+    fields = tmp_path / "f.yaml"
+    fields.write_text("num_hidden_layers: 24\nhidden_size: 896\nintermediate_size: 4864\nnum_attention_heads: 14\n"
+                      "num_key_value_heads: 2\nvocab_size: 151936\ntie_word_embeddings: true\nbias: qkv\n")
+    assert resolve_model(str(entry)) == resolve_model("qwen3-4b") == resolve_model(HF_CONFIGS / "qwen3-4b.json")
+    assert resolve_model(str(fields)) == resolve_model("qwen2.5-0.5b")
