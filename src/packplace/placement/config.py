@@ -109,6 +109,8 @@ HARDWARE_FIELDS: dict[str, Field] = {
     "moe_gemm_peak_fraction": Field("float", "", 0, 1, default=HARDWARE_DEFAULTS["moe_gemm_peak_fraction"],
                                     meaning="ceiling of the routed experts' GEMM efficiency in training and "
                                             "log-prob passes (0: gemm_peak_fraction)"),
+    "memory_workspace": Field("float", "bytes", 0, 1e11, default=HARDWARE_DEFAULTS["memory_workspace"],
+                              meaning="bytes per GPU a process holds beyond its tensors (cuBLAS workspaces)"),
 }
 #: Fields of ``[workload]`` (``gen_quantiles`` is structured, checked by the loader). The length limits:
 #: beyond them the model is meaningless (no GPU holds such a sequence) and they keep the candidate

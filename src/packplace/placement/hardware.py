@@ -116,6 +116,10 @@ class Hardware:
             log-prob passes of a mixture of experts (in place of ``gemm_peak_fraction`` for the
             experts' FLOPs; the rows-per-expert saturation still applies); 0 (the default):
             ``gemm_peak_fraction``. Source of the H100 value: :data:`MOE_GEMM_PEAK_FRACTION_H100`.
+        memory_workspace: Bytes per GPU a PyTorch process holds beyond its tensors and their allocator
+            slack (cuBLAS workspaces, kernel scratch), added to every task's peak memory; default
+            :data:`packplace.placement.pass_memory.STACKS` ``none`` (measured on an H200, the only GPU
+            with a measurement; every preset keeps it).
     """
 
     flops_per_gpu: float
@@ -146,6 +150,7 @@ class Hardware:
     weight_sync_overhead: float = 0.0
     moe_decode_bw_eff: float = 0.0
     moe_gemm_peak_fraction: float = 0.0
+    memory_workspace: float = 1.02e9
 
     def expert_decode_bw_eff(self, tokens_per_expert):
         """The fraction of ``memory_bandwidth`` at which routed experts stream in a decode step whose
@@ -181,7 +186,7 @@ HARDWARE_DEFAULTS = {
     "gemm_m_half": 5.0, "gemm_k_half": 0.0, "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.7,
     "non_gemm_constant": 0.0, "non_gemm_scaling": 0.0, "non_gemm_batch_cal": 64.0,
     "host_bandwidth": 25e9, "decode_step_overhead": None, "phase_overhead": 0.0, "weight_sync_overhead": 0.0,
-    "moe_decode_bw_eff": 0.0, "moe_gemm_peak_fraction": 0.0,
+    "moe_decode_bw_eff": 0.0, "moe_gemm_peak_fraction": 0.0, "memory_workspace": 1.02e9,
 }
 #: Cluster-shape fields a preset fills (8 GPUs per node, one node, one rack) unless the config sets them.
 PRESET_CLUSTER = {"racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8}

@@ -27,20 +27,18 @@ from functools import lru_cache
 
 from packplace.errors import ConfigError
 from packplace.placement.models import ModelSpec
+from packplace.placement.pass_memory import (
+    LOGIT_FORWARD_BYTES,
+    infer_transient,
+    stack,
+    train_transient,
+    uses_autocast,
+    weight_slack,
+    working_set_bytes_per_token,
+)
 
-#: Activation bytes per token per hidden unit of one layer with sequence parallelism and selective
-#: recomputation (Korthikanti et al. 2022, Table 2: ``s·b·h·34/t``).
-ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 34
-#: Attention-score bytes per ``a·s²·b`` of one layer without recomputation (Korthikanti et al. 2022,
-#: Table 2: the ``5·a·s/h`` term: softmax input and output in 2 bytes, dropout mask in 1 byte).
-ATTENTION_SCORE_BYTES = 5
-#: Bytes per token per hidden unit kept per layer under full recomputation (the layer input, bf16).
-FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN = 2
 #: Adam state bytes per parameter: fp32 master weights, first and second moments (ZeRO paper's K = 12).
 ADAM_BYTES = 12
-#: Bytes of fp32 logits per element.
-LOGIT_BYTES = 4
-
 SHARDING = ("none", "zero1", "zero2", "zero3")
 RECOMPUTE = ("none", "selective", "full")
 OFFLOAD = ("none", "optimizer", "optimizer+params")
@@ -48,7 +46,8 @@ OFFLOAD = ("none", "optimizer", "optimizer+params")
 
 @dataclass(frozen=True)
 class TrainingOptions:
-    """Memory options of one training task (formulas: :func:`train_state_bytes`, :func:`activation_bytes_per_layer`).
+    """Memory options of one training task (formulas: :func:`train_state_bytes`,
+    :func:`~packplace.placement.pass_memory.train_transient`).
 
     Attributes:
         sharding: ``none`` (DDP), ``zero1`` (default; Megatron-LM distributed optimizer), ``zero2``,
@@ -298,31 +297,12 @@ def train_state_bytes(params: float, layer_params: float, dp: int, options: Trai
     return weights + grad + adam
 
 
-def activation_bytes_per_layer(model: ModelSpec, seq_len: float, micro_batch: int, tp: int,
-                               recompute: str = "selective") -> float:
-    """Activation bytes one layer keeps for the backward pass of one micro-batch.
-
-    Per layer per micro-batch of ``b`` sequences of ``s`` tokens, hidden ``h``, ``a`` heads, ``t``
-    tensor-parallel ranks with sequence parallelism (Korthikanti et al. 2022, "Reducing Activation
-    Recomputation in Large Transformer Models", Table 2): ``recompute: none`` ``s·b·h·(34 + 5·a·s/h)/t``;
-    ``selective`` (attention scores recomputed, as flash attention does) ``34·s·b·h/t``; ``full`` (only
-    each layer's input kept) ``2·s·b·h/t`` (:func:`vertex_memory` adds the working set of the one layer being
-    recomputed, ``34·s·b·h/t``). With a 1F1B schedule stage ``i`` of ``pp`` holds ``min(pp − i, m)``
-    micro-batches in flight (Narayanan et al. 2021)."""
-    sbh = seq_len * micro_batch * model.hidden_dim
-    if recompute == "full":
-        return FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * sbh / tp
-    act = ACTIVATION_BYTES_PER_TOKEN_HIDDEN * sbh / tp
-    if recompute == "none":
-        act += ATTENTION_SCORE_BYTES * model.heads * seq_len * seq_len * micro_batch / tp
-    return act
-
-
 def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, micro_batch: int,
                   micro_batches: int, seq_len: float, prompt_len: int, live_len: float,
                   options: TrainingOptions = DEFAULT_TRAINING,
                   prefill_sequences: int | None = None, ep: int = 1, sharded_weights: bool = False,
-                  offloaded_weights: bool = False) -> tuple[float, float]:
+                  offloaded_weights: bool = False, framework: str = "none",
+                  workspace_bytes: float | None = None) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -357,6 +337,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     runs at once as ``micro_batch`` (and ``micro_batches = 1``): the KV of the waiting ones is not held.
     """
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
+    workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
     per_layer_rank = model.block_params / model.layers / tp
     layers = stage_layers(model.layers, pp)
     params = stage_params(model, pp)
@@ -372,31 +353,30 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             else:
                 resident = (train_state_bytes(p, per_layer_rank, dp, options) if split is None
                             else expert_train_state_bytes(model, split[i], dp, tp, ep, options))
-            act = activation_bytes_per_layer(model, seq_len, micro_batch, tp, options.recompute)
-            transient = act * layers[i] * min(pp - i, micro_batches)
-            if options.recompute == "full":
-                transient += activation_bytes_per_layer(model, seq_len, micro_batch, tp, "selective")
-            if last:
-                transient += micro_batch * seq_len * model.output_dim * LOGIT_BYTES / tp
+            autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
+            transient = train_transient(model, tokens=micro_batch * seq_len, n_layers=layers[i], last=last,
+                                        first=i == 0, recompute=options.recompute, tp=tp,
+                                        inflight=min(pp - i, micro_batches), autocast=autocast,
+                                        ep=ep).peak(workspace)
         elif kind == "infer":
             # partitioned: the stage's weights over all tp·dp ranks (ZeRO-3 shards expert weights over the
             # expert-data-parallel group, ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * dp) if sharded_weights else 2.0 * p
-            transient = activation_bytes_per_layer(model, seq_len, micro_batch, tp)
+            parts = infer_transient(model, tokens=micro_batch * seq_len, n_layers=layers[i], last=last, tp=tp,
+                                    kv_cache=framework == "none", ep=ep)
+            transient = sum(parts) + workspace
             if sharded_weights:
                 transient += 2.0 * per_layer_rank
             if offloaded_weights:
                 transient += 0.0 if sharded_weights else resident
                 resident = 0.0
-            if last:
-                transient += micro_batch * seq_len * model.output_dim * LOGIT_BYTES / tp
         else:
             resident = 2.0 * p
             kv_per_token = model.kv_bytes_per_token(tp, 1) * layers[i] / model.layers
             transient = kv_per_token * live_len * micro_batch * min(pp, micro_batches)
-            transient += ACTIVATION_BYTES_PER_TOKEN_HIDDEN * prompt_len * prefill * model.hidden_dim / tp
+            transient += engine_overhead_bytes(model, layers[i], prompt_len, prefill, tp, workspace, ep)
             if last:
-                transient += micro_batch * model.output_dim * LOGIT_BYTES / tp
+                transient += micro_batch * model.output_dim * LOGIT_FORWARD_BYTES / tp
         if resident + transient > best[0]:
             best = (resident + transient, resident, transient)
     return best[1], best[2]
@@ -404,14 +384,27 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
 
 def kv_cache_budget_bytes(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,
                           gpu_memory_utilization: float, prompt_len: int, prefill_sequences: int = 1,
-                          ep: int = 1) -> float:
+                          ep: int = 1, workspace_bytes: float | None = None) -> float:
     """Bytes per GPU a paged-KV generation engine has for its KV cache (negative when the weights do not
     fit): ``gpu_memory_utilization · memory_per_gpu`` less the bf16 weights of the largest stage
     (:func:`weight_bytes`) and the prefill workspace of ``prefill_sequences`` prompts of ``prompt_len``
     tokens (``34·S·n·d/tp`` bytes, one layer). vLLM sizes its cache this way (docs.vllm.ai "Engine
     Arguments", ``--gpu-memory-utilization``)."""
     budget = gpu_memory_utilization * memory_per_gpu - weight_bytes(model, tp, pp, ep)
-    return budget - ACTIVATION_BYTES_PER_TOKEN_HIDDEN * prompt_len * prefill_sequences * model.hidden_dim / tp
+    workspace = stack("none").workspace_bytes if workspace_bytes is None else workspace_bytes
+    overhead = engine_overhead_bytes(model, max(stage_layers(model.layers, pp)), prompt_len, prefill_sequences, tp,
+                                     workspace, ep)
+    return budget - overhead
+
+
+def engine_overhead_bytes(model: ModelSpec, n_layers: int, prompt_len: int, prefill_sequences: int, tp: int,
+                          workspace: float, ep: int = 1) -> float:
+    """What a generation engine holds per GPU besides weights, KV cache and logits: the no-grad working
+    set of one layer over ``prefill_sequences`` prompts of ``prompt_len`` tokens
+    (:func:`~packplace.placement.pass_memory.working_set_bytes_per_token`), the workspace and the
+    allocator slack of a stage of ``n_layers`` layers (:mod:`packplace.placement.pass_memory`)."""
+    work = working_set_bytes_per_token(model) * prompt_len * prefill_sequences / tp
+    return work + workspace + weight_slack(model, n_layers, tp, ep)
 
 
 def stage_kv_bytes_per_token(model: ModelSpec, tp: int, pp: int) -> float:
@@ -421,7 +414,7 @@ def stage_kv_bytes_per_token(model: ModelSpec, tp: int, pp: int) -> float:
 
 def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,
                              gpu_memory_utilization: float, prompt_len: int, live_len: float,
-                             prefill_sequences: int = 1, ep: int = 1) -> int:
+                             prefill_sequences: int = 1, ep: int = 1, workspace_bytes: float | None = None) -> int:
     """How many sequences a paged-KV generation engine holds at once (per data-parallel replica).
 
     The engine may use ``gpu_memory_utilization · memory_per_gpu`` bytes per GPU; after the bf16 weights
@@ -441,8 +434,8 @@ def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_g
     """
     budget = kv_cache_budget_bytes(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
                                    gpu_memory_utilization=gpu_memory_utilization, prompt_len=prompt_len,
-                                   prefill_sequences=prefill_sequences, ep=ep)
-    per_sequence = stage_kv_bytes_per_token(model, tp, pp) * live_len + model.output_dim * LOGIT_BYTES / tp
+                                   prefill_sequences=prefill_sequences, ep=ep, workspace_bytes=workspace_bytes)
+    per_sequence = stage_kv_bytes_per_token(model, tp, pp) * live_len + model.output_dim * LOGIT_FORWARD_BYTES / tp
     if budget <= 0 or per_sequence <= 0:
         return 0
     return int(math.floor(budget / per_sequence))
