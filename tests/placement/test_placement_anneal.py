@@ -29,7 +29,7 @@ PPO70B = os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-70b_2x4x8xh200
 HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=4, flops_per_gpu=989e12, memory_per_gpu=10e9,
           memory_bandwidth=3.35e12, alpha_coll_g=1e-6, beta_coll_g=2.8e-12, alpha_coll_n=5e-6, beta_coll_n=2.2e-11,
           alpha_coll_r=8e-6, beta_coll_r=2.5e-11, alpha_p2p_g=2e-6, beta_p2p_g=2.5e-12, alpha_p2p_n=5e-6,
-          beta_p2p_n=2.1e-11, alpha_p2p_r=8e-6, beta_p2p_r=2.4e-11)
+          beta_p2p_n=2.1e-11, alpha_p2p_r=8e-6, beta_p2p_r=2.4e-11, memory_workspace=0.0)
 # Qwen2.5-0.5B shape (24 layers, 14 heads of 64, 2 KV heads)
 SMALL = dict(layers=24, hidden_dim=896, ffn_dim=4864, vocab_size=151936, head_dim=64, num_kv_heads=2)
 
@@ -55,7 +55,7 @@ def brute_force(inst) -> tuple[float, Plan, Plan]:
         t = ev.step_time(plan)
         if t < float("inf"):
             scored.append((t, plan))
-    assert len(scored) > 1000
+    assert len(scored) > 500
     best = min(scored, key=lambda x: x[0])
     worst = max(scored, key=lambda x: x[0])
     return best[0], best[1], worst[1]

@@ -24,7 +24,8 @@ SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml"))
 HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=8, flops_per_gpu=1e15, memory_per_gpu=80e9,
           memory_bandwidth=2e12, alpha_coll_g=1e-6, beta_coll_g=3e-12, alpha_coll_n=5e-6, beta_coll_n=2e-11,
           alpha_coll_r=8e-6, beta_coll_r=2.5e-11, alpha_p2p_g=2e-6, beta_p2p_g=2.5e-12, alpha_p2p_n=5e-6,
-          beta_p2p_n=2e-11, alpha_p2p_r=8e-6, beta_p2p_r=2.4e-11, decode_step_overhead=0.0)
+          beta_p2p_n=2e-11, alpha_p2p_r=8e-6, beta_p2p_r=2.4e-11, decode_step_overhead=0.0,
+          memory_workspace=0.0)
 
 
 def dpo(actor: dict, **hw) -> dict:
@@ -127,7 +128,7 @@ def test_model_that_never_fits_says_bytes_needed_and_available():
     actor = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
     inst = build_instance(dpo(actor, memory_per_gpu=1e6))
     # both vertices never fit; the message names the most demanding one (training: weights, grads, Adam)
-    with pytest.raises(InfeasibleError, match=r"^\[models\] actor does not fit: actor.train needs 16.2 GB per GPU at "
+    with pytest.raises(InfeasibleError, match=r"^\[models\] actor does not fit: actor.train needs 16.4 GB per GPU at "
                                               r"the largest block \(8 GPUs\), 0.001 GB available"):
         get_table(inst).check()
 
@@ -146,10 +147,10 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
     with pytest.raises(InfeasibleError) as info:
         check_instance(table.instance)
     assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 256 "
-                               "(16.2 GB per GPU needed at the largest block (8 GPUs), 1.5 GB available); the smallest "
+                               "(16.4 GB per GPU needed at the largest block (8 GPUs), 1.5 GB available); the smallest "
                                "cluster of this node and rack shape (doubled) on which the concurrent solver fits a "
-                               "whole plan has 512 GPUs (step 0.4073 s: actor.generate 512 GPUs, actor.train 512 "
-                               "GPUs, reference.infer 512 GPUs, reward.infer 512 GPUs)")
+                               "whole plan has 512 GPUs (step 0.4083 s: actor.generate 512 GPUs, actor.train 512 "
+                               "GPUs, reference.infer 512 GPUs, reward.infer 32 GPUs)")
     # On 256 GPUs (what actor.train alone needs) the colocated weights of the other tasks do not fit: the
     # search reports the next doubling, and the table's own check (no search) gives the upper bound with
     # every task on its own GPUs
@@ -165,7 +166,7 @@ def test_model_that_never_fits_because_of_divisibility_says_so():
     with pytest.raises(InfeasibleError) as info:
         get_table(build_instance(cfg)).check()
     assert str(info.value) == (
-        "[models] actor does not fit: actor.train needs 0.00747 GB per GPU at the largest block (4 GPUs), 0.005 GB "
-        "available (least memory of any candidate: 0.00747 GB); no block larger than 4 GPUs is legal (tp/pp/dp "
+        "[models] actor does not fit: actor.train needs 0.00869 GB per GPU at the largest block (4 GPUs), 0.005 GB "
+        "available (least memory of any candidate: 0.00869 GB); no block larger than 4 GPUs is legal (tp/pp/dp "
         "divisibility: tp <= 2 (divides 2 attention heads and 8 GPUs per node), pp <= 1 (at most 1 layers), "
         "dp <= 2 (divides 2 sequences per step); no dp*pp*tp = 8)")

@@ -30,7 +30,8 @@ PUBLISHED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "publish
 HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=4, flops_per_gpu=1e14, memory_per_gpu=80e9,
           memory_bandwidth=2e12, alpha_coll_g=1e-6, beta_coll_g=3e-12, alpha_coll_n=5e-6, beta_coll_n=2e-11,
           alpha_coll_r=8e-6, beta_coll_r=2.5e-11, alpha_p2p_g=2e-6, beta_p2p_g=2.5e-12, alpha_p2p_n=5e-6,
-          beta_p2p_n=2e-10, alpha_p2p_r=8e-6, beta_p2p_r=2.4e-9, decode_step_overhead=0.0)
+          beta_p2p_n=2e-10, alpha_p2p_r=8e-6, beta_p2p_r=2.4e-9, decode_step_overhead=0.0,
+          memory_workspace=0.0)
 SMALL = dict(layers=8, hidden_dim=1024, ffn_dim=4096, vocab_size=32000, head_dim=128)
 
 
@@ -70,9 +71,9 @@ def test_registered_as_exact():
 
 
 def test_tiny_dpo_matches_brute_force_over_every_candidate_and_origin():
-    # 1 node of 4 GPUs, 2 GB per GPU: the fastest training candidates do not fit next to the reference
+    # 1 node of 4 GPUs, 2.4 GB per GPU: the fastest training candidates do not fit next to the reference
     # weights, so both baselines step down to a slower colocated plan; the optimum is elsewhere.
-    inst = instance("dpo", memory_per_gpu=2e9, batch_size=16)
+    inst = instance("dpo", memory_per_gpu=2.4e9, batch_size=16)
     table, ev = get_table(inst), get_evaluator(inst)
     names = ev.names
     options = [[(c, a) for c in table.feasible[n] for a in table.origins(c.extent)] for n in names]
@@ -86,7 +87,7 @@ def test_tiny_dpo_matches_brute_force_over_every_candidate_and_origin():
     assert 0 <= result.objective - result.bound <= result.info["rounding_s"]  # proof up to the ticks rounding
     assert claim_holds(result)
     for baseline in ("greedy", "concurrent"):
-        assert packplace.place(inst, baseline).objective > brute * 1.01  # the baselines miss it (by 2.7%)
+        assert packplace.place(inst, baseline).objective > brute * 1.01  # the baselines miss it (by 5.8%)
 
 
 def test_grpo_on_two_gpus_matches_brute_force_with_a_publication_edge():

@@ -126,7 +126,7 @@ def _two_step_cycle_plan():
     inst, tables = _stale_ppo()
     where = {"actor.generate": (0, 4, 4, 1, 1, 8), "reference.infer": (0, 2, 1, 2, 1, 16),
              "reward.infer": (4, 6, 2, 1, 1, 8), "critic.infer": (6, 7, 1, 1, 1, 8),
-             "actor.train": (0, 8, 2, 4, 1, 4), "critic.train": (4, 6, 1, 2, 1, 2)}
+             "actor.train": (0, 8, 2, 4, 1, 4), "critic.train": (4, 6, 2, 1, 1, 2)}
 
     def key(o):
         return o.lo, o.hi, o.cand.strategy.dp, o.cand.strategy.pp, o.cand.strategy.tp, o.cand.micro_batch

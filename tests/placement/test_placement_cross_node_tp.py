@@ -10,6 +10,7 @@ from packplace.placement.candidates import CROSS_NODE_TP_KINDS, explain, legal_s
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.model.cost import CostModel
 from packplace.placement.model.memory import max_concurrent_sequences, vertex_memory
+from packplace.placement.model.pass_memory import STACKS
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.hardware import Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
@@ -64,13 +65,18 @@ def test_tp16_engine_memory_by_hand():
     # KV: 8 KV heads on 16 ranks are replicated, one per rank: 2 (K, V) · 126 layers · 1 · 128 · 2 bytes
     kv = 2 * 126 * 1 * 128 * 2
     assert LLAMA405B.kv_bytes_per_token(16) == kv == 64_512
-    workspace = 34 * 512 * 1 * 16384 / 16               # prefill of one prompt, one layer
-    logits = 128256 * 4 / 16
-    assert tra16 == pytest.approx(kv * 1024 * 8 + workspace + 8 * logits)
-    # the engine's KV capacity: ⌊(0.9·80e9 − 2P/16 − workspace) / (kv·1024 + V·4/16)⌋
-    capacity = int((0.9 * 80e9 - 2 * P / 16 - workspace) // (kv * 1024 + logits))
+    # the engine's own: one layer's no-grad working set over one 512-token prompt (4d + 6f bytes per token, over
+    # 16 ranks), the workspace, the allocator slack of the weights (1 MiB per matrix of 10 MiB or more: Q, O and
+    # the three MLP matrices of each layer and the two vocabulary matrices; a tenth of K and V, 2.1 MB)
+    work = (4 * 16384 + 6 * 53248) * 512 / 16
+    slack = 126 * (5 * 2**20 + 2 * 16384 * 1024 * 2 / 16 / 10) + 2 * 2**20
+    overhead = work + STACKS["none"].workspace_bytes + slack
+    logits = 128256 * 10 / 16                            # bf16 logits, fp32 copy and probabilities
+    assert tra16 == pytest.approx(kv * 1024 * 8 + overhead + 8 * logits)
+    # the engine's KV capacity: ⌊(0.9·80e9 − 2P/16 − overhead) / (kv·1024 + V·10/16)⌋
+    capacity = int((0.9 * 80e9 - 2 * P / 16 - overhead) // (kv * 1024 + logits))
     assert max_concurrent_sequences(LLAMA405B, tp=16, pp=1, memory_per_gpu=80e9, gpu_memory_utilization=0.9,
-                                    prompt_len=512, live_len=1024) == capacity == 321
+                                    prompt_len=512, live_len=1024) == capacity == 295
 
 
 def test_tp16_decode_step_all_reduces_over_the_inter_node_link():

@@ -73,10 +73,12 @@ def test_engine_concurrency_is_bounded_by_max_num_seqs_and_kv_capacity():
     w = Workload(512, 1, 1000, 3000, ((0.5, 1000.0),))
     hw = Hardware(**{**PRESETS["h100-sxm"]})
     # Llama-3.1-8B: 131072 KV bytes per token; 0.9*80e9 - 2*8.03e9 bytes of weights - one 1,000-token prompt's
-    # prefill workspace free for KV; per sequence its KV and its next token's fp32 logits (128,256 x 4 bytes)
+    # prefill working set (4d + 6f bytes per token) - the workspace - the weights' allocator slack free for KV;
+    # per sequence its KV and its next token's logits (128,256 x 10 bytes)
     capacity = kv_capacity_sequences(LLAMA8B, 80e9, w, 1, 1)
-    free = 0.9 * 80e9 - 2 * LLAMA8B.params - 34 * 1000 * 4096
-    assert capacity == int(free // (131072 * mean_live_tokens(w) + 128256 * 4)) == 219
+    slack = 32 * (5 * 2**20 + 2 * 4096 * 1024 * 2 / 10) + 2 * 2**20
+    free = 0.9 * 80e9 - 2 * LLAMA8B.params - (4 * 4096 + 6 * 14336) * 1000 - hw.memory_workspace - slack
+    assert capacity == int(free // (131072 * mean_live_tokens(w) + 128256 * 10)) == 214
     c = CostModel(hw, Cluster(1, 1, 8), w, RolloutEngine("continuous", 128))
     assert c.engine_concurrency(LLAMA8B, 1, 1, 512) == min(128, capacity)
     assert c.engine_concurrency(LLAMA8B, 1, 1, 16) == 16

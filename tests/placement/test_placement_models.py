@@ -70,20 +70,30 @@ def test_memory_formulas_by_hand():
     assert resident_bytes(MODEL, "train", 4, 1, 2) == pytest.approx(2 * P / 2 + 2 * P / 2 + 12 * P / 8)
 
     def memory(kind, **kw):
-        args = dict(dp=1, pp=1, tp=1, micro_batch=2, micro_batches=4, seq_len=16, prompt_len=10, live_len=16)
+        args = dict(dp=1, pp=1, tp=1, micro_batch=2, micro_batches=4, seq_len=16, prompt_len=10, live_len=16,
+                    workspace_bytes=0.0)
         return vertex_memory(MODEL, kind, **{**args, **kw})
 
-    # training, pp = 2: stage 0 = 1 layer + embedding, 2 micro-batches in flight (1F1B);
-    # stage 1 = 1 layer + final norm + LM head, 1 micro-batch in flight + fp32 logits
+    # a bf16 layer keeps 16d + 4q + 4k + 8f = 5,120 bytes per token under selective recomputation (d = q = k =
+    # 128, f = 256; no tensor over 1 MiB, so no allocator slack)
+    act = 16 * 128 + 4 * 128 + 4 * 128 + 8 * 256
+    # training, pp = 2: stage 0 = 1 layer + embedding, 2 micro-batches of 32 tokens in flight (1F1B);
+    # stage 1 = 1 layer + final norm + LM head, 1 micro-batch in flight + the loss's backward over the
+    # vocabulary, 12 bytes per logit
     layer = MODEL.block_params // 2
-    first = 16 * (layer + 100 * 128) + 34 * 16 * 2 * 128 * 1 * 2
-    last = 16 * (layer + 128 + 128 * 100) + 34 * 16 * 2 * 128 * 1 * 1 + 2 * 16 * 100 * 4
+    first = 16 * (layer + 100 * 128) + act * 32 * 2
+    last = 16 * (layer + 128 + 128 * 100) + act * 32 + 12 * 32 * 100
     assert sum(memory("train", pp=2)) == pytest.approx(max(first, last))
+    # log-prob forward, tp = 2: one layer's working set (4d + max(8d + 4q + 4k, 6f) bytes per token) over
+    # 16 tokens per rank exceeds the logits (10 bytes each) and hidden states; the forward's KV cache
     res, tra = memory("infer", tp=2)
-    assert tra == pytest.approx(34 * 16 * 2 * 128 / 2 + 2 * 16 * 100 * 4 / 2) and res == 2 * P / 2
-    # generation: paged KV 2 * L * kv * hd * 2 bytes * live tokens * mb, prefill workspace, last logits
+    assert tra == pytest.approx((4 * 128 + 8 * 128 + 4 * 128 + 4 * 128) * 16 + 2 * 2 * 1 * 64 * 2 * 32)
+    assert res == 2 * P / 2
+    # generation: paged KV 2 * L * kv * hd * 2 bytes * live tokens * mb, the working set of 4 prompts'
+    # prefill, the last tokens' logits
     res, tra = memory("generate", micro_batch=4, micro_batches=2)
-    assert tra == pytest.approx(2 * 2 * 2 * 64 * 2 * 16 * 4 + 34 * 10 * 4 * 128 + 4 * 100 * 4)
+    assert tra == pytest.approx(2 * 2 * 2 * 64 * 2 * 16 * 4 + (4 * 128 + 8 * 128 + 4 * 128 + 4 * 128) * 10 * 4
+                                + 4 * 100 * 10)
 
 
 def test_workload_long_tail():

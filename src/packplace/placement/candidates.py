@@ -635,7 +635,8 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
             res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
                                      seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
                                      options=options, prefill_sequences=prefill, ep=ep,
-                                     sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded)
+                                     sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded,
+                                     framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace)
             seconds = sum(_parts(cost, model, kind, options, strategy, mb, extent, old_log_prob, sharded, offloaded,
                                  balance, reward).values())
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))

@@ -539,7 +539,7 @@ class CostModel:
         """Sequences an engine replica runs at once: ``min(mb, max_num_seqs, KV capacity)`` with the
         capacity from :func:`packplace.placement.model.engine.kv_capacity_sequences`."""
         capacity = kv_capacity_sequences(model, self.hw.memory_per_gpu, self.workload, tp, pp,
-                                         self.engine.gpu_memory_utilization, ep)
+                                         self.engine.gpu_memory_utilization, ep, self.hw.memory_workspace)
         return max(1, min(micro_batch, self.engine.max_num_seqs, capacity))
 
     def generate_time(self, model: ModelSpec, dp: int, pp: int, tp: int, micro_batch: int,
@@ -571,7 +571,7 @@ class CostModel:
         if self.engine.batching == "continuous":
             slots = self.engine_concurrency(model, tp, pp, micro_batch, ep)
             kv = kv_capacity_tokens(model, self.hw.memory_per_gpu, w, tp, pp, self.engine.gpu_memory_utilization,
-                                    ep)
+                                    ep, self.hw.memory_workspace)
             iterations, running, generated, recomputed = paged_schedule(w, per_replica, slots, kv)
             middle = running * (S + 1.0) + generated + running * (iterations - 1.0) / 2.0
             steps = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep)

@@ -65,7 +65,8 @@ class RolloutEngine:
 
 
 def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,
-                          gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, ep: int = 1) -> int:
+                          gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, ep: int = 1,
+                          workspace_bytes: float | None = None) -> int:
     """Sequences a paged KV cache holds at once on one engine replica (at least 1): the memory model's
     :func:`packplace.placement.model.memory.max_concurrent_sequences` with live sequences of
     :func:`mean_live_tokens` tokens (vLLM reserves ``gpu_memory_utilization`` of the GPU, keeps the bf16 weights of the
@@ -74,11 +75,13 @@ def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Wor
     live = mean_live_tokens(workload)
     return max(1, max_concurrent_sequences(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
                                            gpu_memory_utilization=gpu_memory_utilization,
-                                           prompt_len=workload.context_length, live_len=live, ep=ep))
+                                           prompt_len=workload.context_length, live_len=live, ep=ep,
+                                           workspace_bytes=workspace_bytes))
 
 
 def kv_capacity_tokens(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,
-                       gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, ep: int = 1) -> int:
+                       gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, ep: int = 1,
+                       workspace_bytes: float | None = None) -> int:
     """Tokens the paged KV cache of one engine replica holds, all running sequences together (at least 1):
     the budget of :func:`packplace.placement.model.memory.max_concurrent_sequences` (``gpu_memory_utilization``
     of the GPU less the bf16 weights of the largest stage and one prompt's prefill workspace) over the KV
@@ -88,7 +91,7 @@ def kv_capacity_tokens(model: ModelSpec, memory_per_gpu: float, workload: Worklo
     it grows (Kwon et al. 2023, §4)."""
     budget = kv_cache_budget_bytes(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
                                    gpu_memory_utilization=gpu_memory_utilization,
-                                   prompt_len=workload.context_length, ep=ep)
+                                   prompt_len=workload.context_length, ep=ep, workspace_bytes=workspace_bytes)
     per_token = stage_kv_bytes_per_token(model, tp, pp)
     if budget <= 0 or per_token <= 0:
         return 1

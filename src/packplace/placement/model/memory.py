@@ -26,29 +26,34 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from packplace.errors import ConfigError
+from packplace.placement.model.pass_memory import (
+    LOGIT_FORWARD_BYTES,
+    infer_transient,
+    stack,
+    train_transient,
+    uses_autocast,
+    weight_slack,
+    working_set_bytes_per_token,
+)
+from packplace.placement.model.stages import (  # noqa: F401 -- re-exported: the stage helpers live there
+    ADAM_BYTES,
+    SHARDING,
+    stage_gemm_share,
+    stage_layers,
+    stage_params,
+    stage_share,
+    stage_split,
+)
 from packplace.placement.problem.models import ModelSpec
 
-#: Activation bytes per token per hidden unit of one layer with sequence parallelism and selective
-#: recomputation (Korthikanti et al. 2022, Table 2: ``s·b·h·34/t``).
-ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 34
-#: Attention-score bytes per ``a·s²·b`` of one layer without recomputation (Korthikanti et al. 2022,
-#: Table 2: the ``5·a·s/h`` term: softmax input and output in 2 bytes, dropout mask in 1 byte).
-ATTENTION_SCORE_BYTES = 5
-#: Bytes per token per hidden unit kept per layer under full recomputation (the layer input, bf16).
-FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN = 2
-#: Adam state bytes per parameter: fp32 master weights, first and second moments (ZeRO paper's K = 12).
-ADAM_BYTES = 12
-#: Bytes of fp32 logits per element.
-LOGIT_BYTES = 4
-
-SHARDING = ("none", "zero1", "zero2", "zero3")
 RECOMPUTE = ("none", "selective", "full")
 OFFLOAD = ("none", "optimizer", "optimizer+params")
 
 
 @dataclass(frozen=True)
 class TrainingOptions:
-    """Memory options of one training task (formulas: :func:`train_state_bytes`, :func:`activation_bytes_per_layer`).
+    """Memory options of one training task (formulas: :func:`train_state_bytes`,
+    :func:`~packplace.placement.model.pass_memory.train_transient`).
 
     Attributes:
         sharding: ``none`` (DDP), ``zero1`` (default; Megatron-LM distributed optimizer), ``zero2``,
@@ -150,87 +155,6 @@ def lora_train_state_bytes(model: ModelSpec, pp: int, tp: int, dp: int, options:
 DEFAULT_TRAINING = TrainingOptions()
 
 
-@lru_cache(maxsize=4096)
-def stage_layers(layers: int, pp: int) -> tuple[int, ...]:
-    """Layers of each of the ``pp`` pipeline stages (``pp ≤ layers``).
-
-    Even when ``pp`` divides ``layers``. Otherwise every stage gets ``⌊L/pp⌋`` and the ``L mod pp`` extra
-    layers go to the middle stages first (the first holds the embedding, the last the output head and
-    logits), then to the first stage — the shape Megatron-LM's ``decoder_first_pipeline_num_layers`` /
-    ``decoder_last_pipeline_num_layers`` produce when set to the smaller size. 61 layers on 4 stages:
-    ``(15, 16, 15, 15)``; on 2 stages ``(31, 30)``.
-    """
-    base, extra = divmod(layers, pp)
-    counts = [base] * pp
-    order = list(range(1, pp - 1)) + [0, pp - 1]
-    for i in order[:extra]:
-        counts[i] += 1
-    return tuple(counts)
-
-
-@lru_cache(maxsize=4096)
-def stage_share(layers: int, pp: int) -> float:
-    """Fraction of the layers the slowest pipeline stage runs: ``1/pp`` for an even split, else
-    ``max(stage_layers)/L``."""
-    if layers % pp == 0:
-        return 1.0 / pp
-    return max(stage_layers(layers, pp)) / layers
-
-
-@lru_cache(maxsize=4096)
-def stage_gemm_share(model: ModelSpec, pp: int) -> float:
-    """Fraction of a forward pass's GEMM weights (:attr:`~packplace.shape.TransformerShape.gemm_params`)
-    that the slowest pipeline stage multiplies: per stage its layers' share of the blocks and, on the
-    last stage, the output head (where :func:`stage_params` puts it); the maximum over the stages. 1 for
-    ``pp = 1``. Llama-3.1-8B (blocks 6.98e9, head 0.525e9 of 7.50e9): 0.535 at pp 2 (last stage), 0.303
-    at pp 4, 0.186 at pp 8 — 1.07, 1.21 and 1.49 times the even ``1/pp``."""
-    if pp == 1:
-        return 1.0
-    head = model.head_gemm_params
-    per_layer = (model.gemm_params - head) / model.layers
-    counts = stage_layers(model.layers, pp)
-    return max(max(counts[:-1]) * per_layer, counts[-1] * per_layer + head) / model.gemm_params
-
-
-@lru_cache(maxsize=4096)
-def stage_params(model: ModelSpec, pp: int) -> tuple[int, ...]:
-    """Parameters of each pipeline stage (all tensor-parallel ranks together): its layers, the input
-    embedding on the first, the final norm and output head on the last (a tied LM head with ``pp > 1``
-    is a copy of the embedding matrix there)."""
-    per_layer = model.block_params / model.layers
-    out = []
-    for i, n in enumerate(stage_layers(model.layers, pp)):
-        p = n * per_layer
-        if i == 0:
-            p += model.embedding_params
-        if i == pp - 1:
-            p += model.head_params
-            if pp > 1 and model.lm_head and model.tie_word_embeddings:
-                p += model.vocab_size * (model.embedding_dim or model.hidden_dim)
-        out.append(int(round(p)))
-    return tuple(out)
-
-
-def stage_split(model: ModelSpec, pp: int, tp: int, ep: int = 1) -> tuple[tuple[float, float], ...]:
-    """Per pipeline stage, the parameters one GPU holds as ``(dense, expert)``: ``dense`` the stage's
-    non-expert weights over ``tp`` (attention, dense MLPs, router, shared experts, embedding / head),
-    ``expert`` its routed experts (:attr:`~packplace.shape.TransformerShape.expert_params` times the
-    stage's share of the layers) over ``tp·ep``.
-
-    Expert parallelism as in Megatron-Core (docs.nvidia.com/megatron-core/developer-guide/latest/
-    api-guide/moe.html, "Expert Parallelism": ``expert-model-parallel-size`` ranks, each holding
-    ``num_experts/ep`` experts) with the ep ranks carved out of the data-parallel ranks and each expert
-    split over the tensor-parallel ranks (the expert tensor-parallel degree equal to tp): the experts of
-    a layer fill ``tp·ep`` GPUs. A dense model (or ``ep = 1`` with ``expert = 0`` for a dense model) gives
-    ``(stage_params/tp, 0)``."""
-    experts_per_layer = model.expert_params / model.layers
-    out = []
-    for p, n in zip(stage_params(model, pp), stage_layers(model.layers, pp)):
-        expert = n * experts_per_layer
-        out.append(((p - expert) / tp, expert / (tp * ep)))
-    return tuple(out)
-
-
 def weight_bytes(model: ModelSpec, tp: int, pp: int, ep: int = 1) -> float:
     """bf16 weights per GPU of the largest stage: ``2·max(stage_params)/tp`` (``2P/tp`` for pp = 1); with
     expert parallelism the routed experts count ``1/ep`` of that (:func:`stage_split`)."""
@@ -298,31 +222,12 @@ def train_state_bytes(params: float, layer_params: float, dp: int, options: Trai
     return weights + grad + adam
 
 
-def activation_bytes_per_layer(model: ModelSpec, seq_len: float, micro_batch: int, tp: int,
-                               recompute: str = "selective") -> float:
-    """Activation bytes one layer keeps for the backward pass of one micro-batch.
-
-    Per layer per micro-batch of ``b`` sequences of ``s`` tokens, hidden ``h``, ``a`` heads, ``t``
-    tensor-parallel ranks with sequence parallelism (Korthikanti et al. 2022, "Reducing Activation
-    Recomputation in Large Transformer Models", Table 2): ``recompute: none`` ``s·b·h·(34 + 5·a·s/h)/t``;
-    ``selective`` (attention scores recomputed, as flash attention does) ``34·s·b·h/t``; ``full`` (only
-    each layer's input kept) ``2·s·b·h/t`` (:func:`vertex_memory` adds the working set of the one layer being
-    recomputed, ``34·s·b·h/t``). With a 1F1B schedule stage ``i`` of ``pp`` holds ``min(pp − i, m)``
-    micro-batches in flight (Narayanan et al. 2021)."""
-    sbh = seq_len * micro_batch * model.hidden_dim
-    if recompute == "full":
-        return FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * sbh / tp
-    act = ACTIVATION_BYTES_PER_TOKEN_HIDDEN * sbh / tp
-    if recompute == "none":
-        act += ATTENTION_SCORE_BYTES * model.heads * seq_len * seq_len * micro_batch / tp
-    return act
-
-
 def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, micro_batch: int,
                   micro_batches: int, seq_len: float, prompt_len: int, live_len: float,
                   options: TrainingOptions = DEFAULT_TRAINING,
                   prefill_sequences: int | None = None, ep: int = 1, sharded_weights: bool = False,
-                  offloaded_weights: bool = False) -> tuple[float, float]:
+                  offloaded_weights: bool = False, framework: str = "none",
+                  workspace_bytes: float | None = None) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -357,6 +262,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     runs at once as ``micro_batch`` (and ``micro_batches = 1``): the KV of the waiting ones is not held.
     """
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
+    workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
     per_layer_rank = model.block_params / model.layers / tp
     layers = stage_layers(model.layers, pp)
     params = stage_params(model, pp)
@@ -372,31 +278,30 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             else:
                 resident = (train_state_bytes(p, per_layer_rank, dp, options) if split is None
                             else expert_train_state_bytes(model, split[i], dp, tp, ep, options))
-            act = activation_bytes_per_layer(model, seq_len, micro_batch, tp, options.recompute)
-            transient = act * layers[i] * min(pp - i, micro_batches)
-            if options.recompute == "full":
-                transient += activation_bytes_per_layer(model, seq_len, micro_batch, tp, "selective")
-            if last:
-                transient += micro_batch * seq_len * model.output_dim * LOGIT_BYTES / tp
+            autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
+            transient = train_transient(model, tokens=micro_batch * seq_len, n_layers=layers[i], last=last,
+                                        first=i == 0, recompute=options.recompute, tp=tp,
+                                        inflight=min(pp - i, micro_batches), autocast=autocast,
+                                        ep=ep).peak(workspace)
         elif kind == "infer":
             # partitioned: the stage's weights over all tp·dp ranks (ZeRO-3 shards expert weights over the
             # expert-data-parallel group, ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * dp) if sharded_weights else 2.0 * p
-            transient = activation_bytes_per_layer(model, seq_len, micro_batch, tp)
+            parts = infer_transient(model, tokens=micro_batch * seq_len, n_layers=layers[i], last=last, tp=tp,
+                                    kv_cache=framework == "none", ep=ep)
+            transient = sum(parts) + workspace
             if sharded_weights:
                 transient += 2.0 * per_layer_rank
             if offloaded_weights:
                 transient += 0.0 if sharded_weights else resident
                 resident = 0.0
-            if last:
-                transient += micro_batch * seq_len * model.output_dim * LOGIT_BYTES / tp
         else:
             resident = 2.0 * p
             kv_per_token = model.kv_bytes_per_token(tp, 1) * layers[i] / model.layers
             transient = kv_per_token * live_len * micro_batch * min(pp, micro_batches)
-            transient += ACTIVATION_BYTES_PER_TOKEN_HIDDEN * prompt_len * prefill * model.hidden_dim / tp
+            transient += engine_overhead_bytes(model, layers[i], prompt_len, prefill, tp, workspace, ep)
             if last:
-                transient += micro_batch * model.output_dim * LOGIT_BYTES / tp
+                transient += micro_batch * model.output_dim * LOGIT_FORWARD_BYTES / tp
         if resident + transient > best[0]:
             best = (resident + transient, resident, transient)
     return best[1], best[2]
@@ -404,14 +309,27 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
 
 def kv_cache_budget_bytes(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,
                           gpu_memory_utilization: float, prompt_len: int, prefill_sequences: int = 1,
-                          ep: int = 1) -> float:
+                          ep: int = 1, workspace_bytes: float | None = None) -> float:
     """Bytes per GPU a paged-KV generation engine has for its KV cache (negative when the weights do not
     fit): ``gpu_memory_utilization · memory_per_gpu`` less the bf16 weights of the largest stage
     (:func:`weight_bytes`) and the prefill workspace of ``prefill_sequences`` prompts of ``prompt_len``
     tokens (``34·S·n·d/tp`` bytes, one layer). vLLM sizes its cache this way (docs.vllm.ai "Engine
     Arguments", ``--gpu-memory-utilization``)."""
     budget = gpu_memory_utilization * memory_per_gpu - weight_bytes(model, tp, pp, ep)
-    return budget - ACTIVATION_BYTES_PER_TOKEN_HIDDEN * prompt_len * prefill_sequences * model.hidden_dim / tp
+    workspace = stack("none").workspace_bytes if workspace_bytes is None else workspace_bytes
+    overhead = engine_overhead_bytes(model, max(stage_layers(model.layers, pp)), prompt_len, prefill_sequences, tp,
+                                     workspace, ep)
+    return budget - overhead
+
+
+def engine_overhead_bytes(model: ModelSpec, n_layers: int, prompt_len: int, prefill_sequences: int, tp: int,
+                          workspace: float, ep: int = 1) -> float:
+    """What a generation engine holds per GPU besides weights, KV cache and logits: the no-grad working
+    set of one layer over ``prefill_sequences`` prompts of ``prompt_len`` tokens
+    (:func:`~packplace.placement.model.pass_memory.working_set_bytes_per_token`), the workspace and the
+    allocator slack of a stage of ``n_layers`` layers (:mod:`packplace.placement.model.pass_memory`)."""
+    work = working_set_bytes_per_token(model) * prompt_len * prefill_sequences / tp
+    return work + workspace + weight_slack(model, n_layers, tp, ep)
 
 
 def stage_kv_bytes_per_token(model: ModelSpec, tp: int, pp: int) -> float:
@@ -421,7 +339,7 @@ def stage_kv_bytes_per_token(model: ModelSpec, tp: int, pp: int) -> float:
 
 def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,
                              gpu_memory_utilization: float, prompt_len: int, live_len: float,
-                             prefill_sequences: int = 1, ep: int = 1) -> int:
+                             prefill_sequences: int = 1, ep: int = 1, workspace_bytes: float | None = None) -> int:
     """How many sequences a paged-KV generation engine holds at once (per data-parallel replica).
 
     The engine may use ``gpu_memory_utilization · memory_per_gpu`` bytes per GPU; after the bf16 weights
@@ -441,8 +359,8 @@ def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_g
     """
     budget = kv_cache_budget_bytes(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
                                    gpu_memory_utilization=gpu_memory_utilization, prompt_len=prompt_len,
-                                   prefill_sequences=prefill_sequences, ep=ep)
-    per_sequence = stage_kv_bytes_per_token(model, tp, pp) * live_len + model.output_dim * LOGIT_BYTES / tp
+                                   prefill_sequences=prefill_sequences, ep=ep, workspace_bytes=workspace_bytes)
+    per_sequence = stage_kv_bytes_per_token(model, tp, pp) * live_len + model.output_dim * LOGIT_FORWARD_BYTES / tp
     if budget <= 0 or per_sequence <= 0:
         return 0
     return int(math.floor(budget / per_sequence))

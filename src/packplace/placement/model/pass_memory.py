@@ -45,14 +45,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from packplace.errors import ConfigError
+from packplace.placement.model.stages import ADAM_BYTES, SHARDING, stage_layers, stage_params, stage_split
 from packplace.placement.problem.models import ModelSpec
 
 #: Tasks :func:`pass_memory` prices.
 TASKS = ("train", "infer", "prefill", "decode", "generate")
 #: Optimizers: ``adam`` (fp32 master weights, fp32 moments) or ``none`` (forward + backward only).
 OPTIMIZERS = ("adam", "none")
-#: Activation recomputation: ``none``, ``selective`` (the attention core; flash attention keeps no score
-#: matrix, so the same as ``none``) or ``full`` (every layer's input only, one layer recomputed at a time).
+#: Activation recomputation: ``none``, ``selective`` (the attention core: flash attention keeps no score
+#: matrix, so only its log-sum-exp is saved) or ``full`` (every layer's input only, one layer recomputed at
+#: a time).
 RECOMPUTE_MODES = ("none", "selective", "full")
 #: Allocator slack per live tensor, bytes: a block is not split when 1 MiB or less would remain
 #: (PyTorch c10/cuda/CUDACachingAllocator.cpp, ``kSmallSize`` in ``should_split``).
@@ -60,8 +62,6 @@ ALLOCATOR_BLOCK_SLACK = 1 << 20
 #: Saved tensors per layer for the slack count: norms (fp32 copy, normalised, output: 3 each), Q, K, V,
 #: attention output and log-sum-exp (5), MLP (4), autocast casts of the norm outputs (5): an upper count.
 SAVED_TENSORS_PER_LAYER = 20
-#: Weight tensors per layer for the slack count: Q, K, V, O, gate, up, down, three biases (an upper count).
-WEIGHT_TENSORS_PER_LAYER = 10
 #: Bytes per vocabulary entry per token of a log-prob pass or the loss's forward: bf16 logits (2), their
 #: fp32 copy (4) and the fp32 log-softmax (4).
 LOGIT_FORWARD_BYTES = 10
@@ -87,10 +87,10 @@ class MemoryStack:
 
 #: Workspace of the bare PyTorch stack (torch 2.11, CUDA 13) on an H200: the largest residual of the
 #: log-prob rows of ``benchmarks/hardware/h200/measurements.json`` (``hf`` rows of mode ``fwd``) after
-#: their bf16 weights, KV cache, ``10·T·V`` logits and allocator slack: 0.67-0.80 GB over the five model
-#: shapes in runs 2 and 3 (0.47 GB in run 1), rounded up.
+#: their bf16 weights, KV cache, ``10·T·V`` logits and allocator slack: 0.62-1.02 GB over the five model
+#: shapes in runs 2 and 3 (0.05-0.35 GB in run 1), rounded up.
 STACKS: dict[str, MemoryStack] = {
-    "none": MemoryStack("none", 0.80e9,
+    "none": MemoryStack("none", 1.02e9,
                         "benchmarks/hardware/h200/measurements.json, hf rows of mode fwd (largest residual)"),
 }
 
@@ -221,7 +221,6 @@ def _check_positive(name: str, value: int) -> None:
 def _stage(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[list[float], tuple[int, ...]]:
     """Parameters one GPU holds per stage and the stage layer counts (imported lazily: memory.py imports
     this module)."""
-    from packplace.placement.model.memory import stage_layers, stage_params, stage_split  # memory imports us
 
     if model.is_moe and ep > 1:
         per = [dense + expert for dense, expert in stage_split(model, pp, tp, ep)]
@@ -276,7 +275,6 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         ConfigError: an unknown task / recompute / optimizer / sharding value, a non-positive degree or
             batch, or a missing ``seq_len`` / ``context`` for the task.
     """
-    from packplace.placement.model.memory import SHARDING  # memory imports us
 
     _check("task", task, TASKS)
     _check("recompute", recompute, RECOMPUTE_MODES)
@@ -300,20 +298,51 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         last = i == pp - 1
         if task == "train":
             part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, micro_batch * seq_len, recompute,
-                                optimizer, tp, pp - i, dp, sharding, micro_batches, ws)
+                                optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep)
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, micro_batch * seq_len, tp, dp, sharding,
-                                framework, ws)
+                                framework, ws, ep)
         else:
-            part = _engine_stage(model, task, per_gpu[i], layers[i], last, micro_batch, seq_len, context, tp, ws)
+            part = _engine_stage(model, task, per_gpu[i], layers[i], last, micro_batch, seq_len, context, tp, ws,
+                                 ep)
         if best is None or part.peak_bytes > best.peak_bytes:
             best = part
     assert best is not None
     return best
 
 
-def _slack(tensors: float) -> float:
-    return ALLOCATOR_BLOCK_SLACK * tensors
+def _slack(tensors: float, mean_bytes: float = float("inf")) -> float:
+    """Allocator slack of ``tensors`` live tensors of ``mean_bytes`` each: none for tensors of 1 MiB or
+    less (the small pool: 2 MiB blocks at 512-byte granularity); a block left unsplit holds at most
+    :data:`ALLOCATOR_BLOCK_SLACK` more than its tensor: one per tensor of 10 MiB or more (its own segment,
+    rounded to 2 MiB), one per 20 MiB buffer shared by tensors between 1 and 10 MiB (so at most a tenth of
+    such a tensor's size)."""
+    if mean_bytes <= ALLOCATOR_BLOCK_SLACK:
+        return 0.0
+    return tensors * min(float(ALLOCATOR_BLOCK_SLACK), mean_bytes / 10.0)
+
+
+def weight_slack(model: ModelSpec, n_layers: int, tp: int, ep: int = 1, bytes_per_param: float = 2.0) -> float:
+    """Allocator slack (:func:`_slack`) of a stage's weight tensors on one GPU: per layer Q, K, V, O and
+    the MLP's matrices (a MoE layer: its routed experts as two grouped tensors, gate-up and down, as
+    Megatron-Core's grouped GEMM and Hugging Face transformers 5 store them, plus shared experts), and
+    the two vocabulary matrices."""
+    d, q, k = model.hidden_dim, model.attention_dim, model.kv_dim
+    mats = 3 if model.mlp == "gated" else 2
+
+    def slack(count: float, params: float) -> float:
+        return _slack(count, bytes_per_param * params / tp)
+
+    attention = slack(2, d * q) + slack(2, d * k)
+    dense = slack(mats, d * model.ffn_dim)
+    moe = 0.0
+    if model.is_moe:
+        experts = model.num_experts / ep
+        moe = (slack(1, (mats - 1) * d * model.expert_ffn_dim * experts)
+               + slack(1, d * model.expert_ffn_dim * experts) + slack(mats, d * model.shared_expert_ffn_dim))
+    moe_layers = round(model.moe_layers * n_layers / model.layers)
+    return (attention * n_layers + dense * (n_layers - moe_layers) + moe * moe_layers
+            + slack(2, model.vocab_size * d))
 
 
 def _assemble(phase: str, weights: float, gradients: float, optimizer: float, activations: float,
@@ -322,86 +351,139 @@ def _assemble(phase: str, weights: float, gradients: float, optimizer: float, ac
     return PassMemory(total, weights, gradients, optimizer, activations, logits, kv_cache, workspace, phase)
 
 
-def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, first: bool, tokens: int,
-                 recompute: str, optimizer: str, tp: int, ahead: int, dp: int, sharding: str,
-                 micro_batches: int, ws: float) -> PassMemory:
-    """One pipeline stage of a training micro-batch: the largest of the forward's end, the loss's
-    backward and the backward's end (module docstring)."""
-    from packplace.placement.model.memory import ADAM_BYTES  # memory imports us
+@dataclass(frozen=True)
+class TrainTransient:
+    """The transient parts of one training micro-batch on one pipeline stage, per phase (bytes per GPU):
+    what comes and goes on top of the training state. ``copies_forward`` / ``copies_backward``: autocast
+    bf16 weight copies alive at the end of the forward / in the loss's backward; ``saved``: saved
+    activations of the micro-batches in flight; ``logits_forward`` / ``logits_backward``; ``end``: the
+    largest extra of the backward's end (the last layer's working set, or a tied embedding's gradient
+    before it is accumulated); ``slack_forward`` / ``slack_end``: allocator slack of the live tensors."""
 
-    autocast = optimizer == "adam" and sharding == "none"
-    layer_params = model.block_params / model.layers / tp
-    gemm_stage = (model.gemm_params - model.head_gemm_params) / model.layers * n_layers / tp \
-        + _head_gemm_on_stage(model, last, tp)
-    inflight = min(ahead, micro_batches)
+    copies_forward: float
+    copies_backward: float
+    saved: float
+    logits_forward: float
+    logits_backward: float
+    end: float
+    slack_forward: float
+    slack_end: float
+
+    def peak(self, workspace: float) -> float:
+        """Largest transient bytes over the phases, workspace included."""
+        return workspace + max(self.copies_forward + self.saved + self.logits_forward + self.slack_forward,
+                               self.copies_backward + self.saved + self.logits_backward + self.slack_forward,
+                               self.end + self.slack_end)
+
+
+def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, first: bool,
+                    recompute: str, tp: int, inflight: int, autocast: bool, ep: int = 1) -> TrainTransient:
+    """:class:`TrainTransient` of one stage of ``n_layers`` layers for a micro-batch of ``tokens`` tokens
+    (``inflight`` micro-batches' activations held, 1F1B). ``autocast``: fp32 master weights under
+    ``torch.autocast`` (bf16 copies of every matmul weight cached through the forward; under full
+    recomputation only the output head's copy is kept for the backward), else bf16 weights. ``first`` and
+    ``last``: the stage holds the embedding / the output head (a tied embedding's gradient is
+    materialised once more at the end of the backward when both are on it)."""
+    head = model.head_gemm_params / tp if last else 0.0
+    gemm = (model.gemm_params - model.head_gemm_params) / model.layers * n_layers / tp + head
     t = tokens / tp
     a_layer = saved_activation_bytes_per_token(model, autocast) * t
+    if recompute == "selective":
+        # the attention core recomputed: its fp32 log-sum-exp is not kept (its output is: the output
+        # projection keeps it as its input)
+        a_layer -= 4.0 * model.heads * t
     if recompute == "full":
         saved = checkpoint_bytes_per_token(model, autocast) * t * n_layers * inflight
         saved_tensors = n_layers * inflight
     else:
         saved = a_layer * n_layers * inflight
         saved_tensors = SAVED_TENSORS_PER_LAYER * n_layers * inflight
-    weight_tensors = WEIGHT_TENSORS_PER_LAYER * n_layers + 2
-    if autocast:
-        # fp32 master weights + fp32 moments resident; bf16 copies cached by autocast while it runs;
-        # fp32 gradients from the backward on
-        resident_w = 4.0 * params
-        moments = 8.0 * params
-        copies_fwd = 2.0 * gemm_stage
-        copies_bwd = copies_fwd if recompute != "full" else 2.0 * _head_gemm_on_stage(model, last, tp)
-        grads = 4.0 * params
-        grad_bytes = 4.0
-    else:
-        grad_bytes = 2.0 if optimizer == "none" else 2.0
-        resident_w = 2.0 * params
-        moments = 0.0 if optimizer == "none" else ADAM_BYTES * params / (dp if sharding != "none" else 1)
-        grads = grad_bytes * params / (dp if sharding in ("zero2", "zero3") else 1)
-        copies_fwd = copies_bwd = 0.0
-        if sharding == "zero3" and optimizer == "adam":
-            resident_w = 2.0 * params / dp
-            copies_fwd = copies_bwd = 2.0 * layer_params
-    logit_f = logit_bytes_per_token(model, False) * t if last else 0.0
-    logit_b = logit_bytes_per_token(model, True) * t if last else 0.0
+    copies_forward = 2.0 * gemm if autocast else 0.0
+    copies_backward = copies_forward if recompute != "full" else (2.0 * head if autocast else 0.0)
+    grad_bytes = 4.0 if autocast else 2.0
     tied = model.tie_word_embeddings and model.lm_head and first and last
     embed_grad = grad_bytes * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp if tied else 0.0
-    slack_fwd = _slack(weight_tensors + saved_tensors)
-    forward = _assemble("forward", resident_w + copies_fwd, 0.0, moments, saved, logit_f, 0.0, ws + slack_fwd)
-    loss_backward = _assemble("loss_backward", resident_w + copies_bwd, 0.0, moments, saved, logit_b, 0.0,
-                              ws + slack_fwd)
-    # the last layer's backward: every other gradient allocated, its working set (recomputed or kept)
-    # still alive; a tied embedding's gradient is materialised once more before it is accumulated
-    end_extra = max(embed_grad, a_layer)
-    end = _assemble("backward_end", resident_w, grads, moments, end_extra, 0.0, 0.0,
-                    ws + _slack(2 * weight_tensors + SAVED_TENSORS_PER_LAYER))
+    weights = weight_slack(model, n_layers, tp, ep)
+    saved_each = (saved / saved_tensors) if saved_tensors else 0.0
+    return TrainTransient(
+        copies_forward=copies_forward, copies_backward=copies_backward, saved=saved,
+        logits_forward=logit_bytes_per_token(model, False) * t if last else 0.0,
+        logits_backward=logit_bytes_per_token(model, True) * t if last else 0.0,
+        end=max(embed_grad, a_layer),
+        slack_forward=weights + _slack(saved_tensors, saved_each),
+        slack_end=2 * weights + _slack(SAVED_TENSORS_PER_LAYER, a_layer / SAVED_TENSORS_PER_LAYER))
+
+
+def uses_autocast(optimizer: str, sharding: str) -> bool:
+    """Whether a training pass keeps fp32 master weights in the model under ``torch.autocast``: Adam
+    without ZeRO sharding, as a bare PyTorch loop trains (fp32 weights, fp32 gradients, fp32 moments:
+    ``4 + 4 + 8`` bytes per parameter, the same 16 as ZeRO's ``2 + 2 + 12`` plus the 2-byte bf16 copies);
+    a ZeRO / FSDP / Megatron mixed-precision trainer computes on bf16 weights."""
+    return optimizer == "adam" and sharding == "none"
+
+
+def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, first: bool, tokens: int,
+                 recompute: str, optimizer: str, tp: int, ahead: int, dp: int, sharding: str,
+                 micro_batches: int, ws: float, ep: int = 1) -> PassMemory:
+    """One pipeline stage of a training micro-batch: the largest of the forward's end, the loss's
+    backward and the backward's end (module docstring). With ``micro_batches > 1`` the gradients of the
+    earlier micro-batches are held throughout (gradient accumulation)."""
+    autocast = uses_autocast(optimizer, sharding)
+    layer_params = model.block_params / model.layers / tp
+    part = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first, recompute=recompute,
+                           tp=tp, inflight=min(ahead, micro_batches), autocast=autocast, ep=ep)
+    if autocast:
+        weights, moments, grads = 4.0 * params, 8.0 * params, 4.0 * params
+    else:
+        weights = 2.0 * params / dp + 2.0 * layer_params if sharding == "zero3" else 2.0 * params
+        moments = 0.0 if optimizer == "none" else ADAM_BYTES * params / (dp if sharding != "none" else 1)
+        grads = 2.0 * params / (dp if sharding in ("zero2", "zero3") else 1)
+    held = grads if micro_batches > 1 else 0.0
+    forward = _assemble("forward", weights + part.copies_forward, held, moments, part.saved, part.logits_forward,
+                        0.0, ws + part.slack_forward)
+    loss_backward = _assemble("loss_backward", weights + part.copies_backward, held, moments, part.saved,
+                              part.logits_backward, 0.0, ws + part.slack_forward)
+    end = _assemble("backward_end", weights, grads, moments, part.end, 0.0, 0.0, ws + part.slack_end)
     return max((forward, loss_backward, end), key=lambda p: p.peak_bytes)
 
 
+def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, tp: int,
+                    kv_cache: bool, ep: int = 1) -> tuple[float, float, float, float]:
+    """``(activations, logits, kv_cache, slack)`` bytes per GPU at the peak of a no-grad log-prob forward
+    of ``tokens`` tokens on a stage of ``n_layers`` layers: the larger of one layer's working set
+    (:func:`working_set_bytes_per_token`) and, on the last stage, the logits' ``10·V`` per token with the
+    final hidden states; ``kv_cache``: the forward keeps every layer's K and V (a Hugging Face
+    ``model(input_ids)`` with ``use_cache`` on)."""
+    t = tokens / tp
+    kv = model.kv_bytes_per_token(tp, 1) * n_layers / model.layers * tokens if kv_cache else 0.0
+    slack = weight_slack(model, n_layers, tp, ep) + _slack(2 * n_layers, model.kv_bytes_per_token(tp, 1) / model.layers
+                                                         * tokens / 2 if kv_cache else 0.0)
+    layer = working_set_bytes_per_token(model) * t
+    if last:
+        hidden = 2.0 * model.hidden_dim * t
+        logits = logit_bytes_per_token(model, False) * t
+        if hidden + logits >= layer:
+            return hidden, logits, kv, slack
+    return layer, 0.0, kv, slack
+
+
 def _infer_stage(model: ModelSpec, params: float, n_layers: int, last: bool, tokens: int, tp: int, dp: int,
-                 sharding: str, framework: str, ws: float) -> PassMemory:
-    """One stage of a log-prob forward (no grad): bf16 weights, the KV cache a bare Hugging Face forward
-    keeps (framework ``none``), then the larger of one layer's working set and the logits' log-softmax."""
+                 sharding: str, framework: str, ws: float, ep: int = 1) -> PassMemory:
+    """One stage of a log-prob forward (no grad): bf16 weights (ZeRO-3: the shard and one gathered
+    layer) plus :func:`infer_transient`."""
     layer_params = model.block_params / model.layers / tp
     weights = 2.0 * params / dp + 2.0 * layer_params if sharding == "zero3" else 2.0 * params
-    t = tokens / tp
-    kv = model.kv_bytes_per_token(tp, 1) * n_layers / model.layers * tokens if framework == "none" else 0.0
-    weight_tensors = WEIGHT_TENSORS_PER_LAYER * n_layers + 2
-    slack = _slack(weight_tensors + 2 * n_layers)
-    layer = _assemble("layer", weights, 0.0, 0.0, working_set_bytes_per_token(model) * t, 0.0, kv, ws + slack)
-    if not last:
-        return layer
-    logits = _assemble("logits", weights, 0.0, 0.0, 2.0 * model.hidden_dim * t,
-                       logit_bytes_per_token(model, False) * t, kv, ws + slack)
-    return max((layer, logits), key=lambda p: p.peak_bytes)
+    act, logits, kv, slack = infer_transient(model, tokens=tokens, n_layers=n_layers, last=last, tp=tp,
+                                             kv_cache=framework == "none", ep=ep)
+    return _assemble("logits" if logits else "layer", weights, 0.0, 0.0, act, logits, kv, ws + slack)
 
 
 def _engine_stage(model: ModelSpec, task: str, params: float, n_layers: int, last: bool, batch: int,
-                  seq_len: int, context: int, tp: int, ws: float) -> PassMemory:
+                  seq_len: int, context: int, tp: int, ws: float, ep: int = 1) -> PassMemory:
     """One stage of an engine pass: bf16 weights, the KV cache of the sequences, the working set of the
     tokens in flight, the fp32 logits of each sequence's last token."""
     kv_token = model.kv_bytes_per_token(tp, 1) * n_layers / model.layers
-    weight_tensors = WEIGHT_TENSORS_PER_LAYER * n_layers + 2
-    slack = _slack(weight_tensors + 2 * n_layers)
+    slack = weight_slack(model, n_layers, tp, ep)
     logits = logit_bytes_per_token(model, False) * batch / tp if last else 0.0
     if task == "prefill":
         kv = kv_token * batch * seq_len

@@ -117,6 +117,8 @@ HARDWARE_FIELDS: dict[str, Field] = {
     "component_table": Field("enum", "", choices=COMPONENT_TABLES, default=HARDWARE_DEFAULTS["component_table"],
                              meaning="measured kernel-by-kernel table pricing dense passes and decode steps "
                                      "(none: the efficiency knobs)"),
+    "memory_workspace": Field("float", "bytes", 0, 1e11, default=HARDWARE_DEFAULTS["memory_workspace"],
+                              meaning="bytes per GPU a process holds beyond its tensors (cuBLAS workspaces)"),
 }
 #: Fields of ``[workload]`` (``gen_quantiles`` is structured, checked by the loader). The length limits:
 #: beyond them the model is meaningless (no GPU holds such a sequence) and they keep the candidate

@@ -121,6 +121,10 @@ class Hardware:
             measured kernel by kernel: ``h200``), which then prices the dense layers' passes and decode
             steps in place of ``gemm_peak_fraction``, ``gemm_m_half``, ``decode_bw_eff`` and the
             non-GEMM knobs; ``none`` (the default, every preset without a table) keeps those knobs.
+        memory_workspace: Bytes per GPU a PyTorch process holds beyond its tensors and their allocator
+            slack (cuBLAS workspaces, kernel scratch), added to every task's peak memory; default
+            :data:`packplace.placement.model.pass_memory.STACKS` ``none`` (measured on an H200, the only GPU
+            with a measurement; every preset keeps it).
     """
 
     flops_per_gpu: float
@@ -152,6 +156,7 @@ class Hardware:
     moe_decode_bw_eff: float = 0.0
     moe_gemm_peak_fraction: float = 0.0
     component_table: str = "none"
+    memory_workspace: float = 1.02e9
 
     def expert_decode_bw_eff(self, tokens_per_expert):
         """The fraction of ``memory_bandwidth`` at which routed experts stream in a decode step whose
@@ -188,6 +193,7 @@ HARDWARE_DEFAULTS = {
     "non_gemm_constant": 0.0, "non_gemm_scaling": 0.0, "non_gemm_batch_cal": 64.0,
     "host_bandwidth": 25e9, "decode_step_overhead": None, "phase_overhead": 0.0, "weight_sync_overhead": 0.0,
     "moe_decode_bw_eff": 0.0, "moe_gemm_peak_fraction": 0.0, "component_table": "none",
+    "memory_workspace": 1.02e9,
 }
 #: Component tables shipped with the package (``placement/model/tables/<name>.json``); ``none`` uses the knobs.
 COMPONENT_TABLES = ("none", "h200")
