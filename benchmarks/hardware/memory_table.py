@@ -2,11 +2,11 @@
 
 Run: ``python benchmarks/hardware/memory_table.py [--file benchmarks/hardware/h200/measurements.json]``.
 For every ``hf`` row with a ``max_mem_gb`` it prints the measured peak (``torch.cuda.max_memory_allocated``),
-:func:`packplace.placement.pass_memory.pass_memory`'s peak with the shipped workspace, the same with the
+:func:`packplace.placement.model.pass_memory.pass_memory`'s peak with the shipped workspace, the same with the
 workspace refitted leaving the row's model shape out (the largest residual of the other shapes' log-prob
 rows), both ratios, the phase that sets the peak and its parts in GB; then the range of the
 leave-one-shape-out ratios. Rows that do not measure their own pass
-(:data:`~packplace.placement.pass_memory.CARRIED_OVER_ROWS`) are printed and marked, and left out of the range.
+(:data:`~packplace.placement.model.pass_memory.CARRIED_OVER_ROWS`) are printed and marked, and left out of the range.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import argparse
 import json
 import os
 
-from packplace.placement.pass_memory import CARRIED_OVER_ROWS, measured_row_memory
+from packplace.placement.model.pass_memory import CARRIED_OVER_ROWS, measured_row_memory
 from packplace.shape import from_hf_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from packplace.errors import ConfigError
-from packplace.placement.pass_memory import (
+from packplace.placement.model.pass_memory import (
     CARRIED_OVER_ROWS,
     STACKS,
     measured_row_memory,
@@ -135,6 +135,6 @@ def test_leave_one_shape_out_within_0_95_and_1_35(held_out: str) -> None:
 
 
 def test_hardware_default_workspace_is_the_stack_figure() -> None:
-    from packplace.placement.hardware import HARDWARE_DEFAULTS
+    from packplace.placement.problem.hardware import HARDWARE_DEFAULTS
 
     assert HARDWARE_DEFAULTS["memory_workspace"] == STACKS["none"].workspace_bytes
