@@ -4,8 +4,10 @@
 micro-batch (forward + backward, optional recomputation, the optimizer step), a log-prob forward, an
 engine prefill, one decode iteration or a whole generation, and returns the parts: weights, gradients,
 optimizer state, saved activations, logits, KV cache and workspace. The placement evaluator's
-:func:`~packplace.placement.memory.vertex_memory` prices activations, logits and workspace with the
-same functions, so ``place`` / ``validate`` and ``estimate`` agree.
+:func:`~packplace.placement.model.memory.vertex_memory` prices activations, logits and workspace with
+the same functions (:func:`train_transient`, :func:`infer_transient`), so ``place`` / ``validate`` and
+``estimate`` agree. The pipeline-stage geometry both use (:func:`stage_layers`, :func:`stage_params`,
+:func:`stage_split`) lives here.
 
 The model follows what the tensors of a Hugging Face decoder layer are (``LlamaDecoderLayer`` /
 ``Qwen2DecoderLayer`` with SDPA attention, PyTorch autograd), not fitted per-token knobs:
@@ -28,9 +30,9 @@ The model follows what the tensors of a Hugging Face decoder layer are (``LlamaD
   (docs.pytorch.org/docs/stable/amp.html, ``torch.autocast(cache_enabled=True)``); under gradient
   checkpointing only the output head's copy outlives the forward.
 * **allocator rounding**: PyTorch's caching allocator hands a large request a whole cached block when the
-  block would leave 1 MiB or less (``kSmallSize``) after a split, so each live tensor can count up to
+  block would leave 1 MiB or less (``kSmallSize``) after a split, so a live tensor can count up to
   1 MiB more than its size in ``torch.cuda.max_memory_allocated`` (c10/cuda/CUDACachingAllocator.cpp,
-  ``should_split``): :data:`ALLOCATOR_BLOCK_SLACK` per live weight and saved tensor.
+  ``should_split``, ``get_allocation_size``): :func:`_slack`, :func:`weight_slack`.
 * **workspace**: what the process holds that no pass tensor explains (cuBLAS / cuBLASLt workspaces,
   kernel scratch, allocator residue): :attr:`MemoryStack.workspace_bytes`, per software stack.
 
@@ -50,6 +52,7 @@ from packplace.placement.problem.models import ModelSpec
 
 #: Adam state bytes per parameter: fp32 master weights, first and second moments (ZeRO paper's K = 12).
 ADAM_BYTES = 12
+#: ZeRO sharding stages (:func:`~packplace.placement.model.memory.train_state_bytes`).
 SHARDING = ("none", "zero1", "zero2", "zero3")
 #: Tasks :func:`pass_memory` prices.
 TASKS = ("train", "infer", "prefill", "decode", "generate")
@@ -59,7 +62,7 @@ OPTIMIZERS = ("adam", "none")
 #: matrix, so only its log-sum-exp is saved) or ``full`` (every layer's input only, one layer recomputed at
 #: a time).
 RECOMPUTE_MODES = ("none", "selective", "full")
-#: Allocator slack per live tensor, bytes: a block is not split when 1 MiB or less would remain
+#: Allocator slack per live tensor at most, bytes: a block is not split when 1 MiB or less would remain
 #: (PyTorch c10/cuda/CUDACachingAllocator.cpp, ``kSmallSize`` in ``should_split``).
 ALLOCATOR_BLOCK_SLACK = 1 << 20
 #: Saved tensors per layer for the slack count: norms (fp32 copy, normalised, output: 3 each), Q, K, V,
@@ -287,10 +290,6 @@ def _stage(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[list[float], tu
     return per, stage_layers(model.layers, pp)
 
 
-def _head_gemm_on_stage(model: ModelSpec, last: bool, tp: int) -> float:
-    return model.head_gemm_params / tp if last else 0.0
-
-
 def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: int = 0, context: int = 0,
                 recompute: str = "none", optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1,
                 ep: int = 1, framework: str = "none", sharding: str = "none", micro_batches: int = 1,
@@ -312,7 +311,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         optimizer: ``adam`` or ``none`` (train only): ``adam`` with ``sharding: none`` is fp32 master
             weights under ``torch.autocast`` with fp32 gradients and fused AdamW, as a bare PyTorch
             loop trains; with ``zero1``–``zero3`` the ZeRO mixed-precision layout of
-            :func:`~packplace.placement.memory.train_state_bytes` (bf16 weights and activations);
+            :func:`~packplace.placement.model.memory.train_state_bytes` (bf16 weights and activations);
             ``none``: bf16 weights and gradients, no optimizer state.
         tp, pp, dp, ep: Parallel degrees (activations and logits split ``tp`` ways as with sequence
             parallelism and a vocabulary-parallel head; ``pp`` stages hold ``min(pp − i, micro_batches)``
@@ -323,8 +322,10 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             (its passes run with ``use_cache`` off).
         sharding: ``none``, ``zero1``, ``zero2``, ``zero3`` (train; ``zero3`` also shards ``infer``
             weights).
-        micro_batches: Micro-batches per step (pipeline in-flight count).
-        workspace_bytes: Overrides the stack's workspace (a leave-one-out check refits it).
+        micro_batches: Micro-batches per step: the pipeline's in-flight count, and with more than one
+            the gradients of the earlier micro-batches are held throughout (gradient accumulation).
+        workspace_bytes: The workspace (a GPU preset's ``hardware.memory_workspace``); default the
+            stack's (:data:`STACKS`).
 
     Returns:
         :class:`PassMemory`.
