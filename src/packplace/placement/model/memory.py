@@ -28,18 +28,22 @@ from functools import lru_cache
 
 from packplace.errors import ConfigError
 from packplace.placement.model.pass_memory import (
-    ADAM_BYTES,
     LOGIT_FORWARD_BYTES,
-    SHARDING,
     infer_transient,
     stack,
-    stage_layers,
-    stage_params,
-    stage_split,
     train_transient,
     uses_autocast,
     weight_slack,
     working_set_bytes_per_token,
+)
+from packplace.placement.model.stages import (  # noqa: F401 -- re-exported: the stage helpers live there
+    ADAM_BYTES,
+    SHARDING,
+    stage_gemm_share,
+    stage_layers,
+    stage_params,
+    stage_share,
+    stage_split,
 )
 from packplace.placement.problem.models import ModelSpec
 
@@ -150,30 +154,6 @@ def lora_train_state_bytes(model: ModelSpec, pp: int, tp: int, dp: int, options:
 
 
 DEFAULT_TRAINING = TrainingOptions()
-
-
-@lru_cache(maxsize=4096)
-def stage_share(layers: int, pp: int) -> float:
-    """Fraction of the layers the slowest pipeline stage runs: ``1/pp`` for an even split, else
-    ``max(stage_layers)/L``."""
-    if layers % pp == 0:
-        return 1.0 / pp
-    return max(stage_layers(layers, pp)) / layers
-
-
-@lru_cache(maxsize=4096)
-def stage_gemm_share(model: ModelSpec, pp: int) -> float:
-    """Fraction of a forward pass's GEMM weights (:attr:`~packplace.shape.TransformerShape.gemm_params`)
-    that the slowest pipeline stage multiplies: per stage its layers' share of the blocks and, on the
-    last stage, the output head (where :func:`stage_params` puts it); the maximum over the stages. 1 for
-    ``pp = 1``. Llama-3.1-8B (blocks 6.98e9, head 0.525e9 of 7.50e9): 0.535 at pp 2 (last stage), 0.303
-    at pp 4, 0.186 at pp 8 — 1.07, 1.21 and 1.49 times the even ``1/pp``."""
-    if pp == 1:
-        return 1.0
-    head = model.head_gemm_params
-    per_layer = (model.gemm_params - head) / model.layers
-    counts = stage_layers(model.layers, pp)
-    return max(max(counts[:-1]) * per_layer, counts[-1] * per_layer + head) / model.gemm_params
 
 
 def weight_bytes(model: ModelSpec, tp: int, pp: int, ep: int = 1) -> float:

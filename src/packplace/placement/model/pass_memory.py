@@ -6,8 +6,7 @@ engine prefill, one decode iteration or a whole generation, and returns the part
 optimizer state, saved activations, logits, KV cache and workspace. The placement evaluator's
 :func:`~packplace.placement.model.memory.vertex_memory` prices activations, logits and workspace with
 the same functions (:func:`train_transient`, :func:`infer_transient`), so ``place`` / ``validate`` and
-``estimate`` agree. The pipeline-stage geometry both use (:func:`stage_layers`, :func:`stage_params`,
-:func:`stage_split`) lives here.
+``estimate`` agree.
 
 The model follows what the tensors of a Hugging Face decoder layer are (``LlamaDecoderLayer`` /
 ``Qwen2DecoderLayer`` with SDPA attention, PyTorch autograd), not fitted per-token knobs:
@@ -45,15 +44,11 @@ working set, a tied embedding's second gradient). Units: bytes, tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from packplace.errors import ConfigError
+from packplace.placement.model.stages import ADAM_BYTES, SHARDING, stage_layers, stage_params, stage_split
 from packplace.placement.problem.models import ModelSpec
 
-#: Adam state bytes per parameter: fp32 master weights, first and second moments (ZeRO paper's K = 12).
-ADAM_BYTES = 12
-#: ZeRO sharding stages (:func:`~packplace.placement.model.memory.train_state_bytes`).
-SHARDING = ("none", "zero1", "zero2", "zero3")
 #: Tasks :func:`pass_memory` prices.
 TASKS = ("train", "infer", "prefill", "decode", "generate")
 #: Optimizers: ``adam`` (fp32 master weights, fp32 moments) or ``none`` (forward + backward only).
@@ -222,63 +217,6 @@ def _check(name: str, value: str, valid: tuple[str, ...]) -> None:
 def _check_positive(name: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name}: must be an integer >= 1, got {value!r}")
-
-
-@lru_cache(maxsize=4096)
-def stage_layers(layers: int, pp: int) -> tuple[int, ...]:
-    """Layers of each of the ``pp`` pipeline stages (``pp ≤ layers``).
-
-    Even when ``pp`` divides ``layers``. Otherwise every stage gets ``⌊L/pp⌋`` and the ``L mod pp`` extra
-    layers go to the middle stages first (the first holds the embedding, the last the output head and
-    logits), then to the first stage — the shape Megatron-LM's ``decoder_first_pipeline_num_layers`` /
-    ``decoder_last_pipeline_num_layers`` produce when set to the smaller size. 61 layers on 4 stages:
-    ``(15, 16, 15, 15)``; on 2 stages ``(31, 30)``.
-    """
-    base, extra = divmod(layers, pp)
-    counts = [base] * pp
-    order = list(range(1, pp - 1)) + [0, pp - 1]
-    for i in order[:extra]:
-        counts[i] += 1
-    return tuple(counts)
-
-
-@lru_cache(maxsize=4096)
-def stage_params(model: ModelSpec, pp: int) -> tuple[int, ...]:
-    """Parameters of each pipeline stage (all tensor-parallel ranks together): its layers, the input
-    embedding on the first, the final norm and output head on the last (a tied LM head with ``pp > 1``
-    is a copy of the embedding matrix there)."""
-    per_layer = model.block_params / model.layers
-    out = []
-    for i, n in enumerate(stage_layers(model.layers, pp)):
-        p = n * per_layer
-        if i == 0:
-            p += model.embedding_params
-        if i == pp - 1:
-            p += model.head_params
-            if pp > 1 and model.lm_head and model.tie_word_embeddings:
-                p += model.vocab_size * (model.embedding_dim or model.hidden_dim)
-        out.append(int(round(p)))
-    return tuple(out)
-
-
-def stage_split(model: ModelSpec, pp: int, tp: int, ep: int = 1) -> tuple[tuple[float, float], ...]:
-    """Per pipeline stage, the parameters one GPU holds as ``(dense, expert)``: ``dense`` the stage's
-    non-expert weights over ``tp`` (attention, dense MLPs, router, shared experts, embedding / head),
-    ``expert`` its routed experts (:attr:`~packplace.shape.TransformerShape.expert_params` times the
-    stage's share of the layers) over ``tp·ep``.
-
-    Expert parallelism as in Megatron-Core (docs.nvidia.com/megatron-core/developer-guide/latest/
-    api-guide/moe.html, "Expert Parallelism": ``expert-model-parallel-size`` ranks, each holding
-    ``num_experts/ep`` experts) with the ep ranks carved out of the data-parallel ranks and each expert
-    split over the tensor-parallel ranks (the expert tensor-parallel degree equal to tp): the experts of
-    a layer fill ``tp·ep`` GPUs. A dense model (or ``ep = 1`` with ``expert = 0`` for a dense model) gives
-    ``(stage_params/tp, 0)``."""
-    experts_per_layer = model.expert_params / model.layers
-    out = []
-    for p, n in zip(stage_params(model, pp), stage_layers(model.layers, pp)):
-        expert = n * experts_per_layer
-        out.append(((p - expert) / tp, expert / (tp * ep)))
-    return tuple(out)
 
 
 def _stage(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[list[float], tuple[int, ...]]:

@@ -1,0 +1,95 @@
+"""Pipeline stages of a model (layers, parameters, the expert split per GPU) and the training-state constants
+that both memory modules use (:mod:`~packplace.placement.model.memory`, :mod:`~packplace.placement.model.pass_memory`);
+:mod:`~packplace.placement.model.memory` re-exports every name."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from packplace.placement.problem.models import ModelSpec
+
+#: Adam state bytes per parameter: fp32 master weights, first and second moments (ZeRO paper's K = 12).
+ADAM_BYTES = 12
+#: ZeRO sharding stages of a training task (:class:`~packplace.placement.model.memory.TrainingOptions`).
+SHARDING = ("none", "zero1", "zero2", "zero3")
+
+
+@lru_cache(maxsize=4096)
+def stage_layers(layers: int, pp: int) -> tuple[int, ...]:
+    """Layers of each of the ``pp`` pipeline stages (``pp ≤ layers``).
+
+    Even when ``pp`` divides ``layers``. Otherwise every stage gets ``⌊L/pp⌋`` and the ``L mod pp`` extra
+    layers go to the middle stages first (the first holds the embedding, the last the output head and
+    logits), then to the first stage — the shape Megatron-LM's ``decoder_first_pipeline_num_layers`` /
+    ``decoder_last_pipeline_num_layers`` produce when set to the smaller size. 61 layers on 4 stages:
+    ``(15, 16, 15, 15)``; on 2 stages ``(31, 30)``.
+    """
+    base, extra = divmod(layers, pp)
+    counts = [base] * pp
+    order = list(range(1, pp - 1)) + [0, pp - 1]
+    for i in order[:extra]:
+        counts[i] += 1
+    return tuple(counts)
+
+
+@lru_cache(maxsize=4096)
+def stage_share(layers: int, pp: int) -> float:
+    """Fraction of the layers the slowest pipeline stage runs: ``1/pp`` for an even split, else
+    ``max(stage_layers)/L``."""
+    if layers % pp == 0:
+        return 1.0 / pp
+    return max(stage_layers(layers, pp)) / layers
+
+
+@lru_cache(maxsize=4096)
+def stage_gemm_share(model: ModelSpec, pp: int) -> float:
+    """Fraction of a forward pass's GEMM weights (:attr:`~packplace.shape.TransformerShape.gemm_params`)
+    that the slowest pipeline stage multiplies: per stage its layers' share of the blocks and, on the
+    last stage, the output head (where :func:`stage_params` puts it); the maximum over the stages. 1 for
+    ``pp = 1``. Llama-3.1-8B (blocks 6.98e9, head 0.525e9 of 7.50e9): 0.535 at pp 2 (last stage), 0.303
+    at pp 4, 0.186 at pp 8 — 1.07, 1.21 and 1.49 times the even ``1/pp``."""
+    if pp == 1:
+        return 1.0
+    head = model.head_gemm_params
+    per_layer = (model.gemm_params - head) / model.layers
+    counts = stage_layers(model.layers, pp)
+    return max(max(counts[:-1]) * per_layer, counts[-1] * per_layer + head) / model.gemm_params
+
+
+@lru_cache(maxsize=4096)
+def stage_params(model: ModelSpec, pp: int) -> tuple[int, ...]:
+    """Parameters of each pipeline stage (all tensor-parallel ranks together): its layers, the input
+    embedding on the first, the final norm and output head on the last (a tied LM head with ``pp > 1``
+    is a copy of the embedding matrix there)."""
+    per_layer = model.block_params / model.layers
+    out = []
+    for i, n in enumerate(stage_layers(model.layers, pp)):
+        p = n * per_layer
+        if i == 0:
+            p += model.embedding_params
+        if i == pp - 1:
+            p += model.head_params
+            if pp > 1 and model.lm_head and model.tie_word_embeddings:
+                p += model.vocab_size * (model.embedding_dim or model.hidden_dim)
+        out.append(int(round(p)))
+    return tuple(out)
+
+
+def stage_split(model: ModelSpec, pp: int, tp: int, ep: int = 1) -> tuple[tuple[float, float], ...]:
+    """Per pipeline stage, the parameters one GPU holds as ``(dense, expert)``: ``dense`` the stage's
+    non-expert weights over ``tp`` (attention, dense MLPs, router, shared experts, embedding / head),
+    ``expert`` its routed experts (:attr:`~packplace.shape.TransformerShape.expert_params` times the
+    stage's share of the layers) over ``tp·ep``.
+
+    Expert parallelism as in Megatron-Core (docs.nvidia.com/megatron-core/developer-guide/latest/
+    api-guide/moe.html, "Expert Parallelism": ``expert-model-parallel-size`` ranks, each holding
+    ``num_experts/ep`` experts) with the ep ranks carved out of the data-parallel ranks and each expert
+    split over the tensor-parallel ranks (the expert tensor-parallel degree equal to tp): the experts of
+    a layer fill ``tp·ep`` GPUs. A dense model (or ``ep = 1`` with ``expert = 0`` for a dense model) gives
+    ``(stage_params/tp, 0)``."""
+    experts_per_layer = model.expert_params / model.layers
+    out = []
+    for p, n in zip(stage_params(model, pp), stage_layers(model.layers, pp)):
+        expert = n * experts_per_layer
+        out.append(((p - expert) / tp, expert / (tp * ep)))
+    return tuple(out)
