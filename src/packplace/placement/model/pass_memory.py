@@ -428,12 +428,20 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     layer_params = model.block_params / model.layers / tp
     part = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first, recompute=recompute,
                            tp=tp, inflight=min(ahead, micro_batches), autocast=autocast, ep=ep)
+    # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's
+    # expert-data-parallel group), the rest over dp
+    expert = n_layers * model.expert_params / model.layers / (tp * ep) if model.is_moe and ep > 1 else 0.0
+    dense = params - expert
+    states = 1 if sharding == "none" else dp
+    expert_states = 1 if sharding == "none" else max(1, dp // ep)
     if autocast:
         weights, moments, grads = 4.0 * params, 8.0 * params, 4.0 * params
     else:
         weights = 2.0 * params / dp + 2.0 * layer_params if sharding == "zero3" else 2.0 * params
-        moments = 0.0 if optimizer == "none" else ADAM_BYTES * params / (dp if sharding != "none" else 1)
-        grads = 2.0 * params / (dp if sharding in ("zero2", "zero3") else 1)
+        moments = 0.0 if optimizer == "none" else ADAM_BYTES * (dense / states + expert / expert_states)
+        grads = 2.0 * params
+        if sharding in ("zero2", "zero3"):
+            grads = 2.0 * (dense / states + expert / expert_states)
     held = grads if micro_batches > 1 else 0.0
     forward = _assemble("forward", weights + part.copies_forward, held, moments, part.saved, part.logits_forward,
                         0.0, ws + part.slack_forward)
