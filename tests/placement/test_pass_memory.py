@@ -138,3 +138,15 @@ def test_hardware_default_workspace_is_the_stack_figure() -> None:
     from packplace.placement.problem.hardware import HARDWARE_DEFAULTS
 
     assert HARDWARE_DEFAULTS["memory_workspace"] == STACKS["none"].workspace_bytes
+
+
+def test_expert_state_shards_like_the_evaluator() -> None:
+    """A MoE trainer's Adam state per GPU: the dense part over dp, the experts over dp/ep, as the
+    evaluator's resident training state."""
+    from packplace.placement.model.memory import TrainingOptions, resident_bytes
+
+    moe = from_hf_config(Path(__file__).resolve().parents[1] / "data" / "hf_configs" / "qwen3-30b-a3b.json")
+    pm = pass_memory(moe, "train", micro_batch=1, seq_len=1024, tp=2, dp=16, ep=4, sharding="zero1",
+                     micro_batches=8, recompute="full")
+    state = resident_bytes(moe, "train", 16, 1, 2, TrainingOptions("zero1", "full"), ep=4)
+    assert pm.weights + pm.gradients + pm.optimizer == pytest.approx(state, rel=1e-12)

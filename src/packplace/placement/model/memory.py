@@ -7,14 +7,15 @@ logits, KV cache) that only exists while the vertex runs. On one GPU the evaluat
 (the first holds the embedding, the last the final norm, the output head and the fp32 logits; uneven
 layer splits, :func:`stage_layers`); a vertex's memory is that of its worst stage.
 
-Training state: :func:`train_state_bytes` (ZeRO sharding, offload, fp32 gradient buffer); activations:
-:func:`activation_bytes_per_layer` (recomputation, 1F1B in-flight micro-batches); generation: a paged KV
-cache of live tokens within ``gpu_memory_utilization`` of the GPU (:func:`max_concurrent_sequences`).
+Training state: :func:`train_state_bytes` (ZeRO sharding, offload, fp32 gradient buffer); a pass's
+transient parts (saved activations with recomputation and 1F1B in-flight micro-batches, logits, workspace,
+allocator slack): :mod:`packplace.placement.model.pass_memory`, the components of ``estimate``'s peak
+memory; generation: a paged KV cache of live tokens within ``gpu_memory_utilization`` of the GPU
+(:func:`max_concurrent_sequences`).
 Expert parallelism (``ep``, a MoE model): the routed experts of a stage are split over ``tp·ep`` GPUs
 (:func:`stage_split`), their gradients and Adam states sharded over the ``dp/ep`` expert-data-parallel
 ranks; the other weights as above. Options: :class:`TrainingOptions` (``sharding`` zero1, ``recompute``
-selective, ``offload`` none, ``fp32_grad_buffer`` false). Units: bytes; bf16 weights, activations and KV
-cache, fp32 logits.
+selective, ``offload`` none, ``fp32_grad_buffer`` false). Units: bytes; bf16 weights and KV cache.
 References: Rajbhandari et al. 2020 (ZeRO); Ren et al. 2021 (ZeRO-Offload); Korthikanti et al. 2022;
 Narayanan et al. 2021; Kwon et al. 2023 (PagedAttention, vLLM).
 """
@@ -252,13 +253,17 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             it runs the GPU holds the gathered layer (sharded) or the whole weights (a replica).
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
-    adapters added and its blocks' matrices frozen, :func:`stage_lora`), activations of its layers for
-    ``min(pp − i, m)`` micro-batches in flight, fp32 logits ``mb·s·V_out·4/tp`` on the last stage;
-    infer — bf16 weights (``2p/dp`` resident plus one gathered layer when ``sharded_weights``), one
-    layer's activations and the last stage's logits; generate — bf16 weights,
-    the paged KV of ``mb·min(pp, rounds)`` sequences of ``live_len`` tokens for the stage's layers, the
-    prefill workspace of one layer ``34·S·n·d/tp`` for ``n`` = ``prefill_sequences`` prompts and the last
-    token's logits ``mb·V·4/tp``. For a continuously batched engine the caller passes the sequences it
+    adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
+    :func:`~packplace.placement.model.pass_memory.train_transient` (activations of its layers for
+    ``min(pp − i, m)`` micro-batches in flight, the loss's logits on the last stage, fp32-master autocast
+    copies when ``sharding`` is none) plus the workspace; infer — bf16 weights (``2p/dp`` resident plus
+    one gathered layer when ``sharded_weights``), transient
+    :func:`~packplace.placement.model.pass_memory.infer_transient` (one layer's working set or the last
+    stage's logits; the forward's KV cache for ``framework: none``) plus the workspace; generate — bf16
+    weights, the paged KV of ``mb·min(pp, rounds)`` sequences of ``live_len`` tokens for the stage's
+    layers, :func:`engine_overhead_bytes` for ``n`` = ``prefill_sequences`` prompts and the last token's
+    logits ``mb·V·10/tp``. ``workspace_bytes``: the GPU's ``hardware.memory_workspace`` (default the
+    stack's). For a continuously batched engine the caller passes the sequences it
     runs at once as ``micro_batch`` (and ``micro_batches = 1``): the KV of the waiting ones is not held.
     """
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
@@ -312,8 +317,9 @@ def kv_cache_budget_bytes(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu:
                           ep: int = 1, workspace_bytes: float | None = None) -> float:
     """Bytes per GPU a paged-KV generation engine has for its KV cache (negative when the weights do not
     fit): ``gpu_memory_utilization · memory_per_gpu`` less the bf16 weights of the largest stage
-    (:func:`weight_bytes`) and the prefill workspace of ``prefill_sequences`` prompts of ``prompt_len``
-    tokens (``34·S·n·d/tp`` bytes, one layer). vLLM sizes its cache this way (docs.vllm.ai "Engine
+    (:func:`weight_bytes`) and :func:`engine_overhead_bytes` (the working set of ``prefill_sequences``
+    prompts of ``prompt_len`` tokens, the workspace, the weights' allocator slack). vLLM sizes its cache
+    this way (docs.vllm.ai "Engine
     Arguments", ``--gpu-memory-utilization``)."""
     budget = gpu_memory_utilization * memory_per_gpu - weight_bytes(model, tp, pp, ep)
     workspace = stack("none").workspace_bytes if workspace_bytes is None else workspace_bytes
@@ -343,16 +349,16 @@ def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_g
     """How many sequences a paged-KV generation engine holds at once (per data-parallel replica).
 
     The engine may use ``gpu_memory_utilization · memory_per_gpu`` bytes per GPU; after the bf16 weights
-    of the largest stage and the prefill workspace of ``prefill_sequences`` prompts
-    (``34·S·n·d/tp`` bytes, one layer) the rest is KV cache, and each sequence holds ``live_len`` tokens
-    on average (prompt plus response so far: ``S + mean response``) and the fp32 logits of its next token
-    (``V·4/tp``, sampled every iteration):
+    of the largest stage and :func:`engine_overhead_bytes` (``prefill_sequences`` prompts' working set,
+    workspace, allocator slack) the rest is KV cache, and each sequence holds ``live_len`` tokens on
+    average (prompt plus response so far: ``S + mean response``) and the logits of its next token
+    (``V·10/tp``: bf16, fp32 copy and probabilities, sampled every iteration):
 
-        ⌊(util·M − weights − workspace) / (kv_bytes_per_token(tp, pp) · live_len + V·4/tp)⌋
+        ⌊(util·M − weights − overhead) / (kv_bytes_per_token(tp, pp) · live_len + V·10/tp)⌋
 
     with the KV bytes of the largest stage's layers and the weights of :func:`weight_bytes` (``ep``: the
     experts split over the expert-parallel ranks). 128 rollouts of Llama-3.1-8B at 1,016 live tokens
-    need 17 GB of KV; an 80 GB GPU at utilisation 0.9 holds 419 such sequences (prompt 128).
+    need 17 GB of KV; an 80 GB GPU at utilisation 0.9 holds 406 such sequences (prompt 128).
 
     Returns:
         The count (0 when the weights alone exceed the budget).

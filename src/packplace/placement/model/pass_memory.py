@@ -4,8 +4,9 @@
 micro-batch (forward + backward, optional recomputation, the optimizer step), a log-prob forward, an
 engine prefill, one decode iteration or a whole generation, and returns the parts: weights, gradients,
 optimizer state, saved activations, logits, KV cache and workspace. The placement evaluator's
-:func:`~packplace.placement.model.memory.vertex_memory` prices activations, logits and workspace with the
-same functions, so ``place`` / ``validate`` and ``estimate`` agree.
+:func:`~packplace.placement.model.memory.vertex_memory` prices activations, logits and workspace with
+the same functions (:func:`train_transient`, :func:`infer_transient`), so ``place`` / ``validate`` and
+``estimate`` agree.
 
 The model follows what the tensors of a Hugging Face decoder layer are (``LlamaDecoderLayer`` /
 ``Qwen2DecoderLayer`` with SDPA attention, PyTorch autograd), not fitted per-token knobs:
@@ -28,9 +29,9 @@ The model follows what the tensors of a Hugging Face decoder layer are (``LlamaD
   (docs.pytorch.org/docs/stable/amp.html, ``torch.autocast(cache_enabled=True)``); under gradient
   checkpointing only the output head's copy outlives the forward.
 * **allocator rounding**: PyTorch's caching allocator hands a large request a whole cached block when the
-  block would leave 1 MiB or less (``kSmallSize``) after a split, so each live tensor can count up to
+  block would leave 1 MiB or less (``kSmallSize``) after a split, so a live tensor can count up to
   1 MiB more than its size in ``torch.cuda.max_memory_allocated`` (c10/cuda/CUDACachingAllocator.cpp,
-  ``should_split``): :data:`ALLOCATOR_BLOCK_SLACK` per live weight and saved tensor.
+  ``should_split``, ``get_allocation_size``): :func:`_slack`, :func:`weight_slack`.
 * **workspace**: what the process holds that no pass tensor explains (cuBLAS / cuBLASLt workspaces,
   kernel scratch, allocator residue): :attr:`MemoryStack.workspace_bytes`, per software stack.
 
@@ -56,7 +57,7 @@ OPTIMIZERS = ("adam", "none")
 #: matrix, so only its log-sum-exp is saved) or ``full`` (every layer's input only, one layer recomputed at
 #: a time).
 RECOMPUTE_MODES = ("none", "selective", "full")
-#: Allocator slack per live tensor, bytes: a block is not split when 1 MiB or less would remain
+#: Allocator slack per live tensor at most, bytes: a block is not split when 1 MiB or less would remain
 #: (PyTorch c10/cuda/CUDACachingAllocator.cpp, ``kSmallSize`` in ``should_split``).
 ALLOCATOR_BLOCK_SLACK = 1 << 20
 #: Saved tensors per layer for the slack count: norms (fp32 copy, normalised, output: 3 each), Q, K, V,
@@ -219,18 +220,12 @@ def _check_positive(name: str, value: int) -> None:
 
 
 def _stage(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[list[float], tuple[int, ...]]:
-    """Parameters one GPU holds per stage and the stage layer counts (imported lazily: memory.py imports
-    this module)."""
-
+    """Parameters one GPU holds per stage and the stage layer counts."""
     if model.is_moe and ep > 1:
         per = [dense + expert for dense, expert in stage_split(model, pp, tp, ep)]
     else:
         per = [p / tp for p in stage_params(model, pp)]
     return per, stage_layers(model.layers, pp)
-
-
-def _head_gemm_on_stage(model: ModelSpec, last: bool, tp: int) -> float:
-    return model.head_gemm_params / tp if last else 0.0
 
 
 def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: int = 0, context: int = 0,
@@ -265,8 +260,10 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             (its passes run with ``use_cache`` off).
         sharding: ``none``, ``zero1``, ``zero2``, ``zero3`` (train; ``zero3`` also shards ``infer``
             weights).
-        micro_batches: Micro-batches per step (pipeline in-flight count).
-        workspace_bytes: Overrides the stack's workspace (a leave-one-out check refits it).
+        micro_batches: Micro-batches per step: the pipeline's in-flight count, and with more than one
+            the gradients of the earlier micro-batches are held throughout (gradient accumulation).
+        workspace_bytes: The workspace (a GPU preset's ``hardware.memory_workspace``); default the
+            stack's (:data:`STACKS`).
 
     Returns:
         :class:`PassMemory`.
@@ -275,7 +272,6 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         ConfigError: an unknown task / recompute / optimizer / sharding value, a non-positive degree or
             batch, or a missing ``seq_len`` / ``context`` for the task.
     """
-
     _check("task", task, TASKS)
     _check("recompute", recompute, RECOMPUTE_MODES)
     _check("optimizer", optimizer, OPTIMIZERS)
@@ -432,12 +428,20 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     layer_params = model.block_params / model.layers / tp
     part = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first, recompute=recompute,
                            tp=tp, inflight=min(ahead, micro_batches), autocast=autocast, ep=ep)
+    # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's
+    # expert-data-parallel group), the rest over dp
+    expert = n_layers * model.expert_params / model.layers / (tp * ep) if model.is_moe and ep > 1 else 0.0
+    dense = params - expert
+    states = 1 if sharding == "none" else dp
+    expert_states = 1 if sharding == "none" else max(1, dp // ep)
     if autocast:
         weights, moments, grads = 4.0 * params, 8.0 * params, 4.0 * params
     else:
         weights = 2.0 * params / dp + 2.0 * layer_params if sharding == "zero3" else 2.0 * params
-        moments = 0.0 if optimizer == "none" else ADAM_BYTES * params / (dp if sharding != "none" else 1)
-        grads = 2.0 * params / (dp if sharding in ("zero2", "zero3") else 1)
+        moments = 0.0 if optimizer == "none" else ADAM_BYTES * (dense / states + expert / expert_states)
+        grads = 2.0 * params
+        if sharding in ("zero2", "zero3"):
+            grads = 2.0 * (dense / states + expert / expert_states)
     held = grads if micro_batches > 1 else 0.0
     forward = _assemble("forward", weights + part.copies_forward, held, moments, part.saved, part.logits_forward,
                         0.0, ws + part.slack_forward)

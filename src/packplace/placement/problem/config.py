@@ -150,7 +150,7 @@ TRAINING_FIELDS: dict[str, Field] = {
     "sharding": Field("enum", choices=SHARDING, default="zero1",
                       meaning="training state sharding over data parallel ranks (zero3 = FSDP full shard)"),
     "recompute": Field("enum", choices=RECOMPUTE, default="selective",
-                       meaning="activation recomputation (Korthikanti et al. 2022)"),
+                       meaning="activation recomputation (selective: the attention core; full: every layer)"),
     "offload": Field("enum", choices=OFFLOAD, default="none",
                      meaning="training state kept in host memory, moved at host_bandwidth"),
     "fp32_grad_buffer": Field("bool", default=False, meaning="fp32 gradient accumulation buffer (4 bytes/param)"),
