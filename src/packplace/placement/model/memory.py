@@ -36,15 +36,15 @@ from packplace.placement.model.pass_memory import (
     weight_slack,
     working_set_bytes_per_token,
 )
-from packplace.placement.model.stages import (  # noqa: F401 -- re-exported: the stage helpers live there
-    ADAM_BYTES,
-    SHARDING,
-    stage_gemm_share,
-    stage_layers,
-    stage_params,
-    stage_share,
-    stage_split,
-)
+
+# the stage helpers live in model/stages.py; re-exported here under their names
+from packplace.placement.model.stages import ADAM_BYTES as ADAM_BYTES
+from packplace.placement.model.stages import SHARDING as SHARDING
+from packplace.placement.model.stages import stage_gemm_share as stage_gemm_share
+from packplace.placement.model.stages import stage_layers as stage_layers
+from packplace.placement.model.stages import stage_params as stage_params
+from packplace.placement.model.stages import stage_share as stage_share
+from packplace.placement.model.stages import stage_split as stage_split
 from packplace.placement.problem.models import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
