@@ -13,8 +13,8 @@ the protocol's own ``SampleMetadata`` (``key``, ``pack_tokens``, ``cost.llm``, o
 ``packing_budgets`` and, when present, their own ``fits``/``add_costs`` rules, which every returned
 bin passes. It also computes hyper_parallel's default answer
 (:mod:`packplace.integrations.hyper_parallel_lpt`) and returns the better of the two by the
-protocol's window objective, so it is never worse than that default. hyper_parallel need not be
-installed::
+protocol's window objective, the known-feasible reference included, so it is never worse than
+that default (its greedy dead ends too). hyper_parallel need not be installed::
 
     planner = ...(balancing_algorithm=PackplaceBalancingAlgorithm(solver="repair"))
 
@@ -145,9 +145,10 @@ class PackplaceBalancingAlgorithm:
     def assign(self, samples: Sequence[Any], *, reference_bins: Sequence[Sequence[Hashable]],
                constraints: Any, data_parallel_size: int, local_batch_size: int,
                objective_group_size: int | None = None) -> Sequence[Sequence[Hashable]]:
-        """Rank-major bins of sample keys: the better, by :func:`window_score`, of the packplace
-        solver's answer and hyper_parallel's default rules; ``reference_bins`` itself when neither
-        finds a feasible candidate (the protocol's contract).
+        """Rank-major bins of sample keys: the best, by :func:`window_score`, of the packplace
+        solver's answer, hyper_parallel's default rules' answer and ``reference_bins`` (known-feasible;
+        the object itself comes back when it is best, or when neither finds a feasible candidate, as
+        the protocol requires). So the answer is never worse than the default rules', dead ends included.
 
         Args:
             samples: hyper_parallel ``SampleMetadata`` (or wrappers with ``metadata``), keys unique.
@@ -157,10 +158,15 @@ class PackplaceBalancingAlgorithm:
             objective_group_size: Physical ranks per round (a divisor of D); default D.
 
         Raises:
-            ConfigError: bad samples or keys (:func:`protocol_items`), a bad ``objective_group_size``.
+            ConfigError: bad samples or keys (:func:`protocol_items`), a bad ``objective_group_size``,
+                ``data_parallel_size`` or ``local_batch_size``; ``reference_bins`` that is not
+                D x m bins holding every sample key once (:func:`_check_reference`).
         """
         items = protocol_items(samples)
         group = _group_size(objective_group_size, data_parallel_size)
+        ranks = positive_int(data_parallel_size, "data_parallel_size")
+        per_rank = positive_int(local_batch_size, "local_batch_size")
+        _check_reference(reference_bins, items, ranks * per_rank)
         llm = {item.key: item.llm for item in items}
         candidates: list[Sequence[Sequence[Hashable]]] = []
         self.last_result = None
@@ -185,8 +191,9 @@ class PackplaceBalancingAlgorithm:
             default = reference_bins  # keys without an order: hyper_parallel's rules sort by key
         if default is not reference_bins:
             candidates.append(tuple(tuple(keys) for keys in default))
-        if not candidates:
-            return reference_bins
+        # The reference is known-feasible: it competes too (it is what the default rules return at a
+        # dead end), and wins ties only against nothing; the object itself comes back when it wins.
+        candidates.append(reference_bins)
         return min(candidates, key=lambda bins: window_score(rank_loads(bins, llm, local_batch_size),
                                                              self.objective_name, group))
 
@@ -196,6 +203,39 @@ class PackplaceBalancingAlgorithm:
         if not loads:
             return 0.0
         return makespan(loads) if self.objective_name == "makespan" else squared_cv(loads)
+
+
+def _check_reference(reference_bins: Any, items: Sequence[Item], count: int) -> None:
+    """``reference_bins``: ``count`` bins (rank-major) of the sample keys, each key exactly once.
+
+    Raises:
+        ConfigError: None or not a sequence of key sequences, another bin count, an unknown,
+            unhashable, missing or repeated key.
+    """
+    if isinstance(reference_bins, (str, bytes, Mapping)) or not isinstance(reference_bins, Sequence):
+        raise ConfigError(f"reference_bins: must be a sequence of {count} bins of sample keys, got "
+                          f"{show(reference_bins)}")
+    if len(reference_bins) != count:
+        raise ConfigError(f"reference_bins: must hold data_parallel_size x local_batch_size = {count} bins, "
+                          f"got {len(reference_bins)}")
+    known = {item.key for item in items}
+    seen: set[Hashable] = set()
+    for b, keys in enumerate(reference_bins):
+        if isinstance(keys, (str, bytes, Mapping)) or not isinstance(keys, Sequence):
+            raise ConfigError(f"reference_bins[{b}]: must be a sequence of sample keys, got {show(keys)}")
+        for key in keys:
+            try:
+                hash(key)
+            except TypeError:
+                raise ConfigError(f"reference_bins[{b}]: key {show(key)} is unhashable") from None
+            if key not in known:
+                raise ConfigError(f"reference_bins[{b}]: {show(key)} is not a key of samples")
+            if key in seen:
+                raise ConfigError(f"reference_bins[{b}]: {show(key)} appears twice")
+            seen.add(key)
+    if len(seen) != len(known):
+        missing = next(item.key for item in items if item.key not in seen)
+        raise ConfigError(f"reference_bins: sample key {show(missing)} is in no bin")
 
 
 def _passes(bins: Sequence[Sequence[Hashable]], items: Sequence[Item], constraints: Any) -> bool:
