@@ -76,8 +76,9 @@ def test_bad_arguments_are_refused_in_one_line():
 def test_entries_that_are_not_id_length_pairs_or_bad_lengths_are_refused_in_one_line():
     scheduler = PackplacePackingScheduler(8, 1, 1, None)
     for entries, message in (([4, 3], r"sample_id_seqlens\[0\]: must be a \(sample id, sequence length\) pair, got 4"),
-                             ([(0, "x"), (1, 3)], r"seqlens\[0\]: must be an integer >= 1, got 'x'"),
-                             ([(0, 4.5), (1, 3)], r"seqlens\[0\]: must be an integer >= 1, got 4\.5")):
+                             ([(0, "x"), (1, 3)], r"^sample_id_seqlens\[0\]\[1\]: must be a number, got 'x'"),
+                             ([(0, 4.5), (1, 3)], r"^sample_id_seqlens\[0\]\[1\]: must be an integer, got 4\.5"),
+                             ([(0, 0), (1, 3)], r"^sample_id_seqlens\[0\]\[1\]: must be >= 1, got 0")):
         with pytest.raises(ConfigError, match=message):
             scheduler.get_groups_and_subsamples(entries)
     assert scheduler.get_groups_and_subsamples([(7, 4), (9, 3)]) == [[[0, 1]]]

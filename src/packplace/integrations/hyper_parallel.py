@@ -24,7 +24,7 @@ that default (its greedy dead ends too). hyper_parallel need not be installed::
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from packplace.balance.api import solve_balance
@@ -33,6 +33,7 @@ from packplace.balance.instance import check_reference_bins
 from packplace.balance.samples import finite_nonnegative, positive_int
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample
 from packplace.errors import ConfigError, PackplaceError, show
+from packplace.integrations.arguments import number_list, positive_integer
 from packplace.integrations.hyper_parallel_lpt import (
     Item,
     add_costs,
@@ -162,10 +163,17 @@ class PackplaceBalancingAlgorithm:
                 ``data_parallel_size`` or ``local_batch_size``; ``reference_bins`` that is not
                 D x m bins holding every sample key once (:func:`_check_reference`).
         """
+        ranks = positive_integer(data_parallel_size, "data_parallel_size")
+        per_rank = positive_integer(local_batch_size, "local_batch_size")
+        if isinstance(samples, (str, bytes, Mapping)) or not isinstance(samples, Iterable):
+            raise ConfigError(f"samples: must be a sequence of sample metadata, got {show(samples)}")
+        samples = list(samples)
         items = protocol_items(samples)
-        group = _group_size(objective_group_size, data_parallel_size)
-        ranks = positive_int(data_parallel_size, "data_parallel_size")
-        per_rank = positive_int(local_batch_size, "local_batch_size")
+        group = _group_size(objective_group_size, ranks)
+        seq_len = getattr(constraints, "seq_len", None)
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise ConfigError(f"constraints: must have seq_len, an integer >= 1 (and optionally packing_budgets, "
+                              f"fits, add_costs), got {show(constraints)}")
         _check_reference(reference_bins, items, ranks * per_rank)
         llm = {item.key: item.llm for item in items}
         candidates: list[Sequence[Sequence[Hashable]]] = []
@@ -199,10 +207,17 @@ class PackplaceBalancingAlgorithm:
 
     def objective(self, rank_costs: Sequence[Any]) -> float:
         """Largest rank ``llm`` load, or the squared coefficient of variation of the loads."""
-        loads = [float(getattr(cost, "llm", cost)) for cost in rank_costs]
+        loads = number_list([getattr(cost, "llm", cost) for cost in _sequence(rank_costs, "rank_costs")],
+                            "rank_costs")
         if not loads:
             return 0.0
         return makespan(loads) if self.objective_name == "makespan" else squared_cv(loads)
+
+
+def _sequence(value: Any, field: str) -> list[Any]:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise ConfigError(f"{field}: must be a sequence, got {show(value)}")
+    return list(value)
 
 
 def _check_reference(reference_bins: Any, items: Sequence[Item], count: int) -> None:

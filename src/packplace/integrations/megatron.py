@@ -34,8 +34,8 @@ import numpy as np
 
 from packplace.balance.api import solve_balance
 from packplace.balance.instance import make_instance
-from packplace.balance.samples import positive_int
 from packplace.errors import ConfigError, show
+from packplace.integrations.arguments import number_list, positive_integer
 from packplace.integrations.partition import DEFAULT_SOLVER
 
 
@@ -47,8 +47,9 @@ def sequence_flops(seqlens: Sequence[int] | np.ndarray, hidden_size: int) -> np.
     FLOPs; divided by 4h. Packed sequences attend only within themselves (THD), so a pack costs the
     sum of its sequences.
     """
-    values = np.asarray(seqlens, dtype=np.float64)
-    return 6.0 * hidden_size * values + values * values
+    values = np.asarray(number_list(seqlens, "seqlens"), dtype=np.float64)
+    hidden = positive_integer(hidden_size, "hidden_size")
+    return 6.0 * hidden * values + values * values
 
 
 class PackplacePackingScheduler:
@@ -99,8 +100,10 @@ class PackplacePackingScheduler:
             InfeasibleError: fewer sequences than ranks (a pack cannot be empty).
             RuntimeError: the backend found no assignment.
         """
-        tokens = np.asarray([positive_int(length, f"seqlens[{i}]") for i, length in enumerate(seqlens)],
-                            dtype=np.int64)
+        lengths = number_list(seqlens, "seqlens", integers=True, minimum=1)
+        if not lengths:
+            raise ConfigError("seqlens: no sequences to pack")
+        tokens = np.asarray(lengths, dtype=np.int64)
         costs = sequence_flops(tokens, self.hidden_size)
         multiple = self.microbatch_group_size_per_vp_stage or 1
         instance = make_instance(tokens, costs, seq_len=self.max_seq_len_all_ranks, data_parallel_size=self.dp_size,
@@ -133,13 +136,25 @@ class PackplacePackingScheduler:
             ConfigError: an entry that is not a (sample id, length) pair, a bad length
                 (:meth:`rank_packs`).
         """
+        if isinstance(sample_id_seqlens, (str, bytes, dict)) or not hasattr(sample_id_seqlens, "__iter__"):
+            raise ConfigError(f"sample_id_seqlens: must be a sequence of (sample id, sequence length) pairs, "
+                              f"got {show(sample_id_seqlens)}")
         lengths = []
         for i, entry in enumerate(sample_id_seqlens):
             if not isinstance(entry, (tuple, list)) or len(entry) != 2:
                 raise ConfigError(f"sample_id_seqlens[{i}]: must be a (sample id, sequence length) pair, "
                                   f"got {show(entry)}")
             lengths.append(entry[1])
-        packs = self.rank_packs(lengths)
+        if not lengths:
+            raise ConfigError("sample_id_seqlens: no samples to pack")
+        try:
+            packs = self.rank_packs(lengths)
+        except ConfigError as error:
+            message = str(error)
+            if message.startswith("seqlens["):   # name the pair's length element as the caller wrote it
+                index, rest = message[len("seqlens["):].split("]", 1)
+                raise ConfigError(f"sample_id_seqlens[{index}][1]{rest}") from None
+            raise
         count = len(packs[0])
         return [[packs[j // self.cp_size][i] for j in range(self.dp_size * self.cp_size)] for i in range(count)]
 
@@ -183,6 +198,10 @@ def register(name: str = "packplace", *, data_schedule: Any = None, **options: A
             data_schedule = importlib.import_module(DATA_SCHEDULE_MODULE)
         except ImportError as missing:
             raise ImportError(f"register: {DATA_SCHEDULE_MODULE} is not importable ({missing})") from None
+    needed = ("PackingSchedulerEnum", "scheduler_map", "DpBalancedScheduler")
+    if not all(hasattr(data_schedule, name) for name in needed):
+        raise ConfigError(f"data_schedule: must be Megatron-Core's data_schedule module (PackingSchedulerEnum, "
+                          f"scheduler_map, DpBalancedScheduler), got {show(data_schedule)}")
     members = data_schedule.PackingSchedulerEnum
     key = name.upper()
     if key in members.__members__:

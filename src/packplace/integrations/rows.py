@@ -90,19 +90,4 @@ def select_tensordict(batch: Any, index: Sequence[int]) -> Any:
     return TensorDict(fields, batch_size=size, device=batch.device)
 
 
-def concat_rows(parts: Sequence[Any]) -> Any:
-    """Concatenate along the first dimension values of one kind (dense or nested torch tensors,
-    numpy arrays, lists)."""
-    first = parts[0]
-    if is_torch_tensor(first):
-        if first.is_nested:
-            return nested_from_rows([row for part in parts for row in part.unbind()], first)
-        import torch  # reason: optional; only reached with torch tensors
-
-        return torch.cat(list(parts))
-    if hasattr(first, "shape"):
-        return np.concatenate(list(parts))
-    return [row for part in parts for row in part]
-
-
-__all__ = ["concat_rows", "is_tensordict", "is_torch_tensor", "nested_from_rows", "select_tensordict", "take_rows"]
+__all__ = ["is_tensordict", "is_torch_tensor", "nested_from_rows", "select_tensordict", "take_rows"]

@@ -349,7 +349,10 @@ def required_micro_batches(
     Raises:
         ConfigError: as :func:`rearrange_micro_batches`.
     """
-    return _MicroBatchPlan(as_values(lengths, "lengths"), max_token_len, num_batches_divided_by, min_num_micro_batch,
+    values = as_counts(lengths, "lengths")
+    if not values:
+        raise ConfigError("lengths: must hold at least one sample, got none")
+    return _MicroBatchPlan(values, max_token_len, num_batches_divided_by, min_num_micro_batch,
                            force_group_size, None, solver, time_limit_s, seed).count
 
 
@@ -500,8 +503,8 @@ def _partition_args(seqlen_list: Any, k_partitions: Any, equal_size: Any) -> tup
     if len(values) < k:
         raise ConfigError(f"seqlen_list: {len(values)} values cannot fill {k} non-empty parts (k_partitions={k})")
     if equal and len(values) % k:
-        raise ConfigError(f"equal_size: {len(values)} values do not split into {k} parts of one size "
-                          f"(k_partitions={k})")
+        raise ConfigError(f"equal_size: the {len(values)} values of seqlen_list do not split into {k} parts of "
+                          f"one size (k_partitions={k})")
     return values, k, equal
 
 
@@ -549,7 +552,7 @@ def log_seqlen_unbalance(seqlen_list: Any, partitions: Any, prefix: Any) -> dict
         ConfigError: bad values, no partition, fewer values than partitions, an index out of range.
     """
     values = as_values(seqlen_list)
-    parts = _index_lists(partitions, "partitions", len(values))
+    parts = _index_lists(partitions, "partitions", len(values), "seqlen_list")
     if not parts:
         raise ConfigError("partitions: must hold at least one partition, got none")
     if len(values) < len(parts):
@@ -569,7 +572,7 @@ def log_seqlen_unbalance(seqlen_list: Any, partitions: Any, prefix: Any) -> dict
     }
 
 
-def _index_lists(value: Any, field: str, size: int | None = None) -> list[list[int]]:
+def _index_lists(value: Any, field: str, size: int | None = None, of: str = "") -> list[list[int]]:
     """A list of lists of integer indices (each in ``range(size)`` when given)."""
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
         raise ConfigError(f"{field}: must be a list of index lists, got {show(value)}")
@@ -578,7 +581,7 @@ def _index_lists(value: Any, field: str, size: int | None = None) -> list[list[i
         for p, part in enumerate(lists):
             for i in part:
                 if i >= size:
-                    raise ConfigError(f"{field}[{p}]: index {i} is out of range for {size} values")
+                    raise ConfigError(f"{field}[{p}]: index {i} is out of range for the {size} values of {of}")
     return lists
 
 
