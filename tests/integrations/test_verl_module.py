@@ -152,6 +152,21 @@ def test_install_points_verls_module_and_its_importers_at_packplace_and_uninstal
     assert pv.uninstall() == []
 
 
+def test_the_docs_verl_recipe_runs_as_written(monkeypatch):
+    from test_megatron_scheduler import _recipe
+
+    if not _importable("verl"):
+        # verl is not installed: the recipe runs on a stand-in of its module (verl's names)
+        module, _ = _stand_in_verl()
+        for name in ("verl", "verl.utils"):
+            monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    try:
+        exec(compile(_recipe("verl-install"), "docs/integrations.md", "exec"), {})
+    finally:
+        pv.uninstall()
+
+
 def test_install_without_verl_is_one_import_error_line():
     if "verl" in sys.modules or _importable("verl"):
         pytest.skip("verl is installed here")
