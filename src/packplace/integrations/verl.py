@@ -271,12 +271,14 @@ def rearrange_micro_batches(
     reversed in front), the light ones at both ends of the pipeline.
 
     Args:
-        batch: A dict (or TensorDict) with ``attention_mask`` (B x S, list of lists, numpy or torch)
-            or nested ``input_ids``; or a plain sequence of effective lengths (shape (B,)).
+        batch: A TensorDict (verl's) or dict with ``attention_mask`` (B x S, list of lists, numpy or
+            torch: the padded layout) or nested jagged ``input_ids`` (the no-padding layout); or a
+            plain sequence of effective lengths (shape (B,)).
         max_token_len: Token cap of one micro-batch, at least the padded width.
         dp_group: verl's data-parallel group. Used only when torch.distributed is initialized and
             ``same_micro_num_in_dp``: the ranks then agree on the maximum required count (one
-            all-reduce). Without torch.distributed pass that count as ``num_micro_batches``.
+            all-reduce, which a rank that refuses its batch joins too, so all raise together).
+            Without torch.distributed pass that count as ``num_micro_batches``.
         num_batches_divided_by: The count is a multiple of it (virtual pipeline stages).
         same_micro_num_in_dp: Synchronise the count over ``dp_group``.
         min_num_micro_batch: At least this many micro-batches.
@@ -288,8 +290,10 @@ def rearrange_micro_batches(
         solver, time_limit_s, seed: packplace balance backend for the token-capped balance.
 
     Returns:
-        ``(micro_batches, micro_bsz_idx)``: the micro-batches (the batch's type, rows selected) and
-        for each its sorted sample indices into ``batch``.
+        ``(micro_batches, micro_bsz_idx)``: the micro-batches in the batch's type (TensorDicts for a
+        TensorDict, nested tensors re-packed with their ragged dimension, ``NonTensorStack`` rows
+        selected and ``NonTensorData`` kept: :func:`~packplace.integrations.rows.take_rows`; dicts
+        for a dict; lengths for lengths) and for each its sorted sample indices into ``batch``.
 
     Raises:
         ConfigError: a sample wider than ``max_token_len``, a group above it, B not divisible by
