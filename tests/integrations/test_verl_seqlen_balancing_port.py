@@ -11,7 +11,8 @@ count synchronised by passing the maximum over ranks as ``num_micro_batches`` (n
 torch.distributed). verl 0.9.1 grows the count until every micro-batch fits the cap, so the counts
 are also checked against that rule (``verl_oracle.verl_rearrange``): never more micro-batches than
 verl. TensorDict / nested-tensor and torch-using checks, ``get_group_balanced_partitions`` included, are in
-``test_verl_module.py`` and ``test_verl_tensordict.py``; ``test_dataproto_split_uneven`` tests verl's DataProto: not ported.
+``test_verl_module.py`` and ``test_verl_tensordict.py``; ``test_dataproto_split_uneven`` tests verl's
+DataProto: not ported.
 """
 
 from __future__ import annotations
