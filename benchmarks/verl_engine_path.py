@@ -1,4 +1,4 @@
-"""verl 0.9.1's own dynamic-batching path with verl's seqlen-balancing module and with packplace installed in its place.
+"""verl 0.9.1's own balancing paths with verl's seqlen-balancing module and with packplace installed in its place.
 
 A plain script (no pytest); needs verl 0.9.1 importable with its engine utilities (torch, tensordict,
 transformers, peft, ...). For each seed and shape it builds a no-padding TensorDict the way verl's engines
@@ -8,6 +8,11 @@ and restores a nested output with ``restore_dynamic_batch``, first with verl's f
 ``packplace.integrations.verl.install()``. Checked per batch: TensorDicts and nested tensors come back, every
 index once, every micro-batch within the cap, the restored rows equal the original. Printed: batches passed
 and the micro-batch counts of both.
+
+Then the trainer's rank balancing, ``RayPPOTrainer._balance_batch`` (a stub trainer with 4 data-parallel ranks;
+64 samples of 100 to 4,000 valid tokens, uids in groups of 4) with and without ``use_prefix_grouper``: the
+heaviest rank's workload (verl's proxy ``24576·s + s²``) with verl's module and with packplace's, every sample
+once, and with the prefix grouper every uid on one rank.
 
 Usage:
     python benchmarks/verl_engine_path.py
@@ -69,6 +74,39 @@ def run(label: str, seeds: int) -> list[int]:
     return counts
 
 
+class _StubTrainer:
+    """What ``_balance_batch`` reads of a trainer: the actor worker group and its data-parallel size."""
+
+    actor_rollout_wg = None
+
+    def __init__(self, use_prefix_grouper: bool) -> None:
+        self.use_prefix_grouper = use_prefix_grouper
+
+    def _get_dp_size(self, worker_group: object, role: str) -> int:
+        return 4
+
+
+def trainer_balance(use_prefix_grouper: bool, seed: int) -> tuple[int, bool]:
+    """(heaviest rank workload, every sample once and every uid on one rank) of verl's ``_balance_batch``."""
+    import numpy as np
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    gen = torch.Generator().manual_seed(seed)
+    valid = torch.randint(100, 4000, (64,), generator=gen)
+    mask = (torch.arange(4096)[None, :] < valid[:, None]).long()
+    rows = torch.arange(64)[:, None].expand(64, 4096).clone()
+    batch = DataProto.from_dict({"attention_mask": mask, "input_ids": rows},
+                                {"uid": np.array([f"u{i // 4}" for i in range(64)], dtype=object)})
+    RayPPOTrainer._balance_batch(_StubTrainer(use_prefix_grouper), batch, {})
+    order = batch.batch["input_ids"][:, 0].tolist()
+    ranks = [order[r * 16:(r + 1) * 16] for r in range(4)]
+    loads = [sum(24576 * int(valid[i]) + int(valid[i]) ** 2 for i in rank) for rank in ranks]
+    together = all(len({i // 4 for i in rank}) * 4 == len(rank) for rank in ranks)
+    valid_answer = sorted(order) == list(range(64)) and (together or not use_prefix_grouper)
+    return max(loads), valid_answer
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
@@ -80,6 +118,19 @@ def main() -> None:
     pairs = [(o, t) for o, t in zip(ours, theirs) if o > 0 and t > 0]
     print(f"micro-batches: packplace fewer on {sum(o < t for o, t in pairs)}, equal on "
           f"{sum(o == t for o, t in pairs)}, more on {sum(o > t for o, t in pairs)} of {len(pairs)} batches")
+    for grouped in (False, True):
+        ratios = []
+        for seed in range(args.seeds):
+            theirs_load, theirs_valid = trainer_balance(grouped, seed)
+            packplace_verl.install()
+            ours_load, ours_valid = trainer_balance(grouped, seed)
+            packplace_verl.uninstall()
+            assert theirs_valid and ours_valid
+            ratios.append(ours_load / theirs_load)
+        ratios.sort()
+        print(f"trainer balance ({'prefix grouper' if grouped else 'equal_size'}): heaviest rank packplace / verl "
+              f"median {ratios[len(ratios) // 2]:.4f}, worst {ratios[-1]:.4f}, best {ratios[0]:.4f} "
+              f"over {len(ratios)} seeds")
 
 
 if __name__ == "__main__":
