@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import importlib
 import io
-import json
 import os
 import signal
 import sys
@@ -25,7 +24,7 @@ from typing import Any, TextIO
 
 from packplace import __version__, interrupt, outputs, progress
 from packplace.errors import ConfigError, InfeasibleError
-from packplace.result import json_ready
+from packplace.jsontext import json_text
 
 #: Modules that contribute subcommands through ``register(subparsers)``.
 COMMAND_MODULES = ("packplace.balance.cli", "packplace.placement.cli", "packplace.harness.cli")
@@ -165,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     elif document is None:
         document = {"command": args.command, "exit_code": code, "output": tee.copy.getvalue()}
     try:
-        stdout.write(json.dumps(json_ready(document), indent=2, allow_nan=False) + "\n")
+        stdout.write(json_text(document) + "\n")
         stdout.flush()
     except BrokenPipeError:
         pass

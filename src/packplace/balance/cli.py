@@ -16,7 +16,8 @@ from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.planner import plan_balance
 from packplace.balance.schema import Assignment, BalanceInstance
 from packplace.errors import ConfigError
-from packplace.outputs import json_text, write_atomic
+from packplace.jsontext import json_text
+from packplace.outputs import write_atomic
 from packplace.plots import check_format, plot_rank_loads
 from packplace.result import SolveResult, check_limits
 from packplace.solvers import available
@@ -114,9 +115,9 @@ def run(args: argparse.Namespace) -> int:
     check_limits(args.time_limit, args.seed)  # argument errors before any work
     if args.min_gain is not None and not (math.isfinite(args.min_gain) and 0 <= args.min_gain < 1):
         raise ConfigError(f"--min-gain: must be a relative gain in [0, 1), got {args.min_gain!r}")
-    if args.out:
+    if args.out is not None:  # an empty path is refused, not ignored
         check_output_file(args.out, "--out", inputs=[args.config])
-    if args.plot:
+    if args.plot is not None:
         check_output_file(args.plot, "--plot", inputs=[args.config])
         check_format(args.plot)
     instance = load_config(args.config)

@@ -35,6 +35,7 @@ from packplace.errors import ConfigError
 from packplace.harness.comparison import SKIPPED, CompareReport, compare
 from packplace.harness.report import fmt_number, fmt_time, table_lines
 from packplace.harness.suites import load_suite, shipped_path
+from packplace.jsontext import json_text
 from packplace.outputs import write_atomic
 from packplace.progress import emit
 from packplace.result import ERROR, OPTIMAL, json_ready
@@ -156,7 +157,7 @@ class BenchOutcome:
 
     def to_json(self, indent: int | None = None) -> str:
         """:meth:`to_dict` as JSON text."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return json_text(self.to_dict(), indent)
 
     def format_text(self) -> str:
         """The table printed by ``packplace bench``."""
@@ -401,7 +402,7 @@ def run_bench(
             "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "results": current,
         }
         baseline_path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(str(baseline_path), json.dumps(data, indent=1, sort_keys=True) + "\n", "--baseline",
+        write_atomic(str(baseline_path), json_text(data, 1, sort_keys=True) + "\n", "--baseline",
                      inputs=[str(suite_path)])
         checked = sum(1 for d in current.values() for c in d.values() if c["status"] != SKIPPED)
         return BenchOutcome([], [], checked, reference_s, report, True, baseline_path, settings,
@@ -554,7 +555,7 @@ class BenchSummary:
 
     def to_json(self, indent: int | None = None) -> str:
         """:meth:`to_dict` as JSON text."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return json_text(self.to_dict(), indent)
 
     def format_text(self) -> str:
         """Every suite's table, then (for several suites) one summary line per suite and the verdict."""
