@@ -24,7 +24,7 @@ from packplace.balance.instance import check_reference_bins
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost
 from packplace.balance.workload import LatencyModel, ModelShape, padding_cost, sample_cost
 from packplace.contract import Field, check_count, check_section
-from packplace.errors import ConfigError, show
+from packplace.errors import ConfigError, show, show_kind
 from packplace.shape import from_hf_config, shape_from_mapping
 from packplace.yamlio import load_yaml
 
@@ -155,7 +155,11 @@ def _shape(spec: Any) -> ModelShape:
     spec = _mapping(spec, "cost.model")
     if "hf_config" in spec:
         if len(spec) != 1:
-            raise ConfigError(f"cost.model.hf_config: give either hf_config or shape fields, got {show(sorted(spec))}")
+            raise ConfigError("cost.model.hf_config: give either hf_config or shape fields, got "
+                              f"{show(sorted(spec, key=str))}")
+        if not isinstance(spec["hf_config"], str) or not spec["hf_config"]:
+            raise ConfigError("cost.model.hf_config: must be the path of a config.json, got "
+                              f"{show(spec['hf_config'])}")
         return from_hf_config(spec["hf_config"])
     return shape_from_mapping(spec, "cost.model.")
 
@@ -267,7 +271,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
     Raises:
         ConfigError: a missing or invalid field, named in the message.
     """
-    config = _mapping(config, source)
+    if not isinstance(config, Mapping):  # the document's type only: a file that is no config is not quoted
+        raise ConfigError(f"{source}: must be a mapping of fields, got {show_kind(config)}")
     per_rank_rule = config.get("local_batch_size")
     if isinstance(per_rank_rule, Mapping):
         per_rank_rule = check_section(per_rank_rule, LOCAL_BATCH_SIZE_FIELDS, "local_batch_size",

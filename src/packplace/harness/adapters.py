@@ -67,7 +67,7 @@ def _checked(params: Mapping[str, Any], function: Any, spec: InstanceSpec) -> di
     named = {n for n, p in signature.parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL}
     named.discard("name")
     if not accepts_any:
-        unknown = sorted(set(params) - named)
+        unknown = sorted(set(params) - named, key=str)
         if unknown:
             valid = ", ".join(sorted(named))
             raise ConfigError(f"instance {spec.name!r}: params.{unknown[0]}: unknown; valid: {valid}")

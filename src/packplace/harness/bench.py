@@ -214,6 +214,11 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"baseline: {str(path)!r} is nested too deeply") from None
     except ValueError as exc:
         raise ConfigError(f"baseline: cannot read {str(path)!r}: {str(exc)[:80]}") from None
+    try:  # JSON's \ud800 escapes decode to lone surrogates, which no output (UTF-8) can print
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"baseline: {str(path)!r} holds a lone surrogate escape (\\ud800-\\udfff), which is not "
+                          "text") from None
     check_baseline(data, str(path))
     return data
 

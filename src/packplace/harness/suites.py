@@ -22,7 +22,7 @@ from typing import Any
 
 from packplace.balance import config as balance_config
 from packplace.contract import check_count
-from packplace.errors import ConfigError
+from packplace.errors import ConfigError, show
 from packplace.outputs import record_input
 from packplace.yamlio import load_yaml
 
@@ -165,8 +165,8 @@ def _check_generator_sizes(params: Mapping[str, Any], where: str) -> None:
 def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, start: int) -> list[InstanceSpec]:
     where = f"{src}: instances[{i}]"
     if not isinstance(entry, Mapping):
-        raise ConfigError(f"{where}: must be a mapping, got {entry!r}")
-    unknown = sorted(set(entry) - _ENTRY_KEYS)
+        raise ConfigError(f"{where}: must be a mapping, got {show(entry)}")
+    unknown = sorted(set(entry) - _ENTRY_KEYS, key=str)
     if unknown:
         raise ConfigError(f"{where}.{unknown[0]}: unknown field; valid: {', '.join(sorted(_ENTRY_KEYS))}")
     sources = [k for k in ("generator", "config", "inline") if k in entry]
@@ -176,7 +176,7 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
     solvers = _names(entry.get("solvers"), f"{where}.solvers")
     params = entry.get("params", {})
     if not isinstance(params, Mapping):
-        raise ConfigError(f"{where}.params: must be a mapping, got {params!r}")
+        raise ConfigError(f"{where}.params: must be a mapping, got {show(params)}")
     params = dict(params)
     name = entry.get("name")
     if name is not None and (not isinstance(name, str) or not name):
@@ -195,7 +195,7 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
             # numpy and the generators load only when a suite has a generator entry
             from packplace.harness.generators import parameter_names
             valid_params = parameter_names(generator)
-            unknown = sorted(set(params) - valid_params)
+            unknown = sorted(set(params) - valid_params, key=str)
             if unknown:
                 raise ConfigError(f"{where}.params.{unknown[0]}: unknown parameter of generator {generator!r}; "
                                   f"valid: {', '.join(sorted(valid_params))}")
@@ -219,7 +219,7 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
             raise ConfigError(f"{where}.overrides: only for placement entries with a config file")
         overrides = entry["overrides"]
         if not isinstance(overrides, Mapping):
-            raise ConfigError(f"{where}.overrides: must be a mapping, got {overrides!r}")
+            raise ConfigError(f"{where}.overrides: must be a mapping, got {show(overrides)}")
     if "subsample" in entry:
         if problem != "balance" or kind != "config":
             raise ConfigError(f"{where}.subsample: only for balance entries with a config file")
@@ -260,7 +260,7 @@ def parse_suite(
         raise ConfigError(
             f"{source}: a suite must be a mapping with 'problem' and 'instances', got {type(data).__name__}"
         )
-    unknown = sorted(set(data) - _SUITE_KEYS)
+    unknown = sorted(set(data) - _SUITE_KEYS, key=str)
     if unknown:
         raise ConfigError(f"{source}: {unknown[0]}: unknown field; valid: {', '.join(sorted(_SUITE_KEYS))}")
     problem = data.get("problem")

@@ -335,7 +335,8 @@ def _model(role: str, spec: Any, source: str) -> ModelSpec:
         raise ConfigError(f"[{where}] must be a mapping of shape fields, got {show(spec)}")
     if "hf_config" in spec:
         if len(spec) != 1:
-            raise ConfigError(f"[{where}] hf_config: give either hf_config or shape fields, got {sorted(spec)}")
+            raise ConfigError(f"[{where}] hf_config: give either hf_config or shape fields, got "
+                              f"{show(sorted(spec, key=str))}")
         path = Path(str(spec["hf_config"]))
         if not path.is_absolute() and source != "<dict>":
             path = Path(source).parent / path
