@@ -31,6 +31,10 @@ OVERSIZED_POLICIES = ("error", "single")
 #: Largest total of sample tokens (and largest ``seq_len``): 2^53, so that every token sum is exact
 #: in float64 and far from int64 overflow in the solvers' integer arithmetic.
 MAX_TOKENS = 2**53
+#: Largest sum of the samples' ``llm`` costs: 2^512, so that a load, a sum of loads and the square of
+#: either (a balance objective summing squared loads) stay finite in float64 (whose largest value is about
+#: 2^1024), and a power of two above the sum (the repair solver's scale) exists.
+MAX_TOTAL_COST = 2.0**512
 
 
 def key_order(key: SampleKey) -> tuple[int, Any]:

@@ -125,7 +125,7 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
         if task not in names:
             raise ConfigError(f"calibrate: measured task {show(task)} is not a vertex of the plan; "
                               f"valid: {', '.join(names)}")
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < 2.0**1023:
             raise ConfigError(f"calibrate: {show(task)}: measured seconds must be a finite number > 0, "
                               f"got {show(seconds)}")
     for task in engine_only:
