@@ -66,7 +66,7 @@ def result_json(result: SolveResult, instance: BalanceInstance, instance_name: s
         "instance": instance_name,
         "parameters": {
             "samples": len(instance.samples),
-            "total_tokens": sum(s.tokens for s in instance.samples),
+            "total_tokens": int(instance.samples.tokens.sum()),  # a column: no Sample per row
             "seq_len": instance.constraints.seq_len,
             "data_parallel_size": instance.data_parallel_size,
             "local_batch_size": instance.local_batch_size,

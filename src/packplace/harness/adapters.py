@@ -20,7 +20,7 @@ from packplace.balance.config import load_config
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
 from packplace.harness import generators
-from packplace.harness.suites import SIZE_LIMIT_KEYS, InstanceSpec
+from packplace.harness.suites import SIZE_LIMIT_KEYS, InstanceSpec, check_instance_memory
 from packplace.placement import config as placement_config
 from packplace.placement.api import solve_placement
 from packplace.result import SolveResult
@@ -53,6 +53,8 @@ class BalanceAdapter:
         else:
             instance = generators.generate_balance(spec.generator, name=spec.name, **_checked(
                 spec.params, generators.generate_balance, spec))
+        check_instance_memory(len(instance.samples), instance.data_parallel_size * instance.local_batch_size,
+                              f"instance {spec.name!r}")  # a config file's size bounds the load, not the solve
         return instance, len(instance.samples)
 
     def solve(self, instance: Any, solver: str, *, time_limit_s: float | None, seed: int, **params: Any) -> SolveResult:

@@ -150,8 +150,32 @@ def check_name(value: str, where: str) -> str:
     return value
 
 
+#: Most memory one balance instance of a suite may be expected to take while it is built and solved, bytes.
+MAX_INSTANCE_BYTES = 2**30
+#: Upper estimates of that memory per sample and per bin, bytes (the instance's columns and keys plus a
+#: heuristic solver's working set; ``compare`` with ``lpt`` on generated instances of 0.2-1M samples:
+#: docs/performance.md, "Suite instances and memory").
+SAMPLE_BYTES, BIN_BYTES = 700, 300
+
+
+def check_instance_memory(samples: int, bins: int, where: str) -> None:
+    """Refuse a balance instance of ``samples`` samples in ``bins`` bins whose estimated memory
+    (:data:`SAMPLE_BYTES` per sample, :data:`BIN_BYTES` per bin) exceeds :data:`MAX_INSTANCE_BYTES`: the
+    sample and rank caps alone admit instances of several GB.
+
+    Raises:
+        ConfigError: ``<where>: about N GB ...`` naming both counts.
+    """
+    estimate = SAMPLE_BYTES * samples + BIN_BYTES * bins
+    if estimate > MAX_INSTANCE_BYTES:
+        raise ConfigError(f"{where}: {samples:,} samples in {bins:,} bins would take about {estimate / 1e9:.1f} GB "
+                          f"to build and solve, above the {MAX_INSTANCE_BYTES / 2**30:g} GiB a suite instance may "
+                          "take; use fewer samples or ranks")
+
+
 def _check_generator_sizes(params: Mapping[str, Any], where: str) -> None:
-    """Refuse generator sizes above :data:`GENERATOR_LIMITS` before anything is generated."""
+    """Refuse generator sizes above :data:`GENERATOR_LIMITS`, or whose memory estimate is above
+    :data:`MAX_INSTANCE_BYTES` (:func:`check_instance_memory`), before anything is generated."""
     def count(key: str, default: int = 1) -> int:
         value = params.get(key, default)
         return value if isinstance(value, int) and not isinstance(value, bool) else default
@@ -160,6 +184,8 @@ def _check_generator_sizes(params: Mapping[str, Any], where: str) -> None:
     check_count(count("ranks"), GENERATOR_LIMITS["ranks"], f"{where}.ranks", "ranks")
     check_count(count("ranks") * count("bins_per_rank"), GENERATOR_LIMITS["bins"],
                 f"{where}.bins_per_rank", "bins (ranks x bins_per_rank)")
+    if "n" in params:
+        check_instance_memory(count("n"), count("ranks") * count("bins_per_rank"), where)
 
 
 def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, start: int) -> list[InstanceSpec]:
