@@ -41,6 +41,9 @@ def test_a_long_integer_list_loads_as_the_parser_reads_it(style):
     "a: &x [" + ", ".join(map(str, range(1, N))) + "]\nb: *x\n",                        # an anchor
     "lengths: [" + ", ".join(map(str, range(1, N))) + ",, 3]\n",                          # an empty item
     "lengths:\n" + "".join(f"- {i + 1}\n" for i in range(N)) + "- -4\n",                # a signed item
+    "lengths: [1 2, " + ", ".join(map(str, range(3, N))) + "]\n",                        # two words, one item
+    "lengths: [ " + " , ".join(map(str, range(1, N))) + " , ]\n",                        # a trailing comma
+    "lengths: [" + ", ".join(map(str, range(1, N))) + ", ,]\n",                          # an empty last item
 ])
 def test_anything_but_a_plain_integer_list_is_left_to_the_parser(text):
     try:
@@ -114,3 +117,30 @@ def test_a_validation_file_of_a_million_responses_per_prompt_is_bounded_in_memor
     exit_code, peak = map(int, done.stderr.strip().splitlines()[-1].split())
     assert exit_code in (0, 1), done.stderr
     assert peak < 512 * 2**20, f"{peak / 2**20:.0f} MiB"  # the drawn batch is capped, not 1M x 64 sequences
+
+
+def test_the_solve_gets_what_loading_and_writing_leave_of_the_time_limit():
+    from packplace.balance.cli import MIN_SOLVE_SHARE, WRITE_S_PER_SAMPLE, solve_budget
+
+    assert solve_budget(None, 3.0, 10, 1) is None
+    assert solve_budget(5.0, 1.5, 1_000_000, 2) == pytest.approx(5.0 - 1.5 - 2 * WRITE_S_PER_SAMPLE * 1_000_000)
+    assert solve_budget(5.0, 9.0, 10, 1) == MIN_SOLVE_SHARE * 5.0  # the load overran: the solve still runs
+
+
+def test_balance_passes_the_rest_of_its_time_limit_to_the_solver(monkeypatch, tmp_path, capsys):
+    from pathlib import Path
+
+    import packplace.balance.cli as balance_cli
+
+    seen = []
+    real = balance_cli.solve_balance
+
+    def spy(instance, solver, *, time_limit_s, seed):
+        seen.append(time_limit_s)
+        return real(instance, solver, time_limit_s=time_limit_s, seed=seed)
+
+    monkeypatch.setattr(balance_cli, "solve_balance", spy)
+    config = Path(__file__).resolve().parents[1] / "configs" / "balance" / "two_way_small.yaml"
+    assert main(["balance", "--config", str(config), "--solver", "lpt", "--time-limit", "4", "--quiet",
+                 "--out", str(tmp_path / "o.json")]) == 0
+    assert 0.05 * 4 <= seen[0] < 4  # the time since the command line started is taken off

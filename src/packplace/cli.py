@@ -20,6 +20,7 @@ import io
 import os
 import signal
 import sys
+import time
 from typing import Any, TextIO
 
 from packplace import __version__, interrupt, outputs, progress
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     stdout (a command that sets none gets ``{"command", "exit_code", "output"}`` with its text output).
     """
     _written.clear()
+    started = time.monotonic()  # a command's --time-limit counts from here (balance: solve_budget)
     words = sys.argv[1:] if argv is None else list(argv)
     try:  # Ctrl-C while the command modules load, before the handlers are installed: no traceback
         parser = build_parser(words)
@@ -193,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             _write_document(sys.stdout, _interrupted_document(command if command in COMMANDS else None,
                                                               signal.SIGINT), code)
         return code
+    args.started_at = started
     interrupt.install()
     json_wanted = bool(getattr(args, "json", False))
     stdout = sys.stdout

@@ -158,7 +158,9 @@ _INT = r"(?:0|[1-9][0-9]{0,17})"
 #: ``key: [1, 2, 3]`` on one or more lines: a flow sequence of plain decimal integers after a key on a line
 #: without quotes, comments or other brackets.
 _FLOW_INTS = re.compile(r"(?m)^([^\n#'\"\[\]{}&*!|>]*?:[ \t]+)\[([0-9,\s]*)\][ \t]*$")
-_FLOW_BODY = re.compile(rf"\s*(?:{_INT}\s*,\s*)*{_INT}\s*,?\s*")
+#: An item that YAML 1.1 would not read as a plain decimal integer of at most 18 digits: a leading zero
+#: (octal), 19 digits or more, or whitespace inside an item.
+_NOT_PLAIN = re.compile(r"(?<![0-9])0[0-9]|[0-9]{19}|[0-9]\s+[0-9]")
 #: ``key:`` then ``- 1`` lines at one indentation: a block sequence of plain decimal integers.
 _BLOCK_INTS = re.compile(rf"(?m)^([ ]*)([^\n#'\"\[\]{{}}&*!|> -][^\n#'\"\[\]{{}}&*!|>]*?:)[ \t]*\n"
                          rf"(?P<ind>[ ]*)- {_INT}[ \t]*\n(?:(?P=ind)- {_INT}[ \t]*\n)*")
@@ -184,10 +186,15 @@ def _lift_int_sequences(text: str) -> tuple[str, dict[str, list[int]]]:
 
     def flow(match: re.Match[str]) -> str:
         body = match.group(2)
-        if body.count(",") + 1 < MIN_LIFTED_ITEMS or not _FLOW_BODY.fullmatch(body):
+        commas = body.count(",")
+        if commas + 1 < MIN_LIFTED_ITEMS or _NOT_PLAIN.search(body):
+            return match.group(0)
+        values = list(map(int, body.replace(",", " ").split()))
+        # one item between every two commas (an empty item is YAML's business), a trailing comma allowed
+        if len(values) != commas + 1 and not (len(values) == commas and body.rstrip().endswith(",")):
             return match.group(0)
         name = f"{tag}{len(lifted)}"
-        lifted[name] = list(map(int, body.replace(",", " ").split()))
+        lifted[name] = values
         return f"{match.group(1)}{name}"
 
     def block(match: re.Match[str]) -> str:

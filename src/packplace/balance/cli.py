@@ -6,6 +6,7 @@ import argparse
 import math
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -109,9 +110,30 @@ def gap_text(result: SolveResult) -> str:
     return f"{100 * result.gap:.3f}%"
 
 
+#: Seconds per sample and JSON document set aside from ``--time-limit`` for writing the answer (the
+#: ``--out`` file, the ``--json`` document): building and encoding a document of 1M sample keys takes
+#: about 0.9 s of CPU (docs/performance.md, "A config of a million lengths").
+WRITE_S_PER_SAMPLE = 1.0e-6
+#: Least share of ``--time-limit`` the solve is given, however long the load took.
+MIN_SOLVE_SHARE = 0.05
+
+
+def solve_budget(limit: float | None, spent_s: float, samples: int, documents: int) -> float | None:
+    """The solver's time limit, seconds: what is left of the command's ``limit`` once ``spent_s`` (the
+    wall time since the command line started: importing, loading, validating) and the writing of
+    ``documents`` JSON documents of ``samples`` samples are taken off, at least
+    :data:`MIN_SOLVE_SHARE` of ``limit``; ``None`` (the solver's default) when no limit was given."""
+    if limit is None:
+        return None
+    left = limit - spent_s - WRITE_S_PER_SAMPLE * samples * documents
+    return max(MIN_SOLVE_SHARE * limit, left)
+
+
 def run(args: argparse.Namespace) -> int:
     """Solve (once; with ``--min-gain`` through the planner), print the table of the layout that lands,
-    optionally write JSON and a picture; exit 1 when no feasible answer was found."""
+    optionally write JSON and a picture; exit 1 when no feasible answer was found. ``--time-limit`` bounds
+    the whole command: the solve gets what loading left, less the writing (:func:`solve_budget`)."""
+    started = getattr(args, "started_at", None) or time.monotonic()  # set by packplace.cli.main
     check_limits(args.time_limit, args.seed)  # argument errors before any work
     if args.min_gain is not None and not (math.isfinite(args.min_gain) and 0 <= args.min_gain < 1):
         raise ConfigError(f"--min-gain: must be a relative gain in [0, 1), got {args.min_gain!r}")
@@ -127,10 +149,12 @@ def run(args: argparse.Namespace) -> int:
             "(`reference: none`, or `auto`, the default, whose token-only worst-fit packing breaks the "
             "config's rules here; list the bins you run today)"
         )
+    documents = (args.out is not None) + bool(getattr(args, "json", False))
+    limit = solve_budget(args.time_limit, time.monotonic() - started, len(instance.samples), documents)
     plan = None
     if args.min_gain is not None:
         try:
-            plan = plan_balance(instance, args.solver, args.min_gain, time_limit_s=args.time_limit, seed=args.seed)
+            plan = plan_balance(instance, args.solver, args.min_gain, time_limit_s=limit, seed=args.seed)
         except RuntimeError as exc:  # the backend failed or proposed an infeasible layout: nothing lands
             print(f"packplace balance: error: {exc}", file=sys.stderr)
             return 1
@@ -138,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         result = plan.result
         landing: Assignment | None = plan.assignment
     else:
-        result = solve_balance(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
+        result = solve_balance(instance, args.solver, time_limit_s=limit, seed=args.seed)
         landing = result.solution
     name = instance.name or Path(args.config).stem
     print(
