@@ -23,8 +23,8 @@ from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey
 from packplace.errors import ConfigError
-from packplace.jsontext import json_text
-from packplace.result import SolveResult, json_ready
+from packplace.jsontext import json_ready, json_text
+from packplace.result import SolveResult
 
 DEFAULT_SOLVER = "repair"
 

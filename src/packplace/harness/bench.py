@@ -35,10 +35,10 @@ from packplace.errors import ConfigError
 from packplace.harness.comparison import SKIPPED, CompareReport, compare
 from packplace.harness.report import fmt_number, fmt_time, table_lines
 from packplace.harness.suites import load_suite, shipped_path
-from packplace.jsontext import json_text
+from packplace.jsontext import json_ready, json_text
 from packplace.outputs import write_atomic
 from packplace.progress import emit
-from packplace.result import ERROR, OPTIMAL, json_ready
+from packplace.result import ERROR, OPTIMAL
 from packplace.yamlio import read_regular_text
 
 BASELINE_FORMAT = 1
