@@ -1,15 +1,23 @@
-"""Text-level fuzzing of the command line: mutated YAML text of the shipped configs and special files.
+"""Text-level fuzzing of the command line: mutated text of every kind of input file, and special files.
 
-Each input runs through :func:`packplace.cli.main` in-process (``balance`` with ``lpt``, ``place`` with
-``greedy``, ``--time-limit 2 --quiet``). The mutations work on the text, not on parsed dicts: truncation,
+The families (:data:`FAMILIES`): the shipped configs (``balance`` with ``lpt``, ``place`` with ``greedy``,
+``--time-limit 2 --quiet``), a Hugging Face ``config.json`` read through ``hf_config:`` (``place``), a
+validation file (``validate``), a measured file with its validation config (``calibrate``), a suite
+(``compare``) and a baseline (``bench``). Each input runs through :func:`packplace.cli.main` in-process.
+The mutations work on the text, not on parsed dicts: truncation,
 scalar type swaps, huge numbers (up to 5,000 digits), YAML tags (``!!python/object``, ``!!binary``,
 custom), anchors and aliases (undefined, self-referencing, small alias bombs), control characters,
 broken indentation, duplicated and deleted lines. Special inputs: a FIFO, ``/dev/null``, ``/dev/zero``,
 a directory, a missing path, symbolic links to each, an output path that is the config itself.
+JSON inputs get their own mutations (:func:`mutate_json`: a value swapped for a string, a list, a 5,000-digit
+integer, a lone surrogate escape; a key deleted; the text cut) and the validation and measured files
+hostile values under their keys (:func:`mutate_mapping`).
 Asserted for every input: no exception leaves ``main`` (no traceback); an exit code of 0, 1 or 2; exit 2
 with exactly one ``packplace <command>: error: ...`` line on stderr; the run ends within
-:data:`HANG_BOUND_S` (a hang is counted, not waited for); the config file (an input) is never changed and
-``/dev/null`` stays a character device. The default run takes :data:`DEFAULT_SAMPLE` inputs; the
+:data:`HANG_BOUND_S` (a hang is counted, not waited for); the input file is never changed,
+``/dev/null`` stays a character device, and what was printed is valid UTF-8 (a terminal's encoding).
+``benchmarks/fuzz_sweep.py`` runs the sweep at scale in worker processes (memory, files touched).
+The default run takes :data:`DEFAULT_SAMPLE` inputs; the
 ``slow`` sweep takes :data:`SWEEP_SIZE` and prints the counts.
 """
 
