@@ -175,3 +175,24 @@ def test_a_command_pointed_at_a_text_file_does_not_print_its_content(argv, tmp_p
     other.write_text(f"{SECRET}\n", encoding="utf-8")
     assert main([a.replace("{path}", str(other)) for a in argv] + ["--quiet"]) == 2
     assert SECRET not in one_error(capsys, argv[0])
+
+
+SHADOW = "root:$6$salt$hash:20228:0:99999:7:::\n"
+
+
+@pytest.mark.parametrize("argv", [["balance", "--config", "{path}"], ["place", "--config", "{path}"],
+                                  ["calibrate", "--config", str(QWEN), "--measured", "{path}"]])
+def test_a_system_file_that_parses_as_a_mapping_is_not_quoted_either(argv, tmp_path, capsys):
+    other = tmp_path / "shadow"
+    other.write_text(SHADOW, encoding="utf-8")
+    assert main([a.replace("{path}", str(other)) for a in argv] + ["--quiet"]) == 2
+    line = one_error(capsys, argv[0])
+    assert "salt" not in line and "20228" not in line and "not a field name" in line, line
+
+
+def test_a_misspelt_field_is_still_quoted(tmp_path, capsys):
+    config = tmp_path / "b.yaml"
+    config.write_text("seq_len: 100\ndata_parallel_size: 2\nsamples: {lengths: [1, 2]}\nseq len: 3\n",
+                      encoding="utf-8")
+    assert main(["balance", "--config", str(config), "--quiet"]) == 2
+    assert "seq len: unknown field" in one_error(capsys, "balance")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packplace.contract import Field, check_count, check_section
+from packplace.contract import Field, check_count, check_section, key_shown
 from packplace.errors import ConfigError, show
 from packplace.placement.dp_balance import BALANCE_CHOICES, BALANCE_OBJECTIVES, BalanceSetting
 from packplace.placement.engine import BATCHING, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_NUM_SEQS, RolloutEngine
@@ -455,7 +455,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         raise ConfigError(f"config: must be a mapping of sections, got {type(config).__name__}")
     for key in config:
         if key not in SECTIONS:
-            raise ConfigError(f"[{show(key)}] Unknown section; valid: {', '.join(SECTIONS)}")
+            raise ConfigError(f"[{key_shown(key)}] Unknown section; valid: {', '.join(SECTIONS)}")
     cluster, hardware = _hardware(_section(config, "hardware"))
     policy_cfg = _section(config, "policy", required=False)
     policy = check_section(policy_cfg, _policy_fields(), "[policy]", label=_label("policy"), **_FORMATS)
