@@ -26,7 +26,7 @@ from packplace.balance.instance import check_reference_bins
 from packplace.balance.samples import SampleTable
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost
 from packplace.balance.workload import LatencyModel, ModelShape, padding_cost, sample_cost
-from packplace.contract import Field, check_count, check_section
+from packplace.contract import Field, check_count, check_section, key_shown
 from packplace.errors import ConfigError, show, show_kind
 from packplace.shape import from_hf_config, shape_from_mapping
 from packplace.yamlio import load_yaml
@@ -176,7 +176,7 @@ def _raw_samples(spec: Any, seq_len: int, capacity: int) -> list[dict[str, Any]]
         raise ConfigError(f"samples: give exactly one of lengths, items, corpus; got {show(given or list(spec))}")
     unknown = [k for k in spec if k not in given]
     if unknown:
-        raise ConfigError(f"samples.{unknown[0]}: unknown field; valid: lengths, items, corpus")
+        raise ConfigError(f"samples.{key_shown(unknown[0])}: unknown field; valid: lengths, items, corpus")
     kind = given[0]
     if kind == "lengths":
         lengths = _list(spec["lengths"], "samples.lengths", "token counts")

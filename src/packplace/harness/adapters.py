@@ -18,6 +18,7 @@ from typing import Any
 from packplace.balance.api import solve_balance
 from packplace.balance.config import load_config
 from packplace.balance.schema import BalanceInstance
+from packplace.contract import key_shown
 from packplace.errors import ConfigError
 from packplace.harness import generators
 from packplace.harness.suites import SIZE_LIMIT_KEYS, InstanceSpec, check_instance_memory
@@ -72,7 +73,7 @@ def _checked(params: Mapping[str, Any], function: Any, spec: InstanceSpec) -> di
         unknown = sorted(set(params) - named, key=str)
         if unknown:
             valid = ", ".join(sorted(named))
-            raise ConfigError(f"instance {spec.name!r}: params.{unknown[0]}: unknown; valid: {valid}")
+            raise ConfigError(f"instance {spec.name!r}: params.{key_shown(unknown[0])}: unknown; valid: {valid}")
     missing = [
         n for n, p in signature.parameters.items()
         if p.default is inspect.Parameter.empty and p.kind is inspect.Parameter.KEYWORD_ONLY and n not in params

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from packplace.balance import config as balance_config
-from packplace.contract import check_count
+from packplace.contract import check_count, key_shown
 from packplace.errors import ConfigError, show
 from packplace.outputs import record_input
 from packplace.yamlio import load_yaml
@@ -194,7 +194,7 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
         raise ConfigError(f"{where}: must be a mapping, got {show(entry)}")
     unknown = sorted(set(entry) - _ENTRY_KEYS, key=str)
     if unknown:
-        raise ConfigError(f"{where}.{unknown[0]}: unknown field; valid: {', '.join(sorted(_ENTRY_KEYS))}")
+        raise ConfigError(f"{where}.{key_shown(unknown[0])}: unknown field; valid: {', '.join(sorted(_ENTRY_KEYS))}")
     sources = [k for k in ("generator", "config", "inline") if k in entry]
     if len(sources) != 1:
         raise ConfigError(f"{where}: needs exactly one of generator / config / inline, got {sources or 'none'}")
@@ -223,8 +223,8 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
             valid_params = parameter_names(generator)
             unknown = sorted(set(params) - valid_params, key=str)
             if unknown:
-                raise ConfigError(f"{where}.params.{unknown[0]}: unknown parameter of generator {generator!r}; "
-                                  f"valid: {', '.join(sorted(valid_params))}")
+                raise ConfigError(f"{where}.params.{key_shown(unknown[0])}: unknown parameter of generator "
+                                  f"{generator!r}; valid: {', '.join(sorted(valid_params))}")
         if generator == "corpus":
             if "config" not in params:
                 raise ConfigError(f"{where}.params.config: the corpus generator needs a config file")
@@ -288,7 +288,7 @@ def parse_suite(
         )
     unknown = sorted(set(data) - _SUITE_KEYS, key=str)
     if unknown:
-        raise ConfigError(f"{source}: {unknown[0]}: unknown field; valid: {', '.join(sorted(_SUITE_KEYS))}")
+        raise ConfigError(f"{source}: {key_shown(unknown[0])}: unknown field; valid: {', '.join(sorted(_SUITE_KEYS))}")
     problem = data.get("problem")
     if problem not in PROBLEMS:
         raise ConfigError(f"{source}: problem: must be one of {', '.join(PROBLEMS)}, got {problem!r}")

@@ -41,7 +41,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from packplace.contract import Field, check_section
+from packplace.contract import Field, check_section, key_shown
 from packplace.errors import ConfigError, show
 from packplace.placement.candidates import CandidateTable
 from packplace.placement.config import MAX_GPUS, MAX_SEQUENCES, STALENESS_FIELD, build_instance, load_yaml
@@ -298,7 +298,7 @@ def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
         raise ConfigError(f"[validation] {path}: needs a validation section with 'published' and 'plan'")
     unknown = sorted(set(section) - set(SECTION_KEYS), key=str)
     if unknown:
-        raise ConfigError(f"[validation] {path}: unknown key {unknown[0]!r}; valid: {', '.join(SECTION_KEYS)}")
+        raise ConfigError(f"[validation] {path}: unknown key {key_shown(unknown[0])}; valid: {', '.join(SECTION_KEYS)}")
     stale = _staleness(section["plan"], "validation")
     if stale:  # the published run's staleness is allowed, whatever the search candidates say
         _allow_staleness(cfg, stale)
