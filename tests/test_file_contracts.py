@@ -129,11 +129,11 @@ def test_a_lone_surrogate_in_a_baseline_is_refused_before_bench_prints_it(tmp_pa
 
 
 def test_costs_summing_past_float64_headroom_are_refused_at_instance_creation():
-    with pytest.raises(ConfigError, match=r"^samples: the costs sum to 1e\+308, above the supported 2\^512"):
+    with pytest.raises(ConfigError, match=r"^samples: the costs sum to 1e\+308, above the supported 2\^1022"):
         make_instance([1, 1, 1], [1e308, 1, 1], seq_len=3, data_parallel_size=2)
     with pytest.raises(ConfigError, match="more than float64 holds"):
         make_instance([1, 1, 1], [1e308, 1e308, 1], seq_len=3, data_parallel_size=2)
-    make_instance([1, 1, 1], [2.0**511, 1, 1], seq_len=3, data_parallel_size=2)  # inside the headroom
+    make_instance([1, 1, 1], [2.0**1021, 1, 1], seq_len=3, data_parallel_size=2)  # inside the headroom
 
 
 @pytest.mark.parametrize("objective", ["makespan", "balance", "rounds", "lockstep"])
@@ -142,7 +142,7 @@ def test_every_solver_answers_at_the_cost_headroom(objective):
     from packplace.balance.api import solve_balance
 
     extra = {"group_size": 2} if objective == "rounds" else {}
-    instance = make_instance([1, 1, 1, 1], [2.0**510, 2.0**510, 1, 2.0**510], seq_len=3, data_parallel_size=2,
+    instance = make_instance([1, 1, 1, 1], [2.0**1020, 2.0**1020, 1, 2.0**1020], seq_len=3, data_parallel_size=2,
                              objective=objective, **extra)
     for name in solvers.available("balance"):
         if name != "reference":

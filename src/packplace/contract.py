@@ -178,12 +178,13 @@ def check_section(section: Any, fields: Mapping[str, Field], where: str, *,
 _NAME_LIKE = re.compile(r"[A-Za-z0-9_.\- ]{1,60}")
 
 
-def key_shown(key: Any) -> str:
-    """An unknown key as a message shows it: quoted when it looks like a field name (letters, digits,
-    ``_ . -`` and spaces, at most 60 characters), else described by its type and length, so that a file
-    that is not a config at all (a system file named by mistake) never has its text repeated."""
+def key_shown(key: Any, quote: bool = False) -> str:
+    """An unknown key as a message shows it: as written (``repr`` with ``quote``) when it looks like a field
+    name (letters, digits, ``_ . -`` and spaces, at most 60 characters), else described by its type and
+    length, so that a file that is not a config at all (a system file named by mistake) never has its text
+    repeated."""
     if isinstance(key, str) and _NAME_LIKE.fullmatch(key):
-        return key
+        return repr(key) if quote else key
     if isinstance(key, str):
         return f"(a key of {len(key):,} characters that is not a field name)"
     return f"(a key of type {type(key).__name__})" if not isinstance(key, (int, float, bool)) else show(key)

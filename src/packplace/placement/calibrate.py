@@ -88,8 +88,8 @@ def read_measured(document: Any, where: str = "measured") -> dict[str, Any]:
         return {"times": document, "engine_only": (), "knobs": None, "source": ""}
     unknown = sorted(set(document) - {"times", "engine_only", "knobs", "source"}, key=str)  # keys of any type
     if unknown:
-        raise ConfigError(f"calibrate: {where}: unknown field {key_shown(unknown[0])}; valid: times, engine_only, "
-                          "knobs, source")
+        raise ConfigError(f"calibrate: {where}: unknown field {key_shown(unknown[0], quote=True)}; valid: times, "
+                          "engine_only, knobs, source")
     out: dict[str, Any] = {"times": document["times"], "source": str(document.get("source", ""))}
     for key in ("engine_only", "knobs"):
         value = document.get(key)
@@ -125,7 +125,7 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
     names = dict(plan.vertices)
     for task, seconds in measured.items():
         if task not in names:
-            raise ConfigError(f"calibrate: measured task {key_shown(task)} is not a vertex of the plan; "
+            raise ConfigError(f"calibrate: measured task {key_shown(task, quote=True)} is not a vertex of the plan; "
                               f"valid: {', '.join(names)}")
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < 2.0**1023:
             raise ConfigError(f"calibrate: {show(task)}: measured seconds must be a finite number > 0, "

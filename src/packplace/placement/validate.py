@@ -298,7 +298,8 @@ def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
         raise ConfigError(f"[validation] {path}: needs a validation section with 'published' and 'plan'")
     unknown = sorted(set(section) - set(SECTION_KEYS), key=str)
     if unknown:
-        raise ConfigError(f"[validation] {path}: unknown key {key_shown(unknown[0])}; valid: {', '.join(SECTION_KEYS)}")
+        raise ConfigError(f"[validation] {path}: unknown key {key_shown(unknown[0], quote=True)}; "
+                          f"valid: {', '.join(SECTION_KEYS)}")
     stale = _staleness(section["plan"], "validation")
     if stale:  # the published run's staleness is allowed, whatever the search candidates say
         _allow_staleness(cfg, stale)
