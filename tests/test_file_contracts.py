@@ -76,7 +76,7 @@ def test_validate_and_calibrate_check_the_file_as_place_does(old, new, expected,
 
 
 def test_a_published_stale_plan_with_well_formed_candidates_still_merges(tmp_path):
-    from packplace.placement.validate import _allow_staleness
+    from packplace.placement.checking.validate import _allow_staleness
 
     cfg = {"optimizer": {"staleness_candidates": {"actor": [2]}}}
     _allow_staleness(cfg, {"actor": 1})

@@ -22,7 +22,7 @@ import time
 from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate, gb
 from packplace.placement.evaluator import PlacementEvaluator, get_evaluator, get_table
-from packplace.placement.plan import Allocation, Plan
+from packplace.placement.problem.plan import Allocation, Plan
 from packplace.result import UNKNOWN, Proposal
 
 #: Origin of every block of the colocated plan.
