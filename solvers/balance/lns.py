@@ -34,18 +34,17 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from packplace import interrupt
 from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import BalanceInstance, SampleKey
 from packplace.errors import ConfigError
-from packplace.registry import get, register
+from packplace.registry import register
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
+from packplace.run import Run, clock
 from packplace.solvers.balance._common import canonical, integer_makespan_bound
 from packplace.solvers.balance.cpsat import DEFAULT_MAX_BOOLEANS, READBACK_RESERVE_S, solve_from_start
 from packplace.solvers.balance.cpsat.start import START_S_PER_SAMPLE
@@ -108,14 +107,15 @@ def _lexicographically_lower(new: list[float], old: list[float]) -> bool:
 class _Search:
     """The incumbent (rank-major bins of keys and rank loads) and the neighbourhood bookkeeping."""
 
-    def __init__(self, instance: BalanceInstance, bins: tuple[tuple[SampleKey, ...], ...], seed: int) -> None:
+    def __init__(self, instance: BalanceInstance, evaluator: BalanceEvaluator, bins: tuple[tuple[SampleKey, ...], ...],
+                 seed: int) -> None:
         self.instance = instance
         self.ranks = instance.data_parallel_size
         self.per_rank = instance.local_batch_size
         self.group = instance.resolved_group_size
         self.name = instance.objective
         self.bins = [tuple(b) for b in bins]
-        self.loads = BalanceEvaluator(instance).rank_loads(self.bins).astype(float)
+        self.loads = evaluator.rank_loads(self.bins).astype(float)
         self.objective = objective_value(self.name, self.loads, self.group)
         self.rank_sizes = [sum(len(b) for b in self.rank_bins(r)) for r in range(self.ranks)]
         self.versions = [0] * self.ranks
@@ -206,7 +206,7 @@ class _Search:
         return True
 
 
-def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: int, time_limit_s: float,
+def _best_start(instance: BalanceInstance, run: Run, time_limit_s: float,
                 deadline: float, meets_bound: Callable[[float], bool] | None = None,
                 ) -> tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float, list[str], bool]:
     """(bins, source, objective, notes, cut) of the best feasible start; (None, "", inf, notes, cut) if
@@ -214,19 +214,21 @@ def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: in
 
     A start whose objective ``meets_bound`` (proven optimal) ends the list. The start backends share
     ``time_limit_s`` seconds; once one has failed and none has found a start, the
-    next one may use everything up to ``deadline`` (``time.perf_counter()`` seconds) instead: without a start there is
-    nothing to search from, so the search's share is better spent finding one."""
+    next one may use everything up to ``deadline`` (``packplace.run.clock()`` seconds) instead: without a start there is
+    nothing to search from, so the search's share is better spent finding one. The start backends run
+    through :meth:`~packplace.run.Run.call` (same evaluator and incumbent)."""
+    evaluator = run.evaluator
     best: tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float] = (None, "", math.inf)
     notes = []
     cut = False
-    started = time.perf_counter()
+    started = clock()
     for name in (*START_SOLVERS, *((FALLBACK_SOLVER,) if FALLBACK_SOLVER else ())):
         if name == FALLBACK_SOLVER and best[0] is not None:
             break
-        left = max(0.01, time_limit_s - (time.perf_counter() - started))
+        left = max(0.01, time_limit_s - (clock() - started))
         if best[0] is None and notes:  # every backend so far failed
-            left = max(left, deadline - time.perf_counter())
-        proposal = get("balance", name).solve(instance, time_limit_s=left, seed=seed)
+            left = max(left, deadline - clock())
+        proposal = run.call(name, time_limit_s=left)
         if proposal.solution is None:
             cut = cut or proposal.hit_time_limit
             notes.append(f"{name}: {proposal.message or proposal.status}")
@@ -259,7 +261,7 @@ def _resplit_start(instance: BalanceInstance, bins: tuple[tuple[SampleKey, ...],
     most :data:`EVERY_PARTNER_MAX_SAMPLES_PER_RANK` samples per rank on average. Every accepted split
     lowers the larger load of its pair, so no rank load rises above the start's maximum; stops at
     ``target`` (cost units), when no pair of the leaders improves, after
-    :data:`EVERY_PARTNER_CHECKS_PER_RANK` · D checks, or at ``deadline`` (``time.perf_counter()``).
+    :data:`EVERY_PARTNER_CHECKS_PER_RANK` · D checks, or at ``deadline`` (``packplace.run.clock()``).
     Returns None when no split was accepted. Deterministic for the seed unless the deadline cuts it.
     """
     ranks = instance.data_parallel_size
@@ -296,9 +298,8 @@ def _check_params(ranks_per_neighbourhood: Any, neighbourhood_time_s: Any, param
 @lockstep_aware
 def solve(
     instance: BalanceInstance,
+    run: Run,
     *,
-    time_limit_s: float | None = None,
-    seed: int = 0,
     ranks_per_neighbourhood: int = DEFAULT_RANKS_PER_NEIGHBOURHOOD,
     neighbourhood_time_s: float = DEFAULT_NEIGHBOURHOOD_TIME_S,
     max_neighbourhoods: int | None = None,
@@ -308,10 +309,9 @@ def solve(
 
     Args:
         instance: The balance instance.
-        time_limit_s: Wall-clock budget in seconds for the whole call, starts included (default
-            :data:`DEFAULT_TIME_LIMIT_S`).
-        seed: Seed of the neighbourhood choice and of CP-SAT (same instance and seed, same answer
-            unless the time limit cuts the search).
+        run: The run: its time limit covers the whole call, starts included (default
+            :data:`DEFAULT_TIME_LIMIT_S`); its seed seeds the neighbourhood choice and CP-SAT (same
+            instance and seed, same answer unless the time limit cuts the search).
         ranks_per_neighbourhood: Ranks pooled per neighbourhood at first, an integer ≥ 2 (default 2;
             grown when the search stalls, by up to :data:`GROWTH` except for ``makespan``; fewer when the
             model would exceed
@@ -335,10 +335,11 @@ def solve(
     if max_neighbourhoods is not None and (
             isinstance(max_neighbourhoods, bool) or not isinstance(max_neighbourhoods, int) or max_neighbourhoods < 0):
         raise ConfigError(f"max_neighbourhoods: must be an integer >= 0 or None, got {max_neighbourhoods!r}")
-    limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else float(time_limit_s)
-    started = time.perf_counter()
-    deadline = started + limit
-    evaluator = BalanceEvaluator(instance)
+    run = run.default(DEFAULT_TIME_LIMIT_S)
+    seed = run.seed
+    limit = run.time_limit_s
+    deadline = run.deadline
+    evaluator = run.evaluator
     bound = evaluator.lower_bound()
 
     def meets_bound(value: float) -> bool:
@@ -357,21 +358,21 @@ def solve(
                         hit_time_limit=True, iterations=0, info={"start": "reference", "start_objective": value},
                         message=(f"lns: time limit {limit:g} s is shorter than a start takes at "
                                  f"{len(instance.samples)} samples; returned the reference grouping"))
-    start_share = max(0.01, START_SHARE * (deadline - READBACK_RESERVE_S - time.perf_counter()))
-    start, source, start_objective, notes, start_cut = _best_start(instance, evaluator, seed, start_share,
+    start_share = max(0.01, START_SHARE * (deadline - READBACK_RESERVE_S - clock()))
+    start, source, start_objective, notes, start_cut = _best_start(instance, run, start_share,
                                                                    deadline - READBACK_RESERVE_S, meets_integer_bound)
     info: dict[str, Any] = {"start": source or None, "start_objective": start_objective if start else None}
     if start is None:
-        return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=start_cut or time.perf_counter() > deadline,
+        return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=start_cut or clock() > deadline,
                         message="no feasible start: " + "; ".join(notes), info=info)
-    interrupt.offer(start)
+    run.offer(start)
     if meets_integer_bound(start_objective) or instance.data_parallel_size < 2:
         why = ("meets the analytic lower bound" if meets_bound(start_objective) else
                f"meets the analytic lower bound rounded up to an integer ({integer_bound:.17g}: integer costs)"
                if meets_integer_bound(start_objective) else "is the only rank")
         return Proposal(canonical(start), OPTIMAL if meets_bound(start_objective) else FEASIBLE, bound=bound,
                         iterations=0, message=f"{source} start {why}; no neighbourhood solved", info=info)
-    if deadline - time.perf_counter() < setup_s:
+    if deadline - clock() < setup_s:
         # the start's bins as the start gave them: the front end puts them in key order once
         return Proposal(start, FEASIBLE, bound=bound, hit_time_limit=True, iterations=0,
                         message=(f"lns from the {source} start ({start_objective:.6g}): time limit {limit:g} s "
@@ -380,9 +381,9 @@ def solve(
 
     resplit_note = ""
     if max_neighbourhoods != 0:
-        left = deadline - time.perf_counter() - setup_s - READBACK_RESERVE_S
+        left = deadline - clock() - setup_s - READBACK_RESERVE_S
         target = integer_bound if integer_bound is not None else bound
-        resplit_answer = _resplit_start(instance, start, target, time.perf_counter() + EVERY_PARTNER_SHARE * left,
+        resplit_answer = _resplit_start(instance, start, target, clock() + EVERY_PARTNER_SHARE * left,
                                         seed) if left > 0 else None
         if resplit_answer is not None:
             resplit_bins, checks, moved, cut = resplit_answer
@@ -392,8 +393,8 @@ def solve(
                 resplit_note = (f"; every-partner pair re-split: {moved} of {checks} checked pairs re-split "
                                 f"({resplit_objective:.6g}{', cut by its time share' if cut else ''})")
                 info.update(resplit_checks=checks, resplit_accepted=moved, resplit_cut=cut)
-                interrupt.offer(start)
-    search = _Search(instance, start, seed)
+                run.offer(start)
+    search = _Search(instance, evaluator, start, seed)
     # Time kept for the final re-scoring, which grows with the instance.
     reserve = READBACK_RESERVE_S + 3e-6 * len(instance.samples)
     solved = accepted = proven = failures = 0
@@ -407,10 +408,10 @@ def solve(
     while True:
         if meets_bound(search.objective):
             break
-        if time.perf_counter() > deadline:
+        if clock() > deadline:
             hit_limit = True
             break
-        if interrupt.requested() is not None:
+        if run.stopped:
             break
         if max_neighbourhoods is not None and solved >= max_neighbourhoods:
             counted_out = True
@@ -433,24 +434,24 @@ def solve(
             continue
         sub = search.sub_instance(chosen)
         current = tuple(b for r in chosen for b in search.rank_bins(r))
-        left = deadline - reserve - time.perf_counter()
+        left = deadline - reserve - clock()
         if left <= 0.005:
             hit_limit = True
             break
-        result = solve_from_start(sub, current, time_limit_s=left,
-                                  seed=seed, deterministic_time_s=neighbourhood_time_s,
+        neighbourhood = run.on(sub, time_limit_s=left)
+        result = solve_from_start(sub, current, neighbourhood, deterministic_time_s=neighbourhood_time_s,
                                   linearization_level=LINEARIZATION_LEVEL,
                                   makespan_floor=bound if instance.objective == "makespan" else None)
         solved += 1
         proven += result.proven
         improved = False
         if result.bins is not None:
-            new_loads = BalanceEvaluator(sub).rank_loads(result.bins)
+            new_loads = neighbourhood.evaluator.rank_loads(result.bins)
             improved = search.try_replace(chosen, result.bins, new_loads)
         if improved:
             accepted += 1
             failures = 0
-            interrupt.offer(tuple(search.bins))
+            run.offer(tuple(search.bins))
         else:
             failures += 1
 

@@ -17,7 +17,6 @@ Performance: docs/performance.md
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,6 +24,7 @@ import numpy as np
 
 from packplace.balance.schema import BalanceInstance, SampleKey
 from packplace.lazy import lazy_module
+from packplace.run import OutOfTime, clock
 from packplace.solvers.balance._common import canonical
 from packplace.solvers.balance.cpsat.scaling import _integer_budget, _Scaling
 
@@ -52,10 +52,6 @@ class _Model:
     round_lengths: list[cp_model.IntVar] = field(default_factory=list)
 
 
-class _OutOfTime(Exception):
-    """The deadline passed while the model was being built."""
-
-
 def _build_model(
     instance: BalanceInstance, samples: list, scaling: _Scaling, load_upper: int, objective_lower: int,
     deadline: float | None = None, makespan_floor: int | None = None, formulation: str = "ordered",
@@ -71,12 +67,12 @@ def _build_model(
     whole instance's lower bound: a neighbourhood cannot usefully go below it).
 
     Raises:
-        _OutOfTime: ``deadline`` (a ``time.perf_counter()`` value) passed between two building phases.
+        OutOfTime: ``deadline`` (a ``packplace.run.clock()`` value) passed between two building phases.
     """
 
     def check_clock() -> None:
-        if deadline is not None and time.perf_counter() > deadline:
-            raise _OutOfTime
+        if deadline is not None and clock() > deadline:
+            raise OutOfTime("the deadline passed while the model was being built")
 
     ranks, m = instance.data_parallel_size, instance.local_batch_size
     n, nbins = len(samples), instance.num_bins

@@ -215,7 +215,7 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
         tables: Options and integer tables (:func:`make_tables`).
         horizon: Upper bound of every time variable and of ``step`` (ticks; the hint's model value). The
             model's own constraints give every lower bound (no outside bound is trusted for the proof).
-        deadline: ``time.perf_counter()`` value after which building stops (None: no limit); checked per
+        deadline: ``packplace.run.clock()`` value after which building stops (None: no limit); checked per
             vertex, per vertex pair and per GPU segment.
 
     Raises:

@@ -206,7 +206,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
         horizon: Upper bound of ``P`` (ticks; the hint's model period). Start times range over
             ``±V·(longest duration + largest transfer + largest reallocation + horizon)``, enough for the
             longest-path potentials of any plan with ``P ≤ horizon``.
-        deadline: ``time.perf_counter()`` value after which building stops (None: no limit).
+        deadline: ``packplace.run.clock()`` value after which building stops (None: no limit).
 
     Raises:
         ModelBuildTimeout: the deadline passed (the message names the stage reached).
