@@ -17,7 +17,6 @@ Options: those of the wrapped backend. Performance: docs/performance.md
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +27,7 @@ from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.lockstep import as_rounds_instance, lift_rounds_bins, without_lockstep
 from packplace.balance.schema import BalanceInstance
 from packplace.result import FEASIBLE, OPTIMAL, Proposal
-from packplace.solvers.balance._common import remaining_seconds
+from packplace.run import Run, passed
 
 Solve = Callable[..., Proposal]
 
@@ -38,26 +37,26 @@ def lockstep_aware(solve: Solve) -> Solve:
     :func:`solve_lockstep` (the signature, hence the accepted parameters, stay ``solve``'s)."""
 
     @functools.wraps(solve)
-    def wrapper(instance: BalanceInstance, *, time_limit_s: float | None = None, seed: int = 0,
-                **params: Any) -> Proposal:
+    def wrapper(instance: BalanceInstance, run: Run, **params: Any) -> Proposal:
         if getattr(instance, "objective", None) != "lockstep":
-            return solve(instance, time_limit_s=time_limit_s, seed=seed, **params)
-        return solve_lockstep(solve, instance, time_limit_s=time_limit_s, seed=seed, **params)
+            return solve(instance, run, **params)
+        return solve_lockstep(solve, instance, run, **params)
 
     return wrapper
 
 
-def solve_lockstep(solve: Solve, instance: BalanceInstance, *, time_limit_s: float | None, seed: int,
-                   **params: Any) -> Proposal:
-    """Answer a ``lockstep`` instance with a backend's ``solve`` (module docstring).
+def solve_lockstep(solve: Solve, instance: BalanceInstance, run: Run, **params: Any) -> Proposal:
+    """Answer a ``lockstep`` instance with a backend's ``solve`` (module docstring); the backend runs on
+    the makespan or rounds instance with its own :meth:`~packplace.run.Run.on` run (evaluator, incumbent).
 
     Returns:
         The backend's proposal for the original instance: D·m rank-major bins, each rank's bins by cost
         descending; ``bound`` a lockstep lower bound or None; the message says which route ran.
     """
-    deadline = remaining_seconds(time_limit_s)
+    deadline = run.deadline
     if instance.equal_count or instance.groups:
-        proposal = solve(without_lockstep(instance), time_limit_s=time_limit_s, seed=seed, **params)
+        makespan = without_lockstep(instance)
+        proposal = solve(makespan, run.on(makespan, time_limit_s=run.time_limit_s), **params)
         if proposal.status == OPTIMAL:
             proposal.status = FEASIBLE  # a makespan optimum, not a lockstep one (the evaluator may still prove it)
         note = "lockstep under equal_count/groups: the makespan answer under the same rules"
@@ -65,28 +64,28 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, *, time_limit_s: flo
             bins = proposal.solution.bins if isinstance(proposal.solution, Assignment) else proposal.solution
             bins = tuple(tuple(b) for b in bins)
             proposal.solution = bins
-            evaluator = BalanceEvaluator(instance)
+            evaluator = run.evaluator
             if instance.padding_cost is None and not evaluator.violations(bins):
                 levelled, moves = level_layers(evaluator, bins, deadline, within_ranks=True)
                 if evaluator.objective(levelled) < evaluator.objective(bins):
                     proposal.solution = levelled
                     note += f", levelled within ranks ({moves} moves)"
-                if deadline is not None and time.perf_counter() >= deadline:
+                if run.expired():
                     proposal.hit_time_limit = True
         proposal.message = f"{proposal.message}; {note}" if proposal.message else note
         proposal.info["lockstep_route"] = "makespan under the rank rules, levelled within ranks"
         return proposal
     relaxed = as_rounds_instance(instance)
-    limit = None if deadline is None else max(1e-3, deadline - time.perf_counter())
-    proposal = solve(relaxed, time_limit_s=limit, seed=seed, **params)
+    rounds = run.on(relaxed, time_limit_s=None if deadline is None else max(1e-3, run.left()))
+    proposal = solve(relaxed, rounds, **params)
     if proposal.solution is not None:
         bins = proposal.solution.bins if isinstance(proposal.solution, Assignment) else proposal.solution
         bins = tuple(tuple(b) for b in bins)
-        evaluator = BalanceEvaluator(relaxed)
+        evaluator = rounds.evaluator
         if evaluator.flatten(bins) is not None and len(bins) == instance.num_bins:
             if proposal.status != OPTIMAL and instance.padding_cost is None and not evaluator.violations(bins):
                 polished, moves = level_layers(evaluator, bins, deadline)
-                if deadline is not None and time.perf_counter() >= deadline:
+                if run.expired():
                     proposal.hit_time_limit = True
                 if evaluator.objective(polished) < evaluator.objective(bins):
                     bins = polished
@@ -129,7 +128,7 @@ def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...],
         evaluator: The evaluator of the :func:`~packplace.balance.lockstep.as_rounds_instance` instance
             (no padding: the moves price bins by their samples' costs).
         bins: Its D·m feasible bins of keys.
-        deadline: ``time.perf_counter()`` value to stop at, or None.
+        deadline: :data:`packplace.run.clock` value to stop at (a run's deadline), or None.
         max_moves: Cap on moves (None: none).
 
     Returns:
@@ -180,7 +179,7 @@ def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...],
         version[target] += 1
 
     while max_moves is None or moves < max_moves:
-        if deadline is not None and time.perf_counter() >= deadline:
+        if passed(deadline):
             break
         sources, ceiling, peers_of = _layers(load, ranks, per_rank if within_ranks else None)
         room = ceiling - load
