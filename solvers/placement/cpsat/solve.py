@@ -73,7 +73,19 @@ HINT_BUDGET = 0.2
 #: the front-end's optimality tolerance (``packplace.result.OPTIMALITY_RTOL``), so the returned result is
 #: ``optimal`` within that tolerance even after the rounding ``E``, and the search does not run on to its
 #: limit to close the last few ticks of the bound.
-DEFAULT_CP_PARAMETERS = {"cp_model_probing_level": 0, "relative_gap_limit": 5e-7}
+#: ``auto_detect_greater_than_at_least_one_of: false``: the loader's detection of "x ≥ at least one of"
+#: propagators (built from the model's tight-start clauses, :func:`~.model.build_model`) is unsound on
+#: the model presolved without probing in OR-Tools 9.15: on the shipped OpenRLHF PPO config it declares at
+#: load time, with no conflict, that no solution exists, although the model accepts its own hint (and
+#: with probing, or without presolve, the same model solves to its optimum). Those propagators only
+#: restate constraints the model already has, so leaving them out loses no solution;
+#: :meth:`_ExactPlacement.check_hint` and the INFEASIBLE check of :meth:`_ExactPlacement.answer` guard
+#: the rest.
+DEFAULT_CP_PARAMETERS = {"cp_model_probing_level": 0, "relative_gap_limit": 5e-7,
+                         "auto_detect_greater_than_at_least_one_of": False}
+#: Deterministic-time budget (CP-SAT's work units, not seconds) of the check that the model accepts its
+#: hint (the hinted variables fixed, no presolve): a propagation, far below this on the shipped configs.
+HINT_CHECK_DTIME = 10.0
 
 
 # -- the backend -------------------------------------------------------------------------------------
@@ -209,6 +221,9 @@ def solve(instance, run: Run, *, num_workers: int = 1,
     built = exact.build()
     if isinstance(built, Proposal):
         return built
+    rejected = exact.check_hint(built)
+    if rejected is not None:
+        return rejected
     return exact.search(built, num_workers, log_search, cp_parameters)
 
 
@@ -254,6 +269,8 @@ class _ExactPlacement:
         self.table.check()
         self.notes: list[str] = []
         self.log: list[str] = []
+        #: the model accepts the hint (:meth:`check_hint`): True, or None before or without a verdict
+        self.hint_checked: bool | None = None
         choices = staleness_choices(instance)
         self.asynchronous = any(t >= 1 for values in choices.values() for t in values)
         self.most_stale = {model: max(values) for model, values in choices.items()} if self.asynchronous else None
@@ -365,6 +382,35 @@ class _ExactPlacement:
         return Proposal(self.hint_plan, FEASIBLE, hit_time_limit=True, message="; ".join(self.notes), log=self.log,
                         info=info)
 
+    def check_hint(self, built: _Built) -> Proposal | None:
+        """Check that the model accepts its hint: CP-SAT on the model with every hinted variable (options,
+        starts, ends, objective) fixed to its hinted value and no presolve, a propagation bounded by
+        :data:`HINT_CHECK_DTIME` deterministic work. Sets :attr:`hint_checked` (True: accepted, None: not
+        decided within the budget). Returns None, or where the model rejects the hint the hint as the
+        answer (``feasible``, no bound): the model and the evaluator disagree on it, so no proof of that
+        model would be one of the evaluator's problem."""
+        run = self.run
+        solver = cp_model.CpSolver()
+        solver.parameters.fix_variables_to_their_hinted_value = True
+        solver.parameters.cp_model_presolve = False
+        solver.parameters.num_workers = 1
+        solver.parameters.max_deterministic_time = HINT_CHECK_DTIME
+        solver.parameters.max_time_in_seconds = max(0.01, self.limit - run.elapsed())
+        solver.parameters.catch_sigint_signal = False
+        with run.native(solver.stop_search):
+            status = solver.Solve(built.model.model)
+        self.hint_checked = True if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+        self.log.append(f"hint check (hinted variables fixed, no presolve): {solver.StatusName(status)}")
+        if status != cp_model.INFEASIBLE:
+            return None
+        self.notes.insert(0, f"the model rejects the {self.hint_name} hint that the evaluator accepts (a "
+                             f"model/evaluator discrepancy); returned the hint, no CP-SAT search")
+        info = {"cp_status": "HINT_REJECTED", "hint_solver": self.hint_name, "hint_step_time_s": self.hint_time,
+                "hint_solvers": list(self.hint_solvers), "restricted": self.restricted, "build_s": built.build_s,
+                "model_step_time_s": built.h_step / TICKS_PER_S, "rounding_s": built.rounding / TICKS_PER_S,
+                "discrepancy": True, "objective_kind": "period" if self.asynchronous else "step_time"}
+        return Proposal(self.hint_plan, FEASIBLE, message="; ".join(self.notes), log=self.log, info=info)
+
     def search(self, built: _Built, num_workers: int, log_search: bool,
                cp_parameters: dict[str, Any] | None) -> Proposal:
         """CP-SAT on the model in the time left (at least 10 ms), progress lines on stderr, then
@@ -408,7 +454,11 @@ class _ExactPlacement:
         self.log.append(f"CP-SAT {status_name} in {solver.WallTime():.2f} s, {solver.NumBranches()} branches")
         if cp_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             notes.insert(0, f"CP-SAT returned {status_name}; returned the {self.hint_name} hint")
-            if cp_status == cp_model.INFEASIBLE:
+            if cp_status == cp_model.INFEASIBLE and self.hint_checked:
+                # the model accepts the hint (check_hint): this INFEASIBLE is CP-SAT's fault, not a proof
+                notes.append("the model accepts the hint, so that verdict is a solver fault, not a proof; no bound")
+                info["solver_fault"] = True
+            elif cp_status == cp_model.INFEASIBLE:
                 notes.append("the model rejected the hint: a model/evaluator discrepancy")
             info["model_step_time_s"] = built.h_step / TICKS_PER_S
             return Proposal(self.hint_plan, FEASIBLE, hit_time_limit=cp_status == cp_model.UNKNOWN,
