@@ -27,7 +27,7 @@ from packplace.errors import ConfigError
 from packplace.lazy import lazy_module
 from packplace.placement.plan import Plan
 from packplace.registry import available, register
-from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal
+from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal, optimality_level
 from packplace.run import OutOfTime, Run
 from packplace.solvers.placement._common import no_plan_found
 from packplace.solvers.placement.cpsat.model import build_model
@@ -113,6 +113,8 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
         t = ev.step_time(plan)
         if best is None or t < best[1]:
             best = (plan, t, name)
+        if run.at_bound:  # a plan meets the analytic lower bound: no other solver can beat it
+            break
     if best is None or best[1] == float("inf"):
         return None
     return best
@@ -218,6 +220,8 @@ def solve(instance, run: Run, *, num_workers: int = 1,
     early = exact.find_hint()
     if early is not None:
         return early
+    if exact.hint_meets_bound():
+        return exact.hint_at_bound()
     built = exact.build()
     if isinstance(built, Proposal):
         return built
@@ -315,6 +319,23 @@ class _ExactPlacement:
                               f"block shape plus the hint's ({self.why_restricted}): no optimality claim for the "
                               f"full problem")
         return None
+
+    def hint_meets_bound(self) -> bool:
+        """The hint's objective meets the evaluator's analytic lower bound (within the optimality tolerance)."""
+        return self.run.at_bound or self.hint_time <= optimality_level(self.run.bound)
+
+    def hint_at_bound(self) -> Proposal:
+        """The hint as the answer, ``optimal``: it meets the analytic lower bound, so no model is built."""
+        bound = self.run.bound
+        self.notes.insert(0, f"the {self.hint_name} hint ({self.hint_time:.6g} s) meets the analytic lower bound "
+                             f"({bound:.6g} s): optimal, no model built")
+        self.log.append(self.notes[0])
+        info = {"cp_status": "NOT_BUILT", "hint_solver": self.hint_name, "hint_step_time_s": self.hint_time,
+                "hint_solvers": list(self.hint_solvers), "restricted": self.restricted,
+                "model_step_time_s": self.hint_time, "rounding_s": 0.0, "stopped_at_bound": True,
+                "objective_kind": "period" if self.asynchronous else "step_time"}
+        return Proposal(self.hint_plan, OPTIMAL, bound=bound, message="; ".join(self.notes), log=self.log,
+                        info=info)
 
     def build(self) -> _Built | Proposal:
         """The option tables and the model with the hint, within :data:`BUILD_TIME_SHARE` of the limit;
@@ -430,15 +451,32 @@ class _ExactPlacement:
         # start-up time: the reporter subclasses an OR-Tools class, so its module loads OR-Tools
         from packplace.solvers.placement.cpsat.progress import ProgressReporter
 
-        with ProgressReporter(run, progress_s, built.h_step, built.rounding, self.restricted) as reporter:
+        level = optimality_level(run.bound)
+
+        def meets_bound(solution: Any) -> bool:
+            """The solution's plan meets the analytic lower bound (cheap test on the model value first, then
+            the evaluator's): offered to the run, and the search stops."""
+            value = int(solution.ObjectiveValue())
+            if (value - built.rounding) / TICKS_PER_S > level:
+                return False
+            plan, _ = self.read_plan(solution, built, value)
+            evaluated = self.ev.step_time(plan)
+            if evaluated > level:
+                return False
+            run.offer(plan, evaluated)
+            return True
+
+        with ProgressReporter(run, progress_s, built.h_step, built.rounding, self.restricted,
+                              stop_if=meets_bound) as reporter:
             solver.best_bound_callback = reporter.on_bound
             solver.parameters.catch_sigint_signal = False  # packplace.interrupt stops the search
             with run.native(solver.stop_search):
                 cp_status = solver.Solve(built.model.model, reporter)
-        return self.answer(solver, cp_status, built)
+        return self.answer(solver, cp_status, built, at_bound=reporter.stopped)
 
-    def answer(self, solver: Any, cp_status: Any, built: _Built) -> Proposal:
-        """The plan CP-SAT found (or the hint), checked against the evaluator, with its honest status."""
+    def answer(self, solver: Any, cp_status: Any, built: _Built, at_bound: bool = False) -> Proposal:
+        """The plan CP-SAT found (or the hint), checked against the evaluator, with its honest status;
+        ``at_bound``: the search was stopped at a plan that meets the analytic lower bound."""
         tables, notes, rounding = built.tables, self.notes, built.rounding
         n_options = built.n_options
         status_name = solver.StatusName(cp_status)
@@ -491,6 +529,7 @@ class _ExactPlacement:
                 plan, evaluated, value = self.hint_plan, self.hint_time, built.h_step
         info["model_step_time_s"] = value / TICKS_PER_S
         info["evaluated_step_time_s"] = evaluated
+        info["stopped_at_bound"] = at_bound
         gap = (evaluated - bound_s) / evaluated if evaluated > 0 else 0.0
         if self.restricted:
             # a bound of a problem other than the one asked for: reported, never claimed
@@ -509,11 +548,15 @@ class _ExactPlacement:
         elif self.restricted:
             head = (f"CP-SAT {status_name} on the restricted problem: bound {bound_s:.6f} s, gap {gap:.2%} "
                     f"(valid for that problem only)")
+        elif at_bound:
+            head = (f"CP-SAT stopped at a plan that meets the analytic lower bound ({self.run.bound:.6f} s) "
+                    f"over {sum(n_options)} options")
         else:
             head = f"CP-SAT {status_name}: gap {gap:.2%} to its proven bound {bound_s:.6f} s"
             info["gap"] = gap
         notes.insert(0, head)
-        return Proposal(plan, status, bound=proven_bound, hit_time_limit=cp_status == cp_model.FEASIBLE,
+        hit_limit = cp_status == cp_model.FEASIBLE and not at_bound
+        return Proposal(plan, status, bound=proven_bound, hit_time_limit=hit_limit,
                         iterations=int(solver.NumBranches()), message="; ".join(notes), log=self.log, info=info,
                         optimality_tolerance=tolerance)
 
