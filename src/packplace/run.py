@@ -426,6 +426,7 @@ def solve_with(
     normalize: Callable[[Any], Any] | None = None,
     initial: Any = None,
     analytic_bound: float | None = None,
+    fallback: str | None = None,
 ) -> SolveResult:
     """Run the registered backend ``solver`` of ``problem`` on ``instance`` and score its proposal.
 
@@ -436,8 +437,10 @@ def solve_with(
     the reference grouping) is the answer of a run interrupted before the backend offered a better one
     (:mod:`packplace.interrupt`); such a result has ``interrupted`` set. ``analytic_bound`` is the
     evaluator's bound when the front-end computed it already (None: ask ``evaluator.lower_bound()``
-    after the backend). ``wall_s`` is the backend's seconds; the front-ends replace it with the whole
-    call's.
+    after the backend). ``fallback`` names ``initial`` when it is an answer of last resort (the balance
+    front-end's quick packing): a backend that returns no solution then gives the run's best answer
+    (``initial`` or a better one the backend offered), status ``feasible``, the message says so.
+    ``wall_s`` is the backend's seconds; the front-ends replace it with the whole call's.
 
     Raises:
         ConfigError: unknown solver name, bad ``time_limit_s`` or ``seed``, an option the backend does
@@ -454,6 +457,10 @@ def solve_with(
     if initial is not None:
         run.offer(initial)
     proposal = _call_backend(spec, instance, run, params)
+    if fallback is not None and proposal.solution is None and run.best is not None:
+        note = f"no answer of {spec.name}'s own ({proposal.message or proposal.status}); returned {fallback}"
+        proposal = Proposal(run.best, FEASIBLE, bound=proposal.bound, hit_time_limit=proposal.hit_time_limit,
+                            iterations=proposal.iterations, message=note, log=proposal.log, info=proposal.info)
     interrupted = interrupt.requested() is not None
     wall_s = run.elapsed()
     if proposal.solution is not None and normalize is not None:
