@@ -7,7 +7,12 @@ Restriction: ``top_k``, or a cluster above ``max_gpus`` (32) GPUs, keeps per ver
 candidates of each block shape plus the hint's; the status is then at most ``feasible`` and CP-SAT's
 bound goes to ``info["restricted_bound_s"]`` only. Symmetry breaking: when block sizes nest, the first
 vertex's block is fixed at GPU 0 (:func:`first_block_at_origin`). Time limit: preparation may use
-:data:`BUILD_TIME_SHARE` of ``time_limit_s``; past it the hint is returned (``cp_status`` ``NOT_BUILT``).
+:data:`BUILD_TIME_SHARE` of ``time_limit_s``; the anneal hint stops after :data:`HINT_EVALUATIONS_PER_S`
+evaluations a second of its budget and a model of more than :data:`BUILD_OPTIONS_PER_S` options a second
+of the build budget is not built (counts, so a short limit answers the same on every run; the clock is
+the safety net); past either the hint is returned (``cp_status`` ``NOT_BUILT``). Bound: a hint that meets
+the evaluator's analytic lower bound is the answer (``optimal``, no model), and the search stops at a
+plan that meets it. The model must accept its hint (:meth:`_ExactPlacement.check_hint`).
 Checks: the plan is re-scored by the evaluator and compared with the model's value within the rounding
 ``E``; a discrepancy returns the better of hint and plan, ``feasible``, no bound. Determinism:
 ``random_seed = seed``, ``num_workers = 1``; OR-Tools documents multi-worker search as deterministic only
