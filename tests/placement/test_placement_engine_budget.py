@@ -8,10 +8,10 @@ import pytest
 
 import packplace
 from packplace.placement.candidates import memory_budget
+from packplace.placement.checking.validate import predict
 from packplace.placement.config import build_instance
 from packplace.placement.evaluator import PlacementEvaluator
 from packplace.placement.plan import Plan
-from packplace.placement.validate import predict
 
 HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=2, flops_per_gpu=1e12, memory_per_gpu=6e6,
           memory_bandwidth=1e12, alpha_coll_g=1e-6, beta_coll_g=1e-10, alpha_coll_n=1e-5, beta_coll_n=1e-9,
