@@ -244,8 +244,8 @@ class Run:
 
     @property
     def bound(self) -> float:
-        """The evaluator's analytic lower bound on the instance's objective (``lower_bound()``), computed
-        once per instance on first use (the front-end reports the same number)."""
+        """The evaluator's analytic lower bound on the instance's objective: the one the front-end computed
+        (:func:`solve_with`'s ``analytic_bound``), else ``lower_bound()`` once per instance on first use."""
         if self._answers.bound is None:
             self._answers.bound = float(self.evaluator.lower_bound())
         return self._answers.bound
@@ -457,6 +457,8 @@ def solve_with(
         raise interrupt.Interrupted(earlier)
     interrupt.reset()
     run = Run(problem, instance, time_limit_s=time_limit_s, seed=seed, evaluator=evaluator)
+    if analytic_bound is not None:  # the front-end's bound (cut by its deadline, weaker): Run.bound's value
+        run._answers.bound = float(analytic_bound)
     if initial is not None:
         run.offer(initial)
     if skip_why is not None and fallback is not None:
