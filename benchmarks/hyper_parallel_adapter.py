@@ -9,9 +9,15 @@ and scores both answers — ``PackplaceBalancingAlgorithm().assign`` and the def
 description) — by the protocol's scheduled makespan. Prints how often packplace is better, equal
 and worse, and the mean gain where it is better.
 
+With ``--planted`` the instances are the adapter test's planted ones instead
+(``tests/integrations/test_hyper_parallel_protocol._planted_instance``: a random packing of bins filled
+to or near the cap is the reference, one or two bins per rank), where the default's greedy pass often
+dead-ends and returns to the reference; none is skipped, and dead ends are counted.
+
 Usage:
     python benchmarks/hyper_parallel_adapter.py
     python benchmarks/hyper_parallel_adapter.py --instances 1000 --seed 1
+    python benchmarks/hyper_parallel_adapter.py --planted --instances 1000
 """
 
 from __future__ import annotations
@@ -32,7 +38,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--planted", action="store_true", help="planted references (dead ends included)")
     args = parser.parse_args()
+    if args.planted:
+        planted(args.instances, args.seed)
+        return
     rng = random.Random(args.seed)
     counts = {"better": 0, "equal": 0, "worse": 0, "skipped": 0}
     gains = []
@@ -54,6 +64,31 @@ def main() -> None:
                 "local_batch_size": 1, **extra}
         theirs = scheduled_score(ReferenceLPT().assign(samples, **call), samples, group or ranks)
         ours = scheduled_score(PackplaceBalancingAlgorithm().assign(samples, **call), samples, group or ranks)
+        if ours < theirs:
+            counts["better"] += 1
+            gains.append(1 - ours / theirs)
+        else:
+            counts["equal" if ours == theirs else "worse"] += 1
+    print(" ".join(f"{name}={value}" for name, value in counts.items()))
+    if gains:
+        print(f"mean gain where better: {100 * sum(gains) / len(gains):.2f}%  largest: {100 * max(gains):.2f}%")
+
+
+def planted(instances: int, seed: int) -> None:
+    """The adapter against the default algorithm on planted instances (module docstring), dead ends included."""
+    from test_hyper_parallel_protocol import _planted_instance, _rank_rounds_score
+
+    rng = random.Random(seed)
+    counts = {"better": 0, "equal": 0, "worse": 0, "dead_ends": 0}
+    gains = []
+    for _ in range(instances):
+        samples, reference, cap, ranks, per_rank, group = _planted_instance(rng)
+        call = {"reference_bins": reference, "constraints": PackingConstraints(cap), "data_parallel_size": ranks,
+                "local_batch_size": per_rank, **({} if group is None else {"objective_group_size": group})}
+        g = group or ranks
+        counts["dead_ends"] += ReferenceLPT()._greedy(samples, PackingConstraints(cap), ranks, per_rank, g) is None
+        theirs = _rank_rounds_score(ReferenceLPT().assign(samples, **call), samples, per_rank, g)
+        ours = _rank_rounds_score(PackplaceBalancingAlgorithm().assign(samples, **call), samples, per_rank, g)
         if ours < theirs:
             counts["better"] += 1
             gains.append(1 - ours / theirs)

@@ -44,7 +44,20 @@ def _blocks(page: Path) -> list[tuple[str, str, int]]:
             for m in re.finditer(r"^```(\w+)\n(.*?)^```", text, flags=re.S | re.M)]
 
 
-BLOCKS = [(_name(page), lang, code, line) for page in PAGES for lang, code, line in _blocks(page)]
+def _recipe_name(page: Path, line: int) -> str | None:
+    """The NAME of a ``<!-- recipe: NAME -->`` line right above the block starting at ``line``, if any."""
+    above = page.read_text(encoding="utf-8").splitlines()[line - 2] if line > 1 else ""
+    match = re.fullmatch(r"<!-- recipe: ([\w-]+) -->", above.strip())
+    return match.group(1) if match else None
+
+
+#: Python blocks that call a framework (verl, Megatron-Core) are run by their own tests, which supply a
+#: stand-in module where the framework is not installed: ``<!-- recipe: NAME -->`` above the block, and a
+#: test under tests/ that runs ``_recipe("NAME")``.
+RECIPES = [(_name(page), _recipe_name(page, line)) for page in PAGES for lang, _, line in _blocks(page)
+           if lang == "python" and _recipe_name(page, line)]
+BLOCKS = [(_name(page), lang, code, line) for page in PAGES for lang, code, line in _blocks(page)
+          if not (lang == "python" and _recipe_name(page, line))]
 README_BLOCKS = [(lang, code, line) for name, lang, code, line in BLOCKS if name == "README.md"]
 
 if sys.version_info >= (3, 11):
@@ -158,6 +171,12 @@ def test_every_block_language_is_checked():
     for name, lang, code, line in BLOCKS:
         if lang == "yaml":
             assert isinstance(loads_yaml(code, f"{name}:{line}"), dict)
+
+
+@pytest.mark.parametrize("page, name", RECIPES)
+def test_every_framework_recipe_is_run_by_a_test(page, name):
+    sources = "\n".join(path.read_text(encoding="utf-8") for path in (ROOT / "tests").rglob("test_*.py"))
+    assert f'_recipe("{name}")' in sources, f"{page}: no test runs the recipe {name!r}"
 
 
 def test_readme_starts_with_the_two_commands_and_stays_short():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hyper_parallel_protocol import (
     PackingConstraints,
@@ -190,3 +192,83 @@ def test_never_worse_than_the_reference_algorithm_with_two_bins_per_rank(data, r
     _keys_once_non_empty(ours, samples, 2 * ranks)
     assert all(sum(tokens[k.dataset_index] for k in b) <= cap for b in ours)
     assert _rank_makespan(ours, samples, 2) <= _rank_makespan(theirs, samples, 2)
+
+
+def _planted_instance(rng):
+    """A random instance whose reference is a random packing of bins filled to the cap (most) or close to it,
+    so that the default rules' greedy pass often dead-ends (it then starts its repair from the reference)."""
+    ranks = rng.choice([2, 3, 4, 8])
+    per_rank = rng.choice([1, 1, 1, 2])
+    group = rng.choice([g for g in (None, 1, 2, 4) if g is None or ranks % g == 0])
+    cap = rng.randint(8, 48)
+    reference, tokens, costs = [], [], []
+    for _ in range(ranks * per_rank):
+        keys, room = [], cap if rng.random() < 0.8 else rng.randint(max(1, cap - 6), cap)
+        while room > 0 and (not keys or rng.random() < 0.9):
+            t = rng.randint(1, room)
+            keys.append(len(tokens))
+            tokens.append(t)
+            # costs mostly unrelated to tokens: the greedy pass orders by cost and then meets full bins
+            costs.append(t * t + rng.randint(0, 40) if rng.random() < 0.3 else rng.randint(1, 2000))
+            room -= t
+        reference.append(keys)
+    samples = samples_of(tokens, costs)
+    return samples, [tuple(samples[i].key for i in keys) for keys in reference], cap, ranks, per_rank, group
+
+
+def _rank_rounds_score(bins, samples, per_rank, group):
+    """The protocol's makespan objective on rank loads (bins rank-major): Σ sorted_desc(loads)[::group]."""
+    llm = {s.key: s.cost.llm for s in samples}
+    loads = [sum(llm[k] for b in bins[r:r + per_rank] for k in b) for r in range(0, len(bins), per_rank)]
+    return sum(sorted(loads, reverse=True)[::group])
+
+
+def test_never_worse_than_the_seed_on_1000_random_instances_with_dead_ends():
+    rng = random.Random(20260)
+    dead_ends = better = 0
+    for _ in range(1000):
+        samples, reference, cap, ranks, per_rank, group = _planted_instance(rng)
+        call = {"reference_bins": reference, "constraints": PackingConstraints(cap), "data_parallel_size": ranks,
+                "local_batch_size": per_rank, **({} if group is None else {"objective_group_size": group})}
+        dead_ends += ReferenceLPT()._greedy(samples, PackingConstraints(cap), ranks, per_rank, group or ranks) is None
+        theirs = ReferenceLPT().assign(samples, **call)
+        ours = PackplaceBalancingAlgorithm().assign(samples, **call)
+        _keys_once_non_empty(ours, samples, ranks * per_rank)
+        assert all(sum(s.pack_tokens for s in samples if s.key in set(b)) <= cap for b in ours)
+        g = group or ranks
+        assert _rank_rounds_score(ours, samples, per_rank, g) <= _rank_rounds_score(theirs, samples, per_rank, g)
+        better += _rank_rounds_score(ours, samples, per_rank, g) < _rank_rounds_score(theirs, samples, per_rank, g)
+    assert dead_ends >= 100 and better >= 100   # the draw does reach the dead-end path, and packplace does improve
+
+
+def test_a_dead_end_whose_reference_beats_packplaces_own_answer_returns_the_reference():
+    # Cap 19, 4 ranks in rounds of 2: the default rules' greedy pass dead-ends and their repair keeps the
+    # reference, rank loads 3560, 2184, 385, 4593: scheduled makespan 4593 + 2184 = 6777 (sorted, every 2nd).
+    # packplace's own solver answer schedules 7035 here, so the reference is the best valid answer.
+    tokens = [15, 3, 1, 5, 1, 9, 4, 19, 1, 1, 11, 1, 5]
+    costs = [1421, 366, 1773, 912, 124, 628, 520, 385, 31, 39, 938, 1587, 1998]
+    samples = samples_of(tokens, costs)
+    keys = [s.key for s in samples]
+    reference = ((keys[0], keys[1], keys[2]), (keys[3], keys[4], keys[5], keys[6]), (keys[7],),
+                 (keys[8], keys[9], keys[10], keys[11], keys[12]))
+    assert ReferenceLPT()._greedy(samples, PackingConstraints(19), 4, 1, 2) is None
+    ours = _call(PackplaceBalancingAlgorithm(), samples, reference, 19, 4, objective_group_size=2)
+    assert scheduled_score(reference, samples, 2) == 6777.0
+    assert scheduled_score(ours, samples, 2) == 6777.0
+
+
+def test_reference_bins_errors_name_the_argument():
+    samples = samples_of([1, 2, 3])
+    keys = [s.key for s in samples]
+    cases = [
+        (None, "^reference_bins: must be a sequence of 2 bins"),
+        ([(keys[0],), (keys[1], "nope")], r"^reference_bins\[1\]: 'nope' is not a key of samples"),
+        ([(keys[0],), (keys[1],)], "^reference_bins: sample key .* is in no bin"),
+        ([(keys[0], keys[2]), (keys[1], keys[2])], r"^reference_bins\[1\]: .* appears twice"),
+        ([(keys[0], keys[1], keys[2])], "^reference_bins: must hold data_parallel_size x local_batch_size = 2"),
+        ([keys[0], (keys[1], keys[2])], r"^reference_bins\[0\]: must be a sequence of sample keys"),
+        ([([1],), (keys[1], keys[2])], r"^reference_bins\[0\]: key \[1\] is unhashable"),
+    ]
+    for reference, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            _call(PackplaceBalancingAlgorithm(), samples, reference, 6, 2)

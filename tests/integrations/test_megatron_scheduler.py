@@ -3,13 +3,17 @@ the benchmark's re-implementation of Megatron's ``dp_balanced``."""
 
 from __future__ import annotations
 
+import enum
+import importlib
 import importlib.util
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
 from packplace.errors import ConfigError
-from packplace.integrations.megatron import PackplacePackingScheduler, sequence_flops
+from packplace.integrations.megatron import PackplacePackingScheduler, register, sequence_flops
 
 _SPEC = importlib.util.spec_from_file_location(
     "megatron_dp_balanced", Path(__file__).resolve().parents[2] / "benchmarks" / "megatron_dp_balanced.py")
@@ -72,8 +76,84 @@ def test_bad_arguments_are_refused_in_one_line():
 def test_entries_that_are_not_id_length_pairs_or_bad_lengths_are_refused_in_one_line():
     scheduler = PackplacePackingScheduler(8, 1, 1, None)
     for entries, message in (([4, 3], r"sample_id_seqlens\[0\]: must be a \(sample id, sequence length\) pair, got 4"),
-                             ([(0, "x"), (1, 3)], r"seqlens\[0\]: must be an integer >= 1, got 'x'"),
-                             ([(0, 4.5), (1, 3)], r"seqlens\[0\]: must be an integer >= 1, got 4\.5")):
+                             ([(0, "x"), (1, 3)], r"^sample_id_seqlens\[0\]\[1\]: must be a number, got 'x'"),
+                             ([(0, 4.5), (1, 3)], r"^sample_id_seqlens\[0\]\[1\]: must be an integer, got 4\.5"),
+                             ([(0, 0), (1, 3)], r"^sample_id_seqlens\[0\]\[1\]: must be >= 1, got 0")):
         with pytest.raises(ConfigError, match=message):
             scheduler.get_groups_and_subsamples(entries)
     assert scheduler.get_groups_and_subsamples([(7, 4), (9, 3)]) == [[[0, 1]]]
+
+
+def _stand_in_data_schedule():
+    """Megatron-Core's scheduler registry as ``data_schedule.py`` has it: an Enum of names, ``scheduler_map``,
+    ``BasePackingScheduler`` (the constructor's four arguments) and ``DpBalancedScheduler`` (whose ``run``
+    calls ``get_groups_and_subsamples``)."""
+    module = types.ModuleType("megatron.core.datasets.data_schedule")
+
+    class BasePackingScheduler:
+        def __init__(self, max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage):
+            self.max_seqlen_per_dp_cp_rank, self.cp_size, self.dp_size = max_seqlen_per_dp_cp_rank, cp_size, dp_size
+            self.microbatch_group_size_per_vp_stage = microbatch_group_size_per_vp_stage
+
+    class DpBalancedScheduler(BasePackingScheduler):
+        def get_groups_and_subsamples(self, sample_id_seqlens):
+            return "megatron's own"
+
+        def run(self, sample_id_seqlens):
+            return self.get_groups_and_subsamples(sample_id_seqlens)
+
+    class PackingSchedulerEnum(enum.Enum):
+        DP_BALANCED = "dp_balanced"
+
+    module.BasePackingScheduler, module.DpBalancedScheduler = BasePackingScheduler, DpBalancedScheduler
+    module.PackingSchedulerEnum = PackingSchedulerEnum
+    module.scheduler_map = {PackingSchedulerEnum.DP_BALANCED: DpBalancedScheduler}
+    return module
+
+
+def test_register_adds_a_scheduler_name_and_keeps_megatrons_own():
+    module = _stand_in_data_schedule()
+    names = module.PackingSchedulerEnum
+    member = register(data_schedule=module, hidden_size=1)
+    # Megatron's lookup: PackingSchedulerEnum[config.sequence_packing_scheduler.upper()]
+    assert names["PACKPLACE"] is member and names("packplace") is member and names.PACKPLACE is member
+    assert [m.name for m in names] == ["DP_BALANCED", "PACKPLACE"]
+    assert module.scheduler_map[names.DP_BALANCED] is module.DpBalancedScheduler
+    scheduler = module.scheduler_map[member](9, 1, 2, None)
+    assert isinstance(scheduler, module.DpBalancedScheduler) and isinstance(scheduler, PackplacePackingScheduler)
+    assert scheduler.run(list(enumerate([4, 4, 3, 3, 2, 2]))) == [[[0, 2, 4], [1, 3, 5]]]   # Megatron's run, ours
+    assert module.scheduler_map[names.DP_BALANCED](9, 1, 2, None).run([]) == "megatron's own"
+    assert register(data_schedule=module, hidden_size=1) is member     # the same call again changes nothing
+    assert len(module.scheduler_map) == 2
+
+
+def test_register_refuses_megatrons_names_bad_names_and_options_in_one_line():
+    module = _stand_in_data_schedule()
+    with pytest.raises(ConfigError, match="^name: 'dp_balanced' is already Megatron's scheduler DP_BALANCED"):
+        register("dp_balanced", data_schedule=module)
+    with pytest.raises(ConfigError, match="^name: must be a Python identifier, got 'my scheduler'"):
+        register("my scheduler", data_schedule=module)
+    with pytest.raises(ConfigError, match="^options: unknown option 'hidden'"):
+        register(data_schedule=module, hidden=4096)
+    register(data_schedule=module)
+    with pytest.raises(ConfigError, match="^name: 'packplace' is already"):
+        register(data_schedule=module, solver="lpt")   # the same name with other options: refused, not replaced
+    assert module.scheduler_map[module.PackingSchedulerEnum.DP_BALANCED] is module.DpBalancedScheduler
+
+
+def _recipe(marker):
+    text = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text()
+    after = text[text.index(f"<!-- recipe: {marker} -->"):]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_docs_megatron_recipe_runs_as_written(monkeypatch):
+    try:
+        importlib.import_module("megatron.core.datasets.data_schedule").PackingSchedulerEnum  # noqa: B018
+    except (ImportError, AttributeError):
+        # Megatron-Core (with its packing schedulers) is not installed: the recipe runs on the stand-in
+        module = _stand_in_data_schedule()
+        for name in ("megatron", "megatron.core", "megatron.core.datasets"):
+            monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(_recipe("megatron-register"), "docs/integrations.md", "exec"), {})

@@ -10,8 +10,9 @@ assertions, with numpy arrays for tensors and, for the two ranks of the distribu
 count synchronised by passing the maximum over ranks as ``num_micro_batches`` (no
 torch.distributed). verl 0.9.1 grows the count until every micro-batch fits the cap, so the counts
 are also checked against that rule (``verl_oracle.verl_rearrange``): never more micro-batches than
-verl. The group-balancing tests of that file test ``get_group_balanced_partitions``, which has no
-drop-in, and ``test_dataproto_split_uneven`` tests verl's DataProto: not ported.
+verl. TensorDict / nested-tensor and torch-using checks, ``get_group_balanced_partitions`` included, are in
+``test_verl_module.py`` and ``test_verl_tensordict.py``; ``test_dataproto_split_uneven`` tests verl's
+DataProto: not ported.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ the protocol's own ``SampleMetadata`` (``key``, ``pack_tokens``, ``cost.llm``, o
 ``packing_budgets`` and, when present, their own ``fits``/``add_costs`` rules, which every returned
 bin passes. It also computes hyper_parallel's default answer
 (:mod:`packplace.integrations.hyper_parallel_lpt`) and returns the better of the two by the
-protocol's window objective, so it is never worse than that default. hyper_parallel need not be
-installed::
+protocol's window objective, the known-feasible reference included, so it is never worse than
+that default (its greedy dead ends too). hyper_parallel need not be installed::
 
     planner = ...(balancing_algorithm=PackplaceBalancingAlgorithm(solver="repair"))
 
@@ -24,7 +24,7 @@ installed::
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from packplace.balance.api import solve_balance
@@ -33,6 +33,7 @@ from packplace.balance.instance import check_reference_bins
 from packplace.balance.samples import finite_nonnegative, positive_int
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample
 from packplace.errors import ConfigError, PackplaceError, show
+from packplace.integrations.arguments import number_list, positive_integer
 from packplace.integrations.hyper_parallel_lpt import (
     Item,
     add_costs,
@@ -145,9 +146,10 @@ class PackplaceBalancingAlgorithm:
     def assign(self, samples: Sequence[Any], *, reference_bins: Sequence[Sequence[Hashable]],
                constraints: Any, data_parallel_size: int, local_batch_size: int,
                objective_group_size: int | None = None) -> Sequence[Sequence[Hashable]]:
-        """Rank-major bins of sample keys: the better, by :func:`window_score`, of the packplace
-        solver's answer and hyper_parallel's default rules; ``reference_bins`` itself when neither
-        finds a feasible candidate (the protocol's contract).
+        """Rank-major bins of sample keys: the best, by :func:`window_score`, of the packplace
+        solver's answer, hyper_parallel's default rules' answer and ``reference_bins`` (known-feasible;
+        the object itself comes back when it is best, or when neither finds a feasible candidate, as
+        the protocol requires). So the answer is never worse than the default rules', dead ends included.
 
         Args:
             samples: hyper_parallel ``SampleMetadata`` (or wrappers with ``metadata``), keys unique.
@@ -157,10 +159,22 @@ class PackplaceBalancingAlgorithm:
             objective_group_size: Physical ranks per round (a divisor of D); default D.
 
         Raises:
-            ConfigError: bad samples or keys (:func:`protocol_items`), a bad ``objective_group_size``.
+            ConfigError: bad samples or keys (:func:`protocol_items`), a bad ``objective_group_size``,
+                ``data_parallel_size`` or ``local_batch_size``; ``reference_bins`` that is not
+                D x m bins holding every sample key once (:func:`_check_reference`).
         """
+        ranks = positive_integer(data_parallel_size, "data_parallel_size")
+        per_rank = positive_integer(local_batch_size, "local_batch_size")
+        if isinstance(samples, (str, bytes, Mapping)) or not isinstance(samples, Iterable):
+            raise ConfigError(f"samples: must be a sequence of sample metadata, got {show(samples)}")
+        samples = list(samples)
         items = protocol_items(samples)
-        group = _group_size(objective_group_size, data_parallel_size)
+        group = _group_size(objective_group_size, ranks)
+        seq_len = getattr(constraints, "seq_len", None)
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise ConfigError(f"constraints: must have seq_len, an integer >= 1 (and optionally packing_budgets, "
+                              f"fits, add_costs), got {show(constraints)}")
+        _check_reference(reference_bins, items, ranks * per_rank)
         llm = {item.key: item.llm for item in items}
         candidates: list[Sequence[Sequence[Hashable]]] = []
         self.last_result = None
@@ -185,17 +199,58 @@ class PackplaceBalancingAlgorithm:
             default = reference_bins  # keys without an order: hyper_parallel's rules sort by key
         if default is not reference_bins:
             candidates.append(tuple(tuple(keys) for keys in default))
-        if not candidates:
-            return reference_bins
+        # The reference is known-feasible: it competes too (it is what the default rules return at a
+        # dead end), and wins ties only against nothing; the object itself comes back when it wins.
+        candidates.append(reference_bins)
         return min(candidates, key=lambda bins: window_score(rank_loads(bins, llm, local_batch_size),
                                                              self.objective_name, group))
 
     def objective(self, rank_costs: Sequence[Any]) -> float:
         """Largest rank ``llm`` load, or the squared coefficient of variation of the loads."""
-        loads = [float(getattr(cost, "llm", cost)) for cost in rank_costs]
+        loads = number_list([getattr(cost, "llm", cost) for cost in _sequence(rank_costs, "rank_costs")],
+                            "rank_costs")
         if not loads:
             return 0.0
         return makespan(loads) if self.objective_name == "makespan" else squared_cv(loads)
+
+
+def _sequence(value: Any, field: str) -> list[Any]:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise ConfigError(f"{field}: must be a sequence, got {show(value)}")
+    return list(value)
+
+
+def _check_reference(reference_bins: Any, items: Sequence[Item], count: int) -> None:
+    """``reference_bins``: ``count`` bins (rank-major) of the sample keys, each key exactly once.
+
+    Raises:
+        ConfigError: None or not a sequence of key sequences, another bin count, an unknown,
+            unhashable, missing or repeated key.
+    """
+    if isinstance(reference_bins, (str, bytes, Mapping)) or not isinstance(reference_bins, Sequence):
+        raise ConfigError(f"reference_bins: must be a sequence of {count} bins of sample keys, got "
+                          f"{show(reference_bins)}")
+    if len(reference_bins) != count:
+        raise ConfigError(f"reference_bins: must hold data_parallel_size x local_batch_size = {count} bins, "
+                          f"got {len(reference_bins)}")
+    known = {item.key for item in items}
+    seen: set[Hashable] = set()
+    for b, keys in enumerate(reference_bins):
+        if isinstance(keys, (str, bytes, Mapping)) or not isinstance(keys, Sequence):
+            raise ConfigError(f"reference_bins[{b}]: must be a sequence of sample keys, got {show(keys)}")
+        for key in keys:
+            try:
+                hash(key)
+            except TypeError:
+                raise ConfigError(f"reference_bins[{b}]: key {show(key)} is unhashable") from None
+            if key not in known:
+                raise ConfigError(f"reference_bins[{b}]: {show(key)} is not a key of samples")
+            if key in seen:
+                raise ConfigError(f"reference_bins[{b}]: {show(key)} appears twice")
+            seen.add(key)
+    if len(seen) != len(known):
+        missing = next(item.key for item in items if item.key not in seen)
+        raise ConfigError(f"reference_bins: sample key {show(missing)} is in no bin")
 
 
 def _passes(bins: Sequence[Sequence[Hashable]], items: Sequence[Item], constraints: Any) -> bool:

@@ -8,10 +8,15 @@ order, then splits packs until their count is a multiple of the data-parallel si
 fills the same slot: every pack within ``max_seqlen_per_dp_cp_rank · cp_size`` tokens, the same
 number of packs per DP rank (the fewest that pack, a multiple of the virtual-pipeline group),
 and per-rank FLOPs balanced by a packplace balance solver; each rank's packs run heaviest first,
-so micro-batch i pairs the i-th heaviest packs of all ranks. Plug it in by subclassing::
+so micro-batch i pairs the i-th heaviest packs of all ranks. Plug it in with one call, which adds a
+scheduler name next to Megatron's own (``dp_balanced`` stays as it is)::
 
-    class PackplaceScheduler(PackplacePackingScheduler, DpBalancedScheduler): ...
-    scheduler_map[PackingSchedulerEnum.DP_BALANCED] = PackplaceScheduler   # run() stays Megatron's
+    from packplace.integrations.megatron import register
+    register()                                   # adds PackingSchedulerEnum.PACKPLACE
+    config.sequence_packing_scheduler = "packplace"   # Megatron's wrap_data_iterator picks it up
+
+The registered class subclasses both this class and Megatron's ``DpBalancedScheduler``, so
+``run()`` (gathering, routing and padding the samples) stays Megatron's.
 
 Source followed: Megatron-LM ``megatron/core/datasets/data_schedule.py`` at commit
 a9381be5980c4a76bc5186ac7a80e14dd6baedba (``BasePackingScheduler``, ``DpBalancedScheduler``).
@@ -20,6 +25,8 @@ Megatron need not be installed. Performance: docs/performance.md (Integrations).
 
 from __future__ import annotations
 
+import enum
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,8 +34,8 @@ import numpy as np
 
 from packplace.balance.api import solve_balance
 from packplace.balance.instance import make_instance
-from packplace.balance.samples import positive_int
 from packplace.errors import ConfigError, show
+from packplace.integrations.arguments import number_list, positive_integer
 from packplace.integrations.partition import DEFAULT_SOLVER
 
 
@@ -40,8 +47,9 @@ def sequence_flops(seqlens: Sequence[int] | np.ndarray, hidden_size: int) -> np.
     FLOPs; divided by 4h. Packed sequences attend only within themselves (THD), so a pack costs the
     sum of its sequences.
     """
-    values = np.asarray(seqlens, dtype=np.float64)
-    return 6.0 * hidden_size * values + values * values
+    values = np.asarray(number_list(seqlens, "seqlens"), dtype=np.float64)
+    hidden = positive_integer(hidden_size, "hidden_size")
+    return 6.0 * hidden * values + values * values
 
 
 class PackplacePackingScheduler:
@@ -92,8 +100,10 @@ class PackplacePackingScheduler:
             InfeasibleError: fewer sequences than ranks (a pack cannot be empty).
             RuntimeError: the backend found no assignment.
         """
-        tokens = np.asarray([positive_int(length, f"seqlens[{i}]") for i, length in enumerate(seqlens)],
-                            dtype=np.int64)
+        lengths = number_list(seqlens, "seqlens", integers=True, minimum=1)
+        if not lengths:
+            raise ConfigError("seqlens: no sequences to pack")
+        tokens = np.asarray(lengths, dtype=np.int64)
         costs = sequence_flops(tokens, self.hidden_size)
         multiple = self.microbatch_group_size_per_vp_stage or 1
         instance = make_instance(tokens, costs, seq_len=self.max_seq_len_all_ranks, data_parallel_size=self.dp_size,
@@ -126,15 +136,112 @@ class PackplacePackingScheduler:
             ConfigError: an entry that is not a (sample id, length) pair, a bad length
                 (:meth:`rank_packs`).
         """
+        if isinstance(sample_id_seqlens, (str, bytes, dict)) or not hasattr(sample_id_seqlens, "__iter__"):
+            raise ConfigError(f"sample_id_seqlens: must be a sequence of (sample id, sequence length) pairs, "
+                              f"got {show(sample_id_seqlens)}")
         lengths = []
         for i, entry in enumerate(sample_id_seqlens):
             if not isinstance(entry, (tuple, list)) or len(entry) != 2:
                 raise ConfigError(f"sample_id_seqlens[{i}]: must be a (sample id, sequence length) pair, "
                                   f"got {show(entry)}")
             lengths.append(entry[1])
-        packs = self.rank_packs(lengths)
+        if not lengths:
+            raise ConfigError("sample_id_seqlens: no samples to pack")
+        try:
+            packs = self.rank_packs(lengths)
+        except ConfigError as error:
+            message = str(error)
+            if message.startswith("seqlens["):   # name the pair's length element as the caller wrote it
+                index, rest = message[len("seqlens["):].split("]", 1)
+                raise ConfigError(f"sample_id_seqlens[{index}][1]{rest}") from None
+            raise
         count = len(packs[0])
         return [[packs[j // self.cp_size][i] for j in range(self.dp_size * self.cp_size)] for i in range(count)]
 
 
-__all__ = ["PackplacePackingScheduler", "sequence_flops"]
+#: The module Megatron-Core keeps its packing schedulers in (``PackingSchedulerEnum``, ``scheduler_map``).
+DATA_SCHEDULE_MODULE = "megatron.core.datasets.data_schedule"
+
+
+def register(name: str = "packplace", *, data_schedule: Any = None, **options: Any) -> Any:
+    """Add packplace's scheduler to Megatron-Core under a new scheduler name, keeping Megatron's own.
+
+    Megatron's ``wrap_data_iterator`` looks the scheduler up as
+    ``scheduler_map[PackingSchedulerEnum[config.sequence_packing_scheduler.upper()]]`` and builds it
+    with ``(max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage)``.
+    This adds the member ``name.upper()`` (value ``name``) to ``PackingSchedulerEnum`` and maps it
+    to a class deriving from :class:`PackplacePackingScheduler` and Megatron's
+    ``DpBalancedScheduler`` (whose ``run()`` it keeps). Existing members and entries, ``DP_BALANCED``
+    included, are not touched. Calling it again with the same name changes nothing.
+
+    Args:
+        name: The scheduler name for ``config.sequence_packing_scheduler`` (a Python identifier).
+        data_schedule: The module to register in; default ``megatron.core.datasets.data_schedule``.
+        **options: Keyword options of :class:`PackplacePackingScheduler` (``hidden_size``,
+            ``solver``, ``time_limit_s``, ``seed``) for every scheduler Megatron builds.
+
+    Returns:
+        The new ``PackingSchedulerEnum`` member.
+
+    Raises:
+        ConfigError: ``name`` is not an identifier or is already one of Megatron's schedulers; an
+            unknown option.
+        ImportError: Megatron-Core is not importable (one line).
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ConfigError(f"name: must be a Python identifier, got {show(name)}")
+    unknown = sorted(set(options) - {"hidden_size", "solver", "time_limit_s", "seed"})
+    if unknown:
+        raise ConfigError(f"options: unknown option {show(unknown[0])} (hidden_size, solver, time_limit_s, seed)")
+    if data_schedule is None:
+        try:
+            data_schedule = importlib.import_module(DATA_SCHEDULE_MODULE)
+        except ImportError as missing:
+            raise ImportError(f"register: {DATA_SCHEDULE_MODULE} is not importable ({missing})") from None
+    needed = ("PackingSchedulerEnum", "scheduler_map", "DpBalancedScheduler")
+    if not all(hasattr(data_schedule, name) for name in needed):
+        raise ConfigError(f"data_schedule: must be Megatron-Core's data_schedule module (PackingSchedulerEnum, "
+                          f"scheduler_map, DpBalancedScheduler), got {show(data_schedule)}")
+    members = data_schedule.PackingSchedulerEnum
+    key = name.upper()
+    if key in members.__members__:
+        member = members[key]
+        if getattr(data_schedule.scheduler_map.get(member), "packplace_options", None) == options:
+            return member
+        raise ConfigError(f"name: {show(name)} is already Megatron's scheduler {member.name}; pick another name")
+    if any(member.value == name.lower() for member in members):
+        raise ConfigError(f"name: the value {show(name.lower())} is already a scheduler's; pick another name")
+    base = data_schedule.DpBalancedScheduler
+
+    class PackplaceScheduler(PackplacePackingScheduler, base):  # type: ignore[misc, valid-type]
+        """packplace's FLOP-balancing scheduler in Megatron's slot (``run()`` is Megatron's)."""
+
+        packplace_options = dict(options)
+
+        def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
+                     microbatch_group_size_per_vp_stage: int | None) -> None:
+            PackplacePackingScheduler.__init__(self, max_seqlen_per_dp_cp_rank, cp_size, dp_size,
+                                               microbatch_group_size_per_vp_stage, **options)
+
+    member = _add_member(members, key, name.lower())
+    data_schedule.scheduler_map[member] = PackplaceScheduler
+    return member
+
+
+def _add_member(members: type[enum.Enum], key: str, value: str) -> enum.Enum:
+    """Add ``key = value`` to an existing Enum class in place (lookups by name, by value and iteration),
+    so that references to the class held elsewhere see it too."""
+    member = object.__new__(members)
+    member._name_ = key
+    member._value_ = value
+    member.__objclass__ = members  # type: ignore[attr-defined]
+    if hasattr(members, "_sort_order_"):
+        member._sort_order_ = len(members._member_names_)  # type: ignore[attr-defined]
+    type.__setattr__(members, key, member)
+    members._member_map_[key] = member
+    members._value2member_map_[value] = member
+    members._member_names_.append(key)  # type: ignore[attr-defined]
+    return member
+
+
+__all__ = ["DATA_SCHEDULE_MODULE", "PackplacePackingScheduler", "register", "sequence_flops"]

@@ -20,6 +20,7 @@ import numpy as np
 from packplace.balance.api import solve_balance
 from packplace.balance.instance import make_instance
 from packplace.errors import ConfigError
+from packplace.integrations.arguments import number_list, positive_integer
 from packplace.integrations.partition import DEFAULT_SOLVER
 
 
@@ -68,7 +69,16 @@ def micro_batch_partitions(
         InfeasibleError: no common number of micro-batches exists (proven).
         RuntimeError: the backend found no assignment (its status and message are in the text).
     """
-    tokens = np.asarray(seqlens) if isinstance(seqlens, np.ndarray) else seqlens
+    tokens = number_list(seqlens, "seqlens", integers=True, minimum=1)
+    cap = positive_integer(max_token_len, "max_token_len")
+    if tokens and max(tokens) > cap:
+        raise ConfigError(f"max_token_len: must be at least the longest sequence {max(tokens)}, got {cap}")
+    if not tokens:
+        raise ConfigError("seqlens: must hold at least one sequence, got none")
+    if costs is not None:
+        costs = number_list(costs, "costs")
+        if len(costs) != len(tokens):
+            raise ConfigError(f"costs: {len(costs)} costs for {len(tokens)} seqlens")
     if isinstance(dp_size, (int, np.integer)) and not isinstance(dp_size, bool) and 0 < len(tokens) < dp_size:
         raise ConfigError(f"seqlens: {len(tokens)} sequences cannot give each of dp_size={int(dp_size)} ranks a "
                           "non-empty micro-batch")

@@ -12,6 +12,7 @@ from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.instance import make_instance
 from packplace.errors import ConfigError
+from packplace.integrations.arguments import number_list, positive_integer
 
 #: Default backend of the adapters: LPT then pair repair (fast, usually optimal or near it).
 DEFAULT_SOLVER = "repair"
@@ -68,7 +69,13 @@ def partition(
         RuntimeError: no solver found a partition (cannot happen for plain partitioning: every
             heuristic constructs one).
     """
-    n = len(weights)
+    values = number_list(weights, "weights")
+    k = positive_integer(k, "k")
+    n = len(values)
+    if n < k:
+        raise ConfigError(f"weights: {n} values cannot fill k={k} non-empty parts")
+    if not isinstance(weights, np.ndarray):
+        weights = values
     instance = make_instance(np.ones(n, dtype=np.int64), weights, seq_len=max(n, 1), data_parallel_size=k,
                              equal_count=equal_count, name="partition")
     evaluator = BalanceEvaluator(instance)

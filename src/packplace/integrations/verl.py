@@ -1,30 +1,42 @@
-"""Drop-ins for verl's sequence-length balancing (``verl.utils.seqlen_balancing``, verl 0.9.1).
+"""verl's sequence-length balancing module (``verl.utils.seqlen_balancing``, verl 0.9.1), backed by packplace.
 
-Replace ``from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions,
-rearrange_micro_batches, get_reverse_idx`` by the same names from this module: same positional
-signatures, same return shapes, same meaning of every argument. Differences, all on the safe side:
+Every public function of verl's module, with the same name, positional signature and return type:
+``calculate_workload``, ``karmarkar_karp``, ``greedy_partition``, ``get_seqlen_balanced_partitions``,
+``log_seqlen_unbalance``, ``ceildiv``, ``roundup_divisible``, ``rearrange_micro_batches``,
+``get_reverse_idx``, ``prepare_dynamic_batch``, ``restore_dynamic_batch`` and
+``get_group_balanced_partitions``. Swap the import, or call :func:`install` once to point verl's own
+module (and every verl module that imported from it) at these functions; :func:`uninstall` puts
+verl's back. Differences, all on the safe side:
 
-* the largest part sum of :func:`get_seqlen_balanced_partitions` is never above verl's: verl's own
-  answer (:func:`~packplace.integrations.differencing.differencing_partitions`, its tie rules) is
-  computed and kept unless packplace's is exactly better (integer sums in Python integers, so
-  values above 2^53 are not rounded); ``equal_size`` with k not dividing n gives part sizes within
-  one (verl raises ``AssertionError``); any iterable is accepted (lists, tuples, generators, numpy
-  arrays, torch tensors);
+* the largest part sum of :func:`get_seqlen_balanced_partitions` (and so of the trainer's rank
+  balancing and :func:`get_group_balanced_partitions`) is never above verl's: verl's own answer
+  (:func:`~packplace.integrations.differencing.differencing_partitions`, its tie rules) is computed
+  and kept unless packplace's is exactly better (integer sums in Python integers, so values above
+  2^53 are not rounded); ``equal_size`` with k not dividing n gives part sizes within one (verl
+  raises ``AssertionError``); any iterable is accepted (lists, tuples, generators, numpy arrays,
+  torch tensors);
 * :func:`rearrange_micro_batches` grows the micro-batch count, as verl does, until every
   micro-batch holds at most ``max_token_len`` tokens, trying at each count both packplace's
   token-capped balance and verl's partition, so it never needs more micro-batches than verl;
-  without torch.distributed the count synchronised across ranks comes in as ``num_micro_batches``
-  (the maximum over ranks of :func:`required_micro_batches`);
-* bad input raises :class:`~packplace.errors.ConfigError` (a ``ValueError``) with one line.
+  TensorDicts come back as TensorDicts with nested (jagged) tensors re-packed row by row, so the
+  no-padding layout works (a TensorDict cannot fancy-index nested tensors); without
+  torch.distributed the count synchronised across ranks comes in as ``num_micro_batches`` (the
+  maximum over ranks of :func:`required_micro_batches`);
+* :func:`get_group_balanced_partitions` keeps samples of one uid together even when they are not
+  adjacent (verl groups runs of equal uids);
+* bad input raises :class:`~packplace.errors.ConfigError` (a ``ValueError``) with one line naming the
+  argument, where verl raises ``AssertionError`` or fails deep inside.
 
-torch is never required: batches may be dicts of lists or numpy arrays; torch tensors and
-TensorDicts work when torch is installed. Source followed: verl 0.9.1's ``seqlen_balancing.py``
-(PyPI wheel ``verl-0.9.1-py3-none-any.whl``). Performance: docs/performance.md (Integrations).
+torch is never required: batches may be dicts of lists or numpy arrays; torch tensors, nested
+tensors, TensorDicts and verl's ``DataProto`` work when they are installed. Source followed: verl
+0.9.1's ``seqlen_balancing.py`` (PyPI wheel ``verl-0.9.1-py3-none-any.whl``) and the row selection
+of its ``tensordict_utils.index_select_tensor_dict``. Performance: docs/performance.md (Integrations).
 """
 
 from __future__ import annotations
 
 import copy
+import heapq
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -42,6 +54,7 @@ from packplace.integrations.differencing import (
 )
 from packplace.integrations.micro_batches import micro_batch_partitions
 from packplace.integrations.partition import DEFAULT_SOLVER, partition
+from packplace.integrations.rows import is_tensordict, is_torch_tensor, take_rows
 from packplace.registry import get as get_solver
 
 #: Exact float64 integers end here: above it, packplace's float model may mis-rank integer answers.
@@ -55,8 +68,12 @@ def as_values(seqlen_list: Iterable[Any], field: str = "seqlen_list") -> list[An
     Raises:
         ConfigError: a non-numeric, boolean, negative or non-finite element (index and value named).
     """
+    if getattr(seqlen_list, "is_nested", False):
+        raise ConfigError(f"{field}: must be a flat sequence of numbers, got a nested tensor")
     if hasattr(seqlen_list, "tolist"):
         seqlen_list = seqlen_list.tolist()
+    if isinstance(seqlen_list, (str, bytes, Mapping)) or not isinstance(seqlen_list, Iterable):
+        raise ConfigError(f"{field}: must be a sequence of numbers, got {show(seqlen_list)}")
     values = list(seqlen_list)
     if {type(value) for value in values} <= {int}:  # the common case, checked at C speed
         if values and min(values) < 0:
@@ -140,49 +157,57 @@ def get_seqlen_balanced_partitions(
     return parts
 
 
-def workload(seqlens: Iterable[Any]) -> list[int]:
-    """verl's relative FLOP proxy per sequence, ``24576·s + s²`` (exact ints, shape (n,)).
+def workload(seqlens: Iterable[Any], field: str = "seqlens") -> list[int]:
+    """verl's relative FLOP proxy per sequence, ``24576·s + s²`` (exact Python numbers, shape (n,)).
 
     Source: ``verl.utils.seqlen_balancing.calculate_workload`` (verl 0.9.1) — dense-transformer
     FLOPs ``12·h²·s + 2·h·s²`` for h = 4096 (a 7B model), divided by 2h.
     """
-    return [24576 * s + s * s for s in as_values(seqlens, "seqlens")]
+    return [24576 * s + s * s for s in as_values(seqlens, field)]
+
+
+def as_counts(values: Iterable[Any], field: str) -> list[int]:
+    """:func:`as_values`, each also an integer (token counts, indices)."""
+    counts = as_values(values, field)
+    for i, value in enumerate(counts):
+        if not isinstance(value, int):
+            raise ConfigError(f"{field}[{i}]: must be an integer, got {show(value)}")
+    return counts
 
 
 def _lengths(batch: Any) -> tuple[list[int], int]:
-    """(effective tokens per sample, padded width) of a verl batch, a dict of arrays or a plain sequence of lengths."""
-    if isinstance(batch, Mapping) or hasattr(batch, "batch_size"):
-        input_ids = batch["input_ids"] if "input_ids" in batch.keys() else None
-        if input_ids is not None and getattr(input_ids, "is_nested", False):
-            lengths = as_values(input_ids.offsets().diff(), "input_ids")
-            return lengths, max(lengths)
-        if "attention_mask" not in batch.keys():
-            raise ConfigError("batch: needs an 'attention_mask' (B x S) or nested 'input_ids'")
-        mask = batch["attention_mask"]
-        rows = mask.tolist() if hasattr(mask, "tolist") else [list(row) for row in mask]
-        width = len(rows[0]) if rows else 0
-        return [int(sum(row)) for row in rows], width
-    lengths = as_values(batch, "batch")
-    return lengths, max(lengths, default=0)
+    """(effective tokens per sample, padded width) of a verl batch: a TensorDict or dict with nested
+    ``input_ids`` (no padding) or an ``attention_mask`` (B x S), or a plain sequence of lengths."""
+    if not (isinstance(batch, Mapping) or is_tensordict(batch) or hasattr(batch, "batch_size")):
+        lengths = as_counts(batch, "batch")
+        return lengths, max(lengths, default=0)
+    keys = list(batch.keys())
+    input_ids = batch["input_ids"] if "input_ids" in keys else None
+    if input_ids is not None and getattr(input_ids, "is_nested", False):
+        import torch  # reason: optional; only reached with a torch nested tensor
 
-
-def _take(value: Any, index: list[int]) -> Any:
-    """Rows ``index`` of one field: fancy indexing for arrays and tensors, a list for Python sequences."""
-    if hasattr(value, "shape") and hasattr(value, "__getitem__"):
-        return value[index]
-    return [value[i] for i in index]
+        if input_ids.layout == torch.jagged:
+            lengths = as_counts(input_ids.offsets().diff(), "batch['input_ids'] row lengths")
+        else:
+            lengths = [int(row.shape[0]) for row in input_ids.unbind()]
+        return lengths, max(lengths, default=0)
+    if "attention_mask" not in keys:
+        raise ConfigError(f"batch: needs an 'attention_mask' (B x S) or nested 'input_ids', got keys {show(keys)}")
+    mask = batch["attention_mask"]
+    if hasattr(mask, "shape") and hasattr(mask, "sum") and not getattr(mask, "is_nested", False):
+        if len(mask.shape) != 2:
+            raise ConfigError(f"batch['attention_mask']: must be B x S, got shape {show(tuple(mask.shape))}")
+        return as_counts(mask.sum(-1), "batch['attention_mask'] row sums"), int(mask.shape[-1])
+    if isinstance(mask, (str, bytes)) or not isinstance(mask, Iterable):
+        raise ConfigError(f"batch['attention_mask']: must be B x S, got {show(mask)}")
+    rows = [as_counts(row, f"batch['attention_mask'][{i}]") for i, row in enumerate(mask)]
+    return [sum(row) for row in rows], max((len(row) for row in rows), default=0)
 
 
 def _select(batch: Any, index: list[int]) -> Any:
-    """The micro-batch of rows ``index``: per field for dicts, ``batch[index]`` for a TensorDict, else the
-    lengths."""
-    if isinstance(batch, Mapping):
-        return {key: _take(value, index) for key, value in batch.items()}
-    if hasattr(batch, "batch_size"):
-        import torch  # reason: optional; only reached with a torch TensorDict
-
-        return batch[torch.tensor(index, dtype=torch.long)]
-    return _take(batch, index)
+    """The micro-batch of rows ``index``: a TensorDict for a TensorDict (nested tensors re-packed), a
+    dict per field for a dict, else the lengths (:func:`~packplace.integrations.rows.take_rows`)."""
+    return take_rows(batch, index)
 
 
 def _fitting_partition(workloads: list[int], tokens: list[int], count: int, cap: int, solver: str,
@@ -246,12 +271,14 @@ def rearrange_micro_batches(
     reversed in front), the light ones at both ends of the pipeline.
 
     Args:
-        batch: A dict (or TensorDict) with ``attention_mask`` (B x S, list of lists, numpy or torch)
-            or nested ``input_ids``; or a plain sequence of effective lengths (shape (B,)).
+        batch: A TensorDict (verl's) or dict with ``attention_mask`` (B x S, list of lists, numpy or
+            torch: the padded layout) or nested jagged ``input_ids`` (the no-padding layout); or a
+            plain sequence of effective lengths (shape (B,)).
         max_token_len: Token cap of one micro-batch, at least the padded width.
         dp_group: verl's data-parallel group. Used only when torch.distributed is initialized and
             ``same_micro_num_in_dp``: the ranks then agree on the maximum required count (one
-            all-reduce). Without torch.distributed pass that count as ``num_micro_batches``.
+            all-reduce, which a rank that refuses its batch joins too, so all raise together).
+            Without torch.distributed pass that count as ``num_micro_batches``.
         num_batches_divided_by: The count is a multiple of it (virtual pipeline stages).
         same_micro_num_in_dp: Synchronise the count over ``dp_group``.
         min_num_micro_batch: At least this many micro-batches.
@@ -263,19 +290,39 @@ def rearrange_micro_batches(
         solver, time_limit_s, seed: packplace balance backend for the token-capped balance.
 
     Returns:
-        ``(micro_batches, micro_bsz_idx)``: the micro-batches (the batch's type, rows selected) and
-        for each its sorted sample indices into ``batch``.
+        ``(micro_batches, micro_bsz_idx)``: the micro-batches in the batch's type (TensorDicts for a
+        TensorDict, nested tensors re-packed with their ragged dimension, ``NonTensorStack`` rows
+        selected and ``NonTensorData`` kept: :func:`~packplace.integrations.rows.take_rows`; dicts
+        for a dict; lengths for lengths) and for each its sorted sample indices into ``batch``.
 
     Raises:
         ConfigError: a sample wider than ``max_token_len``, a group above it, B not divisible by
             ``force_group_size``, more micro-batches needed than groups, bad arguments.
     """
-    lengths, width = _lengths(batch)
-    plan = _MicroBatchPlan(lengths, max_token_len, num_batches_divided_by, min_num_micro_batch, force_group_size,
-                           width, solver, time_limit_s, seed)
-    target = plan.count if num_micro_batches is None else plan.synced(num_micro_batches)
-    if dp_group is not None and _flag(same_micro_num_in_dp, "same_micro_num_in_dp"):
-        target = plan.synced(_all_reduce_max(target, dp_group))
+    syncing = dp_group is not None and _flag(same_micro_num_in_dp, "same_micro_num_in_dp") and _distributed()
+    error: ConfigError | None = None
+    try:
+        lengths, width = _lengths(batch)
+        plan = _MicroBatchPlan(lengths, max_token_len, num_batches_divided_by, min_num_micro_batch, force_group_size,
+                               width, solver, time_limit_s, seed)
+        target = plan.count if num_micro_batches is None else plan.synced(num_micro_batches)
+    except ConfigError as refused:
+        if not syncing:
+            raise
+        error, target = refused, 0
+    if syncing:
+        # Every rank joins the one collective, even one that refused its batch, so that no peer waits forever;
+        # then all ranks raise together.
+        groups = len(plan.tokens) if error is None else 0
+        count, failed, fewest_groups = _all_reduce_max([target, int(error is not None), -groups], dp_group)
+        if error is not None:
+            raise error
+        if failed:
+            raise ConfigError("dp_group: another rank refused its batch (its error names the argument)")
+        if count > -fewest_groups:
+            raise ConfigError(f"max_token_len: {count} micro-batches needed on some rank of dp_group, but a rank has "
+                              f"only {-fewest_groups} groups of force_group_size={plan.group_size}")
+        target = plan.synced(count)
     indices = plan.partition(target)
     if _flag(use_dynamic_bsz_balance, "use_dynamic_bsz_balance"):
         loads = workload(lengths)
@@ -306,7 +353,10 @@ def required_micro_batches(
     Raises:
         ConfigError: as :func:`rearrange_micro_batches`.
     """
-    return _MicroBatchPlan(as_values(lengths, "lengths"), max_token_len, num_batches_divided_by, min_num_micro_batch,
+    values = as_counts(lengths, "lengths")
+    if not values:
+        raise ConfigError("lengths: must hold at least one sample, got none")
+    return _MicroBatchPlan(values, max_token_len, num_batches_divided_by, min_num_micro_batch,
                            force_group_size, None, solver, time_limit_s, seed).count
 
 
@@ -386,19 +436,24 @@ def _expand(parts: list[list[int]], group_size: int) -> list[list[int]]:
     return [[g * group_size + j for g in part for j in range(group_size)] for part in parts]
 
 
-def _all_reduce_max(count: int, dp_group: Any) -> int:
-    """The maximum of ``count`` over ``dp_group`` when torch.distributed is initialized, else ``count``."""
+def _distributed() -> bool:
+    """Whether torch.distributed is importable and initialized (verl synchronises counts only then)."""
     try:
-        import torch  # reason: optional; the count is synchronised only where torch.distributed runs
-        import torch.distributed as dist  # reason: optional, as above
+        import torch.distributed as dist  # reason: optional; counts are synchronised only where it runs
     except ImportError:
-        return count
-    if not dist.is_initialized():
-        return count
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    value = torch.tensor([count], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=dp_group)
-    return int(value.item())
+        return False
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+def _all_reduce_max(values: list[int], dp_group: Any) -> list[int]:
+    """The element-wise maximum of ``values`` over ``dp_group`` (one all-reduce; torch.distributed initialized)."""
+    import torch  # reason: optional; only reached where torch.distributed runs
+    import torch.distributed as dist  # reason: optional, as above
+
+    device = "cuda" if torch.cuda.is_available() and dist.get_backend(dp_group) == "nccl" else "cpu"
+    tensor = torch.tensor(values, dtype=torch.long, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=dp_group)
+    return [int(value) for value in tensor.tolist()]
 
 
 def get_reverse_idx(idx_map: Any) -> Any:
@@ -416,12 +471,348 @@ def get_reverse_idx(idx_map: Any) -> Any:
     return reverse
 
 
+def calculate_workload(seqlen_list: Any) -> Any:
+    """verl's relative FLOP proxy per sequence, ``24576·s + s²``, in the input's container.
+
+    A torch tensor gives a tensor of the same shape (integer tensors computed in int64, as verl's
+    micro-batching upcasts them, so long sequences do not overflow int32); a numpy array an array
+    (int64 or float64); anything else a list of Python numbers (exact).
+
+    Source: verl 0.9.1 ``calculate_workload`` — dense-transformer FLOPs ``12·h²·s + 2·h·s²`` for
+    h = 4096 (a 7B model), divided by 2h.
+
+    Raises:
+        ConfigError: a nested tensor, a boolean, negative, non-finite or non-numeric length.
+    """
+    if is_torch_tensor(seqlen_list) or isinstance(seqlen_list, np.ndarray):
+        if getattr(seqlen_list, "is_nested", False):
+            raise ConfigError("seqlen_list: must be a flat tensor of lengths, got a nested tensor")
+        kind = str(seqlen_list.dtype)
+        if "bool" in kind or "complex" in kind or not any(t in kind for t in ("int", "float")):
+            raise ConfigError(f"seqlen_list: must hold integer or float lengths, got dtype {kind}")
+        as_values(seqlen_list.reshape(-1), "seqlen_list")   # negative / non-finite: one line with the index
+        if is_torch_tensor(seqlen_list):
+            values = seqlen_list if seqlen_list.is_floating_point() else seqlen_list.long()
+        else:
+            values = seqlen_list.astype(np.float64 if "float" in kind else np.int64)
+        return 24576 * values + values * values
+    return workload(seqlen_list, "seqlen_list")
+
+
+def _partition_args(seqlen_list: Any, k_partitions: Any, equal_size: Any) -> tuple[list[Any], int, bool]:
+    """(values, k, equal) of verl's partition functions; ``equal_size`` needs k to divide n."""
+    equal = _flag(equal_size, "equal_size")
+    values = as_values(seqlen_list)
+    k = _positive(k_partitions, "k_partitions")
+    if len(values) < k:
+        raise ConfigError(f"seqlen_list: {len(values)} values cannot fill {k} non-empty parts (k_partitions={k})")
+    if equal and len(values) % k:
+        raise ConfigError(f"equal_size: the {len(values)} values of seqlen_list do not split into {k} parts of "
+                          f"one size (k_partitions={k})")
+    return values, k, equal
+
+
+def karmarkar_karp(seqlen_list: Any, k_partitions: int, equal_size: bool) -> list[list[int]]:
+    """verl's own partition: the largest differencing method with verl's tie rules
+    (:func:`~packplace.integrations.differencing.differencing_partitions`; Karmarkar & Karp 1982).
+
+    Returns:
+        ``k_partitions`` lists of indices, every index once; with ``equal_size`` each of n/k indices.
+
+    Raises:
+        ConfigError: bad values, k < 1 or k > n, ``equal_size`` with k not dividing n.
+    """
+    values, k, equal = _partition_args(seqlen_list, k_partitions, equal_size)
+    return differencing_partitions(values, k, equal)
+
+
+def greedy_partition(seqlen_list: Any, k_partitions: int, equal_size: bool) -> list[list[int]]:
+    """verl's greedy partition: items in input order, each to the part of smallest sum (lowest index
+    on ties); with ``equal_size`` every item also weighs ``sum + 1`` more, so parts fill in turn.
+
+    Returns:
+        ``k_partitions`` lists of indices in the order they were placed, every index once.
+
+    Raises:
+        ConfigError: bad values, k < 1 or k > n, ``equal_size`` with k not dividing n.
+    """
+    values, k, equal = _partition_args(seqlen_list, k_partitions, equal_size)
+    bias = sum(values) + 1 if equal else 0
+    parts: list[list[int]] = [[] for _ in range(k)]
+    heap = [(0, j) for j in range(k)]
+    for i, value in enumerate(values):
+        total, j = heapq.heappop(heap)
+        parts[j].append(i)
+        heapq.heappush(heap, (total + value + bias, j))
+    return parts
+
+
+def log_seqlen_unbalance(seqlen_list: Any, partitions: Any, prefix: Any) -> dict[str, Any]:
+    """verl's balance metrics: token sums of consecutive chunks of n // k items before balancing
+    (``min``, ``max``, ``minmax_diff``) and of the ``partitions`` after it (``balanced_min``,
+    ``balanced_max``), and ``mean`` = total / k; every key prefixed ``"{prefix}/"``.
+
+    Raises:
+        ConfigError: bad values, no partition, fewer values than partitions, an index out of range.
+    """
+    values = as_values(seqlen_list)
+    parts = _index_lists(partitions, "partitions", len(values), "seqlen_list")
+    if not parts:
+        raise ConfigError("partitions: must hold at least one partition, got none")
+    if len(values) < len(parts):
+        raise ConfigError(f"seqlen_list: {len(values)} values for {len(parts)} partitions")
+    if not isinstance(prefix, str):
+        raise ConfigError(f"prefix: must be a string, got {show(prefix)}")
+    chunk = len(values) // len(parts)
+    before = [sum(values[start:start + chunk]) for start in range(0, len(values), chunk)]
+    after = [sum(values[i] for i in part) for part in parts]
+    return {
+        f"{prefix}/min": min(before),
+        f"{prefix}/max": max(before),
+        f"{prefix}/minmax_diff": max(before) - min(before),
+        f"{prefix}/balanced_min": min(after),
+        f"{prefix}/balanced_max": max(after),
+        f"{prefix}/mean": sum(before) / len(parts),
+    }
+
+
+def _index_lists(value: Any, field: str, size: int | None = None, of: str = "") -> list[list[int]]:
+    """A list of lists of integer indices (each in ``range(size)`` when given)."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise ConfigError(f"{field}: must be a list of index lists, got {show(value)}")
+    lists = [as_counts(part, f"{field}[{p}]") for p, part in enumerate(value)]
+    if size is not None:
+        for p, part in enumerate(lists):
+            for i in part:
+                if i >= size:
+                    raise ConfigError(f"{field}[{p}]: index {i} is out of range for the {size} values of {of}")
+    return lists
+
+
+def _integer(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(f"{field}: must be an integer, got {show(value)}")
+    return int(value)
+
+
+def ceildiv(a: int, b: int) -> int:
+    """⌈a / b⌉ for integers (b != 0).
+
+    Raises:
+        ConfigError: a non-integer argument or b = 0.
+    """
+    a, b = _integer(a, "a"), _integer(b, "b")
+    if b == 0:
+        raise ConfigError("b: must be non-zero, got 0")
+    return -(a // -b)
+
+
+def roundup_divisible(a: int, b: int) -> int:
+    """The smallest multiple of b (>= 1) that is at least a.
+
+    Raises:
+        ConfigError: a non-integer argument or b < 1.
+    """
+    a, b = _integer(a, "a"), _integer(b, "b")
+    if b < 1:
+        raise ConfigError(f"b: must be >= 1, got {b}")
+    return -(a // -b) * b
+
+
+def prepare_dynamic_batch(
+    data: Any,
+    max_token_len: int,
+    dp_group: Any = None,
+    num_batches_divided_by: int | None = None,
+    same_micro_num_in_dp: bool = True,
+    min_num_micro_batch: int | None = None,
+    use_dynamic_bsz_balance: bool = True,
+    *,
+    solver: str = DEFAULT_SOLVER,
+    time_limit_s: float | None = None,
+    seed: int = 0,
+) -> tuple[list[Any], list[list[int]]]:
+    """A verl ``DataProto`` split into micro-batches (:func:`rearrange_micro_batches` on ``data.batch``).
+
+    Returns:
+        ``(micro_batches, batch_idx_list)``: one ``DataProto`` (``data``'s class, through its
+        ``from_dict``) per micro-batch with those rows of the tensors and of ``non_tensor_batch`` and
+        a copy of ``meta_info``; and the sample indices of each.
+
+    Raises:
+        ConfigError: ``data`` without ``batch``/``non_tensor_batch``/``meta_info``/``from_dict``; as
+            :func:`rearrange_micro_batches`.
+    """
+    if not all(hasattr(data, name) for name in ("batch", "non_tensor_batch", "meta_info", "from_dict")):
+        raise ConfigError(f"data: must be a verl DataProto (batch, non_tensor_batch, meta_info), got {show(data)}")
+    micro, batch_idx_list = rearrange_micro_batches(
+        data.batch, max_token_len, dp_group, num_batches_divided_by, same_micro_num_in_dp, min_num_micro_batch,
+        use_dynamic_bsz_balance, solver=solver, time_limit_s=time_limit_s, seed=seed)
+    out = []
+    for part, index in zip(micro, batch_idx_list):
+        tensors = {key: part[key] for key in part.keys()}
+        non_tensors = {key: take_rows(value, index) for key, value in (data.non_tensor_batch or {}).items()}
+        out.append(type(data).from_dict(tensors, non_tensors, meta_info=copy.deepcopy(data.meta_info)))
+    return out, batch_idx_list
+
+
+def restore_dynamic_batch(data: Any, batch_idx_list: Any) -> Any:
+    """Undo :func:`rearrange_micro_batches`' order: row j of ``data`` (the micro-batches' rows
+    concatenated) goes back to position ``chain(batch_idx_list)[j]``.
+
+    Args:
+        data: Rows in micro-batch order, shape (B, ...): a torch tensor (nested ones keep their
+            layout), a numpy array or a list.
+        batch_idx_list: The index lists :func:`rearrange_micro_batches` returned.
+
+    Returns:
+        ``data``'s rows in the original order, in ``data``'s container type.
+
+    Raises:
+        ConfigError: ``batch_idx_list`` is not a permutation of the B rows of ``data``.
+    """
+    indices = [i for part in _index_lists(batch_idx_list, "batch_idx_list") for i in part]
+    if not hasattr(data, "__getitem__") or isinstance(data, (str, bytes, Mapping)):
+        raise ConfigError(f"data: must be a tensor, array or list of rows, got {show(data)}")
+    rows = int(data.shape[0]) if hasattr(data, "shape") and len(data.shape) else len(data)
+    if sorted(indices) != list(range(rows)):
+        raise ConfigError(f"batch_idx_list: must hold each of the {rows} rows of data once, got {show(batch_idx_list)}")
+    reverse = [0] * rows
+    for position, index in enumerate(indices):
+        reverse[index] = position
+    return take_rows(data, reverse)
+
+
+def get_group_balanced_partitions(
+    seqlen_list: Any,
+    uid_list: Any,
+    k_partitions: int,
+    *,
+    solver: str = DEFAULT_SOLVER,
+    time_limit_s: float | None = None,
+    seed: int = 0,
+) -> list[list[int]]:
+    """Balance samples over ``k_partitions`` ranks keeping the samples of one uid together (verl's
+    prefix-sharing groups): each uid's workload (:func:`calculate_workload`, summed) is one item of
+    :func:`get_seqlen_balanced_partitions` with ``equal_size`` (so never worse than verl's).
+
+    Returns:
+        ``k_partitions`` sorted lists of sample indices, every index once, each uid in one list.
+
+    Raises:
+        ConfigError: bad lengths, ``uid_list`` of another length or with an unhashable uid, fewer
+            uids than partitions, k < 1.
+    """
+    values = as_values(seqlen_list)
+    if hasattr(uid_list, "tolist"):
+        uid_list = uid_list.tolist()
+    if isinstance(uid_list, (str, bytes, Mapping)) or not isinstance(uid_list, Iterable):
+        raise ConfigError(f"uid_list: must be a sequence of uids, got {show(uid_list)}")
+    uids = list(uid_list)
+    if len(uids) != len(values):
+        raise ConfigError(f"uid_list: {len(uids)} uids for {len(values)} values of seqlen_list")
+    members: dict[Any, list[int]] = {}
+    for i, uid in enumerate(uids):
+        try:
+            members.setdefault(uid, []).append(i)
+        except TypeError:
+            raise ConfigError(f"uid_list[{i}]: must be hashable, got {show(uid)}") from None
+    k = _positive(k_partitions, "k_partitions")
+    if len(members) < k:
+        raise ConfigError(f"uid_list: {len(members)} uid groups cannot fill k_partitions={k}")
+    loads = workload(values, "seqlen_list")
+    groups = list(members.values())
+    group_loads = [sum(loads[i] for i in group) for group in groups]
+    parts = get_seqlen_balanced_partitions(group_loads, k, True, solver=solver, time_limit_s=time_limit_s, seed=seed)
+    return [sorted(i for g in part for i in groups[g]) for part in parts]
+
+
+#: The public functions of verl's ``verl.utils.seqlen_balancing`` (verl 0.9.1) that this module replaces.
+VERL_FUNCTIONS = (
+    "calculate_workload", "karmarkar_karp", "greedy_partition", "get_seqlen_balanced_partitions",
+    "log_seqlen_unbalance", "ceildiv", "roundup_divisible", "rearrange_micro_batches", "get_reverse_idx",
+    "prepare_dynamic_batch", "restore_dynamic_batch", "get_group_balanced_partitions",
+)
+
+#: (module, attribute, verl's original) for every reference :func:`install` replaced, in order.
+_INSTALLED: list[tuple[Any, str, Any]] = []
+
+
+def install(module: Any = None) -> list[str]:
+    """Point verl's ``verl.utils.seqlen_balancing`` at this module's functions, in this process.
+
+    Every function of :data:`VERL_FUNCTIONS` that verl's module has is replaced there, and in every
+    already-imported ``verl.*`` module that holds verl's function under that name (``from
+    verl.utils.seqlen_balancing import ...`` lines that already ran); modules imported later get
+    packplace's through the patched module. A second call changes nothing. Ray runs verl's workers
+    in other processes: install there too (docs/integrations.md has the recipe).
+
+    Args:
+        module: The module to patch; default ``verl.utils.seqlen_balancing`` (imported).
+
+    Returns:
+        The names replaced, in :data:`VERL_FUNCTIONS` order.
+
+    Raises:
+        ImportError: verl is not importable (one line).
+    """
+    import importlib  # reason: verl is imported only when its module is to be patched
+    import sys  # reason: as above; only the modules already imported are scanned
+
+    if module is None:
+        try:
+            module = importlib.import_module("verl.utils.seqlen_balancing")
+        except ImportError as missing:
+            raise ImportError(f"install: verl.utils.seqlen_balancing is not importable ({missing})") from None
+    ours = {name: globals()[name] for name in VERL_FUNCTIONS}
+    replaced = []
+    for name, function in ours.items():
+        original = getattr(module, name, None)
+        if original is None or original is function:
+            continue
+        holders = [module] + [m for key, m in list(sys.modules.items())
+                              if m is not module and (key == "verl" or key.startswith("verl."))
+                              and getattr(m, name, None) is original]
+        for holder in holders:
+            _INSTALLED.append((holder, name, original))
+            setattr(holder, name, function)
+        replaced.append(name)
+    return replaced
+
+
+def uninstall() -> list[str]:
+    """Put back every function :func:`install` replaced (latest first).
+
+    Returns:
+        The names restored (each once), empty when nothing was installed.
+    """
+    restored: list[str] = []
+    while _INSTALLED:
+        holder, name, original = _INSTALLED.pop()
+        setattr(holder, name, original)
+        if name not in restored:
+            restored.append(name)
+    return restored
+
+
 __all__ = [
+    "VERL_FUNCTIONS",
+    "calculate_workload",
+    "ceildiv",
     "differencing_partitions",
+    "get_group_balanced_partitions",
     "get_reverse_idx",
     "get_seqlen_balanced_partitions",
+    "greedy_partition",
+    "install",
+    "karmarkar_karp",
+    "log_seqlen_unbalance",
     "micro_batch_partitions",
+    "prepare_dynamic_batch",
     "rearrange_micro_batches",
     "required_micro_batches",
+    "restore_dynamic_batch",
+    "roundup_divisible",
+    "uninstall",
     "workload",
 ]
