@@ -60,6 +60,9 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, run: Run, **params: 
         if proposal.status == OPTIMAL:
             proposal.status = FEASIBLE  # a makespan optimum, not a lockstep one (the evaluator may still prove it)
         note = "lockstep under equal_count/groups: the makespan answer under the same rules"
+        # the backend's words are about the makespan instance (its bound, its optimum): said so, never
+        # read as a claim about the lockstep objective
+        inner = f"its makespan solve: {proposal.message}" if proposal.message else ""
         if proposal.solution is not None:
             bins = proposal.solution.bins if isinstance(proposal.solution, Assignment) else proposal.solution
             bins = tuple(tuple(b) for b in bins)
@@ -72,7 +75,7 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, run: Run, **params: 
                     note += f", levelled within ranks ({moves} moves)"
                 if run.expired():
                     proposal.hit_time_limit = True
-        proposal.message = f"{proposal.message}; {note}" if proposal.message else note
+        proposal.message = f"{note}; {inner}" if inner else note
         proposal.info["lockstep_route"] = "makespan under the rank rules, levelled within ranks"
         return proposal
     relaxed = as_rounds_instance(instance)

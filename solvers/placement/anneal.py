@@ -7,7 +7,8 @@ block size, another block, two vertices swap blocks, colocate, split a shared bl
 each vertex draws from the ``k_eval`` fastest memory-feasible candidates of each block shape plus the one
 with the least memory. Acceptance (Metropolis, relative): a plan worse by ``Δ`` seconds than the current
 one (``c`` seconds) is accepted with probability ``exp(−Δ / (T·c))``; geometric cooling from ``t_init`` to
-``t_min`` over ``e_max`` evaluations, restarts from the best plan at ``t_warm``, then a greedy polish.
+``t_min`` over ``e_max`` evaluations, restarts from the best plan at ``t_warm``, then a greedy polish; both
+stop once the best plan meets the evaluator's analytic lower bound (nothing can beat it).
 
 Options: the ``optimizer`` knobs (:class:`AnnealSettings`; ``t_init`` 0.30, ``t_min`` 0.03, ``t_warm``
 0.10, ``e_max`` 50,000, ``e_struct`` 400, ``stag_window`` 20, ``hard_oom`` true, ``oom_penalty`` 4.0,
@@ -383,10 +384,12 @@ class _Search:
 def _warm_start(run: Run) -> tuple[Plan | None, float, str, dict[str, float]]:
     """The better of the greedy and concurrent plans (by the evaluator), its time and name (``None`` when
     neither found a plan). Both run through :meth:`~packplace.run.Run.call`, without a time limit (they
-    stop on their own rules)."""
+    stop on their own rules); greedy is skipped when the concurrent plan meets the analytic lower bound."""
     ev = run.evaluator
     times, plans = {}, {}
     for name in ("concurrent", "greedy"):
+        if run.at_bound:
+            break
         try:
             proposal = run.call(name, time_limit_s=None)
         except ConfigError:
@@ -450,7 +453,7 @@ class _Annealing:
         self.current, self.current_cost = search.best_staleness(warm)
         self.best = self.current
         self.best_time = warm_time if self.current == warm else search.ev.step_time(self.current)
-        run.offer(self.best)
+        run.offer(self.best, self.best_time)
         self.trace = [(run.elapsed(), search.evaluations, self.best_time)]
         self.log = [f"warm start: {warm_name} {warm_time:.6g} s"
                     + "".join(f", {name} {t:.6g} s" for name, t in sorted(baseline_times.items()))]
@@ -462,13 +465,18 @@ class _Annealing:
     def improved(self, plan: Plan, time_s: float) -> None:
         """``plan`` (``time_s`` seconds) is the best so far: keep it, offer it to the run, trace it."""
         self.best, self.best_time = plan, time_s
-        self.run.offer(plan)
+        self.run.offer(plan, time_s)
         self.trace.append((self.run.elapsed(), self.search.evaluations, time_s))
 
     def anneal(self) -> None:
         """The annealing loop (module docstring), until ``e_max``, the proposal budget, an exhausted
-        neighbourhood or :data:`ANNEAL_TIME_SHARE` of the time limit."""
+        neighbourhood, :data:`ANNEAL_TIME_SHARE` of the time limit or a best plan that meets the analytic
+        lower bound (:attr:`~packplace.run.Run.at_bound`: nothing can beat it)."""
         search, settings, run, rng = self.search, self.settings, self.run, self.search.rng
+        if run.at_bound:
+            self.stopped_by = "bound"
+            self.log.append(f"annealing: not run, the {self.warm_name} warm start meets the analytic lower bound")
+            return
         anneal_deadline = run.started + ANNEAL_TIME_SHARE * run.time_limit_s
         temperature = settings.t_init
         ratio = settings.t_min / settings.t_init
@@ -507,6 +515,9 @@ class _Annealing:
                         if feasible and cost < self.best_time:
                             self.improved(candidate, cost)
                             stale_plateaus = -1  # reset at the plateau's end
+                            if run.at_bound:
+                                self.stopped_by = "bound"
+                                break
             plateau += 1
             if plateau >= settings.e_struct:
                 plateau = 0
@@ -523,8 +534,8 @@ class _Annealing:
 
     def polish(self) -> None:
         """Best-improvement moves over the whole neighbourhood of the best plan until none improves or the
-        time limit."""
-        improved = True
+        time limit; none when the best plan meets the analytic lower bound."""
+        improved = not self.run.at_bound
         while improved:
             improved = False
             choice, choice_time = None, self.best_time
@@ -536,9 +547,9 @@ class _Annealing:
                     self.hit_time_limit = True
                     break
             if choice is not None:
-                improved = True
                 self.polish_moves += 1
                 self.improved(choice, choice_time)
+                improved = not self.run.at_bound
             if self.hit_time_limit:
                 break
         self.log.append(f"polish: {self.polish_moves} improving move(s), best {self.best_time:.6g} s")
@@ -554,6 +565,9 @@ class _Annealing:
         kind = f"asynchronous period with staleness {stale}" if stale else "synchronous step time"
         message = (f"{kind} {best_time:.6g} s, {improvement:.1%} better than the {self.warm_name} warm start "
                    f"({self.warm_time:.6g} s); {search.evaluations} evaluations")
+        if self.stopped_by == "bound":
+            message += "; stopped: the plan meets the analytic lower bound"
+
         info = {
             "warm_start": self.warm_name, "warm_start_s": self.warm_time, "baselines_s": self.baseline_times,
             "improvement": improvement, "evaluations": search.evaluations, "proposals": self.proposals,

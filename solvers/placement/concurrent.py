@@ -108,7 +108,10 @@ def solve(instance, run: Run) -> Proposal:
     """Phases by longest-path depth, each on the best partition of the cluster; steps down
     when out of memory; never slower than ``greedy`` (returns the colocated plan when that is faster).
     Synchronous plans only (a note says so when ``staleness_candidates`` allows stale ones)."""
-    return synchronous_only(_solve(instance, run), instance, "concurrent")
+    proposal = _solve(instance, run)
+    if proposal.solution is not None:  # a caller (anneal, cpsat) stops if it meets the bound
+        run.offer(proposal.solution, run.evaluator.step_time(proposal.solution))
+    return synchronous_only(proposal, instance, "concurrent")
 
 
 def _solve(instance, run: Run) -> Proposal:

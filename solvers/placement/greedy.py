@@ -39,4 +39,5 @@ def solve(instance, run: Run) -> Proposal:
     plan, note, evaluations = baseline_or_disjoint(run.evaluator, run.deadline)
     if plan is None:
         return no_plan_found(run.evaluator, note, evaluations)
+    run.offer(plan, run.evaluator.step_time(plan))  # a caller (anneal, cpsat) stops if it meets the bound
     return synchronous_only(Proposal(plan, FEASIBLE, message=note, iterations=evaluations or None), instance, "greedy")

@@ -10,7 +10,9 @@ per call and hand it to the backend as ``solve(instance, run, **options)``. A ba
 * scores with :attr:`Run.evaluator`, built once by the front-end (never by the backend), and gets the
   evaluator of a sub-instance from :meth:`Run.on`;
 * records each improvement with :meth:`Run.offer`: a SIGINT/SIGTERM (:mod:`packplace.interrupt`) ends
-  the call with :attr:`Run.best`; :attr:`Run.stopped` says a signal arrived;
+  the call with :attr:`Run.best`; an answer offered with an objective that meets the evaluator's
+  analytic lower bound (:attr:`Run.bound`) sets :attr:`Run.at_bound`; :attr:`Run.stopped` says a signal
+  arrived or the best answer is at the bound (nothing can beat it: stop and return it);
 * runs another backend with :meth:`Run.call` (its share of the budget and the dependency are visible).
 
 :func:`solve_with` is the shared body of the front-ends (look the backend up, build the run, call it,
@@ -111,10 +113,13 @@ UNSET = _Unset()
 
 
 class _Answers:
-    """The best answer offered so far, shared by a run and the shares cut from it."""
+    """The best answer offered so far, shared by a run and the shares cut from it (same instance): the
+    answer, whether it meets the analytic lower bound, and that bound once computed."""
 
     def __init__(self) -> None:
         self.best: Any = None
+        self.at_bound = False
+        self.bound: float | None = None
 
 
 class Run:
@@ -228,10 +233,28 @@ class Run:
         return self._evaluator
 
     # ------------------------------------------------------------------------------- the incumbent
-    def offer(self, answer: Any) -> None:
+    def offer(self, answer: Any, objective: float | None = None) -> None:
         """Record ``answer`` as the best so far (a reference is kept; it is scored only if the run is
-        interrupted). Backends call it whenever they improve."""
+        interrupted). Backends call it whenever they improve. ``objective``, the evaluator's value of
+        ``answer`` when the backend has it, sets :attr:`at_bound` (and so :attr:`stopped`) once it meets
+        the analytic lower bound (:attr:`bound`, within the optimality tolerance)."""
         self._answers.best = answer
+        if objective is not None and not self._answers.at_bound:
+            self._answers.at_bound = objective <= optimality_level(self.bound)
+
+    @property
+    def bound(self) -> float:
+        """The evaluator's analytic lower bound on the instance's objective: the one the front-end computed
+        (:func:`solve_with`'s ``analytic_bound``), else ``lower_bound()`` once per instance on first use."""
+        if self._answers.bound is None:
+            self._answers.bound = float(self.evaluator.lower_bound())
+        return self._answers.bound
+
+    @property
+    def at_bound(self) -> bool:
+        """An answer offered with its objective meets :attr:`bound`: no answer can be better (within the
+        optimality tolerance), so the search may stop."""
+        return self._answers.at_bound
 
     @property
     def best(self) -> Any:
@@ -240,8 +263,9 @@ class Run:
 
     @property
     def stopped(self) -> bool:
-        """A SIGINT/SIGTERM arrived (:mod:`packplace.interrupt`): stop and return the best answer."""
-        return interrupt.requested() is not None
+        """Stop and return the best answer: a SIGINT/SIGTERM arrived (:mod:`packplace.interrupt`), or the
+        best answer meets the analytic lower bound (:attr:`at_bound`)."""
+        return self._answers.at_bound or interrupt.requested() is not None
 
     @staticmethod
     @contextlib.contextmanager
@@ -433,6 +457,8 @@ def solve_with(
         raise interrupt.Interrupted(earlier)
     interrupt.reset()
     run = Run(problem, instance, time_limit_s=time_limit_s, seed=seed, evaluator=evaluator)
+    if analytic_bound is not None:  # the front-end's bound (cut by its deadline, weaker): Run.bound's value
+        run._answers.bound = float(analytic_bound)
     if initial is not None:
         run.offer(initial)
     if skip_why is not None and fallback is not None:

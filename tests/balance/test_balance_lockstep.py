@@ -293,3 +293,21 @@ def test_planner_scores_lockstep_and_states_the_run_order() -> None:
     assert plan.decision.reference_objective == ev.objective(inst.reference_bins)
     assert plan.decision.accepted_objective == ev.objective(plan.assignment) >= ev.lower_bound() >= 217 / 2
     assert plan.assignment.run_order == tuple(map(tuple, ev.run_order(plan.assignment).tolist()))
+
+
+def test_under_equal_count_the_message_says_the_bound_met_is_the_makespans() -> None:
+    # lockstep under equal_count is answered by a makespan solve; its start meets the *makespan* bound,
+    # while the lockstep answer (19) stays above the lockstep bound (17): the message must not read as a
+    # lockstep claim
+    tokens = [6, 7, 3, 4, 1, 2, 3, 4, 9, 4, 7, 1]
+    inst = make_instance(tokens, seq_len=12, data_parallel_size=3, local_batch_size=3, objective="lockstep",
+                         equal_count=True)
+    result = packplace.balance(inst, solver="cpsat", time_limit_s=10, seed=0)
+    assert (result.status, result.objective, result.bound) == ("feasible", 19.0, 17.0)
+    head = "lockstep under equal_count/groups: the makespan answer under the same rules"
+    assert result.message.startswith(head)
+    assert "; its makespan solve: repair start meets the analytic lower bound" in result.message
+    assert result.message.count("meets the analytic lower bound") == result.message.count("its makespan solve: ")
+    makespan = packplace.balance(make_instance(tokens, seq_len=12, data_parallel_size=3, local_batch_size=3,
+                                               equal_count=True), solver="cpsat", time_limit_s=10, seed=0)
+    assert makespan.status == "optimal" and makespan.objective == makespan.bound  # what the start met

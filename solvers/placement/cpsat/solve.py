@@ -7,7 +7,12 @@ Restriction: ``top_k``, or a cluster above ``max_gpus`` (32) GPUs, keeps per ver
 candidates of each block shape plus the hint's; the status is then at most ``feasible`` and CP-SAT's
 bound goes to ``info["restricted_bound_s"]`` only. Symmetry breaking: when block sizes nest, the first
 vertex's block is fixed at GPU 0 (:func:`first_block_at_origin`). Time limit: preparation may use
-:data:`BUILD_TIME_SHARE` of ``time_limit_s``; past it the hint is returned (``cp_status`` ``NOT_BUILT``).
+:data:`BUILD_TIME_SHARE` of ``time_limit_s``; the anneal hint stops after :data:`HINT_EVALUATIONS_PER_S`
+evaluations a second of its budget and a model of more than :data:`BUILD_OPTIONS_PER_S` options a second
+of the build budget is not built (counts, so a short limit answers the same on every run; the clock is
+the safety net); past either the hint is returned (``cp_status`` ``NOT_BUILT``). Bound: a hint that meets
+the evaluator's analytic lower bound is the answer (``optimal``, no model), and the search stops at a
+plan that meets it. The model must accept its hint (:meth:`_ExactPlacement.check_hint`).
 Checks: the plan is re-scored by the evaluator and compared with the model's value within the rounding
 ``E``; a discrepancy returns the better of hint and plan, ``feasible``, no bound. Determinism:
 ``random_seed = seed``, ``num_workers = 1``; OR-Tools documents multi-worker search as deterministic only
@@ -25,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from packplace.errors import ConfigError
 from packplace.lazy import lazy_module
+from packplace.placement.problem.config import OPTIMIZER_DEFAULTS
 from packplace.placement.problem.plan import Plan
 from packplace.registry import available, register
-from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal
+from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal, optimality_level
 from packplace.run import OutOfTime, Run
 from packplace.solvers.placement._common import no_plan_found
 from packplace.solvers.placement.cpsat.model import build_model
@@ -67,13 +73,34 @@ BUILD_TIME_SHARE = 0.5
 DEFAULT_PROGRESS_S = 3.0
 #: Share of ``time_limit_s`` given to each hint solver that takes a budget (e.g. ``anneal``).
 HINT_BUDGET = 0.2
+#: ``anneal`` as a hint stops after this many evaluations per second of its budget (its ``e_max``, at
+#: most the configured one): a count, so the hint does not depend on the machine's speed; its clock
+#: budget stays as the safety net (the shipped configs evaluate 1,500 to 6,000 plans a second).
+HINT_EVALUATIONS_PER_S = 1000
+#: The model is built only when its options number at most this many per second of the build budget
+#: (``BUILD_TIME_SHARE·time_limit_s``): a count, so whether a short limit builds the model does not
+#: depend on the machine's speed; the clock deadline of the build stays as the safety net (the shipped
+#: configs build 1,700 to 4,000 options a second).
+BUILD_OPTIONS_PER_S = 1500
 #: CP-SAT parameters set before ``cp_parameters``. ``cp_model_probing_level: 0``: no probing in presolve,
 #: so that a first solution comes early and a short limit does not end with the hint alone.
 #: ``relative_gap_limit``: CP-SAT stops (status OPTIMAL) once (objective − bound)/objective is at most half
 #: the front-end's optimality tolerance (``packplace.result.OPTIMALITY_RTOL``), so the returned result is
 #: ``optimal`` within that tolerance even after the rounding ``E``, and the search does not run on to its
 #: limit to close the last few ticks of the bound.
-DEFAULT_CP_PARAMETERS = {"cp_model_probing_level": 0, "relative_gap_limit": 5e-7}
+#: ``auto_detect_greater_than_at_least_one_of: false``: the loader's detection of "x ≥ at least one of"
+#: propagators (built from the model's tight-start clauses, :func:`~.model.build_model`) is unsound on
+#: the model presolved without probing in OR-Tools 9.15: on the shipped OpenRLHF PPO config it declares at
+#: load time, with no conflict, that no solution exists, although the model accepts its own hint (and
+#: with probing, or without presolve, the same model solves to its optimum). Those propagators only
+#: restate constraints the model already has, so leaving them out loses no solution;
+#: :meth:`_ExactPlacement.check_hint` and the INFEASIBLE check of :meth:`_ExactPlacement.answer` guard
+#: the rest.
+DEFAULT_CP_PARAMETERS = {"cp_model_probing_level": 0, "relative_gap_limit": 5e-7,
+                         "auto_detect_greater_than_at_least_one_of": False}
+#: Deterministic-time budget (CP-SAT's work units, not seconds) of the check that the model accepts its
+#: hint (the hinted variables fixed, no presolve): a propagation, far below this on the shipped configs.
+HINT_CHECK_DTIME = 10.0
 
 
 # -- the backend -------------------------------------------------------------------------------------
@@ -94,13 +121,19 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
         if name not in names or name == "cpsat":
             raise ConfigError(f"cpsat: hint_solvers: {name!r} is not a usable placement backend; "
                               f"valid: {', '.join(n for n in names if n != 'cpsat')}")
-        proposal = run.call(name, time_limit_s=budget_s)
+        options: dict[str, Any] = {}
+        if name == "anneal":  # a count of evaluations, not the clock, ends it (HINT_EVALUATIONS_PER_S)
+            configured = int(run.instance.optimizer.get("e_max", OPTIMIZER_DEFAULTS["e_max"]))
+            options["e_max"] = max(1, min(configured, int(HINT_EVALUATIONS_PER_S * budget_s)))
+        proposal = run.call(name, time_limit_s=budget_s, **options)
         if proposal.solution is None:
             continue
         plan = Plan.build(proposal.solution.vertices, staleness)  # the staleness the model starts from
         t = ev.step_time(plan)
         if best is None or t < best[1]:
             best = (plan, t, name)
+        if run.at_bound:  # a plan meets the analytic lower bound: no other solver can beat it
+            break
     if best is None or best[1] == float("inf"):
         return None
     return best
@@ -206,9 +239,14 @@ def solve(instance, run: Run, *, num_workers: int = 1,
     early = exact.find_hint()
     if early is not None:
         return early
+    if exact.hint_meets_bound():
+        return exact.hint_at_bound()
     built = exact.build()
     if isinstance(built, Proposal):
         return built
+    rejected = exact.check_hint(built)
+    if rejected is not None:
+        return rejected
     return exact.search(built, num_workers, log_search, cp_parameters)
 
 
@@ -254,6 +292,8 @@ class _ExactPlacement:
         self.table.check()
         self.notes: list[str] = []
         self.log: list[str] = []
+        #: the model accepts the hint (:meth:`check_hint`): True, or None before or without a verdict
+        self.hint_checked: bool | None = None
         choices = staleness_choices(instance)
         self.asynchronous = any(t >= 1 for values in choices.values() for t in values)
         self.most_stale = {model: max(values) for model, values in choices.items()} if self.asynchronous else None
@@ -299,6 +339,23 @@ class _ExactPlacement:
                               f"full problem")
         return None
 
+    def hint_meets_bound(self) -> bool:
+        """The hint's objective meets the evaluator's analytic lower bound (within the optimality tolerance)."""
+        return self.run.at_bound or self.hint_time <= optimality_level(self.run.bound)
+
+    def hint_at_bound(self) -> Proposal:
+        """The hint as the answer, ``optimal``: it meets the analytic lower bound, so no model is built."""
+        bound = self.run.bound
+        self.notes.insert(0, f"the {self.hint_name} hint ({self.hint_time:.6g} s) meets the analytic lower bound "
+                             f"({bound:.6g} s): optimal, no model built")
+        self.log.append(self.notes[0])
+        info = {"cp_status": "NOT_BUILT", "hint_solver": self.hint_name, "hint_step_time_s": self.hint_time,
+                "hint_solvers": list(self.hint_solvers), "restricted": self.restricted,
+                "model_step_time_s": self.hint_time, "rounding_s": 0.0, "stopped_at_bound": True,
+                "objective_kind": "period" if self.asynchronous else "step_time"}
+        return Proposal(self.hint_plan, OPTIMAL, bound=bound, message="; ".join(self.notes), log=self.log,
+                        info=info)
+
     def build(self) -> _Built | Proposal:
         """The option tables and the model with the hint, within :data:`BUILD_TIME_SHARE` of the limit;
         past it the hint is the answer (``hit_time_limit``)."""
@@ -307,6 +364,10 @@ class _ExactPlacement:
         deadline = run.started + build_budget
         try:
             tables = make_tables(instance, self.candidates, deadline)
+            options = sum(len(o) for o in tables.options)
+            if options > BUILD_OPTIONS_PER_S * build_budget:  # a count, not the clock (BUILD_OPTIONS_PER_S)
+                raise OutOfTime(f"{options} options, more than the {BUILD_OPTIONS_PER_S} a second of the build "
+                                f"budget allow ({int(BUILD_OPTIONS_PER_S * build_budget)})")
             hint_choice = _choice_of(tables, self.hint_plan)
             sizes = nested_block_sizes(tables, instance.cluster)
             if sizes is not None:  # symmetry breaking: the first vertex's block starts at GPU 0
@@ -365,6 +426,35 @@ class _ExactPlacement:
         return Proposal(self.hint_plan, FEASIBLE, hit_time_limit=True, message="; ".join(self.notes), log=self.log,
                         info=info)
 
+    def check_hint(self, built: _Built) -> Proposal | None:
+        """Check that the model accepts its hint: CP-SAT on the model with every hinted variable (options,
+        starts, ends, objective) fixed to its hinted value and no presolve, a propagation bounded by
+        :data:`HINT_CHECK_DTIME` deterministic work. Sets :attr:`hint_checked` (True: accepted, None: not
+        decided within the budget). Returns None, or where the model rejects the hint the hint as the
+        answer (``feasible``, no bound): the model and the evaluator disagree on it, so no proof of that
+        model would be one of the evaluator's problem."""
+        run = self.run
+        solver = cp_model.CpSolver()
+        solver.parameters.fix_variables_to_their_hinted_value = True
+        solver.parameters.cp_model_presolve = False
+        solver.parameters.num_workers = 1
+        solver.parameters.max_deterministic_time = HINT_CHECK_DTIME
+        solver.parameters.max_time_in_seconds = max(0.01, self.limit - run.elapsed())
+        solver.parameters.catch_sigint_signal = False
+        with run.native(solver.stop_search):
+            status = solver.Solve(built.model.model)
+        self.hint_checked = True if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+        self.log.append(f"hint check (hinted variables fixed, no presolve): {solver.StatusName(status)}")
+        if status != cp_model.INFEASIBLE:
+            return None
+        self.notes.insert(0, f"the model rejects the {self.hint_name} hint that the evaluator accepts (a "
+                             f"model/evaluator discrepancy); returned the hint, no CP-SAT search")
+        info = {"cp_status": "HINT_REJECTED", "hint_solver": self.hint_name, "hint_step_time_s": self.hint_time,
+                "hint_solvers": list(self.hint_solvers), "restricted": self.restricted, "build_s": built.build_s,
+                "model_step_time_s": built.h_step / TICKS_PER_S, "rounding_s": built.rounding / TICKS_PER_S,
+                "discrepancy": True, "objective_kind": "period" if self.asynchronous else "step_time"}
+        return Proposal(self.hint_plan, FEASIBLE, message="; ".join(self.notes), log=self.log, info=info)
+
     def search(self, built: _Built, num_workers: int, log_search: bool,
                cp_parameters: dict[str, Any] | None) -> Proposal:
         """CP-SAT on the model in the time left (at least 10 ms), progress lines on stderr, then
@@ -384,15 +474,32 @@ class _ExactPlacement:
         # start-up time: the reporter subclasses an OR-Tools class, so its module loads OR-Tools
         from packplace.solvers.placement.cpsat.progress import ProgressReporter
 
-        with ProgressReporter(run, progress_s, built.h_step, built.rounding, self.restricted) as reporter:
+        level = optimality_level(run.bound)
+
+        def meets_bound(solution: Any) -> bool:
+            """The solution's plan meets the analytic lower bound (cheap test on the model value first, then
+            the evaluator's): offered to the run, and the search stops."""
+            value = int(solution.ObjectiveValue())
+            if (value - built.rounding) / TICKS_PER_S > level:
+                return False
+            plan, _ = self.read_plan(solution, built, value)
+            evaluated = self.ev.step_time(plan)
+            if evaluated > level:
+                return False
+            run.offer(plan, evaluated)
+            return True
+
+        with ProgressReporter(run, progress_s, built.h_step, built.rounding, self.restricted,
+                              stop_if=meets_bound) as reporter:
             solver.best_bound_callback = reporter.on_bound
             solver.parameters.catch_sigint_signal = False  # packplace.interrupt stops the search
             with run.native(solver.stop_search):
                 cp_status = solver.Solve(built.model.model, reporter)
-        return self.answer(solver, cp_status, built)
+        return self.answer(solver, cp_status, built, at_bound=reporter.stopped)
 
-    def answer(self, solver: Any, cp_status: Any, built: _Built) -> Proposal:
-        """The plan CP-SAT found (or the hint), checked against the evaluator, with its honest status."""
+    def answer(self, solver: Any, cp_status: Any, built: _Built, at_bound: bool = False) -> Proposal:
+        """The plan CP-SAT found (or the hint), checked against the evaluator, with its honest status;
+        ``at_bound``: the search was stopped at a plan that meets the analytic lower bound."""
         tables, notes, rounding = built.tables, self.notes, built.rounding
         n_options = built.n_options
         status_name = solver.StatusName(cp_status)
@@ -408,7 +515,11 @@ class _ExactPlacement:
         self.log.append(f"CP-SAT {status_name} in {solver.WallTime():.2f} s, {solver.NumBranches()} branches")
         if cp_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             notes.insert(0, f"CP-SAT returned {status_name}; returned the {self.hint_name} hint")
-            if cp_status == cp_model.INFEASIBLE:
+            if cp_status == cp_model.INFEASIBLE and self.hint_checked:
+                # the model accepts the hint (check_hint): this INFEASIBLE is CP-SAT's fault, not a proof
+                notes.append("the model accepts the hint, so that verdict is a solver fault, not a proof; no bound")
+                info["solver_fault"] = True
+            elif cp_status == cp_model.INFEASIBLE:
                 notes.append("the model rejected the hint: a model/evaluator discrepancy")
             info["model_step_time_s"] = built.h_step / TICKS_PER_S
             return Proposal(self.hint_plan, FEASIBLE, hit_time_limit=cp_status == cp_model.UNKNOWN,
@@ -441,6 +552,7 @@ class _ExactPlacement:
                 plan, evaluated, value = self.hint_plan, self.hint_time, built.h_step
         info["model_step_time_s"] = value / TICKS_PER_S
         info["evaluated_step_time_s"] = evaluated
+        info["stopped_at_bound"] = at_bound
         gap = (evaluated - bound_s) / evaluated if evaluated > 0 else 0.0
         if self.restricted:
             # a bound of a problem other than the one asked for: reported, never claimed
@@ -459,11 +571,15 @@ class _ExactPlacement:
         elif self.restricted:
             head = (f"CP-SAT {status_name} on the restricted problem: bound {bound_s:.6f} s, gap {gap:.2%} "
                     f"(valid for that problem only)")
+        elif at_bound:
+            head = (f"CP-SAT stopped at a plan that meets the analytic lower bound ({self.run.bound:.6f} s) "
+                    f"over {sum(n_options)} options")
         else:
             head = f"CP-SAT {status_name}: gap {gap:.2%} to its proven bound {bound_s:.6f} s"
             info["gap"] = gap
         notes.insert(0, head)
-        return Proposal(plan, status, bound=proven_bound, hit_time_limit=cp_status == cp_model.FEASIBLE,
+        hit_limit = cp_status == cp_model.FEASIBLE and not at_bound
+        return Proposal(plan, status, bound=proven_bound, hit_time_limit=hit_limit,
                         iterations=int(solver.NumBranches()), message="; ".join(notes), log=self.log, info=info,
                         optimality_tolerance=tolerance)
 
