@@ -48,6 +48,7 @@ from packplace.solvers.balance.repair.start import (
     rank_key,
     rank_lpt_bins,
 )
+from packplace.solvers.balance.repair.step import step_answer, step_starts
 from packplace.solvers.registry import register
 
 #: Default number of pair checks: max(64, 2·D) (the plateau walk needs about one check per rank
@@ -135,39 +136,49 @@ def solve(
             return Proposal(keys_of(prepared, bins), FEASIBLE, hit_time_limit=True, message=messages[0])
     bound = BalanceEvaluator(instance).lower_bound()
     proven = proven_level(instance, bound)
-    starts = [(rank_key(instance, prepared, bins), 0, "lpt", bins)]
-    kk_run = kk_cut = False
-    if _fine_tunable(instance) and starts[0][0][0] <= proven * (1 + FINE_TUNE_FIRST_GAP):
-        # LPT near the bound: fine-tune it before any other start is built; at the bound it is the answer
-        tuned, tuned_key, steps, timed_out = _fine_tune(instance, prepared, bins, starts[0][0], deadline)
-        if tuned_key[0] <= proven:
-            note = f"fine-tuning: {steps} exchanges reached the bound" if steps else ""
-            return Proposal(keys_of(prepared, tuned), FEASIBLE, iterations=0, hit_time_limit=timed_out,
-                            message="; ".join([*messages, *([note] if note else [])]))
-    small = len(instance.samples) * instance.data_parallel_size <= KK_START_MAX_WORK
-    if small and instance.local_batch_size > 1 and starts[0][0][0] > proven:
-        # several bins per rank: the count-aware rank-level LPT meets the count bound where a dominant
-        # sample sets it; taken when it proves itself optimal
-        rank_bins = rank_lpt_bins(instance, prepared)
-        if rank_bins is not None and rank_key(instance, prepared, rank_bins)[0] <= proven:
-            return Proposal(keys_of(prepared, rank_bins), FEASIBLE, iterations=0,
-                            message="; ".join([*messages, "rank-level LPT start meets the bound"]))
-    if small:
-        kk_run = True
-        kk_bins, kk_cut = kk_start_bins(instance, prepared, deadline)
-        if kk_bins is not None:
-            starts.append((rank_key(instance, prepared, kk_bins), 1, "karmarkar_karp", kk_bins))
-    elif starts[0][0][0] > bound * (1 + RANK_LPT_START_GAP):
-        rank_bins = rank_lpt_bins(instance, prepared)
-        if rank_bins is not None:
-            starts.append((rank_key(instance, prepared, rank_bins), 1, "rank-level LPT", rank_bins))
-    if not kk_run and not _fine_tunable(instance) and min(start[0][0] for start in starts) > proven:
-        # Without the fine-tuning an answer is rarely proven optimal, so kk would run anyway: run it now,
-        # as a start, so that the better start is improved first and a proven one ends the search.
-        kk_run = True
-        kk_bins, kk_cut = kk_start_bins(instance, prepared, deadline)
-        if kk_bins is not None:
-            starts.append((rank_key(instance, prepared, kk_bins), 2, "karmarkar_karp", kk_bins))
+    stepped = None
+    if _fine_tunable(instance):
+        # the per-step path: every cheap start, the best fine-tuned; kept when near the bound
+        starts, kk_run, kk_cut = step_starts(instance, prepared, bins, bound, deadline,
+                                             kk_max_work=KK_START_MAX_WORK, rank_lpt_gap=RANK_LPT_START_GAP)
+        tuned, tuned_key, steps, timed_out, keep = step_answer(
+            starts[0], proven, lambda start, key: _fine_tune(instance, prepared, start, key, deadline))
+        name = starts[0][2]
+        notes = ([] if name == "lpt" else [f"started from {name}'s answer"]) + (
+            [f"fine-tuning: {steps} exchanges" + (" reached the bound" if tuned_key[0] <= proven else "")]
+            if steps else [])
+        if keep or kk_cut:
+            return Proposal(keys_of(prepared, tuned), FEASIBLE, iterations=0, hit_time_limit=timed_out or kk_cut,
+                            message="; ".join([*messages, *notes, *(["the time limit cut karmarkar_karp off"]
+                                                                    if kk_cut else [])]))
+        stepped = (tuned_key, tuned, (messages if name == "lpt" else []) + notes)
+    else:
+        starts = [(rank_key(instance, prepared, bins), 0, "lpt", bins)]
+        kk_run = kk_cut = False
+        small = len(instance.samples) * instance.data_parallel_size <= KK_START_MAX_WORK
+        if small and instance.local_batch_size > 1 and starts[0][0][0] > proven:
+            # several bins per rank: the count-aware rank-level LPT meets the count bound where a dominant
+            # sample sets it; taken when it proves itself optimal
+            rank_bins = rank_lpt_bins(instance, prepared)
+            if rank_bins is not None and rank_key(instance, prepared, rank_bins)[0] <= proven:
+                return Proposal(keys_of(prepared, rank_bins), FEASIBLE, iterations=0,
+                                message="; ".join([*messages, "rank-level LPT start meets the bound"]))
+        if small:
+            kk_run = True
+            kk_bins, kk_cut = kk_start_bins(instance, prepared, deadline)
+            if kk_bins is not None:
+                starts.append((rank_key(instance, prepared, kk_bins), 1, "karmarkar_karp", kk_bins))
+        elif starts[0][0][0] > bound * (1 + RANK_LPT_START_GAP):
+            rank_bins = rank_lpt_bins(instance, prepared)
+            if rank_bins is not None:
+                starts.append((rank_key(instance, prepared, rank_bins), 1, "rank-level LPT", rank_bins))
+        if not kk_run and min(start[0][0] for start in starts) > proven:
+            # Without the fine-tuning an answer is rarely proven optimal, so kk would run anyway: run it now,
+            # as a start, so that the better start is improved first and a proven one ends the search.
+            kk_run = True
+            kk_bins, kk_cut = kk_start_bins(instance, prepared, deadline)
+            if kk_bins is not None:
+                starts.append((rank_key(instance, prepared, kk_bins), 2, "karmarkar_karp", kk_bins))
     starts.sort(key=lambda start: start[:2])
     best = None
     iterations = 0
@@ -191,6 +202,8 @@ def solve(
         if kk_bins is None:
             break
         starts = [(None, 1, "karmarkar_karp", kk_bins)]
+    if stepped is not None and stepped[0] < best[0]:
+        best = stepped
     key, bins, messages = best
     if kk_cut:
         hit_time_limit = True
