@@ -26,6 +26,7 @@ import numpy as np
 
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
+from packplace.registry import register
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
 from packplace.solvers.balance._common import (
     DeadEnd,
@@ -39,7 +40,6 @@ from packplace.solvers.balance.constrained import construct_proposal
 from packplace.solvers.balance.construction import after_dead_end
 from packplace.solvers.balance.lockstep import lockstep_aware
 from packplace.solvers.balance.lpt import lpt_bins
-from packplace.solvers.registry import register
 
 #: Default ceiling on the estimated peak memory (bytes) of one solve.
 DEFAULT_MAX_MEMORY_BYTES = 4 * 1024**3

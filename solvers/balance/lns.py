@@ -44,13 +44,13 @@ from packplace import interrupt
 from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import BalanceInstance, SampleKey
 from packplace.errors import ConfigError
+from packplace.registry import get, register
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
 from packplace.solvers.balance._common import canonical, integer_makespan_bound
 from packplace.solvers.balance.cpsat import DEFAULT_MAX_BOOLEANS, READBACK_RESERVE_S, solve_from_start
 from packplace.solvers.balance.cpsat.start import START_S_PER_SAMPLE
 from packplace.solvers.balance.lockstep import lockstep_aware
 from packplace.solvers.balance.repair.resplit import resplit
-from packplace.solvers.registry import get, register
 
 #: Default wall-clock budget (seconds) of the whole call when ``time_limit_s`` is None.
 DEFAULT_TIME_LIMIT_S = 10.0

@@ -27,6 +27,7 @@ from bisect import bisect_left, insort
 import numpy as np
 
 from packplace.balance.schema import BalanceInstance
+from packplace.registry import register
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
 from packplace.solvers.balance._common import (
     DeadEnd,
@@ -41,7 +42,6 @@ from packplace.solvers.balance.constrained import construct_proposal
 from packplace.solvers.balance.construction import after_dead_end
 from packplace.solvers.balance.lockstep import lockstep_aware
 from packplace.solvers.balance.rounds import lowest_zone_overlap, round_ceilings, rounds_after_replacing
-from packplace.solvers.registry import register
 
 #: Samples between two looks at the clock on the heap path.
 CLOCK_EVERY = 1024

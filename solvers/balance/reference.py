@@ -10,8 +10,8 @@ Performance: docs/performance.md
 from __future__ import annotations
 
 from packplace.balance.schema import BalanceInstance
+from packplace.registry import register
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
-from packplace.solvers.registry import register
 
 
 @register("balance", "reference")

@@ -33,10 +33,10 @@ from packplace.placement.config import OPTIMIZER_DEFAULTS, resolve_optimizer_kno
 from packplace.placement.evaluator import INF, get_evaluator, get_table
 from packplace.placement.plan import Allocation, Plan
 from packplace.progress import report
+from packplace.registry import register
 from packplace.result import FEASIBLE, Proposal
 from packplace.solvers.placement.concurrent import solve as concurrent_solve
 from packplace.solvers.placement.greedy import solve as greedy_solve
-from packplace.solvers.registry import register
 
 #: Default wall-clock budget (seconds) when ``time_limit_s`` is None.
 DEFAULT_TIME_LIMIT_S = 30.0

@@ -24,6 +24,7 @@ from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.plan import Allocation
+from packplace.registry import register
 from packplace.result import FEASIBLE, Proposal
 from packplace.solvers.placement._common import (
     colocated_plan,
@@ -32,7 +33,6 @@ from packplace.solvers.placement._common import (
     repair_memory,
     synchronous_only,
 )
-from packplace.solvers.registry import register
 
 #: Best partitions per phase kept for assembling and stepping down.
 KEEP_PER_PHASE = 12

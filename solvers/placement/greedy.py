@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 
+from packplace.registry import register
 from packplace.result import FEASIBLE, Proposal
 from packplace.solvers.placement._common import (
     assemble,
@@ -26,7 +27,6 @@ from packplace.solvers.placement._common import (
     repair_memory,
     synchronous_only,
 )
-from packplace.solvers.registry import register
 
 __all__ = ["assemble", "baseline_or_disjoint", "colocated_plan", "disjoint_plan", "no_plan_found", "repair_memory",
            "solve"]

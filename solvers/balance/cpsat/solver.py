@@ -29,6 +29,7 @@ from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey, key_order
 from packplace.errors import ConfigError
 from packplace.lazy import lazy_module
+from packplace.registry import register
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
 from packplace.solvers.balance.cpsat.model import (
     FORMULATIONS,
@@ -50,7 +51,6 @@ from packplace.solvers.balance.cpsat.scaling import (
 )
 from packplace.solvers.balance.cpsat.start import _heuristic_start, _Start
 from packplace.solvers.balance.lockstep import lockstep_aware
-from packplace.solvers.registry import register
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model

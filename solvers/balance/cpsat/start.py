@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import BalanceInstance, SampleKey
+from packplace.registry import available, get
 from packplace.result import OPTIMALITY_RTOL
 from packplace.solvers.balance.cpsat.model import TIGHT_FILL, _token_fill
-from packplace.solvers.registry import available, get
 
 #: Heuristics tried, in order, for the starting solution (hint, domain bound and fallback).
 START_HEURISTICS = ("repair", "lpt")

@@ -23,6 +23,7 @@ import time
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
+from packplace.registry import register
 from packplace.result import FEASIBLE, OPTIMALITY_RTOL, UNKNOWN, Proposal
 from packplace.solvers.balance._common import (
     DeadEnd,
@@ -49,7 +50,6 @@ from packplace.solvers.balance.repair.start import (
     rank_lpt_bins,
 )
 from packplace.solvers.balance.repair.step import step_answer, step_starts
-from packplace.solvers.registry import register
 
 #: Default number of pair checks: max(64, 2·D) (the plateau walk needs about one check per rank
 #: tied at the maximum).

@@ -28,6 +28,7 @@ from packplace.errors import ConfigError
 from packplace.lazy import lazy_module
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.plan import Plan
+from packplace.registry import available, get, register
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal
 from packplace.solvers.placement._common import no_plan_found
 from packplace.solvers.placement.cpsat.model import build_model
@@ -49,7 +50,6 @@ from packplace.solvers.placement.cpsat.tables import (
     make_tables,
     model_schedule,
 )
-from packplace.solvers.registry import available, get, register
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model

@@ -9,8 +9,9 @@ from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.instance import ensure_reference_bins_checked
 from packplace.balance.schema import Assignment, BalanceInstance
 from packplace.errors import ConfigError
-from packplace.result import SolveResult, check_limits, solve_with
-from packplace.solvers.registry import get
+from packplace.registry import get
+from packplace.result import SolveResult
+from packplace.run import check_limits, solve_with
 
 DEFAULT_SOLVER = "repair"
 #: Seconds per sample kept back from the backend's time limit for what follows it: the canonical order,

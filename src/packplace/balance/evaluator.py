@@ -32,6 +32,8 @@ import numpy as np
 from packplace.balance.bounds import makespan_bounds
 from packplace.balance.lockstep import as_rounds_instance, capacity_bounds, lockstep_cost, run_order
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey
+from packplace.result import register_solution_type
+from packplace.run import register_evaluator
 
 
 def makespan(loads: Sequence[float] | np.ndarray) -> float:
@@ -676,3 +678,8 @@ class BalanceEvaluator:
 def evaluate(instance: BalanceInstance, assignment: Assignment | Sequence[Sequence[SampleKey]]) -> BalanceScore:
     """Score one assignment of ``instance`` (see :class:`BalanceEvaluator`)."""
     return BalanceEvaluator(instance).score(assignment)
+
+
+# the run of a balance backend gets this evaluator (packplace.run); results read assignments back from JSON
+register_evaluator("balance", BalanceEvaluator)
+register_solution_type("balance", Assignment.from_dict)

@@ -42,7 +42,7 @@ from packplace.integrations.differencing import (
 )
 from packplace.integrations.micro_batches import micro_batch_partitions
 from packplace.integrations.partition import DEFAULT_SOLVER, partition
-from packplace.solvers.registry import get as get_solver
+from packplace.registry import get as get_solver
 
 #: Exact float64 integers end here: above it, packplace's float model may mis-rank integer answers.
 _EXACT_FLOAT = 2**53

@@ -24,8 +24,9 @@ from packplace.placement.candidates import CandidateTable, Shortfall, TableBuild
 from packplace.placement.config import PlacementInstance
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.hardware import Cluster
-from packplace.result import UNKNOWN, SolveResult, check_limits, solve_with
-from packplace.solvers.registry import get
+from packplace.registry import get
+from packplace.result import UNKNOWN, SolveResult
+from packplace.run import check_limits, solve_with
 
 DEFAULT_SOLVER = "concurrent"
 #: Largest growth factor of the cluster the whole-plan search of :func:`check_instance` tries.

@@ -47,7 +47,7 @@ from packplace.placement.gantt import check_format, draw_gantt
 from packplace.placement.hardware import Hardware
 from packplace.placement.plan import gpu_ranges, plan_to_json
 from packplace.placement.validate import format_rows, load_setup, validate, validation_files
-from packplace.result import check_limits
+from packplace.run import check_limits
 from packplace.solvers import available
 from packplace.table import check_output_file
 

@@ -30,6 +30,8 @@ from packplace.placement.candidates import (
     vertex_parts,
 )
 from packplace.placement.plan import Plan, VertexPlan
+from packplace.result import register_solution_type
+from packplace.run import register_evaluator
 
 INF = float("inf")
 #: Resolved (vertex, VertexPlan) entries kept before the cache is cleared (bounds memory in long searches).
@@ -639,3 +641,8 @@ class PlacementEvaluator:
             if a in path:
                 bound = max(bound, path[a] / (1 + t_max))
         return bound, cut
+
+
+# the run of a placement backend gets this evaluator (packplace.run); results read plans back from JSON
+register_evaluator("placement", get_evaluator)
+register_solution_type("placement", Plan.from_dict)
