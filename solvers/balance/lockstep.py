@@ -33,31 +33,61 @@ from packplace.solvers.balance._common import remaining_seconds
 Solve = Callable[..., Proposal]
 
 
-def lockstep_aware(solve: Solve) -> Solve:
+#: Share of the time limit kept back from the backend for the final levelling pass (and, for a backend
+#: that improves another's answer, that start's own lockstep plan): the pass always runs, so a search
+#: that uses its whole share never returns a plan the levelling of its start would beat.
+LEVELLING_RESERVE = 0.1
+#: Work budget of the levelling pass: at most this many moves per bin (each lowers Σc² strictly); the
+#: time limit is only a ceiling, so the same answer is levelled the same way on a loaded machine.
+LEVELLING_MOVES_PER_BIN = 8
+
+
+def lockstep_aware(solve: Solve | None = None, *, start: str | None = None) -> Any:
     """``solve`` unchanged for every objective but ``lockstep``, which it answers through
-    :func:`solve_lockstep` (the signature, hence the accepted parameters, stay ``solve``'s)."""
+    :func:`solve_lockstep` (the signature, hence the accepted parameters, stay ``solve``'s).
+
+    Used bare (``@lockstep_aware``) or with ``start``, the registry name of the backend whose answer
+    ``solve`` improves (``@lockstep_aware(start="repair")``): the lockstep plan is then never worse
+    than that backend's own lockstep plan (:func:`solve_lockstep`).
+    """
+    if solve is None:
+        return functools.partial(lockstep_aware, start=start)
 
     @functools.wraps(solve)
     def wrapper(instance: BalanceInstance, *, time_limit_s: float | None = None, seed: int = 0,
                 **params: Any) -> Proposal:
         if getattr(instance, "objective", None) != "lockstep":
             return solve(instance, time_limit_s=time_limit_s, seed=seed, **params)
-        return solve_lockstep(solve, instance, time_limit_s=time_limit_s, seed=seed, **params)
+        return solve_lockstep(solve, instance, time_limit_s=time_limit_s, seed=seed, start=start, **params)
 
     return wrapper
 
 
 def solve_lockstep(solve: Solve, instance: BalanceInstance, *, time_limit_s: float | None, seed: int,
-                   **params: Any) -> Proposal:
+                   start: str | None = None, **params: Any) -> Proposal:
     """Answer a ``lockstep`` instance with a backend's ``solve`` (module docstring).
+
+    With ``start`` (the registry name of the backend ``solve`` starts from), that backend's own lockstep
+    plan is computed first, on the whole limit (the budget it would get alone; it mostly ends far
+    sooner), and returned where the evaluator scores it lower than the search's: the answer is never
+    worse than its start's. The backend gets the time left less :data:`LEVELLING_RESERVE` of it; the
+    levelling pass then runs on its answer (at most :data:`LEVELLING_MOVES_PER_BIN` moves per bin,
+    the limit a ceiling).
 
     Returns:
         The backend's proposal for the original instance: D·m rank-major bins, each rank's bins by cost
         descending; ``bound`` a lockstep lower bound or None; the message says which route ran.
     """
     deadline = remaining_seconds(time_limit_s)
+    own_start = None
+    if start is not None:  # the start backend's own plan first, on the limit it would get alone
+        from packplace.registry import get  # reason: the registry imports the backends, this module among them
+
+        own_start = get("balance", start).solve(instance, time_limit_s=time_limit_s, seed=seed)
+    inner = None if deadline is None else max(1e-3, (1 - LEVELLING_RESERVE) * (deadline - time.perf_counter()))
+    moves_cap = LEVELLING_MOVES_PER_BIN * instance.num_bins
     if instance.equal_count or instance.groups:
-        proposal = solve(without_lockstep(instance), time_limit_s=time_limit_s, seed=seed, **params)
+        proposal = solve(without_lockstep(instance), time_limit_s=inner, seed=seed, **params)
         if proposal.status == OPTIMAL:
             proposal.status = FEASIBLE  # a makespan optimum, not a lockstep one (the evaluator may still prove it)
         note = "lockstep under equal_count/groups: the makespan answer under the same rules"
@@ -67,7 +97,7 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, *, time_limit_s: flo
             proposal.solution = bins
             evaluator = BalanceEvaluator(instance)
             if instance.padding_cost is None and not evaluator.violations(bins):
-                levelled, moves = level_layers(evaluator, bins, deadline, within_ranks=True)
+                levelled, moves = level_layers(evaluator, bins, deadline, max_moves=moves_cap, within_ranks=True)
                 if evaluator.objective(levelled) < evaluator.objective(bins):
                     proposal.solution = levelled
                     note += f", levelled within ranks ({moves} moves)"
@@ -75,17 +105,16 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, *, time_limit_s: flo
                     proposal.hit_time_limit = True
         proposal.message = f"{proposal.message}; {note}" if proposal.message else note
         proposal.info["lockstep_route"] = "makespan under the rank rules, levelled within ranks"
-        return proposal
+        return _no_worse_than_start(proposal, instance, start, own_start)
     relaxed = as_rounds_instance(instance)
-    limit = None if deadline is None else max(1e-3, deadline - time.perf_counter())
-    proposal = solve(relaxed, time_limit_s=limit, seed=seed, **params)
+    proposal = solve(relaxed, time_limit_s=inner, seed=seed, **params)
     if proposal.solution is not None:
         bins = proposal.solution.bins if isinstance(proposal.solution, Assignment) else proposal.solution
         bins = tuple(tuple(b) for b in bins)
         evaluator = BalanceEvaluator(relaxed)
         if evaluator.flatten(bins) is not None and len(bins) == instance.num_bins:
             if proposal.status != OPTIMAL and instance.padding_cost is None and not evaluator.violations(bins):
-                polished, moves = level_layers(evaluator, bins, deadline)
+                polished, moves = level_layers(evaluator, bins, deadline, max_moves=moves_cap)
                 if deadline is not None and time.perf_counter() >= deadline:
                     proposal.hit_time_limit = True
                 if evaluator.objective(polished) < evaluator.objective(bins):
@@ -96,7 +125,32 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, *, time_limit_s: flo
             proposal.solution = lift_rounds_bins(bins, costs, instance.data_parallel_size)
         else:  # not D·m bins of known keys: passed on for the evaluator to name the violation
             proposal.solution = bins
+            proposal.info["lockstep_route"] = "rounds of D over D·m one-bin ranks"
+            return proposal
     proposal.info["lockstep_route"] = "rounds of D over D·m one-bin ranks"
+    return _no_worse_than_start(proposal, instance, start, own_start)
+
+
+def _no_worse_than_start(proposal: Proposal, instance: BalanceInstance, start: str | None,
+                         other: Proposal | None) -> Proposal:
+    """``proposal``, or ``other`` (the ``start`` backend's own lockstep plan) where the evaluator scores it
+    strictly lower (or ``proposal`` has none); unchanged without it or when ``proposal`` is optimal."""
+    if other is None or other.solution is None or proposal.status == OPTIMAL:
+        return proposal
+    evaluator = BalanceEvaluator(instance)
+    theirs = tuple(tuple(b) for b in (other.solution.bins if isinstance(other.solution, Assignment)
+                                      else other.solution))
+    if evaluator.violations(theirs):
+        return proposal
+    if proposal.solution is not None:
+        ours = tuple(tuple(b) for b in (proposal.solution.bins if isinstance(proposal.solution, Assignment)
+                                        else proposal.solution))
+        if evaluator.violations(ours) or evaluator.objective(theirs) >= evaluator.objective(ours):
+            return proposal
+    proposal.solution = theirs
+    proposal.status = other.status if other.status == OPTIMAL else FEASIBLE
+    note = f"{start}'s own lockstep plan (the start) is better: returned"
+    proposal.message = f"{proposal.message}; {note}" if proposal.message else note
     return proposal
 
 

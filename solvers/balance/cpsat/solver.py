@@ -170,7 +170,7 @@ def solve_from_start(
 
 
 @register("balance", "cpsat", exact=True)
-@lockstep_aware
+@lockstep_aware(start="repair")
 def solve(
     instance: BalanceInstance,
     *,
