@@ -1,6 +1,9 @@
 """The ``repair`` entry point: the starts, the improvement of each, the Karmarkar–Karp fallback.
 
-:func:`solve` builds the starts: ``lpt`` (or, on a dead end, the feasibility-first construction);
+:func:`solve` first takes the per-step path of :mod:`.step` where the fine-tuning applies (``makespan``
+without padding or budgets): every cheap start built, the best fine-tuned, returned within
+``STEP_GAP`` of the bound; otherwise those starts go on to the improvement below. For the other
+objectives it builds the starts: ``lpt`` (or, on a dead end, the feasibility-first construction);
 ``karmarkar_karp`` when n·D ≤ :data:`KK_START_MAX_WORK`, above that the rank-level LPT start when LPT
 is more than :data:`RANK_LPT_START_GAP` above the analytic bound; and ``karmarkar_karp`` at every size
 where the fine-tuning does not apply and no start is proven optimal. The starts, best first by the
