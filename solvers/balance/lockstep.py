@@ -115,11 +115,16 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, *, time_limit_s: flo
         if evaluator.flatten(bins) is not None and len(bins) == instance.num_bins:
             if proposal.status != OPTIMAL and instance.padding_cost is None and not evaluator.violations(bins):
                 polished, moves = level_layers(evaluator, bins, deadline, max_moves=moves_cap)
+                shifted, shifts = resolve_layer_windows(evaluator, polished, deadline, seed)
+                if shifts:
+                    polished, again = level_layers(evaluator, shifted, deadline, max_moves=moves_cap)
+                    moves += again
                 if deadline is not None and time.perf_counter() >= deadline:
                     proposal.hit_time_limit = True
                 if evaluator.objective(polished) < evaluator.objective(bins):
                     bins = polished
-                    note = f"lockstep levelling: {moves} moves"
+                    note = f"lockstep levelling: {moves} moves" + (f"; {shifts} layer windows re-solved"
+                                                                  if shifts else "")
                     proposal.message = f"{proposal.message}; {note}" if proposal.message else note
             _, costs = evaluator.bin_arrays(bins)
             proposal.solution = lift_rounds_bins(bins, costs, instance.data_parallel_size)
@@ -152,6 +157,77 @@ def _no_worse_than_start(proposal: Proposal, instance: BalanceInstance, start: s
     note = f"{start}'s own lockstep plan (the start) is better: returned"
     proposal.message = f"{proposal.message}; {note}" if proposal.message else note
     return proposal
+
+
+#: Widths (in layers) of the windows :func:`resolve_layer_windows` re-solves, and the passes over them.
+WINDOW_WIDTHS = (2, 3)
+WINDOW_PASSES = 2
+
+
+def resolve_layer_windows(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...], deadline: float | None,
+                          seed: int = 0) -> tuple[tuple[tuple[Any, ...], ...], int]:
+    """Re-solve the bins of a few consecutive layers at a time with ``repair``; keep what lowers the cost.
+
+    Layers are the D·m bins by cost descending in groups of D (the ``rounds`` instance of
+    :func:`~packplace.balance.lockstep.as_rounds_instance`). A window of w consecutive layers pools
+    the samples of its w·D bins into a ``rounds`` sub-instance (w·D one-bin ranks in rounds of D, same
+    ``seq_len``, budgets and ``max_samples_per_bin``) solved by ``repair``, and its answer replaces the
+    window's bins when the evaluator scores the whole plan strictly lower. This moves cost between
+    layers in bulk, which single moves cannot: on a long-tail mix the last layer holds a few short
+    samples per bin while the layers above are full, and lowering a layer's maximum takes moving cost
+    out of all of its bins at once. Windows of :data:`WINDOW_WIDTHS` layers, from the last layer up,
+    :data:`WINDOW_PASSES` passes (fewer when a pass changes nothing): a fixed amount of work; the
+    ``deadline`` (``time.perf_counter()``) is only a ceiling.
+
+    Args:
+        evaluator: The evaluator of the rounds instance (no padding).
+        bins: Its D·m feasible bins of keys.
+        deadline: Stop before a window when passed (None: no limit).
+        seed: Passed to ``repair`` (unused by it: deterministic).
+
+    Returns:
+        (the bins, the number of windows whose answer was kept).
+    """
+    from packplace.registry import get  # reason: the registry imports the backends, this module among them
+
+    inst = evaluator.instance
+    group = inst.group_size or 1
+    count = len(bins)
+    layers = count // group
+    position = {key: i for i, key in enumerate(evaluator.keys)}
+    table = inst.table
+    solver = get("balance", "repair")
+    current = evaluator.objective(bins)
+    kept = 0
+    for _ in range(WINDOW_PASSES):
+        changed = False
+        for width in WINDOW_WIDTHS:
+            for first in range(layers - width, -1, -1):
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return bins, kept
+                _, costs = evaluator.bin_arrays(bins)
+                chosen = np.argsort(-costs, kind="stable")[first * group:(first + width) * group].tolist()
+                keys = [key for b in chosen for key in bins[b]]
+                sub = BalanceInstance(
+                    [table[position[key]] for key in keys], inst.constraints, len(chosen), 1, objective="rounds",
+                    group_size=group, max_samples_per_bin=inst.max_samples_per_bin, name=f"{inst.name}-layers")
+                left = None if deadline is None else max(1e-3, deadline - time.perf_counter())
+                answer = solver.solve(sub, time_limit_s=left, seed=seed).solution
+                if answer is None:
+                    continue
+                answer = answer.bins if isinstance(answer, Assignment) else answer
+                trial = list(bins)
+                for b, new in zip(chosen, answer):
+                    trial[b] = tuple(new)
+                candidate = tuple(trial)
+                if evaluator.violations(candidate):
+                    continue
+                value = evaluator.objective(candidate)
+                if value < current - 1e-12 * abs(current):
+                    bins, current, kept, changed = candidate, value, kept + 1, True
+        if not changed:
+            break
+    return bins, kept
 
 
 #: A bin's exchange offers: cost sums, token sums, the bin (repeated) and the member sets, one per set.
@@ -363,4 +439,4 @@ def _best_swap(source: int, peers: np.ndarray, contents: list[list[int]], costs:
     return i, int(peer_of[k]), given_sets[k]
 
 
-__all__ = ["level_layers", "lockstep_aware", "solve_lockstep"]
+__all__ = ["level_layers", "lockstep_aware", "resolve_layer_windows", "solve_lockstep"]
