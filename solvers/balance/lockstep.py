@@ -115,7 +115,9 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, *, time_limit_s: flo
         if evaluator.flatten(bins) is not None and len(bins) == instance.num_bins:
             if proposal.status != OPTIMAL and instance.padding_cost is None and not evaluator.violations(bins):
                 polished, moves = level_layers(evaluator, bins, deadline, max_moves=moves_cap)
-                shifted, shifts = resolve_layer_windows(evaluator, polished, deadline, seed)
+                shifts = 0
+                if evaluator.objective(polished) > (1 + WINDOW_MIN_GAP) * BalanceEvaluator(instance).lower_bound():
+                    shifted, shifts = resolve_layer_windows(evaluator, polished, deadline, seed)
                 if shifts:
                     polished, again = level_layers(evaluator, shifted, deadline, max_moves=moves_cap)
                     moves += again
@@ -162,6 +164,9 @@ def _no_worse_than_start(proposal: Proposal, instance: BalanceInstance, start: s
 #: Widths (in layers) of the windows :func:`resolve_layer_windows` re-solves, and the passes over them.
 WINDOW_WIDTHS = (2, 3)
 WINDOW_PASSES = 2
+#: The layer windows run only on a levelled plan more than this relative gap above the lockstep bound
+#: (below it they cost more than a step would gain).
+WINDOW_MIN_GAP = 1e-3
 
 
 def resolve_layer_windows(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...], deadline: float | None,
