@@ -123,11 +123,16 @@ def capacity_bounds(tokens: np.ndarray, costs: np.ndarray, seq_len: int, ranks: 
 
 #: Size classes of :func:`layer_bound`: a bin holds at most p samples over seq_len/(p + 1), p = 1..this.
 LAYER_SIZE_CLASSES = 4
-#: :func:`layer_bound` solves its linear programs up to this many samples (above, 0: the other bounds).
-LAYER_BOUND_MAX_SAMPLES = 20_000
-#: Relative safety margin of :func:`layer_bound` against the LP solver's tolerances (the bound is
-#: lowered by it, each held cost raised by it).
+#: :func:`layer_bound` runs up to this many samples (above, 0: the other bounds).
+LAYER_BOUND_MAX_SAMPLES = 200_000
+#: Relative safety margin of :func:`layer_bound` against rounding and the LP solver's tolerances (the
+#: bound is lowered by it, each held cost raised by it).
 LAYER_BOUND_RTOL = 1e-6
+#: Coordinate sweeps over the Lagrange multipliers of :func:`_held_cost`.
+LAYER_DUAL_SWEEPS = 6
+#: :func:`_held_cost` also solves the linear relaxation exactly up to this many samples (a linear
+#: program with one column per sample; above it, the Lagrangian bound alone).
+LAYER_LP_MAX_SAMPLES = 2048
 
 
 def _bins_needed(weights: np.ndarray, capacity: int) -> np.ndarray:
@@ -156,20 +161,58 @@ def _bins_needed(weights: np.ndarray, capacity: int) -> np.ndarray:
 
 
 def _held_cost(costs: np.ndarray, weights: np.ndarray, capacity: int, bins: int) -> float:
-    """An upper bound on the cost ``bins`` bins of ``capacity`` tokens can hold together: the linear
-    relaxation of max Σ c_i x_i over x ∈ {0, 1}ⁿ with Σ w_i x_i ≤ bins·capacity and, for p = 1..
-    :data:`LAYER_SIZE_CLASSES`, at most p·bins chosen samples over capacity/(p + 1) (a bin holds at most
-    p of them). Costs are scaled by their maximum for the solver and the answer raised by
-    :data:`LAYER_BOUND_RTOL`."""
-    from scipy.optimize import linprog  # start-up time: scipy loads only when a lockstep bound is computed
+    """An upper bound on the cost ``bins`` bins of ``capacity`` tokens can hold together.
 
-    scale = float(costs.max())
-    rows = [weights] + [(weights > capacity / (p + 1)).astype(float) for p in range(1, LAYER_SIZE_CLASSES + 1)]
-    limits = [float(bins * capacity)] + [float(p * bins) for p in range(1, LAYER_SIZE_CLASSES + 1)]
-    result = linprog(-costs / scale, A_ub=np.array(rows), b_ub=np.array(limits), bounds=(0.0, 1.0), method="highs")
-    if result.status != 0:
-        return math.inf
-    return min(float(costs.sum()), -float(result.fun) * scale * (1 + LAYER_BOUND_RTOL))
+    The most cost is max Σ c_i x_i over x ∈ {0, 1}ⁿ with Σ w_i x_i ≤ W = bins·capacity and, for
+    p = 1..:data:`LAYER_SIZE_CLASSES`, at most p·bins chosen samples over capacity/(p + 1) (a bin holds at
+    most p of them). By weak Lagrangian duality, for any λ, μ_p ≥ 0 it is at most
+    λ·W + Σ_p μ_p·p·bins + Σ_i (c_i − λ·w_i − Σ_p μ_p·[w_i > capacity/(p + 1)])⁺ — whatever the
+    multipliers, so no solver tolerance enters. λ starts at the fractional knapsack's critical
+    density (μ = 0: the fractional knapsack's value, :func:`capacity_bounds`' K), then each multiplier
+    in turn is set to the minimiser of the bound in it alone, :data:`LAYER_DUAL_SWEEPS` times. Up to
+    :data:`LAYER_LP_MAX_SAMPLES` samples the linear relaxation is also solved (HiGHS) and the lower of the
+    two taken. Raised by :data:`LAYER_BOUND_RTOL` (rounding, the solver's tolerance).
+    """
+    if bins <= 0:
+        return 0.0
+    budget = float(bins * capacity)
+    classes = [(weights > capacity / (p + 1)).astype(float) for p in range(1, LAYER_SIZE_CLASSES + 1)]
+    limits = [budget] + [float(p * bins) for p in range(1, LAYER_SIZE_CLASSES + 1)]
+    columns = [weights] + classes
+    density = np.argsort(-(costs / np.maximum(weights, 1e-300)), kind="stable")
+    filled = np.cumsum(weights[density])
+    critical = int(np.searchsorted(filled, budget, side="right"))
+    if critical >= len(costs):
+        return float(costs.sum())
+    multipliers = [float(costs[density[critical]] / weights[density[critical]])] + [0.0] * LAYER_SIZE_CLASSES
+
+    def value(mult: list[float]) -> float:
+        reduced = costs - sum(m * col for m, col in zip(mult, columns))
+        return float(np.maximum(reduced, 0.0).sum()) + sum(m * lim for m, lim in zip(mult, limits))
+
+    for _ in range(LAYER_DUAL_SWEEPS):
+        for k, column in enumerate(columns):
+            # minimise over x ≥ 0: limits[k]·x + Σ_i (r_i − g_i·x)⁺, r the reduced costs without term k
+            rest = costs - sum(m * col for j, (m, col) in enumerate(zip(multipliers, columns)) if j != k)
+            active = (column > 0) & (rest > 0)
+            if not active.any():
+                multipliers[k] = 0.0
+                continue
+            breaks = rest[active] / column[active]
+            order = np.argsort(-breaks, kind="stable")
+            slope = np.cumsum(column[active][order])  # Σ g_i of the items still positive below each break
+            at = int(np.searchsorted(slope, limits[k], side="left"))  # first break where the slope reaches it
+            multipliers[k] = float(breaks[order[at]]) if at < len(order) else 0.0
+    held = value(multipliers)
+    if len(costs) <= LAYER_LP_MAX_SAMPLES:  # the linear relaxation itself: at most the dual value above
+        from scipy.optimize import linprog  # start-up time: scipy loads only when a lockstep bound is computed
+
+        scale = float(costs.max())
+        result = linprog(-costs / scale, A_ub=np.array(columns), b_ub=np.array(limits), bounds=(0.0, 1.0),
+                         method="highs")
+        if result.status == 0:
+            held = min(held, -float(result.fun) * scale)
+    return min(float(costs.sum()), held * (1 + LAYER_BOUND_RTOL))
 
 
 def layer_bound(tokens: np.ndarray, costs: np.ndarray, seq_len: int, ranks: int, per_rank: int) -> float:
