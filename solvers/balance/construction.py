@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from bisect import bisect_left, insort
 from collections import Counter
 
 import numpy as np
 
 from packplace.balance.schema import BalanceInstance
+from packplace.run import clock
 from packplace.solvers.balance._common import PreparedSamples, cached_padding
 
 #: Completions (search nodes) the bin-completion search may generate before it gives up.
@@ -79,7 +79,7 @@ class _BinSpace:
 
 
 def _check_clock(step: int, deadline: float | None) -> None:
-    if deadline is not None and step % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
+    if deadline is not None and step % CLOCK_EVERY == 0 and clock() > deadline:
         raise _OutOfBudget("deadline")
 
 
@@ -241,7 +241,7 @@ def _bin_completion(
             return True
         if bins_left == 0 or -(-tokens_left // capacity) > bins_left:
             return None
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline is not None and clock() > deadline:
             raise _OutOfBudget("deadline")
         first = next(j for j in range(len(distinct)) if counts[j])
         counts[first] -= 1
@@ -331,9 +331,9 @@ def feasible_packing(
     Args:
         instance: The balance instance.
         prepared: Its :func:`~packplace.solvers.balance._common.prepare` arrays.
-        deadline: ``time.perf_counter()`` value after which every rule gives up.
+        deadline: ``packplace.run.clock()`` value after which every rule gives up.
         max_nodes: Node budget of the bin-completion search.
-        search_deadline: An earlier ``time.perf_counter()`` value for the searches only: bin
+        search_deadline: An earlier ``packplace.run.clock()`` value for the searches only: bin
             completion and, with budgets, the O(n·K) scans of the decreasing rules. The decreasing
             rules without budgets (O(n log K)) run to ``deadline``.
 
@@ -463,7 +463,7 @@ def after_dead_end(
         (rank-major bins of sample indices or None, one-line message naming what was tried and what
         is returned, whether that is the reference grouping).
     """
-    now = time.perf_counter()
+    now = clock()
     if deadline is not None and now > deadline:
         packed, how = None, "no construction tried (time limit reached)"
     else:

@@ -96,6 +96,20 @@ def evaluator_for(problem: str, instance: Any) -> Any:
     return factory(instance)
 
 
+def passed(deadline: float | None) -> bool:
+    """The :data:`clock` is past ``deadline`` (a :attr:`Run.deadline` or a point derived from it; None:
+    never). For helpers that are handed a deadline instead of a run."""
+    return deadline is not None and clock() > deadline
+
+
+class _Unset:
+    """The type of :data:`UNSET`."""
+
+
+#: "Not given" where None means "no limit".
+UNSET = _Unset()
+
+
 class _Answers:
     """The best answer offered so far, shared by a run and the shares cut from it."""
 
@@ -192,14 +206,18 @@ class Run:
             return self
         return self._child(seconds, started=self.started)
 
-    def on(self, instance: Any, *, time_limit_s: float | None = None) -> Run:
-        """A run on another instance (a sub-problem): its own evaluator (built on first use) and
-        incumbent; the budget is ``time_limit_s`` from now, at most what is left here."""
+    def for_seconds(self, seconds: float | None) -> Run:
+        """A run of exactly ``seconds`` from now (None: no limit), same instance, evaluator and incumbent:
+        a budget the caller sets itself (a last-resort start may run past this run's deadline)."""
+        return self._child(seconds, started=clock())
+
+    def on(self, instance: Any, *, time_limit_s: float | None | _Unset = UNSET) -> Run:
+        """A run on another instance (a sub-problem), with its own evaluator (built on first use) and
+        incumbent; the budget is what is left here, or exactly ``time_limit_s`` from now (None: none)."""
         now = clock()
-        left = None if self.deadline is None else max(0.0, self.deadline - now)
-        if time_limit_s is not None:
-            left = time_limit_s if left is None else min(left, time_limit_s)
-        return self._child(left, instance=instance, answers=_Answers(), started=now)
+        if isinstance(time_limit_s, _Unset):
+            time_limit_s = None if self.deadline is None else max(0.0, self.deadline - now)
+        return self._child(time_limit_s, instance=instance, answers=_Answers(), started=now)
 
     # ------------------------------------------------------------------------------- the evaluator
     @property
@@ -239,11 +257,11 @@ class Run:
         progress.report(line)
 
     # ------------------------------------------------------------------------------- other backends
-    def call(self, name: str, *, share: float = 1.0, time_limit_s: float | None = None, instance: Any = None,
-             **options: Any) -> Proposal:
-        """Run the backend ``name`` of this problem with ``share`` of the time left (or ``time_limit_s``
-        seconds, at most what is left) on this instance, or on ``instance`` (a sub-problem, with its own
-        evaluator and incumbent), and return its proposal.
+    def call(self, name: str, *, share: float = 1.0, time_limit_s: float | None | _Unset = UNSET,
+             instance: Any = None, **options: Any) -> Proposal:
+        """Run the backend ``name`` of this problem and return its proposal: on this instance (same
+        evaluator and incumbent) or on ``instance`` (a sub-problem, :meth:`on`), with ``share`` of the
+        time left, or exactly ``time_limit_s`` seconds from now when given (None: no limit).
 
         Raises:
             ConfigError: unknown backend name.
@@ -251,10 +269,12 @@ class Run:
         spec = get(self.problem, name)
         if instance is not None:
             child = self.on(instance, time_limit_s=time_limit_s)
-        elif time_limit_s is not None:
-            child = self.limit(time_limit_s)
+        elif not isinstance(time_limit_s, _Unset):
+            child = self.for_seconds(time_limit_s)
+        elif share != 1.0:
+            child = self.share(share)
         else:
-            child = self.share(share) if share != 1.0 else self._child(self.time_limit_s, started=self.started)
+            child = self
         proposal: Proposal = spec.backend(child.instance, child, **options)
         return proposal
 
@@ -382,6 +402,7 @@ def solve_with(
     normalize: Callable[[Any], Any] | None = None,
     initial: Any = None,
     analytic_bound: float | None = None,
+    fallback: str | None = None,
 ) -> SolveResult:
     """Run the registered backend ``solver`` of ``problem`` on ``instance`` and score its proposal.
 
@@ -392,8 +413,10 @@ def solve_with(
     the reference grouping) is the answer of a run interrupted before the backend offered a better one
     (:mod:`packplace.interrupt`); such a result has ``interrupted`` set. ``analytic_bound`` is the
     evaluator's bound when the front-end computed it already (None: ask ``evaluator.lower_bound()``
-    after the backend). ``wall_s`` is the backend's seconds; the front-ends replace it with the whole
-    call's.
+    after the backend). ``fallback`` names ``initial`` when it is an answer of last resort (the balance
+    front-end's quick packing): a backend that returns no solution then gives the run's best answer
+    (``initial`` or a better one the backend offered), status ``feasible``, the message says so.
+    ``wall_s`` is the backend's seconds; the front-ends replace it with the whole call's.
 
     Raises:
         ConfigError: unknown solver name, bad ``time_limit_s`` or ``seed``, an option the backend does
@@ -410,6 +433,10 @@ def solve_with(
     if initial is not None:
         run.offer(initial)
     proposal = _call_backend(spec, instance, run, params)
+    if fallback is not None and proposal.solution is None and run.best is not None:
+        note = f"no answer of {spec.name}'s own ({proposal.message or proposal.status}); returned {fallback}"
+        proposal = Proposal(run.best, FEASIBLE, bound=proposal.bound, hit_time_limit=proposal.hit_time_limit,
+                            iterations=proposal.iterations, message=note, log=proposal.log, info=proposal.info)
     interrupted = interrupt.requested() is not None
     wall_s = run.elapsed()
     if proposal.solution is not None and normalize is not None:

@@ -19,9 +19,10 @@ Performance: docs/performance.md
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
+
+from packplace.run import clock
 
 #: Light ranks tried as partners of the heaviest rank in each step (lightest first).
 PARTNERS = 8
@@ -108,7 +109,7 @@ def fine_tune(
         ranks: D. per_rank: m. capacity: ``seq_len`` (tokens).
         target: T, the makespan aimed at (cost units).
         max_steps: Most exchanges made.
-        deadline: ``time.perf_counter()`` value after which no step starts.
+        deadline: ``packplace.run.clock()`` value after which no step starts.
 
     Returns:
         (bins, exchanges made, stopped by the deadline).
@@ -188,7 +189,7 @@ def fine_tune(
         excess = loads[heavy] - target
         if excess <= 0:
             break
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline is not None and clock() > deadline:
             timed_out = True
             break
         partners = [int(r) for r in np.argsort(loads, kind="stable")[:PARTNERS] if r != heavy]

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import math
 import random
-import time
 
 import numpy as np
 
+from packplace.run import clock
 from packplace.solvers.balance.repair.acceptance import IMPROVEMENT_RTOL
 
 #: Pooled samples enumerated per pair (2^q splits); pairs holding more draw q of them.
@@ -176,7 +176,7 @@ def resplit(
         ranks: D. per_rank: m. capacity: ``seq_len`` (tokens).
         target: The makespan aimed at (cost units); the search stops once every load is at most it.
         max_checks: Most pair checks.
-        deadline: ``time.perf_counter()`` value after which no pair is checked.
+        deadline: ``packplace.run.clock()`` value after which no pair is checked.
         seed: Seed of the random partners and of the free samples' draw.
         every_partner: Pair each leader with every lighter rank, lightest first, instead of the
             :data:`LIGHT_PARTNERS` lightest and :data:`RANDOM_PARTNERS` drawn ones (``lns`` uses this where
@@ -312,7 +312,7 @@ def resplit(
                     continue
                 if checks >= max_checks:
                     break
-                if deadline is not None and time.perf_counter() > deadline:
+                if deadline is not None and clock() > deadline:
                     timed_out = True
                     break
                 checked.add(key)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from packplace.balance.schema import BalanceInstance
+from packplace.run import Run
 from packplace.solvers.balance._common import PreparedSamples
 from packplace.solvers.balance.repair.start import kk_start_bins, rank_key, rank_lpt_bins
 
@@ -35,14 +36,14 @@ Start = tuple[tuple[float, float], int, str, list[list[int]]]
 
 
 def step_starts(instance: BalanceInstance, prepared: PreparedSamples, lpt: list[list[int]], bound: float,
-                deadline: float | None, *, kk_max_work: int, rank_lpt_gap: float) -> tuple[list[Start], bool, bool]:
+                run: Run, *, kk_max_work: int, rank_lpt_gap: float) -> tuple[list[Start], bool, bool]:
     """The cheap starts, best first: (starts, ``karmarkar_karp`` was built, the deadline cut it off).
 
     Args:
         instance, prepared: The instance and its per-sample arrays.
         lpt: LPT's bins (sample indices), the first start.
         bound: The evaluator's analytic lower bound (cost units).
-        deadline: ``time.perf_counter()`` value past which ``karmarkar_karp`` stops (None: no limit).
+        run: The solve's :class:`~packplace.run.Run` (``karmarkar_karp`` runs on what is left of it).
         kk_max_work: ``karmarkar_karp`` is a start when n·D is at most this.
         rank_lpt_gap: Above ``kk_max_work``, the rank-level LPT start is built when LPT is more than this
             relative gap above ``bound``.
@@ -58,7 +59,7 @@ def step_starts(instance: BalanceInstance, prepared: PreparedSamples, lpt: list[
                 starts.append((rank_key(instance, prepared, rank_bins), 2, "rank-level LPT", rank_bins))
     if small:
         kk_built = True
-        kk_bins, kk_cut = kk_start_bins(instance, prepared, deadline)
+        kk_bins, kk_cut = kk_start_bins(instance, prepared, run)
         if kk_bins is not None:
             starts.append((rank_key(instance, prepared, kk_bins), 1, "karmarkar_karp", kk_bins))
     starts.sort(key=lambda start: start[:2])

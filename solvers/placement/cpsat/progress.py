@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 
 from ortools.sat.python import cp_model
 
 from packplace.progress import report
+from packplace.run import Run
 from packplace.solvers.placement.cpsat.tables import TICKS_PER_S
 
 
@@ -28,9 +28,9 @@ class ProgressReporter(cp_model.CpSolverSolutionCallback):
     is ``(CP-SAT bound − rounding)``, labelled when it belongs to a restricted or synchronous problem.
     """
 
-    def __init__(self, began: float, progress_s: float, hint_ticks: int, rounding_ticks: int, relaxed: bool) -> None:
+    def __init__(self, run: Run, progress_s: float, hint_ticks: int, rounding_ticks: int, relaxed: bool) -> None:
         super().__init__()
-        self.began, self.progress_s = began, progress_s
+        self.run, self.progress_s = run, progress_s
         self.best_ticks, self.bound_ticks, self.solutions = hint_ticks, 0, 0
         self.rounding_ticks, self.relaxed = rounding_ticks, relaxed
         self._stop = threading.Event()
@@ -48,7 +48,7 @@ class ProgressReporter(cp_model.CpSolverSolutionCallback):
         """The progress line for the current state."""
         bound_s = max(0, self.bound_ticks - self.rounding_ticks) / TICKS_PER_S
         label = " (restricted/synchronous problem)" if self.relaxed else ""
-        return (f"cpsat: {time.perf_counter() - self.began:.1f} s, best {self.best_ticks / TICKS_PER_S:.6g} s "
+        return (f"cpsat: {self.run.elapsed():.1f} s, best {self.best_ticks / TICKS_PER_S:.6g} s "
                 f"({self.solutions} solution(s) beyond the hint), bound {bound_s:.6g} s{label}")
 
     def _run(self) -> None:

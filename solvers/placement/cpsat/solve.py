@@ -18,18 +18,17 @@ Performance: docs/performance.md.
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from packplace import interrupt
 from packplace.errors import ConfigError
 from packplace.lazy import lazy_module
-from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.plan import Plan
-from packplace.registry import available, get, register
+from packplace.registry import available, register
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal
+from packplace.run import OutOfTime, Run
 from packplace.solvers.placement._common import no_plan_found
 from packplace.solvers.placement.cpsat.model import build_model
 from packplace.solvers.placement.cpsat.periodic import (
@@ -43,7 +42,6 @@ from packplace.solvers.placement.cpsat.periodic import (
 from packplace.solvers.placement.cpsat.pruning import nondominated_candidates, publication_is_monotone
 from packplace.solvers.placement.cpsat.tables import (
     TICKS_PER_S,
-    ModelBuildTimeout,
     ModelTables,
     Option,
     deadline_check,
@@ -79,23 +77,24 @@ DEFAULT_CP_PARAMETERS = {"cp_model_probing_level": 0, "relative_gap_limit": 5e-7
 
 
 # -- the backend -------------------------------------------------------------------------------------
-def _best_baseline(instance, seed: int, solvers: tuple[str, ...], budget_s: float,
+def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
                    staleness: dict[str, int] | None = None) -> tuple[Plan, float, str] | None:
-    """The hint: the best plan of ``solvers`` by the evaluator, each re-scored with ``staleness`` (None:
-    every staleness 0, the synchronous plan); None when none of them found a feasible plan (the greedy
-    and concurrent baselines search colocated, partitioned and disjoint one-block-per-model layouts).
+    """The hint: the best plan of ``solvers`` (each run through :meth:`~packplace.run.Run.call` with
+    ``budget_s`` seconds) by the evaluator, each re-scored with ``staleness`` (None: every staleness 0, the
+    synchronous plan); None when none of them found a feasible plan (the greedy and concurrent baselines
+    search colocated, partitioned and disjoint one-block-per-model layouts).
 
     Raises:
         ConfigError: a name is not a registered placement backend (or is ``cpsat``).
     """
-    ev = get_evaluator(instance)
+    ev = run.evaluator
     best: tuple[Plan, float, str] | None = None
     names = available("placement")
     for name in solvers:
         if name not in names or name == "cpsat":
             raise ConfigError(f"cpsat: hint_solvers: {name!r} is not a usable placement backend; "
                               f"valid: {', '.join(n for n in names if n != 'cpsat')}")
-        proposal = get("placement", name).solve(instance, time_limit_s=budget_s, seed=seed)
+        proposal = run.call(name, time_limit_s=budget_s)
         if proposal.solution is None:
             continue
         plan = Plan.build(proposal.solution.vertices, staleness)  # the staleness the model starts from
@@ -165,7 +164,7 @@ def _plan_of(choice: list[Option], names: tuple[str, ...], staleness: dict[str, 
 
 
 @register("placement", "cpsat", exact=True)
-def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_workers: int = 1,
+def solve(instance, run: Run, *, num_workers: int = 1,
           max_gpus: int = MAX_EXACT_GPUS, top_k: int | None = None, log_search: bool = False,
           cp_parameters: dict[str, Any] | None = None, hint_solvers: tuple[str, ...] = HINT_SOLVERS) -> Proposal:
     """Exact CP-SAT placement: the synchronous step (options × rectangles × memory), or the periodic
@@ -173,11 +172,10 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
 
     Args:
         instance: A :class:`~packplace.placement.config.PlacementInstance`.
-        time_limit_s: Wall-clock budget in seconds for the whole call (default
-            :data:`DEFAULT_TIME_LIMIT_S`); the baselines and model building may use
-            :data:`BUILD_TIME_SHARE` of it (past that the hint is returned, module docstring); CP-SAT
-            gets what they leave (at least 10 ms).
-        seed: CP-SAT ``random_seed`` (and the baselines' seed).
+        run: The run: its time limit covers the whole call (default :data:`DEFAULT_TIME_LIMIT_S`); the
+            baselines and model building may use :data:`BUILD_TIME_SHARE` of it (past that the hint is
+            returned, module docstring); CP-SAT gets what they leave (at least 10 ms). Its seed is CP-SAT's
+            ``random_seed`` (and the baselines').
         num_workers: CP-SAT search workers; 1 (default) is deterministic for a fixed seed.
         max_gpus: Largest cluster solved over the full non-dominated candidate set (default 32).
         top_k: Restrict each vertex to its ``top_k`` fastest non-dominated candidates of each block shape
@@ -203,6 +201,20 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
             not a mapping, an empty ``hint_solvers``, or no baseline plan exists (the
             pre-launch checks of the candidate table explain why).
     """
+    _check_options(num_workers, max_gpus, top_k, log_search, cp_parameters, hint_solvers)
+    exact = _ExactPlacement(instance, run.default(DEFAULT_TIME_LIMIT_S), max_gpus, top_k, tuple(hint_solvers))
+    early = exact.find_hint()
+    if early is not None:
+        return early
+    built = exact.build()
+    if isinstance(built, Proposal):
+        return built
+    return exact.search(built, num_workers, log_search, cp_parameters)
+
+
+def _check_options(num_workers: Any, max_gpus: Any, top_k: Any, log_search: Any, cp_parameters: Any,
+                   hint_solvers: Any) -> None:
+    """ConfigError for the first bad option of :func:`solve` (before any work)."""
     for field_name, value in (("num_workers", num_workers), ("max_gpus", max_gpus)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"cpsat: {field_name} must be an integer >= 1, got {value!r}")
@@ -216,214 +228,255 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
     if isinstance(hint_solvers, str) or not hint_solvers:
         raise ConfigError(f"cpsat: hint_solvers must be a non-empty list of placement backends (the search "
                           f"starts from their best plan), got {hint_solvers!r}")
-    limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else float(time_limit_s)
-    began = time.perf_counter()
-    table = get_table(instance)
-    table.check()
-    ev = get_evaluator(instance)
-    notes: list[str] = []
-    log: list[str] = []
 
-    # -- what the model covers ------------------------------------------------------------------
-    choices = staleness_choices(instance)
-    asynchronous = any(t >= 1 for values in choices.values() for t in values)
-    most_stale = {model: max(values) for model, values in choices.items()} if asynchronous else None
-    restricted = top_k is not None or instance.num_gpus > max_gpus
-    if restricted and top_k is None:
-        top_k = instance.k_eval
-    # the period is monotone in every latency and in memory, so pruning is lossless there
-    monotone, why = (True, "") if asynchronous else publication_is_monotone(instance, table)
-    if monotone:
-        candidates = nondominated_candidates(instance, table)
-    else:
-        candidates = {name: list(table.feasible[name]) for name in instance.graph.names}
-        notes.append(f"no dominance pruning ({why})")
-    hint = _best_baseline(instance, seed, tuple(hint_solvers), HINT_BUDGET * limit, most_stale)
-    if hint is None:  # no plan to start from; cpsat never claims infeasibility it has not proved
-        proposal = no_plan_found(instance, f"no hint solver ({', '.join(hint_solvers)}) found a plan", 0)
-        proposal.message += "; cpsat needs a feasible hint and did not run"
-        return proposal
-    hint_plan, hint_time, hint_name = hint
-    if restricted:
+
+@dataclass
+class _Built:
+    """The model ready to solve: its tables, the CP-SAT model, the hint's schedule and the rounding."""
+
+    tables: ModelTables
+    model: Any
+    n_options: list[int]
+    h_step: int
+    rounding: int
+    build_s: float
+
+
+class _ExactPlacement:
+    """The phases of one ``cpsat`` call: what the model covers and the hint (:meth:`find_hint`), the model
+    (:meth:`build`), the search (:meth:`search`) and the answer (:meth:`answer`)."""
+
+    def __init__(self, instance, run: Run, max_gpus: int, top_k: int | None, hint_solvers: tuple[str, ...]) -> None:
+        self.instance, self.run, self.hint_solvers = instance, run, hint_solvers
+        self.limit = run.time_limit_s
+        self.ev = run.evaluator
+        self.table = self.ev.table
+        self.table.check()
+        self.notes: list[str] = []
+        self.log: list[str] = []
+        choices = staleness_choices(instance)
+        self.asynchronous = any(t >= 1 for values in choices.values() for t in values)
+        self.most_stale = {model: max(values) for model, values in choices.items()} if self.asynchronous else None
+        self.restricted = top_k is not None or instance.num_gpus > max_gpus
+        self.top_k = instance.k_eval if self.restricted and top_k is None else top_k
+        self.why_restricted = (f"{instance.num_gpus} GPUs > max_gpus={max_gpus}" if instance.num_gpus > max_gpus
+                               else f"top_k={top_k}")
+        # the period is monotone in every latency and in memory, so pruning is lossless there
+        self.monotone, why = (True, "") if self.asynchronous else publication_is_monotone(instance, self.table)
+        if self.monotone:
+            self.candidates = nondominated_candidates(instance, self.table)
+        else:
+            self.candidates = {name: list(self.table.feasible[name]) for name in instance.graph.names}
+            self.notes.append(f"no dominance pruning ({why})")
+
+    def find_hint(self) -> Proposal | None:
+        """The hint (:func:`_best_baseline`) and the candidates the model covers (restricted to the
+        ``top_k`` fastest per shape, the hint's kept); the answer when no hint solver found a plan."""
+        hint = _best_baseline(self.run, self.hint_solvers, HINT_BUDGET * self.limit, self.most_stale)
+        if hint is None:  # no plan to start from; cpsat never claims infeasibility it has not proved
+            proposal = no_plan_found(self.ev, f"no hint solver ({', '.join(self.hint_solvers)}) found a plan", 0)
+            proposal.message += "; cpsat needs a feasible hint and did not run"
+            return proposal
+        self.hint_plan, self.hint_time, self.hint_name = hint
+        candidates, table = self.candidates, self.table
         for name in candidates:
-            per_shape: dict[tuple[int, int, int], int] = defaultdict(int)
-            keep = []
-            for cand in candidates[name]:  # fastest first
-                if per_shape[cand.extent] < top_k:
-                    per_shape[cand.extent] += 1
-                    keep.append(cand)
-            vp = hint_plan[name]
+            vp = self.hint_plan[name]
             hint_cand = table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
-            if hint_cand not in keep:
-                keep.append(hint_cand)
-            candidates[name] = keep
-        why_restricted = (f"{instance.num_gpus} GPUs > max_gpus={max_gpus}" if instance.num_gpus > max_gpus
-                          else f"top_k={top_k}")
-        notes.append(f"restricted to the {top_k} fastest non-dominated candidates per vertex and block shape "
-                     f"plus the hint's ({why_restricted}): no optimality claim for the full problem")
-    else:
-        for name in candidates:  # a dominated hint candidate stays available (harmless, keeps the hint exact)
-            vp = hint_plan[name]
-            hint_cand = table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
+            if self.restricted:
+                per_shape: dict[tuple[int, int, int], int] = defaultdict(int)
+                keep = []
+                for cand in candidates[name]:  # fastest first
+                    if per_shape[cand.extent] < self.top_k:
+                        per_shape[cand.extent] += 1
+                        keep.append(cand)
+                candidates[name] = keep
+            # a dominated hint candidate stays available (harmless, keeps the hint exact)
             if hint_cand not in candidates[name]:
                 candidates[name].append(hint_cand)
+        if self.restricted:
+            self.notes.append(f"restricted to the {self.top_k} fastest non-dominated candidates per vertex and "
+                              f"block shape plus the hint's ({self.why_restricted}): no optimality claim for the "
+                              f"full problem")
+        return None
 
-    build_budget = BUILD_TIME_SHARE * limit
-    deadline = began + build_budget
-    try:
-        tables = make_tables(instance, candidates, deadline)
-        n_options = [len(o) for o in tables.options]
-        hint_choice = _choice_of(tables, hint_plan)
-        sizes = nested_block_sizes(tables, instance.cluster)
-        if sizes is not None:  # symmetry breaking: the first vertex's block starts at GPU 0
-            mirrored = first_block_at_origin(hint_choice, tables, sizes)
-            mirrored_plan = _plan_of(mirrored, tables.names, most_stale)
-            if ev.step_time(mirrored_plan) == hint_time:
-                hint_choice, hint_plan = mirrored, mirrored_plan
-                tables.options[0] = [o for o in tables.options[0] if o.lo == 0]
-                n_options = [len(o) for o in tables.options]
-            else:
-                notes.append("no symmetry breaking (a mirrored plan scored differently)")
-        if asynchronous:
-            h_step, h_start = model_period(tables, instance, hint_choice, most_stale)
-            h_end = [t + d for t, d in zip(h_start, durations(instance, hint_choice, most_stale))]
-            rounding = rounding_ticks(tables)
-            built = build_periodic_model(instance, tables, horizon=h_step, deadline=deadline)
-            objective_var = built.period
-            for model_name, values in built.stale.items():
-                for t, lit in values.items():
-                    built.model.AddHint(lit, t == most_stale[model_name])
-        else:
-            h_start, h_end, h_step = model_schedule(tables, instance, hint_choice)
-            rounding = tables.rounding_ticks
-            built = build_model(instance, tables, horizon=h_step, deadline=deadline)
-            objective_var = built.step
-        check = deadline_check(deadline)
-        for v, o in enumerate(hint_choice):
-            check("solution hint")
-            for opt, lit in zip(tables.options[v], built.x[v]):
-                built.model.AddHint(lit, opt is o)
-            built.model.AddHint(built.start[v], h_start[v])
-            built.model.AddHint(built.end[v], h_end[v])
-        built.model.AddHint(objective_var, h_step)
-    except ModelBuildTimeout as stage:
-        spent = time.perf_counter() - began
-        notes.insert(0, f"model not built in time: {spent:.2f} s spent, over the build budget of "
-                        f"{build_budget:.2f} s ({BUILD_TIME_SHARE:.0%} of time_limit_s={limit:g}), stopped at "
-                        f"{stage}; returned the {hint_name} hint ({hint_time:.6g} s), no CP-SAT search")
-        info = {"build_s": spent, "build_budget_s": build_budget, "build_stopped_at": str(stage),
-                "restricted": restricted, "hint_solver": hint_name, "hint_step_time_s": hint_time,
-                "hint_solvers": list(hint_solvers), "cp_status": "NOT_BUILT",
-                # no model value exists: the claim is the hint's evaluated value, exact (no rounding)
-                "model_step_time_s": hint_time, "rounding_s": 0.0,
-                "objective_kind": "period" if asynchronous else "step_time"}
-        log.append(notes[0])
-        return Proposal(hint_plan, FEASIBLE, hit_time_limit=True, message="; ".join(notes), log=log, info=info)
-    build_s = time.perf_counter() - began
-    log.append(f"options per vertex: {dict(zip(tables.names, n_options))} (total {sum(n_options)})")
-    log.append(f"hint: {hint_name} {hint_time:.6f} s (model value {h_step} ticks); "
-               f"{'periodic' if asynchronous else 'synchronous'} model built in {build_s:.2f} s")
-
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, limit - (time.perf_counter() - began))
-    solver.parameters.num_workers = num_workers
-    solver.parameters.random_seed = seed
-    solver.parameters.log_search_progress = bool(log_search)
-    for key, value in {**DEFAULT_CP_PARAMETERS, **(cp_parameters or {})}.items():
+    def build(self) -> _Built | Proposal:
+        """The option tables and the model with the hint, within :data:`BUILD_TIME_SHARE` of the limit;
+        past it the hint is the answer (``hit_time_limit``)."""
+        instance, run, most_stale = self.instance, self.run, self.most_stale
+        build_budget = BUILD_TIME_SHARE * self.limit
+        deadline = run.started + build_budget
         try:
-            setattr(solver.parameters, key, value)
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise ConfigError(f"cpsat: cp_parameters.{key}: {exc}") from None
-    progress_s = float(instance.optimizer.get("progress_s", DEFAULT_PROGRESS_S))
-    # start-up time: the reporter subclasses an OR-Tools class, so its module loads OR-Tools
-    from packplace.solvers.placement.cpsat.progress import ProgressReporter
+            tables = make_tables(instance, self.candidates, deadline)
+            hint_choice = _choice_of(tables, self.hint_plan)
+            sizes = nested_block_sizes(tables, instance.cluster)
+            if sizes is not None:  # symmetry breaking: the first vertex's block starts at GPU 0
+                mirrored = first_block_at_origin(hint_choice, tables, sizes)
+                mirrored_plan = _plan_of(mirrored, tables.names, most_stale)
+                if self.ev.step_time(mirrored_plan) == self.hint_time:
+                    hint_choice, self.hint_plan = mirrored, mirrored_plan
+                    tables.options[0] = [o for o in tables.options[0] if o.lo == 0]
+                else:
+                    self.notes.append("no symmetry breaking (a mirrored plan scored differently)")
+            n_options = [len(o) for o in tables.options]
+            if self.asynchronous:
+                h_step, h_start = model_period(tables, instance, hint_choice, most_stale)
+                h_end = [t + d for t, d in zip(h_start, durations(instance, hint_choice, most_stale))]
+                rounding = rounding_ticks(tables)
+                built = build_periodic_model(instance, tables, horizon=h_step, deadline=deadline)
+                objective_var = built.period
+                for model_name, values in built.stale.items():
+                    for t, lit in values.items():
+                        built.model.AddHint(lit, t == most_stale[model_name])
+            else:
+                h_start, h_end, h_step = model_schedule(tables, instance, hint_choice)
+                rounding = tables.rounding_ticks
+                built = build_model(instance, tables, horizon=h_step, deadline=deadline)
+                objective_var = built.step
+            check = deadline_check(deadline)
+            for v, o in enumerate(hint_choice):
+                check("solution hint")
+                for opt, lit in zip(tables.options[v], built.x[v]):
+                    built.model.AddHint(lit, opt is o)
+                built.model.AddHint(built.start[v], h_start[v])
+                built.model.AddHint(built.end[v], h_end[v])
+            built.model.AddHint(objective_var, h_step)
+        except OutOfTime as stage:
+            return self.not_built(stage, build_budget)
+        build_s = run.elapsed()
+        self.log.append(f"options per vertex: {dict(zip(tables.names, n_options))} (total {sum(n_options)})")
+        self.log.append(f"hint: {self.hint_name} {self.hint_time:.6f} s (model value {h_step} ticks); "
+                        f"{'periodic' if self.asynchronous else 'synchronous'} model built in {build_s:.2f} s")
+        return _Built(tables, built, n_options, h_step, rounding, build_s)
 
-    with ProgressReporter(began, progress_s, h_step, rounding, restricted) as reporter:
-        solver.best_bound_callback = reporter.on_bound
-        solver.parameters.catch_sigint_signal = False  # packplace.interrupt stops the search
-        with interrupt.native(solver.stop_search):
-            cp_status = solver.Solve(built.model, reporter)
-    status_name = solver.StatusName(cp_status)
-    info: dict[str, Any] = {
-        "options": sum(n_options), "options_per_vertex": dict(zip(tables.names, n_options)),
-        "candidates_per_vertex": {name: len(c) for name, c in candidates.items()},
-        "dominance_pruning": monotone, "restricted": restricted, "rounding_s": rounding / TICKS_PER_S,
-        "cp_status": status_name, "hint_solver": hint_name, "hint_step_time_s": hint_time,
-        "hint_solvers": list(hint_solvers),
-        "cp_wall_s": solver.WallTime(), "build_s": build_s,
-        "objective_kind": "period" if asynchronous else "step_time",
-    }
-    log.append(f"CP-SAT {status_name} in {solver.WallTime():.2f} s, {solver.NumBranches()} branches")
+    def not_built(self, stage: OutOfTime, build_budget: float) -> Proposal:
+        """The hint as the answer when the build ran past its budget (the message says where it stopped)."""
+        spent = self.run.elapsed()
+        self.notes.insert(0, f"model not built in time: {spent:.2f} s spent, over the build budget of "
+                             f"{build_budget:.2f} s ({BUILD_TIME_SHARE:.0%} of time_limit_s={self.limit:g}), "
+                             f"stopped at {stage}; returned the {self.hint_name} hint ({self.hint_time:.6g} s), "
+                             f"no CP-SAT search")
+        info = {"build_s": spent, "build_budget_s": build_budget, "build_stopped_at": str(stage),
+                "restricted": self.restricted, "hint_solver": self.hint_name, "hint_step_time_s": self.hint_time,
+                "hint_solvers": list(self.hint_solvers), "cp_status": "NOT_BUILT",
+                # no model value exists: the claim is the hint's evaluated value, exact (no rounding)
+                "model_step_time_s": self.hint_time, "rounding_s": 0.0,
+                "objective_kind": "period" if self.asynchronous else "step_time"}
+        self.log.append(self.notes[0])
+        return Proposal(self.hint_plan, FEASIBLE, hit_time_limit=True, message="; ".join(self.notes), log=self.log,
+                        info=info)
 
-    if cp_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        notes.insert(0, f"CP-SAT returned {status_name}; returned the {hint_name} hint")
-        if cp_status == cp_model.INFEASIBLE:
-            notes.append("the model rejected the hint: a model/evaluator discrepancy")
-        info["model_step_time_s"] = h_step / TICKS_PER_S
-        return Proposal(hint_plan, FEASIBLE, hit_time_limit=cp_status == cp_model.UNKNOWN,
-                        message="; ".join(notes), log=log, info=info)
+    def search(self, built: _Built, num_workers: int, log_search: bool,
+               cp_parameters: dict[str, Any] | None) -> Proposal:
+        """CP-SAT on the model in the time left (at least 10 ms), progress lines on stderr, then
+        :meth:`answer`."""
+        run = self.run
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.01, self.limit - run.elapsed())
+        solver.parameters.num_workers = num_workers
+        solver.parameters.random_seed = run.seed
+        solver.parameters.log_search_progress = bool(log_search)
+        for key, value in {**DEFAULT_CP_PARAMETERS, **(cp_parameters or {})}.items():
+            try:
+                setattr(solver.parameters, key, value)
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise ConfigError(f"cpsat: cp_parameters.{key}: {exc}") from None
+        progress_s = float(self.instance.optimizer.get("progress_s", DEFAULT_PROGRESS_S))
+        # start-up time: the reporter subclasses an OR-Tools class, so its module loads OR-Tools
+        from packplace.solvers.placement.cpsat.progress import ProgressReporter
 
-    cp_value = int(solver.ObjectiveValue())
-    cp_bound = int(math.floor(solver.BestObjectiveBound() + 1e-6))
-    info["cp_objective_s"] = cp_value / TICKS_PER_S
-    info["cp_bound_s"] = cp_bound / TICKS_PER_S
-    choice = [next(o for o, lit in zip(tables.options[v], built.x[v]) if solver.Value(lit))
-              for v in range(len(tables.names))]
-    if asynchronous:
-        staleness = {model_name: next(t for t, lit in values.items() if solver.Value(lit))
-                     for model_name, values in built.stale.items()}
-        staleness = choose_staleness(tables, instance, choice, staleness, cp_value)
-        value = model_period(tables, instance, choice, staleness)[0]
-        plan = _plan_of(choice, tables.names, staleness)
-    else:
-        plan = _plan_of(choice, tables.names)
+        with ProgressReporter(run, progress_s, built.h_step, built.rounding, self.restricted) as reporter:
+            solver.best_bound_callback = reporter.on_bound
+            solver.parameters.catch_sigint_signal = False  # packplace.interrupt stops the search
+            with run.native(solver.stop_search):
+                cp_status = solver.Solve(built.model.model, reporter)
+        return self.answer(solver, cp_status, built)
+
+    def answer(self, solver: Any, cp_status: Any, built: _Built) -> Proposal:
+        """The plan CP-SAT found (or the hint), checked against the evaluator, with its honest status."""
+        tables, notes, rounding = built.tables, self.notes, built.rounding
+        n_options = built.n_options
+        status_name = solver.StatusName(cp_status)
+        info: dict[str, Any] = {
+            "options": sum(n_options), "options_per_vertex": dict(zip(tables.names, n_options)),
+            "candidates_per_vertex": {name: len(c) for name, c in self.candidates.items()},
+            "dominance_pruning": self.monotone, "restricted": self.restricted, "rounding_s": rounding / TICKS_PER_S,
+            "cp_status": status_name, "hint_solver": self.hint_name, "hint_step_time_s": self.hint_time,
+            "hint_solvers": list(self.hint_solvers),
+            "cp_wall_s": solver.WallTime(), "build_s": built.build_s,
+            "objective_kind": "period" if self.asynchronous else "step_time",
+        }
+        self.log.append(f"CP-SAT {status_name} in {solver.WallTime():.2f} s, {solver.NumBranches()} branches")
+        if cp_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            notes.insert(0, f"CP-SAT returned {status_name}; returned the {self.hint_name} hint")
+            if cp_status == cp_model.INFEASIBLE:
+                notes.append("the model rejected the hint: a model/evaluator discrepancy")
+            info["model_step_time_s"] = built.h_step / TICKS_PER_S
+            return Proposal(self.hint_plan, FEASIBLE, hit_time_limit=cp_status == cp_model.UNKNOWN,
+                            message="; ".join(notes), log=self.log, info=info)
+        cp_value = int(solver.ObjectiveValue())
+        cp_bound = int(math.floor(solver.BestObjectiveBound() + 1e-6))
+        info["cp_objective_s"] = cp_value / TICKS_PER_S
+        info["cp_bound_s"] = cp_bound / TICKS_PER_S
+        plan, value = self.read_plan(solver, built, cp_value)
+        evaluated = self.ev.step_time(plan)
+        bound_s = max(0, cp_bound - rounding) / TICKS_PER_S
+        tolerance = max(OPTIMALITY_RTOL, rounding / max(1, cp_bound - rounding))
+        status = OPTIMAL if cp_status == cp_model.OPTIMAL else FEASIBLE
+        proven_bound: float | None = bound_s
+        if self.asynchronous:  # the model's period is at least the evaluator's and less than it plus E
+            agrees = evaluated - 1e-9 <= value / TICKS_PER_S <= evaluated + rounding / TICKS_PER_S + 1e-9
+        else:  # within E either way (tables module docstring)
+            agrees = abs(value / TICKS_PER_S - evaluated) <= rounding / TICKS_PER_S + 1e-9
+        # CP-SAT's objective may exceed the plan's own model value when it stopped at its relative gap limit
+        # (``P`` or ``step`` not yet pushed down to the plan's value), never fall below it
+        trusted = agrees and not (status == OPTIMAL and value > cp_value)
+        if not trusted:
+            # the model disagrees with the evaluator on this plan: trust neither the plan's value nor the bound
+            notes.append(f"model/evaluator discrepancy: CP-SAT {cp_value / TICKS_PER_S:.6f} s, model schedule "
+                         f"{value / TICKS_PER_S:.6f} s, evaluator {evaluated:.6f} s (rounding {rounding} ticks); "
+                         f"returned the better of the CP-SAT plan and the hint, no bound")
+            info["discrepancy"] = True
+            status, proven_bound = FEASIBLE, None
+            if self.hint_time <= evaluated:
+                plan, evaluated, value = self.hint_plan, self.hint_time, built.h_step
+        info["model_step_time_s"] = value / TICKS_PER_S
+        info["evaluated_step_time_s"] = evaluated
+        gap = (evaluated - bound_s) / evaluated if evaluated > 0 else 0.0
+        if self.restricted:
+            # a bound of a problem other than the one asked for: reported, never claimed
+            proven_bound = None
+            status = FEASIBLE
+            if trusted:
+                info["restricted_bound_s"] = bound_s
+                info["gap_restricted"] = gap
+        if self.asynchronous and not any(t for _, t in plan.staleness):  # every staleness 0 won (periodic doc)
+            info["objective_kind"] = "step_time"
+        kind = "period" if info["objective_kind"] == "period" else "step time"
+        if not trusted:
+            head = f"CP-SAT {status_name}"
+        elif status == OPTIMAL:
+            head = f"optimal {kind} within {rounding} ticks rounding over {sum(n_options)} options"
+        elif self.restricted:
+            head = (f"CP-SAT {status_name} on the restricted problem: bound {bound_s:.6f} s, gap {gap:.2%} "
+                    f"(valid for that problem only)")
+        else:
+            head = f"CP-SAT {status_name}: gap {gap:.2%} to its proven bound {bound_s:.6f} s"
+            info["gap"] = gap
+        notes.insert(0, head)
+        return Proposal(plan, status, bound=proven_bound, hit_time_limit=cp_status == cp_model.FEASIBLE,
+                        iterations=int(solver.NumBranches()), message="; ".join(notes), log=self.log, info=info,
+                        optimality_tolerance=tolerance)
+
+    def read_plan(self, solver: Any, built: _Built, cp_value: int) -> tuple[Plan, int]:
+        """CP-SAT's plan (with its staleness) and its model value in ticks."""
+        tables, instance = built.tables, self.instance
+        choice = [next(o for o, lit in zip(tables.options[v], built.model.x[v]) if solver.Value(lit))
+                  for v in range(len(tables.names))]
+        if self.asynchronous:
+            staleness = {model_name: next(t for t, lit in values.items() if solver.Value(lit))
+                         for model_name, values in built.model.stale.items()}
+            staleness = choose_staleness(tables, instance, choice, staleness, cp_value)
+            value = model_period(tables, instance, choice, staleness)[0]
+            return _plan_of(choice, tables.names, staleness), value
         _, _, value = model_schedule(tables, instance, choice)
-    evaluated = ev.step_time(plan)
-    bound_s = max(0, cp_bound - rounding) / TICKS_PER_S
-    tolerance = max(OPTIMALITY_RTOL, rounding / max(1, cp_bound - rounding))
-    status = OPTIMAL if cp_status == cp_model.OPTIMAL else FEASIBLE
-    proven_bound: float | None = bound_s
-
-    if asynchronous:  # the model's period is at least the evaluator's and less than it plus E
-        agrees = evaluated - 1e-9 <= value / TICKS_PER_S <= evaluated + rounding / TICKS_PER_S + 1e-9
-    else:  # within E either way (tables module docstring)
-        agrees = abs(value / TICKS_PER_S - evaluated) <= rounding / TICKS_PER_S + 1e-9
-    # CP-SAT's objective may exceed the plan's own model value when it stopped at its relative gap limit
-    # (``P`` or ``step`` not yet pushed down to the plan's value), never fall below it
-    trusted = agrees and not (status == OPTIMAL and value > cp_value)
-    if not trusted:
-        # the model disagrees with the evaluator on this plan: trust neither the plan's value nor the bound
-        notes.append(f"model/evaluator discrepancy: CP-SAT {cp_value / TICKS_PER_S:.6f} s, model schedule "
-                     f"{value / TICKS_PER_S:.6f} s, evaluator {evaluated:.6f} s (rounding {rounding} ticks); "
-                     f"returned the better of the CP-SAT plan and the hint, no bound")
-        info["discrepancy"] = True
-        status, proven_bound = FEASIBLE, None
-        if hint_time <= evaluated:
-            plan, evaluated, value = hint_plan, hint_time, h_step
-    info["model_step_time_s"] = value / TICKS_PER_S
-    info["evaluated_step_time_s"] = evaluated
-    gap = (evaluated - bound_s) / evaluated if evaluated > 0 else 0.0
-    if restricted:
-        # a bound of a problem other than the one asked for: reported, never claimed
-        proven_bound = None
-        status = FEASIBLE
-        if trusted:
-            info["restricted_bound_s"] = bound_s
-            info["gap_restricted"] = gap
-    if asynchronous and not any(t for _, t in plan.staleness):  # every staleness 0 won (periodic module docstring)
-        info["objective_kind"] = "step_time"
-    kind = "period" if info["objective_kind"] == "period" else "step time"
-    if not trusted:
-        head = f"CP-SAT {status_name}"
-    elif status == OPTIMAL:
-        head = f"optimal {kind} within {rounding} ticks rounding over {sum(n_options)} options"
-    elif restricted:
-        head = (f"CP-SAT {status_name} on the restricted problem: bound {bound_s:.6f} s, gap {gap:.2%} "
-                f"(valid for that problem only)")
-    else:
-        head = f"CP-SAT {status_name}: gap {gap:.2%} to its proven bound {bound_s:.6f} s"
-        info["gap"] = gap
-    notes.insert(0, head)
-    return Proposal(plan, status, bound=proven_bound, hit_time_limit=cp_status == cp_model.FEASIBLE,
-                    iterations=int(solver.NumBranches()), message="; ".join(notes), log=log, info=info,
-                    optimality_tolerance=tolerance)
+        return _plan_of(choice, tables.names), value

@@ -41,6 +41,7 @@ from packplace.placement.memory import DEFAULT_TRAINING, TrainingOptions, vertex
 from packplace.placement.models import ModelSpec
 from packplace.placement.plan import Allocation, Strategy, VertexPlan
 from packplace.placement.training_time import training_overhead_seconds
+from packplace.run import OutOfTime
 
 GB = 1e9
 #: Task kinds whose tensor-parallel group may span whole nodes. A rollout engine may: vLLM runs one
@@ -233,14 +234,17 @@ def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
     return out
 
 
-class TableBuildTimeout(Exception):
-    """Raised by :class:`CandidateTable` when its build passes ``deadline``; ``built`` candidates so far
-    (all vertices), ``vertex`` the one being built, ``micro_batches`` its micro-batch choices per strategy
-    (the divisors of the per-replica sequence count, the factor that grows with the batch)."""
+#: What :class:`CandidateTable` raises when its build passes ``deadline``: packplace's one timeout
+#: exception, :class:`~packplace.run.OutOfTime`, with ``built`` candidates so far (all vertices), ``vertex``
+#: the one being built and ``micro_batches`` its micro-batch choices per strategy (the divisors of the
+#: per-replica sequence count, the factor that grows with the batch) as attributes.
+TableBuildTimeout = OutOfTime
 
-    def __init__(self, built: int, vertex: str, micro_batches: int) -> None:
-        super().__init__(f"{built} candidates built, stopped at {vertex}")
-        self.built, self.vertex, self.micro_batches = built, vertex, micro_batches
+
+def _table_cut(built: int, vertex: str, micro_batches: int) -> OutOfTime:
+    """The :data:`TableBuildTimeout` of a build stopped at ``vertex`` after ``built`` candidates."""
+    return OutOfTime(f"{built} candidates built, stopped at {vertex}", built=built, vertex=vertex,
+                     micro_batches=micro_batches)
 
 
 class CandidateTable:
@@ -618,12 +622,12 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     out = []
     for extent in extents:
         if deadline is not None and time.perf_counter() > deadline:
-            raise TableBuildTimeout(built_before + len(out), name, len(divisors(w.sequences)))
+            raise _table_cut(built_before + len(out), name, len(divisors(w.sequences)))
         for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent, kind):
             if not framework_layout_allows(instance, kind, strategy):
                 continue
             if deadline is not None and time.perf_counter() > deadline:
-                raise TableBuildTimeout(built_before + len(out), name, len(divisors(w.sequences // strategy.dp)))
+                raise _table_cut(built_before + len(out), name, len(divisors(w.sequences // strategy.dp)))
             if only is not None and (strategy, mb, extent) not in only:
                 continue
             dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
