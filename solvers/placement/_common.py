@@ -21,7 +21,7 @@ import itertools
 from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate, gb
 from packplace.placement.evaluator import PlacementEvaluator
-from packplace.placement.plan import Allocation, Plan
+from packplace.placement.problem.plan import Allocation, Plan
 from packplace.result import UNKNOWN, Proposal
 from packplace.run import clock
 

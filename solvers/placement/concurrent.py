@@ -21,7 +21,7 @@ import itertools
 
 from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate
-from packplace.placement.plan import Allocation
+from packplace.placement.problem.plan import Allocation
 from packplace.registry import register
 from packplace.result import FEASIBLE, Proposal
 from packplace.run import Run

@@ -403,6 +403,7 @@ def solve_with(
     initial: Any = None,
     analytic_bound: float | None = None,
     fallback: str | None = None,
+    skip_why: str | None = None,
 ) -> SolveResult:
     """Run the registered backend ``solver`` of ``problem`` on ``instance`` and score its proposal.
 
@@ -416,6 +417,8 @@ def solve_with(
     after the backend). ``fallback`` names ``initial`` when it is an answer of last resort (the balance
     front-end's quick packing): a backend that returns no solution then gives the run's best answer
     (``initial`` or a better one the backend offered), status ``feasible``, the message says so.
+    ``skip_why`` (with ``fallback``): the front end left the backend no time; it is not called, and the
+    answer is ``initial`` with ``hit_time_limit`` and this reason.
     ``wall_s`` is the backend's seconds; the front-ends replace it with the whole call's.
 
     Raises:
@@ -432,7 +435,10 @@ def solve_with(
     run = Run(problem, instance, time_limit_s=time_limit_s, seed=seed, evaluator=evaluator)
     if initial is not None:
         run.offer(initial)
-    proposal = _call_backend(spec, instance, run, params)
+    if skip_why is not None and fallback is not None:
+        proposal = Proposal(None, UNKNOWN, hit_time_limit=True, message=skip_why)
+    else:
+        proposal = _call_backend(spec, instance, run, params)
     if fallback is not None and proposal.solution is None and run.best is not None:
         note = f"no answer of {spec.name}'s own ({proposal.message or proposal.status}); returned {fallback}"
         proposal = Proposal(run.best, FEASIBLE, bound=proposal.bound, hit_time_limit=proposal.hit_time_limit,

@@ -75,3 +75,16 @@ def test_the_front_end_returns_it_when_the_backend_has_no_answer(monkeypatch):
         assert without_limit.status == "unknown"
     finally:
         unregister("balance", "never")
+
+
+def test_a_backend_left_no_time_is_not_run(monkeypatch):
+    # the finish reserve takes the whole limit: the backend is not called, the quick packing answers
+    from packplace.balance import api
+
+    monkeypatch.setattr(api, "QUICK_PACKING_MIN_SAMPLES", 4)
+    monkeypatch.setattr(api, "FINISH_S_PER_SAMPLE", 10.0)  # 40 s for 4 samples, capped at 80% of the limit
+    monkeypatch.setattr(api, "FINISH_SHARE", 1.0)
+    inst = make_instance([9, 5, 5, 1], seq_len=10, data_parallel_size=2)
+    result = packplace.balance(inst, solver="lpt", time_limit_s=1)
+    assert result.ok and result.solution.bins == ((0, 3), (1, 2)) and result.hit_time_limit
+    assert "no answer of lpt's own (no time left for lpt" in result.message

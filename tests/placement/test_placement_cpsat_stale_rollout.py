@@ -15,9 +15,9 @@ from test_placement_cpsat import HW, SMALL, proven_optimal
 from test_placement_cpsat_periodic import max_cycle_mean
 
 import packplace
-from packplace.placement.config import build_instance
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.placement.plan import Plan
+from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.plan import Plan
 from packplace.solvers.placement import cpsat
 from packplace.solvers.placement.cpsat import periodic
 

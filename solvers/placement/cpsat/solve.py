@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from packplace.errors import ConfigError
 from packplace.lazy import lazy_module
-from packplace.placement.plan import Plan
+from packplace.placement.problem.plan import Plan
 from packplace.registry import available, register
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal
 from packplace.run import OutOfTime, Run
@@ -171,7 +171,7 @@ def solve(instance, run: Run, *, num_workers: int = 1,
     asynchronous step when a model may be stale (:mod:`~packplace.solvers.placement.cpsat.periodic`).
 
     Args:
-        instance: A :class:`~packplace.placement.config.PlacementInstance`.
+        instance: A :class:`~packplace.placement.problem.config.PlacementInstance`.
         run: The run: its time limit covers the whole call (default :data:`DEFAULT_TIME_LIMIT_S`); the
             baselines and model building may use :data:`BUILD_TIME_SHARE` of it (past that the hint is
             returned, module docstring); CP-SAT gets what they leave (at least 10 ms). Its seed is CP-SAT's

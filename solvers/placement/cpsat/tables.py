@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from packplace.placement.candidates import Candidate
 from packplace.placement.evaluator import get_table
-from packplace.placement.plan import Allocation
+from packplace.placement.problem.plan import Allocation
 from packplace.run import OutOfTime, clock
 
 #: Model time unit: integer ticks of 10 ns. The rounding ``E = 2·V + 1`` ticks (0.13 µs for six tasks) stays

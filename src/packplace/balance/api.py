@@ -87,6 +87,7 @@ def solve_balance(
     # of the limit); its messages then quote the shorter limit it ran with
     finish_s = FINISH_S_PER_SAMPLE * len(instance.samples)
     backend_limit: float | None = None
+    skip_why = None
     if time_limit_s is not None:
         backend_limit = time_limit_s
         get("balance", solver)  # the first lookup imports every backend module: within the limit, before the clock
@@ -94,11 +95,16 @@ def solve_balance(
         if spent >= 0.01:  # the first call of a process (imports) or a large instance's checks
             backend_limit = max(1e-3, time_limit_s - spent)
         if finish_s >= 0.05:
-            backend_limit = max(1e-3, backend_limit - min(FINISH_SHARE * time_limit_s, finish_s))
+            left = backend_limit - min(FINISH_SHARE * time_limit_s, finish_s)
+            if left <= 0 and fallback is not None and initial is not None:
+                skip_why = (f"no time left for {solver}: the checks and the quick packing took {spent:.3g} s of "
+                            f"time_limit_s={time_limit_s:g}, the rest is kept for the canonical order, the score "
+                            f"and the JSON")
+            backend_limit = max(1e-3, left)
     result = solve_with(
         problem="balance", instance=instance, solver=solver, evaluator=evaluator,
         time_limit_s=backend_limit, seed=seed, params=params, normalize=normalize, initial=initial,
-        fallback=fallback if initial is not None else None,
+        fallback=fallback if initial is not None else None, skip_why=skip_why,
     )
     result.params["time_limit_s"] = time_limit_s
     result.wall_s = time.perf_counter() - started  # the whole call: checks, backend, canonical order, score

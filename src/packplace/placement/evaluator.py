@@ -8,7 +8,7 @@ repeats one step after the other. Period (some model with staleness ``t ≥ 1``)
 steps without the barrier, each publication edge reaching ``1 + t`` steps ahead; the steady-state period
 is the max-plus eigenvalue of that recurrence, computed exactly by Karp's theorem
 (:meth:`PlacementEvaluator._period`). Memory per GPU: ``Σ_models max(resident) + max(transient)`` over
-the vertices placed on it (:mod:`packplace.placement.memory`); above ``memory_per_gpu`` the plan is out of
+the vertices placed on it (:mod:`packplace.placement.model.memory`); above ``memory_per_gpu`` the plan is out of
 memory. Times and bytes come precomputed from the :class:`CandidateTable`; blocks are contiguous id
 ranges, so overlaps and memory work on at most ``2V`` segments; :meth:`PlacementEvaluator.step_time` is
 the fast path of a search. References: Baccelli, Cohen, Olsder & Quadrat 1992, *Synchronization and
@@ -29,7 +29,7 @@ from packplace.placement.candidates import (
     train_state_kept,
     vertex_parts,
 )
-from packplace.placement.plan import Plan, VertexPlan
+from packplace.placement.problem.plan import Plan, VertexPlan
 from packplace.result import register_solution_type
 from packplace.run import register_evaluator
 
@@ -278,7 +278,7 @@ class PlacementEvaluator:
     def stale_time(self, i: int, cand, staleness: int) -> float | None:
         """Seconds per step of generation vertex ``i`` on ``cand`` when its policy has ``staleness ≥ 1``
         and the framework rolls out continuously
-        (:meth:`~packplace.placement.cost.CostModel.stale_generate_time` in place of the batch's
+        (:meth:`~packplace.placement.model.cost.CostModel.stale_generate_time` in place of the batch's
         generation makespan; the vertex's other parts unchanged); ``None`` when the makespan stays."""
         key = (i, cand.key, staleness)
         if key not in self._stale:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from packplace.errors import ConfigError
-from packplace.placement.config import PlacementInstance
-from packplace.placement.memory import DEFAULT_TRAINING, TrainingOptions
-from packplace.placement.plan import Plan, Strategy, VertexPlan
+from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions
+from packplace.placement.problem.config import PlacementInstance
+from packplace.placement.problem.plan import Plan, Strategy, VertexPlan
 
 GENERATE, TRAIN, REFERENCE = "actor.generate", "actor.train", "reference.infer"
 REWARD, CRITIC_INFER, CRITIC_TRAIN = "reward.infer", "critic.infer", "critic.train"

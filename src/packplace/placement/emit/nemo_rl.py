@@ -30,7 +30,7 @@ from packplace.placement.emit.common import (
     disjoint,
     same_gpus,
 )
-from packplace.placement.memory import TrainingOptions
+from packplace.placement.model.memory import TrainingOptions
 
 SCRIPTS = {"grpo": "examples/run_grpo.py", "dapo": "examples/run_grpo.py", "ppo": "examples/run_ppo.py",
            "dpo": "examples/run_dpo.py"}

@@ -33,7 +33,7 @@ from packplace.placement.emit.common import (
     disjoint,
     same_gpus,
 )
-from packplace.placement.memory import TrainingOptions
+from packplace.placement.model.memory import TrainingOptions
 
 ENTRY = "python3 -m verl.trainer.main_ppo"
 #: What a DAPO plan leaves to the user: its loss and sampling settings are not placement.
