@@ -9,8 +9,8 @@ sample: no start backend finishes in it); a start proven optimal ends the call; 
 worse than the start, and is the best one found when the limit cuts the search. Where the ranks hold
 few samples (``makespan`` without padding, budgets or rank rules), the start is first re-split pair by
 pair with each leading rank against every lighter rank (:func:`_resplit_start`, at most
-:data:`EVERY_PARTNER_SHARE` of the time left): cheap there, and each CP-SAT neighbourhood fixes only one
-rank. Neighbourhood for
+:data:`EVERY_PARTNER_CHECKS_PER_RANK` · D pair checks): cheap there, and each CP-SAT neighbourhood fixes
+only one rank. Neighbourhood for
 ``makespan``: a rank tied at the maximum load, one of the :data:`PARTNER_TRIES` lightest ranks (only a
 lighter rank can take its excess) and ranks drawn by ``random.Random(seed)`` (a chain of exchanges can
 pass through them); after :data:`PARTNER_TRIES` failures the next tied rank leads, and when all have,
@@ -24,8 +24,10 @@ neighbourhoods grow by one rank (at most :data:`GROWTH`), never above
 as hint and ceiling, stopping at the whole instance's bound for ``makespan``. A move is kept when the
 objective falls, or stays while the D' loads sorted decreasingly fall lexicographically. Stops at
 ``time_limit_s``, at the analytic bound (``optimal``), when no neighbourhood improves, after
-``max_neighbourhoods``, or on a signal. Determinism: one CP-SAT worker with a deterministic limit and a
-seeded choice give the same answer for the same seed, unless the wall clock cuts the search.
+``max_neighbourhoods`` (by default a work budget, :data:`NEIGHBOURHOOD_WORK_SHARE`), or on a signal.
+Determinism: one CP-SAT worker with a deterministic limit, counted budgets and a seeded choice give
+the same answer for the same seed on a quiet or a loaded machine, unless the wall clock (a ceiling)
+cuts the search.
 Options: ``ranks_per_neighbourhood`` (2), ``neighbourhood_time_s`` (0.2), ``max_neighbourhoods`` (None).
 Performance: docs/performance.md
 """
@@ -82,6 +84,11 @@ START_SHARE = 1.0
 #: bookkeeping, the canonical order and the re-scoring of its answer): when less than this is left after
 #: the start, the start is returned without a neighbourhood.
 SETUP_S_PER_SAMPLE = 2.5e-6
+#: Without ``max_neighbourhoods``, the neighbourhoods get a work budget: at most this share of the time
+#: limit in CP-SAT deterministic time, ⌊share · limit / neighbourhood_time_s⌋ neighbourhoods (at least
+#: one), each capped at ``neighbourhood_time_s`` of it. A count, not the clock, ends the search, so the
+#: same input and seed give the same plan under load; the wall-clock limit stays a ceiling.
+NEIGHBOURHOOD_WORK_SHARE = 0.5
 #: Relative difference under which two loads count as equal in the lexicographic comparison.
 LOAD_RTOL = 1e-12
 #: The every-partner pair re-split (:func:`_resplit_start`) runs where the ranks hold at most this many
@@ -89,10 +96,8 @@ LOAD_RTOL = 1e-12
 #: checking a leader against every lighter rank costs little, while CP-SAT neighbourhoods cost tens of
 #: milliseconds each and fix one rank at a time.
 EVERY_PARTNER_MAX_SAMPLES_PER_RANK = 4
-#: Share of the time left after the start the every-partner re-split may use; the neighbourhoods get
-#: the rest.
-EVERY_PARTNER_SHARE = 0.5
-#: Most pair checks of the every-partner re-split, per rank.
+#: Most pair checks of the every-partner re-split, per rank (its work budget: the time limit is only a
+#: ceiling, so the same start gives the same re-split on a quiet and on a loaded machine).
 EVERY_PARTNER_CHECKS_PER_RANK = 64
 
 
@@ -295,7 +300,7 @@ def _check_params(ranks_per_neighbourhood: Any, neighbourhood_time_s: Any, param
 
 
 @register("balance", "lns")
-@lockstep_aware
+@lockstep_aware(start="repair")
 def solve(
     instance: BalanceInstance,
     run: Run,
@@ -318,14 +323,15 @@ def solve(
             :data:`MAX_NEIGHBOURHOOD_BOOLEANS`).
         neighbourhood_time_s: CP-SAT deterministic time limit per neighbourhood (default 0.2).
         max_neighbourhoods: Stop after this many neighbourhoods solved, an integer ≥ 0 (default None:
-            no count limit) — the reproducible budget (module docstring).
+            ⌊:data:`NEIGHBOURHOOD_WORK_SHARE` · limit / ``neighbourhood_time_s``⌋, at least 1) — the
+            reproducible budget (module docstring).
 
     Returns:
         A :class:`~packplace.result.Proposal`: rank-major bins; status ``optimal`` when the answer meets
         the analytic lower bound, else ``feasible``; ``unknown`` without a feasible start; ``bound`` the
         analytic lower bound; ``iterations`` the neighbourhoods solved; ``info`` the start, its
         objective and the counts of neighbourhoods solved, accepted and proven optimal (and, where the
-        every-partner re-split changed the start, its pair checks, splits and whether its share cut it).
+        every-partner re-split changed the start, its pair checks, splits and whether the time limit cut it).
 
     Raises:
         ConfigError: a bad ``ranks_per_neighbourhood``, ``neighbourhood_time_s`` or
@@ -341,6 +347,9 @@ def solve(
         return early
     if max_neighbourhoods != 0:
         lns.resplit_start()
+    if max_neighbourhoods is None:
+        max_neighbourhoods = max(1, math.floor(NEIGHBOURHOOD_WORK_SHARE * lns.limit / neighbourhood_time_s))
+        lns.budget_note = " (the work budget for the time limit)"
     search = lns.search(ranks_per_neighbourhood, neighbourhood_time_s, max_neighbourhoods)
     return lns.answer(search, max_neighbourhoods)
 
@@ -359,6 +368,7 @@ class _Lns:
         self.setup_s = SETUP_S_PER_SAMPLE * len(instance.samples)
         self.info: dict[str, Any] = {}
         self.resplit_note = ""
+        self.budget_note = ""
         self.solved = self.accepted = self.proven = self.skipped_large = 0
         self.size = 0
         self.hit_limit = self.stalled = self.counted_out = False
@@ -407,11 +417,12 @@ class _Lns:
 
     def resplit_start(self) -> None:
         """The start re-split pair by pair with every partner (:func:`_resplit_start`, at most
-        :data:`EVERY_PARTNER_SHARE` of the time left), kept when the evaluator scores it no worse."""
+        :data:`EVERY_PARTNER_CHECKS_PER_RANK` · D checks, the time left a ceiling), kept when the evaluator
+        scores it no worse."""
         run = self.run
         left = self.deadline - run.now() - self.setup_s - READBACK_RESERVE_S
         target = self.integer_bound if self.integer_bound is not None else self.bound
-        answer = _resplit_start(self.instance, self.start, target, run.now() + EVERY_PARTNER_SHARE * left,
+        answer = _resplit_start(self.instance, self.start, target, run.now() + left,
                                 run.seed) if left > 0 else None
         if answer is None:
             return
@@ -420,7 +431,7 @@ class _Lns:
         if resplit_objective <= self.start_objective:
             self.start = resplit_bins
             self.resplit_note = (f"; every-partner pair re-split: {moved} of {checks} checked pairs re-split "
-                                 f"({resplit_objective:.6g}{', cut by its time share' if cut else ''})")
+                                 f"({resplit_objective:.6g}{', cut by the time limit' if cut else ''})")
             self.info.update(resplit_checks=checks, resplit_accepted=moved, resplit_cut=cut)
             run.offer(self.start)
 
@@ -506,7 +517,7 @@ class _Lns:
             stop = (f"time limit {self.limit:g} s reached (where the wall clock stops the search depends on the "
                     f"machine: max_neighbourhoods gives a reproducible budget)")
         elif self.counted_out:
-            stop = f"max_neighbourhoods {max_neighbourhoods} reached"
+            stop = f"max_neighbourhoods {max_neighbourhoods} reached{self.budget_note}"
         elif self.stalled:
             stop = (f"no neighbourhood of up to {self.size} ranks improved ({PARTNER_TRIES} tried per leading rank "
                     f"and size)")

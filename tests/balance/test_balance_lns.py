@@ -99,8 +99,9 @@ def test_time_limit_is_honoured_with_an_honest_status():
     result = packplace.balance(instance, solver="lns", time_limit_s=1.0, seed=0)
     assert result.ok and result.params["time_limit_s"] == 1.0
     assert result.objective >= optimum
-    if result.objective > optimum:
-        assert result.status == "feasible" and result.hit_time_limit
+    if result.objective > optimum:  # stopped by the clock or by the work budget for 1 s, and says which
+        assert result.status == "feasible"
+        assert result.hit_time_limit or "max_neighbourhoods 2 reached (the work budget" in result.message
 
 
 def test_rank_rules_are_kept():

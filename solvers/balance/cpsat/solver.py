@@ -165,7 +165,7 @@ def solve_from_start(
 
 
 @register("balance", "cpsat", exact=True)
-@lockstep_aware
+@lockstep_aware(start="repair")
 def solve(
     instance: BalanceInstance,
     run: Run,

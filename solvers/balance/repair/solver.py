@@ -1,6 +1,9 @@
 """The ``repair`` entry point: the starts, the improvement of each, the Karmarkar–Karp fallback.
 
-:func:`solve` builds the starts: ``lpt`` (or, on a dead end, the feasibility-first construction);
+:func:`solve` first takes the per-step path of :mod:`.step` where the fine-tuning applies (``makespan``
+without padding or budgets): every cheap start built, the best fine-tuned, returned within
+``STEP_GAP`` of the bound; otherwise those starts go on to the improvement below. For the other
+objectives it builds the starts: ``lpt`` (or, on a dead end, the feasibility-first construction);
 ``karmarkar_karp`` when n·D ≤ :data:`KK_START_MAX_WORK`, above that the rank-level LPT start when LPT
 is more than :data:`RANK_LPT_START_GAP` above the analytic bound; and ``karmarkar_karp`` at every size
 where the fine-tuning does not apply and no start is proven optimal. The starts, best first by the
@@ -46,6 +49,7 @@ from packplace.solvers.balance.repair.start import (
     rank_key,
     rank_lpt_bins,
 )
+from packplace.solvers.balance.repair.step import step_answer, step_starts
 
 #: Default number of pair checks: max(64, 2·D) (the plateau walk needs about one check per rank
 #: tied at the maximum).
@@ -157,6 +161,7 @@ class _Repair:
         self.proven = proven_level(instance, self.bound)
         self.starts: list[tuple] = []
         self.kk_run = self.kk_cut = False
+        self.stepped: tuple | None = None  # the per-step path's fine-tuned answer: (key, bins, messages)
 
     def kk_bins(self) -> list[list[int]] | None:
         """``karmarkar_karp``'s answer (sample indices) on the time left; records that it ran and any cut."""
@@ -164,20 +169,37 @@ class _Repair:
         bins, self.kk_cut = kk_start_bins(self.instance, self.prepared, self.run)
         return bins
 
-    def first_starts(self, bins: list[list[int]]) -> Proposal | None:
-        """The starts: LPT's ``bins``, fine-tuned first when near the bound; the rank-level LPT start; the
-        differencing method's. Returns the answer when one start is proven optimal on the way."""
+    def step_path(self, bins: list[list[int]]) -> Proposal | None:
+        """The per-step path (:mod:`.step`): every cheap start built, the best fine-tuned; returns it when
+        it is near the bound (or the deadline cut ``karmarkar_karp``), else keeps the starts and the
+        fine-tuned answer (:attr:`stepped`) for :meth:`improve_starts`."""
         instance, prepared, proven = self.instance, self.prepared, self.proven
+        self.starts, self.kk_run, self.kk_cut = step_starts(
+            instance, prepared, bins, self.bound, self.run, kk_max_work=KK_START_MAX_WORK,
+            rank_lpt_gap=RANK_LPT_START_GAP)
+        tuned, tuned_key, steps, timed_out, keep = step_answer(
+            self.starts[0], proven,
+            lambda start, key: _fine_tune(instance, prepared, start, key, self.run.deadline, self.bound))
+        name = self.starts[0][2]
+        notes = ([] if name == "lpt" else [f"started from {name}'s answer"]) + (
+            [f"fine-tuning: {steps} exchanges" + (" reached the bound" if tuned_key[0] <= proven else "")]
+            if steps else [])
+        if keep or self.kk_cut:
+            cut = ["the time limit cut karmarkar_karp off"] if self.kk_cut else []
+            return Proposal(keys_of(prepared, tuned), FEASIBLE, iterations=0,
+                            hit_time_limit=timed_out or self.kk_cut, message="; ".join([*self.messages, *notes, *cut]))
+        self.stepped = (tuned_key, tuned, (self.messages if name == "lpt" else []) + notes)
+        return None
+
+    def first_starts(self, bins: list[list[int]]) -> Proposal | None:
+        """The starts: where the fine-tuning applies, those of :meth:`step_path`; otherwise LPT's ``bins``,
+        the rank-level LPT start, the differencing method's. Returns the answer when one start is proven
+        optimal (or near the bound on the per-step path) on the way."""
+        instance, prepared, proven = self.instance, self.prepared, self.proven
+        if _fine_tunable(instance):
+            return self.step_path(bins)
         self.starts = [(rank_key(instance, prepared, bins), 0, "lpt", bins)]
         lpt_value = self.starts[0][0][0]
-        if _fine_tunable(instance) and lpt_value <= proven * (1 + FINE_TUNE_FIRST_GAP):
-            # LPT near the bound: fine-tune it before any other start is built; at the bound it is the answer
-            tuned, tuned_key, steps, timed_out = _fine_tune(instance, prepared, bins, self.starts[0][0],
-                                                            self.run.deadline, self.bound)
-            if tuned_key[0] <= proven:
-                note = f"fine-tuning: {steps} exchanges reached the bound" if steps else ""
-                return Proposal(keys_of(prepared, tuned), FEASIBLE, iterations=0, hit_time_limit=timed_out,
-                                message="; ".join([*self.messages, *([note] if note else [])]))
         small = len(instance.samples) * instance.data_parallel_size <= KK_START_MAX_WORK
         if small and instance.local_batch_size > 1 and lpt_value > proven:
             # several bins per rank: the count-aware rank-level LPT meets the count bound where a dominant
@@ -194,7 +216,7 @@ class _Repair:
             rank_bins = rank_lpt_bins(instance, prepared)
             if rank_bins is not None:
                 self.starts.append((rank_key(instance, prepared, rank_bins), 1, "rank-level LPT", rank_bins))
-        if not self.kk_run and not _fine_tunable(instance) and min(start[0][0] for start in self.starts) > proven:
+        if not self.kk_run and min(start[0][0] for start in self.starts) > proven:
             # Without the fine-tuning an answer is rarely proven optimal, so kk would run anyway: run it now,
             # as a start, so that the better start is improved first and a proven one ends the search.
             kk_bins = self.kk_bins()
@@ -228,6 +250,8 @@ class _Repair:
             if kk_bins is None:
                 break
             starts = [(None, 1, "karmarkar_karp", kk_bins)]
+        if self.stepped is not None and self.stepped[0] < best[0]:
+            best = self.stepped
         key, bins, messages = best
         if self.kk_cut:
             hit_time_limit = True
