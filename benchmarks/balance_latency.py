@@ -14,9 +14,16 @@ bound). Columns: median and best wall ms over ``--repeats`` calls (a fresh insta
 median process CPU ms (less sensitive to other processes on a shared machine), the makespan, the gap
 to the evaluator's bound, the status.
 
+With ``--seeds N`` it runs instead the side-by-side over N instances (seeds 0 … N−1) per size,
+the solvers interleaved per instance (each call ``--repeats`` times, its median CPU kept): per solver
+the median and the worst (largest) CPU ms over the instances, the median of the per-instance ratio
+to verl's CPU time, the median and worst gap, the count of instances whose gap exceeds kk's
+("> kk"), and the statuses.
+
 Usage:
     python benchmarks/balance_latency.py
     python benchmarks/balance_latency.py --repeats 51 --sizes 256x16x4
+    python benchmarks/balance_latency.py --seeds 20 --repeats 3
 """
 
 from __future__ import annotations
@@ -63,6 +70,49 @@ def verl_kk(tokens: list[int], costs: list[float], ranks: int, per_rank: int) ->
     return bins
 
 
+def run_once(who: str, tokens: list[int], costs: list[float], seq_len: int, ranks: int, per_rank: int):
+    """One timed call: (wall s, CPU s, objective, status); verl's objective is its heaviest rank's cost."""
+    start, start_cpu = time.perf_counter(), time.process_time()
+    if who == "verl":
+        bins = verl_kk(tokens, costs, ranks, per_rank)
+    else:
+        inst = make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=per_rank)
+        result = packplace.balance(inst) if who == "default" else packplace.balance(inst, solver=who)
+    wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    if who == "verl":
+        loads = np.zeros(ranks)
+        for b, members in enumerate(bins):
+            loads[b // per_rank] += sum(costs[i] for i in members)
+        return wall, cpu, float(loads.max()), "-"
+    return wall, cpu, result.objective, result.status
+
+
+def side_by_side(size: str, seeds: int, repeats: int, fill: float, solvers: list[str]) -> None:
+    """The interleaved run over ``seeds`` instances of one size (see the module docstring)."""
+    n, ranks, per_rank = (int(x) for x in size.split("x"))
+    cpu: dict[str, list[float]] = {who: [] for who in solvers}
+    gaps: dict[str, list[float]] = {who: [] for who in solvers}
+    statuses: dict[str, dict[str, int]] = {who: {} for who in solvers}
+    worst_seed: dict[str, int] = {}
+    for seed in range(seeds):
+        tokens, costs, seq_len = batch(n, ranks, per_rank, seed, fill)
+        bound = BalanceEvaluator(make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks,
+                                               local_batch_size=per_rank)).lower_bound()
+        for who in solvers:
+            runs = [run_once(who, tokens, costs, seq_len, ranks, per_rank) for _ in range(repeats)]
+            cpu[who].append(statistics.median(r[1] for r in runs))
+            objective, status = runs[-1][2], runs[-1][3]
+            gaps[who].append(100 * (objective - bound) / objective)
+            statuses[who][status] = statuses[who].get(status, 0) + 1
+    for who in solvers:
+        worst_seed[who] = max(range(seeds), key=lambda s: cpu[who][s])
+        ratio = (statistics.median(c / v for c, v in zip(cpu[who], cpu["verl"])) if "verl" in cpu else math.nan)
+        above_kk = (sum(g > k + 1e-12 for g, k in zip(gaps[who], gaps["kk"])) if "kk" in gaps else 0)
+        print(f"{size:>12} {who:<8} {1e3 * statistics.median(cpu[who]):>9.2f} {1e3 * max(cpu[who]):>9.2f} "
+              f"{worst_seed[who]:>5} {ratio:>7.3f} {statistics.median(gaps[who]):>9.5f} {max(gaps[who]):>9.5f} "
+              f"{above_kk:>5} {' '.join(f'{k}:{v}' for k, v in sorted(statuses[who].items()))}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES), help="n x D x m, e.g. 256x16x4")
@@ -70,8 +120,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fill", type=float, default=0.8)
     parser.add_argument("--solvers", nargs="+", default=["default", "lpt", "kk", "verl"])
+    parser.add_argument("--seeds", type=int, default=0, help="side by side over this many instances per size")
     args = parser.parse_args()
     packplace.balance(make_instance([1, 2], seq_len=4, data_parallel_size=1))  # imports outside the timing
+    if args.seeds:
+        print(f"{'n x D x m':>12} {'who':<8} {'cpu ms':>9} {'worst ms':>9} {'seed':>5} {'/verl':>7} "
+              f"{'gap %':>9} {'worst %':>9} {'> kk':>5} statuses")
+        for size in args.sizes:
+            side_by_side(size, args.seeds, args.repeats, args.fill, args.solvers)
+        return
     print(f"{'n x D x m':>12} {'seq_len':>8} {'who':<8} {'median ms':>10} {'best ms':>8} {'cpu ms':>8} "
           f"{'makespan':>12} {'gap %':>8} {'over':>5} {'empty':>5} status")
     for size in args.sizes:

@@ -8,6 +8,9 @@ project's cost model (:func:`packplace.balance.workload.sample_cost`, forward + 
   each sample ≤ 16,384 tokens; ``seq_len`` 32,768.
 * ``sft-long``: long-context SFT, 512 samples on 8 ranks × 5 bins, Llama-3.1-8B; lengths lognormal
   (median 4,096, σ 1.1) clipped to [64, 65,536]; ``seq_len`` 131,072.
+* ``sft-longtail``: long-context SFT with a long tail, 512 samples on 8 ranks × 5 bins, Llama-3.1-8B;
+  5% of the samples (26) uniform in [16,384, 65,536] tokens, the rest lognormal (median 2,048, σ 0.3);
+  ``seq_len`` 65,536 (a 64K sample fills its micro-batch).
 * ``rl-reasoning``: 512 prompts × 8 responses = 4,096 samples on 64 ranks × 9 bins, Qwen2.5-7B;
   prompts lognormal (median 300, σ 0.4), responses lognormal (median 2,500, σ 0.8), ≤ 32,768;
   ``seq_len`` 40,960.
@@ -85,6 +88,10 @@ def build(name: str, seed: int, objective: str = "lockstep") -> BalanceInstance:
     elif name == "sft-long":
         tokens = np.clip(np.rint(rng.lognormal(math.log(4096), 1.1, size=512)), 64, 65536).astype(np.int64)
         shape, ranks, per_rank, seq_len = LLAMA31_8B, 8, 5, 131072
+    elif name == "sft-longtail":
+        tokens = np.clip(np.rint(rng.lognormal(math.log(2048), 0.3, size=512)), 64, 16384).astype(np.int64)
+        tokens[rng.choice(512, size=26, replace=False)] = rng.integers(16384, 65537, size=26)
+        shape, ranks, per_rank, seq_len = LLAMA31_8B, 8, 5, 65536
     elif name == "rl-reasoning":
         tokens, shape, ranks, per_rank, seq_len = (_grpo(rng, 512, 8, 300, 0.4, 2500, 0.8, 32768), QWEN25_7B,
                                                    64, 9, 40960)

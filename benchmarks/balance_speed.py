@@ -36,6 +36,7 @@ import numpy as np
 
 import packplace
 from packplace.balance.instance import make_instance
+from packplace.run import run_for
 from packplace.solvers import available, get
 
 SEQ_LEN = 32768
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
                 result = packplace.balance(instance, solver=name, seed=args.seed, time_limit_s=limit)
                 best = result.wall_s if best is None else min(best, result.wall_s)
                 start = time.process_time()
-                get("balance", name).solve(instance, time_limit_s=limit, seed=args.seed)
+                get("balance", name).backend(instance, run_for("balance", instance, time_limit_s=limit, seed=args.seed))
                 spent = time.process_time() - start
                 cpu = spent if cpu is None else min(cpu, spent)
             gap = 100.0 * result.gap if result.ok else float("nan")

@@ -28,11 +28,18 @@ Usage:
     python benchmarks/planted_packings.py --count 120 --solvers repair,lns --time-limit 5
     python benchmarks/planted_packings.py --family corners --solvers repair,lns --time-limit 5
     python benchmarks/planted_packings.py --count 120 --index 100 --solvers lns   # one instance
+    python benchmarks/planted_packings.py --plans quiet.txt   # then, beside a busy process:
+    python -c 'while 1: pass' & python benchmarks/planted_packings.py --plans loaded.txt; kill %1
+    diff quiet.txt loaded.txt   # the same plans: the searches are bounded by work, not by the clock
+
+``--plans FILE`` writes one line per instance and solver: a SHA-256 digest of the plan's bins (keys
+in order) and its objective.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import math
 import statistics
@@ -115,7 +122,9 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=5.0)
     parser.add_argument("--index", type=int, default=None,
                         help="run only this instance of the family (0-based, in the order of the rows)")
+    parser.add_argument("--plans", default=None, help="write a digest of every plan to this file")
     args = parser.parse_args()
+    digests: list[str] = []
     solvers = args.solvers.split(",")
     family = planted_family(args.count, args.seed) if args.family == "random" else corner_family(args.seed)
     if args.index is not None:
@@ -142,7 +151,12 @@ def main() -> None:
             walls[solver].append(wall)
             cell[solver].append(gap)
             row.append(f"{solver} {gap:8.4f}% {wall:6.2f}s")
+            plan = repr(result.solution.bins if result.solution is not None else None).encode()
+            digests.append(f"{row[0]} {solver} {hashlib.sha256(plan).hexdigest()[:16]} {result.objective!r}")
         print("  ".join(row), flush=True)
+    if args.plans:
+        with open(args.plans, "w", encoding="utf-8") as out:
+            out.write("\n".join(digests) + "\n")
     print("\nworst gap % per cell (instances):")
     print(f"{'ranks':<8} {'k':<6} {'cost':<7} {'n':>3}  " + "  ".join(f"{s:>8}" for s in solvers))
     for key in sorted(cells, key=lambda k: (int(k[0].split('-')[0]), int(k[1].split('-')[0]), k[2])):

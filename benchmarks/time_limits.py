@@ -6,10 +6,12 @@ its result written as JSON, at 1M and 4M samples × 4,096 ranks (balance), 16,38
 batch (placement). Building the
 instance comes before the call and has no time limit; it is shown (``build``) and added in ``total``.
 Each row runs in a fresh child process (one at a time, so that one solver's memory does not slow the
-next) and prints, in seconds:
+next; with ``--busy N``, N more processes spin on the CPU while it runs: the limit must hold on a loaded
+machine too) and prints, in seconds:
 
 * balance — ``build``: :func:`~packplace.balance.instance.make_instance` from numpy columns with
-  ``reference_bins="auto"`` (the CLI's default reference), ``solve``: ``packplace.balance(...)``
+  ``reference_bins="auto"`` (the CLI's default reference), or none with ``--reference none`` (then no
+  backend can fall back to a reference: the answer is its own), ``solve``: ``packplace.balance(...)``
   (the backend, the evaluator's scoring and the result), ``json``: ``result.to_json()``; ``total``
   = the three; ``backend``: the backend's own ``wall_s``;
 * placement — ``build``: the config loaded into an instance, ``solve``: ``packplace.place(...)``,
@@ -17,8 +19,8 @@ next) and prints, in seconds:
 
 ``cpu``: the child's CPU seconds over ``solve`` and ``json`` (every thread); ``objective``: the
 evaluator's value of the answer (the same for the same input and seed unless the limit cut a search). ``ok`` when both
-``solve + json`` and ``cpu`` are at most ``1.1·limit + 0.5``, ``OVER`` otherwise; the exit code is 1 when
-any row is over.
+``solve + json`` and ``cpu`` are at most ``1.1·limit + 0.5`` and the answer is feasible, ``OVER``
+otherwise (also for an answer without a solution); the exit code is 1 when any row is over.
 
 The balance batch: n samples with lognormal token lengths (median 1024, σ 1, clipped to
 ``seq_len`` 32,768), costs ``t + t²/4096`` (linear layers plus causal attention, token units),
@@ -35,6 +37,7 @@ Usage:
     python benchmarks/time_limits.py                              # every solver, 1M and 4M, limit 5 s
     python benchmarks/time_limits.py --problem balance --solvers kk lpt --samples 1000000
     python benchmarks/time_limits.py --problem placement --racks 32 --nodes 64
+    python benchmarks/time_limits.py --problem balance --reference none --busy 1   # no fallback, loaded
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def allowed_s(limit: float) -> float:
     return 1.1 * limit + 0.5
 
 
-def balance_row(solver: str, samples: int, ranks: int, limit: float, seed: int) -> dict:
+def balance_row(solver: str, samples: int, ranks: int, limit: float, seed: int, reference: str = "auto") -> dict:
     """One balance solver on the synthetic batch; phase wall times in seconds."""
     import packplace
     from packplace.balance.instance import make_instance
@@ -74,7 +77,7 @@ def balance_row(solver: str, samples: int, ranks: int, limit: float, seed: int) 
     per_rank = math.ceil(int(tokens.sum()) / (0.85 * ranks * SEQ_LEN))
     started = time.perf_counter()
     instance = make_instance(tokens, costs, seq_len=SEQ_LEN, data_parallel_size=ranks, local_batch_size=per_rank,
-                             reference_bins="auto")
+                             reference_bins="auto" if reference == "auto" else None)
     built = time.perf_counter()
     cpu = time.process_time()
     result = packplace.balance(instance, solver=solver, time_limit_s=limit)
@@ -117,7 +120,7 @@ def placement_row(solver: str, racks: int, nodes: int, limit: float, seed: int, 
 def _child(queue, problem: str, solver: str, size: int, args: argparse.Namespace) -> None:
     try:
         if problem == "balance":
-            row = balance_row(solver, size, args.ranks, args.time_limit, args.seed)
+            row = balance_row(solver, size, args.ranks, args.time_limit, args.seed, args.reference)
         else:
             row = placement_row(solver, args.racks, args.nodes, args.time_limit, args.seed, batch=size)
     except Exception as exc:  # noqa: BLE001 - a benchmark row reports any failure as its status
@@ -137,14 +140,18 @@ def main() -> int:
                         help="extra placement rows on the 8-GPU DPO config at this batch (0: none)")
     parser.add_argument("--time-limit", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reference", choices=["auto", "none"], default="auto",
+                        help="balance: the instances' reference grouping (none: no fallback answer)")
+    parser.add_argument("--busy", type=int, default=0,
+                        help="CPU-bound processes spinning while each row runs (another load on the cores)")
     parser.add_argument("--json", action="store_true", help="one JSON row per line instead of the table")
     args = parser.parse_args()
     problems = ["balance", "placement"] if args.problem == "both" else [args.problem]
     allowed = allowed_s(args.time_limit)
     over = False
     if not args.json:
-        print(f"time limit {args.time_limit:g} s, allowed {allowed:.2f} s, load average "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"time limit {args.time_limit:g} s, allowed {allowed:.2f} s, reference {args.reference}, "
+              f"{args.busy} busy process(es), load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(f"{'problem':<9} {'solver':<10} {'size':<28} {'build':>6} {'solve':>6} {'json':>5} {'total':>6} "
               f"{'cpu':>6} {'backend':>7}  verdict  {'objective':>13}  status")
     context = multiprocessing.get_context("spawn")
@@ -155,19 +162,35 @@ def main() -> int:
             for solver in args.solvers or default:
                 row = _run_row(context, problem, solver, size, args)
                 row.update(problem=problem, solver=solver, limit=args.time_limit, allowed=allowed)
-                row["ok"] = "total" in row and max(row["solve"] + row["json"], row["cpu"]) <= allowed
+                row["ok"] = ("total" in row and max(row["solve"] + row["json"], row["cpu"]) <= allowed
+                             and row["status"] in ("optimal", "feasible"))
                 over |= not row["ok"]
                 _print_row(row, args.json)
     return 1 if over else 0
 
 
+def _spin(stop) -> None:
+    """Burn CPU until ``stop`` is set (``--busy``)."""
+    x = 0
+    while not stop.is_set():
+        for _ in range(100_000):
+            x += 1
+
+
 def _run_row(context, problem: str, solver: str, size: int, args: argparse.Namespace) -> dict:
-    """One row in a fresh child process."""
+    """One row in a fresh child process, with ``args.busy`` spinning processes beside it."""
     queue = context.Queue()
+    stop = context.Event()
+    spinners = [context.Process(target=_spin, args=(stop,)) for _ in range(args.busy)]
+    for spinner in spinners:
+        spinner.start()
     process = context.Process(target=_child, args=(queue, problem, solver, size, args))
     process.start()
     row = queue.get()
     process.join()
+    stop.set()
+    for spinner in spinners:
+        spinner.join()
     return row
 
 

@@ -8,6 +8,6 @@ a name with :func:`register`; the problem front-ends (``packplace.balance(...)``
 ``solvers/placement/``: the registry imports every module there whose name does not start with ``_``.
 """
 
-from packplace.solvers.registry import PROBLEMS, SolverSpec, aliases, available, get, register
+from packplace.registry import PROBLEMS, SolverSpec, aliases, available, get, register
 
 __all__ = ["PROBLEMS", "SolverSpec", "aliases", "available", "get", "register"]

@@ -10,8 +10,8 @@ import pytest
 
 from packplace.harness import bench
 from packplace.harness.bench import run_bench
+from packplace.registry import register, unregister
 from packplace.solvers import get
-from packplace.solvers.registry import register, unregister
 
 SUITE = """
 name: remeasure-test

@@ -13,7 +13,7 @@ import pytest
 from packplace.balance import api as balance_api_module
 from packplace.balance import planner as planner_module
 from packplace.cli import build_parser, main
-from packplace.solvers.registry import register, unregister
+from packplace.registry import register, unregister
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO_WAY = str(ROOT / "configs/balance/two_way_small.yaml")

@@ -7,7 +7,8 @@ import pytest
 import packplace
 from packplace.balance import make_instance
 from packplace.errors import ConfigError
-from packplace.result import ERROR, FEASIBLE, OPTIMAL, Proposal, finalize, relative_gap
+from packplace.result import ERROR, FEASIBLE, OPTIMAL, Proposal, relative_gap
+from packplace.run import finalize
 from packplace.yamlio import load_yaml, loads_yaml
 
 
@@ -129,23 +130,23 @@ def test_a_signal_is_reported_as_an_interrupt_not_as_the_time_limit(monkeypatch)
     import signal
 
     from packplace import interrupt
-    from packplace import result as result_module
+    from packplace import run as run_module
 
-    real_get = result_module.get
+    real_get = run_module.get
 
     def fake_get(problem, name):
         spec = real_get(problem, name)
 
-        def solve(instance, *, time_limit_s, seed, **params):
-            proposal = spec.solve(instance, time_limit_s=time_limit_s, seed=seed, **params)
+        def solve(instance, run, **params):
+            proposal = spec.backend(instance, run, **params)
             interrupt._state.signum = signal.SIGTERM  # what the handler / watcher thread records
             proposal.hit_time_limit = True
             return proposal
 
-        return type(spec)(**{**spec.__dict__, "solve": solve})
+        return type(spec)(**{**spec.__dict__, "function": solve, "legacy": False})
 
     monkeypatch.setattr(interrupt._state, "signum", None)  # restored after the test
-    monkeypatch.setattr(result_module, "get", fake_get)
+    monkeypatch.setattr(run_module, "get", fake_get)
     result = packplace.balance(make_instance([3, 2, 1], seq_len=10, data_parallel_size=2), solver="lpt",
                                time_limit_s=600)
     assert result.interrupted and result.ok

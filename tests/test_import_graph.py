@@ -1,4 +1,5 @@
-"""The import graph of packplace is acyclic, and every import inside a function says why it is there.
+"""The import graph of packplace is acyclic, follows the layer table, and every import inside a function
+says why it is there.
 
 The graph is built with :mod:`ast` from the sources (``src/packplace`` and ``solvers/`` as
 ``packplace.solvers``), without importing anything. An edge ``a -> b`` is an import of module ``b``
@@ -6,6 +7,14 @@ The graph is built with :mod:`ast` from the sources (``src/packplace`` and ``sol
 import line (or the line above it) carries a ``#`` comment giving the reason for importing there.
 The parent packages that every import loads first are not edges.
 Imports under ``if TYPE_CHECKING:`` are not edges (they never run).
+
+The layers (:data:`LAYERS`, :func:`layer_of`), lowest first: **ground** (errors, result types, the run
+and the registry, signals, progress, file helpers), **problems** (``packplace.balance``,
+``packplace.placement``: instances, evaluators, front-ends), **solvers** (``packplace.solvers``),
+**harness** (``compare``/``bench``, the framework integrations, report plots, and the ``packplace``
+facade that re-exports them all) and **command line** (every ``cli`` module). A module imports only
+from its own layer or lower ones: the problems reach their backends through the registry (ground),
+never by importing ``packplace.solvers``.
 """
 
 from __future__ import annotations
@@ -131,9 +140,50 @@ def unexplained_function_imports() -> list[str]:
     return missing
 
 
+#: The layers, lowest first (module docstring).
+LAYERS = ("ground", "problems", "solvers", "harness", "command line")
+
+
+def layer_of(module: str) -> str:
+    """The layer of a dotted module name (module docstring)."""
+    if module.rpartition(".")[2] == "cli":
+        return "command line"
+    if module == "packplace" or module == "packplace.plots" or module.startswith(
+            ("packplace.harness", "packplace.integrations")):
+        return "harness"
+    if module.startswith("packplace.solvers"):
+        return "solvers"
+    if module.startswith(("packplace.balance", "packplace.placement")):
+        return "problems"
+    return "ground"
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``a (layer) -> b (layer)`` for every edge into a higher layer."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    return [f"{a} ({layer_of(a)}) -> {b} ({layer_of(b)})" for a in sorted(graph) for b in sorted(graph[a])
+            if rank[layer_of(b)] > rank[layer_of(a)]]
+
+
+def test_the_layer_table_places_the_modules():
+    assert [layer_of(m) for m in ("packplace.run", "packplace.registry", "packplace.result")] == ["ground"] * 3
+    assert layer_of("packplace.balance.evaluator") == layer_of("packplace.placement.api") == "problems"
+    assert layer_of("packplace.solvers.balance.cpsat.solver") == "solvers"
+    assert layer_of("packplace.harness.comparison") == layer_of("packplace") == "harness"
+    assert layer_of("packplace.balance.cli") == layer_of("packplace.cli") == "command line"
+    assert upward_imports({"packplace.result": {"packplace.balance.schema"}}) == [
+        "packplace.result (ground) -> packplace.balance.schema (problems)"]
+    assert upward_imports({"packplace.balance.api": {"packplace.registry"}}) == []
+
+
+def test_every_import_stays_in_its_layer_or_below():
+    upward = upward_imports(import_graph())
+    assert not upward, f"{len(upward)} imports into a higher layer:\n" + "\n".join(upward)
+
+
 def test_the_graph_sees_the_package():
     graph = import_graph()
-    assert "packplace.balance.schema" in graph and "packplace.solvers.registry" in graph
+    assert "packplace.balance.schema" in graph and "packplace.registry" in graph
     assert "packplace.balance.schema" in graph["packplace.balance.evaluator"]
 
 

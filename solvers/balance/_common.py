@@ -10,7 +10,7 @@
   checked), the bin stage of ``karmarkar_karp`` and of ``repair``'s rank-level LPT start.
 * :func:`keys_of`, :func:`canonical`: bins of sample indices as bins of keys; keys in ``key_order``.
 * :func:`integer_makespan_bound`, :func:`remaining_seconds`, :func:`reject_unknown_params`: the
-  integer-cost makespan bound, a ``time.perf_counter()`` deadline and the unknown-parameter error.
+  integer-cost makespan bound, a ``packplace.run.clock()`` deadline and the unknown-parameter error.
 
 Bins are rank-major throughout: bin ``b = r·m + j`` is bin j of rank r.
 Performance: docs/performance.md
@@ -19,7 +19,6 @@ Performance: docs/performance.md
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from packplace.balance.schema import BalanceInstance, SampleKey, key_order
 from packplace.errors import ConfigError
+from packplace.run import clock
 
 
 @dataclass
@@ -92,8 +92,8 @@ def keys_of(prepared: PreparedSamples, bins: list[list[int]]) -> tuple[tuple, ..
 
 
 def remaining_seconds(time_limit_s: float | None) -> float | None:
-    """``time.perf_counter()`` deadline for ``time_limit_s`` (None: no limit)."""
-    return None if time_limit_s is None else time.perf_counter() + float(time_limit_s)
+    """``packplace.run.clock()`` deadline for ``time_limit_s`` (None: no limit)."""
+    return None if time_limit_s is None else clock() + float(time_limit_s)
 
 
 

@@ -18,14 +18,12 @@ Performance: docs/performance.md
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.rank_rules import EXACT_MAX_BOOLEANS, RankRules, construct, exact_packing, pack_rank, units_of
 from packplace.balance.schema import BalanceInstance
 from packplace.result import FEASIBLE, INFEASIBLE, UNKNOWN, Proposal
+from packplace.run import Run, clock, passed
 
 #: Lighter ranks tried as partners of the heaviest rank per round.
 PARTNERS = 8
@@ -52,7 +50,7 @@ def construct_indices(instance: BalanceInstance, deadline: float | None = None) 
     the exact packing that ``local_batch_size: "auto"`` found, then — where n·D·m ≤
     :data:`~packplace.balance.rank_rules.EXACT_MAX_BOOLEANS` — CP-SAT's feasibility model under every
     rule (:func:`~packplace.balance.rank_rules.exact_packing`; capped at ``deadline``, a
-    ``time.perf_counter()`` value). On a dead end the second item says why: "proven" (CP-SAT proved that
+    ``packplace.run.clock()`` value). On a dead end the second item says why: "proven" (CP-SAT proved that
     no packing keeps the rules), "time_limit" (the deadline stopped the feasibility model first) or
     ""."""
     for by in ("cost", "tokens"):
@@ -63,7 +61,7 @@ def construct_indices(instance: BalanceInstance, deadline: float | None = None) 
         index = {key: i for i, key in enumerate(instance.keys)}
         return [[index[key] for key in b] for b in instance.auto_packing], "auto"
     n, bins_total = len(instance.samples), instance.data_parallel_size * instance.local_batch_size
-    left = None if deadline is None else deadline - time.perf_counter()
+    left = None if deadline is None else deadline - clock()
     if n * bins_total > EXACT_MAX_BOOLEANS:
         return None, ""
     if left is not None and left <= 0.01:
@@ -74,7 +72,7 @@ def construct_indices(instance: BalanceInstance, deadline: float | None = None) 
     if proven:
         return None, "proven"
     # the model stopped without an answer: by the caller's deadline, or by its own work limit
-    return None, "time_limit" if deadline is not None and time.perf_counter() >= deadline - 0.005 else ""
+    return None, "time_limit" if deadline is not None and clock() >= deadline - 0.005 else ""
 
 
 def construct_proposal(instance: BalanceInstance, solver: str, deadline: float | None = None) -> Proposal:
@@ -131,7 +129,7 @@ def improve(instance: BalanceInstance, bins: list[list[int]], deadline: float | 
         return [i for u in rank_units for i in units[u]]
 
     while accepted < max_rounds:
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline is not None and clock() > deadline:
             break
         a = int(np.argmax(load))
         moved = False
@@ -183,22 +181,21 @@ def improve(instance: BalanceInstance, bins: list[list[int]], deadline: float | 
     return [b for rank_bins in packed for b in rank_bins], accepted
 
 
-def repair_proposal(instance: BalanceInstance, time_limit_s: float | None) -> Proposal:
+def repair_proposal(instance: BalanceInstance, run: Run) -> Proposal:
     """``repair`` under rank rules: the construction, then :func:`improve` (local optimum, 4 moves per
-    unit, or the time limit); the construction itself when the evaluator scores it strictly better
-    (``rounds`` objective, padding), so never worse than ``lpt``."""
-    started = time.perf_counter()
-    deadline = None if time_limit_s is None else started + float(time_limit_s)
+    unit, or the run's time limit); the construction itself when the run's evaluator scores it strictly
+    better (``rounds`` objective, padding), so never worse than ``lpt``."""
+    deadline = run.deadline
     bins, by = construct_indices(instance, deadline)
     if bins is None:
         return _dead_end(instance, "repair", by)
     constructed = _keys(instance, bins)
     bins, moves = improve(instance, bins, deadline)
-    hit = deadline is not None and time.perf_counter() > deadline
+    hit = passed(deadline)
     note = "" if by == "cost" else _NOTES[by] + "; "
     improved = _keys(instance, bins)
     if moves:
-        evaluator = BalanceEvaluator(instance)
+        evaluator = run.evaluator
         if evaluator.objective(constructed) < evaluator.objective(improved):
             return Proposal(constructed, FEASIBLE, iterations=moves, hit_time_limit=hit,
                             message=f"{note}{moves} rank-level moves under the rank rules raised the "

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from bisect import bisect_left, insort
 from collections import Counter
 
 import numpy as np
 
 from packplace.balance.schema import BalanceInstance
+from packplace.run import clock
 from packplace.solvers.balance._common import PreparedSamples, cached_padding
 
 #: Completions (search nodes) the bin-completion search may generate before it gives up.
@@ -79,7 +79,7 @@ class _BinSpace:
 
 
 def _check_clock(step: int, deadline: float | None) -> None:
-    if deadline is not None and step % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
+    if deadline is not None and step % CLOCK_EVERY == 0 and clock() > deadline:
         raise _OutOfBudget("deadline")
 
 
@@ -183,20 +183,36 @@ def _bin_completion(
     Raises:
         _OutOfBudget: ``max_nodes`` completions generated, or ``deadline`` passed.
     """
-    distinct = sorted(set(sizes), reverse=True)
-    left = {s: 0 for s in distinct}
-    for s in sizes:
-        left[s] += 1
-    counts = [left[s] for s in distinct]
-    total = sum(sizes)
-    slack = count * capacity - total
-    if slack < 0:
+    search = _BinCompletion(sizes, capacity, count, max_nodes, deadline)
+    if search.slack < 0:
         return None
-    nodes = 0
+    return search.run()
 
-    def completions(first_group: int, room: int, min_fill: int) -> list[tuple[int, tuple[tuple[int, int], ...]]]:
+
+class _BinCompletion:
+    """The depth-first search of :func:`_bin_completion`: bins one at a time, each filled by one of the
+    maximal completions of its largest remaining size (:meth:`completions`); a frame per bin is
+    ``[first group, completions, next to try, applied one]``."""
+
+    def __init__(self, sizes: list[int], capacity: int, count: int, max_nodes: int, deadline: float | None) -> None:
+        self.distinct = sorted(set(sizes), reverse=True)
+        left = {s: 0 for s in self.distinct}
+        for s in sizes:
+            left[s] += 1
+        self.counts = [left[s] for s in self.distinct]
+        self.total = sum(sizes)
+        self.capacity, self.max_nodes, self.deadline = capacity, max_nodes, deadline
+        self.slack = count * capacity - self.total
+        self.nodes = 0
+        self.packed: list[list[int]] = []
+        self.frames: list[list] = []
+        self.waste_left = self.slack
+        self.bins_left = count
+        self.tokens_left = self.total
+
+    def completions(self, first_group: int, room: int, min_fill: int) -> list[tuple[int, tuple[tuple[int, int], ...]]]:
         """Maximal multisets (group, how many) of fill in [min_fill, room], best fill first."""
-        nonlocal nodes
+        distinct, counts = self.distinct, self.counts
         found: list[tuple[int, tuple[tuple[int, int], ...]]] = []
         groups = len(distinct)
         # Total tokens still available from group j on (to prune fills that cannot reach min_fill).
@@ -205,9 +221,9 @@ def _bin_completion(
             reach[j] = reach[j + 1] + distinct[j] * counts[j]
         stack = [(first_group, room, (), math.inf)]
         while stack:
-            nodes += 1
-            if nodes > max_nodes:
-                raise _OutOfBudget(f"{max_nodes} nodes")
+            self.nodes += 1
+            if self.nodes > self.max_nodes:
+                raise _OutOfBudget(f"{self.max_nodes} nodes")
             j, space_left, chosen, smallest_out = stack.pop()
             while j < groups and (counts[j] == 0 or distinct[j] > space_left):
                 j += 1
@@ -227,73 +243,70 @@ def _bin_completion(
         found.sort(key=lambda item: -item[0])
         return found
 
-    # Iterative depth-first search over bins; a frame is (completions, next to try, applied one).
-    packed: list[list[int]] = []
-    frames: list[list] = []
-    waste_left = slack
-    bins_left = count
-    tokens_left = total
-
-    def open_frame() -> bool | None:
+    def open_frame(self) -> bool | None:
         """Push a frame for the next bin; True when everything is packed, None on a dead branch."""
-        nonlocal tokens_left
-        if tokens_left == 0:
+        if self.tokens_left == 0:
             return True
-        if bins_left == 0 or -(-tokens_left // capacity) > bins_left:
+        if self.bins_left == 0 or -(-self.tokens_left // self.capacity) > self.bins_left:
             return None
-        if deadline is not None and time.perf_counter() > deadline:
+        if self.deadline is not None and clock() > self.deadline:
             raise _OutOfBudget("deadline")
-        first = next(j for j in range(len(distinct)) if counts[j])
+        counts = self.counts
+        first = next(j for j in range(len(self.distinct)) if counts[j])
         counts[first] -= 1
-        room = capacity - distinct[first]
-        options = completions(first, room, room - waste_left)
+        room = self.capacity - self.distinct[first]
+        options = self.completions(first, room, room - self.waste_left)
         counts[first] += 1
-        frames.append([first, options, 0, None])
+        self.frames.append([first, options, 0, None])
         return False
 
-    def apply(frame: list, option) -> None:
-        nonlocal waste_left, bins_left, tokens_left
+    def apply(self, frame: list, option) -> None:
+        """Fill the frame's bin with ``option``."""
         first, fill, chosen = frame[0], option[0], option[1]
-        counts[first] -= 1
+        distinct = self.distinct
+        self.counts[first] -= 1
         for j, k in chosen:
-            counts[j] -= k
-        waste_left -= capacity - distinct[first] - fill
-        bins_left -= 1
-        tokens_left -= distinct[first] + fill
-        packed.append([distinct[first]] + [distinct[j] for j, k in chosen for _ in range(k)])
+            self.counts[j] -= k
+        self.waste_left -= self.capacity - distinct[first] - fill
+        self.bins_left -= 1
+        self.tokens_left -= distinct[first] + fill
+        self.packed.append([distinct[first]] + [distinct[j] for j, k in chosen for _ in range(k)])
         frame[3] = option
 
-    def undo(frame: list) -> None:
-        nonlocal waste_left, bins_left, tokens_left
+    def undo(self, frame: list) -> None:
+        """Take the frame's applied option back out."""
         first, (fill, chosen) = frame[0], frame[3]
-        counts[first] += 1
+        self.counts[first] += 1
         for j, k in chosen:
-            counts[j] += k
-        waste_left += capacity - distinct[first] - fill
-        bins_left += 1
-        tokens_left += distinct[first] + fill
-        packed.pop()
+            self.counts[j] += k
+        self.waste_left += self.capacity - self.distinct[first] - fill
+        self.bins_left += 1
+        self.tokens_left += self.distinct[first] + fill
+        self.packed.pop()
         frame[3] = None
 
-    state = open_frame()
-    if state is True:
-        return packed
-    if state is None:
-        return None
-    while frames:
-        frame = frames[-1]
-        if frame[3] is not None:
-            undo(frame)
-        if frame[2] >= len(frame[1]):
-            frames.pop()
-            continue
-        option = frame[1][frame[2]]
-        frame[2] += 1
-        apply(frame, option)
-        state = open_frame()
+    def run(self) -> list[list[int]] | None:
+        """The packing, or None when every branch dead-ends."""
+        state = self.open_frame()
         if state is True:
-            return packed
-    return None
+            return self.packed
+        if state is None:
+            return None
+        frames = self.frames
+        while frames:
+            frame = frames[-1]
+            if frame[3] is not None:
+                self.undo(frame)
+            if frame[2] >= len(frame[1]):
+                frames.pop()
+                continue
+            option = frame[1][frame[2]]
+            frame[2] += 1
+            self.apply(frame, option)
+            state = self.open_frame()
+            if state is True:
+                return self.packed
+        return None
 
 
 def _fill_empty_bins(bins: list[list[int]], tokens: list[int]) -> None:
@@ -331,9 +344,9 @@ def feasible_packing(
     Args:
         instance: The balance instance.
         prepared: Its :func:`~packplace.solvers.balance._common.prepare` arrays.
-        deadline: ``time.perf_counter()`` value after which every rule gives up.
+        deadline: ``packplace.run.clock()`` value after which every rule gives up.
         max_nodes: Node budget of the bin-completion search.
-        search_deadline: An earlier ``time.perf_counter()`` value for the searches only: bin
+        search_deadline: An earlier ``packplace.run.clock()`` value for the searches only: bin
             completion and, with budgets, the O(n·K) scans of the decreasing rules. The decreasing
             rules without budgets (O(n log K)) run to ``deadline``.
 
@@ -463,7 +476,7 @@ def after_dead_end(
         (rank-major bins of sample indices or None, one-line message naming what was tried and what
         is returned, whether that is the reference grouping).
     """
-    now = time.perf_counter()
+    now = clock()
     if deadline is not None and now > deadline:
         packed, how = None, "no construction tried (time limit reached)"
     else:

@@ -20,13 +20,14 @@ Performance: docs/performance.md
 from __future__ import annotations
 
 import heapq
-import time
 
 import numpy as np
 
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
+from packplace.registry import register
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
+from packplace.run import OutOfTime, Run, clock
 from packplace.solvers.balance._common import (
     DeadEnd,
     PreparedSamples,
@@ -39,7 +40,6 @@ from packplace.solvers.balance.constrained import construct_proposal
 from packplace.solvers.balance.construction import after_dead_end
 from packplace.solvers.balance.lockstep import lockstep_aware
 from packplace.solvers.balance.lpt import lpt_bins
-from packplace.solvers.registry import register
 
 #: Default ceiling on the estimated peak memory (bytes) of one solve.
 DEFAULT_MAX_MEMORY_BYTES = 4 * 1024**3
@@ -103,10 +103,6 @@ def _merge_arrays(sums_a, roots_a, sums_b, roots_b, ranks, links):
     return sums[order], roots[order]
 
 
-class OutOfTime(Exception):
-    """The differencing loop passed its deadline."""
-
-
 def estimate_bytes(samples: int, ranks: int) -> int:
     """Up-front estimate of the peak memory (bytes) of a solve with ``samples`` samples on ``ranks`` ranks.
 
@@ -131,7 +127,7 @@ def differencing_partition(
     union-find root (a sample index), ``parent`` links merged subsets.
 
     Raises:
-        OutOfTime: ``deadline`` (a ``time.perf_counter()`` value) passed during the merges.
+        OutOfTime: ``deadline`` (a ``packplace.run.clock()`` value) passed during the merges.
     """
     parent = list(range(len(costs)))
     links: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])  # union-find links made by array merges
@@ -142,7 +138,7 @@ def differencing_partition(
     else:
         starts = [[i] for i in order]
     for group in starts:
-        if deadline is not None and created % CLOCK_SETUP_EVERY == 0 and time.perf_counter() > deadline:
+        if deadline is not None and created % CLOCK_SETUP_EVERY == 0 and clock() > deadline:
             raise OutOfTime(f"{created} of {len(starts)} starting partitions built, no merge done")
         sums = [costs[i] for i in group]
         difference = sums[0] - (sums[-1] if len(group) == ranks else 0.0)
@@ -152,7 +148,7 @@ def differencing_partition(
     merges = 0
     while len(heap) > 1:
         merges += 1
-        if deadline is not None and merges % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
+        if deadline is not None and merges % CLOCK_EVERY == 0 and clock() > deadline:
             raise OutOfTime(f"{merges} of {len(starts) - 1} merges done")
         _, _, sums_a, roots_a = heapq.heappop(heap)
         _, _, sums_b, roots_b = heapq.heappop(heap)
@@ -181,7 +177,7 @@ def differencing_partition(
     slot = {root: k for k, root in enumerate(np.asarray(roots).tolist())}
     subsets: list[list[int]] = [[] for _ in range(ranks)]
     for k, i in enumerate(order):
-        if deadline is not None and k % CLOCK_SETUP_EVERY == 0 and time.perf_counter() > deadline:
+        if deadline is not None and k % CLOCK_SETUP_EVERY == 0 and clock() > deadline:
             raise OutOfTime(f"all merges done, {k} of {len(order)} samples read back")
         subsets[slot[find(i)]].append(i)
     return subsets
@@ -192,7 +188,7 @@ def cut_answer(instance: BalanceInstance, prepared: PreparedSamples | None, why:
     """The answer of a differencing run that cannot finish (``why``: the limit, the memory ceiling).
 
     LPT's bins (:func:`~packplace.solvers.balance.lpt.lpt_bins`, the same greedy ``lpt`` runs) within
-    what is left before ``deadline`` (a ``time.perf_counter()`` value, None: no limit), under the rank
+    what is left before ``deadline`` (a ``packplace.run.clock()`` value, None: no limit), under the rank
     rules the rule-keeping construction; else the instance's reference grouping; else ``unknown``. The
     status is ``feasible`` with an answer; ``hit_time_limit`` is set when the limit cut the
     differencing (``by_limit``) or the deadline has passed.
@@ -205,7 +201,7 @@ def cut_answer(instance: BalanceInstance, prepared: PreparedSamples | None, why:
         how = "lpt"
         if prepared is None:
             prepared = prepare(instance)
-        if deadline is None or time.perf_counter() < deadline:
+        if deadline is None or clock() < deadline:
             try:
                 proposal = Proposal(keys_of(prepared, lpt_bins(instance, prepared, deadline)), FEASIBLE,
                                     iterations=len(prepared.order))
@@ -216,7 +212,7 @@ def cut_answer(instance: BalanceInstance, prepared: PreparedSamples | None, why:
         if proposal.solution is None and instance.reference_bins is not None:
             proposal = Proposal(instance.reference_bins, FEASIBLE)
             how = f"the reference grouping ({how})"
-    timed_out = deadline is not None and time.perf_counter() > deadline
+    timed_out = deadline is not None and clock() > deadline
     proposal.hit_time_limit = proposal.hit_time_limit or timed_out or by_limit
     answered = f"answered by {how}" if proposal.solution is not None else f"{how}; no answer"
     note = f"karmarkar_karp: {why}; {answered}"
@@ -237,9 +233,8 @@ def _constructed(instance: BalanceInstance, why: str, deadline: float | None = N
 @lockstep_aware
 def solve(
     instance: BalanceInstance,
+    run: Run,
     *,
-    time_limit_s: float | None = None,
-    seed: int = 0,
     equal_size: bool = False,
     max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
     **params,
@@ -248,9 +243,8 @@ def solve(
 
     Args:
         instance: The balance instance.
-        time_limit_s: Wall-clock budget (seconds) of the whole solve; past it the answer of
-            :func:`cut_answer` (LPT's bins, else the reference grouping).
-        seed: Unused (deterministic).
+        run: The run; past its deadline the answer of :func:`cut_answer` (LPT's bins, else the reference
+            grouping). Its seed is unused (deterministic).
         equal_size: Give every rank exactly n/D samples.
         max_memory_bytes: Skip the differencing (nothing allocated for it) when :func:`estimate_bytes`
             exceeds it (default :data:`DEFAULT_MAX_MEMORY_BYTES`, 4 GiB): :func:`cut_answer` answers.
@@ -274,7 +268,7 @@ def solve(
         if instance.groups or instance.max_samples_per_bin is not None or n % ranks:
             return _constructed(instance, "differencing does not model groups, max_samples_per_bin or "
                                 f"equal_count with n not divisible by D (n={n}, D={ranks})",
-                                None if time_limit_s is None else time.perf_counter() + float(time_limit_s))
+                                run.deadline)
         equal_size = True
     if equal_size and n % ranks:
         raise ConfigError(
@@ -282,8 +276,8 @@ def solve(
         )
     if isinstance(max_memory_bytes, bool) or not isinstance(max_memory_bytes, int) or max_memory_bytes < 1:
         raise ConfigError(f"max_memory_bytes: must be a positive integer, got {max_memory_bytes!r}")
-    started = time.perf_counter()
-    deadline = None if time_limit_s is None else started + float(time_limit_s)
+    time_limit_s = run.time_limit_s
+    deadline = run.deadline
     needed = estimate_bytes(n, ranks)
     if needed > max_memory_bytes:
         return cut_answer(instance, None, (
@@ -291,7 +285,7 @@ def solve(
             f"above max_memory_bytes={max_memory_bytes}"), deadline, by_limit=False)
     prepared = prepare(instance)
     try:
-        if deadline is not None and time.perf_counter() > deadline:
+        if run.expired():
             raise OutOfTime("no merge done: the time went to sorting the samples")
         subsets = differencing_partition(
             prepared.order.tolist(), prepared.costs.tolist(), ranks, equal_size, deadline
@@ -303,7 +297,7 @@ def solve(
     iterations = n - 1 if not equal_size else n // ranks - 1
     keys = prepared.keys
     for rank, members in enumerate(subsets):
-        if deadline is not None and time.perf_counter() > deadline:
+        if run.expired():
             return cut_answer(instance, prepared, (
                 f"time limit {time_limit_s:g} s reached while packing the bins of rank {rank} of {ranks} (n={n})"),
                 deadline)
@@ -314,7 +308,7 @@ def solve(
             if equal_size:
                 return Proposal(None, UNKNOWN, message=f"karmarkar_karp: {failure}")
             bins, message, _ = after_dead_end(instance, prepared, failure, deadline, "karmarkar_karp")
-            timed_out = deadline is not None and time.perf_counter() > deadline
+            timed_out = run.expired()
             if bins is None:
                 return Proposal(None, UNKNOWN, hit_time_limit=timed_out, message=message)
             return Proposal(tuple(tuple(keys[i] for i in b) for b in bins), FEASIBLE, iterations=iterations,

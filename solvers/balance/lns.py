@@ -9,8 +9,8 @@ sample: no start backend finishes in it); a start proven optimal ends the call; 
 worse than the start, and is the best one found when the limit cuts the search. Where the ranks hold
 few samples (``makespan`` without padding, budgets or rank rules), the start is first re-split pair by
 pair with each leading rank against every lighter rank (:func:`_resplit_start`, at most
-:data:`EVERY_PARTNER_SHARE` of the time left): cheap there, and each CP-SAT neighbourhood fixes only one
-rank. Neighbourhood for
+:data:`EVERY_PARTNER_CHECKS_PER_RANK` · D pair checks): cheap there, and each CP-SAT neighbourhood fixes
+only one rank. Neighbourhood for
 ``makespan``: a rank tied at the maximum load, one of the :data:`PARTNER_TRIES` lightest ranks (only a
 lighter rank can take its excess) and ranks drawn by ``random.Random(seed)`` (a chain of exchanges can
 pass through them); after :data:`PARTNER_TRIES` failures the next tied rank leads, and when all have,
@@ -24,8 +24,10 @@ neighbourhoods grow by one rank (at most :data:`GROWTH`), never above
 as hint and ceiling, stopping at the whole instance's bound for ``makespan``. A move is kept when the
 objective falls, or stays while the D' loads sorted decreasingly fall lexicographically. Stops at
 ``time_limit_s``, at the analytic bound (``optimal``), when no neighbourhood improves, after
-``max_neighbourhoods``, or on a signal. Determinism: one CP-SAT worker with a deterministic limit and a
-seeded choice give the same answer for the same seed, unless the wall clock cuts the search.
+``max_neighbourhoods`` (by default a work budget, :data:`NEIGHBOURHOOD_WORK_SHARE`), or on a signal.
+Determinism: one CP-SAT worker with a deterministic limit, counted budgets and a seeded choice give
+the same answer for the same seed on a quiet or a loaded machine, unless the wall clock (a ceiling)
+cuts the search.
 Options: ``ranks_per_neighbourhood`` (2), ``neighbourhood_time_s`` (0.2), ``max_neighbourhoods`` (None).
 Performance: docs/performance.md
 """
@@ -34,23 +36,22 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from packplace import interrupt
 from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import BalanceInstance, SampleKey
 from packplace.errors import ConfigError
+from packplace.registry import register
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
+from packplace.run import Run, clock
 from packplace.solvers.balance._common import canonical, integer_makespan_bound
 from packplace.solvers.balance.cpsat import DEFAULT_MAX_BOOLEANS, READBACK_RESERVE_S, solve_from_start
 from packplace.solvers.balance.cpsat.start import START_S_PER_SAMPLE
 from packplace.solvers.balance.lockstep import lockstep_aware
 from packplace.solvers.balance.repair.resplit import resplit
-from packplace.solvers.registry import get, register
 
 #: Default wall-clock budget (seconds) of the whole call when ``time_limit_s`` is None.
 DEFAULT_TIME_LIMIT_S = 10.0
@@ -83,6 +84,11 @@ START_SHARE = 1.0
 #: bookkeeping, the canonical order and the re-scoring of its answer): when less than this is left after
 #: the start, the start is returned without a neighbourhood.
 SETUP_S_PER_SAMPLE = 2.5e-6
+#: Without ``max_neighbourhoods``, the neighbourhoods get a work budget: at most this share of the time
+#: limit in CP-SAT deterministic time, ⌊share · limit / neighbourhood_time_s⌋ neighbourhoods (at least
+#: one), each capped at ``neighbourhood_time_s`` of it. A count, not the clock, ends the search, so the
+#: same input and seed give the same plan under load; the wall-clock limit stays a ceiling.
+NEIGHBOURHOOD_WORK_SHARE = 0.5
 #: Relative difference under which two loads count as equal in the lexicographic comparison.
 LOAD_RTOL = 1e-12
 #: The every-partner pair re-split (:func:`_resplit_start`) runs where the ranks hold at most this many
@@ -90,10 +96,8 @@ LOAD_RTOL = 1e-12
 #: checking a leader against every lighter rank costs little, while CP-SAT neighbourhoods cost tens of
 #: milliseconds each and fix one rank at a time.
 EVERY_PARTNER_MAX_SAMPLES_PER_RANK = 4
-#: Share of the time left after the start the every-partner re-split may use; the neighbourhoods get
-#: the rest.
-EVERY_PARTNER_SHARE = 0.5
-#: Most pair checks of the every-partner re-split, per rank.
+#: Most pair checks of the every-partner re-split, per rank (its work budget: the time limit is only a
+#: ceiling, so the same start gives the same re-split on a quiet and on a loaded machine).
 EVERY_PARTNER_CHECKS_PER_RANK = 64
 
 
@@ -108,14 +112,15 @@ def _lexicographically_lower(new: list[float], old: list[float]) -> bool:
 class _Search:
     """The incumbent (rank-major bins of keys and rank loads) and the neighbourhood bookkeeping."""
 
-    def __init__(self, instance: BalanceInstance, bins: tuple[tuple[SampleKey, ...], ...], seed: int) -> None:
+    def __init__(self, instance: BalanceInstance, evaluator: BalanceEvaluator, bins: tuple[tuple[SampleKey, ...], ...],
+                 seed: int) -> None:
         self.instance = instance
         self.ranks = instance.data_parallel_size
         self.per_rank = instance.local_batch_size
         self.group = instance.resolved_group_size
         self.name = instance.objective
         self.bins = [tuple(b) for b in bins]
-        self.loads = BalanceEvaluator(instance).rank_loads(self.bins).astype(float)
+        self.loads = evaluator.rank_loads(self.bins).astype(float)
         self.objective = objective_value(self.name, self.loads, self.group)
         self.rank_sizes = [sum(len(b) for b in self.rank_bins(r)) for r in range(self.ranks)]
         self.versions = [0] * self.ranks
@@ -206,7 +211,7 @@ class _Search:
         return True
 
 
-def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: int, time_limit_s: float,
+def _best_start(instance: BalanceInstance, run: Run, time_limit_s: float,
                 deadline: float, meets_bound: Callable[[float], bool] | None = None,
                 ) -> tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float, list[str], bool]:
     """(bins, source, objective, notes, cut) of the best feasible start; (None, "", inf, notes, cut) if
@@ -214,19 +219,21 @@ def _best_start(instance: BalanceInstance, evaluator: BalanceEvaluator, seed: in
 
     A start whose objective ``meets_bound`` (proven optimal) ends the list. The start backends share
     ``time_limit_s`` seconds; once one has failed and none has found a start, the
-    next one may use everything up to ``deadline`` (``time.perf_counter()`` seconds) instead: without a start there is
-    nothing to search from, so the search's share is better spent finding one."""
+    next one may use everything up to ``deadline`` (``packplace.run.clock()`` seconds) instead: without a start there is
+    nothing to search from, so the search's share is better spent finding one. The start backends run
+    through :meth:`~packplace.run.Run.call` (same evaluator and incumbent)."""
+    evaluator = run.evaluator
     best: tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float] = (None, "", math.inf)
     notes = []
     cut = False
-    started = time.perf_counter()
+    started = clock()
     for name in (*START_SOLVERS, *((FALLBACK_SOLVER,) if FALLBACK_SOLVER else ())):
         if name == FALLBACK_SOLVER and best[0] is not None:
             break
-        left = max(0.01, time_limit_s - (time.perf_counter() - started))
+        left = max(0.01, time_limit_s - (clock() - started))
         if best[0] is None and notes:  # every backend so far failed
-            left = max(left, deadline - time.perf_counter())
-        proposal = get("balance", name).solve(instance, time_limit_s=left, seed=seed)
+            left = max(left, deadline - clock())
+        proposal = run.call(name, time_limit_s=left)
         if proposal.solution is None:
             cut = cut or proposal.hit_time_limit
             notes.append(f"{name}: {proposal.message or proposal.status}")
@@ -259,7 +266,7 @@ def _resplit_start(instance: BalanceInstance, bins: tuple[tuple[SampleKey, ...],
     most :data:`EVERY_PARTNER_MAX_SAMPLES_PER_RANK` samples per rank on average. Every accepted split
     lowers the larger load of its pair, so no rank load rises above the start's maximum; stops at
     ``target`` (cost units), when no pair of the leaders improves, after
-    :data:`EVERY_PARTNER_CHECKS_PER_RANK` · D checks, or at ``deadline`` (``time.perf_counter()``).
+    :data:`EVERY_PARTNER_CHECKS_PER_RANK` · D checks, or at ``deadline`` (``packplace.run.clock()``).
     Returns None when no split was accepted. Deterministic for the seed unless the deadline cuts it.
     """
     ranks = instance.data_parallel_size
@@ -293,12 +300,11 @@ def _check_params(ranks_per_neighbourhood: Any, neighbourhood_time_s: Any, param
 
 
 @register("balance", "lns")
-@lockstep_aware
+@lockstep_aware(start="repair")
 def solve(
     instance: BalanceInstance,
+    run: Run,
     *,
-    time_limit_s: float | None = None,
-    seed: int = 0,
     ranks_per_neighbourhood: int = DEFAULT_RANKS_PER_NEIGHBOURHOOD,
     neighbourhood_time_s: float = DEFAULT_NEIGHBOURHOOD_TIME_S,
     max_neighbourhoods: int | None = None,
@@ -308,24 +314,24 @@ def solve(
 
     Args:
         instance: The balance instance.
-        time_limit_s: Wall-clock budget in seconds for the whole call, starts included (default
-            :data:`DEFAULT_TIME_LIMIT_S`).
-        seed: Seed of the neighbourhood choice and of CP-SAT (same instance and seed, same answer
-            unless the time limit cuts the search).
+        run: The run: its time limit covers the whole call, starts included (default
+            :data:`DEFAULT_TIME_LIMIT_S`); its seed seeds the neighbourhood choice and CP-SAT (same
+            instance and seed, same answer unless the time limit cuts the search).
         ranks_per_neighbourhood: Ranks pooled per neighbourhood at first, an integer ≥ 2 (default 2;
             grown when the search stalls, by up to :data:`GROWTH` except for ``makespan``; fewer when the
             model would exceed
             :data:`MAX_NEIGHBOURHOOD_BOOLEANS`).
         neighbourhood_time_s: CP-SAT deterministic time limit per neighbourhood (default 0.2).
         max_neighbourhoods: Stop after this many neighbourhoods solved, an integer ≥ 0 (default None:
-            no count limit) — the reproducible budget (module docstring).
+            ⌊:data:`NEIGHBOURHOOD_WORK_SHARE` · limit / ``neighbourhood_time_s``⌋, at least 1) — the
+            reproducible budget (module docstring).
 
     Returns:
         A :class:`~packplace.result.Proposal`: rank-major bins; status ``optimal`` when the answer meets
         the analytic lower bound, else ``feasible``; ``unknown`` without a feasible start; ``bound`` the
         analytic lower bound; ``iterations`` the neighbourhoods solved; ``info`` the start, its
         objective and the counts of neighbourhoods solved, accepted and proven optimal (and, where the
-        every-partner re-split changed the start, its pair checks, splits and whether its share cut it).
+        every-partner re-split changed the start, its pair checks, splits and whether the time limit cut it).
 
     Raises:
         ConfigError: a bad ``ranks_per_neighbourhood``, ``neighbourhood_time_s`` or
@@ -335,147 +341,191 @@ def solve(
     if max_neighbourhoods is not None and (
             isinstance(max_neighbourhoods, bool) or not isinstance(max_neighbourhoods, int) or max_neighbourhoods < 0):
         raise ConfigError(f"max_neighbourhoods: must be an integer >= 0 or None, got {max_neighbourhoods!r}")
-    limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else float(time_limit_s)
-    started = time.perf_counter()
-    deadline = started + limit
-    evaluator = BalanceEvaluator(instance)
-    bound = evaluator.lower_bound()
-
-    def meets_bound(value: float) -> bool:
-        return value <= optimality_level(bound)
-
-    integer_bound = integer_makespan_bound(instance, bound)
-
-    def meets_integer_bound(value: float) -> bool:
-        return meets_bound(value) or (integer_bound is not None and value <= integer_bound)
-
-    setup_s = SETUP_S_PER_SAMPLE * len(instance.samples)
-    if instance.reference_bins is not None and limit < START_S_PER_SAMPLE * len(instance.samples):
-        # too short for any start backend to finish at this size: the reference, without a pre-search
-        value = evaluator.objective(instance.reference_bins)
-        return Proposal(instance.reference_bins, OPTIMAL if meets_bound(value) else FEASIBLE, bound=bound,
-                        hit_time_limit=True, iterations=0, info={"start": "reference", "start_objective": value},
-                        message=(f"lns: time limit {limit:g} s is shorter than a start takes at "
-                                 f"{len(instance.samples)} samples; returned the reference grouping"))
-    start_share = max(0.01, START_SHARE * (deadline - READBACK_RESERVE_S - time.perf_counter()))
-    start, source, start_objective, notes, start_cut = _best_start(instance, evaluator, seed, start_share,
-                                                                   deadline - READBACK_RESERVE_S, meets_integer_bound)
-    info: dict[str, Any] = {"start": source or None, "start_objective": start_objective if start else None}
-    if start is None:
-        return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=start_cut or time.perf_counter() > deadline,
-                        message="no feasible start: " + "; ".join(notes), info=info)
-    interrupt.offer(start)
-    if meets_integer_bound(start_objective) or instance.data_parallel_size < 2:
-        why = ("meets the analytic lower bound" if meets_bound(start_objective) else
-               f"meets the analytic lower bound rounded up to an integer ({integer_bound:.17g}: integer costs)"
-               if meets_integer_bound(start_objective) else "is the only rank")
-        return Proposal(canonical(start), OPTIMAL if meets_bound(start_objective) else FEASIBLE, bound=bound,
-                        iterations=0, message=f"{source} start {why}; no neighbourhood solved", info=info)
-    if deadline - time.perf_counter() < setup_s:
-        # the start's bins as the start gave them: the front end puts them in key order once
-        return Proposal(start, FEASIBLE, bound=bound, hit_time_limit=True, iterations=0,
-                        message=(f"lns from the {source} start ({start_objective:.6g}): time limit {limit:g} s "
-                                 f"leaves too little for a neighbourhood at {len(instance.samples)} samples; "
-                                 f"the start returned"), info=info)
-
-    resplit_note = ""
+    lns = _Lns(instance, run.default(DEFAULT_TIME_LIMIT_S))
+    early = lns.find_start()
+    if early is not None:
+        return early
     if max_neighbourhoods != 0:
-        left = deadline - time.perf_counter() - setup_s - READBACK_RESERVE_S
-        target = integer_bound if integer_bound is not None else bound
-        resplit_answer = _resplit_start(instance, start, target, time.perf_counter() + EVERY_PARTNER_SHARE * left,
-                                        seed) if left > 0 else None
-        if resplit_answer is not None:
-            resplit_bins, checks, moved, cut = resplit_answer
-            resplit_objective = evaluator.objective(resplit_bins)
-            if resplit_objective <= start_objective:
-                start = resplit_bins
-                resplit_note = (f"; every-partner pair re-split: {moved} of {checks} checked pairs re-split "
-                                f"({resplit_objective:.6g}{', cut by its time share' if cut else ''})")
-                info.update(resplit_checks=checks, resplit_accepted=moved, resplit_cut=cut)
-                interrupt.offer(start)
-    search = _Search(instance, start, seed)
-    # Time kept for the final re-scoring, which grows with the instance.
-    reserve = READBACK_RESERVE_S + 3e-6 * len(instance.samples)
-    solved = accepted = proven = failures = 0
-    size = ranks_per_neighbourhood
-    # makespan: grow while the model stays under MAX_NEIGHBOURHOOD_BOOLEANS (small instances end in one
-    # neighbourhood holding every rank); other objectives: by at most GROWTH ranks
-    largest = instance.data_parallel_size if instance.objective == "makespan" else ranks_per_neighbourhood + GROWTH
-    capped = False
-    hit_limit = stalled = counted_out = False
-    skipped_large = 0
-    while True:
-        if meets_bound(search.objective):
-            break
-        if time.perf_counter() > deadline:
-            hit_limit = True
-            break
-        if interrupt.requested() is not None:
-            break
-        if max_neighbourhoods is not None and solved >= max_neighbourhoods:
-            counted_out = True
-            break
-        chosen = search.neighbourhood(failures, size)
-        if chosen is None:
-            if size >= min(largest, instance.data_parallel_size) or capped:
-                stalled = True
-                break
-            size, failures = size + 1, 0
-            continue
-        capped = capped or len(chosen) < min(size, instance.data_parallel_size)  # the model cap binds
-        if search.seen(chosen):
-            failures += 1
-            continue
-        booleans = sum(search.rank_sizes[r] for r in chosen) * len(chosen) * search.per_rank
-        if booleans > DEFAULT_MAX_BOOLEANS:  # even two ranks are too big to build quickly
-            skipped_large += 1
-            failures += 1
-            continue
-        sub = search.sub_instance(chosen)
-        current = tuple(b for r in chosen for b in search.rank_bins(r))
-        left = deadline - reserve - time.perf_counter()
-        if left <= 0.005:
-            hit_limit = True
-            break
-        result = solve_from_start(sub, current, time_limit_s=left,
-                                  seed=seed, deterministic_time_s=neighbourhood_time_s,
-                                  linearization_level=LINEARIZATION_LEVEL,
-                                  makespan_floor=bound if instance.objective == "makespan" else None)
-        solved += 1
-        proven += result.proven
-        improved = False
-        if result.bins is not None:
-            new_loads = BalanceEvaluator(sub).rank_loads(result.bins)
-            improved = search.try_replace(chosen, result.bins, new_loads)
-        if improved:
-            accepted += 1
-            failures = 0
-            interrupt.offer(tuple(search.bins))
-        else:
-            failures += 1
+        lns.resplit_start()
+    if max_neighbourhoods is None:
+        max_neighbourhoods = max(1, math.floor(NEIGHBOURHOOD_WORK_SHARE * lns.limit / neighbourhood_time_s))
+        lns.budget_note = " (the work budget for the time limit)"
+    search = lns.search(ranks_per_neighbourhood, neighbourhood_time_s, max_neighbourhoods)
+    return lns.answer(search, max_neighbourhoods)
 
-    final = canonical(search.bins)
-    final_objective = evaluator.objective(final)
-    guarded = final_objective > start_objective
-    if guarded:
-        final, final_objective = canonical(start), start_objective
-    info.update(neighbourhoods=solved, accepted=accepted, proven_neighbourhoods=proven,
-                skipped_large=skipped_large)
-    if meets_bound(final_objective):
-        stop = "meets the analytic lower bound"
-    elif hit_limit:
-        stop = (f"time limit {limit:g} s reached (where the wall clock stops the search depends on the machine: "
-                f"max_neighbourhoods gives a reproducible budget)")
-    elif counted_out:
-        stop = f"max_neighbourhoods {max_neighbourhoods} reached"
-    elif stalled:
-        stop = (f"no neighbourhood of up to {size} ranks improved ({PARTNER_TRIES} tried per leading rank "
-                f"and size)")
-    else:
-        stop = "interrupted"
-    message = (f"lns from the {source} start ({start_objective:.6g}){resplit_note}: {accepted} of {solved} "
-               f"neighbourhoods improved; {stop}")
-    if guarded:
-        message += "; the evaluator scored the search's answer worse than the start (rounding), start returned"
-    return Proposal(final, OPTIMAL if meets_bound(final_objective) else FEASIBLE, bound=bound,
-                    hit_time_limit=hit_limit, iterations=solved, message=message, info=info)
+
+class _Lns:
+    """The phases of one ``lns`` call: the start (:meth:`find_start`), the every-partner re-split
+    (:meth:`resplit_start`), the neighbourhoods (:meth:`search`) and the answer (:meth:`answer`)."""
+
+    def __init__(self, instance: BalanceInstance, run: Run) -> None:
+        self.instance, self.run = instance, run
+        self.limit = run.time_limit_s
+        self.deadline = run.deadline
+        self.evaluator = run.evaluator
+        self.bound = self.evaluator.lower_bound()
+        self.integer_bound = integer_makespan_bound(instance, self.bound)
+        self.setup_s = SETUP_S_PER_SAMPLE * len(instance.samples)
+        self.info: dict[str, Any] = {}
+        self.resplit_note = ""
+        self.budget_note = ""
+        self.solved = self.accepted = self.proven = self.skipped_large = 0
+        self.size = 0
+        self.hit_limit = self.stalled = self.counted_out = False
+
+    def meets_bound(self, value: float) -> bool:
+        return value <= optimality_level(self.bound)
+
+    def meets_integer_bound(self, value: float) -> bool:
+        return self.meets_bound(value) or (self.integer_bound is not None and value <= self.integer_bound)
+
+    def find_start(self) -> Proposal | None:
+        """The best start (:func:`_best_start`); the answer when no start backend can finish in the limit,
+        none found a start, the start is proven optimal, or no time is left for a neighbourhood."""
+        instance, run, limit, deadline, bound = self.instance, self.run, self.limit, self.deadline, self.bound
+        if instance.reference_bins is not None and limit < START_S_PER_SAMPLE * len(instance.samples):
+            # too short for any start backend to finish at this size: the reference, without a pre-search
+            value = self.evaluator.objective(instance.reference_bins)
+            return Proposal(instance.reference_bins, OPTIMAL if self.meets_bound(value) else FEASIBLE, bound=bound,
+                            hit_time_limit=True, iterations=0,
+                            info={"start": "reference", "start_objective": value},
+                            message=(f"lns: time limit {limit:g} s is shorter than a start takes at "
+                                     f"{len(instance.samples)} samples; returned the reference grouping"))
+        start_share = max(0.01, START_SHARE * (deadline - READBACK_RESERVE_S - run.now()))
+        start, source, start_objective, notes, start_cut = _best_start(
+            instance, run, start_share, deadline - READBACK_RESERVE_S, self.meets_integer_bound)
+        self.start, self.source, self.start_objective = start, source, start_objective
+        self.info = info = {"start": source or None, "start_objective": start_objective if start else None}
+        if start is None:
+            return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=start_cut or run.now() > deadline,
+                            message="no feasible start: " + "; ".join(notes), info=info)
+        run.offer(start)
+        if self.meets_integer_bound(start_objective) or instance.data_parallel_size < 2:
+            why = ("meets the analytic lower bound" if self.meets_bound(start_objective) else
+                   f"meets the analytic lower bound rounded up to an integer ({self.integer_bound:.17g}: integer "
+                   f"costs)" if self.meets_integer_bound(start_objective) else "is the only rank")
+            return Proposal(canonical(start), OPTIMAL if self.meets_bound(start_objective) else FEASIBLE,
+                            bound=bound, iterations=0, message=f"{source} start {why}; no neighbourhood solved",
+                            info=info)
+        if deadline - run.now() < self.setup_s:
+            # the start's bins as the start gave them: the front end puts them in key order once
+            return Proposal(start, FEASIBLE, bound=bound, hit_time_limit=True, iterations=0,
+                            message=(f"lns from the {source} start ({start_objective:.6g}): time limit {limit:g} s "
+                                     f"leaves too little for a neighbourhood at {len(instance.samples)} samples; "
+                                     f"the start returned"), info=info)
+        return None
+
+    def resplit_start(self) -> None:
+        """The start re-split pair by pair with every partner (:func:`_resplit_start`, at most
+        :data:`EVERY_PARTNER_CHECKS_PER_RANK` · D checks, the time left a ceiling), kept when the evaluator
+        scores it no worse."""
+        run = self.run
+        left = self.deadline - run.now() - self.setup_s - READBACK_RESERVE_S
+        target = self.integer_bound if self.integer_bound is not None else self.bound
+        answer = _resplit_start(self.instance, self.start, target, run.now() + left,
+                                run.seed) if left > 0 else None
+        if answer is None:
+            return
+        resplit_bins, checks, moved, cut = answer
+        resplit_objective = self.evaluator.objective(resplit_bins)
+        if resplit_objective <= self.start_objective:
+            self.start = resplit_bins
+            self.resplit_note = (f"; every-partner pair re-split: {moved} of {checks} checked pairs re-split "
+                                 f"({resplit_objective:.6g}{', cut by the time limit' if cut else ''})")
+            self.info.update(resplit_checks=checks, resplit_accepted=moved, resplit_cut=cut)
+            run.offer(self.start)
+
+    def search(self, ranks_per_neighbourhood: int, neighbourhood_time_s: float,
+               max_neighbourhoods: int | None) -> _Search:
+        """The neighbourhood loop (module docstring) from the start; returns the search state."""
+        instance, run, deadline, bound = self.instance, self.run, self.deadline, self.bound
+        search = _Search(instance, self.evaluator, self.start, run.seed)
+        # Time kept for the final re-scoring, which grows with the instance.
+        reserve = READBACK_RESERVE_S + 3e-6 * len(instance.samples)
+        failures = 0
+        size = ranks_per_neighbourhood
+        # makespan: grow while the model stays under MAX_NEIGHBOURHOOD_BOOLEANS (small instances end in one
+        # neighbourhood holding every rank); other objectives: by at most GROWTH ranks
+        largest = (instance.data_parallel_size if instance.objective == "makespan"
+                   else ranks_per_neighbourhood + GROWTH)
+        capped = False
+        while True:
+            if self.meets_bound(search.objective):
+                break
+            if run.now() > deadline:
+                self.hit_limit = True
+                break
+            if run.stopped:
+                break
+            if max_neighbourhoods is not None and self.solved >= max_neighbourhoods:
+                self.counted_out = True
+                break
+            chosen = search.neighbourhood(failures, size)
+            if chosen is None:
+                if size >= min(largest, instance.data_parallel_size) or capped:
+                    self.stalled = True
+                    break
+                size, failures = size + 1, 0
+                continue
+            capped = capped or len(chosen) < min(size, instance.data_parallel_size)  # the model cap binds
+            if search.seen(chosen):
+                failures += 1
+                continue
+            booleans = sum(search.rank_sizes[r] for r in chosen) * len(chosen) * search.per_rank
+            if booleans > DEFAULT_MAX_BOOLEANS:  # even two ranks are too big to build quickly
+                self.skipped_large += 1
+                failures += 1
+                continue
+            sub = search.sub_instance(chosen)
+            current = tuple(b for r in chosen for b in search.rank_bins(r))
+            left = deadline - reserve - run.now()
+            if left <= 0.005:
+                self.hit_limit = True
+                break
+            neighbourhood = run.on(sub, time_limit_s=left)
+            result = solve_from_start(sub, current, neighbourhood, deterministic_time_s=neighbourhood_time_s,
+                                      linearization_level=LINEARIZATION_LEVEL,
+                                      makespan_floor=bound if instance.objective == "makespan" else None)
+            self.solved += 1
+            self.proven += result.proven
+            improved = False
+            if result.bins is not None:
+                new_loads = neighbourhood.evaluator.rank_loads(result.bins)
+                improved = search.try_replace(chosen, result.bins, new_loads)
+            if improved:
+                self.accepted += 1
+                failures = 0
+                run.offer(tuple(search.bins))
+            else:
+                failures += 1
+        self.size = size
+        return search
+
+    def answer(self, search: _Search, max_neighbourhoods: int | None) -> Proposal:
+        """The search's answer in key order (the start when the evaluator scores it better), its status and
+        why the search stopped."""
+        final = canonical(search.bins)
+        final_objective = self.evaluator.objective(final)
+        guarded = final_objective > self.start_objective
+        if guarded:
+            final, final_objective = canonical(self.start), self.start_objective
+        self.info.update(neighbourhoods=self.solved, accepted=self.accepted, proven_neighbourhoods=self.proven,
+                         skipped_large=self.skipped_large)
+        if self.meets_bound(final_objective):
+            stop = "meets the analytic lower bound"
+        elif self.hit_limit:
+            stop = (f"time limit {self.limit:g} s reached (where the wall clock stops the search depends on the "
+                    f"machine: max_neighbourhoods gives a reproducible budget)")
+        elif self.counted_out:
+            stop = f"max_neighbourhoods {max_neighbourhoods} reached{self.budget_note}"
+        elif self.stalled:
+            stop = (f"no neighbourhood of up to {self.size} ranks improved ({PARTNER_TRIES} tried per leading rank "
+                    f"and size)")
+        else:
+            stop = "interrupted"
+        message = (f"lns from the {self.source} start ({self.start_objective:.6g}){self.resplit_note}: "
+                   f"{self.accepted} of {self.solved} neighbourhoods improved; {stop}")
+        if guarded:
+            message += "; the evaluator scored the search's answer worse than the start (rounding), start returned"
+        return Proposal(final, OPTIMAL if self.meets_bound(final_objective) else FEASIBLE, bound=self.bound,
+                        hit_time_limit=self.hit_limit, iterations=self.solved, message=message, info=self.info)

@@ -17,7 +17,6 @@ Options: those of the wrapped backend. Performance: docs/performance.md
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,76 +27,211 @@ from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.lockstep import as_rounds_instance, lift_rounds_bins, without_lockstep
 from packplace.balance.schema import BalanceInstance
 from packplace.result import FEASIBLE, OPTIMAL, Proposal
-from packplace.solvers.balance._common import remaining_seconds
+from packplace.run import Run, passed
 
 Solve = Callable[..., Proposal]
 
 
-def lockstep_aware(solve: Solve) -> Solve:
+#: Share of the time limit kept back from the backend for the final levelling pass: the pass always
+#: runs, so a search that uses its whole share never leaves its answer unlevelled.
+LEVELLING_RESERVE = 0.1
+#: Work budget of the levelling pass: at most this many moves per bin (each lowers Σc² strictly); the
+#: time limit is only a ceiling, so the same answer is levelled the same way on a loaded machine.
+LEVELLING_MOVES_PER_BIN = 8
+#: Widths (in layers) of the windows :func:`resolve_layer_windows` re-solves, and the passes over them.
+WINDOW_WIDTHS = (2, 3)
+WINDOW_PASSES = 2
+#: The layer windows run only on a levelled plan more than this relative gap above the lockstep bound
+#: (below it they cost more than a step would gain), and on at most this many samples (each window is a
+#: ``repair`` run on its samples: on thousands of samples the passes cost seconds for hundredths of a
+#: percent).
+WINDOW_MIN_GAP = 1e-3
+WINDOW_MAX_SAMPLES = 2048
+
+
+def lockstep_aware(solve: Solve | None = None, *, start: str | None = None) -> Any:
     """``solve`` unchanged for every objective but ``lockstep``, which it answers through
-    :func:`solve_lockstep` (the signature, hence the accepted parameters, stay ``solve``'s)."""
+    :func:`solve_lockstep` (the signature, hence the accepted parameters, stay ``solve``'s).
+
+    Used bare (``@lockstep_aware``) or with ``start``, the registry name of the backend whose answer
+    ``solve`` improves (``@lockstep_aware(start="repair")``): the lockstep plan is then never worse
+    than that backend's own lockstep plan (:func:`solve_lockstep`).
+    """
+    if solve is None:
+        return functools.partial(lockstep_aware, start=start)
 
     @functools.wraps(solve)
-    def wrapper(instance: BalanceInstance, *, time_limit_s: float | None = None, seed: int = 0,
-                **params: Any) -> Proposal:
+    def wrapper(instance: BalanceInstance, run: Run, **params: Any) -> Proposal:
         if getattr(instance, "objective", None) != "lockstep":
-            return solve(instance, time_limit_s=time_limit_s, seed=seed, **params)
-        return solve_lockstep(solve, instance, time_limit_s=time_limit_s, seed=seed, **params)
+            return solve(instance, run, **params)
+        return solve_lockstep(solve, instance, run, start=start, **params)
 
     return wrapper
 
 
-def solve_lockstep(solve: Solve, instance: BalanceInstance, *, time_limit_s: float | None, seed: int,
+def solve_lockstep(solve: Solve, instance: BalanceInstance, run: Run, *, start: str | None = None,
                    **params: Any) -> Proposal:
-    """Answer a ``lockstep`` instance with a backend's ``solve`` (module docstring).
+    """Answer a ``lockstep`` instance with a backend's ``solve`` (module docstring); the backend runs on
+    the makespan or rounds instance with its own :meth:`~packplace.run.Run.on` run (evaluator, incumbent).
+
+    With ``start`` (the registry name of the backend ``solve`` starts from), that backend's own lockstep
+    plan is computed first, on the whole run (the budget it would get alone; it mostly ends far
+    sooner), and returned where the evaluator scores it lower than the search's: the answer is never
+    worse than its start's. The backend gets the time left less :data:`LEVELLING_RESERVE` of it; the
+    levelling pass then runs on its answer (at most :data:`LEVELLING_MOVES_PER_BIN` moves per bin,
+    the limit a ceiling), and on a plan still more than :data:`WINDOW_MIN_GAP` above the bound the
+    layer windows of :func:`resolve_layer_windows`.
 
     Returns:
         The backend's proposal for the original instance: D·m rank-major bins, each rank's bins by cost
         descending; ``bound`` a lockstep lower bound or None; the message says which route ran.
     """
-    deadline = remaining_seconds(time_limit_s)
+    deadline = run.deadline
+    own_start = None if start is None else run.call(start)  # the start backend's own plan, on the whole run
+
+    def inner() -> float | None:
+        return None if deadline is None else max(1e-3, (1 - LEVELLING_RESERVE) * run.left())
+
+    moves_cap = LEVELLING_MOVES_PER_BIN * instance.num_bins
     if instance.equal_count or instance.groups:
-        proposal = solve(without_lockstep(instance), time_limit_s=time_limit_s, seed=seed, **params)
+        makespan = without_lockstep(instance)
+        proposal = solve(makespan, run.on(makespan, time_limit_s=inner()), **params)
         if proposal.status == OPTIMAL:
             proposal.status = FEASIBLE  # a makespan optimum, not a lockstep one (the evaluator may still prove it)
         note = "lockstep under equal_count/groups: the makespan answer under the same rules"
+        # the backend's words are about the makespan instance (its bound, its optimum): said so, never
+        # read as a claim about the lockstep objective
+        inner = f"its makespan solve: {proposal.message}" if proposal.message else ""
         if proposal.solution is not None:
             bins = proposal.solution.bins if isinstance(proposal.solution, Assignment) else proposal.solution
             bins = tuple(tuple(b) for b in bins)
             proposal.solution = bins
-            evaluator = BalanceEvaluator(instance)
+            evaluator = run.evaluator
             if instance.padding_cost is None and not evaluator.violations(bins):
-                levelled, moves = level_layers(evaluator, bins, deadline, within_ranks=True)
+                levelled, moves = level_layers(evaluator, bins, deadline, max_moves=moves_cap, within_ranks=True)
                 if evaluator.objective(levelled) < evaluator.objective(bins):
                     proposal.solution = levelled
                     note += f", levelled within ranks ({moves} moves)"
-                if deadline is not None and time.perf_counter() >= deadline:
+                if run.expired():
                     proposal.hit_time_limit = True
-        proposal.message = f"{proposal.message}; {note}" if proposal.message else note
+        proposal.message = f"{note}; {inner}" if inner else note
         proposal.info["lockstep_route"] = "makespan under the rank rules, levelled within ranks"
-        return proposal
+        return _no_worse_than_start(proposal, run, start, own_start)
     relaxed = as_rounds_instance(instance)
-    limit = None if deadline is None else max(1e-3, deadline - time.perf_counter())
-    proposal = solve(relaxed, time_limit_s=limit, seed=seed, **params)
+    rounds = run.on(relaxed, time_limit_s=inner())
+    proposal = solve(relaxed, rounds, **params)
     if proposal.solution is not None:
         bins = proposal.solution.bins if isinstance(proposal.solution, Assignment) else proposal.solution
         bins = tuple(tuple(b) for b in bins)
-        evaluator = BalanceEvaluator(relaxed)
+        evaluator = rounds.evaluator
         if evaluator.flatten(bins) is not None and len(bins) == instance.num_bins:
             if proposal.status != OPTIMAL and instance.padding_cost is None and not evaluator.violations(bins):
-                polished, moves = level_layers(evaluator, bins, deadline)
-                if deadline is not None and time.perf_counter() >= deadline:
+                polished, moves = level_layers(evaluator, bins, deadline, max_moves=moves_cap)
+                shifts = 0
+                if (len(instance.samples) <= WINDOW_MAX_SAMPLES and evaluator.objective(polished)
+                        > (1 + WINDOW_MIN_GAP) * run.evaluator.lower_bound()):
+                    shifted, shifts = resolve_layer_windows(evaluator, polished, run)
+                if shifts:
+                    polished, again = level_layers(evaluator, shifted, deadline, max_moves=moves_cap)
+                    moves += again
+                if run.expired():
                     proposal.hit_time_limit = True
                 if evaluator.objective(polished) < evaluator.objective(bins):
                     bins = polished
-                    note = f"lockstep levelling: {moves} moves"
+                    note = f"lockstep levelling: {moves} moves" + (f"; {shifts} layer windows re-solved"
+                                                                  if shifts else "")
                     proposal.message = f"{proposal.message}; {note}" if proposal.message else note
             _, costs = evaluator.bin_arrays(bins)
             proposal.solution = lift_rounds_bins(bins, costs, instance.data_parallel_size)
         else:  # not D·m bins of known keys: passed on for the evaluator to name the violation
             proposal.solution = bins
+            proposal.info["lockstep_route"] = "rounds of D over D·m one-bin ranks"
+            return proposal
     proposal.info["lockstep_route"] = "rounds of D over D·m one-bin ranks"
+    return _no_worse_than_start(proposal, run, start, own_start)
+
+
+def _no_worse_than_start(proposal: Proposal, run: Run, start: str | None, other: Proposal | None) -> Proposal:
+    """``proposal``, or ``other`` (the ``start`` backend's own lockstep plan) where the evaluator scores it
+    strictly lower (or ``proposal`` has none); unchanged without it or when ``proposal`` is optimal."""
+    if other is None or other.solution is None or proposal.status == OPTIMAL:
+        return proposal
+    evaluator = run.evaluator
+    theirs = tuple(tuple(b) for b in (other.solution.bins if isinstance(other.solution, Assignment)
+                                      else other.solution))
+    if evaluator.violations(theirs):
+        return proposal
+    if proposal.solution is not None:
+        ours = tuple(tuple(b) for b in (proposal.solution.bins if isinstance(proposal.solution, Assignment)
+                                        else proposal.solution))
+        if evaluator.violations(ours) or evaluator.objective(theirs) >= evaluator.objective(ours):
+            return proposal
+    proposal.solution = theirs
+    proposal.status = other.status if other.status == OPTIMAL else FEASIBLE
+    note = f"{start}'s own lockstep plan (the start) is better: returned"
+    proposal.message = f"{proposal.message}; {note}" if proposal.message else note
     return proposal
+
+
+def resolve_layer_windows(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...], run: Run
+                          ) -> tuple[tuple[tuple[Any, ...], ...], int]:
+    """Re-solve the bins of a few consecutive layers at a time with ``repair``; keep what lowers the cost.
+
+    Layers are the D·m bins by cost descending in groups of D (the ``rounds`` instance of
+    :func:`~packplace.balance.lockstep.as_rounds_instance`). A window of w consecutive layers pools
+    the samples of its w·D bins into a ``rounds`` sub-instance (w·D one-bin ranks in rounds of D, same
+    ``seq_len``, budgets and ``max_samples_per_bin``) solved by ``repair``, and its answer replaces the
+    window's bins when the evaluator scores the whole plan strictly lower. This moves cost between
+    layers in bulk, which single moves cannot: on a long-tail mix the last layer holds a few short
+    samples per bin while the layers above are full, and lowering a layer's maximum takes moving cost
+    out of all of its bins at once. Windows of :data:`WINDOW_WIDTHS` layers, from the last layer up,
+    :data:`WINDOW_PASSES` passes (fewer when a pass changes nothing): a fixed amount of work; the run's
+    deadline is only a ceiling.
+
+    Args:
+        evaluator: The evaluator of the rounds instance (no padding).
+        bins: Its D·m feasible bins of keys.
+        run: The solve's run (``repair`` runs on what is left of it).
+
+    Returns:
+        (the bins, the number of windows whose answer was kept).
+    """
+    inst = evaluator.instance
+    group = inst.group_size or 1
+    layers = len(bins) // group
+    position = {key: i for i, key in enumerate(evaluator.keys)}
+    table = inst.table
+    current = evaluator.objective(bins)
+    kept = 0
+    for _ in range(WINDOW_PASSES):
+        changed = False
+        for width in WINDOW_WIDTHS:
+            for first in range(layers - width, -1, -1):
+                if run.expired():
+                    return bins, kept
+                _, costs = evaluator.bin_arrays(bins)
+                chosen = np.argsort(-costs, kind="stable")[first * group:(first + width) * group].tolist()
+                keys = [key for b in chosen for key in bins[b]]
+                sub = BalanceInstance(
+                    [table[position[key]] for key in keys], inst.constraints, len(chosen), 1, objective="rounds",
+                    group_size=group, max_samples_per_bin=inst.max_samples_per_bin, name=f"{inst.name}-layers")
+                answer = run.call("repair", instance=sub,
+                                  time_limit_s=None if run.deadline is None else max(1e-3, run.left())).solution
+                if answer is None:
+                    continue
+                answer = answer.bins if isinstance(answer, Assignment) else answer
+                trial = list(bins)
+                for b, new in zip(chosen, answer):
+                    trial[b] = tuple(new)
+                candidate = tuple(trial)
+                if evaluator.violations(candidate):
+                    continue
+                value = evaluator.objective(candidate)
+                if value < current - 1e-12 * abs(current):
+                    bins, current, kept, changed = candidate, value, kept + 1, True
+        if not changed:
+            break
+    return bins, kept
 
 
 #: A bin's exchange offers: cost sums, token sums, the bin (repeated) and the member sets, one per set.
@@ -129,7 +263,7 @@ def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...],
         evaluator: The evaluator of the :func:`~packplace.balance.lockstep.as_rounds_instance` instance
             (no padding: the moves price bins by their samples' costs).
         bins: Its D·m feasible bins of keys.
-        deadline: ``time.perf_counter()`` value to stop at, or None.
+        deadline: :data:`packplace.run.clock` value to stop at (a run's deadline), or None.
         max_moves: Cap on moves (None: none).
 
     Returns:
@@ -180,7 +314,7 @@ def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...],
         version[target] += 1
 
     while max_moves is None or moves < max_moves:
-        if deadline is not None and time.perf_counter() >= deadline:
+        if passed(deadline):
             break
         sources, ceiling, peers_of = _layers(load, ranks, per_rank if within_ranks else None)
         room = ceiling - load
@@ -309,4 +443,4 @@ def _best_swap(source: int, peers: np.ndarray, contents: list[list[int]], costs:
     return i, int(peer_of[k]), given_sets[k]
 
 
-__all__ = ["level_layers", "lockstep_aware", "solve_lockstep"]
+__all__ = ["level_layers", "lockstep_aware", "resolve_layer_windows", "solve_lockstep"]

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from bisect import bisect_left, insort
 
 import numpy as np
 
 from packplace.balance.schema import BalanceInstance
+from packplace.registry import register
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
+from packplace.run import Run, clock, passed
 from packplace.solvers.balance._common import (
     DeadEnd,
     PreparedSamples,
@@ -35,13 +36,11 @@ from packplace.solvers.balance._common import (
     keys_of,
     prepare,
     reject_unknown_params,
-    remaining_seconds,
 )
 from packplace.solvers.balance.constrained import construct_proposal
 from packplace.solvers.balance.construction import after_dead_end
 from packplace.solvers.balance.lockstep import lockstep_aware
 from packplace.solvers.balance.rounds import lowest_zone_overlap, round_ceilings, rounds_after_replacing
-from packplace.solvers.registry import register
 
 #: Samples between two looks at the clock on the heap path.
 CLOCK_EVERY = 1024
@@ -57,7 +56,7 @@ def lpt_bins(
     """Run LPT and return D·m rank-major bins of sample *indices* (input order positions).
 
     Raises:
-        DeadEnd: a sample fits no bin, or ``deadline`` (``time.perf_counter()`` value) passed; the
+        DeadEnd: a sample fits no bin, or ``deadline`` (``packplace.run.clock()`` value) passed; the
             message names the sample.
     """
     constraints = instance.constraints
@@ -126,7 +125,6 @@ def _lpt_heap(
     free = [seq_len] * num_bins  # -1 marks a bin closed by an oversized sample
     rank_load = [0.0] * ranks
     rank_tokens = [0] * ranks
-    clock = time.perf_counter
 
     # Phase 1: the first D·m samples fill the empty bins. All empty bins leave the same remaining
     # capacity, so the key is (load, rank tokens, rank), then the rank's lowest empty bin.
@@ -363,7 +361,7 @@ def _lpt_rounds(
     last = ranks - 1
 
     for pos in range(n):
-        if deadline is not None and pos % 1024 == 0 and time.perf_counter() > deadline:
+        if deadline is not None and pos % 1024 == 0 and clock() > deadline:
             raise DeadEnd(f"time limit reached after {pos} of {n} samples")
         i = order[pos]
         t = tokens[i]
@@ -504,7 +502,7 @@ def _lpt_vectorized(
     costs = prepared.costs
 
     for pos, i in enumerate(prepared.order.tolist()):
-        if deadline is not None and time.perf_counter() > deadline:  # a sample can take milliseconds
+        if deadline is not None and clock() > deadline:  # a sample can take milliseconds
             raise DeadEnd(f"time limit reached after {pos} of {len(prepared.order)} samples")
         t = int(tokens[i])
         c = float(costs[i])
@@ -554,15 +552,12 @@ def _lpt_vectorized(
 
 @register("balance", "lpt")
 @lockstep_aware
-def solve(
-    instance: BalanceInstance, *, time_limit_s: float | None = None, seed: int = 0, **params
-) -> Proposal:
+def solve(instance: BalanceInstance, run: Run, **params) -> Proposal:
     """Longest-processing-time greedy with capacity, budgets and non-empty bins (see module doc).
 
     Args:
         instance: The balance instance.
-        time_limit_s: Wall-clock budget (seconds); the general and leader-zone paths check it.
-        seed: Unused (LPT is deterministic); accepted for the common backend signature.
+        run: The run: its deadline is checked on every path; its seed is unused (LPT is deterministic).
 
     Returns:
         A :class:`~packplace.result.Proposal` with rank-major bins of keys (status ``feasible``), the
@@ -573,8 +568,9 @@ def solve(
     """
     reject_unknown_params("lpt", params)
     if instance.has_rank_rules:  # equal_count, max_samples_per_bin, groups: the rule-aware construction
-        return construct_proposal(instance, "lpt", remaining_seconds(time_limit_s))
-    deadline = remaining_seconds(time_limit_s)  # before prepare: the sort counts against the limit too
+        return construct_proposal(instance, "lpt", run.deadline)
+    deadline = run.deadline  # the sort (prepare) counts against the limit too
+    time_limit_s = run.time_limit_s
     if (time_limit_s is not None and instance.reference_bins is not None
             and time_limit_s < PREPARE_S_PER_SAMPLE * len(instance.samples)):
         return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=True, message=(
@@ -584,11 +580,11 @@ def solve(
     try:
         bins = lpt_bins(instance, prepared, deadline)
     except DeadEnd as dead_end:
-        if deadline is not None and time.perf_counter() > deadline and instance.reference_bins is not None:
+        if passed(deadline) and instance.reference_bins is not None:
             return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=True,
                             message=f"lpt dead end ({dead_end}); fell back to the reference grouping")
         bins, message, is_reference = after_dead_end(instance, prepared, str(dead_end), deadline, "lpt")
-        timed_out = deadline is not None and time.perf_counter() > deadline
+        timed_out = passed(deadline)
         if bins is None:
             return Proposal(None, UNKNOWN, hit_time_limit=timed_out, message=message)
         solution = instance.reference_bins if is_reference else keys_of(prepared, bins)

@@ -3,19 +3,20 @@
 Returns ``instance.reference_bins`` unchanged (status ``feasible``; the evaluator scores it like any
 other answer), or status ``unknown`` when the instance has none: the grouping a training job would
 use without packplace, listed next to the other backends in ``packplace compare``.
-Options: none (``time_limit_s`` and ``seed`` are accepted and unused).
+Options: none (the run's time limit and seed are unused).
 Performance: docs/performance.md
 """
 
 from __future__ import annotations
 
 from packplace.balance.schema import BalanceInstance
+from packplace.registry import register
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
-from packplace.solvers.registry import register
+from packplace.run import Run
 
 
 @register("balance", "reference")
-def solve(instance: BalanceInstance, *, time_limit_s: float | None = None, seed: int = 0) -> Proposal:
+def solve(instance: BalanceInstance, run: Run) -> Proposal:
     """The reference grouping unchanged (status ``unknown`` when the instance has none)."""
     if instance.reference_bins is None:
         return Proposal(None, UNKNOWN, message="the instance has no reference_bins")

@@ -17,13 +17,13 @@ docs/performance.md.
 from __future__ import annotations
 
 import itertools
-import time
 
 from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate, gb
-from packplace.placement.evaluator import PlacementEvaluator, get_evaluator, get_table
+from packplace.placement.evaluator import PlacementEvaluator
 from packplace.placement.problem.plan import Allocation, Plan
 from packplace.result import UNKNOWN, Proposal
+from packplace.run import clock
 
 #: Origin of every block of the colocated plan.
 ORIGIN = (0, 0, 0)
@@ -72,8 +72,9 @@ def repair_memory(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, All
     return plan, ev.step_time(plan), max_steps
 
 
-def colocated_plan(instance, tried: str = "only colocated plans were tried") -> tuple[Plan, str]:
-    """The colocated baseline plan and a one-line note.
+def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans were tried") -> tuple[Plan, str]:
+    """The colocated baseline plan of ``ev``'s instance (``ev`` its evaluator, table included) and a one-line
+    note.
 
     Each vertex takes its fastest memory-feasible candidate, every block starts at GPU (0, 0, 0), so
     all vertices share GPUs and run one after another in topological order. If the models placed
@@ -87,9 +88,8 @@ def colocated_plan(instance, tried: str = "only colocated plans were tried") -> 
             that only colocated plans were tried, and names any vertex whose blocks are capped below the
             cluster size by the tp/pp/dp divisibility rules (the real cause when it is one).
     """
-    table = get_table(instance)
+    instance, table = ev.instance, ev.table
     table.check()
-    ev = get_evaluator(instance)
     choice = {name: (table.feasible[name][0], Allocation(ORIGIN, table.feasible[name][0].extent))
               for name in ev.names}
     plan, t, steps = repair_memory(ev, choice, keep_blocks=False)
@@ -127,7 +127,7 @@ DISJOINT_EVALUATIONS = 3000
 DISJOINT_TIME_S = 10.0
 
 
-def disjoint_plan(instance, deadline: float | None = None,
+def disjoint_plan(ev: PlacementEvaluator, deadline: float | None = None,
                   max_evaluations: int = DISJOINT_EVALUATIONS) -> tuple[Plan | None, float, int]:
     """The fastest feasible plan found with one block per *model* (its vertices share it), the blocks as
     disjoint as the cluster allows: what fits when colocating every model on the same GPUs does not.
@@ -140,11 +140,11 @@ def disjoint_plan(instance, deadline: float | None = None,
 
     Returns:
         ``(plan, step_time, evaluations)``; ``plan`` is None (time ``inf``) when no layout tried fits,
-        within ``max_evaluations`` scored plans and ``deadline`` (a ``time.perf_counter()`` value).
+        within ``max_evaluations`` scored plans and ``deadline`` (a ``packplace.run.clock()`` value).
     """
-    table, ev = get_table(instance), get_evaluator(instance)
+    instance, table = ev.instance, ev.table
     cluster = instance.cluster
-    deadline = time.perf_counter() + DISJOINT_TIME_S if deadline is None else deadline
+    deadline = clock() + DISJOINT_TIME_S if deadline is None else deadline
     names_of: dict[str, list[str]] = {}
     for vertex in instance.graph.vertices:
         names_of.setdefault(vertex.model, []).append(vertex.name)
@@ -163,7 +163,7 @@ def disjoint_plan(instance, deadline: float | None = None,
                      key=lambda combo: (sum(map(size, combo)) > cluster.num_gpus, -sum(map(size, combo)), combo))
     best, best_time, evaluations = None, float("inf"), 0
     for combo in layouts:
-        if evaluations >= max_evaluations or time.perf_counter() > deadline:
+        if evaluations >= max_evaluations or clock() > deadline:
             break
         used: list[tuple[int, int]] = []
         blocks: dict[str, Allocation] = {}
@@ -190,34 +190,34 @@ def _overlap(block: tuple[int, int], used: list[tuple[int, int]]) -> int:
     return sum(max(0, min(hi, b) - max(lo, a)) for a, b in used)
 
 
-def smallest_needs(instance) -> str:
+def smallest_needs(ev: PlacementEvaluator) -> str:
     """Per vertex, its smallest per-GPU memory need over every legal candidate (and on how many GPUs):
     what a feasible plan must fit next to the other models' weights."""
-    table = get_table(instance)
+    table = ev.table
     parts = []
-    for name in get_evaluator(instance).names:
+    for name in ev.names:
         cand = min(table.all[name], key=lambda c: (c.memory_bytes, -c.gpus))
         parts.append(f"{name} {gb(cand.memory_bytes)} GB/GPU on {cand.gpus} GPUs")
     return ", ".join(parts)
 
 
-def no_plan_found(instance, why: str, evaluations: int) -> Proposal:
+def no_plan_found(ev: PlacementEvaluator, why: str, evaluations: int) -> Proposal:
     """The proposal of a search that found no feasible plan (colocated or disjoint): not a proof of
     infeasibility (status ``unknown``; the command exits 1), with the smallest per-vertex needs."""
     return Proposal(None, UNKNOWN, iterations=evaluations, message=(
         f"no feasible plan found: {why}; {evaluations} disjoint model layouts tried; smallest needs: "
-        f"{smallest_needs(instance)}; memory_per_gpu {gb(instance.hardware.memory_per_gpu)} GB"))
+        f"{smallest_needs(ev)}; memory_per_gpu {gb(ev.instance.hardware.memory_per_gpu)} GB"))
 
 
-def baseline_or_disjoint(instance, deadline: float | None = None) -> tuple[Plan | None, str, int]:
+def baseline_or_disjoint(ev: PlacementEvaluator, deadline: float | None = None) -> tuple[Plan | None, str, int]:
     """The colocated plan (:func:`colocated_plan`), or where no colocated plan fits the best
     :func:`disjoint_plan`; ``(plan or None, note, evaluations)``."""
     try:
-        plan, note = colocated_plan(instance, tried="then one block per model, disjoint where possible, was searched")
+        plan, note = colocated_plan(ev, tried="then one block per model, disjoint where possible, was searched")
         return plan, note, 0
     except ConfigError as exc:
         colocated_failure = str(exc).split(": ", 1)[-1]
-    plan, _, evaluations = disjoint_plan(instance, deadline)
+    plan, _, evaluations = disjoint_plan(ev, deadline)
     if plan is None:
         return None, colocated_failure, evaluations
     return plan, (f"no colocated plan fits; one block per model, disjoint where the cluster allows "

@@ -7,7 +7,8 @@ block size, another block, two vertices swap blocks, colocate, split a shared bl
 each vertex draws from the ``k_eval`` fastest memory-feasible candidates of each block shape plus the one
 with the least memory. Acceptance (Metropolis, relative): a plan worse by ``Δ`` seconds than the current
 one (``c`` seconds) is accepted with probability ``exp(−Δ / (T·c))``; geometric cooling from ``t_init`` to
-``t_min`` over ``e_max`` evaluations, restarts from the best plan at ``t_warm``, then a greedy polish.
+``t_min`` over ``e_max`` evaluations, restarts from the best plan at ``t_warm``, then a greedy polish; both
+stop once the best plan meets the evaluator's analytic lower bound (nothing can beat it).
 
 Options: the ``optimizer`` knobs (:class:`AnnealSettings`; ``t_init`` 0.30, ``t_min`` 0.03, ``t_warm``
 0.10, ``e_max`` 50,000, ``e_struct`` 400, ``stag_window`` 20, ``hard_oom`` true, ``oom_penalty`` 4.0,
@@ -23,20 +24,17 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from packplace import interrupt
 from packplace.errors import ConfigError
-from packplace.placement.evaluator import INF, get_evaluator, get_table
+from packplace.placement.evaluator import INF, PlacementEvaluator
 from packplace.placement.problem.config import OPTIMIZER_DEFAULTS, resolve_optimizer_knobs
 from packplace.placement.problem.plan import Allocation, Plan
 from packplace.progress import report
+from packplace.registry import register
 from packplace.result import FEASIBLE, Proposal
-from packplace.solvers.placement.concurrent import solve as concurrent_solve
-from packplace.solvers.placement.greedy import solve as greedy_solve
-from packplace.solvers.registry import register
+from packplace.run import Run
 
 #: Default wall-clock budget (seconds) when ``time_limit_s`` is None.
 DEFAULT_TIME_LIMIT_S = 30.0
@@ -135,12 +133,12 @@ class AnnealSettings:
 class _Search:
     """Moves, the evaluation cache and the bookkeeping of one run."""
 
-    def __init__(self, instance, settings: AnnealSettings, rng: random.Random) -> None:
+    def __init__(self, instance, ev: PlacementEvaluator, settings: AnnealSettings, rng: random.Random) -> None:
         self.instance = instance
         self.settings = settings
         self.rng = rng
-        self.ev = get_evaluator(instance)
-        self.table = get_table(instance)
+        self.ev = ev
+        self.table = ev.table
         self.cluster = instance.cluster
         self.names = sorted(instance.graph.names)
         k = instance.k_eval
@@ -383,13 +381,17 @@ class _Search:
                     yield plan.with_staleness(model, value)
 
 
-def _warm_start(instance, ev) -> tuple[Plan | None, float, str, dict[str, float]]:
+def _warm_start(run: Run) -> tuple[Plan | None, float, str, dict[str, float]]:
     """The better of the greedy and concurrent plans (by the evaluator), its time and name (``None`` when
-    neither found a plan)."""
+    neither found a plan). Both run through :meth:`~packplace.run.Run.call`, without a time limit (they
+    stop on their own rules); greedy is skipped when the concurrent plan meets the analytic lower bound."""
+    ev = run.evaluator
     times, plans = {}, {}
-    for name, baseline in (("concurrent", concurrent_solve), ("greedy", greedy_solve)):
+    for name in ("concurrent", "greedy"):
+        if run.at_bound:
+            break
         try:
-            proposal = baseline(instance)
+            proposal = run.call(name, time_limit_s=None)
         except ConfigError:
             if plans:  # colocation runs out of memory where concurrent's partitions fit: start from those
                 continue
@@ -405,16 +407,15 @@ def _warm_start(instance, ev) -> tuple[Plan | None, float, str, dict[str, float]
 
 
 @register("placement", "anneal")
-def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial_plan: Plan | None = None,
-          **params: Any) -> Proposal:
+def solve(instance, run: Run, *, initial_plan: Plan | None = None, **params: Any) -> Proposal:
     """Simulated annealing over plans from the better baseline, then a greedy polish (module docstring
     for moves and budgets, :class:`AnnealSettings` for the knobs). Returns the best feasible plan found,
     never worse than the warm start.
 
     Args:
         instance: A :class:`~packplace.placement.problem.config.PlacementInstance`.
-        time_limit_s: Wall-clock budget in seconds (default :data:`DEFAULT_TIME_LIMIT_S`).
-        seed: Seed of the move generator.
+        run: The run: its time limit (default :data:`DEFAULT_TIME_LIMIT_S`) and its seed (of the move
+            generator); every improvement is offered to it.
         initial_plan: Start from this feasible plan instead of the baselines (a warm restart, e.g. from
             a saved ``plan.json``); the result is never worse than it.
         **params: Knobs of :class:`AnnealSettings` (override the ``optimizer`` section).
@@ -424,121 +425,159 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
             evaluator's reason), or the baselines' pre-launch errors.
     """
     settings = AnnealSettings.resolve(dict(instance.optimizer), params)
-    limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else float(time_limit_s)
-    started = time.perf_counter()
-    rng = random.Random(seed)
-    search = _Search(instance, settings, rng)
+    run = run.default(DEFAULT_TIME_LIMIT_S)
+    search = _Search(instance, run.evaluator, settings, random.Random(run.seed))
     if initial_plan is not None:
         verdict = search.ev.score(initial_plan)
         if not verdict.feasible:
             raise ConfigError(f"initial_plan: infeasible: {'; '.join(verdict.violations[:2])}")
-        warm, warm_time, warm_name, baseline_times = initial_plan, verdict.step_time, "initial plan", {}
+        warm = (initial_plan, verdict.step_time, "initial plan", {})
     else:
-        warm, warm_time, warm_name, baseline_times = _warm_start(instance, search.ev)
-        if warm is None:  # neither baseline (colocated, partitions, disjoint layouts) found a plan
-            return greedy_solve(instance, time_limit_s=limit)
-
-    current, current_cost = search.best_staleness(warm)
-    best, best_time = current, (warm_time if current == warm else search.ev.step_time(current))
-    interrupt.offer(best)
-    trace = [(time.perf_counter() - started, search.evaluations, best_time)]
-    anneal_deadline = started + ANNEAL_TIME_SHARE * limit
-    log = [f"warm start: {warm_name} {warm_time:.6g} s"
-           + "".join(f", {name} {t:.6g} s" for name, t in sorted(baseline_times.items()))]
-    temperature = settings.t_init
-    ratio = settings.t_min / settings.t_init
-    proposals = accepted = accepted_oom = plateau = stale_plateaus = last_new = 0
-    max_proposals = PROPOSALS_PER_EVALUATION * settings.e_max
-    next_report = started + settings.progress_s
-    hit_time_limit = False
-    stopped_by = "e_max"
-    while True:
-        if search.evaluations >= settings.e_max:
-            break
-        if proposals >= max_proposals or proposals - last_new >= EXHAUSTED_AFTER:
-            stopped_by = "proposals" if proposals >= max_proposals else "exhausted"
-            break
-        proposals += 1
-        if proposals % 64 == 0:
-            now = time.perf_counter()
-            if now >= anneal_deadline:
-                hit_time_limit, stopped_by = True, "time"
-                break
-            if now >= next_report:
-                report(f"anneal: {now - started:.1f} s, {search.evaluations} evaluations, best {best_time:.6g} s "
-                       f"({1 - best_time / warm_time:+.1%} vs {warm_name}), T={temperature:.3g}")
-                next_report = now + settings.progress_s
-        candidate = search.propose(current)
-        if candidate is not None:
-            seen = search.evaluations
-            cost, feasible = search.cost(candidate)
-            if search.evaluations != seen:
-                last_new = proposals
-            if cost < INF:
-                delta = cost - current_cost
-                if delta <= 0 or rng.random() < math.exp(-delta / (temperature * current_cost)):
-                    current, current_cost = candidate, cost
-                    accepted += 1
-                    accepted_oom += not feasible
-                    if feasible and cost < best_time:
-                        best, best_time = candidate, cost
-                        interrupt.offer(best)
-                        stale_plateaus = -1  # reset at the plateau's end
-                        trace.append((time.perf_counter() - started, search.evaluations, best_time))
-        plateau += 1
-        if plateau >= settings.e_struct:
-            plateau = 0
-            stale_plateaus += 1
-            temperature = settings.t_init * ratio ** min(1.0, search.evaluations / settings.e_max)
-            if stale_plateaus >= settings.stag_window:
-                current, current_cost = best, best_time
-                temperature = max(temperature, settings.t_warm)
-                stale_plateaus = 0
-    annealing_evaluations = search.evaluations
-    log.append(f"annealing: {proposals} proposals, {search.evaluations} evaluations, {accepted} accepted, "
-               f"stopped by {stopped_by}, best {best_time:.6g} s")
-
-    polish_moves = 0
+        warm = _warm_start(run)
+        if warm[0] is None:  # neither baseline (colocated, partitions, disjoint layouts) found a plan
+            return run.call("greedy", time_limit_s=run.time_limit_s)
+    state = _Annealing(search, run, settings, *warm)
+    state.anneal()
     if settings.polish:
-        deadline = started + limit
-        improved = True
+        state.polish()
+    return state.proposal()
+
+
+class _Annealing:
+    """One run's phases after the warm start: :meth:`anneal`, :meth:`polish`, :meth:`proposal`."""
+
+    def __init__(self, search: _Search, run: Run, settings: AnnealSettings, warm: Plan, warm_time: float,
+                 warm_name: str, baseline_times: dict[str, float]) -> None:
+        self.search, self.run, self.settings = search, run, settings
+        self.warm_time, self.warm_name, self.baseline_times = warm_time, warm_name, baseline_times
+        self.current, self.current_cost = search.best_staleness(warm)
+        self.best = self.current
+        self.best_time = warm_time if self.current == warm else search.ev.step_time(self.current)
+        run.offer(self.best, self.best_time)
+        self.trace = [(run.elapsed(), search.evaluations, self.best_time)]
+        self.log = [f"warm start: {warm_name} {warm_time:.6g} s"
+                    + "".join(f", {name} {t:.6g} s" for name, t in sorted(baseline_times.items()))]
+        self.proposals = self.accepted = self.accepted_oom = self.polish_moves = 0
+        self.annealing_evaluations = 0
+        self.hit_time_limit = False
+        self.stopped_by = "e_max"
+
+    def improved(self, plan: Plan, time_s: float) -> None:
+        """``plan`` (``time_s`` seconds) is the best so far: keep it, offer it to the run, trace it."""
+        self.best, self.best_time = plan, time_s
+        self.run.offer(plan, time_s)
+        self.trace.append((self.run.elapsed(), self.search.evaluations, time_s))
+
+    def anneal(self) -> None:
+        """The annealing loop (module docstring), until ``e_max``, the proposal budget, an exhausted
+        neighbourhood, :data:`ANNEAL_TIME_SHARE` of the time limit or a best plan that meets the analytic
+        lower bound (:attr:`~packplace.run.Run.at_bound`: nothing can beat it)."""
+        search, settings, run, rng = self.search, self.settings, self.run, self.search.rng
+        if run.at_bound:
+            self.stopped_by = "bound"
+            self.log.append(f"annealing: not run, the {self.warm_name} warm start meets the analytic lower bound")
+            return
+        anneal_deadline = run.started + ANNEAL_TIME_SHARE * run.time_limit_s
+        temperature = settings.t_init
+        ratio = settings.t_min / settings.t_init
+        proposals = plateau = stale_plateaus = last_new = 0
+        max_proposals = PROPOSALS_PER_EVALUATION * settings.e_max
+        next_report = run.started + settings.progress_s
+        while True:
+            if search.evaluations >= settings.e_max:
+                break
+            if proposals >= max_proposals or proposals - last_new >= EXHAUSTED_AFTER:
+                self.stopped_by = "proposals" if proposals >= max_proposals else "exhausted"
+                break
+            proposals += 1
+            if proposals % 64 == 0:
+                now = run.now()
+                if now >= anneal_deadline:
+                    self.hit_time_limit, self.stopped_by = True, "time"
+                    break
+                if now >= next_report:
+                    report(f"anneal: {now - run.started:.1f} s, {search.evaluations} evaluations, best "
+                           f"{self.best_time:.6g} s ({1 - self.best_time / self.warm_time:+.1%} vs "
+                           f"{self.warm_name}), T={temperature:.3g}")
+                    next_report = now + settings.progress_s
+            candidate = search.propose(self.current)
+            if candidate is not None:
+                seen = search.evaluations
+                cost, feasible = search.cost(candidate)
+                if search.evaluations != seen:
+                    last_new = proposals
+                if cost < INF:
+                    delta = cost - self.current_cost
+                    if delta <= 0 or rng.random() < math.exp(-delta / (temperature * self.current_cost)):
+                        self.current, self.current_cost = candidate, cost
+                        self.accepted += 1
+                        self.accepted_oom += not feasible
+                        if feasible and cost < self.best_time:
+                            self.improved(candidate, cost)
+                            stale_plateaus = -1  # reset at the plateau's end
+                            if run.at_bound:
+                                self.stopped_by = "bound"
+                                break
+            plateau += 1
+            if plateau >= settings.e_struct:
+                plateau = 0
+                stale_plateaus += 1
+                temperature = settings.t_init * ratio ** min(1.0, search.evaluations / settings.e_max)
+                if stale_plateaus >= settings.stag_window:
+                    self.current, self.current_cost = self.best, self.best_time
+                    temperature = max(temperature, settings.t_warm)
+                    stale_plateaus = 0
+        self.proposals = proposals
+        self.annealing_evaluations = search.evaluations
+        self.log.append(f"annealing: {proposals} proposals, {search.evaluations} evaluations, {self.accepted} "
+                        f"accepted, stopped by {self.stopped_by}, best {self.best_time:.6g} s")
+
+    def polish(self) -> None:
+        """Best-improvement moves over the whole neighbourhood of the best plan until none improves or the
+        time limit; none when the best plan meets the analytic lower bound."""
+        improved = not self.run.at_bound
         while improved:
             improved = False
-            choice, choice_time = None, best_time
-            for neighbour in search.neighbourhood(best):
-                t, feasible = search.cost(neighbour)
+            choice, choice_time = None, self.best_time
+            for neighbour in self.search.neighbourhood(self.best):
+                t, feasible = self.search.cost(neighbour)
                 if feasible and t < choice_time:
                     choice, choice_time = neighbour, t
-                if time.perf_counter() >= deadline:
-                    hit_time_limit = True
+                if self.run.expired():
+                    self.hit_time_limit = True
                     break
             if choice is not None:
-                best, best_time, improved = choice, choice_time, True
-                interrupt.offer(best)
-                polish_moves += 1
-                trace.append((time.perf_counter() - started, search.evaluations, best_time))
-            if hit_time_limit:
+                self.polish_moves += 1
+                self.improved(choice, choice_time)
+                improved = not self.run.at_bound
+            if self.hit_time_limit:
                 break
-        log.append(f"polish: {polish_moves} improving move(s), best {best_time:.6g} s")
+        self.log.append(f"polish: {self.polish_moves} improving move(s), best {self.best_time:.6g} s")
 
-    check = search.ev.step_time(best)  # the returned plan is feasible and its time is the evaluator's
-    if check != best_time:
-        raise RuntimeError(f"anneal: internal error, best plan re-scores to {check!r}, not {best_time!r}")
-    improvement = 1.0 - best_time / warm_time
-    stale = {m: t for m, t in best.staleness if t}
-    kind = f"asynchronous period with staleness {stale}" if stale else "synchronous step time"
-    message = (f"{kind} {best_time:.6g} s, {improvement:.1%} better than the {warm_name} warm start "
-               f"({warm_time:.6g} s); {search.evaluations} evaluations")
-    info = {
-        "warm_start": warm_name, "warm_start_s": warm_time, "baselines_s": baseline_times,
-        "improvement": improvement, "evaluations": search.evaluations, "proposals": proposals,
-        "annealing_evaluations": annealing_evaluations, "cache_hits": search.cache_hits, "accepted": accepted,
-        "accepted_out_of_memory": accepted_oom, "polish_moves": polish_moves,
-        "stopped_by": stopped_by, "plan_staleness": stale,
-        "trace": [{"elapsed_s": e, "evaluations": n, "best_s": b} for e, n, b in trace],
-        "settings": {k: getattr(settings, k) for k in DEFAULTS},
-    }
-    if time.perf_counter() - started >= settings.progress_s:
-        report(f"anneal: done, best {best_time:.6g} s ({improvement:+.1%} vs {warm_name})")
-    return Proposal(best, FEASIBLE, hit_time_limit=hit_time_limit, iterations=search.evaluations,
-                    message=message, log=log, info=info)
+    def proposal(self) -> Proposal:
+        """The best plan, re-scored by the evaluator (an internal error if the time differs), with the counts."""
+        search, settings, best, best_time = self.search, self.settings, self.best, self.best_time
+        check = search.ev.step_time(best)  # the returned plan is feasible and its time is the evaluator's
+        if check != best_time:
+            raise RuntimeError(f"anneal: internal error, best plan re-scores to {check!r}, not {best_time!r}")
+        improvement = 1.0 - best_time / self.warm_time
+        stale = {m: t for m, t in best.staleness if t}
+        kind = f"asynchronous period with staleness {stale}" if stale else "synchronous step time"
+        message = (f"{kind} {best_time:.6g} s, {improvement:.1%} better than the {self.warm_name} warm start "
+                   f"({self.warm_time:.6g} s); {search.evaluations} evaluations")
+        if self.stopped_by == "bound":
+            message += "; stopped: the plan meets the analytic lower bound"
+
+        info = {
+            "warm_start": self.warm_name, "warm_start_s": self.warm_time, "baselines_s": self.baseline_times,
+            "improvement": improvement, "evaluations": search.evaluations, "proposals": self.proposals,
+            "annealing_evaluations": self.annealing_evaluations, "cache_hits": search.cache_hits,
+            "accepted": self.accepted, "accepted_out_of_memory": self.accepted_oom,
+            "polish_moves": self.polish_moves, "stopped_by": self.stopped_by, "plan_staleness": stale,
+            "trace": [{"elapsed_s": e, "evaluations": n, "best_s": b} for e, n, b in self.trace],
+            "settings": {k: getattr(settings, k) for k in DEFAULTS},
+        }
+        if self.run.elapsed() >= settings.progress_s:
+            report(f"anneal: done, best {best_time:.6g} s ({improvement:+.1%} vs {self.warm_name})")
+        return Proposal(best, FEASIBLE, hit_time_limit=self.hit_time_limit, iterations=search.evaluations,
+                        message=message, log=self.log, info=info)

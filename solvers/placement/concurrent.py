@@ -18,13 +18,13 @@ Performance: docs/performance.md.
 from __future__ import annotations
 
 import itertools
-import time
 
 from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate
-from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.problem.plan import Allocation
+from packplace.registry import register
 from packplace.result import FEASIBLE, Proposal
+from packplace.run import Run
 from packplace.solvers.placement._common import (
     colocated_plan,
     disjoint_plan,
@@ -32,7 +32,6 @@ from packplace.solvers.placement._common import (
     repair_memory,
     synchronous_only,
 )
-from packplace.solvers.registry import register
 
 #: Best partitions per phase kept for assembling and stepping down.
 KEEP_PER_PHASE = 12
@@ -105,19 +104,21 @@ def _choice(options, picks) -> dict:
 
 
 @register("placement", "concurrent")
-def solve(instance, *, time_limit_s: float | None = None, seed: int = 0) -> Proposal:
+def solve(instance, run: Run) -> Proposal:
     """Phases by longest-path depth, each on the best partition of the cluster; steps down
     when out of memory; never slower than ``greedy`` (returns the colocated plan when that is faster).
     Synchronous plans only (a note says so when ``staleness_candidates`` allows stale ones)."""
-    return synchronous_only(_solve(instance, time_limit_s), instance, "concurrent")
+    proposal = _solve(instance, run)
+    if proposal.solution is not None:  # a caller (anneal, cpsat) stops if it meets the bound
+        run.offer(proposal.solution, run.evaluator.step_time(proposal.solution))
+    return synchronous_only(proposal, instance, "concurrent")
 
 
-def _solve(instance, time_limit_s: float | None) -> Proposal:
+def _solve(instance, run: Run) -> Proposal:
     """:func:`solve`'s search."""
-    started = time.perf_counter()
-    table = get_table(instance)
+    ev = run.evaluator
+    table = ev.table
     table.check()
-    ev = get_evaluator(instance)
     c = instance.cluster
     whole = Allocation((0, 0, 0), table.extents[-1])
     phases = instance.graph.phases()
@@ -135,7 +136,7 @@ def _solve(instance, time_limit_s: float | None) -> Proposal:
                 best_plan, best_time = plan, t
         # 2) still out of memory: step down to the next partition of the phase with the largest footprint
         picks = [0] * len(options)
-        while best_plan is None and (time_limit_s is None or time.perf_counter() - started < time_limit_s):
+        while best_plan is None and not run.expired():
             footprints = sorted(
                 ((max(cand.memory_bytes for cand, _ in options[p][picks[p]][1].values()), p)
                  for p in range(len(options)) if picks[p] + 1 < len(options[p])), reverse=True)
@@ -151,13 +152,12 @@ def _solve(instance, time_limit_s: float | None) -> Proposal:
                  f"memory) did not fit either" if evaluations else
                  "the concurrent search had no partition plan to try (a phase has no memory-feasible candidate "
                  "on the blocks it partitions)")
-        fallback, note = colocated_plan(instance, tried=tried)
+        fallback, note = colocated_plan(ev, tried=tried)
     except ConfigError as exc:
         if best_plan is None:  # neither partitions nor colocation fit: one block per model, disjoint
-            deadline = None if time_limit_s is None else started + time_limit_s
-            plan, _, layouts = disjoint_plan(instance, deadline)
+            plan, _, layouts = disjoint_plan(ev, run.deadline)
             if plan is None:
-                return no_plan_found(instance, str(exc).split(": ", 1)[-1], layouts)
+                return no_plan_found(ev, str(exc).split(": ", 1)[-1], layouts)
             return Proposal(plan, FEASIBLE, log=log, iterations=evaluations + layouts, info={"fallback": "disjoint"},
                             message=f"no phase partition or colocated plan fits; one block per model, disjoint "
                                     f"({layouts} layouts scored)")

@@ -14,9 +14,9 @@ Performance: docs/performance.md.
 
 from __future__ import annotations
 
-import time
-
+from packplace.registry import register
 from packplace.result import FEASIBLE, Proposal
+from packplace.run import Run
 from packplace.solvers.placement._common import (
     assemble,
     baseline_or_disjoint,
@@ -26,19 +26,18 @@ from packplace.solvers.placement._common import (
     repair_memory,
     synchronous_only,
 )
-from packplace.solvers.registry import register
 
 __all__ = ["assemble", "baseline_or_disjoint", "colocated_plan", "disjoint_plan", "no_plan_found", "repair_memory",
            "solve"]
 
 
 @register("placement", "greedy")
-def solve(instance, *, time_limit_s: float | None = None, seed: int = 0) -> Proposal:
+def solve(instance, run: Run) -> Proposal:
     """Fastest memory-feasible candidate per vertex, everything colocated and serialised; where
     no colocated plan fits, the best disjoint layout of :func:`disjoint_plan`; where none fits either, no
     plan (status ``unknown``) with the smallest per-vertex needs."""
-    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
-    plan, note, evaluations = baseline_or_disjoint(instance, deadline)
+    plan, note, evaluations = baseline_or_disjoint(run.evaluator, run.deadline)
     if plan is None:
-        return no_plan_found(instance, note, evaluations)
+        return no_plan_found(run.evaluator, note, evaluations)
+    run.offer(plan, run.evaluator.step_time(plan))  # a caller (anneal, cpsat) stops if it meets the bound
     return synchronous_only(Proposal(plan, FEASIBLE, message=note, iterations=evaluations or None), instance, "greedy")

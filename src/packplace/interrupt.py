@@ -3,8 +3,10 @@
 The command line calls :func:`install` once. From then on:
 
 * A signal in pure-Python solver code raises :class:`Interrupted` at once in the main thread. The
-  front-end (:func:`packplace.result.solve_with`) catches it and finalises the best answer the solver
-  :func:`offer`-ed so far (status ``feasible``, ``interrupted: true``), or none (``unknown``).
+  front-end (:func:`packplace.run.solve_with`) catches it and finalises the best answer the solver
+  offered to its run so far (:meth:`packplace.run.Run.offer`; status ``feasible``, ``interrupted:
+  true``), or none (``unknown``). :func:`offer` here is the same channel for backends written before the
+  run object (the front-end prefers it when one was used).
 * A signal while native code runs (CP-SAT's ``Solve``, entered through :func:`native`) cannot run a
   Python handler until that call returns, so a watcher thread woken through
   :func:`signal.set_wakeup_fd` calls the solver's stop function (``CpSolver.stop_search``); the solver

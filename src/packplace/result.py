@@ -1,25 +1,52 @@
 """The result types shared by every solver of both problems.
 
 A solver *proposes* (:class:`Proposal`); the problem's evaluator *scores*, and the front-end
-(:func:`finalize`) turns the proposal into a :class:`SolveResult` whose ``objective`` is always the
-evaluator's number, never the solver's own.
+(:func:`packplace.run.finalize`) turns the proposal into a :class:`SolveResult` whose ``objective`` is
+always the evaluator's number, never the solver's own. This module holds the types only and imports no
+problem package: a problem registers how its solutions read back from JSON
+(:func:`register_solution_type`).
 """
 
 from __future__ import annotations
 
-import inspect
+import importlib
 import json
-import math
-import signal
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from packplace import interrupt
 from packplace.errors import ConfigError
 from packplace.jsontext import json_ready, json_text
-from packplace.solvers.registry import get
+
+#: ``problem -> from_dict(data)`` of its solution type, filled by the problem packages on import.
+_SOLUTION_TYPES: dict[str, Callable[[Any], Any]] = {}
+
+
+def register_solution_type(problem: str, from_dict: Callable[[Any], Any]) -> None:
+    """Register how ``problem``'s solutions read back from :meth:`SolveResult.to_dict` data."""
+    _SOLUTION_TYPES[problem] = from_dict
+
+
+def _solution_reader(problem: str) -> Callable[[Any], Any]:
+    """The registered ``from_dict`` of ``problem``'s solutions, importing the problem's package first.
+
+    Raises:
+        ConfigError: not a problem of packplace.
+    """
+    if problem not in ("balance", "placement"):
+        raise ConfigError(f"result: problem must be 'balance' or 'placement', got {problem!r}")
+    if problem not in _SOLUTION_TYPES:
+        importlib.import_module(f"packplace.{problem}")  # its package registers the type on import
+    return _SOLUTION_TYPES[problem]
+
+
+def __getattr__(name: str) -> Any:
+    """The solve driver moved to :mod:`packplace.run`; its names still resolve here."""
+    if name in ("finalize", "solve_with", "check_limits", "signal_name", "Evaluator"):
+        from packplace import run  # at call time: packplace.run imports this module
+
+        return getattr(run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: Proven optimal: the evaluator's ``objective`` equals the proven ``bound`` within
 #: :data:`OPTIMALITY_RTOL` (reported in every result as ``optimality_tolerance``).
@@ -224,18 +251,7 @@ class SolveResult:
             raise ConfigError(f"result: status must be one of {', '.join(STATUSES)}, got {status!r}")
         solution: Any = None
         if raw_solution is not None:
-            if problem == "balance":
-                # at call time: packplace.balance imports this module
-                from packplace.balance.assignment import Assignment
-
-                solution = Assignment.from_dict(raw_solution)
-            elif problem == "placement":
-                # at call time: packplace.placement imports this module
-                from packplace.placement.problem.plan import Plan
-
-                solution = Plan.from_dict(raw_solution)
-            else:
-                raise ConfigError(f"result: problem must be 'balance' or 'placement', got {problem!r}")
+            solution = _solution_reader(problem)(raw_solution)
         return cls(
             problem=problem,
             solver=str(data.get("solver", "")),
@@ -278,204 +294,3 @@ def relative_gap(objective: float, bound: float) -> float:
     if objective <= 0:
         return 0.0
     return max(0.0, (objective - bound) / objective)
-
-
-def finalize(
-    *,
-    problem: str,
-    solver: str,
-    proposal: Proposal,
-    score: Callable[[Any], tuple[bool, float, str, dict[str, Any]]],
-    analytic_bound: float,
-    params: dict[str, Any],
-    wall_s: float,
-) -> SolveResult:
-    """Turn a solver's proposal into a :class:`SolveResult` scored by the evaluator.
-
-    Args:
-        problem, solver: Names for the result.
-        proposal: What the backend returned.
-        score: The evaluator: ``score(solution) -> (feasible, objective, reason, detail)``.
-        analytic_bound: The evaluator's analytic lower bound for the instance.
-        params: Parameters to record.
-        wall_s: Measured wall time (seconds).
-
-    Rules, so that no number is the solver's word alone:
-      * ``objective`` comes from ``score``; an infeasible solution is a solver bug and gives status
-        ``error`` with the evaluator's reason.
-      * ``bound`` = max(solver bound, analytic bound), never above the objective by more than the
-        solver's tolerance (a bound above a feasible objective would be a false proof: status ``error``).
-      * ``optimal`` iff ``objective <= optimality_level(bound)``, whatever the
-        solver claimed: a claim that fails the test becomes ``feasible`` (the message gives the gap), and
-        any feasible answer that passes it is ``optimal`` (the bound proves it).
-    """
-    status = proposal.status
-    message = proposal.message
-    info = dict(proposal.info)
-    bound = analytic_bound
-    if proposal.bound is not None:
-        bound = max(bound, proposal.bound)
-    objective = float("inf")
-    solution = proposal.solution
-
-    def error(why: str, value: float = float("inf")) -> SolveResult:
-        return SolveResult(
-            problem=problem, solver=solver, solution=solution, objective=value, bound=bound, status=ERROR,
-            hit_time_limit=proposal.hit_time_limit, params=params, wall_s=wall_s,
-            iterations=proposal.iterations, message=why, log=proposal.log, info=info,
-        )
-
-    if solution is not None:
-        feasible, objective, reason, detail = score(solution)
-        info.update(detail)
-        if not feasible:
-            return error(f"solver {solver!r} returned an infeasible solution: {reason}")
-        if not math.isfinite(objective):
-            return error(f"solver {solver!r} returned a solution with a non-finite objective ({objective!r})")
-        tol = max(proposal.optimality_tolerance, OPTIMALITY_RTOL)
-        if bound > objective:
-            if bound > (objective * (1 + tol) if objective > 0 else OPTIMALITY_ATOL):
-                return error(f"bound {bound!r} exceeds the evaluated objective {objective!r}: a false proof", objective)
-            bound = objective
-        proven = objective <= optimality_level(bound)
-        if status == OPTIMAL and not proven:
-            status = FEASIBLE
-            # what the solver proved, for callers that accept its looser tolerance
-            info["solver_optimal_within"] = tol
-            message = (message + "; " if message else "") + (
-                f"optimal claim withdrawn: evaluated objective {objective:.9g} is above the bound {bound:.9g} "
-                f"by {relative_gap(objective, bound):.2e} relative (tolerance {OPTIMALITY_RTOL:g})"
-            )
-        elif proven:
-            status = OPTIMAL
-        else:
-            status = FEASIBLE
-    elif status in (OPTIMAL, FEASIBLE):
-        status = UNKNOWN
-        message = (message + "; " if message else "") + "solver claimed a solution but returned none"
-    return SolveResult(
-        problem=problem, solver=solver, solution=solution, objective=objective, bound=bound, status=status,
-        hit_time_limit=proposal.hit_time_limit, params=params, wall_s=wall_s,
-        iterations=proposal.iterations, message=message, log=proposal.log, info=info,
-    )
-
-
-class Evaluator(Protocol):
-    """What :func:`solve_with` needs of a problem's evaluator."""
-
-    def score(self, solution: Any) -> Any:
-        """An object with ``feasible``, ``violations``, ``objective`` and ``detail()``."""
-
-    def lower_bound(self) -> float:
-        """An analytic lower bound on the instance's objective."""
-
-
-def solve_with(
-    *,
-    problem: str,
-    instance: Any,
-    solver: str,
-    evaluator: Evaluator,
-    time_limit_s: float | None,
-    seed: int,
-    params: dict[str, Any],
-    normalize: Callable[[Any], Any] | None = None,
-    initial: Any = None,
-    analytic_bound: float | None = None,
-) -> SolveResult:
-    """Run the registered backend ``solver`` of ``problem`` on ``instance`` and score its proposal.
-
-    The shared body of every problem front-end: look the backend up, validate the limits, time the
-    call, optionally ``normalize`` the proposed solution (e.g. canonical key order), and
-    :func:`finalize` with the evaluator's score and analytic bound. ``initial`` (a feasible answer known
-    before the solve, e.g. the reference grouping) is the answer of a run interrupted before the backend
-    offered a better one (:mod:`packplace.interrupt`); such a result has ``interrupted`` set.
-    ``analytic_bound`` is the evaluator's bound when the front-end computed it already (None: ask
-    ``evaluator.lower_bound()`` after the backend). ``wall_s`` is the backend's seconds; the front-ends
-    replace it with the whole call's.
-
-    Raises:
-        ConfigError: unknown solver name, bad ``time_limit_s`` or ``seed``.
-    """
-    spec = get(problem, solver)
-    check_limits(time_limit_s, seed)
-    try:
-        inspect.signature(spec.solve).bind(instance, time_limit_s=time_limit_s, seed=seed, **params)
-    except TypeError:
-        accepted = [
-            name for name, p in inspect.signature(spec.solve).parameters.items()
-            if p.kind is p.KEYWORD_ONLY and name not in ("time_limit_s", "seed")
-        ]
-        unknown = sorted(params)[0] if params else "?"
-        raise ConfigError(
-            f"{spec.name}: unknown parameter {unknown!r}; valid: {', '.join(accepted) or 'none'}"
-        ) from None
-    earlier = interrupt.requested()
-    if earlier is not None:  # a signal arrived earlier in this command: start no new solve
-        raise interrupt.Interrupted(earlier)
-    interrupt.reset()
-    if initial is not None:
-        interrupt.offer(initial)
-    start = time.perf_counter()
-    try:
-        proposal: Proposal = spec.solve(instance, time_limit_s=time_limit_s, seed=seed, **params)
-    except interrupt.Interrupted as stop:
-        best = interrupt.incumbent()
-        proposal = Proposal(best, FEASIBLE if best is not None else UNKNOWN,
-                            message=f"{stop}: {'the best answer so far' if best is not None else 'no answer yet'}")
-    else:
-        arrived = interrupt.requested()
-        if arrived is not None:
-            name = signal_name(arrived)
-            proposal.message = (proposal.message + "; " if proposal.message else "") + f"interrupted by {name}"
-    interrupted = interrupt.requested() is not None
-    wall_s = time.perf_counter() - start
-    if proposal.solution is not None and normalize is not None:
-        proposal.solution = normalize(proposal.solution)
-
-    def score(solution: Any) -> tuple[bool, float, str, dict[str, Any]]:
-        result = evaluator.score(solution)
-        reason = "; ".join(result.violations[:3])
-        return result.feasible, result.objective, reason, result.detail() if result.feasible else {}
-
-    result = finalize(
-        problem=problem,
-        solver=spec.name,
-        proposal=proposal,
-        score=score,
-        analytic_bound=evaluator.lower_bound() if analytic_bound is None else analytic_bound,
-        params={"time_limit_s": time_limit_s, "seed": seed, **params},
-        wall_s=wall_s,
-    )
-    if interrupted:
-        result.interrupted = True
-        # a signal is not a time limit: a search stopped by it (CP-SAT's stop_search ends like a timeout)
-        # keeps hit_time_limit only when the limit had run out by then
-        result.hit_time_limit = result.hit_time_limit and time_limit_s is not None and wall_s >= time_limit_s
-        if result.status == OPTIMAL and result.objective > result.bound:
-            result.status = FEASIBLE
-    return result
-
-
-def signal_name(signum: int) -> str:
-    """``SIGINT``, ``SIGTERM``, ... for a signal number."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-def check_limits(time_limit_s: float | None, seed: int) -> None:
-    """Validate the two arguments every backend takes.
-
-    Raises:
-        ConfigError: ``time_limit_s`` not a positive finite number (or None), ``seed`` not an int in [0, 2^31)
-            (CP-SAT's ``random_seed`` is a 32-bit int).
-    """
-    if time_limit_s is not None:
-        if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) or not (
-            math.isfinite(time_limit_s) and time_limit_s > 0
-        ):
-            raise ConfigError(f"time_limit_s: must be a positive number of seconds, got {time_limit_s!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-        raise ConfigError(f"seed: must be an integer in [0, 2^31), got {seed!r}")

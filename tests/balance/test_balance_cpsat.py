@@ -19,6 +19,7 @@ from packplace.balance.instance import make_instance
 from packplace.balance.schema import BalanceInstance, Sample, WorkloadCost
 from packplace.errors import ConfigError
 from packplace.result import OPTIMALITY_RTOL
+from packplace.run import run_for
 from packplace.solvers import available, get
 
 HEURISTICS = BALANCE_HEURISTICS
@@ -78,7 +79,7 @@ def test_two_ranks_makespan_15(start_mode):
     assert result.status == "optimal"
     assert result.objective == 15
     assert result.bound == 15
-    proposal = get("balance", "cpsat").solve(instance, time_limit_s=5)
+    proposal = get("balance", "cpsat").backend(instance, run_for("balance", instance, time_limit_s=5))
     assert proposal.bound == 15
 
 
@@ -221,7 +222,7 @@ def test_non_affine_padding_is_honest(objective, start_mode):
 
 def test_infeasible_by_counting_without_solving():
     instance = make_instance([6, 6, 6], seq_len=10, data_parallel_size=1, local_batch_size=2)
-    proposal = get("balance", "cpsat").solve(instance, time_limit_s=5)
+    proposal = get("balance", "cpsat").backend(instance, run_for("balance", instance, time_limit_s=5))
     assert proposal.status == "infeasible" and proposal.info["proof"] == "counting"
     assert solve(instance).status == "infeasible"
 

@@ -33,14 +33,15 @@ def _bin_tokens(instance: BalanceInstance, bins) -> list[int]:
 def test_five_costs_two_ranks_lpt_17_kk_16():
     # Costs 8,7,6,5,4 on 2 ranks: optimum 15 ({8,7} vs {6,5,4}). LPT: 8|7, 6→7 (13), 5→8 (13),
     # 4 → tie at 13, rank 0 wins → 17. LDM: 8-7 → diff 1, 6-5 → 1, 4 vs (8,7) → (11,8), then
-    # (11,8)+(5,6) → (16,14): the textbook KK result 16. Repair starts from KK's 16 | 14 (6.7% above the
-    # bound, so the pair repair runs before any fine-tuning) and re-splits the pair into 15 | 15.
+    # (11,8)+(5,6) → (16,14): the textbook KK result 16. Repair fine-tunes the best start, KK's 16 | 14:
+    # one exchange (5 for 4, or 6 for 5) reaches 15 | 15.
     inst = make_instance([1] * 5, [8, 7, 6, 5, 4], seq_len=100, data_parallel_size=2)
     lpt = packplace.balance(inst, solver="lpt")
     repair = packplace.balance(inst, solver="repair")
     kk = packplace.balance(inst, solver="kk")
     assert lpt.status == "feasible" and lpt.objective == 17.0
-    assert repair.objective == 15.0 and repair.status == "optimal" and "pair repair: 1 of 1" in repair.message
+    assert repair.objective == 15.0 and repair.status == "optimal"
+    assert "fine-tuning: 1 exchanges reached the bound" in repair.message
     assert kk.solver == "karmarkar_karp" and kk.objective == 16.0
     assert {frozenset(b) for b in kk.solution.bins} == {frozenset({1, 3, 4}), frozenset({0, 2})}
     assert lpt.bound == pytest.approx(15.0)
@@ -649,13 +650,15 @@ def test_repair_rank_local_search_budget_of_pairs():
 
 
 def test_lpt_with_less_time_than_its_sort_takes_returns_the_reference_unsorted():
+    from packplace.run import run_for
     from packplace.solvers.balance import lpt as lpt_module
 
     inst = make_instance(list(range(1, 2001)), seq_len=10**6, data_parallel_size=4, reference_bins="auto")
     # sorting 2,000 samples is budgeted at 2,000 x 0.25 us = 0.5 ms: 0.1 ms cannot hold it
     assert lpt_module.PREPARE_S_PER_SAMPLE * 2000 == pytest.approx(5e-4)
-    cut = lpt_module.solve(inst, time_limit_s=1e-4)
+    cut = lpt_module.solve(inst, run_for("balance", inst, time_limit_s=1e-4))
     assert cut.status == "feasible" and cut.hit_time_limit and cut.solution == inst.reference_bins
     assert "shorter than sorting 2000 samples takes" in cut.message
-    full = lpt_module.solve(inst)  # (LPT's bins equal the token reference's here: costs are the tokens)
+    # (LPT's bins equal the token reference's here: costs are the tokens)
+    full = lpt_module.solve(inst, run_for("balance", inst))
     assert not full.hit_time_limit and full.message == "" and full.iterations == 2000

@@ -131,6 +131,23 @@ def test_bound_and_optimum_by_hand() -> None:
     assert packplace.balance(inst, solver="cpsat").objective == 9.0
 
 
+def test_layer_bound_by_hand() -> None:
+    # Three samples of 10 tokens (cost 100 each) and one of 1 token on 2 ranks × 2 bins of 10 tokens:
+    # each long sample fills a bin, so index 2 holds one of them too and the lockstep cost is 100 + 100.
+    # The mean (150.5) and the capacity bound (max(100, 50.5) + 50.5) stay below; the third costliest
+    # sample needs a third bin, so M_2 ≥ 100 and the layer bound meets the optimum.
+    from packplace.balance.lockstep import capacity_bounds, layer_bound
+
+    tokens, costs = np.array([10, 10, 10, 1]), np.array([100.0, 100.0, 100.0, 1.0])
+    assert capacity_bounds(tokens, costs, 10, 2, 2) == pytest.approx(150.5)
+    assert layer_bound(tokens, costs, 10, 2, 2) == pytest.approx(200.0, rel=2e-6)
+    assert layer_bound(tokens, costs, 10, 2, 2) <= 200.0
+    inst = make_instance(tokens.tolist(), costs.tolist(), seq_len=10, data_parallel_size=2, local_batch_size=2,
+                         objective="lockstep")
+    assert BalanceEvaluator(inst).lower_bound() == 200.0
+    assert packplace.balance(inst).objective == 200.0
+
+
 def test_capacity_bound_by_hand() -> None:
     # tokens 4, 4, 4, 4, cost 16 each except one 40; seq_len 4: every bin holds one sample, D = 2, m = 2.
     # The first index's two bins hold at most 40 + 16 = 56 of 88, so the second index's two bins hold 32:
@@ -293,3 +310,41 @@ def test_planner_scores_lockstep_and_states_the_run_order() -> None:
     assert plan.decision.reference_objective == ev.objective(inst.reference_bins)
     assert plan.decision.accepted_objective == ev.objective(plan.assignment) >= ev.lower_bound() >= 217 / 2
     assert plan.assignment.run_order == tuple(map(tuple, ev.run_order(plan.assignment).tolist()))
+
+
+def test_under_equal_count_the_message_says_the_bound_met_is_the_makespans() -> None:
+    # lockstep under equal_count is answered by a makespan solve; its start meets the *makespan* bound,
+    # while the lockstep answer (19) stays above the lockstep bound (17): the message must not read as a
+    # lockstep claim
+    tokens = [6, 7, 3, 4, 1, 2, 3, 4, 9, 4, 7, 1]
+    inst = make_instance(tokens, seq_len=12, data_parallel_size=3, local_batch_size=3, objective="lockstep",
+                         equal_count=True)
+    result = packplace.balance(inst, solver="cpsat", time_limit_s=10, seed=0)
+    assert (result.status, result.objective, result.bound) == ("feasible", 19.0, 17.0)
+    head = "lockstep under equal_count/groups: the makespan answer under the same rules"
+    assert result.message.startswith(head)
+    assert "; its makespan solve: repair start meets the analytic lower bound" in result.message
+    assert result.message.count("meets the analytic lower bound") == result.message.count("its makespan solve: ")
+    makespan = packplace.balance(make_instance(tokens, seq_len=12, data_parallel_size=3, local_batch_size=3,
+                                               equal_count=True), solver="cpsat", time_limit_s=10, seed=0)
+    assert makespan.status == "optimal" and makespan.objective == makespan.bound  # what the start met
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("solver", ["lns", "cpsat"])
+def test_searches_are_never_worse_than_their_start(solver: str, seed: int) -> None:
+    # A long-tail mix (8 of 160 samples 16K-64K tokens, the rest ~2K, FLOPs costs) on 4 ranks × 5 bins
+    # with a 3 s limit: lns and cpsat start from repair's answer and use their whole share of the limit;
+    # their lockstep plan is never above repair's own (levelled) lockstep plan.
+    from packplace.harness.generators import cost_function
+
+    price = cost_function("flops")
+    rng = np.random.default_rng(seed)
+    tokens = np.clip(np.rint(rng.lognormal(math.log(2048), 0.3, size=160)), 64, 16384).astype(int)
+    tokens[rng.choice(160, size=8, replace=False)] = rng.integers(16384, 65537, size=8)
+    instance = make_instance(tokens.tolist(), [price(int(t)) for t in tokens], seq_len=65536, data_parallel_size=4,
+                             local_batch_size=5, objective="lockstep")
+    start = packplace.balance(instance, solver="repair", time_limit_s=3)
+    result = packplace.balance(instance, solver=solver, time_limit_s=3)
+    assert result.objective <= start.objective, result.message
+    assert result.objective == BalanceEvaluator(instance).objective(result.solution)

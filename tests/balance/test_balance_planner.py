@@ -166,7 +166,7 @@ def test_plan_is_frozen_and_serialises():
 @pytest.fixture
 def throwaway_solver():
     """Register a balance backend for one test and remove it afterwards."""
-    from packplace.solvers.registry import register, unregister
+    from packplace.registry import register, unregister
 
     names = []
 

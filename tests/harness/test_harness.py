@@ -22,9 +22,9 @@ from packplace.harness.bench import load_baseline, run_bench
 from packplace.harness.cli import register as register_cli
 from packplace.harness.comparison import compare
 from packplace.harness.suites import load_suite
+from packplace.registry import register, unregister
 from packplace.result import FEASIBLE, Proposal
 from packplace.solvers import available, get
-from packplace.solvers.registry import register, unregister
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "benchmarks" / "suites"

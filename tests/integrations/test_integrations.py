@@ -203,8 +203,8 @@ def test_hyper_parallel_budgets_are_kept_and_a_dead_end_returns_the_reference():
 
 
 def test_hyper_parallel_backend_dead_end_falls_back_to_the_default_rules():
+    from packplace.registry import register, unregister
     from packplace.result import UNKNOWN, Proposal
-    from packplace.solvers.registry import register, unregister
 
     @register("balance", "test-dead-end")
     def dead_end(instance, *, time_limit_s=None, seed=0):

@@ -132,9 +132,9 @@ def test_every_solver_finds_the_disjoint_plan_where_colocation_does_not_fit(plac
                                             generation_length=128), "policy": {"algorithm": "dpo"}})
     assert all(get_table(inst).feasible[name] for name in inst.graph.names)  # each vertex alone fits
     from packplace.solvers.placement._common import colocated_plan
-    with pytest.raises(ConfigError, match="the models do not fit together"):
-        colocated_plan(inst)
     ev = get_evaluator(inst)
+    with pytest.raises(ConfigError, match="the models do not fit together"):
+        colocated_plan(ev)
     result = packplace.place(inst, placement_solver, time_limit_s=10)
     assert result.ok, (placement_solver, result.message)
     score = ev.score(result.solution)

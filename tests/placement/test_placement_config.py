@@ -289,13 +289,14 @@ def test_cli_rejects_bad_knob_for_any_solver_and_bad_gantt_format_before_solving
 def test_gantt_title_names_period_staleness_and_synchronous_step(tmp_path):
     from packplace.placement.evaluator import get_evaluator
     from packplace.placement.screen.gantt import draw_gantt, gantt_title
+    from packplace.run import run_for
     from packplace.solvers.placement import concurrent
     cfg = config("grpo")
     del cfg["models"]["critic"]
     cfg["optimizer"]["staleness_candidates"] = {"actor": [0, 1]}
     inst = build_instance(cfg)
     ev = get_evaluator(inst)
-    sync = concurrent.solve(inst).solution.with_staleness("actor", 0)
+    sync = concurrent.solve(inst, run_for("placement", inst, evaluator=ev)).solution.with_staleness("actor", 0)
     stale = sync.with_staleness("actor", 1)
     s0, s1 = ev.score(sync), ev.score(stale)
     assert gantt_title(s0) == f"step time {s0.step_time:.3f} s"

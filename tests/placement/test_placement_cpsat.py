@@ -17,6 +17,7 @@ from packplace.errors import ConfigError
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.problem.config import build_instance, load_config
 from packplace.placement.problem.plan import Plan
+from packplace.run import run_for
 from packplace.solvers import available, get
 from packplace.solvers.placement import cpsat
 
@@ -188,11 +189,11 @@ def test_staleness_candidates_switch_to_the_periodic_model_and_its_optimum_is_pr
 
 def test_restricted_candidate_set_never_claims_optimal():
     inst = instance("grpo", nodes_per_rack=2, gpus_per_node=2)
-    proposal = get("placement", "cpsat").solve(inst, time_limit_s=10, max_gpus=2)
+    proposal = get("placement", "cpsat").backend(inst, run_for("placement", inst, time_limit_s=10), max_gpus=2)
     assert proposal.status == "feasible" and proposal.bound is None
     assert "restricted" in proposal.message and proposal.info["restricted"]
     assert "restricted_bound_s" in proposal.info
-    small = get("placement", "cpsat").solve(inst, time_limit_s=10, top_k=1)
+    small = get("placement", "cpsat").backend(inst, run_for("placement", inst, time_limit_s=10), top_k=1)
     assert small.status == "feasible" and small.info["options"] < proposal.info["options"]
 
 
@@ -281,7 +282,8 @@ def _ppo70b(**hardware):
 def test_model_building_counts_against_the_time_limit_on_1024_gpus():
     inst = build_instance(_ppo70b(racks=16, nodes_per_rack=8))
     assert inst.num_gpus == 1024
-    proposal = get("placement", "cpsat").solve(inst, time_limit_s=1, hint_solvers=("greedy", "concurrent"))
+    proposal = get("placement", "cpsat").backend(inst, run_for("placement", inst, time_limit_s=1),
+                                                 hint_solvers=("greedy", "concurrent"))
     assert proposal.status == "feasible" and proposal.bound is None and proposal.hit_time_limit
     assert proposal.message.startswith("model not built in time: ")
     assert "build budget of 0.50 s (50% of time_limit_s=1)" in proposal.message
@@ -305,8 +307,9 @@ def test_progress_lines_on_stderr_for_long_runs_only(capsys):
     # The search ends on CP-SAT's deterministic work limit, far below the wall-clock limit: the same
     # search on any machine, and a slower machine only prints more lines. It is not optimal by then (the
     # quick baselines as hints: the search is what is tested).
-    proposal = get("placement", "cpsat").solve(inst, time_limit_s=600, hint_solvers=("greedy", "concurrent"),
-                                               cp_parameters={"max_deterministic_time": 0.5})
+    proposal = get("placement", "cpsat").backend(inst, run_for("placement", inst, time_limit_s=600),
+                                                 hint_solvers=("greedy", "concurrent"),
+                                                 cp_parameters={"max_deterministic_time": 0.5})
     assert proposal.info["cp_status"] in ("FEASIBLE", "UNKNOWN"), proposal.message
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("cpsat: ")]
     assert len(lines) >= 2

@@ -17,14 +17,14 @@ Performance: docs/performance.md
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from packplace.balance.schema import BalanceInstance, SampleKey
 from packplace.lazy import lazy_module
+from packplace.run import OutOfTime, clock
 from packplace.solvers.balance._common import canonical
 from packplace.solvers.balance.cpsat.scaling import _integer_budget, _Scaling
 
@@ -52,10 +52,6 @@ class _Model:
     round_lengths: list[cp_model.IntVar] = field(default_factory=list)
 
 
-class _OutOfTime(Exception):
-    """The deadline passed while the model was being built."""
-
-
 def _build_model(
     instance: BalanceInstance, samples: list, scaling: _Scaling, load_upper: int, objective_lower: int,
     deadline: float | None = None, makespan_floor: int | None = None, formulation: str = "ordered",
@@ -71,18 +67,32 @@ def _build_model(
     whole instance's lower bound: a neighbourhood cannot usefully go below it).
 
     Raises:
-        _OutOfTime: ``deadline`` (a ``time.perf_counter()`` value) passed between two building phases.
+        OutOfTime: ``deadline`` (a ``packplace.run.clock()`` value) passed between two building phases.
     """
 
     def check_clock() -> None:
-        if deadline is not None and time.perf_counter() > deadline:
-            raise _OutOfTime
+        if deadline is not None and clock() > deadline:
+            raise OutOfTime("the deadline passed while the model was being built")
 
-    ranks, m = instance.data_parallel_size, instance.local_batch_size
-    n, nbins = len(samples), instance.num_bins
-    constraints = instance.constraints
-    seq_len = constraints.seq_len
     model = cp_model.CpModel()
+    x = _assignment(model, instance, samples, check_clock)
+    exact_budgets = _capacity(model, instance, samples, x, check_clock)
+    _add_rank_rules(model, instance, samples, x)
+    check_clock()
+    # Rounding can push a near-zero model load a little below 0 when padding is folded in.
+    load_lower = -(len(samples) + instance.num_bins) if scaling.padded else 0
+    loads = _loads(model, instance, scaling, x, load_lower, load_upper)
+    check_clock()
+    ordered = formulation == "ordered"
+    _strengthen(model, instance, samples, x, loads, ordered, check_clock)
+    built = _Model(model, x, loads, exact_budgets=exact_budgets)
+    _objective(built, instance, objective_lower, load_lower, load_upper, makespan_floor, ordered)
+    return built
+
+
+def _assignment(model: Any, instance: BalanceInstance, samples: list, check_clock: Any) -> list[list[Any]]:
+    """``x[i][b]``: every sample in exactly one bin, no bin empty."""
+    n, nbins = len(samples), instance.num_bins
     x = []
     for i in range(n):
         x.append([model.NewBoolVar(f"x_{i}_{b}") for b in range(nbins)])
@@ -92,7 +102,15 @@ def _build_model(
     for b in range(nbins):
         model.AddBoolOr([x[i][b] for i in range(n)])
     check_clock()
+    return x
 
+
+def _capacity(model: Any, instance: BalanceInstance, samples: list, x: list[list[Any]], check_clock: Any) -> bool:
+    """Tokens within ``seq_len`` per bin (an oversized sample alone in its bin) and every budget per bin;
+    returns whether the budgets are exact in integers (else conservatively rounded)."""
+    n, nbins = len(samples), instance.num_bins
+    constraints = instance.constraints
+    seq_len = constraints.seq_len
     oversized = [s.tokens > seq_len for s in samples]
     regular = [i for i in range(n) if not oversized[i]]
     for b in range(nbins):
@@ -103,7 +121,6 @@ def _build_model(
             if oversized[i]:
                 model.Add(sum(x[j][b] for j in range(n) if j != i) == 0).OnlyEnforceIf(x[i][b])
     check_clock()
-
     exact_budgets = True
     for name, limit in constraints.budgets.items():
         usages, int_limit, exact = _integer_budget([s.budgets.get(name, 0.0) for s in samples], limit)
@@ -114,19 +131,27 @@ def _build_model(
         for b in range(nbins):
             model.Add(sum(usages[i] * x[i][b] for i in users) <= int_limit)
         check_clock()
+    return exact_budgets
 
-    _add_rank_rules(model, instance, samples, x)
-    check_clock()
 
-    # Rounding can push a near-zero model load a little below 0 when padding is folded in.
-    load_lower = -(n + nbins) if scaling.padded else 0
+def _loads(model: Any, instance: BalanceInstance, scaling: _Scaling, x: list[list[Any]], load_lower: int,
+           load_upper: int) -> list[Any]:
+    """The integer rank loads over the scaled costs."""
+    ranks, m, n = instance.data_parallel_size, instance.local_batch_size, len(x)
     loads = [model.NewIntVar(load_lower, load_upper, f"load_{r}") for r in range(ranks)]
     for r in range(ranks):
         bins_of_rank = range(r * m, (r + 1) * m)
         work = sum(scaling.costs[i] * x[i][b] for b in bins_of_rank for i in range(n) if scaling.costs[i])
         model.Add(loads[r] == work + m * scaling.bin_const)
-    check_clock()
+    return loads
 
+
+def _strengthen(model: Any, instance: BalanceInstance, samples: list, x: list[list[Any]], loads: list[Any],
+                ordered: bool, check_clock: Any) -> None:
+    """Bin-packing cuts and, for ``ordered``, the symmetry breaking of the module docstring."""
+    ranks, m = instance.data_parallel_size, instance.local_batch_size
+    n, nbins, seq_len = len(samples), instance.num_bins, instance.constraints.seq_len
+    regular = [i for i in range(n) if samples[i].tokens <= seq_len]
     # Bin-packing strength: two samples over seq_len/2 never share a bin, three over seq_len/3 neither.
     for fraction, most in ((2, 1), (3, 2)):
         large = [i for i in regular if fraction * samples[i].tokens > seq_len]
@@ -137,10 +162,8 @@ def _build_model(
                 else:
                     model.Add(sum(x[i][b] for i in large) <= most)
     check_clock()
-
     # Symmetry breaking: ranks by non-increasing load; the bins of a rank by their lowest sample
     # index (sample i may open bin j only if bin j−1 already holds a sample k < i).
-    ordered = formulation == "ordered"
     if ordered:
         for r in range(ranks - 1):
             model.Add(loads[r] >= loads[r + 1])
@@ -159,7 +182,11 @@ def _build_model(
                     opened.append(now)
         check_clock()
 
-    built = _Model(model, x, loads, exact_budgets=exact_budgets)
+
+def _objective(built: _Model, instance: BalanceInstance, objective_lower: int, load_lower: int, load_upper: int,
+               makespan_floor: int | None, ordered: bool) -> None:
+    """The instance's objective over the loads (module docstring), at least ``objective_lower``."""
+    model, loads, ranks = built.model, built.loads, instance.data_parallel_size
     if instance.objective == "makespan":
         floor = objective_lower if makespan_floor is None else max(makespan_floor, objective_lower)
         if ordered and floor == objective_lower:
@@ -194,7 +221,6 @@ def _build_model(
             model.AddMultiplicationEquality(square, [load, load])
         model.Add(sum(built.squares) >= objective_lower)
         model.Minimize(sum(built.squares))
-    return built
 
 
 def _add_rank_rules(model: cp_model.CpModel, instance: BalanceInstance, samples: list, x: list) -> None:

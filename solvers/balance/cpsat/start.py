@@ -17,14 +17,13 @@ Performance: docs/performance.md
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
-from packplace.balance.evaluator import BalanceEvaluator
-from packplace.balance.schema import BalanceInstance, SampleKey
+from packplace.balance.schema import SampleKey
+from packplace.registry import available
 from packplace.result import OPTIMALITY_RTOL
+from packplace.run import Run, clock
 from packplace.solvers.balance.cpsat.model import TIGHT_FILL, _token_fill
-from packplace.solvers.registry import available, get
 
 #: Heuristics tried, in order, for the starting solution (hint, domain bound and fallback).
 START_HEURISTICS = ("repair", "lpt")
@@ -49,8 +48,7 @@ class _Start:
 
 
 def _heuristic_start(
-    instance: BalanceInstance, seed: int, time_limit_s: float | None = None,
-    fallback_deadline: float | None = None,
+    run: Run, time_limit_s: float | None = None, fallback_deadline: float | None = None,
 ) -> tuple[_Start | None, bool]:
     """The best feasible starting assignment: a registered heuristic's answer or the reference bins.
 
@@ -64,11 +62,13 @@ def _heuristic_start(
     then not tried), or that ``time_limit_s`` is below :data:`START_S_PER_SAMPLE` per sample, where the
     reference bins are the start without running any heuristic. When a heuristic stopped at
     ``time_limit_s`` without an answer, whatever is left before ``fallback_deadline``
-    (``time.perf_counter()`` seconds), the last heuristic of the list (the cheapest construction) runs
+    (``packplace.run.clock()`` seconds), the last heuristic of the list (the cheapest construction) runs
     again until that deadline, and for at least :data:`LAST_RESORT_S`, so that a short limit on a busy
     machine still gives a start (the overrun stays inside the time-limit contract's 0.5 s of slack).
+    The heuristics run through :meth:`~packplace.run.Run.call` on ``run``'s instance.
     """
-    evaluator = BalanceEvaluator(instance)
+    instance = run.instance
+    evaluator = run.evaluator
     if (time_limit_s is not None and instance.reference_bins is not None
             and time_limit_s < START_S_PER_SAMPLE * len(instance.samples)):
         reference = instance.reference_bins
@@ -79,7 +79,7 @@ def _heuristic_start(
     for name in START_HEURISTICS:
         if name not in names:
             continue
-        proposal = get("balance", name).solve(instance, time_limit_s=time_limit_s, seed=seed)
+        proposal = run.call(name, time_limit_s=time_limit_s)
         if proposal.solution is None:
             if proposal.hit_time_limit:
                 timed_out = True
@@ -92,10 +92,10 @@ def _heuristic_start(
         if score.feasible:
             candidates.append(_Start(bins, name, score.objective))
             break
-    left = None if fallback_deadline is None else fallback_deadline - time.perf_counter()
+    left = None if fallback_deadline is None else fallback_deadline - clock()
     if timed_out and not candidates and left is not None:
         name = START_HEURISTICS[-1]
-        proposal = get("balance", name).solve(instance, time_limit_s=max(left, LAST_RESORT_S), seed=seed)
+        proposal = run.call(name, time_limit_s=max(left, LAST_RESORT_S))
         if proposal.solution is not None:
             bins = tuple(tuple(b) for b in getattr(proposal.solution, "bins", proposal.solution))
             score = evaluator.score(bins)
@@ -112,7 +112,7 @@ def _heuristic_start(
             and best.objective > evaluator.lower_bound() * (1 + OPTIMALITY_RTOL)):
         # Tight packings: the fast paths stop well above the optimum there; the large-neighbourhood
         # search from them gives the model a far better hint and ceiling.
-        proposal = get("balance", "lns").solve(instance, time_limit_s=time_limit_s, seed=seed)
+        proposal = run.call("lns", time_limit_s=time_limit_s)
         if proposal.solution is not None:
             bins = tuple(tuple(b) for b in getattr(proposal.solution, "bins", proposal.solution))
             score = evaluator.score(bins)

@@ -4,7 +4,9 @@ Model: the better of fast starts, improved by capacity-safe local search towards
 analytic lower bound. Starts (:mod:`.solver`): ``lpt`` (or, on a dead end, the feasibility-first
 construction of :mod:`~packplace.solvers.balance.construction`), ``karmarkar_karp`` and, where LPT is
 far above the bound on large instances, LPT over ranks then first-fit decreasing (:mod:`.start`).
-Each start is fine-tuned by exchanges of one or two samples (:mod:`.fine_tune`; ``makespan`` without
+Where the fine-tuning applies, every start is built first and the best one fine-tuned; within 0.01%
+of the bound that is the answer (the per-step path, :mod:`.step`). Each start is fine-tuned by
+exchanges of one or two samples (:mod:`.fine_tune`; ``makespan`` without
 padding or budgets) and otherwise repaired: pair repair with one bin per rank and no budgets
 (:mod:`.pair`), rank repair otherwise (:mod:`.ranks`), both under the tie-aware acceptance of
 :mod:`.acceptance`. Where the answer is still above the bound (``makespan`` without padding or budgets,

@@ -17,7 +17,8 @@ Performance: docs/performance.md
 from __future__ import annotations
 
 import math
-import time
+
+from packplace.run import clock
 
 #: A repair must lower the objective by more than this relative amount to be accepted (the final
 #: answer is also re-checked with the evaluator, so float rounding can never make repair worse).
@@ -83,7 +84,7 @@ def leader_partners(order: list[int], name: str, group: int):
 
 class PairBudget:
     """The pair checks a repair may still make: at most ``max_pairs``, none after ``deadline``
-    (``time.perf_counter`` seconds), each pair checked once per version of its two members."""
+    (``packplace.run.clock`` seconds), each pair checked once per version of its two members."""
 
     def __init__(self, max_pairs: int, deadline: float | None) -> None:
         self.max_pairs = max_pairs
@@ -104,7 +105,7 @@ class PairBudget:
         """Spend one check on the pair; False (and nothing spent) when the budget or the time is up."""
         if self.used >= self.max_pairs:
             return False
-        if self.deadline is not None and time.perf_counter() > self.deadline:
+        if self.deadline is not None and clock() > self.deadline:
             self.timed_out = True
             return False
         self.used += 1

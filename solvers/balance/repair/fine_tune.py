@@ -19,9 +19,10 @@ Performance: docs/performance.md
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
+
+from packplace.run import clock
 
 #: Light ranks tried as partners of the heaviest rank in each step (lightest first).
 PARTNERS = 8
@@ -52,15 +53,18 @@ class _Units:
     __slots__ = ("first", "second", "bin", "cost", "tokens", "count", "_by_cost", "_sorted_cost")
 
     def __init__(self, bins, rank_bins, locked, costs, tokens, pairs: bool) -> None:
-        firsts, seconds, wheres = [], [], []
-        for b in rank_bins:
-            if locked[b] or not bins[b]:
-                continue
-            members = np.asarray(bins[b], dtype=np.int64)
-            firsts.append(members)
-            seconds.append(np.full(members.size, -1, dtype=np.int64))
-            wheres.append(np.full(members.size, b, dtype=np.int64))
-            if pairs and members.size >= 2:
+        open_bins = [b for b in rank_bins if not locked[b] and bins[b]]
+        sizes = [len(bins[b]) for b in open_bins]
+        singles = np.fromiter((i for b in open_bins for i in bins[b]), dtype=np.int64, count=sum(sizes))
+        firsts, seconds = [singles], [np.full(singles.size, -1, dtype=np.int64)]
+        wheres = [np.repeat(np.asarray(open_bins, dtype=np.int64), sizes)]
+        if pairs:
+            start = 0
+            for b, size in zip(open_bins, sizes):
+                members = singles[start:start + size]
+                start += size
+                if size < 2:
+                    continue
                 chosen = members[np.lexsort((members, tokens[members]))]
                 if chosen.size > PAIR_SAMPLES:  # evenly spread over the lengths: varied fine differences
                     chosen = chosen[np.linspace(0, chosen.size - 1, PAIR_SAMPLES).round().astype(np.int64)]
@@ -68,10 +72,9 @@ class _Units:
                 firsts.append(chosen[x])
                 seconds.append(chosen[y])
                 wheres.append(np.full(x.size, b, dtype=np.int64))
-        empty = np.zeros(0, dtype=np.int64)
-        self.first = np.concatenate(firsts) if firsts else empty
-        self.second = np.concatenate(seconds) if seconds else empty
-        self.bin = np.concatenate(wheres) if wheres else empty
+        self.first = np.concatenate(firsts)
+        self.second = np.concatenate(seconds)
+        self.bin = np.concatenate(wheres)
         self.cost = costs[self.first] + costs[self.second]
         self.tokens = tokens[self.first] + tokens[self.second]
         self.count = np.where(self.second >= 0, 2, 1)
@@ -106,7 +109,7 @@ def fine_tune(
         ranks: D. per_rank: m. capacity: ``seq_len`` (tokens).
         target: T, the makespan aimed at (cost units).
         max_steps: Most exchanges made.
-        deadline: ``time.perf_counter()`` value after which no step starts.
+        deadline: ``packplace.run.clock()`` value after which no step starts.
 
     Returns:
         (bins, exchanges made, stopped by the deadline).
@@ -186,7 +189,7 @@ def fine_tune(
         excess = loads[heavy] - target
         if excess <= 0:
             break
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline is not None and clock() > deadline:
             timed_out = True
             break
         partners = [int(r) for r in np.argsort(loads, kind="stable")[:PARTNERS] if r != heavy]

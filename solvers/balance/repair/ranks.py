@@ -18,12 +18,12 @@ Performance: docs/performance.md
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
 from packplace.balance.evaluator import objective_value
 from packplace.balance.schema import BalanceInstance
+from packplace.run import clock
 from packplace.solvers.balance._common import PreparedSamples, cached_padding
 from packplace.solvers.balance.repair.acceptance import (
     IMPROVEMENT_RTOL,
@@ -88,7 +88,7 @@ def _exact_pair(
 
     def search(k: int, empty: int) -> bool:
         nodes[0] -= 1
-        if nodes[0] < 0 or (deadline is not None and nodes[0] % 4096 == 0 and time.perf_counter() > deadline):
+        if nodes[0] < 0 or (deadline is not None and nodes[0] % 4096 == 0 and clock() > deadline):
             nodes[0] = min(nodes[0], 0)
             return True
         difference = abs(load[0] - load[1])

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import math
 import random
-import time
 
 import numpy as np
 
+from packplace.run import clock
 from packplace.solvers.balance.repair.acceptance import IMPROVEMENT_RTOL
 
 #: Pooled samples enumerated per pair (2^q splits); pairs holding more draw q of them.
@@ -176,7 +176,7 @@ def resplit(
         ranks: D. per_rank: m. capacity: ``seq_len`` (tokens).
         target: The makespan aimed at (cost units); the search stops once every load is at most it.
         max_checks: Most pair checks.
-        deadline: ``time.perf_counter()`` value after which no pair is checked.
+        deadline: ``packplace.run.clock()`` value after which no pair is checked.
         seed: Seed of the random partners and of the free samples' draw.
         every_partner: Pair each leader with every lighter rank, lightest first, instead of the
             :data:`LIGHT_PARTNERS` lightest and :data:`RANDOM_PARTNERS` drawn ones (``lns`` uses this where
@@ -185,22 +185,36 @@ def resplit(
     Returns:
         (bins, pair checks, accepted splits, stopped by the deadline).
     """
-    bins = [list(b) for b in bins]
-    rng = random.Random(seed)
-    members = [[i for b in bins[r * per_rank:(r + 1) * per_rank] for i in b] for r in range(ranks)]
-    loads = np.array([math.fsum(costs[m].tolist()) for m in members])
-    # ranks with a bin over capacity (an oversized sample, policy "single") are left alone
-    locked = [any(int(tokens[b].sum()) > capacity for b in bins[r * per_rank:(r + 1) * per_rank] if b)
-              for r in range(ranks)]
-    versions = [0] * ranks
-    checked: set[tuple[int, int, int, int]] = set()
-    checks = accepted = 0
-    timed_out = False
+    search = _Resplit(bins, tokens, costs, ranks, per_rank, capacity, seed)
+    return search.run(target, max_checks, deadline, every_partner)
 
-    def split(heavy: int, light: int) -> tuple[list[list[int]], list[list[int]]] | None:
+
+class _Resplit:
+    """The state of one :func:`resplit` run: the bins, each rank's samples, loads and version, and the
+    pairs checked; :meth:`split` re-splits one pair, :meth:`hopeless` rules pairs out in one numpy pass,
+    :meth:`run` is the leader/partner loop."""
+
+    def __init__(self, bins: list[list[int]], tokens: np.ndarray, costs: np.ndarray, ranks: int, per_rank: int,
+                 capacity: int, seed: int) -> None:
+        self.bins = [list(b) for b in bins]
+        self.tokens, self.costs = tokens, costs
+        self.ranks, self.per_rank, self.capacity = ranks, per_rank, capacity
+        self.rng = random.Random(seed)
+        self.members = [[i for b in self.bins[r * per_rank:(r + 1) * per_rank] for i in b] for r in range(ranks)]
+        self.loads = np.array([math.fsum(costs[m].tolist()) for m in self.members])
+        # ranks with a bin over capacity (an oversized sample, policy "single") are left alone
+        self.locked = [any(int(tokens[b].sum()) > capacity for b in self.bins[r * per_rank:(r + 1) * per_rank] if b)
+                       for r in range(ranks)]
+        self.versions = [0] * ranks
+        self.subsets: dict[int, tuple[int, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def split(self, heavy: int, light: int) -> tuple[list[list[int]], list[list[int]]] | None:
+        """The most even admissible split of the pair's pooled samples that packs both ranks, or None."""
+        members, loads, costs, tokens = self.members, self.loads, self.costs, self.tokens
+        per_rank, capacity = self.per_rank, self.capacity
         pool = members[heavy] + members[light]
         if len(pool) > FREE_SAMPLES:
-            free = sorted(rng.sample(range(len(pool)), FREE_SAMPLES))
+            free = sorted(self.rng.sample(range(len(pool)), FREE_SAMPLES))
         else:
             free = list(range(len(pool)))
         free_set = set(free)
@@ -243,34 +257,34 @@ def resplit(
             return heavy_bins, light_bins
         return None
 
-    subsets: dict[int, tuple[int, np.ndarray, np.ndarray, np.ndarray]] = {}
-
-    def own_subsets(rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def own_subsets(self, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(cost, token, count) sums of every subset of ``rank``'s samples, cached per version."""
-        found = subsets.get(rank)
-        if found is None or found[0] != versions[rank]:
-            chosen = np.array(members[rank], dtype=np.int64)
-            found = subsets[rank] = (versions[rank], _subset_sums(costs[chosen]),
-                                     _subset_sums(tokens[chosen].astype(np.int64)), _popcounts(len(chosen)))
+        found = self.subsets.get(rank)
+        if found is None or found[0] != self.versions[rank]:
+            chosen = np.array(self.members[rank], dtype=np.int64)
+            found = self.subsets[rank] = (self.versions[rank], _subset_sums(self.costs[chosen]),
+                                          _subset_sums(self.tokens[chosen].astype(np.int64)),
+                                          _popcounts(len(chosen)))
         return found[1], found[2], found[3]
 
-    def hopeless(leader: int, candidates: list[int]) -> set[int]:
+    def hopeless(self, leader: int, candidates: list[int]) -> set[int]:
         """The ``candidates`` (m = 1, pools of at most FREE_SAMPLES) without an admissible split.
 
-        The admissibility test of ``split`` for all of them at once (with m = 1 an admissible split
-        always packs), so that ``split`` runs only where it can succeed; same answer, fewer calls."""
+        The admissibility test of :meth:`split` for all of them at once (with m = 1 an admissible split
+        always packs), so that :meth:`split` runs only where it can succeed; same answer, fewer calls."""
+        members, loads = self.members, self.loads
         own = len(members[leader])
         small = [r for r in candidates if own + len(members[r]) <= FREE_SAMPLES]
         if not small:
             return set()
-        parts = [own_subsets(r) for r in small]
+        parts = [self.own_subsets(r) for r in small]
         widths = np.array([len(part[0]) for part in parts])
         if (1 << own) * int(widths.sum()) > BATCH_ENTRIES:
             return set()
-        lead_costs, lead_tokens, lead_counts = own_subsets(leader)
+        lead_costs, lead_tokens, lead_counts = self.own_subsets(leader)
         owner = np.repeat(np.arange(len(small)), widths)
         ceiling = loads[leader] - IMPROVEMENT_RTOL * abs(loads[leader])
-        room = capacity
+        room = self.capacity
         lead_total = int(lead_tokens[-1])  # the full subset: all the leader's tokens
         partner_tokens = np.array([int(part[1][-1]) for part in parts])
         low_cost = (loads[leader] + loads[small] - ceiling)[owner]
@@ -286,52 +300,60 @@ def resplit(
         possible[owner[ok.any(axis=0)]] = True
         return {r for r, good in zip(small, possible.tolist()) if not good}
 
-    while checks < max_checks:
-        order = np.argsort(-loads, kind="stable").tolist()  # heaviest first, ties by index
-        if loads[order[0]] <= target:
-            break
-        lightest = order[::-1][:LIGHT_PARTNERS]
-        found = False
-        for leader in order[:LEADERS]:
-            if loads[leader] <= target or locked[leader]:
-                continue
-            if every_partner:
-                partners = order[::-1]
-                skip = hopeless(leader, [
-                    r for r in partners if r != leader and not locked[r] and loads[r] < loads[leader]
-                    and (leader, r, versions[leader], versions[r]) not in checked]) if per_rank == 1 else set()
-            else:
-                skip = set()
-                drawn = rng.sample(range(ranks), min(RANDOM_PARTNERS, ranks))
-                partners = lightest + [r for r in drawn if r not in lightest]
-            for partner in partners:
-                if partner == leader or locked[partner] or loads[partner] >= loads[leader]:
-                    continue
-                key = (leader, partner, versions[leader], versions[partner])
-                if key in checked:
-                    continue
-                if checks >= max_checks:
-                    break
-                if deadline is not None and time.perf_counter() > deadline:
-                    timed_out = True
-                    break
-                checked.add(key)
-                checks += 1
-                if partner in skip:
-                    continue
-                result = split(leader, partner)
-                if result is None:
-                    continue
-                for rank, new_bins in zip((leader, partner), result):
-                    bins[rank * per_rank:(rank + 1) * per_rank] = new_bins
-                    members[rank] = [i for b in new_bins for i in b]
-                    loads[rank] = math.fsum(costs[members[rank]].tolist())
-                    versions[rank] += 1
-                accepted += 1
-                found = True
+    def run(self, target: float, max_checks: int, deadline: float | None, every_partner: bool
+            ) -> tuple[list[list[int]], int, int, bool]:
+        """The leader/partner loop of :func:`resplit`: (bins, pair checks, accepted splits, cut by the deadline)."""
+        loads, locked, versions, members = self.loads, self.locked, self.versions, self.members
+        ranks, per_rank, rng = self.ranks, self.per_rank, self.rng
+        checked: set[tuple[int, int, int, int]] = set()
+        checks = accepted = 0
+        timed_out = False
+        while checks < max_checks:
+            order = np.argsort(-loads, kind="stable").tolist()  # heaviest first, ties by index
+            if loads[order[0]] <= target:
                 break
-            if found or timed_out:
+            lightest = order[::-1][:LIGHT_PARTNERS]
+            found = False
+            for leader in order[:LEADERS]:
+                if loads[leader] <= target or locked[leader]:
+                    continue
+                if every_partner:
+                    partners = order[::-1]
+                    skip = self.hopeless(leader, [
+                        r for r in partners if r != leader and not locked[r] and loads[r] < loads[leader]
+                        and (leader, r, versions[leader], versions[r]) not in checked]) if per_rank == 1 else set()
+                else:
+                    skip = set()
+                    drawn = rng.sample(range(ranks), min(RANDOM_PARTNERS, ranks))
+                    partners = lightest + [r for r in drawn if r not in lightest]
+                for partner in partners:
+                    if partner == leader or locked[partner] or loads[partner] >= loads[leader]:
+                        continue
+                    key = (leader, partner, versions[leader], versions[partner])
+                    if key in checked:
+                        continue
+                    if checks >= max_checks:
+                        break
+                    if deadline is not None and clock() > deadline:
+                        timed_out = True
+                        break
+                    checked.add(key)
+                    checks += 1
+                    if partner in skip:
+                        continue
+                    result = self.split(leader, partner)
+                    if result is None:
+                        continue
+                    for rank, new_bins in zip((leader, partner), result):
+                        self.bins[rank * per_rank:(rank + 1) * per_rank] = new_bins
+                        members[rank] = [i for b in new_bins for i in b]
+                        loads[rank] = math.fsum(self.costs[members[rank]].tolist())
+                        versions[rank] += 1
+                    accepted += 1
+                    found = True
+                    break
+                if found or timed_out:
+                    break
+            if not found:
                 break
-        if not found:
-            break
-    return bins, checks, accepted, timed_out
+        return self.bins, checks, accepted, timed_out

@@ -1,6 +1,9 @@
 """The ``repair`` entry point: the starts, the improvement of each, the Karmarkar–Karp fallback.
 
-:func:`solve` builds the starts: ``lpt`` (or, on a dead end, the feasibility-first construction);
+:func:`solve` first takes the per-step path of :mod:`.step` where the fine-tuning applies (``makespan``
+without padding or budgets): every cheap start built, the best fine-tuned, returned within
+``STEP_GAP`` of the bound; otherwise those starts go on to the improvement below. For the other
+objectives it builds the starts: ``lpt`` (or, on a dead end, the feasibility-first construction);
 ``karmarkar_karp`` when n·D ≤ :data:`KK_START_MAX_WORK`, above that the rank-level LPT start when LPT
 is more than :data:`RANK_LPT_START_GAP` above the analytic bound; and ``karmarkar_karp`` at every size
 where the fine-tuning does not apply and no start is proven optimal. The starts, best first by the
@@ -18,19 +21,17 @@ Performance: docs/performance.md
 
 from __future__ import annotations
 
-import time
-
-from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
+from packplace.registry import register
 from packplace.result import FEASIBLE, OPTIMALITY_RTOL, UNKNOWN, Proposal
+from packplace.run import Run, passed
 from packplace.solvers.balance._common import (
     DeadEnd,
     PreparedSamples,
     keys_of,
     prepare,
     reject_unknown_params,
-    remaining_seconds,
 )
 from packplace.solvers.balance.constrained import repair_proposal
 from packplace.solvers.balance.construction import after_dead_end
@@ -48,7 +49,7 @@ from packplace.solvers.balance.repair.start import (
     rank_key,
     rank_lpt_bins,
 )
-from packplace.solvers.registry import register
+from packplace.solvers.balance.repair.step import step_answer, step_starts
 
 #: Default number of pair checks: max(64, 2·D) (the plateau walk needs about one check per rank
 #: tied at the maximum).
@@ -85,9 +86,8 @@ RESPLIT_CHECKS_PER_RANK = 32
 @lockstep_aware
 def solve(
     instance: BalanceInstance,
+    run: Run,
     *,
-    time_limit_s: float | None = None,
-    seed: int = 0,
     max_repair_pairs: int | None = None,
     **params,
 ) -> Proposal:
@@ -95,8 +95,8 @@ def solve(
 
     Args:
         instance: The balance instance.
-        time_limit_s: Wall-clock budget (seconds); the repair stops at it and keeps its best answer.
-        seed: Unused (deterministic); accepted for the common backend signature.
+        run: The run: the repair stops at its deadline and keeps its best answer; its seed is unused
+            (deterministic).
         max_repair_pairs: Maximum number of pair checks (a positive int; default ``None`` = max(64, 2·D)):
             bin pairs for m = 1 without budgets, rank pairs of the local search otherwise.
 
@@ -113,90 +113,151 @@ def solve(
     if max_repair_pairs is None:
         max_repair_pairs = max(DEFAULT_MAX_REPAIR_PAIRS, 2 * instance.data_parallel_size)
     if instance.has_rank_rules:  # equal_count, max_samples_per_bin, groups: rule-keeping local search
-        deadline = remaining_seconds(time_limit_s)
-        proposal = repair_proposal(instance, time_limit_s)
-        return better_of_kk(instance, proposal, deadline)
-    deadline = remaining_seconds(time_limit_s)  # before prepare: the sort counts against the limit too
-    prepared = prepare(instance)
-    messages = []
+        return better_of_kk(instance, repair_proposal(instance, run), run)
+    prepared = prepare(instance)  # the sort counts against the limit too
+    bins, messages, early = _lpt_start(instance, run, prepared)
+    if early is not None:
+        return early
+    search = _Repair(instance, run, prepared, max_repair_pairs, messages)
+    early = search.first_starts(bins)
+    if early is not None:
+        return early
+    return search.improve_starts()
+
+
+def _lpt_start(instance: BalanceInstance, run: Run, prepared: PreparedSamples
+               ) -> tuple[list[list[int]], list[str], Proposal | None]:
+    """LPT's bins, or on a dead end the construction's (a message says so): (bins, messages, None), or
+    (…, …, the answer) when the dead end leaves nothing to repair (no bins, or no time)."""
+    deadline = run.deadline
     try:
-        bins = lpt_bins(instance, prepared, deadline)
+        return lpt_bins(instance, prepared, deadline), [], None
     except DeadEnd as dead_end:
-        if deadline is not None and time.perf_counter() > deadline and instance.reference_bins is not None:
-            return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=True,
-                            message=f"lpt dead end ({dead_end}); fell back to the reference grouping; no time left "
-                                    "to repair it")
+        if run.expired() and instance.reference_bins is not None:
+            return [], [], Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=True,
+                                    message=f"lpt dead end ({dead_end}); fell back to the reference grouping; no "
+                                            "time left to repair it")
         bins, message, _ = after_dead_end(instance, prepared, str(dead_end), deadline, "lpt")
-        timed_out = deadline is not None and time.perf_counter() > deadline
+        timed_out = passed(deadline)
         if bins is None:
-            return Proposal(None, UNKNOWN, hit_time_limit=timed_out, message=message)
-        messages.append(f"{message}; repair started from it")
+            return [], [], Proposal(None, UNKNOWN, hit_time_limit=timed_out, message=message)
+        messages = [f"{message}; repair started from it"]
         if timed_out:
-            return Proposal(keys_of(prepared, bins), FEASIBLE, hit_time_limit=True, message=messages[0])
-    bound = BalanceEvaluator(instance).lower_bound()
-    proven = proven_level(instance, bound)
-    starts = [(rank_key(instance, prepared, bins), 0, "lpt", bins)]
-    kk_run = kk_cut = False
-    if _fine_tunable(instance) and starts[0][0][0] <= proven * (1 + FINE_TUNE_FIRST_GAP):
-        # LPT near the bound: fine-tune it before any other start is built; at the bound it is the answer
-        tuned, tuned_key, steps, timed_out = _fine_tune(instance, prepared, bins, starts[0][0], deadline)
-        if tuned_key[0] <= proven:
-            note = f"fine-tuning: {steps} exchanges reached the bound" if steps else ""
-            return Proposal(keys_of(prepared, tuned), FEASIBLE, iterations=0, hit_time_limit=timed_out,
-                            message="; ".join([*messages, *([note] if note else [])]))
-    small = len(instance.samples) * instance.data_parallel_size <= KK_START_MAX_WORK
-    if small and instance.local_batch_size > 1 and starts[0][0][0] > proven:
-        # several bins per rank: the count-aware rank-level LPT meets the count bound where a dominant
-        # sample sets it; taken when it proves itself optimal
-        rank_bins = rank_lpt_bins(instance, prepared)
-        if rank_bins is not None and rank_key(instance, prepared, rank_bins)[0] <= proven:
-            return Proposal(keys_of(prepared, rank_bins), FEASIBLE, iterations=0,
-                            message="; ".join([*messages, "rank-level LPT start meets the bound"]))
-    if small:
-        kk_run = True
-        kk_bins, kk_cut = kk_start_bins(instance, prepared, deadline)
-        if kk_bins is not None:
-            starts.append((rank_key(instance, prepared, kk_bins), 1, "karmarkar_karp", kk_bins))
-    elif starts[0][0][0] > bound * (1 + RANK_LPT_START_GAP):
-        rank_bins = rank_lpt_bins(instance, prepared)
-        if rank_bins is not None:
-            starts.append((rank_key(instance, prepared, rank_bins), 1, "rank-level LPT", rank_bins))
-    if not kk_run and not _fine_tunable(instance) and min(start[0][0] for start in starts) > proven:
-        # Without the fine-tuning an answer is rarely proven optimal, so kk would run anyway: run it now,
-        # as a start, so that the better start is improved first and a proven one ends the search.
-        kk_run = True
-        kk_bins, kk_cut = kk_start_bins(instance, prepared, deadline)
-        if kk_bins is not None:
-            starts.append((rank_key(instance, prepared, kk_bins), 2, "karmarkar_karp", kk_bins))
-    starts.sort(key=lambda start: start[:2])
-    best = None
-    iterations = 0
-    hit_time_limit = False
-    while True:
-        for _, _, name, start_bins in starts:
-            bins, key, checks, hit_time_limit, notes = _improve(instance, prepared, start_bins, proven,
-                                                                max_repair_pairs, deadline,
-                                                                None if best is None else best[0])
-            iterations += checks
-            if best is None or key < best[0]:
-                head = [] if name == "lpt" else [f"started from {name}'s answer"]
-                best = (key, bins, (messages if name == "lpt" else []) + head + notes)
-            if best[0][0] <= proven or hit_time_limit:
+            return bins, messages, Proposal(keys_of(prepared, bins), FEASIBLE, hit_time_limit=True,
+                                            message=messages[0])
+        return bins, messages, None
+
+
+class _Repair:
+    """The phases of one ``repair`` call after LPT: the other starts (:meth:`first_starts`), then the
+    improvement of each, best first, with Karmarkar–Karp's answer last (:meth:`improve_starts`)."""
+
+    def __init__(self, instance: BalanceInstance, run: Run, prepared: PreparedSamples, max_repair_pairs: int,
+                 messages: list[str]) -> None:
+        self.instance, self.run, self.prepared = instance, run, prepared
+        self.max_repair_pairs = max_repair_pairs
+        self.messages = messages
+        self.bound = run.evaluator.lower_bound()
+        self.proven = proven_level(instance, self.bound)
+        self.starts: list[tuple] = []
+        self.kk_run = self.kk_cut = False
+        self.stepped: tuple | None = None  # the per-step path's fine-tuned answer: (key, bins, messages)
+
+    def kk_bins(self) -> list[list[int]] | None:
+        """``karmarkar_karp``'s answer (sample indices) on the time left; records that it ran and any cut."""
+        self.kk_run = True
+        bins, self.kk_cut = kk_start_bins(self.instance, self.prepared, self.run)
+        return bins
+
+    def step_path(self, bins: list[list[int]]) -> Proposal | None:
+        """The per-step path (:mod:`.step`): every cheap start built, the best fine-tuned; returns it when
+        it is near the bound (or the deadline cut ``karmarkar_karp``), else keeps the starts and the
+        fine-tuned answer (:attr:`stepped`) for :meth:`improve_starts`."""
+        instance, prepared, proven = self.instance, self.prepared, self.proven
+        self.starts, self.kk_run, self.kk_cut = step_starts(
+            instance, prepared, bins, self.bound, self.run, kk_max_work=KK_START_MAX_WORK,
+            rank_lpt_gap=RANK_LPT_START_GAP)
+        tuned, tuned_key, steps, timed_out, keep = step_answer(
+            self.starts[0], proven,
+            lambda start, key: _fine_tune(instance, prepared, start, key, self.run.deadline, self.bound))
+        name = self.starts[0][2]
+        notes = ([] if name == "lpt" else [f"started from {name}'s answer"]) + (
+            [f"fine-tuning: {steps} exchanges" + (" reached the bound" if tuned_key[0] <= proven else "")]
+            if steps else [])
+        if keep or self.kk_cut:
+            cut = ["the time limit cut karmarkar_karp off"] if self.kk_cut else []
+            return Proposal(keys_of(prepared, tuned), FEASIBLE, iterations=0,
+                            hit_time_limit=timed_out or self.kk_cut, message="; ".join([*self.messages, *notes, *cut]))
+        self.stepped = (tuned_key, tuned, (self.messages if name == "lpt" else []) + notes)
+        return None
+
+    def first_starts(self, bins: list[list[int]]) -> Proposal | None:
+        """The starts: where the fine-tuning applies, those of :meth:`step_path`; otherwise LPT's ``bins``,
+        the rank-level LPT start, the differencing method's. Returns the answer when one start is proven
+        optimal (or near the bound on the per-step path) on the way."""
+        instance, prepared, proven = self.instance, self.prepared, self.proven
+        if _fine_tunable(instance):
+            return self.step_path(bins)
+        self.starts = [(rank_key(instance, prepared, bins), 0, "lpt", bins)]
+        lpt_value = self.starts[0][0][0]
+        small = len(instance.samples) * instance.data_parallel_size <= KK_START_MAX_WORK
+        if small and instance.local_batch_size > 1 and lpt_value > proven:
+            # several bins per rank: the count-aware rank-level LPT meets the count bound where a dominant
+            # sample sets it; taken when it proves itself optimal
+            rank_bins = rank_lpt_bins(instance, prepared)
+            if rank_bins is not None and rank_key(instance, prepared, rank_bins)[0] <= proven:
+                return Proposal(keys_of(prepared, rank_bins), FEASIBLE, iterations=0,
+                                message="; ".join([*self.messages, "rank-level LPT start meets the bound"]))
+        if small:
+            kk_bins = self.kk_bins()
+            if kk_bins is not None:
+                self.starts.append((rank_key(instance, prepared, kk_bins), 1, "karmarkar_karp", kk_bins))
+        elif lpt_value > self.bound * (1 + RANK_LPT_START_GAP):
+            rank_bins = rank_lpt_bins(instance, prepared)
+            if rank_bins is not None:
+                self.starts.append((rank_key(instance, prepared, rank_bins), 1, "rank-level LPT", rank_bins))
+        if not self.kk_run and min(start[0][0] for start in self.starts) > proven:
+            # Without the fine-tuning an answer is rarely proven optimal, so kk would run anyway: run it now,
+            # as a start, so that the better start is improved first and a proven one ends the search.
+            kk_bins = self.kk_bins()
+            if kk_bins is not None:
+                self.starts.append((rank_key(instance, prepared, kk_bins), 2, "karmarkar_karp", kk_bins))
+        return None
+
+    def improve_starts(self) -> Proposal:
+        """Improve the starts best first (:func:`_improve`) until one is proven optimal or the time is up;
+        then, unless it ran already, the differencing method's answer; the best answer found."""
+        starts = sorted(self.starts, key=lambda start: start[:2])
+        best = None
+        iterations = 0
+        hit_time_limit = False
+        proven = self.proven
+        while True:
+            for _, _, name, start_bins in starts:
+                bins, key, checks, hit_time_limit, notes = _improve(
+                    self.instance, self.prepared, start_bins, proven, self.max_repair_pairs, self.run.deadline,
+                    self.bound, None if best is None else best[0])
+                iterations += checks
+                if best is None or key < best[0]:
+                    head = [] if name == "lpt" else [f"started from {name}'s answer"]
+                    best = (key, bins, (self.messages if name == "lpt" else []) + head + notes)
+                if best[0][0] <= proven or hit_time_limit:
+                    break
+            if best[0][0] <= proven or hit_time_limit or self.kk_run:
                 break
-        if best[0][0] <= proven or hit_time_limit or kk_run:
-            break
-        # Not proven optimal: the differencing method's answer may be better; improve it too, keep the better.
-        kk_run = True
-        kk_bins, kk_cut = kk_start_bins(instance, prepared, deadline)
-        if kk_bins is None:
-            break
-        starts = [(None, 1, "karmarkar_karp", kk_bins)]
-    key, bins, messages = best
-    if kk_cut:
-        hit_time_limit = True
-        messages.append("the time limit cut karmarkar_karp off")
-    return Proposal(keys_of(prepared, bins), FEASIBLE, iterations=iterations,
-                    hit_time_limit=hit_time_limit, message="; ".join(messages))
+            # Not proven optimal: the differencing method's answer may be better; improve it too, keep the better.
+            kk_bins = self.kk_bins()
+            if kk_bins is None:
+                break
+            starts = [(None, 1, "karmarkar_karp", kk_bins)]
+        if self.stepped is not None and self.stepped[0] < best[0]:
+            best = self.stepped
+        key, bins, messages = best
+        if self.kk_cut:
+            hit_time_limit = True
+            messages.append("the time limit cut karmarkar_karp off")
+        return Proposal(keys_of(self.prepared, bins), FEASIBLE, iterations=iterations,
+                        hit_time_limit=hit_time_limit, message="; ".join(messages))
 
 
 def _fine_tunable(instance: BalanceInstance) -> bool:
@@ -206,14 +267,14 @@ def _fine_tunable(instance: BalanceInstance) -> bool:
 
 
 def _fine_tune(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]],
-               key: tuple[float, float], deadline: float | None):
+               key: tuple[float, float], deadline: float | None, bound: float):
     """:func:`fine_tune` of ``bins`` towards :func:`_fine_target`: (bins, key, exchanges, hit the deadline),
     the given bins when it changes nothing or the evaluator's objective would not improve."""
     if not _fine_tunable(instance) or len(bins) < 2:
         return bins, key, 0, False
     ranks = instance.data_parallel_size
     tuned, steps, timed_out = fine_tune(bins, prepared.tokens, prepared.costs, ranks, instance.local_batch_size,
-                                        instance.constraints.seq_len, _fine_target(instance, prepared),
+                                        instance.constraints.seq_len, _fine_target(instance, bound),
                                         max(FINE_TUNE_MIN_STEPS, FINE_TUNE_STEPS_PER_RANK * ranks), deadline)
     if not steps:
         return bins, key, 0, timed_out
@@ -223,36 +284,36 @@ def _fine_tune(instance: BalanceInstance, prepared: PreparedSamples, bins: list[
     return tuned, tuned_key, steps, timed_out
 
 
-def _fine_target(instance: BalanceInstance, prepared: PreparedSamples) -> float:
-    """T of the fine-tuning: the bound raised by :data:`FINE_TUNE_RTOL` (inside the optimality tolerance,
-    so float sums cannot push the evaluator's objective past it), or the integer target if larger."""
-    bound = BalanceEvaluator(instance).lower_bound()
-    return max(bound * (1 + FINE_TUNE_RTOL), makespan_target(instance))
+def _fine_target(instance: BalanceInstance, bound: float) -> float:
+    """T of the fine-tuning: the evaluator's analytic ``bound`` raised by :data:`FINE_TUNE_RTOL` (inside the
+    optimality tolerance, so float sums cannot push the evaluator's objective past it), or the integer
+    target if larger."""
+    return max(bound * (1 + FINE_TUNE_RTOL), makespan_target(instance, bound))
 
 
 def _improve(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]], proven: float,
-             max_repair_pairs: int, deadline: float | None, best: tuple[float, float] | None = None):
+             max_repair_pairs: int, deadline: float | None, bound: float, best: tuple[float, float] | None = None):
     """Fine-tune ``bins``; if that does not reach ``proven``, repair ``bins`` and fine-tune the repaired answer,
     then, where it applies (:func:`_resplittable`) and the answer is better than ``best`` (the best key of
     an earlier start, already re-split), re-split it: (bins, key, pair checks of the repair and the
     re-split, hit the deadline, messages)."""
     key = rank_key(instance, prepared, bins)
     if key[0] <= proven * (1 + FINE_TUNE_FIRST_GAP):
-        tuned, tuned_key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline)
+        tuned, tuned_key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline, bound)
         if tuned_key[0] <= proven or timed_out:
             notes = [f"fine-tuning: {steps} exchanges" + (" reached the bound" if tuned_key[0] <= proven else "")]
             return tuned, tuned_key, 0, timed_out, notes if steps else []
     # Not at the bound: repair the start itself (the fine-tuned answer is a worse start for the repair),
     # then fine-tune the repaired answer.
-    bins, checks, timed_out, note = _repair(instance, prepared, bins, max_repair_pairs, deadline)
+    bins, checks, timed_out, note = _repair(instance, prepared, bins, max_repair_pairs, deadline, bound)
     key = rank_key(instance, prepared, bins)
     notes = [note] if note else []
     if not timed_out and key[0] > proven:
-        bins, key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline)
+        bins, key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline, bound)
         if steps:
             notes.append(f"fine-tuning: {steps} exchanges" + (" reached the bound" if key[0] <= proven else ""))
     if not timed_out and key[0] > proven and _resplittable(instance) and (best is None or key < best):
-        bins, key, resplit_checks, timed_out, note = _resplit(instance, prepared, bins, key, deadline)
+        bins, key, resplit_checks, timed_out, note = _resplit(instance, prepared, bins, key, deadline, bound)
         checks += resplit_checks
         if note:
             notes.append(note + (" reached the bound" if key[0] <= proven else ""))
@@ -267,13 +328,13 @@ def _resplittable(instance: BalanceInstance) -> bool:
 
 
 def _resplit(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]],
-             key: tuple[float, float], deadline: float | None):
+             key: tuple[float, float], deadline: float | None, bound: float):
     """:func:`resplit` of ``bins`` towards :func:`_fine_target`: (bins, key, pair checks, hit the deadline,
     message); the given bins when the evaluator would not score the result better."""
     ranks = instance.data_parallel_size
     new_bins, checks, accepted, timed_out = resplit(
         bins, prepared.tokens, prepared.costs, ranks, instance.local_batch_size, instance.constraints.seq_len,
-        _fine_target(instance, prepared), max(RESPLIT_MIN_CHECKS, RESPLIT_CHECKS_PER_RANK * ranks), deadline)
+        _fine_target(instance, bound), max(RESPLIT_MIN_CHECKS, RESPLIT_CHECKS_PER_RANK * ranks), deadline)
     if not accepted:
         return bins, key, checks, timed_out, ""
     new_key = rank_key(instance, prepared, new_bins)
@@ -283,7 +344,7 @@ def _resplit(instance: BalanceInstance, prepared: PreparedSamples, bins: list[li
 
 
 def _repair(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]], max_repair_pairs: int,
-            deadline: float | None) -> tuple[list[list[int]], int, bool, str]:
+            deadline: float | None, bound: float) -> tuple[list[list[int]], int, bool, str]:
     """Repair ``bins`` (sample indices): ``(bins, pairs checked, hit the deadline, message)``; never worse
     than the given bins by the evaluator's sums."""
     if len(bins) < 2:
@@ -293,7 +354,7 @@ def _repair(instance: BalanceInstance, prepared: PreparedSamples, bins: list[lis
     repair = repair_pairs if bin_pairs else repair_ranks
     start_bins = bins
     bins, iterations, accepted, hit_time_limit = repair(instance, prepared, bins, max_repair_pairs, deadline,
-                                                        makespan_target(instance))
+                                                        makespan_target(instance, bound))
     if accepted:
         # Guard against float rounding: the evaluator's own number (same sums) must not get worse.
         if rank_key(instance, prepared, bins)[0] > rank_key(instance, prepared, start_bins)[0]:

@@ -17,15 +17,14 @@ Performance: docs/performance.md
 from __future__ import annotations
 
 import heapq
-import time
 
 import numpy as np
 
-from packplace.balance.evaluator import BalanceEvaluator, objective_value
+from packplace.balance.evaluator import objective_value
 from packplace.balance.schema import BalanceInstance
 from packplace.result import FEASIBLE, Proposal, optimality_level
+from packplace.run import Run
 from packplace.solvers.balance._common import PreparedSamples, first_fit_decreasing, integer_makespan_bound
-from packplace.solvers.balance.karmarkar_karp import solve as solve_karmarkar_karp
 from packplace.solvers.balance.repair.acceptance import power_of_two_above
 
 
@@ -65,12 +64,12 @@ def rank_lpt_bins(instance: BalanceInstance, prepared: PreparedSamples) -> list[
     return bins
 
 
-def kk_start_bins(instance: BalanceInstance, prepared: PreparedSamples, deadline: float | None):
-    """``karmarkar_karp``'s answer as bins of sample indices: (bins or None, cut off by the deadline)."""
-    if deadline is not None and time.perf_counter() >= deadline:
+def kk_start_bins(instance: BalanceInstance, prepared: PreparedSamples, run: Run):
+    """``karmarkar_karp``'s answer, run on what is left of ``run``, as bins of sample indices: (bins or None,
+    cut off by the deadline)."""
+    if run.expired():
         return None, True
-    left = None if deadline is None else max(0.0, deadline - time.perf_counter())
-    proposal = solve_karmarkar_karp(instance, time_limit_s=left)
+    proposal = run.call("karmarkar_karp", time_limit_s=None if run.deadline is None else run.left())
     if proposal.solution is None:
         return None, bool(proposal.hit_time_limit)
     where = {key: i for i, key in enumerate(prepared.keys)}
@@ -82,19 +81,19 @@ def proven_level(instance: BalanceInstance, bound: float) -> float:
     (the evaluator's test), or, for ``makespan`` with integer costs and no padding, the
     bound rounded up if that is larger (every load is then an integer, so no answer is below it)."""
     level = optimality_level(bound)
-    target = makespan_target(instance)
+    target = makespan_target(instance, bound)
     return level if target is None else max(level, target)
 
 
-def better_of_kk(instance: BalanceInstance, proposal: Proposal, deadline: float | None) -> Proposal:
-    """``proposal`` (the rule-keeping repair), or ``karmarkar_karp``'s answer where that is feasible and
-    scores a strictly lower objective; kk is not run when ``proposal`` is optimal within the tolerance."""
-    evaluator = BalanceEvaluator(instance)
+def better_of_kk(instance: BalanceInstance, proposal: Proposal, run: Run) -> Proposal:
+    """``proposal`` (the rule-keeping repair), or ``karmarkar_karp``'s answer (run on what is left of
+    ``run``) where that is feasible and scores a strictly lower objective; kk is not run when ``proposal``
+    is optimal within the tolerance."""
+    evaluator = run.evaluator
     if proposal.solution is not None and (evaluator.objective(proposal.solution)
                                           <= optimality_level(evaluator.lower_bound())):
         return proposal
-    left = None if deadline is None else max(0.0, deadline - time.perf_counter())
-    other = solve_karmarkar_karp(instance, time_limit_s=left)
+    other = run.call("karmarkar_karp", time_limit_s=None if run.deadline is None else run.left())
     if other.solution is None:
         if other.hit_time_limit:
             proposal.hit_time_limit = True
@@ -107,12 +106,11 @@ def better_of_kk(instance: BalanceInstance, proposal: Proposal, deadline: float 
                     message=f"karmarkar_karp's answer (better than the rule-keeping repair: {proposal.message})")
 
 
-def makespan_target(instance: BalanceInstance) -> float | None:
-    """A makespan no answer can beat, at which the repair stops: the evaluator's analytic bound, rounded
+def makespan_target(instance: BalanceInstance, bound: float) -> float | None:
+    """A makespan no answer can beat, at which the repair stops: the evaluator's analytic ``bound``, rounded
     up when every cost is an integer (then so is every load); None for other objectives or padding."""
     if instance.objective != "makespan" or instance.padding_cost is not None:
         return None
-    bound = BalanceEvaluator(instance).lower_bound()
     rounded = integer_makespan_bound(instance, bound)
     return bound if rounded is None else rounded
 

@@ -215,7 +215,7 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
         tables: Options and integer tables (:func:`make_tables`).
         horizon: Upper bound of every time variable and of ``step`` (ticks; the hint's model value). The
             model's own constraints give every lower bound (no outside bound is trusted for the proof).
-        deadline: ``time.perf_counter()`` value after which building stops (None: no limit); checked per
+        deadline: ``packplace.run.clock()`` value after which building stops (None: no limit); checked per
             vertex, per vertex pair and per GPU segment.
 
     Raises:
@@ -262,16 +262,29 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
 
     # -- where each vertex sits: block, node, rack (for same-block / level tests) ------------------
     loc = Locator(m, instance, tables, x, check)
-    where, pair, level_literals = loc.where, loc.pair, loc.level_literals
-    dp_of = loc.dp_of
 
     # -- data edges: start[v] ≥ end[p] + transfer (0 on the same block) ----------------------------
     add_data_edges(m, tables, start, end, loc, check)
 
-    # -- tight starts up to the last publication consumer -----------------------------------------
-    # ``step ≥ end[trainer] + realloc − start[consumer]`` rewards a late consumer start, so every vertex up
-    # to the last consumer starts exactly when the evaluator starts it: at the largest of its lower
-    # bounds. One Boolean per lower bound; at least one is tight (start ≤ that bound).
+    _tight_starts(m, tables, loc, occ, start, end, check)
+    step = _step_terms(m, tables, loc, start, end, horizon, check)
+
+    # -- redundant energy cut: every vertex's GPU-time fits in step × GPUs -------------------------
+    check("energy cut")
+    m.Add(sum(o.duration * (o.hi - o.lo) * lit for v in range(n) for o, lit in zip(opts[v], x[v]))
+          <= cluster.num_gpus * step)
+    m.Minimize(step)
+    return Model(m, x, start, end, step)
+
+
+def _tight_starts(m: Any, tables: ModelTables, loc: Locator, occ: list, start: list, end: list, check: Any) -> None:
+    """Tight starts up to the last publication consumer.
+
+    ``step ≥ end[trainer] + realloc − start[consumer]`` rewards a late consumer start, so every vertex up to
+    the last consumer starts exactly when the evaluator starts it: at the largest of its lower bounds. One
+    Boolean per lower bound; at least one is tight (start ≤ that bound)."""
+    n = len(tables.names)
+    pair, level_literals, dp_of = loc.pair, loc.level_literals, loc.dp_of
     last_consumer = max((b for _, b in tables.pubs), default=0)
     for v in range(1, last_consumer + 1):
         check(f"tight starts of vertex {v + 1} of {n}")
@@ -297,7 +310,11 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
             tight.append(t)
         m.AddBoolOr(tight)
 
-    # -- step time: makespan and publication (reallocation) terms ----------------------------------
+
+def _step_terms(m: Any, tables: ModelTables, loc: Locator, start: list, end: list, horizon: int, check: Any) -> Any:
+    """The step-time variable: at least every end (makespan) and every publication's reallocation term."""
+    n = len(tables.names)
+    where, pair, level_literals = loc.where, loc.pair, loc.level_literals
     step = m.NewIntVar(0, horizon, "step")
     for v in range(n):
         m.Add(step >= end[v])
@@ -318,10 +335,4 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
         for (kk, sized), r in sorted(tables.colocated_ticks.items()):
             if kk == k and sized in sized_of and r > 0:
                 m.Add(step >= end[a] + r - start[b]).OnlyEnforceIf([sized_of[sized], same_block])
-
-    # -- redundant energy cut: every vertex's GPU-time fits in step × GPUs -------------------------
-    check("energy cut")
-    m.Add(sum(o.duration * (o.hi - o.lo) * lit for v in range(n) for o, lit in zip(opts[v], x[v]))
-          <= cluster.num_gpus * step)
-    m.Minimize(step)
-    return Model(m, x, start, end, step)
+    return step

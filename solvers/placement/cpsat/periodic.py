@@ -206,7 +206,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
         horizon: Upper bound of ``P`` (ticks; the hint's model period). Start times range over
             ``±V·(longest duration + largest transfer + largest reallocation + horizon)``, enough for the
             longest-path potentials of any plan with ``P ≤ horizon``.
-        deadline: ``time.perf_counter()`` value after which building stops (None: no limit).
+        deadline: ``packplace.run.clock()`` value after which building stops (None: no limit).
 
     Raises:
         ModelBuildTimeout: the deadline passed (the message names the stage reached).
@@ -283,7 +283,25 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
     loc = Locator(m, instance, tables, x, check)
     add_data_edges(m, tables, start, end, loc, check)
 
-    # -- shared GPUs: topological order within a step, the next step after the last ------------------------
+    _modulo_order(m, n, occ, segments, terms, start, end, duration, period, check)
+
+    # -- staleness (created before the durations when one depends on it) --------------------------------
+    if not engines:
+        add_staleness()
+    _publication_edges(m, instance, tables, loc, stale, start, end, period, check)
+
+    # -- redundant energy cut: every vertex's GPU-time fits in P × GPUs ---------------------------------
+    check("energy cut")
+    m.Add(sum(d * (o.hi - o.lo) * lit for v in range(n) for d, lit, o in terms[v])
+          <= instance.cluster.num_gpus * period)
+    m.Minimize(period)
+    return PeriodicModel(m, x, start, end, period, stale)
+
+
+def _modulo_order(m: Any, n: int, occ: list, segments: list, terms: list, start: list, end: list, duration: list,
+                  period: Any, check: Any) -> None:
+    """Shared GPUs: topological order within a step, the next step after the last; and the redundant cut
+    that a GPU segment's vertices fit in one period."""
     for v in range(n):
         m.Add(period >= duration[v])  # self edge: a vertex never overlaps its own next instance
     for j in range(n):
@@ -293,8 +311,6 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
                 both = [occ[i][s], occ[j][s]]
                 m.Add(start[j] >= end[i]).OnlyEnforceIf(both)
                 m.Add(start[i] + period >= end[j]).OnlyEnforceIf(both)
-
-    # -- redundant cut: a GPU segment's vertices fit in one period --------------------------------------
     for s in range(len(segments)):
         check("segment load %d of %d", s + 1, len(segments))
         load = [d * lit for v in range(n) for d, lit, o in terms[v]
@@ -302,11 +318,10 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
         if len(load) > 1:
             m.Add(sum(load) <= period)
 
-    # -- staleness (created before the durations when one depends on it) --------------------------------
-    if not engines:
-        add_staleness()
 
-    # -- publication edges (distance 1 + staleness): start[consumer] + (1+t)·P ≥ end[trainer] + realloc ---
+def _publication_edges(m: Any, instance, tables: ModelTables, loc: Locator, stale: dict, start: list, end: list,
+                       period: Any, check: Any) -> None:
+    """Publication edges (distance 1 + staleness): start[consumer] + (1+t)·P ≥ end[trainer] + realloc."""
     vertex_model = [vx.model for vx in instance.graph.vertices]
     for k, (a, b) in enumerate(tables.pubs):
         check(f"publication edge {k + 1} of {len(tables.pubs)}")
@@ -333,11 +348,4 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
                 if kk == k and sized in sized_of and r > 0:
                     m.Add(start[b] + (1 + t) * period >= end[a] + r).OnlyEnforceIf(
                         [chosen, sized_of[sized], same_block])
-
-    # -- redundant energy cut: every vertex's GPU-time fits in P × GPUs ---------------------------------
-    check("energy cut")
-    m.Add(sum(d * (o.hi - o.lo) * lit for v in range(n) for d, lit, o in terms[v])
-          <= instance.cluster.num_gpus * period)
-    m.Minimize(period)
-    return PeriodicModel(m, x, start, end, period, stale)
 

@@ -7,7 +7,12 @@ Restriction: ``top_k``, or a cluster above ``max_gpus`` (32) GPUs, keeps per ver
 candidates of each block shape plus the hint's; the status is then at most ``feasible`` and CP-SAT's
 bound goes to ``info["restricted_bound_s"]`` only. Symmetry breaking: when block sizes nest, the first
 vertex's block is fixed at GPU 0 (:func:`first_block_at_origin`). Time limit: preparation may use
-:data:`BUILD_TIME_SHARE` of ``time_limit_s``; past it the hint is returned (``cp_status`` ``NOT_BUILT``).
+:data:`BUILD_TIME_SHARE` of ``time_limit_s``; the anneal hint stops after :data:`HINT_EVALUATIONS_PER_S`
+evaluations a second of its budget and a model of more than :data:`BUILD_OPTIONS_PER_S` options a second
+of the build budget is not built (counts, so a short limit answers the same on every run; the clock is
+the safety net); past either the hint is returned (``cp_status`` ``NOT_BUILT``). Bound: a hint that meets
+the evaluator's analytic lower bound is the answer (``optimal``, no model), and the search stops at a
+plan that meets it. The model must accept its hint (:meth:`_ExactPlacement.check_hint`).
 Checks: the plan is re-scored by the evaluator and compared with the model's value within the rounding
 ``E``; a discrepancy returns the better of hint and plan, ``feasible``, no bound. Determinism:
 ``random_seed = seed``, ``num_workers = 1``; OR-Tools documents multi-worker search as deterministic only
@@ -18,17 +23,18 @@ Performance: docs/performance.md.
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from packplace import interrupt
 from packplace.errors import ConfigError
 from packplace.lazy import lazy_module
-from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.problem.config import OPTIMIZER_DEFAULTS
 from packplace.placement.problem.plan import Plan
-from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal
+from packplace.registry import available, register
+from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal, optimality_level
+from packplace.run import OutOfTime, Run
 from packplace.solvers.placement._common import no_plan_found
 from packplace.solvers.placement.cpsat.model import build_model
 from packplace.solvers.placement.cpsat.periodic import (
@@ -42,14 +48,12 @@ from packplace.solvers.placement.cpsat.periodic import (
 from packplace.solvers.placement.cpsat.pruning import nondominated_candidates, publication_is_monotone
 from packplace.solvers.placement.cpsat.tables import (
     TICKS_PER_S,
-    ModelBuildTimeout,
     ModelTables,
     Option,
     deadline_check,
     make_tables,
     model_schedule,
 )
-from packplace.solvers.registry import available, get, register
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -69,39 +73,67 @@ BUILD_TIME_SHARE = 0.5
 DEFAULT_PROGRESS_S = 3.0
 #: Share of ``time_limit_s`` given to each hint solver that takes a budget (e.g. ``anneal``).
 HINT_BUDGET = 0.2
+#: ``anneal`` as a hint stops after this many evaluations per second of its budget (its ``e_max``, at
+#: most the configured one): a count, so the hint does not depend on the machine's speed; its clock
+#: budget stays as the safety net (the shipped configs evaluate 1,500 to 6,000 plans a second).
+HINT_EVALUATIONS_PER_S = 1000
+#: The model is built only when its options number at most this many per second of the build budget
+#: (``BUILD_TIME_SHARE·time_limit_s``): a count, so whether a short limit builds the model does not
+#: depend on the machine's speed; the clock deadline of the build stays as the safety net (the shipped
+#: configs build 1,700 to 4,000 options a second).
+BUILD_OPTIONS_PER_S = 1500
 #: CP-SAT parameters set before ``cp_parameters``. ``cp_model_probing_level: 0``: no probing in presolve,
 #: so that a first solution comes early and a short limit does not end with the hint alone.
 #: ``relative_gap_limit``: CP-SAT stops (status OPTIMAL) once (objective − bound)/objective is at most half
 #: the front-end's optimality tolerance (``packplace.result.OPTIMALITY_RTOL``), so the returned result is
 #: ``optimal`` within that tolerance even after the rounding ``E``, and the search does not run on to its
 #: limit to close the last few ticks of the bound.
-DEFAULT_CP_PARAMETERS = {"cp_model_probing_level": 0, "relative_gap_limit": 5e-7}
+#: ``auto_detect_greater_than_at_least_one_of: false``: the loader's detection of "x ≥ at least one of"
+#: propagators (built from the model's tight-start clauses, :func:`~.model.build_model`) is unsound on
+#: the model presolved without probing in OR-Tools 9.15: on the shipped OpenRLHF PPO config it declares at
+#: load time, with no conflict, that no solution exists, although the model accepts its own hint (and
+#: with probing, or without presolve, the same model solves to its optimum). Those propagators only
+#: restate constraints the model already has, so leaving them out loses no solution;
+#: :meth:`_ExactPlacement.check_hint` and the INFEASIBLE check of :meth:`_ExactPlacement.answer` guard
+#: the rest.
+DEFAULT_CP_PARAMETERS = {"cp_model_probing_level": 0, "relative_gap_limit": 5e-7,
+                         "auto_detect_greater_than_at_least_one_of": False}
+#: Deterministic-time budget (CP-SAT's work units, not seconds) of the check that the model accepts its
+#: hint (the hinted variables fixed, no presolve): a propagation, far below this on the shipped configs.
+HINT_CHECK_DTIME = 10.0
 
 
 # -- the backend -------------------------------------------------------------------------------------
-def _best_baseline(instance, seed: int, solvers: tuple[str, ...], budget_s: float,
+def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
                    staleness: dict[str, int] | None = None) -> tuple[Plan, float, str] | None:
-    """The hint: the best plan of ``solvers`` by the evaluator, each re-scored with ``staleness`` (None:
-    every staleness 0, the synchronous plan); None when none of them found a feasible plan (the greedy
-    and concurrent baselines search colocated, partitioned and disjoint one-block-per-model layouts).
+    """The hint: the best plan of ``solvers`` (each run through :meth:`~packplace.run.Run.call` with
+    ``budget_s`` seconds) by the evaluator, each re-scored with ``staleness`` (None: every staleness 0, the
+    synchronous plan); None when none of them found a feasible plan (the greedy and concurrent baselines
+    search colocated, partitioned and disjoint one-block-per-model layouts).
 
     Raises:
         ConfigError: a name is not a registered placement backend (or is ``cpsat``).
     """
-    ev = get_evaluator(instance)
+    ev = run.evaluator
     best: tuple[Plan, float, str] | None = None
     names = available("placement")
     for name in solvers:
         if name not in names or name == "cpsat":
             raise ConfigError(f"cpsat: hint_solvers: {name!r} is not a usable placement backend; "
                               f"valid: {', '.join(n for n in names if n != 'cpsat')}")
-        proposal = get("placement", name).solve(instance, time_limit_s=budget_s, seed=seed)
+        options: dict[str, Any] = {}
+        if name == "anneal":  # a count of evaluations, not the clock, ends it (HINT_EVALUATIONS_PER_S)
+            configured = int(run.instance.optimizer.get("e_max", OPTIMIZER_DEFAULTS["e_max"]))
+            options["e_max"] = max(1, min(configured, int(HINT_EVALUATIONS_PER_S * budget_s)))
+        proposal = run.call(name, time_limit_s=budget_s, **options)
         if proposal.solution is None:
             continue
         plan = Plan.build(proposal.solution.vertices, staleness)  # the staleness the model starts from
         t = ev.step_time(plan)
         if best is None or t < best[1]:
             best = (plan, t, name)
+        if run.at_bound:  # a plan meets the analytic lower bound: no other solver can beat it
+            break
     if best is None or best[1] == float("inf"):
         return None
     return best
@@ -165,7 +197,7 @@ def _plan_of(choice: list[Option], names: tuple[str, ...], staleness: dict[str, 
 
 
 @register("placement", "cpsat", exact=True)
-def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_workers: int = 1,
+def solve(instance, run: Run, *, num_workers: int = 1,
           max_gpus: int = MAX_EXACT_GPUS, top_k: int | None = None, log_search: bool = False,
           cp_parameters: dict[str, Any] | None = None, hint_solvers: tuple[str, ...] = HINT_SOLVERS) -> Proposal:
     """Exact CP-SAT placement: the synchronous step (options × rectangles × memory), or the periodic
@@ -173,11 +205,10 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
 
     Args:
         instance: A :class:`~packplace.placement.problem.config.PlacementInstance`.
-        time_limit_s: Wall-clock budget in seconds for the whole call (default
-            :data:`DEFAULT_TIME_LIMIT_S`); the baselines and model building may use
-            :data:`BUILD_TIME_SHARE` of it (past that the hint is returned, module docstring); CP-SAT
-            gets what they leave (at least 10 ms).
-        seed: CP-SAT ``random_seed`` (and the baselines' seed).
+        run: The run: its time limit covers the whole call (default :data:`DEFAULT_TIME_LIMIT_S`); the
+            baselines and model building may use :data:`BUILD_TIME_SHARE` of it (past that the hint is
+            returned, module docstring); CP-SAT gets what they leave (at least 10 ms). Its seed is CP-SAT's
+            ``random_seed`` (and the baselines').
         num_workers: CP-SAT search workers; 1 (default) is deterministic for a fixed seed.
         max_gpus: Largest cluster solved over the full non-dominated candidate set (default 32).
         top_k: Restrict each vertex to its ``top_k`` fastest non-dominated candidates of each block shape
@@ -203,6 +234,25 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
             not a mapping, an empty ``hint_solvers``, or no baseline plan exists (the
             pre-launch checks of the candidate table explain why).
     """
+    _check_options(num_workers, max_gpus, top_k, log_search, cp_parameters, hint_solvers)
+    exact = _ExactPlacement(instance, run.default(DEFAULT_TIME_LIMIT_S), max_gpus, top_k, tuple(hint_solvers))
+    early = exact.find_hint()
+    if early is not None:
+        return early
+    if exact.hint_meets_bound():
+        return exact.hint_at_bound()
+    built = exact.build()
+    if isinstance(built, Proposal):
+        return built
+    rejected = exact.check_hint(built)
+    if rejected is not None:
+        return rejected
+    return exact.search(built, num_workers, log_search, cp_parameters)
+
+
+def _check_options(num_workers: Any, max_gpus: Any, top_k: Any, log_search: Any, cp_parameters: Any,
+                   hint_solvers: Any) -> None:
+    """ConfigError for the first bad option of :func:`solve` (before any work)."""
     for field_name, value in (("num_workers", num_workers), ("max_gpus", max_gpus)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"cpsat: {field_name} must be an integer >= 1, got {value!r}")
@@ -216,214 +266,333 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
     if isinstance(hint_solvers, str) or not hint_solvers:
         raise ConfigError(f"cpsat: hint_solvers must be a non-empty list of placement backends (the search "
                           f"starts from their best plan), got {hint_solvers!r}")
-    limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else float(time_limit_s)
-    began = time.perf_counter()
-    table = get_table(instance)
-    table.check()
-    ev = get_evaluator(instance)
-    notes: list[str] = []
-    log: list[str] = []
 
-    # -- what the model covers ------------------------------------------------------------------
-    choices = staleness_choices(instance)
-    asynchronous = any(t >= 1 for values in choices.values() for t in values)
-    most_stale = {model: max(values) for model, values in choices.items()} if asynchronous else None
-    restricted = top_k is not None or instance.num_gpus > max_gpus
-    if restricted and top_k is None:
-        top_k = instance.k_eval
-    # the period is monotone in every latency and in memory, so pruning is lossless there
-    monotone, why = (True, "") if asynchronous else publication_is_monotone(instance, table)
-    if monotone:
-        candidates = nondominated_candidates(instance, table)
-    else:
-        candidates = {name: list(table.feasible[name]) for name in instance.graph.names}
-        notes.append(f"no dominance pruning ({why})")
-    hint = _best_baseline(instance, seed, tuple(hint_solvers), HINT_BUDGET * limit, most_stale)
-    if hint is None:  # no plan to start from; cpsat never claims infeasibility it has not proved
-        proposal = no_plan_found(instance, f"no hint solver ({', '.join(hint_solvers)}) found a plan", 0)
-        proposal.message += "; cpsat needs a feasible hint and did not run"
-        return proposal
-    hint_plan, hint_time, hint_name = hint
-    if restricted:
+
+@dataclass
+class _Built:
+    """The model ready to solve: its tables, the CP-SAT model, the hint's schedule and the rounding."""
+
+    tables: ModelTables
+    model: Any
+    n_options: list[int]
+    h_step: int
+    rounding: int
+    build_s: float
+
+
+class _ExactPlacement:
+    """The phases of one ``cpsat`` call: what the model covers and the hint (:meth:`find_hint`), the model
+    (:meth:`build`), the search (:meth:`search`) and the answer (:meth:`answer`)."""
+
+    def __init__(self, instance, run: Run, max_gpus: int, top_k: int | None, hint_solvers: tuple[str, ...]) -> None:
+        self.instance, self.run, self.hint_solvers = instance, run, hint_solvers
+        self.limit = run.time_limit_s
+        self.ev = run.evaluator
+        self.table = self.ev.table
+        self.table.check()
+        self.notes: list[str] = []
+        self.log: list[str] = []
+        #: the model accepts the hint (:meth:`check_hint`): True, or None before or without a verdict
+        self.hint_checked: bool | None = None
+        choices = staleness_choices(instance)
+        self.asynchronous = any(t >= 1 for values in choices.values() for t in values)
+        self.most_stale = {model: max(values) for model, values in choices.items()} if self.asynchronous else None
+        self.restricted = top_k is not None or instance.num_gpus > max_gpus
+        self.top_k = instance.k_eval if self.restricted and top_k is None else top_k
+        self.why_restricted = (f"{instance.num_gpus} GPUs > max_gpus={max_gpus}" if instance.num_gpus > max_gpus
+                               else f"top_k={top_k}")
+        # the period is monotone in every latency and in memory, so pruning is lossless there
+        self.monotone, why = (True, "") if self.asynchronous else publication_is_monotone(instance, self.table)
+        if self.monotone:
+            self.candidates = nondominated_candidates(instance, self.table)
+        else:
+            self.candidates = {name: list(self.table.feasible[name]) for name in instance.graph.names}
+            self.notes.append(f"no dominance pruning ({why})")
+
+    def find_hint(self) -> Proposal | None:
+        """The hint (:func:`_best_baseline`) and the candidates the model covers (restricted to the
+        ``top_k`` fastest per shape, the hint's kept); the answer when no hint solver found a plan."""
+        hint = _best_baseline(self.run, self.hint_solvers, HINT_BUDGET * self.limit, self.most_stale)
+        if hint is None:  # no plan to start from; cpsat never claims infeasibility it has not proved
+            proposal = no_plan_found(self.ev, f"no hint solver ({', '.join(self.hint_solvers)}) found a plan", 0)
+            proposal.message += "; cpsat needs a feasible hint and did not run"
+            return proposal
+        self.hint_plan, self.hint_time, self.hint_name = hint
+        candidates, table = self.candidates, self.table
         for name in candidates:
-            per_shape: dict[tuple[int, int, int], int] = defaultdict(int)
-            keep = []
-            for cand in candidates[name]:  # fastest first
-                if per_shape[cand.extent] < top_k:
-                    per_shape[cand.extent] += 1
-                    keep.append(cand)
-            vp = hint_plan[name]
+            vp = self.hint_plan[name]
             hint_cand = table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
-            if hint_cand not in keep:
-                keep.append(hint_cand)
-            candidates[name] = keep
-        why_restricted = (f"{instance.num_gpus} GPUs > max_gpus={max_gpus}" if instance.num_gpus > max_gpus
-                          else f"top_k={top_k}")
-        notes.append(f"restricted to the {top_k} fastest non-dominated candidates per vertex and block shape "
-                     f"plus the hint's ({why_restricted}): no optimality claim for the full problem")
-    else:
-        for name in candidates:  # a dominated hint candidate stays available (harmless, keeps the hint exact)
-            vp = hint_plan[name]
-            hint_cand = table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
+            if self.restricted:
+                per_shape: dict[tuple[int, int, int], int] = defaultdict(int)
+                keep = []
+                for cand in candidates[name]:  # fastest first
+                    if per_shape[cand.extent] < self.top_k:
+                        per_shape[cand.extent] += 1
+                        keep.append(cand)
+                candidates[name] = keep
+            # a dominated hint candidate stays available (harmless, keeps the hint exact)
             if hint_cand not in candidates[name]:
                 candidates[name].append(hint_cand)
+        if self.restricted:
+            self.notes.append(f"restricted to the {self.top_k} fastest non-dominated candidates per vertex and "
+                              f"block shape plus the hint's ({self.why_restricted}): no optimality claim for the "
+                              f"full problem")
+        return None
 
-    build_budget = BUILD_TIME_SHARE * limit
-    deadline = began + build_budget
-    try:
-        tables = make_tables(instance, candidates, deadline)
-        n_options = [len(o) for o in tables.options]
-        hint_choice = _choice_of(tables, hint_plan)
-        sizes = nested_block_sizes(tables, instance.cluster)
-        if sizes is not None:  # symmetry breaking: the first vertex's block starts at GPU 0
-            mirrored = first_block_at_origin(hint_choice, tables, sizes)
-            mirrored_plan = _plan_of(mirrored, tables.names, most_stale)
-            if ev.step_time(mirrored_plan) == hint_time:
-                hint_choice, hint_plan = mirrored, mirrored_plan
-                tables.options[0] = [o for o in tables.options[0] if o.lo == 0]
-                n_options = [len(o) for o in tables.options]
-            else:
-                notes.append("no symmetry breaking (a mirrored plan scored differently)")
-        if asynchronous:
-            h_step, h_start = model_period(tables, instance, hint_choice, most_stale)
-            h_end = [t + d for t, d in zip(h_start, durations(instance, hint_choice, most_stale))]
-            rounding = rounding_ticks(tables)
-            built = build_periodic_model(instance, tables, horizon=h_step, deadline=deadline)
-            objective_var = built.period
-            for model_name, values in built.stale.items():
-                for t, lit in values.items():
-                    built.model.AddHint(lit, t == most_stale[model_name])
-        else:
-            h_start, h_end, h_step = model_schedule(tables, instance, hint_choice)
-            rounding = tables.rounding_ticks
-            built = build_model(instance, tables, horizon=h_step, deadline=deadline)
-            objective_var = built.step
-        check = deadline_check(deadline)
-        for v, o in enumerate(hint_choice):
-            check("solution hint")
-            for opt, lit in zip(tables.options[v], built.x[v]):
-                built.model.AddHint(lit, opt is o)
-            built.model.AddHint(built.start[v], h_start[v])
-            built.model.AddHint(built.end[v], h_end[v])
-        built.model.AddHint(objective_var, h_step)
-    except ModelBuildTimeout as stage:
-        spent = time.perf_counter() - began
-        notes.insert(0, f"model not built in time: {spent:.2f} s spent, over the build budget of "
-                        f"{build_budget:.2f} s ({BUILD_TIME_SHARE:.0%} of time_limit_s={limit:g}), stopped at "
-                        f"{stage}; returned the {hint_name} hint ({hint_time:.6g} s), no CP-SAT search")
-        info = {"build_s": spent, "build_budget_s": build_budget, "build_stopped_at": str(stage),
-                "restricted": restricted, "hint_solver": hint_name, "hint_step_time_s": hint_time,
-                "hint_solvers": list(hint_solvers), "cp_status": "NOT_BUILT",
-                # no model value exists: the claim is the hint's evaluated value, exact (no rounding)
-                "model_step_time_s": hint_time, "rounding_s": 0.0,
-                "objective_kind": "period" if asynchronous else "step_time"}
-        log.append(notes[0])
-        return Proposal(hint_plan, FEASIBLE, hit_time_limit=True, message="; ".join(notes), log=log, info=info)
-    build_s = time.perf_counter() - began
-    log.append(f"options per vertex: {dict(zip(tables.names, n_options))} (total {sum(n_options)})")
-    log.append(f"hint: {hint_name} {hint_time:.6f} s (model value {h_step} ticks); "
-               f"{'periodic' if asynchronous else 'synchronous'} model built in {build_s:.2f} s")
+    def hint_meets_bound(self) -> bool:
+        """The hint's objective meets the evaluator's analytic lower bound (within the optimality tolerance)."""
+        return self.run.at_bound or self.hint_time <= optimality_level(self.run.bound)
 
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, limit - (time.perf_counter() - began))
-    solver.parameters.num_workers = num_workers
-    solver.parameters.random_seed = seed
-    solver.parameters.log_search_progress = bool(log_search)
-    for key, value in {**DEFAULT_CP_PARAMETERS, **(cp_parameters or {})}.items():
+    def hint_at_bound(self) -> Proposal:
+        """The hint as the answer, ``optimal``: it meets the analytic lower bound, so no model is built."""
+        bound = self.run.bound
+        self.notes.insert(0, f"the {self.hint_name} hint ({self.hint_time:.6g} s) meets the analytic lower bound "
+                             f"({bound:.6g} s): optimal, no model built")
+        self.log.append(self.notes[0])
+        info = {"cp_status": "NOT_BUILT", "hint_solver": self.hint_name, "hint_step_time_s": self.hint_time,
+                "hint_solvers": list(self.hint_solvers), "restricted": self.restricted,
+                "model_step_time_s": self.hint_time, "rounding_s": 0.0, "stopped_at_bound": True,
+                "objective_kind": "period" if self.asynchronous else "step_time"}
+        return Proposal(self.hint_plan, OPTIMAL, bound=bound, message="; ".join(self.notes), log=self.log,
+                        info=info)
+
+    def build(self) -> _Built | Proposal:
+        """The option tables and the model with the hint, within :data:`BUILD_TIME_SHARE` of the limit;
+        past it the hint is the answer (``hit_time_limit``)."""
+        instance, run, most_stale = self.instance, self.run, self.most_stale
+        build_budget = BUILD_TIME_SHARE * self.limit
+        deadline = run.started + build_budget
         try:
-            setattr(solver.parameters, key, value)
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise ConfigError(f"cpsat: cp_parameters.{key}: {exc}") from None
-    progress_s = float(instance.optimizer.get("progress_s", DEFAULT_PROGRESS_S))
-    # start-up time: the reporter subclasses an OR-Tools class, so its module loads OR-Tools
-    from packplace.solvers.placement.cpsat.progress import ProgressReporter
+            tables = make_tables(instance, self.candidates, deadline)
+            options = sum(len(o) for o in tables.options)
+            if options > BUILD_OPTIONS_PER_S * build_budget:  # a count, not the clock (BUILD_OPTIONS_PER_S)
+                raise OutOfTime(f"{options} options, more than the {BUILD_OPTIONS_PER_S} a second of the build "
+                                f"budget allow ({int(BUILD_OPTIONS_PER_S * build_budget)})")
+            hint_choice = _choice_of(tables, self.hint_plan)
+            sizes = nested_block_sizes(tables, instance.cluster)
+            if sizes is not None:  # symmetry breaking: the first vertex's block starts at GPU 0
+                mirrored = first_block_at_origin(hint_choice, tables, sizes)
+                mirrored_plan = _plan_of(mirrored, tables.names, most_stale)
+                if self.ev.step_time(mirrored_plan) == self.hint_time:
+                    hint_choice, self.hint_plan = mirrored, mirrored_plan
+                    tables.options[0] = [o for o in tables.options[0] if o.lo == 0]
+                else:
+                    self.notes.append("no symmetry breaking (a mirrored plan scored differently)")
+            n_options = [len(o) for o in tables.options]
+            if self.asynchronous:
+                h_step, h_start = model_period(tables, instance, hint_choice, most_stale)
+                h_end = [t + d for t, d in zip(h_start, durations(instance, hint_choice, most_stale))]
+                rounding = rounding_ticks(tables)
+                built = build_periodic_model(instance, tables, horizon=h_step, deadline=deadline)
+                objective_var = built.period
+                for model_name, values in built.stale.items():
+                    for t, lit in values.items():
+                        built.model.AddHint(lit, t == most_stale[model_name])
+            else:
+                h_start, h_end, h_step = model_schedule(tables, instance, hint_choice)
+                rounding = tables.rounding_ticks
+                built = build_model(instance, tables, horizon=h_step, deadline=deadline)
+                objective_var = built.step
+            check = deadline_check(deadline)
+            for v, o in enumerate(hint_choice):
+                check("solution hint")
+                for opt, lit in zip(tables.options[v], built.x[v]):
+                    built.model.AddHint(lit, opt is o)
+                built.model.AddHint(built.start[v], h_start[v])
+                built.model.AddHint(built.end[v], h_end[v])
+            built.model.AddHint(objective_var, h_step)
+        except OutOfTime as stage:
+            return self.not_built(stage, build_budget)
+        build_s = run.elapsed()
+        self.log.append(f"options per vertex: {dict(zip(tables.names, n_options))} (total {sum(n_options)})")
+        self.log.append(f"hint: {self.hint_name} {self.hint_time:.6f} s (model value {h_step} ticks); "
+                        f"{'periodic' if self.asynchronous else 'synchronous'} model built in {build_s:.2f} s")
+        return _Built(tables, built, n_options, h_step, rounding, build_s)
 
-    with ProgressReporter(began, progress_s, h_step, rounding, restricted) as reporter:
-        solver.best_bound_callback = reporter.on_bound
-        solver.parameters.catch_sigint_signal = False  # packplace.interrupt stops the search
-        with interrupt.native(solver.stop_search):
-            cp_status = solver.Solve(built.model, reporter)
-    status_name = solver.StatusName(cp_status)
-    info: dict[str, Any] = {
-        "options": sum(n_options), "options_per_vertex": dict(zip(tables.names, n_options)),
-        "candidates_per_vertex": {name: len(c) for name, c in candidates.items()},
-        "dominance_pruning": monotone, "restricted": restricted, "rounding_s": rounding / TICKS_PER_S,
-        "cp_status": status_name, "hint_solver": hint_name, "hint_step_time_s": hint_time,
-        "hint_solvers": list(hint_solvers),
-        "cp_wall_s": solver.WallTime(), "build_s": build_s,
-        "objective_kind": "period" if asynchronous else "step_time",
-    }
-    log.append(f"CP-SAT {status_name} in {solver.WallTime():.2f} s, {solver.NumBranches()} branches")
+    def not_built(self, stage: OutOfTime, build_budget: float) -> Proposal:
+        """The hint as the answer when the build ran past its budget (the message says where it stopped)."""
+        spent = self.run.elapsed()
+        self.notes.insert(0, f"model not built in time: {spent:.2f} s spent, over the build budget of "
+                             f"{build_budget:.2f} s ({BUILD_TIME_SHARE:.0%} of time_limit_s={self.limit:g}), "
+                             f"stopped at {stage}; returned the {self.hint_name} hint ({self.hint_time:.6g} s), "
+                             f"no CP-SAT search")
+        info = {"build_s": spent, "build_budget_s": build_budget, "build_stopped_at": str(stage),
+                "restricted": self.restricted, "hint_solver": self.hint_name, "hint_step_time_s": self.hint_time,
+                "hint_solvers": list(self.hint_solvers), "cp_status": "NOT_BUILT",
+                # no model value exists: the claim is the hint's evaluated value, exact (no rounding)
+                "model_step_time_s": self.hint_time, "rounding_s": 0.0,
+                "objective_kind": "period" if self.asynchronous else "step_time"}
+        self.log.append(self.notes[0])
+        return Proposal(self.hint_plan, FEASIBLE, hit_time_limit=True, message="; ".join(self.notes), log=self.log,
+                        info=info)
 
-    if cp_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        notes.insert(0, f"CP-SAT returned {status_name}; returned the {hint_name} hint")
-        if cp_status == cp_model.INFEASIBLE:
-            notes.append("the model rejected the hint: a model/evaluator discrepancy")
-        info["model_step_time_s"] = h_step / TICKS_PER_S
-        return Proposal(hint_plan, FEASIBLE, hit_time_limit=cp_status == cp_model.UNKNOWN,
-                        message="; ".join(notes), log=log, info=info)
+    def check_hint(self, built: _Built) -> Proposal | None:
+        """Check that the model accepts its hint: CP-SAT on the model with every hinted variable (options,
+        starts, ends, objective) fixed to its hinted value and no presolve, a propagation bounded by
+        :data:`HINT_CHECK_DTIME` deterministic work. Sets :attr:`hint_checked` (True: accepted, None: not
+        decided within the budget). Returns None, or where the model rejects the hint the hint as the
+        answer (``feasible``, no bound): the model and the evaluator disagree on it, so no proof of that
+        model would be one of the evaluator's problem."""
+        run = self.run
+        solver = cp_model.CpSolver()
+        solver.parameters.fix_variables_to_their_hinted_value = True
+        solver.parameters.cp_model_presolve = False
+        solver.parameters.num_workers = 1
+        solver.parameters.max_deterministic_time = HINT_CHECK_DTIME
+        solver.parameters.max_time_in_seconds = max(0.01, self.limit - run.elapsed())
+        solver.parameters.catch_sigint_signal = False
+        with run.native(solver.stop_search):
+            status = solver.Solve(built.model.model)
+        self.hint_checked = True if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+        self.log.append(f"hint check (hinted variables fixed, no presolve): {solver.StatusName(status)}")
+        if status != cp_model.INFEASIBLE:
+            return None
+        self.notes.insert(0, f"the model rejects the {self.hint_name} hint that the evaluator accepts (a "
+                             f"model/evaluator discrepancy); returned the hint, no CP-SAT search")
+        info = {"cp_status": "HINT_REJECTED", "hint_solver": self.hint_name, "hint_step_time_s": self.hint_time,
+                "hint_solvers": list(self.hint_solvers), "restricted": self.restricted, "build_s": built.build_s,
+                "model_step_time_s": built.h_step / TICKS_PER_S, "rounding_s": built.rounding / TICKS_PER_S,
+                "discrepancy": True, "objective_kind": "period" if self.asynchronous else "step_time"}
+        return Proposal(self.hint_plan, FEASIBLE, message="; ".join(self.notes), log=self.log, info=info)
 
-    cp_value = int(solver.ObjectiveValue())
-    cp_bound = int(math.floor(solver.BestObjectiveBound() + 1e-6))
-    info["cp_objective_s"] = cp_value / TICKS_PER_S
-    info["cp_bound_s"] = cp_bound / TICKS_PER_S
-    choice = [next(o for o, lit in zip(tables.options[v], built.x[v]) if solver.Value(lit))
-              for v in range(len(tables.names))]
-    if asynchronous:
-        staleness = {model_name: next(t for t, lit in values.items() if solver.Value(lit))
-                     for model_name, values in built.stale.items()}
-        staleness = choose_staleness(tables, instance, choice, staleness, cp_value)
-        value = model_period(tables, instance, choice, staleness)[0]
-        plan = _plan_of(choice, tables.names, staleness)
-    else:
-        plan = _plan_of(choice, tables.names)
+    def search(self, built: _Built, num_workers: int, log_search: bool,
+               cp_parameters: dict[str, Any] | None) -> Proposal:
+        """CP-SAT on the model in the time left (at least 10 ms), progress lines on stderr, then
+        :meth:`answer`."""
+        run = self.run
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.01, self.limit - run.elapsed())
+        solver.parameters.num_workers = num_workers
+        solver.parameters.random_seed = run.seed
+        solver.parameters.log_search_progress = bool(log_search)
+        for key, value in {**DEFAULT_CP_PARAMETERS, **(cp_parameters or {})}.items():
+            try:
+                setattr(solver.parameters, key, value)
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise ConfigError(f"cpsat: cp_parameters.{key}: {exc}") from None
+        progress_s = float(self.instance.optimizer.get("progress_s", DEFAULT_PROGRESS_S))
+        # start-up time: the reporter subclasses an OR-Tools class, so its module loads OR-Tools
+        from packplace.solvers.placement.cpsat.progress import ProgressReporter
+
+        level = optimality_level(run.bound)
+
+        def meets_bound(solution: Any) -> bool:
+            """The solution's plan meets the analytic lower bound (cheap test on the model value first, then
+            the evaluator's): offered to the run, and the search stops."""
+            value = int(solution.ObjectiveValue())
+            if (value - built.rounding) / TICKS_PER_S > level:
+                return False
+            plan, _ = self.read_plan(solution, built, value)
+            evaluated = self.ev.step_time(plan)
+            if evaluated > level:
+                return False
+            run.offer(plan, evaluated)
+            return True
+
+        with ProgressReporter(run, progress_s, built.h_step, built.rounding, self.restricted,
+                              stop_if=meets_bound) as reporter:
+            solver.best_bound_callback = reporter.on_bound
+            solver.parameters.catch_sigint_signal = False  # packplace.interrupt stops the search
+            with run.native(solver.stop_search):
+                cp_status = solver.Solve(built.model.model, reporter)
+        return self.answer(solver, cp_status, built, at_bound=reporter.stopped)
+
+    def answer(self, solver: Any, cp_status: Any, built: _Built, at_bound: bool = False) -> Proposal:
+        """The plan CP-SAT found (or the hint), checked against the evaluator, with its honest status;
+        ``at_bound``: the search was stopped at a plan that meets the analytic lower bound."""
+        tables, notes, rounding = built.tables, self.notes, built.rounding
+        n_options = built.n_options
+        status_name = solver.StatusName(cp_status)
+        info: dict[str, Any] = {
+            "options": sum(n_options), "options_per_vertex": dict(zip(tables.names, n_options)),
+            "candidates_per_vertex": {name: len(c) for name, c in self.candidates.items()},
+            "dominance_pruning": self.monotone, "restricted": self.restricted, "rounding_s": rounding / TICKS_PER_S,
+            "cp_status": status_name, "hint_solver": self.hint_name, "hint_step_time_s": self.hint_time,
+            "hint_solvers": list(self.hint_solvers),
+            "cp_wall_s": solver.WallTime(), "build_s": built.build_s,
+            "objective_kind": "period" if self.asynchronous else "step_time",
+        }
+        self.log.append(f"CP-SAT {status_name} in {solver.WallTime():.2f} s, {solver.NumBranches()} branches")
+        if cp_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            notes.insert(0, f"CP-SAT returned {status_name}; returned the {self.hint_name} hint")
+            if cp_status == cp_model.INFEASIBLE and self.hint_checked:
+                # the model accepts the hint (check_hint): this INFEASIBLE is CP-SAT's fault, not a proof
+                notes.append("the model accepts the hint, so that verdict is a solver fault, not a proof; no bound")
+                info["solver_fault"] = True
+            elif cp_status == cp_model.INFEASIBLE:
+                notes.append("the model rejected the hint: a model/evaluator discrepancy")
+            info["model_step_time_s"] = built.h_step / TICKS_PER_S
+            return Proposal(self.hint_plan, FEASIBLE, hit_time_limit=cp_status == cp_model.UNKNOWN,
+                            message="; ".join(notes), log=self.log, info=info)
+        cp_value = int(solver.ObjectiveValue())
+        cp_bound = int(math.floor(solver.BestObjectiveBound() + 1e-6))
+        info["cp_objective_s"] = cp_value / TICKS_PER_S
+        info["cp_bound_s"] = cp_bound / TICKS_PER_S
+        plan, value = self.read_plan(solver, built, cp_value)
+        evaluated = self.ev.step_time(plan)
+        bound_s = max(0, cp_bound - rounding) / TICKS_PER_S
+        tolerance = max(OPTIMALITY_RTOL, rounding / max(1, cp_bound - rounding))
+        status = OPTIMAL if cp_status == cp_model.OPTIMAL else FEASIBLE
+        proven_bound: float | None = bound_s
+        if self.asynchronous:  # the model's period is at least the evaluator's and less than it plus E
+            agrees = evaluated - 1e-9 <= value / TICKS_PER_S <= evaluated + rounding / TICKS_PER_S + 1e-9
+        else:  # within E either way (tables module docstring)
+            agrees = abs(value / TICKS_PER_S - evaluated) <= rounding / TICKS_PER_S + 1e-9
+        # CP-SAT's objective may exceed the plan's own model value when it stopped at its relative gap limit
+        # (``P`` or ``step`` not yet pushed down to the plan's value), never fall below it
+        trusted = agrees and not (status == OPTIMAL and value > cp_value)
+        if not trusted:
+            # the model disagrees with the evaluator on this plan: trust neither the plan's value nor the bound
+            notes.append(f"model/evaluator discrepancy: CP-SAT {cp_value / TICKS_PER_S:.6f} s, model schedule "
+                         f"{value / TICKS_PER_S:.6f} s, evaluator {evaluated:.6f} s (rounding {rounding} ticks); "
+                         f"returned the better of the CP-SAT plan and the hint, no bound")
+            info["discrepancy"] = True
+            status, proven_bound = FEASIBLE, None
+            if self.hint_time <= evaluated:
+                plan, evaluated, value = self.hint_plan, self.hint_time, built.h_step
+        info["model_step_time_s"] = value / TICKS_PER_S
+        info["evaluated_step_time_s"] = evaluated
+        info["stopped_at_bound"] = at_bound
+        gap = (evaluated - bound_s) / evaluated if evaluated > 0 else 0.0
+        if self.restricted:
+            # a bound of a problem other than the one asked for: reported, never claimed
+            proven_bound = None
+            status = FEASIBLE
+            if trusted:
+                info["restricted_bound_s"] = bound_s
+                info["gap_restricted"] = gap
+        if self.asynchronous and not any(t for _, t in plan.staleness):  # every staleness 0 won (periodic doc)
+            info["objective_kind"] = "step_time"
+        kind = "period" if info["objective_kind"] == "period" else "step time"
+        if not trusted:
+            head = f"CP-SAT {status_name}"
+        elif status == OPTIMAL:
+            head = f"optimal {kind} within {rounding} ticks rounding over {sum(n_options)} options"
+        elif self.restricted:
+            head = (f"CP-SAT {status_name} on the restricted problem: bound {bound_s:.6f} s, gap {gap:.2%} "
+                    f"(valid for that problem only)")
+        elif at_bound:
+            head = (f"CP-SAT stopped at a plan that meets the analytic lower bound ({self.run.bound:.6f} s) "
+                    f"over {sum(n_options)} options")
+        else:
+            head = f"CP-SAT {status_name}: gap {gap:.2%} to its proven bound {bound_s:.6f} s"
+            info["gap"] = gap
+        notes.insert(0, head)
+        hit_limit = cp_status == cp_model.FEASIBLE and not at_bound
+        return Proposal(plan, status, bound=proven_bound, hit_time_limit=hit_limit,
+                        iterations=int(solver.NumBranches()), message="; ".join(notes), log=self.log, info=info,
+                        optimality_tolerance=tolerance)
+
+    def read_plan(self, solver: Any, built: _Built, cp_value: int) -> tuple[Plan, int]:
+        """CP-SAT's plan (with its staleness) and its model value in ticks."""
+        tables, instance = built.tables, self.instance
+        choice = [next(o for o, lit in zip(tables.options[v], built.model.x[v]) if solver.Value(lit))
+                  for v in range(len(tables.names))]
+        if self.asynchronous:
+            staleness = {model_name: next(t for t, lit in values.items() if solver.Value(lit))
+                         for model_name, values in built.model.stale.items()}
+            staleness = choose_staleness(tables, instance, choice, staleness, cp_value)
+            value = model_period(tables, instance, choice, staleness)[0]
+            return _plan_of(choice, tables.names, staleness), value
         _, _, value = model_schedule(tables, instance, choice)
-    evaluated = ev.step_time(plan)
-    bound_s = max(0, cp_bound - rounding) / TICKS_PER_S
-    tolerance = max(OPTIMALITY_RTOL, rounding / max(1, cp_bound - rounding))
-    status = OPTIMAL if cp_status == cp_model.OPTIMAL else FEASIBLE
-    proven_bound: float | None = bound_s
-
-    if asynchronous:  # the model's period is at least the evaluator's and less than it plus E
-        agrees = evaluated - 1e-9 <= value / TICKS_PER_S <= evaluated + rounding / TICKS_PER_S + 1e-9
-    else:  # within E either way (tables module docstring)
-        agrees = abs(value / TICKS_PER_S - evaluated) <= rounding / TICKS_PER_S + 1e-9
-    # CP-SAT's objective may exceed the plan's own model value when it stopped at its relative gap limit
-    # (``P`` or ``step`` not yet pushed down to the plan's value), never fall below it
-    trusted = agrees and not (status == OPTIMAL and value > cp_value)
-    if not trusted:
-        # the model disagrees with the evaluator on this plan: trust neither the plan's value nor the bound
-        notes.append(f"model/evaluator discrepancy: CP-SAT {cp_value / TICKS_PER_S:.6f} s, model schedule "
-                     f"{value / TICKS_PER_S:.6f} s, evaluator {evaluated:.6f} s (rounding {rounding} ticks); "
-                     f"returned the better of the CP-SAT plan and the hint, no bound")
-        info["discrepancy"] = True
-        status, proven_bound = FEASIBLE, None
-        if hint_time <= evaluated:
-            plan, evaluated, value = hint_plan, hint_time, h_step
-    info["model_step_time_s"] = value / TICKS_PER_S
-    info["evaluated_step_time_s"] = evaluated
-    gap = (evaluated - bound_s) / evaluated if evaluated > 0 else 0.0
-    if restricted:
-        # a bound of a problem other than the one asked for: reported, never claimed
-        proven_bound = None
-        status = FEASIBLE
-        if trusted:
-            info["restricted_bound_s"] = bound_s
-            info["gap_restricted"] = gap
-    if asynchronous and not any(t for _, t in plan.staleness):  # every staleness 0 won (periodic module docstring)
-        info["objective_kind"] = "step_time"
-    kind = "period" if info["objective_kind"] == "period" else "step time"
-    if not trusted:
-        head = f"CP-SAT {status_name}"
-    elif status == OPTIMAL:
-        head = f"optimal {kind} within {rounding} ticks rounding over {sum(n_options)} options"
-    elif restricted:
-        head = (f"CP-SAT {status_name} on the restricted problem: bound {bound_s:.6f} s, gap {gap:.2%} "
-                f"(valid for that problem only)")
-    else:
-        head = f"CP-SAT {status_name}: gap {gap:.2%} to its proven bound {bound_s:.6f} s"
-        info["gap"] = gap
-    notes.insert(0, head)
-    return Proposal(plan, status, bound=proven_bound, hit_time_limit=cp_status == cp_model.FEASIBLE,
-                    iterations=int(solver.NumBranches()), message="; ".join(notes), log=log, info=info,
-                    optimality_tolerance=tolerance)
+        return _plan_of(choice, tables.names), value

@@ -17,12 +17,12 @@ the evaluator. Memory is in KiB (:data:`MEMORY_UNIT`), each term rounded down, t
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 from packplace.placement.candidates import Candidate
 from packplace.placement.evaluator import get_table
 from packplace.placement.problem.plan import Allocation
+from packplace.run import OutOfTime, clock
 
 #: Model time unit: integer ticks of 10 ns. The rounding ``E = 2·V + 1`` ticks (0.13 µs for six tasks) stays
 #: below the front-end's relative optimality tolerance (``packplace.result.OPTIMALITY_RTOL``, 10^-6) for every
@@ -32,19 +32,20 @@ TICKS_PER_S = 100_000_000
 MEMORY_UNIT = 1024
 
 
-class ModelBuildTimeout(Exception):
-    """Raised by :func:`make_tables` / :func:`build_model` when their ``deadline`` passes; ``args[0]`` names
-    the stage reached (e.g. ``"memory rows, segment 130 of 1024"``)."""
+#: What :func:`make_tables` / :func:`build_model` raise when their ``deadline`` passes: packplace's one
+#: timeout exception, :class:`~packplace.run.OutOfTime`; ``args[0]`` names the stage reached (e.g.
+#: ``"memory rows, segment 130 of 1024"``).
+ModelBuildTimeout = OutOfTime
 
 
 def deadline_check(deadline: float | None):
     """A ``check(stage, *args)`` function raising :class:`ModelBuildTimeout` with ``stage % args`` (formatted
-    only then) once ``time.perf_counter()`` passes ``deadline`` (no-op when it is None)."""
+    only then) once ``packplace.run.clock()`` passes ``deadline`` (no-op when it is None)."""
     if deadline is None:
         return lambda stage, *args: None
 
     def check(stage: str, *args) -> None:
-        if time.perf_counter() > deadline:
+        if clock() > deadline:
             raise ModelBuildTimeout(stage % args if args else stage)
 
     return check
@@ -130,7 +131,7 @@ def make_tables(instance, candidates: dict[str, list[Candidate]], deadline: floa
     whose hull spans each level (they depend only on the level and the consumer's ``dp`` / layout).
 
     Raises:
-        ModelBuildTimeout: ``time.perf_counter()`` passed ``deadline`` (checked per candidate).
+        ModelBuildTimeout: ``packplace.run.clock()`` passed ``deadline`` (checked per candidate).
     """
     check = deadline_check(deadline)
     table = get_table(instance)

@@ -7,10 +7,12 @@ from typing import Any
 
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.instance import ensure_reference_bins_checked
+from packplace.balance.quick import quick_packing
 from packplace.balance.schema import Assignment, BalanceInstance
 from packplace.errors import ConfigError
-from packplace.result import SolveResult, check_limits, solve_with
-from packplace.solvers.registry import get
+from packplace.registry import get
+from packplace.result import SolveResult
+from packplace.run import check_limits, solve_with
 
 DEFAULT_SOLVER = "repair"
 #: Seconds per sample kept back from the backend's time limit for what follows it: the canonical order,
@@ -20,6 +22,10 @@ DEFAULT_SOLVER = "repair"
 FINISH_S_PER_SAMPLE = 1.6e-6
 #: The most of ``time_limit_s`` that reserve may take (the backend keeps the rest, at least 1 ms).
 FINISH_SHARE = 0.8
+#: From this many samples, an instance without a reference grouping under a time limit gets the quick
+#: packing (:mod:`packplace.balance.quick`) before the backend runs: the answer when the limit cuts the
+#: backend before it has one of its own.
+QUICK_PACKING_MIN_SAMPLES = 100_000
 
 
 def solve_balance(
@@ -66,6 +72,11 @@ def solve_balance(
     # which the backends return on a dead end
     ensure_reference_bins_checked(instance)
     evaluator = BalanceEvaluator(instance)
+    initial = instance.reference_bins if isinstance(instance.reference_bins, tuple) else None
+    fallback = None
+    if initial is None and time_limit_s is not None and len(instance.samples) >= QUICK_PACKING_MIN_SAMPLES:
+        initial = quick_packing(instance)
+        fallback = "the quick packing (worst-fit decreasing on tokens, bins dealt to ranks by cost)"
 
     def normalize(solution: Any) -> Assignment:
         assignment = solution if isinstance(solution, Assignment) else Assignment(solution, instance.local_batch_size)
@@ -76,6 +87,7 @@ def solve_balance(
     # of the limit); its messages then quote the shorter limit it ran with
     finish_s = FINISH_S_PER_SAMPLE * len(instance.samples)
     backend_limit: float | None = None
+    skip_why = None
     if time_limit_s is not None:
         backend_limit = time_limit_s
         get("balance", solver)  # the first lookup imports every backend module: within the limit, before the clock
@@ -83,11 +95,16 @@ def solve_balance(
         if spent >= 0.01:  # the first call of a process (imports) or a large instance's checks
             backend_limit = max(1e-3, time_limit_s - spent)
         if finish_s >= 0.05:
-            backend_limit = max(1e-3, backend_limit - min(FINISH_SHARE * time_limit_s, finish_s))
+            left = backend_limit - min(FINISH_SHARE * time_limit_s, finish_s)
+            if left <= 0 and fallback is not None and initial is not None:
+                skip_why = (f"no time left for {solver}: the checks and the quick packing took {spent:.3g} s of "
+                            f"time_limit_s={time_limit_s:g}, the rest is kept for the canonical order, the score "
+                            f"and the JSON")
+            backend_limit = max(1e-3, left)
     result = solve_with(
         problem="balance", instance=instance, solver=solver, evaluator=evaluator,
-        time_limit_s=backend_limit, seed=seed, params=params, normalize=normalize,
-        initial=instance.reference_bins if isinstance(instance.reference_bins, tuple) else None,
+        time_limit_s=backend_limit, seed=seed, params=params, normalize=normalize, initial=initial,
+        fallback=fallback if initial is not None else None, skip_why=skip_why,
     )
     result.params["time_limit_s"] = time_limit_s
     result.wall_s = time.perf_counter() - started  # the whole call: checks, backend, canonical order, score

@@ -20,7 +20,8 @@ from packplace.errors import ConfigError
 from packplace.jsontext import json_text
 from packplace.outputs import write_atomic
 from packplace.plots import check_format, plot_rank_loads
-from packplace.result import SolveResult, check_limits
+from packplace.result import SolveResult
+from packplace.run import check_limits
 from packplace.solvers import available
 from packplace.table import check_output_file, render_table
 

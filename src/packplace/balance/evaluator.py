@@ -30,8 +30,10 @@ from typing import Any, cast
 import numpy as np
 
 from packplace.balance.bounds import makespan_bounds
-from packplace.balance.lockstep import as_rounds_instance, capacity_bounds, lockstep_cost, run_order
+from packplace.balance.lockstep import as_rounds_instance, capacity_bounds, layer_bound, lockstep_cost, run_order
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey
+from packplace.result import register_solution_type
+from packplace.run import register_evaluator
 
 
 def makespan(loads: Sequence[float] | np.ndarray) -> float:
@@ -624,6 +626,8 @@ class BalanceEvaluator:
           first round's token capacity) holds;
         * :func:`~packplace.balance.lockstep.capacity_bounds`: what the first k indices' bins cannot
           hold spreads over the later ones, k = 1..m−1;
+        * :func:`~packplace.balance.lockstep.layer_bound`: the same with the bins' size classes, the
+          samples forced into later indices and ordered maxima, as a linear program;
         * with integer costs and no padding every bin cost, hence the lockstep cost, is an integer: the
           bound rounds up.
         """
@@ -634,7 +638,9 @@ class BalanceEvaluator:
         relaxed = BalanceEvaluator(as_rounds_instance(inst)).lower_bound("rounds")
         capacity = capacity_bounds(self.tokens, self.costs, inst.constraints.seq_len, inst.data_parallel_size,
                                    inst.local_batch_size)
-        bound = max(bound, relaxed, capacity)
+        layers = layer_bound(self.tokens, self.costs, inst.constraints.seq_len, inst.data_parallel_size,
+                             inst.local_batch_size)
+        bound = max(bound, relaxed, capacity, layers)
         costs = self.costs
         if inst.padding_cost is None and np.all(costs == np.round(costs)) and float(costs.sum()) < 2.0 ** 52:
             bound = float(math.ceil(bound - 1e-9 * max(1.0, abs(bound))))
@@ -676,3 +682,8 @@ class BalanceEvaluator:
 def evaluate(instance: BalanceInstance, assignment: Assignment | Sequence[Sequence[SampleKey]]) -> BalanceScore:
     """Score one assignment of ``instance`` (see :class:`BalanceEvaluator`)."""
     return BalanceEvaluator(instance).score(assignment)
+
+
+# the run of a balance backend gets this evaluator (packplace.run); results read assignments back from JSON
+register_evaluator("balance", BalanceEvaluator)
+register_solution_type("balance", Assignment.from_dict)

@@ -14,6 +14,8 @@ https://pytorch.org/docs/2.5/fsdp.html; ZeRO-3, Rajbhandari et al., arXiv:1910.0
   objective with rounds of D; without ``equal_count``/``groups`` its optimum equals the lockstep
   optimum, with them it is a relaxation (:func:`lift_rounds_bins` maps answers back).
 * :func:`capacity_bounds`: the token-capacity bound family of the lockstep lower bound.
+* :func:`layer_bound`: the same family as a small linear program over the index maxima, with the
+  samples forced into later indices (a long-tail mix's long samples) and the bins' size classes.
 
 Modelled: a bin's cost is its samples' ``llm`` cost plus the instance's per-bin padding cost; the
 pipeline bubble of a pipeline-parallel schedule is not modelled (it adds a term that does not depend
@@ -119,6 +121,157 @@ def capacity_bounds(tokens: np.ndarray, costs: np.ndarray, seq_len: int, ranks: 
     return best
 
 
+#: Size classes of :func:`layer_bound`: a bin holds at most p samples over seq_len/(p + 1), p = 1..this.
+LAYER_SIZE_CLASSES = 4
+#: :func:`layer_bound` runs up to this many samples (above, 0: the other bounds).
+LAYER_BOUND_MAX_SAMPLES = 200_000
+#: Relative safety margin of :func:`layer_bound` against rounding and the LP solver's tolerances (the
+#: bound is lowered by it, each held cost raised by it).
+LAYER_BOUND_RTOL = 1e-6
+#: Coordinate sweeps over the Lagrange multipliers of :func:`_held_cost`.
+LAYER_DUAL_SWEEPS = 6
+#: :func:`_held_cost` also solves the linear relaxation exactly up to this many samples (a linear
+#: program with one column per sample; above it, the Lagrangian bound alone).
+LAYER_LP_MAX_SAMPLES = 2048
+
+
+def _bins_needed(weights: np.ndarray, capacity: int) -> np.ndarray:
+    """For every prefix of ``weights`` (shape (n,), each ≤ ``capacity``), a lower bound on the bins of
+    ``capacity`` it needs: shape (n,), entry t − 1 for the first t weights.
+
+    Martello & Toth's L2 ("Knapsack Problems", Wiley 1990, §8.3.1): for 0 ≤ α ≤ C/2, with J1 the weights
+    over C − α, J2 those in (C/2, C − α] and J3 those in [α, C/2], no two of J1 ∪ J2 share a bin and a
+    bin of J1 has no room for J3, so at least |J1| + |J2| + ⌈(Σ_{J3} w − (|J2|·C − Σ_{J2} w))/C⌉⁺ bins.
+    α runs over 0 and 8 quantiles of the weights up to C/2 (each α gives a valid bound).
+    """
+    half = capacity / 2
+    small = np.unique(weights[weights <= half])
+    alphas = np.unique(np.concatenate(([0.0], np.quantile(small, np.linspace(0, 1, 8))))) if small.size \
+        else np.zeros(1)
+    best = np.zeros(len(weights))
+    for alpha in alphas.tolist():
+        first = weights > capacity - alpha
+        second = (weights > half) & ~first
+        third = (weights <= half) & (weights >= alpha)
+        big = np.cumsum(first) + np.cumsum(second)
+        room = np.cumsum(second) * float(capacity) - np.cumsum(np.where(second, weights, 0.0))
+        spill = np.ceil(np.maximum(0.0, np.cumsum(np.where(third, weights, 0.0)) - room) / capacity - 1e-9)
+        best = np.maximum(best, big + spill)
+    return best
+
+
+def _held_cost(costs: np.ndarray, weights: np.ndarray, capacity: int, bins: int) -> float:
+    """An upper bound on the cost ``bins`` bins of ``capacity`` tokens can hold together.
+
+    The most cost is max Σ c_i x_i over x ∈ {0, 1}ⁿ with Σ w_i x_i ≤ W = bins·capacity and, for
+    p = 1..:data:`LAYER_SIZE_CLASSES`, at most p·bins chosen samples over capacity/(p + 1) (a bin holds at
+    most p of them). By weak Lagrangian duality, for any λ, μ_p ≥ 0 it is at most
+    λ·W + Σ_p μ_p·p·bins + Σ_i (c_i − λ·w_i − Σ_p μ_p·[w_i > capacity/(p + 1)])⁺ — whatever the
+    multipliers, so no solver tolerance enters. λ starts at the fractional knapsack's critical
+    density (μ = 0: the fractional knapsack's value, :func:`capacity_bounds`' K), then each multiplier
+    in turn is set to the minimiser of the bound in it alone, :data:`LAYER_DUAL_SWEEPS` times. Up to
+    :data:`LAYER_LP_MAX_SAMPLES` samples the linear relaxation is also solved (HiGHS) and the lower of the
+    two taken. Raised by :data:`LAYER_BOUND_RTOL` (rounding, the solver's tolerance).
+    """
+    if bins <= 0:
+        return 0.0
+    budget = float(bins * capacity)
+    classes = [(weights > capacity / (p + 1)).astype(float) for p in range(1, LAYER_SIZE_CLASSES + 1)]
+    limits = [budget] + [float(p * bins) for p in range(1, LAYER_SIZE_CLASSES + 1)]
+    columns = [weights] + classes
+    density = np.argsort(-(costs / np.maximum(weights, 1e-300)), kind="stable")
+    filled = np.cumsum(weights[density])
+    critical = int(np.searchsorted(filled, budget, side="right"))
+    if critical >= len(costs):
+        return float(costs.sum())
+    multipliers = [float(costs[density[critical]] / weights[density[critical]])] + [0.0] * LAYER_SIZE_CLASSES
+
+    def value(mult: list[float]) -> float:
+        reduced = costs - sum(m * col for m, col in zip(mult, columns))
+        return float(np.maximum(reduced, 0.0).sum()) + sum(m * lim for m, lim in zip(mult, limits))
+
+    for _ in range(LAYER_DUAL_SWEEPS):
+        for k, column in enumerate(columns):
+            # minimise over x ≥ 0: limits[k]·x + Σ_i (r_i − g_i·x)⁺, r the reduced costs without term k
+            rest = costs - sum(m * col for j, (m, col) in enumerate(zip(multipliers, columns)) if j != k)
+            active = (column > 0) & (rest > 0)
+            if not active.any():
+                multipliers[k] = 0.0
+                continue
+            breaks = rest[active] / column[active]
+            order = np.argsort(-breaks, kind="stable")
+            slope = np.cumsum(column[active][order])  # Σ g_i of the items still positive below each break
+            at = int(np.searchsorted(slope, limits[k], side="left"))  # first break where the slope reaches it
+            multipliers[k] = float(breaks[order[at]]) if at < len(order) else 0.0
+    held = value(multipliers)
+    if len(costs) <= LAYER_LP_MAX_SAMPLES:  # the linear relaxation itself: at most the dual value above
+        from scipy.optimize import linprog  # start-up time: scipy loads only when a lockstep bound is computed
+
+        scale = float(costs.max())
+        result = linprog(-costs / scale, A_ub=np.array(columns), b_ub=np.array(limits), bounds=(0.0, 1.0),
+                         method="highs")
+        if result.status == 0:
+            held = min(held, -float(result.fun) * scale)
+    return min(float(costs.sum()), held * (1 + LAYER_BOUND_RTOL))
+
+
+def layer_bound(tokens: np.ndarray, costs: np.ndarray, seq_len: int, ranks: int, per_rank: int) -> float:
+    """min Σ_j M_j over the index maxima M_1 ≥ … ≥ M_m under what every assignment must satisfy.
+
+    With each rank's bins by cost descending (optimal, :func:`lockstep_cost`) let M_j be index j's
+    maximum. Every assignment gives maxima with (i) M_1 ≥ c₍₁₎; (ii) M_(j+1) ≥ c₍t₎ whenever the t
+    costliest samples need more than j·D bins of ``seq_len`` (:func:`_bins_needed` on min(tokens,
+    seq_len)): each sample costlier than M_(j+1) sits in one of the j·D bins of indices 1..j, since its
+    bin costs at least the sample; (iii) Σ_{j>k} M_j ≥ (Σc − K_k)/D, k = 0..m−1, where K_k ≥ the cost the
+    k·D bins of indices 1..k hold (:func:`_held_cost`, K_0 = 0) and the D·(m − k) later bins, each at
+    most its index's maximum, hold the rest. The least Σ_j M_j under (i)–(iii) and M_j ≥ M_(j+1) is a
+    lower bound on the lockstep cost (a linear program in m variables), lowered by
+    :data:`LAYER_BOUND_RTOL` for the solver's tolerance. Padding only adds cost.
+
+    Args:
+        tokens, costs: Per-sample tokens (int) and ``llm`` costs (float), shape (n,).
+        seq_len: Bin capacity in tokens. ranks, per_rank: D and m.
+
+    Returns:
+        The bound in cost units; 0 for m = 1, no samples, more than :data:`LAYER_BOUND_MAX_SAMPLES`
+        samples or a failed solve.
+    """
+    from scipy.optimize import linprog  # start-up time: scipy loads only when a lockstep bound is computed
+
+    n = len(costs)
+    if per_rank < 2 or n == 0 or n > LAYER_BOUND_MAX_SAMPLES or float(costs.max()) <= 0:
+        return 0.0
+    weights = np.minimum(tokens, seq_len).astype(float)
+    order = np.argsort(-costs, kind="stable")
+    descending = costs[order]
+    needed = np.maximum.accumulate(_bins_needed(weights[order], seq_len))
+    floors = [float(descending[0])]
+    for j in range(1, per_rank):
+        t = int(np.searchsorted(needed, j * ranks, side="right"))  # the first prefix needing more than j·D bins
+        floors.append(float(descending[t]) if t < n else 0.0)
+    total = math.fsum(costs.tolist())
+    scale = float(descending[0])
+    rows, limits = [], []
+    for k in range(per_rank):
+        held = _held_cost(costs, weights, seq_len, k * ranks) if k else 0.0
+        if not math.isfinite(held):
+            return 0.0
+        row = np.zeros(per_rank)
+        row[k:] = -1.0
+        rows.append(row)
+        limits.append(-max(0.0, total - held) / ranks / scale)
+    for j in range(per_rank - 1):
+        row = np.zeros(per_rank)
+        row[j], row[j + 1] = -1.0, 1.0
+        rows.append(row)
+        limits.append(0.0)
+    result = linprog(np.ones(per_rank), A_ub=np.array(rows), b_ub=np.array(limits),
+                     bounds=[(f / scale, None) for f in floors], method="highs")
+    if result.status != 0:
+        return 0.0
+    return float(result.fun) * scale * (1 - LAYER_BOUND_RTOL)
+
+
 def as_rounds_instance(instance: BalanceInstance) -> BalanceInstance:
     """The ``rounds`` instance over D·m one-bin ranks in rounds of D that solves ``lockstep``.
 
@@ -168,5 +321,5 @@ def without_lockstep(instance: BalanceInstance) -> BalanceInstance:
     return dataclasses.replace(instance, objective="makespan")
 
 
-__all__ = ["as_rounds_instance", "capacity_bounds", "lift_rounds_bins", "lockstep_cost", "run_order",
+__all__ = ["as_rounds_instance", "capacity_bounds", "layer_bound", "lift_rounds_bins", "lockstep_cost", "run_order",
            "without_lockstep"]

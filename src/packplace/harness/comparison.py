@@ -41,7 +41,8 @@ from packplace.harness.report import format_text, report_dict, write_report
 from packplace.harness.suites import InstanceSpec, Suite, load_suite
 from packplace.jsontext import json_text
 from packplace.progress import emit, quiet
-from packplace.result import ERROR, FEASIBLE, OPTIMAL, check_limits, relative_gap
+from packplace.result import ERROR, FEASIBLE, OPTIMAL, relative_gap
+from packplace.run import check_limits
 from packplace.solvers import aliases, available, get
 from packplace.version import __version__
 

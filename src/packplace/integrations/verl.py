@@ -55,7 +55,7 @@ from packplace.integrations.differencing import (
 from packplace.integrations.micro_batches import micro_batch_partitions
 from packplace.integrations.partition import DEFAULT_SOLVER, partition
 from packplace.integrations.rows import is_tensordict, is_torch_tensor, take_rows
-from packplace.solvers.registry import get as get_solver
+from packplace.registry import get as get_solver
 
 #: Exact float64 integers end here: above it, packplace's float model may mis-rank integer answers.
 _EXACT_FLOAT = 2**53

@@ -24,8 +24,9 @@ from packplace.placement.candidates import CandidateTable, Shortfall, TableBuild
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.problem.config import PlacementInstance
 from packplace.placement.problem.hardware import Cluster
-from packplace.result import UNKNOWN, SolveResult, check_limits, solve_with
-from packplace.solvers.registry import get
+from packplace.registry import get
+from packplace.result import UNKNOWN, SolveResult
+from packplace.run import check_limits, solve_with
 
 DEFAULT_SOLVER = "concurrent"
 #: Largest growth factor of the cluster the whole-plan search of :func:`check_instance` tries.
@@ -50,9 +51,10 @@ def solve_placement(
         solver: A name from ``packplace.solvers.available("placement")`` (``greedy``, ``concurrent``, ...).
         time_limit_s: Wall-clock budget in seconds for the whole call (None: the backend's default):
             building the candidate table and the analytic bound count against it, the backend gets the
-            rest (at least 1 ms). When the table and bound use it up, the answer is the backend's 1 ms
-            one (``hit_time_limit`` set, the message says so); a table not built in time gives status
-            ``unknown``.
+            rest (at least 1 ms); for an exact backend (``cpsat``, whose model holds every candidate) the
+            table and the bound are built whole first and the budget is the backend's. When the table
+            and bound use it up, the answer is the backend's 1 ms one (``hit_time_limit`` set, the
+            message says so); a table not built in time gives status ``unknown``.
         seed: Seed for any randomness; same instance and seed give the same plan.
         **params: Backend options.
 
@@ -74,9 +76,12 @@ def solve_placement(
     if not isinstance(instance, PlacementInstance):
         raise ConfigError(f"instance: expected a PlacementInstance, got {type(instance).__name__}")
     check_limits(time_limit_s, seed)
-    get("placement", solver)  # an unknown solver name fails before the table is built
+    # an unknown solver name fails before the table is built; an exact backend's model holds every
+    # candidate, so its table and bound are built whole, before its time limit starts: cut by the clock,
+    # the same call would answer differently from run to run
+    exact = get("placement", solver).exact
     started = time.perf_counter()
-    deadline = None if time_limit_s is None else started + time_limit_s
+    deadline = None if time_limit_s is None or exact else started + time_limit_s
     built_here = "table" not in instance._cache
     if time_limit_s is not None and deadline is not None:
         try:
@@ -86,11 +91,11 @@ def solve_placement(
     check_instance(instance)
     build_s = get_table(instance).build_seconds if built_here else 0.0
     # time_limit_s covers the whole call: the candidate table and the analytic bound count against it, and
-    # the backend gets what is left (at least 1 ms)
+    # the backend gets what is left (at least 1 ms); an exact backend gets all of it
     evaluator = get_evaluator(instance)
     bound = evaluator.lower_bound(deadline=deadline)
     bound_cut = evaluator.bound_cut
-    spent = time.perf_counter() - started
+    spent = 0.0 if exact else time.perf_counter() - started
     remaining = None if time_limit_s is None else max(1e-3, time_limit_s - spent)
     result = solve_with(
         problem="placement", instance=instance, solver=solver, evaluator=evaluator,

@@ -17,8 +17,10 @@ Hard rules (a candidate breaking one is not generated; :func:`explain` names the
   ``dp`` (the ep ranks are carved out of the data-parallel replicas, as in Megatron-Core and vLLM);
 * the ``B·K`` sequences divide evenly over ``dp`` and each replica's share over micro-batches of ``mb``.
 
-Memory: a candidate whose own resident + transient bytes exceed ``memory_per_gpu`` is kept in
-:attr:`CandidateTable.all` (``fits = False``) but not in :attr:`CandidateTable.feasible`.
+Memory: a candidate whose own resident + transient bytes exceed its budget (:func:`memory_budget`:
+``memory_per_gpu``, for a rollout engine ``gpu_memory_utilization`` of it) is kept in
+:attr:`CandidateTable.all` (``fits = False``) but not in :attr:`CandidateTable.feasible`; the evaluator
+rejects a plan that runs it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from packplace.placement.problem.graph import algorithm_spec
 from packplace.placement.problem.hardware import Cluster
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Allocation, Strategy, VertexPlan
+from packplace.run import OutOfTime
 
 GB = 1e9
 #: Task kinds whose tensor-parallel group may span whole nodes. A rollout engine may: vLLM runs one
@@ -73,7 +76,7 @@ class Candidate:
         time: Predicted seconds (:class:`~packplace.placement.model.cost.CostModel`).
         resident_bytes: Per-GPU bytes kept while the model stays placed (weights, grads, Adam).
         transient_bytes: Per-GPU bytes while the vertex runs (activations, logits, KV cache).
-        fits: ``resident + transient ≤ memory_per_gpu``.
+        fits: ``resident + transient`` within the vertex's own budget (:func:`memory_budget`).
     """
 
     vertex: str
@@ -233,14 +236,17 @@ def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
     return out
 
 
-class TableBuildTimeout(Exception):
-    """Raised by :class:`CandidateTable` when its build passes ``deadline``; ``built`` candidates so far
-    (all vertices), ``vertex`` the one being built, ``micro_batches`` its micro-batch choices per strategy
-    (the divisors of the per-replica sequence count, the factor that grows with the batch)."""
+#: What :class:`CandidateTable` raises when its build passes ``deadline``: packplace's one timeout
+#: exception, :class:`~packplace.run.OutOfTime`, with ``built`` candidates so far (all vertices), ``vertex``
+#: the one being built and ``micro_batches`` its micro-batch choices per strategy (the divisors of the
+#: per-replica sequence count, the factor that grows with the batch) as attributes.
+TableBuildTimeout = OutOfTime
 
-    def __init__(self, built: int, vertex: str, micro_batches: int) -> None:
-        super().__init__(f"{built} candidates built, stopped at {vertex}")
-        self.built, self.vertex, self.micro_batches = built, vertex, micro_batches
+
+def _table_cut(built: int, vertex: str, micro_batches: int) -> OutOfTime:
+    """The :data:`TableBuildTimeout` of a build stopped at ``vertex`` after ``built`` candidates."""
+    return OutOfTime(f"{built} candidates built, stopped at {vertex}", built=built, vertex=vertex,
+                     micro_batches=micro_batches)
 
 
 class CandidateTable:
@@ -332,7 +338,6 @@ class CandidateTable:
                 per GPU at the largest block, W GB available" naming the most demanding vertex.
         """
         inst = self.instance
-        mem = inst.hardware.memory_per_gpu
         short = []
         for vertex in inst.graph.vertices:
             name = vertex.name
@@ -351,7 +356,7 @@ class CandidateTable:
             at_largest = min(c.memory_bytes for c in self.all[name] if c.gpus == largest)
             needed = _smallest_fitting_gpus(vertex, model, inst, self.cost)
             detail = (f"{gb(at_largest)} GB per GPU needed at the largest block ({largest} GPUs), "
-                      f"{gb(mem)} GB available")
+                      f"{gb(memory_budget(inst, vertex.kind))} GB available")
             short.append(Shortfall(needed, name, vertex.model, detail, least, at_largest, largest))
         never = [x for x in short if x.needed is None]
         if never:  # name the most demanding vertex (the most memory at its largest block)
@@ -360,7 +365,9 @@ class CandidateTable:
                       if worst.largest_gpus < inst.cluster.num_gpus else "")
             raise InfeasibleError(f"[models] {worst.model} does not fit: {worst.vertex} needs "
                                   f"{gb(worst.bytes_at_largest)} GB per GPU at the largest block "
-                                  f"({worst.largest_gpus} GPUs), {gb(mem)} GB available (least memory of any "
+                                  f"({worst.largest_gpus} GPUs), "
+                                  f"{gb(memory_budget(inst, inst.graph.vertex(worst.vertex).kind))} GB available "
+                                  f"(least memory of any "
                                   f"candidate: {gb(worst.least.memory_bytes)} GB){capped}")
         return short
 
@@ -588,29 +595,39 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy) -> bool:
     return strategy.tp == 1 and strategy.pp == 1 and strategy.ep == 1
 
 
+def memory_budget(instance, kind: str) -> float:
+    """Bytes per GPU that one vertex of ``kind`` may use on its own: for generation, the rollout engine's
+    budget ``gpu_memory_utilization · memory_per_gpu`` (vLLM sizes its weights, activations and KV cache to
+    that fraction of the GPU, ``EngineArgs.gpu_memory_utilization``), for every other vertex
+    ``memory_per_gpu``. The one definition behind :attr:`Candidate.fits`, the evaluator's feasibility
+    and so every solver's candidate set."""
+    mem = float(instance.hardware.memory_per_gpu)
+    return mem * instance.engine.gpu_memory_utilization if kind == "generate" else mem
+
+
 def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, cost: CostModel,
                             extents: list[tuple[int, int, int]], only: set | None = None, *,
                             deadline: float | None = None, built_before: int = 0) -> list[Candidate]:
     """Every legal candidate of one vertex over ``extents`` with time and memory (unsorted; only the
     ``(strategy, micro_batch, extent)`` keys of ``only`` when given).
 
-    Memory is :func:`~packplace.placement.model.memory.vertex_memory` (worst pipeline stage) with the model's
-    training options; a generation candidate fits only within ``gpu_memory_utilization`` of the GPU (the
-    engine's budget). A continuously batched engine holds the KV of the sequences it runs at once
-    (:meth:`~packplace.placement.model.cost.CostModel.engine_concurrency`, at most its KV capacity), whatever
-    the number of requests ``mb`` handed to it. Training time adds :func:`training_overhead_seconds`
-    (recomputation, offload); with a rule-based reward, generation adds the CPU scoring of the step's sequences.
+    Memory is :func:`~packplace.placement.model.memory.vertex_memory` (worst pipeline stage) with the
+    model's training options; a candidate fits within :func:`memory_budget` (a generation candidate within
+    ``gpu_memory_utilization`` of the GPU, the engine's budget). A continuously batched engine holds the
+    KV of the sequences it runs at once (:meth:`~packplace.placement.model.cost.CostModel.engine_concurrency`,
+    at most its KV capacity), whatever the number of requests ``mb`` handed to it. Training time adds
+    :func:`training_overhead_seconds` (recomputation, offload); with a rule-based reward, generation adds
+    the CPU scoring of the step's sequences.
     ``deadline`` (``time.perf_counter()`` seconds) raises :class:`TableBuildTimeout` once passed (checked
     before every candidate: a generation candidate prices a whole engine schedule, a clock read is cheap;
     ``built_before`` counts the earlier vertices')."""
     w = instance.workload
-    mem = instance.hardware.memory_per_gpu
     old_log_prob = needs_old_log_prob(instance, name)
     sharded = inference_sharded(instance, name)
     offloaded = inference_offloaded(instance, name)
     balance = vertex_balance(instance, name)
     options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
-    limit = mem * instance.engine.gpu_memory_utilization if kind == "generate" else mem
+    limit = memory_budget(instance, kind)
     reward = instance.rule_reward.seconds(w.sequences) if kind == "generate" and instance.rule_reward is not None \
         else None
     live_len = mean_live_tokens(w)
@@ -618,12 +635,12 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     out = []
     for extent in extents:
         if deadline is not None and time.perf_counter() > deadline:
-            raise TableBuildTimeout(built_before + len(out), name, len(divisors(w.sequences)))
+            raise _table_cut(built_before + len(out), name, len(divisors(w.sequences)))
         for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent, kind):
             if not framework_layout_allows(instance, kind, strategy):
                 continue
             if deadline is not None and time.perf_counter() > deadline:
-                raise TableBuildTimeout(built_before + len(out), name, len(divisors(w.sequences // strategy.dp)))
+                raise _table_cut(built_before + len(out), name, len(divisors(w.sequences // strategy.dp)))
             if only is not None and (strategy, mb, extent) not in only:
                 continue
             dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep

@@ -8,11 +8,13 @@ repeats one step after the other. Period (some model with staleness ``t ≥ 1``)
 steps without the barrier, each publication edge reaching ``1 + t`` steps ahead; the steady-state period
 is the max-plus eigenvalue of that recurrence, computed exactly by Karp's theorem
 (:meth:`PlacementEvaluator._period`). Memory per GPU: ``Σ_models max(resident) + max(transient)`` over
-the vertices placed on it (:mod:`packplace.placement.model.memory`); above ``memory_per_gpu`` the plan is out of
-memory. Times and bytes come precomputed from the :class:`CandidateTable`; blocks are contiguous id
-ranges, so overlaps and memory work on at most ``2V`` segments; :meth:`PlacementEvaluator.step_time` is
-the fast path of a search. References: Baccelli, Cohen, Olsder & Quadrat 1992, *Synchronization and
-Linearity*, Thm 3.23; Karp 1978. Performance: docs/performance.md.
+the vertices placed on it (:mod:`packplace.placement.model.memory`); above ``memory_per_gpu`` the plan is
+out of memory, and so is a vertex over its own budget (a rollout engine over ``gpu_memory_utilization`` of
+the GPU, :func:`~packplace.placement.candidates.memory_budget`). Times and bytes come precomputed from the
+:class:`CandidateTable`; blocks are contiguous id ranges, so overlaps and memory work on at most ``2V``
+segments; :meth:`PlacementEvaluator.step_time` is the fast path of a search. References: Baccelli, Cohen,
+Olsder & Quadrat 1992, *Synchronization and Linearity*, Thm 3.23; Karp 1978. Performance:
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ from packplace.placement.candidates import (
     CandidateTable,
     explain,
     gb,
+    memory_budget,
     train_state_kept,
     vertex_parts,
 )
 from packplace.placement.problem.plan import Plan, VertexPlan
+from packplace.result import register_solution_type
+from packplace.run import register_evaluator
 
 INF = float("inf")
 #: Resolved (vertex, VertexPlan) entries kept before the cache is cleared (bounds memory in long searches).
@@ -164,6 +169,8 @@ class PlacementEvaluator:
         #: per vertex: its resident bytes add to its model's training state (train_state_kept)
         self.adds_resident = [train_state_kept(instance, n) for n in self.names]
         self.capacity = instance.hardware.memory_per_gpu
+        #: per vertex: the bytes per GPU it may use on its own (the rollout engine's budget for generation)
+        self.own_budget = [memory_budget(instance, v.kind) for v in graph.vertices]
         self.cost = self.table.cost
         self.cluster = instance.cluster
         self.num_gpus = instance.cluster.num_gpus
@@ -426,6 +433,9 @@ class PlacementEvaluator:
             return INF
         if plan.staleness and self._staleness_violation(plan):
             return INF
+        for r in res:
+            if not r[0].fits:  # over its own budget (memory_budget)
+                return INF
         cap = self.capacity
         for _, _, used in self._memory_segments(res):
             if used > cap:
@@ -441,7 +451,8 @@ class PlacementEvaluator:
 
     def relaxed_step_time(self, plan: Plan) -> tuple[float, float]:
         """``(seconds per step ignoring memory, overflow)`` where ``overflow`` is the largest per-GPU
-        excess over ``memory_per_gpu`` as a fraction of it (0 when the plan fits). ``(inf, inf)`` when the
+        excess over ``memory_per_gpu`` (or of a vertex over its own budget, :func:`memory_budget`) as a
+        fraction of ``memory_per_gpu`` (0 when the plan fits). ``(inf, inf)`` when the
         plan breaks a hard rule (illegal block or strategy, missing vertex, staleness not allowed). Used by
         a search that scores out-of-memory plans with a penalty (``hard_oom: false``); such plans are
         still infeasible for :meth:`step_time` and :meth:`score`."""
@@ -449,8 +460,9 @@ class PlacementEvaluator:
         if res.__class__ is str or (plan.staleness and self._staleness_violation(plan)):
             return INF, INF
         cap = self.capacity
-        over = max((used for _, _, used in self._memory_segments(res)), default=0.0)
-        return self._objective(res, plan), max(0.0, over - cap) / cap
+        over = max((used - cap for _, _, used in self._memory_segments(res)), default=0.0)
+        own = max((r[0].memory_bytes - budget for r, budget in zip(res, self.own_budget)), default=0.0)
+        return self._objective(res, plan), max(0.0, over, own) / cap
 
     def score(self, plan: Plan) -> PlacementScore:
         """Full verdict on ``plan`` (never raises on a bad plan: it is reported infeasible with reasons).
@@ -473,6 +485,7 @@ class PlacementEvaluator:
             if used > self.capacity:
                 first, last = self.cluster.coords(lo), self.cluster.coords(hi - 1)
                 oom.append(f"GPUs {first}..{last}: {gb(used)} GB needed, {gb(self.capacity)} GB available")
+        oom += self._over_own_budget(res)
         violations += [f"out of memory on {line}" for line in oom]
         start, end, step, reallocs = self._schedule(res)
         shifts = self._stale_shifts(plan)
@@ -498,6 +511,19 @@ class PlacementEvaluator:
             score.tokens_per_s = w.sequences * w.train_seq_len / objective
             score.mfu = self._total_flops / (objective * self.num_gpus * self.instance.hardware.flops_per_gpu)
         return score
+
+    def _over_own_budget(self, res: list) -> list[str]:
+        """One line per vertex whose own bytes per GPU exceed its budget (a rollout engine over
+        ``gpu_memory_utilization`` of the GPU), in :meth:`score`'s ``oom`` form."""
+        out = []
+        for name, (cand, lo, hi), budget in zip(self.names, res, self.own_budget):
+            if cand.fits or budget >= self.capacity:  # over memory_per_gpu alone: a segment line says so
+                continue
+            first, last = self.cluster.coords(lo), self.cluster.coords(hi - 1)
+            out.append(f"GPUs {first}..{last}: {name} needs {gb(cand.memory_bytes)} GB, {gb(budget)} GB available "
+                       f"to the rollout engine (gpu_memory_utilization "
+                       f"{self.instance.engine.gpu_memory_utilization:g} of {gb(self.capacity)} GB)")
+        return out
 
     def _score_phases(self, i: int, cand, stale: dict[int, float]) -> dict[str, float]:
         """:meth:`vertex_phases`, with a stale continuous-rollout generation at its steady-state
@@ -529,13 +555,15 @@ class PlacementEvaluator:
                 for name, (_, lo, hi) in zip(self.names, res)}
 
     def oom_vertices(self, plan: Plan) -> list[str]:
-        """Names of the vertices whose block contains a GPU over ``memory_per_gpu`` (empty if none or if
-        the plan breaks a hard rule)."""
+        """Names of the vertices whose block contains a GPU over ``memory_per_gpu``, or that exceed their own
+        budget (a rollout engine over ``gpu_memory_utilization``); empty if none or if the plan breaks a hard
+        rule."""
         res = self._resolve(plan)
         if res.__class__ is str:
             return []
         bad = [(a, b) for a, b, used in self._memory_segments(res) if used > self.capacity]
-        return [name for name, (_, lo, hi) in zip(self.names, res) if any(lo < b and a < hi for a, b in bad)]
+        return [name for name, (cand, lo, hi) in zip(self.names, res)
+                if not cand.fits or any(lo < b and a < hi for a, b in bad)]
 
     def _bound_times(self, deadline: float | None = None) -> tuple[dict[str, list[tuple[Any, float]]], bool]:
         """Per vertex, ``(candidate, seconds)`` of every memory-feasible candidate as the bounds count
@@ -639,3 +667,8 @@ class PlacementEvaluator:
             if a in path:
                 bound = max(bound, path[a] / (1 + t_max))
         return bound, cut
+
+
+# the run of a placement backend gets this evaluator (packplace.run); results read plans back from JSON
+register_evaluator("placement", get_evaluator)
+register_solution_type("placement", Plan.from_dict)

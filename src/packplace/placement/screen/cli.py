@@ -56,7 +56,7 @@ from packplace.placement.screen.balance_report import (
 )
 from packplace.placement.screen.gantt import check_format, draw_gantt
 from packplace.placement.task_estimate import register_estimate
-from packplace.result import check_limits
+from packplace.run import check_limits
 from packplace.solvers import available
 from packplace.table import check_output_file
 

@@ -1,0 +1,87 @@
+"""The per-step path of ``repair``: every cheap start, the best one fine-tuned, kept when near the bound.
+
+A training loop calls the planner once per step, so the common case must cost less than the
+framework's own balancing (verl's Karmarkar–Karp): the full repair (rank local search, pair
+re-split) only pays off when the cheap answer is measurably above the bound.
+
+:func:`step_starts` builds the cheap starts in one pass: ``lpt`` (given), ``karmarkar_karp`` when
+n·D ≤ ``KK_START_MAX_WORK`` (above that, LPT over ranks then first-fit decreasing when LPT is more
+than ``RANK_LPT_START_GAP`` above the bound), and with several bins per rank the rank-level LPT
+start (it meets the count bound where one dominant sample sets it, and stays near the bound where
+capacity binds). :func:`step_answer` fine-tunes the best of them (a bounded number of exchanges,
+:mod:`.fine_tune`) and keeps the result when it is within :data:`STEP_GAP` of the proven level;
+otherwise ``repair`` goes on with its full search from the same starts. Every choice is by the
+evaluator's (objective, Σℓ²), so the answer is never worse than any start. Work is bounded by
+counts (exchanges), not by the clock: the same input gives the same answer on a loaded machine;
+the deadline only stops it early.
+Performance: docs/performance.md
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from packplace.balance.schema import BalanceInstance
+from packplace.run import Run
+from packplace.solvers.balance._common import PreparedSamples
+from packplace.solvers.balance.repair.start import kk_start_bins, rank_key, rank_lpt_bins
+
+#: The per-step answer is kept when its objective is at most the proven level raised by this relative
+#: amount: a rank 0.01% above the optimum costs a step less than the full repair's own time, while the
+#: full repair (tens of ms on a few hundred samples) is worth running from further away.
+STEP_GAP = 1e-4
+
+#: A start: (evaluator key, tie order, name, rank-major bins of sample indices).
+Start = tuple[tuple[float, float], int, str, list[list[int]]]
+
+
+def step_starts(instance: BalanceInstance, prepared: PreparedSamples, lpt: list[list[int]], bound: float,
+                run: Run, *, kk_max_work: int, rank_lpt_gap: float) -> tuple[list[Start], bool, bool]:
+    """The cheap starts, best first: (starts, ``karmarkar_karp`` was built, the deadline cut it off).
+
+    Args:
+        instance, prepared: The instance and its per-sample arrays.
+        lpt: LPT's bins (sample indices), the first start.
+        bound: The evaluator's analytic lower bound (cost units).
+        run: The solve's :class:`~packplace.run.Run` (``karmarkar_karp`` runs on what is left of it).
+        kk_max_work: ``karmarkar_karp`` is a start when n·D is at most this.
+        rank_lpt_gap: Above ``kk_max_work``, the rank-level LPT start is built when LPT is more than this
+            relative gap above ``bound``.
+    """
+    starts: list[Start] = [(rank_key(instance, prepared, lpt), 0, "lpt", lpt)]
+    ranks, per_rank = instance.data_parallel_size, instance.local_batch_size
+    small = len(instance.samples) * ranks <= kk_max_work
+    kk_built = kk_cut = False
+    if per_rank > 1 or not small:
+        if small or starts[0][0][0] > bound * (1 + rank_lpt_gap):
+            rank_bins = rank_lpt_bins(instance, prepared)
+            if rank_bins is not None:
+                starts.append((rank_key(instance, prepared, rank_bins), 2, "rank-level LPT", rank_bins))
+    if small:
+        kk_built = True
+        kk_bins, kk_cut = kk_start_bins(instance, prepared, run)
+        if kk_bins is not None:
+            starts.append((rank_key(instance, prepared, kk_bins), 1, "karmarkar_karp", kk_bins))
+    starts.sort(key=lambda start: start[:2])
+    return starts, kk_built, kk_cut
+
+
+def step_answer(best: Start, proven: float,
+                fine_tune: Callable[[list[list[int]], tuple[float, float]],
+                                    tuple[list[list[int]], tuple[float, float], int, bool]],
+                ) -> tuple[list[list[int]], tuple[float, float], int, bool, bool]:
+    """Fine-tune the best start: (bins, key, exchanges, hit the deadline, near enough to keep).
+
+    Args:
+        best: The best start of :func:`step_starts`.
+        proven: The objective at or below which an answer is optimal within the tolerance.
+        fine_tune: ``(bins, key) -> (bins, key, exchanges, hit the deadline)``, never worse than its input
+            by the key (``repair``'s bounded fine-tuning).
+
+    "Near enough" is an objective at most ``proven·(1 + STEP_GAP)`` (or the deadline passed).
+    """
+    key, _, _, bins = best
+    if key[0] <= proven:
+        return bins, key, 0, False, True
+    tuned, tuned_key, steps, timed_out = fine_tune(bins, key)
+    return tuned, tuned_key, steps, timed_out, timed_out or tuned_key[0] <= proven * (1 + STEP_GAP)

@@ -1,0 +1,90 @@
+"""The quick packing: the balance front-end's answer of last resort for large instances without a
+reference grouping."""
+
+from __future__ import annotations
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+import packplace
+from packplace.balance.evaluator import BalanceEvaluator
+from packplace.balance.instance import make_instance
+from packplace.balance.quick import quick_packing
+from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample
+from packplace.errors import ConfigError
+
+
+def test_worst_fit_rounds_pack_the_only_feasible_split():
+    # tokens 9, 5, 5, 1 in two bins of 10: round 1 puts 9 and 5 in the empty bins; round 2 the other 5 to
+    # the emptier bin (5 + 5 = 10) and the 1 to the 9 (10): {9, 1} | {5, 5}, the only split that fits
+    inst = make_instance([9, 5, 5, 1], seq_len=10, data_parallel_size=2)
+    assert quick_packing(inst) == ((0, 3), (1, 2))
+
+
+def test_bins_are_dealt_to_ranks_by_cost_in_snake_order():
+    # four one-sample bins of costs 8, 7, 6, 5 on two ranks of two bins: ranks get 8 + 5 and 7 + 6
+    inst = make_instance([1, 1, 1, 1], [8, 7, 6, 5], seq_len=1, data_parallel_size=2, local_batch_size=2)
+    bins = quick_packing(inst)
+    loads = BalanceEvaluator(inst).rank_loads(bins).tolist()
+    assert sorted(loads) == [13.0, 13.0]
+
+
+def test_no_quick_packing_where_it_does_not_apply():
+    # worst fit dead-ends on 6, 5, 4, 3, 2 in two bins of 10 ({6, 3} {5, 4}, then 2 fits neither) although
+    # {6, 4} {5, 3, 2} exists: no answer, never an infeasible one
+    assert quick_packing(make_instance([6, 5, 4, 3, 2], seq_len=10, data_parallel_size=2)) is None
+    # budgets are left to the backends' constructions
+    samples = [Sample(i, 1, float(10 - i), {"vision_tokens": 300}) for i in range(4)]
+    budgeted = BalanceInstance(tuple(samples), PackingConstraints(seq_len=10, budgets={"vision_tokens": 1000}),
+                               data_parallel_size=2)
+    assert quick_packing(budgeted) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 64), min_size=4, max_size=80), st.integers(1, 4), st.integers(1, 3))
+def test_a_quick_packing_is_feasible_and_complete(tokens, ranks, per_rank):
+    assume(len(tokens) >= ranks * per_rank and sum(tokens) <= 64 * ranks * per_rank)
+    try:
+        inst = make_instance(tokens, seq_len=64, data_parallel_size=ranks, local_batch_size=per_rank)
+    except ConfigError:  # no packing exists (the instance check proves it)
+        return
+    bins = quick_packing(inst)
+    if bins is not None:
+        assert sorted(k for b in bins for k in b) == list(range(len(tokens)))
+        assert BalanceEvaluator(inst).score(bins).feasible
+
+
+def test_the_front_end_returns_it_when_the_backend_has_no_answer(monkeypatch):
+    # a backend that never answers: on an instance of the quick packing's size, without a reference, the
+    # call still returns a feasible answer, and says where it came from
+    from packplace.balance import api
+    from packplace.registry import register, unregister
+
+    @register("balance", "never")
+    def never(instance, run):
+        return packplace.result.Proposal(None, "unknown", hit_time_limit=True, message="gave up")
+
+    monkeypatch.setattr(api, "QUICK_PACKING_MIN_SAMPLES", 4)
+    try:
+        inst = make_instance([9, 5, 5, 1], seq_len=10, data_parallel_size=2)
+        result = packplace.balance(inst, solver="never", time_limit_s=5)
+        assert result.status == "optimal" and result.solution.bins == ((0, 3), (1, 2))
+        assert "no answer of never's own (gave up); returned the quick packing" in result.message
+        assert result.hit_time_limit
+        without_limit = packplace.balance(inst, solver="never")  # no limit: no answer of last resort needed
+        assert without_limit.status == "unknown"
+    finally:
+        unregister("balance", "never")
+
+
+def test_a_backend_left_no_time_is_not_run(monkeypatch):
+    # the finish reserve takes the whole limit: the backend is not called, the quick packing answers
+    from packplace.balance import api
+
+    monkeypatch.setattr(api, "QUICK_PACKING_MIN_SAMPLES", 4)
+    monkeypatch.setattr(api, "FINISH_S_PER_SAMPLE", 10.0)  # 40 s for 4 samples, capped at 80% of the limit
+    monkeypatch.setattr(api, "FINISH_SHARE", 1.0)
+    inst = make_instance([9, 5, 5, 1], seq_len=10, data_parallel_size=2)
+    result = packplace.balance(inst, solver="lpt", time_limit_s=1)
+    assert result.ok and result.solution.bins == ((0, 3), (1, 2)) and result.hit_time_limit
+    assert "no answer of lpt's own (no time left for lpt" in result.message

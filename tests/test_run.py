@@ -1,0 +1,109 @@
+"""The run object every backend gets: nested budgets on a fake clock, the incumbent, OutOfTime, calls."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import pickle
+import sys
+import warnings
+
+import pytest
+
+import packplace
+import packplace.registry
+from packplace import run as run_module
+from packplace.balance.instance import make_instance
+from packplace.result import FEASIBLE, Proposal
+from packplace.run import OutOfTime, Run
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A settable clock in place of the run's (seconds)."""
+    now = [100.0]
+    monkeypatch.setattr(run_module, "clock", lambda: now[0])
+    return now
+
+
+def test_budgets_share_reserve_limit_and_default(clock):
+    run = Run("balance", None, time_limit_s=10)
+    assert run.deadline == 110.0 and run.left() == 10.0 and not run.expired()
+    clock[0] = 104.0
+    assert run.elapsed() == 4.0 and run.left() == 6.0
+    assert run.share(0.5).deadline == 107.0  # half of the 6 s left
+    assert run.reserve(2).deadline == 108.0 and run.reserve(9, at_least=0.5).deadline == 104.5
+    assert run.limit(1).deadline == 105.0 and run.limit(60).deadline == 110.0
+    assert run.for_seconds(60).deadline == 164.0  # a budget the caller sets itself, past the deadline
+    assert run.default(30) is run  # a limit was given
+    unlimited = Run("balance", None)
+    assert unlimited.left() == math.inf and unlimited.share(0.5).deadline is None
+    assert unlimited.default(30).deadline == 134.0  # 30 s from its own start
+    clock[0] = 110.0
+    assert run.expired() and run.left() == 0.0
+    with pytest.raises(OutOfTime, match="time limit of 10 s reached"):
+        run.check()
+
+
+def test_shares_keep_the_incumbent_and_a_sub_instance_has_its_own(clock):
+    inst = make_instance([3, 2, 1], seq_len=10, data_parallel_size=2)
+    sub = make_instance([2, 1], seq_len=10, data_parallel_size=2)
+    run = Run("balance", inst, time_limit_s=10, seed=7)
+    run.share(0.5).offer("answer")
+    assert run.best == "answer" and run.limit(1).best == "answer"
+    on_sub = run.on(sub)
+    assert on_sub.best is None and on_sub.seed == 7 and on_sub.evaluator.instance is sub
+    assert run.evaluator.instance is inst and run.evaluator is run.share(0.1).evaluator  # built once
+
+
+def test_out_of_time_carries_its_detail_and_pickles():
+    cut = OutOfTime("3 candidates built, stopped at actor", built=3, vertex="actor", micro_batches=12)
+    again = pickle.loads(pickle.dumps(cut))
+    assert (again.built, again.vertex, again.micro_batches, str(again)) == (3, "actor", 12, str(cut))
+    with pytest.raises(AttributeError):
+        _ = cut.missing
+
+
+def test_call_runs_another_backend_with_its_budget():
+    seen = []
+
+    @packplace.registry.register("balance", "probe")
+    def probe(instance, run):
+        seen.append((run.time_limit_s, run.seed, run.instance is instance))
+        return Proposal(None, "unknown")
+
+    try:
+        inst = make_instance([3, 2, 1], seq_len=10, data_parallel_size=2)
+        run = Run("balance", inst, time_limit_s=10, seed=3)
+        run.call("probe", time_limit_s=2)
+        run.call("probe", time_limit_s=None)
+        assert seen == [(2, 3, True), (None, 3, True)]
+        proposal = run.call("lpt")
+        assert proposal.status == FEASIBLE
+    finally:
+        packplace.registry.unregister("balance", "probe")
+
+
+def test_a_backend_in_the_keyword_form_still_runs():
+    @packplace.registry.register("balance", "keywords")
+    def keywords(instance, *, time_limit_s=None, seed=0):
+        return Proposal(instance.reference_bins, FEASIBLE, message=f"{time_limit_s} {seed}")
+
+    try:
+        inst = make_instance([3, 2, 1], seq_len=10, data_parallel_size=2, reference_bins="auto")
+        result = packplace.balance(inst, "keywords", time_limit_s=5, seed=4)
+        assert result.ok and result.message.endswith(" 4") and result.params["seed"] == 4
+        with pytest.raises(packplace.ConfigError, match="unknown parameter 'nope'"):
+            packplace.balance(inst, "keywords", nope=1)
+    finally:
+        packplace.registry.unregister("balance", "keywords")
+
+
+def test_the_former_registry_path_reexports_and_warns_once():
+    sys.modules.pop("packplace.solvers.registry", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        former = importlib.import_module("packplace.solvers.registry")
+        importlib.import_module("packplace.solvers.registry")
+    assert [w.category for w in caught] == [DeprecationWarning]
+    assert former.get is packplace.registry.get and former.register is packplace.registry.register
