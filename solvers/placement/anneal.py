@@ -31,6 +31,7 @@ from packplace import interrupt
 from packplace.errors import ConfigError
 from packplace.placement.config import OPTIMIZER_DEFAULTS, resolve_optimizer_knobs
 from packplace.placement.evaluator import INF, get_evaluator, get_table
+from packplace.placement.layout_rules import conform
 from packplace.placement.plan import Allocation, Plan
 from packplace.progress import report
 from packplace.result import FEASIBLE, Proposal
@@ -214,11 +215,11 @@ class _Search:
 
     # -- moves (each returns a new plan or None) -------------------------------------------------
     def propose(self, plan: Plan) -> Plan | None:
+        """A random move of ``plan``, moved to keep the framework's layout rules (``conform``)."""
         r = self.rng.random()
-        for edge, move in self.move_cdf:
-            if r <= edge:
-                return getattr(self, "_" + move)(plan)
-        return getattr(self, "_" + self.move_cdf[-1][1])(plan)
+        move = next((m for edge, m in self.move_cdf if r <= edge), self.move_cdf[-1][1])
+        out = getattr(self, "_" + move)(plan)
+        return None if out is None else conform(self.instance, self.table, out)
 
     def _candidate(self, plan: Plan) -> Plan | None:
         name = self.rng.choice(self.names)
@@ -344,7 +345,7 @@ class _Search:
         best, best_cost = plan, self.cost(plan)[0]
         for model in self.stale_models:
             for value in self.stale_values[model]:
-                other = best.with_staleness(model, value)
+                other = conform(self.instance, self.table, best.with_staleness(model, value))
                 cost, feasible = self.cost(other)
                 if feasible and cost < best_cost:
                     best, best_cost = other, cost
@@ -352,7 +353,12 @@ class _Search:
 
     # -- polish neighbourhood (deterministic) ----------------------------------------------------
     def neighbourhood(self, plan: Plan):
-        """Every single move of a fixed neighbourhood of ``plan``, in a fixed order."""
+        """Every single move of a fixed neighbourhood of ``plan``, in a fixed order, each moved to keep the
+        framework's layout rules (``conform``)."""
+        for other in self._moves_of(plan):
+            yield conform(self.instance, self.table, other)
+
+    def _moves_of(self, plan: Plan):
         c = self.cluster
         blocks = sorted({plan[n].allocation for n in self.names})
         for name in self.names:

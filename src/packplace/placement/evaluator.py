@@ -29,6 +29,7 @@ from packplace.placement.candidates import (
     train_state_kept,
     vertex_parts,
 )
+from packplace.placement.layout_rules import Context, Placed, refusals
 from packplace.placement.plan import Plan, VertexPlan
 
 INF = float("inf")
@@ -174,6 +175,8 @@ class PlacementEvaluator:
         #: the last :meth:`lower_bound` stopped at its deadline and counted some stale times as 0
         self.bound_cut = False
         self._total_flops = sum(self.table.vertex_flops.values())
+        #: the framework's layout rules between tasks (:mod:`packplace.placement.layout_rules`), or None
+        self.rules = Context.of(instance) if Context.of(instance).ruled else None
 
     # -- resolution ------------------------------------------------------------------------------
     def _resolve_one(self, name: str, vp: VertexPlan) -> tuple | str:
@@ -417,6 +420,13 @@ class PlacementEvaluator:
                 return f"staleness: {model}={t} is not among staleness_candidates {list(allowed[model])}"
         return None
 
+    def _layout_refusals(self, res: list, plan: Plan) -> list[str]:
+        """The framework layout rules ``plan`` breaks (:func:`~packplace.placement.layout_rules.refusals`)."""
+        if self.rules is None:
+            return []
+        placed = {name: Placed(name, r[0].strategy, r[1], r[2], r[0].extent[2]) for name, r in zip(self.names, res)}
+        return refusals(self.rules, placed, dict(plan.staleness))
+
     # -- public ----------------------------------------------------------------------------------
     def step_time(self, plan: Plan) -> float:
         """The objective in seconds per step — the synchronous step time, or the asynchronous period when
@@ -425,6 +435,8 @@ class PlacementEvaluator:
         if res.__class__ is str:
             return INF
         if plan.staleness and self._staleness_violation(plan):
+            return INF
+        if self.rules is not None and self._layout_refusals(res, plan):
             return INF
         cap = self.capacity
         for _, _, used in self._memory_segments(res):
@@ -446,7 +458,8 @@ class PlacementEvaluator:
         a search that scores out-of-memory plans with a penalty (``hard_oom: false``); such plans are
         still infeasible for :meth:`step_time` and :meth:`score`."""
         res = self._resolve(plan)
-        if res.__class__ is str or (plan.staleness and self._staleness_violation(plan)):
+        if res.__class__ is str or (plan.staleness and self._staleness_violation(plan)) \
+                or (self.rules is not None and self._layout_refusals(res, plan)):
             return INF, INF
         cap = self.capacity
         over = max((used for _, _, used in self._memory_segments(res)), default=0.0)
@@ -465,6 +478,7 @@ class PlacementEvaluator:
         stale = self._staleness_violation(plan) if plan.staleness else None
         if stale:
             violations.append(stale)
+        violations += [f"{self.instance.framework} layout: {line}" for line in self._layout_refusals(res, plan)]
         peaks = [0.0] * self.num_gpus
         oom = []
         for lo, hi, used in self._memory_segments(res):
