@@ -23,6 +23,7 @@ from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.candidates import CandidateTable, Shortfall, TableBuildTimeout
 from packplace.placement.config import PlacementInstance
 from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.fit_hints import with_hints
 from packplace.placement.hardware import Cluster
 from packplace.result import UNKNOWN, SolveResult, check_limits, solve_with
 from packplace.solvers.registry import get
@@ -128,13 +129,17 @@ def check_instance(instance: PlacementInstance) -> None:
 
     Raises:
         ConfigError: a vertex with no legal strategy, or non-finite predicted times.
-        InfeasibleError: a vertex that fits on no cluster grown up to 64x (bytes needed and available), or
+        InfeasibleError: a vertex that fits on no cluster grown up to 64x (bytes needed and available, and
+            the memory settings under which it fits with their step times: :mod:`packplace.placement.fit_hints`), or
             "cluster has X GPUs; the smallest feasible plan for V needs Y (...); the smallest cluster of
             this node and rack shape (doubled) on which the concurrent solver fits a whole plan has Z GPUs
             (step T s: per task its GPUs)" (else the upper bound with every task on its own GPUs).
     """
     table = get_table(instance)
-    short = table.shortfalls()
+    try:
+        short = table.shortfalls()
+    except InfeasibleError as exc:  # fits on no cluster: say which memory setting would make it fit
+        raise InfeasibleError(with_hints(str(exc), instance)) from None
     if short:
         raise InfeasibleError(table.shortfall_message(short, _smallest_whole_cluster(instance, table, short)))
 

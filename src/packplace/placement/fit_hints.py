@@ -1,0 +1,100 @@
+"""What would make a placement that does not fit in memory fit, and what it costs.
+
+When no plan fits (a task fits on no block of the cluster, or no solver finds a plan), :func:`fit_hints`
+re-evaluates the instance with each memory-saving setting of :data:`SETTINGS` applied to every trained
+model: ZeRO-3 sharding (``training: {sharding: zero3}``), host offload of the optimizer state or of the
+parameters too, LoRA adapters, or the inference-only models' weights in host memory
+(``policy.inference_offload``). Each setting that fits is planned with the ``greedy`` solver under a short
+time limit, and the line names the setting, its step time and how much slower it is than the fastest
+setting that fits ("fits with training: {sharding: zero3}: step 52.1 s (fastest)"). A setting the
+framework cannot run (:func:`~packplace.placement.layout_rules.config_refusals`) is skipped. Settings that
+change what is trained (LoRA) are listed last: they fit at another model's quality, not only another speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from packplace.errors import ConfigError, InfeasibleError
+from packplace.placement.evaluator import get_table
+from packplace.placement.layout_rules import Context, config_refusals
+from packplace.placement.memory import DEFAULT_TRAINING
+
+#: Settings tried, in order: ``(label, training overrides for every trained model, policy overrides)``.
+SETTINGS: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...] = (
+    ("training: {sharding: zero3}", {"sharding": "zero3"}, {}),
+    ("training: {offload: optimizer}", {"offload": "optimizer"}, {}),
+    ("training: {sharding: zero3, offload: optimizer}", {"sharding": "zero3", "offload": "optimizer"}, {}),
+    ("training: {sharding: zero3, offload: optimizer+params}", {"sharding": "zero3", "offload": "optimizer+params"},
+     {}),
+    ("policy: {inference_offload: reference+reward}", {}, {"inference_offload": "reference+reward"}),
+    ("training: {sharding: zero3}, policy: {inference_offload: reference+reward}", {"sharding": "zero3"},
+     {"inference_offload": "reference+reward"}),
+    ("training: {lora_rank: 64} (LoRA: other trained weights)", {"lora_rank": 64}, {}),
+)
+#: Seconds the ``greedy`` solver gets for each setting.
+HINT_TIME_LIMIT_S = 3.0
+
+
+def _variant(instance, training: dict[str, Any], policy: dict[str, Any]):
+    """``instance`` with ``training`` applied to every trained model and ``policy`` fields set; ``None``
+    when nothing changes or the framework cannot run it."""
+    options = {}
+    for model in ("actor", "critic"):
+        if model not in instance.models:
+            continue
+        current = instance.training.get(model, DEFAULT_TRAINING)
+        try:
+            options[model] = replace(current, **training)
+        except (ConfigError, TypeError, ValueError):
+            return None
+    changed = any(options[m] != instance.training.get(m, DEFAULT_TRAINING) for m in options) or any(
+        getattr(instance, k) != v for k, v in policy.items())
+    if not changed:
+        return None
+    variant = replace(instance, training=options, _cache={}, **policy)
+    if config_refusals(Context.of(variant)):
+        return None
+    return variant
+
+
+def with_hints(message: str, instance) -> str:
+    """``message`` followed by :func:`fit_hints` (``"; fits with ..."``), or with "no memory-saving setting
+    tried fits" when none does."""
+    hints = fit_hints(instance)
+    if not hints:
+        return f"{message}; no memory-saving setting tried ({len(SETTINGS)}: zero3, offload, LoRA, host-held " \
+               f"inference weights) fits either"
+    return f"{message}; {'; '.join(hints)}"
+
+
+def fit_hints(instance, max_hints: int = 3) -> list[str]:
+    """Lines naming the settings of :data:`SETTINGS` under which ``instance`` fits, fastest first (at most
+    ``max_hints``), each with the ``greedy`` plan's step time and its cost against the fastest; empty when
+    none fits. Never raises on an instance that does not fit."""
+    from packplace.placement import api  # the placement front-end solves each variant
+
+    found: list[tuple[float, int, str]] = []
+    for order, (label, training, policy) in enumerate(SETTINGS):
+        variant = _variant(instance, training, policy)
+        if variant is None:
+            continue
+        try:
+            if get_table(variant).shortfalls():  # needs a larger cluster: not a fit here
+                continue
+            result = api.solve_placement(variant, "greedy", time_limit_s=HINT_TIME_LIMIT_S, seed=0)
+        except (ConfigError, InfeasibleError):
+            continue
+        if result.solution is not None and result.status in ("optimal", "feasible"):
+            found.append((result.objective, order, label))
+    if not found:
+        return []
+    changes_model = [f for f in found if "LoRA" in f[2]]
+    ranked = sorted(f for f in found if f not in changes_model) + sorted(changes_model)
+    fastest = min(t for t, _, _ in ranked)
+    lines = []
+    for seconds, _, label in ranked[:max_hints]:
+        cost = "fastest" if seconds == fastest else f"+{seconds / fastest - 1:.0%} vs the fastest"
+        lines.append(f"fits with {label}: step {seconds:.4g} s ({cost})")
+    return lines
