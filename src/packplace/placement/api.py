@@ -23,7 +23,7 @@ from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.candidates import CandidateTable, Shortfall, TableBuildTimeout
 from packplace.placement.config import PlacementInstance
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.placement.fit_hints import with_hints
+from packplace.placement.fit_hints import hinting, with_hints
 from packplace.placement.hardware import Cluster
 from packplace.result import UNKNOWN, SolveResult, check_limits, solve_with
 from packplace.solvers.registry import get
@@ -99,6 +99,8 @@ def solve_placement(
     )
     result.params["time_limit_s"] = time_limit_s
     result.info["table_build_s"] = build_s
+    if result.solution is None and not result.interrupted and not hinting():  # which memory setting would fit
+        result.message = with_hints(result.message or "no feasible plan found", instance)
     if time_limit_s is not None and (bound_cut or spent >= time_limit_s) and not result.interrupted:
         result.hit_time_limit = True
         why = (f"time limit reached before the search: the candidate table took {build_s:.3g} s and the analytic "

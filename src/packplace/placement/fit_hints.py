@@ -35,6 +35,13 @@ SETTINGS: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...] = (
 )
 #: Seconds the ``greedy`` solver gets for each setting.
 HINT_TIME_LIMIT_S = 3.0
+#: Set while :func:`fit_hints` plans the variants (their own failures are not hinted again).
+_ACTIVE: list[bool] = []
+
+
+def hinting() -> bool:
+    """Whether a :func:`fit_hints` call is planning its variants now."""
+    return bool(_ACTIVE)
 
 
 def _variant(instance, training: dict[str, Any], policy: dict[str, Any]):
@@ -75,6 +82,27 @@ def fit_hints(instance, max_hints: int = 3) -> list[str]:
     none fits. Never raises on an instance that does not fit."""
     from packplace.placement import api  # the placement front-end solves each variant
 
+    if _ACTIVE:
+        return []
+    _ACTIVE.append(True)
+    try:
+        found = _fitting(instance, api)
+    finally:
+        _ACTIVE.pop()
+    if not found:
+        return []
+    changes_model = [f for f in found if "LoRA" in f[2]]
+    ranked = sorted(f for f in found if f not in changes_model) + sorted(changes_model)
+    fastest = min(t for t, _, _ in ranked)
+    lines = []
+    for seconds, _, label in ranked[:max_hints]:
+        cost = "fastest" if seconds == fastest else f"+{seconds / fastest - 1:.0%} vs the fastest"
+        lines.append(f"fits with {label}: step {seconds:.4g} s ({cost})")
+    return lines
+
+
+def _fitting(instance, api) -> list[tuple[float, int, str]]:
+    """``(step seconds, order, label)`` of every setting under which the greedy solver plans ``instance``."""
     found: list[tuple[float, int, str]] = []
     for order, (label, training, policy) in enumerate(SETTINGS):
         variant = _variant(instance, training, policy)
@@ -88,13 +116,4 @@ def fit_hints(instance, max_hints: int = 3) -> list[str]:
             continue
         if result.solution is not None and result.status in ("optimal", "feasible"):
             found.append((result.objective, order, label))
-    if not found:
-        return []
-    changes_model = [f for f in found if "LoRA" in f[2]]
-    ranked = sorted(f for f in found if f not in changes_model) + sorted(changes_model)
-    fastest = min(t for t, _, _ in ranked)
-    lines = []
-    for seconds, _, label in ranked[:max_hints]:
-        cost = "fastest" if seconds == fastest else f"+{seconds / fastest - 1:.0%} vs the fastest"
-        lines.append(f"fits with {label}: step {seconds:.4g} s ({cost})")
-    return lines
+    return found
