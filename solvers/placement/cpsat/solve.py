@@ -27,6 +27,7 @@ from packplace import interrupt
 from packplace.errors import ConfigError
 from packplace.lazy import lazy_module
 from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.layout_rules import conform, plan_refusals
 from packplace.placement.plan import Plan
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal
 from packplace.solvers.placement._common import no_plan_found
@@ -98,8 +99,12 @@ def _best_baseline(instance, seed: int, solvers: tuple[str, ...], budget_s: floa
         proposal = get("placement", name).solve(instance, time_limit_s=budget_s, seed=seed)
         if proposal.solution is None:
             continue
-        plan = Plan.build(proposal.solution.vertices, staleness)  # the staleness the model starts from
+        # the staleness the model starts from, the framework's layout rules kept under it (conform)
+        plan = conform(instance, ev.table, Plan.build(proposal.solution.vertices, staleness))
         t = ev.step_time(plan)
+        if t == float("inf") and staleness:  # the framework's rules forbid this layout stale: keep it synchronous
+            plan = proposal.solution
+            t = ev.step_time(plan)
         if best is None or t < best[1]:
             best = (plan, t, name)
     if best is None or best[1] == float("inf"):
@@ -391,7 +396,20 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
     # CP-SAT's objective may exceed the plan's own model value when it stopped at its relative gap limit
     # (``P`` or ``step`` not yet pushed down to the plan's value), never fall below it
     trusted = agrees and not (status == OPTIMAL and value > cp_value)
-    if not trusted:
+    broken = plan_refusals(instance, plan)
+    if broken:
+        # the model relaxes the framework's rules between tasks: its bound stands, its plan is moved onto them
+        fixed = conform(instance, table, plan)
+        fixed_time = ev.step_time(fixed)
+        notes.append(f"the CP-SAT model does not encode {instance.framework}'s layout rules between tasks: its "
+                     f"{cp_value / TICKS_PER_S:.6f} s plan breaks {len(broken)} ({broken[0]}); returned the better "
+                     f"of that plan moved onto the rules ({fixed_time:.6f} s) and the hint ({hint_time:.6f} s); "
+                     f"the model's bound stands (it relaxes the rules)")
+        info["layout_rules_broken"] = broken
+        plan, evaluated = (fixed, fixed_time) if fixed_time < hint_time else (hint_plan, hint_time)
+        value = round(evaluated * TICKS_PER_S)
+        status = FEASIBLE
+    elif not trusted:
         # the model disagrees with the evaluator on this plan: trust neither the plan's value nor the bound
         notes.append(f"model/evaluator discrepancy: CP-SAT {cp_value / TICKS_PER_S:.6f} s, model schedule "
                      f"{value / TICKS_PER_S:.6f} s, evaluator {evaluated:.6f} s (rounding {rounding} ticks); "

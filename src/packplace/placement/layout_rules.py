@@ -472,7 +472,8 @@ class _Fixer:
             return
         if must != "same" and self.relocate(name, [leader]):
             return
-        self.follow(name, leader)
+        if must != "disjoint":
+            self.follow(name, leader)
 
     def run(self, ctx: Context) -> None:
         fw = ctx.framework
