@@ -117,3 +117,19 @@ def test_nemo_rl_runs_the_reference_in_the_policy_layout_and_the_evaluator_refus
     if broken is not None:
         verdict = get_evaluator(instance).score(broken)
         assert not verdict.feasible and any("policy workers" in v for v in verdict.violations)
+
+
+def test_place_emit_on_a_config_without_a_framework_plans_for_it(capsys):
+    from packplace.cli import main
+    config = str(ROOT / "configs" / "placement" / "ppo_llama3.1-8b_4x8xh100.yaml")
+    for framework in ("verl", "openrlhf", "nemo-rl"):
+        assert main(["place", "--config", config, "--solver", "greedy", "--time-limit", "20",
+                     "--emit", framework]) == 0
+        out = capsys.readouterr().out
+        assert f"note: planned with policy.framework: {framework}" in out
+        refusals = [line for line in out.splitlines() if line.startswith("# cannot run as planned")]
+        assert len(refusals) == (1 if framework == "nemo-rl" else 0), refusals   # NeMo RL: the reward model
+    assert main(["place", "--config", config, "--solver", "greedy", "--time-limit", "20", "--emit", "verl",
+                 "--verl-backend", "megatron", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["emit"]["config"] == "megatron" and doc["emit"]["refusals"] == []

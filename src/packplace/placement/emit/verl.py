@@ -78,7 +78,8 @@ def emit_verl(view: PlanView) -> EmittedPlan:
     note.append(why)
     train, gen, ref = view.tasks[TRAIN], view.get(GENERATE), view.get(REFERENCE)
     if view.algorithm == "dpo":
-        refuse.append(unsupported(view.rules) if view.rules is not None else "algorithm dpo: verl has no DPO trainer")
+        refuse.append((unsupported(view.rules) if view.rules is not None else None)
+                      or "algorithm dpo: verl has no DPO trainer")
     else:
         s["algorithm.adv_estimator"] = ADVANTAGE[view.algorithm]
         if view.rules is not None:
