@@ -1,10 +1,12 @@
 """What would make a placement that does not fit in memory fit, and what it costs.
 
 When no plan fits (a task fits on no block of the cluster, or no solver finds a plan), :func:`fit_hints`
-re-evaluates the instance with each memory-saving setting of :data:`SETTINGS` applied to every trained
+re-evaluates the instance (within :data:`HINTS_BUDGET_S` seconds in all) with each memory-saving setting
+of :data:`SETTINGS` applied to every trained
 model: ZeRO-3 sharding (``training: {sharding: zero3}``), host offload of the optimizer state or of the
-parameters too, LoRA adapters, or the inference-only models' weights in host memory
-(``policy.inference_offload``). Each setting that fits is planned with the ``greedy`` solver under a short
+parameters too, the inference-only models' weights in host memory (``policy.inference_offload``), verl's /
+NeMo RL's Megatron trainer backend (more tensor and pipeline parallelism than FSDP allows there), or
+LoRA adapters. Each setting that fits is planned with the ``greedy`` solver under a short
 time limit, and the line names the setting, its step time and how much slower it is than the fastest
 setting that fits ("fits with training: {sharding: zero3}: step 52.1 s (fastest)"). A setting the
 framework cannot run (:func:`~packplace.placement.layout_rules.config_refusals`) is skipped. Settings that
@@ -13,10 +15,12 @@ change what is trained (LoRA) are listed last: they fit at another model's quali
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
 from packplace.errors import ConfigError, InfeasibleError
+from packplace.placement.candidates import TableBuildTimeout
 from packplace.placement.evaluator import get_table
 from packplace.placement.layout_rules import Context, config_refusals
 from packplace.placement.memory import DEFAULT_TRAINING
@@ -31,10 +35,15 @@ SETTINGS: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...] = (
     ("policy: {inference_offload: reference+reward}", {}, {"inference_offload": "reference+reward"}),
     ("training: {sharding: zero3}, policy: {inference_offload: reference+reward}", {"sharding": "zero3"},
      {"inference_offload": "reference+reward"}),
+    ("policy: {trainer_backend: megatron} (tensor and pipeline parallelism for the trainers)", {},
+     {"trainer_backend": "megatron"}),
     ("training: {lora_rank: 64} (LoRA: other trained weights)", {"lora_rank": 64}, {}),
 )
 #: Seconds the ``greedy`` solver gets for each setting.
 HINT_TIME_LIMIT_S = 3.0
+#: Seconds all settings together may take (candidate tables and solves); the settings not reached are
+#: not reported.
+HINTS_BUDGET_S = 15.0
 #: Set while :func:`fit_hints` plans the variants (their own failures are not hinted again).
 _ACTIVE: list[bool] = []
 
@@ -71,8 +80,8 @@ def with_hints(message: str, instance) -> str:
     tried fits" when none does."""
     hints = fit_hints(instance)
     if not hints:
-        return f"{message}; no memory-saving setting tried ({len(SETTINGS)}: zero3, offload, LoRA, host-held " \
-               f"inference weights) fits either"
+        return f"{message}; no memory-saving setting tried ({len(SETTINGS)}: zero3, offload, host-held " \
+               f"inference weights, the Megatron trainer backend, LoRA) fits either"
     return f"{message}; {'; '.join(hints)}"
 
 
@@ -104,15 +113,21 @@ def fit_hints(instance, max_hints: int = 3) -> list[str]:
 def _fitting(instance, api) -> list[tuple[float, int, str]]:
     """``(step seconds, order, label)`` of every setting under which the greedy solver plans ``instance``."""
     found: list[tuple[float, int, str]] = []
+    deadline = time.perf_counter() + HINTS_BUDGET_S
     for order, (label, training, policy) in enumerate(SETTINGS):
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            break
         variant = _variant(instance, training, policy)
         if variant is None:
             continue
         try:
-            if get_table(variant).shortfalls():  # needs a larger cluster: not a fit here
+            table = get_table(variant, deadline=deadline)
+            if not all(table.feasible.values()):  # some task fits on no block of this cluster
                 continue
-            result = api.solve_placement(variant, "greedy", time_limit_s=HINT_TIME_LIMIT_S, seed=0)
-        except (ConfigError, InfeasibleError):
+            result = api.solve_placement(variant, "greedy", time_limit_s=min(HINT_TIME_LIMIT_S, max(left, 1e-3)),
+                                         seed=0)
+        except (ConfigError, InfeasibleError, TableBuildTimeout):
             continue
         if result.solution is not None and result.status in ("optimal", "feasible"):
             found.append((result.objective, order, label))

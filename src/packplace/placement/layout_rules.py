@@ -462,8 +462,10 @@ class _Fixer:
                 return True
         return False
 
-    def same_or_disjoint(self, name: str, leader: str, must: str | None = None) -> None:
-        """Keep ``name`` on ``leader``'s block or off it (``must``: ``same`` or ``disjoint`` only)."""
+    def same_or_disjoint(self, name: str, leader: str, must: str | None = None, prefer_apart: bool = False) -> None:
+        """Keep ``name`` on ``leader``'s block or off it (``must``: ``same`` or ``disjoint`` only). Off it: the
+        same candidate on a free block of its shape, else (``prefer_apart``, a stale engine that overlaps the
+        trainer's next step) its fastest candidate that has a free block, else onto ``leader``'s block."""
         if name not in self.vertices:
             return
         a, b = self.span(name), self.span(leader)
@@ -472,8 +474,22 @@ class _Fixer:
             return
         if must != "same" and self.relocate(name, [leader]):
             return
+        if must != "same" and (prefer_apart or must == "disjoint") and self.elsewhere(name, [leader]):
+            return
         if must != "disjoint":
             self.follow(name, leader)
+
+    def elsewhere(self, name: str, avoid: list[str]) -> bool:
+        """``name`` on its fastest memory-feasible candidate of any shape that has an aligned block sharing no
+        GPU with ``avoid``; False when none has."""
+        taken = [self.span(a) for a in avoid if a in self.vertices and a != name]
+        for cand in self.table.feasible[name]:
+            for alloc in self.table.origins(cand.extent):
+                lo, hi = alloc.gpu_range(self.cluster)
+                if all(hi <= x or y <= lo for x, y in taken):
+                    self.vertices[name] = cand.at(alloc)
+                    return True
+        return False
 
     def run(self, ctx: Context) -> None:
         fw = ctx.framework
@@ -483,7 +499,7 @@ class _Fixer:
                 self.follow(name, TRAIN)
             self.follow(CRITIC_INFER, CRITIC_TRAIN if CRITIC_TRAIN in self.vertices else TRAIN,
                         same_strategy=CRITIC_TRAIN in self.vertices)
-            self.same_or_disjoint(GENERATE, TRAIN, None if stale else "same")
+            self.same_or_disjoint(GENERATE, TRAIN, None if stale else "same", prefer_apart=bool(stale))
             if ctx.reward_model:
                 self.same_or_disjoint(REWARD, TRAIN)
         elif fw == "nemo-rl":
