@@ -16,9 +16,9 @@ import os
 import random
 import time
 
-from packplace.placement.config import load_config
 from packplace.placement.evaluator import PlacementEvaluator, get_table
-from packplace.placement.plan import Plan
+from packplace.placement.problem.config import load_config
+from packplace.placement.problem.plan import Plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -20,7 +20,7 @@ import time
 import packplace
 from packplace.harness.adapters import get_adapter
 from packplace.harness.suites import load_suite
-from packplace.placement.config import load_config
+from packplace.placement.problem.config import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITE = os.path.join(ROOT, "benchmarks", "suites", "placement.yaml")

@@ -24,9 +24,9 @@ import math
 import os
 
 import packplace
-from packplace.placement.config import build_instance, load_yaml
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.placement.plan import Allocation, Plan
+from packplace.placement.problem.config import build_instance, load_yaml
+from packplace.placement.problem.plan import Allocation, Plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml")

@@ -91,7 +91,7 @@ def placement_row(solver: str, racks: int, nodes: int, limit: float, seed: int, 
     """One placement solver on the 70B PPO config scaled to racks × nodes × 8 GPUs, or (``batch`` > 0) on
     the 8-GPU DPO config with ``batch`` prompts of one sample each."""
     import packplace
-    from packplace.placement.config import build_instance, load_yaml
+    from packplace.placement.problem.config import build_instance, load_yaml
 
     if batch:
         config = load_yaml(BATCH_CONFIG)

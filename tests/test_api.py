@@ -14,7 +14,7 @@ import packplace
 from packplace.balance import Assignment, make_instance, plan_balance
 from packplace.cli import main
 from packplace.errors import ConfigError, InfeasibleError, PackplaceError
-from packplace.placement.config import load_config as load_placement
+from packplace.placement import load_config as load_placement
 from packplace.result import SolveResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +29,18 @@ def test_balance_is_the_entry_point_and_the_subpackage_still_imports():
     assert isinstance(inst, BalanceInstance)
     result = packplace.balance(inst, solver="cpsat", time_limit_s=10, seed=0)
     assert (result.status, result.objective, result.bound) == ("optimal", 10.0, 10.0)
+
+
+def test_placement_public_names_import_from_the_package_and_the_former_module_paths():
+    import packplace.placement.config as former_config  # the paths from before the folders
+    from packplace.placement import Plan, load_config
+    from packplace.placement.plan import Plan as FormerPlan
+    from packplace.placement.problem import config, plan
+
+    assert former_config is config and load_config is config.load_config is former_config.load_config
+    assert Plan is FormerPlan is plan.Plan
+    inst = load_config(ROOT / "configs/placement/dpo_llama3.1-8b_1x8xh100.yaml")
+    assert isinstance(inst, former_config.PlacementInstance) and inst.num_gpus == 8
 
 
 def test_old_module_style_attribute_access_still_works_and_warns_once_per_name(monkeypatch):

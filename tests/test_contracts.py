@@ -12,8 +12,8 @@ from conftest import counting_calls
 from packplace.balance import config as balance_config
 from packplace.contract import REQUIRED, Field
 from packplace.errors import ConfigError
-from packplace.placement import config as placement_config
-from packplace.placement import validate as placement_validate
+from packplace.placement.checking import validate as placement_validate
+from packplace.placement.problem import config as placement_config
 from packplace.yamlio import loads_yaml
 
 BALANCE = {"seq_len": 10, "data_parallel_size": 2, "samples": {"lengths": [3, 4, 5]}}
@@ -292,7 +292,7 @@ def test_config_reference_lists_every_contract_table():
 
 
 def test_every_hardware_field_has_a_contract():
-    from packplace.placement.hardware import HARDWARE_DEFAULTS, HARDWARE_REQUIRED
+    from packplace.placement.problem.hardware import HARDWARE_DEFAULTS, HARDWARE_REQUIRED
     contracted = set(placement_config.CLUSTER_FIELDS) | set(placement_config.HARDWARE_FIELDS)
     assert contracted == set(HARDWARE_REQUIRED) | set(HARDWARE_DEFAULTS)
     for name, default in HARDWARE_DEFAULTS.items():

@@ -24,7 +24,7 @@ import packplace
 from packplace.balance import config as balance_config
 from packplace.contract import Field
 from packplace.errors import ConfigError, InfeasibleError
-from packplace.placement import config as placement_config
+from packplace.placement.problem import config as placement_config
 from packplace.result import optimality_level
 
 #: Values outside every numeric contract or of a wrong type.

@@ -101,7 +101,7 @@ def test_output_and_argument_errors_come_before_any_work(capsys, monkeypatch, ar
 
 
 def test_place_out_and_gantt_are_checked_before_solving(tmp_path, capsys, monkeypatch):
-    placement_cli = importlib.import_module("packplace.placement.cli")
+    placement_cli = importlib.import_module("packplace.placement.screen.cli")
 
     monkeypatch.setattr(placement_cli, "load_config", lambda path: pytest.fail("loaded"))  # nothing is solved
     code, _, err = run(capsys, "place", "--config", str(PLACEMENT), "--out", str(PLACEMENT))

@@ -10,7 +10,7 @@ import pytest
 
 from packplace.balance.config import build_instance as build_balance
 from packplace.errors import ConfigError
-from packplace.placement.config import build_instance
+from packplace.placement.problem.config import build_instance
 from packplace.shape import TransformerShape, from_hf_config, shape_from_mapping
 
 HF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "hf_configs")

@@ -32,8 +32,8 @@ from conftest import BALANCE_EXACT, BALANCE_SOLVERS, PLACEMENT_EXACT, PLACEMENT_
 import packplace
 from packplace.balance import make_instance
 from packplace.balance.evaluator import BalanceEvaluator
-from packplace.placement.config import build_instance, load_config, load_yaml
 from packplace.placement.evaluator import get_evaluator
+from packplace.placement.problem.config import build_instance, load_config, load_yaml
 from packplace.result import OPTIMAL, OPTIMALITY_RTOL, Proposal, optimality_level
 from packplace.solvers import get
 

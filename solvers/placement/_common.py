@@ -22,8 +22,8 @@ import time
 from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate, gb
 from packplace.placement.evaluator import PlacementEvaluator, get_evaluator, get_table
-from packplace.placement.layout_rules import conform
-from packplace.placement.plan import Allocation, Plan
+from packplace.placement.model.layout_rules import conform
+from packplace.placement.problem.plan import Allocation, Plan
 from packplace.result import UNKNOWN, Proposal
 
 #: Origin of every block of the colocated plan.
@@ -37,7 +37,7 @@ def assemble(choice: dict[str, tuple[Candidate, Allocation]]) -> Plan:
 
 def assemble_for(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, Allocation]]) -> Plan:
     """:func:`assemble`, moved to keep the framework's layout rules between tasks
-    (:func:`~packplace.placement.layout_rules.conform`; unchanged without ``policy.framework`` rules)."""
+    (:func:`~packplace.placement.model.layout_rules.conform`; unchanged without ``policy.framework`` rules)."""
     return conform(ev.instance, ev.table, assemble(choice))
 
 

@@ -1,6 +1,6 @@
 """``anneal`` placement search: simulated annealing over plans, scored by the evaluator.
 
-State: a :class:`~packplace.placement.plan.Plan` (per vertex a candidate and an aligned block; per
+State: a :class:`~packplace.placement.problem.plan.Plan` (per vertex a candidate and an aligned block; per
 trainable model a staleness). Cost: the evaluator's objective (step time, or the asynchronous period when
 a model is stale), cached by plan. Moves (:data:`MOVES`): another candidate on the same block, another
 block size, another block, two vertices swap blocks, colocate, split a shared block, another staleness;
@@ -29,10 +29,10 @@ from typing import Any
 
 from packplace import interrupt
 from packplace.errors import ConfigError
-from packplace.placement.config import OPTIMIZER_DEFAULTS, resolve_optimizer_knobs
 from packplace.placement.evaluator import INF, get_evaluator, get_table
-from packplace.placement.layout_rules import conform
-from packplace.placement.plan import Allocation, Plan
+from packplace.placement.model.layout_rules import conform
+from packplace.placement.problem.config import OPTIMIZER_DEFAULTS, resolve_optimizer_knobs
+from packplace.placement.problem.plan import Allocation, Plan
 from packplace.progress import report
 from packplace.result import FEASIBLE, Proposal
 from packplace.solvers.placement.concurrent import solve as concurrent_solve
@@ -42,7 +42,7 @@ from packplace.solvers.registry import register
 #: Default wall-clock budget (seconds) when ``time_limit_s`` is None.
 DEFAULT_TIME_LIMIT_S = 30.0
 #: The annealing knobs (:class:`AnnealSettings`); types, ranges and defaults live in
-#: :data:`packplace.placement.config.OPTIMIZER_KNOBS`, validated when the config is loaded.
+#: :data:`packplace.placement.problem.config.OPTIMIZER_KNOBS`, validated when the config is loaded.
 DEFAULTS: dict[str, Any] = {name: OPTIMIZER_DEFAULTS[name] for name in (
     "t_init", "t_min", "t_warm", "e_max", "e_struct", "stag_window", "hard_oom", "oom_penalty", "polish",
     "progress_s")}
@@ -77,7 +77,7 @@ MOVES = (("candidate", 0.22), ("resize", 0.20), ("move", 0.16), ("swap", 0.10), 
 @dataclass(frozen=True)
 class AnnealSettings:
     """Validated knobs of the ``optimizer`` section (types and ranges:
-    :data:`packplace.placement.config.OPTIMIZER_KNOBS`; keyword arguments of :func:`solve` win).
+    :data:`packplace.placement.problem.config.OPTIMIZER_KNOBS`; keyword arguments of :func:`solve` win).
 
     ==============  ==========  =================================================================================
     knob            default     meaning
@@ -120,7 +120,7 @@ class AnnealSettings:
     @classmethod
     def resolve(cls, optimizer: dict[str, Any], params: dict[str, Any]) -> AnnealSettings:
         """The instance's validated ``optimizer`` knobs, overridden by ``params`` (keyword arguments of
-        :func:`solve`), which are validated by :func:`~packplace.placement.config.resolve_optimizer_knobs`
+        :func:`solve`), which are validated by :func:`~packplace.placement.problem.config.resolve_optimizer_knobs`
         exactly as the config section is.
 
         Raises:
@@ -428,7 +428,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, initial
     never worse than the warm start.
 
     Args:
-        instance: A :class:`~packplace.placement.config.PlacementInstance`.
+        instance: A :class:`~packplace.placement.problem.config.PlacementInstance`.
         time_limit_s: Wall-clock budget in seconds (default :data:`DEFAULT_TIME_LIMIT_S`).
         seed: Seed of the move generator.
         initial_plan: Start from this feasible plan instead of the baselines (a warm restart, e.g. from

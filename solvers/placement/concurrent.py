@@ -23,7 +23,7 @@ import time
 from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.placement.plan import Allocation
+from packplace.placement.problem.plan import Allocation
 from packplace.result import FEASIBLE, Proposal
 from packplace.solvers.placement._common import (
     colocated_plan,

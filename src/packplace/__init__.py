@@ -7,7 +7,7 @@ Library calls (each returns a :class:`packplace.result.SolveResult`, scored by t
   ``packplace.balance.load_config(path)``; the benefit-gated planner is
   ``packplace.balance.plan_balance(...)``.
 * ``packplace.place(instance, solver="concurrent", time_limit_s=..., seed=...)`` — device placement of
-  an RL post-training step; instances from ``packplace.placement.config.load_config(path)``.
+  an RL post-training step; instances from ``packplace.placement.load_config(path)``.
 * ``packplace.compare(problem, suite, solvers=..., time_limit_s=..., jobs=...)`` — every solver on every
   instance of a suite, with gaps to the best proven bound (a ``CompareReport``).
 * ``packplace.solvers.available()`` — the registered backends of every problem

@@ -28,16 +28,16 @@ from packplace.errors import ConfigError, InfeasibleError
 from packplace.result import json_ready
 
 #: Modules that contribute subcommands through ``register(subparsers)``.
-COMMAND_MODULES = ("packplace.balance.cli", "packplace.placement.cli", "packplace.harness.cli")
+COMMAND_MODULES = ("packplace.balance.cli", "packplace.placement.screen.cli", "packplace.harness.cli")
 #: Every subcommand: name -> (the module that registers it, its one-line help). :func:`build_parser`
 #: imports only the module of the command being run (the command modules load numpy, the models and the
 #: solver registry); the other commands get a parser with this help line, enough for ``packplace --help``
 #: and for a usage error. tests/test_cli_output.py checks the table against the modules.
 COMMANDS = {
     "balance": ("packplace.balance.cli", "assign samples to packed bins on data-parallel ranks"),
-    "place": ("packplace.placement.cli", "place the tasks of an RL post-training step on a GPU cluster"),
-    "validate": ("packplace.placement.cli", "compare predicted step/phase times with published runs"),
-    "calibrate": ("packplace.placement.cli", "fit hardware efficiency knobs to measured task times"),
+    "place": ("packplace.placement.screen.cli", "place the tasks of an RL post-training step on a GPU cluster"),
+    "validate": ("packplace.placement.screen.cli", "compare predicted step/phase times with published runs"),
+    "calibrate": ("packplace.placement.screen.cli", "fit hardware efficiency knobs to measured task times"),
     "compare": ("packplace.harness.cli", "run several solvers on every instance of a suite and compare them"),
     "bench": ("packplace.harness.cli", "run the regression suites and compare them with the stored baselines"),
 }

@@ -231,7 +231,7 @@ class SolveResult:
                 solution = Assignment.from_dict(raw_solution)
             elif problem == "placement":
                 # at call time: packplace.placement imports this module
-                from packplace.placement.plan import Plan
+                from packplace.placement.problem.plan import Plan
 
                 solution = Plan.from_dict(raw_solution)
             else:

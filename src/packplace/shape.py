@@ -23,7 +23,7 @@ included, the embedding lookup excluded) plus ``2·L·n_ctx·q`` for QKᵀ and A
 context of ``n_ctx/2`` — the attention width is ``q = heads·head_dim``, not ``d``.
 
 The placement problem splits the routed experts (:attr:`TransformerShape.expert_params`) over an
-expert-parallel degree ``ep`` as well (:mod:`packplace.placement.memory`, :mod:`packplace.placement.cost`);
+expert-parallel degree ``ep`` as well (:mod:`packplace.placement.model.memory`, :mod:`packplace.placement.model.cost`);
 the attention, dense, router and shared-expert weights follow the tensor/pipeline degrees.
 """
 

@@ -10,9 +10,9 @@ import pytest
 
 from packplace.cli import main
 from packplace.errors import ConfigError
-from packplace.placement.calibrate import fit_published, parse_scoped_knobs
-from packplace.placement.crossval import cross_validate, load_setups, pair_rows, summarize
-from packplace.placement.validate import declared_staleness, not_fitted, validate, validation_files
+from packplace.placement.checking.calibrate import fit_published, parse_scoped_knobs
+from packplace.placement.checking.crossval import cross_validate, load_setups, pair_rows, summarize
+from packplace.placement.checking.validate import declared_staleness, not_fitted, validate, validation_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VALIDATION = os.path.join(ROOT, "benchmarks", "validation")

@@ -15,9 +15,9 @@ import pytest
 
 from packplace.errors import ConfigError
 from packplace.placement import api
-from packplace.placement.config import load_config
 from packplace.placement.emit import FRAMEWORKS, emit
-from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
+from packplace.placement.problem.config import load_config
+from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY_LISTS = {name: json.loads((ROOT / "tests" / "data" / "frameworks" / f"{name}.json").read_text())
@@ -185,7 +185,7 @@ def test_a_lora_plan_is_emitted_with_each_frameworks_lora_settings(config):
     lora = {role: replace(opts, lora_rank=16) for role, opts in instance.training.items()}
     for role in ("actor", "critic"):
         if role in instance.models and role not in lora:
-            from packplace.placement.memory import DEFAULT_TRAINING
+            from packplace.placement.model.memory import DEFAULT_TRAINING
             lora[role] = replace(DEFAULT_TRAINING, lora_rank=16)
     instance = replace(instance, training=lora, _cache={})
     plan = api.solve_placement(instance, "greedy", seed=0).solution
@@ -205,7 +205,7 @@ def test_a_lora_plan_is_emitted_with_each_frameworks_lora_settings(config):
 
 
 def test_a_dapo_plan_is_emitted_as_grpo_advantages_without_a_kl_term_for_every_framework():
-    from packplace.placement.config import build_instance, load_yaml
+    from packplace.placement.problem.config import build_instance, load_yaml
     raw = load_yaml(GRPO)
     raw["policy"]["algorithm"] = "dapo"   # the dapo step: no reference task
     instance = build_instance(raw)
@@ -228,8 +228,8 @@ def test_a_dapo_plan_is_emitted_as_grpo_advantages_without_a_kl_term_for_every_f
 
 
 def test_a_verl_zero3_search_keeps_to_fsdp_layouts_so_the_plan_runs_as_planned():
-    from packplace.placement.config import build_instance, load_yaml
     from packplace.placement.evaluator import get_table
+    from packplace.placement.problem.config import build_instance, load_yaml
     raw = load_yaml(GRPO)
     raw["policy"]["framework"] = "verl"
     raw["training"] = {"sharding": "zero3"}
@@ -248,8 +248,8 @@ def test_a_verl_zero3_search_keeps_to_fsdp_layouts_so_the_plan_runs_as_planned()
 
 
 def test_an_openrlhf_search_keeps_to_layouts_openrlhf_runs():
-    from packplace.placement.config import build_instance, load_yaml
     from packplace.placement.evaluator import get_table
+    from packplace.placement.problem.config import build_instance, load_yaml
     raw = load_yaml(PPO)
     raw["policy"]["framework"] = "openrlhf"
     instance = build_instance(raw)

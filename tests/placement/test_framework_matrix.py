@@ -16,12 +16,12 @@ import pytest
 
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement import api
-from packplace.placement.config import build_instance, load_yaml
 from packplace.placement.emit import emit
 from packplace.placement.emit.common import PlanView
 from packplace.placement.emit.verl import choose_backend
 from packplace.placement.evaluator import get_evaluator
-from packplace.placement.layout_rules import Context, config_refusals, plan_refusals, unsupported
+from packplace.placement.model.layout_rules import Context, config_refusals, plan_refusals, unsupported
+from packplace.placement.problem.config import build_instance, load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs" / "placement").rglob("*.yaml"))

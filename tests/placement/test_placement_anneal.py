@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 import packplace
 from packplace.errors import ConfigError, PackplaceError
-from packplace.placement import cli
-from packplace.placement.config import build_instance, load_config
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.placement.plan import Plan
+from packplace.placement.problem.config import build_instance, load_config
+from packplace.placement.problem.plan import Plan
+from packplace.placement.screen import cli
 from packplace.solvers import available
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -10,8 +10,8 @@ import pytest
 
 import packplace
 from packplace.errors import ConfigError
-from packplace.placement.config import build_instance, load_config, load_yaml
 from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.problem.config import build_instance, load_config, load_yaml
 from packplace.solvers import available
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

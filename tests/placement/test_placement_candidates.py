@@ -11,11 +11,11 @@ import packplace
 from packplace.errors import InfeasibleError
 from packplace.placement.api import check_instance
 from packplace.placement.candidates import block_extents, block_origins, explain
-from packplace.placement.config import build_instance, load_config
 from packplace.placement.evaluator import get_table
-from packplace.placement.hardware import Cluster
-from packplace.placement.memory import stage_layers
-from packplace.placement.plan import Strategy
+from packplace.placement.model.memory import stage_layers
+from packplace.placement.problem.config import build_instance, load_config
+from packplace.placement.problem.hardware import Cluster
+from packplace.placement.problem.plan import Strategy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))

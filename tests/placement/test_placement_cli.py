@@ -10,10 +10,10 @@ import os
 import pytest
 
 from packplace.errors import ConfigError
-from packplace.placement import cli
-from packplace.placement.config import load_config
 from packplace.placement.evaluator import get_evaluator
-from packplace.placement.plan import plan_from_json
+from packplace.placement.problem.config import load_config
+from packplace.placement.problem.plan import plan_from_json
+from packplace.placement.screen import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
@@ -86,7 +86,7 @@ def test_unknown_gantt_format_is_a_one_line_config_error(tmp_path):
 
 def test_gantt_rows_use_the_table_gpu_labels():
     import packplace
-    from packplace.placement.gantt import gantt_rows
+    from packplace.placement.screen.gantt import gantt_rows
     inst = load_config(DPO)
     result = packplace.place(inst, "greedy")
     rows = gantt_rows(inst, result.solution, get_evaluator(inst).score(result.solution))

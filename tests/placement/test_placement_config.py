@@ -6,9 +6,9 @@ import pytest
 from conftest import counting_calls
 
 from packplace.errors import ConfigError
-from packplace.placement.config import build_instance, load_config
-from packplace.placement.graph import build_graph
-from packplace.placement.models import ModelSpec
+from packplace.placement.problem.config import build_instance, load_config
+from packplace.placement.problem.graph import build_graph
+from packplace.placement.problem.models import ModelSpec
 
 HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=4, flops_per_gpu=1e12, memory_per_gpu=80e9,
           memory_bandwidth=1e12, alpha_coll_g=1e-6, beta_coll_g=1e-9, alpha_coll_n=1e-6, beta_coll_n=1e-9,
@@ -185,7 +185,7 @@ def test_unknown_optimizer_key_lists_the_valid_ones():
 
 
 def test_optimizer_keys_cover_every_anneal_knob():
-    from packplace.placement.config import OPTIMIZER_KEYS
+    from packplace.placement.problem.config import OPTIMIZER_KEYS
     from packplace.solvers.placement.anneal import DEFAULTS
     assert set(DEFAULTS) | {"k_eval", "staleness_candidates"} == set(OPTIMIZER_KEYS)
 
@@ -237,7 +237,7 @@ def test_every_optimizer_knob_is_validated_at_load(knob, value, message):
 
 
 def test_optimizer_knobs_normalised_and_defaults_filled():
-    from packplace.placement.config import OPTIMIZER_DEFAULTS, OPTIMIZER_KNOBS, resolve_optimizer_knobs
+    from packplace.placement.problem.config import OPTIMIZER_DEFAULTS, OPTIMIZER_KNOBS, resolve_optimizer_knobs
     cfg = config()
     cfg["optimizer"].update(e_max=5e4, k_eval=4.0, t_init=1, t_min=1)
     opt = build_instance(cfg).optimizer
@@ -253,7 +253,7 @@ def test_optimizer_knobs_normalised_and_defaults_filled():
 def _place_args(tmp_path, *extra):
     import argparse
 
-    from packplace.placement import cli
+    from packplace.placement.screen import cli
     parser = argparse.ArgumentParser(prog="packplace")
     cli.register(parser.add_subparsers(dest="command"))
     path = tmp_path / "c.yaml"
@@ -288,7 +288,7 @@ def test_cli_rejects_bad_knob_for_any_solver_and_bad_gantt_format_before_solving
 
 def test_gantt_title_names_period_staleness_and_synchronous_step(tmp_path):
     from packplace.placement.evaluator import get_evaluator
-    from packplace.placement.gantt import draw_gantt, gantt_title
+    from packplace.placement.screen.gantt import draw_gantt, gantt_title
     from packplace.solvers.placement import concurrent
     cfg = config("grpo")
     del cfg["models"]["critic"]
@@ -308,7 +308,7 @@ def test_gantt_title_names_period_staleness_and_synchronous_step(tmp_path):
 
 
 def test_hardware_preset_fills_datasheet_figures_and_fields_override_it():
-    from packplace.placement.hardware import PRESETS
+    from packplace.placement.problem.hardware import PRESETS
     cfg = config()
     cfg["hardware"] = {"preset": "h100-sxm", "nodes_per_rack": 2, "decode_bw_eff": 0.5}
     inst = build_instance(cfg)

@@ -9,13 +9,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from packplace.placement.config import build_instance
-from packplace.placement.cost import CostModel
-from packplace.placement.engine import response_lengths, rollout_stream_schedule
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.placement.framework import FRAMEWORKS
-from packplace.placement.plan import Allocation, Plan, VertexPlan
-from packplace.placement.workload import Workload
+from packplace.placement.model.cost import CostModel
+from packplace.placement.model.engine import response_lengths, rollout_stream_schedule
+from packplace.placement.model.framework import FRAMEWORKS
+from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.plan import Allocation, Plan, VertexPlan
+from packplace.placement.problem.workload import Workload
 
 #: Half the responses 100 tokens, half 300 (the quantile function is flat at 100 up to q = 0.5, then 300).
 TWO_LENGTHS = ((1e-9, 100.0), (0.5, 100.0), (0.5 + 1e-9, 300.0))

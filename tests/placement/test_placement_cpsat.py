@@ -14,9 +14,9 @@ from ortools.sat.python import cp_model
 
 import packplace
 from packplace.errors import ConfigError
-from packplace.placement.config import build_instance, load_config
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.placement.plan import Plan
+from packplace.placement.problem.config import build_instance, load_config
+from packplace.placement.problem.plan import Plan
 from packplace.solvers import available, get
 from packplace.solvers.placement import cpsat
 
@@ -214,7 +214,7 @@ def test_same_seed_same_plan_and_bad_parameters():
 
 @pytest.mark.parametrize("path", SMALL_SHIPPED, ids=os.path.basename)
 def test_rescored_step_time_equals_the_claim_on_shipped_configs(path):
-    from packplace.placement.config import load_yaml
+    from packplace.placement.problem.config import load_yaml
     cfg = load_yaml(path)
     cfg["optimizer"] = {**(cfg.get("optimizer") or {}), "e_max": 4000}  # the anneal hint ends on its budget
     inst = build_instance(cfg)
@@ -233,7 +233,7 @@ def test_rescored_step_time_equals_the_claim_on_shipped_configs(path):
 def test_cli_place_with_cpsat(capsys):
     import argparse
 
-    from packplace.placement import cli
+    from packplace.placement.screen import cli
 
     parser = argparse.ArgumentParser(prog="packplace")
     cli.register(parser.add_subparsers(dest="command"))
@@ -271,7 +271,7 @@ def test_32_gpu_shipped_config_reports_a_proven_bound_and_gap(path):
 
 
 def _ppo70b(**hardware):
-    from packplace.placement.config import load_yaml
+    from packplace.placement.problem.config import load_yaml
     cfg = load_yaml(os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-70b_2x4x8xh200.yaml"))
     cfg["hardware"].update(hardware)
     return cfg
@@ -297,7 +297,7 @@ def test_model_building_counts_against_the_time_limit_on_1024_gpus():
 
 
 def test_progress_lines_on_stderr_for_long_runs_only(capsys):
-    from packplace.placement.config import load_yaml
+    from packplace.placement.problem.config import load_yaml
     cfg = load_yaml(os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml"))
     cfg["optimizer"] = {**(cfg.get("optimizer") or {}), "progress_s": 0.1}
     inst = build_instance(cfg)

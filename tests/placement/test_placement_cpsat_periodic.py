@@ -15,7 +15,7 @@ from test_placement_cpsat import claim_holds, instance, proven_optimal
 
 import packplace
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.placement.plan import Plan
+from packplace.placement.problem.plan import Plan
 from packplace.solvers.placement import cpsat
 from packplace.solvers.placement.cpsat import periodic
 

@@ -15,9 +15,9 @@ from test_placement_cpsat import HW, SMALL, proven_optimal
 from test_placement_cpsat_periodic import max_cycle_mean
 
 import packplace
-from packplace.placement.config import build_instance
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.placement.plan import Plan
+from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.plan import Plan
 from packplace.solvers.placement import cpsat
 from packplace.solvers.placement.cpsat import periodic
 
@@ -28,7 +28,7 @@ def _without_layout_rules(monkeypatch):
     """These tests check the cost model of continuous rollouts (NeMo RL's profile) against CP-SAT and brute
     force over every plan; NeMo RL's layout rules (asynchronous GRPO generates on GPUs of its own, which the
     CP-SAT model does not encode) are tested in test_framework_matrix.py, so they are off here."""
-    monkeypatch.setattr("packplace.placement.layout_rules.RULED", ())
+    monkeypatch.setattr("packplace.placement.model.layout_rules.RULED", ())
 
 
 DAPO_MOE = {

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from packplace.placement.candidates import CROSS_NODE_TP_KINDS, explain, legal_strategies
-from packplace.placement.config import build_instance
-from packplace.placement.cost import CostModel
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.placement.hardware import Cluster, Hardware
-from packplace.placement.memory import max_concurrent_sequences, vertex_memory
-from packplace.placement.models import ModelSpec
-from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
-from packplace.placement.workload import Workload
+from packplace.placement.model.cost import CostModel
+from packplace.placement.model.memory import max_concurrent_sequences, vertex_memory
+from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.hardware import Cluster, Hardware
+from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
+from packplace.placement.problem.workload import Workload
 
 #: decode_step_overhead 0: the bare roofline, no engine's per-step cost (the framework profile's when unset)
 HW = Hardware(flops_per_gpu=1e15, memory_per_gpu=80e9, memory_bandwidth=2e12, alpha_coll_g=1e-6,

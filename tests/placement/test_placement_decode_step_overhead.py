@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 
 from packplace.errors import ConfigError
-from packplace.placement.config import build_instance, load_yaml
-from packplace.placement.cost import CostModel
-from packplace.placement.framework import (
+from packplace.placement.model.cost import CostModel
+from packplace.placement.model.framework import (
     DS_HYBRID_DECODE_STEP_OVERHEAD,
     FRAMEWORKS,
     VLLM_DECODE_STEP_OVERHEAD,
     decode_step_overhead,
 )
-from packplace.placement.hardware import PRESETS, Cluster, Hardware
-from packplace.placement.models import ModelSpec
-from packplace.placement.workload import Workload
+from packplace.placement.problem.config import build_instance, load_yaml
+from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
+from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.workload import Workload
 
 VALIDATION = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "validation")
 OPT13_64 = os.path.join(VALIDATION, "deepspeed_chat_ppo_opt-13b_64xa100.yaml")

@@ -12,10 +12,10 @@ import pytest
 
 from packplace.errors import ConfigError
 from packplace.placement import candidates as candidates_module
-from packplace.placement.balance_report import compare_balance, plan_balance
 from packplace.placement.candidates import vertex_balance
-from packplace.placement.config import build_instance, load_yaml
-from packplace.placement.dp_balance import (
+from packplace.placement.checking.validate import load_setup, predict
+from packplace.placement.evaluator import PlacementEvaluator, get_evaluator
+from packplace.placement.model.dp_balance import (
     BalanceSetting,
     DataParallelBalance,
     contiguous_split,
@@ -26,10 +26,10 @@ from packplace.placement.dp_balance import (
     solver_ranks,
     split_batch,
 )
-from packplace.placement.evaluator import PlacementEvaluator, get_evaluator
-from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
-from packplace.placement.validate import load_setup, predict
-from packplace.placement.workload import Workload
+from packplace.placement.problem.config import build_instance, load_yaml
+from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
+from packplace.placement.problem.workload import Workload
+from packplace.placement.screen.balance_report import compare_balance, plan_balance
 from tests.conftest import one_line, run_cli
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")

@@ -7,17 +7,17 @@ import math
 import numpy as np
 import pytest
 
-from packplace.placement.cost import CostModel
-from packplace.placement.engine import (
+from packplace.placement.model.cost import CostModel
+from packplace.placement.model.engine import (
     RolloutEngine,
     continuous_schedule,
     kv_capacity_sequences,
     mean_live_tokens,
     response_lengths,
 )
-from packplace.placement.hardware import PRESETS, Cluster, Hardware
-from packplace.placement.models import ModelSpec
-from packplace.placement.workload import Workload
+from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
+from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.workload import Workload
 
 FREE = {k: 0.0 for k in Hardware.__dataclass_fields__ if k.startswith(("alpha", "beta"))}
 #: A GPU whose compute and memory are (practically) free: every decode iteration costs exactly the

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from packplace.placement.config import build_instance, load_config
 from packplace.placement.evaluator import PlacementEvaluator, evaluate_plan, get_evaluator, get_table
-from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan, plan_from_json, plan_to_json
+from packplace.placement.problem.config import build_instance, load_config
+from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan, plan_from_json, plan_to_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GRPO = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
@@ -201,7 +201,7 @@ def test_non_finite_vertex_time_is_infeasible_with_a_reason(bad):
 
 def test_non_finite_candidate_times_never_reach_the_feasible_table(monkeypatch):
     from packplace.errors import ConfigError
-    from packplace.placement.cost import CostModel
+    from packplace.placement.model.cost import CostModel
     real = CostModel.vertex_phases
 
     def broken(self, model, kind, *args, **kwargs):

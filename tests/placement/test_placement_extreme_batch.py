@@ -8,8 +8,8 @@ import re
 
 import packplace
 from packplace.cli import main
-from packplace.placement.cli import MAX_PLAUSIBLE_STEP_S
-from packplace.placement.config import load_config
+from packplace.placement.problem.config import load_config
+from packplace.placement.screen.cli import MAX_PLAUSIBLE_STEP_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DPO = os.path.join(ROOT, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml")

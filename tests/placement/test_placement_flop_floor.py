@@ -7,8 +7,15 @@ import os
 import pytest
 import yaml
 
-from packplace.placement.crossval import load_setups
-from packplace.placement.validate import BELOW_FLOOR, floor_reason, flop_floor, format_rows, load_setup, validate
+from packplace.placement.checking.crossval import load_setups
+from packplace.placement.checking.validate import (
+    BELOW_FLOOR,
+    floor_reason,
+    flop_floor,
+    format_rows,
+    load_setup,
+    validate,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
@@ -114,7 +121,7 @@ def test_rows_of_other_frameworks_stay_above_their_floors():
 
 
 def test_runs_below_their_floor_leave_the_bands_but_are_counted():
-    from packplace.placement.crossval import CrossRow, summarize
+    from packplace.placement.checking.crossval import CrossRow, summarize
 
     def row(name, ratio, reason=""):
         return CrossRow(setup=name, figure="step", publication="p", framework="verl", gpu="h100-sxm",

@@ -9,11 +9,11 @@ import pytest
 
 from packplace.errors import ConfigError
 from packplace.placement.candidates import inference_sharded
-from packplace.placement.config import build_instance, load_yaml
+from packplace.placement.checking.validate import load_setup
 from packplace.placement.evaluator import get_evaluator
-from packplace.placement.framework import FRAMEWORKS, RAY_CALL_LATENCY, inference_owner
-from packplace.placement.hardware import PRESETS
-from packplace.placement.validate import load_setup
+from packplace.placement.model.framework import FRAMEWORKS, RAY_CALL_LATENCY, inference_owner
+from packplace.placement.problem.config import build_instance, load_yaml
+from packplace.placement.problem.hardware import PRESETS
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
@@ -194,7 +194,7 @@ def test_host_offloaded_zero3_reference_streams_its_partition_every_micro_batch(
 
 
 def test_fsdp_prefetch_hides_each_later_layers_gather_behind_the_previous_layers_compute():
-    from packplace.placement.framework import exposed_gather_seconds
+    from packplace.placement.model.framework import exposed_gather_seconds
     # 4 layers, 8 s of gathers and 6 s of compute: layer 0's 2 s gather is exposed, layers 1-3 each gather 2 s
     # beside 1.5 s of compute: 0.5 s each -> 2 + 3 x 0.5 = 3.5 s
     assert exposed_gather_seconds(8.0, 6.0, 4) == pytest.approx(3.5)
@@ -209,7 +209,7 @@ def test_fsdp_prefetch_hides_each_later_layers_gather_behind_the_previous_layers
 
 
 def test_nemo_rl_dtensor_reference_gathers_overlap_with_its_forward():
-    from packplace.placement.framework import exposed_gather_seconds, gather_seconds
+    from packplace.placement.model.framework import exposed_gather_seconds, gather_seconds
     instance, plan, _ = load_setup(NEMO_8B)   # DTensor (FSDP2) policy at zero3, the reference in its layout
     assert inference_sharded(instance, "reference.infer")
     from packplace.placement.candidates import vertex_parts

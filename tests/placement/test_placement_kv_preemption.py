@@ -8,18 +8,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packplace.placement.cost import CostModel
-from packplace.placement.engine import (
+from packplace.placement.model.cost import CostModel
+from packplace.placement.model.engine import (
     RolloutEngine,
     continuous_schedule,
     kv_capacity_tokens,
     paged_schedule,
     response_lengths,
 )
-from packplace.placement.hardware import PRESETS, Cluster, Hardware
-from packplace.placement.memory import weight_bytes
-from packplace.placement.models import ModelSpec
-from packplace.placement.workload import Workload
+from packplace.placement.model.memory import weight_bytes
+from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
+from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.workload import Workload
 
 #: Qwen3-32B (huggingface.co/Qwen/Qwen3-32B config.json).
 QWEN3_32B = ModelSpec(layers=64, hidden_dim=5120, ffn_dim=25600, vocab_size=151936, num_heads=64,

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packplace.errors import ConfigError
-from packplace.placement.config import build_instance
+from packplace.placement.checking.validate import load_setup
 from packplace.placement.evaluator import PlacementEvaluator
-from packplace.placement.memory import (
+from packplace.placement.model.memory import (
     TrainingOptions,
     lora_params,
     resident_bytes,
@@ -21,8 +21,8 @@ from packplace.placement.memory import (
     trainable_stage_params,
     vertex_memory,
 )
-from packplace.placement.training_time import training_overhead_seconds, zero3_collective_seconds
-from packplace.placement.validate import load_setup
+from packplace.placement.model.training_time import training_overhead_seconds, zero3_collective_seconds
+from packplace.placement.problem.config import build_instance
 from packplace.shape import TransformerShape
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -175,7 +175,7 @@ def test_lora_rank_in_a_config():
 def test_hybrid_engine_keeps_the_training_state_resident_while_generating():
     from packplace.placement.candidates import train_state_kept
     from packplace.placement.evaluator import get_evaluator
-    from packplace.placement.framework import FRAMEWORKS
+    from packplace.placement.model.framework import FRAMEWORKS
 
     assert FRAMEWORKS["deepspeed-chat"].colocated_train_state
     assert not any(FRAMEWORKS[f].colocated_train_state for f in ("none", "verl", "nemo-rl", "openrlhf"))

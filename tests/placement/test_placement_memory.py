@@ -8,17 +8,17 @@ import os
 import pytest
 
 from packplace.errors import ConfigError
-from packplace.placement.config import build_instance, load_config, load_yaml
-from packplace.placement.engine import mean_live_tokens
 from packplace.placement.evaluator import get_table
-from packplace.placement.memory import (
+from packplace.placement.model.engine import mean_live_tokens
+from packplace.placement.model.memory import (
     TrainingOptions,
     max_concurrent_sequences,
     stage_params,
     train_state_bytes,
     vertex_memory,
 )
-from packplace.placement.plan import Strategy
+from packplace.placement.problem.config import build_instance, load_config, load_yaml
+from packplace.placement.problem.plan import Strategy
 from packplace.shape import TransformerShape
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

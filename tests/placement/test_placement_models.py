@@ -8,13 +8,13 @@ import os
 
 import pytest
 
-from packplace.placement.config import build_instance
-from packplace.placement.cost import CostModel
-from packplace.placement.engine import RolloutEngine
-from packplace.placement.hardware import Cluster, Hardware
-from packplace.placement.memory import resident_bytes, vertex_memory, weight_bytes
-from packplace.placement.models import ModelSpec
-from packplace.placement.workload import Workload
+from packplace.placement.model.cost import CostModel
+from packplace.placement.model.engine import RolloutEngine
+from packplace.placement.model.memory import resident_bytes, vertex_memory, weight_bytes
+from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.hardware import Cluster, Hardware
+from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.workload import Workload
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -220,9 +220,9 @@ def test_gemm_peak_fraction_caps_efficiency_and_model_flops_utilisation():
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml"))),
                          ids=os.path.basename)
 def test_no_candidate_beats_the_gemm_ceiling_on_shipped_configs(path):
-    from packplace.placement.config import load_config, load_yaml
     from packplace.placement.evaluator import get_table
-    from packplace.placement.hardware import PRESETS
+    from packplace.placement.problem.config import load_config, load_yaml
+    from packplace.placement.problem.hardware import PRESETS
     inst = load_config(path)
     hw = inst.hardware
     preset = PRESETS[load_yaml(path)["hardware"]["preset"]]   # the shipped configs take the preset's knobs
@@ -258,7 +258,7 @@ def test_lora_trainer_flops_by_hand():
 
 
 def test_long_generation_is_chunked_and_close_to_the_exact_sum():
-    from packplace.placement import workload as workload_module
+    from packplace.placement.problem import workload as workload_module
     long = Workload(2, 1, 10, 40_000, ((0.5, 10_000.0),))
     steps, weight, active = long.decode_grid
     assert len(steps) == workload_module.DECODE_EXACT_STEPS and weight.sum() == long.max_response

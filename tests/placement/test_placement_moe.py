@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 import packplace
 from packplace.placement.candidates import explain, legal_strategies
-from packplace.placement.cli import format_table
-from packplace.placement.config import build_instance
-from packplace.placement.cost import CostModel
-from packplace.placement.memory import TrainingOptions, resident_bytes, vertex_memory, weight_bytes
-from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
-from packplace.placement.validate import load_setup, predict
+from packplace.placement.checking.validate import load_setup, predict
+from packplace.placement.model.cost import CostModel
+from packplace.placement.model.memory import TrainingOptions, resident_bytes, vertex_memory, weight_bytes
+from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
+from packplace.placement.screen.cli import format_table
 from packplace.shape import TransformerShape, from_hf_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -164,7 +164,7 @@ def test_candidates_enumerate_ep_for_moe_only():
 
 
 def build_cluster():
-    from packplace.placement.hardware import Cluster
+    from packplace.placement.problem.hardware import Cluster
     return Cluster(1, 4, 8)
 
 
@@ -301,7 +301,7 @@ def test_moe_training_ceiling_reproduces_megatron_bridge_h100_throughput():
     # sequence 4096, TP 1, PP 2, EP 8: 5,275 tokens/s/GPU. One training step of 512 x 4,096 tokens on
     # dp 8 x pp 2 at the preset's moe_gemm_peak_fraction 0.084 gives that throughput; at the dense ceiling
     # (0.55) the model would claim 15,053 tokens/s/GPU, 2.85x the published one
-    from packplace.placement.workload import Workload
+    from packplace.placement.problem.workload import Workload
 
     base = h100_cost(nodes_per_rack=2)
     assert base.hw.moe_gemm_peak_fraction == 0.084

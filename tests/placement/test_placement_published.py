@@ -9,9 +9,9 @@ import pytest
 
 from packplace.errors import InfeasibleError
 from packplace.placement.api import check_instance
-from packplace.placement.config import build_instance, load_config
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
+from packplace.placement.problem.config import build_instance, load_config
+from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PUBLISHED = os.path.join(ROOT, "configs", "placement", "published")

@@ -7,7 +7,7 @@ import pytest
 from conftest import PLACEMENT_HEURISTICS
 
 import packplace
-from packplace.placement.config import build_instance
+from packplace.placement.problem.config import build_instance
 
 HARDWARE = dict(
     racks=1, nodes_per_rack=2, gpus_per_node=4, flops_per_gpu=1e14, memory_per_gpu=40e9, memory_bandwidth=2e12,

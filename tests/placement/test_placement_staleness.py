@@ -9,9 +9,9 @@ import random
 import pytest
 
 import packplace
-from packplace.placement.config import build_instance, load_config, load_yaml
 from packplace.placement.evaluator import PlacementEvaluator, get_evaluator, get_table
-from packplace.placement.plan import Allocation, Plan
+from packplace.placement.problem.config import build_instance, load_config, load_yaml
+from packplace.placement.problem.plan import Allocation, Plan
 from packplace.solvers.placement._common import repair_memory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

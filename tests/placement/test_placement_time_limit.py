@@ -11,8 +11,8 @@ import pytest
 import packplace
 from packplace.placement import candidates
 from packplace.placement.candidates import CandidateTable, TableBuildTimeout
-from packplace.placement.config import build_instance
 from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.problem.config import build_instance
 
 #: A NeMo RL async GRPO step that may run one step stale: the bound prices every generation candidate's
 #: steady-state rollout (the costly part of the analytic bound).

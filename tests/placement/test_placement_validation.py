@@ -10,12 +10,12 @@ import pytest
 
 from packplace.cli import main
 from packplace.errors import ConfigError
-from packplace.placement.calibrate import calibrate, read_measured, task_times
-from packplace.placement.config import load_yaml
-from packplace.placement.engine import mean_live_tokens
-from packplace.placement.plan import Plan
-from packplace.placement.validate import RATIO_RANGE, load_setup, validate
-from packplace.placement.workload import Workload
+from packplace.placement.checking.calibrate import calibrate, read_measured, task_times
+from packplace.placement.checking.validate import RATIO_RANGE, load_setup, validate
+from packplace.placement.model.engine import mean_live_tokens
+from packplace.placement.problem.config import load_yaml
+from packplace.placement.problem.plan import Plan
+from packplace.placement.problem.workload import Workload
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
@@ -294,11 +294,11 @@ def test_parts_add_up_to_the_task_time_and_calibrate_uses_the_same_total():
     # The 70B "Optimized DSChat" file trains ZeRO-3 with parameter and Adam offload and full recomputation:
     # its trainers' memory options cost more than their passes, so a part list without them (the former
     # validate --json parts and calibrate task times) would be off by that much.
-    from packplace.placement.training_time import training_overhead_seconds
+    from packplace.placement.model.training_time import training_overhead_seconds
 
     path = os.path.join(VALIDATION, "deepspeed_chat_optimized_ppo_llama2-70b_32xa800.yaml")
     instance, plan, _ = load_setup(path)
-    from packplace.placement.validate import plan_evaluator
+    from packplace.placement.checking.validate import plan_evaluator
 
     ev = plan_evaluator(instance, plan)
     score = ev.score(plan)

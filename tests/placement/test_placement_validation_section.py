@@ -11,8 +11,8 @@ import yaml
 
 from packplace.cli import main
 from packplace.errors import ConfigError
-from packplace.placement.config import load_yaml
-from packplace.placement.validate import load_setup, validate
+from packplace.placement.checking.validate import load_setup, validate
+from packplace.placement.problem.config import load_yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QWEN = os.path.join(ROOT, "benchmarks", "validation", "qwen2.5-7b_vllm_batch1_1xa100.yaml")

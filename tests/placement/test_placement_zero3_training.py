@@ -7,12 +7,12 @@ import os
 
 import pytest
 
-from packplace.placement.config import build_instance
+from packplace.placement.checking.validate import load_setup, validate
 from packplace.placement.evaluator import PlacementEvaluator
-from packplace.placement.graph import RL_ALGORITHMS, build_graph
-from packplace.placement.memory import TrainingOptions
-from packplace.placement.training_time import training_overhead_seconds, zero3_collective_seconds
-from packplace.placement.validate import load_setup, validate
+from packplace.placement.model.memory import TrainingOptions
+from packplace.placement.model.training_time import training_overhead_seconds, zero3_collective_seconds
+from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.graph import RL_ALGORITHMS, build_graph
 from packplace.shape import from_hf_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -10,9 +10,9 @@ import re
 import pytest
 
 import packplace
-from packplace.placement import graph, hardware
-from packplace.placement.config import load_config
 from packplace.placement.evaluator import get_evaluator
+from packplace.placement.problem import graph, hardware
+from packplace.placement.problem.config import load_config
 
 RECIPES = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "recipes")
 

@@ -37,7 +37,7 @@ def classify(error: PackplaceError) -> str:
 
 
 def framework_settings(path: str) -> dict[str, object]:
-    from packplace.placement.config import load_config
+    from packplace.placement import load_config
     from packplace.placement.emit import EmittedPlan, emit
 
     instance = load_config(path)

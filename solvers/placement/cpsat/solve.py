@@ -27,8 +27,8 @@ from packplace import interrupt
 from packplace.errors import ConfigError
 from packplace.lazy import lazy_module
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.placement.layout_rules import conform, plan_refusals
-from packplace.placement.plan import Plan
+from packplace.placement.model.layout_rules import conform, plan_refusals
+from packplace.placement.problem.plan import Plan
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal
 from packplace.solvers.placement._common import no_plan_found
 from packplace.solvers.placement.cpsat.model import build_model
@@ -177,7 +177,7 @@ def solve(instance, *, time_limit_s: float | None = None, seed: int = 0, num_wor
     asynchronous step when a model may be stale (:mod:`~packplace.solvers.placement.cpsat.periodic`).
 
     Args:
-        instance: A :class:`~packplace.placement.config.PlacementInstance`.
+        instance: A :class:`~packplace.placement.problem.config.PlacementInstance`.
         time_limit_s: Wall-clock budget in seconds for the whole call (default
             :data:`DEFAULT_TIME_LIMIT_S`); the baselines and model building may use
             :data:`BUILD_TIME_SHARE` of it (past that the hint is returned, module docstring); CP-SAT

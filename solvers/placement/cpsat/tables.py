@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from packplace.placement.candidates import Candidate
 from packplace.placement.evaluator import get_table
-from packplace.placement.plan import Allocation
+from packplace.placement.problem.plan import Allocation
 
 #: Model time unit: integer ticks of 10 ns. The rounding ``E = 2·V + 1`` ticks (0.13 µs for six tasks) stays
 #: below the front-end's relative optimality tolerance (``packplace.result.OPTIMALITY_RTOL``, 10^-6) for every

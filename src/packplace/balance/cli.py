@@ -12,8 +12,8 @@ from typing import Any
 from packplace import interrupt
 from packplace.balance.api import DEFAULT_SOLVER, solve_balance
 from packplace.balance.config import load_config
-from packplace.balance.evaluator import BalanceEvaluator
-from packplace.balance.planner import plan_balance
+from packplace.balance.evaluator import BalanceEvaluator, BalanceScore
+from packplace.balance.planner import BalancePlan, plan_balance
 from packplace.balance.schema import Assignment, BalanceInstance
 from packplace.errors import ConfigError
 from packplace.outputs import json_text, write_atomic
@@ -108,10 +108,13 @@ def gap_text(result: SolveResult) -> str:
     return f"{100 * result.gap:.3f}%"
 
 
-def run(args: argparse.Namespace) -> int:
-    """Solve (once; with ``--min-gain`` through the planner), print the table of the layout that lands,
-    optionally write JSON and a picture; exit 1 when no feasible answer was found."""
-    check_limits(args.time_limit, args.seed)  # argument errors before any work
+def _check_arguments(args: argparse.Namespace) -> None:
+    """The command line's own errors (time limit, seed, ``--min-gain``, output files), before any work.
+
+    Raises:
+        ConfigError: naming the argument and its value.
+    """
+    check_limits(args.time_limit, args.seed)
     if args.min_gain is not None and not (math.isfinite(args.min_gain) and 0 <= args.min_gain < 1):
         raise ConfigError(f"--min-gain: must be a relative gain in [0, 1), got {args.min_gain!r}")
     if args.out:
@@ -119,6 +122,58 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         check_output_file(args.plot, "--plot", inputs=[args.config])
         check_format(args.plot)
+
+
+def _print_rank_table(instance: BalanceInstance, landing: Assignment, score: BalanceScore) -> None:
+    """Print one row per rank of ``landing``: bins, samples, tokens, load (and round, run order)."""
+    loads = score.rank_loads.tolist()
+    tokens = score.rank_tokens.tolist()
+    headers = ["rank", "bins", "samples", "tokens", f"load ({instance.cost_unit})"]
+    rounds = None
+    if instance.objective == "rounds":
+        # the evaluator's schedule: loads sorted descending, g at a time, one round each
+        order = sorted(range(len(loads)), key=lambda r: (-loads[r], r))
+        rounds = {r: position // instance.resolved_group_size for position, r in enumerate(order)}
+        headers.append("round")
+    run_order = score.run_order.tolist() if instance.local_batch_size > 1 else None
+    if run_order is not None:
+        headers.append("run order")
+    rows = []
+    for r, bins in enumerate(landing.ranks()):
+        row = [r, len(bins), sum(len(b) for b in bins), tokens[r], loads[r]]
+        row += [rounds[r]] if rounds is not None else []
+        rows.append(row + ([",".join(map(str, run_order[r]))] if run_order is not None else []))
+    print(render_table(headers, rows))
+    print()
+
+
+def _report_planner(plan: BalancePlan, score: BalanceScore, instance: BalanceInstance,
+                    document: dict[str, Any]) -> None:
+    """Print the planner's decision and put it, and the scores of the layout that lands, in ``document``."""
+    decision = plan.decision
+    verdict = "use the new layout" if decision.accepted else "keep the reference grouping"
+    print(
+        f"planner: reference {decision.reference_objective:.6g} -> candidate "
+        f"{decision.candidate_objective:.6g}, gain {100 * decision.relative_gain:.2f}% "
+        f"vs threshold {100 * decision.threshold:.2f}%: {verdict} "
+        f"({decision.moved_samples} samples change rank; load spread "
+        f"{100 * decision.loads_before.relative_spread:.1f}% -> {100 * decision.loads_after.relative_spread:.1f}%)"
+    )
+    document["planner"] = plan.to_dict()
+    document["landing"] = "candidate" if decision.accepted else "reference"
+    document["assignment"] = plan.assignment.to_lists()  # what lands, not the candidate
+    document["rank_loads"] = score.rank_loads.tolist()
+    document["rank_tokens"] = score.rank_tokens.tolist()
+    document["run_order"] = score.run_order.tolist() if instance.local_batch_size > 1 else None
+    # objective / objectives / gap stay the solver's (its candidate); these score what lands
+    document["landing_objective"] = score.objective
+    document["landing_objectives"] = {k: getattr(score, k) for k in ("makespan", "balance", "rounds", "lockstep")}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Solve (once; with ``--min-gain`` through the planner), print the table of the layout that lands,
+    optionally write JSON and a picture; exit 1 when no feasible answer was found."""
+    _check_arguments(args)  # argument errors before any work
     instance = load_config(args.config)
     if args.min_gain is not None and instance.reference_bins is None:
         raise ConfigError(
@@ -151,25 +206,7 @@ def run(args: argparse.Namespace) -> int:
         if plan is not None:
             print("landing layout: " + ("the solver's candidate" if plan.decision.accepted
                                         else "the reference grouping (unchanged)"))
-        loads = score.rank_loads.tolist()
-        tokens = score.rank_tokens.tolist()
-        headers = ["rank", "bins", "samples", "tokens", f"load ({instance.cost_unit})"]
-        rounds = None
-        if instance.objective == "rounds":
-            # the evaluator's schedule: loads sorted descending, g at a time, one round each
-            order = sorted(range(len(loads)), key=lambda r: (-loads[r], r))
-            rounds = {r: position // instance.resolved_group_size for position, r in enumerate(order)}
-            headers.append("round")
-        run_order = score.run_order.tolist() if instance.local_batch_size > 1 else None
-        if run_order is not None:
-            headers.append("run order")
-        rows = []
-        for r, bins in enumerate(landing.ranks()):
-            row = [r, len(bins), sum(len(b) for b in bins), tokens[r], loads[r]]
-            row += [rounds[r]] if rounds is not None else []
-            rows.append(row + ([",".join(map(str, run_order[r]))] if run_order is not None else []))
-        print(render_table(headers, rows))
-        print()
+        _print_rank_table(instance, landing, score)
     status = result.status + (" (interrupted)" if result.interrupted else " (time limit)" if result.hit_time_limit
                               else "")
     summary = [[result.solver, result.objective if result.solution is not None else None, result.bound,
@@ -183,25 +220,7 @@ def run(args: argparse.Namespace) -> int:
         args.json_document = document
         return interrupt.exit_code(interrupt.requested() or signal.SIGINT)
     if plan is not None and score is not None:
-        decision = plan.decision
-        verdict = "use the new layout" if decision.accepted else "keep the reference grouping"
-        print(
-            f"planner: reference {decision.reference_objective:.6g} -> candidate "
-            f"{decision.candidate_objective:.6g}, gain {100 * decision.relative_gain:.2f}% "
-            f"vs threshold {100 * decision.threshold:.2f}%: {verdict} "
-            f"({decision.moved_samples} samples change rank; load spread "
-            f"{100 * decision.loads_before.relative_spread:.1f}% -> {100 * decision.loads_after.relative_spread:.1f}%)"
-        )
-        document["planner"] = plan.to_dict()
-        document["landing"] = "candidate" if decision.accepted else "reference"
-        document["assignment"] = plan.assignment.to_lists()  # what lands, not the candidate
-        document["rank_loads"] = score.rank_loads.tolist()
-        document["rank_tokens"] = score.rank_tokens.tolist()
-        document["run_order"] = score.run_order.tolist() if instance.local_batch_size > 1 else None
-        # objective / objectives / gap stay the solver's (its candidate); these score what lands
-        document["landing_objective"] = score.objective
-        document["landing_objectives"] = {k: getattr(score, k) for k in ("makespan", "balance", "rounds",
-                                                                          "lockstep")}
+        _report_planner(plan, score, instance, document)
     if args.plot and landing is not None and score is not None:
         plot_rank_loads(instance, landing, args.plot, title=name)
         print(f"wrote {args.plot}", file=sys.stderr)

@@ -175,6 +175,46 @@ class BalanceInstance:
     local_batch_size_rule: LocalBatchSizeRule = field(default=LocalBatchSizeRule(), init=False, compare=False)
 
     def __post_init__(self) -> None:
+        n, ranks, auto = self._check_fields()
+        total_tokens, oversized_mask, oversized = self._check_sample_totals(n)
+        keys, tokens, seq_len = self.table.keys, self.table.tokens, self.constraints.seq_len
+        self._check_rank_rules(n, ranks)
+        cap = self.max_samples_per_bin
+        if auto:
+            rules = (f"seq_len {seq_len}, max_samples_per_bin {cap}, equal_count {self.equal_count}, "
+                     f"{len(self.groups)} groups, local_batch_size {self.local_batch_size_rule.describe()}")
+            lower = local_batch_size_bound(tokens, seq_len, cap, self.group_of, ranks, tight=True)
+            chosen = smallest_local_batch_size(lambda m: self.packing_columns("tokens", m), lower, n // ranks, rules,
+                                               self.local_batch_size_rule)
+            object.__setattr__(self, "local_batch_size", chosen.per_rank)
+            object.__setattr__(self, "local_batch_size_lower_bound", chosen.lower_bound)
+            if chosen.packing is not None:
+                object.__setattr__(self, "_auto_packing", tuple(tuple(keys[i] for i in b) for b in chosen.packing))
+        else:
+            object.__setattr__(self, "local_batch_size_lower_bound",
+                               local_batch_size_bound(tokens, seq_len, cap, self.group_of, ranks))
+        per_rank = self.local_batch_size
+        self._check_rank_capacity(n, ranks, per_rank)
+        bins = ranks * per_rank
+        if n < bins:
+            raise InfeasibleError(
+                f"samples: {n} samples cannot fill {bins} non-empty bins "
+                f"(data_parallel_size {ranks} x local_batch_size {per_rank})"
+            )
+        if oversized > bins:
+            raise InfeasibleError(f"samples: {oversized} oversized samples need a bin each, only {bins} bins")
+        fitting_tokens = total_tokens - int(tokens[oversized_mask].sum())
+        free_bins = bins - oversized
+        if fitting_tokens > free_bins * seq_len:
+            raise InfeasibleError(
+                f"samples: {fitting_tokens} tokens cannot fit in {free_bins} bins of seq_len {seq_len} "
+                f"(capacity {free_bins * seq_len})"
+            )
+        self._resolve_reference_bins(bins)
+
+    def _check_fields(self) -> tuple[int, int, bool]:
+        """Check and normalise the fields (``samples`` stored as a :class:`SampleTable`): ``(n samples,
+        D ranks, whether local_batch_size is a rule to choose it by)``."""
         samples = self.samples
         if not isinstance(samples, SampleTable):
             if isinstance(samples, (str, bytes)) or not isinstance(samples, Iterable):
@@ -208,7 +248,12 @@ class BalanceInstance:
         if self.padding_cost is not None:  # probed now: a bad callback is one line, not a solver traceback
             object.__setattr__(self, "padding_cost", check_padding_cost(self.padding_cost,
                                                                         self.constraints.seq_len))
+        return n, ranks, auto
 
+    def _check_sample_totals(self, n: int) -> tuple[int, np.ndarray, int]:
+        """Unique keys, token and cost totals in range, oversized samples and budget usages within the
+        constraints: ``(total tokens, oversized-sample mask, oversized count)``."""
+        samples = self.table
         keys = samples.keys
         if len(set(keys)) != n:
             seen: set[SampleKey] = set()
@@ -251,38 +296,11 @@ class BalanceInstance:
                 raise ConfigError(f"sample {keys[i]!r}: budget {name!r} usage {usage[i]:g} exceeds limit {limit:g}")
             if not math.isfinite(float(usage.sum())):
                 raise ConfigError(f"samples: the usages of budget {name!r} sum to infinity (overflow)")
-        self._check_rank_rules(n, ranks)
-        cap = self.max_samples_per_bin
-        if auto:
-            rules = (f"seq_len {seq_len}, max_samples_per_bin {cap}, equal_count {self.equal_count}, "
-                     f"{len(self.groups)} groups, local_batch_size {self.local_batch_size_rule.describe()}")
-            lower = local_batch_size_bound(tokens, seq_len, cap, self.group_of, ranks, tight=True)
-            chosen = smallest_local_batch_size(lambda m: self.packing_columns("tokens", m), lower, n // ranks, rules,
-                                               self.local_batch_size_rule)
-            object.__setattr__(self, "local_batch_size", chosen.per_rank)
-            object.__setattr__(self, "local_batch_size_lower_bound", chosen.lower_bound)
-            if chosen.packing is not None:
-                object.__setattr__(self, "_auto_packing", tuple(tuple(keys[i] for i in b) for b in chosen.packing))
-        else:
-            object.__setattr__(self, "local_batch_size_lower_bound",
-                               local_batch_size_bound(tokens, seq_len, cap, self.group_of, ranks))
-        per_rank = self.local_batch_size
-        self._check_rank_capacity(n, ranks, per_rank)
-        bins = ranks * per_rank
-        if n < bins:
-            raise InfeasibleError(
-                f"samples: {n} samples cannot fill {bins} non-empty bins "
-                f"(data_parallel_size {ranks} x local_batch_size {per_rank})"
-            )
-        if oversized > bins:
-            raise InfeasibleError(f"samples: {oversized} oversized samples need a bin each, only {bins} bins")
-        fitting_tokens = total_tokens - int(tokens[oversized_mask].sum())
-        free_bins = bins - oversized
-        if fitting_tokens > free_bins * seq_len:
-            raise InfeasibleError(
-                f"samples: {fitting_tokens} tokens cannot fit in {free_bins} bins of seq_len {seq_len} "
-                f"(capacity {free_bins * seq_len})"
-            )
+        return total_tokens, oversized_mask, oversized
+
+    def _resolve_reference_bins(self, bins: int) -> None:
+        """``reference_bins: "auto"`` built (over ``bins`` bins), and given bins checked."""
+        samples = self.table
         if isinstance(self.reference_bins, str):
             if self.reference_bins != "auto":
                 raise ConfigError(

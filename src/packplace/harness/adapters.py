@@ -21,8 +21,8 @@ from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
 from packplace.harness import generators
 from packplace.harness.suites import SIZE_LIMIT_KEYS, InstanceSpec
-from packplace.placement import config as placement_config
 from packplace.placement.api import solve_placement
+from packplace.placement.problem import config as placement_config
 from packplace.result import SolveResult
 from packplace.yamlio import load_yaml
 
@@ -103,7 +103,7 @@ def cluster_gpus(config: Mapping[str, Any]) -> int:
 class PlacementAdapter:
     """Placement: config files (optionally with ``overrides``), inline configs, ``solve_placement``.
 
-    Uses ``packplace.placement.config.load_config(path)``, ``build_instance(config_dict)`` and
+    Uses ``packplace.placement.problem.config.load_config(path)``, ``build_instance(config_dict)`` and
     ``packplace.placement.api.solve_placement(instance, solver=..., time_limit_s=..., seed=...)``.
     """
 

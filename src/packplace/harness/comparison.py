@@ -407,6 +407,82 @@ def _failed_outcome(spec: InstanceSpec, names: Sequence[str], message: str) -> d
             "cells": [Cell(spec.name, name, ERROR, message=message) for name in names]}
 
 
+def _checked_run_options(jobs: int | None, rtol: float, executor: str, address: str | None) -> int:
+    """The worker count (``os.cpu_count()`` for ``None``) after checking ``jobs``, ``rtol``, ``executor``
+    and ``address`` (:func:`compare`'s arguments); loads Ray for the ``ray`` executor.
+
+    Raises:
+        ConfigError: a bad value, naming the argument.
+    """
+    if jobs is None:
+        jobs = os.cpu_count() or 1
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError(f"jobs: must be an integer >= 1, got {jobs!r}")
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 <= rtol < 1:
+        raise ConfigError(f"rtol: must be a number in [0, 1), got {rtol!r}")
+    if executor not in EXECUTORS:
+        raise ConfigError(f"executor: must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if address is not None and executor != "ray":
+        raise ConfigError(f"address: a cluster address needs executor 'ray', got executor {executor!r}")
+    if executor == "ray":
+        import_ray()
+    return jobs
+
+
+def _worker_count(jobs: int, specs: Sequence[InstanceSpec]) -> int:
+    """At most ``jobs`` workers, one per instance; 1 when instance objects cannot be pickled to a worker."""
+    workers = min(jobs, len(specs))
+    if workers > 1 and any(s.kind == "object" for s in specs):
+        try:
+            pickle.dumps([s.instance for s in specs])
+        except Exception:  # noqa: BLE001 - unpicklable instance objects: run serially
+            workers = 1
+    return workers
+
+
+def _params_by_solver(problem: str, parsed: Suite) -> dict[str, dict[str, Any]]:
+    """The suite's ``solver_params``, keyed by canonical solver name (aliases merged into their solver)."""
+    params_by_solver: dict[str, dict[str, Any]] = {}
+    alias_of = aliases(problem)
+    for key, options in parsed.solver_params.items():
+        params_by_solver.setdefault(alias_of.get(key, key), {}).update(options)
+    return params_by_solver
+
+
+def _run_instances(problem: str, specs: Sequence[InstanceSpec], names: Sequence[str], limit: float, run_seed: int,
+                   workers: int, kwargs: dict[str, Any], *, executor: str, address: str | None,
+                   progress: bool | TextIO, started: float) -> dict[int, dict[str, Any]]:
+    """Every instance's outcome (:func:`run_instance`), by instance index, run by ``executor`` on ``workers``.
+
+    A progress line per finished instance (elapsed since ``started``, a ``perf_counter`` reading). With
+    local worker processes, a dead worker breaks the whole pool: its unfinished instances run once more,
+    each in its own process, so that only the instance whose worker dies again ends in ``error`` cells.
+    """
+    total = len(specs)
+    outcomes: dict[int, dict[str, Any]] = {}
+
+    def finished(outcome: dict[str, Any]) -> None:
+        outcomes[outcome["index"]] = outcome
+        emit(f"[compare] {len(outcomes)}/{total} instances done, {time.perf_counter() - started:.1f} s elapsed "
+             f"({outcome['name']})", progress)
+
+    run_args = (problem, names, limit, run_seed)
+    # solver progress lines (anneal, cpsat) follow the harness's own switch; forked workers inherit it
+    with quiet(not progress):
+        if executor == "ray":
+            run_ray(run_instance, _failed_outcome, specs, workers, finished, run_args, kwargs, address)
+        elif workers <= 1:
+            for spec in specs:
+                finished(run_instance(problem, spec, names, limit, run_seed, **kwargs))
+        else:
+            broken = run_pool(run_instance, _failed_outcome, specs, workers, finished, run_args, kwargs)
+            for spec in broken:
+                if run_pool(run_instance, _failed_outcome, [spec], 1, finished, run_args, kwargs):
+                    finished(_failed_outcome(spec, names,
+                                             "worker process died twice (killed, or a crash in native code)"))
+    return outcomes
+
+
 def compare(
     problem: str,
     suite: str | Path | Mapping[str, Any] | Suite | Sequence[Any],
@@ -457,71 +533,18 @@ def compare(
     limit = time_limit_s if time_limit_s is not None else (parsed.time_limit_s or DEFAULT_TIME_LIMIT_S)
     run_seed = seed if seed is not None else (parsed.seed if parsed.seed is not None else 0)
     check_limits(limit, run_seed)
-    if jobs is None:
-        jobs = os.cpu_count() or 1
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ConfigError(f"jobs: must be an integer >= 1, got {jobs!r}")
-    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 <= rtol < 1:
-        raise ConfigError(f"rtol: must be a number in [0, 1), got {rtol!r}")
-    if executor not in EXECUTORS:
-        raise ConfigError(f"executor: must be one of {', '.join(EXECUTORS)}, got {executor!r}")
-    if address is not None and executor != "ray":
-        raise ConfigError(f"address: a cluster address needs executor 'ray', got executor {executor!r}")
-    if executor == "ray":
-        import_ray()
+    jobs = _checked_run_options(jobs, rtol, executor, address)
     exact = {n: get(problem, n).exact for n in names}
 
     specs = parsed.instances
-    total = len(specs)
     started = time.perf_counter()
-    outcomes: dict[int, dict[str, Any]] = {}
-
-    def report_progress(outcome: dict[str, Any]) -> None:
-        emit(f"[compare] {len(outcomes)}/{total} instances done, {time.perf_counter() - started:.1f} s elapsed "
-             f"({outcome['name']})", progress)
-
-    workers = min(jobs, total)
-    if workers > 1 and any(s.kind == "object" for s in specs):
-        try:
-            pickle.dumps([s.instance for s in specs])
-        except Exception:  # noqa: BLE001 - unpicklable instance objects: run serially
-            workers = 1
-    params_by_solver: dict[str, dict[str, Any]] = {}
-    alias_of = aliases(problem)
-    for key, options in parsed.solver_params.items():
-        params_by_solver.setdefault(alias_of.get(key, key), {}).update(options)
+    workers = _worker_count(jobs, specs)
+    params_by_solver = _params_by_solver(problem, parsed)
     kwargs: dict[str, Any] = {
         "exact": exact, "max_exact_size": parsed.max_exact_size, "solver_params": params_by_solver,
     }
-    # solver progress lines (anneal, cpsat) follow the harness's own switch; forked workers inherit it
-    with quiet(not progress):
-        if executor == "ray":
-            def finished_on_ray(outcome: dict[str, Any]) -> None:
-                outcomes[outcome["index"]] = outcome
-                report_progress(outcome)
-
-            run_ray(run_instance, _failed_outcome, specs, workers, finished_on_ray, (problem, names, limit, run_seed),
-                    kwargs, address)
-        elif workers <= 1:
-            for spec in specs:
-                outcome = run_instance(problem, spec, names, limit, run_seed, **kwargs)
-                outcomes[spec.index] = outcome
-                report_progress(outcome)
-        else:
-            def finished(outcome: dict[str, Any]) -> None:
-                outcomes[outcome["index"]] = outcome
-                report_progress(outcome)
-
-            run_args = (problem, names, limit, run_seed)
-            broken = run_pool(run_instance, _failed_outcome, specs, workers, finished, run_args, kwargs)
-            # a dead worker breaks the whole pool: its unfinished instances run once more, each in its own
-            # process, so that only the instance whose worker dies again ends in 'error'
-            for spec in broken:
-                if run_pool(run_instance, _failed_outcome, [spec], 1, finished, (problem, names, limit, run_seed),
-                            kwargs):
-                    message = "worker process died twice (killed, or a crash in native code)"
-                    finished({"index": spec.index, "name": spec.name, "size": None, "note": message,
-                              "cells": [Cell(spec.name, name, ERROR, message=message) for name in names]})
+    outcomes = _run_instances(problem, specs, names, limit, run_seed, workers, kwargs, executor=executor,
+                              address=address, progress=progress, started=started)
     elapsed = time.perf_counter() - started
 
     rows = [

@@ -21,10 +21,10 @@ from typing import Any
 
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.candidates import CandidateTable, Shortfall, TableBuildTimeout
-from packplace.placement.config import PlacementInstance
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.fit_hints import hinting, with_hints
-from packplace.placement.hardware import Cluster
+from packplace.placement.problem.config import PlacementInstance
+from packplace.placement.problem.hardware import Cluster
 from packplace.result import UNKNOWN, SolveResult, check_limits, solve_with
 from packplace.solvers.registry import get
 
@@ -46,8 +46,8 @@ def solve_placement(
     """Place one RL step on the cluster with the named backend; the evaluator scores the plan.
 
     Args:
-        instance: A validated instance (:func:`packplace.placement.config.load_config` /
-            :func:`~packplace.placement.config.build_instance`).
+        instance: A validated instance (:func:`packplace.placement.problem.config.load_config` /
+            :func:`~packplace.placement.problem.config.build_instance`).
         solver: A name from ``packplace.solvers.available("placement")`` (``greedy``, ``concurrent``, ...).
         time_limit_s: Wall-clock budget in seconds for the whole call (None: the backend's default):
             building the candidate table and the analytic bound count against it, the backend gets the
@@ -59,7 +59,7 @@ def solve_placement(
 
     Returns:
         A :class:`~packplace.result.SolveResult` with ``solution`` a
-        :class:`~packplace.placement.plan.Plan`, ``objective`` the evaluator's step time (seconds),
+        :class:`~packplace.placement.problem.plan.Plan`, ``objective`` the evaluator's step time (seconds),
         ``bound`` the larger of the backend's proven bound and the evaluator's analytic bound
         (:meth:`~packplace.placement.evaluator.PlacementEvaluator.lower_bound`: max of the critical
         path at the fastest candidates and the total minimum GPU-seconds over all GPUs), and ``info``

@@ -4,15 +4,15 @@ time and memory, sorted by time (the hard rules of a legal strategy).
 Hard rules (a candidate breaking one is not generated; :func:`explain` names the rule):
 
 * ``dp·pp·tp`` equals the block's GPU count, the block is an aligned shape (see
-  :class:`~packplace.placement.plan.Allocation`);
+  :class:`~packplace.placement.problem.plan.Allocation`);
 * ``tp ≤ G`` and ``tp`` divides the block's GPUs per node (a TP group stays inside a node), except for
   the task kinds of :data:`CROSS_NODE_TP_KINDS` (generation), where ``tp`` may also span ``k ≥ 2``
   whole nodes of one rack (``tp = k·G``, ``k`` dividing the block's nodes per rack), costed over the
-  inter-node links (:meth:`~packplace.placement.cost.CostModel.group_level`);
+  inter-node links (:meth:`~packplace.placement.model.cost.CostModel.group_level`);
 * ``tp`` divides the attention heads, and divides the KV heads or is a multiple of them (the KV heads
   are then replicated, and the KV cache counted on every rank);
 * ``pp`` is at most the layer count (when it does not divide them the stages are uneven,
-  :func:`~packplace.placement.memory.stage_layers`);
+  :func:`~packplace.placement.model.memory.stage_layers`);
 * ``ep`` (expert parallelism) is 1 for a dense model; for a MoE model it divides the routed experts and
   ``dp`` (the ep ranks are carved out of the data-parallel replicas, as in Megatron-Core and vLLM);
 * the ``B·K`` sequences divide evenly over ``dp`` and each replica's share over micro-batches of ``mb``.
@@ -31,17 +31,17 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from packplace.errors import ConfigError, InfeasibleError
-from packplace.placement.cost import CostModel
-from packplace.placement.dp_balance import VertexBalance, instance_balance, vertex_setting
-from packplace.placement.engine import mean_live_tokens
-from packplace.placement.framework import INFERENCE_OFFLOAD, inference_owner, profile
-from packplace.placement.graph import algorithm_spec
-from packplace.placement.hardware import Cluster
-from packplace.placement.layout_rules import Context, strategy_refusal
-from packplace.placement.memory import DEFAULT_TRAINING, TrainingOptions, vertex_memory
-from packplace.placement.models import ModelSpec
-from packplace.placement.plan import Allocation, Strategy, VertexPlan
-from packplace.placement.training_time import training_overhead_seconds
+from packplace.placement.model.cost import CostModel
+from packplace.placement.model.dp_balance import VertexBalance, instance_balance, vertex_setting
+from packplace.placement.model.engine import mean_live_tokens
+from packplace.placement.model.framework import INFERENCE_OFFLOAD, inference_owner, profile
+from packplace.placement.model.layout_rules import Context, strategy_refusal
+from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, vertex_memory
+from packplace.placement.model.training_time import training_overhead_seconds
+from packplace.placement.problem.graph import algorithm_spec
+from packplace.placement.problem.hardware import Cluster
+from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.plan import Allocation, Strategy, VertexPlan
 
 GB = 1e9
 #: Task kinds whose tensor-parallel group may span whole nodes. A rollout engine may: vLLM runs one
@@ -71,7 +71,7 @@ class Candidate:
         micro_batch: Sequences per micro-batch (generation: sequences decoded together per replica).
         extent: Block shape ``(r_ext, n_ext, g_ext)``.
         gpus: ``dp·pp·tp``.
-        time: Predicted seconds (:class:`~packplace.placement.cost.CostModel`).
+        time: Predicted seconds (:class:`~packplace.placement.model.cost.CostModel`).
         resident_bytes: Per-GPU bytes kept while the model stays placed (weights, grads, Adam).
         transient_bytes: Per-GPU bytes while the vertex runs (activations, logits, KV cache).
         fits: ``resident + transient ≤ memory_per_gpu``.
@@ -249,7 +249,7 @@ class CandidateTable:
     one known plan needs no other).
 
     Attributes:
-        instance: The :class:`~packplace.placement.config.PlacementInstance`.
+        instance: The :class:`~packplace.placement.problem.config.PlacementInstance`.
         cost: Its :class:`CostModel`.
         extents: Legal block shapes, smallest first.
         all: ``{vertex: (Candidate, ...)}`` every hard-rule-legal candidate, sorted by time.
@@ -451,17 +451,17 @@ def _order(c: Candidate) -> tuple:
 
 def needs_old_log_prob(instance, vertex: str) -> bool:
     """Whether ``vertex`` is the actor's training of an on-policy algorithm (``old_log_prob`` in its
-    :data:`~packplace.placement.graph.RL_ALGORITHMS` entry) and the framework recomputes the old
+    :data:`~packplace.placement.problem.graph.RL_ALGORITHMS` entry) and the framework recomputes the old
     log-probs: it then also runs the old-log-prob forward pass
-    (:meth:`~packplace.placement.cost.CostModel.vertex_phases`)."""
+    (:meth:`~packplace.placement.model.cost.CostModel.vertex_phases`)."""
     return algorithm_spec(instance.algorithm).runs_old_log_prob(vertex) and profile(instance.framework).old_log_prob
 
 
 def inference_sharded(instance, vertex: str) -> bool:
     """Whether the forward passes of ``vertex`` (an ``infer`` vertex, or a trainer's old-log-prob pass)
     run on ZeRO-3 / FSDP-partitioned weights: the framework shards inference
-    (:attr:`~packplace.placement.framework.FrameworkProfile.sharded_inference`) and the trained model
-    the vertex's model follows (:func:`~packplace.placement.framework.inference_owner`) shards with
+    (:attr:`~packplace.placement.model.framework.FrameworkProfile.sharded_inference`) and the trained model
+    the vertex's model follows (:func:`~packplace.placement.model.framework.inference_owner`) shards with
     ``zero3``."""
     if not profile(instance.framework).sharded_inference:
         return False
@@ -472,7 +472,7 @@ def inference_sharded(instance, vertex: str) -> bool:
 
 def train_state_kept(instance, vertex: str) -> bool:
     """Whether ``vertex`` is a rollout engine whose model's training state stays resident while it generates
-    (:attr:`~packplace.placement.framework.FrameworkProfile.colocated_train_state`, a model the graph
+    (:attr:`~packplace.placement.model.framework.FrameworkProfile.colocated_train_state`, a model the graph
     trains): on the GPUs they share, the engine's resident bytes add to the trainer's instead of the larger
     of the two counting (the evaluator's memory segments, the CP-SAT memory rows)."""
     v = instance.graph.vertex(vertex)
@@ -497,8 +497,8 @@ def inference_offloaded(instance, vertex: str) -> bool:
 
 
 def vertex_balance(instance, vertex: str) -> VertexBalance | None:
-    """The data-parallel split of ``vertex``'s passes (:mod:`packplace.placement.dp_balance`): the setting
-    of the trained model its batch belongs to (:func:`~packplace.placement.framework.inference_owner`),
+    """The data-parallel split of ``vertex``'s passes (:mod:`packplace.placement.model.dp_balance`): the setting
+    of the trained model its batch belongs to (:func:`~packplace.placement.model.framework.inference_owner`),
     in lockstep when the passes run on ZeRO-3 / FSDP-partitioned weights (training with ``zero3``, or
     :func:`inference_sharded`); ``None`` for generation (its lengths are unknown at dispatch)."""
     v = instance.graph.vertex(vertex)
@@ -531,10 +531,10 @@ def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro
     the candidate's time (:func:`build_vertex_candidates`), so every consumer (the evaluator's phases,
     ``validate``'s parts, ``calibrate``'s task times) sees the same total.
 
-    :meth:`~packplace.placement.cost.CostModel.vertex_phases` (generation, forward, train, old_log_prob,
+    :meth:`~packplace.placement.model.cost.CostModel.vertex_phases` (generation, forward, train, old_log_prob,
     gather, onload, imbalance, overhead) plus, for a training vertex, ``memory_options``: what its
     recomputation, ZeRO-3 collectives and host offload cost
-    (:func:`~packplace.placement.training_time.training_overhead_seconds`), and for a generation vertex
+    (:func:`~packplace.placement.model.training_time.training_overhead_seconds`), and for a generation vertex
     with a rule-based reward, ``reward``: the CPU scoring of the step's sequences."""
     vertex = instance.graph.vertex(name)
     reward = instance.rule_reward.seconds(instance.workload.sequences) \
@@ -563,7 +563,7 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
 
 def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str | None = None) -> bool:
     """Whether ``policy.framework`` can run vertex ``name`` (of ``kind``) with ``strategy``: no
-    :func:`~packplace.placement.layout_rules.strategy_refusal` (the framework's own per-task rules: verl's
+    :func:`~packplace.placement.model.layout_rules.strategy_refusal` (the framework's own per-task rules: verl's
     FSDP backend without tensor, pipeline or expert parallelism, OpenRLHF's data-parallel reference and
     reward forwards, ...). Frameworks without rules (``none``, ``deepspeed-chat``): every legal strategy."""
     ctx = Context.of(instance)
@@ -578,10 +578,10 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     """Every legal candidate of one vertex over ``extents`` with time and memory (unsorted; only the
     ``(strategy, micro_batch, extent)`` keys of ``only`` when given).
 
-    Memory is :func:`~packplace.placement.memory.vertex_memory` (worst pipeline stage) with the model's
+    Memory is :func:`~packplace.placement.model.memory.vertex_memory` (worst pipeline stage) with the model's
     training options; a generation candidate fits only within ``gpu_memory_utilization`` of the GPU (the
     engine's budget). A continuously batched engine holds the KV of the sequences it runs at once
-    (:meth:`~packplace.placement.cost.CostModel.engine_concurrency`, at most its KV capacity), whatever
+    (:meth:`~packplace.placement.model.cost.CostModel.engine_concurrency`, at most its KV capacity), whatever
     the number of requests ``mb`` handed to it. Training time adds :func:`training_overhead_seconds`
     (recomputation, offload); with a rule-based reward, generation adds the CPU scoring of the step's sequences.
     ``deadline`` (``time.perf_counter()`` seconds) raises :class:`TableBuildTimeout` once passed (checked

@@ -8,7 +8,7 @@ repeats one step after the other. Period (some model with staleness ``t ≥ 1``)
 steps without the barrier, each publication edge reaching ``1 + t`` steps ahead; the steady-state period
 is the max-plus eigenvalue of that recurrence, computed exactly by Karp's theorem
 (:meth:`PlacementEvaluator._period`). Memory per GPU: ``Σ_models max(resident) + max(transient)`` over
-the vertices placed on it (:mod:`packplace.placement.memory`); above ``memory_per_gpu`` the plan is out of
+the vertices placed on it (:mod:`packplace.placement.model.memory`); above ``memory_per_gpu`` the plan is out of
 memory. Times and bytes come precomputed from the :class:`CandidateTable`; blocks are contiguous id
 ranges, so overlaps and memory work on at most ``2V`` segments; :meth:`PlacementEvaluator.step_time` is
 the fast path of a search. References: Baccelli, Cohen, Olsder & Quadrat 1992, *Synchronization and
@@ -29,8 +29,8 @@ from packplace.placement.candidates import (
     train_state_kept,
     vertex_parts,
 )
-from packplace.placement.layout_rules import Context, Placed, refusals
-from packplace.placement.plan import Plan, VertexPlan
+from packplace.placement.model.layout_rules import Context, Placed, refusals
+from packplace.placement.problem.plan import Plan, VertexPlan
 
 INF = float("inf")
 #: Resolved (vertex, VertexPlan) entries kept before the cache is cleared (bounds memory in long searches).
@@ -175,7 +175,7 @@ class PlacementEvaluator:
         #: the last :meth:`lower_bound` stopped at its deadline and counted some stale times as 0
         self.bound_cut = False
         self._total_flops = sum(self.table.vertex_flops.values())
-        #: the framework's layout rules between tasks (:mod:`packplace.placement.layout_rules`), or None
+        #: the framework's layout rules between tasks (:mod:`packplace.placement.model.layout_rules`), or None
         self.rules = Context.of(instance) if Context.of(instance).ruled else None
 
     # -- resolution ------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ class PlacementEvaluator:
     def stale_time(self, i: int, cand, staleness: int) -> float | None:
         """Seconds per step of generation vertex ``i`` on ``cand`` when its policy has ``staleness ≥ 1``
         and the framework rolls out continuously
-        (:meth:`~packplace.placement.cost.CostModel.stale_generate_time` in place of the batch's
+        (:meth:`~packplace.placement.model.cost.CostModel.stale_generate_time` in place of the batch's
         generation makespan; the vertex's other parts unchanged); ``None`` when the makespan stays."""
         key = (i, cand.key, staleness)
         if key not in self._stale:
@@ -421,7 +421,7 @@ class PlacementEvaluator:
         return None
 
     def _layout_refusals(self, res: list, plan: Plan) -> list[str]:
-        """The framework layout rules ``plan`` breaks (:func:`~packplace.placement.layout_rules.refusals`)."""
+        """The framework layout rules ``plan`` breaks (:func:`~packplace.placement.model.layout_rules.refusals`)."""
         if self.rules is None:
             return []
         placed = {name: Placed(name, r[0].strategy, r[1], r[2], r[0].extent[2]) for name, r in zip(self.names, res)}

@@ -9,7 +9,7 @@ NeMo RL's Megatron trainer backend (more tensor and pipeline parallelism than FS
 LoRA adapters. Each setting that fits is planned with the ``greedy`` solver under a short
 time limit, and the line names the setting, its step time and how much slower it is than the fastest
 setting that fits ("fits with training: {sharding: zero3}: step 52.1 s (fastest)"). A setting the
-framework cannot run (:func:`~packplace.placement.layout_rules.config_refusals`) is skipped. Settings that
+framework cannot run (:func:`~packplace.placement.model.layout_rules.config_refusals`) is skipped. Settings that
 change what is trained (LoRA) are listed last: they fit at another model's quality, not only another speed.
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.candidates import TableBuildTimeout
 from packplace.placement.evaluator import get_table
-from packplace.placement.layout_rules import Context, config_refusals
-from packplace.placement.memory import DEFAULT_TRAINING
+from packplace.placement.model.layout_rules import Context, config_refusals
+from packplace.placement.model.memory import DEFAULT_TRAINING
 
 #: Settings tried, in order: ``(label, training overrides for every trained model, policy overrides)``.
 SETTINGS: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...] = (

@@ -1,6 +1,6 @@
 """A placement plan in an RL framework's own terms: verl config keys, OpenRLHF flags, NeMo RL config keys.
 
-:func:`emit` turns a :class:`~packplace.placement.plan.Plan` of an instance into an :class:`EmittedPlan`:
+:func:`emit` turns a :class:`~packplace.placement.problem.plan.Plan` of an instance into an :class:`EmittedPlan`:
 the framework's settings (``{key: value}``: node and GPU counts, rollout-engine TP, trainer TP/PP and
 sharding, micro-batch sizes, colocation or resource pools, samples per prompt, batch sizes) and one
 line per plan feature that the framework cannot run as planned (``refusals``: the settings then run
@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from packplace.errors import ConfigError
-from packplace.placement.config import PlacementInstance
 from packplace.placement.emit.common import EmittedPlan, PlanView
 from packplace.placement.emit.nemo_rl import emit_nemo_rl
 from packplace.placement.emit.openrlhf import emit_openrlhf
 from packplace.placement.emit.verl import emit_verl
-from packplace.placement.plan import Plan
+from packplace.placement.problem.config import PlacementInstance
+from packplace.placement.problem.plan import Plan
 
 #: ``framework`` name -> emitter.
 FRAMEWORKS: dict[str, Callable[[PlanView], EmittedPlan]] = {

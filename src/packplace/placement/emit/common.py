@@ -13,10 +13,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from packplace.errors import ConfigError
-from packplace.placement.config import PlacementInstance
-from packplace.placement.layout_rules import Context, Placed, refusals
-from packplace.placement.memory import DEFAULT_TRAINING, TrainingOptions
-from packplace.placement.plan import Plan, Strategy, VertexPlan
+from packplace.placement.model.layout_rules import Context, Placed, refusals
+from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions
+from packplace.placement.problem.config import PlacementInstance
+from packplace.placement.problem.plan import Plan, Strategy, VertexPlan
 
 GENERATE, TRAIN, REFERENCE = "actor.generate", "actor.train", "reference.infer"
 REWARD, CRITIC_INFER, CRITIC_TRAIN = "reward.infer", "critic.infer", "critic.train"
@@ -64,7 +64,7 @@ class PlanView:
         gpu_memory_utilization: The rollout engine's memory fraction.
         gpus_per_node: GPUs per node of the cluster.
         rules: The layout-rule context of the target framework
-            (:class:`~packplace.placement.layout_rules.Context`).
+            (:class:`~packplace.placement.model.layout_rules.Context`).
     """
 
     tasks: Mapping[str, Task]
@@ -101,7 +101,7 @@ class PlanView:
                    rules=replace(Context.of(instance), framework=framework or instance.framework))
 
     def layout_refusals(self) -> list[str]:
-        """The target framework's layout rules the plan breaks (:func:`~packplace.placement.layout_rules.refusals`)."""
+        """The target framework's layout rules the plan breaks (``layout_rules.refusals``)."""
         if self.rules is None:
             return []
         placed = {name: Placed(name, t.strategy, min(t.gpus), max(t.gpus) + 1, t.gpus_per_node)

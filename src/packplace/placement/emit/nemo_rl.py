@@ -2,7 +2,7 @@
 
 Keys: ``examples/configs/grpo_math_1B.yaml`` (DTensor policy), ``grpo_math_1B_megatron.yaml``,
 ``ppo_math_1B.yaml`` / ``ppo_math_1B_megatron.yaml`` (with a ``value`` model) and ``dpo.yaml`` of NeMo RL
-at tag v0.7.0. NeMo RL's layout rules (held by :mod:`packplace.placement.layout_rules`: the search keeps them
+at tag v0.7.0. NeMo RL's layout rules (held by :mod:`packplace.placement.model.layout_rules`: the search keeps them
 when ``policy.framework`` is nemo-rl, the emitter reports any a plan breaks):
 
 * one cluster (``cluster.num_nodes × cluster.gpus_per_node``); the policy trains on it and computes the
@@ -30,8 +30,8 @@ from packplace.placement.emit.common import (
     disjoint,
     same_gpus,
 )
-from packplace.placement.layout_rules import config_refusals, trainer_backend, unsupported
-from packplace.placement.memory import TrainingOptions
+from packplace.placement.model.layout_rules import config_refusals, trainer_backend, unsupported
+from packplace.placement.model.memory import TrainingOptions
 
 SCRIPTS = {"grpo": "examples/run_grpo.py", "dapo": "examples/run_grpo.py", "ppo": "examples/run_ppo.py",
            "dpo": "examples/run_dpo.py"}

@@ -2,7 +2,7 @@
 
 Options: the ``argparse`` definitions of ``openrlhf/cli/train_ppo_ray.py`` and ``train_dpo.py`` at tag
 v0.11.0. OpenRLHF's layout rules (the same file's ``train()``; held by
-:mod:`packplace.placement.layout_rules`: the search keeps them when ``policy.framework`` is openrlhf, the
+:mod:`packplace.placement.model.layout_rules`: the search keeps them when ``policy.framework`` is openrlhf, the
 emitter reports any a plan breaks):
 
 * each model is a Ray actor group with its own ``--<model>.num_nodes`` / ``--<model>.num_gpus_per_node``
@@ -29,7 +29,7 @@ from packplace.placement.emit.common import (
     Task,
     same_gpus,
 )
-from packplace.placement.layout_rules import config_refusals
+from packplace.placement.model.layout_rules import config_refusals
 
 #: ``--ds.zero_stage`` per packplace sharding.
 ZERO_STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
@@ -86,7 +86,7 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
 
 def _colocation(out: EmittedPlan, view: PlanView) -> None:
     """The colocation switches (the sharing of GPUs they cannot express is a layout rule:
-    :mod:`packplace.placement.layout_rules`)."""
+    :mod:`packplace.placement.model.layout_rules`)."""
     t = view.tasks
     train, gen, ref = t[TRAIN], t.get(GENERATE), t.get(REFERENCE)
     reward = None if view.rule_reward else t.get(REWARD)

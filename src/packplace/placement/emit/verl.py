@@ -3,7 +3,7 @@
 Keys: ``verl/trainer/config/ppo_trainer.yaml`` (FSDP workers) and ``ppo_megatron_trainer.yaml``
 (Megatron workers) of the verl 0.9.1 wheel (their generated, fully expanded forms
 ``_generated_ppo_trainer.yaml`` / ``_generated_ppo_megatron_trainer.yaml``). verl's layout rules that
-:mod:`packplace.placement.layout_rules` holds (the search keeps them when ``policy.framework`` is verl;
+:mod:`packplace.placement.model.layout_rules` holds (the search keeps them when ``policy.framework`` is verl;
 the emitter reports any a plan breaks):
 
 * the hybrid engine (``actor_rollout_ref.hybrid_engine``): actor training, rollout and the reference run
@@ -36,8 +36,8 @@ from packplace.placement.emit.common import (
     disjoint,
     same_gpus,
 )
-from packplace.placement.layout_rules import config_refusals, trainer_backend, unsupported
-from packplace.placement.memory import TrainingOptions
+from packplace.placement.model.layout_rules import config_refusals, trainer_backend, unsupported
+from packplace.placement.model.memory import TrainingOptions
 
 ENTRY = "python3 -m verl.trainer.main_ppo"
 #: What a DAPO plan leaves to the user: its loss and sampling settings are not placement.
@@ -54,7 +54,7 @@ def choose_backend(view: PlanView) -> tuple[str, str]:
     with ``zero3`` (verl's Megatron workers shard no parameters), Megatron when a trainer, the reference or
     the value forward has tensor, pipeline or expert parallelism (verl's FSDP workers have none: Ulysses
     sequence parallelism only), FSDP otherwise (``trainer_backend`` in
-    :mod:`packplace.placement.layout_rules`)."""
+    :mod:`packplace.placement.model.layout_rules`)."""
     ctx = view.rules
     strategies = {name: task.strategy for name, task in view.tasks.items()}
     backend = trainer_backend(ctx, strategies) if ctx is not None else "fsdp"

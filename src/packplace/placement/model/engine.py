@@ -11,7 +11,7 @@ a round of ``mb`` sequences lasts as long as its longest response.
 
 :func:`continuous_schedule` simulates that scheduler on response lengths drawn from the workload's
 quantiles and returns piecewise-constant *segments* (decode iterations during which the running set does
-not change); :mod:`packplace.placement.cost` prices each segment with the decode roofline.
+not change); :mod:`packplace.placement.model.cost` prices each segment with the decode roofline.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from packplace.placement.memory import (
+from packplace.placement.model.memory import (
     kv_cache_budget_bytes,
     max_concurrent_sequences,
     stage_kv_bytes_per_token,
 )
-from packplace.placement.models import ModelSpec
-from packplace.placement.workload import Workload
+from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.workload import Workload
 
 #: Batching policies of a rollout engine.
 BATCHING = ("continuous", "static")
@@ -67,7 +67,7 @@ class RolloutEngine:
 def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,
                           gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, ep: int = 1) -> int:
     """Sequences a paged KV cache holds at once on one engine replica (at least 1): the memory model's
-    :func:`packplace.placement.memory.max_concurrent_sequences` with live sequences of
+    :func:`packplace.placement.model.memory.max_concurrent_sequences` with live sequences of
     :func:`mean_live_tokens` tokens (vLLM reserves ``gpu_memory_utilization`` of the GPU, keeps the bf16 weights of the
     largest pipeline stage (its experts split ``ep`` ways under expert parallelism) and a prefill
     workspace, and gives the rest to KV pages holding only live tokens; Kwon et al. 2023)."""
@@ -80,7 +80,7 @@ def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Wor
 def kv_capacity_tokens(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,
                        gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, ep: int = 1) -> int:
     """Tokens the paged KV cache of one engine replica holds, all running sequences together (at least 1):
-    the budget of :func:`packplace.placement.memory.max_concurrent_sequences` (``gpu_memory_utilization``
+    the budget of :func:`packplace.placement.model.memory.max_concurrent_sequences` (``gpu_memory_utilization``
     of the GPU less the bf16 weights of the largest stage and one prompt's prefill workspace) over the KV
     bytes of one token on the largest stage's layers. vLLM sizes its cache the same way (the fraction of
     the GPU it may use less the weights and the profiled activations; the rest is KV blocks,

@@ -34,8 +34,8 @@ import numpy as np
 from packplace.balance.api import solve_balance
 from packplace.balance.instance import make_instance
 from packplace.errors import ConfigError
-from packplace.placement.models import ModelSpec
-from packplace.placement.workload import Workload
+from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.workload import Workload
 
 #: ``training.balance`` values that name a split (``framework`` resolves to one of them).
 BALANCE_SPLITS = ("none", "lpt", "kk", "repair")
@@ -295,8 +295,8 @@ class VertexBalance:
     """The balance of one vertex's passes: the instance's :class:`DataParallelBalance`, the vertex's
     resolved setting, whether its passes run in lockstep (ZeRO-3 / FSDP-partitioned weights) and whether
     its training re-runs the forward pass of every micro-batch (``recompute: full``,
-    :mod:`packplace.placement.training_time`); ``lora_rank`` of a trainer with LoRA adapters
-    (:meth:`~packplace.placement.cost.CostModel.pass_time`)."""
+    :mod:`packplace.placement.model.training_time`); ``lora_rank`` of a trainer with LoRA adapters
+    (:meth:`~packplace.placement.model.cost.CostModel.pass_time`)."""
 
     balance: DataParallelBalance
     setting: BalanceSetting
@@ -312,7 +312,7 @@ class VertexBalance:
                 extent: tuple[int, int, int], ep: int, phases: dict[str, float]) -> float:
         """Seconds the slowest rank adds: ``(f − 1)·P`` with ``P`` the per-micro-batch part of the passes,
         ``forward`` of an inference vertex, or of a training vertex its training pipeline
-        (:meth:`~packplace.placement.cost.CostModel.pass_time` without the gradient all-reduce and the
+        (:meth:`~packplace.placement.model.cost.CostModel.pass_time` without the gradient all-reduce and the
         optimizer update) plus ``old_log_prob`` plus, with ``recompute: full``, the recomputed forward (one
         more forward pass per micro-batch). 0 for generation and ``dp = 1``."""
         if kind == "generate" or dp <= 1:

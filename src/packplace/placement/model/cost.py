@@ -24,15 +24,15 @@ import math
 
 import numpy as np
 
-from packplace.placement.dp_balance import VertexBalance
-from packplace.placement.engine import (
+from packplace.placement.model.dp_balance import VertexBalance
+from packplace.placement.model.engine import (
     RolloutEngine,
     kv_capacity_sequences,
     kv_capacity_tokens,
     paged_schedule,
     rollout_stream_schedule,
 )
-from packplace.placement.framework import (
+from packplace.placement.model.framework import (
     DEFAULT_FRAMEWORK,
     FRAMEWORKS,
     FrameworkProfile,
@@ -43,10 +43,10 @@ from packplace.placement.framework import (
     onload_seconds,
     refit_seconds,
 )
-from packplace.placement.hardware import Cluster, Hardware
-from packplace.placement.memory import lora_params, stage_gemm_share, stage_layers, trainable_stage_params
-from packplace.placement.models import ModelSpec
-from packplace.placement.workload import Workload
+from packplace.placement.model.memory import lora_params, stage_gemm_share, stage_layers, trainable_stage_params
+from packplace.placement.problem.hardware import Cluster, Hardware
+from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.workload import Workload
 
 #: Bytes per activation element (bf16) sent by tensor/pipeline parallel communication.
 ACT_BYTES = 2
@@ -65,10 +65,10 @@ class CostModel:
     Args:
         hardware, cluster, workload: The instance's figures.
         engine: The rollout engine's batching settings (default: continuous, ``max_num_seqs`` 256).
-        framework: The framework profile (:mod:`packplace.placement.framework`; default ``none``).
+        framework: The framework profile (:mod:`packplace.placement.model.framework`; default ``none``).
         sharded_models: Shapes of the trained models that shard their weights with ``zero3`` (their
             weight sync into a hybrid engine gathers the partitions,
-            :func:`~packplace.placement.framework.refit_seconds`).
+            :func:`~packplace.placement.model.framework.refit_seconds`).
     """
 
     def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload,
@@ -160,7 +160,7 @@ class CostModel:
         trainer (``trainer``: the training and log-prob passes, not the engine's prefill) the experts'
         ceiling is ``moe_gemm_peak_fraction`` when set (the sustained MoE layer of Megatron-Core's
         grouped GEMMs with token permutation and all-to-all; source of the H100 value:
-        :data:`~packplace.placement.hardware.MOE_GEMM_PEAK_FRACTION_H100`) instead of
+        :data:`~packplace.placement.problem.hardware.MOE_GEMM_PEAK_FRACTION_H100`) instead of
         ``gemm_peak_fraction``."""
         eff = self.gemm_efficiency(tokens, model.hidden_dim / tp)  # all tokens on every TP rank
         if not model.is_moe:
@@ -226,11 +226,11 @@ class CostModel:
         :meth:`forward_flops_per_token` at ``s`` — the causal averaging is already in that formula, so
         the context is not halved again. A LoRA trainer (``lora_rank > 0``, ``kind == "train"``) does
         ``4W`` instead of ``6W`` per token for its frozen block matrices and ``6A`` for the adapters, per
-        block (:func:`~packplace.placement.memory.lora_params`; Hu et al. 2021, arXiv 2106.09685, §4.2), the
+        block (:func:`~packplace.placement.model.memory.lora_params`; Hu et al. 2021, arXiv 2106.09685, §4.2), the
         FLOPs :meth:`pass_time` runs.
 
         Raises:
-            ConfigError: ``lora_rank`` not valid for the model (:func:`~packplace.placement.memory.lora_params`).
+            ConfigError: ``lora_rank`` not valid for the model (:func:`~packplace.placement.model.memory.lora_params`).
         """
         w = self.workload
         s = w.train_seq_len
@@ -266,17 +266,17 @@ class CostModel:
         experience maker; Schulman et al. 2017), run by the trainer with its own strategy. With
         ``sharded`` (a forward on ZeRO-3 / FSDP-partitioned weights,
         :func:`~packplace.placement.candidates.inference_sharded`) the forward passes add ``gather``:
-        :func:`~packplace.placement.framework.gather_seconds` once per micro-batch, less what FSDP's
+        :func:`~packplace.placement.model.framework.gather_seconds` once per micro-batch, less what FSDP's
         prefetching hides behind the passes' compute for a ``gather_prefetch`` framework
-        (:func:`~packplace.placement.framework.exposed_gather_seconds`); with ``offloaded``
+        (:func:`~packplace.placement.model.framework.exposed_gather_seconds`); with ``offloaded``
         (an inference model kept in host memory, ``policy.inference_offload``) an ``infer`` vertex adds
-        ``onload``, :func:`~packplace.placement.framework.onload_seconds`. Every vertex adds
-        ``overhead`` = the framework's dispatch (:func:`~packplace.placement.framework.dispatch_seconds`)
+        ``onload``, :func:`~packplace.placement.model.framework.onload_seconds`. Every vertex adds
+        ``overhead`` = the framework's dispatch (:func:`~packplace.placement.model.framework.dispatch_seconds`)
         plus the hardware's ``phase_overhead`` knob (0 unless a config or ``calibrate`` sets it). With
-        ``balance`` (the vertex's data-parallel split, :mod:`packplace.placement.dp_balance`) a pass whose
+        ``balance`` (the vertex's data-parallel split, :mod:`packplace.placement.model.dp_balance`) a pass whose
         slowest rank carries more than the mean adds ``imbalance``
-        (:meth:`~packplace.placement.dp_balance.VertexBalance.seconds`); without it the ranks are equal.
-        ``lora_rank`` (a trainer with LoRA adapters, :func:`~packplace.placement.memory.lora_params`) goes
+        (:meth:`~packplace.placement.model.dp_balance.VertexBalance.seconds`); without it the ranks are equal.
+        ``lora_rank`` (a trainer with LoRA adapters, :func:`~packplace.placement.model.memory.lora_params`) goes
         to the trainer's passes (:meth:`pass_time`)."""
         if kind == "generate":
             phases = {"generation": self.generate_time(model, dp, pp, tp, micro_batch, extent, ep)}
@@ -317,7 +317,7 @@ class CostModel:
         forward and 2 more backward (Megatron-LM, Shoeybi et al. 2019; Narayanan et al. 2021); non-GEMM
         time. The output head, ``c·2N_head·tokens/(tp·F·eff)`` (:attr:`~packplace.shape.TransformerShape.
         head_gemm_params`), runs once per micro-batch on the **last** pipeline stage, where the memory
-        model keeps it (:func:`~packplace.placement.memory.stage_params`); the embedding on the first is
+        model keeps it (:func:`~packplace.placement.model.memory.stage_params`); the embedding on the first is
         a lookup (no GEMM). Stage ``i`` runs its ``stage_layers[i]`` layers (plus the head if last) plus
         one point-to-point activation send (two for training) of ``tokens·d·2/tp`` bytes, and the
         ``m = B·K/(dp·mb)`` micro-batches run through the pipeline at the pace of the slowest stage:
@@ -340,16 +340,16 @@ class CostModel:
 
         ``include_update=False`` leaves out that end-of-step part (gradient all-reduce, Adam, tied
         embedding): the forward and backward passes alone, which ZeRO-3's per-micro-batch collectives
-        overlap with (:func:`~packplace.placement.training_time.zero3_exposed_seconds`).
+        overlap with (:func:`~packplace.placement.model.training_time.zero3_exposed_seconds`).
 
-        ``lora_rank = r > 0`` (LoRA on the blocks' linears, :func:`~packplace.placement.memory.lora_params`:
+        ``lora_rank = r > 0`` (LoRA on the blocks' linears, :func:`~packplace.placement.model.memory.lora_params`:
         ``W`` frozen matrix weights and ``A`` adapter weights per block): the frozen matrices' backward
         computes activation gradients only, no weight gradients, so a training pass does ``4W`` instead
         of ``6W`` FLOPs per token for them (backward = 2× forward, half of it the weight gradients;
         Hu et al. 2021, arXiv 2106.09685, §4.2), and the unmerged adapters add ``2A`` FLOPs per token in
         a forward pass, ``6A`` in training (same efficiency as the block GEMMs). The gradient all-reduce
         and the Adam update cover the trainable parameters only
-        (:func:`~packplace.placement.memory.trainable_stage_params`).
+        (:func:`~packplace.placement.model.memory.trainable_stage_params`).
         """
         w = self.workload
         s = w.train_seq_len
@@ -413,12 +413,12 @@ class CostModel:
           iteration streams the weight shard (``W`` = :meth:`decode_weights_read`) and reads the KV cache
           of every running sequence (vLLM's PagedAttention reads exactly the live pages, Kwon et al. 2023);
           of a mixture of experts the touched routed experts (:meth:`decode_expert_weights_read`) stream
-          at :meth:`~packplace.placement.hardware.Hardware.expert_decode_bw_eff` of the tokens each
+          at :meth:`~packplace.placement.problem.hardware.Hardware.expert_decode_bw_eff` of the tokens each
           expert receives (:meth:`expert_rows`) instead (the fused-MoE grouped GEMMs of 16 or more tokens
           per expert run further below the HBM bandwidth than dense GEMVs; the H100 figure's source is
-          :data:`~packplace.placement.hardware.MOE_DECODE_BW_EFF_H100`);
+          :data:`~packplace.placement.problem.hardware.MOE_DECODE_BW_EFF_H100`);
         * overheads: the engine's ``decode_step_overhead`` (scheduler, sampling; the framework
-          profile's, or the hardware's when set: :func:`~packplace.placement.framework.decode_step_overhead`),
+          profile's, or the hardware's when set: :func:`~packplace.placement.model.framework.decode_step_overhead`),
           the non-GEMM time of ``a/tp``
           tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et al.
           2019) at the TP group's level (:meth:`group_level`: inside a node, or over the inter-node links
@@ -427,7 +427,7 @@ class CostModel:
           sequences still reads every weight once, so ``pp`` does not shorten it; the stages run at the
           pace of the slowest, the last one with the output head, so the weight terms (``2N·a`` and
           ``2W/tp``) are scaled by ``pp·stage_gemm_share``
-          (:func:`~packplace.placement.memory.stage_gemm_share`; 1 for pp = 1, 1.21 for Llama-3.1-8B at
+          (:func:`~packplace.placement.model.memory.stage_gemm_share`; 1 for pp = 1, 1.21 for Llama-3.1-8B at
           pp 4).
 
         A MoE model with ``ep > 1`` (vLLM's expert-parallel mode: docs.vllm.ai, "Expert Parallel
@@ -513,7 +513,7 @@ class CostModel:
 
     def engine_concurrency(self, model: ModelSpec, tp: int, pp: int, micro_batch: int, ep: int = 1) -> int:
         """Sequences an engine replica runs at once: ``min(mb, max_num_seqs, KV capacity)`` with the
-        capacity from :func:`packplace.placement.engine.kv_capacity_sequences`."""
+        capacity from :func:`packplace.placement.model.engine.kv_capacity_sequences`."""
         capacity = kv_capacity_sequences(model, self.hw.memory_per_gpu, self.workload, tp, pp,
                                          self.engine.gpu_memory_utilization, ep)
         return max(1, min(micro_batch, self.engine.max_num_seqs, capacity))
@@ -522,10 +522,10 @@ class CostModel:
                       extent: tuple[int, int, int], ep: int = 1) -> float:
         """Rollout generation of the ``B·K/dp`` sequences of one engine replica (the replicas are alike).
 
-        Continuous batching (default, :mod:`packplace.placement.engine`): at most
+        Continuous batching (default, :mod:`packplace.placement.model.engine`): at most
         :meth:`engine_concurrency` sequences run and their prompt and generated tokens at most the paged
-        cache's :func:`~packplace.placement.engine.kv_capacity_tokens`;
-        :func:`~packplace.placement.engine.paged_schedule` gives segments of iterations with a constant
+        cache's :func:`~packplace.placement.model.engine.kv_capacity_tokens`;
+        :func:`~packplace.placement.model.engine.paged_schedule` gives segments of iterations with a constant
         running set (vLLM's preemptions where the batch outgrows the cache), each priced by
         :meth:`decode_step_times` at its middle iteration (exact when one roofline side dominates the
         segment, as both sides are linear in the iteration); plus the prefill of every prompt in passes of
@@ -537,7 +537,7 @@ class CostModel:
         :attr:`Workload.max_response`) with the expected running count ``a_t = mb·(1 − F(t−1))`` from
         ``gen_quantiles``; rounds overlap across pipeline stages: ``(rounds + pp − 1)·t_round·share`` with
         ``share`` the slowest stage's share of the GEMM weights, the output head on the last stage
-        (:func:`~packplace.placement.memory.stage_gemm_share`).
+        (:func:`~packplace.placement.model.memory.stage_gemm_share`).
         Very long generations (``T_max`` > ``workload.DECODE_EXACT_STEPS`` = 16384) are summed in chunks of
         consecutive iterations, each valued at its middle (midpoint rule, < 1e-4 relative in the test that
         chunks a 400-step decode into 100 pieces)."""
@@ -564,7 +564,7 @@ class CostModel:
     def recompute_time(self, model: ModelSpec, tp: int, tokens: float, ep: int = 1) -> float:
         """Prefill of the ``tokens`` a rollout engine recomputes for preempted sequences (vLLM's
         recompute preemption re-runs the prompt and the tokens generated so far,
-        :func:`~packplace.placement.engine.paged_schedule`), seconds: a causal forward pass over them
+        :func:`~packplace.placement.model.engine.paged_schedule`), seconds: a causal forward pass over them
         (:meth:`forward_flops_per_token` at ``s = S + mean response``) as GEMMs of ``s`` rows, one resumed
         sequence per pass (:meth:`compute_time`); 0 for no tokens."""
         if tokens <= 0:
@@ -582,7 +582,7 @@ class CostModel:
 
         The framework keeps ``B·t`` prompts in flight over the ``dp`` replicas (NeMo RL async GRPO:
         ``num_prompts_per_step × max_trajectory_age_steps`` per-prompt requests,
-        :func:`~packplace.placement.engine.rollout_stream_schedule`), each of ``K`` samples, and issues
+        :func:`~packplace.placement.model.engine.rollout_stream_schedule`), each of ``K`` samples, and issues
         the next prompt as soon as one returns: the engine decodes the next batch's sequences in the
         slots the current batch's tail frees, so one step costs the throughput time of a batch rather
         than its makespan. The stream of ``N = max(t + 3, 2t + 4)`` batches (fewer when the replica's
@@ -637,7 +637,7 @@ class CostModel:
         Into a rollout engine (``engine`` true) the weights always move, every step (verl, OpenRLHF and
         NeMo RL push them into vLLM/SGLang after each update): on another block the shard crosses the
         links as above; on the same block (colocated) :meth:`colocated_sync_time`. A framework with its
-        own path (:func:`~packplace.placement.framework.refit_seconds`: NCCL broadcast across blocks,
+        own path (:func:`~packplace.placement.model.framework.refit_seconds`: NCCL broadcast across blocks,
         DeepSpeed's in-place gather) replaces the formula. Both add the hardware's
         ``weight_sync_overhead`` knob (0 unless a config or ``calibrate`` sets it)."""
         shard = self.layout_shard_bytes(model, dst_layout)
@@ -661,7 +661,7 @@ class CostModel:
         ``+ weight_sync_overhead``, with ``shard = 2P/(tp·pp)`` bytes of the engine's layout
         (:meth:`layout_shard_bytes`). An ``in_place`` framework (DeepSpeed hybrid engine) has no
         sleep/wake; its gather of ZeRO-3 partitions over the ``block`` (id range) is
-        :func:`~packplace.placement.framework.refit_seconds` (without ``block`` the gather is left out)."""
+        :func:`~packplace.placement.model.framework.refit_seconds` (without ``block`` the gather is left out)."""
         hw = self.hw
         if self.framework.refit == "in_place":
             block = block if block is not None else (0, 1)

@@ -10,12 +10,12 @@ from typing import Any
 
 from packplace import outputs
 from packplace.errors import ConfigError
-from packplace.placement.plan import Plan, gpu_ranges
+from packplace.placement.problem.plan import Plan, gpu_ranges
 
 
 def gantt_rows(instance, plan: Plan, score) -> list[dict[str, Any]]:
     """The trace as rows ``{block, vertex, start, end}`` (seconds), blocks labelled like the CLI table
-    (``r0/n0-3/g0-7``: rack, node and GPU ranges, :func:`packplace.placement.plan.gpu_ranges`)."""
+    (``r0/n0-3/g0-7``: rack, node and GPU ranges, :func:`packplace.placement.problem.plan.gpu_ranges`)."""
     rows = []
     for name, vp in plan.vertices:
         block = gpu_ranges(vp.allocation.gpu_ids(instance.cluster))

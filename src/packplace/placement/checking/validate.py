@@ -20,7 +20,7 @@ the steady-state period (the published value is then a period too); the value is
 allowed candidates, as the published run used it. A phase's predicted time is the span of its vertices
 in the schedule; ``step`` is the evaluator's step time. A row passes within :data:`RATIO_RANGE`.
 Optional keys: ``url``, ``publication`` (the group of leave-one-source-out cross-validation,
-:mod:`packplace.placement.crossval`; default: ``source`` up to its first comma), ``framework``,
+:mod:`packplace.placement.checking.crossval`; default: ``source`` up to its first comma), ``framework``,
 ``pair_with`` (:data:`PAIR_KEYS`) and ``not_fitted`` (:func:`not_fitted`). A row whose declared staleness
 the plan does not carry is flagged and skipped, never scored as synchronous.
 
@@ -44,10 +44,10 @@ from typing import Any
 from packplace.contract import Field, check_section
 from packplace.errors import ConfigError, show
 from packplace.placement.candidates import CandidateTable
-from packplace.placement.config import MAX_GPUS, MAX_SEQUENCES, STALENESS_FIELD, build_instance, load_yaml
 from packplace.placement.evaluator import PlacementEvaluator
-from packplace.placement.hardware import PRESETS
-from packplace.placement.plan import Allocation, Plan, Strategy, VertexPlan
+from packplace.placement.problem.config import MAX_GPUS, MAX_SEQUENCES, STALENESS_FIELD, build_instance, load_yaml
+from packplace.placement.problem.hardware import PRESETS
+from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 
 #: A setup passes when every predicted/published ratio lies in this range.
 RATIO_RANGE = (1 / 1.3, 1.3)
@@ -383,7 +383,7 @@ def flop_floor(instance, plan: Plan, section: dict[str, Any]) -> dict[str, float
     must run for the file's workload, at the whole dense peak of their GPUs (``{figure: seconds}``).
 
     A vertex's floor is ``FLOPs / (GPUs · flops_per_gpu)`` with the strategy-independent FLOPs of
-    :meth:`~packplace.placement.cost.CostModel.vertex_flops` (training ``3×`` a forward pass over the
+    :meth:`~packplace.placement.model.cost.CostModel.vertex_flops` (training ``3×`` a forward pass over the
     ``B·K·(S + mean response)`` packed tokens, inference and generation ``1×``) plus, for a training
     vertex that recomputes the old log-probs, one more forward pass; no recomputation, communication,
     overhead or efficiency below 1 (Kaplan et al. 2020, Table 1: ``2N`` FLOPs per token forward, ``6N``

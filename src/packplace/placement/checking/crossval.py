@@ -2,15 +2,15 @@
 
 Every validation file belongs to one publication (``validation.publication``, default its ``source`` up to
 the first comma). For each publication ``P`` the declared knobs (``knob:scope``, one value per GPU type or
-per framework, :data:`~packplace.placement.calibrate.DEFAULT_SCOPED_KNOBS`) are fitted by
-:func:`~packplace.placement.calibrate.fit_published` on the figures of every *other* publication, and
+per framework, :data:`~packplace.placement.checking.calibrate.DEFAULT_SCOPED_KNOBS`) are fitted by
+:func:`~packplace.placement.checking.calibrate.fit_published` on the figures of every *other* publication, and
 ``P``'s figures are predicted with them: that ratio is out of sample. A value whose group has a single
-run in the fold is not fitted (a per-run knob; :data:`~packplace.placement.calibrate.MIN_RUNS_PER_VALUE`).
+run in the fold is not fitted (a per-run knob; :data:`~packplace.placement.checking.calibrate.MIN_RUNS_PER_VALUE`).
 A GPU type or framework that no other publication determines takes the median of the same knob's fitted
 values over the fold's other groups (those not at a physical limit), so no preset enters an out-of-sample
 figure unless no group was fitted; the row says which. Files with ``validation.not_fitted`` are scored and
 summarised but never train a fold, and so are files with a published figure below its inputs' datasheet
-floor (:func:`~packplace.placement.validate.floor_reason`: no efficiency at or below 1 reproduces it).
+floor (:func:`~packplace.placement.checking.validate.floor_reason`: no efficiency at or below 1 reproduces it).
 The configured (preset) ratio is in sample: the presets were set with the rows in view.
 
 Pairs (``validation.pair_with``): two files of one publication, the same job at two placements or cluster
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from packplace.errors import ConfigError
-from packplace.placement.calibrate import fit_published
-from packplace.placement.validate import (
+from packplace.placement.checking.calibrate import fit_published
+from packplace.placement.checking.validate import (
     BELOW_FLOOR,
     floor_reason,
     framework,
@@ -51,7 +51,8 @@ class Setup:
     ``publication``, ``framework``, ``gpu`` (canonical preset name), ``published`` figures (seconds; empty
     for a skipped file), ``skipped`` reason, its ``pairs`` (``pair_with`` entries) and ``not_fitted``
     (why its figures are scored but never fitted: the declared reason,
-    :func:`~packplace.placement.validate.not_fitted`, else :func:`~packplace.placement.validate.floor_reason`)."""
+    :func:`~packplace.placement.checking.validate.not_fitted`, else
+    :func:`~packplace.placement.checking.validate.floor_reason`)."""
 
     name: str
     instance: Any
@@ -211,7 +212,7 @@ def cross_validate(setups: list[Setup], scoped_knobs) -> dict[str, Any]:
 
 def below_floor(row: CrossRow) -> bool:
     """The run's published figure is below its inputs' datasheet floor
-    (:func:`~packplace.placement.validate.floor_reason`): no model can reproduce it from the file's inputs,
+    (:func:`~packplace.placement.checking.validate.floor_reason`): no model can reproduce it from the file's inputs,
     so its ratio measures the estimated inputs (unpublished lengths), not the model."""
     return row.not_fitted.startswith(BELOW_FLOOR)
 

@@ -9,7 +9,7 @@ engine alone, without phase_overhead], knobs: [knobs to fit]}`` (:func:`read_mea
 The knobs of :data:`KNOB_BOUNDS` (default :data:`DEFAULT_KNOBS`) are fitted with
 :func:`scipy.optimize.least_squares` (trust-region reflective, within the physical bounds) on the
 residuals ``log(predicted / measured)`` of each task's time from
-:meth:`~packplace.placement.cost.CostModel.vertex_time`. A knob the measurements do not determine (its
+:meth:`~packplace.placement.model.cost.CostModel.vertex_time`. A knob the measurements do not determine (its
 Jacobian column vanishes or is a combination of the others, or fewer measurements than knobs) is refused
 with an error naming it. With as many measurements as knobs the fit is exact and does not test the model.
 
@@ -17,7 +17,7 @@ with an error naming it. With as many measurements as knobs the fit is exact and
 one GPU type or one framework (:data:`KNOB_SCOPES`, never one value per run): the residuals are
 ``log(predicted / published)`` of every published figure; a knob value the runs do not determine stays at
 its configured value and is reported. Leave-one-source-out cross-validation calls it per fold
-(:mod:`packplace.placement.crossval`).
+(:mod:`packplace.placement.checking.crossval`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 
 from packplace.errors import ConfigError
 from packplace.placement.candidates import cost_model, vertex_parts
-from packplace.placement.hardware import Hardware
+from packplace.placement.problem.hardware import Hardware
 
 #: Knobs that can be fitted and their physical bounds (fractions of peak in (0, 1]; seconds ≥ 0).
 KNOB_BOUNDS: dict[str, tuple[float, float]] = {
@@ -50,7 +50,7 @@ IDENTIFIABILITY_TOLERANCE = 1e-6
 KNOB_SCOPES = ("gpu", "framework")
 #: Knobs cross-validation fits by default, as ``knob:scope``.
 #: ``phase_overhead`` is not among them: what a framework adds per task is derived from the plan by its
-#: execution profile (:mod:`packplace.placement.framework`; 0 for DeepSpeed-Chat's process per GPU).
+#: execution profile (:mod:`packplace.placement.model.framework`; 0 for DeepSpeed-Chat's process per GPU).
 DEFAULT_SCOPED_KNOBS = ("gemm_peak_fraction:gpu", "decode_bw_eff:gpu")
 #: Fewest runs that may determine one fitted value (a value set by a single run is a per-run knob, which
 #: the scopes exist to rule out); a group with fewer keeps its configured value.
@@ -198,6 +198,39 @@ def parse_scoped_knobs(specs) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _unidentified(fit, free: list[tuple[str, str, str]], lower: np.ndarray, upper: np.ndarray, residuals,
+                  figure_count: int) -> tuple[tuple[str, str, str], str] | None:
+    """The first free parameter of a :func:`fit_published` least-squares ``fit`` that its ``figure_count``
+    figures leave undetermined, with the reason; None when they determine every free parameter.
+
+    Undetermined: a vanishing (normalised) Jacobian column, a value at a bound whose 1 % move inward
+    changes no residual, or the smallest singular value of the normalised Jacobian below
+    :data:`IDENTIFIABILITY_TOLERANCE` (or more parameters than figures).
+    """
+    # a value pressed against its bound is set by the bound (reported under at_limit); the solver's
+    # Jacobian column of such a value is scaled to 0 (Coleman-Li), so only inner values are tested
+    inner = [i for i, (v, lo, hi) in enumerate(zip(fit.x, lower, upper))
+             if not (math.isclose(v, lo, rel_tol=1e-6, abs_tol=1e-6 * (hi - lo))
+                     or math.isclose(v, hi, rel_tol=1e-6, abs_tol=1e-6 * (hi - lo)))]
+    jac = (fit.jac * (upper - lower))[:, inner]
+    norms = np.linalg.norm(jac, axis=0)
+    dead = [free[i] for i, n in zip(inner, norms) if n < IDENTIFIABILITY_TOLERANCE]
+    for i in sorted(set(range(len(free))) - set(inner)):  # at a bound: move it 1 % of its range inward
+        moved = fit.x.copy()
+        moved[i] += 0.01 * (upper[i] - lower[i]) * (1 if math.isclose(moved[i], lower[i], abs_tol=1e-6 *
+                                                                      (upper[i] - lower[i])) else -1)
+        if np.max(np.abs(residuals(moved) - fit.fun)) < IDENTIFIABILITY_TOLERANCE:
+            dead.append(free[i])
+    if dead:
+        return dead[0], "no fitted figure depends on it"
+    if inner:
+        singular = np.linalg.svd(jac / norms)
+        if len(inner) > figure_count or singular[1][-1] < IDENTIFIABILITY_TOLERANCE * singular[1][0]:
+            worst = free[inner[int(np.argmax(np.abs(singular[2][-1])))]]
+            return worst, "trades off against other knobs on the fitted figures"
+    return None
+
+
 def fit_published(setups, scoped_knobs) -> dict[str, Any]:
     """Fit ``scoped_knobs`` (``(knob, scope)`` pairs) to the published figures of ``setups`` jointly.
 
@@ -263,30 +296,10 @@ def fit_published(setups, scoped_knobs) -> dict[str, Any]:
 
         fit = least_squares(residuals, x0, bounds=(lower, upper), x_scale=upper - lower, diff_step=1e-6,
                             xtol=1e-8, ftol=1e-8, gtol=1e-8)
-        # a value pressed against its bound is set by the bound (reported under at_limit); the solver's
-        # Jacobian column of such a value is scaled to 0 (Coleman-Li), so only inner values are tested
-        inner = [i for i, (v, lo, hi) in enumerate(zip(fit.x, lower, upper))
-                 if not (math.isclose(v, lo, rel_tol=1e-6, abs_tol=1e-6 * (hi - lo))
-                         or math.isclose(v, hi, rel_tol=1e-6, abs_tol=1e-6 * (hi - lo)))]
-        jac = (fit.jac * (upper - lower))[:, inner]
-        norms = np.linalg.norm(jac, axis=0)
-        dead = [free[i] for i, n in zip(inner, norms) if n < IDENTIFIABILITY_TOLERANCE]
-        for i in sorted(set(range(len(free))) - set(inner)):  # at a bound: move it 1 % of its range inward
-            moved = fit.x.copy()
-            moved[i] += 0.01 * (upper[i] - lower[i]) * (1 if math.isclose(moved[i], lower[i], abs_tol=1e-6 *
-                                                                          (upper[i] - lower[i])) else -1)
-            if np.max(np.abs(residuals(moved) - fit.fun)) < IDENTIFIABILITY_TOLERANCE:
-                dead.append(free[i])
-        if dead:
-            fixed[dead[0]] = (start[dead[0]], "no fitted figure depends on it")
-            continue
-        if inner:
-            singular = np.linalg.svd(jac / norms)
-            if len(inner) > len(figures) or singular[1][-1] < IDENTIFIABILITY_TOLERANCE * singular[1][0]:
-                worst = free[inner[int(np.argmax(np.abs(singular[2][-1])))]]
-                fixed[worst] = (start[worst], "trades off against other knobs on the fitted figures")
-                continue
-        break
+        culprit = _unidentified(fit, free, lower, upper, residuals, len(figures))
+        if culprit is None:
+            break
+        fixed[culprit[0]] = (start[culprit[0]], culprit[1])
     knobs = {k: start[k] for k in keys if k not in fixed}
     if fit is not None:
         knobs = {k: float(v) for k, v in zip([k for k in keys if k not in fixed], fit.x)}

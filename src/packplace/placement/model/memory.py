@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from packplace.errors import ConfigError
-from packplace.placement.models import ModelSpec
+from packplace.placement.problem.models import ModelSpec
 
 #: Activation bytes per token per hidden unit of one layer with sequence parallelism and selective
 #: recomputation (Korthikanti et al. 2022, Table 2: ``s·b·h·34/t``).

@@ -1,7 +1,7 @@
 """The device grid (racks × nodes × GPUs) and the hardware figures of one GPU type.
 
 GPU ids are linear: ``gid = (r · N + n) · G + g`` for rack ``r``, node ``n`` in the rack, GPU ``g`` in
-the node. Every aligned block of the grid (see :class:`packplace.placement.plan.Allocation`) is then a
+the node. Every aligned block of the grid (see :class:`packplace.placement.problem.plan.Allocation`) is then a
 contiguous range ``[lo, hi)`` of ids, which keeps the evaluator's overlap and level tests O(1).
 
 Communication levels: ``0`` inside a node (suffix ``_g``), ``1`` across nodes of one rack (``_n``),
@@ -67,7 +67,7 @@ class Cluster:
 class Hardware:
     """Per-GPU throughput, memory and the α–β link model at three levels.
 
-    Range checks of the config loader (:mod:`packplace.placement.config`): ``flops_per_gpu``,
+    Range checks of the config loader (:mod:`packplace.placement.problem.config`): ``flops_per_gpu``,
     ``memory_per_gpu`` and ``memory_bandwidth`` ≥ 1e6 (smaller values are not a GPU and make every time
     astronomically large); fractions in (0, 1].
 
@@ -100,10 +100,10 @@ class Hardware:
         decode_step_overhead: Seconds added to every decode step of a generation engine (scheduler,
             sampling, Python and launch overhead that CUDA graphs do not hide); ``None`` (the default, no
             preset sets it): the framework engine's
-            (:attr:`~packplace.placement.framework.FrameworkProfile.decode_step_overhead`); a value set
+            (:attr:`~packplace.placement.model.framework.FrameworkProfile.decode_step_overhead`); a value set
             here (a config override, a ``calibrate`` fit) replaces it.
         phase_overhead: Seconds added once to every task of the step, on top of the framework profile's
-            derived dispatch (:mod:`packplace.placement.framework`); default 0, no preset sets it: a
+            derived dispatch (:mod:`packplace.placement.model.framework`); default 0, no preset sets it: a
             knob for ``calibrate`` to fit a measured per-task cost.
         weight_sync_overhead: Seconds added to every per-step weight synchronisation from a trainer to
             its rollout engine, on top of the framework's refit path; default 0, no preset sets it.
@@ -208,7 +208,7 @@ def _links(nvlink_bus: float, nic: float, *, rack_factor: float = 0.9) -> dict[s
 #: Triton kernel streams the routed experts at decode batch sizes. Source: vLLM pull request
 #: github.com/vllm-project/vllm/pull/24700 ("Benchmarks on H100", ``benchmarks/kernels/benchmark_moe.py
 #: --model=Qwen/Qwen3-30B-A3B -tp=1 --dtype=fp8_w8a8``, the "Main" kernel times of one MoE layer): the bytes
-#: of the experts a batch touches (:meth:`~packplace.placement.cost.CostModel.decode_expert_weights_read`)
+#: of the experts a batch touches (:meth:`~packplace.placement.model.cost.CostModel.decode_expert_weights_read`)
 #: over the kernel time, as a fraction of the H100 SXM's 3.35 TB/s, stay near the dense decode fraction up
 #: to 8 tokens per expert and fall to 0.51 at 16 (the per-batch-size table: docs/calibration-and-validation.md,
 #: "Mixture of experts"). Held at 0.51 beyond 16 (an engine of ``max_num_seqs`` 256 reaches 16 on this
@@ -226,7 +226,7 @@ MOE_FULL_TOKENS = 16.0
 #: "25.11 NeMo Container", "System: DGX-H100"), row Qwen3_30B_a3B: 16 GPUs, GBS 512, MBS 2, sequence 4096,
 #: TP 1, PP 2, EP 8, 5,275 tokens/s/GPU (121 model TFLOP/s/GPU). The model with the H100 preset's other
 #: figures gives 15,053 tokens/s/GPU with the experts at ``gemm_peak_fraction`` 0.55 and 5,275 with
-#: 0.084 (:meth:`~packplace.placement.cost.CostModel.pass_time`, a test reproduces it): the grouped GEMMs
+#: 0.084 (:meth:`~packplace.placement.model.cost.CostModel.pass_time`, a test reproduces it): the grouped GEMMs
 #: of ~1,000 rows per expert, token permutation, router and the expert all-to-all that Megatron-Core
 #: does not hide run at about a fifth of a dense GEMM's sustained rate. That run is FP8 (current
 #: scaling), at least as fast as the BF16 runs this model times, so for BF16 the value is an upper
@@ -260,10 +260,10 @@ MOE_GEMM_PEAK_FRACTION_H100 = 0.084
 #: figures (``packplace validate --cross-validate``) do not use them: each GPU type's value there is
 #: fitted without the row's publication (docs/calibration-and-validation.md). No preset sets
 #: ``decode_step_overhead``: it is the generation engine's, so the framework profile's
-#: (:attr:`~packplace.placement.framework.FrameworkProfile.decode_step_overhead`).
+#: (:attr:`~packplace.placement.model.framework.FrameworkProfile.decode_step_overhead`).
 #: The presets set no ``phase_overhead`` or ``weight_sync_overhead`` (both 0): what an RL
 #: framework adds per task and per weight sync is derived from the plan by its execution profile
-#: (``policy.framework``, :mod:`packplace.placement.framework`); the two knobs remain for ``calibrate``.
+#: (``policy.framework``, :mod:`packplace.placement.model.framework`); the two knobs remain for ``calibrate``.
 PRESETS: dict[str, dict[str, float]] = {
     "h100-sxm": {"flops_per_gpu": 989e12, "memory_per_gpu": 80e9, "memory_bandwidth": 3.35e12,
                  **_links(360e9, 45e9), "host_bandwidth": 50e9,

@@ -1,4 +1,4 @@
-"""Seconds that the training memory options cost (:class:`~packplace.placement.memory.TrainingOptions`).
+"""Seconds that the training memory options cost (:class:`~packplace.placement.model.memory.TrainingOptions`).
 
 Saving memory is not free, so the planner sees the trade-off:
 
@@ -26,13 +26,13 @@ and backward prefetch (Zhao et al. 2023, §3.3.2) and ZeRO-3's parameter prefetc
 gather while the current layer computes, so a layer costs ``max(compute, communication)``; the layers
 being alike, the pass costs ``max(C, M)`` and the collectives add ``max(0, M − C)`` to the forward and
 backward time ``C`` (:func:`zero3_exposed_seconds`). The step-end gradient all-reduce the pass already
-charges (:meth:`~packplace.placement.cost.CostModel.pass_time`, two collectives' worth of the stage's
+charges (:meth:`~packplace.placement.model.cost.CostModel.pass_time`, two collectives' worth of the stage's
 bytes) is kept for what nothing hides: the last micro-batch's reduce-scatter and the gather of the first
 layer, which has no earlier layer to overlap with.
 
-LoRA (``lora_rank``, :func:`~packplace.placement.memory.lora_params`): the frozen base matrices have no
+LoRA (``lora_rank``, :func:`~packplace.placement.model.memory.lora_params`): the frozen base matrices have no
 gradients and no optimizer state, so the reduce-scatter and the offload traffic (gradients out, updated
-weights back) cover the trainable parameters only (:func:`~packplace.placement.memory.trainable_stage_params`),
+weights back) cover the trainable parameters only (:func:`~packplace.placement.model.memory.trainable_stage_params`),
 while ZeRO-3 still gathers every weight (frozen ones and adapters) for the forward and the backward and
 parameter offload still streams them all (DeepSpeed partitions every parameter; only ``requires_grad``
 ones get gradient partitions and optimizer state).
@@ -45,8 +45,8 @@ Every GPU has its own PCIe link (HGX nodes: one PCIe switch port per GPU).
 
 from __future__ import annotations
 
-from packplace.placement.memory import TrainingOptions, held_stage_params, stage_share, trainable_stage_params
-from packplace.placement.models import ModelSpec
+from packplace.placement.model.memory import TrainingOptions, held_stage_params, stage_share, trainable_stage_params
+from packplace.placement.problem.models import ModelSpec
 
 
 def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, dp: int, pp: int, tp: int,
@@ -54,7 +54,7 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
     """Extra seconds per step of ``options`` for a training vertex (module docstring).
 
     Args:
-        cost: The instance's :class:`~packplace.placement.cost.CostModel` (hardware, workload).
+        cost: The instance's :class:`~packplace.placement.model.cost.CostModel` (hardware, workload).
         model, options: The trained model and its memory options.
         dp, pp, tp, micro_batch, extent, ep: The candidate's strategy and block shape.
 

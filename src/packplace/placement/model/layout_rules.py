@@ -42,8 +42,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from packplace.errors import ConfigError
-from packplace.placement.memory import DEFAULT_TRAINING, TrainingOptions
-from packplace.placement.plan import Plan, Strategy, VertexPlan
+from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions
+from packplace.placement.problem.plan import Plan, Strategy, VertexPlan
 
 GENERATE, TRAIN, REFERENCE = "actor.generate", "actor.train", "reference.infer"
 REWARD, CRITIC_INFER, CRITIC_TRAIN = "reward.infer", "critic.infer", "critic.train"
@@ -109,7 +109,7 @@ class Context:
 
     @classmethod
     def of(cls, instance) -> Context:
-        """The context of a :class:`~packplace.placement.config.PlacementInstance` (cached on it)."""
+        """The context of a :class:`~packplace.placement.problem.config.PlacementInstance` (cached on it)."""
         hit = instance._cache.get("layout_context")
         if hit is None:
             hit = instance._cache["layout_context"] = cls(

@@ -4,8 +4,8 @@
 time, memory), the step time, status, bound and gap; ``--out`` writes the plan with explicit GPU ids as
 JSON and ``--gantt`` a chart (matplotlib); ``--emit FRAMEWORK`` prints the plan as verl, OpenRLHF or NeMo RL
 settings (:mod:`packplace.placement.emit`). ``validate`` scores the plans of published runs against their
-published times (:mod:`packplace.placement.validate`); ``calibrate`` fits the hardware efficiency knobs to
-measured task times (:mod:`packplace.placement.calibrate`).
+published times (:mod:`packplace.placement.checking.validate`); ``calibrate`` fits the hardware efficiency knobs to
+measured task times (:mod:`packplace.placement.checking.calibrate`).
 
 Exit codes: 0 a feasible plan / every figure within range; 1 no plan found or proven infeasible, a plan
 whose step time exceeds :data:`MAX_PLAUSIBLE_STEP_S`, or a validation figure out of range; 2 bad input (a
@@ -24,13 +24,8 @@ from packplace import interrupt, yamlio
 from packplace.errors import ConfigError
 from packplace.outputs import json_text, write_atomic
 from packplace.placement import api
-from packplace.placement.balance_report import (
-    compare_balance,
-    format_compare_balance,
-    format_plan_balance,
-    plan_balance,
-)
-from packplace.placement.calibrate import (
+from packplace.placement.candidates import GB
+from packplace.placement.checking.calibrate import (
     DEFAULT_KNOBS,
     DEFAULT_SCOPED_KNOBS,
     KNOB_BOUNDS,
@@ -38,17 +33,28 @@ from packplace.placement.calibrate import (
     parse_scoped_knobs,
     read_measured,
 )
-from packplace.placement.candidates import GB
-from packplace.placement.config import build_instance, load_config, load_yaml
-from packplace.placement.crossval import cross_validate, format_cross_validation, format_pairs, load_setups, pair_rows
+from packplace.placement.checking.crossval import (
+    cross_validate,
+    format_cross_validation,
+    format_pairs,
+    load_setups,
+    pair_rows,
+)
+from packplace.placement.checking.validate import format_rows, load_setup, validate, validation_files
 from packplace.placement.emit import FRAMEWORKS, emit
 from packplace.placement.evaluator import get_evaluator
-from packplace.placement.framework import DEFAULT_FRAMEWORK
-from packplace.placement.gantt import check_format, draw_gantt
-from packplace.placement.hardware import Hardware
-from packplace.placement.layout_rules import TRAINER_BACKENDS
-from packplace.placement.plan import gpu_ranges, plan_to_json
-from packplace.placement.validate import format_rows, load_setup, validate, validation_files
+from packplace.placement.model.framework import DEFAULT_FRAMEWORK
+from packplace.placement.model.layout_rules import TRAINER_BACKENDS
+from packplace.placement.problem.config import build_instance, load_config, load_yaml
+from packplace.placement.problem.hardware import Hardware
+from packplace.placement.problem.plan import gpu_ranges, plan_to_json
+from packplace.placement.screen.balance_report import (
+    compare_balance,
+    format_compare_balance,
+    format_plan_balance,
+    plan_balance,
+)
+from packplace.placement.screen.gantt import check_format, draw_gantt
 from packplace.result import check_limits
 from packplace.solvers import available
 from packplace.table import check_output_file
@@ -187,12 +193,12 @@ def load_for_emit(path: str, emit_for: str | None, backend: str | None) -> tuple
     """The instance of the config at ``path`` as ``place --emit FRAMEWORK`` plans it, and a note (``""``: none).
 
     A config without ``policy.framework`` is planned for the framework it is emitted for (its execution
-    profile and layout rules, :mod:`packplace.placement.layout_rules`), so the emitted plan runs as planned;
+    profile and layout rules, :mod:`packplace.placement.model.layout_rules`), so the emitted plan runs as planned;
     a config naming another framework keeps its own (the emitter then lists what the target cannot run).
     ``backend`` (``--trainer-backend``) sets ``policy.trainer_backend``.
 
     Raises:
-        ConfigError: as :func:`~packplace.placement.config.load_config`.
+        ConfigError: as :func:`~packplace.placement.problem.config.load_config`.
     """
     instance = load_config(path)
     if not (backend or (emit_for and instance.framework == DEFAULT_FRAMEWORK)):
@@ -284,10 +290,10 @@ def register_validate(subparsers) -> None:
 
 def run_validate(args: argparse.Namespace) -> int:
     """Print the report (with ``--json`` the document ``{"rows": [...], "pairs": [...], "ok": bool}``, one
-    :meth:`~packplace.placement.validate.ValidationRow.as_dict` per row); exit 1 when a scored figure is
+    :meth:`~packplace.placement.checking.validate.ValidationRow.as_dict` per row); exit 1 when a scored figure is
     outside the range or its plan is over memory. With ``--cross-validate``: the cross-validation report
-    and ``{"rows", "pairs", "folds", "summary", "knobs"}`` (:func:`~packplace.placement.crossval.cross_validate`),
-    exit 0."""
+    and ``{"rows", "pairs", "folds", "summary", "knobs"}``
+    (:func:`~packplace.placement.checking.crossval.cross_validate`), exit 0."""
     targets = [args.target] if isinstance(args.target, str) else list(args.target)
     paths = [p for t in targets for p in validation_files(t)]
     knobs_arg = getattr(args, "knobs", None)

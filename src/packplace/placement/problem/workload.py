@@ -8,7 +8,7 @@ mean response, the longest response of a batch, the fraction of sequences still 
 up to :data:`DECODE_EXACT_STEPS` steps, chunked beyond) and the training sequence length
 ``S + mean response``. :class:`RuleReward` is a rule-based reward scored on CPU
 (``models.reward: rule``): ``seconds_per_sample`` per response over ``workers`` processes, added to
-generation. Config fields: :data:`packplace.placement.config.WORKLOAD_FIELDS`.
+generation. Config fields: :data:`packplace.placement.problem.config.WORKLOAD_FIELDS`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ are bounded up front with the estimate (:data:`MAX_GPUS` GPUs, :data:`MAX_SEQUEN
 step, :data:`MAX_STALENESS` steps of staleness). Model shapes are checked by
 :func:`packplace.shape.shape_from_mapping`. Cross-field rules: ``gen_quantiles`` within ``generation_length``,
 ``t_min <= t_init``, staleness only for models the algorithm trains, every model role the algorithm
-needs and no other (both from :data:`packplace.placement.graph.RL_ALGORITHMS`).
+needs and no other (both from :data:`packplace.placement.problem.graph.RL_ALGORITHMS`).
 """
 
 from __future__ import annotations
@@ -28,10 +28,17 @@ from typing import Any
 
 from packplace.contract import Field, check_count, check_section
 from packplace.errors import ConfigError, show
-from packplace.placement.dp_balance import BALANCE_CHOICES, BALANCE_OBJECTIVES, BalanceSetting
-from packplace.placement.engine import BATCHING, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_NUM_SEQS, RolloutEngine
-from packplace.placement.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, INFERENCE_OFFLOAD, profile
-from packplace.placement.graph import (
+from packplace.placement.model.dp_balance import BALANCE_CHOICES, BALANCE_OBJECTIVES, BalanceSetting
+from packplace.placement.model.engine import (
+    BATCHING,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_NUM_SEQS,
+    RolloutEngine,
+)
+from packplace.placement.model.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, INFERENCE_OFFLOAD, profile
+from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, check_config
+from packplace.placement.model.memory import OFFLOAD, RECOMPUTE, SHARDING, TrainingOptions, lora_params
+from packplace.placement.problem.graph import (
     RL_ALGORITHMS,
     StepGraph,
     algorithm_spec,
@@ -39,11 +46,9 @@ from packplace.placement.graph import (
     all_staleness_keys,
     build_graph,
 )
-from packplace.placement.hardware import HARDWARE_DEFAULTS, Cluster, Hardware, resolve_preset
-from packplace.placement.layout_rules import TRAINER_BACKENDS, Context, check_config
-from packplace.placement.memory import OFFLOAD, RECOMPUTE, SHARDING, TrainingOptions, lora_params
-from packplace.placement.models import LM_ROLES, ModelSpec
-from packplace.placement.workload import RULE_SECONDS_PER_SAMPLE, RuleReward, Workload
+from packplace.placement.problem.hardware import HARDWARE_DEFAULTS, Cluster, Hardware, resolve_preset
+from packplace.placement.problem.models import LM_ROLES, ModelSpec
+from packplace.placement.problem.workload import RULE_SECONDS_PER_SAMPLE, RuleReward, Workload
 from packplace.shape import from_hf_config, shape_from_mapping
 from packplace.yamlio import load_yaml as _shared_load_yaml
 
@@ -139,7 +144,7 @@ POLICY_FIELDS: dict[str, Field] = {
                                      "(chosen by the plan)"),
 }
 #: Options of ``[training]`` (for every trained model, or per model under ``actor:`` / ``critic:``);
-#: formulas and sources in :mod:`packplace.placement.memory` and :mod:`packplace.placement.training_time`.
+#: formulas and sources in :mod:`packplace.placement.model.memory` and :mod:`packplace.placement.model.training_time`.
 TRAINING_FIELDS: dict[str, Field] = {
     "sharding": Field("enum", choices=SHARDING, default="zero1",
                       meaning="training state sharding over data parallel ranks (zero3 = FSDP full shard)"),
@@ -157,7 +162,7 @@ TRAINING_FIELDS: dict[str, Field] = {
     "balance_objective": Field("enum", choices=BALANCE_OBJECTIVES, default="makespan",
                                meaning="what the balance solver evens out: rank totals or per-micro-batch maxima"),
 }
-#: ``[training]`` fields that set the data-parallel split (:mod:`packplace.placement.dp_balance`), not memory.
+#: ``[training]`` fields that set the data-parallel split (:mod:`packplace.placement.model.dp_balance`), not memory.
 BALANCE_FIELDS = ("balance", "balance_objective")
 #: Fields of a rule-based reward ``models.reward: {kind: rule, ...}`` (``models.reward: rule`` = defaults).
 RULE_REWARD_FIELDS: dict[str, Field] = {
@@ -225,13 +230,13 @@ class PlacementInstance:
         training: ``{model: TrainingOptions}`` of the trained models (``[training]``; defaults when absent).
         rule_reward: The rule-based reward (``models.reward: rule``), or ``None`` for a reward model.
         framework: ``policy.framework``, the execution profile
-            (:data:`packplace.placement.framework.FRAMEWORKS`; default ``none``).
+            (:data:`packplace.placement.model.framework.FRAMEWORKS`; default ``none``).
         inference_offload: ``policy.inference_offload``: ``none`` (default), ``reference`` or
             ``reference+reward`` keep those models' weights in host memory between forwards.
         balance: ``{model: BalanceSetting}`` of the trained models' data-parallel passes (``training.balance``,
-            :mod:`packplace.placement.dp_balance`; key ``""``: the common setting; empty: the framework's).
+            :mod:`packplace.placement.model.dp_balance`; key ``""``: the common setting; empty: the framework's).
         trainer_backend: ``policy.trainer_backend``: ``auto`` (default), ``fsdp`` or ``megatron``, the
-            trainer workers of verl and NeMo RL (:mod:`packplace.placement.layout_rules`).
+            trainer workers of verl and NeMo RL (:mod:`packplace.placement.model.layout_rules`).
     """
 
     cluster: Cluster
@@ -546,9 +551,9 @@ def _training(section: dict[str, Any], models: tuple[str, ...]
 
 #: Deprecated names and what replaces them (they still work, with a DeprecationWarning).
 _DEPRECATED = {
-    "REQUIRED_ROLES": "packplace.placement.graph.RL_ALGORITHMS[name].required_roles",
-    "TRAINABLE": "packplace.placement.graph.RL_ALGORITHMS[name].staleness_keys",
-    "STALENESS_KEYS": "packplace.placement.graph.all_staleness_keys()",
+    "REQUIRED_ROLES": "packplace.placement.problem.graph.RL_ALGORITHMS[name].required_roles",
+    "TRAINABLE": "packplace.placement.problem.graph.RL_ALGORITHMS[name].staleness_keys",
+    "STALENESS_KEYS": "packplace.placement.problem.graph.all_staleness_keys()",
 }
 
 
@@ -556,8 +561,8 @@ def __getattr__(name: str) -> Any:
     """The deprecated role and staleness tables, computed from the algorithm table (removal in 0.3.0)."""
     if name not in _DEPRECATED:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"packplace.placement.config.{name} is deprecated (removal in 0.3.0); use {_DEPRECATED[name]}",
-                  DeprecationWarning, stacklevel=2)
+    warnings.warn(f"packplace.placement.problem.config.{name} is deprecated (removal in 0.3.0); "
+                  f"use {_DEPRECATED[name]}", DeprecationWarning, stacklevel=2)
     if name == "REQUIRED_ROLES":
         return {algorithm: spec.required_roles for algorithm, spec in RL_ALGORITHMS.items()}
     if name == "TRAINABLE":

@@ -2,11 +2,11 @@
 
 :func:`plan_balance` reports, for every data-parallel pass of a plan (every vertex but generation), the
 resolved ``training.balance`` split, whether the pass runs in lockstep, the imbalance factor (slowest /
-mean rank, :func:`~packplace.placement.dp_balance.imbalance_factor`) and the seconds it costs (the
+mean rank, :func:`~packplace.placement.model.dp_balance.imbalance_factor`) and the seconds it costs (the
 ``imbalance`` phase of the evaluator). :func:`compare_balance` scores the same plan with every split of
-:data:`~packplace.placement.dp_balance.BALANCE_SPLITS` set on every pass (``packplace place
+:data:`~packplace.placement.model.dp_balance.BALANCE_SPLITS` set on every pass (``packplace place
 --compare-balance``), each on a fresh instance whose candidate table holds only the plan's candidates.
-Model: :mod:`packplace.placement.dp_balance`. Performance: docs/performance.md.
+Model: :mod:`packplace.placement.model.dp_balance`. Performance: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dataclasses import replace
 from typing import Any
 
 from packplace.placement.candidates import CandidateTable, vertex_balance
-from packplace.placement.dp_balance import BALANCE_SPLITS, BalanceSetting
 from packplace.placement.evaluator import PlacementEvaluator, get_evaluator
-from packplace.placement.plan import Plan
+from packplace.placement.model.dp_balance import BALANCE_SPLITS, BalanceSetting
+from packplace.placement.problem.plan import Plan
 
 
 def plan_balance(instance: Any, plan: Plan) -> dict[str, dict[str, Any]]:

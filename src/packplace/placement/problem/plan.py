@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from packplace.errors import ConfigError
-from packplace.placement.hardware import Cluster
+from packplace.placement.problem.hardware import Cluster
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from packplace.errors import ConfigError
-from packplace.placement.memory import stage_params
-from packplace.placement.models import ModelSpec
+from packplace.placement.model.memory import stage_params
+from packplace.placement.problem.models import ModelSpec
 
 #: Seconds of one Ray remote actor-method call (submit, schedule on a live actor, return a small
 #: result): sub-millisecond to a millisecond (Moritz et al. 2018, "Ray: A Distributed Framework for
@@ -41,7 +41,7 @@ INFERENCE_OFFLOAD = {"none": (), "reference": ("reference",), "reference+reward"
 #: Refit paths on the trainer's own block (:func:`refit_seconds`).
 REFITS = ("p2p", "in_place", "cuda_ipc")
 #: Seconds a vLLM engine adds to every decode iteration beyond the roofline of
-#: :meth:`~packplace.placement.cost.CostModel.decode_step_times` (scheduler, input preparation, sampling,
+#: :meth:`~packplace.placement.model.cost.CostModel.decode_step_times` (scheduler, input preparation, sampling,
 #: detokenisation, the launches CUDA graphs do not hide). Source: ``benchmarks/benchmark_latency.py`` at
 #: its defaults (batch 8, 32 prompt and 128 generated tokens: 128 engine iterations) for OPT-125M on one
 #: H100, the V1 engine's batch latency after github.com/vllm-project/vllm/pull/10733 ("[V1] Optimize the
@@ -94,7 +94,7 @@ class FrameworkProfile:
         continuous_rollout: With the policy's staleness ``t ≥ 1`` the rollout is a continuous stream of
             per-prompt requests, at most ``t`` steps' prompts in flight, the next prompt issued as a slot
             frees: a generation step costs the engine's steady-state throughput time, not one batch's
-            makespan (:meth:`~packplace.placement.cost.CostModel.stale_generate_time`). NeMo RL async
+            makespan (:meth:`~packplace.placement.model.cost.CostModel.stale_generate_time`). NeMo RL async
             GRPO (nemo_rl/algorithms/async_utils.py, v0.5.0: ``AsyncTrajectoryCollector`` runs one thread
             per prompt, bounded by ``_inflight_sema`` = ``num_prompts_per_step ×
             max_trajectory_age_steps``, on vLLM's async engine). False: the next batch is generated as a
@@ -273,7 +273,7 @@ def dispatch_seconds(cost, framework: FrameworkProfile, dp: int) -> float:
 def refit_seconds(cost, model: ModelSpec, src_range: tuple[int, int], dst_layout: tuple[int, ...],
                   dst_range: tuple[int, int], sharded: bool) -> float | None:
     """Weight sync into a rollout engine by the framework's path, seconds; ``None`` for the model's own
-    formula (:meth:`~packplace.placement.cost.CostModel.realloc_time`, the ``p2p`` path).
+    formula (:meth:`~packplace.placement.model.cost.CostModel.realloc_time`, the ``p2p`` path).
 
     * ``in_place`` on the same block (DeepSpeed hybrid engine): no copy between processes; ZeRO-3
       partitions are all-gathered into the inference layout, ``(n − 1)·(α + 2P/n·β)`` over the block's
