@@ -9,7 +9,9 @@ steps without the barrier, each publication edge reaching ``1 + t`` steps ahead;
 is the max-plus eigenvalue of that recurrence, computed exactly by Karp's theorem
 (:meth:`PlacementEvaluator._period`). Memory per GPU: ``Σ_models max(resident) + max(transient)`` over
 the vertices placed on it (:mod:`packplace.placement.model.memory`); above ``memory_per_gpu`` the plan is out of
-memory. Times and bytes come precomputed from the :class:`CandidateTable`; blocks are contiguous id
+memory. With ``policy.framework`` verl, openrlhf or nemo-rl a plan that breaks one of that framework's
+layout rules (:mod:`packplace.placement.model.layout_rules`) is infeasible, the rule its reason. Times and
+bytes come precomputed from the :class:`CandidateTable`; blocks are contiguous id
 ranges, so overlaps and memory work on at most ``2V`` segments; :meth:`PlacementEvaluator.step_time` is
 the fast path of a search. References: Baccelli, Cohen, Olsder & Quadrat 1992, *Synchronization and
 Linearity*, Thm 3.23; Karp 1978. Performance: docs/performance.md.
@@ -42,7 +44,8 @@ class PlacementScore:
     """The evaluator's verdict on one plan.
 
     Attributes:
-        feasible: No hard-rule violation and no GPU over its memory.
+        feasible: No hard-rule violation, no GPU over its memory and, with ``policy.framework`` verl, openrlhf
+            or nemo-rl, no layout rule of that framework broken (:mod:`packplace.placement.model.layout_rules`).
         violations: One line per problem (hard rules, unplaced vertices, OOM).
         step_time: Seconds per step (``inf`` when infeasible): the synchronous step time when every
             staleness is 0, else the steady-state asynchronous period (module docstring).
