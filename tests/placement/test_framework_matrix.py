@@ -133,3 +133,23 @@ def test_place_emit_on_a_config_without_a_framework_plans_for_it(capsys):
                  "--verl-backend", "megatron", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["emit"]["config"] == "megatron" and doc["emit"]["refusals"] == []
+
+
+def test_the_evaluator_refuses_a_plan_that_breaks_a_rule_and_conform_repairs_it():
+    from packplace.placement.evaluator import get_table
+    from packplace.placement.model.layout_rules import conform
+    from packplace.placement.problem.plan import Allocation, Plan
+    config = ROOT / "configs" / "placement" / "grpo_qwen2.5-7b_2x8xh100.yaml"   # 1 rack x 2 nodes x 8 GPUs
+    instance = planned_for(config, "verl")
+    table, ev = get_table(instance), get_evaluator(instance)
+    node0, node1 = Allocation((0, 0, 0), (1, 1, 8)), Allocation((0, 1, 0), (1, 1, 8))
+    plan = Plan.build({name: table.fastest(name, (1, 1, 8)).at(node1 if name == "reference.infer" else node0)
+                       for name in instance.graph.names})
+    verdict = ev.score(plan)
+    assert not verdict.feasible and ev.step_time(plan) == float("inf")
+    assert any("verl runs the reference in the actor's worker group" in v for v in verdict.violations)
+    fixed = conform(instance, table, plan)
+    assert fixed["reference.infer"].allocation == node0 and plan_refusals(instance, fixed) == []
+    # the same plan under framework none is scored as before (no rules)
+    plain = build_instance(dict(load_yaml(config)))
+    assert not any("layout" in v for v in get_evaluator(plain).score(plan).violations)
