@@ -136,8 +136,9 @@ def unsupported(ctx: Context) -> str | None:
         return ("algorithm dpo: verl.trainer.main_ppo runs PPO-family algorithms (algorithm.adv_estimator); "
                 "verl has no DPO trainer on this config")
     if ctx.framework == "nemo-rl" and ctx.reward_model and ctx.algorithm != "dpo":
-        return ("reward model: NeMo RL's GRPO and PPO configs score with an environment (a rule); a reward "
-                "model is not part of them")
+        return ("reward model: NeMo RL runs a reward model as an environment on GPUs of its own "
+                "(examples/configs/grpo_rm_1B.yaml, env.reward_model); the emitted settings score with the math "
+                "environment's rule instead")
     return None
 
 
