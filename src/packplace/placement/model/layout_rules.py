@@ -21,10 +21,12 @@ The rules (sources: each framework's trainer entry point, as the emitters' modul
   pool of its own, without pipeline parallelism. The trainer backend (:func:`trainer_backend`): FSDP
   has no tensor, pipeline or expert parallelism for the trainers and forwards; Megatron has them but
   shards no parameters (no ``zero3``).
-* **NeMo RL** (``examples/run_grpo.py``): the reference log-probs run in the policy workers with the
-  policy's layout; the values in the value workers with the value model's layout; generation is
-  colocated with the whole policy or on GPUs of its own (whole nodes on a multi-node cluster), and
-  asynchronous GRPO (staleness ≥ 1) needs GPUs of its own. The DTensor policy (``fsdp``) has no
+* **NeMo RL** (``examples/run_grpo.py``, ``run_ppo.py``): the reference log-probs run in the policy
+  workers with the policy's layout; the values in the value workers with the value model's layout; GRPO's
+  generation is colocated with the whole policy or on GPUs of its own (whole nodes on a multi-node
+  cluster), and asynchronous GRPO (staleness ≥ 1) needs GPUs of its own; PPO runs the policy, the value
+  model and generation on one cluster (``nemo_rl/algorithms/ppo.py`` v0.7.0: non-colocated PPO is not
+  supported). The DTensor policy (``fsdp``) has no
   pipeline or expert parallelism; the Megatron one shards no parameters.
 * **OpenRLHF** (``openrlhf/cli/train_ppo_ray.py``): vLLM engines take a tensor-parallel size only;
   DeepSpeed trains without pipeline parallelism, every trained model with one
@@ -307,6 +309,12 @@ def _nemo_rl(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, 
                                                             or not _same(critic_infer, critic)):
         out.append(f"{critic_infer.layout} differs from {critic.layout}: NeMo RL computes values in the value "
                    f"workers, with the value model's layout")
+    if ctx.algorithm == "ppo":  # ppo.py: one cluster for the policy, the value model and generation
+        for task in (critic, gen):
+            if task is not None and not _same(task, train):
+                out.append(f"{task.layout} on other GPUs than actor.train: NeMo RL's PPO runs the policy, the value "
+                           f"model and generation on one cluster (non-colocated PPO is not supported)")
+        return out
     if gen is not None:
         stale = staleness.get("actor", 0)
         if _same(gen, train):
@@ -505,8 +513,11 @@ class _Fixer:
                 self.same_or_disjoint(REWARD, TRAIN)
         elif fw == "nemo-rl":
             self.follow(REFERENCE, TRAIN, same_strategy=True)
+            if ctx.algorithm == "ppo":  # one cluster: value model and generation on the policy's GPUs
+                self.follow(CRITIC_TRAIN, TRAIN)
+                self.follow(GENERATE, TRAIN)
             self.follow(CRITIC_INFER, CRITIC_TRAIN, same_strategy=True)
-            if GENERATE in self.vertices:
+            if GENERATE in self.vertices and ctx.algorithm != "ppo":
                 self.same_or_disjoint(GENERATE, TRAIN, "disjoint" if stale else None)
                 placed = placed_of(self.instance, Plan.build(self.vertices))
                 if any("whole nodes" in line for line in _nemo_rl(ctx, placed, self.staleness)):
