@@ -219,7 +219,8 @@ def test_a_dapo_plan_is_emitted_as_grpo_advantages_without_a_kl_term_for_every_f
     assert openrlhf.settings["--algo.advantage.estimator"] == "group_norm"
     assert openrlhf.settings["--algo.kl.init_coef"] == 0
     nemo = emit(instance, plan, "nemo-rl")
-    assert nemo.command.endswith("examples/configs/grpo_math_1B.yaml") and "run_grpo.py" in nemo.command
+    # the config scores with a reward model: GRPO's reward-model environment config
+    assert nemo.command.endswith("examples/configs/grpo_rm_1B.yaml") and "run_grpo.py" in nemo.command
     assert nemo.settings["loss_fn.reference_policy_kl_penalty"] == 0
     assert nemo.settings["grpo.num_prompts_per_step"] == instance.workload.batch_size
     assert any("reference policy's log-probs every step" in r for r in nemo.refusals)

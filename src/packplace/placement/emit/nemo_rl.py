@@ -1,6 +1,7 @@
 """The plan as NeMo RL v0.7.0 config overrides (``examples/run_grpo.py``, ``run_ppo.py``, ``run_dpo.py``).
 
 Keys: ``examples/configs/grpo_math_1B.yaml`` (DTensor policy), ``grpo_math_1B_megatron.yaml``,
+``grpo_rm_1B.yaml`` (a reward-model environment),
 ``ppo_math_1B.yaml`` / ``ppo_math_1B_megatron.yaml`` (with a ``value`` model) and ``dpo.yaml`` of NeMo RL
 at tag v0.7.0. NeMo RL's layout rules (held by :mod:`packplace.placement.model.layout_rules`: the search keeps them
 when ``policy.framework`` is nemo-rl, the emitter reports any a plan breaks):
@@ -12,7 +13,9 @@ when ``policy.framework`` is nemo-rl, the emitter reports any a plan breaks):
   (``colocated.resources``), and asynchronous GRPO (``grpo.async_grpo``) needs it on its own GPUs;
 * the DTensor policy has tensor but no pipeline parallelism: ``pp`` or ``ep`` above 1 selects the Megatron
   config, unless a trained model shards with ``zero3`` (or ``policy.trainer_backend`` forces one);
-* the GRPO math config scores with a rule environment: a reward model is not part of it (one line).
+* a GRPO reward model runs as an environment on GPUs of its own (``examples/configs/grpo_rm_1B.yaml``:
+  ``env.reward_model.resources``, DTensor tensor parallelism); PPO's example configs have no
+  ``env.reward_model`` section, so a PPO reward model is one line.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from packplace.placement.emit.common import (
     CRITIC_TRAIN,
     GENERATE,
     REFERENCE,
+    REWARD,
     TRAIN,
     EmittedPlan,
     PlanView,
@@ -45,7 +49,10 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
     strategies = {name: task.strategy for name, task in view.tasks.items()}
     megatron = (trainer_backend(view.rules, strategies) == "megatron" if view.rules is not None else
                 any(t is not None and (t.strategy.pp > 1 or t.strategy.ep > 1) for t in (train, critic)))
-    config = BASE_CONFIG[view.algorithm] + ("_megatron" if megatron and view.algorithm != "dpo" else "")
+    reward = view.get(REWARD)
+    reward_env = reward is not None and not view.rule_reward and view.algorithm in ("grpo", "dapo")
+    config = "grpo_rm_1B" if reward_env else \
+        BASE_CONFIG[view.algorithm] + ("_megatron" if megatron and view.algorithm != "dpo" else "")
     out = EmittedPlan("nemo-rl", config, f"uv run {SCRIPTS[view.algorithm]} --config examples/configs/{config}.yaml")
     s, refuse, note = out.settings, out.refusals, out.notes
     if view.rules is not None:
@@ -69,6 +76,12 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
                       "step runs longer than planned")
     s["policy.train_micro_batch_size"] = train.micro_batch
     _policy(out, "policy", train, view.training["actor"], megatron and view.algorithm != "dpo")
+    if reward_env and reward is not None:  # grpo_rm_1B: the reward model as an environment on GPUs of its own
+        s["env.reward_model.resources.num_nodes"] = reward.nodes
+        s["env.reward_model.resources.gpus_per_node"] = reward.gpus_per_node
+        s["env.reward_model.dtensor_cfg.tensor_parallel_size"] = reward.strategy.tp
+        s["env.reward_model.batch_size"] = reward.micro_batch
+        note.append("env.reward_model.model_name: grpo_rm_1B's default reward model; set the plan's own")
     if ref is not None:
         if view.algorithm == "dpo":  # dpo.yaml has no logprob batch: the reference forward uses the training one
             if ref.micro_batch != train.micro_batch:

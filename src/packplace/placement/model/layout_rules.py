@@ -26,7 +26,8 @@ The rules (sources: each framework's trainer entry point, as the emitters' modul
   generation is colocated with the whole policy or on GPUs of its own (whole nodes on a multi-node
   cluster), and asynchronous GRPO (staleness ≥ 1) needs GPUs of its own; PPO runs the policy, the value
   model and generation on one cluster (``nemo_rl/algorithms/ppo.py`` v0.7.0: non-colocated PPO is not
-  supported). The DTensor policy (``fsdp``) has no
+  supported); a GRPO reward model runs as an environment on GPUs of its own (whole nodes on a multi-node
+  plan), tensor-parallel only (``examples/configs/grpo_rm_1B.yaml``). The DTensor policy (``fsdp``) has no
   pipeline or expert parallelism; the Megatron one shards no parameters.
 * **OpenRLHF** (``openrlhf/cli/train_ppo_ray.py``): vLLM engines take a tensor-parallel size only;
   DeepSpeed trains without pipeline parallelism, every trained model with one
@@ -137,10 +138,10 @@ def unsupported(ctx: Context) -> str | None:
     if ctx.framework == "verl" and ctx.algorithm == "dpo":
         return ("algorithm dpo: verl.trainer.main_ppo runs PPO-family algorithms (algorithm.adv_estimator); "
                 "verl has no DPO trainer on this config")
-    if ctx.framework == "nemo-rl" and ctx.reward_model and ctx.algorithm != "dpo":
-        return ("reward model: NeMo RL runs a reward model as an environment on GPUs of its own "
-                "(examples/configs/grpo_rm_1B.yaml, env.reward_model); the emitted settings score with the math "
-                "environment's rule instead")
+    if ctx.framework == "nemo-rl" and ctx.reward_model and ctx.algorithm == "ppo":
+        return ("reward model: NeMo RL's PPO takes a reward-model environment from an env.reward_model section, "
+                "which its example configs (ppo_math_1B) do not have (GRPO's grpo_rm_1B does); the emitted "
+                "settings score with the math environment's rule")
     return None
 
 
@@ -237,6 +238,9 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy) -> 
         if fw == "verl" and (s.pp > 1 or s.ep > 1):
             return ("verl's reward model engine (reward.reward_model.rollout) is emitted with tensor "
                     "parallelism only")
+        if fw == "nemo-rl" and (s.pp > 1 or s.ep > 1):
+            return ("NeMo RL's reward-model environment runs a DTensor model (env.reward_model.dtensor_cfg): "
+                    "tensor parallelism only")
         return None
     if kind == "generate":
         return None
@@ -309,6 +313,15 @@ def _nemo_rl(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, 
                                                             or not _same(critic_infer, critic)):
         out.append(f"{critic_infer.layout} differs from {critic.layout}: NeMo RL computes values in the value "
                    f"workers, with the value model's layout")
+    reward = tasks.get(REWARD)
+    if reward is not None and ctx.reward_model:  # grpo.py: the reward-model environment's own cluster
+        others = [t for name, t in tasks.items() if name != REWARD]
+        if not all(_disjoint(reward, t) for t in others):
+            out.append(f"{reward.layout} shares GPUs with other tasks: NeMo RL runs the reward-model environment "
+                       f"on GPUs of its own (env.reward_model.resources)")
+        elif _plan_nodes(ctx, tasks) > 1 and reward.gpus_per_node != ctx.gpus_per_node:
+            out.append(f"{reward.layout} on part of a node of a multi-node plan: NeMo RL gives the reward-model "
+                       f"environment whole nodes there (policy nodes = cluster nodes - reward nodes)")
     if ctx.algorithm == "ppo":  # ppo.py: one cluster for the policy, the value model and generation
         for task in (critic, gen):
             if task is not None and not _same(task, train):
@@ -322,9 +335,7 @@ def _nemo_rl(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, 
                 out.append(f"actor staleness {stale} with generation colocated: NeMo RL's asynchronous GRPO runs "
                            f"generation on GPUs of its own")
         elif _disjoint(gen, train):
-            spans = [(t.lo, t.hi) for t in tasks.values()]
-            nodes = len({g // ctx.gpus_per_node for lo, hi in spans for g in range(lo, hi)})
-            if nodes > 1 and gen.gpus_per_node != ctx.gpus_per_node:
+            if _plan_nodes(ctx, tasks) > 1 and gen.gpus_per_node != ctx.gpus_per_node:
                 out.append(f"{gen.layout} on part of a node of a multi-node cluster: NeMo RL gives generation "
                            f"whole nodes there")
         else:
@@ -333,6 +344,11 @@ def _nemo_rl(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, 
         if stale and ctx.algorithm != "grpo":
             out.append(f"actor staleness {stale}: NeMo RL's asynchronous mode is GRPO's (grpo.async_grpo)")
     return out
+
+
+def _plan_nodes(ctx: Context, tasks: Mapping[str, Placed]) -> int:
+    """Nodes any task of the plan uses."""
+    return len({g // ctx.gpus_per_node for t in tasks.values() for g in range(t.lo, t.hi)})
 
 
 #: OpenRLHF actor groups and the pairs that may share GPUs (``--train.colocate_actor_ref``,
@@ -488,11 +504,13 @@ class _Fixer:
         if must != "disjoint":
             self.follow(name, leader)
 
-    def elsewhere(self, name: str, avoid: list[str]) -> bool:
-        """``name`` on its fastest memory-feasible candidate of any shape that has an aligned block sharing no
-        GPU with ``avoid``; False when none has."""
+    def elsewhere(self, name: str, avoid: list[str], shape_ok=None) -> bool:
+        """``name`` on its fastest memory-feasible candidate of any shape (that ``shape_ok(extent)`` accepts)
+        that has an aligned block sharing no GPU with ``avoid``; False when none has."""
         taken = [self.span(a) for a in avoid if a in self.vertices and a != name]
         for cand in self.table.feasible[name]:
+            if shape_ok is not None and not shape_ok(cand.extent):
+                continue
             for alloc in self.table.origins(cand.extent):
                 lo, hi = alloc.gpu_range(self.cluster)
                 if all(hi <= x or y <= lo for x, y in taken):
@@ -520,8 +538,14 @@ class _Fixer:
             if GENERATE in self.vertices and ctx.algorithm != "ppo":
                 self.same_or_disjoint(GENERATE, TRAIN, "disjoint" if stale else None)
                 placed = placed_of(self.instance, Plan.build(self.vertices))
-                if any("whole nodes" in line for line in _nemo_rl(ctx, placed, self.staleness)):
+                if any("generation whole nodes" in line for line in _nemo_rl(ctx, placed, self.staleness)):
                     self.follow(GENERATE, TRAIN)
+            if REWARD in self.vertices and ctx.reward_model:
+                placed = placed_of(self.instance, Plan.build(self.vertices))
+                if any(line.startswith(placed[REWARD].layout) for line in _nemo_rl(ctx, placed, self.staleness)):
+                    whole = self.cluster.num_gpus > self.cluster.gpus_per_node
+                    self.elsewhere(REWARD, [n for n in self.vertices if n != REWARD],
+                                   lambda extent: not whole or extent[2] == self.cluster.gpus_per_node)
         else:
             self._openrlhf(ctx)
 
