@@ -22,12 +22,14 @@ Usage:
     python benchmarks/ctrl_c_trials.py                  # 50 trials, delays 0-3 s
     python benchmarks/ctrl_c_trials.py --trials 4 --delays-ms 0 2 4 6 8 10 15 20 30 40 50   # start-up window
     python benchmarks/ctrl_c_trials.py --trials 10 --max-delay 1 --seed 3
+    python benchmarks/ctrl_c_trials.py --json --trials 60 --max-delay 1.5   # and one JSON document each
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import random
 import shutil
@@ -84,14 +86,26 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def trial(command: str, delay: float, timeout: float, folder: Path, index: int) -> dict:
-    """One run of ``command`` interrupted after ``delay`` seconds; the exit code and what it left."""
+def json_document_ok(stdout: str, code: int) -> bool:
+    """``stdout`` is one JSON document whose ``exit_code`` (when it has one) is the process's ``code``."""
+    try:
+        document = json.loads(stdout)
+    except ValueError:
+        return False
+    return isinstance(document, dict) and document.get("exit_code", code) == code
+
+
+def trial(command: str, delay: float, timeout: float, folder: Path, index: int, with_json: bool = False) -> dict:
+    """One run of ``command`` interrupted after ``delay`` seconds; the exit code and what it left (with
+    ``with_json``: the command runs with ``--json`` and its standard output is checked)."""
     out = folder / f"trial{index}.json"
     argv = console_script() + COMMANDS[command] + ["--solver", "cpsat", "--time-limit", "10", "--out", str(out)]
+    argv += ["--json"] if with_json else []
     # SIGINT at its default action in the child, as in a terminal's foreground job: a shell starts a
     # background job (this script run with `&`) with SIGINT ignored, and an ignored SIGINT stays ignored
     # across exec until packplace_console installs its handler, so an early signal would be lost
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE if with_json else subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, start_new_session=True,
                                preexec_fn=_default_sigint)  # noqa: PLW1509 - single-threaded parent
     time.sleep(delay)
     finished_first = process.poll() is not None
@@ -99,16 +113,18 @@ def trial(command: str, delay: float, timeout: float, folder: Path, index: int) 
         os.killpg(process.pid, signal.SIGINT)
     hung = False
     try:
-        _, err = process.communicate(timeout=timeout)
+        stdout, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         hung = True
         os.killpg(process.pid, signal.SIGKILL)
-        _, err = process.communicate()
+        stdout, err = process.communicate()
     text = err.decode("utf-8", "replace")
+    document = json_document_ok((stdout or b"").decode("utf-8", "replace"), process.returncode) if with_json else True
     startup = startup_phase(process.returncode, text)
     return {"startup": startup, "command": command, "delay": delay, "code": process.returncode,
             "finished_first": finished_first,
             "tracebacks": text.count("Traceback (most recent call last)"), "hung": hung, "wrote": out.exists(),
+            "document": document,
             "last_line": text.strip().splitlines()[-1][:100] if text.strip() else ""}
 
 
@@ -118,6 +134,8 @@ def main() -> int:
     parser.add_argument("--max-delay", type=float, default=3.0, help="seconds; delays drawn from [0, this]")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the exit after the signal")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true",
+                        help="run with --json: a signalled trial must also print one JSON document on stdout")
     parser.add_argument("--delays-ms", type=float, nargs="+", default=None,
                         help="fixed delays in milliseconds instead of random ones: each runs --trials times "
                              "(the start-up window: e.g. --delays-ms 0 2 4 ... 50 --trials 4)")
@@ -131,22 +149,27 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ctrl_c_trials_") as folder:
         for i, delay in enumerate(delays):
             command = ("balance", "place")[i % 2]
-            row = trial(command, delay, args.timeout, Path(folder), i)
+            row = trial(command, delay, args.timeout, Path(folder), i, args.json)
             rows.append(row)
             state = ("finished first" if row["finished_first"] else "HUNG" if row["hung"] else
                      f"start-up: {row['startup']}" if row["startup"] else "")
-            print(f"{i:>3} {command:<8} delay {row['delay']:6.3f} s  exit {row['code']:>4}  tracebacks "
+            print(f"{i:>3} {command:<8} delay {row['delay']:6.3f} s  exit {row['code']:>4}  document "
+                  f"{'ok' if row['document'] else 'NO'}  tracebacks "
                   f"{row['tracebacks']}  wrote {'yes' if row['wrote'] else 'no '}  {state:<15} {row['last_line']}",
                   flush=True)
     signalled = [r for r in rows if not r["finished_first"]]
     codes = collections.Counter(r["code"] for r in signalled)
     startup = [r for r in signalled if r["startup"]]
     bad = [r for r in signalled
-           if not r["startup"] and (r["code"] != 130 or r["tracebacks"] or r["hung"] or r["wrote"])]
+           if not r["startup"] and (r["code"] != 130 or r["tracebacks"] or r["hung"] or r["wrote"]
+                                    or not r["document"])]
     print(f"trials {len(rows)}: signalled {len(signalled)}, finished before the signal {len(rows) - len(signalled)}")
     print(f"exit codes of signalled trials: {dict(sorted(codes.items()))}")
     print(f"with a traceback: {sum(1 for r in rows if r['tracebacks'])}; hangs: {sum(r['hung'] for r in rows)}; "
           f"output written by an interrupted run: {sum(r['wrote'] for r in signalled)}")
+    if args.json:
+        print("signalled trials (after start-up) without one JSON document on stdout: "
+              f"{sum(1 for r in signalled if not r['startup'] and not r['document'])}")
     phases = collections.Counter(r["startup"] for r in startup)
     startup_codes = collections.Counter(r["code"] for r in startup)
     print(f"signalled during interpreter start-up (before packplace code): {len(startup)} "

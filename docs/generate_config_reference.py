@@ -18,9 +18,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from packplace import yamlio
+from packplace import shape, yamlio
 from packplace.balance import config as balance
 from packplace.contract import REQUIRED, Field
+from packplace.harness import suites
 from packplace.placement.checking import validate
 from packplace.placement.problem import config as placement
 
@@ -42,7 +43,14 @@ string nor an integer is a one-line `ConfigError` naming the field (exit code 2)
   inclusive unless the interval opens with `(`.
 - Sizes are refused up front, with the estimate: at most {max_samples} samples and bins,
   {max_documents} corpus documents after splitting, {max_gpus} GPUs, {max_sequences} sequences
-  per step, staleness {max_staleness}.
+  per step, staleness {max_staleness}. A suite's balance instance (a generator's `n` samples in `ranks` ×
+  `bins_per_rank` bins, or a config entry once loaded) is also refused when its estimated memory,
+  {sample_bytes} B per sample plus {bin_bytes} B per bin, is above {max_instance_gib:g} GiB.
+- A long list of plain decimal integers (`samples.lengths: [...]`, or a block of `- 123` lines) is read
+  without the YAML parser and checked as one column ([performance](performance.md#a-config-of-a-million-lengths)).
+- A Hugging Face `config.json` (`hf_config:`) is checked like a YAML shape: every size field an integer
+  in [0, {max_shape}], every flag a boolean; an error names the file and the key, and describes a value
+  read from that file instead of quoting it.
 - The YAML file itself is limited to {max_mib} MiB, {max_depth} levels of nesting and
   {max_nodes} nodes after alias expansion (aliases and merge keys `<<: *name` are
   accepted; a "billion laughs" file is refused).
@@ -128,7 +136,10 @@ def config_reference() -> str:
         max_samples=_number(balance.MAX_SAMPLES), max_documents=_number(balance.MAX_CORPUS_DOCUMENTS),
         max_gpus=_number(placement.MAX_GPUS), max_sequences=f"{placement.MAX_SEQUENCES:.0e}".replace("e+", "e"),
         max_staleness=placement.MAX_STALENESS, max_mib=yamlio.MAX_CONFIG_BYTES // 2**20,
-        max_depth=yamlio.MAX_DEPTH, max_nodes=_number(yamlio.MAX_EXPANDED_NODES))
+        max_depth=yamlio.MAX_DEPTH, max_nodes=_number(yamlio.MAX_EXPANDED_NODES),
+        sample_bytes=suites.SAMPLE_BYTES, bin_bytes=suites.BIN_BYTES,
+        max_instance_gib=suites.MAX_INSTANCE_BYTES / 2**30,
+        max_shape=_number(shape.MAX_SHAPE_INTEGER))
     sections = []
     for title, fields, prefix in tables():
         note = f"{NOTES[title]}\n\n" if title in NOTES else ""

@@ -6,13 +6,49 @@ import) ends the process at once with one line on stderr and exit code 128 + sig
 for SIGTERM): no traceback, no half-initialised native module, nothing written.
 """
 
-import os  # noqa: I001 - os and signal only (both loaded with the interpreter), then the handlers at once
+import os  # noqa: I001 - os, signal and sys only (loaded with the interpreter), then the handlers at once
 import signal
+import sys
+
+#: The subcommands (a ``--json`` error document names the one on the command line, else ``null``).
+_COMMANDS = ("balance", "place", "validate", "calibrate", "compare", "bench")
+
+
+def _json_requested() -> bool:
+    """``--json`` is on the command line (before a ``--`` that ends the options)."""
+    words = sys.argv[1:]
+    return "--json" in (words[: words.index("--")] if "--" in words else words)
+
+
+def _error_document(signum: int) -> bytes:
+    """The ``--json`` error document of an interruption, as :func:`packplace.cli.main` writes it (strict
+    JSON, indented by 2), built without the :mod:`json` module (which may not be loaded yet)."""
+    command = next((word for word in sys.argv[1:] if not word.startswith("-")), None)
+    shown = f'"{command}"' if command in _COMMANDS else "null"
+    name = signal.Signals(signum).name
+    return (f'{{\n  "command": {shown},\n  "error": {{\n    "type": "Interrupted",\n    "message": '
+            f'"interrupted by {name}"\n  }},\n  "exit_code": {128 + signum}\n}}\n').encode()
+
+
+def _document_written() -> bool:
+    """:func:`packplace.cli.main` has written its ``--json`` document (then none is added)."""
+    return _written_exit_code() is not None
+
+
+def _write_error_document(signum: int) -> None:
+    """With ``--json``, the interruption's error document on standard output, unless the command has
+    written its own (the README's promise: every ``--json`` run prints one document)."""
+    if _json_requested() and not _document_written():
+        try:
+            os.write(1, _error_document(signum))
+        except OSError:
+            pass
 
 
 def _stop_early(signum: int, frame: object) -> None:
     try:
         os.write(2, f"packplace: interrupted by {signal.Signals(signum).name}\n".encode())
+        _write_error_document(signum)
     finally:
         os._exit(128 + signum)
 
@@ -24,8 +60,6 @@ def _install() -> None:
 
 _install()  # on import, before any other module loads (the console script imports this module first)
 
-import sys  # noqa: E402 - after the handlers
-
 
 def _received_signal() -> int | None:
     """The signal :mod:`packplace.interrupt` recorded, if the command line installed it, else None."""
@@ -33,6 +67,14 @@ def _received_signal() -> int | None:
     requested = getattr(handled, "requested", None)
     signum = requested() if callable(requested) else None
     return signum if isinstance(signum, int) else None
+
+
+def _written_exit_code() -> int | None:
+    """The exit code of the ``--json`` document :func:`packplace.cli.main` has written, else None."""
+    cli = sys.modules.get("packplace.cli")
+    written = getattr(cli, "json_document_written", None)
+    code = written() if callable(written) else None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 def main() -> int:
@@ -49,8 +91,13 @@ def main() -> int:
         signum = _received_signal()
         if signum is None or isinstance(exc, SystemExit):
             raise
-        os.write(2, f"packplace: interrupted by {signal.Signals(signum).name}\n".encode())
-        code = 128 + signum
+        written = _written_exit_code()
+        if written is not None:  # the command had finished and printed its document: its exit code stands
+            code = written
+        else:
+            os.write(2, f"packplace: interrupted by {signal.Signals(signum).name}\n".encode())
+            _write_error_document(signum)
+            code = 128 + signum
     # the command has finished and its exit code is decided: a signal from here on (output flushed, the
     # interpreter shutting down, when Python would restore the default action and die of it) is ignored
     for _ in range(2):  # a signal landing while the handlers are swapped raises once: swap them again

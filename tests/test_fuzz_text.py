@@ -1,15 +1,23 @@
-"""Text-level fuzzing of the command line: mutated YAML text of the shipped configs and special files.
+"""Text-level fuzzing of the command line: mutated text of every kind of input file, and special files.
 
-Each input runs through :func:`packplace.cli.main` in-process (``balance`` with ``lpt``, ``place`` with
-``greedy``, ``--time-limit 2 --quiet``). The mutations work on the text, not on parsed dicts: truncation,
+The families (:data:`FAMILIES`): the shipped configs (``balance`` with ``lpt``, ``place`` with ``greedy``,
+``--time-limit 2 --quiet``), a Hugging Face ``config.json`` read through ``hf_config:`` (``place``), a
+validation file (``validate``), a measured file with its validation config (``calibrate``), a suite
+(``compare``) and a baseline (``bench``). Each input runs through :func:`packplace.cli.main` in-process.
+The mutations work on the text, not on parsed dicts: truncation,
 scalar type swaps, huge numbers (up to 5,000 digits), YAML tags (``!!python/object``, ``!!binary``,
 custom), anchors and aliases (undefined, self-referencing, small alias bombs), control characters,
 broken indentation, duplicated and deleted lines. Special inputs: a FIFO, ``/dev/null``, ``/dev/zero``,
 a directory, a missing path, symbolic links to each, an output path that is the config itself.
+JSON inputs get their own mutations (:func:`mutate_json`: a value swapped for a string, a list, a 5,000-digit
+integer, a lone surrogate escape; a key deleted; the text cut) and the validation and measured files
+hostile values under their keys (:func:`mutate_mapping`).
 Asserted for every input: no exception leaves ``main`` (no traceback); an exit code of 0, 1 or 2; exit 2
 with exactly one ``packplace <command>: error: ...`` line on stderr; the run ends within
-:data:`HANG_BOUND_S` (a hang is counted, not waited for); the config file (an input) is never changed and
-``/dev/null`` stays a character device. The default run takes :data:`DEFAULT_SAMPLE` inputs; the
+:data:`HANG_BOUND_S` (a hang is counted, not waited for); the input file is never changed,
+``/dev/null`` stays a character device, and what was printed is valid UTF-8 (a terminal's encoding).
+``benchmarks/fuzz_sweep.py`` runs the sweep at scale in worker processes (memory, files touched).
+The default run takes :data:`DEFAULT_SAMPLE` inputs; the
 ``slow`` sweep takes :data:`SWEEP_SIZE` and prints the counts.
 """
 
@@ -37,7 +45,7 @@ SHIPPED = sorted((ROOT / "configs" / "balance").glob("*.yaml")) + sorted(
 HANG_BOUND_S = 30
 DEFAULT_SAMPLE = 40
 SWEEP_SIZE = 5000
-ERROR_LINE = re.compile(r"^packplace (balance|place): error: ")
+ERROR_LINE = re.compile(r"^packplace (balance|place|validate|calibrate|compare|bench): error: ")
 
 SWAPS = ["[]", "{}", "null", "~", "true", "no", "'text'", '"x\\u0000y"', "1e400", "-1", "0", "-0", ".nan", ".inf",
          "-.inf", "0x7fffffff", "0o17", "1_000", "12:30:00", "2001-12-14", "3.5", "[1, [2, [3]]]", "{a: {b: c}}",
@@ -118,26 +126,160 @@ def mutate(text: str, rng: random.Random) -> str:
 SPECIALS = ["fifo", "dev_null", "dev_zero", "directory", "missing", "link_fifo", "link_zero", "link_missing",
             "empty", "bad_utf8", "utf16", "out_is_config", "out_dev_null"]
 
+HF_CONFIGS = sorted((ROOT / "tests" / "data" / "hf_configs").glob("*.json"))
+VALIDATION = sorted((ROOT / "benchmarks" / "validation").glob("*.yaml"))
+CALIBRATION_CONFIG = ROOT / "benchmarks" / "validation" / "qwen2.5-7b_vllm_batch1_1xa100.yaml"
+MEASURED = sorted((ROOT / "benchmarks" / "calibration").glob("*.measured.yaml"))
+SMOKE_SUITE = ROOT / "benchmarks" / "suites" / "smoke.yaml"
+#: The placement config whose actor is read from a mutated ``config.json`` (family ``hf_config``).
+HF_PLACEMENT = re.sub(r"(?ms)^  actor:.*?(?=^workload:)", "  actor:\n    hf_config: model.json\n",
+                      (ROOT / "configs" / "placement" / "dpo_llama3.1-8b_1x8xh100.yaml").read_text(encoding="utf-8"))
+#: A two-instance balance suite (family ``baseline``: ``bench`` against a mutated baseline written for it).
+TINY_SUITE = """name: tiny
+problem: balance
+time_limit_s: 1
+seed: 0
+solvers: [lpt, karmarkar_karp]
+instances:
+  - name: uniform-n6-D2
+    generator: uniform
+    params: {n: 6, ranks: 2, seq_len: 8192, low: 100, high: 2000}
+    seeds: [7]
+  - name: lognormal-n8-D2
+    generator: lognormal
+    params: {n: 8, ranks: 2, seq_len: 4096}
+    seeds: [7]
+"""
+#: Families of inputs and their shares of the sweep: the shipped configs (``config``), a Hugging Face
+#: ``config.json`` read by a placement config, a validation file (``validate``), a measured file and its
+#: validation config (``calibrate``), a suite (``compare``) and a baseline (``bench``).
+FAMILIES = {"config": 0.55, "hf_config": 0.12, "validation": 0.1, "measured": 0.1, "suite": 0.08, "baseline": 0.05}
+JSON_SWAPS = ['"text"', "[]", "{}", "null", "true", "false", "-1", "0", "0.5", "1e400", "-1e400", "9" * 5000,
+              "-" + "9" * 400, '"\\ud800"', '"\\u0000"', "[[1]]", '{"a": 1}', "16777217", "1.5", "[1, 2]"]
+#: Values the mutations put in a YAML mapping of the validation and measured files (hostile shapes).
+HOSTILE_VALUES = ["{actor: 0.5}", "[[generation]]", "{true: 1}", "{1: 2}", "{dp: 2}", "1048576", "0.5", "[]",
+                  "{actor.generate: {dp: 2}}", "{generation: [[x]]}", "{? [a]: 1}"]
+
+
+def mutate_json(text: str, rng: random.Random) -> str:
+    """One to three mutations of a JSON object's text: a value swapped for a hostile one (a string, a list,
+    a 5,000-digit integer, a lone surrogate, ...), a key deleted or made boolean-like, or the text cut."""
+    import json  # noqa: PLC0415 - only the JSON families need it
+
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        kind = rng.choice(["swap", "swap", "swap", "delete", "truncate", "text"]) if isinstance(data, dict) else "text"
+        if kind in ("swap", "delete") and isinstance(data, dict) and data:
+            holder = data
+            if rng.random() < 0.3:  # one level down (a result row of a baseline, a text_config)
+                inner = [v for v in data.values() if isinstance(v, dict) and v]
+                holder = rng.choice(inner) if inner else data
+            key = rng.choice(list(holder))
+            if kind == "delete":
+                del holder[key]
+                text = json.dumps(data, indent=1)
+            else:
+                holder[key] = "@@SWAP@@"
+                text = json.dumps(data, indent=1).replace('"@@SWAP@@"', rng.choice(JSON_SWAPS))
+        elif kind == "truncate":
+            text = text[: rng.randrange(len(text) + 1)]
+        else:
+            text = _mutate_once(text, rng)
+    return text
+
+
+def mutate_mapping(text: str, rng: random.Random) -> str:
+    """:func:`mutate`, or a hostile value put under one of the YAML keys of ``text`` (half each)."""
+    if rng.random() < 0.5:
+        return mutate(text, rng)
+    spots = list(SCALAR.finditer(text)) + list(re.finditer(r"(:\s*)(\{[^\n]*\}|\[[^\n]*\])()$", text, re.M))
+    if not spots:
+        return mutate(text, rng)
+    m = rng.choice(spots)
+    return text[: m.start(2)] + rng.choice(HOSTILE_VALUES + SWAPS) + text[m.end(2):]
+
 
 def make_case(index: int, seed: int = 0) -> dict:
-    """Input ``index`` of the sweep: the command, the config text (or special kind), and whether ``--out`` is
-    the config itself."""
+    """Input ``index`` of the sweep: its family, command, source file, the input text (or special kind) and
+    the texts of the files it reads besides (``extra``: name -> text)."""
     rng = random.Random(f"{seed}:{index}")
-    source = rng.choice(SHIPPED)
-    command = "balance" if source.parent.name == "balance" else "place"
+    family = rng.choices(list(FAMILIES), weights=list(FAMILIES.values()))[0]
     special = rng.choice(SPECIALS) if rng.random() < 0.1 else None
-    text = source.read_text(encoding="utf-8")
-    if special not in ("out_is_config", "out_dev_null", None):
-        text = ""
+    case = {"index": index, "family": family, "special": special, "extra": {}}
+    if family == "config":
+        source = rng.choice(SHIPPED)
+        case["command"] = "balance" if source.parent.name == "balance" else "place"
+        text = source.read_text(encoding="utf-8")
+        mutated = lambda: mutate(text, rng)  # noqa: E731
+    elif family == "hf_config":
+        source = rng.choice(HF_CONFIGS)
+        case["command"] = "place"
+        text = source.read_text(encoding="utf-8")
+        mutated = lambda: mutate_json(text, rng)  # noqa: E731
+    elif family == "validation":
+        source = rng.choice(VALIDATION)
+        case["command"] = "validate"
+        text = source.read_text(encoding="utf-8")
+        mutated = lambda: mutate_mapping(text, rng)  # noqa: E731
+    elif family == "measured":
+        source = rng.choice(MEASURED)
+        case["command"] = "calibrate"
+        text = source.read_text(encoding="utf-8")
+        mutated = lambda: mutate_mapping(text, rng)  # noqa: E731
+        config_text = CALIBRATION_CONFIG.read_text(encoding="utf-8")
+        case["extra"]["validation.yaml"] = mutate_mapping(config_text, rng) if rng.random() < 0.3 else config_text
+    elif family == "suite":
+        source = SMOKE_SUITE
+        case["command"] = "compare"
+        text = source.read_text(encoding="utf-8")
+        mutated = lambda: mutate_mapping(text, rng)  # noqa: E731
     else:
-        text = mutate(text, rng)
-    return {"index": index, "command": command, "source": source.name, "special": special, "text": text}
+        source = SMOKE_SUITE
+        case["command"] = "bench"
+        text = _tiny_baseline()
+        mutated = lambda: mutate_json(text, rng)  # noqa: E731
+        case["extra"]["suite.yaml"] = TINY_SUITE
+    case["source"] = source.name
+    case["text"] = "" if special not in ("out_is_config", "out_dev_null", None) else mutated()
+    return case
+
+
+_BASELINE: list[str] = []
+
+
+def _tiny_baseline() -> str:
+    """The baseline ``bench --update`` writes for :data:`TINY_SUITE` (computed once per process)."""
+    if not _BASELINE:
+        import tempfile  # noqa: PLC0415 - only the baseline family needs it
+
+        with tempfile.TemporaryDirectory() as folder:
+            suite = Path(folder) / "suite.yaml"
+            suite.write_text(TINY_SUITE, encoding="utf-8")
+            baseline = Path(folder) / "baseline.json"
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                main(["bench", "--suite", str(suite), "--baseline", str(baseline), "--update", "--quiet"])
+            _BASELINE.append(baseline.read_text(encoding="utf-8"))
+    return _BASELINE[0]
+
+
+#: The file name each family's mutated input gets (a placement config reads ``model.json`` beside it).
+INPUT_NAME = {"config": "config.yaml", "hf_config": "model.json", "validation": "validation.yaml",
+              "measured": "measured.yaml", "suite": "suite.yaml", "baseline": "baseline.json"}
 
 
 def _prepare(case: dict, folder: Path) -> tuple[str, str]:
-    """Create the case's config path in ``folder``; returns (config path, --out path)."""
-    config = folder / "config.yaml"
-    out = str(folder / "out.json")
+    """Create the case's input path in ``folder`` (and the files it reads besides); returns (input path,
+    output path)."""
+    family = case.get("family", "config")
+    config = folder / INPUT_NAME[family]
+    out = str(folder / ("report" if family == "suite" else "out.json"))
+    for name, text in case.get("extra", {}).items():
+        (folder / name).write_bytes(text.encode("utf-8", "surrogatepass"))
+    if family == "hf_config":
+        (folder / "config.yaml").write_text(HF_PLACEMENT, encoding="utf-8")
     special = case["special"]
     if special == "fifo":
         os.mkfifo(config)
@@ -168,6 +310,25 @@ def _prepare(case: dict, folder: Path) -> tuple[str, str]:
     return str(config), out
 
 
+def argv_of(case: dict, config: str, out: str, folder: Path) -> list[str]:
+    """The command line of one case (short limits, ``--quiet``)."""
+    family = case.get("family", "config")
+    if family == "config":
+        solver = "lpt" if case["command"] == "balance" else "greedy"
+        return [case["command"], "--config", config, "--solver", solver, "--time-limit", "2", "--quiet", "--out", out]
+    if family == "hf_config":
+        return ["place", "--config", str(folder / "config.yaml"), "--solver", "greedy", "--time-limit", "2",
+                "--quiet", "--out", out]
+    if family == "validation":
+        return ["validate", config, "--quiet"]
+    if family == "measured":
+        return ["calibrate", "--config", str(folder / "validation.yaml"), "--measured", config, "--quiet"]
+    if family == "suite":
+        return ["compare", "--problem", "balance", "--suite", config, "--time-limit", "0.2", "--jobs", "1",
+                "--quiet", "--out", out]
+    return ["bench", "--suite", str(folder / "suite.yaml"), "--baseline", config, "--jobs", "1", "--quiet"]
+
+
 def _alarm(signum, frame):
     raise Hang()
 
@@ -177,8 +338,7 @@ def run_case(case: dict, folder: Path) -> dict:
     config, out = _prepare(case, folder)
     regular = os.path.isfile(config) and not os.path.islink(config)
     before = hashlib.sha256(Path(config).read_bytes()).hexdigest() if regular else None
-    solver = "lpt" if case["command"] == "balance" else "greedy"
-    argv = [case["command"], "--config", config, "--solver", solver, "--time-limit", "2", "--quiet", "--out", out]
+    argv = argv_of(case, config, out, folder)
     stdout, stderr = io.StringIO(), io.StringIO()
     outcome = {"index": case["index"], "source": case["source"], "special": case["special"], "code": None,
                "traceback": None, "hang": False}
@@ -200,6 +360,11 @@ def run_case(case: dict, folder: Path) -> dict:
     outcome["bad_code"] = outcome["code"] not in (0, 1, 2) and not outcome["hang"] and not outcome["traceback"]
     outcome["input_changed"] = regular and hashlib.sha256(Path(config).read_bytes()).hexdigest() != before
     outcome["dev_null_ok"] = stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    try:  # a terminal or a pipe takes UTF-8: a lone surrogate in the output would crash the real print
+        (stdout.getvalue() + stderr.getvalue()).encode("utf-8")
+        outcome["encodable"] = True
+    except UnicodeEncodeError:
+        outcome["encodable"] = False
     return outcome
 
 
@@ -218,6 +383,8 @@ def problems(outcome: dict) -> list[str]:
         found.append("input overwritten")
     if not outcome["dev_null_ok"]:
         found.append("/dev/null replaced")
+    if not outcome.get("encodable", True):
+        found.append("unencodable output (a lone surrogate)")
     return found
 
 
@@ -230,7 +397,8 @@ def test_a_mutated_or_special_input_is_an_answer_or_one_error_line(index, tmp_pa
 
 @pytest.mark.parametrize("special", SPECIALS)
 def test_every_special_input(special, tmp_path):
-    case = {**make_case(0), "special": special}
+    first = next(i for i in range(100) if make_case(i)["family"] == "config")
+    case = {**make_case(first), "special": special}
     if special not in ("out_is_config", "out_dev_null"):
         case["text"] = ""
     outcome = run_case(case, tmp_path)

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from packplace.result import json_ready
+from packplace.jsontext import json_ready
 
 
 def slow(value):

@@ -14,6 +14,7 @@ import pytest
 
 from packplace import outputs
 from packplace.cli import main
+from packplace.jsontext import json_text
 
 ROOT = Path(__file__).resolve().parents[1]
 BALANCE = ROOT / "configs" / "balance" / "two_way_small.yaml"
@@ -153,7 +154,7 @@ def test_compare_out_that_is_a_file_fails_before_running(tmp_path, capsys, monke
 
 
 def test_json_outputs_are_strict_json(tmp_path):
-    assert outputs.json_text({"a": float("inf"), "b": [float("nan")], 3: 1}) == (
+    assert json_text({"a": float("inf"), "b": [float("nan")], 3: 1}) == (
         '{\n  "a": null,\n  "b": [\n    null\n  ],\n  "3": 1\n}')
     path = tmp_path / "x.json"
     outputs.write_atomic(str(path), "new", "--out")

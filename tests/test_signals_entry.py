@@ -77,3 +77,77 @@ def test_an_error_a_received_signal_caused_is_the_interruption(monkeypatch, capf
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _early(code: str, *argv: str) -> subprocess.CompletedProcess:
+    """Run ``code`` after the console module's import with ``sys.argv`` set to ``argv``."""
+    prelude = f"import os, signal, sys\nsys.argv = {['packplace', *argv]!r}\nimport packplace_console as c\n"
+    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_before_the_command_line_loads_prints_the_json_error_document(signum):
+    import json
+
+    done = _early(f"os.kill(os.getpid(), {int(signum)})\nimport time\ntime.sleep(5)",
+                  "balance", "--config", str(CONFIG), "--json")
+    assert done.returncode == 128 + signum
+    assert json.loads(done.stdout) == {"command": "balance", "error": {
+        "type": "Interrupted", "message": f"interrupted by {signal.Signals(signum).name}"}, "exit_code": 128 + signum}
+    assert done.stderr == f"packplace: interrupted by {signal.Signals(signum).name}\n"
+
+
+def test_without_json_an_early_signal_prints_nothing_on_stdout():
+    done = _early("os.kill(os.getpid(), signal.SIGINT)\nimport time\ntime.sleep(5)", "balance", "--config",
+                  str(CONFIG))
+    assert done.returncode == 130 and done.stdout == ""
+
+
+def test_a_signal_around_the_command_prints_the_json_error_document(monkeypatch, capsys):
+    import json
+
+    import packplace.cli as cli
+    from packplace import interrupt
+
+    def interrupted_scope():
+        raise interrupt.Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(cli.outputs, "reading_scope", interrupted_scope)
+    assert cli.main(["balance", "--config", str(CONFIG), "--json"]) == 143
+    document = json.loads(capsys.readouterr().out)
+    assert document == {"command": "balance", "error": {"type": "Interrupted", "message": "interrupted by SIGTERM"},
+                        "exit_code": 143}
+    assert cli.json_document_written() == 143
+
+
+def test_ctrl_c_while_the_modules_load_with_json_prints_the_error_document(monkeypatch, capsys):
+    import json
+
+    import packplace.cli as cli
+
+    def interrupted_while_loading(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted_while_loading)
+    assert cli.main(["place", "--config", "x.yaml", "--json"]) == 130
+    assert json.loads(capsys.readouterr().out)["error"]["message"] == "interrupted by SIGINT"
+
+
+def test_the_console_adds_no_second_document_once_the_command_wrote_its_own():
+    import json
+
+    small = ROOT / "configs" / "balance" / "two_way_small.yaml"
+    # the command finishes and prints its document; a signal raised afterwards inside main (as a held
+    # signal is, once the document is out) keeps the command's exit code and adds nothing
+    code = ("import packplace.cli as cli\n"
+            "run = cli.main\n"
+            "def main_then_signal(argv=None):\n"
+            "    code = run(argv)\n"
+            "    from packplace import interrupt\n"
+            "    interrupt._state.signum = signal.SIGINT\n"
+            "    raise interrupt.Interrupted(signal.SIGINT)\n"
+            "cli.main = main_then_signal\n"
+            "print('exit', c.main(), file=sys.stderr)\n")
+    done = _early(code, "balance", "--config", str(small), "--quiet", "--json")
+    assert json.loads(done.stdout)["status"] in ("optimal", "feasible")
+    assert done.stderr.strip().splitlines()[-1] == "exit 0"

@@ -17,15 +17,15 @@ import argparse
 import contextlib
 import importlib
 import io
-import json
 import os
 import signal
 import sys
+import time
 from typing import Any, TextIO
 
 from packplace import __version__, interrupt, outputs, progress
 from packplace.errors import ConfigError, InfeasibleError
-from packplace.result import json_ready
+from packplace.jsontext import json_text
 
 #: Modules that contribute subcommands through ``register(subparsers)``.
 COMMAND_MODULES = ("packplace.balance.cli", "packplace.placement.screen.cli", "packplace.harness.cli")
@@ -136,6 +136,45 @@ def _run(args: argparse.Namespace) -> int:
         return 2
 
 
+#: The exit code of the ``--json`` document the last :func:`main` call wrote in full (empty: none yet).
+_written: list[int] = []
+
+
+def json_document_written() -> int | None:
+    """The exit code of the ``--json`` document :func:`main` has written in full, else None: the console
+    script (``packplace_console``) adds an interruption's error document only when none was written."""
+    return _written[-1] if _written else None
+
+
+def _interrupted_document(command: str | None, signum: int) -> dict[str, Any]:
+    stop = interrupt.Interrupted(signum)
+    return {"command": command, "error": {"type": "Interrupted", "message": str(stop)},
+            "exit_code": interrupt.exit_code(signum)}
+
+
+def _write_document(stdout: TextIO, document: Any, code: int) -> None:
+    """Write the ``--json`` document with SIGINT/SIGTERM held back, so that a signal cannot cut it in half
+    (a held signal is handled once the document is out: the command's exit code stands)."""
+    text = json_text(document) + "\n"
+    blocked = _block_signals()
+    try:
+        stdout.write(text)
+        stdout.flush()
+        _written.append(code)
+    except BrokenPipeError:
+        pass
+    finally:
+        if blocked is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _block_signals() -> set[signal.Signals] | None:
+    """Block SIGINT and SIGTERM in this thread; the previous mask, or None where masks are unsupported."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, interrupt.SIGNALS)
+
+
 def _parse_with_json(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace | int:
     """``parser.parse_args(words)`` for a ``--json`` command line: an argument error (a missing
     ``--config``, an unknown option) prints its usage lines on stderr as always and, on stdout, the JSON
@@ -153,7 +192,7 @@ def _parse_with_json(parser: argparse.ArgumentParser, words: list[str]) -> argpa
         message = lines[-1] if lines else "invalid arguments"
         document = {"command": command_of(words), "error": {"type": "ArgumentError", "message": message},
                     "exit_code": code}
-        sys.stdout.write(json.dumps(json_ready(document), indent=2, allow_nan=False) + "\n")
+        _write_document(sys.stdout, document, code)
         return code
 
 
@@ -163,8 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     A command puts its JSON document in ``args.json_document``; with ``--json`` it is printed on
     stdout (a command that sets none gets ``{"command", "exit_code", "output"}`` with its text output).
     """
+    _written.clear()
+    started = time.monotonic()  # a command's --time-limit counts from here (balance: solve_budget)
+    words = sys.argv[1:] if argv is None else list(argv)
     try:  # Ctrl-C while the command modules load, before the handlers are installed: no traceback
-        words = sys.argv[1:] if argv is None else list(argv)
         parser = build_parser(words)
         if "--json" not in words:
             args = parser.parse_args(words)
@@ -175,27 +216,37 @@ def main(argv: list[str] | None = None) -> int:
             args = parsed
     except KeyboardInterrupt:
         print("packplace: interrupted by SIGINT", file=sys.stderr)
-        return interrupt.exit_code(signal.SIGINT)
+        code = interrupt.exit_code(signal.SIGINT)
+        if "--json" in words:  # the error document a --json run always prints
+            command = command_of(words)
+            _write_document(sys.stdout, _interrupted_document(command if command in COMMANDS else None,
+                                                              signal.SIGINT), code)
+        return code
+    args.started_at = started
     interrupt.install()
-    # both restored afterwards (main may run in-process); the scope records the files the command reads
-    with outputs.reading_scope(), progress.quiet(getattr(args, "quiet", False)):
-        if not getattr(args, "json", False):
-            return _run(args)
-        stdout = sys.stdout
-        tee = _Tee(sys.stderr)
-        with contextlib.redirect_stdout(tee):  # type: ignore[type-var]
-            code = _run(args)
+    json_wanted = bool(getattr(args, "json", False))
+    stdout = sys.stdout
+    tee = _Tee(sys.stderr)
+    try:
+        # both restored afterwards (main may run in-process); the scope records the files the command reads
+        with outputs.reading_scope(), progress.quiet(getattr(args, "quiet", False)):
+            if not json_wanted:
+                return _run(args)
+            with contextlib.redirect_stdout(tee):  # type: ignore[type-var]
+                code = _run(args)
+    except interrupt.Interrupted as stop:  # around the command (the scopes opening or closing): nothing ran
+        print(f"packplace {args.command}: {stop}", file=sys.stderr)
+        code = interrupt.exit_code(stop.signum)
+        if json_wanted:
+            _write_document(stdout, _interrupted_document(args.command, stop.signum), code)
+        return code
     document: Any = getattr(args, "json_document", None)
     error = getattr(args, "json_error", None)
     if error is not None:
         document = {"command": args.command, "error": error, "exit_code": code}
     elif document is None:
         document = {"command": args.command, "exit_code": code, "output": tee.copy.getvalue()}
-    try:
-        stdout.write(json.dumps(json_ready(document), indent=2, allow_nan=False) + "\n")
-        stdout.flush()
-    except BrokenPipeError:
-        pass
+    _write_document(stdout, document, code)
     return code
 
 

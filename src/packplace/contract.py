@@ -24,6 +24,7 @@ Messages are one line, ``<label>: must be ..., got <value>`` with the value boun
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -160,7 +161,7 @@ def check_section(section: Any, fields: Mapping[str, Field], where: str, *,
     valid = tuple(fields) + extra
     for key in section:
         if key not in valid:
-            shown = key if isinstance(key, str) and len(key) <= 60 else show(key)
+            shown = key_shown(key)
             raise ConfigError(unknown.format(label=name_of(shown), where=where, name=shown, valid=", ".join(valid)))
     out: dict[str, Any] = {}
     for name, spec in fields.items():
@@ -171,6 +172,22 @@ def check_section(section: Any, fields: Mapping[str, Field], where: str, *,
         elif spec.default is not None:
             out[name] = spec.default
     return out
+
+
+#: What an unknown key may look like to be quoted in a message: a field name or a typo of one.
+_NAME_LIKE = re.compile(r"[A-Za-z0-9_.\- ]{1,60}")
+
+
+def key_shown(key: Any, quote: bool = False) -> str:
+    """An unknown key as a message shows it: as written (``repr`` with ``quote``) when it looks like a field
+    name (letters, digits, ``_ . -`` and spaces, at most 60 characters), else described by its type and
+    length, so that a file that is not a config at all (a system file named by mistake) never has its text
+    repeated."""
+    if isinstance(key, str) and _NAME_LIKE.fullmatch(key):
+        return repr(key) if quote else key
+    if isinstance(key, str):
+        return f"(a key of {len(key):,} characters that is not a field name)"
+    return f"(a key of type {type(key).__name__})" if not isinstance(key, (int, float, bool)) else show(key)
 
 
 def check_count(count: int, maximum: int, label: str, what: str) -> None:

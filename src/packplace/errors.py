@@ -53,3 +53,14 @@ def show(value: Any) -> str:
     levels, 60 characters per string, so that a huge or deeply shared value never floods a message."""
     text = _REPR.repr(value)
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def show_kind(value: Any) -> str:
+    """What ``value`` is, quoting it only when it is ``None``, a boolean or a number: for a whole document
+    read from a file that turned out not to be the expected kind (a system file named by mistake), so that a
+    message never repeats the file's text."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return show(value)
+    if isinstance(value, (dict, list, str)) and not value:
+        return f"an empty {type(value).__name__}"
+    return type(value).__name__

@@ -22,8 +22,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
-import json
-import math
 import os
 import re
 import stat
@@ -365,20 +363,3 @@ def write_with(path: str, option: str, writer: Callable[[Any], None]) -> None:
         return
     with atomic_path(path, option) as temporary:
         writer(temporary)
-
-
-def _plain(value):
-    """``value`` with non-finite floats as ``None`` and non-string keys as strings (strict JSON)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def json_text(document) -> str:
-    """Strict JSON (RFC 8259) of a result document: ``inf``/``nan`` become ``null`` (a plain
-    ``json.dumps`` would write the invalid tokens ``Infinity``/``NaN``), indented by 2."""
-    return json.dumps(_plain(document), indent=2, allow_nan=False)

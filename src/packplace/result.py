@@ -8,17 +8,17 @@ evaluator's number, never the solver's own.
 from __future__ import annotations
 
 import inspect
-import itertools
 import json
 import math
 import signal
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from packplace import interrupt
 from packplace.errors import ConfigError
+from packplace.jsontext import json_ready, json_text
 from packplace.solvers.registry import get
 
 #: Proven optimal: the evaluator's ``objective`` equals the proven ``bound`` within
@@ -179,7 +179,7 @@ class SolveResult:
 
     def to_json(self, indent: int | None = None) -> str:
         """:meth:`to_dict` as JSON text (strict JSON: no ``NaN``/``Infinity``)."""
-        return json.dumps(self._data(view=True), indent=indent, allow_nan=False)
+        return json_text(self._data(view=True), indent)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SolveResult:
@@ -269,41 +269,6 @@ class SolveResult:
         if not isinstance(data, dict):
             raise ConfigError(f"result: expected a JSON object, got {type(data).__name__}")
         return cls.from_dict(data)
-
-
-def json_ready(value: Any) -> Any:
-    """``value`` as plain JSON data: dicts with string keys, lists, str/int/float/bool/None.
-
-    Tuples and numpy arrays become lists, numpy scalars Python numbers, non-finite floats ``None``,
-    dataclasses their fields, and any other object its ``to_dict()`` if it has one, else ``str()``.
-    """
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        kinds = set(map(type, value))  # a flat list of plain values (a bin's keys): one C-speed pass, no recursion
-        if kinds <= {str, int} or (kinds <= {str, int, float} and all(map(math.isfinite, (
-                v for v in value if type(v) is float)))):
-            return list(value)
-        if kinds and kinds <= {list, tuple} and set(map(type, itertools.chain.from_iterable(value))) <= {str, int}:
-            return [list(v) for v in value]  # lists of flat lists of keys (a rank's bins): one pass, no recursion
-    if isinstance(value, (list, tuple, set, frozenset)):
-        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
-        return [json_ready(v) for v in items]
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        return json_ready(to_dict())
-    tolist = getattr(value, "tolist", None)  # numpy arrays and scalars
-    if callable(tolist):
-        return json_ready(tolist())
-    if is_dataclass(value) and not isinstance(value, type):
-        return json_ready({f.name: getattr(value, f.name) for f in fields(value)})
-    return str(value)
 
 
 def relative_gap(objective: float, bound: float) -> float:

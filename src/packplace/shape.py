@@ -407,6 +407,9 @@ def shape_from_mapping(spec: Mapping[str, Any], where: str = "model.", *,
     if shared_count is not None:
         count = _coerce(shared_count, "n_shared_experts", "n_shared_experts", where)
         values["shared_expert_ffn_dim"] = count * values.get("expert_ffn_dim", 0)
+    for name in ("num_heads", "num_kv_heads"):  # counts of heads: None (not given) or at least one
+        if values.get(name) == 0:
+            raise ConfigError(f"{where}{given[name]}: must be an integer >= 1 (or omitted), got 0")
     if values.get("num_heads") is not None and "head_dim" not in values:
         if values["hidden_dim"] % values["num_heads"]:
             raise ConfigError(f"{where}num_attention_heads: {values['num_heads']} does not divide hidden_size "
@@ -481,10 +484,15 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any]) -> TransformerS
             raise ConfigError(f"{where}: cannot read ({exc.strerror or exc})") from None
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{where}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+        except ConfigError:  # the reader's own one line (a missing or special file)
+            raise
+        except (ValueError, RecursionError):  # an integer over Python's 4,300-digit limit; nesting too deep
+            raise ConfigError(f"{where}: invalid JSON (an integer over 4,300 digits or nesting too deep)") from None
         if not isinstance(cfg, Mapping):
             raise ConfigError(f"{where}: must be a JSON object, got {type(cfg).__name__}")
     if isinstance(cfg.get("text_config"), Mapping):
         cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+    cfg = _checked_hf_fields(cfg, where)
     if cfg.get("kv_lora_rank"):
         raise ConfigError(f"{where} kv_lora_rank: multi-head latent attention (DeepSeek-V2/V3) is not modelled")
     model_type = str(cfg.get("model_type", "")).lower()
@@ -544,6 +552,58 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any]) -> TransformerS
         return TransformerShape(**values)
     except ConfigError as exc:
         raise ConfigError(f"{where} {exc}") from None
+
+
+#: Integer fields of a ``config.json`` that :func:`from_hf_config` reads (each in ``[0, MAX_SHAPE_INTEGER]``).
+HF_INTEGER_KEYS = (
+    "num_hidden_layers", "n_layer", "num_layers", "hidden_size", "n_embd", "d_model", "num_attention_heads",
+    "n_head", "intermediate_size", "ffn_dim", "n_inner", "vocab_size", "head_dim", "num_key_value_heads",
+    "num_kv_heads", "max_position_embeddings", "n_positions", "word_embed_proj_dim", "num_experts",
+    "num_local_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
+    "shared_expert_intermediate_size", "first_k_dense_replace", "kv_lora_rank")
+#: Boolean fields of a ``config.json`` that :func:`from_hf_config` reads.
+HF_BOOLEAN_KEYS = ("tie_word_embeddings", "new_decoder_architecture", "multi_query", "enable_bias", "bias",
+                   "attention_bias")
+
+
+def _kind(value: Any) -> str:
+    """What ``value`` is, without quoting it (a value read from another file is described, not shown)."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return f"an integer of {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4,000'} digits" \
+            if abs(value) >= 10**12 else f"{value}"
+    if isinstance(value, float):
+        return f"{value!r}" if math.isfinite(value) else "a non-finite number"
+    return {str: "a string", list: "a list", dict: "an object", type(None): "null"}.get(type(value), "a value")
+
+
+def _checked_hf_fields(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``cfg`` with its integer fields (:data:`HF_INTEGER_KEYS`) checked as integers in ``[0,
+    MAX_SHAPE_INTEGER]`` (an integer-valued float becomes an int), its boolean fields
+    (:data:`HF_BOOLEAN_KEYS`) as booleans, ``model_type`` as a string and ``mlp_only_layers`` as a list.
+
+    Raises:
+        ConfigError: ``<file> <key>: must be ...`` naming the file and the key.
+    """
+    checked = dict(cfg)
+    for key in HF_INTEGER_KEYS:
+        value = checked.get(key)
+        if value is None:
+            continue
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SHAPE_INTEGER:
+            raise ConfigError(f"{where} {key}: must be an integer in [0, {MAX_SHAPE_INTEGER:,}], got {_kind(value)}")
+        checked[key] = value
+    for key in HF_BOOLEAN_KEYS:
+        if checked.get(key) is not None and not isinstance(checked[key], bool):
+            raise ConfigError(f"{where} {key}: must be true or false, got {_kind(checked[key])}")
+    if checked.get("model_type") is not None and not isinstance(checked["model_type"], str):
+        raise ConfigError(f"{where} model_type: must be a string, got {_kind(checked['model_type'])}")
+    if checked.get("mlp_only_layers") is not None and not isinstance(checked["mlp_only_layers"], list):
+        raise ConfigError(f"{where} mlp_only_layers: must be a list, got {_kind(checked['mlp_only_layers'])}")
+    return checked
 
 
 #: Every field name of :class:`TransformerShape`.

@@ -6,6 +6,7 @@ import argparse
 import math
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ from packplace.balance.evaluator import BalanceEvaluator, BalanceScore
 from packplace.balance.planner import BalancePlan, plan_balance
 from packplace.balance.schema import Assignment, BalanceInstance
 from packplace.errors import ConfigError
-from packplace.outputs import json_text, write_atomic
+from packplace.jsontext import json_text
+from packplace.outputs import write_atomic
 from packplace.plots import check_format, plot_rank_loads
 from packplace.result import SolveResult, check_limits
 from packplace.solvers import available
@@ -65,7 +67,7 @@ def result_json(result: SolveResult, instance: BalanceInstance, instance_name: s
         "instance": instance_name,
         "parameters": {
             "samples": len(instance.samples),
-            "total_tokens": sum(s.tokens for s in instance.samples),
+            "total_tokens": int(instance.samples.tokens.sum()),  # a column: no Sample per row
             "seq_len": instance.constraints.seq_len,
             "data_parallel_size": instance.data_parallel_size,
             "local_batch_size": instance.local_batch_size,
@@ -108,6 +110,25 @@ def gap_text(result: SolveResult) -> str:
     return f"{100 * result.gap:.3f}%"
 
 
+#: Seconds per sample and JSON document set aside from ``--time-limit`` for writing the answer (the
+#: ``--out`` file, the ``--json`` document): building and encoding a document of 1M sample keys takes
+#: about 0.9 s of CPU (docs/performance.md, "A config of a million lengths").
+WRITE_S_PER_SAMPLE = 1.0e-6
+#: Least share of ``--time-limit`` the solve is given, however long the load took.
+MIN_SOLVE_SHARE = 0.05
+
+
+def solve_budget(limit: float | None, spent_s: float, samples: int, documents: int) -> float | None:
+    """The solver's time limit, seconds: what is left of the command's ``limit`` once ``spent_s`` (the
+    wall time since the command line started: importing, loading, validating) and the writing of
+    ``documents`` JSON documents of ``samples`` samples are taken off, at least
+    :data:`MIN_SOLVE_SHARE` of ``limit``; ``None`` (the solver's default) when no limit was given."""
+    if limit is None:
+        return None
+    left = limit - spent_s - WRITE_S_PER_SAMPLE * samples * documents
+    return max(MIN_SOLVE_SHARE * limit, left)
+
+
 def _check_arguments(args: argparse.Namespace) -> None:
     """The command line's own errors (time limit, seed, ``--min-gain``, output files), before any work.
 
@@ -117,9 +138,9 @@ def _check_arguments(args: argparse.Namespace) -> None:
     check_limits(args.time_limit, args.seed)
     if args.min_gain is not None and not (math.isfinite(args.min_gain) and 0 <= args.min_gain < 1):
         raise ConfigError(f"--min-gain: must be a relative gain in [0, 1), got {args.min_gain!r}")
-    if args.out:
+    if args.out is not None:  # an empty path is refused, not ignored
         check_output_file(args.out, "--out", inputs=[args.config])
-    if args.plot:
+    if args.plot is not None:
         check_output_file(args.plot, "--plot", inputs=[args.config])
         check_format(args.plot)
 
@@ -172,7 +193,9 @@ def _report_planner(plan: BalancePlan, score: BalanceScore, instance: BalanceIns
 
 def run(args: argparse.Namespace) -> int:
     """Solve (once; with ``--min-gain`` through the planner), print the table of the layout that lands,
-    optionally write JSON and a picture; exit 1 when no feasible answer was found."""
+    optionally write JSON and a picture; exit 1 when no feasible answer was found. ``--time-limit`` bounds
+    the whole command: the solve gets what loading left, less the writing (:func:`solve_budget`)."""
+    started = getattr(args, "started_at", None) or time.monotonic()  # set by packplace.cli.main
     _check_arguments(args)  # argument errors before any work
     instance = load_config(args.config)
     if args.min_gain is not None and instance.reference_bins is None:
@@ -181,10 +204,12 @@ def run(args: argparse.Namespace) -> int:
             "(`reference: none`, or `auto`, the default, whose token-only worst-fit packing breaks the "
             "config's rules here; list the bins you run today)"
         )
+    documents = (args.out is not None) + bool(getattr(args, "json", False))
+    limit = solve_budget(args.time_limit, time.monotonic() - started, len(instance.samples), documents)
     plan = None
     if args.min_gain is not None:
         try:
-            plan = plan_balance(instance, args.solver, args.min_gain, time_limit_s=args.time_limit, seed=args.seed)
+            plan = plan_balance(instance, args.solver, args.min_gain, time_limit_s=limit, seed=args.seed)
         except RuntimeError as exc:  # the backend failed or proposed an infeasible layout: nothing lands
             print(f"packplace balance: error: {exc}", file=sys.stderr)
             return 1
@@ -192,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         result = plan.result
         landing: Assignment | None = plan.assignment
     else:
-        result = solve_balance(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
+        result = solve_balance(instance, args.solver, time_limit_s=limit, seed=args.seed)
         landing = result.solution
     name = instance.name or Path(args.config).stem
     print(

@@ -19,12 +19,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from packplace.balance import corpus as corpus_module
 from packplace.balance.instance import check_reference_bins
+from packplace.balance.samples import SampleTable
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost
 from packplace.balance.workload import LatencyModel, ModelShape, padding_cost, sample_cost
-from packplace.contract import Field, check_count, check_section
-from packplace.errors import ConfigError, show
+from packplace.contract import Field, check_count, check_section, key_shown
+from packplace.errors import ConfigError, show, show_kind
 from packplace.shape import from_hf_config, shape_from_mapping
 from packplace.yamlio import load_yaml
 
@@ -155,22 +158,31 @@ def _shape(spec: Any) -> ModelShape:
     spec = _mapping(spec, "cost.model")
     if "hf_config" in spec:
         if len(spec) != 1:
-            raise ConfigError(f"cost.model.hf_config: give either hf_config or shape fields, got {show(sorted(spec))}")
+            raise ConfigError("cost.model.hf_config: give either hf_config or shape fields, got "
+                              f"{show(sorted(spec, key=str))}")
+        if not isinstance(spec["hf_config"], str) or not spec["hf_config"]:
+            raise ConfigError("cost.model.hf_config: must be the path of a config.json, got "
+                              f"{show(spec['hf_config'])}")
         return from_hf_config(spec["hf_config"])
     return shape_from_mapping(spec, "cost.model.")
 
 
-def _raw_samples(spec: Any, seq_len: int, capacity: int) -> list[dict[str, Any]]:
+def _raw_samples(spec: Any, seq_len: int, capacity: int) -> list[dict[str, Any]] | np.ndarray:
+    """The samples of the ``samples`` section: one checked mapping per sample, or for plain ``lengths``
+    the token counts as one checked int64 column (:func:`_length_column`)."""
     spec = _mapping(spec, "samples")
     given = [k for k in ("lengths", "items", "corpus") if k in spec]
     if len(given) != 1:
         raise ConfigError(f"samples: give exactly one of lengths, items, corpus; got {show(given or list(spec))}")
     unknown = [k for k in spec if k not in given]
     if unknown:
-        raise ConfigError(f"samples.{unknown[0]}: unknown field; valid: lengths, items, corpus")
+        raise ConfigError(f"samples.{key_shown(unknown[0])}: unknown field; valid: lengths, items, corpus")
     kind = given[0]
     if kind == "lengths":
         lengths = _list(spec["lengths"], "samples.lengths", "token counts")
+        column = _length_column(lengths)
+        if column is not None:
+            return column
         tokens = ITEM_FIELDS["tokens"]
         return [{"key": i, "tokens": tokens.check(t, f"samples.lengths[{i}]")} for i, t in enumerate(lengths)]
     if kind == "items":
@@ -194,6 +206,39 @@ def _raw_samples(spec: Any, seq_len: int, capacity: int) -> list[dict[str, Any]]
     documents = corpus_module.split_long(documents, seq_len)
     batch = corpus_module.sample_batch(documents, int(corpus["fill"] * capacity), corpus["seed"])
     return [{"key": d.key, "tokens": d.tokens} for d in batch]
+
+
+def _length_column(lengths: list[Any]) -> np.ndarray | None:
+    """``samples.lengths`` as an int64 array (n,) when every entry is a plain integer within the ``tokens``
+    field's range (a few numpy passes instead of one checked object per sample), else None: the
+    per-entry checks then name the first entry at fault."""
+    if set(map(type, lengths)) != {int}:
+        return None
+    try:
+        column = np.asarray(lengths, dtype=np.int64)
+    except OverflowError:
+        return None
+    field = ITEM_FIELDS["tokens"]
+    low, high = field.minimum, field.maximum
+    if low is None or high is None or not low <= int(column.min()) <= int(column.max()) <= high:
+        return None
+    return column
+
+
+def _table_of_lengths(column: np.ndarray, estimate: Callable[[int], WorkloadCost] | None) -> SampleTable:
+    """The samples of ``samples.lengths`` (keys 0..n-1) as columns; each distinct length's cost is
+    estimated once (the same :class:`WorkloadCost` a per-sample estimate gives).
+
+    Raises:
+        ConfigError: ``cost.kind`` is ``given`` (lengths carry no costs).
+    """
+    if estimate is None:
+        raise ConfigError("samples.items[0].cost: missing (cost.kind is 'given')")
+    values, inverse = np.unique(column, return_inverse=True)
+    costs = [estimate(int(t)) for t in values.tolist()]
+    llm = np.fromiter((c.llm for c in costs), dtype=np.float64, count=len(costs))[inverse]
+    other = [costs[j].other for j in inverse.tolist()] if any(c.other for c in costs) else None
+    return SampleTable(tuple(range(len(column))), column, llm, other)
 
 
 def _cost_model(spec: Any) -> tuple[Callable[[int], WorkloadCost] | None, Any, str]:
@@ -267,7 +312,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
     Raises:
         ConfigError: a missing or invalid field, named in the message.
     """
-    config = _mapping(config, source)
+    if not isinstance(config, Mapping):  # the document's type only: a file that is no config is not quoted
+        raise ConfigError(f"{source}: must be a mapping of fields, got {show_kind(config)}")
     per_rank_rule = config.get("local_batch_size")
     if isinstance(per_rank_rule, Mapping):
         per_rank_rule = check_section(per_rank_rule, LOCAL_BATCH_SIZE_FIELDS, "local_batch_size",
@@ -292,8 +338,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
     raw = _raw_samples(config["samples"] if "samples" in config else _missing("samples"), seq_len,
                        ranks * bins_per_rank * seq_len)
 
-    samples = []
-    for i, item in enumerate(raw):
+    samples: list[Sample] | SampleTable = [] if isinstance(raw, list) else _table_of_lengths(raw, estimate)
+    for i, item in enumerate(raw if isinstance(raw, list) else ()):
         tokens = item["tokens"]
         if "cost" in item and estimate is not None:   # one unit per instance: the model's or the items'
             raise ConfigError(f"samples.items[{i}].cost: read only with cost.kind 'given', but cost.kind is "
@@ -305,13 +351,13 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
             raise ConfigError(f"samples.items[{i}].cost: missing (cost.kind is 'given')")
         else:
             cost = estimate(tokens)
-        samples.append(Sample(item["key"], tokens, cost, item.get("budgets") or {}))
+        samples.append(Sample(item["key"], tokens, cost, item.get("budgets") or {}))  # type: ignore[union-attr]
 
     if fields.get("group_size") is not None and fields["objective"] != "rounds":
         raise ConfigError(f"group_size: sets the ranks per round of objective 'rounds' only; objective is "
                           f"{fields['objective']!r} (remove group_size or set objective: rounds)")
     return check_reference_bins(BalanceInstance(
-        tuple(samples), constraints, ranks, per_rank,
+        samples if isinstance(samples, SampleTable) else tuple(samples), constraints, ranks, per_rank,
         reference_bins=reference_bins,
         objective=fields["objective"],
         group_size=fields.get("group_size"),

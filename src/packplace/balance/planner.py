@@ -11,7 +11,6 @@ a layout that is not clearly better is not worth landing; equal layouts never ch
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from collections.abc import Sequence
@@ -24,7 +23,8 @@ from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey
 from packplace.errors import ConfigError
-from packplace.result import SolveResult, json_ready
+from packplace.jsontext import json_ready, json_text
+from packplace.result import SolveResult
 
 DEFAULT_SOLVER = "repair"
 
@@ -132,7 +132,7 @@ class BalancePlan:
 
     def to_json(self, indent: int | None = None) -> str:
         """:meth:`to_dict` as JSON text."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return json_text(self.to_dict(), indent)
 
 
 def _check_threshold(min_relative_gain: Any) -> float:

@@ -31,6 +31,11 @@ OVERSIZED_POLICIES = ("error", "single")
 #: Largest total of sample tokens (and largest ``seq_len``): 2^53, so that every token sum is exact
 #: in float64 and far from int64 overflow in the solvers' integer arithmetic.
 MAX_TOKENS = 2**53
+#: Largest sum of the samples' ``llm`` costs: 2^1022, so that every load and sum of loads stays finite
+#: in float64 (largest value about 2^1024) with a factor 2 to spare, and a power of two above the sum
+#: exists (the scale by which the solvers and the evaluator divide loads before squaring them: the
+#: balance objective is computed on loads divided by their maximum).
+MAX_TOTAL_COST = 2.0**1022
 
 
 def key_order(key: SampleKey) -> tuple[int, Any]:

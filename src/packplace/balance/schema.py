@@ -37,6 +37,7 @@ from packplace.balance.reference import (
 from packplace.balance.reference import token_packing_reference as _token_packing_reference
 from packplace.balance.samples import (
     MAX_TOKENS,
+    MAX_TOTAL_COST,
     OVERSIZED_POLICIES,
     PackingConstraints,
     PaddingCost,
@@ -149,7 +150,7 @@ class BalanceInstance:
 
     Raises:
         ConfigError: before any solver runs, for every input that cannot be feasible: duplicate keys,
-            more than 2^53 tokens in all, costs whose sum overflows float64,
+            more than 2^53 tokens in all, costs whose sum is 2^1022 or more (or overflows float64),
             a ``local_batch_size`` rule that is not a mapping of ``multiple_of``/``at_least`` to integers
             >= 1, fewer samples than D·m, a sample longer than ``seq_len`` (policy ``error``) or over a budget,
             total tokens above D·m·seq_len, more oversized samples than bins, a group size that does
@@ -269,8 +270,10 @@ class BalanceInstance:
             raise ConfigError(f"samples: {total_tokens} tokens in all, more than the supported 2^53")
         with np.errstate(over="ignore"):
             total_cost = float(samples.costs.sum())
-        if not math.isfinite(total_cost):
-            raise ConfigError(f"samples: the costs sum to {total_cost!r} (overflow); rescale them to a smaller unit")
+        if not total_cost < MAX_TOTAL_COST:  # an overflow (inf) too
+            shown = "more than float64 holds" if math.isinf(total_cost) else f"{total_cost:.3g}"
+            raise ConfigError(f"samples: the costs sum to {shown}, above the supported 2^1022 (loads and their "
+                              "sums must stay finite in float64); rescale them to a smaller unit")
         oversized_mask = tokens > seq_len
         oversized = int(oversized_mask.sum())
         if oversized and self.constraints.oversized_policy == "error":

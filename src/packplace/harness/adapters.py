@@ -18,9 +18,10 @@ from typing import Any
 from packplace.balance.api import solve_balance
 from packplace.balance.config import load_config
 from packplace.balance.schema import BalanceInstance
+from packplace.contract import key_shown
 from packplace.errors import ConfigError
 from packplace.harness import generators
-from packplace.harness.suites import SIZE_LIMIT_KEYS, InstanceSpec
+from packplace.harness.suites import SIZE_LIMIT_KEYS, InstanceSpec, check_instance_memory
 from packplace.placement.api import solve_placement
 from packplace.placement.problem import config as placement_config
 from packplace.result import SolveResult
@@ -53,6 +54,8 @@ class BalanceAdapter:
         else:
             instance = generators.generate_balance(spec.generator, name=spec.name, **_checked(
                 spec.params, generators.generate_balance, spec))
+        check_instance_memory(len(instance.samples), instance.data_parallel_size * instance.local_batch_size,
+                              f"instance {spec.name!r}")  # a config file's size bounds the load, not the solve
         return instance, len(instance.samples)
 
     def solve(self, instance: Any, solver: str, *, time_limit_s: float | None, seed: int, **params: Any) -> SolveResult:
@@ -67,10 +70,10 @@ def _checked(params: Mapping[str, Any], function: Any, spec: InstanceSpec) -> di
     named = {n for n, p in signature.parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL}
     named.discard("name")
     if not accepts_any:
-        unknown = sorted(set(params) - named)
+        unknown = sorted(set(params) - named, key=str)
         if unknown:
             valid = ", ".join(sorted(named))
-            raise ConfigError(f"instance {spec.name!r}: params.{unknown[0]}: unknown; valid: {valid}")
+            raise ConfigError(f"instance {spec.name!r}: params.{key_shown(unknown[0])}: unknown; valid: {valid}")
     missing = [
         n for n, p in signature.parameters.items()
         if p.default is inspect.Parameter.empty and p.kind is inspect.Parameter.KEYWORD_ONLY and n not in params

@@ -35,9 +35,10 @@ from packplace.errors import ConfigError
 from packplace.harness.comparison import SKIPPED, CompareReport, compare
 from packplace.harness.report import fmt_number, fmt_time, table_lines
 from packplace.harness.suites import load_suite, shipped_path
+from packplace.jsontext import json_ready, json_text
 from packplace.outputs import write_atomic
 from packplace.progress import emit
-from packplace.result import ERROR, OPTIMAL, json_ready
+from packplace.result import ERROR, OPTIMAL
 from packplace.yamlio import read_regular_text
 
 BASELINE_FORMAT = 1
@@ -156,7 +157,7 @@ class BenchOutcome:
 
     def to_json(self, indent: int | None = None) -> str:
         """:meth:`to_dict` as JSON text."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return json_text(self.to_dict(), indent)
 
     def format_text(self) -> str:
         """The table printed by ``packplace bench``."""
@@ -213,6 +214,11 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"baseline: {str(path)!r} is nested too deeply") from None
     except ValueError as exc:
         raise ConfigError(f"baseline: cannot read {str(path)!r}: {str(exc)[:80]}") from None
+    try:  # JSON's \ud800 escapes decode to lone surrogates, which no output (UTF-8) can print
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"baseline: {str(path)!r} holds a lone surrogate escape (\\ud800-\\udfff), which is not "
+                          "text") from None
     check_baseline(data, str(path))
     return data
 
@@ -401,7 +407,7 @@ def run_bench(
             "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "results": current,
         }
         baseline_path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(str(baseline_path), json.dumps(data, indent=1, sort_keys=True) + "\n", "--baseline",
+        write_atomic(str(baseline_path), json_text(data, 1, sort_keys=True) + "\n", "--baseline",
                      inputs=[str(suite_path)])
         checked = sum(1 for d in current.values() for c in d.values() if c["status"] != SKIPPED)
         return BenchOutcome([], [], checked, reference_s, report, True, baseline_path, settings,
@@ -554,7 +560,7 @@ class BenchSummary:
 
     def to_json(self, indent: int | None = None) -> str:
         """:meth:`to_dict` as JSON text."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return json_text(self.to_dict(), indent)
 
     def format_text(self) -> str:
         """Every suite's table, then (for several suites) one summary line per suite and the verdict."""

@@ -34,9 +34,9 @@ from packplace.table import check_output_file
 
 def run_compare(args: argparse.Namespace) -> int:
     """``packplace compare``: run the comparison, print the tables, write the report files."""
-    if args.out:  # before any solving
+    if args.out is not None:  # before any solving; an empty path is refused, not ignored
         check_output_dir(args.out, "--out", inputs=[args.suite])
-    if args.plot:
+    if args.plot is not None:
         check_output_file(args.plot, "--plot", inputs=[args.suite])
         check_format(args.plot)
     report = compare(

@@ -20,7 +20,6 @@ except for a cell that stopped at its wall-clock limit (marked ``hit_time_limit`
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import os
 import pickle
@@ -40,6 +39,7 @@ from packplace.harness.adapters import get_adapter
 from packplace.harness.executors import EXECUTORS, import_ray, run_pool, run_ray
 from packplace.harness.report import format_text, report_dict, write_report
 from packplace.harness.suites import InstanceSpec, Suite, load_suite
+from packplace.jsontext import json_text
 from packplace.progress import emit, quiet
 from packplace.result import ERROR, FEASIBLE, OPTIMAL, check_limits, relative_gap
 from packplace.solvers import aliases, available, get
@@ -181,7 +181,7 @@ class CompareReport:
 
     def to_json(self, indent: int | None = None, timings: bool = True) -> str:
         """:meth:`to_dict` as JSON text."""
-        return json.dumps(self.to_dict(timings), indent=indent, allow_nan=False)
+        return json_text(self.to_dict(timings), indent)
 
     def format_text(self) -> str:
         """The human-readable tables printed on stdout."""

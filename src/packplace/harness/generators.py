@@ -113,7 +113,7 @@ def sample_lengths(
     if max_tokens < min_tokens:
         raise ConfigError(f"max_tokens: {max_tokens} is below min_tokens {min_tokens}")
     defaults = DISTRIBUTIONS[distribution]
-    unknown = sorted(set(params) - set(defaults))
+    unknown = sorted(set(params) - set(defaults), key=str)
     if unknown:
         raise ConfigError(
             f"{distribution}.{unknown[0]}: unknown parameter; valid: {', '.join(defaults)}"

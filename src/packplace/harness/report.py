@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import unicodedata
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from packplace.jsontext import json_text
 from packplace.outputs import check_output_dir, write_atomic
 
 STATUS_MARK = {"optimal": "*", "feasible": "", "infeasible": "INFEASIBLE", "unknown": "?", "error": "ERROR",
@@ -257,7 +257,7 @@ def write_report(report, out_dir: str | Path) -> list[Path]:
     writer = csv.DictWriter(table, fieldnames=CSV_FIELDS)
     writer.writeheader()
     writer.writerows(csv_rows(report))
-    texts = [json.dumps(report_dict(report), indent=2, allow_nan=False) + "\n", table.getvalue(),
+    texts = [json_text(report_dict(report)) + "\n", table.getvalue(),
              format_markdown(report)]
     for path, text in zip(paths, texts):  # each file atomically: an old report stays whole on a write error
         write_atomic(str(path), text, "--out")

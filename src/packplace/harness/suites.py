@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from packplace.balance import config as balance_config
-from packplace.contract import check_count
-from packplace.errors import ConfigError
+from packplace.contract import check_count, key_shown
+from packplace.errors import ConfigError, show
 from packplace.outputs import record_input
 from packplace.yamlio import load_yaml
 
@@ -150,8 +150,32 @@ def check_name(value: str, where: str) -> str:
     return value
 
 
+#: Most memory one balance instance of a suite may be expected to take while it is built and solved, bytes.
+MAX_INSTANCE_BYTES = 2**30
+#: Upper estimates of that memory per sample and per bin, bytes (the instance's columns and keys plus a
+#: heuristic solver's working set; ``compare`` with ``lpt`` on generated instances of 0.2-1M samples:
+#: docs/performance.md, "Suite instances and memory").
+SAMPLE_BYTES, BIN_BYTES = 700, 300
+
+
+def check_instance_memory(samples: int, bins: int, where: str) -> None:
+    """Refuse a balance instance of ``samples`` samples in ``bins`` bins whose estimated memory
+    (:data:`SAMPLE_BYTES` per sample, :data:`BIN_BYTES` per bin) exceeds :data:`MAX_INSTANCE_BYTES`: the
+    sample and rank caps alone admit instances of several GB.
+
+    Raises:
+        ConfigError: ``<where>: about N GB ...`` naming both counts.
+    """
+    estimate = SAMPLE_BYTES * samples + BIN_BYTES * bins
+    if estimate > MAX_INSTANCE_BYTES:
+        raise ConfigError(f"{where}: {samples:,} samples in {bins:,} bins would take about {estimate / 1e9:.1f} GB "
+                          f"to build and solve, above the {MAX_INSTANCE_BYTES / 2**30:g} GiB a suite instance may "
+                          "take; use fewer samples or ranks")
+
+
 def _check_generator_sizes(params: Mapping[str, Any], where: str) -> None:
-    """Refuse generator sizes above :data:`GENERATOR_LIMITS` before anything is generated."""
+    """Refuse generator sizes above :data:`GENERATOR_LIMITS`, or whose memory estimate is above
+    :data:`MAX_INSTANCE_BYTES` (:func:`check_instance_memory`), before anything is generated."""
     def count(key: str, default: int = 1) -> int:
         value = params.get(key, default)
         return value if isinstance(value, int) and not isinstance(value, bool) else default
@@ -160,15 +184,17 @@ def _check_generator_sizes(params: Mapping[str, Any], where: str) -> None:
     check_count(count("ranks"), GENERATOR_LIMITS["ranks"], f"{where}.ranks", "ranks")
     check_count(count("ranks") * count("bins_per_rank"), GENERATOR_LIMITS["bins"],
                 f"{where}.bins_per_rank", "bins (ranks x bins_per_rank)")
+    if "n" in params:
+        check_instance_memory(count("n"), count("ranks") * count("bins_per_rank"), where)
 
 
 def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, start: int) -> list[InstanceSpec]:
     where = f"{src}: instances[{i}]"
     if not isinstance(entry, Mapping):
-        raise ConfigError(f"{where}: must be a mapping, got {entry!r}")
-    unknown = sorted(set(entry) - _ENTRY_KEYS)
+        raise ConfigError(f"{where}: must be a mapping, got {show(entry)}")
+    unknown = sorted(set(entry) - _ENTRY_KEYS, key=str)
     if unknown:
-        raise ConfigError(f"{where}.{unknown[0]}: unknown field; valid: {', '.join(sorted(_ENTRY_KEYS))}")
+        raise ConfigError(f"{where}.{key_shown(unknown[0])}: unknown field; valid: {', '.join(sorted(_ENTRY_KEYS))}")
     sources = [k for k in ("generator", "config", "inline") if k in entry]
     if len(sources) != 1:
         raise ConfigError(f"{where}: needs exactly one of generator / config / inline, got {sources or 'none'}")
@@ -176,7 +202,7 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
     solvers = _names(entry.get("solvers"), f"{where}.solvers")
     params = entry.get("params", {})
     if not isinstance(params, Mapping):
-        raise ConfigError(f"{where}.params: must be a mapping, got {params!r}")
+        raise ConfigError(f"{where}.params: must be a mapping, got {show(params)}")
     params = dict(params)
     name = entry.get("name")
     if name is not None and (not isinstance(name, str) or not name):
@@ -195,10 +221,10 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
             # numpy and the generators load only when a suite has a generator entry
             from packplace.harness.generators import parameter_names
             valid_params = parameter_names(generator)
-            unknown = sorted(set(params) - valid_params)
+            unknown = sorted(set(params) - valid_params, key=str)
             if unknown:
-                raise ConfigError(f"{where}.params.{unknown[0]}: unknown parameter of generator {generator!r}; "
-                                  f"valid: {', '.join(sorted(valid_params))}")
+                raise ConfigError(f"{where}.params.{key_shown(unknown[0])}: unknown parameter of generator "
+                                  f"{generator!r}; valid: {', '.join(sorted(valid_params))}")
         if generator == "corpus":
             if "config" not in params:
                 raise ConfigError(f"{where}.params.config: the corpus generator needs a config file")
@@ -219,7 +245,7 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
             raise ConfigError(f"{where}.overrides: only for placement entries with a config file")
         overrides = entry["overrides"]
         if not isinstance(overrides, Mapping):
-            raise ConfigError(f"{where}.overrides: must be a mapping, got {overrides!r}")
+            raise ConfigError(f"{where}.overrides: must be a mapping, got {show(overrides)}")
     if "subsample" in entry:
         if problem != "balance" or kind != "config":
             raise ConfigError(f"{where}.subsample: only for balance entries with a config file")
@@ -260,9 +286,9 @@ def parse_suite(
         raise ConfigError(
             f"{source}: a suite must be a mapping with 'problem' and 'instances', got {type(data).__name__}"
         )
-    unknown = sorted(set(data) - _SUITE_KEYS)
+    unknown = sorted(set(data) - _SUITE_KEYS, key=str)
     if unknown:
-        raise ConfigError(f"{source}: {unknown[0]}: unknown field; valid: {', '.join(sorted(_SUITE_KEYS))}")
+        raise ConfigError(f"{source}: {key_shown(unknown[0])}: unknown field; valid: {', '.join(sorted(_SUITE_KEYS))}")
     problem = data.get("problem")
     if problem not in PROBLEMS:
         raise ConfigError(f"{source}: problem: must be one of {', '.join(PROBLEMS)}, got {problem!r}")

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from packplace.errors import ConfigError
+from packplace.contract import key_shown
+from packplace.errors import ConfigError, show, show_kind
 from packplace.placement.candidates import cost_model, vertex_parts
 from packplace.placement.problem.hardware import Hardware
 
@@ -82,20 +83,21 @@ def read_measured(document: Any, where: str = "measured") -> dict[str, Any]:
         ConfigError: not a mapping, an unknown key, or a list field that is not a list of names.
     """
     if not isinstance(document, dict) or not document:
-        raise ConfigError(f"calibrate: {where}: must be a mapping of task -> seconds, got {document!r}")
+        raise ConfigError(f"calibrate: {where}: must be a mapping of task -> seconds, got {show_kind(document)}")
     if "times" not in document:
         return {"times": document, "engine_only": (), "knobs": None, "source": ""}
-    unknown = sorted(set(document) - {"times", "engine_only", "knobs", "source"})
+    unknown = sorted(set(document) - {"times", "engine_only", "knobs", "source"}, key=str)  # keys of any type
     if unknown:
-        raise ConfigError(f"calibrate: {where}: unknown field {unknown[0]!r}; valid: times, engine_only, knobs, source")
+        raise ConfigError(f"calibrate: {where}: unknown field {key_shown(unknown[0], quote=True)}; valid: times, "
+                          "engine_only, knobs, source")
     out: dict[str, Any] = {"times": document["times"], "source": str(document.get("source", ""))}
     for key in ("engine_only", "knobs"):
         value = document.get(key)
         if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
-            raise ConfigError(f"calibrate: {where}: {key} must be a list of names, got {value!r}")
+            raise ConfigError(f"calibrate: {where}: {key} must be a list of names, got {show(value)}")
         out[key] = tuple(value) if value is not None else (() if key == "engine_only" else None)
     if not isinstance(out["times"], dict) or not out["times"]:
-        raise ConfigError(f"calibrate: {where}: times must be a mapping of task -> seconds, got {out['times']!r}")
+        raise ConfigError(f"calibrate: {where}: times must be a mapping of task -> seconds, got {show(out['times'])}")
     return out
 
 
@@ -119,17 +121,18 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
         raise ConfigError(f"calibrate: no knob to fit; valid: {', '.join(KNOB_BOUNDS)}")
     for k in knobs:
         if k not in KNOB_BOUNDS:
-            raise ConfigError(f"calibrate: unknown knob {k!r}; valid: {', '.join(KNOB_BOUNDS)}")
+            raise ConfigError(f"calibrate: unknown knob {show(k)}; valid: {', '.join(KNOB_BOUNDS)}")
     names = dict(plan.vertices)
     for task, seconds in measured.items():
         if task not in names:
-            raise ConfigError(f"calibrate: measured task {task!r} is not a vertex of the plan; "
+            raise ConfigError(f"calibrate: measured task {key_shown(task, quote=True)} is not a vertex of the plan; "
                               f"valid: {', '.join(names)}")
-        if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
-            raise ConfigError(f"calibrate: {task}: measured seconds must be a finite number > 0, got {seconds!r}")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < 2.0**1023:
+            raise ConfigError(f"calibrate: {show(task)}: measured seconds must be a finite number > 0, "
+                              f"got {show(seconds)}")
     for task in engine_only:
         if task not in measured:
-            raise ConfigError(f"calibrate: engine_only task {task!r} has no measured time; "
+            raise ConfigError(f"calibrate: engine_only task {show(task)} has no measured time; "
                               f"measured: {', '.join(measured)}")
     if len(measured) < len(knobs):
         raise ConfigError(f"calibrate: {len(measured)} measured tasks cannot determine {len(knobs)} knobs "

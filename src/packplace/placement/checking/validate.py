@@ -41,7 +41,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from packplace.contract import Field, check_section
+from packplace.contract import Field, check_section, key_shown
 from packplace.errors import ConfigError, show
 from packplace.placement.candidates import CandidateTable
 from packplace.placement.evaluator import PlacementEvaluator
@@ -221,7 +221,7 @@ def _engine_only(spec: Any, phases: dict[str, list[str]]) -> list[str]:
     if not isinstance(spec, list):
         raise ConfigError(f"[validation] engine_only: must be a list of phases of 'phases' ({valid}), got {show(spec)}")
     for phase in spec:
-        if phase not in phases:
+        if not isinstance(phase, str) or phase not in phases:
             raise ConfigError(f"[validation] engine_only: {show(phase)} is not a phase of 'phases'; phases: {valid}")
     return list(spec)
 
@@ -264,6 +264,26 @@ def check_validation(section: dict[str, Any], tasks: tuple[str, ...]) -> dict[st
     return out
 
 
+def _allow_staleness(cfg: dict[str, Any], stale: dict[str, int]) -> None:
+    """Add the published run's staleness ``{model: steps}`` to ``optimizer.staleness_candidates`` of ``cfg``
+    (in place). An ``optimizer`` section or candidate list of the wrong shape is left as written: the
+    config's own checks (:func:`build_instance`) then refuse it with the line ``place`` prints."""
+    optimizer = cfg.get("optimizer")
+    if optimizer is not None and not isinstance(optimizer, dict):
+        return
+    allowed = (optimizer or {}).get("staleness_candidates")
+    if allowed is not None and not isinstance(allowed, dict):
+        return
+    allowed = dict(allowed or {})
+    for model, t in stale.items():
+        listed = allowed.get(model)
+        if listed is not None and not (isinstance(listed, list) and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in listed)):
+            return
+        allowed[model] = sorted({0, t, *(listed or [])})
+    cfg["optimizer"] = {**(optimizer or {}), "staleness_candidates": allowed}
+
+
 def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
     """``(instance, plan, validation section)`` of one validation file (the section as
     :func:`check_validation` returns it, with ``_gpu``: the canonical preset name of its GPU).
@@ -278,19 +298,19 @@ def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
         raise ConfigError(f"[validation] {path}: needs a validation section with 'published' and 'plan'")
     unknown = sorted(set(section) - set(SECTION_KEYS), key=str)
     if unknown:
-        raise ConfigError(f"[validation] {path}: unknown key {unknown[0]!r}; valid: {', '.join(SECTION_KEYS)}")
+        raise ConfigError(f"[validation] {path}: unknown key {key_shown(unknown[0], quote=True)}; "
+                          f"valid: {', '.join(SECTION_KEYS)}")
     stale = _staleness(section["plan"], "validation")
     if stale:  # the published run's staleness is allowed, whatever the search candidates say
-        optimizer = dict(cfg.get("optimizer") or {})
-        allowed = dict(optimizer.get("staleness_candidates") or {})
-        for model, t in stale.items():
-            allowed[model] = sorted({0, t, *(allowed.get(model) or [])})
-        optimizer["staleness_candidates"] = allowed
-        cfg["optimizer"] = optimizer
+        _allow_staleness(cfg, stale)
     instance = build_instance(cfg, source=path)
     try:
         section = check_validation(section, instance.graph.names)
         plan = _plan(section["plan"], "validation", instance.graph.names)
+        # the plan's degrees fit its blocks (``calibrate`` divides by them): the evaluator's rules, not memory
+        broken = [v for v in plan_evaluator(instance, plan).score(plan).violations if not v.startswith("out of memory")]
+        if broken:
+            raise ConfigError(f"[validation] plan: {broken[0]}")
     except ConfigError as exc:   # name the file: a directory of them is validated at once
         raise ConfigError(f"[validation] {path}: {str(exc).removeprefix('[validation] ')}") from None
     preset = (cfg.get("hardware") or {}).get("preset")

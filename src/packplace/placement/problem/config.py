@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packplace.contract import Field, check_count, check_section
+from packplace.contract import Field, check_count, check_section, key_shown
 from packplace.errors import ConfigError, show
 from packplace.placement.model.dp_balance import BALANCE_CHOICES, BALANCE_OBJECTIVES, BalanceSetting
 from packplace.placement.model.engine import (
@@ -347,7 +347,8 @@ def _model(role: str, spec: Any, source: str) -> ModelSpec:
         raise ConfigError(f"[{where}] must be a mapping of shape fields, got {show(spec)}")
     if "hf_config" in spec:
         if len(spec) != 1:
-            raise ConfigError(f"[{where}] hf_config: give either hf_config or shape fields, got {sorted(spec)}")
+            raise ConfigError(f"[{where}] hf_config: give either hf_config or shape fields, got "
+                              f"{show(sorted(spec, key=str))}")
         path = Path(str(spec["hf_config"]))
         if not path.is_absolute() and source != "<dict>":
             path = Path(source).parent / path
@@ -466,7 +467,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         raise ConfigError(f"config: must be a mapping of sections, got {type(config).__name__}")
     for key in config:
         if key not in SECTIONS:
-            raise ConfigError(f"[{show(key)}] Unknown section; valid: {', '.join(SECTIONS)}")
+            raise ConfigError(f"[{key_shown(key)}] Unknown section; valid: {', '.join(SECTIONS)}")
     cluster, hardware = _hardware(_section(config, "hardware"))
     policy_cfg = _section(config, "policy", required=False)
     policy = check_section(policy_cfg, _policy_fields(), "[policy]", label=_label("policy"), **_FORMATS)

@@ -22,7 +22,8 @@ from typing import Any
 
 from packplace import interrupt, yamlio
 from packplace.errors import ConfigError
-from packplace.outputs import json_text, write_atomic
+from packplace.jsontext import json_text
+from packplace.outputs import write_atomic
 from packplace.placement import api
 from packplace.placement.candidates import GB
 from packplace.placement.checking.calibrate import (
@@ -221,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     to the top-level CLI (one line on stderr, exit code 2)."""
     check_limits(args.time_limit, args.seed)  # argument errors before any work
     for path, option in ((args.out, "--out"), (args.gantt, "--gantt")):
-        if path:
+        if path is not None:  # an empty path is refused, not ignored
             check_output_file(path, option, inputs=[args.config])
     if args.out and args.gantt and os.path.abspath(args.out) == os.path.abspath(args.gantt):
         raise ConfigError(f"--gantt: {args.gantt!r} is also the --out path")
