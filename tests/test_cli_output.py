@@ -190,3 +190,13 @@ def test_min_gain_without_a_feasible_reference_says_why(tmp_path, capsys):
     config.write_text("seq_len: 10\ndata_parallel_size: 2\nsamples: {lengths: [6, 5, 4, 3, 2]}\nreference: auto\n")
     assert main(["balance", "--config", str(config), "--min-gain", "0.02"]) == 2
     assert "`auto`, the default, whose token-only worst-fit packing breaks" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["balance", "--json"], ["place", "--json", "--solver", "greedy"],
+                                  ["balance", "--json", "--config", "x.yaml", "--no-such-option"]])
+def test_an_argument_error_with_json_prints_the_json_error_document(argv, capsys):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert doc["command"] == argv[0] and doc["exit_code"] == 2 and doc["error"]["type"] == "ArgumentError"
+    assert "error:" in doc["error"]["message"] and "usage:" in captured.err   # the usage lines stay on stderr

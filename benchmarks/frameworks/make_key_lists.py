@@ -39,7 +39,7 @@ import yaml
 OUT = Path(__file__).resolve().parents[2] / "tests" / "data" / "frameworks"
 VERL_CONFIGS = {"fsdp": "verl/trainer/config/_generated_ppo_trainer.yaml",
                 "megatron": "verl/trainer/config/_generated_ppo_megatron_trainer.yaml"}
-NEMO_RL_CONFIGS = ("grpo_math_1B", "grpo_math_1B_megatron", "ppo_math_1B", "ppo_math_1B_megatron", "dpo")
+NEMO_RL_CONFIGS = ("grpo_math_1B", "grpo_math_1B_megatron", "grpo_rm_1B", "ppo_math_1B", "ppo_math_1B_megatron", "dpo")
 OPENRLHF_SCRIPTS = {"train_ppo_ray": "openrlhf/cli/train_ppo_ray.py", "train_dpo": "openrlhf/cli/train_dpo.py"}
 
 

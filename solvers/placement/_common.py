@@ -21,6 +21,7 @@ import itertools
 from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate, gb
 from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.model.layout_rules import conform
 from packplace.placement.problem.plan import Allocation, Plan
 from packplace.result import UNKNOWN, Proposal
 from packplace.run import clock
@@ -32,6 +33,12 @@ ORIGIN = (0, 0, 0)
 def assemble(choice: dict[str, tuple[Candidate, Allocation]]) -> Plan:
     """The plan running each vertex's candidate on its block."""
     return Plan.build({name: cand.at(alloc) for name, (cand, alloc) in choice.items()})
+
+
+def assemble_for(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, Allocation]]) -> Plan:
+    """:func:`assemble`, moved to keep the framework's layout rules between tasks
+    (:func:`~packplace.placement.model.layout_rules.conform`; unchanged without ``policy.framework`` rules)."""
+    return conform(ev.instance, ev.table, assemble(choice))
 
 
 def repair_memory(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, Allocation]], *,
@@ -47,7 +54,7 @@ def repair_memory(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, All
     """
     table = ev.table
     choice = dict(choice)
-    plan = assemble(choice)
+    plan = assemble_for(ev, choice)
     for steps in range(max_steps):
         t = ev.step_time(plan)
         if t < float("inf"):
@@ -68,7 +75,7 @@ def repair_memory(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, All
                 break
         if not moved:
             return plan, float("inf"), steps
-        plan = assemble(choice)
+        plan = assemble_for(ev, choice)
     return plan, ev.step_time(plan), max_steps
 
 
@@ -101,7 +108,7 @@ def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans we
     for name in ev.names:
         cand = min(table.feasible[name], key=lambda c: (c.resident_bytes + c.transient_bytes, c.time))
         least[name] = (cand, Allocation(ORIGIN, cand.extent))
-    plan = assemble(least)
+    plan = assemble_for(ev, least)
     score = ev.score(plan)
     if score.feasible:
         return plan, "colocated: least-memory candidates (faster ones do not fit together)"

@@ -177,6 +177,27 @@ def _block_signals() -> set[signal.Signals] | None:
     return signal.pthread_sigmask(signal.SIG_BLOCK, interrupt.SIGNALS)
 
 
+def _parse_with_json(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace | int:
+    """``parser.parse_args(words)`` for a ``--json`` command line: an argument error (a missing
+    ``--config``, an unknown option) prints its usage lines on stderr as always and, on stdout, the JSON
+    document ``{"command", "error": {"type": "ArgumentError", "message"}, "exit_code": 2}``; returns that
+    exit code instead of the namespace (``--help`` and ``--version`` exit as usual)."""
+    tee = _Tee(sys.stderr)
+    try:
+        with contextlib.redirect_stderr(tee):  # type: ignore[type-var]
+            return parser.parse_args(words)
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 2
+        if code == 0:
+            raise
+        lines = [line for line in tee.copy.getvalue().splitlines() if line.strip()]
+        message = lines[-1] if lines else "invalid arguments"
+        document = {"command": command_of(words), "error": {"type": "ArgumentError", "message": message},
+                    "exit_code": code}
+        _write_document(sys.stdout, document, code)
+        return code
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code.
 
@@ -188,7 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     try:  # Ctrl-C while the command modules load, before the handlers are installed: no traceback
         parser = build_parser(words)
-        args = parser.parse_args(words)
+        if "--json" not in words:
+            args = parser.parse_args(words)
+        else:
+            parsed = _parse_with_json(parser, words)
+            if isinstance(parsed, int):
+                return parsed
+            args = parsed
     except KeyboardInterrupt:
         print("packplace: interrupted by SIGINT", file=sys.stderr)
         code = interrupt.exit_code(signal.SIGINT)

@@ -219,7 +219,8 @@ def test_a_dapo_plan_is_emitted_as_grpo_advantages_without_a_kl_term_for_every_f
     assert openrlhf.settings["--algo.advantage.estimator"] == "group_norm"
     assert openrlhf.settings["--algo.kl.init_coef"] == 0
     nemo = emit(instance, plan, "nemo-rl")
-    assert nemo.command.endswith("examples/configs/grpo_math_1B.yaml") and "run_grpo.py" in nemo.command
+    # the config scores with a reward model: GRPO's reward-model environment config
+    assert nemo.command.endswith("examples/configs/grpo_rm_1B.yaml") and "run_grpo.py" in nemo.command
     assert nemo.settings["loss_fn.reference_policy_kl_penalty"] == 0
     assert nemo.settings["grpo.num_prompts_per_step"] == instance.workload.batch_size
     assert any("reference policy's log-probs every step" in r for r in nemo.refusals)
@@ -237,9 +238,12 @@ def test_a_verl_zero3_search_keeps_to_fsdp_layouts_so_the_plan_runs_as_planned()
     instance = build_instance(raw)
     table = get_table(instance)
     for name, cands in table.all.items():
-        if not name.endswith(".generate"):   # FSDP: no tensor, pipeline or expert parallelism
+        if name not in ("actor.generate", "reward.infer"):   # FSDP: no tensor, pipeline or expert parallelism
             assert cands and all(c.strategy.tp == c.strategy.pp == c.strategy.ep == 1 for c in cands), name
     assert any(c.strategy.tp > 1 for c in table.all["actor.generate"])   # vLLM keeps its TP
+    # the reward model runs on a vLLM engine too: tensor parallelism, no pipeline
+    assert any(c.strategy.tp > 1 for c in table.all["reward.infer"])
+    assert all(c.strategy.pp == 1 for c in table.all["reward.infer"])
     for solver in ("greedy", "concurrent"):
         plan = api.solve_placement(instance, solver, seed=0).solution
         assert emit(instance, plan, "verl").refusals == []
@@ -253,9 +257,8 @@ def test_an_openrlhf_search_keeps_to_layouts_openrlhf_runs():
     instance = build_instance(raw)
     table = get_table(instance)
     for name, cands in table.all.items():
-        kind = instance.graph.vertex(name).kind
         assert cands and all(c.strategy.pp == 1 for c in cands), name   # DeepSpeed and vLLM: no pipeline
-        if kind == "infer":   # reference / reward / critic forwards: data-parallel only
+        if name in ("reference.infer", "reward.infer"):   # reference / reward forwards: data-parallel only
             assert all(c.strategy.tp == 1 for c in cands), name
     assert any(c.strategy.tp > 1 for c in table.all["actor.train"])   # DeepSpeed AutoTP stays
     plan = api.solve_placement(instance, "concurrent", seed=0).solution

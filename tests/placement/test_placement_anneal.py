@@ -250,3 +250,10 @@ def test_knobs_come_validated_from_the_config_and_overrides_use_the_same_checks(
         packplace.place(cfg_inst, "anneal", e_max=2.5)
     with pytest.raises(ConfigError, match=r"^\[optimizer\] k_eval: unknown anneal parameter"):
         packplace.place(cfg_inst, "anneal", k_eval=3)  # a table knob: set it in the config
+
+
+def test_progress_says_faster_or_slower_not_a_bare_signed_figure():
+    from packplace.solvers.placement.anneal import faster_than
+    assert faster_than(85.9, 100.0, "concurrent") == "14.1% faster than concurrent"
+    assert faster_than(102.0, 100.0, "greedy") == "2.0% slower than greedy"
+    assert faster_than(100.0, 100.0, "greedy") == "as fast as greedy"

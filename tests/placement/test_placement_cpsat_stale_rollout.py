@@ -21,7 +21,16 @@ from packplace.placement.problem.plan import Plan
 from packplace.solvers.placement import cpsat
 from packplace.solvers.placement.cpsat import periodic
 
+
 #: The reported repro: DAPO on a 48-layer MoE under NeMo RL (its async engine capped at 128 sequences).
+@pytest.fixture(autouse=True)
+def _without_layout_rules(monkeypatch):
+    """These tests check the cost model of continuous rollouts (NeMo RL's profile) against CP-SAT and brute
+    force over every plan; NeMo RL's layout rules (asynchronous GRPO generates on GPUs of its own, which the
+    CP-SAT model does not encode) are tested in test_framework_matrix.py, so they are off here."""
+    monkeypatch.setattr("packplace.placement.model.layout_rules.RULED", ())
+
+
 DAPO_MOE = {
     "hardware": {"preset": "h100", "nodes_per_rack": 4},
     "models": {"actor": dict(num_hidden_layers=48, hidden_size=2048, intermediate_size=6144,

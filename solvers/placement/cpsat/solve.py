@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from packplace.errors import ConfigError
 from packplace.lazy import lazy_module
+from packplace.placement.model.layout_rules import conform, plan_refusals
 from packplace.placement.problem.config import OPTIMIZER_DEFAULTS
 from packplace.placement.problem.plan import Plan
 from packplace.registry import available, register
@@ -128,8 +129,12 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
         proposal = run.call(name, time_limit_s=budget_s, **options)
         if proposal.solution is None:
             continue
-        plan = Plan.build(proposal.solution.vertices, staleness)  # the staleness the model starts from
+        # the staleness the model starts from, the framework's layout rules kept under it (conform)
+        plan = conform(run.instance, ev.table, Plan.build(proposal.solution.vertices, staleness))
         t = ev.step_time(plan)
+        if t == float("inf") and staleness:  # the framework's rules forbid this layout stale: keep it synchronous
+            plan = proposal.solution
+            t = ev.step_time(plan)
         if best is None or t < best[1]:
             best = (plan, t, name)
         if run.at_bound:  # a plan meets the analytic lower bound: no other solver can beat it
@@ -541,7 +546,20 @@ class _ExactPlacement:
         # CP-SAT's objective may exceed the plan's own model value when it stopped at its relative gap limit
         # (``P`` or ``step`` not yet pushed down to the plan's value), never fall below it
         trusted = agrees and not (status == OPTIMAL and value > cp_value)
-        if not trusted:
+        broken = plan_refusals(self.instance, plan)
+        if broken:
+            # the model relaxes the framework's rules between tasks: its bound stands, its plan is moved onto them
+            fixed = conform(self.instance, self.table, plan)
+            fixed_time = self.ev.step_time(fixed)
+            notes.append(f"the CP-SAT model does not encode {self.instance.framework}'s layout rules between tasks: "
+                         f"its {cp_value / TICKS_PER_S:.6f} s plan breaks {len(broken)} ({broken[0]}); returned the "
+                         f"better of that plan moved onto the rules ({fixed_time:.6f} s) and the hint "
+                         f"({self.hint_time:.6f} s); the model's bound stands (it relaxes the rules)")
+            info["layout_rules_broken"] = broken
+            plan, evaluated = (fixed, fixed_time) if fixed_time < self.hint_time else (self.hint_plan, self.hint_time)
+            value = round(evaluated * TICKS_PER_S)
+            status = FEASIBLE
+        elif not trusted:
             # the model disagrees with the evaluator on this plan: trust neither the plan's value nor the bound
             notes.append(f"model/evaluator discrepancy: CP-SAT {cp_value / TICKS_PER_S:.6f} s, model schedule "
                          f"{value / TICKS_PER_S:.6f} s, evaluator {evaluated:.6f} s (rounding {rounding} ticks); "

@@ -22,6 +22,7 @@ from typing import Any
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.candidates import CandidateTable, Shortfall, TableBuildTimeout
 from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.fit_hints import hinting, with_hints
 from packplace.placement.problem.config import PlacementInstance
 from packplace.placement.problem.hardware import Cluster
 from packplace.registry import get
@@ -103,6 +104,8 @@ def solve_placement(
     )
     result.params["time_limit_s"] = time_limit_s
     result.info["table_build_s"] = build_s
+    if result.solution is None and not result.interrupted and not hinting():  # which memory setting would fit
+        result.message = with_hints(result.message or "no feasible plan found", instance)
     if time_limit_s is not None and (bound_cut or spent >= time_limit_s) and not result.interrupted:
         result.hit_time_limit = True
         why = (f"time limit reached before the search: the candidate table took {build_s:.3g} s and the analytic "
@@ -133,13 +136,17 @@ def check_instance(instance: PlacementInstance) -> None:
 
     Raises:
         ConfigError: a vertex with no legal strategy, or non-finite predicted times.
-        InfeasibleError: a vertex that fits on no cluster grown up to 64x (bytes needed and available), or
+        InfeasibleError: a vertex that fits on no cluster grown up to 64x (bytes needed and available, and
+            the memory settings under which it fits with their step times: :mod:`packplace.placement.fit_hints`), or
             "cluster has X GPUs; the smallest feasible plan for V needs Y (...); the smallest cluster of
             this node and rack shape (doubled) on which the concurrent solver fits a whole plan has Z GPUs
             (step T s: per task its GPUs)" (else the upper bound with every task on its own GPUs).
     """
     table = get_table(instance)
-    short = table.shortfalls()
+    try:
+        short = table.shortfalls()
+    except InfeasibleError as exc:  # fits on no cluster: say which memory setting would make it fit
+        raise InfeasibleError(with_hints(str(exc), instance)) from None
     if short:
         raise InfeasibleError(table.shortfall_message(short, _smallest_whole_cluster(instance, table, short)))
 

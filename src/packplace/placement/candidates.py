@@ -37,6 +37,7 @@ from packplace.placement.model.cost import CostModel
 from packplace.placement.model.dp_balance import VertexBalance, instance_balance, vertex_setting
 from packplace.placement.model.engine import mean_live_tokens
 from packplace.placement.model.framework import INFERENCE_OFFLOAD, inference_owner, profile
+from packplace.placement.model.layout_rules import Context, strategy_refusal
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, vertex_memory
 from packplace.placement.model.training_time import training_overhead_seconds
 from packplace.placement.problem.graph import algorithm_spec
@@ -567,32 +568,15 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
     return parts
 
 
-def framework_layout_allows(instance, kind: str, strategy: Strategy) -> bool:
-    """Whether ``policy.framework`` can run a vertex of ``kind`` with ``strategy``.
-
-    verl runs every trainer and forward on one backend: with a model trained at ``sharding: zero3`` that is
-    FSDP, which has no tensor, pipeline or expert parallelism (verl ``workers/fsdp_workers.py``; Ulysses
-    sequence parallelism only), so the non-generation vertices keep ``tp = pp = ep = 1``; its Megatron
-    workers have those but shard no parameters (``ppo_megatron_trainer.yaml``: the distributed optimizer
-    is ZeRO-1), the rule :mod:`packplace.placement.emit.verl` checks. Generation (vLLM) is unrestricted.
-
-    OpenRLHF (``openrlhf/cli/train_ppo_ray.py``, the rules :mod:`packplace.placement.emit.openrlhf`
-    checks): vLLM engines take a tensor-parallel size only (``pp = ep = 1``), DeepSpeed trains without
-    pipeline parallelism (``pp = 1``; tensor parallelism through AutoTP), and the reference / reward /
-    critic forwards run data-parallel only (``tp = pp = 1``).
-
-    Every other framework: every legal strategy."""
-    if instance.framework == "openrlhf":
-        if kind == "generate":
-            return strategy.pp == 1 and strategy.ep == 1
-        if kind == "infer":
-            return strategy.tp == 1 and strategy.pp == 1
-        return strategy.pp == 1
-    if instance.framework != "verl" or kind == "generate":
+def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str | None = None) -> bool:
+    """Whether ``policy.framework`` can run vertex ``name`` (of ``kind``) with ``strategy``: no
+    :func:`~packplace.placement.model.layout_rules.strategy_refusal` (the framework's own per-task rules: verl's
+    FSDP backend without tensor, pipeline or expert parallelism, OpenRLHF's data-parallel reference and
+    reward forwards, ...). Frameworks without rules (``none``, ``deepspeed-chat``): every legal strategy."""
+    ctx = Context.of(instance)
+    if not ctx.ruled:
         return True
-    if not any(o.sharding == "zero3" for o in instance.training.values()):
-        return True
-    return strategy.tp == 1 and strategy.pp == 1 and strategy.ep == 1
+    return strategy_refusal(ctx, name or f"?.{kind}", kind, strategy) is None
 
 
 def memory_budget(instance, kind: str) -> float:
@@ -637,7 +621,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
         if deadline is not None and time.perf_counter() > deadline:
             raise _table_cut(built_before + len(out), name, len(divisors(w.sequences)))
         for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent, kind):
-            if not framework_layout_allows(instance, kind, strategy):
+            if not framework_layout_allows(instance, kind, strategy, name):
                 continue
             if deadline is not None and time.perf_counter() > deadline:
                 raise _table_cut(built_before + len(out), name, len(divisors(w.sequences // strategy.dp)))

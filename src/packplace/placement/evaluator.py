@@ -10,7 +10,9 @@ is the max-plus eigenvalue of that recurrence, computed exactly by Karp's theore
 (:meth:`PlacementEvaluator._period`). Memory per GPU: ``Σ_models max(resident) + max(transient)`` over
 the vertices placed on it (:mod:`packplace.placement.model.memory`); above ``memory_per_gpu`` the plan is
 out of memory, and so is a vertex over its own budget (a rollout engine over ``gpu_memory_utilization`` of
-the GPU, :func:`~packplace.placement.candidates.memory_budget`). Times and bytes come precomputed from the
+the GPU, :func:`~packplace.placement.candidates.memory_budget`). With ``policy.framework`` verl, openrlhf or
+nemo-rl a plan that breaks one of that framework's layout rules (:mod:`packplace.placement.model.layout_rules`)
+is infeasible, the rule its reason. Times and bytes come precomputed from the
 :class:`CandidateTable`; blocks are contiguous id ranges, so overlaps and memory work on at most ``2V``
 segments; :meth:`PlacementEvaluator.step_time` is the fast path of a search. References: Baccelli, Cohen,
 Olsder & Quadrat 1992, *Synchronization and Linearity*, Thm 3.23; Karp 1978. Performance:
@@ -32,6 +34,7 @@ from packplace.placement.candidates import (
     train_state_kept,
     vertex_parts,
 )
+from packplace.placement.model.layout_rules import Context, Placed, refusals
 from packplace.placement.problem.plan import Plan, VertexPlan
 from packplace.result import register_solution_type
 from packplace.run import register_evaluator
@@ -46,7 +49,8 @@ class PlacementScore:
     """The evaluator's verdict on one plan.
 
     Attributes:
-        feasible: No hard-rule violation and no GPU over its memory.
+        feasible: No hard-rule violation, no GPU over its memory and, with ``policy.framework`` verl, openrlhf
+            or nemo-rl, no layout rule of that framework broken (:mod:`packplace.placement.model.layout_rules`).
         violations: One line per problem (hard rules, unplaced vertices, OOM).
         step_time: Seconds per step (``inf`` when infeasible): the synchronous step time when every
             staleness is 0, else the steady-state asynchronous period (module docstring).
@@ -181,6 +185,8 @@ class PlacementEvaluator:
         #: the last :meth:`lower_bound` stopped at its deadline and counted some stale times as 0
         self.bound_cut = False
         self._total_flops = sum(self.table.vertex_flops.values())
+        #: the framework's layout rules between tasks (:mod:`packplace.placement.model.layout_rules`), or None
+        self.rules = Context.of(instance) if Context.of(instance).ruled else None
 
     # -- resolution ------------------------------------------------------------------------------
     def _resolve_one(self, name: str, vp: VertexPlan) -> tuple | str:
@@ -424,6 +430,13 @@ class PlacementEvaluator:
                 return f"staleness: {model}={t} is not among staleness_candidates {list(allowed[model])}"
         return None
 
+    def _layout_refusals(self, res: list, plan: Plan) -> list[str]:
+        """The framework layout rules ``plan`` breaks (:func:`~packplace.placement.model.layout_rules.refusals`)."""
+        if self.rules is None:
+            return []
+        placed = {name: Placed(name, r[0].strategy, r[1], r[2], r[0].extent[2]) for name, r in zip(self.names, res)}
+        return refusals(self.rules, placed, dict(plan.staleness))
+
     # -- public ----------------------------------------------------------------------------------
     def step_time(self, plan: Plan) -> float:
         """The objective in seconds per step — the synchronous step time, or the asynchronous period when
@@ -436,6 +449,8 @@ class PlacementEvaluator:
         for r in res:
             if not r[0].fits:  # over its own budget (memory_budget)
                 return INF
+        if self.rules is not None and self._layout_refusals(res, plan):
+            return INF
         cap = self.capacity
         for _, _, used in self._memory_segments(res):
             if used > cap:
@@ -457,7 +472,8 @@ class PlacementEvaluator:
         a search that scores out-of-memory plans with a penalty (``hard_oom: false``); such plans are
         still infeasible for :meth:`step_time` and :meth:`score`."""
         res = self._resolve(plan)
-        if res.__class__ is str or (plan.staleness and self._staleness_violation(plan)):
+        if res.__class__ is str or (plan.staleness and self._staleness_violation(plan)) \
+                or (self.rules is not None and self._layout_refusals(res, plan)):
             return INF, INF
         cap = self.capacity
         over = max((used - cap for _, _, used in self._memory_segments(res)), default=0.0)
@@ -477,6 +493,7 @@ class PlacementEvaluator:
         stale = self._staleness_violation(plan) if plan.staleness else None
         if stale:
             violations.append(stale)
+        violations += [f"{self.instance.framework} layout: {line}" for line in self._layout_refusals(res, plan)]
         peaks = [0.0] * self.num_gpus
         oom = []
         for lo, hi, used in self._memory_segments(res):

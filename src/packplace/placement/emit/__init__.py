@@ -49,7 +49,7 @@ def emit(instance: PlacementInstance, plan: Plan, framework: str) -> EmittedPlan
     """
     if framework not in FRAMEWORKS:
         raise ConfigError(f"emit: unknown framework {framework!r}; valid: {', '.join(FRAMEWORKS)}")
-    return FRAMEWORKS[framework](PlanView.of(instance, plan))
+    return FRAMEWORKS[framework](PlanView.of(instance, plan, framework))
 
 
 __all__ = ["FRAMEWORKS", "EmittedPlan", "PlanView", "emit"]

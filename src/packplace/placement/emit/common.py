@@ -9,10 +9,11 @@ the staleness, so an emitter is a table of keys and the checks of its framework'
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from packplace.errors import ConfigError
+from packplace.placement.model.layout_rules import Context, Placed, refusals
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions
 from packplace.placement.problem.config import PlacementInstance
 from packplace.placement.problem.plan import Plan, Strategy, VertexPlan
@@ -62,6 +63,8 @@ class PlanView:
         staleness: ``{model: steps}`` (0: synchronous).
         gpu_memory_utilization: The rollout engine's memory fraction.
         gpus_per_node: GPUs per node of the cluster.
+        rules: The layout-rule context of the target framework
+            (:class:`~packplace.placement.model.layout_rules.Context`).
     """
 
     tasks: Mapping[str, Task]
@@ -73,10 +76,11 @@ class PlanView:
     staleness: Mapping[str, int]
     gpu_memory_utilization: float
     gpus_per_node: int
+    rules: Context | None = None
 
     @classmethod
-    def of(cls, instance: PlacementInstance, plan: Plan) -> PlanView:
-        """The view of ``plan`` on ``instance``.
+    def of(cls, instance: PlacementInstance, plan: Plan, framework: str | None = None) -> PlanView:
+        """The view of ``plan`` on ``instance``, for ``framework`` (default ``policy.framework``).
 
         Raises:
             ConfigError: the plan misses a task of the instance's step graph.
@@ -93,7 +97,16 @@ class PlanView:
                    training={m: instance.training.get(m, DEFAULT_TRAINING) for m in models},
                    staleness={m: plan.staleness_of(m) for m in models},
                    gpu_memory_utilization=instance.engine.gpu_memory_utilization,
-                   gpus_per_node=instance.cluster.gpus_per_node)
+                   gpus_per_node=instance.cluster.gpus_per_node,
+                   rules=replace(Context.of(instance), framework=framework or instance.framework))
+
+    def layout_refusals(self) -> list[str]:
+        """The target framework's layout rules the plan breaks (``layout_rules.refusals``)."""
+        if self.rules is None:
+            return []
+        placed = {name: Placed(name, t.strategy, min(t.gpus), max(t.gpus) + 1, t.gpus_per_node)
+                  for name, t in self.tasks.items()}
+        return refusals(self.rules, placed, self.staleness)
 
     def get(self, name: str) -> Task | None:
         """The task ``name``, or ``None`` when the step has none."""

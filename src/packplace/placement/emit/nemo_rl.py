@@ -1,16 +1,21 @@
 """The plan as NeMo RL v0.7.0 config overrides (``examples/run_grpo.py``, ``run_ppo.py``, ``run_dpo.py``).
 
 Keys: ``examples/configs/grpo_math_1B.yaml`` (DTensor policy), ``grpo_math_1B_megatron.yaml``,
+``grpo_rm_1B.yaml`` (a reward-model environment),
 ``ppo_math_1B.yaml`` / ``ppo_math_1B_megatron.yaml`` (with a ``value`` model) and ``dpo.yaml`` of NeMo RL
-at tag v0.7.0. NeMo RL's layout rules that the emitter checks:
+at tag v0.7.0. NeMo RL's layout rules (held by :mod:`packplace.placement.model.layout_rules`: the search keeps them
+when ``policy.framework`` is nemo-rl, the emitter reports any a plan breaks):
 
 * one cluster (``cluster.num_nodes × cluster.gpus_per_node``); the policy trains on it and computes the
   reference and old log-probs in the same workers with the same layout (``policy.logprob_batch_size``);
 * generation (vLLM: ``policy.generation.vllm_cfg.tensor_parallel_size`` / ``pipeline_parallel_size``) is
   colocated with the policy (``policy.generation.colocated.enabled``) or on its own GPUs
   (``colocated.resources``), and asynchronous GRPO (``grpo.async_grpo``) needs it on its own GPUs;
-* the DTensor policy has tensor but no pipeline parallelism: ``pp`` above 1 selects the Megatron config;
-* the GRPO math config scores with a rule environment: a reward model is not part of it.
+* the DTensor policy has tensor but no pipeline parallelism: ``pp`` or ``ep`` above 1 selects the Megatron
+  config, unless a trained model shards with ``zero3`` (or ``policy.trainer_backend`` forces one);
+* a GRPO reward model runs as an environment on GPUs of its own (``examples/configs/grpo_rm_1B.yaml``:
+  ``env.reward_model.resources``, DTensor tensor parallelism); PPO's example configs have no
+  ``env.reward_model`` section, so a PPO reward model is one line.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ from __future__ import annotations
 from typing import Any
 
 from packplace.placement.emit.common import (
-    CRITIC_INFER,
     CRITIC_TRAIN,
     GENERATE,
     REFERENCE,
@@ -30,6 +34,7 @@ from packplace.placement.emit.common import (
     disjoint,
     same_gpus,
 )
+from packplace.placement.model.layout_rules import config_refusals, trainer_backend, unsupported
 from packplace.placement.model.memory import TrainingOptions
 
 SCRIPTS = {"grpo": "examples/run_grpo.py", "dapo": "examples/run_grpo.py", "ppo": "examples/run_ppo.py",
@@ -41,10 +46,18 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
     """NeMo RL settings for ``view`` (module docstring: keys and layout rules)."""
     train, gen, ref = view.tasks[TRAIN], view.get(GENERATE), view.get(REFERENCE)
     critic = view.get(CRITIC_TRAIN)
-    megatron = any(t is not None and (t.strategy.pp > 1 or t.strategy.ep > 1) for t in (train, critic))
-    config = BASE_CONFIG[view.algorithm] + ("_megatron" if megatron and view.algorithm != "dpo" else "")
+    strategies = {name: task.strategy for name, task in view.tasks.items()}
+    megatron = (trainer_backend(view.rules, strategies) == "megatron" if view.rules is not None else
+                any(t is not None and (t.strategy.pp > 1 or t.strategy.ep > 1) for t in (train, critic)))
+    reward = view.get(REWARD)
+    reward_env = reward is not None and not view.rule_reward and view.algorithm in ("grpo", "dapo")
+    config = "grpo_rm_1B" if reward_env else \
+        BASE_CONFIG[view.algorithm] + ("_megatron" if megatron and view.algorithm != "dpo" else "")
     out = EmittedPlan("nemo-rl", config, f"uv run {SCRIPTS[view.algorithm]} --config examples/configs/{config}.yaml")
     s, refuse, note = out.settings, out.refusals, out.notes
+    if view.rules is not None:
+        refuse += [line for line in (unsupported(view.rules),) if line]
+        refuse += config_refusals(view.rules) + view.layout_refusals()
     s["cluster.num_nodes"] = view.nodes
     s["cluster.gpus_per_node"] = len(view.all_gpus) if view.nodes == 1 else view.gpus_per_node
     if view.algorithm == "dpo":
@@ -63,6 +76,12 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
                       "step runs longer than planned")
     s["policy.train_micro_batch_size"] = train.micro_batch
     _policy(out, "policy", train, view.training["actor"], megatron and view.algorithm != "dpo")
+    if reward_env and reward is not None:  # grpo_rm_1B: the reward model as an environment on GPUs of its own
+        s["env.reward_model.resources.num_nodes"] = reward.nodes
+        s["env.reward_model.resources.gpus_per_node"] = reward.gpus_per_node
+        s["env.reward_model.dtensor_cfg.tensor_parallel_size"] = reward.strategy.tp
+        s["env.reward_model.batch_size"] = reward.micro_batch
+        note.append("env.reward_model.model_name: grpo_rm_1B's default reward model; set the plan's own")
     if ref is not None:
         if view.algorithm == "dpo":  # dpo.yaml has no logprob batch: the reference forward uses the training one
             if ref.micro_batch != train.micro_batch:
@@ -70,24 +89,12 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
                             f"at policy.train_micro_batch_size ({train.micro_batch})")
         else:
             s["policy.logprob_batch_size"] = ref.micro_batch
-        if ref.strategy != train.strategy or not same_gpus(ref, train):
-            refuse.append(f"{ref.layout} differs from {train.layout}: NeMo RL computes reference log-probs in the "
-                          f"policy workers, with the policy's layout and GPUs")
     if gen is not None:
         _generation(out, view, gen, train)
-    reward = view.get(REWARD)
-    if reward is not None and not view.rule_reward:
-        refuse.append(f"{reward.layout}: the {config} config scores with a rule environment; a reward model "
-                      f"is not part of it")
     if critic is not None:
         s["value.train_global_batch_size"] = view.sequences
         s["value.train_micro_batch_size"] = critic.micro_batch
         _policy(out, "value", critic, view.training["critic"], megatron)
-        critic_infer = view.get(CRITIC_INFER)
-        if critic_infer is not None and (critic_infer.strategy != critic.strategy
-                                         or not same_gpus(critic_infer, critic)):
-            refuse.append(f"{critic_infer.layout} differs from {critic.layout}: NeMo RL computes values in the "
-                          f"value workers, with the value model's layout")
     return out
 
 
@@ -104,19 +111,11 @@ def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions,
         if prefix == "policy":
             s[f"{prefix}.megatron_cfg.optimizer.use_distributed_optimizer"] = options.sharding != "none"
         s[f"{prefix}.megatron_cfg.optimizer.optimizer_cpu_offload"] = options.offload != "none"
-        if options.sharding == "zero3" or options.offload == "optimizer+params":
-            out.refusals.append(f"{task.name} sharding {options.sharding}, offload {options.offload}: the Megatron "
-                                f"policy shards the optimizer (distributed optimizer) and offloads only its state")
-        if options.lora_rank and prefix != "policy":
-            out.refusals.append(f"{task.name} lora_rank {options.lora_rank}: NeMo RL's Megatron {prefix} model "
-                                f"has no LoRA (PEFT) setting; it would train in full")
-        elif options.lora_rank:
+        if options.lora_rank and prefix == "policy":
             # Megatron-Bridge PEFT: LoRA on the blocks' linear layers
             s[f"{prefix}.megatron_cfg.peft.enabled"] = True
             s[f"{prefix}.megatron_cfg.peft.dim"] = options.lora_rank
         return
-    if task.strategy.pp > 1:
-        out.refusals.append(f"{task.layout}: the DTensor {prefix} has no pipeline parallelism")
     s[f"{prefix}.dtensor_cfg.tensor_parallel_size"] = task.strategy.tp
     s[f"{prefix}.dtensor_cfg.activation_checkpointing"] = options.recompute == "full"
     s[f"{prefix}.dtensor_cfg.cpu_offload"] = options.offload == "optimizer+params"
@@ -143,9 +142,6 @@ def _generation(out: EmittedPlan, view: PlanView, gen: Task, train: Task) -> Non
     stale = view.staleness.get("actor", 0)
     if same_gpus(gen, train):
         s["policy.generation.colocated.enabled"] = True
-        if stale:
-            out.refusals.append(f"actor staleness {stale} with generation colocated: NeMo RL's asynchronous GRPO "
-                                f"runs generation on GPUs of its own")
     elif disjoint(gen, train):
         s["policy.generation.colocated.enabled"] = False
         if view.nodes == 1:  # one node: resources.gpus_per_node GPUs of it generate (grpo.py, setup)
@@ -154,14 +150,6 @@ def _generation(out: EmittedPlan, view: PlanView, gen: Task, train: Task) -> Non
         else:  # several nodes: whole nodes generate, gpus_per_node equal to the cluster's
             s["policy.generation.colocated.resources.gpus_per_node"] = view.gpus_per_node
             s["policy.generation.colocated.resources.num_nodes"] = gen.nodes
-            if gen.gpus_per_node != view.gpus_per_node:
-                out.refusals.append(f"{gen.layout} on part of a node of a multi-node cluster: NeMo RL gives "
-                                    f"generation whole nodes there")
-    else:
-        out.refusals.append(f"{gen.layout} shares some but not all GPUs with {train.name}: NeMo RL colocates "
-                            f"generation with the whole policy or gives it GPUs of its own")
     if stale and view.algorithm == "grpo":
         s["grpo.async_grpo.enabled"] = True
         s["grpo.async_grpo.max_trajectory_age_steps"] = stale
-    elif stale:
-        out.refusals.append(f"actor staleness {stale}: NeMo RL's asynchronous mode is GRPO's (grpo.async_grpo)")

@@ -1,7 +1,9 @@
 """The plan as OpenRLHF v0.11.0 command-line options (``openrlhf.cli.train_ppo_ray``; DPO: ``train_dpo``).
 
 Options: the ``argparse`` definitions of ``openrlhf/cli/train_ppo_ray.py`` and ``train_dpo.py`` at tag
-v0.11.0. OpenRLHF's layout rules that the emitter checks (the same file's ``train()``):
+v0.11.0. OpenRLHF's layout rules (the same file's ``train()``; held by
+:mod:`packplace.placement.model.layout_rules`: the search keeps them when ``policy.framework`` is openrlhf, the
+emitter reports any a plan breaks):
 
 * each model is a Ray actor group with its own ``--<model>.num_nodes`` / ``--<model>.num_gpus_per_node``
   and its own GPUs, unless colocated: ``--train.colocate_actor_ref`` (actor and reference share a
@@ -25,9 +27,9 @@ from packplace.placement.emit.common import (
     EmittedPlan,
     PlanView,
     Task,
-    disjoint,
     same_gpus,
 )
+from packplace.placement.model.layout_rules import config_refusals
 
 #: ``--ds.zero_stage`` per packplace sharding.
 ZERO_STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
@@ -41,6 +43,8 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
         return _dpo(view)
     out = EmittedPlan("openrlhf", "train_ppo_ray", "python3 -m openrlhf.cli.train_ppo_ray")
     s, refuse, note = out.settings, out.refusals, out.notes
+    if view.rules is not None:
+        refuse += config_refusals(view.rules) + view.layout_refusals()
     train, gen = view.tasks[TRAIN], view.get(GENERATE)
     s["--algo.advantage.estimator"] = ADVANTAGE[view.algorithm]
     if view.algorithm == "dapo":   # no KL term: OpenRLHF then builds no reference model
@@ -60,8 +64,6 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
         s["--vllm.gpu_memory_utilization"] = view.gpu_memory_utilization
         note.append(f"{gen.name} decodes {gen.micro_batch} sequences at once per engine in the plan: OpenRLHF "
                     f"has no flag for vLLM's max_num_seqs, so the engine's own default applies")
-        if gen.strategy.pp > 1 or gen.strategy.ep > 1:
-            refuse.append(f"{gen.layout}: OpenRLHF's vLLM engines take a tensor-parallel size only")
     s["--rollout.batch_size"] = view.prompts
     s["--rollout.n_samples_per_prompt"] = view.samples_per_prompt
     s["--train.batch_size"] = view.sequences
@@ -75,10 +77,6 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
             note.append("rollout.micro_batch_size is the smallest of the planned inference micro-batches ("
                         + ", ".join(f"{t.name} {t.micro_batch}" for t in forwards)
                         + "): OpenRLHF uses one for every forward")
-        for task in forwards:
-            if task.strategy.tp > 1 or task.strategy.pp > 1:
-                refuse.append(f"{task.layout}: OpenRLHF's inference models run data-parallel only "
-                              f"(tensor parallelism only through --ds.tensor_parallel_size of the trained models)")
     stale = view.staleness.get("actor", 0)
     if stale:
         s["--train.async_enable"] = True
@@ -87,33 +85,20 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
 
 
 def _colocation(out: EmittedPlan, view: PlanView) -> None:
-    """The colocation switches, and a refusal for any sharing of GPUs they cannot express."""
+    """The colocation switches (the sharing of GPUs they cannot express is a layout rule:
+    :mod:`packplace.placement.model.layout_rules`)."""
     t = view.tasks
     train, gen, ref = t[TRAIN], t.get(GENERATE), t.get(REFERENCE)
     reward = None if view.rule_reward else t.get(REWARD)
-    critic, critic_infer = t.get(CRITIC_TRAIN), t.get(CRITIC_INFER)
-    if critic is not None and critic_infer is not None and (
-            not same_gpus(critic, critic_infer) or critic.strategy != critic_infer.strategy):
-        out.refusals.append(f"{critic_infer.layout} differs from {critic.layout}: one critic actor group computes "
-                            f"values and trains, with one layout")
+    critic = t.get(CRITIC_TRAIN)
     if same_gpus(train, gen, ref, reward, critic):
         out.settings["--train.colocate_all"] = True
         out.settings["--vllm.enable_sleep"] = True
         return
-    groups = [("actor", train), ("vLLM", gen), ("reference", ref), ("reward", reward), ("critic", critic)]
-    allowed = {("actor", "reference"), ("reward", "critic")}
     if ref is not None and same_gpus(train, ref):
         out.settings["--train.colocate_actor_ref"] = True
     if reward is not None and critic is not None and same_gpus(reward, critic):
         out.settings["--train.colocate_critic_reward"] = True
-    for i, (a_name, a) in enumerate(groups):
-        for b_name, b in groups[i + 1:]:
-            if a is None or b is None or disjoint(a, b):
-                continue
-            if (a_name, b_name) in allowed and same_gpus(a, b):
-                continue
-            out.refusals.append(f"{a_name} and {b_name} share GPUs ({a.name}, {b.name}): OpenRLHF colocates only "
-                                f"actor+reference, critic+reward, or everything (--train.colocate_all)")
 
 
 def _deepspeed(out: EmittedPlan, trained: list[Task], view: PlanView) -> None:
@@ -121,35 +106,21 @@ def _deepspeed(out: EmittedPlan, trained: list[Task], view: PlanView) -> None:
     options = [view.training["actor" if t.name == TRAIN else "critic"] for t in trained]
     out.settings["--ds.zero_stage"] = ZERO_STAGE[options[0].sharding]
     out.settings["--ds.tensor_parallel_size"] = trained[0].strategy.tp
-    for task, opts in zip(trained, options, strict=True):
-        if task.strategy.pp > 1:
-            out.refusals.append(f"{task.layout}: OpenRLHF trains with DeepSpeed ZeRO and no pipeline parallelism")
-        if task.strategy.tp != trained[0].strategy.tp or opts.sharding != options[0].sharding:
-            out.refusals.append(f"{task.layout} sharding {opts.sharding}: OpenRLHF gives every trained model the "
-                                f"same --ds.tensor_parallel_size and --ds.zero_stage")
     if any(o.offload != "none" for o in options):
         out.settings["--ds.adam_offload"] = True
-        if any(o.offload == "optimizer+params" for o in options):
-            out.refusals.append("offload optimizer+params: OpenRLHF offloads the Adam state (--ds.adam_offload), "
-                                "not the parameters of a trained model")
     if any(o.recompute == "full" for o in options):
         out.settings["--actor.gradient_checkpointing_enable"] = True
     if options[0].lora_rank:
         # one LoRA setting for every trained model (its default targets are all linear layers)
         out.settings["--ds.lora.rank"] = options[0].lora_rank
-    for task, opts in zip(trained, options, strict=True):
-        if opts.lora_rank != options[0].lora_rank:
-            out.refusals.append(f"{task.name} lora_rank {opts.lora_rank}: OpenRLHF gives every trained model the "
-                                f"same --ds.lora.rank ({options[0].lora_rank})")
 
 
 def _dpo(view: PlanView) -> EmittedPlan:
     """``train_dpo`` (DeepSpeed, no Ray): one process group with the policy and the reference model."""
     out = EmittedPlan("openrlhf", "train_dpo", "deepspeed --module openrlhf.cli.train_dpo")
-    train, ref = view.tasks[TRAIN], view.get(REFERENCE)
-    if ref is not None and not same_gpus(train, ref):
-        out.refusals.append(f"{ref.layout} on other GPUs than actor.train: train_dpo holds the reference in the "
-                            f"training processes")
+    train = view.tasks[TRAIN]
+    if view.rules is not None:
+        out.refusals += config_refusals(view.rules) + view.layout_refusals()
     out.settings["--train.batch_size"] = view.prompts
     out.settings["--train.micro_batch_size"] = train.micro_batch
     _deepspeed(out, [train], view)

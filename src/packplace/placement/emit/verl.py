@@ -3,15 +3,18 @@
 Keys: ``verl/trainer/config/ppo_trainer.yaml`` (FSDP workers) and ``ppo_megatron_trainer.yaml``
 (Megatron workers) of the verl 0.9.1 wheel (their generated, fully expanded forms
 ``_generated_ppo_trainer.yaml`` / ``_generated_ppo_megatron_trainer.yaml``). verl's layout rules that
-the emitter checks:
+:mod:`packplace.placement.model.layout_rules` holds (the search keeps them when ``policy.framework`` is verl;
+the emitter reports any a plan breaks):
 
 * the hybrid engine (``actor_rollout_ref.hybrid_engine``): actor training, rollout and the reference run
   in one worker group on the trainer's GPUs (``trainer.nnodes × trainer.n_gpus_per_node``), and so does
   the critic (every role maps to the global resource pool); a standalone rollout pool
   (``actor_rollout_ref.rollout.nnodes``) exists only for the asynchronous ``trainer.v1`` modes;
 * the FSDP backend has no tensor or pipeline parallelism for training (Ulysses sequence parallelism
-  only): a plan with ``tp`` or ``pp`` above 1 on a trained model, or on the reference, is emitted for the
-  Megatron backend (``--config-name ppo_megatron_trainer``);
+  only) and the Megatron backend shards no parameters: :func:`choose_backend` picks FSDP for a plan whose
+  trainers and forwards are ``tp = pp = ep = 1`` or that shards with ``zero3``, Megatron
+  (``--config-name ppo_megatron_trainer``) otherwise; ``policy.trainer_backend`` / ``--trainer-backend``
+  forces either;
 * a reward model runs on a vLLM engine (``reward.reward_model.rollout``), on the trainer's GPUs or on a
   pool of its own (``reward.reward_model.enable_resource_pool`` with its ``nnodes`` / ``n_gpus_per_node``).
 """
@@ -33,6 +36,7 @@ from packplace.placement.emit.common import (
     disjoint,
     same_gpus,
 )
+from packplace.placement.model.layout_rules import config_refusals, trainer_backend, unsupported
 from packplace.placement.model.memory import TrainingOptions
 
 ENTRY = "python3 -m verl.trainer.main_ppo"
@@ -43,31 +47,43 @@ DAPO_NOTE = ("dapo: GRPO advantages without a KL term or reference; DAPO's clip-
 ADVANTAGE = {"ppo": "gae", "grpo": "grpo", "dapo": "grpo"}
 
 
-def _needs_megatron(view: PlanView) -> list[str]:
-    reasons = []
-    for name in (TRAIN, CRITIC_TRAIN, REFERENCE, CRITIC_INFER):
-        task = view.get(name)
-        if task is not None and (task.strategy.tp > 1 or task.strategy.pp > 1 or task.strategy.ep > 1):
-            reasons.append(task.layout)
-    return reasons
+def choose_backend(view: PlanView) -> tuple[str, str]:
+    """``(backend, why)``: verl's trainer backend for the plan (``fsdp`` or ``megatron``) and a note.
+
+    ``policy.trainer_backend`` (or ``--trainer-backend``) when forced; else FSDP when a trained model shards
+    with ``zero3`` (verl's Megatron workers shard no parameters), Megatron when a trainer, the reference or
+    the value forward has tensor, pipeline or expert parallelism (verl's FSDP workers have none: Ulysses
+    sequence parallelism only), FSDP otherwise (``trainer_backend`` in
+    :mod:`packplace.placement.model.layout_rules`)."""
+    ctx = view.rules
+    strategies = {name: task.strategy for name, task in view.tasks.items()}
+    backend = trainer_backend(ctx, strategies) if ctx is not None else "fsdp"
+    if ctx is not None and ctx.backend != "auto":
+        return backend, f"{backend} backend: forced (trainer_backend {ctx.backend})"
+    if backend == "megatron":
+        parallel = [t.layout for name, t in view.tasks.items() if name in (TRAIN, CRITIC_TRAIN, REFERENCE, CRITIC_INFER)
+                    and (t.strategy.tp > 1 or t.strategy.pp > 1 or t.strategy.ep > 1)]
+        return backend, (f"Megatron backend: verl's FSDP workers have no tensor or pipeline parallelism "
+                         f"({'; '.join(parallel)})")
+    return backend, "FSDP backend: every trainer and forward runs with tp = pp = ep = 1"
 
 
 def emit_verl(view: PlanView) -> EmittedPlan:
     """verl settings for ``view`` (module docstring: keys and layout rules)."""
-    reasons = _needs_megatron(view)
-    megatron = bool(reasons)
+    backend, why = choose_backend(view)
+    megatron = backend == "megatron"
     config = "megatron" if megatron else "fsdp"
     out = EmittedPlan("verl", config, f"{ENTRY} --config-name {'ppo_megatron_trainer' if megatron else 'ppo_trainer'}")
     s, refuse, note = out.settings, out.refusals, out.notes
-    if megatron:
-        note.append(f"Megatron backend: verl's FSDP workers have no tensor or pipeline parallelism "
-                    f"({'; '.join(reasons)})")
+    note.append(why)
     train, gen, ref = view.tasks[TRAIN], view.get(GENERATE), view.get(REFERENCE)
     if view.algorithm == "dpo":
-        refuse.append("algorithm dpo: verl.trainer.main_ppo runs PPO-family algorithms (algorithm.adv_estimator); "
-                      "verl has no DPO trainer on this config")
+        refuse.append((unsupported(view.rules) if view.rules is not None else None)
+                      or "algorithm dpo: verl has no DPO trainer")
     else:
         s["algorithm.adv_estimator"] = ADVANTAGE[view.algorithm]
+        if view.rules is not None:
+            refuse += config_refusals(view.rules) + view.layout_refusals()
     if view.algorithm == "dapo":   # no KL term, so verl starts no reference worker (need_reference_policy)
         s["actor_rollout_ref.actor.use_kl_loss"] = False
         s["algorithm.use_kl_in_reward"] = False
@@ -81,21 +97,15 @@ def emit_verl(view: PlanView) -> EmittedPlan:
     _trainer(out, "actor_rollout_ref.actor", train, view.training["actor"], megatron)
     s["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = train.micro_batch
     if ref is not None:
-        if not same_gpus(ref, train):
-            refuse.append(f"{ref.layout} on other GPUs than actor.train: verl runs the reference in the actor's "
-                          f"worker group (ActorRolloutRef), on the trainer's GPUs")
         if megatron:
             s["actor_rollout_ref.ref.megatron.tensor_model_parallel_size"] = ref.strategy.tp
             s["actor_rollout_ref.ref.megatron.pipeline_model_parallel_size"] = ref.strategy.pp
         s["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = ref.micro_batch
     if gen is not None:
-        _rollout(s, refuse, note, view, gen, train)
-    _reward(s, refuse, view, train)
+        _rollout(s, note, view, gen, train)
+    _reward(s, view, train)
     critic, critic_infer = view.get(CRITIC_TRAIN), view.get(CRITIC_INFER)
     if critic is not None:
-        if not same_gpus(critic, train, critic_infer):
-            refuse.append(f"{critic.layout} on other GPUs than actor.train: verl maps the critic to the trainer's "
-                          f"resource pool (global_pool)")
         _trainer(out, "critic", critic, view.training["critic"], megatron)
         s["critic.ppo_mini_batch_size"] = view.prompts
         s["critic.ppo_micro_batch_size_per_gpu"] = critic.micro_batch
@@ -105,9 +115,6 @@ def emit_verl(view: PlanView) -> EmittedPlan:
             elif critic_infer.micro_batch != critic.micro_batch:  # the Megatron critic has no forward micro-batch key
                 note.append(f"critic.infer micro-batch {critic_infer.micro_batch}: verl's Megatron critic computes "
                             f"values at critic.ppo_micro_batch_size_per_gpu ({critic.micro_batch})")
-            if critic_infer.strategy != critic.strategy:
-                refuse.append(f"{critic_infer.layout} differs from {critic.layout}: verl computes values in the "
-                              f"critic's workers, with the critic's layout")
     return out
 
 
@@ -120,9 +127,6 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
         s[f"{prefix}.megatron.pipeline_model_parallel_size"] = task.strategy.pp
         if task.strategy.ep > 1:
             s[f"{prefix}.megatron.expert_model_parallel_size"] = task.strategy.ep
-        if options.sharding == "zero3":
-            out.refusals.append(f"{task.name} sharding zero3: verl's Megatron workers shard no parameters (the "
-                          f"distributed optimizer is ZeRO-1); ZeRO-3 is the FSDP backend, which has no tp/pp")
         s[f"{prefix}.megatron.use_distributed_optimizer"] = options.sharding != "none"
         s[f"{prefix}.megatron.param_offload"] = options.offload == "optimizer+params"
         s[f"{prefix}.megatron.optimizer_offload"] = options.offload != "none"
@@ -141,7 +145,7 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
         s[f"{model_key}.target_modules"] = "all-linear"
 
 
-def _rollout(s: dict[str, Any], refuse: list[str], note: list[str], view: PlanView, gen: Task, train: Task) -> None:
+def _rollout(s: dict[str, Any], note: list[str], view: PlanView, gen: Task, train: Task) -> None:
     """The vLLM rollout: TP/PP/EP, running sequences, samples per prompt, colocation and staleness."""
     s["actor_rollout_ref.rollout.name"] = "vllm"
     s["actor_rollout_ref.rollout.n"] = view.samples_per_prompt
@@ -160,22 +164,15 @@ def _rollout(s: dict[str, Any], refuse: list[str], note: list[str], view: PlanVi
             s["trainer.v1.trainer_mode"] = "colocate_async"
             s["trainer.v1.colocate_async.num_warmup_batches"] = stale
     elif disjoint(gen, train):
-        if not stale:
-            refuse.append(f"{gen.layout} on GPUs disjoint from actor.train with staleness 0: verl serves rollout "
-                          f"from a pool of its own only in its asynchronous trainer (trainer.v1.trainer_mode="
-                          f"separate_async); synchronous steps colocate (hybrid engine)")
         s["actor_rollout_ref.hybrid_engine"] = False
         s["trainer.v1.trainer_mode"] = "separate_async"
         s["trainer.v1.separate_async.num_warmup_batches"] = max(stale, 1)
         s["actor_rollout_ref.rollout.nnodes"] = gen.nodes
         s["actor_rollout_ref.rollout.n_gpus_per_node"] = gen.gpus_per_node
         note.append("separate_async: rollout on its own pool, num_warmup_batches batches ahead of the trainer")
-    else:
-        refuse.append(f"{gen.layout} shares some but not all GPUs with actor.train: verl's rollout is colocated "
-                      f"with the whole trainer (hybrid engine) or on a pool of its own")
 
 
-def _reward(s: dict[str, Any], refuse: list[str], view: PlanView, train: Task) -> None:
+def _reward(s: dict[str, Any], view: PlanView, train: Task) -> None:
     """The reward model's vLLM engine and its resource pool (none for a rule reward)."""
     reward = view.get(REWARD)
     if reward is None or view.rule_reward:
@@ -184,15 +181,9 @@ def _reward(s: dict[str, Any], refuse: list[str], view: PlanView, train: Task) -
         return
     s["reward.reward_model.enable"] = True
     s["reward.reward_model.rollout.tensor_model_parallel_size"] = reward.strategy.tp
-    if reward.strategy.pp > 1:
-        refuse.append(f"{reward.layout}: pipeline parallelism for the reward model's engine is not emitted "
-                      f"(reward.reward_model.rollout keeps pipeline_model_parallel_size 1)")
     if same_gpus(reward, train):
         s["reward.reward_model.enable_resource_pool"] = False
     elif disjoint(reward, train):
         s["reward.reward_model.enable_resource_pool"] = True
         s["reward.reward_model.nnodes"] = reward.nodes
         s["reward.reward_model.n_gpus_per_node"] = reward.gpus_per_node
-    else:
-        refuse.append(f"{reward.layout} shares some but not all GPUs with actor.train: verl puts the reward "
-                      f"model on the trainer's pool or on a pool of its own")

@@ -36,6 +36,7 @@ from packplace.placement.model.engine import (
     RolloutEngine,
 )
 from packplace.placement.model.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, INFERENCE_OFFLOAD, profile
+from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, check_config
 from packplace.placement.model.memory import OFFLOAD, RECOMPUTE, SHARDING, TrainingOptions, lora_params
 from packplace.placement.problem.graph import (
     RL_ALGORITHMS,
@@ -143,6 +144,9 @@ POLICY_FIELDS: dict[str, Field] = {
                        meaning="RL framework whose execution profile runs the step (none: the model's own mechanics)"),
     "inference_offload": Field("enum", choices=tuple(INFERENCE_OFFLOAD), default="none",
                                meaning="inference-only models whose weights stay in host memory between forwards"),
+    "trainer_backend": Field("enum", choices=TRAINER_BACKENDS, default="auto",
+                             meaning="verl / NeMo RL trainer workers: fsdp (NeMo RL DTensor), megatron, or auto "
+                                     "(chosen by the plan)"),
 }
 #: Options of ``[training]`` (for every trained model, or per model under ``actor:`` / ``critic:``);
 #: formulas and sources in :mod:`packplace.placement.model.memory` and :mod:`packplace.placement.model.training_time`.
@@ -236,6 +240,8 @@ class PlacementInstance:
             ``reference+reward`` keep those models' weights in host memory between forwards.
         balance: ``{model: BalanceSetting}`` of the trained models' data-parallel passes (``training.balance``,
             :mod:`packplace.placement.model.dp_balance`; key ``""``: the common setting; empty: the framework's).
+        trainer_backend: ``policy.trainer_backend``: ``auto`` (default), ``fsdp`` or ``megatron``, the
+            trainer workers of verl and NeMo RL (:mod:`packplace.placement.model.layout_rules`).
     """
 
     cluster: Cluster
@@ -252,6 +258,7 @@ class PlacementInstance:
     framework: str = DEFAULT_FRAMEWORK
     inference_offload: str = "none"
     balance: Mapping[str, BalanceSetting] = field(default_factory=dict)
+    trainer_backend: str = "auto"
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -507,10 +514,13 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     optimizer = _optimizer(_section(config, "optimizer", required=False), algorithm)
     if hardware.decode_step_overhead is None:  # unset: the framework engine's per-step cost
         hardware = replace(hardware, decode_step_overhead=profile(policy["framework"]).decode_step_overhead)
-    return PlacementInstance(cluster, hardware, models, workload, algorithm,
-                             build_graph(algorithm, reward_model=rule_reward is None), optimizer, source, engine,
-                             training=training, rule_reward=rule_reward, framework=policy["framework"],
-                             inference_offload=policy["inference_offload"], balance=balance)
+    instance = PlacementInstance(cluster, hardware, models, workload, algorithm,
+                                 build_graph(algorithm, reward_model=rule_reward is None), optimizer, source, engine,
+                                 training=training, rule_reward=rule_reward, framework=policy["framework"],
+                                 inference_offload=policy["inference_offload"], balance=balance,
+                                 trainer_backend=policy["trainer_backend"])
+    check_config(Context.of(instance))
+    return instance
 
 
 def _is_rule(spec: Any) -> bool:

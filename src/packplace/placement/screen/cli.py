@@ -45,7 +45,9 @@ from packplace.placement.checking.crossval import (
 from packplace.placement.checking.validate import format_rows, load_setup, validate, validation_files
 from packplace.placement.emit import FRAMEWORKS, emit
 from packplace.placement.evaluator import get_evaluator
-from packplace.placement.problem.config import load_config
+from packplace.placement.model.framework import DEFAULT_FRAMEWORK
+from packplace.placement.model.layout_rules import TRAINER_BACKENDS
+from packplace.placement.problem.config import build_instance, load_config, load_yaml
 from packplace.placement.problem.hardware import Hardware
 from packplace.placement.problem.plan import gpu_ranges, plan_to_json
 from packplace.placement.screen.balance_report import (
@@ -91,6 +93,11 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--emit", default=None, choices=sorted(FRAMEWORKS), metavar="FRAMEWORK",
                    help=f"also print the plan as the framework's own config keys or flags, with a line per plan "
                         f"feature it cannot run ({', '.join(sorted(FRAMEWORKS))})")
+    p.add_argument("--trainer-backend", "--verl-backend", default=None, choices=TRAINER_BACKENDS,
+                   dest="trainer_backend",
+                   help="verl / NeMo RL trainer workers: fsdp (NeMo RL DTensor) or megatron; auto (the config's "
+                        "policy.trainer_backend, default auto) picks FSDP for plans with tp = pp = ep = 1 "
+                        "trainers or zero3 sharding, Megatron otherwise; the search keeps to the backend's layouts")
     p.add_argument("--compare-balance", action="store_true", dest="compare_balance",
                    help="also print the chosen plan's step time with each training.balance split")
     p.set_defaults(func=run)
@@ -186,6 +193,33 @@ def result_json(instance, result) -> dict[str, Any]:
     return out
 
 
+def load_for_emit(path: str, emit_for: str | None, backend: str | None) -> tuple[Any, str]:
+    """The instance of the config at ``path`` as ``place --emit FRAMEWORK`` plans it, and a note (``""``: none).
+
+    A config without ``policy.framework`` is planned for the framework it is emitted for (its execution
+    profile and layout rules, :mod:`packplace.placement.model.layout_rules`), so the emitted plan runs as planned;
+    a config naming another framework keeps its own (the emitter then lists what the target cannot run).
+    ``backend`` (``--trainer-backend``) sets ``policy.trainer_backend``.
+
+    Raises:
+        ConfigError: as :func:`~packplace.placement.problem.config.load_config`.
+    """
+    instance = load_config(path)
+    if not (backend or (emit_for and instance.framework == DEFAULT_FRAMEWORK)):
+        return instance, ""
+    raw = load_yaml(path)
+    policy = dict(raw.get("policy") or {})
+    note = ""
+    if emit_for and instance.framework == DEFAULT_FRAMEWORK:
+        policy["framework"] = emit_for
+        note = (f"planned with policy.framework: {emit_for} (the config sets none): {emit_for}'s execution profile "
+                f"and layout rules")
+    if backend:
+        policy["trainer_backend"] = backend
+    raw["policy"] = policy
+    return build_instance(raw, source=str(path)), note
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``packplace place``; returns the exit code (0 ok, 1 no feasible plan). ConfigError propagates
     to the top-level CLI (one line on stderr, exit code 2)."""
@@ -197,9 +231,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--gantt: {args.gantt!r} is also the --out path")
     if args.gantt:  # an unsupported image format (or no matplotlib) fails now, not after the solve
         check_format(args.gantt)
-    instance = load_config(args.config)
+    instance, planned_for = load_for_emit(args.config, getattr(args, "emit", None),
+                                          getattr(args, "trainer_backend", None))
     result = api.solve_placement(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
     print(format_table(instance, result))
+    if planned_for:
+        print(f"note: {planned_for}")
     args.json_document = result_json(instance, result)
     if getattr(args, "compare_balance", False) and result.solution is not None:
         rows = compare_balance(instance, result.solution)
@@ -226,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
         args.json_document["emit"] = emitted.as_dict()
     elif instance.framework in FRAMEWORKS and result.solution is not None:
         refusals = emit(instance, result.solution, instance.framework).refusals
-        if refusals:   # the search scores the framework's costs but does not keep to its layout rules
+        if refusals:   # a rule the search cannot keep (the framework has no trainer for the algorithm)
             print(f"note: {instance.framework} cannot run this plan as planned in {len(refusals)} way(s), e.g. "
                   f"{refusals[0]}; `--emit {instance.framework}` lists them all")
         args.json_document["framework_refusals"] = refusals

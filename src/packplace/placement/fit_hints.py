@@ -1,0 +1,140 @@
+"""What would make a placement that does not fit in memory fit, and what it costs.
+
+When no plan fits (a task fits on no block of the cluster, or no solver finds a plan), :func:`fit_hints`
+re-evaluates the instance (within :data:`HINTS_BUDGET_S` seconds in all) with each memory-saving setting of
+:data:`SETTINGS` applied to every trained model: ZeRO-3 sharding (``training: {sharding: zero3}``), host
+offload of the optimizer state or of the parameters too, the inference-only models' weights in host memory
+(``policy.inference_offload``), verl's / NeMo RL's Megatron trainer backend (more tensor and pipeline
+parallelism than FSDP allows there), or LoRA adapters. Each setting that fits is planned with the
+``greedy`` solver under a short time limit; the line names the setting, its step time and what the setting
+costs on that plan: its step time against the same plan scored with the instance's own settings and memory
+not counted (the evaluator's ``relaxed_step_time``), e.g. "fits with training: {sharding: zero3}: step
+59.5 s (step +12.0% over the same plan without it, memory aside)". A setting the framework cannot run
+(:func:`~packplace.placement.model.layout_rules.config_refusals`) is skipped. Settings that change what is
+trained (LoRA) are listed last: they fit at another model's quality, not only another speed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+from typing import Any
+
+from packplace.errors import ConfigError, InfeasibleError
+from packplace.placement.candidates import TableBuildTimeout
+from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.model.layout_rules import Context, config_refusals
+from packplace.placement.model.memory import DEFAULT_TRAINING
+
+#: Settings tried, in order: ``(label, training overrides for every trained model, policy overrides)``.
+SETTINGS: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...] = (
+    ("training: {sharding: zero3}", {"sharding": "zero3"}, {}),
+    ("training: {offload: optimizer}", {"offload": "optimizer"}, {}),
+    ("training: {sharding: zero3, offload: optimizer}", {"sharding": "zero3", "offload": "optimizer"}, {}),
+    ("training: {sharding: zero3, offload: optimizer+params}", {"sharding": "zero3", "offload": "optimizer+params"},
+     {}),
+    ("policy: {inference_offload: reference+reward}", {}, {"inference_offload": "reference+reward"}),
+    ("training: {sharding: zero3}, policy: {inference_offload: reference+reward}", {"sharding": "zero3"},
+     {"inference_offload": "reference+reward"}),
+    ("policy: {trainer_backend: megatron} (tensor and pipeline parallelism for the trainers)", {},
+     {"trainer_backend": "megatron"}),
+    ("training: {lora_rank: 64} (LoRA: other trained weights)", {"lora_rank": 64}, {}),
+)
+#: Seconds the ``greedy`` solver gets for each setting.
+HINT_TIME_LIMIT_S = 3.0
+#: Seconds all settings together may take (candidate tables and solves); the settings not reached are
+#: not reported.
+HINTS_BUDGET_S = 15.0
+#: Set while :func:`fit_hints` plans the variants (their own failures are not hinted again).
+_ACTIVE: list[bool] = []
+
+
+def hinting() -> bool:
+    """Whether a :func:`fit_hints` call is planning its variants now."""
+    return bool(_ACTIVE)
+
+
+def _variant(instance, training: dict[str, Any], policy: dict[str, Any]):
+    """``instance`` with ``training`` applied to every trained model and ``policy`` fields set; ``None``
+    when nothing changes or the framework cannot run it."""
+    options = {}
+    for model in ("actor", "critic"):
+        if model not in instance.models:
+            continue
+        current = instance.training.get(model, DEFAULT_TRAINING)
+        try:
+            options[model] = replace(current, **training)
+        except (ConfigError, TypeError, ValueError):
+            return None
+    changed = any(options[m] != instance.training.get(m, DEFAULT_TRAINING) for m in options) or any(
+        getattr(instance, k) != v for k, v in policy.items())
+    if not changed:
+        return None
+    variant = replace(instance, training=options, _cache={}, **policy)
+    if config_refusals(Context.of(variant)):
+        return None
+    return variant
+
+
+def with_hints(message: str, instance) -> str:
+    """``message`` followed by :func:`fit_hints` (``"; fits with ..."``), or with "no memory-saving setting
+    tried fits" when none does."""
+    hints = fit_hints(instance)
+    if not hints:
+        return f"{message}; no memory-saving setting tried ({len(SETTINGS)}: zero3, offload, host-held " \
+               f"inference weights, the Megatron trainer backend, LoRA) fits either"
+    return f"{message}; {'; '.join(hints)}"
+
+
+def fit_hints(instance, max_hints: int = 3) -> list[str]:
+    """Lines naming the settings of :data:`SETTINGS` under which ``instance`` fits, fastest first (at most
+    ``max_hints``; LoRA last), each with the ``greedy`` plan's step time and what the setting costs on it
+    (module docstring); empty when none fits. Never raises on an instance that does not fit."""
+    from packplace.placement import api  # the placement front-end solves each variant
+
+    if _ACTIVE:
+        return []
+    _ACTIVE.append(True)
+    try:
+        found = _fitting(instance, api)
+    finally:
+        _ACTIVE.pop()
+    if not found:
+        return []
+    changes_model = [f for f in found if "LoRA" in f[2]]
+    ranked = sorted(f for f in found if f not in changes_model) + sorted(changes_model)
+    lines = []
+    for seconds, _, label, without in ranked[:max_hints]:
+        cost = (f"step +{seconds / without - 1:.1%} over the same plan without it, memory aside"
+                if math.isfinite(without) and without > 0 else "the plan is not legal without it")
+        lines.append(f"fits with {label}: step {seconds:.4g} s ({cost})")
+    return lines
+
+
+def _fitting(instance, api) -> list[tuple[float, int, str, float]]:
+    """``(step seconds, order, label, seconds of the same plan under the instance's own settings with memory
+    not counted)`` of every setting under which the greedy solver plans ``instance``: the second time is
+    what the setting costs on that plan (ZeRO-3's gathers, offload traffic), inf where the plan is not
+    legal without the setting."""
+    found: list[tuple[float, int, str, float]] = []
+    deadline = time.perf_counter() + HINTS_BUDGET_S
+    for order, (label, training, policy) in enumerate(SETTINGS):
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            break
+        variant = _variant(instance, training, policy)
+        if variant is None:
+            continue
+        try:
+            table = get_table(variant, deadline=deadline)
+            if not all(table.feasible.values()):  # some task fits on no block of this cluster
+                continue
+            result = api.solve_placement(variant, "greedy", time_limit_s=min(HINT_TIME_LIMIT_S, max(left, 1e-3)),
+                                         seed=0)
+        except (ConfigError, InfeasibleError, TableBuildTimeout):
+            continue
+        if result.solution is not None and result.status in ("optimal", "feasible"):
+            without, _ = get_evaluator(instance).relaxed_step_time(result.solution)
+            found.append((result.objective, order, label, without))
+    return found

@@ -1,0 +1,599 @@
+"""Each RL framework's layout rules, in one place: what the search keeps and what the emitters check.
+
+With ``policy.framework`` set to ``verl``, ``openrlhf`` or ``nemo-rl`` a plan is feasible only where that
+framework can run it as planned. The rules are read by
+
+* the candidate table (:func:`strategy_refusal`: a task's own strategy, e.g. no pipeline parallelism in
+  OpenRLHF's DeepSpeed training),
+* the evaluator (:func:`refusals`: a plan breaking a rule between tasks is infeasible, with the rule as
+  its reason),
+* the searches (:func:`conform`: the nearest plan that keeps the rules between tasks, e.g. NeMo RL's
+  reference run on the policy's workers with the policy's layout), and
+* the emitters (:mod:`packplace.placement.emit`: the same :func:`refusals` lines, so a plan searched for a
+  framework emits none).
+
+The rules (sources: each framework's trainer entry point, as the emitters' module docstrings cite):
+
+* **verl** (``verl/trainer/main_ppo.py``, hybrid engine): the reference, critic and value forwards run
+  on the actor trainer's GPUs (one resource pool); the value forward runs in the critic's workers with
+  the critic's layout; the rollout shares the trainer's GPUs, or (with staleness ≥ 1, ``trainer.v1``
+  ``separate_async``) GPUs of its own; a reward model's vLLM engine shares the trainer's GPUs or has a
+  pool of its own, without pipeline parallelism. The trainer backend (:func:`trainer_backend`): FSDP
+  has no tensor, pipeline or expert parallelism for the trainers and forwards; Megatron has them but
+  shards no parameters (no ``zero3``).
+* **NeMo RL** (``examples/run_grpo.py``, ``run_ppo.py``): the reference log-probs run in the policy
+  workers with the policy's layout; the values in the value workers with the value model's layout; GRPO's
+  generation is colocated with the whole policy or on GPUs of its own (whole nodes on a multi-node
+  cluster), and asynchronous GRPO (staleness ≥ 1) needs GPUs of its own; PPO runs the policy, the value
+  model and generation on one cluster (``nemo_rl/algorithms/ppo.py`` v0.7.0: non-colocated PPO is not
+  supported); a GRPO reward model runs as an environment on GPUs of its own (whole nodes on a multi-node
+  plan), tensor-parallel only (``examples/configs/grpo_rm_1B.yaml``). The DTensor policy (``fsdp``) has no
+  pipeline or expert parallelism; the Megatron one shards no parameters.
+* **OpenRLHF** (``openrlhf/cli/train_ppo_ray.py``): vLLM engines take a tensor-parallel size only;
+  DeepSpeed trains without pipeline parallelism, every trained model with one
+  ``--ds.tensor_parallel_size``; the reference and reward forwards are data-parallel only; the critic
+  computes values in its own group with its layout; actor groups share GPUs only as actor+reference,
+  critic+reward, or everything (``--train.colocate_all``); ``train_dpo`` holds the reference in the
+  training processes.
+
+Frameworks without an emitter (``none``, ``deepspeed-chat``) have no rules here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from packplace.errors import ConfigError
+from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions
+from packplace.placement.problem.plan import Plan, Strategy, VertexPlan
+
+GENERATE, TRAIN, REFERENCE = "actor.generate", "actor.train", "reference.infer"
+REWARD, CRITIC_INFER, CRITIC_TRAIN = "reward.infer", "critic.infer", "critic.train"
+#: Frameworks whose layout rules this module holds.
+RULED = ("verl", "openrlhf", "nemo-rl")
+#: ``policy.trainer_backend`` values: the trainer workers of verl (FSDP / Megatron) and NeMo RL (DTensor,
+#: i.e. FSDP2 / Megatron); ``auto`` lets the plan decide.
+TRAINER_BACKENDS = ("auto", "fsdp", "megatron")
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One task as the rules see it: its strategy and its block as the linear GPU range ``[lo, hi)``.
+
+    Attributes:
+        name: Vertex name.
+        strategy: ``(dp, pp, tp, ep)``.
+        lo, hi: First and one-past-last linear GPU id (aligned blocks are contiguous).
+        gpus_per_node: GPUs of the block on each of its nodes.
+    """
+
+    name: str
+    strategy: Strategy
+    lo: int
+    hi: int
+    gpus_per_node: int
+
+    @property
+    def layout(self) -> str:
+        """``name (dp,pp,tp)`` for messages."""
+        s = self.strategy
+        return f"{self.name} (dp={s.dp}, pp={s.pp}, tp={s.tp}{f', ep={s.ep}' if s.ep > 1 else ''})"
+
+
+def _same(*tasks: Placed | None) -> bool:
+    spans = [(t.lo, t.hi) for t in tasks if t is not None]
+    return all(s == spans[0] for s in spans)
+
+
+def _disjoint(a: Placed, b: Placed) -> bool:
+    return a.hi <= b.lo or b.hi <= a.lo
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the rules read of an instance besides the plan.
+
+    Attributes:
+        framework: ``policy.framework``.
+        algorithm: ``ppo``, ``grpo``, ``dapo`` or ``dpo``.
+        training: ``{model: TrainingOptions}`` of the trained models.
+        reward_model: The step scores with a reward model (not a rule).
+        backend: ``policy.trainer_backend``.
+        gpus_per_node: GPUs per node of the cluster.
+    """
+
+    framework: str
+    algorithm: str
+    training: Mapping[str, TrainingOptions]
+    reward_model: bool
+    backend: str = "auto"
+    gpus_per_node: int = 8
+
+    @classmethod
+    def of(cls, instance) -> Context:
+        """The context of a :class:`~packplace.placement.problem.config.PlacementInstance` (cached on it)."""
+        hit = instance._cache.get("layout_context")
+        if hit is None:
+            hit = instance._cache["layout_context"] = cls(
+                instance.framework, instance.algorithm,
+                {m: instance.training.get(m, DEFAULT_TRAINING) for m in ("actor", "critic")},
+                instance.rule_reward is None, getattr(instance, "trainer_backend", "auto"),
+                instance.cluster.gpus_per_node)
+        return hit
+
+    @property
+    def ruled(self) -> bool:
+        """The framework has layout rules and a trainer for the algorithm (verl has none for DPO)."""
+        return self.framework in RULED and not (self.framework == "verl" and self.algorithm == "dpo")
+
+    def options(self, model: str) -> TrainingOptions:
+        """The training options of ``model`` (defaults when absent)."""
+        return self.training.get(model, DEFAULT_TRAINING)
+
+
+def unsupported(ctx: Context) -> str | None:
+    """One line when the framework has no trainer (or no path) for the step at all, else ``None``: no
+    layout runs it, so the search keeps no rules and the emitter prints this line alone."""
+    if ctx.framework == "verl" and ctx.algorithm == "dpo":
+        return ("algorithm dpo: verl.trainer.main_ppo runs PPO-family algorithms (algorithm.adv_estimator); "
+                "verl has no DPO trainer on this config")
+    if ctx.framework == "nemo-rl" and ctx.reward_model and ctx.algorithm == "ppo":
+        return ("reward model: NeMo RL's PPO takes a reward-model environment from an env.reward_model section, "
+                "which its example configs (ppo_math_1B) do not have (GRPO's grpo_rm_1B does); the emitted "
+                "settings score with the math environment's rule")
+    return None
+
+
+def trainer_backend(ctx: Context, strategies: Mapping[str, Strategy] | None = None) -> str:
+    """``fsdp`` or ``megatron``: the verl / NeMo RL trainer backend a plan runs on.
+
+    ``policy.trainer_backend`` when set; under ``auto``: ``fsdp`` when a trained model shards with
+    ``zero3`` (Megatron shards no parameters: its distributed optimizer is ZeRO-1) or, for NeMo RL,
+    offloads its parameters or trains the value model with LoRA (options the Megatron policy lacks);
+    else ``megatron`` when ``strategies`` (``{vertex: strategy}``) has a trainer or forward with tensor,
+    pipeline or expert parallelism FSDP lacks (verl: ``tp``, ``pp``, ``ep``; NeMo RL's DTensor policy has
+    tensor parallelism: ``pp``, ``ep``), else ``fsdp``."""
+    if ctx.backend != "auto":
+        return ctx.backend
+    if _fsdp_only(ctx):
+        return "fsdp"
+    if strategies is None:
+        return "auto"
+    names = (TRAIN, CRITIC_TRAIN, REFERENCE, CRITIC_INFER) if ctx.framework == "verl" else (TRAIN, CRITIC_TRAIN)
+    for name in names:
+        s = strategies.get(name)
+        if s is not None and (s.pp > 1 or s.ep > 1 or (ctx.framework == "verl" and s.tp > 1)):
+            return "megatron"
+    return "fsdp"
+
+
+def _fsdp_only(ctx: Context) -> bool:
+    """Training options only the FSDP / DTensor backend runs."""
+    if any(o.sharding == "zero3" for o in ctx.training.values()):
+        return True
+    if ctx.framework == "nemo-rl":
+        return (any(o.offload == "optimizer+params" for o in ctx.training.values())
+                or ctx.options("critic").lora_rank > 0 and ctx.algorithm == "ppo")
+    return False
+
+
+def config_refusals(ctx: Context) -> list[str]:
+    """Training options the framework cannot run whatever the layout, ``[(field, line)]``-style lines
+    ``"[training] field: why"``: a forced ``megatron`` backend with ``sharding: zero3`` (or, for NeMo RL,
+    ``offload: optimizer+params`` or a LoRA value model); for OpenRLHF, parameter offload, or trained models
+    with different ``sharding`` or ``lora_rank`` (one ``--ds.zero_stage`` and ``--ds.lora.rank`` for all)."""
+    out = []
+    if ctx.framework in ("verl", "nemo-rl") and ctx.backend == "megatron" and _fsdp_only(ctx):
+        out.append(f"[policy] trainer_backend: megatron: {ctx.framework}'s Megatron workers shard no parameters "
+                   f"and offload only the optimizer state; [training] asks for sharding zero3 (or parameter "
+                   f"offload, or a LoRA value model): use trainer_backend fsdp or auto")
+    if ctx.framework == "openrlhf" and any(o.offload == "optimizer+params" for o in ctx.training.values()):
+        out.append("[training] offload: optimizer+params: OpenRLHF offloads the Adam state (--ds.adam_offload), "
+                   "not the parameters of a trained model; use offload: optimizer")
+    if ctx.framework == "openrlhf" and ctx.algorithm == "ppo":
+        actor, critic = ctx.options("actor"), ctx.options("critic")
+        for option in ("sharding", "lora_rank"):
+            if getattr(actor, option) != getattr(critic, option):
+                flag = "--ds.zero_stage" if option == "sharding" else "--ds.lora.rank"
+                out.append(f"[training] {option}: actor {getattr(actor, option)!r}, critic "
+                           f"{getattr(critic, option)!r}: OpenRLHF gives every trained model the same {flag}; "
+                           f"set one value for both")
+    return out
+
+
+def check_config(ctx: Context) -> None:
+    """:func:`config_refusals` as an error, checked when a config with ``policy.framework`` loads.
+
+    Raises:
+        ConfigError: the first line of :func:`config_refusals`, with ``(policy.framework: x)``.
+    """
+    lines = config_refusals(ctx)
+    if lines:
+        raise ConfigError(f"{lines[0]} (policy.framework: {ctx.framework})")
+
+
+def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy) -> str | None:
+    """Why ``ctx.framework`` cannot run vertex ``name`` (of ``kind``) with ``strategy`` (one line), or ``None``.
+
+    verl: the trainers and forwards on the FSDP backend keep ``tp = pp = ep = 1``; a reward model's vLLM
+    engine has no pipeline or expert parallelism. NeMo RL: the DTensor policy has no pipeline or expert
+    parallelism. OpenRLHF: vLLM engines take a tensor-parallel size only, DeepSpeed trains without
+    pipeline parallelism, the reference and reward forwards run data-parallel only. Generation in verl
+    and NeMo RL: every strategy (vLLM's tensor, pipeline and expert parallelism)."""
+    if not ctx.ruled:
+        return None
+    s = strategy
+    fw = ctx.framework
+    if fw == "openrlhf":
+        if kind == "generate" and (s.pp > 1 or s.ep > 1):
+            return "OpenRLHF's vLLM engines take a tensor-parallel size only"
+        if name in (REFERENCE, REWARD) and (s.tp > 1 or s.pp > 1):
+            return ("OpenRLHF's inference models run data-parallel only (tensor parallelism only through "
+                    "--ds.tensor_parallel_size of the trained models)")
+        if kind != "generate" and s.pp > 1:
+            return "OpenRLHF trains with DeepSpeed ZeRO and no pipeline parallelism"
+        return None
+    if name == REWARD:
+        if fw == "verl" and (s.pp > 1 or s.ep > 1):
+            return ("verl's reward model engine (reward.reward_model.rollout) is emitted with tensor "
+                    "parallelism only")
+        if fw == "nemo-rl" and (s.pp > 1 or s.ep > 1):
+            return ("NeMo RL's reward-model environment runs a DTensor model (env.reward_model.dtensor_cfg): "
+                    "tensor parallelism only")
+        return None
+    if kind == "generate":
+        return None
+    backend = trainer_backend(ctx)
+    if fw == "verl" and backend == "fsdp" and (s.tp > 1 or s.pp > 1 or s.ep > 1):
+        return "verl's FSDP workers have no tensor, pipeline or expert parallelism (Ulysses sequence parallelism only)"
+    if fw == "nemo-rl" and backend == "fsdp" and kind == "train" and (s.pp > 1 or s.ep > 1):
+        return "NeMo RL's DTensor policy has no pipeline or expert parallelism"
+    return None
+
+
+def refusals(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, int]) -> list[str]:
+    """One line per layout rule of ``ctx.framework`` the placed ``tasks`` break (empty: it runs as planned).
+
+    Args:
+        ctx: The instance's :class:`Context`.
+        tasks: ``{vertex: Placed}`` of every task of the step.
+        staleness: ``{model: steps}`` (0 or absent: synchronous).
+    """
+    if not ctx.ruled:
+        return []
+    out = []
+    for name, task in tasks.items():
+        kind = "generate" if name == GENERATE else ("train" if name.endswith(".train") else "infer")
+        why = strategy_refusal(ctx, name, kind, task.strategy)
+        if why:
+            out.append(f"{task.layout}: {why}")
+    rules = {"verl": _verl, "nemo-rl": _nemo_rl, "openrlhf": _openrlhf}[ctx.framework]
+    out += rules(ctx, tasks, staleness)
+    return out
+
+
+def _verl(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, int]) -> list[str]:
+    out = []
+    train, gen, ref = tasks[TRAIN], tasks.get(GENERATE), tasks.get(REFERENCE)
+    critic, critic_infer, reward = tasks.get(CRITIC_TRAIN), tasks.get(CRITIC_INFER), tasks.get(REWARD)
+    if ref is not None and not _same(ref, train):
+        out.append(f"{ref.layout} on other GPUs than actor.train: verl runs the reference in the actor's worker "
+                   f"group (ActorRolloutRef), on the trainer's GPUs")
+    for task in (critic, critic_infer):
+        if task is not None and not _same(task, train):
+            out.append(f"{task.layout} on other GPUs than actor.train: verl maps the critic to the trainer's "
+                       f"resource pool (global_pool)")
+    if critic is not None and critic_infer is not None and critic_infer.strategy != critic.strategy:
+        out.append(f"{critic_infer.layout} differs from {critic.layout}: verl computes values in the critic's "
+                   f"workers, with the critic's layout")
+    if gen is not None:
+        if _disjoint(gen, train):
+            if not staleness.get("actor", 0):
+                out.append(f"{gen.layout} on GPUs disjoint from actor.train with staleness 0: verl serves rollout "
+                           f"from a pool of its own only in its asynchronous trainer (trainer.v1.trainer_mode="
+                           f"separate_async); synchronous steps colocate (hybrid engine)")
+        elif not _same(gen, train):
+            out.append(f"{gen.layout} shares some but not all GPUs with actor.train: verl's rollout is colocated "
+                       f"with the whole trainer (hybrid engine) or on a pool of its own")
+    if reward is not None and ctx.reward_model and not _same(reward, train) and not _disjoint(reward, train):
+        out.append(f"{reward.layout} shares some but not all GPUs with actor.train: verl puts the reward model on "
+                   f"the trainer's pool or on a pool of its own")
+    return out
+
+
+def _nemo_rl(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, int]) -> list[str]:
+    out = []
+    train, gen, ref = tasks[TRAIN], tasks.get(GENERATE), tasks.get(REFERENCE)
+    critic, critic_infer = tasks.get(CRITIC_TRAIN), tasks.get(CRITIC_INFER)
+    if ref is not None and (ref.strategy != train.strategy or not _same(ref, train)):
+        out.append(f"{ref.layout} differs from {train.layout}: NeMo RL computes reference log-probs in the policy "
+                   f"workers, with the policy's layout and GPUs")
+    if critic is not None and critic_infer is not None and (critic_infer.strategy != critic.strategy
+                                                            or not _same(critic_infer, critic)):
+        out.append(f"{critic_infer.layout} differs from {critic.layout}: NeMo RL computes values in the value "
+                   f"workers, with the value model's layout")
+    reward = tasks.get(REWARD)
+    if reward is not None and ctx.reward_model:  # grpo.py: the reward-model environment's own cluster
+        others = [t for name, t in tasks.items() if name != REWARD]
+        if not all(_disjoint(reward, t) for t in others):
+            out.append(f"{reward.layout} shares GPUs with other tasks: NeMo RL runs the reward-model environment "
+                       f"on GPUs of its own (env.reward_model.resources)")
+        elif _plan_nodes(ctx, tasks) > 1 and reward.gpus_per_node != ctx.gpus_per_node:
+            out.append(f"{reward.layout} on part of a node of a multi-node plan: NeMo RL gives the reward-model "
+                       f"environment whole nodes there (policy nodes = cluster nodes - reward nodes)")
+    if ctx.algorithm == "ppo":  # ppo.py: one cluster for the policy, the value model and generation
+        for task in (critic, gen):
+            if task is not None and not _same(task, train):
+                out.append(f"{task.layout} on other GPUs than actor.train: NeMo RL's PPO runs the policy, the value "
+                           f"model and generation on one cluster (non-colocated PPO is not supported)")
+        return out
+    if gen is not None:
+        stale = staleness.get("actor", 0)
+        if _same(gen, train):
+            if stale:
+                out.append(f"actor staleness {stale} with generation colocated: NeMo RL's asynchronous GRPO runs "
+                           f"generation on GPUs of its own")
+        elif _disjoint(gen, train):
+            if _plan_nodes(ctx, tasks) > 1 and gen.gpus_per_node != ctx.gpus_per_node:
+                out.append(f"{gen.layout} on part of a node of a multi-node cluster: NeMo RL gives generation "
+                           f"whole nodes there")
+        else:
+            out.append(f"{gen.layout} shares some but not all GPUs with {train.name}: NeMo RL colocates generation "
+                       f"with the whole policy or gives it GPUs of its own")
+        if stale and ctx.algorithm != "grpo":
+            out.append(f"actor staleness {stale}: NeMo RL's asynchronous mode is GRPO's (grpo.async_grpo)")
+    return out
+
+
+def _plan_nodes(ctx: Context, tasks: Mapping[str, Placed]) -> int:
+    """Nodes any task of the plan uses."""
+    return len({g // ctx.gpus_per_node for t in tasks.values() for g in range(t.lo, t.hi)})
+
+
+#: OpenRLHF actor groups and the pairs that may share GPUs (``--train.colocate_actor_ref``,
+#: ``--train.colocate_critic_reward``); every group on the same GPUs is ``--train.colocate_all``.
+OPENRLHF_GROUPS = (("actor", TRAIN), ("vLLM", GENERATE), ("reference", REFERENCE), ("reward", REWARD),
+                   ("critic", CRITIC_TRAIN))
+OPENRLHF_SHARED = (("actor", "reference"), ("reward", "critic"))
+
+
+def openrlhf_groups(ctx: Context, tasks: Mapping[str, Placed]) -> list[tuple[str, Placed]]:
+    """The OpenRLHF actor groups the step has, ``[(group, task)]`` (a rule reward has no group)."""
+    return [(group, tasks[name]) for group, name in OPENRLHF_GROUPS
+            if name in tasks and not (name == REWARD and not ctx.reward_model)]
+
+
+def _openrlhf(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, int]) -> list[str]:
+    out = []
+    train, ref = tasks[TRAIN], tasks.get(REFERENCE)
+    if ctx.algorithm == "dpo":
+        if ref is not None and not _same(train, ref):
+            out.append(f"{ref.layout} on other GPUs than actor.train: train_dpo holds the reference in the training "
+                       f"processes")
+        return out
+    critic, critic_infer = tasks.get(CRITIC_TRAIN), tasks.get(CRITIC_INFER)
+    if critic is not None and critic_infer is not None and (
+            not _same(critic, critic_infer) or critic.strategy != critic_infer.strategy):
+        out.append(f"{critic_infer.layout} differs from {critic.layout}: one critic actor group computes values "
+                   f"and trains, with one layout")
+    if critic is not None and critic.strategy.tp != train.strategy.tp:
+        out.append(f"{critic.layout} and {train.layout}: OpenRLHF gives every trained model the same "
+                   f"--ds.tensor_parallel_size")
+    groups = openrlhf_groups(ctx, tasks)
+    if _same(*(t for _, t in groups)):
+        return out
+    for i, (a_name, a) in enumerate(groups):
+        for b_name, b in groups[i + 1:]:
+            if _disjoint(a, b) or ((a_name, b_name) in OPENRLHF_SHARED and _same(a, b)):
+                continue
+            out.append(f"{a_name} and {b_name} share GPUs ({a.name}, {b.name}): OpenRLHF colocates only "
+                       f"actor+reference, critic+reward, or everything (--train.colocate_all)")
+    return out
+
+
+# -- the search's side -----------------------------------------------------------------------------------------
+
+
+def placed_of(instance, plan: Plan) -> dict[str, Placed]:
+    """``{vertex: Placed}`` of ``plan`` on ``instance``'s cluster."""
+    cluster = instance.cluster
+    out = {}
+    for name, vp in plan.vertices:
+        lo, hi = vp.allocation.gpu_range(cluster)
+        out[name] = Placed(name, vp.strategy, lo, hi, vp.allocation.extent[2])
+    return out
+
+
+def plan_refusals(instance, plan: Plan) -> list[str]:
+    """:func:`refusals` of ``plan`` on ``instance`` (empty when the framework has no rules)."""
+    ctx = Context.of(instance)
+    if not ctx.ruled:
+        return []
+    return refusals(ctx, placed_of(instance, plan), dict(plan.staleness))
+
+
+def conform(instance, table, plan: Plan) -> Plan:
+    """The plan nearest ``plan`` that keeps ``instance``'s framework rules between tasks (``plan`` itself
+    when it keeps them or the framework has none).
+
+    A task that must run on another task's GPUs (a *follower*: verl's reference and critic on the actor
+    trainer's; NeMo RL's reference on the policy's, with its strategy; every framework's value forward on
+    the critic's, with its strategy) takes its leader's block and, among its candidates of the leader's
+    block shape (and strategy where the rule says so), the fastest one that needs no more memory than its
+    current one, else the one with least memory. A rollout or reward engine that shares some but not all
+    of the trainer's GPUs, or that must share them (verl, staleness 0) or must not (NeMo RL, staleness ≥ 1),
+    moves onto the trainer's block, or to the first free aligned block of its shape. OpenRLHF groups
+    that share GPUs outside the allowed pairs move to free blocks, else everything colocates on the
+    actor's block. The evaluator decides whether the result fits; this only keeps the rules.
+
+    Args:
+        instance: The placement instance.
+        table: Its :class:`~packplace.placement.candidates.CandidateTable`.
+        plan: Any plan of the instance's vertices.
+    """
+    ctx = Context.of(instance)
+    if not ctx.ruled:
+        return plan
+    vertices = plan.by_vertex()
+    if TRAIN not in vertices or not refusals(ctx, placed_of(instance, plan), dict(plan.staleness)):
+        return plan
+    fix = _Fixer(instance, table, vertices, dict(plan.staleness))
+    fix.run(ctx)
+    out = Plan.build(fix.vertices, dict(plan.staleness))
+    return out
+
+
+class _Fixer:
+    """The moves of :func:`conform` on a mutable ``{vertex: VertexPlan}``."""
+
+    def __init__(self, instance, table, vertices: dict[str, VertexPlan], staleness: dict[str, int]) -> None:
+        self.instance, self.table, self.vertices, self.staleness = instance, table, vertices, staleness
+        self.cluster = instance.cluster
+
+    def span(self, name: str) -> tuple[int, int]:
+        return self.vertices[name].allocation.gpu_range(self.cluster)
+
+    def follow(self, follower: str, leader: str, same_strategy: bool = False, same_tp: bool = False) -> None:
+        """Put ``follower`` on ``leader``'s block (with its strategy, or its tensor-parallel degree)."""
+        if follower not in self.vertices or leader not in self.vertices:
+            return
+        lead, current = self.vertices[leader], self.vertices[follower]
+        extent = tuple(lead.allocation.extent)
+        cands = [c for c in self.table.feasible[follower] if c.extent == extent
+                 and (not same_strategy or c.strategy == lead.strategy)
+                 and (not same_tp or c.strategy.tp == lead.strategy.tp)]
+        if not cands:
+            cands = [c for c in self.table.all[follower] if c.extent == extent
+                     and (not same_strategy or c.strategy == lead.strategy)
+                     and (not same_tp or c.strategy.tp == lead.strategy.tp)]
+            if not cands:
+                return
+        now = self.table.lookup(follower, current.strategy, current.micro_batch, current.allocation.extent)
+        budget = now.memory_bytes if now is not None else float("inf")
+        within = [c for c in cands if c.memory_bytes <= budget]
+        pick = within[0] if within else min(cands, key=lambda c: (c.memory_bytes, c.time))
+        self.vertices[follower] = pick.at(lead.allocation)
+
+    def relocate(self, name: str, avoid: list[str]) -> bool:
+        """Move ``name`` (same candidate) to the first aligned block of its shape sharing no GPU with the
+        tasks ``avoid``; False when there is none."""
+        vp = self.vertices[name]
+        taken = [self.span(a) for a in avoid if a in self.vertices and a != name]
+        for alloc in self.table.origins(vp.allocation.extent):
+            lo, hi = alloc.gpu_range(self.cluster)
+            if all(hi <= a or b <= lo for a, b in taken):
+                self.vertices[name] = VertexPlan(vp.strategy, vp.micro_batch, alloc)
+                return True
+        return False
+
+    def same_or_disjoint(self, name: str, leader: str, must: str | None = None, prefer_apart: bool = False) -> None:
+        """Keep ``name`` on ``leader``'s block or off it (``must``: ``same`` or ``disjoint`` only). Off it: the
+        same candidate on a free block of its shape, else (``prefer_apart``, a stale engine that overlaps the
+        trainer's next step) its fastest candidate that has a free block, else onto ``leader``'s block."""
+        if name not in self.vertices:
+            return
+        a, b = self.span(name), self.span(leader)
+        same, disjoint = a == b, a[1] <= b[0] or b[1] <= a[0]
+        if (same and must != "disjoint") or (disjoint and must != "same"):
+            return
+        if must != "same" and self.relocate(name, [leader]):
+            return
+        if must != "same" and (prefer_apart or must == "disjoint") and self.elsewhere(name, [leader]):
+            return
+        if must != "disjoint":
+            self.follow(name, leader)
+
+    def elsewhere(self, name: str, avoid: list[str], shape_ok=None) -> bool:
+        """``name`` on its fastest memory-feasible candidate of any shape (that ``shape_ok(extent)`` accepts)
+        that has an aligned block sharing no GPU with ``avoid``; False when none has."""
+        taken = [self.span(a) for a in avoid if a in self.vertices and a != name]
+        for cand in self.table.feasible[name]:
+            if shape_ok is not None and not shape_ok(cand.extent):
+                continue
+            for alloc in self.table.origins(cand.extent):
+                lo, hi = alloc.gpu_range(self.cluster)
+                if all(hi <= x or y <= lo for x, y in taken):
+                    self.vertices[name] = cand.at(alloc)
+                    return True
+        return False
+
+    def run(self, ctx: Context) -> None:
+        fw = ctx.framework
+        stale = self.staleness.get("actor", 0)
+        if fw == "verl":
+            for name in (REFERENCE, CRITIC_TRAIN):
+                self.follow(name, TRAIN)
+            self.follow(CRITIC_INFER, CRITIC_TRAIN if CRITIC_TRAIN in self.vertices else TRAIN,
+                        same_strategy=CRITIC_TRAIN in self.vertices)
+            self.same_or_disjoint(GENERATE, TRAIN, None if stale else "same", prefer_apart=bool(stale))
+            if ctx.reward_model:
+                self.same_or_disjoint(REWARD, TRAIN)
+        elif fw == "nemo-rl":
+            self.follow(REFERENCE, TRAIN, same_strategy=True)
+            if ctx.algorithm == "ppo":  # one cluster: value model and generation on the policy's GPUs
+                self.follow(CRITIC_TRAIN, TRAIN)
+                self.follow(GENERATE, TRAIN)
+            self.follow(CRITIC_INFER, CRITIC_TRAIN, same_strategy=True)
+            if GENERATE in self.vertices and ctx.algorithm != "ppo":
+                self.same_or_disjoint(GENERATE, TRAIN, "disjoint" if stale else None)
+                placed = placed_of(self.instance, Plan.build(self.vertices))
+                if any("generation whole nodes" in line for line in _nemo_rl(ctx, placed, self.staleness)):
+                    self.follow(GENERATE, TRAIN)
+            if REWARD in self.vertices and ctx.reward_model:
+                placed = placed_of(self.instance, Plan.build(self.vertices))
+                if any(line.startswith(placed[REWARD].layout) for line in _nemo_rl(ctx, placed, self.staleness)):
+                    whole = self.cluster.num_gpus > self.cluster.gpus_per_node
+                    self.elsewhere(REWARD, [n for n in self.vertices if n != REWARD],
+                                   lambda extent: not whole or extent[2] == self.cluster.gpus_per_node)
+        else:
+            self._openrlhf(ctx)
+
+    def _openrlhf(self, ctx: Context) -> None:
+        if ctx.algorithm == "dpo":
+            self.follow(REFERENCE, TRAIN)
+            return
+        if CRITIC_TRAIN in self.vertices:
+            critic = self.vertices[CRITIC_TRAIN]
+            if critic.strategy.tp != self.vertices[TRAIN].strategy.tp:
+                self._match_tp()
+            self.follow(CRITIC_INFER, CRITIC_TRAIN, same_strategy=True)
+        placed = placed_of(self.instance, Plan.build(self.vertices))
+        if not _openrlhf(ctx, placed, self.staleness):
+            return
+        names = [name for _, name in OPENRLHF_GROUPS if name in self.vertices
+                 and not (name == REWARD and not ctx.reward_model)]
+        if REFERENCE in self.vertices:  # actor+reference may share: share all or nothing
+            a, b = self.span(REFERENCE), self.span(TRAIN)
+            if a != b and not (a[1] <= b[0] or b[1] <= a[0]):
+                self.follow(REFERENCE, TRAIN)
+        if REWARD in names and CRITIC_TRAIN in names:
+            a, b = self.span(REWARD), self.span(CRITIC_TRAIN)
+            if a != b and not (a[1] <= b[0] or b[1] <= a[0]):
+                self.follow(REWARD, CRITIC_TRAIN)
+        partner = {REFERENCE: TRAIN, REWARD: CRITIC_TRAIN, CRITIC_TRAIN: REWARD}
+        for name in names[1:]:
+            others = [o for o in names if o != name and o != partner.get(name)
+                      and not (name == TRAIN and o == REFERENCE)]
+            a = self.span(name)
+            clash = any(not (a[1] <= self.span(o)[0] or self.span(o)[1] <= a[0]) for o in others)
+            if clash:
+                self.relocate(name, others)
+        self.follow(CRITIC_INFER, CRITIC_TRAIN, same_strategy=True)
+        placed = placed_of(self.instance, Plan.build(self.vertices))
+        if _openrlhf(ctx, placed, self.staleness):  # no free blocks: every group on the actor's GPUs
+            for name in names[1:]:
+                self.follow(name, TRAIN, same_tp=name == CRITIC_TRAIN)
+            self.follow(CRITIC_INFER, CRITIC_TRAIN, same_strategy=True)
+
+    def _match_tp(self) -> None:
+        """critic.train on its block with the actor trainer's tensor-parallel degree, else on the actor's block."""
+        tp = self.vertices[TRAIN].strategy.tp
+        vp = self.vertices[CRITIC_TRAIN]
+        cands = [c for c in self.table.feasible[CRITIC_TRAIN]
+                 if c.extent == tuple(vp.allocation.extent) and c.strategy.tp == tp]
+        if cands:
+            self.vertices[CRITIC_TRAIN] = cands[0].at(vp.allocation)
+        else:
+            self.follow(CRITIC_TRAIN, TRAIN, same_tp=True)
+
