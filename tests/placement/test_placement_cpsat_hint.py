@@ -53,11 +53,15 @@ def test_a_hint_the_model_rejects_is_reported_before_any_search():
 def test_openrlhf_ppo_is_solved_to_its_optimum_from_the_greedy_hint():
     result = packplace.place(load_config(OPENRLHF), solver="cpsat", time_limit_s=120, seed=0,
                              hint_solvers=("greedy",))
-    assert result.status == "optimal", result.message
-    assert result.info["cp_status"] == "OPTIMAL"
-    # the optimum found with probing (cp_model_probing_level 2) and without presolve alike
-    assert result.objective == pytest.approx(333.9337, abs=5e-5)
-    assert result.objective < result.info["hint_step_time_s"]
+    # CP-SAT proves its model's optimum (it answered INFEASIBLE here under the old default parameters); the
+    # model relaxes OpenRLHF's layout rules between tasks, so its optimum is a bound and the answer is the
+    # better of its plan moved onto the rules and the hint
+    assert result.info["cp_status"] == "OPTIMAL", result.message
+    assert not result.info.get("solver_fault")
+    assert result.status in ("optimal", "feasible")
+    assert result.info["cp_objective_s"] == pytest.approx(334.4969, abs=5e-4)
+    assert result.bound <= result.info["cp_objective_s"] + 1e-6
+    assert result.bound <= result.objective <= result.info["hint_step_time_s"]
 
 
 @pytest.mark.parametrize("name", ["published/ppo_openrlhf_llama2-7b_1x8xa800.yaml",

@@ -16,7 +16,8 @@ from packplace.placement.plan import Plan
 HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=2, flops_per_gpu=1e12, memory_per_gpu=6e6,
           memory_bandwidth=1e12, alpha_coll_g=1e-6, beta_coll_g=1e-10, alpha_coll_n=1e-5, beta_coll_n=1e-9,
           alpha_coll_r=1e-5, beta_coll_r=1e-9, alpha_p2p_g=3e-6, beta_p2p_g=2e-10, alpha_p2p_n=1e-5,
-          beta_p2p_n=1e-9, alpha_p2p_r=1e-5, beta_p2p_r=1e-9, gemm_m_half=0.0, gemm_peak_fraction=1.0)
+          beta_p2p_n=1e-9, alpha_p2p_r=1e-5, beta_p2p_r=1e-9, gemm_m_half=0.0, gemm_peak_fraction=1.0,
+          memory_workspace=0)  # no CUDA/cuBLAS workspace on these 6 MB GPUs
 TINY = dict(layers=2, hidden_dim=128, ffn_dim=256, vocab_size=100, head_dim=64)
 WORKLOAD = dict(batch_size=4, samples_per_prompt=2, context_length=10, generation_length=6)
 
