@@ -150,10 +150,11 @@ def test_a_dead_worker_is_requeued_once_and_only_its_instance_errs(tmp_path, mon
 
 
 def test_sigint_in_lpt_returns_the_reference_grouping_as_the_best_answer(tmp_path):
-    lengths = [(i * 7919) % 3900 + 100 for i in range(60000)]
+    lengths = [(i * 7919) % 3900 + 100 for i in range(120000)]
     config = tmp_path / "wide.yaml"
-    # The rounds objective: its LPT path takes seconds here (the makespan heap path takes 0.3 s).
-    config.write_text(yaml.safe_dump({"seq_len": 65536, "data_parallel_size": 1024, "local_batch_size": 4,
+    # The rounds objective: its LPT path takes many seconds here (the makespan heap path well under one), and
+    # the lengths load as one column in a fraction of a second, so the signal lands in the solve.
+    config.write_text(yaml.safe_dump({"seq_len": 65536, "data_parallel_size": 2048, "local_batch_size": 4,
                                       "objective": "rounds", "group_size": 8,
                                       "samples": {"lengths": lengths}}, default_flow_style=True, width=10**9))
     proc = start(["balance", "--config", str(config), "--solver", "lpt", "--out", str(tmp_path / "r.json")],

@@ -162,6 +162,15 @@ def test_estimate_parts_add_up_and_json_keys():
     assert doc["parts"]["communication"] > 0
 
 
+def test_estimate_says_whether_the_peak_fits_the_gpu():
+    small = estimate("qwen2.5-1.5b", "h200", "infer", micro_batch=1, seq_len=1024)
+    big = estimate("qwen2.5-7b", "h200", "train", micro_batch=4, seq_len=4096)  # 16 B/param alone is 122 GB
+    for e in (small, big):
+        assert e.capacity_bytes == 141e9
+        assert e.as_dict()["fits"] is e.fits is (e.memory["peak_bytes"] <= 141e9)
+    assert small.fits and not big.fits
+
+
 def test_estimate_other_gpu_keeps_the_knob_model():
     e = estimate("qwen2.5-7b", "h100", "infer", micro_batch=2, seq_len=4096)
     assert e.components == "knobs"
@@ -183,6 +192,7 @@ def test_generate_is_prefill_plus_decode_steps():
     ({"task": "fly"}, "task"), ({"recompute": "some"}, "recompute"), ({"tp": 0}, "tp"),
     ({"framework": "ray"}, "framework"), ({"task": "generate", "seq_len": 4096, "context": 100}, "context"),
     ({"gpu": "z80"}, "gpu"), ({"hardware": {"flops_per_gpu": -1}}, "flops_per_gpu"),
+    ({"tp": 3}, "tp: 3 does not divide the model's 14 attention heads"),
 ])
 def test_estimate_bad_input_names_the_field(kwargs, field):
     args = {"gpu": "h200", **kwargs}

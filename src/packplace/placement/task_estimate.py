@@ -100,6 +100,7 @@ class Estimate:
         parts: Seconds by part: ``forward``, ``backward``, ``recompute``, ``optimizer`` (train),
             ``prefill``, ``decode`` (generate, decode), ``communication``, ``overhead``.
         memory: Bytes per GPU: ``peak_bytes`` and the parts of :data:`MEMORY_PARTS`.
+        capacity_bytes: The GPU's memory (``memory_per_gpu``), bytes; fits: ``peak_bytes <= capacity_bytes``.
         model: Parameters of the model; gpu: the preset; components: the component table that priced the
             kernels, or ``knobs`` (the efficiency-knob model).
         inputs: The task and strategy as given.
@@ -110,10 +111,17 @@ class Estimate:
     memory: dict[str, float]
     components: str
     inputs: dict[str, Any] = field(default_factory=dict)
+    capacity_bytes: float = float("inf")
+
+    @property
+    def fits(self) -> bool:
+        """Whether the predicted peak fits in the GPU's memory (the memory model never under-predicts)."""
+        return self.memory["peak_bytes"] <= self.capacity_bytes
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON document of ``packplace estimate --json``."""
         return {"time_s": self.time_s, "parts": dict(self.parts), "memory": dict(self.memory),
+                "capacity_bytes": self.capacity_bytes, "fits": self.fits,
                 "components": self.components, "inputs": dict(self.inputs)}
 
 
@@ -214,6 +222,9 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         raise ConfigError(f"context: must exceed seq_len ({seq_len}) for generate (the final length), got {context}")
     if pp > shape.layers:
         raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
+    heads = getattr(shape, "heads", None)
+    if isinstance(heads, int) and heads % tp:  # Megatron and vLLM split the query heads evenly over TP ranks
+        raise ConfigError(f"tp: {tp} does not divide the model's {heads} attention heads")
     if ep > 1 and (not shape.is_moe or dp % ep):
         raise ConfigError(f"ep: {ep} needs a mixture-of-experts model and must divide dp ({dp})")
     cluster, hw = resolve_hardware(gpu, hardware, tp * pp * dp)
@@ -229,7 +240,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     memory = memory_parts(shape, hw, task, micro_batch=micro_batch, seq_len=seq_len, batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep, framework=framework)
     used = components.gpu if components is not None and not shape.is_moe else "knobs"
-    return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, components=used, inputs=inputs)
+    return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, components=used, inputs=inputs,
+                    capacity_bytes=float(hw.memory_per_gpu))
 
 
 def _table(table: ComponentTable | str | Path | None, hw: Hardware) -> ComponentTable | None:
@@ -423,7 +435,9 @@ def format_estimate(result: Estimate) -> str:
     GB = 1e9
     lines = [f"time per GPU: {result.time_s:.4f} s  (kernels priced by: {result.components})"]
     lines += [f"  {name:<14} {seconds:.4f} s" for name, seconds in result.parts.items()]
-    lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB")
+    verdict = "fits" if result.fits else "does NOT fit"
+    lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({verdict} in "
+                 f"{result.capacity_bytes / GB:.2f} GB)")
     lines += [f"  {name:<14} {result.memory[name] / GB:.2f} GB" for name in MEMORY_PARTS]
     return "\n".join(lines)
 
