@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -272,6 +273,55 @@ def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...],
     inst = evaluator.instance
     ranks = inst.data_parallel_size if within_ranks else inst.group_size or 1
     per_rank = inst.local_batch_size
+    state = _levelling_state(evaluator, bins, per_rank if within_ranks else None)
+    no_swap: set[tuple[int, ...]] = set()
+    moves = 0
+    while max_moves is None or moves < max_moves:
+        if passed(deadline):
+            break
+        sources, ceiling, peers_of = _layers(state.load, ranks, state.per_rank)
+        found = _find_move(state, sources, ceiling - state.load)
+        if found is not None:
+            _transfer(state, *found)
+            moves += 1
+            continue
+        if state.limits or state.cap_samples is not None:  # exchanges check tokens only
+            break
+        if not _exchange_once(state, sources, ceiling, peers_of, no_swap):
+            break
+        moves += 1
+    keys = evaluator.keys
+    return tuple(tuple(keys[i] for i in b) for b in state.contents), moves
+
+
+@dataclass
+class _Levelling:
+    """What the phases of :func:`level_layers` share: each bin's sample indices (``contents``), cost
+    ``load``, ``used`` tokens, ``sizes`` and ``spent`` budget; the sample columns; ``per_rank`` (None:
+    samples move between any bins, else only within a rank); each bin's exchange ``offers`` and its
+    number of changes (``version``: a layer whose bins did not change has no new exchange)."""
+
+    contents: list[list[int]]
+    costs: np.ndarray
+    tokens: np.ndarray
+    seq_len: int
+    load: np.ndarray
+    used: np.ndarray
+    sizes: np.ndarray
+    cap_samples: int | None
+    limits: dict[str, float]
+    usage: dict[str, np.ndarray]
+    spent: dict[str, np.ndarray]
+    per_rank: int | None
+    indices: np.ndarray
+    offers: dict[int, Offer] = field(default_factory=dict)  # bin -> its 1- and 2-sample sets
+    version: list[int] = field(default_factory=list)
+
+
+def _levelling_state(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...], per_rank: int | None
+                     ) -> _Levelling:
+    """The state of :func:`level_layers` for ``bins``."""
+    inst = evaluator.instance
     flat = evaluator.flatten(bins)
     assert flat is not None  # reason: the caller passes known keys only
     members, bin_of = flat
@@ -281,89 +331,83 @@ def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...],
         contents[b].append(i)
     costs = evaluator.costs
     tokens = evaluator.tokens
-    seq_len = inst.constraints.seq_len
     load = np.bincount(bin_of, weights=costs[members], minlength=count)
     used = np.bincount(bin_of, weights=tokens[members], minlength=count)
     sizes = np.bincount(bin_of, minlength=count)
-    cap_samples = inst.max_samples_per_bin
     limits = inst.constraints.budgets
     usage = {name: inst.table.usage(name) for name in limits}
     spent = {name: np.bincount(bin_of, weights=usage[name][members], minlength=count) for name in limits}
-    indices = np.arange(count)
-    offers: dict[int, Offer] = {}  # bin -> its 1- and 2-sample sets
-    version = [0] * count  # changes of each bin: a layer whose bins did not change has no new exchange
-    no_swap: set[tuple[int, ...]] = set()
-    moves = 0
+    return _Levelling(contents, costs, tokens, inst.constraints.seq_len, load, used, sizes, inst.max_samples_per_bin,
+                      limits, usage, spent, per_rank, np.arange(count), {}, [0] * count)
 
-    def transfer(i: int, source: int, target: int) -> None:
-        contents[source].remove(i)
-        contents[target].append(i)
-        c, t = float(costs[i]), int(tokens[i])
-        load[source] -= c
-        load[target] += c
-        used[source] -= t
-        used[target] += t
-        sizes[source] -= 1
-        sizes[target] += 1
-        for name in limits:
-            spent[name][source] -= usage[name][i]
-            spent[name][target] += usage[name][i]
-        offers.pop(source, None)
-        offers.pop(target, None)
-        version[source] += 1
-        version[target] += 1
 
-    while max_moves is None or moves < max_moves:
-        if passed(deadline):
-            break
-        sources, ceiling, peers_of = _layers(load, ranks, per_rank if within_ranks else None)
-        room = ceiling - load
-        found: tuple[int, int, int] | None = None
-        for source in sources:
-            if sizes[source] < 2:
-                continue
-            items = sorted(contents[source], key=lambda k: (-costs[k], k))
-            c = costs[items][:, None]
-            allowed = indices != source
-            if within_ranks:
-                allowed &= indices // per_rank == source // per_rank
-            fits = ((room >= c) & (load + c < load[source]) & (used + tokens[items][:, None] <= seq_len)
-                    & allowed)
-            if cap_samples is not None:
-                fits &= sizes < cap_samples
-            for name, limit in limits.items():
-                fits &= spent[name] + usage[name][items][:, None] <= limit
-            rows = np.flatnonzero(fits.any(axis=1))
-            if rows.size:
-                k = int(rows[0])  # the costliest sample that fits somewhere, into its best fit
-                found = (items[k], source, int(np.argmin(np.where(fits[k], room - c[k], np.inf))))
-                break
-        if found is not None:
-            transfer(*found)
-            moves += 1
+def _transfer(state: _Levelling, i: int, source: int, target: int) -> None:
+    """Move sample ``i`` from bin ``source`` to bin ``target``."""
+    state.contents[source].remove(i)
+    state.contents[target].append(i)
+    c, t = float(state.costs[i]), int(state.tokens[i])
+    load, used, sizes, usage, spent = state.load, state.used, state.sizes, state.usage, state.spent
+    load[source] -= c
+    load[target] += c
+    used[source] -= t
+    used[target] += t
+    sizes[source] -= 1
+    sizes[target] += 1
+    for name in state.limits:
+        spent[name][source] -= usage[name][i]
+        spent[name][target] += usage[name][i]
+    state.offers.pop(source, None)
+    state.offers.pop(target, None)
+    state.version[source] += 1
+    state.version[target] += 1
+
+
+def _find_move(state: _Levelling, sources: list[int], room: np.ndarray) -> tuple[int, int, int] | None:
+    """The first layer's first bin (of ``sources``) with a move: (sample, source, best-fit target), or None."""
+    costs, tokens, load, used, sizes = state.costs, state.tokens, state.load, state.used, state.sizes
+    indices, per_rank, cap_samples = state.indices, state.per_rank, state.cap_samples
+    for source in sources:
+        if sizes[source] < 2:
             continue
-        if limits or cap_samples is not None:  # exchanges check tokens only
-            break
-        for source in sources:
-            peers = peers_of(source)
-            memo = (source, *peers.tolist(), *(version[b] for b in peers.tolist()))
-            if memo in no_swap:
-                continue
-            swap = _best_swap(source, peers[peers != source], contents, costs, tokens, load, used, seq_len, offers,
-                              ceiling)
-            if swap is None:
-                no_swap.add(memo)
-            else:
-                i, target, given = swap
-                transfer(i, source, target)
-                for u in given:
-                    transfer(u, target, source)
-                moves += 1
-                break
+        items = sorted(state.contents[source], key=lambda k: (-costs[k], k))
+        c = costs[items][:, None]
+        allowed = indices != source
+        if per_rank is not None:
+            allowed &= indices // per_rank == source // per_rank
+        fits = ((room >= c) & (load + c < load[source]) & (used + tokens[items][:, None] <= state.seq_len)
+                & allowed)
+        if cap_samples is not None:
+            fits &= sizes < cap_samples
+        for name, limit in state.limits.items():
+            fits &= state.spent[name] + state.usage[name][items][:, None] <= limit
+        rows = np.flatnonzero(fits.any(axis=1))
+        if rows.size:
+            k = int(rows[0])  # the costliest sample that fits somewhere, into its best fit
+            return items[k], source, int(np.argmin(np.where(fits[k], room - c[k], np.inf)))
+    return None
+
+
+def _exchange_once(state: _Levelling, sources: list[int], ceiling: np.ndarray,
+                   peers_of: Callable[[int], np.ndarray], no_swap: set[tuple[int, ...]]) -> bool:
+    """Make the first exchange (:func:`_best_swap`) of a layer's first bin; False when none has one
+    (``no_swap`` remembers the layers, with their bins' versions, found without one)."""
+    version = state.version
+    for source in sources:
+        peers = peers_of(source)
+        memo = (source, *peers.tolist(), *(version[b] for b in peers.tolist()))
+        if memo in no_swap:
+            continue
+        swap = _best_swap(source, peers[peers != source], state.contents, state.costs, state.tokens, state.load,
+                          state.used, state.seq_len, state.offers, ceiling)
+        if swap is None:
+            no_swap.add(memo)
         else:
-            break
-    keys = evaluator.keys
-    return tuple(tuple(keys[i] for i in b) for b in contents), moves
+            i, target, given = swap
+            _transfer(state, i, source, target)
+            for u in given:
+                _transfer(state, u, target, source)
+            return True
+    return False
 
 
 def _layers(load: np.ndarray, ranks: int, per_rank: int | None

@@ -125,24 +125,7 @@ def _lpt_heap(
     free = [seq_len] * num_bins  # -1 marks a bin closed by an oversized sample
     rank_load = [0.0] * ranks
     rank_tokens = [0] * ranks
-
-    # Phase 1: the first D·m samples fill the empty bins. All empty bins leave the same remaining
-    # capacity, so the key is (load, rank tokens, rank), then the rank's lowest empty bin.
-    filled = [0] * ranks
-    heap = [(0.0, 0, r) for r in range(ranks)]
-    for pos, i in enumerate(order[:num_bins]):
-        if deadline is not None and pos % CLOCK_EVERY == 0 and clock() > deadline:
-            raise DeadEnd(f"time limit reached after {pos} of {n} samples")
-        _, _, r = heapq.heappop(heap)
-        b = r * per_rank + filled[r]
-        filled[r] += 1
-        t = tokens[i]
-        bins[b].append(i)
-        free[b] = seq_len - t if t <= seq_len else -1
-        rank_load[r] += costs[i]
-        rank_tokens[r] += t
-        if filled[r] < per_rank:
-            heapq.heappush(heap, (rank_load[r], rank_tokens[r], r))
+    _heap_open_bins(order, tokens, costs, per_rank, seq_len, bins, free, rank_load, rank_tokens, deadline)
     if n <= num_bins:
         return bins
 
@@ -155,28 +138,11 @@ def _lpt_heap(
     suffix_min = np.minimum.accumulate(tail_tokens[::-1])[::-1].tolist()
     rank_bins = [sorted((free[b], b) for b in range(r * per_rank, (r + 1) * per_rank)) for r in range(ranks)]
     merge_above = MERGE_FACTOR * per_rank if per_rank <= MERGE_MAX_BINS else ranks  # k > D: never
-    groups: dict[float, _Group] = {}
+    groups = _heap_groups(rank_load, rank_bins, rank_tokens, merge_above)
     version = [0] * ranks  # placements into each rank: tells the cache's current entries from stale ones
-    heappop, heappush, heapify = heapq.heappop, heapq.heappush, heapq.heapify
-
-    def merged_entries(members) -> list[tuple[int, int, int, int]]:
-        entries = [(f, rank_tokens[r], r, b) for r in members for f, b in rank_bins[r]]
-        entries.sort()
-        return entries
-
-    for r in range(ranks):
-        group = groups.get(rank_load[r])
-        if group is None:
-            group = groups[rank_load[r]] = _Group()
-        group.members.add(r)
-        group.widest = max(group.widest, rank_bins[r][-1][0])
-    for group in groups.values():
-        if len(group.members) > merge_above:
-            group.merged = merged_entries(group.members)
     load_heap = list(groups)
     heapq.heapify(load_heap)
     in_heap = set(load_heap)
-    pop, push = heapq.heappop, heapq.heappush
     for pos in range(num_bins, n):
         if deadline is not None and pos % CLOCK_EVERY == 0 and clock() > deadline:
             raise DeadEnd(f"time limit reached after {pos} of {n} samples")
@@ -208,103 +174,181 @@ def _lpt_heap(
                 in_heap.add(new_load)
                 heapq.heapreplace(load_heap, new_load)
                 continue
-        skipped = []
-        chosen = None
-        while load_heap:
-            load = pop(load_heap)
-            in_heap.discard(load)
-            group = groups.get(load)
-            if group is None:
-                continue  # stale: the group emptied since it was pushed
-            if group.widest >= t:
-                merged = group.merged
-                if merged is not None:
-                    at = bisect_left(merged, (t,))
-                    if at < len(merged):
-                        chosen = merged[at]
-                        break
-                    group.widest = merged[-1][0]
-                else:
-                    members = group.members
-                    if group.cache_tokens != t:
-                        cache = []
-                        widest = -1
-                        for r in members:
-                            own = rank_bins[r]
-                            room = own[-1][0]
-                            if room < t:
-                                if room > widest:
-                                    widest = room
-                                continue
-                            f, b = own[bisect_left(own, (t,))]
-                            cache.append((f, rank_tokens[r], r, b, version[r]))
-                        heapify(cache)
-                        group.cache, group.cache_tokens = cache, t
-                        if not cache:
-                            group.widest = widest
-                    cache = group.cache
-                    while cache:
-                        f, held, r, b, seen = cache[0]
-                        if seen == version[r] and r in members:
-                            chosen = (f, held, r, b)
-                            break
-                        heappop(cache)
-                    if chosen is not None:
-                        break
-            if group.widest >= suffix_min[pos]:
-                skipped.append(load)
-            else:
-                del groups[load]  # nothing still to come fits any bin of these ranks
+        chosen, load, group, skipped = _heap_search(t, suffix_min[pos], groups, load_heap, in_heap, rank_bins,
+                                                     rank_tokens, version)
         if chosen is None:
             raise DeadEnd(f"sample {prepared.keys[i]!r} ({t} tokens) fits no bin")
-        room, old_tokens, r, b = chosen
-        own = rank_bins[r]
-        members = group.members
-        members.remove(r)
-        if group.merged is not None:
-            if len(members) <= per_rank:
-                group.merged = None
-                group.cache_tokens = -1
+        _heap_place(i, t, costs[i], chosen, load, group, skipped, groups, load_heap, in_heap, rank_bins,
+                    rank_tokens, rank_load, version, bins, free, per_rank, merge_above)
+    return bins
+
+
+def _heap_open_bins(order: list[int], tokens: list[int], costs: list[float], per_rank: int, seq_len: int,
+                    bins: list[list[int]], free: list[int], rank_load: list[float], rank_tokens: list[int],
+                    deadline: float | None) -> None:
+    """Phase 1 of :func:`_lpt_heap`: the first D·m samples fill the empty bins (in place). All empty bins
+    leave the same remaining capacity, so the key is (load, rank tokens, rank), then the rank's lowest
+    empty bin."""
+    ranks = len(rank_load)
+    n = len(order)
+    filled = [0] * ranks
+    heap = [(0.0, 0, r) for r in range(ranks)]
+    for pos, i in enumerate(order[:len(bins)]):
+        if deadline is not None and pos % CLOCK_EVERY == 0 and clock() > deadline:
+            raise DeadEnd(f"time limit reached after {pos} of {n} samples")
+        _, _, r = heapq.heappop(heap)
+        b = r * per_rank + filled[r]
+        filled[r] += 1
+        t = tokens[i]
+        bins[b].append(i)
+        free[b] = seq_len - t if t <= seq_len else -1
+        rank_load[r] += costs[i]
+        rank_tokens[r] += t
+        if filled[r] < per_rank:
+            heapq.heappush(heap, (rank_load[r], rank_tokens[r], r))
+
+
+def _merged_entries(members, rank_bins: list[list[tuple[int, int]]],
+                    rank_tokens: list[int]) -> list[tuple[int, int, int, int]]:
+    """The sorted (free tokens, rank tokens, rank, bin) of all bins of ``members``."""
+    entries = [(f, rank_tokens[r], r, b) for r in members for f, b in rank_bins[r]]
+    entries.sort()
+    return entries
+
+
+def _heap_groups(rank_load: list[float], rank_bins: list[list[tuple[int, int]]], rank_tokens: list[int],
+                 merge_above: int) -> dict[float, _Group]:
+    """The ranks of :func:`_lpt_heap` grouped by load after the opening phase."""
+    groups: dict[float, _Group] = {}
+    for r in range(len(rank_load)):
+        group = groups.get(rank_load[r])
+        if group is None:
+            group = groups[rank_load[r]] = _Group()
+        group.members.add(r)
+        group.widest = max(group.widest, rank_bins[r][-1][0])
+    for group in groups.values():
+        if len(group.members) > merge_above:
+            group.merged = _merged_entries(group.members, rank_bins, rank_tokens)
+    return groups
+
+
+def _heap_search(t: int, still_fits: int, groups: dict[float, _Group], load_heap: list[float],
+                 in_heap: set[float], rank_bins: list[list[tuple[int, int]]], rank_tokens: list[int],
+                 version: list[int]):
+    """Pop loads of :func:`_lpt_heap` in increasing order until a group has a bin of ``t`` free tokens.
+
+    Returns (chosen (free tokens, rank tokens, rank, bin) or None, its load, its group, the loads popped
+    and still to push back). Groups whose widest bin is below ``still_fits`` (the least length still to
+    come) are dropped.
+    """
+    heappop, heapify = heapq.heappop, heapq.heapify
+    skipped = []
+    chosen = None
+    load = 0.0
+    group = None
+    while load_heap:
+        load = heappop(load_heap)
+        in_heap.discard(load)
+        group = groups.get(load)
+        if group is None:
+            continue  # stale: the group emptied since it was pushed
+        if group.widest >= t:
+            merged = group.merged
+            if merged is not None:
+                at = bisect_left(merged, (t,))
+                if at < len(merged):
+                    chosen = merged[at]
+                    break
+                group.widest = merged[-1][0]
             else:
-                merged = group.merged
-                for f, k in own:
-                    del merged[bisect_left(merged, (f, old_tokens, r, k))]
-        if members:
+                members = group.members
+                if group.cache_tokens != t:
+                    cache = []
+                    widest = -1
+                    for r in members:
+                        own = rank_bins[r]
+                        room = own[-1][0]
+                        if room < t:
+                            if room > widest:
+                                widest = room
+                            continue
+                        f, b = own[bisect_left(own, (t,))]
+                        cache.append((f, rank_tokens[r], r, b, version[r]))
+                    heapify(cache)
+                    group.cache, group.cache_tokens = cache, t
+                    if not cache:
+                        group.widest = widest
+                cache = group.cache
+                while cache:
+                    f, held, r, b, seen = cache[0]
+                    if seen == version[r] and r in members:
+                        chosen = (f, held, r, b)
+                        break
+                    heappop(cache)
+                if chosen is not None:
+                    break
+        if group.widest >= still_fits:
             skipped.append(load)
         else:
-            del groups[load]
-        del own[bisect_left(own, (room, b))]
-        insort(own, (room - t, b))
-        bins[b].append(i)
-        free[b] = room - t
-        rank_tokens[r] = new_tokens = old_tokens + t
-        version[r] += 1
-        new_load = load + costs[i]
-        rank_load[r] = new_load
-        target = groups.get(new_load)
-        if target is None:
-            target = groups[new_load] = _Group()
-        target.members.add(r)
-        if own[-1][0] > target.widest:
-            target.widest = own[-1][0]
-        if target.merged is not None:
-            merged = target.merged
+            del groups[load]  # nothing still to come fits any bin of these ranks
+    return chosen, load, group, skipped
+
+
+def _heap_place(i: int, t: int, cost: float, chosen: tuple[int, int, int, int], load: float, group: _Group,
+                skipped: list[float], groups: dict[float, _Group], load_heap: list[float], in_heap: set[float],
+                rank_bins: list[list[tuple[int, int]]], rank_tokens: list[int], rank_load: list[float],
+                version: list[int], bins: list[list[int]], free: list[int], per_rank: int,
+                merge_above: int) -> None:
+    """Put sample ``i`` into the ``chosen`` bin of :func:`_heap_search` and move its rank from ``group``
+    (at ``load``) to the group of its new load; push the popped loads back."""
+    push = heapq.heappush
+    room, old_tokens, r, b = chosen
+    own = rank_bins[r]
+    members = group.members
+    members.remove(r)
+    if group.merged is not None:
+        if len(members) <= per_rank:
+            group.merged = None
+            group.cache_tokens = -1
+        else:
+            merged = group.merged
             for f, k in own:
-                insort(merged, (f, new_tokens, r, k))
-        elif len(target.members) > merge_above:
-            target.merged = merged_entries(target.members)
-            target.cache, target.cache_tokens = [], -1
-        elif target.cache_tokens >= 0 and own[-1][0] >= target.cache_tokens:
-            f, k = own[bisect_left(own, (target.cache_tokens,))]
-            heappush(target.cache, (f, new_tokens, r, k, version[r]))
-        if new_load not in in_heap:
-            in_heap.add(new_load)
-            push(load_heap, new_load)
-        for value in skipped:
-            if value not in in_heap:
-                in_heap.add(value)
-                push(load_heap, value)
-    return bins
+                del merged[bisect_left(merged, (f, old_tokens, r, k))]
+    if members:
+        skipped.append(load)
+    else:
+        del groups[load]
+    del own[bisect_left(own, (room, b))]
+    insort(own, (room - t, b))
+    bins[b].append(i)
+    free[b] = room - t
+    rank_tokens[r] = new_tokens = old_tokens + t
+    version[r] += 1
+    new_load = load + cost
+    rank_load[r] = new_load
+    target = groups.get(new_load)
+    if target is None:
+        target = groups[new_load] = _Group()
+    target.members.add(r)
+    if own[-1][0] > target.widest:
+        target.widest = own[-1][0]
+    if target.merged is not None:
+        merged = target.merged
+        for f, k in own:
+            insort(merged, (f, new_tokens, r, k))
+    elif len(target.members) > merge_above:
+        target.merged = _merged_entries(target.members, rank_bins, rank_tokens)
+        target.cache, target.cache_tokens = [], -1
+    elif target.cache_tokens >= 0 and own[-1][0] >= target.cache_tokens:
+        f, k = own[bisect_left(own, (target.cache_tokens,))]
+        push(target.cache, (f, new_tokens, r, k, version[r]))
+    if new_load not in in_heap:
+        in_heap.add(new_load)
+        push(load_heap, new_load)
+    for value in skipped:
+        if value not in in_heap:
+            in_heap.add(value)
+            push(load_heap, value)
 
 
 def _lpt_rounds(
@@ -358,34 +402,17 @@ def _lpt_rounds(
     sorted_rank = np.arange(ranks)
     widest_array = np.full(ranks, seq_len, dtype=np.int64)
     filled_array = np.zeros(ranks, dtype=np.int64)
-    last = ranks - 1
-
     for pos in range(n):
         if deadline is not None and pos % 1024 == 0 and clock() > deadline:
             raise DeadEnd(f"time limit reached after {pos} of {n} samples")
         i = order[pos]
-        t = tokens[i]
-        c = costs[i]
-        opening = pos < num_bins
+        t, c, opening = tokens[i], costs[i], pos < num_bins
         # Placements that leave the objective unchanged win, the heaviest round first. Quick check of
         # round 0: its lowest feasible load x is free when x + c stays at most the top load v_0.
-        best_x = None
         if opening and per_rank == 1:
             best_x = 0.0  # the feasible ranks are the empty ones, all at load 0: the only candidate
-        top = entries[last][0]
-        bottom = entries[last - group + 1][0]  # v_{g-1}: value round 0 holds the loads >= it
-        if best_x is None and bottom + c <= top:
-            idx = bisect_left(entries, (bottom, -1))
-            stop = min(ranks, idx + 8)  # many full ranks here: leave it to the vectorised search
-            while idx < stop:
-                r = entries[idx][2]
-                if (filled[r] < per_rank) if opening else (widest[r] >= t):
-                    x = entries[idx][0]
-                    y = x + c
-                    if y == x or (y <= top and x < top):
-                        best_x = x
-                    break
-                idx += 1
+        else:
+            best_x = _rounds_free_load(entries, group, c, t, opening, filled, widest, per_rank)
         if best_x is None:
             # Every value round's lowest feasible load, scored at once.
             if opening:
@@ -395,27 +422,7 @@ def _lpt_rounds(
             best_x = lowest_zone_overlap(ascending, group, c, feasible)
         if best_x is None:
             raise DeadEnd(f"sample {prepared.keys[i]!r} ({t} tokens) fits no bin")
-        # Ranks at the chosen load: (remaining tokens of the best-fit bin, rank tokens, rank, bin).
-        idx = bisect_left(entries, (best_x, -1))
-        chosen = None
-        chosen_key = (seq_len + 1, 0, 0)
-        while idx < ranks and entries[idx][0] == best_x:
-            r = entries[idx][2]
-            idx += 1
-            if opening:
-                if filled[r] < per_rank:
-                    chosen = (r, r * per_rank + filled[r])
-                    break  # entries are sorted by (rank tokens, rank) within a load
-                continue
-            if widest[r] < t:
-                continue
-            best_free, best_bin = rank_bins[r][bisect_left(rank_bins[r], (t,))]  # best fit, lowest bin
-            key = (best_free - t, rank_tokens[r], r)
-            if chosen is None or key < chosen_key:
-                chosen, chosen_key = (r, best_bin), key
-                if best_free == t:
-                    break
-        r, b = chosen
+        r, b = _rounds_pick(best_x, t, opening, entries, filled, widest, rank_bins, rank_tokens, per_rank, seq_len)
         old_load = rank_load[r]
         lo = bisect_left(entries, (old_load, rank_tokens[r], r))
         del entries[lo]
@@ -442,6 +449,59 @@ def _lpt_rounds(
         ascending[hi] = new_load
         sorted_rank[hi] = r
     return bins
+
+
+def _rounds_free_load(entries: list[tuple[float, int, int]], group: int, c: float, t: int, opening: bool,
+                      filled: list[int], widest: list[int], per_rank: int) -> float | None:
+    """Quick check of round 0 for :func:`_lpt_rounds`: the lowest feasible load x of value round 0 when
+    placing there leaves the objective unchanged (x + c stays at most the top load v_0), else None."""
+    ranks = len(entries)
+    last = ranks - 1
+    top = entries[last][0]
+    bottom = entries[last - group + 1][0]  # v_{g-1}: value round 0 holds the loads >= it
+    if bottom + c > top:
+        return None
+    idx = bisect_left(entries, (bottom, -1))
+    stop = min(ranks, idx + 8)  # many full ranks here: leave it to the vectorised search
+    while idx < stop:
+        r = entries[idx][2]
+        if (filled[r] < per_rank) if opening else (widest[r] >= t):
+            x = entries[idx][0]
+            y = x + c
+            if y == x or (y <= top and x < top):
+                return x
+            return None
+        idx += 1
+    return None
+
+
+def _rounds_pick(best_x: float, t: int, opening: bool, entries: list[tuple[float, int, int]], filled: list[int],
+                 widest: list[int], rank_bins: list[list[tuple[int, int]]], rank_tokens: list[int], per_rank: int,
+                 seq_len: int) -> tuple[int, int]:
+    """(rank, bin) of :func:`_lpt_rounds` among the ranks at load ``best_x``: the least (remaining tokens of
+    the best-fit bin, rank tokens, rank, bin); while opening, the first rank with an empty bin."""
+    ranks = len(entries)
+    idx = bisect_left(entries, (best_x, -1))
+    chosen = None
+    chosen_key = (seq_len + 1, 0, 0)
+    while idx < ranks and entries[idx][0] == best_x:
+        r = entries[idx][2]
+        idx += 1
+        if opening:
+            if filled[r] < per_rank:
+                chosen = (r, r * per_rank + filled[r])
+                break  # entries are sorted by (rank tokens, rank) within a load
+            continue
+        if widest[r] < t:
+            continue
+        best_free, best_bin = rank_bins[r][bisect_left(rank_bins[r], (t,))]  # best fit, lowest bin
+        key = (best_free - t, rank_tokens[r], r)
+        if chosen is None or key < chosen_key:
+            chosen, chosen_key = (r, best_bin), key
+            if best_free == t:
+                break
+    assert chosen is not None  # best_x is the load of a feasible rank
+    return chosen
 
 
 #: Largest ``seq_len`` whose padding costs are tabulated in an array (8 MiB); above it a dict holds the

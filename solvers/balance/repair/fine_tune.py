@@ -19,6 +19,7 @@ Performance: docs/performance.md
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -114,74 +115,8 @@ def fine_tune(
     Returns:
         (bins, exchanges made, stopped by the deadline).
     """
-    bins = [list(b) for b in bins]
-    bin_tokens = np.array([int(tokens[b].sum()) if b else 0 for b in bins], dtype=np.int64)
-    bin_count = np.array([len(b) for b in bins], dtype=np.int64)
-    locked = bin_tokens > capacity
-    loads = np.array([math.fsum(costs[[i for b in range(r * per_rank, (r + 1) * per_rank) for i in bins[b]]].tolist())
-                      for r in range(ranks)])
-    cache: dict[tuple[int, bool], _Units] = {}
-    open_bins = [np.array([b for b in range(r * per_rank, (r + 1) * per_rank) if not locked[b]], dtype=np.int64)
-                 for r in range(ranks)]
-    padded_costs = np.append(costs, 0.0)
-    padded_tokens = np.append(tokens, 0)
-
-    def units(rank: int, pairs: bool) -> _Units:
-        found = cache.get((rank, pairs))
-        if found is None:
-            found = _Units(bins, range(rank * per_rank, (rank + 1) * per_rank), locked, padded_costs, padded_tokens,
-                           pairs)
-            cache[(rank, pairs)] = found
-        return found
-
-    def search(heavy: int, light: int, low: float, high: float, aim: float, pairs: bool):
-        """Best exchange moving d in [low, high] from heavy to light: (distance to aim, u, v, bin B) or None."""
-        mine, theirs = units(heavy, pairs), units(light, pairs)
-        if mine.first.size == 0:
-            return None
-        targets = open_bins[light]
-        if targets.size == 0:
-            return None
-        best = None
-        # Moves: u alone to the target bin with the most room, if it fits there (d = c_u).
-        ok = (mine.cost >= low) & (mine.cost <= high) & (bin_count[mine.bin] > mine.count)
-        if ok.any():
-            room = capacity - bin_tokens[targets]
-            ok &= mine.tokens <= room.max()
-            if ok.any():
-                distance = np.where(ok, np.abs(mine.cost - aim), np.inf)
-                k = int(np.argmin(distance))
-                best = (float(distance[k]), k, -1, int(targets[int(np.argmax(room))]))
-        if theirs.first.size:
-            by_cost, sorted_cost = theirs.by_cost()
-            count = mine.cost.size
-            lower = np.searchsorted(sorted_cost, np.concatenate((mine.cost - high, mine.cost - aim)), side="left")
-            start, near = lower[:count], lower[count:]
-            stop = np.searchsorted(sorted_cost, mine.cost - low, side="right")
-            rows = np.flatnonzero(stop > start)
-            if rows.size:
-                start, stop, near = start[rows], stop[rows], near[rows]
-                first = np.clip(near - WINDOW // 2, start, np.maximum(start, stop - WINDOW))
-                column = first[:, None] + _OFFSETS
-                valid = column < stop[:, None]
-                column = np.where(valid, column, start[:, None])
-                row = rows[:, None]
-                v = by_cost[column]
-                source = mine.bin[row]
-                target = theirs.bin[v]
-                moved_tokens = theirs.tokens[v] - mine.tokens[row]
-                fits = valid & (bin_tokens[source] + moved_tokens <= capacity)
-                fits &= bin_tokens[target] - moved_tokens <= capacity
-                moved_count = theirs.count[v] - mine.count[row]
-                fits &= (bin_count[source] + moved_count >= 1) & (bin_count[target] - moved_count >= 1)
-                if fits.any():
-                    distance = np.where(fits, np.abs(mine.cost[row] - theirs.cost[v] - aim), np.inf)
-                    k = int(np.argmin(distance))
-                    if best is None or distance.flat[k] < best[0]:
-                        best = (float(distance.flat[k]), int(rows[k // WINDOW]), int(v.flat[k]),
-                                int(target.flat[k]))
-        return best
-
+    state = _tune_state(bins, tokens, costs, ranks, per_rank, capacity)
+    loads = state.loads
     steps = 0
     timed_out = False
     while steps < max_steps:
@@ -192,40 +127,149 @@ def fine_tune(
         if deadline is not None and clock() > deadline:
             timed_out = True
             break
-        partners = [int(r) for r in np.argsort(loads, kind="stable")[:PARTNERS] if r != heavy]
-        found = None
-        for light, pairs in [(light, pairs) for light in partners for pairs in (False, True)]:
-            room = target - loads[light]
-            if room <= 0:
-                continue
-            if room >= excess:
-                low, high, aim = excess, room, (loads[heavy] - loads[light]) / 2
-            else:
-                low, high, aim = room * 1e-6, room, room
-            found = search(heavy, light, low, high, aim, pairs)
-            if found is not None:
-                found = (light, pairs) + found[1:]
-                break
+        found = _find_exchange(state, heavy, excess, target)
         if found is None:
             break
-        light, pairs, u, v, target_bin = found
-        mine = units(heavy, pairs)
-        source_bin = int(mine.bin[u])
-        outgoing = [int(mine.first[u])] + ([int(mine.second[u])] if mine.second[u] >= 0 else [])
-        incoming = []
-        if v >= 0:
-            theirs = units(light, pairs)
-            target_bin = int(theirs.bin[v])
-            incoming = [int(theirs.first[v])] + ([int(theirs.second[v])] if theirs.second[v] >= 0 else [])
-        bins[source_bin] = [i for i in bins[source_bin] if i not in outgoing] + incoming
-        bins[target_bin] = [i for i in bins[target_bin] if i not in incoming] + outgoing
-        for b in (source_bin, target_bin):
-            bin_tokens[b] = int(tokens[bins[b]].sum())
-            bin_count[b] = len(bins[b])
-        for r in (heavy, light):
-            members = [i for b in range(r * per_rank, (r + 1) * per_rank) for i in bins[b]]
-            loads[r] = math.fsum(costs[members].tolist())
-            cache.pop((r, False), None)
-            cache.pop((r, True), None)
+        _apply_exchange(state, heavy, found)
         steps += 1
-    return bins, steps, timed_out
+    return state.bins, steps, timed_out
+
+
+@dataclass
+class _TuneState:
+    """What the phases of :func:`fine_tune` share: the bins (copied, updated in place) with their tokens,
+    sample counts and locks (oversized sample), the rank ``loads``, each rank's unlocked bins, the
+    sample columns (``padded_*``: one trailing 0 for :class:`_Units`) and the units per (rank, pairs)."""
+
+    bins: list[list[int]]
+    tokens: np.ndarray
+    costs: np.ndarray
+    per_rank: int
+    capacity: int
+    bin_tokens: np.ndarray
+    bin_count: np.ndarray
+    locked: np.ndarray
+    loads: np.ndarray
+    open_bins: list[np.ndarray]
+    padded_costs: np.ndarray
+    padded_tokens: np.ndarray
+    cache: dict[tuple[int, bool], _Units] = field(default_factory=dict)
+
+
+def _tune_state(bins: list[list[int]], tokens: np.ndarray, costs: np.ndarray, ranks: int, per_rank: int,
+                capacity: int) -> _TuneState:
+    """The state of :func:`fine_tune` for the starting ``bins`` (copied)."""
+    bins = [list(b) for b in bins]
+    bin_tokens = np.array([int(tokens[b].sum()) if b else 0 for b in bins], dtype=np.int64)
+    bin_count = np.array([len(b) for b in bins], dtype=np.int64)
+    locked = bin_tokens > capacity
+    loads = np.array([math.fsum(costs[[i for b in range(r * per_rank, (r + 1) * per_rank) for i in bins[b]]].tolist())
+                      for r in range(ranks)])
+    open_bins = [np.array([b for b in range(r * per_rank, (r + 1) * per_rank) if not locked[b]], dtype=np.int64)
+                 for r in range(ranks)]
+    return _TuneState(bins, tokens, costs, per_rank, capacity, bin_tokens, bin_count, locked, loads, open_bins,
+                      np.append(costs, 0.0), np.append(tokens, 0))
+
+
+def _units_of(state: _TuneState, rank: int, pairs: bool) -> _Units:
+    """The rank's exchange units (cached until the rank changes)."""
+    found = state.cache.get((rank, pairs))
+    if found is None:
+        per_rank = state.per_rank
+        found = _Units(state.bins, range(rank * per_rank, (rank + 1) * per_rank), state.locked, state.padded_costs,
+                       state.padded_tokens, pairs)
+        state.cache[(rank, pairs)] = found
+    return found
+
+
+def _find_exchange(state: _TuneState, heavy: int, excess: float, target: float):
+    """The first of the :data:`PARTNERS` lightest ranks with an exchange (single units, then pairs):
+    (light, pairs, u, v, target bin), or None."""
+    loads = state.loads
+    partners = [int(r) for r in np.argsort(loads, kind="stable")[:PARTNERS] if r != heavy]
+    for light, pairs in [(light, pairs) for light in partners for pairs in (False, True)]:
+        room = target - loads[light]
+        if room <= 0:
+            continue
+        if room >= excess:
+            low, high, aim = excess, room, (loads[heavy] - loads[light]) / 2
+        else:
+            low, high, aim = room * 1e-6, room, room
+        found = _search(state, heavy, light, low, high, aim, pairs)
+        if found is not None:
+            return (light, pairs) + found[1:]
+    return None
+
+
+def _search(state: _TuneState, heavy: int, light: int, low: float, high: float, aim: float, pairs: bool):
+    """Best exchange moving d in [low, high] from heavy to light: (distance to aim, u, v, bin B) or None."""
+    capacity, bin_tokens, bin_count = state.capacity, state.bin_tokens, state.bin_count
+    mine, theirs = _units_of(state, heavy, pairs), _units_of(state, light, pairs)
+    if mine.first.size == 0:
+        return None
+    targets = state.open_bins[light]
+    if targets.size == 0:
+        return None
+    best = None
+    # Moves: u alone to the target bin with the most room, if it fits there (d = c_u).
+    ok = (mine.cost >= low) & (mine.cost <= high) & (bin_count[mine.bin] > mine.count)
+    if ok.any():
+        room = capacity - bin_tokens[targets]
+        ok &= mine.tokens <= room.max()
+        if ok.any():
+            distance = np.where(ok, np.abs(mine.cost - aim), np.inf)
+            k = int(np.argmin(distance))
+            best = (float(distance[k]), k, -1, int(targets[int(np.argmax(room))]))
+    if theirs.first.size:
+        by_cost, sorted_cost = theirs.by_cost()
+        count = mine.cost.size
+        lower = np.searchsorted(sorted_cost, np.concatenate((mine.cost - high, mine.cost - aim)), side="left")
+        start, near = lower[:count], lower[count:]
+        stop = np.searchsorted(sorted_cost, mine.cost - low, side="right")
+        rows = np.flatnonzero(stop > start)
+        if rows.size:
+            start, stop, near = start[rows], stop[rows], near[rows]
+            first = np.clip(near - WINDOW // 2, start, np.maximum(start, stop - WINDOW))
+            column = first[:, None] + _OFFSETS
+            valid = column < stop[:, None]
+            column = np.where(valid, column, start[:, None])
+            row = rows[:, None]
+            v = by_cost[column]
+            source = mine.bin[row]
+            target = theirs.bin[v]
+            moved_tokens = theirs.tokens[v] - mine.tokens[row]
+            fits = valid & (bin_tokens[source] + moved_tokens <= capacity)
+            fits &= bin_tokens[target] - moved_tokens <= capacity
+            moved_count = theirs.count[v] - mine.count[row]
+            fits &= (bin_count[source] + moved_count >= 1) & (bin_count[target] - moved_count >= 1)
+            if fits.any():
+                distance = np.where(fits, np.abs(mine.cost[row] - theirs.cost[v] - aim), np.inf)
+                k = int(np.argmin(distance))
+                if best is None or distance.flat[k] < best[0]:
+                    best = (float(distance.flat[k]), int(rows[k // WINDOW]), int(v.flat[k]),
+                            int(target.flat[k]))
+    return best
+
+
+def _apply_exchange(state: _TuneState, heavy: int, found: tuple[int, bool, int, int, int]) -> None:
+    """Make the exchange of :func:`_find_exchange`: update the two bins, the two loads, drop their units."""
+    bins, tokens, costs, per_rank = state.bins, state.tokens, state.costs, state.per_rank
+    light, pairs, u, v, target_bin = found
+    mine = _units_of(state, heavy, pairs)
+    source_bin = int(mine.bin[u])
+    outgoing = [int(mine.first[u])] + ([int(mine.second[u])] if mine.second[u] >= 0 else [])
+    incoming = []
+    if v >= 0:
+        theirs = _units_of(state, light, pairs)
+        target_bin = int(theirs.bin[v])
+        incoming = [int(theirs.first[v])] + ([int(theirs.second[v])] if theirs.second[v] >= 0 else [])
+    bins[source_bin] = [i for i in bins[source_bin] if i not in outgoing] + incoming
+    bins[target_bin] = [i for i in bins[target_bin] if i not in incoming] + outgoing
+    for b in (source_bin, target_bin):
+        state.bin_tokens[b] = int(tokens[bins[b]].sum())
+        state.bin_count[b] = len(bins[b])
+    for r in (heavy, light):
+        members = [i for b in range(r * per_rank, (r + 1) * per_rank) for i in bins[b]]
+        state.loads[r] = math.fsum(costs[members].tolist())
+        state.cache.pop((r, False), None)
+        state.cache.pop((r, True), None)

@@ -18,6 +18,8 @@ Performance: docs/performance.md
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -160,6 +162,77 @@ def repair_ranks(
     Returns:
         (bins, pair checks, accepted changes, stopped by the deadline).
     """
+    state = _rank_state(instance, prepared, bins)
+    ranks = instance.data_parallel_size
+    name, group = state.name, state.group
+    versions = [0] * ranks
+    budget = PairBudget(max_pairs, deadline)
+    accepted = 0
+    exact_nodes = [EXACT_PAIR_NODES]
+    bins, tokens, usage = state.bins, state.tokens, state.usage
+    bin_tokens, bin_usage = state.bin_tokens, state.bin_usage
+    while budget.open() and ranks >= 2 and (target is None or state.score > target):
+        loads = state.loads
+        order = sorted(range(ranks), key=lambda r: (-loads[r], r))
+        pairs = set()
+        for leader, partner in leader_partners(order, name, group):
+            if loads[leader] != loads[partner]:
+                heavy, light = (leader, partner) if loads[leader] > loads[partner] else (partner, leader)
+                if not budget.seen(heavy, light, versions):
+                    pairs.add((heavy, light))
+        ranked = sorted(pairs, key=lambda p: (-(loads[p[0]] - loads[p[1]]), p))
+        improved = False
+        for heavy, light in ranked:
+            if not budget.take(heavy, light, versions):
+                break
+            found = _exchange(state, heavy, light)
+            if found is None:
+                found = _exact_pair_move(state, heavy, light, exact_nodes, deadline)
+            if found is None:
+                continue
+            value, trial, changed = found
+            for bin_index, members in changed.items():
+                bins[bin_index] = members
+                bin_tokens[bin_index] = int(tokens[members].sum())
+                bin_usage[bin_index] = usage[members].sum(axis=0)
+            state.loads, state.score = trial, value
+            versions[heavy] += 1
+            versions[light] += 1
+            accepted += 1
+            improved = True
+            break
+        if not improved or budget.timed_out:
+            break
+    return bins, budget.used, accepted, budget.timed_out
+
+
+@dataclass
+class _RankState:
+    """What the phases of :func:`repair_ranks` share: the instance's columns (``tokens``, ``costs``,
+    ``usage``: samples × budgets), the bins (lists of sample indices) with their tokens, budget usage
+    and lock (oversized sample), the rank ``loads`` and the objective ``score`` of the current bins."""
+
+    instance: BalanceInstance
+    per_rank: int
+    capacity: int
+    name: str
+    group: int
+    pad: Any
+    budget_names: list[str]
+    limits: np.ndarray
+    usage: np.ndarray
+    tokens: np.ndarray
+    costs: np.ndarray
+    bins: list[list[int]]
+    bin_tokens: np.ndarray
+    bin_usage: np.ndarray
+    locked: np.ndarray
+    loads: np.ndarray
+    score: float
+
+
+def _rank_state(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]]) -> _RankState:
+    """The state of :func:`repair_ranks` for the starting ``bins`` (copied)."""
     ranks = instance.data_parallel_size
     per_rank = instance.local_batch_size
     capacity = instance.constraints.seq_len
@@ -184,189 +257,171 @@ def repair_ranks(
     locked = bin_tokens > capacity  # a bin closed by an oversized sample (policy "single")
     loads = bin_cost.reshape(ranks, per_rank).sum(axis=1)
     score = objective_value(name, loads, group)
-    versions = [0] * ranks
-    budget = PairBudget(max_pairs, deadline)
-    accepted = 0
+    return _RankState(instance, per_rank, capacity, name, group, pad, budget_names, limits, usage, tokens, costs,
+                      bins, bin_tokens, bin_usage, locked, loads, score)
 
-    def pad_delta(old_tokens: np.ndarray, new_tokens: np.ndarray) -> np.ndarray:
-        if pad is None:
-            return np.zeros(np.broadcast(old_tokens, new_tokens).shape)
-        vectorised = np.vectorize(lambda a, b: pad(capacity - int(b)) - pad(capacity - int(a)), otypes=[float])
-        return vectorised(old_tokens, new_tokens)
 
-    def units(rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(first sample, second sample or -1, bin) of every exchange unit of the rank's unlocked bins."""
-        first, second, where = [], [], []
-        for b in range(rank * per_rank, (rank + 1) * per_rank):
-            if locked[b]:
-                continue
-            members = bins[b]
-            first.extend(members)
-            second.extend([-1] * len(members))
-            where.extend([b] * len(members))
-            if len(members) <= PAIR_UNIT_MAX_BIN:
-                for x in range(len(members)):
-                    for y in range(x + 1, len(members)):
-                        first.append(members[x])
-                        second.append(members[y])
-                        where.append(b)
-        return (np.array(first, dtype=np.int64), np.array(second, dtype=np.int64),
-                np.array(where, dtype=np.int64))
+def _pad_delta(state: _RankState, old_tokens: np.ndarray, new_tokens: np.ndarray) -> np.ndarray:
+    """Padding cost change of bins going from ``old_tokens`` to ``new_tokens`` (zeros without padding)."""
+    pad, capacity = state.pad, state.capacity
+    if pad is None:
+        return np.zeros(np.broadcast(old_tokens, new_tokens).shape)
+    vectorised = np.vectorize(lambda a, b: pad(capacity - int(b)) - pad(capacity - int(a)), otypes=[float])
+    return vectorised(old_tokens, new_tokens)
 
-    def unit_columns(first: np.ndarray, second: np.ndarray):
-        """(cost, tokens, budget usage, size) of units; index -1 of ``second`` means none."""
-        paired = second >= 0
-        other = np.where(paired, second, 0)
-        cost = costs[first] + np.where(paired, costs[other], 0.0)
-        size = tokens[first] + np.where(paired, tokens[other], 0)
-        use = usage[first] + np.where(paired[:, None], usage[other], 0.0)
-        return cost, size, use, 1 + paired.astype(np.int64)
 
-    def exchange(heavy: int, light: int):
-        """The best accepted exchange of the pair: (objective, loads, {bin: new members}), or None."""
-        gap = loads[heavy] - loads[light]
-        h_first, h_second, h_bins = units(heavy)
-        l_first, l_second, l_bins = units(light)
-        if h_first.size == 0:
-            return None
-        targets = np.array([b for b in range(light * per_rank, (light + 1) * per_rank) if not locked[b]],
-                           dtype=np.int64)
-        if targets.size == 0:
-            return None
-        h_cost, h_size, h_use, h_count = unit_columns(h_first, h_second)
-        l_cost, l_size, l_use, l_count = unit_columns(l_first, l_second)
-        # Rows: heavy units. Columns: the light units exchanged back, then one "move" column per
-        # target bin of L (nothing comes back).
-        rows_all, cols_all = [], []
-        if l_first.size:
-            if h_first.size * l_first.size <= FULL_EXCHANGE_MATRIX:
-                rows, cols = np.divmod(np.arange(h_first.size * l_first.size), l_first.size)
-            else:
-                by_cost = np.argsort(l_cost, kind="stable")
-                nearest = np.searchsorted(l_cost[by_cost], h_cost - gap / 2)
-                half = NEAREST_PARTNERS // 2
-                window = nearest[:, None] + np.arange(-half, NEAREST_PARTNERS - half)[None, :]
-                window = np.clip(window, 0, l_first.size - 1)
-                cols = by_cost[window].ravel()
-                rows = np.repeat(np.arange(h_first.size), NEAREST_PARTNERS)
-                unique = np.unique(rows * l_first.size + cols)
-                rows, cols = np.divmod(unique, l_first.size)
-            rows_all.append(rows)
-            cols_all.append(cols)
-        moves_rows = np.repeat(np.arange(h_first.size), targets.size)
-        moves_cols = -1 - np.tile(np.arange(targets.size), h_first.size)  # -1-k: move to targets[k]
-        rows = np.concatenate(rows_all + [moves_rows])
-        cols = np.concatenate(cols_all + [moves_cols])
-        back = cols >= 0
-        safe = np.where(back, cols, 0)
-        source = h_bins[rows]
-        target = np.where(back, l_bins[safe], targets[np.where(back, 0, -1 - cols)])
-        back_size = np.where(back, l_size[safe], 0)
-        back_cost = np.where(back, l_cost[safe], 0.0)
-        back_count = np.where(back, l_count[safe], 0)
-        new_source = bin_tokens[source] - h_size[rows] + back_size
-        new_target = bin_tokens[target] - back_size + h_size[rows]
-        source_count = np.array([len(bins[b]) for b in range(num_bins)])[source]
-        fits = (new_source <= capacity) & (new_target <= capacity)
-        fits &= source_count - h_count[rows] + back_count >= 1
-        if budget_names:
-            back_use = np.where(back[:, None], l_use[safe], 0.0)
-            fits &= np.all(bin_usage[source] - h_use[rows] + back_use <= limits, axis=1)
-            fits &= np.all(bin_usage[target] - back_use + h_use[rows] <= limits, axis=1)
-        keep = np.flatnonzero(fits)
-        if keep.size == 0:
-            return None
-        moved = h_cost[rows[keep]] - back_cost[keep]
-        loss = moved - pad_delta(bin_tokens[source[keep]], new_source[keep])
-        gain = moved + pad_delta(bin_tokens[target[keep]], new_target[keep])
-        useful = np.flatnonzero((loss > 0) & (gain < gap))
-        if useful.size == 0:
-            return None
-        spread = np.abs(gap - loss[useful] - gain[useful])
-        chosen = useful[np.lexsort((cols[keep[useful]], rows[keep[useful]], spread))[:RANK_CANDIDATES]]
-        best = None
-        for k in chosen.tolist():
-            trial = loads.copy()
-            trial[heavy] -= loss[k]
-            trial[light] += gain[k]
-            value = objective_value(name, trial, group)
-            squares = squares_change((loads[heavy], loads[light]), (trial[heavy], trial[light]))
-            if best is None or (value, squares[0]) < (best[0], best[1][0]):
-                best = (value, squares, k, trial)
-        value, squares, k, trial = best
-        if not better(value, score, squares, name):
-            return None
-        index = keep[k]
-        row, col = int(rows[index]), int(cols[index])
-        source_bin, target_bin = int(source[index]), int(target[index])
-        outgoing = [int(h_first[row])] + ([int(h_second[row])] if h_second[row] >= 0 else [])
-        incoming = []
-        if col >= 0:
-            incoming = [int(l_first[col])] + ([int(l_second[col])] if l_second[col] >= 0 else [])
-        new_source = [i for i in bins[source_bin] if i not in outgoing] + incoming
-        new_target = [i for i in bins[target_bin] if i not in incoming] + outgoing
-        return value, trial, {source_bin: new_source, target_bin: new_target}
+def _units(state: _RankState, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first sample, second sample or -1, bin) of every exchange unit of the rank's unlocked bins."""
+    per_rank, locked, bins = state.per_rank, state.locked, state.bins
+    first, second, where = [], [], []
+    for b in range(rank * per_rank, (rank + 1) * per_rank):
+        if locked[b]:
+            continue
+        members = bins[b]
+        first.extend(members)
+        second.extend([-1] * len(members))
+        where.extend([b] * len(members))
+        if len(members) <= PAIR_UNIT_MAX_BIN:
+            for x in range(len(members)):
+                for y in range(x + 1, len(members)):
+                    first.append(members[x])
+                    second.append(members[y])
+                    where.append(b)
+    return (np.array(first, dtype=np.int64), np.array(second, dtype=np.int64),
+            np.array(where, dtype=np.int64))
 
-    exact_nodes = [EXACT_PAIR_NODES]
 
-    def exact_pair(heavy: int, light: int):
-        """Exact re-packing of a small rank pair (:func:`_exact_pair`), as :func:`exchange` returns it."""
-        rank_bins = [list(range(r * per_rank, (r + 1) * per_rank)) for r in (heavy, light)]
-        members = [i for r in rank_bins for b in r for i in bins[b]]
-        if (pad is not None or budget_names or len(members) > EXACT_PAIR_SAMPLES
-                or len(instance.samples) > EXACT_PAIR_MAX_INSTANCE
-                or any(locked[b] for r in rank_bins for b in r)):
-            return None
-        free = sum(capacity - int(bin_tokens[b]) for r in rank_bins for b in r)
-        if free >= int(tokens[members].min()):
-            return None  # room to move a sample: the exchanges above are the search there
-        if exact_nodes[0] <= 0:
-            return None
-        split = _exact_pair(members, tokens, costs, per_rank, capacity, loads[heavy] - loads[light],
-                            exact_nodes, deadline)
-        if split is None:
-            return None
-        new_bins, new_loads = split
+def _unit_columns(state: _RankState, first: np.ndarray, second: np.ndarray):
+    """(cost, tokens, budget usage, size) of units; index -1 of ``second`` means none."""
+    costs, tokens, usage = state.costs, state.tokens, state.usage
+    paired = second >= 0
+    other = np.where(paired, second, 0)
+    cost = costs[first] + np.where(paired, costs[other], 0.0)
+    size = tokens[first] + np.where(paired, tokens[other], 0)
+    use = usage[first] + np.where(paired[:, None], usage[other], 0.0)
+    return cost, size, use, 1 + paired.astype(np.int64)
+
+
+def _exchange_candidates(h_cost: np.ndarray, l_cost: np.ndarray, targets: np.ndarray,
+                         gap: float) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols) of the exchanges of :func:`_exchange` to check. Rows: heavy units. Columns: the light
+    units exchanged back, then one "move" column -1-k per target bin k of L (nothing comes back)."""
+    h_size, l_size = h_cost.size, l_cost.size
+    rows_all, cols_all = [], []
+    if l_size:
+        if h_size * l_size <= FULL_EXCHANGE_MATRIX:
+            rows, cols = np.divmod(np.arange(h_size * l_size), l_size)
+        else:
+            by_cost = np.argsort(l_cost, kind="stable")
+            nearest = np.searchsorted(l_cost[by_cost], h_cost - gap / 2)
+            half = NEAREST_PARTNERS // 2
+            window = nearest[:, None] + np.arange(-half, NEAREST_PARTNERS - half)[None, :]
+            window = np.clip(window, 0, l_size - 1)
+            cols = by_cost[window].ravel()
+            rows = np.repeat(np.arange(h_size), NEAREST_PARTNERS)
+            unique = np.unique(rows * l_size + cols)
+            rows, cols = np.divmod(unique, l_size)
+        rows_all.append(rows)
+        cols_all.append(cols)
+    moves_rows = np.repeat(np.arange(h_size), targets.size)
+    moves_cols = -1 - np.tile(np.arange(targets.size), h_size)  # -1-k: move to targets[k]
+    return np.concatenate(rows_all + [moves_rows]), np.concatenate(cols_all + [moves_cols])
+
+
+def _exchange(state: _RankState, heavy: int, light: int):
+    """The best accepted exchange of the pair: (objective, loads, {bin: new members}), or None."""
+    per_rank, capacity, locked, bins = state.per_rank, state.capacity, state.locked, state.bins
+    bin_tokens, bin_usage, limits, loads = state.bin_tokens, state.bin_usage, state.limits, state.loads
+    gap = loads[heavy] - loads[light]
+    h_first, h_second, h_bins = _units(state, heavy)
+    l_first, l_second, l_bins = _units(state, light)
+    if h_first.size == 0:
+        return None
+    targets = np.array([b for b in range(light * per_rank, (light + 1) * per_rank) if not locked[b]],
+                       dtype=np.int64)
+    if targets.size == 0:
+        return None
+    h_cost, h_size, h_use, h_count = _unit_columns(state, h_first, h_second)
+    l_cost, l_size, l_use, l_count = _unit_columns(state, l_first, l_second)
+    rows, cols = _exchange_candidates(h_cost, l_cost, targets, gap)
+    back = cols >= 0
+    safe = np.where(back, cols, 0)
+    source = h_bins[rows]
+    target = np.where(back, l_bins[safe], targets[np.where(back, 0, -1 - cols)])
+    back_size = np.where(back, l_size[safe], 0)
+    back_cost = np.where(back, l_cost[safe], 0.0)
+    back_count = np.where(back, l_count[safe], 0)
+    new_source = bin_tokens[source] - h_size[rows] + back_size
+    new_target = bin_tokens[target] - back_size + h_size[rows]
+    source_count = np.array([len(bins[b]) for b in range(len(bins))])[source]
+    fits = (new_source <= capacity) & (new_target <= capacity)
+    fits &= source_count - h_count[rows] + back_count >= 1
+    if state.budget_names:
+        back_use = np.where(back[:, None], l_use[safe], 0.0)
+        fits &= np.all(bin_usage[source] - h_use[rows] + back_use <= limits, axis=1)
+        fits &= np.all(bin_usage[target] - back_use + h_use[rows] <= limits, axis=1)
+    keep = np.flatnonzero(fits)
+    if keep.size == 0:
+        return None
+    moved = h_cost[rows[keep]] - back_cost[keep]
+    loss = moved - _pad_delta(state, bin_tokens[source[keep]], new_source[keep])
+    gain = moved + _pad_delta(state, bin_tokens[target[keep]], new_target[keep])
+    useful = np.flatnonzero((loss > 0) & (gain < gap))
+    if useful.size == 0:
+        return None
+    spread = np.abs(gap - loss[useful] - gain[useful])
+    chosen = useful[np.lexsort((cols[keep[useful]], rows[keep[useful]], spread))[:RANK_CANDIDATES]]
+    best = None
+    for k in chosen.tolist():
         trial = loads.copy()
-        trial[heavy], trial[light] = max(new_loads), min(new_loads)
-        if new_loads[0] < new_loads[1]:
-            new_bins = new_bins[per_rank:] + new_bins[:per_rank]
-        value = objective_value(name, trial, group)
+        trial[heavy] -= loss[k]
+        trial[light] += gain[k]
+        value = objective_value(state.name, trial, state.group)
         squares = squares_change((loads[heavy], loads[light]), (trial[heavy], trial[light]))
-        if not better(value, score, squares, name):
-            return None
-        return value, trial, dict(zip(rank_bins[0] + rank_bins[1], new_bins))
+        if best is None or (value, squares[0]) < (best[0], best[1][0]):
+            best = (value, squares, k, trial)
+    value, squares, k, trial = best
+    if not better(value, state.score, squares, state.name):
+        return None
+    index = keep[k]
+    row, col = int(rows[index]), int(cols[index])
+    source_bin, target_bin = int(source[index]), int(target[index])
+    outgoing = [int(h_first[row])] + ([int(h_second[row])] if h_second[row] >= 0 else [])
+    incoming = []
+    if col >= 0:
+        incoming = [int(l_first[col])] + ([int(l_second[col])] if l_second[col] >= 0 else [])
+    new_source = [i for i in bins[source_bin] if i not in outgoing] + incoming
+    new_target = [i for i in bins[target_bin] if i not in incoming] + outgoing
+    return value, trial, {source_bin: new_source, target_bin: new_target}
 
 
-    while budget.open() and ranks >= 2 and (target is None or score > target):
-        order = sorted(range(ranks), key=lambda r: (-loads[r], r))
-        pairs = set()
-        for leader, partner in leader_partners(order, name, group):
-            if loads[leader] != loads[partner]:
-                heavy, light = (leader, partner) if loads[leader] > loads[partner] else (partner, leader)
-                if not budget.seen(heavy, light, versions):
-                    pairs.add((heavy, light))
-        ranked = sorted(pairs, key=lambda p: (-(loads[p[0]] - loads[p[1]]), p))
-        improved = False
-        for heavy, light in ranked:
-            if not budget.take(heavy, light, versions):
-                break
-            found = exchange(heavy, light)
-            if found is None:
-                found = exact_pair(heavy, light)
-            if found is None:
-                continue
-            value, trial, changed = found
-            for bin_index, members in changed.items():
-                bins[bin_index] = members
-                bin_tokens[bin_index] = int(tokens[members].sum())
-                bin_usage[bin_index] = usage[members].sum(axis=0)
-            loads, score = trial, value
-            versions[heavy] += 1
-            versions[light] += 1
-            accepted += 1
-            improved = True
-            break
-        if not improved or budget.timed_out:
-            break
-    return bins, budget.used, accepted, budget.timed_out
+def _exact_pair_move(state: _RankState, heavy: int, light: int, exact_nodes: list[int], deadline: float | None):
+    """Exact re-packing of a small rank pair (:func:`_exact_pair`), as :func:`_exchange` returns it;
+    ``exact_nodes`` holds the search nodes left to the run (decremented)."""
+    per_rank, capacity, bins, bin_tokens = state.per_rank, state.capacity, state.bins, state.bin_tokens
+    tokens, loads = state.tokens, state.loads
+    rank_bins = [list(range(r * per_rank, (r + 1) * per_rank)) for r in (heavy, light)]
+    members = [i for r in rank_bins for b in r for i in bins[b]]
+    if (state.pad is not None or state.budget_names or len(members) > EXACT_PAIR_SAMPLES
+            or len(state.instance.samples) > EXACT_PAIR_MAX_INSTANCE
+            or any(state.locked[b] for r in rank_bins for b in r)):
+        return None
+    free = sum(capacity - int(bin_tokens[b]) for r in rank_bins for b in r)
+    if free >= int(tokens[members].min()):
+        return None  # room to move a sample: the exchanges above are the search there
+    if exact_nodes[0] <= 0:
+        return None
+    split = _exact_pair(members, tokens, state.costs, per_rank, capacity, loads[heavy] - loads[light],
+                        exact_nodes, deadline)
+    if split is None:
+        return None
+    new_bins, new_loads = split
+    trial = loads.copy()
+    trial[heavy], trial[light] = max(new_loads), min(new_loads)
+    if new_loads[0] < new_loads[1]:
+        new_bins = new_bins[per_rank:] + new_bins[:per_rank]
+    value = objective_value(state.name, trial, state.group)
+    squares = squares_change((loads[heavy], loads[light]), (trial[heavy], trial[light]))
+    if not better(value, state.score, squares, state.name):
+        return None
+    return value, trial, dict(zip(rank_bins[0] + rank_bins[1], new_bins))
