@@ -146,7 +146,7 @@ def build_instance(tokens: Sequence[int], keys: Sequence[Any], *, max_seqlen_per
         ConfigError, InfeasibleError: :func:`~packplace.context_parallel.make_instance`'s.
     """
     sizes = _sizes(dp_size, cp_size, min_cp_size, largest_size)
-    return make_instance(np.asarray(tokens, dtype=np.int64), keys=list(keys), dp=dp_size,
+    return make_instance(list(tokens), keys=list(keys), dp=dp_size,
                          context_parallel={"max": cp_size, "sizes": sizes,
                                            "max_tokens_per_rank": max_seqlen_per_dp_cp_rank,
                                            "micro_batches": micro_batches, "gpus_per_node": gpus_per_node},
