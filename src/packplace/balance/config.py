@@ -465,17 +465,17 @@ def build_context_parallel_instance(config: Mapping[str, Any], *, source: str = 
     """
     if not isinstance(config, Mapping):
         raise ConfigError(f"{source}: must be a mapping of fields, got {show_kind(config)}")
-    for name, instead in _NOT_CONTEXT_PARALLEL.items():
-        if name in config:
-            raise ConfigError(f"{name}: not used with context_parallel ({instead})")
+    for field, instead in _NOT_CONTEXT_PARALLEL.items():
+        if field in config:
+            raise ConfigError(f"{field}: not used with context_parallel ({instead})")
     fields = check_section(config, CONTEXT_PARALLEL_TOP_FIELDS, source, label=str,
                            extra=("name", "context_parallel", "cost", "samples"))
     section = _mapping(config["context_parallel"], "context_parallel")
     cp = check_section(section, CONTEXT_PARALLEL_FIELDS, "context_parallel", extra=("sizes",),
                        label=_label("context_parallel."))
-    name = config.get("name")
-    if name is not None and not isinstance(name, str):
-        raise ConfigError(f"name: must be a string, got {show(name)}")
+    label = config.get("name")
+    if label is not None and not isinstance(label, str):
+        raise ConfigError(f"name: must be a string, got {show(label)}")
     dp = fields["data_parallel_size"]
     cap = cp.get("max_tokens_per_rank", fields.get("seq_len"))
     sizes = _context_parallel_sizes(section.get("sizes"))
