@@ -9,7 +9,9 @@ import enum
 import importlib
 import inspect
 import re
+import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -193,7 +195,8 @@ def _stand_in_data_schedule(enum_keys=False):
         def __init__(self, max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage,
                      max_num_seqs=None):
             self.max_seqlen_per_dp_cp_rank, self.cp_size, self.dp_size = max_seqlen_per_dp_cp_rank, cp_size, dp_size
-            self.microbatch_group_size_per_vp_stage, self.max_num_seqs = microbatch_group_size_per_vp_stage, max_num_seqs
+            self.microbatch_group_size_per_vp_stage = microbatch_group_size_per_vp_stage
+            self.max_num_seqs = max_num_seqs
 
     class DpBalancedScheduler(BasePackingScheduler):
         def __init__(self, *args, **kwargs):
@@ -297,7 +300,8 @@ def test_build_packs_then_build_plan_is_the_joint_plan_as_megatron_reads_it():
         for a in group.assignments:
             size = a.local_cp_size
             assert a.placement_kind is planning.PlacementKind.DYNAMIC_CP and len(a.executor_ranks) == size
-            assert a.executor_ranks[0] % size == 0 and a.rank_group_id == f"dynamic_cp{size}:{a.executor_ranks[0] // size}"
+            first = a.executor_ranks[0]
+            assert first % size == 0 and a.rank_group_id == f"dynamic_cp{size}:{first // size}"
             assert by_id[a.pack_id].total_tokens <= 4 * size
             covered += list(a.executor_ranks)
         assert covered == list(range(4))                               # the groups tile the ranks
@@ -392,3 +396,24 @@ def test_with_megatron_installed_the_slot_takes_packplaces_scheduler():
 
 def test_the_megatron_backend_is_registered_for_the_comparison():
     assert "megatron" in available("context_parallel")
+
+
+def _recipe(marker):
+    text = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text()
+    after = text[text.index(f"<!-- recipe: {marker} -->"):]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_docs_dynamic_cp_recipe_runs_as_written(monkeypatch):
+    try:
+        importlib.import_module("megatron.core.datasets.data_schedule").scheduler_map[DYNAMIC_CP_SLOT]  # noqa: B018
+    except (ImportError, AttributeError, KeyError):
+        # Megatron-Core with dynamic CP is not installed: the recipe runs on the stand-in
+        module = _stand_in_data_schedule()
+        datasets = types.ModuleType("megatron.core.datasets")
+        datasets.data_schedule = module
+        for name, package in (("megatron", types.ModuleType("megatron")), ("megatron.core",
+                              types.ModuleType("megatron.core")), ("megatron.core.datasets", datasets)):
+            monkeypatch.setitem(sys.modules, name, package)
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(_recipe("megatron-dynamic-cp"), "docs/integrations.md", "exec"), {})
