@@ -192,6 +192,17 @@ def _fill(table: _Table, groups: list[_Group], free: int) -> bool:
 PACKING_TRIES = 6
 
 
+def _fluid_root(table: _Table, order: np.ndarray, tau: float) -> float:
+    """The target at which the relaxation (:func:`_fluid`) holds exactly with the sizes chosen at ``tau``: the
+    slot's work plus the long groups' idle rank-seconds, over the ranks."""
+    sizes = np.asarray(table.sizes)
+    ks = _size_indices(table, order, tau)
+    long = ks > 0
+    widths = sizes[ks[long]]
+    solo_long = table.solo[ks[long], order[long]]
+    return float((table.work[order[~long]].sum() + (widths * solo_long).sum()) / table.ranks)
+
+
 def _slot(table: _Table, members: list[int]) -> list[_Group] | None:
     """The best slot the target search finds for ``members`` (its groups tile the ranks), or None: the smallest
     breakpoint target the relaxation (:func:`_fluid`) accepts starts a search (at most :data:`PACKING_TRIES`
@@ -224,6 +235,10 @@ def _slot(table: _Table, members: list[int]) -> list[_Group] | None:
 
     top = float(candidates[-1])
     low_tau = float(candidates[lo])
+    if lo > 0:  # below the breakpoint the sizes are those of the one before: the relaxation holds from its root
+        root = _fluid_root(table, order, float(candidates[lo - 1]))
+        if candidates[lo - 1] <= root < low_tau:
+            low_tau = root
     tries = 1
     height = attempt(low_tau)
     if height is None or height > low_tau * (1 + 1e-12):  # grow the target until the packing meets it ...
@@ -269,16 +284,23 @@ def _distribute(table: _Table, slots: int) -> list[list[int]] | None:
     heap = [(0.0, 0.0, j) for j in range(slots)]  # (estimated time, tokens, slot)
     floor = [0.0] * slots
     work_of = [0.0] * slots
+    fewest = table.ranks // table.sizes[-1]  # sequences a slot needs at least: one per group of the largest size
+    deficit = fewest * slots
+    left = len(order)
     for i in order.tolist():
         s, f, w = table.tokens_list[i], float(table.fastest[i]), float(table.work[i])
         held = []
         while heap:
             estimate, tokens, j = heapq.heappop(heap)
-            if tokens + s <= capacity:
+            # the sequences left only just cover the slots still short of sequences: one of those
+            if tokens + s <= capacity and (left > deficit or len(members[j]) < fewest):
                 break
             held.append((estimate, tokens, j))
         else:
             return None
+        left -= 1
+        if len(members[j]) < fewest:
+            deficit -= 1
         floor[j] = max(floor[j], f)
         work_of[j] += w
         members[j].append(i)
@@ -463,6 +485,14 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 1, megatron_s
             slots.append(groups)
         else:
             candidates.append(slots)
+    if not candidates:  # more slots: fewer sequences each (a slot with too few cannot fill its ranks)
+        fewest = instance.ranks // instance.sizes[-1]
+        for count in range(counts[-1] + 1, n // max(1, fewest) + 1) if instance.micro_batches is None else ():
+            members = _distribute(table, count)
+            slots = [] if members is None else [_slot(table, m) for m in members]
+            if members is not None and all(slot is not None for slot in slots):
+                candidates.append([slot for slot in slots if slot is not None])
+                break
     if megatron_start:
         plain = megatron_slots(instance)
         if plain is not None and (instance.micro_batches is None or len(plain) == instance.micro_batches) and all(
