@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -45,7 +45,7 @@ def brute_force(instance):
     tokens = instance.tokens.tolist()
     keys = list(range(instance.n))
 
-    @lru_cache(maxsize=None)
+    @cache
     def group_options(block):
         out = []
         for size in sizes:
@@ -86,7 +86,8 @@ def test_megatron_traced_by_hand():
     # the smaller size comes first. 2: the CP-1 group is full (3 + 2 > 4), the CP-2 one would reach 20: a new
     # CP-1 group. 2: joins it (2 + 2 = 4 tokens). 1: joins the group of 3 (max stays 18; the CP-2 group would
     # reach 18.5).
-    inst = make_instance([6, 3, 2, 2, 1], dp=2, context_parallel={"max": 2, "sizes": [1, 2, 4], "max_tokens_per_rank": 4})
+    inst = make_instance([6, 3, 2, 2, 1], dp=2,
+                         context_parallel={"max": 2, "sizes": [1, 2, 4], "max_tokens_per_rank": 4})
     result = solve_context_parallel(inst, "megatron")
     assert result.ok
     slots = [[(g.size, g.keys) for g in slot] for slot in result.solution.micro_batches]
