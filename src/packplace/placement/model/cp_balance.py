@@ -43,9 +43,12 @@ from packplace.registry import available
 
 #: Most sequences of a drawn batch planned for the CP factor (a longer step is estimated on its first ones:
 #: the factor is a ratio of times, and the plan's packing granularity is that of this many sequences).
-MAX_CP_SEQUENCES = 1024
+MAX_CP_SEQUENCES = 256
 #: Batches drawn for the CP factor (seeds ``LENGTH_SEED ..``, as the data-parallel balance).
 CP_DRAWS = 2
+#: Seconds each backend may spend on one drawn batch (the heuristic's local search stops there with its best
+#: plan; the factor is an estimate, and the placement search prices many data-parallel degrees).
+CP_SOLVE_S = 0.1
 #: Cached factors kept before the cache is cleared.
 CP_CACHE_LIMIT = 10_000
 
@@ -126,7 +129,7 @@ def best_plan(instance: Any, seed: int = 0) -> Any:
         backend = backends.pop(0)
         if backend not in registered:
             continue
-        result = solve_context_parallel(instance, backend, seed=seed)
+        result = solve_context_parallel(instance, backend, seed=seed, time_limit_s=CP_SOLVE_S)
         statuses.append(f"{backend} {result.status}")
         if result.solution is not None and (best is None or result.objective < best.objective):
             best = result
