@@ -7,7 +7,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import importlib
+import importlib.util
 import inspect
+import os
 import re
 import sys
 import types
@@ -417,3 +419,67 @@ def test_the_docs_dynamic_cp_recipe_runs_as_written(monkeypatch):
             monkeypatch.setitem(sys.modules, name, package)
         monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compile(_recipe("megatron-dynamic-cp"), "docs/integrations.md", "exec"), {})
+
+
+def _megatron_source_module():
+    """Megatron-LM's own ``megatron/core/datasets/data_schedule_utils.py`` (dynamic CP, branch ``dev``) from a
+    source checkout named by ``PACKPLACE_MEGATRON_SOURCE``, loaded with stand-ins for its two imports that need
+    a GPU stack (Transformer Engine's THD partitioning, the rerun state machine); skipped without it or torch."""
+    root = os.environ.get("PACKPLACE_MEGATRON_SOURCE")
+    path = Path(root or "-") / "megatron" / "core" / "datasets" / "data_schedule_utils.py"
+    if not root or not path.is_file():
+        pytest.skip("PACKPLACE_MEGATRON_SOURCE does not name a Megatron-LM checkout with dynamic CP")
+    pytest.importorskip("torch")
+    stubs = {"megatron.core.extensions.transformer_engine": {"get_thd_partitioned_indices": None},
+             "megatron.core.rerun_state_machine": {"RerunDataIterator": object}}
+    saved = {name: sys.modules.get(name) for name in stubs}
+    try:
+        for name, names in stubs.items():
+            module = types.ModuleType(name)
+            module.__dict__.update(names)
+            sys.modules[name] = module
+        spec = importlib.util.spec_from_file_location("megatron_data_schedule_utils", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        for name, previous in saved.items():
+            if previous is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = previous
+    return module
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_megatrons_own_code_accepts_the_groups_and_its_own_scheduler_is_never_faster(seed):
+    utils = _megatron_source_module()
+    import torch
+
+    rng = np.random.default_rng(seed)
+    dp, cp, cap = (2, 4, 4096) if seed % 2 else (4, 2, 8192)
+    lengths = np.minimum(rng.lognormal(7.5, 1.1, 40).astype(int) + 64, dp * cp * cap).tolist()
+    seqlens = list(enumerate(lengths))
+    groups = PackplaceDynamicCPScheduler(cap, cp, dp, None).get_groups_and_subsamples(seqlens)
+    # Megatron's DefaultDynamicCPScheduler.get_groups_and_subsamples: longest first, one micro-batch at a time
+    remaining, megatron_groups = sorted(seqlens, key=lambda x: x[1], reverse=True), []
+    while remaining:
+        _, remaining, _, ids = utils.next_hdp_group_packing_aware(remaining, dp * cp, max_seq_len_per_rank=cap)
+        megatron_groups.append(ids)
+
+    def step(schedule):   # Megatron's workload, s^2 / c per rank; a micro-batch waits for its slowest rank
+        return sum(max(sum(lengths[s] ** 2 for s in ranks) / sum(1 for r in mb if r == ranks) for ranks in mb)
+                   for mb in schedule)
+
+    assert step(groups) <= step(megatron_groups) * (1 + 1e-12)
+    protocol.check_dynamic_cp_groups(megatron_groups, seqlens, dp_size=dp, cp_size=cp, max_seqlen_per_dp_cp_rank=cap)
+    samples = {i: {"tokens": torch.arange(n), "labels": torch.arange(n), "loss_mask": torch.ones(n),
+                   "position_ids": torch.arange(n), "original_seq_len": torch.tensor([n]),
+                   "padded_seq_len": torch.tensor([n])} for i, n in seqlens}
+    for rank in range(dp * cp):
+        built = utils.build_packed_microbatches(samples, groups, rank, torch.device("cpu"), True)
+        assert len(built) == len(groups)
+        for mb, packed in zip(groups, built):
+            ids = mb[rank]
+            assert int(packed["local_cp_size"]) == sum(1 for r in mb if r == ids)
+            assert packed["cu_seqlens"].tolist() == np.cumsum([0] + [lengths[s] for s in ids]).tolist()
+            assert packed["tokens"].numel() == sum(lengths[s] for s in ids)
