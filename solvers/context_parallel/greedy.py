@@ -15,9 +15,10 @@ packing into lockstep slots, then local moves under a work budget. Deterministic
 3. **Start.** The construction with the least step time among these, and (``megatron_start``) Megatron-Core's
    default plan (:mod:`packplace.solvers.context_parallel.megatron`): so the answer is never slower than it.
 4. **Local moves.** Until ``max_moves`` candidate moves are scored (default
-   :data:`DEFAULT_MOVES_PER_SEQUENCE` per sequence): a sequence of the slowest slot's slowest group moves to, or
-   swaps with a shorter sequence of, the group (any slot) that lowers the step time (Σ of the slot maxima) most;
-   all candidates of one sequence are scored at once (numpy).
+   :data:`DEFAULT_MOVES_PER_SEQUENCE` per sequence plus :data:`MOVES_FLOOR`), no move improves or the run's time
+   is up: a sequence of a slot's slowest group moves to, or swaps with a shorter sequence of, the group (any
+   slot) that lowers the step time (Σ of the slot maxima) most; all candidates of one sequence are scored at
+   once (numpy).
 
 The CP size of a sequence is thus chosen by its marginal benefit: a larger group only where the sequence
 alone would outlast the slot (attention ``∝ s²/c`` falls, the ring exchange and the ranks it takes rise).
@@ -267,6 +268,8 @@ def _slot(table: _Table, members: list[int]) -> list[_Group] | None:
 
 #: The local moves' default work budget: candidate moves scored per sequence.
 DEFAULT_MOVES_PER_SEQUENCE = 40
+#: ... plus this many (small instances: a full search of their few moves).
+MOVES_FLOOR = 5_000
 
 #: Share of a slot's token capacity ``R · max_tokens_per_rank`` the distribution fills, leaving room for the
 #: lanes' packing.
@@ -355,9 +358,9 @@ class _State:
         return float(self.top_time[:, 0].sum())
 
 
-def _improve(table: _Table, state: _State, budget: int) -> int:
-    """Local moves (module docstring) until none improves or ``budget`` candidates were scored; the number
-    scored."""
+def _improve(table: _Table, state: _State, budget: int, run: Any = None) -> int:
+    """Local moves (module docstring) until none improves, ``budget`` candidates were scored or the run's time
+    is up; the number scored."""
     tokens = table.tokens
     n_groups = len(state.members)
     all_groups = np.arange(n_groups)
@@ -365,6 +368,8 @@ def _improve(table: _Table, state: _State, budget: int) -> int:
     improved = True
     while improved and spent < budget:
         improved = False
+        if run is not None and run.expired():
+            break
         for j in np.argsort(-state.top_time[:, 0], kind="stable").tolist():
             c = int(state.top[j, 0])
             h_j = float(state.top_time[j, 0])
@@ -467,7 +472,7 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 1, megatron_s
         first = 1 if instance.max_tokens_per_rank is None else max(
             1, math.ceil(float(table.tokens.sum()) / (instance.ranks * instance.max_tokens_per_rank)))
         counts = list(range(first, first + 1 + extra_slots))
-    budget = DEFAULT_MOVES_PER_SEQUENCE * n if max_moves is None else max_moves
+    budget = DEFAULT_MOVES_PER_SEQUENCE * n + MOVES_FLOOR if max_moves is None else max_moves
     candidates: list[list[list[_Group]]] = []
     for count in counts:
         if count > n:
@@ -502,7 +507,7 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 1, megatron_s
         return None, 0
     states = [_State(table, slots) for slots in candidates]
     state = min(states, key=lambda x: x.step())  # the first of equal ones
-    spent = _improve(table, state, budget)
+    spent = _improve(table, state, budget, run)
     out: list[list[tuple[int, list[int]]]] = [[] for _ in range(state.slot_count)]
     for g, members in enumerate(state.members):
         out[int(state.slot[g])].append((table.sizes[int(state.k[g])], members))
