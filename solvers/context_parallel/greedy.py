@@ -1,10 +1,10 @@
 """``greedy``: packplace's dynamic-CP heuristic (the default): CP sizes by a target slot time, longest-first
 packing into lockstep slots, then local moves under a work budget. Deterministic.
 
-1. **Slots.** ``k`` slots, from the fewest the token cap allows (``⌈Σ tokens / (R · max_tokens_per_rank)⌉``)
-   upwards (``extra_slots`` more are tried). Sequences go to slots longest first, each to the slot of least
-   estimated time, ``max(its slowest sequence's fastest solo time, its work / R)`` (the two terms of the lower
-   bound), within 95% of its ``R · max_tokens_per_rank`` tokens.
+1. **Slots.** ``k`` slots, the fewest the token cap allows (``⌈Σ tokens / (R · max_tokens_per_rank)⌉``; with
+   ``extra_slots`` that many more counts are tried too, and more until one works). Sequences go to slots
+   longest first, each to the slot of least estimated time, ``max(its slowest sequence's fastest solo time,
+   its work / R)`` (the two terms of the lower bound), within 95% of its ``R · max_tokens_per_rank`` tokens.
 2. **One slot.** For a target time ``τ`` every sequence takes the smallest allowed CP size whose solo time is at
    most ``τ`` (its fastest size when none is): sequences above the smallest size get groups of their own, the
    rest fill lanes of the smallest size, longest first onto the least busy group or lane with token room
@@ -514,7 +514,7 @@ def _from_slots(table: _Table, slots: list[list[tuple[int, list[int]]]]) -> list
     return out
 
 
-def build(instance: ContextParallelInstance, *, extra_slots: int = 1, megatron_start: bool = True,
+def build(instance: ContextParallelInstance, *, extra_slots: int = 0, megatron_start: bool = True,
           max_moves: int | None = None, run: Any = None) -> tuple[list[list[tuple[int, list[int]]]] | None, int]:
     """The heuristic's slots ``[[(size, positions), ...], ...]`` (None: no plan found) and the candidate moves
     scored: the best of its constructions (and of Megatron's plan with ``megatron_start``), improved."""
@@ -578,7 +578,7 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 1, megatron_s
 
 
 @register("context_parallel", "greedy")
-def solve(instance: ContextParallelInstance, run: Any, *, extra_slots: int = 1, megatron_start: bool = True,
+def solve(instance: ContextParallelInstance, run: Any, *, extra_slots: int = 0, megatron_start: bool = True,
           max_moves: int | None = None) -> Proposal:
     """packplace's heuristic: CP sizes by a target slot time, LPT packing, local moves (deterministic)."""
     if instance.n == 0:
