@@ -483,3 +483,26 @@ def test_megatrons_own_code_accepts_the_groups_and_its_own_scheduler_is_never_fa
             assert int(packed["local_cp_size"]) == sum(1 for r in mb if r == ids)
             assert packed["cu_seqlens"].tolist() == np.cumsum([0] + [lengths[s] for s in ids]).tolist()
             assert packed["tokens"].numel() == sum(lengths[s] for s in ids)
+
+
+def test_install_on_a_megatron_without_max_num_seqs_does_not_pass_it():
+    module = _stand_in_data_schedule()
+
+    class OldBase:   # a release whose BasePackingScheduler has no max_num_seqs
+        def __init__(self, max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage):
+            self.max_seqlen_per_dp_cp_rank, self.cp_size, self.dp_size = max_seqlen_per_dp_cp_rank, cp_size, dp_size
+
+    class OldDynamic(OldBase):
+        def __init__(self, *args, min_cp_size=1, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.is_dynamic_cp = True
+
+        def run(self, sample_id_seqlens):
+            return self.get_groups_and_subsamples(sample_id_seqlens)
+
+    module.DefaultDynamicCPScheduler = module.scheduler_map[DYNAMIC_CP_SLOT] = OldDynamic
+    installed = install(data_schedule=module)
+    seqlens = list(enumerate([8, 4, 3, 2, 2, 1]))
+    groups = installed(4, 2, 2, None, min_cp_size=1).run(seqlens)
+    protocol.check_dynamic_cp_groups(groups, seqlens, dp_size=2, cp_size=2, max_seqlen_per_dp_cp_rank=4)
+    assert uninstall(data_schedule=module) and module.scheduler_map[DYNAMIC_CP_SLOT] is OldDynamic

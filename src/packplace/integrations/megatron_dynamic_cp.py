@@ -504,6 +504,20 @@ def _slot_key(module: ModuleType) -> Any:
                       f"(dynamic CP is on its dev branch); scheduler_map has {show(sorted(map(str, scheduler_map)))}")
 
 
+def _accepts(cls: type, keyword: str) -> bool:
+    """Whether ``cls(...)`` takes ``keyword``: some ``__init__`` along the method resolution order names it
+    before one that passes no ``**kwargs`` on (older Megatron releases have no ``max_num_seqs``)."""
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(vars(klass)["__init__"]).parameters
+        if keyword in parameters:
+            return True
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            return False
+    return False
+
+
 #: What :func:`install` replaced, per module: ``(Megatron's class, the slot's previous class)``.
 _ORIGINALS: dict[int, tuple[type, type]] = {}
 
@@ -537,8 +551,7 @@ def install(*, data_schedule: ModuleType | None = None, **options: Any) -> type:
     base = original[0] if original is not None else getattr(module, "DefaultDynamicCPScheduler", None)
     if not isinstance(base, type):
         raise ConfigError(f"data_schedule: has no DefaultDynamicCPScheduler class, got {show(module)}")
-    accepts_max_num_seqs = "max_num_seqs" in inspect.signature(base.__init__).parameters or any(
-        p.kind is p.VAR_KEYWORD for p in inspect.signature(base.__init__).parameters.values())
+    accepts_max_num_seqs = _accepts(base, "max_num_seqs")
     _check_solver(options.get("solver", DEFAULT_SOLVER))
 
     class PackplaceDefaultDynamicCPScheduler(PackplaceDynamicCPScheduler, base):  # type: ignore[misc, valid-type]
