@@ -558,7 +558,8 @@ def install(*, data_schedule: ModuleType | None = None, **options: Any) -> type:
         """packplace's plan in Megatron's ``default_dynamic_cp`` slot (``run()`` is Megatron's)."""
 
         packplace_options = dict(options)
-        get_required_sample_keys = base.get_required_sample_keys
+        get_required_sample_keys = getattr(base, "get_required_sample_keys",
+                                           PackplaceDynamicCPScheduler.get_required_sample_keys)
 
         def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
                      microbatch_group_size_per_vp_stage: int | None = None, max_num_seqs: int | None = None,
