@@ -17,9 +17,9 @@ from test_megatron_dynamic_cp import _stand_in_data_schedule as _stand_in_dynami
 from test_megatron_scheduler import _stand_in_data_schedule
 
 import packplace.integrations.verl as pv
+from packplace.integrations import megatron_planning as planning
 from packplace.integrations import partition
 from packplace.integrations.hyper_parallel import PackplaceBalancingAlgorithm
-from packplace.integrations import megatron_planning as planning
 from packplace.integrations.megatron import PackplacePackingScheduler, register, sequence_flops
 from packplace.integrations.megatron_dynamic_cp import PackplaceDynamicCPPlanner, PackplaceDynamicCPScheduler, install
 from packplace.integrations.micro_batches import micro_batch_partitions
