@@ -355,7 +355,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
         raise ConfigError(f"{source}: must be a mapping of fields, got {show_kind(config)}")
     if is_context_parallel(config):
         raise ConfigError("context_parallel: this config describes a dynamic context-parallel instance; load it "
-                          "with load_context_parallel_config (packplace balance reads both)")
+                          "with packplace.balance.load_context_parallel_config (packplace balance reads both)")
     per_rank_rule = config.get("local_batch_size")
     if isinstance(per_rank_rule, Mapping):
         per_rank_rule = check_section(per_rank_rule, LOCAL_BATCH_SIZE_FIELDS, "local_batch_size",
