@@ -14,10 +14,11 @@ from packplace.context_parallel import ContextParallelEvaluator, make_instance
 from packplace.context_parallel.cost import cost_from_shape
 from packplace.errors import ConfigError
 from packplace.placement.candidates import framework_layout_allows, vertex_balance
+from packplace.placement.emit import emit
 from packplace.placement.model.cp_balance import ContextParallelSetting, best_plan, cp_factor
 from packplace.placement.model.dp_balance import instance_balance
 from packplace.placement.problem.config import build_instance, load_yaml
-from packplace.placement.problem.plan import Strategy
+from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 from packplace.shape import TransformerShape
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -109,3 +110,21 @@ def test_the_trainer_is_costed_with_its_cp_plan_and_the_other_passes_are_not():
     dp_only = infer.factor(instance.models["reference"], 4, 1)
     assert infer.seconds(Cost(), instance.models["reference"], "infer", 4, 1, 1, 1, (1, 1, 4), 1, forward) == \
         pytest.approx((dp_only - 1) * 2.0)
+
+
+@pytest.mark.parametrize("backend", ["megatron", "fsdp"])
+def test_verl_settings_carry_the_trainers_context_parallelism(backend):
+    cfg = _grpo({"context_parallel": 2, "dynamic_context_parallel": True})
+    cfg["policy"].update({"framework": "verl", "trainer_backend": backend})
+    instance = build_instance(cfg)
+    block = Allocation((0, 0, 0), (1, 2, 8))
+    plan = Plan.build({v.name: VertexPlan(Strategy(16, 1, 1), 1, block) for v in instance.graph.vertices})
+    emitted = emit(instance, plan, "verl")
+    longest = cfg["workload"]["context_length"] + cfg["workload"]["generation_length"]
+    if backend == "megatron":
+        assert emitted.settings["actor_rollout_ref.actor.megatron.context_parallel_size"] == 2
+        assert emitted.settings["actor_rollout_ref.actor.megatron.dynamic_context_parallel"] is True
+        assert emitted.settings["actor_rollout_ref.actor.megatron.max_seqlen_per_dp_cp_rank"] == -(-longest // 2)
+    else:
+        assert not any("context_parallel" in key for key in emitted.settings)
+        assert any("context parallelism 2 (dynamic)" in line for line in emitted.refusals)
