@@ -128,3 +128,16 @@ def test_verl_settings_carry_the_trainers_context_parallelism(backend):
     else:
         assert not any("context_parallel" in key for key in emitted.settings)
         assert any("context parallelism 2 (dynamic)" in line for line in emitted.refusals)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_nemo_rl_settings_carry_the_cp_degree_and_refuse_dynamic_cp(dynamic):
+    cfg = _grpo({"context_parallel": 2, "dynamic_context_parallel": dynamic})
+    cfg["policy"].update({"framework": "nemo-rl"})
+    instance = build_instance(cfg)
+    block = Allocation((0, 0, 0), (1, 2, 8))
+    plan = Plan.build({v.name: VertexPlan(Strategy(16, 1, 1), 1, block) for v in instance.graph.vertices})
+    emitted = emit(instance, plan, "nemo-rl")
+    keys = [key for key in emitted.settings if key.endswith("context_parallel_size")]
+    assert keys and all(emitted.settings[key] == 2 for key in keys)
+    assert any("dynamic context parallelism" in line for line in emitted.refusals) is dynamic
