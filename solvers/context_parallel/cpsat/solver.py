@@ -328,6 +328,7 @@ class _ExactSolve:
         if remaining <= 0.01:
             return self.answer_start(FEASIBLE, "time limit reached after building the exact model; CP-SAT not run",
                                      timed_out=True)
+        # at solve time: subclassing the OR-Tools callback loads OR-Tools, deferred until a model is solved
         from packplace.solvers.context_parallel.cpsat.incumbents import Incumbents
 
         solver = cp_model.CpSolver()
