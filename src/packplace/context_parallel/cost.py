@@ -46,6 +46,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from packplace.errors import ConfigError, show
 from packplace.shape import BF16_BYTES, TransformerShape
 
@@ -123,6 +125,37 @@ class CPCost:
         if self.overlap:
             return linear + attention / size + max(attention * (size - 1) / size, comm)
         return linear + attention + comm
+
+    def coefficients(self, size: int, inside_node: bool) -> tuple[float, float, float, float, float]:
+        """``(p, q, r, u, v)`` with :meth:`time` ``= p·T + q·Q + max(r·Q, u + v·T)`` for a non-empty group of
+        ``size`` ranks (``T`` tokens, ``Q`` the sum of squares): a form that scores many candidate groups with
+        one array expression."""
+        a, b = self.linear_s_per_token, self.attention_s_per_token2
+        if size == 1:
+            return a, b, 0.0, 0.0, 0.0
+        alpha, beta = self.link(inside_node)
+        u = (size - 1) * self.ring_messages * alpha
+        v = (size - 1) * beta * self.ring_bytes_per_token / size
+        if self.overlap:
+            return a / size, b / (size * size), b * (size - 1) / (size * size), u, v
+        return a / size, b / size, 0.0, u, v
+
+    def times(self, size: int, total_tokens: np.ndarray, sum_squares: np.ndarray, inside_node: bool) -> np.ndarray:
+        """:meth:`time` of many groups of one ``size`` at once (float64 arrays of one shape; seconds)."""
+        total = np.asarray(total_tokens, dtype=np.float64)
+        squares = np.asarray(sum_squares, dtype=np.float64)
+        linear = self.linear_s_per_token * total / size
+        attention = self.attention_s_per_token2 * squares / size
+        if size == 1:
+            out = linear + attention
+        else:
+            alpha, beta = self.link(inside_node)
+            comm = (size - 1) * (self.ring_messages * alpha + beta * self.ring_bytes_per_token * total / size)
+            if self.overlap:
+                out = linear + attention / size + np.maximum(attention * (size - 1) / size, comm)
+            else:
+                out = linear + attention + comm
+        return np.where(total > 0, out, 0.0)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (:func:`cost_from_mapping` reads it back)."""

@@ -1,0 +1,421 @@
+"""``greedy``: packplace's dynamic-CP heuristic (the default): CP sizes by a target slot time, longest-first
+packing into lockstep slots, then local moves under a work budget. Deterministic.
+
+1. **Slots.** ``k`` slots, from the fewest the token cap allows (``⌈Σ tokens / (R · max_tokens_per_rank)⌉``)
+   upwards (``extra_slots`` more are tried; the best plan wins). Sequences go to slots longest first, each to
+   the slot whose estimated time grows least: a slot's estimate is ``max(its slowest sequence's fastest solo
+   time, its work / R)`` (the two terms of the lower bound), within ``R · max_tokens_per_rank`` tokens.
+2. **One slot.** For a target time ``τ`` every sequence takes the smallest allowed CP size whose solo time is at
+   most ``τ`` (its fastest size when none is): sequences above the smallest size get groups of their own, the
+   rest fill lanes of the smallest size, longest first onto the least busy group or lane with token room
+   (LPT; a lane or a long sequence's group may take several). ``τ`` is searched over the solo-time breakpoints
+   (binary search: the smallest ``τ`` whose lanes finish by ``τ``, the best slot time seen kept). Ranks left
+   empty are given to the slowest group that can grow to the next allowed size, else a group of several
+   sequences is split.
+3. **Local moves.** Up to ``max_moves`` evaluated moves: a sequence of a slot's slowest group moves to, or swaps
+   with a shorter sequence of, another group (any slot) when the step time (Σ of the slot maxima) falls.
+
+The CP size of a sequence is thus chosen by its marginal benefit: a larger group only where the sequence
+alone would outlast the slot (attention ``∝ s²/c`` falls, the ring exchange and the ranks it takes rise).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any
+
+import numpy as np
+
+from packplace.context_parallel.instance import ContextParallelInstance
+from packplace.registry import register
+from packplace.result import FEASIBLE, UNKNOWN, Proposal
+from packplace.run import OutOfTime
+from packplace.solvers.context_parallel._common import assemble
+
+
+class _Table:
+    """Per-instance arrays the heuristic reads: tokens, solo times per size, smallest size per sequence."""
+
+    def __init__(self, instance: ContextParallelInstance) -> None:
+        self.instance = instance
+        self.sizes = instance.sizes
+        self.ranks = instance.ranks
+        self.cap = instance.max_tokens_per_rank
+        self.tokens = instance.tokens.astype(np.float64)
+        self.tokens_list = instance.tokens.tolist()
+        s = self.tokens
+        self.inside = [instance.inside_node(c) for c in self.sizes]
+        solo = np.stack([instance.cost.times(c, s, s * s, self.inside[k]) for k, c in enumerate(self.sizes)])
+        if self.cap is not None:
+            fits = s[None, :] <= np.asarray(self.sizes, dtype=np.float64)[:, None] * self.cap
+            solo = np.where(fits, solo, np.inf)
+        self.solo = solo  # (sizes, n) seconds, inf where the size cannot hold the sequence
+        self.fastest = solo.min(axis=0)
+        self.smallest_index = np.argmax(np.isfinite(solo), axis=0)
+        c = instance.cost
+        self.work = c.linear_s_per_token * s + c.attention_s_per_token2 * s * s  # rank-seconds at least
+
+    def time(self, k: int, total: float, squares: float) -> float:
+        return self.instance.cost.time(self.sizes[k], total, squares, self.inside[k])
+
+
+class _Group:
+    """A CP group under construction: size index, token sum, square sum, members, time."""
+
+    __slots__ = ("k", "total", "squares", "members", "time")
+
+    def __init__(self, k: int, total: float = 0.0, squares: float = 0.0, members: list[int] | None = None,
+                 time: float = 0.0) -> None:
+        self.k = k
+        self.total = total
+        self.squares = squares
+        self.members = members if members is not None else []
+        self.time = time
+
+
+def _slot_at(table: _Table, order: list[int], tau: float) -> tuple[list[_Group], int] | None:
+    """One slot's groups for the target ``tau`` and the number of empty lanes; None when the long sequences'
+    groups need more ranks than there are or a sequence finds no group with token room."""
+    sizes, ranks, cap = table.sizes, table.ranks, table.cap
+    lane = sizes[0]
+    groups: list[_Group] = []
+    used = 0
+    short: list[int] = []
+    for i in order:  # longest first
+        column = table.solo[:, i]
+        k = int(table.smallest_index[i])
+        while k < len(sizes) and column[k] > tau:
+            k += 1
+        if k == len(sizes):
+            k = int(np.argmin(column))
+        if k == 0:
+            short.append(i)
+            continue
+        s = table.tokens_list[i]
+        groups.append(_Group(k, float(s), float(s) * s, [i], float(column[k])))
+        used += sizes[k]
+        if used > ranks:
+            return None
+    lanes = (ranks - used) // lane
+    groups.extend(_Group(0) for _ in range(lanes))
+    heap = [(g.time, n, g) for n, g in enumerate(groups)]
+    heapq.heapify(heap)
+    for i in short:
+        s = table.tokens_list[i]
+        held = []
+        while heap:
+            item = heapq.heappop(heap)
+            g = item[2]
+            if cap is None or g.total + s <= sizes[g.k] * cap:
+                break
+            held.append(item)
+        else:
+            return None
+        g.total += s
+        g.squares += float(s) * s
+        g.members.append(i)
+        g.time = table.time(g.k, g.total, g.squares)
+        heapq.heappush(heap, (g.time, item[1], g))
+        for other in held:
+            heapq.heappush(heap, other)
+    empty = sum(1 for g in groups if not g.members)
+    return [g for g in groups if g.members], empty * lane
+
+
+def _fill(table: _Table, groups: list[_Group], free: int) -> bool:
+    """Give ``free`` empty ranks to the groups (grow the slowest that can take the next allowed size; else split
+    a group of several sequences); False when neither is possible."""
+    sizes, cap = table.sizes, table.cap
+    while free > 0:
+        growable = [g for g in groups if g.k + 1 < len(sizes) and sizes[g.k + 1] - sizes[g.k] <= free]
+        if growable:
+            g = max(growable, key=lambda grp: grp.time)
+            free -= sizes[g.k + 1] - sizes[g.k]
+            g.k += 1
+            g.time = table.time(g.k, g.total, g.squares)
+            continue
+        several = [g for g in groups if len(g.members) > 1 and sizes[g.k] <= free]
+        if not several:
+            return False
+        g = max(several, key=lambda grp: grp.time)
+        i = min(g.members, key=lambda m: table.tokens_list[m])
+        s = table.tokens_list[i]
+        k = g.k
+        if cap is not None and s > sizes[k] * cap:
+            return False
+        g.members.remove(i)
+        g.total -= s
+        g.squares -= float(s) * s
+        g.time = table.time(g.k, g.total, g.squares)
+        groups.append(_Group(k, float(s), float(s) * s, [i], table.time(k, float(s), float(s) * s)))
+        free -= sizes[k]
+    return True
+
+
+def _slot(table: _Table, members: list[int]) -> list[_Group] | None:
+    """The best slot the target search finds for ``members`` (its groups tile the ranks), or None."""
+    order = sorted(members, key=lambda i: -table.tokens_list[i])
+    if not order:
+        return None
+    solo = table.solo[:, order]
+    breakpoints = np.unique(solo[np.isfinite(solo)])
+    low = max(float(table.work[order].sum()) / table.ranks, float(table.fastest[order].max()))
+    candidates = breakpoints[breakpoints >= low * (1 - 1e-12)].tolist()
+    if not candidates:
+        candidates = [float(breakpoints[-1])]
+    best: tuple[float, list[_Group]] | None = None
+
+    def attempt(tau: float) -> float | None:
+        nonlocal best
+        built = _slot_at(table, order, tau)
+        if built is None:
+            return None
+        groups, free = built
+        if free and not _fill(table, groups, free):
+            return None
+        height = max(g.time for g in groups)
+        if best is None or height < best[0]:
+            best = (height, groups)
+        return height
+
+    lo, hi = 0, len(candidates) - 1
+    attempt(candidates[hi])
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        height = attempt(candidates[mid])
+        if height is not None and height <= candidates[mid] * (1 + 1e-12):
+            hi = mid - 1
+        else:
+            lo = mid + 1
+    if lo < len(candidates):
+        attempt(candidates[lo])
+    return None if best is None else best[1]
+
+
+#: Share of a slot's token capacity ``R · max_tokens_per_rank`` the distribution fills, leaving room for the
+#: lanes' packing.
+TOKEN_FILL = 0.95
+
+
+def _distribute(table: _Table, slots: int) -> list[list[int]] | None:
+    """Sequences to ``slots`` slots, longest first, each where the estimated slot time grows least."""
+    ranks = table.ranks
+    capacity = math.inf if table.cap is None else ranks * table.cap * TOKEN_FILL
+    floor = [0.0] * slots
+    work = [0.0] * slots
+    tokens = [0.0] * slots
+    members: list[list[int]] = [[] for _ in range(slots)]
+    order = sorted(range(len(table.tokens_list)), key=lambda i: -table.tokens_list[i])
+    for i in order:
+        s = table.tokens_list[i]
+        f, w = float(table.fastest[i]), float(table.work[i])
+        best_j, best_key = -1, (math.inf, math.inf)
+        for j in range(slots):
+            if tokens[j] + s > capacity:
+                continue
+            after = max(floor[j], f, (work[j] + w) / ranks)
+            key = (after, tokens[j])
+            if key < best_key:
+                best_j, best_key = j, key
+        if best_j < 0:
+            return None
+        floor[best_j] = max(floor[best_j], f)
+        work[best_j] += w
+        tokens[best_j] += s
+        members[best_j].append(i)
+    if any(not m for m in members):
+        return None
+    return members
+
+
+class _State:
+    """A plan being improved, as arrays over groups (size index, tokens, squares, time, slot, the cost
+    coefficients) and over sequences (group), with each slot's three slowest groups."""
+
+    def __init__(self, table: _Table, slots: list[list[_Group]]) -> None:
+        self.table = table
+        groups = [g for slot in slots for g in slot]
+        self.slot_count = len(slots)
+        self.members = [list(g.members) for g in groups]
+        self.k = np.array([g.k for g in groups], dtype=np.int64)
+        self.slot = np.array([j for j, slot in enumerate(slots) for _ in slot], dtype=np.int64)
+        self.total = np.array([g.total for g in groups], dtype=np.float64)
+        self.squares = np.array([g.squares for g in groups], dtype=np.float64)
+        coef = np.array([table.instance.cost.coefficients(c, table.inside[k]) for k, c in enumerate(table.sizes)])
+        self.coef = coef[self.k].T.copy()  # (5, groups)
+        self.room = (np.full(len(groups), np.inf) if table.cap is None
+                     else np.asarray(table.sizes, dtype=np.float64)[self.k] * table.cap)
+        self.time = self.times(np.arange(len(groups)), self.total, self.squares)
+        self.group_of = np.empty(len(table.tokens_list), dtype=np.int64)
+        for g, members in enumerate(self.members):
+            self.group_of[members] = g
+        self.by_slot = [np.flatnonzero(self.slot == j) for j in range(self.slot_count)]
+        self.top = np.zeros((self.slot_count, 3), dtype=np.int64) - 1
+        self.top_time = np.zeros((self.slot_count, 3))
+        for j in range(self.slot_count):
+            self.refresh(j)
+
+    def times(self, groups: np.ndarray, total: np.ndarray, squares: np.ndarray) -> np.ndarray:
+        """The group time of ``groups`` with ``total`` tokens and ``squares`` (arrays of one shape)."""
+        p, q, r, u, v = (self.coef[x][groups] for x in range(5))
+        return np.asarray(p * total + q * squares + np.maximum(r * squares, u + v * total))
+
+    def refresh(self, j: int) -> None:
+        """Slot ``j``'s three slowest groups."""
+        members = self.by_slot[j]
+        order = members[np.argsort(-self.time[members], kind="stable")[:3]]
+        self.top[j, :] = -1
+        self.top_time[j, :] = 0.0
+        self.top[j, :len(order)] = order
+        self.top_time[j, :len(order)] = self.time[order]
+
+    def step(self) -> float:
+        return float(self.top_time[:, 0].sum())
+
+
+def _improve(table: _Table, state: _State, budget: int) -> int:
+    """Local moves (module docstring) until none improves or ``budget`` candidates were scored; the number
+    scored."""
+    tokens = table.tokens
+    n_groups = len(state.members)
+    all_groups = np.arange(n_groups)
+    spent = 0
+    improved = True
+    while improved and spent < budget:
+        improved = False
+        for j in np.argsort(-state.top_time[:, 0], kind="stable").tolist():
+            c = int(state.top[j, 0])
+            h_j = float(state.top_time[j, 0])
+            second, third = float(state.top_time[j, 1]), float(state.top_time[j, 2])
+            top2 = int(state.top[j, 1])
+            # the other slots' time without group g: their slowest, or second slowest when g is the slowest
+            other_top = state.top_time[state.slot, 0]
+            rest_other = np.where(state.top[state.slot, 0] == all_groups, state.top_time[state.slot, 1], other_top)
+            rest_same = np.where(all_groups == top2, third, second)  # slot j without c and g
+            same = state.slot == j
+            slot_height = state.top_time[state.slot, 0]
+            for i in sorted(state.members[c], key=lambda m: -tokens[m]):
+                s = tokens[i]
+                sq = s * s
+                alone = len(state.members[c]) == 1
+                left_total, left_sq = state.total[c] - s, state.squares[c] - sq
+                left_time = 0.0 if alone else float(state.times(np.array([c]), np.array([left_total]),
+                                                                np.array([left_sq]))[0])
+                best_delta, best = -1e-12 * h_j, None
+                if not alone:  # move i to group g
+                    spent += n_groups
+                    new_time = state.times(all_groups, state.total + s, state.squares + sq)
+                    delta = np.where(same, np.maximum(np.maximum(rest_same, left_time), new_time) - h_j,
+                                     max(second, left_time) - h_j + np.maximum(rest_other, new_time) - slot_height)
+                    delta[c] = np.inf
+                    delta[state.total + s > state.room] = np.inf
+                    g = int(np.argmin(delta))
+                    if delta[g] < best_delta:
+                        best_delta, best = float(delta[g]), (g, None, left_time, float(new_time[g]))
+                # swap i with a shorter sequence o of another group
+                others = np.flatnonzero((tokens < s) & (state.group_of != c))
+                if len(others):
+                    spent += len(others)
+                    o = tokens[others]
+                    g_of = state.group_of[others]
+                    a_time = state.times(np.full(len(others), c), left_total + o, left_sq + o * o)
+                    b_time = state.times(g_of, state.total[g_of] - o + s, state.squares[g_of] - o * o + sq)
+                    delta = np.where(
+                        same[g_of], np.maximum(np.maximum(rest_same[g_of], a_time), b_time) - h_j,
+                        np.maximum(second, a_time) - h_j + np.maximum(rest_other[g_of], b_time) - slot_height[g_of])
+                    delta[state.total[g_of] - o + s > state.room[g_of]] = np.inf
+                    x = int(np.argmin(delta))
+                    if delta[x] < best_delta:
+                        best_delta, best = float(delta[x]), (int(g_of[x]), int(others[x]), float(a_time[x]),
+                                                             float(b_time[x]))
+                if best is not None:
+                    g, other, c_time, g_time = best
+                    _move(state, i, c, g, c_time, g_time)
+                    if other is not None:
+                        _move(state, other, g, c, c_time, g_time)
+                    state.time[c], state.time[g] = c_time, g_time
+                    state.refresh(j)
+                    if int(state.slot[g]) != j:
+                        state.refresh(int(state.slot[g]))
+                    improved = True
+                    break
+                if spent >= budget:
+                    break
+            if improved or spent >= budget:
+                break
+    return spent
+
+
+def _move(state: _State, i: int, source: int, target: int, source_time: float, target_time: float) -> None:
+    """Sequence ``i`` from group ``source`` to group ``target`` (times set by the caller)."""
+    s = state.table.tokens[i]
+    state.members[source].remove(i)
+    state.members[target].append(i)
+    state.total[source] -= s
+    state.squares[source] -= s * s
+    state.total[target] += s
+    state.squares[target] += s * s
+    state.group_of[i] = target
+
+
+def build(instance: ContextParallelInstance, *, extra_slots: int = 2, max_moves: int | None = None,
+          run: Any = None) -> tuple[list[list[tuple[int, list[int]]]] | None, int]:
+    """The heuristic's slots ``[[(size, positions), ...], ...]`` (None: no plan found) and the moves spent."""
+    table = _Table(instance)
+    n = instance.n
+    if instance.micro_batches is not None:
+        counts = [instance.micro_batches]
+    else:
+        first = 1 if instance.max_tokens_per_rank is None else max(
+            1, math.ceil(float(table.tokens.sum()) / (instance.ranks * instance.max_tokens_per_rank)))
+        counts = list(range(first, first + 1 + extra_slots))
+    budget = 20 * n + 1000 if max_moves is None else max_moves
+    best: tuple[float, _State] | None = None
+    spent_total = 0
+    for count in counts:
+        if count > n:
+            break
+        if run is not None and best is not None and run.expired():
+            break
+        members = _distribute(table, count)
+        if members is None:
+            continue
+        slots = []
+        for m in members:
+            groups = _slot(table, m)
+            if groups is None:
+                break
+            slots.append(groups)
+        else:
+            state = _State(table, slots)
+            spent_total += _improve(table, state, budget)
+            step = state.step()
+            if best is None or step < best[0] * (1 - 1e-12):
+                best = (step, state)
+    if best is None:
+        return None, spent_total
+    state = best[1]
+    out: list[list[tuple[int, list[int]]]] = [[] for _ in range(state.slot_count)]
+    for g, members in enumerate(state.members):
+        out[int(state.slot[g])].append((table.sizes[int(state.k[g])], members))
+    return out, spent_total
+
+
+@register("context_parallel", "greedy")
+def solve(instance: ContextParallelInstance, run: Any, *, extra_slots: int = 2, max_moves: int | None = None
+          ) -> Proposal:
+    """packplace's heuristic: CP sizes by a target slot time, LPT packing, local moves (deterministic)."""
+    if instance.n == 0:
+        return Proposal(assemble(instance, []), FEASIBLE)
+    try:
+        slots, spent = build(instance, extra_slots=extra_slots, max_moves=max_moves, run=run)
+    except OutOfTime:
+        return Proposal(None, UNKNOWN, hit_time_limit=True, message="time limit before a first plan")
+    if slots is None:
+        return Proposal(None, UNKNOWN, message="no plan found: too few sequences to fill every rank of a slot, or "
+                                               "the token cap leaves a sequence without a group")
+    plan = assemble(instance, slots)
+    if plan is None:
+        return Proposal(None, UNKNOWN, message="the CP sizes of a slot do not tile the ranks")
+    return Proposal(plan, FEASIBLE, iterations=spent, message=f"{len(slots)} micro-batches, {spent} moves evaluated")
