@@ -330,3 +330,55 @@ def test_property_every_backend_is_honest_and_cpsat_is_exact(instance):
         for name in HEURISTICS:
             if results[name].ok:
                 assert outcome.objective <= results[name].objective * (1 + 1e-9), name
+
+
+# ------------------------------------------------------------------------------------ the backend itself
+@settings(max_examples=40)
+@given(tiny_instances(), st.data())
+def test_property_the_modelled_pieces_are_the_group_time(instance, data):
+    from packplace.solvers.context_parallel.cpsat import cost_pieces
+
+    if instance is None:
+        return
+    evaluator = ContextParallelEvaluator(instance)
+    size = data.draw(st.sampled_from(instance.sizes))
+    members = data.draw(st.lists(st.sampled_from(list(instance.keys)), min_size=1, unique=True))
+    tokens = dict(zip(instance.keys, (int(t) for t in instance.tokens)))
+    modelled = max(const + sum(lin * tokens[k] + sq * tokens[k] ** 2 for k in members)
+                   for const, lin, sq in cost_pieces(instance, size))
+    assert modelled == pytest.approx(evaluator.group_time(size, members), rel=1e-12)
+
+
+def test_other_objectives_get_the_start_with_an_honest_status():
+    instance = make_instance([9000, 3000, 1500, 700, 5000, 2500, 1200], dp=1,
+                             context_parallel={"max": 4, "gpus_per_node": 2}, cost=FULL_COST, objective="makespan")
+    outcome = solve_context_parallel(instance, "cpsat", time_limit_s=LIMIT_S)
+    assert outcome.ok and "step_time only" in outcome.message
+    assert outcome.bound <= outcome.objective
+
+
+@pytest.mark.parametrize("options, field", [({"num_workers": 0}, "num_workers"), ({"max_booleans": -1}, "max_booleans"),
+                                            ({"cp_parameters": {"no_such_parameter": 1}}, "no_such_parameter")])
+def test_bad_options_are_one_config_error(options, field):
+    from packplace.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=field):
+        solve_context_parallel(SOLVED["n4-R4-overlap"], "cpsat", **options)
+
+
+def test_a_model_above_max_booleans_returns_the_start_and_the_analytic_bound():
+    instance = SOLVED["n6-R4-latency"]
+    outcome = solve_context_parallel(instance, "cpsat", time_limit_s=LIMIT_S, max_booleans=10)
+    assert outcome.ok and "max_booleans" in outcome.message
+    assert outcome.bound == pytest.approx(ContextParallelEvaluator(instance).lower_bound())
+
+
+def test_every_cpsat_answer_is_offered_to_the_run():
+    from packplace.run import run_for
+
+    instance = SOLVED["n6-R4-cap-slots"]
+    run = run_for(PROBLEM, instance, time_limit_s=LIMIT_S)
+    proposal = get(PROBLEM, "cpsat").backend(instance, run)
+    assert run.best is not None
+    evaluator = ContextParallelEvaluator(instance)
+    assert evaluator.score(run.best).step_time_s == pytest.approx(evaluator.score(proposal.solution).step_time_s)
