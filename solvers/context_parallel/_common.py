@@ -20,6 +20,13 @@ def tile(sizes: Sequence[int], ranks: int) -> list[int] | None:
     if sum(sizes) != ranks:
         return None
     order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    if _chain(sizes):  # largest first, one after another: each offset is a multiple of every later size
+        firsts = [0] * len(sizes)
+        offset = 0
+        for i in order:
+            firsts[i] = offset
+            offset += sizes[i]
+        return firsts
     free = [True] * ranks
     firsts = [0] * len(sizes)
 
@@ -37,8 +44,6 @@ def tile(sizes: Sequence[int], ranks: int) -> list[int] | None:
                     return True
                 for r in range(first, first + size):
                     free[r] = True
-                if _chain(sizes):  # the lowest offset is always right for a divisor chain
-                    return False
         return False
 
     return firsts if place(0) else None

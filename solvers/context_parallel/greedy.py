@@ -2,18 +2,22 @@
 packing into lockstep slots, then local moves under a work budget. Deterministic.
 
 1. **Slots.** ``k`` slots, from the fewest the token cap allows (``⌈Σ tokens / (R · max_tokens_per_rank)⌉``)
-   upwards (``extra_slots`` more are tried; the best plan wins). Sequences go to slots longest first, each to
-   the slot whose estimated time grows least: a slot's estimate is ``max(its slowest sequence's fastest solo
-   time, its work / R)`` (the two terms of the lower bound), within ``R · max_tokens_per_rank`` tokens.
+   upwards (``extra_slots`` more are tried). Sequences go to slots longest first, each to the slot of least
+   estimated time, ``max(its slowest sequence's fastest solo time, its work / R)`` (the two terms of the lower
+   bound), within 95% of its ``R · max_tokens_per_rank`` tokens.
 2. **One slot.** For a target time ``τ`` every sequence takes the smallest allowed CP size whose solo time is at
    most ``τ`` (its fastest size when none is): sequences above the smallest size get groups of their own, the
    rest fill lanes of the smallest size, longest first onto the least busy group or lane with token room
-   (LPT; a lane or a long sequence's group may take several). ``τ`` is searched over the solo-time breakpoints
-   (binary search: the smallest ``τ`` whose lanes finish by ``τ``, the best slot time seen kept). Ranks left
-   empty are given to the slowest group that can grow to the next allowed size, else a group of several
-   sequences is split.
-3. **Local moves.** Up to ``max_moves`` evaluated moves: a sequence of a slot's slowest group moves to, or swaps
-   with a shorter sequence of, another group (any slot) when the step time (Σ of the slot maxima) falls.
+   (LPT; a lane or a long sequence's group may take several). ``τ`` starts at the smallest value whose
+   relaxation (work against the rank-seconds below ``τ``) holds, grows until the packing finishes within it and
+   bisects, at most :data:`PACKING_TRIES` packings; the best is kept. Ranks left empty go to the slowest group
+   that can grow to the next allowed size, else a group of several sequences is split.
+3. **Start.** The construction with the least step time among these, and (``megatron_start``) Megatron-Core's
+   default plan (:mod:`packplace.solvers.context_parallel.megatron`): so the answer is never slower than it.
+4. **Local moves.** Until ``max_moves`` candidate moves are scored (default
+   :data:`DEFAULT_MOVES_PER_SEQUENCE` per sequence): a sequence of the slowest slot's slowest group moves to, or
+   swaps with a shorter sequence of, the group (any slot) that lowers the step time (Σ of the slot maxima) most;
+   all candidates of one sequence are scored at once (numpy).
 
 The CP size of a sequence is thus chosen by its marginal benefit: a larger group only where the sequence
 alone would outlast the slot (attention ``∝ s²/c`` falls, the ring exchange and the ranks it takes rise).
@@ -31,7 +35,8 @@ from packplace.context_parallel.instance import ContextParallelInstance
 from packplace.registry import register
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
 from packplace.run import OutOfTime
-from packplace.solvers.context_parallel._common import assemble
+from packplace.solvers.context_parallel._common import assemble, tile
+from packplace.solvers.context_parallel.megatron import megatron_slots
 
 
 class _Table:
@@ -56,8 +61,12 @@ class _Table:
         c = instance.cost
         self.work = c.linear_s_per_token * s + c.attention_s_per_token2 * s * s  # rank-seconds at least
 
+        self.coefficients = [c.coefficients(size, self.inside[k]) for k, size in enumerate(self.sizes)]
+
     def time(self, k: int, total: float, squares: float) -> float:
-        return self.instance.cost.time(self.sizes[k], total, squares, self.inside[k])
+        """Seconds of a non-empty group of size index ``k`` (:meth:`CPCost.coefficients`)."""
+        p, q, r, u, v = self.coefficients[k]
+        return p * total + q * squares + max(r * squares, u + v * total)
 
 
 class _Group:
@@ -74,53 +83,79 @@ class _Group:
         self.time = time
 
 
-def _slot_at(table: _Table, order: list[int], tau: float) -> tuple[list[_Group], int] | None:
-    """One slot's groups for the target ``tau`` and the number of empty lanes; None when the long sequences'
+def _size_indices(table: _Table, order: np.ndarray, tau: float) -> np.ndarray:
+    """Per sequence of ``order``: the smallest allowed size index whose solo time is at most ``tau``, else its
+    fastest."""
+    solo = table.solo[:, order]
+    within = solo <= tau
+    return np.where(within.any(axis=0), within.argmax(axis=0), solo.argmin(axis=0))
+
+
+def _slot_at(table: _Table, order: np.ndarray, tau: float) -> tuple[list[_Group], int] | None:
+    """One slot's groups for the target ``tau`` and the number of empty ranks; None when the long sequences'
     groups need more ranks than there are or a sequence finds no group with token room."""
     sizes, ranks, cap = table.sizes, table.ranks, table.cap
     lane = sizes[0]
+    ks = _size_indices(table, order, tau)
+    long = ks > 0
+    used = int(np.asarray(sizes)[ks[long]].sum())
+    if used > ranks:
+        return None
     groups: list[_Group] = []
-    used = 0
-    short: list[int] = []
-    for i in order:  # longest first
-        column = table.solo[:, i]
-        k = int(table.smallest_index[i])
-        while k < len(sizes) and column[k] > tau:
-            k += 1
-        if k == len(sizes):
-            k = int(np.argmin(column))
-        if k == 0:
-            short.append(i)
-            continue
-        s = table.tokens_list[i]
-        groups.append(_Group(k, float(s), float(s) * s, [i], float(column[k])))
-        used += sizes[k]
-        if used > ranks:
-            return None
+    tokens = table.tokens_list
+    for i, k in zip(order[long].tolist(), ks[long].tolist(), strict=True):
+        x = float(tokens[i])
+        groups.append(_Group(k, x, x * x, [i], float(table.solo[k, i])))
     lanes = (ranks - used) // lane
     groups.extend(_Group(0) for _ in range(lanes))
-    heap = [(g.time, n, g) for n, g in enumerate(groups)]
+    # LPT over the groups (long sequences' groups and empty lanes): parallel lists, the time inline
+    totals = [g.total for g in groups]
+    squares = [g.squares for g in groups]
+    rooms = [math.inf if cap is None else sizes[g.k] * cap for g in groups]
+    coefficients = [table.coefficients[g.k] for g in groups]
+    members = [g.members for g in groups]
+    times = [g.time for g in groups]
+    heap = [(g.time, n) for n, g in enumerate(groups)]
     heapq.heapify(heap)
-    for i in short:
-        s = table.tokens_list[i]
+    pop, push = heapq.heappop, heapq.heappush
+    for i in order[~long].tolist():  # longest first
+        x = tokens[i]
         held = []
         while heap:
-            item = heapq.heappop(heap)
-            g = item[2]
-            if cap is None or g.total + s <= sizes[g.k] * cap:
+            _, n = pop(heap)
+            if totals[n] + x <= rooms[n]:
                 break
-            held.append(item)
+            held.append(n)
         else:
             return None
-        g.total += s
-        g.squares += float(s) * s
-        g.members.append(i)
-        g.time = table.time(g.k, g.total, g.squares)
-        heapq.heappush(heap, (g.time, item[1], g))
+        total = totals[n] = totals[n] + x
+        square = squares[n] = squares[n] + float(x) * x
+        members[n].append(i)
+        p, q, r, u, v = coefficients[n]
+        time = times[n] = p * total + q * square + max(r * square, u + v * total)
+        push(heap, (time, n))
         for other in held:
-            heapq.heappush(heap, other)
-    empty = sum(1 for g in groups if not g.members)
-    return [g for g in groups if g.members], empty * lane
+            push(heap, (times[other], other))
+    kept = []
+    for n, g in enumerate(groups):
+        if members[n]:
+            g.total, g.squares, g.time = totals[n], squares[n], times[n]
+            kept.append(g)
+    return kept, (len(groups) - len(kept)) * lane
+
+
+def _fluid(table: _Table, order: np.ndarray, tau: float) -> bool:
+    """The relaxation of :func:`_slot_at` at ``tau``: the long sequences' groups fit the ranks, and the short
+    sequences' work fits the rank-seconds left below ``tau`` (lanes and long groups' spare time)."""
+    sizes = np.asarray(table.sizes)
+    ks = _size_indices(table, order, tau)
+    long = ks > 0
+    used = int(sizes[ks[long]].sum())
+    if used > table.ranks:
+        return False
+    solo_long = table.solo[ks[long], order[long]]
+    spare = float((sizes[ks[long]] * np.maximum(0.0, tau - solo_long)).sum()) + (table.ranks - used) * tau
+    return float(table.work[order[~long]].sum()) <= spare
 
 
 def _fill(table: _Table, groups: list[_Group], free: int) -> bool:
@@ -153,45 +188,85 @@ def _fill(table: _Table, groups: list[_Group], free: int) -> bool:
     return True
 
 
+#: Targets the packing of one slot tries (each a longest-first LPT; :func:`_slot`).
+PACKING_TRIES = 6
+
+
+def _fluid_root(table: _Table, order: np.ndarray, tau: float) -> float:
+    """The target at which the relaxation (:func:`_fluid`) holds exactly with the sizes chosen at ``tau``: the
+    slot's work plus the long groups' idle rank-seconds, over the ranks."""
+    sizes = np.asarray(table.sizes)
+    ks = _size_indices(table, order, tau)
+    long = ks > 0
+    widths = sizes[ks[long]]
+    solo_long = table.solo[ks[long], order[long]]
+    return float((table.work[order[~long]].sum() + (widths * solo_long).sum()) / table.ranks)
+
+
 def _slot(table: _Table, members: list[int]) -> list[_Group] | None:
-    """The best slot the target search finds for ``members`` (its groups tile the ranks), or None."""
-    order = sorted(members, key=lambda i: -table.tokens_list[i])
-    if not order:
+    """The best slot the target search finds for ``members`` (its groups tile the ranks), or None: the smallest
+    breakpoint target the relaxation (:func:`_fluid`) accepts starts a search (at most :data:`PACKING_TRIES`
+    packings: the target grows by 10%, then 50% steps until a packing finishes within it, then bisects) for
+    the smallest target whose packing finishes within it; the best packing seen is kept."""
+    if not members:
         return None
+    order = np.asarray(sorted(members, key=lambda i: -table.tokens_list[i]), dtype=np.int64)
     solo = table.solo[:, order]
-    breakpoints = np.unique(solo[np.isfinite(solo)])
     low = max(float(table.work[order].sum()) / table.ranks, float(table.fastest[order].max()))
-    candidates = breakpoints[breakpoints >= low * (1 - 1e-12)].tolist()
-    if not candidates:
-        candidates = [float(breakpoints[-1])]
+    candidates = np.unique(np.append(solo[np.isfinite(solo) & (solo > low)], low))
+    lo, hi = 0, len(candidates) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _fluid(table, order, float(candidates[mid])):
+            hi = mid
+        else:
+            lo = mid + 1
     best: tuple[float, list[_Group]] | None = None
 
     def attempt(tau: float) -> float | None:
         nonlocal best
         built = _slot_at(table, order, tau)
-        if built is None:
+        if built is None or (built[1] and not _fill(table, built[0], built[1])):
             return None
-        groups, free = built
-        if free and not _fill(table, groups, free):
-            return None
-        height = max(g.time for g in groups)
+        height = max(g.time for g in built[0])
         if best is None or height < best[0]:
-            best = (height, groups)
+            best = (height, built[0])
         return height
 
-    lo, hi = 0, len(candidates) - 1
-    attempt(candidates[hi])
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        height = attempt(candidates[mid])
-        if height is not None and height <= candidates[mid] * (1 + 1e-12):
-            hi = mid - 1
-        else:
-            lo = mid + 1
-    if lo < len(candidates):
-        attempt(candidates[lo])
+    top = float(candidates[-1])
+    low_tau = float(candidates[lo])
+    if lo > 0:  # below the breakpoint the sizes are those of the one before: the relaxation holds from its root
+        root = _fluid_root(table, order, float(candidates[lo - 1]))
+        if candidates[lo - 1] <= root < low_tau:
+            low_tau = root
+    tries = 1
+    height = attempt(low_tau)
+    if height is None or height > low_tau * (1 + 1e-12):  # grow the target until the packing meets it ...
+        high_tau = low_tau
+        while tries < PACKING_TRIES and high_tau < top:
+            high_tau = min(top, high_tau * 1.1 if tries == 1 else high_tau * 1.5)
+            tries += 1
+            height = attempt(high_tau)
+            if height is not None and height <= high_tau * (1 + 1e-12):
+                break
+            low_tau = high_tau
+        while tries < PACKING_TRIES and high_tau > low_tau * 1.005:  # ... then bisect between the two
+            middle = math.sqrt(low_tau * high_tau)
+            tries += 1
+            height = attempt(middle)
+            if height is not None and height <= middle * (1 + 1e-12):
+                high_tau = middle
+            else:
+                low_tau = middle
+    if best is None:  # the largest target: every sequence at its fastest size
+        built = _slot_at(table, order, float(candidates[-1]))
+        if built is not None and (not built[1] or _fill(table, built[0], built[1])):
+            best = (0.0, built[0])
     return None if best is None else best[1]
 
+
+#: The local moves' default work budget: candidate moves scored per sequence.
+DEFAULT_MOVES_PER_SEQUENCE = 40
 
 #: Share of a slot's token capacity ``R · max_tokens_per_rank`` the distribution fills, leaving room for the
 #: lanes' packing.
@@ -199,34 +274,40 @@ TOKEN_FILL = 0.95
 
 
 def _distribute(table: _Table, slots: int) -> list[list[int]] | None:
-    """Sequences to ``slots`` slots, longest first, each where the estimated slot time grows least."""
+    """Sequences to ``slots`` slots, longest first, each to the slot of least estimated time (``max(slowest
+    fastest solo time, work / R)``; fewest tokens on a tie) with token room (LPT); None when the token cap or
+    an empty slot stops it."""
     ranks = table.ranks
     capacity = math.inf if table.cap is None else ranks * table.cap * TOKEN_FILL
-    floor = [0.0] * slots
-    work = [0.0] * slots
-    tokens = [0.0] * slots
+    order = np.argsort(-table.tokens, kind="stable")
     members: list[list[int]] = [[] for _ in range(slots)]
-    order = sorted(range(len(table.tokens_list)), key=lambda i: -table.tokens_list[i])
-    for i in order:
-        s = table.tokens_list[i]
-        f, w = float(table.fastest[i]), float(table.work[i])
-        best_j, best_key = -1, (math.inf, math.inf)
-        for j in range(slots):
-            if tokens[j] + s > capacity:
-                continue
-            after = max(floor[j], f, (work[j] + w) / ranks)
-            key = (after, tokens[j])
-            if key < best_key:
-                best_j, best_key = j, key
-        if best_j < 0:
+    heap = [(0.0, 0.0, j) for j in range(slots)]  # (estimated time, tokens, slot)
+    floor = [0.0] * slots
+    work_of = [0.0] * slots
+    fewest = table.ranks // table.sizes[-1]  # sequences a slot needs at least: one per group of the largest size
+    deficit = fewest * slots
+    left = len(order)
+    for i in order.tolist():
+        s, f, w = table.tokens_list[i], float(table.fastest[i]), float(table.work[i])
+        held = []
+        while heap:
+            estimate, tokens, j = heapq.heappop(heap)
+            # the sequences left only just cover the slots still short of sequences: one of those
+            if tokens + s <= capacity and (left > deficit or len(members[j]) < fewest):
+                break
+            held.append((estimate, tokens, j))
+        else:
             return None
-        floor[best_j] = max(floor[best_j], f)
-        work[best_j] += w
-        tokens[best_j] += s
-        members[best_j].append(i)
-    if any(not m for m in members):
-        return None
-    return members
+        left -= 1
+        if len(members[j]) < fewest:
+            deficit -= 1
+        floor[j] = max(floor[j], f)
+        work_of[j] += w
+        members[j].append(i)
+        heapq.heappush(heap, (max(floor[j], work_of[j] / ranks), tokens + s, j))
+        for entry in held:
+            heapq.heappush(heap, entry)
+    return None if any(not m for m in members) else members
 
 
 class _State:
@@ -359,9 +440,25 @@ def _move(state: _State, i: int, source: int, target: int, source_time: float, t
     state.group_of[i] = target
 
 
-def build(instance: ContextParallelInstance, *, extra_slots: int = 2, max_moves: int | None = None,
-          run: Any = None) -> tuple[list[list[tuple[int, list[int]]]] | None, int]:
-    """The heuristic's slots ``[[(size, positions), ...], ...]`` (None: no plan found) and the moves spent."""
+def _from_slots(table: _Table, slots: list[list[tuple[int, list[int]]]]) -> list[list[_Group]]:
+    """Groups of plain ``[[(size, positions), ...], ...]`` slots."""
+    index = {size: k for k, size in enumerate(table.sizes)}
+    out = []
+    for slot in slots:
+        groups = []
+        for size, members in slot:
+            lengths = table.tokens[members]
+            total, squares = float(lengths.sum()), float((lengths * lengths).sum())
+            k = index[size]
+            groups.append(_Group(k, total, squares, list(members), table.time(k, total, squares)))
+        out.append(groups)
+    return out
+
+
+def build(instance: ContextParallelInstance, *, extra_slots: int = 1, megatron_start: bool = True,
+          max_moves: int | None = None, run: Any = None) -> tuple[list[list[tuple[int, list[int]]]] | None, int]:
+    """The heuristic's slots ``[[(size, positions), ...], ...]`` (None: no plan found) and the candidate moves
+    scored: the best of its constructions (and of Megatron's plan with ``megatron_start``), improved."""
     table = _Table(instance)
     n = instance.n
     if instance.micro_batches is not None:
@@ -370,13 +467,12 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 2, max_moves:
         first = 1 if instance.max_tokens_per_rank is None else max(
             1, math.ceil(float(table.tokens.sum()) / (instance.ranks * instance.max_tokens_per_rank)))
         counts = list(range(first, first + 1 + extra_slots))
-    budget = 20 * n + 1000 if max_moves is None else max_moves
-    best: tuple[float, _State] | None = None
-    spent_total = 0
+    budget = DEFAULT_MOVES_PER_SEQUENCE * n if max_moves is None else max_moves
+    candidates: list[list[list[_Group]]] = []
     for count in counts:
         if count > n:
             break
-        if run is not None and best is not None and run.expired():
+        if run is not None and candidates and run.expired():
             break
         members = _distribute(table, count)
         if members is None:
@@ -388,28 +484,40 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 2, max_moves:
                 break
             slots.append(groups)
         else:
-            state = _State(table, slots)
-            spent_total += _improve(table, state, budget)
-            step = state.step()
-            if best is None or step < best[0] * (1 - 1e-12):
-                best = (step, state)
-    if best is None:
-        return None, spent_total
-    state = best[1]
+            candidates.append(slots)
+    if not candidates:  # more slots: fewer sequences each (a slot with too few cannot fill its ranks)
+        fewest = instance.ranks // instance.sizes[-1]
+        for count in range(counts[-1] + 1, n // max(1, fewest) + 1) if instance.micro_batches is None else ():
+            members = _distribute(table, count)
+            slots = [] if members is None else [_slot(table, m) for m in members]
+            if members is not None and all(slot is not None for slot in slots):
+                candidates.append([slot for slot in slots if slot is not None])
+                break
+    if megatron_start:
+        plain = megatron_slots(instance)
+        if plain is not None and (instance.micro_batches is None or len(plain) == instance.micro_batches) and all(
+                tile([size for size, _ in slot], instance.ranks) is not None for slot in plain):
+            candidates.append(_from_slots(table, plain))
+    if not candidates:
+        return None, 0
+    states = [_State(table, slots) for slots in candidates]
+    state = min(states, key=lambda x: x.step())  # the first of equal ones
+    spent = _improve(table, state, budget)
     out: list[list[tuple[int, list[int]]]] = [[] for _ in range(state.slot_count)]
     for g, members in enumerate(state.members):
         out[int(state.slot[g])].append((table.sizes[int(state.k[g])], members))
-    return out, spent_total
+    return out, spent
 
 
 @register("context_parallel", "greedy")
-def solve(instance: ContextParallelInstance, run: Any, *, extra_slots: int = 2, max_moves: int | None = None
-          ) -> Proposal:
+def solve(instance: ContextParallelInstance, run: Any, *, extra_slots: int = 1, megatron_start: bool = True,
+          max_moves: int | None = None) -> Proposal:
     """packplace's heuristic: CP sizes by a target slot time, LPT packing, local moves (deterministic)."""
     if instance.n == 0:
         return Proposal(assemble(instance, []), FEASIBLE)
     try:
-        slots, spent = build(instance, extra_slots=extra_slots, max_moves=max_moves, run=run)
+        slots, spent = build(instance, extra_slots=extra_slots, megatron_start=megatron_start, max_moves=max_moves,
+                             run=run)
     except OutOfTime:
         return Proposal(None, UNKNOWN, hit_time_limit=True, message="time limit before a first plan")
     if slots is None:
@@ -418,4 +526,5 @@ def solve(instance: ContextParallelInstance, run: Any, *, extra_slots: int = 2, 
     plan = assemble(instance, slots)
     if plan is None:
         return Proposal(None, UNKNOWN, message="the CP sizes of a slot do not tile the ranks")
-    return Proposal(plan, FEASIBLE, iterations=spent, message=f"{len(slots)} micro-batches, {spent} moves evaluated")
+    return Proposal(plan, FEASIBLE, iterations=spent,
+                    message=f"{len(slots)} micro-batches, {spent} candidate moves scored")

@@ -71,27 +71,23 @@ def _micro_batch(order: list[int], tokens: list[int], sizes: tuple[int, ...], ra
     cap = float(tokens[first]) * float(per_rank) * (1.0 + CAP_DELTA)
     size = smallest[first]
     groups = [_Group(size, tokens[first] ** 2 / size, tokens[first] / size, [first])]
+    by_size: dict[int, list[int]] = {size: [0]}  # group indices of each size, in the order opened
+    # the two largest group workloads (free ranks carry 0): the maximum outside any one group; loads only grow
+    top_value, top_group, second = groups[0].load, 0, 0.0
     free = ranks - size
     left: list[int] = []
     for i in order[1:]:
         s = tokens[i]
-        # the two largest group workloads (free ranks carry 0): the maximum outside any one group
-        top_value, top_group, second = 0.0, -1, 0.0
-        for g, group in enumerate(groups):
-            if group.load > top_value:
-                top_value, top_group, second = group.load, g, top_value
-            elif group.load > second:
-                second = group.load
         best: tuple[float, int, int] | None = None  # (projected max, size, group index or -1 for new)
         for size in sizes:
             if size < smallest[i]:
                 continue
             work = s * s / size
-            for g, group in enumerate(groups):
-                if group.size != size or group.per_rank_tokens + s / size > per_rank:
+            for g in by_size.get(size, ()):
+                group = groups[g]
+                if group.per_rank_tokens + s / size > per_rank:
                     continue
-                outside = second if g == top_group else top_value
-                projected = max(outside, group.load + work)
+                projected = max(second if g == top_group else top_value, group.load + work)
                 if projected <= cap and (best is None or projected < best[0]):
                     best = (projected, size, g)
             if free >= size:
@@ -108,8 +104,17 @@ def _micro_batch(order: list[int], tokens: list[int], sizes: tuple[int, ...], ra
             group.per_rank_tokens += s / size
             group.members.append(i)
         else:
-            groups.append(_Group(size, s * s / size, s / size, [i]))
+            g = len(groups)
+            group = _Group(size, s * s / size, s / size, [i])
+            groups.append(group)
+            by_size.setdefault(size, []).append(g)
             free -= size
+        if g == top_group:
+            top_value = group.load
+        elif group.load > top_value:
+            top_value, top_group, second = group.load, g, top_value
+        elif group.load > second:
+            second = group.load
     while free > 0:
         smallest_size = min(group.size for group in groups)
         larger = [size for size in sizes if size > smallest_size]

@@ -57,8 +57,8 @@ TRAIN_FLOPS_FACTOR = 3.0
 #: and their gradients (Megatron-Core / Transformer Engine ``AttnFuncWithCPAndKVP2P``): 1 + 2.
 TRAIN_RING_PASSES = 3
 #: Fraction of the datasheet bf16 FLOP/s a training-shaped GEMM sustains: 750.8 of 989 TFLOP/s for an
-#: 8192³ bf16 GEMM on an H200 SXM (hardware microbenchmark, torch 2.11 / CUDA 13), used for every GPU
-#: type that has no measurement of its own.
+#: 8192³ bf16 GEMM on an H200 SXM (row ``peak.gemm_8192`` of ``benchmarks/hardware/h200/measurements.json``,
+#: torch 2.11 / CUDA 13), used for every GPU type that has no measurement of its own.
 GEMM_EFFICIENCY = 750.8e12 / 989e12
 
 

@@ -162,10 +162,10 @@ def _powers_of_two(low: int, high: int) -> tuple[int, ...]:
 def _token_column(tokens: Any) -> np.ndarray:
     if isinstance(tokens, (str, bytes, Mapping)) or not hasattr(tokens, "__len__"):
         raise ConfigError(f"tokens: must be a list or 1-D array of integers, got {show(tokens)}")
-    values = list(tokens.tolist() if isinstance(tokens, np.ndarray) else tokens)
+    values: list[Any] = list(tokens.tolist() if isinstance(tokens, np.ndarray) else tokens)
     for i, value in enumerate(values):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or \
-                value != int(value) or not 1 <= value <= MAX_TOKENS:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)) or \
+                float(value) != math.floor(float(value)) or not 1 <= float(value) <= MAX_TOKENS:
             raise ConfigError(f"tokens[{i}]: must be an integer in [1, 2^40], got {show(value)}")
     return np.asarray([int(v) for v in values], dtype=np.int64)
 
