@@ -5,7 +5,7 @@ One call: the heuristic start (every registered non-exact backend, the best by t
 is returned at once when it meets the analytic bound. Infeasibility is proven by counting where it can (a
 sequence no group holds, more slots than sequences can fill). The group time of the cost model
 (:mod:`packplace.context_parallel.cost`) is the maximum of two affine functions of the group's members
-(compute; compute plus ring exchange) per group class (:func:`cost_pieces`), checked against the
+(attention hiding the ring exchange; the exchange showing) per group class (:func:`cost_pieces`), checked against the
 evaluator's group time before the model is built: a cost the pieces do not reproduce is not modelled
 (the start is returned). Times are scaled so that the start's step time is
 :data:`~.model.TICKS` ticks, every coefficient rounded down, so CP-SAT's bound ÷ scale is a valid lower
@@ -15,7 +15,8 @@ hint and ceiling; each solution it finds is offered to the run (an interrupt ret
 answer is the better of CP-SAT's plan and the start by the evaluator; ``optimal`` only when CP-SAT proved
 the model optimal and the evaluated step time meets the proven bound.
 Options: ``num_workers`` (default 1: deterministic for a seed), ``max_booleans`` (default
-:data:`DEFAULT_MAX_BOOLEANS`), ``cp_parameters`` (extra CP-SAT parameters by name). The objective
+:data:`DEFAULT_MAX_BOOLEANS`), ``cp_parameters`` (extra CP-SAT parameters by name), ``start`` (default
+True; False runs CP-SAT alone, without the heuristic start). The objective
 ``step_time`` is modelled; for ``makespan`` and ``balance`` the start is returned (``feasible``).
 Performance: docs/performance.md
 """
@@ -56,32 +57,25 @@ COST_CHECK_RTOL = 1e-9
 
 def cost_pieces(instance: Any, size: int) -> list[tuple[float, float, float]]:
     """The group time of ``size`` ranks as ``max_p (const_p + lin_p·T + sq_p·Q)`` (seconds; T the group's
-    tokens, Q the sum of its sequences' squared lengths): the formula of
-    :class:`packplace.context_parallel.cost.CPCost` with ``c = size`` —
-
-    * ``c = 1``: ``a·T + b·Q``;
-    * overlapped ring: ``max(a·T/c + b·Q/c, (c−1)·m·α + (a + (c−1)·β·B)·T/c + b·Q/c²)``;
-    * without overlap: ``(c−1)·m·α + (a + (c−1)·β·B)·T/c + b·Q/c``.
+    tokens, Q the sum of its sequences' squared lengths), from the cost model's
+    ``time = p·T + q·Q + max(r·Q, u + v·T)`` (:meth:`packplace.context_parallel.cost.CPCost.coefficients`):
+    the pieces ``(0, p, q + r)`` (attention hides the ring exchange) and ``(u, p + v, q)`` (the exchange
+    shows), one when they coincide.
 
     Returns ``[(const, lin, sq), ...]``.
     """
-    cost = instance.cost
-    a, b = cost.linear_s_per_token, cost.attention_s_per_token2
-    c = size
-    if c == 1:
-        return [(0.0, a, b)]
-    alpha, beta = cost.link(instance.inside_node(size))
-    const = (c - 1) * cost.ring_messages * alpha
-    lin = (a + (c - 1) * beta * cost.ring_bytes_per_token) / c
-    if cost.overlap:
-        return [(0.0, a / c, b / c), (const, lin, b / (c * c))]
-    return [(const, lin, b / c)]
+    p, q, r, u, v = instance.cost.coefficients(size, instance.inside_node(size))
+    pieces = [(0.0, p, q + r), (u, p + v, q)]
+    return pieces[:1] if pieces[0] == pieces[1] else pieces
 
 
-def _option_error(num_workers: Any, max_booleans: Any, cp_parameters: Any, params: dict[str, Any]) -> str | None:
+def _option_error(num_workers: Any, max_booleans: Any, cp_parameters: Any, start: Any,
+                  params: dict[str, Any]) -> str | None:
     if params:
         return (f"cpsat: unknown parameter {sorted(params)[0]!r}; valid: num_workers, max_booleans, "
-                "cp_parameters")
+                "cp_parameters, start")
+    if not isinstance(start, bool):
+        return f"start: must be true or false, got {start!r}"
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
         return f"num_workers: must be an integer >= 1, got {num_workers!r}"
     if isinstance(max_booleans, bool) or not isinstance(max_booleans, int) or max_booleans < 1:
@@ -107,6 +101,7 @@ def solve(
     num_workers: int = 1,
     max_booleans: int = DEFAULT_MAX_BOOLEANS,
     cp_parameters: Mapping[str, Any] | None = None,
+    start: bool = True,
     **params: Any,
 ) -> Proposal:
     """Exact CP-SAT plan of a dynamic-CP instance (module docstring): a layout per slot, a group per sequence.
@@ -118,6 +113,8 @@ def solve(
         num_workers: CP-SAT search workers; 1 (default) is deterministic for a seed.
         max_booleans: Largest model built (``x`` Booleans); above it the start is returned.
         cp_parameters: Extra CP-SAT parameters by name (``SatParameters`` fields).
+        start: Run the heuristics for a start (hint, ceiling, fallback; default). False: CP-SAT alone, from
+            no answer (the model's own strength; an interrupted or cut run may then have no answer).
 
     Returns:
         A :class:`~packplace.result.Proposal` with a :class:`~packplace.context_parallel.ContextParallelPlan`;
@@ -127,12 +124,13 @@ def solve(
     Raises:
         ConfigError: a bad option (before any work), a ``cp_parameters`` entry CP-SAT refuses.
     """
-    error = _option_error(num_workers, max_booleans, cp_parameters, params)
+    error = _option_error(num_workers, max_booleans, cp_parameters, start, params)
     if error is not None:
         raise ConfigError(error)
     if cp_parameters:
         _apply_cp_parameters(cp_model.CpSolver(), cp_parameters)
-    return _ExactSolve(instance, run.default(DEFAULT_TIME_LIMIT_S), max_booleans).solve(num_workers, cp_parameters)
+    exact = _ExactSolve(instance, run.default(DEFAULT_TIME_LIMIT_S), max_booleans)
+    return exact.solve(num_workers, cp_parameters, start)
 
 
 class _ExactSolve:
@@ -153,7 +151,7 @@ class _ExactSolve:
         self.tokens = [tokens[i] for i in self.order]
 
     # ------------------------------------------------------------------------------------ phases
-    def solve(self, num_workers: int, cp_parameters: Mapping[str, Any] | None) -> Proposal:
+    def solve(self, num_workers: int, cp_parameters: Mapping[str, Any] | None, start: bool) -> Proposal:
         instance = self.instance
         try:
             layouts = slot_layouts(instance.ranks, instance.sizes, lambda first, size: instance.inside_node(size))
@@ -164,7 +162,8 @@ class _ExactSolve:
         if infeasible is not None:
             return Proposal(None, INFEASIBLE, message=f"infeasible (counting argument): {infeasible}",
                             info={"proof": "counting"})
-        self.find_start()
+        if start:
+            self.find_start()
         if self.start is not None and self.start_objective <= optimality_level(self.analytic):
             return self.answer_start(OPTIMAL, f"{self.start_source} start meets the analytic lower bound; "
                                      "CP-SAT not run")
