@@ -1,10 +1,10 @@
 """``greedy``: packplace's dynamic-CP heuristic (the default): CP sizes by a target slot time, longest-first
 packing into lockstep slots, then local moves under a work budget. Deterministic.
 
-1. **Slots.** ``k`` slots, from the fewest the token cap allows (``⌈Σ tokens / (R · max_tokens_per_rank)⌉``)
-   upwards (``extra_slots`` more are tried). Sequences go to slots longest first, each to the slot of least
-   estimated time, ``max(its slowest sequence's fastest solo time, its work / R)`` (the two terms of the lower
-   bound), within 95% of its ``R · max_tokens_per_rank`` tokens.
+1. **Slots.** ``k`` slots, the fewest the token cap allows (``⌈Σ tokens / (R · max_tokens_per_rank)⌉``; with
+   ``extra_slots`` that many more counts are tried too, and more until one works). Sequences go to slots
+   longest first, each to the slot of least estimated time, ``max(its slowest sequence's fastest solo time,
+   its work / R)`` (the two terms of the lower bound), within 95% of its ``R · max_tokens_per_rank`` tokens.
 2. **One slot.** For a target time ``τ`` every sequence takes the smallest allowed CP size whose solo time is at
    most ``τ`` (its fastest size when none is): sequences above the smallest size get groups of their own, the
    rest fill lanes of the smallest size, longest first onto the least busy group or lane with token room
@@ -15,9 +15,11 @@ packing into lockstep slots, then local moves under a work budget. Deterministic
 3. **Start.** The construction with the least step time among these, and (``megatron_start``) Megatron-Core's
    default plan (:mod:`packplace.solvers.context_parallel.megatron`): so the answer is never slower than it.
 4. **Local moves.** Until ``max_moves`` candidate moves are scored (default
-   :data:`DEFAULT_MOVES_PER_SEQUENCE` per sequence): a sequence of the slowest slot's slowest group moves to, or
-   swaps with a shorter sequence of, the group (any slot) that lowers the step time (Σ of the slot maxima) most;
-   all candidates of one sequence are scored at once (numpy).
+   :data:`DEFAULT_MOVES_PER_SEQUENCE` per sequence plus :data:`MOVES_FLOOR`), no move improves or the run's time
+   is up: a sequence of a slot's slowest group moves to, or swaps with a shorter sequence of, the group (any
+   slot) that lowers the step time (Σ of the slot maxima) most; all candidates of one sequence are scored at
+   once (numpy). When none does, a slot's slowest group merges with another of its slot into a group of
+   their summed size, or splits in two of half its size, if that lowers the slot's time; then moves again.
 
 The CP size of a sequence is thus chosen by its marginal benefit: a larger group only where the sequence
 alone would outlast the slot (attention ``∝ s²/c`` falls, the ring exchange and the ranks it takes rise).
@@ -267,6 +269,8 @@ def _slot(table: _Table, members: list[int]) -> list[_Group] | None:
 
 #: The local moves' default work budget: candidate moves scored per sequence.
 DEFAULT_MOVES_PER_SEQUENCE = 40
+#: ... plus this many (small instances: a full search of their few moves).
+MOVES_FLOOR = 5_000
 
 #: Share of a slot's token capacity ``R · max_tokens_per_rank`` the distribution fills, leaving room for the
 #: lanes' packing.
@@ -355,9 +359,9 @@ class _State:
         return float(self.top_time[:, 0].sum())
 
 
-def _improve(table: _Table, state: _State, budget: int) -> int:
-    """Local moves (module docstring) until none improves or ``budget`` candidates were scored; the number
-    scored."""
+def _improve(table: _Table, state: _State, budget: int, run: Any = None) -> int:
+    """Local moves (module docstring) until none improves, ``budget`` candidates were scored or the run's time
+    is up; the number scored."""
     tokens = table.tokens
     n_groups = len(state.members)
     all_groups = np.arange(n_groups)
@@ -365,6 +369,8 @@ def _improve(table: _Table, state: _State, budget: int) -> int:
     improved = True
     while improved and spent < budget:
         improved = False
+        if run is not None and run.expired():
+            break
         for j in np.argsort(-state.top_time[:, 0], kind="stable").tolist():
             c = int(state.top[j, 0])
             h_j = float(state.top_time[j, 0])
@@ -428,6 +434,59 @@ def _improve(table: _Table, state: _State, budget: int) -> int:
     return spent
 
 
+def _structural(table: _Table, state: _State) -> _State | None:
+    """One regrouping that lowers the step time, or None: a slot's slowest group merges with another group of
+    its slot into one group of their summed size (when allowed), or splits into two groups of half its size
+    (its sequences dealt longest first to the faster half). The state is rebuilt around the change."""
+    sizes, cap = table.sizes, table.cap
+    index = {size: k for k, size in enumerate(sizes)}
+    tokens = table.tokens
+    for j in np.argsort(-state.top_time[:, 0], kind="stable").tolist():
+        c = int(state.top[j, 0])
+        h_j = float(state.top_time[j, 0])
+        size_c = sizes[int(state.k[c])]
+        groups = state.by_slot[j].tolist()
+        best: tuple[float, list[tuple[int, list[int]]], list[int]] | None = None  # height, new groups, replaced
+        for h in groups:  # merge c and h
+            if h == c:
+                continue
+            merged = size_c + sizes[int(state.k[h])]
+            if merged not in index or (cap is not None and state.total[c] + state.total[h] > merged * cap):
+                continue
+            k = index[merged]
+            time = table.time(k, float(state.total[c] + state.total[h]), float(state.squares[c] + state.squares[h]))
+            rest = max((float(state.time[g]) for g in groups if g not in (c, h)), default=0.0)
+            height = max(rest, time)
+            if height < h_j * (1 - 1e-12) and (best is None or height < best[0]):
+                best = (height, [(merged, state.members[c] + state.members[h])], [c, h])
+        half = size_c // 2
+        if len(state.members[c]) > 1 and size_c % 2 == 0 and half in index:  # split c
+            k = index[half]
+            parts: list[list[int]] = [[], []]
+            sums = [[0.0, 0.0], [0.0, 0.0]]
+            for i in sorted(state.members[c], key=lambda m: -tokens[m]):
+                x = float(tokens[i])
+                side = min((0, 1), key=lambda p: table.time(k, sums[p][0] + x, sums[p][1] + x * x)
+                           if parts[p] else 0.0)
+                parts[side].append(i)
+                sums[side][0] += x
+                sums[side][1] += x * x
+            if all(parts) and (cap is None or max(sums[0][0], sums[1][0]) <= half * cap):
+                rest = max((float(state.time[g]) for g in groups if g != c), default=0.0)
+                height = max(rest, *(table.time(k, t, q) for t, q in sums))
+                if height < h_j * (1 - 1e-12) and (best is None or height < best[0]):
+                    best = (height, [(half, parts[0]), (half, parts[1])], [c])
+        if best is not None:
+            slots: list[list[tuple[int, list[int]]]] = [[] for _ in range(state.slot_count)]
+            for g, members in enumerate(state.members):
+                if g not in best[2]:
+                    slots[int(state.slot[g])].append((sizes[int(state.k[g])], list(members)))
+            slots[j].extend(best[1])
+            if all(tile([size for size, _ in slot], table.ranks) is not None for slot in slots):
+                return _State(table, _from_slots(table, slots))
+    return None
+
+
 def _move(state: _State, i: int, source: int, target: int, source_time: float, target_time: float) -> None:
     """Sequence ``i`` from group ``source`` to group ``target`` (times set by the caller)."""
     s = state.table.tokens[i]
@@ -455,7 +514,7 @@ def _from_slots(table: _Table, slots: list[list[tuple[int, list[int]]]]) -> list
     return out
 
 
-def build(instance: ContextParallelInstance, *, extra_slots: int = 1, megatron_start: bool = True,
+def build(instance: ContextParallelInstance, *, extra_slots: int = 0, megatron_start: bool = True,
           max_moves: int | None = None, run: Any = None) -> tuple[list[list[tuple[int, list[int]]]] | None, int]:
     """The heuristic's slots ``[[(size, positions), ...], ...]`` (None: no plan found) and the candidate moves
     scored: the best of its constructions (and of Megatron's plan with ``megatron_start``), improved."""
@@ -467,7 +526,7 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 1, megatron_s
         first = 1 if instance.max_tokens_per_rank is None else max(
             1, math.ceil(float(table.tokens.sum()) / (instance.ranks * instance.max_tokens_per_rank)))
         counts = list(range(first, first + 1 + extra_slots))
-    budget = DEFAULT_MOVES_PER_SEQUENCE * n if max_moves is None else max_moves
+    budget = DEFAULT_MOVES_PER_SEQUENCE * n + MOVES_FLOOR if max_moves is None else max_moves
     candidates: list[list[list[_Group]]] = []
     for count in counts:
         if count > n:
@@ -502,7 +561,16 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 1, megatron_s
         return None, 0
     states = [_State(table, slots) for slots in candidates]
     state = min(states, key=lambda x: x.step())  # the first of equal ones
-    spent = _improve(table, state, budget)
+    spent = 0
+    while True:  # moves and swaps until none helps, then one regrouping, and again
+        spent += _improve(table, state, budget - spent, run)
+        if spent >= budget or (run is not None and run.expired()):
+            break
+        regrouped = _structural(table, state)
+        spent += len(state.members)
+        if regrouped is None:
+            break
+        state = regrouped
     out: list[list[tuple[int, list[int]]]] = [[] for _ in range(state.slot_count)]
     for g, members in enumerate(state.members):
         out[int(state.slot[g])].append((table.sizes[int(state.k[g])], members))
@@ -510,7 +578,7 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 1, megatron_s
 
 
 @register("context_parallel", "greedy")
-def solve(instance: ContextParallelInstance, run: Any, *, extra_slots: int = 1, megatron_start: bool = True,
+def solve(instance: ContextParallelInstance, run: Any, *, extra_slots: int = 0, megatron_start: bool = True,
           max_moves: int | None = None) -> Proposal:
     """packplace's heuristic: CP sizes by a target slot time, LPT packing, local moves (deterministic)."""
     if instance.n == 0:
