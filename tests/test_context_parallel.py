@@ -138,6 +138,8 @@ def test_make_instance_rejects_bad_tokens_and_proves_infeasibility():
         make_instance([5, 0], dp=1, context_parallel={"max": 1})
     with pytest.raises(ConfigError, match=r"tokens\[0\]: .* got 2.5"):
         make_instance([2.5], dp=1, context_parallel={"max": 1})
+    with pytest.raises(InfeasibleError, match="2 sequences cannot fill the 4 ranks of a micro-batch"):
+        make_instance([5, 6], dp=4, context_parallel={"max": 1})
     with pytest.raises(InfeasibleError, match="sequence 0 has 9000 tokens"):
         make_instance([9000], dp=2, context_parallel={"max": 2, "max_tokens_per_rank": 4000})
 

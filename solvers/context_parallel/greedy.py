@@ -14,6 +14,8 @@ packing into lockstep slots, then local moves under a work budget. Deterministic
    that can grow to the next allowed size, else a group of several sequences is split.
 3. **Start.** The construction with the least step time among these, and (``megatron_start``) Megatron-Core's
    default plan (:mod:`packplace.solvers.context_parallel.megatron`): so the answer is never slower than it.
+   Under a time limit, a construction the limit cuts short gives way to the static plan, Megatron's is skipped
+   once the limit has passed, and the moves stop with it.
 4. **Local moves.** Until ``max_moves`` candidate moves are scored (default
    :data:`DEFAULT_MOVES_PER_SEQUENCE` per sequence plus :data:`MOVES_FLOOR`), no move improves or the run's time
    is up: a sequence of a slot's slowest group moves to, or swaps with a shorter sequence of, the group (any
@@ -39,6 +41,7 @@ from packplace.result import FEASIBLE, UNKNOWN, Proposal
 from packplace.run import OutOfTime
 from packplace.solvers.context_parallel._common import assemble, tile
 from packplace.solvers.context_parallel.megatron import megatron_slots
+from packplace.solvers.context_parallel.static import static_packs
 
 
 class _Table:
@@ -514,6 +517,21 @@ def _from_slots(table: _Table, slots: list[list[tuple[int, list[int]]]]) -> list
     return out
 
 
+def _static_slots(table: _Table) -> list[list[_Group]] | None:
+    """The static backend's plan (one CP size, packed in order) as groups: the answer when time runs out
+    before a construction finishes."""
+    instance = table.instance
+    size = instance.smallest_size(int(instance.tokens.max()))
+    packs = static_packs(instance, size)
+    if packs is None:
+        return None
+    per_slot = instance.ranks // size
+    slots = [[(size, pack) for pack in packs[j:j + per_slot]] for j in range(0, len(packs), per_slot)]
+    if instance.micro_batches is not None and len(slots) != instance.micro_batches:
+        return None
+    return _from_slots(table, slots)
+
+
 def build(instance: ContextParallelInstance, *, extra_slots: int = 0, megatron_start: bool = True,
           max_moves: int | None = None, run: Any = None) -> tuple[list[list[tuple[int, list[int]]]] | None, int]:
     """The heuristic's slots ``[[(size, positions), ...], ...]`` (None: no plan found) and the candidate moves
@@ -528,16 +546,23 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 0, megatron_s
         counts = list(range(first, first + 1 + extra_slots))
     budget = DEFAULT_MOVES_PER_SEQUENCE * n + MOVES_FLOOR if max_moves is None else max_moves
     candidates: list[list[list[_Group]]] = []
+
+    def late() -> bool:
+        return run is not None and bool(run.expired())
+
     for count in counts:
-        if count > n:
-            break
-        if run is not None and candidates and run.expired():
+        if count > n or (candidates and late()):
             break
         members = _distribute(table, count)
         if members is None:
             continue
         slots = []
         for m in members:
+            if late():  # out of time: the static plan, if there is one, answers instead
+                fallback = _static_slots(table)
+                if fallback is not None:
+                    candidates.append(fallback)
+                break
             groups = _slot(table, m)
             if groups is None:
                 break
@@ -552,7 +577,7 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 0, megatron_s
             if members is not None and all(slot is not None for slot in slots):
                 candidates.append([slot for slot in slots if slot is not None])
                 break
-    if megatron_start:
+    if megatron_start and not (candidates and late()):
         plain = megatron_slots(instance)
         if plain is not None and (instance.micro_batches is None or len(plain) == instance.micro_batches) and all(
                 tile([size for size, _ in slot], instance.ranks) is not None for slot in plain):

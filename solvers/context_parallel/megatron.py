@@ -79,6 +79,8 @@ def _micro_batch(order: list[int], tokens: list[int], sizes: tuple[int, ...], ra
     for i in order[1:]:
         s = tokens[i]
         best: tuple[float, int, int] | None = None  # (projected max, size, group index or -1 for new)
+        # no option projects below the current maximum (any other group keeps it; the slowest group grows), so
+        # the first option that meets it is the one Megatron keeps: the search stops there
         for size in sizes:
             if size < smallest[i]:
                 continue
@@ -90,10 +92,16 @@ def _micro_batch(order: list[int], tokens: list[int], sizes: tuple[int, ...], ra
                 projected = max(second if g == top_group else top_value, group.load + work)
                 if projected <= cap and (best is None or projected < best[0]):
                     best = (projected, size, g)
+                    if projected <= top_value:
+                        break
+            if best is not None and best[0] <= top_value:
+                break
             if free >= size:
                 projected = max(top_value, work)
                 if projected <= cap and (best is None or projected < best[0]):
                     best = (projected, size, -1)
+                    if projected <= top_value:
+                        break
         if best is None:
             left.append(i)
             continue

@@ -96,8 +96,12 @@ class ContextParallelInstance:
                     f"tokens: sequence {show(self.keys[longest])} has {int(self.tokens[longest])} tokens, more than "
                     f"the largest CP group holds ({self.sizes[-1]} ranks x max_tokens_per_rank "
                     f"{self.max_tokens_per_rank})")
+        fewest_groups = ranks // self.sizes[-1]
+        if 0 < len(self.tokens) < fewest_groups:
+            raise InfeasibleError(
+                f"tokens: {len(self.tokens)} sequences cannot fill the {ranks} ranks of a micro-batch: every group "
+                f"runs at least one, and groups of at most {self.sizes[-1]} ranks need {fewest_groups}")
         if self.micro_batches is not None:
-            fewest_groups = ranks // self.sizes[-1]
             if len(self.tokens) < self.micro_batches * fewest_groups:
                 raise InfeasibleError(
                     f"context_parallel.micro_batches: {self.micro_batches} slots of at least {fewest_groups} "
