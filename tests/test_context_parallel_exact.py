@@ -281,12 +281,14 @@ def test_no_backend_beats_the_optimum_and_the_bound_holds(solver, name):
         assert outcome.bound <= best * (1 + 1e-9)
 
 
-def test_cpsat_proves_infeasibility_counting_misses_nothing():
-    # one sequence cannot fill a slot of 4 ranks in groups of at most 2 (two groups, one empty)
-    instance = tiny([1000], sizes=[1, 2])
+def test_cpsat_proves_an_infeasibility_counting_misses():
+    # one slot of 8 ranks; each sequence needs a group of 4 (2,100 tokens > 2 x 1,000), a slot holds two such
+    # groups, and two sequences together exceed one (4,200 > 4 x 1,000): no plan, though the tokens fit the slot
+    instance = tiny([2100, 2100, 2100], dp=2, max_cp=4, cap=1000, micro_batches=1)
     assert dp_optimum(instance) == math.inf
     outcome = solve_context_parallel(instance, "cpsat", time_limit_s=LIMIT_S)
     assert outcome.status == "infeasible", outcome.message
+    assert "CP-SAT proved" in outcome.message
 
 
 # ------------------------------------------------------------------------------------ properties

@@ -15,10 +15,10 @@ Constraints:
   ``size · max_tokens_per_rank``;
 * per slot, the vector of active counts per class is one of the signatures (a tiling exists with these
   groups; ``AddAllowedAssignments``), or all zero for an unused slot; Σ size·active = R·used;
-* ``M[k] ≥`` every piece of every active group's time: ``const·active + Σ_i coeff_i·x`` (a group's
-  time is the maximum of its affine pieces; one piece when it is additive), and ``R·M[k] ≥
-  Σ_groups size·piece`` (every rank is busy at most the slot's time: the rank-seconds of the slot fit
-  in ``R·M[k]``; redundant, it feeds the LP);
+* a group's time ``T[k, c, j] ≥`` each of its affine pieces ``const·active + Σ_i coeff_i·x`` (the cost
+  model's group time is their maximum), ``M[k] ≥ T`` of each group of the slot, and ``R·M[k] ≥
+  Σ_groups size·T`` (every rank is busy at most the slot's time: the slot's rank-seconds fit in
+  ``R·M[k]``; redundant, it feeds the LP);
 * symmetry breaking: slots used first; slot k's smallest sequence index above slot k−1's, groups of one
   class in a slot likewise (``x[i, k, c, j] ≤ Σ_{i' < i} x[i', k, c, j−1]``): every plan has exactly one
   such ordering, so no plan is lost;
@@ -170,19 +170,20 @@ def build(
             model.Add(counts[c] == sum(active[k, c, j] for j in range(count)))
         model.AddAllowedAssignments(counts, allowed)
         model.Add(sum(classes[c][0] * counts[c] for c in range(len(classes))) == ranks * used[k])
-        # the slot's time: above every piece of every group, and the slot's rank-seconds fit in R·M
+        # the slot's time: above every group's
         m = model.NewIntVar(0, max(upper, 0), f"M_{k}")
         if not fixed_slots:
             model.Add(m == 0).OnlyEnforceIf(used[k].Not())
+        # a time per group above each of its pieces; the slot's rank-seconds Σ size·T fit in R·M
+        times = []
         for c, count in enumerate(positions):
             for j in range(count):
+                t = model.NewIntVar(0, max(upper, 0), "")
                 for const, coeffs in ticks[c]:
-                    model.Add(m >= const * active[k, c, j] + sum(coeffs[i] * v for i, v in members[k, c, j]))
-        for p in range(min(len(per) for per in ticks)):
-            model.Add(ranks * m >= sum(
-                classes[c][0] * (ticks[c][p][0] * active[k, c, j] + sum(ticks[c][p][1][i] * v
-                                                                        for i, v in members[k, c, j]))
-                for c, count in enumerate(positions) for j in range(count)))
+                    model.Add(t >= const * active[k, c, j] + sum(coeffs[i] * v for i, v in members[k, c, j]))
+                model.Add(m >= t)
+                times.append(classes[c][0] * t)
+        model.Add(ranks * m >= sum(times))
         slot_time.append(m)
         check_clock()
     # slots: used ones first, ordered by their smallest sequence
