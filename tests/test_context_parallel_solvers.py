@@ -123,6 +123,19 @@ def test_the_bounds_by_hand():
     assert ContextParallelEvaluator(inst).lower_bound() == pytest.approx(max(work, solo[0] + solo[1]))
 
 
+def test_the_leader_bound_by_hand():
+    # 4 ranks, CP sizes 1 and 2, 1,500 tokens per rank (6,000 a slot). The 2,000-token sequence needs CP 2:
+    # linear 1 s, attention 4/2 = 2 s: 1 + 2/2 + max(2/2, 0.102) = 3 s; its work a·s + b·s² = 2 + 4 = 6.
+    # Twenty of 300 tokens: work 0.3 + 0.09 = 0.39 each (7.8 in all). Its slot holds 4,000 more tokens, 13⅓ of
+    # them: 5.2 of work; the rest, 2.6, runs in other slots: 3 + 2.6/4 = 3.65 s. Work bound 13.8/4 = 3.45 s;
+    # slot bound (2 slots) 3 + 0.195 s.
+    inst = make_instance([2000] + [300] * 20, dp=2, context_parallel={"max": 2, "max_tokens_per_rank": 1500},
+                         cost=COST.to_dict())
+    assert ContextParallelEvaluator(inst).lower_bound() == pytest.approx(3.65)
+    result = solve_context_parallel(inst)
+    assert result.ok and result.objective >= 3.65 * (1 - 1e-9)
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_bound_and_heuristics_against_brute_force(seed):
     inst = tiny(seed)

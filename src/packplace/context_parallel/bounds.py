@@ -20,6 +20,13 @@ grows with a group's tokens); a plan has at least ``k`` slots (the fixed ``micro
 
     step_time ≥ max_i m_i + Σ of the k - 1 smallest m_j over the other sequences     (the slot bound)
 
+With a token cap, the slot holding the sequence ``l`` of the largest ``m_l`` takes at least ``m_l`` and holds at
+most ``R · max_tokens_per_rank`` tokens, so at most ``V`` of the work, the fractional knapsack of the works
+``w_i = a·s + b·s²`` (a valid work of every sequence: λ = 1 above) in those tokens with ``l`` in it; every other
+slot takes at least its work / R:
+
+    step_time ≥ m_l + (Σ_i w_i − V) / R                                             (the leader bound)
+
 The makespan (a rank's busy seconds over the step) has the work bound and ``max_i m_i``; the balance has 0.
 """
 
@@ -108,6 +115,29 @@ def slot_bound(instance: ContextParallelInstance, solo: np.ndarray | None = None
     return float(order[-1] + order[: k - 1].sum()) if k > 1 else float(order[-1])
 
 
+def leader_bound(instance: ContextParallelInstance, solo: np.ndarray | None = None) -> float:
+    """The leader bound on the step time (module docstring), seconds; 0 without a token cap."""
+    if instance.n == 0 or instance.max_tokens_per_rank is None:
+        return 0.0
+    solo = solo_times(instance) if solo is None else solo
+    cost = instance.cost
+    s = instance.tokens.astype(np.float64)
+    work = cost.linear_s_per_token * s + cost.attention_s_per_token2 * s * s
+    leader = int(np.argmax(solo))
+    room = float(instance.ranks) * instance.max_tokens_per_rank - s[leader]
+    held = float(work[leader])
+    for i in np.argsort(-(work / s), kind="stable").tolist():  # densest first: the fractional knapsack
+        if i == leader:
+            continue
+        if s[i] <= room:
+            held += float(work[i])
+            room -= s[i]
+        else:
+            held += float(work[i]) * max(0.0, room) / s[i]
+            break
+    return float(solo[leader]) + max(0.0, float(work.sum()) - held) / instance.ranks
+
+
 def lower_bound(instance: ContextParallelInstance) -> float:
     """A proven lower bound on the instance's objective (seconds; 0 for ``balance``)."""
     if instance.objective == "balance" or instance.n == 0:
@@ -116,4 +146,4 @@ def lower_bound(instance: ContextParallelInstance) -> float:
     work = work_bound(instance) / instance.ranks
     if instance.objective == "makespan":
         return max(work, float(solo.max()))
-    return max(work, slot_bound(instance, solo))
+    return max(work, slot_bound(instance, solo), leader_bound(instance, solo))
