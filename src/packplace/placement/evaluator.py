@@ -31,6 +31,7 @@ from packplace.placement.candidates import (
     explain,
     gb,
     memory_budget,
+    shared_weights_trainer,
     train_state_kept,
     vertex_parts,
 )
@@ -172,6 +173,9 @@ class PlacementEvaluator:
         self.model_specs = [instance.models[v.model] for v in graph.vertices]
         #: per vertex: its resident bytes add to its model's training state (train_state_kept)
         self.adds_resident = [train_state_kept(instance, n) for n in self.names]
+        #: per vertex: the trainer vertex whose parameter tensors a hybrid engine generates with (counted once
+        #: where both lie, at equal ``(pp, tp)``: shared_weights_trainer), else -1
+        self.shares_weights = [self.index.get(shared_weights_trainer(instance, n) or "", -1) for n in self.names]
         self.capacity = instance.hardware.memory_per_gpu
         #: per vertex: the bytes per GPU it may use on its own (the rollout engine's budget for generation)
         self.own_budget = [memory_budget(instance, v.kind) for v in graph.vertices]
@@ -401,6 +405,7 @@ class PlacementEvaluator:
         out = []
         vm = self.vertex_model
         adds = self.adds_resident
+        shares = self.shares_weights
         for k in range(len(points) - 1):
             a, b = points[k], points[k + 1]
             resident: dict[int, float] = {}
@@ -411,7 +416,7 @@ class PlacementEvaluator:
                 if lo <= a and b <= hi:
                     covered = True
                     m = vm[i]
-                    if adds[i]:
+                    if adds[i] and not self._weights_shared(res, i, shares[i], a, b):
                         extra += cand.resident_bytes
                     elif cand.resident_bytes > resident.get(m, 0.0):
                         resident[m] = cand.resident_bytes
@@ -420,6 +425,18 @@ class PlacementEvaluator:
             if covered:
                 out.append((a, b, sum(resident.values()) + extra + transient))
         return out
+
+    @staticmethod
+    def _weights_shared(res: list, engine: int, trainer: int, a: int, b: int) -> bool:
+        """Whether the hybrid engine ``engine`` generates with the parameter tensors of ``trainer`` on the GPU
+        range ``[a, b)``: the trainer covers it with the engine's ``(pp, tp)`` (the engine's weights are then
+        the trainer's own bf16 weights, already in its training state)."""
+        if trainer < 0:
+            return False
+        cand, _, _ = res[engine]
+        tcand, tlo, thi = res[trainer]
+        return (tlo <= a and b <= thi and tcand.strategy.tp == cand.strategy.tp
+                and tcand.strategy.pp == cand.strategy.pp)
 
     def _staleness_violation(self, plan: Plan) -> str | None:
         allowed = self.instance.optimizer["staleness_candidates"]

@@ -41,10 +41,20 @@ from packplace.placement.model.framework import (
     dispatch_seconds,
     exposed_gather_seconds,
     gather_seconds,
+    offload_round_trip_seconds,
     onload_seconds,
+    refit_framework_seconds,
     refit_seconds,
 )
-from packplace.placement.model.memory import lora_params, stage_gemm_share, stage_layers, trainable_stage_params
+from packplace.placement.model.memory import (
+    DEFAULT_TRAINING,
+    TrainingOptions,
+    lora_params,
+    resident_bytes,
+    stage_gemm_share,
+    stage_layers,
+    trainable_stage_params,
+)
 from packplace.placement.problem.hardware import Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.workload import Workload
@@ -70,17 +80,22 @@ class CostModel:
         sharded_models: Shapes of the trained models that shard their weights with ``zero3`` (their
             weight sync into a hybrid engine gathers the partitions,
             :func:`~packplace.placement.model.framework.refit_seconds`).
+        training: The training options of each trained model's shape (its state's bytes, which a
+            framework with ``colocated_offload`` moves to the host and back every step); a shape not in it
+            takes the defaults.
     """
 
     def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload,
                  engine: RolloutEngine | None = None, framework: FrameworkProfile | None = None,
-                 sharded_models: frozenset = frozenset()) -> None:
+                 sharded_models: frozenset = frozenset(),
+                 training: dict[ModelSpec, TrainingOptions] | None = None) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
         self.engine = engine if engine is not None else RolloutEngine()
         self.framework = framework if framework is not None else FRAMEWORKS[DEFAULT_FRAMEWORK]
         self.sharded_models = sharded_models
+        self.training = dict(training) if training else {}
         name = getattr(hardware, "component_table", "none")
         self.components = load_table(name) if name != "none" else None
 
@@ -666,18 +681,20 @@ class CostModel:
         ``weight_sync_overhead`` knob (0 unless a config or ``calibrate`` sets it)."""
         shard = self.layout_shard_bytes(model, dst_layout)
         if engine and src_range == dst_range:
-            return self.colocated_sync_time(model, dst_layout, src_range)
+            return self.colocated_sync_time(model, dst_layout, src_range, src_layout)
         if engine:
             path = refit_seconds(self, model, src_range, dst_layout, dst_range, model in self.sharded_models)
             if path is not None:
-                return path + self.hw.weight_sync_overhead
+                return (path + refit_framework_seconds(self, model, dst_layout, colocated=False)
+                        + self.hw.weight_sync_overhead)
         if not engine and src_range == dst_range and src_layout == dst_layout:
             return 0.0
         level = self.cluster.span_level(min(src_range[0], dst_range[0]), max(src_range[1], dst_range[1]))
         return self.p2p(shard, level) + (self.hw.weight_sync_overhead if engine else 0.0)
 
     def colocated_sync_time(self, model: ModelSpec, dst_layout: tuple[int, ...],
-                            block: tuple[int, int] | None = None) -> float:
+                            block: tuple[int, int] | None = None,
+                            src_layout: tuple[int, ...] | None = None) -> float:
         """Weight sync into a rollout engine colocated with its trainer, seconds:
         ``2·shard/memory_bandwidth`` (local reshard: the trainer's copy read, the engine's written in HBM)
         ``+ 2·shard/host_bandwidth`` (the engine's sleep/wake: vLLM sleep mode level 1 offloads the
@@ -685,14 +702,41 @@ class CostModel:
         ``+ weight_sync_overhead``, with ``shard = 2P/(tp·pp)`` bytes of the engine's layout
         (:meth:`layout_shard_bytes`). An ``in_place`` framework (DeepSpeed hybrid engine) has no
         sleep/wake; its gather of ZeRO-3 partitions over the ``block`` (id range) is
-        :func:`~packplace.placement.model.framework.refit_seconds` (without ``block`` the gather is left out)."""
+        :func:`~packplace.placement.model.framework.refit_seconds` (without ``block`` the gather is left out).
+
+        A framework's own refit steps add :func:`~packplace.placement.model.framework.refit_framework_seconds`
+        (full-parameter gather, handle transfer, the engine's weight load), and a framework that offloads
+        the trainer while its engine generates (``colocated_offload``) the round trip of the trainer's
+        state over the host link (:func:`~packplace.placement.model.framework.offload_round_trip_seconds`):
+        the state of the trainer's ``src_layout`` ``(pp, tp[, ep])`` on the ``block``'s GPUs
+        (:func:`~packplace.placement.model.memory.resident_bytes`; without ``src_layout`` the engine's
+        layout stands for it, without ``block`` one replica)."""
         hw = self.hw
         if self.framework.refit == "in_place":
             block = block if block is not None else (0, 1)
             sharded = model in self.sharded_models
             return refit_seconds(self, model, block, dst_layout, block, sharded) + hw.weight_sync_overhead
         shard = self.layout_shard_bytes(model, dst_layout)
-        return 2.0 * shard / hw.memory_bandwidth + 2.0 * shard / hw.host_bandwidth + hw.weight_sync_overhead
+        seconds = 2.0 * shard / hw.memory_bandwidth + 2.0 * shard / hw.host_bandwidth + hw.weight_sync_overhead
+        seconds += refit_framework_seconds(self, model, dst_layout, colocated=True)
+        if self.framework.colocated_offload:
+            seconds += offload_round_trip_seconds(self, self.train_state_bytes(model, src_layout or dst_layout,
+                                                                                block))
+        return seconds
+
+    def train_state_bytes(self, model: ModelSpec, layout: tuple[int, ...],
+                          block: tuple[int, int] | None = None) -> float:
+        """Resident training-state bytes per GPU of ``model`` trained at ``layout`` ``(pp, tp[, ep])`` over the
+        ``block``'s GPUs (``dp = n/(pp·tp)``, at least 1; one replica without ``block``), with its training
+        options (:func:`~packplace.placement.model.memory.resident_bytes`)."""
+        pp, tp = layout[0], layout[1]
+        ep = layout[2] if len(layout) > 2 else 1
+        n = block[1] - block[0] if block is not None else pp * tp
+        dp = max(1, n // (pp * tp))
+        if ep > 1 and dp % ep:
+            ep = 1
+        options = self.training.get(model, DEFAULT_TRAINING)
+        return resident_bytes(model, "train", dp, pp, tp, options, ep)
 
     def transfer_time(self, src_range: tuple[int, int], dst_range: tuple[int, int], dst_dp: int) -> float:
         """Data edge (rollouts or scores) between two blocks: 0 on the same block, else each consumer
