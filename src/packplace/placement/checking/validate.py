@@ -213,8 +213,8 @@ def fit_micro_batches(instance, plan: Plan, tasks: tuple[str, ...]) -> tuple[Pla
     largest that fits beside everything else on its GPUs, an engine's the largest batch it holds. Memory
     grows with the micro-batch, so a bisection over the divisors of the sequences per replica (the
     workload's ``B·K`` over the task's ``dp``; a micro-batch divides them) finds it; tasks are fitted in
-    the order given, each with the ones before it already fitted. A task that does not fit even at 1 keeps 1 (the plan is then over memory and
-    ``validate`` says so)."""
+    the order given, each with the ones before it already fitted. A task that does not fit even at 1
+    keeps 1 (the plan is then over memory and ``validate`` says so)."""
     fitted: dict[str, int] = {}
     for name in tasks:
         vp = dict(plan.vertices)[name]
