@@ -32,6 +32,7 @@ from packplace.placement.model.engine import (
     kv_capacity_tokens,
     paged_schedule,
     rollout_stream_schedule,
+    static_queue_makespan,
 )
 from packplace.placement.model.framework import (
     DEFAULT_FRAMEWORK,
@@ -571,6 +572,10 @@ class CostModel:
         the running batch (:meth:`prefill_time`) and of the tokens preempted sequences recompute
         (:meth:`recompute_time`).
 
+        With ``dispatch: queue`` the static batches of the whole step go to the first free replica
+        (:func:`~packplace.placement.model.engine.static_queue_makespan`), each decoding to its own longest
+        response on the same per-iteration times; the vertex lasts until the last batch ends.
+
         Static rounds (``batching: static``): rounds of ``mb`` sequences, each a prefill of ``mb``
         prompts and decode iterations ``t = 1..T_max`` (``T_max`` the longest response of the batch,
         :attr:`Workload.max_response`) with the expected running count ``a_t = mb·(1 − F(t−1))`` from
@@ -598,7 +603,18 @@ class CostModel:
         active = micro_batch * fraction
         step = self.decode_step_times(model, tp, pp, extent, dp, active, active * (S + steps), ep)
         round_time = prefill + float((step * weight).sum())
-        return self.pipeline(rounds, pp, round_time * stage_gemm_share(model, pp))
+        share = stage_gemm_share(model, pp)
+        if self.engine.dispatch == "queue":
+            # a batch whose longest response is T decodes the grid's iterations up to T
+            done = np.concatenate([[0.0], np.cumsum(step * weight)])
+            ends = np.concatenate([[0.0], steps + (weight - 1.0) / 2.0])
+
+            def batch_seconds(t: float) -> float:
+                return prefill + float(np.interp(t, ends, done))
+
+            makespan = static_queue_makespan(w, micro_batch, dp, batch_seconds)
+            return (makespan + (pp - 1) * round_time) * share
+        return self.pipeline(rounds, pp, round_time * share)
 
     def recompute_time(self, model: ModelSpec, tp: int, tokens: float, ep: int = 1) -> float:
         """Prefill of the ``tokens`` a rollout engine recomputes for preempted sequences (vLLM's

@@ -70,15 +70,17 @@ DS_HYBRID_DECODE_STEP_OVERHEAD = 4.7e-3
 #: EP 64 x PP 8, generation vLLM TP 64, H100; NeMo RL v0.3; github.com/NVIDIA-NeMo/RL discussion #1189 and
 #: docs/blog "NeMo-RL: Journey of Optimizing Weight Transfer in Large MoE Models by 10x", Table 1):
 #: "policy parameter gather" 12.2 s (every policy worker materialises the full parameters, bucket by
-#: bucket, from its model-parallel peers: 1,342 GB / 12.2 s = 110 GB/s), "IPC handle transfer" 33.5 s (the
-#: handles and the parameter metadata pass from the policy workers through the controller to every vLLM
-#: executor by Ray remote calls, and each executor rebuilds the tensors: 1,342 GB / 33.5 s = 40 GB/s of
-#: the full model) and "generation parameter update" 1.5 s (vLLM's ``model.load_weights`` re-lays out the
-#: executor's own shard, 1,342 / 64 = 21.0 GB / 1.5 s = 14 GB/s per GPU). Not a validation row.
+#: bucket, from its model-parallel peers: 1,342 GB / 12.2 s = 110 GB/s), "IPC handle transfer" 33.5 s and
+#: "generation parameter update" 1.5 s (vLLM's ``model.load_weights`` re-lays out the executor's own shard,
+#: 1,342 / 64 = 21.0 GB / 1.5 s = 14 GB/s per GPU). Not a validation row.
 NEMO_RL_REFIT_GATHER_BANDWIDTH = 1342e9 / 12.2
-#: See :data:`NEMO_RL_REFIT_GATHER_BANDWIDTH`: the IPC handle transfer of a colocated refit, bytes of the full
-#: bf16 model per second (the Ray hop from policy worker to controller to engine executor).
-NEMO_RL_REFIT_IPC_BANDWIDTH = 1342e9 / 33.5
+#: The transfer step of a colocated refit, bytes of the full bf16 model per second: from v0.4 NeMo RL streams
+#: the gathered buckets to each vLLM worker over a ZMQ socket with CUDA IPC (``stream_weights_via_ipc_zmq``)
+#: instead of passing handles through the controller, and "the complete DeepSeek-V3 refitting takes ~35
+#: seconds with over 175 distinct IPC transfers" (github.com/NVIDIA-NeMo/RL pull request #1267, review
+#: thread, 2025-10-18); less the gather and the update of :data:`NEMO_RL_REFIT_GATHER_BANDWIDTH`'s breakdown,
+#: whose paths that change left alone: 35 − 12.2 − 1.5 = 21.3 s, 1,342 GB / 21.3 s = 63 GB/s.
+NEMO_RL_REFIT_IPC_BANDWIDTH = 1342e9 / (35.0 - 12.2 - 1.5)
 #: Bytes per second per GPU at which a vLLM engine loads refitted weights into its own shard
 #: (``model.load_weights``: the per-tensor loaders copy, fuse QKV / gate-up and re-lay out the experts);
 #: the "generation parameter update" of the NeMo RL refit breakdown of
@@ -152,8 +154,8 @@ class FrameworkProfile:
             NeMo RL (``refit_policy_generation``: ``stream_weights_via_ipc_zmq`` colocated,
             ``broadcast_weights_for_collective`` split, both iterate the exported full parameters):
             :data:`NEMO_RL_REFIT_GATHER_BANDWIDTH`.
-        refit_ipc_bandwidth: Bytes of the full bf16 model per second of a colocated refit's handle transfer
-            through the controller (0: none). NeMo RL: :data:`NEMO_RL_REFIT_IPC_BANDWIDTH`.
+        refit_ipc_bandwidth: Bytes of the full bf16 model per second of a colocated refit's transfer from
+            the trainer's processes to the engine's (0: none). NeMo RL: :data:`NEMO_RL_REFIT_IPC_BANDWIDTH`.
         colocated_offload: The trainer moves its whole training state (weights, gradient buffers, optimizer
             state) to host memory before its colocated engine generates and back before the next
             log-prob / training pass, every step: NeMo RL v0.5-v0.6
@@ -353,8 +355,8 @@ def refit_seconds(cost, model: ModelSpec, src_range: tuple[int, int], dst_layout
 
 def refit_framework_seconds(cost, model: ModelSpec, dst_layout: tuple[int, ...], colocated: bool) -> float:
     """What a framework's refit adds to moving the bytes, seconds: every trainer worker materialising the
-    full ``2P`` bf16 parameters (``refit_gather_bandwidth``), on the same block the handle transfer through
-    the controller (``refit_ipc_bandwidth``), and the engine loading its own shard
+    full ``2P`` bf16 parameters (``refit_gather_bandwidth``), on the same block the transfer between the
+    trainer's and the engine's processes (``refit_ipc_bandwidth``), and the engine loading its own shard
     (:meth:`~packplace.placement.model.cost.CostModel.layout_shard_bytes` of ``dst_layout``) at
     ``engine_load_bandwidth``; each term 0 where the profile's figure is 0 (sources:
     :class:`FrameworkProfile`)."""
