@@ -126,8 +126,9 @@ def test_colocated_cuda_ipc_refit_is_the_sleep_wake_formula_plus_nemo_rls_refit_
     # NeMo RL's refit steps at the DeepSeek-V3 rates: full-parameter gather 2P at 1,342e9/12.2, the streamed
     # IPC transfer 2P at 1,342e9/(35 − 12.2 − 1.5), vLLM load of the TP-1 shard 2P at 1,342e9/64/1.5
     refit = shard / (1342e9 / 12.2) + shard / (1342e9 / 21.3) + shard / (1342e9 / 64 / 1.5)
-    # the FSDP trainer's state (zero3 over 16 GPUs: 2P/16 weights + 2P/16 gradients + 12P/16 Adam, plus the
-    # gathered layer 2·p_L) to the host and back over PCIe (offload_after_refit, prepare_for_training)
+    # the trainer's state spread over the 16 GPUs (2P/16 weights + 2P/16 gradients + 12P/16 Adam, plus the
+    # gathered layer 2·p_L: this FSDP trainer's own) to the host and back over PCIe (offload_after_refit,
+    # prepare_for_training)
     state = 16 * model.params / 16 + 2 * model.block_params / model.layers
     offload = 2 * state / 50e9
     assert score.realloc["actor.train->actor.generate"] == pytest.approx(sleep_wake + refit + offload, rel=1e-12)

@@ -21,6 +21,7 @@ dispatches each token to its ``k`` experts and combines the results, two all-to-
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -697,7 +698,7 @@ class CostModel:
         ``weight_sync_overhead`` knob (0 unless a config or ``calibrate`` sets it)."""
         shard = self.layout_shard_bytes(model, dst_layout)
         if engine and src_range == dst_range:
-            return self.colocated_sync_time(model, dst_layout, src_range, src_layout)
+            return self.colocated_sync_time(model, dst_layout, src_range)
         if engine:
             path = refit_seconds(self, model, src_range, dst_layout, dst_range, model in self.sharded_models)
             if path is not None:
@@ -709,8 +710,7 @@ class CostModel:
         return self.p2p(shard, level) + (self.hw.weight_sync_overhead if engine else 0.0)
 
     def colocated_sync_time(self, model: ModelSpec, dst_layout: tuple[int, ...],
-                            block: tuple[int, int] | None = None,
-                            src_layout: tuple[int, ...] | None = None) -> float:
+                            block: tuple[int, int] | None = None) -> float:
         """Weight sync into a rollout engine colocated with its trainer, seconds:
         ``2·shard/memory_bandwidth`` (local reshard: the trainer's copy read, the engine's written in HBM)
         ``+ 2·shard/host_bandwidth`` (the engine's sleep/wake: vLLM sleep mode level 1 offloads the
@@ -723,10 +723,8 @@ class CostModel:
         A framework's own refit steps add :func:`~packplace.placement.model.framework.refit_framework_seconds`
         (full-parameter gather, handle transfer, the engine's weight load), and a framework that offloads
         the trainer while its engine generates (``colocated_offload``) the round trip of the trainer's
-        state over the host link (:func:`~packplace.placement.model.framework.offload_round_trip_seconds`):
-        the state of the trainer's ``src_layout`` ``(pp, tp[, ep])`` on the ``block``'s GPUs
-        (:func:`~packplace.placement.model.memory.resident_bytes`; without ``src_layout`` the engine's
-        layout stands for it, without ``block`` one replica)."""
+        state over the host link (:func:`~packplace.placement.model.framework.offload_round_trip_seconds`)
+        of :meth:`train_state_bytes` on the ``block``'s GPUs (one GPU without ``block``)."""
         hw = self.hw
         if self.framework.refit == "in_place":
             block = block if block is not None else (0, 1)
@@ -736,23 +734,19 @@ class CostModel:
         seconds = 2.0 * shard / hw.memory_bandwidth + 2.0 * shard / hw.host_bandwidth + hw.weight_sync_overhead
         seconds += refit_framework_seconds(self, model, dst_layout, colocated=True)
         if self.framework.colocated_offload:
-            seconds += offload_round_trip_seconds(self, self.train_state_bytes(model, src_layout or dst_layout,
-                                                                                block))
+            seconds += offload_round_trip_seconds(self, self.train_state_bytes(model, block))
         return seconds
 
-    def train_state_bytes(self, model: ModelSpec, layout: tuple[int, ...],
-                          block: tuple[int, int] | None = None) -> float:
-        """Resident training-state bytes per GPU of ``model`` trained at ``layout`` ``(pp, tp[, ep])`` over the
-        ``block``'s GPUs (``dp = n/(pp·tp)``, at least 1; one replica without ``block``), with its training
-        options (:func:`~packplace.placement.model.memory.resident_bytes`)."""
-        pp, tp = layout[0], layout[1]
-        ep = layout[2] if len(layout) > 2 else 1
-        n = block[1] - block[0] if block is not None else pp * tp
-        dp = max(1, n // (pp * tp))
-        if ep > 1 and dp % ep:
-            ep = 1
+    def train_state_bytes(self, model: ModelSpec, block: tuple[int, int] | None = None) -> float:
+        """Training-state bytes per GPU of ``model`` spread over the ``block``'s ``n`` GPUs as if fully sharded
+        (weights, gradients and Adam state each ``1/n``, with its training options' offload and LoRA:
+        :func:`~packplace.placement.model.memory.resident_bytes` at ``dp = n`` under ``zero3``). A lower
+        bound of the per-GPU state of every layout of the trainer on those GPUs (replicated weights or
+        unsharded gradients only add), and independent of that layout, so that the search's tables,
+        which price a colocated refit by the engine's block alone, price it as the evaluator does."""
+        n = block[1] - block[0] if block is not None else 1
         options = self.training.get(model, DEFAULT_TRAINING)
-        return resident_bytes(model, "train", dp, pp, tp, options, ep)
+        return resident_bytes(model, "train", max(1, n), 1, 1, replace(options, sharding="zero3"))
 
     def transfer_time(self, src_range: tuple[int, int], dst_range: tuple[int, int], dst_dp: int) -> float:
         """Data edge (rollouts or scores) between two blocks: 0 on the same block, else each consumer
