@@ -207,7 +207,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "the reference runs in the policy worker's own (sharded) layout; algorithms/async_utils.py "
         "(AsyncTrajectoryCollector: per-prompt requests, at most num_prompts_per_step x "
         "max_trajectory_age_steps in flight); models/policy/dtensor_policy_worker.py (fully_shard); "
-        "models/generation/vllm/vllm_worker_async.py (AsyncLLM.from_engine_args, no max_num_seqs)",
+        "models/generation/vllm/vllm_worker_async.py (AsyncLLM.from_engine_args, no max_num_seqs); "
+        "refit_policy_generation (offload_before_refit / offload_after_refit colocated) and the refit "
+        "breakdown of discussion #1189 with the streamed-IPC total of pull request #1267",
         continuous_rollout=True, gather_prefetch=True, stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, refit_gather_bandwidth=NEMO_RL_REFIT_GATHER_BANDWIDTH,
         refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True),
