@@ -67,7 +67,7 @@ VLLM_DECODE_STEP_OVERHEAD = 1.4e-3
 DS_HYBRID_DECODE_STEP_OVERHEAD = 4.7e-3
 #: Bytes of the full bf16 model that NeMo RL's refit moves per second in each of its three steps, from the
 #: refit breakdown the NeMo RL team published for DeepSeek-V3 (671 B parameters, 1,342 GB in bf16; training
-#: EP 64 x PP 8, generation vLLM TP 64, H100; NeMo RL v0.3; github.com/NVIDIA-NeMo/RL discussion #1189 and
+#: EP 64 x PP 8, generation vLLM TP 64, H100; NeMo RL v0.3; github.com/NVIDIA-NeMo/RL/discussions/1189 and
 #: docs/blog "NeMo-RL: Journey of Optimizing Weight Transfer in Large MoE Models by 10x", Table 1):
 #: "policy parameter gather" 12.2 s (every policy worker materialises the full parameters, bucket by
 #: bucket, from its model-parallel peers: 1,342 GB / 12.2 s = 110 GB/s), "IPC handle transfer" 33.5 s and
@@ -77,7 +77,7 @@ NEMO_RL_REFIT_GATHER_BANDWIDTH = 1342e9 / 12.2
 #: The transfer step of a colocated refit, bytes of the full bf16 model per second: from v0.4 NeMo RL streams
 #: the gathered buckets to each vLLM worker over a ZMQ socket with CUDA IPC (``stream_weights_via_ipc_zmq``)
 #: instead of passing handles through the controller, and "the complete DeepSeek-V3 refitting takes ~35
-#: seconds with over 175 distinct IPC transfers" (github.com/NVIDIA-NeMo/RL pull request #1267, review
+#: seconds with over 175 distinct IPC transfers" (github.com/NVIDIA-NeMo/RL/pull/1267, review
 #: thread, 2025-10-18); less the gather and the update of :data:`NEMO_RL_REFIT_GATHER_BANDWIDTH`'s breakdown,
 #: whose paths that change left alone: 35 − 12.2 − 1.5 = 21.3 s, 1,342 GB / 21.3 s = 63 GB/s.
 NEMO_RL_REFIT_IPC_BANDWIDTH = 1342e9 / (35.0 - 12.2 - 1.5)
@@ -209,7 +209,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "max_trajectory_age_steps in flight); models/policy/dtensor_policy_worker.py (fully_shard); "
         "models/generation/vllm/vllm_worker_async.py (AsyncLLM.from_engine_args, no max_num_seqs); "
         "refit_policy_generation (offload_before_refit / offload_after_refit colocated) and the refit "
-        "breakdown of discussion #1189 with the streamed-IPC total of pull request #1267",
+        "breakdown of github.com/NVIDIA-NeMo/RL/discussions/1189 with the streamed-IPC total of "
+        "github.com/NVIDIA-NeMo/RL/pull/1267",
         continuous_rollout=True, gather_prefetch=True, stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, refit_gather_bandwidth=NEMO_RL_REFIT_GATHER_BANDWIDTH,
         refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True),
