@@ -35,7 +35,7 @@ def test_the_set_has_the_runs_its_readme_lists():
         readme = fh.read()
     listed = set(re.findall(r"^\| `([^`]+)` \|", readme, flags=re.MULTILINE))
     assert listed == SETUPS
-    assert len(SETUPS) == 6
+    assert len(SETUPS) == 7
 
 
 @pytest.mark.parametrize("path", FILES, ids=_name)
