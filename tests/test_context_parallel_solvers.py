@@ -207,3 +207,15 @@ def test_plan_round_trip_and_result_json():
     back = SolveResult.from_json(result.to_json())
     assert back.solution == result.solution
     assert plan_from_slots([[(0, 1, [0])]]).micro_batches[0][0].keys == (0,)
+
+
+def test_a_time_limit_still_answers_with_a_feasible_plan():
+    rng = np.random.default_rng(5)
+    tokens = np.clip(rng.lognormal(np.log(2500), 0.8, 256), 1024, 32768).astype(int)
+    inst = make_instance(tokens, dp=2, context_parallel={"max": 8, "sizes": [1, 2, 4, 8, 16],
+                                                         "max_tokens_per_rank": 16384}, cost=COST.to_dict())
+    limited = solve_context_parallel(inst, time_limit_s=1e-6)  # past before the first slot is packed
+    assert limited.ok and limited.objective >= limited.bound
+    assert limited.objective == pytest.approx(solve_context_parallel(inst, "static").objective)  # its fallback
+    free = solve_context_parallel(inst)
+    assert free.objective <= limited.objective * (1 + 1e-9)

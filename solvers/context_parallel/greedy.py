@@ -421,9 +421,9 @@ def _improve(table: _Table, state: _State, budget: int, run: Any = None) -> int:
                                                              float(b_time[x]))
                 if best is not None:
                     g, other, c_time, g_time = best
-                    _move(state, i, c, g, c_time, g_time)
+                    _move(state, i, c, g)
                     if other is not None:
-                        _move(state, other, g, c, c_time, g_time)
+                        _move(state, other, g, c)
                     state.time[c], state.time[g] = c_time, g_time
                     state.refresh(j)
                     if int(state.slot[g]) != j:
@@ -490,8 +490,8 @@ def _structural(table: _Table, state: _State) -> _State | None:
     return None
 
 
-def _move(state: _State, i: int, source: int, target: int, source_time: float, target_time: float) -> None:
-    """Sequence ``i`` from group ``source`` to group ``target`` (times set by the caller)."""
+def _move(state: _State, i: int, source: int, target: int) -> None:
+    """Sequence ``i`` from group ``source`` to group ``target`` (the caller sets the two groups' times)."""
     s = state.table.tokens[i]
     state.members[source].remove(i)
     state.members[target].append(i)
