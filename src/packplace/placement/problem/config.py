@@ -65,7 +65,7 @@ MAX_STALENESS = 16
 CLUSTER_FIELDS: dict[str, Field] = {
     "racks": Field("int", "racks", 1, 4096, meaning="racks"),
     "nodes_per_rack": Field("int", "nodes", 1, 4096, meaning="nodes per rack"),
-    "gpus_per_node": Field("int", "GPUs", 1, 64, meaning="GPUs per node"),
+    "gpus_per_node": Field("int", "GPUs", 1, 72, meaning="GPUs per node (one NVLink domain: 72 on a GB200 NVL72)"),
 }
 _ALPHA = "latency of one step of a {what} {level}"
 _BETA = "inverse bandwidth of a {what} {level}"
