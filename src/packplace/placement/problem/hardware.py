@@ -299,9 +299,9 @@ GEMM_PEAK_FRACTION_GB200 = 0.55 * (1622 / 5000) / (744 / 1979)
 #: DGX/HGX systems); across nodes one NIC per GPU: 400 Gb/s NDR (H100/H200/H20; 50 GB/s line, 45 GB/s
 #: achieved), 200 Gb/s HDR (A100/A800; 22.5 GB/s achieved), 400 Gb/s ConnectX-7 on B200 (the 800 Gb/s
 #: ConnectX-8 doubles it) and on GB200 (four per tray); L40S servers talk over PCIe Gen4 in the node
-#: (~20 GB/s bus bandwidth) and 200 Gb/s Ethernet/RoCE across nodes. ``host_bandwidth``: PCIe Gen5 x16
-#: (64 GB/s per direction, ~50 sustained) on Hopper and Blackwell boards, Gen4 x16 (32 GB/s, ~25 sustained) on Ampere and L40S; GB200
-#: moves host memory over NVLink-C2C, 900 GB/s both directions per superchip (GB200 product page) shared by
+#: (~20 GB/s bus bandwidth) and 200 Gb/s Ethernet/RoCE across nodes. ``host_bandwidth``: PCIe Gen5 x16 (64 GB/s per
+#: direction, ~50 sustained) on Hopper and Blackwell boards, Gen4 x16 (32 GB/s, ~25 sustained) on Ampere and L40S;
+#: GB200 moves host memory over NVLink-C2C, 900 GB/s both directions per superchip (GB200 product page) shared by
 #: its 2 GPUs: 225 GB/s per GPU and direction, taken at the same 0.8 of line rate as PCIe: 180 GB/s.
 #:
 #: Efficiency defaults (not measured on your cluster; ``packplace calibrate`` fits them):
