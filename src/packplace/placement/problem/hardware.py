@@ -1,7 +1,7 @@
 """The device grid (racks × nodes × GPUs) and the hardware figures of one GPU type.
 
 GPU ids are linear: ``gid = (r · N + n) · G + g`` for rack ``r``, node ``n`` in the rack, GPU ``g`` in
-the node. Every aligned block of the grid (see :class:`packplace.placement.problem.plan.Allocation`) is then a
+the node. Every block of the grid (see :class:`packplace.placement.problem.plan.Allocation`) is then a
 contiguous range ``[lo, hi)`` of ids, which keeps the evaluator's overlap and level tests O(1).
 
 Communication levels: ``0`` inside a node (suffix ``_g``), ``1`` across nodes of one rack (``_n``),
