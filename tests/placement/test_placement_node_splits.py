@@ -127,3 +127,21 @@ def test_annealing_places_every_shape_on_a_legal_block():
             block = annealer.aligned(extent, gpu)
             lo, hi = block.gpu_range(inst.cluster)
             assert block in legal and (lo <= gpu < hi or hi - lo == 3)
+
+
+def test_a_published_plan_scores_on_a_node_count_the_search_does_not_propose():
+    # 5 of 16 nodes is no share of the rack (block_counts), but it is a legal block: validation scores it
+    from packplace.placement.candidates import block_counts
+    from packplace.placement.checking.validate import plan_evaluator
+    from packplace.placement.problem.plan import Strategy, VertexPlan
+    assert 5 not in block_counts(16)
+    inst = build_instance({"hardware": {**HW, "nodes_per_rack": 16, "gpus_per_node": 1},
+                           "models": {"actor": SMALL},
+                           "workload": dict(batch_size=5, samples_per_prompt=2, context_length=256,
+                                            generation_length=256),
+                           "policy": {"algorithm": "dpo"}})
+    block = Allocation((0, 3, 0), (1, 5, 1))
+    plan = Plan.build({name: VertexPlan(Strategy(5, 1, 1), 1, block) for name in ("reference.infer", "actor.train")})
+    score = plan_evaluator(inst, plan).score(plan)
+    # the two tasks share the block and run one after the other (the reference pass feeds training)
+    assert score.feasible and score.step_time == pytest.approx(sum(score.vertex_time.values()))
