@@ -13,6 +13,7 @@ from packplace.errors import ConfigError
 from packplace.placement.checking.validate import load_setup, predict
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.hardware import PRESETS
+from packplace.placement.problem.plan import Plan
 
 VALIDATION = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "validation")
 
@@ -86,3 +87,27 @@ def test_n_gb200_and_2n_h100_give_the_same_step_when_both_stay_on_nvlink(tmp_pat
         h100 = yaml.safe_load(f)
     speedup = _step(h100, tmp_path, "h100") / _step(_gb200_half(h100), tmp_path, "gb200")
     assert 0.8 <= speedup <= 1.25, speedup
+
+
+def test_a_tray_is_the_node_the_frameworks_count(tmp_path):
+    # NeMo RL on GB200 counts 4-GPU trays as nodes: the 1-step off-policy run on two trays of one domain is
+    # a 2-node cluster of 4 GPUs, generation on one tray, training on the other (no layout refusal)
+    from packplace.placement.emit import emit
+    with open(os.path.join(VALIDATION, "nemo_rl_v0.5_grpo_llama3.1-8b_2x8xh100_1off.yaml"), encoding="utf-8") as f:
+        gb200 = _gb200_half(yaml.safe_load(f))
+    path = tmp_path / "gb200.yaml"
+    path.write_text(yaml.safe_dump(gb200), encoding="utf-8")
+    instance, plan, _ = load_setup(str(path))
+    assert (instance.cluster.gpus_per_node, instance.cluster.host_gpus) == (8, 4)
+    emitted = emit(instance, plan, "nemo-rl")
+    assert emitted.settings["cluster.num_nodes"] == 2 and emitted.settings["cluster.gpus_per_node"] == 4
+    assert emitted.refusals == []
+    # a block of 6 GPUs holds 4 on one tray and 2 on the next: no launcher runs that
+    from packplace.placement.problem.plan import Allocation, Strategy, VertexPlan
+    wide = build_instance(_config({"preset": "gb200", "gpus_per_node": 12}))
+    uneven = Plan.build({name: VertexPlan(Strategy(2, 1, 3), 8, Allocation((0, 0, 6), (1, 1, 6)))
+                         for name in wide.graph.names})
+    assert any("6 GPUs over 2 hosts of 4 GPUs, unequal counts per host" in line
+               for line in emit(wide, uneven, "verl").refusals)
+    with pytest.raises(ConfigError, match=r"gpus_per_node: 6 is not a whole number of hosts of gpus_per_host 4"):
+        build_instance(_config({"preset": "gb200", "gpus_per_node": 6}))

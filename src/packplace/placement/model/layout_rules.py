@@ -65,7 +65,8 @@ class Placed:
         name: Vertex name.
         strategy: ``(dp, pp, tp, ep)``.
         lo, hi: First and one-past-last linear GPU id (every block is contiguous).
-        gpus_per_node: GPUs of the block on each of its nodes.
+        gpus_per_node: GPUs of the block on each of its nodes, a node being a host
+            (:meth:`~packplace.placement.problem.hardware.Cluster.host_share`).
     """
 
     name: str
@@ -100,7 +101,8 @@ class Context:
         training: ``{model: TrainingOptions}`` of the trained models.
         reward_model: The step scores with a reward model (not a rule).
         backend: ``policy.trainer_backend``.
-        gpus_per_node: GPUs per node of the cluster.
+        gpus_per_node: GPUs per node as the framework counts them: per host
+            (:attr:`~packplace.placement.problem.hardware.Cluster.host_gpus`; a GB200 tray, 4).
     """
 
     framework: str
@@ -119,7 +121,7 @@ class Context:
                 instance.framework, instance.algorithm,
                 {m: instance.training.get(m, DEFAULT_TRAINING) for m in ("actor", "critic")},
                 instance.rule_reward is None, getattr(instance, "trainer_backend", "auto"),
-                instance.cluster.gpus_per_node)
+                instance.cluster.host_gpus)
         return hit
 
     @property
@@ -401,7 +403,7 @@ def placed_of(instance, plan: Plan) -> dict[str, Placed]:
     out = {}
     for name, vp in plan.vertices:
         lo, hi = vp.allocation.gpu_range(cluster)
-        out[name] = Placed(name, vp.strategy, lo, hi, vp.allocation.extent[2])
+        out[name] = Placed(name, vp.strategy, lo, hi, cluster.host_share(vp.allocation.extent[2]))
     return out
 
 

@@ -28,11 +28,27 @@ LEVEL_NAMES = ("g", "n", "r")
 
 @dataclass(frozen=True)
 class Cluster:
-    """A homogeneous grid of ``racks × nodes_per_rack × gpus_per_node`` GPUs."""
+    """A homogeneous grid of ``racks × nodes_per_rack × gpus_per_node`` GPUs.
+
+    ``gpus_per_host`` (``None``: ``gpus_per_node``) is the GPUs of one host, the unit a job launcher (Ray,
+    a framework's ``gpus_per_node``) calls a node, when a node of the grid (one NVLink domain) holds
+    several: a GB200 NVL72 domain of 72 GPUs is 18 hosts (compute trays) of 4. It divides
+    ``gpus_per_node``; the link levels do not see it.
+    """
 
     racks: int
     nodes_per_rack: int
     gpus_per_node: int
+    gpus_per_host: int | None = None
+
+    @property
+    def host_gpus(self) -> int:
+        """GPUs of one host: ``gpus_per_host``, else ``gpus_per_node``."""
+        return self.gpus_per_host or self.gpus_per_node
+
+    def host_share(self, g_ext: int) -> int:
+        """GPUs per host of a block with ``g_ext`` GPUs per node: ``min(g_ext, host_gpus)``."""
+        return min(g_ext, self.host_gpus)
 
     @property
     def num_gpus(self) -> int:
@@ -187,6 +203,8 @@ HARDWARE_REQUIRED = (
     "alpha_coll_g", "beta_coll_g", "alpha_coll_n", "beta_coll_n", "alpha_coll_r", "beta_coll_r",
     "alpha_p2p_g", "beta_p2p_g", "alpha_p2p_n", "beta_p2p_n", "alpha_p2p_r", "beta_p2p_r",
 )
+#: Optional cluster-shape fields and their defaults (``None``: a host is a node).
+CLUSTER_DEFAULTS: dict[str, Any] = {"gpus_per_host": None}
 #: Optional efficiency knobs and their defaults.
 HARDWARE_DEFAULTS = {
     "gemm_m_half": 5.0, "gemm_k_half": 0.0, "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.7,
@@ -289,7 +307,8 @@ GEMM_PEAK_FRACTION_GB200 = 0.55 * (1622 / 5000) / (744 / 1979)
 #: :data:`GB200_HBM_BYTES`, :data:`GB200_HBM_BANDWIDTH`, NVLink 5 1.8 TB/s both directions).
 #:
 #: ``gb200`` (alias ``gb200-nvl72``): the grid's node is the NVLink domain (:data:`GB200_NVLINK_DOMAIN`,
-#: the preset's ``gpus_per_node`` 72), not the 4-GPU tray (:data:`GB200_TRAY_GPUS`): level ``g`` is
+#: the preset's ``gpus_per_node`` 72), not the 4-GPU tray (:data:`GB200_TRAY_GPUS`, the preset's
+#: ``gpus_per_host``: what the frameworks' layout rules and emitted settings count as a node): level ``g`` is
 #: NVLink 5 through the switch trays, the same for two GPUs of one tray and of two trays, so trays need
 #: no level of their own; level ``n`` is the InfiniBand network between NVLink domains (one ConnectX-7
 #: 400 Gb/s per GPU), ``r`` one more switch hop. A job on part of a domain sets ``gpus_per_node`` to
@@ -337,7 +356,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "b200": {"flops_per_gpu": 2.25e15, "memory_per_gpu": 180e9, "memory_bandwidth": 8.0e12,
              **_links(720e9, 45e9), "host_bandwidth": 50e9,
              "gemm_peak_fraction": 0.5, "decode_bw_eff": 0.65},
-    "gb200": {"gpus_per_node": GB200_NVLINK_DOMAIN, "flops_per_gpu": GB200_DENSE_BF16_FLOPS,
+    "gb200": {"gpus_per_node": GB200_NVLINK_DOMAIN, "gpus_per_host": GB200_TRAY_GPUS,
+              "flops_per_gpu": GB200_DENSE_BF16_FLOPS,
               "memory_per_gpu": GB200_HBM_BYTES, "memory_bandwidth": GB200_HBM_BANDWIDTH,
               **_links(720e9, 45e9), "host_bandwidth": 180e9,
               "gemm_peak_fraction": GEMM_PEAK_FRACTION_GB200, "decode_bw_eff": 0.65},
