@@ -15,7 +15,8 @@ https://pytorch.org/docs/2.5/fsdp.html; ZeRO-3, Rajbhandari et al., arXiv:1910.0
   optimum, with them it is a relaxation (:func:`lift_rounds_bins` maps answers back).
 * :func:`capacity_bounds`: the token-capacity bound family of the lockstep lower bound.
 * :func:`layer_bound`: the same family as a small linear program over the index maxima, with the
-  samples forced into later indices (a long-tail mix's long samples) and the bins' size classes.
+  samples forced into later indices (a long-tail mix's long samples), the bins' size classes and
+  bin-count rows (the room beside a sample over half a bin) in what the earlier indices hold.
 
 Modelled: a bin's cost is its samples' ``llm`` cost plus the instance's per-bin padding cost; the
 pipeline bubble of a pipeline-parallel schedule is not modelled (it adds a term that does not depend
