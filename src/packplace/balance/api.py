@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.instance import ensure_reference_bins_checked
 from packplace.balance.quick import quick_packing
 from packplace.balance.schema import Assignment, BalanceInstance
@@ -68,7 +69,7 @@ def solve_balance(
     # an instance built directly (not by make_instance or load_config) has unchecked reference bins,
     # which the backends return on a dead end
     ensure_reference_bins_checked(instance)
-    evaluator = run.evaluator
+    evaluator: BalanceEvaluator = run.evaluator  # built once: the backends use the run's
     initial = instance.reference_bins if isinstance(instance.reference_bins, tuple) else None
     fallback = None
     if initial is None and time_limit_s is not None and len(instance.samples) >= QUICK_PACKING_MIN_SAMPLES:
@@ -84,8 +85,11 @@ def solve_balance(
     # limit); its messages then quote the shorter limit it ran with
     reserve = 0.0
     skip_why = None
+    analytic_bound = None
     if time_limit_s is not None:
         get("balance", solver)  # the first lookup imports every backend module: within the limit, before the run
+        # the bound is part of every result: computed now, its time is measured, not a part of the reserve
+        analytic_bound = evaluator.lower_bound()
         finish = min(FINISH_SHARE * time_limit_s, run.finish_s)
         if finish >= MIN_FINISH_RESERVE_S:
             reserve = finish
@@ -97,6 +101,7 @@ def solve_balance(
         problem="balance", instance=instance, solver=solver, evaluator=evaluator,
         time_limit_s=time_limit_s, seed=seed, params=params, normalize=normalize, initial=initial,
         fallback=fallback if initial is not None else None, skip_why=skip_why, run=run, reserve_s=reserve,
+        analytic_bound=analytic_bound,
     )
     result.params["time_limit_s"] = time_limit_s
     result.wall_s = clock() - run.started  # the whole call: checks, backend, canonical order, score

@@ -156,11 +156,11 @@ SHARED_ATTR = "_evaluator_shared"
 #: Samples of the plan whose finish :meth:`BalanceEvaluator.finish_cost` times (a prefix of the keys): a
 #: count, not a speed; a few tens of milliseconds of work, large enough that the clock's resolution and
 #: the per-call overheads do not show.
-FINISH_PROBE_SAMPLES = 65_536
+FINISH_PROBE_SAMPLES = 131_072
 #: Factor on the probe's time scaled to n samples, for what a prefix of the keys does not show: the
-#: canonical order and JSON text of millions of keys scattered in memory (cache misses: up to about 1.5
-#: times the prefix's rate per key at 4M samples), the run order and the score (docs/performance.md).
-FINISH_PROBE_MARGIN = 2.0
+#: canonical order and JSON text of millions of keys, whose arrays outgrow the caches (about twice the
+#: prefix's rate per key at 4M samples), the run order and the score (docs/performance.md).
+FINISH_PROBE_MARGIN = 2.5
 
 
 @dataclass
@@ -334,7 +334,7 @@ class BalanceEvaluator:
         (what :func:`packplace.balance.api.solve_balance` keeps back from the backend's time limit).
 
         Measured, not assumed: the canonical order and the JSON text of a plan of the first ``samples``
-        keys (bins of the instance's mean size, keys in reverse order) are timed on
+        keys (bins of the instance's mean size, keys in reverse order, m bins per rank) are timed on
         :data:`packplace.run.clock` and scaled by ``n / samples`` and :data:`FINISH_PROBE_MARGIN`. The
         key index and key ranks that the real finish builds once are built first, outside the timing.
         Measured once per instance object (every evaluator of it shares the figure); the cache of
@@ -344,20 +344,23 @@ class BalanceEvaluator:
         if shared.finish_s is not None:
             return shared.finish_s
         n = len(self.keys)
-        probe = min(n, max(1, int(samples)))
         if n == 0:
             return 0.0
         if not self._identity_keys:  # built once per instance, by the real finish too: not a per-key cost
             _ = self.index, self._key_ranks()
         per_bin = max(1, n // max(1, self.instance.num_bins))
-        keys = self.keys[:probe]
-        bins = tuple(tuple(reversed(keys[i:i + per_bin])) for i in range(0, probe, per_bin))
+        count = max(1, min(n, max(1, int(samples))) // per_bin)  # bins of the probe
+        per_rank = self.instance.local_batch_size if count >= self.instance.local_batch_size else 1
+        count -= count % per_rank
+        keys = self.keys
+        bins = tuple(tuple(reversed(keys[i * per_bin:(i + 1) * per_bin])) for i in range(count))
+        probed = count * per_bin
         flats = shared.flats
         started = clock()
-        json_text(self.canonical(Assignment(bins, 1)).json_view(), None)
+        json_text(self.canonical(Assignment(bins, per_rank)).json_view(), None)
         spent = clock() - started
         shared.flats = flats  # the probe's bins are no answer: keep the cache of the real ones
-        shared.finish_s = FINISH_PROBE_MARGIN * spent * n / probe
+        shared.finish_s = FINISH_PROBE_MARGIN * spent * n / probed
         return shared.finish_s
 
     def _feasible_fast(self, bins: Sequence[Sequence[SampleKey]]) -> tuple[np.ndarray, np.ndarray] | None:
