@@ -156,7 +156,7 @@ SHARED_ATTR = "_evaluator_shared"
 #: Samples of the plan whose finish :meth:`BalanceEvaluator.finish_cost` times (a prefix of the keys): a
 #: count, not a speed; a few tens of milliseconds of work, large enough that the clock's resolution and
 #: the per-call overheads do not show.
-FINISH_PROBE_SAMPLES = 131_072
+FINISH_PROBE_SAMPLES = 65_536
 #: Factor on the probe's time scaled to n samples, for what a prefix of the keys does not show: the
 #: canonical order and JSON text of millions of keys, whose arrays outgrow the caches (about twice the
 #: prefix's rate per key at 4M samples), the run order and the score (docs/performance.md).
