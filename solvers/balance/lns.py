@@ -5,8 +5,8 @@ to solve vehicle routing problems", CP-98; Pisinger & Ropke 2010, "Large neighbo
 Handbook of Metaheuristics, ch. 13). Start: ``repair``'s answer (:data:`START_SOLVERS`; ``lpt``'s when
 ``repair`` returns none) or the ``reference_bins`` if better (the reference alone, with the time limit
 flagged, when the limit is below :data:`~packplace.solvers.balance.cpsat.start.START_FINISHES` times the
-run's finishing cost (:attr:`~packplace.run.Run.finish_s`, measured on the instance) per
-sample: no start backend finishes in it); a start proven optimal ends the call; the answer is never
+run's finishing cost (:attr:`~packplace.run.Run.finish_s`, measured on the instance): no start
+backend finishes in it); a start proven optimal ends the call; the answer is never
 worse than the start, and is the best one found when the limit cuts the search. Where the ranks hold
 few samples (``makespan`` without padding, budgets or rank rules), the start is first re-split pair by
 pair with each leading rank against every lighter rank (:func:`_resplit_start`, at most
