@@ -154,9 +154,12 @@ FLAT_CACHE = 2
 #: Attribute of the instance object that holds its :class:`_Shared` cache (frozen dataclass: set once).
 SHARED_ATTR = "_evaluator_shared"
 #: Samples of the plan whose finish :meth:`BalanceEvaluator.finish_cost` times (a prefix of the keys): a
-#: count, not a speed; a few tens of milliseconds of work, large enough that the clock's resolution and
-#: the per-call overheads do not show.
-FINISH_PROBE_SAMPLES = 65_536
+#: count, not a speed; about ten milliseconds of work, large enough that the clock's resolution and the
+#: per-call overheads do not show.
+FINISH_PROBE_SAMPLES = 32_768
+#: Times the probe runs; the median counts, so that one run caught by a garbage collection of the whole
+#: heap or by the scheduler does not set the reserve.
+FINISH_PROBES = 3
 #: Factor on the probe's time scaled to n samples, for what a prefix of the keys does not show: the
 #: canonical order and JSON text of millions of keys, whose arrays outgrow the caches (about twice the
 #: prefix's rate per key at 4M samples), the run order and the score (docs/performance.md).
@@ -335,8 +338,9 @@ class BalanceEvaluator:
 
         Measured, not assumed: the canonical order and the JSON text of a plan of the first ``samples``
         keys (bins of the instance's mean size, keys in reverse order, m bins per rank) are timed on
-        :data:`packplace.run.clock` and scaled by ``n / samples`` and :data:`FINISH_PROBE_MARGIN`. The
-        key index and key ranks that the real finish builds once are built first, outside the timing.
+        :data:`packplace.run.clock`, :data:`FINISH_PROBES` times; the median is scaled by
+        ``n / samples`` and :data:`FINISH_PROBE_MARGIN`. The key index and key ranks that the real finish
+        builds once are built first, outside the timing.
         Measured once per instance object (every evaluator of it shares the figure); the cache of
         flattened answers is left as it was.
         """
@@ -356,11 +360,13 @@ class BalanceEvaluator:
         bins = tuple(tuple(reversed(keys[i * per_bin:(i + 1) * per_bin])) for i in range(count))
         probed = count * per_bin
         flats = shared.flats
-        started = clock()
-        json_text(self.canonical(Assignment(bins, per_rank)).json_view(), None)
-        spent = clock() - started
-        shared.flats = flats  # the probe's bins are no answer: keep the cache of the real ones
-        shared.finish_s = FINISH_PROBE_MARGIN * spent * n / probed
+        spent = []
+        for _ in range(FINISH_PROBES):
+            started = clock()
+            json_text(self.canonical(Assignment(bins, per_rank)).json_view(), None)
+            spent.append(clock() - started)
+            shared.flats = flats  # the probe's bins are no answer: keep the cache of the real ones
+        shared.finish_s = FINISH_PROBE_MARGIN * sorted(spent)[len(spent) // 2] * n / probed
         return shared.finish_s
 
     def _feasible_fast(self, bins: Sequence[Sequence[SampleKey]]) -> tuple[np.ndarray, np.ndarray] | None:
