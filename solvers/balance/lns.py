@@ -393,6 +393,11 @@ class _Lns:
                             info={"start": "reference", "start_objective": value},
                             message=(f"lns: time limit {limit:g} s is shorter than a start takes at "
                                      f"{len(instance.samples)} samples; returned the reference grouping"))
+        if instance.reference_bins is None and run.best is not None and limit < START_FINISHES * run.finish_s:
+            # no reference, but the front end's answer of last resort (its quick packing) stands
+            return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=True, iterations=0,
+                            message=(f"lns: time limit {limit:g} s is shorter than a start takes at "
+                                     f"{len(instance.samples)} samples; no start made"))
         start_share = max(0.01, START_SHARE * (deadline - READBACK_RESERVE_S - run.now()))
         start, source, start_objective, notes, start_cut = _best_start(
             instance, run, start_share, deadline - READBACK_RESERVE_S, self.meets_integer_bound)

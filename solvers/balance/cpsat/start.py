@@ -64,7 +64,9 @@ def _heuristic_start(
     without reference bins); the flag says a heuristic stopped at ``time_limit_s`` (the next one is
     then not tried), or that ``time_limit_s`` is below :data:`START_FINISHES` times the run's finishing
     cost (:attr:`~packplace.run.Run.finish_s`), where the reference bins are the start without running
-    any heuristic. When a heuristic stopped at
+    any heuristic; without reference bins but with an answer the front end offered to the run (its
+    quick packing, :attr:`~packplace.run.Run.best`), no start is made then (None, True): that answer
+    stands, and no sort the limit cannot cut runs past it. When a heuristic stopped at
     ``time_limit_s`` without an answer, whatever is left before ``fallback_deadline``
     (``packplace.run.clock()`` seconds), the last heuristic of the list (the cheapest construction) runs
     again until that deadline, and for at least :data:`LAST_RESORT_S`, so that a short limit on a busy
@@ -73,9 +75,11 @@ def _heuristic_start(
     """
     instance = run.instance
     evaluator = run.evaluator
-    if (time_limit_s is not None and instance.reference_bins is not None
-            and time_limit_s < START_FINISHES * run.finish_s):
+    if time_limit_s is not None and (instance.reference_bins is not None or run.best is not None) \
+            and time_limit_s < START_FINISHES * run.finish_s:
         reference = instance.reference_bins
+        if reference is None:  # the front end's answer of last resort stands
+            return None, True
         return _Start(reference, "reference", evaluator.objective(reference)), True
     names = available("balance")
     candidates: list[_Start] = []
