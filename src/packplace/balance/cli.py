@@ -119,22 +119,26 @@ def gap_text(result: SolveResult) -> str:
     return f"{100 * result.gap:.3f}%"
 
 
-#: Seconds per sample and JSON document set aside from ``--time-limit`` for writing the answer (the
-#: ``--out`` file, the ``--json`` document): building and encoding a document of 1M sample keys takes
-#: about 0.9 s of CPU (docs/performance.md, "A config of a million lengths").
-WRITE_S_PER_SAMPLE = 1.0e-6
 #: Least share of ``--time-limit`` the solve is given, however long the load took.
 MIN_SOLVE_SHARE = 0.05
 
 
-def solve_budget(limit: float | None, spent_s: float, samples: int, documents: int) -> float | None:
+def write_cost(instance: BalanceInstance, documents: int) -> float:
+    """Seconds set aside for writing ``documents`` JSON documents of an answer (the ``--out`` file, the
+    ``--json`` document): each as long as the finish of an answer measured on the instance
+    (:meth:`~packplace.balance.evaluator.BalanceEvaluator.finish_cost`: its canonical order builds as
+    many Python objects as a document's lists, and its JSON text is the document's bulk)."""
+    return documents * BalanceEvaluator(instance).finish_cost() if documents else 0.0
+
+
+def solve_budget(limit: float | None, spent_s: float, write_s: float) -> float | None:
     """The solver's time limit, seconds: what is left of the command's ``limit`` once ``spent_s`` (the
-    wall time since the command line started: importing, loading, validating) and the writing of
-    ``documents`` JSON documents of ``samples`` samples are taken off, at least
-    :data:`MIN_SOLVE_SHARE` of ``limit``; ``None`` (the solver's default) when no limit was given."""
+    wall time since the command line started: importing, loading, validating) and ``write_s`` (writing
+    the answer, :func:`write_cost`) are taken off, at least :data:`MIN_SOLVE_SHARE` of ``limit``;
+    ``None`` (the solver's default) when no limit was given."""
     if limit is None:
         return None
-    left = limit - spent_s - WRITE_S_PER_SAMPLE * samples * documents
+    left = limit - spent_s - write_s
     return max(MIN_SOLVE_SHARE * limit, left)
 
 
@@ -217,7 +221,8 @@ def run(args: argparse.Namespace) -> int:
             "config's rules here; list the bins you run today)"
         )
     documents = (args.out is not None) + bool(getattr(args, "json", False))
-    limit = solve_budget(args.time_limit, time.monotonic() - started, len(instance.samples), documents)
+    write_s = write_cost(instance, documents) if args.time_limit is not None else 0.0
+    limit = solve_budget(args.time_limit, time.monotonic() - started, write_s)
     plan = None
     if args.min_gain is not None:
         try:
