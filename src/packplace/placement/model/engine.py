@@ -56,12 +56,16 @@ class RolloutEngine:
             KV cache (default 0.9, vLLM's); a generation candidate must fit in it.
         max_num_seqs_set: The config sets ``max_num_seqs`` (false: the default above, which a framework
             profile's ``stale_engine_max_num_seqs`` may replace for an asynchronous rollout).
+        enforce_eager: vLLM's ``enforce_eager``: no CUDA graph capture, so every decode iteration issues
+            each kernel from the host (:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`
+            prices it as an eager pass); default false (vLLM's own default, graphs captured).
     """
 
     batching: str = "continuous"
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     max_num_seqs_set: bool = False
+    enforce_eager: bool = False
 
 
 def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,
