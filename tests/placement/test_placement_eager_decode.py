@@ -179,3 +179,26 @@ def test_estimate_refuses_eager_for_a_non_vllm_engine_and_a_non_bool():
         estimate("qwen2.5-1.5b", "h200", "decode", framework="deepspeed-chat", enforce_eager=True)
     with pytest.raises(ConfigError, match="enforce_eager: must be true or false"):
         estimate("qwen2.5-1.5b", "h200", "decode", enforce_eager="yes")
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_emitted_settings_carry_the_priced_engine_mode(eager):
+    from dataclasses import replace
+    from pathlib import Path
+
+    from packplace.placement.emit import emit
+    from packplace.placement.problem.config import load_config
+    from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
+
+    root = Path(__file__).resolve().parents[2]
+    instance = load_config(root / "configs" / "placement" / "grpo_qwen2.5-7b_2x8xh100.yaml")
+    instance = replace(instance, engine=replace(instance.engine, enforce_eager=eager))
+    both = Allocation((0, 0, 0), (1, 2, 8))
+    plan = Plan.build({"actor.generate": VertexPlan(Strategy(4, 1, 4), 256, both),
+                       "reference.infer": VertexPlan(Strategy(16, 1, 1), 32, both),
+                       "reward.infer": VertexPlan(Strategy(16, 1, 1), 64, both),
+                       "actor.train": VertexPlan(Strategy(16, 1, 1), 8, both)})
+    assert emit(instance, plan, "verl").settings["actor_rollout_ref.rollout.enforce_eager"] is eager
+    assert emit(instance, plan, "nemo-rl").settings["policy.generation.vllm_cfg.enforce_eager"] is eager
+    openrlhf = emit(instance, plan, "openrlhf").settings
+    assert openrlhf.get("--vllm.enforce_eager", False) is eager   # a switch: written only when set

@@ -62,6 +62,8 @@ class PlanView:
         training: ``{model: TrainingOptions}`` (defaults filled).
         staleness: ``{model: steps}`` (0: synchronous).
         gpu_memory_utilization: The rollout engine's memory fraction.
+        enforce_eager: The rollout engine runs without CUDA graphs (vLLM's ``enforce_eager``), as the plan
+            was priced.
         gpus_per_node: GPUs per node of the cluster.
         rules: The layout-rule context of the target framework
             (:class:`~packplace.placement.model.layout_rules.Context`).
@@ -77,6 +79,7 @@ class PlanView:
     gpu_memory_utilization: float
     gpus_per_node: int
     rules: Context | None = None
+    enforce_eager: bool = False
 
     @classmethod
     def of(cls, instance: PlacementInstance, plan: Plan, framework: str | None = None) -> PlanView:
@@ -98,7 +101,8 @@ class PlanView:
                    staleness={m: plan.staleness_of(m) for m in models},
                    gpu_memory_utilization=instance.engine.gpu_memory_utilization,
                    gpus_per_node=instance.cluster.gpus_per_node,
-                   rules=replace(Context.of(instance), framework=framework or instance.framework))
+                   rules=replace(Context.of(instance), framework=framework or instance.framework),
+                   enforce_eager=instance.engine.enforce_eager)
 
     def layout_refusals(self) -> list[str]:
         """The target framework's layout rules the plan breaks (``layout_rules.refusals``)."""
