@@ -90,13 +90,30 @@ def test_repro_dapo_moe_is_optimal_and_agrees_with_the_evaluator():
     assert _slower_candidates(inst) > 0
 
 
-@pytest.mark.parametrize("kw, winner", [
-    (dict(), "stale"),  # stale plans win by 0.3%
-    (dict(batch_size=256), "tie"),  # a stale rollout is never faster here: the synchronous optimum
-    (dict(generation_length=1024), "tie"),
-    (dict(batch_size=256, memory_per_gpu=4e9), "tie"),
+def _without_refit_steps(monkeypatch) -> None:
+    """NeMo RL's profile without its refit steps and colocated offload (framework.refit_framework_seconds,
+    tested in test_placement_framework.py): the weight sync a stale plan hides is then only the bytes'
+    movement, small enough on this model for the synchronous optimum to remain."""
+    from dataclasses import replace
+
+    from packplace.placement.model.framework import FRAMEWORKS
+    monkeypatch.setitem(FRAMEWORKS, "nemo-rl", replace(FRAMEWORKS["nemo-rl"], engine_load_bandwidth=0.0,
+                                                       refit_gather_bandwidth=0.0, refit_ipc_bandwidth=0.0,
+                                                       colocated_offload=False))
+
+
+@pytest.mark.parametrize("kw, winner, refit_steps", [
+    (dict(), "stale", True),  # stale plans win by 7%: they also hide NeMo RL's refit steps
+    (dict(), "stale", False),  # by 0.3% without the refit steps
+    # without the refit steps a stale rollout is never faster here: the synchronous optimum (with them,
+    # the stale plans win by 1.7-3.3%)
+    (dict(batch_size=256), "tie", False),
+    (dict(generation_length=1024), "tie", False),
+    (dict(batch_size=256, memory_per_gpu=4e9), "tie", False),
 ])
-def test_small_dapo_matches_brute_force_over_every_plan_and_staleness(kw, winner):
+def test_small_dapo_matches_brute_force_over_every_plan_and_staleness(kw, winner, refit_steps, monkeypatch):
+    if not refit_steps:
+        _without_refit_steps(monkeypatch)
     inst = small_dapo(**kw)
     assert _slower_candidates(inst) > 0  # the case of the fix: some stale rollout exceeds its makespan
     brute = _brute(inst)

@@ -94,3 +94,51 @@ def test_batch_one_decode_is_weight_streaming_on_every_gpu():
         floor = (2 * LLAMA8B.gemm_params + 1000 * LLAMA8B.kv_bytes_per_token(1, 1)) / (
             hw.memory_bandwidth * hw.decode_bw_eff)
         assert step == pytest.approx(floor, rel=1e-9), name
+
+
+def test_static_queue_hands_each_batch_to_the_first_free_replica_by_hand():
+    from packplace.placement.model.engine import static_queue_makespan
+
+    w = Workload(6, 1, 4, 10)  # six responses of exactly 10 tokens: three batches of 2, 10 s each
+    assert static_queue_makespan(w, 2, 2, lambda t: t) == 20.0  # two on the replicas, the third after
+    assert static_queue_makespan(w, 2, 3, lambda t: t) == 10.0
+    assert static_queue_makespan(w, 4, 1, lambda t: t) == 20.0  # a batch of 4 and a last batch of 2
+    with pytest.raises(ValueError, match="micro_batch and replicas must be >= 1"):
+        static_queue_makespan(w, 0, 1, lambda t: t)
+
+
+def test_static_queue_beats_strict_rounds_on_the_long_tail():
+    # 1,024 long-tail responses on 4 replicas in static batches of 64, every iteration 10 ms: strict rounds
+    # run each replica's 4 rounds to the longest response of all; the queue runs each batch to its own
+    # longest response and hands the next batch to the first free replica
+    from packplace.placement.model.engine import static_queue_makespan
+
+    rounds = CostModel(OVERHEAD_ONLY, Cluster(1, 1, 4), LONG_TAIL, RolloutEngine("static", 64))
+    queue = CostModel(OVERHEAD_ONLY, Cluster(1, 1, 4), LONG_TAIL, RolloutEngine("static", 64, dispatch="queue"))
+    t_rounds = rounds.generate_time(SMALL, 4, 1, 1, 64, (1, 1, 4))
+    t_queue = queue.generate_time(SMALL, 4, 1, 1, 64, (1, 1, 4))
+    assert t_rounds == pytest.approx(4 * LONG_TAIL.max_response * 0.01, rel=1e-9)
+    # a batch decodes at most the workload's longest response (the decode grid's end)
+    t_max = LONG_TAIL.max_response
+    longest = np.minimum(response_lengths(LONG_TAIL, 1024).reshape(16, 64).max(axis=1), t_max)
+    assert t_queue == pytest.approx(static_queue_makespan(LONG_TAIL, 64, 4, lambda t: 0.01 * min(t, t_max)),
+                                    rel=1e-9)
+    # list scheduling: at least the mean load, at most the mean load plus the longest batch (Graham 1966)
+    assert longest.sum() * 0.01 / 4 - 1e-9 <= t_queue <= (longest.sum() / 4 + longest.max()) * 0.01 + 1e-9
+    assert t_queue < t_rounds
+
+
+def test_dispatch_queue_needs_static_batching():
+    from packplace.errors import ConfigError
+    from packplace.placement.problem.config import build_instance
+
+    cfg = {"hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
+           "models": {"actor": {"layers": 2, "hidden_dim": 128, "ffn_dim": 256, "vocab_size": 100,
+                                  "head_dim": 64}, "reward": "rule"},
+           "workload": {"batch_size": 64, "samples_per_prompt": 4, "context_length": 128,
+                        "generation_length": 512},
+           "policy": {"algorithm": "grpo", "dispatch": "queue"}}
+    with pytest.raises(ConfigError, match=r"\[policy\] dispatch: 'queue' hands out static batches"):
+        build_instance(cfg)
+    cfg["policy"]["batching"] = "static"
+    assert build_instance(cfg).engine.dispatch == "queue"

@@ -101,9 +101,11 @@ def test_ray_framework_broadcasts_weights_across_blocks_and_pays_its_dispatch():
     params = instance.models["actor"].params
     # OpenRLHF broadcast_to_vllm: the whole 2P bytes leave trainer rank 0 (a pipelined NCCL broadcast
     # carries each byte once per link); trainer and engines on different nodes of one rack: level n,
-    # α_p2p 5 µs, β_p2p = 1/(1.1·22.5e9)
-    assert score.realloc["actor.train->actor.generate"] == pytest.approx(5e-6 + 2 * params / (1.1 * 22.5e9),
-                                                                         rel=1e-12)
+    # α_p2p 5 µs, β_p2p = 1/(1.1·22.5e9); then each TP-2 engine GPU loads its 2P/2 bytes through vLLM's
+    # load_weights at 1,342e9/64/1.5 = 13.98 GB/s (no gather, no IPC: OpenRLHF sends the shards as they lie)
+    load = (2 * params / 2) / (1342e9 / 64 / 1.5)
+    assert score.realloc["actor.train->actor.generate"] == pytest.approx(
+        5e-6 + 2 * params / (1.1 * 22.5e9) + load, rel=1e-12)
     # dispatch of the reference forward (dp 4): one Ray call, 1 ms, plus the batch of 1,024 sequences of
     # 2,048 tokens at 28 bytes each, in and out, over each replica's PCIe (25 GB/s):
     # 2·1,024·2,048·28/4 = 29,360,128 bytes → 1.174 ms
@@ -113,14 +115,25 @@ def test_ray_framework_broadcasts_weights_across_blocks_and_pays_its_dispatch():
     assert overhead == pytest.approx(0.0021744, rel=1e-4)
 
 
-def test_colocated_cuda_ipc_refit_is_the_sleep_wake_formula():
+def test_colocated_cuda_ipc_refit_is_the_sleep_wake_formula_plus_nemo_rls_refit_steps():
     instance, plan, _ = load_setup(NEMO_8B)
     score = get_evaluator(instance).score(plan)
+    model = instance.models["actor"]
     # NeMo RL colocated: CUDA IPC (local HBM copy) and vLLM sleep level 1 / wake of the TP-1 engine's
     # weights over PCIe Gen5 (50 GB/s); the KV cache is discarded, not moved
-    shard = 2 * instance.models["actor"].params
-    assert score.realloc["actor.train->actor.generate"] == pytest.approx(2 * shard / 3.35e12 + 2 * shard / 50e9,
-                                                                         rel=1e-12)
+    shard = 2 * model.params
+    sleep_wake = 2 * shard / 3.35e12 + 2 * shard / 50e9
+    # NeMo RL's refit steps at the DeepSeek-V3 rates: full-parameter gather 2P at 1,342e9/12.2, the streamed
+    # IPC transfer 2P at 1,342e9/(35 − 12.2 − 1.5), vLLM load of the TP-1 shard 2P at 1,342e9/64/1.5
+    refit = shard / (1342e9 / 12.2) + shard / (1342e9 / 21.3) + shard / (1342e9 / 64 / 1.5)
+    # the trainer's state spread over the 16 GPUs (2P/16 weights + 2P/16 gradients + 12P/16 Adam, plus the
+    # gathered layer 2·p_L: this FSDP trainer's own) to the host and back over PCIe (offload_after_refit,
+    # prepare_for_training)
+    state = 16 * model.params / 16 + 2 * model.block_params / model.layers
+    offload = 2 * state / 50e9
+    assert score.realloc["actor.train->actor.generate"] == pytest.approx(sleep_wake + refit + offload, rel=1e-12)
+    # 8.03 B parameters, 16.1 GB: 0.15 + 0.26 + 1.15 s of refit steps and 0.34 s for the 8.5 GB state
+    assert refit == pytest.approx(1.550, abs=1e-3) and offload == pytest.approx(0.339, abs=1e-3)
 
 
 def test_none_keeps_the_models_own_mechanics_and_the_knobs():

@@ -184,12 +184,49 @@ def test_hybrid_engine_keeps_the_training_state_resident_while_generating():
     assert [n for n in instance.graph.names if train_state_kept(instance, n)] == ["actor.generate"]
     ev = get_evaluator(instance)
     cand = {n: c for n, (c, _, _) in zip(instance.graph.names, ev._resolve(plan))}
-    # every task on all 8 GPUs: the actor's engine weights plus its ZeRO-3 training state (added, not the
-    # larger), the reference's shard, reward, the critic's larger vertex (its training state), and the
-    # largest transient bytes of any task
-    by_hand = (cand["actor.generate"].resident_bytes + cand["actor.train"].resident_bytes
+    # every task on all 8 GPUs: the actor's ZeRO-3 training state stays resident while its engine generates,
+    # and the engine gathers the whole weights for each generate call and releases them after
+    # (GatheredParameters): those are bytes of the generation beside its KV cache, not a second resident
+    # copy. Resident: the actor's training state, the reference's shard, reward, the critic's larger vertex;
+    # plus the largest of the tasks' transient bytes, the engine's counting its gathered weights
+    engine = cand["actor.generate"]
+    by_hand = (cand["actor.train"].resident_bytes
                + cand["reference.infer"].resident_bytes + cand["reward.infer"].resident_bytes
                + max(cand["critic.infer"].resident_bytes, cand["critic.train"].resident_bytes)
-               + max(c.transient_bytes for c in cand.values()))
+               + max([engine.resident_bytes + engine.transient_bytes]
+                     + [c.transient_bytes for n, c in cand.items() if n != "actor.generate"]))
     assert max(ev.score(plan).gpu_memory_peak) == pytest.approx(by_hand, rel=1e-12)
     assert by_hand < 80e9
+    # at least the former count, weights kept beside the training state, less the largest other transient
+    former = (engine.resident_bytes + cand["actor.train"].resident_bytes + cand["reference.infer"].resident_bytes
+              + cand["reward.infer"].resident_bytes
+              + max(cand["critic.infer"].resident_bytes, cand["critic.train"].resident_bytes)
+              + max(c.transient_bytes for c in cand.values()))
+    assert by_hand <= former
+
+
+def test_hybrid_engine_counts_the_weights_it_shares_with_its_trainer_once():
+    from dataclasses import replace
+
+    from packplace.placement.candidates import shared_weights_trainer
+    from packplace.placement.evaluator import get_evaluator
+
+    # ZeRO-2 actor, engine at the trainer's (pp, tp) = (1, 1) on the same 8 GPUs: the engine generates with
+    # the trainer's own parameter tensors, so only the larger of the two counts for the actor
+    path = os.path.join(ROOT, "benchmarks", "validation", "deepspeed_chat_ppo_opt-1.3b_8xa100.yaml")
+    instance, plan, _ = load_setup(path)
+    assert shared_weights_trainer(instance, "actor.generate") == "actor.train"
+    assert shared_weights_trainer(instance, "reference.infer") is None
+    ev = get_evaluator(instance)
+    cand = {n: c for n, (c, _, _) in zip(instance.graph.names, ev._resolve(plan))}
+    assert cand["actor.generate"].resident_bytes > 0
+    assert cand["actor.generate"].resident_bytes <= cand["actor.train"].resident_bytes
+    once = (cand["actor.train"].resident_bytes
+            + cand["reference.infer"].resident_bytes + cand["reward.infer"].resident_bytes
+            + max(cand["critic.infer"].resident_bytes, cand["critic.train"].resident_bytes)
+            + max(c.transient_bytes for c in cand.values()))
+    assert max(ev.score(plan).gpu_memory_peak) == pytest.approx(once, rel=1e-12)
+    # ZeRO-3 (the engine gathers the partitions into new tensors) keeps adding them
+    zero3 = replace(instance, training={**instance.training,
+                                        "actor": replace(instance.training["actor"], sharding="zero3")})
+    assert shared_weights_trainer(zero3, "actor.generate") is None

@@ -176,3 +176,28 @@ def test_calibrate_names_an_empty_measured_file_as_the_measured_file(tmp_path, c
     assert capsys.readouterr().err.startswith(f"packplace calibrate: error: measured: cannot read "
                                               f"{str(tmp_path / 'absent.yaml')!r}")
     assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED]) == 0
+
+
+def test_micro_batch_fit_scores_the_largest_within_memory_and_says_so(tmp_path):
+    from packplace.placement.checking.validate import _with_micro_batch, plan_evaluator
+
+    nemo = os.path.join(ROOT, "benchmarks", "validation", "nemo_rl_grpo_llama3.1-8b_2x8xh100.yaml")
+    cfg = copy.deepcopy(load_yaml(nemo))
+    cfg["validation"]["plan"]["actor.train"]["micro_batch"] = "fit"
+    path = tmp_path / "fit.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    instance, plan, section = load_setup(str(path))
+    mb = section["_fitted"]["actor.train"]
+    assert dict(plan.vertices)["actor.train"].micro_batch == mb
+    # the largest: mb fits, the next divisor of the 128 sequences per replica does not (memory grows
+    # with the micro-batch)
+    assert 128 % mb == 0 and mb < 128
+    assert not plan_evaluator(instance, plan).score(plan).oom
+    above = _with_micro_batch(plan, "actor.train", 2 * mb)
+    assert plan_evaluator(instance, above).score(above).oom
+    # the published file's 4 fits, so the fitted batch is at least that
+    assert mb >= 4
+    row = validate([str(path)])[0]
+    assert row.fitted == f"micro-batch not published, fitted as the largest within memory: actor.train {mb}"
+    assert row.as_dict()["fitted"] == row.fitted
+    assert validate([nemo])[0].fitted == ""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packplace.lazy import lazy_module
-from packplace.placement.candidates import train_state_kept
+from packplace.placement.candidates import shared_weights_trainer, train_state_kept
 from packplace.solvers.placement.cpsat.tables import MEMORY_UNIT, ModelTables, deadline_check
 
 if TYPE_CHECKING:
@@ -103,8 +103,11 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
     capacity = math.ceil(instance.hardware.memory_per_gpu / MEMORY_UNIT)
     vertex_model = [v.model for v in instance.graph.vertices]
     models = sorted(set(vertex_model))
-    # an engine whose model's training state stays resident adds its resident bytes (the evaluator's rule)
+    # a hybrid engine (its model's training state stays resident) holds its weights only while it generates:
+    # they count with its transient bytes, or not at all where it may share its trainer's tensors (the
+    # evaluator's rule, exact on its trainer's GPUs at the trainer's (pp, tp), a relaxation elsewhere)
     adds = [train_state_kept(instance, name) for name in instance.graph.names]
+    shared = [shared_weights_trainer(instance, name) is not None for name in instance.graph.names]
     for s, (a, b) in enumerate(segments):
         check("memory rows, segment %d of %d", s + 1, len(segments))
         resident_terms, worst = [], 0
@@ -115,10 +118,9 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
                     continue
                 pairs = [(int(o.cand.resident_bytes // MEMORY_UNIT), lit) for o, lit in zip(opts[v], x[v])
                          if o.lo <= a and b <= o.hi]
-                if pairs and adds[v]:
-                    resident_terms.append(sum(c * lit for c, lit in pairs))
-                    worst += max(c for c, _ in pairs)
-                elif pairs:
+                if adds[v]:
+                    continue  # its weights are transient (below)
+                if pairs:
                     exprs.append(sum(c * lit for c, lit in pairs))
                     most = max([most] + [c for c, _ in pairs])
             if len(exprs) == 1:
@@ -131,8 +133,9 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
             worst += most
         most_t, t_exprs = 0, []
         for v in range(n):
-            pairs = [(int(o.cand.transient_bytes // MEMORY_UNIT), lit) for o, lit in zip(opts[v], x[v])
-                     if o.lo <= a and b <= o.hi]
+            weights = adds[v] and not shared[v]
+            pairs = [(int((o.cand.transient_bytes + (o.cand.resident_bytes if weights else 0.0)) // MEMORY_UNIT),
+                      lit) for o, lit in zip(opts[v], x[v]) if o.lo <= a and b <= o.hi]
             if pairs:
                 t_exprs.append(sum(c * lit for c, lit in pairs))
                 most_t = max([most_t] + [c for c, _ in pairs])

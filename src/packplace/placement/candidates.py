@@ -488,6 +488,27 @@ def train_state_kept(instance, vertex: str) -> bool:
     return any(u.kind == "train" and u.model == v.model for u in instance.graph.vertices)
 
 
+def shared_weights_trainer(instance, vertex: str) -> str | None:
+    """The training vertex whose parameter tensors the rollout engine ``vertex`` generates with, or ``None``.
+
+    DeepSpeed's hybrid engine (a profile with ``in_place`` refit and ``colocated_train_state``) builds its
+    inference containers on the training module's own parameters without a copy
+    (deepspeed/runtime/hybrid_engine.py ``new_inference_container``: ``set_params_wo_copy``; LoRA is fused
+    into them in place, ``fuse_lora_weight``), so where the engine and its trainer share GPUs at the same
+    ``(pp, tp)`` the engine's weights are the trainer's bf16 weights, counted once. Not under ZeRO-3 (the
+    engine gathers the partitions into new full tensors, ``GatheredParameters``) nor when the trainer's
+    parameters live on the host (``offload: optimizer+params``): then the engine's weights add."""
+    v = instance.graph.vertex(vertex)
+    if v.kind != "generate" or not train_state_kept(instance, vertex):
+        return None
+    if profile(instance.framework).refit != "in_place":
+        return None
+    options = instance.training.get(v.model, DEFAULT_TRAINING)
+    if options.sharding == "zero3" or options.offload == "optimizer+params":
+        return None
+    return next((u.name for u in instance.graph.vertices if u.kind == "train" and u.model == v.model), None)
+
+
 def inference_offloaded(instance, vertex: str) -> bool:
     """Whether the weights of ``vertex``'s forwards live in host memory (they stream in over
     ``host_bandwidth``): an ``infer`` vertex of an inference-only model that ``policy.inference_offload``
@@ -527,9 +548,12 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
     engine, framework profile and the shapes of its models that train with ``zero3``."""
     sharded = frozenset(instance.models[m] for m, o in instance.training.items()
                         if o.sharding == "zero3" and m in instance.models)
+    trained = algorithm_spec(instance.algorithm).trainable_models
+    training = {instance.models[m]: instance.training.get(m, DEFAULT_TRAINING)
+                for m in reversed(trained) if m in instance.models}
     return CostModel(hardware if hardware is not None else instance.hardware,
                      cluster if cluster is not None else instance.cluster, instance.workload, instance.engine,
-                     profile(instance.framework), sharded)
+                     profile(instance.framework), sharded, training)
 
 
 def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro_batch: int,

@@ -31,6 +31,7 @@ from packplace.placement.candidates import (
     explain,
     gb,
     memory_budget,
+    shared_weights_trainer,
     train_state_kept,
     vertex_parts,
 )
@@ -172,6 +173,12 @@ class PlacementEvaluator:
         self.model_specs = [instance.models[v.model] for v in graph.vertices]
         #: per vertex: its resident bytes add to its model's training state (train_state_kept)
         self.adds_resident = [train_state_kept(instance, n) for n in self.names]
+        #: per vertex: for an engine of ``adds_resident``, the index of its model's training vertex, else -1
+        trainers = {u.model: j for j, u in enumerate(graph.vertices) if u.kind == "train"}
+        self.engine_trainer = [trainers.get(v.model, -1) if self.adds_resident[i] else -1
+                               for i, v in enumerate(graph.vertices)]
+        #: per vertex: the hybrid engine generates with its trainer's own parameter tensors (shared_weights_trainer)
+        self.shares_weights = [shared_weights_trainer(instance, n) is not None for n in self.names]
         self.capacity = instance.hardware.memory_per_gpu
         #: per vertex: the bytes per GPU it may use on its own (the rollout engine's budget for generation)
         self.own_budget = [memory_budget(instance, v.kind) for v in graph.vertices]
@@ -394,32 +401,52 @@ class PlacementEvaluator:
 
     def _memory_segments(self, res: list) -> list[tuple[int, int, float]]:
         """``(lo, hi, bytes)`` for each maximal id range covered by the same set of vertices: per model the
-        largest resident bytes of its vertices there (plus, added, those of an engine whose model's
-        training state stays resident, :func:`~packplace.placement.candidates.train_state_kept`), plus the
-        largest transient bytes."""
+        largest resident bytes of its vertices there, plus the largest transient bytes.
+
+        A hybrid engine (an engine whose model's training state stays resident,
+        :func:`~packplace.placement.candidates.train_state_kept`) on its trainer's GPUs holds no weights of
+        its own between generate calls: it generates with the trainer's own tensors
+        (:func:`~packplace.placement.candidates.shared_weights_trainer`, at the trainer's ``(pp, tp)``; counted
+        once, in the training state) or gathers them for the call and releases them after (ZeRO-3
+        ``GatheredParameters``, DeepSpeed ``hybrid_engine.py`` ``generate``): those weights join its
+        transient bytes, beside the resident training state. Elsewhere its weights are resident."""
         points = sorted({x for _, lo, hi in res for x in (lo, hi)})
         out = []
         vm = self.vertex_model
-        adds = self.adds_resident
         for k in range(len(points) - 1):
             a, b = points[k], points[k + 1]
             resident: dict[int, float] = {}
-            extra = 0.0
             transient = 0.0
             covered = False
             for i, (cand, lo, hi) in enumerate(res):
                 if lo <= a and b <= hi:
                     covered = True
                     m = vm[i]
-                    if adds[i]:
-                        extra += cand.resident_bytes
+                    own = cand.transient_bytes
+                    hybrid = self._hybrid_weights(res, i, a, b)
+                    if hybrid is not None:
+                        own += hybrid
                     elif cand.resident_bytes > resident.get(m, 0.0):
                         resident[m] = cand.resident_bytes
-                    if cand.transient_bytes > transient:
-                        transient = cand.transient_bytes
+                    if own > transient:
+                        transient = own
             if covered:
-                out.append((a, b, sum(resident.values()) + extra + transient))
+                out.append((a, b, sum(resident.values()) + transient))
         return out
+
+    def _hybrid_weights(self, res: list, engine: int, a: int, b: int) -> float | None:
+        """For a hybrid engine whose trainer covers the GPU range ``[a, b)``, the weight bytes it holds only
+        while it generates: 0 when it generates with the trainer's own tensors (same ``(pp, tp)``), else its
+        weights (gathered for the call); ``None`` for any other vertex or range (its weights stay resident)."""
+        trainer = self.engine_trainer[engine]
+        if trainer < 0:
+            return None
+        cand, _, _ = res[engine]
+        tcand, tlo, thi = res[trainer]
+        if not (tlo <= a and b <= thi):
+            return None
+        same = tcand.strategy.tp == cand.strategy.tp and tcand.strategy.pp == cand.strategy.pp
+        return 0.0 if self.shares_weights[engine] and same else cand.resident_bytes
 
     def _staleness_violation(self, plan: Plan) -> str | None:
         allowed = self.instance.optimizer["staleness_candidates"]

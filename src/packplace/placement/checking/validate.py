@@ -73,6 +73,9 @@ SECTION_KEYS = tuple(VALIDATION_FIELDS) + STRUCTURED_KEYS
 #: One published figure (``published.<figure>``, ``<figure>`` being ``step`` or a phase of ``phases``).
 PUBLISHED_FIELD = Field("float", "s", 0, None, exclusive_minimum=True, default=None,
                         meaning="published seconds of the step (step) or of a phase of phases")
+#: ``plan.<task>.micro_batch`` when the source does not give it: ``validate`` fits the largest within memory
+#: (:func:`fit_micro_batches`) and says so on the row.
+FIT = "fit"
 #: Fields of one task of ``plan`` (``plan.<task>``) besides ``origin`` and ``extent``.
 PLAN_TASK_FIELDS: dict[str, Field] = {
     "dp": Field("int", "ranks", 1, MAX_GPUS, meaning="data-parallel degree"),
@@ -80,7 +83,8 @@ PLAN_TASK_FIELDS: dict[str, Field] = {
     "tp": Field("int", "ranks", 1, MAX_GPUS, meaning="tensor-parallel degree"),
     "ep": Field("int", "ranks", 1, MAX_GPUS, default=1, meaning="expert-parallel degree of a MoE model (divides dp)"),
     "micro_batch": Field("int", "sequences", 1, MAX_SEQUENCES,
-                         meaning="sequences per micro-batch (generation: decoded together per replica)"),
+                         meaning="sequences per micro-batch (generation: decoded together per replica); "
+                                 "'fit': not published, the largest within memory"),
 }
 #: ``plan.<task>.origin`` (``[rack, node, gpu]`` of the block's first GPU) and ``.extent`` (its size) coordinates.
 BLOCK_FIELDS: dict[str, Field] = {
@@ -103,8 +107,10 @@ class ValidationRow:
     """One compared figure: ``setup``, ``phase`` (``step`` or a phase name), seconds predicted and
     published, whether the plan fits in memory under the model (``memory_ok``), the file's ``source`` and
     ``parts``: per vertex of the phase (every vertex for ``step``), its predicted seconds by part
-    (``generation``, ``forward``, ``train``, ``old_log_prob``, ``overhead``) and ``floor``: the figure's
-    datasheet lower bound for the file's workload (:func:`flop_floor`, seconds)."""
+    (``generation``, ``forward``, ``train``, ``old_log_prob``, ``overhead``), ``floor``: the figure's
+    datasheet lower bound for the file's workload (:func:`flop_floor`, seconds), and ``fitted``: the
+    sentence naming the micro-batches ``validate`` fitted because the source does not give them
+    (:func:`fit_micro_batches`; empty when every one is published)."""
 
     setup: str
     phase: str
@@ -115,6 +121,7 @@ class ValidationRow:
     parts: dict[str, dict[str, float]] = field(default_factory=dict)
     skipped: str = ""
     floor: float = 0.0
+    fitted: str = ""
 
     @property
     def below_floor(self) -> bool:
@@ -134,12 +141,12 @@ class ValidationRow:
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready fields: ``setup, phase, source, published, predicted, ratio, memory_ok,
-        ok, parts`` (seconds), ``skipped`` (the reason, empty when scored), ``floor`` (seconds) and
-        ``below_floor``."""
+        ok, parts`` (seconds), ``skipped`` (the reason, empty when scored), ``floor`` (seconds),
+        ``below_floor`` and ``fitted`` (the fitted micro-batches' sentence, empty when all are published)."""
         return {"setup": self.setup, "phase": self.phase, "source": self.source, "published": self.published,
                 "predicted": self.predicted, "ratio": self.ratio, "memory_ok": self.memory_ok, "ok": self.ok,
                 "parts": self.parts, "skipped": self.skipped, "floor": self.floor,
-                "below_floor": self.below_floor}
+                "below_floor": self.below_floor, "fitted": self.fitted}
 
 
 def _staleness(spec: Any, where: str) -> dict[str, int]:
@@ -177,6 +184,8 @@ def _plan(spec: Any, where: str, tasks: tuple[str, ...]) -> Plan:
         task = f"[{where}] plan.{name}"
         if name not in tasks:
             raise ConfigError(f"[{where}] plan: unknown task {show(name)}; tasks: {', '.join(tasks)}")
+        if isinstance(v, dict) and v.get("micro_batch") == FIT:
+            v = {**v, "micro_batch": 1}  # a placeholder: fit_micro_batches sets the largest that fits
         values = check_section(v, PLAN_TASK_FIELDS, task, extra=tuple(BLOCK_FIELDS),
                                label=lambda field, task=task: f"{task}.{field}")
         block = {}
@@ -187,6 +196,57 @@ def _plan(spec: Any, where: str, tasks: tuple[str, ...]) -> Plan:
         vertices[name] = VertexPlan(Strategy(values["dp"], values["pp"], values["tp"], values["ep"]),
                                     values["micro_batch"], Allocation(block["origin"], block["extent"]))
     return Plan.build(vertices, _staleness(spec, where))
+
+
+def fitted_tasks(spec: Any) -> tuple[str, ...]:
+    """The tasks of ``validation.plan`` whose ``micro_batch`` is ``fit`` (the source does not give it)."""
+    if not isinstance(spec, dict):
+        return ()
+    return tuple(name for name, v in spec.items() if isinstance(v, dict) and v.get("micro_batch") == FIT)
+
+
+def fit_micro_batches(instance, plan: Plan, tasks: tuple[str, ...]) -> tuple[Plan, dict[str, int]]:
+    """``plan`` with each task of ``tasks`` at the largest micro-batch that keeps the whole plan within
+    memory, and those micro-batches (``{task: sequences}``).
+
+    A framework sizes what its source leaves open by the memory it has: a trainer's micro-batch is the
+    largest that fits beside everything else on its GPUs, an engine's the largest batch it holds. Memory
+    grows with the micro-batch, so a bisection over the divisors of the sequences per replica (the
+    workload's ``B·K`` over the task's ``dp``; a micro-batch divides them) finds it; tasks are fitted in
+    the order given, each with the ones before it already fitted. A task that does not fit even at 1
+    keeps 1 (the plan is then over memory and ``validate`` says so)."""
+    fitted: dict[str, int] = {}
+    for name in tasks:
+        vp = dict(plan.vertices)[name]
+        per_replica = max(1, instance.workload.sequences // vp.strategy.dp)
+        sizes = [d for d in range(1, per_replica + 1) if per_replica % d == 0]
+        lo, hi = 0, len(sizes) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            trial = _with_micro_batch(plan, name, sizes[mid])
+            if plan_evaluator(instance, trial).score(trial).oom:
+                hi = mid - 1
+            else:
+                lo = mid
+        plan = _with_micro_batch(plan, name, sizes[lo])
+        fitted[name] = sizes[lo]
+    return plan, fitted
+
+
+def _with_micro_batch(plan: Plan, name: str, micro_batch: int) -> Plan:
+    """``plan`` with task ``name`` at ``micro_batch`` sequences per micro-batch."""
+    vertices = dict(plan.vertices)
+    vp = vertices[name]
+    vertices[name] = VertexPlan(vp.strategy, micro_batch, vp.allocation)
+    return Plan.build(vertices, dict(plan.staleness))
+
+
+def fitted_note(fitted: dict[str, int]) -> str:
+    """The sentence a row carries when some micro-batches were fitted (:func:`fit_micro_batches`)."""
+    if not fitted:
+        return ""
+    shown = ", ".join(f"{name} {mb}" for name, mb in fitted.items())
+    return f"micro-batch not published, fitted as the largest within memory: {shown}"
 
 
 def _phases(spec: Any, tasks: tuple[str, ...]) -> dict[str, list[str]]:
@@ -305,12 +365,14 @@ def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
         _allow_staleness(cfg, stale)
     instance = build_instance(cfg, source=path)
     try:
+        fit = fitted_tasks(section["plan"])
         section = check_validation(section, instance.graph.names)
         plan = _plan(section["plan"], "validation", instance.graph.names)
         # the plan's degrees fit its blocks (``calibrate`` divides by them): the evaluator's rules, not memory
         broken = [v for v in plan_evaluator(instance, plan).score(plan).violations if not v.startswith("out of memory")]
         if broken:
             raise ConfigError(f"[validation] plan: {broken[0]}")
+        plan, section["_fitted"] = fit_micro_batches(instance, plan, fit)
     except ConfigError as exc:   # name the file: a directory of them is validated at once
         raise ConfigError(f"[validation] {path}: {str(exc).removeprefix('[validation] ')}") from None
     preset = (cfg.get("hardware") or {}).get("preset")
@@ -483,7 +545,8 @@ def validate(paths: list[str]) -> list[ValidationRow]:
             row_parts = {n: {k: v for k, v in parts[n].items() if not (phase in engine_only and k == "overhead")}
                          for n in names}
             rows.append(ValidationRow(setup, phase, predicted[phase], float(published), fits,
-                                      str(section.get("source", "")), row_parts, skipped, floors[phase]))
+                                      str(section.get("source", "")), row_parts, skipped, floors[phase],
+                                      fitted_note(section.get("_fitted", {}))))
     return rows
 
 
@@ -511,6 +574,8 @@ def format_rows(rows: list[ValidationRow]) -> str:
             note += " (plan over memory in the model; time scored without the memory check)"
         if r.below_floor:
             note += f" (published {BELOW_FLOOR} {r.floor:.1f} s: the inputs are not the run's)"
+        if r.fitted:
+            note += f" ({r.fitted})"
         lines.append(f"{r.setup:<50} {r.phase:<30} {r.predicted:>11.1f} {r.published:>11.1f} {r.ratio:>6.2f}  {note}")
     scored = [r for r in rows if not r.skipped]
     bad = sum(not r.ok for r in scored)

@@ -21,6 +21,7 @@ dispatches each token to its ``k`` experts and combines the results, two all-to-
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from packplace.placement.model.engine import (
     kv_capacity_tokens,
     paged_schedule,
     rollout_stream_schedule,
+    static_queue_makespan,
 )
 from packplace.placement.model.framework import (
     DEFAULT_FRAMEWORK,
@@ -41,10 +43,20 @@ from packplace.placement.model.framework import (
     dispatch_seconds,
     exposed_gather_seconds,
     gather_seconds,
+    offload_round_trip_seconds,
     onload_seconds,
+    refit_framework_seconds,
     refit_seconds,
 )
-from packplace.placement.model.memory import lora_params, stage_gemm_share, stage_layers, trainable_stage_params
+from packplace.placement.model.memory import (
+    DEFAULT_TRAINING,
+    TrainingOptions,
+    lora_params,
+    resident_bytes,
+    stage_gemm_share,
+    stage_layers,
+    trainable_stage_params,
+)
 from packplace.placement.problem.hardware import Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.workload import Workload
@@ -73,17 +85,22 @@ class CostModel:
         sharded_models: Shapes of the trained models that shard their weights with ``zero3`` (their
             weight sync into a hybrid engine gathers the partitions,
             :func:`~packplace.placement.model.framework.refit_seconds`).
+        training: The training options of each trained model's shape (its state's bytes, which a
+            framework with ``colocated_offload`` moves to the host and back every step); a shape not in it
+            takes the defaults.
     """
 
     def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload,
                  engine: RolloutEngine | None = None, framework: FrameworkProfile | None = None,
-                 sharded_models: frozenset = frozenset()) -> None:
+                 sharded_models: frozenset = frozenset(),
+                 training: dict[ModelSpec, TrainingOptions] | None = None) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
         self.engine = engine if engine is not None else RolloutEngine()
         self.framework = framework if framework is not None else FRAMEWORKS[DEFAULT_FRAMEWORK]
         self.sharded_models = sharded_models
+        self.training = dict(training) if training else {}
         name = getattr(hardware, "component_table", "none")
         self.components = load_table(name) if name != "none" else None
         self._eager_rates: ComponentTable | None = None
@@ -595,6 +612,10 @@ class CostModel:
         the running batch (:meth:`prefill_time`) and of the tokens preempted sequences recompute
         (:meth:`recompute_time`).
 
+        With ``dispatch: queue`` the static batches of the whole step go to the first free replica
+        (:func:`~packplace.placement.model.engine.static_queue_makespan`), each decoding to its own longest
+        response on the same per-iteration times; the vertex lasts until the last batch ends.
+
         Static rounds (``batching: static``): rounds of ``mb`` sequences, each a prefill of ``mb``
         prompts and decode iterations ``t = 1..T_max`` (``T_max`` the longest response of the batch,
         :attr:`Workload.max_response`) with the expected running count ``a_t = mb·(1 − F(t−1))`` from
@@ -622,7 +643,18 @@ class CostModel:
         active = micro_batch * fraction
         step = self.decode_step_times(model, tp, pp, extent, dp, active, active * (S + steps), ep)
         round_time = prefill + float((step * weight).sum())
-        return self.pipeline(rounds, pp, round_time * stage_gemm_share(model, pp))
+        share = stage_gemm_share(model, pp)
+        if self.engine.dispatch == "queue":
+            # a batch whose longest response is T decodes the grid's iterations up to T
+            done = np.concatenate([[0.0], np.cumsum(step * weight)])
+            ends = np.concatenate([[0.0], steps + (weight - 1.0) / 2.0])
+
+            def batch_seconds(t: float) -> float:
+                return prefill + float(np.interp(t, ends, done))
+
+            makespan = static_queue_makespan(w, micro_batch, dp, batch_seconds)
+            return (makespan + (pp - 1) * round_time) * share
+        return self.pipeline(rounds, pp, round_time * share)
 
     def recompute_time(self, model: ModelSpec, tp: int, tokens: float, ep: int = 1) -> float:
         """Prefill of the ``tokens`` a rollout engine recomputes for preempted sequences (vLLM's
@@ -709,7 +741,8 @@ class CostModel:
         if engine:
             path = refit_seconds(self, model, src_range, dst_layout, dst_range, model in self.sharded_models)
             if path is not None:
-                return path + self.hw.weight_sync_overhead
+                return (path + refit_framework_seconds(self, model, dst_layout, colocated=False)
+                        + self.hw.weight_sync_overhead)
         if not engine and src_range == dst_range and src_layout == dst_layout:
             return 0.0
         level = self.cluster.span_level(min(src_range[0], dst_range[0]), max(src_range[1], dst_range[1]))
@@ -724,14 +757,35 @@ class CostModel:
         ``+ weight_sync_overhead``, with ``shard = 2P/(tp·pp)`` bytes of the engine's layout
         (:meth:`layout_shard_bytes`). An ``in_place`` framework (DeepSpeed hybrid engine) has no
         sleep/wake; its gather of ZeRO-3 partitions over the ``block`` (id range) is
-        :func:`~packplace.placement.model.framework.refit_seconds` (without ``block`` the gather is left out)."""
+        :func:`~packplace.placement.model.framework.refit_seconds` (without ``block`` the gather is left out).
+
+        A framework's own refit steps add :func:`~packplace.placement.model.framework.refit_framework_seconds`
+        (full-parameter gather, handle transfer, the engine's weight load), and a framework that offloads
+        the trainer while its engine generates (``colocated_offload``) the round trip of the trainer's
+        state over the host link (:func:`~packplace.placement.model.framework.offload_round_trip_seconds`)
+        of :meth:`train_state_bytes` on the ``block``'s GPUs (one GPU without ``block``)."""
         hw = self.hw
         if self.framework.refit == "in_place":
             block = block if block is not None else (0, 1)
             sharded = model in self.sharded_models
             return refit_seconds(self, model, block, dst_layout, block, sharded) + hw.weight_sync_overhead
         shard = self.layout_shard_bytes(model, dst_layout)
-        return 2.0 * shard / hw.memory_bandwidth + 2.0 * shard / hw.host_bandwidth + hw.weight_sync_overhead
+        seconds = 2.0 * shard / hw.memory_bandwidth + 2.0 * shard / hw.host_bandwidth + hw.weight_sync_overhead
+        seconds += refit_framework_seconds(self, model, dst_layout, colocated=True)
+        if self.framework.colocated_offload:
+            seconds += offload_round_trip_seconds(self, self.train_state_bytes(model, block))
+        return seconds
+
+    def train_state_bytes(self, model: ModelSpec, block: tuple[int, int] | None = None) -> float:
+        """Training-state bytes per GPU of ``model`` spread over the ``block``'s ``n`` GPUs as if fully sharded
+        (weights, gradients and Adam state each ``1/n``, with its training options' offload and LoRA:
+        :func:`~packplace.placement.model.memory.resident_bytes` at ``dp = n`` under ``zero3``). A lower
+        bound of the per-GPU state of every layout of the trainer on those GPUs (replicated weights or
+        unsharded gradients only add), and independent of that layout, so that the search's tables,
+        which price a colocated refit by the engine's block alone, price it as the evaluator does."""
+        n = block[1] - block[0] if block is not None else 1
+        options = self.training.get(model, DEFAULT_TRAINING)
+        return resident_bytes(model, "train", max(1, n), 1, 1, replace(options, sharding="zero3"))
 
     def transfer_time(self, src_range: tuple[int, int], dst_range: tuple[int, int], dst_dp: int) -> float:
         """Data edge (rollouts or scores) between two blocks: 0 on the same block, else each consumer

@@ -32,6 +32,10 @@ from packplace.placement.problem.workload import Workload
 
 #: Batching policies of a rollout engine.
 BATCHING = ("continuous", "static")
+#: How static batches reach the engine replicas: ``rounds`` (each replica runs its own share, every round to
+#: the workload's longest response) or ``queue`` (a work queue: each batch goes to the first free replica,
+#: :func:`static_queue_makespan`).
+DISPATCH = ("rounds", "queue")
 #: vLLM's default ``max_num_seqs`` (EngineArgs; sequences running at once per engine).
 DEFAULT_MAX_NUM_SEQS = 256
 #: Fraction of GPU memory a vLLM engine may use (``gpu_memory_utilization`` default 0.9, EngineArgs).
@@ -56,6 +60,8 @@ class RolloutEngine:
             KV cache (default 0.9, vLLM's); a generation candidate must fit in it.
         max_num_seqs_set: The config sets ``max_num_seqs`` (false: the default above, which a framework
             profile's ``stale_engine_max_num_seqs`` may replace for an asynchronous rollout).
+        dispatch: With static batching, how the batches reach the replicas (:data:`DISPATCH`; default
+            ``rounds``).
         enforce_eager: vLLM's ``enforce_eager``: no CUDA graph capture, so every decode iteration issues
             each kernel from the host (:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`
             prices it as an eager pass); default false (vLLM's own default, graphs captured).
@@ -65,6 +71,7 @@ class RolloutEngine:
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     max_num_seqs_set: bool = False
+    dispatch: str = "rounds"
     enforce_eager: bool = False
 
 
@@ -159,6 +166,38 @@ def _schedule(workload: Workload, sequences: int, slots: int) -> tuple[np.ndarra
         heapq.heappush(heap, t + lengths[i])
     iterations, running, generated = _segments(starts, starts + lengths)
     return iterations * scale_time, running * scale_running, generated * scale_running
+
+
+def static_queue_makespan(workload: Workload, micro_batch: int, replicas: int, batch_seconds) -> float:
+    """Seconds until the last of the step's static batches ends when a work queue hands each batch to the
+    first free engine replica (NeMo-Aligner's PPO rollout with ``batch_iterator.use_flask``:
+    nemo_aligner/utils/batch_iterators.py ``HTTPBatchIterator``, every data-parallel rank asks rank 0's
+    ``SharedSet`` for the next ``batch_size`` prompt indices when its previous generate call returns).
+
+    The ``B·K`` sequences, in the arrival order of :func:`response_lengths`, form ``⌈B·K/mb⌉`` batches of
+    ``micro_batch``; a batch lasts ``batch_seconds(T)`` for its longest response ``T`` (a static batch
+    decodes until its last sequence ends); batches go in order to whichever of the ``replicas`` frees first
+    (list scheduling, Graham 1966). Strict rounds would run every round to the longest response of all.
+
+    Raises:
+        ValueError: ``micro_batch`` or ``replicas`` below 1.
+    """
+    if micro_batch < 1 or replicas < 1:
+        raise ValueError(f"static_queue_makespan: micro_batch and replicas must be >= 1, got {micro_batch}, "
+                         f"{replicas}")
+    n = workload.sequences
+    batches = -(-n // micro_batch)
+    lengths = response_lengths(workload, n)
+    longest = np.array([lengths[i * micro_batch:(i + 1) * micro_batch].max() for i in range(batches)])
+    free = [0.0] * min(replicas, batches)
+    heapq.heapify(free)
+    end = 0.0
+    for t in longest:
+        start = heapq.heappop(free)
+        finish = start + float(batch_seconds(float(t)))
+        end = max(end, finish)
+        heapq.heappush(free, finish)
+    return end
 
 
 def paged_schedule(workload: Workload, sequences: int, slots: int, kv_tokens: int

@@ -65,6 +65,29 @@ VLLM_DECODE_STEP_OVERHEAD = 1.4e-3
 #: separate a per-layer launch cost from the per-iteration loop, so a per-layer form would be an
 #: assumption the source does not test.
 DS_HYBRID_DECODE_STEP_OVERHEAD = 4.7e-3
+#: Bytes of the full bf16 model that NeMo RL's refit moves per second in each of its three steps, from the
+#: refit breakdown the NeMo RL team published for DeepSeek-V3 (671 B parameters, 1,342 GB in bf16; training
+#: EP 64 x PP 8, generation vLLM TP 64, H100; NeMo RL v0.3; github.com/NVIDIA-NeMo/RL/discussions/1189 and
+#: docs/blog "NeMo-RL: Journey of Optimizing Weight Transfer in Large MoE Models by 10x", Table 1):
+#: "policy parameter gather" 12.2 s (every policy worker materialises the full parameters, bucket by
+#: bucket, from its model-parallel peers: 1,342 GB / 12.2 s = 110 GB/s), "IPC handle transfer" 33.5 s and
+#: "generation parameter update" 1.5 s (vLLM's ``model.load_weights`` re-lays out the executor's own shard,
+#: 1,342 / 64 = 21.0 GB / 1.5 s = 14 GB/s per GPU). Not a validation row.
+NEMO_RL_REFIT_GATHER_BANDWIDTH = 1342e9 / 12.2
+#: The transfer step of a colocated refit, bytes of the full bf16 model per second: from v0.4 NeMo RL streams
+#: the gathered buckets to each vLLM worker over a ZMQ socket with CUDA IPC (``stream_weights_via_ipc_zmq``)
+#: instead of passing handles through the controller, and "the complete DeepSeek-V3 refitting takes ~35
+#: seconds with over 175 distinct IPC transfers" (github.com/NVIDIA-NeMo/RL/pull/1267, review
+#: thread, 2025-10-18); less the gather and the update of :data:`NEMO_RL_REFIT_GATHER_BANDWIDTH`'s breakdown,
+#: whose paths that change left alone: 35 − 12.2 − 1.5 = 21.3 s, 1,342 GB / 21.3 s = 63 GB/s.
+NEMO_RL_REFIT_IPC_BANDWIDTH = 1342e9 / (35.0 - 12.2 - 1.5)
+#: Bytes per second per GPU at which a vLLM engine loads refitted weights into its own shard
+#: (``model.load_weights``: the per-tensor loaders copy, fuse QKV / gate-up and re-lay out the experts);
+#: the "generation parameter update" of the NeMo RL refit breakdown of
+#: :data:`NEMO_RL_REFIT_GATHER_BANDWIDTH` (21.0 GB per executor in 1.5 s). The same loader runs in every
+#: framework that refits a vLLM engine (verl ``update_weights``, OpenRLHF ``update_weight`` after its
+#: NCCL broadcast), so it is the vLLM profiles' figure.
+VLLM_WEIGHT_LOAD_BANDWIDTH = (1342e9 / 64) / 1.5
 #: Running sequences at most of a vLLM ``AsyncLLM`` engine built with no ``max_num_seqs``: its
 #: ``from_engine_args`` defaults the usage context to ``ENGINE_CONTEXT`` (vllm/v1/engine/async_llm.py),
 #: which vLLM's table of usage-context defaults does not list (``EngineArgs.get_batch_defaults`` names
@@ -134,6 +157,24 @@ class FrameworkProfile:
             ``actor_model.module.generate`` between ``train`` steps with no offload in between). False:
             the framework offloads the training state while generating (NeMo RL, OpenRLHF colocated) or
             the model does not represent its offload (verl's param/optimizer offload flags).
+        engine_load_bandwidth: Bytes per second per GPU at which the rollout engine loads each refit into
+            its own shard (:data:`VLLM_WEIGHT_LOAD_BANDWIDTH` for the vLLM-based profiles; 0: not charged,
+            ``none`` and DeepSpeed-Chat's in-place hybrid engine), :func:`refit_framework_seconds`.
+        refit_gather_bandwidth: Bytes of the full bf16 model per second at which every trainer worker
+            materialises the full parameters before a refit (0: the framework sends shards as they lie).
+            NeMo RL (``refit_policy_generation``: ``stream_weights_via_ipc_zmq`` colocated,
+            ``broadcast_weights_for_collective`` split, both iterate the exported full parameters):
+            :data:`NEMO_RL_REFIT_GATHER_BANDWIDTH`.
+        refit_ipc_bandwidth: Bytes of the full bf16 model per second of a colocated refit's transfer from
+            the trainer's processes to the engine's (0: none). NeMo RL: :data:`NEMO_RL_REFIT_IPC_BANDWIDTH`.
+        colocated_offload: The trainer moves its whole training state (weights, gradient buffers, optimizer
+            state) to host memory before its colocated engine generates and back before the next
+            log-prob / training pass, every step: NeMo RL v0.5-v0.6
+            ``nemo_rl/algorithms/grpo.py`` ``refit_policy_generation`` (colocated: ``offload_before_refit``
+            then ``offload_after_refit``), ``models/policy/workers/megatron_policy_worker.py`` and
+            ``dtensor_policy_worker.py`` (``offload_after_refit``: ``move_model(..., "cpu")`` and the
+            optimizer state ``.to("cpu")``; ``prepare_for_lp_inference`` / ``prepare_for_training``: back
+            to ``cuda``). Charged at the hardware's ``host_bandwidth`` (:func:`offload_round_trip_seconds`).
         gather_prefetch: Sharded inference runs on PyTorch FSDP, whose implicit forward prefetching overlaps
             each layer's all-gather with the previous layer's compute (:func:`exposed_gather_seconds`; PyTorch
             docs, notes/fsdp.html "FSDP Prefetch Nuances": always enabled, the first all-gather overlaps
@@ -154,6 +195,10 @@ class FrameworkProfile:
     colocated_train_state: bool = False
     gather_prefetch: bool = False
     stale_engine_max_num_seqs: int = 0
+    engine_load_bandwidth: float = 0.0
+    refit_gather_bandwidth: float = 0.0
+    refit_ipc_bandwidth: float = 0.0
+    colocated_offload: bool = False
     enforce_eager: bool | None = False
 
 
@@ -165,7 +210,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "verl", True, True, "cuda_ipc", True,
         "verl trainer/ppo/ray_trainer.py (old_log_prob, ref, values phases); workers/fsdp_workers.py (FSDP "
         "reference module, rollout.resume(tags=['weights']) then update_weights over CUDA IPC); "
-        "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)", gather_prefetch=True),
+        "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)", gather_prefetch=True,
+        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH),
     "nemo-rl": FrameworkProfile(
         "nemo-rl", True, True, "cuda_ipc", True,
         "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "
@@ -173,13 +219,19 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "the reference runs in the policy worker's own (sharded) layout; algorithms/async_utils.py "
         "(AsyncTrajectoryCollector: per-prompt requests, at most num_prompts_per_step x "
         "max_trajectory_age_steps in flight); models/policy/dtensor_policy_worker.py (fully_shard); "
-        "models/generation/vllm/vllm_worker_async.py (AsyncLLM.from_engine_args, no max_num_seqs)",
-        continuous_rollout=True, gather_prefetch=True, stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS),
+        "models/generation/vllm/vllm_worker_async.py (AsyncLLM.from_engine_args, no max_num_seqs); "
+        "refit_policy_generation (offload_before_refit / offload_after_refit colocated) and the refit "
+        "breakdown of github.com/NVIDIA-NeMo/RL/discussions/1189 with the streamed-IPC total of "
+        "github.com/NVIDIA-NeMo/RL/pull/1267",
+        continuous_rollout=True, gather_prefetch=True, stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS,
+        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, refit_gather_bandwidth=NEMO_RL_REFIT_GATHER_BANDWIDTH,
+        refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True),
     "openrlhf": FrameworkProfile(
         "openrlhf", True, True, "cuda_ipc", True,
         "OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (actor, critic, reward, reference forwards); "
         "utils/deepspeed/deepspeed.py get_ds_eval_config (stage 3 iff training stage 3); "
-        "trainer/ray/ppo_actor.py broadcast_to_vllm (NCCL broadcast from rank 0, CUDA IPC when colocate_all)"),
+        "trainer/ray/ppo_actor.py broadcast_to_vllm (NCCL broadcast from rank 0, CUDA IPC when colocate_all)",
+        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH),
     "deepspeed-chat": FrameworkProfile(
         "deepspeed-chat", True, True, "in_place", False,
         "DeepSpeedExamples applications/DeepSpeed-Chat/dschat/rlhf/rlhf_engine.py (_init_ref / _init_reward: "
@@ -314,3 +366,30 @@ def refit_seconds(cost, model: ModelSpec, src_range: tuple[int, int], dst_layout
         return None
     level = cost.cluster.span_level(min(src_range[0], dst_range[0]), max(src_range[1], dst_range[1]))
     return cost.p2p(2.0 * model.params, level)
+
+
+def refit_framework_seconds(cost, model: ModelSpec, dst_layout: tuple[int, ...], colocated: bool) -> float:
+    """What a framework's refit adds to moving the bytes, seconds: every trainer worker materialising the
+    full ``2P`` bf16 parameters (``refit_gather_bandwidth``), on the same block the transfer between the
+    trainer's and the engine's processes (``refit_ipc_bandwidth``), and the engine loading its own shard
+    (:meth:`~packplace.placement.model.cost.CostModel.layout_shard_bytes` of ``dst_layout``) at
+    ``engine_load_bandwidth``; each term 0 where the profile's figure is 0 (sources:
+    :class:`FrameworkProfile`)."""
+    fw = cost.framework
+    full = 2.0 * model.params
+    seconds = full / fw.refit_gather_bandwidth if fw.refit_gather_bandwidth > 0 else 0.0
+    if colocated and fw.refit_ipc_bandwidth > 0:
+        seconds += full / fw.refit_ipc_bandwidth
+    if fw.engine_load_bandwidth > 0:
+        seconds += cost.layout_shard_bytes(model, dst_layout) / fw.engine_load_bandwidth
+    return seconds
+
+
+def offload_round_trip_seconds(cost, train_state_bytes: float) -> float:
+    """A colocated trainer's training state to host memory and back, once per step, seconds:
+    ``2·train_state_bytes / host_bandwidth`` for a profile with ``colocated_offload`` (each GPU over its own
+    PCIe link; ``host_bandwidth`` is the sustained pinned-copy rate, so for pageable copies a lower bound),
+    else 0."""
+    if not cost.framework.colocated_offload or train_state_bytes <= 0:
+        return 0.0
+    return 2.0 * train_state_bytes / cost.hw.host_bandwidth

@@ -33,6 +33,7 @@ from packplace.placement.model.engine import (
     BATCHING,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_MAX_NUM_SEQS,
+    DISPATCH,
     RolloutEngine,
 )
 from packplace.placement.model.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, INFERENCE_OFFLOAD, profile
@@ -135,6 +136,9 @@ POLICY_FIELDS: dict[str, Field] = {
     "algorithm": Field("enum", choices=tuple(RL_ALGORITHMS), default=next(iter(RL_ALGORITHMS)),
                        meaning="RL algorithm of the step"),
     "batching": Field("enum", choices=BATCHING, default="continuous", meaning="rollout engine batching"),
+    "dispatch": Field("enum", choices=DISPATCH, default="rounds",
+                      meaning="with batching: static, static batches per replica in rounds, or a work queue "
+                              "handing each to the first free replica"),
     "max_num_seqs": Field("int", "sequences", 1, 1_000_000, default=DEFAULT_MAX_NUM_SEQS,
                           meaning="sequences a continuous-batching engine decodes at once (not with batching: static)"),
     "gpu_memory_utilization": Field("float", "", 0, 1, exclusive_minimum=True,
@@ -501,8 +505,12 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         raise ConfigError(f"[policy] max_num_seqs: {policy_cfg['max_num_seqs']!r} caps a continuous-batching "
                           "engine; with batching: static each round decodes the generation task's micro-batch "
                           "(set that instead, or drop max_num_seqs)")
+    if policy["batching"] != "static" and policy_cfg.get("dispatch", "rounds") != "rounds":
+        raise ConfigError(f"[policy] dispatch: {policy_cfg['dispatch']!r} hands out static batches; a "
+                          "continuous-batching engine takes every request at once (set batching: static, or "
+                          "drop dispatch)")
     engine = RolloutEngine(policy["batching"], policy["max_num_seqs"], policy["gpu_memory_utilization"],
-                           max_num_seqs_set="max_num_seqs" in policy_cfg,
+                           max_num_seqs_set="max_num_seqs" in policy_cfg, dispatch=policy["dispatch"],
                            enforce_eager=_enforce_eager(policy.get("enforce_eager"), policy["framework"]))
     models_cfg = _section(config, "models")
     spec = algorithm_spec(algorithm)
