@@ -20,7 +20,8 @@ A pass is a list of kernels built from the layer's own structure (:func:`pass_ke
   a CUDA-graph-captured decode step pays per kernel), and in an eager pass the host's ``kernel_issue_s``
   per kernel (Python and the dispatcher): an eager pass lasts ``Σ max(issue, gpu_fixed + t_kernel)``, so
   a small model whose kernels are shorter than their issue time is bound by the host (the per-layer
-  floor the small models show), a large one by the GPU.
+  floor the small models show), a large one by the GPU. A decode step without CUDA graphs (vLLM's
+  ``enforce_eager``) is such an eager pass of the captured step's kernels (:func:`decode_seconds`).
 
 The table (one JSON file per GPU type under ``tables/``, :func:`load_table`) names the measurement rows
 each constant comes from; :func:`fit_table` takes the streaming rates from the copy row, fits the GEMM
