@@ -1,8 +1,8 @@
 """Shared test settings: the registered solver lists, read from the registry at collection time.
 
 Every test that runs "each solver" or "each heuristic" takes its list from here, so a solver added
-under ``solvers/balance/`` or ``solvers/placement/`` is picked up by every such test (and by
-``test_solver_contract.py``) with no other edit. Subsets are derived from the registry's
+under ``solvers/balance/``, ``solvers/placement/`` or ``solvers/context_parallel/`` is picked up by every
+such test (and by ``test_solver_contract.py``) with no other edit. Subsets are derived from the registry's
 :class:`~packplace.solvers.SolverSpec` (``exact``); the one name written out is ``reference``
 (:data:`BALANCE_BASELINES`), the backend that returns the instance's own grouping instead of searching.
 
@@ -30,10 +30,12 @@ from packplace.solvers import available, get
 #: Every registered backend of each problem, sorted (aliases not included).
 BALANCE_SOLVERS: list[str] = available("balance")
 PLACEMENT_SOLVERS: list[str] = available("placement")
+CONTEXT_PARALLEL_SOLVERS: list[str] = available("context_parallel")
 
 #: Backends that can prove optimality (``SolverSpec.exact``).
 BALANCE_EXACT: list[str] = [name for name in BALANCE_SOLVERS if get("balance", name).exact]
 PLACEMENT_EXACT: list[str] = [name for name in PLACEMENT_SOLVERS if get("placement", name).exact]
+CONTEXT_PARALLEL_EXACT: list[str] = [name for name in CONTEXT_PARALLEL_SOLVERS if get("context_parallel", name).exact]
 
 #: Backends that return the instance's own grouping instead of searching (an answer only when the
 #: instance carries ``reference_bins``): the one registered solver left out of the heuristic lists.

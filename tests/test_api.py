@@ -115,7 +115,7 @@ def test_version_is_the_installed_distributions():
 
 def test_available_without_a_problem_lists_every_problem():
     every = packplace.solvers.available()
-    assert set(every) == {"balance", "placement"}
+    assert set(every) == {"balance", "placement", "context_parallel"}
     assert every["balance"] == BALANCE_SOLVERS == sorted(every["balance"])
     assert {"cpsat", "karmarkar_karp", "lns", "lpt", "reference", "repair"} <= set(every["balance"])
     assert every["placement"] == packplace.solvers.available("placement")

@@ -10,7 +10,8 @@ Imports under ``if TYPE_CHECKING:`` are not edges (they never run).
 
 The layers (:data:`LAYERS`, :func:`layer_of`), lowest first: **ground** (errors, result types, the run
 and the registry, signals, progress, file helpers), **problems** (``packplace.balance``,
-``packplace.placement``: instances, evaluators, front-ends), **solvers** (``packplace.solvers``),
+``packplace.placement``, ``packplace.context_parallel``: instances, evaluators, front-ends), **solvers**
+(``packplace.solvers``),
 **harness** (``compare``/``bench``, the framework integrations, report plots, and the ``packplace``
 facade that re-exports them all) and **command line** (every ``cli`` module). A module imports only
 from its own layer or lower ones: the problems reach their backends through the registry (ground),
@@ -153,7 +154,7 @@ def layer_of(module: str) -> str:
         return "harness"
     if module.startswith("packplace.solvers"):
         return "solvers"
-    if module.startswith(("packplace.balance", "packplace.placement")):
+    if module.startswith(("packplace.balance", "packplace.placement", "packplace.context_parallel")):
         return "problems"
     return "ground"
 

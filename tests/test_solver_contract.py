@@ -1,7 +1,7 @@
 """The contract every registered backend of both problems keeps, run over the registry.
 
-A solver added under ``solvers/balance/`` or ``solvers/placement/`` is collected here with no other
-edit (the lists come from ``conftest.py``). For each backend:
+A solver added under ``solvers/balance/``, ``solvers/placement/`` or ``solvers/context_parallel/`` is
+collected here with no other edit (the lists come from ``conftest.py``). For each backend:
 
 * it takes ``time_limit_s`` and ``seed`` as keyword arguments and returns a
   :class:`~packplace.result.Proposal` whose claims are honest (a bound below its own objective; an
@@ -27,11 +27,20 @@ import inspect
 from pathlib import Path
 
 import pytest
-from conftest import BALANCE_EXACT, BALANCE_SOLVERS, PLACEMENT_EXACT, PLACEMENT_SOLVERS
+from conftest import (
+    BALANCE_EXACT,
+    BALANCE_SOLVERS,
+    CONTEXT_PARALLEL_EXACT,
+    CONTEXT_PARALLEL_SOLVERS,
+    PLACEMENT_EXACT,
+    PLACEMENT_SOLVERS,
+)
 
 import packplace
 from packplace.balance import make_instance
 from packplace.balance.evaluator import BalanceEvaluator
+from packplace.context_parallel import ContextParallelEvaluator, solve_context_parallel
+from packplace.context_parallel import make_instance as make_cp_instance
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.problem.config import build_instance, load_config, load_yaml
 from packplace.result import OPTIMAL, OPTIMALITY_RTOL, Proposal, optimality_level
@@ -43,7 +52,7 @@ HONEST = ("optimal", "feasible", "unknown", "infeasible")
 #: Limit of the tiny runs: far above what any backend needs there, so none of them is cut.
 TINY_LIMIT_S = 60.0
 #: Limits of the cut runs: below what the larger instances take to finish.
-SHORT_LIMIT_S = {"balance": 0.2, "placement": 0.5}
+SHORT_LIMIT_S = {"balance": 0.2, "placement": 0.5, "context_parallel": 0.2}
 
 
 # ---------------------------------------------------------------------------------------- instances
@@ -86,10 +95,42 @@ def _placement_tiny():
     return build_instance(cfg)
 
 
+#: A dynamic-CP cost with every term on (seconds): linear, attention, ring bytes and latency, two links.
+CP_COST = {"linear_s_per_token": 2e-6, "attention_s_per_token2": 1e-9, "ring_bytes_per_token": 4096.0,
+           "ring_messages": 96, "alpha_intra_s": 2e-5, "beta_intra_s_per_byte": 2e-12,
+           "alpha_inter_s": 1e-4, "beta_inter_s_per_byte": 4e-11}
+
+
+def _context_parallel_instances() -> dict:
+    """Tiny dynamic-CP instances (step time): free slots, a binding token cap with fixed slots, two
+    data-parallel groups, Megatron's workload cost (token²), groups that span nodes."""
+    return {
+        "cp-n6-R4": make_cp_instance([9000, 3000, 1500, 700, 5000, 2500], dp=1,
+                                     context_parallel={"max": 4, "gpus_per_node": 2}, cost=CP_COST),
+        "cp-cap-slots-n7-D2C2": make_cp_instance([7000, 2000, 3500, 900, 4000, 1200, 600], dp=2,
+                                                 context_parallel={"max": 2, "max_tokens_per_rank": 4000,
+                                                                   "micro_batches": 2}, cost=CP_COST),
+        "cp-megatron-cost-n6-R4": make_cp_instance([16000, 4000, 3000, 2000, 1000, 500], dp=1,
+                                                   context_parallel={"max": 4}),
+        "cp-no-overlap-n5-R8": make_cp_instance([30000, 8000, 2000, 1500, 1000], dp=2,
+                                                context_parallel={"max": 4, "gpus_per_node": 2,
+                                                                  "max_tokens_per_rank": 8000},
+                                                cost={**CP_COST, "overlap": False}),
+    }
+
+
+def _context_parallel_larger():
+    """48 sequences of 1K-32K tokens on 16 ranks: the exact path does not finish in 0.2 s."""
+    tokens = [1024 + (i * 7919) % 31744 for i in range(48)]
+    return make_cp_instance(tokens, dp=2, context_parallel={"max": 8, "max_tokens_per_rank": 16384}, cost=CP_COST)
+
+
 @functools.cache
 def instances(problem: str) -> dict:
     if problem == "balance":
         return _balance_instances()
+    if problem == "context_parallel":
+        return _context_parallel_instances()
     return {"dpo-llama8b-1x2": _placement_tiny()}
 
 
@@ -98,24 +139,29 @@ def larger(problem: str):
     """An instance on which the slower backends do not finish within :data:`SHORT_LIMIT_S`."""
     if problem == "balance":
         return _balance_larger()
+    if problem == "context_parallel":
+        return _context_parallel_larger()
     return load_config(ROOT / "configs" / "placement" / "grpo_qwen2.5-7b_2x8xh100.yaml")  # 16 GPUs
 
 
 BALANCE_TINY = list(_balance_instances())
 PLACEMENT_TINY = ["dpo-llama8b-1x2"]
-CASES = [("balance", s, i) for s in BALANCE_SOLVERS for i in BALANCE_TINY] + [
-    ("placement", s, i) for s in PLACEMENT_SOLVERS for i in PLACEMENT_TINY]
-EVERY_SOLVER = [("balance", s) for s in BALANCE_SOLVERS] + [("placement", s) for s in PLACEMENT_SOLVERS]
-EXACT_PAIRS = [("balance", e, h, i) for e in BALANCE_EXACT for h in BALANCE_SOLVERS if h != e for i in BALANCE_TINY]
-EXACT_PAIRS += [("placement", e, h, i) for e in PLACEMENT_EXACT for h in PLACEMENT_SOLVERS if h != e
-                for i in PLACEMENT_TINY]
-EXACT_CASES = [("balance", e, i) for e in BALANCE_EXACT for i in BALANCE_TINY] + [
-    ("placement", e, i) for e in PLACEMENT_EXACT for i in PLACEMENT_TINY]
+CONTEXT_PARALLEL_TINY = list(_context_parallel_instances())
+#: problem -> (every backend, the exact ones, the tiny instances)
+LISTS = {"balance": (BALANCE_SOLVERS, BALANCE_EXACT, BALANCE_TINY),
+         "placement": (PLACEMENT_SOLVERS, PLACEMENT_EXACT, PLACEMENT_TINY),
+         "context_parallel": (CONTEXT_PARALLEL_SOLVERS, CONTEXT_PARALLEL_EXACT, CONTEXT_PARALLEL_TINY)}
+CASES = [(p, s, i) for p, (solvers, _, tiny) in LISTS.items() for s in solvers for i in tiny]
+EVERY_SOLVER = [(p, s) for p, (solvers, _, _) in LISTS.items() for s in solvers]
+EXACT_PAIRS = [(p, e, h, i) for p, (solvers, exact, tiny) in LISTS.items() for e in exact for h in solvers if h != e
+               for i in tiny]
+EXACT_CASES = [(p, e, i) for p, (_, exact, tiny) in LISTS.items() for e in exact for i in tiny]
 
 
 # ------------------------------------------------------------------------------------------- helpers
 def front_end(problem: str):
-    return packplace.balance if problem == "balance" else packplace.place
+    return {"balance": packplace.balance, "placement": packplace.place,
+            "context_parallel": solve_context_parallel}[problem]
 
 
 def run(problem: str, solver: str, instance, *, time_limit_s: float, seed: int = 0):
@@ -132,6 +178,8 @@ def rescore(problem: str, instance, solution) -> tuple[bool, float]:
     """(feasible, objective) of ``solution`` according to the problem's evaluator."""
     if problem == "balance":
         score = BalanceEvaluator(instance).score(solution)
+    elif problem == "context_parallel":
+        score = ContextParallelEvaluator(instance).score(solution)
     else:
         score = get_evaluator(instance).score(solution)
     return score.feasible, score.objective
@@ -140,6 +188,8 @@ def rescore(problem: str, instance, solution) -> tuple[bool, float]:
 def analytic_bound(problem: str, instance) -> float:
     if problem == "balance":
         return BalanceEvaluator(instance).lower_bound()
+    if problem == "context_parallel":
+        return ContextParallelEvaluator(instance).lower_bound()
     return get_evaluator(instance).lower_bound()
 
 

@@ -26,7 +26,7 @@ from packplace.errors import ConfigError
 SolveFunction = TypeVar("SolveFunction", bound=Callable[..., Any])
 
 #: The problems packplace solves, each with its own backends package under ``packplace.solvers``.
-PROBLEMS = ("balance", "placement")
+PROBLEMS = ("balance", "placement", "context_parallel")
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class SolverSpec:
     """A registered backend.
 
     Attributes:
-        problem: ``"balance"`` or ``"placement"``.
+        problem: ``"balance"``, ``"placement"`` or ``"context_parallel"``.
         name: Registry name (what ``solver=`` takes).
         function: The registered function as written.
         exact: True for backends that can prove optimality (CP-SAT).

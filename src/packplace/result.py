@@ -33,8 +33,8 @@ def _solution_reader(problem: str) -> Callable[[Any], Any]:
     Raises:
         ConfigError: not a problem of packplace.
     """
-    if problem not in ("balance", "placement"):
-        raise ConfigError(f"result: problem must be 'balance' or 'placement', got {problem!r}")
+    if problem not in ("balance", "placement", "context_parallel"):
+        raise ConfigError(f"result: problem must be 'balance', 'placement' or 'context_parallel', got {problem!r}")
     if problem not in _SOLUTION_TYPES:
         importlib.import_module(f"packplace.{problem}")  # its package registers the type on import
     return _SOLUTION_TYPES[problem]

@@ -9,6 +9,9 @@ from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.instance import ensure_reference_bins_checked
 from packplace.balance.quick import quick_packing
 from packplace.balance.schema import Assignment, BalanceInstance
+from packplace.context_parallel.api import DEFAULT_SOLVER as CONTEXT_PARALLEL_DEFAULT
+from packplace.context_parallel.api import solve_context_parallel
+from packplace.context_parallel.instance import ContextParallelInstance
 from packplace.errors import ConfigError
 from packplace.registry import get
 from packplace.result import SolveResult
@@ -29,7 +32,7 @@ QUICK_PACKING_MIN_SAMPLES = 100_000
 
 
 def solve_balance(
-    instance: BalanceInstance,
+    instance: BalanceInstance | ContextParallelInstance,
     solver: str = DEFAULT_SOLVER,
     *,
     time_limit_s: float | None = None,
@@ -37,6 +40,10 @@ def solve_balance(
     **params: Any,
 ) -> SolveResult:
     """Solve a balance instance with the named backend and score the answer with the evaluator.
+
+    A :class:`~packplace.context_parallel.instance.ContextParallelInstance` (``make_instance(...,
+    context_parallel={...})``) goes to :func:`packplace.context_parallel.solve_context_parallel` (the default
+    ``solver`` there is the dynamic-CP default, ``greedy``).
 
     Args:
         instance: The problem (validated on construction).
@@ -63,6 +70,9 @@ def solve_balance(
         ConfigError: unknown solver, bad ``time_limit_s``/``seed``, a bad backend option, or
             ``reference_bins`` that are not a feasible assignment.
     """
+    if isinstance(instance, ContextParallelInstance):
+        return solve_context_parallel(instance, CONTEXT_PARALLEL_DEFAULT if solver == DEFAULT_SOLVER else solver,
+                                      time_limit_s=time_limit_s, seed=seed, **params)
     if not isinstance(instance, BalanceInstance):
         raise ConfigError(f"instance: expected a BalanceInstance, got {type(instance).__name__}")
 

@@ -18,7 +18,7 @@ import difflib
 import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -34,6 +34,8 @@ from packplace.balance.samples import (
     is_bool,
 )
 from packplace.balance.schema import BalanceInstance
+from packplace.context_parallel.instance import ContextParallelInstance
+from packplace.context_parallel.instance import make_instance as make_context_parallel_instance
 from packplace.errors import ConfigError, show
 
 
@@ -149,6 +151,7 @@ def _key_column(values: Any, n: int) -> tuple[SampleKey, ...]:
     return keys
 
 
+@overload
 def make_instance(
     tokens: Sequence[int] | np.ndarray,
     costs: Sequence[float] | np.ndarray | None = None,
@@ -157,9 +160,43 @@ def make_instance(
     data_parallel_size: int,
     local_batch_size: int = 1,
     keys: Sequence[SampleKey] | np.ndarray | None = None,
+    context_parallel: None = None,
     **kwargs: Any,
-) -> BalanceInstance:
+) -> BalanceInstance: ...
+
+
+@overload
+def make_instance(
+    tokens: Sequence[int] | np.ndarray,
+    costs: Sequence[float] | np.ndarray | None = None,
+    *,
+    seq_len: int,
+    data_parallel_size: int,
+    local_batch_size: int = 1,
+    keys: Sequence[SampleKey] | np.ndarray | None = None,
+    context_parallel: Mapping[str, Any],
+    **kwargs: Any,
+) -> ContextParallelInstance: ...
+
+
+def make_instance(
+    tokens: Sequence[int] | np.ndarray,
+    costs: Sequence[float] | np.ndarray | None = None,
+    *,
+    seq_len: int,
+    data_parallel_size: int,
+    local_batch_size: int = 1,
+    keys: Sequence[SampleKey] | np.ndarray | None = None,
+    context_parallel: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> BalanceInstance | ContextParallelInstance:
     """Build an instance from parallel columns (keys default to 0..n-1, costs default to tokens).
+
+    With ``context_parallel`` (``{"max": C, "sizes": [...], "min": 1, "max_tokens_per_rank": T, ...}``) the
+    instance is a dynamic context-parallel one instead
+    (:func:`packplace.context_parallel.make_instance` with ``dp = data_parallel_size``, ``max_tokens_per_rank``
+    defaulting to ``seq_len``, ``cost`` and ``objective`` from the keyword arguments; ``costs`` and
+    ``local_batch_size`` do not apply there).
 
     Every argument accepts Python lists and tuples, numpy arrays of any integer or float dtype, and
     numpy scalars; validation is column-wise (numpy). Extra keyword arguments go to
@@ -183,6 +220,10 @@ def make_instance(
         InfeasibleError: the instance-level proofs of :class:`BalanceInstance` (too few samples for
             the bins, too many tokens for their capacity).
     """
+    if context_parallel is not None:
+        return _context_parallel_instance(tokens, costs, seq_len=seq_len, data_parallel_size=data_parallel_size,
+                                          local_batch_size=local_batch_size, keys=keys,
+                                          context_parallel=context_parallel, **kwargs)
     key_column = None if keys is None else _key_column(keys, 0)
     token_column = _token_column(tokens, key_column)
     n = len(token_column)
@@ -211,6 +252,41 @@ def make_instance(
         raise ConfigError(f"make_instance: unknown argument {unknown[0]!r}{hint}; valid: "
                           f"{', '.join(sorted(valid | {'budgets', 'oversized_policy'}))}")
     return check_reference_bins(BalanceInstance(table, constraints, data_parallel_size, local_batch_size, **kwargs))
+
+
+def _context_parallel_instance(
+    tokens: Sequence[int] | np.ndarray,
+    costs: Any,
+    *,
+    seq_len: int,
+    data_parallel_size: int,
+    local_batch_size: int,
+    keys: Any,
+    context_parallel: Mapping[str, Any],
+    **kwargs: Any,
+) -> ContextParallelInstance:
+    """:func:`make_instance` with ``context_parallel``: the dynamic-CP instance.
+
+    Raises:
+        ConfigError: ``costs`` or ``local_batch_size`` given (they do not apply), an unknown keyword, and
+            every error of :func:`packplace.context_parallel.make_instance`.
+    """
+    if costs is not None:
+        raise ConfigError("costs: per-sample costs do not apply with context_parallel; give cost={...} (the "
+                          "group-time model) instead")
+    if local_batch_size != 1:
+        raise ConfigError(f"local_batch_size: does not apply with context_parallel (the number of micro-batches is "
+                          f"context_parallel.micro_batches), got {show(local_batch_size)}")
+    unknown = sorted(set(kwargs) - {"cost", "objective"})
+    if unknown:
+        raise ConfigError(f"make_instance: unknown argument {unknown[0]!r} with context_parallel; valid: cost, "
+                          f"objective")
+    if not isinstance(context_parallel, Mapping):
+        raise ConfigError(f"context_parallel: must be a mapping, got {show(context_parallel)}")
+    section = dict(context_parallel)
+    section.setdefault("max_tokens_per_rank", seq_len)
+    return make_context_parallel_instance(tokens, keys=keys, dp=data_parallel_size, context_parallel=section,
+                                          cost=kwargs.get("cost"), objective=kwargs.get("objective", "step_time"))
 
 
 def check_reference_bins(instance: BalanceInstance) -> BalanceInstance:

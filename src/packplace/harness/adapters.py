@@ -3,7 +3,8 @@
 The harness itself is problem-agnostic; it only needs, per problem:
 
 * ``build(spec) -> (instance, size)``: the instance of an :class:`~packplace.harness.suites.InstanceSpec`
-  and its size (samples for balance, GPUs for placement; compared with ``max_exact_size``);
+  and its size (samples for balance, GPUs for placement, sequences for context_parallel; compared with
+  ``max_exact_size``);
 * ``solve(instance, solver, time_limit_s=..., seed=..., **params) -> SolveResult``: the problem's
   front-end, which scores the backend's answer with the problem's evaluator.
 """
@@ -144,10 +145,44 @@ def _object_gpus(instance: Any) -> int:
     return 0
 
 
-ADAPTERS = {"balance": BalanceAdapter(), "placement": PlacementAdapter()}
+class ContextParallelAdapter:
+    """Dynamic context parallelism: :func:`~packplace.harness.generators.generate_context_parallel`,
+    ``solve_context_parallel``."""
+
+    problem = "context_parallel"
+    size_unit = "sequences"
+    size_limit_key = SIZE_LIMIT_KEYS["context_parallel"]
+
+    def build(self, spec: InstanceSpec) -> tuple[Any, int]:
+        """The :class:`~packplace.context_parallel.ContextParallelInstance` of ``spec`` and its sequence count."""
+        # imported here: the dynamic-CP package loads only for a context_parallel suite
+        from packplace.context_parallel import ContextParallelInstance
+
+        if spec.kind == "object":
+            instance = spec.instance
+            if not isinstance(instance, ContextParallelInstance):
+                raise ConfigError(f"instance {spec.name!r}: expected a ContextParallelInstance, "
+                                  f"got {type(instance).__name__}")
+        elif spec.kind == "generator":
+            instance = generators.generate_context_parallel(spec.generator, name=spec.name, **_checked(
+                spec.params, generators.generate_context_parallel, spec))
+        else:
+            raise ConfigError(f"instance {spec.name!r}: context_parallel suites take generator entries only")
+        return instance, instance.n
+
+    def solve(self, instance: Any, solver: str, *, time_limit_s: float | None, seed: int, **params: Any) -> SolveResult:
+        """``packplace.context_parallel.solve_context_parallel`` (re-scored by its evaluator)."""
+        # imported here: the dynamic-CP package loads only for a context_parallel suite
+        from packplace.context_parallel import solve_context_parallel
+
+        return solve_context_parallel(instance, solver, time_limit_s=time_limit_s, seed=seed, **params)
 
 
-def get_adapter(problem: str) -> BalanceAdapter | PlacementAdapter:
+ADAPTERS = {"balance": BalanceAdapter(), "placement": PlacementAdapter(),
+            "context_parallel": ContextParallelAdapter()}
+
+
+def get_adapter(problem: str) -> BalanceAdapter | PlacementAdapter | ContextParallelAdapter:
     """The adapter of ``problem``.
 
     Raises:

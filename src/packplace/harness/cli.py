@@ -4,7 +4,7 @@
 ``run(args) -> int`` (exit code). The top level calls ``args.func(args)`` and turns a
 :class:`~packplace.errors.ConfigError` into one line on stderr and exit code 2.
 
-    packplace compare --problem balance|placement --suite FILE [--solvers all|a,b,...] [--time-limit S]
+    packplace compare --problem balance|placement|context_parallel --suite FILE [--solvers all|a,b,...] [--time-limit S]
                       [--seed N] [--jobs N] [--out DIR] [--rtol R] [--quiet]
     packplace bench [--suite FILE] [--baseline FILE] [--update] [--tolerance R] [--slowdown X]
                     [--floor S] [--jobs N] [--quiet]
@@ -80,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "codes: 0 every cell ran; 1 some cell ended in error (the report is still complete); 2 bad "
                     "input.",
     )
-    compare.add_argument("--problem", required=True, choices=("balance", "placement"),
+    compare.add_argument("--problem", required=True, choices=("balance", "placement", "context_parallel"),
                          help="which problem the suite's instances are")
     compare.add_argument("--suite", required=True,
                          help="suite YAML file, or the name of a shipped suite (smoke, balance_tiny, placement, ...: "

@@ -1,9 +1,9 @@
 """``packplace.compare``: every chosen solver on every instance of a suite, same limits, same seed.
 
 Per instance each solver's answer is the problem front-end's :class:`~packplace.result.SolveResult`
-(``packplace.balance(...)`` / ``solve_placement(...)``), i.e. already re-scored by the problem's
-evaluator; the harness adds nothing to the numbers but the comparison between solvers: gaps to the
-best proven bound and to the best objective, win/tie/loss, aggregates (definitions:
+(``packplace.balance(...)`` / ``solve_placement(...)`` / ``solve_context_parallel(...)``), i.e. already
+re-scored by the problem's evaluator; the harness adds nothing to the numbers but the comparison between
+solvers: gaps to the best proven bound and to the best objective, win/tie/loss, aggregates (definitions:
 :class:`SolverSummary`).
 
 Skipped cells (status ``skipped``) are instances outside a solver's allow-list or, for exact solvers,
@@ -501,7 +501,7 @@ def compare(
     """Run every chosen solver on every instance of a suite and compare them (module docstring).
 
     Args:
-        problem: ``"balance"`` or ``"placement"``.
+        problem: ``"balance"``, ``"placement"`` or ``"context_parallel"``.
         suite: A suite YAML path, a parsed mapping / :class:`~packplace.harness.suites.Suite`, or a
             list of instance objects.
         solvers: ``"all"`` (every registered backend), a comma-separated string or a list of names;

@@ -11,6 +11,8 @@ instance (numpy ``default_rng(seed)``), on every machine.
 * :func:`corpus_instance` — a config's instance, subsampled and re-laid out.
 * :func:`planted_balance` — a perfect packing cut into samples, with its planted layout and (for
   linear costs or replicated ranks) its known optimum.
+* :func:`generate_context_parallel` — a dynamic context-parallel instance of drawn lengths (default a
+  long-tailed 1K-32K mix) on ``dp × max_cp`` ranks, costed for a model on a hardware preset.
 """
 
 from __future__ import annotations
@@ -456,6 +458,21 @@ def planted_balance(
     return PlantedBalance(instance, bins, bin_tokens, optimum)
 
 
+def context_parallel_parameter_names(generator: str) -> frozenset[str]:
+    """The ``params`` a context-parallel suite entry of generator ``generator`` (a length distribution of
+    :data:`DISTRIBUTIONS`) may give: the keyword arguments of :func:`generate_context_parallel` and the
+    distribution's own.
+
+    Raises:
+        ConfigError: an unknown generator.
+    """
+    if generator not in DISTRIBUTIONS:
+        raise ConfigError(f"generator: unknown {generator!r}; valid: {', '.join(DISTRIBUTIONS)}")
+    names = {n for n, p in inspect.signature(generate_context_parallel).parameters.items()
+             if p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)}
+    return frozenset((names - {"name", "distribution"}) | set(DISTRIBUTIONS[generator]))
+
+
 def parameter_names(generator: str) -> frozenset[str]:
     """The ``params`` a suite entry of balance generator ``generator`` may give (keyword arguments of
     :func:`generate_balance` plus the distribution's own, of :func:`planted_balance` or of
@@ -474,3 +491,55 @@ def parameter_names(generator: str) -> frozenset[str]:
     if generator == "corpus":
         names.add("config")
     return frozenset(names | set(DISTRIBUTIONS.get(generator, {})))
+
+
+def generate_context_parallel(
+    distribution: str = "lognormal",
+    *,
+    n: int,
+    dp: int,
+    max_cp: int,
+    seed: int = 0,
+    min_tokens: int = 1024,
+    max_tokens: int = 32768,
+    max_tokens_per_rank: int | None = None,
+    sizes: list[int] | None = None,
+    gpus_per_node: int = 8,
+    micro_batches: int | None = None,
+    model: Mapping[str, int] | None = None,
+    hardware: str = "h200",
+    overlap: bool = True,
+    objective: str = "step_time",
+    name: str | None = None,
+    **params: float,
+) -> Any:
+    """A dynamic context-parallel instance (:class:`packplace.context_parallel.ContextParallelInstance`).
+
+    Lengths: ``n`` draws of :func:`sample_lengths` (``distribution`` and its ``params``) truncated to
+    ``[min_tokens, max_tokens]`` (default 1K-32K: a long-context SFT mix; with the default lognormal, the
+    corpus fit, most sequences are short and a few long). Ranks: ``dp × max_cp``, ``gpus_per_node`` per node.
+    Token cap per rank: ``max_tokens_per_rank``, default ``⌈max_tokens / max_cp⌉`` (the smallest cap
+    under which the longest possible sequence fits the largest group). Cost: the CP group time of ``model``
+    (default Llama-3.1-8B, :data:`LLAMA_31_8B`) trained on the ``hardware`` preset
+    (:func:`packplace.context_parallel.cost_from_preset`), ring exchange overlapped unless ``overlap`` is
+    False. ``sizes``, ``micro_batches``, ``objective``: as :func:`packplace.context_parallel.make_instance`.
+    ``name`` is accepted for the harness and not stored.
+
+    Raises:
+        ConfigError: a bad parameter (named); InfeasibleError: no plan exists (a sequence no group holds,
+            too few sequences for ``micro_batches``).
+    """
+    # imported here: the dynamic-CP package loads only when a suite asks for such an instance
+    from packplace.context_parallel import make_instance as make_context_parallel
+
+    tokens = sample_lengths(distribution, n, seed=seed, min_tokens=min_tokens, max_tokens=max_tokens, **params)
+    max_cp = _int_param(max_cp, "max_cp")
+    cap = -(-int(max_tokens) // max_cp) if max_tokens_per_rank is None else max_tokens_per_rank
+    context: dict[str, Any] = {"max": max_cp, "max_tokens_per_rank": cap, "gpus_per_node": gpus_per_node}
+    if sizes is not None:
+        context["sizes"] = sizes
+    if micro_batches is not None:
+        context["micro_batches"] = micro_batches
+    shape = dict(LLAMA_31_8B if model is None else model)
+    return make_context_parallel(tokens, dp=dp, context_parallel=context, objective=objective,
+                                 cost={"model": shape, "hardware": hardware, "overlap": overlap})

@@ -26,12 +26,19 @@ from packplace.errors import ConfigError, show
 from packplace.outputs import record_input
 from packplace.yamlio import load_yaml
 
-PROBLEMS = ("balance", "placement")
+PROBLEMS = ("balance", "placement", "context_parallel")
 #: Per problem, the suite key that caps the instance size for exact solvers (alias of ``max_exact_size``):
-#: samples for balance, GPUs for placement. The adapters of :mod:`packplace.harness.adapters` read it.
-SIZE_LIMIT_KEYS = {"balance": "max_exact_samples", "placement": "max_exact_gpus"}
+#: samples for balance, GPUs for placement, sequences for context_parallel. The adapters of
+#: :mod:`packplace.harness.adapters` read it.
+SIZE_LIMIT_KEYS = {"balance": "max_exact_samples", "placement": "max_exact_gpus",
+                   "context_parallel": "max_exact_sequences"}
 BALANCE_GENERATORS = ("uniform", "lognormal", "bimodal", "planted", "corpus")
 PLACEMENT_GENERATORS = ()
+#: Dynamic context parallelism: the length distributions of
+#: :func:`~packplace.harness.generators.generate_context_parallel`.
+CONTEXT_PARALLEL_GENERATORS = ("uniform", "lognormal", "bimodal")
+GENERATORS = {"balance": BALANCE_GENERATORS, "placement": PLACEMENT_GENERATORS,
+              "context_parallel": CONTEXT_PARALLEL_GENERATORS}
 #: Most seeds one entry expands over (``seeds: N`` or a list), and most instances in a suite.
 MAX_SEEDS = 1_000
 MAX_INSTANCES = 10_000
@@ -40,7 +47,7 @@ MAX_INSTANCES = 10_000
 GENERATOR_LIMITS = {"n": balance_config.MAX_SAMPLES, "ranks": balance_config.MAX_RANKS,
                     "bins": balance_config.MAX_SAMPLES}
 _SUITE_KEYS = {"name", "problem", "description", "time_limit_s", "seed", "solvers", "solver_params",
-               "max_exact_size", "max_exact_samples", "max_exact_gpus", "instances"}
+               "max_exact_size", "max_exact_samples", "max_exact_gpus", "max_exact_sequences", "instances"}
 _ENTRY_KEYS = {"name", "generator", "params", "seeds", "solvers", "config", "overrides", "inline", "subsample"}
 
 
@@ -76,7 +83,7 @@ class Suite:
     """A parsed suite (the file format: :func:`load_suite`).
 
     Attributes:
-        name, problem, description: Labels; ``problem`` is ``balance`` or ``placement``.
+        name, problem, description: Labels; ``problem`` is ``balance``, ``placement`` or ``context_parallel``.
         instances: The expanded instance specs, in file order.
         time_limit_s: Default per-solver time limit in seconds (``None``: unset).
         seed: Default solver seed (``None``: unset).
@@ -199,6 +206,8 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
     if len(sources) != 1:
         raise ConfigError(f"{where}: needs exactly one of generator / config / inline, got {sources or 'none'}")
     kind = sources[0]
+    if problem == "context_parallel" and kind != "generator":
+        raise ConfigError(f"{where}.{kind}: context_parallel suites take generator entries only")
     solvers = _names(entry.get("solvers"), f"{where}.solvers")
     params = entry.get("params", {})
     if not isinstance(params, Mapping):
@@ -211,16 +220,16 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
     generator = config = overrides = None
     if kind == "generator":
         generator = entry["generator"]
-        valid = BALANCE_GENERATORS if problem == "balance" else PLACEMENT_GENERATORS
+        valid = GENERATORS[problem]
         if generator not in valid:
             raise ConfigError(
                 f"{where}.generator: unknown {problem} generator {generator!r}; valid: {', '.join(valid) or 'none'}"
             )
         _check_generator_sizes(params, f"{where}.params")
-        if problem == "balance":   # a misspelt parameter is bad input, not an instance that fails to build
+        if problem != "placement":   # a misspelt parameter is bad input, not an instance that fails to build
             # numpy and the generators load only when a suite has a generator entry
-            from packplace.harness.generators import parameter_names
-            valid_params = parameter_names(generator)
+            from packplace.harness.generators import context_parallel_parameter_names, parameter_names
+            valid_params = (parameter_names if problem == "balance" else context_parallel_parameter_names)(generator)
             unknown = sorted(set(params) - valid_params, key=str)
             if unknown:
                 raise ConfigError(f"{where}.params.{key_shown(unknown[0])}: unknown parameter of generator "
@@ -308,7 +317,7 @@ def parse_suite(
     solver_params = data.get("solver_params", {}) or {}
     if not isinstance(solver_params, Mapping) or not all(isinstance(v, Mapping) for v in solver_params.values()):
         raise ConfigError(f"{source}: solver_params: must map solver names to option mappings, got {solver_params!r}")
-    size_keys = [k for k in ("max_exact_size", "max_exact_samples", "max_exact_gpus") if k in data]
+    size_keys = [k for k in ("max_exact_size", *SIZE_LIMIT_KEYS.values()) if k in data]
     alias = SIZE_LIMIT_KEYS[problem]
     if any(k not in ("max_exact_size", alias) for k in size_keys) or len(size_keys) > 1:
         raise ConfigError(f"{source}: use one of max_exact_size / {alias} for a {problem} suite, got {size_keys}")

@@ -1,0 +1,171 @@
+"""The one scorer of dynamic-CP plans: feasibility with named violations, the step time, the makespan, the
+balance, and the proven lower bound (:mod:`packplace.context_parallel.bounds`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from packplace.context_parallel.bounds import lower_bound
+from packplace.context_parallel.instance import ContextParallelInstance
+from packplace.context_parallel.plan import ContextParallelPlan
+from packplace.errors import ConfigError, show
+
+#: Violations listed in a score (the count is always exact).
+MAX_VIOLATIONS = 20
+
+
+def group_time(instance: ContextParallelInstance, size: int, keys: Iterable[Any],
+               index: dict[Any, int] | None = None) -> float:
+    """Seconds a CP group of ``size`` ranks takes for the sequences ``keys`` (the one group-time function:
+    :meth:`packplace.context_parallel.cost.CPCost.time` on the group's token sum and sum of squares, the
+    link inside a node when ``size`` divides ``gpus_per_node``). ``index``: ``key -> position``, when the
+    caller has it.
+
+    Raises:
+        ConfigError: an unknown key.
+    """
+    index = instance.index_of() if index is None else index
+    try:
+        positions = [index[key] for key in keys]
+    except KeyError as missing:
+        raise ConfigError(f"keys: unknown sequence key {show(missing.args[0])}") from None
+    lengths = instance.tokens[positions].astype(np.float64)
+    return instance.cost.time(size, float(lengths.sum()), float((lengths * lengths).sum()),
+                              instance.inside_node(size))
+
+
+@dataclass
+class ContextParallelScore:
+    """The evaluation of one plan.
+
+    Attributes:
+        feasible: No violation.
+        violations: What is wrong, one line each (at most :data:`MAX_VIOLATIONS`; ``violation_count`` all).
+        step_time_s: Σ over slots of the slowest group's seconds (``inf`` when infeasible).
+        makespan_s: The busiest rank's seconds over the step.
+        balance: Squared coefficient of variation of the ranks' busy seconds (0: all equal).
+        slot_times_s: Each slot's slowest group, seconds.
+        rank_busy_s: Busy seconds per rank, shape (R,).
+        objective: The instance's objective's value.
+    """
+
+    feasible: bool
+    violations: list[str] = field(default_factory=list)
+    violation_count: int = 0
+    step_time_s: float = float("inf")
+    makespan_s: float = float("inf")
+    balance: float = float("inf")
+    slot_times_s: list[float] = field(default_factory=list)
+    rank_busy_s: list[float] = field(default_factory=list)
+    objective: float = float("inf")
+
+    def detail(self) -> dict[str, Any]:
+        """The figures a result's ``info`` carries."""
+        return {"step_time_s": self.step_time_s, "makespan_s": self.makespan_s, "balance": self.balance,
+                "slot_times_s": list(self.slot_times_s), "micro_batches": len(self.slot_times_s)}
+
+
+class ContextParallelEvaluator:
+    """Scores plans of one instance (the single source of truth for its objectives and feasibility)."""
+
+    def __init__(self, instance: ContextParallelInstance) -> None:
+        if not isinstance(instance, ContextParallelInstance):
+            raise ConfigError(f"instance: expected a ContextParallelInstance, got {type(instance).__name__}")
+        self.instance = instance
+        self.index = instance.index_of()
+        self._bound: float | None = None
+
+    def group_time(self, size: int, keys: Iterable[Any]) -> float:
+        """:func:`group_time` of this instance (seconds)."""
+        return group_time(self.instance, size, keys, self.index)
+
+    def score(self, plan: ContextParallelPlan) -> ContextParallelScore:
+        """Feasibility and every objective of ``plan`` (:class:`ContextParallelScore`)."""
+        inst = self.instance
+        ranks = inst.ranks
+        problems: list[str] = []
+
+        def bad(line: str) -> None:
+            problems.append(line)
+
+        if not isinstance(plan, ContextParallelPlan):
+            return ContextParallelScore(False, [f"plan: expected a ContextParallelPlan, got {type(plan).__name__}"], 1)
+        slots = plan.micro_batches
+        if inst.micro_batches is not None and len(slots) != inst.micro_batches:
+            bad(f"micro_batches: the plan has {len(slots)} slots, the instance fixes {inst.micro_batches}")
+        if inst.n and not slots:
+            bad("micro_batches: no slot, but there are sequences to run")
+        seen: dict[Any, tuple[int, int]] = {}
+        allowed = set(inst.sizes)
+        cap = inst.max_tokens_per_rank
+        busy = np.zeros(ranks)
+        slot_times: list[float] = []
+        tokens = inst.tokens
+        for j, slot in enumerate(slots):
+            covered = 0
+            slot_time = 0.0
+            for g, group in enumerate(sorted(slot, key=lambda grp: grp.first_rank)):
+                where = f"micro_batches[{j}] group at rank {group.first_rank}"
+                size = group.size
+                if size not in allowed:
+                    bad(f"{where}: size {show(size)} is not an allowed CP size {list(inst.sizes)}")
+                    continue
+                if group.first_rank != covered:
+                    bad(f"{where}: groups must tile ranks [0, {ranks}) in order; expected first_rank {covered}")
+                    covered = group.first_rank
+                if group.first_rank % size:
+                    bad(f"{where}: size {size} group not aligned (first_rank % size != 0)")
+                if group.first_rank + size > ranks or group.first_rank < 0:
+                    bad(f"{where}: ranks {group.first_rank}..{group.first_rank + size - 1} outside [0, {ranks})")
+                    covered = group.first_rank + size
+                    continue
+                covered = group.first_rank + size
+                if not group.keys:
+                    bad(f"{where}: empty group (every rank runs a sequence in every slot)")
+                    continue
+                positions = []
+                for key in group.keys:
+                    position = self.index.get(key)
+                    if position is None:
+                        bad(f"{where}: unknown key {show(key)}")
+                    elif key in seen:
+                        bad(f"{where}: key {show(key)} already placed in micro_batches[{seen[key][0]}]")
+                    else:
+                        seen[key] = (j, g)
+                        positions.append(position)
+                lengths = tokens[positions].astype(np.float64)
+                total = float(lengths.sum())
+                if cap is not None and total > size * cap:
+                    bad(f"{where}: {int(total)} tokens exceed size {size} x max_tokens_per_rank {cap}")
+                t = inst.cost.time(size, total, float((lengths * lengths).sum()), inst.inside_node(size))
+                busy[group.first_rank:group.first_rank + size] += t
+                slot_time = max(slot_time, t)
+            if covered != ranks:
+                bad(f"micro_batches[{j}]: groups cover ranks [0, {covered}), not [0, {ranks})")
+            slot_times.append(slot_time)
+        if len(seen) != inst.n:
+            missing = [key for key in inst.keys if key not in seen]
+            bad(f"keys: {len(missing)} sequences not placed, e.g. {show(missing[:3])}")
+        if problems:
+            return ContextParallelScore(False, problems[:MAX_VIOLATIONS], len(problems))
+        step = float(sum(slot_times))
+        makespan = float(busy.max()) if ranks else 0.0
+        mean = float(busy.mean())
+        balance = float(busy.var() / (mean * mean)) if mean > 0 else 0.0
+        objective = {"step_time": step, "makespan": makespan, "balance": balance}[inst.objective]
+        return ContextParallelScore(True, [], 0, step, makespan, balance, slot_times, busy.tolist(), objective)
+
+    def objective(self, plan: ContextParallelPlan) -> float:
+        """The instance objective's value of ``plan`` (``inf`` when infeasible)."""
+        return self.score(plan).objective
+
+    def lower_bound(self) -> float:
+        """A proven lower bound on the instance's objective (:func:`packplace.context_parallel.bounds.lower_bound`),
+        computed once."""
+        if self._bound is None:
+            self._bound = lower_bound(self.instance)
+        return self._bound

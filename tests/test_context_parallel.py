@@ -1,0 +1,170 @@
+"""Dynamic context parallelism: the instance, the group-time model, the evaluator and the bound, on
+hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from packplace.context_parallel import (
+    ContextParallelEvaluator,
+    ContextParallelPlan,
+    CPCost,
+    CPGroup,
+    group_time,
+    make_instance,
+    solve_context_parallel,
+)
+from packplace.errors import ConfigError, InfeasibleError
+
+# a = 1 ms/token, b = 1 us/token², B = 100 bytes/token per ring step, m = 2 messages per step;
+# NVLink α = 1 ms, β = 1 us/byte; network α = 2 ms, β = 10 us/byte
+COST = CPCost(linear_s_per_token=1e-3, attention_s_per_token2=1e-6, ring_bytes_per_token=100.0, ring_messages=2,
+              alpha_intra_s=1e-3, beta_intra_s_per_byte=1e-6, alpha_inter_s=2e-3, beta_inter_s_per_byte=1e-5)
+
+
+def test_group_time_by_hand():
+    # c = 1, one sequence of 1000: a·1000 + b·10^6 = 1 + 1 = 2 s
+    assert COST.time(1, 1000, 1e6, True) == pytest.approx(2.0)
+    # c = 2, two sequences of 1000 inside a node: linear 1 s, attention 1 s; comm = 1·(2·1e-3 + 1e-6·100·1000)
+    # = 0.102 s < attention·(c-1)/c = 0.5 s: 1 + 0.5 + 0.5 = 2 s (the exchange hides under the attention)
+    assert COST.time(2, 2000, 2e6, True) == pytest.approx(2.0)
+    # across nodes: comm = 2·2e-3 + 1e-5·100·1000 = 1.004 s > 0.5 s: 1 + 0.5 + 1.004 = 2.504 s
+    assert COST.time(2, 2000, 2e6, False) == pytest.approx(2.504)
+    # without overlap they add: 1 + 1 + 0.102
+    no_overlap = CPCost(**{**COST.to_dict(), "overlap": False})
+    assert no_overlap.time(2, 2000, 2e6, True) == pytest.approx(2.102)
+    # c = 4, one sequence of 4000 in a node: linear 1 s, attention 4 s; comm = 3·(2e-3 + 1e-6·100·1000) = 0.306 s
+    # < 4·3/4 = 3 s: 1 + 1 + 3 = 5 s
+    assert COST.time(4, 4000, 16e6, True) == pytest.approx(5.0)
+    assert COST.time(4, 0, 0, True) == 0.0
+
+
+def test_group_time_uses_the_node_link_only_for_sizes_dividing_the_node():
+    inst = make_instance([1000, 1000], dp=1, context_parallel={"max": 4, "gpus_per_node": 2}, cost=COST.to_dict())
+    assert group_time(inst, 2, [0, 1]) == pytest.approx(2.0)  # inside a node of 2
+    # size 4 spans two nodes: comm = 3·(2·2e-3 + 1e-5·100·500) = 1.512 s > attention 0.5·3/4
+    assert group_time(inst, 4, [0, 1]) == pytest.approx(0.5 + 0.5 / 4 + 1.512)
+    with pytest.raises(ConfigError, match="unknown sequence key 7"):
+        group_time(inst, 2, [7])
+
+
+def _instance(**extra):
+    section = {"max": 2, "max_tokens_per_rank": 2000, **extra}
+    return make_instance([1000, 2000, 4000, 500, 500], keys=["a", "b", "c", "d", "e"], dp=2,
+                         context_parallel=section, cost=COST.to_dict())
+
+
+def test_the_evaluator_scores_a_hand_computed_plan():
+    inst = _instance()
+    plan = ContextParallelPlan((
+        (CPGroup(0, 2, ("c",)), CPGroup(2, 1, ("b",)), CPGroup(3, 1, ("a",))),
+        (CPGroup(0, 1, ("d",)), CPGroup(1, 1, ("e",)), CPGroup(2, 2, ())),
+    ))
+    score = ContextParallelEvaluator(inst).score(plan)
+    assert not score.feasible and any("empty group" in v for v in score.violations)
+    plan = ContextParallelPlan((
+        (CPGroup(0, 2, ("c",)), CPGroup(2, 1, ("b",)), CPGroup(3, 1, ("a",))),
+        (CPGroup(0, 1, ("d",)), CPGroup(1, 1, ("e",)), CPGroup(2, 1, ()), CPGroup(3, 1, ())),
+    ))
+    assert not ContextParallelEvaluator(inst).score(plan).feasible
+    # slot 0: c on 2 ranks: linear 2 s, attention 8 s, comm 1·(2e-3 + 1e-6·100·2000) = 0.202 s < 8/2:
+    #         2 + 8/2 + 4 = 10 s; b alone: 2 + 4 = 6 s; a alone: 1 + 1 = 2 s  -> 10 s
+    # slot 1: d (500 tokens) on 2 ranks: linear 0.25 s, attention 0.125 s, comm 2e-3 + 1e-6·100·250 = 0.027 s
+    #         < 0.0625 s: 0.25 + 0.0625 + 0.0625 = 0.375 s; e the same
+    d_alone = 0.375
+    plan = ContextParallelPlan((
+        (CPGroup(0, 2, ("c",)), CPGroup(2, 1, ("b",)), CPGroup(3, 1, ("a",))),
+        (CPGroup(0, 2, ("d",)), CPGroup(2, 2, ("e",))),
+    ))
+    score = ContextParallelEvaluator(inst).score(plan)
+    assert score.feasible, score.violations
+    assert score.slot_times_s == pytest.approx([10.0, d_alone])
+    assert score.step_time_s == pytest.approx(10.0 + d_alone)
+    busy = [10.0 + d_alone, 10.0 + d_alone, 6.0 + d_alone, 2.0 + d_alone]
+    assert score.rank_busy_s == pytest.approx(busy)
+    assert score.makespan_s == pytest.approx(10.0 + d_alone)
+    mean = sum(busy) / 4
+    assert score.balance == pytest.approx(sum((x - mean) ** 2 for x in busy) / 4 / mean**2)
+    assert ContextParallelEvaluator(inst).lower_bound() <= score.step_time_s
+
+
+@pytest.mark.parametrize(("groups", "message"), [
+    (((0, 2, ("a", "b")), (2, 2, ("c", "d", "e"))), "exceed size 2 x max_tokens_per_rank 2000"),
+    (((0, 2, ("c",)), (1, 1, ("a",)), (2, 2, ("b", "d", "e"))), "tile"),
+    (((0, 4, ("c",)),), "not an allowed CP size"),
+    (((0, 1, ("c",)), (1, 2, ("a",)), (3, 1, ("b", "d", "e"))), "not aligned"),
+    (((0, 2, ("c",)), (2, 2, ("a", "b"))), "sequences not placed"),
+    (((0, 2, ("c", "c")), (2, 2, ("a", "b", "d", "e"))), "already placed"),
+    (((0, 2, ("c", "zz")), (2, 2, ("a", "b", "d", "e"))), "unknown key 'zz'"),
+])
+def test_the_evaluator_names_each_violation(groups, message):
+    inst = _instance()
+    plan = ContextParallelPlan((tuple(CPGroup(*g) for g in groups),))
+    score = ContextParallelEvaluator(inst).score(plan)
+    assert not score.feasible and math.isinf(score.objective)
+    assert any(message in v for v in score.violations), score.violations
+
+
+def test_fixed_micro_batches_are_checked():
+    inst = _instance(micro_batches=2)
+    plan = ContextParallelPlan(((CPGroup(0, 2, ("c",)), CPGroup(2, 2, ("a", "b", "d", "e"))),))
+    score = ContextParallelEvaluator(inst).score(plan)
+    assert any("the instance fixes 2" in v for v in score.violations)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"context_parallel": {"max": 2, "sizes": [3]}}, r"context_parallel.sizes: 3 does not divide the 4 ranks"),
+    ({"context_parallel": {"sizes": [1]}}, r"context_parallel.max: the largest CP size is required"),
+    ({"context_parallel": {"max": 0}}, r"context_parallel.max: must be an integer >= 1, got 0"),
+    ({"context_parallel": {"max": 2, "maximum": 4}}, r"context_parallel.maximum: unknown key"),
+    ({"context_parallel": {"max": 2, "max_tokens_per_rank": -1}}, r"max_tokens_per_rank: must be an integer >= 1"),
+    ({"context_parallel": {"max": 2}, "objective": "speed"}, r"objective: must be one of"),
+    ({"context_parallel": {"max": 2}, "cost": {"linear_s_per_token": -1.0}}, r"cost.linear_s_per_token"),
+    ({"context_parallel": {"max": 2}, "cost": {"speed": 1}}, r"cost.speed: unknown key"),
+    ({"context_parallel": {"max": 2}, "cost": {"model": {"layers": 2}}}, r"cost.model"),
+    ({"context_parallel": {"max": 2}, "dp": 0}, r"dp: must be an integer >= 1, got 0"),
+    ({"context_parallel": {"max": 2}, "keys": ["a", "a", "b"]}, r"keys\[1\]: duplicate key 'a'"),
+])
+def test_make_instance_names_the_bad_field(kwargs, message):
+    arguments = {"dp": 2, **kwargs}
+    with pytest.raises(ConfigError, match=message):
+        make_instance([100, 200, 300], **arguments)
+
+
+def test_make_instance_rejects_bad_tokens_and_proves_infeasibility():
+    with pytest.raises(ConfigError, match=r"tokens\[1\]: must be an integer in \[1, 2\^40\], got 0"):
+        make_instance([5, 0], dp=1, context_parallel={"max": 1})
+    with pytest.raises(ConfigError, match=r"tokens\[0\]: .* got 2.5"):
+        make_instance([2.5], dp=1, context_parallel={"max": 1})
+    with pytest.raises(InfeasibleError, match="2 sequences cannot fill the 4 ranks of a micro-batch"):
+        make_instance([5, 6], dp=4, context_parallel={"max": 1})
+    with pytest.raises(InfeasibleError, match="sequence 0 has 9000 tokens"):
+        make_instance([9000], dp=2, context_parallel={"max": 2, "max_tokens_per_rank": 4000})
+
+
+def test_defaults_sizes_and_the_balance_entry():
+    inst = make_instance([100] * 8, dp=2, context_parallel={"max": 8, "min": 2})
+    assert inst.sizes == (2, 4, 8) and inst.min_cp_size == 2 and inst.ranks == 16
+    # Megatron's workload function when no cost is given: s²/c
+    assert group_time(inst, 2, [0, 1]) == pytest.approx(2 * 100**2 / 2)
+    from packplace.balance import make_instance as balance_instance
+    from packplace.balance import solve_balance
+
+    other = balance_instance([100, 300, 200, 50], seq_len=400, data_parallel_size=2, context_parallel={"max": 1})
+    assert other.max_tokens_per_rank == 400 and other.ranks == 2
+    result = solve_balance(other, "static")
+    assert result.ok and result.problem == "context_parallel"
+    with pytest.raises(ConfigError, match="costs: per-sample costs do not apply"):
+        balance_instance([1, 2], [1.0, 2.0], seq_len=4, data_parallel_size=1, context_parallel={"max": 1})
+
+
+def test_static_packs_in_order_like_megatron():
+    # 4 ranks at CP 2 -> 2 groups per slot; cap 2 x 2000 = 4000 tokens: packs [a b] [c] [d e]; 3 packs -> move e
+    inst = _instance()
+    result = solve_context_parallel(inst, "static")
+    assert result.ok
+    groups = [[g.keys for g in slot] for slot in result.solution.micro_batches]
+    assert groups == [[("a", "b"), ("c",)], [("d",), ("e",)]]
+    assert result.objective == pytest.approx(ContextParallelEvaluator(inst).score(result.solution).step_time_s)

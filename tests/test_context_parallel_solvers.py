@@ -1,0 +1,221 @@
+"""Dynamic-CP backends and the bound against brute force on tiny instances, Megatron's scheduler traced by hand,
+and properties of every plan (each key exactly once, every slot's groups tiling the ranks)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from functools import cache
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from packplace.context_parallel import (
+    ContextParallelEvaluator,
+    CPCost,
+    make_instance,
+    plan_from_slots,
+    solve_context_parallel,
+)
+from packplace.registry import available
+
+COST = CPCost(linear_s_per_token=1e-3, attention_s_per_token2=1e-6, ring_bytes_per_token=100.0, ring_messages=2,
+              alpha_intra_s=1e-3, beta_intra_s_per_byte=1e-6, alpha_inter_s=2e-3, beta_inter_s_per_byte=1e-5)
+HEURISTICS = ("greedy", "megatron", "static")
+
+
+def set_partitions(items):
+    """Every partition of ``items`` into non-empty blocks."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for partition in set_partitions(rest):
+        for k in range(len(partition)):
+            yield partition[:k] + [[first, *partition[k]]] + partition[k + 1:]
+        yield [[first], *partition]
+
+
+def brute_force(instance):
+    """The least step time over every plan (slots of groups tiling the ranks), by enumeration."""
+    evaluator = ContextParallelEvaluator(instance)
+    ranks, sizes, cap = instance.ranks, instance.sizes, instance.max_tokens_per_rank
+    tokens = instance.tokens.tolist()
+    keys = list(range(instance.n))
+
+    @cache
+    def group_options(block):
+        out = []
+        for size in sizes:
+            if cap is None or sum(tokens[i] for i in block) <= size * cap:
+                out.append((size, evaluator.group_time(size, [instance.keys[i] for i in block])))
+        return out
+
+    best = math.inf
+    for groups in set_partitions(keys):
+        blocks = [tuple(sorted(b)) for b in groups]
+        options = [group_options(b) for b in blocks]
+        if any(not o for o in options):
+            continue
+        for choice in itertools.product(*options):
+            # slots: a partition of the groups whose sizes sum to the ranks (sizes here are powers of two)
+            for slots in set_partitions(list(range(len(blocks)))):
+                if instance.micro_batches is not None and len(slots) != instance.micro_batches:
+                    continue
+                if all(sum(choice[g][0] for g in slot) == ranks for slot in slots):
+                    best = min(best, sum(max(choice[g][1] for g in slot) for slot in slots))
+    return best
+
+
+def tiny(seed):
+    rng = np.random.default_rng(seed)
+    dp, cp = [(1, 2), (2, 1), (2, 2), (1, 4)][seed % 4]
+    n = int(rng.integers(dp * cp, 6))
+    tokens = rng.integers(200, 3000, n).tolist()
+    cap = int(rng.choice([1500, 3000]))
+    if max(tokens) > cp * cap:
+        cap = None
+    return make_instance(tokens, dp=dp, context_parallel={"max": cp, "max_tokens_per_rank": cap}, cost=COST.to_dict())
+
+
+def test_megatron_traced_by_hand():
+    # 4 ranks, sizes 1, 2, 4, 4 tokens per rank, Megatron's s²/c workload; cap = 6·4·1.05 = 25.2.
+    # 6 opens a CP-2 group (workload 18, 3 tokens/rank). 3: a new CP-1 group ties with a new CP-2 one at 18;
+    # the smaller size comes first. 2: the CP-1 group is full (3 + 2 > 4), the CP-2 one would reach 20: a new
+    # CP-1 group. 2: joins it (2 + 2 = 4 tokens). 1: joins the group of 3 (max stays 18; the CP-2 group would
+    # reach 18.5).
+    inst = make_instance([6, 3, 2, 2, 1], dp=2,
+                         context_parallel={"max": 2, "sizes": [1, 2, 4], "max_tokens_per_rank": 4})
+    result = solve_context_parallel(inst, "megatron")
+    assert result.ok
+    slots = [[(g.size, g.keys) for g in slot] for slot in result.solution.micro_batches]
+    assert slots == [[(2, (0,)), (1, (1, 4)), (1, (2, 3))]]
+    assert result.objective == pytest.approx(max(6**2 / 2, 3**2 + 1, 2 * 2**2))  # the s²/c cost: 18
+
+
+def test_the_bound_is_tight_on_equal_sequences():
+    # 4 ranks, 4 sequences of 1000 at CP 1: one slot, each rank 2 s; bound = work / R = 8 / 4
+    inst = make_instance([1000] * 4, dp=4, context_parallel={"max": 1}, cost=COST.to_dict())
+    result = solve_context_parallel(inst)
+    assert result.objective == pytest.approx(2.0) and result.bound == pytest.approx(2.0)
+    assert result.status == "optimal"
+
+
+def test_the_bounds_by_hand():
+    # 2 ranks, cap 1000 tokens per rank: 3 × 1000 tokens need 2 slots; solo times 2 s each at CP 1, at CP 2
+    # 0.5 + 0.25 + max(0.25, 2e-3 + 1e-6·100·500) = 1 s: slot bound 2 + 1 = 3 s (the fastest is 1 s, and there
+    # are at least 2 slots); work bound 3·2 s / 2 ranks = 3 s. The optimum meets it: two CP-1 groups, then the
+    # third on CP 2.
+    inst = make_instance([1000] * 3, dp=1, context_parallel={"max": 2, "max_tokens_per_rank": 1000},
+                         cost=COST.to_dict())
+    evaluator = ContextParallelEvaluator(inst)
+    assert evaluator.lower_bound() == pytest.approx(3.0)
+    assert brute_force(inst) == pytest.approx(3.0)
+    result = solve_context_parallel(inst)
+    assert result.status == "optimal" and result.objective == pytest.approx(3.0)
+    # 4 ranks at CP 1 with 2 slots fixed and 8 sequences: slot bound = longest + the smallest other solo time
+    inst = make_instance([4000, 1000, 1000, 1000, 1000, 1000, 1000, 1000], dp=4,
+                         context_parallel={"max": 1, "micro_batches": 2}, cost=COST.to_dict())
+    solo = [4 + 16, 2.0]  # 4000 tokens: 4 s + 16 s; 1000: 1 s + 1 s
+    work = (solo[0] + 7 * solo[1]) / 4
+    assert ContextParallelEvaluator(inst).lower_bound() == pytest.approx(max(work, solo[0] + solo[1]))
+
+
+def test_the_leader_bound_by_hand():
+    # 4 ranks, CP sizes 1 and 2, 1,500 tokens per rank (6,000 a slot). The 2,000-token sequence needs CP 2:
+    # linear 1 s, attention 4/2 = 2 s: 1 + 2/2 + max(2/2, 0.102) = 3 s; its work a·s + b·s² = 2 + 4 = 6.
+    # Twenty of 300 tokens: work 0.3 + 0.09 = 0.39 each (7.8 in all). Its slot holds 4,000 more tokens, 13⅓ of
+    # them: 5.2 of work; the rest, 2.6, runs in other slots: 3 + 2.6/4 = 3.65 s. Work bound 13.8/4 = 3.45 s;
+    # slot bound (2 slots) 3 + 0.195 s.
+    inst = make_instance([2000] + [300] * 20, dp=2, context_parallel={"max": 2, "max_tokens_per_rank": 1500},
+                         cost=COST.to_dict())
+    assert ContextParallelEvaluator(inst).lower_bound() == pytest.approx(3.65)
+    result = solve_context_parallel(inst)
+    assert result.ok and result.objective >= 3.65 * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_bound_and_heuristics_against_brute_force(seed):
+    inst = tiny(seed)
+    best = brute_force(inst)
+    evaluator = ContextParallelEvaluator(inst)
+    assert evaluator.lower_bound() <= best * (1 + 1e-9)
+    megatron = solve_context_parallel(inst, "megatron")
+    for name in HEURISTICS:
+        result = solve_context_parallel(inst, name)
+        if result.ok:
+            assert result.objective >= best * (1 - 1e-9)
+            assert result.bound <= best * (1 + 1e-9)
+            if result.status == "optimal":
+                assert result.objective == pytest.approx(best)
+    greedy = solve_context_parallel(inst, "greedy")
+    if megatron.ok:
+        assert greedy.ok and greedy.objective <= megatron.objective * (1 + 1e-9)
+    # on these tiny instances the moves and regroupings reach the enumerated optimum
+    assert greedy.objective == pytest.approx(best, rel=1e-9)
+
+
+def test_every_backend_is_registered():
+    assert {"greedy", "megatron", "static"} <= set(available("context_parallel"))
+
+
+@st.composite
+def instances(draw):
+    dp = draw(st.sampled_from([1, 2, 4]))
+    cp = draw(st.sampled_from([1, 2, 4, 8]))
+    ranks = dp * cp
+    n = draw(st.integers(ranks, 4 * ranks + 8))
+    tokens = draw(st.lists(st.integers(1, 40_000), min_size=n, max_size=n))
+    cap = draw(st.sampled_from([None, 8192, 16384]))
+    if cap is not None and max(tokens) > cp * cap:
+        cap = None
+    node = draw(st.sampled_from([2, 4, 8]))
+    cost = draw(st.sampled_from([None, COST.to_dict()]))
+    return make_instance(tokens, keys=[f"s{i}" for i in range(n)], dp=dp,
+                         context_parallel={"max": cp, "max_tokens_per_rank": cap, "gpus_per_node": node}, cost=cost)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_every_plan_places_each_key_once_and_tiles_the_ranks(inst):
+    bound = ContextParallelEvaluator(inst).lower_bound()
+    for name in HEURISTICS:
+        result = solve_context_parallel(inst, name)
+        if not result.ok:
+            continue
+        placed = [key for slot in result.solution.micro_batches for group in slot for key in group.keys]
+        assert sorted(placed) == sorted(inst.keys)
+        for slot in result.solution.micro_batches:
+            covered = sorted(r for group in slot for r in range(group.first_rank, group.first_rank + group.size))
+            assert covered == list(range(inst.ranks))
+            assert all(group.first_rank % group.size == 0 and group.keys for group in slot)
+        assert result.objective >= bound * (1 - 1e-9)
+        again = solve_context_parallel(inst, name)
+        assert again.solution == result.solution  # deterministic
+    greedy, megatron = solve_context_parallel(inst, "greedy"), solve_context_parallel(inst, "megatron")
+    if megatron.ok:
+        assert greedy.objective <= megatron.objective * (1 + 1e-9)
+
+
+def test_plan_round_trip_and_result_json():
+    inst = tiny(3)
+    result = solve_context_parallel(inst)
+    from packplace.result import SolveResult
+
+    back = SolveResult.from_json(result.to_json())
+    assert back.solution == result.solution
+    assert plan_from_slots([[(0, 1, [0])]]).micro_batches[0][0].keys == (0,)
+
+
+def test_a_time_limit_still_answers_with_a_feasible_plan():
+    rng = np.random.default_rng(5)
+    tokens = np.clip(rng.lognormal(np.log(2500), 0.8, 256), 1024, 32768).astype(int)
+    inst = make_instance(tokens, dp=2, context_parallel={"max": 8, "sizes": [1, 2, 4, 8, 16],
+                                                         "max_tokens_per_rank": 16384}, cost=COST.to_dict())
+    limited = solve_context_parallel(inst, time_limit_s=1e-6)  # past before the first slot is packed
+    assert limited.ok and limited.objective >= limited.bound
+    assert limited.objective == pytest.approx(solve_context_parallel(inst, "static").objective)  # its fallback
+    free = solve_context_parallel(inst)
+    assert free.objective <= limited.objective * (1 + 1e-9)
