@@ -32,6 +32,11 @@ Usage:
     python benchmarks/balance_lockstep.py [--instances rl-mix sft-long rl-reasoning]
         [--solvers lpt repair kk lns] [--time-limit 10] [--seed 0]
     python benchmarks/balance_lockstep.py --instances rl-mix-groups
+    python benchmarks/balance_lockstep.py --instances sft-longtail rl-mix --solvers repair --seeds 10
+
+With ``--seeds N`` each instance is drawn for seeds 0..N-1 and each solver's gap to the evaluator's
+lockstep bound is printed per seed, then its median, worst (seed), the count over 2% and the median and
+largest process CPU seconds of the call.
 """
 
 from __future__ import annotations
@@ -154,13 +159,36 @@ def run(name: str, solvers: Sequence[str], time_limit_s: float, seed: int) -> li
     return rows
 
 
+def over_seeds(name: str, solvers: Sequence[str], time_limit_s: float, seeds: int) -> None:
+    """Gap to the lockstep bound of each solver over seeds 0..seeds-1 of one instance, with a summary."""
+    for solver in solvers:
+        gaps, cpus = [], []
+        for seed in range(seeds):
+            instance = build(name, seed)
+            bound = BalanceEvaluator(instance).lower_bound()
+            started = time.process_time()
+            result = packplace.balance(instance, solver=solver, time_limit_s=time_limit_s, seed=seed)
+            cpus.append(time.process_time() - started)
+            gaps.append(100 * (result.objective - bound) / result.objective)
+            print(f"{name} seed {seed} {solver}: gap {gaps[-1]:.3f}% ({result.status}), CPU {cpus[-1]:.2f} s")
+        worst = int(np.argmax(gaps))
+        print(f"{name} {solver}, {seeds} seeds: gap median {float(np.median(gaps)):.3f}%, worst {gaps[worst]:.3f}% "
+              f"(seed {worst}), over 2%: {sum(g > 2 for g in gaps)}; CPU median {float(np.median(cpus)):.2f} s, "
+              f"max {max(cpus):.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", nargs="+", default=["rl-mix", "sft-long", "rl-reasoning"])
     parser.add_argument("--solvers", nargs="+", default=["lpt", "repair", "kk", "lns"])
     parser.add_argument("--time-limit", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, default=0, help="summarise seeds 0..N-1 instead (gaps only)")
     args = parser.parse_args()
+    if args.seeds:
+        for name in args.instances:
+            over_seeds(name, args.solvers, args.time_limit, args.seeds)
+        return
     header = ["plan", "lockstep", "gap to bound", "above sum(c)/D", "status", "wall_s"]
     for name in args.instances:
         rows = run(name, args.solvers, args.time_limit, args.seed)

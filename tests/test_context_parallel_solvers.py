@@ -219,3 +219,13 @@ def test_a_time_limit_still_answers_with_a_feasible_plan():
     assert limited.objective == pytest.approx(solve_context_parallel(inst, "static").objective)  # its fallback
     free = solve_context_parallel(inst)
     assert free.objective <= limited.objective * (1 + 1e-9)
+
+
+def test_long_sequences_are_spread_so_every_slot_can_hold_its_groups():
+    # 16 ranks, CP sizes 1, 2, 4, 8,192 tokens per rank: nine sequences need CP 4 (four fit a slot), three CP 2,
+    # one CP 1; at least four sequences a slot (groups of at most 4 ranks), 3 slots by the token cap
+    tokens = [32014, 31825, 30961, 30878, 29003, 24084, 20927, 20304, 17256, 15421, 12975, 10011, 3590]
+    inst = make_instance(tokens, dp=4, context_parallel={"max": 4, "max_tokens_per_rank": 8192}, cost=COST.to_dict())
+    result = solve_context_parallel(inst)
+    assert result.ok, result.message
+    assert sum(len(slot) for slot in result.solution.micro_batches) >= 4 * len(result.solution.micro_batches)

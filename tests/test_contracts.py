@@ -292,9 +292,11 @@ def test_config_reference_lists_every_contract_table():
 
 
 def test_every_hardware_field_has_a_contract():
-    from packplace.placement.problem.hardware import HARDWARE_DEFAULTS, HARDWARE_REQUIRED
+    from packplace.placement.problem.hardware import CLUSTER_DEFAULTS, HARDWARE_DEFAULTS, HARDWARE_REQUIRED
     contracted = set(placement_config.CLUSTER_FIELDS) | set(placement_config.HARDWARE_FIELDS)
-    assert contracted == set(HARDWARE_REQUIRED) | set(HARDWARE_DEFAULTS)
+    assert contracted == set(HARDWARE_REQUIRED) | set(HARDWARE_DEFAULTS) | set(CLUSTER_DEFAULTS)
+    for name, default in CLUSTER_DEFAULTS.items():
+        assert placement_config.CLUSTER_FIELDS[name].default == default
     for name, default in HARDWARE_DEFAULTS.items():
         assert placement_config.HARDWARE_FIELDS[name].default == default
 

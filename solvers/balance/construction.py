@@ -11,8 +11,9 @@ when the waste exceeds the total slack, at most :data:`DEFAULT_MAX_NODES` comple
 size occurs a multiple of g > 1 times and g divides K, the multiset divided by g is packed first and
 repeated g times. Empty bins are then filled with the smallest sample of the bin holding the most.
 :func:`spread_bins` deals the bins, by decreasing cost, to the least-loaded rank with room.
-Options: ``max_nodes`` (default :data:`DEFAULT_MAX_NODES`); searches capped by
-:data:`CONSTRUCTION_TIME_S` on top of the caller's deadline.
+Options: ``max_nodes`` (default :data:`DEFAULT_MAX_NODES`). After a fast path's dead end the search is
+bounded by that node count, not by the clock (the caller's deadline is only a ceiling), so the same
+instance gives the same packing on a quiet and on a loaded machine.
 Performance: docs/performance.md
 """
 
@@ -457,10 +458,10 @@ def spread_bins(instance: BalanceInstance, prepared: PreparedSamples, bins: list
     return [members for rank_bins in placed for members in rank_bins]
 
 
-#: Wall-clock cap (seconds) of the searches of one construction after a dead end (bin completion, and
-#: the decreasing rules' O(n·K) scans with budgets), on top of the caller's deadline; the decreasing
-#: rules without budgets, O(n log K), run to the caller's deadline.
-CONSTRUCTION_TIME_S = 1.0
+#: Completions of the bin-completion search of one construction after a dead end: a work bound, so the
+#: answer does not depend on the machine's load (the caller's deadline stays a ceiling). 200,000
+#: completions take a few tenths of a second of CPU on the instances of docs/performance.md.
+CONSTRUCTION_MAX_NODES = DEFAULT_MAX_NODES
 
 
 def after_dead_end(
@@ -468,8 +469,8 @@ def after_dead_end(
 ) -> tuple[list[list[int]] | None, str, bool]:
     """What a fast path answers after its balancing rule dead-ended.
 
-    Tries :func:`feasible_packing` (its searches within :data:`CONSTRUCTION_TIME_S`, everything
-    within ``deadline``) and spreads
+    Tries :func:`feasible_packing` (bin completion within :data:`CONSTRUCTION_MAX_NODES` completions,
+    everything within ``deadline``) and spreads
     its bins over the ranks; else the instance's reference grouping; else nothing.
 
     Returns:
@@ -480,7 +481,7 @@ def after_dead_end(
     if deadline is not None and now > deadline:
         packed, how = None, "no construction tried (time limit reached)"
     else:
-        packed, how = feasible_packing(instance, prepared, deadline, search_deadline=now + CONSTRUCTION_TIME_S)
+        packed, how = feasible_packing(instance, prepared, deadline, max_nodes=CONSTRUCTION_MAX_NODES)
     if packed is not None:
         return spread_bins(instance, prepared, packed), f"{solver} dead end ({reason}); {how} found a packing", False
     if instance.reference_bins is not None:

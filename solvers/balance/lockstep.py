@@ -154,8 +154,9 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, run: Run, *, start: 
 
 def _no_worse_than_start(proposal: Proposal, run: Run, start: str | None, other: Proposal | None) -> Proposal:
     """``proposal``, or ``other`` (the ``start`` backend's own lockstep plan) where the evaluator scores it
-    strictly lower (or ``proposal`` has none); unchanged without it or when ``proposal`` is optimal."""
-    if other is None or other.solution is None or proposal.status == OPTIMAL:
+    strictly lower (or ``proposal`` has none), even when ``proposal`` is optimal within the tolerance;
+    unchanged without it."""
+    if other is None or other.solution is None:
         return proposal
     evaluator = run.evaluator
     theirs = tuple(tuple(b) for b in (other.solution.bins if isinstance(other.solution, Assignment)
@@ -168,7 +169,7 @@ def _no_worse_than_start(proposal: Proposal, run: Run, start: str | None, other:
         if evaluator.violations(ours) or evaluator.objective(theirs) >= evaluator.objective(ours):
             return proposal
     proposal.solution = theirs
-    proposal.status = other.status if other.status == OPTIMAL else FEASIBLE
+    proposal.status = OPTIMAL if OPTIMAL in (other.status, proposal.status) else FEASIBLE  # lower than an optimum
     note = f"{start}'s own lockstep plan (the start) is better: returned"
     proposal.message = f"{proposal.message}; {note}" if proposal.message else note
     return proposal

@@ -294,18 +294,24 @@ def _distribute(table: _Table, slots: int) -> list[list[int]] | None:
     fewest = table.ranks // table.sizes[-1]  # sequences a slot needs at least: one per group of the largest size
     deficit = fewest * slots
     left = len(order)
+    widths = np.asarray(table.sizes)[table.smallest_index].tolist()  # each sequence's smallest CP size
+    width_of = [0] * slots  # ranks the slot's sequences take at their smallest sizes, each alone
     for i in order.tolist():
         s, f, w = table.tokens_list[i], float(table.fastest[i]), float(table.work[i])
         held = []
         while heap:
             estimate, tokens, j = heapq.heappop(heap)
-            # the sequences left only just cover the slots still short of sequences: one of those
-            if tokens + s <= capacity and (left > deficit or len(members[j]) < fewest):
+            # token room, rank room for the sequences needing a group of their own (above the smallest size),
+            # and, when the sequences left only just cover the slots still short of sequences, one of those
+            if tokens + s <= capacity and (widths[i] == table.sizes[0] or width_of[j] + widths[i] <= ranks) and (
+                    left > deficit or len(members[j]) < fewest):
                 break
             held.append((estimate, tokens, j))
         else:
             return None
         left -= 1
+        if widths[i] > table.sizes[0]:
+            width_of[j] += widths[i]
         if len(members[j]) < fewest:
             deficit -= 1
         floor[j] = max(floor[j], f)

@@ -1,6 +1,6 @@
 """``anneal`` placement search: simulated annealing over plans, scored by the evaluator.
 
-State: a :class:`~packplace.placement.problem.plan.Plan` (per vertex a candidate and an aligned block; per
+State: a :class:`~packplace.placement.problem.plan.Plan` (per vertex a candidate and a block; per
 trainable model a staleness). Cost: the evaluator's objective (step time, or the asynchronous period when
 a model is stale), cached by plan. Moves (:data:`MOVES`): another candidate on the same block, another
 block size, another block, two vertices swap blocks, colocate, split a shared block, another staleness;
@@ -22,6 +22,7 @@ Gelatt & Vecchi 1983. Performance: docs/performance.md.
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from dataclasses import dataclass
@@ -58,9 +59,10 @@ POLISH_ORIGINS = 32
 #: lists):
 #:
 #: * ``candidate`` — another strategy / micro-batch of the same block shape, same block;
-#: * ``resize`` — another block size: the aligned block of the new shape that contains (or lies inside)
-#:   the current one, with the fastest (70%) or a random candidate of that shape;
-#: * ``move`` — the same candidate on another aligned block of its shape (random, or a neighbour);
+#: * ``resize`` — another block size: the block of the new shape that contains (or lies inside) the
+#:   current one (aligned when its size divides the rack), with the fastest (70%) or a random candidate
+#:   of that shape;
+#: * ``move`` — the same candidate on another legal block of its shape (random, or a neighbour);
 #: * ``swap`` — two vertices exchange blocks (each takes the fastest candidate of the other's shape when
 #:   the shapes differ);
 #: * ``colocate`` — a vertex joins another vertex's block (fastest candidate of that shape);
@@ -172,6 +174,7 @@ class _Search:
             acc += w / total
             self.move_cdf.append((acc, m))
         self.cache: dict[Plan, tuple[float, bool]] = {}
+        self._starts: dict[tuple[int, int, int], dict[int, Allocation]] = {}
         self.evaluations = 0
         self.cache_hits = 0
 
@@ -200,10 +203,32 @@ class _Search:
         vp = plan[name]
         return self.table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
 
+    def positions(self, extent: tuple[int, int, int]) -> tuple[Allocation, ...]:
+        """The legal blocks of ``extent`` in linear order (the table's positions)."""
+        return self.table.origins(extent)
+
     def aligned(self, extent: tuple[int, int, int], gpu: int) -> Allocation:
-        """The aligned block of ``extent`` containing linear GPU id ``gpu``."""
+        """The block of ``extent`` containing linear GPU id ``gpu``: the aligned one (starting at a
+        multiple of its size) when legal, else the last legal position starting at or before ``gpu``
+        (a block of a node count that does not divide the rack: 2 of 3 nodes)."""
         size = extent[0] * extent[1] * extent[2]
-        return Allocation(self.cluster.coords(gpu // size * size), extent)
+        aligned = Allocation(self.cluster.coords(gpu // size * size), extent)
+        places = self.positions(extent)
+        starts = self._starts.get(extent)
+        if starts is None:
+            starts = self._starts[extent] = {a.gpu_range(self.cluster)[0]: a for a in places}
+        if gpu // size * size in starts or not places:
+            return aligned
+        los = sorted(starts)
+        return starts[los[max(0, bisect.bisect_right(los, gpu) - 1)]]
+
+    def slot_of(self, alloc: Allocation) -> int:
+        """Index of ``alloc`` among :meth:`positions` of its shape (the nearest one starting before it when
+        it is not there)."""
+        places = self.positions(alloc.extent)
+        lo = alloc.gpu_range(self.cluster)[0]
+        los = [a.gpu_range(self.cluster)[0] for a in places]
+        return max(0, bisect.bisect_right(los, lo) - 1)
 
     def pick_extent_candidate(self, name: str, extent: tuple) -> Any:
         pool = self.pool[name].get(extent)
@@ -253,18 +278,18 @@ class _Search:
         name = self.rng.choice(self.names)
         vp = plan[name]
         alloc = vp.allocation
-        size = alloc.num_gpus
-        count = self.cluster.num_gpus // size
+        places = self.positions(alloc.extent)
+        count = len(places)
         if count < 2:
             return None
-        lo, _ = alloc.gpu_range(self.cluster)
+        here = self.slot_of(alloc)
         if self.rng.random() < 0.5:
-            slot = (lo // size + self.rng.choice((-1, 1))) % count
+            slot = (here + self.rng.choice((-1, 1))) % count
         else:
             slot = self.rng.randrange(count - 1)
-            if slot >= lo // size:
+            if slot >= here:
                 slot += 1
-        return plan.replace(name, vp.__class__(vp.strategy, vp.micro_batch, self.aligned(alloc.extent, slot * size)))
+        return plan.replace(name, vp.__class__(vp.strategy, vp.micro_batch, places[slot]))
 
     def _two(self) -> tuple[str, str] | None:
         if len(self.names) < 2:
@@ -327,8 +352,10 @@ class _Search:
         slots = (hi - lo) // size
         i = self.rng.randrange(slots)
         j = (i + 1 + self.rng.randrange(slots - 1)) % slots if slots > 2 else 1 - i
-        return (plan.replace(first, pool_f[0].at(self.aligned(extent, lo + i * size)))
-                .replace(second, pool_s[0].at(self.aligned(extent, lo + j * size))))
+        block_f, block_s = self.aligned(extent, lo + i * size), self.aligned(extent, lo + j * size)
+        if not all(lo <= b.gpu_range(c)[0] and b.gpu_range(c)[1] <= hi for b in (block_f, block_s)):
+            return None
+        return plan.replace(first, pool_f[0].at(block_f)).replace(second, pool_s[0].at(block_s))
 
     def _staleness(self, plan: Plan) -> Plan | None:
         model = self.rng.choice(self.stale_models)
@@ -370,10 +397,10 @@ class _Search:
                 for alloc in sorted(places):
                     for cand in self.pool[name][extent]:
                         yield plan.replace(name, cand.at(alloc))
-            count = c.num_gpus // vp.allocation.num_gpus
-            step = max(1, count // POLISH_ORIGINS)
-            for slot in range(0, count, step):
-                alloc = self.aligned(vp.allocation.extent, slot * vp.allocation.num_gpus)
+            positions = self.positions(vp.allocation.extent)
+            step = max(1, len(positions) // POLISH_ORIGINS)
+            for slot in range(0, len(positions), step):
+                alloc = positions[slot]
                 if alloc != vp.allocation:
                     yield plan.replace(name, vp.__class__(vp.strategy, vp.micro_batch, alloc))
         for i, a in enumerate(self.names):

@@ -30,6 +30,21 @@ def test_largest_plus_the_smallest_others_with_several_bins():
     assert BalanceEvaluator(inst).lower_bound() == 14.0
 
 
+def test_the_costliest_samples_apart_split_the_smallest_between_them():
+    # D=3, m=3 (every rank holds 3 samples), costs 10, 10, 1, 2, 3, 4, 5, 5, 4. The two 10s share no rank
+    # (20 is above every answer's makespan), so their ranks hold 4 more samples, at least 1 + 2 + 3 + 4:
+    # the heavier is at least (10 + 10 + 10)/2 = 15, which {10, 1, 4} | {10, 2, 3} | {5, 5, 4} meets. The
+    # count bound gives each 10 the same two smallest (10 + 1 + 2 = 13); the mean is 44/3.
+    bounds = _bounds([10, 10, 1, 2, 3, 4, 5, 5, 4], [1] * 9, ranks=3, per_rank=3, seq_len=10)
+    assert (bounds["count"], bounds["apart"]) == (13.0, 15.0)
+    assert bounds["mean"] == pytest.approx(44 / 3)
+    inst = make_instance([1] * 9, [10, 10, 1, 2, 3, 4, 5, 5, 4], seq_len=10, data_parallel_size=3,
+                         local_batch_size=3)
+    assert BalanceEvaluator(inst).lower_bound() == 15.0
+    result = packplace.balance(inst)
+    assert (result.objective, result.status) == (15.0, "optimal")
+
+
 def test_equal_count_raises_the_count():
     # D=2, m=1, n=6, equal_count: each rank holds 3 samples, so 12 + 1 + 1 = 14; without the rule 12 alone.
     costs, tokens = [12, 1, 1, 2, 2, 2], [1] * 6

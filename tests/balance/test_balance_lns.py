@@ -71,6 +71,27 @@ def test_never_worse_than_its_start(objective, seed):
     assert result.bound == pytest.approx(evaluator.lower_bound())
 
 
+@pytest.mark.parametrize("solver", ["lns", "cpsat"])
+@pytest.mark.parametrize("seed", range(3))
+def test_never_worse_than_its_start_under_lockstep(solver, seed):
+    # A long-tail mix in lockstep (a few samples of up to a whole micro-batch): the search runs on the rounds
+    # instance and the levelling pass after it; the answer is at most repair's own lockstep plan, exactly.
+    from packplace.harness.generators import cost_function
+
+    rng = np.random.default_rng(seed)
+    tokens = np.clip(np.rint(rng.lognormal(np.log(400), 0.4, size=24)), 16, 2048).astype(int)
+    tokens[rng.choice(24, size=3, replace=False)] = rng.integers(2048, 4097, size=3)
+    price = cost_function("flops")
+    instance = make_instance(tokens.tolist(), [price(int(t)) for t in tokens], seq_len=4096, data_parallel_size=3,
+                             local_batch_size=2, objective="lockstep")
+    start = packplace.balance(instance, solver="repair")
+    # work budgets, the limit only a ceiling far above them: the start inside is repair's whole answer
+    budget = {"max_neighbourhoods": 3} if solver == "lns" else {"cp_parameters": {"max_deterministic_time": 0.3}}
+    result = packplace.balance(instance, solver=solver, time_limit_s=120, seed=seed, **budget)
+    assert result.ok and not BalanceEvaluator(instance).violations(result.solution)
+    assert result.objective <= start.objective, result.message
+
+
 def test_deterministic_for_a_seed():
     instance, _ = planted(6, 2, 8, 0.99, seq_len=1000, seed=10)
     first = packplace.balance(instance, solver="lns", time_limit_s=30, seed=3)

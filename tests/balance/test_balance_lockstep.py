@@ -148,6 +148,53 @@ def test_layer_bound_by_hand() -> None:
     assert packplace.balance(inst).objective == 200.0
 
 
+def _most_cost_held(tokens: list[int], costs: list[float], seq_len: int, bins: int) -> float:
+    """The most cost ``bins`` bins of ``seq_len`` tokens can hold: every map of the samples to a bin or none."""
+    best = 0.0
+    for labels in itertools.product(range(bins + 1), repeat=len(tokens)):
+        used = [0] * bins
+        for t, b in zip(tokens, labels):
+            if b < bins:
+                used[b] += t
+        if max(used) <= seq_len:
+            best = max(best, sum(c for c, b in zip(costs, labels) if b < bins))
+    return best
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.integers(1, 3), st.lists(st.integers(1, 20), min_size=1, max_size=7), st.data())
+def test_held_cost_is_above_the_brute_force_packing(bins: int, tokens: list[int], data: st.DataObject) -> None:
+    # The upper bound on what the first indices hold, bin-count rows included, never below the best packing
+    # (long samples over half a bin, which share a bin only with what fits beside them, drawn often).
+    from packplace.balance.lockstep import _held_cost
+
+    costs = [float(t * t + data.draw(st.integers(0, 30))) for t in tokens]
+    exact = _most_cost_held(tokens, costs, 20, bins)
+    held = _held_cost(np.array(costs), np.array(tokens, dtype=float), 20, bins)
+    assert held >= exact * (1 - 1e-9)
+
+
+def test_held_cost_sees_the_room_beside_a_long_sample() -> None:
+    # One bin of 10 tokens, samples of 7 and 4 tokens (costs 49 and 16): they cannot share it, so it holds
+    # at most 49; the fractional knapsack (49 + 3/4 of 16 = 61) and the size classes (at most two samples
+    # over 10/3 tokens) do not see it, the bin-count row for α = 10 − 7 + 1 = 4 does (the 4 has no room).
+    from packplace.balance.lockstep import _held_cost
+
+    assert _held_cost(np.array([49.0, 16.0]), np.array([7.0, 4.0]), 10, 1) == pytest.approx(49.0, rel=2e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 10), min_size=4, max_size=7), st.data())
+def test_layer_bound_is_below_the_brute_force_optimum_long_tail(tokens: list[int], data: st.DataObject) -> None:
+    # 2 ranks × 2 bins of 10 tokens, samples up to a whole bin: the forced slots and the bin-count rows bite.
+    from packplace.balance.lockstep import layer_bound
+
+    costs = [float(t * t + data.draw(st.integers(0, 5))) for t in tokens]
+    optimum = _brute_force(tokens, costs, 10, 2, 2)
+    if math.isfinite(optimum):
+        assert layer_bound(np.array(tokens), np.array(costs), 10, 2, 2) <= optimum
+
+
 def test_capacity_bound_by_hand() -> None:
     # tokens 4, 4, 4, 4, cost 16 each except one 40; seq_len 4: every bin holds one sample, D = 2, m = 2.
     # The first index's two bins hold at most 40 + 16 = 56 of 88, so the second index's two bins hold 32:

@@ -15,7 +15,7 @@ from packplace.placement.evaluator import get_table
 from packplace.placement.model.memory import stage_layers
 from packplace.placement.problem.config import build_instance, load_config
 from packplace.placement.problem.hardware import Cluster
-from packplace.placement.problem.plan import Strategy
+from packplace.placement.problem.plan import Allocation, Strategy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
@@ -76,12 +76,34 @@ def test_kv_heads_replicated_when_tp_exceeds_them():
     assert spec.kv_bytes_per_token(1, 1) == 2 * 4 * 2 * 128 * 2
 
 
-def test_block_shapes_and_origins_are_aligned():
+def test_block_shapes_and_origins_are_aligned_when_they_divide_the_rack():
     c = Cluster(2, 4, 8)
-    assert block_extents(c) == [(1, 1, 1), (1, 1, 2), (1, 1, 4), (1, 1, 8), (1, 2, 8), (1, 4, 8), (2, 4, 8)]
+    assert block_extents(c) == [(1, 1, 1), (1, 1, 2), (1, 1, 4), (1, 1, 8), (1, 2, 8), (1, 3, 8), (1, 4, 8),
+                                (2, 4, 8)]
     assert [a.origin for a in block_origins(c, (1, 2, 8))] == [(0, 0, 0), (0, 2, 0), (1, 0, 0), (1, 2, 0)]
     assert len(block_origins(c, (1, 1, 2))) == 32
     assert [a.gpu_range(c) for a in block_origins(c, (1, 4, 8))] == [(0, 32), (32, 64)]
+    # 3 of a rack's 4 nodes: at node 0 (3:1) or node 1 (1:3), never across the rack boundary
+    assert [a.gpu_range(c) for a in block_origins(c, (1, 3, 8))] == [(0, 24), (8, 32), (32, 56), (40, 64)]
+
+
+def test_node_counts_split_the_rack_into_shares():
+    from packplace.placement.candidates import MAX_SHARES, block_counts, block_step
+    assert block_counts(3) == [2, 3] and block_counts(4) == [2, 3, 4]
+    assert block_counts(MAX_SHARES) == list(range(2, MAX_SHARES + 1))   # any two-block split up to 8 nodes
+    assert block_counts(12) == [2, 3, 4, 6, 8, 9, 10, 12]               # 8:4, 9:3, 10:2 and the divisors
+    assert block_counts(16) == [2, 4, 6, 8, 10, 12, 14, 16]             # sixteenths are not shares: 3 is out
+    assert block_counts(4096)[-5:] == [2048, 2560, 3072, 3584, 4096]
+    assert (block_step(2, 4), block_step(3, 4), block_step(8, 12), block_step(2, 3)) == (2, 1, 4, 1)
+    c = Cluster(1, 12, 8)
+    # 8 of 12 nodes at node 0 (8:4) or node 4 (4:8): both halves of each split are legal blocks
+    assert [a.origin for a in block_origins(c, (1, 8, 8))] == [(0, 0, 0), (0, 4, 0)]
+    assert [a.origin for a in block_origins(c, (1, 4, 8))] == [(0, 0, 0), (0, 4, 0), (0, 8, 0)]
+    racks = Cluster(3, 2, 8)
+    assert [a.origin for a in block_origins(racks, (2, 2, 8))] == [(0, 0, 0), (1, 0, 0)]
+    assert Allocation((1, 0, 0), (2, 2, 8)).check(racks) is None
+    assert "exceeds the 3x2x8 cluster" in Allocation((2, 0, 0), (2, 2, 8)).check(racks)
+    assert "whole nodes" in Allocation((0, 0, 4), (1, 2, 8)).check(racks)
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=os.path.basename)
@@ -136,7 +158,8 @@ def test_model_that_never_fits_says_bytes_needed_and_available():
 def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
     # GRPO, Llama-3.1-8B actor, 1.5 GB per GPU: generation (the first vertex) needs 16 GPUs for its
     # 16 GB of weights, training (weights, grads, Adam: 16 bytes/parameter; the first pipeline stage also
-    # holds the 0.5e9-parameter embedding) needs 256
+    # holds the 0.5e9-parameter embedding) needs 192: 24 nodes, 3/4 of the 32-node rack (128 do not fit); the
+    # concurrent solver then fits the whole plan on 256 GPUs by splitting the rack 3:1 (192 + 64)
     actor = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
     reward = dict(layers=4, hidden_dim=512, ffn_dim=1024, vocab_size=1000, head_dim=64)
     cfg = {"hardware": {**HW, "memory_per_gpu": 1.5e9}, "models": {"actor": actor, "reward": reward},
@@ -146,15 +169,15 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
     assert not table.feasible["actor.generate"] and not table.feasible["actor.train"]
     with pytest.raises(InfeasibleError) as info:
         check_instance(table.instance)
-    assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 256 "
+    assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 192 "
                                "(16.4 GB per GPU needed at the largest block (8 GPUs), 1.5 GB available); the smallest "
                                "cluster of this node and rack shape (doubled) on which the concurrent solver fits a "
-                               "whole plan has 512 GPUs (step 0.4083 s: actor.generate 512 GPUs, actor.train 512 "
-                               "GPUs, reference.infer 512 GPUs, reward.infer 32 GPUs)")
-    # On 256 GPUs (what actor.train alone needs) the colocated weights of the other tasks do not fit: the
+                               "whole plan has 256 GPUs (step 0.4105 s: actor.generate 192 GPUs, actor.train 192 "
+                               "GPUs, reference.infer 64 GPUs, reward.infer 256 GPUs)")
+    # On 192 GPUs (what actor.train alone needs) the colocated weights of the other tasks do not fit: the
     # search reports the next doubling, and the table's own check (no search) gives the upper bound with
-    # every task on its own GPUs
-    with pytest.raises(InfeasibleError, match=r"needs at most 289 \(actor.generate 16 GPUs"):
+    # every task on its own GPUs: 16 + 16 + 1 + 192
+    with pytest.raises(InfeasibleError, match=r"needs at most 225 \(actor.generate 16 GPUs"):
         table.check()
 
 

@@ -317,7 +317,7 @@ def test_hardware_preset_fills_datasheet_figures_and_fields_override_it():
     hw = inst.hardware
     assert (hw.flops_per_gpu, hw.memory_per_gpu, hw.memory_bandwidth) == (989e12, 80e9, 3.35e12)
     assert hw.decode_bw_eff == 0.5 and hw.gemm_peak_fraction == PRESETS["h100-sxm"]["gemm_peak_fraction"]
-    for name in ("h100-sxm", "h200", "a100-80gb-sxm", "a800", "h20", "b200", "l40s"):
+    for name in ("h100-sxm", "h200", "a100-80gb-sxm", "a800", "h20", "b200", "gb200", "l40s"):
         cfg["hardware"] = {"preset": name}
         hw = build_instance(cfg).hardware
         # no default reaches the datasheet: documented sustained fractions of peak

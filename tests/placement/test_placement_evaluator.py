@@ -132,7 +132,7 @@ def test_out_of_memory_and_illegal_plans_are_infeasible_with_reasons():
     ok = plan.by_vertex()
     assert "does not equal the block's 2 GPUs" in reason(plan.replace("actor.train", vp(1, 1, 1, 8, (0, 0, 0),
                                                                                           (1, 1, 2))))
-    assert "not an aligned shape" in reason(plan.replace("actor.train", vp(1, 1, 2, 8, (0, 0, 1), (1, 1, 2))))
+    assert "not a legal shape" in reason(plan.replace("actor.train", vp(1, 1, 2, 8, (0, 0, 1), (1, 1, 2))))
     assert "micro-batch 3 does not divide the 8 sequences" in reason(
         plan.replace("actor.train", vp(1, 1, 1, 3, (0, 0, 0), (1, 1, 1))))
     assert "vertices not placed: actor.train" in reason(Plan.build({"reference.infer": ok["reference.infer"]}))

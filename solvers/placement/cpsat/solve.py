@@ -146,11 +146,13 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
 
 def nested_block_sizes(tables: ModelTables, cluster) -> list[int] | None:
     """The block sizes of the options, a node, a rack and the cluster, ascending, when each divides the
-    next (then the aligned blocks form a tree: every block lies inside one block of each larger size);
-    None otherwise."""
+    next and every option starts at a multiple of its size (then the blocks form a tree: every block lies
+    inside one block of each larger size); None otherwise (a rack split 2:1 or 3:1: a block of a count
+    that does not divide the rack)."""
     sizes = sorted({o.hi - o.lo for opts in tables.options for o in opts} |
                    {cluster.gpus_per_node, cluster.gpus_per_rack, cluster.num_gpus})
-    return sizes if all(b % a == 0 for a, b in zip(sizes, sizes[1:])) else None
+    aligned = all(o.lo % (o.hi - o.lo) == 0 for opts in tables.options for o in opts)
+    return sizes if aligned and all(b % a == 0 for a, b in zip(sizes, sizes[1:])) else None
 
 
 def first_block_at_origin(choice: list[Option], tables: ModelTables, sizes: list[int]) -> list[Option]:

@@ -11,6 +11,10 @@ proofs (docs/balance-model.md, section "Lower bounds"):
   rank fills m non-empty bins, so it holds ≥ m samples; ≥ ⌊n/D⌋ under ``equal_count``): the
   "largest cost + the q−1 smallest others", "c₍D₎ + c₍D+1₎ + …" and "⌈n/D⌉ smallest" bounds.
 * ``units``: the same pigeonhole over groups (a group's samples share a rank).
+* ``apart``: the k costliest samples either share a rank two by two (then some load is at least
+  c₍k−1₎ + c₍k₎) or sit on k distinct ranks, each with q − 1 more samples drawn from the others: those
+  ranks carry their k samples plus at least the k·(q−1) smallest others, so the heaviest of them at
+  least the mean of that.
 * ``bin_conflict``: samples over seq_len/2 tokens cannot share a bin; when nearly every bin must
   hold one of them, the rank of the largest sample holds some of them in its other m−1 bins.
 * ``rank_tokens``: a rank holds at most m·seq_len tokens, so the rank of the costliest sample holds
@@ -28,10 +32,10 @@ import math
 
 import numpy as np
 
-__all__ = ["BOUND_NAMES", "count_bound", "makespan_bounds"]
+__all__ = ["BOUND_NAMES", "apart_bound", "count_bound", "makespan_bounds"]
 
 #: The names of :func:`makespan_bounds`' entries, in the order they are computed.
-BOUND_NAMES = ("mean", "count", "units", "bin_conflict", "rank_tokens")
+BOUND_NAMES = ("mean", "count", "units", "bin_conflict", "rank_tokens", "apart")
 
 
 def count_bound(descending: np.ndarray, ranks: int, per_rank_count: int) -> float:
@@ -60,6 +64,31 @@ def count_bound(descending: np.ndarray, ranks: int, per_rank_count: int) -> floa
     spill_start = np.minimum(max(n - per_rank_count, 0), above)
     extra = np.where(fits, low[np.minimum(extra_need, small)], (top[n] - top[t]) + top[above] - top[spill_start])
     return float((window + extra).max())
+
+
+def apart_bound(descending: np.ndarray, ranks: int, per_rank_count: int) -> float:
+    """max over k = 1..min(D, n) of min(c₍k−1₎ + c₍k₎, (c₍1₎ + … + c₍k₎ + the k·(q−1) smallest others) / k).
+
+    Either two of the k costliest samples share a rank, whose load is then at least the two smallest of
+    them, c₍k−1₎ + c₍k₎ (k = 1: no pair); or the k sit on k distinct ranks, each holding ≥ q samples, so
+    q − 1 more from outside the k, disjoint between the ranks: together at least Σ_{i≤k} c₍i₎ plus the
+    k·(q−1) smallest other costs (fewer where fewer exist), and the heaviest of the k ranks at least
+    1/k of that. Where the costliest samples tie (lengths clipped at ``seq_len``) and each needs m − 1
+    companions in its other bins, this splits the smallest samples between them; the ``count`` bound
+    gives each the same q − 1 smallest. ``descending``: costs sorted largest first, shape (n,).
+    """
+    n = len(descending)
+    if n == 0 or ranks < 1:
+        return 0.0
+    most = min(ranks, n)
+    k = np.arange(1, most + 1)
+    top = np.concatenate(([0.0], np.cumsum(descending[:most])))
+    need = np.minimum(k * max(0, per_rank_count - 1), n - k)
+    low = np.concatenate(([0.0], np.cumsum(descending[::-1][:int(need.max())])))
+    apart = (top[k] + low[need]) / k
+    shared = np.full(most, np.inf)
+    shared[1:] = descending[:most - 1] + descending[1:most]
+    return float(np.minimum(shared, apart).max())
 
 
 def _unit_bound(unit_costs: np.ndarray, unit_sizes: np.ndarray, ascending_samples: np.ndarray, ranks: int,
@@ -175,4 +204,5 @@ def makespan_bounds(costs: np.ndarray, tokens: np.ndarray, *, ranks: int, per_ra
         out["units"] = _unit_bound(unit_costs, unit_sizes, descending[::-1], ranks, count)
     out["bin_conflict"] = _conflict_bound(costs, tokens, ranks, per_rank, count, seq_len)
     out["rank_tokens"] = _rank_tokens_bound(costs, tokens, ranks, per_rank, seq_len)
+    out["apart"] = apart_bound(descending, ranks, count)
     return out

@@ -15,7 +15,8 @@ https://pytorch.org/docs/2.5/fsdp.html; ZeRO-3, Rajbhandari et al., arXiv:1910.0
   optimum, with them it is a relaxation (:func:`lift_rounds_bins` maps answers back).
 * :func:`capacity_bounds`: the token-capacity bound family of the lockstep lower bound.
 * :func:`layer_bound`: the same family as a small linear program over the index maxima, with the
-  samples forced into later indices (a long-tail mix's long samples) and the bins' size classes.
+  samples forced into later indices (a long-tail mix's long samples), the bins' size classes and
+  bin-count rows (the room beside a sample over half a bin) in what the earlier indices hold.
 
 Modelled: a bin's cost is its samples' ``llm`` cost plus the instance's per-bin padding cost; the
 pipeline bubble of a pipeline-parallel schedule is not modelled (it adds a term that does not depend
@@ -133,6 +134,47 @@ LAYER_DUAL_SWEEPS = 6
 #: :func:`_held_cost` also solves the linear relaxation exactly up to this many samples (a linear
 #: program with one column per sample; above it, the Lagrangian bound alone).
 LAYER_LP_MAX_SAMPLES = 2048
+#: Most thresholds α of the bin-count rows (:func:`_packing_alphas`) in :func:`_held_cost`'s linear program.
+LAYER_LP_MAX_ALPHAS = 48
+
+
+def _packing_alphas(weights: np.ndarray, capacity: int, limit: int) -> list[float]:
+    """Thresholds α in (0, capacity/2] for Martello & Toth's L2 (:func:`_bins_needed`): for each weight w
+    over capacity/2, α = capacity − w and capacity − w + 1 (the items that cannot share a bin with w),
+    and 8 quantiles of the weights up to capacity/2; at most ``limit`` of them (evenly spaced over the
+    sorted candidates when there are more). Every α in that range gives a valid bound."""
+    half = capacity / 2
+    big = np.unique(weights[weights > half])
+    candidates = np.concatenate((capacity - big, capacity - big + 1))
+    small = np.unique(weights[weights <= half])
+    if small.size:
+        candidates = np.concatenate((candidates, np.quantile(small, np.linspace(0, 1, 8))))
+    alphas = np.unique(candidates[(candidates > 0) & (candidates <= half)])
+    if alphas.size > limit:
+        alphas = alphas[np.unique(np.linspace(0, alphas.size - 1, limit).round().astype(int))]
+    return [float(a) for a in alphas.tolist()]
+
+
+def _packing_rows(weights: np.ndarray, capacity: int, bins: int) -> tuple[list[np.ndarray], list[float]]:
+    """Linear rows A·x ≤ b that every set of items packed into ``bins`` bins of ``capacity`` satisfies
+    (x its 0/1 indicator): for each α of :func:`_packing_alphas`, with J1 = {w > C − α}, J2 = {C/2 < w ≤
+    C − α}, J3 = {α ≤ w ≤ C/2}, the L2 bound of the packed items is at most ``bins``, and L2 ≥ each of
+    |J1| + |J2| and |J1| + |J2| + (Σ_{J3} w − Σ_{J2} (C − w))/C, both linear in x (Martello & Toth,
+    "Knapsack Problems", Wiley 1990, §8.3.1: no two items of J1 ∪ J2 share a bin, and a bin of J1 has no
+    room for an item of J3)."""
+    half = capacity / 2
+    rows: list[np.ndarray] = []
+    limits: list[float] = []
+    for alpha in _packing_alphas(weights, capacity, LAYER_LP_MAX_ALPHAS):
+        first = weights > capacity - alpha
+        second = (weights > half) & ~first
+        third = (weights <= half) & (weights >= alpha)
+        count = (first | second).astype(float)
+        rows.append(count)
+        limits.append(float(bins))
+        rows.append(count + (np.where(third, weights, 0.0) - np.where(second, capacity - weights, 0.0)) / capacity)
+        limits.append(float(bins))
+    return rows, limits
 
 
 def _bins_needed(weights: np.ndarray, capacity: int) -> np.ndarray:
@@ -142,14 +184,11 @@ def _bins_needed(weights: np.ndarray, capacity: int) -> np.ndarray:
     Martello & Toth's L2 ("Knapsack Problems", Wiley 1990, §8.3.1): for 0 ≤ α ≤ C/2, with J1 the weights
     over C − α, J2 those in (C/2, C − α] and J3 those in [α, C/2], no two of J1 ∪ J2 share a bin and a
     bin of J1 has no room for J3, so at least |J1| + |J2| + ⌈(Σ_{J3} w − (|J2|·C − Σ_{J2} w))/C⌉⁺ bins.
-    α runs over 0 and 8 quantiles of the weights up to C/2 (each α gives a valid bound).
+    α runs over 0 and :func:`_packing_alphas` (each α gives a valid bound).
     """
     half = capacity / 2
-    small = np.unique(weights[weights <= half])
-    alphas = np.unique(np.concatenate(([0.0], np.quantile(small, np.linspace(0, 1, 8))))) if small.size \
-        else np.zeros(1)
     best = np.zeros(len(weights))
-    for alpha in alphas.tolist():
+    for alpha in [0.0, *_packing_alphas(weights, capacity, LAYER_LP_MAX_ALPHAS)]:
         first = weights > capacity - alpha
         second = (weights > half) & ~first
         third = (weights <= half) & (weights >= alpha)
@@ -171,7 +210,9 @@ def _held_cost(costs: np.ndarray, weights: np.ndarray, capacity: int, bins: int)
     density (μ = 0: the fractional knapsack's value, :func:`capacity_bounds`' K), then each multiplier
     in turn is set to the minimiser of the bound in it alone, :data:`LAYER_DUAL_SWEEPS` times. Up to
     :data:`LAYER_LP_MAX_SAMPLES` samples the linear relaxation is also solved (HiGHS) and the lower of the
-    two taken. Raised by :data:`LAYER_BOUND_RTOL` (rounding, the solver's tolerance).
+    two taken; that program also has the bin-count rows of :func:`_packing_rows` (a bin of a sample over
+    half its capacity has room only for what fits beside it), which the integral choice satisfies too.
+    Raised by :data:`LAYER_BOUND_RTOL` (rounding, the solver's tolerance).
     """
     if bins <= 0:
         return 0.0
@@ -208,8 +249,9 @@ def _held_cost(costs: np.ndarray, weights: np.ndarray, capacity: int, bins: int)
         from scipy.optimize import linprog  # start-up time: scipy loads only when a lockstep bound is computed
 
         scale = float(costs.max())
-        result = linprog(-costs / scale, A_ub=np.array(columns), b_ub=np.array(limits), bounds=(0.0, 1.0),
-                         method="highs")
+        packing, packing_limits = _packing_rows(weights, capacity, bins)
+        result = linprog(-costs / scale, A_ub=np.array(columns + packing), b_ub=np.array(limits + packing_limits),
+                         bounds=(0.0, 1.0), method="highs")
         if result.status == 0:
             held = min(held, -float(result.fun) * scale)
     return min(float(costs.sum()), held * (1 + LAYER_BOUND_RTOL))

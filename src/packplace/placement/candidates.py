@@ -3,8 +3,9 @@ time and memory, sorted by time (the hard rules of a legal strategy).
 
 Hard rules (a candidate breaking one is not generated; :func:`explain` names the rule):
 
-* ``dp·pp·tp`` equals the block's GPU count, the block is an aligned shape (see
-  :class:`~packplace.placement.problem.plan.Allocation`);
+* ``dp·pp·tp`` equals the block's GPU count, the block is a legal shape (see
+  :class:`~packplace.placement.problem.plan.Allocation`: part of a node, aligned; or whole nodes of one
+  rack; or whole racks — a node or rack count that need not divide the rack or cluster, :func:`block_counts`);
 * ``tp ≤ G`` and ``tp`` divides the block's GPUs per node (a TP group stays inside a node), except for
   the task kinds of :data:`CROSS_NODE_TP_KINDS` (generation), where ``tp`` may also span ``k ≥ 2``
   whole nodes of one rack (``tp = k·G``, ``k`` dividing the block's nodes per rack), costed over the
@@ -143,26 +144,52 @@ def _divisors(n: int) -> tuple[int, ...]:
     return tuple(small + large[::-1])
 
 
+#: Most equal shares a rack's nodes (or the cluster's racks) are split into by the block shapes that do not
+#: divide them (:func:`block_counts`): a block may hold ``p/q`` of the rack for every ``q`` up to this.
+MAX_SHARES = 8
+
+
+def block_counts(total: int) -> list[int]:
+    """Node counts (of a rack of ``total`` nodes; likewise rack counts of the cluster) a block may have,
+    from 2 up: the divisors of ``total``, and every ``n`` that is ``p/q`` of it with ``q ≤``
+    :data:`MAX_SHARES` (a 2:1 split of 3 nodes, 3:1 of 4, 8:4 of 12, 12:4 of 16). Every count when
+    ``total ≤ MAX_SHARES``: then any split of the nodes into two blocks is legal."""
+    return [n for n in range(2, total + 1)
+            if total % n == 0 or any(n * q % total == 0 for q in range(2, MAX_SHARES + 1))]
+
+
+def block_step(count: int, total: int) -> int:
+    """Spacing of the positions of a block of ``count`` nodes in a rack of ``total`` (or racks in the
+    cluster): ``gcd(count, total)`` — the block's own size when it divides the rack (aligned, as the
+    smaller shapes), else the grain that the block and its complement share, so the ``count : total −
+    count`` split has both orders (the block at 0 and at ``total − count``)."""
+    return math.gcd(count, total)
+
+
 def block_extents(cluster: Cluster) -> list[tuple[int, int, int]]:
-    """Every aligned block shape, smallest first: ``(1, 1, g)`` for g | G, ``(1, n, G)`` for n | N,
-    n ≥ 2, ``(r, N, G)`` for r | R, r ≥ 2."""
+    """Every block shape, smallest first: ``(1, 1, g)`` for g | G (part of a node), ``(1, n, G)`` for
+    ``n`` of :func:`block_counts` of ``N`` (whole nodes of one rack) and ``(r, N, G)`` for ``r`` of
+    :func:`block_counts` of ``R`` (whole racks)."""
     R, N, G = cluster.racks, cluster.nodes_per_rack, cluster.gpus_per_node
     out = [(1, 1, g) for g in divisors(G)]
-    out += [(1, n, G) for n in divisors(N) if n >= 2]
-    out += [(r, N, G) for r in divisors(R) if r >= 2]
+    out += [(1, n, G) for n in block_counts(N)]
+    out += [(r, N, G) for r in block_counts(R)]
     return out
 
 
 def block_origins(cluster: Cluster, extent: tuple[int, int, int]) -> list[Allocation]:
-    """Every aligned position of a block of ``extent``, in linear GPU order."""
+    """Every position of a block of ``extent``, in linear GPU order: part of a node at the multiples of
+    its size inside each node; ``n`` whole nodes at the multiples of :func:`block_step` inside each rack
+    where they fit; ``r`` whole racks likewise. Aligned, as before, for a count that divides the rack;
+    a 2-node block of a 3-node rack sits at node 0 or 1, so 2:1 and 1:2 both tile the rack."""
     R, N, G = cluster.racks, cluster.nodes_per_rack, cluster.gpus_per_node
     r_ext, n_ext, g_ext = extent
-    out = []
-    for r in range(0, R, r_ext):
-        for n in range(0, N, n_ext):
-            for g in range(0, G, g_ext):
-                out.append(Allocation((r, n, g), extent))
-    return out
+    if r_ext > 1:
+        return [Allocation((r, 0, 0), extent) for r in range(0, R - r_ext + 1, block_step(r_ext, R))]
+    if n_ext > 1:
+        return [Allocation((r, n, 0), extent) for r in range(R)
+                for n in range(0, N - n_ext + 1, block_step(n_ext, N))]
+    return [Allocation((r, n, g), extent) for r in range(R) for n in range(N) for g in range(0, G, g_ext)]
 
 
 def tensor_parallel_degrees(cluster: Cluster, extent: tuple[int, int, int], kind: str | None = None) -> list[int]:
@@ -280,7 +307,9 @@ class CandidateTable:
         if plan is not None:  # scoring one known plan (validation): its own candidates only
             only = {name: {(vp.strategy, vp.micro_batch, tuple(vp.allocation.extent))} for name, vp in plan.vertices}
             wanted = {key[2] for keys in only.values() for key in keys}
-            self.extents = [e for e in self.extents if e in wanted]
+            # the plan's own shapes, also a node count the search does not propose (5 of 16 nodes): the
+            # evaluator checks that each block is legal (Allocation.check)
+            self.extents = sorted(wanted, key=lambda e: (e[0] * e[1] * e[2], e))
         self._origins = {ext: tuple(block_origins(instance.cluster, ext)) for ext in self.extents}
         self.all: dict[str, tuple[Candidate, ...]] = {}
         self.feasible: dict[str, tuple[Candidate, ...]] = {}
@@ -301,7 +330,7 @@ class CandidateTable:
         self.build_seconds = time.perf_counter() - start
 
     def origins(self, extent: tuple[int, int, int]) -> tuple[Allocation, ...]:
-        """Aligned positions of a block of ``extent`` (empty for an illegal shape)."""
+        """Positions of a block of ``extent`` (:func:`block_origins`; empty for an illegal shape)."""
         return self._origins.get(tuple(extent), ())
 
     def top(self, vertex: str, k: int | None = None) -> tuple[Candidate, ...]:

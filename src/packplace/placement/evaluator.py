@@ -461,7 +461,9 @@ class PlacementEvaluator:
         """The framework layout rules ``plan`` breaks (:func:`~packplace.placement.model.layout_rules.refusals`)."""
         if self.rules is None:
             return []
-        placed = {name: Placed(name, r[0].strategy, r[1], r[2], r[0].extent[2]) for name, r in zip(self.names, res)}
+        share = self.instance.cluster.host_share
+        placed = {name: Placed(name, r[0].strategy, r[1], r[2], share(r[0].extent[2]))
+                  for name, r in zip(self.names, res)}
         return refusals(self.rules, placed, dict(plan.staleness))
 
     # -- public ----------------------------------------------------------------------------------

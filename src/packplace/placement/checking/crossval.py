@@ -24,10 +24,12 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from packplace.errors import ConfigError
+from packplace import progress
+from packplace.errors import ConfigError, PackplaceError
 from packplace.placement.checking.calibrate import fit_published
 from packplace.placement.checking.validate import (
     BELOW_FLOOR,
@@ -92,16 +94,25 @@ class Setup:
         return self.score(values)[0]
 
 
-def load_setups(paths: list[str]) -> list[Setup]:
-    """The files of ``paths`` as :class:`Setup` objects.
+def load_setups(paths: list[str], refused: dict[str, str] | None = None) -> list[Setup]:
+    """The files of ``paths`` as :class:`Setup` objects. With ``refused`` (a dict), a file refused at
+    load is recorded there (``{name: one-line error}``) and left out instead of raised.
 
     Raises:
-        ConfigError: a bad file or two files with one name.
+        ConfigError: a bad file (without ``refused``), every file refused, or two files with one name.
     """
     out: list[Setup] = []
+    first: PackplaceError | None = None
     for path in paths:
-        instance, plan, section = load_setup(path)
         name = os.path.splitext(os.path.basename(path))[0]
+        try:
+            instance, plan, section = load_setup(path)
+        except PackplaceError as exc:
+            if refused is None:
+                raise
+            refused[name] = str(exc)
+            first = first or exc
+            continue
         if any(s.name == name for s in out):
             raise ConfigError(f"[validation] {path}: a second setup named {name!r}")
         skipped = skip_reason(plan, section)
@@ -109,6 +120,8 @@ def load_setups(paths: list[str]) -> list[Setup]:
         reason = not_fitted(section, path) or ("" if skipped else floor_reason(instance, plan, section))
         out.append(Setup(name, instance, plan, section, publication(section), framework(instance, section),
                          section["_gpu"], published, skipped, pairs_of(section), reason))
+    if first is not None and not out:
+        raise first
     return out
 
 
@@ -159,19 +172,25 @@ def _label(key: tuple[str, str, str]) -> str:
 
 
 def cross_validate(setups: list[Setup], scoped_knobs) -> dict[str, Any]:
-    """Leave-one-publication-out cross-validation of ``setups`` with ``scoped_knobs``.
+    """Leave-one-publication-out cross-validation of ``setups`` with ``scoped_knobs``. Each finished fold
+    reports ``cross-validate: fold i/n done (left out: P), E s elapsed`` through
+    :func:`packplace.progress.report` (stderr unless ``--quiet``): a run over the shipped set takes minutes.
 
     Returns:
         ``{"rows": [CrossRow], "folds": [{"left_out", "knobs", "fixed", "at_limit", "train_setups"}],
         "pairs": [pair dicts, :func:`pair_rows`], "summary": {"in_sample": ..., "out_of_sample": ...}}``.
     """
+    started = time.perf_counter()
     scored = [s for s in setups if not s.skipped]
     base = {s.name: s.score() for s in setups}
     out_pred: dict[str, dict[str, float]] = {}
     unfitted: dict[str, list[str]] = {}
     pooled: dict[str, dict[str, float]] = {}
     folds = []
-    for pub in sorted({s.publication for s in scored}):
+    publications = sorted({s.publication for s in scored})
+    progress.report(f"cross-validate: {len(setups)} files scored in sample, {len(publications)} folds to fit "
+                    f"({time.perf_counter() - started:.0f} s elapsed)")
+    for index, pub in enumerate(publications, 1):
         train = [s for s in scored if s.publication != pub and not s.not_fitted]
         fit = fit_published(train, scoped_knobs)
         folds.append({"left_out": pub, "train_setups": [s.name for s in train],
@@ -195,6 +214,8 @@ def cross_validate(setups: list[Setup], scoped_knobs) -> dict[str, Any]:
                     kept.append(_label(key))
             out_pred[s.name] = s.score(values)[0]
             unfitted[s.name] = kept
+        progress.report(f"cross-validate: fold {index}/{len(publications)} done (left out: {pub}), "
+                        f"{time.perf_counter() - started:.0f} s elapsed")
     rows = []
     for s in setups:
         predicted, fits = base[s.name]

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from packplace.contract import Field, check_section, key_shown
-from packplace.errors import ConfigError, show
+from packplace.errors import ConfigError, PackplaceError, show
 from packplace.placement.candidates import CandidateTable
 from packplace.placement.evaluator import PlacementEvaluator
 from packplace.placement.problem.config import MAX_GPUS, MAX_SEQUENCES, STALENESS_FIELD, build_instance, load_yaml
@@ -110,7 +110,8 @@ class ValidationRow:
     (``generation``, ``forward``, ``train``, ``old_log_prob``, ``overhead``), ``floor``: the figure's
     datasheet lower bound for the file's workload (:func:`flop_floor`, seconds), and ``fitted``: the
     sentence naming the micro-batches ``validate`` fitted because the source does not give them
-    (:func:`fit_micro_batches`; empty when every one is published)."""
+    (:func:`fit_micro_batches`; empty when every one is published). A file refused at load
+    (:func:`load_setup` raised) is one row with phase ``-``, NaN seconds and ``error``: the one-line reason."""
 
     setup: str
     phase: str
@@ -122,6 +123,7 @@ class ValidationRow:
     skipped: str = ""
     floor: float = 0.0
     fitted: str = ""
+    error: str = ""
 
     @property
     def below_floor(self) -> bool:
@@ -136,17 +138,19 @@ class ValidationRow:
 
     @property
     def ok(self) -> bool:
-        """The ratio lies in :data:`RATIO_RANGE` and the plan fits in memory (never for a skipped row)."""
-        return not self.skipped and self.memory_ok and RATIO_RANGE[0] <= self.ratio <= RATIO_RANGE[1]
+        """The ratio lies in :data:`RATIO_RANGE` and the plan fits in memory (never for a skipped or
+        refused row)."""
+        return not self.skipped and not self.error and self.memory_ok and RATIO_RANGE[0] <= self.ratio <= RATIO_RANGE[1]
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready fields: ``setup, phase, source, published, predicted, ratio, memory_ok,
         ok, parts`` (seconds), ``skipped`` (the reason, empty when scored), ``floor`` (seconds),
-        ``below_floor`` and ``fitted`` (the fitted micro-batches' sentence, empty when all are published)."""
+        ``below_floor``, ``fitted`` (the fitted micro-batches' sentence, empty when all are published) and
+        ``error`` (why the file was refused, empty when it loaded; its seconds are then ``null``)."""
         return {"setup": self.setup, "phase": self.phase, "source": self.source, "published": self.published,
                 "predicted": self.predicted, "ratio": self.ratio, "memory_ok": self.memory_ok, "ok": self.ok,
                 "parts": self.parts, "skipped": self.skipped, "floor": self.floor,
-                "below_floor": self.below_floor, "fitted": self.fitted}
+                "below_floor": self.below_floor, "fitted": self.fitted, "error": self.error}
 
 
 def _staleness(spec: Any, where: str) -> dict[str, int]:
@@ -531,12 +535,26 @@ def _predict(instance, plan: Plan, section: dict[str, Any]
 
 
 def validate(paths: list[str]) -> list[ValidationRow]:
-    """One row per published figure of every file in ``paths``."""
+    """One row per published figure of every file in ``paths``; a file refused at load or scoring (a
+    :class:`~packplace.errors.ConfigError` naming it and the field) is one row with ``error`` set, and the
+    other files are still scored.
+
+    Raises:
+        ConfigError: every file was refused (the first file's error: a single bad file is bad input;
+            an :class:`~packplace.errors.InfeasibleError` likewise).
+    """
     rows = []
+    errors = []
     for path in paths:
-        instance, plan, section = load_setup(path)
-        predicted, fits, parts, floors = _predict(instance, plan, section)
         setup = os.path.splitext(os.path.basename(path))[0]
+        try:
+            instance, plan, section = load_setup(path)
+            predicted, fits, parts, floors = _predict(instance, plan, section)
+        except PackplaceError as exc:
+            errors.append(exc)
+            nan = float("nan")
+            rows.append(ValidationRow(setup, "-", nan, nan, False, error=str(exc)))
+            continue
         skipped = skip_reason(plan, section)
         phases = section.get("phases") or {}
         engine_only = set(section.get("engine_only", ()))
@@ -547,6 +565,8 @@ def validate(paths: list[str]) -> list[ValidationRow]:
             rows.append(ValidationRow(setup, phase, predicted[phase], float(published), fits,
                                       str(section.get("source", "")), row_parts, skipped, floors[phase],
                                       fitted_note(section.get("_fitted", {}))))
+    if errors and len(errors) == len(paths):
+        raise errors[0]
     return rows
 
 
@@ -565,6 +585,9 @@ def format_rows(rows: list[ValidationRow]) -> str:
     header = f"{'setup':<50} {'phase':<30} {'predicted s':>11} {'published s':>11} {'ratio':>6}  "
     lines = [header, "-" * len(header)]
     for r in rows:
+        if r.error:
+            lines.append(f"{r.setup:<50} {r.phase:<30} {'-':>11} {'-':>11} {'-':>6}  REFUSED: {r.error}")
+            continue
         if r.skipped:
             lines.append(f"{r.setup:<50} {r.phase:<30} {'-':>11} {r.published:>11.1f} {'-':>6}  SKIPPED: {r.skipped}")
             continue
@@ -577,11 +600,13 @@ def format_rows(rows: list[ValidationRow]) -> str:
         if r.fitted:
             note += f" ({r.fitted})"
         lines.append(f"{r.setup:<50} {r.phase:<30} {r.predicted:>11.1f} {r.published:>11.1f} {r.ratio:>6.2f}  {note}")
-    scored = [r for r in rows if not r.skipped]
+    scored = [r for r in rows if not r.skipped and not r.error]
+    skipped = sum(1 for r in rows if r.skipped and not r.error)
+    refused = sum(1 for r in rows if r.error)
     bad = sum(not r.ok for r in scored)
     lines.append(f"{len(scored) - bad} of {len(scored)} figures within x{RATIO_RANGE[1]} of the published value "
-                 "with the plan within memory" + (f"; {len(rows) - len(scored)} skipped" if len(scored) < len(rows)
-                                                   else ""))
+                 "with the plan within memory" + (f"; {skipped} skipped" if skipped else "")
+                 + (f"; {refused} file{'s' if refused > 1 else ''} refused" if refused else ""))
     return "\n".join(lines)
 
 

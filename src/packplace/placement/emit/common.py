@@ -31,8 +31,9 @@ class Task:
         strategy: ``(dp, pp, tp, ep)``.
         micro_batch: Sequences per micro-batch per replica (generation: decoded together per replica).
         gpus: Linear GPU ids of the block.
-        nodes: Nodes the block spans (``racks · nodes`` of its extent).
-        gpus_per_node: GPUs of the block on each of its nodes.
+        nodes: Nodes (hosts: :attr:`~packplace.placement.problem.hardware.Cluster.host_gpus`, a GB200 tray)
+            the block spans.
+        gpus_per_node: GPUs of the block on each of its hosts.
     """
 
     name: str
@@ -64,7 +65,7 @@ class PlanView:
         gpu_memory_utilization: The rollout engine's memory fraction.
         enforce_eager: The rollout engine runs without CUDA graphs (vLLM's ``enforce_eager``), as the plan
             was priced.
-        gpus_per_node: GPUs per node of the cluster.
+        gpus_per_node: GPUs per node (host) of the cluster, as the frameworks count them.
         rules: The layout-rule context of the target framework
             (:class:`~packplace.placement.model.layout_rules.Context`).
     """
@@ -100,17 +101,22 @@ class PlanView:
                    training={m: instance.training.get(m, DEFAULT_TRAINING) for m in models},
                    staleness={m: plan.staleness_of(m) for m in models},
                    gpu_memory_utilization=instance.engine.gpu_memory_utilization,
-                   gpus_per_node=instance.cluster.gpus_per_node,
+                   gpus_per_node=instance.cluster.host_gpus,
                    rules=replace(Context.of(instance), framework=framework or instance.framework),
                    enforce_eager=instance.engine.enforce_eager)
 
     def layout_refusals(self) -> list[str]:
-        """The target framework's layout rules the plan breaks (``layout_rules.refusals``)."""
+        """The target framework's layout rules the plan breaks (``layout_rules.refusals``), and every task
+        whose block holds unequal GPU counts on its hosts (6 GPUs over GB200 trays of 4: a launcher gives
+        each node of a task the same count)."""
+        out = [f"{t.layout}: {len(t.gpus)} GPUs over {t.nodes} hosts of {self.gpus_per_node} GPUs, unequal "
+               f"counts per host (a launcher gives every node of a task the same number)"
+               for t in self.tasks.values() if len(t.gpus) != t.nodes * t.gpus_per_node]
         if self.rules is None:
-            return []
+            return out
         placed = {name: Placed(name, t.strategy, min(t.gpus), max(t.gpus) + 1, t.gpus_per_node)
                   for name, t in self.tasks.items()}
-        return refusals(self.rules, placed, self.staleness)
+        return out + refusals(self.rules, placed, self.staleness)
 
     def get(self, name: str) -> Task | None:
         """The task ``name``, or ``None`` when the step has none."""
@@ -133,9 +139,11 @@ class PlanView:
 
 
 def _task(name: str, vp: VertexPlan, instance: PlacementInstance) -> Task:
-    r_ext, n_ext, g_ext = vp.allocation.extent
-    lo, hi = vp.allocation.gpu_range(instance.cluster)
-    return Task(name, vp.strategy, vp.micro_batch, frozenset(range(lo, hi)), r_ext * n_ext, g_ext)
+    cluster = instance.cluster
+    lo, hi = vp.allocation.gpu_range(cluster)
+    hosts = len({gpu // cluster.host_gpus for gpu in range(lo, hi)})
+    return Task(name, vp.strategy, vp.micro_batch, frozenset(range(lo, hi)), hosts,
+                cluster.host_share(vp.allocation.extent[2]))
 
 
 @dataclass

@@ -6,9 +6,9 @@ tokens per sequence, ``B·K`` sequences per step, ``F`` peak FLOP/s per GPU.
 
 Rank layout inside a block: tensor-parallel ranks innermost (contiguous, inside a node), then data
 parallel, then pipeline stages outermost. A group of ``k`` consecutive ranks crosses a node boundary when
-``k > G`` or ``k`` does not divide ``G`` (the block is aligned), and a rack boundary likewise with
-``N·G``; a collective runs at the slowest level its group spans. An expert-parallel group of ``ep``
-(a MoE model) is ``ep`` consecutive data-parallel replicas, ``ep·tp`` consecutive ranks.
+``k > G`` or ``k`` does not divide ``G`` (a block of whole nodes starts at a node boundary), and a rack
+boundary likewise with ``N·G``; a collective runs at the slowest level its group spans. An expert-parallel
+group of ``ep`` (a MoE model) is ``ep`` consecutive data-parallel replicas, ``ep·tp`` consecutive ranks.
 
 Mixture of experts: per token only the active experts' FLOPs (``experts_per_token`` of the routed
 experts plus the shared ones: :attr:`~packplace.shape.TransformerShape.gemm_params`); an expert GEMM has

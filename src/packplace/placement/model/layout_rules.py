@@ -64,8 +64,9 @@ class Placed:
     Attributes:
         name: Vertex name.
         strategy: ``(dp, pp, tp, ep)``.
-        lo, hi: First and one-past-last linear GPU id (aligned blocks are contiguous).
-        gpus_per_node: GPUs of the block on each of its nodes.
+        lo, hi: First and one-past-last linear GPU id (every block is contiguous).
+        gpus_per_node: GPUs of the block on each of its nodes, a node being a host
+            (:meth:`~packplace.placement.problem.hardware.Cluster.host_share`).
     """
 
     name: str
@@ -100,7 +101,8 @@ class Context:
         training: ``{model: TrainingOptions}`` of the trained models.
         reward_model: The step scores with a reward model (not a rule).
         backend: ``policy.trainer_backend``.
-        gpus_per_node: GPUs per node of the cluster.
+        gpus_per_node: GPUs per node as the framework counts them: per host
+            (:attr:`~packplace.placement.problem.hardware.Cluster.host_gpus`; a GB200 tray, 4).
     """
 
     framework: str
@@ -119,7 +121,7 @@ class Context:
                 instance.framework, instance.algorithm,
                 {m: instance.training.get(m, DEFAULT_TRAINING) for m in ("actor", "critic")},
                 instance.rule_reward is None, getattr(instance, "trainer_backend", "auto"),
-                instance.cluster.gpus_per_node)
+                instance.cluster.host_gpus)
         return hit
 
     @property
@@ -401,7 +403,7 @@ def placed_of(instance, plan: Plan) -> dict[str, Placed]:
     out = {}
     for name, vp in plan.vertices:
         lo, hi = vp.allocation.gpu_range(cluster)
-        out[name] = Placed(name, vp.strategy, lo, hi, vp.allocation.extent[2])
+        out[name] = Placed(name, vp.strategy, lo, hi, cluster.host_share(vp.allocation.extent[2]))
     return out
 
 
@@ -423,7 +425,7 @@ def conform(instance, table, plan: Plan) -> Plan:
     block shape (and strategy where the rule says so), the fastest one that needs no more memory than its
     current one, else the one with least memory. A rollout or reward engine that shares some but not all
     of the trainer's GPUs, or that must share them (verl, staleness 0) or must not (NeMo RL, staleness ≥ 1),
-    moves onto the trainer's block, or to the first free aligned block of its shape. OpenRLHF groups
+    moves onto the trainer's block, or to the first free block of its shape. OpenRLHF groups
     that share GPUs outside the allowed pairs move to free blocks, else everything colocates on the
     actor's block. The evaluator decides whether the result fits; this only keeps the rules.
 
@@ -476,7 +478,7 @@ class _Fixer:
         self.vertices[follower] = pick.at(lead.allocation)
 
     def relocate(self, name: str, avoid: list[str]) -> bool:
-        """Move ``name`` (same candidate) to the first aligned block of its shape sharing no GPU with the
+        """Move ``name`` (same candidate) to the first block of its shape sharing no GPU with the
         tasks ``avoid``; False when there is none."""
         vp = self.vertices[name]
         taken = [self.span(a) for a in avoid if a in self.vertices and a != name]
@@ -506,7 +508,7 @@ class _Fixer:
 
     def elsewhere(self, name: str, avoid: list[str], shape_ok=None) -> bool:
         """``name`` on its fastest memory-feasible candidate of any shape (that ``shape_ok(extent)`` accepts)
-        that has an aligned block sharing no GPU with ``avoid``; False when none has."""
+        that has a block sharing no GPU with ``avoid``; False when none has."""
         taken = [self.span(a) for a in avoid if a in self.vertices and a != name]
         for cand in self.table.feasible[name]:
             if shape_ok is not None and not shape_ok(cand.extent):

@@ -47,7 +47,14 @@ from packplace.placement.problem.graph import (
     all_staleness_keys,
     build_graph,
 )
-from packplace.placement.problem.hardware import COMPONENT_TABLES, HARDWARE_DEFAULTS, Cluster, Hardware, resolve_preset
+from packplace.placement.problem.hardware import (
+    CLUSTER_DEFAULTS,
+    COMPONENT_TABLES,
+    HARDWARE_DEFAULTS,
+    Cluster,
+    Hardware,
+    resolve_preset,
+)
 from packplace.placement.problem.models import LM_ROLES, ModelSpec
 from packplace.placement.problem.workload import RULE_SECONDS_PER_SAMPLE, RuleReward, Workload
 from packplace.shape import from_hf_config, shape_from_mapping
@@ -66,7 +73,10 @@ MAX_STALENESS = 16
 CLUSTER_FIELDS: dict[str, Field] = {
     "racks": Field("int", "racks", 1, 4096, meaning="racks"),
     "nodes_per_rack": Field("int", "nodes", 1, 4096, meaning="nodes per rack"),
-    "gpus_per_node": Field("int", "GPUs", 1, 64, meaning="GPUs per node"),
+    "gpus_per_node": Field("int", "GPUs", 1, 72, meaning="GPUs per node (one NVLink domain: 72 on a GB200 NVL72)"),
+    "gpus_per_host": Field("int", "GPUs", 1, 72, default=CLUSTER_DEFAULTS["gpus_per_host"],
+                           meaning="GPUs of one host, what a job launcher calls a node (a GB200 tray: 4); divides "
+                                   "gpus_per_node (default: gpus_per_node)"),
 }
 _ALPHA = "latency of one step of a {what} {level}"
 _BETA = "inverse bandwidth of a {what} {level}"
@@ -342,7 +352,10 @@ def _hardware(hw: dict[str, Any]) -> tuple[Cluster, Hardware]:
         hw = resolve_preset(hw)
     values = check_section(hw, {**CLUSTER_FIELDS, **HARDWARE_FIELDS}, "[hardware]", label=_label("hardware"),
                            **_FORMATS)
-    cluster = Cluster(*(values.pop(name) for name in CLUSTER_FIELDS))
+    cluster = Cluster(*(values.pop(name, None) for name in CLUSTER_FIELDS))
+    if cluster.gpus_per_node % cluster.host_gpus:
+        raise ConfigError(f"[hardware] gpus_per_node: {cluster.gpus_per_node} is not a whole number of hosts of "
+                          f"gpus_per_host {cluster.host_gpus}")
     check_count(cluster.num_gpus, MAX_GPUS, "[hardware] racks",
                 f"GPUs (racks {cluster.racks} x nodes_per_rack {cluster.nodes_per_rack} x gpus_per_node "
                 f"{cluster.gpus_per_node})")

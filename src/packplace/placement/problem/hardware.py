@@ -1,7 +1,7 @@
 """The device grid (racks × nodes × GPUs) and the hardware figures of one GPU type.
 
 GPU ids are linear: ``gid = (r · N + n) · G + g`` for rack ``r``, node ``n`` in the rack, GPU ``g`` in
-the node. Every aligned block of the grid (see :class:`packplace.placement.problem.plan.Allocation`) is then a
+the node. Every block of the grid (see :class:`packplace.placement.problem.plan.Allocation`) is then a
 contiguous range ``[lo, hi)`` of ids, which keeps the evaluator's overlap and level tests O(1).
 
 Communication levels: ``0`` inside a node (suffix ``_g``), ``1`` across nodes of one rack (``_n``),
@@ -28,11 +28,27 @@ LEVEL_NAMES = ("g", "n", "r")
 
 @dataclass(frozen=True)
 class Cluster:
-    """A homogeneous grid of ``racks × nodes_per_rack × gpus_per_node`` GPUs."""
+    """A homogeneous grid of ``racks × nodes_per_rack × gpus_per_node`` GPUs.
+
+    ``gpus_per_host`` (``None``: ``gpus_per_node``) is the GPUs of one host, the unit a job launcher (Ray,
+    a framework's ``gpus_per_node``) calls a node, when a node of the grid (one NVLink domain) holds
+    several: a GB200 NVL72 domain of 72 GPUs is 18 hosts (compute trays) of 4. It divides
+    ``gpus_per_node``; the link levels do not see it.
+    """
 
     racks: int
     nodes_per_rack: int
     gpus_per_node: int
+    gpus_per_host: int | None = None
+
+    @property
+    def host_gpus(self) -> int:
+        """GPUs of one host: ``gpus_per_host``, else ``gpus_per_node``."""
+        return self.gpus_per_host or self.gpus_per_node
+
+    def host_share(self, g_ext: int) -> int:
+        """GPUs per host of a block with ``g_ext`` GPUs per node: ``min(g_ext, host_gpus)``."""
+        return min(g_ext, self.host_gpus)
 
     @property
     def num_gpus(self) -> int:
@@ -187,6 +203,8 @@ HARDWARE_REQUIRED = (
     "alpha_coll_g", "beta_coll_g", "alpha_coll_n", "beta_coll_n", "alpha_coll_r", "beta_coll_r",
     "alpha_p2p_g", "beta_p2p_g", "alpha_p2p_n", "beta_p2p_n", "alpha_p2p_r", "beta_p2p_r",
 )
+#: Optional cluster-shape fields and their defaults (``None``: a host is a node).
+CLUSTER_DEFAULTS: dict[str, Any] = {"gpus_per_host": None}
 #: Optional efficiency knobs and their defaults.
 HARDWARE_DEFAULTS = {
     "gemm_m_half": 5.0, "gemm_k_half": 0.0, "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.7,
@@ -197,7 +215,8 @@ HARDWARE_DEFAULTS = {
 }
 #: Component tables shipped with the package (``placement/model/tables/<name>.json``); ``none`` uses the knobs.
 COMPONENT_TABLES = ("none", "h200")
-#: Cluster-shape fields a preset fills (8 GPUs per node, one node, one rack) unless the config sets them.
+#: Cluster-shape fields a preset fills (8 GPUs per node, one node, one rack) unless the preset (``gb200``:
+#: a 72-GPU NVLink domain per node) or the config sets them.
 PRESET_CLUSTER = {"racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8}
 
 
@@ -247,6 +266,34 @@ MOE_FULL_TOKENS = 16.0
 #: bound; a ``calibrate`` knob (``--knobs moe_gemm_peak_fraction``). Other presets leave it unset.
 MOE_GEMM_PEAK_FRACTION_H100 = 0.084
 
+#: GPUs of one GB200 NVL72 NVLink domain: 18 compute trays of 4 GPUs (2 GB200 superchips of 1 Grace CPU +
+#: 2 Blackwell GPUs each) joined by 9 NVLink switch trays (NVIDIA GB200 NVL72 product page,
+#: nvidia.com/en-us/data-center/gb200-nvl72: "72 Blackwell GPUs", "36 Grace CPUs", "130 TB/s" NVLink
+#: bandwidth = 72 x 1.8 TB/s, every GPU pair at the full per-GPU NVLink bandwidth through the switches).
+GB200_NVLINK_DOMAIN = 72
+#: GPUs of one GB200 compute tray: one host (one operating system, its own network cards), the unit a job
+#: launcher counts as a node (MLCommons inference v6.1 system description GB200-NVL72_GB200-186GB:
+#: "accelerators_per_node": 4, "Full NVLink mesh within each 4-GPU node", "for each 4-GPU node: 4x
+#: ConnectX-7"). Inside a domain a tray boundary changes no link: the grid's node is the domain.
+GB200_TRAY_GPUS = 4
+#: Dense BF16 FLOP/s of one GB200 GPU: the NVL72's "FP16/BF16 Tensor Core 360 PFLOPS", a with-sparsity
+#: figure (the product page's footnote), halved for dense and divided by 72 GPUs: 2.5 PFLOP/s (the GB200
+#: superchip's "10 PFLOPS" over 2 GPUs, halved, agrees).
+GB200_DENSE_BF16_FLOPS = 360e15 / 2 / GB200_NVLINK_DOMAIN
+#: HBM3e per GB200 GPU: "up to 13.4 TB" per NVL72 / 72 = 186 GB (the superchip's 372 GB over 2 GPUs; the
+#: MLCommons system description's "186 GB").
+GB200_HBM_BYTES = 13.4e12 / GB200_NVLINK_DOMAIN
+#: HBM3e bandwidth per GB200 GPU: the NVL72's "576 TB/s" / 72 = 8 TB/s (the superchip's 16 TB/s over 2).
+GB200_HBM_BANDWIDTH = 576e12 / GB200_NVLINK_DOMAIN
+#: ``gemm_peak_fraction`` of the ``gb200`` preset: the ``h100-sxm`` preset's 0.55 scaled by the ratio of
+#: the two GPUs' sustained fractions of their datasheet peak in the same pre-training recipe. Source:
+#: Megatron-Bridge performance summary (github.com/NVIDIA-NeMo/Megatron-Bridge, docs/performance-summary.md,
+#: "25.11 NeMo Container"), row LLAMA3_8B on 8 GPUs, FP8-CS: DGX-GB200 1,622 model TFLOP/s/GPU of 5,000
+#: dense FP8 (0.324), DGX-H100 744 of 1,979 (0.376): GB200 sustains 0.863 of H100's fraction, so
+#: 0.55 x 0.863 = 0.475. Not a validation row; the only same-model, same-size pair of the table (the 70B
+#: and 405B rows differ in parallelism), and an FP8 ratio used for BF16 passes: a ``calibrate`` knob.
+GEMM_PEAK_FRACTION_GB200 = 0.55 * (1622 / 5000) / (744 / 1979)
+
 #: Hardware presets: ``hardware: {preset: h100-sxm, nodes_per_rack: 2}``; every field may be overridden.
 #:
 #: Datasheet figures (dense BF16 Tensor Core FLOP/s — half the "with sparsity" number —, memory, HBM
@@ -256,14 +303,25 @@ MOE_GEMM_PEAK_FRACTION_H100 = 0.084
 #: datasheet (A100 silicon, NVLink limited to 400 GB/s); H20 product brief (148 TFLOPS, 96 GB HBM3,
 #: 4.0 TB/s, NVLink 900 GB/s); HGX B200 datasheet (2.25 PFLOPS dense BF16 per GPU, 180 GB HBM3e of the
 #: 1.44 TB per 8-GPU board, 8 TB/s, NVLink 5 1.8 TB/s); L40S datasheet (362 TFLOPS, 48 GB GDDR6,
-#: 864 GB/s, PCIe Gen4 x16, no NVLink).
+#: 864 GB/s, PCIe Gen4 x16, no NVLink); GB200 NVL72 product page (per GPU: :data:`GB200_DENSE_BF16_FLOPS`,
+#: :data:`GB200_HBM_BYTES`, :data:`GB200_HBM_BANDWIDTH`, NVLink 5 1.8 TB/s both directions).
+#:
+#: ``gb200`` (alias ``gb200-nvl72``): the grid's node is the NVLink domain (:data:`GB200_NVLINK_DOMAIN`,
+#: the preset's ``gpus_per_node`` 72), not the 4-GPU tray (:data:`GB200_TRAY_GPUS`, the preset's
+#: ``gpus_per_host``: what the frameworks' layout rules and emitted settings count as a node): level ``g`` is
+#: NVLink 5 through the switch trays, the same for two GPUs of one tray and of two trays, so trays need
+#: no level of their own; level ``n`` is the InfiniBand network between NVLink domains (one ConnectX-7
+#: 400 Gb/s per GPU), ``r`` one more switch hop. A job on part of a domain sets ``gpus_per_node`` to
+#: the GPUs it holds there (a multiple of 4: whole trays), e.g. 8 for two trays.
 #:
 #: Links: NCCL all-reduce bus bandwidth ≈ 0.8 of the one-direction NVLink bandwidth (nccl-tests on
 #: DGX/HGX systems); across nodes one NIC per GPU: 400 Gb/s NDR (H100/H200/H20; 50 GB/s line, 45 GB/s
 #: achieved), 200 Gb/s HDR (A100/A800; 22.5 GB/s achieved), 400 Gb/s ConnectX-7 on B200 (the 800 Gb/s
-#: ConnectX-8 doubles it); L40S servers talk over PCIe Gen4 in the node (~20 GB/s bus bandwidth) and
-#: 200 Gb/s Ethernet/RoCE across nodes. ``host_bandwidth``: PCIe Gen5 x16 (64 GB/s per direction, ~50
-#: sustained) on Hopper and Blackwell boards, Gen4 x16 (32 GB/s, ~25 sustained) on Ampere and L40S.
+#: ConnectX-8 doubles it) and on GB200 (four per tray); L40S servers talk over PCIe Gen4 in the node
+#: (~20 GB/s bus bandwidth) and 200 Gb/s Ethernet/RoCE across nodes. ``host_bandwidth``: PCIe Gen5 x16 (64 GB/s per
+#: direction, ~50 sustained) on Hopper and Blackwell boards, Gen4 x16 (32 GB/s, ~25 sustained) on Ampere and L40S;
+#: GB200 moves host memory over NVLink-C2C, 900 GB/s both directions per superchip (GB200 product page) shared by
+#: its 2 GPUs: 225 GB/s per GPU and direction, taken at the same 0.8 of line rate as PCIe: 180 GB/s.
 #:
 #: Efficiency defaults (not measured on your cluster; ``packplace calibrate`` fits them):
 #: ``gemm_peak_fraction`` is the sustained fraction of dense peak of whole training/inference passes
@@ -298,12 +356,18 @@ PRESETS: dict[str, dict[str, Any]] = {
     "b200": {"flops_per_gpu": 2.25e15, "memory_per_gpu": 180e9, "memory_bandwidth": 8.0e12,
              **_links(720e9, 45e9), "host_bandwidth": 50e9,
              "gemm_peak_fraction": 0.5, "decode_bw_eff": 0.65},
+    "gb200": {"gpus_per_node": GB200_NVLINK_DOMAIN, "gpus_per_host": GB200_TRAY_GPUS,
+              "flops_per_gpu": GB200_DENSE_BF16_FLOPS,
+              "memory_per_gpu": GB200_HBM_BYTES, "memory_bandwidth": GB200_HBM_BANDWIDTH,
+              **_links(720e9, 45e9), "host_bandwidth": 180e9,
+              "gemm_peak_fraction": GEMM_PEAK_FRACTION_GB200, "decode_bw_eff": 0.65},
     "l40s": {"flops_per_gpu": 362e12, "memory_per_gpu": 48e9, "memory_bandwidth": 864e9,
              **_links(20e9, 22.5e9), "host_bandwidth": 25e9,
              "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.7},
 }
 PRESETS["a100"] = PRESETS["a100-80gb-sxm"]
 PRESETS["h100"] = PRESETS["h100-sxm"]
+PRESETS["gb200-nvl72"] = PRESETS["gb200"]
 
 
 def resolve_preset(section: dict) -> dict:

@@ -35,14 +35,17 @@ class Strategy:
 
 @dataclass(frozen=True, slots=True, order=True)
 class Allocation:
-    """An aligned block of the device grid.
+    """A block of the device grid: a contiguous range of linear GPU ids.
 
     Attributes:
         origin: ``(rack, node, gpu)`` of the first GPU.
         extent: ``(r_ext, n_ext, g_ext)``. Legal shapes: part of one node
-            ``(1, 1, g_ext)`` with ``g_ext`` dividing ``G`` and ``gpu % g_ext == 0``; whole nodes of one
-            rack ``(1, n_ext, G)`` with ``n_ext`` dividing ``N`` and ``node % n_ext == 0``; whole racks
-            ``(r_ext, N, G)`` with ``r_ext`` dividing ``R`` and ``rack % r_ext == 0``.
+            ``(1, 1, g_ext)`` with ``g_ext`` dividing ``G`` and ``gpu % g_ext == 0`` (aligned); whole nodes
+            of one rack ``(1, n_ext, G)`` from a node it fits in (``node + n_ext ≤ N``); whole racks
+            ``(r_ext, N, G)`` from a rack they fit in. The counts need not divide the rack or the
+            cluster, so a rack's nodes split 2:1 or 3:1; the search proposes the counts and positions
+            of :func:`packplace.placement.candidates.block_origins`, and the evaluator scores any legal
+            block.
     """
 
     origin: tuple[int, int, int]
@@ -54,7 +57,7 @@ class Allocation:
         return self.extent[0] * self.extent[1] * self.extent[2]
 
     def gpu_range(self, cluster: Cluster) -> tuple[int, int]:
-        """Linear id range ``[lo, hi)`` (aligned blocks are contiguous in linear ids)."""
+        """Linear id range ``[lo, hi)`` (every legal block is contiguous in linear ids)."""
         lo = cluster.gpu_id(*self.origin)
         return lo, lo + self.num_gpus
 
@@ -64,7 +67,7 @@ class Allocation:
         return [cluster.coords(gid) for gid in range(lo, hi)]
 
     def check(self, cluster: Cluster) -> str | None:
-        """Why the block is not a legal aligned shape on ``cluster`` (one line), or ``None`` if legal."""
+        """Why the block is not a legal shape on ``cluster`` (one line), or ``None`` if legal."""
         (r, n, g), (re_, ne, ge) = self.origin, self.extent
         R, N, G = cluster.racks, cluster.nodes_per_rack, cluster.gpus_per_node
         if min(re_, ne, ge) < 1 or min(r, n, g) < 0:
@@ -73,13 +76,13 @@ class Allocation:
             ok = G % ge == 0 and g % ge == 0
             shape = f"part of a node needs g_ext dividing {G} and gpu % g_ext == 0"
         elif re_ == 1:
-            ok = ge == G and g == 0 and N % ne == 0 and n % ne == 0
-            shape = f"a multi-node block needs whole nodes (g_ext={G}) and n_ext dividing {N}, aligned"
+            ok = ge == G and g == 0
+            shape = f"a multi-node block needs whole nodes (g_ext={G}, origin gpu 0)"
         else:
-            ok = ge == G and ne == N and g == 0 and n == 0 and R % re_ == 0 and r % re_ == 0
-            shape = f"a multi-rack block needs whole racks and r_ext dividing {R}, aligned"
+            ok = ge == G and ne == N and g == 0 and n == 0
+            shape = f"a multi-rack block needs whole racks (n_ext={N}, g_ext={G}, origin node 0 and gpu 0)"
         if not ok:
-            return f"block {self.origin}+{self.extent} is not an aligned shape: {shape}"
+            return f"block {self.origin}+{self.extent} is not a legal shape: {shape}"
         if r + re_ > R or n + ne > N or g + ge > G:
             return f"block {self.origin}+{self.extent} exceeds the {R}x{N}x{G} cluster"
         return None

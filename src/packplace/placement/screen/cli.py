@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -42,7 +43,13 @@ from packplace.placement.checking.crossval import (
     load_setups,
     pair_rows,
 )
-from packplace.placement.checking.validate import format_rows, load_setup, validate, validation_files
+from packplace.placement.checking.validate import (
+    ValidationRow,
+    format_rows,
+    load_setup,
+    validate,
+    validation_files,
+)
 from packplace.placement.emit import FRAMEWORKS, emit
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.framework import DEFAULT_FRAMEWORK
@@ -282,7 +289,8 @@ def register_validate(subparsers) -> None:
                     "predicted, published and their ratio per phase, and the predicted against the published "
                     "speed-up of declared pairs (validation.pair_with); exit 1 when a ratio is outside x1.3. "
                     "--cross-validate: leave one publication out, fit the knobs on the others, predict it "
-                    "(out-of-sample ratios and their summary; exit 0).")
+                    "(out-of-sample ratios and their summary; exit 0; progress per fold on stderr). A refused file "
+                    "(bad field) is reported on its own row and the others are scored (exit 1).")
     p.add_argument("target", nargs="+", help="validation YAMLs or directories of them (benchmarks/validation/)")
     p.add_argument("--cross-validate", action="store_true", dest="cross_validate",
                    help="leave-one-source-out cross-validation of the knobs of --knobs")
@@ -295,9 +303,12 @@ def register_validate(subparsers) -> None:
 def run_validate(args: argparse.Namespace) -> int:
     """Print the report (with ``--json`` the document ``{"rows": [...], "pairs": [...], "ok": bool}``, one
     :meth:`~packplace.placement.checking.validate.ValidationRow.as_dict` per row); exit 1 when a scored figure is
-    outside the range or its plan is over memory. With ``--cross-validate``: the cross-validation report
-    and ``{"rows", "pairs", "folds", "summary", "knobs"}``
-    (:func:`~packplace.placement.checking.crossval.cross_validate`), exit 0."""
+    outside the range or its plan is over memory, or when a file is refused (its row says why; the other
+    files are scored); exit 2 (a :class:`~packplace.errors.ConfigError`) when every file is refused. With
+    ``--cross-validate``: the cross-validation report (progress per fold on stderr) and
+    ``{"rows", "pairs", "folds", "summary", "knobs", "refused"}``
+    (:func:`~packplace.placement.checking.crossval.cross_validate`), exit 0, or 1 when a file was refused
+    (``refused``: ``{setup: error}``, the others cross-validated)."""
     targets = [args.target] if isinstance(args.target, str) else list(args.target)
     paths = [p for t in targets for p in validation_files(t)]
     knobs_arg = getattr(args, "knobs", None)
@@ -306,23 +317,33 @@ def run_validate(args: argparse.Namespace) -> int:
                           "the configured ones")
     if getattr(args, "cross_validate", False):
         knobs = parse_scoped_knobs(knobs_arg if knobs_arg is not None else ",".join(DEFAULT_SCOPED_KNOBS))
-        result = cross_validate(load_setups(paths), knobs)
+        refused: dict[str, str] = {}
+        result = cross_validate(load_setups(paths, refused), knobs)
         print(format_cross_validation(result))
+        if refused:
+            print()
+            print(format_rows([_refused_row(name, error) for name, error in refused.items()]))
         args.json_document = {"rows": [r.as_dict() for r in result["rows"]], "pairs": result["pairs"],
                               "folds": result["folds"], "summary": result["summary"],
-                              "knobs": [f"{k}:{s}" for k, s in knobs]}
-        return 0
+                              "knobs": [f"{k}:{s}" for k, s in knobs], "refused": refused}
+        return 1 if refused else 0
     rows = validate(paths)
     print(format_rows(rows))
-    setups = load_setups(paths)
-    in_step = {r.setup: r.predicted for r in rows if not r.skipped and r.phase == _primary(setups, r.setup)}
+    setups = load_setups(paths, {})
+    in_step = {r.setup: r.predicted for r in rows
+               if not r.skipped and not r.error and r.phase == _primary(setups, r.setup)}
     pairs = pair_rows(setups, in_step)
     if pairs:
         print()
         print(format_pairs(pairs))
-    args.json_document = {"rows": [r.as_dict() for r in rows], "pairs": pairs,
-                          "ok": all(r.ok for r in rows if not r.skipped)}
-    return 0 if all(r.ok for r in rows if not r.skipped) else 1
+    ok = all(r.ok for r in rows if not r.skipped)
+    args.json_document = {"rows": [r.as_dict() for r in rows], "pairs": pairs, "ok": ok}
+    return 0 if ok else 1
+
+
+def _refused_row(setup: str, error: str) -> ValidationRow:
+    """The report row of a file refused at load (``error``: its one-line reason)."""
+    return ValidationRow(setup, "-", math.nan, math.nan, False, error=error)
 
 
 def _primary(setups, name: str) -> str:

@@ -1,0 +1,77 @@
+"""``packplace validate <dir>`` with one refused file: its own row with its error, the others scored,
+exit 1; ``--cross-validate`` reports each fold on stderr."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+
+import pytest
+
+from packplace.cli import main
+from packplace.errors import ConfigError
+from packplace.placement.checking.validate import validate
+
+VALIDATION = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "validation")
+GOOD = ("qwen2.5-7b_vllm_batch1_1xa100.yaml", "deepspeed_chat_ppo_opt-13b_8xa100.yaml",
+        "deepspeed_chat_ppo_opt-30b_8xa100.yaml")
+ERROR = "published.step: must be a finite number in (0, inf), got -1"
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """The three files of :data:`GOOD` and ``bad.yaml``: a copy of the first with a negative published step."""
+    for name in GOOD:
+        shutil.copy(os.path.join(VALIDATION, name), tmp_path / name)
+    text = (tmp_path / GOOD[0]).read_text(encoding="utf-8")
+    before, after = text.split("published:", 1)
+    (tmp_path / "bad.yaml").write_text(before + "published: {step: -1}\n" + after.split("\n", 1)[1],
+                                       encoding="utf-8")
+    return tmp_path
+
+
+def test_a_refused_file_has_its_own_row_and_the_others_are_scored(folder, capsys):
+    rows = validate(sorted(str(p) for p in folder.glob("*.yaml")))
+    refused = [r for r in rows if r.error]
+    assert [r.setup for r in refused] == ["bad"] and ERROR in refused[0].error
+    assert str(folder / "bad.yaml") in refused[0].error   # the file is named
+    assert not refused[0].ok and math.isnan(refused[0].predicted)
+    scored = {r.setup for r in rows if not r.error}
+    assert scored == {name.removesuffix(".yaml") for name in GOOD}
+    assert all(r.predicted > 0 for r in rows if not r.error)
+
+    assert main(["validate", str(folder)]) == 1
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("bad "))
+    assert "REFUSED: " in line and ERROR in line
+    assert out.count(" ok") + out.count("OUT OF RANGE") == 3   # three files scored
+    assert "; 1 file refused" in out
+
+    assert main(["validate", "--json", str(folder)]) == 1
+    document = json.loads(capsys.readouterr().out)
+    (bad,) = [r for r in document["rows"] if r["error"]]
+    assert bad["setup"] == "bad" and bad["predicted"] is None and not document["ok"]
+
+
+def test_every_file_refused_is_bad_input(folder):
+    bad = str(folder / "bad.yaml")
+    with pytest.raises(ConfigError, match=r"published\.step"):
+        validate([bad, bad])
+    assert main(["validate", bad, "--quiet"]) == 2
+
+
+def test_cross_validate_reports_each_fold_and_the_refused_file(folder, capsys):
+    assert main(["validate", "--cross-validate", "--knobs", "decode_bw_eff:gpu", "--json", str(folder)]) == 1
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    assert list(document["refused"]) == ["bad"] and ERROR in document["refused"]["bad"]
+    assert document["summary"]["out_of_sample"]["runs"] == 3
+    progress = [x for x in captured.err.splitlines() if x.startswith("cross-validate: ")]
+    # two publications (the DeepSpeed-Chat table, the Qwen2.5 benchmark): the in-sample line, then a fold each
+    assert progress[0].startswith("cross-validate: 3 files scored in sample, 2 folds to fit")
+    assert [x.split(" done")[0] for x in progress[1:]] == ["cross-validate: fold 1/2", "cross-validate: fold 2/2"]
+    assert all(x.endswith(" s elapsed") for x in progress[1:])
+    assert main(["validate", "--cross-validate", "--knobs", "decode_bw_eff:gpu", "--quiet", str(folder)]) == 1
+    assert "cross-validate: fold" not in capsys.readouterr().err
