@@ -76,6 +76,8 @@ class PlanView:
         training: ``{model: TrainingOptions}`` (defaults filled).
         staleness: ``{model: steps}`` (0: synchronous).
         gpu_memory_utilization: The rollout engine's memory fraction.
+        enforce_eager: The rollout engine runs without CUDA graphs (vLLM's ``enforce_eager``), as the plan
+            was priced.
         gpus_per_node: GPUs per node (host) of the cluster, as the frameworks count them.
         rules: The layout-rule context of the target framework
             (:class:`~packplace.placement.model.layout_rules.Context`).
@@ -95,6 +97,7 @@ class PlanView:
     gpus_per_node: int
     rules: Context | None = None
     context_parallel: Mapping[str, tuple[int, bool, int]] = field(default_factory=dict)
+    enforce_eager: bool = False
 
     @classmethod
     def of(cls, instance: PlacementInstance, plan: Plan, framework: str | None = None) -> PlanView:
@@ -117,7 +120,8 @@ class PlanView:
                    gpu_memory_utilization=instance.engine.gpu_memory_utilization,
                    gpus_per_node=instance.cluster.host_gpus,
                    rules=replace(Context.of(instance), framework=framework or instance.framework),
-                   context_parallel=_context_parallel(instance, models))
+                   context_parallel=_context_parallel(instance, models),
+                   enforce_eager=instance.engine.enforce_eager)
 
     def layout_refusals(self) -> list[str]:
         """The target framework's layout rules the plan breaks (``layout_rules.refusals``), and every task

@@ -152,6 +152,7 @@ def _generation(out: EmittedPlan, view: PlanView, gen: Task, train: Task) -> Non
     if gen.strategy.ep > 1:
         s["policy.generation.vllm_cfg.expert_parallel_size"] = gen.strategy.ep
     s["policy.generation.vllm_cfg.gpu_memory_utilization"] = view.gpu_memory_utilization
+    s["policy.generation.vllm_cfg.enforce_eager"] = view.enforce_eager   # as the plan's decode was priced
     out.notes.append(f"{gen.name} decodes {gen.micro_batch} sequences at once per engine in the plan: the example "
                      f"configs set no vLLM max_num_seqs, so the engine's own default applies")
     stale = view.staleness.get("actor", 0)

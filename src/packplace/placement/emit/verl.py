@@ -170,6 +170,7 @@ def _rollout(s: dict[str, Any], note: list[str], view: PlanView, gen: Task, trai
         s["actor_rollout_ref.rollout.expert_parallel_size"] = gen.strategy.ep
     s["actor_rollout_ref.rollout.max_num_seqs"] = gen.micro_batch
     s["actor_rollout_ref.rollout.gpu_memory_utilization"] = view.gpu_memory_utilization
+    s["actor_rollout_ref.rollout.enforce_eager"] = view.enforce_eager   # as the plan's decode was priced
     # the old log-probs are recomputed by the trainer, at the trainer's micro-batch
     s["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] = train.micro_batch
     stale = view.staleness.get("actor", 0)

@@ -155,6 +155,9 @@ POLICY_FIELDS: dict[str, Field] = {
     "gpu_memory_utilization": Field("float", "", 0, 1, exclusive_minimum=True,
                                     default=DEFAULT_GPU_MEMORY_UTILIZATION,
                                     meaning="fraction of a GPU the rollout engine may use (vLLM's default 0.9)"),
+    "enforce_eager": Field("bool", default=None,
+                           meaning="vLLM's enforce_eager: no CUDA graphs, every decode iteration issues each "
+                                   "kernel from the host (unset: the framework's default)"),
     "framework": Field("enum", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
                        meaning="RL framework whose execution profile runs the step (none: the model's own mechanics)"),
     "inference_offload": Field("enum", choices=tuple(INFERENCE_OFFLOAD), default="none",
@@ -490,6 +493,23 @@ def _optimizer(o: dict[str, Any], algorithm: str) -> dict[str, Any]:
     return out
 
 
+def _enforce_eager(value: bool | None, framework: str) -> bool:
+    """``policy.enforce_eager`` when set, else the framework profile's default
+    (:attr:`~packplace.placement.model.framework.FrameworkProfile.enforce_eager`).
+
+    Raises:
+        ConfigError: set for a framework whose generation engine is not vLLM.
+    """
+    default = profile(framework).enforce_eager
+    if default is None:
+        if value is not None:
+            raise ConfigError(f"[policy] enforce_eager: {value!r} is a vLLM setting; the {framework} framework "
+                              "generates with its own engine, whose eager kernel launches are inside its "
+                              "decode_step_overhead (remove enforce_eager)")
+        return False
+    return default if value is None else value
+
+
 def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> PlacementInstance:
     """Validate a config mapping (the parsed YAML) and build the instance.
 
@@ -516,7 +536,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                           "continuous-batching engine takes every request at once (set batching: static, or "
                           "drop dispatch)")
     engine = RolloutEngine(policy["batching"], policy["max_num_seqs"], policy["gpu_memory_utilization"],
-                           max_num_seqs_set="max_num_seqs" in policy_cfg, dispatch=policy["dispatch"])
+                           max_num_seqs_set="max_num_seqs" in policy_cfg, dispatch=policy["dispatch"],
+                           enforce_eager=_enforce_eager(policy.get("enforce_eager"), policy["framework"]))
     models_cfg = _section(config, "models")
     spec = algorithm_spec(algorithm)
     required = spec.required_roles
