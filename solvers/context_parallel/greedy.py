@@ -611,7 +611,7 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 0, megatron_s
 #: Largest instance (sequences) the CP-SAT polish runs on.
 POLISH_MAX_SEQUENCES = 64
 #: The polish's default budget: CP-SAT deterministic time (about a second of one unloaded core per unit).
-DEFAULT_POLISH = 1.0
+DEFAULT_POLISH = 2.0
 
 
 def _polish(instance: ContextParallelInstance, run: Any, plan: Any, budget: float) -> tuple[Any, str]:
