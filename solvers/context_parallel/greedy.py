@@ -22,6 +22,10 @@ packing into lockstep slots, then local moves under a work budget. Deterministic
    slot) that lowers the step time (Σ of the slot maxima) most; all candidates of one sequence are scored at
    once (numpy). When none does, a slot's slowest group merges with another of its slot into a group of
    their summed size, or splits in two of half its size, if that lowers the slot's time; then moves again.
+5. **Polish** (small instances, at most :data:`POLISH_MAX_SEQUENCES` sequences): the ``cpsat`` backend started
+   from the plan (hint and ceiling), one worker, cut by ``polish`` units of CP-SAT deterministic time (work,
+   not wall: the same answer under any load); its plan when the evaluator finds it faster. It reaches what
+   the moves do not: several sequences sharing one large group, fewer slots.
 
 The CP size of a sequence is thus chosen by its marginal benefit: a larger group only where the sequence
 alone would outlast the slot (attention ``∝ s²/c`` falls, the ring exchange and the ranks it takes rise).
