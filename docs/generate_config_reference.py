@@ -83,6 +83,9 @@ def tables() -> list[tuple[str, Mapping[str, Field], str]]:
         ("Balance `cost.latency`", balance.LATENCY_FIELDS, "cost.latency."),
         ("Balance `samples.corpus`", balance.CORPUS_FIELDS, "samples.corpus."),
         ("Balance `samples.items[]`", balance.ITEM_FIELDS, ""),
+        ("Dynamic context parallelism, top level", balance.CONTEXT_PARALLEL_TOP_FIELDS, ""),
+        ("Dynamic context parallelism `context_parallel`", balance.CONTEXT_PARALLEL_FIELDS, "context_parallel."),
+        ("Dynamic context parallelism `cost`", balance.CONTEXT_PARALLEL_COST_FIELDS, "cost."),
         ("Placement `hardware`", {**placement.CLUSTER_FIELDS, **placement.HARDWARE_FIELDS}, ""),
         ("Placement `workload`", placement.WORKLOAD_FIELDS, ""),
         ("Placement `policy`", placement.POLICY_FIELDS, ""),
@@ -108,6 +111,15 @@ NOTES = {
         "`local_batch_size` given as a mapping of these keys (either or both) means `auto` among the "
         "counts they allow: the fewest bins per rank, the same on every rank, that is a multiple of "
         "`multiple_of`, at least `at_least`, and packs under every rule."),
+    "Dynamic context parallelism, top level": (
+        "A balance config with a `context_parallel` section is a dynamic context-parallel instance "
+        "([Dynamic context parallelism](context-parallel.md)): besides these fields it takes `name`, `cost` and "
+        "`samples` (`lengths`, `items` with `key` and `tokens`, or `corpus`); `local_batch_size`, `equal_count`, "
+        "`max_samples_per_bin`, `group_size`, `oversized_policy`, `budgets`, `reference` and `groups` are refused."),
+    "Dynamic context parallelism `context_parallel`": (
+        "Also `sizes`: the allowed CP group sizes, a list of integers each dividing `data_parallel_size x max` "
+        "(default: the powers of two in [`min`, `max`])."),
+    "Dynamic context parallelism `cost`": "With `kind: flops` also `model`, a model shape as `cost.model` above.",
     "Placement `training`": "For every trained model, or per model under `actor:` / `critic:`.",
     "Placement `models.reward` as a rule": "`reward: rule` takes the defaults.",
     "Validation file `validation`": (

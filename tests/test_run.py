@@ -107,3 +107,48 @@ def test_the_former_registry_path_reexports_and_warns_once():
         importlib.import_module("packplace.solvers.registry")
     assert [w.category for w in caught] == [DeprecationWarning]
     assert former.get is packplace.registry.get and former.register is packplace.registry.register
+
+
+def test_the_finishing_cost_is_measured_on_a_prefix_and_scaled(monkeypatch):
+    # the probe finishes a plan of the first 50 of 200 keys three times; a clock read at these instants
+    # times the runs at 20, 30 and 90 ms (one caught by a collection): the median, 30 ms, counts, so the
+    # finish of all 200 is 4 x 30 ms, times the margin
+    from packplace.balance import evaluator as evaluator_module
+
+    readings = iter([0.0, 0.02, 0.1, 0.13, 0.2, 0.29])
+    monkeypatch.setattr(evaluator_module, "clock", lambda: next(readings))
+    inst = make_instance(list(range(1, 201)), seq_len=10**6, data_parallel_size=4, local_batch_size=2)
+    ev = evaluator_module.BalanceEvaluator(inst)
+    answer = tuple(tuple(range(r * 25, (r + 1) * 25)) for r in range(8))
+    ev.score(answer)
+    cached = [entry.bins for entry in ev._shared.flats]
+    expected = evaluator_module.FINISH_PROBE_MARGIN * 0.03 * 200 / 50
+    assert ev.finish_cost(samples=50) == pytest.approx(expected)
+    assert [entry.bins for entry in ev._shared.flats] == cached  # the probe's bins push no answer out
+    # measured once per instance object: every evaluator and run of it reads the same figure
+    assert evaluator_module.BalanceEvaluator(inst).finish_cost() == pytest.approx(expected)
+    assert Run("balance", inst, time_limit_s=5).finish_s == pytest.approx(expected)
+    assert Run("balance", inst, finish_s=0.25).share(0.5).finish_s == 0.25  # given: not measured
+
+
+def test_the_front_end_keeps_the_measured_finish_back(monkeypatch):
+    from packplace.balance import api
+    from packplace.balance.evaluator import BalanceEvaluator
+    from packplace.registry import register, unregister
+
+    seen = []
+
+    @register("balance", "budget_probe")
+    def budget_probe(instance, run):
+        seen.append(run.time_limit_s)
+        return Proposal(((0, 3), (1, 2)), FEASIBLE)
+
+    inst = make_instance([9, 5, 5, 1], seq_len=10, data_parallel_size=2)
+    try:
+        for finish, kept in ((3.0, 3.0), (40.0, api.FINISH_SHARE * 10), (0.01, 0.0)):  # the last under the floor
+            monkeypatch.setattr(BalanceEvaluator, "finish_cost", lambda self, finish=finish: finish)
+            result = packplace.balance(inst, solver="budget_probe", time_limit_s=10)
+            assert result.ok and result.params["time_limit_s"] == 10
+            assert 10 - kept - 0.5 < seen[-1] <= 10 - kept  # the checks before the backend took a little
+    finally:
+        unregister("balance", "budget_probe")

@@ -123,11 +123,11 @@ def test_a_validation_file_of_a_million_responses_per_prompt_is_bounded_in_memor
 
 
 def test_the_solve_gets_what_loading_and_writing_leave_of_the_time_limit():
-    from packplace.balance.cli import MIN_SOLVE_SHARE, WRITE_S_PER_SAMPLE, solve_budget
+    from packplace.balance.cli import MIN_SOLVE_SHARE, solve_budget
 
-    assert solve_budget(None, 3.0, 10, 1) is None
-    assert solve_budget(5.0, 1.5, 1_000_000, 2) == pytest.approx(5.0 - 1.5 - 2 * WRITE_S_PER_SAMPLE * 1_000_000)
-    assert solve_budget(5.0, 9.0, 10, 1) == MIN_SOLVE_SHARE * 5.0  # the load overran: the solve still runs
+    assert solve_budget(None, 3.0, 0.5) is None
+    assert solve_budget(5.0, 1.5, 1.2) == pytest.approx(5.0 - 1.5 - 1.2)
+    assert solve_budget(5.0, 9.0, 0.1) == MIN_SOLVE_SHARE * 5.0  # the load overran: the solve still runs
 
 
 def test_balance_passes_the_rest_of_its_time_limit_to_the_solver(monkeypatch, tmp_path, capsys):

@@ -4,8 +4,9 @@ Model: large neighbourhood search (Shaw 1998, "Using constraint programming and 
 to solve vehicle routing problems", CP-98; Pisinger & Ropke 2010, "Large neighborhood search",
 Handbook of Metaheuristics, ch. 13). Start: ``repair``'s answer (:data:`START_SOLVERS`; ``lpt``'s when
 ``repair`` returns none) or the ``reference_bins`` if better (the reference alone, with the time limit
-flagged, when the limit is below :data:`~packplace.solvers.balance.cpsat.start.START_S_PER_SAMPLE` per
-sample: no start backend finishes in it); a start proven optimal ends the call; the answer is never
+flagged, when the limit is below :data:`~packplace.solvers.balance.cpsat.start.START_FINISHES` times the
+run's finishing cost (:attr:`~packplace.run.Run.finish_s`, measured on the instance): no start
+backend finishes in it); a start proven optimal ends the call; the answer is never
 worse than the start, and is the best one found when the limit cuts the search. Where the ranks hold
 few samples (``makespan`` without padding, budgets or rank rules), the start is first re-split pair by
 pair with each leading rank against every lighter rank (:func:`_resplit_start`, at most
@@ -49,7 +50,7 @@ from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Propos
 from packplace.run import Run, clock
 from packplace.solvers.balance._common import canonical, integer_makespan_bound
 from packplace.solvers.balance.cpsat import DEFAULT_MAX_BOOLEANS, READBACK_RESERVE_S, solve_from_start
-from packplace.solvers.balance.cpsat.start import START_S_PER_SAMPLE
+from packplace.solvers.balance.cpsat.start import START_FINISHES
 from packplace.solvers.balance.lockstep import lockstep_aware
 from packplace.solvers.balance.repair.resplit import resplit
 
@@ -80,10 +81,11 @@ FALLBACK_SOLVER: str | None = "lpt"
 #: and a start that ``repair`` finishes in the limit is never cut off by a smaller share (where ``repair``
 #: finishes early, as it mostly does, the rest of the limit goes to the neighbourhoods).
 START_SHARE = 1.0
-#: Seconds per sample lns itself spends around the start (the search state, one neighbourhood's
-#: bookkeeping, the canonical order and the re-scoring of its answer): when less than this is left after
+#: What lns itself spends around the start (the search state, one neighbourhood's bookkeeping, the
+#: canonical order and the re-scoring of its answer), in finishes of an answer
+#: (:attr:`~packplace.run.Run.finish_s`, measured on the instance): when less than this is left after
 #: the start, the start is returned without a neighbourhood.
-SETUP_S_PER_SAMPLE = 2.5e-6
+SETUP_FINISHES = 2.5
 #: Without ``max_neighbourhoods``, the neighbourhoods get a work budget: at most this share of the time
 #: limit in CP-SAT deterministic time, ⌊share · limit / neighbourhood_time_s⌋ neighbourhoods (at least
 #: one), each capped at ``neighbourhood_time_s`` of it. A count, not the clock, ends the search, so the
@@ -365,7 +367,7 @@ class _Lns:
         self.evaluator = run.evaluator
         self.bound = self.evaluator.lower_bound()
         self.integer_bound = integer_makespan_bound(instance, self.bound)
-        self.setup_s = SETUP_S_PER_SAMPLE * len(instance.samples)
+        self.setup_s = SETUP_FINISHES * run.finish_s if run.time_limit_s is not None else 0.0
         self.info: dict[str, Any] = {}
         self.resplit_note = ""
         self.budget_note = ""
@@ -383,7 +385,7 @@ class _Lns:
         """The best start (:func:`_best_start`); the answer when no start backend can finish in the limit,
         none found a start, the start is proven optimal, or no time is left for a neighbourhood."""
         instance, run, limit, deadline, bound = self.instance, self.run, self.limit, self.deadline, self.bound
-        if instance.reference_bins is not None and limit < START_S_PER_SAMPLE * len(instance.samples):
+        if instance.reference_bins is not None and limit < START_FINISHES * run.finish_s:
             # too short for any start backend to finish at this size: the reference, without a pre-search
             value = self.evaluator.objective(instance.reference_bins)
             return Proposal(instance.reference_bins, OPTIMAL if self.meets_bound(value) else FEASIBLE, bound=bound,
@@ -391,6 +393,11 @@ class _Lns:
                             info={"start": "reference", "start_objective": value},
                             message=(f"lns: time limit {limit:g} s is shorter than a start takes at "
                                      f"{len(instance.samples)} samples; returned the reference grouping"))
+        if instance.reference_bins is None and run.best is not None and limit < START_FINISHES * run.finish_s:
+            # no reference, but the front end's answer of last resort (its quick packing) stands
+            return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=True, iterations=0,
+                            message=(f"lns: time limit {limit:g} s is shorter than a start takes at "
+                                     f"{len(instance.samples)} samples; no start made"))
         start_share = max(0.01, START_SHARE * (deadline - READBACK_RESERVE_S - run.now()))
         start, source, start_objective, notes, start_cut = _best_start(
             instance, run, start_share, deadline - READBACK_RESERVE_S, self.meets_integer_bound)

@@ -44,10 +44,12 @@ from packplace.solvers.balance.rounds import lowest_zone_overlap, round_ceilings
 
 #: Samples between two looks at the clock on the heap path.
 CLOCK_EVERY = 1024
-#: Seconds per sample of the LPT order (:func:`~packplace.solvers.balance._common.prepare`, one lexsort),
-#: measured at 4M samples by ``benchmarks/time_limits.py`` (docs/performance.md): with less time than
-#: that and a reference grouping, the reference is returned without sorting.
-PREPARE_S_PER_SAMPLE = 0.25e-6
+#: The LPT order (:func:`~packplace.solvers.balance._common.prepare`, one lexsort in numpy) as a share of
+#: the finish of an answer (:attr:`~packplace.run.Run.finish_s`, measured on the instance: a canonical
+#: order and JSON text, Python objects per sample): with less time than that and a reference grouping,
+#: the reference is returned without sorting; without one, when the front end offered the run an answer
+#: of last resort (its quick packing), no answer: that one stands (docs/performance.md, "Time limits at size").
+PREPARE_FINISH_SHARE = 0.25
 
 
 def lpt_bins(
@@ -632,10 +634,14 @@ def solve(instance: BalanceInstance, run: Run, **params) -> Proposal:
     deadline = run.deadline  # the sort (prepare) counts against the limit too
     time_limit_s = run.time_limit_s
     if (time_limit_s is not None and instance.reference_bins is not None
-            and time_limit_s < PREPARE_S_PER_SAMPLE * len(instance.samples)):
+            and time_limit_s < PREPARE_FINISH_SHARE * run.finish_s):
         return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=True, message=(
             f"lpt: time limit {time_limit_s:g} s is shorter than sorting {len(instance.samples)} samples takes; "
             f"returned the reference grouping"))
+    if time_limit_s is not None and run.best is not None and time_limit_s < PREPARE_FINISH_SHARE * run.finish_s:
+        # no reference, but the front end's answer of last resort (its quick packing) stands
+        return Proposal(None, UNKNOWN, hit_time_limit=True, message=(
+            f"lpt: time limit {time_limit_s:g} s is shorter than sorting {len(instance.samples)} samples takes"))
     prepared = prepare(instance)
     try:
         bins = lpt_bins(instance, prepared, deadline)

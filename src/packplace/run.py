@@ -6,7 +6,9 @@ per call and hand it to the backend as ``solve(instance, run, **options)``. A ba
 * reads the time through the run only: :attr:`Run.deadline`, :meth:`Run.left`, :meth:`Run.expired`,
   :meth:`Run.check` (raises :class:`OutOfTime`, the one timeout exception of packplace), and splits it
   with :meth:`Run.share` / :meth:`Run.reserve` / :meth:`Run.limit` (nested budgets: a hint, a start, a
-  neighbourhood);
+  neighbourhood); :attr:`Run.finish_s` is what finishing an answer of the instance costs, measured on the
+  instance (the front-end keeps it back with :meth:`Run.reserve`; a backend scales the cost of its own whole
+  passes over the instance from it instead of assuming seconds per sample);
 * scores with :attr:`Run.evaluator`, built once by the front-end (never by the backend), and gets the
   evaluator of a sub-instance from :meth:`Run.on`;
 * records each improvement with :meth:`Run.offer`: a SIGINT/SIGTERM (:mod:`packplace.interrupt`) ends
@@ -114,12 +116,14 @@ UNSET = _Unset()
 
 class _Answers:
     """The best answer offered so far, shared by a run and the shares cut from it (same instance): the
-    answer, whether it meets the analytic lower bound, and that bound once computed."""
+    answer, whether it meets the analytic lower bound, that bound once computed, and the finishing cost
+    once measured (:attr:`Run.finish_s`)."""
 
     def __init__(self) -> None:
         self.best: Any = None
         self.at_bound = False
         self.bound: float | None = None
+        self.finish_s: float | None = None
 
 
 class Run:
@@ -131,6 +135,8 @@ class Run:
         time_limit_s: Seconds this run may take (None: no limit), counted from construction.
         seed: The seed of any randomness (an int in [0, 2^31)).
         evaluator: The instance's evaluator (None: built on first use by the problem's factory).
+        finish_s: Seconds finishing an answer of the instance takes (None: measured on first use,
+            :attr:`finish_s`).
 
     Attributes:
         problem, instance, seed: As given.
@@ -140,7 +146,8 @@ class Run:
     """
 
     def __init__(self, problem: str, instance: Any, *, time_limit_s: float | None = None, seed: int = 0,
-                 evaluator: Any = None, _answers: _Answers | None = None, _started: float | None = None) -> None:
+                 evaluator: Any = None, finish_s: float | None = None, _answers: _Answers | None = None,
+                 _started: float | None = None) -> None:
         self.problem = problem
         self.instance = instance
         self.seed = seed
@@ -149,6 +156,8 @@ class Run:
         self.deadline = None if self.time_limit_s is None else self.started + self.time_limit_s
         self._evaluator = evaluator
         self._answers = _answers if _answers is not None else _Answers()
+        if finish_s is not None:
+            self._answers.finish_s = float(finish_s)
 
     # ------------------------------------------------------------------------------------ the clock
     @staticmethod
@@ -232,6 +241,19 @@ class Run:
             self._evaluator = evaluator_for(self.problem, self.instance)
         return self._evaluator
 
+    @property
+    def finish_s(self) -> float:
+        """Seconds that finishing an answer of the instance takes on this machine now (for balance: the
+        canonical order, the run order, the score and the JSON text of D·m bins): what a front-end keeps
+        back after the backend (:meth:`reserve`), and the unit in which a backend states the cost of its
+        own whole passes over the instance. Measured once per run and instance by the evaluator's
+        ``finish_cost()`` (e.g. :meth:`packplace.balance.evaluator.BalanceEvaluator.finish_cost`; 0.0
+        for an evaluator without one), unless given to the run."""
+        if self._answers.finish_s is None:
+            probe = getattr(self.evaluator, "finish_cost", None)
+            self._answers.finish_s = float(probe()) if callable(probe) else 0.0
+        return self._answers.finish_s
+
     # ------------------------------------------------------------------------------- the incumbent
     def offer(self, answer: Any, objective: float | None = None) -> None:
         """Record ``answer`` as the best so far (a reference is kept; it is scored only if the run is
@@ -304,10 +326,11 @@ class Run:
 
 
 def run_for(problem: str, instance: Any, *, time_limit_s: float | None = None, seed: int = 0,
-            evaluator: Any = None) -> Run:
+            evaluator: Any = None, finish_s: float | None = None) -> Run:
     """A :class:`Run` for calling a backend directly (tests, benchmarks); the front-ends build theirs in
-    :func:`solve_with`. The evaluator is the problem's (:func:`register_evaluator`) unless given."""
-    return Run(problem, instance, time_limit_s=time_limit_s, seed=seed, evaluator=evaluator)
+    :func:`solve_with`. The evaluator is the problem's (:func:`register_evaluator`) unless given; the
+    finishing cost is measured on first use (:attr:`Run.finish_s`) unless given."""
+    return Run(problem, instance, time_limit_s=time_limit_s, seed=seed, evaluator=evaluator, finish_s=finish_s)
 
 
 # ------------------------------------------------------------------------------------ the front-end
@@ -428,6 +451,8 @@ def solve_with(
     analytic_bound: float | None = None,
     fallback: str | None = None,
     skip_why: str | None = None,
+    run: Run | None = None,
+    reserve_s: float = 0.0,
 ) -> SolveResult:
     """Run the registered backend ``solver`` of ``problem`` on ``instance`` and score its proposal.
 
@@ -443,6 +468,10 @@ def solve_with(
     (``initial`` or a better one the backend offered), status ``feasible``, the message says so.
     ``skip_why`` (with ``fallback``): the front end left the backend no time; it is not called, and the
     answer is ``initial`` with ``hit_time_limit`` and this reason.
+    ``run``: the run the front-end built when the call began (its clock, ``time_limit_s`` and ``seed``;
+    work before the backend then counts against the limit), else one is built here. ``reserve_s``: seconds
+    kept back after the backend for finishing its answer (:attr:`Run.finish_s`): the backend gets
+    ``run.reserve(reserve_s)``, at least 1 ms.
     ``wall_s`` is the backend's seconds; the front-ends replace it with the whole call's.
 
     Raises:
@@ -456,21 +485,23 @@ def solve_with(
     if earlier is not None:  # a signal arrived earlier in this command: start no new solve
         raise interrupt.Interrupted(earlier)
     interrupt.reset()
-    run = Run(problem, instance, time_limit_s=time_limit_s, seed=seed, evaluator=evaluator)
+    if run is None:
+        run = Run(problem, instance, time_limit_s=time_limit_s, seed=seed, evaluator=evaluator)
     if analytic_bound is not None:  # the front-end's bound (cut by its deadline, weaker): Run.bound's value
         run._answers.bound = float(analytic_bound)
     if initial is not None:
         run.offer(initial)
+    backend_run = run.reserve(reserve_s, at_least=1e-3) if reserve_s > 0 and run.deadline is not None else run
     if skip_why is not None and fallback is not None:
         proposal = Proposal(None, UNKNOWN, hit_time_limit=True, message=skip_why)
     else:
-        proposal = _call_backend(spec, instance, run, params)
+        proposal = _call_backend(spec, instance, backend_run, params)
     if fallback is not None and proposal.solution is None and run.best is not None:
         note = f"no answer of {spec.name}'s own ({proposal.message or proposal.status}); returned {fallback}"
         proposal = Proposal(run.best, FEASIBLE, bound=proposal.bound, hit_time_limit=proposal.hit_time_limit,
                             iterations=proposal.iterations, message=note, log=proposal.log, info=proposal.info)
     interrupted = interrupt.requested() is not None
-    wall_s = run.elapsed()
+    wall_s = backend_run.elapsed()
     if proposal.solution is not None and normalize is not None:
         proposal.solution = normalize(proposal.solution)
 
@@ -492,7 +523,8 @@ def solve_with(
         result.interrupted = True
         # a signal is not a time limit: a search stopped by it (CP-SAT's stop_search ends like a timeout)
         # keeps hit_time_limit only when the limit had run out by then
-        result.hit_time_limit = result.hit_time_limit and time_limit_s is not None and wall_s >= time_limit_s
+        limit = backend_run.time_limit_s
+        result.hit_time_limit = result.hit_time_limit and limit is not None and wall_s >= limit
         if result.status == OPTIMAL and result.objective > result.bound:
             result.status = FEASIBLE
     return result

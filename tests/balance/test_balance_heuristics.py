@@ -654,9 +654,9 @@ def test_lpt_with_less_time_than_its_sort_takes_returns_the_reference_unsorted()
     from packplace.solvers.balance import lpt as lpt_module
 
     inst = make_instance(list(range(1, 2001)), seq_len=10**6, data_parallel_size=4, reference_bins="auto")
-    # sorting 2,000 samples is budgeted at 2,000 x 0.25 us = 0.5 ms: 0.1 ms cannot hold it
-    assert lpt_module.PREPARE_S_PER_SAMPLE * 2000 == pytest.approx(5e-4)
-    cut = lpt_module.solve(inst, run_for("balance", inst, time_limit_s=1e-4))
+    # the sort is budgeted at a quarter of the finish: with a finish of 2 ms, 0.5 ms; 0.1 ms cannot hold it
+    assert lpt_module.PREPARE_FINISH_SHARE * 2e-3 == pytest.approx(5e-4)
+    cut = lpt_module.solve(inst, run_for("balance", inst, time_limit_s=1e-4, finish_s=2e-3))
     assert cut.status == "feasible" and cut.hit_time_limit and cut.solution == inst.reference_bins
     assert "shorter than sorting 2000 samples takes" in cut.message
     # (LPT's bins equal the token reference's here: costs are the tokens)

@@ -82,9 +82,9 @@ def test_a_backend_left_no_time_is_not_run(monkeypatch):
     from packplace.balance import api
 
     monkeypatch.setattr(api, "QUICK_PACKING_MIN_SAMPLES", 4)
-    monkeypatch.setattr(api, "FINISH_S_PER_SAMPLE", 10.0)  # 40 s for 4 samples, capped at 80% of the limit
     monkeypatch.setattr(api, "FINISH_SHARE", 1.0)
     inst = make_instance([9, 5, 5, 1], seq_len=10, data_parallel_size=2)
+    monkeypatch.setattr(BalanceEvaluator, "finish_cost", lambda self: 40.0)  # the measured finish: 40 s
     result = packplace.balance(inst, solver="lpt", time_limit_s=1)
     assert result.ok and result.solution.bins == ((0, 3), (1, 2)) and result.hit_time_limit
     assert "no answer of lpt's own (no time left for lpt" in result.message

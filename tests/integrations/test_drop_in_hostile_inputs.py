@@ -13,12 +13,15 @@ import math
 import numpy as np
 import pytest
 from hyper_parallel_protocol import PackingConstraints, samples_of
+from test_megatron_dynamic_cp import _stand_in_data_schedule as _stand_in_dynamic_cp
 from test_megatron_scheduler import _stand_in_data_schedule
 
 import packplace.integrations.verl as pv
+from packplace.integrations import megatron_planning as planning
 from packplace.integrations import partition
 from packplace.integrations.hyper_parallel import PackplaceBalancingAlgorithm
 from packplace.integrations.megatron import PackplacePackingScheduler, register, sequence_flops
+from packplace.integrations.megatron_dynamic_cp import PackplaceDynamicCPPlanner, PackplaceDynamicCPScheduler, install
 from packplace.integrations.micro_batches import micro_batch_partitions
 
 HOSTILE = {
@@ -95,6 +98,21 @@ CALLS = [
     ("rank_packs", _scheduler().rank_packs, {"seqlens": [4, 4, 3, 3]}, {}),
     ("sequence_flops", sequence_flops, {"seqlens": [4, 4], "hidden_size": 8}, {}),
     ("register", register, {"name": "packplace_hostile", "data_schedule": _stand_in_data_schedule()}, {}),
+    ("PackplaceDynamicCPScheduler", PackplaceDynamicCPScheduler,
+     {"max_seqlen_per_dp_cp_rank": 4, "cp_size": 2, "dp_size": 2, "microbatch_group_size_per_vp_stage": None,
+      "max_num_seqs": None, "min_cp_size": 1, "solver": "greedy", "seed": 0}, {}),
+    ("PackplaceDynamicCPScheduler.get_groups_and_subsamples",
+     PackplaceDynamicCPScheduler(4, 2, 2, None).get_groups_and_subsamples,
+     {"sample_id_seqlens": list(enumerate([8, 4, 3, 2, 2, 1]))}, {}),
+    ("PackplaceDynamicCPPlanner", PackplaceDynamicCPPlanner,
+     {"max_seqlen_per_dp_cp_rank": 4, "dp_size": 2, "cp_size": 2, "min_cp_size": 1}, {}),
+    ("PackplaceDynamicCPPlanner.build_packs", PackplaceDynamicCPPlanner(4, dp_size=2, cp_size=2).build_packs,
+     {"sequences": [planning.SequenceDescriptor(i, n) for i, n in enumerate([8, 4, 3, 2, 2, 1])],
+      "constraints": planning.PackingConstraints(16)}, {}),
+    ("PackplaceDynamicCPPlanner.build_plan", PackplaceDynamicCPPlanner(4).build_plan,
+     {"packs": [planning.PackDescriptor(i, [i], [n]) for i, n in enumerate([8, 4, 3, 2, 2, 1])],
+      "resources": planning.PlacementResources(dp_size=2, cp_size=2)}, {}),
+    ("install", install, {"data_schedule": _stand_in_dynamic_cp(), "seed": 0}, {}),
 ]
 
 #: Errors about an argument may name it by a spelling of its own (``batch['attention_mask']``, ``samples[0]``).

@@ -165,7 +165,7 @@ def _consistency_tables():
         inst = _consistency_instance()
         table = get_table(inst)
         candidates = {n: list(table.feasible[n])[::4] for n in inst.graph.names}  # every 4th: varied, fast
-        _CACHE["tables"] = cpsat.make_tables(inst, candidates)
+        _CACHE["tables"] = cpsat.make_tables(get_evaluator(inst), candidates)
     return _CACHE["tables"]
 
 

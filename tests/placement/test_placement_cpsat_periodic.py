@@ -63,7 +63,7 @@ def _stale_ppo():
                         nodes_per_rack=2, gpus_per_node=2)
         table = get_table(inst)
         candidates = {n: list(table.feasible[n])[::4] for n in inst.graph.names}  # every 4th: varied, fast
-        _CACHE["ppo"] = (inst, cpsat.make_tables(inst, candidates))
+        _CACHE["ppo"] = (inst, cpsat.make_tables(get_evaluator(inst), candidates))
     return _CACHE["ppo"]
 
 

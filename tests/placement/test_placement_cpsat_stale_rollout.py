@@ -150,7 +150,8 @@ def _nemo_grpo():
         inst = build_instance(config)
         table = get_table(inst)
         _GRPO["inst"] = inst
-        _GRPO["tables"] = cpsat.make_tables(inst, {n: list(table.feasible[n])[::2] for n in inst.graph.names})
+        candidates = {n: list(table.feasible[n])[::2] for n in inst.graph.names}
+        _GRPO["tables"] = cpsat.make_tables(get_evaluator(inst), candidates)
     return _GRPO["inst"], _GRPO["tables"]
 
 
@@ -164,7 +165,7 @@ def test_model_period_matches_the_evaluator_with_stale_rollout_durations(data):
     ev = get_evaluator(inst)
     score = ev.score(plan)
     # the model's durations are the evaluator's vertex times (ticks, rounded up)
-    dur = periodic.durations(inst, choice, staleness)
+    dur = periodic.durations(ev, choice, staleness)
     assert dur == [cpsat.to_ticks(score.vertex_time[name]) for name in tables.names]
     built = periodic.build_periodic_model(inst, tables, horizon=10**10)
     for v, chosen in enumerate(choice):
@@ -213,9 +214,9 @@ def test_pruning_keeps_candidates_whose_stale_rollout_is_faster(monkeypatch):
 
     inst = build_instance(DAPO_MOE)
     table, ev = get_table(inst), get_evaluator(inst)
-    kept = pruning.nondominated_candidates(inst, table)
-    monkeypatch.setattr(pruning, "_stale_times", lambda instance: {})
-    by_time = pruning.nondominated_candidates(inst, table)
+    kept = pruning.nondominated_candidates(ev)
+    monkeypatch.setattr(pruning, "_stale_times", lambda evaluator: {})
+    by_time = pruning.nondominated_candidates(ev)
     assert by_time["actor.train"] == kept["actor.train"]
     extra = [c for c in kept["actor.generate"] if c not in by_time["actor.generate"]]
     assert set(by_time["actor.generate"]) <= set(kept["actor.generate"])

@@ -64,10 +64,10 @@ MAX_CLAIM_TOLERANCE = 1e-3
 DEFAULT_MAX_BOOLEANS = 50_000
 #: Seconds reserved after the model is built for reading the answer back.
 READBACK_RESERVE_S = 0.05
-#: Seconds per sample kept back from the start's share when the exact model is skipped (large
-#: instances): the start's score and the reference's objective, two evaluator passes (measured with
-#: the front end's finish reserve, ``benchmarks/time_limits.py``; docs/performance.md).
-START_SCORE_S_PER_SAMPLE = 0.5e-6
+#: Kept back from the start's share when the exact model is skipped (large instances), as a share of the
+#: finish of an answer (:attr:`~packplace.run.Run.finish_s`, measured on the instance): the start's score
+#: and the reference's objective, two evaluator passes in numpy (docs/performance.md).
+START_SCORE_FINISH_SHARE = 0.5
 
 
 @dataclass
@@ -292,7 +292,7 @@ class _ExactSolve:
         # the start gets a fifth of the limit, or all of it when the exact model will not be built
         start_share = 0.2 if booleans <= self.max_booleans else 1.0
         scoring_s = (0.0 if booleans <= self.max_booleans
-                     else min(0.5 * limit, START_SCORE_S_PER_SAMPLE * len(instance.samples)))
+                     else min(0.5 * limit, START_SCORE_FINISH_SHARE * run.finish_s))
         start_limit = max(0.05, start_share * limit - run.elapsed() - READBACK_RESERVE_S * start_share - scoring_s)
         # the start is the answer of last resort: a construction cut by its share retries with all the time left
         self.start, self.start_timed_out = _heuristic_start(

@@ -11,7 +11,8 @@ the model's ceiling, so CP-SAT's answer is never worse than it in the scaled mod
 answer when CP-SAT finds none. CP-SAT's presolve can turn a complete, feasible hint infeasible on
 some tight models; the search then ends without a solution and the start is returned.
 All heuristics share ``time_limit_s``; one that stops at it ends the list, and below
-:data:`START_S_PER_SAMPLE` per sample none runs (the reference bins are the start).
+:data:`START_FINISHES` times the run's finishing cost (:attr:`~packplace.run.Run.finish_s`, measured on
+the instance) none runs (the reference bins are the start).
 Performance: docs/performance.md
 """
 
@@ -31,11 +32,13 @@ START_HEURISTICS = ("repair", "lpt")
 #: Seconds the last-resort construction may take past the start's deadline: a start is the answer of
 #: last resort, and ``lpt`` is one sort and one pass, far inside the contract's 0.5 s of slack.
 LAST_RESORT_S = 0.25
-#: Seconds per sample below which no start heuristic finishes (``repair`` and ``lpt`` sort the samples
-#: and make at least one Python pass over them): a floor well under their cost
-#: (docs/performance.md, "Time limits at size"). With less time than this and reference bins, the
-#: reference is the start at once, with the time limit flagged, instead of a construction the limit cuts.
-START_S_PER_SAMPLE = 2e-6
+#: A start heuristic (``repair``, ``lpt``) sorts the samples and makes at least one Python pass over them,
+#: which costs at least this many times the finish of an answer (:attr:`~packplace.run.Run.finish_s`:
+#: one canonical order and JSON text of the samples, measured on the instance): a floor well under
+#: their cost (docs/performance.md, "Time limits at size"). With less time than this and reference
+#: bins, the reference is the start at once, with the time limit flagged, instead of a construction the
+#: limit cuts.
+START_FINISHES = 2.0
 
 
 @dataclass
@@ -59,8 +62,11 @@ def _heuristic_start(
     bound, ``lns`` then runs from the same starts within ``time_limit_s`` and its answer replaces the
     start when it is better. Returns (None, ...) when no start exists (e.g. a heuristic dead end
     without reference bins); the flag says a heuristic stopped at ``time_limit_s`` (the next one is
-    then not tried), or that ``time_limit_s`` is below :data:`START_S_PER_SAMPLE` per sample, where the
-    reference bins are the start without running any heuristic. When a heuristic stopped at
+    then not tried), or that ``time_limit_s`` is below :data:`START_FINISHES` times the run's finishing
+    cost (:attr:`~packplace.run.Run.finish_s`), where the reference bins are the start without running
+    any heuristic; without reference bins but with an answer the front end offered to the run (its
+    quick packing, :attr:`~packplace.run.Run.best`), no start is made then (None, True): that answer
+    stands, and no sort the limit cannot cut runs past it. When a heuristic stopped at
     ``time_limit_s`` without an answer, whatever is left before ``fallback_deadline``
     (``packplace.run.clock()`` seconds), the last heuristic of the list (the cheapest construction) runs
     again until that deadline, and for at least :data:`LAST_RESORT_S`, so that a short limit on a busy
@@ -69,9 +75,11 @@ def _heuristic_start(
     """
     instance = run.instance
     evaluator = run.evaluator
-    if (time_limit_s is not None and instance.reference_bins is not None
-            and time_limit_s < START_S_PER_SAMPLE * len(instance.samples)):
+    if time_limit_s is not None and (instance.reference_bins is not None or run.best is not None) \
+            and time_limit_s < START_FINISHES * run.finish_s:
         reference = instance.reference_bins
+        if reference is None:  # the front end's answer of last resort stands
+            return None, True
         return _Start(reference, "reference", evaluator.objective(reference)), True
     names = available("balance")
     candidates: list[_Start] = []

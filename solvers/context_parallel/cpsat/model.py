@@ -170,21 +170,8 @@ def build(
             model.Add(counts[c] == sum(active[k, c, j] for j in range(count)))
         model.AddAllowedAssignments(counts, allowed)
         model.Add(sum(classes[c][0] * counts[c] for c in range(len(classes))) == ranks * used[k])
-        # the slot's time: above every group's
-        m = model.NewIntVar(0, max(upper, 0), f"M_{k}")
-        if not fixed_slots:
-            model.Add(m == 0).OnlyEnforceIf(used[k].Not())
-        # a time per group above each of its pieces; the slot's rank-seconds Σ size·T fit in R·M
-        times = []
-        for c, count in enumerate(positions):
-            for j in range(count):
-                t = model.NewIntVar(0, max(upper, 0), "")
-                for const, coeffs in ticks[c]:
-                    model.Add(t >= const * active[k, c, j] + sum(coeffs[i] * v for i, v in members[k, c, j]))
-                model.Add(m >= t)
-                times.append(classes[c][0] * t)
-        model.Add(ranks * m >= sum(times))
-        slot_time.append(m)
+        slot_time.append(_slot_time(model, k, positions, classes, active, members, ticks, upper, ranks,
+                                    None if fixed_slots else used[k]))
         check_clock()
     # slots: used ones first, ordered by their smallest sequence
     by_slot: list[list[tuple[int, Any]]] = [[] for _ in range(slots)]
@@ -200,6 +187,28 @@ def build(
         model.Add(total <= ceiling)
     model.Minimize(total)
     return Built(model, used, active, x, slot_time, scale, ticks, positions, slots, fixed_slots, slot_counts, derived)
+
+
+def _slot_time(model: Any, k: int, positions: list[int], classes: Any, active: dict[tuple[int, int, int], Any],
+               members: dict[tuple[int, int, int], list[tuple[int, Any]]], ticks: list[list[tuple[int, list[int]]]],
+               upper: int, ranks: int, used: Any) -> Any:
+    """Slot ``k``'s time M (ticks): above every group's time, each above its pieces, and the slot's
+    rank-seconds Σ size·T within R·M; 0 when ``used`` (the slot's Boolean, None: always used) is false."""
+    # the slot's time: above every group's
+    m = model.NewIntVar(0, max(upper, 0), f"M_{k}")
+    if used is not None:
+        model.Add(m == 0).OnlyEnforceIf(used.Not())
+    # a time per group above each of its pieces; the slot's rank-seconds Σ size·T fit in R·M
+    times = []
+    for c, count in enumerate(positions):
+        for j in range(count):
+            t = model.NewIntVar(0, max(upper, 0), "")
+            for const, coeffs in ticks[c]:
+                model.Add(t >= const * active[k, c, j] + sum(coeffs[i] * v for i, v in members[k, c, j]))
+            model.Add(m >= t)
+            times.append(classes[c][0] * t)
+    model.Add(ranks * m >= sum(times))
+    return m
 
 
 def _prefixes(model: Any, members: Sequence[tuple[int, Any]], n: int,

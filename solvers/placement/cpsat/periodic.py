@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packplace.lazy import lazy_module
-from packplace.placement.evaluator import get_evaluator
 from packplace.solvers.placement.cpsat.model import (
     Locator,
     add_data_edges,
@@ -71,31 +70,32 @@ def staleness_choices(instance) -> dict[str, tuple[int, ...]]:
     return {model: tuple(sorted({0, *allowed.get(model, (0,))})) for model in published_models(instance)}
 
 
-def stale_consumers(instance) -> dict[int, str]:
+def stale_consumers(evaluator) -> dict[int, str]:
     """``{vertex index: trainer model}`` of the rollout engines fed by a publication edge under a
     continuous-rollout framework: their duration depends on the trainer model's staleness (the evaluator's
-    :meth:`~packplace.placement.evaluator.PlacementEvaluator._stale_durations`); empty otherwise."""
-    return {b: model for b, (model, _) in get_evaluator(instance).stale_engines().items()}
+    :meth:`~packplace.placement.evaluator.PlacementEvaluator._stale_durations`); empty otherwise.
+    ``evaluator``: the instance's (the run's, or :attr:`ModelTables.evaluator`)."""
+    return {b: model for b, (model, _) in evaluator.stale_engines().items()}
 
 
-def stale_ticks(instance, vertex: int, option: Option, staleness: int) -> int:
+def stale_ticks(evaluator, vertex: int, option: Option, staleness: int) -> int:
     """The duration (ticks, rounded up) of ``option`` of ``vertex`` when its policy has ``staleness``: the
     evaluator's steady-state seconds per step
     (:meth:`~packplace.placement.evaluator.PlacementEvaluator.stale_time`) when it has one, else
     ``option.duration``. Call only for a vertex of :func:`stale_consumers`."""
     if staleness < 1:
         return option.duration
-    seconds = get_evaluator(instance).stale_time(vertex, option.cand, staleness)
+    seconds = evaluator.stale_time(vertex, option.cand, staleness)
     return option.duration if seconds is None else to_ticks(seconds)
 
 
-def durations(instance, choice: list[Option], staleness: dict[str, int]) -> list[int]:
+def durations(evaluator, choice: list[Option], staleness: dict[str, int]) -> list[int]:
     """Per vertex, the model's duration (ticks) of a plan with ``staleness``: the option's, except a
     rollout engine of :func:`stale_consumers` whose model is stale (:func:`stale_ticks`), as the
     evaluator's period uses them."""
     out = [o.duration for o in choice]
-    for b, model in stale_consumers(instance).items():
-        out[b] = stale_ticks(instance, b, choice[b], staleness.get(model, 0))
+    for b, model in stale_consumers(evaluator).items():
+        out[b] = stale_ticks(evaluator, b, choice[b], staleness.get(model, 0))
     return out
 
 
@@ -105,7 +105,7 @@ def cycle_edges(tables: ModelTables, instance, choice: list[Option],
     latencies use :func:`durations`."""
     span = instance.cluster.span_level
     n = len(choice)
-    dur = durations(instance, choice, staleness)
+    dur = durations(tables.evaluator, choice, staleness)
     edges = []
     for v, o in enumerate(choice):
         for p in tables.preds[v]:
@@ -152,7 +152,7 @@ def model_period(tables: ModelTables, instance, choice: list[Option],
     """
     n = len(choice)
     edges = cycle_edges(tables, instance, choice, staleness)
-    low = max(durations(instance, choice, staleness))  # self edges: P ≥ every duration
+    low = max(durations(tables.evaluator, choice, staleness))  # self edges: P ≥ every duration
     high = max(low, sum(w for *_, w in edges))  # every cycle has distance ≥ 1
     while low < high:
         mid = (low + high) // 2
@@ -217,13 +217,13 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
     opts = tables.options
     choices = staleness_choices(instance)
     # a rollout engine whose duration depends on its policy's staleness: per option, {t: ticks}
-    engines = {v: model for v, model in stale_consumers(instance).items() if model in choices}
+    engines = {v: model for v, model in stale_consumers(tables.evaluator).items() if model in choices}
     ticks: dict[int, list[dict[int, int]]] = {}
     for v, model in engines.items():
         ticks[v] = []
         for k, o in enumerate(opts[v]):
             check("staleness-dependent durations of %s, option %d", tables.names[v], k)
-            ticks[v].append({t: stale_ticks(instance, v, o, t) for t in choices[model]})
+            ticks[v].append({t: stale_ticks(tables.evaluator, v, o, t) for t in choices[model]})
     longest = max([o.duration for vopts in opts for o in vopts] +
                   [d for per in ticks.values() for by_t in per for d in by_t.values()])
     largest_delay = max([0, *tables.transfer_ticks.values()]) + max(

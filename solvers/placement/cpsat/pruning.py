@@ -21,7 +21,6 @@ from collections import defaultdict
 from typing import Any
 
 from packplace.placement.candidates import Candidate, CandidateTable
-from packplace.placement.evaluator import get_evaluator
 
 
 def publication_is_monotone(instance, table: CandidateTable) -> tuple[bool, str]:
@@ -64,12 +63,12 @@ def _dominates(a: tuple, b: tuple) -> bool:
     return all(x <= y for x, y in zip(a, b))
 
 
-def _stale_times(instance) -> dict[str, Any]:
+def _stale_times(evaluator) -> dict[str, Any]:
     """Per rollout engine whose time depends on its policy's staleness (a continuous-rollout framework,
     a staleness ≥ 1 allowed), a function of a candidate giving its seconds per step at each allowed
     staleness ≥ 1 (:meth:`~packplace.placement.evaluator.PlacementEvaluator.stale_time`, its time where
     that is None): a candidate must be no slower there too to dominate."""
-    ev = get_evaluator(instance)
+    ev = evaluator
     out = {}
     for b, (_, values) in ev.stale_engines().items():
         if values:
@@ -79,8 +78,10 @@ def _stale_times(instance) -> dict[str, Any]:
     return out
 
 
-def nondominated_candidates(instance, table: CandidateTable) -> dict[str, list[Candidate]]:
-    """Per vertex, the memory-feasible candidates that no other candidate dominates (module docstring).
+def nondominated_candidates(evaluator) -> dict[str, list[Candidate]]:
+    """Per vertex, the memory-feasible candidates of ``evaluator``'s candidate table that no other
+    candidate dominates (module docstring). ``evaluator``: the instance's
+    :class:`~packplace.placement.evaluator.PlacementEvaluator` (the run's).
 
     Candidates compete only within a group: same block shape, and for a vertex on a publication edge the
     same ``(pp, tp, ep)`` layout when the partner vertex has a candidate of that shape and layout (a
@@ -91,6 +92,7 @@ def nondominated_candidates(instance, table: CandidateTable) -> dict[str, list[C
     steady-state time at each allowed staleness ≥ 1)``; of equal vectors the first in table order stays.
     Output keeps table order (fastest first).
     """
+    instance, table = evaluator.instance, evaluator.table
     graph = instance.graph
     partner_edges: dict[str, list[tuple[str, bool]]] = defaultdict(list)  # vertex -> [(partner, is_consumer)]
     for trainer, consumer in graph.publication_edges:
@@ -98,7 +100,7 @@ def nondominated_candidates(instance, table: CandidateTable) -> dict[str, list[C
         partner_edges[consumer].append((trainer, True))
     layouts = {name: {(c.extent, c.strategy.pp, c.strategy.tp, c.strategy.ep) for c in table.feasible[name]}
                for name in graph.names}
-    stale_times = _stale_times(instance)
+    stale_times = _stale_times(evaluator)
     out: dict[str, list[Candidate]] = {}
     for name in graph.names:
         has_inputs = bool(graph.predecessors(name))

@@ -311,7 +311,7 @@ class _ExactPlacement:
         # the period is monotone in every latency and in memory, so pruning is lossless there
         self.monotone, why = (True, "") if self.asynchronous else publication_is_monotone(instance, self.table)
         if self.monotone:
-            self.candidates = nondominated_candidates(instance, self.table)
+            self.candidates = nondominated_candidates(self.ev)
         else:
             self.candidates = {name: list(self.table.feasible[name]) for name in instance.graph.names}
             self.notes.append(f"no dominance pruning ({why})")
@@ -370,7 +370,7 @@ class _ExactPlacement:
         build_budget = BUILD_TIME_SHARE * self.limit
         deadline = run.started + build_budget
         try:
-            tables = make_tables(instance, self.candidates, deadline)
+            tables = make_tables(self.ev, self.candidates, deadline)
             options = sum(len(o) for o in tables.options)
             if options > BUILD_OPTIONS_PER_S * build_budget:  # a count, not the clock (BUILD_OPTIONS_PER_S)
                 raise OutOfTime(f"{options} options, more than the {BUILD_OPTIONS_PER_S} a second of the build "
@@ -388,7 +388,7 @@ class _ExactPlacement:
             n_options = [len(o) for o in tables.options]
             if self.asynchronous:
                 h_step, h_start = model_period(tables, instance, hint_choice, most_stale)
-                h_end = [t + d for t, d in zip(h_start, durations(instance, hint_choice, most_stale))]
+                h_end = [t + d for t, d in zip(h_start, durations(self.ev, hint_choice, most_stale))]
                 rounding = rounding_ticks(tables)
                 built = build_periodic_model(instance, tables, horizon=h_step, deadline=deadline)
                 objective_var = built.period

@@ -17,10 +17,10 @@ the evaluator. Memory is in KiB (:data:`MEMORY_UNIT`), each term rounded down, t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from packplace.placement.candidates import Candidate
-from packplace.placement.evaluator import get_table
 from packplace.placement.problem.plan import Allocation
 from packplace.run import OutOfTime, clock
 
@@ -99,6 +99,8 @@ class ModelTables:
             size matters to a framework that gathers ZeRO-3 partitions over it (DeepSpeed's hybrid engine).
         engine: Per publication edge, whether its consumer is a rollout engine.
         rounding_ticks: ``E = 2·V``: how much the model's value of a plan can exceed the evaluator's.
+        evaluator: The instance's :class:`~packplace.placement.evaluator.PlacementEvaluator` the tables
+            were made from (the run's): the periodic model reads a stale rollout's steady-state times there.
     """
 
     names: tuple[str, ...]
@@ -110,6 +112,7 @@ class ModelTables:
     rounding_ticks: int
     colocated_ticks: dict[tuple[int, tuple[tuple[int, int], int]], int]
     engine: list[bool]
+    evaluator: Any = field(default=None, repr=False, compare=False)
 
 
 def _level_ranges(cluster) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]:
@@ -124,17 +127,23 @@ def _level_ranges(cluster) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]
     return out
 
 
-def make_tables(instance, candidates: dict[str, list[Candidate]], deadline: float | None = None) -> ModelTables:
+def make_tables(evaluator, candidates: dict[str, list[Candidate]], deadline: float | None = None) -> ModelTables:
     """Options (candidate × aligned origin) and integer transfer/reallocation tables.
 
     The transfer and reallocation figures are the cost model's own functions evaluated on two ranges
     whose hull spans each level (they depend only on the level and the consumer's ``dp`` / layout).
 
+    Args:
+        evaluator: The instance's :class:`~packplace.placement.evaluator.PlacementEvaluator` (the run's,
+            :attr:`packplace.run.Run.evaluator`): its instance and candidate table.
+        candidates: Per vertex name, the candidates the model covers.
+        deadline: ``packplace.run.clock()`` value after which building stops (None: no limit).
+
     Raises:
         ModelBuildTimeout: ``packplace.run.clock()`` passed ``deadline`` (checked per candidate).
     """
     check = deadline_check(deadline)
-    table = get_table(instance)
+    instance, table = evaluator.instance, evaluator.table
     cluster = instance.cluster
     graph = instance.graph
     names = graph.names
@@ -178,7 +187,7 @@ def make_tables(instance, candidates: dict[str, list[Candidate]], deadline: floa
                 realloc_ticks[(k, lvl, o.layout)] = to_ticks(cost.realloc_time(model, (0, 0), (o.lo, o.hi), o.layout,
                                                                          (o.lo, o.hi)))
     return ModelTables(names, options, preds, pubs, transfer_ticks, realloc_ticks, 2 * len(names), colocated_ticks,
-                       engine)
+                       engine, evaluator)
 
 
 def model_schedule(tables: ModelTables, instance, choice: list[Option]) -> tuple[list[int], list[int], int]:

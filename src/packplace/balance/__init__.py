@@ -16,7 +16,7 @@ attribute ``packplace.balance`` of the top-level package is the solve entry poin
 from __future__ import annotations
 
 from packplace.balance.api import solve_balance
-from packplace.balance.config import load_config
+from packplace.balance.config import load_config, load_context_parallel_config
 from packplace.balance.evaluator import BalanceEvaluator, BalanceScore, evaluate
 from packplace.balance.instance import make_instance
 from packplace.balance.planner import BalanceDecision, BalancePlan, plan_balance
@@ -40,6 +40,7 @@ __all__ = [
     "WorkloadCost",
     "evaluate",
     "load_config",
+    "load_context_parallel_config",
     "make_instance",
     "plan_balance",
     "solve_balance",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from packplace.balance.evaluator import BalanceEvaluator
@@ -15,16 +14,14 @@ from packplace.context_parallel.instance import ContextParallelInstance
 from packplace.errors import ConfigError
 from packplace.registry import get
 from packplace.result import SolveResult
-from packplace.run import check_limits, solve_with
+from packplace.run import Run, check_limits, clock, solve_with
 
 DEFAULT_SOLVER = "repair"
-#: Seconds per sample kept back from the backend's time limit for what follows it: the canonical order,
-#: the evaluator's score and bounds, and the result's JSON that the command line writes. Measured by
-#: ``benchmarks/time_limits.py`` (``finish`` and ``json`` columns; docs/performance.md): the largest
-#: per-sample figure at 1M and 4M samples, rounded up.
-FINISH_S_PER_SAMPLE = 1.6e-6
-#: The most of ``time_limit_s`` that reserve may take (the backend keeps the rest, at least 1 ms).
+#: The most of ``time_limit_s`` that the finish reserve (:attr:`packplace.run.Run.finish_s`) may take (the
+#: backend keeps the rest, at least 1 ms).
 FINISH_SHARE = 0.8
+#: Seconds under which no finish reserve is kept: a finish that short fits in the time limit's slack.
+MIN_FINISH_RESERVE_S = 0.05
 #: From this many samples, an instance without a reference grouping under a time limit gets the quick
 #: packing (:mod:`packplace.balance.quick`) before the backend runs: the answer when the limit cuts the
 #: backend before it has one of its own.
@@ -49,10 +46,11 @@ def solve_balance(
         instance: The problem (validated on construction).
         solver: A name from ``packplace.solvers.available("balance")``: ``reference``, ``lpt``,
             ``repair`` (default), ``karmarkar_karp`` (alias ``kk``), ``cpsat``.
-        time_limit_s: Wall-clock budget in seconds for the whole call (None: the backend's default);
-            from about 31,000 samples the backend gets it less :data:`FINISH_S_PER_SAMPLE` per sample
-            (at most :data:`FINISH_SHARE` of it), the time the canonical order, the evaluator's score and
-            the JSON of the result take afterwards.
+        time_limit_s: Wall-clock budget in seconds for the whole call (None: the backend's default):
+            the backend gets what the checks before it leave, less the finish (the canonical order, the
+            evaluator's score and the JSON of the result afterwards) as measured on the instance
+            (:meth:`~packplace.balance.evaluator.BalanceEvaluator.finish_cost`; kept back from
+            :data:`MIN_FINISH_RESERVE_S` on, at most :data:`FINISH_SHARE` of the limit).
         seed: Seed for any randomness; the same instance and seed give the same result, except where a
             search is cut by the wall-clock ``time_limit_s`` (``lns``, ``cpsat``: ``hit_time_limit`` is
             then set; ``lns`` takes ``max_neighbourhoods`` for a reproducible budget).
@@ -77,11 +75,11 @@ def solve_balance(
         raise ConfigError(f"instance: expected a BalanceInstance, got {type(instance).__name__}")
 
     check_limits(time_limit_s, seed)
-    started = time.perf_counter()
+    run = Run("balance", instance, time_limit_s=time_limit_s, seed=seed)  # the whole call's clock and budget
     # an instance built directly (not by make_instance or load_config) has unchecked reference bins,
     # which the backends return on a dead end
     ensure_reference_bins_checked(instance)
-    evaluator = BalanceEvaluator(instance)
+    evaluator: BalanceEvaluator = run.evaluator  # built once: the backends use the run's
     initial = instance.reference_bins if isinstance(instance.reference_bins, tuple) else None
     fallback = None
     if initial is None and time_limit_s is not None and len(instance.samples) >= QUICK_PACKING_MIN_SAMPLES:
@@ -92,30 +90,29 @@ def solve_balance(
         assignment = solution if isinstance(solution, Assignment) else Assignment(solution, instance.local_batch_size)
         return evaluator.with_run_order(evaluator.canonical(assignment))
 
-    # time_limit_s covers the whole call: on large instances the backend stops early enough to leave time
-    # for the canonical order, the score and the JSON (FINISH_S_PER_SAMPLE per sample, at most FINISH_SHARE
-    # of the limit); its messages then quote the shorter limit it ran with
-    finish_s = FINISH_S_PER_SAMPLE * len(instance.samples)
-    backend_limit: float | None = None
+    # time_limit_s covers the whole call: the backend's run ends early enough to leave time for the
+    # canonical order, the score and the JSON, as measured on the instance (at most FINISH_SHARE of the
+    # limit); its messages then quote the shorter limit it ran with
+    reserve = 0.0
     skip_why = None
+    analytic_bound = None
     if time_limit_s is not None:
-        backend_limit = time_limit_s
-        get("balance", solver)  # the first lookup imports every backend module: within the limit, before the clock
-        spent = time.perf_counter() - started
-        if spent >= 0.01:  # the first call of a process (imports) or a large instance's checks
-            backend_limit = max(1e-3, time_limit_s - spent)
-        if finish_s >= 0.05:
-            left = backend_limit - min(FINISH_SHARE * time_limit_s, finish_s)
-            if left <= 0 and fallback is not None and initial is not None:
-                skip_why = (f"no time left for {solver}: the checks and the quick packing took {spent:.3g} s of "
-                            f"time_limit_s={time_limit_s:g}, the rest is kept for the canonical order, the score "
-                            f"and the JSON")
-            backend_limit = max(1e-3, left)
+        get("balance", solver)  # the first lookup imports every backend module: within the limit, before the run
+        # the bound is part of every result: computed now, its time is measured, not a part of the reserve
+        analytic_bound = evaluator.lower_bound()
+        finish = min(FINISH_SHARE * time_limit_s, run.finish_s)
+        if finish >= MIN_FINISH_RESERVE_S:
+            reserve = finish
+            if run.left() - finish <= 0 and fallback is not None and initial is not None:
+                skip_why = (f"no time left for {solver}: the checks and the quick packing took "
+                            f"{run.elapsed():.3g} s of time_limit_s={time_limit_s:g}, the rest ({finish:.3g} s) "
+                            f"is kept for the canonical order, the score and the JSON")
     result = solve_with(
         problem="balance", instance=instance, solver=solver, evaluator=evaluator,
-        time_limit_s=backend_limit, seed=seed, params=params, normalize=normalize, initial=initial,
-        fallback=fallback if initial is not None else None, skip_why=skip_why,
+        time_limit_s=time_limit_s, seed=seed, params=params, normalize=normalize, initial=initial,
+        fallback=fallback if initial is not None else None, skip_why=skip_why, run=run, reserve_s=reserve,
+        analytic_bound=analytic_bound,
     )
     result.params["time_limit_s"] = time_limit_s
-    result.wall_s = time.perf_counter() - started  # the whole call: checks, backend, canonical order, score
+    result.wall_s = clock() - run.started  # the whole call: checks, backend, canonical order, score
     return result

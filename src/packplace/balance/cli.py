@@ -12,10 +12,15 @@ from typing import Any
 
 from packplace import interrupt
 from packplace.balance.api import DEFAULT_SOLVER, solve_balance
-from packplace.balance.config import load_config
+from packplace.balance.config import build_context_parallel_instance, is_context_parallel, load_config
 from packplace.balance.evaluator import BalanceEvaluator, BalanceScore
 from packplace.balance.planner import BalancePlan, plan_balance
 from packplace.balance.schema import Assignment, BalanceInstance
+from packplace.context_parallel.api import DEFAULT_SOLVER as CONTEXT_PARALLEL_SOLVER
+from packplace.context_parallel.api import solve_context_parallel
+from packplace.context_parallel.cost import CPCost
+from packplace.context_parallel.evaluator import ContextParallelEvaluator
+from packplace.context_parallel.instance import ContextParallelInstance
 from packplace.errors import ConfigError
 from packplace.jsontext import json_text
 from packplace.outputs import write_atomic
@@ -24,6 +29,7 @@ from packplace.result import SolveResult
 from packplace.run import check_limits
 from packplace.solvers import available
 from packplace.table import check_output_file, render_table
+from packplace.yamlio import load_yaml
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,7 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", required=True, help="balance YAML config (see configs/balance/)")
     parser.add_argument(
         "--solver", default=DEFAULT_SOLVER,
-        help=f"one of {', '.join(available('balance'))} (alias kk); default {DEFAULT_SOLVER}",
+        help=f"one of {', '.join(available('balance'))} (alias kk); default {DEFAULT_SOLVER}; for a config with a "
+             f"context_parallel section one of {', '.join(available('context_parallel'))}, default "
+             f"{CONTEXT_PARALLEL_SOLVER}",
     )
     parser.add_argument(
         "--time-limit", type=float, default=None, metavar="S",
@@ -111,22 +119,26 @@ def gap_text(result: SolveResult) -> str:
     return f"{100 * result.gap:.3f}%"
 
 
-#: Seconds per sample and JSON document set aside from ``--time-limit`` for writing the answer (the
-#: ``--out`` file, the ``--json`` document): building and encoding a document of 1M sample keys takes
-#: about 0.9 s of CPU (docs/performance.md, "A config of a million lengths").
-WRITE_S_PER_SAMPLE = 1.0e-6
 #: Least share of ``--time-limit`` the solve is given, however long the load took.
 MIN_SOLVE_SHARE = 0.05
 
 
-def solve_budget(limit: float | None, spent_s: float, samples: int, documents: int) -> float | None:
+def write_cost(instance: BalanceInstance, documents: int) -> float:
+    """Seconds set aside for writing ``documents`` JSON documents of an answer (the ``--out`` file, the
+    ``--json`` document): each as long as the finish of an answer measured on the instance
+    (:meth:`~packplace.balance.evaluator.BalanceEvaluator.finish_cost`: its canonical order builds as
+    many Python objects as a document's lists, and its JSON text is the document's bulk)."""
+    return documents * BalanceEvaluator(instance).finish_cost() if documents else 0.0
+
+
+def solve_budget(limit: float | None, spent_s: float, write_s: float) -> float | None:
     """The solver's time limit, seconds: what is left of the command's ``limit`` once ``spent_s`` (the
-    wall time since the command line started: importing, loading, validating) and the writing of
-    ``documents`` JSON documents of ``samples`` samples are taken off, at least
-    :data:`MIN_SOLVE_SHARE` of ``limit``; ``None`` (the solver's default) when no limit was given."""
+    wall time since the command line started: importing, loading, validating) and ``write_s`` (writing
+    the answer, :func:`write_cost`) are taken off, at least :data:`MIN_SOLVE_SHARE` of ``limit``;
+    ``None`` (the solver's default) when no limit was given."""
     if limit is None:
         return None
-    left = limit - spent_s - WRITE_S_PER_SAMPLE * samples * documents
+    left = limit - spent_s - write_s
     return max(MIN_SOLVE_SHARE * limit, left)
 
 
@@ -198,6 +210,9 @@ def run(args: argparse.Namespace) -> int:
     the whole command: the solve gets what loading left, less the writing (:func:`solve_budget`)."""
     started = getattr(args, "started_at", None) or time.monotonic()  # set by packplace.cli.main
     _check_arguments(args)  # argument errors before any work
+    config = load_yaml(args.config)
+    if is_context_parallel(config):
+        return _run_context_parallel(args, config, started)
     instance = load_config(args.config)
     if args.min_gain is not None and instance.reference_bins is None:
         raise ConfigError(
@@ -206,7 +221,8 @@ def run(args: argparse.Namespace) -> int:
             "config's rules here; list the bins you run today)"
         )
     documents = (args.out is not None) + bool(getattr(args, "json", False))
-    limit = solve_budget(args.time_limit, time.monotonic() - started, len(instance.samples), documents)
+    write_s = write_cost(instance, documents) if args.time_limit is not None else 0.0
+    limit = solve_budget(args.time_limit, time.monotonic() - started, write_s)
     plan = None
     if args.min_gain is not None:
         try:
@@ -255,3 +271,103 @@ def run(args: argparse.Namespace) -> int:
         write_atomic(args.out, json_text(document) + "\n", "--out")
         print(f"wrote {args.out}", file=sys.stderr)
     return 0 if result.ok or plan is not None else 1  # with the planner the reference lands at worst
+
+
+#: Keys of a CP group shown in its row of the plan table (the JSON document has them all).
+SHOWN_KEYS = 6
+
+
+def context_parallel_unit(instance: ContextParallelInstance) -> str:
+    """``s`` for a cost model in seconds, ``token^2`` for Megatron's workload function (the default cost)."""
+    return "token^2" if instance.cost == CPCost() else "s"
+
+
+def context_parallel_json(result: SolveResult, instance: ContextParallelInstance, name: str) -> dict[str, Any]:
+    """The JSON document of a dynamic-CP solve: parameters, the result, each micro-batch's CP groups (first
+    rank, size, ranks, keys, tokens, time) and the evaluator's figures."""
+    evaluator = ContextParallelEvaluator(instance)
+    plan = result.solution
+    score = evaluator.score(plan) if plan is not None else None
+    micro_batches = []
+    for j, slot in enumerate(plan.micro_batches if plan is not None else ()):
+        groups = []
+        for group in sorted(slot, key=lambda g: g.first_rank):
+            positions = [evaluator.index[k] for k in group.keys]
+            groups.append({"first_rank": group.first_rank, "size": group.size,
+                           "ranks": [group.first_rank, group.first_rank + group.size - 1],
+                           "keys": list(group.keys), "tokens": int(instance.tokens[positions].sum()),
+                           "time": evaluator.group_time(group.size, group.keys)})
+        micro_batches.append({"micro_batch": j, "time": score.slot_times_s[j] if score else None, "groups": groups})
+    return {
+        "problem": "context_parallel",
+        "instance": name,
+        "parameters": {"sequences": instance.n, "total_tokens": int(instance.tokens.sum()),
+                       "data_parallel_size": instance.dp, "max_cp": instance.max_cp, "ranks": instance.ranks,
+                       "sizes": list(instance.sizes), "max_tokens_per_rank": instance.max_tokens_per_rank,
+                       "micro_batches": instance.micro_batches, "gpus_per_node": instance.gpus_per_node,
+                       "objective": instance.objective, "time_unit": context_parallel_unit(instance),
+                       "cost": instance.cost.to_dict()},
+        "solver": result.solver, "status": result.status,
+        "objective": result.objective if plan is not None else None, "bound": result.bound,
+        "gap": result.gap if plan is not None else None, "wall_s": result.wall_s,
+        "hit_time_limit": result.hit_time_limit, "interrupted": result.interrupted, "message": result.message,
+        "objectives": {"step_time": score.step_time_s, "makespan": score.makespan_s, "balance": score.balance}
+        if score is not None and score.feasible else None,
+        "rank_busy": score.rank_busy_s if score is not None and score.feasible else None,
+        "plan": micro_batches if plan is not None else None,
+    }
+
+
+def _print_context_parallel_plan(document: dict[str, Any]) -> None:
+    """One row per CP group: micro-batch, ranks, CP size, sequences, tokens, keys (the first few) and time;
+    the micro-batch's time (its slowest group) on its first row."""
+    unit = document["parameters"]["time_unit"]
+    rows = []
+    for slot in document["plan"]:
+        for g, group in enumerate(slot["groups"]):
+            keys = ",".join(map(str, group["keys"][:SHOWN_KEYS]))
+            if len(group["keys"]) > SHOWN_KEYS:
+                keys += f",... (+{len(group['keys']) - SHOWN_KEYS})"
+            first, last = group["ranks"]
+            rows.append([slot["micro_batch"] if g == 0 else "", f"{first}-{last}" if last > first else str(first),
+                         group["size"], len(group["keys"]), group["tokens"], keys, group["time"],
+                         slot["time"] if g == 0 else ""])
+    print(render_table(["micro-batch", "ranks", "cp", "sequences", "tokens", "keys", f"time ({unit})",
+                        f"micro-batch time ({unit})"], rows))
+    print()
+
+
+def _run_context_parallel(args: argparse.Namespace, config: Any, started: float) -> int:
+    """``packplace balance`` on a config with a ``context_parallel`` section: solve the dynamic-CP instance,
+    print each micro-batch's CP groups and the summary, write the JSON document."""
+    if args.min_gain is not None or args.plot is not None:
+        flag = "--min-gain" if args.min_gain is not None else "--plot"
+        raise ConfigError(f"{flag}: not available for a context_parallel config")
+    instance = build_context_parallel_instance(config, source=str(args.config))
+    solver = CONTEXT_PARALLEL_SOLVER if args.solver == DEFAULT_SOLVER else args.solver
+    documents = (args.out is not None) + bool(getattr(args, "json", False))
+    limit = solve_budget(args.time_limit, time.monotonic() - started, instance.n, documents)
+    result = solve_context_parallel(instance, solver, time_limit_s=limit, seed=args.seed)
+    name = config.get("name") or Path(args.config).stem
+    print(f"{name}: {instance.n} sequences, D={instance.dp}, max CP={instance.max_cp} ({instance.ranks} ranks), "
+          f"CP sizes {list(instance.sizes)}, max_tokens_per_rank={instance.max_tokens_per_rank}, "
+          f"objective={instance.objective}")
+    document = context_parallel_json(result, instance, str(name))
+    if document["plan"] is not None:
+        _print_context_parallel_plan(document)
+    status = result.status + (" (interrupted)" if result.interrupted else " (time limit)" if result.hit_time_limit
+                              else "")
+    summary = [[result.solver, result.objective if result.solution is not None else None, result.bound,
+                gap_text(result), status, f"{result.wall_s:.4g}"]]
+    print(render_table(["solver", f"{instance.objective} ({context_parallel_unit(instance)})", "bound", "gap",
+                        "status", "time_s"], summary))
+    if result.message:
+        print(f"note: {result.message}")
+    args.json_document = document
+    if result.interrupted:
+        print(f"interrupted: true (status {result.status}); nothing written", file=sys.stderr)
+        return interrupt.exit_code(interrupt.requested() or signal.SIGINT)
+    if args.out:
+        write_atomic(args.out, json_text(document) + "\n", "--out")
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0 if result.ok else 1

@@ -26,6 +26,9 @@ from packplace.balance.instance import check_reference_bins
 from packplace.balance.samples import SampleTable
 from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost
 from packplace.balance.workload import LatencyModel, ModelShape, padding_cost, sample_cost
+from packplace.context_parallel.instance import OBJECTIVES as CONTEXT_PARALLEL_OBJECTIVES
+from packplace.context_parallel.instance import ContextParallelInstance
+from packplace.context_parallel.instance import make_instance as make_context_parallel_instance
 from packplace.contract import Field, check_count, check_section, key_shown
 from packplace.errors import ConfigError, show, show_kind
 from packplace.shape import from_hf_config, shape_from_mapping
@@ -97,6 +100,42 @@ CORPUS_FIELDS: dict[str, Field] = {
 }
 ITEM_FIELDS: dict[str, Field] = {
     "tokens": Field("int", "tokens", 1, MAX_TOKENS, meaning="sample length"),
+}
+#: Top-level fields of a dynamic context-parallel config (one with a ``context_parallel`` section).
+CONTEXT_PARALLEL_TOP_FIELDS: dict[str, Field] = {
+    "seq_len": Field("int", "tokens", 1, MAX_TOKENS, default=None,
+                     meaning="with context_parallel: the default of context_parallel.max_tokens_per_rank"),
+    "data_parallel_size": Field("int", "ranks", 1, MAX_RANKS, meaning="D, data-parallel groups"),
+    "objective": Field("enum", choices=CONTEXT_PARALLEL_OBJECTIVES, default="step_time",
+                       meaning="with context_parallel: step_time (sum over micro-batches of the slowest CP group), "
+                               "makespan or balance"),
+}
+#: The ``context_parallel`` section: its presence makes the config a dynamic-CP instance
+#: (:mod:`packplace.context_parallel`).
+CONTEXT_PARALLEL_FIELDS: dict[str, Field] = {
+    "max": Field("int", "ranks", 1, MAX_RANKS, meaning="C, the largest CP size: D x C ranks"),
+    "min": Field("int", "ranks", 1, MAX_RANKS, default=None,
+                 meaning="smallest CP size (Megatron's min_dynamic_context_parallel_size); default 1, or the "
+                         "smallest of sizes"),
+    "max_tokens_per_rank": Field("int", "tokens", 1, MAX_TOKENS, default=None,
+                                 meaning="token cap per rank: a group of c ranks holds c times it (Megatron's "
+                                         "max_seqlen_per_dp_cp_rank); default seq_len, else no cap"),
+    "micro_batches": Field("int", "micro-batches", 1, MAX_SAMPLES, default=None,
+                           meaning="lockstep micro-batches every rank runs; default free (the solver's choice)"),
+    "gpus_per_node": Field("int", "GPUs", 1, 1024, default=8,
+                           meaning="ranks per node: a group inside one node exchanges KV over NVLink"),
+}
+#: The ``cost`` section of a dynamic-CP config (:mod:`packplace.context_parallel.cost`).
+CONTEXT_PARALLEL_COST_FIELDS: dict[str, Field] = {
+    "kind": Field("enum", choices=("workload", "flops"), default="workload",
+                  meaning="workload: Megatron-Core's s^2/c per rank (cost units of token^2); flops: the model's "
+                          "compute and ring-attention KV exchange in seconds (needs model)"),
+    "mode": Field("enum", choices=("train", "inference"), default="train",
+                  meaning="train = forward and backward (kind flops)"),
+    "hardware": Field("str", default="h200", meaning="GPU preset of the FLOP/s and link figures (kind flops)"),
+    "flops_per_s": Field("float", "FLOP/s", 0, 1e21, exclusive_minimum=True, default=None,
+                         meaning="sustained FLOP/s per rank; default the preset's datasheet x GEMM efficiency"),
+    "overlap": Field("bool", default=True, meaning="ring steps overlap the KV transfer with attention (kind flops)"),
 }
 #: A sample cost (``samples.items[].cost`` or one component of a cost mapping).
 COST_VALUE = Field("float", "cost units", MIN_COST, MAX_COST, zero_allowed=True)
@@ -314,6 +353,9 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
     """
     if not isinstance(config, Mapping):  # the document's type only: a file that is no config is not quoted
         raise ConfigError(f"{source}: must be a mapping of fields, got {show_kind(config)}")
+    if is_context_parallel(config):
+        raise ConfigError("context_parallel: this config describes a dynamic context-parallel instance; load it "
+                          "with packplace.balance.load_context_parallel_config (packplace balance reads both)")
     per_rank_rule = config.get("local_batch_size")
     if isinstance(per_rank_rule, Mapping):
         per_rank_rule = check_section(per_rank_rule, LOCAL_BATCH_SIZE_FIELDS, "local_batch_size",
@@ -370,6 +412,129 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
     ))
 
 
+def _context_parallel_cost(spec: Any) -> Any:
+    """The ``cost`` section of a dynamic-CP config as :func:`~packplace.context_parallel.cost_from_mapping`'s
+    input (None: Megatron's workload function)."""
+    spec = {} if spec is None else spec
+    cost = check_section(spec, CONTEXT_PARALLEL_COST_FIELDS, "cost", extra=("model",), label=_label("cost."))
+    if cost["kind"] == "workload":
+        extra = sorted(str(k) for k in spec if k != "kind")
+        if extra:
+            raise ConfigError(f"cost.{extra[0]}: only used with kind flops, but kind is 'workload'")
+        return None
+    if "model" not in spec:
+        raise ConfigError("cost.model: missing required field (kind flops)")
+    mapping = {"model": _shape(spec["model"]), "hardware": cost["hardware"], "mode": cost["mode"],
+               "overlap": cost["overlap"]}
+    if cost.get("flops_per_s") is not None:
+        mapping["flops_per_s"] = cost["flops_per_s"]
+    return mapping
+
+
+def _context_parallel_sizes(value: Any) -> list[int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"context_parallel.sizes: must be a non-empty list of CP sizes, got {show(value)}")
+    size = CONTEXT_PARALLEL_FIELDS["max"]
+    return [size.check(v, f"context_parallel.sizes[{i}]") for i, v in enumerate(value)]
+
+
+#: Balance fields a dynamic-CP config does not take, with what replaces them.
+_NOT_CONTEXT_PARALLEL = {
+    "local_batch_size": "the micro-batches are context_parallel.micro_batches",
+    "equal_count": "CP groups hold any number of sequences",
+    "max_samples_per_bin": "CP groups hold any number of sequences",
+    "group_size": "CP groups are chosen per micro-batch",
+    "oversized_policy": "a sequence longer than the full group holds is infeasible",
+    "budgets": "the caps are context_parallel.max_tokens_per_rank",
+    "reference": "there is no reference grouping for CP groups",
+    "groups": "sequences are placed one by one",
+}
+
+
+def build_context_parallel_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> ContextParallelInstance:
+    """Build a dynamic context-parallel instance from a parsed config with a ``context_parallel`` section
+    (format in :func:`load_config`; fields :data:`CONTEXT_PARALLEL_TOP_FIELDS`, :data:`CONTEXT_PARALLEL_FIELDS`,
+    :data:`CONTEXT_PARALLEL_COST_FIELDS`).
+
+    Raises:
+        ConfigError: a missing or invalid field, or a balance field that does not apply (named, with what
+            replaces it).
+        InfeasibleError: a sequence no allowed CP group holds; too few sequences for ``micro_batches``.
+    """
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"{source}: must be a mapping of fields, got {show_kind(config)}")
+    for field, instead in _NOT_CONTEXT_PARALLEL.items():
+        if field in config:
+            raise ConfigError(f"{field}: not used with context_parallel ({instead})")
+    fields = check_section(config, CONTEXT_PARALLEL_TOP_FIELDS, source, label=str,
+                           extra=("name", "context_parallel", "cost", "samples"))
+    section = _mapping(config["context_parallel"], "context_parallel")
+    cp = check_section(section, CONTEXT_PARALLEL_FIELDS, "context_parallel", extra=("sizes",),
+                       label=_label("context_parallel."))
+    label = config.get("name")
+    if label is not None and not isinstance(label, str):
+        raise ConfigError(f"name: must be a string, got {show(label)}")
+    dp = fields["data_parallel_size"]
+    cap = cp.get("max_tokens_per_rank", fields.get("seq_len"))
+    sizes = _context_parallel_sizes(section.get("sizes"))
+    check_count(dp * cp["max"], MAX_RANKS, "context_parallel.max", f"ranks (data_parallel_size {dp} x max {cp['max']})")
+    cost = _context_parallel_cost(config.get("cost"))
+    spec = _mapping(config["samples"] if "samples" in config else _missing("samples"), "samples")
+    if "corpus" in spec and cap is None:
+        raise ConfigError("samples.corpus: needs context_parallel.max_tokens_per_rank (or seq_len) to size the batch")
+    largest = (max(sizes) if sizes else cp["max"]) * (cap or 1)
+    raw = _raw_samples(spec, largest, dp * cp["max"] * (cap or 1) * cp.get("micro_batches", 1))
+    if isinstance(raw, np.ndarray):
+        tokens: Any = raw
+        keys: Any = None
+    else:
+        for i, item in enumerate(raw):
+            for extra in ("cost", "budgets"):
+                if extra in item:
+                    raise ConfigError(f"samples.items[{i}].{extra}: not used with context_parallel (group times "
+                                      "come from the cost section)")
+        tokens = [item["tokens"] for item in raw]
+        keys = [item["key"] for item in raw]
+    mapping: dict[str, Any] = {"max": cp["max"], "gpus_per_node": cp["gpus_per_node"]}
+    for key, value in (("sizes", sizes), ("min", cp.get("min")), ("max_tokens_per_rank", cap),
+                       ("micro_batches", cp.get("micro_batches"))):
+        if value is not None:
+            mapping[key] = value
+    return make_context_parallel_instance(tokens, keys=keys, dp=dp, context_parallel=mapping, cost=cost,
+                                          objective=fields["objective"])
+
+
+def is_context_parallel(config: Any) -> bool:
+    """A parsed config with a ``context_parallel`` section (a dynamic-CP instance)."""
+    return isinstance(config, Mapping) and config.get("context_parallel") is not None
+
+
+def load_any_config(path: str | Path) -> BalanceInstance | ContextParallelInstance:
+    """:func:`load_config`, or for a config with a ``context_parallel`` section
+    :func:`load_context_parallel_config` (what ``packplace balance`` reads)."""
+    config = load_yaml(path)
+    if is_context_parallel(config):
+        return build_context_parallel_instance(config, source=str(path))
+    return build_instance(config, source=str(path))
+
+
+def load_context_parallel_config(path: str | Path) -> ContextParallelInstance:
+    """Load a dynamic context-parallel config (a balance config with a ``context_parallel`` section; format
+    in :func:`load_config`).
+
+    Raises:
+        ConfigError: any bad field (named); the config has no ``context_parallel`` section.
+        InfeasibleError: :func:`build_context_parallel_instance`'s.
+    """
+    config = load_yaml(path)
+    if not is_context_parallel(config):
+        raise ConfigError(f"context_parallel: missing required section in {path} (a balance config without it "
+                          "loads with load_config)")
+    return build_context_parallel_instance(config, source=str(path))
+
+
 def _missing(field: str) -> Any:
     raise ConfigError(f"{field}: missing required field")
 
@@ -408,6 +573,25 @@ def load_config(path: str | Path) -> BalanceInstance:
             fill: 0.9                     #   take documents until this share of D·m·seq_len is filled
             seed: 0
         reference: auto                   # auto | none | explicit rank-major list of bins of keys
+
+    With a ``context_parallel`` section the config is a dynamic context-parallel instance instead
+    (:func:`load_context_parallel_config`; ``packplace balance`` reads both)::
+
+        name: sft-long-tail
+        data_parallel_size: 8             # D data-parallel groups
+        context_parallel:
+          max: 8                          # C: D x C ranks, CP groups of the allowed sizes tile them
+          sizes: [1, 2, 4, 8]             # default: the powers of two in [min, max]; each divides D x C
+          min: 1
+          max_tokens_per_rank: 8192       # a group of c ranks holds c x this (default seq_len, else no cap)
+          micro_batches: 4                # default: free
+          gpus_per_node: 8
+        objective: step_time              # step_time | makespan | balance
+        cost:                             # default kind workload: Megatron-Core's s^2/c per rank
+          kind: flops                     # the model's compute and ring-attention KV exchange, seconds
+          model: {layers: 32, hidden_dim: 4096, ...}
+          hardware: h200                  # preset of FLOP/s and NVLink / network figures
+        samples: {lengths: [1024, 32768, ...]}   # or items (key, tokens) or corpus
 
     Raises:
         ConfigError: any bad field (the message names it), a ``reference`` that is not a feasible

@@ -32,8 +32,9 @@ import numpy as np
 from packplace.balance.bounds import makespan_bounds
 from packplace.balance.lockstep import as_rounds_instance, capacity_bounds, layer_bound, lockstep_cost, run_order
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey
+from packplace.jsontext import json_text
 from packplace.result import register_solution_type
-from packplace.run import register_evaluator
+from packplace.run import clock, register_evaluator
 
 
 def makespan(loads: Sequence[float] | np.ndarray) -> float:
@@ -131,7 +132,7 @@ class _Shared:
     Pickles empty (a worker process rebuilds what it needs).
     """
 
-    __slots__ = ("keys", "identity", "index", "key_rank", "by_rank", "bounds", "flats", "reference")
+    __slots__ = ("keys", "identity", "index", "key_rank", "by_rank", "bounds", "flats", "reference", "finish_s")
 
     def __init__(self) -> None:
         self.keys: list[SampleKey] | None = None
@@ -142,6 +143,7 @@ class _Shared:
         self.bounds: dict[str, float] = {}
         self.flats: list[_Flat] = []
         self.reference: _Flat | None = None
+        self.finish_s: float | None = None
 
     def __reduce__(self) -> tuple[type, tuple[()]]:
         return _Shared, ()
@@ -151,6 +153,17 @@ class _Shared:
 FLAT_CACHE = 2
 #: Attribute of the instance object that holds its :class:`_Shared` cache (frozen dataclass: set once).
 SHARED_ATTR = "_evaluator_shared"
+#: Samples of the plan whose finish :meth:`BalanceEvaluator.finish_cost` times (a prefix of the keys): a
+#: count, not a speed; about ten milliseconds of work, large enough that the clock's resolution and the
+#: per-call overheads do not show.
+FINISH_PROBE_SAMPLES = 32_768
+#: Times the probe runs; the median counts, so that one run caught by a garbage collection of the whole
+#: heap or by the scheduler does not set the reserve.
+FINISH_PROBES = 3
+#: Factor on the probe's time scaled to n samples, for what a prefix of the keys does not show: the
+#: canonical order and JSON text of millions of keys, whose arrays outgrow the caches (about twice the
+#: prefix's rate per key at 4M samples), the run order and the score (docs/performance.md).
+FINISH_PROBE_MARGIN = 2.5
 
 
 @dataclass
@@ -317,6 +330,44 @@ class BalanceEvaluator:
                 self._shared.flats[0].sums = entry.sums
                 self._shared.flats[0].feasible = entry.feasible
         return canonical
+
+    def finish_cost(self, samples: int = FINISH_PROBE_SAMPLES) -> float:
+        """Seconds that finishing an answer of the instance takes on this machine now: the canonical
+        order (:meth:`canonical`), the run order, the score and the JSON text of D·m bins of its n samples
+        (what :func:`packplace.balance.api.solve_balance` keeps back from the backend's time limit).
+
+        Measured, not assumed: the canonical order and the JSON text of a plan of the first ``samples``
+        keys (bins of the instance's mean size, keys in reverse order, m bins per rank) are timed on
+        :data:`packplace.run.clock`, :data:`FINISH_PROBES` times; the median is scaled by
+        ``n / samples`` and :data:`FINISH_PROBE_MARGIN`. The key index and key ranks that the real finish
+        builds once are built first, outside the timing.
+        Measured once per instance object (every evaluator of it shares the figure); the cache of
+        flattened answers is left as it was.
+        """
+        shared = self._shared
+        if shared.finish_s is not None:
+            return shared.finish_s
+        n = len(self.keys)
+        if n == 0:
+            return 0.0
+        if not self._identity_keys:  # built once per instance, by the real finish too: not a per-key cost
+            _ = self.index, self._key_ranks()
+        per_bin = max(1, n // max(1, self.instance.num_bins))
+        count = max(1, min(n, max(1, int(samples))) // per_bin)  # bins of the probe
+        per_rank = self.instance.local_batch_size if count >= self.instance.local_batch_size else 1
+        count -= count % per_rank
+        keys = self.keys
+        bins = tuple(tuple(reversed(keys[i * per_bin:(i + 1) * per_bin])) for i in range(count))
+        probed = count * per_bin
+        flats = shared.flats
+        spent = []
+        for _ in range(FINISH_PROBES):
+            started = clock()
+            json_text(self.canonical(Assignment(bins, per_rank)).json_view(), None)
+            spent.append(clock() - started)
+            shared.flats = flats  # the probe's bins are no answer: keep the cache of the real ones
+        shared.finish_s = FINISH_PROBE_MARGIN * sorted(spent)[len(spent) // 2] * n / probed
+        return shared.finish_s
 
     def _feasible_fast(self, bins: Sequence[Sequence[SampleKey]]) -> tuple[np.ndarray, np.ndarray] | None:
         """``(members, bin_of)`` of :meth:`flatten` when ``bins`` breaks no per-bin or placement rule

@@ -17,6 +17,10 @@ in, so neither torch nor the frameworks are dependencies.
 * :mod:`packplace.integrations.megatron` — :class:`PackplacePackingScheduler`, a Megatron-Core
   sequence-packing scheduler that balances FLOPs under the token cap, and ``register()`` adding it
   under a new scheduler name next to Megatron's ``dp_balanced``.
+* :mod:`packplace.integrations.megatron_dynamic_cp` — Megatron-Core's dynamic context parallelism:
+  :class:`PackplaceDynamicCPScheduler` for its ``default_dynamic_cp`` slot (``install()`` / ``uninstall()``)
+  and :class:`PackplaceDynamicCPPlanner` for its CPU-only planning contract, whose classes
+  :mod:`packplace.integrations.megatron_planning` has without torch.
 
 Every public function refuses bad arguments with one :class:`~packplace.errors.ConfigError` line
 naming the argument.

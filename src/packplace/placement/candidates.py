@@ -625,7 +625,12 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str |
     """Whether ``policy.framework`` can run vertex ``name`` (of ``kind``) with ``strategy``: no
     :func:`~packplace.placement.model.layout_rules.strategy_refusal` (the framework's own per-task rules: verl's
     FSDP backend without tensor, pipeline or expert parallelism, OpenRLHF's data-parallel reference and
-    reward forwards, ...). Frameworks without rules (``none``, ``deepspeed-chat``): every legal strategy."""
+    reward forwards, ...). Frameworks without rules (``none``, ``deepspeed-chat``): every legal strategy.
+    A trainer with ``training.context_parallel: C`` needs ``C`` to divide its data-parallel degree."""
+    if kind == "train" and name is not None:
+        cp = vertex_setting(instance, name.split(".")[0]).context_parallel
+        if cp.refusal(strategy.dp) is not None:
+            return False
     ctx = Context.of(instance)
     if not ctx.ruled:
         return True

@@ -11,7 +11,8 @@ Tasks (one GPU's share; the strategy's slowest pipeline stage):
   as an RL log-prob pass computes them;
 * ``prefill`` — forward over ``micro_batch`` prompts of ``seq_len`` tokens, the last token's logits;
 * ``decode`` — one decode iteration of ``batch`` running sequences of ``context`` cached tokens
-  (a CUDA-graph-captured step);
+  (a CUDA-graph-captured step; with ``enforce_eager``, vLLM's setting, an eager pass of the same kernels,
+  each at least the host's issue time);
 * ``generate`` — prefill of ``batch`` prompts of ``seq_len`` tokens, then decode iterations until every
   sequence holds ``context`` tokens.
 
@@ -41,6 +42,7 @@ import numpy as np
 from packplace.errors import ConfigError, show
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
 from packplace.placement.model.cost import CostModel
+from packplace.placement.model.engine import RolloutEngine
 from packplace.placement.model.framework import FRAMEWORKS, decode_step_overhead, dispatch_seconds
 from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
 from packplace.placement.model.pass_memory import pass_memory
@@ -182,7 +184,8 @@ def _check(name: str, value: Any, minimum: int = 1) -> int:
 def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch: int = 1, seq_len: int = 4096,
              batch: int = 1, context: int = 2048, recompute: str = "none", optimizer: str = "adam",
              tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
-             hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None) -> Estimate:
+             hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
+             enforce_eager: bool = False) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -197,6 +200,9 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         framework: :data:`ESTIMATE_FRAMEWORKS`.
         table: A component table (object, JSON path, ``"none"`` for the knob model); default: the
             preset's own (``component_table``).
+        enforce_eager: Decode without CUDA graphs (vLLM's ``enforce_eager``): every decode iteration (decode,
+            generate) issues each kernel from the host
+            (:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`).
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -213,6 +219,11 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         raise ConfigError(f"optimizer: must be one of {', '.join(OPTIMIZERS)}, got {show(optimizer)}")
     if framework not in ESTIMATE_FRAMEWORKS:
         raise ConfigError(f"framework: must be one of {', '.join(ESTIMATE_FRAMEWORKS)}, got {show(framework)}")
+    if not isinstance(enforce_eager, bool):
+        raise ConfigError(f"enforce_eager: must be true or false, got {show(enforce_eager)}")
+    if enforce_eager and FRAMEWORKS.get(framework, FRAMEWORKS["none"]).enforce_eager is None:
+        raise ConfigError(f"enforce_eager: a vLLM setting; the {framework} framework generates with its own "
+                          "engine, whose eager kernel launches are inside its per-step overhead")
     for name, value in (("micro_batch", micro_batch), ("batch", batch), ("tp", tp), ("pp", pp), ("dp", dp),
                         ("ep", ep)):
         _check(name, value)
@@ -234,9 +245,9 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     inputs = {"model": str(model) if isinstance(model, (str, Path)) else "shape", "gpu": gpu, "task": task,
               "micro_batch": micro_batch, "seq_len": seq_len, "batch": batch, "context": context,
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
-              "framework": framework, "params": shape.params}
+              "framework": framework, "enforce_eager": enforce_eager, "params": shape.params}
     parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
-                        optimizer, tp, pp, dp, ep, framework)
+                        optimizer, tp, pp, dp, ep, framework, enforce_eager)
     memory = memory_parts(shape, hw, task, micro_batch=micro_batch, seq_len=seq_len, batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep, framework=framework)
     used = components.gpu if components is not None and not shape.is_moe else "knobs"
@@ -261,19 +272,20 @@ def _table(table: ComponentTable | str | Path | None, hw: Hardware) -> Component
     return table_from_dict(document, f"table {str(path)!r}")
 
 
-def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, seq_len: int, framework: str):
+def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, seq_len: int, framework: str,
+          enforce_eager: bool = False):
     profile = FRAMEWORKS["none" if framework in ("none", "vllm") else framework]
     workload = Workload(batch_size=sequences, samples_per_prompt=1, context_length=max(1, seq_len - 1),
                         generation_length=1)
-    return CostModel(hw, cluster, workload, framework=profile)
+    return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile)
 
 
 def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: ComponentTable | None, task: str,
                 micro_batch: int, seq_len: int, batch: int, context: int, recompute: str, optimizer: str,
-                tp: int, pp: int, dp: int, ep: int, framework: str) -> dict[str, float]:
+                tp: int, pp: int, dp: int, ep: int, framework: str, eager: bool = False) -> dict[str, float]:
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
-    cost = _cost(shape, cluster, hw, sequences, seq_len, framework)
+    cost = _cost(shape, cluster, hw, sequences, seq_len, framework, eager)
     cost.components = table   # the knob model's passes (MoE) with the same table as the kernels below
     if table is not None and shape.is_moe:
         table = None
@@ -328,12 +340,12 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
 
     def step(running: float, ctx: float) -> float:
         if table is not None:
-            return max(decode_seconds(table, shape, running, ctx, tp, layers=n, head=i == pp - 1)
+            return max(decode_seconds(table, shape, running, ctx, tp, layers=n, head=i == pp - 1, eager=eager)
                        for i, n in enumerate(layers)) * pp
         one = cost.decode_step_times(shape, tp, pp, extent, dp, np.array([float(running)]),
                                      np.array([float(running) * ctx]), ep)
         return float(one[0]) - decode_step_overhead(hw, cost.framework) - _decode_comm(cost, shape, running, tp, pp,
-                                                                                      extent, dp)
+                                                                                      extent, dp, eager)
 
     if task == "decode":
         parts["decode"] = step(batch, context)
@@ -347,20 +359,24 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
             prefill = cost.prefill_time(shape, tp, batch, batch, ep, extent)
         parts["prefill"] = prefill
         parts["decode"] = steps * step(batch, (seq_len + context) / 2.0)   # linear in the context
-    parts["communication"] = steps * _decode_comm(cost, shape, batch, tp, pp, extent, dp)
+    parts["communication"] = steps * _decode_comm(cost, shape, batch, tp, pp, extent, dp, eager)
     parts["overhead"] = steps * step_overhead + (dispatch_seconds(cost, cost.framework, dp)
                                                  if framework not in ("none", "vllm") else 0.0)
     return parts
 
 
 def _decode_comm(cost, shape: ModelSpec, running: float, tp: int, pp: int, extent: tuple[int, int, int],
-                 dp: int) -> float:
-    """Tensor-parallel all-reduces (2 per layer) and pipeline hand-offs of one decode iteration, seconds."""
+                 dp: int, eager: bool = False) -> float:
+    """Tensor-parallel all-reduces (2 per layer) and pipeline hand-offs of one decode iteration, seconds;
+    ``eager``: each all-reduce at least the host's issue time, as
+    :meth:`~packplace.placement.model.cost.CostModel.decode_step_times` prices it."""
     seconds = 0.0
     d = shape.hidden_dim
     if tp > 1:
         alpha, beta = cost.hw.coll(cost.group_level(tp, extent))
-        seconds += 2 * shape.layers * 2 * (tp - 1) * (alpha + running * d * 2.0 / tp * beta)
+        allreduce = 2 * (tp - 1) * (alpha + running * d * 2.0 / tp * beta)
+        seconds += 2 * shape.layers * (max(allreduce, cost.eager_decode_table().kernel_issue_s) if eager
+                                       else allreduce)
     if pp > 1:
         alpha, beta = cost.hw.p2p(cost.group_level(dp * pp * tp, extent))
         seconds += (pp - 1) * (alpha + running * d * 2.0 / tp * beta)
@@ -414,6 +430,9 @@ def register_estimate(subparsers) -> None:
         p.add_argument(f"--{name}", type=int, default=1, help=f"{name} degree (default 1)")
     p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
                    help="none: bare kernels; otherwise the framework's dispatch and engine overheads")
+    p.add_argument("--enforce-eager", action="store_true", dest="enforce_eager",
+                   help="decode without CUDA graphs (vLLM's enforce_eager): every decode iteration issues each "
+                        "kernel from the host (decode, generate)")
     p.set_defaults(func=run_estimate)
 
 
@@ -447,7 +466,7 @@ def run_estimate(args) -> int:
     result = estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
                       batch=args.batch, context=args.context, recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
-                      hardware=_overrides(args.hw), table=args.table)
+                      hardware=_overrides(args.hw), table=args.table, enforce_eager=args.enforce_eager)
     print(format_estimate(result))
     args.json_document = result.as_dict()
     return 0

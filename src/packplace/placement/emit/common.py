@@ -50,6 +50,19 @@ class Task:
         return f"{self.name} (dp={s.dp}, pp={s.pp}, tp={s.tp}{f', ep={s.ep}' if s.ep > 1 else ''})"
 
 
+def _context_parallel(instance: PlacementInstance, models: set[str]) -> dict[str, tuple[int, bool, int]]:
+    """``{model: (degree, dynamic, tokens per rank)}`` of the trained models whose ``training.context_parallel``
+    is active (:class:`~packplace.placement.model.cp_balance.ContextParallelSetting`)."""
+    out = {}
+    longest = instance.workload.context_length + instance.workload.generation_length
+    for model in sorted(models):
+        setting = instance.balance.get(model) or instance.balance.get("")
+        cp = setting.context_parallel if setting is not None else None
+        if cp is not None and cp.active:
+            out[model] = (cp.degree, cp.dynamic, cp.max_tokens_per_rank or -(-longest // cp.degree))
+    return out
+
+
 @dataclass(frozen=True)
 class PlanView:
     """A plan with the facts of its instance that an emitter needs.
@@ -63,9 +76,14 @@ class PlanView:
         training: ``{model: TrainingOptions}`` (defaults filled).
         staleness: ``{model: steps}`` (0: synchronous).
         gpu_memory_utilization: The rollout engine's memory fraction.
+        enforce_eager: The rollout engine runs without CUDA graphs (vLLM's ``enforce_eager``), as the plan
+            was priced.
         gpus_per_node: GPUs per node (host) of the cluster, as the frameworks count them.
         rules: The layout-rule context of the target framework
             (:class:`~packplace.placement.model.layout_rules.Context`).
+        context_parallel: ``{model: (degree, dynamic, tokens per rank)}`` of the trained models that run
+            context parallelism (``training.context_parallel``; the cap defaults to the longest sequence over
+            the degree).
     """
 
     tasks: Mapping[str, Task]
@@ -78,6 +96,8 @@ class PlanView:
     gpu_memory_utilization: float
     gpus_per_node: int
     rules: Context | None = None
+    context_parallel: Mapping[str, tuple[int, bool, int]] = field(default_factory=dict)
+    enforce_eager: bool = False
 
     @classmethod
     def of(cls, instance: PlacementInstance, plan: Plan, framework: str | None = None) -> PlanView:
@@ -99,7 +119,9 @@ class PlanView:
                    staleness={m: plan.staleness_of(m) for m in models},
                    gpu_memory_utilization=instance.engine.gpu_memory_utilization,
                    gpus_per_node=instance.cluster.host_gpus,
-                   rules=replace(Context.of(instance), framework=framework or instance.framework))
+                   rules=replace(Context.of(instance), framework=framework or instance.framework),
+                   context_parallel=_context_parallel(instance, models),
+                   enforce_eager=instance.engine.enforce_eager)
 
     def layout_refusals(self) -> list[str]:
         """The target framework's layout rules the plan breaks (``layout_rules.refusals``), and every task

@@ -76,6 +76,7 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
                       "step runs longer than planned")
     s["policy.train_micro_batch_size"] = train.micro_batch
     _policy(out, "policy", train, view.training["actor"], megatron and view.algorithm != "dpo")
+    _context_parallel(out, "policy", train, view.context_parallel.get("actor"), megatron and view.algorithm != "dpo")
     if reward_env and reward is not None:  # grpo_rm_1B: the reward model as an environment on GPUs of its own
         s["env.reward_model.resources.num_nodes"] = reward.nodes
         s["env.reward_model.resources.gpus_per_node"] = reward.gpus_per_node
@@ -95,7 +96,21 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
         s["value.train_global_batch_size"] = view.sequences
         s["value.train_micro_batch_size"] = critic.micro_batch
         _policy(out, "value", critic, view.training["critic"], megatron)
+        _context_parallel(out, "value", critic, view.context_parallel.get("critic"), megatron)
     return out
+
+
+def _context_parallel(out: EmittedPlan, prefix: str, task: Task, setting: tuple[int, bool, int] | None,
+                      megatron: bool) -> None:
+    """A trainer's CP degree (``megatron_cfg`` or ``dtensor_cfg.context_parallel_size``); dynamic CP, which
+    NeMo RL's configs have no key for, is a refusal line (the degree runs static)."""
+    if setting is None:
+        return
+    degree, dynamic, _ = setting
+    out.settings[f"{prefix}.{'megatron_cfg' if megatron else 'dtensor_cfg'}.context_parallel_size"] = degree
+    if dynamic:
+        out.refusals.append(f"{task.name} dynamic context parallelism: NeMo RL's configs have no dynamic-CP key; "
+                            f"it runs CP {degree} for every sequence")
 
 
 def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions, megatron: bool) -> None:
@@ -137,6 +152,7 @@ def _generation(out: EmittedPlan, view: PlanView, gen: Task, train: Task) -> Non
     if gen.strategy.ep > 1:
         s["policy.generation.vllm_cfg.expert_parallel_size"] = gen.strategy.ep
     s["policy.generation.vllm_cfg.gpu_memory_utilization"] = view.gpu_memory_utilization
+    s["policy.generation.vllm_cfg.enforce_eager"] = view.enforce_eager   # as the plan's decode was priced
     out.notes.append(f"{gen.name} decodes {gen.micro_batch} sequences at once per engine in the plan: the example "
                      f"configs set no vLLM max_num_seqs, so the engine's own default applies")
     stale = view.staleness.get("actor", 0)

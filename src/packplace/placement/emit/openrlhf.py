@@ -62,6 +62,8 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
         s["--vllm.num_engines"] = gen.strategy.dp
         s["--vllm.tensor_parallel_size"] = gen.strategy.tp
         s["--vllm.gpu_memory_utilization"] = view.gpu_memory_utilization
+        if view.enforce_eager:   # a store_true flag: the plan's decode was priced without CUDA graphs
+            s["--vllm.enforce_eager"] = True
         note.append(f"{gen.name} decodes {gen.micro_batch} sequences at once per engine in the plan: OpenRLHF "
                     f"has no flag for vLLM's max_num_seqs, so the engine's own default applies")
     s["--rollout.batch_size"] = view.prompts

@@ -94,7 +94,8 @@ def emit_verl(view: PlanView) -> EmittedPlan:
     s["actor_rollout_ref.actor.ppo_mini_batch_size"] = view.prompts
     note.append("ppo_mini_batch_size = train_batch_size: one optimizer step per RL step, as the plan trains "
                 "(verl counts both in prompts and multiplies by rollout.n)")
-    _trainer(out, "actor_rollout_ref.actor", train, view.training["actor"], megatron)
+    _trainer(out, "actor_rollout_ref.actor", train, view.training["actor"], megatron,
+             view.context_parallel.get("actor"))
     s["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = train.micro_batch
     if ref is not None:
         if megatron:
@@ -106,7 +107,7 @@ def emit_verl(view: PlanView) -> EmittedPlan:
     _reward(s, view, train)
     critic, critic_infer = view.get(CRITIC_TRAIN), view.get(CRITIC_INFER)
     if critic is not None:
-        _trainer(out, "critic", critic, view.training["critic"], megatron)
+        _trainer(out, "critic", critic, view.training["critic"], megatron, view.context_parallel.get("critic"))
         s["critic.ppo_mini_batch_size"] = view.prompts
         s["critic.ppo_micro_batch_size_per_gpu"] = critic.micro_batch
         if critic_infer is not None:
@@ -118,9 +119,22 @@ def emit_verl(view: PlanView) -> EmittedPlan:
     return out
 
 
-def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions, megatron: bool) -> None:
-    """Parallelism, sharding, offload and recompute of one trained model."""
+def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions, megatron: bool,
+             context_parallel: tuple[int, bool, int] | None = None) -> None:
+    """Parallelism, sharding, offload and recompute of one trained model; its context parallelism
+    (``(degree, dynamic, tokens per rank)``) on the Megatron backend, a refusal on FSDP."""
     s = out.settings
+    if context_parallel is not None:
+        degree, dynamic, cap = context_parallel
+        if megatron:
+            s[f"{prefix}.megatron.context_parallel_size"] = degree
+            if dynamic:
+                s[f"{prefix}.megatron.dynamic_context_parallel"] = True
+                s[f"{prefix}.megatron.max_seqlen_per_dp_cp_rank"] = cap
+        else:
+            out.refusals.append(f"{task.name} context parallelism {degree}{' (dynamic)' if dynamic else ''}: verl's "
+                                f"FSDP workers have Ulysses sequence parallelism, not Megatron context parallelism "
+                                f"(set policy.trainer_backend: megatron)")
     model_key = "actor_rollout_ref.model" if prefix.startswith("actor") else "critic.model"
     if megatron:
         s[f"{prefix}.megatron.tensor_model_parallel_size"] = task.strategy.tp
@@ -156,6 +170,7 @@ def _rollout(s: dict[str, Any], note: list[str], view: PlanView, gen: Task, trai
         s["actor_rollout_ref.rollout.expert_parallel_size"] = gen.strategy.ep
     s["actor_rollout_ref.rollout.max_num_seqs"] = gen.micro_batch
     s["actor_rollout_ref.rollout.gpu_memory_utilization"] = view.gpu_memory_utilization
+    s["actor_rollout_ref.rollout.enforce_eager"] = view.enforce_eager   # as the plan's decode was priced
     # the old log-probs are recomputed by the trainer, at the trainer's micro-batch
     s["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] = train.micro_batch
     stale = view.staleness.get("actor", 0)

@@ -20,7 +20,8 @@ A pass is a list of kernels built from the layer's own structure (:func:`pass_ke
   a CUDA-graph-captured decode step pays per kernel), and in an eager pass the host's ``kernel_issue_s``
   per kernel (Python and the dispatcher): an eager pass lasts ``Σ max(issue, gpu_fixed + t_kernel)``, so
   a small model whose kernels are shorter than their issue time is bound by the host (the per-layer
-  floor the small models show), a large one by the GPU.
+  floor the small models show), a large one by the GPU. A decode step without CUDA graphs (vLLM's
+  ``enforce_eager``) is such an eager pass of the captured step's kernels (:func:`decode_seconds`).
 
 The table (one JSON file per GPU type under ``tables/``, :func:`load_table`) names the measurement rows
 each constant comes from; :func:`fit_table` takes the streaming rates from the copy row, fits the GEMM
@@ -498,15 +499,25 @@ def decode_kernels(model: TransformerShape, batch: float, context: float, tp: in
     return ops + [("gemv", B, f, d), ("ew", 3 * BF16 * d * B)]
 
 
+def decode_head_kernels(model: TransformerShape, batch: float, tp: int = 1) -> list[tuple]:
+    """The kernels after the last layer of a decode step for ``batch`` sequences, one of ``tp`` ranks: the
+    LM head's GEMM and the argmax of each row over the vocabulary."""
+    return [("gemv", float(batch), model.hidden_dim, model.output_dim / tp),
+            ("ew", BF16 * model.output_dim / tp * batch)]
+
+
 def decode_seconds(table: ComponentTable, model: TransformerShape, batch: float, context: float,
-                   tp: int = 1, layers: float | None = None, head: bool = True) -> float:
-    """Seconds of one graph-captured decode iteration of ``batch`` sequences of ``context`` cached tokens
-    on one GPU (``layers`` of them, default all; ``head``: the LM head and the argmax of each row)."""
+                   tp: int = 1, layers: float | None = None, head: bool = True, eager: bool = False) -> float:
+    """Seconds of one decode iteration of ``batch`` sequences of ``context`` cached tokens on one GPU
+    (``layers`` of them, default all; ``head``: :func:`decode_head_kernels`): graph-captured,
+    :meth:`ComponentTable.graph_seconds` of the kernels of :func:`decode_kernels`; with ``eager`` (vLLM's
+    ``enforce_eager``, no CUDA graph) the same kernels as an eager pass, :meth:`ComponentTable.eager_seconds`
+    (each kernel at least the host's ``kernel_issue_s``)."""
+    price = table.eager_seconds if eager else table.graph_seconds
     n = model.layers if layers is None else layers
-    t = n * table.graph_seconds(decode_kernels(model, batch, context, tp))
+    t = n * price(decode_kernels(model, batch, context, tp))
     if head:
-        t += table.graph_seconds([("gemv", float(batch), model.hidden_dim, model.output_dim / tp),
-                                  ("ew", BF16 * model.output_dim / tp * batch)])
+        t += price(decode_head_kernels(model, batch, tp))
     return t
 
 
@@ -661,31 +672,37 @@ def leave_one_model_out(document: Any, gpu: str, where: str = "measurements") ->
     return out
 
 
-def decode_step_array(table: ComponentTable, model: TransformerShape, running, context_sum, tp: int = 1):
+def decode_step_array(table: ComponentTable, model: TransformerShape, running, context_sum, tp: int = 1,
+                      eager: bool = False):
     """:func:`decode_seconds` over arrays: one decode iteration of ``running`` sequences whose cached
     contexts add up to ``context_sum`` tokens (numpy arrays of one shape, or floats), every layer and the
-    head on one of ``tp`` ranks: per layer ``Σ_GEMM max(weights / decode_weight_bandwidth, 2·a·k·n /
-    gemm_flops)`` + the KV bytes of ``context_sum`` tokens at ``kv_bandwidth`` + the elementwise bytes at
-    ``stream_bandwidth`` + ``kernel_gpu_s`` per kernel (the sum of the kernels of :func:`decode_kernels`,
-    whose attention is linear in the total context). Seconds, the shape of ``running``."""
+    head on one of ``tp`` ranks. Each kernel of :func:`decode_kernels` and :func:`decode_head_kernels`
+    takes ``t``: a GEMM ``max(weights / decode_weight_bandwidth, 2·a·k·n / gemm_flops)``, the attention the
+    KV bytes of ``context_sum`` tokens at ``kv_bandwidth`` (linear in the total context), an elementwise
+    kernel its bytes at ``stream_bandwidth``; a captured step sums ``kernel_gpu_s + t`` over the kernels
+    (:meth:`ComponentTable.graph_seconds`), an eager one (``eager``: vLLM's ``enforce_eager``)
+    ``max(kernel_issue_s, kernel_gpu_s + t)`` (:meth:`ComponentTable.eager_seconds`). Seconds, the shape
+    of ``running``."""
 
     a = np.asarray(running, dtype=float)
     ctx = np.asarray(context_sum, dtype=float)
+    fixed = table.kernel_gpu_s
+
+    def price(seconds):
+        return np.maximum(table.kernel_issue_s, fixed + seconds) if eager else fixed + seconds
+
+    def gemv(k: float, n: float):
+        return np.maximum(BF16 * k * n / table.decode_weight_bandwidth, 2.0 * a * k * n / table.gemm_flops)
+
     layer = 0.0 * a
-    count = 0
     for kernel in decode_kernels(model, 1.0, 1.0, tp):
         kind = kernel[0]
-        count += 1
         if kind == "gemv":
-            _, _, k, n = kernel
-            layer = layer + np.maximum(BF16 * k * n / table.decode_weight_bandwidth,
-                                       2.0 * a * k * n / table.gemm_flops)
+            layer = layer + price(gemv(kernel[2], kernel[3]))
         elif kind == "kv":
-            layer = layer + kernel[1] * ctx / table.kv_bandwidth   # bytes of one token of one sequence
+            layer = layer + price(kernel[1] * ctx / table.kv_bandwidth)   # bytes of one token of one sequence
         else:
-            layer = layer + kernel[1] * a / table.stream_bandwidth
+            layer = layer + price(kernel[1] * a / table.stream_bandwidth)
     head_n = model.output_dim / tp
-    head = (np.maximum(BF16 * model.hidden_dim * head_n / table.decode_weight_bandwidth,
-                       2.0 * a * model.hidden_dim * head_n / table.gemm_flops)
-            + BF16 * head_n * a / table.stream_bandwidth + 2 * table.kernel_gpu_s)
-    return model.layers * (layer + count * table.kernel_gpu_s) + head
+    head = price(gemv(model.hidden_dim, head_n)) + price(BF16 * head_n * a / table.stream_bandwidth)
+    return model.layers * layer + head

@@ -67,6 +67,9 @@ ACT_BYTES = 2
 EDGE_BYTES_PER_TOKEN = 4
 #: Rows (and inner-dimension elements) per unit of ``gemm_m_half`` / ``gemm_k_half``.
 GEMM_UNIT = 64.0
+#: Component table whose measured host issue time per kernel (``kernel_issue_s``) prices an eager decode
+#: iteration on a GPU type that has no table of its own (:meth:`CostModel.eager_decode_table`).
+HOST_ISSUE_TABLE = "h200"
 #: Sequences a continuous-rollout stream simulates at most per replica (:meth:`CostModel.stale_generate_time`)
 #: beyond its ``t + 3`` batches.
 STREAM_SEQUENCES = 16384
@@ -100,6 +103,7 @@ class CostModel:
         self.training = dict(training) if training else {}
         name = getattr(hardware, "component_table", "none")
         self.components = load_table(name) if name != "none" else None
+        self._eager_rates: ComponentTable | None = None
 
     def components_for(self, model: ModelSpec, lora_rank: int = 0) -> ComponentTable | None:
         """The GPU type's component table (:mod:`packplace.placement.model.components`) when it prices this
@@ -463,6 +467,13 @@ class CostModel:
           (:func:`~packplace.placement.model.memory.stage_gemm_share`; 1 for pp = 1, 1.21 for Llama-3.1-8B at
           pp 4).
 
+        Without CUDA graphs (``engine.enforce_eager``, vLLM's ``enforce_eager``) the host issues every
+        kernel of the iteration: on a GPU type with a component table the layers and the head are an eager
+        pass of the captured step's kernels, ``Σ max(kernel_issue_s, kernel_gpu_s + t_kernel)``
+        (:func:`~packplace.placement.model.components.decode_step_array`); on the knob model the step adds
+        ``Σ max(0, kernel_issue_s − t_kernel)`` over the same kernels priced at the knob rates
+        (:meth:`eager_decode_table`); each tensor-parallel all-reduce adds ``max(0, kernel_issue_s − t)``.
+
         A MoE model with ``ep > 1`` (vLLM's expert-parallel mode: docs.vllm.ai, "Expert Parallel
         Deployment"; the ``ep`` replicas of the group decode in lock step and share the experts): the
         weight read is that of one GPU's experts for the group's ``a·ep`` tokens
@@ -482,20 +493,48 @@ class CostModel:
             memory = memory + 2.0 * experts * imbalance / tp / (
                 hw.memory_bandwidth * hw.expert_decode_bw_eff(self.expert_rows(model, running, ep)))
         table = self.components_for(model)
-        if table is not None:   # measured components: the captured step's kernels
-            body = decode_step_array(table, model, running, context_sum, tp) * imbalance
+        eager = self.engine.enforce_eager
+        if table is not None:   # measured components: the step's kernels, captured or eager
+            body = decode_step_array(table, model, running, context_sum, tp, eager) * imbalance
         else:
             body = np.maximum(compute, memory) + self._non_gemm(L, running / tp)
+            if eager:   # the host's issue time the kernels of the knob model's step do not cover
+                rates = self.eager_decode_table()
+                body = body + (decode_step_array(rates, model, running, context_sum, tp, True)
+                               - decode_step_array(rates, model, running, context_sum, tp)) * imbalance
         step = body + decode_step_overhead(hw, self.framework)
         if ep > 1 and model.is_moe:
             step = step + model.moe_layers * self.moe_alltoall(model, running, tp, ep, extent)
         if tp > 1:
             alpha, beta = hw.coll(self.group_level(tp, extent))
-            step = step + 2 * L * 2 * (tp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
+            allreduce = 2 * (tp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
+            step = step + 2 * L * allreduce
+            if eager:   # each all-reduce kernel issued from the host too
+                step = step + 2 * L * np.maximum(0.0, self.eager_decode_table().kernel_issue_s - allreduce)
         if pp > 1:
             alpha, beta = hw.p2p(self.group_level(dp * pp * tp, extent))
             step = step + (pp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
         return step
+
+    def eager_decode_table(self) -> ComponentTable:
+        """The rates at which :meth:`decode_step_times` prices an eager decode iteration's kernels on the
+        knob model (a GPU type without a component table, or a mixture of experts): weight, KV-cache and
+        elementwise bytes at ``memory_bandwidth·decode_bw_eff``, GEMM FLOPs at
+        ``flops_per_gpu·gemm_peak_fraction`` (the knob model's own decode rates), no per-kernel GPU time
+        (the knob model has none), and the host's ``kernel_issue_s`` of the GPU type's own table, else
+        that of :data:`HOST_ISSUE_TABLE` (the issue time is the host's: Python and PyTorch's dispatcher
+        per kernel, measured on that machine)."""
+        if self._eager_rates is None:
+            hw = self.hw
+            host = self.components if self.components is not None else load_table(HOST_ISSUE_TABLE)
+            issue = host.kernel_issue_s if host is not None else 0.0
+            bandwidth = hw.memory_bandwidth * hw.decode_bw_eff
+            self._eager_rates = ComponentTable(
+                gpu=f"{HOST_ISSUE_TABLE} host issue, knob rates", gemm_flops=hw.flops_per_gpu * hw.gemm_peak_fraction,
+                gemm_k_overhead=0.0, gemm_stream_bandwidth=bandwidth, gemm_launch_s=0.0,
+                stream_bandwidth=bandwidth, attention_flops=hw.flops_per_gpu * hw.gemm_peak_fraction,
+                kernel_issue_s=issue, kernel_gpu_s=0.0, decode_weight_bandwidth=bandwidth, kv_bandwidth=bandwidth)
+        return self._eager_rates
 
     @staticmethod
     def decode_weights_read(model: ModelSpec, running: np.ndarray, ep: int = 1) -> np.ndarray:

@@ -34,6 +34,7 @@ import numpy as np
 from packplace.balance.api import solve_balance
 from packplace.balance.instance import make_instance
 from packplace.errors import ConfigError
+from packplace.placement.model.cp_balance import ContextParallelBalance, ContextParallelSetting
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.workload import Workload
 
@@ -72,6 +73,9 @@ class BalanceSetting:
         objective: ``makespan`` (the balance solver minimises the slowest rank's total) or ``lockstep``
             (the sum over micro-batches of the slowest rank's micro-batch: the solver's makespan
             assignment with each rank's micro-batches in decreasing load, :func:`split_batch`).
+        context_parallel: The trained model's context parallelism
+            (:class:`~packplace.placement.model.cp_balance.ContextParallelSetting`): when active its CP plan's
+            factor replaces the data-parallel one for the trainer's passes.
 
     Raises:
         ConfigError: a value outside its choices (``balance: must be one of ..., got 'x'``).
@@ -79,6 +83,7 @@ class BalanceSetting:
 
     split: str = "framework"
     objective: str = "makespan"
+    context_parallel: ContextParallelSetting = ContextParallelSetting()
 
     def __post_init__(self) -> None:
         if self.split not in BALANCE_CHOICES:
@@ -92,7 +97,7 @@ class BalanceSetting:
         ``none`` for the others)."""
         if self.split != "framework":
             return self
-        return BalanceSetting(FRAMEWORK_BALANCE.get(framework, "none"), self.objective)
+        return BalanceSetting(FRAMEWORK_BALANCE.get(framework, "none"), self.objective, self.context_parallel)
 
 
 def draw_lengths(workload: Workload, seed: int = LENGTH_SEED, cap: int = MAX_DRAWN_SEQUENCES) -> np.ndarray:
@@ -220,6 +225,8 @@ class DataParallelBalance:
 
     Args:
         workload: The step's batch (:func:`draw_lengths`, :data:`LENGTH_DRAWS` seeds).
+        hardware, gpus_per_node: The instance's hardware and GPUs per node, for the context-parallel factors
+            (:attr:`context_parallel`; None: no trainer uses CP).
 
     Attributes:
         draws: The batches of lengths, each of shape ``(B·K,)``.
@@ -228,9 +235,11 @@ class DataParallelBalance:
     the micro-batch) and the factor per ``(shape, dp, mb, setting, lockstep)``.
     """
 
-    def __init__(self, workload: Workload) -> None:
+    def __init__(self, workload: Workload, hardware: Any = None, gpus_per_node: int = 8) -> None:
         self.workload = workload
         self.draws = [draw_lengths(workload, LENGTH_SEED + k) for k in range(LENGTH_DRAWS)]
+        self.context_parallel = ContextParallelBalance(self.draws, hardware, gpus_per_node) \
+            if hardware is not None else None
         self._costs: dict[tuple, np.ndarray] = {}
         self._ranks: dict[tuple, list[np.ndarray]] = {}
         self._factors: dict[tuple, float] = {}
@@ -314,10 +323,16 @@ class VertexBalance:
         ``forward`` of an inference vertex, or of a training vertex its training pipeline
         (:meth:`~packplace.placement.model.cost.CostModel.pass_time` without the gradient all-reduce and the
         optimizer update) plus ``old_log_prob`` plus, with ``recompute: full``, the recomputed forward (one
-        more forward pass per micro-batch). 0 for generation and ``dp = 1``."""
+        more forward pass per micro-batch). For a training vertex whose model runs context parallelism
+        (``setting.context_parallel`` active) ``f`` is its CP plan's factor
+        (:class:`~packplace.placement.model.cp_balance.ContextParallelBalance`). 0 for generation and ``dp = 1``."""
         if kind == "generate" or dp <= 1:
             return 0.0
-        f = self.factor(model, dp, micro_batch)
+        cp = self.setting.context_parallel
+        if kind == "train" and cp.active and self.balance.context_parallel is not None:
+            f = self.balance.context_parallel.factor(model, dp, tp, cp)   # the trainer's CP plan
+        else:
+            f = self.factor(model, dp, micro_batch)
         if f <= 1.0:
             return 0.0
         if kind == "infer":
@@ -336,7 +351,8 @@ def instance_balance(instance: Any) -> DataParallelBalance:
     """The instance's :class:`DataParallelBalance`, built once and cached on the instance."""
     cached = instance._cache.get("dp_balance")
     if cached is None:
-        cached = instance._cache["dp_balance"] = DataParallelBalance(instance.workload)
+        cached = instance._cache["dp_balance"] = DataParallelBalance(instance.workload, instance.hardware,
+                                                                     instance.cluster.gpus_per_node)
     return cached
 
 

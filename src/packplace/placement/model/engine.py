@@ -62,6 +62,9 @@ class RolloutEngine:
             profile's ``stale_engine_max_num_seqs`` may replace for an asynchronous rollout).
         dispatch: With static batching, how the batches reach the replicas (:data:`DISPATCH`; default
             ``rounds``).
+        enforce_eager: vLLM's ``enforce_eager``: no CUDA graph capture, so every decode iteration issues
+            each kernel from the host (:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`
+            prices it as an eager pass); default false (vLLM's own default, graphs captured).
     """
 
     batching: str = "continuous"
@@ -69,6 +72,7 @@ class RolloutEngine:
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     max_num_seqs_set: bool = False
     dispatch: str = "rounds"
+    enforce_eager: bool = False
 
 
 def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,

@@ -137,6 +137,17 @@ class FrameworkProfile:
             ``AsyncLLM.from_engine_args`` and no ``max_num_seqs`` (neither the worker nor the GRPO
             recipes set one): :data:`VLLM_ASYNC_ENGINE_MAX_NUM_SEQS`. Its synchronous path (``vllm.LLM``)
             keeps the engine's ``max_num_seqs``.
+        enforce_eager: The framework's default for its vLLM engine's ``enforce_eager`` (no CUDA graphs: every
+            decode iteration issues its kernels from the host; a config's ``policy.enforce_eager``
+            overrides it), from the framework's own config at the version the profile describes:
+            verl ``verl/trainer/config/rollout/rollout.yaml`` ``enforce_eager: False`` from v0.6.0
+            (commit ff6978c14; v0.1-v0.5 set ``True``, "to allow cache freeing"); NeMo RL
+            ``examples/configs/grpo_math_1B.yaml`` ``policy.generation.vllm_cfg.enforce_eager: False``
+            (v0.3.0-v0.6.0; some recipes set ``true``); OpenRLHF ``openrlhf/cli/train_ppo_ray.py``
+            ``--vllm.enforce_eager`` (``store_true``, default False; before the flag, commit 391e1de4, its
+            ``vllm.LLM`` took vLLM's default False); ``none``: vLLM's default False. ``None``: the engine is
+            not vLLM (DeepSpeed-Chat's hybrid engine launches its kernels eagerly, and that launch time is
+            inside its measured ``decode_step_overhead``), so the setting does not apply.
         colocated_train_state: A trained model's training state (its trainer's resident bytes: weights,
             gradients and optimizer state as its ``training`` options leave them on the GPU) stays resident
             while its rollout engine generates on the same GPUs, so the two add instead of taking the
@@ -188,6 +199,7 @@ class FrameworkProfile:
     refit_gather_bandwidth: float = 0.0
     refit_ipc_bandwidth: float = 0.0
     colocated_offload: bool = False
+    enforce_eager: bool | None = False
 
 
 #: The profiles (``policy.framework``).
@@ -225,7 +237,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "DeepSpeedExamples applications/DeepSpeed-Chat/dschat/rlhf/rlhf_engine.py (_init_ref / _init_reward: "
         "ZeRO-3 iff the actor / critic stage is 3), ppo_trainer.py generate_experience (one process per GPU, "
         "hybrid engine generates with the training parameters gathered in place)",
-        decode_step_overhead=DS_HYBRID_DECODE_STEP_OVERHEAD, colocated_train_state=True),
+        decode_step_overhead=DS_HYBRID_DECODE_STEP_OVERHEAD, colocated_train_state=True, enforce_eager=None),
 }
 #: Frameworks by name.
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)

@@ -28,6 +28,7 @@ from typing import Any
 
 from packplace.contract import Field, check_count, check_section, key_shown
 from packplace.errors import ConfigError, show
+from packplace.placement.model.cp_balance import ContextParallelSetting
 from packplace.placement.model.dp_balance import BALANCE_CHOICES, BALANCE_OBJECTIVES, BalanceSetting
 from packplace.placement.model.engine import (
     BATCHING,
@@ -154,6 +155,9 @@ POLICY_FIELDS: dict[str, Field] = {
     "gpu_memory_utilization": Field("float", "", 0, 1, exclusive_minimum=True,
                                     default=DEFAULT_GPU_MEMORY_UTILIZATION,
                                     meaning="fraction of a GPU the rollout engine may use (vLLM's default 0.9)"),
+    "enforce_eager": Field("bool", default=None,
+                           meaning="vLLM's enforce_eager: no CUDA graphs, every decode iteration issues each "
+                                   "kernel from the host (unset: the framework's default)"),
     "framework": Field("enum", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
                        meaning="RL framework whose execution profile runs the step (none: the model's own mechanics)"),
     "inference_offload": Field("enum", choices=tuple(INFERENCE_OFFLOAD), default="none",
@@ -180,9 +184,21 @@ TRAINING_FIELDS: dict[str, Field] = {
                              "else none = contiguous; lpt/kk/repair: that balance solver)"),
     "balance_objective": Field("enum", choices=BALANCE_OBJECTIVES, default="makespan",
                                meaning="what the balance solver evens out: rank totals or per-micro-batch maxima"),
+    "context_parallel": Field("int", "ranks", 1, 65536, default=1,
+                              meaning="CP degree C: each sequence split over C of the trainer's dp ranks (C divides "
+                                      "dp; Megatron-Core context_parallel_size), costed by the context_parallel "
+                                      "planner; 1 = none"),
+    "dynamic_context_parallel": Field("bool", default=False,
+                                      meaning="CP groups sized per micro-batch from the pooled dp ranks "
+                                              "(Megatron-Core dynamic CP), planned by packplace"),
+    "max_tokens_per_rank": Field("int", "tokens", 1, 2**40, default=None,
+                                 meaning="CP token cap per rank (Megatron's max_seqlen_per_dp_cp_rank); default the "
+                                         "longest sequence / context_parallel"),
 }
-#: ``[training]`` fields that set the data-parallel split (:mod:`packplace.placement.model.dp_balance`), not memory.
-BALANCE_FIELDS = ("balance", "balance_objective")
+#: ``[training]`` fields that set the data-parallel split (:mod:`packplace.placement.model.dp_balance`) and the
+#: context parallelism (:mod:`packplace.placement.model.cp_balance`), not memory.
+BALANCE_FIELDS = ("balance", "balance_objective", "context_parallel", "dynamic_context_parallel",
+                  "max_tokens_per_rank")
 #: Fields of a rule-based reward ``models.reward: {kind: rule, ...}`` (``models.reward: rule`` = defaults).
 RULE_REWARD_FIELDS: dict[str, Field] = {
     "kind": Field("enum", choices=("rule",), meaning="a rule-based reward scored on CPU (no GPU model)"),
@@ -477,6 +493,23 @@ def _optimizer(o: dict[str, Any], algorithm: str) -> dict[str, Any]:
     return out
 
 
+def _enforce_eager(value: bool | None, framework: str) -> bool:
+    """``policy.enforce_eager`` when set, else the framework profile's default
+    (:attr:`~packplace.placement.model.framework.FrameworkProfile.enforce_eager`).
+
+    Raises:
+        ConfigError: set for a framework whose generation engine is not vLLM.
+    """
+    default = profile(framework).enforce_eager
+    if default is None:
+        if value is not None:
+            raise ConfigError(f"[policy] enforce_eager: {value!r} is a vLLM setting; the {framework} framework "
+                              "generates with its own engine, whose eager kernel launches are inside its "
+                              "decode_step_overhead (remove enforce_eager)")
+        return False
+    return default if value is None else value
+
+
 def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> PlacementInstance:
     """Validate a config mapping (the parsed YAML) and build the instance.
 
@@ -503,7 +536,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                           "continuous-batching engine takes every request at once (set batching: static, or "
                           "drop dispatch)")
     engine = RolloutEngine(policy["batching"], policy["max_num_seqs"], policy["gpu_memory_utilization"],
-                           max_num_seqs_set="max_num_seqs" in policy_cfg, dispatch=policy["dispatch"])
+                           max_num_seqs_set="max_num_seqs" in policy_cfg, dispatch=policy["dispatch"],
+                           enforce_eager=_enforce_eager(policy.get("enforce_eager"), policy["framework"]))
     models_cfg = _section(config, "models")
     spec = algorithm_spec(algorithm)
     required = spec.required_roles
@@ -557,6 +591,13 @@ def _rule_reward(spec: Any) -> RuleReward:
     return RuleReward(values["seconds_per_sample"], values["workers"])
 
 
+def _balance_setting(values: dict[str, Any]) -> BalanceSetting:
+    """The :class:`BalanceSetting` of the :data:`BALANCE_FIELDS` in ``values`` (context parallelism included)."""
+    cp = ContextParallelSetting(values["context_parallel"], values["dynamic_context_parallel"],
+                                values.get("max_tokens_per_rank"))
+    return BalanceSetting(values["balance"], values["balance_objective"], cp)
+
+
 def _training(section: dict[str, Any], models: tuple[str, ...]
               ) -> tuple[dict[str, TrainingOptions], dict[str, BalanceSetting]]:
     """``[training]``: options of :data:`TRAINING_FIELDS` for every trained model and/or per model
@@ -565,13 +606,15 @@ def _training(section: dict[str, Any], models: tuple[str, ...]
     common = check_section({k: v for k, v in section.items() if k not in models}, TRAINING_FIELDS, "[training]",
                            extra=models, label=_label("training"), **_FORMATS)
     out = {}
-    balance = {"": BalanceSetting(common["balance"], common["balance_objective"])}
+    balance = {"": _balance_setting(common)}
     for model in models:
         own = section.get(model) or {}
         given = check_section(own, {name: replace(spec, default=None) for name, spec in TRAINING_FIELDS.items()},
                               f"[training.{model}]", label=_label(f"training.{model}"), **_FORMATS)
         merged = {**common, **given}
-        balance[model] = BalanceSetting(merged.pop("balance"), merged.pop("balance_objective"))
+        balance[model] = _balance_setting(merged)
+        for name in BALANCE_FIELDS:
+            merged.pop(name, None)
         out[model] = TrainingOptions(**merged)
     return out, balance
 

@@ -1,0 +1,591 @@
+"""packplace's dynamic context-parallel (CP) plans in Megatron-Core's two dynamic-CP slots.
+
+Megatron-Core runs dynamic CP by pooling the ``dp_size × cp_size`` ranks and, in every micro-batch,
+splitting them into aligned CP groups sized per pack (``dynamic_context_parallel``; process groups of every
+power of two from ``min_dynamic_context_parallel_size`` and the full DP×CP group,
+``parallel_state.create_dynamic_dp_cp_groups``). packplace plans the same thing as its ``context_parallel``
+problem (:mod:`packplace.context_parallel`: CP sizes, packs and lockstep micro-batches chosen together,
+scored by one evaluator, with a proven bound). Two drop-ins carry its plans into Megatron's code:
+
+* :class:`PackplaceDynamicCPScheduler` fills the packing-scheduler slot ``default_dynamic_cp``
+  (``DefaultDynamicCPScheduler`` in ``megatron/core/datasets/data_schedule.py``): the same constructor and
+  ``get_groups_and_subsamples(sample_id_seqlens)`` → ``groups[i][j]``, the sample ids DP×CP rank ``j`` runs
+  in micro-batch ``i``, identical on the ranks of one CP group (the executor counts them to get
+  ``local_cp_size``). :func:`install` puts it in that slot — Megatron's config accepts no other scheduler
+  name with ``dynamic_context_parallel`` — keeping Megatron's ``run()`` (routing, padding, metadata); verl's
+  dynamic-CP adapter, which builds ``data_schedule.DefaultDynamicCPScheduler`` by name, then builds it too.
+* :class:`PackplaceDynamicCPPlanner` implements the CPU-only planning contract
+  (:mod:`packplace.integrations.megatron_planning`): ``build_packs`` (a ``SequencePackingScheduler``) and
+  ``build_plan`` (a ``PlacementScheduler``) → an ``ExecutionPlan`` of ``PlacementKind.DYNAMIC_CP``
+  assignments, one ``ExecutionGroup`` per lockstep micro-batch.
+
+Both are never slower than Megatron's own scheduler under the instance's cost model: the ``megatron``
+backend (Megatron's algorithm re-implemented) runs too and the faster plan by the evaluator is kept.
+The cost model defaults to Megatron's own workload function (``seq_len² / cp_size`` per rank); give
+``cost={"model": {...}, "hardware": "h200"}`` for compute, ring-attention traffic and the links
+(:mod:`packplace.context_parallel.cost`).
+
+Sources followed: Megatron-LM branch ``dev`` at d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1
+(``BasePackingScheduler``, ``DefaultDynamicCPScheduler``, ``scheduler_map``, ``wrap_data_iterator``,
+``build_packed_microbatches``; ``megatron/core/parallel_state.py`` ``create_dynamic_dp_cp_groups``);
+the planning API at cb2a9aab6758750534ec8e774f5fa4c62dab931e; verl (verl-project/verl at
+1dda039b9c6311889a9c9a26040677e1254814f9) ``verl/utils/dynamic_cp_scheduler.py``. Neither Megatron nor
+torch need be installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from packplace.context_parallel.api import DEFAULT_SOLVER, solve_context_parallel
+from packplace.context_parallel.evaluator import ContextParallelEvaluator
+from packplace.context_parallel.instance import ContextParallelInstance, make_instance
+from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
+from packplace.errors import ConfigError, InfeasibleError, show
+from packplace.integrations import megatron_planning
+from packplace.result import SolveResult
+from packplace.solvers import available
+
+#: Megatron's packing-scheduler name for dynamic CP (``config.sequence_packing_scheduler``).
+DYNAMIC_CP_SLOT = "default_dynamic_cp"
+#: The module Megatron-Core keeps its packing schedulers in.
+DATA_SCHEDULE_MODULE = "megatron.core.datasets.data_schedule"
+#: The backend whose plan every answer is compared with (Megatron-Core's default dynamic-CP scheduler).
+MEGATRON_BACKEND = "megatron"
+#: The batch keys Megatron's ``run()`` needs (``DpBalancedScheduler.get_required_sample_keys``).
+REQUIRED_SAMPLE_KEYS = ("tokens", "labels", "loss_mask", "position_ids", "original_seq_len", "padded_seq_len")
+#: Options of the schedulers and the planner besides Megatron's own arguments.
+OPTION_NAMES = ("cost", "gpus_per_node", "solver", "time_limit_s", "seed", "compare_megatron")
+
+
+def dynamic_cp_sizes(ranks: int, min_cp_size: int = 1) -> tuple[int, ...]:
+    """The CP group sizes Megatron-Core creates process groups for over ``ranks`` DP×CP ranks: the powers of
+    two from ``min_cp_size`` that divide ``ranks`` (aligned groups tile the ranks), and ``ranks`` itself (the
+    full DP×CP group), ascending (``create_dynamic_dp_cp_groups``, ``get_dynamic_data_context_parallel_groups``).
+
+    Raises:
+        ConfigError: ``ranks`` or ``min_cp_size`` not a positive integer, ``min_cp_size`` above ``ranks``.
+    """
+    for name, value in (("ranks", ranks), ("min_cp_size", min_cp_size)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ConfigError(f"{name}: must be an integer >= 1, got {show(value)}")
+    if min_cp_size > ranks:
+        raise ConfigError(f"min_cp_size: {min_cp_size} is above the {ranks} DP x CP ranks")
+    sizes = {ranks}
+    size = 1
+    while size < ranks:
+        if size >= min_cp_size and ranks % size == 0:
+            sizes.add(size)
+        size *= 2
+    return tuple(sorted(sizes))
+
+
+def _check_options(options: Mapping[str, Any]) -> None:
+    unknown = sorted(set(options) - set(OPTION_NAMES))
+    if unknown:
+        raise ConfigError(f"options: unknown option {show(unknown[0])} ({', '.join(OPTION_NAMES)})")
+
+
+def _check_solver(solver: Any) -> None:
+    if not isinstance(solver, str) or solver not in available("context_parallel"):
+        raise ConfigError(f"solver: unknown context_parallel backend {show(solver)}; valid: "
+                          f"{', '.join(available('context_parallel'))}")
+
+
+def solve_dynamic_cp(instance: ContextParallelInstance, solver: str = DEFAULT_SOLVER, *,
+                     time_limit_s: float | None = None, seed: int = 0, compare_megatron: bool = True) -> SolveResult:
+    """Solve ``instance`` with ``solver`` and, with ``compare_megatron``, also with the ``megatron`` backend;
+    the feasible result with the smaller objective (the evaluator's; ties keep ``solver``'s) comes back,
+    its ``info["compared_with"]`` naming the other and its objective.
+
+    Raises:
+        RuntimeError: neither found a feasible plan (the message has both statuses).
+        ConfigError: :func:`~packplace.context_parallel.solve_context_parallel`'s.
+    """
+    result = solve_context_parallel(instance, solver, time_limit_s=time_limit_s, seed=seed)
+    if compare_megatron and solver != MEGATRON_BACKEND and MEGATRON_BACKEND in available("context_parallel"):
+        try:
+            other = solve_context_parallel(instance, MEGATRON_BACKEND, time_limit_s=time_limit_s, seed=seed)
+        except InfeasibleError:
+            other = None
+        if other is not None and other.solution is not None:
+            if result.solution is None or other.objective < result.objective:
+                other.info["compared_with"] = {"solver": result.solver, "objective": result.objective
+                                               if result.solution is not None else None}
+                result = other
+            else:
+                result.info["compared_with"] = {"solver": other.solver, "objective": other.objective}
+    if result.solution is None:
+        raise RuntimeError(f"dynamic CP: {result.solver} found no plan ({result.status}: {result.message})")
+    return result
+
+
+def _sizes(dp_size: int, cp_size: int, min_cp_size: int, largest: int | None = None) -> list[int]:
+    sizes = [s for s in dynamic_cp_sizes(dp_size * cp_size, min_cp_size) if largest is None or s <= largest]
+    if not sizes:
+        raise ConfigError(f"max_tokens_per_pack: allows no CP group of at least min_cp_size {min_cp_size} "
+                          f"ranks")
+    return sizes
+
+
+def build_instance(tokens: Sequence[int], keys: Sequence[Any], *, max_seqlen_per_dp_cp_rank: int, dp_size: int,
+                   cp_size: int, min_cp_size: int = 1, micro_batches: int | None = None,
+                   largest_size: int | None = None, cost: Any = None, gpus_per_node: int = 8,
+                   ) -> ContextParallelInstance:
+    """The :class:`~packplace.context_parallel.ContextParallelInstance` of a Megatron dynamic-CP batch:
+    ``dp_size × cp_size`` ranks, the sizes of :func:`dynamic_cp_sizes` (up to ``largest_size``), the token
+    cap per rank, objective ``step_time``.
+
+    Raises:
+        ConfigError, InfeasibleError: :func:`~packplace.context_parallel.make_instance`'s.
+    """
+    sizes = _sizes(dp_size, cp_size, min_cp_size, largest_size)
+    return make_instance(list(tokens), keys=list(keys), dp=dp_size,
+                         context_parallel={"max": cp_size, "sizes": sizes,
+                                           "max_tokens_per_rank": max_seqlen_per_dp_cp_rank,
+                                           "micro_batches": micro_batches, "gpus_per_node": gpus_per_node},
+                         cost=cost, objective="step_time")
+
+
+class PackplaceDynamicCPScheduler:
+    """Megatron-Core packing scheduler for the ``default_dynamic_cp`` slot, planned by packplace.
+
+    Args:
+        max_seqlen_per_dp_cp_rank: Token cap per DP×CP rank (a group of ``c`` ranks holds at most ``c``
+            times it).
+        cp_size, dp_size: Megatron's static CP and DP sizes; their product is the pool of ranks.
+        microbatch_group_size_per_vp_stage: With virtual pipelining, the micro-batch count is a multiple of
+            it (None or 1: any count).
+        max_num_seqs: At most this many sequences per micro-batch on one rank (THD capacity); None: no cap.
+        min_cp_size: Smallest CP group (``min_dynamic_context_parallel_size``).
+        cost: The group-time model (:func:`~packplace.context_parallel.cost_from_mapping`; None: Megatron's
+            ``s²/c``).
+        gpus_per_node: Ranks per node (a group inside a node uses NVLink in the cost model).
+        solver, time_limit_s, seed: packplace's ``context_parallel`` backend.
+        compare_megatron: Also run the ``megatron`` backend and keep the faster plan.
+
+    Attributes:
+        last_result: The :class:`~packplace.result.SolveResult` of the latest schedule.
+
+    Raises:
+        ConfigError: a size that is not a positive integer, an unknown solver (one line each).
+    """
+
+    is_dynamic_cp = True
+
+    def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
+                 microbatch_group_size_per_vp_stage: int | None = None, max_num_seqs: int | None = None, *,
+                 min_cp_size: int = 1, cost: Any = None, gpus_per_node: int = 8, solver: str = DEFAULT_SOLVER,
+                 time_limit_s: float | None = None, seed: int = 0, compare_megatron: bool = True) -> None:
+        for name, value in (("max_seqlen_per_dp_cp_rank", max_seqlen_per_dp_cp_rank), ("cp_size", cp_size),
+                            ("dp_size", dp_size), ("min_cp_size", min_cp_size), ("gpus_per_node", gpus_per_node)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ConfigError(f"{name}: must be an integer >= 1, got {show(value)}")
+        for name, value in (("microbatch_group_size_per_vp_stage", microbatch_group_size_per_vp_stage),
+                            ("max_num_seqs", max_num_seqs)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                                      or value < 1):
+                raise ConfigError(f"{name}: must be None or an integer >= 1, got {show(value)}")
+        _check_solver(solver)
+        dynamic_cp_sizes(dp_size * cp_size, min_cp_size)   # min_cp_size within the pool
+        self.max_seqlen_per_dp_cp_rank = int(max_seqlen_per_dp_cp_rank)
+        self.cp_size, self.dp_size = int(cp_size), int(dp_size)
+        self.microbatch_group_size_per_vp_stage = microbatch_group_size_per_vp_stage
+        self.max_num_seqs = max_num_seqs
+        self.min_cp_size = int(min_cp_size)
+        self.total_hdp_gpus = self.dp_size * self.cp_size
+        self.cost, self.gpus_per_node = cost, int(gpus_per_node)
+        self.solver, self.time_limit_s, self.seed = solver, time_limit_s, seed
+        self.compare_megatron = compare_megatron
+        self.last_result: SolveResult | None = None
+        self._lengths: dict[Any, int] = {}
+
+    def get_required_sample_keys(self) -> list[str]:
+        """The batch keys Megatron's ``run()`` needs (as ``DpBalancedScheduler``)."""
+        return list(REQUIRED_SAMPLE_KEYS)
+
+    def _instance(self, lengths: list[int], ids: list[Any], micro_batches: int | None) -> ContextParallelInstance:
+        return build_instance(lengths, ids, max_seqlen_per_dp_cp_rank=self.max_seqlen_per_dp_cp_rank,
+                              dp_size=self.dp_size, cp_size=self.cp_size, min_cp_size=self.min_cp_size,
+                              micro_batches=micro_batches, cost=self.cost, gpus_per_node=self.gpus_per_node)
+
+    def plan(self, sample_id_seqlens: Sequence[tuple[Any, int]]) -> ContextParallelPlan:
+        """The :class:`~packplace.context_parallel.ContextParallelPlan` (keys: the sample ids) of one global
+        batch, its micro-batch count a multiple of the virtual-pipeline group.
+
+        Raises:
+            ConfigError: an entry that is not a ``(sample id, length)`` pair, a repeated id, a bad length.
+            InfeasibleError: a sequence longer than the full DP×CP group holds; too few sequences for the
+                virtual-pipeline multiple.
+            RuntimeError: no backend found a plan, or a plan breaks ``max_num_seqs``.
+        """
+        if isinstance(sample_id_seqlens, (str, bytes, Mapping)) or not hasattr(sample_id_seqlens, "__iter__"):
+            raise ConfigError(f"sample_id_seqlens: must be a sequence of (sample id, sequence length) pairs, "
+                              f"got {show(sample_id_seqlens)}")
+        ids, lengths = [], []
+        for i, entry in enumerate(sample_id_seqlens):
+            if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+                raise ConfigError(f"sample_id_seqlens[{i}]: must be a (sample id, sequence length) pair, "
+                                  f"got {show(entry)}")
+            ids.append(entry[0].item() if isinstance(entry[0], np.generic) else entry[0])
+            lengths.append(entry[1])
+        if not ids:
+            raise ConfigError("sample_id_seqlens: no samples to schedule")
+        try:
+            instance = self._instance(lengths, ids, None)
+        except ConfigError as error:   # name the pair's element as the caller wrote it
+            message = str(error)
+            for column, element in (("tokens[", 1), ("keys[", 0)):
+                if message.startswith(column):
+                    index, rest = message[len(column):].split("]", 1)
+                    raise ConfigError(f"sample_id_seqlens[{index}][{element}]{rest}") from None
+            raise
+        self._lengths = dict(zip(instance.keys, instance.tokens.tolist()))
+        result = solve_dynamic_cp(instance, self.solver, time_limit_s=self.time_limit_s, seed=self.seed,
+                                  compare_megatron=self.compare_megatron)
+        multiple = self.microbatch_group_size_per_vp_stage or 1
+        slots = len(result.solution.micro_batches)
+        if slots % multiple:
+            instance = self._instance(lengths, ids, -(-slots // multiple) * multiple)
+            result = solve_dynamic_cp(instance, self.solver, time_limit_s=self.time_limit_s, seed=self.seed,
+                                      compare_megatron=self.compare_megatron)
+        self.last_result = result
+        plan: ContextParallelPlan = result.solution
+        if self.max_num_seqs is not None:
+            crowded = [(j, g.first_rank, len(g.keys)) for j, slot in enumerate(plan.micro_batches) for g in slot
+                       if len(g.keys) > self.max_num_seqs]
+            if crowded:
+                j, first, count = crowded[0]
+                raise RuntimeError(f"max_num_seqs: micro-batch {j}'s CP group at rank {first} holds {count} "
+                                   f"sequences, more than {self.max_num_seqs} ({result.solver}'s plan)")
+        return plan
+
+    def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]) -> list[list[list[Any]]]:
+        """Megatron's slot: ``groups[i][j]`` = the sample ids DP×CP rank ``j`` runs in micro-batch ``i``
+        (longest first); the ``c`` ranks of a CP group of size ``c`` carry the same list, and the groups of a
+        micro-batch are aligned rank ranges tiling the ``dp_size · cp_size`` ranks (:meth:`plan`'s errors)."""
+        plan = self.plan(sample_id_seqlens)
+        lengths = self._lengths
+        out = []
+        for slot in plan.micro_batches:
+            ranks: list[list[Any]] = []
+            for group in sorted(slot, key=lambda g: g.first_rank):
+                ordered = sorted(group.keys, key=lambda key: -lengths[key])
+                ranks.extend(list(ordered) for _ in range(group.size))
+            out.append(ranks)
+        return out
+
+
+
+def _field(item: Any, name: str, where: str) -> Any:
+    try:
+        return getattr(item, name)
+    except AttributeError:
+        raise ConfigError(f"{where}: expected a {name!r} field (Megatron's planning contract), "
+                          f"got {show(item)}") from None
+
+
+def _padded(tokens: int, multiple: int) -> int:
+    return -(-tokens // multiple) * multiple
+
+
+class PackplaceDynamicCPPlanner:
+    """Megatron-Core's planning contract for dynamic CP: a ``SequencePackingScheduler`` and a
+    ``PlacementScheduler`` whose packs and placements come from packplace's ``context_parallel`` solver.
+
+    ``build_packs(sequences, constraints)`` plans the whole batch (CP sizes, packs, micro-batches at once)
+    on the planner's ``dp_size × cp_size`` ranks and returns one pack per CP group per micro-batch, in
+    execution order; ``build_plan`` of exactly those packs on the same resources returns that plan
+    (``PlacementKind.DYNAMIC_CP`` assignments on aligned rank ranges, one ``ExecutionGroup`` per micro-batch,
+    a barrier after each). ``build_plan`` of other packs places them as given, each pack whole; a pack of
+    one sequence is costed exactly, a pack of several as if its attention spanned the whole pack (an upper
+    bound on its time: the solver then errs towards larger groups), and the plan's
+    ``metadata["step_time_s"]`` is the evaluator's exact figure either way.
+
+    Token counts are the sequences' materialized (padded) tokens, rounded up to
+    ``constraints.pad_to_multiple``. A pack of ``c`` ranks holds at most ``c · max_seqlen_per_dp_cp_rank``
+    tokens, and ``constraints.max_tokens_per_pack`` bounds every pack: CP sizes whose capacity exceeds it
+    are not used.
+
+    Args:
+        max_seqlen_per_dp_cp_rank: Token cap per rank.
+        dp_size, cp_size: The ranks ``build_packs`` plans for (``build_plan`` reads its ``resources``).
+        min_cp_size, cost, gpus_per_node, solver, time_limit_s, seed, compare_megatron: as
+            :class:`PackplaceDynamicCPScheduler`.
+        types: The module whose classes the answers are built from (default
+            :func:`~packplace.integrations.megatron_planning.planning_types`: Megatron's own when importable).
+
+    Attributes:
+        last_result: The :class:`~packplace.result.SolveResult` of the latest plan.
+
+    Raises:
+        ConfigError: a bad size, an unknown solver or option.
+    """
+
+    def __init__(self, max_seqlen_per_dp_cp_rank: int, *, dp_size: int = 1, cp_size: int = 1, min_cp_size: int = 1,
+                 cost: Any = None, gpus_per_node: int = 8, solver: str = DEFAULT_SOLVER,
+                 time_limit_s: float | None = None, seed: int = 0, compare_megatron: bool = True,
+                 types: ModuleType | None = None) -> None:
+        self._scheduler = PackplaceDynamicCPScheduler(
+            max_seqlen_per_dp_cp_rank, cp_size, dp_size, min_cp_size=min_cp_size, cost=cost,
+            gpus_per_node=gpus_per_node, solver=solver, time_limit_s=time_limit_s, seed=seed,
+            compare_megatron=compare_megatron)
+        self.max_seqlen_per_dp_cp_rank = int(max_seqlen_per_dp_cp_rank)
+        self.dp_size, self.cp_size, self.min_cp_size = int(dp_size), int(cp_size), int(min_cp_size)
+        self.types = types if types is not None else megatron_planning.planning_types()
+        self.last_result: SolveResult | None = None
+        self._built: tuple[tuple[Any, ...], tuple[int, int], Any] | None = None
+
+    def _solve(self, tokens: list[int], keys: list[Any], dp: int, cp: int, largest: int | None
+               ) -> tuple[ContextParallelInstance, SolveResult]:
+        s = self._scheduler
+        instance = build_instance(tokens, keys, max_seqlen_per_dp_cp_rank=self.max_seqlen_per_dp_cp_rank,
+                                  dp_size=dp, cp_size=cp, min_cp_size=self.min_cp_size, largest_size=largest,
+                                  cost=s.cost, gpus_per_node=s.gpus_per_node)
+        result = solve_dynamic_cp(instance, s.solver, time_limit_s=s.time_limit_s, seed=s.seed,
+                                  compare_megatron=s.compare_megatron)
+        self.last_result = result
+        return instance, result
+
+    def build_packs(self, sequences: Sequence[Any], constraints: Any) -> list[Any]:
+        """Packs (``PackDescriptor``) of ``sequences`` (``SequenceDescriptor`` s, unique ``sample_id`` s): one per
+        CP group per micro-batch, in execution order, ``pack_id`` 0, 1, ...; each pack's ``metadata`` has its
+        ``micro_batch``, ``first_rank`` and ``local_cp_size``, and padded lengths when padding changes them.
+
+        Raises:
+            ConfigError: a field missing or bad (named), a repeated sample id.
+            InfeasibleError: a sequence no allowed group holds.
+            RuntimeError: no backend found a plan.
+        """
+        multiple = int(_field(constraints, "pad_to_multiple", "constraints"))
+        largest = int(_field(constraints, "max_tokens_per_pack", "constraints")) // self.max_seqlen_per_dp_cp_rank
+        if isinstance(sequences, (str, bytes, Mapping)) or not hasattr(sequences, "__iter__"):
+            raise ConfigError(f"sequences: must be a sequence of SequenceDescriptor, got {show(sequences)}")
+        ids, real, padded = [], {}, {}
+        for i, sequence in enumerate(sequences):
+            sample_id = _field(sequence, "sample_id", f"sequences[{i}]")
+            if sample_id in real:
+                raise ConfigError(f"sequences[{i}].sample_id: duplicate sample id {show(sample_id)}")
+            ids.append(sample_id)
+            real[sample_id] = int(_field(sequence, "num_tokens", f"sequences[{i}]"))
+            padded[sample_id] = _padded(int(sequence.materialized_tokens), multiple)
+        if not ids:
+            raise ConfigError("sequences: no sequences to pack")
+        instance, result = self._solve([padded[k] for k in ids], ids, self.dp_size, self.cp_size, largest)
+        position = {key: i for i, key in enumerate(ids)}
+        plan: ContextParallelPlan = result.solution
+        packs = []
+        for j, slot in enumerate(plan.micro_batches):
+            for group in sorted(slot, key=lambda g: g.first_rank):
+                keys = sorted(group.keys, key=lambda key: (-padded[key], position[key]))
+                lengths = [real[k] for k in keys]
+                pads = [padded[k] for k in keys]
+                packs.append(self.types.PackDescriptor(
+                    pack_id=len(packs), sample_ids=keys, sequence_lengths=lengths,
+                    padded_sequence_lengths=pads if pads != lengths else None,
+                    metadata={"micro_batch": j, "first_rank": group.first_rank, "local_cp_size": group.size}))
+        signature = tuple((p.pack_id, tuple(p.sample_ids)) for p in packs)
+        self._built = (signature, (self.dp_size, self.cp_size), self._execution_plan(instance, result, packs, False))
+        return packs
+
+    def build_plan(self, packs: Sequence[Any], resources: Any) -> Any:
+        """The ``ExecutionPlan`` of ``packs`` (``PackDescriptor`` s) on ``resources``' ``dp_size × cp_size``
+        ranks (class docstring): ``groups[j]`` is micro-batch ``j``; each ``PackAssignment`` has
+        ``placement_kind`` ``DYNAMIC_CP``, ``executor_ranks`` an aligned range, ``local_cp_size`` its size and
+        ``rank_group_id`` ``"dynamic_cp{size}:{index}"``; the plan's ``num_microbatches``, ``total_tokens``,
+        ``sequence_square_sum`` and ``metadata`` (solver, status, ``step_time_s``, ``bound_s``) are filled.
+
+        Raises:
+            ConfigError: a field missing or bad (named), a pack id or sample id used twice.
+            InfeasibleError: a pack no allowed group holds.
+            RuntimeError: no backend found a plan.
+        """
+        dp = int(_field(resources, "dp_size", "resources"))
+        cp = int(_field(resources, "cp_size", "resources"))
+        if isinstance(packs, (str, bytes, Mapping)) or not hasattr(packs, "__iter__"):
+            raise ConfigError(f"packs: must be a sequence of PackDescriptor, got {show(packs)}")
+        packs = list(packs)
+        signature = tuple((_field(p, "pack_id", f"packs[{i}]"), tuple(_field(p, "sample_ids", f"packs[{i}]")))
+                          for i, p in enumerate(packs))
+        if self._built is not None and self._built[0] == signature and self._built[1] == (dp, cp):
+            return self._built[2]
+        ids: list[Any] = []
+        seen: set[Any] = set()
+        tokens = []
+        for i, pack in enumerate(packs):
+            if pack.pack_id in ids:
+                raise ConfigError(f"packs[{i}].pack_id: duplicate pack id {show(pack.pack_id)}")
+            for sample_id in pack.sample_ids:
+                if sample_id in seen:
+                    raise ConfigError(f"packs[{i}].sample_ids: sample id {show(sample_id)} is in two packs")
+                seen.add(sample_id)
+            ids.append(pack.pack_id)
+            tokens.append(int(pack.materialized_tokens))
+        if not ids:
+            raise ConfigError("packs: no packs to place")
+        instance, result = self._solve(tokens, ids, dp, cp, None)
+        return self._execution_plan(instance, result, packs, True)
+
+    def _execution_plan(self, instance: ContextParallelInstance, result: SolveResult, packs: list[Any],
+                        per_pack: bool) -> Any:
+        """The ``ExecutionPlan`` of ``result``'s plan, whose keys are ``packs``' ids (``per_pack``) or their
+        sample ids (:meth:`build_packs`); scored at the sequence level by the evaluator."""
+        t = self.types
+        by_id = {p.pack_id: p for p in packs}
+        owner = {sample_id: p.pack_id for p in packs for sample_id in p.sample_ids}
+        groups = []
+        sequence_slots = []
+        for j, slot in enumerate(result.solution.micro_batches):
+            assignments = []
+            sequence_groups = []
+            for group in sorted(slot, key=lambda g: g.first_rank):
+                pack_ids = list(group.keys) if per_pack else sorted({owner[k] for k in group.keys})
+                members = [sample for pid in pack_ids for sample in by_id[pid].sample_ids]
+                sequence_groups.append((group.first_rank, group.size, members))
+                for pid in pack_ids:
+                    assignments.append(t.PackAssignment(
+                        pack_id=pid, placement_kind=t.PlacementKind.DYNAMIC_CP,
+                        executor_ranks=tuple(range(group.first_rank, group.first_rank + group.size)),
+                        rank_group_id=f"dynamic_cp{group.size}:{group.first_rank // group.size}",
+                        local_cp_size=group.size, metadata={"micro_batch": j}))
+            sequence_slots.append(sequence_groups)
+            groups.append(t.ExecutionGroup(group_id=j, assignments=assignments, requires_barrier_after=True))
+        score = self._sequence_score(instance, packs, sequence_slots)
+        lengths = [int(x) for p in packs for x in p.sequence_lengths]
+        return t.ExecutionPlan(
+            groups=groups, num_microbatches=len(groups), total_tokens=sum(lengths),
+            sequence_square_sum=sum(x * x for x in lengths),
+            metadata={"planner": "packplace", "solver": result.solver, "status": result.status,
+                      "step_time_s": score.step_time_s, "slot_times_s": list(score.slot_times_s),
+                      "bound_s": result.bound, "compared_with": result.info.get("compared_with")})
+
+    def _sequence_score(self, instance: ContextParallelInstance, packs: list[Any],
+                        slots: list[list[tuple[int, int, list[Any]]]]) -> Any:
+        """The evaluator's score of the plan at the sequence level (each sequence its own item)."""
+        keys = [sample for p in packs for sample in p.sample_ids]
+        lengths = [int(x) for p in packs for x in (p.padded_sequence_lengths or p.sequence_lengths)]
+        sequences = make_instance(lengths, keys=keys, dp=instance.dp,
+                                  context_parallel={"max": instance.max_cp, "sizes": list(instance.sizes),
+                                                    "max_tokens_per_rank": instance.max_tokens_per_rank,
+                                                    "gpus_per_node": instance.gpus_per_node},
+                                  cost=instance.cost, objective=instance.objective)
+        score = ContextParallelEvaluator(sequences).score(plan_from_slots(slots))
+        if not score.feasible:   # the same groups, the same caps: a pack-level plan is a sequence-level one
+            raise RuntimeError(f"dynamic CP: the plan fails at the sequence level: {score.violations[0]}")
+        return score
+
+
+def _data_schedule(data_schedule: ModuleType | None) -> ModuleType:
+    if data_schedule is not None:
+        return data_schedule
+    try:
+        return importlib.import_module(DATA_SCHEDULE_MODULE)
+    except ImportError as missing:
+        raise ImportError(f"install: {DATA_SCHEDULE_MODULE} is not importable ({missing})") from None
+
+
+def _slot_key(module: ModuleType) -> Any:
+    """The ``scheduler_map`` key of ``default_dynamic_cp``: the string (Megatron ``dev``) or an enum member
+    whose value is that string."""
+    scheduler_map = getattr(module, "scheduler_map", None)
+    if not isinstance(scheduler_map, dict):
+        raise ConfigError(f"data_schedule: must be Megatron-Core's data_schedule module (scheduler_map, "
+                          f"DefaultDynamicCPScheduler), got {show(module)}")
+    for key in scheduler_map:
+        if key == DYNAMIC_CP_SLOT or getattr(key, "value", None) == DYNAMIC_CP_SLOT:
+            return key
+    raise ConfigError(f"data_schedule: this Megatron-Core has no {DYNAMIC_CP_SLOT!r} packing scheduler "
+                      f"(dynamic CP is on its dev branch); scheduler_map has {show(sorted(map(str, scheduler_map)))}")
+
+
+def _accepts(cls: type, keyword: str) -> bool:
+    """Whether ``cls(...)`` takes ``keyword``: some ``__init__`` along the method resolution order names it
+    before one that passes no ``**kwargs`` on (older Megatron releases have no ``max_num_seqs``)."""
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(vars(klass)["__init__"]).parameters
+        if keyword in parameters:
+            return True
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            return False
+    return False
+
+
+#: What :func:`install` replaced, per module: ``(Megatron's class, the slot's previous class)``.
+_ORIGINALS: dict[int, tuple[type, type]] = {}
+
+
+def install(*, data_schedule: ModuleType | None = None, **options: Any) -> type:
+    """Put packplace's scheduler in Megatron-Core's ``default_dynamic_cp`` slot.
+
+    ``scheduler_map["default_dynamic_cp"]`` and the module's ``DefaultDynamicCPScheduler`` name become a class
+    deriving from :class:`PackplaceDynamicCPScheduler` and Megatron's ``DefaultDynamicCPScheduler`` (whose
+    ``run()`` it keeps): Megatron's ``wrap_data_iterator`` builds it when the config runs dynamic CP, and so
+    does verl's dynamic-CP adapter (it looks ``DefaultDynamicCPScheduler`` up at call time). Installing
+    again replaces the options; :func:`uninstall` puts Megatron's class back. Call it once per process,
+    before the data iterator is wrapped (with Ray, in every worker).
+
+    Args:
+        data_schedule: The module (default ``megatron.core.datasets.data_schedule``).
+        **options: :class:`PackplaceDynamicCPScheduler` options (``cost``, ``gpus_per_node``, ``solver``,
+            ``time_limit_s``, ``seed``, ``compare_megatron``) for every scheduler Megatron builds.
+
+    Returns:
+        The installed class.
+
+    Raises:
+        ConfigError: an unknown option; a module without the ``default_dynamic_cp`` slot.
+        ImportError: Megatron-Core is not importable (one line).
+    """
+    _check_options(options)
+    module = _data_schedule(data_schedule)
+    key = _slot_key(module)
+    original = _ORIGINALS.get(id(module))
+    base = original[0] if original is not None else getattr(module, "DefaultDynamicCPScheduler", None)
+    if not isinstance(base, type):
+        raise ConfigError(f"data_schedule: has no DefaultDynamicCPScheduler class, got {show(module)}")
+    accepts_max_num_seqs = _accepts(base, "max_num_seqs")
+    _check_solver(options.get("solver", DEFAULT_SOLVER))
+
+    class PackplaceDefaultDynamicCPScheduler(PackplaceDynamicCPScheduler, base):  # type: ignore[misc, valid-type]
+        """packplace's plan in Megatron's ``default_dynamic_cp`` slot (``run()`` is Megatron's)."""
+
+        packplace_options = dict(options)
+        get_required_sample_keys = getattr(base, "get_required_sample_keys",
+                                           PackplaceDynamicCPScheduler.get_required_sample_keys)
+
+        def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
+                     microbatch_group_size_per_vp_stage: int | None = None, max_num_seqs: int | None = None,
+                     min_cp_size: int = 1) -> None:
+            extra = {"max_num_seqs": max_num_seqs} if accepts_max_num_seqs else {}
+            base.__init__(self, max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage,
+                          min_cp_size=min_cp_size, **extra)
+            PackplaceDynamicCPScheduler.__init__(self, max_seqlen_per_dp_cp_rank, cp_size, dp_size,
+                                                 microbatch_group_size_per_vp_stage, max_num_seqs,
+                                                 min_cp_size=min_cp_size, **options)
+
+    if original is None:
+        _ORIGINALS[id(module)] = (base, module.scheduler_map[key])
+    module.scheduler_map[key] = PackplaceDefaultDynamicCPScheduler
+    module.DefaultDynamicCPScheduler = PackplaceDefaultDynamicCPScheduler  # type: ignore[attr-defined]
+    return PackplaceDefaultDynamicCPScheduler
+
+
+def uninstall(*, data_schedule: ModuleType | None = None) -> bool:
+    """Put Megatron's own ``DefaultDynamicCPScheduler`` back in its slot and name; False when nothing
+    was installed in that module."""
+    module = _data_schedule(data_schedule)
+    original = _ORIGINALS.pop(id(module), None)
+    if original is None:
+        return False
+    base, previous = original
+    module.scheduler_map[_slot_key(module)] = previous
+    module.DefaultDynamicCPScheduler = base  # type: ignore[attr-defined]
+    return True

@@ -1,0 +1,508 @@
+"""The dynamic-CP drop-ins for Megatron-Core against a transcription of its contracts
+(``megatron_dynamic_cp_protocol``), hand-computed plans, Megatron's own scheduler re-implemented, and the
+real package where it is importable."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from packplace.context_parallel import make_instance, solve_context_parallel
+from packplace.errors import ConfigError, InfeasibleError
+from packplace.integrations import megatron_planning as planning
+from packplace.integrations.megatron_dynamic_cp import (
+    DYNAMIC_CP_SLOT,
+    PackplaceDynamicCPPlanner,
+    PackplaceDynamicCPScheduler,
+    dynamic_cp_sizes,
+    install,
+    uninstall,
+)
+from packplace.solvers import available
+from tests.integrations import megatron_dynamic_cp_protocol as protocol
+
+
+def _annotation(text):
+    """``Optional[X]`` and ``X | None`` are one annotation."""
+    match = re.fullmatch(r"Optional\[(.*)\]", text)
+    return f"{match.group(1)} | None" if match else text
+
+
+def _fields(cls):
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = protocol.REQUIRED
+        out.append((f.name, _annotation(str(f.type)), default))
+    return out
+
+
+def _check_module_against_protocol(module):
+    for name, expected in protocol.DATACLASS_FIELDS.items():
+        cls = getattr(module, name)
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen is protocol.FROZEN, name
+        assert _fields(cls) == [(f, _annotation(t), d) for f, t, d in expected], name
+    assert {m.name: m.value for m in module.PlacementKind} == protocol.PLACEMENT_KINDS
+    assert issubclass(module.PlacementKind, str)
+    for name, properties in protocol.PROPERTIES.items():
+        for prop in properties:
+            assert isinstance(getattr(getattr(module, name), prop), property), (name, prop)
+    for name, (method, parameters) in protocol.PROTOCOLS.items():
+        proto = getattr(module, name)
+        assert getattr(proto, "_is_runtime_protocol", False), name
+        assert tuple(inspect.signature(getattr(proto, method)).parameters)[1:] == parameters, name
+
+
+def test_the_types_have_megatrons_fields_defaults_properties_and_protocols():
+    _check_module_against_protocol(planning)
+
+
+@pytest.mark.parametrize("name,kwargs", protocol.REFUSED)
+def test_the_types_refuse_what_megatron_refuses_with_a_value_error_naming_the_field(name, kwargs):
+    with pytest.raises(ValueError) as error:
+        getattr(planning, name)(**kwargs)
+    assert isinstance(error.value, ConfigError)
+    assert str(error.value).split(":")[0].split("[")[0] in {*kwargs, "ranks", "executor_ranks", "sequence_lengths"}
+
+
+def test_the_types_normalise_and_compute_as_megatrons():
+    pack = planning.PackDescriptor(3, [5, 7], np.array([4, 2]), padded_sequence_lengths=[4, 4])
+    assert pack.sample_ids == (5, 7) and pack.sequence_lengths == (4, 2) and pack.padded_sequence_lengths == (4, 4)
+    assert (pack.total_tokens, pack.materialized_tokens) == (6, 8)
+    assert pack.cu_seqlens == (0, 4, 6) and pack.cu_seqlens_padded == (0, 4, 8)
+    assert planning.SequenceDescriptor(0, 5).materialized_tokens == 5
+    assert planning.SequenceDescriptor(0, 5, 8).materialized_tokens == 8
+    a = planning.PackAssignment(3, planning.PlacementKind.DYNAMIC_CP, [2, 3], local_cp_size=2)
+    plan = planning.ExecutionPlan([planning.ExecutionGroup(0, [a]), planning.ExecutionGroup(1, [a, a])])
+    assert a.executor_ranks == (2, 3) and plan.assignment_count == 3 and plan.pack_ids == (3, 3, 3)
+    assert planning.PlacementKind.DYNAMIC_CP == "dynamic_cp"
+
+
+def test_dynamic_cp_sizes_are_the_groups_megatron_creates_that_tile_the_ranks():
+    assert dynamic_cp_sizes(8) == (1, 2, 4, 8)
+    assert dynamic_cp_sizes(8, 2) == (2, 4, 8)
+    assert dynamic_cp_sizes(12) == (1, 2, 4, 12)     # 8 does not tile 12 ranks; the full group does
+    assert dynamic_cp_sizes(6, 4) == (6,)
+    for ranks in (1, 2, 6, 8, 12, 16, 24):
+        for low in (1, 2, 4):
+            if low <= ranks:
+                assert set(dynamic_cp_sizes(ranks, low)) <= protocol.group_sizes_megatron_creates(ranks, low)
+    with pytest.raises(ConfigError, match="^min_cp_size: 16 is above the 8 DP x CP ranks$"):
+        dynamic_cp_sizes(8, 16)
+
+
+# -- the scheduler slot ---------------------------------------------------------------------------------------
+
+
+def _megatron_step_time(lengths, dp, cp, cap, min_cp=1):
+    instance = make_instance(lengths, dp=dp, context_parallel={
+        "max": cp, "sizes": list(dynamic_cp_sizes(dp * cp, min_cp)), "max_tokens_per_rank": cap})
+    return solve_context_parallel(instance, "megatron").objective
+
+
+def test_a_hand_case_is_faster_than_megatrons_plan_and_within_the_proven_optimum():
+    # 2 x 2 ranks, 4 tokens per rank, cost s^2/c (Megatron's workload). A sequence's rank-seconds are s^2 on any
+    # group, so no plan beats (64 + 16 + 9 + 4 + 4 + 1) / 4 = 24.5, and {8, 4, 3, 1} on 4 ranks (22.5) then
+    # {2} and {2} on 2 ranks each (2) reaches it. Megatron's greedy scheduler takes 34.
+    seqlens = list(enumerate([8, 4, 3, 2, 2, 1]))
+    assert _megatron_step_time([8, 4, 3, 2, 2, 1], 2, 2, 4) == pytest.approx(34.0)
+    scheduler = PackplaceDynamicCPScheduler(4, 2, 2, None)
+    groups = scheduler.get_groups_and_subsamples(seqlens)
+    protocol.check_dynamic_cp_groups(groups, seqlens, dp_size=2, cp_size=2, max_seqlen_per_dp_cp_rank=4)
+    result = scheduler.last_result
+    assert result.bound == pytest.approx(24.5)
+    assert 24.5 - 1e-9 <= result.objective < 34.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_long_tail_batches_are_valid_for_megatron_and_never_slower_than_its_scheduler(seed):
+    rng = np.random.default_rng(seed)
+    dp, cp, cap = (2, 4, 4096) if seed % 2 else (4, 2, 8192)
+    lengths = np.minimum(rng.lognormal(7.5, 1.1, 48).astype(int) + 64, dp * cp * cap).tolist()
+    seqlens = [(100 + i, n) for i, n in enumerate(lengths)]        # global ids need not start at 0
+    scheduler = PackplaceDynamicCPScheduler(cap, cp, dp, None)
+    groups = scheduler.get_groups_and_subsamples(seqlens)
+    protocol.check_dynamic_cp_groups(groups, seqlens, dp_size=dp, cp_size=cp, max_seqlen_per_dp_cp_rank=cap)
+    assert scheduler.last_result.objective <= _megatron_step_time(lengths, dp, cp, cap) * (1 + 1e-12)
+    assert groups == PackplaceDynamicCPScheduler(cap, cp, dp, None).get_groups_and_subsamples(seqlens)  # determinism
+
+
+def test_min_cp_size_virtual_pipeline_multiple_and_lists_longest_first():
+    seqlens = list(enumerate([900, 700, 500, 300, 300, 200, 100, 100, 50]))
+    scheduler = PackplaceDynamicCPScheduler(1000, 2, 2, 2, min_cp_size=2)
+    groups = scheduler.get_groups_and_subsamples(seqlens)
+    found = protocol.check_dynamic_cp_groups(groups, seqlens, dp_size=2, cp_size=2, max_seqlen_per_dp_cp_rank=1000,
+                                             min_cp_size=2, microbatch_group_size_per_vp_stage=2)
+    lengths = dict(seqlens)
+    assert all(size >= 2 for _, _, size, _ in found)
+    assert all([lengths[s] for s in ids] == sorted((lengths[s] for s in ids), reverse=True) for *_, ids in found)
+
+
+def test_max_num_seqs_is_kept_or_refused():
+    seqlens = list(enumerate([10] * 8))
+    scheduler = PackplaceDynamicCPScheduler(100, 1, 2, None, 8)
+    protocol.check_dynamic_cp_groups(scheduler.get_groups_and_subsamples(seqlens), seqlens, dp_size=2, cp_size=1,
+                                     max_seqlen_per_dp_cp_rank=100, max_num_seqs=8)
+    crowded = PackplaceDynamicCPScheduler(100, 1, 1, None, 2)
+    plan = None
+    try:
+        plan = crowded.plan(seqlens)
+    except RuntimeError as error:
+        assert str(error).startswith("max_num_seqs: micro-batch ")
+    if plan is not None:
+        assert all(len(g.keys) <= 2 for g in plan.groups)
+
+
+def test_bad_arguments_and_entries_are_refused_in_one_line():
+    with pytest.raises(ConfigError, match="^cp_size: must be an integer >= 1, got 0$"):
+        PackplaceDynamicCPScheduler(4, 0, 2, None)
+    with pytest.raises(ConfigError, match="^microbatch_group_size_per_vp_stage: must be None or an integer >= 1"):
+        PackplaceDynamicCPScheduler(4, 1, 2, 0)
+    with pytest.raises(ConfigError, match="^solver: unknown context_parallel backend 'nope'; valid: "):
+        PackplaceDynamicCPScheduler(4, 1, 2, None, solver="nope")
+    scheduler = PackplaceDynamicCPScheduler(4, 1, 2, None)
+    with pytest.raises(ConfigError, match=r"^sample_id_seqlens\[1\]: must be a \(sample id, sequence length\) pair"):
+        scheduler.get_groups_and_subsamples([(0, 3), 5])
+    with pytest.raises(ConfigError, match=r"^sample_id_seqlens\[1\]\[1\]: must be an integer"):
+        scheduler.get_groups_and_subsamples([(0, 3), (1, 2.5)])
+    with pytest.raises(ConfigError, match=r"^sample_id_seqlens\[1\]\[0\]: duplicate key 0"):
+        scheduler.get_groups_and_subsamples([(0, 3), (0, 2)])
+    with pytest.raises(ConfigError, match="^sample_id_seqlens: no samples to schedule$"):
+        scheduler.get_groups_and_subsamples([])
+    with pytest.raises(InfeasibleError):
+        scheduler.get_groups_and_subsamples([(0, 3), (1, 9)])    # 9 tokens > 2 ranks x 4
+
+
+def _stand_in_data_schedule(enum_keys=False):
+    """A module shaped like Megatron's ``data_schedule`` (dev: a str-keyed ``scheduler_map``; ``enum_keys``:
+    main's enum-keyed map), its ``run()`` calling the scheduler's slot as Megatron's does."""
+    module = types.ModuleType("megatron.core.datasets.data_schedule")
+
+    class BasePackingScheduler:
+        def __init__(self, max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage,
+                     max_num_seqs=None):
+            self.max_seqlen_per_dp_cp_rank, self.cp_size, self.dp_size = max_seqlen_per_dp_cp_rank, cp_size, dp_size
+            self.microbatch_group_size_per_vp_stage = microbatch_group_size_per_vp_stage
+            self.max_num_seqs = max_num_seqs
+
+    class DpBalancedScheduler(BasePackingScheduler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.is_dynamic_cp = False
+
+        def get_required_sample_keys(self):
+            return ["tokens", "labels", "loss_mask", "position_ids", "original_seq_len", "padded_seq_len"]
+
+        def get_groups_and_subsamples(self, sample_id_seqlens):
+            return "megatron's own"
+
+        def run(self, sample_id_seqlens):
+            groups = self.get_groups_and_subsamples(sample_id_seqlens)
+            assert len({s for mb in groups for sub in mb for s in sub}) == len(sample_id_seqlens)
+            return groups, self.is_dynamic_cp
+
+    class DefaultDynamicCPScheduler(DpBalancedScheduler):
+        def __init__(self, *args, min_cp_size=1, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.is_dynamic_cp = True
+            self.min_cp_size = min_cp_size
+
+    module.BasePackingScheduler, module.DpBalancedScheduler = BasePackingScheduler, DpBalancedScheduler
+    module.DefaultDynamicCPScheduler = DefaultDynamicCPScheduler
+    if enum_keys:
+        class PackingSchedulerEnum(enum.Enum):
+            DP_BALANCED = "dp_balanced"
+            DEFAULT_DYNAMIC_CP = "default_dynamic_cp"
+        module.PackingSchedulerEnum = PackingSchedulerEnum
+        module.scheduler_map = {PackingSchedulerEnum.DP_BALANCED: DpBalancedScheduler,
+                                PackingSchedulerEnum.DEFAULT_DYNAMIC_CP: DefaultDynamicCPScheduler}
+    else:
+        module.scheduler_map = {"dp_balanced": DpBalancedScheduler, "default_dynamic_cp": DefaultDynamicCPScheduler}
+    return module
+
+
+@pytest.mark.parametrize("enum_keys", [False, True])
+def test_install_fills_the_default_dynamic_cp_slot_keeping_megatrons_run_and_uninstall_restores(enum_keys):
+    module = _stand_in_data_schedule(enum_keys)
+    original = module.DefaultDynamicCPScheduler
+    key = next(k for k in module.scheduler_map if getattr(k, "value", k) == DYNAMIC_CP_SLOT)
+    installed = install(data_schedule=module, seed=0)
+    assert module.scheduler_map[key] is installed and module.DefaultDynamicCPScheduler is installed
+    # wrap_data_iterator's call: positional sizes, max_num_seqs and min_cp_size as keywords
+    scheduler = module.scheduler_map[key](4, 2, 2, None, max_num_seqs=None, min_cp_size=1)
+    assert isinstance(scheduler, original) and isinstance(scheduler, PackplaceDynamicCPScheduler)
+    seqlens = list(enumerate([8, 4, 3, 2, 2, 1]))
+    groups, dynamic = scheduler.run(seqlens)                        # Megatron's run, packplace's groups
+    assert dynamic is True
+    protocol.check_dynamic_cp_groups(groups, seqlens, dp_size=2, cp_size=2, max_seqlen_per_dp_cp_rank=4)
+    # verl's adapter: keyword construction of data_schedule.DefaultDynamicCPScheduler, then enumerate(lengths)
+    verl_style = module.DefaultDynamicCPScheduler(max_seqlen_per_dp_cp_rank=4, cp_size=2, dp_size=2,
+                                                  microbatch_group_size_per_vp_stage=None)
+    assert verl_style.get_groups_and_subsamples(seqlens) == groups
+    assert module.scheduler_map[next(k for k in module.scheduler_map if getattr(k, "value", k) == "dp_balanced")
+                                ](4, 2, 2, None).get_groups_and_subsamples([]) == "megatron's own"
+    assert install(data_schedule=module, solver="static").packplace_options == {"solver": "static"}  # re-install
+    assert uninstall(data_schedule=module) is True
+    assert module.scheduler_map[key] is original and module.DefaultDynamicCPScheduler is original
+    assert uninstall(data_schedule=module) is False
+
+
+def test_install_refuses_bad_options_and_modules_without_the_slot():
+    with pytest.raises(ConfigError, match="^options: unknown option 'hidden_size'"):
+        install(data_schedule=_stand_in_data_schedule(), hidden_size=1)
+    module = _stand_in_data_schedule()
+    del module.scheduler_map["default_dynamic_cp"]
+    with pytest.raises(ConfigError, match="^data_schedule: this Megatron-Core has no 'default_dynamic_cp'"):
+        install(data_schedule=module)
+    try:
+        importlib.import_module("megatron.core.datasets.data_schedule")
+    except ImportError:
+        with pytest.raises(ImportError, match="^install: megatron.core.datasets.data_schedule is not importable"):
+            install()
+
+
+# -- the planning contract -------------------------------------------------------------------------------------
+
+
+def _sequences(lengths, padded=None):
+    return [planning.SequenceDescriptor(10 + i, n, None if padded is None else padded[i])
+            for i, n in enumerate(lengths)]
+
+
+def test_build_packs_then_build_plan_is_the_joint_plan_as_megatron_reads_it():
+    lengths = [8, 4, 3, 2, 2, 1, 6, 5]
+    planner = PackplaceDynamicCPPlanner(4, dp_size=2, cp_size=2, types=planning)
+    assert isinstance(planner, planning.SequencePackingScheduler) and isinstance(planner, planning.PlacementScheduler)
+    packs = planner.build_packs(_sequences(lengths), planning.PackingConstraints(16))
+    assert sorted(s for p in packs for s in p.sample_ids) == list(range(10, 18))
+    assert [p.pack_id for p in packs] == list(range(len(packs)))
+    plan = planner.build_plan(packs, planning.PlacementResources(dp_size=2, cp_size=2))
+    assert isinstance(plan, planning.ExecutionPlan) and plan.num_microbatches == len(plan.groups)
+    assert plan.pack_ids == tuple(range(len(packs))) and plan.assignment_count == len(packs)
+    assert plan.total_tokens == sum(lengths) and plan.sequence_square_sum == sum(n * n for n in lengths)
+    by_id = {p.pack_id: p for p in packs}
+    for j, group in enumerate(plan.groups):
+        assert group.group_id == j and group.requires_barrier_after
+        covered = []
+        for a in group.assignments:
+            size = a.local_cp_size
+            assert a.placement_kind is planning.PlacementKind.DYNAMIC_CP and len(a.executor_ranks) == size
+            first = a.executor_ranks[0]
+            assert first % size == 0 and a.rank_group_id == f"dynamic_cp{size}:{first // size}"
+            assert by_id[a.pack_id].total_tokens <= 4 * size
+            covered += list(a.executor_ranks)
+        assert covered == list(range(4))                               # the groups tile the ranks
+    assert plan.metadata["step_time_s"] == pytest.approx(planner.last_result.objective)
+    assert plan.metadata["step_time_s"] == pytest.approx(sum(plan.metadata["slot_times_s"]))
+
+
+def test_padding_and_the_pack_cap_shape_the_packs():
+    planner = PackplaceDynamicCPPlanner(8, dp_size=1, cp_size=4, types=planning)
+    packs = planner.build_packs(_sequences([5, 3, 3, 2]), planning.PackingConstraints(16, pad_to_multiple=4))
+    for pack in packs:
+        assert pack.materialized_tokens <= min(16, 8 * pack.metadata["local_cp_size"])
+        assert all(p % 4 == 0 for p in pack.padded_sequence_lengths)
+    with pytest.raises(ConfigError, match="^max_tokens_per_pack: allows no CP group"):
+        PackplaceDynamicCPPlanner(8, dp_size=1, cp_size=4, min_cp_size=2, types=planning).build_packs(
+            _sequences([5]), planning.PackingConstraints(8))
+
+
+def test_build_plan_places_given_packs_whole_and_scores_them_exactly():
+    packs = [planning.PackDescriptor(7, [1, 2], [3, 3]), planning.PackDescriptor(8, [3], [7]),
+             planning.PackDescriptor(9, [4], [2]), planning.PackDescriptor(5, [5, 6], [1, 1])]
+    planner = PackplaceDynamicCPPlanner(4, types=planning)
+    plan = planner.build_plan(packs, planning.PlacementResources(dp_size=2, cp_size=2))
+    assert sorted(plan.pack_ids) == [5, 7, 8, 9]
+    ranks_of = {a.pack_id: a.executor_ranks for g in plan.groups for a in g.assignments}
+    assert len(ranks_of[8]) >= 2                                       # 7 tokens > one rank's 4
+    for group in plan.groups:
+        assert sorted({r for a in group.assignments for r in a.executor_ranks}) == [0, 1, 2, 3]
+    # the evaluator's step time of the same groups, one item per sequence: s^2/c per group, max per slot
+    expected = 0.0
+    for group in plan.groups:
+        times = {}
+        for a in group.assignments:
+            pack = next(p for p in packs if p.pack_id == a.pack_id)
+            times[a.executor_ranks] = times.get(a.executor_ranks, 0.0) + sum(n * n for n in pack.sequence_lengths) \
+                / a.local_cp_size
+        expected += max(times.values())
+    assert plan.metadata["step_time_s"] == pytest.approx(expected)
+    with pytest.raises(ConfigError, match=r"^packs\[1\].sample_ids: sample id 1 is in two packs$"):
+        planner.build_plan([packs[0], planning.PackDescriptor(2, [1], [2])], planning.PlacementResources(dp_size=2))
+    with pytest.raises(ConfigError, match=r"^resources: expected a 'dp_size' field"):
+        planner.build_plan(packs, object())
+
+
+def test_to_megatron_rebuilds_every_field():
+    a = planning.PackAssignment(0, planning.PlacementKind.DYNAMIC_CP, [0, 1], "g", 2, {"micro_batch": 0})
+    plan = planning.ExecutionPlan([planning.ExecutionGroup(0, [a])], 1, 5, 13)
+    again = planning.to_megatron(plan, planning)
+    assert again == plan and again is not plan
+
+
+def test_with_megatron_installed_the_real_types_match_and_accept_the_plans():
+    real = planning.megatron_planning_module()
+    if real is None:
+        pytest.skip("megatron.core.datasets.sequence_packing.api is not importable")
+    _check_module_against_protocol(real)
+    for name, kwargs in protocol.REFUSED:
+        with pytest.raises(ValueError):
+            getattr(real, name)(**kwargs)
+    for name, expected in protocol.DATACLASS_FIELDS.items():
+        assert [f.name for f in dataclasses.fields(getattr(real, name))] == [f for f, _, _ in expected]
+    assert planning.planning_types() is real
+    planner = PackplaceDynamicCPPlanner(4, dp_size=2, cp_size=2)
+    assert isinstance(planner, real.SequencePackingScheduler) and isinstance(planner, real.PlacementScheduler)
+    sequences = [real.SequenceDescriptor(i, n) for i, n in enumerate([8, 4, 3, 2, 2, 1])]
+    packs = planner.build_packs(sequences, real.PackingConstraints(16))
+    plan = planner.build_plan(packs, real.PlacementResources(dp_size=2, cp_size=2))
+    assert isinstance(plan, real.ExecutionPlan) and all(isinstance(p, real.PackDescriptor) for p in packs)
+    assert all(a.placement_kind is real.PlacementKind.DYNAMIC_CP for g in plan.groups for a in g.assignments)
+    ours = PackplaceDynamicCPPlanner(4, dp_size=2, cp_size=2, types=planning)
+    ours_plan = ours.build_plan(ours.build_packs(_sequences([8, 4, 3, 2, 2, 1]), planning.PackingConstraints(16)),
+                                planning.PlacementResources(dp_size=2, cp_size=2))
+    assert isinstance(planning.to_megatron(ours_plan), real.ExecutionPlan)
+
+
+def test_with_megatron_installed_the_slot_takes_packplaces_scheduler():
+    try:
+        module = importlib.import_module("megatron.core.datasets.data_schedule")
+        module.scheduler_map[DYNAMIC_CP_SLOT]  # noqa: B018
+    except (ImportError, AttributeError, KeyError):
+        pytest.skip("Megatron-Core with the default_dynamic_cp scheduler is not importable")
+    installed = install()
+    try:
+        scheduler = module.scheduler_map[DYNAMIC_CP_SLOT](4, 2, 2, None, min_cp_size=1)
+        seqlens = list(enumerate([8, 4, 3, 2, 2, 1]))
+        protocol.check_dynamic_cp_groups(scheduler.get_groups_and_subsamples(seqlens), seqlens, dp_size=2, cp_size=2,
+                                         max_seqlen_per_dp_cp_rank=4)
+        assert isinstance(scheduler, installed) and scheduler.is_dynamic_cp
+    finally:
+        uninstall()
+
+
+def test_the_megatron_backend_is_registered_for_the_comparison():
+    assert "megatron" in available("context_parallel")
+
+
+def _recipe(marker):
+    text = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text()
+    after = text[text.index(f"<!-- recipe: {marker} -->"):]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_docs_dynamic_cp_recipe_runs_as_written(monkeypatch):
+    try:
+        importlib.import_module("megatron.core.datasets.data_schedule").scheduler_map[DYNAMIC_CP_SLOT]  # noqa: B018
+    except (ImportError, AttributeError, KeyError):
+        # Megatron-Core with dynamic CP is not installed: the recipe runs on the stand-in
+        module = _stand_in_data_schedule()
+        datasets = types.ModuleType("megatron.core.datasets")
+        datasets.data_schedule = module
+        for name, package in (("megatron", types.ModuleType("megatron")), ("megatron.core",
+                              types.ModuleType("megatron.core")), ("megatron.core.datasets", datasets)):
+            monkeypatch.setitem(sys.modules, name, package)
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(_recipe("megatron-dynamic-cp"), "docs/integrations.md", "exec"), {})
+
+
+def _megatron_source_module():
+    """Megatron-LM's own ``megatron/core/datasets/data_schedule_utils.py`` (dynamic CP, branch ``dev``) from a
+    source checkout named by ``PACKPLACE_MEGATRON_SOURCE``, loaded with stand-ins for its two imports that need
+    a GPU stack (Transformer Engine's THD partitioning, the rerun state machine); skipped without it or torch."""
+    root = os.environ.get("PACKPLACE_MEGATRON_SOURCE")
+    path = Path(root or "-") / "megatron" / "core" / "datasets" / "data_schedule_utils.py"
+    if not root or not path.is_file():
+        pytest.skip("PACKPLACE_MEGATRON_SOURCE does not name a Megatron-LM checkout with dynamic CP")
+    pytest.importorskip("torch")
+    stubs = {"megatron.core.extensions.transformer_engine": {"get_thd_partitioned_indices": None},
+             "megatron.core.rerun_state_machine": {"RerunDataIterator": object}}
+    saved = {name: sys.modules.get(name) for name in stubs}
+    try:
+        for name, names in stubs.items():
+            module = types.ModuleType(name)
+            module.__dict__.update(names)
+            sys.modules[name] = module
+        spec = importlib.util.spec_from_file_location("megatron_data_schedule_utils", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        for name, previous in saved.items():
+            if previous is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = previous
+    return module
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_megatrons_own_code_accepts_the_groups_and_its_own_scheduler_is_never_faster(seed):
+    utils = _megatron_source_module()
+    import torch
+
+    rng = np.random.default_rng(seed)
+    dp, cp, cap = (2, 4, 4096) if seed % 2 else (4, 2, 8192)
+    lengths = np.minimum(rng.lognormal(7.5, 1.1, 40).astype(int) + 64, dp * cp * cap).tolist()
+    seqlens = list(enumerate(lengths))
+    groups = PackplaceDynamicCPScheduler(cap, cp, dp, None).get_groups_and_subsamples(seqlens)
+    # Megatron's DefaultDynamicCPScheduler.get_groups_and_subsamples: longest first, one micro-batch at a time
+    remaining, megatron_groups = sorted(seqlens, key=lambda x: x[1], reverse=True), []
+    while remaining:
+        _, remaining, _, ids = utils.next_hdp_group_packing_aware(remaining, dp * cp, max_seq_len_per_rank=cap)
+        megatron_groups.append(ids)
+
+    def step(schedule):   # Megatron's workload, s^2 / c per rank; a micro-batch waits for its slowest rank
+        return sum(max(sum(lengths[s] ** 2 for s in ranks) / sum(1 for r in mb if r == ranks) for ranks in mb)
+                   for mb in schedule)
+
+    assert step(groups) <= step(megatron_groups) * (1 + 1e-12)
+    protocol.check_dynamic_cp_groups(megatron_groups, seqlens, dp_size=dp, cp_size=cp, max_seqlen_per_dp_cp_rank=cap)
+    samples = {i: {"tokens": torch.arange(n), "labels": torch.arange(n), "loss_mask": torch.ones(n),
+                   "position_ids": torch.arange(n), "original_seq_len": torch.tensor([n]),
+                   "padded_seq_len": torch.tensor([n])} for i, n in seqlens}
+    for rank in range(dp * cp):
+        built = utils.build_packed_microbatches(samples, groups, rank, torch.device("cpu"), True)
+        assert len(built) == len(groups)
+        for mb, packed in zip(groups, built):
+            ids = mb[rank]
+            assert int(packed["local_cp_size"]) == sum(1 for r in mb if r == ids)
+            assert packed["cu_seqlens"].tolist() == np.cumsum([0] + [lengths[s] for s in ids]).tolist()
+            assert packed["tokens"].numel() == sum(lengths[s] for s in ids)
+
+
+def test_install_on_a_megatron_without_max_num_seqs_does_not_pass_it():
+    module = _stand_in_data_schedule()
+
+    class OldBase:   # a release whose BasePackingScheduler has no max_num_seqs
+        def __init__(self, max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage):
+            self.max_seqlen_per_dp_cp_rank, self.cp_size, self.dp_size = max_seqlen_per_dp_cp_rank, cp_size, dp_size
+
+    class OldDynamic(OldBase):
+        def __init__(self, *args, min_cp_size=1, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.is_dynamic_cp = True
+
+        def run(self, sample_id_seqlens):
+            return self.get_groups_and_subsamples(sample_id_seqlens)
+
+    module.DefaultDynamicCPScheduler = module.scheduler_map[DYNAMIC_CP_SLOT] = OldDynamic
+    installed = install(data_schedule=module)
+    seqlens = list(enumerate([8, 4, 3, 2, 2, 1]))
+    groups = installed(4, 2, 2, None, min_cp_size=1).run(seqlens)
+    protocol.check_dynamic_cp_groups(groups, seqlens, dp_size=2, cp_size=2, max_seqlen_per_dp_cp_rank=4)
+    assert uninstall(data_schedule=module) and module.scheduler_map[DYNAMIC_CP_SLOT] is OldDynamic

@@ -1,0 +1,143 @@
+"""Context parallelism of a trainer in the placement model (``training.context_parallel``,
+``dynamic_context_parallel``): the config fields, the candidates a CP degree allows, the CP factor by hand, and
+the trainer's passes costed with the CP plan as the data-parallel balance costs them."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from packplace.context_parallel import ContextParallelEvaluator, make_instance
+from packplace.context_parallel.cost import cost_from_shape
+from packplace.errors import ConfigError
+from packplace.placement.candidates import framework_layout_allows, vertex_balance
+from packplace.placement.emit import emit
+from packplace.placement.model.cp_balance import ContextParallelSetting, best_plan, cp_factor
+from packplace.placement.model.dp_balance import instance_balance
+from packplace.placement.problem.config import build_instance, load_yaml
+from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
+from packplace.shape import TransformerShape
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+GRPO = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
+SHAPE = TransformerShape(layers=2, hidden_dim=256, ffn_dim=512, vocab_size=1000, head_dim=64, num_kv_heads=2)
+
+
+def _grpo(training=None, **workload):
+    cfg = load_yaml(GRPO)
+    cfg["workload"].update(workload)
+    if training is not None:
+        cfg["training"] = training
+    return cfg
+
+
+def test_the_training_section_takes_a_cp_degree_dynamic_cp_and_a_token_cap():
+    instance = build_instance(_grpo({"context_parallel": 4, "dynamic_context_parallel": True,
+                                     "max_tokens_per_rank": 8192}))
+    setting = instance.balance["actor"].context_parallel
+    assert setting == ContextParallelSetting(4, True, 8192) and setting.active
+    assert not build_instance(_grpo()).balance["actor"].context_parallel.active
+    assert not ContextParallelSetting(1).active and ContextParallelSetting(1, True).active
+    for bad, message in (({"context_parallel": 0}, "context_parallel"),
+                         ({"dynamic_context_parallel": "yes"}, "dynamic_context_parallel"),
+                         ({"max_tokens_per_rank": 0.5}, "max_tokens_per_rank")):
+        with pytest.raises(ConfigError, match=message):
+            build_instance(_grpo(bad))
+
+
+def test_a_cp_degree_keeps_only_trainer_strategies_whose_dp_it_divides():
+    instance = build_instance(_grpo({"context_parallel": 4}))
+    assert framework_layout_allows(instance, "train", Strategy(8, 1, 1), "actor.train")
+    assert framework_layout_allows(instance, "train", Strategy(4, 2, 1), "actor.train")
+    assert not framework_layout_allows(instance, "train", Strategy(2, 4, 1), "actor.train")
+    assert not framework_layout_allows(instance, "train", Strategy(6, 1, 1), "actor.train")
+    assert framework_layout_allows(instance, "infer", Strategy(2, 4, 1), "reference.infer")   # the trainer only
+    assert ContextParallelSetting(4).refusal(6) == \
+        "training.context_parallel: 4 does not divide the trainer's data-parallel degree 6"
+
+
+def _hardware(link_s_per_byte=0.0):
+    return SimpleNamespace(flops_per_gpu=1e15, gemm_peak_fraction=0.5, alpha_p2p_g=0.0, beta_p2p_g=link_s_per_byte,
+                           alpha_p2p_n=0.0, beta_p2p_n=link_s_per_byte)
+
+
+def test_the_cp_factor_by_hand():
+    # one CP group of 2 over both ranks per micro-batch, no link cost: each sequence's compute splits evenly,
+    # so the plan's step equals the perfect split: f = 1
+    lengths = np.array([4000, 4000, 2000, 1000])
+    assert cp_factor(SHAPE, _hardware(), lengths, 2, 1, ContextParallelSetting(2)) == pytest.approx(1.0)
+    # with a KV exchange slower than the attention it overlaps, the ring adds time: f > 1
+    assert cp_factor(SHAPE, _hardware(1e-6), lengths, 2, 1, ContextParallelSetting(2)) > 1.0
+    # two groups of 2 on 4 ranks, one long sequence: its group is the slowest of every micro-batch it is in;
+    # f is the best plan's step over the perfect split, computed here from the evaluator's own figures
+    lengths = np.array([16000, 2000, 2000, 2000, 2000, 2000])
+    setting = ContextParallelSetting(2, max_tokens_per_rank=8000)
+    f = cp_factor(SHAPE, _hardware(), lengths, 4, 1, setting)
+    cost = cost_from_shape(SHAPE, flops_per_s=0.5e15, alpha_intra_s=0.0, beta_intra_s_per_byte=0.0,
+                           alpha_inter_s=0.0, beta_inter_s_per_byte=0.0)
+    instance = make_instance(lengths, dp=2, context_parallel={"max": 2, "sizes": [2], "max_tokens_per_rank": 8000},
+                             cost=cost)
+    step = ContextParallelEvaluator(instance).score(best_plan(instance).solution).step_time_s
+    s = lengths.astype(float)
+    ideal = float((cost.linear_s_per_token * s + cost.attention_s_per_token2 * s * s).sum()) / 4
+    assert f == pytest.approx(step / ideal) and f > 1.2
+    with pytest.raises(ConfigError, match="does not divide the trainer's data-parallel degree 6"):
+        cp_factor(SHAPE, _hardware(), lengths, 6, 1, ContextParallelSetting(4))
+
+
+def test_the_trainer_is_costed_with_its_cp_plan_and_the_other_passes_are_not():
+    cfg = _grpo({"context_parallel": 2, "dynamic_context_parallel": True}, batch_size=32, samples_per_prompt=4,
+                generation_length=8192, gen_quantiles=[[0.5, 1000], [0.9, 4000], [0.99, 8000]])
+    instance = build_instance(cfg)
+    cp = instance_balance(instance).context_parallel
+    model = instance.models["actor"]
+    setting = instance.balance["actor"].context_parallel
+    f = cp.factor(model, 4, 1, setting)
+    assert f >= 1.0 and f <= cp.factor(model, 4, 1, ContextParallelSetting(2, False)) + 1e-12
+    train = vertex_balance(instance, "actor.train")
+    phases = {"old_log_prob": 0.0}
+
+    class Cost:   # the per-micro-batch part P of the trainer's passes, 2 s
+        def pass_time(self, *args, **kwargs):
+            return 2.0
+
+    assert train.seconds(Cost(), model, "train", 4, 1, 1, 1, (1, 1, 4), 1, phases) == pytest.approx((f - 1) * 2.0)
+    infer = vertex_balance(instance, "reference.infer")
+    forward = {"forward": 2.0}
+    dp_only = infer.factor(instance.models["reference"], 4, 1)
+    assert infer.seconds(Cost(), instance.models["reference"], "infer", 4, 1, 1, 1, (1, 1, 4), 1, forward) == \
+        pytest.approx((dp_only - 1) * 2.0)
+
+
+@pytest.mark.parametrize("backend", ["megatron", "fsdp"])
+def test_verl_settings_carry_the_trainers_context_parallelism(backend):
+    cfg = _grpo({"context_parallel": 2, "dynamic_context_parallel": True})
+    cfg["policy"].update({"framework": "verl", "trainer_backend": backend})
+    instance = build_instance(cfg)
+    block = Allocation((0, 0, 0), (1, 2, 8))
+    plan = Plan.build({v.name: VertexPlan(Strategy(16, 1, 1), 1, block) for v in instance.graph.vertices})
+    emitted = emit(instance, plan, "verl")
+    longest = cfg["workload"]["context_length"] + cfg["workload"]["generation_length"]
+    if backend == "megatron":
+        assert emitted.settings["actor_rollout_ref.actor.megatron.context_parallel_size"] == 2
+        assert emitted.settings["actor_rollout_ref.actor.megatron.dynamic_context_parallel"] is True
+        assert emitted.settings["actor_rollout_ref.actor.megatron.max_seqlen_per_dp_cp_rank"] == -(-longest // 2)
+    else:
+        assert not any("context_parallel" in key for key in emitted.settings)
+        assert any("context parallelism 2 (dynamic)" in line for line in emitted.refusals)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_nemo_rl_settings_carry_the_cp_degree_and_refuse_dynamic_cp(dynamic):
+    cfg = _grpo({"context_parallel": 2, "dynamic_context_parallel": dynamic})
+    cfg["policy"].update({"framework": "nemo-rl"})
+    instance = build_instance(cfg)
+    block = Allocation((0, 0, 0), (1, 2, 8))
+    plan = Plan.build({v.name: VertexPlan(Strategy(16, 1, 1), 1, block) for v in instance.graph.vertices})
+    emitted = emit(instance, plan, "nemo-rl")
+    keys = [key for key in emitted.settings if key.endswith("context_parallel_size")]
+    assert keys and all(emitted.settings[key] == 2 for key in keys)
+    assert any("dynamic context parallelism" in line for line in emitted.refusals) is dynamic

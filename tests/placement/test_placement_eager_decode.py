@@ -1,0 +1,204 @@
+"""A rollout engine without CUDA graphs (vLLM's ``enforce_eager``): every decode iteration is an eager pass of the
+captured step's kernels, each kernel at least the host's issue time; hand calculations on a tiny shape."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import numpy as np
+import pytest
+
+from packplace.errors import ConfigError
+from packplace.placement.model import components as C
+from packplace.placement.model.cost import HOST_ISSUE_TABLE, CostModel
+from packplace.placement.model.engine import RolloutEngine
+from packplace.placement.model.framework import FRAMEWORKS
+from packplace.placement.problem.config import build_instance, load_yaml
+from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
+from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.workload import Workload
+from packplace.placement.task_estimate import estimate, resolve_model
+
+VALIDATION = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "validation")
+OPT13_64 = os.path.join(VALIDATION, "deepspeed_chat_ppo_opt-13b_64xa100.yaml")
+VERL_DAPO_2X8 = os.path.join(VALIDATION, "verl_dapo_qwen2.5-math-7b_2x8xh20_colocate.yaml")
+
+# Two layers of width 128 (one head of 128, one KV head), MLP 256, a vocabulary of 1e6: every kernel of a layer
+# is far shorter than the issue time, the LM head's GEMM far longer.
+TINY = ModelSpec(layers=2, hidden_dim=128, ffn_dim=256, vocab_size=1_000_000, num_kv_heads=1, head_dim=128)
+# Round rates: 1e12 B/s for every stream, 1e15 FLOP/s, 2 µs GPU time per kernel, 20 µs host issue per kernel.
+TABLE = C.ComponentTable(gpu="tiny", gemm_flops=1e15, gemm_k_overhead=0.0, gemm_stream_bandwidth=1e12,
+                         gemm_launch_s=0.0, stream_bandwidth=1e12, attention_flops=1e14, kernel_issue_s=20e-6,
+                         kernel_gpu_s=2e-6, decode_weight_bandwidth=1e12, kv_bandwidth=1e12)
+# Bytes of one layer's ten kernels at batch 1 and 1,000 cached tokens: QKV GEMM 2·128·384 = 98,304, the query's
+# copy 2·2·128 = 512, KV read 2·1000·128·2 = 512,000, O GEMM 2·128·128 = 32,768, residual 3·2·128 = 768,
+# gate/up GEMM 2·128·512 = 131,072, activation 2·2·256 = 1,024, product 3·2·256 = 1,536, down GEMM
+# 2·256·128 = 65,536, residual 768: 844,288 bytes, 0.844288 µs at 1e12 B/s (the GEMMs' FLOPs, 2·k·n per row at
+# 1e15, are 1,000× below their weight reads). Head: GEMM 2·128·1e6 = 256e6 bytes, 256 µs; argmax 2e6 bytes, 2 µs.
+LAYER_BYTES = 844_288
+HEAD_GEMM_S, ARGMAX_S = 256e-6, 2e-6
+
+
+def test_profile_defaults_come_from_the_frameworks_configs():
+    # verl rollout.yaml (v0.6.0+), NeMo RL grpo_math_1B.yaml, OpenRLHF --vllm.enforce_eager, vLLM: all False;
+    # DeepSpeed-Chat's hybrid engine is not vLLM
+    for name in ("none", "verl", "nemo-rl", "openrlhf"):
+        assert FRAMEWORKS[name].enforce_eager is False
+    assert FRAMEWORKS["deepspeed-chat"].enforce_eager is None
+    assert RolloutEngine().enforce_eager is False
+
+
+def test_eager_decode_of_a_tiny_shape_is_the_sum_of_max_issue_gpu():
+    # every layer kernel: max(20 µs, 2 µs + t < 1 µs) = 20 µs -> 2 layers · 10 kernels · 20 µs = 400 µs;
+    # head GEMM max(20, 2 + 256) = 258 µs, argmax max(20, 2 + 2) = 20 µs -> 678 µs
+    eager = C.decode_seconds(TABLE, TINY, 1, 1000, eager=True)
+    assert eager == pytest.approx(2 * 10 * 20e-6 + (2e-6 + HEAD_GEMM_S) + 20e-6, rel=1e-12)
+    assert eager == pytest.approx(678e-6, rel=1e-12)
+    # captured: Σ (2 µs + t) = 2 · (10 · 2 µs + 0.844288 µs) + (2 + 256) + (2 + 2) µs = 303.688576 µs
+    graph = C.decode_seconds(TABLE, TINY, 1, 1000)
+    assert graph == pytest.approx(2 * (10 * 2e-6 + LAYER_BYTES / 1e12) + 258e-6 + 4e-6, rel=1e-12)
+    assert graph == pytest.approx(303.688576e-6, rel=1e-12)
+
+
+def test_eager_array_matches_the_eager_kernel_sum():
+    table = C.load_table("h200")
+    for name in ("qwen2.5-1.5b", "llama3.1-8b"):
+        model = resolve_model(name)
+        for batch, ctx in ((1, 16), (32, 2048), (256, 8192)):
+            one = C.decode_seconds(table, model, batch, ctx, eager=True)
+            arr = C.decode_step_array(table, model, np.array([float(batch)]), np.array([float(batch * ctx)]),
+                                      eager=True)
+            assert arr[0] == pytest.approx(one, rel=1e-12)
+            assert one >= C.decode_seconds(table, model, batch, ctx)
+
+
+def test_a_small_model_is_host_bound_a_large_batch_is_not():
+    table = C.load_table("h200")
+    small = resolve_model("qwen2.5-1.5b")
+    # batch 1: every layer kernel is shorter than the issue time, so the layers cost 28 · 10 issues
+    eager = C.decode_seconds(table, small, 1, 128, eager=True, head=False)
+    assert eager == pytest.approx(small.layers * 10 * table.kernel_issue_s, rel=1e-12)
+    assert C.decode_seconds(table, small, 1, 128, head=False) < 0.5 * eager
+    # an 8B model at batch 256 and 8K context: the GEMMs and the KV read dominate, eager adds little
+    large = resolve_model("llama3.1-8b")
+    graph = C.decode_seconds(table, large, 256, 8192)
+    assert graph < C.decode_seconds(table, large, 256, 8192, eager=True) < 1.2 * graph
+
+
+def _cost(eager: bool, tp: int = 1) -> tuple[CostModel, float]:
+    # knob rates of 1e12 B/s (memory_bandwidth 2e12 at decode_bw_eff 0.5) and 1e15 FLOP/s (2e15 at 0.5)
+    hw = Hardware(**{**PRESETS["h100-sxm"], "memory_bandwidth": 2e12, "decode_bw_eff": 0.5, "flops_per_gpu": 2e15,
+                     "gemm_peak_fraction": 0.5})
+    cost = CostModel(hw, Cluster(1, 1, 8), Workload(1, 1, 1, 2048), RolloutEngine(enforce_eager=eager),
+                     framework=FRAMEWORKS["none"])
+    step = cost.decode_step_times(TINY, tp, 1, (1, 1, 8), 1, np.array([1.0]), np.array([1000.0]))
+    return cost, float(step[0])
+
+
+def test_knob_model_adds_the_issue_time_its_kernels_do_not_cover():
+    cost, eager = _cost(True)
+    _, graph = _cost(False)
+    issue = C.load_table(HOST_ISSUE_TABLE).kernel_issue_s
+    assert cost.eager_decode_table().kernel_issue_s == issue and cost.eager_decode_table().kernel_gpu_s == 0.0
+    # Σ max(0, issue − t): 2 layers · (10 · issue − 0.844288 µs) + head GEMM 0 (256 µs > issue) + argmax
+    # (issue − 2 µs) = 21 · issue − 3.688576 µs
+    assert eager - graph == pytest.approx(21 * issue - 3.688576e-6, rel=1e-9)
+
+
+def test_knob_model_tensor_parallel_all_reduces_are_issued_too():
+    cost, eager = _cost(True, tp=2)
+    _, graph = _cost(False, tp=2)
+    issue = C.load_table(HOST_ISSUE_TABLE).kernel_issue_s
+    # one rank's kernels at tp 2: 422,912 bytes per layer (0.422912 µs), argmax 1 µs, head GEMM 128 µs > issue
+    kernels = 2 * (10 * issue - 0.422912e-6) + (issue - 1e-6)
+    alpha, beta = cost.hw.coll(0)
+    allreduce = 2 * (2 - 1) * (alpha + 128 * 2 / 2 * beta)   # ring of 2 over 1 token of width 128, bf16
+    assert allreduce < issue
+    assert eager - graph == pytest.approx(kernels + 2 * 2 * (issue - allreduce), rel=1e-9)
+
+
+def _config(path: str) -> dict:
+    cfg = copy.deepcopy(load_yaml(path))
+    cfg.pop("validation")
+    return cfg
+
+
+def test_a_config_gets_its_frameworks_default_unless_it_sets_one():
+    cfg = _config(OPT13_64)
+    cfg["policy"]["framework"] = "verl"
+    assert build_instance(cfg).engine.enforce_eager is False
+    cfg["policy"]["enforce_eager"] = True
+    assert build_instance(cfg).engine.enforce_eager is True
+    # the verl DAPO run of 2025-07 ran verl's rollout.yaml of then: enforce_eager True
+    assert build_instance(_config(VERL_DAPO_2X8)).engine.enforce_eager is True
+
+
+def test_enforce_eager_is_refused_where_it_means_nothing_or_is_not_a_bool():
+    cfg = _config(OPT13_64)
+    assert cfg["policy"]["framework"] == "deepspeed-chat"
+    assert build_instance(cfg).engine.enforce_eager is False
+    cfg["policy"]["enforce_eager"] = True
+    with pytest.raises(ConfigError, match=r"\[policy\] enforce_eager: True is a vLLM setting"):
+        build_instance(cfg)
+    cfg["policy"]["framework"] = "verl"
+    cfg["policy"]["enforce_eager"] = "yes"
+    with pytest.raises(ConfigError, match=r"\[policy\] enforce_eager: must be true or false, got 'yes'"):
+        build_instance(cfg)
+
+
+def test_estimate_decodes_with_or_without_graphs():
+    table = C.load_table("h200")
+    model = resolve_model("qwen2.5-1.5b")
+    graph = estimate("qwen2.5-1.5b", "h200", "decode", batch=4, context=1024)
+    eager = estimate("qwen2.5-1.5b", "h200", "decode", batch=4, context=1024, enforce_eager=True)
+    assert graph.parts["decode"] == pytest.approx(C.decode_seconds(table, model, 4, 1024), rel=1e-12)
+    assert eager.parts["decode"] == pytest.approx(C.decode_seconds(table, model, 4, 1024, eager=True), rel=1e-12)
+    assert eager.inputs["enforce_eager"] is True and graph.inputs["enforce_eager"] is False
+    # generate: every decode iteration eager, the prefill unchanged
+    g = estimate("qwen2.5-1.5b", "h200", "generate", batch=4, seq_len=128, context=640)
+    e = estimate("qwen2.5-1.5b", "h200", "generate", batch=4, seq_len=128, context=640, enforce_eager=True)
+    assert e.parts["prefill"] == g.parts["prefill"] and e.parts["decode"] > 1.5 * g.parts["decode"]
+
+
+def test_estimate_knob_model_matches_the_cost_model():
+    graph = estimate("qwen2.5-1.5b", "h20", "decode", batch=8, context=4096, tp=2, framework="vllm")
+    eager = estimate("qwen2.5-1.5b", "h20", "decode", batch=8, context=4096, tp=2, framework="vllm",
+                     enforce_eager=True)
+    assert eager.parts["overhead"] == graph.parts["overhead"] == pytest.approx(1.4e-3)
+    assert eager.parts["decode"] > graph.parts["decode"]
+    issue = C.load_table(HOST_ISSUE_TABLE).kernel_issue_s
+    model = resolve_model("qwen2.5-1.5b")
+    # each of the 2 · 28 all-reduces at least the issue time
+    assert eager.parts["communication"] == pytest.approx(2 * model.layers * issue, rel=1e-9)
+    assert graph.parts["communication"] < eager.parts["communication"]
+
+
+def test_estimate_refuses_eager_for_a_non_vllm_engine_and_a_non_bool():
+    with pytest.raises(ConfigError, match="enforce_eager: a vLLM setting"):
+        estimate("qwen2.5-1.5b", "h200", "decode", framework="deepspeed-chat", enforce_eager=True)
+    with pytest.raises(ConfigError, match="enforce_eager: must be true or false"):
+        estimate("qwen2.5-1.5b", "h200", "decode", enforce_eager="yes")
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_emitted_settings_carry_the_priced_engine_mode(eager):
+    from dataclasses import replace
+    from pathlib import Path
+
+    from packplace.placement.emit import emit
+    from packplace.placement.problem.config import load_config
+    from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
+
+    root = Path(__file__).resolve().parents[2]
+    instance = load_config(root / "configs" / "placement" / "grpo_qwen2.5-7b_2x8xh100.yaml")
+    instance = replace(instance, engine=replace(instance.engine, enforce_eager=eager))
+    both = Allocation((0, 0, 0), (1, 2, 8))
+    plan = Plan.build({"actor.generate": VertexPlan(Strategy(4, 1, 4), 256, both),
+                       "reference.infer": VertexPlan(Strategy(16, 1, 1), 32, both),
+                       "reward.infer": VertexPlan(Strategy(16, 1, 1), 64, both),
+                       "actor.train": VertexPlan(Strategy(16, 1, 1), 8, both)})
+    assert emit(instance, plan, "verl").settings["actor_rollout_ref.rollout.enforce_eager"] is eager
+    assert emit(instance, plan, "nemo-rl").settings["policy.generation.vllm_cfg.enforce_eager"] is eager
+    openrlhf = emit(instance, plan, "openrlhf").settings
+    assert openrlhf.get("--vllm.enforce_eager", False) is eager   # a switch: written only when set
