@@ -21,7 +21,14 @@ packing into lockstep slots, then local moves under a work budget. Deterministic
    is up: a sequence of a slot's slowest group moves to, or swaps with a shorter sequence of, the group (any
    slot) that lowers the step time (Σ of the slot maxima) most; all candidates of one sequence are scored at
    once (numpy). When none does, a slot's slowest group merges with another of its slot into a group of
-   their summed size, or splits in two of half its size, if that lowers the slot's time; then moves again.
+   their summed size, or splits in two of half its size, if that lowers the slot's time; when neither does,
+   each slot of few sequences is rebuilt as equal groups of one size (the best size, sequences dealt longest
+   first onto the group they slow least) where that is faster: several groups merged into larger ones shared
+   by several sequences. Then moves again.
+5. **Polish** (small instances, at most :data:`POLISH_MAX_SEQUENCES` sequences): the ``cpsat`` backend started
+   from the plan (hint and ceiling), one worker, cut by ``polish`` units of CP-SAT deterministic time (work,
+   not wall: the same answer under any load); its plan when the evaluator finds it faster. It reaches what
+   the moves do not: several sequences sharing one large group, fewer slots.
 
 The CP size of a sequence is thus chosen by its marginal benefit: a larger group only where the sequence
 alone would outlast the slot (attention ``∝ s²/c`` falls, the ring exchange and the ranks it takes rise).
@@ -37,7 +44,7 @@ import numpy as np
 
 from packplace.context_parallel.instance import ContextParallelInstance
 from packplace.registry import register
-from packplace.result import FEASIBLE, UNKNOWN, Proposal
+from packplace.result import FEASIBLE, UNKNOWN, Proposal, optimality_level
 from packplace.run import OutOfTime
 from packplace.solvers.context_parallel._common import assemble, tile
 from packplace.solvers.context_parallel.megatron import megatron_slots
@@ -496,6 +503,64 @@ def _structural(table: _Table, state: _State) -> _State | None:
     return None
 
 
+def _uniform_slot(table: _Table, members: list[int]) -> tuple[float, list[tuple[int, list[int]]]] | None:
+    """The best one-size layout of a slot: for each allowed size ``c`` the slot's sequences fill ``R / c``
+    groups of size ``c``, longest first, each onto the group it slows least (token room kept); the layout of
+    the least slot time and that time, or None when none holds every sequence with every group non-empty.
+    (Several groups of a slot merged into equal larger ones: what single moves and pairwise merges miss when
+    the optimum shares large groups among several sequences.)"""
+    sizes, ranks, cap = table.sizes, table.ranks, table.cap
+    order = sorted(members, key=lambda m: -table.tokens_list[m])
+    best: tuple[float, list[tuple[int, list[int]]]] | None = None
+    for k, size in enumerate(sizes):
+        count = ranks // size
+        if ranks % size or count > len(order):
+            continue
+        room = math.inf if cap is None else size * cap
+        totals, squares, parts = [0.0] * count, [0.0] * count, [[] for _ in range(count)]
+        placed = True
+        for i in order:
+            x = float(table.tokens_list[i])
+            options = [g for g in range(count) if totals[g] + x <= room]
+            if not options:
+                placed = False
+                break
+            g = min(options, key=lambda h: (table.time(k, totals[h] + x, squares[h] + x * x), h))
+            totals[g] += x
+            squares[g] += x * x
+            parts[g].append(i)
+        if not placed or not all(parts):
+            continue
+        height = max(table.time(k, t, q) for t, q in zip(totals, squares, strict=True))
+        if best is None or height < best[0]:
+            best = (height, [(size, part) for part in parts])
+    return best
+
+
+#: Largest slot (sequences) the one-size layouts (:func:`_uniform`) are tried on: where a slot holds many
+#: sequences the construction's lanes already balance it, and the layouts' cost grows with the groups.
+UNIFORM_MAX_MEMBERS = 32
+
+
+def _uniform(table: _Table, state: _State) -> _State | None:
+    """Each slot of at most :data:`UNIFORM_MAX_MEMBERS` sequences replaced by its best one-size layout
+    (:func:`_uniform_slot`) where that is faster; None when no slot is."""
+    sizes = table.sizes
+    slots: list[list[tuple[int, list[int]]]] = [[] for _ in range(state.slot_count)]
+    for g, members in enumerate(state.members):
+        slots[int(state.slot[g])].append((sizes[int(state.k[g])], list(members)))
+    changed = False
+    for j in range(state.slot_count):
+        members = [i for _, part in slots[j] for i in part]
+        if len(members) > UNIFORM_MAX_MEMBERS:
+            continue
+        found = _uniform_slot(table, members)
+        if found is not None and found[0] < float(state.top_time[j, 0]) * (1 - 1e-12):
+            slots[j] = found[1]
+            changed = True
+    return _State(table, _from_slots(table, slots)) if changed else None
+
+
 def _move(state: _State, i: int, source: int, target: int) -> None:
     """Sequence ``i`` from group ``source`` to group ``target`` (the caller sets the two groups' times)."""
     s = state.table.tokens[i]
@@ -600,6 +665,9 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 0, megatron_s
         regrouped = _structural(table, state)
         spent += len(state.members)
         if regrouped is None:
+            regrouped = _uniform(table, state)
+            spent += len(table.tokens_list) * len(table.sizes)
+        if regrouped is None:
             break
         state = regrouped
     out: list[list[tuple[int, list[int]]]] = [[] for _ in range(state.slot_count)]
@@ -608,10 +676,41 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 0, megatron_s
     return out, spent
 
 
+#: Largest instance (sequences) the CP-SAT polish runs on.
+POLISH_MAX_SEQUENCES = 64
+#: The polish's default budget: CP-SAT deterministic time (about a second of one unloaded core per unit).
+DEFAULT_POLISH = 2.0
+
+
+def _polish(instance: ContextParallelInstance, run: Any, plan: Any, budget: float) -> tuple[Any, str]:
+    """The ``cpsat`` backend started from ``plan`` (hint and ceiling), one worker, cut by ``budget`` units of
+    CP-SAT deterministic time (so the answer does not depend on the machine's load; the run's wall limit is
+    the safety net): its plan when the evaluator finds it faster, else ``plan``; and a note for the message."""
+    if budget <= 0 or instance.n > POLISH_MAX_SEQUENCES or instance.objective != "step_time" or run.expired():
+        return plan, ""
+    evaluator = run.evaluator
+    before = evaluator.score(plan)
+    if before.objective <= optimality_level(float(run.bound)):
+        return plan, ""
+    try:
+        polished = run.call("cpsat", start=plan, num_workers=1,
+                            cp_parameters={"max_deterministic_time": float(budget)})
+    except OutOfTime:
+        return plan, ""
+    if polished.solution is None:
+        return plan, ""
+    after = evaluator.score(polished.solution)
+    if after.feasible and after.objective < before.objective:
+        return polished.solution, f"; CP-SAT polish {before.objective:.6g} -> {after.objective:.6g} s"
+    return plan, ""
+
+
 @register("context_parallel", "greedy")
 def solve(instance: ContextParallelInstance, run: Any, *, extra_slots: int = 0, megatron_start: bool = True,
-          max_moves: int | None = None) -> Proposal:
-    """packplace's heuristic: CP sizes by a target slot time, LPT packing, local moves (deterministic)."""
+          max_moves: int | None = None, polish: float = DEFAULT_POLISH) -> Proposal:
+    """packplace's heuristic: CP sizes by a target slot time, LPT packing, local moves (deterministic); on
+    instances of at most :data:`POLISH_MAX_SEQUENCES` sequences, then ``polish`` units of CP-SAT deterministic
+    time from its plan (0: off; :func:`_polish`)."""
     if instance.n == 0:
         return Proposal(assemble(instance, []), FEASIBLE)
     try:
@@ -625,5 +724,6 @@ def solve(instance: ContextParallelInstance, run: Any, *, extra_slots: int = 0, 
     plan = assemble(instance, slots)
     if plan is None:
         return Proposal(None, UNKNOWN, message="the CP sizes of a slot do not tile the ranks")
+    plan, note = _polish(instance, run, plan, polish)
     return Proposal(plan, FEASIBLE, iterations=spent,
-                    message=f"{len(slots)} micro-batches, {spent} candidate moves scored")
+                    message=f"{len(slots)} micro-batches, {spent} candidate moves scored{note}")

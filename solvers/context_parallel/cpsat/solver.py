@@ -74,8 +74,8 @@ def _option_error(num_workers: Any, max_booleans: Any, cp_parameters: Any, start
     if params:
         return (f"cpsat: unknown parameter {sorted(params)[0]!r}; valid: num_workers, max_booleans, "
                 "cp_parameters, start")
-    if not isinstance(start, bool):
-        return f"start: must be true or false, got {start!r}"
+    if not isinstance(start, (bool, ContextParallelPlan)):
+        return f"start: must be true, false or a ContextParallelPlan, got {start!r}"
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
         return f"num_workers: must be an integer >= 1, got {num_workers!r}"
     if isinstance(max_booleans, bool) or not isinstance(max_booleans, int) or max_booleans < 1:
@@ -101,7 +101,7 @@ def solve(
     num_workers: int = 1,
     max_booleans: int = DEFAULT_MAX_BOOLEANS,
     cp_parameters: Mapping[str, Any] | None = None,
-    start: bool = True,
+    start: bool | ContextParallelPlan = True,
     **params: Any,
 ) -> Proposal:
     """Exact CP-SAT plan of a dynamic-CP instance (module docstring): a layout per slot, a group per sequence.
@@ -114,7 +114,9 @@ def solve(
         max_booleans: Largest model built (``x`` Booleans); above it the start is returned.
         cp_parameters: Extra CP-SAT parameters by name (``SatParameters`` fields).
         start: Run the heuristics for a start (hint, ceiling, fallback; default). False: CP-SAT alone, from
-            no answer (the model's own strength; an interrupted or cut run may then have no answer).
+            no answer (the model's own strength; an interrupted or cut run may then have no answer). A
+            :class:`~packplace.context_parallel.ContextParallelPlan`: that plan is the start (hint, ceiling,
+            fallback) and no heuristic runs (a heuristic polishing its own plan calls it so).
 
     Returns:
         A :class:`~packplace.result.Proposal` with a :class:`~packplace.context_parallel.ContextParallelPlan`;
@@ -151,7 +153,8 @@ class _ExactSolve:
         self.tokens = [tokens[i] for i in self.order]
 
     # ------------------------------------------------------------------------------------ phases
-    def solve(self, num_workers: int, cp_parameters: Mapping[str, Any] | None, start: bool) -> Proposal:
+    def solve(self, num_workers: int, cp_parameters: Mapping[str, Any] | None,
+              start: bool | ContextParallelPlan) -> Proposal:
         instance = self.instance
         try:
             layouts = slot_layouts(instance.ranks, instance.sizes, lambda first, size: instance.inside_node(size))
@@ -162,7 +165,9 @@ class _ExactSolve:
         if infeasible is not None:
             return Proposal(None, INFEASIBLE, message=f"infeasible (counting argument): {infeasible}",
                             info={"proof": "counting"})
-        if start:
+        if isinstance(start, ContextParallelPlan):
+            self.given_start(start)
+        elif start:
             self.find_start()
         if self.start is not None and self.start_objective <= optimality_level(self.analytic):
             return self.answer_start(OPTIMAL, f"{self.start_source} start meets the analytic lower bound; "
@@ -229,6 +234,14 @@ class _ExactSolve:
                 self.start, self.start_objective, self.start_source = proposal.solution, score.objective, name
         if self.start is not None:
             self.run.offer(self.start, self.start_objective)
+        self.info.update(start=self.start_source, start_objective=self.start_objective if self.start else None)
+
+    def given_start(self, plan: ContextParallelPlan) -> None:
+        """The caller's plan as the start, when the evaluator finds it feasible."""
+        score = self.evaluator.score(plan)
+        if score.feasible:
+            self.start, self.start_objective, self.start_source = plan, score.objective, "given"
+            self.run.offer(plan, score.objective)
         self.info.update(start=self.start_source, start_objective=self.start_objective if self.start else None)
 
     def answer_start(self, status: str, message: str, timed_out: bool = False) -> Proposal:
