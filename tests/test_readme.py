@@ -241,3 +241,26 @@ def test_balance_config_format_block_loads_as_a_config(tmp_path):
     (tmp_path / "c.yaml").write_text(block)
     instance = load_config(str(tmp_path / "c.yaml"))
     assert instance.data_parallel_size == 16 and instance.objective == "makespan"
+
+
+#: The README's ``packplace balance`` commands, each run (not only parsed): they take a second or two
+#: each with the wall-clock limit cut to :data:`README_RUN_LIMIT_S` (a later ``--time-limit`` wins).
+README_BALANCE = [words for lang, code, _ in README_BLOCKS if lang == "bash" for words in _commands(code)
+                  if words[:2] == ["packplace", "balance"]]
+README_RUN_LIMIT_S = "2"
+
+
+@pytest.mark.parametrize("words", README_BALANCE, ids=lambda words: " ".join(words[2:4] + words[4:5]))
+def test_readme_balance_command_runs(words, tmp_path, monkeypatch, capsys):
+    from packplace.cli import main
+
+    if "--plot" in words:
+        pytest.importorskip("matplotlib")
+    args = [str(ROOT / word) if previous == "--config" else word for previous, word in zip(["", *words], words)]
+    monkeypatch.chdir(tmp_path)  # --out and --plot files land in a scratch folder
+    assert main([*args[1:], "--time-limit", README_RUN_LIMIT_S]) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"^solver\s+\S+ \(s\)|^solver\s+objective", printed, flags=re.M), printed[-2000:]
+    for option in ("--out", "--plot"):
+        if option in words:
+            assert (tmp_path / words[words.index(option) + 1]).stat().st_size > 0
