@@ -4,6 +4,7 @@ builds, the fields it refuses, the printed CP groups and the JSON document, agai
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,14 @@ def test_packplace_balance_prints_each_micro_batchs_cp_groups_and_writes_them(tm
     for row in (f"{group['ranks'][0]}-{group['ranks'][1]}" for slot in plan for group in slot["groups"]
                 if group["size"] > 1):
         assert row in stdout
+    # both time columns at one precision: six significant digits of the largest time (tens of token^2: 4 decimals)
+    lines = stdout.splitlines()
+    table = lines[lines.index(header) + 2:]
+    table = table[:table.index("")]
+    cells = [cell for line in table for cell in line.split() if re.fullmatch(r"\d+\.\d+", cell)]
+    assert len(cells) == sum(len(slot["groups"]) + 1 for slot in plan)
+    assert {len(cell.split(".")[1]) for cell in cells} == {4}
+    assert cells[0] == f"{plan[0]['groups'][0]['time']:.4f}"
 
 
 def test_packplace_balance_refuses_what_a_cp_config_cannot_do(tmp_path, capsys):

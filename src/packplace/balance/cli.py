@@ -322,6 +322,15 @@ def _print_context_parallel_plan(document: dict[str, Any]) -> None:
     """One row per CP group: micro-batch, ranks, CP size, sequences, tokens, keys (the first few) and time;
     the micro-batch's time (its slowest group) on its first row."""
     unit = document["parameters"]["time_unit"]
+    times = [t for slot in document["plan"] for t in (slot["time"], *(g["time"] for g in slot["groups"]))
+             if t is not None]
+    # one fixed number of decimals for both time columns (6 significant digits of the largest time), so
+    # that 0.474200 stands next to 0.479586 rather than 0.4742
+    decimals = max(0, 5 - math.floor(math.log10(max(times)))) if times and max(times) > 0 else 6
+
+    def time_text(value: float | None) -> str:
+        return "-" if value is None else f"{value:.{decimals}f}"
+
     rows = []
     for slot in document["plan"]:
         for g, group in enumerate(slot["groups"]):
@@ -330,8 +339,11 @@ def _print_context_parallel_plan(document: dict[str, Any]) -> None:
                 keys += f",... (+{len(group['keys']) - SHOWN_KEYS})"
             first, last = group["ranks"]
             rows.append([slot["micro_batch"] if g == 0 else "", f"{first}-{last}" if last > first else str(first),
-                         group["size"], len(group["keys"]), group["tokens"], keys, group["time"],
-                         slot["time"] if g == 0 else ""])
+                         group["size"], len(group["keys"]), group["tokens"], keys, time_text(group["time"]),
+                         time_text(slot["time"]) if g == 0 else ""])
+    width = max((len(row[col]) for row in rows for col in (6, 7)), default=0)
+    for row in rows:
+        row[6], row[7] = row[6].rjust(width), row[7].rjust(width) if row[7] else ""
     print(render_table(["micro-batch", "ranks", "cp", "sequences", "tokens", "keys", f"time ({unit})",
                         f"micro-batch time ({unit})"], rows))
     print()
