@@ -89,7 +89,8 @@ class Proposal:
             :func:`finalize` against the evaluator and downgraded to ``feasible`` unless the evaluated
             objective meets the bound within :data:`OPTIMALITY_RTOL`).
         bound: A proven lower bound on the objective, in the objective's units, or ``None``.
-        hit_time_limit: The solver stopped because of ``time_limit_s``.
+        hit_time_limit: The solver stopped because of ``time_limit_s`` or of a work budget that cut its
+            search (CP-SAT's ``max_deterministic_time``, a node cap): the answer is not a finished search.
         iterations: Search nodes, moves, repair pairs or similar, where meaningful.
         message: One line for the user (e.g. why a heuristic fell back to the reference).
         log: The solver's own log lines.
@@ -123,7 +124,8 @@ class SolveResult:
         bound: Best proven lower bound: the solver's own where it has one, else the evaluator's
             analytic bound (the larger of the two).
         status: One of ``optimal``, ``feasible``, ``infeasible``, ``unknown``, ``error``.
-        hit_time_limit: The backend stopped at its time limit (not set by a signal: see ``interrupted``).
+        hit_time_limit: The backend stopped at its time limit or at a work budget that cut its search
+            (CP-SAT's ``max_deterministic_time``, a node cap); not set by a signal: see ``interrupted``.
         params: The parameters the backend ran with (``time_limit_s``, ``seed`` and its own).
         wall_s: Wall-clock seconds of the whole library call, measured by the front-end (placement: the
             candidate table and the analytic bound included; balance: the checks, the canonical order and

@@ -197,7 +197,8 @@ def _header(report) -> str:
             f"jobs {st.get('jobs')}, {st.get('elapsed_s', 0.0):.1f} s")
 
 
-LEGEND = ("cells: objective (gap to the instance's best bound); * proven optimal; L stopped at the time limit; "
+LEGEND = ("cells: objective (gap to the instance's best bound); * proven optimal; "
+          "L stopped at the time limit or a work budget (CP-SAT's max_deterministic_time, a node cap); "
           "gaps are (objective - bound) / objective; ties within rtol {rtol:g}")
 
 
