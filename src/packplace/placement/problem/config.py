@@ -544,8 +544,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     policy_cfg = _section(config, "policy", required=False)
     raw_version = policy_cfg.get("framework_version") if isinstance(policy_cfg, Mapping) else None
     if isinstance(raw_version, (int, float)) and not isinstance(raw_version, bool):
-        raise ConfigError(f"[policy] framework_version: {raw_version!r} was read as a number; write the release "
-                          f"quoted, e.g. framework_version: \"{raw_version}\" (YAML reads 0.10 as 0.1)")
+        raise ConfigError(f"[policy] framework_version: {show(raw_version)} was read as a number; write the "
+                          "release quoted, e.g. framework_version: \"0.5.0\" (YAML reads 0.10 as 0.1)")
     policy = check_section(policy_cfg, _policy_fields(), "[policy]", label=_label("policy"), **_FORMATS)
     algorithm = policy["algorithm"]
     if policy["batching"] == "static" and "max_num_seqs" in policy_cfg:
