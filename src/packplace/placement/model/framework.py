@@ -140,7 +140,9 @@ class VersionDefaults:
 
 #: Version-dependent defaults per framework, oldest first; a release at or after the last entry takes the
 #: profile's own (current) defaults, which the last entry repeats. vLLM 0.8.0 made the V1 engine its
-#: default (``VLLM_USE_V1`` unset), so a release pinning vLLM below 0.8 runs V0.
+#: default where it supports the use (github.com/vllm-project/vllm/pull/15064: "V1 is now enabled by
+#: default for all supported use cases ... To disable V1, ... VLLM_USE_V1=0"), so a release pinning vLLM
+#: below 0.8 runs V0.
 FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
     "verl": (
         VersionDefaults((0, 1), True, "v0",
@@ -156,7 +158,7 @@ FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
                         "rollout enforce_eager: True"),
         VersionDefaults((0, 6), False, "v1",
                         "verl v0.6.0+: verl/trainer/config/rollout/rollout.yaml enforce_eager: False (commit "
-                        "ff6978c14); main_ppo.py ray.init env VLLM_USE_V1=1"),
+                        "ff6978c14); vllm_rollout_spmd.py and vllm_async_server.py import vllm.v1"),
     ),
     "openrlhf": (
         VersionDefaults((0, 1), False, "v0",
@@ -164,8 +166,9 @@ FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
                         "to v0.5.2), setup.py vllm==0.6.4.post1-0.7.2 (v0.5.2.post1-v0.6.2); vllm.LLM at vLLM's "
                         "enforce_eager default False, from v0.4.4 the --enforce_eager flag (store_true)"),
         VersionDefaults((0, 6, 3), False, "v1",
-                        "OpenRLHF v0.6.3+: setup.py vllm==0.8.1 and later (from v0.8.0 "
-                        "openrlhf/trainer/ray/vllm_engine.py sets VLLM_USE_V1=1); --enforce_eager default False"),
+                        "OpenRLHF v0.6.3+: setup.py vllm==0.8.1 and later; openrlhf/trainer/ray/vllm_engine.py "
+                        "builds vllm.LLM with worker_extension_cls (V1's extension point; from v0.8.0 it sets "
+                        "VLLM_USE_V1=1); --enforce_eager default False"),
     ),
     "nemo-rl": (
         VersionDefaults((0, 1), True, "v0",
