@@ -533,7 +533,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     Raises:
         ConfigError: missing section or field, wrong type or range, unknown algorithm, model role,
             field or staleness key (the message lists the valid ones), ``max_num_seqs`` with static
-            batching.
+            batching, a ``framework_version`` that is not a quoted release, precedes the framework's
+            first known release or names a framework without release defaults.
     """
     if not isinstance(config, Mapping):
         raise ConfigError(f"config: must be a mapping of sections, got {type(config).__name__}")
