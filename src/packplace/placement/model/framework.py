@@ -107,7 +107,7 @@ VLLM_ENGINE_GENERATIONS = ("v0", "v1")
 #: running``. V0: github.com/vllm-project/vllm/issues/6801 ("[RFC]: Performance Roadmap", comment of
 #: 2024-08-08, vLLM 0.5.x): "the time between two steps ... sampling time, prepare input time,
 #: process_model_output time, and scheduler time. When BS is 200, all this together can be 20ms"; less the
-#: per-iteration overhead every batch pays (:data:`VLLM_DECODE_STEP_OVERHEAD`, 1.4 ms, the only published
+#: per-iteration part every batch pays, kept at :data:`VLLM_DECODE_STEP_OVERHEAD` (1.4 ms, the only published
 #: small-batch figure): (20 − 1.4) ms / 200 = 93 µs per sequence (the arithmetic:
 #: docs/calibration-and-validation.md). That V0 loop is synchronous: vLLM 0.6's asynchronous output
 #: processing (github.com/vllm-project/vllm/pull/7049) is off under ``enforce_eager`` ("Since, enforce-eager
