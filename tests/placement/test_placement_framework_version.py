@@ -41,7 +41,8 @@ def _config(path: str) -> dict:
 def test_v0_host_time_per_sequence_is_the_issue_thread_figure_less_the_fixed_part():
     # 20 ms between steps at 200 running sequences (vLLM 0.5.x), less the 1.4 ms every iteration pays
     assert VLLM_HOST_SECONDS_PER_SEQUENCE["v0"] == pytest.approx((20e-3 - 1.4e-3) / 200) == pytest.approx(93e-6)
-    assert VLLM_HOST_SECONDS_PER_SEQUENCE["v1"] == 0.0
+    # V1: the slope of vLLM's update_from_output micro-benchmark, 0.142 ms at 128 requests, 0.287 ms at 256
+    assert VLLM_HOST_SECONDS_PER_SEQUENCE["v1"] == pytest.approx(0.145e-3 / 128) == pytest.approx(1.1328125e-6)
     assert host_seconds_per_sequence("v0") == pytest.approx(93e-6)
     assert host_seconds_per_sequence(None) == 0.0
     with pytest.raises(ValueError, match="engine_generation must be one of v0, v1, got 'v2'"):
@@ -100,8 +101,8 @@ def test_a_config_applies_its_release_and_an_explicit_setting_still_wins():
     engine = build_instance(cfg).engine
     assert engine.enforce_eager is False and engine.host_seconds_per_sequence == pytest.approx(93e-6)
     assert build_instance(cfg).framework_version == "0.2.7"
-    del cfg["policy"]["framework_version"]             # unset: the profile's current defaults
-    assert build_instance(cfg).engine.host_seconds_per_sequence == 0.0
+    del cfg["policy"]["framework_version"]             # unset: the profile's current defaults (V1)
+    assert build_instance(cfg).engine.host_seconds_per_sequence == pytest.approx(1.1328125e-6)
     cfg["policy"].update(framework="verl", framework_version="0.5.0")
     assert build_instance(cfg).engine.enforce_eager is True
     cfg["policy"]["enforce_eager"] = False
@@ -137,7 +138,8 @@ def test_a_framework_without_a_version_table_refuses_a_release():
 
 def test_a_decode_iteration_adds_the_host_time_of_each_running_sequence():
     # OPT-125M-like shape on an H100 knob model (no component table): the iteration at 256 running sequences
-    # of a V0 engine is the V1 engine's plus 256 · 93 µs = 23.808 ms, and the difference grows linearly
+    # of a V0 engine is that of an engine with no per-sequence host time plus 256 · 93 µs = 23.808 ms, of a
+    # V1 engine plus 256 · 1.1328125 µs = 0.29 ms; the differences grow linearly
     model = ModelSpec(layers=12, hidden_dim=768, ffn_dim=3072, vocab_size=50272, num_kv_heads=12, head_dim=64)
     hw = Hardware(**{**PRESETS["h100-sxm"], "component_table": "none",
                      "decode_step_overhead": VLLM_DECODE_STEP_OVERHEAD})
@@ -145,9 +147,12 @@ def test_a_decode_iteration_adds_the_host_time_of_each_running_sequence():
     work = Workload(batch_size=512, samples_per_prompt=1, context_length=32, generation_length=128)
     running = np.array([1.0, 8.0, 256.0])
     context = running * 96.0
-    v1 = CostModel(hw, cluster, work, RolloutEngine()).decode_step_times(model, 1, 1, (1, 1, 1), 1, running, context)
+    bare = CostModel(hw, cluster, work, RolloutEngine()).decode_step_times(model, 1, 1, (1, 1, 1), 1, running, context)
     v0 = CostModel(hw, cluster, work, RolloutEngine(host_seconds_per_sequence=93e-6)).decode_step_times(
         model, 1, 1, (1, 1, 1), 1, running, context)
-    assert v0 - v1 == pytest.approx([93e-6, 0.744e-3, 23.808e-3], rel=1e-12)
+    assert v0 - bare == pytest.approx([93e-6, 0.744e-3, 23.808e-3], rel=1e-12)
+    v1 = CostModel(hw, cluster, work, RolloutEngine(host_seconds_per_sequence=1.1328125e-6)).decode_step_times(
+        model, 1, 1, (1, 1, 1), 1, running, context)
+    assert v1 - bare == pytest.approx([1.1328125e-6, 9.0625e-6, 0.29e-3], rel=1e-12)
     # at 256 sequences the host time is over 90% of the V0 iteration: the tiny model's GPU work is not
     assert 1.4e-3 + 23.808e-3 > 0.9 * v0[2]

@@ -68,8 +68,8 @@ class RolloutEngine:
         host_seconds_per_sequence: Host seconds the engine adds to every decode iteration per running
             sequence (scheduler, input preparation, sampler output processing of each request), beside the
             per-iteration ``decode_step_overhead``: the engine generation's
-            (:data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`; default 0, the V1
-            engine's).
+            (:data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`, which a config
+            sets from its framework's engine generation); default 0, none charged.
     """
 
     batching: str = "continuous"
