@@ -115,9 +115,9 @@ VLLM_ENGINE_GENERATIONS = ("v0", "v1")
 #: covers the V0 versions the framework tables name (verl v0.1-v0.3 eager, OpenRLHF with vLLM 0.4.2); with
 #: CUDA graphs on vLLM 0.6-0.7 part of it overlaps the GPU, so there the term is an upper bound. V1: the slope
 #: of the one per-request loop of the V1 engine whose time is published at two batch sizes,
-#: ``Scheduler.update_from_output`` (vLLM's micro-benchmark benchmarks/overheads/
-#: benchmark_scheduler_update_from_output.py at merge-base 55c98e370, github.com/vllm-project/vllm/pull/46112:
-#: 0.142 ms at 128 decode requests, 0.287 ms at 256): (0.287 − 0.142) ms / 128 = 1.1 µs per sequence, a lower
+#: ``Scheduler.update_from_output`` (the micro-benchmark benchmarks/overheads/
+#: benchmark_scheduler_update_from_output.py of github.com/vllm-project/vllm/pull/46112, timing vLLM at
+#: merge-base 55c98e370: 0.142 ms at 128 decode requests, 0.287 ms at 256): (0.287 − 0.142) ms / 128 = 1.1 µs per sequence, a lower
 #: bound (the V1 scheduler's ``schedule`` and the model runner's input preparation also walk the requests; no
 #: published figure gives their slope; the V1 release post, blog.vllm.ai 2025-01-27, reports "near-zero CPU
 #: overhead" and no time per request).
