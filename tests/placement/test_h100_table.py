@@ -48,6 +48,17 @@ def test_derived_constants_are_the_h200_ones_times_their_factor(tables):
     assert all(getattr(h100, name) < 3.35e12 for name in HBM)
 
 
+def test_a_derived_table_writes_its_resolved_values(tables):
+    """``as_dict`` of the derived table is a measured-format document with the resolved constants (what
+    ``--table`` reads back), its derivation kept as a note."""
+    _, h100 = tables
+    document = h100.as_dict()
+    assert "derived_from" not in document and document["derivation"] == h100.derivation
+    again = C.table_from_dict(document)
+    for name in C.CONSTANTS:
+        assert getattr(again, name) == pytest.approx(getattr(h100, name), rel=1e-3), name
+
+
 def test_the_ratio_is_the_presets_datasheet_bandwidths():
     """The table's figures are the ones the hardware presets carry (one datasheet figure, two places)."""
     document = json.loads((C.TABLE_DIR / "h100-sxm.json").read_text())
