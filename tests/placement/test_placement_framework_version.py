@@ -41,7 +41,8 @@ def _config(path: str) -> dict:
 def test_v0_host_time_per_sequence_is_the_issue_thread_figure_less_the_fixed_part():
     # 20 ms between steps at 200 running sequences (vLLM 0.5.x), less the 1.4 ms every iteration pays
     assert VLLM_HOST_SECONDS_PER_SEQUENCE["v0"] == pytest.approx((20e-3 - 1.4e-3) / 200) == pytest.approx(93e-6)
-    # V1: the slope of vLLM's update_from_output loop in the micro-benchmark of vllm pull request 46112, 0.142 ms at 128 requests, 0.287 ms at 256
+    # V1: the slope of vLLM's update_from_output loop in the micro-benchmark of vllm pull request 46112,
+    # 0.142 ms at 128 requests, 0.287 ms at 256
     assert VLLM_HOST_SECONDS_PER_SEQUENCE["v1"] == pytest.approx(0.145e-3 / 128) == pytest.approx(1.1328125e-6)
     assert host_seconds_per_sequence("v0") == pytest.approx(93e-6)
     assert host_seconds_per_sequence(None) == 0.0

@@ -117,10 +117,10 @@ VLLM_ENGINE_GENERATIONS = ("v0", "v1")
 #: of the one per-request loop of the V1 engine whose time is published at two batch sizes,
 #: ``Scheduler.update_from_output`` (the micro-benchmark benchmarks/overheads/
 #: benchmark_scheduler_update_from_output.py of github.com/vllm-project/vllm/pull/46112, timing vLLM at
-#: merge-base 55c98e370: 0.142 ms at 128 decode requests, 0.287 ms at 256): (0.287 − 0.142) ms / 128 = 1.1 µs per sequence, a lower
-#: bound (the V1 scheduler's ``schedule`` and the model runner's input preparation also walk the requests; no
-#: published figure gives their slope; the V1 release post, blog.vllm.ai 2025-01-27, reports "near-zero CPU
-#: overhead" and no time per request).
+#: merge-base 55c98e370: 0.142 ms at 128 decode requests, 0.287 ms at 256): (0.287 − 0.142) ms / 128 =
+#: 1.1 µs per sequence, a lower bound (the V1 scheduler's ``schedule`` and the model runner's input
+#: preparation also walk the requests; no published figure gives their slope; the V1 release post,
+#: blog.vllm.ai 2025-01-27, reports "near-zero CPU overhead" and no time per request).
 VLLM_HOST_SECONDS_PER_SEQUENCE = {"v0": (20e-3 - VLLM_DECODE_STEP_OVERHEAD) / 200,
                                   "v1": (0.287e-3 - 0.142e-3) / 128}
 
