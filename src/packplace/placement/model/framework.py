@@ -322,6 +322,54 @@ def onload_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     return nbytes / cost.hw.host_bandwidth
 
 
+def generate_calls(cost, dp: int, micro_batch: int) -> int:
+    """``generate`` calls one engine replica makes per step: ``⌈(B·K/dp)/mb⌉`` (DeepSpeed-Chat calls the
+    hybrid engine's ``generate`` once per prompt batch, dschat/rlhf/ppo_trainer.py ``generate_experience``;
+    with inference TP ``t`` one call decodes the ``t`` ranks' prompts together, ``mb`` of the plan).
+
+    Raises:
+        ValueError: ``dp`` or ``micro_batch`` below 1.
+    """
+    if dp < 1 or micro_batch < 1:
+        raise ValueError(f"generate_calls: dp and micro_batch must be >= 1, got {dp}, {micro_batch}")
+    return -(-(cost.workload.sequences // dp) // micro_batch)
+
+
+def hybrid_gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, calls: int,
+                          extent: tuple[int, int, int], offloaded: bool) -> float:
+    """What DeepSpeed's hybrid engine on ZeRO-3 weights adds to a generation vertex beyond the step's refit,
+    seconds (DeepSpeed v0.12.6, the version DeepSpeed-Chat's benchmark forks pin, deepspeed/runtime/
+    hybrid_engine.py ``DeepSpeedHybridEngine.generate``).
+
+    Every ``generate`` call gathers the whole model before decoding and frees it after: with
+    ``pin_parameters`` (DeepSpeed-Chat's default, dschat/utils/ds_utils.py ``get_train_ds_config``;
+    ``gather_all_layers``) one ``GatheredParameters`` over every layer (inference TP 1), or, with inference
+    TP > 1, the layers in groups of ``tp_gather_partition_size`` gathered and sliced into the TP containers;
+    the whole ``2P`` bf16 bytes reach every rank either way. The step's refit
+    (:func:`refit_seconds`, ``in_place``) prices the first call's gather; the other ``calls − 1`` calls
+    gather again, each a ring all-gather ``(n − 1)·(α + 2P/n·β)`` over the block's ``n = dp·pp·tp`` GPUs
+    (the hybrid engine is its trainer: the same processes on the same GPUs).
+
+    With ``offloaded`` (ZeRO-3 ``offload_param``: the partitions live in host memory, DeepSpeed-Chat
+    ``--offload``) each call first copies the rank's partition to the GPU
+    (deepspeed/runtime/zero/partition_parameters.py ``_all_gather_dtype``: ``p.ds_tensor.to(device)``
+    before ``_dist_allgather_fn``), ``2P/n`` bytes at ``host_bandwidth``, every call including the first; on
+    the way back the GPU copy is dropped, nothing returns to the host (the partition was not updated).
+
+    Not charged: the gather that ``--unpin_actor_parameters`` makes per layer per decoded token
+    (``_zero3_forward``), a setting no profile represents. 0 for one GPU without offload.
+    """
+    n = dp * pp * tp
+    nbytes = 2.0 * model.params
+    seconds = 0.0
+    if n > 1 and calls > 1:
+        alpha, beta = cost.hw.coll(cost.group_level(n, extent))
+        seconds += (calls - 1) * (n - 1) * (alpha + nbytes / n * beta)
+    if offloaded:
+        seconds += calls * nbytes / n / cost.hw.host_bandwidth
+    return seconds
+
+
 def dispatch_seconds(cost, framework: FrameworkProfile, dp: int) -> float:
     """Seconds to dispatch one task: for a Ray framework one remote call (:data:`RAY_CALL_LATENCY`) plus
     the batch to and from each of the ``dp`` replicas through host memory, ``2·B·K·(S + T_max)·28/dp``
