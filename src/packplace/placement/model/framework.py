@@ -405,7 +405,8 @@ def hybrid_forward_regathers(model: ModelSpec) -> tuple[tuple[int, bool], ...]:
     :data:`DSCHAT_MAX_LIVE_PARAMETERS` live); the modules at the start of a step are fetched on demand
     (the step's first fetch has nothing before it; after the embedding, more than
     :data:`DSCHAT_MAX_LIVE_PARAMETERS` are live or the embedding is kept for a tied head, so nothing is
-    prefetched)."""
+    prefetched; an embedding under that limit, smaller than any model DeepSpeed-Chat trains, would let the
+    next module be prefetched, which this leaves out)."""
     e = model.embedding_dim or model.hidden_dim
     d = model.hidden_dim
     keep = DSCHAT_PARAM_PERSISTENCE_THRESHOLD
