@@ -16,6 +16,7 @@ from packplace.placement.model.framework import (
     hybrid_forward_seconds,
     hybrid_gather_seconds,
 )
+from packplace.shape import TransformerShape
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
@@ -115,3 +116,18 @@ def test_hybrid_gather_seconds_small_shape_and_bad_calls():
     assert generate_calls(cost, 8, 48) == 3
     with pytest.raises(ValueError, match="micro_batch"):
         generate_calls(cost, 8, 0)
+
+
+def test_regathered_modules_follow_the_shape_and_the_persistence_threshold():
+    # OPT-350M's layout: embeddings of 512 projected to and from the hidden 1,024 (nn.Linear, outside the
+    # containers), learned positions, a tied head; the LayerNorm's 1,024 + 1,024 persist (at most 10,000)
+    opt350 = TransformerShape(layers=24, hidden_dim=1024, ffn_dim=4096, vocab_size=50272, num_heads=16,
+                              head_dim=64, tie_word_embeddings=True, mlp="plain", bias="all", norm="layer",
+                              position_embeddings=2050, embedding_dim=512)
+    assert hybrid_forward_regathers(opt350) == ((50272 * 512, False), (2050 * 1024, False), (512 * 1024, False),
+                                                (1024 * 512, False))
+    # a hidden size over the threshold: the final LayerNorm's weight and bias (12,288 each) are gathered too;
+    # an untied head last, prefetched
+    wide = replace(opt350, hidden_dim=12288, num_heads=96, head_dim=128, embedding_dim=None,
+                   position_embeddings=0, tie_word_embeddings=False)
+    assert hybrid_forward_regathers(wide) == ((50272 * 12288, False), (2 * 12288, False), (50272 * 12288, True))
