@@ -11,11 +11,11 @@ sample, and prints the predicted step before and after::
     python benchmarks/nemo_rl_releases.py
     python benchmarks/nemo_rl_releases.py --cross-validate   # also leave-one-publication-out (minutes)
 
-It wraps the candidate builder's part function (``packplace.placement.candidates._parts``) for the run:
-the training part times :func:`~packplace.placement.model.nemo_rl_releases.swiglu_training_factor` and, on
-a plan whose trainer and engine use different GPUs, a part ``optimizer_offload``
-(:func:`~packplace.placement.model.nemo_rl_releases.logprob_optimizer_round_trip_seconds`). That is what
-the step model computes once the config names the release (``policy.framework_version``).
+It wraps the candidate builder's part function (``packplace.placement.candidates._parts``) for the run
+with :func:`~packplace.placement.model.nemo_rl_releases.release_train_parts` on the training vertex: the
+training part times the release's SwiGLU factor and, on a plan whose trainer and engine use different
+GPUs, a part ``optimizer_offload``. That is what the step model computes once the config names the
+release (``policy.framework_version``).
 """
 
 from __future__ import annotations
@@ -30,11 +30,7 @@ from packplace.placement import candidates
 from packplace.placement.checking.calibrate import DEFAULT_SCOPED_KNOBS, parse_scoped_knobs
 from packplace.placement.checking.crossval import cross_validate, load_setups
 from packplace.placement.checking.validate import load_setup, predict
-from packplace.placement.model.nemo_rl_releases import (
-    logprob_optimizer_round_trip_seconds,
-    nemo_rl_release,
-    swiglu_training_factor,
-)
+from packplace.placement.model.nemo_rl_releases import nemo_rl_release, release_train_parts
 
 VALIDATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "validation")
 
@@ -73,11 +69,8 @@ def releases_applied(settings: dict[str, tuple]):
         if found is None or kind != "train":
             return out
         release, architecture, split = found
-        out["train"] *= swiglu_training_factor(release, architecture)
-        if split:
-            out["optimizer_offload"] = logprob_optimizer_round_trip_seconds(
-                cost, release, model, strategy.dp, strategy.pp, strategy.tp, options)
-        return out
+        return release_train_parts(cost, release, model, architecture, strategy.dp, strategy.pp, strategy.tp, out,
+                                   shares_engine_gpus=not split, options=options)
 
     candidates._parts, candidates.cost_model = parts, cost_model
     try:
@@ -128,7 +121,14 @@ def main() -> None:
                     result = cross_validate(load_setups(paths, {}), knobs)
             else:
                 result = cross_validate(load_setups(paths, {}), knobs)
-            print(label, result["summary"]["out_of_sample"])
+            summary = result["summary"]["out_of_sample"]
+            pairs = [p for p in result["pairs"] if p.get("out_of_sample_ratio") is not None]
+            within = sum(0.8 <= p["out_of_sample_ratio"] <= 1.25 for p in pairs)
+            ordered = sum(bool(p["out_of_sample_order_ok"]) for p in pairs)
+            print(f"{label}: out of sample {summary['runs']} runs, median {summary['median']:.2f}, "
+                  f"{summary['within_0.8-1.25']:.0%} within 0.8-1.25, {summary['within_0.67-1.5']:.0%} within "
+                  f"0.67-1.5, {summary['out_of_memory']} over memory; pairs {within}/{len(pairs)} within, "
+                  f"{ordered}/{len(pairs)} ordered")
 
 
 if __name__ == "__main__":

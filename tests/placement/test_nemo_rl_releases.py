@@ -19,6 +19,7 @@ from packplace.placement.model.nemo_rl_releases import (
     nemo_rl_release,
     optimizer_state_bytes,
     reference_swap_seconds,
+    release_train_parts,
     swaps_reference_weights,
     swiglu_training_factor,
 )
@@ -104,3 +105,21 @@ def test_v04_optimizer_round_trip_of_qwen3_30b_a3b_trainer_by_hand():
     assert optimizer_state_bytes(model, 8, 1, 2, TrainingOptions(offload="optimizer")) == 0.0
     assert optimizer_state_bytes(model, 8, 1, 2, TrainingOptions(sharding="none")) == pytest.approx(
         12 * PARAMS / 2, rel=1e-12)
+
+
+def test_release_train_parts_scale_the_training_pass_and_add_the_split_trainers_round_trip():
+    instance, _, _ = load_setup(NEMO_30B_V04_1OFF)
+    model = instance.models["actor"]
+    cost = cost_model(instance)
+    zero1 = TrainingOptions(sharding="zero1")
+    parts = {"train": 80.0, "old_log_prob": 30.0, "overhead": 0.5}
+    v04, v05 = NEMO_RL_RELEASES["0.4"], NEMO_RL_RELEASES["0.5"]
+    split = release_train_parts(cost, v04, model, "Qwen3MoeForCausalLM", 8, 1, 2, parts, False, zero1)
+    assert split == pytest.approx({"train": 100.0, "old_log_prob": 30.0, "overhead": 0.5,
+                                   "optimizer_offload": 2 * 12 * PARAMS / 16 / 50e9}, rel=1e-12)
+    # colocated: the profile's training-state offload already moves the optimizer; Llama's SwiGLU is fused
+    assert release_train_parts(cost, v04, model, "Qwen3MoeForCausalLM", 8, 1, 2, parts, True, zero1) == {
+        "train": 100.0, "old_log_prob": 30.0, "overhead": 0.5}
+    assert release_train_parts(cost, v04, model, "LlamaForCausalLM", 8, 1, 2, parts, True, zero1) == parts
+    assert release_train_parts(cost, v05, model, "Qwen3MoeForCausalLM", 8, 1, 2, parts, False, zero1) == parts
+    assert parts == {"train": 80.0, "old_log_prob": 30.0, "overhead": 0.5}   # the input is left as it is

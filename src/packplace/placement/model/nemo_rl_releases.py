@@ -172,3 +172,24 @@ def swaps_reference_weights(framework: str, role: str, kind: str) -> bool:
     """Whether a vertex's forward pays the reference-weight swap: the ``infer`` vertex of the ``reference``
     model under a framework of :data:`REFERENCE_SWAP_FRAMEWORKS`."""
     return kind == "infer" and role == "reference" and framework in REFERENCE_SWAP_FRAMEWORKS
+
+
+def release_train_parts(cost, release: NemoRLRelease, model: ModelSpec, architecture: str, dp: int, pp: int,
+                        tp: int, parts: dict[str, float], shares_engine_gpus: bool,
+                        options: TrainingOptions = DEFAULT_TRAINING) -> dict[str, float]:
+    """A NeMo RL training vertex's parts (``{part: seconds}``, with ``train``) under ``release``: ``train``
+    times :func:`swiglu_training_factor` of the model's Hugging Face ``architecture``, and for a trainer
+    whose rollout engine runs on other GPUs (``shares_engine_gpus`` false) a part ``optimizer_offload``,
+    :func:`logprob_optimizer_round_trip_seconds`, when the release pays it. A new dict; ``parts`` is left
+    as it is.
+
+    Raises:
+        KeyError: ``parts`` has no ``train``.
+    """
+    out = dict(parts)
+    out["train"] = parts["train"] * swiglu_training_factor(release, architecture)
+    if not shares_engine_gpus:
+        extra = logprob_optimizer_round_trip_seconds(cost, release, model, dp, pp, tp, options)
+        if extra > 0.0:
+            out["optimizer_offload"] = extra
+    return out
