@@ -120,8 +120,9 @@ def nemo_rl_release(version: str) -> NemoRLRelease:
 def reference_swap_seconds(cost, model: ModelSpec, pp: int, tp: int, ep: int = 1) -> float:
     """Seconds of the reference-weight swap around one reference log-prob pass in the policy workers:
     :data:`REFERENCE_SWAP_COPIES` copies of the GPU's bf16 weight shard
-    (:meth:`~packplace.placement.model.cost.CostModel.layout_shard_bytes` of ``(pp, tp, ep)``: the largest
-    stage's share, the routed experts ``1/ep``) at ``host_bandwidth`` (each GPU over its own PCIe link)."""
+    (:meth:`~packplace.placement.model.cost.CostModel.layout_shard_bytes` of ``(pp, tp, ep)``:
+    ``2P/(tp·pp)``, the routed experts counted ``1/ep``) at ``host_bandwidth`` (each GPU over its own PCIe
+    link)."""
     return REFERENCE_SWAP_COPIES * cost.layout_shard_bytes(model, (pp, tp, ep)) / cost.hw.host_bandwidth
 
 
