@@ -19,6 +19,7 @@ from packplace.placement.model.nemo_rl_releases import (
     nemo_rl_release,
     optimizer_state_bytes,
     reference_swap_seconds,
+    release_for,
     release_train_parts,
     swaps_reference_weights,
     swiglu_training_factor,
@@ -42,7 +43,7 @@ def test_release_lookup_accepts_tag_spellings_and_refuses_unknown():
         assert nemo_rl_release(spelling) is NEMO_RL_RELEASES["0.4"]
     assert nemo_rl_release("v0.6.0").vllm == "0.17.1"
     assert nemo_rl_release("0.5").vllm == "0.11.2"
-    for bad in ("0.7", "v0.4.x", "", "latest"):
+    for bad in ("0.8", "0.3", "v0.4.x", "", "latest"):
         with pytest.raises(ConfigError, match="framework_version"):
             nemo_rl_release(bad)
 
@@ -123,3 +124,16 @@ def test_release_train_parts_scale_the_training_pass_and_add_the_split_trainers_
     assert release_train_parts(cost, v04, model, "LlamaForCausalLM", 8, 1, 2, parts, True, zero1) == parts
     assert release_train_parts(cost, v05, model, "Qwen3MoeForCausalLM", 8, 1, 2, parts, False, zero1) == parts
     assert parts == {"train": 80.0, "old_log_prob": 30.0, "overhead": 0.5}   # the input is left as it is
+
+
+def test_release_for_a_config_maps_later_releases_to_the_newest_and_earlier_ones_to_none():
+    assert release_for("nemo-rl", "0.5.0") is NEMO_RL_RELEASES["0.5"]
+    assert release_for("nemo-rl", "v0.4.2") is NEMO_RL_RELEASES["0.4"]
+    assert release_for("nemo-rl", "0.7.0").vllm == "0.20.0"
+    assert release_for("nemo-rl", "0.9") is NEMO_RL_RELEASES["0.7"]       # newer than the table: its newest
+    assert release_for("nemo-rl", "1.0.0") is NEMO_RL_RELEASES["0.7"]
+    assert release_for("nemo-rl", "0.3.1") is None                         # NeMo-built Megatron, not described
+    assert release_for("nemo-rl", None) is None
+    assert release_for("verl", "0.5.0") is None
+    with pytest.raises(ConfigError, match="framework_version: 'latest' is not a release"):
+        release_for("nemo-rl", "latest")

@@ -26,8 +26,9 @@ Every release (v0.4.0 to v0.6.0, both the Megatron and the DTensor workers) comp
 log-probs inside the policy workers by swapping the reference weights, kept in pinned host memory, into the
 policy model and back (``use_reference_model``): :func:`reference_swap_seconds`.
 
-A config selects a release with the policy's framework version (``policy.framework_version``);
-:func:`nemo_rl_release` resolves it.
+A config selects a release with the policy's framework version (``policy.framework_version``):
+:func:`release_for` resolves it (:func:`nemo_rl_release` for one of the table's own releases), and
+:func:`release_train_parts` gives a training vertex's parts under it.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class NemoRLRelease:
     """The settings of one NeMo RL release that change a step's work (module docstring).
 
     Attributes:
-        version: ``"0.4"``, ``"0.5"`` or ``"0.6"``.
+        version: ``"0.4"``, ``"0.5"``, ``"0.6"`` or ``"0.7"``.
         vllm: The vLLM version the release pins.
         logprob_optimizer_offload: The Megatron worker moves its optimizer state to host memory and back
             around the log-prob passes every step, colocated or not.
@@ -100,6 +101,9 @@ NEMO_RL_RELEASES: dict[str, NemoRLRelease] = {
     "0.6": NemoRLRelease(
         "0.6", "0.17.1", logprob_optimizer_offload=False, qwen_fused_swiglu=True,
         sources="v0.6.0: pyproject.toml (vllm==0.17.1); grpo_math_1B.yaml as in v0.5.0"),
+    "0.7": NemoRLRelease(
+        "0.7", "0.20.0", logprob_optimizer_offload=False, qwen_fused_swiglu=True,
+        sources="v0.7.0: pyproject.toml (vllm 0.20.0 wheels); grpo_math_1B.yaml as in v0.5.0"),
 }
 
 
@@ -107,7 +111,7 @@ def nemo_rl_release(version: str) -> NemoRLRelease:
     """The release ``version`` names: ``"0.4"``, ``"v0.4"``, ``"0.4.0"`` and ``"v0.4.0"`` all give v0.4.
 
     Raises:
-        ConfigError: ``[policy] framework_version: unknown NeMo RL release 'x'; known: 0.4, 0.5, 0.6``.
+        ConfigError: ``[policy] framework_version: unknown NeMo RL release 'x'; known: 0.4, 0.5, 0.6, 0.7``.
     """
     text = str(version).strip().lower().removeprefix("v")
     key = ".".join(text.split(".")[:2])
@@ -115,6 +119,31 @@ def nemo_rl_release(version: str) -> NemoRLRelease:
         raise ConfigError(f"[policy] framework_version: unknown NeMo RL release {version!r}; "
                           f"known: {', '.join(NEMO_RL_RELEASES)}")
     return NEMO_RL_RELEASES[key]
+
+
+def release_for(framework: str, version: str | None) -> NemoRLRelease | None:
+    """The release data a config's ``policy.framework`` and ``policy.framework_version`` select: for
+    ``nemo-rl`` the release of :data:`NEMO_RL_RELEASES` with the version's ``major.minor``, and for a later
+    release than the table knows its newest entry (the settings it holds have stayed as v0.5 set them);
+    ``None`` for another framework, no version, or a release before the table's first (v0.1-v0.3 built the
+    Megatron model through NeMo, not Megatron-Bridge, and are not described here).
+
+    Raises:
+        ConfigError: a version that is not numbers separated by dots.
+    """
+    if framework != "nemo-rl" or version is None:
+        return None
+    text = str(version).strip().lower().removeprefix("v")
+    parts = text.split(".")
+    if not text or not all(part.isdigit() for part in parts):
+        raise ConfigError(f"[policy] framework_version: {version!r} is not a release; expected numbers separated "
+                          "by dots, e.g. 0.5.0")
+    known = sorted(NEMO_RL_RELEASES, key=lambda key: tuple(int(x) for x in key.split(".")))
+    wanted = tuple(int(x) for x in parts[:2])
+    if wanted < tuple(int(x) for x in known[0].split(".")):
+        return None
+    at_or_before = [key for key in known if tuple(int(x) for x in key.split(".")) <= wanted]
+    return NEMO_RL_RELEASES[at_or_before[-1]]
 
 
 def reference_swap_seconds(cost, model: ModelSpec, pp: int, tp: int, ep: int = 1) -> float:
