@@ -1,12 +1,13 @@
 """What-if: the NeMo RL rows of ``benchmarks/validation/`` scored with their release's settings.
 
-The step model reads no NeMo RL release from a config yet; :mod:`packplace.placement.model.nemo_rl_releases`
+The step model does not apply a NeMo RL release yet; :mod:`packplace.placement.model.nemo_rl_releases`
 holds what each release does differently (the v0.4 optimizer round trip around the log-prob passes of a
 trainer that does not share its GPUs with the engine, the v0.4 unfused SwiGLU of the Qwen models). This
-script applies them to each NeMo RL file with the release its ``validation.source`` names ("NeMo RL
-v0.4 ...") and the Hugging Face architecture its name says (``qwen3``: ``Qwen3ForCausalLM``, or
-``Qwen3MoeForCausalLM`` with routed experts; ``llama``: ``LlamaForCausalLM``), scores the file's plan in
-sample, and prints the predicted step before and after::
+script applies them to each NeMo RL file with its release (``policy.framework_version`` where the config
+sets it, else the one its ``validation.source`` names, "NeMo RL v0.4 ...") and the Hugging Face
+architecture its name says (``qwen3``: ``Qwen3ForCausalLM``, or ``Qwen3MoeForCausalLM`` with routed
+experts; ``llama``: ``LlamaForCausalLM``), scores the file's plan in sample, and prints the predicted step
+before and after::
 
     python benchmarks/nemo_rl_releases.py
     python benchmarks/nemo_rl_releases.py --cross-validate   # also leave-one-publication-out (minutes)
@@ -30,13 +31,17 @@ from packplace.placement import candidates
 from packplace.placement.checking.calibrate import DEFAULT_SCOPED_KNOBS, parse_scoped_knobs
 from packplace.placement.checking.crossval import cross_validate, load_setups
 from packplace.placement.checking.validate import load_setup, predict
-from packplace.placement.model.nemo_rl_releases import nemo_rl_release, release_train_parts
+from packplace.placement.model.nemo_rl_releases import release_for, release_train_parts
 
 VALIDATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "validation")
 
 
-def release_of(section: dict) -> str | None:
-    """The release a validation section's ``source`` names (``"0.4"``), or ``None``."""
+def release_of(instance, section: dict) -> str | None:
+    """The file's release: its ``policy.framework_version`` when the config has that field, else the one its
+    validation ``source`` names ("NeMo RL v0.4 ..."); ``None`` when neither does."""
+    version = getattr(instance, "framework_version", None)
+    if version:
+        return str(version)
     match = re.search(r"NeMo RL v(\d+\.\d+)", str(section.get("source", "")))
     return match.group(1) if match else None
 
@@ -89,12 +94,13 @@ def main() -> None:
         if not os.path.basename(path).startswith("nemo_rl"):
             continue
         instance, plan, section = load_setup(path)
-        version = release_of(section)
-        if version is None:
+        version = release_of(instance, section)
+        release = release_for(instance.framework, version)
+        if release is None:
             continue
         blocks = {name: vp.allocation for name, vp in plan.vertices}
         split = blocks.get("actor.generate") != blocks.get("actor.train")
-        settings[instance.source] = (nemo_rl_release(version),
+        settings[instance.source] = (release,
                                      architecture_of(os.path.basename(path), instance.models["actor"]), split)
     rows = []
     for path in paths:
