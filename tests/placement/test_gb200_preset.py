@@ -85,7 +85,12 @@ def test_n_gb200_and_2n_h100_give_the_same_step_when_both_stay_on_nvlink(tmp_pat
     # on GB200 each role holds one tray. Datasheet ratio per GPU: 2.53x FLOP/s, 2.39x HBM bandwidth.
     with open(os.path.join(VALIDATION, "nemo_rl_v0.5_grpo_llama3.1-8b_2x8xh100_1off.yaml"), encoding="utf-8") as f:
         h100 = yaml.safe_load(f)
-    speedup = _step(h100, tmp_path, "h100") / _step(_gb200_half(h100), tmp_path, "gb200")
+    # the GB200 preset has no component table: both sides on the efficiency-knob model, so that the
+    # presets' figures are what is compared (the H100 table prices these micro-batch-1 passes with an
+    # eager per-kernel floor that the GB200 knob model lacks: docs/placement-model.md, GB200 NVL72)
+    knobs = copy.deepcopy(h100)
+    knobs["hardware"]["component_table"] = "none"
+    speedup = _step(knobs, tmp_path, "h100") / _step(_gb200_half(h100), tmp_path, "gb200")
     assert 0.8 <= speedup <= 1.25, speedup
 
 

@@ -87,9 +87,10 @@ def test_a_small_model_is_host_bound_a_large_batch_is_not():
 
 
 def _cost(eager: bool, tp: int = 1) -> tuple[CostModel, float]:
-    # knob rates of 1e12 B/s (memory_bandwidth 2e12 at decode_bw_eff 0.5) and 1e15 FLOP/s (2e15 at 0.5)
+    # knob rates of 1e12 B/s (memory_bandwidth 2e12 at decode_bw_eff 0.5) and 1e15 FLOP/s (2e15 at 0.5), on the
+    # knob model (no component table)
     hw = Hardware(**{**PRESETS["h100-sxm"], "memory_bandwidth": 2e12, "decode_bw_eff": 0.5, "flops_per_gpu": 2e15,
-                     "gemm_peak_fraction": 0.5})
+                     "gemm_peak_fraction": 0.5, "component_table": "none"})
     cost = CostModel(hw, Cluster(1, 1, 8), Workload(1, 1, 1, 2048), RolloutEngine(enforce_eager=eager),
                      framework=FRAMEWORKS["none"])
     step = cost.decode_step_times(TINY, tp, 1, (1, 1, 8), 1, np.array([1.0]), np.array([1000.0]))

@@ -16,13 +16,14 @@ Tasks (one GPU's share; the strategy's slowest pipeline stage):
 * ``generate`` — prefill of ``batch`` prompts of ``seq_len`` tokens, then decode iterations until every
   sequence holds ``context`` tokens.
 
-Time: on a GPU type with a component table (:mod:`packplace.placement.model.components`, ``h200``) the kernels
-of the layers are priced from measurement; otherwise (and for mixture-of-experts or LoRA passes) the
-efficiency-knob model of :class:`~packplace.placement.model.cost.CostModel`. Communication (tensor-parallel
-all-reduces, pipeline sends, the data-parallel gradient all-reduce) comes from the hardware's α–β links.
-``framework="none"`` is bare kernels; a framework profile adds its per-task dispatch and its engine's
-per-decode-step overhead (:mod:`packplace.placement.model.framework`). The placement evaluator prices its
-passes with the same table (:meth:`~packplace.placement.model.cost.CostModel.pass_time`,
+Time: on a GPU type with a component table (:mod:`packplace.placement.model.components`: ``h200`` measured,
+``h100-sxm`` derived from it) the kernels of the layers are priced from measurement; otherwise (and for
+mixture-of-experts or LoRA passes) the efficiency-knob model of
+:class:`~packplace.placement.model.cost.CostModel`. Communication (tensor-parallel all-reduces, pipeline
+sends, the data-parallel gradient all-reduce) comes from the hardware's α–β links. ``framework="none"`` is
+bare kernels; a framework profile adds its per-task dispatch and its engine's per-decode-step overhead
+(:mod:`packplace.placement.model.framework`). The placement evaluator prices its passes with the same table
+(:meth:`~packplace.placement.model.cost.CostModel.pass_time`,
 :meth:`~packplace.placement.model.cost.CostModel.decode_step_times`).
 
 Memory: :func:`memory_parts`, the memory model's peak per GPU (:mod:`packplace.placement.model.pass_memory`).
@@ -104,7 +105,8 @@ class Estimate:
         memory: Bytes per GPU: ``peak_bytes`` and the parts of :data:`MEMORY_PARTS`.
         capacity_bytes: The GPU's memory (``memory_per_gpu``), bytes; fits: ``peak_bytes <= capacity_bytes``.
         model: Parameters of the model; gpu: the preset; components: the component table that priced the
-            kernels, or ``knobs`` (the efficiency-knob model).
+            kernels, or ``knobs`` (the efficiency-knob model); components_derivation: for a derived table
+            (``h100-sxm``) how it follows from the measured one, else ``""``.
         inputs: The task and strategy as given.
     """
 
@@ -114,6 +116,7 @@ class Estimate:
     components: str
     inputs: dict[str, Any] = field(default_factory=dict)
     capacity_bytes: float = float("inf")
+    components_derivation: str = ""
 
     @property
     def fits(self) -> bool:
@@ -124,7 +127,8 @@ class Estimate:
         """The JSON document of ``packplace estimate --json``."""
         return {"time_s": self.time_s, "parts": dict(self.parts), "memory": dict(self.memory),
                 "capacity_bytes": self.capacity_bytes, "fits": self.fits,
-                "components": self.components, "inputs": dict(self.inputs)}
+                "components": self.components, "components_derivation": self.components_derivation,
+                "inputs": dict(self.inputs)}
 
 
 def resolve_model(spec: Any) -> TransformerShape:
@@ -250,9 +254,11 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
                         optimizer, tp, pp, dp, ep, framework, enforce_eager)
     memory = memory_parts(shape, hw, task, micro_batch=micro_batch, seq_len=seq_len, batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep, framework=framework)
-    used = components.gpu if components is not None and not shape.is_moe else "knobs"
-    return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, components=used, inputs=inputs,
-                    capacity_bytes=float(hw.memory_per_gpu))
+    priced = components is not None and not shape.is_moe
+    return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory,
+                    components=components.gpu if priced else "knobs", inputs=inputs,
+                    capacity_bytes=float(hw.memory_per_gpu),
+                    components_derivation=components.derivation if priced else "")
 
 
 def _table(table: ComponentTable | str | Path | None, hw: Hardware) -> ComponentTable | None:
@@ -406,7 +412,8 @@ def register_estimate(subparsers) -> None:
         "estimate", help="time and peak memory per GPU of one task of one model on one GPU type",
         description="Time and peak memory per GPU of one task (train, infer, prefill, decode, generate) of one "
                     "model on one GPU type and parallel strategy, each with its parts. On a GPU type with a "
-                    "measured component table (h200) the kernels are priced from measurement.")
+                    "component table (h200 measured, h100-sxm derived from it) the kernels are priced from "
+                    "measurement.")
     p.add_argument("--model", required=True,
                    help=f"a Hugging Face config.json, a YAML model entry or a preset ({', '.join(MODEL_PRESETS)})")
     p.add_argument("--gpu", default="h200", help=f"hardware preset (default h200; {', '.join(sorted(PRESETS))})")
@@ -453,6 +460,8 @@ def format_estimate(result: Estimate) -> str:
     """The estimate as text: the time and its parts, the peak memory and its parts."""
     GB = 1e9
     lines = [f"time per GPU: {result.time_s:.4f} s  (kernels priced by: {result.components})"]
+    if result.components_derivation:
+        lines.append(f"  ({result.components} table {result.components_derivation})")
     lines += [f"  {name:<14} {seconds:.4f} s" for name, seconds in result.parts.items()]
     verdict = "fits" if result.fits else "does NOT fit"
     lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({verdict} in "

@@ -1,16 +1,20 @@
 """Validation that measures itself out of sample: leave-one-source-out cross-validation and plan pairs.
 
-Every validation file belongs to one publication (``validation.publication``, default its ``source`` up to
-the first comma). For each publication ``P`` the declared knobs (``knob:scope``, one value per GPU type or
-per framework, :data:`~packplace.placement.checking.calibrate.DEFAULT_SCOPED_KNOBS`) are fitted by
+Every validation file belongs to one publication (``validation.publication``, default its ``source`` up to the
+first comma). For each publication ``P`` the declared knobs (``knob:scope``, one value per GPU type or per
+framework, :data:`~packplace.placement.checking.calibrate.DEFAULT_SCOPED_KNOBS`) are fitted by
 :func:`~packplace.placement.checking.calibrate.fit_published` on the figures of every *other* publication, and
-``P``'s figures are predicted with them: that ratio is out of sample. A value whose group has a single
-run in the fold is not fitted (a per-run knob; :data:`~packplace.placement.checking.calibrate.MIN_RUNS_PER_VALUE`).
-A GPU type or framework that no other publication determines takes the median of the same knob's fitted
-values over the fold's other groups (those not at a physical limit), so no preset enters an out-of-sample
-figure unless no group was fitted; the row says which. Files with ``validation.not_fitted`` are scored and
-summarised but never train a fold, and so are files with a published figure below its inputs' datasheet
-floor (:func:`~packplace.placement.checking.validate.floor_reason`: no efficiency at or below 1 reproduces it).
+``P``'s figures are predicted with them: that ratio is out of sample. A value whose group has a single run in
+the fold is not fitted (a per-run knob; :data:`~packplace.placement.checking.calibrate.MIN_RUNS_PER_VALUE`). A
+GPU type or framework that no other publication determines takes the median of the same knob's fitted values
+over the fold's other groups (those not at a physical limit), so no preset enters an out-of-sample figure
+unless no group was fitted; the row says which. A GPU type whose dense passes a component table prices
+(``hardware.component_table``, :data:`TABLE_REPLACED_KNOBS`) gives no value of those knobs to that median:
+there they price only what the table does not (mixture-of-experts and LoRA passes, a preempted sequence's
+recompute), so their fitted value is not the dense-pass fraction the other groups fit. Files with
+``validation.not_fitted`` are scored and summarised but never train a fold, and so are files with a published
+figure below its inputs' datasheet floor (:func:`~packplace.placement.checking.validate.floor_reason`: no
+efficiency at or below 1 reproduces it).
 The configured (preset) ratio is in sample: the presets were set with the rows in view.
 
 Pairs (``validation.pair_with``): two files of one publication, the same job at two placements or cluster
@@ -45,6 +49,10 @@ from packplace.placement.checking.validate import (
 
 #: Summary ranges of the predicted/published ratio: the issue's "within" bands.
 SUMMARY_BANDS = ((0.8, 1.25), (0.67, 1.5))
+#: Knobs whose role in dense passes and decode steps a GPU type's component table takes over
+#: (:meth:`~packplace.placement.model.cost.CostModel.components_for`): a value of these fitted on such a GPU
+#: type never enters another group's pooled median (module docstring).
+TABLE_REPLACED_KNOBS = ("gemm_peak_fraction", "gemm_m_half", "decode_bw_eff")
 
 
 @dataclass
@@ -167,6 +175,13 @@ class CrossRow:
                 "not_fitted": self.not_fitted, "pooled": self.pooled}
 
 
+def _component_table(setup) -> str:
+    """The component table of a setup's hardware (``none`` when it has none, or for a stand-in without an
+    instance)."""
+    hardware = getattr(getattr(setup, "instance", None), "hardware", None)
+    return str(getattr(hardware, "component_table", "none"))
+
+
 def _label(key: tuple[str, str, str]) -> str:
     return f"{key[0]}[{key[2]}]"
 
@@ -188,6 +203,8 @@ def cross_validate(setups: list[Setup], scoped_knobs) -> dict[str, Any]:
     pooled: dict[str, dict[str, float]] = {}
     folds = []
     publications = sorted({s.publication for s in scored})
+    # GPU types whose dense passes a component table prices: their TABLE_REPLACED_KNOBS are not pooled
+    tabled = {s.group("gpu") for s in setups if _component_table(s) != "none"}
     progress.report(f"cross-validate: {len(setups)} files scored in sample, {len(publications)} folds to fit "
                     f"({time.perf_counter() - started:.0f} s elapsed)")
     for index, pub in enumerate(publications, 1):
@@ -206,7 +223,8 @@ def cross_validate(setups: list[Setup], scoped_knobs) -> dict[str, Any]:
                 if key in fit["knobs"]:
                     values[knob] = fit["knobs"][key]
                     continue
-                others = [v for k, v in fit["knobs"].items() if k[:2] == (knob, scope) and k not in fit["at_limit"]]
+                others = [v for k, v in fit["knobs"].items() if k[:2] == (knob, scope) and k not in fit["at_limit"]
+                          and not (scope == "gpu" and knob in TABLE_REPLACED_KNOBS and k[2] in tabled)]
                 if others:  # no other publication determines this group's value: the other groups' median
                     values[knob] = float(statistics.median(others))
                     pooled.setdefault(s.name, {})[_label(key)] = values[knob]

@@ -24,7 +24,10 @@ A pass is a list of kernels built from the layer's own structure (:func:`pass_ke
   ``enforce_eager``) is such an eager pass of the captured step's kernels (:func:`decode_seconds`).
 
 The table (one JSON file per GPU type under ``tables/``, :func:`load_table`) names the measurement rows
-each constant comes from; :func:`fit_table` takes the streaming rates from the copy row, fits the GEMM
+each constant comes from. A GPU type without measurements of its own may have a table *derived* from a
+measured one (:func:`derived_table`: ``h100-sxm`` from ``h200``, the same GH100 compute die with slower
+HBM): each constant is the measured one times a stated factor with its source, so an edit of the measured
+table flows through. :func:`fit_table` takes the streaming rates from the copy row, fits the GEMM
 roofline to the GEMM rows and the attention rate, the issue and the per-kernel times to whole passes and
 decode steps, of a measurement file in the
 format of ``benchmarks/hardware/h200/measurements.json`` (``packplace calibrate --measurements``). No constant
@@ -94,8 +97,11 @@ class ComponentTable:
         decode_weight_bandwidth: Bytes/s at which a captured decode step streams the weight matrices.
         kv_bandwidth: Bytes/s at which a decode step's attention reads the KV cache.
         sms, tile_m, tile_n: Streaming multiprocessors and the GEMM output tile (wave quantization).
-        sources: Constant name -> the measurement rows it comes from.
+        sources: Constant name -> the measurement rows it comes from (for a derived table, the factor
+            and its source, then the measured table's rows).
         measurements: The measurement file the table was made from.
+        derived_from: For a derived table (:func:`derived_table`), the measured table it scales; else ``""``.
+        derivation: For a derived table, which constants it scales and by what (one line); else ``""``.
     """
 
     gpu: str
@@ -114,6 +120,8 @@ class ComponentTable:
     tile_n: int = 256
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     measurements: str = ""
+    derived_from: str = field(default="", compare=False)
+    derivation: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         for name in CONSTANTS:
@@ -169,22 +177,36 @@ class ComponentTable:
         """Seconds of a CUDA-graph-captured step (no host issue): ``Σ (kernel_gpu_s + t_kernel)``."""
         return sum(self.kernel_gpu_s + self.kernel_seconds(k) for k in kernels)
 
+    @property
+    def label(self) -> str:
+        """The table's name, and for a derived table how it follows from the measured one
+        (``h100-sxm (derived from h200: ...)``): what ``packplace estimate`` prints."""
+        return f"{self.gpu} ({self.derivation})" if self.derivation else self.gpu
+
     def as_dict(self) -> dict[str, Any]:
-        """The table as the JSON document :func:`load_table` reads (values to 4 significant digits)."""
-        return {"gpu": self.gpu, "measurements": self.measurements,
-                "sms": self.sms, "tile_m": self.tile_m, "tile_n": self.tile_n,
-                "constants": {name: {"value": float(f"{getattr(self, name):.4g}"),
-                                     "rows": self.sources.get(name, "")} for name in CONSTANTS}}
+        """The table as the JSON document :func:`load_table` reads (values to 4 significant digits); a
+        derived table is written with its resolved values (its ``derivation`` as a note)."""
+        document = {"gpu": self.gpu, "measurements": self.measurements,
+                    "sms": self.sms, "tile_m": self.tile_m, "tile_n": self.tile_n,
+                    "constants": {name: {"value": float(f"{getattr(self, name):.4g}"),
+                                         "rows": self.sources.get(name, "")} for name in CONSTANTS}}
+        if self.derivation:
+            document["derivation"] = self.derivation
+        return document
 
 
 def table_from_dict(document: Any, where: str = "component table") -> ComponentTable:
     """A :class:`ComponentTable` from its JSON document (:meth:`ComponentTable.as_dict`).
+
+    A document with ``derived_from`` is a derived table (:func:`derived_table`).
 
     Raises:
         ConfigError: a missing or invalid constant, naming it.
     """
     if not isinstance(document, dict) or not isinstance(document.get("constants"), dict):
         raise ConfigError(f"{where}: must be a mapping with a 'constants' mapping")
+    if "derived_from" in document:
+        return derived_table(document, where)
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for name in CONSTANTS:
@@ -201,10 +223,90 @@ def table_from_dict(document: Any, where: str = "component table") -> ComponentT
                           measurements=str(document.get("measurements", "")), **values, **extra)
 
 
+def _positive(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def derived_table(document: dict, where: str = "component table") -> ComponentTable:
+    """A component table derived from a measured one: ``derived_from`` names the shipped table
+    (:func:`load_table`), ``ratios`` the factors (``{name: {numerator, denominator, source}}``, e.g. the
+    datasheet HBM bandwidths of the two GPUs), and ``constants`` says for **every** constant of
+    :data:`CONSTANTS` how it follows: ``{"scale": 1 | <number> | <ratio name>, "why": "..."}``. Each value is
+    the measured table's times its factor; ``sms``, ``tile_m`` and ``tile_n`` are the measured table's unless
+    the document sets them. The sources of the result name the factor, its source and the measured rows.
+
+    Raises:
+        ConfigError: an unknown or derived base table, a missing constant, an unknown constant or ratio, a
+            factor that is not a finite number > 0, or a missing ``why`` / ``source``, naming it.
+    """
+    base_name = document.get("derived_from")
+    base = load_table(base_name) if isinstance(base_name, str) and base_name else None
+    if base is None:
+        raise ConfigError(f"{where}: derived_from: must name a shipped component table, got {base_name!r}")
+    if base.derived_from:
+        raise ConfigError(f"{where}: derived_from: {base_name!r} is itself derived (from "
+                          f"{base.derived_from!r}); derive from a measured table")
+    raw = document.get("ratios", {})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: ratios: must be a mapping of name -> {{numerator, denominator, source}}")
+    ratios: dict[str, tuple[float, str]] = {}
+    for name, entry in raw.items():
+        entry = entry if isinstance(entry, dict) else {}
+        for part in ("numerator", "denominator"):
+            if not _positive(entry.get(part)):
+                raise ConfigError(f"{where}: ratios.{name}.{part}: must be a finite number > 0, "
+                                  f"got {entry.get(part)!r}")
+        if not isinstance(entry.get("source"), str) or not entry["source"].strip():
+            raise ConfigError(f"{where}: ratios.{name}.source: missing (where the two figures come from)")
+        num, den = float(entry["numerator"]), float(entry["denominator"])
+        ratios[name] = (num / den, f"{name} {num:g}/{den:g}: {entry['source']}")
+    constants = document["constants"]
+    unknown = sorted(set(constants) - set(CONSTANTS))
+    if unknown:
+        raise ConfigError(f"{where}: constants.{unknown[0]}: unknown; valid: {', '.join(CONSTANTS)}")
+    values: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    scaled: dict[str, list[str]] = {}
+    for name in CONSTANTS:
+        entry = constants.get(name)
+        if not isinstance(entry, dict) or "scale" not in entry:
+            raise ConfigError(f"{where}: constants.{name}: missing; every constant says how it follows from "
+                              f"{base_name} ({{\"scale\": 1 | <number> | <ratio name>, \"why\": ...}})")
+        if not isinstance(entry.get("why"), str) or not entry["why"].strip():
+            raise ConfigError(f"{where}: constants.{name}.why: missing (why the factor holds)")
+        scale = entry["scale"]
+        if isinstance(scale, str):
+            if scale not in ratios:
+                raise ConfigError(f"{where}: constants.{name}.scale: unknown ratio {scale!r}; "
+                                  f"valid: {', '.join(ratios) or 'none declared'}")
+            factor, note = ratios[scale]
+            note = f"{base_name} x {factor:.4g} ({note}; {entry['why']})"
+            scaled.setdefault(scale, []).append(name)
+        elif _positive(scale):
+            factor = float(scale)
+            note = (f"{base_name} as measured ({entry['why']})" if factor == 1.0
+                    else f"{base_name} x {factor:g} ({entry['why']})")
+            if factor != 1.0:
+                scaled.setdefault(f"{factor:g}", []).append(name)
+        else:
+            raise ConfigError(f"{where}: constants.{name}.scale: must be a finite number > 0 or a ratio name, "
+                              f"got {scale!r}")
+        values[name] = getattr(base, name) * factor
+        sources[name] = f"{note}; {base_name}: {base.sources.get(name, '')}"
+    parts = [f"{', '.join(names)} x {ratios[key][0] if key in ratios else float(key):.4g}"
+             + (f" ({key})" if key in ratios else "") for key, names in scaled.items()]
+    derivation = f"derived from {base_name}: " + ("; ".join(parts) + "; the rest as measured" if parts
+                                                   else "every constant as measured")
+    extra = {k: document.get(k, getattr(base, k)) for k in ("sms", "tile_m", "tile_n")}
+    return ComponentTable(gpu=str(document.get("gpu", "")), sources=sources, measurements=base.measurements,
+                          derived_from=base_name, derivation=derivation, **values, **extra)
+
+
 @lru_cache(maxsize=16)
 def load_table(gpu: str) -> ComponentTable | None:
-    """The shipped component table of hardware preset ``gpu`` (``tables/<gpu>.json``), or ``None`` when
-    that GPU type has none (its passes keep the efficiency-knob model of :mod:`packplace.placement.model.cost`)."""
+    """The shipped component table of hardware preset ``gpu`` (``tables/<gpu>.json``, measured or derived:
+    :func:`table_from_dict`), or ``None`` when that GPU type has none (its passes keep the efficiency-knob
+    model of :mod:`packplace.placement.model.cost`)."""
     path = TABLE_DIR / f"{gpu}.json"
     if not path.is_file():
         return None

@@ -133,10 +133,12 @@ class Hardware:
             log-prob passes of a mixture of experts (in place of ``gemm_peak_fraction`` for the
             experts' FLOPs; the rows-per-expert saturation still applies); 0 (the default):
             ``gemm_peak_fraction``. Source of the H100 value: :data:`MOE_GEMM_PEAK_FRACTION_H100`.
-        component_table: Name of the GPU type's component table (:mod:`packplace.placement.model.components`,
-            measured kernel by kernel: ``h200``), which then prices the dense layers' passes and decode
-            steps in place of ``gemm_peak_fraction``, ``gemm_m_half``, ``decode_bw_eff`` and the
-            non-GEMM knobs; ``none`` (the default, every preset without a table) keeps those knobs.
+        component_table: Name of the GPU type's component table (:mod:`packplace.placement.model.components`:
+            ``h200`` measured kernel by kernel, ``h100-sxm`` derived from it, :data:`COMPONENT_TABLES`),
+            which then prices the dense layers' passes and decode steps in place of
+            ``gemm_peak_fraction``, ``gemm_m_half``, ``decode_bw_eff`` and the non-GEMM knobs (a mixture of
+            experts, LoRA, a preempted sequence's recompute and selective recomputation keep them); ``none``
+            (the default, every preset without a table) keeps those knobs.
         memory_workspace: Bytes per GPU a PyTorch process holds beyond its tensors and their allocator
             slack (cuBLAS workspaces, kernel scratch), added to every task's peak memory; default
             :data:`packplace.placement.model.pass_memory.STACKS` ``none`` (measured on an H200, the only GPU
@@ -214,7 +216,10 @@ HARDWARE_DEFAULTS = {
     "memory_workspace": 1.02e9,
 }
 #: Component tables shipped with the package (``placement/model/tables/<name>.json``); ``none`` uses the knobs.
-COMPONENT_TABLES = ("none", "h200")
+#: ``h200`` is measured (``benchmarks/hardware/h200/``); ``h100-sxm`` is derived from it (the same GH100
+#: compute die: compute, per-kernel and host constants as measured, the HBM-streaming ones scaled by the
+#: datasheet bandwidth ratio 3.35/4.8; ``tables/h100-sxm.json`` names each factor and its source).
+COMPONENT_TABLES = ("none", "h200", "h100-sxm")
 #: Cluster-shape fields a preset fills (8 GPUs per node, one node, one rack) unless the preset (``gb200``:
 #: a 72-GPU NVLink domain per node) or the config sets them.
 PRESET_CLUSTER = {"racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8}
@@ -336,10 +341,15 @@ GEMM_PEAK_FRACTION_GB200 = 0.55 * (1622 / 5000) / (744 / 1979)
 #: The presets set no ``phase_overhead`` or ``weight_sync_overhead`` (both 0): what an RL
 #: framework adds per task and per weight sync is derived from the plan by its execution profile
 #: (``policy.framework``, :mod:`packplace.placement.model.framework`); the two knobs remain for ``calibrate``.
+#:
+#: Component tables: ``h200`` prices dense passes and decode steps from its measured table, ``h100-sxm``
+#: (alias ``h100``) from the table derived from it (:data:`COMPONENT_TABLES`); on both,
+#: ``gemm_peak_fraction`` and ``decode_bw_eff`` price only what the table does not (mixture-of-experts and
+#: LoRA passes, a preempted sequence's recompute, selective recomputation, context-parallel balance).
 PRESETS: dict[str, dict[str, Any]] = {
     "h100-sxm": {"flops_per_gpu": 989e12, "memory_per_gpu": 80e9, "memory_bandwidth": 3.35e12,
                  **_links(360e9, 45e9), "host_bandwidth": 50e9,
-                 "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65,
+                 "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "component_table": "h100-sxm",
                  "moe_decode_bw_eff": MOE_DECODE_BW_EFF_H100, "moe_gemm_peak_fraction": MOE_GEMM_PEAK_FRACTION_H100},
     "h200": {"flops_per_gpu": 989e12, "memory_per_gpu": 141e9, "memory_bandwidth": 4.8e12,
              **_links(360e9, 45e9), "host_bandwidth": 50e9,
