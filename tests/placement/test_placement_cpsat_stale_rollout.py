@@ -108,8 +108,10 @@ def _without_refit_steps(monkeypatch) -> None:
     # without the refit steps a stale rollout is never faster here: the synchronous optimum (with them,
     # the stale plans win by 1.7-3.3%)
     (dict(batch_size=256), "tie", False),
-    (dict(generation_length=1024), "tie", False),
-    (dict(batch_size=256, memory_per_gpu=4e9), "tie", False),
+    # the engine's host time per running sequence lengthens every generation alike, which a stale plan
+    # overlaps with training: by 0.5% (6.747 against 6.779 s) and 0.7% (4.486 against 4.518 s) here
+    (dict(generation_length=1024), "stale", False),
+    (dict(batch_size=256, memory_per_gpu=4e9), "stale", False),
 ])
 def test_small_dapo_matches_brute_force_over_every_plan_and_staleness(kw, winner, refit_steps, monkeypatch):
     if not refit_steps:
@@ -220,7 +222,7 @@ def test_pruning_keeps_candidates_whose_stale_rollout_is_faster(monkeypatch):
     assert by_time["actor.train"] == kept["actor.train"]
     extra = [c for c in kept["actor.generate"] if c not in by_time["actor.generate"]]
     assert set(by_time["actor.generate"]) <= set(kept["actor.generate"])
-    assert len(extra) == 29
+    assert len(extra) == 28
     b = ev.index["actor.generate"]
     for c in extra:  # each is slower as a batch than some candidate of its shape, but faster when stale
         assert any(d.extent == c.extent and d.time <= c.time and ev.stale_time(b, c, 1) < ev.stale_time(b, d, 1)

@@ -456,6 +456,8 @@ class CostModel:
           :data:`~packplace.placement.problem.hardware.MOE_DECODE_BW_EFF_H100`);
         * overheads: the engine's ``decode_step_overhead`` (scheduler, sampling; the framework
           profile's, or the hardware's when set: :func:`~packplace.placement.model.framework.decode_step_overhead`),
+          the engine's host time per running sequence, ``engine.host_seconds_per_sequence · a`` (the V0 engine's
+          per-request Python work: :data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`),
           the non-GEMM time of ``a/tp``
           tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et al.
           2019) at the TP group's level (:meth:`group_level`: inside a node, or over the inter-node links
@@ -502,7 +504,7 @@ class CostModel:
                 rates = self.eager_decode_table()
                 body = body + (decode_step_array(rates, model, running, context_sum, tp, True)
                                - decode_step_array(rates, model, running, context_sum, tp)) * imbalance
-        step = body + decode_step_overhead(hw, self.framework)
+        step = body + decode_step_overhead(hw, self.framework) + self.engine.host_seconds_per_sequence * running
         if ep > 1 and model.is_moe:
             step = step + model.moe_layers * self.moe_alltoall(model, running, tp, ep, extent)
         if tp > 1:

@@ -65,6 +65,11 @@ class RolloutEngine:
         enforce_eager: vLLM's ``enforce_eager``: no CUDA graph capture, so every decode iteration issues
             each kernel from the host (:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`
             prices it as an eager pass); default false (vLLM's own default, graphs captured).
+        host_seconds_per_sequence: Host seconds the engine adds to every decode iteration per running
+            sequence (scheduler, input preparation, sampler output processing of each request), beside the
+            per-iteration ``decode_step_overhead``: the engine generation's
+            (:data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`, which a config
+            sets from its framework's engine generation); default 0, none charged.
     """
 
     batching: str = "continuous"
@@ -73,6 +78,7 @@ class RolloutEngine:
     max_num_seqs_set: bool = False
     dispatch: str = "rounds"
     enforce_eager: bool = False
+    host_seconds_per_sequence: float = 0.0
 
 
 def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,

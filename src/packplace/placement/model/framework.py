@@ -20,6 +20,7 @@ mechanics: each profile's ``sources``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from packplace.errors import ConfigError
@@ -96,6 +97,97 @@ VLLM_WEIGHT_LOAD_BANDWIDTH = (1342e9 / 64) / 1.5
 #: in ``SchedulerConfig.__post_init__`` when the field was left ``None``). The offline ``LLM`` class is
 #: given ``LLM_CLASS`` and gets 256, or 1024 on a GPU of 70 GiB or more other than an A100.
 VLLM_ASYNC_ENGINE_MAX_NUM_SEQS = 128
+#: vLLM engine generations (``engine_generation``): ``v0`` (the ``LLMEngine`` of vLLM before 0.8; scheduler,
+#: input preparation, sampler and output processing in one Python loop that rebuilds its per-request objects
+#: every iteration) and ``v1`` (the ``EngineCore`` loop, the default from vLLM 0.8.0: persistent batch, Numpy
+#: input preparation, detokenisation in another process).
+VLLM_ENGINE_GENERATIONS = ("v0", "v1")
+#: Host seconds a vLLM engine adds to every decode iteration per running sequence, by engine generation
+#: (:func:`host_seconds_per_sequence`): the iteration's host time is ``decode_step_overhead + per_sequence ×
+#: running``. V0: github.com/vllm-project/vllm/issues/6801 ("[RFC]: Performance Roadmap", comment of
+#: 2024-08-08, vLLM 0.5.x): "the time between two steps ... sampling time, prepare input time,
+#: process_model_output time, and scheduler time. When BS is 200, all this together can be 20ms"; less the
+#: per-iteration part every batch pays, kept at :data:`VLLM_DECODE_STEP_OVERHEAD` (1.4 ms, the only published
+#: small-batch figure): (20 − 1.4) ms / 200 = 93 µs per sequence (the arithmetic:
+#: docs/calibration-and-validation.md). That V0 loop is synchronous: vLLM 0.6's asynchronous output
+#: processing (github.com/vllm-project/vllm/pull/7049) is off under ``enforce_eager`` ("Since, enforce-eager
+#: is enabled, async output processor cannot be used", vllm/config.py of 0.6.x) and absent before 0.6, which
+#: covers the V0 versions the framework tables name (verl v0.1-v0.3 eager, OpenRLHF with vLLM 0.4.2); with
+#: CUDA graphs on vLLM 0.6-0.7 part of it overlaps the GPU, so there the term is an upper bound. V1: the slope
+#: of the one per-request loop of the V1 engine whose time is published at two batch sizes,
+#: ``Scheduler.update_from_output`` (the micro-benchmark benchmarks/overheads/
+#: benchmark_scheduler_update_from_output.py of github.com/vllm-project/vllm/pull/46112, timing vLLM at
+#: merge-base 55c98e370: 0.142 ms at 128 decode requests, 0.287 ms at 256): (0.287 − 0.142) ms / 128 =
+#: 1.1 µs per sequence, a lower bound (the V1 scheduler's ``schedule`` and the model runner's input
+#: preparation also walk the requests; no published figure gives their slope; the V1 release post,
+#: blog.vllm.ai 2025-01-27, reports "near-zero CPU overhead" and no time per request).
+VLLM_HOST_SECONDS_PER_SEQUENCE = {"v0": (20e-3 - VLLM_DECODE_STEP_OVERHEAD) / 200,
+                                  "v1": (0.287e-3 - 0.142e-3) / 128}
+
+
+@dataclass(frozen=True)
+class VersionDefaults:
+    """What a framework's own files set, from release ``since`` on, for the settings the model takes from
+    the framework (``policy.framework_version``, :func:`version_defaults`).
+
+    Attributes:
+        since: First release (numeric parts, e.g. ``(0, 6, 0)``) these defaults hold for; they hold until
+            the next entry's ``since``.
+        enforce_eager: The rollout engine's ``enforce_eager`` default at those releases.
+        engine_generation: The vLLM engine generation those releases run (:data:`VLLM_ENGINE_GENERATIONS`).
+        source: The framework files (and release) that say so.
+    """
+
+    since: tuple[int, ...]
+    enforce_eager: bool
+    engine_generation: str
+    source: str
+
+
+#: Version-dependent defaults per framework, oldest first; a release at or after the last entry takes the
+#: profile's own (current) defaults, which the last entry repeats. vLLM 0.8.0 made the V1 engine its
+#: default where it supports the use (github.com/vllm-project/vllm/pull/15064: "V1 is now enabled by
+#: default for all supported use cases ... To disable V1, ... VLLM_USE_V1=0"), so a release pinning vLLM
+#: below 0.8 runs V0.
+FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
+    "verl": (
+        VersionDefaults((0, 1), True, "v0",
+                        "verl v0.1-v0.2.x: setup.py vllm==0.6.3 (v0.2: vllm<=0.6.3); ppo_trainer.yaml "
+                        "rollout.enforce_eager: True"),
+        VersionDefaults((0, 3), True, "v0",
+                        "verl v0.3.x: requirements.txt '# vllm==0.6.3.post1' (setup.py vllm<=0.8.2); "
+                        "docs/README_vllm0.7.md: V1 only when the user exports VLLM_USE_V1=1; "
+                        "ppo_trainer.yaml rollout.enforce_eager: True"),
+        VersionDefaults((0, 4), True, "v1",
+                        "verl v0.4.0-v0.5.x: requirements.txt '# vllm==0.8.4' (setup.py vllm<=0.8.5); "
+                        "docs/start/install.rst recommends VLLM_USE_V1=1, recipe/dapo/runtime_env.yaml sets it; "
+                        "rollout enforce_eager: True"),
+        VersionDefaults((0, 6), False, "v1",
+                        "verl v0.6.0+: verl/trainer/config/rollout/rollout.yaml enforce_eager: False (commit "
+                        "ff6978c14); vllm_rollout_spmd.py and vllm_async_server.py import vllm.v1"),
+    ),
+    "openrlhf": (
+        VersionDefaults((0, 1), False, "v0",
+                        "OpenRLHF before v0.6.3: dockerfile/Dockerfile vllm==0.4.2 (v0.2.7 at commit 391e1de4 "
+                        "to v0.5.2), setup.py vllm==0.6.4.post1-0.7.2 (v0.5.2.post1-v0.6.2); vllm.LLM at vLLM's "
+                        "enforce_eager default False, from v0.4.4 the --enforce_eager flag (store_true)"),
+        VersionDefaults((0, 6, 3), False, "v1",
+                        "OpenRLHF v0.6.3+: setup.py vllm==0.8.1 and later; openrlhf/trainer/ray/vllm_engine.py "
+                        "builds vllm.LLM with worker_extension_cls (V1's extension point; from v0.8.0 it sets "
+                        "VLLM_USE_V1=1); --enforce_eager default False"),
+    ),
+    "nemo-rl": (
+        VersionDefaults((0, 1), True, "v0",
+                        "NeMo RL v0.1.x: nemo_reinforcer/models/generation/vllm.py env VLLM_USE_V1=0 and "
+                        "vllm.LLM(enforce_eager=True); pyproject.toml vllm==0.8.0"),
+        VersionDefaults((0, 2), True, "v1",
+                        "NeMo RL v0.2.x: pyproject.toml vllm==0.8.4 (no VLLM_USE_V1 override); "
+                        "nemo_rl/models/generation/vllm.py vllm.LLM(enforce_eager=True)"),
+        VersionDefaults((0, 3), False, "v1",
+                        "NeMo RL v0.3.0+: examples/configs/grpo_math_1B.yaml vllm_cfg.enforce_eager: False; "
+                        "NRL_VLLM_USE_V1 default 1 (vllm 0.9.0 and later)"),
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -147,7 +239,12 @@ class FrameworkProfile:
             ``--vllm.enforce_eager`` (``store_true``, default False; before the flag, commit 391e1de4, its
             ``vllm.LLM`` took vLLM's default False); ``none``: vLLM's default False. ``None``: the engine is
             not vLLM (DeepSpeed-Chat's hybrid engine launches its kernels eagerly, and that launch time is
-            inside its measured ``decode_step_overhead``), so the setting does not apply.
+            inside its measured ``decode_step_overhead``), so the setting does not apply. An older release
+            (``policy.framework_version``) takes :data:`FRAMEWORK_VERSIONS`' default instead.
+        engine_generation: The vLLM engine generation of the framework's current releases
+            (:data:`VLLM_ENGINE_GENERATIONS`; all four vLLM profiles run V1 today), which sets the host time
+            per running sequence (:data:`VLLM_HOST_SECONDS_PER_SEQUENCE`); an older release
+            (``policy.framework_version``) takes :data:`FRAMEWORK_VERSIONS`' generation. ``None``: not vLLM.
         colocated_train_state: A trained model's training state (its trainer's resident bytes: weights,
             gradients and optimizer state as its ``training`` options leave them on the GPU) stays resident
             while its rollout engine generates on the same GPUs, so the two add instead of taking the
@@ -200,6 +297,7 @@ class FrameworkProfile:
     refit_ipc_bandwidth: float = 0.0
     colocated_offload: bool = False
     enforce_eager: bool | None = False
+    engine_generation: str | None = "v1"
 
 
 #: The profiles (``policy.framework``).
@@ -237,7 +335,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "DeepSpeedExamples applications/DeepSpeed-Chat/dschat/rlhf/rlhf_engine.py (_init_ref / _init_reward: "
         "ZeRO-3 iff the actor / critic stage is 3), ppo_trainer.py generate_experience (one process per GPU, "
         "hybrid engine generates with the training parameters gathered in place)",
-        decode_step_overhead=DS_HYBRID_DECODE_STEP_OVERHEAD, colocated_train_state=True, enforce_eager=None),
+        decode_step_overhead=DS_HYBRID_DECODE_STEP_OVERHEAD, colocated_train_state=True, enforce_eager=None,
+        engine_generation=None),
 }
 #: Frameworks by name.
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
@@ -255,6 +354,71 @@ def profile(name: str) -> FrameworkProfile:
         return FRAMEWORKS[name]
     except KeyError:
         raise ConfigError(f"[policy] framework: unknown {name!r}; valid: {', '.join(FRAMEWORKS)}") from None
+
+
+#: A release string: optional ``v``, one to four dot-separated numbers, an optional ``.postN`` / ``rcN`` /
+#: ``.devN`` suffix (which does not change the release's defaults).
+_VERSION = re.compile(r"v?(\d+(?:\.\d+){0,3})(?:\.?(?:post|rc|dev)\d*)?")
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """The numeric parts of a release string (``"0.5.0"`` → ``(0, 5, 0)``; ``"v0.6.3.post2"`` → ``(0, 6, 3)``),
+    trailing zeros dropped so ``"0.6"`` and ``"0.6.0"`` compare equal.
+
+    Raises:
+        ConfigError: ``[policy] framework_version: 'x' is not a release ...`` for anything else.
+    """
+    match = _VERSION.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise ConfigError(f"[policy] framework_version: {text!r} is not a release; expected numbers separated by "
+                          "dots such as '0.5.0' (an optional 'v' prefix and '.postN' / 'rcN' suffix are accepted)")
+    parts = [int(x) for x in match.group(1).split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def version_defaults(framework: str, version: str | None) -> VersionDefaults | None:
+    """The defaults of ``framework`` at release ``version`` (:data:`FRAMEWORK_VERSIONS`: the last entry whose
+    ``since`` is at or before it); ``None`` when ``version`` is ``None`` (the profile's current defaults).
+
+    Raises:
+        ConfigError: a malformed release (:func:`parse_version`), a framework with no version table
+            (``none``, ``deepspeed-chat``), or a release before the table's first entry.
+    """
+    if version is None:
+        return None
+    release = parse_version(version)
+    table = FRAMEWORK_VERSIONS.get(framework)
+    if table is None:
+        raise ConfigError(f"[policy] framework_version: {version!r} is set, but the {framework} framework has no "
+                          f"version-dependent defaults; valid for: {', '.join(FRAMEWORK_VERSIONS)} (remove "
+                          "framework_version)")
+    chosen = None
+    for entry in table:
+        if release >= entry.since:
+            chosen = entry
+    if chosen is None:
+        first = ".".join(str(x) for x in table[0].since)
+        raise ConfigError(f"[policy] framework_version: {version!r} is before {framework} {first}, the first release "
+                          "whose defaults the model knows")
+    return chosen
+
+
+def host_seconds_per_sequence(engine_generation: str | None) -> float:
+    """Host seconds per running sequence a vLLM engine of ``engine_generation`` adds to every decode iteration
+    (:data:`VLLM_HOST_SECONDS_PER_SEQUENCE`); 0 for ``None`` (not a vLLM engine).
+
+    Raises:
+        ValueError: an unknown generation.
+    """
+    if engine_generation is None:
+        return 0.0
+    try:
+        return VLLM_HOST_SECONDS_PER_SEQUENCE[engine_generation]
+    except KeyError:
+        raise ValueError(f"engine_generation must be one of {', '.join(VLLM_ENGINE_GENERATIONS)}, "
+                         f"got {engine_generation!r}") from None
 
 
 def decode_step_overhead(hardware, framework: FrameworkProfile) -> float:

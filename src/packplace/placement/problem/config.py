@@ -37,7 +37,15 @@ from packplace.placement.model.engine import (
     DISPATCH,
     RolloutEngine,
 )
-from packplace.placement.model.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, INFERENCE_OFFLOAD, profile
+from packplace.placement.model.framework import (
+    DEFAULT_FRAMEWORK,
+    FRAMEWORK_NAMES,
+    INFERENCE_OFFLOAD,
+    VersionDefaults,
+    host_seconds_per_sequence,
+    profile,
+    version_defaults,
+)
 from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, check_config
 from packplace.placement.model.memory import OFFLOAD, RECOMPUTE, SHARDING, TrainingOptions, lora_params
 from packplace.placement.problem.graph import (
@@ -160,6 +168,9 @@ POLICY_FIELDS: dict[str, Field] = {
                                    "kernel from the host (unset: the framework's default)"),
     "framework": Field("enum", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
                        meaning="RL framework whose execution profile runs the step (none: the model's own mechanics)"),
+    "framework_version": Field("str", default=None,
+                               meaning="release of the framework that ran (e.g. 0.5.0): its own defaults for "
+                                       "enforce_eager and the vLLM engine generation (unset: the current ones)"),
     "inference_offload": Field("enum", choices=tuple(INFERENCE_OFFLOAD), default="none",
                                meaning="inference-only models whose weights stay in host memory between forwards"),
     "trainer_backend": Field("enum", choices=TRAINER_BACKENDS, default="auto",
@@ -272,6 +283,8 @@ class PlacementInstance:
             :mod:`packplace.placement.model.dp_balance`; key ``""``: the common setting; empty: the framework's).
         trainer_backend: ``policy.trainer_backend``: ``auto`` (default), ``fsdp`` or ``megatron``, the
             trainer workers of verl and NeMo RL (:mod:`packplace.placement.model.layout_rules`).
+        framework_version: ``policy.framework_version``: the framework release that ran (its defaults for
+            ``enforce_eager`` and the vLLM engine generation, already applied to ``engine``), or ``None``.
     """
 
     cluster: Cluster
@@ -289,6 +302,7 @@ class PlacementInstance:
     inference_offload: str = "none"
     balance: Mapping[str, BalanceSetting] = field(default_factory=dict)
     trainer_backend: str = "auto"
+    framework_version: str | None = None
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -493,14 +507,17 @@ def _optimizer(o: dict[str, Any], algorithm: str) -> dict[str, Any]:
     return out
 
 
-def _enforce_eager(value: bool | None, framework: str) -> bool:
-    """``policy.enforce_eager`` when set, else the framework profile's default
-    (:attr:`~packplace.placement.model.framework.FrameworkProfile.enforce_eager`).
+def _enforce_eager(value: bool | None, framework: str, version: VersionDefaults | None = None) -> bool:
+    """``policy.enforce_eager`` when set, else the framework's default: that of its release ``version``
+    (``policy.framework_version``, :func:`~packplace.placement.model.framework.version_defaults`) when given,
+    else the profile's (:attr:`~packplace.placement.model.framework.FrameworkProfile.enforce_eager`).
 
     Raises:
         ConfigError: set for a framework whose generation engine is not vLLM.
     """
     default = profile(framework).enforce_eager
+    if default is not None and version is not None:
+        default = version.enforce_eager
     if default is None:
         if value is not None:
             raise ConfigError(f"[policy] enforce_eager: {value!r} is a vLLM setting; the {framework} framework "
@@ -516,7 +533,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     Raises:
         ConfigError: missing section or field, wrong type or range, unknown algorithm, model role,
             field or staleness key (the message lists the valid ones), ``max_num_seqs`` with static
-            batching.
+            batching, a ``framework_version`` that is not a quoted release, precedes the framework's
+            first known release or names a framework without release defaults.
     """
     if not isinstance(config, Mapping):
         raise ConfigError(f"config: must be a mapping of sections, got {type(config).__name__}")
@@ -525,6 +543,10 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
             raise ConfigError(f"[{key_shown(key)}] Unknown section; valid: {', '.join(SECTIONS)}")
     cluster, hardware = _hardware(_section(config, "hardware"))
     policy_cfg = _section(config, "policy", required=False)
+    raw_version = policy_cfg.get("framework_version") if isinstance(policy_cfg, Mapping) else None
+    if isinstance(raw_version, (int, float)) and not isinstance(raw_version, bool):
+        raise ConfigError(f"[policy] framework_version: {show(raw_version)} was read as a number; write the "
+                          "release quoted, e.g. framework_version: \"0.5.0\" (YAML reads 0.10 as 0.1)")
     policy = check_section(policy_cfg, _policy_fields(), "[policy]", label=_label("policy"), **_FORMATS)
     algorithm = policy["algorithm"]
     if policy["batching"] == "static" and "max_num_seqs" in policy_cfg:
@@ -535,9 +557,12 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         raise ConfigError(f"[policy] dispatch: {policy_cfg['dispatch']!r} hands out static batches; a "
                           "continuous-batching engine takes every request at once (set batching: static, or "
                           "drop dispatch)")
+    version = version_defaults(policy["framework"], policy.get("framework_version"))
+    generation = profile(policy["framework"]).engine_generation if version is None else version.engine_generation
     engine = RolloutEngine(policy["batching"], policy["max_num_seqs"], policy["gpu_memory_utilization"],
                            max_num_seqs_set="max_num_seqs" in policy_cfg, dispatch=policy["dispatch"],
-                           enforce_eager=_enforce_eager(policy.get("enforce_eager"), policy["framework"]))
+                           enforce_eager=_enforce_eager(policy.get("enforce_eager"), policy["framework"], version),
+                           host_seconds_per_sequence=host_seconds_per_sequence(generation))
     models_cfg = _section(config, "models")
     spec = algorithm_spec(algorithm)
     required = spec.required_roles
@@ -573,7 +598,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                                  build_graph(algorithm, reward_model=rule_reward is None), optimizer, source, engine,
                                  training=training, rule_reward=rule_reward, framework=policy["framework"],
                                  inference_offload=policy["inference_offload"], balance=balance,
-                                 trainer_backend=policy["trainer_backend"])
+                                 trainer_backend=policy["trainer_backend"],
+                                 framework_version=policy.get("framework_version"))
     check_config(Context.of(instance))
     return instance
 

@@ -1,0 +1,159 @@
+"""A framework release (``policy.framework_version``) and the vLLM engine's host time per running sequence:
+release parsing, each framework's defaults by release, the config errors, and a decode iteration's time
+computed by hand at a given running count."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import numpy as np
+import pytest
+
+from packplace.errors import ConfigError
+from packplace.placement.model.cost import CostModel
+from packplace.placement.model.engine import RolloutEngine
+from packplace.placement.model.framework import (
+    FRAMEWORK_VERSIONS,
+    FRAMEWORKS,
+    VLLM_DECODE_STEP_OVERHEAD,
+    VLLM_HOST_SECONDS_PER_SEQUENCE,
+    host_seconds_per_sequence,
+    parse_version,
+    version_defaults,
+)
+from packplace.placement.problem.config import build_instance, load_yaml
+from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
+from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.workload import Workload
+
+VALIDATION = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "validation")
+OPENRLHF_13B = os.path.join(VALIDATION, "openrlhf_ppo_llama2-13b_32xa800.yaml")
+NEMO_V05 = os.path.join(VALIDATION, "nemo_rl_v0.5_grpo_qwen3-32b_8x8xh100_1off.yaml")
+
+
+def _config(path: str) -> dict:
+    cfg = copy.deepcopy(load_yaml(path))
+    cfg.pop("validation")
+    return cfg
+
+
+def test_v0_host_time_per_sequence_is_the_issue_thread_figure_less_the_fixed_part():
+    # 20 ms between steps at 200 running sequences (vLLM 0.5.x), less the 1.4 ms every iteration pays
+    assert VLLM_HOST_SECONDS_PER_SEQUENCE["v0"] == pytest.approx((20e-3 - 1.4e-3) / 200) == pytest.approx(93e-6)
+    # V1: the slope of vLLM's update_from_output loop in the micro-benchmark of vllm pull request 46112,
+    # 0.142 ms at 128 requests, 0.287 ms at 256
+    assert VLLM_HOST_SECONDS_PER_SEQUENCE["v1"] == pytest.approx(0.145e-3 / 128) == pytest.approx(1.1328125e-6)
+    assert host_seconds_per_sequence("v0") == pytest.approx(93e-6)
+    assert host_seconds_per_sequence(None) == 0.0
+    with pytest.raises(ValueError, match="engine_generation must be one of v0, v1, got 'v2'"):
+        host_seconds_per_sequence("v2")
+
+
+@pytest.mark.parametrize("text, parts", [("0.5.0", (0, 5)), ("0.6", (0, 6)), ("v0.6.3.post2", (0, 6, 3)),
+                                         ("0.4.1.dev", (0, 4, 1)), ("1.0.0rc1", (1,)), (" 0.10.2 ", (0, 10, 2))])
+def test_release_strings_parse_to_their_numbers(text, parts):
+    assert parse_version(text) == parts
+
+
+@pytest.mark.parametrize("text", ["", "abc", "0.5.x", "0..5", "v", "0.5.0-beta", "1.2.3.4.5"])
+def test_a_malformed_release_names_the_field_and_the_value(text):
+    with pytest.raises(ConfigError, match=r"\[policy\] framework_version: .* is not a release"):
+        parse_version(text)
+
+
+@pytest.mark.parametrize("framework, version, eager, generation", [
+    # verl: rollout enforce_eager True v0.1-v0.5, False from v0.6.0; vLLM 0.6.3 (V0) up to v0.3, 0.8.x (V1) after
+    ("verl", "0.1", True, "v0"), ("verl", "0.2.0.post2", True, "v0"), ("verl", "0.3.0.post1", True, "v0"),
+    ("verl", "0.4.1", True, "v1"), ("verl", "0.5.0", True, "v1"), ("verl", "0.6.0", False, "v1"),
+    ("verl", "0.7.0", False, "v1"),
+    # OpenRLHF: vLLM 0.4.2-0.7.2 (V0) before v0.6.3, 0.8.1+ (V1) from it; enforce_eager always False
+    ("openrlhf", "0.2.7", False, "v0"), ("openrlhf", "0.6.2", False, "v0"), ("openrlhf", "0.6.3", False, "v1"),
+    ("openrlhf", "0.9.0", False, "v1"),
+    # NeMo RL: v0.1 VLLM_USE_V1=0 and eager, v0.2 V1 and eager, v0.3+ V1 with graphs
+    ("nemo-rl", "0.1.1", True, "v0"), ("nemo-rl", "0.2.1", True, "v1"), ("nemo-rl", "0.3.0", False, "v1"),
+    ("nemo-rl", "0.6.0", False, "v1"),
+])
+def test_each_release_takes_its_frameworks_defaults(framework, version, eager, generation):
+    entry = version_defaults(framework, version)
+    assert (entry.enforce_eager, entry.engine_generation) == (eager, generation)
+
+
+def test_the_newest_entry_repeats_the_profiles_current_defaults():
+    for name, table in FRAMEWORK_VERSIONS.items():
+        assert table[-1].enforce_eager == FRAMEWORKS[name].enforce_eager
+        assert table[-1].engine_generation == FRAMEWORKS[name].engine_generation == "v1"
+        assert [e.since for e in table] == sorted(e.since for e in table)
+    assert version_defaults("verl", None) is None
+
+
+def test_versions_the_tables_do_not_cover_are_refused():
+    with pytest.raises(ConfigError, match=r"framework_version: '0\.0\.9' is before verl 0\.1"):
+        version_defaults("verl", "0.0.9")
+    with pytest.raises(ConfigError, match="the deepspeed-chat framework has no version-dependent defaults"):
+        version_defaults("deepspeed-chat", "0.1")
+    with pytest.raises(ConfigError, match="the none framework has no version-dependent defaults"):
+        version_defaults("none", "1.0")
+
+
+def test_a_config_applies_its_release_and_an_explicit_setting_still_wins():
+    cfg = _config(OPENRLHF_13B)
+    assert cfg["policy"]["framework_version"] == "0.2.7"
+    engine = build_instance(cfg).engine
+    assert engine.enforce_eager is False and engine.host_seconds_per_sequence == pytest.approx(93e-6)
+    assert build_instance(cfg).framework_version == "0.2.7"
+    del cfg["policy"]["framework_version"]             # unset: the profile's current defaults (V1)
+    assert build_instance(cfg).engine.host_seconds_per_sequence == pytest.approx(1.1328125e-6)
+    cfg["policy"].update(framework="verl", framework_version="0.5.0")
+    assert build_instance(cfg).engine.enforce_eager is True
+    cfg["policy"]["enforce_eager"] = False
+    assert build_instance(cfg).engine.enforce_eager is False
+    # NeMo RL v0.5's row: the release's defaults are today's, so nothing moves
+    nemo = _config(NEMO_V05)
+    assert nemo["policy"]["framework_version"] == "0.5.0"
+    with_version = build_instance(nemo).engine
+    del nemo["policy"]["framework_version"]
+    assert build_instance(nemo).engine == with_version
+
+
+@pytest.mark.parametrize("value, message", [
+    (0.5, r"\[policy\] framework_version: 0\.5 was read as a number; write the release quoted"),
+    ("0.5.x", r"\[policy\] framework_version: '0\.5\.x' is not a release"),
+    ("", r"\[policy\] framework_version: must be a non-empty string"),
+    (True, r"\[policy\] framework_version: must be a non-empty string, got True"),
+])
+def test_config_errors_name_the_field_and_the_value(value, message):
+    cfg = _config(OPENRLHF_13B)
+    cfg["policy"]["framework_version"] = value
+    with pytest.raises(ConfigError, match=message):
+        build_instance(cfg)
+
+
+def test_a_framework_without_a_version_table_refuses_a_release():
+    cfg = _config(OPENRLHF_13B)
+    cfg["policy"]["framework"] = "deepspeed-chat"
+    cfg["policy"]["framework_version"] = "0.2.7"
+    with pytest.raises(ConfigError, match=r"\[policy\] framework_version: '0\.2\.7' is set, but the deepspeed-chat"):
+        build_instance(cfg)
+
+
+def test_a_decode_iteration_adds_the_host_time_of_each_running_sequence():
+    # OPT-125M-like shape on an H100 knob model (no component table): the iteration at 256 running sequences
+    # of a V0 engine is that of an engine with no per-sequence host time plus 256 · 93 µs = 23.808 ms, of a
+    # V1 engine plus 256 · 1.1328125 µs = 0.29 ms; the differences grow linearly
+    model = ModelSpec(layers=12, hidden_dim=768, ffn_dim=3072, vocab_size=50272, num_kv_heads=12, head_dim=64)
+    hw = Hardware(**{**PRESETS["h100-sxm"], "component_table": "none",
+                     "decode_step_overhead": VLLM_DECODE_STEP_OVERHEAD})
+    cluster = Cluster(1, 1, 1)
+    work = Workload(batch_size=512, samples_per_prompt=1, context_length=32, generation_length=128)
+    running = np.array([1.0, 8.0, 256.0])
+    context = running * 96.0
+    bare = CostModel(hw, cluster, work, RolloutEngine()).decode_step_times(model, 1, 1, (1, 1, 1), 1, running, context)
+    v0 = CostModel(hw, cluster, work, RolloutEngine(host_seconds_per_sequence=93e-6)).decode_step_times(
+        model, 1, 1, (1, 1, 1), 1, running, context)
+    assert v0 - bare == pytest.approx([93e-6, 0.744e-3, 23.808e-3], rel=1e-12)
+    v1 = CostModel(hw, cluster, work, RolloutEngine(host_seconds_per_sequence=1.1328125e-6)).decode_step_times(
+        model, 1, 1, (1, 1, 1), 1, running, context)
+    assert v1 - bare == pytest.approx([1.1328125e-6, 9.0625e-6, 0.29e-3], rel=1e-12)
+    # at 256 sequences the host time is over 90% of the V0 iteration: the tiny model's GPU work is not
+    assert 1.4e-3 + 23.808e-3 > 0.9 * v0[2]
