@@ -43,6 +43,9 @@ from packplace.placement.model.framework import (
     dispatch_seconds,
     exposed_gather_seconds,
     gather_seconds,
+    generate_calls,
+    hybrid_forward_seconds,
+    hybrid_gather_seconds,
     offload_round_trip_seconds,
     onload_seconds,
     refit_framework_seconds,
@@ -312,6 +315,15 @@ class CostModel:
         to the trainer's passes (:meth:`pass_time`)."""
         if kind == "generate":
             phases = {"generation": self.generate_time(model, dp, pp, tp, micro_batch, extent, ep)}
+            if self.framework.refit == "in_place" and model in self.sharded_models:
+                calls = generate_calls(self, dp, micro_batch)
+                hybrid = hybrid_gather_seconds(self, model, dp, pp, tp, calls, extent, offloaded)
+                forwards = calls * self.workload.max_response
+                per_forward = phases["generation"] / max(1, forwards)
+                hybrid += forwards * hybrid_forward_seconds(self, model, dp * pp * tp, extent, offloaded,
+                                                            per_forward)
+                if hybrid > 0.0:
+                    phases["gather"] = hybrid
         elif kind == "infer":
             phases = {"forward": self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep)}
         else:

@@ -66,6 +66,17 @@ VLLM_DECODE_STEP_OVERHEAD = 1.4e-3
 #: separate a per-layer launch cost from the per-iteration loop, so a per-layer form would be an
 #: assumption the source does not test.
 DS_HYBRID_DECODE_STEP_OVERHEAD = 4.7e-3
+#: Parameters at or below which DeepSpeed ZeRO-3 keeps a parameter whole on every rank (``ds_persist``: never
+#: partitioned, never gathered; deepspeed/runtime/zero/parameter_offload.py ``mark_persistent_parameters``):
+#: DeepSpeed-Chat's ``stage3_param_persistence_threshold`` 1e4 (dschat/utils/ds_utils.py
+#: ``get_train_ds_config``, the same at DeepSpeedExamples e468799f, 3a77097a and in the OpenRLHF authors' fork
+#: 8fce1d4), with ``stage3_max_live_parameters`` 3e7. Used by :func:`hybrid_forward_regathers`.
+DSCHAT_PARAM_PERSISTENCE_THRESHOLD = 10_000
+#: DeepSpeed-Chat's ``stage3_max_live_parameters`` (the same file): the ZeRO-3 coordinator prefetches at most
+#: ``max_live − gathered`` parameters ahead (partitioned_param_coordinator.py ``fetch_sub_module``:
+#: ``max_params_to_prefetch = min(max_n_available_params − n_available_params, prefetch_bucket_sz)``), so
+#: after gathering a module larger than it nothing is prefetched behind the layers' compute.
+DSCHAT_MAX_LIVE_PARAMETERS = 30_000_000
 #: Bytes of the full bf16 model that NeMo RL's refit moves per second in each of its three steps, from the
 #: refit breakdown the NeMo RL team published for DeepSeek-V3 (671 B parameters, 1,342 GB in bf16; training
 #: EP 64 x PP 8, generation vLLM TP 64, H100; NeMo RL v0.3; github.com/NVIDIA-NeMo/RL/discussions/1189 and
@@ -484,6 +495,122 @@ def onload_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     if sharded:
         return passes * nbytes / dp / cost.hw.host_bandwidth
     return nbytes / cost.hw.host_bandwidth
+
+
+def generate_calls(cost, dp: int, micro_batch: int) -> int:
+    """``generate`` calls one engine replica makes per step: ``⌈(B·K/dp)/mb⌉`` (DeepSpeed-Chat calls the
+    hybrid engine's ``generate`` once per prompt batch, dschat/rlhf/ppo_trainer.py ``generate_experience``;
+    with inference TP ``t`` one call decodes the ``t`` ranks' prompts together, ``mb`` of the plan).
+
+    Raises:
+        ValueError: ``dp`` or ``micro_batch`` below 1.
+    """
+    if dp < 1 or micro_batch < 1:
+        raise ValueError(f"generate_calls: dp and micro_batch must be >= 1, got {dp}, {micro_batch}")
+    return -(-(cost.workload.sequences // dp) // micro_batch)
+
+
+def hybrid_gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, calls: int,
+                          extent: tuple[int, int, int], offloaded: bool) -> float:
+    """What DeepSpeed's hybrid engine on ZeRO-3 weights adds to a generation vertex beyond the step's refit,
+    seconds (DeepSpeed v0.12.6, the version DeepSpeed-Chat's benchmark forks pin, deepspeed/runtime/
+    hybrid_engine.py ``DeepSpeedHybridEngine.generate``).
+
+    Every ``generate`` call gathers the whole model before decoding and frees it after: with
+    ``pin_parameters`` (DeepSpeed-Chat's default, dschat/utils/ds_utils.py ``get_train_ds_config``;
+    ``gather_all_layers``) one ``GatheredParameters`` over every layer (inference TP 1), or, with inference
+    TP > 1, the layers in groups of ``tp_gather_partition_size`` gathered and sliced into the TP containers;
+    the whole ``2P`` bf16 bytes reach every rank either way. The step's refit
+    (:func:`refit_seconds`, ``in_place``) prices the first call's gather; the other ``calls − 1`` calls
+    gather again, each a ring all-gather ``(n − 1)·(α + 2P/n·β)`` over the block's ``n = dp·pp·tp`` GPUs
+    (the hybrid engine is its trainer: the same processes on the same GPUs).
+
+    With ``offloaded`` (ZeRO-3 ``offload_param``: the partitions live in host memory, DeepSpeed-Chat
+    ``--offload``) each call first copies the rank's partition to the GPU
+    (deepspeed/runtime/zero/partition_parameters.py ``_all_gather_dtype``: ``p.ds_tensor.to(device)``
+    before ``_dist_allgather_fn``), ``2P/n`` bytes at ``host_bandwidth``, every call including the first; on
+    the way back the GPU copy is dropped, nothing returns to the host (the partition was not updated).
+
+    Not charged: the gather that ``--unpin_actor_parameters`` makes per layer per decoded token
+    (``_zero3_forward``), a setting no profile represents. 0 for one GPU without offload.
+    """
+    n = dp * pp * tp
+    nbytes = 2.0 * model.params
+    seconds = 0.0
+    if n > 1 and calls > 1:
+        alpha, beta = cost.hw.coll(cost.group_level(n, extent))
+        seconds += (calls - 1) * (n - 1) * (alpha + nbytes / n * beta)
+    if offloaded:
+        seconds += calls * nbytes / n / cost.hw.host_bandwidth
+    return seconds
+
+
+def hybrid_forward_regathers(model: ModelSpec) -> tuple[tuple[int, bool], ...]:
+    """``(parameters, prefetched)`` of each module that DeepSpeed's hybrid engine on ZeRO-3 weights gathers
+    again in every forward of its generation loop, in call order (one all-gather each).
+
+    The hybrid engine replaces each transformer block's forward by a DeepSpeed inference container and the
+    other ``nn.Embedding`` / ``nn.Linear`` / ``nn.LayerNorm`` modules by its ``EmbeddingLayer`` /
+    ``LinearLayer`` / ``Normalize`` on the same parameters (DeepSpeed v0.12.6 runtime/hybrid_engine.py
+    ``populate_all_inference_policies``, ``create_inference_containers``, ``eval``), but ZeRO-3's module hooks
+    stay registered on the original modules (runtime/zero/parameter_offload.py ``_register_hooks_recursively``):
+    a block has no parameters of its own (they sit in its children, which the container bypasses), so only
+    the modules outside the blocks fetch. Under ``no_grad`` every forward of ``generate`` ends a coordinator
+    step (``_end_of_forward_hook`` → ``reset_step``) and ``release_sub_module`` partitions a module's parameters
+    after its forward unless reused later in the same step (partitioned_param_coordinator.py
+    ``__params_to_release``), so the ``GatheredParameters`` of the generate call does not keep them: the token
+    embedding (``V·e``), an embedding projection (``e·d``, both ways, when ``embedding_dim`` differs), learned
+    positions (``rows·d``), the final norm, and an untied LM head (``V·e``; a tied head reuses the
+    embedding within the step) are gathered again at every decoded token. A parameter of at most
+    :data:`DSCHAT_PARAM_PERSISTENCE_THRESHOLD` elements persists and is not gathered (a norm of ``d`` ≤ 10,000).
+
+    ``prefetched``: the coordinator prefetches the untied head while the blocks run (``fetch_sub_module``
+    on the parameterless block modules, with the embedding released and nothing else gathered: under
+    :data:`DSCHAT_MAX_LIVE_PARAMETERS` live); the modules at the start of a step are fetched on demand
+    (the step's first fetch has nothing before it; after the embedding, more than
+    :data:`DSCHAT_MAX_LIVE_PARAMETERS` are live or the embedding is kept for a tied head, so nothing is
+    prefetched; an embedding under that limit, smaller than any model DeepSpeed-Chat trains, would let the
+    next module be prefetched, which this leaves out)."""
+    e = model.embedding_dim or model.hidden_dim
+    d = model.hidden_dim
+    keep = DSCHAT_PARAM_PERSISTENCE_THRESHOLD
+    modules: list[tuple[list[int], bool]] = [([model.vocab_size * e], False)]
+    if model.position_embeddings:
+        modules.append(([model.position_embeddings * d], False))
+    if e != d:
+        modules.append(([e * d], False))
+    modules.append(([d, d] if model.norm == "layer" else [d], False))
+    if model.lm_head:
+        if e != d:
+            modules.append(([d * e], False))
+        if not model.tie_word_embeddings:
+            modules.append(([model.vocab_size * e], True))
+    out = []
+    for params, prefetched in modules:
+        gathered = sum(p for p in params if p > keep)
+        if gathered:
+            out.append((gathered, prefetched))
+    return tuple(out)
+
+
+def hybrid_forward_seconds(cost, model: ModelSpec, ranks: int, extent: tuple[int, int, int], offloaded: bool,
+                           forward: float) -> float:
+    """Seconds one forward of the hybrid engine's generation loop (``forward`` seconds of its own) spends
+    re-gathering the modules of :func:`hybrid_forward_regathers` over the ``ranks`` GPUs of the ZeRO-3
+    group: per module a ring all-gather of its bf16 bytes ``b``, ``(n − 1)·(α + b/n·β)``, plus with
+    ``offloaded`` (ZeRO-3 ``offload_param``) the rank's ``b/n`` partition copied from host memory first
+    (partition_parameters.py ``_all_gather_dtype``), at ``host_bandwidth``. A module fetched on demand adds
+    its whole fetch; a prefetched one (the untied head) adds what the forward does not hide,
+    ``max(0, fetch − forward)``. 0 for one GPU without offload."""
+    seconds = 0.0
+    alpha, beta = cost.hw.coll(cost.group_level(ranks, extent))
+    for params, prefetched in hybrid_forward_regathers(model):
+        nbytes = 2.0 * params
+        fetch = (ranks - 1) * (alpha + nbytes / ranks * beta) if ranks > 1 else 0.0
+        if offloaded:
+            fetch += nbytes / ranks / cost.hw.host_bandwidth
+        seconds += max(0.0, fetch - forward) if prefetched else fetch
+    return seconds
 
 
 def dispatch_seconds(cost, framework: FrameworkProfile, dp: int) -> float:
