@@ -87,9 +87,13 @@ def stale_plan(inst) -> Plan:
     gen = next(c for c in table.feasible["actor.generate"]
                if c.extent == (1, 1, 2) and c.strategy.dp == 2 and c.micro_batch == 16)
     vertices = [("actor.generate", gen.at(Allocation((0, 0, 0), (1, 1, 2))))]
+    train = table.fastest("actor.train", (1, 1, 4))
     for name in inst.graph.names:
         if name != "actor.generate":
-            vertices.append((name, table.fastest(name, (1, 1, 4)).at(Allocation((0, 0, 4), (1, 1, 4)))))
+            # the reference runs in the trainer's layout (NeMo RL computes it in the policy workers)
+            cand = next(c for c in table.feasible[name] if c.extent == (1, 1, 4)
+                        and (name != "reference.infer" or c.strategy == train.strategy))
+            vertices.append((name, cand.at(Allocation((0, 0, 4), (1, 1, 4)))))
     return Plan(tuple(vertices), (("actor", 2),))
 
 

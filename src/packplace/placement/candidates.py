@@ -40,6 +40,7 @@ from packplace.placement.model.engine import mean_live_tokens
 from packplace.placement.model.framework import INFERENCE_OFFLOAD, inference_owner, profile
 from packplace.placement.model.layout_rules import Context, strategy_refusal
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, vertex_memory
+from packplace.placement.model.nemo_rl_releases import reference_swap_seconds, swaps_reference_weights
 from packplace.placement.model.training_time import training_overhead_seconds
 from packplace.placement.problem.graph import algorithm_spec
 from packplace.placement.problem.hardware import Cluster
@@ -602,18 +603,24 @@ def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro
     options = instance.training.get(vertex.model, DEFAULT_TRAINING)
     return _parts(cost, instance.models[vertex.model], vertex.kind, options, strategy, micro_batch, extent,
                   needs_old_log_prob(instance, name), inference_sharded(instance, name),
-                  inference_offloaded(instance, name), vertex_balance(instance, name), reward)
+                  inference_offloaded(instance, name), vertex_balance(instance, name), reward,
+                  swaps_reference_weights(instance.framework, vertex.model, vertex.kind))
 
 
 def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOptions, strategy: Strategy,
            micro_batch: int, extent: tuple[int, int, int], old_log_prob: bool, sharded: bool, offloaded: bool,
-           balance: VertexBalance | None, reward: float | None) -> dict[str, float]:
+           balance: VertexBalance | None, reward: float | None, weight_swap: bool = False) -> dict[str, float]:
     """:func:`vertex_parts` with the vertex's settings resolved (the candidate builder resolves them once
-    per vertex)."""
+    per vertex). ``weight_swap``: the forward runs in the policy workers on the reference weights swapped
+    in through host memory (:func:`~packplace.placement.model.nemo_rl_releases.swaps_reference_weights`),
+    part ``weight_swap`` (:func:`~packplace.placement.model.nemo_rl_releases.reference_swap_seconds`, of the
+    ``1/dp`` shard when the forward runs on ZeRO-3 / FSDP-partitioned weights)."""
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
     parts = cost.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep, sharded=sharded,
                                offloaded=offloaded, balance=balance,
                                lora_rank=options.lora_rank if kind == "train" else 0)
+    if weight_swap:
+        parts["weight_swap"] = reference_swap_seconds(cost, model, pp, tp, ep) / (dp if sharded else 1)
     if kind == "train":
         parts["memory_options"] = training_overhead_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
     elif reward is not None:
@@ -669,6 +676,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     offloaded = inference_offloaded(instance, name)
     balance = vertex_balance(instance, name)
     options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
+    weight_swap = swaps_reference_weights(instance.framework, instance.graph.vertex(name).model, kind)
     limit = memory_budget(instance, kind)
     reward = instance.rule_reward.seconds(w.sequences) if kind == "generate" and instance.rule_reward is not None \
         else None
@@ -697,7 +705,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                                      sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded,
                                      framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace)
             seconds = sum(_parts(cost, model, kind, options, strategy, mb, extent, old_log_prob, sharded, offloaded,
-                                 balance, reward).values())
+                                 balance, reward, weight_swap).values())
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))
     return out
 

@@ -1,0 +1,225 @@
+"""What NeMo RL does differently per release, as data, and the seconds of its per-step host copies.
+
+NeMo RL's published performance rows name a release (v0.4, v0.5, v0.6), and the same recipe name runs
+different code in each. This module holds, per release, the settings that change the work of a step and
+that the code at the release's tag shows (``github.com/NVIDIA-NeMo/RL``, tags ``v0.4.0``, ``v0.5.0``,
+``v0.6.0``):
+
+* ``logprob_optimizer_offload``: before the log-prob passes the Megatron policy worker moves its optimizer
+  state to host memory and back before training, every step, whether or not the generation engine shares
+  its GPUs. v0.4.0 ``nemo_rl/models/policy/megatron_policy_worker.py`` ``prepare_for_lp_inference`` calls
+  ``offload_before_refit`` (the optimizer state ``.to("cpu")``) and ``prepare_for_training`` moves it back
+  to ``cuda``; from v0.5.0 (github.com/NVIDIA-NeMo/RL/pull/1404, "Make the optimizer offloading optional")
+  the move happens only with ``policy.offload_optimizer_for_logprob`` (default ``false``) or a colocated
+  engine, whose refit offloads the optimizer anyway. Priced by :func:`logprob_optimizer_round_trip_seconds`.
+* ``qwen_fused_swiglu``: whether Megatron fuses the SwiGLU activation (``bias_activation_fusion``) for the
+  Qwen2 / Qwen3 / Qwen3-MoE models. v0.4.0 sets nothing and Megatron-Bridge's provider decides: at the
+  commit v0.4.0 pins (62f4704b) ``GPTModelProvider.bias_activation_fusion`` defaults to ``False`` and the
+  Qwen providers keep it (the Llama providers set ``True``); from v0.5.0
+  ``examples/configs/grpo_math_1B.yaml`` sets ``policy.megatron_cfg.bias_activation_fusion: True`` for every
+  model (github.com/NVIDIA-NeMo/RL/pull/1241), commented "gives ~25% training perf speedup with sequence
+  packing and apply_rope_fusion" (:data:`UNFUSED_SWIGLU_TRAINING_FACTOR`).
+* ``vllm``: the vLLM version the release pins (``pyproject.toml``), for reference: v0.5 (0.11.2) and v0.6
+  (0.17.1) publish the same recipes within 3 % of each other, so no per-version vLLM cost is modelled.
+
+Every release (v0.4.0 to v0.6.0, both the Megatron and the DTensor workers) computes the reference
+log-probs inside the policy workers by swapping the reference weights, kept in pinned host memory, into the
+policy model and back (``use_reference_model``): :func:`reference_swap_seconds`.
+
+A config selects a release with the policy's framework version (``policy.framework_version``):
+:func:`release_for` resolves it (:func:`nemo_rl_release` for one of the table's own releases), and
+:func:`release_train_parts` gives a training vertex's parts under it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packplace.errors import ConfigError
+from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, trainable_stage_params
+from packplace.placement.model.stages import ADAM_BYTES
+from packplace.placement.problem.models import ModelSpec
+
+#: Host copies of the policy's weight shard per reference log-prob pass: the policy's state dict to host
+#: memory, the reference's from host memory into the model, the policy's back after the pass. NeMo RL
+#: ``megatron_policy_worker.py`` ``use_reference_model`` (v0.4.0-v0.6.0: ``state_dict()`` items
+#: ``.to("cpu", non_blocking=True, copy=True)``, ``load_state_dict(self.reference_state_dict)``, then
+#: ``load_state_dict`` of the saved policy state) and ``dtensor_policy_worker_v2.py`` (``get_cpu_state_dict``
+#: with ``pin_memory=True``, ``copy_`` from the reference's state dict, ``copy_`` back). A non-blocking copy
+#: from the GPU to the CPU gets a pinned destination (PyTorch ``aten/src/ATen/native/TensorConversions.cpp``
+#: ``_to_copy``: ``pin_out = non_blocking && self.is_cuda() && options.device().is_cpu()``), and the
+#: reference's state dict is made the same way at start-up, so all three run at ``host_bandwidth``.
+REFERENCE_SWAP_COPIES = 3
+#: Training-time factor of an unfused SwiGLU against the fused one (``bias_activation_fusion``), from NeMo
+#: RL's own figure: ``examples/configs/grpo_math_1B.yaml`` (v0.5.0, v0.6.0) "gives ~25% training perf
+#: speedup with sequence packing and apply_rope_fusion" and github.com/NVIDIA-NeMo/RL/pull/1241 ("can improve ~25%
+#: speedup"): the fused run does 1.25× the training throughput, so the unfused one takes 1.25× the time.
+#: A framework-documented figure, not a measurement of this model's roofline (the unfused activation's
+#: extra HBM traffic alone is about 1 % of a step); applied to the training pass only, the pass the
+#: figure names.
+UNFUSED_SWIGLU_TRAINING_FACTOR = 1.25
+#: Hugging Face architectures whose Megatron-Bridge provider (at the commit NeMo RL v0.4.0 pins) leaves
+#: ``bias_activation_fusion`` at the ``GPTModelProvider`` default ``False``
+#: (``src/megatron/bridge/models/qwen/qwen_provider.py``: ``Qwen2ModelProvider``, ``Qwen3ModelProvider``,
+#: ``Qwen3MoEModelProvider`` do not set it; ``llama_provider.py`` sets ``True``).
+UNFUSED_SWIGLU_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+
+
+@dataclass(frozen=True)
+class NemoRLRelease:
+    """The settings of one NeMo RL release that change a step's work (module docstring).
+
+    Attributes:
+        version: ``"0.4"``, ``"0.5"``, ``"0.6"`` or ``"0.7"``.
+        vllm: The vLLM version the release pins.
+        logprob_optimizer_offload: The Megatron worker moves its optimizer state to host memory and back
+            around the log-prob passes every step, colocated or not.
+        qwen_fused_swiglu: Megatron fuses the SwiGLU activation of the Qwen models
+            (:data:`UNFUSED_SWIGLU_ARCHITECTURES`).
+        sources: Where the settings are read.
+    """
+
+    version: str
+    vllm: str
+    logprob_optimizer_offload: bool
+    qwen_fused_swiglu: bool
+    sources: str
+
+
+#: The releases (keys: ``major.minor``).
+NEMO_RL_RELEASES: dict[str, NemoRLRelease] = {
+    "0.4": NemoRLRelease(
+        "0.4", "0.10.0", logprob_optimizer_offload=True, qwen_fused_swiglu=False,
+        sources="v0.4.0: pyproject.toml (vllm==0.10.0); megatron_policy_worker.py prepare_for_lp_inference -> "
+                "offload_before_refit; Megatron-Bridge 62f4704b gpt_provider.py bias_activation_fusion False, "
+                "qwen_provider.py unset"),
+    "0.5": NemoRLRelease(
+        "0.5", "0.11.2", logprob_optimizer_offload=False, qwen_fused_swiglu=True,
+        sources="v0.5.0: pyproject.toml (vllm==0.11.2); grpo_math_1B.yaml offload_optimizer_for_logprob: false "
+                "(github.com/NVIDIA-NeMo/RL/pull/1404), bias_activation_fusion: True "
+                "(github.com/NVIDIA-NeMo/RL/pull/1241)"),
+    "0.6": NemoRLRelease(
+        "0.6", "0.17.1", logprob_optimizer_offload=False, qwen_fused_swiglu=True,
+        sources="v0.6.0: pyproject.toml (vllm==0.17.1); grpo_math_1B.yaml as in v0.5.0"),
+    "0.7": NemoRLRelease(
+        "0.7", "0.20.0", logprob_optimizer_offload=False, qwen_fused_swiglu=True,
+        sources="v0.7.0: pyproject.toml (vllm 0.20.0 wheels); grpo_math_1B.yaml as in v0.5.0"),
+}
+
+
+def nemo_rl_release(version: str) -> NemoRLRelease:
+    """The release ``version`` names: ``"0.4"``, ``"v0.4"``, ``"0.4.0"`` and ``"v0.4.0"`` all give v0.4.
+
+    Raises:
+        ConfigError: ``[policy] framework_version: unknown NeMo RL release 'x'; known: 0.4, 0.5, 0.6, 0.7``.
+    """
+    text = str(version).strip().lower().removeprefix("v")
+    key = ".".join(text.split(".")[:2])
+    if key not in NEMO_RL_RELEASES or not all(part.isdigit() for part in text.split(".")):
+        raise ConfigError(f"[policy] framework_version: unknown NeMo RL release {version!r}; "
+                          f"known: {', '.join(NEMO_RL_RELEASES)}")
+    return NEMO_RL_RELEASES[key]
+
+
+def release_for(framework: str, version: str | None) -> NemoRLRelease | None:
+    """The release data a config's ``policy.framework`` and ``policy.framework_version`` select: for
+    ``nemo-rl`` the release of :data:`NEMO_RL_RELEASES` with the version's ``major.minor``, and for a later
+    release than the table knows its newest entry (the settings it holds have stayed as v0.5 set them);
+    ``None`` for another framework, no version, or a release before the table's first (v0.1-v0.3 built the
+    Megatron model through NeMo, not Megatron-Bridge, and are not described here).
+
+    Raises:
+        ConfigError: a version that is not numbers separated by dots.
+    """
+    if framework != "nemo-rl" or version is None:
+        return None
+    text = str(version).strip().lower().removeprefix("v")
+    parts = text.split(".")
+    if not text or not all(part.isdigit() for part in parts):
+        raise ConfigError(f"[policy] framework_version: {version!r} is not a release; expected numbers separated "
+                          "by dots, e.g. 0.5.0")
+    known = sorted(NEMO_RL_RELEASES, key=lambda key: tuple(int(x) for x in key.split(".")))
+    wanted = tuple(int(x) for x in parts[:2])
+    if wanted < tuple(int(x) for x in known[0].split(".")):
+        return None
+    at_or_before = [key for key in known if tuple(int(x) for x in key.split(".")) <= wanted]
+    return NEMO_RL_RELEASES[at_or_before[-1]]
+
+
+def reference_swap_seconds(cost, model: ModelSpec, pp: int, tp: int, ep: int = 1) -> float:
+    """Seconds of the reference-weight swap around one reference log-prob pass in the policy workers:
+    :data:`REFERENCE_SWAP_COPIES` copies of the GPU's bf16 weight shard
+    (:meth:`~packplace.placement.model.cost.CostModel.layout_shard_bytes` of ``(pp, tp, ep)``:
+    ``2P/(tp·pp)``, the routed experts counted ``1/ep``) at ``host_bandwidth`` (each GPU over its own PCIe
+    link)."""
+    return REFERENCE_SWAP_COPIES * cost.layout_shard_bytes(model, (pp, tp, ep)) / cost.hw.host_bandwidth
+
+
+def optimizer_state_bytes(model: ModelSpec, dp: int, pp: int, tp: int,
+                          options: TrainingOptions = DEFAULT_TRAINING) -> float:
+    """Adam-state bytes one GPU of a trainer holds: :data:`~packplace.placement.model.stages.ADAM_BYTES`
+    (fp32 master weight and both moments; Megatron's precision-aware distributed optimizer keeps all three
+    in the optimizer state) per trainable parameter of the largest pipeline stage on one tensor-parallel
+    rank, ``/dp`` under ``zero1``-``zero3`` (Megatron's distributed optimizer; with ``ep`` the experts'
+    ``1/ep`` over ``dp/ep`` ranks gives the same share); 0 when the optimizer lives on the host
+    (``offload``)."""
+    if options.offload != "none":
+        return 0.0
+    params = max(trainable_stage_params(model, pp, options.lora_rank)) / tp
+    if options.sharding in ("zero1", "zero2", "zero3"):
+        params /= dp
+    return ADAM_BYTES * params
+
+
+def logprob_optimizer_round_trip_seconds(cost, release: NemoRLRelease, model: ModelSpec, dp: int, pp: int,
+                                         tp: int, options: TrainingOptions = DEFAULT_TRAINING) -> float:
+    """Seconds a release with ``logprob_optimizer_offload`` adds to a trainer whose engine does not share
+    its GPUs: the optimizer state (:func:`optimizer_state_bytes`) to host memory before the log-prob passes
+    and back before training, ``2·bytes / host_bandwidth``; 0 for other releases. (A colocated trainer
+    offloads its whole state for the engine anyway, which the framework profile's ``colocated_offload``
+    already charges.)"""
+    if not release.logprob_optimizer_offload:
+        return 0.0
+    return 2.0 * optimizer_state_bytes(model, dp, pp, tp, options) / cost.hw.host_bandwidth
+
+
+def swiglu_training_factor(release: NemoRLRelease, architecture: str) -> float:
+    """Factor on the training pass's time of a release for a model of the Hugging Face ``architecture``
+    (``config.json`` ``architectures[0]``): :data:`UNFUSED_SWIGLU_TRAINING_FACTOR` when the release leaves
+    the SwiGLU unfused for it (``qwen_fused_swiglu`` false and one of
+    :data:`UNFUSED_SWIGLU_ARCHITECTURES`), else 1."""
+    if not release.qwen_fused_swiglu and architecture in UNFUSED_SWIGLU_ARCHITECTURES:
+        return UNFUSED_SWIGLU_TRAINING_FACTOR
+    return 1.0
+
+
+#: Frameworks whose reference forward runs in the policy workers on swapped-in reference weights
+#: (:data:`REFERENCE_SWAP_COPIES`): NeMo RL's ``get_reference_policy_logprobs`` (every release).
+REFERENCE_SWAP_FRAMEWORKS = ("nemo-rl",)
+
+
+def swaps_reference_weights(framework: str, role: str, kind: str) -> bool:
+    """Whether a vertex's forward pays the reference-weight swap: the ``infer`` vertex of the ``reference``
+    model under a framework of :data:`REFERENCE_SWAP_FRAMEWORKS`."""
+    return kind == "infer" and role == "reference" and framework in REFERENCE_SWAP_FRAMEWORKS
+
+
+def release_train_parts(cost, release: NemoRLRelease, model: ModelSpec, architecture: str, dp: int, pp: int,
+                        tp: int, parts: dict[str, float], shares_engine_gpus: bool,
+                        options: TrainingOptions = DEFAULT_TRAINING) -> dict[str, float]:
+    """A NeMo RL training vertex's parts (``{part: seconds}``, with ``train``) under ``release``: ``train``
+    times :func:`swiglu_training_factor` of the model's Hugging Face ``architecture``, and for a trainer
+    whose rollout engine runs on other GPUs (``shares_engine_gpus`` false) a part ``optimizer_offload``,
+    :func:`logprob_optimizer_round_trip_seconds`, when the release pays it. A new dict; ``parts`` is left
+    as it is.
+
+    Raises:
+        KeyError: ``parts`` has no ``train``.
+    """
+    out = dict(parts)
+    out["train"] = parts["train"] * swiglu_training_factor(release, architecture)
+    if not shares_engine_gpus:
+        extra = logprob_optimizer_round_trip_seconds(cost, release, model, dp, pp, tp, options)
+        if extra > 0.0:
+            out["optimizer_offload"] = extra
+    return out
