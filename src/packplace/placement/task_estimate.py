@@ -42,7 +42,7 @@ import numpy as np
 
 from packplace.errors import ConfigError, show
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
-from packplace.placement.model.cost import CostModel
+from packplace.placement.model.cost import CostModel, hardware_table
 from packplace.placement.model.engine import RolloutEngine
 from packplace.placement.model.framework import FRAMEWORKS, decode_step_overhead, dispatch_seconds
 from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
@@ -243,7 +243,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     if ep > 1 and (not shape.is_moe or dp % ep):
         raise ConfigError(f"ep: {ep} needs a mixture-of-experts model and must divide dp ({dp})")
     cluster, hw = resolve_hardware(gpu, hardware, tp * pp * dp)
-    components = _table(table, hw)
+    components = hardware_table(hw, _table(table, hw))  # scaled to the hardware's own datasheet figures
     if components is None:
         hw = replace(hw, component_table="none")
     inputs = {"model": str(model) if isinstance(model, (str, Path)) else "shape", "gpu": gpu, "task": task,

@@ -227,6 +227,31 @@ def _positive(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
+#: Constants that follow the GPU's peak dense FLOP/s and those that follow its HBM bandwidth
+#: (:func:`for_hardware`); the host and per-kernel constants follow neither.
+COMPUTE_CONSTANTS = ("gemm_flops", "attention_flops")
+STREAMING_CONSTANTS = ("gemm_stream_bandwidth", "stream_bandwidth", "decode_weight_bandwidth", "kv_bandwidth")
+
+
+def for_hardware(table: ComponentTable, flops_per_gpu: float, memory_bandwidth: float,
+                 table_flops: float, table_bandwidth: float) -> ComponentTable:
+    """``table`` for a GPU whose datasheet figures differ from those of the GPU the table describes
+    (``table_flops`` FLOP/s, ``table_bandwidth`` bytes/s: its preset's): a config's ``hardware.flops_per_gpu`` /
+    ``memory_bandwidth`` override. The compute rates (:data:`COMPUTE_CONSTANTS`) scale by
+    ``flops_per_gpu / table_flops`` and the HBM-streaming rates (:data:`STREAMING_CONSTANTS`) by
+    ``memory_bandwidth / table_bandwidth``, the rule the H100 table is derived from the H200's by; the
+    host and per-kernel constants stay. The same table when both figures equal its own, so an override is
+    never silently ignored."""
+    flops = float(flops_per_gpu) / float(table_flops)
+    bandwidth = float(memory_bandwidth) / float(table_bandwidth)
+    if flops == 1.0 and bandwidth == 1.0:
+        return table
+    values = {name: getattr(table, name) * flops for name in COMPUTE_CONSTANTS}
+    values.update({name: getattr(table, name) * bandwidth for name in STREAMING_CONSTANTS})
+    note = f"hardware overrides: FLOP/s x {flops:.4g}, HBM bandwidth x {bandwidth:.4g}"
+    return replace(table, **values, derivation=f"{table.derivation}; {note}" if table.derivation else note)
+
+
 def derived_table(document: dict, where: str = "component table") -> ComponentTable:
     """A component table derived from a measured one: ``derived_from`` names the shipped table
     (:func:`load_table`), ``ratios`` the factors (``{name: {numerator, denominator, source}}``, e.g. the

@@ -25,7 +25,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from packplace.placement.model.components import ComponentTable, decode_step_array, load_table, pass_times
+from packplace.placement.model.components import (
+    ComponentTable,
+    decode_step_array,
+    for_hardware,
+    load_table,
+    pass_times,
+)
 from packplace.placement.model.dp_balance import VertexBalance
 from packplace.placement.model.engine import (
     RolloutEngine,
@@ -59,7 +65,7 @@ from packplace.placement.model.memory import (
     stage_layers,
     trainable_stage_params,
 )
-from packplace.placement.problem.hardware import Cluster, Hardware
+from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.workload import Workload
 
@@ -75,6 +81,22 @@ HOST_ISSUE_TABLE = "h200"
 #: Sequences a continuous-rollout stream simulates at most per replica (:meth:`CostModel.stale_generate_time`)
 #: beyond its ``t + 3`` batches.
 STREAM_SEQUENCES = 16384
+
+
+def hardware_table(hardware: Hardware, table: ComponentTable | str | None) -> ComponentTable | None:
+    """The component table (a shipped table's name, a table, or ``"none"``) that prices ``hardware``'s
+    kernels: scaled by :func:`~packplace.placement.model.components.for_hardware` when the hardware's
+    ``flops_per_gpu`` / ``memory_bandwidth`` differ from those of the preset the table describes (a table of
+    a GPU with no preset is taken as is); ``None`` for ``"none"`` or a GPU type without a table."""
+    if table is None or isinstance(table, str):
+        table = load_table(table) if table not in (None, "none") else None
+    if table is None:
+        return None
+    reference = PRESETS.get(table.gpu)
+    if reference is None:
+        return table
+    return for_hardware(table, hardware.flops_per_gpu, hardware.memory_bandwidth,
+                        reference["flops_per_gpu"], reference["memory_bandwidth"])
 
 
 class CostModel:
@@ -103,8 +125,7 @@ class CostModel:
         self.framework = framework if framework is not None else FRAMEWORKS[DEFAULT_FRAMEWORK]
         self.sharded_models = sharded_models
         self.training = dict(training) if training else {}
-        name = getattr(hardware, "component_table", "none")
-        self.components = load_table(name) if name != "none" else None
+        self.components = hardware_table(hardware, getattr(hardware, "component_table", "none"))
         self._eager_rates: ComponentTable | None = None
 
     def components_for(self, model: ModelSpec, lora_rank: int = 0) -> ComponentTable | None:

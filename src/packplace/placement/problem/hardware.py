@@ -138,7 +138,9 @@ class Hardware:
             which then prices the dense layers' passes and decode steps in place of
             ``gemm_peak_fraction``, ``gemm_m_half``, ``decode_bw_eff`` and the non-GEMM knobs (a mixture of
             experts, LoRA, a preempted sequence's recompute and selective recomputation keep them); ``none``
-            (the default, every preset without a table) keeps those knobs.
+            (the default, every preset without a table) keeps those knobs. A ``flops_per_gpu`` or
+            ``memory_bandwidth`` that differs from the table's own preset scales the table's compute or
+            HBM-streaming rates by the ratio (:func:`~packplace.placement.model.cost.hardware_table`).
         memory_workspace: Bytes per GPU a PyTorch process holds beyond its tensors and their allocator
             slack (cuBLAS workspaces, kernel scratch), added to every task's peak memory; default
             :data:`packplace.placement.model.pass_memory.STACKS` ``none`` (measured on an H200, the only GPU
