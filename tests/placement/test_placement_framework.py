@@ -183,6 +183,17 @@ def test_unknown_framework_is_a_config_error():
         build_instance(cfg)
 
 
+def test_deepspeed_parameter_offload_needs_zero3():
+    cfg = load_yaml(os.path.join(VALIDATION, "deepspeed_chat_optimized_ppo_llama2-7b_16xa800.yaml"))
+    cfg.pop("validation")
+    assert build_instance(cfg).training["actor"].offload == "optimizer+params"   # as published: ZeRO-3
+    cfg["training"]["sharding"] = "zero1"
+    with pytest.raises(ConfigError, match=r"offload: optimizer\+params with sharding zero1: DeepSpeed"):
+        build_instance(cfg)
+    cfg["training"]["offload"] = "optimizer"    # the Adam state alone may go to the host under ZeRO-1
+    assert build_instance(cfg).training["actor"].offload == "optimizer"
+
+
 def test_host_offloaded_zero3_reference_streams_its_partition_every_micro_batch():
     path = os.path.join(VALIDATION, "deepspeed_chat_optimized_ppo_llama2-7b_16xa800.yaml")
     instance, plan, _ = load_setup(path)

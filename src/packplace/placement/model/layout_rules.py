@@ -184,7 +184,9 @@ def config_refusals(ctx: Context) -> list[str]:
     """Training options the framework cannot run whatever the layout, ``[(field, line)]``-style lines
     ``"[training] field: why"``: a forced ``megatron`` backend with ``sharding: zero3`` (or, for NeMo RL,
     ``offload: optimizer+params`` or a LoRA value model); for OpenRLHF, parameter offload, or trained models
-    with different ``sharding`` or ``lora_rank`` (one ``--ds.zero_stage`` and ``--ds.lora.rank`` for all)."""
+    with different ``sharding`` or ``lora_rank`` (one ``--ds.zero_stage`` and ``--ds.lora.rank`` for all); for
+    DeepSpeed-Chat, parameter offload without ``sharding: zero3`` (DeepSpeed's ``offload_param`` is a ZeRO-3
+    option: deepspeed.ai/docs/config-json, "Parameter offloading")."""
     out = []
     if ctx.framework in ("verl", "nemo-rl") and ctx.backend == "megatron" and _fsdp_only(ctx):
         out.append(f"[policy] trainer_backend: megatron: {ctx.framework}'s Megatron workers shard no parameters "
@@ -193,6 +195,13 @@ def config_refusals(ctx: Context) -> list[str]:
     if ctx.framework == "openrlhf" and any(o.offload == "optimizer+params" for o in ctx.training.values()):
         out.append("[training] offload: optimizer+params: OpenRLHF offloads the Adam state (--ds.adam_offload), "
                    "not the parameters of a trained model; use offload: optimizer")
+    if ctx.framework == "deepspeed-chat":
+        unsharded = sorted(o.sharding for o in ctx.training.values()
+                           if o.offload == "optimizer+params" and o.sharding != "zero3")
+        if unsharded:
+            out.append(f"[training] offload: optimizer+params with sharding {unsharded[0]}: DeepSpeed offloads "
+                       "parameters only under ZeRO stage 3 (its config's offload_param: 'available only "
+                       "with ZeRO stage 3'); use sharding zero3 or offload: optimizer")
     if ctx.framework == "openrlhf" and ctx.algorithm == "ppo":
         actor, critic = ctx.options("actor"), ctx.options("critic")
         for option in ("sharding", "lora_rank"):
