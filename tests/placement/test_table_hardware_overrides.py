@@ -59,3 +59,18 @@ def test_estimate_follows_a_bandwidth_override_on_a_derived_table():
     h200 = estimate("llama3.1-8b", gpu="h200", task="decode", batch=1)
     assert as_h200.time_s == pytest.approx(h200.time_s, rel=1e-9)
     assert as_h200.time_s < h100.time_s
+
+
+def test_cli_generate_runs_on_its_defaults_and_equals_the_library_call(capsys):
+    import json
+
+    from packplace.cli import main
+
+    assert main(["estimate", "--model", "qwen2.5-1.5b", "--task", "generate", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    # the prompt's 4096 tokens plus 2048 new ones
+    library = estimate("qwen2.5-1.5b", gpu="h200", task="generate", seq_len=4096, context=4096 + 2048)
+    assert shown["time_s"] == pytest.approx(library.time_s, rel=1e-12)
+    assert main(["estimate", "--model", "qwen2.5-1.5b", "--task", "decode", "--json"]) == 0
+    decode = json.loads(capsys.readouterr().out)
+    assert decode["time_s"] == pytest.approx(estimate("qwen2.5-1.5b", task="decode", context=2048).time_s, rel=1e-12)

@@ -428,8 +428,9 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--seq-len", type=int, default=4096, dest="seq_len", metavar="S",
                    help="tokens per sequence (train, infer, prefill); prompt tokens (generate); default 4096")
     p.add_argument("--batch", type=int, default=1, metavar="B", help="running sequences (decode, generate)")
-    p.add_argument("--context", type=int, default=2048, metavar="C",
-                   help="cached tokens per sequence (decode); final tokens per sequence (generate); default 2048")
+    p.add_argument("--context", type=int, default=None, metavar="C",
+                   help="cached tokens per sequence (decode; default 2048); final tokens per sequence (generate; "
+                        "default the prompt's --seq-len + 2048)")
     p.add_argument("--recompute", default="none", choices=RECOMPUTE, help="default none")
     p.add_argument("--optimizer", default="adam", choices=OPTIMIZERS,
                    help="adam: fp32 master weights + AdamW step; none: bf16 forward + backward only")
@@ -441,6 +442,18 @@ def register_estimate(subparsers) -> None:
                    help="decode without CUDA graphs (vLLM's enforce_eager): every decode iteration issues each "
                         "kernel from the host (decode, generate)")
     p.set_defaults(func=run_estimate)
+
+
+#: New tokens per sequence of ``estimate --task generate`` when ``--context`` is not given (and decode's
+#: default cached tokens).
+GENERATE_NEW_TOKENS = 2048
+
+
+def _cli_context(args: Any) -> int:
+    """``--context``, or its default: 2048 cached tokens for decode; the prompt plus 2048 new tokens for generate."""
+    if args.context is not None:
+        return int(args.context)
+    return args.seq_len + GENERATE_NEW_TOKENS if args.task == "generate" else GENERATE_NEW_TOKENS
 
 
 def _overrides(items: list[str]) -> dict[str, Any]:
@@ -473,7 +486,7 @@ def format_estimate(result: Estimate) -> str:
 def run_estimate(args) -> int:
     """Print the estimate (``--json``: the document of :meth:`Estimate.as_dict`)."""
     result = estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
-                      batch=args.batch, context=args.context, recompute=args.recompute, optimizer=args.optimizer,
+                      batch=args.batch, context=_cli_context(args), recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
                       hardware=_overrides(args.hw), table=args.table, enforce_eager=args.enforce_eager)
     print(format_estimate(result))
