@@ -28,7 +28,10 @@ policy model and back (``use_reference_model``): :func:`reference_swap_seconds`.
 
 A config selects a release with the policy's framework version (``policy.framework_version``):
 :func:`release_for` resolves it (:func:`nemo_rl_release` for one of the table's own releases), and
-:func:`release_train_parts` gives a training vertex's parts under it.
+:func:`release_train_parts` gives a training vertex's parts under it. The evaluator does not apply these
+parts yet (the SwiGLU factor needs the model's architecture, which no config field carries, and the
+optimizer round trip whether the plan gives the engine its own GPUs): ``benchmarks/nemo_rl_releases.py``
+scores the NeMo RL rows with them as a what-if. The reference swap is applied to every NeMo RL config.
 """
 
 from __future__ import annotations
