@@ -17,8 +17,8 @@ Tasks (one GPU's share; the strategy's slowest pipeline stage):
   sequence holds ``context`` tokens.
 
 Time: on a GPU type with a component table (:mod:`packplace.placement.model.components`: ``h200`` measured,
-``h100-sxm`` derived from it) the kernels of the layers are priced from measurement; otherwise (and for
-mixture-of-experts or LoRA passes) the efficiency-knob model of
+``h100-sxm``, ``b200`` and ``gb200`` derived from it) the kernels of the layers are priced from measurement;
+otherwise (and for mixture-of-experts or LoRA passes) the efficiency-knob model of
 :class:`~packplace.placement.model.cost.CostModel`. Communication (tensor-parallel all-reduces, pipeline
 sends, the data-parallel gradient all-reduce) comes from the hardware's α–β links. ``framework="none"`` is
 bare kernels; a framework profile adds its per-task dispatch and its engine's per-decode-step overhead
@@ -106,7 +106,7 @@ class Estimate:
         capacity_bytes: The GPU's memory (``memory_per_gpu``), bytes; fits: ``peak_bytes <= capacity_bytes``.
         model: Parameters of the model; gpu: the preset; components: the component table that priced the
             kernels, or ``knobs`` (the efficiency-knob model); components_derivation: for a derived table
-            (``h100-sxm``) how it follows from the measured one, else ``""``.
+            (``h100-sxm``, ``b200``, ``gb200``) how it follows from the measured one, else ``""``.
         inputs: The task and strategy as given.
     """
 
@@ -166,14 +166,19 @@ def resolve_model(spec: Any) -> TransformerShape:
 
 def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus: int = 1) -> tuple[Cluster, Hardware]:
     """The hardware preset ``gpu`` with ``overrides`` (any :class:`Hardware` field) on a cluster of nodes
-    of 8 GPUs holding ``gpus`` GPUs, checked as a config's ``[hardware]`` section is.
+    of 8 GPUs holding ``gpus`` GPUs (fewer: one node of ``gpus``, rounded up to whole hosts where the preset
+    has hosts smaller than its node, e.g. the ``gb200`` tray of 4), checked as a config's ``[hardware]``
+    section is.
 
     Raises:
         ConfigError: an unknown preset or an invalid field value.
     """
     if gpu not in PRESETS:
         raise ConfigError(f"gpu: unknown preset {gpu!r}; valid: {', '.join(sorted(PRESETS))}")
+    host = PRESETS[gpu].get("gpus_per_host")
     per_node = min(8, gpus)
+    if isinstance(host, int) and per_node % host:
+        per_node = host * math.ceil(per_node / host)
     section = {"preset": gpu, "racks": 1, "nodes_per_rack": max(1, math.ceil(gpus / per_node)),
                "gpus_per_node": per_node, **dict(overrides or {})}
     return _hardware(section)
@@ -412,8 +417,8 @@ def register_estimate(subparsers) -> None:
         "estimate", help="time and peak memory per GPU of one task of one model on one GPU type",
         description="Time and peak memory per GPU of one task (train, infer, prefill, decode, generate) of one "
                     "model on one GPU type and parallel strategy, each with its parts. On a GPU type with a "
-                    "component table (h200 measured, h100-sxm derived from it) the kernels are priced from "
-                    "measurement.")
+                    "component table (h200 measured; h100-sxm, b200, gb200 derived from it by datasheet "
+                    "ratios) the kernels are priced from measurement.")
     p.add_argument("--model", required=True,
                    help=f"a Hugging Face config.json, a YAML model entry or a preset ({', '.join(MODEL_PRESETS)})")
     p.add_argument("--gpu", default="h200", help=f"hardware preset (default h200; {', '.join(sorted(PRESETS))})")

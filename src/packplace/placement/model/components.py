@@ -26,12 +26,13 @@ A pass is a list of kernels built from the layer's own structure (:func:`pass_ke
 The table (one JSON file per GPU type under ``tables/``, :func:`load_table`) names the measurement rows
 each constant comes from. A GPU type without measurements of its own may have a table *derived* from a
 measured one (:func:`derived_table`: ``h100-sxm`` from ``h200``, the same GH100 compute die with slower
-HBM): each constant is the measured one times a stated factor with its source, so an edit of the measured
-table flows through. :func:`fit_table` takes the streaming rates from the copy row, fits the GEMM
-roofline to the GEMM rows and the attention rate, the issue and the per-kernel times to whole passes and
-decode steps, of a measurement file in the
-format of ``benchmarks/hardware/h200/measurements.json`` (``packplace calibrate --measurements``). No constant
-is per model: every model's kernels come from its shape.
+HBM; ``b200`` and ``gb200`` from ``h200`` by the datasheet dense BF16 and HBM bandwidth ratios, host and
+per-kernel fixed times as measured): each constant is the measured one times a stated factor with its
+source, so an edit of the measured table flows through. :func:`fit_table` takes the streaming rates from
+the copy row, fits the GEMM roofline to the GEMM rows and the attention rate, the issue and the per-kernel
+times to whole passes and decode steps, of a measurement file in the format of
+``benchmarks/hardware/h200/measurements.json`` (``packplace calibrate --measurements``). No constant is per
+model: every model's kernels come from its shape.
 """
 
 from __future__ import annotations
@@ -258,11 +259,14 @@ def derived_table(document: dict, where: str = "component table") -> ComponentTa
     datasheet HBM bandwidths of the two GPUs), and ``constants`` says for **every** constant of
     :data:`CONSTANTS` how it follows: ``{"scale": 1 | <number> | <ratio name>, "why": "..."}``. Each value is
     the measured table's times its factor; ``sms``, ``tile_m`` and ``tile_n`` are the measured table's unless
-    the document sets them. The sources of the result name the factor, its source and the measured rows.
+    the document sets them, and then ``geometry_source`` says where the figures come from (kept as the
+    result's ``sources["geometry"]``). The sources of the result name the factor, its source and the measured
+    rows.
 
     Raises:
         ConfigError: an unknown or derived base table, a missing constant, an unknown constant or ratio, a
-            factor that is not a finite number > 0, or a missing ``why`` / ``source``, naming it.
+            factor that is not a finite number > 0, or a missing ``why`` / ``source`` / ``geometry_source``,
+            naming it.
     """
     base_name = document.get("derived_from")
     base = load_table(base_name) if isinstance(base_name, str) and base_name else None
@@ -323,6 +327,14 @@ def derived_table(document: dict, where: str = "component table") -> ComponentTa
     derivation = f"derived from {base_name}: " + ("; ".join(parts) + "; the rest as measured" if parts
                                                    else "every constant as measured")
     extra = {k: document.get(k, getattr(base, k)) for k in ("sms", "tile_m", "tile_n")}
+    changed = [f"{k} {extra[k]}" for k in ("sms", "tile_m", "tile_n") if extra[k] != getattr(base, k)]
+    if changed:
+        source = document.get("geometry_source")
+        if not isinstance(source, str) or not source.strip():
+            raise ConfigError(f"{where}: geometry_source: missing (where {', '.join(changed)} come from; "
+                              f"{base_name} has sms {base.sms}, tile {base.tile_m} x {base.tile_n})")
+        sources["geometry"] = source
+        derivation += f"; {', '.join(changed)}"
     return ComponentTable(gpu=str(document.get("gpu", "")), sources=sources, measurements=base.measurements,
                           derived_from=base_name, derivation=derivation, **values, **extra)
 

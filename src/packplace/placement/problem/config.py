@@ -136,8 +136,8 @@ HARDWARE_FIELDS: dict[str, Field] = {
                                     meaning="ceiling of the routed experts' GEMM efficiency in training and "
                                             "log-prob passes (0: gemm_peak_fraction)"),
     "component_table": Field("enum", "", choices=COMPONENT_TABLES, default=HARDWARE_DEFAULTS["component_table"],
-                             meaning="kernel-by-kernel table (measured h200, h100-sxm derived from it) pricing "
-                                     "dense passes and decode steps (none: the efficiency knobs)"),
+                             meaning="kernel-by-kernel table (measured h200; h100-sxm, b200, gb200 derived from "
+                                     "it) pricing dense passes and decode steps (none: the efficiency knobs)"),
     "memory_workspace": Field("float", "bytes", 0, 1e11, default=HARDWARE_DEFAULTS["memory_workspace"],
                               meaning="bytes per GPU a process holds beyond its tensors (cuBLAS workspaces)"),
 }

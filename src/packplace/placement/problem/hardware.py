@@ -134,7 +134,8 @@ class Hardware:
             experts' FLOPs; the rows-per-expert saturation still applies); 0 (the default):
             ``gemm_peak_fraction``. Source of the H100 value: :data:`MOE_GEMM_PEAK_FRACTION_H100`.
         component_table: Name of the GPU type's component table (:mod:`packplace.placement.model.components`:
-            ``h200`` measured kernel by kernel, ``h100-sxm`` derived from it, :data:`COMPONENT_TABLES`),
+            ``h200`` measured kernel by kernel, ``h100-sxm``, ``b200`` and ``gb200`` derived from it,
+            :data:`COMPONENT_TABLES`),
             which then prices the dense layers' passes and decode steps in place of
             ``gemm_peak_fraction``, ``gemm_m_half``, ``decode_bw_eff`` and the non-GEMM knobs (a mixture of
             experts, LoRA, a preempted sequence's recompute and selective recomputation keep them); ``none``
@@ -220,8 +221,11 @@ HARDWARE_DEFAULTS = {
 #: Component tables shipped with the package (``placement/model/tables/<name>.json``); ``none`` uses the knobs.
 #: ``h200`` is measured (``benchmarks/hardware/h200/``); ``h100-sxm`` is derived from it (the same GH100
 #: compute die: compute, per-kernel and host constants as measured, the HBM-streaming ones scaled by the
-#: datasheet bandwidth ratio 3.35/4.8; ``tables/h100-sxm.json`` names each factor and its source).
-COMPONENT_TABLES = ("none", "h200", "h100-sxm")
+#: datasheet bandwidth ratio 3.35/4.8; ``tables/h100-sxm.json`` names each factor and its source); ``b200`` and
+#: ``gb200`` are derived from it by datasheet ratios (the Tensor-Core-bound constants by the dense BF16 peak,
+#: 2.25 and 2.5 PFLOP/s over 989 TFLOP/s, the HBM-streaming ones by 8 over 4.8 TB/s, the host and per-kernel
+#: fixed times as measured; ``tables/b200.json``, ``tables/gb200.json``).
+COMPONENT_TABLES = ("none", "h200", "h100-sxm", "b200", "gb200")
 #: Cluster-shape fields a preset fills (8 GPUs per node, one node, one rack) unless the preset (``gb200``:
 #: a 72-GPU NVLink domain per node) or the config sets them.
 PRESET_CLUSTER = {"racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8}
@@ -345,7 +349,8 @@ GEMM_PEAK_FRACTION_GB200 = 0.55 * (1622 / 5000) / (744 / 1979)
 #: (``policy.framework``, :mod:`packplace.placement.model.framework`); the two knobs remain for ``calibrate``.
 #:
 #: Component tables: ``h200`` prices dense passes and decode steps from its measured table, ``h100-sxm``
-#: (alias ``h100``) from the table derived from it (:data:`COMPONENT_TABLES`); on both,
+#: (alias ``h100``), ``b200`` and ``gb200`` (alias ``gb200-nvl72``) from tables derived from it
+#: (:data:`COMPONENT_TABLES`); on all of them,
 #: ``gemm_peak_fraction`` and ``decode_bw_eff`` price only what the table does not (mixture-of-experts and
 #: LoRA passes, a preempted sequence's recompute, selective recomputation, context-parallel balance).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -367,12 +372,12 @@ PRESETS: dict[str, dict[str, Any]] = {
             "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.65},
     "b200": {"flops_per_gpu": 2.25e15, "memory_per_gpu": 180e9, "memory_bandwidth": 8.0e12,
              **_links(720e9, 45e9), "host_bandwidth": 50e9,
-             "gemm_peak_fraction": 0.5, "decode_bw_eff": 0.65},
+             "gemm_peak_fraction": 0.5, "decode_bw_eff": 0.65, "component_table": "b200"},
     "gb200": {"gpus_per_node": GB200_NVLINK_DOMAIN, "gpus_per_host": GB200_TRAY_GPUS,
               "flops_per_gpu": GB200_DENSE_BF16_FLOPS,
               "memory_per_gpu": GB200_HBM_BYTES, "memory_bandwidth": GB200_HBM_BANDWIDTH,
               **_links(720e9, 45e9), "host_bandwidth": 180e9,
-              "gemm_peak_fraction": GEMM_PEAK_FRACTION_GB200, "decode_bw_eff": 0.65},
+              "gemm_peak_fraction": GEMM_PEAK_FRACTION_GB200, "decode_bw_eff": 0.65, "component_table": "gb200"},
     "l40s": {"flops_per_gpu": 362e12, "memory_per_gpu": 48e9, "memory_bandwidth": 864e9,
              **_links(20e9, 22.5e9), "host_bandwidth": 25e9,
              "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.7},
