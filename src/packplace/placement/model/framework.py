@@ -541,18 +541,19 @@ def hybrid_merged_params(model: ModelSpec) -> int:
     On ZeRO-3 the containers do not fuse the split matrices once (the ZeRO partitions are the training
     parameters): ``set_params_wo_copy(Z3_enabled=True)`` keeps the query, key and value matrices apart
     (deepspeed/module_inject/containers/features/split_qkv.py ``set_attn_params_wo_copy``, v0.12.6 lines
-    140-173; ``HybridSplitQKVContainer``: OPT, GPT-J, GPT-Neo, LLaMA, LLaMA-2, InternLM) and a gated MLP's
-    up and gate matrices apart (features/gated_mlp.py ``set_mlp_params_wo_copy``, lines 92-110;
+    126-154; ``HybridSplitQKVContainer``: OPT, GPT-J, GPT-Neo, LLaMA, LLaMA-2, InternLM) and a gated MLP's
+    up and gate matrices apart (features/gated_mlp.py ``set_mlp_params_wo_copy``, lines 93-113;
     ``HybridGatedMLPContainer``: LLaMA, LLaMA-2, InternLM), and every forward copies them into one shared
     buffer before the fused GEMM: deepspeed/ops/transformer/inference/ds_attention.py
-    ``DeepSpeedSelfAttention.forward`` → ``_merge_qkv`` (lines 116-143: ``attn_qkvw is None``) and
-    ds_mlp.py ``DeepSpeedMLP.forward`` → ``_merge_inter_w`` (lines 81-95: ``inter_w is None``). The same
+    ``DeepSpeedSelfAttention.forward`` → ``_merge_qkv`` (lines 116-141: ``attn_qkvw is None``) and
+    ds_mlp.py ``DeepSpeedMLP.forward`` → ``_merge_inter_w`` (lines 81-93: ``inter_w is None``). The same
     code is in the patched 0.12.6 wheel of the OpenRLHF authors' DeepSpeed-Chat fork
     (github.com/wuxibin89/DeepSpeedExamples 6f50b2a), which sizes the QKV buffer for grouped KV heads.
 
     Per layer: ``d·(q + 2·k)`` (``q = heads·head_dim``, ``k = kv_heads·head_dim``) and, for a gated MLP,
     ``2·d·d_ff``; 0 for a mixture of experts (DeepSpeed has no hybrid-engine container for one). A plain
-    MLP (OPT) keeps its fused ``inter_w``: only the QKV copy."""
+    MLP (OPT) keeps its fused ``inter_w``: only the QKV copy. The shape does not name the architecture, so a
+    model whose container keeps QKV fused (DeepSpeed's BLOOM and GPT-NeoX containers) is priced as split."""
     if model.is_moe:
         return 0
     d = model.hidden_dim
