@@ -179,7 +179,9 @@ def cost_model(framework="nemo-rl", backend="auto", sharding="zero1"):
     ("nemo-rl", "auto", "zero3", (2, 1, 1), "hf"),         # ZeRO-3 runs on FSDP only
     ("verl", "fsdp", "zero1", (1, 1, 1), "hf"),
     ("openrlhf", "auto", "zero1", (2, 1, 1), "hf"),        # DeepSpeed on Hugging Face modelling code
-    ("none", "megatron", "zero1", (1, 1, 1), "hf"),
+    ("deepspeed-chat", "megatron", "zero1", (1, 1, 1), "hf"),
+    ("none", "megatron", "zero1", (1, 1, 1), "megatron"),  # no profile: the config's own word
+    ("none", "auto", "zero1", (2, 2, 1), "hf"),
 ])
 def test_cost_model_pass_kernels(framework, backend, sharding, strategy, expected):
     pp, tp, ep = strategy

@@ -137,14 +137,19 @@ class CostModel:
 
     def pass_kernels(self, pp: int, tp: int, ep: int = 1) -> str:
         """Whose kernels a trainer-side pass (training, log-prob, reference and value forwards) of a task
-        with pipeline, tensor and expert degrees ``pp``, ``tp``, ``ep`` runs: ``megatron`` when the
-        framework (verl, NeMo RL) runs it on its Megatron-Core backend — ``policy.trainer_backend:
-        megatron``, or under ``auto`` a strategy only that backend runs
-        (:func:`~packplace.placement.model.layout_rules.trainer_backend`) — else ``hf`` (FSDP / DTensor,
-        DeepSpeed and the other frameworks run the Hugging Face modelling code in eager PyTorch). Priced by
+        with pipeline, tensor and expert degrees ``pp``, ``tp``, ``ep`` runs: ``megatron`` when the trainer
+        runs Megatron-Core — for verl and NeMo RL ``policy.trainer_backend: megatron``, or under ``auto`` a
+        strategy only that backend runs (:func:`~packplace.placement.model.layout_rules.trainer_backend`);
+        for a config without a framework profile (``none``) only an explicit ``trainer_backend: megatron``
+        — else ``hf``: FSDP / DTensor, and the DeepSpeed trainers of OpenRLHF and DeepSpeed-Chat, run the
+        Hugging Face modelling code in eager PyTorch. Priced by
         :func:`~packplace.placement.model.components.pass_times` with that ``kernels``."""
         ctx = self.layout
-        if ctx is None or ctx.framework not in ("verl", "nemo-rl"):
+        if ctx is None:
+            return "hf"
+        if ctx.framework == "none":
+            return "megatron" if ctx.backend == "megatron" else "hf"
+        if ctx.framework not in ("verl", "nemo-rl"):
             return "hf"
         backend = trainer_backend(ctx, {TRAIN: Strategy(1, int(pp), int(tp), int(ep))})
         return "megatron" if backend == "megatron" else "hf"
