@@ -443,8 +443,7 @@ class CostModel:
         and the Adam update cover the trainable parameters only
         (:func:`~packplace.placement.model.memory.trainable_stage_params`).
         """
-        w = self.workload
-        s = w.train_seq_len
+        w, s = self.workload, self.workload.train_seq_len
         micro_batches = w.sequences // (dp * micro_batch)
         tokens = micro_batch * s
         factor = 3.0 if train else 1.0
@@ -461,12 +460,7 @@ class CostModel:
         head = factor * head_flops * tokens / (tp * self.hw.flops_per_gpu * eff)
         table = self.components_for(model, lora_rank)
         if table is not None:   # measured components: one layer's kernels, and the head's
-            kernels = self.pass_kernels(pp, tp, ep)
-            layer = pass_times(table, model, tokens=tokens, seq_len=s, train=train, layers=1, head=False, tp=tp,
-                               kernels=kernels)
-            top = pass_times(table, model, tokens=tokens, seq_len=s, train=train, layers=0, head=True, tp=tp,
-                             kernels=kernels)
-            layer_compute, head = layer.forward + layer.backward, top.forward + top.backward
+            layer_compute, head = self._component_pass(table, model, tokens, s, train, pp, tp, ep)
         tp_level = self.group_level(tp, extent)
         comm = (4 if train else 2) * self.allreduce(tokens * model.hidden_dim * ACT_BYTES, tp, tp_level)
         if ep > 1 and model.is_moe:
@@ -496,6 +490,17 @@ class CostModel:
                 tied = 2.0 * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp
                 total += self.allreduce(tied, 2, self.group_level(dp * pp * tp, extent))
         return total
+
+    def _component_pass(self, table: ComponentTable, model: ModelSpec, tokens: float, seq_len: float, train: bool,
+                        pp: int, tp: int, ep: int) -> tuple[float, float]:
+        """``(one layer, the head)`` seconds of a micro-batch of ``tokens`` on the component table: forward
+        (and backward when ``train``) with the kernels of :meth:`pass_kernels`."""
+        kernels = self.pass_kernels(pp, tp, ep)
+        layer = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=1, head=False, tp=tp,
+                           kernels=kernels)
+        top = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=0, head=True, tp=tp,
+                         kernels=kernels)
+        return layer.forward + layer.backward, top.forward + top.backward
 
     def decode_step_times(self, model: ModelSpec, tp: int, pp: int, extent: tuple[int, int, int], dp: int,
                           running: np.ndarray, context_sum: np.ndarray, ep: int = 1) -> np.ndarray:
