@@ -583,7 +583,7 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
                 for m in reversed(trained) if m in instance.models}
     return CostModel(hardware if hardware is not None else instance.hardware,
                      cluster if cluster is not None else instance.cluster, instance.workload, instance.engine,
-                     profile(instance.framework), sharded, training)
+                     profile(instance.framework), sharded, training, Context.of(instance))
 
 
 def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro_batch: int,
