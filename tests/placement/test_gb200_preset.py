@@ -86,9 +86,9 @@ def test_n_gb200_and_2n_h100_give_the_same_step_when_both_stay_on_nvlink(tmp_pat
     with open(os.path.join(VALIDATION, "nemo_rl_v0.5_grpo_llama3.1-8b_2x8xh100_1off.yaml"), encoding="utf-8") as f:
         h100 = yaml.safe_load(f)
     # both on their component tables (each derived from the H200 measurements): the GB200's faster
-    # kernels against twice the micro-batches per GPU, whose eager kernels keep the host's issue floor
+    # kernels against twice the micro-batches per GPU, whose kernels keep the host's issue floor
     speedup = _step(h100, tmp_path, "h100") / _step(_gb200_half(h100), tmp_path, "gb200")
-    assert 0.8 <= speedup <= 1.0, speedup
+    assert 0.8 <= speedup <= 1.25, speedup
     # both on the efficiency-knob model: the presets' figures alone
     knobs = copy.deepcopy(h100)
     knobs["hardware"]["component_table"] = "none"
