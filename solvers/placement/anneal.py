@@ -98,7 +98,8 @@ class AnnealSettings:
                                 plan is always the best *feasible* plan seen
     ``oom_penalty`` 4.0         penalty weight for ``hard_oom: false``
     ``polish``      true        final greedy descent: best single move of a deterministic neighbourhood of
-                                the best plan, repeated until no move improves
+                                the best plan, repeated until no move improves or it has scored ``e_max``
+                                distinct plans of its own
     ``progress_s``  3.0         seconds between best-so-far lines on stderr (none for runs shorter than that)
     ``k_eval``      8           (shared) candidates per vertex and block shape in the move pool
     ==============  ==========  =================================================================================
@@ -576,9 +577,12 @@ class _Annealing:
                         f"accepted, stopped by {self.stopped_by}, best {self.best_time:.6g} s")
 
     def polish(self) -> None:
-        """Best-improvement moves over the whole neighbourhood of the best plan until none improves or the
-        time limit; none when the best plan meets the analytic lower bound."""
+        """Best-improvement moves over the whole neighbourhood of the best plan until none improves, the
+        polish has scored ``e_max`` distinct plans of its own (a count, so a run that ends by it repeats
+        exactly on any machine) or the time limit; none when the best plan meets the analytic lower bound."""
         improved = not self.run.at_bound
+        budget_end = self.search.evaluations + self.settings.e_max
+        out_of_budget = False
         while improved:
             improved = False
             choice, choice_time = None, self.best_time
@@ -586,6 +590,9 @@ class _Annealing:
                 t, feasible = self.search.cost(neighbour)
                 if feasible and t < choice_time:
                     choice, choice_time = neighbour, t
+                if self.search.evaluations >= budget_end:
+                    out_of_budget = True
+                    break
                 if self.run.expired():
                     self.hit_time_limit = True
                     break
@@ -593,9 +600,10 @@ class _Annealing:
                 self.polish_moves += 1
                 self.improved(choice, choice_time)
                 improved = not self.run.at_bound
-            if self.hit_time_limit:
+            if self.hit_time_limit or out_of_budget:
                 break
-        self.log.append(f"polish: {self.polish_moves} improving move(s), best {self.best_time:.6g} s")
+        ended = " (stopped: e_max evaluations)" if out_of_budget else ""
+        self.log.append(f"polish: {self.polish_moves} improving move(s), best {self.best_time:.6g} s{ended}")
 
     def proposal(self) -> Proposal:
         """The best plan, re-scored by the evaluator (an internal error if the time differs), with the counts."""

@@ -182,6 +182,14 @@ def test_estimate_refuses_eager_for_a_non_vllm_engine_and_a_non_bool():
         estimate("qwen2.5-1.5b", "h200", "decode", enforce_eager="yes")
 
 
+def test_estimate_refuses_vllm_settings_for_training():
+    with pytest.raises(ConfigError, match="enforce_eager: a vLLM decode setting .* task train runs no vLLM"):
+        estimate("qwen2.5-1.5b", "h200", "train", enforce_eager=True)
+    with pytest.raises(ConfigError, match="framework: vllm is an inference engine and does not train"):
+        estimate("qwen2.5-1.5b", "h200", "train", framework="vllm")
+    assert estimate("qwen2.5-1.5b", "h200", "infer", framework="vllm").time_s > 0
+
+
 @pytest.mark.parametrize("eager", [False, True])
 def test_emitted_settings_carry_the_priced_engine_mode(eager):
     from dataclasses import replace

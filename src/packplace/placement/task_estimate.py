@@ -225,6 +225,11 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         raise ConfigError(f"framework: must be one of {', '.join(ESTIMATE_FRAMEWORKS)}, got {show(framework)}")
     if not isinstance(enforce_eager, bool):
         raise ConfigError(f"enforce_eager: must be true or false, got {show(enforce_eager)}")
+    if task == "train" and framework == "vllm":
+        raise ConfigError("framework: vllm is an inference engine and does not train; for task train use none "
+                          f"or an RL framework ({', '.join(f for f in ESTIMATE_FRAMEWORKS if f != 'vllm')})")
+    if task == "train" and enforce_eager:
+        raise ConfigError("enforce_eager: a vLLM decode setting (no CUDA graphs); task train runs no vLLM engine")
     if enforce_eager and FRAMEWORKS.get(framework, FRAMEWORKS["none"]).enforce_eager is None:
         raise ConfigError(f"enforce_eager: a vLLM setting; the {framework} framework generates with its own "
                           "engine, whose eager kernel launches are inside its per-step overhead")

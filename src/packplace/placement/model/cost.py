@@ -373,7 +373,7 @@ class CostModel:
 
     def pass_time(self, model: ModelSpec, train: bool, dp: int, pp: int, tp: int, micro_batch: int,
                   extent: tuple[int, int, int], ep: int = 1, include_update: bool = True,
-                  lora_rank: int = 0) -> float:
+                  lora_rank: int = 0, layers_only: bool = False) -> float:
         """A training step or an inference (log-prob / score) pass over the step's sequences.
 
         Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``), per layer:
@@ -404,6 +404,12 @@ class CostModel:
         ``ep > 1`` the dense gradients all-reduced over ``dp`` while the experts' ``2·P_e/(tp·pp·ep)``
         bytes are all-reduced over the ``dp/ep`` ranks holding the same experts (Megatron-Core's
         expert-data-parallel group).
+
+        ``layers_only=True`` (with ``train=False``): the transformer layers' forward alone, without the output
+        head and the stage hand-offs — what full activation recomputation re-runs before each layer's
+        backward (PyTorch ``torch.utils.checkpoint`` around each decoder layer in Hugging Face
+        ``gradient_checkpointing``; Megatron-LM ``--recompute-granularity full`` over the transformer
+        layers): the head and the loss are computed once.
 
         ``include_update=False`` leaves out that end-of-step part (gradient all-reduce, Adam, tied
         embedding): the forward and backward passes alone, which ZeRO-3's per-micro-batch collectives
@@ -446,9 +452,10 @@ class CostModel:
                      / model.layers)
         per_layer = layer_compute + comm + (0.0 if table is not None else factor * self._non_gemm(1, tokens / tp))
         counts = stage_layers(model.layers, pp)
-        stage = counts[-1] * per_layer + head
+        stage = counts[-1] * per_layer + (0.0 if layers_only else head)
         if pp > 1:
             stage = max(stage, max(counts[:-1]) * per_layer)
+        if pp > 1 and not layers_only:
             level = self.group_level(dp * pp * tp, extent)
             stage += (2 if train else 1) * self.p2p(tokens * model.hidden_dim * ACT_BYTES / tp, level)
         total = self.pipeline(micro_batches, pp, stage)

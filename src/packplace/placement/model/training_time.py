@@ -6,8 +6,10 @@ Saving memory is not free, so the planner sees the trade-off:
   forward of the attention term ``2·L·s·q`` FLOPs per token (Korthikanti et al. 2022, §5: "selective
   activation recomputation", ≈ 2-4 % of a step for GPT-3-sized models) at ``gemm_peak_fraction`` of peak;
 * ``recompute: full`` re-runs each layer's forward pass before its backward pass: one more forward pass
-  over every micro-batch (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost"; Korthikanti
-  et al. 2022, Table 4: ≈ 33-36 % overhead), the inference pass time of the same strategy;
+  of the transformer layers over every micro-batch (Chen et al. 2016, "Training Deep Nets with Sublinear
+  Memory Cost"; Korthikanti et al. 2022, Table 4: ≈ 33-36 % overhead), the inference pass time of the same
+  strategy without the output head, which is not checkpointed (Hugging Face ``gradient_checkpointing``
+  wraps the decoder layers; Megatron-LM recomputes the transformer block);
 * ``offload: optimizer`` sends the gradients to the host and the updated bf16 weights back once per step
   (ZeRO-Offload, Ren et al. 2021, §4): ``(g + 2)·p_shard`` bytes at ``host_bandwidth``; the CPU Adam step
   is assumed to overlap with these transfers (ZeRO-Offload's one-step delayed update is not modelled);
@@ -66,7 +68,8 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
     seconds = 0.0
     rank = options.lora_rank
     if options.recompute == "full":
-        seconds += cost.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep, lora_rank=rank)
+        seconds += cost.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep, lora_rank=rank,
+                                  layers_only=True)
     elif options.recompute == "selective":
         s = w.train_seq_len
         tokens = micro_batch * s
