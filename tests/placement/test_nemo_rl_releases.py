@@ -125,8 +125,8 @@ def test_release_train_parts_scale_the_megatron_training_pass_and_add_the_round_
     parts = {"train": 80.0, "old_log_prob": 30.0, "overhead": 0.5}
     v04, v05 = NEMO_RL_RELEASES["0.4"], NEMO_RL_RELEASES["0.5"]
     ctx = Context("nemo-rl", "grpo", {}, False)
-    qwen04, llama04, qwen05 = (TrainerRelease(r, t, ctx) for r, t in ((v04, "qwen3_moe"), (v04, "llama"),
-                                                                      (v05, "qwen3_moe")))
+    qwen04, llama04, qwen05 = (TrainerRelease(r, t, ctx, r.logprob_optimizer_offload)
+                               for r, t in ((v04, "qwen3_moe"), (v04, "llama"), (v05, "qwen3_moe")))
     megatron, dtensor = Strategy(8, 1, 2, 8), Strategy(16, 1, 1, 1)   # expert parallelism: Megatron under auto
     assert qwen04.megatron(megatron) and not qwen04.megatron(dtensor)
     trip = 2 * 12 * PARAMS / 16 / 50e9
@@ -138,6 +138,9 @@ def test_release_train_parts_scale_the_megatron_training_pass_and_add_the_round_
     assert release_train_parts(cost, llama04, model, megatron, parts, zero1) == pytest.approx(
         {**parts, "optimizer_offload": trip}, rel=1e-12)
     assert release_train_parts(cost, qwen05, model, megatron, parts, zero1) == parts
+    # a step without log-prob passes around training (NeMo RL's DPO loop): the SwiGLU factor alone
+    dpo04 = TrainerRelease(v04, "qwen3_moe", ctx, False)
+    assert release_train_parts(cost, dpo04, model, megatron, parts, zero1) == {**parts, "train": 100.0}
     assert parts == {"train": 80.0, "old_log_prob": 30.0, "overhead": 0.5}   # the input is left as it is
     # the colocated refit leaves out the Adam state of the block's GPUs as if fully sharded: 12 P / 16
     assert optimizer_lower_bound_bytes(model, 16, zero1) == pytest.approx(12 * PARAMS / 16, rel=1e-12)
@@ -165,17 +168,18 @@ SMALL_PARAMS = 4 * (4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024) + 2 * 32000 * 
 HOST_BANDWIDTH = 50e9   # h100-sxm preset, bytes/s per GPU
 
 
-def _small(version=None, model_type=None, backend="megatron"):
+def _small(version=None, model_type=None, backend="megatron", algorithm="grpo"):
     actor = {"num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 4096, "vocab_size": 32000,
              "num_attention_heads": 8, "num_key_value_heads": 8}
     if model_type is not None:
         actor["model_type"] = model_type
-    policy = {"algorithm": "grpo", "framework": "nemo-rl", "trainer_backend": backend}
+    policy = {"algorithm": algorithm, "framework": "nemo-rl", "trainer_backend": backend}
     if version is not None:
         policy["framework_version"] = version
+    models = {"actor": actor} if algorithm == "dpo" else {"actor": actor, "reward": "rule"}
     return build_instance({
         "hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
-        "models": {"actor": actor, "reward": "rule"},
+        "models": models,
         "workload": {"batch_size": 8, "samples_per_prompt": 4, "context_length": 64, "generation_length": 128},
         "policy": policy})
 
@@ -239,6 +243,19 @@ def test_v04_optimizer_round_trip_adds_to_a_split_plan_and_not_to_a_colocated_on
     edge = "actor.train->actor.generate"
     assert co05.realloc[edge] - co04.realloc[edge] == pytest.approx(moved, rel=1e-9)
     assert co04.step_time == pytest.approx(co05.step_time, rel=1e-12)
+
+
+def test_a_v04_dpo_step_has_no_log_prob_round_trip_but_keeps_the_swiglu_factor():
+    # NeMo RL v0.4's DPO loop (nemo_rl/algorithms/dpo.py) never calls prepare_for_lp_inference
+    parts = {}
+    for version in ("0.4.0", "0.5.0"):
+        instance = _small(version=version, model_type="qwen3", algorithm="dpo")
+        assert "actor.generate" not in instance.graph.names
+        parts[version] = vertex_parts(instance, cost_model(instance), "actor.train", Strategy(4, 2, 1, 1), 1,
+                                      (1, 1, 8))
+    assert "optimizer_offload" not in parts["0.4.0"]
+    assert parts["0.4.0"]["train"] == pytest.approx(1.25 * parts["0.5.0"]["train"], rel=1e-12)
+    assert cost_model(_small(version="0.4.0", algorithm="dpo")).trainer_moves_optimizer == frozenset()
 
 
 @pytest.mark.parametrize("spelling", ["0.5", "v0.5", "V0.5", "0.5.0", "v0.5.0", "0.5rc1", "0.5.0RC1", "0.5.0.post1",

@@ -591,8 +591,8 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
     training = {instance.models[m]: instance.training.get(m, DEFAULT_TRAINING)
                 for m in reversed(trained) if m in instance.models}
     policy = trainer_release(instance, POLICY_TRAIN) if POLICY_TRAIN in instance.graph.names else None
-    moves = frozenset((instance.models["actor"],)) \
-        if policy is not None and policy.release.logprob_optimizer_offload else frozenset()
+    moves = frozenset((instance.models["actor"],)) if policy is not None and policy.optimizer_round_trip \
+        else frozenset()
     return CostModel(hardware if hardware is not None else instance.hardware,
                      cluster if cluster is not None else instance.cluster, instance.workload, instance.engine,
                      profile(instance.framework), sharded, training, moves)

@@ -81,6 +81,8 @@ UNFUSED_SWIGLU_TRAINING_FACTOR = 1.25
 UNFUSED_SWIGLU_MODEL_TYPES = ("qwen2", "qwen3", "qwen3_moe")
 #: The policy's training vertex, the one vertex a release changes (NeMo RL's policy workers).
 POLICY_TRAIN = "actor.train"
+#: The rollout engine's vertex: a step with it runs NeMo RL's GRPO loop (log-prob passes around training).
+ROLLOUT_ENGINE = "actor.generate"
 
 
 @dataclass(frozen=True)
@@ -246,11 +248,15 @@ class TrainerRelease:
         context: The instance's layout context: its ``policy.trainer_backend`` and training options, which
             with the candidate's strategy give the backend
             (:func:`~packplace.placement.model.layout_rules.trainer_backend`).
+        optimizer_round_trip: The trainer pays the release's optimizer round trip: ``logprob_optimizer_offload``
+            and a step with a rollout engine (NeMo RL's GRPO loop calls ``prepare_for_lp_inference``; its DPO
+            and SFT loops do not, v0.4.0 ``nemo_rl/algorithms/dpo.py``).
     """
 
     release: NemoRLRelease
     model_type: str | None
     context: Context
+    optimizer_round_trip: bool = False
 
     def megatron(self, strategy: Strategy) -> bool:
         """Whether the trainer with ``strategy`` runs on NeMo RL's Megatron workers: ``policy.trainer_backend``
@@ -262,14 +268,15 @@ class TrainerRelease:
 def trainer_release(instance, name: str) -> TrainerRelease | None:
     """The release setting of vertex ``name`` of a placement instance: for the policy's training vertex
     (:data:`POLICY_TRAIN`) of a ``nemo-rl`` config with ``policy.framework_version`` at or after the table's
-    first release, the release, the actor's ``model_type`` and the layout context; ``None`` otherwise (no
-    change to the vertex)."""
+    first release, the release, the actor's ``model_type``, the layout context and whether the trainer pays
+    the optimizer round trip; ``None`` otherwise (no change to the vertex)."""
     if name != POLICY_TRAIN:
         return None
     release = release_for(instance.framework, getattr(instance, "framework_version", None))
     if release is None:
         return None
-    return TrainerRelease(release, instance.models["actor"].model_type, Context.of(instance))
+    round_trip = release.logprob_optimizer_offload and ROLLOUT_ENGINE in instance.graph.names
+    return TrainerRelease(release, instance.models["actor"].model_type, Context.of(instance), round_trip)
 
 
 def release_train_parts(cost, setting: TrainerRelease, model: ModelSpec, strategy: Strategy,
@@ -278,7 +285,7 @@ def release_train_parts(cost, setting: TrainerRelease, model: ModelSpec, strateg
     ``train`` times :func:`swiglu_training_factor` of the model's ``model_type`` when the trainer runs on
     the Megatron backend (:meth:`TrainerRelease.megatron`) with a gated MLP, and a part
     ``optimizer_offload`` (:func:`logprob_optimizer_round_trip_seconds` of the strategy's ``dp``, ``pp``,
-    ``tp``) when the release pays it. A new dict; ``parts`` is left as it is.
+    ``tp``) when the trainer pays it (``optimizer_round_trip``). A new dict; ``parts`` is left as it is.
 
     Raises:
         KeyError: ``parts`` has no ``train``.
@@ -288,7 +295,7 @@ def release_train_parts(cost, setting: TrainerRelease, model: ModelSpec, strateg
     if model.mlp == "gated" and setting.megatron(strategy):
         out["train"] = parts["train"] * swiglu_training_factor(release, setting.model_type)
     extra = logprob_optimizer_round_trip_seconds(cost, release, model, strategy.dp, strategy.pp, strategy.tp,
-                                                 options)
+                                                 options) if setting.optimizer_round_trip else 0.0
     if extra > 0.0:
         out["optimizer_offload"] = extra
     return out
