@@ -161,9 +161,10 @@ def test_cross_validate_command_on_real_files(capsys):
     assert folds["DeepSpeed-Chat"]["fixed"]["decode_bw_eff[a100-80gb-sxm]"]["reason"].startswith("only 1 run")
     rows = {r["setup"]: r for r in document["rows"]}
     dsc = rows["deepspeed_chat_ppo_opt-13b_8xa100"]
-    # 0.75 under the deepspeed-chat profile with the actor's LoRA and the hybrid engine's 4.7 ms per decode
-    # step (0.77 training the whole actor at the presets' former 2 ms, 1.00 with their former 5 s per task)
-    assert dsc["in_sample_ratio"] == pytest.approx(0.75, abs=0.01)
+    # 0.84 under the deepspeed-chat profile with the actor's LoRA, the hybrid engine's 4.7 ms per decode step
+    # and its ZeRO-3 Q/K/V copy into a merged buffer at every forward (0.75 without the copy; 0.77 training
+    # the whole actor at the presets' former 2 ms, 1.00 with their former 5 s per task)
+    assert dsc["in_sample_ratio"] == pytest.approx(0.84, abs=0.01)
     assert dsc["out_of_sample_ratio"] == dsc["in_sample_ratio"]
     assert dsc["unfitted"] == ["decode_bw_eff[a100-80gb-sxm]"]
     qwen = rows["qwen2.5-7b_vllm_batch1_1xa100"]

@@ -51,6 +51,7 @@ from packplace.placement.model.framework import (
     gather_seconds,
     generate_calls,
     hybrid_gather_seconds,
+    hybrid_merge_seconds,
     offload_round_trip_seconds,
     onload_seconds,
     refit_framework_seconds,
@@ -142,6 +143,16 @@ class CostModel:
         if self.components is None or model.is_moe or lora_rank:
             return None
         return self.components
+
+    def stream_bandwidth(self, model: ModelSpec) -> float:
+        """Bytes read + written per second of an elementwise kernel (a device copy) in this model's
+        passes: the component table's ``stream_bandwidth`` (the measured device copy) when it prices the
+        model (:meth:`components_for`), else the knob model's HBM-streaming rate
+        ``memory_bandwidth·decode_bw_eff`` (as :meth:`eager_decode_table` prices elementwise bytes)."""
+        table = self.components_for(model)
+        if table is not None:
+            return table.stream_bandwidth
+        return self.hw.memory_bandwidth * self.hw.decode_bw_eff
 
     # -- primitives -------------------------------------------------------------------------------
     def gemm_efficiency(self, rows: float, inner: float) -> float:
@@ -321,7 +332,10 @@ class CostModel:
                       extent: tuple[int, int, int], old_log_prob: bool = False, ep: int = 1, *,
                       sharded: bool = False, offloaded: bool = False,
                       balance: VertexBalance | None = None, lora_rank: int = 0) -> dict[str, float]:
-        """The parts of a vertex's time, seconds: ``generate`` → ``generation`` (:meth:`generate_time`);
+        """The parts of a vertex's time, seconds: ``generate`` → ``generation`` (:meth:`generate_time`), and on
+        an ``in_place`` framework's ZeRO-3 weights (DeepSpeed's hybrid engine) ``gather``
+        (:func:`~packplace.placement.model.framework.hybrid_gather_seconds`) and ``merge``
+        (:func:`~packplace.placement.model.framework.hybrid_merge_seconds`);
         ``infer`` → ``forward`` (:meth:`pass_time`); ``train`` → ``train`` and, with ``old_log_prob``
         (the PPO/GRPO actor), ``old_log_prob``: the forward pass over the rollouts with the weights before
         the update that the clipped objective's ratio needs (verl ``compute_log_prob``, OpenRLHF's
@@ -347,6 +361,9 @@ class CostModel:
                 hybrid = hybrid_gather_seconds(self, model, dp, pp, tp, calls, extent, offloaded)
                 if hybrid > 0.0:
                     phases["gather"] = hybrid
+                merge = hybrid_merge_seconds(self, model, tp, calls, self.stream_bandwidth(model))
+                if merge > 0.0:
+                    phases["merge"] = merge
         elif kind == "infer":
             phases = {"forward": self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep)}
         else:

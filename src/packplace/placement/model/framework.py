@@ -537,6 +537,57 @@ def hybrid_gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, cal
     return seconds
 
 
+def hybrid_merged_params(model: ModelSpec) -> int:
+    """Weights DeepSpeed's hybrid engine on ZeRO-3 copies into its merged buffers at every forward of its
+    inference containers, summed over the layers (all tensor-parallel ranks together; parameters).
+
+    On ZeRO-3 the containers do not fuse the split matrices once (the ZeRO partitions are the training
+    parameters): ``set_params_wo_copy(Z3_enabled=True)`` keeps the query, key and value matrices apart
+    (deepspeed/module_inject/containers/features/split_qkv.py ``set_attn_params_wo_copy``, v0.12.6 lines
+    126-154; ``HybridSplitQKVContainer``: OPT, GPT-J, GPT-Neo, LLaMA, LLaMA-2, InternLM) and a gated MLP's
+    up and gate matrices apart (features/gated_mlp.py ``set_mlp_params_wo_copy``, lines 93-113;
+    ``HybridGatedMLPContainer``: LLaMA, LLaMA-2, InternLM), and every forward copies them into one shared
+    buffer before the fused GEMM: deepspeed/ops/transformer/inference/ds_attention.py
+    ``DeepSpeedSelfAttention.forward`` → ``_merge_qkv`` (lines 116-141: ``attn_qkvw is None``) and
+    ds_mlp.py ``DeepSpeedMLP.forward`` → ``_merge_inter_w`` (lines 81-93: ``inter_w is None``). The same
+    code is in the patched 0.12.6 wheel of the OpenRLHF authors' DeepSpeed-Chat fork
+    (github.com/wuxibin89/DeepSpeedExamples 6f50b2a), which sizes the QKV buffer for grouped KV heads.
+
+    Per layer: ``d·(q + 2·k)`` (``q = heads·head_dim``, ``k = kv_heads·head_dim``) and, for a gated MLP,
+    ``2·d·d_ff``; 0 for a mixture of experts (DeepSpeed has no hybrid-engine container for one). A plain
+    MLP (OPT) keeps its fused ``inter_w``: only the QKV copy. The shape does not name the architecture, so a
+    model whose container keeps QKV fused (DeepSpeed's BLOOM and GPT-NeoX containers) is priced as split."""
+    if model.is_moe:
+        return 0
+    d = model.hidden_dim
+    per_layer = d * (model.attention_dim + 2 * model.kv_dim)
+    if model.mlp == "gated":
+        per_layer += 2 * d * model.ffn_dim
+    return model.layers * per_layer
+
+
+def hybrid_merge_seconds(cost, model: ModelSpec, tp: int, calls: int, copy_bandwidth: float) -> float:
+    """Seconds the merged-buffer copies of :func:`hybrid_merged_params` add to a DeepSpeed hybrid-engine
+    generation vertex on ZeRO-3 weights: one copy per forward of the containers, and Hugging Face
+    ``generate`` runs one forward per generated token (the first over the prompt), ``T_max`` of them per
+    call (the batch decodes to its longest response; DeepSpeed-Chat passes ``synced_gpus`` under ZeRO-3,
+    dschat/rlhf/ppo_trainer.py ``_generate_sequence``, so no rank stops before the others), ``calls``
+    calls (:func:`generate_calls`). Each copy reads and writes its bf16 slice of the tensor-parallel
+    rank, ``2·2·M/tp`` bytes (``M`` = :func:`hybrid_merged_params`), at ``copy_bandwidth`` (bytes read +
+    written per second of an elementwise kernel: the component table's ``stream_bandwidth``, or the knob
+    model's ``memory_bandwidth·decode_bw_eff``). The copy is a kernel of its own between the layer's
+    kernels, so it adds to the step rather than overlapping the weight read.
+
+    Raises:
+        ValueError: ``tp`` or ``calls`` below 1, or ``copy_bandwidth`` not positive.
+    """
+    if tp < 1 or calls < 1 or not copy_bandwidth > 0:
+        raise ValueError(f"hybrid_merge_seconds: tp and calls must be >= 1 and copy_bandwidth > 0, "
+                         f"got {tp}, {calls}, {copy_bandwidth}")
+    per_forward = 2.0 * 2.0 * hybrid_merged_params(model) / tp
+    return calls * cost.workload.max_response * per_forward / copy_bandwidth
+
+
 def dispatch_seconds(cost, framework: FrameworkProfile, dp: int) -> float:
     """Seconds to dispatch one task: for a Ray framework one remote call (:data:`RAY_CALL_LATENCY`) plus
     the batch to and from each of the ``dp`` replicas through host memory, ``2·B·K·(S + T_max)·28/dp``
