@@ -595,7 +595,7 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
         else frozenset()
     return CostModel(hardware if hardware is not None else instance.hardware,
                      cluster if cluster is not None else instance.cluster, instance.workload, instance.engine,
-                     profile(instance.framework), sharded, training, moves)
+                     profile(instance.framework), sharded, training, Context.of(instance), moves)
 
 
 def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro_batch: int,

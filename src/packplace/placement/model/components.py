@@ -23,6 +23,14 @@ A pass is a list of kernels built from the layer's own structure (:func:`pass_ke
   floor the small models show), a large one by the GPU. A decode step without CUDA graphs (vLLM's
   ``enforce_eager``) is such an eager pass of the captured step's kernels (:func:`decode_seconds`).
 
+Two kernel inventories price a pass (``kernels`` of :func:`pass_times`): ``hf``, the Hugging Face eager
+layer above (what the measured ``hf`` rows ran), and ``megatron``, a Megatron-Core ``TransformerLayer``
+built from the Transformer Engine spec (:func:`megatron_layer_forward`, :func:`megatron_layer_backward`):
+the norm fused into the following linear, one QKV and one gate/up GEMM, fused RoPE, cuDNN attention, a
+fused SwiGLU: 13 kernels forward and 19 backward per dense Llama layer against the eager layer's 39 and
+77. Both are priced by the same table (the same GEMM, attention and streaming rates, the same per-kernel
+issue time), so a Megatron pass differs only by the kernels it issues and the bytes they move.
+
 The table (one JSON file per GPU type under ``tables/``, :func:`load_table`) names the measurement rows
 each constant comes from. A GPU type without measurements of its own may have a table *derived* from a
 measured one (:func:`derived_table`: ``h100-sxm`` from ``h200``, the same GH100 compute die with slower
@@ -69,6 +77,27 @@ LOG_SOFTMAX_BYTES = 16.0
 #: writes the input gradient (fp32), plus a row-sum pass over the gradient.
 LOG_SOFTMAX_BACKWARD_BYTES = 16.0
 
+#: Kernel inventories of a pass (:func:`pass_times`): the Hugging Face eager layer, or Megatron-Core's
+#: ``TransformerLayer`` with the Transformer Engine spec (:func:`megatron_layer_forward`).
+KERNEL_SETS = ("hf", "megatron")
+#: Source of the Megatron-Core inventory: the code read to count its kernels (repository @ commit, files).
+MEGATRON_KERNEL_SOURCES = (
+    "github.com/NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553: "
+    "megatron/core/models/gpt/gpt_layer_specs.py (get_gpt_layer_with_transformer_engine_submodules: "
+    "linear_qkv and the dense MLP's linear_fc1 are TELayerNormColumnParallelLinear, input_layernorm and "
+    "pre_mlp_layernorm IdentityOp), megatron/core/transformer/attention.py (one fused QKV linear split "
+    "into views, the query reshaped out of the grouped layout, apply_rotary_pos_emb per query and key), "
+    "megatron/core/transformer/mlp.py and megatron/core/fusions/fused_bias_swiglu.py (bias_swiglu_impl, "
+    "one compiled kernel each way), megatron/core/fusions/fused_bias_dropout.py (the residual add), "
+    "megatron/core/jit.py (jit_fuser = torch.compile); "
+    "github.com/NVIDIA/TransformerEngine @ d0067d0da6cb01811b8072a7d304f0e00344ce2b: "
+    "transformer_engine/common/normalization/rmsnorm/rmsnorm_bwd_semi_cuda_kernel.cu (norm backward: the "
+    "main kernel and the dgamma finalize kernel), "
+    "transformer_engine/pytorch/attention/dot_product_attention/backends.py (FusedAttention: one cuDNN "
+    "kernel, strided inputs without copies); the fusions switched on as NeMo RL runs them: "
+    "examples/configs/grpo_math_1B.yaml v0.4.0 (apply_rope_fusion, sequence packing), Megatron-Bridge "
+    "@ 62f4704b src/megatron/bridge/models/llama/llama_provider.py (bias_activation_fusion, "
+    "hidden_dropout 0)")
 #: Constants of a table and what each is (units in the name's docstring of :class:`ComponentTable`).
 CONSTANTS = ("gemm_flops", "gemm_k_overhead", "gemm_stream_bandwidth", "gemm_launch_s", "stream_bandwidth",
              "attention_flops", "kernel_issue_s", "kernel_gpu_s", "decode_weight_bandwidth", "kv_bandwidth")
@@ -451,17 +480,21 @@ def backward(ops: list[tuple]) -> list[tuple]:
     return out
 
 
-def head_kernels(model: TransformerShape, tokens: float, tp: int, mode: str) -> list[tuple]:
+def head_kernels(model: TransformerShape, tokens: float, tp: int, mode: str,
+                 fused_norm: bool = False) -> list[tuple]:
     """The final norm, the output head and what follows it over ``tokens`` tokens: ``infer`` the fp32
     upcast of the logits and the log-softmax over the vocabulary (the log-probabilities of an RL log-prob
     pass); ``loss`` the upcast and cross-entropy forward (Hugging Face's ``ForCausalLMLoss``) — the
     backward comes from :func:`head_backward`; ``prefill`` the last token's logits only. Per tensor-
-    parallel rank (the vocabulary split ``tp`` ways)."""
+    parallel rank (the vocabulary split ``tp`` ways). ``fused_norm``: the final norm is one Transformer
+    Engine kernel (:func:`te_norm_forward`; Megatron-Core's ``TENorm``) instead of the eager norm's."""
     d, V = model.hidden_dim, model.output_dim / tp
     T = float(tokens)
     res = FP32 if mode == "loss_autocast" else BF16
     ops: list[tuple] = []
-    if model.norm == "rms":
+    if fused_norm:
+        ops.extend(te_norm_forward(d, T / tp))
+    elif model.norm == "rms":
         ops.extend(_scale(rms_norm(d, res), T / tp))
     else:
         ops.append(("ew", 2 * res * d * T / tp))
@@ -475,10 +508,11 @@ def head_kernels(model: TransformerShape, tokens: float, tp: int, mode: str) -> 
     return ops
 
 
-def head_backward(model: TransformerShape, tokens: float, tp: int, autocast: bool) -> list[tuple]:
+def head_backward(model: TransformerShape, tokens: float, tp: int, autocast: bool,
+                  fused_norm: bool = False) -> list[tuple]:
     """Backward of the loss and the head: the NLL gradient (a zero-filled fp32 ``T × V`` tensor and its
     scatter), the log-softmax backward, the upcast's backward (fp32 to bf16), the head's two GEMMs and
-    the final norm."""
+    the final norm (``fused_norm``: Transformer Engine's, :func:`te_norm_backward`)."""
     d, V = model.hidden_dim, model.output_dim / tp
     T = float(tokens)
     ops: list[tuple] = []
@@ -486,9 +520,108 @@ def head_backward(model: TransformerShape, tokens: float, tp: int, autocast: boo
         ops += [("ew", FP32 * V * T), ("ew", 0.0), ("ew", LOG_SOFTMAX_BACKWARD_BYTES * V * T),
                 ("ew", (FP32 + BF16) * V * T)]
     ops += [("gemm", T, V, d), ("gemm", d, T, V)]
+    if fused_norm:
+        return ops + te_norm_backward(d, T / tp)
     res = FP32 if autocast else BF16
     norm = _scale(rms_norm(d, res), T / tp) if model.norm == "rms" else [("ew", 2 * res * d * T / tp)]
     return ops + backward(norm)[::2] + backward(norm)[1::2]
+
+
+# -- Megatron-Core with Transformer Engine ---------------------------------------------------------------
+def te_norm_forward(width: float, rows: float) -> list[tuple]:
+    """Transformer Engine's RMSNorm / LayerNorm forward over ``rows`` rows of ``width`` bf16 elements:
+    one kernel reading the input and writing the output (and one fp32 statistic per row, negligible);
+    in a ``LayerNormLinear`` it runs before the GEMM, in ``TENorm`` alone."""
+    return [("ew", 2 * BF16 * width * rows)]
+
+
+def te_norm_backward(width: float, rows: float) -> list[tuple]:
+    """Transformer Engine's norm backward: the kernel that reads the output gradient and the saved input
+    and writes the input gradient (with per-block partial weight gradients), then the finalize kernel
+    that sums the partials (``rmsnorm_bwd_finalize_tuned_kernel``; its bytes, blocks × width, are
+    negligible)."""
+    return [("ew", 3 * BF16 * width * rows), ("ew", 0.0)]
+
+
+def _megatron_dense(model: TransformerShape, kernels: str) -> None:
+    if kernels not in KERNEL_SETS:
+        raise ValueError(f"kernels: must be one of {', '.join(KERNEL_SETS)}, got {kernels!r}")
+    if kernels == "megatron" and model.is_moe:
+        raise ValueError("kernels: megatron is counted for dense layers; a mixture of experts keeps the "
+                         "efficiency-knob model (CostModel.components_for)")
+
+
+def megatron_layer_forward(model: TransformerShape, tokens: float, seq_len: float, tp: int = 1) -> list[tuple]:
+    """The kernels of one dense Megatron-Core ``TransformerLayer`` forward with the Transformer Engine
+    spec over ``tokens`` tokens in sequences of ``seq_len`` (bf16 weights, no dropout, sequence packing),
+    on one of ``tp`` ranks (norms and residual adds on ``tokens/tp`` rows, sequence parallelism, as
+    :func:`layer_forward`). Sources: :data:`MEGATRON_KERNEL_SOURCES`.
+
+    In order: the input norm of ``linear_qkv`` (``TELayerNormColumnParallelLinear``: :func:`te_norm_forward`)
+    and its one QKV GEMM; the copy of the query out of the grouped ``[g, (h/g + 2)·head_dim]`` layout
+    (``query.reshape`` of a strided split; a view when each group has one query head); with ``qk_norm``
+    a ``TENorm`` kernel on the queries and one on the keys; fused RoPE (``apply_rope_fusion``) on the
+    query and on the key, one kernel each; the cuDNN attention kernel (``FusedAttention``); the output
+    projection GEMM; the residual add (``self_attn_bda``); the MLP's norm and one gate/up GEMM
+    (``linear_fc1``, a ``LayerNormLinear`` of ``2f`` outputs); the fused SwiGLU (``bias_swiglu_impl``;
+    a non-gated MLP its fused activation); the down GEMM; the residual add. A dense Llama layer: 13
+    kernels (:func:`layer_forward`, the eager layer: 39)."""
+    d, T = model.hidden_dim, float(tokens)
+    q, kvw = model.attention_dim / tp, model.kv_dim / tp
+    rows = T / tp
+    ops: list[tuple] = te_norm_forward(d, rows) + [("gemm", T, d, q + 2 * kvw)]
+    if model.heads > model.kv_heads:
+        ops.append(("ew", 2 * BF16 * q * T))
+    if model.qk_norm:
+        ops += te_norm_forward(q, T) + te_norm_forward(kvw, T)
+    if model.position_embeddings == 0:
+        ops += [("ew", 2 * BF16 * q * T), ("ew", 2 * BF16 * kvw * T)]
+    ops += [("attn", 2.0 * T * seq_len * q), ("gemm", T, q, d), ("ew", 3 * BF16 * d * rows)]
+    ops += te_norm_forward(d, rows)
+    f = model.ffn_dim / tp
+    if model.mlp == "gated":
+        ops += [("gemm", T, d, 2 * f), ("ew", 3 * BF16 * f * T)]
+    else:
+        ops += [("gemm", T, d, f), ("ew", 2 * BF16 * f * T)]
+    return ops + [("gemm", T, f, d), ("ew", 3 * BF16 * d * rows)]
+
+
+def _gemm_backward(op: tuple) -> list[tuple]:
+    _, m, k, n = op
+    return [("gemm", m, n, k), ("gemm", k, m, n)]
+
+
+def megatron_layer_backward(model: TransformerShape, tokens: float, seq_len: float, tp: int = 1) -> list[tuple]:
+    """The backward kernels of :func:`megatron_layer_forward`, in the order autograd runs them: the sum of
+    the residual gradient with the MLP branch's (autograd's accumulation: the residual add itself passes
+    its gradient on), the down GEMM's ``dX`` and ``dW`` (the weight gradient accumulated into the fp32
+    main gradient by the GEMM, ``gradient_accumulation_fusion``), the fused SwiGLU backward
+    (``swiglu_back``, one kernel reading the gradient and both halves, writing both halves' gradients),
+    the gate/up GEMMs, the norm backward (:func:`te_norm_backward`), the residual sum again, the output
+    projection's GEMMs, the attention backward (:data:`ATTENTION_BACKWARD_FLOPS` × the forward FLOPs),
+    RoPE's backward on the query and the key, the ``qk_norm`` backwards, the concatenation of the
+    query, key and value gradients into the QKV output's (the split's backward), the QKV GEMMs and the
+    input norm's backward. A dense Llama layer: 19 kernels (the eager layer's backward: 77)."""
+    d, T = model.hidden_dim, float(tokens)
+    q, kvw = model.attention_dim / tp, model.kv_dim / tp
+    rows = T / tp
+    f = model.ffn_dim / tp
+    gated = model.mlp == "gated"
+    residual = ("ew", 3 * BF16 * d * rows)
+    ops: list[tuple] = [residual]
+    ops += _gemm_backward(("gemm", T, f, d))
+    ops.append(("ew", (5 if gated else 3) * BF16 * f * T))
+    ops += _gemm_backward(("gemm", T, d, (2 if gated else 1) * f))
+    ops += te_norm_backward(d, rows) + [residual]
+    ops += _gemm_backward(("gemm", T, q, d))
+    ops.append(("attn", ATTENTION_BACKWARD_FLOPS * 2.0 * T * seq_len * q))
+    if model.position_embeddings == 0:
+        ops += [("ew", 2 * BF16 * q * T), ("ew", 2 * BF16 * kvw * T)]
+    if model.qk_norm:
+        ops += te_norm_backward(q, T) + te_norm_backward(kvw, T)
+    ops.append(("ew", 2 * BF16 * (q + 2 * kvw) * T))
+    ops += _gemm_backward(("gemm", T, d, q + 2 * kvw))
+    return ops + te_norm_backward(d, rows)
 
 
 def weight_update_kernels(model: TransformerShape, params: float, tensors: int, autocast: bool,
@@ -550,7 +683,7 @@ def _layer_ops(model: TransformerShape, tokens: float, seq_len: float, tp: int, 
 def pass_times(table: ComponentTable, model: TransformerShape, *, tokens: float, seq_len: float,
                train: bool, layers: float | None = None, head: bool = True, tp: int = 1, ep: int = 1,
                recompute: str = "none", master_fp32: bool = False, optimizer: bool = False,
-               params: float = 0.0, logits: str = "all") -> PassTimes:
+               params: float = 0.0, logits: str = "all", kernels: str = "hf") -> PassTimes:
     """Seconds of one micro-batch of ``tokens`` tokens (sequences of ``seq_len``) through ``layers`` of
     the model's layers (default all; a pipeline stage passes its own count) on one GPU of ``tp``
     tensor-parallel ranks, eager PyTorch (Hugging Face modelling code, SDPA attention).
@@ -562,39 +695,57 @@ def pass_times(table: ComponentTable, model: TransformerShape, *, tokens: float,
     ``selective`` re-runs the attention core only. ``master_fp32``: fp32 weights under bf16 autocast
     (mixed precision with fp32 master weights; the residual stream in fp32); ``optimizer``: the fused
     AdamW step over ``params`` parameters (fp32 state).
+    ``kernels``: ``hf`` (default) the eager Hugging Face layer's kernels; ``megatron`` those of a dense
+    Megatron-Core layer with Transformer Engine (:func:`megatron_layer_forward`,
+    :func:`megatron_layer_backward`; the final norm Transformer Engine's, the output head and the
+    log-probabilities or loss over the vocabulary as above), priced by the same table, each kernel still
+    at least the host's ``kernel_issue_s``.
 
     Returns:
         :class:`PassTimes` (seconds).
+
+    Raises:
+        ValueError: ``kernels`` not in :data:`KERNEL_SETS`; ``megatron`` for a mixture of experts or with
+            ``master_fp32`` (Megatron-Core keeps bf16 weights and the fp32 master copy in its optimizer,
+            no autocast).
     """
+    _megatron_dense(model, kernels)
+    if kernels == "megatron" and master_fp32:
+        raise ValueError("master_fp32: Megatron-Core trains bf16 weights (the fp32 master copy lives in its "
+                         "distributed optimizer), not under autocast; use kernels='hf' for autocast passes")
     return _pass_times(table, model, float(tokens), float(seq_len), bool(train), None if layers is None else
                        float(layers), bool(head), int(tp), int(ep), recompute, bool(master_fp32), bool(optimizer),
-                       float(params), logits)
+                       float(params), logits, kernels)
 
 
 @lru_cache(maxsize=65536)
 def _pass_times(table: ComponentTable, model: TransformerShape, tokens: float, seq_len: float, train: bool,
                 layers: float | None, head: bool, tp: int, ep: int, recompute: str, master_fp32: bool,
-                optimizer: bool, params: float, logits: str) -> PassTimes:
+                optimizer: bool, params: float, logits: str, kernels: str = "hf") -> PassTimes:
     """:func:`pass_times`, memoised (the placement evaluator asks for the same pass under many blocks)."""
     total_layers = model.layers
     scale = 1.0 if layers is None else layers / total_layers
     autocast = master_fp32 and train
+    megatron = kernels == "megatron"
     fwd = bwd = rec = 0.0
-    for ops, count in _layer_ops(model, tokens, seq_len, tp, ep, autocast):
+    layer_ops = ([(megatron_layer_forward(model, tokens, seq_len, tp), total_layers)] if megatron
+                 else _layer_ops(model, tokens, seq_len, tp, ep, autocast))
+    for ops, count in layer_ops:
         n = count * scale
         fwd += n * table.eager_seconds(ops)
         if train:
-            bwd += n * table.eager_seconds(backward(ops))
+            bwd += n * table.eager_seconds(megatron_layer_backward(model, tokens, seq_len, tp) if megatron
+                                           else backward(ops))
             if recompute == "full":
                 rec += n * table.eager_seconds(ops)
             elif recompute == "selective":
                 rec += n * table.eager_seconds([op for op in ops if op[0] == "attn"])
     if head:
         mode = ("loss_autocast" if autocast else "loss") if train else ("prefill" if logits == "last" else "infer")
-        fwd += table.eager_seconds(head_kernels(model, tokens, tp, mode))
+        fwd += table.eager_seconds(head_kernels(model, tokens, tp, mode, fused_norm=megatron))
         fwd += table.eager_seconds([("ew", (BF16 + res_bytes(autocast)) * model.hidden_dim * tokens / tp)])
         if train:
-            bwd += table.eager_seconds(head_backward(model, tokens, tp, autocast))
+            bwd += table.eager_seconds(head_backward(model, tokens, tp, autocast, fused_norm=megatron))
     opt = 0.0
     if train and (autocast or optimizer):
         tensors = int(7 * total_layers * scale) + 2

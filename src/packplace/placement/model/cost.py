@@ -57,6 +57,7 @@ from packplace.placement.model.framework import (
     refit_framework_seconds,
     refit_seconds,
 )
+from packplace.placement.model.layout_rules import TRAIN, Context, trainer_backend
 from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
     TrainingOptions,
@@ -69,6 +70,7 @@ from packplace.placement.model.memory import (
 from packplace.placement.model.nemo_rl_releases import optimizer_lower_bound_bytes
 from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.plan import Strategy
 from packplace.placement.problem.workload import Workload
 
 #: Bytes per activation element (bf16) sent by tensor/pipeline parallel communication.
@@ -114,6 +116,9 @@ class CostModel:
         training: The training options of each trained model's shape (its state's bytes, which a
             framework with ``colocated_offload`` moves to the host and back every step); a shape not in it
             takes the defaults.
+        layout: The instance's layout-rule context (framework, ``policy.trainer_backend``, training
+            options: :class:`~packplace.placement.model.layout_rules.Context`), which says whose kernels
+            the trainer's passes run (:meth:`pass_kernels`); ``None``: Hugging Face eager kernels.
         trainer_moves_optimizer: Shapes whose training vertex already moves its optimizer state to the host
             and back every step (NeMo RL v0.4's policy around its log-prob passes,
             :mod:`~packplace.placement.model.nemo_rl_releases`): a colocated refit's offload leaves that
@@ -124,6 +129,7 @@ class CostModel:
                  engine: RolloutEngine | None = None, framework: FrameworkProfile | None = None,
                  sharded_models: frozenset = frozenset(),
                  training: dict[ModelSpec, TrainingOptions] | None = None,
+                 layout: Context | None = None,
                  trainer_moves_optimizer: frozenset = frozenset()) -> None:
         self.hw = hardware
         self.cluster = cluster
@@ -135,6 +141,26 @@ class CostModel:
         self.trainer_moves_optimizer = trainer_moves_optimizer
         self.components = hardware_table(hardware, getattr(hardware, "component_table", "none"))
         self._eager_rates: ComponentTable | None = None
+        self.layout = layout
+
+    def pass_kernels(self, pp: int, tp: int, ep: int = 1) -> str:
+        """Whose kernels a trainer-side pass (training, log-prob, reference and value forwards) of a task
+        with pipeline, tensor and expert degrees ``pp``, ``tp``, ``ep`` runs: ``megatron`` when the trainer
+        runs Megatron-Core — for verl and NeMo RL ``policy.trainer_backend: megatron``, or under ``auto`` a
+        strategy only that backend runs (:func:`~packplace.placement.model.layout_rules.trainer_backend`);
+        for a config without a framework profile (``none``) only an explicit ``trainer_backend: megatron``
+        — else ``hf``: FSDP / DTensor, and the DeepSpeed trainers of OpenRLHF and DeepSpeed-Chat, run the
+        Hugging Face modelling code in eager PyTorch. Priced by
+        :func:`~packplace.placement.model.components.pass_times` with that ``kernels``."""
+        ctx = self.layout
+        if ctx is None:
+            return "hf"
+        if ctx.framework == "none":
+            return "megatron" if ctx.backend == "megatron" else "hf"
+        if ctx.framework not in ("verl", "nemo-rl"):
+            return "hf"
+        backend = trainer_backend(ctx, {TRAIN: Strategy(1, int(pp), int(tp), int(ep))})
+        return "megatron" if backend == "megatron" else "hf"
 
     def components_for(self, model: ModelSpec, lora_rank: int = 0) -> ComponentTable | None:
         """The GPU type's component table (:mod:`packplace.placement.model.components`) when it prices this
@@ -441,8 +467,7 @@ class CostModel:
         and the Adam update cover the trainable parameters only
         (:func:`~packplace.placement.model.memory.trainable_stage_params`).
         """
-        w = self.workload
-        s = w.train_seq_len
+        w, s = self.workload, self.workload.train_seq_len
         micro_batches = w.sequences // (dp * micro_batch)
         tokens = micro_batch * s
         factor = 3.0 if train else 1.0
@@ -459,9 +484,7 @@ class CostModel:
         head = factor * head_flops * tokens / (tp * self.hw.flops_per_gpu * eff)
         table = self.components_for(model, lora_rank)
         if table is not None:   # measured components: one layer's kernels, and the head's
-            layer = pass_times(table, model, tokens=tokens, seq_len=s, train=train, layers=1, head=False, tp=tp)
-            top = pass_times(table, model, tokens=tokens, seq_len=s, train=train, layers=0, head=True, tp=tp)
-            layer_compute, head = layer.forward + layer.backward, top.forward + top.backward
+            layer_compute, head = self._component_pass(table, model, tokens, s, train, pp, tp, ep)
         tp_level = self.group_level(tp, extent)
         comm = (4 if train else 2) * self.allreduce(tokens * model.hidden_dim * ACT_BYTES, tp, tp_level)
         if ep > 1 and model.is_moe:
@@ -491,6 +514,17 @@ class CostModel:
                 tied = 2.0 * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp
                 total += self.allreduce(tied, 2, self.group_level(dp * pp * tp, extent))
         return total
+
+    def _component_pass(self, table: ComponentTable, model: ModelSpec, tokens: float, seq_len: float, train: bool,
+                        pp: int, tp: int, ep: int) -> tuple[float, float]:
+        """``(one layer, the head)`` seconds of a micro-batch of ``tokens`` on the component table: forward
+        (and backward when ``train``) with the kernels of :meth:`pass_kernels`."""
+        kernels = self.pass_kernels(pp, tp, ep)
+        layer = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=1, head=False, tp=tp,
+                           kernels=kernels)
+        top = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=0, head=True, tp=tp,
+                         kernels=kernels)
+        return layer.forward + layer.backward, top.forward + top.backward
 
     def decode_step_times(self, model: ModelSpec, tp: int, pp: int, extent: tuple[int, int, int], dp: int,
                           running: np.ndarray, context_sum: np.ndarray, ep: int = 1) -> np.ndarray:

@@ -244,7 +244,7 @@ OPTIMIZER_KNOBS: dict[str, Field] = {
     "hard_oom": Field("bool", default=True, meaning="anneal: out-of-memory plans are rejected (false: penalised)"),
     "oom_penalty": Field("float", "", 1e-6, 1e6, default=4.0,
                          meaning="anneal: penalty weight when hard_oom is false"),
-    "polish": Field("bool", default=True, meaning="anneal: final greedy descent"),
+    "polish": Field("bool", default=True, meaning="anneal: final greedy descent (at most e_max distinct plans)"),
     "progress_s": Field("float", "s", 1e-3, 1e6, default=3.0,
                         meaning="anneal, cpsat: seconds between progress lines on stderr"),
 }
