@@ -15,23 +15,26 @@ from packplace.shape import TransformerShape, from_hf_config, shape_from_mapping
 
 HF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "hf_configs")
 
-# The same models written as YAML model fields (Hugging Face names; the older names are aliases).
+# The same models written as YAML model fields (Hugging Face names; the older names are aliases), each with
+# its config.json's model_type (the family name; it changes no count).
 YAML = {
     "qwen3-4b": dict(num_hidden_layers=36, hidden_size=2560, intermediate_size=9728, vocab_size=151936,
                      num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
-                     qk_norm=True),
+                     qk_norm=True, model_type="qwen3"),
     "qwen3-32b": dict(num_hidden_layers=64, hidden_size=5120, intermediate_size=25600, vocab_size=151936,
-                      num_attention_heads=64, num_key_value_heads=8, head_dim=128, qk_norm=True),
+                      num_attention_heads=64, num_key_value_heads=8, head_dim=128, qk_norm=True, model_type="qwen3"),
     "qwen2.5-0.5b": dict(layers=24, hidden_dim=896, ffn_dim=4864, vocab_size=151936, num_attention_heads=14,
-                         num_kv_heads=2, tie_word_embeddings=True, bias="qkv"),
+                         num_kv_heads=2, tie_word_embeddings=True, bias="qkv", model_type="qwen2"),
     "llama-3.2-1b": dict(num_hidden_layers=16, hidden_size=2048, intermediate_size=8192, vocab_size=128256,
-                         num_attention_heads=32, num_key_value_heads=8, head_dim=64, tie_word_embeddings=True),
+                         num_attention_heads=32, num_key_value_heads=8, head_dim=64, tie_word_embeddings=True,
+                         model_type="llama"),
     "opt-13b": dict(num_hidden_layers=40, hidden_size=5120, ffn_dim=20480, vocab_size=50272,
                     num_attention_heads=40, tie_word_embeddings=True, mlp="plain", bias="all", norm="layer",
-                    position_embeddings=2050),
+                    position_embeddings=2050,
+                    model_type="opt"),
     "qwen3-30b-a3b": dict(num_hidden_layers=48, hidden_size=2048, intermediate_size=6144, vocab_size=151936,
                           num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
-                          num_experts_per_tok=8, moe_intermediate_size=768, qk_norm=True),
+                          num_experts_per_tok=8, moe_intermediate_size=768, qk_norm=True, model_type="qwen3_moe"),
 }
 # Model-card parameter counts (huggingface.co model pages; Qwen3-4B and Qwen2.5-0.5B exact).
 CARD = {"qwen3-4b": 4_022_468_096, "qwen3-32b": 32.76e9, "qwen2.5-0.5b": 494_032_768, "llama-3.2-1b": 1.24e9,
@@ -119,11 +122,30 @@ def test_balance_and_placement_read_the_same_fields():
     (dict(YAML["qwen3-4b"], hidden_sise=3), "[models.actor] hidden_sise: unknown field"),
     ({"hidden_size": 8, "intermediate_size": 8, "vocab_size": 8}, "[models.actor] layers: missing required field"),
     (dict(YAML["qwen3-4b"], tie_word_embeddings="yes"), "[models.actor] tie_word_embeddings: must be true or"),
+    (dict(YAML["qwen3-4b"], model_type="qwen-3"),
+     "[models.actor] model_type: unknown 'qwen-3'; valid (Hugging Face config.json model_type): llama, mistral"),
+    (dict(YAML["qwen3-4b"], model_type="Qwen3"), "[models.actor] model_type: unknown 'Qwen3'; valid"),
+    (dict(YAML["qwen3-4b"], model_type=3), "[models.actor] model_type: unknown 3; valid"),
 ])
 def test_bad_fields_are_one_line_errors(fields, message):
     with pytest.raises(ConfigError) as info:
         shape_from_mapping(fields, "[models.actor] ")
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_model_type_names_the_family_and_changes_no_count():
+    yaml_shape, file_shape, _ = both("qwen3-30b-a3b")
+    assert yaml_shape.model_type == file_shape.model_type == "qwen3_moe"
+    fields = dict(YAML["qwen3-30b-a3b"])
+    fields.pop("model_type")
+    unnamed = shape_from_mapping(fields, "[models.actor] ")
+    assert unnamed.model_type is None and unnamed.params == yaml_shape.params
+    # a config.json keeps its own model_type, also one the YAML list does not name
+    other = from_hf_config({"model_type": "internlm2", "num_hidden_layers": 2, "hidden_size": 64,
+                            "num_attention_heads": 2, "vocab_size": 8, "intermediate_size": 128})
+    assert other.model_type == "internlm2"
+    assert from_hf_config({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+                           "vocab_size": 8}).model_type is None
 
 
 def test_hf_loader_errors(tmp_path):

@@ -75,6 +75,10 @@ class TransformerShape:
         embedding_dim: Width of the token embedding when it differs from ``d`` (OPT-350M: projected in
             and out with two ``embedding_dim × d`` matrices); ``None`` = ``d``.
         lm_head: ``True`` for a language model (output ``V``), ``False`` for a scalar value head.
+        model_type: The Hugging Face ``config.json`` ``model_type`` (``llama``, ``qwen2``, ``qwen3``,
+            ``qwen3_moe``, ``opt``, …), or ``None`` when not given. It changes no count: the shape fields
+            say the sizes; it names the model family for what a framework does per family (NeMo RL
+            v0.4's unfused SwiGLU of the Qwen models, :mod:`packplace.placement.model.nemo_rl_releases`).
 
     Raises:
         ConfigError: a non-positive size, an unknown kind, or heads that the KV heads do not divide.
@@ -100,6 +104,7 @@ class TransformerShape:
     position_embeddings: int = 0
     embedding_dim: int | None = None
     lm_head: bool = True
+    model_type: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden_dim", "ffn_dim", "vocab_size", "head_dim"):
@@ -119,6 +124,8 @@ class TransformerShape:
         for name, kinds in (("mlp", MLP_KINDS), ("bias", BIAS_KINDS), ("norm", NORM_KINDS)):
             if getattr(self, name) not in kinds:
                 raise ConfigError(f"{name}: must be one of {', '.join(kinds)}, got {getattr(self, name)!r}")
+        if self.model_type is not None and not isinstance(self.model_type, str):
+            raise ConfigError(f"model_type: must be a string, got {self.model_type!r}")
         for name in ("tie_word_embeddings", "qk_norm", "lm_head"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: must be true or false, got {getattr(self, name)!r}")
@@ -358,11 +365,18 @@ FIELD_ALIASES: dict[str, str] = {
     "first_k_dense_replace": "dense_layers", "dense_layers": "dense_layers",
     "bias": "bias", "norm": "norm", "qk_norm": "qk_norm",
     "position_embeddings": "position_embeddings", "embedding_dim": "embedding_dim",
+    "model_type": "model_type",
 }
+#: ``model_type`` values a YAML model mapping may give: Hugging Face ``config.json`` ``model_type`` names
+#: (``transformers`` ``CONFIG_MAPPING`` keys) of the decoder-only families this shape describes. A
+#: ``config.json`` read with ``hf_config`` keeps its own value, whatever it is.
+MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
+               "gemma3", "gemma3_text", "olmo2", "opt", "gpt2", "falcon", "gpt_neox", "gptj", "bloom", "phi",
+               "phi3", "starcoder2", "gpt_bigcode")
 #: Keys a YAML model mapping must give (either name of each pair).
 REQUIRED_FIELDS = ("layers", "hidden_dim", "ffn_dim", "vocab_size")
 _BOOL_FIELDS = ("tie_word_embeddings", "qk_norm")
-_STR_FIELDS = ("mlp", "bias", "norm")
+_STR_FIELDS = ("mlp", "bias", "norm", "model_type")
 
 
 def shape_from_mapping(spec: Mapping[str, Any], where: str = "model.", *,
@@ -431,6 +445,9 @@ def _coerce(value: Any, key: str, name: str, where: str) -> Any:
         if not isinstance(value, bool):
             raise ConfigError(f"{where}{key}: must be true or false, got {show(value)}")
         return value
+    if name == "model_type" and value not in MODEL_TYPES:
+        raise ConfigError(f"{where}{key}: unknown {show(value)}; valid (Hugging Face config.json model_type): "
+                          f"{', '.join(MODEL_TYPES)}")
     if name in _STR_FIELDS:
         return value
     if value is None and name in ("num_heads", "num_kv_heads", "embedding_dim"):
@@ -521,6 +538,7 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any]) -> TransformerS
         "mlp": "plain" if model_type in PLAIN_MLP_TYPES else "gated",
         "norm": "layer" if model_type in LAYER_NORM_TYPES else "rms",
         "qk_norm": model_type in QK_NORM_TYPES,
+        "model_type": model_type or None,
     }
     if model_type == "falcon" and not cfg.get("new_decoder_architecture") and cfg.get("multi_query", True):
         values["num_kv_heads"] = 1

@@ -259,6 +259,7 @@ def test_model_from_a_yaml_entry_or_a_config_json(tmp_path):
     (tmp_path / "cfg.json").write_text(json.dumps(json.loads((HF_CONFIGS / "qwen3-4b.json").read_text())))
     fields = tmp_path / "f.yaml"
     fields.write_text("num_hidden_layers: 24\nhidden_size: 896\nintermediate_size: 4864\nnum_attention_heads: 14\n"
-                      "num_key_value_heads: 2\nvocab_size: 151936\ntie_word_embeddings: true\nbias: qkv\n")
+                      "num_key_value_heads: 2\nvocab_size: 151936\ntie_word_embeddings: true\nbias: qkv\n"
+                      "model_type: qwen2\n")
     assert resolve_model(str(entry)) == resolve_model("qwen3-4b") == resolve_model(HF_CONFIGS / "qwen3-4b.json")
     assert resolve_model(str(fields)) == resolve_model("qwen2.5-0.5b")

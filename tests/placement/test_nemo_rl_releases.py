@@ -1,6 +1,7 @@
 """NeMo RL release data (:mod:`packplace.placement.model.nemo_rl_releases`): the release lookup, the
 reference-weight swap every NeMo RL step pays, the v0.4 optimizer round trip around the log-prob passes and
-the v0.4 unfused-SwiGLU training factor; hand calculations on Qwen3-30B-A3B."""
+the v0.4 unfused-SwiGLU training factor; hand calculations on Qwen3-30B-A3B, and the evaluator applying a
+config's release (``policy.framework_version``, ``models.actor.model_type``) to a small model's plans."""
 
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ import pytest
 from packplace.errors import ConfigError
 from packplace.placement.candidates import cost_model, vertex_parts
 from packplace.placement.checking.validate import load_setup
+from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.model.framework import parse_version
+from packplace.placement.model.layout_rules import Context
 from packplace.placement.model.memory import TrainingOptions
 from packplace.placement.model.nemo_rl_releases import (
     NEMO_RL_RELEASES,
     UNFUSED_SWIGLU_TRAINING_FACTOR,
+    TrainerRelease,
     logprob_optimizer_round_trip_seconds,
     nemo_rl_release,
+    optimizer_lower_bound_bytes,
     optimizer_state_bytes,
     reference_swap_seconds,
     release_for,
@@ -24,6 +30,8 @@ from packplace.placement.model.nemo_rl_releases import (
     swaps_reference_weights,
     swiglu_training_factor,
 )
+from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
@@ -39,7 +47,7 @@ PARAMS = 30_532_122_624
 
 def test_release_lookup_accepts_tag_spellings_and_refuses_unknown():
     assert EXPERTS == 28_991_029_248
-    for spelling in ("0.4", "v0.4", "0.4.0", "v0.4.0", " V0.4 "):
+    for spelling in ("0.4", "v0.4", "0.4.0", "v0.4.0", " V0.4 ", "0.4rc1", "0.4.1.post2"):
         assert nemo_rl_release(spelling) is NEMO_RL_RELEASES["0.4"]
     assert nemo_rl_release("v0.6.0").vllm == "0.17.1"
     assert nemo_rl_release("0.5").vllm == "0.11.2"
@@ -52,10 +60,11 @@ def test_only_v04_offloads_the_optimizer_around_log_probs_and_leaves_qwen_swiglu
     v04, v05, v06 = (NEMO_RL_RELEASES[k] for k in ("0.4", "0.5", "0.6"))
     assert v04.logprob_optimizer_offload and not v05.logprob_optimizer_offload and not v06.logprob_optimizer_offload
     assert not v04.qwen_fused_swiglu and v05.qwen_fused_swiglu and v06.qwen_fused_swiglu
-    assert swiglu_training_factor(v04, "Qwen3MoeForCausalLM") == UNFUSED_SWIGLU_TRAINING_FACTOR == 1.25
-    assert swiglu_training_factor(v04, "Qwen3ForCausalLM") == 1.25
-    assert swiglu_training_factor(v04, "LlamaForCausalLM") == 1.0   # Megatron-Bridge's Llama provider fuses
-    assert swiglu_training_factor(v05, "Qwen3MoeForCausalLM") == 1.0
+    assert swiglu_training_factor(v04, "qwen3_moe") == UNFUSED_SWIGLU_TRAINING_FACTOR == 1.25
+    assert swiglu_training_factor(v04, "qwen3") == swiglu_training_factor(v04, "qwen2") == 1.25
+    assert swiglu_training_factor(v04, "llama") == 1.0   # Megatron-Bridge's Llama provider fuses
+    assert swiglu_training_factor(v04, None) == 1.0      # a model whose family the config does not name
+    assert swiglu_training_factor(v05, "qwen3_moe") == 1.0
 
 
 def test_reference_swap_of_qwen3_30b_a3b_at_ep8_by_hand():
@@ -108,22 +117,34 @@ def test_v04_optimizer_round_trip_of_qwen3_30b_a3b_trainer_by_hand():
         12 * PARAMS / 2, rel=1e-12)
 
 
-def test_release_train_parts_scale_the_training_pass_and_add_the_split_trainers_round_trip():
+def test_release_train_parts_scale_the_megatron_training_pass_and_add_the_round_trip():
     instance, _, _ = load_setup(NEMO_30B_V04_1OFF)
     model = instance.models["actor"]
     cost = cost_model(instance)
     zero1 = TrainingOptions(sharding="zero1")
     parts = {"train": 80.0, "old_log_prob": 30.0, "overhead": 0.5}
     v04, v05 = NEMO_RL_RELEASES["0.4"], NEMO_RL_RELEASES["0.5"]
-    split = release_train_parts(cost, v04, model, "Qwen3MoeForCausalLM", 8, 1, 2, parts, False, zero1)
-    assert split == pytest.approx({"train": 100.0, "old_log_prob": 30.0, "overhead": 0.5,
-                                   "optimizer_offload": 2 * 12 * PARAMS / 16 / 50e9}, rel=1e-12)
-    # colocated: the profile's training-state offload already moves the optimizer; Llama's SwiGLU is fused
-    assert release_train_parts(cost, v04, model, "Qwen3MoeForCausalLM", 8, 1, 2, parts, True, zero1) == {
-        "train": 100.0, "old_log_prob": 30.0, "overhead": 0.5}
-    assert release_train_parts(cost, v04, model, "LlamaForCausalLM", 8, 1, 2, parts, True, zero1) == parts
-    assert release_train_parts(cost, v05, model, "Qwen3MoeForCausalLM", 8, 1, 2, parts, False, zero1) == parts
+    ctx = Context("nemo-rl", "grpo", {}, False)
+    qwen04, llama04, qwen05 = (TrainerRelease(r, t, ctx, r.logprob_optimizer_offload)
+                               for r, t in ((v04, "qwen3_moe"), (v04, "llama"), (v05, "qwen3_moe")))
+    megatron, dtensor = Strategy(8, 1, 2, 8), Strategy(16, 1, 1, 1)   # expert parallelism: Megatron under auto
+    assert qwen04.megatron(megatron) and not qwen04.megatron(dtensor)
+    trip = 2 * 12 * PARAMS / 16 / 50e9
+    assert release_train_parts(cost, qwen04, model, megatron, parts, zero1) == pytest.approx(
+        {"train": 100.0, "old_log_prob": 30.0, "overhead": 0.5, "optimizer_offload": trip}, rel=1e-12)
+    # the DTensor workers run the Hugging Face model (no factor) but move the optimizer the same way
+    assert release_train_parts(cost, qwen04, model, dtensor, parts, zero1) == pytest.approx(
+        {**parts, "optimizer_offload": trip}, rel=1e-12)
+    assert release_train_parts(cost, llama04, model, megatron, parts, zero1) == pytest.approx(
+        {**parts, "optimizer_offload": trip}, rel=1e-12)
+    assert release_train_parts(cost, qwen05, model, megatron, parts, zero1) == parts
+    # a step without log-prob passes around training (NeMo RL's DPO loop): the SwiGLU factor alone
+    dpo04 = TrainerRelease(v04, "qwen3_moe", ctx, False)
+    assert release_train_parts(cost, dpo04, model, megatron, parts, zero1) == {**parts, "train": 100.0}
     assert parts == {"train": 80.0, "old_log_prob": 30.0, "overhead": 0.5}   # the input is left as it is
+    # the colocated refit leaves out the Adam state of the block's GPUs as if fully sharded: 12 P / 16
+    assert optimizer_lower_bound_bytes(model, 16, zero1) == pytest.approx(12 * PARAMS / 16, rel=1e-12)
+    assert optimizer_lower_bound_bytes(model, 16, TrainingOptions(offload="optimizer")) == 0.0
 
 
 def test_release_for_a_config_maps_later_releases_to_the_newest_and_earlier_ones_to_none():
@@ -137,3 +158,122 @@ def test_release_for_a_config_maps_later_releases_to_the_newest_and_earlier_ones
     assert release_for("verl", "0.5.0") is None
     with pytest.raises(ConfigError, match="framework_version: 'latest' is not a release"):
         release_for("nemo-rl", "latest")
+
+
+# -- the evaluator applies a config's release --------------------------------------------------------------
+# A small Llama-shaped model (4 layers, d 1,024, d_ff 4,096, 8 heads, vocabulary 32,000, untied):
+# per layer Q, K, V, O 4 d^2 = 4,194,304, gated MLP 3 d d_ff = 12,582,912, two RMSNorms 2,048;
+# embedding and LM head 2 x 32,000 x 1,024 = 65,536,000; final norm 1,024.
+SMALL_PARAMS = 4 * (4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024) + 2 * 32000 * 1024 + 1024
+HOST_BANDWIDTH = 50e9   # h100-sxm preset, bytes/s per GPU
+
+
+def _small(version=None, model_type=None, backend="megatron", algorithm="grpo"):
+    actor = {"num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 4096, "vocab_size": 32000,
+             "num_attention_heads": 8, "num_key_value_heads": 8}
+    if model_type is not None:
+        actor["model_type"] = model_type
+    policy = {"algorithm": algorithm, "framework": "nemo-rl", "trainer_backend": backend}
+    if version is not None:
+        policy["framework_version"] = version
+    models = {"actor": actor} if algorithm == "dpo" else {"actor": actor, "reward": "rule"}
+    return build_instance({
+        "hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
+        "models": models,
+        "workload": {"batch_size": 8, "samples_per_prompt": 4, "context_length": 64, "generation_length": 128},
+        "policy": policy})
+
+
+def _vertex(dp, mb, first_gpu, gpus):
+    return VertexPlan(Strategy(dp, 1, 1, 1), mb, Allocation((0, 0, first_gpu), (1, 1, gpus)))
+
+
+#: the engine on GPUs 0-3, the policy (trainer and reference forward) on GPUs 4-7
+SPLIT = Plan.build({"actor.generate": _vertex(4, 8, 0, 4), "reference.infer": _vertex(4, 1, 4, 4),
+                    "actor.train": _vertex(4, 1, 4, 4)})
+#: everything on the 8 GPUs
+COLOCATED = Plan.build({"actor.generate": _vertex(8, 4, 0, 8), "reference.infer": _vertex(8, 1, 0, 8),
+                        "actor.train": _vertex(8, 1, 0, 8)})
+
+
+def _score(plan, **config):
+    score = PlacementEvaluator(_small(**config)).score(plan)
+    assert score.feasible, score.violations
+    return score
+
+
+def test_unset_version_or_model_type_changes_nothing():
+    assert SMALL_PARAMS == 132_654_080 == _small().models["actor"].params
+    for plan in (SPLIT, COLOCATED):
+        base = _score(plan)
+        assert "optimizer_offload" not in base.phases["actor.train"]
+        for config in ({"model_type": "qwen3"}, {"model_type": "llama"}, {"version": "0.5.0"},
+                       {"version": "0.6.0", "model_type": "qwen3"}, {"version": "0.3.0", "model_type": "qwen3"}):
+            other = _score(plan, **config)
+            assert other.step_time == base.step_time and other.phases == base.phases and other.realloc == base.realloc
+
+
+def test_v04_qwen_training_pass_is_the_unfused_swiglu_factor_of_v05s_on_megatron_only():
+    for plan in (SPLIT, COLOCATED):
+        v05 = _score(plan, version="0.5.0", model_type="qwen3").phases["actor.train"]
+        v04 = _score(plan, version="0.4.0", model_type="qwen3").phases["actor.train"]
+        assert v04["train"] == pytest.approx(1.25 * v05["train"], rel=1e-12)
+        assert {k: v for k, v in v04.items() if k not in ("train", "optimizer_offload")} == {
+            k: v for k, v in v05.items() if k != "train"}
+        llama = _score(plan, version="0.4.0", model_type="llama").phases["actor.train"]
+        unnamed = _score(plan, version="0.4.0").phases["actor.train"]
+        dtensor = _score(plan, version="0.4.0", model_type="qwen3", backend="fsdp").phases["actor.train"]
+        assert llama["train"] == unnamed["train"] == v05["train"]
+        assert dtensor["train"] == _score(plan, version="0.5.0", model_type="qwen3", backend="fsdp").phases[
+            "actor.train"]["train"]
+
+
+def test_v04_optimizer_round_trip_adds_to_a_split_plan_and_not_to_a_colocated_one():
+    # the trainer's 4 GPUs (dp 4, zero1): 12 bytes of Adam state per parameter / 4, to the host and back
+    trip = 2 * 12 * SMALL_PARAMS / 4 / HOST_BANDWIDTH
+    assert trip == pytest.approx(0.0159184896, rel=1e-12)
+    split04, split05 = _score(SPLIT, version="0.4.0"), _score(SPLIT, version="0.5.0")
+    assert split04.phases["actor.train"]["optimizer_offload"] == pytest.approx(trip, rel=1e-12)
+    assert split04.realloc == split05.realloc
+    assert split04.step_time - split05.step_time == pytest.approx(trip, rel=1e-9)   # the trainer ends the step
+    # colocated: the round trip moves from the refit's offload of the training state to the trainer, once
+    co04, co05 = _score(COLOCATED, version="0.4.0"), _score(COLOCATED, version="0.5.0")
+    moved = co04.phases["actor.train"]["optimizer_offload"]
+    assert moved == pytest.approx(2 * 12 * SMALL_PARAMS / 8 / HOST_BANDWIDTH, rel=1e-12)
+    edge = "actor.train->actor.generate"
+    assert co05.realloc[edge] - co04.realloc[edge] == pytest.approx(moved, rel=1e-9)
+    assert co04.step_time == pytest.approx(co05.step_time, rel=1e-12)
+
+
+def test_a_v04_dpo_step_has_no_log_prob_round_trip_but_keeps_the_swiglu_factor():
+    # NeMo RL v0.4's DPO loop (nemo_rl/algorithms/dpo.py) never calls prepare_for_lp_inference
+    parts = {}
+    for version in ("0.4.0", "0.5.0"):
+        instance = _small(version=version, model_type="qwen3", algorithm="dpo")
+        assert "actor.generate" not in instance.graph.names
+        parts[version] = vertex_parts(instance, cost_model(instance), "actor.train", Strategy(4, 2, 1, 1), 1,
+                                      (1, 1, 8))
+    assert "optimizer_offload" not in parts["0.4.0"]
+    assert parts["0.4.0"]["train"] == pytest.approx(1.25 * parts["0.5.0"]["train"], rel=1e-12)
+    assert cost_model(_small(version="0.4.0", algorithm="dpo")).trainer_moves_optimizer == frozenset()
+
+
+@pytest.mark.parametrize("spelling", ["0.5", "v0.5", "V0.5", "0.5.0", "v0.5.0", "0.5rc1", "0.5.0RC1", "0.5.0.post1",
+                                      " 0.5.1 ", "0.5.dev3"])
+def test_release_spellings_the_config_accepts_select_the_same_release(spelling):
+    assert parse_version(spelling)[:2] == (0, 5)
+    assert release_for("nemo-rl", spelling) is NEMO_RL_RELEASES["0.5"]
+    assert nemo_rl_release(spelling) is NEMO_RL_RELEASES["0.5"]
+    assert _small(version=spelling).framework_version == spelling
+
+
+@pytest.mark.parametrize("spelling", ["0.5.x", "latest", "V", "0.5-beta", "w0.5", ""])
+def test_release_spellings_the_config_refuses_release_for_refuses_with_the_same_line(spelling):
+    with pytest.raises(ConfigError) as parsed:
+        parse_version(spelling)
+    with pytest.raises(ConfigError) as looked_up:
+        release_for("nemo-rl", spelling)
+    assert str(looked_up.value) == str(parsed.value)
+    assert str(parsed.value).startswith(f"[policy] framework_version: {spelling!r} is not a release")
+    with pytest.raises(ConfigError, match="framework_version"):
+        _small(version=spelling)

@@ -197,6 +197,12 @@ def _cells(report: CompareReport, reference_s: float) -> dict[str, dict[str, dic
     return out
 
 
+def _key(name: object) -> str:
+    """A baseline key as an error message shows it: at most 80 characters, control characters escaped (the
+    message stays one line)."""
+    return repr(str(name)[:80])[1:-1]
+
+
 def load_baseline(path: str | Path) -> dict[str, Any]:
     """Read a baseline file.
 
@@ -246,9 +252,9 @@ def check_baseline(data: Any, where: str = "baseline") -> None:
             raise ConfigError(f"baseline: {where!r} {key}: must be a {kind.__name__}")
     for instance, solvers in data["results"].items():
         if not isinstance(solvers, dict):
-            raise ConfigError(f"baseline: {where!r} results.{str(instance)[:80]}: must be an object")
+            raise ConfigError(f"baseline: {where!r} results.{_key(instance)}: must be an object")
         for solver, cell in solvers.items():
-            field_name = f"results.{str(instance)[:80]}.{str(solver)[:80]}"
+            field_name = f"results.{_key(instance)}.{_key(solver)}"
             if not isinstance(cell, dict):
                 raise ConfigError(f"baseline: {where!r} {field_name}: must be an object")
             if not isinstance(cell.get("status", ""), str):

@@ -40,7 +40,14 @@ from packplace.placement.model.engine import mean_live_tokens
 from packplace.placement.model.framework import INFERENCE_OFFLOAD, inference_owner, profile
 from packplace.placement.model.layout_rules import Context, strategy_refusal
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, vertex_memory
-from packplace.placement.model.nemo_rl_releases import reference_swap_seconds, swaps_reference_weights
+from packplace.placement.model.nemo_rl_releases import (
+    POLICY_TRAIN,
+    TrainerRelease,
+    reference_swap_seconds,
+    release_train_parts,
+    swaps_reference_weights,
+    trainer_release,
+)
 from packplace.placement.model.training_time import training_overhead_seconds
 from packplace.placement.problem.graph import algorithm_spec
 from packplace.placement.problem.hardware import Cluster
@@ -575,15 +582,20 @@ def vertex_balance(instance, vertex: str) -> VertexBalance | None:
 
 def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostModel:
     """The :class:`CostModel` of ``instance`` (optionally on another cluster or hardware): its workload,
-    engine, framework profile and the shapes of its models that train with ``zero3``."""
+    engine, framework profile, the shapes of its models that train with ``zero3`` and the policy's shape
+    when its NeMo RL release moves the optimizer state in the training vertex
+    (:func:`~packplace.placement.model.nemo_rl_releases.trainer_release`)."""
     sharded = frozenset(instance.models[m] for m, o in instance.training.items()
                         if o.sharding == "zero3" and m in instance.models)
     trained = algorithm_spec(instance.algorithm).trainable_models
     training = {instance.models[m]: instance.training.get(m, DEFAULT_TRAINING)
                 for m in reversed(trained) if m in instance.models}
+    policy = trainer_release(instance, POLICY_TRAIN) if POLICY_TRAIN in instance.graph.names else None
+    moves = frozenset((instance.models["actor"],)) if policy is not None and policy.optimizer_round_trip \
+        else frozenset()
     return CostModel(hardware if hardware is not None else instance.hardware,
                      cluster if cluster is not None else instance.cluster, instance.workload, instance.engine,
-                     profile(instance.framework), sharded, training, Context.of(instance))
+                     profile(instance.framework), sharded, training, Context.of(instance), moves)
 
 
 def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro_batch: int,
@@ -604,17 +616,22 @@ def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro
     return _parts(cost, instance.models[vertex.model], vertex.kind, options, strategy, micro_batch, extent,
                   needs_old_log_prob(instance, name), inference_sharded(instance, name),
                   inference_offloaded(instance, name), vertex_balance(instance, name), reward,
-                  swaps_reference_weights(instance.framework, vertex.model, vertex.kind))
+                  swaps_reference_weights(instance.framework, vertex.model, vertex.kind),
+                  trainer_release(instance, name))
 
 
 def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOptions, strategy: Strategy,
            micro_batch: int, extent: tuple[int, int, int], old_log_prob: bool, sharded: bool, offloaded: bool,
-           balance: VertexBalance | None, reward: float | None, weight_swap: bool = False) -> dict[str, float]:
+           balance: VertexBalance | None, reward: float | None, weight_swap: bool = False,
+           release: TrainerRelease | None = None) -> dict[str, float]:
     """:func:`vertex_parts` with the vertex's settings resolved (the candidate builder resolves them once
     per vertex). ``weight_swap``: the forward runs in the policy workers on the reference weights swapped
     in through host memory (:func:`~packplace.placement.model.nemo_rl_releases.swaps_reference_weights`),
     part ``weight_swap`` (:func:`~packplace.placement.model.nemo_rl_releases.reference_swap_seconds`, of the
-    ``1/dp`` shard when the forward runs on ZeRO-3 / FSDP-partitioned weights)."""
+    ``1/dp`` shard when the forward runs on ZeRO-3 / FSDP-partitioned weights). ``release``: the NeMo RL
+    release of the policy's training vertex (:func:`~packplace.placement.model.nemo_rl_releases.trainer_release`),
+    applied by :func:`~packplace.placement.model.nemo_rl_releases.release_train_parts` (the training pass's
+    SwiGLU factor, part ``optimizer_offload``)."""
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
     parts = cost.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep, sharded=sharded,
                                offloaded=offloaded, balance=balance,
@@ -623,6 +640,8 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
         parts["weight_swap"] = reference_swap_seconds(cost, model, pp, tp, ep) / (dp if sharded else 1)
     if kind == "train":
         parts["memory_options"] = training_overhead_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
+        if release is not None:
+            parts = release_train_parts(cost, release, model, strategy, parts, options)
     elif reward is not None:
         parts["reward"] = reward
     return parts
@@ -677,6 +696,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     balance = vertex_balance(instance, name)
     options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
     weight_swap = swaps_reference_weights(instance.framework, instance.graph.vertex(name).model, kind)
+    release = trainer_release(instance, name)
     limit = memory_budget(instance, kind)
     reward = instance.rule_reward.seconds(w.sequences) if kind == "generate" and instance.rule_reward is not None \
         else None
@@ -705,7 +725,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                                      sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded,
                                      framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace)
             seconds = sum(_parts(cost, model, kind, options, strategy, mb, extent, old_log_prob, sharded, offloaded,
-                                 balance, reward, weight_swap).values())
+                                 balance, reward, weight_swap, release).values())
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))
     return out
 

@@ -67,6 +67,7 @@ from packplace.placement.model.memory import (
     stage_layers,
     trainable_stage_params,
 )
+from packplace.placement.model.nemo_rl_releases import optimizer_lower_bound_bytes
 from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
@@ -118,13 +119,18 @@ class CostModel:
         layout: The instance's layout-rule context (framework, ``policy.trainer_backend``, training
             options: :class:`~packplace.placement.model.layout_rules.Context`), which says whose kernels
             the trainer's passes run (:meth:`pass_kernels`); ``None``: Hugging Face eager kernels.
+        trainer_moves_optimizer: Shapes whose training vertex already moves its optimizer state to the host
+            and back every step (NeMo RL v0.4's policy around its log-prob passes,
+            :mod:`~packplace.placement.model.nemo_rl_releases`): a colocated refit's offload leaves that
+            state out (:meth:`colocated_sync_time`).
     """
 
     def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload,
                  engine: RolloutEngine | None = None, framework: FrameworkProfile | None = None,
                  sharded_models: frozenset = frozenset(),
                  training: dict[ModelSpec, TrainingOptions] | None = None,
-                 layout: Context | None = None) -> None:
+                 layout: Context | None = None,
+                 trainer_moves_optimizer: frozenset = frozenset()) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
@@ -132,6 +138,7 @@ class CostModel:
         self.framework = framework if framework is not None else FRAMEWORKS[DEFAULT_FRAMEWORK]
         self.sharded_models = sharded_models
         self.training = dict(training) if training else {}
+        self.trainer_moves_optimizer = trainer_moves_optimizer
         self.components = hardware_table(hardware, getattr(hardware, "component_table", "none"))
         self._eager_rates: ComponentTable | None = None
         self.layout = layout
@@ -851,7 +858,9 @@ class CostModel:
         (full-parameter gather, handle transfer, the engine's weight load), and a framework that offloads
         the trainer while its engine generates (``colocated_offload``) the round trip of the trainer's
         state over the host link (:func:`~packplace.placement.model.framework.offload_round_trip_seconds`)
-        of :meth:`train_state_bytes` on the ``block``'s GPUs (one GPU without ``block``)."""
+        of :meth:`train_state_bytes` on the ``block``'s GPUs (one GPU without ``block``), less the optimizer
+        state (:func:`~packplace.placement.model.nemo_rl_releases.optimizer_lower_bound_bytes`) of a model in
+        ``trainer_moves_optimizer``, whose training vertex moves it."""
         hw = self.hw
         if self.framework.refit == "in_place":
             block = block if block is not None else (0, 1)
@@ -861,7 +870,11 @@ class CostModel:
         seconds = 2.0 * shard / hw.memory_bandwidth + 2.0 * shard / hw.host_bandwidth + hw.weight_sync_overhead
         seconds += refit_framework_seconds(self, model, dst_layout, colocated=True)
         if self.framework.colocated_offload:
-            seconds += offload_round_trip_seconds(self, self.train_state_bytes(model, block))
+            state = self.train_state_bytes(model, block)
+            if model in self.trainer_moves_optimizer:
+                n = block[1] - block[0] if block is not None else 1
+                state -= optimizer_lower_bound_bytes(model, n, self.training.get(model, DEFAULT_TRAINING))
+            seconds += offload_round_trip_seconds(self, state)
         return seconds
 
     def train_state_bytes(self, model: ModelSpec, block: tuple[int, int] | None = None) -> float:

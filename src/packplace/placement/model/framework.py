@@ -357,13 +357,16 @@ def profile(name: str) -> FrameworkProfile:
 
 
 #: A release string: optional ``v``, one to four dot-separated numbers, an optional ``.postN`` / ``rcN`` /
-#: ``.devN`` suffix (which does not change the release's defaults).
-_VERSION = re.compile(r"v?(\d+(?:\.\d+){0,3})(?:\.?(?:post|rc|dev)\d*)?")
+#: ``.devN`` suffix (which does not change the release's defaults); letters in any case (``V0.5``,
+#: ``0.5RC1``: a tag or a package version as a user may copy it). The one rule behind every
+#: ``policy.framework_version`` reader (:func:`version_defaults`,
+#: :func:`~packplace.placement.model.nemo_rl_releases.release_for`).
+_VERSION = re.compile(r"v?(\d+(?:\.\d+){0,3})(?:\.?(?:post|rc|dev)\d*)?", re.IGNORECASE)
 
 
 def parse_version(text: str) -> tuple[int, ...]:
-    """The numeric parts of a release string (``"0.5.0"`` → ``(0, 5, 0)``; ``"v0.6.3.post2"`` → ``(0, 6, 3)``),
-    trailing zeros dropped so ``"0.6"`` and ``"0.6.0"`` compare equal.
+    """The numeric parts of a release string (``"0.5.0"`` → ``(0, 5)``; ``"v0.6.3.post2"`` and ``"V0.6.3"`` →
+    ``(0, 6, 3)``; ``"0.5rc1"`` → ``(0, 5)``), trailing zeros dropped so ``"0.6"`` and ``"0.6.0"`` compare equal.
 
     Raises:
         ConfigError: ``[policy] framework_version: 'x' is not a release ...`` for anything else.

@@ -5,20 +5,23 @@ different code in each. This module holds, per release, the settings that change
 that the code at the release's tag shows (``github.com/NVIDIA-NeMo/RL``, tags ``v0.4.0``, ``v0.5.0``,
 ``v0.6.0``):
 
-* ``logprob_optimizer_offload``: before the log-prob passes the Megatron policy worker moves its optimizer
-  state to host memory and back before training, every step, whether or not the generation engine shares
-  its GPUs. v0.4.0 ``nemo_rl/models/policy/megatron_policy_worker.py`` ``prepare_for_lp_inference`` calls
-  ``offload_before_refit`` (the optimizer state ``.to("cpu")``) and ``prepare_for_training`` moves it back
-  to ``cuda``; from v0.5.0 (github.com/NVIDIA-NeMo/RL/pull/1404, "Make the optimizer offloading optional")
-  the move happens only with ``policy.offload_optimizer_for_logprob`` (default ``false``) or a colocated
-  engine, whose refit offloads the optimizer anyway. Priced by :func:`logprob_optimizer_round_trip_seconds`.
+* ``logprob_optimizer_offload``: before the log-prob passes the policy worker moves its optimizer state to
+  host memory and back before training, every step, whether or not the generation engine shares its GPUs.
+  v0.4.0 ``nemo_rl/models/policy/megatron_policy_worker.py``, ``dtensor_policy_worker.py`` and
+  ``dtensor_policy_worker_v2.py``: ``prepare_for_lp_inference`` calls ``offload_before_refit`` (the
+  optimizer state ``.to("cpu")``; the Megatron worker also its gradient buffers, not counted here) and
+  ``prepare_for_training`` moves it back to ``cuda``; from v0.5.0 (github.com/NVIDIA-NeMo/RL/pull/1404,
+  "Make the optimizer offloading optional") the move happens only with
+  ``policy.offload_optimizer_for_logprob`` (default ``false``) or a colocated engine, whose refit offloads
+  the optimizer anyway. Priced by :func:`logprob_optimizer_round_trip_seconds`.
 * ``qwen_fused_swiglu``: whether Megatron fuses the SwiGLU activation (``bias_activation_fusion``) for the
   Qwen2 / Qwen3 / Qwen3-MoE models. v0.4.0 sets nothing and Megatron-Bridge's provider decides: at the
   commit v0.4.0 pins (62f4704b) ``GPTModelProvider.bias_activation_fusion`` defaults to ``False`` and the
   Qwen providers keep it (the Llama providers set ``True``); from v0.5.0
   ``examples/configs/grpo_math_1B.yaml`` sets ``policy.megatron_cfg.bias_activation_fusion: True`` for every
   model (github.com/NVIDIA-NeMo/RL/pull/1241), commented "gives ~25% training perf speedup with sequence
-  packing and apply_rope_fusion" (:data:`UNFUSED_SWIGLU_TRAINING_FACTOR`).
+  packing and apply_rope_fusion" (:data:`UNFUSED_SWIGLU_TRAINING_FACTOR`). A Megatron setting: the DTensor
+  workers run the Hugging Face model, whose activation no release changes.
 * ``vllm``: the vLLM version the release pins (``pyproject.toml``), for reference: v0.5 (0.11.2) and v0.6
   (0.17.1) publish the same recipes within 3 % of each other, so no per-version vLLM cost is modelled.
 
@@ -26,22 +29,31 @@ Every release (v0.4.0 to v0.6.0, both the Megatron and the DTensor workers) comp
 log-probs inside the policy workers by swapping the reference weights, kept in pinned host memory, into the
 policy model and back (``use_reference_model``): :func:`reference_swap_seconds`.
 
-A config selects a release with the policy's framework version (``policy.framework_version``):
-:func:`release_for` resolves it (:func:`nemo_rl_release` for one of the table's own releases), and
-:func:`release_train_parts` gives a training vertex's parts under it. The evaluator does not apply these
-parts yet (the SwiGLU factor needs the model's architecture, which no config field carries, and the
-optimizer round trip whether the plan gives the engine its own GPUs): ``benchmarks/nemo_rl_releases.py``
-scores the NeMo RL rows with them as a what-if. The reference swap is applied to every NeMo RL config.
+A config selects a release with the policy's framework version (``policy.framework_version``, any
+spelling :func:`~packplace.placement.model.framework.parse_version` reads): :func:`release_for` resolves it
+(:func:`nemo_rl_release` for one of the table's own releases). The candidate builder applies it to the
+policy's training vertex (:func:`trainer_release`, :func:`release_train_parts`): the training pass times
+:func:`swiglu_training_factor` of the model's Hugging Face ``model_type`` (``models.actor.model_type``;
+unset: no factor) on the Megatron backend, and a part ``optimizer_offload``, the round trip of the
+optimizer state, under a release with ``logprob_optimizer_offload``. That round trip happens every step
+whatever the placement; on a colocated block the framework profile's refit offload
+(:meth:`~packplace.placement.model.cost.CostModel.colocated_sync_time`) then leaves the optimizer state out
+of its own round trip (:func:`optimizer_lower_bound_bytes`), so a colocated plan pays it once and a plan
+whose engine has GPUs of its own pays it on top of the refit. The reference swap is applied to every
+NeMo RL config.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packplace.errors import ConfigError
+from packplace.placement.model.framework import parse_version
+from packplace.placement.model.layout_rules import Context, trainer_backend
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, trainable_stage_params
 from packplace.placement.model.stages import ADAM_BYTES
 from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.plan import Strategy
 
 #: Host copies of the policy's weight shard per reference log-prob pass: the policy's state dict to host
 #: memory, the reference's from host memory into the model, the policy's back after the pass. NeMo RL
@@ -61,11 +73,16 @@ REFERENCE_SWAP_COPIES = 3
 #: extra HBM traffic alone is about 1 % of a step); applied to the training pass only, the pass the
 #: figure names.
 UNFUSED_SWIGLU_TRAINING_FACTOR = 1.25
-#: Hugging Face architectures whose Megatron-Bridge provider (at the commit NeMo RL v0.4.0 pins) leaves
-#: ``bias_activation_fusion`` at the ``GPTModelProvider`` default ``False``
+#: Hugging Face ``model_type`` values (``config.json``) whose Megatron-Bridge provider (at the commit NeMo
+#: RL v0.4.0 pins) leaves ``bias_activation_fusion`` at the ``GPTModelProvider`` default ``False``
 #: (``src/megatron/bridge/models/qwen/qwen_provider.py``: ``Qwen2ModelProvider``, ``Qwen3ModelProvider``,
-#: ``Qwen3MoEModelProvider`` do not set it; ``llama_provider.py`` sets ``True``).
-UNFUSED_SWIGLU_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+#: ``Qwen3MoEModelProvider`` do not set it; ``llama_provider.py`` sets ``True``): ``qwen2``
+#: (``Qwen2ForCausalLM``), ``qwen3`` (``Qwen3ForCausalLM``), ``qwen3_moe`` (``Qwen3MoeForCausalLM``).
+UNFUSED_SWIGLU_MODEL_TYPES = ("qwen2", "qwen3", "qwen3_moe")
+#: The policy's training vertex, the one vertex a release changes (NeMo RL's policy workers).
+POLICY_TRAIN = "actor.train"
+#: The rollout engine's vertex: a step with it runs NeMo RL's GRPO loop (log-prob passes around training).
+ROLLOUT_ENGINE = "actor.generate"
 
 
 @dataclass(frozen=True)
@@ -75,10 +92,10 @@ class NemoRLRelease:
     Attributes:
         version: ``"0.4"``, ``"0.5"``, ``"0.6"`` or ``"0.7"``.
         vllm: The vLLM version the release pins.
-        logprob_optimizer_offload: The Megatron worker moves its optimizer state to host memory and back
-            around the log-prob passes every step, colocated or not.
+        logprob_optimizer_offload: The policy worker (Megatron or DTensor) moves its optimizer state to host
+            memory and back around the log-prob passes every step, colocated or not.
         qwen_fused_swiglu: Megatron fuses the SwiGLU activation of the Qwen models
-            (:data:`UNFUSED_SWIGLU_ARCHITECTURES`).
+            (:data:`UNFUSED_SWIGLU_MODEL_TYPES`).
         sources: Where the settings are read.
     """
 
@@ -110,18 +127,30 @@ NEMO_RL_RELEASES: dict[str, NemoRLRelease] = {
 }
 
 
+def _key(parts: tuple[int, ...]) -> tuple[int, int]:
+    """``(major, minor)`` of a release's numeric parts (missing parts 0)."""
+    padded = tuple(parts) + (0, 0)
+    return padded[0], padded[1]
+
+
 def nemo_rl_release(version: str) -> NemoRLRelease:
-    """The release ``version`` names: ``"0.4"``, ``"v0.4"``, ``"0.4.0"`` and ``"v0.4.0"`` all give v0.4.
+    """The release ``version`` names, in any spelling
+    :func:`~packplace.placement.model.framework.parse_version` reads: ``"0.4"``, ``"v0.4"``, ``"V0.4.0"``,
+    ``"0.4.1"`` and ``"0.4rc1"`` all give v0.4.
 
     Raises:
-        ConfigError: ``[policy] framework_version: unknown NeMo RL release 'x'; known: 0.4, 0.5, 0.6, 0.7``.
+        ConfigError: ``[policy] framework_version: unknown NeMo RL release 'x'; known: 0.4, 0.5, 0.6, 0.7``
+            (also for a malformed string).
     """
-    text = str(version).strip().lower().removeprefix("v")
-    key = ".".join(text.split(".")[:2])
-    if key not in NEMO_RL_RELEASES or not all(part.isdigit() for part in text.split(".")):
-        raise ConfigError(f"[policy] framework_version: unknown NeMo RL release {version!r}; "
-                          f"known: {', '.join(NEMO_RL_RELEASES)}")
-    return NEMO_RL_RELEASES[key]
+    try:
+        key = _key(parse_version(version))
+    except ConfigError:
+        key = None
+    for name, release in NEMO_RL_RELEASES.items():
+        if key == _key(parse_version(name)):
+            return release
+    raise ConfigError(f"[policy] framework_version: unknown NeMo RL release {version!r}; "
+                      f"known: {', '.join(NEMO_RL_RELEASES)}")
 
 
 def release_for(framework: str, version: str | None) -> NemoRLRelease | None:
@@ -129,24 +158,19 @@ def release_for(framework: str, version: str | None) -> NemoRLRelease | None:
     ``nemo-rl`` the release of :data:`NEMO_RL_RELEASES` with the version's ``major.minor``, and for a later
     release than the table knows its newest entry (the settings it holds have stayed as v0.5 set them);
     ``None`` for another framework, no version, or a release before the table's first (v0.1-v0.3 built the
-    Megatron model through NeMo, not Megatron-Bridge, and are not described here).
+    Megatron model through NeMo, not Megatron-Bridge, and are not described here). The version is read by
+    :func:`~packplace.placement.model.framework.parse_version`, the rule of the config parser: exactly the
+    spellings a config accepts (``"0.5.0"``, ``"v0.5"``, ``"V0.5"``, ``"0.5rc1"``, ``"0.5.0.post1"``).
 
     Raises:
-        ConfigError: a version that is not numbers separated by dots.
+        ConfigError: ``[policy] framework_version: 'x' is not a release ...`` (:func:`parse_version`).
     """
     if framework != "nemo-rl" or version is None:
         return None
-    text = str(version).strip().lower().removeprefix("v")
-    parts = text.split(".")
-    if not text or not all(part.isdigit() for part in parts):
-        raise ConfigError(f"[policy] framework_version: {version!r} is not a release; expected numbers separated "
-                          "by dots, e.g. 0.5.0")
-    known = sorted(NEMO_RL_RELEASES, key=lambda key: tuple(int(x) for x in key.split(".")))
-    wanted = tuple(int(x) for x in parts[:2])
-    if wanted < tuple(int(x) for x in known[0].split(".")):
-        return None
-    at_or_before = [key for key in known if tuple(int(x) for x in key.split(".")) <= wanted]
-    return NEMO_RL_RELEASES[at_or_before[-1]]
+    wanted = _key(parse_version(version))
+    known = sorted(NEMO_RL_RELEASES, key=lambda name: _key(parse_version(name)))
+    at_or_before = [name for name in known if _key(parse_version(name)) <= wanted]
+    return NEMO_RL_RELEASES[at_or_before[-1]] if at_or_before else None
 
 
 def reference_swap_seconds(cost, model: ModelSpec, pp: int, tp: int, ep: int = 1) -> float:
@@ -174,24 +198,31 @@ def optimizer_state_bytes(model: ModelSpec, dp: int, pp: int, tp: int,
     return ADAM_BYTES * params
 
 
+def optimizer_lower_bound_bytes(model: ModelSpec, gpus: int, options: TrainingOptions = DEFAULT_TRAINING) -> float:
+    """The Adam-state part of :meth:`~packplace.placement.model.cost.CostModel.train_state_bytes` on a block
+    of ``gpus`` GPUs (the state as if fully sharded over them): :func:`optimizer_state_bytes` at
+    ``dp = gpus``, ``pp = tp = 1`` under ``zero3``, i.e. ``12·P_trainable/gpus`` (0 with the optimizer on the
+    host). What a colocated refit's offload leaves out when the trainer moves the optimizer itself."""
+    return optimizer_state_bytes(model, max(1, gpus), 1, 1, replace(options, sharding="zero3"))
+
+
 def logprob_optimizer_round_trip_seconds(cost, release: NemoRLRelease, model: ModelSpec, dp: int, pp: int,
                                          tp: int, options: TrainingOptions = DEFAULT_TRAINING) -> float:
-    """Seconds a release with ``logprob_optimizer_offload`` adds to a trainer whose engine does not share
-    its GPUs: the optimizer state (:func:`optimizer_state_bytes`) to host memory before the log-prob passes
-    and back before training, ``2·bytes / host_bandwidth``; 0 for other releases. (A colocated trainer
-    offloads its whole state for the engine anyway, which the framework profile's ``colocated_offload``
-    already charges.)"""
+    """Seconds a release with ``logprob_optimizer_offload`` adds to its policy trainer every step: the
+    optimizer state of one GPU (:func:`optimizer_state_bytes` of the trainer's ``dp``, ``pp``, ``tp``) to host
+    memory before the log-prob passes and back before training, ``2·bytes / host_bandwidth`` (each GPU over
+    its own PCIe link); 0 for other releases."""
     if not release.logprob_optimizer_offload:
         return 0.0
     return 2.0 * optimizer_state_bytes(model, dp, pp, tp, options) / cost.hw.host_bandwidth
 
 
-def swiglu_training_factor(release: NemoRLRelease, architecture: str) -> float:
-    """Factor on the training pass's time of a release for a model of the Hugging Face ``architecture``
-    (``config.json`` ``architectures[0]``): :data:`UNFUSED_SWIGLU_TRAINING_FACTOR` when the release leaves
-    the SwiGLU unfused for it (``qwen_fused_swiglu`` false and one of
-    :data:`UNFUSED_SWIGLU_ARCHITECTURES`), else 1."""
-    if not release.qwen_fused_swiglu and architecture in UNFUSED_SWIGLU_ARCHITECTURES:
+def swiglu_training_factor(release: NemoRLRelease, model_type: str | None) -> float:
+    """Factor on the Megatron training pass's time of a release for a model of the Hugging Face
+    ``model_type`` (``config.json``): :data:`UNFUSED_SWIGLU_TRAINING_FACTOR` when the release leaves the
+    SwiGLU unfused for it (``qwen_fused_swiglu`` false and one of :data:`UNFUSED_SWIGLU_MODEL_TYPES`), else 1
+    (also for ``None``: a model whose family the config does not name)."""
+    if not release.qwen_fused_swiglu and model_type in UNFUSED_SWIGLU_MODEL_TYPES:
         return UNFUSED_SWIGLU_TRAINING_FACTOR
     return 1.0
 
@@ -207,22 +238,64 @@ def swaps_reference_weights(framework: str, role: str, kind: str) -> bool:
     return kind == "infer" and role == "reference" and framework in REFERENCE_SWAP_FRAMEWORKS
 
 
-def release_train_parts(cost, release: NemoRLRelease, model: ModelSpec, architecture: str, dp: int, pp: int,
-                        tp: int, parts: dict[str, float], shares_engine_gpus: bool,
-                        options: TrainingOptions = DEFAULT_TRAINING) -> dict[str, float]:
-    """A NeMo RL training vertex's parts (``{part: seconds}``, with ``train``) under ``release``: ``train``
-    times :func:`swiglu_training_factor` of the model's Hugging Face ``architecture``, and for a trainer
-    whose rollout engine runs on other GPUs (``shares_engine_gpus`` false) a part ``optimizer_offload``,
-    :func:`logprob_optimizer_round_trip_seconds`, when the release pays it. A new dict; ``parts`` is left
-    as it is.
+@dataclass(frozen=True)
+class TrainerRelease:
+    """What a NeMo RL release changes for the policy's training vertex (:func:`trainer_release`).
+
+    Attributes:
+        release: The release (:func:`release_for`).
+        model_type: The policy's Hugging Face ``model_type`` (``models.actor.model_type``), or ``None``.
+        context: The instance's layout context: its ``policy.trainer_backend`` and training options, which
+            with the candidate's strategy give the backend
+            (:func:`~packplace.placement.model.layout_rules.trainer_backend`).
+        optimizer_round_trip: The trainer pays the release's optimizer round trip: ``logprob_optimizer_offload``
+            and a step with a rollout engine (NeMo RL's GRPO loop calls ``prepare_for_lp_inference``; its DPO
+            and SFT loops do not, v0.4.0 ``nemo_rl/algorithms/dpo.py``).
+    """
+
+    release: NemoRLRelease
+    model_type: str | None
+    context: Context
+    optimizer_round_trip: bool = False
+
+    def megatron(self, strategy: Strategy) -> bool:
+        """Whether the trainer with ``strategy`` runs on NeMo RL's Megatron workers: ``policy.trainer_backend``
+        when set, under ``auto`` the framework's rule on this trainer's strategy (pipeline or expert
+        parallelism: Megatron)."""
+        return trainer_backend(self.context, {POLICY_TRAIN: strategy}) == "megatron"
+
+
+def trainer_release(instance, name: str) -> TrainerRelease | None:
+    """The release setting of vertex ``name`` of a placement instance: for the policy's training vertex
+    (:data:`POLICY_TRAIN`) of a ``nemo-rl`` config with ``policy.framework_version`` at or after the table's
+    first release, the release, the actor's ``model_type``, the layout context and whether the trainer pays
+    the optimizer round trip; ``None`` otherwise (no change to the vertex)."""
+    if name != POLICY_TRAIN:
+        return None
+    release = release_for(instance.framework, getattr(instance, "framework_version", None))
+    if release is None:
+        return None
+    round_trip = release.logprob_optimizer_offload and ROLLOUT_ENGINE in instance.graph.names
+    return TrainerRelease(release, instance.models["actor"].model_type, Context.of(instance), round_trip)
+
+
+def release_train_parts(cost, setting: TrainerRelease, model: ModelSpec, strategy: Strategy,
+                        parts: dict[str, float], options: TrainingOptions = DEFAULT_TRAINING) -> dict[str, float]:
+    """The policy training vertex's parts (``{part: seconds}``, with ``train``) under ``setting``'s release:
+    ``train`` times :func:`swiglu_training_factor` of the model's ``model_type`` when the trainer runs on
+    the Megatron backend (:meth:`TrainerRelease.megatron`) with a gated MLP, and a part
+    ``optimizer_offload`` (:func:`logprob_optimizer_round_trip_seconds` of the strategy's ``dp``, ``pp``,
+    ``tp``) when the trainer pays it (``optimizer_round_trip``). A new dict; ``parts`` is left as it is.
 
     Raises:
         KeyError: ``parts`` has no ``train``.
     """
     out = dict(parts)
-    out["train"] = parts["train"] * swiglu_training_factor(release, architecture)
-    if not shares_engine_gpus:
-        extra = logprob_optimizer_round_trip_seconds(cost, release, model, dp, pp, tp, options)
-        if extra > 0.0:
-            out["optimizer_offload"] = extra
+    release = setting.release
+    if model.mlp == "gated" and setting.megatron(strategy):
+        out["train"] = parts["train"] * swiglu_training_factor(release, setting.model_type)
+    extra = logprob_optimizer_round_trip_seconds(cost, release, model, strategy.dp, strategy.pp, strategy.tp,
+                                                 options) if setting.optimizer_round_trip else 0.0
+    if extra > 0.0:
+        out["optimizer_offload"] = extra
     return out

@@ -169,8 +169,9 @@ POLICY_FIELDS: dict[str, Field] = {
     "framework": Field("enum", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
                        meaning="RL framework whose execution profile runs the step (none: the model's own mechanics)"),
     "framework_version": Field("str", default=None,
-                               meaning="release of the framework that ran (e.g. 0.5.0): its own defaults for "
-                                       "enforce_eager and the vLLM engine generation (unset: the current ones)"),
+                               meaning="release of the framework that ran (e.g. 0.5.0, v0.5, 0.5rc1): its own "
+                                       "defaults for enforce_eager and the vLLM engine generation, and for nemo-rl "
+                                       "v0.4+ the release's per-step settings (unset: the current ones)"),
     "inference_offload": Field("enum", choices=tuple(INFERENCE_OFFLOAD), default="none",
                                meaning="inference-only models whose weights stay in host memory between forwards"),
     "trainer_backend": Field("enum", choices=TRAINER_BACKENDS, default="auto",
