@@ -193,3 +193,15 @@ def test_the_b200_validation_file_is_a_tabled_gpu_type_for_cross_validation():
     setup, = crossval.load_setups([path])
     assert setup.gpu == "b200" and crossval._component_table(setup) == "b200"
     assert set(crossval.TABLE_REPLACED_KNOBS) == {"gemm_peak_fraction", "gemm_m_half", "decode_bw_eff"}
+
+
+def test_estimate_keeps_a_gb200_group_of_up_to_72_gpus_in_its_nvlink_domain():
+    from packplace.placement.task_estimate import estimate
+    nvlink8 = estimate("llama3.1-8b", "gb200", "train", dp=8).parts["communication"]
+    # a ring all-reduce of the same gradients over 16 or 72 GPUs of one NVLink domain: (p-1)/p of the bytes
+    # per link, so at most 2·(71/72)/(2·7/8) = 1.13x the 8-GPU time, never the inter-node network
+    for dp in (16, 72):
+        assert nvlink8 < estimate("llama3.1-8b", "gb200", "train", dp=dp).parts["communication"] < 1.2 * nvlink8
+    # an H100 group of 16 leaves its 8-GPU node
+    h100 = [estimate("llama3.1-8b", "h100-sxm", "train", dp=dp).parts["communication"] for dp in (8, 16)]
+    assert h100[1] > 3 * h100[0]

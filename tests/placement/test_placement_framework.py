@@ -194,6 +194,20 @@ def test_deepspeed_parameter_offload_needs_zero3():
     assert build_instance(cfg).training["actor"].offload == "optimizer"
 
 
+@pytest.mark.parametrize("name", ["deepspeed_chat_optimized_ppo_llama2-7b_16xa800.yaml",
+                                  "openrlhf_ppo_llama2-7b_16xa800.yaml"])
+@pytest.mark.parametrize("backend", ["megatron", "fsdp"])
+def test_deepspeed_frameworks_refuse_a_trainer_backend(name, backend):
+    cfg = load_yaml(os.path.join(VALIDATION, name))
+    cfg.pop("validation")
+    cfg["policy"]["trainer_backend"] = "auto"
+    framework = cfg["policy"]["framework"]
+    assert build_instance(cfg).framework == framework
+    cfg["policy"]["trainer_backend"] = backend
+    with pytest.raises(ConfigError, match=rf"trainer_backend: {backend}: {framework} trains with DeepSpeed"):
+        build_instance(cfg)
+
+
 def test_host_offloaded_zero3_reference_streams_its_partition_every_micro_batch():
     path = os.path.join(VALIDATION, "deepspeed_chat_optimized_ppo_llama2-7b_16xa800.yaml")
     instance, plan, _ = load_setup(path)

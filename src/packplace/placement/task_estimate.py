@@ -166,7 +166,8 @@ def resolve_model(spec: Any) -> TransformerShape:
 
 def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus: int = 1) -> tuple[Cluster, Hardware]:
     """The hardware preset ``gpu`` with ``overrides`` (any :class:`Hardware` field) on a cluster of nodes
-    of 8 GPUs holding ``gpus`` GPUs (fewer: one node of ``gpus``, rounded up to whole hosts where the preset
+    holding ``gpus`` GPUs: nodes of the preset's own ``gpus_per_node`` where it sets one (the ``gb200``
+    NVLink domain of 72), else of 8 (fewer: one node of ``gpus``, rounded up to whole hosts where the preset
     has hosts smaller than its node, e.g. the ``gb200`` tray of 4), checked as a config's ``[hardware]``
     section is.
 
@@ -176,7 +177,8 @@ def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus:
     if gpu not in PRESETS:
         raise ConfigError(f"gpu: unknown preset {gpu!r}; valid: {', '.join(sorted(PRESETS))}")
     host = PRESETS[gpu].get("gpus_per_host")
-    per_node = min(8, gpus)
+    node = PRESETS[gpu].get("gpus_per_node")
+    per_node = min(node if isinstance(node, int) else 8, gpus)
     if isinstance(host, int) and per_node % host:
         per_node = host * math.ceil(per_node / host)
     section = {"preset": gpu, "racks": 1, "nodes_per_rack": max(1, math.ceil(gpus / per_node)),

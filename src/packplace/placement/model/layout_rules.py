@@ -182,7 +182,8 @@ def _fsdp_only(ctx: Context) -> bool:
 
 def config_refusals(ctx: Context) -> list[str]:
     """Training options the framework cannot run whatever the layout, ``[(field, line)]``-style lines
-    ``"[training] field: why"``: a forced ``megatron`` backend with ``sharding: zero3`` (or, for NeMo RL,
+    ``"[training] field: why"``: a ``trainer_backend`` other than ``auto`` for OpenRLHF or DeepSpeed-Chat (both
+    train with DeepSpeed); a forced ``megatron`` backend with ``sharding: zero3`` (or, for NeMo RL,
     ``offload: optimizer+params`` or a LoRA value model); for OpenRLHF, parameter offload, or trained models
     with different ``sharding`` or ``lora_rank`` (one ``--ds.zero_stage`` and ``--ds.lora.rank`` for all); for
     DeepSpeed-Chat, parameter offload without ``sharding: zero3`` (DeepSpeed's ``offload_param`` is a ZeRO-3
@@ -192,6 +193,9 @@ def config_refusals(ctx: Context) -> list[str]:
         out.append(f"[policy] trainer_backend: megatron: {ctx.framework}'s Megatron workers shard no parameters "
                    f"and offload only the optimizer state; [training] asks for sharding zero3 (or parameter "
                    f"offload, or a LoRA value model): use trainer_backend fsdp or auto")
+    if ctx.framework in ("openrlhf", "deepspeed-chat") and ctx.backend != "auto":
+        out.append(f"[policy] trainer_backend: {ctx.backend}: {ctx.framework} trains with DeepSpeed (ZeRO), not "
+                   "with FSDP or Megatron workers; leave trainer_backend auto (or unset)")
     if ctx.framework == "openrlhf" and any(o.offload == "optimizer+params" for o in ctx.training.values()):
         out.append("[training] offload: optimizer+params: OpenRLHF offloads the Adam state (--ds.adam_offload), "
                    "not the parameters of a trained model; use offload: optimizer")

@@ -175,8 +175,8 @@ POLICY_FIELDS: dict[str, Field] = {
     "inference_offload": Field("enum", choices=tuple(INFERENCE_OFFLOAD), default="none",
                                meaning="inference-only models whose weights stay in host memory between forwards"),
     "trainer_backend": Field("enum", choices=TRAINER_BACKENDS, default="auto",
-                             meaning="verl / NeMo RL trainer workers: fsdp (NeMo RL DTensor), megatron, or auto "
-                                     "(chosen by the plan)"),
+                             meaning="verl / NeMo RL trainer workers (or framework none): fsdp (NeMo RL DTensor), "
+                                     "megatron, or auto (chosen by the plan); refused for OpenRLHF / DeepSpeed-Chat"),
 }
 #: Options of ``[training]`` (for every trained model, or per model under ``actor:`` / ``critic:``);
 #: formulas and sources in :mod:`packplace.placement.model.memory` and :mod:`packplace.placement.model.training_time`.
