@@ -12,6 +12,7 @@ from packplace.placement.checking.validate import load_setup
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.framework import generate_calls, hybrid_merge_seconds, hybrid_merged_params
 from packplace.shape import TransformerShape
+from tests.placement.test_placement_hybrid_gather import _generate_phases
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
@@ -24,14 +25,6 @@ NEMO_H100 = os.path.join(VALIDATION, "nemo_rl_grpo_llama3.1-8b_2x8xh100.yaml")
 # two layers, d 64, 4 query heads and 2 KV heads of 16, MLP 160
 TOY = {"layers": 2, "hidden_dim": 64, "ffn_dim": 160, "vocab_size": 100, "num_heads": 4, "num_kv_heads": 2,
        "head_dim": 16}
-
-
-def _generate_phases(path):
-    instance, plan, _ = load_setup(path)
-    evaluator = get_evaluator(instance)
-    vp = dict(plan.vertices)["actor.generate"]
-    cand = evaluator.table.lookup("actor.generate", vp.strategy, vp.micro_batch, vp.allocation.extent)
-    return instance, evaluator, evaluator.vertex_phases("actor.generate", cand)
 
 
 def test_merged_weights_of_a_two_layer_toy_by_hand():
