@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from packplace.errors import ConfigError
-from packplace.placement.model.memory import stage_params
+from packplace.placement.model.memory import lora_params, stage_params
 from packplace.placement.problem.models import ModelSpec
 
 #: Seconds of one Ray remote actor-method call (submit, schedule on a live actor, return a small
@@ -586,6 +586,52 @@ def hybrid_merge_seconds(cost, model: ModelSpec, tp: int, calls: int, copy_bandw
                          f"got {tp}, {calls}, {copy_bandwidth}")
     per_forward = 2.0 * 2.0 * hybrid_merged_params(model) / tp
     return calls * cost.workload.max_response * per_forward / copy_bandwidth
+
+
+#: Bytes of HBM traffic per element of a LoRA-adapted weight each time DeepSpeed's hybrid engine folds the
+#: adapter into the base weight or out of it: ``weight.data += lora_scaling * torch.matmul(lora_left.t(),
+#: lora_right.t())`` (deepspeed/runtime/hybrid_engine.py ``_fuse_lora`` / ``_unfuse_lora``, v0.9.0, the
+#: release DeepSpeed-Chat's README benchmark installed; the container's ``fuse_lora`` / ``unfuse_lora`` in
+#: v0.12.6 do the same) runs three kernels on fp16 tensors of the weight's shape: the GEMM writes the
+#: product (2 bytes), the scaling reads and writes it (2 + 2), the in-place add reads the weight and the
+#: scaled product and writes the weight (2 + 2 + 2). Counted from the code, not measured.
+HYBRID_LORA_FUSE_BYTES_PER_WEIGHT = 12
+
+
+def hybrid_lora_fuse_seconds(cost, model: ModelSpec, lora_rank: int, tp: int, calls: int,
+                             zero3: bool) -> float:
+    """Seconds DeepSpeed's hybrid engine spends folding a LoRA actor's adapters into its base weights around
+    each ``generate`` call (deepspeed/runtime/hybrid_engine.py ``DeepSpeedHybridEngine.generate``, v0.9.0
+    and v0.12.6): the inference containers run the fused weight ``W0 + s·BA``, so every call first adds
+    ``s·BA`` to every adapted matrix of every layer (``fuse_lora_weight``; with ZeRO-3 and inference TP > 1
+    inside the gather of each layer group, before ``apply_tensor_parallelism``), and, except on that ZeRO-3
+    TP > 1 path (the gathered copy carrying the fused weight is dropped when the group is re-partitioned),
+    subtracts it again afterwards (``unfuse_lora_weight``): ``passes`` = 1 there, else 2.
+
+    Every rank folds the whole model (each gathers or holds every layer; the TP slicing comes after), so
+    per pass: ``W = L·frozen`` weight elements (:func:`~packplace.placement.model.memory.lora_params`: the
+    block's Q, K, V, O and MLP matrices, DeepSpeed-Chat's ``--actor_lora_module_name decoder.layers.``),
+    the GEMM's ``2·r·W`` FLOPs at ``flops_per_gpu`` times the cost model's GEMM efficiency for rows of the
+    hidden size and an inner dimension of ``r``
+    (:meth:`~packplace.placement.model.cost.CostModel.gemm_efficiency`), plus
+    :data:`HYBRID_LORA_FUSE_BYTES_PER_WEIGHT` bytes per element at ``cost.stream_bandwidth(model)``.
+    ``calls`` generate calls (:func:`generate_calls`). 0 without LoRA.
+
+    Raises:
+        ValueError: ``tp`` or ``calls`` below 1, or a negative ``lora_rank``.
+    """
+    if tp < 1 or calls < 1 or lora_rank < 0:
+        raise ValueError(f"hybrid_lora_fuse_seconds: tp and calls must be >= 1 and lora_rank >= 0, "
+                         f"got {tp}, {calls}, {lora_rank}")
+    if lora_rank == 0:
+        return 0.0
+    frozen, _ = lora_params(model, lora_rank)
+    weights = model.layers * frozen
+    flops = cost.hw.flops_per_gpu * cost.gemm_efficiency(model.hidden_dim, lora_rank)
+    per_pass = 2.0 * lora_rank * weights / flops \
+        + HYBRID_LORA_FUSE_BYTES_PER_WEIGHT * weights / cost.stream_bandwidth(model)
+    passes = 1 if zero3 and tp > 1 else 2
+    return calls * passes * per_pass
 
 
 def dispatch_seconds(cost, framework: FrameworkProfile, dp: int) -> float:
