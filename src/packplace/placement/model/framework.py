@@ -591,10 +591,11 @@ def hybrid_merge_seconds(cost, model: ModelSpec, tp: int, calls: int, copy_bandw
 #: Bytes of HBM traffic per element of a LoRA-adapted weight each time DeepSpeed's hybrid engine folds the
 #: adapter into the base weight or out of it: ``weight.data += lora_scaling * torch.matmul(lora_left.t(),
 #: lora_right.t())`` (deepspeed/runtime/hybrid_engine.py ``_fuse_lora`` / ``_unfuse_lora``, v0.9.0, the
-#: release DeepSpeed-Chat's README benchmark installed; the container's ``fuse_lora`` / ``unfuse_lora`` in
-#: v0.12.6 do the same) runs three kernels on fp16 tensors of the weight's shape: the GEMM writes the
-#: product (2 bytes), the scaling reads and writes it (2 + 2), the in-place add reads the weight and the
-#: scaled product and writes the weight (2 + 2 + 2). Counted from the code, not measured.
+#: release DeepSpeed-Chat pinned two days after publishing its README benchmark; the containers'
+#: ``fuse_lora`` / ``unfuse_lora`` in v0.12.6 do the same) runs three kernels on fp16 tensors of the
+#: weight's shape: the GEMM writes the product (2 bytes), the scaling reads and writes it (2 + 2), the
+#: in-place add reads the weight and the scaled product and writes the weight (2 + 2 + 2). Counted from
+#: the code, not measured.
 HYBRID_LORA_FUSE_BYTES_PER_WEIGHT = 12
 
 
