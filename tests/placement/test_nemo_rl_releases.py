@@ -207,7 +207,7 @@ def test_unset_version_or_model_type_changes_nothing():
     for plan in (SPLIT, COLOCATED):
         base = _score(plan)
         assert "optimizer_offload" not in base.phases["actor.train"]
-        for config in ({"model_type": "qwen3"}, {"model_type": "olmo2"}, {"version": "0.5.0"},
+        for config in ({"model_type": "qwen3"}, {"model_type": "olmo2"}, {"version": "0.6.0"}, {"version": "0.7.0"},
                        {"version": "0.6.0", "model_type": "qwen3"}, {"version": "0.3.0", "model_type": "qwen3"}):
             other = _score(plan, **config)
             assert other.step_time == base.step_time and other.phases == base.phases and other.realloc == base.realloc
@@ -288,3 +288,26 @@ def test_release_spellings_the_config_refuses_release_for_refuses_with_the_same_
     assert str(parsed.value).startswith(f"[policy] framework_version: {spelling!r} is not a release")
     with pytest.raises(ConfigError, match="framework_version"):
         _small(version=spelling)
+
+
+def test_transformer_engine_release_of_each_nemo_rl_release():
+    # uv.lock at v0.4.0 / v0.5.0 / v0.6.0 / v0.7.0
+    assert {k: r.transformer_engine for k, r in NEMO_RL_RELEASES.items()} == {
+        "0.4": "2.5.0", "0.5": "2.8.0", "0.6": "2.14.0", "0.7": "2.15.0"}
+    assert cost_model(_small(version="0.5.0")).transformer_engine == "2.8.0"
+    assert cost_model(_small(version="0.6.1")).transformer_engine == "2.14.0"
+    assert cost_model(_small()).transformer_engine is None
+    assert cost_model(_small(version="0.3.0")).transformer_engine is None
+
+
+def test_v05_te_host_time_slows_only_the_small_models_megatron_passes():
+    """The 132M-parameter policy's linears (1,024 wide, 192-token sequences) are shorter than a TE 2.8
+    linear's host time: under v0.5 its Megatron log-prob, reference and training passes take longer than
+    under v0.6 (TE 2.14, torch's host time); generation and the DTensor (Hugging Face) passes do not move."""
+    for plan in (SPLIT, COLOCATED):
+        v05, v06 = _score(plan, version="0.5.0"), _score(plan, version="0.6.0")
+        assert v05.phases["actor.train"]["train"] > v06.phases["actor.train"]["train"]
+        assert v05.phases["reference.infer"]["forward"] > v06.phases["reference.infer"]["forward"]
+        assert v05.phases["actor.generate"] == v06.phases["actor.generate"]
+        fsdp05, fsdp06 = _score(plan, version="0.5.0", backend="fsdp"), _score(plan, version="0.6.0", backend="fsdp")
+        assert fsdp05.step_time == fsdp06.step_time and fsdp05.phases == fsdp06.phases
