@@ -463,9 +463,8 @@ class CostModel:
         :meth:`pipeline`). For ``pp = 1`` this is the whole model per micro-batch.
 
         Training then all-reduces the bf16 gradients of the largest stage, ``2·max(stage_params)/tp``
-        bytes, over the ``dp`` ranks at the level of the data-parallel group (whose ranks on each node
-        drive their own network cards, :meth:`link`), and runs the Adam update,
-        memory bound: ``32·max(stage_params)/(tp·dp)`` bytes (read + write of 16 bytes of state per
+        bytes, over the ``dp`` ranks at the level of the data-parallel group (:meth:`link`), and runs the
+        Adam update, memory bound: ``32·max(stage_params)/(tp·dp)`` bytes (read + write of 16 bytes of state per
         parameter) at HBM bandwidth; a tied LM head with ``pp > 1`` also all-reduces its word-embedding
         gradient ``2·V·e/tp`` bytes between the first and last stage (Megatron-LM's embedding group,
         ``_allreduce_word_embedding_grads``).
@@ -531,14 +530,13 @@ class CostModel:
         if train and include_update:
             shard = (model.params if pp == 1 and not lora_rank
                      else max(trainable_stage_params(model, pp, lora_rank))) / tp
-            level = self.group_level(tp * dp, extent)
+            level, per_node = self.group_level(tp * dp, extent), self.ranks_per_node(dp, tp, extent)
             if ep > 1 and model.is_moe:
                 experts = model.expert_params / (tp * pp)
-                total += self.allreduce(2.0 * (shard - experts), dp, level, self.ranks_per_node(dp, tp, extent))
-                total += self.allreduce(2.0 * experts / ep, dp // ep, level,
-                                        self.ranks_per_node(dp // ep, tp * ep, extent))
+                total += self.allreduce(2.0 * (shard - experts), dp, level, per_node)
+                total += self.allreduce(2.0 * experts / ep, dp // ep, level, max(1, per_node // ep))
             else:
-                total += self.allreduce(2.0 * shard, dp, level, self.ranks_per_node(dp, tp, extent))
+                total += self.allreduce(2.0 * shard, dp, level, per_node)
             total += 32.0 * shard / dp / self.hw.memory_bandwidth
             if pp > 1 and model.lm_head and model.tie_word_embeddings:
                 tied = 2.0 * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp
