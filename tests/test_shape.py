@@ -16,7 +16,7 @@ from packplace.shape import TransformerShape, from_hf_config, shape_from_mapping
 HF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "hf_configs")
 
 # The same models written as YAML model fields (Hugging Face names; the older names are aliases), each with
-# its config.json's model_type (the family name; it changes no count).
+# its config.json's model_type (the family name).
 YAML = {
     "qwen3-4b": dict(num_hidden_layers=36, hidden_size=2560, intermediate_size=9728, vocab_size=151936,
                      num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
@@ -126,11 +126,31 @@ def test_balance_and_placement_read_the_same_fields():
      "[models.actor] model_type: unknown 'qwen-3'; valid (Hugging Face config.json model_type): llama, mistral"),
     (dict(YAML["qwen3-4b"], model_type="Qwen3"), "[models.actor] model_type: unknown 'Qwen3'; valid"),
     (dict(YAML["qwen3-4b"], model_type=3), "[models.actor] model_type: unknown 3; valid"),
+    (dict(YAML["qwen3-4b"], qk_norm=False),
+     "[models.actor] qk_norm: False contradicts model_type 'qwen3', whose models have qk_norm True"),
+    (dict(YAML["llama-3.2-1b"], mlp="plain"),
+     "[models.actor] mlp: 'plain' contradicts model_type 'llama', whose models have mlp 'gated'"),
+    (dict(YAML["opt-13b"], norm="rms"), "[models.actor] norm: 'rms' contradicts model_type 'opt'"),
+    (dict(YAML["qwen2.5-0.5b"], bias="none"), "[models.actor] bias: 'none' contradicts model_type 'qwen2'"),
 ])
 def test_bad_fields_are_one_line_errors(fields, message):
     with pytest.raises(ConfigError) as info:
         shape_from_mapping(fields, "[models.actor] ")
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_model_type_fills_the_traits_its_family_fixes():
+    """A mapping that names its family and leaves out what the family fixes gets the family's value, so it
+    counts what the config.json does: Qwen3's Q/K norms, Qwen2's Q/K/V biases, OPT's plain MLP and LayerNorm."""
+    for name, left_out in (("qwen3-32b", ("qk_norm",)), ("qwen2.5-0.5b", ("bias",)),
+                           ("opt-13b", ("mlp", "norm"))):
+        fields = {k: v for k, v in YAML[name].items() if k not in left_out}
+        assert shape_from_mapping(fields, "[models.actor] ") == both(name)[1]
+    # Qwen3-32B: 2 x 128 Q/K norm weights per layer over its 64 layers
+    bare = {k: v for k, v in YAML["qwen3-32b"].items() if k not in ("qk_norm", "model_type")}
+    assert shape_from_mapping(YAML["qwen3-32b"]).params - shape_from_mapping(bare).params == 64 * 2 * 128
+    # a field the family leaves to its config keeps the mapping's default (Llama: no attention bias)
+    assert shape_from_mapping(YAML["llama-3.2-1b"]).bias == "none"
 
 
 def test_model_type_names_the_family_and_changes_no_count():

@@ -76,9 +76,11 @@ class TransformerShape:
             and out with two ``embedding_dim × d`` matrices); ``None`` = ``d``.
         lm_head: ``True`` for a language model (output ``V``), ``False`` for a scalar value head.
         model_type: The Hugging Face ``config.json`` ``model_type`` (``llama``, ``qwen2``, ``qwen3``,
-            ``qwen3_moe``, ``opt``, …), or ``None`` when not given. It changes no count: the shape fields
-            say the sizes; it names the model family for what a framework does per family (NeMo RL
-            v0.4's unfused SwiGLU of the Qwen models, :mod:`packplace.placement.model.nemo_rl_releases`).
+            ``qwen3_moe``, ``opt``, …), or ``None`` when not given. It names the model family for what a
+            framework does per family (NeMo RL v0.4's unfused SwiGLU of the Qwen models,
+            :mod:`packplace.placement.model.nemo_rl_releases`); read from a YAML mapping it also fills the
+            fields the family fixes (:func:`family_traits`: a ``qwen3`` mapping gets ``qk_norm``) and
+            refuses a given value that contradicts them.
 
     Raises:
         ConfigError: a non-positive size, an unknown kind, or heads that the KV heads do not divide.
@@ -421,6 +423,7 @@ def shape_from_mapping(spec: Mapping[str, Any], where: str = "model.", *,
     if shared_count is not None:
         count = _coerce(shared_count, "n_shared_experts", "n_shared_experts", where)
         values["shared_expert_ffn_dim"] = count * values.get("expert_ffn_dim", 0)
+    _apply_family_traits(values, given, where)
     for name in ("num_heads", "num_kv_heads"):  # counts of heads: None (not given) or at least one
         if values.get(name) == 0:
             raise ConfigError(f"{where}{given[name]}: must be an integer >= 1 (or omitted), got 0")
@@ -433,6 +436,47 @@ def shape_from_mapping(spec: Mapping[str, Any], where: str = "model.", *,
         return TransformerShape(**values)
     except ConfigError as exc:
         raise ConfigError(f"{where}{exc}") from None
+
+
+def family_traits(model_type: str) -> dict[str, Any]:
+    """The shape fields a Hugging Face ``model_type`` fixes, whatever its ``config.json`` says otherwise
+    (the modelling code of the family has no switch for them): ``mlp`` (:data:`PLAIN_MLP_TYPES`), ``norm``
+    (:data:`LAYER_NORM_TYPES`), ``qk_norm`` (:data:`QK_NORM_TYPES`) and, for the families whose Q/K/V
+    projections always carry biases (:data:`QKV_BIAS_TYPES`), ``bias: qkv``. The same rules
+    :func:`from_hf_config` applies; fields a family leaves to its config (OPT's ``enable_bias``, Llama's
+    ``attention_bias``, ``tie_word_embeddings``) are not in the mapping."""
+    traits: dict[str, Any] = {
+        "mlp": "plain" if model_type in PLAIN_MLP_TYPES else "gated",
+        "norm": "layer" if model_type in LAYER_NORM_TYPES else "rms",
+        "qk_norm": model_type in QK_NORM_TYPES,
+    }
+    if model_type in QKV_BIAS_TYPES:
+        traits["bias"] = "qkv"
+    return traits
+
+
+_KINDS = {"mlp": MLP_KINDS, "norm": NORM_KINDS, "bias": BIAS_KINDS}
+
+
+def _apply_family_traits(values: dict[str, Any], given: Mapping[str, str], where: str) -> None:
+    """Fill the fields :func:`family_traits` of ``values["model_type"]`` fixes that the mapping leaves out,
+    in place; a given field that contradicts them is refused (a Qwen3 mapping without ``qk_norm: true``
+    would otherwise be priced as a model without Q/K norms).
+
+    Raises:
+        ConfigError: ``{where}{field}: {value} contradicts model_type {type} ...``.
+    """
+    model_type = values.get("model_type")
+    if model_type is None:
+        return
+    # a value outside its field's kinds is left to the shape's own one-line error
+    for name, value in family_traits(model_type).items():
+        if name not in values:
+            values[name] = value
+        elif values[name] != value and values[name] in _KINDS.get(name, (values[name],)):
+            raise ConfigError(f"{where}{given[name]}: {show(values[name])} contradicts model_type "
+                              f"{show(model_type)}, whose models have {name} {show(value)} (leave the field "
+                              f"out, or correct model_type)")
 
 
 #: Largest integer shape field (layers, widths, vocabulary, experts): 2^24 bounds every product the

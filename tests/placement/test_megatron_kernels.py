@@ -195,3 +195,71 @@ def test_cost_model_prices_a_megatron_pass_below_the_eager_one():
     eager = cost_model(backend="fsdp").pass_time(LLAMA_8B, True, 8, 1, 1, 1, (1, 1, 8))
     assert 0.5 * eager < mega < 0.9 * eager
     assert CostModel(HARDWARE, Cluster(1, 2, 8), WORKLOAD).pass_kernels(2, 1) == "hf"
+
+
+# -- Transformer Engine's host time per linear module, by release --------------------------------------
+def test_te_linear_host_ratio_by_release():
+    # TransformerEngine issue 2053: TE Linear / torch Linear host time per bf16 forward on the same host
+    gh200, gb200 = 90.53 / 33.17, 99.66 / 37.08
+    assert gh200 == pytest.approx(2.729, abs=1e-3) and gb200 == pytest.approx(2.688, abs=1e-3)
+    assert C.TE_LINEAR_HOST_RATIO == round((gh200 + gb200) / 2, 2) == 2.71
+    for before in ("2.5.0", "2.8.0", "v2.8", "2.10.3", "1.12.0", " 2.9.0+abc "):
+        assert C.te_linear_host_ratio(before) == 2.71
+    for after in ("2.11.0", "2.14.0+71bbefb", "2.15", "3.0.0"):
+        assert C.te_linear_host_ratio(after) == 1.0
+    assert C.te_linear_host_ratio(None) == 1.0
+    for bad in ("", "latest", "two.eight"):
+        with pytest.raises(ValueError, match="transformer_engine"):
+            C.te_linear_host_ratio(bad)
+
+
+def test_layer_modules_flatten_to_the_forward_kernels():
+    for model in MODELS:
+        modules = C.megatron_layer_modules(model, 700, 700, tp=2)
+        assert [op for _, ops in modules for op in ops] == C.megatron_layer_forward(model, 700, 700, tp=2)
+        names = [name for name, _ in modules]
+        assert [n for n in names if n in C.TE_LINEAR_MODULES] == list(C.TE_LINEAR_MODULES)
+    sizes = {name: len(ops) for name, ops in C.megatron_layer_modules(LLAMA_8B, 64, 64)}
+    assert sizes == {"linear_qkv": 2, "qkv_split": 1, "rope": 2, "core_attention": 1, "linear_proj": 1,
+                     "self_attn_bda": 1, "linear_fc1": 2, "activation": 1, "linear_fc2": 1, "mlp_bda": 1}
+
+
+@pytest.mark.parametrize("gpu", ["h200", "h100-sxm"])
+def test_te_linear_host_time_on_a_host_bound_layer_by_hand(gpu):
+    """Every kernel shorter than its issue time: the layer forward is 13 issue times with the release's
+    ratio 1, and with TE before 2.11 each of the four linear modules pays 1.71 issue times more:
+    ``linear_qkv`` and ``linear_fc1`` (norm + GEMM) ``(2 + 1.71)·issue``, ``linear_proj`` and
+    ``linear_fc2`` ``2.71·issue``, the 7 other kernels one issue each: ``(2·3.71 + 2·2.71 + 7)·issue =
+    19.84·issue``. The backward keeps its 19 issue times; a full recompute repeats the forward."""
+    table = issue_only(C.load_table(gpu))
+    issue = table.kernel_issue_s
+    layer = dict(tokens=1, seq_len=1, layers=1, head=False, train=True, kernels="megatron")
+    for release in (None, "2.11.0", "2.14.0"):
+        plain = C.pass_times(table, LLAMA_8B, transformer_engine=release, **layer)
+        assert plain.forward == pytest.approx(13 * issue) and plain.backward == pytest.approx(19 * issue)
+    for release in ("2.5.0", "2.8.0"):
+        old = C.pass_times(table, LLAMA_8B, transformer_engine=release, recompute="full", **layer)
+        assert 2 * 3.71 + 2 * 2.71 + 7 == pytest.approx(19.84)
+        assert old.forward == pytest.approx(19.84 * issue, rel=1e-12)
+        assert old.recompute == pytest.approx(19.84 * issue, rel=1e-12)
+        assert old.backward == pytest.approx(19 * issue, rel=1e-12)
+        assert old.forward * 1e6 == pytest.approx(404.9, abs=0.5)   # 19.84 x 20.41 us
+    # the eager Hugging Face pass ignores the release (its linears are torch's)
+    hf = dict(layer, kernels="hf")
+    assert C.pass_times(table, LLAMA_8B, transformer_engine="2.5.0", **hf) == C.pass_times(table, LLAMA_8B, **hf)
+
+
+def test_te_linear_host_time_hidden_behind_long_gemms():
+    """Llama-3.1-8B, 4,096 tokens at TP 1 on the H100 table: the shortest linear module (the output
+    projection, 185 µs of GEMM) outlasts a TE linear's 2.71 issue times (55 µs), so the release changes
+    nothing; at 256 tokens the output projection (49 µs) and the QKV module are host-bound."""
+    table = C.load_table("h100-sxm")
+    issue = table.kernel_issue_s
+    args = dict(seq_len=4096, train=True, layers=1, head=False, kernels="megatron")
+    assert C.pass_times(table, LLAMA_8B, tokens=4096, transformer_engine="2.8.0", **args) == \
+        C.pass_times(table, LLAMA_8B, tokens=4096, **args)
+    proj = table.kernel_gpu_s + table.gemm_seconds(4096, 4096, 4096)
+    assert proj == pytest.approx(185e-6, rel=0.02) and proj > 2.71 * issue
+    small = C.pass_times(table, LLAMA_8B, tokens=256, transformer_engine="2.8.0", **dict(args, seq_len=256))
+    plain = C.pass_times(table, LLAMA_8B, tokens=256, **dict(args, seq_len=256))
+    assert small.forward > plain.forward and small.backward == plain.backward

@@ -161,16 +161,16 @@ def test_release_for_a_config_maps_later_releases_to_the_newest_and_earlier_ones
 
 
 # -- the evaluator applies a config's release --------------------------------------------------------------
-# A small Llama-shaped model (4 layers, d 1,024, d_ff 4,096, 8 heads, vocabulary 32,000, untied):
-# per layer Q, K, V, O 4 d^2 = 4,194,304, gated MLP 3 d d_ff = 12,582,912, two RMSNorms 2,048;
+# A small Qwen3-shaped model (4 layers, d 1,024, d_ff 4,096, 8 heads of 128, vocabulary 32,000, untied):
+# per layer Q, K, V, O 4 d^2 = 4,194,304, gated MLP 3 d d_ff = 12,582,912, two RMSNorms 2,048, Q/K norms 256;
 # embedding and LM head 2 x 32,000 x 1,024 = 65,536,000; final norm 1,024.
-SMALL_PARAMS = 4 * (4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024) + 2 * 32000 * 1024 + 1024
+SMALL_PARAMS = 4 * (4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024 + 2 * 128) + 2 * 32000 * 1024 + 1024
 HOST_BANDWIDTH = 50e9   # h100-sxm preset, bytes/s per GPU
 
 
 def _small(version=None, model_type=None, backend="megatron", algorithm="grpo"):
     actor = {"num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 4096, "vocab_size": 32000,
-             "num_attention_heads": 8, "num_key_value_heads": 8}
+             "num_attention_heads": 8, "num_key_value_heads": 8, "qk_norm": True}   # Qwen3's and OLMo-2's norms
     if model_type is not None:
         actor["model_type"] = model_type
     policy = {"algorithm": algorithm, "framework": "nemo-rl", "trainer_backend": backend}
@@ -203,11 +203,11 @@ def _score(plan, **config):
 
 
 def test_unset_version_or_model_type_changes_nothing():
-    assert SMALL_PARAMS == 132_654_080 == _small().models["actor"].params
+    assert SMALL_PARAMS == 132_655_104 == _small().models["actor"].params
     for plan in (SPLIT, COLOCATED):
         base = _score(plan)
         assert "optimizer_offload" not in base.phases["actor.train"]
-        for config in ({"model_type": "qwen3"}, {"model_type": "llama"}, {"version": "0.5.0"},
+        for config in ({"model_type": "qwen3"}, {"model_type": "olmo2"}, {"version": "0.6.0"}, {"version": "0.7.0"},
                        {"version": "0.6.0", "model_type": "qwen3"}, {"version": "0.3.0", "model_type": "qwen3"}):
             other = _score(plan, **config)
             assert other.step_time == base.step_time and other.phases == base.phases and other.realloc == base.realloc
@@ -220,24 +220,34 @@ def test_v04_qwen_training_pass_is_the_unfused_swiglu_factor_of_v05s_on_megatron
         assert v04["train"] == pytest.approx(1.25 * v05["train"], rel=1e-12)
         assert {k: v for k, v in v04.items() if k not in ("train", "optimizer_offload")} == {
             k: v for k, v in v05.items() if k != "train"}
-        llama = _score(plan, version="0.4.0", model_type="llama").phases["actor.train"]
-        unnamed = _score(plan, version="0.4.0").phases["actor.train"]
+        other_family = _score(plan, version="0.4.0", model_type="olmo2").phases["actor.train"]
         dtensor = _score(plan, version="0.4.0", model_type="qwen3", backend="fsdp").phases["actor.train"]
-        assert llama["train"] == unnamed["train"] == v05["train"]
+        assert other_family["train"] == v05["train"]
         assert dtensor["train"] == _score(plan, version="0.5.0", model_type="qwen3", backend="fsdp").phases[
             "actor.train"]["train"]
+
+
+def test_v04_needs_the_family_of_a_gated_actor_that_may_train_on_megatron():
+    """Without model_type the v0.4 unfused-SwiGLU charge could not be priced: refused, naming the field;
+    a DTensor trainer and v0.5 (fused for every family) need no family."""
+    for backend in ("megatron", "auto"):
+        with pytest.raises(ConfigError, match=r"^\[models.actor\] model_type: required with policy.framework "
+                                              r"nemo-rl '0.4.0'"):
+            _small(version="0.4.0", backend=backend)
+    assert _small(version="0.4.0", backend="fsdp").models["actor"].model_type is None
+    assert _small(version="0.5.0").models["actor"].model_type is None
 
 
 def test_v04_optimizer_round_trip_adds_to_a_split_plan_and_not_to_a_colocated_one():
     # the trainer's 4 GPUs (dp 4, zero1): 12 bytes of Adam state per parameter / 4, to the host and back
     trip = 2 * 12 * SMALL_PARAMS / 4 / HOST_BANDWIDTH
-    assert trip == pytest.approx(0.0159184896, rel=1e-12)
-    split04, split05 = _score(SPLIT, version="0.4.0"), _score(SPLIT, version="0.5.0")
+    assert trip == pytest.approx(0.01591861248, rel=1e-12)
+    split04, split05 = _score(SPLIT, version="0.4.0", model_type="olmo2"), _score(SPLIT, version="0.5.0")
     assert split04.phases["actor.train"]["optimizer_offload"] == pytest.approx(trip, rel=1e-12)
     assert split04.realloc == split05.realloc
     assert split04.step_time - split05.step_time == pytest.approx(trip, rel=1e-9)   # the trainer ends the step
     # colocated: the round trip moves from the refit's offload of the training state to the trainer, once
-    co04, co05 = _score(COLOCATED, version="0.4.0"), _score(COLOCATED, version="0.5.0")
+    co04, co05 = _score(COLOCATED, version="0.4.0", model_type="olmo2"), _score(COLOCATED, version="0.5.0")
     moved = co04.phases["actor.train"]["optimizer_offload"]
     assert moved == pytest.approx(2 * 12 * SMALL_PARAMS / 8 / HOST_BANDWIDTH, rel=1e-12)
     edge = "actor.train->actor.generate"
@@ -255,7 +265,8 @@ def test_a_v04_dpo_step_has_no_log_prob_round_trip_but_keeps_the_swiglu_factor()
                                       (1, 1, 8))
     assert "optimizer_offload" not in parts["0.4.0"]
     assert parts["0.4.0"]["train"] == pytest.approx(1.25 * parts["0.5.0"]["train"], rel=1e-12)
-    assert cost_model(_small(version="0.4.0", algorithm="dpo")).trainer_moves_optimizer == frozenset()
+    dpo = _small(version="0.4.0", model_type="qwen3", algorithm="dpo")
+    assert cost_model(dpo).trainer_moves_optimizer == frozenset()
 
 
 @pytest.mark.parametrize("spelling", ["0.5", "v0.5", "V0.5", "0.5.0", "v0.5.0", "0.5rc1", "0.5.0RC1", "0.5.0.post1",
@@ -277,3 +288,26 @@ def test_release_spellings_the_config_refuses_release_for_refuses_with_the_same_
     assert str(parsed.value).startswith(f"[policy] framework_version: {spelling!r} is not a release")
     with pytest.raises(ConfigError, match="framework_version"):
         _small(version=spelling)
+
+
+def test_transformer_engine_release_of_each_nemo_rl_release():
+    # uv.lock at v0.4.0 / v0.5.0 / v0.6.0 / v0.7.0
+    assert {k: r.transformer_engine for k, r in NEMO_RL_RELEASES.items()} == {
+        "0.4": "2.5.0", "0.5": "2.8.0", "0.6": "2.14.0", "0.7": "2.15.0"}
+    assert cost_model(_small(version="0.5.0")).transformer_engine == "2.8.0"
+    assert cost_model(_small(version="0.6.1")).transformer_engine == "2.14.0"
+    assert cost_model(_small()).transformer_engine is None
+    assert cost_model(_small(version="0.3.0")).transformer_engine is None
+
+
+def test_v05_te_host_time_slows_only_the_small_models_megatron_passes():
+    """The 132M-parameter policy's linears (1,024 wide, 192-token sequences) are shorter than a TE 2.8
+    linear's host time: under v0.5 its Megatron log-prob, reference and training passes take longer than
+    under v0.6 (TE 2.14, torch's host time); generation and the DTensor (Hugging Face) passes do not move."""
+    for plan in (SPLIT, COLOCATED):
+        v05, v06 = _score(plan, version="0.5.0"), _score(plan, version="0.6.0")
+        assert v05.phases["actor.train"]["train"] > v06.phases["actor.train"]["train"]
+        assert v05.phases["reference.infer"]["forward"] > v06.phases["reference.infer"]["forward"]
+        assert v05.phases["actor.generate"] == v06.phases["actor.generate"]
+        fsdp05, fsdp06 = _score(plan, version="0.5.0", backend="fsdp"), _score(plan, version="0.6.0", backend="fsdp")
+        assert fsdp05.step_time == fsdp06.step_time and fsdp05.phases == fsdp06.phases

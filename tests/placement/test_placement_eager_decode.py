@@ -166,13 +166,49 @@ def test_estimate_knob_model_matches_the_cost_model():
     graph = estimate("qwen2.5-1.5b", "h20", "decode", batch=8, context=4096, tp=2, framework="vllm")
     eager = estimate("qwen2.5-1.5b", "h20", "decode", batch=8, context=4096, tp=2, framework="vllm",
                      enforce_eager=True)
-    assert eager.parts["overhead"] == graph.parts["overhead"] == pytest.approx(1.4e-3)
+    # the engine's 1.4 ms per iteration and the V1 engine's host time per running sequence, for 8 of them
+    v1_per_sequence = (0.287e-3 - 0.142e-3) / 128
+    assert eager.parts["overhead"] == graph.parts["overhead"] == pytest.approx(1.4e-3 + 8 * v1_per_sequence)
     assert eager.parts["decode"] > graph.parts["decode"]
     issue = C.load_table(HOST_ISSUE_TABLE).kernel_issue_s
     model = resolve_model("qwen2.5-1.5b")
     # each of the 2 · 28 all-reduces at least the issue time
     assert eager.parts["communication"] == pytest.approx(2 * model.layers * issue, rel=1e-9)
     assert graph.parts["communication"] < eager.parts["communication"]
+
+
+def test_estimate_takes_the_release_engine_and_eager_default_of_a_framework_version():
+    """verl v0.3 ran vLLM's V0 engine without CUDA graphs: 93 µs of host time per running sequence per
+    iteration ((20 - 1.4) ms / 200) and eager kernels; v0.6 runs V1 with graphs, as the unversioned profile."""
+    kwargs = dict(batch=64, context=4096, framework="verl")
+    old = estimate("qwen2.5-1.5b", "h200", "decode", framework_version="0.3.0", **kwargs)
+    current = estimate("qwen2.5-1.5b", "h200", "decode", framework_version="0.6.0", **kwargs)
+    unversioned = estimate("qwen2.5-1.5b", "h200", "decode", **kwargs)
+    assert old.inputs["engine_generation"] == "v0" and old.inputs["enforce_eager"]
+    # the same per-iteration and dispatch time; the engines differ in the host time of the 64 sequences
+    v0, v1 = (20e-3 - 1.4e-3) / 200, (0.287e-3 - 0.142e-3) / 128
+    assert old.parts["overhead"] - current.parts["overhead"] == pytest.approx(64 * (v0 - v1), rel=1e-9)
+    assert current.parts == unversioned.parts and not current.inputs["enforce_eager"]
+    eager = estimate("qwen2.5-1.5b", "h200", "decode", framework_version="0.6.0", enforce_eager=True, **kwargs)
+    assert old.parts["decode"] == eager.parts["decode"] > current.parts["decode"]
+    # training runs no engine: the release changes nothing there
+    assert estimate("qwen2.5-1.5b", "h200", "train", framework="verl", framework_version="0.3.0").parts == \
+        estimate("qwen2.5-1.5b", "h200", "train", framework="verl").parts
+
+
+@pytest.mark.parametrize("framework, version, message", [
+    ("vllm", "0.3.0", "framework_version: '0.3.0' names a release of an RL framework; --framework vllm has none"),
+    ("none", "0.3.0", "framework_version: '0.3.0' names a release of an RL framework; --framework none has none"),
+    ("deepspeed-chat", "0.1.0", "framework_version: '0.1.0' is set, but the deepspeed-chat framework has no "
+                                "version-dependent defaults"),
+    ("verl", "0.0.9", "framework_version: '0.0.9' is before verl 0.1"),
+    ("verl", "latest", "framework_version: 'latest' is not a release"),
+    ("verl", 0.3, "framework_version: must be a quoted release"),
+])
+def test_estimate_refuses_a_framework_version_it_cannot_apply(framework, version, message):
+    with pytest.raises(ConfigError) as info:
+        estimate("qwen2.5-1.5b", "h200", "decode", framework=framework, framework_version=version)
+    assert str(info.value).startswith(message), str(info.value)
 
 
 def test_estimate_refuses_eager_for_a_non_vllm_engine_and_a_non_bool():

@@ -36,7 +36,7 @@ def _tiny_file(tmp_path, published: dict[str, float]) -> str:
         "workload": {"batch_size": 4, "samples_per_prompt": 2, "context_length": 100, "generation_length": 100},
         "policy": {"algorithm": "dapo"},
         "validation": {
-            "source": "tiny, hand calculation", "framework": "verl", "published": published,
+            "source": "tiny, hand calculation", "framework": "hand", "published": published,
             "phases": {"generation": ["actor.generate"], "training": ["actor.train"]},
             "plan": {"actor.generate": {"dp": 2, "pp": 1, "tp": 1, "micro_batch": 4, "origin": [0, 0, 0],
                                         "extent": [1, 1, 2]},

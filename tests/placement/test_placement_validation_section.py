@@ -58,6 +58,9 @@ CLI_CASES = [
     pytest.param(_set("published", {"generation": -1}),
                  "[validation] published.generation: must be a finite number in (0, inf), got -1",
                  id="published-negative"),
+    pytest.param(_set("framework", "verl"),
+                 "[validation] framework: 'verl' ran the step, but policy.framework is 'none': the run would be "
+                 "priced without verl's execution profile; set policy.framework: verl", id="framework-disagrees"),
     pytest.param(_set("engine_only", ["gen"]),
                  "[validation] engine_only: 'gen' is not a phase of 'phases'; phases: generation",
                  id="engine-only-not-a-phase"),
@@ -72,6 +75,12 @@ def test_validate_refuses_a_bad_validation_field_with_one_line(tmp_path, capsys,
     named = line.replace("[validation] ", f"[validation] {path}: ", 1)   # the file comes first
     assert captured.err.splitlines() == [f"packplace validate: error: {named}"]
     assert captured.out == ""  # refused at load: no row is printed
+
+
+def test_a_framework_without_a_profile_may_be_scored_on_the_bare_engine(tmp_path):
+    # a system the model has no execution profile for names itself and is priced as framework none
+    instance, _, section = load_setup(_edited(tmp_path, _set("framework", "some-other-system")))
+    assert instance.framework == "none" and section["framework"] == "some-other-system"
 
 
 def _load_error(tmp_path, edit) -> str:

@@ -44,6 +44,7 @@ from packplace.placement.model.nemo_rl_releases import (
     POLICY_TRAIN,
     TrainerRelease,
     reference_swap_seconds,
+    release_for,
     release_train_parts,
     swaps_reference_weights,
     trainer_release,
@@ -582,9 +583,11 @@ def vertex_balance(instance, vertex: str) -> VertexBalance | None:
 
 def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostModel:
     """The :class:`CostModel` of ``instance`` (optionally on another cluster or hardware): its workload,
-    engine, framework profile, the shapes of its models that train with ``zero3`` and the policy's shape
+    engine, framework profile, the shapes of its models that train with ``zero3``, the policy's shape
     when its NeMo RL release moves the optimizer state in the training vertex
-    (:func:`~packplace.placement.model.nemo_rl_releases.trainer_release`)."""
+    (:func:`~packplace.placement.model.nemo_rl_releases.trainer_release`) and the Transformer Engine release
+    a NeMo RL release pins (:func:`~packplace.placement.model.nemo_rl_releases.release_for`; the host time
+    of its Megatron passes' linear modules)."""
     sharded = frozenset(instance.models[m] for m, o in instance.training.items()
                         if o.sharding == "zero3" and m in instance.models)
     trained = algorithm_spec(instance.algorithm).trainable_models
@@ -593,9 +596,11 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
     policy = trainer_release(instance, POLICY_TRAIN) if POLICY_TRAIN in instance.graph.names else None
     moves = frozenset((instance.models["actor"],)) if policy is not None and policy.optimizer_round_trip \
         else frozenset()
+    release = release_for(instance.framework, getattr(instance, "framework_version", None))
     return CostModel(hardware if hardware is not None else instance.hardware,
                      cluster if cluster is not None else instance.cluster, instance.workload, instance.engine,
-                     profile(instance.framework), sharded, training, Context.of(instance), moves)
+                     profile(instance.framework), sharded, training, Context.of(instance), moves,
+                     release.transformer_engine if release is not None else None)
 
 
 def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro_batch: int,

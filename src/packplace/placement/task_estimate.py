@@ -44,7 +44,13 @@ from packplace.errors import ConfigError, show
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
 from packplace.placement.model.cost import CostModel, hardware_table
 from packplace.placement.model.engine import RolloutEngine
-from packplace.placement.model.framework import FRAMEWORKS, decode_step_overhead, dispatch_seconds
+from packplace.placement.model.framework import (
+    FRAMEWORKS,
+    decode_step_overhead,
+    dispatch_seconds,
+    host_seconds_per_sequence,
+    version_defaults,
+)
 from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
 from packplace.placement.model.pass_memory import pass_memory
 from packplace.placement.model.training_time import training_overhead_seconds
@@ -196,7 +202,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
              batch: int = 1, context: int = 2048, recompute: str = "none", optimizer: str = "adam",
              tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
-             enforce_eager: bool = False) -> Estimate:
+             enforce_eager: bool = False, framework_version: str | None = None) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -214,6 +220,11 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         enforce_eager: Decode without CUDA graphs (vLLM's ``enforce_eager``): every decode iteration (decode,
             generate) issues each kernel from the host
             (:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`).
+        framework_version: The RL framework's release (``"0.3.0"``), as ``policy.framework_version`` of a
+            placement config: its vLLM engine generation (the host time per running sequence of every decode
+            iteration, :func:`~packplace.placement.model.framework.host_seconds_per_sequence`) and its
+            ``enforce_eager`` default (``enforce_eager`` True overrides it). Unset: the framework's current
+            releases. ``vllm`` (a bare engine) always runs the current (V1) engine.
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -240,6 +251,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     if enforce_eager and FRAMEWORKS.get(framework, FRAMEWORKS["none"]).enforce_eager is None:
         raise ConfigError(f"enforce_eager: a vLLM setting; the {framework} framework generates with its own "
                           "engine, whose eager kernel launches are inside its per-step overhead")
+    engine_generation, version_eager = _engine(framework, framework_version)
+    enforce_eager = enforce_eager or (version_eager and task in ("decode", "generate"))
     for name, value in (("micro_batch", micro_batch), ("batch", batch), ("tp", tp), ("pp", pp), ("dp", dp),
                         ("ep", ep)):
         _check(name, value)
@@ -261,9 +274,11 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     inputs = {"model": str(model) if isinstance(model, (str, Path)) else "shape", "gpu": gpu, "task": task,
               "micro_batch": micro_batch, "seq_len": seq_len, "batch": batch, "context": context,
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
-              "framework": framework, "enforce_eager": enforce_eager, "params": shape.params}
+              "framework": framework, "framework_version": framework_version, "enforce_eager": enforce_eager,
+              "engine_generation": engine_generation, "params": shape.params}
     parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
-                        optimizer, tp, pp, dp, ep, framework, enforce_eager)
+                        optimizer, tp, pp, dp, ep, framework, enforce_eager,
+                        host_seconds_per_sequence(engine_generation))
     memory = memory_parts(shape, hw, task, micro_batch=micro_batch, seq_len=seq_len, batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep, framework=framework)
     priced = components is not None and not shape.is_moe
@@ -271,6 +286,38 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
                     components=components.gpu if priced else "knobs", inputs=inputs,
                     capacity_bytes=float(hw.memory_per_gpu),
                     components_derivation=components.derivation if priced else "")
+
+
+def _engine(framework: str, framework_version: str | None) -> tuple[str | None, bool]:
+    """``(engine generation, enforce_eager default)`` of ``framework`` at release ``framework_version``: the
+    release's (:func:`~packplace.placement.model.framework.version_defaults`), else the profile's current
+    ones; ``(None, False)`` for bare kernels (``none``) and an engine that is not vLLM.
+
+    Raises:
+        ConfigError: ``framework_version: ...`` for a malformed release, one before the framework's first
+            known release, or a framework without releases (``none``, ``vllm``, ``deepspeed-chat``).
+    """
+    if framework_version is not None:
+        if framework in ("none", "vllm"):
+            raise ConfigError(f"framework_version: {show(framework_version)} names a release of an RL framework; "
+                              f"--framework {framework} has none (give --framework verl, nemo-rl or openrlhf)")
+        if not isinstance(framework_version, str):
+            raise ConfigError(f"framework_version: must be a quoted release such as \"0.5.0\", got "
+                              f"{show(framework_version)}")
+        try:
+            version = version_defaults(framework, framework_version)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).removeprefix("[policy] ")) from None
+    else:
+        version = None
+    if framework == "none":
+        return None, False
+    profile = FRAMEWORKS["none" if framework == "vllm" else framework]
+    if profile.engine_generation is None:
+        return None, False
+    if version is None:
+        return profile.engine_generation, bool(profile.enforce_eager) and framework != "vllm"
+    return version.engine_generation, version.enforce_eager
 
 
 def _table(table: ComponentTable | str | Path | None, hw: Hardware) -> ComponentTable | None:
@@ -300,7 +347,8 @@ def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, seq_
 
 def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: ComponentTable | None, task: str,
                 micro_batch: int, seq_len: int, batch: int, context: int, recompute: str, optimizer: str,
-                tp: int, pp: int, dp: int, ep: int, framework: str, eager: bool = False) -> dict[str, float]:
+                tp: int, pp: int, dp: int, ep: int, framework: str, eager: bool = False,
+                host_per_sequence: float = 0.0) -> dict[str, float]:
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
     cost = _cost(shape, cluster, hw, sequences, seq_len, framework, eager)
@@ -380,8 +428,9 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
         parts["prefill"] = prefill
         parts["decode"] = steps * step(batch, (seq_len + context) / 2.0)   # linear in the context
     parts["communication"] = steps * _decode_comm(cost, shape, batch, tp, pp, extent, dp, eager)
-    parts["overhead"] = steps * step_overhead + (dispatch_seconds(cost, cost.framework, dp)
-                                                 if framework not in ("none", "vllm") else 0.0)
+    # the engine's host time per running sequence (scheduler, input preparation, output processing)
+    dispatch = dispatch_seconds(cost, cost.framework, dp) if framework not in ("none", "vllm") else 0.0
+    parts["overhead"] = steps * (step_overhead + host_per_sequence * batch) + dispatch
     return parts
 
 
@@ -452,6 +501,9 @@ def register_estimate(subparsers) -> None:
         p.add_argument(f"--{name}", type=int, default=1, help=f"{name} degree (default 1)")
     p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
                    help="none: bare kernels; otherwise the framework's dispatch and engine overheads")
+    p.add_argument("--framework-version", default=None, dest="framework_version", metavar="RELEASE",
+                   help="the RL framework's release (e.g. 0.3.0): its vLLM engine generation (host time per "
+                        "running sequence) and enforce_eager default; default: its current releases")
     p.add_argument("--enforce-eager", action="store_true", dest="enforce_eager",
                    help="decode without CUDA graphs (vLLM's enforce_eager): every decode iteration issues each "
                         "kernel from the host (decode, generate)")
@@ -502,7 +554,8 @@ def run_estimate(args) -> int:
     result = estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
                       batch=args.batch, context=_cli_context(args), recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
-                      hardware=_overrides(args.hw), table=args.table, enforce_eager=args.enforce_eager)
+                      hardware=_overrides(args.hw), table=args.table, enforce_eager=args.enforce_eager,
+                      framework_version=args.framework_version)
     print(format_estimate(result))
     args.json_document = result.as_dict()
     return 0

@@ -45,6 +45,7 @@ from packplace.contract import Field, check_section, key_shown
 from packplace.errors import ConfigError, PackplaceError, show
 from packplace.placement.candidates import CandidateTable
 from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.model.framework import FRAMEWORKS
 from packplace.placement.problem.config import MAX_GPUS, MAX_SEQUENCES, STALENESS_FIELD, build_instance, load_yaml
 from packplace.placement.problem.hardware import PRESETS
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
@@ -60,7 +61,8 @@ VALIDATION_FIELDS: dict[str, Field] = {
                          meaning="group left out together by --cross-validate (default: source up to its first comma)"),
     "framework": Field("str", default=None,
                        meaning="framework that ran the step, the group of framework-scoped knobs "
-                               "(default: policy.framework)"),
+                               "(default: policy.framework; one with an execution profile must equal "
+                               "policy.framework)"),
     "note": Field("str", default=None, meaning="free text for the reader"),
     "not_fitted": Field("str", default=None,
                         meaning="why the figures are scored but never used to fit knobs "
@@ -369,6 +371,7 @@ def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
         _allow_staleness(cfg, stale)
     instance = build_instance(cfg, source=path)
     try:
+        _check_framework_agrees(section, instance)
         fit = fitted_tasks(section["plan"])
         section = check_validation(section, instance.graph.names)
         plan = _plan(section["plan"], "validation", instance.graph.names)
@@ -382,6 +385,22 @@ def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
     preset = (cfg.get("hardware") or {}).get("preset")
     section["_gpu"] = next((k for k, v in PRESETS.items() if v is PRESETS.get(preset)), preset) or "custom"
     return instance, plan, section
+
+
+def _check_framework_agrees(section: dict[str, Any], instance) -> None:
+    """``validation.framework`` names the framework that ran the step; when the model has that framework's
+    execution profile (:data:`~packplace.placement.model.framework.FRAMEWORKS`), ``policy.framework`` must
+    select it, or the run would be priced without the mechanics of the framework it names (a framework
+    without a profile, e.g. one scored with the bare engine, may differ).
+
+    Raises:
+        ConfigError: ``[validation] framework: ...`` naming both values.
+    """
+    named = section.get("framework")
+    if named in FRAMEWORKS and named != instance.framework:
+        raise ConfigError(f"[validation] framework: {show(named)} ran the step, but policy.framework is "
+                          f"{show(instance.framework)}: the run would be priced without {named}'s execution "
+                          f"profile; set policy.framework: {named}")
 
 
 def declared_staleness(section: dict[str, Any]) -> dict[str, int]:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
@@ -563,6 +564,36 @@ def _megatron_dense(model: TransformerShape, kernels: str) -> None:
                          "efficiency-knob model (CostModel.components_for)")
 
 
+def megatron_layer_modules(model: TransformerShape, tokens: float, seq_len: float,
+                           tp: int = 1) -> list[tuple[str, list[tuple]]]:
+    """The kernels of :func:`megatron_layer_forward` grouped by the module that issues them, in order:
+    ``[(module, kernels)]``. The four Transformer Engine linear modules are ``linear_qkv`` (its norm and
+    the QKV GEMM), ``linear_proj``, ``linear_fc1`` (its norm and the gate/up GEMM) and ``linear_fc2``
+    (:data:`TE_LINEAR_MODULES`); the rest are ``qkv_split`` (the query's copy), ``qk_norm``, ``rope``,
+    ``core_attention``, ``activation`` and the two residual adds ``self_attn_bda`` / ``mlp_bda``."""
+    d, T = model.hidden_dim, float(tokens)
+    q, kvw = model.attention_dim / tp, model.kv_dim / tp
+    rows = T / tp
+    modules: list[tuple[str, list[tuple]]] = [
+        ("linear_qkv", te_norm_forward(d, rows) + [("gemm", T, d, q + 2 * kvw)])]
+    if model.heads > model.kv_heads:
+        modules.append(("qkv_split", [("ew", 2 * BF16 * q * T)]))
+    if model.qk_norm:
+        modules.append(("qk_norm", te_norm_forward(q, T) + te_norm_forward(kvw, T)))
+    if model.position_embeddings == 0:
+        modules.append(("rope", [("ew", 2 * BF16 * q * T), ("ew", 2 * BF16 * kvw * T)]))
+    modules += [("core_attention", [("attn", 2.0 * T * seq_len * q)]), ("linear_proj", [("gemm", T, q, d)]),
+                ("self_attn_bda", [("ew", 3 * BF16 * d * rows)])]
+    f = model.ffn_dim / tp
+    if model.mlp == "gated":
+        modules += [("linear_fc1", te_norm_forward(d, rows) + [("gemm", T, d, 2 * f)]),
+                    ("activation", [("ew", 3 * BF16 * f * T)])]
+    else:
+        modules += [("linear_fc1", te_norm_forward(d, rows) + [("gemm", T, d, f)]),
+                    ("activation", [("ew", 2 * BF16 * f * T)])]
+    return modules + [("linear_fc2", [("gemm", T, f, d)]), ("mlp_bda", [("ew", 3 * BF16 * d * rows)])]
+
+
 def megatron_layer_forward(model: TransformerShape, tokens: float, seq_len: float, tp: int = 1) -> list[tuple]:
     """The kernels of one dense Megatron-Core ``TransformerLayer`` forward with the Transformer Engine
     spec over ``tokens`` tokens in sequences of ``seq_len`` (bf16 weights, no dropout, sequence packing),
@@ -577,25 +608,63 @@ def megatron_layer_forward(model: TransformerShape, tokens: float, seq_len: floa
     projection GEMM; the residual add (``self_attn_bda``); the MLP's norm and one gate/up GEMM
     (``linear_fc1``, a ``LayerNormLinear`` of ``2f`` outputs); the fused SwiGLU (``bias_swiglu_impl``;
     a non-gated MLP its fused activation); the down GEMM; the residual add. A dense Llama layer: 13
-    kernels (:func:`layer_forward`, the eager layer: 39)."""
-    d, T = model.hidden_dim, float(tokens)
-    q, kvw = model.attention_dim / tp, model.kv_dim / tp
-    rows = T / tp
-    ops: list[tuple] = te_norm_forward(d, rows) + [("gemm", T, d, q + 2 * kvw)]
-    if model.heads > model.kv_heads:
-        ops.append(("ew", 2 * BF16 * q * T))
-    if model.qk_norm:
-        ops += te_norm_forward(q, T) + te_norm_forward(kvw, T)
-    if model.position_embeddings == 0:
-        ops += [("ew", 2 * BF16 * q * T), ("ew", 2 * BF16 * kvw * T)]
-    ops += [("attn", 2.0 * T * seq_len * q), ("gemm", T, q, d), ("ew", 3 * BF16 * d * rows)]
-    ops += te_norm_forward(d, rows)
-    f = model.ffn_dim / tp
-    if model.mlp == "gated":
-        ops += [("gemm", T, d, 2 * f), ("ew", 3 * BF16 * f * T)]
-    else:
-        ops += [("gemm", T, d, f), ("ew", 2 * BF16 * f * T)]
-    return ops + [("gemm", T, f, d), ("ew", 3 * BF16 * d * rows)]
+    kernels (:func:`layer_forward`, the eager layer: 39). By module: :func:`megatron_layer_modules`."""
+    return [op for _, ops in megatron_layer_modules(model, tokens, seq_len, tp) for op in ops]
+
+
+#: The Transformer Engine linear modules of a Megatron-Core layer (:func:`megatron_layer_modules`):
+#: ``TELayerNormColumnParallelLinear`` (``linear_qkv``, ``linear_fc1``) and ``TERowParallelLinear``
+#: (``linear_proj``, ``linear_fc2``), whose forward's host time :data:`TE_LINEAR_HOST_RATIO` prices.
+TE_LINEAR_MODULES = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+#: Host time of one Transformer Engine ``Linear`` forward (bf16) over that of ``torch.nn.Linear`` on the
+#: same host, for Transformer Engine releases before 2.11: 90.53 / 33.17 µs = 2.73 on a GH200 and
+#: 99.66 / 37.08 µs = 2.69 on a GB200 (github.com/NVIDIA/TransformerEngine/issues/2053, 2025-08, bf16,
+#: hidden 2048, 8192 tokens; "CPU runtime" per forward), mean 2.71. No CPU-overhead change landed in
+#: TransformerEngine between that report and 2.11 (git log: "[PyTorch] Reduce CPU overheads" #2377 and
+#: "Minor improvements to CPU overhead" #2400, 2025-11, first in v2.11); from 2.11 a bf16 TE linear's host
+#: time is "nearly the same" as torch's (github.com/NVIDIA/TransformerEngine/issues/2126, comment of
+#: 2026-01-03): ratio 1 (:func:`te_linear_host_ratio`). An ``nn.Linear`` forward issues one GEMM: its host
+#: time is one eager kernel issue, the table's ``kernel_issue_s``.
+TE_LINEAR_HOST_RATIO = 2.71
+#: The first Transformer Engine release whose linear modules run at torch's host time (``(major, minor)``).
+TE_LOW_OVERHEAD_RELEASE = (2, 11)
+
+
+def te_linear_host_ratio(transformer_engine: str | None) -> float:
+    """:data:`TE_LINEAR_HOST_RATIO` for a Transformer Engine release before
+    :data:`TE_LOW_OVERHEAD_RELEASE` (``"2.5.0"``, ``"2.8"``, ``"2.14.0+71bbefb"``: the numbers before any
+    ``+`` local part), 1 from that release on, and 1 for ``None`` (the release unknown: the kernels' own issue
+    time, what the model priced before the release was known).
+
+    Raises:
+        ValueError: ``transformer_engine`` does not start with ``major.minor`` numbers.
+    """
+    if transformer_engine is None:
+        return 1.0
+    match = re.match(r"v?(\d+)\.(\d+)", str(transformer_engine).strip())
+    if match is None:
+        raise ValueError(f"transformer_engine: expected a release such as '2.8.0', got {transformer_engine!r}")
+    release = (int(match.group(1)), int(match.group(2)))
+    return TE_LINEAR_HOST_RATIO if release < TE_LOW_OVERHEAD_RELEASE else 1.0
+
+
+def megatron_forward_seconds(table: ComponentTable, modules: list[tuple[str, list[tuple]]],
+                             te_host_ratio: float = 1.0) -> float:
+    """Seconds of one Megatron-Core layer forward from its modules (:func:`megatron_layer_modules`): every
+    kernel at :meth:`ComponentTable.eager_seconds`, and each Transformer Engine linear module
+    (:data:`TE_LINEAR_MODULES`) at least its host time, its kernels' issue time plus ``te_host_ratio − 1``
+    issue times (a ``Linear`` of one GEMM: ``te_host_ratio·kernel_issue_s``, the ratio's measurement;
+    a ``LayerNormLinear`` pays the same extra once, over its norm's and GEMM's issue):
+    ``max(Σ max(issue, gpu_fixed + t), (n + ratio − 1)·issue)``. With ratio 1 the floor is the kernels'
+    own issue time and the sum is :meth:`ComponentTable.eager_seconds` of the flat list."""
+    issue = table.kernel_issue_s
+    total = 0.0
+    for name, ops in modules:
+        seconds = table.eager_seconds(ops)
+        if name in TE_LINEAR_MODULES:
+            seconds = max(seconds, (len(ops) + te_host_ratio - 1.0) * issue)
+        total += seconds
+    return total
 
 
 def _gemm_backward(op: tuple) -> list[tuple]:
@@ -695,7 +764,8 @@ def _layer_ops(model: TransformerShape, tokens: float, seq_len: float, tp: int, 
 def pass_times(table: ComponentTable, model: TransformerShape, *, tokens: float, seq_len: float,
                train: bool, layers: float | None = None, head: bool = True, tp: int = 1, ep: int = 1,
                recompute: str = "none", master_fp32: bool = False, optimizer: bool = False,
-               params: float = 0.0, logits: str = "all", kernels: str = "hf") -> PassTimes:
+               params: float = 0.0, logits: str = "all", kernels: str = "hf",
+               transformer_engine: str | None = None) -> PassTimes:
     """Seconds of one micro-batch of ``tokens`` tokens (sequences of ``seq_len``) through ``layers`` of
     the model's layers (default all; a pipeline stage passes its own count) on one GPU of ``tp``
     tensor-parallel ranks, eager PyTorch (Hugging Face modelling code, SDPA attention).
@@ -711,7 +781,10 @@ def pass_times(table: ComponentTable, model: TransformerShape, *, tokens: float,
     Megatron-Core layer with Transformer Engine (:func:`megatron_layer_forward`,
     :func:`megatron_layer_backward`; the final norm Transformer Engine's, the output head and the
     log-probabilities or loss over the vocabulary as above), priced by the same table, each kernel still
-    at least the host's ``kernel_issue_s``.
+    at least the host's ``kernel_issue_s``, and each Transformer Engine linear module's forward (the
+    forward and a full recompute's) at least its host time under release ``transformer_engine``
+    (:func:`megatron_forward_seconds` with :func:`te_linear_host_ratio`; ``None``: the kernels' issue time
+    alone). The backward keeps the per-kernel issue time (no published figure for a TE module's backward).
 
     Returns:
         :class:`PassTimes` (seconds).
@@ -719,21 +792,23 @@ def pass_times(table: ComponentTable, model: TransformerShape, *, tokens: float,
     Raises:
         ValueError: ``kernels`` not in :data:`KERNEL_SETS`; ``megatron`` for a mixture of experts or with
             ``master_fp32`` (Megatron-Core keeps bf16 weights and the fp32 master copy in its optimizer,
-            no autocast).
+            no autocast); a ``transformer_engine`` that is not a release (:func:`te_linear_host_ratio`).
     """
     _megatron_dense(model, kernels)
+    ratio = te_linear_host_ratio(transformer_engine) if kernels == "megatron" else 1.0
     if kernels == "megatron" and master_fp32:
         raise ValueError("master_fp32: Megatron-Core trains bf16 weights (the fp32 master copy lives in its "
                          "distributed optimizer), not under autocast; use kernels='hf' for autocast passes")
     return _pass_times(table, model, float(tokens), float(seq_len), bool(train), None if layers is None else
                        float(layers), bool(head), int(tp), int(ep), recompute, bool(master_fp32), bool(optimizer),
-                       float(params), logits, kernels)
+                       float(params), logits, kernels, ratio)
 
 
 @lru_cache(maxsize=65536)
 def _pass_times(table: ComponentTable, model: TransformerShape, tokens: float, seq_len: float, train: bool,
                 layers: float | None, head: bool, tp: int, ep: int, recompute: str, master_fp32: bool,
-                optimizer: bool, params: float, logits: str, kernels: str = "hf") -> PassTimes:
+                optimizer: bool, params: float, logits: str, kernels: str = "hf",
+                te_host_ratio: float = 1.0) -> PassTimes:
     """:func:`pass_times`, memoised (the placement evaluator asks for the same pass under many blocks)."""
     total_layers = model.layers
     scale = 1.0 if layers is None else layers / total_layers
@@ -744,12 +819,14 @@ def _pass_times(table: ComponentTable, model: TransformerShape, tokens: float, s
                  else _layer_ops(model, tokens, seq_len, tp, ep, autocast))
     for ops, count in layer_ops:
         n = count * scale
-        fwd += n * table.eager_seconds(ops)
+        layer_fwd = (megatron_forward_seconds(table, megatron_layer_modules(model, tokens, seq_len, tp),
+                                              te_host_ratio) if megatron else table.eager_seconds(ops))
+        fwd += n * layer_fwd
         if train:
             bwd += n * table.eager_seconds(megatron_layer_backward(model, tokens, seq_len, tp) if megatron
                                            else backward(ops))
             if recompute == "full":
-                rec += n * table.eager_seconds(ops)
+                rec += n * layer_fwd
             elif recompute == "selective":
                 rec += n * table.eager_seconds([op for op in ops if op[0] == "attn"])
     if head:

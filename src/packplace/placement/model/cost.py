@@ -123,6 +123,11 @@ class CostModel:
             and back every step (NeMo RL v0.4's policy around its log-prob passes,
             :mod:`~packplace.placement.model.nemo_rl_releases`): a colocated refit's offload leaves that
             state out (:meth:`colocated_sync_time`).
+        transformer_engine: The Transformer Engine release the Megatron-Core trainer runs (NeMo RL's pin,
+            :attr:`~packplace.placement.model.nemo_rl_releases.NemoRLRelease.transformer_engine`), which sets
+            the host time of its linear modules
+            (:func:`~packplace.placement.model.components.te_linear_host_ratio`); ``None``: unknown, the
+            kernels' own issue time.
     """
 
     def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload,
@@ -130,7 +135,8 @@ class CostModel:
                  sharded_models: frozenset = frozenset(),
                  training: dict[ModelSpec, TrainingOptions] | None = None,
                  layout: Context | None = None,
-                 trainer_moves_optimizer: frozenset = frozenset()) -> None:
+                 trainer_moves_optimizer: frozenset = frozenset(),
+                 transformer_engine: str | None = None) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
@@ -139,6 +145,7 @@ class CostModel:
         self.sharded_models = sharded_models
         self.training = dict(training) if training else {}
         self.trainer_moves_optimizer = trainer_moves_optimizer
+        self.transformer_engine = transformer_engine
         self.components = hardware_table(hardware, getattr(hardware, "component_table", "none"))
         self._eager_rates: ComponentTable | None = None
         self.layout = layout
@@ -546,12 +553,14 @@ class CostModel:
     def _component_pass(self, table: ComponentTable, model: ModelSpec, tokens: float, seq_len: float, train: bool,
                         pp: int, tp: int, ep: int) -> tuple[float, float]:
         """``(one layer, the head)`` seconds of a micro-batch of ``tokens`` on the component table: forward
-        (and backward when ``train``) with the kernels of :meth:`pass_kernels`."""
+        (and backward when ``train``) with the kernels of :meth:`pass_kernels` (Megatron's under the
+        Transformer Engine release ``transformer_engine``)."""
         kernels = self.pass_kernels(pp, tp, ep)
+        te = self.transformer_engine if kernels == "megatron" else None
         layer = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=1, head=False, tp=tp,
-                           kernels=kernels)
+                           kernels=kernels, transformer_engine=te)
         top = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=0, head=True, tp=tp,
-                         kernels=kernels)
+                         kernels=kernels, transformer_engine=te)
         return layer.forward + layer.backward, top.forward + top.backward
 
     def decode_step_times(self, model: ModelSpec, tp: int, pp: int, extent: tuple[int, int, int], dp: int,

@@ -97,6 +97,9 @@ class NemoRLRelease:
         qwen_fused_swiglu: Megatron fuses the SwiGLU activation of the Qwen models
             (:data:`UNFUSED_SWIGLU_MODEL_TYPES`).
         sources: Where the settings are read.
+        transformer_engine: The Transformer Engine release the Megatron path installs (``uv.lock``), which
+            prices its linear modules' host time
+            (:func:`~packplace.placement.model.components.te_linear_host_ratio`).
     """
 
     version: str
@@ -104,6 +107,7 @@ class NemoRLRelease:
     logprob_optimizer_offload: bool
     qwen_fused_swiglu: bool
     sources: str
+    transformer_engine: str | None = None
 
 
 #: The releases (keys: ``major.minor``).
@@ -112,18 +116,24 @@ NEMO_RL_RELEASES: dict[str, NemoRLRelease] = {
         "0.4", "0.10.0", logprob_optimizer_offload=True, qwen_fused_swiglu=False,
         sources="v0.4.0: pyproject.toml (vllm==0.10.0); megatron_policy_worker.py prepare_for_lp_inference -> "
                 "offload_before_refit; Megatron-Bridge 62f4704b gpt_provider.py bias_activation_fusion False, "
-                "qwen_provider.py unset"),
+                "qwen_provider.py unset; uv.lock transformer-engine 2.5.0",
+        transformer_engine="2.5.0"),
     "0.5": NemoRLRelease(
         "0.5", "0.11.2", logprob_optimizer_offload=False, qwen_fused_swiglu=True,
         sources="v0.5.0: pyproject.toml (vllm==0.11.2); grpo_math_1B.yaml offload_optimizer_for_logprob: false "
                 "(github.com/NVIDIA-NeMo/RL/pull/1404), bias_activation_fusion: True "
-                "(github.com/NVIDIA-NeMo/RL/pull/1241)"),
+                "(github.com/NVIDIA-NeMo/RL/pull/1241); uv.lock transformer-engine 2.8.0",
+        transformer_engine="2.8.0"),
     "0.6": NemoRLRelease(
         "0.6", "0.17.1", logprob_optimizer_offload=False, qwen_fused_swiglu=True,
-        sources="v0.6.0: pyproject.toml (vllm==0.17.1); grpo_math_1B.yaml as in v0.5.0"),
+        sources="v0.6.0: pyproject.toml (vllm==0.17.1); grpo_math_1B.yaml as in v0.5.0; uv.lock "
+                "transformer-engine 2.14.0+71bbefb (git)",
+        transformer_engine="2.14.0"),
     "0.7": NemoRLRelease(
         "0.7", "0.20.0", logprob_optimizer_offload=False, qwen_fused_swiglu=True,
-        sources="v0.7.0: pyproject.toml (vllm 0.20.0 wheels); grpo_math_1B.yaml as in v0.5.0"),
+        sources="v0.7.0: pyproject.toml (vllm 0.20.0 wheels); grpo_math_1B.yaml as in v0.5.0; uv.lock "
+                "transformer-engine 2.15.0+42b8400 (release_v2.15)",
+        transformer_engine="2.15.0"),
 }
 
 

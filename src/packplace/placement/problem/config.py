@@ -48,6 +48,7 @@ from packplace.placement.model.framework import (
 )
 from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, check_config
 from packplace.placement.model.memory import OFFLOAD, RECOMPUTE, SHARDING, TrainingOptions, lora_params
+from packplace.placement.model.nemo_rl_releases import release_for
 from packplace.placement.problem.graph import (
     RL_ALGORITHMS,
     StepGraph,
@@ -585,6 +586,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     _require(models_cfg, required, "models")
     models = {role: _model(role, models_cfg[role], source) for role in required}
     models["reference"] = models["actor"]
+    _check_release_model_type(policy, models["actor"])
     training, balance = _training(_section(config, "training", required=False), spec.trainable_models)
     for role, options in training.items():
         try:
@@ -603,6 +605,25 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                                  framework_version=policy.get("framework_version"))
     check_config(Context.of(instance))
     return instance
+
+
+def _check_release_model_type(policy: Mapping[str, Any], actor: ModelSpec) -> None:
+    """A NeMo RL release whose Megatron trainer runs the Qwen models' SwiGLU unfused
+    (:func:`~packplace.placement.model.nemo_rl_releases.swiglu_training_factor`) prices the policy's training
+    by its family, so a gated-MLP actor that may train on Megatron (``trainer_backend`` other than ``fsdp``)
+    must name it: without ``model_type`` the charge would be silently left out.
+
+    Raises:
+        ConfigError: ``[models.actor] model_type: required ...``.
+    """
+    release = release_for(policy["framework"], policy.get("framework_version"))
+    if release is None or release.qwen_fused_swiglu or actor.mlp != "gated" or actor.model_type is not None \
+            or policy["trainer_backend"] == "fsdp":
+        return
+    raise ConfigError(f"[models.actor] model_type: required with policy.framework nemo-rl "
+                      f"{policy['framework_version']!r}: that release's Megatron trainer runs the SwiGLU of the "
+                      "Qwen models unfused, so the training time depends on the family; give the config.json "
+                      "model_type (e.g. llama, qwen2, qwen3, qwen3_moe), or trainer_backend: fsdp")
 
 
 def _is_rule(spec: Any) -> bool:
