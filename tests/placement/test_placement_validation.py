@@ -42,8 +42,12 @@ ADDED = {
 #: set) is 1.31 since its vLLM batches are bounded by their KV cache's tokens (recompute preemption).
 #: DeepSpeed-Chat's OPT-13B step (0.77 when the presets were set; 0.71 once the actor trained the script's
 #: LoRA adapters) is back in range (0.84) since its ZeRO-3 hybrid engine copies Q/K/V into a merged buffer at
-#: every forward.
+#: every forward. NeMo RL's Llama-3.1-8B step on 2 x 8 H100 (1.01 when its 16-rank FSDP collectives ran at
+#: one network card's 45 GB/s: 20.4 s of exposed ZeRO-3 traffic and 13.9 s of reference / log-prob gathers)
+#: is 0.67 since a group with 8 ranks per node drives its 8 cards (360 GB/s): the collectives hide behind
+#: the compute, and what the DTensor trainer spends beyond its kernels is not modelled.
 KNOWN_OUT_OF_RANGE = {("nemo_rl_grpo_qwen3-30b-a3b_4x8xh100", "step"): (0.5, 0.7),
+                      ("nemo_rl_grpo_llama3.1-8b_2x8xh100", "step"): (0.6, 0.75),
                       ("openrlhf_ppo_llama2-7b_8xa800", "generation_and_experience"): (1.2, 1.4)}
 #: The held-out row's ratio (0.67 before its vLLM batch was bounded by the KV cache's tokens at
 #: gpu_memory_utilization 0.6: 277.1 / 393 s; 0.705 before the engine's budget kept its workspace; 0.723
@@ -153,11 +157,12 @@ def test_validate_json_has_one_object_per_row(capsys):
 
 
 def test_validate_command_prints_the_report(capsys):
-    # OpenRLHF's generation + experience at 1.31: the one figure outside x1.3
+    # OpenRLHF's generation + experience at 1.31 and NeMo RL's Llama-3.1-8B step at 0.67: the figures
+    # outside x1.3 (KNOWN_OUT_OF_RANGE)
     assert main(["validate", *IN_SAMPLE_FILES]) == 1
     out = capsys.readouterr().out
     assert "nemo_rl_grpo_llama3.1-8b_2x8xh100" in out
-    assert "5 of 6 figures within x1.3 of the published value with the plan within memory" in out
+    assert "4 of 6 figures within x1.3 of the published value with the plan within memory" in out
 
 
 def test_mean_live_tokens_by_hand():
@@ -305,8 +310,8 @@ def test_validation_plan_staleness_must_be_a_mapping_of_steps(tmp_path):
 
 def test_parts_add_up_to_the_task_time_and_calibrate_uses_the_same_total():
     # The 70B "Optimized DSChat" file trains ZeRO-3 with parameter and Adam offload and full recomputation:
-    # its trainers' memory options cost more than their passes, so a part list without them (the former
-    # validate --json parts and calibrate task times) would be off by that much.
+    # its trainers' memory options cost over a third of their passes, so a part list without them (the
+    # former validate --json parts and calibrate task times) would be off by that much.
     from packplace.placement.model.training_time import training_overhead_seconds
 
     path = os.path.join(VALIDATION, "deepspeed_chat_optimized_ppo_llama2-70b_32xa800.yaml")
@@ -325,7 +330,7 @@ def test_parts_add_up_to_the_task_time_and_calibrate_uses_the_same_total():
     expected = training_overhead_seconds(ev.cost, instance.models["actor"], instance.training["actor"], s.dp, s.pp,
                                          s.tp, vp.micro_batch, vp.allocation.extent, s.ep)
     assert score.phases["actor.train"]["memory_options"] == pytest.approx(expected)
-    assert expected > score.phases["actor.train"]["train"]
+    assert expected > 0.3 * score.phases["actor.train"]["train"]
 
 
 def test_validate_refuses_knobs_without_cross_validate(capsys):

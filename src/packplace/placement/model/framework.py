@@ -279,6 +279,14 @@ class FrameworkProfile:
             DeepSpeed ZeRO-3 (DeepSpeed-Chat, OpenRLHF), whose eval configs prefetch
             ``stage3_prefetch_bucket_size`` 3e7 parameters, less than one layer of a 1B+ model, so the gather
             stays exposed (:func:`gather_seconds`).
+        gradient_reduce_bytes: Bytes per gradient element of a ``zero3`` trainer's per-micro-batch
+            reduce-scatter (:func:`~packplace.placement.model.training_time.zero3_collective_seconds`; a
+            config's ``fp32_grad_buffer`` raises it to 4). PyTorch FSDP reduces in its mixed-precision
+            policy's ``reduce_dtype``: NeMo RL v0.5.0 ``MixedPrecisionPolicy(param_dtype=bfloat16,
+            reduce_dtype=torch.float32)`` (``models/policy/workers/dtensor_policy_worker_v2.py`` and
+            ``models/dtensor/parallelize.py``) and verl ``workers/fsdp_workers.py`` (``reduce_dtype``
+            default ``"fp32"``): 4. DeepSpeed ZeRO-3 (OpenRLHF, DeepSpeed-Chat) communicates in the
+            engine's ``communication_data_type``, by default the bf16 training dtype: 2.
     """
 
     name: str
@@ -298,6 +306,7 @@ class FrameworkProfile:
     colocated_offload: bool = False
     enforce_eager: bool | None = False
     engine_generation: str | None = "v1"
+    gradient_reduce_bytes: float = 2.0
 
 
 #: The profiles (``policy.framework``).
@@ -309,7 +318,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "verl trainer/ppo/ray_trainer.py (old_log_prob, ref, values phases); workers/fsdp_workers.py (FSDP "
         "reference module, rollout.resume(tags=['weights']) then update_weights over CUDA IPC); "
         "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)", gather_prefetch=True,
-        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH),
+        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gradient_reduce_bytes=4.0),
     "nemo-rl": FrameworkProfile(
         "nemo-rl", True, True, "cuda_ipc", True,
         "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "
@@ -323,7 +332,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "github.com/NVIDIA-NeMo/RL/pull/1267",
         continuous_rollout=True, gather_prefetch=True, stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, refit_gather_bandwidth=NEMO_RL_REFIT_GATHER_BANDWIDTH,
-        refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True),
+        refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True, gradient_reduce_bytes=4.0),
     "openrlhf": FrameworkProfile(
         "openrlhf", True, True, "cuda_ipc", True,
         "OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (actor, critic, reward, reference forwards); "
@@ -450,13 +459,14 @@ def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     A partitioned forward gathers every layer before using it and frees it after (ZeRO-3, Rajbhandari et
     al. 2020 §5.3; FSDP ``FULL_SHARD``), once per micro-batch: each pass moves the largest stage's
     ``n = 2·P_stage/tp`` bytes to every rank of the ``dp`` group by a ring all-gather,
-    ``(dp − 1)·(α + n/dp·β)`` at the slowest level of the group (Thakur et al. 2005). Not overlapped with
-    compute: DeepSpeed-Chat's and OpenRLHF's eval configs prefetch ``stage3_prefetch_bucket_size`` 3e7
-    parameters, less than one layer of a 1B+ model. 0 for ``dp = 1``."""
+    ``(dp − 1)·(α + n/dp·β)`` at the slowest level of the group (Thakur et al. 2005), its ranks on each
+    node driving their own network cards (:meth:`~packplace.placement.model.cost.CostModel.link`). Not
+    overlapped with compute: DeepSpeed-Chat's and OpenRLHF's eval configs prefetch
+    ``stage3_prefetch_bucket_size`` 3e7 parameters, less than one layer of a 1B+ model. 0 for ``dp = 1``."""
     if dp <= 1:
         return 0.0
     nbytes = 2.0 * max(stage_params(model, pp)) / tp
-    alpha, beta = cost.hw.coll(cost.group_level(tp * dp, extent))
+    alpha, beta = cost.link(cost.group_level(tp * dp, extent), cost.ranks_per_node(dp, tp, extent))
     return passes * (dp - 1) * (alpha + nbytes / dp * beta)
 
 
