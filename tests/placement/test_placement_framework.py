@@ -20,7 +20,8 @@ VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
 OPT66_64 = os.path.join(VALIDATION, "deepspeed_chat_ppo_opt-66b_64xa100.yaml")
 OPT13_64 = os.path.join(VALIDATION, "deepspeed_chat_ppo_opt-13b_64xa100.yaml")
 OPENRLHF_70B = os.path.join(VALIDATION, "openrlhf_ppo_llama2-70b_32xa800.yaml")
-NEMO_8B = os.path.join(VALIDATION, "nemo_rl_grpo_llama3.1-8b_2x8xh100.yaml")
+#: NeMo RL's DTensor (FSDP2) Llama-3.1-8B step on 2 x 8 H100 (a test fixture: the validation row is Megatron)
+NEMO_8B = os.path.join(ROOT, "tests", "data", "placement", "nemo_rl_dtensor_grpo_llama3.1-8b_2x8xh100.yaml")
 
 # OPT-66B (huggingface.co/facebook/opt-66b config.json: 64 layers, d 9216, ffn 36864, vocab 50272, 2050
 # positions, tied head): per layer 4d² + 4d (attention with biases) + 2·d·f + d + f (MLP) + 4d (two layer

@@ -21,7 +21,8 @@ VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
 OPT13B_64 = os.path.join(VALIDATION, "deepspeed_chat_ppo_opt-13b_64xa100.yaml")
 OPT1_3B_1 = os.path.join(VALIDATION, "deepspeed_chat_ppo_opt-1.3b_1xa100.yaml")
 OPT1_3B_8 = os.path.join(VALIDATION, "deepspeed_chat_ppo_opt-1.3b_8xa100.yaml")
-NEMO_H100 = os.path.join(VALIDATION, "nemo_rl_grpo_llama3.1-8b_2x8xh100.yaml")
+#: NeMo RL's DTensor (FSDP2) Llama-3.1-8B step on 2 x 8 H100 (a test fixture: the validation row is Megatron)
+NEMO_H100 = os.path.join(ROOT, "tests", "data", "placement", "nemo_rl_dtensor_grpo_llama3.1-8b_2x8xh100.yaml")
 
 # two layers, d 64, 4 heads of 16 (no grouped KV), plain MLP 256
 TOY = {"layers": 2, "hidden_dim": 64, "ffn_dim": 256, "vocab_size": 100, "num_heads": 4, "num_kv_heads": 4,

@@ -20,7 +20,8 @@ DSCHAT_7B = os.path.join(VALIDATION, "deepspeed_chat_optimized_ppo_llama2-7b_16x
 DSCHAT_70B = os.path.join(VALIDATION, "deepspeed_chat_optimized_ppo_llama2-70b_32xa800.yaml")
 OPT67_8 = os.path.join(VALIDATION, "deepspeed_chat_ppo_opt-6.7b_8xa100.yaml")
 OPT13_8 = os.path.join(VALIDATION, "deepspeed_chat_ppo_opt-1.3b_8xa100.yaml")
-NEMO_H100 = os.path.join(VALIDATION, "nemo_rl_grpo_llama3.1-8b_2x8xh100.yaml")
+#: NeMo RL's DTensor (FSDP2) Llama-3.1-8B step on 2 x 8 H100 (a test fixture: the validation row is Megatron)
+NEMO_H100 = os.path.join(ROOT, "tests", "data", "placement", "nemo_rl_dtensor_grpo_llama3.1-8b_2x8xh100.yaml")
 
 # two layers, d 64, 4 query heads and 2 KV heads of 16, MLP 160
 TOY = {"layers": 2, "hidden_dim": 64, "ffn_dim": 160, "vocab_size": 100, "num_heads": 4, "num_kv_heads": 2,

@@ -190,7 +190,7 @@ def test_calibrate_names_an_empty_measured_file_as_the_measured_file(tmp_path, c
 def test_micro_batch_fit_scores_the_largest_within_memory_and_says_so(tmp_path):
     from packplace.placement.checking.validate import _with_micro_batch, plan_evaluator
 
-    nemo = os.path.join(ROOT, "benchmarks", "validation", "nemo_rl_grpo_llama3.1-8b_2x8xh100.yaml")
+    nemo = os.path.join(ROOT, "tests", "data", "placement", "nemo_rl_dtensor_grpo_llama3.1-8b_2x8xh100.yaml")
     cfg = copy.deepcopy(load_yaml(nemo))
     cfg["validation"]["plan"]["actor.train"]["micro_batch"] = "fit"
     path = tmp_path / "fit.yaml"

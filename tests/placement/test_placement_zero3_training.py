@@ -22,7 +22,8 @@ from packplace.shape import from_hf_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
-LLAMA8B_ROW = os.path.join(VALIDATION, "nemo_rl_grpo_llama3.1-8b_2x8xh100.yaml")
+#: NeMo RL's DTensor (FSDP2) Llama-3.1-8B step on 2 x 8 H100 (a test fixture: the validation row is Megatron)
+LLAMA8B_ROW = os.path.join(ROOT, "tests", "data", "placement", "nemo_rl_dtensor_grpo_llama3.1-8b_2x8xh100.yaml")
 QWEN3_MOE = from_hf_config(os.path.join(ROOT, "tests", "data", "hf_configs", "qwen3-30b-a3b.json"))
 ZERO3 = TrainingOptions("zero3", "full")
 ZERO2 = TrainingOptions("zero2", "full")
