@@ -202,6 +202,9 @@ def test_estimate_keeps_a_gb200_group_of_up_to_72_gpus_in_its_nvlink_domain():
     # per link, so at most 2·(71/72)/(2·7/8) = 1.13x the 8-GPU time, never the inter-node network
     for dp in (16, 72):
         assert nvlink8 < estimate("llama3.1-8b", "gb200", "train", dp=dp).parts["communication"] < 1.2 * nvlink8
-    # an H100 group of 16 leaves its 8-GPU node
+    # an H100 group of 16 leaves its 8-GPU node: its 8 ranks per node drive their 8 network cards (8 x 45 GB/s,
+    # the 360 GB/s NVLink bus bandwidth) at the network's 5 µs latency per ring step, not NVLink's 1 µs
+    params = 8_030_261_248
     h100 = [estimate("llama3.1-8b", "h100-sxm", "train", dp=dp).parts["communication"] for dp in (8, 16)]
-    assert h100[1] > 3 * h100[0]
+    assert h100[0] == pytest.approx(2 * 7 * (1e-6 + 2 * params / 8 / 360e9), rel=1e-9)
+    assert h100[1] == pytest.approx(2 * 15 * (5e-6 + 2 * params / 16 / 360e9), rel=1e-9)

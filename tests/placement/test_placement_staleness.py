@@ -119,7 +119,7 @@ def test_staleness_zero_is_exactly_the_synchronous_step_time():
     for _ in range(200):   # random plans of the top candidates, most over memory: enough to check > 10
         vertices = {}
         for name in inst.graph.names:
-            cand = rng.choice(table.top(name, 6))
+            cand = rng.choice(table.top(name, 10))
             vertices[name] = cand.at(rng.choice(table.origins(cand.extent)))
         plain = Plan.build(vertices)
         zero = Plan(plain.vertices, (("actor", 0), ("critic", 0)))  # non-canonical explicit zeros
@@ -142,7 +142,7 @@ def test_period_matches_a_long_unroll_and_is_bounded(path):
     models = sorted(inst.optimizer["staleness_candidates"])
     bound = ev.lower_bound()
     checked = 0
-    for _ in range(300):  # random plans, most over memory: draw until 10-25 feasible asynchronous ones
+    for _ in range(800):  # random plans, most over memory: draw until 10-25 feasible asynchronous ones
         vertices = {}
         for name in inst.graph.names:
             cand = rng.choice(table.top(name, 4) + tuple(rng.sample(table.feasible[name], 3)))

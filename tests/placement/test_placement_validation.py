@@ -42,8 +42,12 @@ ADDED = {
 #: set) is 1.31 since its vLLM batches are bounded by their KV cache's tokens (recompute preemption).
 #: DeepSpeed-Chat's OPT-13B step (0.77 when the presets were set; 0.71 once the actor trained the script's
 #: LoRA adapters) is back in range (0.84) since its ZeRO-3 hybrid engine copies Q/K/V into a merged buffer at
-#: every forward.
+#: every forward. NeMo RL's Llama-3.1-8B step on 2 x 8 H100 (1.01 when its 16-rank FSDP collectives ran at
+#: one network card's 45 GB/s: 20.4 s of exposed ZeRO-3 traffic and 13.9 s of reference / log-prob gathers)
+#: is 0.67 since a group with 8 ranks per node drives its 8 cards (360 GB/s): the collectives hide behind
+#: the compute, and what the DTensor trainer spends beyond its kernels is not modelled.
 KNOWN_OUT_OF_RANGE = {("nemo_rl_grpo_qwen3-30b-a3b_4x8xh100", "step"): (0.5, 0.7),
+                      ("nemo_rl_grpo_llama3.1-8b_2x8xh100", "step"): (0.6, 0.75),
                       ("openrlhf_ppo_llama2-7b_8xa800", "generation_and_experience"): (1.2, 1.4)}
 #: The held-out row's ratio (0.67 before its vLLM batch was bounded by the KV cache's tokens at
 #: gpu_memory_utilization 0.6: 277.1 / 393 s; 0.705 before the engine's budget kept its workspace; 0.723
@@ -154,11 +158,12 @@ def test_validate_json_has_one_object_per_row(capsys):
 
 
 def test_validate_command_prints_the_report(capsys):
-    # OpenRLHF's generation + experience at 1.31: the one figure outside x1.3
+    # OpenRLHF's generation + experience at 1.31 and NeMo RL's Llama-3.1-8B step at 0.67: the figures
+    # outside x1.3 (KNOWN_OUT_OF_RANGE)
     assert main(["validate", *IN_SAMPLE_FILES]) == 1
     out = capsys.readouterr().out
     assert "nemo_rl_grpo_llama3.1-8b_2x8xh100" in out
-    assert "5 of 6 figures within x1.3 of the published value with the plan within memory" in out
+    assert "4 of 6 figures within x1.3 of the published value with the plan within memory" in out
 
 
 def test_mean_live_tokens_by_hand():
@@ -285,16 +290,18 @@ def test_validate_scores_a_stale_plan_as_the_asynchronous_period(tmp_path):
     # batch's tail frees, so a step of generation costs its steady-state time, below the makespan (on the
     # async engine's 128 slots per engine: vLLM's AsyncLLM default, framework.VLLM_ASYNC_ENGINE_MAX_NUM_SEQS)
     # (the V1 engine's host time per running sequence, framework.VLLM_HOST_SECONDS_PER_SEQUENCE, included)
-    assert g < g_batch and g == pytest.approx(47.79, abs=0.01) and g_batch == pytest.approx(55.96, abs=0.01)
+    # (the math reward: 2,048 responses x 1 ms over the recipe's 8 workers, 0.26 s)
+    assert g < g_batch and g == pytest.approx(46.00, abs=0.01) and g_batch == pytest.approx(54.16, abs=0.01)
     # 1-step off-policy: period = max(node 0's cycle g, node 1's cycle r + t, the chain over 2 steps)
-    # = max(47.79, 8.11 + 40.29 = 48.40, (47.79 + 48.40 + 1.62) / 2 = 48.91) = the chain: the refit across
-    # the nodes (NCCL broadcast, NeMo RL's full-parameter gather and vLLM's weight load, 1.62 s) makes the
-    # two steps' chain longer than the trainer's cycle
+    # = max(46.00, 8.23 + 39.75 = 47.97, (46.00 + 47.97 + 1.62) / 2 = 47.80) = node 1's cycle: the trainer's
+    # reference + training passes outlast both the generation and the two steps' chain (refit across the
+    # nodes: NCCL broadcast, NeMo RL's full-parameter gather and vLLM's weight load, 1.62 s)
     chain = (g + r + t + realloc) / 2
     assert realloc == pytest.approx(1.62, abs=0.01)
+    assert r + t == pytest.approx(47.97, abs=0.01) and chain == pytest.approx(47.80, abs=0.01)
     assert async_row.predicted == pytest.approx(max(g, r + t, chain), abs=1e-3)
-    assert async_row.predicted == pytest.approx(chain, abs=1e-3) and chain > r + t
-    assert async_row.predicted < 0.47 * sync_row.predicted  # 48.91 / 105.98 = 0.461
+    assert async_row.predicted == pytest.approx(r + t, abs=1e-3) and r + t > chain > g
+    assert async_row.predicted < 0.47 * sync_row.predicted  # 47.97 / 103.76 = 0.462
 
 
 def test_validation_plan_staleness_must_be_a_mapping_of_steps(tmp_path):
@@ -306,8 +313,8 @@ def test_validation_plan_staleness_must_be_a_mapping_of_steps(tmp_path):
 
 def test_parts_add_up_to_the_task_time_and_calibrate_uses_the_same_total():
     # The 70B "Optimized DSChat" file trains ZeRO-3 with parameter and Adam offload and full recomputation:
-    # its trainers' memory options cost more than their passes, so a part list without them (the former
-    # validate --json parts and calibrate task times) would be off by that much.
+    # its trainers' memory options cost over a third of their passes, so a part list without them (the
+    # former validate --json parts and calibrate task times) would be off by that much.
     from packplace.placement.model.training_time import training_overhead_seconds
 
     path = os.path.join(VALIDATION, "deepspeed_chat_optimized_ppo_llama2-70b_32xa800.yaml")
@@ -326,7 +333,7 @@ def test_parts_add_up_to_the_task_time_and_calibrate_uses_the_same_total():
     expected = training_overhead_seconds(ev.cost, instance.models["actor"], instance.training["actor"], s.dp, s.pp,
                                          s.tp, vp.micro_batch, vp.allocation.extent, s.ep)
     assert score.phases["actor.train"]["memory_options"] == pytest.approx(expected)
-    assert expected > score.phases["actor.train"]["train"]
+    assert expected > 0.3 * score.phases["actor.train"]["train"]
 
 
 def test_validate_refuses_knobs_without_cross_validate(capsys):

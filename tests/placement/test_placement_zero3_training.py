@@ -9,8 +9,13 @@ import pytest
 
 from packplace.placement.checking.validate import load_setup, validate
 from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.model.framework import FRAMEWORKS
 from packplace.placement.model.memory import TrainingOptions
-from packplace.placement.model.training_time import training_overhead_seconds, zero3_collective_seconds
+from packplace.placement.model.training_time import (
+    training_overhead_seconds,
+    zero3_collective_seconds,
+    zero3_exposed_seconds,
+)
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.graph import RL_ALGORITHMS, build_graph
 from packplace.shape import from_hf_config
@@ -22,8 +27,11 @@ QWEN3_MOE = from_hf_config(os.path.join(ROOT, "tests", "data", "hf_configs", "qw
 ZERO3 = TrainingOptions("zero3", "full")
 ZERO2 = TrainingOptions("zero2", "full")
 TWO_NODES = (1, 2, 8)
-# H100 preset, the node-to-node level: alpha 5 us, beta 1/45e9 s per byte (the group of 16 spans 2 nodes)
+# H100 preset, the node-to-node level: alpha 5 us, beta 1/45e9 s per byte (one 400 Gb/s card per GPU); NVLink
+# bus bandwidth 360e9 B/s. A group with k ranks on each node drives k cards: beta = max(beta_n/k, 1/360e9).
 ALPHA, BETA = 5e-6, 1 / 45e9
+NVLINK = 1 / 360e9
+P8B = 8_030_261_248
 
 
 def llama8b_cost():
@@ -31,51 +39,94 @@ def llama8b_cost():
     return PlacementEvaluator(instance).cost, instance.models["actor"]
 
 
+def test_a_group_drives_one_card_per_rank_on_each_node():
+    cost, _ = llama8b_cost()
+    assert cost.hw.coll(1) == pytest.approx((ALPHA, BETA)) and cost.hw.coll(0)[1] == pytest.approx(NVLINK)
+    # 16 ranks of tp 1 on 2 nodes of 8: 8 per node, 8 x 45 = 360 GB/s, the NVLink bus bandwidth
+    assert cost.ranks_per_node(16, 1, TWO_NODES) == 8
+    assert cost.link(1, 8) == pytest.approx((ALPHA, NVLINK))
+    # tp 2: each data-parallel group has 4 ranks per node (the other tp rank's group uses the other 4 cards)
+    assert cost.ranks_per_node(8, 2, TWO_NODES) == 4
+    assert cost.link(1, 4) == pytest.approx((ALPHA, 1 / 180e9))
+    # tp 8 fills the node: one rank per node, one card
+    assert cost.ranks_per_node(2, 8, TWO_NODES) == 1 and cost.link(1, 1) == pytest.approx((ALPHA, BETA))
+    # inside a node nothing changes; a group of 2 on 2 nodes of 8 GPUs has at most 2 ranks per node
+    assert cost.link(0, 8) == cost.hw.coll(0)
+    assert cost.ranks_per_node(2, 1, TWO_NODES) == 2
+    # the step-end gradient all-reduce of 16 ranks on 2 nodes: 2·15·(α + 2·P/16/360e9)
+    assert cost.allreduce(2.0 * P8B, 16, 1, 8) == pytest.approx(2 * 15 * (ALPHA + 2 * P8B / 16 * NVLINK), rel=1e-12)
+    assert cost.allreduce(2.0 * P8B, 16, 1) == pytest.approx(2 * 15 * (ALPHA + 2 * P8B / 16 * BETA), rel=1e-12)
+
+
 def test_zero3_collectives_of_llama8b_on_16_h100_by_hand():
     cost, model = llama8b_cost()
-    assert model.params == 8_030_261_248 and cost.hw.coll(1) == pytest.approx((ALPHA, BETA))
+    assert model.params == P8B and cost.framework.name == "nemo-rl"
+    assert cost.framework.gradient_reduce_bytes == 4.0   # FSDP2 reduce_dtype float32
     # per micro-batch: all-gather of the bf16 weights before the forward and before the backward, and a
-    # reduce-scatter of the bf16 gradients, each (16 - 1)·(α + bytes/16·β):
-    # 15·(3·5e-6 + (2 + 2 + 2)·8,030,261,248/16/45e9) = 15·(1.5e-5 + 0.0669188437) = 1.00400766 s
-    per_micro_batch = 15 * (3 * ALPHA + 6 * 8_030_261_248 / 16 * BETA)
-    assert per_micro_batch == pytest.approx(1.00400766, rel=1e-8)
+    # reduce-scatter of the fp32 gradients, each (16 - 1)·(α + bytes/16·β) with 8 ranks per node:
+    # 15·(3·5e-6 + (2 + 2 + 4)·8,030,261,248/16/360e9) = 15·(1.5e-5 + 0.0111531406) = 0.16752211 s
+    per_micro_batch = 15 * (3 * ALPHA + 8 * P8B / 16 * NVLINK)
+    assert per_micro_batch == pytest.approx(0.16752211, rel=1e-7)
     # 2,048 sequences / (16 ranks x 4) = 32 micro-batches
     assert zero3_collective_seconds(cost, model, ZERO3, 16, 1, 1, 32, TWO_NODES) == pytest.approx(
         32 * per_micro_batch, rel=1e-12)
-    # fp32 gradients (fp32_grad_buffer): the reduce-scatter moves 4 bytes per parameter
+    # fp32_grad_buffer asks for 4 bytes: the framework already reduces in fp32
     fp32 = TrainingOptions("zero3", "full", fp32_grad_buffer=True)
     assert zero3_collective_seconds(cost, model, fp32, 16, 1, 1, 32, TWO_NODES) == pytest.approx(
-        32 * 15 * (3 * ALPHA + 8 * 8_030_261_248 / 16 * BETA), rel=1e-12)
+        32 * per_micro_batch, rel=1e-12)
+    # tp 8, dp 2 on the same 2 nodes: one rank per node, one card, an eighth of the parameters per rank
+    by_hand = 1 * (3 * ALPHA + 8 * P8B / 8 / 2 * BETA)
+    assert zero3_collective_seconds(cost, model, ZERO3, 2, 1, 8, 32, TWO_NODES) == pytest.approx(
+        32 * by_hand, rel=1e-12)
     # one rank: nothing to gather
     assert zero3_collective_seconds(cost, model, ZERO3, 1, 1, 1, 32, TWO_NODES) == 0.0
 
 
+def test_zero3_collectives_of_deepspeed_reduce_bf16_gradients():
+    instance, _, _ = load_setup(LLAMA8B_ROW)
+    cost = PlacementEvaluator(instance).cost
+    cost.framework = FRAMEWORKS["openrlhf"]
+    model = instance.models["actor"]
+    assert cost.framework.gradient_reduce_bytes == 2.0
+    per_micro_batch = 15 * (3 * ALPHA + 6 * P8B / 16 * NVLINK)
+    assert zero3_collective_seconds(cost, model, ZERO3, 16, 1, 1, 32, TWO_NODES) == pytest.approx(
+        32 * per_micro_batch, rel=1e-12)
+    fp32 = TrainingOptions("zero3", "full", fp32_grad_buffer=True)
+    assert zero3_collective_seconds(cost, model, fp32, 16, 1, 1, 32, TWO_NODES) == pytest.approx(
+        32 * 15 * (3 * ALPHA + 8 * P8B / 16 * NVLINK), rel=1e-12)
+
+
 def test_zero3_collectives_overlap_with_compute_layer_by_layer():
     cost, model = llama8b_cost()
-    # the forward and backward passes (recompute: full adds one more forward of the layers, not of the head)
-    compute = (cost.pass_time(model, True, 16, 1, 1, 4, TWO_NODES, include_update=False)
-               + cost.pass_time(model, False, 16, 1, 1, 4, TWO_NODES, layers_only=True))
-    comm = 32 * 15 * (3 * ALPHA + 6 * 8_030_261_248 / 16 * BETA)          # 32.128 s
-    assert comm > compute  # 4 sequences per micro-batch: the gathers are longer than the compute
-    extra = (training_overhead_seconds(cost, model, ZERO3, 16, 1, 1, 4, TWO_NODES)
-             - training_overhead_seconds(cost, model, ZERO2, 16, 1, 1, 4, TWO_NODES))
-    assert extra == pytest.approx(comm - compute, rel=1e-9)               # max(C, M) - C
-    # 16 sequences per micro-batch: 8 micro-batches, 8.03 s of collectives hidden behind the compute
-    compute16 = (cost.pass_time(model, True, 16, 1, 1, 16, TWO_NODES, include_update=False)
-                 + cost.pass_time(model, False, 16, 1, 1, 16, TWO_NODES, layers_only=True))
-    comm16 = 8 * 15 * (3 * ALPHA + 6 * 8_030_261_248 / 16 * BETA)
+    # tp 8, dp 2 over 2 nodes, 1 sequence per micro-batch: 1,024 micro-batches, each rank's gathers on one card
+    comm = 1024 * (3 * ALPHA + 8 * P8B / 8 / 2 * BETA)                    # 91.38 s
+    assert comm == pytest.approx(91.38, abs=0.01)
+    # what the compute does not hide is added: max(C, M) - C
+    assert zero3_exposed_seconds(cost, model, ZERO3, 2, 1, 8, 1024, TWO_NODES, 1, 60.0) == pytest.approx(
+        comm - 60.0, rel=1e-12)
+    assert zero3_exposed_seconds(cost, model, ZERO3, 2, 1, 8, 1024, TWO_NODES, 1, 100.0) == 0.0
+    compute = (cost.pass_time(model, True, 2, 1, 8, 1, TWO_NODES, include_update=False)
+               + cost.pass_time(model, False, 2, 1, 8, 1, TWO_NODES, layers_only=True))
+    assert comm < compute    # at tp 8 the tensor-parallel passes are longer still: nothing exposed
+    assert training_overhead_seconds(cost, model, ZERO3, 2, 1, 8, 1, TWO_NODES) == pytest.approx(
+        training_overhead_seconds(cost, model, ZERO2, 2, 1, 8, 1, TWO_NODES), rel=1e-12)
+    # tp 1, dp 16: 8 cards per node, 5.36 s of collectives hidden behind the compute
+    compute16 = (cost.pass_time(model, True, 16, 1, 1, 4, TWO_NODES, include_update=False)
+                 + cost.pass_time(model, False, 16, 1, 1, 4, TWO_NODES, layers_only=True))
+    comm16 = 32 * 15 * (3 * ALPHA + 8 * P8B / 16 * NVLINK)
     assert comm16 < compute16
-    assert training_overhead_seconds(cost, model, ZERO3, 16, 1, 1, 16, TWO_NODES) == pytest.approx(
-        training_overhead_seconds(cost, model, ZERO2, 16, 1, 1, 16, TWO_NODES), rel=1e-12)
+    assert training_overhead_seconds(cost, model, ZERO3, 16, 1, 1, 4, TWO_NODES) == pytest.approx(
+        training_overhead_seconds(cost, model, ZERO2, 16, 1, 1, 4, TWO_NODES), rel=1e-12)
 
 
 def test_zero3_collectives_of_a_moe_send_experts_over_their_replicas():
     cost, _ = llama8b_cost()
     # Qwen3-30B-A3B at tp 2, ep 4, dp 16 on 2 nodes: the dense 1,541,093,376 parameters / tp 2 over all
-    # 16 ranks, the 28,991,029,248 routed-expert parameters / (tp 2 x ep 4) over the 4 ranks holding them
+    # 16 ranks (4 per node: 180 GB/s), the 28,991,029,248 routed-expert parameters / (tp 2 x ep 4) over
+    # the 4 ranks holding them (tp·ep = 8 apart: one per node, one card)
     dense = (30_532_122_624 - 28_991_029_248) / 2
     experts = 28_991_029_248 / 2 / 4
-    by_hand = 15 * (3 * ALPHA + 6 * dense / 16 * BETA) + 3 * (3 * ALPHA + 6 * experts / 4 * BETA)
+    by_hand = 15 * (3 * ALPHA + 8 * dense / 16 / 180e9) + 3 * (3 * ALPHA + 8 * experts / 4 * BETA)
     assert zero3_collective_seconds(cost, QWEN3_MOE, ZERO3, 16, 1, 2, 1, TWO_NODES, ep=4) == pytest.approx(
         by_hand, rel=1e-12)
 

@@ -37,7 +37,13 @@ from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.model.cost import CostModel
 from packplace.placement.model.dp_balance import VertexBalance, instance_balance, vertex_setting
 from packplace.placement.model.engine import mean_live_tokens
-from packplace.placement.model.framework import INFERENCE_OFFLOAD, inference_owner, profile
+from packplace.placement.model.framework import (
+    INFERENCE_OFFLOAD,
+    generate_calls,
+    hybrid_lora_fuse_seconds,
+    inference_owner,
+    profile,
+)
 from packplace.placement.model.layout_rules import Context, strategy_refusal
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, vertex_memory
 from packplace.placement.model.nemo_rl_releases import (
@@ -612,8 +618,11 @@ def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro
     :meth:`~packplace.placement.model.cost.CostModel.vertex_phases` (generation, forward, train, old_log_prob,
     gather, onload, imbalance, overhead) plus, for a training vertex, ``memory_options``: what its
     recomputation, ZeRO-3 collectives and host offload cost
-    (:func:`~packplace.placement.model.training_time.training_overhead_seconds`), and for a generation vertex
-    with a rule-based reward, ``reward``: the CPU scoring of the step's sequences."""
+    (:func:`~packplace.placement.model.training_time.training_overhead_seconds`), for a generation vertex
+    with a rule-based reward, ``reward``: the CPU scoring of the step's sequences, and for the generation
+    vertex of a LoRA actor on an ``in_place`` framework (DeepSpeed's hybrid engine), ``lora_fuse``: the
+    adapters folded into the base weights around every ``generate`` call
+    (:func:`~packplace.placement.model.framework.hybrid_lora_fuse_seconds`)."""
     vertex = instance.graph.vertex(name)
     reward = instance.rule_reward.seconds(instance.workload.sequences) \
         if vertex.kind == "generate" and instance.rule_reward is not None else None
@@ -643,6 +652,10 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
                                lora_rank=options.lora_rank if kind == "train" else 0)
     if weight_swap:
         parts["weight_swap"] = reference_swap_seconds(cost, model, pp, tp, ep) / (dp if sharded else 1)
+    if kind == "generate" and options.lora_rank and cost.framework.refit == "in_place":
+        parts["lora_fuse"] = hybrid_lora_fuse_seconds(cost, model, options.lora_rank, tp,
+                                                      generate_calls(cost, dp, micro_batch),
+                                                      model in cost.sharded_models)
     if kind == "train":
         parts["memory_options"] = training_overhead_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
         if release is not None:

@@ -391,13 +391,15 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
                 if optimizer == "adam":
                     full = cost.pass_time(shape, True, dp, pp, tp, micro_batch, extent, ep)
                     parts["optimizer"] = max(0.0, full - both * pp - cost.allreduce(
-                        2.0 * max(stage_params(shape, pp)) / tp, dp, cost.group_level(tp * dp, extent)))
+                        2.0 * max(stage_params(shape, pp)) / tp, dp, cost.group_level(tp * dp, extent),
+                        cost.ranks_per_node(dp, tp, extent)))
         n = max(layers)
         comm = (4 if train else 2) * n * cost.allreduce(tokens * d * 2.0, tp, tp_level)
         if pp > 1:
             comm += (2 if train else 1) * cost.p2p(tokens * d * 2.0 / tp, pp_level)
         if train and optimizer == "adam":
-            comm += cost.allreduce(2.0 * max(stage_params(shape, pp)) / tp, dp, cost.group_level(tp * dp, extent))
+            comm += cost.allreduce(2.0 * max(stage_params(shape, pp)) / tp, dp, cost.group_level(tp * dp, extent),
+                                   cost.ranks_per_node(dp, tp, extent))
         parts["communication"] = comm
         parts["overhead"] = dispatch_seconds(cost, cost.framework, dp) if framework != "none" else 0.0
         return parts

@@ -212,13 +212,41 @@ class CostModel:
             eff *= k / (k + self.hw.gemm_k_half)
         return eff
 
-    def allreduce(self, nbytes: float, ranks: int, level: int) -> float:
+    def allreduce(self, nbytes: float, ranks: int, level: int, per_node: int = 1) -> float:
         """Ring all-reduce of ``nbytes`` over ``ranks`` ranks: ``2(p−1)·(α + n/p·β)`` seconds with the
-        collective α–β of ``level`` (Thakur, Rabenseifner & Gropp 2005; NCCL ring algorithm); 0 for p ≤ 1."""
+        collective α–β of ``level`` (Thakur, Rabenseifner & Gropp 2005; NCCL ring algorithm); 0 for p ≤ 1.
+        ``per_node``: ranks of the group on each node, whose own network cards the rings share
+        (:meth:`link`)."""
         if ranks <= 1:
             return 0.0
-        alpha, beta = self.hw.coll(level)
+        alpha, beta = self.link(level, per_node)
         return 2 * (ranks - 1) * (alpha + nbytes / ranks * beta)
+
+    def link(self, level: int, per_node: int = 1) -> tuple[float, float]:
+        """Collective ``(α, β)`` of a group that spans ``level`` with ``per_node`` of its ranks on each node.
+
+        Across nodes every preset has one network card per GPU (the hardware presets' links), and NCCL
+        runs one ring channel per card, so the ``k = per_node`` ranks a group holds on a node drive ``k``
+        cards side by side: the ring's bus bandwidth is ``k`` times one card's, at most the NVLink bus
+        bandwidth its in-node hops run at, ``β = max(β_level/k, β_g)``. Sources: NCCL's maintainers on
+        nccl-tests (github.com/NVIDIA/nccl-tests/issues/160: on 3+ nodes the ring's bus bandwidth "is
+        probably reflecting the total NIC bandwidth, hence 20GB/s per NIC" for 4 HDR cards per node;
+        issues/119: 4 HDR 200 Gb/s cards per 8-GPU node, 100 GB/s expected, 85-96 measured); Google
+        Cloud, "Networking and GPU machines" (A4 and A3 Ultra: eight ConnectX-7 cards, 3,200 Gbps,
+        "each CX7 NIC is aligned with one GPU", GPUDirect RDMA). A group with one rank per node (tensor
+        parallelism filling the node: ``tp`` such groups run at once, each on its own card) keeps
+        ``β_level``. ``per_node ≤ 1`` or ``level`` 0: the level's own ``(α, β)``."""
+        alpha, beta = self.hw.coll(level)
+        if level == 0 or per_node <= 1:
+            return alpha, beta
+        return alpha, max(beta / per_node, self.hw.coll(0)[1])
+
+    @staticmethod
+    def ranks_per_node(ranks: int, stride: int, extent: tuple[int, int, int]) -> int:
+        """Ranks on one node of a group of ``ranks`` ranks ``stride`` apart in a block of ``extent``
+        (``extent[2]`` GPUs per node; a data-parallel group's stride is ``tp``, the ranks of a tensor-
+        parallel group being consecutive): ``max(1, min(ranks, extent[2] // stride))``."""
+        return max(1, min(ranks, extent[2] // max(1, stride)))
 
     def alltoall(self, nbytes: float, ranks: int, level: int) -> float:
         """All-to-all in which every rank sends ``nbytes`` spread evenly over the ``ranks`` ranks (its own
@@ -442,8 +470,8 @@ class CostModel:
         :meth:`pipeline`). For ``pp = 1`` this is the whole model per micro-batch.
 
         Training then all-reduces the bf16 gradients of the largest stage, ``2·max(stage_params)/tp``
-        bytes, over the ``dp`` ranks at the level of the data-parallel group, and runs the Adam update,
-        memory bound: ``32·max(stage_params)/(tp·dp)`` bytes (read + write of 16 bytes of state per
+        bytes, over the ``dp`` ranks at the level of the data-parallel group (:meth:`link`), and runs the
+        Adam update, memory bound: ``32·max(stage_params)/(tp·dp)`` bytes (read + write of 16 bytes of state per
         parameter) at HBM bandwidth; a tied LM head with ``pp > 1`` also all-reduces its word-embedding
         gradient ``2·V·e/tp`` bytes between the first and last stage (Megatron-LM's embedding group,
         ``_allreduce_word_embedding_grads``). One optimizer step (more: ``training_time.optimizer_steps_seconds``).
@@ -509,13 +537,13 @@ class CostModel:
         if train and include_update:
             shard = (model.params if pp == 1 and not lora_rank
                      else max(trainable_stage_params(model, pp, lora_rank))) / tp
-            level = self.group_level(tp * dp, extent)
+            level, per_node = self.group_level(tp * dp, extent), self.ranks_per_node(dp, tp, extent)
             if ep > 1 and model.is_moe:
                 experts = model.expert_params / (tp * pp)
-                total += self.allreduce(2.0 * (shard - experts), dp, level)
-                total += self.allreduce(2.0 * experts / ep, dp // ep, level)
+                total += self.allreduce(2.0 * (shard - experts), dp, level, per_node)
+                total += self.allreduce(2.0 * experts / ep, dp // ep, level, max(1, per_node // ep))
             else:
-                total += self.allreduce(2.0 * shard, dp, level)
+                total += self.allreduce(2.0 * shard, dp, level, per_node)
             total += 32.0 * shard / dp / self.hw.memory_bandwidth
             if pp > 1 and model.lm_head and model.tie_word_embeddings:
                 tied = 2.0 * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from packplace.errors import ConfigError
-from packplace.placement.model.memory import stage_params
+from packplace.placement.model.memory import lora_params, stage_params
 from packplace.placement.problem.models import ModelSpec
 
 #: Seconds of one Ray remote actor-method call (submit, schedule on a live actor, return a small
@@ -279,6 +279,14 @@ class FrameworkProfile:
             DeepSpeed ZeRO-3 (DeepSpeed-Chat, OpenRLHF), whose eval configs prefetch
             ``stage3_prefetch_bucket_size`` 3e7 parameters, less than one layer of a 1B+ model, so the gather
             stays exposed (:func:`gather_seconds`).
+        gradient_reduce_bytes: Bytes per gradient element of a ``zero3`` trainer's per-micro-batch
+            reduce-scatter (:func:`~packplace.placement.model.training_time.zero3_collective_seconds`; a
+            config's ``fp32_grad_buffer`` raises it to 4). PyTorch FSDP reduces in its mixed-precision
+            policy's ``reduce_dtype``: NeMo RL v0.5.0 ``MixedPrecisionPolicy(param_dtype=bfloat16,
+            reduce_dtype=torch.float32)`` (``models/policy/workers/dtensor_policy_worker_v2.py`` and
+            ``models/dtensor/parallelize.py``) and verl ``workers/fsdp_workers.py`` (``reduce_dtype``
+            default ``"fp32"``): 4. DeepSpeed ZeRO-3 (OpenRLHF, DeepSpeed-Chat) communicates in the
+            engine's ``communication_data_type``, by default the bf16 training dtype: 2.
     """
 
     name: str
@@ -298,6 +306,7 @@ class FrameworkProfile:
     colocated_offload: bool = False
     enforce_eager: bool | None = False
     engine_generation: str | None = "v1"
+    gradient_reduce_bytes: float = 2.0
 
 
 #: The profiles (``policy.framework``).
@@ -309,7 +318,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "verl trainer/ppo/ray_trainer.py (old_log_prob, ref, values phases); workers/fsdp_workers.py (FSDP "
         "reference module, rollout.resume(tags=['weights']) then update_weights over CUDA IPC); "
         "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)", gather_prefetch=True,
-        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH),
+        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gradient_reduce_bytes=4.0),
     "nemo-rl": FrameworkProfile(
         "nemo-rl", True, True, "cuda_ipc", True,
         "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "
@@ -323,7 +332,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "github.com/NVIDIA-NeMo/RL/pull/1267",
         continuous_rollout=True, gather_prefetch=True, stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, refit_gather_bandwidth=NEMO_RL_REFIT_GATHER_BANDWIDTH,
-        refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True),
+        refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True, gradient_reduce_bytes=4.0),
     "openrlhf": FrameworkProfile(
         "openrlhf", True, True, "cuda_ipc", True,
         "OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (actor, critic, reward, reference forwards); "
@@ -450,13 +459,14 @@ def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     A partitioned forward gathers every layer before using it and frees it after (ZeRO-3, Rajbhandari et
     al. 2020 §5.3; FSDP ``FULL_SHARD``), once per micro-batch: each pass moves the largest stage's
     ``n = 2·P_stage/tp`` bytes to every rank of the ``dp`` group by a ring all-gather,
-    ``(dp − 1)·(α + n/dp·β)`` at the slowest level of the group (Thakur et al. 2005). Not overlapped with
-    compute: DeepSpeed-Chat's and OpenRLHF's eval configs prefetch ``stage3_prefetch_bucket_size`` 3e7
-    parameters, less than one layer of a 1B+ model. 0 for ``dp = 1``."""
+    ``(dp − 1)·(α + n/dp·β)`` at the slowest level of the group (Thakur et al. 2005), its ranks on each
+    node driving their own network cards (:meth:`~packplace.placement.model.cost.CostModel.link`). Not
+    overlapped with compute: DeepSpeed-Chat's and OpenRLHF's eval configs prefetch
+    ``stage3_prefetch_bucket_size`` 3e7 parameters, less than one layer of a 1B+ model. 0 for ``dp = 1``."""
     if dp <= 1:
         return 0.0
     nbytes = 2.0 * max(stage_params(model, pp)) / tp
-    alpha, beta = cost.hw.coll(cost.group_level(tp * dp, extent))
+    alpha, beta = cost.link(cost.group_level(tp * dp, extent), cost.ranks_per_node(dp, tp, extent))
     return passes * (dp - 1) * (alpha + nbytes / dp * beta)
 
 
@@ -586,6 +596,53 @@ def hybrid_merge_seconds(cost, model: ModelSpec, tp: int, calls: int, copy_bandw
                          f"got {tp}, {calls}, {copy_bandwidth}")
     per_forward = 2.0 * 2.0 * hybrid_merged_params(model) / tp
     return calls * cost.workload.max_response * per_forward / copy_bandwidth
+
+
+#: Bytes of HBM traffic per element of a LoRA-adapted weight each time DeepSpeed's hybrid engine folds the
+#: adapter into the base weight or out of it: ``weight.data += lora_scaling * torch.matmul(lora_left.t(),
+#: lora_right.t())`` (deepspeed/runtime/hybrid_engine.py ``_fuse_lora`` / ``_unfuse_lora``, v0.9.0, the
+#: release DeepSpeed-Chat pinned two days after publishing its README benchmark; the containers'
+#: ``fuse_lora`` / ``unfuse_lora`` in v0.12.6 do the same) runs three kernels on fp16 tensors of the
+#: weight's shape: the GEMM writes the product (2 bytes), the scaling reads and writes it (2 + 2), the
+#: in-place add reads the weight and the scaled product and writes the weight (2 + 2 + 2). Counted from
+#: the code, not measured.
+HYBRID_LORA_FUSE_BYTES_PER_WEIGHT = 12
+
+
+def hybrid_lora_fuse_seconds(cost, model: ModelSpec, lora_rank: int, tp: int, calls: int,
+                             zero3: bool) -> float:
+    """Seconds DeepSpeed's hybrid engine spends folding a LoRA actor's adapters into its base weights around
+    each ``generate`` call (deepspeed/runtime/hybrid_engine.py ``DeepSpeedHybridEngine.generate``, v0.9.0
+    and v0.12.6): the inference containers run the fused weight ``W0 + s·BA``, so every call first adds
+    ``s·BA`` to every adapted matrix of every layer (``fuse_lora_weight``; with ZeRO-3 and inference TP > 1
+    inside the gather of each layer group, before ``apply_tensor_parallelism``), and, except on that ZeRO-3
+    TP > 1 path (the gathered copy carrying the fused weight is dropped when the group is re-partitioned),
+    subtracts it again afterwards (``unfuse_lora_weight``): ``passes`` = 1 there, else 2.
+
+    Every rank folds the whole model (each gathers or holds every layer; the TP slicing comes after), so
+    per pass: ``W = L·frozen`` weight elements (:func:`~packplace.placement.model.memory.lora_params`: the
+    block's Q, K, V, O and MLP matrices, DeepSpeed-Chat's ``--actor_lora_module_name decoder.layers.``),
+    the GEMM's ``2·r·W`` FLOPs at ``flops_per_gpu`` times the cost model's GEMM efficiency for rows of the
+    hidden size and an inner dimension of ``r``
+    (:meth:`~packplace.placement.model.cost.CostModel.gemm_efficiency`), plus
+    :data:`HYBRID_LORA_FUSE_BYTES_PER_WEIGHT` bytes per element at ``cost.stream_bandwidth(model)``.
+    ``calls`` generate calls (:func:`generate_calls`). 0 without LoRA.
+
+    Raises:
+        ValueError: ``tp`` or ``calls`` below 1, or a negative ``lora_rank``.
+    """
+    if tp < 1 or calls < 1 or lora_rank < 0:
+        raise ValueError(f"hybrid_lora_fuse_seconds: tp and calls must be >= 1 and lora_rank >= 0, "
+                         f"got {tp}, {calls}, {lora_rank}")
+    if lora_rank == 0:
+        return 0.0
+    frozen, _ = lora_params(model, lora_rank)
+    weights = model.layers * frozen
+    flops = cost.hw.flops_per_gpu * cost.gemm_efficiency(model.hidden_dim, lora_rank)
+    per_pass = 2.0 * lora_rank * weights / flops \
+        + HYBRID_LORA_FUSE_BYTES_PER_WEIGHT * weights / cost.stream_bandwidth(model)
+    passes = 1 if zero3 and tp > 1 else 2
+    return calls * passes * per_pass
 
 
 def dispatch_seconds(cost, framework: FrameworkProfile, dp: int) -> float:

@@ -21,9 +21,17 @@ Saving memory is not free, so the planner sees the trade-off:
 ``FULL_SHARD``, Zhao et al. 2023, arXiv 2304.11277, §3.2) gathers every layer's parameters before its
 forward and again before its backward and reduce-scatters its gradients after the backward, for every
 micro-batch: per micro-batch two all-gathers of the largest stage's ``2·P_stage/tp`` bf16 bytes and one
-reduce-scatter of its gradients (``g`` bytes per parameter), each ``(dp − 1)·(α + n/dp·β)`` by a ring over
-the ``dp`` ranks at the level of the data-parallel group (Thakur et al. 2005); with expert parallelism the
-routed experts' bytes go over the ``dp/ep`` ranks holding the same experts. Overlap rule: FSDP's forward
+reduce-scatter of its gradients (``g`` bytes per parameter, the framework's reduction dtype:
+:attr:`~packplace.placement.model.framework.FrameworkProfile.gradient_reduce_bytes`), each
+``(dp − 1)·(α + n/dp·β)`` by a ring over the ``dp`` ranks at the level of the data-parallel group (Thakur
+et al. 2005), whose ranks on each node drive their own network cards
+(:meth:`~packplace.placement.model.cost.CostModel.link`); with expert parallelism the routed experts' bytes
+go over the ``dp/ep`` ranks holding the same experts. The reduce-scatter runs after every micro-batch's
+backward, not only the last one's: NeMo RL v0.5.0's DTensor policy worker (``dtensor_policy_worker_v2.py``
+``train``) calls ``loss.backward()`` per micro-batch and never ``set_requires_gradient_sync(False)``;
+DeepSpeed's ``engine.no_sync`` asserts that ZeRO stage 2/3 cannot skip it (``runtime/engine.py``); verl's
+FSDP actor (``verl/workers/actor/dp_actor.py`` ``update_policy``, v0.5) calls ``loss.backward()`` per
+micro-batch without ``no_sync``. Overlap rule: FSDP's forward
 and backward prefetch (Zhao et al. 2023, §3.3.2) and ZeRO-3's parameter prefetch issue the next layer's
 gather while the current layer computes, so a layer costs ``max(compute, communication)``; the layers
 being alike, the pass costs ``max(C, M)`` and the collectives add ``max(0, M − C)`` to the forward and
@@ -139,24 +147,29 @@ def zero3_collective_seconds(cost, model: ModelSpec, options: TrainingOptions, d
                              micro_batches: int, extent: tuple[int, int, int], ep: int = 1) -> float:
     """ZeRO-3 / FSDP collectives of a training step, seconds, before any overlap (module docstring):
     ``m·(2·gather(2·n) + gather(g·n))`` with ``gather(b) = (p − 1)·(α + b/p·β)`` over the ``p = dp``
-    ranks at the level of the ``tp·dp`` group, ``n`` the largest stage's parameters per tensor-parallel
-    rank and ``g`` 4 with ``fp32_grad_buffer`` else 2 bytes (a reduce-scatter moves what an all-gather
-    does; Thakur et al. 2005). A MoE model with ``ep > 1`` sends its routed experts' ``n_e/ep`` over the
-    ``dp/ep`` ranks that hold them. 0 for ``dp = 1``."""
+    ranks at the level of the ``tp·dp`` group, its ranks on each node driving their own network cards
+    (:meth:`~packplace.placement.model.cost.CostModel.link`), ``n`` the largest stage's parameters per
+    tensor-parallel rank and ``g`` the bytes per gradient element the framework reduces in
+    (:attr:`~packplace.placement.model.framework.FrameworkProfile.gradient_reduce_bytes`: 4 for PyTorch
+    FSDP's fp32 ``reduce_dtype`` in NeMo RL and verl, 2 for DeepSpeed's bf16), 4 with ``fp32_grad_buffer``
+    (a reduce-scatter moves what an all-gather does; Thakur et al. 2005). A MoE model with ``ep > 1``
+    sends its routed experts' ``n_e/ep`` over the ``dp/ep`` ranks that hold them (``tp·ep`` apart).
+    0 for ``dp = 1``."""
     if dp <= 1:
         return 0.0
-    alpha, beta = cost.hw.coll(cost.group_level(tp * dp, extent))
-    grad_bytes = 4.0 if options.fp32_grad_buffer else 2.0
+    level = cost.group_level(tp * dp, extent)
+    grad_bytes = max(4.0 if options.fp32_grad_buffer else 2.0, cost.framework.gradient_reduce_bytes)
     rank = options.lora_rank
     params = max(held_stage_params(model, pp, rank)) / tp
     trainable = max(trainable_stage_params(model, pp, rank)) / tp
-    groups = [(params, trainable, dp)]
+    groups = [(params, trainable, dp, tp)]
     if ep > 1 and model.is_moe:
         experts = model.expert_params * stage_share(model.layers, pp) / tp
-        groups = [(params - experts, params - experts, dp), (experts / ep, experts / ep, dp // ep)]
+        groups = [(params - experts, params - experts, dp, tp), (experts / ep, experts / ep, dp // ep, tp * ep)]
     seconds = 0.0
-    for n, g, ranks in groups:
+    for n, g, ranks, stride in groups:
         if ranks > 1:
+            alpha, beta = cost.link(level, cost.ranks_per_node(ranks, stride, extent))
             seconds += (ranks - 1) * (3.0 * alpha + (2.0 * 2.0 * n + grad_bytes * g) / ranks * beta)
     return micro_batches * seconds
 

@@ -18,8 +18,10 @@ from functools import cached_property
 
 import numpy as np
 
-#: CPU seconds to score one response with a rule-based reward (an estimate for a regex / symbolic math
-#: answer check, e.g. math-verify: milliseconds per response; set it from a measurement of your verifier).
+#: CPU seconds to score one response with a rule-based reward: an unsourced order-of-magnitude estimate for a
+#: regex / symbolic math answer check such as math-verify (no published per-response timing of math-verify was
+#: found; set it from a measurement of your verifier). Frameworks score in parallel processes
+#: (:attr:`RuleReward.workers`; NeMo RL's math environment: ``env.math.num_workers``, 8 in its GRPO recipes).
 RULE_SECONDS_PER_SAMPLE = 0.001
 
 #: Decode steps kept one by one by :attr:`Workload.decode_grid`; longer generations are chunked.
