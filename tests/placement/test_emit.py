@@ -8,6 +8,7 @@ hand-built plan are checked one by one, and so is each refusal.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -263,3 +264,24 @@ def test_an_openrlhf_search_keeps_to_layouts_openrlhf_runs():
     assert any(c.strategy.tp > 1 for c in table.all["actor.train"])   # DeepSpeed AutoTP stays
     plan = api.solve_placement(instance, "concurrent", seed=0).solution
     assert not [r for r in emit(instance, plan, "openrlhf").refusals if "pipeline" in r or "data-parallel" in r]
+
+
+def test_optimizer_steps_split_the_step_into_global_batches_in_every_framework():
+    instance = load_config(GRPO)  # B = 128 prompts, K = 8: 1,024 sequences
+    plan = Plan.build({
+        "actor.generate": vp(4, 1, 4, 256, *BOTH),
+        "reference.infer": vp(16, 1, 1, 32, *BOTH),
+        "reward.infer": vp(16, 1, 1, 64, *BOTH),
+        "actor.train": vp(16, 1, 1, 8, *BOTH),
+    })
+    instance.training["actor"] = dataclasses.replace(instance.training["actor"], optimizer_steps=4)
+    verl, nemo, openrlhf = (emit(instance, plan, name) for name in ("verl", "nemo-rl", "openrlhf"))
+    assert verl.settings["actor_rollout_ref.actor.ppo_mini_batch_size"] == 128 // 4   # prompts
+    assert verl.settings["data.train_batch_size"] == 128
+    assert nemo.settings["policy.train_global_batch_size"] == 1024 // 4               # sequences
+    assert openrlhf.settings["--train.batch_size"] == 1024 // 4
+    assert not any("optimizer_steps" in line for out in (verl, nemo, openrlhf) for line in out.refusals)
+    # 3 steps divide neither 128 prompts nor 1,024 sequences: each framework says so
+    instance.training["actor"] = dataclasses.replace(instance.training["actor"], optimizer_steps=3)
+    for name in ("verl", "nemo-rl", "openrlhf"):
+        assert any("optimizer_steps 3 does not divide" in line for line in emit(instance, plan, name).refusals)

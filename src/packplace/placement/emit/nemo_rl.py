@@ -67,8 +67,13 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
         section = "ppo" if view.algorithm == "ppo" else "grpo"
         s[f"{section}.num_prompts_per_step"] = view.prompts
         s[f"{section}.num_generations_per_prompt"] = view.samples_per_prompt
-        s["policy.train_global_batch_size"] = view.sequences
-        note.append("train_global_batch_size = prompts x generations: one optimizer step per RL step")
+        steps = view.training["actor"].optimizer_steps
+        s["policy.train_global_batch_size"] = view.sequences // steps
+        note.append(f"train_global_batch_size = prompts x generations / training.optimizer_steps: {steps} "
+                    f"optimizer step(s) per RL step, as the plan trains")
+        if view.sequences % steps:
+            refuse.append(f"training.optimizer_steps {steps} does not divide the step's {view.sequences} "
+                          f"sequences: NeMo RL trains whole global batches of train_global_batch_size")
     if view.algorithm == "dapo":
         s["loss_fn.reference_policy_kl_penalty"] = 0
         refuse.append("algorithm dapo: NeMo RL's GRPO computes the reference policy's log-probs every step "
@@ -93,7 +98,7 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
     if gen is not None:
         _generation(out, view, gen, train)
     if critic is not None:
-        s["value.train_global_batch_size"] = view.sequences
+        s["value.train_global_batch_size"] = view.sequences // view.training["critic"].optimizer_steps
         s["value.train_micro_batch_size"] = critic.micro_batch
         _policy(out, "value", critic, view.training["critic"], megatron)
         _context_parallel(out, "value", critic, view.context_parallel.get("critic"), megatron)

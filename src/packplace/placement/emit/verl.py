@@ -91,9 +91,13 @@ def emit_verl(view: PlanView) -> EmittedPlan:
     s["trainer.nnodes"] = train.nodes
     s["trainer.n_gpus_per_node"] = train.gpus_per_node
     s["data.train_batch_size"] = view.prompts
-    s["actor_rollout_ref.actor.ppo_mini_batch_size"] = view.prompts
-    note.append("ppo_mini_batch_size = train_batch_size: one optimizer step per RL step, as the plan trains "
-                "(verl counts both in prompts and multiplies by rollout.n)")
+    steps = view.training["actor"].optimizer_steps
+    s["actor_rollout_ref.actor.ppo_mini_batch_size"] = view.prompts // steps
+    note.append(f"ppo_mini_batch_size = train_batch_size / training.optimizer_steps: {steps} optimizer step(s) "
+                f"per RL step, as the plan trains (verl counts both in prompts and multiplies by rollout.n)")
+    if view.prompts % steps:
+        refuse.append(f"training.optimizer_steps {steps} does not divide the step's {view.prompts} prompts: "
+                      f"verl's mini-batches are whole prompts")
     _trainer(out, "actor_rollout_ref.actor", train, view.training["actor"], megatron,
              view.context_parallel.get("actor"))
     s["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = train.micro_batch
@@ -108,7 +112,7 @@ def emit_verl(view: PlanView) -> EmittedPlan:
     critic, critic_infer = view.get(CRITIC_TRAIN), view.get(CRITIC_INFER)
     if critic is not None:
         _trainer(out, "critic", critic, view.training["critic"], megatron, view.context_parallel.get("critic"))
-        s["critic.ppo_mini_batch_size"] = view.prompts
+        s["critic.ppo_mini_batch_size"] = view.prompts // view.training["critic"].optimizer_steps
         s["critic.ppo_micro_batch_size_per_gpu"] = critic.micro_batch
         if critic_infer is not None:
             if not megatron:

@@ -474,7 +474,7 @@ class CostModel:
         Adam update, memory bound: ``32·max(stage_params)/(tp·dp)`` bytes (read + write of 16 bytes of state per
         parameter) at HBM bandwidth; a tied LM head with ``pp > 1`` also all-reduces its word-embedding
         gradient ``2·V·e/tp`` bytes between the first and last stage (Megatron-LM's embedding group,
-        ``_allreduce_word_embedding_grads``).
+        ``_allreduce_word_embedding_grads``). One optimizer step (more: ``training_time.optimizer_steps_seconds``).
 
         A MoE model: the compute of :meth:`compute_time` (active experts at their per-expert rows), per
         MoE layer :meth:`moe_alltoall` in the forward and again in the backward (the gradients of the

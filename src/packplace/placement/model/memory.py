@@ -66,6 +66,12 @@ class TrainingOptions:
         lora_rank: LoRA adapters of rank ``r`` on every linear of the transformer blocks (0, the
             default: full-parameter training; :func:`lora_params`): the blocks' matrix weights are
             frozen, the adapters, biases, norms, embeddings and head train.
+        optimizer_steps: optimizer steps per RL step (default 1): the step's sequences are split into
+            that many global batches, each a full forward-backward over its micro-batches followed by the
+            gradient reduction and the optimizer update (NeMo RL ``policy.train_global_batch_size``, 512 in
+            ``examples/configs/grpo_math_1B.yaml`` v0.4-v0.7, which its performance recipes inherit: 4
+            steps for 2,048 sequences; verl ``ppo_mini_batch_size``; :func:`~packplace.placement.model.
+            training_time.optimizer_steps_seconds`).
 
     Raises:
         ConfigError: an unknown value (``sharding: must be one of ...``).
@@ -76,6 +82,7 @@ class TrainingOptions:
     offload: str = "none"
     fp32_grad_buffer: bool = False
     lora_rank: int = 0
+    optimizer_steps: int = 1
 
     def __post_init__(self) -> None:
         for name, valid in (("sharding", SHARDING), ("recompute", RECOMPUTE), ("offload", OFFLOAD)):
@@ -85,6 +92,10 @@ class TrainingOptions:
             raise ConfigError(f"fp32_grad_buffer: must be true or false, got {self.fp32_grad_buffer!r}")
         if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 0:
             raise ConfigError(f"lora_rank: must be an integer >= 0 (0 = no LoRA), got {self.lora_rank!r}")
+        if isinstance(self.optimizer_steps, bool) or not isinstance(self.optimizer_steps, int) \
+                or self.optimizer_steps < 1:
+            raise ConfigError(f"optimizer_steps: must be an integer >= 1 (optimizer steps per RL step), "
+                              f"got {self.optimizer_steps!r}")
 
 
 def lora_params(model: ModelSpec, rank: int) -> tuple[int, int]:

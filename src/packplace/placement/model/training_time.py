@@ -51,6 +51,17 @@ ones get gradient partitions and optimizer state).
 updates its shard); with expert parallelism (``ep``) the routed experts count ``1/ep`` of that, sharded
 over the ``dp/ep`` ranks holding the same experts, which gives the same ``params/(tp·pp·dp)`` under zero1-3.
 Every GPU has its own PCIe link (HGX nodes: one PCIe switch port per GPU).
+
+``optimizer_steps: k > 1`` (the step's sequences split into ``k`` global batches, each trained to an optimizer
+update: NeMo RL's training loop calls Megatron-Core's ``forward_backward_func`` once per global batch of
+``train_global_batch_size`` sequences and then ``optimizer.step()``, ``megatron_policy_worker.train``, v0.4-v0.7)
+repeats per global batch what the pass prices once (:func:`optimizer_steps_seconds`): the pipeline's fill and
+drain, ``(pp − 1)`` stage times (each ``forward_backward_func`` call starts and ends its own 1F1B schedule,
+Narayanan et al. 2021, §2.2), and the step-end update (the data-parallel gradient reduction and parameter
+gather of the distributed optimizer, the Adam update, a tied embedding's all-reduce). That update is charged
+whole, an upper bound: with ``overlap_grad_reduce`` (NeMo RL's default) Megatron-Core syncs gradients only in
+the last micro-batch's backward (``no_sync`` for the others), so one micro-batch's backward is all it can hide
+behind, and ``overlap_param_gather`` hides the gather behind the first micro-batch's forward only.
 """
 
 from __future__ import annotations
@@ -103,7 +114,33 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
         if options.offload == "optimizer+params":
             moved += 2.0 * 2.0 * shard * micro_batches
         seconds += moved / hw.host_bandwidth
+    if options.optimizer_steps > 1:
+        seconds += optimizer_steps_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
     return seconds
+
+
+def optimizer_steps_seconds(cost, model: ModelSpec, options: TrainingOptions, dp: int, pp: int, tp: int,
+                            micro_batch: int, extent: tuple[int, int, int], ep: int = 1) -> float:
+    """Seconds that ``options.optimizer_steps = k`` global batches add to a training step priced as one
+    (module docstring): ``(k − 1)·((pp − 1)·t_stage + U)`` with ``t_stage`` the slowest stage's time per
+    micro-batch, ``P/(m + pp − 1)`` for the passes' time ``P`` without the update over ``m`` micro-batches
+    (:meth:`~packplace.placement.model.cost.CostModel.pipeline`), and ``U`` the update the pass charges once
+    (:meth:`~packplace.placement.model.cost.CostModel.pass_time` with and without ``include_update``).
+    ``k`` global batches of ``m/k`` micro-batches take ``k·(m/k + pp − 1)·t_stage + k·U``; the pass has
+    ``(m + pp − 1)·t_stage + U``.
+
+    Returns:
+        Seconds (0 for ``k = 1``).
+    """
+    steps = options.optimizer_steps
+    if steps <= 1:
+        return 0.0
+    rank = options.lora_rank
+    micro_batches = max(1, cost.workload.sequences // (dp * micro_batch))
+    passes = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False, lora_rank=rank)
+    update = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, lora_rank=rank) - passes
+    stage = passes / (micro_batches + pp - 1)
+    return (steps - 1) * ((pp - 1) * stage + update)
 
 
 def zero3_collective_seconds(cost, model: ModelSpec, options: TrainingOptions, dp: int, pp: int, tp: int,

@@ -192,6 +192,9 @@ TRAINING_FIELDS: dict[str, Field] = {
     "lora_rank": Field("int", "rank", 0, 65536, default=0,
                        meaning="LoRA adapters of this rank on every linear of the blocks, base matrices frozen "
                                "(0 = full-parameter training)"),
+    "optimizer_steps": Field("int", "steps", 1, 65536, default=1,
+                             meaning="optimizer steps per RL step: the sequences split into that many global batches "
+                                     "(NeMo RL step sequences / train_global_batch_size; verl mini-batches)"),
     "balance": Field("enum", choices=BALANCE_CHOICES, default="framework",
                      meaning="data-parallel split of every pass over the rollouts (framework: verl kk, nemo-rl lpt, "
                              "else none = contiguous; lpt/kk/repair: that balance solver)"),

@@ -1,0 +1,68 @@
+"""Optimizer steps per RL step (``training.optimizer_steps``): each global batch restarts the pipeline and
+ends with its own gradient reduction and optimizer update, checked by hand and against pricing the global
+batches one by one."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+
+import pytest
+
+from packplace.errors import ConfigError
+from packplace.placement.checking.validate import load_setup
+from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.model.memory import TrainingOptions, trainable_stage_params
+from packplace.placement.model.training_time import optimizer_steps_seconds, training_overhead_seconds
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+QWEN3_32B_ROW = os.path.join(ROOT, "benchmarks", "validation", "nemo_rl_v0.5_grpo_qwen3-32b_4x8xh100_onpolicy.yaml")
+NODE_BLOCK = (1, 4, 8)   # 4 nodes of 8 H100; the TP 4 x DP 2 group of 8 stays in a node (NVLink level)
+
+
+def qwen3_32b():
+    instance, _, _ = load_setup(QWEN3_32B_ROW)
+    return PlacementEvaluator(instance).cost, instance.models["actor"]
+
+
+def test_four_global_batches_add_three_pipeline_fills_and_three_updates_by_hand():
+    cost, model = qwen3_32b()
+    assert cost.workload.sequences == 2048
+    dp, pp, tp = 2, 4, 4
+    # the update of TP 4 x PP 4 x DP 2 (pass_time, H100 preset): ring all-reduce of the bf16 gradients of the
+    # largest stage's 1/tp shard over the 2 data-parallel ranks in a node, 2·(2 − 1)·(1e-6 + 2·shard/2/360e9),
+    # plus Adam, 32·shard/2 bytes at 3.35e12 B/s (the last stage holds the output head, no tied embedding)
+    shard = max(trainable_stage_params(model, pp, 0)) / tp
+    update = 2 * (1e-6 + shard / 360e9) + 32 * shard / 2 / 3.35e12
+    full = cost.pass_time(model, True, dp, pp, tp, 1, NODE_BLOCK)
+    passes = cost.pass_time(model, True, dp, pp, tp, 1, NODE_BLOCK, include_update=False)
+    assert full - passes == pytest.approx(update, rel=1e-9)
+    # 1,024 micro-batches per data-parallel rank: the pass is (1,024 + 3) stage times
+    stage = passes / 1027
+    four = TrainingOptions("zero1", "none", optimizer_steps=4)
+    assert optimizer_steps_seconds(cost, model, four, dp, pp, tp, 1, NODE_BLOCK) == pytest.approx(
+        3 * (3 * stage + update), rel=1e-12)
+    # and training_overhead_seconds adds exactly that to the options' other costs (none here)
+    assert training_overhead_seconds(cost, model, four, dp, pp, tp, 1, NODE_BLOCK) == pytest.approx(
+        3 * (3 * stage + update), rel=1e-12)
+
+
+def test_k_global_batches_cost_what_k_smaller_steps_cost():
+    cost, model = qwen3_32b()
+    smaller = copy.copy(cost)
+    smaller.workload = dataclasses.replace(cost.workload, batch_size=cost.workload.batch_size // 4)
+    assert smaller.workload.sequences == 512
+    for dp, pp, tp in ((2, 4, 4), (8, 1, 4), (4, 2, 4)):
+        one = cost.pass_time(model, True, dp, pp, tp, 1, NODE_BLOCK)
+        per_batch = smaller.pass_time(model, True, dp, pp, tp, 1, NODE_BLOCK)
+        extra = optimizer_steps_seconds(cost, model, TrainingOptions(optimizer_steps=4), dp, pp, tp, 1, NODE_BLOCK)
+        assert one + extra == pytest.approx(4 * per_batch, rel=1e-9)
+
+
+def test_one_optimizer_step_adds_nothing_and_bad_values_are_refused():
+    cost, model = qwen3_32b()
+    assert optimizer_steps_seconds(cost, model, TrainingOptions(), 2, 4, 4, 1, NODE_BLOCK) == 0.0
+    for bad in (0, -1, 1.5, True, "4"):
+        with pytest.raises(ConfigError, match="optimizer_steps"):
+            TrainingOptions(optimizer_steps=bad)
