@@ -68,12 +68,10 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
         s[f"{section}.num_prompts_per_step"] = view.prompts
         s[f"{section}.num_generations_per_prompt"] = view.samples_per_prompt
         steps = view.training["actor"].optimizer_steps
-        s["policy.train_global_batch_size"] = view.sequences // steps
+        s["policy.train_global_batch_size"] = view.global_batch(
+            view.sequences, "sequences", "NeMo RL trains whole global batches of train_global_batch_size", refuse)
         note.append(f"train_global_batch_size = prompts x generations / training.optimizer_steps: {steps} "
                     f"optimizer step(s) per RL step, as the plan trains")
-        if view.sequences % steps:
-            refuse.append(f"training.optimizer_steps {steps} does not divide the step's {view.sequences} "
-                          f"sequences: NeMo RL trains whole global batches of train_global_batch_size")
     if view.algorithm == "dapo":
         s["loss_fn.reference_policy_kl_penalty"] = 0
         refuse.append("algorithm dapo: NeMo RL's GRPO computes the reference policy's log-probs every step "

@@ -69,12 +69,10 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
     s["--rollout.batch_size"] = view.prompts
     s["--rollout.n_samples_per_prompt"] = view.samples_per_prompt
     steps = view.training["actor"].optimizer_steps
-    s["--train.batch_size"] = view.sequences // steps
+    s["--train.batch_size"] = view.global_batch(view.sequences, "sequences",
+                                                "OpenRLHF trains whole batches of train.batch_size", refuse)
     note.append(f"train.batch_size = rollout.batch_size x n_samples_per_prompt / training.optimizer_steps: "
                 f"{steps} optimizer step(s) per RL step, as the plan trains")
-    if view.sequences % steps:
-        refuse.append(f"training.optimizer_steps {steps} does not divide the step's {view.sequences} sequences: "
-                      f"OpenRLHF trains whole batches of train.batch_size")
     s["--train.micro_batch_size"] = train.micro_batch
     _deepspeed(out, [t for t in (train, view.get(CRITIC_TRAIN)) if t is not None], view)
     forwards = [t for t in (view.get(REFERENCE), view.get(REWARD), view.get(CRITIC_INFER)) if t is not None]

@@ -92,12 +92,10 @@ def emit_verl(view: PlanView) -> EmittedPlan:
     s["trainer.n_gpus_per_node"] = train.gpus_per_node
     s["data.train_batch_size"] = view.prompts
     steps = view.training["actor"].optimizer_steps
-    s["actor_rollout_ref.actor.ppo_mini_batch_size"] = view.prompts // steps
+    s["actor_rollout_ref.actor.ppo_mini_batch_size"] = view.global_batch(
+        view.prompts, "prompts", "verl's mini-batches are whole prompts", refuse)
     note.append(f"ppo_mini_batch_size = train_batch_size / training.optimizer_steps: {steps} optimizer step(s) "
                 f"per RL step, as the plan trains (verl counts both in prompts and multiplies by rollout.n)")
-    if view.prompts % steps:
-        refuse.append(f"training.optimizer_steps {steps} does not divide the step's {view.prompts} prompts: "
-                      f"verl's mini-batches are whole prompts")
     _trainer(out, "actor_rollout_ref.actor", train, view.training["actor"], megatron,
              view.context_parallel.get("actor"))
     s["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = train.micro_batch
