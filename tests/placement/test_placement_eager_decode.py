@@ -247,3 +247,22 @@ def test_emitted_settings_carry_the_priced_engine_mode(eager):
     assert emit(instance, plan, "nemo-rl").settings["policy.generation.vllm_cfg.enforce_eager"] is eager
     openrlhf = emit(instance, plan, "openrlhf").settings
     assert openrlhf.get("--vllm.enforce_eager", False) is eager   # a switch: written only when set
+
+
+@pytest.mark.parametrize("task, flag, value, uses", [
+    ("decode", "--micro-batch", "4", "infer, prefill, train"),
+    ("generate", "--recompute", "full", "train"),
+    ("infer", "--optimizer", "none", "train"),
+    ("prefill", "--context", "4096", "decode, generate"),
+    ("train", "--batch", "8", "decode, generate"),
+])
+def test_estimate_cli_refuses_a_flag_that_means_nothing_for_the_task(capsys, task, flag, value, uses):
+    from packplace.cli import main
+
+    assert main(["estimate", "--model", "qwen2.5-0.5b", "--task", task, flag, value]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"packplace estimate: error: {flag}: means nothing for --task {task} (it sets {uses}); drop it"]
+    # the flags the task uses are taken, and an absent one is its default
+    assert main(["estimate", "--model", "qwen2.5-0.5b", "--task", "train", "--micro-batch", "2", "--recompute",
+                 "full", "--optimizer", "none", "--json"]) == 0
+    assert main(["estimate", "--model", "qwen2.5-0.5b", "--task", "decode", "--batch", "8", "--context", "512"]) == 0

@@ -486,17 +486,19 @@ def register_estimate(subparsers) -> None:
                    help="a component table JSON (from packplace calibrate --measurements), or 'none' for the "
                         "efficiency-knob model; default: the preset's own")
     p.add_argument("--task", default="train", choices=TASKS, help="default train")
-    p.add_argument("--micro-batch", type=int, default=1, dest="micro_batch", metavar="B",
-                   help="sequences per micro-batch (train, infer, prefill; generate's prompts: --batch)")
+    p.add_argument("--micro-batch", type=int, default=None, dest="micro_batch", metavar="B",
+                   help="sequences per micro-batch (train, infer, prefill; default 1; generate's prompts: --batch)")
     p.add_argument("--seq-len", type=int, default=4096, dest="seq_len", metavar="S",
                    help="tokens per sequence (train, infer, prefill); prompt tokens (generate); default 4096")
-    p.add_argument("--batch", type=int, default=1, metavar="B", help="running sequences (decode, generate)")
+    p.add_argument("--batch", type=int, default=None, metavar="B",
+                   help="running sequences (decode, generate; default 1)")
     p.add_argument("--context", type=int, default=None, metavar="C",
                    help="cached tokens per sequence (decode; default 2048); final tokens per sequence (generate; "
                         "default the prompt's --seq-len + 2048)")
-    p.add_argument("--recompute", default="none", choices=RECOMPUTE, help="default none")
-    p.add_argument("--optimizer", default="adam", choices=OPTIMIZERS,
-                   help="adam: fp32 master weights + AdamW step; none: bf16 forward + backward only")
+    p.add_argument("--recompute", default=None, choices=RECOMPUTE, help="train only; default none")
+    p.add_argument("--optimizer", default=None, choices=OPTIMIZERS,
+                   help="train only: adam (default): fp32 master weights + AdamW step; none: bf16 forward + "
+                        "backward only")
     for name in ("tp", "pp", "dp", "ep"):
         p.add_argument(f"--{name}", type=int, default=1, help=f"{name} degree (default 1)")
     p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
@@ -549,8 +551,41 @@ def format_estimate(result: Estimate) -> str:
     return "\n".join(lines)
 
 
+#: ``estimate`` flags that mean nothing for a task (``--flag``: attribute), refused when given so that a flag
+#: never looks applied when it is not.
+IGNORED_FLAGS = {
+    "train": ("--batch", "--context"),
+    "infer": ("--batch", "--context", "--recompute", "--optimizer"),
+    "prefill": ("--batch", "--context", "--recompute", "--optimizer"),
+    "decode": ("--micro-batch", "--recompute", "--optimizer"),
+    "generate": ("--micro-batch", "--recompute", "--optimizer"),
+}
+#: Defaults of the flags of :data:`IGNORED_FLAGS` (``None`` on the parser, so a given flag is told apart).
+_FLAG_DEFAULTS = {"micro_batch": 1, "batch": 1, "recompute": "none", "optimizer": "adam"}
+
+
+def _task_flags(args: Any) -> None:
+    """Refuse a flag of :data:`IGNORED_FLAGS` given for ``args.task``, then fill the defaults in place.
+
+    Raises:
+        ConfigError: ``--flag: means nothing for --task T ...``.
+    """
+    for flag in IGNORED_FLAGS[args.task]:
+        if getattr(args, flag[2:].replace("-", "_")) is not None:
+            uses = sorted(task for task, ignored in IGNORED_FLAGS.items() if flag not in ignored)
+            raise ConfigError(f"{flag}: means nothing for --task {args.task} (it sets {', '.join(uses)}); drop it")
+    for name, default in _FLAG_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+
+
 def run_estimate(args) -> int:
-    """Print the estimate (``--json``: the document of :meth:`Estimate.as_dict`)."""
+    """Print the estimate (``--json``: the document of :meth:`Estimate.as_dict`).
+
+    Raises:
+        ConfigError: a flag that means nothing for the task (:data:`IGNORED_FLAGS`), or a bad argument.
+    """
+    _task_flags(args)
     result = estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
                       batch=args.batch, context=_cli_context(args), recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
