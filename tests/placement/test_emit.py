@@ -285,3 +285,19 @@ def test_optimizer_steps_split_the_step_into_global_batches_in_every_framework()
     instance.training["actor"] = dataclasses.replace(instance.training["actor"], optimizer_steps=3)
     for name in ("verl", "nemo-rl", "openrlhf"):
         assert any("optimizer_steps 3 does not divide" in line for line in emit(instance, plan, name).refusals)
+
+
+def test_the_critic_s_optimizer_steps_are_checked_like_the_actor_s():
+    instance = load_config(PPO)
+    plan = api.solve_placement(instance, "greedy", seed=0).solution
+    prompts, sequences = instance.workload.batch_size, instance.workload.sequences
+    assert prompts % 3 and sequences % 3 and not prompts % 2
+    instance.training["critic"] = dataclasses.replace(instance.training["critic"], optimizer_steps=3)
+    for name in ("verl", "nemo-rl"):
+        assert any(line.startswith("training.critic.optimizer_steps 3 does not divide")
+                   for line in emit(instance, plan, name).refusals), name
+    # 2 divides both, but OpenRLHF trains actor (1 step) and critic (2) with one --train.batch_size
+    instance.training["critic"] = dataclasses.replace(instance.training["critic"], optimizer_steps=2)
+    assert emit(instance, plan, "verl").settings["critic.ppo_mini_batch_size"] == prompts // 2
+    assert any(line.startswith("training.critic.optimizer_steps 2 differs from the actor's 1")
+               for line in emit(instance, plan, "openrlhf").refusals)

@@ -66,3 +66,39 @@ def test_one_optimizer_step_adds_nothing_and_bad_values_are_refused():
     for bad in (0, -1, 1.5, True, "4"):
         with pytest.raises(ConfigError, match="optimizer_steps"):
             TrainingOptions(optimizer_steps=bad)
+
+
+def test_a_zero3_trainer_ends_each_global_batch_with_its_adam_update_only():
+    # ZeRO-3 / FSDP reduce-scatter every micro-batch's gradients (priced by zero3_collective_seconds), so the
+    # k - 1 extra global batches add Adam (32·shard/dp bytes at HBM bandwidth) and no data-parallel all-reduce
+    cost, model = qwen3_32b()
+    dp, pp, tp = 8, 1, 4
+    shard = model.params / tp
+    adam = 32 * shard / dp / 3.35e12
+    zero3 = TrainingOptions("zero3", "none", optimizer_steps=4)
+    assert optimizer_steps_seconds(cost, model, zero3, dp, pp, tp, 1, NODE_BLOCK) == pytest.approx(3 * adam, rel=1e-12)
+    zero1 = TrainingOptions("zero1", "none", optimizer_steps=4)
+    assert optimizer_steps_seconds(cost, model, zero1, dp, pp, tp, 1, NODE_BLOCK) > 3 * adam
+
+
+def test_global_batches_must_be_whole_and_tiled_by_the_trainer_s_micro_batches(tmp_path):
+    import yaml
+
+    from packplace.placement.problem.config import load_yaml
+
+    cfg = load_yaml(QWEN3_32B_ROW)
+    for steps in (3, 4096):   # 2,048 sequences: not divisible, more steps than sequences
+        bad = copy.deepcopy(cfg)
+        bad["training"]["actor"]["optimizer_steps"] = steps
+        path = tmp_path / f"steps{steps}.yaml"
+        path.write_text(yaml.safe_dump(bad))
+        with pytest.raises(ConfigError, match=rf"^\[training.actor\] optimizer_steps: {steps} does not divide the "
+                                              r"step's 2048 sequences"):
+            load_setup(str(path))
+    # 2,048 global batches of 1 sequence: the plan's 2 data-parallel trainer ranks cannot share one
+    tight = copy.deepcopy(cfg)
+    tight["training"]["actor"]["optimizer_steps"] = 2048
+    path = tmp_path / "tight.yaml"
+    path.write_text(yaml.safe_dump(tight))
+    with pytest.raises(ConfigError, match=r"actor.train: data-parallel degree 2 does not divide the 1 sequences"):
+        load_setup(str(path))

@@ -59,8 +59,12 @@ CLI_CASES = [
                  "[validation] published.generation: must be a finite number in (0, inf), got -1",
                  id="published-negative"),
     pytest.param(_set("framework", "verl"),
-                 "[validation] framework: 'verl' ran the step, but policy.framework is 'none': the run would be "
-                 "priced without verl's execution profile; set policy.framework: verl", id="framework-disagrees"),
+                 "[validation] framework: 'verl' ran the step, but policy.framework is 'none': the two must name "
+                 "the same framework (the run is priced by policy.framework's execution profile); set "
+                 "policy.framework: verl, or correct validation.framework", id="framework-disagrees"),
+    pytest.param(_set("framework", "NeMo RL"),
+                 "[validation] framework: 'NeMo RL' names the nemo-rl framework; write it 'nemo-rl' "
+                 "(cross-validation groups runs by this name)", id="framework-spelling"),
     pytest.param(_set("engine_only", ["gen"]),
                  "[validation] engine_only: 'gen' is not a phase of 'phases'; phases: generation",
                  id="engine-only-not-a-phase"),

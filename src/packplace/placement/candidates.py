@@ -250,10 +250,22 @@ def explain(model: ModelSpec, cluster: Cluster, sequences: int, strategy: Strate
     if pp > model.layers:
         return f"pipeline degree {pp} exceeds the {model.layers} layers"
     if sequences % dp:
-        return f"data-parallel degree {dp} does not divide the {sequences} sequences of a step"
+        return (f"data-parallel degree {dp} does not divide the {sequences} sequences of a step "
+                f"(a trainer's: of one global batch, training.optimizer_steps)")
     if (sequences // dp) % micro_batch:
-        return f"micro-batch {micro_batch} does not divide the {sequences // dp} sequences per replica"
+        return (f"micro-batch {micro_batch} does not divide the {sequences // dp} sequences per replica (a "
+                f"trainer's: of one global batch)")
     return None
+
+
+def global_batch(instance, name: str) -> int:
+    """Sequences a vertex's micro-batches must tile: a training vertex trains the step's sequences in
+    ``training.<model>.optimizer_steps`` whole global batches (``B·K/k``), any other vertex takes them all
+    (``B·K``). Its data-parallel degree and micro-batch divide that (:func:`legal_strategies`)."""
+    sequences = instance.workload.sequences
+    if instance.graph.vertex(name).kind != "train":
+        return sequences
+    return sequences // instance.training.get(name.split(".")[0], DEFAULT_TRAINING).optimizer_steps
 
 
 def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
@@ -721,10 +733,11 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     live_len = mean_live_tokens(w)
     continuous = instance.engine.batching == "continuous"
     out = []
+    batch = global_batch(instance, name)
     for extent in extents:
         if deadline is not None and time.perf_counter() > deadline:
             raise _table_cut(built_before + len(out), name, len(divisors(w.sequences)))
-        for strategy, mb in legal_strategies(model, instance.cluster, w.sequences, extent, kind):
+        for strategy, mb in legal_strategies(model, instance.cluster, batch, extent, kind):
             if not framework_layout_allows(instance, kind, strategy, name):
                 continue
             if deadline is not None and time.perf_counter() > deadline:

@@ -30,6 +30,7 @@ from packplace.placement.candidates import (
     CandidateTable,
     explain,
     gb,
+    global_batch,
     memory_budget,
     shared_weights_trainer,
     train_state_kept,
@@ -207,7 +208,7 @@ class PlacementEvaluator:
         cand = self.table.lookup(name, vp.strategy, vp.micro_batch, alloc.extent)
         if cand is None:
             vertex = self.instance.graph.vertex(name)
-            why = explain(self.instance.models[vertex.model], self.cluster, self.instance.workload.sequences,
+            why = explain(self.instance.models[vertex.model], self.cluster, global_batch(self.instance, name),
                           vp.strategy, vp.micro_batch, alloc.extent, vertex.kind)
             return f"{name}: {why or 'not a legal candidate'}"
         if not math.isfinite(cand.time):

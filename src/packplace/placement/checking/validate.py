@@ -43,7 +43,7 @@ from typing import Any
 
 from packplace.contract import Field, check_section, key_shown
 from packplace.errors import ConfigError, PackplaceError, show
-from packplace.placement.candidates import CandidateTable
+from packplace.placement.candidates import CandidateTable, global_batch
 from packplace.placement.evaluator import PlacementEvaluator
 from packplace.placement.model.framework import FRAMEWORKS
 from packplace.placement.problem.config import MAX_GPUS, MAX_SEQUENCES, STALENESS_FIELD, build_instance, load_yaml
@@ -224,7 +224,7 @@ def fit_micro_batches(instance, plan: Plan, tasks: tuple[str, ...]) -> tuple[Pla
     fitted: dict[str, int] = {}
     for name in tasks:
         vp = dict(plan.vertices)[name]
-        per_replica = max(1, instance.workload.sequences // vp.strategy.dp)
+        per_replica = max(1, global_batch(instance, name) // vp.strategy.dp)
         sizes = [d for d in range(1, per_replica + 1) if per_replica % d == 0]
         lo, hi = 0, len(sizes) - 1
         while lo < hi:
@@ -397,10 +397,19 @@ def _check_framework_agrees(section: dict[str, Any], instance) -> None:
         ConfigError: ``[validation] framework: ...`` naming both values.
     """
     named = section.get("framework")
-    if named in FRAMEWORKS and named != instance.framework:
+    if not isinstance(named, str):
+        return
+    canonical = named.strip().lower().replace("_", "-").replace(" ", "-")
+    if canonical not in FRAMEWORKS:
+        return
+    if canonical != named:
+        raise ConfigError(f"[validation] framework: {show(named)} names the {canonical} framework; write it "
+                          f"{show(canonical)} (cross-validation groups runs by this name)")
+    if named != instance.framework:
         raise ConfigError(f"[validation] framework: {show(named)} ran the step, but policy.framework is "
-                          f"{show(instance.framework)}: the run would be priced without {named}'s execution "
-                          f"profile; set policy.framework: {named}")
+                          f"{show(instance.framework)}: the two must name the same framework (the run is priced "
+                          f"by policy.framework's execution profile); set policy.framework: {named}, or correct "
+                          "validation.framework")
 
 
 def declared_staleness(section: dict[str, Any]) -> dict[str, int]:

@@ -145,13 +145,14 @@ class PlanView:
         """Sequences per step ``B · K``."""
         return self.prompts * self.samples_per_prompt
 
-    def global_batch(self, count: int, unit: str, why: str, refuse: list[str]) -> int:
-        """The framework's global batch for ``training.optimizer_steps`` of the actor: ``count // steps``
-        of the step's ``count`` (sequences or prompts, ``unit``); when the steps do not divide ``count``, a
-        refusal ending with ``why`` (what the framework trains whole) is appended to ``refuse``."""
-        steps = self.training["actor"].optimizer_steps
+    def global_batch(self, count: int, unit: str, why: str, refuse: list[str], role: str = "actor") -> int:
+        """The framework's global batch for ``training.<role>.optimizer_steps``: ``count // steps`` of the
+        step's ``count`` (sequences or prompts, ``unit``); when the steps do not divide ``count``, a refusal
+        ending with ``why`` (what the framework trains whole) is appended to ``refuse``."""
+        steps = self.training[role].optimizer_steps
         if count % steps:
-            refuse.append(f"training.optimizer_steps {steps} does not divide the step's {count} {unit}: {why}")
+            refuse.append(f"training.{role}.optimizer_steps {steps} does not divide the step's {count} {unit}: "
+                          f"{why}")
         return count // steps
 
     @property

@@ -96,7 +96,9 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
     if gen is not None:
         _generation(out, view, gen, train)
     if critic is not None:
-        s["value.train_global_batch_size"] = view.sequences // view.training["critic"].optimizer_steps
+        s["value.train_global_batch_size"] = view.global_batch(
+            view.sequences, "sequences", "NeMo RL trains whole global batches of train_global_batch_size", refuse,
+            role="critic")
         s["value.train_micro_batch_size"] = critic.micro_batch
         _policy(out, "value", critic, view.training["critic"], megatron)
         _context_parallel(out, "value", critic, view.context_parallel.get("critic"), megatron)

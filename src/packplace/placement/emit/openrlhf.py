@@ -71,6 +71,11 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
     steps = view.training["actor"].optimizer_steps
     s["--train.batch_size"] = view.global_batch(view.sequences, "sequences",
                                                 "OpenRLHF trains whole batches of train.batch_size", refuse)
+    if view.get(CRITIC_TRAIN) is not None and \
+            view.training["critic"].optimizer_steps != view.training["actor"].optimizer_steps:
+        refuse.append(f"training.critic.optimizer_steps {view.training['critic'].optimizer_steps} differs from the "
+                      f"actor's {view.training['actor'].optimizer_steps}: OpenRLHF trains both with one "
+                      f"--train.batch_size")
     note.append(f"train.batch_size = rollout.batch_size x n_samples_per_prompt / training.optimizer_steps: "
                 f"{steps} optimizer step(s) per RL step, as the plan trains")
     s["--train.micro_batch_size"] = train.micro_batch

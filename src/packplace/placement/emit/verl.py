@@ -110,7 +110,9 @@ def emit_verl(view: PlanView) -> EmittedPlan:
     critic, critic_infer = view.get(CRITIC_TRAIN), view.get(CRITIC_INFER)
     if critic is not None:
         _trainer(out, "critic", critic, view.training["critic"], megatron, view.context_parallel.get("critic"))
-        s["critic.ppo_mini_batch_size"] = view.prompts // view.training["critic"].optimizer_steps
+        s["critic.ppo_mini_batch_size"] = view.global_batch(view.prompts, "prompts",
+                                                            "verl's mini-batches are whole prompts", refuse,
+                                                            role="critic")
         s["critic.ppo_micro_batch_size_per_gpu"] = critic.micro_batch
         if critic_infer is not None:
             if not megatron:

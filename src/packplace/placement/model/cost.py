@@ -535,8 +535,21 @@ class CostModel:
             stage += (2 if train else 1) * self.p2p(tokens * model.hidden_dim * ACT_BYTES / tp, level)
         total = self.pipeline(micro_batches, pp, stage)
         if train and include_update:
-            shard = (model.params if pp == 1 and not lora_rank
-                     else max(trainable_stage_params(model, pp, lora_rank))) / tp
+            total += self.update_time(model, dp, pp, tp, extent, ep, lora_rank)
+        return total
+
+    def update_time(self, model: ModelSpec, dp: int, pp: int, tp: int, extent: tuple[int, int, int], ep: int = 1,
+                    lora_rank: int = 0, gradient_allreduce: bool = True) -> float:
+        """The end of one optimizer step of :meth:`pass_time`, seconds: the bf16 gradient all-reduce of the
+        largest stage's trainable shard over the ``dp`` ranks (the routed experts' over the ``dp/ep`` that
+        hold them), the memory-bound Adam update ``32·shard/dp`` bytes at HBM bandwidth and, for a tied LM
+        head with ``pp > 1``, the word-embedding gradient all-reduce. ``gradient_allreduce=False`` leaves
+        out the data-parallel all-reduce (a ZeRO-3 / FSDP trainer reduce-scatters every micro-batch
+        instead: :func:`~packplace.placement.model.training_time.zero3_collective_seconds`)."""
+        shard = (model.params if pp == 1 and not lora_rank
+                 else max(trainable_stage_params(model, pp, lora_rank))) / tp
+        total = 32.0 * shard / dp / self.hw.memory_bandwidth
+        if gradient_allreduce:
             level, per_node = self.group_level(tp * dp, extent), self.ranks_per_node(dp, tp, extent)
             if ep > 1 and model.is_moe:
                 experts = model.expert_params / (tp * pp)
@@ -544,10 +557,9 @@ class CostModel:
                 total += self.allreduce(2.0 * experts / ep, dp // ep, level, max(1, per_node // ep))
             else:
                 total += self.allreduce(2.0 * shard, dp, level, per_node)
-            total += 32.0 * shard / dp / self.hw.memory_bandwidth
-            if pp > 1 and model.lm_head and model.tie_word_embeddings:
-                tied = 2.0 * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp
-                total += self.allreduce(tied, 2, self.group_level(dp * pp * tp, extent))
+        if pp > 1 and model.lm_head and model.tie_word_embeddings:
+            tied = 2.0 * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp
+            total += self.allreduce(tied, 2, self.group_level(dp * pp * tp, extent))
         return total
 
     def _component_pass(self, table: ComponentTable, model: ModelSpec, tokens: float, seq_len: float, train: bool,

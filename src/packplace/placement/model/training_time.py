@@ -125,7 +125,9 @@ def optimizer_steps_seconds(cost, model: ModelSpec, options: TrainingOptions, dp
     (module docstring): ``(k − 1)·((pp − 1)·t_stage + U)`` with ``t_stage`` the slowest stage's time per
     micro-batch, ``P/(m + pp − 1)`` for the passes' time ``P`` without the update over ``m`` micro-batches
     (:meth:`~packplace.placement.model.cost.CostModel.pipeline`), and ``U`` the update the pass charges once
-    (:meth:`~packplace.placement.model.cost.CostModel.pass_time` with and without ``include_update``).
+    (:meth:`~packplace.placement.model.cost.CostModel.update_time`; a ``zero3`` trainer's without the
+    data-parallel all-reduce: ZeRO-3 / FSDP reduce-scatter the gradients of every micro-batch, priced in
+    :func:`zero3_collective_seconds`, so each global batch ends with its Adam update only).
     ``k`` global batches of ``m/k`` micro-batches take ``k·(m/k + pp − 1)·t_stage + k·U``; the pass has
     ``(m + pp − 1)·t_stage + U``.
 
@@ -138,7 +140,8 @@ def optimizer_steps_seconds(cost, model: ModelSpec, options: TrainingOptions, dp
     rank = options.lora_rank
     micro_batches = max(1, cost.workload.sequences // (dp * micro_batch))
     passes = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False, lora_rank=rank)
-    update = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, lora_rank=rank) - passes
+    update = cost.update_time(model, dp, pp, tp, extent, ep, rank,
+                              gradient_allreduce=options.sharding != "zero3" or dp <= 1)
     stage = passes / (micro_batches + pp - 1)
     return (steps - 1) * ((pp - 1) * stage + update)
 
