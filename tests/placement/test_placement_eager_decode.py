@@ -255,6 +255,7 @@ def test_emitted_settings_carry_the_priced_engine_mode(eager):
     ("infer", "--optimizer", "none", "train"),
     ("prefill", "--context", "4096", "decode, generate"),
     ("train", "--batch", "8", "decode, generate"),
+    ("train", "--framework-version", "0.3.0", "decode, generate"),   # a release changes the engine only
 ])
 def test_estimate_cli_refuses_a_flag_that_means_nothing_for_the_task(capsys, task, flag, value, uses):
     from packplace.cli import main

@@ -554,9 +554,9 @@ def format_estimate(result: Estimate) -> str:
 #: ``estimate`` flags that mean nothing for a task (``--flag``: attribute), refused when given so that a flag
 #: never looks applied when it is not.
 IGNORED_FLAGS = {
-    "train": ("--batch", "--context"),
-    "infer": ("--batch", "--context", "--recompute", "--optimizer"),
-    "prefill": ("--batch", "--context", "--recompute", "--optimizer"),
+    "train": ("--batch", "--context", "--framework-version"),
+    "infer": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version"),
+    "prefill": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version"),
     "decode": ("--micro-batch", "--recompute", "--optimizer"),
     "generate": ("--micro-batch", "--recompute", "--optimizer"),
 }
