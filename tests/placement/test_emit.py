@@ -301,3 +301,27 @@ def test_the_critic_s_optimizer_steps_are_checked_like_the_actor_s():
     assert emit(instance, plan, "verl").settings["critic.ppo_mini_batch_size"] == prompts // 2
     assert any(line.startswith("training.critic.optimizer_steps 2 differs from the actor's 1")
                for line in emit(instance, plan, "openrlhf").refusals)
+
+
+def test_a_dpo_step_s_optimizer_steps_divide_its_preference_pairs(tmp_path):
+    import yaml
+
+    from packplace.placement.problem.config import load_yaml
+
+    path = ROOT / "configs" / "placement" / "dpo_llama3.1-8b_1x8xh100.yaml"   # 128 pairs, 256 sequences
+    cfg = load_yaml(str(path))
+    cfg.setdefault("training", {})["actor"] = {**cfg.get("training", {}).get("actor", {}), "optimizer_steps": 4}
+    four = tmp_path / "dpo4.yaml"
+    four.write_text(yaml.safe_dump(cfg))
+    instance = load_config(four)
+    plan = api.solve_placement(instance, "greedy", seed=0).solution
+    train = plan["actor.train"]
+    assert (128 * 2 // 4) % (train.strategy.dp * train.micro_batch) == 0   # the plan tiles one global batch
+    assert emit(instance, plan, "nemo-rl").settings["policy.train_global_batch_size"] == 128 // 4
+    assert emit(instance, plan, "openrlhf").settings["--train.batch_size"] == 128 // 4
+    # 256 steps divide the 256 sequences but would split a chosen / rejected pair
+    cfg["training"]["actor"]["optimizer_steps"] = 256
+    half = tmp_path / "dpo256.yaml"
+    half.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match=r"optimizer_steps: 256 does not divide the step's 128 preference pairs"):
+        load_config(half)

@@ -61,8 +61,11 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
     s["cluster.num_nodes"] = view.nodes
     s["cluster.gpus_per_node"] = len(view.all_gpus) if view.nodes == 1 else view.gpus_per_node
     if view.algorithm == "dpo":
-        s["policy.train_global_batch_size"] = view.prompts
-        note.append("train_global_batch_size counts preference pairs (dpo.yaml)")
+        s["policy.train_global_batch_size"] = view.global_batch(
+            view.prompts, "preference pairs", "NeMo RL trains whole global batches of train_global_batch_size",
+            refuse)
+        note.append("train_global_batch_size counts preference pairs (dpo.yaml): the step's pairs / "
+                    "training.optimizer_steps")
     else:
         section = "ppo" if view.algorithm == "ppo" else "grpo"
         s[f"{section}.num_prompts_per_step"] = view.prompts

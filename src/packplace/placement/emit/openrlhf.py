@@ -131,7 +131,8 @@ def _dpo(view: PlanView) -> EmittedPlan:
     train = view.tasks[TRAIN]
     if view.rules is not None:
         out.refusals += config_refusals(view.rules) + view.layout_refusals()
-    out.settings["--train.batch_size"] = view.prompts
+    out.settings["--train.batch_size"] = view.global_batch(
+        view.prompts, "preference pairs", "OpenRLHF trains whole batches of train.batch_size", out.refusals)
     out.settings["--train.micro_batch_size"] = train.micro_batch
     _deepspeed(out, [train], view)
     opts = view.training["actor"]
@@ -139,5 +140,6 @@ def _dpo(view: PlanView) -> EmittedPlan:
         out.settings.pop("--actor.gradient_checkpointing_enable", None)
         out.settings["--model.gradient_checkpointing_enable"] = True
     out.notes.append(f"launch on {train.nodes} node(s) x {train.gpus_per_node} GPUs (deepspeed --num_nodes "
-                     f"{train.nodes} --num_gpus {train.gpus_per_node}); train.batch_size counts preference pairs")
+                     f"{train.nodes} --num_gpus {train.gpus_per_node}); train.batch_size counts preference pairs (the "
+                     "step's pairs / training.optimizer_steps)")
     return out

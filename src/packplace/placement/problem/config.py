@@ -597,11 +597,13 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         except ConfigError as exc:
             raise ConfigError(f"[training.{role}] {exc}") from None
     workload = _workload(_section(config, "workload"))
+    # a global batch is whole sequences, and for DPO whole chosen / rejected pairs (the prompts)
+    units = (workload.batch_size, "preference pairs (batch_size)") if algorithm == "dpo" else (
+        workload.sequences, "sequences (batch_size x samples_per_prompt)")
     for role, options in training.items():
-        if workload.sequences % options.optimizer_steps:
+        if units[0] % options.optimizer_steps:
             raise ConfigError(f"[training.{role}] optimizer_steps: {options.optimizer_steps} does not divide the "
-                              f"step's {workload.sequences} sequences (batch_size x samples_per_prompt): each "
-                              "optimizer step trains a whole global batch")
+                              f"step's {units[0]} {units[1]}: each optimizer step trains a whole global batch")
     optimizer = _optimizer(_section(config, "optimizer", required=False), algorithm)
     if hardware.decode_step_overhead is None:  # unset: the framework engine's per-step cost
         hardware = replace(hardware, decode_step_overhead=profile(policy["framework"]).decode_step_overhead)
