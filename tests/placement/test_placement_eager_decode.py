@@ -221,6 +221,9 @@ def test_estimate_refuses_eager_for_a_non_vllm_engine_and_a_non_bool():
 def test_estimate_refuses_vllm_settings_for_training():
     with pytest.raises(ConfigError, match="enforce_eager: a vLLM decode setting .* task train runs no vLLM"):
         estimate("qwen2.5-1.5b", "h200", "train", enforce_eager=True)
+    for task in ("infer", "prefill"):
+        with pytest.raises(ConfigError, match=f"enforce_eager: a vLLM decode setting .* task {task} decodes nothing"):
+            estimate("qwen2.5-1.5b", "h200", task, framework="vllm", enforce_eager=True)
     with pytest.raises(ConfigError, match="framework: vllm is an inference engine and does not train"):
         estimate("qwen2.5-1.5b", "h200", "train", framework="vllm")
     assert estimate("qwen2.5-1.5b", "h200", "infer", framework="vllm").time_s > 0

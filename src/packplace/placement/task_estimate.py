@@ -248,6 +248,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
                           f"or an RL framework ({', '.join(f for f in ESTIMATE_FRAMEWORKS if f != 'vllm')})")
     if task == "train" and enforce_eager:
         raise ConfigError("enforce_eager: a vLLM decode setting (no CUDA graphs); task train runs no vLLM engine")
+    if task in ("infer", "prefill") and enforce_eager:   # vLLM captures CUDA graphs for decode batches only
+        raise ConfigError(f"enforce_eager: a vLLM decode setting (no CUDA graphs); task {task} decodes nothing")
     if enforce_eager and FRAMEWORKS.get(framework, FRAMEWORKS["none"]).enforce_eager is None:
         raise ConfigError(f"enforce_eager: a vLLM setting; the {framework} framework generates with its own "
                           "engine, whose eager kernel launches are inside its per-step overhead")
