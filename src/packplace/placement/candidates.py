@@ -219,10 +219,11 @@ def tensor_parallel_degrees(cluster: Cluster, extent: tuple[int, int, int], kind
 
 
 def explain(model: ModelSpec, cluster: Cluster, sequences: int, strategy: Strategy, micro_batch: int,
-            extent: tuple[int, int, int], kind: str | None = None) -> str | None:
+            extent: tuple[int, int, int], kind: str | None = None, batch: str = "a step") -> str | None:
     """The hard rule that ``(strategy, micro_batch, extent)`` breaks for ``model`` (one line), or ``None``;
     ``kind`` (``generate``, ``infer``, ``train``) decides whether TP may span nodes
-    (:data:`CROSS_NODE_TP_KINDS`)."""
+    (:data:`CROSS_NODE_TP_KINDS`); ``sequences`` are those of ``batch`` (the words the message names them
+    with: a step, or a trainer's global batch, :func:`global_batch`)."""
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
     gpus = extent[0] * extent[1] * extent[2]
     G = cluster.gpus_per_node
@@ -250,11 +251,9 @@ def explain(model: ModelSpec, cluster: Cluster, sequences: int, strategy: Strate
     if pp > model.layers:
         return f"pipeline degree {pp} exceeds the {model.layers} layers"
     if sequences % dp:
-        return (f"data-parallel degree {dp} does not divide the {sequences} sequences of a step "
-                f"(a trainer's: of one global batch, training.optimizer_steps)")
+        return f"data-parallel degree {dp} does not divide the {sequences} sequences of {batch}"
     if (sequences // dp) % micro_batch:
-        return (f"micro-batch {micro_batch} does not divide the {sequences // dp} sequences per replica (a "
-                f"trainer's: of one global batch)")
+        return f"micro-batch {micro_batch} does not divide the {sequences // dp} sequences per replica of {batch}"
     return None
 
 

@@ -208,8 +208,11 @@ class PlacementEvaluator:
         cand = self.table.lookup(name, vp.strategy, vp.micro_batch, alloc.extent)
         if cand is None:
             vertex = self.instance.graph.vertex(name)
-            why = explain(self.instance.models[vertex.model], self.cluster, global_batch(self.instance, name),
-                          vp.strategy, vp.micro_batch, alloc.extent, vertex.kind)
+            sequences = global_batch(self.instance, name)
+            batch = "a step" if sequences == self.instance.workload.sequences else \
+                "one global batch (training.optimizer_steps)"
+            why = explain(self.instance.models[vertex.model], self.cluster, sequences, vp.strategy,
+                          vp.micro_batch, alloc.extent, vertex.kind, batch)
             return f"{name}: {why or 'not a legal candidate'}"
         if not math.isfinite(cand.time):
             return f"{name}: predicted time is {cand.time} seconds (not finite); the plan cannot be scored"

@@ -318,7 +318,7 @@ def _engine(framework: str, framework_version: str | None) -> tuple[str | None, 
     if profile.engine_generation is None:
         return None, False
     if version is None:
-        return profile.engine_generation, bool(profile.enforce_eager) and framework != "vllm"
+        return profile.engine_generation, bool(profile.enforce_eager)
     return version.engine_generation, version.enforce_eager
 
 
