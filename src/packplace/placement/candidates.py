@@ -55,6 +55,7 @@ from packplace.placement.model.nemo_rl_releases import (
     swaps_reference_weights,
     trainer_release,
 )
+from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking
 from packplace.placement.model.training_time import training_overhead_seconds
 from packplace.placement.problem.graph import algorithm_spec
 from packplace.placement.problem.hardware import Cluster
@@ -617,7 +618,30 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
     return CostModel(hardware if hardware is not None else instance.hardware,
                      cluster if cluster is not None else instance.cluster, instance.workload, instance.engine,
                      profile(instance.framework), sharded, training, Context.of(instance), moves,
-                     release.transformer_engine if release is not None else None)
+                     release.transformer_engine if release is not None else None,
+                     packed_passes(instance, release))
+
+
+def packed_passes(instance, release=None) -> PackedPasses | None:
+    """NeMo RL's sequence packing of the instance's policy workers
+    (:class:`~packplace.placement.model.sequence_packing.PackedPasses`) when ``policy.train_mb_tokens`` /
+    ``logprob_mb_tokens`` are set: the actor's shape (the reference shares it and runs in the same workers),
+    the lengths of :func:`~packplace.placement.model.dp_balance.instance_balance`'s draws, the packer of
+    ``release`` (:class:`~packplace.placement.model.nemo_rl_releases.NemoRLRelease`; ``None``: v0.5.0's).
+    ``None`` without packing. Built once per instance and release (cached on the instance)."""
+    tokens = getattr(instance, "sequence_packing", None)
+    if tokens is None or "actor" not in instance.models:
+        return None
+    key = ("packed_passes", release.version if release is not None else None)
+    hit = instance._cache.get(key)
+    if hit is not None:
+        return hit
+    packing = SequencePacking(tokens[0], tokens[1],
+                              worst_fit_leftovers=bool(release is not None and release.packs_worst_fit),
+                              dtensor_pads_every_pass=bool(release is not None and release.dtensor_pads_logprob_packs))
+    hit = instance._cache[key] = PackedPasses(packing, instance_balance(instance).draws, instance.workload.sequences,
+                                              frozenset((instance.models["actor"],)))
+    return hit
 
 
 def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro_batch: int,

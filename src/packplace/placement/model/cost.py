@@ -68,6 +68,7 @@ from packplace.placement.model.memory import (
     trainable_stage_params,
 )
 from packplace.placement.model.nemo_rl_releases import optimizer_lower_bound_bytes
+from packplace.placement.model.sequence_packing import PackedPasses
 from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
@@ -128,6 +129,9 @@ class CostModel:
             the host time of its linear modules
             (:func:`~packplace.placement.model.components.te_linear_host_ratio`); ``None``: unknown, the
             kernels' own issue time.
+        packing: NeMo RL's sequence packing of the policy workers' passes
+            (:class:`~packplace.placement.model.sequence_packing.PackedPasses`): their micro-batches are packs
+            by tokens (:meth:`pass_shape`); ``None``: micro-batches of the plan's sequences.
     """
 
     def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload,
@@ -136,7 +140,7 @@ class CostModel:
                  training: dict[ModelSpec, TrainingOptions] | None = None,
                  layout: Context | None = None,
                  trainer_moves_optimizer: frozenset = frozenset(),
-                 transformer_engine: str | None = None) -> None:
+                 transformer_engine: str | None = None, packing: PackedPasses | None = None) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
@@ -149,6 +153,7 @@ class CostModel:
         self.components = hardware_table(hardware, getattr(hardware, "component_table", "none"))
         self._eager_rates: ComponentTable | None = None
         self.layout = layout
+        self.packing = packing
 
     def pass_kernels(self, pp: int, tp: int, ep: int = 1) -> str:
         """Whose kernels a trainer-side pass (training, log-prob, reference and value forwards) of a task
@@ -168,6 +173,30 @@ class CostModel:
             return "hf"
         backend = trainer_backend(ctx, {TRAIN: Strategy(1, int(pp), int(tp), int(ep))})
         return "megatron" if backend == "megatron" else "hf"
+
+    def packed(self, model: ModelSpec) -> bool:
+        """Whether ``model``'s passes run NeMo RL's sequence packing (:attr:`packing` covers its shape)."""
+        return self.packing is not None and model in self.packing.models
+
+    def pass_shape(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
+                   ep: int = 1) -> tuple[float, float]:
+        """``(m, tokens)``: the micro-batches per data-parallel rank and the tokens of each that price a pass of
+        ``kind`` (``train``: the training pass and its recomputed forward; ``logprob``: a forward over the
+        rollouts). Without packing ``m = B·K/(dp·mb)`` micro-batches of ``mb·s`` tokens (``s`` =
+        :attr:`~packplace.placement.problem.workload.Workload.train_seq_len`). A packed model
+        (:meth:`packed`) takes its packs (:meth:`~packplace.placement.model.sequence_packing.PackedPasses.shape`):
+        Megatron-Core workers when :meth:`pass_kernels` says so, else DTensor; in lockstep on ZeRO-3 / FSDP
+        weights (:attr:`sharded_models`); training over ``optimizer_steps`` global batches, a log-prob pass
+        over the whole batch."""
+        w = self.workload
+        if self.packed(model):
+            assert self.packing is not None
+            steps = self.training[model].optimizer_steps if kind == "train" and model in self.training else 1
+            shape = self.packing.shape(kind, dp, pp, tp, self.pass_kernels(pp, tp, ep) == "megatron",
+                                       model in self.sharded_models, steps)
+            if shape is not None:
+                return shape
+        return w.sequences // (dp * micro_batch), micro_batch * w.train_seq_len
 
     def components_for(self, model: ModelSpec, lora_rank: int = 0) -> ComponentTable | None:
         """The GPU type's component table (:mod:`packplace.placement.model.components`) when it prices this
@@ -433,14 +462,14 @@ class CostModel:
                 phases["old_log_prob"] = self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep,
                                                         lora_rank=lora_rank)
         if sharded and kind != "generate" and (kind == "infer" or old_log_prob):
-            passes = self.workload.sequences // (dp * micro_batch)
+            passes = self.pass_shape(model, "logprob", dp, pp, tp, micro_batch, ep)[0]
             phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent)
             if self.framework.gather_prefetch:
                 compute = phases["forward"] if kind == "infer" else phases["old_log_prob"]
                 phases["gather"] = exposed_gather_seconds(phases["gather"], compute,
                                                           max(stage_layers(model.layers, pp)))
         if offloaded and kind == "infer":
-            passes = self.workload.sequences // (dp * micro_batch)
+            passes = self.pass_shape(model, "logprob", dp, pp, tp, micro_batch, ep)[0]
             phases["onload"] = onload_seconds(self, model, dp, pp, tp, passes, sharded)
         if balance is not None:
             extra = balance.seconds(self, model, kind, dp, pp, tp, micro_batch, extent, ep, phases)
@@ -451,7 +480,7 @@ class CostModel:
 
     def pass_time(self, model: ModelSpec, train: bool, dp: int, pp: int, tp: int, micro_batch: int,
                   extent: tuple[int, int, int], ep: int = 1, include_update: bool = True,
-                  lora_rank: int = 0, layers_only: bool = False) -> float:
+                  lora_rank: int = 0, layers_only: bool = False, pack: str | None = None) -> float:
         """A training step or an inference (log-prob / score) pass over the step's sequences.
 
         Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``), per layer:
@@ -489,6 +518,11 @@ class CostModel:
         ``gradient_checkpointing``; Megatron-LM ``--recompute-granularity full`` over the transformer
         layers): the head and the loss are computed once.
 
+        NeMo RL's sequence packing (:meth:`packed`): the ``m`` micro-batches and their tokens are the packs'
+        (:meth:`pass_shape` of ``pack``, default ``train`` for a training pass and ``logprob`` for a forward;
+        the recomputed forward of full recomputation runs the training packs), the attention still over
+        sequences of ``s`` tokens (the packs' attention is per sequence).
+
         ``include_update=False`` leaves out that end-of-step part (gradient all-reduce, Adam, tied
         embedding): the forward and backward passes alone, which ZeRO-3's per-micro-batch collectives
         overlap with (:func:`~packplace.placement.model.training_time.zero3_exposed_seconds`).
@@ -502,9 +536,9 @@ class CostModel:
         and the Adam update cover the trainable parameters only
         (:func:`~packplace.placement.model.memory.trainable_stage_params`).
         """
-        w, s = self.workload, self.workload.train_seq_len
-        micro_batches = w.sequences // (dp * micro_batch)
-        tokens = micro_batch * s
+        s = self.workload.train_seq_len
+        micro_batches, tokens = self.pass_shape(model, pack or ("train" if train else "logprob"), dp, pp, tp,
+                                                micro_batch, ep)
         factor = 3.0 if train else 1.0
         head_flops = 2.0 * model.head_gemm_params
         block_flops = self.forward_flops_per_token(model, s) - head_flops

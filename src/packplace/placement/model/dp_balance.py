@@ -325,8 +325,10 @@ class VertexBalance:
         optimizer update) plus ``old_log_prob`` plus, with ``recompute: full``, the recomputed forward (one
         more forward pass per micro-batch). For a training vertex whose model runs context parallelism
         (``setting.context_parallel`` active) ``f`` is its CP plan's factor
-        (:class:`~packplace.placement.model.cp_balance.ContextParallelBalance`). 0 for generation and ``dp = 1``."""
-        if kind == "generate" or dp <= 1:
+        (:class:`~packplace.placement.model.cp_balance.ContextParallelBalance`). 0 for generation, ``dp = 1``
+        and a model whose passes run NeMo RL's sequence packing (``cost.packed(model)``): their packs' slowest
+        path is already the pass's micro-batches (:mod:`packplace.placement.model.sequence_packing`)."""
+        if kind == "generate" or dp <= 1 or cost.packed(model):
             return 0.0
         cp = self.setting.context_parallel
         if kind == "train" and cp.active and self.balance.context_parallel is not None:

@@ -100,6 +100,13 @@ class NemoRLRelease:
         transformer_engine: The Transformer Engine release the Megatron path installs (``uv.lock``), which
             prices its linear modules' host time
             (:func:`~packplace.placement.model.components.te_linear_host_ratio`).
+        packs_worst_fit: The sequence packer's last phase puts leftovers in the least-filled new bin
+            (``nemo_rl/data/packing/algorithms.py`` ``ModifiedFirstFitDecreasingPacker``, v0.6.0+: ``bisect``
+            over bins sorted by load) instead of first-fit decreasing (v0.4.0, v0.5.0)
+            (:func:`~packplace.placement.model.sequence_packing.mffd_bins`).
+        dtensor_pads_logprob_packs: The DTensor worker pads log-prob packs to ``train_mb_tokens`` as it does
+            training packs (v0.6.0+: ``nemo_rl/models/automodel/data.py`` ``process_microbatch`` serves every
+            pass; v0.4.0 / v0.5.0 ``dtensor_policy_worker_v2.py`` passes ``min_seq_len`` in ``train`` only).
     """
 
     version: str
@@ -108,6 +115,8 @@ class NemoRLRelease:
     qwen_fused_swiglu: bool
     sources: str
     transformer_engine: str | None = None
+    packs_worst_fit: bool = False
+    dtensor_pads_logprob_packs: bool = False
 
 
 #: The releases (keys: ``major.minor``).
@@ -128,12 +137,12 @@ NEMO_RL_RELEASES: dict[str, NemoRLRelease] = {
         "0.6", "0.17.1", logprob_optimizer_offload=False, qwen_fused_swiglu=True,
         sources="v0.6.0: pyproject.toml (vllm==0.17.1); grpo_math_1B.yaml as in v0.5.0; uv.lock "
                 "transformer-engine 2.14.0+71bbefb (git)",
-        transformer_engine="2.14.0"),
+        transformer_engine="2.14.0", packs_worst_fit=True, dtensor_pads_logprob_packs=True),
     "0.7": NemoRLRelease(
         "0.7", "0.20.0", logprob_optimizer_offload=False, qwen_fused_swiglu=True,
         sources="v0.7.0: pyproject.toml (vllm 0.20.0 wheels); grpo_math_1B.yaml as in v0.5.0; uv.lock "
                 "transformer-engine 2.15.0+42b8400 (release_v2.15)",
-        transformer_engine="2.15.0"),
+        transformer_engine="2.15.0", packs_worst_fit=True, dtensor_pads_logprob_packs=True),
 }
 
 

@@ -83,15 +83,14 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
         Seconds (0 for ``recompute: none``, ``offload: none`` and a sharding other than ``zero3``).
     """
     hw, w = cost.hw, cost.workload
-    micro_batches = w.sequences // (dp * micro_batch)
+    micro_batches, tokens = cost.pass_shape(model, "train", dp, pp, tp, micro_batch, ep)
     seconds = 0.0
     rank = options.lora_rank
     if options.recompute == "full":
         seconds += cost.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep, lora_rank=rank,
-                                  layers_only=True)
+                                  layers_only=True, pack="train")
     elif options.recompute == "selective":
         s = w.train_seq_len
-        tokens = micro_batch * s
         attention = 2.0 * model.layers * s * model.attention_dim * tokens   # forward attention FLOPs
         stage = attention * stage_share(model.layers, pp) / (tp * hw.flops_per_gpu * hw.gemm_peak_fraction)
         seconds += cost.pipeline(micro_batches, pp, stage)
@@ -138,7 +137,7 @@ def optimizer_steps_seconds(cost, model: ModelSpec, options: TrainingOptions, dp
     if steps <= 1:
         return 0.0
     rank = options.lora_rank
-    micro_batches = max(1, cost.workload.sequences // (dp * micro_batch))
+    micro_batches = max(1, cost.pass_shape(model, "train", dp, pp, tp, micro_batch, ep)[0])
     passes = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False, lora_rank=rank)
     update = cost.update_time(model, dp, pp, tp, extent, ep, rank,
                               gradient_allreduce=options.sharding != "zero3" or dp <= 1)

@@ -175,6 +175,13 @@ POLICY_FIELDS: dict[str, Field] = {
                                        "v0.4+ the release's per-step settings (unset: the current ones)"),
     "inference_offload": Field("enum", choices=tuple(INFERENCE_OFFLOAD), default="none",
                                meaning="inference-only models whose weights stay in host memory between forwards"),
+    "train_mb_tokens": Field("int", "tokens", 1, 10_000_000, default=None,
+                             meaning="nemo-rl sequence packing: tokens per training pack "
+                                     "(policy.sequence_packing.train_mb_tokens; unset: micro-batches of the plan's "
+                                     "sequences)"),
+    "logprob_mb_tokens": Field("int", "tokens", 1, 10_000_000, default=None,
+                               meaning="nemo-rl sequence packing: tokens per log-prob pack (old policy, reference; "
+                                       "policy.sequence_packing.logprob_mb_tokens); set with train_mb_tokens"),
     "trainer_backend": Field("enum", choices=TRAINER_BACKENDS, default="auto",
                              meaning="verl / NeMo RL trainer workers (or framework none): fsdp (NeMo RL DTensor), "
                                      "megatron, or auto (chosen by the plan); refused for OpenRLHF / DeepSpeed-Chat"),
@@ -290,6 +297,8 @@ class PlacementInstance:
             trainer workers of verl and NeMo RL (:mod:`packplace.placement.model.layout_rules`).
         framework_version: ``policy.framework_version``: the framework release that ran (its defaults for
             ``enforce_eager`` and the vLLM engine generation, already applied to ``engine``), or ``None``.
+        sequence_packing: ``(policy.train_mb_tokens, policy.logprob_mb_tokens)``: NeMo RL's sequence packing of
+            the policy workers' passes (:mod:`packplace.placement.model.sequence_packing`), or ``None``.
     """
 
     cluster: Cluster
@@ -308,6 +317,7 @@ class PlacementInstance:
     balance: Mapping[str, BalanceSetting] = field(default_factory=dict)
     trainer_backend: str = "auto"
     framework_version: str | None = None
+    sequence_packing: tuple[int, int] | None = None
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -612,9 +622,30 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                                  training=training, rule_reward=rule_reward, framework=policy["framework"],
                                  inference_offload=policy["inference_offload"], balance=balance,
                                  trainer_backend=policy["trainer_backend"],
-                                 framework_version=policy.get("framework_version"))
+                                 framework_version=policy.get("framework_version"),
+                                 sequence_packing=_sequence_packing(policy))
     check_config(Context.of(instance))
     return instance
+
+
+def _sequence_packing(policy: Mapping[str, Any]) -> tuple[int, int] | None:
+    """``(train_mb_tokens, logprob_mb_tokens)`` of ``[policy]``, or ``None`` when neither is set.
+
+    Raises:
+        ConfigError: one set without the other, or either set for a framework other than ``nemo-rl``.
+    """
+    train, logprob = policy.get("train_mb_tokens"), policy.get("logprob_mb_tokens")
+    if train is None and logprob is None:
+        return None
+    if train is None or logprob is None:
+        missing = "train_mb_tokens" if train is None else "logprob_mb_tokens"
+        raise ConfigError(f"[policy] {missing}: NeMo RL's sequence packing sets both pack sizes "
+                          "(train_mb_tokens and logprob_mb_tokens); set it too, or drop the other")
+    if policy["framework"] != "nemo-rl":
+        raise ConfigError(f"[policy] train_mb_tokens: packs by tokens are NeMo RL's sequence packing "
+                          f"(framework: nemo-rl), not {policy['framework']!r}'s; drop train_mb_tokens and "
+                          "logprob_mb_tokens")
+    return int(train), int(logprob)
 
 
 def _check_release_model_type(policy: Mapping[str, Any], actor: ModelSpec) -> None:
