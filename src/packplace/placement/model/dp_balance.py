@@ -50,7 +50,9 @@ BALANCE_OBJECTIVES = ("makespan", "lockstep")
 #: NeMo RL: ``policy.sequence_packing.enabled: True`` with ``algorithm: modified_first_fit_decreasing`` in
 #: examples/configs/grpo_math_1B.yaml (the GRPO recipes' base; github.com/NVIDIA-NeMo/RL at 00294d9baabc):
 #: the driver packs the batch longest-first into bins spread over the ranks (``shard_by_batch_size``), a
-#: length-aware split modelled by ``lpt``. The other profiles' sources dispatch contiguously.
+#: length-aware split modelled by ``lpt``; a config that gives the pack sizes (``policy.train_mb_tokens``)
+#: prices the packs themselves instead (:mod:`packplace.placement.model.sequence_packing`, no factor). The
+#: other profiles' sources dispatch contiguously.
 FRAMEWORK_BALANCE = {"verl": "kk", "nemo-rl": "lpt"}
 #: Seed of the first drawn batch of lengths (fixed batches: the same instance always gives the same loads).
 LENGTH_SEED = 0
