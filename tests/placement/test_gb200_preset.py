@@ -88,6 +88,8 @@ def test_n_gb200_and_2n_h100_give_the_same_step_when_both_stay_on_nvlink(tmp_pat
     # one sequence per training micro-batch and two per log-prob one (the file prices the recipe's packed
     # micro-batches, 4 and 8 sequences: there the GB200 side comes out 1.26x faster, against the published
     # 64.8 s on 16 H100 / 71.1 s on 8 GB200 = 0.91 of the NeMo RL v0.5 performance summary)
+    # (and without the recipe's sequence packing, whose packs of 4,096 / 8,192 tokens would set them instead)
+    del h100["policy"]["train_mb_tokens"], h100["policy"]["logprob_mb_tokens"]
     h100["validation"]["plan"]["actor.train"]["micro_batch"] = 1
     h100["validation"]["plan"]["reference.infer"]["micro_batch"] = 2
     # both on their component tables (each derived from the H200 measurements): the GB200's faster
