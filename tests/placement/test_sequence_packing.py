@@ -40,8 +40,8 @@ def test_v06_leftovers_go_to_the_least_filled_bin():
     # v0.6.0: each item to the least-filled bin when it fits: A = 3, 3, 3 (9); the 4th 3 does not fit A's 1
     # left and opens B; the 5th 3 and the 1 go to B, now the least filled (3, then 6); B sorts first (7 < 9)
     assert mffd_bins([3, 3, 3, 3, 3, 1], 10, worst_fit_leftovers=True) == [[3, 4, 5], [0, 1, 2]]
-    # ... and its list of new bins starts with an empty one, left empty when nothing is left over
-    assert mffd_bins([6], 10, worst_fit_leftovers=True) == [[0], []]
+    # ... and its list of new bins starts with an empty one, dropped when nothing is left over
+    assert mffd_bins([6], 10, worst_fit_leftovers=True) == [[0]]
     assert mffd_bins([6], 10) == [[0]]
     with pytest.raises(ConfigError, match="exceeds the 10-token pack"):
         mffd_bins([11], 10)
