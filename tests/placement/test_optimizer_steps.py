@@ -21,9 +21,14 @@ QWEN3_32B_ROW = os.path.join(ROOT, "benchmarks", "validation", "nemo_rl_v0.5_grp
 NODE_BLOCK = (1, 4, 8)   # 4 nodes of 8 H100; the TP 4 x DP 2 group of 8 stays in a node (NVLink level)
 
 
-def qwen3_32b():
+def qwen3_32b(packed=False):
+    """The row's cost model and actor; without ``packed``, micro-batches of the plan's one sequence instead of
+    the recipe's 4,096-token packs (``policy.train_mb_tokens``)."""
     instance, _, _ = load_setup(QWEN3_32B_ROW)
-    return PlacementEvaluator(instance).cost, instance.models["actor"]
+    cost = PlacementEvaluator(instance).cost
+    if not packed:
+        cost.packing = None
+    return cost, instance.models["actor"]
 
 
 def test_four_global_batches_add_three_pipeline_fills_and_three_updates_by_hand():
@@ -45,6 +50,14 @@ def test_four_global_batches_add_three_pipeline_fills_and_three_updates_by_hand(
         3 * (3 * stage + update), rel=1e-12)
     # and training_overhead_seconds adds exactly that to the options' other costs (none here)
     assert training_overhead_seconds(cost, model, four, dp, pp, tp, 1, NODE_BLOCK) == pytest.approx(
+        3 * (3 * stage + update), rel=1e-12)
+    # packed (the recipe's 4,096-token packs): m packs per rank over the four global batches, the stage time of
+    # one pack, the same three fills and updates
+    cost, model = qwen3_32b(packed=True)
+    m, tokens = cost.pass_shape(model, "train", dp, pp, tp, 1)
+    assert tokens == 4096.0 and 800 < m < 1024          # ~1.2 sequences of 3,214 tokens per pack
+    stage = cost.pass_time(model, True, dp, pp, tp, 1, NODE_BLOCK, include_update=False) / (m + 3)
+    assert optimizer_steps_seconds(cost, model, four, dp, pp, tp, 1, NODE_BLOCK) == pytest.approx(
         3 * (3 * stage + update), rel=1e-12)
 
 
