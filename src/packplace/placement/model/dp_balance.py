@@ -330,7 +330,8 @@ class VertexBalance:
         (:class:`~packplace.placement.model.cp_balance.ContextParallelBalance`). 0 for generation, ``dp = 1``
         and a model whose passes run NeMo RL's sequence packing (``cost.packed(model)``): their packs' slowest
         path is already the pass's micro-batches (:mod:`packplace.placement.model.sequence_packing`)."""
-        if kind == "generate" or dp <= 1 or cost.packed(model):
+        packed = getattr(cost, "packed", None)   # a cost stand-in without packing has no such method
+        if kind == "generate" or dp <= 1 or (packed is not None and packed(model)):
             return 0.0
         cp = self.setting.context_parallel
         if kind == "train" and cp.active and self.balance.context_parallel is not None:
