@@ -3,6 +3,7 @@ compute) and the DAPO step (GRPO without a reference pass), each against a hand 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -168,3 +169,57 @@ def test_full_recompute_re_runs_the_layers_not_the_head():
     assert 0.88 * whole < layers < 0.95 * whole
     assert (training_overhead_seconds(cost, model, full, 16, 1, 1, 4, TWO_NODES)
             - training_overhead_seconds(cost, model, none, 16, 1, 1, 4, TWO_NODES)) == pytest.approx(layers, rel=1e-12)
+
+
+def _train_parts(instance, evaluator, strategy, micro_batch, extent):
+    from packplace.placement.candidates import vertex_parts
+    return vertex_parts(instance, evaluator.cost, "actor.train", strategy, micro_batch, extent)
+
+
+def test_a_zero3_trainer_pays_no_data_parallel_all_reduce_in_its_first_global_batch():
+    from packplace.placement.candidates import build_vertex_candidates
+    from packplace.placement.problem.plan import Strategy
+
+    instance, _, _ = load_setup(LLAMA8B_ROW)
+    evaluator = PlacementEvaluator(instance)
+    cost, model = evaluator.cost, instance.models["actor"]
+    assert instance.training["actor"].sharding == "zero3"
+    one_node = (1, 1, 8)
+    dp8 = Strategy(8, 1, 1)
+    parts = _train_parts(instance, evaluator, dp8, 4, one_node)
+    # the train part: the forward and backward passes plus Adam alone, 32 bytes of state per parameter of the
+    # 1/8 shard, read and written at 3.35e12 B/s (no tied embedding, pp 1)
+    passes = cost.pass_time(model, True, 8, 1, 1, 4, one_node, include_update=False)
+    adam = 32 * P8B / 8 / 3.35e12
+    assert parts["train"] == pytest.approx(passes + adam, rel=1e-12)
+    # what it used to pay on top: the ring all-reduce of the bf16 gradients over 8 ranks on NVLink,
+    # 2·7·(1e-6 + 2·P/8/360e9) = 0.0781 s
+    allreduce = 2 * 7 * (1e-6 + 2 * P8B / 8 * NVLINK)
+    assert allreduce == pytest.approx(0.07809, abs=1e-5)
+    assert cost.pass_time(model, True, 8, 1, 1, 4, one_node) == pytest.approx(passes + adam + allreduce, rel=1e-12)
+    # a zero2 trainer of the same plan still runs it
+    zero2 = dataclasses.replace(instance, training={**instance.training, "actor": ZERO2}, _cache={})
+    assert _train_parts(zero2, PlacementEvaluator(zero2), dp8, 4, one_node)["train"] == pytest.approx(
+        passes + adam + allreduce, rel=1e-12)
+    # the search table prices the candidate as the evaluator does
+    (cand,) = build_vertex_candidates("actor.train", "train", model, instance, cost, [one_node],
+                                      only={(dp8, 4, one_node)})
+    assert cand.time == pytest.approx(sum(parts.values()), rel=1e-12)
+
+
+def test_a_zero3_step_of_k_global_batches_costs_k_steps_of_one():
+    instance, _, _ = load_setup(LLAMA8B_ROW)
+    from packplace.placement.problem.plan import Strategy
+
+    strategy, extent = Strategy(16, 1, 1), TWO_NODES
+    four = dataclasses.replace(instance, _cache={},
+                               training={"actor": TrainingOptions("zero3", "full", optimizer_steps=4)})
+    quarter = dataclasses.replace(instance, _cache={},
+                                  workload=dataclasses.replace(instance.workload,
+                                                               batch_size=instance.workload.batch_size // 4))
+    # the training pass and its options' costs (the old log-prob pass and the ranks' imbalance are not per
+    # global batch): one global batch's pass without the all-reduce, then 3 more like it
+    whole = _train_parts(four, PlacementEvaluator(four), strategy, 4, extent)
+    one = _train_parts(quarter, PlacementEvaluator(quarter), strategy, 4, extent)
+    assert whole["train"] + whole["memory_options"] == pytest.approx(
+        4 * (one["train"] + one["memory_options"]), rel=1e-9)

@@ -382,17 +382,18 @@ class CostModel:
     def vertex_time(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                     extent: tuple[int, int, int], old_log_prob: bool = False, ep: int = 1, *,
                     sharded: bool = False, offloaded: bool = False, balance: VertexBalance | None = None,
-                    lora_rank: int = 0) -> float:
+                    lora_rank: int = 0, gradient_allreduce: bool = True) -> float:
         """Seconds of the vertex on a block of ``extent`` (the slowest data-parallel replica): the sum of
         :meth:`vertex_phases`."""
         return sum(self.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep,
                                       sharded=sharded, offloaded=offloaded, balance=balance,
-                                      lora_rank=lora_rank).values())
+                                      lora_rank=lora_rank, gradient_allreduce=gradient_allreduce).values())
 
     def vertex_phases(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                       extent: tuple[int, int, int], old_log_prob: bool = False, ep: int = 1, *,
                       sharded: bool = False, offloaded: bool = False,
-                      balance: VertexBalance | None = None, lora_rank: int = 0) -> dict[str, float]:
+                      balance: VertexBalance | None = None, lora_rank: int = 0,
+                      gradient_allreduce: bool = True) -> dict[str, float]:
         """The parts of a vertex's time, seconds: ``generate`` → ``generation`` (:meth:`generate_time`), and on
         an ``in_place`` framework's ZeRO-3 weights (DeepSpeed's hybrid engine) ``gather``
         (:func:`~packplace.placement.model.framework.hybrid_gather_seconds`) and ``merge``
@@ -414,7 +415,9 @@ class CostModel:
         slowest rank carries more than the mean adds ``imbalance``
         (:meth:`~packplace.placement.model.dp_balance.VertexBalance.seconds`); without it the ranks are equal.
         ``lora_rank`` (a trainer with LoRA adapters, :func:`~packplace.placement.model.memory.lora_params`) goes
-        to the trainer's passes (:meth:`pass_time`)."""
+        to the trainer's passes (:meth:`pass_time`), and so does ``gradient_allreduce`` (``False`` for a
+        ZeRO-3 / FSDP trainer, which never runs the step-end data-parallel all-reduce:
+        :meth:`update_time`)."""
         if kind == "generate":
             phases = {"generation": self.generate_time(model, dp, pp, tp, micro_batch, extent, ep)}
             if self.framework.refit == "in_place" and model in self.sharded_models:
@@ -428,7 +431,8 @@ class CostModel:
         elif kind == "infer":
             phases = {"forward": self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep)}
         else:
-            phases = {"train": self.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, lora_rank=lora_rank)}
+            phases = {"train": self.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, lora_rank=lora_rank,
+                                              gradient_allreduce=gradient_allreduce)}
             if old_log_prob:
                 phases["old_log_prob"] = self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep,
                                                         lora_rank=lora_rank)
@@ -451,7 +455,7 @@ class CostModel:
 
     def pass_time(self, model: ModelSpec, train: bool, dp: int, pp: int, tp: int, micro_batch: int,
                   extent: tuple[int, int, int], ep: int = 1, include_update: bool = True,
-                  lora_rank: int = 0, layers_only: bool = False) -> float:
+                  lora_rank: int = 0, layers_only: bool = False, gradient_allreduce: bool = True) -> float:
         """A training step or an inference (log-prob / score) pass over the step's sequences.
 
         Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``), per layer:
@@ -492,6 +496,8 @@ class CostModel:
         ``include_update=False`` leaves out that end-of-step part (gradient all-reduce, Adam, tied
         embedding): the forward and backward passes alone, which ZeRO-3's per-micro-batch collectives
         overlap with (:func:`~packplace.placement.model.training_time.zero3_exposed_seconds`).
+        ``gradient_allreduce=False`` keeps the Adam update and the tied embedding's all-reduce but leaves out
+        the data-parallel gradient all-reduce (:meth:`update_time`): a ZeRO-3 / FSDP trainer's step.
 
         ``lora_rank = r > 0`` (LoRA on the blocks' linears, :func:`~packplace.placement.model.memory.lora_params`:
         ``W`` frozen matrix weights and ``A`` adapter weights per block): the frozen matrices' backward
@@ -535,7 +541,7 @@ class CostModel:
             stage += (2 if train else 1) * self.p2p(tokens * model.hidden_dim * ACT_BYTES / tp, level)
         total = self.pipeline(micro_batches, pp, stage)
         if train and include_update:
-            total += self.update_time(model, dp, pp, tp, extent, ep, lora_rank)
+            total += self.update_time(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce)
         return total
 
     def update_time(self, model: ModelSpec, dp: int, pp: int, tp: int, extent: tuple[int, int, int], ep: int = 1,
@@ -544,8 +550,10 @@ class CostModel:
         largest stage's trainable shard over the ``dp`` ranks (the routed experts' over the ``dp/ep`` that
         hold them), the memory-bound Adam update ``32·shard/dp`` bytes at HBM bandwidth and, for a tied LM
         head with ``pp > 1``, the word-embedding gradient all-reduce. ``gradient_allreduce=False`` leaves
-        out the data-parallel all-reduce (a ZeRO-3 / FSDP trainer reduce-scatters every micro-batch
-        instead: :func:`~packplace.placement.model.training_time.zero3_collective_seconds`)."""
+        out the data-parallel all-reduce: a ZeRO-3 / FSDP trainer never runs it, it reduce-scatters every
+        micro-batch's gradients instead (:func:`~packplace.placement.model.training_time.zero3_collective_seconds`;
+        :func:`~packplace.placement.model.training_time.runs_gradient_allreduce` says which trainers), for
+        the first global batch of a step as for the others."""
         shard = (model.params if pp == 1 and not lora_rank
                  else max(trainable_stage_params(model, pp, lora_rank))) / tp
         total = 32.0 * shard / dp / self.hw.memory_bandwidth

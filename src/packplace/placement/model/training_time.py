@@ -35,10 +35,14 @@ micro-batch without ``no_sync``. Overlap rule: FSDP's forward
 and backward prefetch (Zhao et al. 2023, §3.3.2) and ZeRO-3's parameter prefetch issue the next layer's
 gather while the current layer computes, so a layer costs ``max(compute, communication)``; the layers
 being alike, the pass costs ``max(C, M)`` and the collectives add ``max(0, M − C)`` to the forward and
-backward time ``C`` (:func:`zero3_exposed_seconds`). The step-end gradient all-reduce the pass already
-charges (:meth:`~packplace.placement.model.cost.CostModel.pass_time`, two collectives' worth of the stage's
-bytes) is kept for what nothing hides: the last micro-batch's reduce-scatter and the gather of the first
-layer, which has no earlier layer to overlap with.
+backward time ``C`` (:func:`zero3_exposed_seconds`). A ZeRO-3 / FSDP trainer runs no data-parallel
+gradient all-reduce at the end of a step (its gradients are already reduce-scattered, and each rank updates
+its own shard), so its training pass leaves that all-reduce out of the step-end update, in the first global
+batch as in every further one (:func:`runs_gradient_allreduce`;
+:meth:`~packplace.placement.model.cost.CostModel.update_time` with ``gradient_allreduce=False``): the Adam
+update and a tied embedding's all-reduce stay. Not priced: the first layer's gather and the last layer's
+reduce-scatter of each micro-batch, which no layer's compute hides (the fill and drain of the layer-wise
+overlap).
 
 LoRA (``lora_rank``, :func:`~packplace.placement.model.memory.lora_params`): the frozen base matrices have no
 gradients and no optimizer state, so the reduce-scatter and the offload traffic (gradients out, updated
@@ -141,9 +145,20 @@ def optimizer_steps_seconds(cost, model: ModelSpec, options: TrainingOptions, dp
     micro_batches = max(1, cost.workload.sequences // (dp * micro_batch))
     passes = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False, lora_rank=rank)
     update = cost.update_time(model, dp, pp, tp, extent, ep, rank,
-                              gradient_allreduce=options.sharding != "zero3" or dp <= 1)
+                              gradient_allreduce=runs_gradient_allreduce(options))
     stage = passes / (micro_batches + pp - 1)
     return (steps - 1) * ((pp - 1) * stage + update)
+
+
+def runs_gradient_allreduce(options: TrainingOptions) -> bool:
+    """Whether a trainer with ``options`` ends each optimizer step with the data-parallel gradient all-reduce
+    of :meth:`~packplace.placement.model.cost.CostModel.update_time`: every sharding but ``zero3``. ZeRO-3
+    (Rajbhandari et al. 2020, arXiv 1910.02054, §5.3: gradients are reduce-scattered to the rank owning the
+    partition as each layer's backward produces them) and PyTorch FSDP ``FULL_SHARD`` (Zhao et al. 2023,
+    arXiv 2304.11277, §3.2: a reduce-scatter in each unit's post-backward hook, then each rank steps its own
+    shard) never all-reduce the full gradients; the frameworks' trainers reduce-scatter after every
+    micro-batch (module docstring), priced by :func:`zero3_collective_seconds`."""
+    return options.sharding != "zero3"
 
 
 def zero3_collective_seconds(cost, model: ModelSpec, options: TrainingOptions, dp: int, pp: int, tp: int,
