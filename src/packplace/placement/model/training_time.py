@@ -55,15 +55,16 @@ as the sharded forwards' (:func:`~packplace.placement.model.framework.exposed_ga
   backward", ``torch.distributed.fsdp.fully_shard``; FSDP1 keeps the root's ``FULL_SHARD`` handle unsharded
   after forward too), and the root's pre-backward hook prefetches the next unit behind the output head's
   backward; ZeRO-3's ``__params_to_release`` keeps every parameter used again within
-  ``stage3_max_reuse_distance`` (1e9 parameters by default, not set by DeepSpeed-Chat), so the last forward
-  modules stay gathered for the backward that starts with them;
+  ``stage3_max_reuse_distance`` (1e9 parameters by default: DeepSpeed-Chat does not set it, OpenRLHF's
+  ``"auto"`` leaves the default), so the last forward modules stay gathered for the backward that starts
+  with them;
 * the last unit's reduce-scatter is exposed: it follows the last compute, and FSDP2's root post-backward
   callback makes the compute stream wait for it (``_root_post_backward_final_callback``); ZeRO-3's
   ``independent_gradient_partition_epilogue`` reduces what is left in its bucket and synchronises the
   reduction stream at the end of every micro-batch's backward (no ``no_sync`` under ZeRO 2/3).
 
-So a step pays ``m·(a + r)/L`` for ``m`` micro-batches with all-gather ``a`` and reduce-scatter ``r`` each,
-and the other ``(L − 1)/L`` of the collectives run beside ``(L − 1)/L`` of the compute
+So a step of ``m`` micro-batches, each with all-gather ``a`` and reduce-scatter ``r``, adds ``m·(a + r)/L``
+plus ``(L − 1)/L·max(0, M − C)``: the other units' collectives run beside ``(L − 1)/L`` of the compute
 (:func:`zero3_exposed_seconds`). Equal units are a lower bound: FSDP's root (the embedding and output head)
 and DeepSpeed's last reduce bucket (``reduce_bucket_size``) are often larger than one layer.
 
