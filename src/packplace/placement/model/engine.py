@@ -47,6 +47,18 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 SIMULATED_SEQUENCES = 4096
 #: Seed of the fixed arrival order of the response lengths (deterministic for a given workload).
 ARRIVAL_SEED = 12345
+#: Seed of the first drawn batch of engine shares (:func:`engine_shares`; fixed batches, so the same
+#: instance always gives the same slowest engine), as the trainer's drawn batches
+#: (:data:`~packplace.placement.model.dp_balance.LENGTH_SEED`).
+SHARE_SEED = 0
+#: Batches of engine shares drawn (seeds ``SHARE_SEED ..``); the slowest engine's time is the mean over
+#: them, the expected straggler rather than one batch's luck (the trainer's
+#: :data:`~packplace.placement.model.dp_balance.LENGTH_DRAWS`).
+SHARE_DRAWS = 4
+#: Engines simulated per drawn batch (:func:`straggler_candidates`): the ones whose share holds the
+#: longest responses and the most response tokens, the two figures a continuously batched engine's
+#: makespan follows (its last sequence's end, its total work over its slots).
+STRAGGLER_CANDIDATES = 3
 
 
 @dataclass(frozen=True)
@@ -136,6 +148,105 @@ def response_lengths(workload: Workload, count: int) -> np.ndarray:
     return lengths[order]
 
 
+def engine_shares(workload: Workload, replicas: int, draw: int = 0) -> np.ndarray:
+    """Response lengths (decode steps, integers ≥ 1) of each engine replica's share of one drawn batch,
+    shape ``(replicas, n/replicas)`` with ``n = B·K``, row ``r`` in the order engine ``r`` receives them.
+
+    The frameworks cut the step's batch into ``replicas`` equal contiguous shards before any token is
+    generated, the batch ordered prompt by prompt with a prompt's ``K`` samples consecutive: NeMo RL
+    ``VllmGeneration.generate`` (``data.shard_by_batch_size(dp_size)``, nemo_rl/distributed/
+    batched_data_dict.py: contiguous shards), verl ``gen_batch.repeat(repeat_times=rollout.n,
+    interleave=True)`` then the rollout workers' ``DataProto.chunk`` (verl/trainer/ppo/ray_trainer.py,
+    verl/protocol.py), OpenRLHF ``[prompt] * n_samples_per_prompt`` sliced per vLLM engine
+    (openrlhf/trainer/ppo_utils/experience_maker.py). No engine takes work from another, so the slowest
+    engine ends the phase.
+
+    The lengths: the batch's ``n`` responses follow the workload's distribution exactly (the quantile
+    function at ``(i + 0.5)/n``, as :func:`response_lengths`), in an order drawn with seed
+    ``SHARE_SEED + draw``: a prompt's samples are drawn *independently* of each other, so any
+    equal-count split is a uniformly random one and each engine's share is a random ``n/replicas`` of the
+    batch's lengths (sampling without replacement). How a prompt's samples correlate in length is left
+    out: no published source sizes it (docs/calibration-and-validation.md, "GRPO generation dispatched
+    in prompt groups"); with correlated lengths the shares spread further, so the slowest engine this
+    gives is a lower bound.
+
+    Raises:
+        ValueError: ``replicas`` < 1 or not dividing ``B·K``.
+    """
+    n = workload.sequences
+    if replicas < 1 or n % replicas:
+        raise ValueError(f"engine_shares: replicas must be >= 1 and divide the batch's {n} sequences, "
+                         f"got {replicas!r}")
+    return _shares(workload, int(replicas), int(draw))
+
+
+@lru_cache(maxsize=256)
+def _shares(workload: Workload, replicas: int, draw: int) -> np.ndarray:
+    n = workload.sequences
+    qs = (np.arange(n, dtype=float) + 0.5) / n
+    points_q, points_t = workload._quantile_points
+    lengths = np.maximum(1.0, np.ceil(np.interp(qs, points_q, points_t)))
+    order = np.random.default_rng(SHARE_SEED + draw).permutation(n)
+    shares = lengths[order].reshape(replicas, n // replicas)
+    shares.setflags(write=False)
+    return shares
+
+
+def straggler_candidates(shares: np.ndarray, count: int = STRAGGLER_CANDIDATES) -> np.ndarray:
+    """Row indices of the engines of ``shares`` (shape ``(replicas, m)``) most likely to end last, at
+    most ``2·count``, sorted: the ``count`` whose longest response is longest (ties by their total) and
+    the ``count`` with the most response tokens. A continuously batched engine decodes at least its
+    longest response and at least its tokens over its running slots, so its makespan follows one or the
+    other; simulating these instead of every engine keeps the estimate's cost independent of the
+    replica count (the maximum over a subset: never above the slowest engine's true time)."""
+    longest = shares.max(axis=1)
+    total = shares.sum(axis=1)
+    by_longest = np.lexsort((-total, -longest))[:count]
+    by_total = np.argsort(-total, kind="stable")[:count]
+    return np.unique(np.concatenate([by_longest, by_total]))
+
+
+def share_schedule(lengths: np.ndarray, slots: int, context_length: int, kv_tokens: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """:func:`paged_schedule` of one engine decoding the given ``lengths`` (shape ``(m,)``, in arrival
+    order) instead of a stratified sample of the workload: the segments ``(iterations, running,
+    generated)`` and the tokens recomputed after preemptions, with prompts of ``context_length`` tokens
+    and a paged cache of ``kv_tokens`` tokens. A share of more than :data:`SIMULATED_SEQUENCES` is
+    simulated on that many of its own order statistics (evenly spaced ranks, its longest kept) with the
+    running limit and the time scaled as :func:`continuous_schedule` does.
+
+    Raises:
+        ValueError: an empty ``lengths``, ``slots`` or ``kv_tokens`` < 1.
+    """
+    lengths = np.asarray(lengths, dtype=float)
+    if lengths.size < 1 or int(slots) < 1 or int(kv_tokens) < 1:
+        raise ValueError(f"share_schedule: needs lengths, slots >= 1 and kv_tokens >= 1, got {lengths.size} "
+                         f"lengths, slots {slots!r}, kv_tokens {kv_tokens!r}")
+    return _share_schedule(tuple(lengths.tolist()), int(min(slots, lengths.size)), int(context_length),
+                           int(kv_tokens))
+
+
+@lru_cache(maxsize=1024)
+def _share_schedule(lengths: tuple[float, ...], slots: int, context_length: int, kv_tokens: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    share = np.array(lengths)
+    n = share.size
+    if n > SIMULATED_SEQUENCES:
+        ratio = n / SIMULATED_SEQUENCES
+        ranks = np.argsort(share, kind="stable")
+        picks = np.floor((np.arange(SIMULATED_SEQUENCES) + 0.5) * ratio).astype(int)
+        picks[-1] = n - 1
+        keep = np.sort(ranks[picks])     # the chosen order statistics, in their arrival order
+        c = max(1, round(slots / ratio))
+        scale_running = slots / c
+        scale_time = ratio / scale_running
+        share, cap = share[keep], kv_tokens / scale_running
+    else:
+        c, cap, scale_running, scale_time, ratio = slots, float(kv_tokens), 1.0, 1.0, 1.0
+    iterations, running, generated, recomputed = _paged_lengths(share, c, float(context_length), cap)
+    return iterations * scale_time, running * scale_running, generated * scale_running, recomputed * ratio
+
+
 def continuous_schedule(workload: Workload, sequences: int, slots: int) -> tuple[np.ndarray, np.ndarray,
                                                                                     np.ndarray]:
     """Segments of a continuously batched engine decoding ``sequences`` responses with at most ``slots``
@@ -162,7 +273,14 @@ def _schedule(workload: Workload, sequences: int, slots: int) -> tuple[np.ndarra
         n, c = SIMULATED_SEQUENCES, sim_slots
     else:
         n, c, scale_running, scale_time = sequences, slots, 1.0, 1.0
-    lengths = response_lengths(workload, n)
+    iterations, running, generated = _fcfs(response_lengths(workload, n), c)
+    return iterations * scale_time, running * scale_running, generated * scale_running
+
+
+def _fcfs(lengths: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Segments of ``lengths`` (arrival order) on ``c`` slots, first come first served, a finished
+    sequence's slot refilled at once (:func:`continuous_schedule`'s return form, unscaled)."""
+    n = len(lengths)
     starts = np.zeros(n)
     heap = [float(x) for x in lengths[:c]]
     heapq.heapify(heap)
@@ -170,8 +288,18 @@ def _schedule(workload: Workload, sequences: int, slots: int) -> tuple[np.ndarra
         t = heapq.heappop(heap)
         starts[i] = t
         heapq.heappush(heap, t + lengths[i])
-    iterations, running, generated = _segments(starts, starts + lengths)
-    return iterations * scale_time, running * scale_running, generated * scale_running
+    return _segments(starts, starts + lengths)
+
+
+def _paged_lengths(lengths: np.ndarray, c: int, S: float, cap: float
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """:func:`_fcfs` of ``lengths`` on ``c`` slots when it never holds more than ``cap`` KV tokens
+    (prompts of ``S`` tokens), else :func:`_preempting`; unscaled, with the tokens recomputed."""
+    iterations, running, generated = _fcfs(lengths, c)
+    peak = float(np.max(running * S + generated + running * iterations)) if len(running) else 0.0
+    if peak <= cap:
+        return iterations, running, generated, 0.0
+    return _preempting(lengths, c, S, cap)
 
 
 def static_queue_makespan(workload: Workload, micro_batch: int, replicas: int, batch_seconds) -> float:
@@ -255,7 +383,16 @@ def _paged(workload: Workload, sequences: int, slots: int, kv_tokens: int
         scale_time = ratio / scale_running
     else:
         n, c, cap, scale_running, scale_time, ratio = sequences, slots, float(kv_tokens), 1.0, 1.0, 1.0
-    lengths = response_lengths(workload, n)
+    iterations, running, generated, recomputed = _preempting(response_lengths(workload, n), c, S, cap)
+    return (iterations * scale_time, running * scale_running, generated * scale_running, recomputed * ratio)
+
+
+def _preempting(lengths: np.ndarray, c: int, S: float, cap: float
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """vLLM V1's recompute-preemption scheduler of :func:`paged_schedule` on ``lengths`` (arrival order),
+    ``c`` slots, a cache of ``cap`` tokens and prompts of ``S`` tokens; unscaled segments and the tokens
+    recomputed."""
+    n = len(lengths)
     gen = np.zeros(n)
     waiting = list(range(n))
     waiting.reverse()  # a stack: the head of the queue at the end
@@ -301,8 +438,7 @@ def _paged(workload: Workload, sequences: int, slots: int, kv_tokens: int
             done = set(idx[finished].tolist())
             used -= float(np.sum(S + gen[idx[finished]]))
             run = [i for i in run if i not in done]
-    return (np.array(seg_it) * scale_time, np.array(seg_run) * scale_running,
-            np.array(seg_gen) * scale_running, recomputed * ratio)
+    return np.array(seg_it), np.array(seg_run), np.array(seg_gen), recomputed
 
 
 def rollout_stream_schedule(workload: Workload, batch_sequences: int, group: int, groups_in_flight: int,
