@@ -12,10 +12,12 @@ from packplace.placement.model.engine import (
     SHARE_DRAWS,
     RolloutEngine,
     engine_shares,
+    fcfs_makespan,
     paged_schedule,
     response_lengths,
     share_schedule,
     straggler_candidates,
+    straggler_schedules,
 )
 from packplace.placement.problem.hardware import Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
@@ -52,15 +54,42 @@ def test_shares_refuse_a_replica_count_that_does_not_divide_the_batch():
 
 def test_straggler_candidates_by_hand():
     shares = np.array([[1, 1, 10], [5, 5, 5], [2, 2, 2], [9, 1, 1]])
-    # longest response: row 0 (10), then row 3 (9); most tokens: row 1 (15), then row 0 (12)
-    assert straggler_candidates(shares, 1).tolist() == [0, 1]
-    assert straggler_candidates(shares, 2).tolist() == [0, 1, 3]
+    # three slots, all at once: makespans 10, 5, 2, 9 (the longest); tokens 12, 15, 6, 11
+    assert straggler_candidates(shares, 3, 1).tolist() == [0, 1]
+    assert straggler_candidates(shares, 3, 2).tolist() == [0, 1, 3]
+    # one slot, one after another: the makespan is the total
+    assert straggler_candidates(shares, 1, 1).tolist() == [1]
+    assert straggler_candidates(shares, 1, 2).tolist() == [0, 1]
+
+
+def test_fcfs_makespan_by_hand():
+    # 4, 2, 3 on two slots: the 2 ends at 2, the 3 runs from 2 to 5
+    assert fcfs_makespan(np.array([4, 2, 3]), 2) == 5
+    assert fcfs_makespan(np.array([4, 2, 3]), 3) == 4
+    assert fcfs_makespan(np.array([4, 2, 3]), 1) == 9
 
 
 def test_candidates_always_hold_the_batchs_longest_response():
     for draw in range(SHARE_DRAWS):
         shares = engine_shares(LONG_TAIL, 64, draw)
-        assert shares[straggler_candidates(shares)].max() == shares.max()
+        assert shares[straggler_candidates(shares, 64)].max() == shares.max()
+
+
+def test_straggler_schedules_are_the_candidates_share_schedules():
+    # the vectorised layout holds, schedule by schedule, what share_schedule gives each candidate
+    for kv in (HUGE_CACHE, 20_000):
+        iterations, running, generated, owner, recomputed, draw = straggler_schedules(LONG_TAIL, 4, 64, kv)
+        k = 0
+        for d in range(SHARE_DRAWS):
+            shares = engine_shares(LONG_TAIL, 4, d)
+            for r in straggler_candidates(shares, 64):
+                mine = share_schedule(shares[r], 64, LONG_TAIL.context_length, kv)
+                assert draw[k] == d
+                assert np.allclose(iterations[owner == k], mine[0]) and np.allclose(running[owner == k], mine[1])
+                assert np.allclose(generated[owner == k], mine[2]) and recomputed[k] == pytest.approx(mine[3])
+                k += 1
+        assert k == len(recomputed) <= 4 * SHARE_DRAWS
+    assert straggler_schedules(LONG_TAIL, 4, 64, 20_000)[4].sum() > 0   # that cache preempts
 
 
 def test_share_schedule_by_hand():

@@ -36,14 +36,12 @@ from packplace.placement.model.dp_balance import VertexBalance
 from packplace.placement.model.engine import (
     SHARE_DRAWS,
     RolloutEngine,
-    engine_shares,
     kv_capacity_sequences,
     kv_capacity_tokens,
     paged_schedule,
     rollout_stream_schedule,
-    share_schedule,
     static_queue_makespan,
-    straggler_candidates,
+    straggler_schedules,
 )
 from packplace.placement.model.framework import (
     DEFAULT_FRAMEWORK,
@@ -759,7 +757,8 @@ class CostModel:
         :meth:`schedule_decode`; plus the prefill of every prompt in passes of the running batch
         (:meth:`prefill_time`). One replica decodes a stratified sample of the lengths; ``dp > 1`` replicas
         decode the fixed shares the frameworks cut before generating, and the phase lasts until the
-        slowest share ends (:meth:`slowest_share_decode`).
+        slowest share ends (:meth:`slowest_share_decode`; without ``gen_quantiles`` every response has the
+        same length and every share is the stratified one).
 
         With ``dispatch: queue`` the static batches of the whole step go to the first free replica
         (:func:`~packplace.placement.model.engine.static_queue_makespan`), each decoding to its own longest
@@ -782,7 +781,7 @@ class CostModel:
             kv = kv_capacity_tokens(model, self.hw.memory_per_gpu, w, tp, pp, self.engine.gpu_memory_utilization,
                                     ep, self.hw.memory_workspace)
             prefill = self.prefill_time(model, tp, per_replica, min(slots, per_replica), ep, extent)
-            if dp > 1 and w.sequences % dp == 0:
+            if dp > 1 and w.sequences % dp == 0 and w.gen_quantiles:   # equal lengths: every share alike
                 return prefill + self.slowest_share_decode(model, dp, pp, tp, slots, kv, extent, ep)
             return prefill + self.schedule_decode(model, dp, pp, tp, paged_schedule(w, per_replica, slots, kv),
                                                   extent, ep)
@@ -829,14 +828,15 @@ class CostModel:
         sequences and ``kv_tokens`` of cache (:func:`~packplace.placement.model.engine.share_schedule`) and
         priced by :meth:`schedule_decode`, and the slowest of them sets the batch's time. The replicas decode
         at once and the phase waits for all (no engine takes work from another)."""
-        S = self.workload.context_length
-        times = []
-        for draw in range(SHARE_DRAWS):
-            shares = engine_shares(self.workload, dp, draw)
-            times.append(max(self.schedule_decode(model, dp, pp, tp, share_schedule(shares[r], slots, S, kv_tokens),
-                                                  extent, ep)
-                             for r in straggler_candidates(shares)))
-        return float(np.mean(times))
+        iterations, running, generated, owner, recomputed, draw = straggler_schedules(self.workload, dp, slots,
+                                                                                     kv_tokens)
+        middle = running * (self.workload.context_length + 1.0) + generated + running * (iterations - 1.0) / 2.0
+        seconds = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep) * iterations
+        per_schedule = np.bincount(owner, weights=seconds, minlength=len(recomputed))
+        per_schedule = per_schedule + np.array([self.recompute_time(model, tp, t, ep) for t in recomputed])
+        slowest = np.full(SHARE_DRAWS, -np.inf)
+        np.maximum.at(slowest, draw, per_schedule)
+        return float(slowest.mean())
 
     def recompute_time(self, model: ModelSpec, tp: int, tokens: float, ep: int = 1) -> float:
         """Prefill of the ``tokens`` a rollout engine recomputes for preempted sequences (vLLM's

@@ -55,10 +55,9 @@ SHARE_SEED = 0
 #: them, the expected straggler rather than one batch's luck (the trainer's
 #: :data:`~packplace.placement.model.dp_balance.LENGTH_DRAWS`).
 SHARE_DRAWS = 4
-#: Engines simulated per drawn batch (:func:`straggler_candidates`): the ones whose share holds the
-#: longest responses and the most response tokens, the two figures a continuously batched engine's
-#: makespan follows (its last sequence's end, its total work over its slots).
-STRAGGLER_CANDIDATES = 3
+#: Engines simulated per drawn batch (:func:`straggler_candidates`): this many with the longest
+#: first-come-first-served makespans on the engine's slots and this many with the most tokens.
+STRAGGLER_CANDIDATES = 2
 
 
 @dataclass(frozen=True)
@@ -192,18 +191,111 @@ def _shares(workload: Workload, replicas: int, draw: int) -> np.ndarray:
     return shares
 
 
-def straggler_candidates(shares: np.ndarray, count: int = STRAGGLER_CANDIDATES) -> np.ndarray:
-    """Row indices of the engines of ``shares`` (shape ``(replicas, m)``) most likely to end last, at
-    most ``2·count``, sorted: the ``count`` whose longest response is longest (ties by their total) and
-    the ``count`` with the most response tokens. A continuously batched engine decodes at least its
-    longest response and at least its tokens over its running slots, so its makespan follows one or the
-    other; simulating these instead of every engine keeps the estimate's cost independent of the
-    replica count (the maximum over a subset: never above the slowest engine's true time)."""
-    longest = shares.max(axis=1)
+def straggler_candidates(shares: np.ndarray, slots: int, count: int = STRAGGLER_CANDIDATES) -> np.ndarray:
+    """Row indices of the engines of ``shares`` (shape ``(replicas, m)``, each row in arrival order) most
+    likely to end last, sorted: the ``count`` whose first-come-first-served makespan on ``slots`` running
+    sequences (:func:`fcfs_makespan`, decode iterations without the cache limit) is longest, ties by the
+    total, and the ``count`` with the most response tokens (the first to outgrow a tight cache). An
+    engine's time follows its iterations and its tokens; simulating these instead of every engine keeps
+    the estimate's cost nearly independent of the replica count (the maximum over a subset: never above
+    the slowest engine's true time)."""
+    c = max(1, min(int(slots), shares.shape[1]))
     total = shares.sum(axis=1)
-    by_longest = np.lexsort((-total, -longest))[:count]
+    if c == shares.shape[1]:
+        makespan = shares.max(axis=1)
+    else:
+        makespan = np.array([fcfs_makespan(row, c) for row in shares])
+    by_makespan = np.lexsort((-total, -makespan))[:count]
     by_total = np.argsort(-total, kind="stable")[:count]
-    return np.unique(np.concatenate([by_longest, by_total]))
+    return np.unique(np.concatenate([by_makespan, by_total]))
+
+
+def fcfs_makespan(lengths: np.ndarray, slots: int) -> float:
+    """Decode iterations until the last of ``lengths`` (arrival order) ends on ``slots`` slots, first come
+    first served, a finished sequence's slot refilled at once (the makespan of :func:`continuous_schedule`
+    without its segments; list scheduling, Graham 1969)."""
+    c = max(1, min(int(slots), len(lengths)))
+    heap = [float(x) for x in lengths[:c]]
+    heapq.heapify(heap)
+    for x in lengths[c:]:
+        heapq.heappush(heap, heapq.heappop(heap) + float(x))
+    return max(heap)
+
+
+def straggler_schedules(workload: Workload, replicas: int, slots: int, kv_tokens: int
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The :func:`share_schedule` of every straggler candidate (:func:`straggler_candidates`) of the
+    :data:`SHARE_DRAWS` drawn batches of :func:`engine_shares`, on ``slots`` running sequences and a
+    cache of ``kv_tokens`` tokens, laid end to end so that one vectorised pricing covers them all.
+
+    Returns:
+        ``(iterations, running, generated, owner, recomputed, draw)``: the segments of all schedules
+        (shape ``(s,)`` each, :func:`continuous_schedule`'s form) with ``owner[j]`` the schedule segment
+        ``j`` belongs to, and per schedule (shape ``(k,)``) the tokens it recomputes and its batch's draw.
+
+    Raises:
+        ValueError: as :func:`engine_shares` and :func:`share_schedule`.
+    """
+    if int(slots) < 1 or int(kv_tokens) < 1:
+        raise ValueError(f"straggler_schedules: slots and kv_tokens must be >= 1, got {slots!r}, {kv_tokens!r}")
+    engine_shares(workload, replicas)   # validates replicas
+    return _straggler_schedules(workload, int(replicas), int(slots), int(kv_tokens))
+
+
+@lru_cache(maxsize=256)
+def _candidate_runs(workload: Workload, replicas: int, slots: int) -> tuple:
+    """What :func:`straggler_schedules` needs before the cache size is known: the candidates' simulated
+    lengths (:func:`_share_sample`), the running limit they run on, the running and time scales, each
+    one's batch draw, unscaled first-come-first-served schedule (:func:`_share_fcfs`) and largest KV
+    footprint in tokens, and those schedules scaled and laid end to end (what every cache that holds the
+    footprints gives)."""
+    samples: list[tuple[float, ...]] = []
+    draws: list[int] = []
+    c = slots
+    for draw in range(SHARE_DRAWS):
+        shares = _shares(workload, replicas, draw)
+        for r in straggler_candidates(shares, slots):
+            sample, c = _share_sample(tuple(shares[r].tolist()), min(slots, shares.shape[1]))
+            samples.append(sample)
+            draws.append(draw)
+    per_replica = workload.sequences // replicas
+    ratio = per_replica / len(samples[0])
+    scale_running = min(slots, per_replica) / c
+    scale_time = ratio / scale_running
+    runs = [_share_fcfs(sample, c) for sample in samples]
+    S = float(workload.context_length)
+    peaks = np.array([float(np.max(run * S + gen + run * it)) if len(run) else 0.0 for it, run, gen in runs])
+    owner = np.concatenate([np.full(len(it), k) for k, (it, _, _) in enumerate(runs)])
+    plain = (np.concatenate([it for it, _, _ in runs]) * scale_time,
+             np.concatenate([run for _, run, _ in runs]) * scale_running,
+             np.concatenate([gen for _, _, gen in runs]) * scale_running,
+             owner, np.zeros(len(runs)), np.array(draws))
+    for a in plain:
+        a.setflags(write=False)
+    return samples, c, scale_running, scale_time, runs, peaks, plain
+
+
+@lru_cache(maxsize=512)
+def _straggler_schedules(workload: Workload, replicas: int, slots: int, kv_tokens: int
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    samples, c, scale_running, scale_time, runs, peaks, plain = _candidate_runs(workload, replicas, slots)
+    S, cap = float(workload.context_length), kv_tokens / scale_running
+    if bool(np.all(peaks <= cap)):
+        return plain
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    recomputed: list[float] = []
+    for sample, (iterations, running, generated), peak in zip(samples, runs, peaks, strict=True):
+        tokens = 0.0
+        if peak > cap:
+            iterations, running, generated, tokens = _preempting(np.array(sample), c, S, cap)
+        parts.append((iterations * scale_time, running * scale_running, generated * scale_running))
+        recomputed.append(tokens * scale_time * scale_running)
+    owner = np.concatenate([np.full(len(p[0]), k) for k, p in enumerate(parts)])
+    out = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+           np.concatenate([p[2] for p in parts]), owner, np.array(recomputed), plain[5])
+    for a in out:
+        a.setflags(write=False)
+    return out
 
 
 def share_schedule(lengths: np.ndarray, slots: int, context_length: int, kv_tokens: int
@@ -229,22 +321,41 @@ def share_schedule(lengths: np.ndarray, slots: int, context_length: int, kv_toke
 @lru_cache(maxsize=1024)
 def _share_schedule(lengths: tuple[float, ...], slots: int, context_length: int, kv_tokens: int
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    share = np.array(lengths)
-    n = share.size
-    if n > SIMULATED_SEQUENCES:
-        ratio = n / SIMULATED_SEQUENCES
-        ranks = np.argsort(share, kind="stable")
-        picks = np.floor((np.arange(SIMULATED_SEQUENCES) + 0.5) * ratio).astype(int)
-        picks[-1] = n - 1
-        keep = np.sort(ranks[picks])     # the chosen order statistics, in their arrival order
-        c = max(1, round(slots / ratio))
-        scale_running = slots / c
-        scale_time = ratio / scale_running
-        share, cap = share[keep], kv_tokens / scale_running
-    else:
-        c, cap, scale_running, scale_time, ratio = slots, float(kv_tokens), 1.0, 1.0, 1.0
-    iterations, running, generated, recomputed = _paged_lengths(share, c, float(context_length), cap)
+    share, c = _share_sample(lengths, slots)
+    n = len(lengths)
+    ratio = n / len(share)
+    scale_running = slots / c
+    scale_time = ratio / scale_running
+    cap, S = kv_tokens / scale_running, float(context_length)
+    iterations, running, generated = _share_fcfs(share, c)
+    peak = float(np.max(running * S + generated + running * iterations)) if len(running) else 0.0
+    recomputed = 0.0
+    if peak > cap:
+        iterations, running, generated, recomputed = _preempting(np.array(share), c, S, cap)
     return iterations * scale_time, running * scale_running, generated * scale_running, recomputed * ratio
+
+
+def _share_sample(lengths: tuple[float, ...], slots: int) -> tuple[tuple[float, ...], int]:
+    """The lengths a share is simulated on and its running limit: the share itself on ``slots``, or for a
+    share of more than :data:`SIMULATED_SEQUENCES` that many of its order statistics (evenly spaced
+    ranks, its longest kept, in their arrival order) on ``slots`` scaled by the same ratio."""
+    n = len(lengths)
+    if n <= SIMULATED_SEQUENCES:
+        return lengths, slots
+    share = np.array(lengths)
+    ratio = n / SIMULATED_SEQUENCES
+    ranks = np.argsort(share, kind="stable")
+    picks = np.floor((np.arange(SIMULATED_SEQUENCES) + 0.5) * ratio).astype(int)
+    picks[-1] = n - 1
+    keep = np.sort(ranks[picks])
+    return tuple(share[keep].tolist()), max(1, round(slots / ratio))
+
+
+@lru_cache(maxsize=1024)
+def _share_fcfs(lengths: tuple[float, ...], c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_fcfs` of a share (cached: a share's schedule does not depend on the cache size unless it
+    preempts)."""
+    return _fcfs(np.array(lengths), c)
 
 
 def continuous_schedule(workload: Workload, sequences: int, slots: int) -> tuple[np.ndarray, np.ndarray,
@@ -403,6 +514,9 @@ def _preempting(lengths: np.ndarray, c: int, S: float, cap: float
     seg_run: list[float] = []
     seg_gen: list[float] = []
     preempted = False
+    changed = True  # the running set changed since ``idx`` was built
+    idx = np.empty(0, dtype=int)
+    wanted = np.empty(0)
     while waiting or run:
         if not preempted:
             while waiting and len(run) < c:
@@ -415,29 +529,36 @@ def _preempting(lengths: np.ndarray, c: int, S: float, cap: float
                     recomputed += need
                 run.append(i)
                 used += need
+                changed = True
         r = len(run)
-        idx = np.fromiter(run, dtype=int, count=r)
+        if changed:
+            idx = np.array(run, dtype=int)
+            wanted = lengths[idx]
+            changed = False
         room = int((cap - used) // r)
         if room < 1 and r > 1:
             i = run.pop()
             used -= S + gen[i]
             waiting.append(i)
             preempted = True
+            changed = True
             continue
-        left = lengths[idx] - gen[idx]
+        held = gen[idx]
+        left = wanted - held
         # a lone sequence larger than the cache runs on (vLLM would refuse it; the model keeps a time)
         step = max(1, min(int(left.min()), room)) if room >= 1 else max(1, int(left.min()))
         seg_it.append(float(step))
         seg_run.append(float(r))
-        seg_gen.append(float(gen[idx].sum()))
-        gen[idx] += step
+        seg_gen.append(float(held.sum()))
+        held = held + step
+        gen[idx] = held
         used += r * step
         preempted = False
-        finished = gen[idx] >= lengths[idx]
+        finished = held >= wanted
         if finished.any():
-            done = set(idx[finished].tolist())
-            used -= float(np.sum(S + gen[idx[finished]]))
-            run = [i for i in run if i not in done]
+            used -= float(np.sum(S + held[finished]))
+            run = idx[~finished].tolist()
+            changed = True
     return np.array(seg_it), np.array(seg_run), np.array(seg_gen), recomputed
 
 
