@@ -34,6 +34,7 @@ from packplace.placement.model.components import (
 )
 from packplace.placement.model.dp_balance import VertexBalance
 from packplace.placement.model.engine import (
+    MAX_SHARE_SEQUENCES,
     SHARE_DRAWS,
     RolloutEngine,
     kv_capacity_sequences,
@@ -758,7 +759,8 @@ class CostModel:
         (:meth:`prefill_time`). One replica decodes a stratified sample of the lengths; ``dp > 1`` replicas
         decode the fixed shares the frameworks cut before generating, and the phase lasts until the
         slowest share ends (:meth:`slowest_share_decode`; without ``gen_quantiles`` every response has the
-        same length and every share is the stratified one).
+        same length and every share is the stratified one; a batch of more than
+        :data:`~packplace.placement.model.engine.MAX_SHARE_SEQUENCES` keeps the stratified share).
 
         With ``dispatch: queue`` the static batches of the whole step go to the first free replica
         (:func:`~packplace.placement.model.engine.static_queue_makespan`), each decoding to its own longest
@@ -781,7 +783,8 @@ class CostModel:
             kv = kv_capacity_tokens(model, self.hw.memory_per_gpu, w, tp, pp, self.engine.gpu_memory_utilization,
                                     ep, self.hw.memory_workspace)
             prefill = self.prefill_time(model, tp, per_replica, min(slots, per_replica), ep, extent)
-            if dp > 1 and w.sequences % dp == 0 and w.gen_quantiles:   # equal lengths: every share alike
+            if (dp > 1 and w.sequences % dp == 0 and w.gen_quantiles   # equal lengths: every share alike
+                    and w.sequences <= MAX_SHARE_SEQUENCES):
                 return prefill + self.slowest_share_decode(model, dp, pp, tp, slots, kv, extent, ep)
             return prefill + self.schedule_decode(model, dp, pp, tp, paged_schedule(w, per_replica, slots, kv),
                                                   extent, ep)

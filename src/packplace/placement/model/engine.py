@@ -55,6 +55,10 @@ SHARE_SEED = 0
 #: them, the expected straggler rather than one batch's luck (the trainer's
 #: :data:`~packplace.placement.model.dp_balance.LENGTH_DRAWS`).
 SHARE_DRAWS = 4
+#: Most sequences of a batch whose engine shares are drawn (:func:`engine_shares`); a larger batch keeps
+#: every replica's stratified share (drawing and ranking every share would cost memory and time in
+#: proportion to the batch), not a physical constant.
+MAX_SHARE_SEQUENCES = 65_536
 #: Engines simulated per drawn batch (:func:`straggler_candidates`): this many with the longest
 #: first-come-first-served makespans on the engine's slots and this many with the most tokens.
 STRAGGLER_CANDIDATES = 2
