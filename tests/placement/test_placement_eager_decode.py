@@ -254,6 +254,7 @@ def test_emitted_settings_carry_the_priced_engine_mode(eager):
 
 @pytest.mark.parametrize("task, flag, value, uses", [
     ("decode", "--micro-batch", "4", "infer, prefill, train"),
+    ("decode", "--seq-len", "4096", "generate, infer, prefill, train"),   # even at its old default
     ("generate", "--recompute", "full", "train"),
     ("infer", "--optimizer", "none", "train"),
     ("prefill", "--context", "4096", "decode, generate"),

@@ -157,3 +157,17 @@ def test_a_decode_iteration_adds_the_host_time_of_each_running_sequence():
     assert v1 - bare == pytest.approx([1.1328125e-6, 9.0625e-6, 0.29e-3], rel=1e-12)
     # at 256 sequences the host time is over 90% of the V0 iteration: the tiny model's GPU work is not
     assert 1.4e-3 + 23.808e-3 > 0.9 * v0[2]
+
+
+@pytest.mark.parametrize("written, line", [
+    ("NeMo RL", "[policy] framework: 'NeMo RL' names the nemo-rl framework; write it 'nemo-rl'"),
+    ("OpenRLHF 0.2.7", "[policy] framework: 'OpenRLHF 0.2.7' names the openrlhf framework; write it 'openrlhf' and "
+                       "give the release as policy.framework_version"),
+    ("skyrl", "[policy] framework: must be one of none, verl, nemo-rl, openrlhf, deepspeed-chat, got 'skyrl'"),
+])
+def test_policy_framework_spelled_another_way_names_the_canonical_framework(written, line):
+    cfg = _config(OPENRLHF_13B)
+    cfg["policy"]["framework"] = written
+    with pytest.raises(ConfigError) as info:
+        build_instance(cfg)
+    assert str(info.value) == line

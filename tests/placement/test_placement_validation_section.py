@@ -87,6 +87,31 @@ def test_a_framework_without_a_profile_may_be_scored_on_the_bare_engine(tmp_path
     assert instance.framework == "none" and section["framework"] == "some-other-system"
 
 
+@pytest.mark.parametrize("written, canonical, release", [
+    ("NeMoRL", "nemo-rl", False), ("nemo_rl", "nemo-rl", False), ("NeMo RL v0.5", "nemo-rl", True),
+    ("NeMo-RL 0.5.0rc1", "nemo-rl", True), ("Verl", "verl", False), ("verl v0.4", "verl", True),
+    ("HybridFlow", "verl", False), ("OpenRLHF 0.2.7", "openrlhf", True), ("deepspeed chat", "deepspeed-chat", False),
+    ("DeepSpeed-Chat", "deepspeed-chat", False), ("DS-Chat", "deepspeed-chat", False), ("None", "none", False),
+])
+def test_a_known_framework_spelled_another_way_is_refused_naming_it(tmp_path, written, canonical, release):
+    # each of these was taken for an unknown system and priced without the framework's execution profile
+    message = _load_error(tmp_path, _set("framework", written))
+    assert message == (f"[validation] framework: {written!r} names the {canonical} framework; write it "
+                       f"{canonical!r} (cross-validation groups runs by this name"
+                       + ("; the release goes in policy.framework_version)" if release else ")"))
+
+
+@pytest.mark.parametrize("other", ["skyrl", "ROLL", "AReaL", "verl-agent", "NeMo-Aligner", "verl2", "ReaLHF v0.3"])
+def test_another_system_whose_name_resembles_a_framework_is_still_accepted(tmp_path, other):
+    instance, _, section = load_setup(_edited(tmp_path, _set("framework", other)))
+    assert instance.framework == "none" and section["framework"] == other
+
+
+def test_a_framework_that_is_not_text_is_refused(tmp_path):
+    assert _load_error(tmp_path, _set("framework", 0.5)) == (
+        "[validation] framework: must be a non-empty string, got 0.5")
+
+
 def _load_error(tmp_path, edit) -> str:
     """The one-line error of the edited file, without the file name it starts with."""
     path = _edited(tmp_path, edit)

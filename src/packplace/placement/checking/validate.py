@@ -45,8 +45,14 @@ from packplace.contract import Field, check_section, key_shown
 from packplace.errors import ConfigError, PackplaceError, show
 from packplace.placement.candidates import CandidateTable, global_batch
 from packplace.placement.evaluator import PlacementEvaluator
-from packplace.placement.model.framework import FRAMEWORKS
-from packplace.placement.problem.config import MAX_GPUS, MAX_SEQUENCES, STALENESS_FIELD, build_instance, load_yaml
+from packplace.placement.problem.config import (
+    MAX_GPUS,
+    MAX_SEQUENCES,
+    STALENESS_FIELD,
+    build_instance,
+    known_framework,
+    load_yaml,
+)
 from packplace.placement.problem.hardware import PRESETS
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 
@@ -62,7 +68,8 @@ VALIDATION_FIELDS: dict[str, Field] = {
     "framework": Field("str", default=None,
                        meaning="framework that ran the step, the group of framework-scoped knobs "
                                "(default: policy.framework; one with an execution profile must equal "
-                               "policy.framework)"),
+                               "policy.framework, written as it: another spelling of it, any case, spacing, "
+                               "punctuation or trailing release, is refused)"),
     "note": Field("str", default=None, meaning="free text for the reader"),
     "not_fitted": Field("str", default=None,
                         meaning="why the figures are scored but never used to fit knobs "
@@ -391,20 +398,22 @@ def _check_framework_agrees(section: dict[str, Any], instance) -> None:
     """``validation.framework`` names the framework that ran the step; when the model has that framework's
     execution profile (:data:`~packplace.placement.model.framework.FRAMEWORKS`), ``policy.framework`` must
     select it, or the run would be priced without the mechanics of the framework it names (a framework
-    without a profile, e.g. one scored with the bare engine, may differ).
+    without a profile, e.g. one scored with the bare engine, may differ). A name that spells a framework with
+    a profile another way (case, spaces, punctuation, a trailing release:
+    :func:`~packplace.placement.problem.config.known_framework`) is refused naming the canonical one, never
+    taken for another system.
 
     Raises:
         ConfigError: ``[validation] framework: ...`` naming both values.
     """
     named = section.get("framework")
-    if not isinstance(named, str):
-        return
-    canonical = named.strip().lower().replace("_", "-").replace(" ", "-")
-    if canonical not in FRAMEWORKS:
+    canonical, release = known_framework(named)
+    if canonical is None:   # another system (or not a string: check_validation names it)
         return
     if canonical != named:
         raise ConfigError(f"[validation] framework: {show(named)} names the {canonical} framework; write it "
-                          f"{show(canonical)} (cross-validation groups runs by this name)")
+                          f"{show(canonical)} (cross-validation groups runs by this name" +
+                          ("; the release goes in policy.framework_version)" if release else ")"))
     if named != instance.framework:
         raise ConfigError(f"[validation] framework: {show(named)} ran the step, but policy.framework is "
                           f"{show(instance.framework)}: the two must name the same framework (the run is priced "
