@@ -239,3 +239,13 @@ def test_micro_batch_fit_scores_the_largest_within_memory_and_says_so(tmp_path):
     assert row.fitted == f"micro-batch not published, fitted as the largest within memory: actor.train {mb}"
     assert row.as_dict()["fitted"] == row.fitted
     assert validate([nemo])[0].fitted == ""
+
+
+def test_a_setup_given_twice_is_refused_before_any_row_is_printed(capsys):
+    # it had been scored twice ("2 of 2 figures"), then refused with exit 2 after the report
+    assert main(["validate", QWEN, QWEN]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"packplace validate: error: [validation] {QWEN}: a second setup named 'qwen2.5-7b_vllm_batch1_1xa100' "
+        f"(first: {QWEN}); give each file once"]

@@ -172,25 +172,39 @@ def resolve_model(spec: Any) -> TransformerShape:
                       f"YAML file")
 
 
+#: ``[hardware]`` fields ``estimate`` sets itself: the preset (``gpu``) and the cluster's size, which holds
+#: the strategy's ``tp · pp · dp`` GPUs (:func:`resolve_hardware`).
+SIZED_FIELDS = {"preset": "give the preset as gpu (--gpu)",
+                "racks": "the cluster holds the strategy's tp x pp x dp GPUs",
+                "nodes_per_rack": "the cluster holds the strategy's tp x pp x dp GPUs"}
+
+
 def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus: int = 1) -> tuple[Cluster, Hardware]:
-    """The hardware preset ``gpu`` with ``overrides`` (any :class:`Hardware` field) on a cluster of nodes
-    holding ``gpus`` GPUs: nodes of the preset's own ``gpus_per_node`` where it sets one (the ``gb200``
-    NVLink domain of 72), else of 8 (fewer: one node of ``gpus``, rounded up to whole hosts where the preset
-    has hosts smaller than its node, e.g. the ``gb200`` tray of 4), checked as a config's ``[hardware]``
-    section is.
+    """The hardware preset ``gpu`` with ``overrides`` (any :class:`Hardware` field but those of
+    :data:`SIZED_FIELDS`) on a cluster of nodes holding ``gpus`` GPUs: nodes of ``overrides``'
+    ``gpus_per_node``, else of the preset's own where it sets one (the ``gb200`` NVLink domain of 72), else
+    of 8 (fewer: one node of ``gpus``, rounded up to whole hosts where the preset has hosts smaller than its
+    node, e.g. the ``gb200`` tray of 4), checked as a config's ``[hardware]`` section is.
 
     Raises:
-        ConfigError: an unknown preset or an invalid field value.
+        ConfigError: an unknown preset, an invalid field value, or a field of :data:`SIZED_FIELDS`.
     """
     if gpu not in PRESETS:
         raise ConfigError(f"gpu: unknown preset {gpu!r}; valid: {', '.join(sorted(PRESETS))}")
+    overrides = dict(overrides or {})
+    for name, why in SIZED_FIELDS.items():
+        if name in overrides:
+            raise ConfigError(f"hardware: {name} {show(overrides[name])} is set by estimate itself ({why}); drop it")
     host = PRESETS[gpu].get("gpus_per_host")
-    node = PRESETS[gpu].get("gpus_per_node")
-    per_node = min(node if isinstance(node, int) else 8, gpus)
+    node = overrides.pop("gpus_per_node", PRESETS[gpu].get("gpus_per_node"))
+    if node is not None and (isinstance(node, bool) or not isinstance(node, (int, float)) or node < 1
+                             or node != int(node)):
+        raise ConfigError(f"[hardware] gpus_per_node: must be an integer >= 1, got {show(node)}")
+    per_node = min(int(node) if node is not None else 8, gpus)
     if isinstance(host, int) and per_node % host:
         per_node = host * math.ceil(per_node / host)
     section = {"preset": gpu, "racks": 1, "nodes_per_rack": max(1, math.ceil(gpus / per_node)),
-               "gpus_per_node": per_node, **dict(overrides or {})}
+               "gpus_per_node": per_node, **overrides}
     return _hardware(section)
 
 
@@ -550,6 +564,9 @@ def _overrides(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--hw: expected FIELD=VALUE, got {item!r}")
+        if key.strip() in out:
+            raise ConfigError(f"--hw: {key.strip()} given twice ({show(out[key.strip()])}, then {value.strip()!r}); "
+                              "give it once")
         try:
             out[key.strip()] = float(value)
         except ValueError:

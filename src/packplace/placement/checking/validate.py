@@ -43,7 +43,7 @@ from typing import Any
 
 from packplace.contract import Field, check_section, key_shown
 from packplace.errors import ConfigError, PackplaceError, show
-from packplace.placement.candidates import CandidateTable, global_batch
+from packplace.placement.candidates import CandidateTable, global_batch, sequences_together
 from packplace.placement.evaluator import PlacementEvaluator
 from packplace.placement.problem.config import (
     MAX_GPUS,
@@ -232,7 +232,8 @@ def fit_micro_batches(instance, plan: Plan, tasks: tuple[str, ...]) -> tuple[Pla
     for name in tasks:
         vp = dict(plan.vertices)[name]
         per_replica = max(1, global_batch(instance, name) // vp.strategy.dp)
-        sizes = [d for d in range(1, per_replica + 1) if per_replica % d == 0]
+        whole = sequences_together(instance)   # a DPO micro-batch holds whole preference pairs
+        sizes = [d for d in range(1, per_replica + 1) if per_replica % d == 0 and d % whole == 0] or [whole]
         lo, hi = 0, len(sizes) - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
