@@ -148,7 +148,8 @@ HARDWARE_FIELDS: dict[str, Field] = {
 #: enumeration and the decode sums bounded.
 WORKLOAD_FIELDS: dict[str, Field] = {
     "batch_size": Field("int", "prompts", 1, MAX_SEQUENCES, meaning="prompts per step"),
-    "samples_per_prompt": Field("int", "responses", 1, MAX_SEQUENCES, meaning="responses per prompt"),
+    "samples_per_prompt": Field("int", "responses", 1, MAX_SEQUENCES,
+                                meaning="responses per prompt (dpo: 2, the chosen and the rejected one)"),
     "context_length": Field("int", "tokens", 1, 10_000_000, meaning="prompt tokens"),
     "generation_length": Field("int", "tokens", 1, 10_000_000, meaning="longest response, tokens"),
 }
@@ -644,6 +645,9 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         except ConfigError as exc:
             raise ConfigError(f"[training.{role}] {exc}") from None
     workload = _workload(_section(config, "workload"))
+    if algorithm == "dpo" and workload.samples_per_prompt != 2:   # NeMo RL and OpenRLHF DPO: chosen + rejected
+        raise ConfigError(f"[workload] samples_per_prompt: a DPO step trains preference pairs, a chosen and a "
+                          f"rejected response per prompt: must be 2, got {workload.samples_per_prompt}")
     # a global batch is whole sequences, and for DPO whole chosen / rejected pairs (the prompts)
     units = (workload.batch_size, "preference pairs (batch_size)") if algorithm == "dpo" else (
         workload.sequences, "sequences (batch_size x samples_per_prompt)")
