@@ -249,3 +249,12 @@ def test_a_setup_given_twice_is_refused_before_any_row_is_printed(capsys):
     assert captured.err.splitlines() == [
         f"packplace validate: error: [validation] {QWEN}: a second setup named 'qwen2.5-7b_vllm_batch1_1xa100' "
         f"(first: {QWEN}); give each file once"]
+
+
+def test_two_spellings_of_one_unknown_system_share_its_knob_group(tmp_path):
+    # cross-validation fits framework-scoped knobs per framework name: "SkyRL" and "skyrl 0.2" had been two
+    from packplace.placement.checking.crossval import load_setups
+    paths = [_edited(tmp_path, _set("framework", spelling), name=f"run{i}.yaml")
+             for i, spelling in enumerate(["SkyRL", "skyrl 0.2", "Sky-RL"])]
+    groups = [setup.framework for setup in load_setups(paths)]
+    assert groups == ["skyrl", "skyrl", "sky-rl"]   # punctuation inside a name keeps it apart

@@ -50,6 +50,7 @@ from packplace.placement.problem.config import (
     MAX_SEQUENCES,
     STALENESS_FIELD,
     build_instance,
+    framework_key,
     known_framework,
     load_yaml,
 )
@@ -445,9 +446,12 @@ def publication(section: dict[str, Any]) -> str:
 
 def framework(instance, section: dict[str, Any]) -> str:
     """The framework that ran the step: ``validation.framework``, else the config's ``framework`` setting
-    when the instance has one (``unknown`` when neither is given)."""
+    when the instance has one (``unknown`` when neither is given). A system without an execution profile is
+    named by its spelling without case, punctuation or a trailing release (``"SkyRL v0.2"`` -> ``skyrl``),
+    so that its files share one group of framework-scoped knobs however each writes it."""
     value = section.get("framework") or getattr(instance, "framework", None)
-    return str(getattr(value, "name", value) or "unknown")
+    name = str(getattr(value, "name", value) or "unknown")
+    return name if known_framework(name)[0] is not None else framework_key(name)
 
 
 def not_fitted(section: dict[str, Any], where: str) -> str:

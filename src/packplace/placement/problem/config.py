@@ -381,6 +381,14 @@ _TRAILING_RELEASE = re.compile(r"(?:[\s_\-@/]*v?\d+(?:\.\d+)+|(?:[\s_\-@/]+v?|v)
                                r"(?:[\.\-]?(?:rc|a|b|alpha|beta|post|dev)\d*)?$")
 
 
+def framework_key(name: str) -> str:
+    """``name`` lowercased, without a trailing release, each run of spaces and punctuation one ``-``
+    (``"SkyRL v0.2"`` -> ``skyrl``, ``"Some_Other system"`` -> ``some-other-system``): the form two spellings
+    of one framework share."""
+    bare = _TRAILING_RELEASE.sub("", name.strip().lower())
+    return re.sub(r"[^a-z0-9]+", "-", bare).strip("-") or name.strip().lower()
+
+
 def known_framework(name: Any) -> tuple[str | None, bool]:
     """``(canonical name, release stripped)`` of a framework written as free text: the name of
     :data:`~packplace.placement.model.framework.FRAMEWORKS` (or of :data:`FRAMEWORK_ALIASES`) that ``name``
