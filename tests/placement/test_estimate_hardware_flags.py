@@ -42,3 +42,13 @@ def test_the_data_parallel_all_reduce_crosses_nodes_of_the_given_size():
     assert estimate("qwen2.5-0.5b", dp=8, hardware={"gpus_per_node": 4}).parts["communication"] > one_node
     with pytest.raises(ConfigError, match="racks 1 is set by estimate itself"):
         estimate("qwen2.5-0.5b", hardware={"racks": 1})
+
+
+def test_a_placement_config_given_as_the_model_names_its_models(capsys):
+    import os
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    config = os.path.join(root, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml")
+    assert main(["estimate", "--model", config]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"packplace estimate: error: model: {config!r} is a placement config; give one model entry (a YAML file of "
+        "one of its models: actor), a config.json or a preset"]

@@ -162,6 +162,9 @@ def resolve_model(spec: Any) -> TransformerShape:
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
         doc = load_yaml(path)
+        if isinstance(doc, Mapping) and isinstance(doc.get("models"), Mapping) and "model" not in doc:
+            raise ConfigError(f"model: {name!r} is a placement config; give one model entry (a YAML file of one "
+                              f"of its models: {', '.join(map(str, doc['models']))}), a config.json or a preset")
         entry = doc.get("model", doc) if isinstance(doc, Mapping) else doc
         if isinstance(entry, Mapping) and "hf_config" in entry and not Path(str(entry["hf_config"])).is_absolute():
             entry = {"hf_config": str(path.parent / str(entry["hf_config"]))}
