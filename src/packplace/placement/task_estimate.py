@@ -218,7 +218,7 @@ def _check(name: str, value: Any, minimum: int = 1) -> int:
 
 
 def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch: int = 1, seq_len: int | None = None,
-             batch: int = 1, context: int = 2048, recompute: str = "none", optimizer: str = "adam",
+             batch: int = 1, context: int | None = None, recompute: str = "none", optimizer: str = "adam",
              tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None) -> Estimate:
@@ -232,7 +232,9 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         micro_batch, seq_len: Sequences and tokens per sequence (train, infer, prefill; generate's prompts);
             ``seq_len`` unset: :data:`DEFAULT_SEQ_LEN`. A decode iteration has no prompt: ``seq_len`` is
             refused for ``decode`` (its sequences hold ``context`` tokens).
-        batch, context: Running sequences and cached tokens per sequence (decode; generate's final length).
+        batch, context: Running sequences and cached tokens per sequence (decode; generate's final length);
+            ``context`` unset: :data:`GENERATE_NEW_TOKENS` cached tokens (decode), the prompt plus as many
+            (generate).
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`.
         tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees.
         framework: :data:`ESTIMATE_FRAMEWORKS`.
@@ -280,11 +282,14 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
                         ("ep", ep)):
         _check(name, value)
     if task == "decode":
+        context = GENERATE_NEW_TOKENS if context is None else context
         if seq_len is not None:
             raise ConfigError(f"seq_len: means nothing for task decode (its {batch} running sequences hold "
                               f"context = {context} cached tokens each), got {show(seq_len)}; give context")
     else:
         seq_len = _check("seq_len", DEFAULT_SEQ_LEN if seq_len is None else seq_len, 2)
+    if context is None:   # as the command line: 2048 cached tokens, or the prompt plus 2048 new ones
+        context = seq_len + GENERATE_NEW_TOKENS if task == "generate" else GENERATE_NEW_TOKENS
     _check("context", context, 1)
     if task == "generate" and context <= seq_len:
         raise ConfigError(f"context: must exceed seq_len ({seq_len}) for generate (the final length), got {context}")
