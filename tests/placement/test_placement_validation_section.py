@@ -258,3 +258,20 @@ def test_two_spellings_of_one_unknown_system_share_its_knob_group(tmp_path):
              for i, spelling in enumerate(["SkyRL", "skyrl 0.2", "Sky-RL"])]
     groups = [setup.framework for setup in load_setups(paths)]
     assert groups == ["skyrl", "skyrl", "sky-rl"]   # punctuation inside a name keeps it apart
+
+
+def test_a_dpo_micro_batch_left_to_fit_is_fitted_in_whole_pairs(tmp_path):
+    # the placeholder of an unpublished micro-batch had been 1 sequence, half a pair: the file was refused
+    cfg = copy.deepcopy(load_yaml(os.path.join(ROOT, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml")))
+    block = {"origin": [0, 0, 0], "extent": [1, 1, 8]}
+    cfg["validation"] = {"source": "a DPO run", "published": {"step": 4.0},
+                         "plan": {"reference.infer": {"dp": 8, "pp": 1, "tp": 1, "micro_batch": "fit", **block},
+                                  "actor.train": {"dp": 4, "pp": 2, "tp": 1, "micro_batch": "fit", **block}}}
+    path = tmp_path / "dpo.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    _, plan, section = load_setup(str(path))
+    fitted = section["_fitted"]
+    assert set(fitted) == {"reference.infer", "actor.train"}
+    assert all(mb % 2 == 0 and (256 // dp) % mb == 0 for mb, dp in ((fitted["reference.infer"], 8),
+                                                                      (fitted["actor.train"], 4)))
+    assert dict(plan.vertices)["actor.train"].micro_batch == fitted["actor.train"]

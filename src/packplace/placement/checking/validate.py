@@ -384,6 +384,8 @@ def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
         fit = fitted_tasks(section["plan"])
         section = check_validation(section, instance.graph.names)
         plan = _plan(section["plan"], "validation", instance.graph.names)
+        for name in fit:   # the placeholder is the smallest legal micro-batch (a DPO one holds a whole pair)
+            plan = _with_micro_batch(plan, name, sequences_together(instance))
         # the plan's degrees fit its blocks (``calibrate`` divides by them): the evaluator's rules, not memory
         broken = [v for v in plan_evaluator(instance, plan).score(plan).violations if not v.startswith("out of memory")]
         if broken:
