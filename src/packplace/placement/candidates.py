@@ -755,15 +755,16 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     continuous = instance.engine.batching == "continuous"
     out = []
     batch = global_batch(instance, name)
+    whole = sequences_together(instance)
     for extent in extents:
         if deadline is not None and time.perf_counter() > deadline:
-            raise _table_cut(built_before + len(out), name, len(divisors(w.sequences)))
-        for strategy, mb in legal_strategies(model, instance.cluster, batch, extent, kind,
-                                             sequences_together(instance)):
+            raise _table_cut(built_before + len(out), name, sum(d % whole == 0 for d in divisors(w.sequences)))
+        for strategy, mb in legal_strategies(model, instance.cluster, batch, extent, kind, whole):
             if not framework_layout_allows(instance, kind, strategy, name):
                 continue
             if deadline is not None and time.perf_counter() > deadline:
-                raise _table_cut(built_before + len(out), name, len(divisors(w.sequences // strategy.dp)))
+                raise _table_cut(built_before + len(out), name,
+                                 sum(d % whole == 0 for d in divisors(w.sequences // strategy.dp)))
             if only is not None and (strategy, mb, extent) not in only:
                 continue
             dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep

@@ -281,18 +281,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     for name, value in (("micro_batch", micro_batch), ("batch", batch), ("tp", tp), ("pp", pp), ("dp", dp),
                         ("ep", ep)):
         _check(name, value)
-    if task == "decode":
-        context = GENERATE_NEW_TOKENS if context is None else context
-        if seq_len is not None:
-            raise ConfigError(f"seq_len: means nothing for task decode (its {batch} running sequences hold "
-                              f"context = {context} cached tokens each), got {show(seq_len)}; give context")
-    else:
-        seq_len = _check("seq_len", DEFAULT_SEQ_LEN if seq_len is None else seq_len, 2)
-    if context is None:   # as the command line: 2048 cached tokens, or the prompt plus 2048 new ones
-        context = seq_len + GENERATE_NEW_TOKENS if task == "generate" else GENERATE_NEW_TOKENS
-    _check("context", context, 1)
-    if task == "generate" and context <= seq_len:
-        raise ConfigError(f"context: must exceed seq_len ({seq_len}) for generate (the final length), got {context}")
+    seq_len, context = _lengths(task, seq_len, context, batch)
     if pp > shape.layers:
         raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
     heads = getattr(shape, "heads", None)
@@ -319,6 +308,30 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
                     components=components.gpu if priced else "knobs", inputs=inputs,
                     capacity_bytes=float(hw.memory_per_gpu),
                     components_derivation=components.derivation if priced else "")
+
+
+def _lengths(task: str, seq_len: int | None, context: int | None, batch: int) -> tuple[int | None, int]:
+    """``(seq_len, context)`` of ``task`` checked, the unset ones at their defaults: ``seq_len``
+    :data:`DEFAULT_SEQ_LEN` (``None`` for decode, which has no prompt), ``context`` :data:`GENERATE_NEW_TOKENS`
+    cached tokens (decode) or the prompt plus as many (generate), as the command line takes them.
+
+    Raises:
+        ConfigError: ``seq_len`` given for decode, a length below its minimum, a generate ``context`` not
+            beyond its prompt.
+    """
+    if task == "decode":
+        context = GENERATE_NEW_TOKENS if context is None else context
+        if seq_len is not None:
+            raise ConfigError(f"seq_len: means nothing for task decode (its {batch} running sequences hold "
+                              f"context = {context} cached tokens each), got {show(seq_len)}; give context")
+    else:
+        seq_len = _check("seq_len", DEFAULT_SEQ_LEN if seq_len is None else seq_len, 2)
+    if context is None:
+        context = seq_len + GENERATE_NEW_TOKENS if task == "generate" else GENERATE_NEW_TOKENS
+    _check("context", context, 1)
+    if task == "generate" and seq_len is not None and context <= seq_len:
+        raise ConfigError(f"context: must exceed seq_len ({seq_len}) for generate (the final length), got {context}")
+    return seq_len, context
 
 
 def _engine(framework: str, framework_version: str | None) -> tuple[str | None, bool]:
