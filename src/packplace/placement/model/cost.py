@@ -602,8 +602,9 @@ class CostModel:
           :data:`~packplace.placement.problem.hardware.MOE_DECODE_BW_EFF_H100`);
         * overheads: the engine's ``decode_step_overhead`` (scheduler, sampling; the framework
           profile's, or the hardware's when set: :func:`~packplace.placement.model.framework.decode_step_overhead`),
-          the engine's host time per running sequence, ``engine.host_seconds_per_sequence · a`` (the V0 engine's
-          per-request Python work: :data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`),
+          the engine's host time per running sequence, ``engine.host_seconds_per_sequence · a`` (the engine's
+          per-request host work, V0's or the synchronously scheduled V1's:
+          :data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`),
           the non-GEMM time of ``a/tp``
           tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et al.
           2019) at the TP group's level (:meth:`group_level`: inside a node, or over the inter-node links
