@@ -173,7 +173,7 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
     assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 192 "
                                "(16.4 GB per GPU needed at the largest block (8 GPUs), 1.5 GB available); the smallest "
                                "cluster of this node and rack shape (doubled) on which the concurrent solver fits a "
-                               "whole plan has 256 GPUs (step 0.4111 s: actor.generate 192 GPUs, actor.train 192 "
+                               "whole plan has 256 GPUs (step 0.4171 s: actor.generate 192 GPUs, actor.train 192 "
                                "GPUs, reference.infer 64 GPUs, reward.infer 256 GPUs)")
     # On 192 GPUs (what actor.train alone needs) the colocated weights of the other tasks do not fit: the
     # search reports the next doubling, and the table's own check (no search) gives the upper bound with
