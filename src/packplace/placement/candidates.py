@@ -758,7 +758,9 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     ``(strategy, micro_batch, extent)`` keys of ``only`` when given).
 
     Memory is :func:`~packplace.placement.model.memory.vertex_memory` (worst pipeline stage) with the
-    model's training options; a candidate fits within :func:`memory_budget` (a generation candidate within
+    model's training options, a pass's activations and logits at its largest micro-batch
+    (:meth:`~packplace.placement.model.cost.CostModel.peak_pass_tokens`; a trainer that recomputes the old
+    log-probs also at that forward's); a candidate fits within :func:`memory_budget` (a generation candidate within
     ``gpu_memory_utilization`` of the GPU, the engine's budget). A continuously batched engine holds the
     KV of the sequences it runs at once (:meth:`~packplace.placement.model.cost.CostModel.engine_concurrency`,
     at most its KV capacity), whatever the number of requests ``mb`` handed to it. Training time adds
@@ -800,11 +802,19 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
             if continuous and kind == "generate":
                 # the engine holds the KV of the sequences it runs, not of the ones waiting for a slot
                 held, rounds, prefill = cost.engine_concurrency(model, tp, pp, mb, ep), 1, 1
+            pass_tokens = logprob_tokens = None
+            if kind != "generate":
+                # activations and logits at the largest micro-batch the pass holds, not the mean one
+                pass_tokens = cost.peak_pass_tokens(model, "train" if kind == "train" else "logprob", dp, pp, tp, mb,
+                                                    ep)
+                if kind == "train" and old_log_prob:
+                    logprob_tokens = cost.peak_pass_tokens(model, "logprob", dp, pp, tp, mb, ep)
             res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
                                      seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
                                      options=options, prefill_sequences=prefill, ep=ep,
                                      sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded,
-                                     framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace)
+                                     framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace,
+                                     pass_tokens=pass_tokens, logprob_tokens=logprob_tokens)
             seconds = sum(_parts(cost, model, kind, options, strategy, mb, extent, old_log_prob, sharded, offloaded,
                                  balance, reward, weight_swap, release).values())
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))

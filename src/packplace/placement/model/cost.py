@@ -65,6 +65,7 @@ from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
     TrainingOptions,
     lora_params,
+    peak_pass_tokens,
     resident_bytes,
     stage_gemm_share,
     stage_layers,
@@ -200,6 +201,23 @@ class CostModel:
             if shape is not None:
                 return shape
         return w.sequences // (dp * micro_batch), micro_batch * w.train_seq_len
+
+    def peak_pass_tokens(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
+                         ep: int = 1) -> float:
+        """Tokens of the largest micro-batch a pass of ``kind`` (``train`` or ``logprob``, as
+        :meth:`pass_shape`) holds at once, at which the memory model sizes its activations and logits
+        (:func:`~packplace.placement.model.memory.peak_pass_tokens`): a packed model's pack capacity
+        (:meth:`~packplace.placement.model.sequence_packing.SequencePacking.peak_tokens`) where
+        :meth:`pass_shape` prices packs, else ``micro_batch`` sequences of the prompt and the longest
+        response."""
+        pack = None
+        if self.packed(model):
+            assert self.packing is not None
+            megatron = self.pass_kernels(pp, tp, ep) == "megatron"
+            steps = self.training[model].optimizer_steps if kind == "train" and model in self.training else 1
+            if self.packing.shape(kind, dp, pp, tp, megatron, model in self.sharded_models, steps) is not None:
+                pack = self.packing.packing.peak_tokens(kind, megatron)
+        return peak_pass_tokens(self.workload, micro_batch, pack)
 
     def components_for(self, model: ModelSpec, lora_rank: int = 0) -> ComponentTable | None:
         """The GPU type's component table (:mod:`packplace.placement.model.components`) when it prices this

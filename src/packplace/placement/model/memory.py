@@ -46,6 +46,7 @@ from packplace.placement.model.stages import stage_params as stage_params
 from packplace.placement.model.stages import stage_share as stage_share
 from packplace.placement.model.stages import stage_split as stage_split
 from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.workload import Workload
 
 RECOMPUTE = ("none", "selective", "full")
 OFFLOAD = ("none", "optimizer", "optimizer+params")
@@ -239,7 +240,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   options: TrainingOptions = DEFAULT_TRAINING,
                   prefill_sequences: int | None = None, ep: int = 1, sharded_weights: bool = False,
                   offloaded_weights: bool = False, framework: str = "none",
-                  workspace_bytes: float | None = None) -> tuple[float, float]:
+                  workspace_bytes: float | None = None, pass_tokens: float | None = None,
+                  logprob_tokens: float | None = None) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -248,7 +250,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         dp, pp, tp: Parallel degrees.
         micro_batch: Sequences per micro-batch (generation: sequences decoded together per replica).
         micro_batches: Micro-batches per replica per step (generation: rounds).
-        seq_len: Tokens per sequence of a training / inference pass (``S + mean response``).
+        seq_len: Tokens per sequence of a training / inference pass: the pass's micro-batch holds
+            ``micro_batch · seq_len`` tokens unless ``pass_tokens`` is given.
         prompt_len: Prompt tokens ``S`` (generation's prefill workspace).
         live_len: Live KV tokens per generated sequence (``S + mean response``, paged cache).
         options: Training memory options (train only).
@@ -262,6 +265,12 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         offloaded_weights: An ``infer`` pass whose weights live in host memory (ZeRO-Infinity parameter
             offload, Rajbhandari et al. 2021; OpenRLHF ``--ref_reward_offload``): nothing resident; while
             it runs the GPU holds the gathered layer (sharded) or the whole weights (a replica).
+        pass_tokens: Tokens of the largest micro-batch a training / inference pass holds at once
+            (:func:`peak_pass_tokens`; default ``micro_batch · seq_len``): its activations and logits are
+            sized at it.
+        logprob_tokens: A ``train`` vertex that also runs the old-log-prob forward: the tokens of that
+            forward's largest micro-batch; the transient is then the larger of the training pass's and that
+            forward's (:func:`~packplace.placement.model.pass_memory.infer_transient` plus the workspace).
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
@@ -278,6 +287,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     runs at once as ``micro_batch`` (and ``micro_batches = 1``): the KV of the waiting ones is not held.
     """
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
+    tokens = micro_batch * seq_len if pass_tokens is None else pass_tokens
     workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
     per_layer_rank = model.block_params / model.layers / tp
     layers = stage_layers(model.layers, pp)
@@ -295,15 +305,19 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                 resident = (train_state_bytes(p, per_layer_rank, dp, options) if split is None
                             else expert_train_state_bytes(model, split[i], dp, tp, ep, options))
             autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
-            transient = train_transient(model, tokens=micro_batch * seq_len, n_layers=layers[i], last=last,
+            transient = train_transient(model, tokens=tokens, n_layers=layers[i], last=last,
                                         first=i == 0, recompute=options.recompute, tp=tp,
                                         inflight=min(pp - i, micro_batches), autocast=autocast,
                                         ep=ep).peak(workspace)
+            if logprob_tokens is not None:
+                forward = infer_transient(model, tokens=logprob_tokens, n_layers=layers[i], last=last, tp=tp,
+                                          kv_cache=framework == "none", ep=ep)
+                transient = max(transient, sum(forward) + workspace)
         elif kind == "infer":
             # partitioned: the stage's weights over all tp·dp ranks (ZeRO-3 shards expert weights over the
             # expert-data-parallel group, ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * dp) if sharded_weights else 2.0 * p
-            parts = infer_transient(model, tokens=micro_batch * seq_len, n_layers=layers[i], last=last, tp=tp,
+            parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp,
                                     kv_cache=framework == "none", ep=ep)
             transient = sum(parts) + workspace
             if sharded_weights:
@@ -321,6 +335,23 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         if resident + transient > best[0]:
             best = (resident + transient, resident, transient)
     return best[1], best[2]
+
+
+def peak_pass_tokens(workload: Workload, micro_batch: int, pack_tokens: int | None = None) -> float:
+    """Tokens of the largest micro-batch a training or log-prob pass holds at once, at which its activations
+    and logits are sized (the time model prices the mean micro-batch instead).
+
+    Packed (NeMo RL sequence packing, ``pack_tokens`` the pass's pack:
+    :meth:`~packplace.placement.model.sequence_packing.SequencePacking.peak_tokens`): a pack holds up to
+    its capacity, and the DTensor workers pad every training pack to ``train_mb_tokens``. Unpacked:
+    ``micro_batch`` sequences of ``S + longest response`` tokens
+    (:attr:`~packplace.placement.problem.workload.Workload.max_response`, the longest of the step's
+    ``B·K``): a micro-batch of a fixed number of sequences can draw the longest ones together (the
+    model represents no framework cap on tokens per micro-batch, such as verl's dynamic batch size).
+    Equal to ``micro_batch · (S + mean response)`` when every response has the same length."""
+    if pack_tokens is not None:
+        return float(pack_tokens)
+    return float(micro_batch * (workload.context_length + workload.max_response))
 
 
 def kv_cache_budget_bytes(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,

@@ -86,6 +86,17 @@ class SequencePacking:
         """Tokens per pack of a pass of ``kind`` (:data:`PACK_KINDS`)."""
         return self.train_mb_tokens if kind == "train" else self.logprob_mb_tokens
 
+    def peak_tokens(self, kind: str, megatron: bool) -> int:
+        """Tokens of the largest pack a pass of ``kind`` holds at once (its memory; module docstring §3):
+        the capacity (:meth:`capacity`; every sequence is rounded up to the pad multiple before packing, so no
+        pack exceeds it), or ``train_mb_tokens`` where the DTensor workers pad a smaller pack up to it
+        (training; every pass from v0.6.0). Megatron workers pad a pack at most to the batch's longest pack,
+        itself within the capacity."""
+        capacity = self.capacity(kind)
+        if not megatron and (kind == "train" or self.dtensor_pads_every_pass):
+            return max(capacity, self.train_mb_tokens)
+        return capacity
+
 
 def mffd_bins(lengths: list[int], capacity: int, worst_fit_leftovers: bool = False) -> list[list[int]]:
     """Bins of item indices by NeMo RL's ``ModifiedFirstFitDecreasingPacker._pack_implementation``
