@@ -175,7 +175,9 @@ def test_balance_never_loses_to_the_contiguous_split_on_grpo():
 
 # --- report, --compare-balance -----------------------------------------------------------------------------------
 def test_compare_balance_and_cli(capsys, tmp_path):
-    instance = build_instance(load_yaml(DPO), source=DPO)
+    cfg = load_yaml(DPO)
+    cfg.setdefault("training", {}).setdefault("actor", {})["recompute"] = "full"   # one pair of the longest fits
+    instance = build_instance(cfg, source=DPO)
     plan = _plan(instance, 8, 2)
     rows = dict(compare_balance(instance, plan))
     assert list(rows) == ["none", "lpt", "kk", "repair"]
