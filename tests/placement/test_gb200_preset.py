@@ -41,6 +41,8 @@ def test_the_preset_holds_the_nvl72_table_per_gpu():
     # Megatron-Bridge LLAMA3_8B FP8 on 8 GPUs: GB200 1,622 / 5,000, H100 744 / 1,979 of peak
     assert hw.gemm_peak_fraction == pytest.approx(0.55 * 0.3244 / 0.37595, rel=1e-3)
     assert hw.gemm_peak_fraction < PRESETS["b200"]["gemm_peak_fraction"] < PRESETS["h100-sxm"]["gemm_peak_fraction"]
+    # the same rule on the table's DGX-B200 row: 1,576 / 4,500 of peak against H100's 744 / 1,979
+    assert PRESETS["b200"]["gemm_peak_fraction"] == pytest.approx(0.55 * 0.35022 / 0.37595, rel=1e-4)
     assert PRESETS["gb200-nvl72"] is PRESETS["gb200"]
 
 
