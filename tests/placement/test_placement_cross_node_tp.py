@@ -88,15 +88,16 @@ def test_tp16_decode_step_all_reduces_over_the_inter_node_link():
     memory = (2 * N / 16 + kv * 4000) / (2e12 * 0.15)   # weights shard + KV of the 4 sequences, HBM
     compute = (2 * N * 4 + 4 * 126 * 16384 * 4000) / (16 * 1e15)
     assert memory > compute
-    # 2 all-reduces per layer of a·d·2 = 4·16384·2 bytes, ring over 16 ranks at the node-to-node level:
-    # 2·(16 − 1)·(α_n + bytes/16·β_n)
-    allreduce = 2 * 15 * (5e-6 + 4 * 16384 * 2 / 16 * 2e-11)
+    # 2 all-reduces per layer of a·d·2 = 4·16384·2 bytes, ring over 16 ranks at the node-to-node level,
+    # on the 8 cards of each node (one ring channel per card): β = max(β_n/8, β_g) = max(2.5e-12, 3e-12),
+    # the NVLink bus's: 2·(16 − 1)·(α_n + bytes/16·β_g)
+    allreduce = 2 * 15 * (5e-6 + 4 * 16384 * 2 / 16 * 3e-12)
     expected = memory + 2 * 126 * allreduce
     step = c.decode_step_times(LLAMA405B, 16, 1, TWO_NODES, 1, running, context)[0]
     assert step == pytest.approx(expected)
-    # 252 all-reduces x 30 ring steps x (5 µs + 0.164 µs) = 39.0 ms per decode step, 5 times what the
-    # same ring would cost at the in-node α_g = 1 µs (7.7 ms)
-    assert 2 * 126 * allreduce == pytest.approx(0.0390, abs=1e-4)
+    # 252 all-reduces x 30 ring steps x (5 µs + 0.025 µs) = 38.0 ms per decode step (39.0 on one card's
+    # β_n), 5 times what the same ring would cost at the in-node α_g = 1 µs (7.7 ms): the latency rules
+    assert 2 * 126 * allreduce == pytest.approx(0.0380, abs=1e-4)
     assert 2 * 126 * 2 * 15 * (1e-6 + 4 * 16384 * 2 / 16 * 3e-12) == pytest.approx(0.0077, abs=1e-4)
 
 
@@ -123,3 +124,23 @@ def test_tp16_generation_plan_scores_with_the_inter_node_cost():
     # training may not: the evaluator names the rule
     bad = plan.replace("actor.train", VertexPlan(Strategy(1, 1, 16), 1, two))
     assert any("only generate may span nodes" in v for v in get_evaluator(inst).score(bad).violations)
+
+
+def test_which_cross_node_transfers_run_on_the_group_s_own_cards():
+    c = CostModel(HW, Cluster(1, 4, 8), Workload(4, 2, 10, 6))
+    n = 64e6
+    # a ring: TP 16 on two nodes holds 8 ranks per node, each on its own card: β = max(2e-11/8, 3e-12)
+    assert c.tp_allreduce(n, 16, TWO_NODES) == pytest.approx(2 * 15 * (5e-6 + n / 16 * 3e-12), rel=1e-12)
+    # TP 32 on four nodes: the same 8 cards per node
+    assert c.tp_allreduce(n, 32, (1, 4, 8)) == pytest.approx(2 * 31 * (5e-6 + n / 32 * 3e-12), rel=1e-12)
+    # inside a node: NVLink, as allreduce prices it
+    assert c.tp_allreduce(n, 8, TWO_NODES) == pytest.approx(c.allreduce(n, 8, 0), rel=1e-12)
+    assert c.tp_allreduce(n, 1, TWO_NODES) == 0.0
+    # a pipeline hand-off: one pair of ranks, one card (α_p2p_n + n·β_p2p_n), however many ranks share the node
+    assert c.p2p(n, 1) == pytest.approx(5e-6 + n * 2e-11, rel=1e-12)
+    # an all-to-all of 16 ranks, 8 per node: 8/16 of each rank's bytes leave through its card, 7/16 over
+    # NVLink beside them; one rank per node: 15/16 through the card
+    assert c.alltoall(n, 16, 1, 8) == pytest.approx(15 * 5e-6 + n * 8 / 16 * 2e-11, rel=1e-12)
+    assert c.alltoall(n, 16, 1) == pytest.approx(15 * (5e-6 + n / 16 * 2e-11), rel=1e-12)
+    # 2 ranks per node of 16 (8 nodes): only 1/16 stays in the node
+    assert c.alltoall(n, 16, 1, 2) == pytest.approx(15 * 5e-6 + n * 14 / 16 * 2e-11, rel=1e-12)

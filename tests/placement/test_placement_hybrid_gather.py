@@ -36,12 +36,13 @@ def test_offloaded_zero3_hybrid_engine_gathers_at_every_generate_call_by_hand():
     assert LLAMA2_7B == 6_738_415_616 and instance.models["actor"].params == LLAMA2_7B
     # 1,024 prompts over 16 ranks of 8 prompts each: 64/8 = 8 generate calls per rank and step
     assert generate_calls(evaluator.cost, 16, 8) == 8
-    # calls 2..8 all-gather the 2P bf16 bytes over the 16 GPUs of two nodes of one rack (level n: α 5 µs,
-    # β 1/22.5e9): 7·15·(5e-6 + 2P/16/22.5e9); the first call's gather is the step's refit
-    gathers = 7 * 15 * (5e-6 + 2 * LLAMA2_7B / 16 / 22.5e9)
+    # calls 2..8 all-gather the 2P bf16 bytes over the 16 GPUs of two nodes of one rack (level n: α 5 µs),
+    # the ring on the 8 cards of each node: 8 x 22.5 = 180 GB/s, capped by the NVLink bus's 160 GB/s:
+    # 7·15·(5e-6 + 2P/16/160e9); the first call's gather is the step's refit
+    gathers = 7 * 15 * (5e-6 + 2 * LLAMA2_7B / 16 / 160e9)
     # every call first copies the rank's partition 2P/16 from host memory over PCIe Gen4 (25 GB/s)
     fetches = 8 * 2 * LLAMA2_7B / 16 / 25e9
-    assert gathers == pytest.approx(3.931, abs=1e-3) and fetches == pytest.approx(0.2695, abs=1e-4)
+    assert gathers == pytest.approx(0.5533, abs=1e-4) and fetches == pytest.approx(0.2695, abs=1e-4)
     assert phases["gather"] == pytest.approx(gathers + fetches, rel=1e-12)
     score = evaluator.score(load_setup(DSCHAT_7B)[1])
     refit = score.realloc["actor.train->actor.generate"]
@@ -61,6 +62,24 @@ def test_one_call_without_offload_adds_nothing_and_more_calls_add_gathers():
     alpha, beta = instance.hardware.coll(0)
     assert generate_calls(evaluator.cost, 8, 16) == 8
     assert phases["gather"] == pytest.approx(7 * 7 * (alpha + 2 * params / 8 * beta), rel=1e-12)
+
+
+def test_hybrid_gathers_across_nodes_run_on_every_card_of_the_block():
+    instance, evaluator, _ = _generate_phases(OPT67_8)
+    model, cost = instance.models["actor"], evaluator.cost
+    params = model.params
+    # the A100 preset: α 5 µs and 22.5 GB/s per card between nodes, 240 GB/s NVLink bus bandwidth
+    assert cost.hw.coll(1) == pytest.approx((5e-6, 1 / 22.5e9)) and cost.hw.coll(0)[1] == pytest.approx(1 / 240e9)
+    # 3 calls over 64 GPUs on 8 nodes of 8: the ring runs on the 8 cards of each node, 8 x 22.5 = 180 GB/s
+    # (under the NVLink bus's 240): 2 more gathers of 63·(5e-6 + 2P/64/180e9)
+    by_hand = 2 * 63 * (5e-6 + 2 * params / 64 / 180e9)
+    assert hybrid_gather_seconds(cost, model, 64, 1, 1, 3, (1, 8, 8), offloaded=False) == pytest.approx(
+        by_hand, rel=1e-12)
+    # dp 8 x tp 2 on 2 nodes: all 16 GPUs of the block gather, 8 per node, the same 180 GB/s
+    assert hybrid_gather_seconds(cost, model, 8, 1, 2, 3, (1, 2, 8), offloaded=False) == pytest.approx(
+        2 * 15 * (5e-6 + 2 * params / 16 / 180e9), rel=1e-12)
+    # one card's 22.5 GB/s was the rule before: 8 times slower
+    assert by_hand < 2 * 63 * (5e-6 + 2 * params / 64 / 22.5e9) / 7
 
 
 def test_zero2_hybrid_engine_keeps_whole_weights_and_gathers_nothing():

@@ -99,10 +99,18 @@ def test_all_to_all_seconds_of_one_layer_by_hand():
     inside = 2 * 3 * (1e-6 + n / 4 / 360e9)
     assert inside == pytest.approx(2.856203e-4, rel=1e-6)
     assert c.moe_alltoall(QWEN3_MOE, 4096, 2, 4, EXTENT) == pytest.approx(inside, rel=1e-12)
-    # ep 8 x tp 2 = 16 GPUs: across two nodes (alpha 5e-6 s, 45 GB/s): about 9x slower
-    across = 2 * 7 * (5e-6 + n / 8 / 45e9)
-    assert across == pytest.approx(2.679789e-3, rel=1e-6)
+    # ep 8 x tp 2 = 16 GPUs across two nodes (alpha 5e-6 s, 45 GB/s per card), 4 of the group's ranks per
+    # node: each rank sends the 4/8 of its bytes bound for the other node through its own card while the
+    # 3/8 for its node's ranks go over NVLink beside them: 7·α + max(n·4/8/45e9, n·3/8/360e9), about 5x slower
+    across = 2 * (7 * 5e-6 + max(n * 4 / 8 / 45e9, n * 3 / 8 / 360e9))
+    assert across == pytest.approx(1.561308e-3, rel=1e-6)
     assert c.moe_alltoall(QWEN3_MOE, 4096, 2, 8, EXTENT) == pytest.approx(across, rel=1e-12)
+    # the same bytes as an array of token counts (the decode step's path)
+    import numpy as np
+    assert c.moe_alltoall(QWEN3_MOE, np.array([4096.0]), 2, 8, EXTENT)[0] == pytest.approx(across, rel=1e-12)
+    # one rank per node (ep 4 x tp 8 = 32 GPUs on 4 nodes): every byte but the rank's own crosses its card
+    assert c.moe_alltoall(QWEN3_MOE, 4096, 8, 4, EXTENT) == pytest.approx(
+        2 * 3 * (5e-6 + (n * 2 / 8) / 4 / 45e9), rel=1e-12)
     # no expert parallelism, no all-to-all
     assert c.moe_alltoall(QWEN3_MOE, 4096, 2, 1, EXTENT) == 0.0
 

@@ -3,6 +3,7 @@ compute) and the DAPO step (GRPO without a reference pass), each against a hand 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -99,25 +100,45 @@ def test_zero3_collectives_of_deepspeed_reduce_bf16_gradients():
 
 def test_zero3_collectives_overlap_with_compute_layer_by_layer():
     cost, model = llama8b_cost()
-    # tp 8, dp 2 over 2 nodes, 1 sequence per micro-batch: 1,024 micro-batches, each rank's gathers on one card
-    comm = 1024 * (3 * ALPHA + 8 * P8B / 8 / 2 * BETA)                    # 91.38 s
+    assert model.layers == 32
+    # tp 8, dp 2 over 2 nodes, 1 sequence per micro-batch: 1,024 micro-batches, each rank's collectives on one
+    # card; per micro-batch an all-gather a = α + 2·P/8/2·β (0.02231 s) before the forward and the backward
+    # and an fp32 reduce-scatter r = α + 4·P/8/2·β (0.04462 s)
+    a = ALPHA + 2 * P8B / 8 / 2 * BETA
+    r = ALPHA + 4 * P8B / 8 / 2 * BETA
+    comm = 1024 * (2 * a + r)                                               # 91.38 s
     assert comm == pytest.approx(91.38, abs=0.01)
-    # what the compute does not hide is added: max(C, M) - C
+    # 32 layers: the first layer's forward gather and the last layer's reduce-scatter of every micro-batch
+    # overlap nothing, 1024·(a + r)/32 = 2.1417 s; the backward's first unit is not gathered again (FSDP's
+    # root is not resharded after forward, ZeRO-3 keeps what it reuses); the other 31/32 of the collectives
+    # run beside 31/32 of the compute: 60 s of compute leaves 31/32·(91.38 − 60) = 30.4012 s
+    edges = 1024 * (a + r) / 32
+    assert edges == pytest.approx(2.1417, abs=1e-4)
     assert zero3_exposed_seconds(cost, model, ZERO3, 2, 1, 8, 1024, TWO_NODES, 1, 60.0) == pytest.approx(
-        comm - 60.0, rel=1e-12)
-    assert zero3_exposed_seconds(cost, model, ZERO3, 2, 1, 8, 1024, TWO_NODES, 1, 100.0) == 0.0
+        edges + 31 / 32 * (comm - 60.0), rel=1e-12)
+    assert zero3_exposed_seconds(cost, model, ZERO3, 2, 1, 8, 1024, TWO_NODES, 1, 60.0) == pytest.approx(
+        32.5429, abs=1e-4)
+    # enough compute hides every collective but the edges
+    assert zero3_exposed_seconds(cost, model, ZERO3, 2, 1, 8, 1024, TWO_NODES, 1, 100.0) == pytest.approx(
+        edges, rel=1e-12)
+    # one rank: no collectives, no edges
+    assert zero3_exposed_seconds(cost, model, ZERO3, 1, 1, 8, 1024, TWO_NODES, 1, 100.0) == 0.0
     compute = (cost.pass_time(model, True, 2, 1, 8, 1, TWO_NODES, include_update=False)
                + cost.pass_time(model, False, 2, 1, 8, 1, TWO_NODES, layers_only=True))
-    assert comm < compute    # at tp 8 the tensor-parallel passes are longer still: nothing exposed
+    assert comm < compute    # at tp 8 the tensor-parallel passes are longer still: only the edges exposed
     assert training_overhead_seconds(cost, model, ZERO3, 2, 1, 8, 1, TWO_NODES) == pytest.approx(
-        training_overhead_seconds(cost, model, ZERO2, 2, 1, 8, 1, TWO_NODES), rel=1e-12)
-    # tp 1, dp 16: 8 cards per node, 5.36 s of collectives hidden behind the compute
+        training_overhead_seconds(cost, model, ZERO2, 2, 1, 8, 1, TWO_NODES) + edges, rel=1e-12)
+    # tp 1, dp 16: 8 cards per node (NVLink's bus bandwidth), 32 micro-batches of 4, 5.36 s of collectives
+    # hidden behind the compute but the edges: 32·15·(2α + 6·P/16/360e9)/32 = 0.12562 s, 3.93 ms per
+    # micro-batch
     compute16 = (cost.pass_time(model, True, 16, 1, 1, 4, TWO_NODES, include_update=False)
                  + cost.pass_time(model, False, 16, 1, 1, 4, TWO_NODES, layers_only=True))
     comm16 = 32 * 15 * (3 * ALPHA + 8 * P8B / 16 * NVLINK)
     assert comm16 < compute16
+    edges16 = 32 * 15 * (2 * ALPHA + 6 * P8B / 16 * NVLINK) / 32
+    assert edges16 == pytest.approx(0.12562, abs=1e-5)
     assert training_overhead_seconds(cost, model, ZERO3, 16, 1, 1, 4, TWO_NODES) == pytest.approx(
-        training_overhead_seconds(cost, model, ZERO2, 16, 1, 1, 4, TWO_NODES), rel=1e-12)
+        training_overhead_seconds(cost, model, ZERO2, 16, 1, 1, 4, TWO_NODES) + edges16, rel=1e-12)
 
 
 def test_zero3_collectives_of_a_moe_send_experts_over_their_replicas():
@@ -168,3 +189,95 @@ def test_full_recompute_re_runs_the_layers_not_the_head():
     assert 0.88 * whole < layers < 0.95 * whole
     assert (training_overhead_seconds(cost, model, full, 16, 1, 1, 4, TWO_NODES)
             - training_overhead_seconds(cost, model, none, 16, 1, 1, 4, TWO_NODES)) == pytest.approx(layers, rel=1e-12)
+
+
+def _train_parts(instance, evaluator, strategy, micro_batch, extent):
+    from packplace.placement.candidates import vertex_parts
+    return vertex_parts(instance, evaluator.cost, "actor.train", strategy, micro_batch, extent)
+
+
+def test_a_zero3_trainer_pays_no_data_parallel_all_reduce_in_its_first_global_batch():
+    from packplace.placement.candidates import build_vertex_candidates
+    from packplace.placement.problem.plan import Strategy
+
+    instance, _, _ = load_setup(LLAMA8B_ROW)
+    evaluator = PlacementEvaluator(instance)
+    cost, model = evaluator.cost, instance.models["actor"]
+    assert instance.training["actor"].sharding == "zero3"
+    one_node = (1, 1, 8)
+    dp8 = Strategy(8, 1, 1)
+    parts = _train_parts(instance, evaluator, dp8, 4, one_node)
+    # the train part: the forward and backward passes plus Adam alone, 32 bytes of state per parameter of the
+    # 1/8 shard, read and written at 3.35e12 B/s (no tied embedding, pp 1)
+    passes = cost.pass_time(model, True, 8, 1, 1, 4, one_node, include_update=False)
+    adam = 32 * P8B / 8 / 3.35e12
+    assert parts["train"] == pytest.approx(passes + adam, rel=1e-12)
+    # what it used to pay on top: the ring all-reduce of the bf16 gradients over 8 ranks on NVLink,
+    # 2·7·(1e-6 + 2·P/8/360e9) = 0.0781 s
+    allreduce = 2 * 7 * (1e-6 + 2 * P8B / 8 * NVLINK)
+    assert allreduce == pytest.approx(0.07809, abs=1e-5)
+    assert cost.pass_time(model, True, 8, 1, 1, 4, one_node) == pytest.approx(passes + adam + allreduce, rel=1e-12)
+    # a zero2 trainer of the same plan still runs it
+    zero2 = dataclasses.replace(instance, training={**instance.training, "actor": ZERO2}, _cache={})
+    assert _train_parts(zero2, PlacementEvaluator(zero2), dp8, 4, one_node)["train"] == pytest.approx(
+        passes + adam + allreduce, rel=1e-12)
+    # the search table prices the candidate as the evaluator does
+    (cand,) = build_vertex_candidates("actor.train", "train", model, instance, cost, [one_node],
+                                      only={(dp8, 4, one_node)})
+    assert cand.time == pytest.approx(sum(parts.values()), rel=1e-12)
+
+
+def test_a_zero3_step_of_k_global_batches_costs_k_steps_of_one():
+    instance, _, _ = load_setup(LLAMA8B_ROW)
+    from packplace.placement.problem.plan import Strategy
+
+    strategy, extent = Strategy(16, 1, 1), TWO_NODES
+    four = dataclasses.replace(instance, _cache={},
+                               training={"actor": TrainingOptions("zero3", "full", optimizer_steps=4)})
+    quarter = dataclasses.replace(instance, _cache={},
+                                  workload=dataclasses.replace(instance.workload,
+                                                               batch_size=instance.workload.batch_size // 4))
+    # the training pass and its options' costs (the old log-prob pass and the ranks' imbalance are not per
+    # global batch): one global batch's pass without the all-reduce, then 3 more like it
+    whole = _train_parts(four, PlacementEvaluator(four), strategy, 4, extent)
+    one = _train_parts(quarter, PlacementEvaluator(quarter), strategy, 4, extent)
+    assert whole["train"] + whole["memory_options"] == pytest.approx(
+        4 * (one["train"] + one["memory_options"]), rel=1e-9)
+
+
+def test_zero3_edges_take_the_largest_stage_and_its_layers():
+    from packplace.placement.model.memory import held_stage_params
+
+    cost, model = llama8b_cost()
+    # pp 2, dp 4, tp 1 in one node: the data-parallel group of 4 on NVLink (α 1 µs, 360e9 B/s); the largest
+    # stage's n parameters are gathered (bf16) and reduce-scattered (fp32) by 4 ranks; 16 layers per stage
+    n = max(held_stage_params(model, 2))
+    a = 3 * (1e-6 + 2 * n / 4 * NVLINK)
+    r = 3 * (1e-6 + 4 * n / 4 * NVLINK)
+    # 64 micro-batches with compute to hide the rest: what stays is the edges, 64·(a + r)/16
+    assert zero3_exposed_seconds(cost, model, ZERO3, 4, 2, 1, 64, (1, 1, 8), 1, 1e6) == pytest.approx(
+        64 * (a + r) / 16, rel=1e-12)
+    # and with no compute at all every collective the trainer issues is exposed: the forward and backward
+    # gathers and the reduce-scatters, less the first backward unit's gather (not resharded after forward)
+    assert zero3_exposed_seconds(cost, model, ZERO3, 4, 2, 1, 64, (1, 1, 8), 1, 0.0) == pytest.approx(
+        64 * ((2 - 1 / 16) * a + r), rel=1e-12)
+
+
+def test_evaluator_and_candidate_tables_charge_the_same_zero3_edges():
+    from packplace.placement.candidates import build_vertex_candidates
+    from packplace.placement.problem.plan import Strategy
+
+    instance, _, _ = load_setup(LLAMA8B_ROW)
+    evaluator = PlacementEvaluator(instance)
+    zero2 = dataclasses.replace(instance, training={**instance.training, "actor": ZERO2}, _cache={})
+    dp16 = Strategy(16, 1, 1)
+    parts = _train_parts(instance, evaluator, dp16, 4, TWO_NODES)
+    parts2 = _train_parts(zero2, PlacementEvaluator(zero2), dp16, 4, TWO_NODES)
+    # dp 16 over two nodes (8 cards per node: NVLink's 360e9 B/s), 32 micro-batches of 4, the collectives
+    # hidden but each micro-batch's first bf16 gather and last fp32 reduce-scatter of one of 32 layers:
+    # 32·15·(2·5 µs + 6·P/16/360e9)/32 = 0.12562 s more memory-option time than the zero2 trainer
+    edges = 32 * 15 * (2 * ALPHA + 6 * P8B / 16 * NVLINK) / 32
+    assert parts["memory_options"] - parts2["memory_options"] == pytest.approx(edges, rel=1e-9)
+    (cand,) = build_vertex_candidates("actor.train", "train", instance.models["actor"], instance, evaluator.cost,
+                                      [TWO_NODES], only={(dp16, 4, TWO_NODES)})
+    assert cand.time == pytest.approx(sum(parts.values()), rel=1e-12)

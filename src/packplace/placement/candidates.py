@@ -55,7 +55,7 @@ from packplace.placement.model.nemo_rl_releases import (
     swaps_reference_weights,
     trainer_release,
 )
-from packplace.placement.model.training_time import training_overhead_seconds
+from packplace.placement.model.training_time import runs_gradient_allreduce, training_overhead_seconds
 from packplace.placement.problem.graph import algorithm_spec
 from packplace.placement.problem.hardware import Cluster
 from packplace.placement.problem.models import ModelSpec
@@ -629,7 +629,9 @@ def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro
     :meth:`~packplace.placement.model.cost.CostModel.vertex_phases` (generation, forward, train, old_log_prob,
     gather, onload, imbalance, overhead) plus, for a training vertex, ``memory_options``: what its
     recomputation, ZeRO-3 collectives and host offload cost
-    (:func:`~packplace.placement.model.training_time.training_overhead_seconds`), for a generation vertex
+    (:func:`~packplace.placement.model.training_time.training_overhead_seconds`; a ``zero3`` trainer's
+    ``train`` without the data-parallel gradient all-reduce it never runs,
+    :func:`~packplace.placement.model.training_time.runs_gradient_allreduce`), for a generation vertex
     with a rule-based reward, ``reward``: the CPU scoring of the step's sequences, and for the generation
     vertex of a LoRA actor on an ``in_place`` framework (DeepSpeed's hybrid engine), ``lora_fuse``: the
     adapters folded into the base weights around every ``generate`` call
@@ -660,7 +662,8 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
     parts = cost.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep, sharded=sharded,
                                offloaded=offloaded, balance=balance,
-                               lora_rank=options.lora_rank if kind == "train" else 0)
+                               lora_rank=options.lora_rank if kind == "train" else 0,
+                               gradient_allreduce=kind != "train" or runs_gradient_allreduce(options))
     if weight_swap:
         parts["weight_swap"] = reference_swap_seconds(cost, model, pp, tp, ep) / (dp if sharded else 1)
     if kind == "generate" and options.lora_rank and cost.framework.refit == "in_place":

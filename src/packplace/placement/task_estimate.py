@@ -361,7 +361,6 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     d = shape.hidden_dim
     parts: dict[str, float] = {}
     tokens = micro_batch * seq_len
-    tp_level = cost.group_level(tp, extent)
     pp_level = cost.group_level(dp * pp * tp, extent)
     if task in ("train", "infer", "prefill"):
         train = task == "train"
@@ -378,7 +377,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
             worst = max(stages, key=lambda t: t.total)
             parts.update({k: v for k, v in worst.as_dict().items() if v > 0 or k == "forward"})
         else:   # the knob model: its pass times hold the communication and the pipeline of one micro-batch
-            fwd_comm = 2 * max(layers) * cost.allreduce(tokens * d * 2.0, tp, tp_level) + (
+            fwd_comm = 2 * max(layers) * cost.tp_allreduce(tokens * d * 2.0, tp, extent) + (
                 cost.p2p(tokens * d * 2.0 / tp, pp_level) if pp > 1 else 0.0)
             forward = (cost.pass_time(shape, False, dp, pp, tp, micro_batch, extent, ep) if task != "prefill"
                        else cost.prefill_time(shape, tp, micro_batch, micro_batch, ep, extent)) / pp - fwd_comm
@@ -396,7 +395,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
                         2.0 * max(stage_params(shape, pp)) / tp, dp, cost.group_level(tp * dp, extent),
                         cost.ranks_per_node(dp, tp, extent)))
         n = max(layers)
-        comm = (4 if train else 2) * n * cost.allreduce(tokens * d * 2.0, tp, tp_level)
+        comm = (4 if train else 2) * n * cost.tp_allreduce(tokens * d * 2.0, tp, extent)
         if pp > 1:
             comm += (2 if train else 1) * cost.p2p(tokens * d * 2.0 / tp, pp_level)
         if train and optimizer == "adam":
@@ -444,8 +443,7 @@ def _decode_comm(cost, shape: ModelSpec, running: float, tp: int, pp: int, exten
     seconds = 0.0
     d = shape.hidden_dim
     if tp > 1:
-        alpha, beta = cost.hw.coll(cost.group_level(tp, extent))
-        allreduce = 2 * (tp - 1) * (alpha + running * d * 2.0 / tp * beta)
+        allreduce = cost.tp_allreduce(running * d * 2.0, tp, extent)
         seconds += 2 * shape.layers * (max(allreduce, cost.eager_decode_table().kernel_issue_s) if eager
                                        else allreduce)
     if pp > 1:

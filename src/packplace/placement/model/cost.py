@@ -235,7 +235,14 @@ class CostModel:
         Cloud, "Networking and GPU machines" (A4 and A3 Ultra: eight ConnectX-7 cards, 3,200 Gbps,
         "each CX7 NIC is aligned with one GPU", GPUDirect RDMA). A group with one rank per node (tensor
         parallelism filling the node: ``tp`` such groups run at once, each on its own card) keeps
-        ``β_level``. ``per_node ≤ 1`` or ``level`` 0: the level's own ``(α, β)``."""
+        ``β_level``. ``per_node ≤ 1`` or ``level`` 0: the level's own ``(α, β)``.
+
+        Applied to every ring collective of a group spanning nodes: the data-parallel gradient all-reduce,
+        ZeRO-3 / FSDP gathers and reduce-scatters, a tensor-parallel group wider than a node
+        (:meth:`tp_allreduce`), the hybrid engine's whole-block gathers
+        (:func:`~packplace.placement.model.framework.hybrid_gather_seconds`). Not to point-to-point
+        transfers (:meth:`p2p`: one pair of ranks, one card) nor all-to-all (:meth:`alltoall`: each rank
+        already has its own card)."""
         alpha, beta = self.hw.coll(level)
         if level == 0 or per_node <= 1:
             return alpha, beta
@@ -248,17 +255,44 @@ class CostModel:
         parallel group being consecutive): ``max(1, min(ranks, extent[2] // stride))``."""
         return max(1, min(ranks, extent[2] // max(1, stride)))
 
-    def alltoall(self, nbytes: float, ranks: int, level: int) -> float:
+    def tp_allreduce(self, nbytes: float | np.ndarray, tp: int, extent: tuple[int, int, int]) -> float | np.ndarray:
+        """Ring all-reduce of ``nbytes`` over a tensor-parallel group of ``tp`` consecutive ranks in a block of
+        ``extent`` (:meth:`allreduce` at the group's :meth:`group_level`). A group wider than a node holds
+        ``k = min(tp, G)`` ranks on each node, and its ring runs through their ``k`` cards (:meth:`link`: NCCL
+        builds one ring channel per card, whichever group the ranks belong to); inside a node, NVLink.
+        0 for ``tp ≤ 1``."""
+        if tp <= 1:
+            return 0.0 * nbytes
+        alpha, beta = self.link(self.group_level(tp, extent), self.ranks_per_node(tp, 1, extent))
+        return 2 * (tp - 1) * (alpha + nbytes / tp * beta)
+
+    def alltoall(self, nbytes: float | np.ndarray, ranks: int, level: int,
+                 per_node: int = 1) -> float | np.ndarray:
         """All-to-all in which every rank sends ``nbytes`` spread evenly over the ``ranks`` ranks (its own
         ``1/p`` stays local): ``(p−1)·(α + n/p·β)`` seconds with the collective α–β of ``level``; 0 for
         p ≤ 1. The pairwise-exchange algorithm, ``p − 1`` steps of ``n/p`` bytes (Thakur, Rabenseifner &
         Gropp 2005, "Optimization of Collective Communication Operations in MPICH", §3.6); NCCL runs it as
         grouped send/receive and its bus bandwidth for all-to-all is ``algbw·(p−1)/p``
-        (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md), so ``β`` is the inverse bus bandwidth."""
+        (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md), so ``β`` is the inverse bus bandwidth.
+
+        A group spanning nodes with ``k = per_node`` of its ranks on each node: every rank sends to every
+        other at once, so each rank's ``n·(p−k)/p`` bytes for the other nodes leave through its own card
+        (every preset has one network card per GPU; NCCL sends to a peer on another node through a card
+        local to the sending GPU, ``ncclTopoGetLocalNet`` in src/graph/topo.cc, or with PXN through the
+        card of an NVLink neighbour on the receiver's rail, NVIDIA Developer Blog, "Doubling all2all
+        Performance with NVIDIA Collective Communication Library 2.12", 2022: one card's worth per GPU
+        either way) while its ``n·(k−1)/p`` bytes for the ranks of its own node go over NVLink beside them:
+        ``(p−1)·α + max(n·(p−k)/p·β_level, n·(k−1)/p·β_0)``. ``per_node ≤ 1`` or ``level`` 0: the first
+        formula (with one rank per node every byte crosses a card)."""
         if ranks <= 1:
-            return 0.0
+            return 0.0 * nbytes
         alpha, beta = self.hw.coll(level)
-        return (ranks - 1) * (alpha + nbytes / ranks * beta)
+        if level == 0 or per_node <= 1:
+            return (ranks - 1) * (alpha + nbytes / ranks * beta)
+        k = min(per_node, ranks)
+        across = nbytes * (ranks - k) / ranks * beta
+        inside = nbytes * (k - 1) / ranks * self.hw.coll(0)[1]
+        return (ranks - 1) * alpha + np.maximum(across, inside)
 
     def moe_alltoall(self, model: ModelSpec, tokens: float | np.ndarray, tp: int, ep: int,
                      extent: tuple[int, int, int]) -> float | np.ndarray:
@@ -268,15 +302,16 @@ class CostModel:
         ``1/tp`` share of the tokens, sequence parallel, each sent to its ``k`` experts in bf16). The
         dispatch volume ``tokens × k × hidden × bytes`` is that of GShard's dispatch/combine einsums
         (Lepikhin et al. 2020, "GShard", §2.2 and Algorithm 1) and DeepSpeed-MoE's all-to-all
-        (Rajbhandari et al. 2022, "DeepSpeed-MoE", §5.3). 0 for ``ep = 1`` (every expert is local)."""
+        (Rajbhandari et al. 2022, "DeepSpeed-MoE", §5.3). A group spanning nodes holds
+        ``k = min(ep, G/tp)`` of its ranks on each node (:meth:`ranks_per_node`), whose bytes for the other
+        nodes leave through each rank's own card (:meth:`alltoall`). 0 for ``ep = 1`` (every expert is
+        local)."""
         if ep <= 1 or not model.is_moe:
             return 0.0 * tokens
         level = self.group_level(ep * tp, extent)
         nbytes = tokens * model.experts_per_token * model.hidden_dim * ACT_BYTES / tp
-        if not isinstance(nbytes, np.ndarray):
-            return 2.0 * self.alltoall(nbytes, ep, level)
-        alpha, beta = self.hw.coll(level)
-        return 2.0 * (ep - 1) * (alpha + nbytes / ep * beta)
+        seconds = 2.0 * self.alltoall(nbytes, ep, level, self.ranks_per_node(ep, tp, extent))
+        return seconds if isinstance(nbytes, np.ndarray) else float(seconds)
 
     @staticmethod
     def expert_rows(model: ModelSpec, tokens: float, ep: int) -> float:
@@ -306,7 +341,15 @@ class CostModel:
         return factor * tokens * ((flops_per_token - expert) / eff + expert / eff_e) / (tp * self.hw.flops_per_gpu)
 
     def p2p(self, nbytes: float, level: int) -> float:
-        """Point-to-point transfer of ``nbytes``: ``α + n·β`` seconds at ``level`` (Hockney α–β model)."""
+        """Point-to-point transfer of ``nbytes``: ``α + n·β`` seconds at ``level`` (Hockney α–β model).
+
+        Across nodes one card's ``β``, however many ranks of the sender's group share its node: a pipeline
+        hand-off is one pair of ranks, and NCCL sends to a peer on another node through the network card
+        local to the sending GPU (``ncclTopoGetLocalNet`` in src/graph/topo.cc picks among the cards with
+        the best path to that GPU; every preset has one per GPU), or with PXN through one NVLink
+        neighbour's card; ``NCCL_NCHANNELS_PER_NET_PEER`` (NCCL's environment variables) sets the
+        connections per peer over those cards, not more cards. The ``dp·tp`` pairs of two adjacent stages
+        send side by side, each on its own card."""
         alpha, beta = self.hw.p2p(level)
         return alpha + nbytes * beta
 
@@ -382,17 +425,18 @@ class CostModel:
     def vertex_time(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                     extent: tuple[int, int, int], old_log_prob: bool = False, ep: int = 1, *,
                     sharded: bool = False, offloaded: bool = False, balance: VertexBalance | None = None,
-                    lora_rank: int = 0) -> float:
+                    lora_rank: int = 0, gradient_allreduce: bool = True) -> float:
         """Seconds of the vertex on a block of ``extent`` (the slowest data-parallel replica): the sum of
         :meth:`vertex_phases`."""
         return sum(self.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep,
                                       sharded=sharded, offloaded=offloaded, balance=balance,
-                                      lora_rank=lora_rank).values())
+                                      lora_rank=lora_rank, gradient_allreduce=gradient_allreduce).values())
 
     def vertex_phases(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                       extent: tuple[int, int, int], old_log_prob: bool = False, ep: int = 1, *,
                       sharded: bool = False, offloaded: bool = False,
-                      balance: VertexBalance | None = None, lora_rank: int = 0) -> dict[str, float]:
+                      balance: VertexBalance | None = None, lora_rank: int = 0,
+                      gradient_allreduce: bool = True) -> dict[str, float]:
         """The parts of a vertex's time, seconds: ``generate`` → ``generation`` (:meth:`generate_time`), and on
         an ``in_place`` framework's ZeRO-3 weights (DeepSpeed's hybrid engine) ``gather``
         (:func:`~packplace.placement.model.framework.hybrid_gather_seconds`) and ``merge``
@@ -414,7 +458,9 @@ class CostModel:
         slowest rank carries more than the mean adds ``imbalance``
         (:meth:`~packplace.placement.model.dp_balance.VertexBalance.seconds`); without it the ranks are equal.
         ``lora_rank`` (a trainer with LoRA adapters, :func:`~packplace.placement.model.memory.lora_params`) goes
-        to the trainer's passes (:meth:`pass_time`)."""
+        to the trainer's passes (:meth:`pass_time`), and so does ``gradient_allreduce`` (``False`` for a
+        ZeRO-3 / FSDP trainer, which never runs the step-end data-parallel all-reduce:
+        :meth:`update_time`)."""
         if kind == "generate":
             phases = {"generation": self.generate_time(model, dp, pp, tp, micro_batch, extent, ep)}
             if self.framework.refit == "in_place" and model in self.sharded_models:
@@ -428,7 +474,8 @@ class CostModel:
         elif kind == "infer":
             phases = {"forward": self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep)}
         else:
-            phases = {"train": self.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, lora_rank=lora_rank)}
+            phases = {"train": self.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, lora_rank=lora_rank,
+                                              gradient_allreduce=gradient_allreduce)}
             if old_log_prob:
                 phases["old_log_prob"] = self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep,
                                                         lora_rank=lora_rank)
@@ -451,15 +498,16 @@ class CostModel:
 
     def pass_time(self, model: ModelSpec, train: bool, dp: int, pp: int, tp: int, micro_batch: int,
                   extent: tuple[int, int, int], ep: int = 1, include_update: bool = True,
-                  lora_rank: int = 0, layers_only: bool = False) -> float:
+                  lora_rank: int = 0, layers_only: bool = False, gradient_allreduce: bool = True) -> float:
         """A training step or an inference (log-prob / score) pass over the step's sequences.
 
         Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``), per layer:
         compute ``c·(2N_blocks/L + 2sq)·tokens / (tp·F·eff)`` with ``c`` = 3 for training (forward + 2×
         backward) and 1 for inference, ``eff`` = :meth:`gemm_efficiency` of ``tokens`` rows (every TP
         rank multiplies all micro-batch tokens by its ``1/tp`` weight slice; Megatron-LM);
-        tensor-parallel all-reduces of ``tokens·d·2`` bytes at the level of the TP group, 2 per layer
-        forward and 2 more backward (Megatron-LM, Shoeybi et al. 2019; Narayanan et al. 2021); non-GEMM
+        tensor-parallel all-reduces of ``tokens·d·2`` bytes at the level of the TP group (:meth:`tp_allreduce`:
+        a group wider than a node on its ranks' own cards), 2 per layer forward and 2 more backward
+        (Megatron-LM, Shoeybi et al. 2019; Narayanan et al. 2021); non-GEMM
         time. The output head, ``c·2N_head·tokens/(tp·F·eff)`` (:attr:`~packplace.shape.TransformerShape.
         head_gemm_params`), runs once per micro-batch on the **last** pipeline stage, where the memory
         model keeps it (:func:`~packplace.placement.model.memory.stage_params`); the embedding on the first is
@@ -492,6 +540,8 @@ class CostModel:
         ``include_update=False`` leaves out that end-of-step part (gradient all-reduce, Adam, tied
         embedding): the forward and backward passes alone, which ZeRO-3's per-micro-batch collectives
         overlap with (:func:`~packplace.placement.model.training_time.zero3_exposed_seconds`).
+        ``gradient_allreduce=False`` keeps the Adam update and the tied embedding's all-reduce but leaves out
+        the data-parallel gradient all-reduce (:meth:`update_time`): a ZeRO-3 / FSDP trainer's step.
 
         ``lora_rank = r > 0`` (LoRA on the blocks' linears, :func:`~packplace.placement.model.memory.lora_params`:
         ``W`` frozen matrix weights and ``A`` adapter weights per block): the frozen matrices' backward
@@ -520,8 +570,7 @@ class CostModel:
         table = self.components_for(model, lora_rank)
         if table is not None:   # measured components: one layer's kernels, and the head's
             layer_compute, head = self._component_pass(table, model, tokens, s, train, pp, tp, ep)
-        tp_level = self.group_level(tp, extent)
-        comm = (4 if train else 2) * self.allreduce(tokens * model.hidden_dim * ACT_BYTES, tp, tp_level)
+        comm = (4 if train else 2) * self.tp_allreduce(tokens * model.hidden_dim * ACT_BYTES, tp, extent)
         if ep > 1 and model.is_moe:
             comm += ((2 if train else 1) * model.moe_layers * self.moe_alltoall(model, tokens, tp, ep, extent)
                      / model.layers)
@@ -535,7 +584,7 @@ class CostModel:
             stage += (2 if train else 1) * self.p2p(tokens * model.hidden_dim * ACT_BYTES / tp, level)
         total = self.pipeline(micro_batches, pp, stage)
         if train and include_update:
-            total += self.update_time(model, dp, pp, tp, extent, ep, lora_rank)
+            total += self.update_time(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce)
         return total
 
     def update_time(self, model: ModelSpec, dp: int, pp: int, tp: int, extent: tuple[int, int, int], ep: int = 1,
@@ -544,8 +593,10 @@ class CostModel:
         largest stage's trainable shard over the ``dp`` ranks (the routed experts' over the ``dp/ep`` that
         hold them), the memory-bound Adam update ``32·shard/dp`` bytes at HBM bandwidth and, for a tied LM
         head with ``pp > 1``, the word-embedding gradient all-reduce. ``gradient_allreduce=False`` leaves
-        out the data-parallel all-reduce (a ZeRO-3 / FSDP trainer reduce-scatters every micro-batch
-        instead: :func:`~packplace.placement.model.training_time.zero3_collective_seconds`)."""
+        out the data-parallel all-reduce: a ZeRO-3 / FSDP trainer never runs it, it reduce-scatters every
+        micro-batch's gradients instead (:func:`~packplace.placement.model.training_time.zero3_collective_seconds`;
+        :func:`~packplace.placement.model.training_time.runs_gradient_allreduce` says which trainers), for
+        the first global batch of a step as for the others."""
         shard = (model.params if pp == 1 and not lora_rank
                  else max(trainable_stage_params(model, pp, lora_rank))) / tp
         total = 32.0 * shard / dp / self.hw.memory_bandwidth
@@ -602,9 +653,9 @@ class CostModel:
           per-request Python work: :data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`),
           the non-GEMM time of ``a/tp``
           tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et al.
-          2019) at the TP group's level (:meth:`group_level`: inside a node, or over the inter-node links
-          for a group spanning nodes) and ``pp − 1`` stage hand-offs. A pipeline of ``pp`` stages
-          keeps ``pp`` batches in flight (vLLM virtual engines): an iteration over all running
+          2019) at the TP group's level (:meth:`tp_allreduce`: inside a node, or over the inter-node links
+          for a group spanning nodes, on its ranks' own cards) and ``pp − 1`` stage hand-offs. A pipeline
+          of ``pp`` stages keeps ``pp`` batches in flight (vLLM virtual engines): an iteration over all running
           sequences still reads every weight once, so ``pp`` does not shorten it; the stages run at the
           pace of the slowest, the last one with the output head, so the weight terms (``2N·a`` and
           ``2W/tp``) are scaled by ``pp·stage_gemm_share``
@@ -650,8 +701,7 @@ class CostModel:
         if ep > 1 and model.is_moe:
             step = step + model.moe_layers * self.moe_alltoall(model, running, tp, ep, extent)
         if tp > 1:
-            alpha, beta = hw.coll(self.group_level(tp, extent))
-            allreduce = 2 * (tp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
+            allreduce = self.tp_allreduce(running * d * ACT_BYTES, tp, extent)
             step = step + 2 * L * allreduce
             if eager:   # each all-reduce kernel issued from the host too
                 step = step + 2 * L * np.maximum(0.0, self.eager_decode_table().kernel_issue_s - allreduce)
@@ -729,7 +779,7 @@ class CostModel:
         if table is not None:   # measured components: forward of the layers, the last tokens' logits
             compute = passes * pass_times(table, model, tokens=rows, seq_len=S, train=False, tp=tp,
                                           logits="last").total
-        per_pass = (2 * L * self.allreduce(rows * d * ACT_BYTES, tp, self.group_level(tp, extent))
+        per_pass = (2 * L * self.tp_allreduce(rows * d * ACT_BYTES, tp, extent)
                     + (0.0 if table is not None else self._non_gemm(L, rows / tp)))
         if ep > 1 and model.is_moe:
             per_pass += model.moe_layers * self.moe_alltoall(model, rows, tp, ep, extent)

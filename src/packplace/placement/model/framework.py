@@ -525,7 +525,10 @@ def hybrid_gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, cal
     the whole ``2P`` bf16 bytes reach every rank either way. The step's refit
     (:func:`refit_seconds`, ``in_place``) prices the first call's gather; the other ``calls − 1`` calls
     gather again, each a ring all-gather ``(n − 1)·(α + 2P/n·β)`` over the block's ``n = dp·pp·tp`` GPUs
-    (the hybrid engine is its trainer: the same processes on the same GPUs).
+    (the hybrid engine is its trainer: the same processes on the same GPUs; ``GatheredParameters`` all-gathers
+    over the ZeRO-3 data-parallel group, which is the whole block), a block spanning nodes on the cards of its
+    ``min(n, G)`` ranks per node (:meth:`~packplace.placement.model.cost.CostModel.link`: NCCL builds one ring
+    channel per card).
 
     With ``offloaded`` (ZeRO-3 ``offload_param``: the partitions live in host memory, DeepSpeed-Chat
     ``--offload``) each call first copies the rank's partition to the GPU
@@ -540,7 +543,7 @@ def hybrid_gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, cal
     nbytes = 2.0 * model.params
     seconds = 0.0
     if n > 1 and calls > 1:
-        alpha, beta = cost.hw.coll(cost.group_level(n, extent))
+        alpha, beta = cost.link(cost.group_level(n, extent), cost.ranks_per_node(n, 1, extent))
         seconds += (calls - 1) * (n - 1) * (alpha + nbytes / n * beta)
     if offloaded:
         seconds += calls * nbytes / n / cost.hw.host_bandwidth

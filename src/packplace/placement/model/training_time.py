@@ -35,10 +35,38 @@ micro-batch without ``no_sync``. Overlap rule: FSDP's forward
 and backward prefetch (Zhao et al. 2023, §3.3.2) and ZeRO-3's parameter prefetch issue the next layer's
 gather while the current layer computes, so a layer costs ``max(compute, communication)``; the layers
 being alike, the pass costs ``max(C, M)`` and the collectives add ``max(0, M − C)`` to the forward and
-backward time ``C`` (:func:`zero3_exposed_seconds`). The step-end gradient all-reduce the pass already
-charges (:meth:`~packplace.placement.model.cost.CostModel.pass_time`, two collectives' worth of the stage's
-bytes) is kept for what nothing hides: the last micro-batch's reduce-scatter and the gather of the first
-layer, which has no earlier layer to overlap with.
+backward time ``C``, plus the edges below (:func:`zero3_exposed_seconds`). A ZeRO-3 / FSDP trainer runs no data-parallel
+gradient all-reduce at the end of a step (its gradients are already reduce-scattered, and each rank updates
+its own shard), so its training pass leaves that all-reduce out of the step-end update, in the first global
+batch as in every further one (:func:`runs_gradient_allreduce`;
+:meth:`~packplace.placement.model.cost.CostModel.update_time` with ``gradient_allreduce=False``): the Adam
+update and a tied embedding's all-reduce stay.
+
+Edges of a micro-batch: the layer-wise overlap has a fill and a drain that no compute hides, the same rule
+as the sharded forwards' (:func:`~packplace.placement.model.framework.exposed_gather_seconds`) over a stage of
+``L`` equal units (one per layer). Per micro-batch, in both stacks:
+
+* the first unit's forward all-gather is exposed: nothing runs before it (PyTorch docs, notes/fsdp.html,
+  "FSDP Prefetch Nuances": the first all-gather cannot overlap with anything; DeepSpeed's
+  ``PartitionedParameterCoordinator.fetch_sub_module`` fetches the first module and waits, prefetching only
+  what follows it in the trace, and the trace starts again after every backward);
+* the first backward unit is not gathered again: FSDP2's ``fully_shard`` sets the root's
+  ``reshard_after_forward`` to ``False`` ("its parameters would typically be immediately all-gathered for
+  backward", ``torch.distributed.fsdp.fully_shard``; FSDP1 keeps the root's ``FULL_SHARD`` handle unsharded
+  after forward too), and the root's pre-backward hook prefetches the next unit behind the output head's
+  backward; ZeRO-3's ``__params_to_release`` keeps every parameter used again within
+  ``stage3_max_reuse_distance`` (1e9 parameters by default: DeepSpeed-Chat does not set it, OpenRLHF's
+  ``"auto"`` leaves the default), so the last forward modules stay gathered for the backward that starts
+  with them;
+* the last unit's reduce-scatter is exposed: it follows the last compute, and FSDP2's root post-backward
+  callback makes the compute stream wait for it (``_root_post_backward_final_callback``); ZeRO-3's
+  ``independent_gradient_partition_epilogue`` reduces what is left in its bucket and synchronises the
+  reduction stream at the end of every micro-batch's backward (no ``no_sync`` under ZeRO 2/3).
+
+So a step of ``m`` micro-batches, each with all-gather ``a`` and reduce-scatter ``r``, adds ``m·(a + r)/L``
+plus ``(L − 1)/L·max(0, M − C)``: the other units' collectives run beside ``(L − 1)/L`` of the compute
+(:func:`zero3_exposed_seconds`). Equal units are a lower bound: FSDP's root (the embedding and output head)
+and DeepSpeed's last reduce bucket (``reduce_bucket_size``) are often larger than one layer.
 
 LoRA (``lora_rank``, :func:`~packplace.placement.model.memory.lora_params`): the frozen base matrices have no
 gradients and no optimizer state, so the reduce-scatter and the offload traffic (gradients out, updated
@@ -66,7 +94,14 @@ behind, and ``overlap_param_gather`` hides the gather behind the first micro-bat
 
 from __future__ import annotations
 
-from packplace.placement.model.memory import TrainingOptions, held_stage_params, stage_share, trainable_stage_params
+from packplace.placement.model.framework import exposed_gather_seconds
+from packplace.placement.model.memory import (
+    TrainingOptions,
+    held_stage_params,
+    stage_layers,
+    stage_share,
+    trainable_stage_params,
+)
 from packplace.placement.problem.models import ModelSpec
 
 
@@ -141,9 +176,20 @@ def optimizer_steps_seconds(cost, model: ModelSpec, options: TrainingOptions, dp
     micro_batches = max(1, cost.workload.sequences // (dp * micro_batch))
     passes = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False, lora_rank=rank)
     update = cost.update_time(model, dp, pp, tp, extent, ep, rank,
-                              gradient_allreduce=options.sharding != "zero3" or dp <= 1)
+                              gradient_allreduce=runs_gradient_allreduce(options))
     stage = passes / (micro_batches + pp - 1)
     return (steps - 1) * ((pp - 1) * stage + update)
+
+
+def runs_gradient_allreduce(options: TrainingOptions) -> bool:
+    """Whether a trainer with ``options`` ends each optimizer step with the data-parallel gradient all-reduce
+    of :meth:`~packplace.placement.model.cost.CostModel.update_time`: every sharding but ``zero3``. ZeRO-3
+    (Rajbhandari et al. 2020, arXiv 1910.02054, §5.3: gradients are reduce-scattered to the rank owning the
+    partition as each layer's backward produces them) and PyTorch FSDP ``FULL_SHARD`` (Zhao et al. 2023,
+    arXiv 2304.11277, §3.2: a reduce-scatter in each unit's post-backward hook, then each rank steps its own
+    shard) never all-reduce the full gradients; the frameworks' trainers reduce-scatter after every
+    micro-batch (module docstring), priced by :func:`zero3_collective_seconds`."""
+    return options.sharding != "zero3"
 
 
 def zero3_collective_seconds(cost, model: ModelSpec, options: TrainingOptions, dp: int, pp: int, tp: int,
@@ -158,8 +204,17 @@ def zero3_collective_seconds(cost, model: ModelSpec, options: TrainingOptions, d
     (a reduce-scatter moves what an all-gather does; Thakur et al. 2005). A MoE model with ``ep > 1``
     sends its routed experts' ``n_e/ep`` over the ``dp/ep`` ranks that hold them (``tp·ep`` apart).
     0 for ``dp = 1``."""
+    gather, reduce_scatter = _zero3_micro_batch_collectives(cost, model, options, dp, pp, tp, extent, ep)
+    return micro_batches * (2.0 * gather + reduce_scatter)
+
+
+def _zero3_micro_batch_collectives(cost, model: ModelSpec, options: TrainingOptions, dp: int, pp: int, tp: int,
+                                   extent: tuple[int, int, int], ep: int) -> tuple[float, float]:
+    """One micro-batch's ``(all-gather, reduce-scatter)`` seconds over the largest stage
+    (:func:`zero3_collective_seconds`: the all-gather is ``gather(2·n)``, run once before the forward
+    and once before the backward; the reduce-scatter ``gather(g·n)``). ``(0, 0)`` for ``dp = 1``."""
     if dp <= 1:
-        return 0.0
+        return 0.0, 0.0
     level = cost.group_level(tp * dp, extent)
     grad_bytes = max(4.0 if options.fp32_grad_buffer else 2.0, cost.framework.gradient_reduce_bytes)
     rank = options.lora_rank
@@ -169,18 +224,30 @@ def zero3_collective_seconds(cost, model: ModelSpec, options: TrainingOptions, d
     if ep > 1 and model.is_moe:
         experts = model.expert_params * stage_share(model.layers, pp) / tp
         groups = [(params - experts, params - experts, dp, tp), (experts / ep, experts / ep, dp // ep, tp * ep)]
-    seconds = 0.0
+    gather = reduce_scatter = 0.0
     for n, g, ranks, stride in groups:
         if ranks > 1:
             alpha, beta = cost.link(level, cost.ranks_per_node(ranks, stride, extent))
-            seconds += (ranks - 1) * (3.0 * alpha + (2.0 * 2.0 * n + grad_bytes * g) / ranks * beta)
-    return micro_batches * seconds
+            gather += (ranks - 1) * (alpha + 2.0 * n / ranks * beta)
+            reduce_scatter += (ranks - 1) * (alpha + grad_bytes * g / ranks * beta)
+    return gather, reduce_scatter
 
 
 def zero3_exposed_seconds(cost, model: ModelSpec, options: TrainingOptions, dp: int, pp: int, tp: int,
                           micro_batches: int, extent: tuple[int, int, int], ep: int, compute: float) -> float:
-    """Seconds the ZeRO-3 / FSDP collectives (:func:`zero3_collective_seconds`) add to a training step whose
-    forward and backward passes take ``compute`` seconds: ``max(0, M − compute)`` (prefetch overlaps each
-    layer's gather with the previous layer's compute, Zhao et al. 2023, arXiv 2304.11277, §3.3.2)."""
-    comm = zero3_collective_seconds(cost, model, options, dp, pp, tp, micro_batches, extent, ep)
-    return max(0.0, comm - compute)
+    """Seconds the ZeRO-3 / FSDP collectives (:func:`zero3_collective_seconds`, ``M`` in all) add to a
+    training step whose forward and backward passes take ``compute`` seconds ``C``, for a stage of ``L``
+    equal layers (module docstring, "Edges of a micro-batch"):
+    ``M/L + (L − 1)/L·max(0, M − C) − m·a/L``, the sharded forwards' rule
+    (:func:`~packplace.placement.model.framework.exposed_gather_seconds`) applied to the micro-batch's
+    collectives, less the backward all-gather of its first backward unit, which no framework issues
+    (``a`` one micro-batch's all-gather of the stage, ``m`` micro-batches). What stays of the edges is,
+    per micro-batch, the first unit's forward all-gather and the last unit's reduce-scatter,
+    ``(a + r)/L``; the other ``L − 1`` units' collectives run beside the compute of the other layers
+    (prefetch, Zhao et al. 2023, arXiv 2304.11277, §3.3.2). 0 for ``dp = 1``."""
+    if dp <= 1:
+        return 0.0
+    gather, reduce_scatter = _zero3_micro_batch_collectives(cost, model, options, dp, pp, tp, extent, ep)
+    comm = micro_batches * (2.0 * gather + reduce_scatter)
+    layers = max(stage_layers(model.layers, pp))
+    return exposed_gather_seconds(comm, compute, layers) - micro_batches * gather / layers
