@@ -222,7 +222,7 @@ def test_pruning_keeps_candidates_whose_stale_rollout_is_faster(monkeypatch):
     assert by_time["actor.train"] == kept["actor.train"]
     extra = [c for c in kept["actor.generate"] if c not in by_time["actor.generate"]]
     assert set(by_time["actor.generate"]) <= set(kept["actor.generate"])
-    assert len(extra) == 28
+    assert len(extra) == 43   # batch times wait for the slowest engine share; a stale rollout streams past it
     b = ev.index["actor.generate"]
     for c in extra:  # each is slower as a batch than some candidate of its shape, but faster when stale
         assert any(d.extent == c.extent and d.time <= c.time and ev.stale_time(b, c, 1) < ev.stale_time(b, d, 1)

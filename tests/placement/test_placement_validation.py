@@ -58,8 +58,9 @@ KNOWN_OUT_OF_RANGE = {("nemo_rl_grpo_qwen3-30b-a3b_4x8xh100", "step"): (0.5, 0.7
 #: engine's host time per running sequence; 0.758 before its Megatron-core passes (TP 4 x PP 4) were priced
 #: with Megatron-Core's kernels instead of the eager Hugging Face layer's; 0.649 before the file named its
 #: NeMo RL release, v0.4, whose unfused Qwen SwiGLU makes the Megatron training pass 1.25 times longer; 0.707
-#: before the file said its recipe's four optimizer steps per step, 2,048 sequences / train_global_batch_size 512).
-HELD_OUT_RATIO = 0.709
+#: before the file said its recipe's four optimizer steps per step, 2,048 sequences / train_global_batch_size 512;
+#: 0.709 before its generation waited for the slowest engine's share of the batch).
+HELD_OUT_RATIO = 0.737
 #: The rows the presets' knobs were set with in view (in sample): required within x1.3. The other files of
 #: benchmarks/validation/ are reported and cross-validated (tests/placement/test_crossval.py).
 IN_SAMPLE = ("nemo_rl_grpo_llama3.1-8b_2x8xh100", "openrlhf_ppo_llama2-7b_8xa800", "deepspeed_chat_ppo_opt-13b_8xa100",
@@ -293,8 +294,9 @@ def test_validate_scores_a_stale_plan_as_the_asynchronous_period(tmp_path):
     # batch's tail frees, so a step of generation costs its steady-state time, below the makespan (on the
     # async engine's 128 slots per engine: vLLM's AsyncLLM default, framework.VLLM_ASYNC_ENGINE_MAX_NUM_SEQS)
     # (the V1 engine's host time per running sequence, framework.VLLM_HOST_SECONDS_PER_SEQUENCE, included)
-    # (the math reward: 2,048 responses x 1 ms over the recipe's 8 workers, 0.26 s)
-    assert g < g_batch and g == pytest.approx(46.00, abs=0.01) and g_batch == pytest.approx(54.16, abs=0.01)
+    # (the math reward: 2,048 responses x 1 ms over the recipe's 8 workers, 0.26 s); the batch waits for the
+    # slowest of its 8 engines' shares, the stream does not
+    assert g < g_batch and g == pytest.approx(46.00, abs=0.01) and g_batch == pytest.approx(55.32, abs=0.01)
     # 1-step off-policy: period = max(node 0's cycle g, node 1's cycle r + t, the chain over 2 steps)
     # = max(46.00, 8.23 + 39.90 = 48.13, (46.00 + 48.13 + 1.62) / 2 = 47.87) = node 1's cycle: the trainer's
     # reference + training passes outlast both the generation and the two steps' chain (refit across the

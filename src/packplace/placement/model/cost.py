@@ -34,12 +34,15 @@ from packplace.placement.model.components import (
 )
 from packplace.placement.model.dp_balance import VertexBalance
 from packplace.placement.model.engine import (
+    MAX_SHARE_SEQUENCES,
+    SHARE_DRAWS,
     RolloutEngine,
     kv_capacity_sequences,
     kv_capacity_tokens,
     paged_schedule,
     rollout_stream_schedule,
     static_queue_makespan,
+    straggler_schedules,
 )
 from packplace.placement.model.framework import (
     DEFAULT_FRAMEWORK,
@@ -794,17 +797,20 @@ class CostModel:
 
     def generate_time(self, model: ModelSpec, dp: int, pp: int, tp: int, micro_batch: int,
                       extent: tuple[int, int, int], ep: int = 1) -> float:
-        """Rollout generation of the ``B·K/dp`` sequences of one engine replica (the replicas are alike).
+        """Rollout generation of the step's ``B·K`` sequences on ``dp`` engine replicas of ``B·K/dp`` each,
+        seconds until the last replica ends.
 
         Continuous batching (default, :mod:`packplace.placement.model.engine`): at most
         :meth:`engine_concurrency` sequences run and their prompt and generated tokens at most the paged
         cache's :func:`~packplace.placement.model.engine.kv_capacity_tokens`;
         :func:`~packplace.placement.model.engine.paged_schedule` gives segments of iterations with a constant
-        running set (vLLM's preemptions where the batch outgrows the cache), each priced by
-        :meth:`decode_step_times` at its middle iteration (exact when one roofline side dominates the
-        segment, as both sides are linear in the iteration); plus the prefill of every prompt in passes of
-        the running batch (:meth:`prefill_time`) and of the tokens preempted sequences recompute
-        (:meth:`recompute_time`).
+        running set (vLLM's preemptions where the batch outgrows the cache), priced by
+        :meth:`schedule_decode`; plus the prefill of every prompt in passes of the running batch
+        (:meth:`prefill_time`). One replica decodes a stratified sample of the lengths; ``dp > 1`` replicas
+        decode the fixed shares the frameworks cut before generating, and the phase lasts until the
+        slowest share ends (:meth:`slowest_share_decode`; without ``gen_quantiles`` every response has the
+        same length and every share is the stratified one; a batch of more than
+        :data:`~packplace.placement.model.engine.MAX_SHARE_SEQUENCES` keeps the stratified share).
 
         With ``dispatch: queue`` the static batches of the whole step go to the first free replica
         (:func:`~packplace.placement.model.engine.static_queue_makespan`), each decoding to its own longest
@@ -826,11 +832,12 @@ class CostModel:
             slots = self.engine_concurrency(model, tp, pp, micro_batch, ep)
             kv = kv_capacity_tokens(model, self.hw.memory_per_gpu, w, tp, pp, self.engine.gpu_memory_utilization,
                                     ep, self.hw.memory_workspace)
-            iterations, running, generated, recomputed = paged_schedule(w, per_replica, slots, kv)
-            middle = running * (S + 1.0) + generated + running * (iterations - 1.0) / 2.0
-            steps = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep)
-            return (self.prefill_time(model, tp, per_replica, min(slots, per_replica), ep, extent)
-                    + self.recompute_time(model, tp, recomputed, ep) + float((steps * iterations).sum()))
+            prefill = self.prefill_time(model, tp, per_replica, min(slots, per_replica), ep, extent)
+            if (dp > 1 and w.sequences % dp == 0 and w.gen_quantiles   # equal lengths: every share alike
+                    and w.sequences <= MAX_SHARE_SEQUENCES):
+                return prefill + self.slowest_share_decode(model, dp, pp, tp, slots, kv, extent, ep)
+            return prefill + self.schedule_decode(model, dp, pp, tp, paged_schedule(w, per_replica, slots, kv),
+                                                  extent, ep)
         rounds = per_replica // micro_batch
         prefill = self.prefill_time(model, tp, micro_batch, micro_batch, ep, extent)
         steps, weight, fraction = w.decode_grid  # (n,) decode steps t, steps each entry stands for, 1 − F(t − 1)
@@ -849,6 +856,40 @@ class CostModel:
             makespan = static_queue_makespan(w, micro_batch, dp, batch_seconds)
             return (makespan + (pp - 1) * round_time) * share
         return self.pipeline(rounds, pp, round_time * share)
+
+    def schedule_decode(self, model: ModelSpec, dp: int, pp: int, tp: int,
+                        schedule: tuple[np.ndarray, np.ndarray, np.ndarray, float],
+                        extent: tuple[int, int, int], ep: int = 1) -> float:
+        """Seconds of one engine's decode: the segments ``(iterations, running, generated, recomputed)`` of
+        :func:`~packplace.placement.model.engine.paged_schedule` (or
+        :func:`~packplace.placement.model.engine.share_schedule`), each priced by :meth:`decode_step_times`
+        at its middle iteration (exact when one roofline side dominates the segment, as both sides are
+        linear in the iteration), plus :meth:`recompute_time` of the tokens preempted sequences
+        recompute."""
+        iterations, running, generated, recomputed = schedule
+        middle = running * (self.workload.context_length + 1.0) + generated + running * (iterations - 1.0) / 2.0
+        steps = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep)
+        return self.recompute_time(model, tp, recomputed, ep) + float((steps * iterations).sum())
+
+    def slowest_share_decode(self, model: ModelSpec, dp: int, pp: int, tp: int, slots: int, kv_tokens: int,
+                             extent: tuple[int, int, int], ep: int = 1) -> float:
+        """Seconds until the last of ``dp`` engine replicas ends its share's decode, the mean over
+        :data:`~packplace.placement.model.engine.SHARE_DRAWS` drawn batches: each batch is cut into the
+        replicas' fixed shares (:func:`~packplace.placement.model.engine.engine_shares`: the frameworks'
+        contiguous shards, a prompt's samples drawn independently), the likeliest stragglers
+        (:func:`~packplace.placement.model.engine.straggler_candidates`) are simulated on ``slots`` running
+        sequences and ``kv_tokens`` of cache (:func:`~packplace.placement.model.engine.share_schedule`) and
+        priced by :meth:`schedule_decode`, and the slowest of them sets the batch's time. The replicas decode
+        at once and the phase waits for all (no engine takes work from another)."""
+        iterations, running, generated, owner, recomputed, draw = straggler_schedules(self.workload, dp, slots,
+                                                                                     kv_tokens)
+        middle = running * (self.workload.context_length + 1.0) + generated + running * (iterations - 1.0) / 2.0
+        seconds = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep) * iterations
+        per_schedule = np.bincount(owner, weights=seconds, minlength=len(recomputed))
+        per_schedule = per_schedule + np.array([self.recompute_time(model, tp, t, ep) for t in recomputed])
+        slowest = np.full(SHARE_DRAWS, -np.inf)
+        np.maximum.at(slowest, draw, per_schedule)
+        return float(slowest.mean())
 
     def recompute_time(self, model: ModelSpec, tp: int, tokens: float, ep: int = 1) -> float:
         """Prefill of the ``tokens`` a rollout engine recomputes for preempted sequences (vLLM's

@@ -47,6 +47,21 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 SIMULATED_SEQUENCES = 4096
 #: Seed of the fixed arrival order of the response lengths (deterministic for a given workload).
 ARRIVAL_SEED = 12345
+#: Seed of the first drawn batch of engine shares (:func:`engine_shares`; fixed batches, so the same
+#: instance always gives the same slowest engine), as the trainer's drawn batches
+#: (:data:`~packplace.placement.model.dp_balance.LENGTH_SEED`).
+SHARE_SEED = 0
+#: Batches of engine shares drawn (seeds ``SHARE_SEED ..``); the slowest engine's time is the mean over
+#: them, the expected straggler rather than one batch's luck (the trainer's
+#: :data:`~packplace.placement.model.dp_balance.LENGTH_DRAWS`).
+SHARE_DRAWS = 4
+#: Most sequences of a batch whose engine shares are drawn (:func:`engine_shares`); a larger batch keeps
+#: every replica's stratified share (drawing and ranking every share would cost memory and time in
+#: proportion to the batch), not a physical constant.
+MAX_SHARE_SEQUENCES = 65_536
+#: Engines simulated per drawn batch (:func:`straggler_candidates`): this many with the longest
+#: first-come-first-served makespans on the engine's slots and this many with the most tokens.
+STRAGGLER_CANDIDATES = 2
 
 
 @dataclass(frozen=True)
@@ -136,6 +151,217 @@ def response_lengths(workload: Workload, count: int) -> np.ndarray:
     return lengths[order]
 
 
+def engine_shares(workload: Workload, replicas: int, draw: int = 0) -> np.ndarray:
+    """Response lengths (decode steps, integers ≥ 1) of each engine replica's share of one drawn batch,
+    shape ``(replicas, n/replicas)`` with ``n = B·K``, row ``r`` in the order engine ``r`` receives them.
+
+    The frameworks cut the step's batch into ``replicas`` equal contiguous shards before any token is
+    generated, the batch ordered prompt by prompt with a prompt's ``K`` samples consecutive: NeMo RL
+    ``VllmGeneration.generate`` (``data.shard_by_batch_size(dp_size)``, nemo_rl/distributed/
+    batched_data_dict.py: contiguous shards), verl ``gen_batch.repeat(repeat_times=rollout.n,
+    interleave=True)`` then the rollout workers' ``DataProto.chunk`` (verl/trainer/ppo/ray_trainer.py,
+    verl/protocol.py), OpenRLHF ``[prompt] * n_samples_per_prompt`` sliced per vLLM engine
+    (openrlhf/trainer/ppo_utils/experience_maker.py). No engine takes work from another, so the slowest
+    engine ends the phase.
+
+    The lengths: the batch's ``n`` responses follow the workload's distribution exactly (the quantile
+    function at ``(i + 0.5)/n``, as :func:`response_lengths`), in an order drawn with seed
+    ``SHARE_SEED + draw``: a prompt's samples are drawn *independently* of each other, so any
+    equal-count split is a uniformly random one and each engine's share is a random ``n/replicas`` of the
+    batch's lengths (sampling without replacement). How a prompt's samples correlate in length is left
+    out: no published source sizes it (docs/calibration-and-validation.md, "GRPO generation dispatched
+    in prompt groups"); with correlated lengths the shares spread further, so the slowest engine this
+    gives is a lower bound.
+
+    Raises:
+        ValueError: ``replicas`` < 1 or not dividing ``B·K``.
+    """
+    n = workload.sequences
+    if replicas < 1 or n % replicas:
+        raise ValueError(f"engine_shares: replicas must be >= 1 and divide the batch's {n} sequences, "
+                         f"got {replicas!r}")
+    return _shares(workload, int(replicas), int(draw))
+
+
+@lru_cache(maxsize=256)
+def _shares(workload: Workload, replicas: int, draw: int) -> np.ndarray:
+    n = workload.sequences
+    qs = (np.arange(n, dtype=float) + 0.5) / n
+    points_q, points_t = workload._quantile_points
+    lengths = np.maximum(1.0, np.ceil(np.interp(qs, points_q, points_t)))
+    order = np.random.default_rng(SHARE_SEED + draw).permutation(n)
+    shares = lengths[order].reshape(replicas, n // replicas)
+    shares.setflags(write=False)
+    return shares
+
+
+def straggler_candidates(shares: np.ndarray, slots: int, count: int = STRAGGLER_CANDIDATES) -> np.ndarray:
+    """Row indices of the engines of ``shares`` (shape ``(replicas, m)``, each row in arrival order) most
+    likely to end last, sorted: the ``count`` whose first-come-first-served makespan on ``slots`` running
+    sequences (:func:`fcfs_makespan`, decode iterations without the cache limit) is longest, ties by the
+    total, and the ``count`` with the most response tokens (the first to outgrow a tight cache). An
+    engine's time follows its iterations and its tokens; simulating these instead of every engine keeps
+    the estimate's cost nearly independent of the replica count (the maximum over a subset: never above
+    the slowest engine's true time)."""
+    c = max(1, min(int(slots), shares.shape[1]))
+    total = shares.sum(axis=1)
+    if c == shares.shape[1]:
+        makespan = shares.max(axis=1)
+    else:
+        makespan = np.array([fcfs_makespan(row, c) for row in shares])
+    by_makespan = np.lexsort((-total, -makespan))[:count]
+    by_total = np.argsort(-total, kind="stable")[:count]
+    return np.unique(np.concatenate([by_makespan, by_total]))
+
+
+def fcfs_makespan(lengths: np.ndarray, slots: int) -> float:
+    """Decode iterations until the last of ``lengths`` (arrival order) ends on ``slots`` slots, first come
+    first served, a finished sequence's slot refilled at once (the makespan of :func:`continuous_schedule`
+    without its segments; list scheduling, Graham 1969)."""
+    c = max(1, min(int(slots), len(lengths)))
+    heap = [float(x) for x in lengths[:c]]
+    heapq.heapify(heap)
+    for x in lengths[c:]:
+        heapq.heappush(heap, heapq.heappop(heap) + float(x))
+    return max(heap)
+
+
+def straggler_schedules(workload: Workload, replicas: int, slots: int, kv_tokens: int
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The :func:`share_schedule` of every straggler candidate (:func:`straggler_candidates`) of the
+    :data:`SHARE_DRAWS` drawn batches of :func:`engine_shares`, on ``slots`` running sequences and a
+    cache of ``kv_tokens`` tokens, laid end to end so that one vectorised pricing covers them all.
+
+    Returns:
+        ``(iterations, running, generated, owner, recomputed, draw)``: the segments of all schedules
+        (shape ``(s,)`` each, :func:`continuous_schedule`'s form) with ``owner[j]`` the schedule segment
+        ``j`` belongs to, and per schedule (shape ``(k,)``) the tokens it recomputes and its batch's draw.
+
+    Raises:
+        ValueError: as :func:`engine_shares` and :func:`share_schedule`.
+    """
+    if int(slots) < 1 or int(kv_tokens) < 1:
+        raise ValueError(f"straggler_schedules: slots and kv_tokens must be >= 1, got {slots!r}, {kv_tokens!r}")
+    engine_shares(workload, replicas)   # validates replicas
+    return _straggler_schedules(workload, int(replicas), int(slots), int(kv_tokens))
+
+
+@lru_cache(maxsize=256)
+def _candidate_runs(workload: Workload, replicas: int, slots: int) -> tuple:
+    """What :func:`straggler_schedules` needs before the cache size is known: the candidates' simulated
+    lengths (:func:`_share_sample`), the running limit they run on, the running and time scales, each
+    one's batch draw, unscaled first-come-first-served schedule (:func:`_share_fcfs`) and largest KV
+    footprint in tokens, and those schedules scaled and laid end to end (what every cache that holds the
+    footprints gives)."""
+    samples: list[tuple[float, ...]] = []
+    draws: list[int] = []
+    c = slots
+    for draw in range(SHARE_DRAWS):
+        shares = _shares(workload, replicas, draw)
+        for r in straggler_candidates(shares, slots):
+            sample, c = _share_sample(tuple(shares[r].tolist()), min(slots, shares.shape[1]))
+            samples.append(sample)
+            draws.append(draw)
+    per_replica = workload.sequences // replicas
+    ratio = per_replica / len(samples[0])
+    scale_running = min(slots, per_replica) / c
+    scale_time = ratio / scale_running
+    runs = [_share_fcfs(sample, c) for sample in samples]
+    S = float(workload.context_length)
+    peaks = np.array([float(np.max(run * S + gen + run * it)) if len(run) else 0.0 for it, run, gen in runs])
+    owner = np.concatenate([np.full(len(it), k) for k, (it, _, _) in enumerate(runs)])
+    plain = (np.concatenate([it for it, _, _ in runs]) * scale_time,
+             np.concatenate([run for _, run, _ in runs]) * scale_running,
+             np.concatenate([gen for _, _, gen in runs]) * scale_running,
+             owner, np.zeros(len(runs)), np.array(draws))
+    for a in plain:
+        a.setflags(write=False)
+    return samples, c, scale_running, scale_time, runs, peaks, plain
+
+
+@lru_cache(maxsize=512)
+def _straggler_schedules(workload: Workload, replicas: int, slots: int, kv_tokens: int
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    samples, c, scale_running, scale_time, runs, peaks, plain = _candidate_runs(workload, replicas, slots)
+    S, cap = float(workload.context_length), kv_tokens / scale_running
+    if bool(np.all(peaks <= cap)):
+        return plain
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    recomputed: list[float] = []
+    for sample, (iterations, running, generated), peak in zip(samples, runs, peaks, strict=True):
+        tokens = 0.0
+        if peak > cap:
+            iterations, running, generated, tokens = _preempting(np.array(sample), c, S, cap)
+        parts.append((iterations * scale_time, running * scale_running, generated * scale_running))
+        recomputed.append(tokens * scale_time * scale_running)
+    owner = np.concatenate([np.full(len(p[0]), k) for k, p in enumerate(parts)])
+    out = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+           np.concatenate([p[2] for p in parts]), owner, np.array(recomputed), plain[5])
+    for a in out:
+        a.setflags(write=False)
+    return out
+
+
+def share_schedule(lengths: np.ndarray, slots: int, context_length: int, kv_tokens: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """:func:`paged_schedule` of one engine decoding the given ``lengths`` (shape ``(m,)``, in arrival
+    order) instead of a stratified sample of the workload: the segments ``(iterations, running,
+    generated)`` and the tokens recomputed after preemptions, with prompts of ``context_length`` tokens
+    and a paged cache of ``kv_tokens`` tokens. A share of more than :data:`SIMULATED_SEQUENCES` is
+    simulated on that many of its own order statistics (evenly spaced ranks, its longest kept) with the
+    running limit and the time scaled as :func:`continuous_schedule` does.
+
+    Raises:
+        ValueError: an empty ``lengths``, ``slots`` or ``kv_tokens`` < 1.
+    """
+    lengths = np.asarray(lengths, dtype=float)
+    if lengths.size < 1 or int(slots) < 1 or int(kv_tokens) < 1:
+        raise ValueError(f"share_schedule: needs lengths, slots >= 1 and kv_tokens >= 1, got {lengths.size} "
+                         f"lengths, slots {slots!r}, kv_tokens {kv_tokens!r}")
+    return _share_schedule(tuple(lengths.tolist()), int(min(slots, lengths.size)), int(context_length),
+                           int(kv_tokens))
+
+
+@lru_cache(maxsize=1024)
+def _share_schedule(lengths: tuple[float, ...], slots: int, context_length: int, kv_tokens: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    share, c = _share_sample(lengths, slots)
+    n = len(lengths)
+    ratio = n / len(share)
+    scale_running = slots / c
+    scale_time = ratio / scale_running
+    cap, S = kv_tokens / scale_running, float(context_length)
+    iterations, running, generated = _share_fcfs(share, c)
+    peak = float(np.max(running * S + generated + running * iterations)) if len(running) else 0.0
+    recomputed = 0.0
+    if peak > cap:
+        iterations, running, generated, recomputed = _preempting(np.array(share), c, S, cap)
+    return iterations * scale_time, running * scale_running, generated * scale_running, recomputed * ratio
+
+
+def _share_sample(lengths: tuple[float, ...], slots: int) -> tuple[tuple[float, ...], int]:
+    """The lengths a share is simulated on and its running limit: the share itself on ``slots``, or for a
+    share of more than :data:`SIMULATED_SEQUENCES` that many of its order statistics (evenly spaced
+    ranks, its longest kept, in their arrival order) on ``slots`` scaled by the same ratio."""
+    n = len(lengths)
+    if n <= SIMULATED_SEQUENCES:
+        return lengths, slots
+    share = np.array(lengths)
+    ratio = n / SIMULATED_SEQUENCES
+    ranks = np.argsort(share, kind="stable")
+    picks = np.floor((np.arange(SIMULATED_SEQUENCES) + 0.5) * ratio).astype(int)
+    picks[-1] = n - 1
+    keep = np.sort(ranks[picks])
+    return tuple(share[keep].tolist()), max(1, round(slots / ratio))
+
+
+@lru_cache(maxsize=1024)
+def _share_fcfs(lengths: tuple[float, ...], c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_fcfs` of a share (cached: a share's schedule does not depend on the cache size unless it
+    preempts)."""
+    return _fcfs(np.array(lengths), c)
+
+
 def continuous_schedule(workload: Workload, sequences: int, slots: int) -> tuple[np.ndarray, np.ndarray,
                                                                                     np.ndarray]:
     """Segments of a continuously batched engine decoding ``sequences`` responses with at most ``slots``
@@ -162,7 +388,14 @@ def _schedule(workload: Workload, sequences: int, slots: int) -> tuple[np.ndarra
         n, c = SIMULATED_SEQUENCES, sim_slots
     else:
         n, c, scale_running, scale_time = sequences, slots, 1.0, 1.0
-    lengths = response_lengths(workload, n)
+    iterations, running, generated = _fcfs(response_lengths(workload, n), c)
+    return iterations * scale_time, running * scale_running, generated * scale_running
+
+
+def _fcfs(lengths: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Segments of ``lengths`` (arrival order) on ``c`` slots, first come first served, a finished
+    sequence's slot refilled at once (:func:`continuous_schedule`'s return form, unscaled)."""
+    n = len(lengths)
     starts = np.zeros(n)
     heap = [float(x) for x in lengths[:c]]
     heapq.heapify(heap)
@@ -170,8 +403,18 @@ def _schedule(workload: Workload, sequences: int, slots: int) -> tuple[np.ndarra
         t = heapq.heappop(heap)
         starts[i] = t
         heapq.heappush(heap, t + lengths[i])
-    iterations, running, generated = _segments(starts, starts + lengths)
-    return iterations * scale_time, running * scale_running, generated * scale_running
+    return _segments(starts, starts + lengths)
+
+
+def _paged_lengths(lengths: np.ndarray, c: int, S: float, cap: float
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """:func:`_fcfs` of ``lengths`` on ``c`` slots when it never holds more than ``cap`` KV tokens
+    (prompts of ``S`` tokens), else :func:`_preempting`; unscaled, with the tokens recomputed."""
+    iterations, running, generated = _fcfs(lengths, c)
+    peak = float(np.max(running * S + generated + running * iterations)) if len(running) else 0.0
+    if peak <= cap:
+        return iterations, running, generated, 0.0
+    return _preempting(lengths, c, S, cap)
 
 
 def static_queue_makespan(workload: Workload, micro_batch: int, replicas: int, batch_seconds) -> float:
@@ -255,7 +498,16 @@ def _paged(workload: Workload, sequences: int, slots: int, kv_tokens: int
         scale_time = ratio / scale_running
     else:
         n, c, cap, scale_running, scale_time, ratio = sequences, slots, float(kv_tokens), 1.0, 1.0, 1.0
-    lengths = response_lengths(workload, n)
+    iterations, running, generated, recomputed = _preempting(response_lengths(workload, n), c, S, cap)
+    return (iterations * scale_time, running * scale_running, generated * scale_running, recomputed * ratio)
+
+
+def _preempting(lengths: np.ndarray, c: int, S: float, cap: float
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """vLLM V1's recompute-preemption scheduler of :func:`paged_schedule` on ``lengths`` (arrival order),
+    ``c`` slots, a cache of ``cap`` tokens and prompts of ``S`` tokens; unscaled segments and the tokens
+    recomputed."""
+    n = len(lengths)
     gen = np.zeros(n)
     waiting = list(range(n))
     waiting.reverse()  # a stack: the head of the queue at the end
@@ -266,6 +518,9 @@ def _paged(workload: Workload, sequences: int, slots: int, kv_tokens: int
     seg_run: list[float] = []
     seg_gen: list[float] = []
     preempted = False
+    changed = True  # the running set changed since ``idx`` was built
+    idx = np.empty(0, dtype=int)
+    wanted = np.empty(0)
     while waiting or run:
         if not preempted:
             while waiting and len(run) < c:
@@ -278,31 +533,37 @@ def _paged(workload: Workload, sequences: int, slots: int, kv_tokens: int
                     recomputed += need
                 run.append(i)
                 used += need
+                changed = True
         r = len(run)
-        idx = np.fromiter(run, dtype=int, count=r)
+        if changed:
+            idx = np.array(run, dtype=int)
+            wanted = lengths[idx]
+            changed = False
         room = int((cap - used) // r)
         if room < 1 and r > 1:
             i = run.pop()
             used -= S + gen[i]
             waiting.append(i)
             preempted = True
+            changed = True
             continue
-        left = lengths[idx] - gen[idx]
+        held = gen[idx]
+        left = wanted - held
         # a lone sequence larger than the cache runs on (vLLM would refuse it; the model keeps a time)
         step = max(1, min(int(left.min()), room)) if room >= 1 else max(1, int(left.min()))
         seg_it.append(float(step))
         seg_run.append(float(r))
-        seg_gen.append(float(gen[idx].sum()))
-        gen[idx] += step
+        seg_gen.append(float(held.sum()))
+        held = held + step
+        gen[idx] = held
         used += r * step
         preempted = False
-        finished = gen[idx] >= lengths[idx]
+        finished = held >= wanted
         if finished.any():
-            done = set(idx[finished].tolist())
-            used -= float(np.sum(S + gen[idx[finished]]))
-            run = [i for i in run if i not in done]
-    return (np.array(seg_it) * scale_time, np.array(seg_run) * scale_running,
-            np.array(seg_gen) * scale_running, recomputed * ratio)
+            used -= float(np.sum(S + held[finished]))
+            run = idx[~finished].tolist()
+            changed = True
+    return np.array(seg_it), np.array(seg_run), np.array(seg_gen), recomputed
 
 
 def rollout_stream_schedule(workload: Workload, batch_sequences: int, group: int, groups_in_flight: int,
