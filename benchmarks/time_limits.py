@@ -27,8 +27,9 @@ The balance batch: n samples with lognormal token lengths (median 1024, σ 1, cl
 m = the fewest bins per rank that hold the tokens at 85% fill. The placement cluster: the shipped
 70B PPO config (``configs/placement/ppo_llama3.1-70b_2x4x8xh200.yaml``) on ``--racks`` ×
 ``--nodes`` × 8 GPUs (default 32 × 64 × 8 = 16,384); with ``--batch B`` (default 963,761,198,400, a
-highly composite count with 6,720 divisors, each a micro-batch choice; 0: off) every placement solver
-runs once more on the shipped 8-GPU DPO config with ``batch_size: B`` and one sample per prompt.
+highly composite count with 6,720 divisors, 5,760 of them even, each a micro-batch choice; 0: off) every
+placement solver runs once more on the shipped 8-GPU DPO config with ``B`` sequences (``batch_size: B/2``
+chosen / rejected pairs).
 
 On a shared machine the wall times are noisy (other processes take cores): rerun an ``OVER`` row
 alone before trusting it.
@@ -92,13 +93,13 @@ def balance_row(solver: str, samples: int, ranks: int, limit: float, seed: int, 
 
 def placement_row(solver: str, racks: int, nodes: int, limit: float, seed: int, batch: int = 0) -> dict:
     """One placement solver on the 70B PPO config scaled to racks × nodes × 8 GPUs, or (``batch`` > 0) on
-    the 8-GPU DPO config with ``batch`` prompts of one sample each."""
+    the 8-GPU DPO config with ``batch`` sequences (``batch / 2`` preference pairs)."""
     import packplace
     from packplace.placement.problem.config import build_instance, load_yaml
 
     if batch:
         config = load_yaml(BATCH_CONFIG)
-        config["workload"].update(batch_size=batch, samples_per_prompt=1)
+        config["workload"].update(batch_size=batch // 2, samples_per_prompt=2)
         size = f"8 GPUs, batch {batch}"
     else:
         config = load_yaml(CONFIG)

@@ -89,9 +89,11 @@ def _balance_larger():
 
 
 def _placement_tiny():
-    """The smallest shipped placement config (DPO, Llama-3.1-8B, one node of 8 H100) reduced to 2 GPUs."""
+    """The smallest shipped placement config (DPO, Llama-3.1-8B, one node of 8 H100) reduced to 2 GPUs, with
+    the optimizer state in host memory (a micro-batch of one preference pair does not fit 2 GPUs beside it)."""
     cfg = copy.deepcopy(load_yaml(ROOT / "configs" / "placement" / "dpo_llama3.1-8b_1x8xh100.yaml"))
     cfg["hardware"]["gpus_per_node"] = 2
+    cfg["training"] = {"offload": "optimizer"}
     return build_instance(cfg)
 
 

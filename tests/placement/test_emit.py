@@ -319,6 +319,11 @@ def test_a_dpo_step_s_optimizer_steps_divide_its_preference_pairs(tmp_path):
     assert (128 * 2 // 4) % (train.strategy.dp * train.micro_batch) == 0   # the plan tiles one global batch
     assert emit(instance, plan, "nemo-rl").settings["policy.train_global_batch_size"] == 128 // 4
     assert emit(instance, plan, "openrlhf").settings["--train.batch_size"] == 128 // 4
+    # both count the micro-batch in pairs too (NeMo RL dpo.py runs train_micro_batch_size x 2 sequences;
+    # OpenRLHF train_dpo loads micro_train_batch_size pairs): the plan's sequences / 2
+    assert train.micro_batch % 2 == 0
+    assert emit(instance, plan, "nemo-rl").settings["policy.train_micro_batch_size"] == train.micro_batch // 2
+    assert emit(instance, plan, "openrlhf").settings["--train.micro_batch_size"] == train.micro_batch // 2
     # 256 steps divide the 256 sequences but would split a chosen / rejected pair
     cfg["training"]["actor"]["optimizer_steps"] = 256
     half = tmp_path / "dpo256.yaml"

@@ -180,7 +180,8 @@ def _small(version=None, model_type=None, backend="megatron", algorithm="grpo"):
     return build_instance({
         "hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
         "models": models,
-        "workload": {"batch_size": 8, "samples_per_prompt": 4, "context_length": 64, "generation_length": 128},
+        "workload": {"batch_size": 8, "samples_per_prompt": 2 if algorithm == "dpo" else 4, "context_length": 64,
+                     "generation_length": 128},
         "policy": policy})
 
 

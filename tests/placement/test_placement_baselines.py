@@ -124,11 +124,12 @@ def test_unknown_solver_and_bad_arguments():
 
 
 def test_every_solver_finds_the_disjoint_plan_where_colocation_does_not_fit(placement_solver):
-    # both models' blocks are capped at 4 of the 8 GPUs (divisibility); colocated they share GPUs 0-3 and
-    # overflow, side by side they fit: every solver must find a plan, not report bad input
+    # both models' blocks are capped at 4 of the 8 GPUs (divisibility: tp <= 2 heads, dp <= 2 preference
+    # pairs); colocated they share GPUs 0-3 and overflow, side by side they fit: every solver must find a
+    # plan, not report bad input
     tiny = dict(layers=1, hidden_dim=256, ffn_dim=512, vocab_size=1000, head_dim=128)
-    inst = build_instance({"hardware": {**HW, "memory_per_gpu": 9e6}, "models": {"actor": tiny},
-                           "workload": dict(batch_size=1, samples_per_prompt=2, context_length=128,
+    inst = build_instance({"hardware": {**HW, "memory_per_gpu": 1.2e7}, "models": {"actor": tiny},
+                           "workload": dict(batch_size=2, samples_per_prompt=2, context_length=128,
                                             generation_length=128), "policy": {"algorithm": "dpo"}})
     assert all(get_table(inst).feasible[name] for name in inst.graph.names)  # each vertex alone fits
     from packplace.solvers.placement._common import colocated_plan

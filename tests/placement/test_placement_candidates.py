@@ -149,8 +149,9 @@ def test_cluster_smaller_than_the_smallest_feasible_block():
 def test_model_that_never_fits_says_bytes_needed_and_available():
     actor = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
     inst = build_instance(dpo(actor, memory_per_gpu=1e6))
-    # both vertices never fit; the message names the most demanding one (training: weights, grads, Adam)
-    with pytest.raises(InfeasibleError, match=r"^\[models\] actor does not fit: actor.train needs 16.4 GB per GPU at "
+    # both vertices never fit; the message names the most demanding one (training: weights, grads, Adam, and
+    # the activations of one preference pair, its smallest micro-batch)
+    with pytest.raises(InfeasibleError, match=r"^\[models\] actor does not fit: actor.train needs 16.7 GB per GPU at "
                                               r"the largest block \(8 GPUs\), 0.001 GB available"):
         get_table(inst).check()
 
@@ -172,7 +173,7 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
     assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 192 "
                                "(16.4 GB per GPU needed at the largest block (8 GPUs), 1.5 GB available); the smallest "
                                "cluster of this node and rack shape (doubled) on which the concurrent solver fits a "
-                               "whole plan has 256 GPUs (step 0.4111 s: actor.generate 192 GPUs, actor.train 192 "
+                               "whole plan has 256 GPUs (step 0.4171 s: actor.generate 192 GPUs, actor.train 192 "
                                "GPUs, reference.infer 64 GPUs, reward.infer 256 GPUs)")
     # On 192 GPUs (what actor.train alone needs) the colocated weights of the other tasks do not fit: the
     # search reports the next doubling, and the table's own check (no search) gives the upper bound with
@@ -182,14 +183,15 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
 
 
 def test_model_that_never_fits_because_of_divisibility_says_so():
-    # 1 layer, 2 heads, 2 sequences: at most tp 2 * pp 1 * dp 2 = 4 GPUs, however large the cluster
+    # 1 layer, 2 heads, 2 preference pairs (4 sequences; a replica holds whole pairs): at most tp 2 * pp 1 *
+    # dp 2 = 4 GPUs, however large the cluster
     tiny = dict(layers=1, hidden_dim=256, ffn_dim=512, vocab_size=1000, head_dim=128)
     cfg = dpo(tiny, memory_per_gpu=5e6)
-    cfg["workload"].update(batch_size=1, samples_per_prompt=2)
+    cfg["workload"].update(batch_size=2, samples_per_prompt=2)
     with pytest.raises(InfeasibleError) as info:
         get_table(build_instance(cfg)).check()
     assert str(info.value) == (
-        "[models] actor does not fit: actor.train needs 0.00869 GB per GPU at the largest block (4 GPUs), 0.005 GB "
-        "available (least memory of any candidate: 0.00869 GB); no block larger than 4 GPUs is legal (tp/pp/dp "
+        "[models] actor does not fit: actor.train needs 0.0115 GB per GPU at the largest block (4 GPUs), 0.005 GB "
+        "available (least memory of any candidate: 0.0115 GB); no block larger than 4 GPUs is legal (tp/pp/dp "
         "divisibility: tp <= 2 (divides 2 attention heads and 8 GPUs per node), pp <= 1 (at most 1 layers), "
-        "dp <= 2 (divides 2 sequences per step); no dp*pp*tp = 8)")
+        "dp <= 2 (divides 2 preference pairs per step); no dp*pp*tp = 8)")

@@ -348,3 +348,17 @@ def test_max_num_seqs_with_static_batching_is_refused():
     assert "[policy] max_num_seqs: 1" in error_of(cfg)
     cfg["policy"].pop("max_num_seqs")
     assert build_instance(cfg).engine.batching == "static"
+
+
+@pytest.mark.parametrize("responses", [1, 3, 4])
+def test_a_dpo_step_trains_pairs_of_two_responses(responses):
+    # a DPO step of 1 response per prompt had been priced at half the sequences its pairs train
+    cfg = {"hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
+           "models": {"actor": {"layers": 2, "hidden_dim": 256, "ffn_dim": 512, "vocab_size": 1000, "head_dim": 64}},
+           "workload": {"batch_size": 8, "samples_per_prompt": responses, "context_length": 64,
+                        "generation_length": 64},
+           "policy": {"algorithm": "dpo"}}
+    with pytest.raises(ConfigError) as info:
+        build_instance(cfg)
+    assert str(info.value) == ("[workload] samples_per_prompt: a DPO step trains preference pairs, a chosen and a "
+                               f"rejected response per prompt: must be 2, got {responses}")

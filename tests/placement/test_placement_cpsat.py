@@ -78,7 +78,7 @@ def test_tiny_dpo_matches_brute_force_over_every_candidate_and_origin():
     table, ev = get_table(inst), get_evaluator(inst)
     names = ev.names
     options = [[(c, a) for c in table.feasible[n] for a in table.origins(c.extent)] for n in names]
-    assert all(len(o) >= 25 for o in options)
+    assert all(len(o) >= 15 for o in options)   # even micro-batches only: a DPO micro-batch holds whole pairs
     brute = min(ev.step_time(Plan.build({n: c.at(a) for n, (c, a) in zip(names, combo)}))
                 for combo in itertools.product(*options))
     assert brute < math.inf

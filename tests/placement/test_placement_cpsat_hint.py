@@ -62,8 +62,9 @@ def test_openrlhf_ppo_is_solved_to_its_optimum_from_the_greedy_hint():
     # (334.7219 s while the ZeRO-3 actor and critic also paid a step-end all-reduce they never run: 2·7·(1 µs +
     # 2P/8/160e9) ≈ 0.146 s each on the A800 node's NVLink; 334.4300 s before the edges of their micro-batches,
     # each the first layer's bf16 gather and the last layer's bf16 reduce-scatter, 2·7·(1 µs + 2P/8/160e9)/32:
-    # the actor's 4 micro-batches 0.0184 s, the critic's 2 micro-batches 0.0090 s)
-    assert result.info["cp_objective_s"] == pytest.approx(334.4574, abs=5e-4)
+    # the actor's 4 micro-batches 0.0184 s, the critic's 2 micro-batches 0.0090 s; 334.4574 s before the V1
+    # engine's 12.85 µs per running sequence and the knob model's two decode rooflines)
+    assert result.info["cp_objective_s"] == pytest.approx(340.9096, abs=5e-4)
     assert result.bound <= result.info["cp_objective_s"] + 1e-6
     assert result.bound <= result.objective <= result.info["hint_step_time_s"]
 

@@ -121,10 +121,11 @@ def test_model_period_is_the_maximum_cycle_mean_on_sampled_plans(data):
 
 def _two_step_cycle_plan():
     """A PPO plan whose critical cycle (generate → reference → actor train → next-but-one generate) spans
-    two steps: period (9327782 + 7461873 + 129945811) / 2 = 73367733 ticks on the model's tables (the
-    edges: generate + rollout transfer, reference + transfer, actor train on all 8 GPUs + weight sync)."""
+    two steps: period (46904064 + 7461873 + 129945811) / 2 = 92155874 ticks on the model's tables (the
+    edges: generate on one GPU + rollout transfer, reference + transfer, actor train on all 8 GPUs + weight
+    sync)."""
     inst, tables = _stale_ppo()
-    where = {"actor.generate": (0, 4, 4, 1, 1, 8), "reference.infer": (0, 2, 1, 2, 1, 16),
+    where = {"actor.generate": (0, 1, 1, 1, 1, 8), "reference.infer": (0, 2, 1, 2, 1, 16),
              "reward.infer": (4, 6, 2, 1, 1, 8), "critic.infer": (6, 7, 1, 1, 1, 8),
              "actor.train": (0, 8, 2, 4, 1, 4), "critic.train": (4, 6, 2, 1, 1, 2)}
 
@@ -138,14 +139,14 @@ def _two_step_cycle_plan():
 def test_model_period_of_a_two_step_cycle():
     inst, tables, choice, staleness = _two_step_cycle_plan()
     edges = periodic.cycle_edges(tables, inst, choice, staleness)
-    assert max_cycle_mean(len(choice), edges) == Fraction(9327782 + 7461873 + 129945811, 2)
-    assert periodic.model_period(tables, inst, choice, staleness)[0] == 73367733
+    assert max_cycle_mean(len(choice), edges) == Fraction(46904064 + 7461873 + 129945811, 2)
+    assert periodic.model_period(tables, inst, choice, staleness)[0] == 92155874
 
 
 def test_evaluator_period_of_a_two_step_cycle():
     inst, tables, choice, staleness = _two_step_cycle_plan()
     evaluated = get_evaluator(inst).step_time(cpsat._plan_of(choice, tables.names, staleness))
-    assert evaluated == pytest.approx(0.7336773, abs=13 / cpsat.TICKS_PER_S)
+    assert evaluated == pytest.approx(0.9215587, abs=13 / cpsat.TICKS_PER_S)
 
 
 def test_model_period_of_a_plan_on_one_block_is_its_total_time():

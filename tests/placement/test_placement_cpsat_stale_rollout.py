@@ -105,11 +105,13 @@ def _without_refit_steps(monkeypatch) -> None:
 @pytest.mark.parametrize("kw, winner, refit_steps", [
     (dict(), "stale", True),  # stale plans win by 7%: they also hide NeMo RL's refit steps
     (dict(), "stale", False),  # by 0.3% without the refit steps
-    # without the refit steps a stale rollout is never faster here: the synchronous optimum (with them,
-    # the stale plans win by 1.7-3.3%)
-    (dict(batch_size=256), "tie", False),
+    # without the refit steps a stale rollout is never faster here: the synchronous optimum, 4.004 s (at
+    # 256 sequences the stale plans win by 0.6%, 5.341 against 5.372 s: the knob model's compute-bound
+    # GEMMs and KV-cache read lengthen the generation a stale plan overlaps)
+    (dict(batch_size=192), "tie", False),
     # the engine's host time per running sequence lengthens every generation alike, which a stale plan
-    # overlaps with training: by 0.5% (6.747 against 6.779 s) and 0.7% (4.486 against 4.518 s) here
+    # overlaps with training: by 0.4% (8.283 against 8.315 s; the greedy hint meets the analytic bound) and
+    # 0.6% (5.254 against 5.286 s) here
     (dict(generation_length=1024), "stale", False),
     (dict(batch_size=256, memory_per_gpu=4e9), "stale", False),
 ])
@@ -125,10 +127,13 @@ def test_small_dapo_matches_brute_force_over_every_plan_and_staleness(kw, winner
     assert "discrepancy" not in result.info, result.message
     assert proven_optimal(result), result.message
     rounding = result.info["rounding_s"]
-    assert rounding == (2 * 2 + 1) / cpsat.TICKS_PER_S
+    if result.info.get("stopped_at_bound"):  # the hint met the analytic bound: no model built, nothing rounded
+        assert rounding == 0.0 and result.info["cp_status"] == "NOT_BUILT"
+    else:
+        assert rounding == (2 * 2 + 1) / cpsat.TICKS_PER_S
     assert result.objective == get_evaluator(inst).step_time(result.solution)
-    assert best - 1e-12 <= result.objective <= best + rounding
-    assert result.bound <= best <= result.bound + rounding
+    assert best - 1e-12 <= result.objective <= best + rounding + 1e-12
+    assert result.bound - 1e-12 <= best <= result.bound + rounding + 1e-12
     if winner == "stale":
         assert result.solution.staleness == (("actor", 1),)
         assert result.info["objective_kind"] == "period"
@@ -222,7 +227,7 @@ def test_pruning_keeps_candidates_whose_stale_rollout_is_faster(monkeypatch):
     assert by_time["actor.train"] == kept["actor.train"]
     extra = [c for c in kept["actor.generate"] if c not in by_time["actor.generate"]]
     assert set(by_time["actor.generate"]) <= set(kept["actor.generate"])
-    assert len(extra) == 43   # batch times wait for the slowest engine share; a stale rollout streams past it
+    assert len(extra) == 39   # batch times wait for the slowest engine share; a stale rollout streams past it
     b = ev.index["actor.generate"]
     for c in extra:  # each is slower as a batch than some candidate of its shape, but faster when stale
         assert any(d.extent == c.extent and d.time <= c.time and ev.stale_time(b, c, 1) < ev.stale_time(b, d, 1)

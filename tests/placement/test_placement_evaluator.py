@@ -139,6 +139,38 @@ def test_out_of_memory_and_illegal_plans_are_infeasible_with_reasons():
     assert "staleness" in reason(Plan.build(ok, {"critic": 1}))
 
 
+def test_a_dpo_plan_keeps_each_chosen_rejected_pair_in_one_replica_and_one_micro_batch():
+    # 4 pairs = 8 sequences (chosen, rejected): NeMo RL's DPO runs train_micro_batch_size x 2 sequences per
+    # micro-batch and OpenRLHF's forwards chosen and rejected together, so a micro-batch of one sequence, or a
+    # replica's share of an odd number of them, is no DPO step (it would price half the activations it runs)
+    inst = instance("dpo")
+    ref = vp(1, 1, 1, 8, (0, 0, 0), (1, 1, 1))
+
+    def reason(train: VertexPlan) -> str:
+        score = evaluate_plan(inst, Plan.build({"reference.infer": ref, "actor.train": train}))
+        assert not score.feasible and score.step_time == float("inf")
+        return score.violations[0]
+
+    assert reason(vp(1, 1, 1, 1, (0, 0, 0), (1, 1, 1))) == (
+        "actor.train: micro-batch 1 splits a preference pair: a DPO micro-batch holds whole pairs of 2 sequences "
+        "(chosen + rejected)")
+    wide = build_instance({"hardware": {**HW, "gpus_per_node": 8}, "models": {"actor": TINY}, "workload": WORKLOAD,
+                           "policy": {"algorithm": "dpo"}})
+    score = evaluate_plan(wide, Plan.build({"reference.infer": ref, "actor.train": vp(8, 1, 1, 1, (0, 0, 0),
+                                                                                       (1, 1, 8))}))
+    assert score.violations[0] == (
+        "actor.train: data-parallel degree 8 splits a preference pair: the 1 sequences per replica of a step are not "
+        "whole pairs of 2 (chosen + rejected)")
+    for mb in (2, 4, 8):   # whole pairs: scored
+        assert evaluate_plan(inst, Plan.build({"reference.infer": ref,
+                                               "actor.train": vp(1, 1, 1, mb, (0, 0, 0), (1, 1, 1))})).feasible
+    # the search never proposes a split pair either
+    table = get_table(wide)
+    assert all(c.micro_batch % 2 == 0 and (8 // c.strategy.dp) % 2 == 0 for name in ("reference.infer", "actor.train")
+               for c in table.all[name])
+    assert {c.micro_batch for c in table.all["actor.train"]} == {2, 4, 8}
+
+
 def test_plan_is_canonical_hashable_and_round_trips_json():
     a = vp(1, 1, 1, 8, (0, 0, 0), (1, 1, 1))
     b = vp(2, 1, 1, 4, (0, 0, 0), (1, 1, 2))

@@ -15,24 +15,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DPO = os.path.join(ROOT, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml")
 
 
-def config_with_batch(tmp_path, batch_size: int) -> str:
-    """The shipped 8-GPU DPO config with one sample per prompt and ``batch_size`` prompts."""
+def config_with_batch(tmp_path, sequences: int) -> str:
+    """The shipped 8-GPU DPO config with ``sequences`` sequences (half as many chosen / rejected pairs)."""
     with open(DPO, encoding="utf-8") as handle:
         text = handle.read()
-    text = re.sub(r"batch_size: .*", f"batch_size: {batch_size}", text)
-    text = re.sub(r"samples_per_prompt: .*", "samples_per_prompt: 1", text)
-    path = tmp_path / f"dpo_{batch_size}.yaml"
+    text = re.sub(r"batch_size: .*", f"batch_size: {sequences // 2}", text)
+    path = tmp_path / f"dpo_{sequences}.yaml"
     path.write_text(text, encoding="utf-8")
     return str(path)
 
 
 def test_a_highly_composite_batch_stops_the_table_at_the_limit(tmp_path, capsys):
-    # 963,761,198,400 has 6,720 divisors: every one is a micro-batch choice of every strategy
+    # 963,761,198,400 has 6,720 divisors, 5,760 of them even: every one is a micro-batch choice of every
+    # strategy (a DPO micro-batch holds whole pairs)
     path = config_with_batch(tmp_path, 963_761_198_400)
     result = packplace.place(load_config(path), "concurrent", time_limit_s=0.05)
     assert result.status == "unknown" and result.hit_time_limit and result.solution is None
     assert "candidate table not built within time_limit_s=0.05" in result.message
-    assert "6,720 micro-batch sizes" in result.message
+    assert "5,760 micro-batch sizes" in result.message
     assert result.info["table_candidates_built"] < 240_000  # the whole table: 2 vertices x 120,000
     assert main(["place", "--config", path, "--time-limit", "0.05"]) == 1
     assert "candidate table not built" in capsys.readouterr().out

@@ -61,14 +61,17 @@ def test_llama_8b_pp4_first_stage_holds_the_embedding():
     slack = 8 * (5 * 2**20 + 2 * 4096 * 1024 * 2 / 10) + 2 * 2**20 + 640 * 49 * 4096 * w.train_seq_len / 20 / 10
     assert transient == pytest.approx(49 * 4096 * w.train_seq_len * 8 * 4 + slack + inst.hardware.memory_workspace)
     assert (resident + transient) / 1e9 == pytest.approx(43.23, abs=0.01)
-    cand = get_table(inst).by_key["actor.train"][(Strategy(1, 4, 1), 1, (1, 1, 4))]
-    assert cand.memory_bytes == resident + transient
+    # the table's smallest DPO micro-batch is one preference pair (2 sequences), priced by the same function
+    cand = get_table(inst).by_key["actor.train"][(Strategy(1, 4, 1), 2, (1, 1, 4))]
+    assert cand.memory_bytes == sum(vertex_memory(LLAMA8, "train", dp=1, pp=4, tp=1, micro_batch=2, micro_batches=128,
+                                                  seq_len=w.train_seq_len, prompt_len=512, live_len=w.train_seq_len,
+                                                  workspace_bytes=inst.hardware.memory_workspace))
 
 
 def test_recompute_and_offload_trade_memory_for_time():
     cfg = load_yaml(DPO8B)
     times, memory = {}, {}
-    key = (Strategy(8, 1, 1), 1, (1, 1, 8))
+    key = (Strategy(8, 1, 1), 2, (1, 1, 8))   # one preference pair per micro-batch
     for name, training in [("none", {"recompute": "none"}), ("selective", {}), ("full", {"recompute": "full"}),
                            ("optimizer", {"offload": "optimizer"}),
                            ("optimizer+params", {"offload": "optimizer+params", "sharding": "zero3"}),

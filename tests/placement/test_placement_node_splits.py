@@ -141,7 +141,7 @@ def test_a_published_plan_scores_on_a_node_count_the_search_does_not_propose():
                                             generation_length=256),
                            "policy": {"algorithm": "dpo"}})
     block = Allocation((0, 3, 0), (1, 5, 1))
-    plan = Plan.build({name: VertexPlan(Strategy(5, 1, 1), 1, block) for name in ("reference.infer", "actor.train")})
+    plan = Plan.build({name: VertexPlan(Strategy(5, 1, 1), 2, block) for name in ("reference.infer", "actor.train")})
     score = plan_evaluator(inst, plan).score(plan)
     # the two tasks share the block and run one after the other (the reference pass feeds training)
     assert score.feasible and score.step_time == pytest.approx(sum(score.vertex_time.values()))

@@ -49,7 +49,7 @@ ADDED = {
 #: 16-rank FSDP collectives ran at one network card's 45 GB/s) is 0.62 on the Megatron-core TP 1 x PP 2 layout
 #: its source ran, with its packed micro-batches: as the v0.4 row of that layout, what NeMo RL spends beyond
 #: the kernels of its generation and training is not modelled.
-KNOWN_OUT_OF_RANGE = {("nemo_rl_grpo_qwen3-30b-a3b_4x8xh100", "step"): (0.5, 0.7),
+KNOWN_OUT_OF_RANGE = {("nemo_rl_grpo_qwen3-30b-a3b_4x8xh100", "step"): (0.5, 0.75),   # 0.705
                       ("nemo_rl_grpo_llama3.1-8b_2x8xh100", "step"): (0.55, 0.7),
                       ("openrlhf_ppo_llama2-7b_8xa800", "generation_and_experience"): (1.2, 1.4)}
 #: The held-out row's ratio (0.67 before its vLLM batch was bounded by the KV cache's tokens at
@@ -59,8 +59,9 @@ KNOWN_OUT_OF_RANGE = {("nemo_rl_grpo_qwen3-30b-a3b_4x8xh100", "step"): (0.5, 0.7
 #: with Megatron-Core's kernels instead of the eager Hugging Face layer's; 0.649 before the file named its
 #: NeMo RL release, v0.4, whose unfused Qwen SwiGLU makes the Megatron training pass 1.25 times longer; 0.707
 #: before the file said its recipe's four optimizer steps per step, 2,048 sequences / train_global_batch_size 512;
-#: 0.709 before its generation waited for the slowest engine's share of the batch).
-HELD_OUT_RATIO = 0.737
+#: 0.709 before the V1 engine's host time per running sequence was the synchronous engine's 12.85 us and
+#: its generation waited for the slowest engine's share of the batch).
+HELD_OUT_RATIO = 0.761
 #: The rows the presets' knobs were set with in view (in sample): required within x1.3. The other files of
 #: benchmarks/validation/ are reported and cross-validated (tests/placement/test_crossval.py).
 IN_SAMPLE = ("nemo_rl_grpo_llama3.1-8b_2x8xh100", "openrlhf_ppo_llama2-7b_8xa800", "deepspeed_chat_ppo_opt-13b_8xa100",
@@ -112,8 +113,8 @@ MOE_ROWS = {
 def test_the_moe_rows_fit_in_memory_and_keep_their_known_gaps():
     """Every published MoE placement fits (expert parallelism); a regression guard on the documented gaps
     (docs/calibration-and-validation.md, "Mixture of experts"): Qwen3-235B-A22B within 0.77-1.35, every
-    Qwen3-30B-A3B run between 0.55 and 1 (too fast or within range; the 8-step off-policy one no longer
-    too slow: its engines roll out continuously)."""
+    Qwen3-30B-A3B run between 0.55 and 1.05 (too fast or within range; the 8-step off-policy one no longer
+    too slow: its engines roll out continuously, 1.00 with the V1 engine's host time per running sequence)."""
     rows = validate(sorted(os.path.join(VALIDATION, s + ".yaml") for s in MOE_ROWS))
     assert {r.setup: r.published for r in rows} == MOE_ROWS
     for r in rows:
@@ -123,7 +124,7 @@ def test_the_moe_rows_fit_in_memory_and_keep_their_known_gaps():
             # keeps besides its KV cache takes a fifth of that, and v0.5's row comes out at 1.32
             assert RATIO_RANGE[0] <= r.ratio <= 1.35, (r.setup, r.ratio)
         else:
-            assert 0.55 <= r.ratio <= 1.0, (r.setup, r.ratio)
+            assert 0.55 <= r.ratio <= 1.05, (r.setup, r.ratio)
 
 
 @pytest.mark.parametrize("setup, published", [
@@ -210,9 +211,10 @@ def test_calibrate_fits_a_real_measured_file_without_phase_overhead():
     assert measured["engine_only"] == ("actor.generate",) and measured["knobs"] == ("decode_bw_eff",)
     result = calibrate(instance, plan, measured["times"], measured["knobs"], measured["engine_only"])
     # 2,048 batch-1 decode steps in 24.3 s, less the bare vLLM engine's 1.4 ms per step (framework
-    # `none`) and the 1-token prefill: (24.3 - 2048 x 0.0014) / 2048 = 10.47 ms per step of weight and KV
-    # reads at 2.039 TB/s x 0.666 (with the former 2 ms: 9.87 ms at 0.707, and 0.707 x 9.87 / 10.47 = 0.666)
-    assert result["knobs"]["decode_bw_eff"] == pytest.approx(0.6662, abs=5e-4)
+    # `none`), its V1 host time of one running sequence (12.85 us) and the 1-token prefill:
+    # (24.3 - 2048 x 0.00141285) / 2048 = 10.45 ms per step of weight and KV reads at 2.039 TB/s x 0.667
+    # (with the former 2 ms: 9.87 ms at 0.707, and 0.707 x 9.87 / 10.45 = 0.667)
+    assert result["knobs"]["decode_bw_eff"] == pytest.approx(0.6670, abs=5e-4)
     assert abs(result["residuals"]["actor.generate"]) < 1e-6
     assert result["fixed"]["phase_overhead"] == instance.hardware.phase_overhead  # kept, and not in the time
     # the bare engine run has no phase around it: phase_overhead cannot be read from it
@@ -296,19 +298,19 @@ def test_validate_scores_a_stale_plan_as_the_asynchronous_period(tmp_path):
     # (the V1 engine's host time per running sequence, framework.VLLM_HOST_SECONDS_PER_SEQUENCE, included)
     # (the math reward: 2,048 responses x 1 ms over the recipe's 8 workers, 0.26 s); the batch waits for the
     # slowest of its 8 engines' shares, the stream does not
-    assert g < g_batch and g == pytest.approx(46.00, abs=0.01) and g_batch == pytest.approx(55.32, abs=0.01)
+    assert g < g_batch and g == pytest.approx(49.10, abs=0.01) and g_batch == pytest.approx(58.14, abs=0.01)
     # 1-step off-policy: period = max(node 0's cycle g, node 1's cycle r + t, the chain over 2 steps)
-    # = max(46.00, 8.23 + 39.90 = 48.13, (46.00 + 48.13 + 1.62) / 2 = 47.87) = node 1's cycle: the trainer's
-    # reference + training passes outlast both the generation and the two steps' chain (refit across the
-    # nodes: NCCL broadcast, NeMo RL's full-parameter gather and vLLM's weight load, 1.62 s); the FSDP2
+    # = max(49.10, 8.23 + 39.90 = 48.13, (49.10 + 48.13 + 1.62) / 2 = 49.42) = the chain: the generation
+    # outlasts the trainer's reference + training passes, and the two steps' chain adds the refit across the
+    # nodes (NCCL broadcast, NeMo RL's full-parameter gather and vLLM's weight load, 1.62 s); the FSDP2
     # trainer runs no step-end gradient all-reduce, and its 64 micro-batches' edges (the first layer's
     # gather, the last layer's fp32 reduce-scatter) are 64·7·(2·1 µs + 6·P/8/360e9)/32 = 0.234 s of the 39.90
     chain = (g + r + t + realloc) / 2
     assert realloc == pytest.approx(1.62, abs=0.01)
-    assert r + t == pytest.approx(48.13, abs=0.01) and chain == pytest.approx(47.87, abs=0.01)
+    assert r + t == pytest.approx(48.13, abs=0.01) and chain == pytest.approx(49.42, abs=0.01)
     assert async_row.predicted == pytest.approx(max(g, r + t, chain), abs=1e-3)
-    assert async_row.predicted == pytest.approx(r + t, abs=1e-3) and r + t > chain > g
-    assert async_row.predicted < 0.47 * sync_row.predicted  # 48.13 / 103.91 = 0.463
+    assert async_row.predicted == pytest.approx(chain, abs=1e-3) and chain > g > r + t
+    assert async_row.predicted < 0.47 * sync_row.predicted  # 49.42 / 107.89 = 0.458
 
 
 def test_validation_plan_staleness_must_be_a_mapping_of_steps(tmp_path):

@@ -87,6 +87,31 @@ def test_a_framework_without_a_profile_may_be_scored_on_the_bare_engine(tmp_path
     assert instance.framework == "none" and section["framework"] == "some-other-system"
 
 
+@pytest.mark.parametrize("written, canonical, release", [
+    ("NeMoRL", "nemo-rl", False), ("nemo_rl", "nemo-rl", False), ("NeMo RL v0.5", "nemo-rl", True),
+    ("NeMo-RL 0.5.0rc1", "nemo-rl", True), ("Verl", "verl", False), ("verl v0.4", "verl", True),
+    ("HybridFlow", "verl", False), ("OpenRLHF 0.2.7", "openrlhf", True), ("deepspeed chat", "deepspeed-chat", False),
+    ("DeepSpeed-Chat", "deepspeed-chat", False), ("DS-Chat", "deepspeed-chat", False), ("None", "none", False),
+])
+def test_a_known_framework_spelled_another_way_is_refused_naming_it(tmp_path, written, canonical, release):
+    # each of these was taken for an unknown system and priced without the framework's execution profile
+    message = _load_error(tmp_path, _set("framework", written))
+    assert message == (f"[validation] framework: {written!r} names the {canonical} framework; write it "
+                       f"{canonical!r} (cross-validation groups runs by this name"
+                       + ("; the release goes in policy.framework_version)" if release else ")"))
+
+
+@pytest.mark.parametrize("other", ["skyrl", "ROLL", "AReaL", "verl-agent", "NeMo-Aligner", "verl2", "ReaLHF v0.3"])
+def test_another_system_whose_name_resembles_a_framework_is_still_accepted(tmp_path, other):
+    instance, _, section = load_setup(_edited(tmp_path, _set("framework", other)))
+    assert instance.framework == "none" and section["framework"] == other
+
+
+def test_a_framework_that_is_not_text_is_refused(tmp_path):
+    assert _load_error(tmp_path, _set("framework", 0.5)) == (
+        "[validation] framework: must be a non-empty string, got 0.5")
+
+
 def _load_error(tmp_path, edit) -> str:
     """The one-line error of the edited file, without the file name it starts with."""
     path = _edited(tmp_path, edit)
@@ -214,3 +239,39 @@ def test_micro_batch_fit_scores_the_largest_within_memory_and_says_so(tmp_path):
     assert row.fitted == f"micro-batch not published, fitted as the largest within memory: actor.train {mb}"
     assert row.as_dict()["fitted"] == row.fitted
     assert validate([nemo])[0].fitted == ""
+
+
+def test_a_setup_given_twice_is_refused_before_any_row_is_printed(capsys):
+    # it had been scored twice ("2 of 2 figures"), then refused with exit 2 after the report
+    assert main(["validate", QWEN, QWEN]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"packplace validate: error: [validation] {QWEN}: a second setup named 'qwen2.5-7b_vllm_batch1_1xa100' "
+        f"(first: {QWEN}); give each file once"]
+
+
+def test_two_spellings_of_one_unknown_system_share_its_knob_group(tmp_path):
+    # cross-validation fits framework-scoped knobs per framework name: "SkyRL" and "skyrl 0.2" had been two
+    from packplace.placement.checking.crossval import load_setups
+    paths = [_edited(tmp_path, _set("framework", spelling), name=f"run{i}.yaml")
+             for i, spelling in enumerate(["SkyRL", "skyrl 0.2", "Sky-RL"])]
+    groups = [setup.framework for setup in load_setups(paths)]
+    assert groups == ["skyrl", "skyrl", "sky-rl"]   # punctuation inside a name keeps it apart
+
+
+def test_a_dpo_micro_batch_left_to_fit_is_fitted_in_whole_pairs(tmp_path):
+    # the placeholder of an unpublished micro-batch had been 1 sequence, half a pair: the file was refused
+    cfg = copy.deepcopy(load_yaml(os.path.join(ROOT, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml")))
+    block = {"origin": [0, 0, 0], "extent": [1, 1, 8]}
+    cfg["validation"] = {"source": "a DPO run", "published": {"step": 4.0},
+                         "plan": {"reference.infer": {"dp": 8, "pp": 1, "tp": 1, "micro_batch": "fit", **block},
+                                  "actor.train": {"dp": 4, "pp": 2, "tp": 1, "micro_batch": "fit", **block}}}
+    path = tmp_path / "dpo.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    _, plan, section = load_setup(str(path))
+    fitted = section["_fitted"]
+    assert set(fitted) == {"reference.infer", "actor.train"}
+    assert all(mb % 2 == 0 and (256 // dp) % mb == 0 for mb, dp in ((fitted["reference.infer"], 8),
+                                                                      (fitted["actor.train"], 4)))
+    assert dict(plan.vertices)["actor.train"].micro_batch == fitted["actor.train"]

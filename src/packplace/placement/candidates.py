@@ -219,11 +219,13 @@ def tensor_parallel_degrees(cluster: Cluster, extent: tuple[int, int, int], kind
 
 
 def explain(model: ModelSpec, cluster: Cluster, sequences: int, strategy: Strategy, micro_batch: int,
-            extent: tuple[int, int, int], kind: str | None = None, batch: str = "a step") -> str | None:
+            extent: tuple[int, int, int], kind: str | None = None, batch: str = "a step",
+            whole: int = 1) -> str | None:
     """The hard rule that ``(strategy, micro_batch, extent)`` breaks for ``model`` (one line), or ``None``;
     ``kind`` (``generate``, ``infer``, ``train``) decides whether TP may span nodes
     (:data:`CROSS_NODE_TP_KINDS`); ``sequences`` are those of ``batch`` (the words the message names them
-    with: a step, or a trainer's global batch, :func:`global_batch`)."""
+    with: a step, or a trainer's global batch, :func:`global_batch`); ``whole``: sequences that a replica
+    and a micro-batch hold together (:func:`sequences_together`: a DPO preference pair)."""
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
     gpus = extent[0] * extent[1] * extent[2]
     G = cluster.gpus_per_node
@@ -252,9 +254,23 @@ def explain(model: ModelSpec, cluster: Cluster, sequences: int, strategy: Strate
         return f"pipeline degree {pp} exceeds the {model.layers} layers"
     if sequences % dp:
         return f"data-parallel degree {dp} does not divide the {sequences} sequences of {batch}"
+    if (sequences // dp) % whole:
+        return (f"data-parallel degree {dp} splits a preference pair: the {sequences // dp} sequences per replica "
+                f"of {batch} are not whole pairs of {whole} (chosen + rejected)")
     if (sequences // dp) % micro_batch:
         return f"micro-batch {micro_batch} does not divide the {sequences // dp} sequences per replica of {batch}"
+    if micro_batch % whole:
+        return (f"micro-batch {micro_batch} splits a preference pair: a DPO micro-batch holds whole pairs of "
+                f"{whole} sequences (chosen + rejected)")
     return None
+
+
+def sequences_together(instance) -> int:
+    """Sequences that a data-parallel replica and a micro-batch hold together: a DPO preference pair's
+    ``samples_per_prompt`` (chosen + rejected: NeMo RL's DPO runs ``train_micro_batch_size × 2`` sequences
+    per micro-batch, ``nemo_rl/algorithms/dpo.py``; OpenRLHF's ``train_dpo`` loads ``micro_train_batch_size``
+    pairs and forwards chosen and rejected together), else 1 (any sequence alone)."""
+    return instance.workload.samples_per_prompt if instance.algorithm == "dpo" else 1
 
 
 def global_batch(instance, name: str) -> int:
@@ -268,10 +284,12 @@ def global_batch(instance, name: str) -> int:
 
 
 def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
-                     extent: tuple[int, int, int], kind: str | None = None) -> list[tuple[Strategy, int]]:
+                     extent: tuple[int, int, int], kind: str | None = None,
+                     whole: int = 1) -> list[tuple[Strategy, int]]:
     """All ``(strategy, micro_batch)`` legal on a block of ``extent`` for a task of ``kind``
-    (micro-batches: every divisor of the per-replica sequence count; TP degrees:
-    :func:`tensor_parallel_degrees`; for a MoE model every ``ep`` dividing both the experts and ``dp``)."""
+    (micro-batches: every divisor of the per-replica sequence count that is a multiple of ``whole``, the
+    sequences held together, :func:`sequences_together`; TP degrees: :func:`tensor_parallel_degrees`; for a
+    MoE model every ``ep`` dividing both the experts and ``dp``)."""
     gpus = extent[0] * extent[1] * extent[2]
     out = []
     for tp in tensor_parallel_degrees(cluster, extent, kind):
@@ -281,12 +299,13 @@ def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
             if pp > model.layers:
                 continue
             dp = gpus // (tp * pp)
-            if sequences % dp:
+            if sequences % dp or (sequences // dp) % whole:
                 continue
             eps = [e for e in divisors(dp) if model.num_experts % e == 0] if model.is_moe else [1]
             for ep in eps:
                 for mb in divisors(sequences // dp):
-                    out.append((Strategy(dp, pp, tp, ep), mb))
+                    if mb % whole == 0:
+                        out.append((Strategy(dp, pp, tp, ep), mb))
     return out
 
 
@@ -488,22 +507,25 @@ class CandidateTable:
         bigger = [e for e in self.extents if e[0] * e[1] * e[2] > size]
         if not bigger:
             return f"{vertex} already uses the whole cluster"
-        return block_rules_broken(model, self.cluster, self.instance.workload.sequences, bigger[0], spec.kind)
+        return block_rules_broken(model, self.cluster, self.instance.workload.sequences, bigger[0], spec.kind,
+                                  sequences_together(self.instance))
 
 
 def block_rules_broken(model: ModelSpec, cluster: Cluster, sequences: int, extent: tuple[int, int, int],
-                       kind: str | None = None) -> str:
+                       kind: str | None = None, whole: int = 1) -> str:
     """Why no ``(dp, pp, tp)`` fills a block of ``extent`` (one line): the divisibility rules with the
     largest degree each allows, e.g. ``"tp/pp/dp divisibility: tp <= 2 (divides 2 attention heads, fits
-    a node of 8), pp <= 1 (divides 1 layers), dp <= 2 (divides 2 sequences per step); no dp*pp*tp = 8"``."""
+    a node of 8), pp <= 1 (divides 1 layers), dp <= 2 (divides 2 sequences per step); no dp*pp*tp = 8"``;
+    ``whole``: sequences a replica holds together (:func:`sequences_together`, a DPO pair: dp divides the pairs)."""
     gpus = extent[0] * extent[1] * extent[2]
     tps = [t for t in tensor_parallel_degrees(cluster, extent, kind)
            if model.heads % t == 0 and (model.kv_heads % t == 0 or t % model.kv_heads == 0)]
     pps = [p for p in divisors(gpus) if p <= model.layers]
-    dps = [d for d in divisors(gpus) if sequences % d == 0]
+    dps = [d for d in divisors(gpus) if sequences % d == 0 and (sequences // d) % whole == 0]
+    units = f"{sequences} sequences per step" if whole == 1 else f"{sequences // whole} preference pairs per step"
     return (f"tp/pp/dp divisibility: tp <= {max(tps, default=0)} (divides {model.heads} attention heads and "
             f"{extent[2]} GPUs per node), pp <= {max(pps)} (at most {model.layers} layers), dp <= {max(dps)} "
-            f"(divides {sequences} sequences per step); no dp*pp*tp = {gpus}")
+            f"(divides {units}); no dp*pp*tp = {gpus}")
 
 
 def _order(c: Candidate) -> tuple:
@@ -736,14 +758,16 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     continuous = instance.engine.batching == "continuous"
     out = []
     batch = global_batch(instance, name)
+    whole = sequences_together(instance)
     for extent in extents:
         if deadline is not None and time.perf_counter() > deadline:
-            raise _table_cut(built_before + len(out), name, len(divisors(w.sequences)))
-        for strategy, mb in legal_strategies(model, instance.cluster, batch, extent, kind):
+            raise _table_cut(built_before + len(out), name, sum(d % whole == 0 for d in divisors(w.sequences)))
+        for strategy, mb in legal_strategies(model, instance.cluster, batch, extent, kind, whole):
             if not framework_layout_allows(instance, kind, strategy, name):
                 continue
             if deadline is not None and time.perf_counter() > deadline:
-                raise _table_cut(built_before + len(out), name, len(divisors(w.sequences // strategy.dp)))
+                raise _table_cut(built_before + len(out), name,
+                                 sum(d % whole == 0 for d in divisors(w.sequences // strategy.dp)))
             if only is not None and (strategy, mb, extent) not in only:
                 continue
             dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep

@@ -32,6 +32,7 @@ from packplace.placement.candidates import (
     gb,
     global_batch,
     memory_budget,
+    sequences_together,
     shared_weights_trainer,
     train_state_kept,
     vertex_parts,
@@ -212,7 +213,7 @@ class PlacementEvaluator:
             batch = "a step" if sequences == self.instance.workload.sequences else \
                 "one global batch (training.optimizer_steps)"
             why = explain(self.instance.models[vertex.model], self.cluster, sequences, vp.strategy,
-                          vp.micro_batch, alloc.extent, vertex.kind, batch)
+                          vp.micro_batch, alloc.extent, vertex.kind, batch, sequences_together(self.instance))
             return f"{name}: {why or 'not a legal candidate'}"
         if not math.isfinite(cand.time):
             return f"{name}: predicted time is {cand.time} seconds (not finite); the plan cannot be scored"

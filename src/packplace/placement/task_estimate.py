@@ -96,6 +96,8 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
 #: Frameworks of ``--framework``: ``none`` (bare kernels) or a placement framework profile; ``vllm`` is a
 #: bare vLLM engine (the placement profile ``none``: its per-step overhead, no RL framework around it).
 ESTIMATE_FRAMEWORKS = ("none", "vllm", "verl", "nemo-rl", "openrlhf", "deepspeed-chat")
+#: Tokens per sequence of train, infer and prefill (the prompt of generate) when ``seq_len`` is not given.
+DEFAULT_SEQ_LEN = 4096
 #: Memory parts of an estimate, bytes per GPU.
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "kv_cache", "workspace")
 
@@ -160,6 +162,9 @@ def resolve_model(spec: Any) -> TransformerShape:
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
         doc = load_yaml(path)
+        if isinstance(doc, Mapping) and isinstance(doc.get("models"), Mapping) and "model" not in doc:
+            raise ConfigError(f"model: {name!r} is a placement config; give one model entry (a YAML file of one "
+                              f"of its models: {', '.join(map(str, doc['models']))}), a config.json or a preset")
         entry = doc.get("model", doc) if isinstance(doc, Mapping) else doc
         if isinstance(entry, Mapping) and "hf_config" in entry and not Path(str(entry["hf_config"])).is_absolute():
             entry = {"hf_config": str(path.parent / str(entry["hf_config"]))}
@@ -170,25 +175,39 @@ def resolve_model(spec: Any) -> TransformerShape:
                       f"YAML file")
 
 
+#: ``[hardware]`` fields ``estimate`` sets itself: the preset (``gpu``) and the cluster's size, which holds
+#: the strategy's ``tp · pp · dp`` GPUs (:func:`resolve_hardware`).
+SIZED_FIELDS = {"preset": "give the preset as gpu (--gpu)",
+                "racks": "the cluster holds the strategy's tp x pp x dp GPUs",
+                "nodes_per_rack": "the cluster holds the strategy's tp x pp x dp GPUs"}
+
+
 def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus: int = 1) -> tuple[Cluster, Hardware]:
-    """The hardware preset ``gpu`` with ``overrides`` (any :class:`Hardware` field) on a cluster of nodes
-    holding ``gpus`` GPUs: nodes of the preset's own ``gpus_per_node`` where it sets one (the ``gb200``
-    NVLink domain of 72), else of 8 (fewer: one node of ``gpus``, rounded up to whole hosts where the preset
-    has hosts smaller than its node, e.g. the ``gb200`` tray of 4), checked as a config's ``[hardware]``
-    section is.
+    """The hardware preset ``gpu`` with ``overrides`` (any :class:`Hardware` field but those of
+    :data:`SIZED_FIELDS`) on a cluster of nodes holding ``gpus`` GPUs: nodes of ``overrides``'
+    ``gpus_per_node``, else of the preset's own where it sets one (the ``gb200`` NVLink domain of 72), else
+    of 8 (fewer: one node of ``gpus``, rounded up to whole hosts where the preset has hosts smaller than its
+    node, e.g. the ``gb200`` tray of 4), checked as a config's ``[hardware]`` section is.
 
     Raises:
-        ConfigError: an unknown preset or an invalid field value.
+        ConfigError: an unknown preset, an invalid field value, or a field of :data:`SIZED_FIELDS`.
     """
     if gpu not in PRESETS:
         raise ConfigError(f"gpu: unknown preset {gpu!r}; valid: {', '.join(sorted(PRESETS))}")
+    overrides = dict(overrides or {})
+    for name, why in SIZED_FIELDS.items():
+        if name in overrides:
+            raise ConfigError(f"hardware: {name} {show(overrides[name])} is set by estimate itself ({why}); drop it")
     host = PRESETS[gpu].get("gpus_per_host")
-    node = PRESETS[gpu].get("gpus_per_node")
-    per_node = min(node if isinstance(node, int) else 8, gpus)
+    node = overrides.pop("gpus_per_node", PRESETS[gpu].get("gpus_per_node"))
+    if node is not None and (isinstance(node, bool) or not isinstance(node, (int, float)) or node < 1
+                             or node != int(node)):
+        raise ConfigError(f"[hardware] gpus_per_node: must be an integer >= 1, got {show(node)}")
+    per_node = min(int(node) if node is not None else 8, gpus)
     if isinstance(host, int) and per_node % host:
         per_node = host * math.ceil(per_node / host)
     section = {"preset": gpu, "racks": 1, "nodes_per_rack": max(1, math.ceil(gpus / per_node)),
-               "gpus_per_node": per_node, **dict(overrides or {})}
+               "gpus_per_node": per_node, **overrides}
     return _hardware(section)
 
 
@@ -198,8 +217,8 @@ def _check(name: str, value: Any, minimum: int = 1) -> int:
     return value
 
 
-def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch: int = 1, seq_len: int = 4096,
-             batch: int = 1, context: int = 2048, recompute: str = "none", optimizer: str = "adam",
+def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch: int = 1, seq_len: int | None = None,
+             batch: int = 1, context: int | None = None, recompute: str = "none", optimizer: str = "adam",
              tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None) -> Estimate:
@@ -210,8 +229,12 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         gpu: Hardware preset (:data:`~packplace.placement.problem.hardware.PRESETS`); ``hardware`` overrides any
             of its fields.
         task: One of :data:`TASKS`.
-        micro_batch, seq_len: Sequences and tokens per sequence (train, infer, prefill; generate's prompts).
-        batch, context: Running sequences and cached tokens per sequence (decode; generate's final length).
+        micro_batch, seq_len: Sequences and tokens per sequence (train, infer, prefill; generate's prompts);
+            ``seq_len`` unset: :data:`DEFAULT_SEQ_LEN`. A decode iteration has no prompt: ``seq_len`` is
+            refused for ``decode`` (its sequences hold ``context`` tokens).
+        batch, context: Running sequences and cached tokens per sequence (decode; generate's final length);
+            ``context`` unset: :data:`GENERATE_NEW_TOKENS` cached tokens (decode), the prompt plus as many
+            (generate).
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`.
         tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees.
         framework: :data:`ESTIMATE_FRAMEWORKS`.
@@ -258,10 +281,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     for name, value in (("micro_batch", micro_batch), ("batch", batch), ("tp", tp), ("pp", pp), ("dp", dp),
                         ("ep", ep)):
         _check(name, value)
-    _check("seq_len", seq_len, 2)
-    _check("context", context, 1)
-    if task == "generate" and context <= seq_len:
-        raise ConfigError(f"context: must exceed seq_len ({seq_len}) for generate (the final length), got {context}")
+    seq_len, context = _lengths(task, seq_len, context, batch)
     if pp > shape.layers:
         raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
     heads = getattr(shape, "heads", None)
@@ -281,13 +301,37 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
                         optimizer, tp, pp, dp, ep, framework, enforce_eager,
                         host_seconds_per_sequence(engine_generation))
-    memory = memory_parts(shape, hw, task, micro_batch=micro_batch, seq_len=seq_len, batch=batch, context=context,
+    memory = memory_parts(shape, hw, task, micro_batch=micro_batch, seq_len=seq_len or 0, batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep, framework=framework)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory,
                     components=components.gpu if priced else "knobs", inputs=inputs,
                     capacity_bytes=float(hw.memory_per_gpu),
                     components_derivation=components.derivation if priced else "")
+
+
+def _lengths(task: str, seq_len: int | None, context: int | None, batch: int) -> tuple[int | None, int]:
+    """``(seq_len, context)`` of ``task`` checked, the unset ones at their defaults: ``seq_len``
+    :data:`DEFAULT_SEQ_LEN` (``None`` for decode, which has no prompt), ``context`` :data:`GENERATE_NEW_TOKENS`
+    cached tokens (decode) or the prompt plus as many (generate), as the command line takes them.
+
+    Raises:
+        ConfigError: ``seq_len`` given for decode, a length below its minimum, a generate ``context`` not
+            beyond its prompt.
+    """
+    if task == "decode":
+        context = GENERATE_NEW_TOKENS if context is None else context
+        if seq_len is not None:
+            raise ConfigError(f"seq_len: means nothing for task decode (its {batch} running sequences hold "
+                              f"context = {context} cached tokens each), got {show(seq_len)}; give context")
+    else:
+        seq_len = _check("seq_len", DEFAULT_SEQ_LEN if seq_len is None else seq_len, 2)
+    if context is None:
+        context = seq_len + GENERATE_NEW_TOKENS if task == "generate" else GENERATE_NEW_TOKENS
+    _check("context", context, 1)
+    if task == "generate" and seq_len is not None and context <= seq_len:
+        raise ConfigError(f"context: must exceed seq_len ({seq_len}) for generate (the final length), got {context}")
+    return seq_len, context
 
 
 def _engine(framework: str, framework_version: str | None) -> tuple[str | None, bool]:
@@ -339,30 +383,38 @@ def _table(table: ComponentTable | str | Path | None, hw: Hardware) -> Component
     return table_from_dict(document, f"table {str(path)!r}")
 
 
-def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, seq_len: int, framework: str,
-          enforce_eager: bool = False):
+def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prompt: int, new_tokens: int,
+          framework: str, enforce_eager: bool = False):
+    """The cost model of ``sequences`` sequences of ``prompt`` tokens growing by ``new_tokens`` (its
+    workload: the knob model's prefill length and the tokens a framework's dispatch carries)."""
     profile = FRAMEWORKS["none" if framework in ("none", "vllm") else framework]
-    workload = Workload(batch_size=sequences, samples_per_prompt=1, context_length=max(1, seq_len - 1),
-                        generation_length=1)
+    workload = Workload(batch_size=sequences, samples_per_prompt=1, context_length=prompt,
+                        generation_length=new_tokens)
     return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile)
 
 
 def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: ComponentTable | None, task: str,
-                micro_batch: int, seq_len: int, batch: int, context: int, recompute: str, optimizer: str,
+                micro_batch: int, seq_len: int | None, batch: int, context: int, recompute: str, optimizer: str,
                 tp: int, pp: int, dp: int, ep: int, framework: str, eager: bool = False,
                 host_per_sequence: float = 0.0) -> dict[str, float]:
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
-    cost = _cost(shape, cluster, hw, sequences, seq_len, framework, eager)
+    # the workload's sequences, prompt + new tokens: a pass's seq_len; generate's prompt growing to context;
+    # decode's running sequences holding context tokens (what a framework's dispatch carries)
+    if task == "generate":
+        prompt, new_tokens = seq_len, context - seq_len
+    else:
+        prompt, new_tokens = max(1, (context if task == "decode" else seq_len) - 1), 1
+    cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager)
     cost.components = table   # the knob model's passes (MoE) with the same table as the kernels below
     if table is not None and shape.is_moe:
         table = None
     layers = stage_layers(shape.layers, pp)
     d = shape.hidden_dim
     parts: dict[str, float] = {}
-    tokens = micro_batch * seq_len
     pp_level = cost.group_level(dp * pp * tp, extent)
     if task in ("train", "infer", "prefill"):
+        tokens = micro_batch * seq_len
         train = task == "train"
         if table is not None:
             stages = []
@@ -488,8 +540,9 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--task", default="train", choices=TASKS, help="default train")
     p.add_argument("--micro-batch", type=int, default=None, dest="micro_batch", metavar="B",
                    help="sequences per micro-batch (train, infer, prefill; default 1; generate's prompts: --batch)")
-    p.add_argument("--seq-len", type=int, default=4096, dest="seq_len", metavar="S",
-                   help="tokens per sequence (train, infer, prefill); prompt tokens (generate); default 4096")
+    p.add_argument("--seq-len", type=int, default=None, dest="seq_len", metavar="S",
+                   help=f"tokens per sequence (train, infer, prefill); prompt tokens (generate); default "
+                        f"{DEFAULT_SEQ_LEN}; not for decode (its sequences hold --context tokens)")
     p.add_argument("--batch", type=int, default=None, metavar="B",
                    help="running sequences (decode, generate; default 1)")
     p.add_argument("--context", type=int, default=None, metavar="C",
@@ -521,7 +574,7 @@ def _cli_context(args: Any) -> int:
     """``--context``, or its default: 2048 cached tokens for decode; the prompt plus 2048 new tokens for generate."""
     if args.context is not None:
         return int(args.context)
-    return args.seq_len + GENERATE_NEW_TOKENS if args.task == "generate" else GENERATE_NEW_TOKENS
+    return (args.seq_len or DEFAULT_SEQ_LEN) + GENERATE_NEW_TOKENS if args.task == "generate" else GENERATE_NEW_TOKENS
 
 
 def _overrides(items: list[str]) -> dict[str, Any]:
@@ -530,6 +583,9 @@ def _overrides(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--hw: expected FIELD=VALUE, got {item!r}")
+        if key.strip() in out:
+            raise ConfigError(f"--hw: {key.strip()} given twice ({show(out[key.strip()])}, then {value.strip()!r}); "
+                              "give it once")
         try:
             out[key.strip()] = float(value)
         except ValueError:
@@ -557,10 +613,11 @@ IGNORED_FLAGS = {
     "train": ("--batch", "--context", "--framework-version"),
     "infer": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version"),
     "prefill": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version"),
-    "decode": ("--micro-batch", "--recompute", "--optimizer"),
+    "decode": ("--micro-batch", "--seq-len", "--recompute", "--optimizer"),
     "generate": ("--micro-batch", "--recompute", "--optimizer"),
 }
-#: Defaults of the flags of :data:`IGNORED_FLAGS` (``None`` on the parser, so a given flag is told apart).
+#: Defaults of the flags of :data:`IGNORED_FLAGS` (``None`` on the parser, so a given flag is told apart);
+#: ``--seq-len`` stays ``None`` for :func:`estimate` to resolve (:data:`DEFAULT_SEQ_LEN`; none for decode).
 _FLAG_DEFAULTS = {"micro_batch": 1, "batch": 1, "recompute": "none", "optimizer": "adam"}
 
 

@@ -43,10 +43,17 @@ from typing import Any
 
 from packplace.contract import Field, check_section, key_shown
 from packplace.errors import ConfigError, PackplaceError, show
-from packplace.placement.candidates import CandidateTable, global_batch
+from packplace.placement.candidates import CandidateTable, global_batch, sequences_together
 from packplace.placement.evaluator import PlacementEvaluator
-from packplace.placement.model.framework import FRAMEWORKS
-from packplace.placement.problem.config import MAX_GPUS, MAX_SEQUENCES, STALENESS_FIELD, build_instance, load_yaml
+from packplace.placement.problem.config import (
+    MAX_GPUS,
+    MAX_SEQUENCES,
+    STALENESS_FIELD,
+    build_instance,
+    framework_key,
+    known_framework,
+    load_yaml,
+)
 from packplace.placement.problem.hardware import PRESETS
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 
@@ -62,7 +69,8 @@ VALIDATION_FIELDS: dict[str, Field] = {
     "framework": Field("str", default=None,
                        meaning="framework that ran the step, the group of framework-scoped knobs "
                                "(default: policy.framework; one with an execution profile must equal "
-                               "policy.framework)"),
+                               "policy.framework, written as it: another spelling of it, any case, spacing, "
+                               "punctuation or trailing release, is refused)"),
     "note": Field("str", default=None, meaning="free text for the reader"),
     "not_fitted": Field("str", default=None,
                         meaning="why the figures are scored but never used to fit knobs "
@@ -225,7 +233,8 @@ def fit_micro_batches(instance, plan: Plan, tasks: tuple[str, ...]) -> tuple[Pla
     for name in tasks:
         vp = dict(plan.vertices)[name]
         per_replica = max(1, global_batch(instance, name) // vp.strategy.dp)
-        sizes = [d for d in range(1, per_replica + 1) if per_replica % d == 0]
+        whole = sequences_together(instance)   # a DPO micro-batch holds whole preference pairs
+        sizes = [d for d in range(1, per_replica + 1) if per_replica % d == 0 and d % whole == 0] or [whole]
         lo, hi = 0, len(sizes) - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -375,6 +384,8 @@ def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
         fit = fitted_tasks(section["plan"])
         section = check_validation(section, instance.graph.names)
         plan = _plan(section["plan"], "validation", instance.graph.names)
+        for name in fit:   # the placeholder is the smallest legal micro-batch (a DPO one holds a whole pair)
+            plan = _with_micro_batch(plan, name, sequences_together(instance))
         # the plan's degrees fit its blocks (``calibrate`` divides by them): the evaluator's rules, not memory
         broken = [v for v in plan_evaluator(instance, plan).score(plan).violations if not v.startswith("out of memory")]
         if broken:
@@ -391,20 +402,22 @@ def _check_framework_agrees(section: dict[str, Any], instance) -> None:
     """``validation.framework`` names the framework that ran the step; when the model has that framework's
     execution profile (:data:`~packplace.placement.model.framework.FRAMEWORKS`), ``policy.framework`` must
     select it, or the run would be priced without the mechanics of the framework it names (a framework
-    without a profile, e.g. one scored with the bare engine, may differ).
+    without a profile, e.g. one scored with the bare engine, may differ). A name that spells a framework with
+    a profile another way (case, spaces, punctuation, a trailing release:
+    :func:`~packplace.placement.problem.config.known_framework`) is refused naming the canonical one, never
+    taken for another system.
 
     Raises:
         ConfigError: ``[validation] framework: ...`` naming both values.
     """
     named = section.get("framework")
-    if not isinstance(named, str):
-        return
-    canonical = named.strip().lower().replace("_", "-").replace(" ", "-")
-    if canonical not in FRAMEWORKS:
+    canonical, release = known_framework(named)
+    if canonical is None:   # another system (or not a string: check_validation names it)
         return
     if canonical != named:
         raise ConfigError(f"[validation] framework: {show(named)} names the {canonical} framework; write it "
-                          f"{show(canonical)} (cross-validation groups runs by this name)")
+                          f"{show(canonical)} (cross-validation groups runs by this name" +
+                          ("; the release goes in policy.framework_version)" if release else ")"))
     if named != instance.framework:
         raise ConfigError(f"[validation] framework: {show(named)} ran the step, but policy.framework is "
                           f"{show(instance.framework)}: the two must name the same framework (the run is priced "
@@ -435,9 +448,12 @@ def publication(section: dict[str, Any]) -> str:
 
 def framework(instance, section: dict[str, Any]) -> str:
     """The framework that ran the step: ``validation.framework``, else the config's ``framework`` setting
-    when the instance has one (``unknown`` when neither is given)."""
+    when the instance has one (``unknown`` when neither is given). A system without an execution profile is
+    named by its spelling without case, punctuation or a trailing release (``"SkyRL v0.2"`` -> ``skyrl``),
+    so that its files share one group of framework-scoped knobs however each writes it."""
     value = section.get("framework") or getattr(instance, "framework", None)
-    return str(getattr(value, "name", value) or "unknown")
+    name = str(getattr(value, "name", value) or "unknown")
+    return name if known_framework(name)[0] is not None else framework_key(name)
 
 
 def not_fitted(section: dict[str, Any], where: str) -> str:

@@ -80,7 +80,12 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
         refuse.append("algorithm dapo: NeMo RL's GRPO computes the reference policy's log-probs every step "
                       "(grpo.py) even without a KL penalty; the plan's DAPO step has no reference pass, so the "
                       "step runs longer than planned")
-    s["policy.train_micro_batch_size"] = train.micro_batch
+    if view.algorithm == "dpo":   # dpo.py runs train_micro_batch_size x 2 sequences: it counts pairs
+        s["policy.train_micro_batch_size"] = train.micro_batch // view.samples_per_prompt
+        note.append(f"train_micro_batch_size counts preference pairs (dpo.py runs x 2 sequences): the plan's "
+                    f"{train.micro_batch} sequences per micro-batch")
+    else:
+        s["policy.train_micro_batch_size"] = train.micro_batch
     _policy(out, "policy", train, view.training["actor"], megatron and view.algorithm != "dpo")
     _context_parallel(out, "policy", train, view.context_parallel.get("actor"), megatron and view.algorithm != "dpo")
     if reward_env and reward is not None:  # grpo_rm_1B: the reward model as an environment on GPUs of its own
@@ -93,7 +98,7 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
         if view.algorithm == "dpo":  # dpo.yaml has no logprob batch: the reference forward uses the training one
             if ref.micro_batch != train.micro_batch:
                 note.append(f"reference.infer micro-batch {ref.micro_batch}: dpo.yaml runs the reference forward "
-                            f"at policy.train_micro_batch_size ({train.micro_batch})")
+                            f"at policy.train_micro_batch_size x 2 ({train.micro_batch} sequences)")
         else:
             s["policy.logprob_batch_size"] = ref.micro_batch
     if gen is not None:

@@ -133,7 +133,8 @@ def _dpo(view: PlanView) -> EmittedPlan:
         out.refusals += config_refusals(view.rules) + view.layout_refusals()
     out.settings["--train.batch_size"] = view.global_batch(
         view.prompts, "preference pairs", "OpenRLHF trains whole batches of train.batch_size", out.refusals)
-    out.settings["--train.micro_batch_size"] = train.micro_batch
+    # train_dpo loads micro_train_batch_size pairs and forwards chosen and rejected together
+    out.settings["--train.micro_batch_size"] = train.micro_batch // view.samples_per_prompt
     _deepspeed(out, [train], view)
     opts = view.training["actor"]
     if opts.recompute == "full":
@@ -141,5 +142,6 @@ def _dpo(view: PlanView) -> EmittedPlan:
         out.settings["--model.gradient_checkpointing_enable"] = True
     out.notes.append(f"launch on {train.nodes} node(s) x {train.gpus_per_node} GPUs (deepspeed --num_nodes "
                      f"{train.nodes} --num_gpus {train.gpus_per_node}); train.batch_size counts preference pairs (the "
-                     "step's pairs / training.optimizer_steps)")
+                     "step's pairs / training.optimizer_steps), and so does train.micro_batch_size (the plan's "
+                     f"{train.micro_batch} sequences per micro-batch)")
     return out

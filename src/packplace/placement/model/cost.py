@@ -635,14 +635,18 @@ class CostModel:
         (prompt + generated tokens) add up to ``context_sum`` tokens (arrays of the same shape).
 
         Roofline (Williams et al. 2009; applied to decoding by Pope et al. 2022, "Efficiently Scaling
-        Transformer Inference", §2-3): ``max(compute, memory) + overheads`` with
+        Transformer Inference", §2-3), each kernel class at its own: ``max(2N·a/R, 2W/(tp·B)) +
+        max(4·L·q·Σctx/R, kv_bytes_per_token·Σctx/B) + overheads`` with ``R = tp·F·gemm_peak_fraction`` and
+        ``B = memory_bandwidth·decode_bw_eff`` (the weight GEMMs and the attention run one after the other,
+        and at large batches the first turn compute-bound while the second stays bound by its KV-cache read;
+        the component tables price each GEMM and the attention the same way), where
 
-        * compute ``(2N·a + 4·L·q·Σctx) / (tp·F·gemm_peak_fraction)`` (``q = heads·head_dim``) — the
-          matrix FLOPs of ``a`` new tokens plus attention over every cached token (:meth:`decode_flops_per_token`). No
+        * compute: ``2N·a`` matrix FLOPs of ``a`` new tokens, ``4·L·q·Σctx`` of attention over every cached
+          token (``q = heads·head_dim``; :meth:`decode_flops_per_token`). No
           small-``m`` GEMM penalty: at small batch the weight read is what bounds a decode step, and that
           is the memory term (the ``gemm_m_half`` saturation models the same effect for training GEMMs and
           would count it twice);
-        * memory ``(2W/tp + kv_bytes_per_token·Σctx) / (memory_bandwidth·decode_bw_eff)`` — every
+        * memory: the weights ``2W/tp`` and the KV cache ``kv_bytes_per_token·Σctx`` — every
           iteration streams the weight shard (``W`` = :meth:`decode_weights_read`) and reads the KV cache
           of every running sequence (vLLM's PagedAttention reads exactly the live pages, Kwon et al. 2023);
           of a mixture of experts the touched routed experts (:meth:`decode_expert_weights_read`) stream
@@ -652,8 +656,9 @@ class CostModel:
           :data:`~packplace.placement.problem.hardware.MOE_DECODE_BW_EFF_H100`);
         * overheads: the engine's ``decode_step_overhead`` (scheduler, sampling; the framework
           profile's, or the hardware's when set: :func:`~packplace.placement.model.framework.decode_step_overhead`),
-          the engine's host time per running sequence, ``engine.host_seconds_per_sequence · a`` (the V0 engine's
-          per-request Python work: :data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`),
+          the engine's host time per running sequence, ``engine.host_seconds_per_sequence · a`` (the engine's
+          per-request host work, V0's or the synchronously scheduled V1's:
+          :data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`),
           the non-GEMM time of ``a/tp``
           tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et al.
           2019) at the TP group's level (:meth:`tp_allreduce`: inside a node, or over the inter-node links
@@ -681,21 +686,26 @@ class CostModel:
         d, L = model.hidden_dim, model.layers
         k_eff = d / tp / (d / tp + hw.gemm_k_half * GEMM_UNIT) if hw.gemm_k_half > 0 else 1.0
         imbalance = pp * stage_gemm_share(model, pp)  # the slowest stage's weights, pp batches in flight
-        flops = 2.0 * model.gemm_params * imbalance * running + 4.0 * L * model.attention_dim * context_sum
-        compute = flops / (tp * hw.flops_per_gpu * hw.gemm_peak_fraction * k_eff)
+        rate = tp * hw.flops_per_gpu * hw.gemm_peak_fraction * k_eff
+        gemm_compute = 2.0 * model.gemm_params * imbalance * running / rate
+        attention_compute = 4.0 * L * model.attention_dim * context_sum / rate
         experts = self.decode_expert_weights_read(model, running, ep)
         dense = self.decode_weights_read(model, running, ep) - experts
-        memory = ((2.0 * dense * imbalance / tp + context_sum * model.kv_bytes_per_token(tp, 1))
-                  / (hw.memory_bandwidth * hw.decode_bw_eff))
+        weight_memory = 2.0 * dense * imbalance / tp / (hw.memory_bandwidth * hw.decode_bw_eff)
+        kv_memory = context_sum * model.kv_bytes_per_token(tp, 1) / (hw.memory_bandwidth * hw.decode_bw_eff)
         if model.is_moe:
-            memory = memory + 2.0 * experts * imbalance / tp / (
+            weight_memory = weight_memory + 2.0 * experts * imbalance / tp / (
                 hw.memory_bandwidth * hw.expert_decode_bw_eff(self.expert_rows(model, running, ep)))
         table = self.components_for(model)
         eager = self.engine.enforce_eager
         if table is not None:   # measured components: the step's kernels, captured or eager
             body = decode_step_array(table, model, running, context_sum, tp, eager) * imbalance
         else:
-            body = np.maximum(compute, memory) + self._non_gemm(L, running / tp)
+            # each kernel class at its own roofline, as the component tables price each GEMM and the
+            # attention: the weight GEMMs turn compute-bound at large batches while the attention stays
+            # bound by its KV-cache read, and the two run one after the other
+            body = (np.maximum(gemm_compute, weight_memory) + np.maximum(attention_compute, kv_memory)
+                    + self._non_gemm(L, running / tp))
             if eager:   # the host's issue time the kernels of the knob model's step do not cover
                 rates = self.eager_decode_table()
                 body = body + (decode_step_array(rates, model, running, context_sum, tp, True)

@@ -102,6 +102,19 @@ VLLM_ASYNC_ENGINE_MAX_NUM_SEQS = 128
 #: every iteration) and ``v1`` (the ``EngineCore`` loop, the default from vLLM 0.8.0: persistent batch, Numpy
 #: input preparation, detokenisation in another process).
 VLLM_ENGINE_GENERATIONS = ("v0", "v1")
+#: The V1 rows of github.com/vllm-project/vllm/pull/23914 used in :data:`VLLM_HOST_SECONDS_PER_SEQUENCE`:
+#: ``{running sequences: (synchronous, asynchronous scheduling output tokens/s)}``.
+VLLM_V1_ASYNC_SCHEDULING_ROWS = {128: (3048.0, 3177.0), 256: (4039.0, 4258.0)}
+
+
+def _v1_host_seconds_per_sequence() -> float:
+    """Least-squares slope through the origin of the per-iteration time asynchronous scheduling saves,
+    ``a·(1/sync − 1/async)`` against ``a``, over :data:`VLLM_V1_ASYNC_SCHEDULING_ROWS`: seconds per running
+    sequence."""
+    saved = {a: a * (1.0 / sync - 1.0 / overlapped) for a, (sync, overlapped) in VLLM_V1_ASYNC_SCHEDULING_ROWS.items()}
+    return sum(a * t for a, t in saved.items()) / sum(a * a for a in saved)
+
+
 #: Host seconds a vLLM engine adds to every decode iteration per running sequence, by engine generation
 #: (:func:`host_seconds_per_sequence`): the iteration's host time is ``decode_step_overhead + per_sequence ×
 #: running``. V0: github.com/vllm-project/vllm/issues/6801 ("[RFC]: Performance Roadmap", comment of
@@ -113,16 +126,25 @@ VLLM_ENGINE_GENERATIONS = ("v0", "v1")
 #: processing (github.com/vllm-project/vllm/pull/7049) is off under ``enforce_eager`` ("Since, enforce-eager
 #: is enabled, async output processor cannot be used", vllm/config.py of 0.6.x) and absent before 0.6, which
 #: covers the V0 versions the framework tables name (verl v0.1-v0.3 eager, OpenRLHF with vLLM 0.4.2); with
-#: CUDA graphs on vLLM 0.6-0.7 part of it overlaps the GPU, so there the term is an upper bound. V1: the slope
-#: of the one per-request loop of the V1 engine whose time is published at two batch sizes,
-#: ``Scheduler.update_from_output`` (the micro-benchmark benchmarks/overheads/
-#: benchmark_scheduler_update_from_output.py of github.com/vllm-project/vllm/pull/46112, timing vLLM at
-#: merge-base 55c98e370: 0.142 ms at 128 decode requests, 0.287 ms at 256): (0.287 − 0.142) ms / 128 =
-#: 1.1 µs per sequence, a lower bound (the V1 scheduler's ``schedule`` and the model runner's input
-#: preparation also walk the requests; no published figure gives their slope; the V1 release post,
-#: blog.vllm.ai 2025-01-27, reports "near-zero CPU overhead" and no time per request).
+#: CUDA graphs on vLLM 0.6-0.7 part of it overlaps the GPU, so there the term is an upper bound. V1: the host
+#: time a synchronously scheduled V1 engine run in the trainer's own process (verl's ``external_launcher``,
+#: NeMo RL's ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) keeps on the critical path and asynchronous scheduling
+#: takes off it, from github.com/vllm-project/vllm/pull/23914 ("implement async_scheduling in single process
+#: mode", 2025-08-29; A100, TP 2, ``external_launcher``, ``max_num_seqs`` 512, 512 generated tokens with
+#: ``ignore_eos``): output tokens/s synchronous / asynchronous 1,014 / 1,025 at 32 sequences, 1,853 / 1,896 at
+#: 64, 3,048 / 3,177 at 128, 4,039 / 4,258 at 256. An iteration of ``a`` sequences shortens by
+#: ``a·(1/sync − 1/async)``: 0.34, 0.78, 1.71 and 3.26 ms, a line through the origin; its slope, fitted by
+#: least squares through the origin to the 128 and 256 rows only, (128·1.705 + 256·3.260) ms / (128² + 256²)
+#: = 12.85 µs per sequence (the 32 and 64 rows, held out, come out at 0.41 and 0.82 ms against 0.34 and
+#: 0.78). A lower bound of the synchronous engine's per-request host work: that change overlaps the
+#: scheduler's ``schedule`` / ``update_from_output`` with the next step, not the model runner's input
+#: preparation. It holds the one loop timed alone before, ``Scheduler.update_from_output``
+#: (benchmarks/overheads/benchmark_scheduler_update_from_output.py of github.com/vllm-project/vllm/pull/46112:
+#: 0.142 ms at 128 decode requests, 0.287 ms at 256, 1.1 µs per sequence). Asynchronous scheduling came in
+#: as an opt-in flag (``--async-scheduling``, github.com/vllm-project/vllm/pull/19970), which the RL
+#: frameworks' engine settings the model reads do not set.
 VLLM_HOST_SECONDS_PER_SEQUENCE = {"v0": (20e-3 - VLLM_DECODE_STEP_OVERHEAD) / 200,
-                                  "v1": (0.287e-3 - 0.142e-3) / 128}
+                                  "v1": _v1_host_seconds_per_sequence()}
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ needs and no other (both from :data:`packplace.placement.problem.graph.RL_ALGORI
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -147,7 +148,8 @@ HARDWARE_FIELDS: dict[str, Field] = {
 #: enumeration and the decode sums bounded.
 WORKLOAD_FIELDS: dict[str, Field] = {
     "batch_size": Field("int", "prompts", 1, MAX_SEQUENCES, meaning="prompts per step"),
-    "samples_per_prompt": Field("int", "responses", 1, MAX_SEQUENCES, meaning="responses per prompt"),
+    "samples_per_prompt": Field("int", "responses", 1, MAX_SEQUENCES,
+                                meaning="responses per prompt (dpo: 2, the chosen and the rejected one)"),
     "context_length": Field("int", "tokens", 1, 10_000_000, meaning="prompt tokens"),
     "generation_length": Field("int", "tokens", 1, 10_000_000, meaning="longest response, tokens"),
 }
@@ -369,6 +371,58 @@ def _label(where: str) -> Callable[[str], str]:
     return lambda name: f"[{where}] {name}"
 
 
+#: Other names of the frameworks with an execution profile, as publications write them: verl is the
+#: open-source release of the HybridFlow paper (verl's README); ``dschat`` is DeepSpeed-Chat's Python
+#: package (DeepSpeedExamples ``applications/DeepSpeed-Chat/dschat``).
+FRAMEWORK_ALIASES = {"hybridflow": "verl", "dschat": "deepspeed-chat"}
+#: A release at the end of a framework's name: ``" 0.2.7"``, ``" v0.5"``, ``"-0.5.0rc1"``, ``"v0.4"``
+#: (a bare number needs a separator or a ``v``, so a name ending in a digit keeps it).
+_TRAILING_RELEASE = re.compile(r"(?:[\s_\-@/]*v?\d+(?:\.\d+)+|(?:[\s_\-@/]+v?|v)\d+)"
+                               r"(?:[\.\-]?(?:rc|a|b|alpha|beta|post|dev)\d*)?$")
+
+
+def framework_key(name: str) -> str:
+    """``name`` lowercased, without a trailing release, each run of spaces and punctuation one ``-``
+    (``"SkyRL v0.2"`` -> ``skyrl``, ``"Some_Other system"`` -> ``some-other-system``): the form two spellings
+    of one framework share."""
+    bare = _TRAILING_RELEASE.sub("", name.strip().lower())
+    return re.sub(r"[^a-z0-9]+", "-", bare).strip("-") or name.strip().lower()
+
+
+def known_framework(name: Any) -> tuple[str | None, bool]:
+    """``(canonical name, release stripped)`` of a framework written as free text: the name of
+    :data:`~packplace.placement.model.framework.FRAMEWORKS` (or of :data:`FRAMEWORK_ALIASES`) that ``name``
+    spells once case, spaces, punctuation and a trailing release are dropped (``"NeMo RL v0.5"``,
+    ``"nemo_rl"``, ``"NeMoRL"`` -> ``nemo-rl``; ``"OpenRLHF 0.2.7"`` -> ``openrlhf``; ``"deepspeed chat"``
+    -> ``deepspeed-chat``), ``None`` for a name that spells none of them (another system); the flag says
+    whether a release was dropped."""
+    if not isinstance(name, str):
+        return None, False
+    text = name.strip().lower()
+    bare = _TRAILING_RELEASE.sub("", text)
+    squashed = re.sub(r"[^a-z0-9]", "", bare)
+    known = {re.sub(r"[^a-z0-9]", "", canonical): canonical for canonical in FRAMEWORK_NAMES}
+    known.update(FRAMEWORK_ALIASES)
+    canonical = known.get(squashed)
+    return canonical, canonical is not None and bare != text
+
+
+def _check_framework_spelling(value: Any) -> None:
+    """Refuse a ``policy.framework`` that spells a known framework another way, naming the canonical one
+    (and ``framework_version`` for a release written into the name).
+
+    Raises:
+        ConfigError: ``[policy] framework: 'NeMo RL' names the nemo-rl framework; write it 'nemo-rl'``.
+    """
+    if not isinstance(value, str) or value in FRAMEWORK_NAMES:
+        return
+    canonical, release = known_framework(value)
+    if canonical is not None:
+        raise ConfigError(f"[policy] framework: {show(value)} names the {canonical} framework; write it "
+                          f"{show(canonical)}" + (" and give the release as policy.framework_version" if release
+                                                   else ""))
+
+
 def _policy_fields() -> dict[str, Field]:
     """:data:`POLICY_FIELDS` with the algorithm choices read from the algorithm table at load time."""
     return {**POLICY_FIELDS, "algorithm": replace(POLICY_FIELDS["algorithm"], choices=tuple(RL_ALGORITHMS))}
@@ -552,6 +606,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     if isinstance(raw_version, (int, float)) and not isinstance(raw_version, bool):
         raise ConfigError(f"[policy] framework_version: {show(raw_version)} was read as a number; write the "
                           "release quoted, e.g. framework_version: \"0.5.0\" (YAML reads 0.10 as 0.1)")
+    if isinstance(policy_cfg, Mapping):
+        _check_framework_spelling(policy_cfg.get("framework"))
     policy = check_section(policy_cfg, _policy_fields(), "[policy]", label=_label("policy"), **_FORMATS)
     algorithm = policy["algorithm"]
     if policy["batching"] == "static" and "max_num_seqs" in policy_cfg:
@@ -597,6 +653,9 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         except ConfigError as exc:
             raise ConfigError(f"[training.{role}] {exc}") from None
     workload = _workload(_section(config, "workload"))
+    if algorithm == "dpo" and workload.samples_per_prompt != 2:   # NeMo RL and OpenRLHF DPO: chosen + rejected
+        raise ConfigError(f"[workload] samples_per_prompt: a DPO step trains preference pairs, a chosen and a "
+                          f"rejected response per prompt: must be 2, got {workload.samples_per_prompt}")
     # a global batch is whole sequences, and for DPO whole chosen / rejected pairs (the prompts)
     units = (workload.batch_size, "preference pairs (batch_size)") if algorithm == "dpo" else (
         workload.sequences, "sequences (batch_size x samples_per_prompt)")

@@ -311,6 +311,13 @@ def run_validate(args: argparse.Namespace) -> int:
     (``refused``: ``{setup: error}``, the others cross-validated)."""
     targets = [args.target] if isinstance(args.target, str) else list(args.target)
     paths = [p for t in targets for p in validation_files(t)]
+    named: dict[str, str] = {}
+    for path in paths:   # a setup is its file name: rows, pairs and folds are keyed by it
+        name = os.path.splitext(os.path.basename(path))[0]
+        if name in named:
+            raise ConfigError(f"[validation] {path}: a second setup named {name!r} (first: {named[name]}); give "
+                              "each file once")
+        named[name] = path
     knobs_arg = getattr(args, "knobs", None)
     if not getattr(args, "cross_validate", False) and knobs_arg is not None:
         raise ConfigError(f"--knobs {knobs_arg!r}: only --cross-validate fits knobs; validate alone scores "

@@ -1,0 +1,62 @@
+"""``estimate``'s ``seq_len`` is the prompt or sequence length of the tasks that have one: unset, each of
+them takes 4096 tokens; a decode iteration has none (its sequences hold ``context`` tokens), so a given
+``seq_len`` is refused there, and what a framework's dispatch carries for decode and generate follows
+``context``, the length the sequences reach."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from packplace.cli import main
+from packplace.errors import ConfigError
+from packplace.placement.model.framework import RAY_BATCH_BYTES_PER_TOKEN, RAY_CALL_LATENCY
+from packplace.placement.problem.hardware import PRESETS
+from packplace.placement.task_estimate import DEFAULT_SEQ_LEN, estimate
+
+MODEL = "qwen2.5-0.5b"
+
+
+def _cli(capsys, *flags: str) -> dict:
+    assert main(["estimate", "--model", MODEL, *flags, "--json"]) == 0
+    out = capsys.readouterr().out
+    return json.loads(out[out.index("{"):])
+
+
+@pytest.mark.parametrize("task", ["train", "infer", "prefill", "generate"])
+def test_an_unset_seq_len_is_the_4096_tokens_it_always_was(capsys, task):
+    assert DEFAULT_SEQ_LEN == 4096
+    unset = _cli(capsys, "--task", task)
+    given = _cli(capsys, "--task", task, "--seq-len", "4096")
+    assert unset == given and unset["inputs"]["seq_len"] == 4096
+    # the library takes the command line's defaults (generate: the prompt plus 2,048 new tokens; it had
+    # refused its own default context of 2,048 as shorter than the prompt)
+    library = estimate(MODEL, task=task)
+    assert library.time_s == pytest.approx(unset["time_s"], rel=1e-12)
+    assert library.inputs["context"] == unset["inputs"]["context"] == (6144 if task == "generate" else 2048)
+
+
+def test_decode_has_no_seq_len_and_refuses_one(capsys):
+    document = _cli(capsys, "--task", "decode", "--batch", "8")
+    assert document["inputs"]["seq_len"] is None and set(document["inputs"]) >= {"seq_len", "context"}
+    with pytest.raises(ConfigError, match=r"^seq_len: means nothing for task decode \(its 8 running sequences "
+                                          r"hold context = 2048 cached tokens each\), got 4096; give context$"):
+        estimate(MODEL, task="decode", batch=8, seq_len=4096)
+
+
+@pytest.mark.parametrize("framework", ["verl", "nemo-rl", "openrlhf"])
+def test_a_ray_dispatch_carries_the_tokens_the_sequences_reach(framework):
+    # dispatch = one remote call + 2·B·(S + T)·28 bytes at the host link (dp = 1); S + T = context
+    h200 = PRESETS["h200"]["host_bandwidth"]
+    batch = 8
+
+    def dispatch(tokens: int) -> float:
+        return RAY_CALL_LATENCY + 2.0 * batch * tokens * RAY_BATCH_BYTES_PER_TOKEN / h200
+
+    short = estimate(MODEL, task="decode", batch=batch, context=2048, framework=framework).parts["overhead"]
+    long = estimate(MODEL, task="decode", batch=batch, context=8192, framework=framework).parts["overhead"]
+    assert long - short == pytest.approx(dispatch(8192) - dispatch(2048), rel=1e-9)
+    per_iteration = short - dispatch(2048)   # the engine's per-step cost, the same at every context
+    generate = estimate(MODEL, task="generate", batch=batch, seq_len=1024, context=3072, framework=framework)
+    assert generate.parts["overhead"] == pytest.approx((3072 - 1024) * per_iteration + dispatch(3072), rel=1e-9)
