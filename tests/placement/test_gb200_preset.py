@@ -34,12 +34,15 @@ def test_the_preset_holds_the_nvl72_table_per_gpu():
     assert hw.flops_per_gpu == pytest.approx(2.5e15)
     assert hw.memory_per_gpu == pytest.approx(186.1e9, rel=1e-3)
     assert hw.memory_bandwidth == pytest.approx(8e12)
-    # NVLink 5: 900 GB/s each way, NCCL bus bandwidth 0.8 of it, the same rule as the other presets
-    assert 1 / hw.beta_coll_g == pytest.approx(720e9)
+    # NVLink 5: 900 GB/s each way; NCCL's measured ring all-reduce bus bandwidth on a tray (Azure ND GB200 v6,
+    # 679.61 GB/s at 8 GB), 0.755 of it, not the other presets' 0.8-of-line rule (720 GB/s)
+    assert 1 / hw.beta_coll_g == pytest.approx(680e9)
     assert 1 / hw.beta_coll_n == pytest.approx(45e9)  # one ConnectX-7 400 Gb/s per GPU between domains
     # Megatron-Bridge LLAMA3_8B FP8 on 8 GPUs: GB200 1,622 / 5,000, H100 744 / 1,979 of peak
     assert hw.gemm_peak_fraction == pytest.approx(0.55 * 0.3244 / 0.37595, rel=1e-3)
     assert hw.gemm_peak_fraction < PRESETS["b200"]["gemm_peak_fraction"] < PRESETS["h100-sxm"]["gemm_peak_fraction"]
+    # the same rule on the table's DGX-B200 row: 1,576 / 4,500 of peak against H100's 744 / 1,979
+    assert PRESETS["b200"]["gemm_peak_fraction"] == pytest.approx(0.55 * 0.35022 / 0.37595, rel=1e-4)
     assert PRESETS["gb200-nvl72"] is PRESETS["gb200"]
 
 

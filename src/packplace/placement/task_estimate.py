@@ -527,8 +527,8 @@ def register_estimate(subparsers) -> None:
         "estimate", help="time and peak memory per GPU of one task of one model on one GPU type",
         description="Time and peak memory per GPU of one task (train, infer, prefill, decode, generate) of one "
                     "model on one GPU type and parallel strategy, each with its parts. On a GPU type with a "
-                    "component table (h200 measured; h100-sxm, b200, gb200 derived from it by datasheet "
-                    "ratios) the kernels are priced from measurement.")
+                    "component table (h200 measured; h100-sxm, b200, gb200 derived from it by datasheet or "
+                    "published achieved ratios) the kernels are priced from measurement.")
     p.add_argument("--model", required=True,
                    help=f"a Hugging Face config.json, a YAML model entry or a preset ({', '.join(MODEL_PRESETS)})")
     p.add_argument("--gpu", default="h200", help=f"hardware preset (default h200; {', '.join(sorted(PRESETS))})")

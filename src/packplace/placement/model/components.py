@@ -34,7 +34,8 @@ issue time), so a Megatron pass differs only by the kernels it issues and the by
 The table (one JSON file per GPU type under ``tables/``, :func:`load_table`) names the measurement rows
 each constant comes from. A GPU type without measurements of its own may have a table *derived* from a
 measured one (:func:`derived_table`: ``h100-sxm`` from ``h200``, the same GH100 compute die with slower
-HBM; ``b200`` and ``gb200`` from ``h200`` by the datasheet dense BF16 and HBM bandwidth ratios, host and
+HBM; ``b200`` and ``gb200`` from ``h200`` by achieved ratios from published microbenchmarks that ran one
+kernel on both GPUs: best BF16 matmul, cuDNN attention, decode attention's HBM bandwidth; host and
 per-kernel fixed times as measured): each constant is the measured one times a stated factor with its
 source, so an edit of the measured table flows through. :func:`fit_table` takes the streaming rates from
 the copy row, fits the GEMM roofline to the GEMM rows and the attention rate, the issue and the per-kernel

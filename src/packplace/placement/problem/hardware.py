@@ -222,9 +222,10 @@ HARDWARE_DEFAULTS = {
 #: ``h200`` is measured (``benchmarks/hardware/h200/``); ``h100-sxm`` is derived from it (the same GH100
 #: compute die: compute, per-kernel and host constants as measured, the HBM-streaming ones scaled by the
 #: datasheet bandwidth ratio 3.35/4.8; ``tables/h100-sxm.json`` names each factor and its source); ``b200`` and
-#: ``gb200`` are derived from it by datasheet ratios (the Tensor-Core-bound constants by the dense BF16 peak,
-#: 2.25 and 2.5 PFLOP/s over 989 TFLOP/s, the HBM-streaming ones by 8 over 4.8 TB/s, the host and per-kernel
-#: fixed times as measured; ``tables/b200.json``, ``tables/gb200.json``).
+#: ``gb200`` are derived from it by achieved ratios from published microbenchmarks that ran one kernel on both
+#: GPUs (GEMM constants by the best BF16 matmuls, 2.196 and 2.293; attention by cuDNN's fused attention, 2.094
+#: and 2.188; the HBM-streaming ones by decode attention's best bandwidth, 1.609 and 1.704; the host and
+#: per-kernel fixed times as measured; ``tables/b200.json``, ``tables/gb200.json`` name each source).
 COMPONENT_TABLES = ("none", "h200", "h100-sxm", "b200", "gb200")
 #: Cluster-shape fields a preset fills (8 GPUs per node, one node, one rack) unless the preset (``gb200``:
 #: a 72-GPU NVLink domain per node) or the config sets them.
@@ -296,6 +297,12 @@ GB200_DENSE_BF16_FLOPS = 360e15 / 2 / GB200_NVLINK_DOMAIN
 GB200_HBM_BYTES = 13.4e12 / GB200_NVLINK_DOMAIN
 #: HBM3e bandwidth per GB200 GPU: the NVL72's "576 TB/s" / 72 = 8 TB/s (the superchip's 16 TB/s over 2).
 GB200_HBM_BANDWIDTH = 576e12 / GB200_NVLINK_DOMAIN
+#: NCCL all-reduce bus bandwidth inside a GB200 NVLink domain, measured, not the 0.8-of-line rule the other
+#: presets take (0.8 x 900 GB/s = 720 GB/s): Azure ND GB200 v6 (github.com/Azure/AI-benchmarking-guide,
+#: Azure_Results/ND_GB200_v6_results.md, "NCCL Bandwidth": nccl-tests AllReduce, Ring algorithm, in-place, the
+#: 4 GPUs of one tray over NVLink 5, NCCL 2.25.1) 679.61 GB/s at 8 GB, 673.06 at 4 GB: 0.755 of the 900 GB/s
+#: line rate (Hopper's ring reaches about 370 of 450, 0.82: NCCL maintainer, github.com/NVIDIA/nccl-tests/issues/212).
+GB200_NVLINK_BUS_BANDWIDTH = 680e9
 #: ``gemm_peak_fraction`` of the ``gb200`` preset: the ``h100-sxm`` preset's 0.55 scaled by the ratio of
 #: the two GPUs' sustained fractions of their datasheet peak in the same pre-training recipe. Source:
 #: Megatron-Bridge performance summary (github.com/NVIDIA-NeMo/Megatron-Bridge, docs/performance-summary.md,
@@ -304,6 +311,11 @@ GB200_HBM_BANDWIDTH = 576e12 / GB200_NVLINK_DOMAIN
 #: 0.55 x 0.863 = 0.475. Not a validation row; the only same-model, same-size pair of the table (the 70B
 #: and 405B rows differ in parallelism), and an FP8 ratio used for BF16 passes: a ``calibrate`` knob.
 GEMM_PEAK_FRACTION_GB200 = 0.55 * (1622 / 5000) / (744 / 1979)
+#: ``gemm_peak_fraction`` of the ``b200`` preset, by the ``gb200`` rule from the same table's DGX-B200 row:
+#: LLAMA3_8B on 8 GPUs, FP8-CS, 1,576 model TFLOP/s/GPU of 4,500 dense FP8 (0.350) against DGX-H100's 744 of
+#: 1,979 (0.376): 0.55 x 0.932 = 0.512 (it was 0.5, chosen with the validation rows in view). It prices only
+#: what the ``b200`` component table does not (mixture-of-experts and LoRA passes, recomputation).
+GEMM_PEAK_FRACTION_B200 = 0.55 * (1576 / 4500) / (744 / 1979)
 
 #: Hardware presets: ``hardware: {preset: h100-sxm, nodes_per_rack: 2}``; every field may be overridden.
 #:
@@ -326,7 +338,8 @@ GEMM_PEAK_FRACTION_GB200 = 0.55 * (1622 / 5000) / (744 / 1979)
 #: the GPUs it holds there (a multiple of 4: whole trays), e.g. 8 for two trays.
 #:
 #: Links: NCCL all-reduce bus bandwidth ≈ 0.8 of the one-direction NVLink bandwidth (nccl-tests on
-#: DGX/HGX systems); across nodes one NIC per GPU: 400 Gb/s NDR (H100/H200/H20; 50 GB/s line, 45 GB/s
+#: DGX/HGX systems; ``gb200``: the measured :data:`GB200_NVLINK_BUS_BANDWIDTH`, 0.755 of it); across nodes
+#: one NIC per GPU: 400 Gb/s NDR (H100/H200/H20; 50 GB/s line, 45 GB/s
 #: achieved), 200 Gb/s HDR (A100/A800; 22.5 GB/s achieved), 400 Gb/s ConnectX-7 on B200 (the 800 Gb/s
 #: ConnectX-8 doubles it) and on GB200 (four per tray); L40S servers talk over PCIe Gen4 in the node
 #: (~20 GB/s bus bandwidth) and 200 Gb/s Ethernet/RoCE across nodes. ``host_bandwidth``: PCIe Gen5 x16 (64 GB/s per
@@ -372,11 +385,11 @@ PRESETS: dict[str, dict[str, Any]] = {
             "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.65},
     "b200": {"flops_per_gpu": 2.25e15, "memory_per_gpu": 180e9, "memory_bandwidth": 8.0e12,
              **_links(720e9, 45e9), "host_bandwidth": 50e9,
-             "gemm_peak_fraction": 0.5, "decode_bw_eff": 0.65, "component_table": "b200"},
+             "gemm_peak_fraction": GEMM_PEAK_FRACTION_B200, "decode_bw_eff": 0.65, "component_table": "b200"},
     "gb200": {"gpus_per_node": GB200_NVLINK_DOMAIN, "gpus_per_host": GB200_TRAY_GPUS,
               "flops_per_gpu": GB200_DENSE_BF16_FLOPS,
               "memory_per_gpu": GB200_HBM_BYTES, "memory_bandwidth": GB200_HBM_BANDWIDTH,
-              **_links(720e9, 45e9), "host_bandwidth": 180e9,
+              **_links(GB200_NVLINK_BUS_BANDWIDTH, 45e9), "host_bandwidth": 180e9,
               "gemm_peak_fraction": GEMM_PEAK_FRACTION_GB200, "decode_bw_eff": 0.65, "component_table": "gb200"},
     "l40s": {"flops_per_gpu": 362e12, "memory_per_gpu": 48e9, "memory_bandwidth": 864e9,
              **_links(20e9, 22.5e9), "host_bandwidth": 25e9,
