@@ -113,10 +113,11 @@ MOE_ROWS = {
 
 
 def test_the_moe_rows_fit_in_memory_and_keep_their_known_gaps():
-    """Every published MoE placement fits (expert parallelism) but three Qwen3-30B-A3B rows; a regression guard on the documented gaps
-    (docs/calibration-and-validation.md, "Mixture of experts"): Qwen3-235B-A22B within 0.77-1.35, every
-    Qwen3-30B-A3B run between 0.55 and 1.05 (too fast or within range; the 8-step off-policy one no longer
-    too slow: its engines roll out continuously, 1.00 with the V1 engine's host time per running sequence)."""
+    """Every published MoE placement fits (expert parallelism) but three Qwen3-30B-A3B rows; a regression guard on
+    the documented gaps (docs/calibration-and-validation.md, "Mixture of experts"): Qwen3-235B-A22B within
+    0.77-1.35, every Qwen3-30B-A3B run between 0.55 and 1.05 (too fast or within range; the 8-step off-policy one no
+    longer too slow: its engines roll out continuously, 1.00 with the V1 engine's host time per running
+    sequence)."""
     rows = validate(sorted(os.path.join(VALIDATION, s + ".yaml") for s in MOE_ROWS))
     assert {r.setup: r.published for r in rows} == MOE_ROWS
     # over memory in the model by the reference's bf16 weights, counted resident beside the policy's where NeMo
