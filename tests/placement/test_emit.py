@@ -330,3 +330,16 @@ def test_a_dpo_step_s_optimizer_steps_divide_its_preference_pairs(tmp_path):
     half.write_text(yaml.safe_dump(cfg))
     with pytest.raises(ConfigError, match=r"optimizer_steps: 256 does not divide the step's 128 preference pairs"):
         load_config(half)
+
+
+def test_nemo_rl_emits_the_packs_a_plan_was_priced_with():
+    config = load_config(ROOT / "configs" / "placement" / "published" / "grpo_nemo-rl_llama3.1-8b_2x8xh100.yaml")
+    instance = dataclasses.replace(config, sequence_packing=(4096, 8192))
+    plan = api.solve_placement(instance, "greedy", seed=0).solution
+    emitted = emit(instance, plan, "nemo-rl")
+    assert_known_keys(emitted)
+    packing = {k: v for k, v in emitted.settings.items() if k.startswith("policy.sequence_packing.")}
+    assert packing == {"policy.sequence_packing.enabled": True, "policy.sequence_packing.train_mb_tokens": 4096,
+                       "policy.sequence_packing.logprob_mb_tokens": 8192}
+    unpacked = emit(config, plan, "nemo-rl")
+    assert not any(key.startswith("policy.sequence_packing") for key in unpacked.settings)

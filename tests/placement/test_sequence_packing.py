@@ -179,3 +179,22 @@ def test_pack_sizes_are_nemo_rl_only_and_set_together():
             "policy": {"algorithm": "grpo", "framework": "verl", "train_mb_tokens": 512,
                        "logprob_mb_tokens": 512}})
     assert TrainingOptions().optimizer_steps == 1
+
+
+def test_packs_refused_where_nemo_rl_would_not_run_them():
+    # the longest sequence is 64 + 64 = 128 tokens: a 127-token pack cannot hold it (NeMo RL's packer raises)
+    with pytest.raises(ConfigError, match=r"train_mb_tokens: 127 tokens is below the longest sequence.* = 128"):
+        _instance(127, 1024)
+    with pytest.raises(ConfigError, match=r"logprob_mb_tokens: 100 tokens is below the longest sequence"):
+        _instance(512, 100)
+    assert _instance(128, 128).sequence_packing == (128, 128)   # exactly one longest sequence per pack: accepted
+    with pytest.raises(ConfigError, match=r"NeMo RL 0\.2\.1 has no sequence packing"):
+        _instance(version="0.2.1")
+    with pytest.raises(ConfigError, match="DPO does not run sequence packing"):
+        build_instance({
+            "hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
+            "models": {"actor": {"num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 4096,
+                                 "vocab_size": 32000, "num_attention_heads": 8}},
+            "workload": {"batch_size": 16, "samples_per_prompt": 2, "context_length": 64, "generation_length": 64},
+            "policy": {"algorithm": "dpo", "framework": "nemo-rl", "train_mb_tokens": 512,
+                       "logprob_mb_tokens": 512}})

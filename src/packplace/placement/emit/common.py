@@ -84,6 +84,8 @@ class PlanView:
         context_parallel: ``{model: (degree, dynamic, tokens per rank)}`` of the trained models that run
             context parallelism (``training.context_parallel``; the cap defaults to the longest sequence over
             the degree).
+        sequence_packing: NeMo RL's ``(train_mb_tokens, logprob_mb_tokens)`` the plan was priced with, or
+            ``None`` (``policy.train_mb_tokens``).
     """
 
     tasks: Mapping[str, Task]
@@ -98,6 +100,7 @@ class PlanView:
     rules: Context | None = None
     context_parallel: Mapping[str, tuple[int, bool, int]] = field(default_factory=dict)
     enforce_eager: bool = False
+    sequence_packing: tuple[int, int] | None = None
 
     @classmethod
     def of(cls, instance: PlacementInstance, plan: Plan, framework: str | None = None) -> PlanView:
@@ -121,7 +124,8 @@ class PlanView:
                    gpus_per_node=instance.cluster.host_gpus,
                    rules=replace(Context.of(instance), framework=framework or instance.framework),
                    context_parallel=_context_parallel(instance, models),
-                   enforce_eager=instance.engine.enforce_eager)
+                   enforce_eager=instance.engine.enforce_eager,
+                   sequence_packing=instance.sequence_packing)
 
     def layout_refusals(self) -> list[str]:
         """The target framework's layout rules the plan breaks (``layout_rules.refusals``), and every task

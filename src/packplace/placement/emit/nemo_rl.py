@@ -86,6 +86,10 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
                     f"{train.micro_batch} sequences per micro-batch")
     else:
         s["policy.train_micro_batch_size"] = train.micro_batch
+    if view.sequence_packing is not None:   # the packs the plan was priced on (grpo_math_1B.yaml's keys)
+        s["policy.sequence_packing.enabled"] = True
+        s["policy.sequence_packing.train_mb_tokens"], s["policy.sequence_packing.logprob_mb_tokens"] = (
+            view.sequence_packing)
     _policy(out, "policy", train, view.training["actor"], megatron and view.algorithm != "dpo")
     _context_parallel(out, "policy", train, view.context_parallel.get("actor"), megatron and view.algorithm != "dpo")
     if reward_env and reward is not None:  # grpo_rm_1B: the reward model as an environment on GPUs of its own

@@ -44,6 +44,7 @@ from packplace.placement.model.framework import (
     INFERENCE_OFFLOAD,
     VersionDefaults,
     host_seconds_per_sequence,
+    parse_version,
     profile,
     version_defaults,
 )
@@ -682,16 +683,24 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                                  inference_offload=policy["inference_offload"], balance=balance,
                                  trainer_backend=policy["trainer_backend"],
                                  framework_version=policy.get("framework_version"),
-                                 sequence_packing=_sequence_packing(policy))
+                                 sequence_packing=_sequence_packing(policy, algorithm, workload))
     check_config(Context.of(instance))
     return instance
 
 
-def _sequence_packing(policy: Mapping[str, Any]) -> tuple[int, int] | None:
+#: The first NeMo RL release with ``policy.sequence_packing`` (the v0.1.0 and v0.2.1 tags have neither the
+#: setting nor ``nemo_rl/data/packing/``; the v0.3 release notes introduce it).
+FIRST_PACKING_RELEASE = (0, 3)
+
+
+def _sequence_packing(policy: Mapping[str, Any], algorithm: str, workload: Workload) -> tuple[int, int] | None:
     """``(train_mb_tokens, logprob_mb_tokens)`` of ``[policy]``, or ``None`` when neither is set.
 
     Raises:
-        ConfigError: one set without the other, or either set for a framework other than ``nemo-rl``.
+        ConfigError: one set without the other; either set for a framework other than ``nemo-rl``, for a
+            NeMo RL release before 0.3 (v0.1.0 / v0.2.1 have no ``sequence_packing``), for DPO (NeMo RL's
+            ``dpo.py`` asserts sequence packing is not supported), or below the longest sequence
+            ``context_length + generation_length`` (NeMo RL's packer refuses a sequence longer than a pack).
     """
     train, logprob = policy.get("train_mb_tokens"), policy.get("logprob_mb_tokens")
     if train is None and logprob is None:
@@ -704,6 +713,19 @@ def _sequence_packing(policy: Mapping[str, Any]) -> tuple[int, int] | None:
         raise ConfigError(f"[policy] train_mb_tokens: packs by tokens are NeMo RL's sequence packing "
                           f"(framework: nemo-rl), not {policy['framework']!r}'s; drop train_mb_tokens and "
                           "logprob_mb_tokens")
+    version = policy.get("framework_version")
+    if version is not None and parse_version(version) < FIRST_PACKING_RELEASE:
+        raise ConfigError(f"[policy] train_mb_tokens: NeMo RL {version} has no sequence packing (it arrived in "
+                          f"0.3); drop train_mb_tokens and logprob_mb_tokens or set a later framework_version")
+    if algorithm == "dpo":
+        raise ConfigError("[policy] train_mb_tokens: NeMo RL's DPO does not run sequence packing (dpo.py asserts "
+                          "it); drop train_mb_tokens and logprob_mb_tokens")
+    longest = workload.context_length + workload.generation_length
+    for name, tokens in (("train_mb_tokens", train), ("logprob_mb_tokens", logprob)):
+        if int(tokens) < longest:
+            raise ConfigError(f"[policy] {name}: {int(tokens)} tokens is below the longest sequence, "
+                              f"context_length + generation_length = {longest} (NeMo RL's packer refuses a "
+                              f"sequence longer than its pack)")
     return int(train), int(logprob)
 
 
