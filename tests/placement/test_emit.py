@@ -341,5 +341,8 @@ def test_nemo_rl_emits_the_packs_a_plan_was_priced_with():
     packing = {k: v for k, v in emitted.settings.items() if k.startswith("policy.sequence_packing.")}
     assert packing == {"policy.sequence_packing.enabled": True, "policy.sequence_packing.train_mb_tokens": 4096,
                        "policy.sequence_packing.logprob_mb_tokens": 8192}
+    # the base recipe's 512-token cap and packing are overridden by the step's: 128 + 3,968 tokens, unpacked
     unpacked = emit(config, plan, "nemo-rl")
-    assert not any(key.startswith("policy.sequence_packing") for key in unpacked.settings)
+    assert emitted.settings["policy.max_total_sequence_length"] == 4096
+    assert {k: v for k, v in unpacked.settings.items() if k.startswith("policy.sequence_packing.")} == {
+        "policy.sequence_packing.enabled": False}

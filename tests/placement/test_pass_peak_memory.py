@@ -37,7 +37,9 @@ def test_packed_qwen_passes_hold_their_whole_pack():
     res, tra = vertex_memory(actor, "infer", dp=s.dp, pp=s.pp, tp=s.tp, micro_batch=cand.micro_batch,
                              micro_batches=1, seq_len=inst.workload.train_seq_len, prompt_len=128, live_len=0.0,
                              framework="nemo-rl", workspace_bytes=inst.hardware.memory_workspace, pass_tokens=16384)
-    assert (cand.resident_bytes, cand.transient_bytes) == (res, pytest.approx(tra))
+    # the reference's weights stay on the host and are swapped into the policy's tensors (NeMo RL
+    # use_reference_model): none resident beside the policy's (res, its own weight shard, would count them)
+    assert res > 4e9 and (cand.resident_bytes, cand.transient_bytes) == (0.0, pytest.approx(tra))
     mean = vertex_memory(actor, "infer", dp=s.dp, pp=s.pp, tp=s.tp, micro_batch=1, micro_batches=1,
                          seq_len=inst.workload.train_seq_len, prompt_len=128, live_len=0.0, framework="nemo-rl",
                          workspace_bytes=inst.hardware.memory_workspace)[1]

@@ -815,6 +815,11 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                                      sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded,
                                      framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace,
                                      pass_tokens=pass_tokens, logprob_tokens=logprob_tokens)
+            if weight_swap:
+                # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into
+                # the policy's own tensors for the pass (use_reference_model), on the policy's workers and
+                # layout (layout_rules): no reference weights stay on the GPU beside the policy's
+                res = 0.0
             seconds = sum(_parts(cost, model, kind, options, strategy, mb, extent, old_log_prob, sharded, offloaded,
                                  balance, reward, weight_swap, release).values())
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))

@@ -86,6 +86,7 @@ class PlanView:
             the degree).
         sequence_packing: NeMo RL's ``(train_mb_tokens, logprob_mb_tokens)`` the plan was priced with, or
             ``None`` (``policy.train_mb_tokens``).
+        sequence_tokens: The longest sequence of the step, prompt + generation length (tokens).
     """
 
     tasks: Mapping[str, Task]
@@ -101,6 +102,7 @@ class PlanView:
     context_parallel: Mapping[str, tuple[int, bool, int]] = field(default_factory=dict)
     enforce_eager: bool = False
     sequence_packing: tuple[int, int] | None = None
+    sequence_tokens: int = 0
 
     @classmethod
     def of(cls, instance: PlacementInstance, plan: Plan, framework: str | None = None) -> PlanView:
@@ -125,7 +127,8 @@ class PlanView:
                    rules=replace(Context.of(instance), framework=framework or instance.framework),
                    context_parallel=_context_parallel(instance, models),
                    enforce_eager=instance.engine.enforce_eager,
-                   sequence_packing=instance.sequence_packing)
+                   sequence_packing=instance.sequence_packing,
+                   sequence_tokens=instance.workload.context_length + instance.workload.generation_length)
 
     def layout_refusals(self) -> list[str]:
         """The target framework's layout rules the plan breaks (``layout_rules.refusals``), and every task

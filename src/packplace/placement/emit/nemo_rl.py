@@ -86,8 +86,10 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
                     f"{train.micro_batch} sequences per micro-batch")
     else:
         s["policy.train_micro_batch_size"] = train.micro_batch
-    if view.sequence_packing is not None:   # the packs the plan was priced on (grpo_math_1B.yaml's keys)
-        s["policy.sequence_packing.enabled"] = True
+    # the base recipes cap sequences (grpo_math_1B.yaml: 512 tokens) and pack them: the plan's step sets both
+    s["policy.max_total_sequence_length"] = view.sequence_tokens
+    s["policy.sequence_packing.enabled"] = view.sequence_packing is not None
+    if view.sequence_packing is not None:   # the packs the plan was priced on
         s["policy.sequence_packing.train_mb_tokens"], s["policy.sequence_packing.logprob_mb_tokens"] = (
             view.sequence_packing)
     _policy(out, "policy", train, view.training["actor"], megatron and view.algorithm != "dpo")
@@ -112,6 +114,7 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
             view.sequences, "sequences", "NeMo RL trains whole global batches of train_global_batch_size", refuse,
             role="critic")
         s["value.train_micro_batch_size"] = critic.micro_batch
+        s["value.max_total_sequence_length"] = view.sequence_tokens
         _policy(out, "value", critic, view.training["critic"], megatron)
         _context_parallel(out, "value", critic, view.context_parallel.get("critic"), megatron)
     return out
