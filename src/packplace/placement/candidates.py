@@ -45,7 +45,13 @@ from packplace.placement.model.framework import (
     profile,
 )
 from packplace.placement.model.layout_rules import Context, strategy_refusal
-from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, vertex_memory
+from packplace.placement.model.memory import (
+    DEFAULT_TRAINING,
+    NO_CONTEXT_PARALLEL,
+    ContextParallelSplit,
+    TrainingOptions,
+    vertex_memory,
+)
 from packplace.placement.model.nemo_rl_releases import (
     POLICY_TRAIN,
     TrainerRelease,
@@ -621,6 +627,28 @@ def vertex_balance(instance, vertex: str) -> VertexBalance | None:
                          options.lora_rank if v.kind == "train" else 0)
 
 
+def context_parallel_split(instance, vertex: str, dp: int) -> ContextParallelSplit:
+    """How the training vertex ``vertex`` on ``dp`` data-parallel × context-parallel ranks splits its
+    micro-batches for the memory model (:class:`~packplace.placement.model.memory.ContextParallelSplit`), from
+    its model's ``training.context_parallel`` setting (the one that prices its time,
+    :func:`~packplace.placement.model.dp_balance.vertex_setting`): static CP of degree ``C``, ring ``C``;
+    dynamic CP with the rank cap packplace emits (``max_tokens_per_rank``, else the longest sequence
+    ``S + generation_length`` over ``C``; at least the longest over ``dp``, the largest group, as the CP plan
+    raises it) and a ring of up to ``dp`` ranks. Every other vertex, and a setting that is not active:
+    no context parallelism."""
+    v = instance.graph.vertex(vertex)
+    if v.kind != "train":
+        return NO_CONTEXT_PARALLEL
+    cp = vertex_setting(instance, vertex.split(".")[0]).context_parallel
+    if not cp.active:
+        return NO_CONTEXT_PARALLEL
+    if not cp.dynamic:
+        return ContextParallelSplit(cp.degree, None, cp.degree)
+    longest = instance.workload.context_length + instance.workload.generation_length
+    cap = max(cp.max_tokens_per_rank or math.ceil(longest / cp.degree), math.ceil(longest / dp))
+    return ContextParallelSplit(cp.degree, float(cap), max(dp, cp.degree))
+
+
 def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostModel:
     """The :class:`CostModel` of ``instance`` (optionally on another cluster or hardware): its workload,
     engine, framework profile, the shapes of its models that train with ``zero3``, the policy's shape
@@ -758,7 +786,9 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     ``(strategy, micro_batch, extent)`` keys of ``only`` when given).
 
     Memory is :func:`~packplace.placement.model.memory.vertex_memory` (worst pipeline stage) with the
-    model's training options, a pass's activations and logits at its largest micro-batch
+    model's training options, a trainer's context parallelism (:func:`context_parallel_split`: each GPU of a
+    CP group holds its share of the micro-batch's tokens), a pass's activations and logits at its largest
+    micro-batch
     (:meth:`~packplace.placement.model.cost.CostModel.peak_pass_tokens`; a trainer that recomputes the old
     log-probs also at that forward's); a candidate fits within :func:`memory_budget` (a generation candidate within
     ``gpu_memory_utilization`` of the GPU, the engine's budget). A continuously batched engine holds the
@@ -814,7 +844,8 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                                      options=options, prefill_sequences=prefill, ep=ep,
                                      sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded,
                                      framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace,
-                                     pass_tokens=pass_tokens, logprob_tokens=logprob_tokens)
+                                     pass_tokens=pass_tokens, logprob_tokens=logprob_tokens,
+                                     context_parallel=context_parallel_split(instance, name, dp))
             if weight_swap:
                 # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into
                 # the policy's own tensors for the pass (use_reference_model), on the policy's workers and

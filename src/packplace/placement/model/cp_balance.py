@@ -22,8 +22,9 @@ group's ``size · tp`` GPUs fit in a node, else ``alpha_p2p_n``/``beta_p2p_n``):
 :func:`packplace.context_parallel.cost_from_shape`. Tensor and pipeline parallelism divide compute and KV
 bytes alike, so the factor is computed per data-parallel rank.
 
-Not modelled here: the activation memory CP saves (each rank holds ``1/size`` of a sequence); the memory
-model keeps whole sequences per rank, which over-predicts memory, never under-predicts it.
+The activation memory CP saves (each rank holds ``1/size`` of a sequence, plus the ring attention's buffers) is
+the memory model's: :class:`~packplace.placement.model.memory.ContextParallelSplit`, built by
+:func:`~packplace.placement.candidates.context_parallel_split`.
 """
 
 from __future__ import annotations

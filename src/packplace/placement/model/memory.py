@@ -15,7 +15,9 @@ memory; generation: a paged KV cache of live tokens within ``gpu_memory_utilizat
 Expert parallelism (``ep``, a MoE model): the routed experts of a stage are split over ``tp·ep`` GPUs
 (:func:`stage_split`), their gradients and Adam states sharded over the ``dp/ep`` expert-data-parallel
 ranks; the other weights as above. Options: :class:`TrainingOptions` (``sharding`` zero1, ``recompute``
-selective, ``offload`` none, ``fp32_grad_buffer`` false). Units: bytes; bf16 weights and KV cache.
+selective, ``offload`` none, ``fp32_grad_buffer`` false). Context parallelism (a trainer's CP group of ``c``
+GPUs, :class:`ContextParallelSplit`): each GPU holds ``1/c`` of each sequence's activations and logits plus the
+ring attention's buffers; the resident state is not split. Units: bytes; bf16 weights and KV cache.
 References: Rajbhandari et al. 2020 (ZeRO); Ren et al. 2021 (ZeRO-Offload); Korthikanti et al. 2022;
 Narayanan et al. 2021; Kwon et al. 2023 (PagedAttention, vLLM).
 """
@@ -29,6 +31,7 @@ from functools import lru_cache
 from packplace.errors import ConfigError
 from packplace.placement.model.pass_memory import (
     LOGIT_FORWARD_BYTES,
+    context_parallel_tokens,
     infer_transient,
     stack,
     train_transient,
@@ -168,6 +171,68 @@ def lora_train_state_bytes(model: ModelSpec, pp: int, tp: int, dp: int, options:
 DEFAULT_TRAINING = TrainingOptions()
 
 
+@dataclass(frozen=True)
+class ContextParallelSplit:
+    """How a context-parallel trainer's passes split their micro-batches over the GPUs of a CP group, for the
+    memory model (:func:`vertex_memory`); built from a trained model's ``training.context_parallel`` setting
+    by :func:`~packplace.placement.candidates.context_parallel_split`.
+
+    The training pass and the old-log-prob forward hold :meth:`rank_tokens` of their micro-batch per GPU
+    (activations, logits, the forward's KV), plus the ring attention's buffers over :attr:`ring` GPUs
+    (:func:`~packplace.placement.model.pass_memory.ring_attention_bytes_per_token`); the pipeline holds up to
+    ``ring·micro_batches`` micro-batches in flight (a CP group of ``c`` ranks runs ``c`` times the
+    micro-batches of ``1/c`` the tokens each). The resident state is not split: the ZeRO /
+    distributed-optimizer sharding over ``dp`` already counts the CP ranks (Megatron-Core shards over its
+    data-parallel × context-parallel group). The reference's and critic's forwards stay whole (the time model
+    does not run them with CP either): the larger figure where a framework would run them with CP.
+
+    Attributes:
+        degree: The static CP degree ``c`` (1: none): each sequence of a micro-batch is split over ``c``
+            GPUs (:func:`~packplace.placement.model.pass_memory.context_parallel_tokens`).
+        rank_cap_tokens: Dynamic CP: the tokens a rank may hold (Megatron's ``max_seqlen_per_dp_cp_rank``,
+            the cap packplace emits); None for static CP.
+        ring: The largest CP group the ring attention runs over: ``c`` for static CP, the trainer's ``dp`` for
+            dynamic CP (the largest group Megatron-Core creates).
+
+    Raises:
+        ConfigError: a degree or ring below 1, a ring below the degree, a cap below 1.
+    """
+
+    degree: int = 1
+    rank_cap_tokens: float | None = None
+    ring: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("degree", "ring"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"context_parallel.{name}: must be an integer >= 1, got {value!r}")
+        if self.ring < self.degree:
+            raise ConfigError(f"context_parallel.ring: must be at least the degree {self.degree}, got {self.ring}")
+        if self.rank_cap_tokens is not None and not self.rank_cap_tokens >= 1:
+            raise ConfigError(f"context_parallel.rank_cap_tokens: must be >= 1, got {self.rank_cap_tokens!r}")
+
+    @property
+    def active(self) -> bool:
+        """The passes run context parallelism (a degree above 1 or dynamic CP)."""
+        return self.degree > 1 or self.rank_cap_tokens is not None
+
+    def rank_tokens(self, tokens: float, sequences: float, tp: int) -> float:
+        """Tokens one GPU of a CP group holds of a micro-batch of ``tokens`` tokens in ``sequences``
+        sequences (before the tensor-parallel split). Static:
+        :func:`~packplace.placement.model.pass_memory.context_parallel_tokens`. Dynamic: the larger of that
+        and the rank cap: Megatron-Core's dynamic-CP scheduler fills a rank's micro-batch up to the cap
+        whatever the micro-batch size, and a framework without dynamic CP (NeMo RL) runs the static degree
+        with the plan's micro-batch instead; the figure that holds for both is kept."""
+        share = context_parallel_tokens(tokens, self.degree, sequences, tp)
+        if self.rank_cap_tokens is None:
+            return share
+        return max(share, float(self.rank_cap_tokens))
+
+
+NO_CONTEXT_PARALLEL = ContextParallelSplit()
+
+
 def weight_bytes(model: ModelSpec, tp: int, pp: int, ep: int = 1) -> float:
     """bf16 weights per GPU of the largest stage: ``2·max(stage_params)/tp`` (``2P/tp`` for pp = 1); with
     expert parallelism the routed experts count ``1/ep`` of that (:func:`stage_split`)."""
@@ -241,7 +306,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   prefill_sequences: int | None = None, ep: int = 1, sharded_weights: bool = False,
                   offloaded_weights: bool = False, framework: str = "none",
                   workspace_bytes: float | None = None, pass_tokens: float | None = None,
-                  logprob_tokens: float | None = None) -> tuple[float, float]:
+                  logprob_tokens: float | None = None,
+                  context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -271,6 +337,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         logprob_tokens: A ``train`` vertex that also runs the old-log-prob forward: the tokens of that
             forward's largest micro-batch; the transient is then the larger of the training pass's and that
             forward's (:func:`~packplace.placement.model.pass_memory.infer_transient` plus the workspace).
+        context_parallel: A ``train`` vertex's context parallelism (:class:`ContextParallelSplit`, what it
+            splits and what it does not); other kinds ignore it.
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
@@ -288,6 +356,9 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     """
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
     tokens = micro_batch * seq_len if pass_tokens is None else pass_tokens
+    cp = context_parallel if kind == "train" else NO_CONTEXT_PARALLEL
+    tokens = cp.rank_tokens(tokens, micro_batch, tp)
+    logprob_tokens = None if logprob_tokens is None else cp.rank_tokens(logprob_tokens, micro_batch, tp)
     workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
     per_layer_rank = model.block_params / model.layers / tp
     layers = stage_layers(model.layers, pp)
@@ -304,15 +375,9 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             else:
                 resident = (train_state_bytes(p, per_layer_rank, dp, options) if split is None
                             else expert_train_state_bytes(model, split[i], dp, tp, ep, options))
-            autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
-            transient = train_transient(model, tokens=tokens, n_layers=layers[i], last=last,
-                                        first=i == 0, recompute=options.recompute, tp=tp,
-                                        inflight=min(pp - i, micro_batches), autocast=autocast,
-                                        ep=ep).peak(workspace)
-            if logprob_tokens is not None:
-                forward = infer_transient(model, tokens=logprob_tokens, n_layers=layers[i], last=last, tp=tp,
-                                          kv_cache=framework == "none", ep=ep)
-                transient = max(transient, sum(forward) + workspace)
+            transient = _train_vertex_transient(model, options, tokens, logprob_tokens, layers[i], i == 0, last,
+                                                tp, min(pp - i, micro_batches * cp.ring), ep, cp.ring,
+                                                framework == "none", workspace)
         elif kind == "infer":
             # partitioned: the stage's weights over all tp·dp ranks (ZeRO-3 shards expert weights over the
             # expert-data-parallel group, ep·(dp/ep) = dp ranks with tp)
@@ -335,6 +400,24 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         if resident + transient > best[0]:
             best = (resident + transient, resident, transient)
     return best[1], best[2]
+
+
+def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: float, logprob_tokens: float | None,
+                            n_layers: int, first: bool, last: bool, tp: int, inflight: int, ep: int, ring: int,
+                            kv_cache: bool, workspace: float) -> float:
+    """A training vertex's transient bytes on one stage (:func:`vertex_memory`): the training pass's peak
+    (:func:`~packplace.placement.model.pass_memory.train_transient`), or the old-log-prob forward's when
+    larger; ``tokens`` / ``logprob_tokens`` are the GPU's share under context parallelism, ``ring`` the CP
+    group the attention's ring runs over."""
+    autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
+    transient = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,
+                                recompute=options.recompute, tp=tp, inflight=inflight, autocast=autocast, ep=ep,
+                                cp=ring).peak(workspace)
+    if logprob_tokens is None:
+        return transient
+    forward = infer_transient(model, tokens=logprob_tokens, n_layers=n_layers, last=last, tp=tp, kv_cache=kv_cache,
+                              ep=ep, cp=ring)
+    return max(transient, sum(forward) + workspace)
 
 
 def peak_pass_tokens(workload: Workload, micro_batch: int, pack_tokens: int | None = None) -> float:

@@ -34,6 +34,13 @@ The model follows what the tensors of a Hugging Face decoder layer are (``LlamaD
   ``should_split``, ``get_allocation_size``): :func:`_slack`, :func:`weight_slack`.
 * **workspace**: what the process holds that no pass tensor explains (cuBLAS / cuBLASLt workspaces,
   kernel scratch, allocator residue): :attr:`MemoryStack.workspace_bytes`, per software stack.
+* **context parallelism** (``cp``): a CP group of ``c`` GPUs splits every sequence of a training micro-batch
+  along the sequence, each GPU holding ``1/c`` of its tokens (:func:`context_parallel_tokens`), so the saved
+  activations, the logits and the working sets are those of ``1/c`` of the tokens ("CP partitions the network
+  inputs and all activations along the sequence dimension ... each GPU stores only the KV of a sequence chunk
+  in forward": Megatron-LM ``docs/user-guide/features/context_parallel.md``); what CP does not split stays
+  whole (weights, gradients, optimizer state). The ring attention's K/V exchange adds one layer's buffers
+  while its attention runs (:func:`ring_attention_bytes_per_token`).
 
 Peak: a pass's memory rises and falls, so the peak is the largest of its phases (:func:`pass_memory`):
 the end of the forward (every activation saved, the loss's logits), the start of the backward (the
@@ -111,7 +118,8 @@ class PassMemory:
     ``gradients``; ``optimizer``: Adam moments (and the fp32 master copy when the weights are bf16);
     ``activations``: saved activations or the no-grad working set; ``logits``; ``kv_cache``;
     ``workspace``: the stack's workspace plus allocator slack. ``phase`` names the phase that sets the
-    peak (``forward``, ``loss_backward``, ``backward_end``, ``layer``, ``logits``, ``decode``).
+    peak (``forward``, ``loss_backward``, ``backward_end``, ``ring_forward``, ``ring_backward``, ``layer``,
+    ``logits``, ``decode``).
     """
 
     peak_bytes: float
@@ -209,6 +217,68 @@ def logit_bytes_per_token(model: ModelSpec, backward: bool) -> float:
     return (LOGIT_BACKWARD_BYTES if backward else LOGIT_FORWARD_BYTES) * model.output_dim
 
 
+def context_parallel_tokens(tokens: float, cp: int, sequences: float, tp: int = 1) -> float:
+    """Tokens one GPU of a CP group of ``cp`` holds of a micro-batch of ``tokens`` tokens in ``sequences``
+    sequences (before the tensor-parallel split): ``tokens/cp`` plus the padding, ``tokens`` for ``cp = 1``.
+
+    Megatron-Core cuts each sequence into ``2·cp`` chunks and gives each rank two of them (the causal load
+    balance: ``get_batch_on_this_cp_rank``; Transformer Engine asserts "Sequence length per GPU needs to be
+    divisible by 2"), and with sequence parallelism the length must also divide by ``tp``: a sequence is
+    padded to a multiple of ``2·cp·tp`` (NeMo RL rounds packs the same way), at most ``2·cp·tp − 1`` tokens,
+    so a rank holds at most ``2·tp`` tokens more per sequence than ``tokens/cp``; that bound is added
+    (never under-predicted).
+
+    Raises:
+        ConfigError: ``cp`` not an integer >= 1.
+    """
+    _check_positive("cp", cp)
+    if cp == 1:
+        return float(tokens)
+    return tokens / cp + 2.0 * tp * sequences
+
+
+def ring_attention_bytes_per_token(model: ModelSpec, ring: int, tp: int, backward: bool) -> float:
+    """Bytes per token of this GPU's share (:func:`context_parallel_tokens`, before the tensor-parallel
+    split) that one layer's ring attention holds on top of the saved activations while it runs, over a CP
+    group of ``ring`` GPUs (0 for ``ring = 1``). Transformer Engine's ``AttnFuncWithCPAndKVP2P`` (Megatron-Core's
+    ``cp_comm_type: p2p``, transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py),
+    bf16, with ``kv`` = the bf16 K and V of a token on this GPU (``model.kv_bytes_per_token(tp)/layers``),
+    ``o = 2·q/tp`` (the attention output) and ``l = 4·h/tp`` (the fp32 log-sum-exp per head):
+
+    * forward: ``ring·(kv + o + l) + o``. The forward keeps every step's K/V in ``p2p_comm_buffers``
+      (``ring`` buffers of this GPU's K/V size: its own copy and the ``ring − 1`` received ones), every
+      step's partial output ``out_per_step`` and log-sum-exp ``softmax_lse_per_step`` until they are merged
+      after the last step, and the merged output: the whole group's K/V for one layer at once, not the two
+      buffers a double-buffered ring would hold (Liu et al. 2023, "Ring Attention with Blockwise
+      Transformers", arXiv 2310.01889). Only the last K/V buffer is saved for the backward, in place of
+      this GPU's own K/V, so the saved activations keep their size.
+    * backward: ``5·kv + 2·o``: two send/receive buffers each of a K/V and its gradient (``4·kv``), the
+      ``dq`` accumulator (``o``) and one step's ``dq, dk, dv`` (``o + kv``).
+
+    Raises:
+        ConfigError: ``ring`` or ``tp`` not an integer >= 1.
+    """
+    _check_positive("cp", ring)
+    _check_positive("tp", tp)
+    if ring == 1:
+        return 0.0
+    kv = model.kv_bytes_per_token(tp, 1) / model.layers
+    out = 2.0 * model.attention_dim / tp
+    if backward:
+        return 5.0 * kv + 2.0 * out
+    return ring * (kv + out + 4.0 * model.heads / tp) + out
+
+
+def _ring_bytes(model: ModelSpec, ring: int, tp: int, tokens: float, backward: bool) -> float:
+    """:func:`ring_attention_bytes_per_token` of ``tokens`` tokens with the allocator slack of its tensors
+    (forward: ``3·ring + 1``; backward: 6)."""
+    total = ring_attention_bytes_per_token(model, ring, tp, backward) * tokens
+    if total <= 0:
+        return 0.0
+    tensors = 6 if backward else 3 * ring + 1
+    return total + _slack(tensors, total / tensors)
+
+
 def _check(name: str, value: str, valid: tuple[str, ...]) -> None:
     if value not in valid:
         raise ConfigError(f"{name}: must be one of {', '.join(valid)}, got {value!r}")
@@ -231,7 +301,7 @@ def _stage(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[list[float], tu
 def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: int = 0, context: int = 0,
                 recompute: str = "none", optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1,
                 ep: int = 1, framework: str = "none", sharding: str = "none", micro_batches: int = 1,
-                workspace_bytes: float | None = None) -> PassMemory:
+                workspace_bytes: float | None = None, cp: int = 1) -> PassMemory:
     """Peak memory per GPU of one pass (bytes), the worst pipeline stage, with its parts.
 
     Args:
@@ -264,21 +334,28 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             the gradients of the earlier micro-batches are held throughout (gradient accumulation).
         workspace_bytes: The workspace (a GPU preset's ``hardware.memory_workspace``); default the
             stack's (:data:`STACKS`).
+        cp: Context-parallel degree (train, infer): each of the ``micro_batch`` sequences is split over
+            ``cp`` GPUs, which hold :func:`context_parallel_tokens` of it each, plus the ring attention's
+            buffers (:func:`ring_attention_bytes_per_token`); weights, gradients and optimizer state are not
+            split by CP (``dp`` counts the data-parallel ranks that shard them).
 
     Returns:
         :class:`PassMemory`.
 
     Raises:
         ConfigError: an unknown task / recompute / optimizer / sharding value, a non-positive degree or
-            batch, or a missing ``seq_len`` / ``context`` for the task.
+            batch, a missing ``seq_len`` / ``context`` for the task, or ``cp > 1`` for an engine task.
     """
     _check("task", task, TASKS)
     _check("recompute", recompute, RECOMPUTE_MODES)
     _check("optimizer", optimizer, OPTIMIZERS)
     _check("sharding", sharding, SHARDING)
     for name, value in (("micro_batch", micro_batch), ("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep),
-                        ("micro_batches", micro_batches)):
+                        ("micro_batches", micro_batches), ("cp", cp)):
         _check_positive(name, value)
+    if cp > 1 and task not in ("train", "infer"):
+        raise ConfigError(f"cp: context parallelism is modelled for the train and infer tasks, got cp={cp} "
+                          f"for task {task}")
     if task in ("train", "infer", "prefill") and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
                                                   or seq_len < 1):
         raise ConfigError(f"seq_len: must be an integer >= 1 for task {task}, got {seq_len!r}")
@@ -292,12 +369,13 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
     best: PassMemory | None = None
     for i in range(pp):
         last = i == pp - 1
+        tokens = context_parallel_tokens(micro_batch * seq_len, cp, micro_batch, tp)
         if task == "train":
-            part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, micro_batch * seq_len, recompute,
-                                optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep)
+            part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, tokens, recompute,
+                                optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep, cp)
         elif task == "infer":
-            part = _infer_stage(model, per_gpu[i], layers[i], last, micro_batch * seq_len, tp, dp, sharding,
-                                framework, ws, ep)
+            part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
+                                framework, ws, ep, cp)
         else:
             part = _engine_stage(model, task, per_gpu[i], layers[i], last, micro_batch, seq_len, context, tp, ws,
                                  ep)
@@ -354,7 +432,11 @@ class TrainTransient:
     bf16 weight copies alive at the end of the forward / in the loss's backward; ``saved``: saved
     activations of the micro-batches in flight; ``logits_forward`` / ``logits_backward``; ``end``: the
     largest extra of the backward's end (the last layer's working set, or a tied embedding's gradient
-    before it is accumulated); ``slack_forward`` / ``slack_end``: allocator slack of the live tensors."""
+    before it is accumulated); ``slack_forward`` / ``slack_end``: allocator slack of the live tensors;
+    ``ring_forward`` / ``ring_backward``: a context-parallel layer's ring-attention buffers while its
+    attention runs forward / backward (:func:`ring_attention_bytes_per_token`, 0 without CP). The ring's
+    buffers and the loss's logits are never live together (the logits come after the last layer's forward
+    and are freed before its backward), so a phase holds the larger of the two."""
 
     copies_forward: float
     copies_backward: float
@@ -364,22 +446,29 @@ class TrainTransient:
     end: float
     slack_forward: float
     slack_end: float
+    ring_forward: float = 0.0
+    ring_backward: float = 0.0
 
     def peak(self, workspace: float) -> float:
         """Largest transient bytes over the phases, workspace included."""
-        return workspace + max(self.copies_forward + self.saved + self.logits_forward + self.slack_forward,
-                               self.copies_backward + self.saved + self.logits_backward + self.slack_forward,
-                               self.end + self.slack_end)
+        return workspace + max(
+            self.copies_forward + self.saved + max(self.logits_forward, self.ring_forward) + self.slack_forward,
+            self.copies_backward + self.saved + max(self.logits_backward, self.ring_backward) + self.slack_forward,
+            self.end + self.slack_end)
 
 
 def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, first: bool,
-                    recompute: str, tp: int, inflight: int, autocast: bool, ep: int = 1) -> TrainTransient:
+                    recompute: str, tp: int, inflight: int, autocast: bool, ep: int = 1,
+                    cp: int = 1) -> TrainTransient:
     """:class:`TrainTransient` of one stage of ``n_layers`` layers for a micro-batch of ``tokens`` tokens
     (``inflight`` micro-batches' activations held, 1F1B). ``autocast``: fp32 master weights under
     ``torch.autocast`` (bf16 copies of every matmul weight cached through the forward; under full
     recomputation only the output head's copy is kept for the backward), else bf16 weights. ``first`` and
     ``last``: the stage holds the embedding / the output head (a tied embedding's gradient is
-    materialised once more at the end of the backward when both are on it)."""
+    materialised once more at the end of the backward when both are on it). ``cp``: the size of the
+    context-parallel group the attention's ring runs over; ``tokens`` is then this GPU's share of the
+    micro-batch (:func:`context_parallel_tokens`: the caller divides) and the ring's buffers are added
+    (``ring_forward``, ``ring_backward``; the backward's end holds the first layer's)."""
     head = model.head_gemm_params / tp if last else 0.0
     gemm = (model.gemm_params - model.head_gemm_params) / model.layers * n_layers / tp + head
     t = tokens / tp
@@ -401,13 +490,15 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     embed_grad = grad_bytes * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp if tied else 0.0
     weights = weight_slack(model, n_layers, tp, ep)
     saved_each = (saved / saved_tensors) if saved_tensors else 0.0
+    ring_backward = _ring_bytes(model, cp, tp, tokens, True)
     return TrainTransient(
         copies_forward=copies_forward, copies_backward=copies_backward, saved=saved,
         logits_forward=logit_bytes_per_token(model, False) * t if last else 0.0,
         logits_backward=logit_bytes_per_token(model, True) * t if last else 0.0,
-        end=max(embed_grad, a_layer),
+        end=max(embed_grad, a_layer + ring_backward),
         slack_forward=weights + _slack(saved_tensors, saved_each),
-        slack_end=2 * weights + _slack(SAVED_TENSORS_PER_LAYER, a_layer / SAVED_TENSORS_PER_LAYER))
+        slack_end=2 * weights + _slack(SAVED_TENSORS_PER_LAYER, a_layer / SAVED_TENSORS_PER_LAYER),
+        ring_forward=_ring_bytes(model, cp, tp, tokens, False), ring_backward=ring_backward)
 
 
 def uses_autocast(optimizer: str, sharding: str) -> bool:
@@ -418,16 +509,17 @@ def uses_autocast(optimizer: str, sharding: str) -> bool:
     return optimizer == "adam" and sharding == "none"
 
 
-def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, first: bool, tokens: int,
+def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, first: bool, tokens: float,
                  recompute: str, optimizer: str, tp: int, ahead: int, dp: int, sharding: str,
-                 micro_batches: int, ws: float, ep: int = 1) -> PassMemory:
+                 micro_batches: int, ws: float, ep: int = 1, cp: int = 1) -> PassMemory:
     """One pipeline stage of a training micro-batch: the largest of the forward's end, the loss's
-    backward and the backward's end (module docstring). With ``micro_batches > 1`` the gradients of the
-    earlier micro-batches are held throughout (gradient accumulation)."""
+    backward and the backward's end (module docstring), and with context parallelism the last layer's ring
+    attention forward and backward (``ring_forward``, ``ring_backward``). With ``micro_batches > 1`` the
+    gradients of the earlier micro-batches are held throughout (gradient accumulation)."""
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     part = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first, recompute=recompute,
-                           tp=tp, inflight=min(ahead, micro_batches), autocast=autocast, ep=ep)
+                           tp=tp, inflight=min(ahead, micro_batches), autocast=autocast, ep=ep, cp=cp)
     # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's
     # expert-data-parallel group), the rest over dp
     expert = n_layers * model.expert_params / model.layers / (tp * ep) if model.is_moe and ep > 1 else 0.0
@@ -448,21 +540,30 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     loss_backward = _assemble("loss_backward", weights + part.copies_backward, held, moments, part.saved,
                               part.logits_backward, 0.0, ws + part.slack_forward)
     end = _assemble("backward_end", weights, grads, moments, part.end, 0.0, 0.0, ws + part.slack_end)
-    return max((forward, loss_backward, end), key=lambda p: p.peak_bytes)
+    phases = [forward, loss_backward, end]
+    if cp > 1:
+        phases += [_assemble("ring_forward", weights + part.copies_forward, held, moments,
+                             part.saved + part.ring_forward, 0.0, 0.0, ws + part.slack_forward),
+                   _assemble("ring_backward", weights + part.copies_backward, held, moments,
+                             part.saved + part.ring_backward, 0.0, 0.0, ws + part.slack_forward)]
+    return max(phases, key=lambda p: p.peak_bytes)
 
 
 def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, tp: int,
-                    kv_cache: bool, ep: int = 1) -> tuple[float, float, float, float]:
+                    kv_cache: bool, ep: int = 1, cp: int = 1) -> tuple[float, float, float, float]:
     """``(activations, logits, kv_cache, slack)`` bytes per GPU at the peak of a no-grad log-prob forward
     of ``tokens`` tokens on a stage of ``n_layers`` layers: the larger of one layer's working set
     (:func:`working_set_bytes_per_token`) and, on the last stage, the logits' ``10·V`` per token with the
     final hidden states; ``kv_cache``: the forward keeps every layer's K and V (a Hugging Face
-    ``model(input_ids)`` with ``use_cache`` on)."""
+    ``model(input_ids)`` with ``use_cache`` on). ``cp``: the context-parallel group of the forward's ring
+    attention; ``tokens`` is then this GPU's share (:func:`context_parallel_tokens`) and the layer's working
+    set adds the ring's forward buffers (:func:`ring_attention_bytes_per_token`; added to the whole
+    working set, not only to its attention step: the larger figure)."""
     t = tokens / tp
     kv = model.kv_bytes_per_token(tp, 1) * n_layers / model.layers * tokens if kv_cache else 0.0
     slack = weight_slack(model, n_layers, tp, ep) + _slack(2 * n_layers, model.kv_bytes_per_token(tp, 1) / model.layers
                                                          * tokens / 2 if kv_cache else 0.0)
-    layer = working_set_bytes_per_token(model) * t
+    layer = working_set_bytes_per_token(model) * t + _ring_bytes(model, cp, tp, tokens, False)
     if last:
         hidden = 2.0 * model.hidden_dim * t
         logits = logit_bytes_per_token(model, False) * t
@@ -471,14 +572,14 @@ def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     return layer, 0.0, kv, slack
 
 
-def _infer_stage(model: ModelSpec, params: float, n_layers: int, last: bool, tokens: int, tp: int, dp: int,
-                 sharding: str, framework: str, ws: float, ep: int = 1) -> PassMemory:
+def _infer_stage(model: ModelSpec, params: float, n_layers: int, last: bool, tokens: float, tp: int, dp: int,
+                 sharding: str, framework: str, ws: float, ep: int = 1, cp: int = 1) -> PassMemory:
     """One stage of a log-prob forward (no grad): bf16 weights (ZeRO-3: the shard and one gathered
     layer) plus :func:`infer_transient`."""
     layer_params = model.block_params / model.layers / tp
     weights = 2.0 * params / dp + 2.0 * layer_params if sharding == "zero3" else 2.0 * params
     act, logits, kv, slack = infer_transient(model, tokens=tokens, n_layers=n_layers, last=last, tp=tp,
-                                             kv_cache=framework == "none", ep=ep)
+                                             kv_cache=framework == "none", ep=ep, cp=cp)
     return _assemble("logits" if logits else "layer", weights, 0.0, 0.0, act, logits, kv, ws + slack)
 
 
