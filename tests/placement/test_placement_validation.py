@@ -150,7 +150,8 @@ def test_validation_files_use_the_published_configs_settings(setup, published):
 def test_validate_json_has_one_object_per_row(capsys):
     code = main(["validate", "--json", OPENRLHF])
     document = json.loads(capsys.readouterr().out)
-    rows = {r["phase"]: r for r in document["rows"]}
+    rows = {r["figure"]: r for r in document["rows"]}
+    assert all("phase" not in r for r in document["rows"])   # one name with cross-validate's rows: figure
     assert set(rows) == {"step", "generation_and_experience", "training"}
     # the generation + experience phase is at 1.31 (KNOWN_OUT_OF_RANGE): the file fails, exit 1
     assert rows["generation_and_experience"]["ok"] is False and rows["step"]["ok"] is True
@@ -354,3 +355,14 @@ def test_validate_refuses_knobs_without_cross_validate(capsys):
     # --knobs names what --cross-validate fits; alone it would be ignored, so it is bad input
     assert main(["validate", OPENRLHF, "--knobs", "decode_bw_eff:gpu"]) == 2
     assert "--knobs" in capsys.readouterr().err
+
+
+def test_validate_and_cross_validate_rows_name_their_figure_alike():
+    # validate --json had said "phase" where cross-validate --json says "figure" for the same thing
+    from packplace.placement.checking.crossval import CrossRow
+    from packplace.placement.checking.validate import ValidationRow
+    row = ValidationRow("setup", "step", 10.0, 8.0, True)
+    cross = CrossRow("setup", "step", "a publication", "verl", "h100-sxm", 8.0, 10.0, 9.0, True, True)
+    assert row.as_dict()["figure"] == cross.as_dict()["figure"] == "step"
+    assert "phase" not in row.as_dict() and "phase" not in cross.as_dict()
+    assert row.phase == "step"   # the attribute's deprecated alias

@@ -92,6 +92,10 @@ def test_a_framework_without_a_profile_may_be_scored_on_the_bare_engine(tmp_path
     ("NeMo-RL 0.5.0rc1", "nemo-rl", True), ("Verl", "verl", False), ("verl v0.4", "verl", True),
     ("HybridFlow", "verl", False), ("OpenRLHF 0.2.7", "openrlhf", True), ("deepspeed chat", "deepspeed-chat", False),
     ("DeepSpeed-Chat", "deepspeed-chat", False), ("DS-Chat", "deepspeed-chat", False), ("None", "none", False),
+    # a release without a separator is a release too: "openrlhf2" had passed as a new system while
+    # "OpenRLHF-v2" was refused
+    ("openrlhf2", "openrlhf", True), ("OpenRLHF-v2", "openrlhf", True), ("open_rlhf.v2", "openrlhf", True),
+    ("verl2", "verl", True),
 ])
 def test_a_known_framework_spelled_another_way_is_refused_naming_it(tmp_path, written, canonical, release):
     # each of these was taken for an unknown system and priced without the framework's execution profile
@@ -101,7 +105,20 @@ def test_a_known_framework_spelled_another_way_is_refused_naming_it(tmp_path, wr
                        + ("; the release goes in policy.framework_version)" if release else ")"))
 
 
-@pytest.mark.parametrize("other", ["skyrl", "ROLL", "AReaL", "verl-agent", "NeMo-Aligner", "verl2", "ReaLHF v0.3"])
+@pytest.mark.parametrize("written, canonical", [
+    ("OpenRLFH", "openrlhf"), ("openrlh", "openrlhf"), ("verll", "verl"), ("vrl", "verl"), ("NeMo-RM", "nemo-rl"),
+    ("deepspeed-caht", "deepspeed-chat"), ("DeepSpedChta", "deepspeed-chat"), ("OpenRLFH v2", "openrlhf"),
+])
+def test_a_near_miss_of_a_known_framework_is_refused_naming_it(tmp_path, written, canonical):
+    # a misspelt framework had been scored as a new system on the bare engine
+    message = _load_error(tmp_path, _set("framework", written))
+    assert message == (f"[validation] framework: {written!r} is a near miss of the {canonical} framework; write it "
+                       f"{canonical!r} (or, for another system, a name that does not misspell a framework with an "
+                       "execution profile)")
+
+
+@pytest.mark.parametrize("other", ["skyrl", "ROLL", "AReaL", "verl-agent", "NeMo-Aligner", "ReaLHF v0.3", "OpenRL",
+                                   "TRL", "NeMo"])
 def test_another_system_whose_name_resembles_a_framework_is_still_accepted(tmp_path, other):
     instance, _, section = load_setup(_edited(tmp_path, _set("framework", other)))
     assert instance.framework == "none" and section["framework"] == other
@@ -251,13 +268,35 @@ def test_a_setup_given_twice_is_refused_before_any_row_is_printed(capsys):
         f"(first: {QWEN}); give each file once"]
 
 
+def test_one_file_under_two_names_is_refused_naming_both(tmp_path, capsys):
+    # the same run copied under another name had been scored twice (refused by file name only)
+    copy_path = tmp_path / "copy_of_qwen.yaml"
+    copy_path.write_text(open(QWEN, encoding="utf-8").read())
+    assert main(["validate", QWEN, str(copy_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"packplace validate: error: [validation] {copy_path}: the same content as {QWEN} (one run under two "
+        "names: its figures would be scored twice); give each file once"]
+    # comments and layout do not make another run; cross-validation refuses it too
+    reformatted = tmp_path / "reformatted.yaml"
+    reformatted.write_text("# a copy\n" + yaml.safe_dump(load_yaml(QWEN), default_flow_style=True))
+    assert main(["validate", "--cross-validate", str(reformatted), QWEN]) == 2
+    assert f"{QWEN}: the same content as {reformatted}" in capsys.readouterr().err
+    # one changed value is another file
+    other = _edited(tmp_path, _set("source", "another source"), name="other.yaml")
+    rows = validate([QWEN, other])
+    assert {r.setup for r in rows} == {"qwen2.5-7b_vllm_batch1_1xa100", "other"}
+
+
 def test_two_spellings_of_one_unknown_system_share_its_knob_group(tmp_path):
     # cross-validation fits framework-scoped knobs per framework name: "SkyRL" and "skyrl 0.2" had been two
     from packplace.placement.checking.crossval import load_setups
     paths = [_edited(tmp_path, _set("framework", spelling), name=f"run{i}.yaml")
              for i, spelling in enumerate(["SkyRL", "skyrl 0.2", "Sky-RL"])]
     groups = [setup.framework for setup in load_setups(paths)]
-    assert groups == ["skyrl", "skyrl", "sky-rl"]   # punctuation inside a name keeps it apart
+    # one canonical form for every name: case, punctuation and a release dropped, as for the known frameworks
+    assert groups == ["skyrl", "skyrl", "skyrl"]
 
 
 def test_a_dpo_micro_batch_left_to_fit_is_fitted_in_whole_pairs(tmp_path):

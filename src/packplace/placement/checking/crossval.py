@@ -37,6 +37,7 @@ from packplace.errors import ConfigError, PackplaceError
 from packplace.placement.checking.calibrate import fit_published
 from packplace.placement.checking.validate import (
     BELOW_FLOOR,
+    check_distinct_files,
     floor_reason,
     framework,
     load_setup,
@@ -107,8 +108,10 @@ def load_setups(paths: list[str], refused: dict[str, str] | None = None) -> list
     load is recorded there (``{name: one-line error}``) and left out instead of raised.
 
     Raises:
-        ConfigError: a bad file (without ``refused``), every file refused, or two files with one name.
+        ConfigError: a bad file (without ``refused``), every file refused, or two files with one name or one
+            content (:func:`~packplace.placement.checking.validate.check_distinct_files`).
     """
+    check_distinct_files(paths)
     out: list[Setup] = []
     first: PackplaceError | None = None
     for path in paths:
@@ -121,8 +124,6 @@ def load_setups(paths: list[str], refused: dict[str, str] | None = None) -> list
             refused[name] = str(exc)
             first = first or exc
             continue
-        if any(s.name == name for s in out):
-            raise ConfigError(f"[validation] {path}: a second setup named {name!r}")
         skipped = skip_reason(plan, section)
         published = {} if skipped else {f: float(v) for f, v in section["published"].items()}
         reason = not_fitted(section, path) or ("" if skipped else floor_reason(instance, plan, section))

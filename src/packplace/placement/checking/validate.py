@@ -37,6 +37,8 @@ The contracts (:data:`VALIDATION_FIELDS`, :data:`PUBLISHED_FIELD`, :data:`PLAN_T
 from __future__ import annotations
 
 import glob
+import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +55,7 @@ from packplace.placement.problem.config import (
     framework_key,
     known_framework,
     load_yaml,
+    near_framework,
 )
 from packplace.placement.problem.hardware import PRESETS
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
@@ -70,7 +73,8 @@ VALIDATION_FIELDS: dict[str, Field] = {
                        meaning="framework that ran the step, the group of framework-scoped knobs "
                                "(default: policy.framework; one with an execution profile must equal "
                                "policy.framework, written as it: another spelling of it, any case, spacing, "
-                               "punctuation or trailing release, is refused)"),
+                               "punctuation or trailing release (openrlhf2, OpenRLHF-v2), or a near miss "
+                               "(OpenRLFH) is refused naming it)"),
     "note": Field("str", default=None, meaning="free text for the reader"),
     "not_fitted": Field("str", default=None,
                         meaning="why the figures are scored but never used to fit knobs "
@@ -114,17 +118,18 @@ BELOW_FLOOR = "below its inputs' datasheet floor"
 
 @dataclass
 class ValidationRow:
-    """One compared figure: ``setup``, ``phase`` (``step`` or a phase name), seconds predicted and
+    """One compared figure: ``setup``, ``figure`` (``step`` or a phase name), seconds predicted and
     published, whether the plan fits in memory under the model (``memory_ok``), the file's ``source`` and
     ``parts``: per vertex of the phase (every vertex for ``step``), its predicted seconds by part
     (``generation``, ``forward``, ``train``, ``old_log_prob``, ``overhead``), ``floor``: the figure's
     datasheet lower bound for the file's workload (:func:`flop_floor`, seconds), and ``fitted``: the
     sentence naming the micro-batches ``validate`` fitted because the source does not give them
     (:func:`fit_micro_batches`; empty when every one is published). A file refused at load
-    (:func:`load_setup` raised) is one row with phase ``-``, NaN seconds and ``error``: the one-line reason."""
+    (:func:`load_setup` raised) is one row with figure ``-``, NaN seconds and ``error``: the one-line reason.
+    ``phase`` is a deprecated alias of ``figure`` (the name cross-validation's rows use too)."""
 
     setup: str
-    phase: str
+    figure: str
     predicted: float
     published: float
     memory_ok: bool
@@ -134,6 +139,11 @@ class ValidationRow:
     floor: float = 0.0
     fitted: str = ""
     error: str = ""
+
+    @property
+    def phase(self) -> str:
+        """Deprecated alias of :attr:`figure`."""
+        return self.figure
 
     @property
     def below_floor(self) -> bool:
@@ -153,11 +163,11 @@ class ValidationRow:
         return not self.skipped and not self.error and self.memory_ok and RATIO_RANGE[0] <= self.ratio <= RATIO_RANGE[1]
 
     def as_dict(self) -> dict[str, Any]:
-        """The row as JSON-ready fields: ``setup, phase, source, published, predicted, ratio, memory_ok,
+        """The row as JSON-ready fields: ``setup, figure, source, published, predicted, ratio, memory_ok,
         ok, parts`` (seconds), ``skipped`` (the reason, empty when scored), ``floor`` (seconds),
         ``below_floor``, ``fitted`` (the fitted micro-batches' sentence, empty when all are published) and
         ``error`` (why the file was refused, empty when it loaded; its seconds are then ``null``)."""
-        return {"setup": self.setup, "phase": self.phase, "source": self.source, "published": self.published,
+        return {"setup": self.setup, "figure": self.figure, "source": self.source, "published": self.published,
                 "predicted": self.predicted, "ratio": self.ratio, "memory_ok": self.memory_ok, "ok": self.ok,
                 "parts": self.parts, "skipped": self.skipped, "floor": self.floor,
                 "below_floor": self.below_floor, "fitted": self.fitted, "error": self.error}
@@ -403,15 +413,21 @@ def _check_framework_agrees(section: dict[str, Any], instance) -> None:
     execution profile (:data:`~packplace.placement.model.framework.FRAMEWORKS`), ``policy.framework`` must
     select it, or the run would be priced without the mechanics of the framework it names (a framework
     without a profile, e.g. one scored with the bare engine, may differ). A name that spells a framework with
-    a profile another way (case, spaces, punctuation, a trailing release:
-    :func:`~packplace.placement.problem.config.known_framework`) is refused naming the canonical one, never
-    taken for another system.
+    a profile another way (case, spaces, punctuation, a trailing release, ``OpenRLHF-v2`` and ``openrlhf2``
+    alike: :func:`~packplace.placement.problem.config.known_framework`) or misses it by an edit or two
+    (:func:`~packplace.placement.problem.config.near_framework`: ``OpenRLFH``) is refused naming the
+    canonical one, never taken for another system.
 
     Raises:
         ConfigError: ``[validation] framework: ...`` naming both values.
     """
     named = section.get("framework")
     canonical, release = known_framework(named)
+    near = near_framework(named) if canonical is None else None
+    if near is not None:
+        raise ConfigError(f"[validation] framework: {show(named)} is a near miss of the {near} framework; write "
+                          f"it {show(near)} (or, for another system, a name that does not misspell a framework "
+                          "with an execution profile)")
     if canonical is None:   # another system (or not a string: check_validation names it)
         return
     if canonical != named:
@@ -449,8 +465,10 @@ def publication(section: dict[str, Any]) -> str:
 def framework(instance, section: dict[str, Any]) -> str:
     """The framework that ran the step: ``validation.framework``, else the config's ``framework`` setting
     when the instance has one (``unknown`` when neither is given). A system without an execution profile is
-    named by its spelling without case, punctuation or a trailing release (``"SkyRL v0.2"`` -> ``skyrl``),
-    so that its files share one group of framework-scoped knobs however each writes it."""
+    named by its canonical form, without case, punctuation or a trailing release (``"SkyRL v0.2"``,
+    ``"Sky-RL"`` -> ``skyrl``: :func:`~packplace.placement.problem.config.framework_key`, the form the
+    frameworks with a profile are recognised by), so that its files share one group of framework-scoped knobs
+    however each writes it."""
     value = section.get("framework") or getattr(instance, "framework", None)
     name = str(getattr(value, "name", value) or "unknown")
     return name if known_framework(name)[0] is not None else framework_key(name)
@@ -626,14 +644,14 @@ def skip_reason(plan: Plan, section: dict[str, Any]) -> str:
 
 def format_rows(rows: list[ValidationRow]) -> str:
     """The report table."""
-    header = f"{'setup':<50} {'phase':<30} {'predicted s':>11} {'published s':>11} {'ratio':>6}  "
+    header = f"{'setup':<50} {'figure':<30} {'predicted s':>11} {'published s':>11} {'ratio':>6}  "
     lines = [header, "-" * len(header)]
     for r in rows:
         if r.error:
-            lines.append(f"{r.setup:<50} {r.phase:<30} {'-':>11} {'-':>11} {'-':>6}  REFUSED: {r.error}")
+            lines.append(f"{r.setup:<50} {r.figure:<30} {'-':>11} {'-':>11} {'-':>6}  REFUSED: {r.error}")
             continue
         if r.skipped:
-            lines.append(f"{r.setup:<50} {r.phase:<30} {'-':>11} {r.published:>11.1f} {'-':>6}  SKIPPED: {r.skipped}")
+            lines.append(f"{r.setup:<50} {r.figure:<30} {'-':>11} {r.published:>11.1f} {'-':>6}  SKIPPED: {r.skipped}")
             continue
         in_range = RATIO_RANGE[0] <= r.ratio <= RATIO_RANGE[1]
         note = "ok" if r.ok else ("OUT OF RANGE" if not in_range else "FAILS")
@@ -643,7 +661,7 @@ def format_rows(rows: list[ValidationRow]) -> str:
             note += f" (published {BELOW_FLOOR} {r.floor:.1f} s: the inputs are not the run's)"
         if r.fitted:
             note += f" ({r.fitted})"
-        lines.append(f"{r.setup:<50} {r.phase:<30} {r.predicted:>11.1f} {r.published:>11.1f} {r.ratio:>6.2f}  {note}")
+        lines.append(f"{r.setup:<50} {r.figure:<30} {r.predicted:>11.1f} {r.published:>11.1f} {r.ratio:>6.2f}  {note}")
     scored = [r for r in rows if not r.skipped and not r.error]
     skipped = sum(1 for r in rows if r.skipped and not r.error)
     refused = sum(1 for r in rows if r.error)
@@ -652,6 +670,47 @@ def format_rows(rows: list[ValidationRow]) -> str:
                  "with the plan within memory" + (f"; {skipped} skipped" if skipped else "")
                  + (f"; {refused} file{'s' if refused > 1 else ''} refused" if refused else ""))
     return "\n".join(lines)
+
+
+def _content_key(path: str) -> str | None:
+    """What two copies of one validation file share: the file's YAML as a canonical JSON text (comments,
+    key order and layout set aside), its bytes' SHA-256 when it does not load as YAML, None when it cannot be
+    read (its load refuses it on its own row)."""
+    try:
+        return json.dumps(load_yaml(path), sort_keys=True, default=repr)
+    except PackplaceError:
+        pass
+    try:
+        with open(path, "rb") as handle:
+            return "sha256:" + hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def check_distinct_files(paths: list[str]) -> None:
+    """Refuse a list of validation files in which one run would be scored twice: two files of one setup name
+    (a setup is its file name: rows, pairs and folds are keyed by it), or one content under two names (a copy
+    of a file; its figures would count twice in every summary and fold): the same YAML once comments and
+    layout are set aside (:func:`_content_key`).
+
+    Raises:
+        ConfigError: ``[validation] PATH: ...`` naming both paths.
+    """
+    named: dict[str, str] = {}
+    contents: dict[str, str] = {}
+    for path in paths:
+        name = os.path.splitext(os.path.basename(path))[0]
+        if name in named:
+            raise ConfigError(f"[validation] {path}: a second setup named {name!r} (first: {named[name]}); give "
+                              "each file once")
+        named[name] = path
+        key = _content_key(path)
+        if key is None:
+            continue
+        if key in contents:
+            raise ConfigError(f"[validation] {path}: the same content as {contents[key]} (one run under two names: "
+                              "its figures would be scored twice); give each file once")
+        contents[key] = path
 
 
 def validation_files(target: str) -> list[str]:

@@ -386,36 +386,80 @@ def _label(where: str) -> Callable[[str], str]:
 #: open-source release of the HybridFlow paper (verl's README); ``dschat`` is DeepSpeed-Chat's Python
 #: package (DeepSpeedExamples ``applications/DeepSpeed-Chat/dschat``).
 FRAMEWORK_ALIASES = {"hybridflow": "verl", "dschat": "deepspeed-chat"}
-#: A release at the end of a framework's name: ``" 0.2.7"``, ``" v0.5"``, ``"-0.5.0rc1"``, ``"v0.4"``
-#: (a bare number needs a separator or a ``v``, so a name ending in a digit keeps it).
-_TRAILING_RELEASE = re.compile(r"(?:[\s_\-@/]*v?\d+(?:\.\d+)+|(?:[\s_\-@/]+v?|v)\d+)"
-                               r"(?:[\.\-]?(?:rc|a|b|alpha|beta|post|dev)\d*)?$")
+#: A release at the end of a framework's name once case and punctuation are dropped: ``0.2.7`` -> ``027``,
+#: ``v0.5`` -> ``v05``, ``0.5.0rc1`` -> ``050rc1``, ``2`` (``"openrlhf2"``, ``"OpenRLHF-v2"`` alike).
+_TRAILING_RELEASE = re.compile(r"v?\d+(?:rc|a|b|alpha|beta|post|dev)?\d*$")
+#: Edits (insertions, deletions, substitutions, swaps of two neighbours) within which a name is a near miss of
+#: a known framework's canonical form: 1, or 2 for a form of :data:`NEAR_MISS_LONG` characters or more.
+NEAR_MISS_EDITS = 1
+NEAR_MISS_LONG = 10
+
+
+def framework_canonical(name: str) -> tuple[str, bool]:
+    """``(canonical form, release dropped)`` of a framework written as free text: lowercased, without
+    spaces, dashes, underscores, dots or other punctuation, without a trailing release
+    (``"NeMo RL v0.5"`` -> ``nemorl``; ``"OpenRLHF-v2"``, ``"openrlhf2"``, ``"OpenRLHF 0.2.7"`` -> ``openrlhf``;
+    ``"Some_Other system"`` -> ``someothersystem``): the one form every spelling of one framework shares, for
+    the frameworks with an execution profile (:func:`known_framework`) and for every other system alike
+    (:func:`framework_key`). A name that is all release keeps its digits."""
+    squashed = re.sub(r"[^a-z0-9]", "", name.strip().lower())
+    bare = _TRAILING_RELEASE.sub("", squashed) or squashed
+    return bare, bare != squashed
 
 
 def framework_key(name: str) -> str:
-    """``name`` lowercased, without a trailing release, each run of spaces and punctuation one ``-``
-    (``"SkyRL v0.2"`` -> ``skyrl``, ``"Some_Other system"`` -> ``some-other-system``): the form two spellings
-    of one framework share."""
-    bare = _TRAILING_RELEASE.sub("", name.strip().lower())
-    return re.sub(r"[^a-z0-9]+", "-", bare).strip("-") or name.strip().lower()
+    """The group name of a framework written as free text: :func:`framework_canonical`'s form (``"SkyRL
+    v0.2"``, ``"Sky-RL"``, ``"skyrl"`` -> ``skyrl``), the raw text lowercased when nothing is left."""
+    return framework_canonical(name)[0] or name.strip().lower()
+
+
+def _edits(a: str, b: str) -> int:
+    """Optimal-string-alignment distance: insertions, deletions, substitutions and swaps of two neighbours
+    (Damerau 1964) turning ``a`` into ``b``."""
+    rows = [list(range(len(b) + 1))]
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]
+
+
+def near_framework(name: Any) -> str | None:
+    """The framework with an execution profile (or alias, :data:`FRAMEWORK_ALIASES`) whose canonical form
+    (:func:`framework_canonical`) ``name``'s is a near miss of: within :data:`NEAR_MISS_EDITS` edits (2 for a
+    form of :data:`NEAR_MISS_LONG` characters or more), not equal (that is :func:`known_framework`), and never
+    ``none`` (the bare engine is no system a publication names). ``"OpenRLFH"``, ``"verll"``,
+    ``"deepspeedchta"`` -> their framework; ``"verl-agent"``, ``"ROLL"``, ``"OpenRL"`` -> ``None``."""
+    if not isinstance(name, str):
+        return None
+    form = framework_canonical(name)[0]
+    known = {framework_canonical(c)[0]: c for c in FRAMEWORK_NAMES if c != "none"}
+    known.update(FRAMEWORK_ALIASES)
+    if form in known:
+        return None
+    for key, canonical in known.items():
+        if _edits(form, key) <= (2 if len(key) >= NEAR_MISS_LONG else NEAR_MISS_EDITS):
+            return canonical
+    return None
 
 
 def known_framework(name: Any) -> tuple[str | None, bool]:
     """``(canonical name, release stripped)`` of a framework written as free text: the name of
-    :data:`~packplace.placement.model.framework.FRAMEWORKS` (or of :data:`FRAMEWORK_ALIASES`) that ``name``
-    spells once case, spaces, punctuation and a trailing release are dropped (``"NeMo RL v0.5"``,
-    ``"nemo_rl"``, ``"NeMoRL"`` -> ``nemo-rl``; ``"OpenRLHF 0.2.7"`` -> ``openrlhf``; ``"deepspeed chat"``
-    -> ``deepspeed-chat``), ``None`` for a name that spells none of them (another system); the flag says
-    whether a release was dropped."""
+    :data:`~packplace.placement.model.framework.FRAMEWORKS` (or of :data:`FRAMEWORK_ALIASES`) whose
+    :func:`framework_canonical` form ``name``'s equals (``"NeMo RL v0.5"``, ``"nemo_rl"``, ``"NeMoRL"`` ->
+    ``nemo-rl``; ``"OpenRLHF 0.2.7"``, ``"OpenRLHF-v2"``, ``"openrlhf2"`` -> ``openrlhf``; ``"deepspeed chat"``
+    -> ``deepspeed-chat``), ``None`` for a name that spells none of them (another system, or a near miss:
+    :func:`near_framework`); the flag says whether a release was dropped."""
     if not isinstance(name, str):
         return None, False
-    text = name.strip().lower()
-    bare = _TRAILING_RELEASE.sub("", text)
-    squashed = re.sub(r"[^a-z0-9]", "", bare)
-    known = {re.sub(r"[^a-z0-9]", "", canonical): canonical for canonical in FRAMEWORK_NAMES}
+    form, release = framework_canonical(name)
+    known = {framework_canonical(canonical)[0]: canonical for canonical in FRAMEWORK_NAMES}
     known.update(FRAMEWORK_ALIASES)
-    canonical = known.get(squashed)
-    return canonical, canonical is not None and bare != text
+    canonical = known.get(form)
+    return canonical, canonical is not None and release
 
 
 def _check_framework_spelling(value: Any) -> None:
@@ -432,6 +476,10 @@ def _check_framework_spelling(value: Any) -> None:
         raise ConfigError(f"[policy] framework: {show(value)} names the {canonical} framework; write it "
                           f"{show(canonical)}" + (" and give the release as policy.framework_version" if release
                                                    else ""))
+    near = near_framework(value)
+    if near is not None:
+        raise ConfigError(f"[policy] framework: {show(value)} is a near miss of the {near} framework; write it "
+                          f"{show(near)}")
 
 
 def _policy_fields() -> dict[str, Field]:

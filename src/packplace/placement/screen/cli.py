@@ -45,6 +45,7 @@ from packplace.placement.checking.crossval import (
 )
 from packplace.placement.checking.validate import (
     ValidationRow,
+    check_distinct_files,
     format_rows,
     load_setup,
     validate,
@@ -311,13 +312,7 @@ def run_validate(args: argparse.Namespace) -> int:
     (``refused``: ``{setup: error}``, the others cross-validated)."""
     targets = [args.target] if isinstance(args.target, str) else list(args.target)
     paths = [p for t in targets for p in validation_files(t)]
-    named: dict[str, str] = {}
-    for path in paths:   # a setup is its file name: rows, pairs and folds are keyed by it
-        name = os.path.splitext(os.path.basename(path))[0]
-        if name in named:
-            raise ConfigError(f"[validation] {path}: a second setup named {name!r} (first: {named[name]}); give "
-                              "each file once")
-        named[name] = path
+    check_distinct_files(paths)   # one setup name and one content per file: no run scored twice
     knobs_arg = getattr(args, "knobs", None)
     if not getattr(args, "cross_validate", False) and knobs_arg is not None:
         raise ConfigError(f"--knobs {knobs_arg!r}: only --cross-validate fits knobs; validate alone scores "
@@ -338,7 +333,7 @@ def run_validate(args: argparse.Namespace) -> int:
     print(format_rows(rows))
     setups = load_setups(paths, {})
     in_step = {r.setup: r.predicted for r in rows
-               if not r.skipped and not r.error and r.phase == _primary(setups, r.setup)}
+               if not r.skipped and not r.error and r.figure == _primary(setups, r.setup)}
     pairs = pair_rows(setups, in_step)
     if pairs:
         print()
