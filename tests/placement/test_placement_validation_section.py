@@ -314,3 +314,18 @@ def test_a_dpo_micro_batch_left_to_fit_is_fitted_in_whole_pairs(tmp_path):
     assert all(mb % 2 == 0 and (256 // dp) % mb == 0 for mb, dp in ((fitted["reference.infer"], 8),
                                                                       (fitted["actor.train"], 4)))
     assert dict(plan.vertices)["actor.train"].micro_batch == fitted["actor.train"]
+
+
+@pytest.mark.parametrize("written, line", [
+    ("openrlhf2", "[policy] framework: 'openrlhf2' names the openrlhf framework; write it 'openrlhf' and give the "
+                  "release as policy.framework_version"),
+    ("OpenRLFH", "[policy] framework: 'OpenRLFH' is a near miss of the openrlhf framework; write it 'openrlhf'"),
+])
+def test_policy_framework_takes_the_same_canonical_form(written, line):
+    # policy.framework had listed the valid names for "openrlhf2" while naming the framework for "OpenRLHF-v2"
+    from packplace.placement.problem.config import build_instance
+    cfg = load_yaml(os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml"))
+    cfg["policy"]["framework"] = written
+    with pytest.raises(ConfigError) as info:
+        build_instance(cfg)
+    assert str(info.value) == line
