@@ -37,7 +37,6 @@ The contracts (:data:`VALIDATION_FIELDS`, :data:`PUBLISHED_FIELD`, :data:`PLAN_T
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -674,16 +673,12 @@ def format_rows(rows: list[ValidationRow]) -> str:
 
 def _content_key(path: str) -> str | None:
     """What two copies of one validation file share: the file's YAML as a canonical JSON text (comments,
-    key order and layout set aside), its bytes' SHA-256 when it does not load as YAML, None when it cannot be
-    read (its load refuses it on its own row)."""
+    key order and layout set aside); None when it does not load (read through the loader's own checks:
+    regular files, size limits), as its load then refuses it on its own row and none of its figures is
+    scored."""
     try:
         return json.dumps(load_yaml(path), sort_keys=True, default=repr)
     except PackplaceError:
-        pass
-    try:
-        with open(path, "rb") as handle:
-            return "sha256:" + hashlib.sha256(handle.read()).hexdigest()
-    except OSError:
         return None
 
 
