@@ -649,7 +649,9 @@ def packed_passes(instance, release=None) -> PackedPasses | None:
     (:class:`~packplace.placement.model.sequence_packing.PackedPasses`) when ``policy.train_mb_tokens`` /
     ``logprob_mb_tokens`` are set: the actor's shape (the reference shares it and runs in the same workers),
     the lengths of :func:`~packplace.placement.model.dp_balance.instance_balance`'s draws, the packer of
-    ``release`` (:class:`~packplace.placement.model.nemo_rl_releases.NemoRLRelease`; ``None``: v0.5.0's).
+    ``release`` (:class:`~packplace.placement.model.nemo_rl_releases.NemoRLRelease`; ``None``: v0.5.0's), the
+    actor's context-parallel degree (the pad multiple,
+    :func:`~packplace.placement.model.sequence_packing.pad_multiple`).
     ``None`` without packing. Built once per instance and release (cached on the instance)."""
     tokens = getattr(instance, "sequence_packing", None)
     if tokens is None or "actor" not in instance.models:
@@ -662,7 +664,8 @@ def packed_passes(instance, release=None) -> PackedPasses | None:
                               worst_fit_leftovers=bool(release is not None and release.packs_worst_fit),
                               dtensor_pads_every_pass=bool(release is not None and release.dtensor_pads_logprob_packs))
     hit = instance._cache[key] = PackedPasses(packing, instance_balance(instance).draws, instance.workload.sequences,
-                                              frozenset((instance.models["actor"],)))
+                                              frozenset((instance.models["actor"],)),
+                                              vertex_setting(instance, "actor").context_parallel.degree)
     return hit
 
 
@@ -768,7 +771,9 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     the CPU scoring of the step's sequences.
     ``deadline`` (``time.perf_counter()`` seconds) raises :class:`TableBuildTimeout` once passed (checked
     before every candidate: a generation candidate prices a whole engine schedule, a clock read is cheap;
-    ``built_before`` counts the earlier vertices')."""
+    and before every chunk NeMo RL's sequence packing packs while a candidate is priced,
+    :attr:`~packplace.placement.model.sequence_packing.PackedPasses.deadline`; ``built_before`` counts the
+    earlier vertices')."""
     w = instance.workload
     old_log_prob = needs_old_log_prob(instance, name)
     sharded = inference_sharded(instance, name)
@@ -820,8 +825,17 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                 # the policy's own tensors for the pass (use_reference_model), on the policy's workers and
                 # layout (layout_rules): no reference weights stay on the GPU beside the policy's
                 res = 0.0
-            seconds = sum(_parts(cost, model, kind, options, strategy, mb, extent, old_log_prob, sharded, offloaded,
-                                 balance, reward, weight_swap, release).values())
+            try:
+                if cost.packing is not None:    # packing a chunk is the one long step inside a candidate
+                    cost.packing.deadline = deadline
+                seconds = sum(_parts(cost, model, kind, options, strategy, mb, extent, old_log_prob, sharded,
+                                     offloaded, balance, reward, weight_swap, release).values())
+            except OutOfTime:
+                raise _table_cut(built_before + len(out), name,
+                                 sum(d % whole == 0 for d in divisors(w.sequences // strategy.dp))) from None
+            finally:
+                if cost.packing is not None:
+                    cost.packing.deadline = None
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))
     return out
 
