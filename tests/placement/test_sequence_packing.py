@@ -218,11 +218,13 @@ def _literal_mffd(lengths, capacity, worst_fit_leftovers=False):
     tiny = sorted((it for it in items if it[1] <= c / 6), key=lambda x: x[1])
     bins = [[item] for item in large]
     loads = [item[1] for item in large]
-    for b, load in enumerate(loads):
+    for b, load in enumerate(loads):                      # phase 2: one medium item per large bin
         for i, (_, size) in enumerate(medium):
             if size <= c - load:
-                bins[b].append(medium.pop(i)); loads[b] += size; break
-    for b in range(len(bins) - 1, -1, -1):
+                bins[b].append(medium.pop(i))
+                loads[b] += size
+                break
+    for b in range(len(bins) - 1, -1, -1):                # phase 3: two small items, backward
         if any(c / 3 < size <= c / 2 for _, size in bins[b]) or len(small) < 2:
             continue
         rest = c - loads[b]
@@ -231,32 +233,46 @@ def _literal_mffd(lengths, capacity, worst_fit_leftovers=False):
         first = small.pop(0)
         for j in range(len(small) - 1, -1, -1):
             if small[j][1] <= rest - first[1]:
-                second = small.pop(j); bins[b] += [first, second]; loads[b] += first[1] + second[1]; break
+                second = small.pop(j)
+                bins[b] += [first, second]
+                loads[b] += first[1] + second[1]
+                break
     remaining = sorted(medium + small + tiny, key=lambda x: x[1], reverse=True)
-    keys = [-size for _, size in remaining]
-    for b in range(len(bins)):
+    keys = [-size for _, size in remaining]               # ascending: bisect finds the largest that fits
+    for b in range(len(bins)):                            # phase 4: greedy fill, largest that fits
         while remaining:
             rest = c - loads[b]
-            i = bisect_right(keys, -rest - 1)
-            if i >= len(remaining): break
-            keys.pop(i); item = remaining.pop(i); bins[b].append(item); loads[b] += item[1]
-    if worst_fit_leftovers:
-        new_bins = [[]]; new_loads = [0]
+            i = bisect_right(keys, -rest - 1)             # first item with size <= rest
+            if i >= len(remaining):
+                break
+            keys.pop(i)
+            item = remaining.pop(i)
+            bins[b].append(item)
+            loads[b] += item[1]
+    if worst_fit_leftovers:                               # phase 5, v0.6.0+: least-filled bin first
+        new_bins: list[list[tuple[int, int]]] = [[]]
+        new_loads = [0]
         for item in remaining:
             if item[1] <= c - new_loads[0]:
                 target, load = new_bins.pop(0), new_loads.pop(0)
             else:
                 target, load = [], 0
-            target.append(item); load += item[1]
-            at = bisect(new_loads, load); new_bins.insert(at, target); new_loads.insert(at, load)
-    else:
+            target.append(item)
+            load += item[1]
+            at = bisect(new_loads, load)
+            new_bins.insert(at, target)
+            new_loads.insert(at, load)
+    else:                                                 # phase 5, v0.4.0 / v0.5.0: first-fit decreasing
         new_bins, new_loads = [], []
         for item in remaining:
             for k, load in enumerate(new_loads):
                 if item[1] <= c - load:
-                    new_bins[k].append(item); new_loads[k] += item[1]; break
+                    new_bins[k].append(item)
+                    new_loads[k] += item[1]
+                    break
             else:
-                new_bins.append([item]); new_loads.append(item[1])
+                new_bins.append([item])
+                new_loads.append(item[1])
     bins.extend(new_bins)
     return [[idx for idx, _ in b] for b in bins if b]
 
@@ -303,9 +319,10 @@ def test_one_packing_serves_every_data_parallel_degree():
 
 
 def test_packing_stops_at_the_table_deadline(monkeypatch):
+    import time
+
     from packplace.placement.candidates import CandidateTable, TableBuildTimeout
     from packplace.placement.model import sequence_packing
-    import time
     inst = _instance(640, 640, quantiles=[[0.5, 20], [0.99, 64]])
     # the builder's own clock never expires, the packer's does: only the packing can stop the build
     monkeypatch.setattr(sequence_packing, "clock", lambda: float("inf"))
@@ -382,3 +399,28 @@ def test_packed_pass_prices_the_packs_attention():
     assert cost.attention_length(actor, "train", 2, 1, 1) == s > inst.workload.train_seq_len
     assert cost.attention_length(inst.models["actor"], "logprob", 2, 1, 1) == cost.packing.shape(
         "logprob", 2, 1, 1, True, False, 1)[2]
+
+
+# -- a packed plan over memory: the largest packs that fit -----------------------------------------------------
+def test_over_memory_packs_get_the_largest_packs_that_fit():
+    from dataclasses import replace
+
+    from packplace.errors import InfeasibleError
+    from packplace.placement.api import check_instance
+    from packplace.placement.candidates import fits_alone
+    from packplace.placement.fit_hints import largest_fitting_packs
+    # 2M- and 4M-token packs: a pack's logits alone (32,000 vocabulary) outgrow an 80 GB GPU
+    inst = _instance(2_000_000, 4_000_000)
+
+    def fits(train, logprob):
+        variant = replace(inst, sequence_packing=(train, logprob), _cache={})
+        return all(fits_alone(variant, cost_model(variant), name) for name in ("actor.train", "reference.infer"))
+
+    train, logprob = largest_fitting_packs(inst)
+    assert 128 <= train < 2_000_000 and 128 <= logprob < 4_000_000
+    assert fits(train, logprob) and not fits(train + 1, logprob) and not fits(train, logprob + 1)
+    with pytest.raises(InfeasibleError, match=rf"fits with policy: {{train_mb_tokens: {train}, logprob_mb_tokens: "
+                                              rf"{logprob}}} \(the largest packs that fit\)"):
+        check_instance(inst)
+    assert largest_fitting_packs(_instance(512, 1024)) is None        # fits already: no smaller pack offered
+    assert largest_fitting_packs(_instance(None)) is None             # no packing

@@ -245,8 +245,9 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy) -> 
     engine has no pipeline or expert parallelism. NeMo RL: the DTensor policy has no pipeline or expert
     parallelism; with sequence packing the policy's passes need the longest sequence, rounded up to the
     trainer's pad multiple, within both packs
-    (:func:`~packplace.placement.model.sequence_packing.packing_refusal`). OpenRLHF: vLLM engines take a tensor-parallel size only, DeepSpeed trains without
-    pipeline parallelism, the reference and reward forwards run data-parallel only. Generation in verl
+    (:func:`~packplace.placement.model.sequence_packing.packing_refusal`). OpenRLHF: vLLM engines take a
+    tensor-parallel size only, DeepSpeed trains without pipeline parallelism, the reference and reward
+    forwards run data-parallel only. Generation in verl
     and NeMo RL: every strategy (vLLM's tensor, pipeline and expert parallelism)."""
     if not ctx.ruled:
         return None

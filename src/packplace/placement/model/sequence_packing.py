@@ -36,18 +36,31 @@ tags ``v0.4.0``, ``v0.5.0``, ``v0.6.0``, ``v0.7.0``):
    gradient reduction or the result gather (``max_r Σ_k``); the Megatron PP case costs a chunk ``n`` packs of
    its longest pack on its slowest rank.
 
+4. **A pack's attention.** The packed sequences attend only to themselves: the workers pass the packs'
+   sequence boundaries (``cu_seqlens``) to FlashAttention's variable-length kernel
+   (``flash_attn_varlen_func``; Megatron's ``PackedSeqParams``), so a pack of sequences ``l_i`` does the causal
+   attention of each, ``Σ 2·L·l_i²·q`` forward FLOPs (the model's own
+   :meth:`~packplace.shape.TransformerShape.forward_flops`; FlashAttention's ``benchmarks/
+   benchmark_flash_attention.py`` counts ``4·seqlen²·nheads·headdim/2`` per causal sequence and layer), not
+   its tokens times the mean length (:func:`critical_path`'s ``A``). Padding positions add none.
+
 The pass is then priced as ``m`` micro-batches of ``T`` tokens (:meth:`PackedPasses.shape`): ``m`` the packs
-per rank over the chunks, ``T`` the critical path's tokens over ``m``, the per-sequence attention length
-left at the workload's mean. Averaged over the drawn batches of
+per rank over the chunks, ``T`` the critical path's tokens over ``m``, the attention at ``s = A/(m·T)`` tokens
+of context per token (so the path's attention is its packs' ``Σ l²``). Averaged over the drawn batches of
 :class:`~packplace.placement.model.dp_balance.DataParallelBalance` (the same lengths its balance factors use).
 No constant: capacities and rules are the recipe's and the code's.
+
+NeMo RL's packer is ``O(n·bins)`` in its last phase; :func:`_mffd_groups` computes the same bins in
+``O(n log n)`` and :class:`PackedPasses` packs a draw once per capacity and pad multiple for every
+candidate (the bins do not depend on the data-parallel degree, only :func:`adjust_bin_count` does), stopping
+at the candidate table's deadline (:attr:`PackedPasses.deadline`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from heapq import heappop, heappush
 from dataclasses import dataclass
+from heapq import heappop, heappush
 
 import numpy as np
 
