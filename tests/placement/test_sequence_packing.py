@@ -424,3 +424,22 @@ def test_over_memory_packs_get_the_largest_packs_that_fit():
         check_instance(inst)
     assert largest_fitting_packs(_instance(512, 1024)) is None        # fits already: no smaller pack offered
     assert largest_fitting_packs(_instance(None)) is None             # no packing
+
+
+# -- estimate and packing ---------------------------------------------------------------------------------------
+def test_estimate_prices_a_pack_of_equal_sequences_as_its_micro_batch():
+    from packplace.placement.task_estimate import estimate
+    # 1,025-token sequences rounded to TP 2's multiple, 1,026: an 8,192-token pack holds 7 of them
+    packed = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=1025, tp=2, framework="nemo-rl", pack_tokens=8192)
+    plain = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=1026, tp=2, framework="nemo-rl", micro_batch=7)
+    assert packed.time_s == plain.time_s and packed.memory == plain.memory
+    assert (packed.inputs["micro_batch"], packed.inputs["seq_len"], packed.inputs["pack_tokens"]) == (7, 1026, 8192)
+    with pytest.raises(ConfigError, match="pack_tokens: 1025 tokens is below seq_len 1025 rounded up to a multiple "
+                                          "of the tensor-parallel size 2 = 1026"):
+        estimate("llama3.1-8b", "h100-sxm", "infer", seq_len=1025, tp=2, framework="nemo-rl", pack_tokens=1025)
+    with pytest.raises(ConfigError, match="NeMo RL's sequence packing"):
+        estimate("llama3.1-8b", "h100-sxm", "train", framework="verl", pack_tokens=8192)
+    with pytest.raises(ConfigError, match="micro_batch: 2 with pack_tokens 8192"):
+        estimate("llama3.1-8b", "h100-sxm", "train", framework="nemo-rl", micro_batch=2, pack_tokens=8192)
+    with pytest.raises(ConfigError, match="task train or infer"):
+        estimate("llama3.1-8b", "h100-sxm", "prefill", framework="nemo-rl", pack_tokens=8192)
