@@ -227,6 +227,17 @@ def _mffd_groups(sizes: np.ndarray, capacity: int, worst_fit_leftovers: bool = F
         change = np.flatnonzero(np.diff(rest_sizes)) + 1
         for a, z in zip(np.concatenate(([0], change)).tolist(), np.concatenate((change, [len(rest_items)])).tolist()):
             size, count, pos = int(rest_sizes[a]), z - a, a
+            if count == 1:                              # one item: the first bin with room, else a new one
+                room = rest[:opened] >= size
+                first = int(room.argmax()) if opened else 0
+                if opened and room[first]:
+                    bin_of[a] = first
+                    rest[first] -= size
+                else:
+                    bin_of[a] = opened
+                    rest[opened] = c - size
+                    opened += 1
+                continue
             fits = np.flatnonzero(rest[:opened] >= size)
             if fits.size:
                 caps = rest[fits] // size
