@@ -250,15 +250,10 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
             iteration, :func:`~packplace.placement.model.framework.host_seconds_per_sequence`) and its
             ``enforce_eager`` default (``enforce_eager`` True overrides it). Unset: the framework's current
             releases. ``vllm`` (a bare engine) always runs the current (V1) engine.
-        pack_tokens: NeMo RL's sequence packing (``framework="nemo-rl"``, task ``train`` or ``infer``): tokens
-            per pack, ``policy.sequence_packing.train_mb_tokens`` for training, ``logprob_mb_tokens`` for a
-            log-prob pass. Every sequence is rounded up to the pad multiple (the TP size,
-            :func:`~packplace.placement.model.sequence_packing.pad_multiple`), and the ``seq_len`` sequences,
-            all equal, fill a pack with ``⌊pack_tokens/s⌋`` of them: the micro-batch priced (``micro_batch``
-            must stay 1). The pack's own tokens are priced, as a Megatron worker without pipeline
-            parallelism runs it; the DTensor workers' pad of a training pack up to ``train_mb_tokens`` is not.
-            A step of sequences of many lengths: ``packplace place`` / ``validate`` with
-            ``policy.train_mb_tokens`` / ``logprob_mb_tokens``.
+        pack_tokens: NeMo RL's tokens per pack (``framework="nemo-rl"``; ``train_mb_tokens`` for ``train``,
+            ``logprob_mb_tokens`` for ``infer``): the micro-batch priced is the ``⌊pack_tokens/s⌋`` equal
+            sequences a pack holds, ``s`` the ``seq_len`` rounded up to the TP multiple
+            (:func:`_packed_micro_batch`; ``micro_batch`` must stay 1).
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -536,7 +531,11 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
 # -- command line ---------------------------------------------------------------------------------------
 def _packed_micro_batch(pack_tokens: Any, task: str, framework: str, micro_batch: int, seq_len: int | None,
                         tp: int) -> tuple[int, int]:
-    """``(sequences per pack, padded tokens per sequence)`` of ``estimate(pack_tokens=...)``.
+    """``(sequences per pack, padded tokens per sequence)`` of ``estimate(pack_tokens=...)``: every sequence
+    rounded up to the pad multiple (the TP size, :func:`~packplace.placement.model.sequence_packing.pad_multiple`),
+    the equal sequences filling a pack. The pack's own tokens are priced, as a Megatron worker without
+    pipeline parallelism runs it; the DTensor workers' pad of a training pack to ``train_mb_tokens`` is not.
+    Packs of sequences of many lengths: ``packplace place`` / ``validate`` with ``policy.train_mb_tokens``.
 
     Raises:
         ConfigError: packs for a task or framework without them, with ``micro_batch`` other than 1, or smaller

@@ -134,24 +134,38 @@ def _mffd_groups(sizes: np.ndarray, capacity: int, worst_fit_leftovers: bool = F
     holding ``members[offsets[b]:offsets[b + 1]]`` in the order the packer appends them.
 
     The same five phases as the code, in ``O(n log n)`` instead of its ``O(n·bins)`` last phase: phases 2-4
-    find "the first (largest) item that fits" by bisection of the sorted classes; first-fit decreasing
-    (phase 5, v0.4.0 / v0.5.0) places each run of equal items at once (with items in decreasing order the
-    bins before the first with room for one keep having none, so the run fills the bins with room in
-    index order, ``⌊rest/size⌋`` each, then new bins of ``⌊C/size⌋``); the v0.6.0 least-filled variant keeps
-    its bins in a heap ordered as its sorted list (load, then insertion order: ``bisect`` inserts after
-    equal loads and ``pop(0)`` takes the first).
+    find "the first (largest) item that fits" by bisection of the sorted classes (:func:`_mffd_fill`);
+    first-fit decreasing (phase 5, v0.4.0 / v0.5.0) places each run of equal items at once
+    (:func:`_first_fit_runs`); the v0.6.0 least-filled variant keeps its bins in a heap ordered as its
+    sorted list (:func:`_least_filled`).
 
     Raises:
         ConfigError: an item longer than ``capacity``.
     """
     c = int(capacity)
     sizes = np.asarray(sizes, dtype=np.int64).ravel()
-    n = len(sizes)
-    if n == 0:
+    if len(sizes) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
     if int(sizes.max()) > c:
         raise ConfigError(f"sequence packing: a sequence of {int(sizes.max())} tokens exceeds the "
                           f"{c}-token pack (train_mb_tokens / logprob_mb_tokens)")
+    bins, remaining = _mffd_fill(sizes, c)
+    head = np.array([i for b in bins for i in b], dtype=np.int64)
+    head_offsets = np.concatenate(([0], np.cumsum([len(b) for b in bins], dtype=np.int64)))
+    if not remaining:
+        return head, head_offsets
+    rest_items = np.array(remaining, dtype=np.int64)
+    place = _least_filled if worst_fit_leftovers else _first_fit_runs
+    bin_of = place(sizes[rest_items], c)
+    order = np.argsort(bin_of, kind="stable")           # each bin's items in the order appended
+    tail_offsets = np.concatenate(([0], np.cumsum(np.bincount(bin_of))))
+    return (np.concatenate((head, rest_items[order])),
+            np.concatenate((head_offsets, head_offsets[-1] + tail_offsets[1:])))
+
+
+def _mffd_fill(sizes: np.ndarray, c: int) -> tuple[list[list[int]], list[int]]:
+    """Phases 1-4 of :func:`mffd_bins`: the bins opened by the items over ``C/2`` with what they take, and the
+    items left over, in decreasing size (ties in input order)."""
     size_of = sizes.tolist()
     desc = np.argsort(-sizes, kind="stable")            # decreasing, ties in input order (Python's sort)
     asc = np.argsort(sizes, kind="stable")
@@ -198,70 +212,74 @@ def _mffd_groups(sizes: np.ndarray, capacity: int, worst_fit_leftovers: bool = F
             if i >= len(remaining):
                 break
             keys.pop(i)
-            item = remaining.pop(i)
-            bins[b].append(item)
-            loads[b] += size_of[item]
-    head = np.array([i for b in bins for i in b], dtype=np.int64)
-    head_offsets = np.concatenate(([0], np.cumsum([len(b) for b in bins], dtype=np.int64)))
-    if not remaining:
-        return head, head_offsets
-    rest_items = np.array(remaining, dtype=np.int64)
-    rest_sizes = sizes[rest_items]
-    bin_of = np.empty(len(rest_items), dtype=np.int64)
-    if worst_fit_leftovers:                             # phase 5, v0.6.0+: least-filled bin first
-        heap = [(0, 0, 0)]                              # (load, insertion, bin): the code's sorted list
-        opened = 1
-        for pos, size in enumerate(rest_sizes.tolist()):
-            if size <= c - heap[0][0]:
-                load, _, bid = heappop(heap)
+            bins[b].append(remaining.pop(i))
+            loads[b] += size_of[bins[b][-1]]
+    return bins, remaining
+
+
+def _first_fit_runs(sizes: np.ndarray, c: int) -> np.ndarray:
+    """Phase 5 of v0.4.0 / v0.5.0, first-fit decreasing of the leftovers ``sizes`` (decreasing) into new
+    bins: the new bin of each item, numbered in opening order. A run of equal items is placed at once: with
+    items in decreasing order the bins before the first with room for one keep having none, so the run
+    fills the bins with room in index order, ``⌊rest/size⌋`` each, then new bins of ``⌊C/size⌋``."""
+    bin_of = np.empty(len(sizes), dtype=np.int64)
+    rest = np.empty(len(sizes), dtype=np.int64)         # room left in each new bin
+    opened = 0
+    change = np.flatnonzero(np.diff(sizes)) + 1
+    for a, z in zip(np.concatenate(([0], change)).tolist(), np.concatenate((change, [len(sizes)])).tolist()):
+        size, count, pos = int(sizes[a]), z - a, a
+        if count == 1:                                  # one item: the first bin with room, else a new one
+            room = rest[:opened] >= size
+            first = int(room.argmax()) if opened else 0
+            if opened and room[first]:
+                bin_of[a] = first
+                rest[first] -= size
             else:
-                load, bid = 0, opened
+                bin_of[a] = opened
+                rest[opened] = c - size
                 opened += 1
-            bin_of[pos] = bid
-            heappush(heap, (load + size, pos + 1, bid))
-        rank = {bid: k for k, (_, _, bid) in enumerate(sorted(heap))}
-        bin_of = np.array([rank[b] for b in bin_of.tolist()], dtype=np.int64)
-    else:                                               # phase 5, v0.4.0 / v0.5.0: first-fit decreasing
-        rest = np.empty(len(rest_items), dtype=np.int64)   # room left in each new bin
-        opened = 0
-        change = np.flatnonzero(np.diff(rest_sizes)) + 1
-        for a, z in zip(np.concatenate(([0], change)).tolist(), np.concatenate((change, [len(rest_items)])).tolist()):
-            size, count, pos = int(rest_sizes[a]), z - a, a
-            if count == 1:                              # one item: the first bin with room, else a new one
-                room = rest[:opened] >= size
-                first = int(room.argmax()) if opened else 0
-                if opened and room[first]:
-                    bin_of[a] = first
-                    rest[first] -= size
-                else:
-                    bin_of[a] = opened
-                    rest[opened] = c - size
-                    opened += 1
-                continue
-            fits = np.flatnonzero(rest[:opened] >= size)
-            if fits.size:
-                caps = rest[fits] // size
-                cum = np.cumsum(caps)
-                if cum[-1] >= count:
-                    last = int(np.searchsorted(cum, count))
-                    fits, caps = fits[:last + 1], caps[:last + 1].copy()
-                    caps[-1] = count - (int(cum[last - 1]) if last else 0)
-                placed = int(caps.sum())
-                bin_of[pos:pos + placed] = np.repeat(fits, caps)
-                rest[fits] -= caps * size
-                pos += placed
-            if pos < z:
-                per_bin = c // size
-                new = -(-(z - pos) // per_bin)
-                caps = np.full(new, per_bin, dtype=np.int64)
-                caps[-1] = (z - pos) - per_bin * (new - 1)
-                bin_of[pos:z] = np.repeat(np.arange(opened, opened + new), caps)
-                rest[opened:opened + new] = c - caps * size
-                opened += new
-    order = np.argsort(bin_of, kind="stable")           # each bin's items in the order appended
-    tail = rest_items[order]
-    tail_offsets = np.concatenate(([0], np.cumsum(np.bincount(bin_of))))
-    return np.concatenate((head, tail)), np.concatenate((head_offsets, head_offsets[-1] + tail_offsets[1:]))
+            continue
+        fits = np.flatnonzero(rest[:opened] >= size)
+        if fits.size:
+            caps = rest[fits] // size
+            cum = np.cumsum(caps)
+            if cum[-1] >= count:
+                last = int(np.searchsorted(cum, count))
+                fits, caps = fits[:last + 1], caps[:last + 1].copy()
+                caps[-1] = count - (int(cum[last - 1]) if last else 0)
+            placed = int(caps.sum())
+            bin_of[pos:pos + placed] = np.repeat(fits, caps)
+            rest[fits] -= caps * size
+            pos += placed
+        if pos < z:
+            per_bin = c // size
+            new = -(-(z - pos) // per_bin)
+            caps = np.full(new, per_bin, dtype=np.int64)
+            caps[-1] = (z - pos) - per_bin * (new - 1)
+            bin_of[pos:z] = np.repeat(np.arange(opened, opened + new), caps)
+            rest[opened:opened + new] = c - caps * size
+            opened += new
+    return bin_of
+
+
+def _least_filled(sizes: np.ndarray, c: int) -> np.ndarray:
+    """Phase 5 of v0.6.0: each leftover (``sizes``, decreasing) into the least-filled new bin when it fits,
+    else a new bin; the list starts with one empty bin and stays sorted by load (``bisect`` inserts after
+    equal loads, ``pop(0)`` takes the first): a heap of ``(load, insertion, bin)``. The new bin of each item,
+    numbered in the list's final order."""
+    bin_of = np.empty(len(sizes), dtype=np.int64)
+    heap = [(0, 0, 0)]
+    opened = 1
+    for pos, size in enumerate(sizes.tolist()):
+        if size <= c - heap[0][0]:
+            load, _, bid = heappop(heap)
+        else:
+            load, bid = 0, opened
+            opened += 1
+        bin_of[pos] = bid
+        heappush(heap, (load + size, pos + 1, bid))
+    rank = {bid: k for k, (_, _, bid) in enumerate(sorted(heap))}
+    return np.array([rank[b] for b in bin_of.tolist()], dtype=np.int64)
 
 
 def mffd_bins(lengths, capacity: int, worst_fit_leftovers: bool = False) -> list[list[int]]:
