@@ -355,6 +355,15 @@ def test_tp_rounding_refuses_packs_the_rounded_sequence_overflows():
     table = CandidateTable(inst)
     for name in ("actor.train", "reference.infer"):
         assert {c.strategy.tp for c in table.all[name]} == {1}     # never priced unpacked at TP 2
+    # a plan at TP 2 is refused with the rule's reason (validate's message)
+    from packplace.placement.evaluator import get_evaluator
+    from packplace.placement.problem.plan import Allocation, Plan, VertexPlan
+    block = Allocation((0, 0, 0), (1, 1, 8))
+    plan = Plan.build({"actor.generate": VertexPlan(Strategy(8, 1, 1), 4, block),
+                       "reference.infer": VertexPlan(Strategy(4, 1, 2), 8, block),
+                       "actor.train": VertexPlan(Strategy(4, 1, 2), 8, block)})
+    score = get_evaluator(inst).score(plan)
+    assert not score.feasible and "policy.train_mb_tokens: 129 tokens" in score.violations[0]
     # a TP-2 pack of the 130-token rounding is refused where NeMo RL would refuse it, not priced unpacked
     with pytest.raises(ConfigError, match="exceeds the 129-token pack"):
         cost_model(inst).pass_shape(inst.models["actor"], "train", 1, 1, 2, 1)
