@@ -43,6 +43,7 @@ from packplace.placement.model.framework import (
     hybrid_lora_fuse_seconds,
     inference_owner,
     profile,
+    trainer_logit_bytes,
 )
 from packplace.placement.model.layout_rules import Context, strategy_refusal
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, vertex_memory
@@ -641,7 +642,8 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
                      cluster if cluster is not None else instance.cluster, instance.workload, instance.engine,
                      profile(instance.framework), sharded, training, Context.of(instance), moves,
                      release.transformer_engine if release is not None else None,
-                     packed_passes(instance, release))
+                     packed_passes(instance, release), getattr(instance, "dynamic_bsz", None),
+                     frozenset((instance.models["actor"],)) if "actor" in instance.models else frozenset())
 
 
 def packed_passes(instance, release=None) -> PackedPasses | None:
@@ -778,6 +780,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     weight_swap = swaps_reference_weights(instance.framework, instance.graph.vertex(name).model, kind)
     release = trainer_release(instance, name)
     limit = memory_budget(instance, kind)
+    logit_bytes = trainer_logit_bytes(instance.framework, getattr(instance, "framework_version", None))
     reward = instance.rule_reward.seconds(w.sequences) if kind == "generate" and instance.rule_reward is not None \
         else None
     live_len = mean_live_tokens(w)
@@ -814,7 +817,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                                      options=options, prefill_sequences=prefill, ep=ep,
                                      sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded,
                                      framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace,
-                                     pass_tokens=pass_tokens, logprob_tokens=logprob_tokens)
+                                     pass_tokens=pass_tokens, logprob_tokens=logprob_tokens, logit_bytes=logit_bytes)
             if weight_swap:
                 # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into
                 # the policy's own tensors for the pass (use_reference_model), on the policy's workers and

@@ -64,6 +64,8 @@ from packplace.placement.model.layout_rules import TRAIN, Context, trainer_backe
 from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
     TrainingOptions,
+    dynamic_micro_batches,
+    dynamic_peak_tokens,
     lora_params,
     peak_pass_tokens,
     resident_bytes,
@@ -136,6 +138,11 @@ class CostModel:
         packing: NeMo RL's sequence packing of the policy workers' passes
             (:class:`~packplace.placement.model.sequence_packing.PackedPasses`): their micro-batches are packs
             by tokens (:meth:`pass_shape`); ``None``: micro-batches of the plan's sequences.
+        dynamic_bsz: verl's dynamic batch size, ``(ppo_max_token_len_per_gpu,
+            log_prob_max_token_len_per_gpu)`` tokens per micro-batch per GPU of the shapes in
+            ``dynamic_models`` (:meth:`pass_shape`); ``None``: micro-batches of the plan's sequences.
+        dynamic_models: The shapes whose passes run ``dynamic_bsz`` (verl's actor, and its reference,
+            which shares the shape).
     """
 
     def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload,
@@ -144,7 +151,8 @@ class CostModel:
                  training: dict[ModelSpec, TrainingOptions] | None = None,
                  layout: Context | None = None,
                  trainer_moves_optimizer: frozenset = frozenset(),
-                 transformer_engine: str | None = None, packing: PackedPasses | None = None) -> None:
+                 transformer_engine: str | None = None, packing: PackedPasses | None = None,
+                 dynamic_bsz: tuple[int, int] | None = None, dynamic_models: frozenset = frozenset()) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
@@ -158,6 +166,8 @@ class CostModel:
         self._eager_rates: ComponentTable | None = None
         self.layout = layout
         self.packing = packing
+        self.dynamic_bsz = dynamic_bsz
+        self.dynamic_models = dynamic_models
 
     def pass_kernels(self, pp: int, tp: int, ep: int = 1) -> str:
         """Whose kernels a trainer-side pass (training, log-prob, reference and value forwards) of a task
@@ -200,7 +210,24 @@ class CostModel:
                                        model in self.sharded_models, steps)
             if shape is not None:
                 return shape
+        dynamic = self.dynamic_chunk(model, kind, dp)
+        if dynamic is not None:
+            sequences, budget, chunks = dynamic
+            m = dynamic_micro_batches(sequences, w.train_seq_len, budget)
+            return m * chunks, sequences * w.train_seq_len / m
         return w.sequences // (dp * micro_batch), micro_batch * w.train_seq_len
+
+    def dynamic_chunk(self, model: ModelSpec, kind: str, dp: int) -> tuple[float, int, int] | None:
+        """``(sequences, budget, chunks)`` of a pass of ``kind`` under verl's dynamic batch size: the sequences
+        one data-parallel rank splits into micro-batches at once (training: its share of one mini-batch,
+        ``B·K/(dp·optimizer_steps)``, ``dp_actor.py`` ``update_policy`` per mini-batch; log-prob: its share
+        of the whole batch, ``compute_log_prob``), the token budget per GPU, and how many such chunks the
+        pass runs; ``None`` when ``model``'s passes do not run it (:attr:`dynamic_bsz`)."""
+        if self.dynamic_bsz is None or model not in self.dynamic_models:
+            return None
+        steps = self.training[model].optimizer_steps if kind == "train" and model in self.training else 1
+        budget = self.dynamic_bsz[0] if kind == "train" else self.dynamic_bsz[1]
+        return self.workload.sequences / (dp * steps), budget, steps
 
     def peak_pass_tokens(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                          ep: int = 1) -> float:
@@ -217,6 +244,9 @@ class CostModel:
             steps = self.training[model].optimizer_steps if kind == "train" and model in self.training else 1
             if self.packing.shape(kind, dp, pp, tp, megatron, model in self.sharded_models, steps) is not None:
                 pack = self.packing.packing.peak_tokens(kind, megatron)
+        dynamic = self.dynamic_chunk(model, kind, dp) if pack is None else None
+        if dynamic is not None:
+            return dynamic_peak_tokens(self.workload, dynamic[0], dynamic[1])
         return peak_pass_tokens(self.workload, micro_batch, pack)
 
     def components_for(self, model: ModelSpec, lora_rank: int = 0) -> ComponentTable | None:

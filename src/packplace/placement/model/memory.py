@@ -241,7 +241,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   prefill_sequences: int | None = None, ep: int = 1, sharded_weights: bool = False,
                   offloaded_weights: bool = False, framework: str = "none",
                   workspace_bytes: float | None = None, pass_tokens: float | None = None,
-                  logprob_tokens: float | None = None) -> tuple[float, float]:
+                  logprob_tokens: float | None = None,
+                  logit_bytes: tuple[float, float] | None = None) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -271,6 +272,10 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         logprob_tokens: A ``train`` vertex that also runs the old-log-prob forward: the tokens of that
             forward's largest micro-batch; the transient is then the larger of the training pass's and that
             forward's (:func:`~packplace.placement.model.pass_memory.infer_transient` plus the workspace).
+        logit_bytes: The framework's ``(forward, loss backward)`` bytes per vocabulary entry per token of
+            the output head's logits in a training or log-prob pass
+            (:func:`~packplace.placement.model.framework.trainer_logit_bytes`; ``None``: the fp32 upcast
+            and log-softmax of :func:`~packplace.placement.model.pass_memory.logit_bytes_per_token`).
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
@@ -308,17 +313,17 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             transient = train_transient(model, tokens=tokens, n_layers=layers[i], last=last,
                                         first=i == 0, recompute=options.recompute, tp=tp,
                                         inflight=min(pp - i, micro_batches), autocast=autocast,
-                                        ep=ep).peak(workspace)
+                                        ep=ep, logit_bytes=logit_bytes).peak(workspace)
             if logprob_tokens is not None:
                 forward = infer_transient(model, tokens=logprob_tokens, n_layers=layers[i], last=last, tp=tp,
-                                          kv_cache=framework == "none", ep=ep)
+                                          kv_cache=framework == "none", ep=ep, logit_bytes=logit_bytes)
                 transient = max(transient, sum(forward) + workspace)
         elif kind == "infer":
             # partitioned: the stage's weights over all tp·dp ranks (ZeRO-3 shards expert weights over the
             # expert-data-parallel group, ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * dp) if sharded_weights else 2.0 * p
             parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp,
-                                    kv_cache=framework == "none", ep=ep)
+                                    kv_cache=framework == "none", ep=ep, logit_bytes=logit_bytes)
             transient = sum(parts) + workspace
             if sharded_weights:
                 transient += 2.0 * per_layer_rank
@@ -352,6 +357,29 @@ def peak_pass_tokens(workload: Workload, micro_batch: int, pack_tokens: int | No
     if pack_tokens is not None:
         return float(pack_tokens)
     return float(micro_batch * (workload.context_length + workload.max_response))
+
+
+def dynamic_micro_batches(sequences: float, mean_len: float, budget: int) -> int:
+    """Micro-batches verl's dynamic batch size splits ``sequences`` sequences of ``mean_len`` tokens on
+    average into, at ``budget`` tokens per micro-batch per GPU: ``min(n, ⌈n·s / budget⌉)`` with ``n`` the
+    sequences rounded up (``verl/utils/seqlen_balancing.py`` ``rearrange_micro_batches``: ``num_micro_batches
+    = min(len(seq_len_effective), ceildiv(total_seqlen, max_token_len))``, the sequences then split into that
+    many micro-batches of balanced token sums by Karmarkar-Karp). With Ulysses sequence parallelism of
+    ``u`` GPUs verl splits ``u·n`` sequences at ``u·budget`` and slices every micro-batch ``u`` ways: the same
+    count and tokens per GPU."""
+    n = max(1, math.ceil(sequences - 1e-9))
+    return max(1, min(n, math.ceil(n * mean_len / budget - 1e-9)))
+
+
+def dynamic_peak_tokens(workload: Workload, sequences: float, budget: int) -> float:
+    """Tokens per GPU of the largest micro-batch verl's dynamic batch size forms from ``sequences`` sequences
+    at ``budget`` tokens (:func:`dynamic_micro_batches`): Karmarkar-Karp balances the micro-batches' token
+    sums around their mean (at most ``budget``) but can leave one a sequence above it, so at most
+    ``budget`` plus the longest sequence ``S + longest response``, and never more than all ``⌈sequences⌉``
+    at that length (``micro_batch`` of the plan plays no part: verl ignores ``ppo_micro_batch_size_per_gpu``
+    under ``use_dynamic_bsz``)."""
+    longest = workload.context_length + workload.max_response
+    return float(min(max(1, math.ceil(sequences - 1e-9)) * longest, budget + longest))
 
 
 def kv_cache_budget_bytes(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,

@@ -202,11 +202,13 @@ def checkpoint_bytes_per_token(model: ModelSpec, autocast: bool) -> float:
     return (4.0 if autocast else 2.0) * model.hidden_dim
 
 
-def logit_bytes_per_token(model: ModelSpec, backward: bool) -> float:
+def logit_bytes_per_token(model: ModelSpec, backward: bool, logit_bytes: tuple[float, float] | None = None) -> float:
     """Bytes per token of the output head's logits: :data:`LOGIT_FORWARD_BYTES` (or
     :data:`LOGIT_BACKWARD_BYTES` while the loss's backward runs) times the output width (``V``, or 1 for a
-    value head)."""
-    return (LOGIT_BACKWARD_BYTES if backward else LOGIT_FORWARD_BYTES) * model.output_dim
+    value head). ``logit_bytes``: a framework's own ``(forward, backward)`` bytes per vocabulary entry
+    (:attr:`~packplace.placement.model.framework.FrameworkProfile.logit_bytes`) instead of those two."""
+    forward, back = (LOGIT_FORWARD_BYTES, LOGIT_BACKWARD_BYTES) if logit_bytes is None else logit_bytes
+    return (back if backward else forward) * model.output_dim
 
 
 def _check(name: str, value: str, valid: tuple[str, ...]) -> None:
@@ -373,13 +375,15 @@ class TrainTransient:
 
 
 def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, first: bool,
-                    recompute: str, tp: int, inflight: int, autocast: bool, ep: int = 1) -> TrainTransient:
+                    recompute: str, tp: int, inflight: int, autocast: bool, ep: int = 1,
+                    logit_bytes: tuple[float, float] | None = None) -> TrainTransient:
     """:class:`TrainTransient` of one stage of ``n_layers`` layers for a micro-batch of ``tokens`` tokens
     (``inflight`` micro-batches' activations held, 1F1B). ``autocast``: fp32 master weights under
     ``torch.autocast`` (bf16 copies of every matmul weight cached through the forward; under full
     recomputation only the output head's copy is kept for the backward), else bf16 weights. ``first`` and
     ``last``: the stage holds the embedding / the output head (a tied embedding's gradient is
-    materialised once more at the end of the backward when both are on it)."""
+    materialised once more at the end of the backward when both are on it). ``logit_bytes``: the
+    framework's ``(forward, backward)`` logit bytes per vocabulary entry (:func:`logit_bytes_per_token`)."""
     head = model.head_gemm_params / tp if last else 0.0
     gemm = (model.gemm_params - model.head_gemm_params) / model.layers * n_layers / tp + head
     t = tokens / tp
@@ -403,8 +407,8 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     saved_each = (saved / saved_tensors) if saved_tensors else 0.0
     return TrainTransient(
         copies_forward=copies_forward, copies_backward=copies_backward, saved=saved,
-        logits_forward=logit_bytes_per_token(model, False) * t if last else 0.0,
-        logits_backward=logit_bytes_per_token(model, True) * t if last else 0.0,
+        logits_forward=logit_bytes_per_token(model, False, logit_bytes) * t if last else 0.0,
+        logits_backward=logit_bytes_per_token(model, True, logit_bytes) * t if last else 0.0,
         end=max(embed_grad, a_layer),
         slack_forward=weights + _slack(saved_tensors, saved_each),
         slack_end=2 * weights + _slack(SAVED_TENSORS_PER_LAYER, a_layer / SAVED_TENSORS_PER_LAYER))
@@ -452,11 +456,13 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
 
 
 def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, tp: int,
-                    kv_cache: bool, ep: int = 1) -> tuple[float, float, float, float]:
+                    kv_cache: bool, ep: int = 1,
+                    logit_bytes: tuple[float, float] | None = None) -> tuple[float, float, float, float]:
     """``(activations, logits, kv_cache, slack)`` bytes per GPU at the peak of a no-grad log-prob forward
     of ``tokens`` tokens on a stage of ``n_layers`` layers: the larger of one layer's working set
-    (:func:`working_set_bytes_per_token`) and, on the last stage, the logits' ``10·V`` per token with the
-    final hidden states; ``kv_cache``: the forward keeps every layer's K and V (a Hugging Face
+    (:func:`working_set_bytes_per_token`) and, on the last stage, the logits' ``10·V`` per token (a
+    framework's own forward bytes with ``logit_bytes``, :func:`logit_bytes_per_token`) with the final
+    hidden states; ``kv_cache``: the forward keeps every layer's K and V (a Hugging Face
     ``model(input_ids)`` with ``use_cache`` on)."""
     t = tokens / tp
     kv = model.kv_bytes_per_token(tp, 1) * n_layers / model.layers * tokens if kv_cache else 0.0
@@ -465,7 +471,7 @@ def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     layer = working_set_bytes_per_token(model) * t
     if last:
         hidden = 2.0 * model.hidden_dim * t
-        logits = logit_bytes_per_token(model, False) * t
+        logits = logit_bytes_per_token(model, False, logit_bytes) * t
         if hidden + logits >= layer:
             return hidden, logits, kv, slack
     return layer, 0.0, kv, slack

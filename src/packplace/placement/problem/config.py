@@ -185,6 +185,14 @@ POLICY_FIELDS: dict[str, Field] = {
     "logprob_mb_tokens": Field("int", "tokens", 1, 10_000_000, default=None,
                                meaning="nemo-rl sequence packing: tokens per log-prob pack (old policy, reference; "
                                        "policy.sequence_packing.logprob_mb_tokens); set with train_mb_tokens"),
+    "ppo_max_token_len_per_gpu": Field("int", "tokens", 1, 10_000_000, default=None,
+                                       meaning="verl dynamic batch size (actor.use_dynamic_bsz): tokens per "
+                                               "training micro-batch per GPU (actor.ppo_max_token_len_per_gpu; "
+                                               "unset: micro-batches of the plan's sequences)"),
+    "log_prob_max_token_len_per_gpu": Field("int", "tokens", 1, 10_000_000, default=None,
+                                            meaning="verl dynamic batch size: tokens per log-prob micro-batch per "
+                                                    "GPU (rollout / ref log_prob_max_token_len_per_gpu); set with "
+                                                    "ppo_max_token_len_per_gpu"),
     "trainer_backend": Field("enum", choices=TRAINER_BACKENDS, default="auto",
                              meaning="verl / NeMo RL trainer workers (or framework none): fsdp (NeMo RL DTensor), "
                                      "megatron, or auto (chosen by the plan); refused for OpenRLHF / DeepSpeed-Chat"),
@@ -302,6 +310,9 @@ class PlacementInstance:
             ``enforce_eager`` and the vLLM engine generation, already applied to ``engine``), or ``None``.
         sequence_packing: ``(policy.train_mb_tokens, policy.logprob_mb_tokens)``: NeMo RL's sequence packing of
             the policy workers' passes (:mod:`packplace.placement.model.sequence_packing`), or ``None``.
+        dynamic_bsz: ``(policy.ppo_max_token_len_per_gpu, policy.log_prob_max_token_len_per_gpu)``: verl's
+            dynamic batch size of the actor's passes (micro-batches by tokens,
+            :meth:`~packplace.placement.model.cost.CostModel.pass_shape`), or ``None``.
     """
 
     cluster: Cluster
@@ -321,6 +332,7 @@ class PlacementInstance:
     trainer_backend: str = "auto"
     framework_version: str | None = None
     sequence_packing: tuple[int, int] | None = None
+    dynamic_bsz: tuple[int, int] | None = None
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -683,7 +695,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                                  inference_offload=policy["inference_offload"], balance=balance,
                                  trainer_backend=policy["trainer_backend"],
                                  framework_version=policy.get("framework_version"),
-                                 sequence_packing=_sequence_packing(policy, algorithm, workload))
+                                 sequence_packing=_sequence_packing(policy, algorithm, workload),
+                                 dynamic_bsz=_dynamic_bsz(policy))
     check_config(Context.of(instance))
     return instance
 
@@ -726,6 +739,28 @@ def _sequence_packing(policy: Mapping[str, Any], algorithm: str, workload: Workl
             raise ConfigError(f"[policy] {name}: {int(tokens)} tokens is below the longest sequence, "
                               f"context_length + generation_length = {longest} (NeMo RL's packer refuses a "
                               f"sequence longer than its pack)")
+    return int(train), int(logprob)
+
+
+def _dynamic_bsz(policy: Mapping[str, Any]) -> tuple[int, int] | None:
+    """``(ppo_max_token_len_per_gpu, log_prob_max_token_len_per_gpu)`` of ``[policy]``, or ``None`` when
+    neither is set: verl's ``use_dynamic_bsz`` (``verl/utils/seqlen_balancing.py`` ``rearrange_micro_batches``).
+
+    Raises:
+        ConfigError: one set without the other, or either set for a framework other than ``verl``.
+    """
+    train, logprob = policy.get("ppo_max_token_len_per_gpu"), policy.get("log_prob_max_token_len_per_gpu")
+    if train is None and logprob is None:
+        return None
+    if train is None or logprob is None:
+        missing = "ppo_max_token_len_per_gpu" if train is None else "log_prob_max_token_len_per_gpu"
+        raise ConfigError(f"[policy] {missing}: verl's dynamic batch size takes both token budgets "
+                          "(ppo_max_token_len_per_gpu and log_prob_max_token_len_per_gpu); set it too, or drop "
+                          "the other")
+    if policy["framework"] != "verl":
+        raise ConfigError(f"[policy] ppo_max_token_len_per_gpu: micro-batches by a token budget are verl's dynamic "
+                          f"batch size (framework: verl), not {policy['framework']!r}'s; drop "
+                          "ppo_max_token_len_per_gpu and log_prob_max_token_len_per_gpu")
     return int(train), int(logprob)
 
 
