@@ -77,13 +77,13 @@ def test_published_verl_h20_actor_fits_with_verls_logits():
     old, _ = _actor_train(_instance(VERL_32, framework_version="0.3.0"))   # the model's default logits
     assert now.fits and not old.fits
     assert now.resident_bytes == old.resident_bytes
-    # the loss's backward at the largest training micro-batch (61,440 + 30,615 tokens): 4 B x V of logits and
-    # the bf16 input of each of the 28 checkpointed layers (2 B x 3,584) -- a lower bound of the transient
-    tokens = 61440 + 30615
-    assert now.transient_bytes > 4 * V * tokens + 2 * 3584 * 28 * tokens == 74_468_812_800
+    # the loss's backward at the largest training micro-batch (61,440 + 30,615 / 4 Ulysses ranks tokens): 4 B x V
+    # of logits and the bf16 input of each of the 28 checkpointed layers (2 B x 3,584): a lower bound
+    tokens = 61440 + 30615 / 4
+    assert now.transient_bytes > 4 * V * tokens + 2 * 3584 * 28 * tokens == 55_894_080_000
     assert now.resident_bytes + now.transient_bytes < 96e9
-    # the default's log-prob forward alone: 10 B x V over the log-prob micro-batch (92,160 + 30,615 tokens)
-    assert old.transient_bytes > 10 * V * (92160 + 30615) > 96e9
+    # the default's log-prob forward alone: 10 B x V over the log-prob micro-batch (92,160 + 30,615 / 4 tokens)
+    assert old.transient_bytes > 10 * V * (92160 + 30615 / 4) > 96e9
 
 
 # -- verl's dynamic batch size: micro-batches by tokens per GPU ------------------------------------------------
@@ -98,7 +98,7 @@ def test_dynamic_micro_batches_hand_computed():
 
 def test_verl_file_runs_micro_batches_by_tokens():
     inst = _instance(VERL_32)
-    assert inst.dynamic_bsz == (61440, 92160)
+    assert inst.dynamic_bsz == (61440, 92160, 4)
     cost = cost_model(inst)
     actor = inst.models["actor"]
     s = inst.workload.train_seq_len
@@ -111,13 +111,32 @@ def test_verl_file_runs_micro_batches_by_tokens():
     # log-prob: the rank's 256 sequences at once, ceil(256 s / 92,160) micro-batches
     m, tokens = cost.pass_shape(actor, "logprob", 32, 1, 1, 2)
     assert m == -(-256 * s // 92160) == 19 and tokens == pytest.approx(256 * s / 19)
-    # the largest micro-batch: the budget plus the longest sequence (2,048 + 28,567)
-    assert cost.peak_pass_tokens(actor, "train", 32, 1, 1, 2) == 61440 + 30615
-    assert cost.peak_pass_tokens(actor, "logprob", 32, 1, 1, 2) == 92160 + 30615
+    # the largest micro-batch: the budget plus the longest sequence (2,048 + 28,567) over the 4 Ulysses ranks
+    assert cost.peak_pass_tokens(actor, "train", 32, 1, 1, 2) == 61440 + 30615 / 4
+    assert cost.peak_pass_tokens(actor, "logprob", 32, 1, 1, 2) == 92160 + 30615 / 4
+
+
+def test_fsdp_size_shards_the_training_state_over_its_group():
+    from packplace.placement.model.memory import TrainingOptions
+    assert TrainingOptions(sharding="zero3", fsdp_size=8).shard_ranks(32) == 8
+    assert TrainingOptions(sharding="zero3").shard_ranks(32) == 32
+    assert TrainingOptions(sharding="zero3", fsdp_size=64).shard_ranks(32) == 32
+    inst = _instance(VERL_32)
+    assert inst.training["actor"].fsdp_size == 8
+    cfg = copy.deepcopy(load_yaml(VERL_32))
+    cfg.pop("validation")
+    cfg["training"]["actor"].pop("fsdp_size")
+    full, _ = _actor_train(build_instance(cfg))
+    hybrid, _ = _actor_train(inst)
+    model = inst.models["actor"]
+    layer = 2.0 * model.block_params / model.layers        # the gathered layer (bf16), not sharded
+    # ZeRO-3's 16 bytes per parameter over 8 ranks instead of 32: four times the sharded part
+    assert hybrid.resident_bytes - layer == pytest.approx(4 * (full.resident_bytes - layer))
 
 
 @pytest.mark.parametrize(("policy", "message"), [
     ({"log_prob_max_token_len_per_gpu": None}, "takes both token budgets"),
+    ({"log_prob_max_token_len_per_gpu": None, "ppo_max_token_len_per_gpu": None}, "dynamic batch size only"),
     ({"framework": "nemo-rl"}, "verl's dynamic batch size"),
 ])
 def test_dynamic_batch_size_config_errors(policy, message):

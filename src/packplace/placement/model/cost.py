@@ -139,8 +139,9 @@ class CostModel:
             (:class:`~packplace.placement.model.sequence_packing.PackedPasses`): their micro-batches are packs
             by tokens (:meth:`pass_shape`); ``None``: micro-batches of the plan's sequences.
         dynamic_bsz: verl's dynamic batch size, ``(ppo_max_token_len_per_gpu,
-            log_prob_max_token_len_per_gpu)`` tokens per micro-batch per GPU of the shapes in
-            ``dynamic_models`` (:meth:`pass_shape`); ``None``: micro-batches of the plan's sequences.
+            log_prob_max_token_len_per_gpu, ulysses_sequence_parallel_size)``: tokens per micro-batch per
+            GPU of the shapes in ``dynamic_models`` (:meth:`pass_shape`) and the Ulysses size that slices
+            each micro-batch (:meth:`peak_pass_tokens`); ``None``: micro-batches of the plan's sequences.
         dynamic_models: The shapes whose passes run ``dynamic_bsz`` (verl's actor, and its reference,
             which shares the shape).
     """
@@ -152,7 +153,7 @@ class CostModel:
                  layout: Context | None = None,
                  trainer_moves_optimizer: frozenset = frozenset(),
                  transformer_engine: str | None = None, packing: PackedPasses | None = None,
-                 dynamic_bsz: tuple[int, int] | None = None, dynamic_models: frozenset = frozenset()) -> None:
+                 dynamic_bsz: tuple[int, int, int] | None = None, dynamic_models: frozenset = frozenset()) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
@@ -246,7 +247,8 @@ class CostModel:
                 pack = self.packing.packing.peak_tokens(kind, megatron)
         dynamic = self.dynamic_chunk(model, kind, dp) if pack is None else None
         if dynamic is not None:
-            return dynamic_peak_tokens(self.workload, dynamic[0], dynamic[1])
+            assert self.dynamic_bsz is not None
+            return dynamic_peak_tokens(self.workload, dynamic[0], dynamic[1], self.dynamic_bsz[2])
         return peak_pass_tokens(self.workload, micro_batch, pack)
 
     def components_for(self, model: ModelSpec, lora_rank: int = 0) -> ComponentTable | None:

@@ -73,6 +73,12 @@ class TrainingOptions:
             ``examples/configs/grpo_math_1B.yaml`` v0.4-v0.7, which its performance recipes inherit: 4
             steps for 2,048 sequences; verl ``ppo_mini_batch_size``; :func:`~packplace.placement.model.
             training_time.optimizer_steps_seconds`).
+        fsdp_size: ranks the training state shards over (0, the default: all ``dp``): verl's
+            ``actor.fsdp_config.fsdp_size`` builds a 2-D device mesh of ``dp / fsdp_size`` replicas of
+            ``fsdp_size``-way shards (``verl/utils/fsdp_utils.py`` / ``fsdp_workers.py``
+            ``create_device_mesh``: hybrid shard), so each GPU holds ``1/min(dp, fsdp_size)`` of the
+            weights, gradients and optimizer state (:func:`shard_ranks`). Memory only: the time model
+            keeps its collectives over the ``dp`` ranks.
 
     Raises:
         ConfigError: an unknown value (``sharding: must be one of ...``).
@@ -84,6 +90,7 @@ class TrainingOptions:
     fp32_grad_buffer: bool = False
     lora_rank: int = 0
     optimizer_steps: int = 1
+    fsdp_size: int = 0
 
     def __post_init__(self) -> None:
         for name, valid in (("sharding", SHARDING), ("recompute", RECOMPUTE), ("offload", OFFLOAD)):
@@ -97,6 +104,14 @@ class TrainingOptions:
                 or self.optimizer_steps < 1:
             raise ConfigError(f"optimizer_steps: must be an integer >= 1 (optimizer steps per RL step), "
                               f"got {self.optimizer_steps!r}")
+        if isinstance(self.fsdp_size, bool) or not isinstance(self.fsdp_size, int) or self.fsdp_size < 0:
+            raise ConfigError(f"fsdp_size: must be an integer >= 1 (0 = every data-parallel rank), "
+                              f"got {self.fsdp_size!r}")
+
+    def shard_ranks(self, dp: int) -> int:
+        """Ranks the training state shards over at data-parallel degree ``dp``: ``min(dp, fsdp_size)``
+        (all ``dp`` when ``fsdp_size`` is 0)."""
+        return min(dp, self.fsdp_size) if self.fsdp_size else dp
 
 
 def lora_params(model: ModelSpec, rank: int) -> tuple[int, int]:
@@ -299,7 +314,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     params = stage_params(model, pp)
     split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
     best = (-1.0, 0.0, 0.0)
-    lora = lora_train_state_bytes(model, pp, tp, dp, options) if kind == "train" and options.lora_rank else None
+    shard = options.shard_ranks(dp)
+    lora = lora_train_state_bytes(model, pp, tp, shard, options) if kind == "train" and options.lora_rank else None
     for i in range(pp):
         p = params[i] / tp if split is None else split[i][0] + split[i][1]
         last = i == pp - 1
@@ -307,8 +323,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             if lora is not None:
                 resident = lora[i]
             else:
-                resident = (train_state_bytes(p, per_layer_rank, dp, options) if split is None
-                            else expert_train_state_bytes(model, split[i], dp, tp, ep, options))
+                resident = (train_state_bytes(p, per_layer_rank, shard, options) if split is None
+                            else expert_train_state_bytes(model, split[i], shard, tp, ep, options))
             autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
             transient = train_transient(model, tokens=tokens, n_layers=layers[i], last=last,
                                         first=i == 0, recompute=options.recompute, tp=tp,
@@ -371,15 +387,18 @@ def dynamic_micro_batches(sequences: float, mean_len: float, budget: int) -> int
     return max(1, min(n, math.ceil(n * mean_len / budget - 1e-9)))
 
 
-def dynamic_peak_tokens(workload: Workload, sequences: float, budget: int) -> float:
+def dynamic_peak_tokens(workload: Workload, sequences: float, budget: int, ulysses: int = 1) -> float:
     """Tokens per GPU of the largest micro-batch verl's dynamic batch size forms from ``sequences`` sequences
-    at ``budget`` tokens (:func:`dynamic_micro_batches`): Karmarkar-Karp balances the micro-batches' token
-    sums around their mean (at most ``budget``) but can leave one a sequence above it, so at most
-    ``budget`` plus the longest sequence ``S + longest response``, and never more than all ``⌈sequences⌉``
-    at that length (``micro_batch`` of the plan plays no part: verl ignores ``ppo_micro_batch_size_per_gpu``
-    under ``use_dynamic_bsz``)."""
+    per GPU at ``budget`` tokens per GPU (:func:`dynamic_micro_batches`): Karmarkar-Karp balances the
+    micro-batches' token sums around their mean (at most the budget) but can leave one a sequence above it.
+    With Ulysses sequence parallelism of ``u`` GPUs verl splits ``u·sequences`` at ``u·budget`` and slices
+    each micro-batch ``u`` ways (``dp_actor.py``: ``max_token_len = ppo_max_token_len_per_gpu ·
+    ulysses_sequence_parallel_size``; ``ulysses_pad_and_slice_inputs``), so per GPU at most
+    ``budget + (S + longest response)/u``, and never more than all ``⌈sequences⌉`` at that length
+    (``micro_batch`` of the plan plays no part: verl ignores ``ppo_micro_batch_size_per_gpu`` under
+    ``use_dynamic_bsz``)."""
     longest = workload.context_length + workload.max_response
-    return float(min(max(1, math.ceil(sequences - 1e-9)) * longest, budget + longest))
+    return float(min(max(1, math.ceil(sequences - 1e-9)) * longest, budget + longest / ulysses))
 
 
 def kv_cache_budget_bytes(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,

@@ -193,6 +193,11 @@ POLICY_FIELDS: dict[str, Field] = {
                                             meaning="verl dynamic batch size: tokens per log-prob micro-batch per "
                                                     "GPU (rollout / ref log_prob_max_token_len_per_gpu); set with "
                                                     "ppo_max_token_len_per_gpu"),
+    "ulysses_sequence_parallel_size": Field("int", "ranks", 1, 1024, default=None,
+                                            meaning="verl Ulysses sequence parallelism of the actor's passes: with "
+                                                    "the dynamic batch size, a micro-batch's tokens are sliced "
+                                                    "over this many GPUs (memory only; set with "
+                                                    "ppo_max_token_len_per_gpu)"),
     "trainer_backend": Field("enum", choices=TRAINER_BACKENDS, default="auto",
                              meaning="verl / NeMo RL trainer workers (or framework none): fsdp (NeMo RL DTensor), "
                                      "megatron, or auto (chosen by the plan); refused for OpenRLHF / DeepSpeed-Chat"),
@@ -213,6 +218,9 @@ TRAINING_FIELDS: dict[str, Field] = {
     "optimizer_steps": Field("int", "steps", 1, 65536, default=1,
                              meaning="optimizer steps per RL step: the sequences split into that many global batches "
                                      "(NeMo RL step sequences / train_global_batch_size; verl mini-batches)"),
+    "fsdp_size": Field("int", "ranks", 1, 65536, default=None,
+                       meaning="ranks the training state shards over (verl actor.fsdp_config.fsdp_size: hybrid "
+                               "shard, replicated across groups; unset: every data-parallel rank); memory only"),
     "balance": Field("enum", choices=BALANCE_CHOICES, default="framework",
                      meaning="data-parallel split of every pass over the rollouts (framework: verl kk, nemo-rl lpt, "
                              "else none = contiguous; lpt/kk/repair: that balance solver)"),
@@ -310,9 +318,9 @@ class PlacementInstance:
             ``enforce_eager`` and the vLLM engine generation, already applied to ``engine``), or ``None``.
         sequence_packing: ``(policy.train_mb_tokens, policy.logprob_mb_tokens)``: NeMo RL's sequence packing of
             the policy workers' passes (:mod:`packplace.placement.model.sequence_packing`), or ``None``.
-        dynamic_bsz: ``(policy.ppo_max_token_len_per_gpu, policy.log_prob_max_token_len_per_gpu)``: verl's
-            dynamic batch size of the actor's passes (micro-batches by tokens,
-            :meth:`~packplace.placement.model.cost.CostModel.pass_shape`), or ``None``.
+        dynamic_bsz: ``(policy.ppo_max_token_len_per_gpu, policy.log_prob_max_token_len_per_gpu,
+            policy.ulysses_sequence_parallel_size)``: verl's dynamic batch size of the actor's passes
+            (micro-batches by tokens, :meth:`~packplace.placement.model.cost.CostModel.pass_shape`), or ``None``.
     """
 
     cluster: Cluster
@@ -332,7 +340,7 @@ class PlacementInstance:
     trainer_backend: str = "auto"
     framework_version: str | None = None
     sequence_packing: tuple[int, int] | None = None
-    dynamic_bsz: tuple[int, int] | None = None
+    dynamic_bsz: tuple[int, int, int] | None = None
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -742,15 +750,22 @@ def _sequence_packing(policy: Mapping[str, Any], algorithm: str, workload: Workl
     return int(train), int(logprob)
 
 
-def _dynamic_bsz(policy: Mapping[str, Any]) -> tuple[int, int] | None:
-    """``(ppo_max_token_len_per_gpu, log_prob_max_token_len_per_gpu)`` of ``[policy]``, or ``None`` when
-    neither is set: verl's ``use_dynamic_bsz`` (``verl/utils/seqlen_balancing.py`` ``rearrange_micro_batches``).
+def _dynamic_bsz(policy: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    """``(ppo_max_token_len_per_gpu, log_prob_max_token_len_per_gpu, ulysses_sequence_parallel_size)`` of
+    ``[policy]``, or ``None`` when no budget is set: verl's ``use_dynamic_bsz`` (``verl/utils/seqlen_balancing.py``
+    ``rearrange_micro_batches``; the Ulysses size defaults to 1).
 
     Raises:
-        ConfigError: one set without the other, or either set for a framework other than ``verl``.
+        ConfigError: one budget set without the other, a Ulysses size without them, or either set for a
+            framework other than ``verl``.
     """
     train, logprob = policy.get("ppo_max_token_len_per_gpu"), policy.get("log_prob_max_token_len_per_gpu")
+    ulysses = policy.get("ulysses_sequence_parallel_size")
     if train is None and logprob is None:
+        if ulysses is not None:
+            raise ConfigError("[policy] ulysses_sequence_parallel_size: the model applies it to verl's dynamic "
+                              "batch size only; set ppo_max_token_len_per_gpu and log_prob_max_token_len_per_gpu "
+                              "too, or drop it")
         return None
     if train is None or logprob is None:
         missing = "ppo_max_token_len_per_gpu" if train is None else "log_prob_max_token_len_per_gpu"
@@ -761,7 +776,7 @@ def _dynamic_bsz(policy: Mapping[str, Any]) -> tuple[int, int] | None:
         raise ConfigError(f"[policy] ppo_max_token_len_per_gpu: micro-batches by a token budget are verl's dynamic "
                           f"batch size (framework: verl), not {policy['framework']!r}'s; drop "
                           "ppo_max_token_len_per_gpu and log_prob_max_token_len_per_gpu")
-    return int(train), int(logprob)
+    return int(train), int(logprob), int(ulysses or 1)
 
 
 def _check_release_model_type(policy: Mapping[str, Any], actor: ModelSpec) -> None:
@@ -820,6 +835,8 @@ def _training(section: dict[str, Any], models: tuple[str, ...]
         balance[model] = _balance_setting(merged)
         for name in BALANCE_FIELDS:
             merged.pop(name, None)
+        if merged.get("fsdp_size") is None:     # unset: the state shards over every data-parallel rank
+            merged["fsdp_size"] = 0
         out[model] = TrainingOptions(**merged)
     return out, balance
 
