@@ -150,3 +150,11 @@ def test_dynamic_batch_size_config_errors(policy, message):
             cfg["policy"][key] = value
     with pytest.raises(ConfigError, match=message):
         build_instance(cfg)
+
+
+def test_an_entropy_bonus_keeps_the_default_logit_bytes():
+    assert trainer_logit_bytes("verl", None, entropy_in_loss=True) is None
+    now, _ = _actor_train(_instance(VERL_32))
+    bonus, _ = _actor_train(_instance(VERL_32, entropy_coeff=0.001))
+    assert _instance(VERL_32, entropy_coeff=0.001).entropy_coeff == 0.001
+    assert bonus.transient_bytes > now.transient_bytes and not bonus.fits

@@ -780,7 +780,8 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     weight_swap = swaps_reference_weights(instance.framework, instance.graph.vertex(name).model, kind)
     release = trainer_release(instance, name)
     limit = memory_budget(instance, kind)
-    logit_bytes = trainer_logit_bytes(instance.framework, getattr(instance, "framework_version", None))
+    logit_bytes = trainer_logit_bytes(instance.framework, getattr(instance, "framework_version", None),
+                                      getattr(instance, "entropy_coeff", 0.0) > 0)
     reward = instance.rule_reward.seconds(w.sequences) if kind == "generate" and instance.rule_reward is not None \
         else None
     live_len = mean_live_tokens(w)

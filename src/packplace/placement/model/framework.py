@@ -473,15 +473,20 @@ def version_defaults(framework: str, version: str | None) -> VersionDefaults | N
     return chosen
 
 
-def trainer_logit_bytes(framework: str, version: str | None) -> tuple[float, float] | None:
+def trainer_logit_bytes(framework: str, version: str | None, entropy_in_loss: bool = False
+                        ) -> tuple[float, float] | None:
     """``(forward, loss backward)`` bytes per vocabulary entry per token the trainer of ``framework`` at
     release ``version`` holds for the output head's logits: :attr:`VersionDefaults.logit_bytes` of the
     release when ``version`` is given, else :attr:`FrameworkProfile.logit_bytes`; ``None``: the memory
-    model's default.
+    model's default. ``entropy_in_loss`` (an entropy bonus, ``policy.entropy_coeff`` above 0): ``None``, as
+    those figures hold for a loss without it (verl then runs the cross entropy out of place and adds the
+    entropy's gradient over the vocabulary, ``dp_actor.py`` ``inplace_backward = False``).
 
     Raises:
         ConfigError: an unknown framework or a release :func:`version_defaults` refuses.
     """
+    if entropy_in_loss:
+        return None
     entry = version_defaults(framework, version)
     return profile(framework).logit_bytes if entry is None else entry.logit_bytes
 

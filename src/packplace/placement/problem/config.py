@@ -193,6 +193,10 @@ POLICY_FIELDS: dict[str, Field] = {
                                             meaning="verl dynamic batch size: tokens per log-prob micro-batch per "
                                                     "GPU (rollout / ref log_prob_max_token_len_per_gpu); set with "
                                                     "ppo_max_token_len_per_gpu"),
+    "entropy_coeff": Field("float", "", 0, 1e6, default=0.0,
+                           meaning="the entropy bonus's coefficient in the actor's loss (verl actor.entropy_coeff): "
+                                   "above 0 the loss's backward also carries the entropy's gradient over the "
+                                   "vocabulary, so the logits take the model's default bytes"),
     "ulysses_sequence_parallel_size": Field("int", "ranks", 1, 1024, default=None,
                                             meaning="verl Ulysses sequence parallelism of the actor's passes: with "
                                                     "the dynamic batch size, a micro-batch's tokens are sliced "
@@ -321,6 +325,8 @@ class PlacementInstance:
         dynamic_bsz: ``(policy.ppo_max_token_len_per_gpu, policy.log_prob_max_token_len_per_gpu,
             policy.ulysses_sequence_parallel_size)``: verl's dynamic batch size of the actor's passes
             (micro-batches by tokens, :meth:`~packplace.placement.model.cost.CostModel.pass_shape`), or ``None``.
+        entropy_coeff: ``policy.entropy_coeff``: the actor's loss carries an entropy bonus when above 0
+            (:func:`~packplace.placement.model.framework.trainer_logit_bytes`).
     """
 
     cluster: Cluster
@@ -341,6 +347,7 @@ class PlacementInstance:
     framework_version: str | None = None
     sequence_packing: tuple[int, int] | None = None
     dynamic_bsz: tuple[int, int, int] | None = None
+    entropy_coeff: float = 0.0
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -704,7 +711,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                                  trainer_backend=policy["trainer_backend"],
                                  framework_version=policy.get("framework_version"),
                                  sequence_packing=_sequence_packing(policy, algorithm, workload),
-                                 dynamic_bsz=_dynamic_bsz(policy))
+                                 dynamic_bsz=_dynamic_bsz(policy), entropy_coeff=float(policy["entropy_coeff"]))
     check_config(Context.of(instance))
     return instance
 
