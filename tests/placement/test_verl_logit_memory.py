@@ -158,3 +158,16 @@ def test_an_entropy_bonus_keeps_the_default_logit_bytes():
     bonus, _ = _actor_train(_instance(VERL_32, entropy_coeff=0.001))
     assert _instance(VERL_32, entropy_coeff=0.001).entropy_coeff == 0.001
     assert bonus.transient_bytes > now.transient_bytes and not bonus.fits
+
+
+def test_estimate_prices_verls_logits():
+    from packplace.placement.model.pass_memory import pass_memory
+    model = _instance(VERL_32).models["actor"]
+    common = dict(micro_batch=1, seq_len=32768, recompute="full", optimizer="none", framework="verl")
+    verl = pass_memory(model, "train", logit_bytes=VERL_LOGIT_BYTES, **common)
+    default = pass_memory(model, "train", **common)
+    assert (verl.phase, default.phase) == ("loss_backward", "loss_backward")
+    assert verl.logits == 4 * V * 32768 and default.logits == 12 * V * 32768
+    assert default.peak_bytes - verl.peak_bytes == pytest.approx(8 * V * 32768)
+    logprob = pass_memory(model, "infer", micro_batch=1, seq_len=32768, framework="verl", logit_bytes=VERL_LOGIT_BYTES)
+    assert logprob.logits == 2 * V * 32768

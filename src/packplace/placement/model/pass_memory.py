@@ -233,7 +233,8 @@ def _stage(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[list[float], tu
 def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: int = 0, context: int = 0,
                 recompute: str = "none", optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1,
                 ep: int = 1, framework: str = "none", sharding: str = "none", micro_batches: int = 1,
-                workspace_bytes: float | None = None) -> PassMemory:
+                workspace_bytes: float | None = None,
+                logit_bytes: tuple[float, float] | None = None) -> PassMemory:
     """Peak memory per GPU of one pass (bytes), the worst pipeline stage, with its parts.
 
     Args:
@@ -266,6 +267,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             the gradients of the earlier micro-batches are held throughout (gradient accumulation).
         workspace_bytes: The workspace (a GPU preset's ``hardware.memory_workspace``); default the
             stack's (:data:`STACKS`).
+        logit_bytes: The framework's ``(forward, loss backward)`` bytes per vocabulary entry per token of the
+            logits in a training or log-prob pass (:func:`logit_bytes_per_token`; ``None``: 10 / 12).
 
     Returns:
         :class:`PassMemory`.
@@ -296,10 +299,10 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         last = i == pp - 1
         if task == "train":
             part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, micro_batch * seq_len, recompute,
-                                optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep)
+                                optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep, logit_bytes)
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, micro_batch * seq_len, tp, dp, sharding,
-                                framework, ws, ep)
+                                framework, ws, ep, logit_bytes)
         else:
             part = _engine_stage(model, task, per_gpu[i], layers[i], last, micro_batch, seq_len, context, tp, ws,
                                  ep)
@@ -424,14 +427,16 @@ def uses_autocast(optimizer: str, sharding: str) -> bool:
 
 def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, first: bool, tokens: int,
                  recompute: str, optimizer: str, tp: int, ahead: int, dp: int, sharding: str,
-                 micro_batches: int, ws: float, ep: int = 1) -> PassMemory:
+                 micro_batches: int, ws: float, ep: int = 1,
+                 logit_bytes: tuple[float, float] | None = None) -> PassMemory:
     """One pipeline stage of a training micro-batch: the largest of the forward's end, the loss's
     backward and the backward's end (module docstring). With ``micro_batches > 1`` the gradients of the
     earlier micro-batches are held throughout (gradient accumulation)."""
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     part = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first, recompute=recompute,
-                           tp=tp, inflight=min(ahead, micro_batches), autocast=autocast, ep=ep)
+                           tp=tp, inflight=min(ahead, micro_batches), autocast=autocast, ep=ep,
+                           logit_bytes=logit_bytes)
     # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's
     # expert-data-parallel group), the rest over dp
     expert = n_layers * model.expert_params / model.layers / (tp * ep) if model.is_moe and ep > 1 else 0.0
@@ -478,13 +483,14 @@ def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
 
 
 def _infer_stage(model: ModelSpec, params: float, n_layers: int, last: bool, tokens: int, tp: int, dp: int,
-                 sharding: str, framework: str, ws: float, ep: int = 1) -> PassMemory:
+                 sharding: str, framework: str, ws: float, ep: int = 1,
+                 logit_bytes: tuple[float, float] | None = None) -> PassMemory:
     """One stage of a log-prob forward (no grad): bf16 weights (ZeRO-3: the shard and one gathered
     layer) plus :func:`infer_transient`."""
     layer_params = model.block_params / model.layers / tp
     weights = 2.0 * params / dp + 2.0 * layer_params if sharding == "zero3" else 2.0 * params
     act, logits, kv, slack = infer_transient(model, tokens=tokens, n_layers=n_layers, last=last, tp=tp,
-                                             kv_cache=framework == "none", ep=ep)
+                                             kv_cache=framework == "none", ep=ep, logit_bytes=logit_bytes)
     return _assemble("logits" if logits else "layer", weights, 0.0, 0.0, act, logits, kv, ws + slack)
 
 
