@@ -171,3 +171,58 @@ def test_estimate_prices_verls_logits():
     assert default.peak_bytes - verl.peak_bytes == pytest.approx(8 * V * 32768)
     logprob = pass_memory(model, "infer", micro_batch=1, seq_len=32768, framework="verl", logit_bytes=VERL_LOGIT_BYTES)
     assert logprob.logits == 2 * V * 32768
+
+
+VERL_16 = os.path.join(VALIDATION, "verl_dapo_qwen2.5-math-7b_2x8xh20_colocate.yaml")
+
+
+def test_verl_offload_moves_the_state_out_of_the_resident_part_and_into_the_pass():
+    from dataclasses import replace
+
+    from packplace.placement.candidates import inference_offloaded
+    from packplace.placement.model.memory import train_state_bytes
+    from packplace.placement.model.training_time import training_overhead_seconds
+    inst = _instance(VERL_16)
+    options = inst.training["actor"]
+    assert (options.fsdp_size, options.offload) == (2, "optimizer+params")
+    model = inst.models["actor"]
+    cost = cost_model(inst)
+
+    def train16(instance):
+        (c,) = [c for c in build_vertex_candidates("actor.train", "train", model, instance, cost_model(instance),
+                                                   [(1, 2, 8)])
+                if c.strategy.dp == 16 and c.strategy.tp == 1 and c.strategy.pp == 1 and c.micro_batch == 2]
+        return c
+
+    offloaded = train16(inst)
+    cfg = copy.deepcopy(load_yaml(VERL_16))
+    cfg.pop("validation")
+    cfg["training"]["actor"]["offload"] = "none"
+    kept = train16(build_instance(cfg))
+    layer = model.block_params / model.layers
+    full = train_state_bytes(model.params, layer, 2, replace(options, offload="none"))
+    left = train_state_bytes(model.params, layer, 2, options)
+    # 16 bytes per parameter over the 2-way FSDP group, back on the GPU for the pass, not resident
+    assert full == pytest.approx(16 * model.params / 2 + 2 * layer)
+    assert offloaded.resident_bytes == pytest.approx(left) and kept.resident_bytes == pytest.approx(full)
+    assert offloaded.transient_bytes == pytest.approx(kept.transient_bytes + full - left)
+    assert offloaded.fits
+    # the engine keeps its own weights (no streaming from the host), and the round trip once per step
+    assert not inference_offloaded(inst, "actor.generate")
+    with_offload = training_overhead_seconds(cost, model, options, 16, 1, 1, 2, (1, 2, 8))
+    without = training_overhead_seconds(cost, model, replace(options, offload="none"), 16, 1, 1, 2, (1, 2, 8))
+    assert with_offload - without == pytest.approx(2 * (full - left) / inst.hardware.host_bandwidth)
+
+
+def test_verl_emitter_writes_the_dynamic_batch_size_ulysses_and_fsdp_size():
+    from packplace.placement.checking.validate import load_setup
+    from packplace.placement.emit import emit
+    instance, plan, _ = load_setup(VERL_32)
+    settings = emit(instance, plan, "verl").settings
+    assert settings["actor_rollout_ref.actor.use_dynamic_bsz"] is True
+    assert settings["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] == 61440
+    assert settings["actor_rollout_ref.rollout.log_prob_use_dynamic_bsz"] is True
+    assert settings["actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"] == 92160
+    assert settings["actor_rollout_ref.actor.ulysses_sequence_parallel_size"] == 4
+    assert settings["actor_rollout_ref.actor.fsdp_config.fsdp_size"] == 8
+    assert "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu" not in settings     # DAPO: no reference

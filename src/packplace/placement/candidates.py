@@ -600,6 +600,9 @@ def inference_offloaded(instance, vertex: str) -> bool:
     if v.kind not in ("infer", "generate") or v.model not in algorithm_spec(instance.algorithm).trainable_models:
         return False
     options = instance.training.get(v.model, DEFAULT_TRAINING)
+    if profile(instance.framework).offload_between_passes:
+        # verl: the engine has its own weights and a log-prob pass loads the parameters back first
+        return False
     return options.sharding == "zero3" and options.offload == "optimizer+params"
 
 
@@ -818,7 +821,8 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                                      options=options, prefill_sequences=prefill, ep=ep,
                                      sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded,
                                      framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace,
-                                     pass_tokens=pass_tokens, logprob_tokens=logprob_tokens, logit_bytes=logit_bytes)
+                                     pass_tokens=pass_tokens, logprob_tokens=logprob_tokens, logit_bytes=logit_bytes,
+                                     offload_between_passes=profile(instance.framework).offload_between_passes)
             if weight_swap:
                 # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into
                 # the policy's own tensors for the pass (use_reference_model), on the policy's workers and

@@ -342,6 +342,13 @@ class FrameworkProfile:
             (``policy.framework_version``) takes :data:`FRAMEWORK_VERSIONS`' instead
             (:func:`trainer_logit_bytes`). verl: :data:`VERL_LOGIT_BYTES`. ``None``: the model's default,
             an fp32 upcast and log-softmax (``pass_memory.LOGIT_FORWARD_BYTES`` / ``LOGIT_BACKWARD_BYTES``).
+        offload_between_passes: A trainer's ``offload`` moves its state to the host between passes and the
+            whole state back for each pass (verl's FSDP ``param_offload`` / ``optimizer_offload``:
+            ``verl/workers/fsdp_workers.py`` at commit b25bb7d4f, ``update_actor`` calls
+            ``load_fsdp_model_to_gpu`` and ``load_fsdp_optimizer`` before the update and offloads both after
+            it, ``compute_log_prob`` loads the parameters, ``rollout_mode`` offloads them once the engine
+            has its weights), not ZeRO-Offload's host-resident state with one gathered layer on the GPU
+            (:func:`~packplace.placement.model.memory.vertex_memory`). Memory only.
     """
 
     name: str
@@ -363,6 +370,7 @@ class FrameworkProfile:
     engine_generation: str | None = "v1"
     gradient_reduce_bytes: float = 2.0
     logit_bytes: tuple[float, float] | None = None
+    offload_between_passes: bool = False
 
 
 #: The profiles (``policy.framework``).
@@ -374,7 +382,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "verl trainer/ppo/ray_trainer.py (old_log_prob, ref, values phases); workers/fsdp_workers.py (FSDP "
         "reference module, rollout.resume(tags=['weights']) then update_weights over CUDA IPC); "
         "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)", gather_prefetch=True,
-        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gradient_reduce_bytes=4.0, logit_bytes=VERL_LOGIT_BYTES),
+        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gradient_reduce_bytes=4.0, logit_bytes=VERL_LOGIT_BYTES,
+        offload_between_passes=True),
     "nemo-rl": FrameworkProfile(
         "nemo-rl", True, True, "cuda_ipc", True,
         "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "

@@ -23,7 +23,7 @@ Narayanan et al. 2021; Kwon et al. 2023 (PagedAttention, vLLM).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from packplace.errors import ConfigError
@@ -257,7 +257,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   offloaded_weights: bool = False, framework: str = "none",
                   workspace_bytes: float | None = None, pass_tokens: float | None = None,
                   logprob_tokens: float | None = None,
-                  logit_bytes: tuple[float, float] | None = None) -> tuple[float, float]:
+                  logit_bytes: tuple[float, float] | None = None,
+                  offload_between_passes: bool = False) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -291,6 +292,12 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             the output head's logits in a training or log-prob pass
             (:func:`~packplace.placement.model.framework.trainer_logit_bytes`; ``None``: the fp32 upcast
             and log-softmax of :func:`~packplace.placement.model.pass_memory.logit_bytes_per_token`).
+        offload_between_passes: A ``train`` vertex whose ``options.offload`` moves the state to the host
+            between passes and back for the whole pass
+            (:attr:`~packplace.placement.model.framework.FrameworkProfile.offload_between_passes`, verl): the
+            offloaded part is not resident (the engine beside it does not see it) but is held while the pass
+            runs, so it adds to the pass's transient; otherwise ``offload`` is ZeRO-Offload's (host-resident
+            state, the GPU holding the gathered layer).
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
@@ -315,16 +322,21 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
     best = (-1.0, 0.0, 0.0)
     shard = options.shard_ranks(dp)
-    lora = lora_train_state_bytes(model, pp, tp, shard, options) if kind == "train" and options.lora_rank else None
+
+    def state(opts: TrainingOptions, i: int, p: float) -> float:
+        if opts.lora_rank:
+            return lora_train_state_bytes(model, pp, tp, shard, opts)[i]
+        return (train_state_bytes(p, per_layer_rank, shard, opts) if split is None
+                else expert_train_state_bytes(model, split[i], shard, tp, ep, opts))
+
     for i in range(pp):
         p = params[i] / tp if split is None else split[i][0] + split[i][1]
         last = i == pp - 1
         if kind == "train":
-            if lora is not None:
-                resident = lora[i]
-            else:
-                resident = (train_state_bytes(p, per_layer_rank, shard, options) if split is None
-                            else expert_train_state_bytes(model, split[i], shard, tp, ep, options))
+            resident = state(options, i, p)
+            # offloaded between passes: what the offload moves to the host is back on the GPU for the pass
+            loaded = (state(replace(options, offload="none"), i, p) - resident
+                      if offload_between_passes and options.offload != "none" else 0.0)
             autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
             transient = train_transient(model, tokens=tokens, n_layers=layers[i], last=last,
                                         first=i == 0, recompute=options.recompute, tp=tp,
@@ -334,6 +346,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                 forward = infer_transient(model, tokens=logprob_tokens, n_layers=layers[i], last=last, tp=tp,
                                           kv_cache=framework == "none", ep=ep, logit_bytes=logit_bytes)
                 transient = max(transient, sum(forward) + workspace)
+            transient += loaded
         elif kind == "infer":
             # partitioned: the stage's weights over all tp·dp ranks (ZeRO-3 shards expert weights over the
             # expert-data-parallel group, ep·(dp/ep) = dp ranks with tp)
