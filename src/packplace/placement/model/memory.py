@@ -75,7 +75,7 @@ class TrainingOptions:
             training_time.optimizer_steps_seconds`).
         fsdp_size: ranks the training state shards over (0, the default: all ``dp``): verl's
             ``actor.fsdp_config.fsdp_size`` builds a 2-D device mesh of ``dp / fsdp_size`` replicas of
-            ``fsdp_size``-way shards (``verl/utils/fsdp_utils.py`` / ``fsdp_workers.py``
+            ``fsdp_size``-way shards (``verl/workers/fsdp_workers.py``
             ``create_device_mesh``: hybrid shard), so each GPU holds ``1/min(dp, fsdp_size)`` of the
             weights, gradients and optimizer state (:func:`shard_ranks`). Memory only: the time model
             keeps its collectives over the ``dp`` ranks.
@@ -256,8 +256,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   prefill_sequences: int | None = None, ep: int = 1, sharded_weights: bool = False,
                   offloaded_weights: bool = False, framework: str = "none",
                   workspace_bytes: float | None = None, pass_tokens: float | None = None,
-                  logprob_tokens: float | None = None,
-                  logit_bytes: tuple[float, float] | None = None,
+                  logprob_tokens: float | None = None, logit_bytes: tuple[float, float] | None = None,
                   offload_between_passes: bool = False) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
@@ -288,16 +287,9 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         logprob_tokens: A ``train`` vertex that also runs the old-log-prob forward: the tokens of that
             forward's largest micro-batch; the transient is then the larger of the training pass's and that
             forward's (:func:`~packplace.placement.model.pass_memory.infer_transient` plus the workspace).
-        logit_bytes: The framework's ``(forward, loss backward)`` bytes per vocabulary entry per token of
-            the output head's logits in a training or log-prob pass
-            (:func:`~packplace.placement.model.framework.trainer_logit_bytes`; ``None``: the fp32 upcast
-            and log-softmax of :func:`~packplace.placement.model.pass_memory.logit_bytes_per_token`).
-        offload_between_passes: A ``train`` vertex whose ``options.offload`` moves the state to the host
-            between passes and back for the whole pass
-            (:attr:`~packplace.placement.model.framework.FrameworkProfile.offload_between_passes`, verl): the
-            offloaded part is not resident (the engine beside it does not see it) but is held while the pass
-            runs, so it adds to the pass's transient; otherwise ``offload`` is ZeRO-Offload's (host-resident
-            state, the GPU holding the gathered layer).
+        logit_bytes: The framework's logit bytes per vocabulary entry per token of a training or log-prob
+            pass (:func:`~packplace.placement.model.framework.trainer_logit_bytes`; ``None``: 10 / 12).
+        offload_between_passes: ``options.offload`` brings the state back per pass (verl, :func:`_stage_train_state`).
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
@@ -310,8 +302,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     weights, the paged KV of ``mb·min(pp, rounds)`` sequences of ``live_len`` tokens for the stage's
     layers, :func:`engine_overhead_bytes` for ``n`` = ``prefill_sequences`` prompts and the last token's
     logits ``mb·V·10/tp``. ``workspace_bytes``: the GPU's ``hardware.memory_workspace`` (default the
-    stack's). For a continuously batched engine the caller passes the sequences it
-    runs at once as ``micro_batch`` (and ``micro_batches = 1``): the KV of the waiting ones is not held.
+    stack's). For a continuously batched engine the caller passes the sequences it runs at once as
+    ``micro_batch`` (and ``micro_batches = 1``): the KV of the waiting ones is not held.
     """
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
     tokens = micro_batch * seq_len if pass_tokens is None else pass_tokens
@@ -321,22 +313,11 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     params = stage_params(model, pp)
     split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
     best = (-1.0, 0.0, 0.0)
-    shard = options.shard_ranks(dp)
-
-    def state(opts: TrainingOptions, i: int, p: float) -> float:
-        if opts.lora_rank:
-            return lora_train_state_bytes(model, pp, tp, shard, opts)[i]
-        return (train_state_bytes(p, per_layer_rank, shard, opts) if split is None
-                else expert_train_state_bytes(model, split[i], shard, tp, ep, opts))
-
     for i in range(pp):
         p = params[i] / tp if split is None else split[i][0] + split[i][1]
         last = i == pp - 1
         if kind == "train":
-            resident = state(options, i, p)
-            # offloaded between passes: what the offload moves to the host is back on the GPU for the pass
-            loaded = (state(replace(options, offload="none"), i, p) - resident
-                      if offload_between_passes and options.offload != "none" else 0.0)
+            resident, loaded = _stage_train_state(model, options, i, p, pp, tp, dp, ep, offload_between_passes)
             autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
             transient = train_transient(model, tokens=tokens, n_layers=layers[i], last=last,
                                         first=i == 0, recompute=options.recompute, tp=tp,
@@ -369,6 +350,32 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         if resident + transient > best[0]:
             best = (resident + transient, resident, transient)
     return best[1], best[2]
+
+
+def _stage_train_state(model: ModelSpec, options: TrainingOptions, stage: int, params: float, pp: int, tp: int,
+                       dp: int, ep: int, offload_between_passes: bool) -> tuple[float, float]:
+    """``(resident, loaded)`` training-state bytes per GPU of pipeline stage ``stage`` (``params`` parameters
+    on one tensor-parallel rank), sharded over ``options.shard_ranks(dp)`` ranks: what stays on the GPU
+    (:func:`train_state_bytes`, :func:`expert_train_state_bytes`, :func:`lora_train_state_bytes`) and what the
+    offload brings back for the pass when ``offload_between_passes``
+    (:attr:`~packplace.placement.model.framework.FrameworkProfile.offload_between_passes`, verl: the state
+    leaves the GPU while the engine beside it generates and is whole on it while the pass runs, so that part
+    counts with the pass's transient bytes); otherwise ``offload`` is ZeRO-Offload's (host-resident state,
+    the GPU holding the gathered layer) and nothing is loaded."""
+    shard = options.shard_ranks(dp)
+    split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
+    layer = model.block_params / model.layers / tp
+
+    def state(opts: TrainingOptions) -> float:
+        if opts.lora_rank:
+            return lora_train_state_bytes(model, pp, tp, shard, opts)[stage]
+        return (train_state_bytes(params, layer, shard, opts) if split is None
+                else expert_train_state_bytes(model, split[stage], shard, tp, ep, opts))
+
+    resident = state(options)
+    if not offload_between_passes or options.offload == "none":
+        return resident, 0.0
+    return resident, state(replace(options, offload="none")) - resident
 
 
 def peak_pass_tokens(workload: Workload, micro_batch: int, pack_tokens: int | None = None) -> float:
