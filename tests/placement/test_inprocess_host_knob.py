@@ -10,7 +10,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from packplace.placement.checking.calibrate import KNOB_BOUNDS, PROFILE_KNOBS, fit_published
+from packplace.placement.checking.calibrate import (
+    DEFAULT_SCOPED_KNOBS,
+    KNOB_BOUNDS,
+    PROFILE_KNOBS,
+    fit_published,
+    parse_scoped_knobs,
+)
 from packplace.placement.checking.crossval import cross_validate, load_setups
 from packplace.placement.checking.validate import predict
 from packplace.placement.model.cost import CostModel
@@ -40,6 +46,9 @@ def test_only_nemo_rl_runs_its_engine_in_process():
     assert [name for name, p in FRAMEWORKS.items() if p.inprocess_engine] == ["nemo-rl"]
     assert PROFILE_KNOBS == {KNOB: "inprocess_engine"} and KNOB_BOUNDS[KNOB] == (0.0, 0.002)
     assert PRESETS["h100-sxm"].get(KNOB, 0.0) == 0.0  # no preset sets it: 0 unless a config or a fit does
+    # a knob --knobs may name per framework, not one the cross-validation fits by default (measured: docs)
+    assert parse_scoped_knobs(f"{KNOB}:framework") == ((KNOB, "framework"),)
+    assert all(not spec.startswith(KNOB) for spec in DEFAULT_SCOPED_KNOBS)
 
 
 def test_a_synchronous_nemo_rl_iteration_adds_the_knob_per_running_sequence():

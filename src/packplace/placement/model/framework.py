@@ -273,7 +273,8 @@ class FrameworkProfile:
             (``make_async_mp_client``) and so overlaps the output processing with the next step. A
             synchronous decode iteration of such a framework adds the hardware's
             :attr:`~packplace.placement.problem.hardware.Hardware.inprocess_host_per_sequence` per running
-            sequence (0 unless a config or the cross-validation's fit sets it: no source sizes it). verl's
+            sequence (0 unless a config, ``calibrate`` or the cross-validation's ``--knobs`` sets it: no source
+            sizes it). verl's
             ``external_launcher`` engine is in-process too, but no verl run the validation can fit (its four
             are below their datasheet floor) determines a value, so its profile leaves the flag off.
         engine_generation: The vLLM engine generation of the framework's current releases

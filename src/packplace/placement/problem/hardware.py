@@ -128,8 +128,10 @@ class Hardware:
             iteration of an in-process engine adds (a framework profile with
             :attr:`~packplace.placement.model.framework.FrameworkProfile.inprocess_engine`: NeMo RL's
             ``vllm.LLM`` with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``), on top of the engine's own host time per
-            sequence; default 0, no preset sets it: a knob the cross-validation fits per framework
-            (``inprocess_host_per_sequence:framework``), as no source sizes it.
+            sequence; default 0, no preset sets it and no source sizes it: a knob ``calibrate`` and the
+            cross-validation (``--knobs inprocess_host_per_sequence:framework``) can fit, left out of the
+            cross-validation's defaults because NeMo RL's off-policy runs (asynchronous engine, never charged)
+            miss as much time as its on-policy ones (docs/calibration-and-validation.md).
         moe_decode_bw_eff: Fraction of ``memory_bandwidth`` at which a decode step streams the routed
             experts' weights of a mixture of experts once each expert receives
             :data:`MOE_FULL_TOKENS` tokens or more (the fused-MoE grouped GEMMs;
