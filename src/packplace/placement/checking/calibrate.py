@@ -239,6 +239,13 @@ def _unidentified(fit, free: list[tuple[str, str, str]], lower: np.ndarray, uppe
     return None
 
 
+def knob_applies(setup, knob: str) -> bool:
+    """Whether ``setup``'s figures depend on ``knob``: its ``uses_knob(knob)`` when it has one (a knob of
+    :data:`PROFILE_KNOBS` its framework profile does not use: false), else true."""
+    uses = getattr(setup, "uses_knob", None)
+    return uses is None or bool(uses(knob))
+
+
 def fit_published(setups, scoped_knobs) -> dict[str, Any]:
     """Fit ``scoped_knobs`` (``(knob, scope)`` pairs) to the published figures of ``setups`` jointly.
 
@@ -258,14 +265,10 @@ def fit_published(setups, scoped_knobs) -> dict[str, Any]:
     """
     from scipy.optimize import least_squares  # start-up time: scipy loads only when a fit runs
 
-    def applies(st, knob: str) -> bool:
-        uses = getattr(st, "uses_knob", None)
-        return uses is None or bool(uses(knob))
-
     params: dict[tuple[str, str, str], list[float]] = {}
     for st in setups:
         for knob, scope in scoped_knobs:
-            if not applies(st, knob):
+            if not knob_applies(st, knob):
                 continue
             key = (knob, scope, st.group(scope))
             params.setdefault(key, []).append(float(st.base_value(knob)))
@@ -277,7 +280,7 @@ def fit_published(setups, scoped_knobs) -> dict[str, Any]:
         for k, v in params.items() if len(v) < MIN_RUNS_PER_VALUE}
 
     def values_for(st, x: dict) -> dict[str, float]:
-        return {knob: x[(knob, scope, st.group(scope))] for knob, scope in scoped_knobs if applies(st, knob)}
+        return {knob: x[(knob, scope, st.group(scope))] for knob, scope in scoped_knobs if knob_applies(st, knob)}
 
     # a setup's figures depend only on its own knob values: a finite-difference step of one GPU type's
     # or framework's value re-scores only that group's setups

@@ -34,7 +34,7 @@ from typing import Any
 
 from packplace import progress
 from packplace.errors import ConfigError, PackplaceError
-from packplace.placement.checking.calibrate import PROFILE_KNOBS, fit_published
+from packplace.placement.checking.calibrate import PROFILE_KNOBS, fit_published, knob_applies
 from packplace.placement.checking.validate import (
     BELOW_FLOOR,
     floor_reason,
@@ -227,7 +227,7 @@ def cross_validate(setups: list[Setup], scoped_knobs) -> dict[str, Any]:
                 continue
             values, kept = {}, []
             for knob, scope in scoped_knobs:
-                if not s.uses_knob(knob):
+                if not knob_applies(s, knob):
                     continue
                 key = (knob, scope, s.group(scope))
                 if key in fit["knobs"]:
