@@ -769,10 +769,7 @@ class CostModel:
                 rates = self.eager_decode_table()
                 body = body + (decode_step_array(rates, model, running, context_sum, tp, True)
                                - decode_step_array(rates, model, running, context_sum, tp)) * imbalance
-        host_per_sequence = self.engine.host_seconds_per_sequence
-        if synchronous and self.framework.inprocess_engine:
-            host_per_sequence = host_per_sequence + hw.inprocess_host_per_sequence
-        step = body + decode_step_overhead(hw, self.framework) + host_per_sequence * running
+        step = body + decode_step_overhead(hw, self.framework) + self.host_per_sequence(synchronous) * running
         if ep > 1 and model.is_moe:
             step = step + model.moe_layers * self.moe_alltoall(model, running, tp, ep, extent)
         if tp > 1:
@@ -784,6 +781,14 @@ class CostModel:
             alpha, beta = hw.p2p(self.group_level(dp * pp * tp, extent))
             step = step + (pp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
         return step
+
+    def host_per_sequence(self, synchronous: bool = True) -> float:
+        """Host seconds a decode iteration adds per running sequence: the engine's own
+        (``engine.host_seconds_per_sequence``), plus the hardware's ``inprocess_host_per_sequence`` for a
+        ``synchronous`` iteration of a framework whose engine core runs in its own process
+        (:attr:`~packplace.placement.model.framework.FrameworkProfile.inprocess_engine`)."""
+        extra = self.hw.inprocess_host_per_sequence if synchronous and self.framework.inprocess_engine else 0.0
+        return self.engine.host_seconds_per_sequence + extra
 
     def eager_decode_table(self) -> ComponentTable:
         """The rates at which :meth:`decode_step_times` prices an eager decode iteration's kernels on the
