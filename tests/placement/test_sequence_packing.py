@@ -5,6 +5,8 @@ round robin over ranks, the slowest path's tokens under each backend's padding, 
 
 from __future__ import annotations
 
+from bisect import bisect, bisect_right
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,11 @@ from packplace.errors import ConfigError
 from packplace.placement.candidates import cost_model
 from packplace.placement.model.memory import TrainingOptions
 from packplace.placement.model.sequence_packing import (
+    PackedChunk,
+    PackedPasses,
+    SequencePacking,
     adjust_bin_count,
+    critical_path,
     critical_tokens,
     mffd_bins,
     rank_packs,
@@ -198,3 +204,251 @@ def test_packs_refused_where_nemo_rl_would_not_run_them():
             "workload": {"batch_size": 16, "samples_per_prompt": 2, "context_length": 64, "generation_length": 64},
             "policy": {"algorithm": "dpo", "framework": "nemo-rl", "train_mb_tokens": 512,
                        "logprob_mb_tokens": 512}})
+
+
+# -- the packer, fast and as NeMo RL writes it ----------------------------------------------------------------
+def _literal_mffd(lengths, capacity, worst_fit_leftovers=False):
+    """NeMo RL's ModifiedFirstFitDecreasingPacker, phase for phase as its code runs (v0.4.0/v0.5.0 first-fit
+    leftovers, v0.6.0 least-filled ones), in O(n * bins): the oracle of the vectorised packer."""
+    c = capacity
+    items = list(enumerate(int(x) for x in lengths))
+    large = sorted((it for it in items if it[1] > c / 2), key=lambda x: x[1], reverse=True)
+    medium = sorted((it for it in items if c / 3 < it[1] <= c / 2), key=lambda x: x[1], reverse=True)
+    small = sorted((it for it in items if c / 6 < it[1] <= c / 3), key=lambda x: x[1])
+    tiny = sorted((it for it in items if it[1] <= c / 6), key=lambda x: x[1])
+    bins = [[item] for item in large]
+    loads = [item[1] for item in large]
+    for b, load in enumerate(loads):                      # phase 2: one medium item per large bin
+        for i, (_, size) in enumerate(medium):
+            if size <= c - load:
+                bins[b].append(medium.pop(i))
+                loads[b] += size
+                break
+    for b in range(len(bins) - 1, -1, -1):                # phase 3: two small items, backward
+        if any(c / 3 < size <= c / 2 for _, size in bins[b]) or len(small) < 2:
+            continue
+        rest = c - loads[b]
+        if small[0][1] + small[1][1] > rest:
+            continue
+        first = small.pop(0)
+        for j in range(len(small) - 1, -1, -1):
+            if small[j][1] <= rest - first[1]:
+                second = small.pop(j)
+                bins[b] += [first, second]
+                loads[b] += first[1] + second[1]
+                break
+    remaining = sorted(medium + small + tiny, key=lambda x: x[1], reverse=True)
+    keys = [-size for _, size in remaining]               # ascending: bisect finds the largest that fits
+    for b in range(len(bins)):                            # phase 4: greedy fill, largest that fits
+        while remaining:
+            rest = c - loads[b]
+            i = bisect_right(keys, -rest - 1)             # first item with size <= rest
+            if i >= len(remaining):
+                break
+            keys.pop(i)
+            item = remaining.pop(i)
+            bins[b].append(item)
+            loads[b] += item[1]
+    if worst_fit_leftovers:                               # phase 5, v0.6.0+: least-filled bin first
+        new_bins: list[list[tuple[int, int]]] = [[]]
+        new_loads = [0]
+        for item in remaining:
+            if item[1] <= c - new_loads[0]:
+                target, load = new_bins.pop(0), new_loads.pop(0)
+            else:
+                target, load = [], 0
+            target.append(item)
+            load += item[1]
+            at = bisect(new_loads, load)
+            new_bins.insert(at, target)
+            new_loads.insert(at, load)
+    else:                                                 # phase 5, v0.4.0 / v0.5.0: first-fit decreasing
+        new_bins, new_loads = [], []
+        for item in remaining:
+            for k, load in enumerate(new_loads):
+                if item[1] <= c - load:
+                    new_bins[k].append(item)
+                    new_loads[k] += item[1]
+                    break
+            else:
+                new_bins.append([item])
+                new_loads.append(item[1])
+    bins.extend(new_bins)
+    return [[idx for idx, _ in b] for b in bins if b]
+
+
+def _random_batches(count, seed=0):
+    rng = np.random.default_rng(seed)
+    for t in range(count):
+        n, c = int(rng.integers(1, 300)), int(rng.integers(4, 200))
+        if t % 3 == 0:
+            lengths = rng.integers(1, c + 1, n)
+        elif t % 3 == 1:      # many small items: long first-fit runs of equal sizes
+            lengths = rng.integers(1, max(2, c // 4), n)
+        else:                 # the class boundaries C/2, C/3, C/6 and their neighbours
+            lengths = rng.choice([c // 2, c // 3, c // 6, c // 2 + 1, c // 3 + 1, c // 6 + 1, 1, c], n)
+        yield np.clip(lengths, 1, c), c
+
+
+def test_fast_packer_matches_the_literal_one_bin_for_bin():
+    for lengths, c in _random_batches(600):
+        for worst_fit in (False, True):
+            expected = _literal_mffd(lengths.tolist(), c, worst_fit)
+            assert mffd_bins(lengths.tolist(), c, worst_fit) == expected
+            chunk = PackedChunk(lengths, c, worst_fit)
+            for dp in (1, 2, 3, 8):
+                target = -(-max(len(expected), dp) // dp) * dp
+                if len(lengths) < target:     # both refuse: fewer sequences than packs
+                    with pytest.raises(ConfigError, match="cannot fill"):
+                        chunk.rank_loads(dp)
+                    continue
+                bins = adjust_bin_count(expected, dp)
+                tokens, squares = chunk.rank_loads(dp)
+                assert tokens.tolist() == np.array([sum(lengths[b]) for b in bins]).reshape(-1, dp).T.tolist()
+                assert squares.tolist() == np.array([sum(lengths[b] ** 2) for b in bins]).reshape(-1, dp).T.tolist()
+
+
+def test_one_packing_serves_every_data_parallel_degree():
+    draws = [np.array([3, 1, 2, 2, 4, 1, 1, 2])]
+    passes = PackedPasses(SequencePacking(4, 4), draws, 8, frozenset())
+    for dp in (1, 2, 4):
+        passes.shape("train", dp, 1, 1, True, False, 1)
+    assert len(passes._chunks) == 1          # packed once at (capacity 4, pad 1, one chunk)
+    passes.shape("train", 2, 1, 2, True, False, 1)
+    assert len(passes._chunks) == 2          # TP 2 rounds the lengths: another packing
+
+
+def test_packing_stops_at_the_table_deadline(monkeypatch):
+    import time
+
+    from packplace.placement.candidates import CandidateTable, TableBuildTimeout
+    from packplace.placement.model import sequence_packing
+    inst = _instance(640, 640, quantiles=[[0.5, 20], [0.99, 64]])
+    # the builder's own clock never expires, the packer's does: only the packing can stop the build
+    monkeypatch.setattr(sequence_packing, "clock", lambda: float("inf"))
+    with pytest.raises(TableBuildTimeout) as cut:
+        CandidateTable(inst, deadline=time.perf_counter() + 1e6)
+    assert cut.value.vertex in ("actor.train", "reference.infer")
+    monkeypatch.undo()
+    assert CandidateTable(inst, deadline=time.perf_counter() + 1e6).feasible["actor.train"]
+
+
+# -- NeMo RL's rounding to the trainer's pad multiple -----------------------------------------------------------
+def test_tp_rounding_refuses_packs_the_rounded_sequence_overflows():
+    from packplace.placement.candidates import CandidateTable
+    from packplace.placement.model.layout_rules import Context, strategy_refusal
+    from packplace.placement.problem.plan import Strategy
+    # 65 + 64 = 129 tokens: one 129-token pack holds it at TP 1, but TP 2 rounds it to 130 (lm_policy.py)
+    inst = build_instance({
+        "hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
+        "models": {"actor": {"num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 4096,
+                             "vocab_size": 32000, "num_attention_heads": 8, "num_key_value_heads": 8,
+                             "model_type": "llama"}, "reward": "rule"},
+        "workload": {"batch_size": 16, "samples_per_prompt": 2, "context_length": 65, "generation_length": 64},
+        "policy": {"algorithm": "grpo", "framework": "nemo-rl", "trainer_backend": "megatron",
+                   "framework_version": "0.5.0", "train_mb_tokens": 129, "logprob_mb_tokens": 129}})
+    ctx = Context.of(inst)
+    assert strategy_refusal(ctx, "actor.train", "train", Strategy(2, 1, 1)) is None
+    why = strategy_refusal(ctx, "actor.train", "train", Strategy(1, 1, 2))
+    assert why is not None and "policy.train_mb_tokens: 129 tokens" in why and "size 2 = 130" in why
+    assert strategy_refusal(ctx, "reference.infer", "infer", Strategy(1, 1, 2)) is not None
+    table = CandidateTable(inst)
+    for name in ("actor.train", "reference.infer"):
+        assert {c.strategy.tp for c in table.all[name]} == {1}     # never priced unpacked at TP 2
+    # a plan at TP 2 is refused with the rule's reason (validate's message)
+    from packplace.placement.evaluator import get_evaluator
+    from packplace.placement.problem.plan import Allocation, Plan, VertexPlan
+    block = Allocation((0, 0, 0), (1, 1, 8))
+    plan = Plan.build({"actor.generate": VertexPlan(Strategy(8, 1, 1), 4, block),
+                       "reference.infer": VertexPlan(Strategy(4, 1, 2), 8, block),
+                       "actor.train": VertexPlan(Strategy(4, 1, 2), 8, block)})
+    score = get_evaluator(inst).score(plan)
+    assert not score.feasible and "policy.train_mb_tokens: 129 tokens" in score.violations[0]
+    # a TP-2 pack of the 130-token rounding is refused where NeMo RL would refuse it, not priced unpacked
+    with pytest.raises(ConfigError, match="exceeds the 129-token pack"):
+        cost_model(inst).pass_shape(inst.models["actor"], "train", 1, 1, 2, 1)
+
+
+def test_context_parallel_rounds_to_twice_cp_times_tp():
+    with pytest.raises(ConfigError, match=r"\[policy\] train_mb_tokens: 129 tokens .* 2·context_parallel·tp = "
+                                          r"2·2·1 = 132"):
+        build_instance({
+            "hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
+            "models": {"actor": {"num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 4096,
+                                 "vocab_size": 32000, "num_attention_heads": 8, "model_type": "llama"},
+                       "reward": "rule"},
+            "workload": {"batch_size": 16, "samples_per_prompt": 2, "context_length": 65, "generation_length": 64},
+            "policy": {"algorithm": "grpo", "framework": "nemo-rl", "trainer_backend": "megatron",
+                       "framework_version": "0.5.0", "train_mb_tokens": 129, "logprob_mb_tokens": 132},
+            "training": {"actor": {"context_parallel": 2}}})
+
+
+# -- a pack's attention is the sum over its sequences ---------------------------------------------------------
+def test_pack_attention_is_the_sum_of_squared_lengths():
+    # capacity 4, lengths 3, 1, 2, 2: bins [3, 1] and [2, 2] (4 tokens each; sum of squares 10 and 8). One rank
+    # runs both: 8 tokens, attention 3² + 1² + 2² + 2² = 18 -> 2.25 tokens of context per token, not the mean 2
+    chunk = PackedChunk(np.array([3, 1, 2, 2]), 4)
+    tokens, squares = chunk.rank_loads(1)
+    assert tokens.tolist() == [[4.0, 4.0]] and squares.tolist() == [[10.0, 8.0]]
+    assert critical_path([tokens], [squares], 0, rank_max=False, lockstep=False) == (2, 8.0, 18.0)
+    passes = PackedPasses(SequencePacking(4, 4), [np.array([3, 1, 2, 2])], 4, frozenset())
+    assert passes.shape("train", 1, 1, 1, True, False, 1) == (2.0, 4.0, 2.25)
+    # two ranks: [3, 1] on rank 0, [2, 2] on rank 1; lockstep takes each pack's slower rank: equal tokens,
+    # the larger attention (10)
+    tokens, squares = chunk.rank_loads(2)
+    assert critical_path([tokens], [squares], 0, rank_max=False, lockstep=True) == (1, 4.0, 10.0)
+
+
+def test_packed_pass_prices_the_packs_attention():
+    # lengths vary (quantiles): the packs' attention length is sum(l^2)/sum(l) on the slowest path, above the
+    # mean length that prices an unpacked pass; the pass time grows with it
+    inst = _instance(640, 640, quantiles=[[0.5, 20], [0.99, 64]])
+    cost, actor = cost_model(inst), inst.models["actor"]
+    m, tokens, s = cost.packing.shape("train", 2, 1, 1, True, False, 1)
+    assert cost.attention_length(actor, "train", 2, 1, 1) == s > inst.workload.train_seq_len
+    assert cost.attention_length(inst.models["actor"], "logprob", 2, 1, 1) == cost.packing.shape(
+        "logprob", 2, 1, 1, True, False, 1)[2]
+
+
+# -- a packed plan over memory: the largest packs that fit -----------------------------------------------------
+def test_over_memory_packs_get_the_largest_packs_that_fit():
+    from dataclasses import replace
+
+    from packplace.errors import InfeasibleError
+    from packplace.placement.api import check_instance
+    from packplace.placement.candidates import fits_alone
+    from packplace.placement.fit_hints import largest_fitting_packs
+    # 2M- and 4M-token packs: a pack's logits alone (32,000 vocabulary) outgrow an 80 GB GPU
+    inst = _instance(2_000_000, 4_000_000)
+
+    def fits(train, logprob):
+        variant = replace(inst, sequence_packing=(train, logprob), _cache={})
+        return all(fits_alone(variant, cost_model(variant), name) for name in ("actor.train", "reference.infer"))
+
+    train, logprob = largest_fitting_packs(inst)
+    assert 128 <= train < 2_000_000 and 128 <= logprob < 4_000_000
+    assert fits(train, logprob) and not fits(train + 1, logprob) and not fits(train, logprob + 1)
+    with pytest.raises(InfeasibleError, match=rf"fits with policy: {{train_mb_tokens: {train}, logprob_mb_tokens: "
+                                              rf"{logprob}}} \(the largest packs that fit\)"):
+        check_instance(inst)
+    assert largest_fitting_packs(_instance(512, 1024)) is None        # fits already: no smaller pack offered
+    assert largest_fitting_packs(_instance(None)) is None             # no packing
+
+
+# -- estimate and packing ---------------------------------------------------------------------------------------
+def test_estimate_prices_a_pack_of_equal_sequences_as_its_micro_batch():
+    from packplace.placement.task_estimate import estimate
+    # 1,025-token sequences rounded to TP 2's multiple, 1,026: an 8,192-token pack holds 7 of them
+    packed = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=1025, tp=2, framework="nemo-rl", pack_tokens=8192)
+    plain = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=1026, tp=2, framework="nemo-rl", micro_batch=7)
+    assert packed.time_s == plain.time_s and packed.memory == plain.memory
+    assert (packed.inputs["micro_batch"], packed.inputs["seq_len"], packed.inputs["pack_tokens"]) == (7, 1026, 8192)
+    with pytest.raises(ConfigError, match="pack_tokens: 1025 tokens is below seq_len 1025 rounded up to a multiple "
+                                          "of the tensor-parallel size 2 = 1026"):
+        estimate("llama3.1-8b", "h100-sxm", "infer", seq_len=1025, tp=2, framework="nemo-rl", pack_tokens=1025)
+    with pytest.raises(ConfigError, match="NeMo RL's sequence packing"):
+        estimate("llama3.1-8b", "h100-sxm", "train", framework="verl", pack_tokens=8192)
+    with pytest.raises(ConfigError, match="micro_batch: 2 with pack_tokens 8192"):
+        estimate("llama3.1-8b", "h100-sxm", "train", framework="nemo-rl", micro_batch=2, pack_tokens=8192)
+    with pytest.raises(ConfigError, match="task train or infer"):
+        estimate("llama3.1-8b", "h100-sxm", "prefill", framework="nemo-rl", pack_tokens=8192)

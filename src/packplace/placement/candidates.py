@@ -649,7 +649,9 @@ def packed_passes(instance, release=None) -> PackedPasses | None:
     (:class:`~packplace.placement.model.sequence_packing.PackedPasses`) when ``policy.train_mb_tokens`` /
     ``logprob_mb_tokens`` are set: the actor's shape (the reference shares it and runs in the same workers),
     the lengths of :func:`~packplace.placement.model.dp_balance.instance_balance`'s draws, the packer of
-    ``release`` (:class:`~packplace.placement.model.nemo_rl_releases.NemoRLRelease`; ``None``: v0.5.0's).
+    ``release`` (:class:`~packplace.placement.model.nemo_rl_releases.NemoRLRelease`; ``None``: v0.5.0's), the
+    actor's context-parallel degree (the pad multiple,
+    :func:`~packplace.placement.model.sequence_packing.pad_multiple`).
     ``None`` without packing. Built once per instance and release (cached on the instance)."""
     tokens = getattr(instance, "sequence_packing", None)
     if tokens is None or "actor" not in instance.models:
@@ -662,7 +664,8 @@ def packed_passes(instance, release=None) -> PackedPasses | None:
                               worst_fit_leftovers=bool(release is not None and release.packs_worst_fit),
                               dtensor_pads_every_pass=bool(release is not None and release.dtensor_pads_logprob_packs))
     hit = instance._cache[key] = PackedPasses(packing, instance_balance(instance).draws, instance.workload.sequences,
-                                              frozenset((instance.models["actor"],)))
+                                              frozenset((instance.models["actor"],)),
+                                              vertex_setting(instance, "actor").context_parallel.degree)
     return hit
 
 
@@ -768,7 +771,9 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     the CPU scoring of the step's sequences.
     ``deadline`` (``time.perf_counter()`` seconds) raises :class:`TableBuildTimeout` once passed (checked
     before every candidate: a generation candidate prices a whole engine schedule, a clock read is cheap;
-    ``built_before`` counts the earlier vertices')."""
+    and before every chunk NeMo RL's sequence packing packs while a candidate is priced,
+    :attr:`~packplace.placement.model.sequence_packing.PackedPasses.deadline`; ``built_before`` counts the
+    earlier vertices')."""
     w = instance.workload
     old_log_prob = needs_old_log_prob(instance, name)
     sharded = inference_sharded(instance, name)
@@ -796,34 +801,72 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                                  sum(d % whole == 0 for d in divisors(w.sequences // strategy.dp)))
             if only is not None and (strategy, mb, extent) not in only:
                 continue
-            dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
-            micro_batches = w.sequences // (dp * mb)
-            held, rounds, prefill = mb, micro_batches, None
-            if continuous and kind == "generate":
-                # the engine holds the KV of the sequences it runs, not of the ones waiting for a slot
-                held, rounds, prefill = cost.engine_concurrency(model, tp, pp, mb, ep), 1, 1
-            pass_tokens = logprob_tokens = None
-            if kind != "generate":
-                # activations and logits at the largest micro-batch the pass holds, not the mean one
-                pass_tokens = cost.peak_pass_tokens(model, "train" if kind == "train" else "logprob", dp, pp, tp, mb,
-                                                    ep)
-                if kind == "train" and old_log_prob:
-                    logprob_tokens = cost.peak_pass_tokens(model, "logprob", dp, pp, tp, mb, ep)
-            res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
-                                     seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
-                                     options=options, prefill_sequences=prefill, ep=ep,
-                                     sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded,
-                                     framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace,
-                                     pass_tokens=pass_tokens, logprob_tokens=logprob_tokens)
-            if weight_swap:
-                # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into
-                # the policy's own tensors for the pass (use_reference_model), on the policy's workers and
-                # layout (layout_rules): no reference weights stay on the GPU beside the policy's
-                res = 0.0
-            seconds = sum(_parts(cost, model, kind, options, strategy, mb, extent, old_log_prob, sharded, offloaded,
-                                 balance, reward, weight_swap, release).values())
+            res, tra = _candidate_memory(instance, cost, model, kind, strategy, mb, old_log_prob, sharded, offloaded,
+                                         options, weight_swap, live_len, continuous)
+            try:
+                if cost.packing is not None:    # packing a chunk is the one long step inside a candidate
+                    cost.packing.deadline = deadline
+                seconds = sum(_parts(cost, model, kind, options, strategy, mb, extent, old_log_prob, sharded,
+                                     offloaded, balance, reward, weight_swap, release).values())
+            except OutOfTime:
+                raise _table_cut(built_before + len(out), name,
+                                 sum(d % whole == 0 for d in divisors(w.sequences // strategy.dp))) from None
+            finally:
+                if cost.packing is not None:
+                    cost.packing.deadline = None
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))
     return out
+
+
+def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, strategy: Strategy, mb: int,
+                      old_log_prob: bool, sharded: bool, offloaded: bool, options: TrainingOptions,
+                      weight_swap: bool, live_len: float, continuous: bool) -> tuple[float, float]:
+    """``(resident, transient)`` bytes per GPU of one candidate (:func:`build_vertex_candidates`, with the
+    vertex's settings resolved)."""
+    w = instance.workload
+    dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
+    held, rounds, prefill = mb, w.sequences // (dp * mb), None
+    if continuous and kind == "generate":
+        # the engine holds the KV of the sequences it runs, not of the ones waiting for a slot
+        held, rounds, prefill = cost.engine_concurrency(model, tp, pp, mb, ep), 1, 1
+    pass_tokens = logprob_tokens = None
+    if kind != "generate":
+        # activations and logits at the largest micro-batch the pass holds, not the mean one
+        pass_tokens = cost.peak_pass_tokens(model, "train" if kind == "train" else "logprob", dp, pp, tp, mb, ep)
+        if kind == "train" and old_log_prob:
+            logprob_tokens = cost.peak_pass_tokens(model, "logprob", dp, pp, tp, mb, ep)
+    res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
+                             seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
+                             options=options, prefill_sequences=prefill, ep=ep,
+                             sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded,
+                             framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace,
+                             pass_tokens=pass_tokens, logprob_tokens=logprob_tokens)
+    if weight_swap:
+        # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into the
+        # policy's own tensors for the pass (use_reference_model), on the policy's workers and layout
+        # (layout_rules): no reference weights stay on the GPU beside the policy's
+        res = 0.0
+    return res, tra
+
+
+def fits_alone(instance, cost: CostModel, name: str) -> bool:
+    """Whether vertex ``name`` has a legal candidate on ``instance``'s cluster that fits in memory on its own
+    (:attr:`Candidate.fits`, memory only: no time is priced), under ``cost``'s pack sizes
+    (:meth:`~packplace.placement.model.cost.CostModel.peak_pass_tokens`)."""
+    vertex = instance.graph.vertex(name)
+    kind, model = vertex.kind, instance.models[vertex.model]
+    settings = (needs_old_log_prob(instance, name), inference_sharded(instance, name),
+                inference_offloaded(instance, name), instance.training.get(name.split(".")[0], DEFAULT_TRAINING),
+                swaps_reference_weights(instance.framework, vertex.model, kind),
+                mean_live_tokens(instance.workload), instance.engine.batching == "continuous")
+    limit = memory_budget(instance, kind)
+    batch, whole = global_batch(instance, name), sequences_together(instance)
+    for extent in block_extents(instance.cluster):
+        for strategy, mb in legal_strategies(model, instance.cluster, batch, extent, kind, whole):
+            if framework_layout_allows(instance, kind, strategy, name) and \
+                    sum(_candidate_memory(instance, cost, model, kind, strategy, mb, *settings)) <= limit:
+                return True
+    return False
 
 
 def _why_none(model: ModelSpec, cluster: Cluster, sequences: int) -> str:

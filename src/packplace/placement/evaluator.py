@@ -37,7 +37,7 @@ from packplace.placement.candidates import (
     train_state_kept,
     vertex_parts,
 )
-from packplace.placement.model.layout_rules import Context, Placed, refusals
+from packplace.placement.model.layout_rules import Context, Placed, refusals, strategy_refusal
 from packplace.placement.problem.plan import Plan, VertexPlan
 from packplace.result import register_solution_type
 from packplace.run import register_evaluator
@@ -214,6 +214,8 @@ class PlacementEvaluator:
                 "one global batch (training.optimizer_steps)"
             why = explain(self.instance.models[vertex.model], self.cluster, sequences, vp.strategy,
                           vp.micro_batch, alloc.extent, vertex.kind, batch, sequences_together(self.instance))
+            if not why and self.rules is not None:   # a framework's own rule (sequence packing's rounding, ...)
+                why = strategy_refusal(self.rules, name, vertex.kind, vp.strategy)
             return f"{name}: {why or 'not a legal candidate'}"
         if not math.isfinite(cand.time):
             return f"{name}: predicted time is {cand.time} seconds (not finite); the plan cannot be scored"

@@ -12,6 +12,12 @@ not counted (the evaluator's ``relaxed_step_time``), e.g. "fits with training: {
 59.5 s (step +12.0% over the same plan without it, memory aside)". A setting the framework cannot run
 (:func:`~packplace.placement.model.layout_rules.config_refusals`) is skipped. Settings that change what is
 trained (LoRA) are listed last: they fit at another model's quality, not only another speed.
+
+A config with NeMo RL's sequence packing (``policy.train_mb_tokens`` / ``logprob_mb_tokens``) is also tried
+with the largest packs under which every policy task fits on its own (:func:`largest_fitting_packs`:
+computed from the memory model by bisection, not a guessed fraction), planned and reported like the
+settings above ("fits with policy: {train_mb_tokens: 6144, logprob_mb_tokens: 8192} (the largest packs
+that fit) ...").
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ from dataclasses import replace
 from typing import Any
 
 from packplace.errors import ConfigError, InfeasibleError
-from packplace.placement.candidates import TableBuildTimeout
+from packplace.placement.candidates import TableBuildTimeout, cost_model, fits_alone
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.model.layout_rules import Context, config_refusals
 from packplace.placement.model.memory import DEFAULT_TRAINING
+from packplace.placement.model.sequence_packing import pad_multiple, padded_length
 
 #: Settings tried, in order: ``(label, training overrides for every trained model, policy overrides)``.
 SETTINGS: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...] = (
@@ -77,13 +84,64 @@ def _variant(instance, training: dict[str, Any], policy: dict[str, Any]):
     return variant
 
 
+def largest_fitting_packs(instance) -> tuple[int, int] | None:
+    """The largest ``(train_mb_tokens, logprob_mb_tokens)``, each at most the instance's own, under which every
+    task of NeMo RL's policy workers (the training vertex and the reference forward; their activations and
+    logits are a pack's: :meth:`~packplace.placement.model.cost.CostModel.peak_pass_tokens`) has a candidate
+    that fits in memory on its own (:func:`~packplace.placement.candidates.fits_alone`); ``None`` without
+    sequence packing, when the instance's packs already fit so, or when not even packs of the longest
+    sequence (rounded up to the pad multiple at tensor-parallel size 1) do.
+
+    Fitting is monotone in each pack size (a pack's activations and logits grow with its tokens), so the
+    sizes are found by bisection: the largest pair on the line from the smallest legal pack to the
+    instance's (their ratio kept), then the log-prob pack raised alone, then the training pack.
+    """
+    packs = getattr(instance, "sequence_packing", None)
+    if packs is None:
+        return None
+    cost = cost_model(instance)
+    names = [v.name for v in instance.graph.vertices if v.kind != "generate" and cost.packed(instance.models[v.model])]
+
+    def fits(train: int, logprob: int) -> bool:
+        variant = replace(instance, sequence_packing=(train, logprob), _cache={})
+        return all(fits_alone(variant, cost_model(variant), name) for name in names)
+
+    def largest(low: int, high: int, ok) -> int:     # the largest x in [low, high] with ok(x), ok(low) true
+        while low < high:
+            mid = (low + high + 1) // 2
+            if ok(mid):
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+    train0, logprob0 = packs
+    if not names or fits(train0, logprob0):
+        return None
+    w = instance.workload
+    smallest = padded_length(w.context_length + w.generation_length,
+                             pad_multiple(1, Context.of(instance).context_parallel))
+    if not fits(smallest, smallest):
+        return None
+
+    def along(t: int) -> int:
+        return max(smallest, min(logprob0, logprob0 * t // train0))
+
+    train = largest(smallest, train0, lambda t: fits(t, along(t))) if fits(smallest, along(smallest)) else smallest
+    logprob = largest(along(train) if fits(train, along(train)) else smallest, logprob0,
+                      lambda x: fits(train, x))
+    train = largest(train, train0, lambda t: fits(t, logprob))
+    return train, logprob
+
+
 def with_hints(message: str, instance) -> str:
     """``message`` followed by :func:`fit_hints` (``"; fits with ..."``), or with "no memory-saving setting
     tried fits" when none does."""
     hints = fit_hints(instance)
     if not hints:
+        packs = ", smaller sequence packs" if getattr(instance, "sequence_packing", None) is not None else ""
         return f"{message}; no memory-saving setting tried ({len(SETTINGS)}: zero3, offload, host-held " \
-               f"inference weights, the Megatron trainer backend, LoRA) fits either"
+               f"inference weights, the Megatron trainer backend, LoRA{packs}) fits either"
     return f"{message}; {'; '.join(hints)}"
 
 
@@ -119,11 +177,16 @@ def _fitting(instance, api) -> list[tuple[float, int, str, float]]:
     legal without the setting."""
     found: list[tuple[float, int, str, float]] = []
     deadline = time.perf_counter() + HINTS_BUDGET_S
-    for order, (label, training, policy) in enumerate(SETTINGS):
+    packs = largest_fitting_packs(instance)
+    tried: list[tuple[str, Any]] = []
+    if packs is not None:
+        tried.append((f"policy: {{train_mb_tokens: {packs[0]}, logprob_mb_tokens: {packs[1]}}} (the largest packs "
+                      "that fit)", replace(instance, sequence_packing=packs, _cache={})))
+    tried += [(label, _variant(instance, training, policy)) for label, training, policy in SETTINGS]
+    for order, (label, variant) in enumerate(tried):
         left = deadline - time.perf_counter()
         if left <= 0:
             break
-        variant = _variant(instance, training, policy)
         if variant is None:
             continue
         try:

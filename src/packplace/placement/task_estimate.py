@@ -53,6 +53,7 @@ from packplace.placement.model.framework import (
 )
 from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
 from packplace.placement.model.pass_memory import pass_memory
+from packplace.placement.model.sequence_packing import pad_multiple, padded_length
 from packplace.placement.model.training_time import training_overhead_seconds
 from packplace.placement.problem.config import _hardware, load_yaml
 from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
@@ -221,7 +222,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
              batch: int = 1, context: int | None = None, recompute: str = "none", optimizer: str = "adam",
              tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
-             enforce_eager: bool = False, framework_version: str | None = None) -> Estimate:
+             enforce_eager: bool = False, framework_version: str | None = None,
+             pack_tokens: int | None = None) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -248,6 +250,10 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
             iteration, :func:`~packplace.placement.model.framework.host_seconds_per_sequence`) and its
             ``enforce_eager`` default (``enforce_eager`` True overrides it). Unset: the framework's current
             releases. ``vllm`` (a bare engine) always runs the current (V1) engine.
+        pack_tokens: NeMo RL's tokens per pack (``framework="nemo-rl"``; ``train_mb_tokens`` for ``train``,
+            ``logprob_mb_tokens`` for ``infer``): the micro-batch priced is the ``⌊pack_tokens/s⌋`` equal
+            sequences a pack holds, ``s`` the ``seq_len`` rounded up to the TP multiple
+            (:func:`_packed_micro_batch`; ``micro_batch`` must stay 1).
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -282,6 +288,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
                         ("ep", ep)):
         _check(name, value)
     seq_len, context = _lengths(task, seq_len, context, batch)
+    if pack_tokens is not None:
+        micro_batch, seq_len = _packed_micro_batch(pack_tokens, task, framework, micro_batch, seq_len, tp)
     if pp > shape.layers:
         raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
     heads = getattr(shape, "heads", None)
@@ -297,7 +305,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
               "micro_batch": micro_batch, "seq_len": seq_len, "batch": batch, "context": context,
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
               "framework": framework, "framework_version": framework_version, "enforce_eager": enforce_eager,
-              "engine_generation": engine_generation, "params": shape.params}
+              "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens}
     parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
                         optimizer, tp, pp, dp, ep, framework, enforce_eager,
                         host_seconds_per_sequence(engine_generation))
@@ -521,6 +529,37 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
 
 
 # -- command line ---------------------------------------------------------------------------------------
+def _packed_micro_batch(pack_tokens: Any, task: str, framework: str, micro_batch: int, seq_len: int | None,
+                        tp: int) -> tuple[int, int]:
+    """``(sequences per pack, padded tokens per sequence)`` of ``estimate(pack_tokens=...)``: every sequence
+    rounded up to the pad multiple (the TP size, :func:`~packplace.placement.model.sequence_packing.pad_multiple`),
+    the equal sequences filling a pack. The pack's own tokens are priced, as a Megatron worker without
+    pipeline parallelism runs it; the DTensor workers' pad of a training pack to ``train_mb_tokens`` is not.
+    Packs of sequences of many lengths: ``packplace place`` / ``validate`` with ``policy.train_mb_tokens``.
+
+    Raises:
+        ConfigError: packs for a task or framework without them, with ``micro_batch`` other than 1, or smaller
+            than one rounded sequence.
+    """
+    tokens = _check("pack_tokens", pack_tokens)
+    if framework != "nemo-rl":
+        raise ConfigError(f"pack_tokens: packs by tokens are NeMo RL's sequence packing (framework nemo-rl), not "
+                          f"{framework}'s; drop it or set framework nemo-rl")
+    if task not in ("train", "infer"):
+        raise ConfigError(f"pack_tokens: NeMo RL packs its policy's training and log-prob passes (task train or "
+                          f"infer), not task {task}")
+    if micro_batch != 1:
+        raise ConfigError(f"micro_batch: {micro_batch} with pack_tokens {tokens}: the pack sets the sequences per "
+                          "micro-batch; drop one")
+    length = int(seq_len or DEFAULT_SEQ_LEN)
+    padded = padded_length(length, pad_multiple(tp))
+    if padded > tokens:
+        raise ConfigError(f"pack_tokens: {tokens} tokens is below seq_len {length} rounded up to a multiple of the "
+                          f"tensor-parallel size {tp} = {padded} (NeMo RL's packer refuses a sequence longer than "
+                          "its pack)")
+    return tokens // padded, padded
+
+
 def register_estimate(subparsers) -> None:
     """Add ``estimate`` to the CLI (``func`` set to :func:`run_estimate`)."""
     p = subparsers.add_parser(
@@ -559,6 +598,13 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--framework-version", default=None, dest="framework_version", metavar="RELEASE",
                    help="the RL framework's release (e.g. 0.3.0): its vLLM engine generation (host time per "
                         "running sequence) and enforce_eager default; default: its current releases")
+    p.add_argument("--pack-tokens", type=int, default=None, dest="pack_tokens", metavar="T",
+                   help="NeMo RL's sequence packing (--framework nemo-rl; train: train_mb_tokens, infer: "
+                        "logprob_mb_tokens): every --seq-len sequence rounded up to the TP multiple, a pack holds "
+                        "floor(T / that) of them, the micro-batch priced (not with --micro-batch). All sequences "
+                        "are equal here and a pack's own tokens are priced (the DTensor pad of a training pack "
+                        "to train_mb_tokens is not); without it estimate prices --micro-batch sequences, never "
+                        "packs. Packs of sequences of many lengths: packplace place with policy.train_mb_tokens")
     p.add_argument("--enforce-eager", action="store_true", dest="enforce_eager",
                    help="decode without CUDA graphs (vLLM's enforce_eager): every decode iteration issues each "
                         "kernel from the host (decode, generate)")
@@ -612,9 +658,9 @@ def format_estimate(result: Estimate) -> str:
 IGNORED_FLAGS = {
     "train": ("--batch", "--context", "--framework-version"),
     "infer": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version"),
-    "prefill": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version"),
-    "decode": ("--micro-batch", "--seq-len", "--recompute", "--optimizer"),
-    "generate": ("--micro-batch", "--recompute", "--optimizer"),
+    "prefill": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version", "--pack-tokens"),
+    "decode": ("--micro-batch", "--seq-len", "--recompute", "--optimizer", "--pack-tokens"),
+    "generate": ("--micro-batch", "--recompute", "--optimizer", "--pack-tokens"),
 }
 #: Defaults of the flags of :data:`IGNORED_FLAGS` (``None`` on the parser, so a given flag is told apart);
 #: ``--seq-len`` stays ``None`` for :func:`estimate` to resolve (:data:`DEFAULT_SEQ_LEN`; none for decode).
@@ -631,6 +677,9 @@ def _task_flags(args: Any) -> None:
         if getattr(args, flag[2:].replace("-", "_")) is not None:
             uses = sorted(task for task, ignored in IGNORED_FLAGS.items() if flag not in ignored)
             raise ConfigError(f"{flag}: means nothing for --task {args.task} (it sets {', '.join(uses)}); drop it")
+    if getattr(args, "pack_tokens", None) is not None and args.micro_batch is not None:
+        raise ConfigError(f"--micro-batch: {args.micro_batch} with --pack-tokens {args.pack_tokens}: the pack sets "
+                          "the sequences per micro-batch; drop one")
     for name, default in _FLAG_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
@@ -647,7 +696,7 @@ def run_estimate(args) -> int:
                       batch=args.batch, context=_cli_context(args), recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
                       hardware=_overrides(args.hw), table=args.table, enforce_eager=args.enforce_eager,
-                      framework_version=args.framework_version)
+                      framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None))
     print(format_estimate(result))
     args.json_document = result.as_dict()
     return 0

@@ -196,11 +196,25 @@ class CostModel:
         if self.packed(model):
             assert self.packing is not None
             steps = self.training[model].optimizer_steps if kind == "train" and model in self.training else 1
-            shape = self.packing.shape(kind, dp, pp, tp, self.pass_kernels(pp, tp, ep) == "megatron",
-                                       model in self.sharded_models, steps)
-            if shape is not None:
-                return shape
+            m, tokens, _ = self.packing.shape(kind, dp, pp, tp, self.pass_kernels(pp, tp, ep) == "megatron",
+                                              model in self.sharded_models, steps)
+            return m, tokens
         return w.sequences // (dp * micro_batch), micro_batch * w.train_seq_len
+
+    def attention_length(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, ep: int = 1) -> float:
+        """Tokens of context per token at which a pass of ``kind`` (as :meth:`pass_shape`) prices its causal
+        attention (``2·L·s·q`` FLOPs per token: :meth:`~packplace.shape.TransformerShape.forward_flops_per_token`):
+        :attr:`~packplace.placement.problem.workload.Workload.train_seq_len`, or for a packed model the
+        slowest path's ``Σ l²/Σ l`` over the sequences of its packs
+        (:meth:`~packplace.placement.model.sequence_packing.PackedPasses.shape`): each packed sequence attends
+        to itself only (FlashAttention's ``flash_attn_varlen_func`` over ``cu_seqlens``), so a pack's attention
+        is the sum over its sequences, not its tokens times the mean length."""
+        if self.packed(model):
+            assert self.packing is not None
+            steps = self.training[model].optimizer_steps if kind == "train" and model in self.training else 1
+            return self.packing.shape(kind, dp, pp, tp, self.pass_kernels(pp, tp, ep) == "megatron",
+                                      model in self.sharded_models, steps)[2]
+        return float(self.workload.train_seq_len)
 
     def peak_pass_tokens(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                          ep: int = 1) -> float:
@@ -214,9 +228,7 @@ class CostModel:
         if self.packed(model):
             assert self.packing is not None
             megatron = self.pass_kernels(pp, tp, ep) == "megatron"
-            steps = self.training[model].optimizer_steps if kind == "train" and model in self.training else 1
-            if self.packing.shape(kind, dp, pp, tp, megatron, model in self.sharded_models, steps) is not None:
-                pack = self.packing.packing.peak_tokens(kind, megatron)
+            pack = self.packing.packing.peak_tokens(kind, megatron)
         return peak_pass_tokens(self.workload, micro_batch, pack)
 
     def components_for(self, model: ModelSpec, lora_rank: int = 0) -> ComponentTable | None:
@@ -590,8 +602,8 @@ class CostModel:
 
         NeMo RL's sequence packing (:meth:`packed`): the ``m`` micro-batches and their tokens are the packs'
         (:meth:`pass_shape` of ``pack``, default ``train`` for a training pass and ``logprob`` for a forward;
-        the recomputed forward of full recomputation runs the training packs), the attention still over
-        sequences of ``s`` tokens (the packs' attention is per sequence).
+        the recomputed forward of full recomputation runs the training packs), the attention at
+        :meth:`attention_length`: the packs' ``Σ l²``, each sequence attending to itself.
 
         ``include_update=False`` leaves out that end-of-step part (gradient all-reduce, Adam, tied
         embedding): the forward and backward passes alone, which ZeRO-3's per-micro-batch collectives
@@ -608,9 +620,9 @@ class CostModel:
         and the Adam update cover the trainable parameters only
         (:func:`~packplace.placement.model.memory.trainable_stage_params`).
         """
-        s = self.workload.train_seq_len
         micro_batches, tokens = self.pass_shape(model, pack or ("train" if train else "logprob"), dp, pp, tp,
                                                 micro_batch, ep)
+        s = self.attention_length(model, pack or ("train" if train else "logprob"), dp, pp, tp, ep)
         factor = 3.0 if train else 1.0
         head_flops = 2.0 * model.head_gemm_params
         block_flops = self.forward_flops_per_token(model, s) - head_flops

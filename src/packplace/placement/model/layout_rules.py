@@ -45,7 +45,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from packplace.errors import ConfigError
+from packplace.placement.model.dp_balance import vertex_setting
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions
+from packplace.placement.model.sequence_packing import packing_refusal
 from packplace.placement.problem.plan import Plan, Strategy, VertexPlan
 
 GENERATE, TRAIN, REFERENCE = "actor.generate", "actor.train", "reference.infer"
@@ -103,6 +105,9 @@ class Context:
         backend: ``policy.trainer_backend``.
         gpus_per_node: GPUs per node as the framework counts them: per host
             (:attr:`~packplace.placement.problem.hardware.Cluster.host_gpus`; a GB200 tray, 4).
+        packing: NeMo RL's ``(train_mb_tokens, logprob_mb_tokens)``, or ``None`` (no sequence packing).
+        longest_sequence: ``context_length + generation_length`` (tokens).
+        context_parallel: The actor's ``training.context_parallel`` degree.
     """
 
     framework: str
@@ -111,6 +116,9 @@ class Context:
     reward_model: bool
     backend: str = "auto"
     gpus_per_node: int = 8
+    packing: tuple[int, int] | None = None
+    longest_sequence: int = 0
+    context_parallel: int = 1
 
     @classmethod
     def of(cls, instance) -> Context:
@@ -121,7 +129,9 @@ class Context:
                 instance.framework, instance.algorithm,
                 {m: instance.training.get(m, DEFAULT_TRAINING) for m in ("actor", "critic")},
                 instance.rule_reward is None, getattr(instance, "trainer_backend", "auto"),
-                instance.cluster.host_gpus)
+                instance.cluster.host_gpus, getattr(instance, "sequence_packing", None),
+                instance.workload.context_length + instance.workload.generation_length,
+                vertex_setting(instance, "actor").context_parallel.degree)
         return hit
 
     @property
@@ -233,8 +243,11 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy) -> 
 
     verl: the trainers and forwards on the FSDP backend keep ``tp = pp = ep = 1``; a reward model's vLLM
     engine has no pipeline or expert parallelism. NeMo RL: the DTensor policy has no pipeline or expert
-    parallelism. OpenRLHF: vLLM engines take a tensor-parallel size only, DeepSpeed trains without
-    pipeline parallelism, the reference and reward forwards run data-parallel only. Generation in verl
+    parallelism; with sequence packing the policy's passes need the longest sequence, rounded up to the
+    trainer's pad multiple, within both packs
+    (:func:`~packplace.placement.model.sequence_packing.packing_refusal`). OpenRLHF: vLLM engines take a
+    tensor-parallel size only, DeepSpeed trains without pipeline parallelism, the reference and reward
+    forwards run data-parallel only. Generation in verl
     and NeMo RL: every strategy (vLLM's tensor, pipeline and expert parallelism)."""
     if not ctx.ruled:
         return None
@@ -259,6 +272,10 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy) -> 
         return None
     if kind == "generate":
         return None
+    if fw == "nemo-rl" and ctx.packing is not None and name in (TRAIN, REFERENCE):
+        why = packing_refusal(ctx.packing, ctx.longest_sequence, s.tp, ctx.context_parallel)
+        if why is not None:
+            return why
     backend = trainer_backend(ctx)
     if fw == "verl" and backend == "fsdp" and (s.tp > 1 or s.pp > 1 or s.ep > 1):
         return "verl's FSDP workers have no tensor, pipeline or expert parallelism (Ulysses sequence parallelism only)"

@@ -117,7 +117,7 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
     Returns:
         Seconds (0 for ``recompute: none``, ``offload: none`` and a sharding other than ``zero3``).
     """
-    hw, w = cost.hw, cost.workload
+    hw = cost.hw
     micro_batches, tokens = cost.pass_shape(model, "train", dp, pp, tp, micro_batch, ep)
     seconds = 0.0
     rank = options.lora_rank
@@ -125,7 +125,7 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
         seconds += cost.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep, lora_rank=rank,
                                   layers_only=True, pack="train")
     elif options.recompute == "selective":
-        s = w.train_seq_len
+        s = cost.attention_length(model, "train", dp, pp, tp, ep)   # packed: the packs' Σ l² over their tokens
         attention = 2.0 * model.layers * s * model.attention_dim * tokens   # forward attention FLOPs
         stage = attention * stage_share(model.layers, pp) / (tp * hw.flops_per_gpu * hw.gemm_peak_fraction)
         seconds += cost.pipeline(micro_batches, pp, stage)

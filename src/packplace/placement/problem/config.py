@@ -51,6 +51,7 @@ from packplace.placement.model.framework import (
 from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, check_config
 from packplace.placement.model.memory import OFFLOAD, RECOMPUTE, SHARDING, TrainingOptions, lora_params
 from packplace.placement.model.nemo_rl_releases import release_for
+from packplace.placement.model.sequence_packing import packing_refusal
 from packplace.placement.problem.graph import (
     RL_ALGORITHMS,
     StepGraph,
@@ -686,7 +687,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                                  inference_offload=policy["inference_offload"], balance=balance,
                                  trainer_backend=policy["trainer_backend"],
                                  framework_version=policy.get("framework_version"),
-                                 sequence_packing=_sequence_packing(policy, algorithm, workload))
+                                 sequence_packing=_sequence_packing(policy, algorithm, workload,
+                                                                    _actor_context_parallel(balance)))
     check_config(Context.of(instance))
     return instance
 
@@ -696,14 +698,26 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
 FIRST_PACKING_RELEASE = (0, 3)
 
 
-def _sequence_packing(policy: Mapping[str, Any], algorithm: str, workload: Workload) -> tuple[int, int] | None:
+def _actor_context_parallel(balance: Mapping[str, Any]) -> int:
+    """The actor's ``training.context_parallel`` degree (its own section's, else ``[training]``'s; 1)."""
+    setting = balance.get("actor") or balance.get("")
+    return int(setting.context_parallel.degree) if setting is not None else 1
+
+
+def _sequence_packing(policy: Mapping[str, Any], algorithm: str, workload: Workload,
+                      context_parallel: int = 1) -> tuple[int, int] | None:
     """``(train_mb_tokens, logprob_mb_tokens)`` of ``[policy]``, or ``None`` when neither is set.
 
     Raises:
         ConfigError: one set without the other; either set for a framework other than ``nemo-rl``, for a
             NeMo RL release before 0.3 (v0.1.0 / v0.2.1 have no ``sequence_packing``), for DPO (NeMo RL's
             ``dpo.py`` asserts sequence packing is not supported), or below the longest sequence
-            ``context_length + generation_length`` (NeMo RL's packer refuses a sequence longer than a pack).
+            ``context_length + generation_length`` rounded up to the pad multiple of the smallest trainer
+            (:func:`~packplace.placement.model.sequence_packing.pad_multiple` at tensor-parallel size 1: the
+            length itself, ``2·context_parallel`` multiples with context parallelism), since NeMo RL's packer
+            refuses a sequence longer than a pack. A larger tensor-parallel size rounds further: the layout
+            rules refuse the strategies whose rounding overflows the pack
+            (:func:`~packplace.placement.model.sequence_packing.packing_refusal`).
     """
     train, logprob = policy.get("train_mb_tokens"), policy.get("logprob_mb_tokens")
     if train is None and logprob is None:
@@ -724,11 +738,9 @@ def _sequence_packing(policy: Mapping[str, Any], algorithm: str, workload: Workl
         raise ConfigError("[policy] train_mb_tokens: NeMo RL's DPO does not run sequence packing (dpo.py asserts "
                           "it); drop train_mb_tokens and logprob_mb_tokens")
     longest = workload.context_length + workload.generation_length
-    for name, tokens in (("train_mb_tokens", train), ("logprob_mb_tokens", logprob)):
-        if int(tokens) < longest:
-            raise ConfigError(f"[policy] {name}: {int(tokens)} tokens is below the longest sequence, "
-                              f"context_length + generation_length = {longest} (NeMo RL's packer refuses a "
-                              f"sequence longer than its pack)")
+    why = packing_refusal((int(train), int(logprob)), longest, 1, context_parallel)
+    if why is not None:
+        raise ConfigError(f"[policy] {why.removeprefix('policy.')}")
     return int(train), int(logprob)
 
 
