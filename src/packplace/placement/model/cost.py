@@ -727,9 +727,12 @@ class CostModel:
         return layer.forward + layer.backward, top.forward + top.backward
 
     def decode_step_times(self, model: ModelSpec, tp: int, pp: int, extent: tuple[int, int, int], dp: int,
-                          running: np.ndarray, context_sum: np.ndarray, ep: int = 1) -> np.ndarray:
+                          running: np.ndarray, context_sum: np.ndarray, ep: int = 1,
+                          synchronous: bool = True) -> np.ndarray:
         """Seconds of one decode iteration of an engine replica with ``running`` sequences whose contexts
-        (prompt + generated tokens) add up to ``context_sum`` tokens (arrays of the same shape).
+        (prompt + generated tokens) add up to ``context_sum`` tokens (arrays of the same shape);
+        ``synchronous``: the framework's synchronous rollout engine (false: its asynchronous one, a stale
+        continuous rollout), which sets whether an in-process engine's host time applies (below).
 
         Roofline (Williams et al. 2009; applied to decoding by Pope et al. 2022, "Efficiently Scaling
         Transformer Inference", §2-3), each kernel class at its own: ``max(2N·a/R, 2W/(tp·B)) +
@@ -755,7 +758,10 @@ class CostModel:
           profile's, or the hardware's when set: :func:`~packplace.placement.model.framework.decode_step_overhead`),
           the engine's host time per running sequence, ``engine.host_seconds_per_sequence · a`` (the engine's
           per-request host work, V0's or the synchronously scheduled V1's:
-          :data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`),
+          :data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`), and for a synchronous
+          iteration of a framework whose engine runs in its own process
+          (:attr:`~packplace.placement.model.framework.FrameworkProfile.inprocess_engine`) the hardware's
+          ``inprocess_host_per_sequence · a`` (0 unless a config or the cross-validation's fit sets it),
           the non-GEMM time of ``a/tp``
           tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et al.
           2019) at the TP group's level (:meth:`tp_allreduce`: inside a node, or over the inter-node links
@@ -807,7 +813,7 @@ class CostModel:
                 rates = self.eager_decode_table()
                 body = body + (decode_step_array(rates, model, running, context_sum, tp, True)
                                - decode_step_array(rates, model, running, context_sum, tp)) * imbalance
-        step = body + decode_step_overhead(hw, self.framework) + self.engine.host_seconds_per_sequence * running
+        step = body + decode_step_overhead(hw, self.framework) + self.host_per_sequence(synchronous) * running
         if ep > 1 and model.is_moe:
             step = step + model.moe_layers * self.moe_alltoall(model, running, tp, ep, extent)
         if tp > 1:
@@ -819,6 +825,14 @@ class CostModel:
             alpha, beta = hw.p2p(self.group_level(dp * pp * tp, extent))
             step = step + (pp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
         return step
+
+    def host_per_sequence(self, synchronous: bool = True) -> float:
+        """Host seconds a decode iteration adds per running sequence: the engine's own
+        (``engine.host_seconds_per_sequence``), plus the hardware's ``inprocess_host_per_sequence`` for a
+        ``synchronous`` iteration of a framework whose engine core runs in its own process
+        (:attr:`~packplace.placement.model.framework.FrameworkProfile.inprocess_engine`)."""
+        extra = self.hw.inprocess_host_per_sequence if synchronous and self.framework.inprocess_engine else 0.0
+        return self.engine.host_seconds_per_sequence + extra
 
     def eager_decode_table(self) -> ComponentTable:
         """The rates at which :meth:`decode_step_times` prices an eager decode iteration's kernels on the
@@ -1043,7 +1057,7 @@ class CostModel:
         iterations, running, generated, done = rollout_stream_schedule(w, per_replica, group, in_flight, slots,
                                                                        batches)
         middle = running * (w.context_length + 1.0) + generated + running * (iterations - 1.0) / 2.0
-        seconds = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep) * iterations
+        seconds = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep, synchronous=False) * iterations
         clock = np.concatenate([[0.0], np.cumsum(iterations)])
         elapsed = np.concatenate([[0.0], np.cumsum(seconds)])
         first, last = batches // 4, (3 * batches) // 4

@@ -291,6 +291,20 @@ class FrameworkProfile:
             not vLLM (DeepSpeed-Chat's hybrid engine launches its kernels eagerly, and that launch time is
             inside its measured ``decode_step_overhead``), so the setting does not apply. An older release
             (``policy.framework_version``) takes :data:`FRAMEWORK_VERSIONS`' default instead.
+        inprocess_engine: The framework's synchronous rollout runs vLLM's V1 engine core in its own process,
+            one step after the other with the output processing of every running request (the per-token
+            log-probs the framework asks for included): NeMo RL sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0``
+            (nemo_rl/models/generation/vllm/vllm_worker.py ``configure_worker``, v0.4.0-v0.6.0) and builds
+            ``vllm.LLM`` when ``async_engine`` is false, whose ``LLMEngine`` then takes vLLM's
+            ``InprocClient`` (vllm/v1/engine/core_client.py ``make_client``); its asynchronous rollout builds
+            ``AsyncLLM``, which always runs the engine core in a background process
+            (``make_async_mp_client``) and so overlaps the output processing with the next step. A
+            synchronous decode iteration of such a framework adds the hardware's
+            :attr:`~packplace.placement.problem.hardware.Hardware.inprocess_host_per_sequence` per running
+            sequence (0 unless a config, ``calibrate`` or the cross-validation's ``--knobs`` sets it: no source
+            sizes it). verl's
+            ``external_launcher`` engine is in-process too, but no verl run the validation can fit (its four
+            are below their datasheet floor) determines a value, so its profile leaves the flag off.
         engine_generation: The vLLM engine generation of the framework's current releases
             (:data:`VLLM_ENGINE_GENERATIONS`; all four vLLM profiles run V1 today), which sets the host time
             per running sequence (:data:`VLLM_HOST_SECONDS_PER_SEQUENCE`); an older release
@@ -371,6 +385,7 @@ class FrameworkProfile:
     gradient_reduce_bytes: float = 2.0
     logit_bytes: tuple[float, float] | None = None
     offload_between_passes: bool = False
+    inprocess_engine: bool = False
 
 
 #: The profiles (``policy.framework``).
@@ -397,7 +412,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "github.com/NVIDIA-NeMo/RL/pull/1267",
         continuous_rollout=True, gather_prefetch=True, stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, refit_gather_bandwidth=NEMO_RL_REFIT_GATHER_BANDWIDTH,
-        refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True, gradient_reduce_bytes=4.0),
+        refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True, gradient_reduce_bytes=4.0,
+        inprocess_engine=True),
     "openrlhf": FrameworkProfile(
         "openrlhf", True, True, "cuda_ipc", True,
         "OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (actor, critic, reward, reference forwards); "

@@ -133,6 +133,9 @@ HARDWARE_FIELDS: dict[str, Field] = {
                             meaning="seconds added once to every task of the step"),
     "weight_sync_overhead": Field("float", "s", 0, 3600, default=HARDWARE_DEFAULTS["weight_sync_overhead"],
                                   meaning="seconds added to every trainer-to-engine weight synchronisation"),
+    "inprocess_host_per_sequence": Field("float", "s", 0, 1, default=HARDWARE_DEFAULTS["inprocess_host_per_sequence"],
+                                         meaning="host seconds per running sequence an in-process engine adds to "
+                                                 "every synchronous decode iteration (NeMo RL)"),
     "moe_decode_bw_eff": Field("float", "", 0, 1, default=HARDWARE_DEFAULTS["moe_decode_bw_eff"],
                                meaning="fraction of memory_bandwidth a decode step streams routed experts at "
                                        "(0: decode_bw_eff)"),
