@@ -9,6 +9,7 @@ import pytest
 from packplace.placement.candidates import cost_model, inference_sharded, needs_old_log_prob
 from packplace.placement.checking.validate import load_setup, plan_evaluator
 from packplace.placement.evaluator import get_table
+from packplace.placement.model.framework import VERL_LOGIT_BYTES
 from packplace.placement.model.memory import DEFAULT_TRAINING, peak_pass_tokens, vertex_memory
 from packplace.placement.model.pass_memory import infer_transient
 from packplace.placement.problem.config import build_instance
@@ -74,7 +75,8 @@ def test_unpacked_micro_batch_holds_the_longest_sequences():
         common = dict(dp=2, pp=1, tp=1, micro_batch=4, micro_batches=4, prompt_len=64, live_len=0.0,
                       options=inst.training.get(name.split(".")[0], DEFAULT_TRAINING),
                       sharded_weights=kind == "infer" and inference_sharded(inst, name),
-                      framework="verl", workspace_bytes=inst.hardware.memory_workspace)
+                      framework="verl", workspace_bytes=inst.hardware.memory_workspace,
+                      logit_bytes=VERL_LOGIT_BYTES)
         if kind == "train" and needs_old_log_prob(inst, name):
             common["logprob_tokens"] = 4 * 127
         at_max = vertex_memory(actor, kind, seq_len=127, **common)

@@ -43,6 +43,7 @@ from packplace.placement.model.framework import (
     hybrid_lora_fuse_seconds,
     inference_owner,
     profile,
+    trainer_logit_bytes,
 )
 from packplace.placement.model.layout_rules import Context, strategy_refusal
 from packplace.placement.model.memory import (
@@ -605,6 +606,9 @@ def inference_offloaded(instance, vertex: str) -> bool:
     if v.kind not in ("infer", "generate") or v.model not in algorithm_spec(instance.algorithm).trainable_models:
         return False
     options = instance.training.get(v.model, DEFAULT_TRAINING)
+    if profile(instance.framework).offload_between_passes:
+        # verl: the engine has its own weights and a log-prob pass loads the parameters back first
+        return False
     return options.sharding == "zero3" and options.offload == "optimizer+params"
 
 
@@ -669,7 +673,8 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
                      cluster if cluster is not None else instance.cluster, instance.workload, instance.engine,
                      profile(instance.framework), sharded, training, Context.of(instance), moves,
                      release.transformer_engine if release is not None else None,
-                     packed_passes(instance, release))
+                     packed_passes(instance, release), getattr(instance, "dynamic_bsz", None),
+                     frozenset((instance.models["actor"],)) if "actor" in instance.models else frozenset())
 
 
 def packed_passes(instance, release=None) -> PackedPasses | None:
@@ -872,7 +877,12 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                              options=options, prefill_sequences=prefill, ep=ep,
                              sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded,
                              framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace,
-                             pass_tokens=pass_tokens, logprob_tokens=logprob_tokens, context_parallel=context_parallel)
+                             pass_tokens=pass_tokens, logprob_tokens=logprob_tokens,
+                             logit_bytes=trainer_logit_bytes(instance.framework,
+                                                             getattr(instance, "framework_version", None),
+                                                             getattr(instance, "entropy_coeff", 0.0) > 0),
+                             offload_between_passes=profile(instance.framework).offload_between_passes,
+                             context_parallel=context_parallel)
     if weight_swap:
         # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into the
         # policy's own tensors for the pass (use_reference_model), on the policy's workers and layout

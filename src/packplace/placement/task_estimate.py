@@ -49,6 +49,7 @@ from packplace.placement.model.framework import (
     decode_step_overhead,
     dispatch_seconds,
     host_seconds_per_sequence,
+    trainer_logit_bytes,
     version_defaults,
 )
 from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
@@ -310,7 +311,9 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
                         optimizer, tp, pp, dp, ep, framework, enforce_eager,
                         host_seconds_per_sequence(engine_generation))
     memory = memory_parts(shape, hw, task, micro_batch=micro_batch, seq_len=seq_len or 0, batch=batch, context=context,
-                          recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep, framework=framework)
+                          recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep, framework=framework,
+                          logit_bytes=trainer_logit_bytes(framework, framework_version) if framework in FRAMEWORKS
+                          else None)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory,
                     components=components.gpu if priced else "knobs", inputs=inputs,
@@ -514,17 +517,18 @@ def _decode_comm(cost, shape: ModelSpec, running: float, tp: int, pp: int, exten
 
 def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int, seq_len: int, batch: int,
                  context: int, recompute: str, optimizer: str, tp: int, pp: int, dp: int, ep: int,
-                 framework: str = "none") -> dict[str, float]:
+                 framework: str = "none", logit_bytes: tuple[float, float] | None = None) -> dict[str, float]:
     """Peak bytes per GPU and its parts (:data:`MEMORY_PARTS`): the one adapter between ``estimate`` and the
     memory model, :func:`packplace.placement.model.pass_memory.pass_memory` (the pass's worst pipeline stage at
     its peak phase). ``micro_batch`` sequences of ``seq_len`` for train / infer / prefill; ``batch``
     sequences of ``context`` tokens for decode and generate. ``hw`` is not used by the memory model (the
-    caller compares ``peak_bytes`` with ``hw.memory_per_gpu``)."""
+    caller compares ``peak_bytes`` with ``hw.memory_per_gpu``). ``logit_bytes``: the framework's logit bytes
+    (:func:`~packplace.placement.model.framework.trainer_logit_bytes`)."""
     engine = task in ("decode", "generate")
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
                          seq_len=seq_len, context=context if engine else 0, recompute=recompute,
                          optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep,
-                         framework="none" if framework == "vllm" else framework)
+                         framework="none" if framework == "vllm" else framework, logit_bytes=logit_bytes)
     return {"peak_bytes": result.peak_bytes, **{name: getattr(result, name) for name in MEMORY_PARTS}}
 
 

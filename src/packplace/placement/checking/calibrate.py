@@ -42,7 +42,12 @@ KNOB_BOUNDS: dict[str, tuple[float, float]] = {
     "phase_overhead": (0.0, 600.0),
     "moe_decode_bw_eff": (0.02, 1.0),
     "moe_gemm_peak_fraction": (0.01, 1.0),
+    "inprocess_host_per_sequence": (0.0, 0.002),
 }
+#: Knobs that only some frameworks' runs depend on, and the framework-profile flag that says which
+#: (:class:`~packplace.placement.model.framework.FrameworkProfile`): a run whose profile lacks the flag gets no
+#: parameter for the knob (it keeps the configured value, 0), so the knob is fitted only where runs can determine it.
+PROFILE_KNOBS: dict[str, str] = {"inprocess_host_per_sequence": "inprocess_engine"}
 #: Default knobs to fit.
 DEFAULT_KNOBS = ("gemm_peak_fraction", "decode_bw_eff", "phase_overhead")
 #: A knob is unidentifiable when the normalised Jacobian has a singular value below this.
@@ -234,15 +239,23 @@ def _unidentified(fit, free: list[tuple[str, str, str]], lower: np.ndarray, uppe
     return None
 
 
+def knob_applies(setup, knob: str) -> bool:
+    """Whether ``setup``'s figures depend on ``knob``: its ``uses_knob(knob)`` when it has one (a knob of
+    :data:`PROFILE_KNOBS` its framework profile does not use: false), else true."""
+    uses = getattr(setup, "uses_knob", None)
+    return uses is None or bool(uses(knob))
+
+
 def fit_published(setups, scoped_knobs) -> dict[str, Any]:
     """Fit ``scoped_knobs`` (``(knob, scope)`` pairs) to the published figures of ``setups`` jointly.
 
     A setup provides ``name``, ``published`` (``{figure: seconds}``), ``group(scope)`` (its GPU type or
     framework), ``base_value(knob)`` (its configured value) and ``figures(values)`` (predicted
-    ``{figure: seconds}`` with the knobs of ``values`` set). One parameter per ``(knob, scope, group)``
-    present; a parameter of fewer than :data:`MIN_RUNS_PER_VALUE` setups, and parameters the figures do not
-    determine (a vanishing Jacobian column, or the smallest singular
-    value of the normalised Jacobian below :data:`IDENTIFIABILITY_TOLERANCE`) are fixed at their start value,
+    ``{figure: seconds}`` with the knobs of ``values`` set), and optionally ``uses_knob(knob)`` (false: the
+    setup's figures do not depend on the knob, :data:`PROFILE_KNOBS`, and it adds no parameter). One parameter
+    per ``(knob, scope, group)`` present; a parameter of fewer than :data:`MIN_RUNS_PER_VALUE` setups, and
+    parameters the figures do not determine (a vanishing Jacobian column, or the smallest singular value of the
+    normalised Jacobian below :data:`IDENTIFIABILITY_TOLERANCE`) are fixed at their start value,
     one at a time, and the fit repeated.
 
     Returns:
@@ -255,7 +268,10 @@ def fit_published(setups, scoped_knobs) -> dict[str, Any]:
     params: dict[tuple[str, str, str], list[float]] = {}
     for st in setups:
         for knob, scope in scoped_knobs:
-            params.setdefault((knob, scope, st.group(scope)), []).append(float(st.base_value(knob)))
+            if not knob_applies(st, knob):
+                continue
+            key = (knob, scope, st.group(scope))
+            params.setdefault(key, []).append(float(st.base_value(knob)))
     keys = sorted(params)
     start = {k: float(np.median(v)) for k, v in params.items()}
     figures = [(st, f, float(p)) for st in setups for f, p in st.published.items()]
@@ -264,7 +280,7 @@ def fit_published(setups, scoped_knobs) -> dict[str, Any]:
         for k, v in params.items() if len(v) < MIN_RUNS_PER_VALUE}
 
     def values_for(st, x: dict) -> dict[str, float]:
-        return {knob: x[(knob, scope, st.group(scope))] for knob, scope in scoped_knobs}
+        return {knob: x[(knob, scope, st.group(scope))] for knob, scope in scoped_knobs if knob_applies(st, knob)}
 
     # a setup's figures depend only on its own knob values: a finite-difference step of one GPU type's
     # or framework's value re-scores only that group's setups

@@ -34,7 +34,7 @@ from typing import Any
 
 from packplace import progress
 from packplace.errors import ConfigError, PackplaceError
-from packplace.placement.checking.calibrate import fit_published
+from packplace.placement.checking.calibrate import PROFILE_KNOBS, fit_published, knob_applies
 from packplace.placement.checking.validate import (
     BELOW_FLOOR,
     check_distinct_files,
@@ -47,6 +47,7 @@ from packplace.placement.checking.validate import (
     publication,
     skip_reason,
 )
+from packplace.placement.model.framework import profile
 
 #: Summary ranges of the predicted/published ratio: the issue's "within" bands.
 SUMMARY_BANDS = ((0.8, 1.25), (0.67, 1.5))
@@ -97,6 +98,13 @@ class Setup:
             instance = replace(instance, hardware=replace(instance.hardware, **values), _cache={})
         predicted, fits, _ = predict(instance, self.plan, self.section)
         return predicted, fits
+
+    def uses_knob(self, knob: str) -> bool:
+        """Whether the setup's figures depend on ``knob``: false for a knob of
+        :data:`~packplace.placement.checking.calibrate.PROFILE_KNOBS` whose flag the setup's framework profile
+        lacks (it then keeps its configured value and is neither fitted nor pooled for this setup)."""
+        flag = PROFILE_KNOBS.get(knob)
+        return flag is None or bool(getattr(profile(self.instance.framework), flag))
 
     def figures(self, values: dict[str, float]) -> dict[str, float]:
         """Predicted seconds per figure with ``values`` (for :func:`fit_published`)."""
@@ -220,6 +228,8 @@ def cross_validate(setups: list[Setup], scoped_knobs) -> dict[str, Any]:
                 continue
             values, kept = {}, []
             for knob, scope in scoped_knobs:
+                if not knob_applies(s, knob):
+                    continue
                 key = (knob, scope, s.group(scope))
                 if key in fit["knobs"]:
                     values[knob] = fit["knobs"][key]

@@ -87,6 +87,9 @@ class PlanView:
         sequence_packing: NeMo RL's ``(train_mb_tokens, logprob_mb_tokens)`` the plan was priced with, or
             ``None`` (``policy.train_mb_tokens``).
         sequence_tokens: The longest sequence of the step, prompt + generation length (tokens).
+        dynamic_bsz: verl's ``(ppo_max_token_len_per_gpu, log_prob_max_token_len_per_gpu,
+            ulysses_sequence_parallel_size)`` the plan was priced with, or ``None``
+            (``policy.ppo_max_token_len_per_gpu``).
     """
 
     tasks: Mapping[str, Task]
@@ -103,6 +106,7 @@ class PlanView:
     enforce_eager: bool = False
     sequence_packing: tuple[int, int] | None = None
     sequence_tokens: int = 0
+    dynamic_bsz: tuple[int, int, int] | None = None
 
     @classmethod
     def of(cls, instance: PlacementInstance, plan: Plan, framework: str | None = None) -> PlanView:
@@ -128,7 +132,8 @@ class PlanView:
                    context_parallel=_context_parallel(instance, models),
                    enforce_eager=instance.engine.enforce_eager,
                    sequence_packing=instance.sequence_packing,
-                   sequence_tokens=instance.workload.context_length + instance.workload.generation_length)
+                   sequence_tokens=instance.workload.context_length + instance.workload.generation_length,
+                   dynamic_bsz=getattr(instance, "dynamic_bsz", None))
 
     def layout_refusals(self) -> list[str]:
         """The target framework's layout rules the plan breaks (``layout_rules.refusals``), and every task

@@ -106,6 +106,8 @@ def emit_verl(view: PlanView) -> EmittedPlan:
         s["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = ref.micro_batch
     if gen is not None:
         _rollout(s, note, view, gen, train)
+    if view.dynamic_bsz is not None:
+        _dynamic_bsz(out, view.dynamic_bsz, ref is not None, megatron)
     _reward(s, view, train)
     critic, critic_infer = view.get(CRITIC_TRAIN), view.get(CRITIC_INFER)
     if critic is not None:
@@ -156,11 +158,38 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
                              f"all-gathers per step")
         s[f"{fsdp}.param_offload"] = options.offload == "optimizer+params"
         s[f"{fsdp}.optimizer_offload"] = options.offload != "none"
+        if options.fsdp_size:
+            s[f"{fsdp}.fsdp_size"] = options.fsdp_size
     s[f"{model_key}.enable_gradient_checkpointing"] = options.recompute == "full"
     if options.lora_rank:
         # PEFT adapters on every linear of the blocks (verl's ``all-linear``), as the plan's LoRA
         s[f"{model_key}.lora_rank"] = options.lora_rank
         s[f"{model_key}.target_modules"] = "all-linear"
+
+
+def _dynamic_bsz(out: EmittedPlan, dynamic: tuple[int, int, int], reference: bool, megatron: bool) -> None:
+    """verl's dynamic batch size the plan was priced with (``policy.ppo_max_token_len_per_gpu``,
+    ``log_prob_max_token_len_per_gpu``, ``ulysses_sequence_parallel_size``): micro-batches by tokens for the
+    actor's update and every log-prob pass (the micro-batch sizes above are then unused), Ulysses on the
+    FSDP workers only."""
+    s = out.settings
+    train, logprob, ulysses = dynamic
+    s["actor_rollout_ref.actor.use_dynamic_bsz"] = True
+    s["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] = train
+    roles = ("rollout", "ref") if reference else ("rollout",)
+    for role in roles:
+        s[f"actor_rollout_ref.{role}.log_prob_use_dynamic_bsz"] = True
+        s[f"actor_rollout_ref.{role}.log_prob_max_token_len_per_gpu"] = logprob
+    if ulysses > 1:
+        if megatron:
+            out.refusals.append(f"Ulysses sequence parallelism {ulysses}: verl's Megatron workers have none "
+                                "(set policy.trainer_backend: fsdp)")
+            return
+        s["actor_rollout_ref.actor.ulysses_sequence_parallel_size"] = ulysses
+        if reference:
+            s["actor_rollout_ref.ref.ulysses_sequence_parallel_size"] = ulysses
+    out.notes.append("use_dynamic_bsz: micro-batches by tokens per GPU, as the plan was priced; verl ignores the "
+                     "*_micro_batch_size_per_gpu keys")
 
 
 def _rollout(s: dict[str, Any], note: list[str], view: PlanView, gen: Task, train: Task) -> None:

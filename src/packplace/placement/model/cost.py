@@ -64,6 +64,8 @@ from packplace.placement.model.layout_rules import TRAIN, Context, trainer_backe
 from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
     TrainingOptions,
+    dynamic_micro_batches,
+    dynamic_peak_tokens,
     lora_params,
     peak_pass_tokens,
     resident_bytes,
@@ -136,6 +138,12 @@ class CostModel:
         packing: NeMo RL's sequence packing of the policy workers' passes
             (:class:`~packplace.placement.model.sequence_packing.PackedPasses`): their micro-batches are packs
             by tokens (:meth:`pass_shape`); ``None``: micro-batches of the plan's sequences.
+        dynamic_bsz: verl's dynamic batch size, ``(ppo_max_token_len_per_gpu,
+            log_prob_max_token_len_per_gpu, ulysses_sequence_parallel_size)``: tokens per micro-batch per
+            GPU of the shapes in ``dynamic_models`` (:meth:`pass_shape`) and the Ulysses size that slices
+            each micro-batch (:meth:`peak_pass_tokens`); ``None``: micro-batches of the plan's sequences.
+        dynamic_models: The shapes whose passes run ``dynamic_bsz`` (verl's actor, and its reference,
+            which shares the shape).
     """
 
     def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload,
@@ -144,7 +152,8 @@ class CostModel:
                  training: dict[ModelSpec, TrainingOptions] | None = None,
                  layout: Context | None = None,
                  trainer_moves_optimizer: frozenset = frozenset(),
-                 transformer_engine: str | None = None, packing: PackedPasses | None = None) -> None:
+                 transformer_engine: str | None = None, packing: PackedPasses | None = None,
+                 dynamic_bsz: tuple[int, int, int] | None = None, dynamic_models: frozenset = frozenset()) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
@@ -158,6 +167,8 @@ class CostModel:
         self._eager_rates: ComponentTable | None = None
         self.layout = layout
         self.packing = packing
+        self.dynamic_bsz = dynamic_bsz
+        self.dynamic_models = dynamic_models
 
     def pass_kernels(self, pp: int, tp: int, ep: int = 1) -> str:
         """Whose kernels a trainer-side pass (training, log-prob, reference and value forwards) of a task
@@ -199,7 +210,24 @@ class CostModel:
             m, tokens, _ = self.packing.shape(kind, dp, pp, tp, self.pass_kernels(pp, tp, ep) == "megatron",
                                               model in self.sharded_models, steps)
             return m, tokens
+        dynamic = self.dynamic_chunk(model, kind, dp)
+        if dynamic is not None:
+            sequences, budget, chunks = dynamic
+            m = dynamic_micro_batches(sequences, w.train_seq_len, budget)
+            return m * chunks, sequences * w.train_seq_len / m
         return w.sequences // (dp * micro_batch), micro_batch * w.train_seq_len
+
+    def dynamic_chunk(self, model: ModelSpec, kind: str, dp: int) -> tuple[float, int, int] | None:
+        """``(sequences, budget, chunks)`` of a pass of ``kind`` under verl's dynamic batch size: the sequences
+        one data-parallel rank splits into micro-batches at once (training: its share of one mini-batch,
+        ``B·K/(dp·optimizer_steps)``, ``dp_actor.py`` ``update_policy`` per mini-batch; log-prob: its share
+        of the whole batch, ``compute_log_prob``), the token budget per GPU, and how many such chunks the
+        pass runs; ``None`` when ``model``'s passes do not run it (:attr:`dynamic_bsz`)."""
+        if self.dynamic_bsz is None or model not in self.dynamic_models:
+            return None
+        steps = self.training[model].optimizer_steps if kind == "train" and model in self.training else 1
+        budget = self.dynamic_bsz[0] if kind == "train" else self.dynamic_bsz[1]
+        return self.workload.sequences / (dp * steps), budget, steps
 
     def attention_length(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, ep: int = 1) -> float:
         """Tokens of context per token at which a pass of ``kind`` (as :meth:`pass_shape`) prices its causal
@@ -229,6 +257,10 @@ class CostModel:
             assert self.packing is not None
             megatron = self.pass_kernels(pp, tp, ep) == "megatron"
             pack = self.packing.packing.peak_tokens(kind, megatron)
+        dynamic = self.dynamic_chunk(model, kind, dp) if pack is None else None
+        if dynamic is not None:
+            assert self.dynamic_bsz is not None
+            return dynamic_peak_tokens(self.workload, dynamic[0], dynamic[1], self.dynamic_bsz[2])
         return peak_pass_tokens(self.workload, micro_batch, pack)
 
     def components_for(self, model: ModelSpec, lora_rank: int = 0) -> ComponentTable | None:
@@ -695,9 +727,12 @@ class CostModel:
         return layer.forward + layer.backward, top.forward + top.backward
 
     def decode_step_times(self, model: ModelSpec, tp: int, pp: int, extent: tuple[int, int, int], dp: int,
-                          running: np.ndarray, context_sum: np.ndarray, ep: int = 1) -> np.ndarray:
+                          running: np.ndarray, context_sum: np.ndarray, ep: int = 1,
+                          synchronous: bool = True) -> np.ndarray:
         """Seconds of one decode iteration of an engine replica with ``running`` sequences whose contexts
-        (prompt + generated tokens) add up to ``context_sum`` tokens (arrays of the same shape).
+        (prompt + generated tokens) add up to ``context_sum`` tokens (arrays of the same shape);
+        ``synchronous``: the framework's synchronous rollout engine (false: its asynchronous one, a stale
+        continuous rollout), which sets whether an in-process engine's host time applies (below).
 
         Roofline (Williams et al. 2009; applied to decoding by Pope et al. 2022, "Efficiently Scaling
         Transformer Inference", §2-3), each kernel class at its own: ``max(2N·a/R, 2W/(tp·B)) +
@@ -723,7 +758,10 @@ class CostModel:
           profile's, or the hardware's when set: :func:`~packplace.placement.model.framework.decode_step_overhead`),
           the engine's host time per running sequence, ``engine.host_seconds_per_sequence · a`` (the engine's
           per-request host work, V0's or the synchronously scheduled V1's:
-          :data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`),
+          :data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`), and for a synchronous
+          iteration of a framework whose engine runs in its own process
+          (:attr:`~packplace.placement.model.framework.FrameworkProfile.inprocess_engine`) the hardware's
+          ``inprocess_host_per_sequence · a`` (0 unless a config or the cross-validation's fit sets it),
           the non-GEMM time of ``a/tp``
           tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et al.
           2019) at the TP group's level (:meth:`tp_allreduce`: inside a node, or over the inter-node links
@@ -775,7 +813,7 @@ class CostModel:
                 rates = self.eager_decode_table()
                 body = body + (decode_step_array(rates, model, running, context_sum, tp, True)
                                - decode_step_array(rates, model, running, context_sum, tp)) * imbalance
-        step = body + decode_step_overhead(hw, self.framework) + self.engine.host_seconds_per_sequence * running
+        step = body + decode_step_overhead(hw, self.framework) + self.host_per_sequence(synchronous) * running
         if ep > 1 and model.is_moe:
             step = step + model.moe_layers * self.moe_alltoall(model, running, tp, ep, extent)
         if tp > 1:
@@ -787,6 +825,14 @@ class CostModel:
             alpha, beta = hw.p2p(self.group_level(dp * pp * tp, extent))
             step = step + (pp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
         return step
+
+    def host_per_sequence(self, synchronous: bool = True) -> float:
+        """Host seconds a decode iteration adds per running sequence: the engine's own
+        (``engine.host_seconds_per_sequence``), plus the hardware's ``inprocess_host_per_sequence`` for a
+        ``synchronous`` iteration of a framework whose engine core runs in its own process
+        (:attr:`~packplace.placement.model.framework.FrameworkProfile.inprocess_engine`)."""
+        extra = self.hw.inprocess_host_per_sequence if synchronous and self.framework.inprocess_engine else 0.0
+        return self.engine.host_seconds_per_sequence + extra
 
     def eager_decode_table(self) -> ComponentTable:
         """The rates at which :meth:`decode_step_times` prices an eager decode iteration's kernels on the
@@ -1011,7 +1057,7 @@ class CostModel:
         iterations, running, generated, done = rollout_stream_schedule(w, per_replica, group, in_flight, slots,
                                                                        batches)
         middle = running * (w.context_length + 1.0) + generated + running * (iterations - 1.0) / 2.0
-        seconds = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep) * iterations
+        seconds = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep, synchronous=False) * iterations
         clock = np.concatenate([[0.0], np.cumsum(iterations)])
         elapsed = np.concatenate([[0.0], np.cumsum(seconds)])
         first, last = batches // 4, (3 * batches) // 4

@@ -147,6 +147,26 @@ VLLM_HOST_SECONDS_PER_SEQUENCE = {"v0": (20e-3 - VLLM_DECODE_STEP_OVERHEAD) / 20
                                   "v1": _v1_host_seconds_per_sequence()}
 
 
+#: ``(forward, loss backward)`` bytes per vocabulary entry per token that verl's FSDP actor holds for the
+#: output head's logits, from v0.4.0 on (read at v0.4.0, the one-step-off recipe's commit 503ea75f5, the
+#: fully-async recipe's b25bb7d4f and b178a3cd5). ``verl/workers/actor/dp_actor.py``
+#: ``_forward_micro_batch`` (``use_remove_padding``, without ``use_fused_kernels``) runs the model under
+#: ``torch.autocast(bfloat16)`` with no labels, so Hugging Face's causal-LM head returns its bf16 output
+#: (transformers 4.46 dropped the ``logits.float()`` upcast; verl's images install transformers >= 4.49),
+#: divides it by the temperature in place (``logits_rmpad.div_(temperature)``) and takes the log-probs with
+#: ``verl/utils/torch_functional.py`` ``logprobs_from_logits`` → flash-attn's Triton ``cross_entropy_loss``
+#: (``flash_attn/ops/triton/cross_entropy.py``: per-row log-sum-exp in fp32, saves the bf16 logits
+#: themselves, and with ``inplace_backward=True`` writes the gradient into them). The update's entropy is
+#: not computed: ``calculate_entropy`` only when ``entropy_coeff != 0`` (default 0 from v0.4.0;
+#: v0.7.0 adds ``actor.calculate_entropy``, default false). The old-log-prob pass (``fsdp_workers.py``
+#: ``compute_log_prob(calculate_entropy=True)``, under ``no_grad``) takes the entropy with
+#: ``torch.compile(entropy_from_logits)`` (``use_torch_compile`` default true), whose softmax, product and
+#: sums Inductor fuses into per-row reductions. Forward: the bf16 logits, 2. Loss backward: the logits'
+#: storage holding the in-place gradient, plus the new bf16 tensor the in-place division's backward
+#: (``grad / temperature``) allocates before the head's matmul backward consumes it, 4.
+VERL_LOGIT_BYTES = (2.0, 4.0)
+
+
 @dataclass(frozen=True)
 class VersionDefaults:
     """What a framework's own files set, from release ``since`` on, for the settings the model takes from
@@ -158,12 +178,16 @@ class VersionDefaults:
         enforce_eager: The rollout engine's ``enforce_eager`` default at those releases.
         engine_generation: The vLLM engine generation those releases run (:data:`VLLM_ENGINE_GENERATIONS`).
         source: The framework files (and release) that say so.
+        logit_bytes: ``(forward, loss backward)`` bytes per vocabulary entry per token the trainer holds for
+            the output head's logits at those releases (:attr:`FrameworkProfile.logit_bytes`); ``None``: the
+            model's default (``pass_memory.LOGIT_FORWARD_BYTES`` / ``LOGIT_BACKWARD_BYTES``).
     """
 
     since: tuple[int, ...]
     enforce_eager: bool
     engine_generation: str
     source: str
+    logit_bytes: tuple[float, float] | None = None
 
 
 #: Version-dependent defaults per framework, oldest first; a release at or after the last entry takes the
@@ -175,18 +199,22 @@ FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
     "verl": (
         VersionDefaults((0, 1), True, "v0",
                         "verl v0.1-v0.2.x: setup.py vllm==0.6.3 (v0.2: vllm<=0.6.3); ppo_trainer.yaml "
-                        "rollout.enforce_eager: True"),
+                        "rollout.enforce_eager: True; logits at the model default (v0.2: transformers<4.48, "
+                        "which before 4.46 upcasts the logits to fp32; the update always takes the entropy, "
+                        "entropy_coeff 0.001; flash-attn's cross entropy out of place)"),
         VersionDefaults((0, 3), True, "v0",
                         "verl v0.3.x: requirements.txt '# vllm==0.6.3.post1' (setup.py vllm<=0.8.2); "
                         "docs/README_vllm0.7.md: V1 only when the user exports VLLM_USE_V1=1; "
-                        "ppo_trainer.yaml rollout.enforce_eager: True"),
+                        "ppo_trainer.yaml rollout.enforce_eager: True; logits at the model default (as v0.1)"),
         VersionDefaults((0, 4), True, "v1",
                         "verl v0.4.0-v0.5.x: requirements.txt '# vllm==0.8.4' (setup.py vllm<=0.8.5); "
                         "docs/start/install.rst recommends VLLM_USE_V1=1, recipe/dapo/runtime_env.yaml sets it; "
-                        "rollout enforce_eager: True"),
+                        "rollout enforce_eager: True; dp_actor.py logprobs_from_logits(inplace_backward=True), "
+                        "entropy_coeff: 0", VERL_LOGIT_BYTES),
         VersionDefaults((0, 6), False, "v1",
                         "verl v0.6.0+: verl/trainer/config/rollout/rollout.yaml enforce_eager: False (commit "
-                        "ff6978c14); vllm_rollout_spmd.py and vllm_async_server.py import vllm.v1"),
+                        "ff6978c14); vllm_rollout_spmd.py and vllm_async_server.py import vllm.v1",
+                        VERL_LOGIT_BYTES),
     ),
     "openrlhf": (
         VersionDefaults((0, 1), False, "v0",
@@ -263,6 +291,20 @@ class FrameworkProfile:
             not vLLM (DeepSpeed-Chat's hybrid engine launches its kernels eagerly, and that launch time is
             inside its measured ``decode_step_overhead``), so the setting does not apply. An older release
             (``policy.framework_version``) takes :data:`FRAMEWORK_VERSIONS`' default instead.
+        inprocess_engine: The framework's synchronous rollout runs vLLM's V1 engine core in its own process,
+            one step after the other with the output processing of every running request (the per-token
+            log-probs the framework asks for included): NeMo RL sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0``
+            (nemo_rl/models/generation/vllm/vllm_worker.py ``configure_worker``, v0.4.0-v0.6.0) and builds
+            ``vllm.LLM`` when ``async_engine`` is false, whose ``LLMEngine`` then takes vLLM's
+            ``InprocClient`` (vllm/v1/engine/core_client.py ``make_client``); its asynchronous rollout builds
+            ``AsyncLLM``, which always runs the engine core in a background process
+            (``make_async_mp_client``) and so overlaps the output processing with the next step. A
+            synchronous decode iteration of such a framework adds the hardware's
+            :attr:`~packplace.placement.problem.hardware.Hardware.inprocess_host_per_sequence` per running
+            sequence (0 unless a config, ``calibrate`` or the cross-validation's ``--knobs`` sets it: no source
+            sizes it). verl's
+            ``external_launcher`` engine is in-process too, but no verl run the validation can fit (its four
+            are below their datasheet floor) determines a value, so its profile leaves the flag off.
         engine_generation: The vLLM engine generation of the framework's current releases
             (:data:`VLLM_ENGINE_GENERATIONS`; all four vLLM profiles run V1 today), which sets the host time
             per running sequence (:data:`VLLM_HOST_SECONDS_PER_SEQUENCE`); an older release
@@ -309,6 +351,18 @@ class FrameworkProfile:
             ``models/dtensor/parallelize.py``) and verl ``workers/fsdp_workers.py`` (``reduce_dtype``
             default ``"fp32"``): 4. DeepSpeed ZeRO-3 (OpenRLHF, DeepSpeed-Chat) communicates in the
             engine's ``communication_data_type``, by default the bf16 training dtype: 2.
+        logit_bytes: ``(forward, loss backward)`` bytes per vocabulary entry per token the framework's
+            trainer holds for the output head's logits (a log-prob pass holds the forward's); an older release
+            (``policy.framework_version``) takes :data:`FRAMEWORK_VERSIONS`' instead
+            (:func:`trainer_logit_bytes`). verl: :data:`VERL_LOGIT_BYTES`. ``None``: the model's default,
+            an fp32 upcast and log-softmax (``pass_memory.LOGIT_FORWARD_BYTES`` / ``LOGIT_BACKWARD_BYTES``).
+        offload_between_passes: A trainer's ``offload`` moves its state to the host between passes and the
+            whole state back for each pass (verl's FSDP ``param_offload`` / ``optimizer_offload``:
+            ``verl/workers/fsdp_workers.py`` at commit b25bb7d4f, ``update_actor`` calls
+            ``load_fsdp_model_to_gpu`` and ``load_fsdp_optimizer`` before the update and offloads both after
+            it, ``compute_log_prob`` loads the parameters, ``rollout_mode`` offloads them once the engine
+            has its weights), not ZeRO-Offload's host-resident state with one gathered layer on the GPU
+            (:func:`~packplace.placement.model.memory.vertex_memory`). Memory only.
     """
 
     name: str
@@ -329,6 +383,9 @@ class FrameworkProfile:
     enforce_eager: bool | None = False
     engine_generation: str | None = "v1"
     gradient_reduce_bytes: float = 2.0
+    logit_bytes: tuple[float, float] | None = None
+    offload_between_passes: bool = False
+    inprocess_engine: bool = False
 
 
 #: The profiles (``policy.framework``).
@@ -340,7 +397,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "verl trainer/ppo/ray_trainer.py (old_log_prob, ref, values phases); workers/fsdp_workers.py (FSDP "
         "reference module, rollout.resume(tags=['weights']) then update_weights over CUDA IPC); "
         "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)", gather_prefetch=True,
-        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gradient_reduce_bytes=4.0),
+        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gradient_reduce_bytes=4.0, logit_bytes=VERL_LOGIT_BYTES,
+        offload_between_passes=True),
     "nemo-rl": FrameworkProfile(
         "nemo-rl", True, True, "cuda_ipc", True,
         "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "
@@ -354,7 +412,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "github.com/NVIDIA-NeMo/RL/pull/1267",
         continuous_rollout=True, gather_prefetch=True, stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, refit_gather_bandwidth=NEMO_RL_REFIT_GATHER_BANDWIDTH,
-        refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True, gradient_reduce_bytes=4.0),
+        refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True, gradient_reduce_bytes=4.0,
+        inprocess_engine=True),
     "openrlhf": FrameworkProfile(
         "openrlhf", True, True, "cuda_ipc", True,
         "OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (actor, critic, reward, reference forwards); "
@@ -437,6 +496,24 @@ def version_defaults(framework: str, version: str | None) -> VersionDefaults | N
         raise ConfigError(f"[policy] framework_version: {version!r} is before {framework} {first}, the first release "
                           "whose defaults the model knows")
     return chosen
+
+
+def trainer_logit_bytes(framework: str, version: str | None, entropy_in_loss: bool = False
+                        ) -> tuple[float, float] | None:
+    """``(forward, loss backward)`` bytes per vocabulary entry per token the trainer of ``framework`` at
+    release ``version`` holds for the output head's logits: :attr:`VersionDefaults.logit_bytes` of the
+    release when ``version`` is given, else :attr:`FrameworkProfile.logit_bytes`; ``None``: the memory
+    model's default. ``entropy_in_loss`` (an entropy bonus, ``policy.entropy_coeff`` above 0): ``None``, as
+    those figures hold for a loss without it (verl then runs the cross entropy out of place and adds the
+    entropy's gradient over the vocabulary, ``dp_actor.py`` ``inplace_backward = False``).
+
+    Raises:
+        ConfigError: an unknown framework or a release :func:`version_defaults` refuses.
+    """
+    if entropy_in_loss:
+        return None
+    entry = version_defaults(framework, version)
+    return profile(framework).logit_bytes if entry is None else entry.logit_bytes
 
 
 def host_seconds_per_sequence(engine_generation: str | None) -> float:

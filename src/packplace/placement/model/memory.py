@@ -25,7 +25,7 @@ Narayanan et al. 2021; Kwon et al. 2023 (PagedAttention, vLLM).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from packplace.errors import ConfigError
@@ -76,6 +76,12 @@ class TrainingOptions:
             ``examples/configs/grpo_math_1B.yaml`` v0.4-v0.7, which its performance recipes inherit: 4
             steps for 2,048 sequences; verl ``ppo_mini_batch_size``; :func:`~packplace.placement.model.
             training_time.optimizer_steps_seconds`).
+        fsdp_size: ranks the training state shards over (0, the default: all ``dp``): verl's
+            ``actor.fsdp_config.fsdp_size`` builds a 2-D device mesh of ``dp / fsdp_size`` replicas of
+            ``fsdp_size``-way shards (``verl/workers/fsdp_workers.py``
+            ``create_device_mesh``: hybrid shard), so each GPU holds ``1/min(dp, fsdp_size)`` of the
+            weights, gradients and optimizer state (:func:`shard_ranks`). Memory only: the time model
+            keeps its collectives over the ``dp`` ranks.
 
     Raises:
         ConfigError: an unknown value (``sharding: must be one of ...``).
@@ -87,6 +93,7 @@ class TrainingOptions:
     fp32_grad_buffer: bool = False
     lora_rank: int = 0
     optimizer_steps: int = 1
+    fsdp_size: int = 0
 
     def __post_init__(self) -> None:
         for name, valid in (("sharding", SHARDING), ("recompute", RECOMPUTE), ("offload", OFFLOAD)):
@@ -100,6 +107,14 @@ class TrainingOptions:
                 or self.optimizer_steps < 1:
             raise ConfigError(f"optimizer_steps: must be an integer >= 1 (optimizer steps per RL step), "
                               f"got {self.optimizer_steps!r}")
+        if isinstance(self.fsdp_size, bool) or not isinstance(self.fsdp_size, int) or self.fsdp_size < 0:
+            raise ConfigError(f"fsdp_size: must be an integer >= 1 (0 = every data-parallel rank), "
+                              f"got {self.fsdp_size!r}")
+
+    def shard_ranks(self, dp: int) -> int:
+        """Ranks the training state shards over at data-parallel degree ``dp``: ``min(dp, fsdp_size)``
+        (all ``dp`` when ``fsdp_size`` is 0)."""
+        return min(dp, self.fsdp_size) if self.fsdp_size else dp
 
 
 def lora_params(model: ModelSpec, rank: int) -> tuple[int, int]:
@@ -306,7 +321,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   prefill_sequences: int | None = None, ep: int = 1, sharded_weights: bool = False,
                   offloaded_weights: bool = False, framework: str = "none",
                   workspace_bytes: float | None = None, pass_tokens: float | None = None,
-                  logprob_tokens: float | None = None,
+                  logprob_tokens: float | None = None, logit_bytes: tuple[float, float] | None = None,
+                  offload_between_passes: bool = False,
                   context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
@@ -337,6 +353,9 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         logprob_tokens: A ``train`` vertex that also runs the old-log-prob forward: the tokens of that
             forward's largest micro-batch; the transient is then the larger of the training pass's and that
             forward's (:func:`~packplace.placement.model.pass_memory.infer_transient` plus the workspace).
+        logit_bytes: The framework's logit bytes per vocabulary entry per token of a training or log-prob
+            pass (:func:`~packplace.placement.model.framework.trainer_logit_bytes`; ``None``: 10 / 12).
+        offload_between_passes: ``options.offload`` brings the state back per pass (verl, :func:`_stage_train_state`).
         context_parallel: A ``train`` vertex's context parallelism (:class:`ContextParallelSplit`, what it
             splits and what it does not); other kinds ignore it.
 
@@ -351,8 +370,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     weights, the paged KV of ``mb·min(pp, rounds)`` sequences of ``live_len`` tokens for the stage's
     layers, :func:`engine_overhead_bytes` for ``n`` = ``prefill_sequences`` prompts and the last token's
     logits ``mb·V·10/tp``. ``workspace_bytes``: the GPU's ``hardware.memory_workspace`` (default the
-    stack's). For a continuously batched engine the caller passes the sequences it
-    runs at once as ``micro_batch`` (and ``micro_batches = 1``): the KV of the waiting ones is not held.
+    stack's). For a continuously batched engine the caller passes the sequences it runs at once as
+    ``micro_batch`` (and ``micro_batches = 1``): the KV of the waiting ones is not held.
     """
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
     tokens = micro_batch * seq_len if pass_tokens is None else pass_tokens
@@ -365,25 +384,20 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     params = stage_params(model, pp)
     split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
     best = (-1.0, 0.0, 0.0)
-    lora = lora_train_state_bytes(model, pp, tp, dp, options) if kind == "train" and options.lora_rank else None
     for i in range(pp):
         p = params[i] / tp if split is None else split[i][0] + split[i][1]
         last = i == pp - 1
         if kind == "train":
-            if lora is not None:
-                resident = lora[i]
-            else:
-                resident = (train_state_bytes(p, per_layer_rank, dp, options) if split is None
-                            else expert_train_state_bytes(model, split[i], dp, tp, ep, options))
-            transient = _train_vertex_transient(model, options, tokens, logprob_tokens, layers[i], i == 0, last,
-                                                tp, min(pp - i, micro_batches * cp.ring), ep, cp.ring,
-                                                framework == "none", workspace)
+            resident, loaded = _stage_train_state(model, options, i, p, pp, tp, dp, ep, offload_between_passes)
+            transient = loaded + _train_vertex_transient(model, options, tokens, logprob_tokens, layers[i], i == 0,
+                                                         last, tp, min(pp - i, micro_batches * cp.ring), ep, cp.ring,
+                                                         framework == "none", workspace, logit_bytes)
         elif kind == "infer":
             # partitioned: the stage's weights over all tp·dp ranks (ZeRO-3 shards expert weights over the
             # expert-data-parallel group, ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * dp) if sharded_weights else 2.0 * p
             parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp,
-                                    kv_cache=framework == "none", ep=ep)
+                                    kv_cache=framework == "none", ep=ep, logit_bytes=logit_bytes)
             transient = sum(parts) + workspace
             if sharded_weights:
                 transient += 2.0 * per_layer_rank
@@ -404,20 +418,47 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
 
 def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: float, logprob_tokens: float | None,
                             n_layers: int, first: bool, last: bool, tp: int, inflight: int, ep: int, ring: int,
-                            kv_cache: bool, workspace: float) -> float:
+                            kv_cache: bool, workspace: float,
+                            logit_bytes: tuple[float, float] | None = None) -> float:
     """A training vertex's transient bytes on one stage (:func:`vertex_memory`): the training pass's peak
     (:func:`~packplace.placement.model.pass_memory.train_transient`), or the old-log-prob forward's when
     larger; ``tokens`` / ``logprob_tokens`` are the GPU's share under context parallelism, ``ring`` the CP
-    group the attention's ring runs over."""
+    group the attention's ring runs over; ``logit_bytes`` the framework's logit bytes per vocabulary entry."""
     autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
     transient = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,
                                 recompute=options.recompute, tp=tp, inflight=inflight, autocast=autocast, ep=ep,
-                                cp=ring).peak(workspace)
+                                cp=ring, logit_bytes=logit_bytes).peak(workspace)
     if logprob_tokens is None:
         return transient
     forward = infer_transient(model, tokens=logprob_tokens, n_layers=n_layers, last=last, tp=tp, kv_cache=kv_cache,
-                              ep=ep, cp=ring)
+                              ep=ep, cp=ring, logit_bytes=logit_bytes)
     return max(transient, sum(forward) + workspace)
+
+
+def _stage_train_state(model: ModelSpec, options: TrainingOptions, stage: int, params: float, pp: int, tp: int,
+                       dp: int, ep: int, offload_between_passes: bool) -> tuple[float, float]:
+    """``(resident, loaded)`` training-state bytes per GPU of pipeline stage ``stage`` (``params`` parameters
+    on one tensor-parallel rank), sharded over ``options.shard_ranks(dp)`` ranks: what stays on the GPU
+    (:func:`train_state_bytes`, :func:`expert_train_state_bytes`, :func:`lora_train_state_bytes`) and what the
+    offload brings back for the pass when ``offload_between_passes``
+    (:attr:`~packplace.placement.model.framework.FrameworkProfile.offload_between_passes`, verl: the state
+    leaves the GPU while the engine beside it generates and is whole on it while the pass runs, so that part
+    counts with the pass's transient bytes); otherwise ``offload`` is ZeRO-Offload's (host-resident state,
+    the GPU holding the gathered layer) and nothing is loaded."""
+    shard = options.shard_ranks(dp)
+    split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
+    layer = model.block_params / model.layers / tp
+
+    def state(opts: TrainingOptions) -> float:
+        if opts.lora_rank:
+            return lora_train_state_bytes(model, pp, tp, shard, opts)[stage]
+        return (train_state_bytes(params, layer, shard, opts) if split is None
+                else expert_train_state_bytes(model, split[stage], shard, tp, ep, opts))
+
+    resident = state(options)
+    if not offload_between_passes or options.offload == "none":
+        return resident, 0.0
+    return resident, state(replace(options, offload="none")) - resident
 
 
 def peak_pass_tokens(workload: Workload, micro_batch: int, pack_tokens: int | None = None) -> float:
@@ -435,6 +476,32 @@ def peak_pass_tokens(workload: Workload, micro_batch: int, pack_tokens: int | No
     if pack_tokens is not None:
         return float(pack_tokens)
     return float(micro_batch * (workload.context_length + workload.max_response))
+
+
+def dynamic_micro_batches(sequences: float, mean_len: float, budget: int) -> int:
+    """Micro-batches verl's dynamic batch size splits ``sequences`` sequences of ``mean_len`` tokens on
+    average into, at ``budget`` tokens per micro-batch per GPU: ``min(n, ⌈n·s / budget⌉)`` with ``n`` the
+    sequences rounded up (``verl/utils/seqlen_balancing.py`` ``rearrange_micro_batches``: ``num_micro_batches
+    = min(len(seq_len_effective), ceildiv(total_seqlen, max_token_len))``, the sequences then split into that
+    many micro-batches of balanced token sums by Karmarkar-Karp). With Ulysses sequence parallelism of
+    ``u`` GPUs verl splits ``u·n`` sequences at ``u·budget`` and slices every micro-batch ``u`` ways: the same
+    count and tokens per GPU."""
+    n = max(1, math.ceil(sequences - 1e-9))
+    return max(1, min(n, math.ceil(n * mean_len / budget - 1e-9)))
+
+
+def dynamic_peak_tokens(workload: Workload, sequences: float, budget: int, ulysses: int = 1) -> float:
+    """Tokens per GPU of the largest micro-batch verl's dynamic batch size forms from ``sequences`` sequences
+    per GPU at ``budget`` tokens per GPU (:func:`dynamic_micro_batches`): Karmarkar-Karp balances the
+    micro-batches' token sums around their mean (at most the budget) but can leave one a sequence above it.
+    With Ulysses sequence parallelism of ``u`` GPUs verl splits ``u·sequences`` at ``u·budget`` and slices
+    each micro-batch ``u`` ways (``dp_actor.py``: ``max_token_len = ppo_max_token_len_per_gpu ·
+    ulysses_sequence_parallel_size``; ``ulysses_pad_and_slice_inputs``), so per GPU at most
+    ``budget + (S + longest response)/u``, and never more than all ``⌈sequences⌉`` at that length
+    (``micro_batch`` of the plan plays no part: verl ignores ``ppo_micro_batch_size_per_gpu`` under
+    ``use_dynamic_bsz``)."""
+    longest = workload.context_length + workload.max_response
+    return float(min(max(1, math.ceil(sequences - 1e-9)) * longest, budget + longest / ulysses))
 
 
 def kv_cache_budget_bytes(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,

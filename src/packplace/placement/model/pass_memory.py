@@ -210,11 +210,13 @@ def checkpoint_bytes_per_token(model: ModelSpec, autocast: bool) -> float:
     return (4.0 if autocast else 2.0) * model.hidden_dim
 
 
-def logit_bytes_per_token(model: ModelSpec, backward: bool) -> float:
+def logit_bytes_per_token(model: ModelSpec, backward: bool, logit_bytes: tuple[float, float] | None = None) -> float:
     """Bytes per token of the output head's logits: :data:`LOGIT_FORWARD_BYTES` (or
     :data:`LOGIT_BACKWARD_BYTES` while the loss's backward runs) times the output width (``V``, or 1 for a
-    value head)."""
-    return (LOGIT_BACKWARD_BYTES if backward else LOGIT_FORWARD_BYTES) * model.output_dim
+    value head). ``logit_bytes``: a framework's own ``(forward, backward)`` bytes per vocabulary entry
+    (:attr:`~packplace.placement.model.framework.FrameworkProfile.logit_bytes`) instead of those two."""
+    forward, back = (LOGIT_FORWARD_BYTES, LOGIT_BACKWARD_BYTES) if logit_bytes is None else logit_bytes
+    return (back if backward else forward) * model.output_dim
 
 
 def context_parallel_tokens(tokens: float, cp: int, sequences: float, tp: int = 1) -> float:
@@ -301,7 +303,8 @@ def _stage(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[list[float], tu
 def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: int = 0, context: int = 0,
                 recompute: str = "none", optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1,
                 ep: int = 1, framework: str = "none", sharding: str = "none", micro_batches: int = 1,
-                workspace_bytes: float | None = None, cp: int = 1) -> PassMemory:
+                workspace_bytes: float | None = None, cp: int = 1,
+                logit_bytes: tuple[float, float] | None = None) -> PassMemory:
     """Peak memory per GPU of one pass (bytes), the worst pipeline stage, with its parts.
 
     Args:
@@ -338,6 +341,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             ``cp`` GPUs, which hold :func:`context_parallel_tokens` of it each, plus the ring attention's
             buffers (:func:`ring_attention_bytes_per_token`); weights, gradients and optimizer state are not
             split by CP (``dp`` counts the data-parallel ranks that shard them).
+        logit_bytes: The framework's ``(forward, loss backward)`` bytes per vocabulary entry per token of the
+            logits in a training or log-prob pass (:func:`logit_bytes_per_token`; ``None``: 10 / 12).
 
     Returns:
         :class:`PassMemory`.
@@ -372,10 +377,10 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         tokens = context_parallel_tokens(micro_batch * seq_len, cp, micro_batch, tp)
         if task == "train":
             part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, tokens, recompute,
-                                optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep, cp)
+                                optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep, cp, logit_bytes)
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
-                                framework, ws, ep, cp)
+                                framework, ws, ep, cp, logit_bytes)
         else:
             part = _engine_stage(model, task, per_gpu[i], layers[i], last, micro_batch, seq_len, context, tp, ws,
                                  ep)
@@ -459,7 +464,7 @@ class TrainTransient:
 
 def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, first: bool,
                     recompute: str, tp: int, inflight: int, autocast: bool, ep: int = 1,
-                    cp: int = 1) -> TrainTransient:
+                    cp: int = 1, logit_bytes: tuple[float, float] | None = None) -> TrainTransient:
     """:class:`TrainTransient` of one stage of ``n_layers`` layers for a micro-batch of ``tokens`` tokens
     (``inflight`` micro-batches' activations held, 1F1B). ``autocast``: fp32 master weights under
     ``torch.autocast`` (bf16 copies of every matmul weight cached through the forward; under full
@@ -468,7 +473,8 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     materialised once more at the end of the backward when both are on it). ``cp``: the size of the
     context-parallel group the attention's ring runs over; ``tokens`` is then this GPU's share of the
     micro-batch (:func:`context_parallel_tokens`: the caller divides) and the ring's buffers are added
-    (``ring_forward``, ``ring_backward``; the backward's end holds the first layer's)."""
+    (``ring_forward``, ``ring_backward``; the backward's end holds the first layer's). ``logit_bytes``: the
+    framework's ``(forward, backward)`` logit bytes per vocabulary entry (:func:`logit_bytes_per_token`)."""
     head = model.head_gemm_params / tp if last else 0.0
     gemm = (model.gemm_params - model.head_gemm_params) / model.layers * n_layers / tp + head
     t = tokens / tp
@@ -493,8 +499,8 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     ring_backward = _ring_bytes(model, cp, tp, tokens, True)
     return TrainTransient(
         copies_forward=copies_forward, copies_backward=copies_backward, saved=saved,
-        logits_forward=logit_bytes_per_token(model, False) * t if last else 0.0,
-        logits_backward=logit_bytes_per_token(model, True) * t if last else 0.0,
+        logits_forward=logit_bytes_per_token(model, False, logit_bytes) * t if last else 0.0,
+        logits_backward=logit_bytes_per_token(model, True, logit_bytes) * t if last else 0.0,
         end=max(embed_grad, a_layer + ring_backward),
         slack_forward=weights + _slack(saved_tensors, saved_each),
         slack_end=2 * weights + _slack(SAVED_TENSORS_PER_LAYER, a_layer / SAVED_TENSORS_PER_LAYER),
@@ -511,7 +517,8 @@ def uses_autocast(optimizer: str, sharding: str) -> bool:
 
 def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, first: bool, tokens: float,
                  recompute: str, optimizer: str, tp: int, ahead: int, dp: int, sharding: str,
-                 micro_batches: int, ws: float, ep: int = 1, cp: int = 1) -> PassMemory:
+                 micro_batches: int, ws: float, ep: int = 1, cp: int = 1,
+                 logit_bytes: tuple[float, float] | None = None) -> PassMemory:
     """One pipeline stage of a training micro-batch: the largest of the forward's end, the loss's
     backward and the backward's end (module docstring), and with context parallelism the last layer's ring
     attention forward and backward (``ring_forward``, ``ring_backward``). With ``micro_batches > 1`` the
@@ -519,7 +526,8 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     part = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first, recompute=recompute,
-                           tp=tp, inflight=min(ahead, micro_batches), autocast=autocast, ep=ep, cp=cp)
+                           tp=tp, inflight=min(ahead, micro_batches), autocast=autocast, ep=ep, cp=cp,
+                           logit_bytes=logit_bytes)
     # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's
     # expert-data-parallel group), the rest over dp
     expert = n_layers * model.expert_params / model.layers / (tp * ep) if model.is_moe and ep > 1 else 0.0
@@ -550,11 +558,13 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
 
 
 def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, tp: int,
-                    kv_cache: bool, ep: int = 1, cp: int = 1) -> tuple[float, float, float, float]:
+                    kv_cache: bool, ep: int = 1, cp: int = 1,
+                    logit_bytes: tuple[float, float] | None = None) -> tuple[float, float, float, float]:
     """``(activations, logits, kv_cache, slack)`` bytes per GPU at the peak of a no-grad log-prob forward
     of ``tokens`` tokens on a stage of ``n_layers`` layers: the larger of one layer's working set
-    (:func:`working_set_bytes_per_token`) and, on the last stage, the logits' ``10·V`` per token with the
-    final hidden states; ``kv_cache``: the forward keeps every layer's K and V (a Hugging Face
+    (:func:`working_set_bytes_per_token`) and, on the last stage, the logits' ``10·V`` per token (a
+    framework's own forward bytes with ``logit_bytes``, :func:`logit_bytes_per_token`) with the final
+    hidden states; ``kv_cache``: the forward keeps every layer's K and V (a Hugging Face
     ``model(input_ids)`` with ``use_cache`` on). ``cp``: the context-parallel group of the forward's ring
     attention; ``tokens`` is then this GPU's share (:func:`context_parallel_tokens`) and the layer's working
     set adds the ring's forward buffers (:func:`ring_attention_bytes_per_token`; added to the whole
@@ -566,20 +576,21 @@ def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     layer = working_set_bytes_per_token(model) * t + _ring_bytes(model, cp, tp, tokens, False)
     if last:
         hidden = 2.0 * model.hidden_dim * t
-        logits = logit_bytes_per_token(model, False) * t
+        logits = logit_bytes_per_token(model, False, logit_bytes) * t
         if hidden + logits >= layer:
             return hidden, logits, kv, slack
     return layer, 0.0, kv, slack
 
 
 def _infer_stage(model: ModelSpec, params: float, n_layers: int, last: bool, tokens: float, tp: int, dp: int,
-                 sharding: str, framework: str, ws: float, ep: int = 1, cp: int = 1) -> PassMemory:
+                 sharding: str, framework: str, ws: float, ep: int = 1, cp: int = 1,
+                 logit_bytes: tuple[float, float] | None = None) -> PassMemory:
     """One stage of a log-prob forward (no grad): bf16 weights (ZeRO-3: the shard and one gathered
     layer) plus :func:`infer_transient`."""
     layer_params = model.block_params / model.layers / tp
     weights = 2.0 * params / dp + 2.0 * layer_params if sharding == "zero3" else 2.0 * params
     act, logits, kv, slack = infer_transient(model, tokens=tokens, n_layers=n_layers, last=last, tp=tp,
-                                             kv_cache=framework == "none", ep=ep, cp=cp)
+                                             kv_cache=framework == "none", ep=ep, cp=cp, logit_bytes=logit_bytes)
     return _assemble("logits" if logits else "layer", weights, 0.0, 0.0, act, logits, kv, ws + slack)
 
 

@@ -94,12 +94,15 @@ behind, and ``overlap_param_gather`` hides the gather behind the first micro-bat
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from packplace.placement.model.framework import exposed_gather_seconds
 from packplace.placement.model.memory import (
     TrainingOptions,
     held_stage_params,
     stage_layers,
     stage_share,
+    train_state_bytes,
     trainable_stage_params,
 )
 from packplace.placement.problem.models import ModelSpec
@@ -133,7 +136,16 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
         compute = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False,
                                  lora_rank=rank) + seconds
         seconds += zero3_exposed_seconds(cost, model, options, dp, pp, tp, micro_batches, extent, ep, compute)
-    if options.offload != "none":
+    if options.offload != "none" and cost.framework.offload_between_passes:
+        # verl: the offloaded state comes back to the GPU before the update and leaves after it
+        # (fsdp_workers.py update_actor: load_fsdp_model_to_gpu / load_fsdp_optimizer, then offload both)
+        p_rank = model.params * stage_share(model.layers, pp) / tp
+        layer = model.block_params / model.layers / tp
+        ranks = options.shard_ranks(dp)
+        loaded = (train_state_bytes(p_rank, layer, ranks, replace(options, offload="none"))
+                  - train_state_bytes(p_rank, layer, ranks, options))
+        seconds += 2.0 * loaded / hw.host_bandwidth
+    elif options.offload != "none":
         shard = model.params * stage_share(model.layers, pp) / tp
         if options.sharding != "none":
             shard /= dp

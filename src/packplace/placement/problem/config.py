@@ -133,6 +133,9 @@ HARDWARE_FIELDS: dict[str, Field] = {
                             meaning="seconds added once to every task of the step"),
     "weight_sync_overhead": Field("float", "s", 0, 3600, default=HARDWARE_DEFAULTS["weight_sync_overhead"],
                                   meaning="seconds added to every trainer-to-engine weight synchronisation"),
+    "inprocess_host_per_sequence": Field("float", "s", 0, 1, default=HARDWARE_DEFAULTS["inprocess_host_per_sequence"],
+                                         meaning="host seconds per running sequence an in-process engine adds to "
+                                                 "every synchronous decode iteration (NeMo RL)"),
     "moe_decode_bw_eff": Field("float", "", 0, 1, default=HARDWARE_DEFAULTS["moe_decode_bw_eff"],
                                meaning="fraction of memory_bandwidth a decode step streams routed experts at "
                                        "(0: decode_bw_eff)"),
@@ -186,6 +189,23 @@ POLICY_FIELDS: dict[str, Field] = {
     "logprob_mb_tokens": Field("int", "tokens", 1, 10_000_000, default=None,
                                meaning="nemo-rl sequence packing: tokens per log-prob pack (old policy, reference; "
                                        "policy.sequence_packing.logprob_mb_tokens); set with train_mb_tokens"),
+    "ppo_max_token_len_per_gpu": Field("int", "tokens", 1, 10_000_000, default=None,
+                                       meaning="verl dynamic batch size (actor.use_dynamic_bsz): tokens per "
+                                               "training micro-batch per GPU (actor.ppo_max_token_len_per_gpu; "
+                                               "unset: micro-batches of the plan's sequences)"),
+    "log_prob_max_token_len_per_gpu": Field("int", "tokens", 1, 10_000_000, default=None,
+                                            meaning="verl dynamic batch size: tokens per log-prob micro-batch per "
+                                                    "GPU (rollout / ref log_prob_max_token_len_per_gpu); set with "
+                                                    "ppo_max_token_len_per_gpu"),
+    "entropy_coeff": Field("float", "", 0, 1e6, default=0.0,
+                           meaning="the entropy bonus's coefficient in the actor's loss (verl actor.entropy_coeff): "
+                                   "above 0 the loss's backward also carries the entropy's gradient over the "
+                                   "vocabulary, so the logits take the model's default bytes"),
+    "ulysses_sequence_parallel_size": Field("int", "ranks", 1, 1024, default=None,
+                                            meaning="verl Ulysses sequence parallelism of the actor's passes: with "
+                                                    "the dynamic batch size, a micro-batch's tokens are sliced "
+                                                    "over this many GPUs (memory only; set with "
+                                                    "ppo_max_token_len_per_gpu)"),
     "trainer_backend": Field("enum", choices=TRAINER_BACKENDS, default="auto",
                              meaning="verl / NeMo RL trainer workers (or framework none): fsdp (NeMo RL DTensor), "
                                      "megatron, or auto (chosen by the plan); refused for OpenRLHF / DeepSpeed-Chat"),
@@ -206,6 +226,9 @@ TRAINING_FIELDS: dict[str, Field] = {
     "optimizer_steps": Field("int", "steps", 1, 65536, default=1,
                              meaning="optimizer steps per RL step: the sequences split into that many global batches "
                                      "(NeMo RL step sequences / train_global_batch_size; verl mini-batches)"),
+    "fsdp_size": Field("int", "ranks", 1, 65536, default=None,
+                       meaning="ranks the training state shards over (verl actor.fsdp_config.fsdp_size: hybrid "
+                               "shard, replicated across groups; unset: every data-parallel rank); memory only"),
     "balance": Field("enum", choices=BALANCE_CHOICES, default="framework",
                      meaning="data-parallel split of every pass over the rollouts (framework: verl kk, nemo-rl lpt, "
                              "else none = contiguous; lpt/kk/repair: that balance solver)"),
@@ -303,6 +326,11 @@ class PlacementInstance:
             ``enforce_eager`` and the vLLM engine generation, already applied to ``engine``), or ``None``.
         sequence_packing: ``(policy.train_mb_tokens, policy.logprob_mb_tokens)``: NeMo RL's sequence packing of
             the policy workers' passes (:mod:`packplace.placement.model.sequence_packing`), or ``None``.
+        dynamic_bsz: ``(policy.ppo_max_token_len_per_gpu, policy.log_prob_max_token_len_per_gpu,
+            policy.ulysses_sequence_parallel_size)``: verl's dynamic batch size of the actor's passes
+            (micro-batches by tokens, :meth:`~packplace.placement.model.cost.CostModel.pass_shape`), or ``None``.
+        entropy_coeff: ``policy.entropy_coeff``: the actor's loss carries an entropy bonus when above 0
+            (:func:`~packplace.placement.model.framework.trainer_logit_bytes`).
     """
 
     cluster: Cluster
@@ -322,6 +350,8 @@ class PlacementInstance:
     trainer_backend: str = "auto"
     framework_version: str | None = None
     sequence_packing: tuple[int, int] | None = None
+    dynamic_bsz: tuple[int, int, int] | None = None
+    entropy_coeff: float = 0.0
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -733,7 +763,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                                  trainer_backend=policy["trainer_backend"],
                                  framework_version=policy.get("framework_version"),
                                  sequence_packing=_sequence_packing(policy, algorithm, workload,
-                                                                    _actor_context_parallel(balance)))
+                                                                    _actor_context_parallel(balance)),
+                                 dynamic_bsz=_dynamic_bsz(policy), entropy_coeff=float(policy["entropy_coeff"]))
     check_config(Context.of(instance))
     return instance
 
@@ -787,6 +818,35 @@ def _sequence_packing(policy: Mapping[str, Any], algorithm: str, workload: Workl
     if why is not None:
         raise ConfigError(f"[policy] {why.removeprefix('policy.')}")
     return int(train), int(logprob)
+
+
+def _dynamic_bsz(policy: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    """``(ppo_max_token_len_per_gpu, log_prob_max_token_len_per_gpu, ulysses_sequence_parallel_size)`` of
+    ``[policy]``, or ``None`` when no budget is set: verl's ``use_dynamic_bsz`` (``verl/utils/seqlen_balancing.py``
+    ``rearrange_micro_batches``; the Ulysses size defaults to 1).
+
+    Raises:
+        ConfigError: one budget set without the other, a Ulysses size without them, or either set for a
+            framework other than ``verl``.
+    """
+    train, logprob = policy.get("ppo_max_token_len_per_gpu"), policy.get("log_prob_max_token_len_per_gpu")
+    ulysses = policy.get("ulysses_sequence_parallel_size")
+    if train is None and logprob is None:
+        if ulysses is not None:
+            raise ConfigError("[policy] ulysses_sequence_parallel_size: the model applies it to verl's dynamic "
+                              "batch size only; set ppo_max_token_len_per_gpu and log_prob_max_token_len_per_gpu "
+                              "too, or drop it")
+        return None
+    if train is None or logprob is None:
+        missing = "ppo_max_token_len_per_gpu" if train is None else "log_prob_max_token_len_per_gpu"
+        raise ConfigError(f"[policy] {missing}: verl's dynamic batch size takes both token budgets "
+                          "(ppo_max_token_len_per_gpu and log_prob_max_token_len_per_gpu); set it too, or drop "
+                          "the other")
+    if policy["framework"] != "verl":
+        raise ConfigError(f"[policy] ppo_max_token_len_per_gpu: micro-batches by a token budget are verl's dynamic "
+                          f"batch size (framework: verl), not {policy['framework']!r}'s; drop "
+                          "ppo_max_token_len_per_gpu and log_prob_max_token_len_per_gpu")
+    return int(train), int(logprob), int(ulysses or 1)
 
 
 def _check_release_model_type(policy: Mapping[str, Any], actor: ModelSpec) -> None:
@@ -845,6 +905,8 @@ def _training(section: dict[str, Any], models: tuple[str, ...]
         balance[model] = _balance_setting(merged)
         for name in BALANCE_FIELDS:
             merged.pop(name, None)
+        if merged.get("fsdp_size") is None:     # unset: the state shards over every data-parallel rank
+            merged["fsdp_size"] = 0
         out[model] = TrainingOptions(**merged)
     return out, balance
 

@@ -124,6 +124,14 @@ class Hardware:
             knob for ``calibrate`` to fit a measured per-task cost.
         weight_sync_overhead: Seconds added to every per-step weight synchronisation from a trainer to
             its rollout engine, on top of the framework's refit path; default 0, no preset sets it.
+        inprocess_host_per_sequence: Host seconds per running sequence that every synchronous decode
+            iteration of an in-process engine adds (a framework profile with
+            :attr:`~packplace.placement.model.framework.FrameworkProfile.inprocess_engine`: NeMo RL's
+            ``vllm.LLM`` with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``), on top of the engine's own host time per
+            sequence; default 0, no preset sets it and no source sizes it: a knob ``calibrate`` and the
+            cross-validation (``--knobs inprocess_host_per_sequence:framework``) can fit, left out of the
+            cross-validation's defaults because NeMo RL's off-policy runs (asynchronous engine, never charged)
+            miss as much time as its on-policy ones (docs/calibration-and-validation.md).
         moe_decode_bw_eff: Fraction of ``memory_bandwidth`` at which a decode step streams the routed
             experts' weights of a mixture of experts once each expert receives
             :data:`MOE_FULL_TOKENS` tokens or more (the fused-MoE grouped GEMMs;
@@ -174,6 +182,7 @@ class Hardware:
     decode_step_overhead: float | None = None
     phase_overhead: float = 0.0
     weight_sync_overhead: float = 0.0
+    inprocess_host_per_sequence: float = 0.0
     moe_decode_bw_eff: float = 0.0
     moe_gemm_peak_fraction: float = 0.0
     component_table: str = "none"
@@ -215,6 +224,7 @@ HARDWARE_DEFAULTS = {
     "gemm_m_half": 5.0, "gemm_k_half": 0.0, "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.7,
     "non_gemm_constant": 0.0, "non_gemm_scaling": 0.0, "non_gemm_batch_cal": 64.0,
     "host_bandwidth": 25e9, "decode_step_overhead": None, "phase_overhead": 0.0, "weight_sync_overhead": 0.0,
+    "inprocess_host_per_sequence": 0.0,
     "moe_decode_bw_eff": 0.0, "moe_gemm_peak_fraction": 0.0, "component_table": "none",
     "memory_workspace": 1.02e9,
 }
