@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from packplace.errors import ConfigError
 from packplace.placement.candidates import build_vertex_candidates, cost_model
 from packplace.placement.model.framework import VERL_LOGIT_BYTES, trainer_logit_bytes
 from packplace.placement.model.pass_memory import (
@@ -226,3 +227,37 @@ def test_verl_emitter_writes_the_dynamic_batch_size_ulysses_and_fsdp_size():
     assert settings["actor_rollout_ref.actor.ulysses_sequence_parallel_size"] == 4
     assert settings["actor_rollout_ref.actor.fsdp_config.fsdp_size"] == 8
     assert "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu" not in settings     # DAPO: no reference
+
+
+@pytest.mark.parametrize(("policy", "message"), [
+    # 4,096 x 1 < 2,048 + 28,672: verl's rearrange_micro_batches asserts max_token_len >= max_seq_len
+    ({"ppo_max_token_len_per_gpu": 4096, "log_prob_max_token_len_per_gpu": 92160,
+      "ulysses_sequence_parallel_size": 1}, "ppo_max_token_len_per_gpu: 4096 tokens x Ulysses size 1"),
+    ({"log_prob_max_token_len_per_gpu": 7679}, "log_prob_max_token_len_per_gpu: 7679 tokens x Ulysses size 4"),
+    # 28 heads: 3 divides neither them nor the 4 KV heads; 7 divides the heads, not the KV heads (nor 7 % 4)
+    ({"ulysses_sequence_parallel_size": 3}, "ulysses_sequence_parallel_size: 3 must divide"),
+    ({"ulysses_sequence_parallel_size": 7}, "ulysses_sequence_parallel_size: 7 must divide"),
+])
+def test_verl_dynamic_batch_rules_verl_enforces_are_refused(policy, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        _instance(VERL_32, **policy)
+
+
+def test_verl_budget_at_exactly_the_longest_sequence_is_accepted():
+    # (2,048 + 28,672) / 4 = 7,680 tokens per rank of a Ulysses group of 4 hold the longest sequence
+    inst = _instance(VERL_32, ppo_max_token_len_per_gpu=7680, log_prob_max_token_len_per_gpu=7680)
+    assert inst.dynamic_bsz == (7680, 7680, 4)
+
+
+def test_fsdp_size_must_divide_the_gpus_and_belongs_to_verl():
+    cfg = copy.deepcopy(load_yaml(VERL_32))
+    cfg.pop("validation")
+    cfg["training"]["actor"]["fsdp_size"] = 3          # 32 GPUs: no (world // 3, 3) mesh
+    with pytest.raises(ConfigError, match=r"fsdp_size: 3 does not divide the cluster's 32 GPUs"):
+        build_instance(cfg)
+    cfg["training"]["actor"]["fsdp_size"] = 8
+    cfg["policy"]["framework"] = "openrlhf"
+    for key in ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu", "ulysses_sequence_parallel_size"):
+        cfg["policy"].pop(key)
+    with pytest.raises(ConfigError, match=r"fsdp_size: verl's FSDP group"):
+        build_instance(cfg)

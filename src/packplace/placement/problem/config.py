@@ -749,7 +749,14 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     # a global batch is whole sequences, and for DPO whole chosen / rejected pairs (the prompts)
     units = (workload.batch_size, "preference pairs (batch_size)") if algorithm == "dpo" else (
         workload.sequences, "sequences (batch_size x samples_per_prompt)")
+    dynamic_bsz = _dynamic_bsz(policy, workload, models["actor"], cluster.num_gpus)
     for role, options in training.items():
+        if options.fsdp_size and policy["framework"] != "verl":
+            raise ConfigError(f"[training.{role}] fsdp_size: verl's FSDP group (actor.fsdp_config.fsdp_size), not "
+                              f"{policy['framework']!r}'s; drop it")
+        if options.fsdp_size and cluster.num_gpus % options.fsdp_size:
+            raise ConfigError(f"[training.{role}] fsdp_size: {options.fsdp_size} does not divide the cluster's "
+                              f"{cluster.num_gpus} GPUs (verl's (world // fsdp_size, fsdp_size) device mesh)")
         if units[0] % options.optimizer_steps:
             raise ConfigError(f"[training.{role}] optimizer_steps: {options.optimizer_steps} does not divide the "
                               f"step's {units[0]} {units[1]}: each optimizer step trains a whole global batch")
@@ -764,7 +771,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                                  framework_version=policy.get("framework_version"),
                                  sequence_packing=_sequence_packing(policy, algorithm, workload,
                                                                     _actor_context_parallel(balance)),
-                                 dynamic_bsz=_dynamic_bsz(policy), entropy_coeff=float(policy["entropy_coeff"]))
+                                 dynamic_bsz=dynamic_bsz,
+                                 entropy_coeff=float(policy["entropy_coeff"]))
     check_config(Context.of(instance))
     return instance
 
@@ -820,14 +828,21 @@ def _sequence_packing(policy: Mapping[str, Any], algorithm: str, workload: Workl
     return int(train), int(logprob)
 
 
-def _dynamic_bsz(policy: Mapping[str, Any]) -> tuple[int, int, int] | None:
+def _dynamic_bsz(policy: Mapping[str, Any], workload: Workload, actor: ModelSpec,
+                 num_gpus: int) -> tuple[int, int, int] | None:
     """``(ppo_max_token_len_per_gpu, log_prob_max_token_len_per_gpu, ulysses_sequence_parallel_size)`` of
     ``[policy]``, or ``None`` when no budget is set: verl's ``use_dynamic_bsz`` (``verl/utils/seqlen_balancing.py``
     ``rearrange_micro_batches``; the Ulysses size defaults to 1).
 
+    The rules verl itself enforces before a step runs: each budget times the Ulysses size holds the longest
+    sequence (``rearrange_micro_batches``: ``assert max_token_len >= max_seq_len``, prompt + response caps),
+    the Ulysses size divides the attention heads and divides or is divided by the KV heads
+    (``verl/models/transformers/monkey_patch.py``), and it divides the GPUs (the ``(world // sp, sp)`` device mesh
+    of ``fsdp_workers.py``).
+
     Raises:
-        ConfigError: one budget set without the other, a Ulysses size without them, or either set for a
-            framework other than ``verl``.
+        ConfigError: one budget set without the other, a Ulysses size without them, either set for a
+            framework other than ``verl``, or one of verl's rules above broken (naming the field and value).
     """
     train, logprob = policy.get("ppo_max_token_len_per_gpu"), policy.get("log_prob_max_token_len_per_gpu")
     ulysses = policy.get("ulysses_sequence_parallel_size")
@@ -846,7 +861,22 @@ def _dynamic_bsz(policy: Mapping[str, Any]) -> tuple[int, int, int] | None:
         raise ConfigError(f"[policy] ppo_max_token_len_per_gpu: micro-batches by a token budget are verl's dynamic "
                           f"batch size (framework: verl), not {policy['framework']!r}'s; drop "
                           "ppo_max_token_len_per_gpu and log_prob_max_token_len_per_gpu")
-    return int(train), int(logprob), int(ulysses or 1)
+    sp = int(ulysses or 1)
+    longest = workload.context_length + workload.generation_length
+    for name, budget in (("ppo_max_token_len_per_gpu", train), ("log_prob_max_token_len_per_gpu", logprob)):
+        if int(budget) * sp < longest:
+            raise ConfigError(f"[policy] {name}: {budget} tokens x Ulysses size {sp} is below the longest sequence "
+                              f"({longest} = context_length + generation_length); verl refuses it "
+                              "(rearrange_micro_batches: max_token_len >= max_seq_len)")
+    heads, kv_heads = int(actor.num_heads or 0), int(actor.num_kv_heads or actor.num_heads or 0)
+    if heads % sp or (kv_heads % sp and sp % kv_heads):
+        raise ConfigError(f"[policy] ulysses_sequence_parallel_size: {sp} must divide the actor's "
+                          f"{heads} attention heads and divide or be a multiple of its "
+                          f"{kv_heads} KV heads (verl's Ulysses attention)")
+    if num_gpus % sp:
+        raise ConfigError(f"[policy] ulysses_sequence_parallel_size: {sp} does not divide the cluster's {num_gpus} "
+                          "GPUs (verl's (world // sp, sp) device mesh)")
+    return int(train), int(logprob), sp
 
 
 def _check_release_model_type(policy: Mapping[str, Any], actor: ModelSpec) -> None:
