@@ -227,6 +227,7 @@ def test_verl_emitter_writes_the_dynamic_batch_size_ulysses_and_fsdp_size():
     assert settings["actor_rollout_ref.actor.ulysses_sequence_parallel_size"] == 4
     assert settings["actor_rollout_ref.actor.fsdp_config.fsdp_size"] == 8
     assert "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu" not in settings     # DAPO: no reference
+    assert settings["actor_rollout_ref.actor.entropy_coeff"] == 0.0
 
 
 @pytest.mark.parametrize(("policy", "message"), [
@@ -260,4 +261,20 @@ def test_fsdp_size_must_divide_the_gpus_and_belongs_to_verl():
     for key in ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu", "ulysses_sequence_parallel_size"):
         cfg["policy"].pop(key)
     with pytest.raises(ConfigError, match=r"fsdp_size: verl's FSDP group"):
+        build_instance(cfg)
+
+
+def test_verl_emitter_writes_the_entropy_bonus_priced_and_other_frameworks_refuse_it():
+    from packplace.placement.checking.validate import load_setup
+    from packplace.placement.emit import emit
+    instance, plan, _ = load_setup(VERL_32)
+    bonus = _instance(VERL_32, entropy_coeff=0.001)    # priced with the default 10 / 12 logit bytes
+    assert emit(bonus, plan, "verl").settings["actor_rollout_ref.actor.entropy_coeff"] == 0.001
+    cfg = copy.deepcopy(load_yaml(VERL_32))
+    cfg.pop("validation")
+    cfg["training"]["actor"].pop("fsdp_size")
+    for key in ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu", "ulysses_sequence_parallel_size"):
+        cfg["policy"].pop(key)
+    cfg["policy"].update(framework="openrlhf", entropy_coeff=0.01)
+    with pytest.raises(ConfigError, match=r"entropy_coeff: 0.01 is verl's entropy bonus"):
         build_instance(cfg)

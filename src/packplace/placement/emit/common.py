@@ -107,6 +107,7 @@ class PlanView:
     sequence_packing: tuple[int, int] | None = None
     sequence_tokens: int = 0
     dynamic_bsz: tuple[int, int, int] | None = None
+    entropy_coeff: float = 0.0
 
     @classmethod
     def of(cls, instance: PlacementInstance, plan: Plan, framework: str | None = None) -> PlanView:
@@ -133,7 +134,8 @@ class PlanView:
                    enforce_eager=instance.engine.enforce_eager,
                    sequence_packing=instance.sequence_packing,
                    sequence_tokens=instance.workload.context_length + instance.workload.generation_length,
-                   dynamic_bsz=getattr(instance, "dynamic_bsz", None))
+                   dynamic_bsz=getattr(instance, "dynamic_bsz", None),
+                   entropy_coeff=float(getattr(instance, "entropy_coeff", 0.0)))
 
     def layout_refusals(self) -> list[str]:
         """The target framework's layout rules the plan breaks (``layout_rules.refusals``), and every task

@@ -108,6 +108,8 @@ def emit_verl(view: PlanView) -> EmittedPlan:
         _rollout(s, note, view, gen, train)
     if view.dynamic_bsz is not None:
         _dynamic_bsz(out, view.dynamic_bsz, ref is not None, megatron)
+    # the loss's entropy bonus the plan's logit memory was priced with (verl's default moved from 0.001 to 0)
+    out.settings["actor_rollout_ref.actor.entropy_coeff"] = view.entropy_coeff
     _reward(s, view, train)
     critic, critic_infer = view.get(CRITIC_TRAIN), view.get(CRITIC_INFER)
     if critic is not None:

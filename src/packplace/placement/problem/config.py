@@ -750,6 +750,10 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     units = (workload.batch_size, "preference pairs (batch_size)") if algorithm == "dpo" else (
         workload.sequences, "sequences (batch_size x samples_per_prompt)")
     dynamic_bsz = _dynamic_bsz(policy, workload, models["actor"], cluster.num_gpus)
+    if policy["entropy_coeff"] and policy["framework"] != "verl":
+        raise ConfigError(f"[policy] entropy_coeff: {policy['entropy_coeff']} is verl's entropy bonus "
+                          f"(actor.entropy_coeff), which the model prices for framework verl only, not "
+                          f"{policy['framework']!r}; drop it")
     for role, options in training.items():
         if options.fsdp_size and policy["framework"] != "verl":
             raise ConfigError(f"[training.{role}] fsdp_size: verl's FSDP group (actor.fsdp_config.fsdp_size), not "
