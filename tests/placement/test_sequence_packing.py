@@ -435,6 +435,28 @@ def test_over_memory_packs_get_the_largest_packs_that_fit():
     assert largest_fitting_packs(_instance(None)) is None             # no packing
 
 
+def test_packs_that_fit_each_task_alone_but_plan_nothing_are_halved_until_a_plan_fits():
+    import os
+
+    from packplace.errors import InfeasibleError
+    from packplace.placement.api import check_instance
+    from packplace.placement.fit_hints import largest_fitting_packs
+    from packplace.placement.problem.config import build_instance, load_yaml
+    # Qwen2.5-7B GRPO on 16 H100 with 400,000-token packs: each task fits alone at the largest packs, but the
+    # colocated plan does not, so the hint halves both packs (never offering packs that plan nothing)
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
+    cfg = load_yaml(path)
+    cfg["models"]["actor"]["model_type"] = "qwen2"
+    cfg["policy"].update(framework="nemo-rl", framework_version="0.5.0", train_mb_tokens=400_000,
+                         logprob_mb_tokens=400_000)
+    inst = build_instance(cfg)
+    train, logprob = largest_fitting_packs(inst)
+    with pytest.raises(InfeasibleError) as refused:
+        check_instance(inst)
+    message = str(refused.value)
+    assert f"train_mb_tokens: {train // 2}, logprob_mb_tokens: {logprob // 2}}} (halved 1x" in message
+
+
 # -- estimate and packing ---------------------------------------------------------------------------------------
 def test_estimate_prices_a_pack_of_equal_sequences_as_its_micro_batch():
     from packplace.placement.task_estimate import estimate

@@ -53,6 +53,9 @@ HINT_TIME_LIMIT_S = 3.0
 #: Seconds all settings together may take (candidate tables and solves); the settings not reached are
 #: not reported.
 HINTS_BUDGET_S = 15.0
+#: Times the sequence-packing hint halves both packs when the largest under which each task fits alone plans
+#: nothing (colocated tasks share the GPUs).
+PACK_HALVINGS = 4
 #: Set while :func:`fit_hints` plans the variants (their own failures are not hinted again).
 _ACTIVE: list[bool] = []
 
@@ -82,6 +85,14 @@ def _variant(instance, training: dict[str, Any], policy: dict[str, Any]):
     if config_refusals(Context.of(variant)):
         return None
     return variant
+
+
+def smallest_pack(instance) -> int:
+    """Tokens of the smallest pack NeMo RL accepts for ``instance``: its longest sequence (prompt + response
+    caps) rounded up to the pad multiple at tensor-parallel size 1."""
+    w = instance.workload
+    return padded_length(w.context_length + w.generation_length,
+                         pad_multiple(1, Context.of(instance).context_parallel))
 
 
 def largest_fitting_packs(instance) -> tuple[int, int] | None:
@@ -118,9 +129,7 @@ def largest_fitting_packs(instance) -> tuple[int, int] | None:
     train0, logprob0 = packs
     if not names or fits(train0, logprob0):
         return None
-    w = instance.workload
-    smallest = padded_length(w.context_length + w.generation_length,
-                             pad_multiple(1, Context.of(instance).context_parallel))
+    smallest = smallest_pack(instance)
     if not fits(smallest, smallest):
         return None
 
@@ -164,7 +173,7 @@ def fit_hints(instance, max_hints: int = 3) -> list[str]:
     ranked = sorted(f for f in found if f not in changes_model) + sorted(changes_model)
     lines = []
     for seconds, _, label, without in ranked[:max_hints]:
-        cost = (f"step +{seconds / without - 1:.1%} over the same plan without it, memory aside"
+        cost = (f"step {seconds / without - 1:+.1%} over the same plan without it, memory aside"
                 if math.isfinite(without) and without > 0 else "the plan is not legal without it")
         lines.append(f"fits with {label}: step {seconds:.4g} s ({cost})")
     return lines
@@ -177,27 +186,41 @@ def _fitting(instance, api) -> list[tuple[float, int, str, float]]:
     legal without the setting."""
     found: list[tuple[float, int, str, float]] = []
     deadline = time.perf_counter() + HINTS_BUDGET_S
-    packs = largest_fitting_packs(instance)
-    tried: list[tuple[str, Any]] = []
-    if packs is not None:
-        tried.append((f"policy: {{train_mb_tokens: {packs[0]}, logprob_mb_tokens: {packs[1]}}} (the largest packs "
-                      "that fit)", replace(instance, sequence_packing=packs, _cache={})))
-    tried += [(label, _variant(instance, training, policy)) for label, training, policy in SETTINGS]
-    for order, (label, variant) in enumerate(tried):
+    def planned(variant):
+        """The greedy plan of ``variant`` within the hints' deadline, or ``None``."""
         left = deadline - time.perf_counter()
-        if left <= 0:
-            break
-        if variant is None:
-            continue
+        if left <= 0 or variant is None:
+            return None
         try:
             table = get_table(variant, deadline=deadline)
             if not all(table.feasible.values()):  # some task fits on no block of this cluster
-                continue
+                return None
             result = api.solve_placement(variant, "greedy", time_limit_s=min(HINT_TIME_LIMIT_S, max(left, 1e-3)),
                                          seed=0)
         except (ConfigError, InfeasibleError, TableBuildTimeout):
-            continue
-        if result.solution is not None and result.status in ("optimal", "feasible"):
-            without, _ = get_evaluator(instance).relaxed_step_time(result.solution)
-            found.append((result.objective, order, label, without))
+            return None
+        return result if result.solution is not None and result.status in ("optimal", "feasible") else None
+
+    def record(result, order: int, label: str) -> None:
+        without, _ = get_evaluator(instance).relaxed_step_time(result.solution)
+        found.append((result.objective, order, label, without))
+
+    packs = largest_fitting_packs(instance)
+    # each task fitting alone does not make a plan (colocated tasks share the GPUs): halve both packs, down to
+    # the smallest legal one, until the greedy solver plans one
+    for halvings in range(PACK_HALVINGS + 1):
+        if packs is None:
+            break
+        result = planned(replace(instance, sequence_packing=packs, _cache={}))
+        if result is not None:
+            which = ("the largest packs that fit" if halvings == 0
+                     else f"halved {halvings}x from the largest under which each task fits alone")
+            record(result, 0, f"policy: {{train_mb_tokens: {packs[0]}, logprob_mb_tokens: {packs[1]}}} ({which})")
+            break
+        smaller = tuple(max(smallest_pack(instance), p // 2) for p in packs)
+        packs = None if smaller == packs else (smaller[0], smaller[1])
+    for order, (label, training, policy) in enumerate(SETTINGS, start=1):
+        result = planned(_variant(instance, training, policy))
+        if result is not None:
+            record(result, order, label)
     return found
