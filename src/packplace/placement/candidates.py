@@ -428,8 +428,12 @@ class CandidateTable:
                 continue
             model = inst.models[vertex.model]
             if not self.all[name]:
-                raise ConfigError(f"[models] {vertex.model}: no legal strategy for {name} on the cluster: "
-                                  f"{_why_none(model, inst.cluster, inst.workload.sequences)}")
+                why = _why_none(model, inst.cluster, inst.workload.sequences)
+                cp = vertex_setting(inst, name.split(".")[0]).context_parallel if vertex.kind == "train" else None
+                if cp is not None and cp.degree > 1:
+                    why += (f", with training.context_parallel {cp.degree} dividing the data-parallel degree "
+                            f"(the cluster's {inst.cluster.num_gpus} GPUs take tp x pp x dp)")
+                raise ConfigError(f"[models] {vertex.model}: no legal strategy for {name} on the cluster: {why}")
             fitting = [c for c in self.all[name] if c.fits]
             if fitting and not any(math.isfinite(c.time) for c in fitting):
                 raise ConfigError(f"[workload] {name}: predicted time is not finite ({fitting[0].time}) for every "

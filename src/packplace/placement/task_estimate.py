@@ -56,7 +56,7 @@ from packplace.placement.model.memory import TrainingOptions, stage_layers, stag
 from packplace.placement.model.pass_memory import pass_memory
 from packplace.placement.model.sequence_packing import pad_multiple, padded_length
 from packplace.placement.model.training_time import training_overhead_seconds
-from packplace.placement.problem.config import _hardware, load_yaml
+from packplace.placement.problem.config import POLICY_FIELDS, _hardware, load_yaml
 from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.workload import Workload
@@ -546,6 +546,9 @@ def _packed_micro_batch(pack_tokens: Any, task: str, framework: str, micro_batch
             than one rounded sequence.
     """
     tokens = _check("pack_tokens", pack_tokens)
+    cap = int(POLICY_FIELDS["train_mb_tokens"].maximum)
+    if tokens > cap:
+        raise ConfigError(f"pack_tokens: {tokens} tokens is above {cap}, the most policy.train_mb_tokens takes")
     if framework != "nemo-rl":
         raise ConfigError(f"pack_tokens: packs by tokens are NeMo RL's sequence packing (framework nemo-rl), not "
                           f"{framework}'s; drop it or set framework nemo-rl")

@@ -51,6 +51,7 @@ from packplace.placement.problem.config import (
     MAX_SEQUENCES,
     STALENESS_FIELD,
     build_instance,
+    framework_canonical,
     framework_key,
     known_framework,
     load_yaml,
@@ -421,6 +422,9 @@ def _check_framework_agrees(section: dict[str, Any], instance) -> None:
         ConfigError: ``[validation] framework: ...`` naming both values.
     """
     named = section.get("framework")
+    if isinstance(named, str) and not framework_canonical(named)[0]:
+        raise ConfigError(f"[validation] framework: {show(named)} names no framework (no letters once case, "
+                          "punctuation and a release are set aside); write the system that ran the step")
     canonical, release = known_framework(named)
     near = near_framework(named) if canonical is None else None
     if near is not None:
