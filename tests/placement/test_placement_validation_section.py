@@ -105,7 +105,7 @@ def test_a_known_framework_spelled_another_way_is_refused_naming_it(tmp_path, wr
                        + ("; the release goes in policy.framework_version)" if release else ")"))
 
 
-@pytest.mark.parametrize("written", ["-", "...", "_ -"])
+@pytest.mark.parametrize("written", ["-", "...", "_ -", "2.0", "0.4.1", "- 2"])
 def test_a_framework_name_with_no_letters_left_is_refused(tmp_path, written):
     # "-" had passed as a system of its own (its canonical form is empty)
     message = _load_error(tmp_path, _set("framework", written))

@@ -457,6 +457,23 @@ def test_packs_that_fit_each_task_alone_but_plan_nothing_are_halved_until_a_plan
     assert f"train_mb_tokens: {train // 2}, logprob_mb_tokens: {logprob // 2}}} (halved 1x" in message
 
 
+def test_the_configs_own_packs_that_fit_each_task_alone_but_plan_nothing_are_halved():
+    import os
+
+    from packplace.placement.fit_hints import fit_hints, largest_fitting_packs
+    from packplace.placement.problem.config import build_instance, load_yaml
+    # the packs of the test above, given by the config: each task fits alone, the plan does not
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
+    cfg = load_yaml(path)
+    cfg["models"]["actor"]["model_type"] = "qwen2"
+    cfg["policy"].update(framework="nemo-rl", framework_version="0.5.0", train_mb_tokens=82_422,
+                         logprob_mb_tokens=183_900)
+    inst = build_instance(cfg)
+    assert largest_fitting_packs(inst) is None        # each task fits alone at the config's packs
+    assert any("train_mb_tokens: 41211, logprob_mb_tokens: 91950} (halved 1x from the config's)" in line
+               for line in fit_hints(inst))
+
+
 # -- estimate and packing ---------------------------------------------------------------------------------------
 def test_estimate_prices_a_pack_of_equal_sequences_as_its_micro_batch():
     from packplace.placement.task_estimate import estimate

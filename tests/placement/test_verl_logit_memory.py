@@ -278,3 +278,27 @@ def test_verl_emitter_writes_the_entropy_bonus_priced_and_other_frameworks_refus
     cfg["policy"].update(framework="openrlhf", entropy_coeff=0.01)
     with pytest.raises(ConfigError, match=r"entropy_coeff: 0.01 is verl's entropy bonus"):
         build_instance(cfg)
+
+
+def _grpo_on_verl(**policy):
+    """The shipped Qwen2.5-7B GRPO config (28 heads written as hidden_dim / head_dim, 4 KV heads, 16 GPUs) on verl
+    with a dynamic batch size."""
+    cfg = load_yaml(os.path.join(os.path.dirname(__file__), "..", "..", "configs", "placement",
+                                 "grpo_qwen2.5-7b_2x8xh100.yaml"))
+    cfg["policy"].update(framework="verl", trainer_backend="fsdp", ppo_max_token_len_per_gpu=4096,
+                         log_prob_max_token_len_per_gpu=4096, **policy)
+    return build_instance(cfg)
+
+
+def test_ulysses_heads_rule_holds_for_an_actor_written_with_head_dim():
+    with pytest.raises(ConfigError, match=r"ulysses_sequence_parallel_size: 8 must divide the actor's 28 attention"):
+        _grpo_on_verl(ulysses_sequence_parallel_size=8)
+    assert _grpo_on_verl(ulysses_sequence_parallel_size=4).dynamic_bsz == (4096, 4096, 4)
+
+
+def test_ulysses_size_divides_each_worker_groups_gpus():
+    # a trainer block of 4 GPUs cannot hold verl's (world // 16, 16) mesh: only 16-GPU blocks are legal
+    from packplace.placement.evaluator import get_table
+    table = get_table(_grpo_on_verl(ulysses_sequence_parallel_size=4))
+    assert {c.gpus for c in table.all["actor.train"]} and all(c.gpus % 4 == 0 for c in table.all["actor.train"])
+    assert all(c.gpus % 4 == 0 for c in table.all["reference.infer"])

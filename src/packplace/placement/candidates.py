@@ -433,6 +433,10 @@ class CandidateTable:
                 if cp is not None and cp.degree > 1:
                     why += (f", with training.context_parallel {cp.degree} dividing the data-parallel degree "
                             f"(the cluster's {inst.cluster.num_gpus} GPUs take tp x pp x dp)")
+                dynamic = getattr(inst, "dynamic_bsz", None)
+                if dynamic is not None and dynamic[2] > 1 and vertex.kind in ("train", "infer"):
+                    why += (f", with GPUs a multiple of policy.ulysses_sequence_parallel_size {dynamic[2]} "
+                            "(verl's device mesh)")
                 raise ConfigError(f"[models] {vertex.model}: no legal strategy for {name} on the cluster: {why}")
             fitting = [c for c in self.all[name] if c.fits]
             if fitting and not any(math.isfinite(c.time) for c in fitting):
@@ -770,7 +774,12 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str |
     :func:`~packplace.placement.model.layout_rules.strategy_refusal` (the framework's own per-task rules: verl's
     FSDP backend without tensor, pipeline or expert parallelism, OpenRLHF's data-parallel reference and
     reward forwards, ...). Frameworks without rules (``none``, ``deepspeed-chat``): every legal strategy.
-    A trainer with ``training.context_parallel: C`` needs ``C`` to divide its data-parallel degree."""
+    A trainer with ``training.context_parallel: C`` needs ``C`` to divide its data-parallel degree; under verl's
+    dynamic batch size a training or forward vertex's GPUs must be a multiple of the Ulysses size (verl's
+    ``(world // sp, sp)`` device mesh of each worker group, ``fsdp_workers.py``)."""
+    dynamic = getattr(instance, "dynamic_bsz", None)
+    if dynamic is not None and kind in ("train", "infer") and strategy.gpus % dynamic[2]:
+        return False
     if kind == "train" and name is not None:
         cp = vertex_setting(instance, name.split(".")[0]).context_parallel
         if cp.refusal(strategy.dp) is not None:

@@ -205,20 +205,26 @@ def _fitting(instance, api) -> list[tuple[float, int, str, float]]:
         without, _ = get_evaluator(instance).relaxed_step_time(result.solution)
         found.append((result.objective, order, label, without))
 
-    packs = largest_fitting_packs(instance)
+    def halved(pair: tuple[int, int]) -> tuple[int, int] | None:
+        smaller = (max(smallest_pack(instance), pair[0] // 2), max(smallest_pack(instance), pair[1] // 2))
+        return None if smaller == pair else smaller
+
     # each task fitting alone does not make a plan (colocated tasks share the GPUs): halve both packs, down to
-    # the smallest legal one, until the greedy solver plans one
-    for halvings in range(PACK_HALVINGS + 1):
+    # the smallest legal one, until the greedy solver plans one; from the config's own packs when each task
+    # already fits alone at them
+    packs, first, origin = largest_fitting_packs(instance), 0, "the largest under which each task fits alone"
+    own = getattr(instance, "sequence_packing", None)
+    if packs is None and own is not None:
+        packs, first, origin = halved(own), 1, "the config's"
+    for halvings in range(first, PACK_HALVINGS + 1):
         if packs is None:
             break
         result = planned(replace(instance, sequence_packing=packs, _cache={}))
         if result is not None:
-            which = ("the largest packs that fit" if halvings == 0
-                     else f"halved {halvings}x from the largest under which each task fits alone")
+            which = "the largest packs that fit" if halvings == 0 else f"halved {halvings}x from {origin}"
             record(result, 0, f"policy: {{train_mb_tokens: {packs[0]}, logprob_mb_tokens: {packs[1]}}} ({which})")
             break
-        smaller = tuple(max(smallest_pack(instance), p // 2) for p in packs)
-        packs = None if smaller == packs else (smaller[0], smaller[1])
+        packs = halved(packs)
     for order, (label, training, policy) in enumerate(SETTINGS, start=1):
         result = planned(_variant(instance, training, policy))
         if result is not None:

@@ -422,7 +422,7 @@ def _check_framework_agrees(section: dict[str, Any], instance) -> None:
         ConfigError: ``[validation] framework: ...`` naming both values.
     """
     named = section.get("framework")
-    if isinstance(named, str) and not framework_canonical(named)[0]:
+    if isinstance(named, str) and not any(ch.isalpha() for ch in framework_canonical(named)[0]):
         raise ConfigError(f"[validation] framework: {show(named)} names no framework (no letters once case, "
                           "punctuation and a release are set aside); write the system that ran the step")
     canonical, release = known_framework(named)

@@ -758,9 +758,10 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         if options.fsdp_size and policy["framework"] != "verl":
             raise ConfigError(f"[training.{role}] fsdp_size: verl's FSDP group (actor.fsdp_config.fsdp_size), not "
                               f"{policy['framework']!r}'s; drop it")
-        if options.fsdp_size and cluster.num_gpus % options.fsdp_size:
+        if options.fsdp_size and options.fsdp_size < cluster.num_gpus and cluster.num_gpus % options.fsdp_size:
             raise ConfigError(f"[training.{role}] fsdp_size: {options.fsdp_size} does not divide the cluster's "
-                              f"{cluster.num_gpus} GPUs (verl's (world // fsdp_size, fsdp_size) device mesh)")
+                              f"{cluster.num_gpus} GPUs (verl's (world // fsdp_size, fsdp_size) device mesh; "
+                              "a size of the whole cluster or more shards over all of it)")
         if units[0] % options.optimizer_steps:
             raise ConfigError(f"[training.{role}] optimizer_steps: {options.optimizer_steps} does not divide the "
                               f"step's {units[0]} {units[1]}: each optimizer step trains a whole global batch")
@@ -841,8 +842,9 @@ def _dynamic_bsz(policy: Mapping[str, Any], workload: Workload, actor: ModelSpec
     The rules verl itself enforces before a step runs: each budget times the Ulysses size holds the longest
     sequence (``rearrange_micro_batches``: ``assert max_token_len >= max_seq_len``, prompt + response caps),
     the Ulysses size divides the attention heads and divides or is divided by the KV heads
-    (``verl/models/transformers/monkey_patch.py``), and it divides the GPUs (the ``(world // sp, sp)`` device mesh
-    of ``fsdp_workers.py``).
+    (``verl/models/transformers/monkey_patch.py``), and each worker group's GPUs are a multiple of it (the
+    ``(world // sp, sp)`` device mesh of ``fsdp_workers.py``: here at most the cluster's; per group,
+    :func:`~packplace.placement.candidates.framework_layout_allows`).
 
     Raises:
         ConfigError: one budget set without the other, a Ulysses size without them, either set for a
@@ -872,14 +874,14 @@ def _dynamic_bsz(policy: Mapping[str, Any], workload: Workload, actor: ModelSpec
             raise ConfigError(f"[policy] {name}: {budget} tokens x Ulysses size {sp} is below the longest sequence "
                               f"({longest} = context_length + generation_length); verl refuses it "
                               "(rearrange_micro_batches: max_token_len >= max_seq_len)")
-    heads, kv_heads = int(actor.num_heads or 0), int(actor.num_kv_heads or actor.num_heads or 0)
+    heads, kv_heads = actor.heads, actor.kv_heads
     if heads % sp or (kv_heads % sp and sp % kv_heads):
         raise ConfigError(f"[policy] ulysses_sequence_parallel_size: {sp} must divide the actor's "
                           f"{heads} attention heads and divide or be a multiple of its "
                           f"{kv_heads} KV heads (verl's Ulysses attention)")
-    if num_gpus % sp:
-        raise ConfigError(f"[policy] ulysses_sequence_parallel_size: {sp} does not divide the cluster's {num_gpus} "
-                          "GPUs (verl's (world // sp, sp) device mesh)")
+    if sp > num_gpus:   # each verl worker group's own GPUs must be a multiple: the candidates' rule
+        raise ConfigError(f"[policy] ulysses_sequence_parallel_size: {sp} is more than the cluster's {num_gpus} "
+                          "GPUs (verl's (world // sp, sp) device mesh of a worker group)")
     return int(train), int(logprob), sp
 
 
