@@ -750,18 +750,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     units = (workload.batch_size, "preference pairs (batch_size)") if algorithm == "dpo" else (
         workload.sequences, "sequences (batch_size x samples_per_prompt)")
     dynamic_bsz = _dynamic_bsz(policy, workload, models["actor"], cluster.num_gpus)
-    if policy["entropy_coeff"] and policy["framework"] != "verl":
-        raise ConfigError(f"[policy] entropy_coeff: {policy['entropy_coeff']} is verl's entropy bonus "
-                          f"(actor.entropy_coeff), which the model prices for framework verl only, not "
-                          f"{policy['framework']!r}; drop it")
+    _check_verl_only(policy, training, cluster.num_gpus)
     for role, options in training.items():
-        if options.fsdp_size and policy["framework"] != "verl":
-            raise ConfigError(f"[training.{role}] fsdp_size: verl's FSDP group (actor.fsdp_config.fsdp_size), not "
-                              f"{policy['framework']!r}'s; drop it")
-        if options.fsdp_size and options.fsdp_size < cluster.num_gpus and cluster.num_gpus % options.fsdp_size:
-            raise ConfigError(f"[training.{role}] fsdp_size: {options.fsdp_size} does not divide the cluster's "
-                              f"{cluster.num_gpus} GPUs (verl's (world // fsdp_size, fsdp_size) device mesh; "
-                              "a size of the whole cluster or more shards over all of it)")
         if units[0] % options.optimizer_steps:
             raise ConfigError(f"[training.{role}] optimizer_steps: {options.optimizer_steps} does not divide the "
                               f"step's {units[0]} {units[1]}: each optimizer step trains a whole global batch")
@@ -831,6 +821,28 @@ def _sequence_packing(policy: Mapping[str, Any], algorithm: str, workload: Workl
     if why is not None:
         raise ConfigError(f"[policy] {why.removeprefix('policy.')}")
     return int(train), int(logprob)
+
+
+def _check_verl_only(policy: Mapping[str, Any], training: Mapping[str, TrainingOptions], num_gpus: int) -> None:
+    """Settings the model prices for verl only: ``policy.entropy_coeff`` above 0 and ``training.<role>.fsdp_size``
+    (verl's ``(world // fsdp_size, fsdp_size)`` device mesh: a size below the GPUs must divide them; one of the
+    whole cluster or more shards over all of it, as ``create_device_mesh`` does).
+
+    Raises:
+        ConfigError: either set for another framework, or an ``fsdp_size`` that divides no mesh.
+    """
+    if policy["entropy_coeff"] and policy["framework"] != "verl":
+        raise ConfigError(f"[policy] entropy_coeff: {policy['entropy_coeff']} is verl's entropy bonus "
+                          f"(actor.entropy_coeff), which the model prices for framework verl only, not "
+                          f"{policy['framework']!r}; drop it")
+    for role, options in training.items():
+        if options.fsdp_size and policy["framework"] != "verl":
+            raise ConfigError(f"[training.{role}] fsdp_size: verl's FSDP group (actor.fsdp_config.fsdp_size), not "
+                              f"{policy['framework']!r}'s; drop it")
+        if options.fsdp_size and options.fsdp_size < num_gpus and num_gpus % options.fsdp_size:
+            raise ConfigError(f"[training.{role}] fsdp_size: {options.fsdp_size} does not divide the cluster's "
+                              f"{num_gpus} GPUs (verl's (world // fsdp_size, fsdp_size) device mesh; "
+                              "a size of the whole cluster or more shards over all of it)")
 
 
 def _dynamic_bsz(policy: Mapping[str, Any], workload: Workload, actor: ModelSpec,
