@@ -435,21 +435,26 @@ def test_over_memory_packs_get_the_largest_packs_that_fit():
     assert largest_fitting_packs(_instance(None)) is None             # no packing
 
 
-def test_packs_that_fit_each_task_alone_but_plan_nothing_are_halved_until_a_plan_fits():
+def _qwen7b_packed(train_mb_tokens: int, logprob_mb_tokens: int):
+    """The shipped Qwen2.5-7B GRPO config on 16 H100 under NeMo RL 0.5.0 with the given packs."""
     import os
 
-    from packplace.errors import InfeasibleError
-    from packplace.placement.api import check_instance
-    from packplace.placement.fit_hints import largest_fitting_packs
     from packplace.placement.problem.config import build_instance, load_yaml
-    # Qwen2.5-7B GRPO on 16 H100 with 400,000-token packs: each task fits alone at the largest packs, but the
-    # colocated plan does not, so the hint halves both packs (never offering packs that plan nothing)
     path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
     cfg = load_yaml(path)
     cfg["models"]["actor"]["model_type"] = "qwen2"
-    cfg["policy"].update(framework="nemo-rl", framework_version="0.5.0", train_mb_tokens=400_000,
-                         logprob_mb_tokens=400_000)
-    inst = build_instance(cfg)
+    cfg["policy"].update(framework="nemo-rl", framework_version="0.5.0", train_mb_tokens=train_mb_tokens,
+                         logprob_mb_tokens=logprob_mb_tokens)
+    return build_instance(cfg)
+
+
+def test_packs_that_fit_each_task_alone_but_plan_nothing_are_halved_until_a_plan_fits():
+    from packplace.errors import InfeasibleError
+    from packplace.placement.api import check_instance
+    from packplace.placement.fit_hints import largest_fitting_packs
+    # Qwen2.5-7B GRPO on 16 H100 with 400,000-token packs: each task fits alone at the largest packs, but the
+    # colocated plan does not, so the hint halves both packs (never offering packs that plan nothing)
+    inst = _qwen7b_packed(400_000, 400_000)
     train, logprob = largest_fitting_packs(inst)
     with pytest.raises(InfeasibleError) as refused:
         check_instance(inst)
@@ -458,17 +463,9 @@ def test_packs_that_fit_each_task_alone_but_plan_nothing_are_halved_until_a_plan
 
 
 def test_the_configs_own_packs_that_fit_each_task_alone_but_plan_nothing_are_halved():
-    import os
-
     from packplace.placement.fit_hints import fit_hints, largest_fitting_packs
-    from packplace.placement.problem.config import build_instance, load_yaml
     # the packs of the test above, given by the config: each task fits alone, the plan does not
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
-    cfg = load_yaml(path)
-    cfg["models"]["actor"]["model_type"] = "qwen2"
-    cfg["policy"].update(framework="nemo-rl", framework_version="0.5.0", train_mb_tokens=82_422,
-                         logprob_mb_tokens=183_900)
-    inst = build_instance(cfg)
+    inst = _qwen7b_packed(82_422, 183_900)
     assert largest_fitting_packs(inst) is None        # each task fits alone at the config's packs
     assert any("train_mb_tokens: 41211, logprob_mb_tokens: 91950} (halved 1x from the config's)" in line
                for line in fit_hints(inst))
