@@ -123,8 +123,8 @@ def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans we
     raise ConfigError(
         f"[hardware] memory_per_gpu: the models do not fit together on this cluster: the colocated plan with "
         f"every vertex on its least-memory candidate needs {gb(peak)} GB per GPU, "
-        f"{gb(instance.hardware.memory_per_gpu)} GB available ({instance.cluster.num_gpus} GPUs){cause}; "
-        f"{tried}"
+        f"{gb(instance.hardware.memory_per_gpu)} GB available ({instance.cluster.num_gpus} GPUs; fullest "
+        f"{ev.fullest_gpus(plan)}){cause}; {tried}"
     )
 
 

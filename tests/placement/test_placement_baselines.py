@@ -9,9 +9,10 @@ import re
 import pytest
 
 import packplace
-from packplace.errors import ConfigError
+from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.problem.config import build_instance, load_config, load_yaml
+from packplace.run import solve_with
 from packplace.solvers import available
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -61,18 +62,38 @@ def test_models_needing_the_whole_node_fall_back_to_colocation():
     assert result.objective <= packplace.place(inst, "greedy").objective + 1e-12
 
 
-def test_no_feasible_plan_is_unknown_with_both_numbers_and_the_smallest_needs(placement_solver):
+def test_a_plan_proven_over_memory_is_refused_by_every_solver_with_the_tasks_and_bytes(placement_solver):
     inst = ppo_one_node(4.6e9)
-    assert all(get_table(inst).feasible[name] for name in inst.graph.names)  # each vertex alone fits
-    result = packplace.place(inst, placement_solver, time_limit_s=10)
-    assert result.status == "unknown" and result.solution is None and not result.ok, placement_solver
-    msg = result.message
-    assert re.match(r"^no feasible plan found: (no hint solver \(greedy, concurrent, anneal\) found a plan|"
-                    r"the models do not fit together on this cluster: the colocated plan with every vertex on its "
-                    r"least-memory candidate needs 5\.1\d GB per GPU, 4\.6 GB available \(8 GPUs\); )", msg), msg
+    table = get_table(inst)
+    assert all(table.feasible[name] for name in inst.graph.names)  # each vertex alone fits
+    # actor.train fits only on all 8 GPUs, so it shares a GPU with critic.train wherever that goes; there the
+    # actor's resident + transient bytes and the critic's resident bytes on its largest block already overflow
+    actor = min(table.feasible["actor.train"], key=lambda c: c.memory_bytes)
+    critic = min(c.resident_bytes for c in table.feasible["critic.train"])
+    assert actor.gpus == 8 and actor.memory_bytes + critic > 4.6e9
+    with pytest.raises(InfeasibleError, match=r"no plan fits in memory: actor\.train \(at least 8 GPUs\) and "
+                                              r"critic\.train \(at least 2 GPUs\) share a GPU in any plan on 8 GPUs, "
+                                              r"where they need at least 4\.9\d GB .*4\.6 GB available"):
+        packplace.place(inst, placement_solver, time_limit_s=10)
+
+
+def test_greedy_without_a_plan_says_which_gpus_and_tasks_overflow():
+    # 5.1 GB: no colocated or disjoint layout greedy tries fits; its message names the fullest GPUs, the
+    # tasks there and their bytes (the shared-GPU proof of the pre-launch check refuses this instance too)
+    inst = ppo_one_node(5.1e9)
+    ev = get_evaluator(inst)
+    proposal = solve_with(problem="placement", instance=inst, solver="greedy", evaluator=ev, time_limit_s=10, seed=0,
+                          params={}, analytic_bound=0.0)   # the solver alone, without the pre-launch check
+    assert proposal.solution is None and proposal.status == "unknown"
+    assert re.search(r"the colocated plan with every vertex on its least-memory candidate needs 5\.13 GB per GPU, "
+                     r"5\.1 GB available \(8 GPUs; fullest GPUs \(0, 0, 0\)\.\.\(0, 0, 7\): 5\.13 GB needed, 5\.1 GB "
+                     r"available \(reference\.infer 0\.136 GB resident, reward\.infer 0\.0708 GB resident, actor\.train "
+                     r"1\.09 GB resident \+ 3\.27 GB while it runs, critic\.train 0\.566 GB resident\)\)",
+                     proposal.message), proposal.message
     assert re.search(r"disjoint model layouts tried; smallest needs: actor\.generate [\d.]+ GB/GPU on \d+ GPUs, ",
-                     msg), msg
-    assert "infeasible" not in msg
+                     proposal.message), proposal.message
+    with pytest.raises(InfeasibleError, match="every choice of the tasks' memory-feasible candidates puts a group"):
+        packplace.place(inst, "greedy")
 
 
 def test_greedy_is_fastest_candidate_per_vertex_colocated():
@@ -153,9 +174,8 @@ def test_place_exits_1_when_no_plan_is_found_and_2_only_for_bad_input(tmp_path, 
               "policy": {"algorithm": "ppo"}}
     path = tmp_path / "tight.yaml"
     path.write_text(yaml.safe_dump(config))
-    assert main(["place", "--config", str(path), "--solver", "greedy"]) == 1
-    out = capsys.readouterr().out
-    assert "status: unknown" in out and "note: no feasible plan found:" in out and "smallest needs:" in out
+    assert main(["place", "--config", str(path), "--solver", "greedy"]) == 1   # proven: no plan fits in memory
+    assert "no plan fits in memory: actor.train (at least 8 GPUs)" in capsys.readouterr().err
     config["hardware"]["memory_per_gpu"] = -1
     path.write_text(yaml.safe_dump(config))
     assert main(["place", "--config", str(path), "--solver", "greedy"]) == 2

@@ -15,6 +15,7 @@ Options: ``solver`` (default :data:`DEFAULT_SOLVER`), ``time_limit_s`` (None: th
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Any
@@ -25,6 +26,7 @@ from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.fit_hints import hinting, with_hints
 from packplace.placement.problem.config import PlacementInstance
 from packplace.placement.problem.hardware import Cluster
+from packplace.placement.whole_plan import PlacementCheck, shared_gpu_shortfall
 from packplace.registry import get
 from packplace.result import UNKNOWN, SolveResult
 from packplace.run import check_limits, solve_with
@@ -34,6 +36,8 @@ DEFAULT_SOLVER = "concurrent"
 MAX_GROWTH = 64
 #: Seconds the ``concurrent`` solver gets on each grown cluster of that search.
 SEARCH_TIME_LIMIT_S = 10.0
+#: Seconds :func:`check_instance` gives its whole-plan search (greedy, then concurrent) by default.
+CHECK_TIME_LIMIT_S = 10.0
 
 
 def solve_placement(
@@ -89,7 +93,7 @@ def solve_placement(
             get_table(instance, deadline=deadline)
         except TableBuildTimeout as cut:
             return _table_cut(instance, solver, cut, time_limit_s, seed, params, time.perf_counter() - started)
-    check_instance(instance)
+    check_instance(instance, whole_plan=False)
     build_s = get_table(instance).build_seconds if built_here else 0.0
     # time_limit_s covers the whole call: the candidate table and the analytic bound count against it, and
     # the backend gets what is left (at least 1 ms); an exact backend gets all of it
@@ -131,17 +135,40 @@ def _table_cut(instance: PlacementInstance, solver: str, cut: TableBuildTimeout,
                        info={"table_candidates_built": cut.built})
 
 
-def check_instance(instance: PlacementInstance) -> None:
-    """Pre-launch checks of :meth:`CandidateTable.check`, worded with the smallest whole cluster.
+def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
+                   time_limit_s: float = CHECK_TIME_LIMIT_S) -> PlacementCheck:
+    """Pre-launch checks: each task alone, what the tasks need together, and (``whole_plan``) a whole plan.
+
+    1. Each task has a legal candidate that fits in memory on its own (:meth:`CandidateTable.shortfalls`,
+       worded with the smallest grown cluster on which the ``concurrent`` solver fits a whole plan).
+    2. No group of tasks that must share a GPU needs more than ``memory_per_gpu`` there
+       (:func:`~packplace.placement.whole_plan.shared_gpu_shortfall`: a proof, from the candidate table).
+    3. With ``whole_plan``: the ``greedy`` solver, and where it finds nothing the ``concurrent`` one, build a
+       plan within ``time_limit_s`` seconds in all, scored by the evaluator; a plan found is the only claim
+       that a whole plan exists. None found is reported, not raised: it proves nothing.
+
+    Args:
+        instance: A validated instance.
+        whole_plan: Also search for a whole plan (step 3); :func:`solve_placement` checks steps 1-2 only.
+        time_limit_s: Seconds for step 3 (greedy and concurrent together), > 0.
+
+    Returns:
+        A :class:`~packplace.placement.whole_plan.PlacementCheck`: verdict ``"whole plan"`` (with the plan,
+        its step time and the solver), ``"tasks only"`` (``whole_plan`` False) or ``"no plan found"``, and a
+        message saying what was checked.
 
     Raises:
-        ConfigError: a vertex with no legal strategy, or non-finite predicted times.
+        ConfigError: a vertex with no legal strategy, non-finite predicted times, a bad ``time_limit_s``.
         InfeasibleError: a vertex that fits on no cluster grown up to 64x (bytes needed and available, and
-            the memory settings under which it fits with their step times: :mod:`packplace.placement.fit_hints`), or
+            the memory settings under which it fits with their step times: :mod:`packplace.placement.fit_hints`),
             "cluster has X GPUs; the smallest feasible plan for V needs Y (...); the smallest cluster of
             this node and rack shape (doubled) on which the concurrent solver fits a whole plan has Z GPUs
-            (step T s: per task its GPUs)" (else the upper bound with every task on its own GPUs).
+            (step T s: per task its GPUs)" (else the upper bound with every task on its own GPUs), or
+            "no plan fits in memory: T1 and T2 share a GPU in any plan ..., where they need at least X GB"
+            (with the memory settings that fit).
     """
+    if not (isinstance(time_limit_s, (int, float)) and math.isfinite(time_limit_s) and time_limit_s > 0):
+        raise ConfigError(f"time_limit_s: expected a finite number of seconds > 0, got {time_limit_s!r}")
     table = get_table(instance)
     try:
         short = table.shortfalls()
@@ -149,6 +176,37 @@ def check_instance(instance: PlacementInstance) -> None:
         raise InfeasibleError(with_hints(str(exc), instance)) from None
     if short:
         raise InfeasibleError(table.shortfall_message(short, _smallest_whole_cluster(instance, table, short)))
+    proof = shared_gpu_shortfall(table)
+    if proof is not None:
+        raise InfeasibleError(with_hints(f"[hardware] memory_per_gpu: {proof}", instance) if not hinting()
+                              else f"[hardware] memory_per_gpu: {proof}")
+    checked = (f"each task fits alone on the {instance.cluster.num_gpus}-GPU cluster and no group of tasks that "
+               f"must share a GPU is proven over memory")
+    if not whole_plan:
+        return PlacementCheck("tasks only", f"{checked}; no whole plan searched for")
+    return _search_whole_plan(instance, checked, time_limit_s)
+
+
+def _search_whole_plan(instance: PlacementInstance, checked: str, time_limit_s: float) -> PlacementCheck:
+    """Step 3 of :func:`check_instance`: ``greedy``, then ``concurrent`` with the time left, no fit hints."""
+    deadline = time.perf_counter() + time_limit_s
+    evaluator = get_evaluator(instance)
+    greedy_why = None
+    for solver in ("greedy", "concurrent"):
+        left = max(1e-3, deadline - time.perf_counter())
+        result = solve_with(problem="placement", instance=instance, solver=solver, evaluator=evaluator,
+                            time_limit_s=left, seed=0, params={}, analytic_bound=0.0)
+        if result.solution is not None and evaluator.score(result.solution).feasible:
+            greedy = "plan" if solver == "greedy" else greedy_why
+            note = "" if solver == "greedy" else f" (greedy found none: {greedy_why})"
+            return PlacementCheck("whole plan", f"{checked}; whole plan verified: the {solver} solver's plan fits, "
+                                  f"step {result.objective:.4g} s{note}", result.solution, result.objective,
+                                  solver, greedy)
+        if solver == "greedy":
+            greedy_why = result.message or "no plan"
+    return PlacementCheck("no plan found", f"{checked}; no whole plan verified: neither greedy nor concurrent "
+                          f"found one within {time_limit_s:g} s (not a proof that none exists): {result.message}",
+                          greedy=greedy_why)
 
 
 def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, short: list[Shortfall]) -> str:
@@ -167,9 +225,11 @@ def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, 
         big = replace(instance, cluster=grown, _cache={})
         try:
             get_table(big).check()
+            if shared_gpu_shortfall(get_table(big)) is not None:  # proven: no plan on this size either
+                continue
+            result = solve_placement(big, "concurrent", time_limit_s=SEARCH_TIME_LIMIT_S, seed=0)
         except InfeasibleError:
             continue
-        result = solve_placement(big, "concurrent", time_limit_s=SEARCH_TIME_LIMIT_S, seed=0)
         if result.solution is None or result.status not in ("optimal", "feasible"):
             continue
         parts = [f"{name} {choice.allocation.num_gpus} GPUs" for name, choice in result.solution.vertices]

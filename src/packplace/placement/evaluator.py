@@ -607,6 +607,38 @@ class PlacementEvaluator:
         return {name: max((u for a, b, u in segs if lo <= a and b <= hi), default=0.0)
                 for name, (_, lo, hi) in zip(self.names, res)}
 
+    def fullest_gpus(self, plan: Plan) -> str:
+        """Where ``plan`` needs the most memory, and which tasks put it there: "GPUs A..B: X GB needed, W GB
+        available (actor.train 8.71 GB resident + 71.3 GB while it runs, reward.infer 0.772 GB resident)":
+        per model the task with the largest resident bytes, and the task with the largest bytes while it
+        runs (the terms of :meth:`_memory_segments`; a hybrid engine's weights held only while it
+        generates count among those); empty for a plan that breaks a hard rule."""
+        res = self._resolve(plan)
+        if res.__class__ is str:
+            return ""
+        lo, hi, used = max(self._memory_segments(res), key=lambda seg: (seg[2], -seg[0]))
+        resident: dict[int, tuple[float, int]] = {}
+        transient = (0.0, -1)
+        for i, (cand, a, b) in enumerate(res):
+            if not (a <= lo and hi <= b):
+                continue
+            own = cand.transient_bytes
+            hybrid = self._hybrid_weights(res, i, lo, hi)
+            if hybrid is not None:
+                own += hybrid
+            elif cand.resident_bytes > resident.get(self.vertex_model[i], (0.0, -1))[0]:
+                resident[self.vertex_model[i]] = (cand.resident_bytes, i)
+            if own > transient[0]:
+                transient = (own, i)
+        parts = {i: f"{self.names[i]} {gb(nbytes)} GB resident" for nbytes, i in resident.values()}
+        if transient[1] >= 0:
+            name = self.names[transient[1]]
+            parts[transient[1]] = (f"{parts[transient[1]]} + " if transient[1] in parts else f"{name} ") + \
+                f"{gb(transient[0])} GB while it runs"
+        first, last = self.cluster.coords(lo), self.cluster.coords(hi - 1)
+        return (f"GPUs {first}..{last}: {gb(used)} GB needed, {gb(self.capacity)} GB available "
+                f"({', '.join(parts[i] for i in sorted(parts))})")
+
     def oom_vertices(self, plan: Plan) -> list[str]:
         """Names of the vertices whose block contains a GPU over ``memory_per_gpu``, or that exceed their own
         budget (a rollout engine over ``gpu_memory_utilization``); empty if none or if the plan breaks a hard

@@ -1,0 +1,194 @@
+"""Whole-plan checks: what the tasks need *together*, beyond each task fitting alone.
+
+Each task having a candidate that fits in memory on its own (:meth:`CandidateTable.shortfalls`) is a
+per-task necessary condition; a plan places every task at once, and on a GPU that several tasks share the
+evaluator counts ``Σ_models max(resident) + max(transient)`` bytes
+(:meth:`~packplace.placement.evaluator.PlacementEvaluator._memory_segments`). :func:`shared_gpu_shortfall`
+proves, from the candidate table alone, that no plan fits when a small group of tasks must share a GPU
+(their blocks hold more GPUs together than the cluster has) and every choice of their candidates needs
+more bytes on that shared GPU than ``memory_per_gpu``. The proof is sound, never complete: a plan can
+still fail where it finds nothing (block positions, more tasks on one GPU, framework layout rules), so
+only a plan a solver builds and the evaluator scores feasible shows that a whole plan exists
+(:class:`PlacementCheck`, :func:`packplace.placement.api.check_instance`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from packplace.placement.candidates import CandidateTable, gb, train_state_kept
+
+#: Largest group of tasks :func:`shared_gpu_shortfall` examines together (pairs and triples: a group of
+#: ``k`` tasks whose blocks hold more than ``(k - 1)`` clusters' worth of GPUs shares a GPU).
+MAX_GROUP = 3
+#: Relative margin over ``memory_per_gpu`` a proof needs (the evaluator adds the same bytes in another order).
+PROOF_MARGIN = 1e-9
+#: Partial choices the search over all the tasks' candidates examines before it gives up (no proof).
+SEARCH_NODES = 20_000
+
+
+@dataclass(frozen=True)
+class PlacementCheck:
+    """What :func:`packplace.placement.api.check_instance` verified.
+
+    Attributes:
+        verdict: ``"whole plan"`` (a solver built a plan the evaluator scores feasible: ``plan``,
+            ``step_time``, ``solver``), ``"tasks only"`` (each task fits alone and no shared-GPU memory proof
+            rules a plan out; no whole plan was searched for) or ``"no plan found"`` (the same, and the
+            whole-plan search found no plan within its time limit: not a proof that none exists).
+            A proven infeasibility is never a verdict: it raises ``InfeasibleError``.
+        message: One line saying what was checked and what was found (the solvers' reasons included).
+        plan: The whole plan (a :class:`~packplace.placement.problem.plan.Plan`) or None.
+        step_time: Its step time in seconds (evaluator), ``inf`` without a plan.
+        solver: The backend that built it (``greedy`` or ``concurrent``), or None.
+        greedy: The ``greedy`` solver's own outcome when the search ran: ``"plan"`` or its failure message
+            (None when the search did not run).
+    """
+
+    verdict: str
+    message: str
+    plan: Any = None
+    step_time: float = float("inf")
+    solver: str | None = None
+    greedy: str | None = None
+
+    @property
+    def whole_plan(self) -> bool:
+        """Whether a whole plan was built and scored feasible (``verdict == "whole plan"``)."""
+        return self.verdict == "whole plan"
+
+
+def _fronts(table: CandidateTable) -> dict[str, list[tuple[int, float, float]]]:
+    """Per task, the Pareto-least ``(gpus, resident lower bound, transient)`` over its memory-feasible
+    candidates (bytes per GPU). A rollout engine whose training state stays with its trainer
+    (:func:`~packplace.placement.candidates.train_state_kept`) may hold no resident weights of its own on the
+    trainer's GPUs, so its resident lower bound is 0."""
+    fronts = {}
+    for name, cands in table.feasible.items():
+        hybrid = train_state_kept(table.instance, name)
+        points = sorted({(c.gpus, 0.0 if hybrid else c.resident_bytes, c.transient_bytes) for c in cands})
+        front: list[tuple[int, float, float]] = []
+        for p in points:  # sorted by gpus first: keep p unless an earlier point is no worse in every part
+            if not any(q[1] <= p[1] and q[2] <= p[2] for q in front):
+                front.append(p)
+        fronts[name] = front
+    return fronts
+
+
+def _shared_bytes(models: tuple[str, ...], choice: tuple[tuple[int, float, float], ...]) -> float:
+    """Least bytes on a GPU that all the chosen candidates share: per model its largest resident bytes, plus
+    the largest transient bytes (the evaluator's memory rule)."""
+    resident: dict[str, float] = {}
+    for model, (_, res, _) in zip(models, choice):
+        resident[model] = max(resident.get(model, 0.0), res)
+    return sum(resident.values()) + max(tr for _, _, tr in choice)
+
+
+def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
+                         max_nodes: int = SEARCH_NODES) -> str | None:
+    """A proof that no plan fits in memory, or None when none is found (which proves nothing).
+
+    A group of ``k`` tasks whose blocks hold more than ``(k - 1) · G`` GPUs together (on a ``G``-GPU
+    cluster) shares a GPU: some GPU lies in every block. There it needs at least, per model, its largest
+    resident bytes plus the largest transient bytes (lower bounds of what the evaluator counts). A choice of
+    candidates (one memory-feasible candidate per task) with such a group over ``memory_per_gpu`` fits in no
+    plan. First every group of 2 to ``max_group`` tasks is tried on its own (all choices of the group
+    refuted: a proof naming the group); then every choice for all the tasks at once, by a depth-first search
+    over each task's Pareto-least ``(GPUs, resident, transient)`` candidates that drops a partial choice as
+    soon as a group of it is refuted, within ``max_nodes`` partial choices (past that: no proof).
+
+    Returns:
+        One line: "no plan fits in memory: T1 (at least N1 GPUs) and T2 (at least N2 GPUs) share a GPU in any
+        plan on G GPUs, where they need at least X GB (...), W GB available", or for the search over all the
+        tasks "no plan fits in memory: every choice of the tasks' candidates puts a group of them on a shared
+        GPU over W GB; e.g. ...", or None.
+    """
+    instance = table.instance
+    capacity = instance.hardware.memory_per_gpu * (1 + PROOF_MARGIN)
+    total = instance.cluster.num_gpus
+    fronts = _fronts(table)
+    names = [v.name for v in instance.graph.vertices if fronts.get(v.name)]
+    model_of = {v.name: v.model for v in instance.graph.vertices}
+    for k in range(2, min(max_group, len(names)) + 1):
+        for group in itertools.combinations(names, k):
+            if sum(fronts[n][0][0] for n in group) <= (k - 1) * total:
+                continue  # their smallest blocks can avoid one common GPU
+            models = tuple(model_of[n] for n in group)
+            least, worst_choice = float("inf"), None
+            for choice in itertools.product(*(fronts[n] for n in group)):
+                if sum(c[0] for c in choice) <= (k - 1) * total:
+                    worst_choice = None   # a choice that need not share a GPU: no proof from this group
+                    break
+                need = _shared_bytes(models, choice)
+                if need < least:
+                    least, worst_choice = need, choice
+            if worst_choice is None or least <= capacity:
+                continue
+            return _proof_line(group, fronts, worst_choice, least, instance.hardware.memory_per_gpu, total)
+    if len(names) <= max_group or not _every_choice_refuted(names, fronts, model_of, capacity, total, max_nodes):
+        return None
+    least = {n: min(fronts[n], key=lambda p: (p[1] + p[2], -p[0])) for n in names}
+    group, need = _refuting_group(names, least, model_of, capacity, total)
+    return (f"no plan fits in memory: every choice of the tasks' memory-feasible candidates puts a group of them "
+            f"on a shared GPU (their blocks hold more GPUs together than the {total}-GPU cluster has) over "
+            f"{gb(instance.hardware.memory_per_gpu)} GB; e.g. with each task on its least-memory candidate, "
+            f"{', '.join(group)} share a GPU needing {gb(need)} GB")
+
+
+def _refuting_group(names: list[str], choice: dict[str, tuple[int, float, float]], model_of: dict[str, str],
+                    capacity: float, total: int, last: str | None = None) -> tuple[tuple[str, ...], float]:
+    """The group of ``names`` (containing ``last`` when given) that must share a GPU under ``choice`` and
+    needs the most bytes there above ``capacity``; ``((), 0.0)`` when none does."""
+    best: tuple[tuple[str, ...], float] = ((), 0.0)
+    others = [n for n in names if n != last]
+    for k in range(1 if last is not None else 2, len(others) + 1):
+        for rest in itertools.combinations(others, k):
+            group = rest if last is None else (*rest, last)
+            points = tuple(choice[n] for n in group)
+            if sum(p[0] for p in points) <= (len(group) - 1) * total:
+                continue
+            need = _shared_bytes(tuple(model_of[n] for n in group), points)
+            if need > capacity and need > best[1]:
+                best = (group, need)
+    return best
+
+
+def _every_choice_refuted(names: list[str], fronts: dict[str, list[tuple[int, float, float]]],
+                          model_of: dict[str, str], capacity: float, total: int, max_nodes: int) -> bool:
+    """Whether every choice of one front point per task has a group that shares a GPU over ``capacity``
+    (depth-first, largest blocks first; False past ``max_nodes`` partial choices: no proof)."""
+    order = sorted(names, key=lambda n: (-fronts[n][0][0], len(fronts[n]), n))
+    choice: dict[str, tuple[int, float, float]] = {}
+    nodes = 0
+
+    def extend(depth: int) -> bool:   # True: some full choice survives (or the budget ran out)
+        nonlocal nodes
+        if depth == len(order):
+            return True
+        name = order[depth]
+        for point in fronts[name]:
+            nodes += 1
+            if nodes > max_nodes:
+                return True
+            choice[name] = point
+            if not _refuting_group(order[:depth + 1], choice, model_of, capacity, total, last=name)[0] \
+                    and extend(depth + 1):
+                return True
+            del choice[name]
+        return False
+
+    return not extend(0)
+
+
+def _proof_line(group: tuple[str, ...], fronts: dict[str, list[tuple[int, float, float]]],
+                choice: tuple[tuple[int, float, float], ...], least: float, capacity: float, total: int) -> str:
+    """The one-line proof of :func:`shared_gpu_shortfall` for ``group`` (``choice``: the least-bytes one)."""
+    def at_least(n: int) -> str:
+        return f"at least {n} GPU{'s' if n > 1 else ''}"
+
+    tasks = " and ".join(f"{n} ({at_least(fronts[n][0][0])})" for n in group)
+    parts = ", ".join(f"{n} {gb(res)} + {gb(tr)} GB" for n, (_, res, tr) in zip(group, choice))
+    return (f"no plan fits in memory: {tasks} share a GPU in any plan on {total} GPUs, where they need at least "
+            f"{gb(least)} GB ({parts} resident + while running), {gb(capacity)} GB available")
