@@ -1,13 +1,16 @@
 """``packplace.place(instance, solver=..., ...)``: one entry point for every placement backend.
 
 :func:`solve_placement` checks the instance (:func:`check_instance`: every task has a legal candidate that
-fits in memory, else one line with the numbers), builds the candidate table once, hands the rest of the
+fits in memory, and no group of tasks that must share a GPU is proven over memory, else one line with the
+numbers), builds the candidate table once, hands the rest of the
 time limit to the backend named ``solver`` through the registry and returns the
 :class:`~packplace.result.SolveResult` the placement evaluator scored.
 
 When the cluster is too small for some task, :func:`check_instance` grows the cluster (same node and rack
 shape, doubled up to 64x) and names the smallest size on which the ``concurrent`` solver fits a whole
-plan; that search is why the error wording lives here and not in the candidate table.
+plan; that search is why the error wording lives here and not in the candidate table. Called on its own,
+:func:`check_instance` also builds a whole plan (greedy, then concurrent) and says whether it did: each task
+fitting alone is not a plan.
 
 Options: ``solver`` (default :data:`DEFAULT_SOLVER`), ``time_limit_s`` (None: the backend's default),
 ``seed`` (0), backend keyword options. Solvers: ``packplace.solvers.available("placement")``.

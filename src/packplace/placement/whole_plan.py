@@ -129,8 +129,8 @@ def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
             return _proof_line(group, fronts, worst_choice, least, instance.hardware.memory_per_gpu, total)
     if len(names) <= max_group or not _every_choice_refuted(names, fronts, model_of, capacity, total, max_nodes):
         return None
-    least = {n: min(fronts[n], key=lambda p: (p[1] + p[2], -p[0])) for n in names}
-    group, need = _refuting_group(names, least, model_of, capacity, total)
+    least_memory = {n: min(fronts[n], key=lambda p: (p[1] + p[2], -p[0])) for n in names}
+    group, need = _refuting_group(names, least_memory, model_of, capacity, total)
     return (f"no plan fits in memory: every choice of the tasks' memory-feasible candidates puts a group of them "
             f"on a shared GPU (their blocks hold more GPUs together than the {total}-GPU cluster has) over "
             f"{gb(instance.hardware.memory_per_gpu)} GB; e.g. with each task on its least-memory candidate, "

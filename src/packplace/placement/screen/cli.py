@@ -108,6 +108,11 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "trainers or zero3 sharding, Megatron otherwise; the search keeps to the backend's layouts")
     p.add_argument("--compare-balance", action="store_true", dest="compare_balance",
                    help="also print the chosen plan's step time with each training.balance split")
+    p.add_argument("--check", action="store_true",
+                   help="only check: each task fits alone, no group of tasks that must share a GPU is proven over "
+                        "memory, and a whole plan is built (greedy, then concurrent, within --time-limit, default "
+                        f"{api.CHECK_TIME_LIMIT_S:g} s); prints what was checked. Exit 0: a whole plan fits; 1: "
+                        "proven infeasible, or no whole plan found (not a proof); 2: bad input")
     p.set_defaults(func=run)
     register_validate(subparsers)
     register_calibrate(subparsers)
@@ -241,6 +246,8 @@ def run(args: argparse.Namespace) -> int:
         check_format(args.gantt)
     instance, planned_for = load_for_emit(args.config, getattr(args, "emit", None),
                                           getattr(args, "trainer_backend", None))
+    if getattr(args, "check", False):
+        return run_check(args, instance)
     result = api.solve_placement(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
     print(format_table(instance, result))
     if planned_for:
@@ -280,6 +287,22 @@ def run(args: argparse.Namespace) -> int:
     if args.gantt and result.solution is not None:
         draw_gantt(instance, result.solution, get_evaluator(instance).score(result.solution), args.gantt)
     return 0 if result.ok else 1
+
+
+def run_check(args: argparse.Namespace, instance) -> int:
+    """``packplace place --check``: :func:`~packplace.placement.api.check_instance` with the whole-plan search;
+    prints ``check: <verdict>: <what was checked>``; 0 when a whole plan was built, else 1 (a proven
+    infeasibility raises and exits 1 too)."""
+    for option, value in (("--out", args.out), ("--gantt", args.gantt), ("--emit", getattr(args, "emit", None)),
+                          ("--compare-balance", getattr(args, "compare_balance", False) or None)):
+        if value is not None:
+            raise ConfigError(f"{option}: --check plans nothing to write or compare; drop one of them")
+    limit = api.CHECK_TIME_LIMIT_S if args.time_limit is None else max(args.time_limit, 1e-3)
+    check = api.check_instance(instance, time_limit_s=limit)
+    print(f"check: {check.verdict}: {check.message}")
+    args.json_document = {"verdict": check.verdict, "message": check.message, "solver": check.solver,
+                          "step_time_s": check.step_time if check.whole_plan else None}
+    return 0 if check.whole_plan else 1
 
 
 def register_validate(subparsers) -> None:

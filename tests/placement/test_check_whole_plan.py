@@ -1,0 +1,161 @@
+"""``check_instance`` and the solvers agree: each task fitting alone is not a whole plan.
+
+The pre-launch check claims a whole plan only when a solver built one that the evaluator scores feasible;
+it refuses (``InfeasibleError``) only with a proof that no plan fits, which no solver may contradict.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import packplace
+from packplace.errors import InfeasibleError
+from packplace.placement.api import check_instance
+from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.problem.config import build_instance, load_yaml
+from packplace.placement.whole_plan import shared_gpu_shortfall
+from packplace.run import solve_with
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HW = dict(racks=1, flops_per_gpu=1e15, memory_bandwidth=2e12, alpha_coll_g=1e-6, beta_coll_g=3e-12,
+          alpha_coll_n=5e-6, beta_coll_n=2e-11, alpha_coll_r=8e-6, beta_coll_r=2.5e-11, alpha_p2p_g=2e-6,
+          beta_p2p_g=2.5e-12, alpha_p2p_n=5e-6, beta_p2p_n=2e-11, alpha_p2p_r=8e-6, beta_p2p_r=2.4e-11,
+          memory_workspace=0.0)
+HEURISTICS = ("greedy", "concurrent", "anneal")
+
+
+def unchecked(instance, solver: str, time_limit_s: float = 5.0):
+    """The evaluator's step time of ``solver``'s plan, run without the pre-launch check (None: no plan)."""
+    ev = get_evaluator(instance)
+    result = solve_with(problem="placement", instance=instance, solver=solver, evaluator=ev,
+                        time_limit_s=time_limit_s, seed=0, params={"e_max": 400} if solver == "anneal" else {},
+                        analytic_bound=0.0)
+    if result.solution is None:
+        return None
+    score = ev.score(result.solution)
+    return score.step_time if score.feasible else None
+
+
+def qwen7b_packed(train_mb_tokens: int, logprob_mb_tokens: int):
+    """The shipped Qwen2.5-7B GRPO config on 16 H100 under NeMo RL 0.5.0 with sequence packs."""
+    cfg = load_yaml(os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml"))
+    cfg["models"]["actor"]["model_type"] = "qwen2"
+    cfg["policy"].update(framework="nemo-rl", framework_version="0.5.0", train_mb_tokens=train_mb_tokens,
+                         logprob_mb_tokens=logprob_mb_tokens)
+    return build_instance(cfg)
+
+
+def test_packed_qwen7b_that_fits_each_task_alone_is_refused_by_check_and_greedy_alike(monkeypatch):
+    from packplace.placement import api
+    monkeypatch.setattr(api, "with_hints", lambda message, instance: message)  # the memory-setting hints aside
+    inst = qwen7b_packed(82_422, 183_900)
+    table = get_table(inst)
+    assert all(table.feasible[name] for name in inst.graph.names)      # each task fits alone
+    # the trainer fits only on all 16 GPUs (8.71 GB resident + 71.3 GB transient of 80): the reward model's
+    # weights, on any GPU, push that GPU over
+    train = min(table.feasible["actor.train"], key=lambda c: c.memory_bytes)
+    reward = min(c.resident_bytes for c in table.feasible["reward.infer"])
+    assert train.gpus == 16 and train.memory_bytes <= 80e9 < train.memory_bytes + reward
+    proof = (r"no plan fits in memory: reward\.infer \(at least 1 GPU\) and actor\.train \(at least 16 GPUs\) share "
+             r"a GPU in any plan on 16 GPUs, where they need at least 80\.8 GB")
+    with pytest.raises(InfeasibleError, match=proof):
+        check_instance(inst)
+    with pytest.raises(InfeasibleError, match=proof):
+        packplace.place(inst, "greedy")
+    assert unchecked(inst, "greedy") is None and unchecked(inst, "concurrent") is None
+    # the halved packs the refusal offers: check verifies a whole plan, and greedy plans it
+    halved = qwen7b_packed(41_211, 91_950)
+    check = check_instance(halved)
+    assert check.whole_plan and check.solver == "greedy" and check.greedy == "plan"
+    assert get_evaluator(halved).score(check.plan).feasible
+    result = packplace.place(halved, "greedy")
+    assert result.ok and result.objective == pytest.approx(check.step_time, rel=1e-12)
+
+
+def test_check_without_the_search_says_what_it_checked():
+    halved = qwen7b_packed(41_211, 91_950)
+    check = check_instance(halved, whole_plan=False)
+    assert check.verdict == "tasks only" and not check.whole_plan and check.plan is None
+    assert check.message == ("each task fits alone on the 16-GPU cluster and no group of tasks that must share a "
+                             "GPU is proven over memory; no whole plan searched for")
+
+
+@st.composite
+def small_instances(draw):
+    """A tiny PPO / GRPO / DPO step on 2-16 GPUs with memory between the neediest task's least and twice it."""
+    shape = dict(layers=draw(st.integers(1, 2)), hidden_dim=draw(st.sampled_from([256, 512])),
+                 ffn_dim=draw(st.sampled_from([512, 1024])), vocab_size=draw(st.sampled_from([1000, 32000, 128000])),
+                 head_dim=128)
+    algorithm = draw(st.sampled_from(["ppo", "grpo", "dpo"]))
+    models = {"actor": shape} if algorithm == "dpo" else {"actor": shape, "reward": shape}
+    if algorithm == "ppo":
+        models["critic"] = shape
+    hw = dict(HW, nodes_per_rack=draw(st.sampled_from([1, 2])), gpus_per_node=draw(st.sampled_from([2, 4, 8])))
+    cfg = {"hardware": dict(hw, memory_per_gpu=1e12), "models": models, "policy": {"algorithm": algorithm},
+           "workload": dict(batch_size=draw(st.sampled_from([2, 4, 8])), samples_per_prompt=2,
+                            context_length=draw(st.sampled_from([256, 2048, 8192])), generation_length=64)}
+    roomy = get_table(build_instance(cfg))
+    neediest = max(min(c.memory_bytes for c in cands) for cands in roomy.feasible.values())
+    cfg["hardware"]["memory_per_gpu"] = neediest * draw(st.floats(1.0, 2.0))
+    return build_instance(cfg)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(small_instances())
+def test_check_claims_a_whole_plan_only_when_a_solver_builds_one_and_refuses_only_with_a_proof(inst):
+    try:
+        check = check_instance(inst, time_limit_s=5)
+    except InfeasibleError as refused:       # a proof: no solver may find a plan
+        found = {s: unchecked(inst, s) for s in HEURISTICS}
+        assert all(t is None for t in found.values()), (str(refused), found)
+        return
+    found = {s: unchecked(inst, s) for s in HEURISTICS}
+    if check.whole_plan:
+        assert check.solver in ("greedy", "concurrent") and get_evaluator(inst).score(check.plan).feasible
+        assert found[check.solver] == pytest.approx(check.step_time, rel=1e-12)
+        assert (found["greedy"] is not None) == (check.greedy == "plan")
+    else:   # nothing built: no claim of a plan, and the constructions it ran agree
+        assert check.verdict == "no plan found" and check.plan is None and "not a proof" in check.message
+        assert found["greedy"] is None and found["concurrent"] is None
+    if all(t is None for t in found.values()):
+        assert not check.whole_plan
+
+
+def test_the_proof_counts_a_hybrid_engines_weights_as_its_trainers():
+    # a rollout engine whose model's training state stays resident may hold no weights of its own on its
+    # trainer's GPUs: the proof gives it no resident bytes (else it could refuse a plan that fits)
+    cfg = load_yaml(os.path.join(ROOT, "benchmarks", "validation", "deepspeed_chat_ppo_opt-1.3b_8xa100.yaml"))
+    cfg.pop("validation", None)
+    inst = build_instance(cfg)
+    from packplace.placement.whole_plan import _fronts
+    fronts = _fronts(get_table(inst))
+    assert all(res == 0.0 for _, res, _ in fronts["actor.generate"])
+    assert any(res > 0 for _, res, _ in fronts["actor.train"])
+    assert shared_gpu_shortfall(get_table(inst)) is None and packplace.place(inst, "greedy").ok
+
+
+def test_place_check_prints_what_it_checked_and_exits_by_verdict(tmp_path, capsys):
+    import yaml
+
+    from packplace.cli import main
+    wide = dict(layers=2, hidden_dim=1024, ffn_dim=2048, vocab_size=256000, head_dim=128)
+    config = {"hardware": dict(HW, nodes_per_rack=1, gpus_per_node=8, memory_per_gpu=1e12),
+              "models": {"actor": wide, "critic": wide, "reward": wide},
+              "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
+              "policy": {"algorithm": "ppo"}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["place", "--config", str(path), "--check", "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("check: whole plan: each task fits alone on the 8-GPU cluster and no "
+                                              "group of tasks that must share a GPU is proven over memory; whole "
+                                              "plan verified: the greedy solver's plan fits, step ")
+    config["hardware"]["memory_per_gpu"] = 4.6e9    # each task fits alone; actor.train and critic.train do not
+    path.write_text(yaml.safe_dump(config))
+    assert main(["place", "--config", str(path), "--check", "--quiet"]) == 1
+    assert "infeasible: [hardware] memory_per_gpu: no plan fits in memory: actor.train" in capsys.readouterr().err
+    assert main(["place", "--config", str(path), "--check", "--out", str(tmp_path / "o.json")]) == 2
+    assert "--out: --check plans nothing to write or compare" in capsys.readouterr().err
