@@ -86,7 +86,8 @@ def test_check_without_the_search_says_what_it_checked():
 
 @st.composite
 def small_instances(draw):
-    """A tiny PPO / GRPO / DPO step on 2-16 GPUs with memory between the neediest task's least and twice it."""
+    """A tiny PPO / GRPO / DPO step on 2-16 GPUs, with or without a framework's rules, with memory between the
+    neediest task's least and twice it."""
     shape = dict(layers=draw(st.integers(1, 2)), hidden_dim=draw(st.sampled_from([256, 512])),
                  ffn_dim=draw(st.sampled_from([512, 1024])), vocab_size=draw(st.sampled_from([1000, 32000, 128000])),
                  head_dim=128)
@@ -95,7 +96,11 @@ def small_instances(draw):
     if algorithm == "ppo":
         models["critic"] = shape
     hw = dict(HW, nodes_per_rack=draw(st.sampled_from([1, 2])), gpus_per_node=draw(st.sampled_from([2, 4, 8])))
-    cfg = {"hardware": dict(hw, memory_per_gpu=1e12), "models": models, "policy": {"algorithm": algorithm},
+    policy = {"algorithm": algorithm}
+    framework = draw(st.sampled_from([None, "deepspeed-chat", "verl", "openrlhf", "nemo-rl"]))
+    if framework is not None:   # layout rules; DeepSpeed-Chat's hybrid engine shares its trainer's weights
+        policy["framework"] = framework
+    cfg = {"hardware": dict(hw, memory_per_gpu=1e12), "models": models, "policy": policy,
            "workload": dict(batch_size=draw(st.sampled_from([2, 4, 8])), samples_per_prompt=2,
                             context_length=draw(st.sampled_from([256, 2048, 8192])), generation_length=64)}
     roomy = get_table(build_instance(cfg))
@@ -104,7 +109,7 @@ def small_instances(draw):
     return build_instance(cfg)
 
 
-@settings(max_examples=15, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=20, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(small_instances())
 def test_check_claims_a_whole_plan_only_when_a_solver_builds_one_and_refuses_only_with_a_proof(inst):
     try:

@@ -15,10 +15,11 @@ only a plan a solver builds and the evaluator scores feasible shows that a whole
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from packplace.placement.candidates import CandidateTable, gb, train_state_kept
+from packplace.placement.candidates import CandidateTable, gb, memory_budget, train_state_kept
 
 #: Largest group of tasks :func:`shared_gpu_shortfall` examines together (pairs and triples: a group of
 #: ``k`` tasks whose blocks hold more than ``(k - 1)`` clusters' worth of GPUs shares a GPU).
@@ -61,13 +62,20 @@ class PlacementCheck:
 
 
 def _fronts(table: CandidateTable) -> dict[str, list[tuple[int, float, float]]]:
-    """Per task, the Pareto-least ``(gpus, resident lower bound, transient)`` over its memory-feasible
-    candidates (bytes per GPU). A rollout engine whose training state stays with its trainer
-    (:func:`~packplace.placement.candidates.train_state_kept`) may hold no resident weights of its own on the
-    trainer's GPUs, so its resident lower bound is 0."""
+    """Per task, the Pareto-least ``(gpus, resident lower bound, transient)`` over the candidates a feasible
+    plan can use (bytes per GPU): its memory-feasible ones. A rollout engine whose training state stays with
+    its trainer (:func:`~packplace.placement.candidates.train_state_kept`) may hold no resident weights of its
+    own on the trainer's GPUs, so its resident lower bound is 0, and a candidate of it over the whole GPU
+    alone counts too (its weights may be the trainer's, counted once); one over its own smaller budget never
+    fits (the evaluator's ``_over_own_budget``)."""
+    capacity = table.instance.hardware.memory_per_gpu
     fronts = {}
-    for name, cands in table.feasible.items():
+    for vertex in table.instance.graph.vertices:
+        name = vertex.name
         hybrid = train_state_kept(table.instance, name)
+        cands = table.feasible[name]
+        if hybrid and memory_budget(table.instance, vertex.kind) >= capacity:
+            cands = tuple(c for c in table.all[name] if math.isfinite(c.time))
         points = sorted({(c.gpus, 0.0 if hybrid else c.resident_bytes, c.transient_bytes) for c in cands})
         front: list[tuple[int, float, float]] = []
         for p in points:  # sorted by gpus first: keep p unless an earlier point is no worse in every part
