@@ -100,7 +100,7 @@ def classify(instance, solvers: list[str], time_limit_s: float) -> tuple[str, st
         check = check_instance(instance, time_limit_s=time_limit_s)
         verdict = check.verdict
     except InfeasibleError as exc:
-        verdict = "refused: memory proof" if "no plan fits in memory" in str(exc) else "refused: a task"
+        verdict = "refused: memory proof" if "no plan fits" in str(exc) else "refused: a task"
     except ConfigError:
         return "bad input", "", {}
     plans = solver_plans(instance, solvers, time_limit_s)

@@ -91,9 +91,10 @@ def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans we
 
     Raises:
         ConfigError: a vertex has no feasible candidate (pre-launch check), or even the least-memory
-            colocated plan runs out of memory — the message gives the bytes needed and available, says
-            that only colocated plans were tried, and names any vertex whose blocks are capped below the
-            cluster size by the tp/pp/dp divisibility rules (the real cause when it is one).
+            colocated plan runs out of memory — the message gives the bytes needed and available, the fullest
+            GPUs with each task's bytes there, says that only colocated plans were tried, and names any vertex
+            whose blocks are capped below the cluster size by the tp/pp/dp divisibility rules (the real cause
+            when it is one) — or fits in memory but breaks a framework layout rule (the message names it).
     """
     instance, table = ev.instance, ev.table
     table.check()
@@ -113,6 +114,12 @@ def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans we
     if score.feasible:
         return plan, "colocated: least-memory candidates (faster ones do not fit together)"
     peak = max(score.gpu_memory_peak)
+    rules = [line for line in score.violations if not line.startswith("out of memory")]
+    if rules and peak <= instance.hardware.memory_per_gpu:   # it fits in memory: a layout rule refuses it
+        raise ConfigError(
+            f"[policy] framework: the colocated plan with every vertex on its least-memory candidate fits in memory "
+            f"({gb(peak)} of {gb(instance.hardware.memory_per_gpu)} GB per GPU) but breaks {len(rules)} rule(s): "
+            f"{rules[0]}; {tried}")
     capped: dict[tuple[int, str], list[str]] = {}  # divisibility caps how far a vertex can spread its memory
     for name in ev.names:
         size = table.largest_legal_block(name)

@@ -164,3 +164,28 @@ def test_place_check_prints_what_it_checked_and_exits_by_verdict(tmp_path, capsy
     assert "infeasible: [hardware] memory_per_gpu: no plan fits in memory: actor.train" in capsys.readouterr().err
     assert main(["place", "--config", str(path), "--check", "--out", str(tmp_path / "o.json")]) == 2
     assert "--out: --check plans nothing to write or compare" in capsys.readouterr().err
+
+
+def test_a_task_the_framework_runs_alone_cannot_share_the_gpus_a_trainer_needs_whole():
+    wide = dict(layers=2, hidden_dim=1024, ffn_dim=2048, vocab_size=256000, head_dim=128)
+    cfg = {"hardware": dict(HW, nodes_per_rack=1, gpus_per_node=4, memory_per_gpu=1e12),
+           "models": {"actor": wide, "reward": wide}, "policy": {"algorithm": "grpo", "framework": "nemo-rl"},
+           "workload": dict(batch_size=4, samples_per_prompt=2, context_length=8192, generation_length=64)}
+    table = get_table(build_instance(cfg))
+    on = {n: min(c.memory_bytes for c in table.feasible["actor.train"] if c.gpus == n) for n in (2, 4)}
+    cfg["hardware"]["memory_per_gpu"] = (on[2] + on[4]) / 2      # the trainer fits on all 4 GPUs only
+    inst = build_instance(cfg)
+    # NeMo RL runs the reward-model environment on GPUs of its own: none are left
+    with pytest.raises(InfeasibleError, match=r"\[policy\] framework: no plan fits: reward\.infer \(at least 1 GPU\) "
+                                              r"and actor\.train \(at least 4 GPUs\) share a GPU in any plan on 4 "
+                                              r"GPUs, and the framework runs reward\.infer on GPUs of its own"):
+        check_instance(inst, whole_plan=False)
+    assert all(unchecked(inst, s) is None for s in HEURISTICS)
+    # greedy alone says which rule its colocated plan breaks, not that the models overflow memory
+    ev = get_evaluator(inst)
+    from packplace.solvers.placement._common import colocated_plan
+    with pytest.raises(Exception, match=r"fits in memory \([\d.]+ of [\d.]+ GB per GPU\) but breaks 1 rule\(s\): "
+                                        r"nemo-rl layout: reward\.infer .* shares GPUs with other tasks"):
+        colocated_plan(ev)
+    cfg["policy"]["framework"] = "verl"                          # verl colocates the reward model
+    assert check_instance(build_instance(cfg)).whole_plan

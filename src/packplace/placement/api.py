@@ -181,8 +181,8 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
         raise InfeasibleError(table.shortfall_message(short, _smallest_whole_cluster(instance, table, short)))
     proof = shared_gpu_shortfall(table)
     if proof is not None:
-        raise InfeasibleError(with_hints(f"[hardware] memory_per_gpu: {proof}", instance) if not hinting()
-                              else f"[hardware] memory_per_gpu: {proof}")
+        field = "[hardware] memory_per_gpu" if proof.startswith("no plan fits in memory") else "[policy] framework"
+        raise InfeasibleError(with_hints(f"{field}: {proof}", instance) if not hinting() else f"{field}: {proof}")
     checked = (f"each task fits alone on the {instance.cluster.num_gpus}-GPU cluster and no group of tasks that "
                f"must share a GPU is proven over memory")
     if not whole_plan:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from packplace.placement.candidates import CandidateTable, gb, memory_budget, train_state_kept
+from packplace.placement.model.layout_rules import Context, own_gpus
 
 #: Largest group of tasks :func:`shared_gpu_shortfall` examines together (pairs and triples: a group of
 #: ``k`` tasks whose blocks hold more than ``(k - 1)`` clusters' worth of GPUs shares a GPU).
@@ -85,6 +86,15 @@ def _fronts(table: CandidateTable) -> dict[str, list[tuple[int, float, float]]]:
     return fronts
 
 
+def _group_need(group: tuple[str, ...], choice: dict[str, tuple[int, float, float]], model_of: dict[str, str],
+                alone: frozenset[str]) -> float:
+    """:func:`_shared_bytes` of ``group`` under ``choice``, or ``inf`` for a group of two or more with a task
+    that the framework runs on GPUs of its own (``alone``: it shares a GPU at no memory)."""
+    if len(group) > 1 and alone.intersection(group):
+        return float("inf")
+    return _shared_bytes(tuple(model_of[n] for n in group), tuple(choice[n] for n in group))
+
+
 def _shared_bytes(models: tuple[str, ...], choice: tuple[tuple[int, float, float], ...]) -> float:
     """Least bytes on a GPU that all the chosen candidates share: per model its largest resident bytes, plus
     the largest transient bytes (the evaluator's memory rule)."""
@@ -119,34 +129,44 @@ def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
     fronts = _fronts(table)
     names = [v.name for v in instance.graph.vertices if fronts.get(v.name)]
     model_of = {v.name: v.model for v in instance.graph.vertices}
+    alone = own_gpus(Context.of(instance))
     for k in range(2, min(max_group, len(names)) + 1):
         for group in itertools.combinations(names, k):
             if sum(fronts[n][0][0] for n in group) <= (k - 1) * total:
                 continue  # their smallest blocks can avoid one common GPU
-            models = tuple(model_of[n] for n in group)
             least, worst_choice = float("inf"), None
             for choice in itertools.product(*(fronts[n] for n in group)):
                 if sum(c[0] for c in choice) <= (k - 1) * total:
                     worst_choice = None   # a choice that need not share a GPU: no proof from this group
                     break
-                need = _shared_bytes(models, choice)
-                if need < least:
+                need = _group_need(group, dict(zip(group, choice)), model_of, alone)
+                if need <= least:
                     least, worst_choice = need, choice
             if worst_choice is None or least <= capacity:
                 continue
-            return _proof_line(group, fronts, worst_choice, least, instance.hardware.memory_per_gpu, total)
-    if len(names) <= max_group or not _every_choice_refuted(names, fronts, model_of, capacity, total, max_nodes):
+            if math.isinf(least):   # a task that runs alone: say so, unless memory alone refutes the group too
+                memory = min(itertools.product(*(fronts[n] for n in group)),
+                             key=lambda c: _group_need(group, dict(zip(group, c)), model_of, frozenset()))
+                need = _group_need(group, dict(zip(group, memory)), model_of, frozenset())
+                if need > capacity:
+                    least, worst_choice = need, memory
+            return _proof_line(group, fronts, worst_choice, least, instance.hardware.memory_per_gpu, total, alone)
+    if len(names) <= max_group or not _every_choice_refuted(names, fronts, model_of, alone, capacity, total,
+                                                            max_nodes):
         return None
     least_memory = {n: min(fronts[n], key=lambda p: (p[1] + p[2], -p[0])) for n in names}
-    group, need = _refuting_group(names, least_memory, model_of, capacity, total)
+    group, need = _refuting_group(names, least_memory, model_of, alone, capacity, total)
+    over = (f"which {', '.join(sorted(alone.intersection(group)))} may not (the framework runs it on GPUs of its "
+            f"own)" if math.isinf(need) else f"needing {gb(need)} GB")
     return (f"no plan fits in memory: every choice of the tasks' memory-feasible candidates puts a group of them "
             f"on a shared GPU (their blocks hold more GPUs together than the {total}-GPU cluster has) over "
-            f"{gb(instance.hardware.memory_per_gpu)} GB; e.g. with each task on its least-memory candidate, "
-            f"{', '.join(group)} share a GPU needing {gb(need)} GB")
+            f"{gb(instance.hardware.memory_per_gpu)} GB or with a task that runs alone; e.g. with each task on its "
+            f"least-memory candidate, {', '.join(group)} share a GPU, {over}")
 
 
 def _refuting_group(names: list[str], choice: dict[str, tuple[int, float, float]], model_of: dict[str, str],
-                    capacity: float, total: int, last: str | None = None) -> tuple[tuple[str, ...], float]:
+                    alone: frozenset[str], capacity: float, total: int,
+                    last: str | None = None) -> tuple[tuple[str, ...], float]:
     """The group of ``names`` (containing ``last`` when given) that must share a GPU under ``choice`` and
     needs the most bytes there above ``capacity``; ``((), 0.0)`` when none does."""
     best: tuple[tuple[str, ...], float] = ((), 0.0)
@@ -157,14 +177,14 @@ def _refuting_group(names: list[str], choice: dict[str, tuple[int, float, float]
             points = tuple(choice[n] for n in group)
             if sum(p[0] for p in points) <= (len(group) - 1) * total:
                 continue
-            need = _shared_bytes(tuple(model_of[n] for n in group), points)
+            need = _group_need(group, choice, model_of, alone)
             if need > capacity and need > best[1]:
                 best = (group, need)
     return best
 
 
 def _refuted_with(last: str, others: list[str], choice: dict[str, tuple[int, float, float]],
-                  model_of: dict[str, str], capacity: float, total: int) -> bool:
+                  model_of: dict[str, str], alone: frozenset[str], capacity: float, total: int) -> bool:
     """Whether some group of ``last`` and tasks of ``others`` shares a GPU under ``choice`` and needs more
     than ``capacity`` there. A group shares a GPU when its members' missing GPUs ``G - gpus`` sum below ``G``
     (the same as :func:`_refuting_group`'s test); its bytes only grow as members join, so a branch whose
@@ -173,7 +193,7 @@ def _refuted_with(last: str, others: list[str], choice: dict[str, tuple[int, flo
     ranked = sorted((n for n in others if deficit[n] < total), key=lambda n: (deficit[n], n))
 
     def need(members: list[str]) -> float:
-        return _shared_bytes(tuple(model_of[n] for n in members), tuple(choice[n] for n in members))
+        return _group_need(tuple(members), choice, model_of, alone)
 
     def grow(i: int, members: list[str], missing: int) -> bool:
         if len(members) >= 2 and need(members) > capacity:
@@ -191,7 +211,8 @@ def _refuted_with(last: str, others: list[str], choice: dict[str, tuple[int, flo
 
 
 def _every_choice_refuted(names: list[str], fronts: dict[str, list[tuple[int, float, float]]],
-                          model_of: dict[str, str], capacity: float, total: int, max_nodes: int) -> bool:
+                          model_of: dict[str, str], alone: frozenset[str], capacity: float, total: int,
+                          max_nodes: int) -> bool:
     """Whether every choice of one front point per task has a group that shares a GPU over ``capacity``
     (depth-first, largest blocks first; False past ``max_nodes`` partial choices: no proof)."""
     order = sorted(names, key=lambda n: (-fronts[n][0][0], len(fronts[n]), n))
@@ -208,7 +229,7 @@ def _every_choice_refuted(names: list[str], fronts: dict[str, list[tuple[int, fl
             if nodes > max_nodes:
                 return True
             choice[name] = point
-            if not _refuted_with(name, order[:depth], choice, model_of, capacity, total) and extend(depth + 1):
+            if not _refuted_with(name, order[:depth], choice, model_of, alone, capacity, total) and extend(depth + 1):
                 return True
             del choice[name]
         return False
@@ -217,12 +238,16 @@ def _every_choice_refuted(names: list[str], fronts: dict[str, list[tuple[int, fl
 
 
 def _proof_line(group: tuple[str, ...], fronts: dict[str, list[tuple[int, float, float]]],
-                choice: tuple[tuple[int, float, float], ...], least: float, capacity: float, total: int) -> str:
+                choice: tuple[tuple[int, float, float], ...], least: float, capacity: float, total: int,
+                alone: frozenset[str]) -> str:
     """The one-line proof of :func:`shared_gpu_shortfall` for ``group`` (``choice``: the least-bytes one)."""
     def at_least(n: int) -> str:
         return f"at least {n} GPU{'s' if n > 1 else ''}"
 
     tasks = " and ".join(f"{n} ({at_least(fronts[n][0][0])})" for n in group)
+    if math.isinf(least):
+        return (f"no plan fits: {tasks} share a GPU in any plan on {total} GPUs, and the framework runs "
+                f"{', '.join(sorted(alone.intersection(group)))} on GPUs of its own")
     parts = ", ".join(f"{n} {gb(res)} + {gb(tr)} GB" for n, (_, res, tr) in zip(group, choice))
     return (f"no plan fits in memory: {tasks} share a GPU in any plan on {total} GPUs, where they need at least "
             f"{gb(least)} GB ({parts} resident + while running), {gb(capacity)} GB available")

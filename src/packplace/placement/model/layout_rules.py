@@ -190,6 +190,14 @@ def _fsdp_only(ctx: Context) -> bool:
     return False
 
 
+def own_gpus(ctx: Context) -> frozenset[str]:
+    """The tasks the framework's layout rules run on GPUs of their own, sharing none with another task
+    (NeMo RL's reward-model environment, ``env.reward_model.resources``: :func:`_nemo_rl`); empty without rules."""
+    if ctx.ruled and ctx.framework == "nemo-rl" and ctx.reward_model:
+        return frozenset({REWARD})
+    return frozenset()
+
+
 def config_refusals(ctx: Context) -> list[str]:
     """Training options the framework cannot run whatever the layout, ``[(field, line)]``-style lines
     ``"[training] field: why"``: a ``trainer_backend`` other than ``auto`` for OpenRLHF or DeepSpeed-Chat (both
