@@ -6,7 +6,8 @@ evaluator counts ``Σ_models max(resident) + max(transient)`` bytes
 (:meth:`~packplace.placement.evaluator.PlacementEvaluator._memory_segments`). :func:`shared_gpu_shortfall`
 proves, from the candidate table alone, that no plan fits when a small group of tasks must share a GPU
 (their blocks hold more GPUs together than the cluster has) and every choice of their candidates needs
-more bytes on that shared GPU than ``memory_per_gpu``. The proof is sound, never complete: a plan can
+more bytes on that shared GPU than ``memory_per_gpu`` — or one of them is a task the framework runs on GPUs
+of its own (NeMo RL's reward-model environment). The proof is sound, never complete: a plan can
 still fail where it finds nothing (block positions, more tasks on one GPU, framework layout rules), so
 only a plan a solver builds and the evaluator scores feasible shows that a whole plan exists
 (:class:`PlacementCheck`, :func:`packplace.placement.api.check_instance`).
@@ -106,7 +107,8 @@ def _shared_bytes(models: tuple[str, ...], choice: tuple[tuple[int, float, float
 
 def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
                          max_nodes: int = SEARCH_NODES) -> str | None:
-    """A proof that no plan fits in memory, or None when none is found (which proves nothing).
+    """A proof that no plan fits (in memory, or by a task that must run alone), or None when none is found
+    (which proves nothing).
 
     A group of ``k`` tasks whose blocks hold more than ``(k - 1) · G`` GPUs together (on a ``G``-GPU
     cluster) shares a GPU: some GPU lies in every block. There it needs at least, per model, its largest
@@ -121,7 +123,9 @@ def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
         One line: "no plan fits in memory: T1 (at least N1 GPUs) and T2 (at least N2 GPUs) share a GPU in any
         plan on G GPUs, where they need at least X GB (...), W GB available", or for the search over all the
         tasks "no plan fits in memory: every choice of the tasks' candidates puts a group of them on a shared
-        GPU over W GB; e.g. ...", or None.
+        GPU over W GB ...; e.g. ...", or None. "no plan fits:" (not "in memory") where the group refuted is one
+        with a task the framework runs on GPUs of its own
+        (:func:`~packplace.placement.model.layout_rules.own_gpus`), which shares a GPU at no memory.
     """
     instance = table.instance
     capacity = instance.hardware.memory_per_gpu * (1 + PROOF_MARGIN)
@@ -158,7 +162,8 @@ def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
     group, need = _refuting_group(names, least_memory, model_of, alone, capacity, total)
     over = (f"which {', '.join(sorted(alone.intersection(group)))} may not (the framework runs it on GPUs of its "
             f"own)" if math.isinf(need) else f"needing {gb(need)} GB")
-    return (f"no plan fits in memory: every choice of the tasks' memory-feasible candidates puts a group of them "
+    return (f"no plan fits{'' if math.isinf(need) else ' in memory'}: every choice of the tasks' memory-feasible "
+            f"candidates puts a group of them "
             f"on a shared GPU (their blocks hold more GPUs together than the {total}-GPU cluster has) over "
             f"{gb(instance.hardware.memory_per_gpu)} GB or with a task that runs alone; e.g. with each task on its "
             f"least-memory candidate, {', '.join(group)} share a GPU, {over}")
