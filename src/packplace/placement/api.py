@@ -80,6 +80,9 @@ def solve_placement(
         ConfigError: unknown solver, bad ``time_limit_s``/``seed``, a vertex with no feasible candidate
             (with the GPU counts or bytes), or a cluster on which even the colocated plan runs out of
             memory (bytes needed and available).
+        InfeasibleError: what :func:`check_instance` proves without its whole-plan search: a task that fits
+            on no cluster grown up to 64x or needs more GPUs than the cluster has, or tasks that must share a
+            GPU over its memory (or with a task the framework runs alone).
     """
     if not isinstance(instance, PlacementInstance):
         raise ConfigError(f"instance: expected a PlacementInstance, got {type(instance).__name__}")
