@@ -76,7 +76,7 @@ CHECKED_FILES = IN_SAMPLE_FILES + [os.path.join(VALIDATION, "nemo_rl_grpo_qwen3-
 
 def test_every_published_setup_is_within_the_ratio_range():
     rows = validate(CHECKED_FILES)
-    figures = {(r.setup, r.phase): r.published for r in rows}
+    figures = {(r.setup, r.figure): r.published for r in rows}
     assert figures == {
         ("nemo_rl_grpo_llama3.1-8b_2x8xh100", "step"): 92.8,
         ("nemo_rl_grpo_qwen3-30b-a3b_4x8xh100", "step"): 225.0,
@@ -87,14 +87,14 @@ def test_every_published_setup_is_within_the_ratio_range():
         ("qwen2.5-7b_vllm_batch1_1xa100", "generation"): 24.3,
     }
     for r in rows:
-        low, high = KNOWN_OUT_OF_RANGE.get((r.setup, r.phase), RATIO_RANGE)
-        assert low <= r.ratio <= high, (r.setup, r.phase, r.ratio)
+        low, high = KNOWN_OUT_OF_RANGE.get((r.setup, r.figure), RATIO_RANGE)
+        assert low <= r.ratio <= high, (r.setup, r.figure, r.ratio)
         assert r.memory_ok, (r.setup, "plan over memory with the run's own memory settings")
 
 
 def test_the_framework_rows_fit_in_memory_and_are_reported_whatever_their_ratio():
     rows = validate(sorted(os.path.join(VALIDATION, s + ".yaml") for s, _ in ADDED))
-    assert {(r.setup, r.phase): r.published for r in rows} == ADDED
+    assert {(r.setup, r.figure): r.published for r in rows} == ADDED
     for r in rows:  # DeepSpeed-Chat / OpenRLHF ran them: ZeRO-3 inference makes OPT-30B/8 and OPT-66B/64 fit
         assert r.memory_ok, (r.setup, "plan over memory with the run's own memory settings")
     ratios = sorted(r.ratio for r in rows)  # their median lies within x1.5 either way
@@ -257,7 +257,7 @@ def test_calibrate_flags_a_knob_pressed_against_its_limit_and_refuses_no_knob(ca
 def test_held_out_row_fits_in_memory_and_is_reported_whatever_its_ratio():
     # a published run added after the knobs were set: its ratio is reported, not required in range
     rows = validate([os.path.join(VALIDATION, "nemo_rl_grpo_qwen3-32b_4x8xh100.yaml")])
-    assert [(r.setup, r.phase, r.published) for r in rows] == [("nemo_rl_grpo_qwen3-32b_4x8xh100", "step", 393.0)]
+    assert [(r.setup, r.figure, r.published) for r in rows] == [("nemo_rl_grpo_qwen3-32b_4x8xh100", "step", 393.0)]
     assert rows[0].memory_ok
     # the NeMo RL profile derives its dispatch (~0) instead of the presets' former 5 s per task
     assert rows[0].ratio == pytest.approx(HELD_OUT_RATIO, abs=0.01)
@@ -366,4 +366,5 @@ def test_validate_and_cross_validate_rows_name_their_figure_alike():
     cross = CrossRow("setup", "step", "a publication", "verl", "h100-sxm", 8.0, 10.0, 9.0, True, True)
     assert row.as_dict()["figure"] == cross.as_dict()["figure"] == "step"
     assert "phase" not in row.as_dict() and "phase" not in cross.as_dict()
-    assert row.phase == "step"   # the attribute's deprecated alias
+    with pytest.warns(DeprecationWarning, match=r"ValidationRow\.phase is deprecated; use ValidationRow\.figure"):
+        assert row.phase == "step"   # the attribute's deprecated alias, still the figure
