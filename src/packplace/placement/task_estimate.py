@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from packplace.contract import check_section
 from packplace.errors import ConfigError, show
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
 from packplace.placement.model.cost import CostModel, hardware_table
@@ -49,16 +50,20 @@ from packplace.placement.model.framework import (
     decode_step_overhead,
     dispatch_seconds,
     host_seconds_per_sequence,
+    parse_version,
     trainer_logit_bytes,
     version_defaults,
 )
+from packplace.placement.model.layout_rules import TRAIN, Context, trainer_backend
 from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
+from packplace.placement.model.nemo_rl_releases import release_for
 from packplace.placement.model.pass_memory import pass_memory
-from packplace.placement.model.sequence_packing import pad_multiple, padded_length
+from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
 from packplace.placement.model.training_time import training_overhead_seconds
-from packplace.placement.problem.config import POLICY_FIELDS, _hardware, load_yaml
+from packplace.placement.problem.config import FIRST_PACKING_RELEASE, POLICY_FIELDS, _hardware, load_yaml
 from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.plan import Strategy
 from packplace.placement.problem.workload import Workload
 from packplace.shape import TransformerShape, from_hf_config, shape_from_mapping
 
@@ -224,6 +229,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
              tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None,
+             entropy_coeff: float = 0.0, train_mb_tokens: int | None = None,
              pack_tokens: int | None = None) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
@@ -249,12 +255,24 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         framework_version: The RL framework's release (``"0.3.0"``), as ``policy.framework_version`` of a
             placement config: its vLLM engine generation (the host time per running sequence of every decode
             iteration, :func:`~packplace.placement.model.framework.host_seconds_per_sequence`) and its
-            ``enforce_eager`` default (``enforce_eager`` True overrides it). Unset: the framework's current
-            releases. ``vllm`` (a bare engine) always runs the current (V1) engine.
+            ``enforce_eager`` default (``enforce_eager`` True overrides it); for train and infer the
+            trainer's logit bytes per vocabulary entry per token
+            (:func:`~packplace.placement.model.framework.trainer_logit_bytes`: verl before 0.4 holds the
+            memory model's 10 / 12, from 0.4 on 2 / 4); for NeMo RL with ``pack_tokens`` its release's pad
+            of log-prob packs (:data:`~packplace.placement.model.nemo_rl_releases.NEMO_RL_RELEASES`). Unset:
+            the framework's current releases. ``vllm`` (a bare engine) always runs the current (V1) engine.
+        entropy_coeff: verl's entropy bonus (``actor.entropy_coeff``, ``policy.entropy_coeff`` of a config;
+            train and infer): above 0 the trainer's logits take the memory model's default bytes, as
+            ``place`` prices them (:func:`_logit_bytes`). 0 (default): none.
         pack_tokens: NeMo RL's tokens per pack (``framework="nemo-rl"``; ``train_mb_tokens`` for ``train``,
             ``logprob_mb_tokens`` for ``infer``): the micro-batch priced is the ``⌊pack_tokens/s⌋`` equal
             sequences a pack holds, ``s`` the ``seq_len`` rounded up to the TP multiple
-            (:func:`_packed_micro_batch`; ``micro_batch`` must stay 1).
+            (:func:`_packed_micro_batch`; ``micro_batch`` must stay 1), each pack costing what the step
+            model's packs cost on the trainer backend the strategy runs (:func:`_pack_pricing`): the
+            DTensor workers (no pipeline or expert parallelism) pad a training pack to ``train_mb_tokens``.
+        train_mb_tokens: NeMo RL's training pack (``policy.train_mb_tokens``) for ``task="infer"`` with
+            ``pack_tokens``, needed where the DTensor workers pad log-prob packs to it (``framework_version``
+            0.6 and later); refused where it changes nothing.
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -289,8 +307,12 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
                         ("ep", ep)):
         _check(name, value)
     seq_len, context = _lengths(task, seq_len, context, batch)
+    logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
     if pack_tokens is not None:
         micro_batch, seq_len = _packed_micro_batch(pack_tokens, task, framework, micro_batch, seq_len, tp)
+    elif train_mb_tokens is not None:
+        raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} is the training pack a NeMo RL log-prob pack "
+                          "is padded to; it goes with pack_tokens (task infer); drop it")
     if pp > shape.layers:
         raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
     heads = getattr(shape, "heads", None)
@@ -298,6 +320,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         raise ConfigError(f"tp: {tp} does not divide the model's {heads} attention heads")
     if ep > 1 and (not shape.is_moe or dp % ep):
         raise ConfigError(f"ep: {ep} needs a mixture-of-experts model and must divide dp ({dp})")
+    pack = (_pack_pricing(shape, task, framework_version, int(pack_tokens), train_mb_tokens, micro_batch,
+                          int(seq_len or 0), (dp, pp, tp, ep)) if pack_tokens is not None else None)
     cluster, hw = resolve_hardware(gpu, hardware, tp * pp * dp)
     components = hardware_table(hw, _table(table, hw))  # scaled to the hardware's own datasheet figures
     if components is None:
@@ -307,13 +331,16 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
               "framework": framework, "framework_version": framework_version, "enforce_eager": enforce_eager,
               "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens}
+    inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens,
+                  **(pack.inputs() if pack is not None else {}))
     parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
                         optimizer, tp, pp, dp, ep, framework, enforce_eager,
-                        host_seconds_per_sequence(engine_generation))
-    memory = memory_parts(shape, hw, task, micro_batch=micro_batch, seq_len=seq_len or 0, batch=batch, context=context,
+                        host_seconds_per_sequence(engine_generation), pack)
+    # a padded pack holds its pad's tokens too (SequencePacking.peak_tokens): one row of the priced tokens
+    held = (1, int(pack.tokens)) if pack is not None and pack.padded else (micro_batch, seq_len or 0)
+    memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep, framework=framework,
-                          logit_bytes=trainer_logit_bytes(framework, framework_version) if framework in FRAMEWORKS
-                          else None)
+                          logit_bytes=logit_bytes)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory,
                     components=components.gpu if priced else "knobs", inputs=inputs,
@@ -343,6 +370,107 @@ def _lengths(task: str, seq_len: int | None, context: int | None, batch: int) ->
     if task == "generate" and seq_len is not None and context <= seq_len:
         raise ConfigError(f"context: must exceed seq_len ({seq_len}) for generate (the final length), got {context}")
     return seq_len, context
+
+
+def _logit_bytes(framework: str, framework_version: str | None, task: str,
+                 entropy_coeff: Any) -> tuple[float, float] | None:
+    """``(forward, loss backward)`` logit bytes per vocabulary entry per token of the trainer of ``framework``
+    at ``framework_version`` with verl's entropy bonus ``entropy_coeff``, the rule ``place`` prices a config
+    with (:func:`~packplace.placement.model.framework.trainer_logit_bytes` of ``policy.framework``,
+    ``policy.framework_version`` and ``policy.entropy_coeff > 0``); ``None`` (the memory model's 10 / 12) for
+    bare kernels and a bare vLLM engine. ``entropy_coeff`` is checked as the config's field is
+    (:data:`~packplace.placement.problem.config.POLICY_FIELDS`) and, as there, taken for verl only.
+
+    Raises:
+        ConfigError: ``entropy_coeff: ...`` out of ``[0, 1e6]`` or not a number, above 0 for another framework
+            than verl or for a task that runs no trainer loss (prefill, decode, generate).
+    """
+    coeff = check_section({"entropy_coeff": entropy_coeff}, {"entropy_coeff": POLICY_FIELDS["entropy_coeff"]},
+                          "estimate", label=lambda name: name)["entropy_coeff"]
+    if coeff and framework != "verl":
+        raise ConfigError(f"entropy_coeff: {coeff} is verl's entropy bonus (actor.entropy_coeff), which the model "
+                          f"prices for framework verl only, not {framework}; drop it")
+    if coeff and task not in ("train", "infer"):
+        raise ConfigError(f"entropy_coeff: {coeff} changes the trainer's logits (task train or infer), not task "
+                          f"{task}; drop it")
+    if framework not in FRAMEWORKS or framework == "none":
+        return None
+    return trainer_logit_bytes(framework, framework_version, coeff > 0)
+
+
+@dataclass(frozen=True)
+class _PackPricing:
+    """How the step model prices one of ``estimate``'s equal packs (:func:`_pack_pricing`).
+
+    Attributes:
+        passes: The packs as the step model holds them (:class:`PackedPasses` of one draw of the equal
+            sequences), which a knob-model cost prices its passes with.
+        megatron: The trainer backend the strategy runs is Megatron-Core (else the DTensor workers).
+        tokens: Tokens priced per pack (its pad included); attention: tokens of context per token of its
+            causal attention (each packed sequence attends to itself: ``Σ l² / tokens``).
+        padded: The pack is padded beyond its sequences' tokens.
+    """
+
+    passes: PackedPasses
+    megatron: bool
+    tokens: float
+    attention: float
+    padded: bool
+
+    def inputs(self) -> dict[str, Any]:
+        """The pricing's entries of :attr:`Estimate.inputs`."""
+        return {"pack_backend": "megatron" if self.megatron else "dtensor", "pack_priced_tokens": self.tokens}
+
+
+def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pack_tokens: int,
+                  train_mb_tokens: Any, sequences: int, padded: int,
+                  degrees: tuple[int, int, int, int]) -> _PackPricing:
+    """The step model's price of a pack of ``sequences`` equal sequences of ``padded`` tokens: the
+    trainer backend NeMo RL runs the strategy ``degrees`` = ``(dp, pp, tp, ep)`` on under
+    ``policy.trainer_backend: auto`` (:func:`~packplace.placement.model.layout_rules.trainer_backend`:
+    Megatron-Core with pipeline or expert parallelism, else the DTensor workers), then
+    :meth:`PackedPasses.shape` of one pack per data-parallel rank: the DTensor workers pad a training pack
+    to ``train_mb_tokens`` (``pack_tokens`` itself) and, from release 0.6
+    (:attr:`~packplace.placement.model.nemo_rl_releases.NemoRLRelease.dtensor_pads_logprob_packs`), a
+    log-prob pack too; a Megatron pack runs at its own tokens (with pipeline parallelism at the batch's
+    longest pack, the same one here).
+
+    Raises:
+        ConfigError: ``framework_version`` before NeMo RL's sequence packing (0.3); ``train_mb_tokens`` missing
+            where a log-prob pack is padded to it, given where it changes nothing, or not an integer in the
+            config's range.
+    """
+    dp, pp, tp, ep = degrees
+    if framework_version is not None and parse_version(framework_version) < FIRST_PACKING_RELEASE:
+        raise ConfigError(f"pack_tokens: NeMo RL {framework_version} has no sequence packing (it arrived in 0.3); "
+                          "drop pack_tokens or give a later framework_version")
+    release = release_for("nemo-rl", framework_version)
+    pads_logprob = bool(release is not None and release.dtensor_pads_logprob_packs)
+    ctx = Context("nemo-rl", "grpo", {}, False)
+    megatron = trainer_backend(ctx, {TRAIN: Strategy(dp, pp, tp, ep)}) == "megatron"
+    floor_needed = task == "infer" and pads_logprob and not megatron
+    if task == "train" and train_mb_tokens is not None:
+        raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} with task train: the training pack is "
+                          f"pack_tokens ({pack_tokens}); drop train_mb_tokens")
+    if task == "infer" and train_mb_tokens is None and floor_needed:
+        raise ConfigError(f"train_mb_tokens: needed with task infer and pack_tokens under NeMo RL "
+                          f"{framework_version}: its DTensor workers pad every log-prob pack to train_mb_tokens "
+                          "(the training pack); give it (--train-mb-tokens)")
+    if task == "infer" and train_mb_tokens is not None and not floor_needed:
+        why = ("the Megatron-Core workers (pipeline or expert parallelism) do not pad to it" if megatron else
+               f"NeMo RL {framework_version or 'before 0.6 (framework_version unset: current defaults)'} pads "
+               "training packs only")
+        raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} changes nothing here: {why}; drop it")
+    cap = int(POLICY_FIELDS["train_mb_tokens"].maximum)
+    train = pack_tokens if task == "train" else _check("train_mb_tokens", train_mb_tokens if floor_needed
+                                                       else pack_tokens)
+    if train > cap:
+        raise ConfigError(f"train_mb_tokens: {train} tokens is above {cap}, the most policy.train_mb_tokens takes")
+    packing = SequencePacking(train, pack_tokens, dtensor_pads_every_pass=pads_logprob)
+    passes = PackedPasses(packing, [np.full(sequences * dp, padded, dtype=np.int64)], sequences * dp,
+                          frozenset((shape,)))
+    _, tokens, attention = passes.shape("train" if task == "train" else "logprob", dp, pp, tp, megatron, False, 1)
+    return _PackPricing(passes, megatron, tokens, attention, tokens > sequences * padded)
 
 
 def _engine(framework: str, framework_version: str | None) -> tuple[str | None, bool]:
@@ -395,19 +523,23 @@ def _table(table: ComponentTable | str | Path | None, hw: Hardware) -> Component
 
 
 def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prompt: int, new_tokens: int,
-          framework: str, enforce_eager: bool = False):
+          framework: str, enforce_eager: bool = False, pack: _PackPricing | None = None):
     """The cost model of ``sequences`` sequences of ``prompt`` tokens growing by ``new_tokens`` (its
-    workload: the knob model's prefill length and the tokens a framework's dispatch carries)."""
+    workload: the knob model's prefill length and the tokens a framework's dispatch carries); with ``pack``
+    its passes are NeMo RL's packs (:class:`_PackPricing`), on the backend NeMo RL's rule picks."""
     profile = FRAMEWORKS["none" if framework in ("none", "vllm") else framework]
     workload = Workload(batch_size=sequences, samples_per_prompt=1, context_length=prompt,
                         generation_length=new_tokens)
-    return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile)
+    if pack is None:
+        return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile)
+    return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile,
+                     layout=Context("nemo-rl", "grpo", {}, False), packing=pack.passes)
 
 
 def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: ComponentTable | None, task: str,
                 micro_batch: int, seq_len: int | None, batch: int, context: int, recompute: str, optimizer: str,
                 tp: int, pp: int, dp: int, ep: int, framework: str, eager: bool = False,
-                host_per_sequence: float = 0.0) -> dict[str, float]:
+                host_per_sequence: float = 0.0, pack: _PackPricing | None = None) -> dict[str, float]:
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
     # the workload's sequences, prompt + new tokens: a pass's seq_len; generate's prompt growing to context;
@@ -416,7 +548,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
         prompt, new_tokens = seq_len, context - seq_len
     else:
         prompt, new_tokens = max(1, (context if task == "decode" else seq_len) - 1), 1
-    cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager)
+    cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager, pack)
     cost.components = table   # the knob model's passes (MoE) with the same table as the kernels below
     if table is not None and shape.is_moe:
         table = None
@@ -425,14 +557,14 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     parts: dict[str, float] = {}
     pp_level = cost.group_level(dp * pp * tp, extent)
     if task in ("train", "infer", "prefill"):
-        tokens = micro_batch * seq_len
+        tokens, attention = (pack.tokens, pack.attention) if pack is not None else (micro_batch * seq_len, seq_len)
         train = task == "train"
         if table is not None:
             stages = []
             for i, n in enumerate(layers):
                 last = i == pp - 1
                 params = stage_params(shape, pp)[i] / tp
-                stages.append(pass_times(table, shape, tokens=tokens, seq_len=seq_len, train=train, layers=n,
+                stages.append(pass_times(table, shape, tokens=tokens, seq_len=attention, train=train, layers=n,
                                          head=last, tp=tp, recompute=recompute if train else "none",
                                          master_fp32=train and optimizer == "adam",
                                          optimizer=train and optimizer == "adam", params=params,
@@ -442,7 +574,8 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
         else:   # the knob model: its pass times hold the communication and the pipeline of one micro-batch
             fwd_comm = 2 * max(layers) * cost.tp_allreduce(tokens * d * 2.0, tp, extent) + (
                 cost.p2p(tokens * d * 2.0 / tp, pp_level) if pp > 1 else 0.0)
-            forward = (cost.pass_time(shape, False, dp, pp, tp, micro_batch, extent, ep) if task != "prefill"
+            forward = (cost.pass_time(shape, False, dp, pp, tp, micro_batch, extent, ep,   # a training task's pack
+                                      pack="train" if train else None) if task != "prefill"
                        else cost.prefill_time(shape, tp, micro_batch, micro_batch, ep, extent)) / pp - fwd_comm
             parts["forward"] = max(0.0, forward)
             if train:
@@ -537,9 +670,9 @@ def _packed_micro_batch(pack_tokens: Any, task: str, framework: str, micro_batch
                         tp: int) -> tuple[int, int]:
     """``(sequences per pack, padded tokens per sequence)`` of ``estimate(pack_tokens=...)``: every sequence
     rounded up to the pad multiple (the TP size, :func:`~packplace.placement.model.sequence_packing.pad_multiple`),
-    the equal sequences filling a pack. The pack's own tokens are priced, as a Megatron worker without
-    pipeline parallelism runs it; the DTensor workers' pad of a training pack to ``train_mb_tokens`` is not.
-    Packs of sequences of many lengths: ``packplace place`` / ``validate`` with ``policy.train_mb_tokens``.
+    the equal sequences filling a pack (what a pack costs on its backend, the DTensor pad included:
+    :func:`_pack_pricing`). Packs of sequences of many lengths: ``packplace place`` / ``validate`` with
+    ``policy.train_mb_tokens``.
 
     Raises:
         ConfigError: packs for a task or framework without them, with ``micro_batch`` other than 1, or smaller
@@ -603,15 +736,28 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
                    help="none: bare kernels; otherwise the framework's dispatch and engine overheads")
     p.add_argument("--framework-version", default=None, dest="framework_version", metavar="RELEASE",
-                   help="the RL framework's release (e.g. 0.3.0): its vLLM engine generation (host time per "
-                        "running sequence) and enforce_eager default; default: its current releases")
+                   help="the RL framework's release (e.g. 0.3.0), as policy.framework_version: its vLLM engine "
+                        "generation (host time per running sequence) and enforce_eager default (decode, "
+                        "generate); the trainer's logit bytes (train, infer: verl before 0.4 holds 10/12 bytes "
+                        "per vocabulary entry per token, from 0.4 on 2/4); NeMo RL's pad of log-prob packs "
+                        "(0.6 on, with --pack-tokens); default: its current releases")
+    p.add_argument("--entropy-coeff", type=float, default=None, dest="entropy_coeff", metavar="C",
+                   help="verl's entropy bonus (actor.entropy_coeff, policy.entropy_coeff; train, infer): above 0 "
+                        "the trainer's logits take 10/12 bytes per vocabulary entry per token at every release, "
+                        "as place prices them; default 0")
     p.add_argument("--pack-tokens", type=int, default=None, dest="pack_tokens", metavar="T",
                    help="NeMo RL's sequence packing (--framework nemo-rl; train: train_mb_tokens, infer: "
                         "logprob_mb_tokens): every --seq-len sequence rounded up to the TP multiple, a pack holds "
                         "floor(T / that) of them, the micro-batch priced (not with --micro-batch). All sequences "
-                        "are equal here and a pack's own tokens are priced (the DTensor pad of a training pack "
-                        "to train_mb_tokens is not); without it estimate prices --micro-batch sequences, never "
-                        "packs. Packs of sequences of many lengths: packplace place with policy.train_mb_tokens")
+                        "are equal here. The pack is priced as the step model prices it on NeMo RL's backend for "
+                        "the strategy: the DTensor workers (no --pp, --ep) pad a training pack to T (and from "
+                        "--framework-version 0.6 a log-prob pack to --train-mb-tokens); the Megatron workers "
+                        "(--pp or --ep above 1) run its own tokens. Without it estimate prices --micro-batch "
+                        "sequences, never packs. Packs of sequences of many lengths: packplace place with "
+                        "policy.train_mb_tokens")
+    p.add_argument("--train-mb-tokens", type=int, default=None, dest="train_mb_tokens", metavar="T",
+                   help="NeMo RL's training pack (train_mb_tokens) with --task infer --pack-tokens, where the "
+                        "DTensor workers pad each log-prob pack to it (--framework-version 0.6 and later)")
     p.add_argument("--enforce-eager", action="store_true", dest="enforce_eager",
                    help="decode without CUDA graphs (vLLM's enforce_eager): every decode iteration issues each "
                         "kernel from the host (decode, generate)")
@@ -663,15 +809,18 @@ def format_estimate(result: Estimate) -> str:
 #: ``estimate`` flags that mean nothing for a task (``--flag``: attribute), refused when given so that a flag
 #: never looks applied when it is not.
 IGNORED_FLAGS = {
-    "train": ("--batch", "--context", "--framework-version"),
-    "infer": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version"),
-    "prefill": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version", "--pack-tokens"),
-    "decode": ("--micro-batch", "--seq-len", "--recompute", "--optimizer", "--pack-tokens"),
-    "generate": ("--micro-batch", "--recompute", "--optimizer", "--pack-tokens"),
+    "train": ("--batch", "--context", "--train-mb-tokens"),
+    "infer": ("--batch", "--context", "--recompute", "--optimizer"),
+    "prefill": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version", "--pack-tokens",
+                "--entropy-coeff", "--train-mb-tokens"),
+    "decode": ("--micro-batch", "--seq-len", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
+               "--train-mb-tokens"),
+    "generate": ("--micro-batch", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
+                 "--train-mb-tokens"),
 }
 #: Defaults of the flags of :data:`IGNORED_FLAGS` (``None`` on the parser, so a given flag is told apart);
 #: ``--seq-len`` stays ``None`` for :func:`estimate` to resolve (:data:`DEFAULT_SEQ_LEN`; none for decode).
-_FLAG_DEFAULTS = {"micro_batch": 1, "batch": 1, "recompute": "none", "optimizer": "adam"}
+_FLAG_DEFAULTS = {"micro_batch": 1, "batch": 1, "recompute": "none", "optimizer": "adam", "entropy_coeff": 0.0}
 
 
 def _task_flags(args: Any) -> None:
@@ -703,7 +852,8 @@ def run_estimate(args) -> int:
                       batch=args.batch, context=_cli_context(args), recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
                       hardware=_overrides(args.hw), table=args.table, enforce_eager=args.enforce_eager,
-                      framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None))
+                      framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None),
+                      entropy_coeff=args.entropy_coeff, train_mb_tokens=args.train_mb_tokens)
     print(format_estimate(result))
     args.json_document = result.as_dict()
     return 0
