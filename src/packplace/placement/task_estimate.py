@@ -57,10 +57,10 @@ from packplace.placement.model.framework import (
 from packplace.placement.model.layout_rules import TRAIN, Context, trainer_backend
 from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
 from packplace.placement.model.nemo_rl_releases import release_for
-from packplace.placement.model.pass_memory import pass_memory
+from packplace.placement.model.pass_memory import pass_memory, uses_autocast
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
 from packplace.placement.model.training_time import training_overhead_seconds
-from packplace.placement.problem.config import FIRST_PACKING_RELEASE, POLICY_FIELDS, _hardware, load_yaml
+from packplace.placement.problem.config import FIRST_PACKING_RELEASE, POLICY_FIELDS, _hardware, _model, load_yaml
 from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
@@ -73,6 +73,10 @@ TASKS = ("train", "infer", "prefill", "decode", "generate")
 RECOMPUTE = ("none", "selective", "full")
 #: Optimizer settings: fp32 master weights and AdamW, or none (bf16 forward + backward only).
 OPTIMIZERS = ("adam", "none")
+#: Training-state sharding ``estimate`` prices (``training.<role>.sharding`` of a config): none (every rank
+#: holds all of it), ``zero1`` (the optimizer state over ``dp``; a config's default), ``zero2`` (and the
+#: gradients). ``zero3`` (the weights too) is refused: its per-micro-batch gathers are ``place``'s.
+SHARDINGS = ("none", "zero1", "zero2")
 #: Preset model shapes (``--model NAME``): the Hugging Face ``config.json`` fields of each model.
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "qwen2.5-0.5b": {"model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896, "intermediate_size": 4864,
@@ -99,6 +103,10 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-8b": {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096, "intermediate_size": 12288,
                  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
                  "tie_word_embeddings": False},
+    # huggingface.co/meta-llama/Llama-3.1-70B config.json (the actor of configs/placement/ppo_llama3.1-70b_*)
+    "llama3.1-70b": {"model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192, "intermediate_size": 28672,
+                     "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256,
+                     "tie_word_embeddings": False},
 }
 #: Frameworks of ``--framework``: ``none`` (bare kernels) or a placement framework profile; ``vllm`` is a
 #: bare vLLM engine (the placement profile ``none``: its per-step overhead, no RL framework around it).
@@ -148,9 +156,10 @@ class Estimate:
 
 def resolve_model(spec: Any) -> TransformerShape:
     """A model shape from a :class:`~packplace.shape.TransformerShape`, a mapping of shape fields (Hugging
-    Face or packplace names), a preset name (:data:`MODEL_PRESETS`), a Hugging Face ``config.json`` path or
+    Face or packplace names), a preset name (:data:`MODEL_PRESETS`), a Hugging Face ``config.json`` path,
     a YAML file holding one model entry (shape fields, ``{hf_config: path}``, or either under a ``model``
-    key).
+    key) or ``CONFIG.yaml:ROLE``, the model ``models.ROLE`` of a placement config read as the config reads it
+    (:func:`_config_model`: a critic or reward model with its scalar value head).
 
     Raises:
         ConfigError: an unknown name, an unreadable file or an invalid shape, naming it.
@@ -166,12 +175,16 @@ def resolve_model(spec: Any) -> TransformerShape:
     name = str(spec)
     if name in MODEL_PRESETS:
         return from_hf_config(MODEL_PRESETS[name])
+    config, sep, role = name.rpartition(":")
+    if sep and Path(config).suffix in (".yaml", ".yml") and not Path(name).exists():
+        return _config_model(config, role)
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
         doc = load_yaml(path)
         if isinstance(doc, Mapping) and isinstance(doc.get("models"), Mapping) and "model" not in doc:
-            raise ConfigError(f"model: {name!r} is a placement config; give one model entry (a YAML file of one "
-                              f"of its models: {', '.join(map(str, doc['models']))}), a config.json or a preset")
+            roles = ", ".join(map(str, doc["models"]))
+            raise ConfigError(f"model: {name!r} is a placement config; name one of its models ({roles}) as "
+                              f"{name}:ROLE, or give a model entry, a config.json or a preset")
         entry = doc.get("model", doc) if isinstance(doc, Mapping) else doc
         if isinstance(entry, Mapping) and "hf_config" in entry and not Path(str(entry["hf_config"])).is_absolute():
             entry = {"hf_config": str(path.parent / str(entry["hf_config"]))}
@@ -180,6 +193,29 @@ def resolve_model(spec: Any) -> TransformerShape:
         return from_hf_config(path)
     raise ConfigError(f"model: {name!r} is neither a preset ({', '.join(MODEL_PRESETS)}) nor a config.json or "
                       f"YAML file")
+
+
+def _config_model(config: str, role: str) -> TransformerShape:
+    """``models.<role>`` of the placement config ``config`` (``--model CONFIG.yaml:ROLE``), read by the config's
+    own reader (:func:`~packplace.placement.problem.config._model`: shape fields or ``hf_config`` relative to
+    the config; a critic or reward model with its scalar value head).
+
+    Raises:
+        ConfigError: ``model: ...`` naming the file and the role: no ``models`` section, an unknown role
+            (listing the config's), a rule reward (no model), or the config's own error for the entry.
+    """
+    doc = load_yaml(config)
+    models = doc.get("models") if isinstance(doc, Mapping) else None
+    if not isinstance(models, Mapping):
+        raise ConfigError(f"model: {config!r} has no models section; CONFIG.yaml:ROLE names a model of a placement "
+                          "config")
+    if role not in models:
+        raise ConfigError(f"model: {config!r} has no model {role!r}; its models: {', '.join(map(str, models))}")
+    entry = models[role]
+    if entry == "rule" or (isinstance(entry, Mapping) and entry.get("kind") == "rule"):
+        raise ConfigError(f"model: {config}:{role} is a rule reward (a function, not a model); name another of its "
+                          f"models: {', '.join(str(m) for m in models if m != role)}")
+    return _model(role, entry, config)
 
 
 #: ``[hardware]`` fields ``estimate`` sets itself: the preset (``gpu``) and the cluster's size, which holds
@@ -230,6 +266,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None,
              entropy_coeff: float = 0.0, train_mb_tokens: int | None = None,
+             sharding: str = "none",
              pack_tokens: int | None = None) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
@@ -245,6 +282,11 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
             ``context`` unset: :data:`GENERATE_NEW_TOKENS` cached tokens (decode), the prompt plus as many
             (generate).
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`.
+        sharding: :data:`SHARDINGS` (train): ``none`` (default) is a bare PyTorch loop's layout, fp32 master
+            weights under bf16 autocast, every rank holding all of the state; ``zero1`` / ``zero2`` the ZeRO
+            mixed-precision layout ``place`` prices (``training.<role>.sharding``, default ``zero1``): bf16
+            weights, the optimizer state (and with ``zero2`` the gradients) split over the ``dp`` ranks, each
+            rank's AdamW step over its ``1/dp`` share.
         tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees.
         framework: :data:`ESTIMATE_FRAMEWORKS`.
         table: A component table (object, JSON path, ``"none"`` for the knob model); default: the
@@ -287,6 +329,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         raise ConfigError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {show(recompute)}")
     if optimizer not in OPTIMIZERS:
         raise ConfigError(f"optimizer: must be one of {', '.join(OPTIMIZERS)}, got {show(optimizer)}")
+    _check_sharding(sharding, task)
     if framework not in ESTIMATE_FRAMEWORKS:
         raise ConfigError(f"framework: must be one of {', '.join(ESTIMATE_FRAMEWORKS)}, got {show(framework)}")
     if not isinstance(enforce_eager, bool):
@@ -331,16 +374,18 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
               "framework": framework, "framework_version": framework_version, "enforce_eager": enforce_eager,
               "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens}
-    inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens,
+    inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens, sharding=sharding,
                   **(pack.inputs() if pack is not None else {}))
     parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
                         optimizer, tp, pp, dp, ep, framework, enforce_eager,
-                        host_seconds_per_sequence(engine_generation), pack)
+                        host_seconds_per_sequence(engine_generation), pack,
+                        sharding=sharding)
     # a padded pack holds its pad's tokens too (SequencePacking.peak_tokens): one row of the priced tokens
     held = (1, int(pack.tokens)) if pack is not None and pack.padded else (micro_batch, seq_len or 0)
     memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep, framework=framework,
-                          logit_bytes=logit_bytes)
+                          logit_bytes=logit_bytes,
+                          sharding=sharding)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory,
                     components=components.gpu if priced else "knobs", inputs=inputs,
@@ -370,6 +415,23 @@ def _lengths(task: str, seq_len: int | None, context: int | None, batch: int) ->
     if task == "generate" and seq_len is not None and context <= seq_len:
         raise ConfigError(f"context: must exceed seq_len ({seq_len}) for generate (the final length), got {context}")
     return seq_len, context
+
+
+def _check_sharding(sharding: Any, task: str) -> None:
+    """``sharding`` is one of :data:`SHARDINGS`, and other than ``none`` only for ``train``.
+
+    Raises:
+        ConfigError: ``sharding: ...`` naming the value: ``zero3`` (``place`` prices it), an unknown one, or
+            a sharding for a task that keeps no training state.
+    """
+    if sharding == "zero3":
+        raise ConfigError("sharding: zero3 gathers every layer's weights per micro-batch, which estimate does not "
+                          "price; give none, zero1 or zero2, or plan with packplace place (training.<role>.sharding: "
+                          "zero3)")
+    if sharding not in SHARDINGS:
+        raise ConfigError(f"sharding: must be one of {', '.join(SHARDINGS)}, got {show(sharding)}")
+    if sharding != "none" and task != "train":
+        raise ConfigError(f"sharding: {sharding} splits the training state; task {task} holds none (drop it)")
 
 
 def _logit_bytes(framework: str, framework_version: str | None, task: str,
@@ -539,7 +601,8 @@ def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prom
 def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: ComponentTable | None, task: str,
                 micro_batch: int, seq_len: int | None, batch: int, context: int, recompute: str, optimizer: str,
                 tp: int, pp: int, dp: int, ep: int, framework: str, eager: bool = False,
-                host_per_sequence: float = 0.0, pack: _PackPricing | None = None) -> dict[str, float]:
+                host_per_sequence: float = 0.0, pack: _PackPricing | None = None,
+                sharding: str = "none") -> dict[str, float]:
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
     # the workload's sequences, prompt + new tokens: a pass's seq_len; generate's prompt growing to context;
@@ -563,10 +626,10 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
             stages = []
             for i, n in enumerate(layers):
                 last = i == pp - 1
-                params = stage_params(shape, pp)[i] / tp
+                params = stage_params(shape, pp)[i] / tp / (dp if sharding != "none" else 1)  # AdamW's share
                 stages.append(pass_times(table, shape, tokens=tokens, seq_len=attention, train=train, layers=n,
                                          head=last, tp=tp, recompute=recompute if train else "none",
-                                         master_fp32=train and optimizer == "adam",
+                                         master_fp32=train and uses_autocast(optimizer, sharding),
                                          optimizer=train and optimizer == "adam", params=params,
                                          logits="last" if task == "prefill" else "all"))
             worst = max(stages, key=lambda t: t.total)
@@ -650,18 +713,21 @@ def _decode_comm(cost, shape: ModelSpec, running: float, tp: int, pp: int, exten
 
 def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int, seq_len: int, batch: int,
                  context: int, recompute: str, optimizer: str, tp: int, pp: int, dp: int, ep: int,
-                 framework: str = "none", logit_bytes: tuple[float, float] | None = None) -> dict[str, float]:
+                 framework: str = "none", logit_bytes: tuple[float, float] | None = None,
+                 sharding: str = "none") -> dict[str, float]:
     """Peak bytes per GPU and its parts (:data:`MEMORY_PARTS`): the one adapter between ``estimate`` and the
     memory model, :func:`packplace.placement.model.pass_memory.pass_memory` (the pass's worst pipeline stage at
     its peak phase). ``micro_batch`` sequences of ``seq_len`` for train / infer / prefill; ``batch``
     sequences of ``context`` tokens for decode and generate. ``hw`` is not used by the memory model (the
     caller compares ``peak_bytes`` with ``hw.memory_per_gpu``). ``logit_bytes``: the framework's logit bytes
-    (:func:`~packplace.placement.model.framework.trainer_logit_bytes`)."""
+    (:func:`~packplace.placement.model.framework.trainer_logit_bytes`); ``sharding``: the training state's
+    (:data:`SHARDINGS`)."""
     engine = task in ("decode", "generate")
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
                          seq_len=seq_len, context=context if engine else 0, recompute=recompute,
                          optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep,
-                         framework="none" if framework == "vllm" else framework, logit_bytes=logit_bytes)
+                         framework="none" if framework == "vllm" else framework, logit_bytes=logit_bytes,
+                         sharding=sharding)
     return {"peak_bytes": result.peak_bytes, **{name: getattr(result, name) for name in MEMORY_PARTS}}
 
 
@@ -728,6 +794,11 @@ def register_estimate(subparsers) -> None:
                    help="cached tokens per sequence (decode; default 2048); final tokens per sequence (generate; "
                         "default the prompt's --seq-len + 2048)")
     p.add_argument("--recompute", default=None, choices=RECOMPUTE, help="train only; default none")
+    p.add_argument("--sharding", default=None, metavar="{" + ",".join(SHARDINGS) + "}",
+                   help="train only: none (default): every data-parallel rank holds all of the training state, "
+                        "fp32 master weights under bf16 autocast (a bare PyTorch loop); zero1: the ZeRO "
+                        "mixed-precision layout place prices by default (training.<role>.sharding), bf16 weights, "
+                        "the optimizer state split over --dp; zero2: and the gradients")
     p.add_argument("--optimizer", default=None, choices=OPTIMIZERS,
                    help="train only: adam (default): fp32 master weights + AdamW step; none: bf16 forward + "
                         "backward only")
@@ -810,17 +881,18 @@ def format_estimate(result: Estimate) -> str:
 #: never looks applied when it is not.
 IGNORED_FLAGS = {
     "train": ("--batch", "--context", "--train-mb-tokens"),
-    "infer": ("--batch", "--context", "--recompute", "--optimizer"),
+    "infer": ("--batch", "--context", "--recompute", "--optimizer", "--sharding"),
     "prefill": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version", "--pack-tokens",
-                "--entropy-coeff", "--train-mb-tokens"),
+                "--entropy-coeff", "--train-mb-tokens", "--sharding"),
     "decode": ("--micro-batch", "--seq-len", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
-               "--train-mb-tokens"),
+               "--train-mb-tokens", "--sharding"),
     "generate": ("--micro-batch", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
-                 "--train-mb-tokens"),
+                 "--train-mb-tokens", "--sharding"),
 }
 #: Defaults of the flags of :data:`IGNORED_FLAGS` (``None`` on the parser, so a given flag is told apart);
 #: ``--seq-len`` stays ``None`` for :func:`estimate` to resolve (:data:`DEFAULT_SEQ_LEN`; none for decode).
-_FLAG_DEFAULTS = {"micro_batch": 1, "batch": 1, "recompute": "none", "optimizer": "adam", "entropy_coeff": 0.0}
+_FLAG_DEFAULTS = {"micro_batch": 1, "batch": 1, "recompute": "none", "optimizer": "adam", "entropy_coeff": 0.0,
+                  "sharding": "none"}
 
 
 def _task_flags(args: Any) -> None:
@@ -853,7 +925,8 @@ def run_estimate(args) -> int:
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
                       hardware=_overrides(args.hw), table=args.table, enforce_eager=args.enforce_eager,
                       framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None),
-                      entropy_coeff=args.entropy_coeff, train_mb_tokens=args.train_mb_tokens)
+                      entropy_coeff=args.entropy_coeff, train_mb_tokens=args.train_mb_tokens,
+                      sharding=args.sharding)
     print(format_estimate(result))
     args.json_document = result.as_dict()
     return 0
