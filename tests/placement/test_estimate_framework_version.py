@@ -152,3 +152,11 @@ def test_pack_settings_that_do_not_apply_are_refused(task, kwargs, message):
 def test_train_mb_tokens_without_packs_is_refused():
     with pytest.raises(ConfigError, match="train_mb_tokens: 8192 is the training pack .* goes with pack_tokens"):
         estimate("llama3.1-8b", "h100-sxm", "infer", framework="nemo-rl", train_mb_tokens=8192)
+
+
+def test_text_output_says_how_a_pack_was_priced():
+    from packplace.placement.task_estimate import format_estimate
+    assert "pack: 7 sequences of 1026 tokens (7182) on NeMo RL's DTensor workers: padded to 8192 tokens" in \
+        format_estimate(_packed("train")).splitlines()
+    assert "pack: 7 sequences of 1026 tokens (7182) on NeMo RL's Megatron-Core workers: its own tokens, no pad" in \
+        format_estimate(_packed("train", pp=2)).splitlines()

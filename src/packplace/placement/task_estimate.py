@@ -863,6 +863,14 @@ def _overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def _pack_line(inputs: Mapping[str, Any]) -> str:
+    """The text line of a packed estimate: the pack's sequences and tokens, and the tokens priced."""
+    n, length, priced = inputs["micro_batch"], inputs["seq_len"], inputs["pack_priced_tokens"]
+    backend = "Megatron-Core" if inputs["pack_backend"] == "megatron" else "DTensor"
+    pad = f"padded to {priced:.0f} tokens" if priced > n * length else "its own tokens, no pad"
+    return f"pack: {n} sequences of {length} tokens ({n * length}) on NeMo RL's {backend} workers: {pad}"
+
+
 def format_estimate(result: Estimate) -> str:
     """The estimate as text: the time and its parts, the peak memory and its parts."""
     GB = 1e9
@@ -870,6 +878,8 @@ def format_estimate(result: Estimate) -> str:
     if result.components_derivation:
         lines.append(f"  ({result.components} table {result.components_derivation})")
     lines += [f"  {name:<14} {seconds:.4f} s" for name, seconds in result.parts.items()]
+    if "pack_backend" in result.inputs:
+        lines.append(_pack_line(result.inputs))
     verdict = "fits" if result.fits else "does NOT fit"
     lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({verdict} in "
                  f"{result.capacity_bytes / GB:.2f} GB)")
