@@ -282,11 +282,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
             ``context`` unset: :data:`GENERATE_NEW_TOKENS` cached tokens (decode), the prompt plus as many
             (generate).
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`.
-        sharding: :data:`SHARDINGS` (train): ``none`` (default) is a bare PyTorch loop's layout, fp32 master
-            weights under bf16 autocast, every rank holding all of the state; ``zero1`` / ``zero2`` the ZeRO
-            mixed-precision layout ``place`` prices (``training.<role>.sharding``, default ``zero1``): bf16
-            weights, the optimizer state (and with ``zero2`` the gradients) split over the ``dp`` ranks, each
-            rank's AdamW step over its ``1/dp`` share.
+        sharding: :data:`SHARDINGS` (train): ``none`` (default) a bare PyTorch loop's layout (fp32 master weights
+            under autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
         tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees.
         framework: :data:`ESTIMATE_FRAMEWORKS`.
         table: A component table (object, JSON path, ``"none"`` for the knob model); default: the
@@ -297,24 +294,17 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         framework_version: The RL framework's release (``"0.3.0"``), as ``policy.framework_version`` of a
             placement config: its vLLM engine generation (the host time per running sequence of every decode
             iteration, :func:`~packplace.placement.model.framework.host_seconds_per_sequence`) and its
-            ``enforce_eager`` default (``enforce_eager`` True overrides it); for train and infer the
-            trainer's logit bytes per vocabulary entry per token
-            (:func:`~packplace.placement.model.framework.trainer_logit_bytes`: verl before 0.4 holds the
-            memory model's 10 / 12, from 0.4 on 2 / 4); for NeMo RL with ``pack_tokens`` its release's pad
-            of log-prob packs (:data:`~packplace.placement.model.nemo_rl_releases.NEMO_RL_RELEASES`). Unset:
-            the framework's current releases. ``vllm`` (a bare engine) always runs the current (V1) engine.
-        entropy_coeff: verl's entropy bonus (``actor.entropy_coeff``, ``policy.entropy_coeff`` of a config;
-            train and infer): above 0 the trainer's logits take the memory model's default bytes, as
-            ``place`` prices them (:func:`_logit_bytes`). 0 (default): none.
+            ``enforce_eager`` default (``enforce_eager`` True overrides it); train and infer: the trainer's
+            logit bytes (:func:`_logit_bytes`); with ``pack_tokens`` the release's pad of log-prob packs
+            (:func:`_pack_pricing`). Unset: the current releases. ``vllm`` always runs the current (V1) engine.
+        entropy_coeff: verl's entropy bonus (``policy.entropy_coeff``; train, infer; :func:`_logit_bytes`).
         pack_tokens: NeMo RL's tokens per pack (``framework="nemo-rl"``; ``train_mb_tokens`` for ``train``,
             ``logprob_mb_tokens`` for ``infer``): the micro-batch priced is the ``⌊pack_tokens/s⌋`` equal
             sequences a pack holds, ``s`` the ``seq_len`` rounded up to the TP multiple
-            (:func:`_packed_micro_batch`; ``micro_batch`` must stay 1), each pack costing what the step
-            model's packs cost on the trainer backend the strategy runs (:func:`_pack_pricing`): the
-            DTensor workers (no pipeline or expert parallelism) pad a training pack to ``train_mb_tokens``.
-        train_mb_tokens: NeMo RL's training pack (``policy.train_mb_tokens``) for ``task="infer"`` with
-            ``pack_tokens``, needed where the DTensor workers pad log-prob packs to it (``framework_version``
-            0.6 and later); refused where it changes nothing.
+            (:func:`_packed_micro_batch`; ``micro_batch`` must stay 1), priced as the step model prices
+            a pack on the strategy's trainer backend, the DTensor pad included (:func:`_pack_pricing`).
+        train_mb_tokens: NeMo RL's training pack for ``task="infer"`` with ``pack_tokens`` where log-prob packs
+            are padded to it (:func:`_pack_pricing`).
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -323,27 +313,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         ConfigError: an invalid argument, naming it and its value.
     """
     shape = resolve_model(model)
-    if task not in TASKS:
-        raise ConfigError(f"task: must be one of {', '.join(TASKS)}, got {show(task)}")
-    if recompute not in RECOMPUTE:
-        raise ConfigError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {show(recompute)}")
-    if optimizer not in OPTIMIZERS:
-        raise ConfigError(f"optimizer: must be one of {', '.join(OPTIMIZERS)}, got {show(optimizer)}")
+    _check_settings(task, recompute, optimizer, framework, enforce_eager)
     _check_sharding(sharding, task)
-    if framework not in ESTIMATE_FRAMEWORKS:
-        raise ConfigError(f"framework: must be one of {', '.join(ESTIMATE_FRAMEWORKS)}, got {show(framework)}")
-    if not isinstance(enforce_eager, bool):
-        raise ConfigError(f"enforce_eager: must be true or false, got {show(enforce_eager)}")
-    if task == "train" and framework == "vllm":
-        raise ConfigError("framework: vllm is an inference engine and does not train; for task train use none "
-                          f"or an RL framework ({', '.join(f for f in ESTIMATE_FRAMEWORKS if f != 'vllm')})")
-    if task == "train" and enforce_eager:
-        raise ConfigError("enforce_eager: a vLLM decode setting (no CUDA graphs); task train runs no vLLM engine")
-    if task in ("infer", "prefill") and enforce_eager:   # vLLM captures CUDA graphs for decode batches only
-        raise ConfigError(f"enforce_eager: a vLLM decode setting (no CUDA graphs); task {task} decodes nothing")
-    if enforce_eager and FRAMEWORKS.get(framework, FRAMEWORKS["none"]).enforce_eager is None:
-        raise ConfigError(f"enforce_eager: a vLLM setting; the {framework} framework generates with its own "
-                          "engine, whose eager kernel launches are inside its per-step overhead")
     engine_generation, version_eager = _engine(framework, framework_version)
     enforce_eager = enforce_eager or (version_eager and task in ("decode", "generate"))
     for name, value in (("micro_batch", micro_batch), ("batch", batch), ("tp", tp), ("pp", pp), ("dp", dp),
@@ -356,13 +327,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     elif train_mb_tokens is not None:
         raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} is the training pack a NeMo RL log-prob pack "
                           "is padded to; it goes with pack_tokens (task infer); drop it")
-    if pp > shape.layers:
-        raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
-    heads = getattr(shape, "heads", None)
-    if isinstance(heads, int) and heads % tp:  # Megatron and vLLM split the query heads evenly over TP ranks
-        raise ConfigError(f"tp: {tp} does not divide the model's {heads} attention heads")
-    if ep > 1 and (not shape.is_moe or dp % ep):
-        raise ConfigError(f"ep: {ep} needs a mixture-of-experts model and must divide dp ({dp})")
+    _check_strategy(shape, tp, pp, dp, ep)
     pack = (_pack_pricing(shape, task, framework_version, int(pack_tokens), train_mb_tokens, micro_batch,
                           int(seq_len or 0), (dp, pp, tp, ep)) if pack_tokens is not None else None)
     cluster, hw = resolve_hardware(gpu, hardware, tp * pp * dp)
@@ -415,6 +380,50 @@ def _lengths(task: str, seq_len: int | None, context: int | None, batch: int) ->
     if task == "generate" and seq_len is not None and context <= seq_len:
         raise ConfigError(f"context: must exceed seq_len ({seq_len}) for generate (the final length), got {context}")
     return seq_len, context
+
+
+def _check_settings(task: str, recompute: str, optimizer: str, framework: str, enforce_eager: Any) -> None:
+    """The task's settings of :func:`estimate`: the enumerations and where vLLM's ``enforce_eager`` applies.
+
+    Raises:
+        ConfigError: naming the field and the value.
+    """
+    if task not in TASKS:
+        raise ConfigError(f"task: must be one of {', '.join(TASKS)}, got {show(task)}")
+    if recompute not in RECOMPUTE:
+        raise ConfigError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {show(recompute)}")
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"optimizer: must be one of {', '.join(OPTIMIZERS)}, got {show(optimizer)}")
+    if framework not in ESTIMATE_FRAMEWORKS:
+        raise ConfigError(f"framework: must be one of {', '.join(ESTIMATE_FRAMEWORKS)}, got {show(framework)}")
+    if not isinstance(enforce_eager, bool):
+        raise ConfigError(f"enforce_eager: must be true or false, got {show(enforce_eager)}")
+    if task == "train" and framework == "vllm":
+        raise ConfigError("framework: vllm is an inference engine and does not train; for task train use none "
+                          f"or an RL framework ({', '.join(f for f in ESTIMATE_FRAMEWORKS if f != 'vllm')})")
+    if task == "train" and enforce_eager:
+        raise ConfigError("enforce_eager: a vLLM decode setting (no CUDA graphs); task train runs no vLLM engine")
+    if task in ("infer", "prefill") and enforce_eager:   # vLLM captures CUDA graphs for decode batches only
+        raise ConfigError(f"enforce_eager: a vLLM decode setting (no CUDA graphs); task {task} decodes nothing")
+    if enforce_eager and FRAMEWORKS.get(framework, FRAMEWORKS["none"]).enforce_eager is None:
+        raise ConfigError(f"enforce_eager: a vLLM setting; the {framework} framework generates with its own "
+                          "engine, whose eager kernel launches are inside its per-step overhead")
+
+
+def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int) -> None:
+    """The strategy fits the model: ``pp`` at most its layers, ``tp`` dividing its attention heads (Megatron
+    and vLLM split the query heads evenly over TP ranks), ``ep`` only for a mixture of experts, dividing ``dp``.
+
+    Raises:
+        ConfigError: naming the degree and the model's figure.
+    """
+    if pp > shape.layers:
+        raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
+    heads = getattr(shape, "heads", None)
+    if isinstance(heads, int) and heads % tp:
+        raise ConfigError(f"tp: {tp} does not divide the model's {heads} attention heads")
+    if ep > 1 and (not shape.is_moe or dp % ep):
+        raise ConfigError(f"ep: {ep} needs a mixture-of-experts model and must divide dp ({dp})")
 
 
 def _check_sharding(sharding: Any, task: str) -> None:
