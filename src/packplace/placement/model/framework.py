@@ -561,12 +561,15 @@ def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     ``(dp − 1)·(α + n/dp·β)`` at the slowest level of the group (Thakur et al. 2005), its ranks on each
     node driving their own network cards (:meth:`~packplace.placement.model.cost.CostModel.link`). Not
     overlapped with compute: DeepSpeed-Chat's and OpenRLHF's eval configs prefetch
-    ``stage3_prefetch_bucket_size`` 3e7 parameters, less than one layer of a 1B+ model. 0 for ``dp = 1``."""
+    ``stage3_prefetch_bucket_size`` 3e7 parameters, less than one layer of a 1B+ model. Hybrid sharding
+    (verl's ``fsdp_size``, :meth:`~packplace.placement.model.cost.CostModel.shard_ranks` below ``dp``): the
+    ring runs inside each shard group of ``f`` consecutive ranks, ``(f − 1)·(α + n/f·β)`` at that group's
+    level (:meth:`~packplace.placement.model.cost.CostModel.hybrid_shard_seconds`). 0 for ``dp = 1``."""
     if dp <= 1:
         return 0.0
     nbytes = 2.0 * max(stage_params(model, pp)) / tp
-    alpha, beta = cost.link(cost.group_level(tp * dp, extent), cost.ranks_per_node(dp, tp, extent))
-    return passes * (dp - 1) * (alpha + nbytes / dp * beta)
+    gather, _ = cost.hybrid_shard_seconds(nbytes, 0.0, dp, cost.shard_ranks(model, dp), tp, extent)
+    return passes * gather
 
 
 def exposed_gather_seconds(gather: float, compute: float, layers: int) -> float:
