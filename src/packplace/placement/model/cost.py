@@ -470,7 +470,7 @@ class CostModel:
         DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv 2309.14509, §3.1-3.2) redistributes the query, key and
         value projections from sequence-sharded to head-sharded by an all-to-all before the attention and the
         attention output back after it. verl's ``_ulysses_flash_attention_forward``
-        (``verl/models/transformers/monkey_patch.py`` at ``b25bb7d4f`` lines 49-118, the same in v0.3-v0.7)
+        (``verl/models/transformers/monkey_patch.py`` at ``b25bb7d4f`` lines 49-117, the same in v0.3-v0.7)
         repeats the KV heads to ``max(u // kv_heads, 1)`` copies (line 88: GQA with fewer KV heads than
         ``u``), runs ``gather_seq_scatter_heads`` on q, k and v (lines 93-95), an ``all_gather`` of the int64
         position ids (line 103) and ``gather_heads_scatter_seq`` on the output (line 115); each is
@@ -741,10 +741,7 @@ class CostModel:
         the recomputed forward of full recomputation runs the training packs), the attention at
         :meth:`attention_length`: the packs' ``Σ l²``, each sequence attending to itself.
 
-        verl's Ulysses sequence parallelism (:meth:`ulysses_size` above 1: the actor's and reference's passes
-        under verl's dynamic batch size) adds per layer :meth:`ulysses_layer_seconds` (the attention's
-        all-to-alls, forward and, in training, backward) and per micro-batch :meth:`ulysses_output_seconds`
-        (the log-probs gathered with the head); the ``tokens`` of a micro-batch are already each GPU's slice.
+        verl's Ulysses (:meth:`ulysses_size`): :meth:`ulysses_layer_seconds` per layer, :meth:`ulysses_output_seconds`.
 
         ``include_update=False`` leaves out that end-of-step part (gradient all-reduce, Adam, tied
         embedding): the forward and backward passes alone, which ZeRO-3's per-micro-batch collectives
@@ -783,10 +780,8 @@ class CostModel:
         if ep > 1 and model.is_moe:
             comm += ((2 if train else 1) * model.moe_layers * self.moe_alltoall(model, tokens, tp, ep, extent)
                      / model.layers)
-        ulysses = self.ulysses_size(model)
-        if ulysses > 1:   # verl's Ulysses attention: all-to-alls per layer, log-probs gathered per micro-batch
-            comm += self.ulysses_layer_seconds(model, tokens, ulysses, extent, backward=train)
-            head += self.ulysses_output_seconds(tokens, ulysses, extent)
+        comm += self.ulysses_layer_seconds(model, tokens, self.ulysses_size(model), extent, backward=train)
+        head += self.ulysses_output_seconds(tokens, self.ulysses_size(model), extent)   # 0 without Ulysses
         per_layer = layer_compute + comm + (0.0 if table is not None else factor * self._non_gemm(1, tokens / tp))
         counts = stage_layers(model.layers, pp)
         stage = counts[-1] * per_layer + (0.0 if layers_only else head)

@@ -204,8 +204,8 @@ POLICY_FIELDS: dict[str, Field] = {
     "ulysses_sequence_parallel_size": Field("int", "ranks", 1, 1024, default=None,
                                             meaning="verl Ulysses sequence parallelism of the actor's passes: with "
                                                     "the dynamic batch size, a micro-batch's tokens are sliced "
-                                                    "over this many GPUs (memory only; set with "
-                                                    "ppo_max_token_len_per_gpu)"),
+                                                    "over this many GPUs, each attention layer adding its "
+                                                    "all-to-alls (set with ppo_max_token_len_per_gpu)"),
     "trainer_backend": Field("enum", choices=TRAINER_BACKENDS, default="auto",
                              meaning="verl / NeMo RL trainer workers (or framework none): fsdp (NeMo RL DTensor), "
                                      "megatron, or auto (chosen by the plan); refused for OpenRLHF / DeepSpeed-Chat"),
@@ -228,7 +228,8 @@ TRAINING_FIELDS: dict[str, Field] = {
                                      "(NeMo RL step sequences / train_global_batch_size; verl mini-batches)"),
     "fsdp_size": Field("int", "ranks", 1, 65536, default=None,
                        meaning="ranks the training state shards over (verl actor.fsdp_config.fsdp_size: hybrid "
-                               "shard, replicated across groups; unset: every data-parallel rank); memory only"),
+                               "shard, replicated across groups: weights gathered and gradients reduce-scattered "
+                               "inside a group, all-reduced across them; unset: every data-parallel rank)"),
     "balance": Field("enum", choices=BALANCE_CHOICES, default="framework",
                      meaning="data-parallel split of every pass over the rollouts (framework: verl kk, nemo-rl lpt, "
                              "else none = contiguous; lpt/kk/repair: that balance solver)"),
