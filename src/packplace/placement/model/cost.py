@@ -437,7 +437,7 @@ class CostModel:
         runs that all-reduce in every backward after the reduce-scatter (``_fsdp_collectives.py``
         ``foreach_reduce``: ``dist.all_reduce(reduce_output, group=all_reduce_group)`` unless
         ``set_requires_all_reduce(False)``, which verl never calls; Zhao et al. 2023, arXiv 2304.11277,
-        §3.2.2 "hybrid sharding"). ``f ≥ dp``: plain full sharding, gather and reduce-scatter over the ``dp``
+        §3.2, hybrid sharding). ``f ≥ dp``: plain full sharding, gather and reduce-scatter over the ``dp``
         ranks and no all-reduce. ``(0, 0)`` for ``dp ≤ 1``."""
         if dp <= 1:
             return 0.0, 0.0
