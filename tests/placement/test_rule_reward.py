@@ -3,6 +3,9 @@ generation vertex by hand, the streamed reward of a continuous rollout, and the 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from packplace.errors import ConfigError
@@ -63,3 +66,13 @@ def test_streamed_reward_is_the_last_score_or_the_lanes_backlog():
     assert reward.seconds(512) == pytest.approx(0.64)               # after the batch: 512 x 10 ms / 8 workers
     assert reward.streamed_seconds(512, 100.0) == pytest.approx(0.01)  # hidden behind 100 s of stream but one
     assert reward.streamed_seconds(512, 1.0) == pytest.approx(4.12)    # one lane: 5.12 s of scoring - 1 s
+
+
+def test_the_verifier_constants_are_the_committed_benchmarks_means():
+    # benchmarks/rewards/rule_reward_cost.json: each verifier's mean over the sampled responses (fastest of the
+    # repeats), to two significant figures
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "rewards" / "rule_reward_cost.json"
+    measured = json.loads(path.read_text())["verifiers"]
+    for name, seconds in RULE_VERIFIER_SECONDS.items():
+        mean = measured[name]["sampled responses"]["fastest_of_repeats"]["mean"]
+        assert seconds == pytest.approx(float(f"{mean:.2g}"), rel=1e-9), name
