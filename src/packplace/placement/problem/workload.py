@@ -42,8 +42,9 @@ RULE_VERIFIER_SECONDS: dict[str, float] = {"math-verify": 7.3e-4, "math-verify-p
 
 #: The verifier a framework's math recipes score with when the config names none: NeMo RL's math environment
 #: defaults to math-verify (``math_verify_impl: hf_math_verify`` in examples/configs/grpo_math_1B.yaml,
-#: v0.4.0-v0.6.0); verl's DAPO recipes (recipe/dapo, ``reward_model.reward_manager: dapo``) score their
-#: ``math_dapo`` data with ``math_dapo.compute_score``. Any other framework: :data:`DEFAULT_RULE_VERIFIER`.
+#: v0.4.0-v0.6.0); verl's DAPO scripts (e.g. verl/experimental/fully_async_policy/shell/dapo_7b_math_fsdp2_64_64.sh:
+#: ``reward_model.reward_manager=dapo`` on dapo-math-17k, data source ``math_dapo``) score with
+#: ``math_dapo.compute_score``. Any other framework: :data:`DEFAULT_RULE_VERIFIER`.
 FRAMEWORK_RULE_VERIFIER: dict[str, str] = {"nemo-rl": "math-verify", "verl": "dapo"}
 
 #: The verifier of a framework without an entry in :data:`FRAMEWORK_RULE_VERIFIER`: math-verify, the costlier
