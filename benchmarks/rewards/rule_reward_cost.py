@@ -1,10 +1,11 @@
 """CPU seconds per response of the rule rewards the validation runs use, on real worked solutions.
 
     pip install math-verify==0.8.0 latex2sympy2_extended==1.10.2 antlr4-python3-runtime==4.9.3
-    pip download --no-deps verl==0.9.1          # or any checkout of verl: the DAPO verifier's file
+    git show b178a3cd56f58b2d502255daba591e92833930a7:verl/utils/reward_score/math_dapo.py > math_dapo.py
+                                                 # in a clone of github.com/volcengine/verl (the committed JSON's)
     git show a45202bd16f1ec06f433442dc1152d0074773465:evaluation/data/eval_rm_maj_example/math_cot_100.jsonl \\
         > math_cot_100.jsonl                     # in a clone of github.com/QwenLM/Qwen2.5-Math
-    python benchmarks/rewards/rule_reward_cost.py math_cot_100.jsonl --dapo PATH/verl/utils/reward_score/math_dapo.py \\
+    python benchmarks/rewards/rule_reward_cost.py math_cot_100.jsonl --dapo math_dapo.py \\
         [--repeats 3] [--out benchmarks/rewards/rule_reward_cost.json]
 
 The responses: Qwen2.5-Math's ``math_cot_100.jsonl`` (github.com/QwenLM/Qwen2.5-Math, evaluation/data/
