@@ -36,8 +36,8 @@ import numpy as np
 #:   ``default_compute_score`` picks for the ``math_dapo`` / ``aime*`` data sources; its time does not grow
 #:   with the response.
 #:
-#: math-verify's time grows with the response (about 0.3-0.4 ms per 1,000 more characters in the benchmark's
-#: joined responses); the per-response mean is charged at the benchmark's length.
+#: math-verify's time grows with the response (the benchmark's joined responses); the per-response mean is
+#: charged at the benchmark's length.
 RULE_VERIFIER_SECONDS: dict[str, float] = {"math-verify": 7.3e-4, "math-verify-parse": 5.6e-4, "dapo": 2.4e-5}
 
 #: The verifier a framework's math recipes score with when the config names none: NeMo RL's math environment
