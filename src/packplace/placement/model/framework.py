@@ -267,6 +267,12 @@ class FrameworkProfile:
             ``_async_gen_next_batch`` syncs the weights, then launches the whole next batch's
             ``async_generate_sequences``, and the trainer waits on that batch's future), so a stale
             generation still costs the batch makespan, tail included.
+        streamed_reward: In a continuous rollout (``continuous_rollout``) each response is scored by the
+            rule reward as soon as it is generated, while the others decode, so only the last response's
+            score (or the scoring lane's backlog) adds to the stream
+            (:meth:`~packplace.placement.problem.workload.RuleReward.streamed_seconds`). NeMo RL
+            (nemo_rl/experience/rollouts.py ``run_sample_multi_turn_rollout``, v0.4.0-v0.6.0: the environment
+            step on each sample right after its generation).
         decode_step_overhead: Seconds the framework's generation engine adds to every decode iteration
             (:data:`VLLM_DECODE_STEP_OVERHEAD` for the vLLM-based profiles and ``none``, a bare vLLM
             engine; :data:`DS_HYBRID_DECODE_STEP_OVERHEAD` for DeepSpeed-Chat's hybrid engine); a
@@ -372,6 +378,7 @@ class FrameworkProfile:
     ray: bool
     sources: str
     continuous_rollout: bool = False
+    streamed_reward: bool = False
     decode_step_overhead: float = VLLM_DECODE_STEP_OVERHEAD
     colocated_train_state: bool = False
     gather_prefetch: bool = False
@@ -410,7 +417,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "refit_policy_generation (offload_before_refit / offload_after_refit colocated) and the refit "
         "breakdown of github.com/NVIDIA-NeMo/RL/discussions/1189 with the streamed-IPC total of "
         "github.com/NVIDIA-NeMo/RL/pull/1267",
-        continuous_rollout=True, gather_prefetch=True, stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS,
+        continuous_rollout=True, streamed_reward=True, gather_prefetch=True,
+        stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, refit_gather_bandwidth=NEMO_RL_REFIT_GATHER_BANDWIDTH,
         refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True, gradient_reduce_bytes=4.0,
         inprocess_engine=True),
