@@ -9,7 +9,12 @@ import os
 import pytest
 
 from packplace.errors import ConfigError
-from packplace.placement.candidates import build_vertex_candidates, context_parallel_split, cost_model
+from packplace.placement.candidates import (
+    build_vertex_candidates,
+    context_parallel_split,
+    cost_model,
+    dynamic_ring,
+)
 from packplace.placement.model.memory import (
     NO_CONTEXT_PARALLEL,
     ContextParallelSplit,
@@ -97,7 +102,7 @@ def test_dynamic_cp_keeps_the_larger_of_the_static_share_and_the_rank_cap():
         ContextParallelSplit(8, None, 4)
 
 
-def _long_context(cp: int, dynamic: bool = False) -> object:
+def _long_context(cp: int, dynamic: bool = False, cap: int | None = None) -> object:
     cfg = load_yaml(GRPO)
     cfg["hardware"] = {"preset": "h200", "nodes_per_rack": 2}
     cfg["models"]["actor"] = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, head_dim=128,
@@ -107,6 +112,8 @@ def _long_context(cp: int, dynamic: bool = False) -> object:
                             "gen_quantiles": [[0.5, 100_000], [0.9, 200_000], [0.99, 260_096]]})
     cfg["training"] = {"actor": {"context_parallel": cp, "dynamic_context_parallel": dynamic,
                                  "recompute": "full"}}
+    if cap is not None:
+        cfg["training"]["actor"]["max_tokens_per_rank"] = cap
     return build_instance(cfg)
 
 
@@ -124,8 +131,28 @@ def test_a_262k_token_cp8_trainer_fits_where_the_whole_sequence_would_not():
     assert split.resident_bytes + split.transient_bytes < 141e9 < whole.resident_bytes + whole.transient_bytes
 
 
-def test_the_split_of_a_dynamic_setting_caps_a_rank_and_rings_over_dp():
+def test_the_split_of_a_dynamic_setting_caps_a_rank_and_rings_over_the_group_the_longest_sequence_needs():
     instance = _long_context(8, dynamic=True)
-    assert context_parallel_split(instance, "actor.train", 16) == ContextParallelSplit(8, 262_144 / 8, 16)
+    # cap 262,144 / 8 = 32,768 tokens: the longest sequence needs 8 ranks, not the 16 it is drawn from
+    assert context_parallel_split(instance, "actor.train", 16) == ContextParallelSplit(8, 262_144 / 8, 8)
     assert context_parallel_split(instance, "reward.infer", 16) == NO_CONTEXT_PARALLEL
     assert context_parallel_split(_long_context(8), "actor.train", 16) == ContextParallelSplit(8, None, 8)
+
+
+def test_dynamic_ring_is_megatrons_gpus_needed_capped_at_the_dp_cp_group():
+    # ceil(longest / cap) rounded up to a power of two (BalancedCPScheduler.gpus_needed), at most dp
+    assert dynamic_ring(8192, 3000, 8) == 4          # ceil(2.73) = 3 -> 4
+    assert dynamic_ring(8192, 4096, 8) == 2
+    assert dynamic_ring(8192, 1024, 4) == 4          # 8 needed, the DP x CP group holds 4
+    assert dynamic_ring(100, 200, 8) == 1
+    with pytest.raises(ConfigError, match="context_parallel.cap: must be an integer >= 1, got 0"):
+        dynamic_ring(100, 0, 8)
+
+
+def test_a_dynamic_cap_below_the_static_share_widens_the_ring():
+    cfg_cap = _long_context(8, dynamic=True, cap=20_000)
+    # cap max(20,000, 262,144 / 16 = 16,384) = 20,000: 14 ranks needed -> 16
+    assert context_parallel_split(cfg_cap, "actor.train", 16) == ContextParallelSplit(8, 20_000.0, 16)
+    # a cap of 40,000: 7 ranks needed -> a ring of 8
+    assert context_parallel_split(_long_context(8, dynamic=True, cap=40_000), "actor.train", 16) == \
+        ContextParallelSplit(8, 40_000.0, 8)

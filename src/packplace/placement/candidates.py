@@ -646,7 +646,8 @@ def context_parallel_split(instance, vertex: str, dp: int) -> ContextParallelSpl
     :func:`~packplace.placement.model.dp_balance.vertex_setting`): static CP of degree ``C``, ring ``C``;
     dynamic CP with the rank cap packplace emits (``max_tokens_per_rank``, else the longest sequence
     ``S + generation_length`` over ``C``; at least the longest over ``dp``, the largest group, as the CP plan
-    raises it) and a ring of up to ``dp`` ranks. Every other vertex, and a setting that is not active:
+    raises it) and a ring of :func:`dynamic_ring` ranks (the CP group the longest sequence needs under that
+    cap, not the ``dp`` ranks it is drawn from). Every other vertex, and a setting that is not active:
     no context parallelism."""
     v = instance.graph.vertex(vertex)
     if v.kind != "train":
@@ -658,7 +659,27 @@ def context_parallel_split(instance, vertex: str, dp: int) -> ContextParallelSpl
         return ContextParallelSplit(cp.degree, None, cp.degree)
     longest = instance.workload.context_length + instance.workload.generation_length
     cap = max(cp.max_tokens_per_rank or math.ceil(longest / cp.degree), math.ceil(longest / dp))
-    return ContextParallelSplit(cp.degree, float(cap), max(dp, cp.degree))
+    return ContextParallelSplit(cp.degree, float(cap), max(dynamic_ring(longest, cap, dp), cp.degree))
+
+
+def dynamic_ring(longest: int, cap: int, dp: int) -> int:
+    """The largest CP group dynamic CP runs a ring over, of a trainer on ``dp`` data-parallel × context-parallel
+    ranks whose longest sequence is ``longest`` tokens and whose rank cap is ``cap`` tokens: Megatron-Core's
+    ``BalancedCPScheduler.gpus_needed``, ``ceil(longest / cap)`` rounded up to a power of two
+    (``megatron/core/pipeline_parallel/hybrid_cp_schedule.py``), at most ``dp`` (the whole DP×CP group, the
+    largest group ``parallel_state.create_hybrid_dp_cp_groups`` and ``get_hybrid_data_context_parallel_groups``
+    give). A rank of a group of ``c`` ranks holds at most ``cap`` tokens, so its ring buffers hold at most
+    ``c·cap`` tokens' K/V; when the scheduler widens a group over idle ranks (``fill_empty_gpus``) its
+    sequences' tokens are spread over the wider ring and ``ring · tokens per rank`` does not grow.
+
+    Raises:
+        ConfigError: an argument below 1.
+    """
+    for name, value in (("longest", longest), ("cap", cap), ("dp", dp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"context_parallel.{name}: must be an integer >= 1, got {value!r}")
+    needed = -(-longest // cap)
+    return min(dp, 1 << (needed - 1).bit_length())
 
 
 def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostModel:

@@ -196,7 +196,8 @@ class ContextParallelSplit:
     (activations, logits, the forward's KV), plus the ring attention's buffers over :attr:`ring` GPUs
     (:func:`~packplace.placement.model.pass_memory.ring_attention_bytes_per_token`); the pipeline holds up to
     ``ring·micro_batches`` micro-batches in flight (a CP group of ``c`` ranks runs ``c`` times the
-    micro-batches of ``1/c`` the tokens each). The resident state is not split: the ZeRO /
+    micro-batches of ``1/c`` the tokens each), under dynamic CP its whole depth (the scheduler, not the
+    strategy, sets how many micro-batches a rank runs). The resident state is not split: the ZeRO /
     distributed-optimizer sharding over ``dp`` already counts the CP ranks (Megatron-Core shards over its
     data-parallel × context-parallel group). The reference's and critic's forwards stay whole (the time model
     does not run them with CP either): the larger figure where a framework would run them with CP.
@@ -206,8 +207,10 @@ class ContextParallelSplit:
             GPUs (:func:`~packplace.placement.model.pass_memory.context_parallel_tokens`).
         rank_cap_tokens: Dynamic CP: the tokens a rank may hold (Megatron's ``max_seqlen_per_dp_cp_rank``,
             the cap packplace emits); None for static CP.
-        ring: The largest CP group the ring attention runs over: ``c`` for static CP, the trainer's ``dp`` for
-            dynamic CP (the largest group Megatron-Core creates).
+        ring: The largest CP group the ring attention runs over: ``c`` for static CP; for dynamic CP the
+            group the longest sequence needs under the rank cap
+            (:func:`~packplace.placement.candidates.dynamic_ring`), not the trainer's ``dp``: a rank holds at
+            most the cap, so a ring's K/V buffers hold at most ``ring·cap`` tokens.
 
     Raises:
         ConfigError: a degree or ring below 1, a ring below the degree, a cap below 1.
@@ -384,13 +387,15 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     params = stage_params(model, pp)
     split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
     best = (-1.0, 0.0, 0.0)
+    # dynamic CP: the scheduler sets a rank's micro-batches, so the pipeline's whole depth is held
+    inflight = pp if cp.rank_cap_tokens is not None else micro_batches * cp.ring
     for i in range(pp):
         p = params[i] / tp if split is None else split[i][0] + split[i][1]
         last = i == pp - 1
         if kind == "train":
             resident, loaded = _stage_train_state(model, options, i, p, pp, tp, dp, ep, offload_between_passes)
             transient = loaded + _train_vertex_transient(model, options, tokens, logprob_tokens, layers[i], i == 0,
-                                                         last, tp, min(pp - i, micro_batches * cp.ring), ep, cp.ring,
+                                                         last, tp, min(pp - i, inflight), ep, cp.ring,
                                                          framework == "none", workspace, logit_bytes)
         elif kind == "infer":
             # partitioned: the stage's weights over all tp·dp ranks (ZeRO-3 shards expert weights over the
