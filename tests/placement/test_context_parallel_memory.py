@@ -88,7 +88,11 @@ def test_pass_memory_takes_a_cp_degree_for_train_and_infer_only():
     split = pass_memory(SHAPE, "train", micro_batch=1, seq_len=262_144, optimizer="none", dp=8,
                         workspace_bytes=0.0, cp=8)
     assert split.weights == whole.weights and split.gradients == whole.gradients
-    assert split.logits == 12_000 * 32_770 and split.phase == "loss_backward"
+    # 262,144 is a multiple of 2·cp·tp = 16: no padding on top (it had added 2·tp per sequence)
+    assert split.logits == 12_000 * 32_768 and split.phase == "loss_backward"
+    odd = pass_memory(SHAPE, "train", micro_batch=1, seq_len=262_145, optimizer="none", dp=8,
+                      workspace_bytes=0.0, cp=8)
+    assert odd.logits == 12_000 * 262_160 / 8          # padded once to 262,160 = 16,385 · 16
     with pytest.raises(ConfigError, match="cp: context parallelism is modelled for the train and infer"):
         pass_memory(SHAPE, "decode", micro_batch=1, context=128, cp=2)
 
@@ -156,3 +160,18 @@ def test_a_dynamic_cap_below_the_static_share_widens_the_ring():
     # a cap of 40,000: 7 ranks needed -> a ring of 8
     assert context_parallel_split(_long_context(8, dynamic=True, cap=40_000), "actor.train", 16) == \
         ContextParallelSplit(8, 40_000.0, 8)
+
+
+def test_sequences_already_rounded_to_the_cp_multiple_are_padded_once():
+    # NeMo RL packs sequences each rounded to 2·cp·tp: the pack is rounded once, no 2·tp per sequence on top
+    assert context_parallel_tokens(262_144, 8, 4, tp=2, rounded=True) == 32_768
+    assert context_parallel_tokens(10_001, 2, 3, tp=2, rounded=True) == 10_008 / 2     # to a multiple of 8
+    assert context_parallel_tokens(10_001, 1, 3, tp=2, rounded=True) == 10_001
+    assert ContextParallelSplit(8, None, 8).rank_tokens(262_144, 4, 2, rounded=True) == 32_768
+    assert ContextParallelSplit(8, None, 8).rank_tokens(262_144, 4, 2) == 32_768 + 16
+    resident, transient = vertex_memory(
+        SHAPE, "train", dp=8, pp=1, tp=1, micro_batch=1, micro_batches=1, seq_len=262_144, prompt_len=0,
+        live_len=0, options=TrainingOptions(recompute="none"), workspace_bytes=0.0, pass_tokens=262_144,
+        context_parallel=ContextParallelSplit(8, None, 8), rounded_passes=True)
+    # the by-hand CP-8 pass above at a share of 32,768 (was 32,770): saved 9744·2 + logits 12,000 per token
+    assert transient == 9744 * 32_768 * 2 + 12_000 * 32_768 + 40 * MIB == 1 << 30

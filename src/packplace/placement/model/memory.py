@@ -235,14 +235,15 @@ class ContextParallelSplit:
         """The passes run context parallelism (a degree above 1 or dynamic CP)."""
         return self.degree > 1 or self.rank_cap_tokens is not None
 
-    def rank_tokens(self, tokens: float, sequences: float, tp: int) -> float:
+    def rank_tokens(self, tokens: float, sequences: float, tp: int, rounded: bool = False) -> float:
         """Tokens one GPU of a CP group holds of a micro-batch of ``tokens`` tokens in ``sequences``
-        sequences (before the tensor-parallel split). Static:
+        sequences (before the tensor-parallel split; ``rounded``: its sequences already padded to the CP
+        multiple, NeMo RL's packs). Static:
         :func:`~packplace.placement.model.pass_memory.context_parallel_tokens`. Dynamic: the larger of that
         and the rank cap: Megatron-Core's dynamic-CP scheduler fills a rank's micro-batch up to the cap
         whatever the micro-batch size, and a framework without dynamic CP (NeMo RL) runs the static degree
         with the plan's micro-batch instead; the figure that holds for both is kept."""
-        share = context_parallel_tokens(tokens, self.degree, sequences, tp)
+        share = context_parallel_tokens(tokens, self.degree, sequences, tp, rounded)
         if self.rank_cap_tokens is None:
             return share
         return max(share, float(self.rank_cap_tokens))
@@ -326,7 +327,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   workspace_bytes: float | None = None, pass_tokens: float | None = None,
                   logprob_tokens: float | None = None, logit_bytes: tuple[float, float] | None = None,
                   offload_between_passes: bool = False,
-                  context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL) -> tuple[float, float]:
+                  context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
+                  rounded_passes: bool = False) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -361,6 +363,9 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         offload_between_passes: ``options.offload`` brings the state back per pass (verl, :func:`_stage_train_state`).
         context_parallel: A ``train`` vertex's context parallelism (:class:`ContextParallelSplit`, what it
             splits and what it does not); other kinds ignore it.
+        rounded_passes: The pass's micro-batches are packs of sequences already padded to the CP multiple
+            (NeMo RL's sequence packing, :func:`~packplace.placement.model.sequence_packing.pad_multiple`):
+            the CP share pads them once, not again per sequence.
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
@@ -379,8 +384,9 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
     tokens = micro_batch * seq_len if pass_tokens is None else pass_tokens
     cp = context_parallel if kind == "train" else NO_CONTEXT_PARALLEL
-    tokens = cp.rank_tokens(tokens, micro_batch, tp)
-    logprob_tokens = None if logprob_tokens is None else cp.rank_tokens(logprob_tokens, micro_batch, tp)
+    tokens = cp.rank_tokens(tokens, micro_batch, tp, rounded_passes)
+    logprob_tokens = None if logprob_tokens is None else cp.rank_tokens(logprob_tokens, micro_batch, tp,
+                                                                        rounded_passes)
     workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
     per_layer_rank = model.block_params / model.layers / tp
     layers = stage_layers(model.layers, pp)
