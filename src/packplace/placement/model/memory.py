@@ -199,8 +199,10 @@ class ContextParallelSplit:
     micro-batches of ``1/c`` the tokens each), under dynamic CP its whole depth (the scheduler, not the
     strategy, sets how many micro-batches a rank runs). The resident state is not split: the ZeRO /
     distributed-optimizer sharding over ``dp`` already counts the CP ranks (Megatron-Core shards over its
-    data-parallel × context-parallel group). The reference's and critic's forwards stay whole (the time model
-    does not run them with CP either): the larger figure where a framework would run them with CP.
+    data-parallel × context-parallel group). An ``infer`` vertex takes a split only where its framework runs it
+    with a trainer's CP (verl's Megatron reference with the actor's,
+    :func:`~packplace.placement.candidates.forward_context_parallel`); other forwards (NeMo RL's reference,
+    every critic's) stay whole: the larger figure where a framework would run them with CP.
 
     Attributes:
         degree: The static CP degree ``c`` (1: none): each sequence of a micro-batch is split over ``c``
@@ -361,8 +363,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         logit_bytes: The framework's logit bytes per vocabulary entry per token of a training or log-prob
             pass (:func:`~packplace.placement.model.framework.trainer_logit_bytes`; ``None``: 10 / 12).
         offload_between_passes: ``options.offload`` brings the state back per pass (verl, :func:`_stage_train_state`).
-        context_parallel: A ``train`` vertex's context parallelism (:class:`ContextParallelSplit`, what it
-            splits and what it does not); other kinds ignore it.
+        context_parallel: A ``train`` or ``infer`` vertex's context parallelism (:class:`ContextParallelSplit`,
+            what it splits and what it does not); ``generate`` ignores it.
         rounded_passes: The pass's micro-batches are packs of sequences already padded to the CP multiple
             (NeMo RL's sequence packing, :func:`~packplace.placement.model.sequence_packing.pad_multiple`):
             the CP share pads them once, not again per sequence.
@@ -383,7 +385,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     """
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
     tokens = micro_batch * seq_len if pass_tokens is None else pass_tokens
-    cp = context_parallel if kind == "train" else NO_CONTEXT_PARALLEL
+    cp = context_parallel if kind in ("train", "infer") else NO_CONTEXT_PARALLEL
     tokens = cp.rank_tokens(tokens, micro_batch, tp, rounded_passes)
     logprob_tokens = None if logprob_tokens is None else cp.rank_tokens(logprob_tokens, micro_batch, tp,
                                                                         rounded_passes)
@@ -408,7 +410,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             # expert-data-parallel group, ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * dp) if sharded_weights else 2.0 * p
             parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp,
-                                    kv_cache=framework == "none", ep=ep, logit_bytes=logit_bytes)
+                                    kv_cache=framework == "none", ep=ep, cp=cp.ring, logit_bytes=logit_bytes)
             transient = sum(parts) + workspace
             if sharded_weights:
                 transient += 2.0 * per_layer_rank
