@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from packplace.context_parallel.cost import cost_from_shape
 from packplace.errors import ConfigError, show
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
 from packplace.placement.model.cost import CostModel, hardware_table
@@ -53,7 +54,7 @@ from packplace.placement.model.framework import (
     version_defaults,
 )
 from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
-from packplace.placement.model.pass_memory import pass_memory
+from packplace.placement.model.pass_memory import context_parallel_tokens, pass_memory
 from packplace.placement.model.sequence_packing import pad_multiple, padded_length
 from packplace.placement.model.training_time import training_overhead_seconds
 from packplace.placement.problem.config import POLICY_FIELDS, _hardware, load_yaml
@@ -219,12 +220,68 @@ def _check(name: str, value: Any, minimum: int = 1) -> int:
     return value
 
 
+def _context_parallel(cp: Any, task: str) -> int:
+    """``cp`` checked: an integer >= 1, above 1 only for a ``train`` or ``infer`` pass (the passes a
+    context-parallel trainer splits; an engine's prefill and decode do not run Megatron-Core's CP).
+
+    Raises:
+        ConfigError: ``cp: must be an integer >= 1, got 0``; ``cp: ... not task decode``.
+    """
+    cp = _check("cp", cp)
+    if cp > 1 and task not in ("train", "infer"):
+        raise ConfigError(f"cp: {cp} splits the sequences of a training or log-prob pass (task train or infer), "
+                          f"not task {task}; drop it or set it to 1")
+    return cp
+
+
+def _context_parallel_pack(pack_tokens: int, seq_len: int, tp: int, cp: int) -> tuple[int, int]:
+    """``(sequences per pack, padded tokens per sequence)`` of a NeMo RL pack under context parallelism: every
+    sequence rounded up to ``2·cp·tp`` (:func:`~packplace.placement.model.sequence_packing.pad_multiple`,
+    NeMo RL's ``sequence_length_pad_multiple`` with CP) before packing, as :func:`_packed_micro_batch` rounds
+    to the TP size without it.
+
+    Raises:
+        ConfigError: a pack smaller than one rounded sequence (NeMo RL's packer refuses it).
+    """
+    multiple = pad_multiple(tp, cp)
+    padded = padded_length(seq_len, multiple)
+    if padded > pack_tokens:
+        raise ConfigError(f"pack_tokens: {pack_tokens} tokens is below seq_len {seq_len} rounded up to a multiple of "
+                          f"2·cp·tp = 2·{cp}·{tp} = {padded} (NeMo RL's packer refuses a sequence longer than its "
+                          "pack)")
+    return pack_tokens // padded, padded
+
+
+def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch: int, seq_len: int, tp: int,
+                  cp: int, train: bool, layers: int) -> float:
+    """Seconds of a context-parallel pass's ring attention not hidden behind its attention, on ``layers`` of the
+    model's layers: :meth:`~packplace.context_parallel.cost.CPCost.time` of ``micro_batch`` sequences of
+    ``seq_len`` tokens (already padded) on a CP group of ``cp`` ranks less its compute (``linear + attention``
+    split ``cp`` ways): the K/V exchange (one pass forward, three in training) beyond the attention it
+    overlaps (Liu et al. 2023, arXiv 2310.01889, §3; Transformer Engine's ``AttnFuncWithCPAndKVP2P``), at the
+    preset's sustained FLOP/s (``flops_per_gpu · gemm_peak_fraction``) and point-to-point links (NVLink when
+    the group's ``cp·tp`` GPUs fit in a node), per GPU of a ``tp``-wide rank (``1/tp`` of its FLOPs and K/V
+    bytes). 0 for ``cp = 1``."""
+    if cp <= 1:
+        return 0.0
+    cost = cost_from_shape(shape, flops_per_s=hw.flops_per_gpu * hw.gemm_peak_fraction,
+                           alpha_intra_s=hw.alpha_p2p_g, beta_intra_s_per_byte=hw.beta_p2p_g,
+                           alpha_inter_s=hw.alpha_p2p_n, beta_inter_s_per_byte=hw.beta_p2p_n,
+                           mode="train" if train else "inference")
+    # one GPU of a tp-wide rank: 1/tp of the rank's FLOPs and of its K/V heads' bytes
+    tokens, squares = micro_batch * seq_len / tp, micro_batch * float(seq_len) ** 2 / tp
+    compute = (cost.linear_s_per_token * tokens + cost.attention_s_per_token2 * squares) / cp
+    exposed = cost.time(cp, tokens, squares, cp * tp <= cluster.gpus_per_node) - compute
+    return max(0.0, exposed) * layers / shape.layers
+
+
 def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch: int = 1, seq_len: int | None = None,
              batch: int = 1, context: int | None = None, recompute: str = "none", optimizer: str = "adam",
              tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None,
-             pack_tokens: int | None = None) -> Estimate:
+             pack_tokens: int | None = None,
+             cp: int = 1) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -255,6 +312,9 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
             ``logprob_mb_tokens`` for ``infer``): the micro-batch priced is the ``⌊pack_tokens/s⌋`` equal
             sequences a pack holds, ``s`` the ``seq_len`` rounded up to the TP multiple
             (:func:`_packed_micro_batch`; ``micro_batch`` must stay 1).
+        cp: Context-parallel degree of a ``train`` or ``infer`` pass (:func:`_context_parallel`): each
+            sequence padded to a multiple of ``2·cp·tp`` and split over ``cp`` GPUs, on ``tp·pp·cp·dp`` GPUs
+            (Megatron-Core's world size), the gradients reduced over the ``dp·cp`` ranks.
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -289,8 +349,12 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
                         ("ep", ep)):
         _check(name, value)
     seq_len, context = _lengths(task, seq_len, context, batch)
+    cp = _context_parallel(cp, task)
+    asked_seq_len = seq_len
     if pack_tokens is not None:
         micro_batch, seq_len = _packed_micro_batch(pack_tokens, task, framework, micro_batch, seq_len, tp)
+    if pack_tokens is not None and cp > 1:
+        micro_batch, seq_len = _context_parallel_pack(pack_tokens, int(asked_seq_len or DEFAULT_SEQ_LEN), tp, cp)
     if pp > shape.layers:
         raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
     heads = getattr(shape, "heads", None)
@@ -298,7 +362,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         raise ConfigError(f"tp: {tp} does not divide the model's {heads} attention heads")
     if ep > 1 and (not shape.is_moe or dp % ep):
         raise ConfigError(f"ep: {ep} needs a mixture-of-experts model and must divide dp ({dp})")
-    cluster, hw = resolve_hardware(gpu, hardware, tp * pp * dp)
+    cluster, hw = resolve_hardware(gpu, hardware, tp * pp * dp * cp)
     components = hardware_table(hw, _table(table, hw))  # scaled to the hardware's own datasheet figures
     if components is None:
         hw = replace(hw, component_table="none")
@@ -307,13 +371,17 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
               "framework": framework, "framework_version": framework_version, "enforce_eager": enforce_eager,
               "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens}
+    inputs["cp"] = cp
+    ranks = dp * cp     # the data-parallel x context-parallel ranks: the gradient reduction's and ZeRO's group
     parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
-                        optimizer, tp, pp, dp, ep, framework, enforce_eager,
-                        host_seconds_per_sequence(engine_generation))
+                        optimizer, tp, pp, ranks, ep, framework, enforce_eager,
+                        host_seconds_per_sequence(engine_generation),
+                        cp=cp)
     memory = memory_parts(shape, hw, task, micro_batch=micro_batch, seq_len=seq_len or 0, batch=batch, context=context,
-                          recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep, framework=framework,
+                          recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=ranks, ep=ep, framework=framework,
                           logit_bytes=trainer_logit_bytes(framework, framework_version) if framework in FRAMEWORKS
-                          else None)
+                          else None,
+                          cp=cp)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory,
                     components=components.gpu if priced else "knobs", inputs=inputs,
@@ -407,7 +475,8 @@ def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prom
 def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: ComponentTable | None, task: str,
                 micro_batch: int, seq_len: int | None, batch: int, context: int, recompute: str, optimizer: str,
                 tp: int, pp: int, dp: int, ep: int, framework: str, eager: bool = False,
-                host_per_sequence: float = 0.0) -> dict[str, float]:
+                host_per_sequence: float = 0.0,
+                cp: int = 1) -> dict[str, float]:
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
     # the workload's sequences, prompt + new tokens: a pass's seq_len; generate's prompt growing to context;
@@ -426,6 +495,9 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     pp_level = cost.group_level(dp * pp * tp, extent)
     if task in ("train", "infer", "prefill"):
         tokens = micro_batch * seq_len
+        if cp > 1:   # context parallelism: this GPU's share of each sequence, padded once to 2·cp·tp
+            tokens = context_parallel_tokens(micro_batch * padded_length(seq_len, pad_multiple(tp, cp)), cp,
+                                             micro_batch, tp, rounded=True)
         train = task == "train"
         if table is not None:
             stages = []
@@ -440,8 +512,9 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
             worst = max(stages, key=lambda t: t.total)
             parts.update({k: v for k, v in worst.as_dict().items() if v > 0 or k == "forward"})
         else:   # the knob model: its pass times hold the communication and the pipeline of one micro-batch
-            fwd_comm = 2 * max(layers) * cost.tp_allreduce(tokens * d * 2.0, tp, extent) + (
-                cost.p2p(tokens * d * 2.0 / tp, pp_level) if pp > 1 else 0.0)
+            whole = micro_batch * seq_len
+            fwd_comm = 2 * max(layers) * cost.tp_allreduce(whole * d * 2.0, tp, extent) + (
+                cost.p2p(whole * d * 2.0 / tp, pp_level) if pp > 1 else 0.0)
             forward = (cost.pass_time(shape, False, dp, pp, tp, micro_batch, extent, ep) if task != "prefill"
                        else cost.prefill_time(shape, tp, micro_batch, micro_batch, ep, extent)) / pp - fwd_comm
             parts["forward"] = max(0.0, forward)
@@ -457,6 +530,9 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
                     parts["optimizer"] = max(0.0, full - both * pp - cost.allreduce(
                         2.0 * max(stage_params(shape, pp)) / tp, dp, cost.group_level(tp * dp, extent),
                         cost.ranks_per_node(dp, tp, extent)))
+            for name in ("forward", "backward", "recompute"):   # a CP share's compute: tokens/whole of it
+                if cp > 1 and name in parts:
+                    parts[name] *= tokens / whole
         n = max(layers)
         comm = (4 if train else 2) * n * cost.tp_allreduce(tokens * d * 2.0, tp, extent)
         if pp > 1:
@@ -464,6 +540,8 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
         if train and optimizer == "adam":
             comm += cost.allreduce(2.0 * max(stage_params(shape, pp)) / tp, dp, cost.group_level(tp * dp, extent),
                                    cost.ranks_per_node(dp, tp, extent))
+        comm += _ring_seconds(shape, hw, cluster, micro_batch, padded_length(seq_len, pad_multiple(tp, cp)), tp, cp,
+                              train, n)
         parts["communication"] = comm
         parts["overhead"] = dispatch_seconds(cost, cost.framework, dp) if framework != "none" else 0.0
         return parts
@@ -517,18 +595,21 @@ def _decode_comm(cost, shape: ModelSpec, running: float, tp: int, pp: int, exten
 
 def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int, seq_len: int, batch: int,
                  context: int, recompute: str, optimizer: str, tp: int, pp: int, dp: int, ep: int,
-                 framework: str = "none", logit_bytes: tuple[float, float] | None = None) -> dict[str, float]:
+                 framework: str = "none", logit_bytes: tuple[float, float] | None = None,
+                 cp: int = 1) -> dict[str, float]:
     """Peak bytes per GPU and its parts (:data:`MEMORY_PARTS`): the one adapter between ``estimate`` and the
     memory model, :func:`packplace.placement.model.pass_memory.pass_memory` (the pass's worst pipeline stage at
     its peak phase). ``micro_batch`` sequences of ``seq_len`` for train / infer / prefill; ``batch``
     sequences of ``context`` tokens for decode and generate. ``hw`` is not used by the memory model (the
     caller compares ``peak_bytes`` with ``hw.memory_per_gpu``). ``logit_bytes``: the framework's logit bytes
-    (:func:`~packplace.placement.model.framework.trainer_logit_bytes`)."""
+    (:func:`~packplace.placement.model.framework.trainer_logit_bytes`). ``cp``: the pass's context-parallel
+    degree (each sequence's share per GPU plus the ring's buffers; ``dp`` then counts the DP×CP ranks)."""
     engine = task in ("decode", "generate")
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
                          seq_len=seq_len, context=context if engine else 0, recompute=recompute,
                          optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep,
-                         framework="none" if framework == "vllm" else framework, logit_bytes=logit_bytes)
+                         framework="none" if framework == "vllm" else framework, logit_bytes=logit_bytes,
+                         cp=cp)
     return {"peak_bytes": result.peak_bytes, **{name: getattr(result, name) for name in MEMORY_PARTS}}
 
 
@@ -600,6 +681,10 @@ def register_estimate(subparsers) -> None:
                         "backward only")
     for name in ("tp", "pp", "dp", "ep"):
         p.add_argument(f"--{name}", type=int, default=1, help=f"{name} degree (default 1)")
+    p.add_argument("--cp", type=int, default=1,
+                   help="context-parallel degree of a train or infer pass (default 1): each sequence padded to a "
+                        "multiple of 2 x cp x tp and split over cp GPUs (Megatron-Core's context parallelism, ring "
+                        "attention); the strategy holds tp x pp x cp x dp GPUs, the gradients reduced over dp x cp")
     p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
                    help="none: bare kernels; otherwise the framework's dispatch and engine overheads")
     p.add_argument("--framework-version", default=None, dest="framework_version", metavar="RELEASE",
@@ -703,6 +788,7 @@ def run_estimate(args) -> int:
                       batch=args.batch, context=_cli_context(args), recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
                       hardware=_overrides(args.hw), table=args.table, enforce_eager=args.enforce_eager,
+                      cp=getattr(args, "cp", 1),
                       framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None))
     print(format_estimate(result))
     args.json_document = result.as_dict()
