@@ -700,7 +700,9 @@ def dynamic_ring(longest: int, cap: int, dp: int) -> int:
     largest group ``parallel_state.create_hybrid_dp_cp_groups`` and ``get_hybrid_data_context_parallel_groups``
     give). A rank of a group of ``c`` ranks holds at most ``cap`` tokens, so its ring buffers hold at most
     ``c·cap`` tokens' K/V; when the scheduler widens a group over idle ranks (``fill_empty_gpus``) its
-    sequences' tokens are spread over the wider ring and ``ring · tokens per rank`` does not grow.
+    sequences' tokens are spread over the wider ring and ``ring · tokens per rank`` does not grow (only the
+    count of its smaller buffers does, at most a tenth of their bytes in allocator slack, while the rank's saved
+    activations shrink with its share).
 
     Raises:
         ConfigError: an argument below 1.
