@@ -167,11 +167,13 @@ def test_sequences_already_rounded_to_the_cp_multiple_are_padded_once():
     assert context_parallel_tokens(262_144, 8, 4, tp=2, rounded=True) == 32_768
     assert context_parallel_tokens(10_001, 2, 3, tp=2, rounded=True) == 10_008 / 2     # to a multiple of 8
     assert context_parallel_tokens(10_001, 1, 3, tp=2, rounded=True) == 10_001
-    assert ContextParallelSplit(8, None, 8).rank_tokens(262_144, 4, 2, rounded=True) == 32_768
+    assert ContextParallelSplit(8, None, 8, rounded=True).rank_tokens(262_144, 4, 2) == 32_768
     assert ContextParallelSplit(8, None, 8).rank_tokens(262_144, 4, 2) == 32_768 + 16
+    with pytest.raises(ConfigError, match="context_parallel.rounded: must be true or false, got 'yes'"):
+        ContextParallelSplit(8, None, 8, rounded="yes")
     resident, transient = vertex_memory(
         SHAPE, "train", dp=8, pp=1, tp=1, micro_batch=1, micro_batches=1, seq_len=262_144, prompt_len=0,
         live_len=0, options=TrainingOptions(recompute="none"), workspace_bytes=0.0, pass_tokens=262_144,
-        context_parallel=ContextParallelSplit(8, None, 8), rounded_passes=True)
+        context_parallel=ContextParallelSplit(8, None, 8, rounded=True))
     # the by-hand CP-8 pass above at a share of 32,768 (was 32,770): saved 9744·2 + logits 12,000 per token
     assert transient == 9744 * 32_768 * 2 + 12_000 * 32_768 + 40 * MIB == 1 << 30

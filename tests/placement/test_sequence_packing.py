@@ -522,6 +522,6 @@ def test_a_packed_cp_trainer_prices_and_holds_its_data_ranks_packs():
                              prompt_len=64, live_len=0, options=inst.training["actor"], framework="nemo-rl",
                              workspace_bytes=inst.hardware.memory_workspace, pass_tokens=512.0,
                              logprob_tokens=1024.0, logit_bytes=trainer_logit_bytes("nemo-rl", "0.5.0", False),
-                             context_parallel=ContextParallelSplit(2, None, 2), rounded_passes=True)
+                             context_parallel=ContextParallelSplit(2, None, 2, rounded=True))
     assert (cand.resident_bytes, cand.transient_bytes) == (res, tra)
-    assert ContextParallelSplit(2, None, 2).rank_tokens(1024.0, cand.micro_batch, 1, True) == 512.0
+    assert ContextParallelSplit(2, None, 2, rounded=True).rank_tokens(1024.0, cand.micro_batch, 1) == 512.0

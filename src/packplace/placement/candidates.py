@@ -953,8 +953,8 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                                                              getattr(instance, "framework_version", None),
                                                              getattr(instance, "entropy_coeff", 0.0) > 0),
                              offload_between_passes=profile(instance.framework).offload_between_passes,
-                             context_parallel=context_parallel,
-                             rounded_passes=kind != "generate" and cost.packed(model))
+                             context_parallel=replace(context_parallel, rounded=True)
+                             if context_parallel.active and cost.packed(model) else context_parallel)
     if weight_swap:
         # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into the
         # policy's own tensors for the pass (use_reference_model), on the policy's workers and layout

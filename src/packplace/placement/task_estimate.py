@@ -234,15 +234,32 @@ def _context_parallel(cp: Any, task: str) -> int:
     return cp
 
 
-def _context_parallel_pack(pack_tokens: int, seq_len: int, tp: int, cp: int) -> tuple[int, int]:
-    """``(sequences per pack, padded tokens per sequence)`` of a NeMo RL pack under context parallelism: every
-    sequence rounded up to ``2·cp·tp`` (:func:`~packplace.placement.model.sequence_packing.pad_multiple`,
-    NeMo RL's ``sequence_length_pad_multiple`` with CP) before packing, as :func:`_packed_micro_batch` rounds
-    to the TP size without it.
+def _pass_inputs(task: str, framework: str, micro_batch: int, seq_len: int | None, tp: int, cp: Any,
+                 pack_tokens: int | None) -> tuple[int, int | None, int]:
+    """``(micro_batch, seq_len, cp)`` of a pass: ``cp`` checked (:func:`_context_parallel`), and with
+    ``pack_tokens`` the sequences a NeMo RL pack holds and their padded length (:func:`_packed_micro_batch`,
+    :func:`_context_parallel_pack`)."""
+    cp = _context_parallel(cp, task)
+    if pack_tokens is None:
+        return micro_batch, seq_len, cp
+    packed = _packed_micro_batch(pack_tokens, task, framework, micro_batch, seq_len, tp)
+    return (*_context_parallel_pack(pack_tokens, seq_len, tp, cp, packed), cp)
+
+
+def _context_parallel_pack(pack_tokens: int, seq_len: int | None, tp: int, cp: int,
+                           packed: tuple[int, int]) -> tuple[int, int]:
+    """``(sequences per pack, padded tokens per sequence)`` of a NeMo RL pack: ``packed``
+    (:func:`_packed_micro_batch`'s, rounded to the TP size) without context parallelism; with it every
+    ``seq_len`` sequence rounded up to ``2·cp·tp`` instead
+    (:func:`~packplace.placement.model.sequence_packing.pad_multiple`, NeMo RL's ``sequence_length_pad_multiple``
+    with CP) before packing.
 
     Raises:
         ConfigError: a pack smaller than one rounded sequence (NeMo RL's packer refuses it).
     """
+    if cp == 1:
+        return packed
+    seq_len = int(seq_len or DEFAULT_SEQ_LEN)
     multiple = pad_multiple(tp, cp)
     padded = padded_length(seq_len, multiple)
     if padded > pack_tokens:
@@ -250,6 +267,16 @@ def _context_parallel_pack(pack_tokens: int, seq_len: int, tp: int, cp: int) -> 
                           f"2·cp·tp = 2·{cp}·{tp} = {padded} (NeMo RL's packer refuses a sequence longer than its "
                           "pack)")
     return pack_tokens // padded, padded
+
+
+def _cp_share(micro_batch: int, seq_len: int, tp: int, cp: int) -> float:
+    """Tokens one GPU of a CP group of ``cp`` runs of ``micro_batch`` sequences of ``seq_len`` tokens (all of
+    them for ``cp = 1``): each sequence padded once to a multiple of ``2·cp·tp`` and split ``cp`` ways
+    (:func:`~packplace.placement.model.pass_memory.context_parallel_tokens`)."""
+    if cp == 1:
+        return float(micro_batch * seq_len)
+    return context_parallel_tokens(micro_batch * padded_length(seq_len, pad_multiple(tp, cp)), cp, micro_batch, tp,
+                                   rounded=True)
 
 
 def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch: int, seq_len: int, tp: int,
@@ -280,8 +307,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
              tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None,
-             pack_tokens: int | None = None,
-             cp: int = 1) -> Estimate:
+             pack_tokens: int | None = None, cp: int = 1) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -312,9 +338,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
             ``logprob_mb_tokens`` for ``infer``): the micro-batch priced is the ``⌊pack_tokens/s⌋`` equal
             sequences a pack holds, ``s`` the ``seq_len`` rounded up to the TP multiple
             (:func:`_packed_micro_batch`; ``micro_batch`` must stay 1).
-        cp: Context-parallel degree of a ``train`` or ``infer`` pass (:func:`_context_parallel`): each
-            sequence padded to a multiple of ``2·cp·tp`` and split over ``cp`` GPUs, on ``tp·pp·cp·dp`` GPUs
-            (Megatron-Core's world size), the gradients reduced over the ``dp·cp`` ranks.
+        cp: Context-parallel degree of a train / infer pass (:func:`_cp_share`) on ``tp·pp·cp·dp`` GPUs.
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -349,12 +373,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
                         ("ep", ep)):
         _check(name, value)
     seq_len, context = _lengths(task, seq_len, context, batch)
-    cp = _context_parallel(cp, task)
-    asked_seq_len = seq_len
-    if pack_tokens is not None:
-        micro_batch, seq_len = _packed_micro_batch(pack_tokens, task, framework, micro_batch, seq_len, tp)
-    if pack_tokens is not None and cp > 1:
-        micro_batch, seq_len = _context_parallel_pack(pack_tokens, int(asked_seq_len or DEFAULT_SEQ_LEN), tp, cp)
+    micro_batch, seq_len, cp = _pass_inputs(task, framework, micro_batch, seq_len, tp, cp, pack_tokens)
     if pp > shape.layers:
         raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
     heads = getattr(shape, "heads", None)
@@ -370,18 +389,14 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
               "micro_batch": micro_batch, "seq_len": seq_len, "batch": batch, "context": context,
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
               "framework": framework, "framework_version": framework_version, "enforce_eager": enforce_eager,
-              "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens}
-    inputs["cp"] = cp
-    ranks = dp * cp     # the data-parallel x context-parallel ranks: the gradient reduction's and ZeRO's group
+              "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens, "cp": cp}
     parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
-                        optimizer, tp, pp, ranks, ep, framework, enforce_eager,
-                        host_seconds_per_sequence(engine_generation),
-                        cp=cp)
+                        optimizer, tp, pp, dp * cp, ep, framework, enforce_eager,   # the DP x CP ranks
+                        host_seconds_per_sequence(engine_generation), cp=cp)
     memory = memory_parts(shape, hw, task, micro_batch=micro_batch, seq_len=seq_len or 0, batch=batch, context=context,
-                          recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=ranks, ep=ep, framework=framework,
+                          recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
                           logit_bytes=trainer_logit_bytes(framework, framework_version) if framework in FRAMEWORKS
-                          else None,
-                          cp=cp)
+                          else None, cp=cp)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory,
                     components=components.gpu if priced else "knobs", inputs=inputs,
@@ -475,8 +490,7 @@ def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prom
 def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: ComponentTable | None, task: str,
                 micro_batch: int, seq_len: int | None, batch: int, context: int, recompute: str, optimizer: str,
                 tp: int, pp: int, dp: int, ep: int, framework: str, eager: bool = False,
-                host_per_sequence: float = 0.0,
-                cp: int = 1) -> dict[str, float]:
+                host_per_sequence: float = 0.0, cp: int = 1) -> dict[str, float]:
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
     # the workload's sequences, prompt + new tokens: a pass's seq_len; generate's prompt growing to context;
@@ -494,10 +508,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     parts: dict[str, float] = {}
     pp_level = cost.group_level(dp * pp * tp, extent)
     if task in ("train", "infer", "prefill"):
-        tokens = micro_batch * seq_len
-        if cp > 1:   # context parallelism: this GPU's share of each sequence, padded once to 2·cp·tp
-            tokens = context_parallel_tokens(micro_batch * padded_length(seq_len, pad_multiple(tp, cp)), cp,
-                                             micro_batch, tp, rounded=True)
+        tokens = _cp_share(micro_batch, seq_len, tp, cp)   # this GPU's share of each sequence
         train = task == "train"
         if table is not None:
             stages = []
@@ -530,9 +541,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
                     parts["optimizer"] = max(0.0, full - both * pp - cost.allreduce(
                         2.0 * max(stage_params(shape, pp)) / tp, dp, cost.group_level(tp * dp, extent),
                         cost.ranks_per_node(dp, tp, extent)))
-            for name in ("forward", "backward", "recompute"):   # a CP share's compute: tokens/whole of it
-                if cp > 1 and name in parts:
-                    parts[name] *= tokens / whole
+            parts.update({k: v * tokens / whole for k, v in parts.items() if k in ("forward", "backward", "recompute")})
         n = max(layers)
         comm = (4 if train else 2) * n * cost.tp_allreduce(tokens * d * 2.0, tp, extent)
         if pp > 1:

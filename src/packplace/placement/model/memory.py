@@ -213,14 +213,18 @@ class ContextParallelSplit:
             group the longest sequence needs under the rank cap
             (:func:`~packplace.placement.candidates.dynamic_ring`), not the trainer's ``dp``: a rank holds at
             most the cap, so a ring's K/V buffers hold at most ``ring·cap`` tokens.
+        rounded: The passes' micro-batches are packs of sequences already padded to the CP multiple (NeMo RL's
+            sequence packing rounds every sequence before packing): the share pads them once, not again per
+            sequence (:func:`~packplace.placement.model.pass_memory.context_parallel_tokens`).
 
     Raises:
-        ConfigError: a degree or ring below 1, a ring below the degree, a cap below 1.
+        ConfigError: a degree or ring below 1, a ring below the degree, a cap below 1, ``rounded`` not a bool.
     """
 
     degree: int = 1
     rank_cap_tokens: float | None = None
     ring: int = 1
+    rounded: bool = False
 
     def __post_init__(self) -> None:
         for name in ("degree", "ring"):
@@ -229,6 +233,8 @@ class ContextParallelSplit:
                 raise ConfigError(f"context_parallel.{name}: must be an integer >= 1, got {value!r}")
         if self.ring < self.degree:
             raise ConfigError(f"context_parallel.ring: must be at least the degree {self.degree}, got {self.ring}")
+        if not isinstance(self.rounded, bool):
+            raise ConfigError(f"context_parallel.rounded: must be true or false, got {self.rounded!r}")
         if self.rank_cap_tokens is not None and not self.rank_cap_tokens >= 1:
             raise ConfigError(f"context_parallel.rank_cap_tokens: must be >= 1, got {self.rank_cap_tokens!r}")
 
@@ -237,15 +243,14 @@ class ContextParallelSplit:
         """The passes run context parallelism (a degree above 1 or dynamic CP)."""
         return self.degree > 1 or self.rank_cap_tokens is not None
 
-    def rank_tokens(self, tokens: float, sequences: float, tp: int, rounded: bool = False) -> float:
+    def rank_tokens(self, tokens: float, sequences: float, tp: int) -> float:
         """Tokens one GPU of a CP group holds of a micro-batch of ``tokens`` tokens in ``sequences``
-        sequences (before the tensor-parallel split; ``rounded``: its sequences already padded to the CP
-        multiple, NeMo RL's packs). Static:
+        sequences (before the tensor-parallel split; :attr:`rounded`: its sequences already padded). Static:
         :func:`~packplace.placement.model.pass_memory.context_parallel_tokens`. Dynamic: the larger of that
         and the rank cap: Megatron-Core's dynamic-CP scheduler fills a rank's micro-batch up to the cap
         whatever the micro-batch size, and a framework without dynamic CP (NeMo RL) runs the static degree
         with the plan's micro-batch instead; the figure that holds for both is kept."""
-        share = context_parallel_tokens(tokens, self.degree, sequences, tp, rounded)
+        share = context_parallel_tokens(tokens, self.degree, sequences, tp, self.rounded)
         if self.rank_cap_tokens is None:
             return share
         return max(share, float(self.rank_cap_tokens))
@@ -329,8 +334,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   workspace_bytes: float | None = None, pass_tokens: float | None = None,
                   logprob_tokens: float | None = None, logit_bytes: tuple[float, float] | None = None,
                   offload_between_passes: bool = False,
-                  context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
-                  rounded_passes: bool = False) -> tuple[float, float]:
+                  context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -365,9 +369,6 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         offload_between_passes: ``options.offload`` brings the state back per pass (verl, :func:`_stage_train_state`).
         context_parallel: A ``train`` or ``infer`` vertex's context parallelism (:class:`ContextParallelSplit`,
             what it splits and what it does not); ``generate`` ignores it.
-        rounded_passes: The pass's micro-batches are packs of sequences already padded to the CP multiple
-            (NeMo RL's sequence packing, :func:`~packplace.placement.model.sequence_packing.pad_multiple`):
-            the CP share pads them once, not again per sequence.
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
@@ -386,17 +387,15 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
     tokens = micro_batch * seq_len if pass_tokens is None else pass_tokens
     cp = context_parallel if kind in ("train", "infer") else NO_CONTEXT_PARALLEL
-    tokens = cp.rank_tokens(tokens, micro_batch, tp, rounded_passes)
-    logprob_tokens = None if logprob_tokens is None else cp.rank_tokens(logprob_tokens, micro_batch, tp,
-                                                                        rounded_passes)
+    tokens = cp.rank_tokens(tokens, micro_batch, tp)
+    logprob_tokens = None if logprob_tokens is None else cp.rank_tokens(logprob_tokens, micro_batch, tp)
     workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
     per_layer_rank = model.block_params / model.layers / tp
     layers = stage_layers(model.layers, pp)
     params = stage_params(model, pp)
     split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
     best = (-1.0, 0.0, 0.0)
-    # dynamic CP: the scheduler sets a rank's micro-batches, so the pipeline's whole depth is held
-    inflight = pp if cp.rank_cap_tokens is not None else micro_batches * cp.ring
+    inflight = pp if cp.rank_cap_tokens is not None else micro_batches * cp.ring   # dynamic CP: the whole depth
     for i in range(pp):
         p = params[i] / tp if split is None else split[i][0] + split[i][1]
         last = i == pp - 1
