@@ -11,7 +11,8 @@ answer, half of them the gold one, from a fixed list of answer shapes: integers,
 of pi, intervals, pairs, a polynomial), not a model's: the timing depends on the answers' content and on the
 host, so the figure bounds an order of magnitude only (docs/calibration-and-validation.md, "NeMo RL time that
 does not follow the GPU"). Prints the mean response length and the median, mean, 90th percentile and largest
-time per call. math-verify is not a packplace dependency.
+time per call. math-verify is not a packplace dependency. The model's seconds per response come from
+``benchmarks/rewards/rule_reward_cost.py`` on real model responses, which these LaTeX-dense chains over-state.
 """
 
 from __future__ import annotations

@@ -50,5 +50,5 @@ def test_a_placement_config_given_as_the_model_names_its_models(capsys):
     config = os.path.join(root, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml")
     assert main(["estimate", "--model", config]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"packplace estimate: error: model: {config!r} is a placement config; give one model entry (a YAML file of "
-        "one of its models: actor), a config.json or a preset"]
+        f"packplace estimate: error: model: {config!r} is a placement config; name one of its models (actor) as "
+        f"{config}:ROLE, or give a model entry, a config.json or a preset"]

@@ -120,10 +120,15 @@ def test_evaluator_prices_a_stale_generation_at_its_steady_state_throughput():
     assert sync.phases["actor.generate"]["generation"] > generation
     # generation-bound: the period is the steady-state generation time (with its overhead part)
     assert score.step_time == pytest.approx(score.vertex_time["actor.generate"], rel=1e-9)
-    # only the generation part changes: the rest of the vertex (overhead, the rule reward's CPU scoring)
-    # is the synchronous one
+    # the rest of the vertex (overhead) is the synchronous one but the rule reward: NeMo RL scores each response
+    # as it finishes, so the stream leaves only the last one's score exposed (32 x s = 23 ms << 8 s of stream)
+    s = inst.rule_reward.seconds_per_sample
+    assert sync.phases["actor.generate"]["reward"] == pytest.approx(32 * s, rel=1e-12)
+    assert score.phases["actor.generate"]["reward"] == pytest.approx(s, rel=1e-12)
     rest = score.vertex_time["actor.generate"] - score.phases["actor.generate"]["generation"]
-    assert rest == pytest.approx(sync.vertex_time["actor.generate"] - sync.phases["actor.generate"]["generation"])
+    assert rest == pytest.approx(sync.vertex_time["actor.generate"] - sync.phases["actor.generate"]["generation"]
+                                 - 31 * s)
+    assert sum(score.phases["actor.generate"].values()) == pytest.approx(score.vertex_time["actor.generate"])
     assert ev.lower_bound() <= score.step_time + 1e-9
 
 
@@ -133,6 +138,7 @@ def test_a_batch_framework_keeps_the_makespan_when_stale():
     plan = stale_plan(inst)
     score, sync = ev.score(plan), ev.score(Plan(plan.vertices))
     assert score.phases["actor.generate"]["generation"] == sync.phases["actor.generate"]["generation"]
+    assert score.phases["actor.generate"]["reward"] == sync.phases["actor.generate"]["reward"]  # after the batch
     assert ev.cost.stale_generate_time(inst.models["actor"], 2, 1, 1, 16, (1, 1, 2), 1, 2) is None
 
 

@@ -261,7 +261,9 @@ def test_emitted_settings_carry_the_priced_engine_mode(eager):
     ("infer", "--optimizer", "none", "train"),
     ("prefill", "--context", "4096", "decode, generate"),
     ("train", "--batch", "8", "decode, generate"),
-    ("train", "--framework-version", "0.3.0", "decode, generate"),   # a release changes the engine only
+    ("prefill", "--framework-version", "0.3.0", "decode, generate, infer, train"),   # engine and trainer
+    ("decode", "--entropy-coeff", "0.01", "infer, train"),
+    ("train", "--train-mb-tokens", "8192", "infer"),
 ])
 def test_estimate_cli_refuses_a_flag_that_means_nothing_for_the_task(capsys, task, flag, value, uses):
     from packplace.cli import main

@@ -188,6 +188,7 @@ def test_rule_reward_is_a_cpu_step_without_a_gpu_model():
     for a, b in zip(get_table(model).all["actor.generate"], get_table(rule).all["actor.generate"]):
         assert b.time == pytest.approx(a.time + extra, rel=1e-12)
     short = build_instance({**base, "models": {**base["models"], "reward": "rule"}})
-    assert short.rule_reward.seconds(1000) == pytest.approx(1.0)   # default 1 ms per response, 1 worker
+    # default: the framework's verifier (none: math-verify, 0.73 ms per response), 1 worker
+    assert short.rule_reward.seconds(1000) == pytest.approx(0.73)
     with pytest.raises(ConfigError, match=r"\[models.reward\] workers: must be an integer in \[1, 1,000,000\], got 0"):
         build_instance({**base, "models": {**base["models"], "reward": {"kind": "rule", "workers": 0}}})

@@ -224,7 +224,7 @@ def test_the_checked_section_is_normalised_and_scores_as_before(tmp_path):
                                                          s.__setitem__("published", {"step": 30})], "bare.yaml"))
     assert bare["phases"] == {} and bare["engine_only"] == []
     (row,) = validate([QWEN])
-    assert (row.phase, row.published) == ("generation", 24.3) and row.ok
+    assert (row.figure, row.published) == ("generation", 24.3) and row.ok
 
 
 def test_calibrate_names_an_empty_measured_file_as_the_measured_file(tmp_path, capsys):
@@ -290,6 +290,13 @@ def test_one_file_under_two_names_is_refused_naming_both(tmp_path, capsys):
     reformatted.write_text("# a copy\n" + yaml.safe_dump(load_yaml(QWEN), default_flow_style=True))
     assert main(["validate", "--cross-validate", str(reformatted), QWEN]) == 2
     assert f"{QWEN}: the same content as {reformatted}" in capsys.readouterr().err
+    # the library function refuses it the same way, before scoring any file
+    with pytest.raises(ConfigError) as refused:
+        validate([QWEN, str(copy_path)])
+    assert str(refused.value) == (f"[validation] {copy_path}: the same content as {QWEN} (one run under two "
+                                  "names: its figures would be scored twice); give each file once")
+    with pytest.raises(ConfigError, match=r"a second setup named 'qwen2\.5-7b_vllm_batch1_1xa100'"):
+        validate([QWEN, QWEN])
     # one changed value is another file
     other = _edited(tmp_path, _set("source", "another source"), name="other.yaml")
     rows = validate([QWEN, other])

@@ -176,7 +176,7 @@ def test_verl_dapo_rows_score_without_the_reference_pass():
     row = os.path.join(VALIDATION, "verl_dapo_qwen2.5-math-7b_16x8xh20_colocate.yaml")
     instance, plan, _ = load_setup(row)
     assert instance.algorithm == "dapo" and "reference.infer" not in instance.graph.names
-    (step,) = [r for r in validate([row]) if r.phase == "step"]
+    (step,) = [r for r in validate([row]) if r.figure == "step"]
     assert set(step.parts) == {"actor.generate", "actor.train"}
 
 

@@ -476,11 +476,14 @@ def test_the_configs_own_packs_that_fit_each_task_alone_but_plan_nothing_are_hal
 # -- estimate and packing ---------------------------------------------------------------------------------------
 def test_estimate_prices_a_pack_of_equal_sequences_as_its_micro_batch():
     from packplace.placement.task_estimate import estimate
-    # 1,025-token sequences rounded to TP 2's multiple, 1,026: an 8,192-token pack holds 7 of them
-    packed = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=1025, tp=2, framework="nemo-rl", pack_tokens=8192)
-    plain = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=1026, tp=2, framework="nemo-rl", micro_batch=7)
+    # 1,025-token sequences rounded to TP 2's multiple, 1,026: an 8,192-token pack holds 7 of them; on the
+    # Megatron workers (pipeline parallelism) the pack runs at its own 7 x 1,026 tokens
+    packed = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=1025, tp=2, pp=2, framework="nemo-rl",
+                      pack_tokens=8192)
+    plain = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=1026, tp=2, pp=2, framework="nemo-rl", micro_batch=7)
     assert packed.time_s == plain.time_s and packed.memory == plain.memory
     assert (packed.inputs["micro_batch"], packed.inputs["seq_len"], packed.inputs["pack_tokens"]) == (7, 1026, 8192)
+    assert (packed.inputs["pack_backend"], packed.inputs["pack_priced_tokens"]) == ("megatron", 7 * 1026)
     with pytest.raises(ConfigError, match="pack_tokens: 1025 tokens is below seq_len 1025 rounded up to a multiple "
                                           "of the tensor-parallel size 2 = 1026"):
         estimate("llama3.1-8b", "h100-sxm", "infer", seq_len=1025, tp=2, framework="nemo-rl", pack_tokens=1025)

@@ -57,7 +57,12 @@ def test_a_refused_file_has_its_own_row_and_the_others_are_scored(folder, capsys
 
 def test_every_file_refused_is_bad_input(folder):
     bad = str(folder / "bad.yaml")
+    other = folder / "also_bad.yaml"          # another run (a note of its own), refused for the same field
+    other.write_text((folder / "bad.yaml").read_text(encoding="utf-8").replace(
+        "validation:", "validation:\n  note: another run", 1), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"published\.step"):
+        validate([bad, str(other)])
+    with pytest.raises(ConfigError, match=r"a second setup named 'bad'"):   # one file twice: refused up front
         validate([bad, bad])
     assert main(["validate", bad, "--quiet"]) == 2
 

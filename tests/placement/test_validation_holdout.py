@@ -69,5 +69,5 @@ def test_every_declared_pair_names_a_file_of_the_same_publication():
 def test_validate_reports_a_row_for_every_published_figure():
     rows = validate(FILES)
     published = {(_name(path), figure) for path in FILES for figure in load_setup(path)[2]["published"]}
-    assert {(row.setup, row.phase) for row in rows} == published
+    assert {(row.setup, row.figure) for row in rows} == published
     assert all(not row.skipped for row in rows)

@@ -190,6 +190,7 @@ class PlacementEvaluator:
         self._resolved: dict[tuple[str, VertexPlan], tuple | str] = {}
         self._phases: dict[tuple, dict[str, float]] = {}
         self._stale: dict[tuple, float | None] = {}
+        self._stale_reward: dict[tuple, float] = {}  # (vertex, candidate key, staleness): a streamed reward
         self._bound: float | None = None
         #: the last :meth:`lower_bound` stopped at its deadline and counted some stale times as 0
         self.bound_cut = False
@@ -304,18 +305,34 @@ class PlacementEvaluator:
         """Seconds per step of generation vertex ``i`` on ``cand`` when its policy has ``staleness ≥ 1``
         and the framework rolls out continuously
         (:meth:`~packplace.placement.model.cost.CostModel.stale_generate_time` in place of the batch's
-        generation makespan; the vertex's other parts unchanged); ``None`` when the makespan stays."""
+        generation makespan; the vertex's other parts unchanged but a rule reward the framework scores as each
+        response finishes, :meth:`_streamed_reward`); ``None`` when the makespan stays."""
         key = (i, cand.key, staleness)
         if key not in self._stale:
             if len(self._stale) >= RESOLVE_CACHE_LIMIT:
                 self._stale.clear()
+                self._stale_reward.clear()
             s = cand.strategy
             stale = self.cost.stale_generate_time(self.model_specs[i], s.dp, s.pp, s.tp, cand.micro_batch,
                                                   cand.extent, s.ep, staleness)
             if stale is not None:
-                stale += cand.time - self.vertex_phases(self.names[i], cand)["generation"]
+                phases = self.vertex_phases(self.names[i], cand)
+                reward = self._streamed_reward(phases, stale)
+                stale += cand.time - phases["generation"]
+                if reward is not None:
+                    stale += reward - phases["reward"]
+                    self._stale_reward[key] = reward
             self._stale[key] = stale
         return self._stale[key]
+
+    def _streamed_reward(self, phases: dict[str, float], stream_seconds: float) -> float | None:
+        """Seconds a rule reward adds to a stale stream of ``stream_seconds`` when the framework scores each
+        response as it finishes (``FrameworkProfile.streamed_reward``:
+        :meth:`~packplace.placement.problem.workload.RuleReward.streamed_seconds`); ``None`` when the reward
+        stays as :func:`~packplace.placement.candidates.vertex_parts` prices it (after the batch)."""
+        if "reward" not in phases or not self.cost.framework.streamed_reward or self.instance.rule_reward is None:
+            return None
+        return self.instance.rule_reward.streamed_seconds(self.instance.workload.sequences, stream_seconds)
 
     def _stale_durations(self, res: list, shifts: list[int] | None) -> dict[int, float]:
         """``{vertex index: seconds per step}`` of the generation vertices a stale policy feeds under a
@@ -553,7 +570,8 @@ class PlacementEvaluator:
             step_time=objective if not violations else INF, makespan=max(end),
             start=dict(zip(self.names, start)), end=dict(zip(self.names, end)),
             vertex_time={name: stale.get(i, r[0].time) for i, (name, r) in enumerate(zip(self.names, res))},
-            phases={name: self._score_phases(i, r[0], stale) for i, (name, r) in enumerate(zip(self.names, res))},
+            phases={name: self._score_phases(i, r[0], stale, shifts)
+                    for i, (name, r) in enumerate(zip(self.names, res))},
             realloc={f"{self.names[a]}->{self.names[b]}": r for (a, b), r in zip(self.pubs, reallocs)},
             gpu_memory_peak=peaks, oom=oom, memory_capacity=self.capacity,
             staleness={m: t for m, t in plan.staleness if t}, synchronous_step_time=step if not violations else INF,
@@ -578,12 +596,18 @@ class PlacementEvaluator:
                        f"{self.instance.engine.gpu_memory_utilization:g} of {gb(self.capacity)} GB)")
         return out
 
-    def _score_phases(self, i: int, cand, stale: dict[int, float]) -> dict[str, float]:
+    def _score_phases(self, i: int, cand, stale: dict[int, float], shifts: list[int] | None) -> dict[str, float]:
         """:meth:`vertex_phases`, with a stale continuous-rollout generation at its steady-state
-        seconds per step (:meth:`_stale_durations`)."""
+        seconds per step (:meth:`_stale_durations`) and, when the framework scores each response as it
+        finishes, the part ``reward`` the stream leaves exposed (:meth:`_streamed_reward`)."""
         phases = self.vertex_phases(self.names[i], cand)
         if i in stale:
             phases["generation"] += stale[i] - cand.time
+            staleness = {b: shift - 1 for (_, b), shift in zip(self.pubs, shifts or ())}.get(i)
+            reward = self._stale_reward.get((i, cand.key, staleness))
+            if reward is not None:  # the stream alone in generation, its exposed scoring in reward
+                phases["generation"] += phases["reward"] - reward
+                phases["reward"] = reward
         return phases
 
     def vertex_phases(self, name: str, cand) -> dict[str, float]:

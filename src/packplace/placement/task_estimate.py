@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from packplace.context_parallel.cost import cost_from_shape
+from packplace.contract import check_section
 from packplace.errors import ConfigError, show
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
 from packplace.placement.model.cost import CostModel, hardware_table
@@ -50,16 +51,20 @@ from packplace.placement.model.framework import (
     decode_step_overhead,
     dispatch_seconds,
     host_seconds_per_sequence,
+    parse_version,
     trainer_logit_bytes,
     version_defaults,
 )
+from packplace.placement.model.layout_rules import TRAIN, Context, trainer_backend
 from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
-from packplace.placement.model.pass_memory import context_parallel_tokens, pass_memory
-from packplace.placement.model.sequence_packing import pad_multiple, padded_length
+from packplace.placement.model.nemo_rl_releases import release_for
+from packplace.placement.model.pass_memory import context_parallel_tokens, pass_memory, uses_autocast
+from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
 from packplace.placement.model.training_time import training_overhead_seconds
-from packplace.placement.problem.config import POLICY_FIELDS, _hardware, load_yaml
+from packplace.placement.problem.config import FIRST_PACKING_RELEASE, POLICY_FIELDS, _hardware, _model, load_yaml
 from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.plan import Strategy
 from packplace.placement.problem.workload import Workload
 from packplace.shape import TransformerShape, from_hf_config, shape_from_mapping
 
@@ -69,6 +74,10 @@ TASKS = ("train", "infer", "prefill", "decode", "generate")
 RECOMPUTE = ("none", "selective", "full")
 #: Optimizer settings: fp32 master weights and AdamW, or none (bf16 forward + backward only).
 OPTIMIZERS = ("adam", "none")
+#: Training-state sharding ``estimate`` prices (``training.<role>.sharding`` of a config): none (every rank
+#: holds all of it), ``zero1`` (the optimizer state over ``dp``; a config's default), ``zero2`` (and the
+#: gradients). ``zero3`` (the weights too) is refused: its per-micro-batch gathers are ``place``'s.
+SHARDINGS = ("none", "zero1", "zero2")
 #: Preset model shapes (``--model NAME``): the Hugging Face ``config.json`` fields of each model.
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "qwen2.5-0.5b": {"model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896, "intermediate_size": 4864,
@@ -95,6 +104,10 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-8b": {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096, "intermediate_size": 12288,
                  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
                  "tie_word_embeddings": False},
+    # huggingface.co/meta-llama/Llama-3.1-70B config.json (the actor of configs/placement/ppo_llama3.1-70b_*)
+    "llama3.1-70b": {"model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192, "intermediate_size": 28672,
+                     "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256,
+                     "tie_word_embeddings": False},
 }
 #: Frameworks of ``--framework``: ``none`` (bare kernels) or a placement framework profile; ``vllm`` is a
 #: bare vLLM engine (the placement profile ``none``: its per-step overhead, no RL framework around it).
@@ -144,9 +157,10 @@ class Estimate:
 
 def resolve_model(spec: Any) -> TransformerShape:
     """A model shape from a :class:`~packplace.shape.TransformerShape`, a mapping of shape fields (Hugging
-    Face or packplace names), a preset name (:data:`MODEL_PRESETS`), a Hugging Face ``config.json`` path or
+    Face or packplace names), a preset name (:data:`MODEL_PRESETS`), a Hugging Face ``config.json`` path,
     a YAML file holding one model entry (shape fields, ``{hf_config: path}``, or either under a ``model``
-    key).
+    key) or ``CONFIG.yaml:ROLE``, the model ``models.ROLE`` of a placement config read as the config reads it
+    (:func:`_config_model`: a critic or reward model with its scalar value head).
 
     Raises:
         ConfigError: an unknown name, an unreadable file or an invalid shape, naming it.
@@ -162,12 +176,16 @@ def resolve_model(spec: Any) -> TransformerShape:
     name = str(spec)
     if name in MODEL_PRESETS:
         return from_hf_config(MODEL_PRESETS[name])
+    config, sep, role = name.rpartition(":")
+    if sep and Path(config).suffix in (".yaml", ".yml") and not Path(name).exists():
+        return _config_model(config, role)
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
         doc = load_yaml(path)
         if isinstance(doc, Mapping) and isinstance(doc.get("models"), Mapping) and "model" not in doc:
-            raise ConfigError(f"model: {name!r} is a placement config; give one model entry (a YAML file of one "
-                              f"of its models: {', '.join(map(str, doc['models']))}), a config.json or a preset")
+            roles = ", ".join(map(str, doc["models"]))
+            raise ConfigError(f"model: {name!r} is a placement config; name one of its models ({roles}) as "
+                              f"{name}:ROLE, or give a model entry, a config.json or a preset")
         entry = doc.get("model", doc) if isinstance(doc, Mapping) else doc
         if isinstance(entry, Mapping) and "hf_config" in entry and not Path(str(entry["hf_config"])).is_absolute():
             entry = {"hf_config": str(path.parent / str(entry["hf_config"]))}
@@ -176,6 +194,29 @@ def resolve_model(spec: Any) -> TransformerShape:
         return from_hf_config(path)
     raise ConfigError(f"model: {name!r} is neither a preset ({', '.join(MODEL_PRESETS)}) nor a config.json or "
                       f"YAML file")
+
+
+def _config_model(config: str, role: str) -> TransformerShape:
+    """``models.<role>`` of the placement config ``config`` (``--model CONFIG.yaml:ROLE``), read by the config's
+    own reader (:func:`~packplace.placement.problem.config._model`: shape fields or ``hf_config`` relative to
+    the config; a critic or reward model with its scalar value head).
+
+    Raises:
+        ConfigError: ``model: ...`` naming the file and the role: no ``models`` section, an unknown role
+            (listing the config's), a rule reward (no model), or the config's own error for the entry.
+    """
+    doc = load_yaml(config)
+    models = doc.get("models") if isinstance(doc, Mapping) else None
+    if not isinstance(models, Mapping):
+        raise ConfigError(f"model: {config!r} has no models section; CONFIG.yaml:ROLE names a model of a placement "
+                          "config")
+    if role not in models:
+        raise ConfigError(f"model: {config!r} has no model {role!r}; its models: {', '.join(map(str, models))}")
+    entry = models[role]
+    if entry == "rule" or (isinstance(entry, Mapping) and entry.get("kind") == "rule"):
+        raise ConfigError(f"model: {config}:{role} is a rule reward (a function, not a model); name another of its "
+                          f"models: {', '.join(str(m) for m in models if m != role)}")
+    return _model(role, entry, config)
 
 
 #: ``[hardware]`` fields ``estimate`` sets itself: the preset (``gpu``) and the cluster's size, which holds
@@ -232,18 +273,6 @@ def _context_parallel(cp: Any, task: str) -> int:
         raise ConfigError(f"cp: {cp} splits the sequences of a training or log-prob pass (task train or infer), "
                           f"not task {task}; drop it or set it to 1")
     return cp
-
-
-def _pass_inputs(task: str, framework: str, micro_batch: int, seq_len: int | None, tp: int, cp: Any,
-                 pack_tokens: int | None) -> tuple[int, int | None, int]:
-    """``(micro_batch, seq_len, cp)`` of a pass: ``cp`` checked (:func:`_context_parallel`), and with
-    ``pack_tokens`` the sequences a NeMo RL pack holds and their padded length (:func:`_packed_micro_batch`,
-    :func:`_context_parallel_pack`)."""
-    cp = _context_parallel(cp, task)
-    if pack_tokens is None:
-        return micro_batch, seq_len, cp
-    packed = _packed_micro_batch(pack_tokens, task, framework, micro_batch, seq_len, tp)
-    return (*_context_parallel_pack(pack_tokens, seq_len, tp, cp, packed), cp)
 
 
 def _context_parallel_pack(pack_tokens: int, seq_len: int | None, tp: int, cp: int,
@@ -307,6 +336,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
              tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None,
+             entropy_coeff: float = 0.0, train_mb_tokens: int | None = None,
+             sharding: str = "none",
              pack_tokens: int | None = None, cp: int = 1) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
@@ -322,6 +353,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
             ``context`` unset: :data:`GENERATE_NEW_TOKENS` cached tokens (decode), the prompt plus as many
             (generate).
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`.
+        sharding: :data:`SHARDINGS` (train): ``none`` (default) a bare PyTorch loop's layout (fp32 master weights
+            under autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
         tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees.
         framework: :data:`ESTIMATE_FRAMEWORKS`.
         table: A component table (object, JSON path, ``"none"`` for the knob model); default: the
@@ -332,12 +365,17 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         framework_version: The RL framework's release (``"0.3.0"``), as ``policy.framework_version`` of a
             placement config: its vLLM engine generation (the host time per running sequence of every decode
             iteration, :func:`~packplace.placement.model.framework.host_seconds_per_sequence`) and its
-            ``enforce_eager`` default (``enforce_eager`` True overrides it). Unset: the framework's current
-            releases. ``vllm`` (a bare engine) always runs the current (V1) engine.
+            ``enforce_eager`` default (``enforce_eager`` True overrides it); train and infer: the trainer's
+            logit bytes (:func:`_logit_bytes`); with ``pack_tokens`` the release's pad of log-prob packs
+            (:func:`_pack_pricing`). Unset: the current releases. ``vllm`` always runs the current (V1) engine.
+        entropy_coeff: verl's entropy bonus (``policy.entropy_coeff``; train, infer; :func:`_logit_bytes`).
         pack_tokens: NeMo RL's tokens per pack (``framework="nemo-rl"``; ``train_mb_tokens`` for ``train``,
             ``logprob_mb_tokens`` for ``infer``): the micro-batch priced is the ``⌊pack_tokens/s⌋`` equal
             sequences a pack holds, ``s`` the ``seq_len`` rounded up to the TP multiple
-            (:func:`_packed_micro_batch`; ``micro_batch`` must stay 1).
+            (:func:`_packed_micro_batch`; ``micro_batch`` must stay 1), priced as the step model prices
+            a pack on the strategy's trainer backend, the DTensor pad included (:func:`_pack_pricing`).
+        train_mb_tokens: NeMo RL's training pack for ``task="infer"`` with ``pack_tokens`` where log-prob packs
+            are padded to it (:func:`_pack_pricing`).
         cp: Context-parallel degree of a train / infer pass (:func:`_cp_share`) on ``tp·pp·cp·dp`` GPUs.
 
     Returns:
@@ -347,40 +385,25 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         ConfigError: an invalid argument, naming it and its value.
     """
     shape = resolve_model(model)
-    if task not in TASKS:
-        raise ConfigError(f"task: must be one of {', '.join(TASKS)}, got {show(task)}")
-    if recompute not in RECOMPUTE:
-        raise ConfigError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {show(recompute)}")
-    if optimizer not in OPTIMIZERS:
-        raise ConfigError(f"optimizer: must be one of {', '.join(OPTIMIZERS)}, got {show(optimizer)}")
-    if framework not in ESTIMATE_FRAMEWORKS:
-        raise ConfigError(f"framework: must be one of {', '.join(ESTIMATE_FRAMEWORKS)}, got {show(framework)}")
-    if not isinstance(enforce_eager, bool):
-        raise ConfigError(f"enforce_eager: must be true or false, got {show(enforce_eager)}")
-    if task == "train" and framework == "vllm":
-        raise ConfigError("framework: vllm is an inference engine and does not train; for task train use none "
-                          f"or an RL framework ({', '.join(f for f in ESTIMATE_FRAMEWORKS if f != 'vllm')})")
-    if task == "train" and enforce_eager:
-        raise ConfigError("enforce_eager: a vLLM decode setting (no CUDA graphs); task train runs no vLLM engine")
-    if task in ("infer", "prefill") and enforce_eager:   # vLLM captures CUDA graphs for decode batches only
-        raise ConfigError(f"enforce_eager: a vLLM decode setting (no CUDA graphs); task {task} decodes nothing")
-    if enforce_eager and FRAMEWORKS.get(framework, FRAMEWORKS["none"]).enforce_eager is None:
-        raise ConfigError(f"enforce_eager: a vLLM setting; the {framework} framework generates with its own "
-                          "engine, whose eager kernel launches are inside its per-step overhead")
+    _check_settings(task, recompute, optimizer, framework, enforce_eager)
+    _check_sharding(sharding, task)
     engine_generation, version_eager = _engine(framework, framework_version)
     enforce_eager = enforce_eager or (version_eager and task in ("decode", "generate"))
     for name, value in (("micro_batch", micro_batch), ("batch", batch), ("tp", tp), ("pp", pp), ("dp", dp),
                         ("ep", ep)):
         _check(name, value)
     seq_len, context = _lengths(task, seq_len, context, batch)
-    micro_batch, seq_len, cp = _pass_inputs(task, framework, micro_batch, seq_len, tp, cp, pack_tokens)
-    if pp > shape.layers:
-        raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
-    heads = getattr(shape, "heads", None)
-    if isinstance(heads, int) and heads % tp:  # Megatron and vLLM split the query heads evenly over TP ranks
-        raise ConfigError(f"tp: {tp} does not divide the model's {heads} attention heads")
-    if ep > 1 and (not shape.is_moe or dp % ep):
-        raise ConfigError(f"ep: {ep} needs a mixture-of-experts model and must divide dp ({dp})")
+    logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
+    cp = _context_parallel(cp, task)
+    if pack_tokens is not None:
+        micro_batch, seq_len = _context_parallel_pack(pack_tokens, seq_len, tp, cp, _packed_micro_batch(
+            pack_tokens, task, framework, micro_batch, seq_len, tp))
+    elif train_mb_tokens is not None:
+        raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} is the training pack a NeMo RL log-prob pack "
+                          "is padded to; it goes with pack_tokens (task infer); drop it")
+    _check_strategy(shape, tp, pp, dp, ep)
+    pack = (_pack_pricing(shape, task, framework_version, int(pack_tokens), train_mb_tokens, micro_batch,
+                          int(seq_len or 0), (dp, pp, tp, ep), cp) if pack_tokens is not None else None)
     cluster, hw = resolve_hardware(gpu, hardware, tp * pp * dp * cp)
     components = hardware_table(hw, _table(table, hw))  # scaled to the hardware's own datasheet figures
     if components is None:
@@ -389,14 +412,19 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
               "micro_batch": micro_batch, "seq_len": seq_len, "batch": batch, "context": context,
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
               "framework": framework, "framework_version": framework_version, "enforce_eager": enforce_eager,
-              "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens, "cp": cp}
+              "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens}
+    inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens, sharding=sharding, cp=cp,
+                  **(pack.inputs() if pack is not None else {}))
     parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
                         optimizer, tp, pp, dp * cp, ep, framework, enforce_eager,   # the DP x CP ranks
-                        host_seconds_per_sequence(engine_generation), cp=cp)
-    memory = memory_parts(shape, hw, task, micro_batch=micro_batch, seq_len=seq_len or 0, batch=batch, context=context,
+                        host_seconds_per_sequence(engine_generation), pack,
+                        sharding=sharding, cp=cp)
+    # a padded pack holds its pad's tokens too (SequencePacking.peak_tokens): one row of the priced tokens
+    held = (1, round(pack.tokens * cp)) if pack is not None and pack.padded else (micro_batch, seq_len or 0)
+    memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
-                          logit_bytes=trainer_logit_bytes(framework, framework_version) if framework in FRAMEWORKS
-                          else None, cp=cp)
+                          logit_bytes=logit_bytes,
+                          sharding=sharding, cp=cp)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory,
                     components=components.gpu if priced else "knobs", inputs=inputs,
@@ -426,6 +454,170 @@ def _lengths(task: str, seq_len: int | None, context: int | None, batch: int) ->
     if task == "generate" and seq_len is not None and context <= seq_len:
         raise ConfigError(f"context: must exceed seq_len ({seq_len}) for generate (the final length), got {context}")
     return seq_len, context
+
+
+def _check_settings(task: str, recompute: str, optimizer: str, framework: str, enforce_eager: Any) -> None:
+    """The task's settings of :func:`estimate`: the enumerations and where vLLM's ``enforce_eager`` applies.
+
+    Raises:
+        ConfigError: naming the field and the value.
+    """
+    if task not in TASKS:
+        raise ConfigError(f"task: must be one of {', '.join(TASKS)}, got {show(task)}")
+    if recompute not in RECOMPUTE:
+        raise ConfigError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {show(recompute)}")
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"optimizer: must be one of {', '.join(OPTIMIZERS)}, got {show(optimizer)}")
+    if framework not in ESTIMATE_FRAMEWORKS:
+        raise ConfigError(f"framework: must be one of {', '.join(ESTIMATE_FRAMEWORKS)}, got {show(framework)}")
+    if not isinstance(enforce_eager, bool):
+        raise ConfigError(f"enforce_eager: must be true or false, got {show(enforce_eager)}")
+    if task == "train" and framework == "vllm":
+        raise ConfigError("framework: vllm is an inference engine and does not train; for task train use none "
+                          f"or an RL framework ({', '.join(f for f in ESTIMATE_FRAMEWORKS if f != 'vllm')})")
+    if task == "train" and enforce_eager:
+        raise ConfigError("enforce_eager: a vLLM decode setting (no CUDA graphs); task train runs no vLLM engine")
+    if task in ("infer", "prefill") and enforce_eager:   # vLLM captures CUDA graphs for decode batches only
+        raise ConfigError(f"enforce_eager: a vLLM decode setting (no CUDA graphs); task {task} decodes nothing")
+    if enforce_eager and FRAMEWORKS.get(framework, FRAMEWORKS["none"]).enforce_eager is None:
+        raise ConfigError(f"enforce_eager: a vLLM setting; the {framework} framework generates with its own "
+                          "engine, whose eager kernel launches are inside its per-step overhead")
+
+
+def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int) -> None:
+    """The strategy fits the model: ``pp`` at most its layers, ``tp`` dividing its attention heads (Megatron
+    and vLLM split the query heads evenly over TP ranks), ``ep`` only for a mixture of experts, dividing ``dp``.
+
+    Raises:
+        ConfigError: naming the degree and the model's figure.
+    """
+    if pp > shape.layers:
+        raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
+    heads = getattr(shape, "heads", None)
+    if isinstance(heads, int) and heads % tp:
+        raise ConfigError(f"tp: {tp} does not divide the model's {heads} attention heads")
+    if ep > 1 and (not shape.is_moe or dp % ep):
+        raise ConfigError(f"ep: {ep} needs a mixture-of-experts model and must divide dp ({dp})")
+
+
+def _check_sharding(sharding: Any, task: str) -> None:
+    """``sharding`` is one of :data:`SHARDINGS`, and other than ``none`` only for ``train``.
+
+    Raises:
+        ConfigError: ``sharding: ...`` naming the value: ``zero3`` (``place`` prices it), an unknown one, or
+            a sharding for a task that keeps no training state.
+    """
+    if sharding == "zero3":
+        raise ConfigError("sharding: zero3 gathers every layer's weights per micro-batch, which estimate does not "
+                          "price; give none, zero1 or zero2, or plan with packplace place (training.<role>.sharding: "
+                          "zero3)")
+    if sharding not in SHARDINGS:
+        raise ConfigError(f"sharding: must be one of {', '.join(SHARDINGS)}, got {show(sharding)}")
+    if sharding != "none" and task != "train":
+        raise ConfigError(f"sharding: {sharding} splits the training state; task {task} holds none (drop it)")
+
+
+def _logit_bytes(framework: str, framework_version: str | None, task: str,
+                 entropy_coeff: Any) -> tuple[float, float] | None:
+    """``(forward, loss backward)`` logit bytes per vocabulary entry per token of the trainer of ``framework``
+    at ``framework_version`` with verl's entropy bonus ``entropy_coeff``, the rule ``place`` prices a config
+    with (:func:`~packplace.placement.model.framework.trainer_logit_bytes` of ``policy.framework``,
+    ``policy.framework_version`` and ``policy.entropy_coeff > 0``); ``None`` (the memory model's 10 / 12) for
+    bare kernels and a bare vLLM engine. ``entropy_coeff`` is checked as the config's field is
+    (:data:`~packplace.placement.problem.config.POLICY_FIELDS`) and, as there, taken for verl only.
+
+    Raises:
+        ConfigError: ``entropy_coeff: ...`` out of ``[0, 1e6]`` or not a number, above 0 for another framework
+            than verl or for a task that runs no trainer loss (prefill, decode, generate).
+    """
+    coeff = check_section({"entropy_coeff": entropy_coeff}, {"entropy_coeff": POLICY_FIELDS["entropy_coeff"]},
+                          "estimate", label=lambda name: name)["entropy_coeff"]
+    if coeff and framework != "verl":
+        raise ConfigError(f"entropy_coeff: {coeff} is verl's entropy bonus (actor.entropy_coeff), which the model "
+                          f"prices for framework verl only, not {framework}; drop it")
+    if coeff and task not in ("train", "infer"):
+        raise ConfigError(f"entropy_coeff: {coeff} changes the trainer's logits (task train or infer), not task "
+                          f"{task}; drop it")
+    if framework not in FRAMEWORKS or framework == "none":
+        return None
+    return trainer_logit_bytes(framework, framework_version, coeff > 0)
+
+
+@dataclass(frozen=True)
+class _PackPricing:
+    """How the step model prices one of ``estimate``'s equal packs (:func:`_pack_pricing`).
+
+    Attributes:
+        passes: The packs as the step model holds them (:class:`PackedPasses` of one draw of the equal
+            sequences), which a knob-model cost prices its passes with.
+        megatron: The trainer backend the strategy runs is Megatron-Core (else the DTensor workers).
+        tokens: Tokens priced per pack (its pad included); attention: tokens of context per token of its
+            causal attention (each packed sequence attends to itself: ``Σ l² / tokens``).
+        padded: The pack is padded beyond its sequences' tokens.
+    """
+
+    passes: PackedPasses
+    megatron: bool
+    tokens: float
+    attention: float
+    padded: bool
+
+    def inputs(self) -> dict[str, Any]:
+        """The pricing's entries of :attr:`Estimate.inputs`."""
+        return {"pack_backend": "megatron" if self.megatron else "dtensor", "pack_priced_tokens": self.tokens}
+
+
+def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pack_tokens: int,
+                  train_mb_tokens: Any, sequences: int, padded: int,
+                  degrees: tuple[int, int, int, int], cp: int = 1) -> _PackPricing:
+    """The step model's price of a pack of ``sequences`` equal sequences of ``padded`` tokens: the
+    trainer backend NeMo RL runs the strategy ``degrees`` = ``(dp, pp, tp, ep)`` on under
+    ``policy.trainer_backend: auto`` (:func:`~packplace.placement.model.layout_rules.trainer_backend`:
+    Megatron-Core with pipeline or expert parallelism, else the DTensor workers), then
+    :meth:`PackedPasses.shape` of one pack per data-parallel rank: the DTensor workers pad a training pack
+    to ``train_mb_tokens`` (``pack_tokens`` itself) and, from release 0.6
+    (:attr:`~packplace.placement.model.nemo_rl_releases.NemoRLRelease.dtensor_pads_logprob_packs`), a
+    log-prob pack too; a Megatron pack runs at its own tokens (with pipeline parallelism at the batch's
+    longest pack, the same one here). With context parallelism ``cp`` the ``dp`` data ranks' packs are split
+    over their CP groups (:meth:`PackedPasses.shape` on ``dp·cp`` ranks): ``tokens`` per GPU.
+
+    Raises:
+        ConfigError: ``framework_version`` before NeMo RL's sequence packing (0.3); ``train_mb_tokens`` missing
+            where a log-prob pack is padded to it, given where it changes nothing, or not an integer in the
+            config's range.
+    """
+    dp, pp, tp, ep = degrees
+    if framework_version is not None and parse_version(framework_version) < FIRST_PACKING_RELEASE:
+        raise ConfigError(f"pack_tokens: NeMo RL {framework_version} has no sequence packing (it arrived in 0.3); "
+                          "drop pack_tokens or give a later framework_version")
+    release = release_for("nemo-rl", framework_version)
+    pads_logprob = bool(release is not None and release.dtensor_pads_logprob_packs)
+    ctx = Context("nemo-rl", "grpo", {}, False)
+    megatron = trainer_backend(ctx, {TRAIN: Strategy(dp, pp, tp, ep)}) == "megatron"
+    floor_needed = task == "infer" and pads_logprob and not megatron
+    if task == "train" and train_mb_tokens is not None:
+        raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} with task train: the training pack is "
+                          f"pack_tokens ({pack_tokens}); drop train_mb_tokens")
+    if task == "infer" and train_mb_tokens is None and floor_needed:
+        raise ConfigError(f"train_mb_tokens: needed with task infer and pack_tokens under NeMo RL "
+                          f"{framework_version}: its DTensor workers pad every log-prob pack to train_mb_tokens "
+                          "(the training pack); give it (--train-mb-tokens)")
+    if task == "infer" and train_mb_tokens is not None and not floor_needed:
+        why = ("the Megatron-Core workers (pipeline or expert parallelism) do not pad to it" if megatron else
+               f"NeMo RL {framework_version or 'before 0.6 (framework_version unset: current defaults)'} pads "
+               "training packs only")
+        raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} changes nothing here: {why}; drop it")
+    cap = int(POLICY_FIELDS["train_mb_tokens"].maximum)
+    train = pack_tokens if task == "train" else _check("train_mb_tokens", train_mb_tokens if floor_needed
+                                                       else pack_tokens)
+    if train > cap:
+        raise ConfigError(f"train_mb_tokens: {train} tokens is above {cap}, the most policy.train_mb_tokens takes")
+    packing = SequencePacking(train, pack_tokens, dtensor_pads_every_pass=pads_logprob)
+    passes = PackedPasses(packing, [np.full(sequences * dp, padded, dtype=np.int64)], sequences * dp,
+                          frozenset((shape,)), cp)
+    _, tokens, attention = passes.shape("train" if task == "train" else "logprob", dp * cp, pp, tp, megatron, False,
+                                        1)
+    return _PackPricing(passes, megatron, tokens, attention, tokens * cp > sequences * padded)
 
 
 def _engine(framework: str, framework_version: str | None) -> tuple[str | None, bool]:
@@ -478,19 +670,24 @@ def _table(table: ComponentTable | str | Path | None, hw: Hardware) -> Component
 
 
 def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prompt: int, new_tokens: int,
-          framework: str, enforce_eager: bool = False):
+          framework: str, enforce_eager: bool = False, pack: _PackPricing | None = None):
     """The cost model of ``sequences`` sequences of ``prompt`` tokens growing by ``new_tokens`` (its
-    workload: the knob model's prefill length and the tokens a framework's dispatch carries)."""
+    workload: the knob model's prefill length and the tokens a framework's dispatch carries); with ``pack``
+    its passes are NeMo RL's packs (:class:`_PackPricing`), on the backend NeMo RL's rule picks."""
     profile = FRAMEWORKS["none" if framework in ("none", "vllm") else framework]
     workload = Workload(batch_size=sequences, samples_per_prompt=1, context_length=prompt,
                         generation_length=new_tokens)
-    return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile)
+    if pack is None:
+        return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile)
+    return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile,
+                     layout=Context("nemo-rl", "grpo", {}, False), packing=pack.passes)
 
 
 def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: ComponentTable | None, task: str,
                 micro_batch: int, seq_len: int | None, batch: int, context: int, recompute: str, optimizer: str,
                 tp: int, pp: int, dp: int, ep: int, framework: str, eager: bool = False,
-                host_per_sequence: float = 0.0, cp: int = 1) -> dict[str, float]:
+                host_per_sequence: float = 0.0, pack: _PackPricing | None = None,
+                sharding: str = "none", cp: int = 1) -> dict[str, float]:
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
     # the workload's sequences, prompt + new tokens: a pass's seq_len; generate's prompt growing to context;
@@ -499,7 +696,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
         prompt, new_tokens = seq_len, context - seq_len
     else:
         prompt, new_tokens = max(1, (context if task == "decode" else seq_len) - 1), 1
-    cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager)
+    cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager, pack)
     cost.components = table   # the knob model's passes (MoE) with the same table as the kernels below
     if table is not None and shape.is_moe:
         table = None
@@ -508,25 +705,28 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     parts: dict[str, float] = {}
     pp_level = cost.group_level(dp * pp * tp, extent)
     if task in ("train", "infer", "prefill"):
-        tokens = _cp_share(micro_batch, seq_len, tp, cp)   # this GPU's share of each sequence
+        # a GPU's share under context parallelism (_cp_share; PackedPasses splits a pack itself)
+        tokens, attention = (pack.tokens, pack.attention) if pack is not None else (
+            _cp_share(micro_batch, seq_len, tp, cp), seq_len)
         train = task == "train"
         if table is not None:
             stages = []
             for i, n in enumerate(layers):
                 last = i == pp - 1
-                params = stage_params(shape, pp)[i] / tp
-                stages.append(pass_times(table, shape, tokens=tokens, seq_len=seq_len, train=train, layers=n,
+                params = stage_params(shape, pp)[i] / tp / (dp if sharding != "none" else 1)  # AdamW's share
+                stages.append(pass_times(table, shape, tokens=tokens, seq_len=attention, train=train, layers=n,
                                          head=last, tp=tp, recompute=recompute if train else "none",
-                                         master_fp32=train and optimizer == "adam",
+                                         master_fp32=train and uses_autocast(optimizer, sharding),
                                          optimizer=train and optimizer == "adam", params=params,
                                          logits="last" if task == "prefill" else "all"))
             worst = max(stages, key=lambda t: t.total)
             parts.update({k: v for k, v in worst.as_dict().items() if v > 0 or k == "forward"})
         else:   # the knob model: its pass times hold the communication and the pipeline of one micro-batch
-            whole = micro_batch * seq_len
+            whole = micro_batch * seq_len if pack is None else tokens   # the micro-batch its pass prices
             fwd_comm = 2 * max(layers) * cost.tp_allreduce(whole * d * 2.0, tp, extent) + (
                 cost.p2p(whole * d * 2.0 / tp, pp_level) if pp > 1 else 0.0)
-            forward = (cost.pass_time(shape, False, dp, pp, tp, micro_batch, extent, ep) if task != "prefill"
+            forward = (cost.pass_time(shape, False, dp, pp, tp, micro_batch, extent, ep,   # a training task's pack
+                                      pack="train" if train else None) if task != "prefill"
                        else cost.prefill_time(shape, tp, micro_batch, micro_batch, ep, extent)) / pp - fwd_comm
             parts["forward"] = max(0.0, forward)
             if train:
@@ -605,20 +805,21 @@ def _decode_comm(cost, shape: ModelSpec, running: float, tp: int, pp: int, exten
 def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int, seq_len: int, batch: int,
                  context: int, recompute: str, optimizer: str, tp: int, pp: int, dp: int, ep: int,
                  framework: str = "none", logit_bytes: tuple[float, float] | None = None,
-                 cp: int = 1) -> dict[str, float]:
+                 sharding: str = "none", cp: int = 1) -> dict[str, float]:
     """Peak bytes per GPU and its parts (:data:`MEMORY_PARTS`): the one adapter between ``estimate`` and the
     memory model, :func:`packplace.placement.model.pass_memory.pass_memory` (the pass's worst pipeline stage at
     its peak phase). ``micro_batch`` sequences of ``seq_len`` for train / infer / prefill; ``batch``
     sequences of ``context`` tokens for decode and generate. ``hw`` is not used by the memory model (the
     caller compares ``peak_bytes`` with ``hw.memory_per_gpu``). ``logit_bytes``: the framework's logit bytes
-    (:func:`~packplace.placement.model.framework.trainer_logit_bytes`). ``cp``: the pass's context-parallel
-    degree (each sequence's share per GPU plus the ring's buffers; ``dp`` then counts the DP×CP ranks)."""
+    (:func:`~packplace.placement.model.framework.trainer_logit_bytes`); ``sharding``: the training state's
+    (:data:`SHARDINGS`); ``cp``: the pass's context-parallel degree (each sequence's share per GPU plus the ring's
+    buffers; ``dp`` then counts the DP×CP ranks)."""
     engine = task in ("decode", "generate")
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
                          seq_len=seq_len, context=context if engine else 0, recompute=recompute,
                          optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep,
                          framework="none" if framework == "vllm" else framework, logit_bytes=logit_bytes,
-                         cp=cp)
+                         sharding=sharding, cp=cp)
     return {"peak_bytes": result.peak_bytes, **{name: getattr(result, name) for name in MEMORY_PARTS}}
 
 
@@ -627,9 +828,9 @@ def _packed_micro_batch(pack_tokens: Any, task: str, framework: str, micro_batch
                         tp: int) -> tuple[int, int]:
     """``(sequences per pack, padded tokens per sequence)`` of ``estimate(pack_tokens=...)``: every sequence
     rounded up to the pad multiple (the TP size, :func:`~packplace.placement.model.sequence_packing.pad_multiple`),
-    the equal sequences filling a pack. The pack's own tokens are priced, as a Megatron worker without
-    pipeline parallelism runs it; the DTensor workers' pad of a training pack to ``train_mb_tokens`` is not.
-    Packs of sequences of many lengths: ``packplace place`` / ``validate`` with ``policy.train_mb_tokens``.
+    the equal sequences filling a pack (what a pack costs on its backend, the DTensor pad included:
+    :func:`_pack_pricing`). Packs of sequences of many lengths: ``packplace place`` / ``validate`` with
+    ``policy.train_mb_tokens``.
 
     Raises:
         ConfigError: packs for a task or framework without them, with ``micro_batch`` other than 1, or smaller
@@ -685,6 +886,11 @@ def register_estimate(subparsers) -> None:
                    help="cached tokens per sequence (decode; default 2048); final tokens per sequence (generate; "
                         "default the prompt's --seq-len + 2048)")
     p.add_argument("--recompute", default=None, choices=RECOMPUTE, help="train only; default none")
+    p.add_argument("--sharding", default=None, metavar="{" + ",".join(SHARDINGS) + "}",
+                   help="train only: none (default): every data-parallel rank holds all of the training state, "
+                        "fp32 master weights under bf16 autocast (a bare PyTorch loop); zero1: the ZeRO "
+                        "mixed-precision layout place prices by default (training.<role>.sharding), bf16 weights, "
+                        "the optimizer state split over --dp; zero2: and the gradients")
     p.add_argument("--optimizer", default=None, choices=OPTIMIZERS,
                    help="train only: adam (default): fp32 master weights + AdamW step; none: bf16 forward + "
                         "backward only")
@@ -697,15 +903,28 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
                    help="none: bare kernels; otherwise the framework's dispatch and engine overheads")
     p.add_argument("--framework-version", default=None, dest="framework_version", metavar="RELEASE",
-                   help="the RL framework's release (e.g. 0.3.0): its vLLM engine generation (host time per "
-                        "running sequence) and enforce_eager default; default: its current releases")
+                   help="the RL framework's release (e.g. 0.3.0), as policy.framework_version: its vLLM engine "
+                        "generation (host time per running sequence) and enforce_eager default (decode, "
+                        "generate); the trainer's logit bytes (train, infer: verl before 0.4 holds 10/12 bytes "
+                        "per vocabulary entry per token, from 0.4 on 2/4); NeMo RL's pad of log-prob packs "
+                        "(0.6 on, with --pack-tokens); default: its current releases")
+    p.add_argument("--entropy-coeff", type=float, default=None, dest="entropy_coeff", metavar="C",
+                   help="verl's entropy bonus (actor.entropy_coeff, policy.entropy_coeff; train, infer): above 0 "
+                        "the trainer's logits take 10/12 bytes per vocabulary entry per token at every release, "
+                        "as place prices them; default 0")
     p.add_argument("--pack-tokens", type=int, default=None, dest="pack_tokens", metavar="T",
                    help="NeMo RL's sequence packing (--framework nemo-rl; train: train_mb_tokens, infer: "
                         "logprob_mb_tokens): every --seq-len sequence rounded up to the TP multiple, a pack holds "
                         "floor(T / that) of them, the micro-batch priced (not with --micro-batch). All sequences "
-                        "are equal here and a pack's own tokens are priced (the DTensor pad of a training pack "
-                        "to train_mb_tokens is not); without it estimate prices --micro-batch sequences, never "
-                        "packs. Packs of sequences of many lengths: packplace place with policy.train_mb_tokens")
+                        "are equal here. The pack is priced as the step model prices it on NeMo RL's backend for "
+                        "the strategy: the DTensor workers (no --pp, --ep) pad a training pack to T (and from "
+                        "--framework-version 0.6 a log-prob pack to --train-mb-tokens); the Megatron workers "
+                        "(--pp or --ep above 1) run its own tokens. Without it estimate prices --micro-batch "
+                        "sequences, never packs. Packs of sequences of many lengths: packplace place with "
+                        "policy.train_mb_tokens")
+    p.add_argument("--train-mb-tokens", type=int, default=None, dest="train_mb_tokens", metavar="T",
+                   help="NeMo RL's training pack (train_mb_tokens) with --task infer --pack-tokens, where the "
+                        "DTensor workers pad each log-prob pack to it (--framework-version 0.6 and later)")
     p.add_argument("--enforce-eager", action="store_true", dest="enforce_eager",
                    help="decode without CUDA graphs (vLLM's enforce_eager): every decode iteration issues each "
                         "kernel from the host (decode, generate)")
@@ -740,6 +959,14 @@ def _overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def _pack_line(inputs: Mapping[str, Any]) -> str:
+    """The text line of a packed estimate: the pack's sequences and tokens, and the tokens priced."""
+    n, length, priced = inputs["micro_batch"], inputs["seq_len"], inputs["pack_priced_tokens"]
+    backend = "Megatron-Core" if inputs["pack_backend"] == "megatron" else "DTensor"
+    pad = f"padded to {priced:.0f} tokens" if priced > n * length else "its own tokens, no pad"
+    return f"pack: {n} sequences of {length} tokens ({n * length}) on NeMo RL's {backend} workers: {pad}"
+
+
 def format_estimate(result: Estimate) -> str:
     """The estimate as text: the time and its parts, the peak memory and its parts."""
     GB = 1e9
@@ -747,6 +974,8 @@ def format_estimate(result: Estimate) -> str:
     if result.components_derivation:
         lines.append(f"  ({result.components} table {result.components_derivation})")
     lines += [f"  {name:<14} {seconds:.4f} s" for name, seconds in result.parts.items()]
+    if "pack_backend" in result.inputs:
+        lines.append(_pack_line(result.inputs))
     verdict = "fits" if result.fits else "does NOT fit"
     lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({verdict} in "
                  f"{result.capacity_bytes / GB:.2f} GB)")
@@ -757,15 +986,19 @@ def format_estimate(result: Estimate) -> str:
 #: ``estimate`` flags that mean nothing for a task (``--flag``: attribute), refused when given so that a flag
 #: never looks applied when it is not.
 IGNORED_FLAGS = {
-    "train": ("--batch", "--context", "--framework-version"),
-    "infer": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version"),
-    "prefill": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version", "--pack-tokens"),
-    "decode": ("--micro-batch", "--seq-len", "--recompute", "--optimizer", "--pack-tokens"),
-    "generate": ("--micro-batch", "--recompute", "--optimizer", "--pack-tokens"),
+    "train": ("--batch", "--context", "--train-mb-tokens"),
+    "infer": ("--batch", "--context", "--recompute", "--optimizer", "--sharding"),
+    "prefill": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version", "--pack-tokens",
+                "--entropy-coeff", "--train-mb-tokens", "--sharding"),
+    "decode": ("--micro-batch", "--seq-len", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
+               "--train-mb-tokens", "--sharding"),
+    "generate": ("--micro-batch", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
+                 "--train-mb-tokens", "--sharding"),
 }
 #: Defaults of the flags of :data:`IGNORED_FLAGS` (``None`` on the parser, so a given flag is told apart);
 #: ``--seq-len`` stays ``None`` for :func:`estimate` to resolve (:data:`DEFAULT_SEQ_LEN`; none for decode).
-_FLAG_DEFAULTS = {"micro_batch": 1, "batch": 1, "recompute": "none", "optimizer": "adam"}
+_FLAG_DEFAULTS = {"micro_batch": 1, "batch": 1, "recompute": "none", "optimizer": "adam", "entropy_coeff": 0.0,
+                  "sharding": "none"}
 
 
 def _task_flags(args: Any) -> None:
@@ -798,7 +1031,9 @@ def run_estimate(args) -> int:
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
                       hardware=_overrides(args.hw), table=args.table, enforce_eager=args.enforce_eager,
                       cp=getattr(args, "cp", 1),
-                      framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None))
+                      framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None),
+                      entropy_coeff=args.entropy_coeff, train_mb_tokens=args.train_mb_tokens,
+                      sharding=args.sharding)
     print(format_estimate(result))
     args.json_document = result.as_dict()
     return 0

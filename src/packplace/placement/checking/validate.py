@@ -39,6 +39,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,7 +143,9 @@ class ValidationRow:
 
     @property
     def phase(self) -> str:
-        """Deprecated alias of :attr:`figure`."""
+        """Deprecated alias of :attr:`figure` (warns: :class:`DeprecationWarning`)."""
+        warnings.warn("ValidationRow.phase is deprecated; use ValidationRow.figure (step or a phase name)",
+                      DeprecationWarning, stacklevel=2)
         return self.figure
 
     @property
@@ -605,9 +608,12 @@ def validate(paths: list[str]) -> list[ValidationRow]:
     other files are still scored.
 
     Raises:
-        ConfigError: every file was refused (the first file's error: a single bad file is bad input;
-            an :class:`~packplace.errors.InfeasibleError` likewise).
+        ConfigError: one run given twice, before any file is scored (:func:`check_distinct_files`: two files
+            of one setup name, or one content under two names, naming both paths); every file was refused
+            (the first file's error: a single bad file is bad input; an
+            :class:`~packplace.errors.InfeasibleError` likewise).
     """
+    check_distinct_files(paths)
     rows = []
     errors = []
     for path in paths:

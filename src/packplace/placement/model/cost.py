@@ -92,6 +92,13 @@ HOST_ISSUE_TABLE = "h200"
 #: Sequences a continuous-rollout stream simulates at most per replica (:meth:`CostModel.stale_generate_time`)
 #: beyond its ``t + 3`` batches.
 STREAM_SEQUENCES = 16384
+#: Bytes per token of the position ids verl's Ulysses attention all-gathers in every layer's forward (int64:
+#: ``torch.distributed.all_gather(position_ids_list, position_ids, ...)``,
+#: ``verl/models/transformers/monkey_patch.py`` ``_ulysses_flash_attention_forward``).
+ULYSSES_POSITION_BYTES = 8
+#: Bytes per token of the fp32 log-probs verl's actor gathers over the Ulysses group per micro-batch
+#: (``gather_outputs_and_unpad`` in ``verl/workers/actor/dp_actor.py`` ``_forward_micro_batch``).
+ULYSSES_LOGPROB_BYTES = 4
 
 
 def hardware_table(hardware: Hardware, table: ComponentTable | str | None) -> ComponentTable | None:
@@ -407,6 +414,103 @@ class CostModel:
         seconds = 2.0 * self.alltoall(nbytes, ep, level, self.ranks_per_node(ep, tp, extent))
         return seconds if isinstance(nbytes, np.ndarray) else float(seconds)
 
+    def shard_ranks(self, model: ModelSpec, dp: int) -> int:
+        """Ranks ``model``'s FSDP / ZeRO-3 group shards its weights over at data-parallel degree ``dp``: its
+        training options' :meth:`~packplace.placement.model.memory.TrainingOptions.shard_ranks` (verl's
+        ``fsdp_size``: ``min(dp, fsdp_size)``), all ``dp`` for a shape without options. verl's reference
+        worker builds the actor's device mesh (``fsdp_workers.py`` ``ActorRolloutRefWorker.__init__``:
+        ``create_device_mesh(world_size, self.config.actor.fsdp_config.fsdp_size)``), so the reference, which
+        shares the actor's shape, takes the actor's."""
+        return self.training.get(model, DEFAULT_TRAINING).shard_ranks(dp)
+
+    def hybrid_shard_seconds(self, gather_bytes: float, reduce_bytes: float, dp: int, shard: int, tp: int,
+                             extent: tuple[int, int, int]) -> tuple[float, float]:
+        """``(all-gather, gradient reduction)`` seconds of one FSDP unit whose ``dp`` data-parallel ranks
+        (``tp`` apart) form ``⌈dp/f⌉`` replicas of ``f = shard``-way shards (verl's ``fsdp_size``: the
+        ``(world // f, f)`` device mesh of ``fsdp_workers.py`` ``create_device_mesh``, the ``fsdp`` dimension
+        inner, so each shard group is ``f`` consecutive data-parallel ranks; FSDP1 ``HYBRID_SHARD``, FSDP2
+        ``fully_shard`` on a 2-D mesh): the weights' ``gather_bytes`` all-gathered inside the shard group,
+        ``(f − 1)·(α + n/f·β)`` at that group's level (:meth:`group_level` of its ``tp·f`` ranks: inside a node
+        when it fits), the gradients' ``reduce_bytes`` reduce-scattered inside it the same way, then each
+        rank's ``reduce_bytes/f`` shard all-reduced across the replicas, ``2(r − 1)·(α + (n/f)/r·β)`` at the
+        level of the whole ``tp·dp`` group with ``r`` ranks ``tp·f`` apart (:meth:`allreduce`). PyTorch FSDP2
+        runs that all-reduce in every backward after the reduce-scatter (``_fsdp_collectives.py``
+        ``foreach_reduce``: ``dist.all_reduce(reduce_output, group=all_reduce_group)`` unless
+        ``set_requires_all_reduce(False)``, which verl never calls; Zhao et al. 2023, arXiv 2304.11277,
+        §3.2, hybrid sharding). ``f ≥ dp``: plain full sharding, gather and reduce-scatter over the ``dp``
+        ranks and no all-reduce. ``(0, 0)`` for ``dp ≤ 1``."""
+        if dp <= 1:
+            return 0.0, 0.0
+        shard = max(1, min(shard, dp))
+        gather = reduce = 0.0
+        if shard > 1:
+            alpha, beta = self.link(self.group_level(tp * shard, extent), self.ranks_per_node(shard, tp, extent))
+            gather = (shard - 1) * (alpha + gather_bytes / shard * beta)
+            reduce = (shard - 1) * (alpha + reduce_bytes / shard * beta)
+        replicas = -(-dp // shard)
+        if replicas > 1:
+            reduce += self.allreduce(reduce_bytes / shard, replicas, self.group_level(tp * dp, extent),
+                                     self.ranks_per_node(replicas, tp * shard, extent))
+        return gather, reduce
+
+    def ulysses_size(self, model: ModelSpec) -> int:
+        """Ulysses sequence-parallel degree of ``model``'s trainer passes (training, log-prob, reference):
+        verl's ``ulysses_sequence_parallel_size`` (:attr:`dynamic_bsz`) for a shape in :attr:`dynamic_models`
+        (verl's actor and its reference, whose worker shares the actor's Ulysses mesh), else 1."""
+        if self.dynamic_bsz is None or model not in self.dynamic_models:
+            return 1
+        return max(1, int(self.dynamic_bsz[2]))
+
+    def ulysses_layer_seconds(self, model: ModelSpec, tokens: float, ulysses: int, extent: tuple[int, int, int],
+                              backward: bool) -> float:
+        """Ulysses sequence parallelism's collectives of one attention layer for a micro-batch of ``tokens``
+        tokens per GPU (each GPU's ``1/u`` slice of the group's micro-batch), seconds: the forward, and with
+        ``backward`` the backward too.
+
+        DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv 2309.14509, §3.1-3.2) redistributes the query, key and
+        value projections from sequence-sharded to head-sharded by an all-to-all before the attention and the
+        attention output back after it. verl's ``_ulysses_flash_attention_forward``
+        (``verl/models/transformers/monkey_patch.py`` at ``b25bb7d4f`` lines 49-117, the same in v0.3-v0.7)
+        repeats the KV heads to ``max(u // kv_heads, 1)`` copies (line 88: GQA with fewer KV heads than
+        ``u``), runs ``gather_seq_scatter_heads`` on q, k and v (lines 93-95), an ``all_gather`` of the int64
+        position ids (line 103) and ``gather_heads_scatter_seq`` on the output (line 115); each is
+        ``SeqAllToAll`` (``verl/utils/ulysses.py`` lines 165-191), whose backward is the reverse all-to-all
+        of the gradient (line 182), all synchronous on the compute stream. So per layer
+
+        * forward: ``A(q) + 2·A(kv) + A(o) + (u − 1)·(α + 8·tokens·β)``,
+        * backward: ``A(q) + 2·A(kv) + A(o)`` (the position ids carry no gradient),
+
+        with ``A(n)`` :meth:`alltoall` over the ``u`` ranks (each rank sends ``(u−1)/u`` of its local
+        ``n`` bytes), ``q = o = tokens·heads·head_dim·2`` and ``kv = tokens·kv_heads·max(u // kv_heads, 1)·
+        head_dim·2`` bf16 bytes, at the level of the Ulysses group: ``u`` consecutive ranks (verl's
+        ``(world // u, u)`` device mesh, ``fsdp_workers.py``: ``sp`` the inner dimension), inside a node when
+        ``u`` divides the node's GPUs (:meth:`group_level`). A recomputed forward (gradient checkpointing)
+        runs the forward's collectives again. 0 for ``u ≤ 1``."""
+        if ulysses <= 1:
+            return 0.0
+        level = self.group_level(ulysses, extent)
+        per_node = self.ranks_per_node(ulysses, 1, extent)
+        q = tokens * model.heads * model.head_dim * ACT_BYTES
+        kv = tokens * model.kv_heads * max(ulysses // model.kv_heads, 1) * model.head_dim * ACT_BYTES
+        exchanges = float(2.0 * self.alltoall(q, ulysses, level, per_node)
+                          + 2.0 * self.alltoall(kv, ulysses, level, per_node))
+        alpha, beta = self.link(level, per_node)
+        positions = (ulysses - 1) * (alpha + ULYSSES_POSITION_BYTES * tokens * beta)
+        return exchanges + positions + (exchanges if backward else 0.0)
+
+    def ulysses_output_seconds(self, tokens: float, ulysses: int, extent: tuple[int, int, int]) -> float:
+        """The per-token log-probabilities gathered over the Ulysses group once per micro-batch, seconds:
+        verl's actor (``verl/workers/actor/dp_actor.py`` at ``b25bb7d4f`` line 209,
+        ``gather_outputs_and_unpad``: an all-gather, whose backward only slices) collects the fp32
+        log-probs of the ``u`` slices, a ring all-gather ``(u − 1)·(α + 4·tokens·β)`` over the group
+        (:meth:`ulysses_layer_seconds` for its level). The entropy's second gather (line 216, the
+        old-log-prob pass or a loss with an entropy term) is not priced: the same microseconds again.
+        0 for ``u ≤ 1``."""
+        if ulysses <= 1:
+            return 0.0
+        alpha, beta = self.link(self.group_level(ulysses, extent), self.ranks_per_node(ulysses, 1, extent))
+        return (ulysses - 1) * (alpha + ULYSSES_LOGPROB_BYTES * tokens * beta)
+
     @staticmethod
     def expert_rows(model: ModelSpec, tokens: float, ep: int) -> float:
         """Rows of one routed expert's GEMM when each of the ``ep`` replicas of the expert-parallel group
@@ -637,6 +741,8 @@ class CostModel:
         the recomputed forward of full recomputation runs the training packs), the attention at
         :meth:`attention_length`: the packs' ``Σ l²``, each sequence attending to itself.
 
+        verl's Ulysses (:meth:`ulysses_size`): :meth:`ulysses_layer_seconds` per layer, :meth:`ulysses_output_seconds`.
+
         ``include_update=False`` leaves out that end-of-step part (gradient all-reduce, Adam, tied
         embedding): the forward and backward passes alone, which ZeRO-3's per-micro-batch collectives
         overlap with (:func:`~packplace.placement.model.training_time.zero3_exposed_seconds`).
@@ -674,6 +780,8 @@ class CostModel:
         if ep > 1 and model.is_moe:
             comm += ((2 if train else 1) * model.moe_layers * self.moe_alltoall(model, tokens, tp, ep, extent)
                      / model.layers)
+        comm += self.ulysses_layer_seconds(model, tokens, self.ulysses_size(model), extent, backward=train)
+        head += self.ulysses_output_seconds(tokens, self.ulysses_size(model), extent)   # 0 without Ulysses
         per_layer = layer_compute + comm + (0.0 if table is not None else factor * self._non_gemm(1, tokens / tp))
         counts = stage_layers(model.layers, pp)
         stage = counts[-1] * per_layer + (0.0 if layers_only else head)
@@ -691,7 +799,9 @@ class CostModel:
                     lora_rank: int = 0, gradient_allreduce: bool = True) -> float:
         """The end of one optimizer step of :meth:`pass_time`, seconds: the bf16 gradient all-reduce of the
         largest stage's trainable shard over the ``dp`` ranks (the routed experts' over the ``dp/ep`` that
-        hold them), the memory-bound Adam update ``32·shard/dp`` bytes at HBM bandwidth and, for a tied LM
+        hold them), the memory-bound Adam update ``32·shard/f`` bytes at HBM bandwidth (``f`` the ranks the state
+        shards over, :meth:`shard_ranks`: ``dp``, or verl's ``fsdp_size``, each replica stepping its own
+        shard) and, for a tied LM
         head with ``pp > 1``, the word-embedding gradient all-reduce. ``gradient_allreduce=False`` leaves
         out the data-parallel all-reduce: a ZeRO-3 / FSDP trainer never runs it, it reduce-scatters every
         micro-batch's gradients instead (:func:`~packplace.placement.model.training_time.zero3_collective_seconds`;
@@ -699,7 +809,7 @@ class CostModel:
         the first global batch of a step as for the others."""
         shard = (model.params if pp == 1 and not lora_rank
                  else max(trainable_stage_params(model, pp, lora_rank))) / tp
-        total = 32.0 * shard / dp / self.hw.memory_bandwidth
+        total = 32.0 * shard / self.shard_ranks(model, dp) / self.hw.memory_bandwidth
         if gradient_allreduce:
             level, per_node = self.group_level(tp * dp, extent), self.ranks_per_node(dp, tp, extent)
             if ep > 1 and model.is_moe:

@@ -267,6 +267,12 @@ class FrameworkProfile:
             ``_async_gen_next_batch`` syncs the weights, then launches the whole next batch's
             ``async_generate_sequences``, and the trainer waits on that batch's future), so a stale
             generation still costs the batch makespan, tail included.
+        streamed_reward: In a continuous rollout (``continuous_rollout``) each response is scored by the
+            rule reward as soon as it is generated, while the others decode, so only the last response's
+            score (or the scoring lane's backlog) adds to the stream
+            (:meth:`~packplace.placement.problem.workload.RuleReward.streamed_seconds`). NeMo RL
+            (nemo_rl/experience/rollouts.py ``run_sample_multi_turn_rollout``, v0.4.0-v0.6.0: the environment
+            step on each sample right after its generation).
         decode_step_overhead: Seconds the framework's generation engine adds to every decode iteration
             (:data:`VLLM_DECODE_STEP_OVERHEAD` for the vLLM-based profiles and ``none``, a bare vLLM
             engine; :data:`DS_HYBRID_DECODE_STEP_OVERHEAD` for DeepSpeed-Chat's hybrid engine); a
@@ -372,6 +378,7 @@ class FrameworkProfile:
     ray: bool
     sources: str
     continuous_rollout: bool = False
+    streamed_reward: bool = False
     decode_step_overhead: float = VLLM_DECODE_STEP_OVERHEAD
     colocated_train_state: bool = False
     gather_prefetch: bool = False
@@ -410,7 +417,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "refit_policy_generation (offload_before_refit / offload_after_refit colocated) and the refit "
         "breakdown of github.com/NVIDIA-NeMo/RL/discussions/1189 with the streamed-IPC total of "
         "github.com/NVIDIA-NeMo/RL/pull/1267",
-        continuous_rollout=True, gather_prefetch=True, stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS,
+        continuous_rollout=True, streamed_reward=True, gather_prefetch=True,
+        stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, refit_gather_bandwidth=NEMO_RL_REFIT_GATHER_BANDWIDTH,
         refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True, gradient_reduce_bytes=4.0,
         inprocess_engine=True),
@@ -561,12 +569,15 @@ def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     ``(dp − 1)·(α + n/dp·β)`` at the slowest level of the group (Thakur et al. 2005), its ranks on each
     node driving their own network cards (:meth:`~packplace.placement.model.cost.CostModel.link`). Not
     overlapped with compute: DeepSpeed-Chat's and OpenRLHF's eval configs prefetch
-    ``stage3_prefetch_bucket_size`` 3e7 parameters, less than one layer of a 1B+ model. 0 for ``dp = 1``."""
+    ``stage3_prefetch_bucket_size`` 3e7 parameters, less than one layer of a 1B+ model. Hybrid sharding
+    (verl's ``fsdp_size``, :meth:`~packplace.placement.model.cost.CostModel.shard_ranks` below ``dp``): the
+    ring runs inside each shard group of ``f`` consecutive ranks, ``(f − 1)·(α + n/f·β)`` at that group's
+    level (:meth:`~packplace.placement.model.cost.CostModel.hybrid_shard_seconds`). 0 for ``dp = 1``."""
     if dp <= 1:
         return 0.0
     nbytes = 2.0 * max(stage_params(model, pp)) / tp
-    alpha, beta = cost.link(cost.group_level(tp * dp, extent), cost.ranks_per_node(dp, tp, extent))
-    return passes * (dp - 1) * (alpha + nbytes / dp * beta)
+    gather, _ = cost.hybrid_shard_seconds(nbytes, 0.0, dp, cost.shard_ranks(model, dp), tp, extent)
+    return passes * gather
 
 
 def exposed_gather_seconds(gather: float, compute: float, layers: int) -> float:

@@ -80,8 +80,9 @@ class TrainingOptions:
             ``actor.fsdp_config.fsdp_size`` builds a 2-D device mesh of ``dp / fsdp_size`` replicas of
             ``fsdp_size``-way shards (``verl/workers/fsdp_workers.py``
             ``create_device_mesh``: hybrid shard), so each GPU holds ``1/min(dp, fsdp_size)`` of the
-            weights, gradients and optimizer state (:func:`shard_ranks`). Memory only: the time model
-            keeps its collectives over the ``dp`` ranks.
+            weights, gradients and optimizer state (:func:`shard_ranks`). The time model gathers and
+            reduce-scatters inside those groups and all-reduces across the replicas
+            (:meth:`~packplace.placement.model.cost.CostModel.hybrid_shard_seconds`).
 
     Raises:
         ConfigError: an unknown value (``sharding: must be one of ...``).

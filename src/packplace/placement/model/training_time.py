@@ -214,7 +214,10 @@ def zero3_collective_seconds(cost, model: ModelSpec, options: TrainingOptions, d
     FSDP's fp32 ``reduce_dtype`` in NeMo RL and verl, 2 for DeepSpeed's bf16), 4 with ``fp32_grad_buffer``
     (a reduce-scatter moves what an all-gather does; Thakur et al. 2005). A MoE model with ``ep > 1``
     sends its routed experts' ``n_e/ep`` over the ``dp/ep`` ranks that hold them (``tp·ep`` apart).
-    0 for ``dp = 1``."""
+    Hybrid sharding (``options.fsdp_size`` below ``dp``, verl's FSDP group): the gather and the
+    reduce-scatter run inside each group of ``fsdp_size`` consecutive ranks, and every micro-batch's
+    gradient shard is then all-reduced across the ``dp/fsdp_size`` replicas
+    (:meth:`~packplace.placement.model.cost.CostModel.hybrid_shard_seconds`). 0 for ``dp = 1``."""
     gather, reduce_scatter = _zero3_micro_batch_collectives(cost, model, options, dp, pp, tp, extent, ep)
     return micro_batches * (2.0 * gather + reduce_scatter)
 
@@ -231,6 +234,9 @@ def _zero3_micro_batch_collectives(cost, model: ModelSpec, options: TrainingOpti
     rank = options.lora_rank
     params = max(held_stage_params(model, pp, rank)) / tp
     trainable = max(trainable_stage_params(model, pp, rank)) / tp
+    shard = options.shard_ranks(dp)
+    if shard < dp and not (ep > 1 and model.is_moe):   # verl's fsdp_size: hybrid sharding
+        return cost.hybrid_shard_seconds(2.0 * params, grad_bytes * trainable, dp, shard, tp, extent)
     groups = [(params, trainable, dp, tp)]
     if ep > 1 and model.is_moe:
         experts = model.expert_params * stage_share(model.layers, pp) / tp

@@ -20,6 +20,7 @@ needs and no other (both from :data:`packplace.placement.problem.graph.RL_ALGORI
 
 from __future__ import annotations
 
+import difflib
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -69,7 +70,7 @@ from packplace.placement.problem.hardware import (
     resolve_preset,
 )
 from packplace.placement.problem.models import LM_ROLES, ModelSpec
-from packplace.placement.problem.workload import RULE_SECONDS_PER_SAMPLE, RuleReward, Workload
+from packplace.placement.problem.workload import RULE_VERIFIER_SECONDS, RuleReward, Workload, rule_verifier_for
 from packplace.shape import from_hf_config, shape_from_mapping
 from packplace.yamlio import load_yaml as _shared_load_yaml
 
@@ -204,8 +205,8 @@ POLICY_FIELDS: dict[str, Field] = {
     "ulysses_sequence_parallel_size": Field("int", "ranks", 1, 1024, default=None,
                                             meaning="verl Ulysses sequence parallelism of the actor's passes: with "
                                                     "the dynamic batch size, a micro-batch's tokens are sliced "
-                                                    "over this many GPUs (memory only; set with "
-                                                    "ppo_max_token_len_per_gpu)"),
+                                                    "over this many GPUs, each attention layer adding its "
+                                                    "all-to-alls (set with ppo_max_token_len_per_gpu)"),
     "trainer_backend": Field("enum", choices=TRAINER_BACKENDS, default="auto",
                              meaning="verl / NeMo RL trainer workers (or framework none): fsdp (NeMo RL DTensor), "
                                      "megatron, or auto (chosen by the plan); refused for OpenRLHF / DeepSpeed-Chat"),
@@ -228,7 +229,8 @@ TRAINING_FIELDS: dict[str, Field] = {
                                      "(NeMo RL step sequences / train_global_batch_size; verl mini-batches)"),
     "fsdp_size": Field("int", "ranks", 1, 65536, default=None,
                        meaning="ranks the training state shards over (verl actor.fsdp_config.fsdp_size: hybrid "
-                               "shard, replicated across groups; unset: every data-parallel rank); memory only"),
+                               "shard, replicated across groups: weights gathered and gradients reduce-scattered "
+                               "inside a group, all-reduced across them; unset: every data-parallel rank)"),
     "balance": Field("enum", choices=BALANCE_CHOICES, default="framework",
                      meaning="data-parallel split of every pass over the rollouts (framework: verl kk, nemo-rl lpt, "
                              "else none = contiguous; lpt/kk/repair: that balance solver)"),
@@ -252,8 +254,11 @@ BALANCE_FIELDS = ("balance", "balance_objective", "context_parallel", "dynamic_c
 #: Fields of a rule-based reward ``models.reward: {kind: rule, ...}`` (``models.reward: rule`` = defaults).
 RULE_REWARD_FIELDS: dict[str, Field] = {
     "kind": Field("enum", choices=("rule",), meaning="a rule-based reward scored on CPU (no GPU model)"),
-    "seconds_per_sample": Field("float", "s", 0, 3600, default=RULE_SECONDS_PER_SAMPLE,
-                                meaning="CPU seconds to score one response"),
+    "verifier": Field("enum", choices=tuple(RULE_VERIFIER_SECONDS), default=None,
+                      meaning="the answer check (default: the framework's, workload.FRAMEWORK_RULE_VERIFIER)"),
+    "seconds_per_sample": Field("float", "s", 0, 3600, default=None,
+                                meaning="CPU seconds to score one response (default: the verifier's measured "
+                                        "mean, workload.RULE_VERIFIER_SECONDS)"),
     "workers": Field("int", "processes", 1, 1_000_000, default=1, meaning="CPU processes scoring in parallel"),
 }
 #: Top-level sections of a placement config.
@@ -719,7 +724,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     required = spec.required_roles
     rule_reward = None
     if "reward" in required and _is_rule(models_cfg.get("reward")):
-        rule_reward = _rule_reward(models_cfg["reward"])
+        rule_reward = _rule_reward(models_cfg["reward"], policy["framework"])
         models_cfg = {k: v for k, v in models_cfg.items() if k != "reward"}
         required = tuple(r for r in required if r != "reward")
     if "reference" in models_cfg:
@@ -920,13 +925,29 @@ def _is_rule(spec: Any) -> bool:
     return spec == "rule" or (isinstance(spec, Mapping) and spec.get("kind") == "rule")
 
 
-def _rule_reward(spec: Any) -> RuleReward:
-    """``models.reward: rule`` or ``{kind: rule, seconds_per_sample: s, workers: n}``
-    (:data:`RULE_REWARD_FIELDS`)."""
+def _rule_reward(spec: Any, framework: str | None) -> RuleReward:
+    """``models.reward: rule`` or ``{kind: rule, verifier: v, seconds_per_sample: s, workers: n}``
+    (:data:`RULE_REWARD_FIELDS`): the verifier defaults to the framework's
+    (:func:`~packplace.placement.problem.workload.rule_verifier_for`), the seconds per response to the verifier's
+    (:data:`~packplace.placement.problem.workload.RULE_VERIFIER_SECONDS`).
+
+    Raises:
+        ConfigError: an unknown verifier, naming the field, the value and a near miss when there is one
+            (``[models.reward] verifier: 'math_verify' is a near miss of 'math-verify'; write it 'math-verify'``).
+    """
     if spec == "rule":
-        return RuleReward()
+        spec = {"kind": "rule"}
+    verifier = spec.get("verifier") if isinstance(spec, Mapping) else None
+    if verifier is not None and verifier not in RULE_VERIFIER_SECONDS:
+        near = difflib.get_close_matches(str(verifier).lower().replace("_", "-"), list(RULE_VERIFIER_SECONDS),
+                                         n=1, cutoff=0.6)
+        hint = (f" is a near miss of {show(near[0])}; write it {show(near[0])}" if near else
+                f": must be one of {', '.join(RULE_VERIFIER_SECONDS)}")
+        raise ConfigError(f"[models.reward] verifier: {show(verifier)}{hint}")
     values = check_section(spec, RULE_REWARD_FIELDS, "[models.reward]", label=_label("models.reward"), **_FORMATS)
-    return RuleReward(values["seconds_per_sample"], values["workers"])
+    name = values.get("verifier") or rule_verifier_for(framework)
+    seconds = values.get("seconds_per_sample")
+    return RuleReward(RULE_VERIFIER_SECONDS[name] if seconds is None else seconds, values["workers"], name)
 
 
 def _balance_setting(values: dict[str, Any]) -> BalanceSetting:

@@ -7,8 +7,9 @@ mean response, the longest response of a batch, the fraction of sequences still 
 (:attr:`Workload.active_fraction`), the grid a decode sum runs over (:attr:`Workload.decode_grid`: exact
 up to :data:`DECODE_EXACT_STEPS` steps, chunked beyond) and the training sequence length
 ``S + mean response``. :class:`RuleReward` is a rule-based reward scored on CPU
-(``models.reward: rule``): ``seconds_per_sample`` per response over ``workers`` processes, added to
-generation. Config fields: :data:`packplace.placement.problem.config.WORKLOAD_FIELDS`.
+(``models.reward: rule``): ``seconds_per_sample`` per response of its ``verifier`` over ``workers``
+processes, added to generation (or overlapping a stream that scores each response as it finishes).
+Config fields: :data:`packplace.placement.problem.config.WORKLOAD_FIELDS`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,47 @@ from functools import cached_property
 
 import numpy as np
 
-#: CPU seconds to score one response with a rule-based reward: an unsourced order-of-magnitude estimate for a
-#: regex / symbolic math answer check such as math-verify (no published per-response timing of math-verify was
-#: found; set it from a measurement of your verifier). Frameworks score in parallel processes
-#: (:attr:`RuleReward.workers`; NeMo RL's math environment: ``env.math.num_workers``, 8 in its GRPO recipes).
-RULE_SECONDS_PER_SAMPLE = 0.001
+#: CPU seconds to score one response, per rule verifier (``models.reward: {kind: rule, verifier: ...}``): the
+#: mean over 800 sampled chain-of-thought responses of Qwen2.5-Math-Instruct to 100 MATH test problems
+#: (github.com/QwenLM/Qwen2.5-Math, evaluation/data/eval_rm_maj_example/math_cot_100.jsonl; 1,163 characters on
+#: average), each response's fastest of 3 calls, timed by ``benchmarks/rewards/rule_reward_cost.py`` (its JSON
+#: beside it; the arithmetic in docs/calibration-and-validation.md, "The rule reward's cost per response"):
+#:
+#: * ``math-verify``: NeMo RL's math environment (``HFVerifyWorker.verify``, nemo_rl/environments/
+#:   math_environment.py, v0.4.0-v0.6.0, ``env.math.math_verify_impl: hf_math_verify``): math-verify 0.8.0's
+#:   ``math_metric`` with gold ``LatexExtractionConfig`` and prediction ``ExprExtractionConfig`` +
+#:   ``LatexExtractionConfig``, on the gold answer in ``\boxed{}``.
+#: * ``math-verify-parse``: ``verify(parse(boxed gold), parse(response))`` with math-verify's default
+#:   extraction (UniRL's ``MathVerifyRewardScorer``, unirl/reward/local/mathverify.py).
+#: * ``dapo``: verl's DAPO rule (``verl/utils/reward_score/math_dapo.py`` ``compute_score``: the ``Answer:``
+#:   regex and string normalisation on the response's last 300 characters), which verl's
+#:   ``default_compute_score`` picks for the ``math_dapo`` / ``aime*`` data sources; its time does not grow
+#:   with the response.
+#:
+#: math-verify's time grows with the response (the benchmark's joined responses); the per-response mean is
+#: charged at the benchmark's length.
+RULE_VERIFIER_SECONDS: dict[str, float] = {"math-verify": 7.3e-4, "math-verify-parse": 5.6e-4, "dapo": 2.4e-5}
+
+#: The verifier a framework's math recipes score with when the config names none: NeMo RL's math environment
+#: defaults to math-verify (``math_verify_impl: hf_math_verify`` in examples/configs/grpo_math_1B.yaml,
+#: v0.4.0-v0.6.0); verl's DAPO scripts (e.g. verl/experimental/fully_async_policy/shell/dapo_7b_math_fsdp2_64_64.sh:
+#: ``reward_model.reward_manager=dapo`` on dapo-math-17k, data source ``math_dapo``) score with
+#: ``math_dapo.compute_score``. Any other framework: :data:`DEFAULT_RULE_VERIFIER`.
+FRAMEWORK_RULE_VERIFIER: dict[str, str] = {"nemo-rl": "math-verify", "verl": "dapo"}
+
+#: The verifier of a framework without an entry in :data:`FRAMEWORK_RULE_VERIFIER`: math-verify, the costlier
+#: of the measured answer checks (a rule reward is never priced below the common symbolic check).
+DEFAULT_RULE_VERIFIER = "math-verify"
+
+#: Seconds per response of :data:`DEFAULT_RULE_VERIFIER` (kept as the name older code imports).
+RULE_SECONDS_PER_SAMPLE = RULE_VERIFIER_SECONDS[DEFAULT_RULE_VERIFIER]
+
+
+def rule_verifier_for(framework: str | None) -> str:
+    """The rule verifier ``framework`` scores math answers with when the config names none
+    (:data:`FRAMEWORK_RULE_VERIFIER`, else :data:`DEFAULT_RULE_VERIFIER`)."""
+    return FRAMEWORK_RULE_VERIFIER.get(framework or "", DEFAULT_RULE_VERIFIER)
+
 
 #: Decode steps kept one by one by :attr:`Workload.decode_grid`; longer generations are chunked.
 DECODE_EXACT_STEPS = 16384
@@ -131,14 +168,32 @@ class RuleReward:
     """A rule-based reward (math answer check, unit tests): a CPU step with no GPU model.
 
     Attributes:
-        seconds_per_sample: CPU seconds to score one response (default
-            :data:`RULE_SECONDS_PER_SAMPLE`).
-        workers: CPU processes scoring in parallel (default 1).
+        seconds_per_sample: CPU seconds to score one response (default: the verifier's
+            :data:`RULE_VERIFIER_SECONDS`).
+        workers: CPU processes scoring in parallel (default 1; NeMo RL: ``env.math.num_workers``).
+        verifier: The answer check (a key of :data:`RULE_VERIFIER_SECONDS`).
     """
 
     seconds_per_sample: float = RULE_SECONDS_PER_SAMPLE
     workers: int = 1
+    verifier: str = DEFAULT_RULE_VERIFIER
 
     def seconds(self, sequences: int) -> float:
-        """Seconds to score ``sequences`` responses: ``sequences · seconds_per_sample / workers``."""
+        """Seconds to score ``sequences`` responses at once after generation, split evenly over the workers:
+        ``sequences · seconds_per_sample / workers``."""
         return sequences * self.seconds_per_sample / self.workers
+
+    def streamed_seconds(self, sequences: int, generation_seconds: float) -> float:
+        """Seconds the reward adds to a rollout that scores each response as soon as it is generated, one
+        response per call on one lane, while the others still decode: the last response's score, or the
+        lane's backlog when scoring the ``sequences`` takes longer than the ``generation_seconds`` it
+        overlaps: ``max(seconds_per_sample, sequences · seconds_per_sample − generation_seconds)``.
+
+        Source: NeMo RL's asynchronous rollout (nemo_rl/experience/rollouts.py
+        ``run_sample_multi_turn_rollout``, v0.4.0-v0.6.0; the async GRPO trajectory collector,
+        nemo_rl/algorithms/async_utils.py, runs one such rollout per prompt group) calls ``calculate_rewards``
+        on each sample's single-sample batch right after its generation; the math environment is one Ray
+        actor whose ``step`` hands that one response to one ``HFVerifyWorker`` and waits (``ray.get``), so
+        the calls are scored one at a time.
+        """
+        return max(self.seconds_per_sample, sequences * self.seconds_per_sample - generation_seconds)
