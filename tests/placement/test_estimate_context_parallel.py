@@ -79,3 +79,13 @@ def test_nemo_rl_packs_round_to_twice_cp_times_tp():
     with pytest.raises(ConfigError, match=r"pack_tokens: 1004 tokens is below seq_len 1003 rounded up to a multiple "
                                           r"of 2·cp·tp = 2·2·2 = 1008"):
         estimate("qwen2.5-0.5b", "h200", "train", framework="nemo-rl", pack_tokens=1004, seq_len=1003, tp=2, cp=2)
+
+
+def test_a_padded_nemo_rl_pack_is_split_over_the_cp_group():
+    # four 1,000-token sequences (already a multiple of 2·2·1) fill 4,000 tokens of a 4,096-token training pack,
+    # which the DTensor workers pad to train_mb_tokens = 4,096: each GPU of a CP pair runs and holds 2,048
+    whole, split = (estimate("qwen2.5-0.5b", "h200", "train", framework="nemo-rl", pack_tokens=4096, seq_len=1000,
+                             cp=cp) for cp in (1, 2))
+    assert (whole.inputs["pack_priced_tokens"], split.inputs["pack_priced_tokens"]) == (4096, 2048)
+    assert split.inputs["micro_batch"] == whole.inputs["micro_batch"] == 4
+    assert split.memory["logits"] == whole.memory["logits"] / 2
