@@ -9,7 +9,12 @@ import os
 import pytest
 
 from packplace.errors import ConfigError
-from packplace.placement.candidates import build_vertex_candidates, context_parallel_split, cost_model
+from packplace.placement.candidates import (
+    build_vertex_candidates,
+    context_parallel_split,
+    cost_model,
+    dynamic_ring,
+)
 from packplace.placement.model.memory import (
     NO_CONTEXT_PARALLEL,
     ContextParallelSplit,
@@ -83,7 +88,11 @@ def test_pass_memory_takes_a_cp_degree_for_train_and_infer_only():
     split = pass_memory(SHAPE, "train", micro_batch=1, seq_len=262_144, optimizer="none", dp=8,
                         workspace_bytes=0.0, cp=8)
     assert split.weights == whole.weights and split.gradients == whole.gradients
-    assert split.logits == 12_000 * 32_770 and split.phase == "loss_backward"
+    # 262,144 is a multiple of 2·cp·tp = 16: no padding on top (it had added 2·tp per sequence)
+    assert split.logits == 12_000 * 32_768 and split.phase == "loss_backward"
+    odd = pass_memory(SHAPE, "train", micro_batch=1, seq_len=262_145, optimizer="none", dp=8,
+                      workspace_bytes=0.0, cp=8)
+    assert odd.logits == 12_000 * 262_160 / 8          # padded once to 262,160 = 16,385 · 16
     with pytest.raises(ConfigError, match="cp: context parallelism is modelled for the train and infer"):
         pass_memory(SHAPE, "decode", micro_batch=1, context=128, cp=2)
 
@@ -97,7 +106,7 @@ def test_dynamic_cp_keeps_the_larger_of_the_static_share_and_the_rank_cap():
         ContextParallelSplit(8, None, 4)
 
 
-def _long_context(cp: int, dynamic: bool = False) -> object:
+def _long_context(cp: int, dynamic: bool = False, cap: int | None = None) -> object:
     cfg = load_yaml(GRPO)
     cfg["hardware"] = {"preset": "h200", "nodes_per_rack": 2}
     cfg["models"]["actor"] = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, head_dim=128,
@@ -107,6 +116,8 @@ def _long_context(cp: int, dynamic: bool = False) -> object:
                             "gen_quantiles": [[0.5, 100_000], [0.9, 200_000], [0.99, 260_096]]})
     cfg["training"] = {"actor": {"context_parallel": cp, "dynamic_context_parallel": dynamic,
                                  "recompute": "full"}}
+    if cap is not None:
+        cfg["training"]["actor"]["max_tokens_per_rank"] = cap
     return build_instance(cfg)
 
 
@@ -124,8 +135,45 @@ def test_a_262k_token_cp8_trainer_fits_where_the_whole_sequence_would_not():
     assert split.resident_bytes + split.transient_bytes < 141e9 < whole.resident_bytes + whole.transient_bytes
 
 
-def test_the_split_of_a_dynamic_setting_caps_a_rank_and_rings_over_dp():
+def test_the_split_of_a_dynamic_setting_caps_a_rank_and_rings_over_the_group_the_longest_sequence_needs():
     instance = _long_context(8, dynamic=True)
-    assert context_parallel_split(instance, "actor.train", 16) == ContextParallelSplit(8, 262_144 / 8, 16)
+    # cap 262,144 / 8 = 32,768 tokens: the longest sequence needs 8 ranks, not the 16 it is drawn from
+    assert context_parallel_split(instance, "actor.train", 16) == ContextParallelSplit(8, 262_144 / 8, 8)
     assert context_parallel_split(instance, "reward.infer", 16) == NO_CONTEXT_PARALLEL
     assert context_parallel_split(_long_context(8), "actor.train", 16) == ContextParallelSplit(8, None, 8)
+
+
+def test_dynamic_ring_is_megatrons_gpus_needed_capped_at_the_dp_cp_group():
+    # ceil(longest / cap) rounded up to a power of two (BalancedCPScheduler.gpus_needed), at most dp
+    assert dynamic_ring(8192, 3000, 8) == 4          # ceil(2.73) = 3 -> 4
+    assert dynamic_ring(8192, 4096, 8) == 2
+    assert dynamic_ring(8192, 1024, 4) == 4          # 8 needed, the DP x CP group holds 4
+    assert dynamic_ring(100, 200, 8) == 1
+    with pytest.raises(ConfigError, match="context_parallel.cap: must be an integer >= 1, got 0"):
+        dynamic_ring(100, 0, 8)
+
+
+def test_a_dynamic_cap_below_the_static_share_widens_the_ring():
+    cfg_cap = _long_context(8, dynamic=True, cap=20_000)
+    # cap max(20,000, 262,144 / 16 = 16,384) = 20,000: 14 ranks needed -> 16
+    assert context_parallel_split(cfg_cap, "actor.train", 16) == ContextParallelSplit(8, 20_000.0, 16)
+    # a cap of 40,000: 7 ranks needed -> a ring of 8
+    assert context_parallel_split(_long_context(8, dynamic=True, cap=40_000), "actor.train", 16) == \
+        ContextParallelSplit(8, 40_000.0, 8)
+
+
+def test_sequences_already_rounded_to_the_cp_multiple_are_padded_once():
+    # NeMo RL packs sequences each rounded to 2·cp·tp: the pack is rounded once, no 2·tp per sequence on top
+    assert context_parallel_tokens(262_144, 8, 4, tp=2, rounded=True) == 32_768
+    assert context_parallel_tokens(10_001, 2, 3, tp=2, rounded=True) == 10_008 / 2     # to a multiple of 8
+    assert context_parallel_tokens(10_001, 1, 3, tp=2, rounded=True) == 10_001
+    assert ContextParallelSplit(8, None, 8, rounded=True).rank_tokens(262_144, 4, 2) == 32_768
+    assert ContextParallelSplit(8, None, 8).rank_tokens(262_144, 4, 2) == 32_768 + 16
+    with pytest.raises(ConfigError, match="context_parallel.rounded: must be true or false, got 'yes'"):
+        ContextParallelSplit(8, None, 8, rounded="yes")
+    resident, transient = vertex_memory(
+        SHAPE, "train", dp=8, pp=1, tp=1, micro_batch=1, micro_batches=1, seq_len=262_144, prompt_len=0,
+        live_len=0, options=TrainingOptions(recompute="none"), workspace_bytes=0.0, pass_tokens=262_144,
+        context_parallel=ContextParallelSplit(8, None, 8, rounded=True))
+    # the by-hand CP-8 pass above at a share of 32,768 (was 32,770): saved 9744·2 + logits 12,000 per token
+    assert transient == 9744 * 32_768 * 2 + 12_000 * 32_768 + 40 * MIB == 1 << 30

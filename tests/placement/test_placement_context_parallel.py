@@ -13,10 +13,16 @@ import pytest
 from packplace.context_parallel import ContextParallelEvaluator, make_instance
 from packplace.context_parallel.cost import cost_from_shape
 from packplace.errors import ConfigError
-from packplace.placement.candidates import framework_layout_allows, vertex_balance
+from packplace.placement.candidates import (
+    context_parallel_split,
+    forward_context_parallel,
+    framework_layout_allows,
+    vertex_balance,
+)
 from packplace.placement.emit import emit
 from packplace.placement.model.cp_balance import ContextParallelSetting, best_plan, cp_factor
 from packplace.placement.model.dp_balance import instance_balance
+from packplace.placement.model.memory import NO_CONTEXT_PARALLEL, ContextParallelSplit, vertex_memory
 from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 from packplace.shape import TransformerShape
@@ -24,6 +30,7 @@ from packplace.shape import TransformerShape
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 GRPO = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
 SHAPE = TransformerShape(layers=2, hidden_dim=256, ffn_dim=512, vocab_size=1000, head_dim=64, num_kv_heads=2)
+MIB = 1 << 20
 
 
 def _grpo(training=None, **workload):
@@ -141,3 +148,57 @@ def test_nemo_rl_settings_carry_the_cp_degree_and_refuse_dynamic_cp(dynamic):
     keys = [key for key in emitted.settings if key.endswith("context_parallel_size")]
     assert keys and all(emitted.settings[key] == 2 for key in keys)
     assert any("dynamic context parallelism" in line for line in emitted.refusals) is dynamic
+
+
+def _verl_cp(backend="megatron", framework="verl"):
+    cfg = _grpo({"context_parallel": 2})
+    cfg["policy"].update({"framework": framework, "trainer_backend": backend})
+    return build_instance(cfg)
+
+
+def test_verls_megatron_reference_runs_with_the_actors_cp():
+    instance = _verl_cp()
+    assert forward_context_parallel(instance, "reference.infer")
+    assert not forward_context_parallel(instance, "actor.train")
+    assert not forward_context_parallel(_verl_cp(backend="fsdp"), "reference.infer")     # verl runs CP on Megatron
+    assert not forward_context_parallel(_verl_cp(framework="nemo-rl"), "reference.infer")
+    assert not forward_context_parallel(build_instance(_grpo()), "reference.infer")      # no CP
+    # the reference's dp holds whole CP groups, as the actor's does
+    assert framework_layout_allows(instance, "infer", Strategy(2, 1, 8), "reference.infer")
+    assert not framework_layout_allows(instance, "infer", Strategy(1, 2, 8), "reference.infer")
+    assert framework_layout_allows(_verl_cp(framework="nemo-rl"), "infer", Strategy(1, 2, 8), "reference.infer")
+    # memory: the actor's split on the reference's own dp
+    assert context_parallel_split(instance, "reference.infer", 4) == ContextParallelSplit(2, None, 2)
+    assert context_parallel_split(_verl_cp(backend="fsdp"), "reference.infer", 4) == NO_CONTEXT_PARALLEL
+
+
+def test_the_reference_forward_takes_the_cp_factor_at_a_forwards_cost():
+    instance = _verl_cp()
+    cp = instance_balance(instance).context_parallel
+    model = instance.models["reference"]
+    setting = instance.balance["actor"].context_parallel
+    f = cp.factor(model, 4, 1, setting, "inference")
+    # a forward has a third of a training pass's FLOPs and a third of its ring bytes and messages (one pass of
+    # three): the ratio of the plan's step to the perfect split is the training one
+    assert f == pytest.approx(cp.factor(model, 4, 1, setting, "train"), rel=1e-12)
+
+    class Cost:
+        def pass_time(self, *args, **kwargs):
+            return 2.0
+
+    ref = vertex_balance(instance, "reference.infer")
+    assert ref.context_parallel_forward
+    assert ref.seconds(Cost(), model, "infer", 4, 1, 1, 1, (1, 1, 4), 1, {"forward": 2.0}) == \
+        pytest.approx((f - 1) * 2.0)
+
+
+def test_a_cp_forward_holds_its_share_and_the_rings_forward_buffers_by_hand():
+    # 262,144 tokens over 8 ranks: 32,770 each (the 2·tp padding bound); one layer's no-grad working set
+    # 4d + max(8d + 4q + 4k, 6f) = 1024 + 3584 = 4608 bytes per token, plus the ring's forward buffers
+    # 8·(512 + 512 + 16) + 512 = 8832 per token in 25 tensors of > 10 MiB (1 MiB slack each); the last stage's
+    # hidden states and logits (2d + 10V = 10,512 per token) are smaller
+    share = 32_770
+    _, transient = vertex_memory(
+        SHAPE, "infer", dp=8, pp=1, tp=1, micro_batch=1, micro_batches=1, seq_len=262_144, prompt_len=0,
+        live_len=0, framework="verl", workspace_bytes=0.0, context_parallel=ContextParallelSplit(8, None, 8))
+    assert transient == 4608 * share + 8832 * share + 25 * MIB

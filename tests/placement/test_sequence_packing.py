@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from packplace.errors import ConfigError
-from packplace.placement.candidates import cost_model
-from packplace.placement.model.memory import TrainingOptions
+from packplace.placement.candidates import build_vertex_candidates, cost_model
+from packplace.placement.model.framework import trainer_logit_bytes
+from packplace.placement.model.memory import ContextParallelSplit, TrainingOptions, vertex_memory
 from packplace.placement.model.sequence_packing import (
     PackedChunk,
     PackedPasses,
@@ -95,7 +96,7 @@ def test_slowest_path_under_each_backend():
 # -- a config's passes priced from its packs -----------------------------------------------------------------
 # 16 prompts x 2 samples = 32 sequences of 64 + 64 = 128 tokens (no gen_quantiles: every response 64).
 def _instance(train_tokens=512, logprob_tokens=1024, backend="megatron", version="0.5.0", steps=1, sharding="zero1",
-              quantiles=None):
+              quantiles=None, cp=1):
     policy = {"algorithm": "grpo", "framework": "nemo-rl", "trainer_backend": backend, "framework_version": version}
     if train_tokens is not None:
         policy.update(train_mb_tokens=train_tokens, logprob_mb_tokens=logprob_tokens)
@@ -108,7 +109,8 @@ def _instance(train_tokens=512, logprob_tokens=1024, backend="megatron", version
         "workload": {"batch_size": 16, "samples_per_prompt": 2, "context_length": 64, "generation_length": 64,
                      **({"gen_quantiles": quantiles} if quantiles else {})},
         "policy": policy,
-        "training": {"actor": {"sharding": sharding, "optimizer_steps": steps}}})
+        "training": {"actor": {"sharding": sharding, "optimizer_steps": steps,
+                               **({"context_parallel": cp} if cp > 1 else {})}}})
 
 
 def test_equal_sequences_pack_like_a_fixed_micro_batch():
@@ -491,3 +493,38 @@ def test_estimate_prices_a_pack_of_equal_sequences_as_its_micro_batch():
         estimate("llama3.1-8b", "h100-sxm", "train", framework="nemo-rl", micro_batch=2, pack_tokens=8192)
     with pytest.raises(ConfigError, match="task train or infer"):
         estimate("llama3.1-8b", "h100-sxm", "prefill", framework="nemo-rl", pack_tokens=8192)
+
+
+# -- context parallelism: packs dealt to the data-parallel ranks, each split over its CP group ------------------
+def test_packs_go_to_the_data_parallel_ranks_under_context_parallelism():
+    # eight 4-token sequences (3, 1, 2, 2, 4, 1, 1, 2 rounded up to 2·CP·TP = 4) in 8-token packs: 4 packs.
+    # dp 4 at CP 2 is 2 data ranks (NeMo RL shards over its data_parallel axis only): 2 packs each, every
+    # pack split over its CP group's 2 GPUs: 2 micro-batches of 4 tokens per GPU, attention length 4
+    draws = [np.array([3, 1, 2, 2, 4, 1, 1, 2])]
+    passes = PackedPasses(SequencePacking(8, 8), draws, 8, frozenset(), context_parallel=2)
+    assert passes.shape("train", 4, 1, 1, True, False, 1) == (2.0, 4.0, 4.0)
+    assert PackedPasses(SequencePacking(8, 8), draws, 8, frozenset()).shape(
+        "train", 4, 1, 1, True, False, 1)[:2] == (1.0, 8.0)                   # no CP: one pack per rank
+    # a dp the CP degree does not divide is priced without it (such a trainer is refused elsewhere)
+    assert passes.shape("train", 1, 1, 1, True, False, 1) == (4.0, 8.0, 4.0)
+
+
+def test_a_packed_cp_trainer_prices_and_holds_its_data_ranks_packs():
+    # 32 sequences of 128 tokens, 4 per 512-token pack: 8 packs. dp 2 at CP 2 is one data rank holding all 8,
+    # each split over 2 GPUs: 8 micro-batches of 256 tokens per GPU (it had dealt 4 packs to each of 2 ranks)
+    inst = _instance(cp=2)
+    actor = inst.models["actor"]
+    cost = cost_model(inst)
+    assert cost.pass_shape(actor, "train", 2, 1, 1, 1) == (8.0, 256.0)
+    assert cost.pass_shape(actor, "logprob", 2, 1, 1, 1) == (4.0, 512.0)      # 1,024-token packs
+    cand = next(c for c in build_vertex_candidates("actor.train", "train", actor, inst, cost, [(1, 1, 2)])
+                if (c.strategy.dp, c.strategy.pp, c.strategy.tp) == (2, 1, 1))
+    # the packs' sequences are already rounded to 2·CP·TP: a GPU holds 512 / 2 tokens of a pack, padded once
+    res, tra = vertex_memory(actor, "train", dp=2, pp=1, tp=1, micro_batch=cand.micro_batch,
+                             micro_batches=32 // (2 * cand.micro_batch), seq_len=inst.workload.train_seq_len,
+                             prompt_len=64, live_len=0, options=inst.training["actor"], framework="nemo-rl",
+                             workspace_bytes=inst.hardware.memory_workspace, pass_tokens=512.0,
+                             logprob_tokens=1024.0, logit_bytes=trainer_logit_bytes("nemo-rl", "0.5.0", False),
+                             context_parallel=ContextParallelSplit(2, None, 2, rounded=True))
+    assert (cand.resident_bytes, cand.transient_bytes) == (res, tra)
+    assert ContextParallelSplit(2, None, 2, rounded=True).rank_tokens(1024.0, cand.micro_batch, 1) == 512.0

@@ -45,7 +45,7 @@ from packplace.placement.model.framework import (
     profile,
     trainer_logit_bytes,
 )
-from packplace.placement.model.layout_rules import Context, strategy_refusal
+from packplace.placement.model.layout_rules import Context, strategy_refusal, trainer_backend
 from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
     NO_CONTEXT_PARALLEL,
@@ -429,7 +429,9 @@ class CandidateTable:
             model = inst.models[vertex.model]
             if not self.all[name]:
                 why = _why_none(model, inst.cluster, inst.workload.sequences)
-                cp = vertex_setting(inst, name.split(".")[0]).context_parallel if vertex.kind == "train" else None
+                owner = name.split(".")[0] if vertex.kind == "train" else (
+                    CONTEXT_PARALLEL_FORWARDS[inst.framework][1] if forward_context_parallel(inst, name) else None)
+                cp = vertex_setting(inst, owner).context_parallel if owner is not None else None
                 if cp is not None and cp.degree > 1:
                     why += (f", with training.context_parallel {cp.degree} dividing the data-parallel degree "
                             f"(the cluster's {inst.cluster.num_gpus} GPUs take tp x pp x dp)")
@@ -636,29 +638,80 @@ def vertex_balance(instance, vertex: str) -> VertexBalance | None:
         lockstep = inference_sharded(instance, vertex)
     return VertexBalance(instance_balance(instance), vertex_setting(instance, owner), lockstep,
                          v.kind == "train" and options.recompute == "full",
-                         options.lora_rank if v.kind == "train" else 0)
+                         options.lora_rank if v.kind == "train" else 0,
+                         forward_context_parallel(instance, vertex))
+
+
+#: The forward vertex that runs with the actor's context parallelism, per framework: verl's reference, built in
+#: the actor's worker (``ActorRolloutRefWorker``) whose Megatron parallel state is initialised once from
+#: ``actor.megatron.context_parallel_size`` whatever the role (``verl/workers/megatron_workers.py``, v0.4.1 to
+#: v0.7.0; from v0.7.0 ``ref.megatron.context_parallel_size`` also defaults to the actor's,
+#: ``verl/trainer/config/ref/megatron_ref.yaml``), its log-probs computed by the same Megatron actor code,
+#: which splits each sequence over the CP group.
+CONTEXT_PARALLEL_FORWARDS = {"verl": ("reference.infer", "actor")}
+
+
+def forward_context_parallel(instance, vertex: str) -> bool:
+    """Whether the forward (``infer``) vertex ``vertex`` runs with its trained model's context parallelism
+    (:data:`CONTEXT_PARALLEL_FORWARDS`: verl's reference with the actor's, on its Megatron backend, the one
+    verl runs CP on): its time takes the actor's CP factor at the forward's cost
+    (:meth:`~packplace.placement.model.dp_balance.VertexBalance.seconds`) and its memory the actor's split
+    (:func:`context_parallel_split`)."""
+    forward = CONTEXT_PARALLEL_FORWARDS.get(instance.framework)
+    if forward is None or forward[0] != vertex or vertex not in instance.graph.names:
+        return False
+    if not vertex_setting(instance, forward[1]).context_parallel.active:
+        return False
+    return trainer_backend(Context.of(instance)) != "fsdp"
 
 
 def context_parallel_split(instance, vertex: str, dp: int) -> ContextParallelSplit:
     """How the training vertex ``vertex`` on ``dp`` data-parallel × context-parallel ranks splits its
     micro-batches for the memory model (:class:`~packplace.placement.model.memory.ContextParallelSplit`), from
     its model's ``training.context_parallel`` setting (the one that prices its time,
-    :func:`~packplace.placement.model.dp_balance.vertex_setting`): static CP of degree ``C``, ring ``C``;
+    :func:`~packplace.placement.model.dp_balance.vertex_setting`; a forward that runs with a trainer's,
+    :func:`forward_context_parallel`, that trainer's setting on its own ``dp``): static CP of degree ``C``, ring ``C``;
     dynamic CP with the rank cap packplace emits (``max_tokens_per_rank``, else the longest sequence
     ``S + generation_length`` over ``C``; at least the longest over ``dp``, the largest group, as the CP plan
-    raises it) and a ring of up to ``dp`` ranks. Every other vertex, and a setting that is not active:
+    raises it) and a ring of :func:`dynamic_ring` ranks (the CP group the longest sequence needs under that
+    cap, not the ``dp`` ranks it is drawn from). Every other vertex, and a setting that is not active:
     no context parallelism."""
     v = instance.graph.vertex(vertex)
-    if v.kind != "train":
+    if v.kind == "train":
+        cp = vertex_setting(instance, vertex.split(".")[0]).context_parallel
+    elif forward_context_parallel(instance, vertex):
+        cp = vertex_setting(instance, CONTEXT_PARALLEL_FORWARDS[instance.framework][1]).context_parallel
+    else:
         return NO_CONTEXT_PARALLEL
-    cp = vertex_setting(instance, vertex.split(".")[0]).context_parallel
     if not cp.active:
         return NO_CONTEXT_PARALLEL
     if not cp.dynamic:
         return ContextParallelSplit(cp.degree, None, cp.degree)
     longest = instance.workload.context_length + instance.workload.generation_length
     cap = max(cp.max_tokens_per_rank or math.ceil(longest / cp.degree), math.ceil(longest / dp))
-    return ContextParallelSplit(cp.degree, float(cap), max(dp, cp.degree))
+    return ContextParallelSplit(cp.degree, float(cap), max(dynamic_ring(longest, cap, dp), cp.degree))
+
+
+def dynamic_ring(longest: int, cap: int, dp: int) -> int:
+    """The largest CP group dynamic CP runs a ring over, of a trainer on ``dp`` data-parallel × context-parallel
+    ranks whose longest sequence is ``longest`` tokens and whose rank cap is ``cap`` tokens: Megatron-Core's
+    ``BalancedCPScheduler.gpus_needed``, ``ceil(longest / cap)`` rounded up to a power of two
+    (``megatron/core/pipeline_parallel/hybrid_cp_schedule.py``), at most ``dp`` (the whole DP×CP group, the
+    largest group ``parallel_state.create_hybrid_dp_cp_groups`` and ``get_hybrid_data_context_parallel_groups``
+    give). A rank of a group of ``c`` ranks holds at most ``cap`` tokens, so its ring buffers hold at most
+    ``c·cap`` tokens' K/V; when the scheduler widens a group over idle ranks (``fill_empty_gpus``) its
+    sequences' tokens are spread over the wider ring and ``ring · tokens per rank`` does not grow (only the
+    count of its smaller buffers does, at most a tenth of their bytes in allocator slack, while the rank's saved
+    activations shrink with its share).
+
+    Raises:
+        ConfigError: an argument below 1.
+    """
+    for name, value in (("longest", longest), ("cap", cap), ("dp", dp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"context_parallel.{name}: must be an integer >= 1, got {value!r}")
+    needed = -(-longest // cap)
+    return min(dp, 1 << (needed - 1).bit_length())
 
 
 def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostModel:
@@ -774,7 +827,8 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str |
     :func:`~packplace.placement.model.layout_rules.strategy_refusal` (the framework's own per-task rules: verl's
     FSDP backend without tensor, pipeline or expert parallelism, OpenRLHF's data-parallel reference and
     reward forwards, ...). Frameworks without rules (``none``, ``deepspeed-chat``): every legal strategy.
-    A trainer with ``training.context_parallel: C`` needs ``C`` to divide its data-parallel degree; under verl's
+    A trainer with ``training.context_parallel: C`` needs ``C`` to divide its data-parallel degree (and so does
+    a forward that runs with it, :func:`forward_context_parallel`); under verl's
     dynamic batch size a training or forward vertex's GPUs must be a multiple of the Ulysses size (verl's
     ``(world // sp, sp)`` device mesh of each worker group, ``fsdp_workers.py``)."""
     dynamic = getattr(instance, "dynamic_bsz", None)
@@ -782,6 +836,10 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str |
         return False
     if kind == "train" and name is not None:
         cp = vertex_setting(instance, name.split(".")[0]).context_parallel
+        if cp.refusal(strategy.dp) is not None:
+            return False
+    if kind == "infer" and name is not None and forward_context_parallel(instance, name):
+        cp = vertex_setting(instance, CONTEXT_PARALLEL_FORWARDS[instance.framework][1]).context_parallel
         if cp.refusal(strategy.dp) is not None:
             return False
     ctx = Context.of(instance)
@@ -895,7 +953,8 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                                                              getattr(instance, "framework_version", None),
                                                              getattr(instance, "entropy_coeff", 0.0) > 0),
                              offload_between_passes=profile(instance.framework).offload_between_passes,
-                             context_parallel=context_parallel)
+                             context_parallel=replace(context_parallel, rounded=True)
+                             if context_parallel.active and cost.packed(model) else context_parallel)
     if weight_swap:
         # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into the
         # policy's own tensors for the pass (use_reference_model), on the policy's workers and layout

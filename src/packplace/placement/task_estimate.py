@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from packplace.context_parallel.cost import cost_from_shape
 from packplace.contract import check_section
 from packplace.errors import ConfigError, show
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
@@ -57,7 +58,7 @@ from packplace.placement.model.framework import (
 from packplace.placement.model.layout_rules import TRAIN, Context, trainer_backend
 from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
 from packplace.placement.model.nemo_rl_releases import release_for
-from packplace.placement.model.pass_memory import pass_memory, uses_autocast
+from packplace.placement.model.pass_memory import context_parallel_tokens, pass_memory, uses_autocast
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
 from packplace.placement.model.training_time import training_overhead_seconds
 from packplace.placement.problem.config import FIRST_PACKING_RELEASE, POLICY_FIELDS, _hardware, _model, load_yaml
@@ -260,6 +261,76 @@ def _check(name: str, value: Any, minimum: int = 1) -> int:
     return value
 
 
+def _context_parallel(cp: Any, task: str) -> int:
+    """``cp`` checked: an integer >= 1, above 1 only for a ``train`` or ``infer`` pass (the passes a
+    context-parallel trainer splits; an engine's prefill and decode do not run Megatron-Core's CP).
+
+    Raises:
+        ConfigError: ``cp: must be an integer >= 1, got 0``; ``cp: ... not task decode``.
+    """
+    cp = _check("cp", cp)
+    if cp > 1 and task not in ("train", "infer"):
+        raise ConfigError(f"cp: {cp} splits the sequences of a training or log-prob pass (task train or infer), "
+                          f"not task {task}; drop it or set it to 1")
+    return cp
+
+
+def _context_parallel_pack(pack_tokens: int, seq_len: int | None, tp: int, cp: int,
+                           packed: tuple[int, int]) -> tuple[int, int]:
+    """``(sequences per pack, padded tokens per sequence)`` of a NeMo RL pack: ``packed``
+    (:func:`_packed_micro_batch`'s, rounded to the TP size) without context parallelism; with it every
+    ``seq_len`` sequence rounded up to ``2·cp·tp`` instead
+    (:func:`~packplace.placement.model.sequence_packing.pad_multiple`, NeMo RL's ``sequence_length_pad_multiple``
+    with CP) before packing.
+
+    Raises:
+        ConfigError: a pack smaller than one rounded sequence (NeMo RL's packer refuses it).
+    """
+    if cp == 1:
+        return packed
+    seq_len = int(seq_len or DEFAULT_SEQ_LEN)
+    multiple = pad_multiple(tp, cp)
+    padded = padded_length(seq_len, multiple)
+    if padded > pack_tokens:
+        raise ConfigError(f"pack_tokens: {pack_tokens} tokens is below seq_len {seq_len} rounded up to a multiple of "
+                          f"2·cp·tp = 2·{cp}·{tp} = {padded} (NeMo RL's packer refuses a sequence longer than its "
+                          "pack)")
+    return pack_tokens // padded, padded
+
+
+def _cp_share(micro_batch: int, seq_len: int, tp: int, cp: int) -> float:
+    """Tokens one GPU of a CP group of ``cp`` runs of ``micro_batch`` sequences of ``seq_len`` tokens (all of
+    them for ``cp = 1``): each sequence padded once to a multiple of ``2·cp·tp`` and split ``cp`` ways
+    (:func:`~packplace.placement.model.pass_memory.context_parallel_tokens`)."""
+    if cp == 1:
+        return float(micro_batch * seq_len)
+    return context_parallel_tokens(micro_batch * padded_length(seq_len, pad_multiple(tp, cp)), cp, micro_batch, tp,
+                                   rounded=True)
+
+
+def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch: int, seq_len: int, tp: int,
+                  cp: int, train: bool, layers: int) -> float:
+    """Seconds of a context-parallel pass's ring attention not hidden behind its attention, on ``layers`` of the
+    model's layers: :meth:`~packplace.context_parallel.cost.CPCost.time` of ``micro_batch`` sequences of
+    ``seq_len`` tokens (already padded) on a CP group of ``cp`` ranks less its compute (``linear + attention``
+    split ``cp`` ways): the K/V exchange (one pass forward, three in training) beyond the attention it
+    overlaps (Liu et al. 2023, arXiv 2310.01889, §3; Transformer Engine's ``AttnFuncWithCPAndKVP2P``), at the
+    preset's sustained FLOP/s (``flops_per_gpu · gemm_peak_fraction``) and point-to-point links (NVLink when
+    the group's ``cp·tp`` GPUs fit in a node), per GPU of a ``tp``-wide rank (``1/tp`` of its FLOPs and K/V
+    bytes). 0 for ``cp = 1``."""
+    if cp <= 1:
+        return 0.0
+    cost = cost_from_shape(shape, flops_per_s=hw.flops_per_gpu * hw.gemm_peak_fraction,
+                           alpha_intra_s=hw.alpha_p2p_g, beta_intra_s_per_byte=hw.beta_p2p_g,
+                           alpha_inter_s=hw.alpha_p2p_n, beta_inter_s_per_byte=hw.beta_p2p_n,
+                           mode="train" if train else "inference")
+    # one GPU of a tp-wide rank: 1/tp of the rank's FLOPs and of its K/V heads' bytes
+    tokens, squares = micro_batch * seq_len / tp, micro_batch * float(seq_len) ** 2 / tp
+    compute = (cost.linear_s_per_token * tokens + cost.attention_s_per_token2 * squares) / cp
+    exposed = cost.time(cp, tokens, squares, cp * tp <= cluster.gpus_per_node) - compute
+    return max(0.0, exposed) * layers / shape.layers
+
+
 def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch: int = 1, seq_len: int | None = None,
              batch: int = 1, context: int | None = None, recompute: str = "none", optimizer: str = "adam",
              tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
@@ -267,7 +338,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
              enforce_eager: bool = False, framework_version: str | None = None,
              entropy_coeff: float = 0.0, train_mb_tokens: int | None = None,
              sharding: str = "none",
-             pack_tokens: int | None = None) -> Estimate:
+             pack_tokens: int | None = None, cp: int = 1) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -305,6 +376,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
             a pack on the strategy's trainer backend, the DTensor pad included (:func:`_pack_pricing`).
         train_mb_tokens: NeMo RL's training pack for ``task="infer"`` with ``pack_tokens`` where log-prob packs
             are padded to it (:func:`_pack_pricing`).
+        cp: Context-parallel degree of a train / infer pass (:func:`_cp_share`) on ``tp·pp·cp·dp`` GPUs.
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -322,15 +394,17 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         _check(name, value)
     seq_len, context = _lengths(task, seq_len, context, batch)
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
+    cp = _context_parallel(cp, task)
     if pack_tokens is not None:
-        micro_batch, seq_len = _packed_micro_batch(pack_tokens, task, framework, micro_batch, seq_len, tp)
+        micro_batch, seq_len = _context_parallel_pack(pack_tokens, seq_len, tp, cp, _packed_micro_batch(
+            pack_tokens, task, framework, micro_batch, seq_len, tp))
     elif train_mb_tokens is not None:
         raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} is the training pack a NeMo RL log-prob pack "
                           "is padded to; it goes with pack_tokens (task infer); drop it")
     _check_strategy(shape, tp, pp, dp, ep)
     pack = (_pack_pricing(shape, task, framework_version, int(pack_tokens), train_mb_tokens, micro_batch,
-                          int(seq_len or 0), (dp, pp, tp, ep)) if pack_tokens is not None else None)
-    cluster, hw = resolve_hardware(gpu, hardware, tp * pp * dp)
+                          int(seq_len or 0), (dp, pp, tp, ep), cp) if pack_tokens is not None else None)
+    cluster, hw = resolve_hardware(gpu, hardware, tp * pp * dp * cp)
     components = hardware_table(hw, _table(table, hw))  # scaled to the hardware's own datasheet figures
     if components is None:
         hw = replace(hw, component_table="none")
@@ -339,18 +413,18 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
               "framework": framework, "framework_version": framework_version, "enforce_eager": enforce_eager,
               "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens}
-    inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens, sharding=sharding,
+    inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens, sharding=sharding, cp=cp,
                   **(pack.inputs() if pack is not None else {}))
     parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
-                        optimizer, tp, pp, dp, ep, framework, enforce_eager,
+                        optimizer, tp, pp, dp * cp, ep, framework, enforce_eager,   # the DP x CP ranks
                         host_seconds_per_sequence(engine_generation), pack,
-                        sharding=sharding)
+                        sharding=sharding, cp=cp)
     # a padded pack holds its pad's tokens too (SequencePacking.peak_tokens): one row of the priced tokens
-    held = (1, int(pack.tokens)) if pack is not None and pack.padded else (micro_batch, seq_len or 0)
+    held = (1, round(pack.tokens * cp)) if pack is not None and pack.padded else (micro_batch, seq_len or 0)
     memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
-                          recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep, framework=framework,
+                          recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
                           logit_bytes=logit_bytes,
-                          sharding=sharding)
+                          sharding=sharding, cp=cp)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory,
                     components=components.gpu if priced else "knobs", inputs=inputs,
@@ -495,7 +569,7 @@ class _PackPricing:
 
 def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pack_tokens: int,
                   train_mb_tokens: Any, sequences: int, padded: int,
-                  degrees: tuple[int, int, int, int]) -> _PackPricing:
+                  degrees: tuple[int, int, int, int], cp: int = 1) -> _PackPricing:
     """The step model's price of a pack of ``sequences`` equal sequences of ``padded`` tokens: the
     trainer backend NeMo RL runs the strategy ``degrees`` = ``(dp, pp, tp, ep)`` on under
     ``policy.trainer_backend: auto`` (:func:`~packplace.placement.model.layout_rules.trainer_backend`:
@@ -504,7 +578,8 @@ def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pa
     to ``train_mb_tokens`` (``pack_tokens`` itself) and, from release 0.6
     (:attr:`~packplace.placement.model.nemo_rl_releases.NemoRLRelease.dtensor_pads_logprob_packs`), a
     log-prob pack too; a Megatron pack runs at its own tokens (with pipeline parallelism at the batch's
-    longest pack, the same one here).
+    longest pack, the same one here). With context parallelism ``cp`` the ``dp`` data ranks' packs are split
+    over their CP groups (:meth:`PackedPasses.shape` on ``dp·cp`` ranks): ``tokens`` per GPU.
 
     Raises:
         ConfigError: ``framework_version`` before NeMo RL's sequence packing (0.3); ``train_mb_tokens`` missing
@@ -539,9 +614,10 @@ def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pa
         raise ConfigError(f"train_mb_tokens: {train} tokens is above {cap}, the most policy.train_mb_tokens takes")
     packing = SequencePacking(train, pack_tokens, dtensor_pads_every_pass=pads_logprob)
     passes = PackedPasses(packing, [np.full(sequences * dp, padded, dtype=np.int64)], sequences * dp,
-                          frozenset((shape,)))
-    _, tokens, attention = passes.shape("train" if task == "train" else "logprob", dp, pp, tp, megatron, False, 1)
-    return _PackPricing(passes, megatron, tokens, attention, tokens > sequences * padded)
+                          frozenset((shape,)), cp)
+    _, tokens, attention = passes.shape("train" if task == "train" else "logprob", dp * cp, pp, tp, megatron, False,
+                                        1)
+    return _PackPricing(passes, megatron, tokens, attention, tokens * cp > sequences * padded)
 
 
 def _engine(framework: str, framework_version: str | None) -> tuple[str | None, bool]:
@@ -611,7 +687,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
                 micro_batch: int, seq_len: int | None, batch: int, context: int, recompute: str, optimizer: str,
                 tp: int, pp: int, dp: int, ep: int, framework: str, eager: bool = False,
                 host_per_sequence: float = 0.0, pack: _PackPricing | None = None,
-                sharding: str = "none") -> dict[str, float]:
+                sharding: str = "none", cp: int = 1) -> dict[str, float]:
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
     # the workload's sequences, prompt + new tokens: a pass's seq_len; generate's prompt growing to context;
@@ -629,7 +705,9 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     parts: dict[str, float] = {}
     pp_level = cost.group_level(dp * pp * tp, extent)
     if task in ("train", "infer", "prefill"):
-        tokens, attention = (pack.tokens, pack.attention) if pack is not None else (micro_batch * seq_len, seq_len)
+        # a GPU's share under context parallelism (_cp_share; PackedPasses splits a pack itself)
+        tokens, attention = (pack.tokens, pack.attention) if pack is not None else (
+            _cp_share(micro_batch, seq_len, tp, cp), seq_len)
         train = task == "train"
         if table is not None:
             stages = []
@@ -644,8 +722,9 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
             worst = max(stages, key=lambda t: t.total)
             parts.update({k: v for k, v in worst.as_dict().items() if v > 0 or k == "forward"})
         else:   # the knob model: its pass times hold the communication and the pipeline of one micro-batch
-            fwd_comm = 2 * max(layers) * cost.tp_allreduce(tokens * d * 2.0, tp, extent) + (
-                cost.p2p(tokens * d * 2.0 / tp, pp_level) if pp > 1 else 0.0)
+            whole = micro_batch * seq_len if pack is None else tokens   # the micro-batch its pass prices
+            fwd_comm = 2 * max(layers) * cost.tp_allreduce(whole * d * 2.0, tp, extent) + (
+                cost.p2p(whole * d * 2.0 / tp, pp_level) if pp > 1 else 0.0)
             forward = (cost.pass_time(shape, False, dp, pp, tp, micro_batch, extent, ep,   # a training task's pack
                                       pack="train" if train else None) if task != "prefill"
                        else cost.prefill_time(shape, tp, micro_batch, micro_batch, ep, extent)) / pp - fwd_comm
@@ -662,6 +741,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
                     parts["optimizer"] = max(0.0, full - both * pp - cost.allreduce(
                         2.0 * max(stage_params(shape, pp)) / tp, dp, cost.group_level(tp * dp, extent),
                         cost.ranks_per_node(dp, tp, extent)))
+            parts.update({k: v * tokens / whole for k, v in parts.items() if k in ("forward", "backward", "recompute")})
         n = max(layers)
         comm = (4 if train else 2) * n * cost.tp_allreduce(tokens * d * 2.0, tp, extent)
         if pp > 1:
@@ -669,6 +749,8 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
         if train and optimizer == "adam":
             comm += cost.allreduce(2.0 * max(stage_params(shape, pp)) / tp, dp, cost.group_level(tp * dp, extent),
                                    cost.ranks_per_node(dp, tp, extent))
+        comm += _ring_seconds(shape, hw, cluster, micro_batch, padded_length(seq_len, pad_multiple(tp, cp)), tp, cp,
+                              train, n)
         parts["communication"] = comm
         parts["overhead"] = dispatch_seconds(cost, cost.framework, dp) if framework != "none" else 0.0
         return parts
@@ -723,20 +805,21 @@ def _decode_comm(cost, shape: ModelSpec, running: float, tp: int, pp: int, exten
 def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int, seq_len: int, batch: int,
                  context: int, recompute: str, optimizer: str, tp: int, pp: int, dp: int, ep: int,
                  framework: str = "none", logit_bytes: tuple[float, float] | None = None,
-                 sharding: str = "none") -> dict[str, float]:
+                 sharding: str = "none", cp: int = 1) -> dict[str, float]:
     """Peak bytes per GPU and its parts (:data:`MEMORY_PARTS`): the one adapter between ``estimate`` and the
     memory model, :func:`packplace.placement.model.pass_memory.pass_memory` (the pass's worst pipeline stage at
     its peak phase). ``micro_batch`` sequences of ``seq_len`` for train / infer / prefill; ``batch``
     sequences of ``context`` tokens for decode and generate. ``hw`` is not used by the memory model (the
     caller compares ``peak_bytes`` with ``hw.memory_per_gpu``). ``logit_bytes``: the framework's logit bytes
     (:func:`~packplace.placement.model.framework.trainer_logit_bytes`); ``sharding``: the training state's
-    (:data:`SHARDINGS`)."""
+    (:data:`SHARDINGS`); ``cp``: the pass's context-parallel degree (each sequence's share per GPU plus the ring's
+    buffers; ``dp`` then counts the DP×CP ranks)."""
     engine = task in ("decode", "generate")
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
                          seq_len=seq_len, context=context if engine else 0, recompute=recompute,
                          optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep,
                          framework="none" if framework == "vllm" else framework, logit_bytes=logit_bytes,
-                         sharding=sharding)
+                         sharding=sharding, cp=cp)
     return {"peak_bytes": result.peak_bytes, **{name: getattr(result, name) for name in MEMORY_PARTS}}
 
 
@@ -813,6 +896,10 @@ def register_estimate(subparsers) -> None:
                         "backward only")
     for name in ("tp", "pp", "dp", "ep"):
         p.add_argument(f"--{name}", type=int, default=1, help=f"{name} degree (default 1)")
+    p.add_argument("--cp", type=int, default=1,
+                   help="context-parallel degree of a train or infer pass (default 1): each sequence padded to a "
+                        "multiple of 2 x cp x tp and split over cp GPUs (Megatron-Core's context parallelism, ring "
+                        "attention); the strategy holds tp x pp x cp x dp GPUs, the gradients reduced over dp x cp")
     p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
                    help="none: bare kernels; otherwise the framework's dispatch and engine overheads")
     p.add_argument("--framework-version", default=None, dest="framework_version", metavar="RELEASE",
@@ -943,6 +1030,7 @@ def run_estimate(args) -> int:
                       batch=args.batch, context=_cli_context(args), recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
                       hardware=_overrides(args.hw), table=args.table, enforce_eager=args.enforce_eager,
+                      cp=getattr(args, "cp", 1),
                       framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None),
                       entropy_coeff=args.entropy_coeff, train_mb_tokens=args.train_mb_tokens,
                       sharding=args.sharding)

@@ -142,12 +142,13 @@ def best_plan(instance: Any, seed: int = 0) -> Any:
 
 
 def cp_factor(model: ModelSpec, hardware: Any, lengths: np.ndarray, dp: int, tp: int,
-              setting: ContextParallelSetting, seed: int = 0, gpus_per_node: int = 8) -> float:
+              setting: ContextParallelSetting, seed: int = 0, gpus_per_node: int = 8, mode: str = "train") -> float:
     """``f`` of the module docstring for one batch of ``lengths`` (tokens, shape (n,)) on ``dp`` ranks of
-    ``tp`` GPUs each, ``gpus_per_node`` GPUs per node.
+    ``tp`` GPUs each, ``gpus_per_node`` GPUs per node; ``mode`` ``train`` (a training pass) or ``inference``
+    (a forward: one pass of FLOPs and of K/V exchange, :func:`~packplace.context_parallel.cost.cost_from_shape`).
 
     Raises:
-        ConfigError: ``setting.refusal(dp)``; no backend found a plan.
+        ConfigError: ``setting.refusal(dp)``; no backend found a plan; an unknown ``mode``.
     """
     refusal = setting.refusal(dp)
     if refusal is not None:
@@ -156,7 +157,8 @@ def cp_factor(model: ModelSpec, hardware: Any, lengths: np.ndarray, dp: int, tp:
     ranks_per_node = max(1, gpus_per_node // max(1, tp))
     cost = cost_from_shape(model, flops_per_s=hardware.flops_per_gpu * hardware.gemm_peak_fraction,
                            alpha_intra_s=hardware.alpha_p2p_g, beta_intra_s_per_byte=hardware.beta_p2p_g,
-                           alpha_inter_s=hardware.alpha_p2p_n, beta_inter_s_per_byte=hardware.beta_p2p_n)
+                           alpha_inter_s=hardware.alpha_p2p_n, beta_inter_s_per_byte=hardware.beta_p2p_n,
+                           mode=mode)
     sizes = _sizes(dp, setting)
     cap = setting.max_tokens_per_rank or math.ceil(int(lengths.max()) / degree)
     cap = max(cap, math.ceil(int(lengths.max()) / sizes[-1]))   # the longest sequence fits the largest group
@@ -184,20 +186,24 @@ class ContextParallelBalance:
         self.hardware, self.gpus_per_node = hardware, gpus_per_node
         self._factors: dict[tuple, float] = {}
 
-    def factor(self, model: ModelSpec, dp: int, tp: int, setting: ContextParallelSetting) -> float:
-        """The mean of :func:`cp_factor` over the drawn batches (cached); 1 for an inactive setting. A
-        dynamic setting's factor is at most its static degree's (those plans are dynamic plans too)."""
+    def factor(self, model: ModelSpec, dp: int, tp: int, setting: ContextParallelSetting,
+               mode: str = "train") -> float:
+        """The mean of :func:`cp_factor` over the drawn batches (cached) of a pass of ``mode`` (``train`` or
+        ``inference``); 1 for an inactive setting. A dynamic setting's factor is at most its static degree's
+        (those plans are dynamic plans too)."""
         if not setting.active:
             return 1.0
-        key = (model.gemm_params, model.layers, model.attention_dim, model.kv_heads, model.head_dim, dp, tp, setting)
+        key = (model.gemm_params, model.layers, model.attention_dim, model.kv_heads, model.head_dim, dp, tp, setting,
+               mode)
         f = self._factors.get(key)
         if f is None:
             if len(self._factors) >= CP_CACHE_LIMIT:
                 self._factors.clear()
             f = float(np.mean([
-                cp_factor(model, self.hardware, d, dp, tp, setting, seed=k, gpus_per_node=self.gpus_per_node)
+                cp_factor(model, self.hardware, d, dp, tp, setting, seed=k, gpus_per_node=self.gpus_per_node,
+                          mode=mode)
                 for k, d in enumerate(self.draws)]))
             if setting.dynamic:   # every group of the static degree is a dynamic plan too
-                f = min(f, self.factor(model, dp, tp, replace(setting, dynamic=False)))
+                f = min(f, self.factor(model, dp, tp, replace(setting, dynamic=False), mode))
             self._factors[key] = f
         return f

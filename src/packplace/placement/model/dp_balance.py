@@ -307,13 +307,16 @@ class VertexBalance:
     resolved setting, whether its passes run in lockstep (ZeRO-3 / FSDP-partitioned weights) and whether
     its training re-runs the forward pass of every micro-batch (``recompute: full``,
     :mod:`packplace.placement.model.training_time`); ``lora_rank`` of a trainer with LoRA adapters
-    (:meth:`~packplace.placement.model.cost.CostModel.pass_time`)."""
+    (:meth:`~packplace.placement.model.cost.CostModel.pass_time`); ``context_parallel_forward``: a forward
+    vertex that runs with its trained model's context parallelism (verl's Megatron reference with the
+    actor's, :func:`~packplace.placement.candidates.forward_context_parallel`)."""
 
     balance: DataParallelBalance
     setting: BalanceSetting
     lockstep: bool
     recompute_full: bool = False
     lora_rank: int = 0
+    context_parallel_forward: bool = False
 
     def factor(self, model: ModelSpec, dp: int, micro_batch: int) -> float:
         """Slowest over mean rank (≥ 1) of the vertex's passes (:meth:`DataParallelBalance.factor`)."""
@@ -327,15 +330,19 @@ class VertexBalance:
         optimizer update) plus ``old_log_prob`` plus, with ``recompute: full``, the recomputed forward (one
         more forward pass per micro-batch). For a training vertex whose model runs context parallelism
         (``setting.context_parallel`` active) ``f`` is its CP plan's factor
-        (:class:`~packplace.placement.model.cp_balance.ContextParallelBalance`). 0 for generation, ``dp = 1``
+        (:class:`~packplace.placement.model.cp_balance.ContextParallelBalance`), and so for a forward that
+        runs with it (``context_parallel_forward``) at a forward's cost (one pass of FLOPs and of K/V
+        exchange). 0 for generation, ``dp = 1``
         and a model whose passes run NeMo RL's sequence packing (``cost.packed(model)``): their packs' slowest
         path is already the pass's micro-batches (:mod:`packplace.placement.model.sequence_packing`)."""
         packed = getattr(cost, "packed", None)   # a cost stand-in without packing has no such method
         if kind == "generate" or dp <= 1 or (packed is not None and packed(model)):
             return 0.0
         cp = self.setting.context_parallel
-        if kind == "train" and cp.active and self.balance.context_parallel is not None:
-            f = self.balance.context_parallel.factor(model, dp, tp, cp)   # the trainer's CP plan
+        if (kind == "train" or self.context_parallel_forward) and cp.active \
+                and self.balance.context_parallel is not None:
+            f = self.balance.context_parallel.factor(model, dp, tp, cp,   # the trainer's CP plan
+                                                     "train" if kind == "train" else "inference")
         else:
             f = self.factor(model, dp, micro_batch)
         if f <= 1.0:

@@ -197,26 +197,35 @@ class ContextParallelSplit:
     (activations, logits, the forward's KV), plus the ring attention's buffers over :attr:`ring` GPUs
     (:func:`~packplace.placement.model.pass_memory.ring_attention_bytes_per_token`); the pipeline holds up to
     ``ring·micro_batches`` micro-batches in flight (a CP group of ``c`` ranks runs ``c`` times the
-    micro-batches of ``1/c`` the tokens each). The resident state is not split: the ZeRO /
+    micro-batches of ``1/c`` the tokens each), under dynamic CP its whole depth (the scheduler, not the
+    strategy, sets how many micro-batches a rank runs). The resident state is not split: the ZeRO /
     distributed-optimizer sharding over ``dp`` already counts the CP ranks (Megatron-Core shards over its
-    data-parallel × context-parallel group). The reference's and critic's forwards stay whole (the time model
-    does not run them with CP either): the larger figure where a framework would run them with CP.
+    data-parallel × context-parallel group). An ``infer`` vertex takes a split only where its framework runs it
+    with a trainer's CP (verl's Megatron reference with the actor's,
+    :func:`~packplace.placement.candidates.forward_context_parallel`); other forwards (NeMo RL's reference,
+    every critic's) stay whole: the larger figure where a framework would run them with CP.
 
     Attributes:
         degree: The static CP degree ``c`` (1: none): each sequence of a micro-batch is split over ``c``
             GPUs (:func:`~packplace.placement.model.pass_memory.context_parallel_tokens`).
         rank_cap_tokens: Dynamic CP: the tokens a rank may hold (Megatron's ``max_seqlen_per_dp_cp_rank``,
             the cap packplace emits); None for static CP.
-        ring: The largest CP group the ring attention runs over: ``c`` for static CP, the trainer's ``dp`` for
-            dynamic CP (the largest group Megatron-Core creates).
+        ring: The largest CP group the ring attention runs over: ``c`` for static CP; for dynamic CP the
+            group the longest sequence needs under the rank cap
+            (:func:`~packplace.placement.candidates.dynamic_ring`), not the trainer's ``dp``: a rank holds at
+            most the cap, so a ring's K/V buffers hold at most ``ring·cap`` tokens.
+        rounded: The passes' micro-batches are packs of sequences already padded to the CP multiple (NeMo RL's
+            sequence packing rounds every sequence before packing): the share pads them once, not again per
+            sequence (:func:`~packplace.placement.model.pass_memory.context_parallel_tokens`).
 
     Raises:
-        ConfigError: a degree or ring below 1, a ring below the degree, a cap below 1.
+        ConfigError: a degree or ring below 1, a ring below the degree, a cap below 1, ``rounded`` not a bool.
     """
 
     degree: int = 1
     rank_cap_tokens: float | None = None
     ring: int = 1
+    rounded: bool = False
 
     def __post_init__(self) -> None:
         for name in ("degree", "ring"):
@@ -225,6 +234,8 @@ class ContextParallelSplit:
                 raise ConfigError(f"context_parallel.{name}: must be an integer >= 1, got {value!r}")
         if self.ring < self.degree:
             raise ConfigError(f"context_parallel.ring: must be at least the degree {self.degree}, got {self.ring}")
+        if not isinstance(self.rounded, bool):
+            raise ConfigError(f"context_parallel.rounded: must be true or false, got {self.rounded!r}")
         if self.rank_cap_tokens is not None and not self.rank_cap_tokens >= 1:
             raise ConfigError(f"context_parallel.rank_cap_tokens: must be >= 1, got {self.rank_cap_tokens!r}")
 
@@ -235,12 +246,12 @@ class ContextParallelSplit:
 
     def rank_tokens(self, tokens: float, sequences: float, tp: int) -> float:
         """Tokens one GPU of a CP group holds of a micro-batch of ``tokens`` tokens in ``sequences``
-        sequences (before the tensor-parallel split). Static:
+        sequences (before the tensor-parallel split; :attr:`rounded`: its sequences already padded). Static:
         :func:`~packplace.placement.model.pass_memory.context_parallel_tokens`. Dynamic: the larger of that
         and the rank cap: Megatron-Core's dynamic-CP scheduler fills a rank's micro-batch up to the cap
         whatever the micro-batch size, and a framework without dynamic CP (NeMo RL) runs the static degree
         with the plan's micro-batch instead; the figure that holds for both is kept."""
-        share = context_parallel_tokens(tokens, self.degree, sequences, tp)
+        share = context_parallel_tokens(tokens, self.degree, sequences, tp, self.rounded)
         if self.rank_cap_tokens is None:
             return share
         return max(share, float(self.rank_cap_tokens))
@@ -357,8 +368,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         logit_bytes: The framework's logit bytes per vocabulary entry per token of a training or log-prob
             pass (:func:`~packplace.placement.model.framework.trainer_logit_bytes`; ``None``: 10 / 12).
         offload_between_passes: ``options.offload`` brings the state back per pass (verl, :func:`_stage_train_state`).
-        context_parallel: A ``train`` vertex's context parallelism (:class:`ContextParallelSplit`, what it
-            splits and what it does not); other kinds ignore it.
+        context_parallel: A ``train`` or ``infer`` vertex's context parallelism (:class:`ContextParallelSplit`,
+            what it splits and what it does not); ``generate`` ignores it.
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
@@ -376,7 +387,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     """
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
     tokens = micro_batch * seq_len if pass_tokens is None else pass_tokens
-    cp = context_parallel if kind == "train" else NO_CONTEXT_PARALLEL
+    cp = context_parallel if kind in ("train", "infer") else NO_CONTEXT_PARALLEL
     tokens = cp.rank_tokens(tokens, micro_batch, tp)
     logprob_tokens = None if logprob_tokens is None else cp.rank_tokens(logprob_tokens, micro_batch, tp)
     workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
@@ -385,20 +396,21 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     params = stage_params(model, pp)
     split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
     best = (-1.0, 0.0, 0.0)
+    inflight = pp if cp.rank_cap_tokens is not None else micro_batches * cp.ring   # dynamic CP: the whole depth
     for i in range(pp):
         p = params[i] / tp if split is None else split[i][0] + split[i][1]
         last = i == pp - 1
         if kind == "train":
             resident, loaded = _stage_train_state(model, options, i, p, pp, tp, dp, ep, offload_between_passes)
             transient = loaded + _train_vertex_transient(model, options, tokens, logprob_tokens, layers[i], i == 0,
-                                                         last, tp, min(pp - i, micro_batches * cp.ring), ep, cp.ring,
+                                                         last, tp, min(pp - i, inflight), ep, cp.ring,
                                                          framework == "none", workspace, logit_bytes)
         elif kind == "infer":
             # partitioned: the stage's weights over all tp·dp ranks (ZeRO-3 shards expert weights over the
             # expert-data-parallel group, ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * dp) if sharded_weights else 2.0 * p
             parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp,
-                                    kv_cache=framework == "none", ep=ep, logit_bytes=logit_bytes)
+                                    kv_cache=framework == "none", ep=ep, cp=cp.ring, logit_bytes=logit_bytes)
             transient = sum(parts) + workspace
             if sharded_weights:
                 transient += 2.0 * per_layer_rank

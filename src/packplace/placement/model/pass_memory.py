@@ -50,6 +50,7 @@ working set, a tied embedding's second gradient). Units: bytes, tokens.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from packplace.errors import ConfigError
@@ -219,7 +220,7 @@ def logit_bytes_per_token(model: ModelSpec, backward: bool, logit_bytes: tuple[f
     return (back if backward else forward) * model.output_dim
 
 
-def context_parallel_tokens(tokens: float, cp: int, sequences: float, tp: int = 1) -> float:
+def context_parallel_tokens(tokens: float, cp: int, sequences: float, tp: int = 1, rounded: bool = False) -> float:
     """Tokens one GPU of a CP group of ``cp`` holds of a micro-batch of ``tokens`` tokens in ``sequences``
     sequences (before the tensor-parallel split): ``tokens/cp`` plus the padding, ``tokens`` for ``cp = 1``.
 
@@ -228,7 +229,10 @@ def context_parallel_tokens(tokens: float, cp: int, sequences: float, tp: int = 
     divisible by 2"), and with sequence parallelism the length must also divide by ``tp``: a sequence is
     padded to a multiple of ``2·cp·tp`` (NeMo RL rounds packs the same way), at most ``2·cp·tp − 1`` tokens,
     so a rank holds at most ``2·tp`` tokens more per sequence than ``tokens/cp``; that bound is added
-    (never under-predicted).
+    (never under-predicted). ``rounded``: the micro-batch's sequences are already padded to that multiple
+    (NeMo RL rounds every sequence before packing, ``sequence_length_pad_multiple``): the padding is not added
+    again, only ``tokens`` rounded up to the multiple once (a pack padded to a size that is not a multiple,
+    such as ``train_mb_tokens``, is covered), ``ceil(tokens / 2·cp·tp)·2·tp``.
 
     Raises:
         ConfigError: ``cp`` not an integer >= 1.
@@ -236,6 +240,9 @@ def context_parallel_tokens(tokens: float, cp: int, sequences: float, tp: int = 
     _check_positive("cp", cp)
     if cp == 1:
         return float(tokens)
+    if rounded:
+        multiple = 2 * cp * tp
+        return math.ceil(tokens / multiple) * multiple / cp
     return tokens / cp + 2.0 * tp * sequences
 
 
@@ -337,8 +344,9 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             the gradients of the earlier micro-batches are held throughout (gradient accumulation).
         workspace_bytes: The workspace (a GPU preset's ``hardware.memory_workspace``); default the
             stack's (:data:`STACKS`).
-        cp: Context-parallel degree (train, infer): each of the ``micro_batch`` sequences is split over
-            ``cp`` GPUs, which hold :func:`context_parallel_tokens` of it each, plus the ring attention's
+        cp: Context-parallel degree (train, infer): each of the ``micro_batch`` sequences is padded to a
+            multiple of ``2·cp·tp`` (once: nothing where ``seq_len`` already is one) and split over ``cp``
+            GPUs, which hold :func:`context_parallel_tokens` of it each, plus the ring attention's
             buffers (:func:`ring_attention_bytes_per_token`); weights, gradients and optimizer state are not
             split by CP (``dp`` counts the data-parallel ranks that shard them).
         logit_bytes: The framework's ``(forward, loss backward)`` bytes per vocabulary entry per token of the
@@ -374,7 +382,10 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
     best: PassMemory | None = None
     for i in range(pp):
         last = i == pp - 1
-        tokens = context_parallel_tokens(micro_batch * seq_len, cp, micro_batch, tp)
+        # equal sequences: each padded once to the CP multiple (none where seq_len already is one)
+        multiple = 2 * cp * tp
+        tokens = context_parallel_tokens(micro_batch * (-(-seq_len // multiple) * multiple if cp > 1 else seq_len),
+                                         cp, micro_batch, tp, rounded=True)
         if task == "train":
             part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, tokens, recompute,
                                 optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep, cp, logit_bytes)

@@ -20,7 +20,9 @@ tags ``v0.4.0``, ``v0.5.0``, ``v0.6.0``, ``v0.7.0``):
 2. **Equal pack counts per rank.** The packer is built with ``min_bin_count = bin_count_multiple = dp``:
    ``_adjust_bin_count`` raises the bin count to a multiple of ``dp`` by moving single sequences out of the
    fullest-by-count bins into new ones (:func:`adjust_bin_count`), and bin ``i`` goes to rank ``i mod dp``
-   (:func:`rank_packs`). Every rank runs the same number of packs per chunk. The DTensor workers'
+   (:func:`rank_packs`); ``dp`` is NeMo RL's ``data_parallel`` axis, without the context-parallel ranks,
+   which each run ``1/CP`` of their data rank's packs (:meth:`PackedPasses.shape`). Every rank runs the same
+   number of packs per chunk. The DTensor workers'
    all-reduce of the pack count with ``ReduceOp.MAX`` and the dummy micro-batches that pad a rank up to it
    (``dtensor_policy_worker_v2.py`` ``train`` / ``get_logprobs``, v0.5.0) therefore add none.
 3. **What a pack costs** (:func:`critical_tokens`): the DTensor (FSDP2) workers pad every training pack to
@@ -460,7 +462,8 @@ class PackedPasses:
         sequences: The step's sequences (a drawn batch shorter than the step scales the pack count).
         models: Model shapes whose passes run in the policy workers (the actor, and the reference that shares
             its shape).
-        context_parallel: The policy's context-parallel degree (:func:`pad_multiple`).
+        context_parallel: The policy's context-parallel degree ``C``: the pad multiple (:func:`pad_multiple`)
+            and the data ranks the packer deals to (:meth:`shape`).
 
     Attributes:
         deadline: ``time.perf_counter()`` seconds after which :meth:`shape` stops before packing another
@@ -507,6 +510,14 @@ class PackedPasses:
         ``min(chunks, n/dp)`` chunks (the step's chunks would hold fewer sequences than ranks) and scaled to
         the step.
 
+        With context parallelism ``C`` (dividing ``dp``, the trainer's data-parallel × context-parallel
+        ranks) the packs are dealt to the ``dp/C`` data-parallel ranks only: NeMo RL shards the batch over
+        its ``data_parallel`` axis and replicates it on ``context_parallel`` (``lm_policy.py``,
+        ``shard_by_batch_size(self.sharding_annotations.get_axis_size("data_parallel"), ...)``, v0.5.0 /
+        v0.6.0), and each CP group splits its data rank's packs over its ``C`` GPUs: ``m`` packs per data
+        rank of ``T/C`` tokens per GPU, at the packs' attention length ``s`` (the causal load balance splits
+        each sequence's attention evenly). A ``dp`` that ``C`` does not divide is priced without it.
+
         Raises:
             ConfigError: a sequence longer than the pack once rounded up, or a chunk of the step with fewer
                 sequences than ``dp`` (NeMo RL's packer refuses both; the layout rules refuse such a
@@ -523,21 +534,23 @@ class PackedPasses:
         if not megatron and (kind == "train" or p.dtensor_pads_every_pass):
             floor = p.train_mb_tokens
         pad = pad_multiple(tp, self.context_parallel)
+        cp = self.context_parallel if dp % self.context_parallel == 0 else 1
+        data = dp // cp     # the packer deals to the data-parallel ranks; a CP group splits each pack
         counts, works, attentions = [], [], []
         for d, lengths in enumerate(self.draws):
             n, used_chunks = len(lengths), chunks
             if n < self.sequences:      # a reduced draw: chunks of at least dp sequences, whole chunks
-                used_chunks = max(1, min(chunks, n // max(1, dp)))
+                used_chunks = max(1, min(chunks, n // max(1, data)))
                 n -= n % used_chunks
-            loads = [chunk.rank_loads(dp) for chunk in self._packed_chunks(d, lengths[:n], capacity, pad,
-                                                                           used_chunks)]
+            loads = [chunk.rank_loads(data) for chunk in self._packed_chunks(d, lengths[:n], capacity, pad,
+                                                                             used_chunks)]
             m, work, attention = critical_path([t for t, _ in loads], [q for _, q in loads], floor,
                                                megatron and pp > 1, lockstep)
             scale = self.sequences / n
             counts.append(m * scale)
             works.append(work * scale)
             attentions.append(attention * scale)
-        hit = (float(np.mean(counts)), float(np.mean(works) / np.mean(counts)),
+        hit = (float(np.mean(counts)), float(np.mean(works) / np.mean(counts)) / cp,
                float(np.mean(attentions) / np.mean(works)))
         self._shapes[key] = hit
         return hit
