@@ -189,3 +189,46 @@ def test_a_task_the_framework_runs_alone_cannot_share_the_gpus_a_trainer_needs_w
         colocated_plan(ev)
     cfg["policy"]["framework"] = "verl"                          # verl colocates the reward model
     assert check_instance(build_instance(cfg)).whole_plan
+
+
+def test_no_proof_where_a_legal_block_size_is_not_proposed():
+    # 11 nodes of one GPU: the table proposes blocks of 1 and 11 nodes only (block_counts), while a plan may
+    # hold the actor's tasks on 10 nodes and the reward on the 11th; a proof from the proposed sizes alone
+    # ("share a GPU in any plan") would be false, so there is none
+    from packplace.placement.candidates import CandidateTable, block_counts
+    from packplace.placement.evaluator import PlacementEvaluator
+    from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
+    from packplace.placement.whole_plan import every_block_size_proposed
+    assert 10 not in block_counts(11)
+    actor = dict(layers=40, hidden_dim=2048, ffn_dim=8192, vocab_size=32000, head_dim=128)
+    reward = dict(layers=1, hidden_dim=12288, ffn_dim=49152, vocab_size=32000, head_dim=128)
+    cfg = {"hardware": dict(HW, nodes_per_rack=11, gpus_per_node=1, memory_per_gpu=7.942867756154881e9),
+           "models": {"actor": actor, "reward": reward}, "policy": {"algorithm": "grpo"},
+           "workload": dict(batch_size=10, samples_per_prompt=2, context_length=256, generation_length=64)}
+    inst = build_instance(cfg)
+    assert not every_block_size_proposed(inst.cluster)
+    eight = dict(cfg, hardware=dict(cfg["hardware"], nodes_per_rack=8))
+    assert every_block_size_proposed(build_instance(eight).cluster)
+    spec = {"actor.generate": (10, 1, 1, 1, 0, 10), "reference.infer": (1, 10, 1, 1, 0, 10),  # dp pp tp mb
+            "actor.train": (1, 10, 1, 1, 0, 10), "reward.infer": (1, 1, 1, 1, 10, 1)}           # first node, nodes
+    plan = Plan(tuple(sorted((n, VertexPlan(Strategy(*spec[n][:3]), spec[n][3],
+                                            Allocation((0, spec[n][4], 0), (1, spec[n][5], 1))))
+                             for n in inst.graph.names)))
+    assert PlacementEvaluator(inst, CandidateTable(inst, plan)).score(plan).feasible  # a plan exists
+    assert shared_gpu_shortfall(get_table(inst)) is None
+    assert check_instance(inst, time_limit_s=2.0).verdict == "no plan found"   # not a refusal
+
+
+def test_nemo_rl_reference_runs_with_the_policys_context_parallelism():
+    # NeMo RL computes the reference log-probs in the policy workers (reference weights swapped into the
+    # policy's model), so under the policy's context-parallel split: its memory holds 1/C of each sequence
+    from packplace.placement.candidates import context_parallel_split, forward_context_parallel
+    inst = qwen7b_packed(41_211, 91_950)
+    assert not forward_context_parallel(inst, "reference.infer")
+    cfg = load_yaml(os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml"))
+    cfg["policy"].update(framework="nemo-rl", framework_version="0.5.0")
+    cfg.setdefault("training", {}).setdefault("actor", {})["context_parallel"] = 2
+    cp = build_instance(cfg)
+    assert forward_context_parallel(cp, "reference.infer")
+    assert context_parallel_split(cp, "reference.infer", 4).degree == 2
+    assert context_parallel_split(cp, "reward.infer", 4).degree == 1

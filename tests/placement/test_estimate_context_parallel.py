@@ -89,3 +89,14 @@ def test_a_padded_nemo_rl_pack_is_split_over_the_cp_group():
     assert (whole.inputs["pack_priced_tokens"], split.inputs["pack_priced_tokens"]) == (4096, 2048)
     assert split.inputs["micro_batch"] == whole.inputs["micro_batch"] == 4
     assert split.memory["logits"] == whole.memory["logits"] / 2
+
+
+def test_the_pack_line_says_padded_and_each_gpus_share_under_cp():
+    from packplace.placement.task_estimate import format_estimate
+    lines = {cp: [line for line in format_estimate(estimate("qwen2.5-0.5b", "h200", "train", framework="nemo-rl",
+                                                            pack_tokens=4096, seq_len=1000, cp=cp)).splitlines()
+                  if line.startswith("pack:")] for cp in (1, 2)}
+    assert lines[1] == ["pack: 4 sequences of 1000 tokens (4000) on NeMo RL's DTensor workers: padded to 4096 "
+                        "tokens"]
+    assert lines[2] == ["pack: 4 sequences of 1000 tokens (4000) on NeMo RL's DTensor workers: padded to 4096 "
+                        "tokens, 2048 tokens on each of the 2 GPUs of the CP group"]

@@ -156,17 +156,19 @@ def _verl_cp(backend="megatron", framework="verl"):
     return build_instance(cfg)
 
 
-def test_verls_megatron_reference_runs_with_the_actors_cp():
+def test_the_reference_runs_with_the_actors_cp_in_verls_megatron_and_in_nemo_rl():
     instance = _verl_cp()
     assert forward_context_parallel(instance, "reference.infer")
     assert not forward_context_parallel(instance, "actor.train")
     assert not forward_context_parallel(_verl_cp(backend="fsdp"), "reference.infer")     # verl runs CP on Megatron
-    assert not forward_context_parallel(_verl_cp(framework="nemo-rl"), "reference.infer")
+    # NeMo RL's reference log-probs run in the policy workers, on either backend: the policy's CP
+    assert forward_context_parallel(_verl_cp(framework="nemo-rl"), "reference.infer")
+    assert forward_context_parallel(_verl_cp(backend="fsdp", framework="nemo-rl"), "reference.infer")
     assert not forward_context_parallel(build_instance(_grpo()), "reference.infer")      # no CP
     # the reference's dp holds whole CP groups, as the actor's does
     assert framework_layout_allows(instance, "infer", Strategy(2, 1, 8), "reference.infer")
     assert not framework_layout_allows(instance, "infer", Strategy(1, 2, 8), "reference.infer")
-    assert framework_layout_allows(_verl_cp(framework="nemo-rl"), "infer", Strategy(1, 2, 8), "reference.infer")
+    assert not framework_layout_allows(_verl_cp(framework="nemo-rl"), "infer", Strategy(1, 2, 8), "reference.infer")
     # memory: the actor's split on the reference's own dp
     assert context_parallel_split(instance, "reference.infer", 4) == ContextParallelSplit(2, None, 2)
     assert context_parallel_split(_verl_cp(backend="fsdp"), "reference.infer", 4) == NO_CONTEXT_PARALLEL

@@ -343,3 +343,13 @@ def test_policy_framework_takes_the_same_canonical_form(written, line):
     with pytest.raises(ConfigError) as info:
         build_instance(cfg)
     assert str(info.value) == line
+
+
+def test_the_library_validate_takes_one_path_as_one_file():
+    from pathlib import Path
+
+    from packplace.placement.checking.validate import validate
+    path = os.path.join(ROOT, "benchmarks", "validation", "nemo_rl_grpo_llama3.1-8b_2x8xh100.yaml")
+    for given in (path, Path(path), [path]):
+        rows = validate(given)
+        assert [row.setup for row in rows] == ["nemo_rl_grpo_llama3.1-8b_2x8xh100"]

@@ -55,6 +55,8 @@ def test_seconds_per_sample_overrides_the_verifier():
                     r"'math-verify'"),
     ("DAPO", r"\[models.reward\] verifier: 'DAPO' is a near miss of 'dapo'"),
     ("regex", r"\[models.reward\] verifier: 'regex': must be one of math-verify, math-verify-parse, dapo"),
+    (["dapo"], r"\[models.reward\] verifier: \['dapo'\] is a near miss of 'dapo'"),   # not a string
+    (3, r"\[models.reward\] verifier: 3: must be one of"),
 ])
 def test_an_unknown_verifier_is_a_config_error_naming_the_field_and_value(value, message):
     with pytest.raises(ConfigError, match=message):

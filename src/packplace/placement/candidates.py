@@ -647,22 +647,30 @@ def vertex_balance(instance, vertex: str) -> VertexBalance | None:
 #: ``actor.megatron.context_parallel_size`` whatever the role (``verl/workers/megatron_workers.py``, v0.4.1 to
 #: v0.7.0; from v0.7.0 ``ref.megatron.context_parallel_size`` also defaults to the actor's,
 #: ``verl/trainer/config/ref/megatron_ref.yaml``), its log-probs computed by the same Megatron actor code,
-#: which splits each sequence over the CP group.
-CONTEXT_PARALLEL_FORWARDS = {"verl": ("reference.infer", "actor")}
+#: which splits each sequence over the CP group; NeMo RL's reference, whose log-probs the policy workers compute
+#: with the reference weights swapped into the policy's own model (``use_reference_model`` in
+#: ``nemo_rl/models/policy/workers/megatron_policy_worker.py`` and ``dtensor_policy_worker.py``, v0.4.0-v0.6.0),
+#: so under the policy's parallel state and its context-parallel split of each sequence, on either backend.
+CONTEXT_PARALLEL_FORWARDS = {"verl": ("reference.infer", "actor"), "nemo-rl": ("reference.infer", "actor")}
+#: Frameworks whose forward runs with the trainer's context parallelism only on the Megatron backend (verl's
+#: FSDP workers split sequences with Ulysses, not context parallelism).
+MEGATRON_ONLY_CONTEXT_PARALLEL_FORWARDS = frozenset({"verl"})
 
 
 def forward_context_parallel(instance, vertex: str) -> bool:
     """Whether the forward (``infer``) vertex ``vertex`` runs with its trained model's context parallelism
     (:data:`CONTEXT_PARALLEL_FORWARDS`: verl's reference with the actor's, on its Megatron backend, the one
-    verl runs CP on): its time takes the actor's CP factor at the forward's cost
-    (:meth:`~packplace.placement.model.dp_balance.VertexBalance.seconds`) and its memory the actor's split
+    verl runs CP on; NeMo RL's reference with the policy's, on either backend): its time takes the actor's CP
+    factor at the forward's cost (:meth:`~packplace.placement.model.dp_balance.VertexBalance.seconds`) and its
+    memory the actor's split
     (:func:`context_parallel_split`)."""
     forward = CONTEXT_PARALLEL_FORWARDS.get(instance.framework)
     if forward is None or forward[0] != vertex or vertex not in instance.graph.names:
         return False
     if not vertex_setting(instance, forward[1]).context_parallel.active:
         return False
-    return trainer_backend(Context.of(instance)) != "fsdp"
+    return instance.framework not in MEGATRON_ONLY_CONTEXT_PARALLEL_FORWARDS \
+        or trainer_backend(Context.of(instance)) != "fsdp"
 
 
 def context_parallel_split(instance, vertex: str, dp: int) -> ContextParallelSplit:

@@ -564,7 +564,8 @@ class _PackPricing:
 
     def inputs(self) -> dict[str, Any]:
         """The pricing's entries of :attr:`Estimate.inputs`."""
-        return {"pack_backend": "megatron" if self.megatron else "dtensor", "pack_priced_tokens": self.tokens}
+        return {"pack_backend": "megatron" if self.megatron else "dtensor", "pack_priced_tokens": self.tokens,
+                "pack_padded": self.padded}
 
 
 def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pack_tokens: int,
@@ -604,8 +605,9 @@ def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pa
                           "(the training pack); give it (--train-mb-tokens)")
     if task == "infer" and train_mb_tokens is not None and not floor_needed:
         why = ("the Megatron-Core workers (pipeline or expert parallelism) do not pad to it" if megatron else
-               f"NeMo RL {framework_version or 'before 0.6 (framework_version unset: current defaults)'} pads "
-               "training packs only")
+               f"NeMo RL {framework_version} pads training packs only" if framework_version else
+               "NeMo RL without --framework-version pads training packs only (as before 0.6; from 0.6 the DTensor "
+               "workers pad log-prob packs to it: --framework-version 0.6)")
         raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} changes nothing here: {why}; drop it")
     cap = int(POLICY_FIELDS["train_mb_tokens"].maximum)
     train = pack_tokens if task == "train" else _check("train_mb_tokens", train_mb_tokens if floor_needed
@@ -960,11 +962,14 @@ def _overrides(items: list[str]) -> dict[str, Any]:
 
 
 def _pack_line(inputs: Mapping[str, Any]) -> str:
-    """The text line of a packed estimate: the pack's sequences and tokens, and the tokens priced."""
+    """The text line of a packed estimate: the pack's sequences and tokens, whether it is padded, and with
+    context parallelism each GPU's share (``pack_priced_tokens`` is one GPU's tokens)."""
     n, length, priced = inputs["micro_batch"], inputs["seq_len"], inputs["pack_priced_tokens"]
+    cp = inputs.get("cp", 1)
     backend = "Megatron-Core" if inputs["pack_backend"] == "megatron" else "DTensor"
-    pad = f"padded to {priced:.0f} tokens" if priced > n * length else "its own tokens, no pad"
-    return f"pack: {n} sequences of {length} tokens ({n * length}) on NeMo RL's {backend} workers: {pad}"
+    pad = f"padded to {priced * cp:.0f} tokens" if inputs["pack_padded"] else "its own tokens, no pad"
+    share = f", {priced:.0f} tokens on each of the {cp} GPUs of the CP group" if cp > 1 else ""
+    return f"pack: {n} sequences of {length} tokens ({n * length}) on NeMo RL's {backend} workers: {pad}{share}"
 
 
 def format_estimate(result: Estimate) -> str:

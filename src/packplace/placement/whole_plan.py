@@ -20,8 +20,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from packplace.placement.candidates import CandidateTable, gb, memory_budget, train_state_kept
+from packplace.placement.candidates import CandidateTable, block_counts, gb, memory_budget, train_state_kept
 from packplace.placement.model.layout_rules import Context, own_gpus
+from packplace.placement.problem.hardware import Cluster
 
 #: Largest group of tasks :func:`shared_gpu_shortfall` examines together (pairs and triples: a group of
 #: ``k`` tasks whose blocks hold more than ``(k - 1)`` clusters' worth of GPUs shares a GPU).
@@ -105,6 +106,17 @@ def _shared_bytes(models: tuple[str, ...], choice: tuple[tuple[int, float, float
     return sum(resident.values()) + max(tr for _, _, tr in choice)
 
 
+def every_block_size_proposed(cluster: Cluster) -> bool:
+    """Whether the candidate table proposes a block of every size a plan may hold: every node count of a
+    rack and every rack count (:func:`~packplace.placement.candidates.block_counts` names every count up to
+    :data:`~packplace.placement.candidates.MAX_SHARES`, a subset above it, where a legal block of, say, 15 of
+    16 nodes is never proposed); part of a node is legal only at the divisors the table proposes. The proof of
+    :func:`shared_gpu_shortfall` reads each task's least GPUs from the table, so it holds for any plan only
+    where this is true."""
+    return all(set(block_counts(total)) == set(range(2, total + 1))
+               for total in (cluster.nodes_per_rack, cluster.racks))
+
+
 def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
                          max_nodes: int = SEARCH_NODES) -> str | None:
     """A proof that no plan fits (in memory, or by a task that must run alone), or None when none is found
@@ -117,7 +129,9 @@ def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
     plan. First every group of 2 to ``max_group`` tasks is tried on its own (all choices of the group
     refuted: a proof naming the group); then every choice for all the tasks at once, by a depth-first search
     over each task's Pareto-least ``(GPUs, resident, transient)`` candidates that drops a partial choice as
-    soon as a group of it is refuted, within ``max_nodes`` partial choices (past that: no proof).
+    soon as a group of it is refuted, within ``max_nodes`` partial choices (past that: no proof). No proof
+    on a cluster where some legal block size is not proposed (:func:`every_block_size_proposed`): a task's
+    least GPUs there could be a size the table never priced.
 
     Returns:
         One line: "no plan fits in memory: T1 (at least N1 GPUs) and T2 (at least N2 GPUs) share a GPU in any
@@ -128,6 +142,8 @@ def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
         (:func:`~packplace.placement.model.layout_rules.own_gpus`), which shares a GPU at no memory.
     """
     instance = table.instance
+    if not every_block_size_proposed(instance.cluster):
+        return None
     capacity = instance.hardware.memory_per_gpu * (1 + PROOF_MARGIN)
     total = instance.cluster.num_gpus
     fronts = _fronts(table)

@@ -602,8 +602,9 @@ def _predict(instance, plan: Plan, section: dict[str, Any]
     return out, fits, score.phases, floors
 
 
-def validate(paths: list[str]) -> list[ValidationRow]:
-    """One row per published figure of every file in ``paths``; a file refused at load or scoring (a
+def validate(paths: list[str] | str | os.PathLike[str]) -> list[ValidationRow]:
+    """One row per published figure of every file in ``paths`` (a list of paths, or one path); a file refused
+    at load or scoring (a
     :class:`~packplace.errors.ConfigError` naming it and the field) is one row with ``error`` set, and the
     other files are still scored.
 
@@ -613,6 +614,8 @@ def validate(paths: list[str]) -> list[ValidationRow]:
             (the first file's error: a single bad file is bad input; an
             :class:`~packplace.errors.InfeasibleError` likewise).
     """
+    if isinstance(paths, (str, os.PathLike)):   # one file, not its characters
+        paths = [os.fspath(paths)]
     check_distinct_files(paths)
     rows = []
     errors = []

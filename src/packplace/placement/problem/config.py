@@ -938,7 +938,7 @@ def _rule_reward(spec: Any, framework: str | None) -> RuleReward:
     if spec == "rule":
         spec = {"kind": "rule"}
     verifier = spec.get("verifier") if isinstance(spec, Mapping) else None
-    if verifier is not None and verifier not in RULE_VERIFIER_SECONDS:
+    if verifier is not None and (not isinstance(verifier, str) or verifier not in RULE_VERIFIER_SECONDS):
         near = difflib.get_close_matches(str(verifier).lower().replace("_", "-"), list(RULE_VERIFIER_SECONDS),
                                          n=1, cutoff=0.6)
         hint = (f" is a near miss of {show(near[0])}; write it {show(near[0])}" if near else
