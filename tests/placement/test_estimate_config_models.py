@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from packplace.cli import main
@@ -10,6 +13,8 @@ from packplace.errors import ConfigError
 from packplace.placement.model.components import load_table, pass_times
 from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.task_estimate import estimate, resolve_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PPO_70B = "configs/placement/ppo_llama3.1-70b_2x4x8xh200.yaml"
 GRPO_7B = "configs/placement/grpo_qwen2.5-7b_2x8xh100.yaml"
@@ -79,3 +84,12 @@ def test_cli_sharding_for_another_task_is_refused(capsys):
     assert main(["estimate", "--model", "llama3.1-8b", "--task", "decode", "--sharding", "zero1"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "packplace estimate: error: --sharding: means nothing for --task decode (it sets train); drop it"]
+
+
+def test_a_config_model_is_priced_on_the_configs_gpu_unless_gpu_is_given(capsys):
+    model = "configs/placement/grpo_qwen2.5-7b_2x8xh100.yaml:actor"   # hardware.preset: h100-sxm
+    for argv, gpu in (([], "h100-sxm"), (["--gpu", "h200"], "h200")):
+        assert main(["estimate", "--model", os.path.join(ROOT, model), "--json", "--quiet", *argv]) == 0
+        assert json.loads(capsys.readouterr().out)["inputs"]["gpu"] == gpu
+    assert main(["estimate", "--model", "llama3.1-8b", "--json", "--quiet"]) == 0   # a preset model: h200
+    assert json.loads(capsys.readouterr().out)["inputs"]["gpu"] == "h200"

@@ -196,6 +196,18 @@ def resolve_model(spec: Any) -> TransformerShape:
                       f"YAML file")
 
 
+def _config_preset(name: str) -> str | None:
+    """The ``hardware.preset`` of the placement config that ``--model CONFIG.yaml:ROLE`` names (the GPU its
+    model runs on there), or None for any other model."""
+    config, sep, _ = str(name).rpartition(":")
+    if not sep or Path(config).suffix not in (".yaml", ".yml") or Path(str(name)).exists() or not Path(config).exists():
+        return None
+    doc = load_yaml(config)
+    hardware = doc.get("hardware") if isinstance(doc, Mapping) else None
+    preset = hardware.get("preset") if isinstance(hardware, Mapping) else None
+    return preset if isinstance(preset, str) else None
+
+
 def _config_model(config: str, role: str) -> TransformerShape:
     """``models.<role>`` of the placement config ``config`` (``--model CONFIG.yaml:ROLE``), read by the config's
     own reader (:func:`~packplace.placement.problem.config._model`: shape fields or ``hf_config`` relative to
@@ -870,7 +882,9 @@ def register_estimate(subparsers) -> None:
                     "published achieved ratios) the kernels are priced from measurement.")
     p.add_argument("--model", required=True,
                    help=f"a Hugging Face config.json, a YAML model entry or a preset ({', '.join(MODEL_PRESETS)})")
-    p.add_argument("--gpu", default="h200", help=f"hardware preset (default h200; {', '.join(sorted(PRESETS))})")
+    p.add_argument("--gpu", default=None,
+                   help=f"hardware preset (default: the config's hardware.preset with --model CONFIG.yaml:ROLE, "
+                        f"else h200; {', '.join(sorted(PRESETS))})")
     p.add_argument("--hw", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a hardware field of the preset (repeatable), e.g. --hw memory_per_gpu=80e9")
     p.add_argument("--table", default=None, metavar="PATH",
@@ -1031,6 +1045,8 @@ def run_estimate(args) -> int:
         ConfigError: a flag that means nothing for the task (:data:`IGNORED_FLAGS`), or a bad argument.
     """
     _task_flags(args)
+    if args.gpu is None:
+        args.gpu = _config_preset(args.model) or "h200"
     result = estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
                       batch=args.batch, context=_cli_context(args), recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
