@@ -232,3 +232,21 @@ def test_nemo_rl_reference_runs_with_the_policys_context_parallelism():
     assert forward_context_parallel(cp, "reference.infer")
     assert context_parallel_split(cp, "reference.infer", 4).degree == 2
     assert context_parallel_split(cp, "reward.infer", 4).degree == 1
+
+
+def test_nemo_rl_dtensor_takes_no_context_parallelism_with_packs():
+    # NeMo RL's DTensor policy worker raises "Context parallel is not supported for sequence packing": an
+    # explicit DTensor backend is refused at load, and under auto the packed CP trainer runs on Megatron-Core
+    # (pipeline or expert parallelism) only
+    from packplace.errors import ConfigError
+    cfg = load_yaml(os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml"))
+    cfg["policy"].update(framework="nemo-rl", framework_version="0.5.0", train_mb_tokens=41_211,
+                         logprob_mb_tokens=91_950, trainer_backend="fsdp")
+    cfg.setdefault("training", {}).setdefault("actor", {})["context_parallel"] = 2
+    with pytest.raises(ConfigError, match=r"\[policy\] trainer_backend: 'fsdp' \(NeMo RL's DTensor workers\) with "
+                                          r"sequence packing"):
+        build_instance(cfg)
+    cfg["policy"]["trainer_backend"] = "auto"
+    table = get_table(build_instance(cfg))
+    trainers = table.all["actor.train"]
+    assert trainers and all(c.strategy.pp > 1 or c.strategy.ep > 1 for c in trainers)

@@ -74,29 +74,33 @@ def test_nemo_rl_packs_round_to_twice_cp_times_tp():
     assert estimate("qwen2.5-0.5b", "h200", "train", framework="nemo-rl", pack_tokens=4020, seq_len=1003,
                     tp=2).inputs["micro_batch"] == 4
     packed = estimate("qwen2.5-0.5b", "h200", "train", framework="nemo-rl", pack_tokens=4020, seq_len=1003, tp=2,
-                      cp=2)
+                      cp=2, pp=2)   # context parallelism with packs: the Megatron-Core workers (pp 2)
     assert (packed.inputs["micro_batch"], packed.inputs["seq_len"]) == (3, 1008)
     with pytest.raises(ConfigError, match=r"pack_tokens: 1004 tokens is below seq_len 1003 rounded up to a multiple "
                                           r"of 2·cp·tp = 2·2·2 = 1008"):
-        estimate("qwen2.5-0.5b", "h200", "train", framework="nemo-rl", pack_tokens=1004, seq_len=1003, tp=2, cp=2)
+        estimate("qwen2.5-0.5b", "h200", "train", framework="nemo-rl", pack_tokens=1004, seq_len=1003, tp=2, cp=2,
+                 pp=2)
 
 
-def test_a_padded_nemo_rl_pack_is_split_over_the_cp_group():
-    # four 1,000-token sequences (already a multiple of 2·2·1) fill 4,000 tokens of a 4,096-token training pack,
-    # which the DTensor workers pad to train_mb_tokens = 4,096: each GPU of a CP pair runs and holds 2,048
+def test_a_nemo_rl_pack_is_split_over_the_cp_group_on_the_megatron_workers_only():
+    # NeMo RL's DTensor workers refuse context parallelism with sequence packing (dtensor_policy_worker.py);
+    # on the Megatron-Core workers (pp 2) four 1,000-token sequences (a multiple of 2·2·1) of a 4,096-token pack
+    # run their own 4,000 tokens: each GPU of a CP pair runs and holds 2,000
+    with pytest.raises(ConfigError, match=r"cp: 2 with pack_tokens on NeMo RL's DTensor workers"):
+        estimate("qwen2.5-0.5b", "h200", "train", framework="nemo-rl", pack_tokens=4096, seq_len=1000, cp=2)
     whole, split = (estimate("qwen2.5-0.5b", "h200", "train", framework="nemo-rl", pack_tokens=4096, seq_len=1000,
-                             cp=cp) for cp in (1, 2))
-    assert (whole.inputs["pack_priced_tokens"], split.inputs["pack_priced_tokens"]) == (4096, 2048)
+                             cp=cp, pp=2) for cp in (1, 2))
+    assert (whole.inputs["pack_priced_tokens"], split.inputs["pack_priced_tokens"]) == (4000, 2000)
     assert split.inputs["micro_batch"] == whole.inputs["micro_batch"] == 4
     assert split.memory["logits"] == whole.memory["logits"] / 2
 
 
 def test_the_pack_line_says_padded_and_each_gpus_share_under_cp():
     from packplace.placement.task_estimate import format_estimate
-    lines = {cp: [line for line in format_estimate(estimate("qwen2.5-0.5b", "h200", "train", framework="nemo-rl",
-                                                            pack_tokens=4096, seq_len=1000, cp=cp)).splitlines()
-                  if line.startswith("pack:")] for cp in (1, 2)}
-    assert lines[1] == ["pack: 4 sequences of 1000 tokens (4000) on NeMo RL's DTensor workers: padded to 4096 "
-                        "tokens"]
-    assert lines[2] == ["pack: 4 sequences of 1000 tokens (4000) on NeMo RL's DTensor workers: padded to 4096 "
-                        "tokens, 2048 tokens on each of the 2 GPUs of the CP group"]
+    def line(**kw):
+        text = format_estimate(estimate("qwen2.5-0.5b", "h200", "train", framework="nemo-rl", pack_tokens=4096,
+                                        seq_len=1000, **kw))
+        return [row for row in text.splitlines() if row.startswith("pack:")]
+    assert line() == ["pack: 4 sequences of 1000 tokens (4000) on NeMo RL's DTensor workers: padded to 4096 tokens"]
+    assert line(pp=2, cp=2) == ["pack: 4 sequences of 1000 tokens (4000) on NeMo RL's Megatron-Core workers: its "
+                                "own tokens, no pad, 2000 tokens on each of the 2 GPUs of the CP group"]

@@ -350,6 +350,6 @@ def test_the_library_validate_takes_one_path_as_one_file():
 
     from packplace.placement.checking.validate import validate
     path = os.path.join(ROOT, "benchmarks", "validation", "nemo_rl_grpo_llama3.1-8b_2x8xh100.yaml")
-    for given in (path, Path(path), [path]):
+    for given in (path, Path(path), os.fsencode(path), [path]):
         rows = validate(given)
         assert [row.setup for row in rows] == ["nemo_rl_grpo_llama3.1-8b_2x8xh100"]

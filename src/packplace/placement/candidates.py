@@ -836,7 +836,8 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str |
     FSDP backend without tensor, pipeline or expert parallelism, OpenRLHF's data-parallel reference and
     reward forwards, ...). Frameworks without rules (``none``, ``deepspeed-chat``): every legal strategy.
     A trainer with ``training.context_parallel: C`` needs ``C`` to divide its data-parallel degree (and so does
-    a forward that runs with it, :func:`forward_context_parallel`); under verl's
+    a forward that runs with it, :func:`forward_context_parallel`), and NeMo RL's DTensor workers take no
+    context parallelism with sequence packing (:func:`dtensor_packs_with_context_parallel`); under verl's
     dynamic batch size a training or forward vertex's GPUs must be a multiple of the Ulysses size (verl's
     ``(world // sp, sp)`` device mesh of each worker group, ``fsdp_workers.py``)."""
     dynamic = getattr(instance, "dynamic_bsz", None)
@@ -844,7 +845,7 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str |
         return False
     if kind == "train" and name is not None:
         cp = vertex_setting(instance, name.split(".")[0]).context_parallel
-        if cp.refusal(strategy.dp) is not None:
+        if cp.refusal(strategy.dp) is not None or dtensor_packs_with_context_parallel(instance, name, strategy):
             return False
     if kind == "infer" and name is not None and forward_context_parallel(instance, name):
         cp = vertex_setting(instance, CONTEXT_PARALLEL_FORWARDS[instance.framework][1]).context_parallel
@@ -854,6 +855,19 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str |
     if not ctx.ruled:
         return True
     return strategy_refusal(ctx, name or f"?.{kind}", kind, strategy) is None
+
+
+def dtensor_packs_with_context_parallel(instance, name: str, strategy: Strategy) -> bool:
+    """Whether NeMo RL would run the trainer ``name`` with ``strategy`` on its DTensor workers with both sequence
+    packing and context parallelism, which they refuse (``ValueError`` "Context parallel is not supported for
+    sequence packing" in ``dtensor_policy_worker.py`` / ``dtensor_policy_worker_v2.py``, v0.4.0-v0.6.0): the
+    backend the strategy resolves to (:func:`~packplace.placement.model.layout_rules.trainer_backend`; under
+    ``auto`` a trainer without pipeline or expert parallelism runs on DTensor) is ``fsdp``."""
+    if instance.framework != "nemo-rl" or instance.sequence_packing is None:
+        return False
+    if vertex_setting(instance, name.split(".")[0]).context_parallel.degree <= 1:
+        return False
+    return trainer_backend(Context.of(instance), {name: strategy}) == "fsdp"
 
 
 def memory_budget(instance, kind: str) -> float:

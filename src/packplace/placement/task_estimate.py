@@ -607,6 +607,10 @@ def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pa
     pads_logprob = bool(release is not None and release.dtensor_pads_logprob_packs)
     ctx = Context("nemo-rl", "grpo", {}, False)
     megatron = trainer_backend(ctx, {TRAIN: Strategy(dp, pp, tp, ep)}) == "megatron"
+    if cp > 1 and not megatron:
+        raise ConfigError(f"cp: {cp} with pack_tokens on NeMo RL's DTensor workers (no --pp or --ep above 1): they "
+                          "refuse context parallelism with sequence packing (dtensor_policy_worker.py); give --pp or "
+                          "--ep above 1 (the Megatron-Core workers), or drop --cp or --pack-tokens")
     floor_needed = task == "infer" and pads_logprob and not megatron
     if task == "train" and train_mb_tokens is not None:
         raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} with task train: the training pack is "

@@ -602,7 +602,7 @@ def _predict(instance, plan: Plan, section: dict[str, Any]
     return out, fits, score.phases, floors
 
 
-def validate(paths: list[str] | str | os.PathLike[str]) -> list[ValidationRow]:
+def validate(paths: list[str] | str | bytes | os.PathLike[str]) -> list[ValidationRow]:
     """One row per published figure of every file in ``paths`` (a list of paths, or one path); a file refused
     at load or scoring (a
     :class:`~packplace.errors.ConfigError` naming it and the field) is one row with ``error`` set, and the
@@ -614,8 +614,8 @@ def validate(paths: list[str] | str | os.PathLike[str]) -> list[ValidationRow]:
             (the first file's error: a single bad file is bad input; an
             :class:`~packplace.errors.InfeasibleError` likewise).
     """
-    if isinstance(paths, (str, os.PathLike)):   # one file, not its characters
-        paths = [os.fspath(paths)]
+    if isinstance(paths, (str, bytes, os.PathLike)):   # one file, not its characters
+        paths = [os.fsdecode(paths)]
     check_distinct_files(paths)
     rows = []
     errors = []

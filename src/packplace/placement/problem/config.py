@@ -801,7 +801,9 @@ def _sequence_packing(policy: Mapping[str, Any], algorithm: str, workload: Workl
             length itself, ``2·context_parallel`` multiples with context parallelism), since NeMo RL's packer
             refuses a sequence longer than a pack. A larger tensor-parallel size rounds further: the layout
             rules refuse the strategies whose rounding overflows the pack
-            (:func:`~packplace.placement.model.sequence_packing.packing_refusal`).
+            (:func:`~packplace.placement.model.sequence_packing.packing_refusal`); with context parallelism above
+            1 on the DTensor backend (``trainer_backend: fsdp``), which NeMo RL's DTensor policy worker refuses
+            (``ValueError`` "Context parallel is not supported for sequence packing", v0.4-v0.6).
     """
     train, logprob = policy.get("train_mb_tokens"), policy.get("logprob_mb_tokens")
     if train is None and logprob is None:
@@ -821,6 +823,11 @@ def _sequence_packing(policy: Mapping[str, Any], algorithm: str, workload: Workl
     if algorithm == "dpo":
         raise ConfigError("[policy] train_mb_tokens: NeMo RL's DPO does not run sequence packing (dpo.py asserts "
                           "it); drop train_mb_tokens and logprob_mb_tokens")
+    if context_parallel > 1 and policy.get("trainer_backend") == "fsdp":
+        raise ConfigError(f"[policy] trainer_backend: 'fsdp' (NeMo RL's DTensor workers) with sequence packing "
+                          f"(train_mb_tokens) and training.actor.context_parallel {context_parallel}: the DTensor "
+                          "workers refuse context parallelism with sequence packing; use trainer_backend megatron "
+                          "(or auto), drop the packs, or context_parallel 1")
     longest = workload.context_length + workload.generation_length
     why = packing_refusal((int(train), int(logprob)), longest, 1, context_parallel)
     if why is not None:
