@@ -176,9 +176,9 @@ def resolve_model(spec: Any) -> TransformerShape:
     name = str(spec)
     if name in MODEL_PRESETS:
         return from_hf_config(MODEL_PRESETS[name])
-    config, sep, role = name.rpartition(":")
-    if sep and Path(config).suffix in (".yaml", ".yml") and not Path(name).exists():
-        return _config_model(config, role)
+    named = config_role(name)
+    if named is not None:
+        return _config_model(*named)
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
         doc = load_yaml(path)
@@ -196,13 +196,22 @@ def resolve_model(spec: Any) -> TransformerShape:
                       f"YAML file")
 
 
+def config_role(name: str) -> tuple[str, str] | None:
+    """``(CONFIG.yaml, ROLE)`` when ``--model`` names a model of a placement config as ``CONFIG.yaml:ROLE`` (a
+    YAML path, a colon, a role; not itself an existing file), else None."""
+    config, sep, role = str(name).rpartition(":")
+    if sep and Path(config).suffix in (".yaml", ".yml") and not Path(str(name)).exists():
+        return config, role
+    return None
+
+
 def _config_preset(name: str) -> str | None:
     """The ``hardware.preset`` of the placement config that ``--model CONFIG.yaml:ROLE`` names (the GPU its
-    model runs on there), or None for any other model."""
-    config, sep, _ = str(name).rpartition(":")
-    if not sep or Path(config).suffix not in (".yaml", ".yml") or Path(str(name)).exists() or not Path(config).exists():
+    model runs on there), or None for any other model or a config that does not exist."""
+    named = config_role(name)
+    if named is None or not Path(named[0]).exists():
         return None
-    doc = load_yaml(config)
+    doc = load_yaml(named[0])
     hardware = doc.get("hardware") if isinstance(doc, Mapping) else None
     preset = hardware.get("preset") if isinstance(hardware, Mapping) else None
     return preset if isinstance(preset, str) else None
