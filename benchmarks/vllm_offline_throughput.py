@@ -1,0 +1,228 @@
+"""Price published offline / all-at-once vLLM throughput runs with the step model's rollout engine.
+
+    python benchmarks/vllm_offline_throughput.py            # print the table, median and spread
+    python benchmarks/vllm_offline_throughput.py --write    # also refresh benchmarks/vllm_offline_throughput.json
+
+Each row of :data:`ROWS` is one published run with everything needed to reproduce it: the GPU, the model (a
+dense bf16 shape the project expresses), tensor parallelism, the prompts (count and tokens), the generated
+tokens (fixed when the benchmark fixes them with ``ignore_eos``; a ShareGPT sample's mean otherwise), the
+engine's ``max_num_seqs`` and ``gpu_memory_utilization``, the vLLM release and its engine generation, and
+the published figure (requests/s or output tokens/s, as published). None is a validation row and none set
+a knob.
+
+The price is the rollout engine's, as a placement prices a generation vertex
+(:meth:`~packplace.placement.model.cost.CostModel.generate_time`): the continuous / paged schedule of
+:mod:`packplace.placement.model.engine` over every request at once on one engine replica (running
+sequences at most ``max_num_seqs`` and the KV cache at the run's ``gpu_memory_utilization``), each
+segment's decode iterations priced by ``decode_step_times`` on the GPU's component table (or the knob
+roofline where the GPU type has none) and every prompt's prefill. Two framings:
+
+* ``vllm``: the bare vLLM profile (``decode_step_overhead`` 1.4 ms per iteration) plus the release's
+  engine generation's host seconds per running sequence
+  (:data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`: V0 before vLLM 0.8.0,
+  V1 from it);
+* ``kernels``: the same schedule with neither (``framework: none``), a bound from below.
+
+ShareGPT rows: the model takes one prompt length (the run's mean) and a response-length distribution;
+ShareGPT's is not published as quantiles, so the rows take an exponential distribution scaled to the run's
+published mean output (``output tokens/s ÷ requests/s``) and capped at the sampler's 2,048-token sequence
+limit — an assumption of this script, said on each row. With thousands of prompts over 256 slots the
+engine runs in steady state and the shape matters little; the 200-prompt row is dominated by its tail and
+is the most sensitive to it.
+
+The arithmetic and what the table says: docs/calibration-and-validation.md, "vLLM offline throughput at
+RL loads".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+from packplace.placement.model.cost import CostModel
+from packplace.placement.model.engine import RolloutEngine
+from packplace.placement.model.framework import FRAMEWORKS, VLLM_HOST_SECONDS_PER_SEQUENCE
+from packplace.placement.problem.workload import Workload
+from packplace.placement.task_estimate import resolve_hardware, resolve_model
+
+OUT = Path(__file__).with_name("vllm_offline_throughput.json")
+#: The ShareGPT samplers' limit on prompt + output tokens (sglang ``sample_sharegpt_requests`` and vLLM's
+#: ``benchmark_throughput`` drop longer pairs).
+SHAREGPT_SEQUENCE_CAP = 2048
+#: Mean ShareGPT prompt tokens under the Llama-3 tokenizer where a run does not publish its own: 1,000-prompt
+#: samples of vLLM's benchmark published 229,711 (github.com/vllm-project/vllm/pull/18566) and 215,196
+#: (github.com/vllm-project/vllm/issues/7567) input tokens; their mean.
+SHAREGPT_LLAMA3_INPUT = (229_711 + 215_196) / 2000
+#: Quantiles at which the exponential response-length distribution of a ShareGPT row is given.
+SHAREGPT_QUANTILES = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)
+
+#: Published runs. ``output`` is the generated tokens per request (fixed) or the published mean (ShareGPT);
+#: ``published`` is in ``unit`` (``requests/s`` or ``output tokens/s``).
+ROWS: list[dict] = [
+    {"id": "pr7117-h100-llama3-8b-256x256",
+     "source": "github.com/vllm-project/vllm/pull/7117 (youkaichao, 2024-08-04), main branch before the PR, "
+               "3 trials 24.32 / 24.11 / 24.29 requests/s: "
+               "`python benchmarks/benchmark_throughput.py --input-len 256 --output-len 256 "
+               "--model meta-llama/Meta-Llama-3-8B` (defaults: 1,000 prompts, ignore_eos, max_num_seqs 256, "
+               "gpu_memory_utilization 0.9, CUDA graphs)",
+     "release": "main 2024-08-04 (between 0.5.3.post1 and 0.5.4)", "generation": "v0",
+     "gpu": "h100-sxm", "model": "llama3.1-8b", "tp": 1, "prompts": 1000, "input": 256, "output": 256,
+     "lengths": "fixed", "max_num_seqs": 256, "gpu_memory_utilization": 0.9,
+     "unit": "requests/s", "published": (24.32 + 24.11 + 24.29) / 3},
+    {"id": "sglang-vllm060-h100x4-llama3.1-70b-sharegpt5000",
+     "source": "github.com/sgl-project/sglang benchmark/benchmark_vllm_060/README.md @120affb9 "
+               "('Offline benchmark results', vLLM 19.04 requests/s, 3,700.64 output tokens/s): "
+               "`vllm.entrypoints.openai.api_server --model meta-llama/Llama-3.1-70B-Instruct "
+               "--num-scheduler-steps 10 --tensor 4 --max_model_len 4096` (gpu_memory_utilization 0.9, "
+               "max_num_seqs 256), `sglang.bench_serving --backend vllm --dataset-name sharegpt "
+               "--num-prompts 5000` (request rate inf: every request at once)",
+     "release": "0.6.0 (multi-step 10)", "generation": "v0",
+     "gpu": "h100-sxm", "model": "llama3.1-70b", "tp": 4, "prompts": 5000, "input": SHAREGPT_LLAMA3_INPUT,
+     "output": 3700.64 / 19.04, "lengths": "sharegpt", "max_num_seqs": 256, "gpu_memory_utilization": 0.9,
+     "unit": "output tokens/s", "published": 3700.64},
+    {"id": "sglang-vllm060-a100-llama3.1-8b-sharegpt5000",
+     "source": "same README (vLLM 21.27 requests/s, 4,132.37 output tokens/s): "
+               "`--model meta-llama/Llama-3.1-8B-Instruct --num-scheduler-steps 10 --max_model_len 4096` "
+               "on 1 A100 80G, 5,000 ShareGPT prompts at once",
+     "release": "0.6.0 (multi-step 10)", "generation": "v0",
+     "gpu": "a100-80gb-sxm", "model": "llama3.1-8b", "tp": 1, "prompts": 5000, "input": SHAREGPT_LLAMA3_INPUT,
+     "output": 4132.37 / 21.27, "lengths": "sharegpt", "max_num_seqs": 256, "gpu_memory_utilization": 0.9,
+     "unit": "output tokens/s", "published": 4132.37},
+    {"id": "issue12315-a100x4-llama3.3-70b-sharegpt200",
+     "source": "github.com/vllm-project/vllm/issues/12315 (2025-01-22): `benchmark_throughput.py --dataset "
+               "ShareGPT_V3_unfiltered_cleaned_split.json --tensor-parallel-size 4 --model "
+               "meta-llama/Llama-3.3-70B-Instruct --num-prompts 200 --seed 0 --max-num-seqs 256` on 4 A100, "
+               "vLLM 0.6.6, 'Throughput: 3.28 requests/s, 1414.42 total tokens/s, 714.48 output tokens/s' "
+               "(num-scheduler-steps 1; vLLM's v0 dashboard published 5.13 requests/s for the same command "
+               "with steps 10, which the reporter could not reproduce: 3.47)",
+     "release": "0.6.6", "generation": "v0",
+     "gpu": "a100-80gb-sxm", "model": "llama3.1-70b", "tp": 4, "prompts": 200,
+     "input": (1414.42 - 714.48) / 3.28, "output": 714.48 / 3.28, "lengths": "sharegpt",
+     "max_num_seqs": 256, "gpu_memory_utilization": 0.9, "unit": "output tokens/s", "published": 714.48},
+]
+
+
+def sharegpt_quantiles(mean: float, cap: float) -> tuple[tuple[tuple[float, float], ...], float]:
+    """``(gen_quantiles, generation_length)`` of an exponential response-length distribution whose
+    piecewise-linear quantile function (:class:`Workload`'s) has mean ``mean`` tokens, capped at ``cap``:
+    the exponential's scale found by bisection on the workload's own mean."""
+    lo, hi = 1.0, 4.0 * mean
+    points: tuple[tuple[float, float], ...] = ()
+    for _ in range(60):
+        scale = 0.5 * (lo + hi)
+        points = tuple((q, min(cap, max(1.0, -scale * math.log(1.0 - q)))) for q in SHAREGPT_QUANTILES)
+        got = Workload(1, 1, 1, int(cap), points).mean_response
+        lo, hi = (scale, hi) if got < mean else (lo, scale)
+    return points, cap
+
+
+def workload(row: dict) -> Workload:
+    """The row's batch: every prompt at once, one response each."""
+    prompt = int(round(row["input"]))
+    if row["lengths"] == "fixed":
+        return Workload(row["prompts"], 1, prompt, int(row["output"]))
+    points, cap = sharegpt_quantiles(row["output"], SHAREGPT_SEQUENCE_CAP - prompt)
+    return Workload(row["prompts"], 1, prompt, int(cap), points)
+
+
+def price(row: dict, framing: str = "vllm", host: float | None = None) -> dict:
+    """Seconds of the row's run and the throughput in its published unit, ``framing`` ``vllm`` (the bare vLLM
+    profile with the release's host time per running sequence, or ``host`` seconds when given) or
+    ``kernels`` (neither)."""
+    shape = resolve_model(row["model"])
+    cluster, hw = resolve_hardware(row["gpu"], None, row["tp"])
+    w = workload(row)
+    if host is None:
+        host = VLLM_HOST_SECONDS_PER_SEQUENCE[row["generation"]] if framing == "vllm" else 0.0
+    engine = RolloutEngine(max_num_seqs=row["max_num_seqs"], max_num_seqs_set=True,
+                           gpu_memory_utilization=row["gpu_memory_utilization"], host_seconds_per_sequence=host)
+    profile = FRAMEWORKS["none"]
+    if framing == "kernels":
+        profile = replace(profile, decode_step_overhead=0.0)
+    cost = CostModel(hw, cluster, w, engine, framework=profile)
+    extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
+    seconds = cost.generate_time(shape, 1, 1, row["tp"], w.sequences, extent)
+    slots = cost.engine_concurrency(shape, row["tp"], 1, w.sequences)
+    tokens = w.sequences * w.mean_response
+    value = w.sequences / seconds if row["unit"] == "requests/s" else tokens / seconds
+    return {"seconds": seconds, "throughput": value, "running": slots, "mean_output": w.mean_response}
+
+
+#: The RL engines' regime (docs/calibration-and-validation.md, "vLLM offline throughput at RL loads"):
+#: ``(gpu, running sequences, cached tokens per sequence)`` at which :func:`regime_rows` splits the model's
+#: decode iteration of Llama-3.1-8B (TP 1) into kernels and host time.
+REGIME = [(gpu, running, context) for gpu in ("h100-sxm", "b200") for running in (128, 256, 512)
+          for context in (1024, 4096)]
+
+
+def regime_rows() -> list[dict]:
+    """The model's V1 decode iteration of Llama-3.1-8B at :data:`REGIME`, ms: the kernels (``--framework
+    none``) and the whole (``--framework vllm``: plus ``decode_step_overhead`` and the V1 host time per
+    running sequence), as ``packplace estimate --task decode`` prices them."""
+    from packplace.placement.task_estimate import estimate
+    out = []
+    for gpu, running, context in REGIME:
+        kernels = estimate("llama3.1-8b", gpu, "decode", batch=running, context=context, framework="none").time_s
+        whole = estimate("llama3.1-8b", gpu, "decode", batch=running, context=context, framework="vllm").time_s
+        out.append({"gpu": gpu, "running": running, "context": context, "kernels_ms": round(kernels * 1e3, 2),
+                    "vllm_ms": round(whole * 1e3, 2), "host_share": round(1.0 - kernels / whole, 3)})
+    return out
+
+
+def implied_host(row: dict) -> float | None:
+    """Host seconds per running sequence per decode iteration (beside the 1.4 ms per iteration) at which the
+    ``vllm`` framing reproduces the published figure (bisection, 0-1 ms); ``None`` when even none is too slow
+    (the kernels alone are slower than published)."""
+    lo, hi = 0.0, 1e-3
+    if price(row, host=lo)["throughput"] < row["published"]:
+        return None
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if price(row, host=mid)["throughput"] > row["published"] else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"write {OUT.name}")
+    args = parser.parse_args()
+    rows = []
+    print("| run | GPU × TP | model | prompts | in / out | running | published | predicted (vllm) | ratio "
+          "| kernels only | ratio | implied host µs/seq |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in ROWS:
+        full, bare = price(row, "vllm"), price(row, "kernels")
+        ratio, bare_ratio = full["throughput"] / row["published"], bare["throughput"] / row["published"]
+        host = implied_host(row)
+        rows.append({**row, "predicted": round(full["throughput"], 2), "ratio": round(ratio, 3),
+                     "predicted_kernels_only": round(bare["throughput"], 2), "ratio_kernels_only": round(bare_ratio, 3),
+                     "running": full["running"], "mean_output_priced": round(full["mean_output"], 1),
+                     "implied_host_us_per_sequence": None if host is None else round(host * 1e6, 1)})
+        print(f"| {row['id']} | {row['gpu']} × {row['tp']} | {row['model']} | {row['prompts']} | "
+              f"{row['input']:.0f} / {row['output']:.0f} ({row['lengths']}) | {full['running']} | "
+              f"{row['published']:.2f} {row['unit']} | {full['throughput']:.2f} | {ratio:.2f} | "
+              f"{bare['throughput']:.2f} | {bare_ratio:.2f} | {'-' if host is None else f'{host * 1e6:.0f}'} |")
+    ratios = [r["ratio"] for r in rows]
+    summary = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+               "median_kernels_only": statistics.median(r["ratio_kernels_only"] for r in rows)}
+    print(f"\npredicted / published (vllm framing): median {summary['median']:.2f}, "
+          f"spread {summary['min']:.2f}-{summary['max']:.2f}; kernels only: median "
+          f"{summary['median_kernels_only']:.2f}")
+    regime = regime_rows()
+    print("\nThe model's V1 decode iteration of Llama-3.1-8B (TP 1) at RL loads, ms:")
+    print("| GPU | running | context | kernels | with vLLM's step and host time | host share |")
+    print("|---|---|---|---|---|---|")
+    for r in regime:
+        print(f"| {r['gpu']} | {r['running']} | {r['context']} | {r['kernels_ms']:.2f} | {r['vllm_ms']:.2f} | "
+              f"{r['host_share']:.2f} |")
+    if args.write:
+        OUT.write_text(json.dumps({"rows": rows, "summary": summary, "regime": regime}, indent=1) + "\n")
+        print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
