@@ -48,6 +48,7 @@ from packplace.placement.model.engine import RolloutEngine
 from packplace.placement.model.framework import FRAMEWORKS, VLLM_HOST_SECONDS_PER_SEQUENCE
 from packplace.placement.problem.workload import Workload
 from packplace.placement.task_estimate import resolve_hardware, resolve_model
+from packplace.shape import from_hf_config
 
 OUT = Path(__file__).with_name("vllm_offline_throughput.json")
 #: The ShareGPT samplers' limit on prompt + output tokens (sglang ``sample_sharegpt_requests`` and vLLM's
@@ -59,6 +60,49 @@ SHAREGPT_SEQUENCE_CAP = 2048
 SHAREGPT_LLAMA3_INPUT = (229_711 + 215_196) / 2000
 #: Quantiles at which the exponential response-length distribution of a ShareGPT row is given.
 SHAREGPT_QUANTILES = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)
+
+#: Qwen3-14B and Qwen3-32B (huggingface.co/Qwen/Qwen3-14B, Qwen3-32B config.json).
+QWEN3_14B = {"model_type": "qwen3", "num_hidden_layers": 40, "hidden_size": 5120, "intermediate_size": 17408,
+             "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+             "tie_word_embeddings": False}
+QWEN3_32B = {"model_type": "qwen3", "num_hidden_layers": 64, "hidden_size": 5120, "intermediate_size": 25600,
+             "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+             "tie_word_embeddings": False}
+#: github.com/gpustack/gpustack docs/performance-lab/qwen3-{14b,32b}/{h100,a100}.md @10e9444a / @7ae332aa: the
+#: "baseline (vLLM without any optimizations)" runs, vLLM v0.11.0 (V1), `vllm serve Qwen/Qwen3-14B` (or -32B)
+#: on one GPU with every default (TP 1, gpu_memory_utilization 0.9, max_num_seqs 1,024 on an H100 and 256 on
+#: an A100: vllm/engine/arg_utils.py ``get_batch_defaults`` for the API server), `vllm bench serve --backend
+#: openai-chat` at request rate inf (every request at once): ShareGPT 1,000 prompts (217,393 prompt tokens in
+#: all, the chat template's few tokens not counted), random 4,000-in / 200-out and 2,000-in / 100-out, 500
+#: prompts each, no ignore_eos (the totals generated say nearly every response ran to its cap). ``(gpu, model,
+#: case, prompts, mean input, mean output, output tokens/s)``; the A100's memory is not given (a 32B model in
+#: bf16 needs the 80 GB one).
+GPUSTACK = [
+    ("h100-sxm", "qwen3-14b", QWEN3_14B, "sharegpt", 1000, 217.393, 201.648, 3173.92),
+    ("h100-sxm", "qwen3-14b", QWEN3_14B, "random-4000-200", 500, 3995.884, 199.606, 438.56),
+    ("h100-sxm", "qwen3-14b", QWEN3_14B, "random-2000-100", 500, 1996.35, 100.0, 505.51),
+    ("h100-sxm", "qwen3-32b", QWEN3_32B, "sharegpt", 1000, 217.393, 201.422, 1131.55),
+    ("h100-sxm", "qwen3-32b", QWEN3_32B, "random-4000-200", 500, 3995.884, 199.58, 102.21),
+    ("h100-sxm", "qwen3-32b", QWEN3_32B, "random-2000-100", 500, 1996.35, 100.0, 152.42),
+    ("a100-80gb-sxm", "qwen3-14b", QWEN3_14B, "sharegpt", 1000, 217.393, 201.605, 1887.31),
+    ("a100-80gb-sxm", "qwen3-14b", QWEN3_14B, "random-4000-200", 500, 3995.884, 199.566, 245.13),
+    ("a100-80gb-sxm", "qwen3-14b", QWEN3_14B, "random-2000-100", 500, 1996.35, 100.0, 284.64),
+    ("a100-80gb-sxm", "qwen3-32b", QWEN3_32B, "sharegpt", 1000, 217.393, 201.396, 832.43),
+    ("a100-80gb-sxm", "qwen3-32b", QWEN3_32B, "random-4000-200", 500, 3995.884, 199.786, 87.48),
+    ("a100-80gb-sxm", "qwen3-32b", QWEN3_32B, "random-2000-100", 500, 1996.35, 100.0, 120.27),
+]
+GPUSTACK_ROWS = [
+    {"id": f"gpustack-{gpu.split('-')[0]}-{name}-{case}",
+     "source": f"github.com/gpustack/gpustack docs/performance-lab/{name}/{gpu.split('-')[0]}.md, vLLM baseline, "
+               f"`vllm serve Qwen/{name.replace('qwen', 'Qwen')}` + `vllm bench serve` ({case}, {prompts} prompts "
+               "at once)",
+     "release": "0.11.0", "generation": "v1", "gpu": gpu, "model": shape, "model_name": name, "tp": 1,
+     "prompts": prompts, "input": mean_in, "output": mean_out,
+     "lengths": "sharegpt" if case == "sharegpt" else "fixed",
+     "max_num_seqs": 1024 if gpu.startswith("h100") else 256, "gpu_memory_utilization": 0.9,
+     "unit": "output tokens/s", "published": tokens_per_s}
+    for gpu, name, shape, case, prompts, mean_in, mean_out, tokens_per_s in GPUSTACK
+]
 
 #: Published runs. ``output`` is the generated tokens per request (fixed) or the published mean (ShareGPT);
 #: ``published`` is in ``unit`` (``requests/s`` or ``output tokens/s``).
@@ -103,6 +147,8 @@ ROWS: list[dict] = [
      "gpu": "a100-80gb-sxm", "model": "llama3.1-70b", "tp": 4, "prompts": 200,
      "input": (1414.42 - 714.48) / 3.28, "output": 714.48 / 3.28, "lengths": "sharegpt",
      "max_num_seqs": 256, "gpu_memory_utilization": 0.9, "unit": "output tokens/s", "published": 714.48},
+
+    *GPUSTACK_ROWS,
 ]
 
 
@@ -129,12 +175,24 @@ def workload(row: dict) -> Workload:
     return Workload(row["prompts"], 1, prompt, int(cap), points)
 
 
-def price(row: dict, framing: str = "vllm", host: float | None = None) -> dict:
+#: What-ifs on the gpustack rows (not the model's pricing; :func:`whatif_rows`): the card's own memory, 80 GiB
+#: (an "80GB" H100 or A100 reports 81,559 MiB, 85.5e9 bytes, where the presets hold 80e9), and an H100 PCIe's
+#: datasheet (2.0 TB/s, 756 TFLOP/s dense BF16: nvidia.com H100 datasheet) with that memory.
+CARD_MEMORY = 81_559 * 2**20
+WHATIFS = {
+    "80 GiB": {"h100-sxm": {"memory_per_gpu": CARD_MEMORY}, "a100-80gb-sxm": {"memory_per_gpu": CARD_MEMORY}},
+    "H100 PCIe, 80 GiB": {"h100-sxm": {"memory_per_gpu": CARD_MEMORY, "memory_bandwidth": 2.0e12,
+                                       "flops_per_gpu": 756e12},
+                          "a100-80gb-sxm": {"memory_per_gpu": CARD_MEMORY}},
+}
+
+
+def price(row: dict, framing: str = "vllm", host: float | None = None, hardware: dict | None = None) -> dict:
     """Seconds of the row's run and the throughput in its published unit, ``framing`` ``vllm`` (the bare vLLM
     profile with the release's host time per running sequence, or ``host`` seconds when given) or
-    ``kernels`` (neither)."""
-    shape = resolve_model(row["model"])
-    cluster, hw = resolve_hardware(row["gpu"], None, row["tp"])
+    ``kernels`` (neither); ``hardware``: preset field overrides (a what-if)."""
+    shape = from_hf_config(row["model"]) if isinstance(row["model"], dict) else resolve_model(row["model"])
+    cluster, hw = resolve_hardware(row["gpu"], hardware, row["tp"])
     w = workload(row)
     if host is None:
         host = VLLM_HOST_SECONDS_PER_SEQUENCE[row["generation"]] if framing == "vllm" else 0.0
@@ -186,6 +244,21 @@ def implied_host(row: dict) -> float | None:
     return 0.5 * (lo + hi)
 
 
+def whatif_rows() -> list[dict]:
+    """Predicted / published of every gpustack row at the presets and under each of :data:`WHATIFS`, with the
+    running sequences the engine's KV cache holds."""
+    out = []
+    for row in ROWS:
+        if not row["id"].startswith("gpustack"):
+            continue
+        entry = {"id": row["id"]}
+        for label, overrides in {"presets": {}, **WHATIFS}.items():
+            got = price(row, hardware=overrides.get(row["gpu"]))
+            entry[label] = {"ratio": round(got["throughput"] / row["published"], 3), "running": got["running"]}
+        out.append(entry)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"write {OUT.name}")
@@ -198,11 +271,13 @@ def main() -> None:
         full, bare = price(row, "vllm"), price(row, "kernels")
         ratio, bare_ratio = full["throughput"] / row["published"], bare["throughput"] / row["published"]
         host = implied_host(row)
-        rows.append({**row, "predicted": round(full["throughput"], 2), "ratio": round(ratio, 3),
+        rows.append({**row, "model": row.get("model_name", row["model"]),
+                     "predicted": round(full["throughput"], 2), "ratio": round(ratio, 3),
                      "predicted_kernels_only": round(bare["throughput"], 2), "ratio_kernels_only": round(bare_ratio, 3),
                      "running": full["running"], "mean_output_priced": round(full["mean_output"], 1),
                      "implied_host_us_per_sequence": None if host is None else round(host * 1e6, 1)})
-        print(f"| {row['id']} | {row['gpu']} × {row['tp']} | {row['model']} | {row['prompts']} | "
+        model = row.get("model_name", row["model"])
+        print(f"| {row['id']} | {row['gpu']} × {row['tp']} | {model} | {row['prompts']} | "
               f"{row['input']:.0f} / {row['output']:.0f} ({row['lengths']}) | {full['running']} | "
               f"{row['published']:.2f} {row['unit']} | {full['throughput']:.2f} | {ratio:.2f} | "
               f"{bare['throughput']:.2f} | {bare_ratio:.2f} | {'-' if host is None else f'{host * 1e6:.0f}'} |")
@@ -212,6 +287,13 @@ def main() -> None:
     print(f"\npredicted / published (vllm framing): median {summary['median']:.2f}, "
           f"spread {summary['min']:.2f}-{summary['max']:.2f}; kernels only: median "
           f"{summary['median_kernels_only']:.2f}")
+    whatif = whatif_rows()
+    labels = ["presets", *WHATIFS]
+    print("\nWhat-ifs on the gpustack rows (predicted / published, running sequences):")
+    print("| run | " + " | ".join(labels) + " |")
+    print("|---|" + "---|" * len(labels))
+    for w in whatif:
+        print(f"| {w['id']} | " + " | ".join(f"{w[k]['ratio']:.2f} ({w[k]['running']})" for k in labels) + " |")
     regime = regime_rows()
     print("\nThe model's V1 decode iteration of Llama-3.1-8B (TP 1) at RL loads, ms:")
     print("| GPU | running | context | kernels | with vLLM's step and host time | host share |")
@@ -220,7 +302,8 @@ def main() -> None:
         print(f"| {r['gpu']} | {r['running']} | {r['context']} | {r['kernels_ms']:.2f} | {r['vllm_ms']:.2f} | "
               f"{r['host_share']:.2f} |")
     if args.write:
-        OUT.write_text(json.dumps({"rows": rows, "summary": summary, "regime": regime}, indent=1) + "\n")
+        OUT.write_text(json.dumps({"rows": rows, "summary": summary, "whatif": whatif,
+                                    "regime": regime}, indent=1) + "\n")
         print(f"wrote {OUT}")
 
 
