@@ -33,8 +33,11 @@ The rows (sources in :data:`ROWS`): the BF16 and FP8 tables of NVIDIA's DGX Clou
 (github.com/NVIDIA/dgxc-benchmarking, NeMo 24.12 on DGX H100 at tag v25.02; NeMo 25.04.01 on GB200 at
 tag v25.05), whose YAML files give every setting, and Megatron-Bridge's performance summary for the one BF16
 mixture of experts on H100. BF16 rows are what the model prices; an FP8 row of the same setup is a bound
-(the BF16 step the model predicts should be slower than the published FP8 one). No row is a validation row,
-and none sets a constant. Discussion: docs/calibration-and-validation.md, "Megatron-Core pre-training
+(the BF16 step the model predicts should be slower than the published FP8 one). No row is a validation row.
+The BF16 dense H100 rows set the ``h100-sxm`` preset's ``megatron_pass_factor`` (:func:`fit_factor`, the
+factor on the component table's Megatron-Core kernels at which the median predicted / published step is 1;
+:func:`leave_one_model_out` holds each model out); every row is priced both with the preset as it is and with
+the table alone (factor 1). Discussion: docs/calibration-and-validation.md, "Megatron-Core pre-training
 throughput against NVIDIA's published tables".
 """
 
@@ -196,15 +199,17 @@ class _ContextParallelCost(CostModel):
         return self.sequence
 
 
-def price(row: Row) -> dict[str, float]:
+def price(row: Row, factor: float | None = None) -> dict[str, float]:
     """Seconds of one step of ``row`` by part: ``passes`` (the micro-batches through the pipeline, the
     bubble at ``(pp − 1)/vp`` stage times), ``update`` (gradient all-reduce and Adam), ``recompute``, ``ring``
     (context-parallel K/V exchange beyond what attention hides), ``step`` (their sum), and for the reading
-    ``bubble`` and ``tp_comm`` (parts of ``passes``)."""
+    ``bubble`` and ``tp_comm`` (parts of ``passes``). ``factor``: the preset's ``megatron_pass_factor``
+    replaced (1: the component table alone); ``None``: the preset's."""
     shape = SHAPES[row.model]
     if row.layers:
         shape = TransformerShape(**{**shape.__dict__, "layers": row.layers})
-    cluster, hw = resolve_hardware(row.gpu, None, row.gpus)
+    overrides = None if factor is None else {"megatron_pass_factor": factor}
+    cluster, hw = resolve_hardware(row.gpu, overrides, row.gpus)
     chunk = row.seq // row.cp
     workload = Workload(batch_size=row.gbs * row.cp, samples_per_prompt=1, context_length=chunk - 1,
                         generation_length=1)
@@ -243,11 +248,13 @@ def price(row: Row) -> dict[str, float]:
 
 
 def table(rows: list[Row]) -> list[dict]:
-    """Each row with its prediction (``ratio`` = predicted / published step seconds: below 1 the model is
-    too fast)."""
+    """Each row with its prediction by the presets as they are (``ratio`` = predicted / published step
+    seconds: below 1 the model is too fast) and by the component table alone (``table_ratio``:
+    ``megatron_pass_factor`` 1)."""
     out = []
     for row in rows:
         parts = price(row)
+        alone = price(row, 1.0)["step"]
         out.append({"label": row.label, "model": row.model, "layers": row.layers, "gpu": row.gpu, "gpus": row.gpus,
                     "precision": row.precision, "gbs": row.gbs, "mbs": row.mbs, "seq": row.seq, "tp": row.tp,
                     "pp": row.pp, "cp": row.cp, "vp": row.vp, "ep": row.ep, "dp": row.dp, "recompute": row.recompute,
@@ -256,6 +263,7 @@ def table(rows: list[Row]) -> list[dict]:
                     "predicted_step_s": round(parts["step"], 4),
                     "predicted_tokens_per_s_per_gpu": round(row.gbs * row.seq / (parts["step"] * row.gpus), 1),
                     "ratio": round(parts["step"] / row.step_s, 4),
+                    "table_step_s": round(alone, 4), "table_ratio": round(alone / row.step_s, 4),
                     "parts_s": {k: round(v, 4) for k, v in parts.items() if k != "step"},
                     "source": row.source})
     return out
@@ -269,17 +277,45 @@ def summary(results: list[dict], keep) -> str:
     return f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) over {len(ratios)}"
 
 
-def leave_one_model_out(results: list[dict]) -> list[tuple[str, float, float, float]]:
-    """``[(model, scale, held-out median ratio, after scaling)]`` over the BF16 H100 dense rows: the scale a
-    per-GPU-type step multiplier would take from the other models' rows (1 / the median of their ratios),
-    applied to the held-out model's rows. Analysis only: no constant of the library is set from it."""
-    rows = [r for r in results if r["precision"] == "bf16" and r["gpu"] == "h100-sxm"]
+def _linear_steps(rows: list[Row]) -> list[tuple[float, float, float]]:
+    """``[(a, b, published)]``: each row's step is ``a + b·f`` at ``megatron_pass_factor`` ``f`` (the factor
+    multiplies the component table's Megatron-Core kernel time, the rest of the step stays)."""
     out = []
-    for model in sorted({r["model"] for r in rows}):
-        rest = [r["ratio"] for r in rows if r["model"] != model]
-        held = [r["ratio"] for r in rows if r["model"] == model]
-        scale = 1.0 / statistics.median(rest)
-        out.append((model, scale, statistics.median(held), statistics.median(held) * scale))
+    for row in rows:
+        one, two = price(row, 1.0)["step"], price(row, 2.0)["step"]
+        out.append((2.0 * one - two, two - one, row.step_s))
+    return out
+
+
+def fit_factor(rows: list[Row]) -> float:
+    """The ``megatron_pass_factor`` at which the median of ``rows``' predicted / published steps is 1
+    (bisection on ``[0.5, 2]``; the median is monotone in the factor)."""
+    lines = _linear_steps(rows)
+    lo, hi = 0.5, 2.0
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        if statistics.median((a + b * mid) / p for a, b, p in lines) < 1.0:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def fitting_rows() -> list[Row]:
+    """The rows ``megatron_pass_factor`` of ``h100-sxm`` is fitted to: BF16 dense on H100."""
+    return [r for r in ROWS if r.precision == "bf16" and r.gpu == "h100-sxm" and r.model not in MOE]
+
+
+def leave_one_model_out() -> list[tuple[str, float, float, float]]:
+    """``[(model, factor, held-out median ratio at factor 1, at the factor)]``: the factor fitted to the other
+    models' rows (:func:`fit_factor`), applied to the held-out model's."""
+    rows = fitting_rows()
+    out = []
+    for model in sorted({r.model for r in rows}):
+        factor = fit_factor([r for r in rows if r.model != model])
+        held = _linear_steps([r for r in rows if r.model == model])
+        out.append((model, factor, statistics.median((a + b) / p for a, b, p in held),
+                    statistics.median((a + b * factor) / p for a, b, p in held)))
     return out
 
 
@@ -288,12 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the rows and predictions here")
     args = parser.parse_args(argv)
     results = table(ROWS)
-    print("| run | published s | predicted s | predicted / published | bubble | TP comm | update | ring |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| run | published s | table alone s | ratio | predicted s | ratio | bubble | TP comm | update | ring |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         p = r["parts_s"]
-        print(f"| {r['label']} | {r['published_step_s']:.2f} | {r['predicted_step_s']:.2f} | {r['ratio']:.3f} | "
-              f"{p['bubble']:.2f} | {p['tp_comm']:.2f} | {p['update']:.2f} | {p['ring']:.2f} |")
+        print(f"| {r['label']} | {r['published_step_s']:.2f} | {r['table_step_s']:.2f} | {r['table_ratio']:.3f} | "
+              f"{r['predicted_step_s']:.2f} | {r['ratio']:.3f} | {p['bubble']:.2f} | {p['tp_comm']:.2f} | "
+              f"{p['update']:.2f} | {p['ring']:.2f} |")
     dense = [r for r in results if r["model"] not in MOE]
     print()
     print("BF16 dense H100:", summary(dense, lambda r: r["precision"] == "bf16" and r["gpu"] == "h100-sxm"))
@@ -306,10 +343,14 @@ def main(argv: list[str] | None = None) -> int:
     print("BF16 MoE H100 (gpt-oss-120b):", summary(results, lambda r: r["model"] == "gpt-oss-120b"))
     print("FP8 MoE bounds (qwen3-30b-a3b, BF16 predicted / FP8 published):",
           summary(results, lambda r: r["model"] == "qwen3-30b-a3b"))
-    print("Leave one model out: a per-GPU-type scale on the step (1 / median ratio of the other models' BF16 H100"
-          " rows), the held-out model's ratio after it:")
-    for model, scale, before, after in leave_one_model_out(dense):
-        print(f"  {model}: scale {scale:.3f}, median ratio {before:.3f} -> {after:.3f}")
+    print("BF16 dense H100, the component table alone (megatron_pass_factor 1):",
+          summary([dict(r, ratio=r["table_ratio"]) for r in dense],
+                  lambda r: r["precision"] == "bf16" and r["gpu"] == "h100-sxm"))
+    print(f"megatron_pass_factor fitted to the BF16 dense H100 rows: {fit_factor(fitting_rows()):.4f}")
+    print("Leave one model out (the factor fitted to the other models' rows; the held-out model's median ratio"
+          " at factor 1 -> at that factor):")
+    for model, factor, before, after in leave_one_model_out():
+        print(f"  {model}: factor {factor:.4f}, {before:.3f} -> {after:.3f}")
     if args.json:
         args.json.write_text(json.dumps({"rows": results}, indent=1) + "\n")
     return 0
