@@ -89,3 +89,13 @@ def test_a_tp_rounded_sequence_in_a_padded_pack_counts_both_pads():
     # a length already on the multiple reads as before: its own tokens
     assert _pack_line(pack_tokens=4096, seq_len=1000, pp=2, cp=2).endswith(
         "its own tokens, no pad, 2000 tokens on each of the 2 GPUs of the CP group")
+
+
+def test_a_strategy_beyond_one_rack_names_the_degrees_not_a_field_estimate_sets():
+    # 40,000 GPUs at 8 per node are 5,000 nodes, above the 4,096 of one rack (it had said "[hardware]
+    # nodes_per_rack: ... got 5000", a field estimate sets itself); 4,096 nodes of 8 are accepted
+    with pytest.raises(ConfigError) as info:
+        estimate("qwen2.5-0.5b", "h200", "train", dp=40_000)
+    assert str(info.value).startswith("tp x pp x cp x dp: 40000 GPUs take 5000 nodes of 8 GPUs, more than the 4096 "
+                                      "nodes")
+    assert estimate("qwen2.5-0.5b", "h200", "train", dp=4096 * 8).inputs["dp"] == 32_768

@@ -61,7 +61,14 @@ from packplace.placement.model.nemo_rl_releases import release_for
 from packplace.placement.model.pass_memory import context_parallel_tokens, pass_memory, uses_autocast
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
 from packplace.placement.model.training_time import training_overhead_seconds
-from packplace.placement.problem.config import FIRST_PACKING_RELEASE, POLICY_FIELDS, _hardware, _model, load_yaml
+from packplace.placement.problem.config import (
+    CLUSTER_FIELDS,
+    FIRST_PACKING_RELEASE,
+    POLICY_FIELDS,
+    _hardware,
+    _model,
+    load_yaml,
+)
 from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
@@ -271,8 +278,13 @@ def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus:
     per_node = min(int(node) if node is not None else 8, gpus)
     if isinstance(host, int) and per_node % host:
         per_node = host * math.ceil(per_node / host)
-    section = {"preset": gpu, "racks": 1, "nodes_per_rack": max(1, math.ceil(gpus / per_node)),
-               "gpus_per_node": per_node, **overrides}
+    nodes = max(1, math.ceil(gpus / per_node))
+    most = int(CLUSTER_FIELDS["nodes_per_rack"].maximum)
+    if nodes > most:
+        raise ConfigError(f"tp x pp x cp x dp: {gpus} GPUs take {nodes} nodes of {per_node} GPUs, more than the "
+                          f"{most} nodes estimate's one-rack cluster holds; give smaller degrees (or more GPUs per "
+                          "node: --hw gpus_per_node)")
+    section = {"preset": gpu, "racks": 1, "nodes_per_rack": nodes, "gpus_per_node": per_node, **overrides}
     return _hardware(section)
 
 
