@@ -280,3 +280,27 @@ def test_place_check_with_a_solver_checks_that_solvers_plan(tmp_path, capsys):
     assert "solver: unknown placement solver 'bogus'" in capsys.readouterr().err
     # without --solver the check stays greedy, then concurrent
     assert check_instance(inst, time_limit_s=5).solver == "greedy"
+
+
+def test_place_check_passes_its_seed_to_the_solvers(tmp_path, monkeypatch):
+    import yaml
+
+    from packplace.cli import main
+    from packplace.placement import api
+    seeds = []
+
+    def recording(**kwargs):
+        seeds.append((kwargs["solver"], kwargs["seed"]))
+        return solve_with(**kwargs)
+
+    monkeypatch.setattr(api, "solve_with", recording)
+    wide = dict(layers=2, hidden_dim=1024, ffn_dim=2048, vocab_size=256000, head_dim=128)
+    config = {"hardware": dict(HW, nodes_per_rack=1, gpus_per_node=8, memory_per_gpu=1e12),
+              "models": {"actor": wide, "reward": "rule"},
+              "workload": dict(batch_size=8, samples_per_prompt=1, context_length=1024, generation_length=64),
+              "policy": {"algorithm": "grpo"}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["place", "--config", str(path), "--check", "--solver", "anneal", "--seed", "7", "--quiet"]) == 0
+    assert main(["place", "--config", str(path), "--check", "--seed", "5", "--quiet"]) == 0
+    assert seeds == [("anneal", 7), ("greedy", 5)]   # it had run greedy at seed 0 whatever was given

@@ -142,7 +142,8 @@ def _table_cut(instance: PlacementInstance, solver: str, cut: TableBuildTimeout,
 
 
 def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
-                   time_limit_s: float = CHECK_TIME_LIMIT_S, solver: str | None = None) -> PlacementCheck:
+                   time_limit_s: float = CHECK_TIME_LIMIT_S, solver: str | None = None,
+                   seed: int = 0) -> PlacementCheck:
     """Pre-launch checks: each task alone, what the tasks need together, and (``whole_plan``) a whole plan.
 
     1. Each task has a legal candidate that fits in memory on its own (:meth:`CandidateTable.shortfalls`,
@@ -158,8 +159,9 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
         instance: A validated instance.
         whole_plan: Also search for a whole plan (step 3); :func:`solve_placement` checks steps 1-2 only.
         time_limit_s: Seconds for step 3 (greedy and concurrent together), > 0.
-        solver: A placement solver's name: step 3 checks that solver's plan alone (seed 0); ``None``:
-            greedy, then concurrent.
+        solver: A placement solver's name: step 3 checks that solver's plan alone; ``None``: greedy, then
+            concurrent.
+        seed: The seed of step 3's solvers (same instance and seed, same verdict).
 
     Returns:
         A :class:`~packplace.placement.whole_plan.PlacementCheck`: verdict ``"whole plan"`` (with the plan,
@@ -179,6 +181,7 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
     """
     if not (isinstance(time_limit_s, (int, float)) and math.isfinite(time_limit_s) and time_limit_s > 0):
         raise ConfigError(f"time_limit_s: expected a finite number of seconds > 0, got {time_limit_s!r}")
+    check_limits(time_limit_s, seed)
     if solver is not None:
         get("placement", solver)   # an unknown name fails before any work
     table = get_table(instance)
@@ -196,22 +199,22 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
                f"must share a GPU is proven over memory")
     if not whole_plan:
         return PlacementCheck("tasks only", f"{checked}; no whole plan searched for")
-    return _search_whole_plan(instance, checked, time_limit_s, solver)
+    return _search_whole_plan(instance, checked, time_limit_s, solver, seed)
 
 
 def _search_whole_plan(instance: PlacementInstance, checked: str, time_limit_s: float,
-                       only: str | None = None) -> PlacementCheck:
+                       only: str | None = None, seed: int = 0) -> PlacementCheck:
     """Step 3 of :func:`check_instance`: ``greedy``, then ``concurrent`` with the time left (or the solver
     ``only`` alone), no fit hints."""
     if only is not None:
-        return _check_with(instance, checked, time_limit_s, only)
+        return _check_with(instance, checked, time_limit_s, only, seed)
     deadline = time.perf_counter() + time_limit_s
     evaluator = get_evaluator(instance)
     greedy_why = None
     for solver in ("greedy", "concurrent"):
         left = max(1e-3, deadline - time.perf_counter())
         result = solve_with(problem="placement", instance=instance, solver=solver, evaluator=evaluator,
-                            time_limit_s=left, seed=0, params={}, analytic_bound=0.0)
+                            time_limit_s=left, seed=seed, params={}, analytic_bound=0.0)
         if result.solution is not None and evaluator.score(result.solution).feasible:
             greedy = "plan" if solver == "greedy" else greedy_why
             note = "" if solver == "greedy" else f" (greedy found none: {greedy_why})"
@@ -225,12 +228,13 @@ def _search_whole_plan(instance: PlacementInstance, checked: str, time_limit_s: 
                           greedy=greedy_why)
 
 
-def _check_with(instance: PlacementInstance, checked: str, time_limit_s: float, solver: str) -> PlacementCheck:
-    """Step 3 of :func:`check_instance` with one named solver: its plan within ``time_limit_s`` (seed 0),
+def _check_with(instance: PlacementInstance, checked: str, time_limit_s: float, solver: str,
+                seed: int = 0) -> PlacementCheck:
+    """Step 3 of :func:`check_instance` with one named solver: its plan within ``time_limit_s`` (``seed``),
     verified by the evaluator."""
     evaluator = get_evaluator(instance)
     result = solve_with(problem="placement", instance=instance, solver=solver, evaluator=evaluator,
-                        time_limit_s=time_limit_s, seed=0, params={}, analytic_bound=0.0)
+                        time_limit_s=time_limit_s, seed=seed, params={}, analytic_bound=0.0)
     if result.solution is not None and evaluator.score(result.solution).feasible:
         return PlacementCheck("whole plan", f"{checked}; whole plan verified: the {result.solver} solver's plan "
                               f"fits, step {result.objective:.4g} s", result.solution, result.objective,

@@ -112,6 +112,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true",
                    help="only check: each task fits alone, no group of tasks that must share a GPU is proven over "
                         "memory, and a whole plan is built (greedy, then concurrent, or the --solver given alone, "
+                        "with --seed, "
                         f"within --time-limit, default {api.CHECK_TIME_LIMIT_S:g} s); prints what was checked. "
                         "Exit 0: a whole plan fits; 1: "
                         "proven infeasible, or no whole plan found (not a proof); 2: bad input")
@@ -301,7 +302,8 @@ def run_check(args: argparse.Namespace, instance) -> int:
         if value is not None:
             raise ConfigError(f"{option}: --check plans nothing to write or compare; drop one of them")
     limit = api.CHECK_TIME_LIMIT_S if args.time_limit is None else max(args.time_limit, 1e-3)
-    check = api.check_instance(instance, time_limit_s=limit, solver=getattr(args, "solver", None))
+    check = api.check_instance(instance, time_limit_s=limit, solver=getattr(args, "solver", None),
+                               seed=getattr(args, "seed", 0))
     print(f"check: {check.verdict}: {check.message}")
     args.json_document = {"verdict": check.verdict, "message": check.message, "solver": check.solver,
                           "step_time_s": check.step_time if check.whole_plan else None}
