@@ -59,6 +59,8 @@ PACK_HALVINGS = 4
 #: How the check words a proof that no plan fits by a layout rule (a task the framework runs on GPUs of its own
 #: finds none free), not by memory (``"[hardware] memory_per_gpu: ..."``).
 RULE_PROOF = "[policy] framework: "
+#: The label of the smaller-sequence-packs setting among the settings a layout rule refuses.
+PACKS_LABEL = "policy: {train_mb_tokens, logprob_mb_tokens} smaller"
 #: Set while :func:`fit_hints` plans the variants (their own failures are not hinted again).
 _ACTIVE: list[bool] = []
 
@@ -163,9 +165,10 @@ def with_hints(message: str, instance) -> str:
     hints, refused = _report(instance)
     if hints:
         return f"{message}; {'; '.join(hints)}"
-    packs = ", smaller sequence packs" if getattr(instance, "sequence_packing", None) is not None else ""
-    tried = (f"no memory-saving setting tried ({len(SETTINGS)}: zero3, offload, host-held inference weights, the "
-             f"Megatron trainer backend, LoRA{packs}) fits")
+    packed = getattr(instance, "sequence_packing", None) is not None
+    total = len(SETTINGS) + packed
+    tried = (f"no memory-saving setting tried ({total}: zero3, offload, host-held inference weights, the Megatron "
+             f"trainer backend, LoRA{', smaller sequence packs' if packed else ''}) fits")
     if not refused:
         return f"{message}; {tried} either"
     rules: dict[str, list[str]] = {}
@@ -174,14 +177,14 @@ def with_hints(message: str, instance) -> str:
 
     def which(labels: list[str]) -> str:
         distinct = list(dict.fromkeys(labels))
-        if len(distinct) == len(SETTINGS):
+        if len(distinct) == total:
             return "every setting"
         return "; ".join(distinct) if len(distinct) <= 4 else f"{len(distinct)} settings"
 
     named = [f"the layout rule above ({which(labels)})" if rule in message
              else f"{rule} ({which(labels)})" for rule, labels in rules.items()]
     count = len({label for label, _ in refused})
-    of = f"all {count}" if count == len(SETTINGS) else f"{count}"
+    of = f"all {count}" if count == total else f"{count}"
     return f"{message}; {tried}, and a layout rule, not memory, refuses {of} of them: {'; '.join(named)}"
 
 
@@ -229,7 +232,7 @@ def _fitting(instance, api, refused: list[tuple[str, str]] | None = None) -> lis
     deadline = time.perf_counter() + HINTS_BUDGET_S
     rules = refused if refused is not None else []
 
-    def planned(variant, label: str = ""):
+    def planned(variant, label: str):
         """The greedy plan of ``variant`` within the hints' deadline, or ``None`` (a layout rule that refused
         it goes to ``rules``)."""
         left = deadline - time.perf_counter()
@@ -273,7 +276,7 @@ def _fitting(instance, api, refused: list[tuple[str, str]] | None = None) -> lis
     for halvings in range(first, PACK_HALVINGS + 1):
         if packs is None:
             break
-        result = planned(replace(instance, sequence_packing=packs, _cache={}))
+        result = planned(replace(instance, sequence_packing=packs, _cache={}), PACKS_LABEL)
         if result is not None:
             which = "the largest packs that fit" if halvings == 0 else f"halved {halvings}x from {origin}"
             record(result, 0, f"policy: {{train_mb_tokens: {packs[0]}, logprob_mb_tokens: {packs[1]}}} ({which})")
