@@ -99,3 +99,11 @@ def test_a_strategy_beyond_one_rack_names_the_degrees_not_a_field_estimate_sets(
     assert str(info.value).startswith("tp x pp x cp x dp: 40000 GPUs take 5000 nodes of 8 GPUs, more than the 4096 "
                                       "nodes")
     assert estimate("qwen2.5-0.5b", "h200", "train", dp=4096 * 8).inputs["dp"] == 32_768
+
+
+def test_an_integer_hw_value_is_shown_as_given(capsys):
+    assert main(["estimate", "--model", "qwen2.5-0.5b", "--hw", "gpus_per_node=0"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "packplace estimate: error: [hardware] gpus_per_node: must be an integer >= 1, got 0"]   # was "got 0.0"
+    assert main(["estimate", "--model", "qwen2.5-0.5b", "--hw", "memory_per_gpu=80000000000", "--json"]) == 0
+    assert '"capacity_bytes": 80000000000' in capsys.readouterr().out

@@ -248,10 +248,10 @@ def _config_model(config: str, role: str) -> TransformerShape:
 
 
 #: ``[hardware]`` fields ``estimate`` sets itself: the preset (``gpu``) and the cluster's size, which holds
-#: the strategy's ``tp · pp · dp`` GPUs (:func:`resolve_hardware`).
+#: the strategy's ``tp · pp · cp · dp`` GPUs (:func:`resolve_hardware`).
 SIZED_FIELDS = {"preset": "give the preset as gpu (--gpu)",
-                "racks": "the cluster holds the strategy's tp x pp x dp GPUs",
-                "nodes_per_rack": "the cluster holds the strategy's tp x pp x dp GPUs"}
+                "racks": "the cluster holds the strategy's tp x pp x cp x dp GPUs",
+                "nodes_per_rack": "the cluster holds the strategy's tp x pp x cp x dp GPUs"}
 
 
 def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus: int = 1) -> tuple[Cluster, Hardware]:
@@ -1026,8 +1026,8 @@ def _overrides(items: list[str]) -> dict[str, Any]:
         if key.strip() in out:
             raise ConfigError(f"--hw: {key.strip()} given twice ({show(out[key.strip()])}, then {value.strip()!r}); "
                               "give it once")
-        try:
-            out[key.strip()] = float(value)
+        try:   # an integer stays one (a message then shows the value as given: 0, not 0.0)
+            out[key.strip()] = int(value) if value.strip().lstrip("+-").isdigit() else float(value)
         except ValueError:
             out[key.strip()] = value.strip()
     return out
