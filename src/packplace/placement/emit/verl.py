@@ -14,7 +14,8 @@ the emitter reports any a plan breaks):
   only) and the Megatron backend shards no parameters: :func:`choose_backend` picks FSDP for a plan whose
   trainers and forwards are ``tp = pp = ep = 1`` or that shards with ``zero3``, Megatron
   (``--config-name ppo_megatron_trainer``) otherwise; ``policy.trainer_backend`` / ``--trainer-backend``
-  forces either;
+  forces either; on the Megatron backend the reference runs with the actor's layout, context parallelism
+  included (one Megatron-Core parallel state per worker: ``_reference_context_parallel``);
 * a reward model runs on a vLLM engine (``reward.reward_model.rollout``), on the trainer's GPUs or on a
   pool of its own (``reward.reward_model.enable_resource_pool`` with its ``nnodes`` / ``n_gpus_per_node``).
 """
