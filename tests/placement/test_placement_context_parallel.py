@@ -162,6 +162,25 @@ def test_verls_megatron_reference_is_emitted_with_the_actors_context_parallelism
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
+def test_openrlhf_refuses_a_trainers_context_parallelism_it_cannot_express(dynamic):
+    # OpenRLHF's ring attention is one flag over every DeepSpeed model's packed samples: the plan's CP of the
+    # actor alone is a refusal line, no ring-attention key (it had been dropped without a word)
+    cfg = _grpo({"context_parallel": 2, "dynamic_context_parallel": dynamic})
+    cfg["policy"].update({"framework": "openrlhf"})
+    instance = build_instance(cfg)
+    block = Allocation((0, 0, 0), (1, 2, 8))
+    plan = Plan.build({v.name: VertexPlan(Strategy(16, 1, 1), 1, block) for v in instance.graph.vertices})
+    emitted = emit(instance, plan, "openrlhf")
+    assert not any("ring_attn" in key for key in emitted.settings)
+    assert [line for line in emitted.refusals if "context parallelism" in line] == [
+        f"actor context parallelism 2{' (dynamic)' if dynamic else ''}: OpenRLHF's ring attention "
+        "(--ds.ring_attn_size, with --ds.packing_samples) splits every DeepSpeed model's packed samples, not the "
+        "plan's micro-batches of one model; not emitted"]
+    assert not any("context parallelism" in line
+                   for line in emit(build_instance(_grpo() | {"policy": cfg["policy"]}), plan, "openrlhf").refusals)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
 def test_nemo_rl_settings_carry_the_cp_degree_and_refuse_dynamic_cp(dynamic):
     cfg = _grpo({"context_parallel": 2, "dynamic_context_parallel": dynamic})
     cfg["policy"].update({"framework": "nemo-rl"})
