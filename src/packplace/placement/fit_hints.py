@@ -72,15 +72,8 @@ def hinting() -> bool:
 
 def _variant(instance, training: dict[str, Any], policy: dict[str, Any]):
     """``instance`` with ``training`` applied to every trained model and ``policy`` fields set; ``None``
-    when nothing changes or the framework cannot run it (:func:`_variant_refusal` says why)."""
-    variant, _ = _variant_refusal(instance, training, policy)
-    return variant
-
-
-def _variant_refusal(instance, training: dict[str, Any], policy: dict[str, Any]):
-    """``(variant, refusal)``: :func:`_variant`'s instance, or ``None`` with the framework's layout rule that
-    refuses the setting (the first :func:`~packplace.placement.model.layout_rules.config_refusals` line; ``None``
-    when the setting changes nothing or is not an option of the models)."""
+    when nothing changes or the framework cannot run it (not an option of that framework: skipped, not
+    reported)."""
     options = {}
     for model in ("actor", "critic"):
         if model not in instance.models:
@@ -89,16 +82,15 @@ def _variant_refusal(instance, training: dict[str, Any], policy: dict[str, Any])
         try:
             options[model] = replace(current, **training)
         except (ConfigError, TypeError, ValueError):
-            return None, None
+            return None
     changed = any(options[m] != instance.training.get(m, DEFAULT_TRAINING) for m in options) or any(
         getattr(instance, k) != v for k, v in policy.items())
     if not changed:
-        return None, None
+        return None
     variant = replace(instance, training=options, _cache={}, **policy)
-    refused = config_refusals(Context.of(variant))
-    if refused:
-        return None, refused[0]
-    return variant, None
+    if config_refusals(Context.of(variant)):
+        return None
+    return variant
 
 
 def smallest_pack(instance) -> int:
@@ -159,9 +151,9 @@ def largest_fitting_packs(instance) -> tuple[int, int] | None:
 
 def with_hints(message: str, instance) -> str:
     """``message`` followed by :func:`fit_hints` (``"; fits with ..."``); when none fits, with "no
-    memory-saving setting tried fits", and where a layout rule, not memory, refused settings (the framework
-    cannot run them, a task keeps no legal strategy under them, or a task the framework runs on GPUs of its own
-    finds none free) the rules, each once, with the settings they refused."""
+    memory-saving setting tried fits", and where a layout rule, not memory, refused settings (a task keeps no
+    legal strategy under them, or a task the framework runs on GPUs of its own finds none free) the rules, each
+    once, with the settings they refused."""
     hints, refused = _report(instance)
     if hints:
         return f"{message}; {'; '.join(hints)}"
@@ -225,9 +217,10 @@ def _fitting(instance, api, refused: list[tuple[str, str]] | None = None) -> lis
     not counted)`` of every setting under which the greedy solver plans ``instance``: the second time is
     what the setting costs on that plan (ZeRO-3's gathers, offload traffic), inf where the plan is not
     legal without the setting. ``refused`` (when given) receives ``(label, rule)`` for each setting a layout
-    rule refuses: the framework cannot run it (:func:`_variant_refusal`), a task has no legal strategy under
-    it (:meth:`~packplace.placement.candidates.CandidateTable.no_strategy_message`), or the check proves no
-    plan by a task the framework runs on GPUs of its own (an ``InfeasibleError`` on ``[policy] framework``)."""
+    rule refuses: a task has no legal strategy under it
+    (:meth:`~packplace.placement.candidates.CandidateTable.no_strategy_message`), or the check proves no plan by
+    a task the framework runs on GPUs of its own (an ``InfeasibleError`` on ``[policy] framework``). A setting
+    that is no option of the framework at all (:func:`_variant`) is skipped."""
     found: list[tuple[float, int, str, float]] = []
     deadline = time.perf_counter() + HINTS_BUDGET_S
     rules = refused if refused is not None else []
@@ -283,10 +276,7 @@ def _fitting(instance, api, refused: list[tuple[str, str]] | None = None) -> lis
             break
         packs = halved(packs)
     for order, (label, training, policy) in enumerate(SETTINGS, start=1):
-        variant, refusal = _variant_refusal(instance, training, policy)
-        if refusal is not None:
-            rules.append((label, refusal))
-        result = planned(variant, label)
+        result = planned(_variant(instance, training, policy), label)
         if result is not None:
             record(result, order, label)
     return found
