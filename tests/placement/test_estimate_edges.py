@@ -107,3 +107,17 @@ def test_an_integer_hw_value_is_shown_as_given(capsys):
         "packplace estimate: error: [hardware] gpus_per_node: must be an integer >= 1, got 0"]   # was "got 0.0"
     assert main(["estimate", "--model", "qwen2.5-0.5b", "--hw", "memory_per_gpu=80000000000", "--json"]) == 0
     assert '"capacity_bytes": 80000000000' in capsys.readouterr().out
+
+
+def test_a_cp_pass_without_packs_says_its_sequences_are_padded():
+    # 4,001 tokens at CP 2, TP 2 pad once to 4,008 (a multiple of 8): 7 pad tokens, 2,004 tokens per CP rank
+    def line(**kw) -> list[str]:
+        text = format_estimate(estimate("qwen2.5-0.5b", "h200", "train", **kw))
+        return [row for row in text.splitlines() if row.startswith("cp:")]
+    assert line(seq_len=4001, cp=2, tp=2) == [
+        "cp: 1 sequence(s) of 4001 tokens, each padded to 4008 (a multiple of 2·cp·tp = 2·2·2 = 8: 7 pad tokens per "
+        "sequence), 2004 tokens on each of the 2 GPUs of the CP group"]
+    assert line(seq_len=4096, cp=2, micro_batch=2) == [
+        "cp: 2 sequence(s) of 4096 tokens, a multiple of 2·cp·tp = 4, no pad, 4096 tokens on each of the 2 GPUs of "
+        "the CP group"]
+    assert line(seq_len=4001) == []

@@ -1056,6 +1056,18 @@ def _pack_line(inputs: Mapping[str, Any]) -> str:
             f"{pad}{share}")
 
 
+def _cp_line(inputs: Mapping[str, Any]) -> str:
+    """The text line of a context-parallel pass without packs: each sequence padded once to a multiple of
+    ``2·cp·tp`` (with its pad tokens when it is) and each GPU's share (:func:`_cp_share`)."""
+    n, length, cp, tp = inputs["micro_batch"], inputs["seq_len"], inputs["cp"], inputs.get("tp", 1)
+    padded = padded_length(length, pad_multiple(tp, cp))
+    share = _cp_share(n, length, tp, cp)
+    pad = (f"each padded to {padded} (a multiple of 2·cp·tp = 2·{cp}·{tp} = {2 * cp * tp}: {padded - length} pad "
+           f"token{'s' if padded - length > 1 else ''} per sequence)" if padded > length
+           else f"a multiple of 2·cp·tp = {2 * cp * tp}, no pad")
+    return f"cp: {n} sequence(s) of {length} tokens, {pad}, {share:.0f} tokens on each of the {cp} GPUs of the CP group"
+
+
 def format_estimate(result: Estimate) -> str:
     """The estimate as text: the time and its parts, the peak memory and its parts."""
     GB = 1e9
@@ -1065,6 +1077,8 @@ def format_estimate(result: Estimate) -> str:
     lines += [f"  {name:<14} {seconds:.4f} s" for name, seconds in result.parts.items()]
     if "pack_backend" in result.inputs:
         lines.append(_pack_line(result.inputs))
+    elif result.inputs.get("cp", 1) > 1:
+        lines.append(_cp_line(result.inputs))
     verdict = "fits" if result.fits else "does NOT fit"
     lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({verdict} in "
                  f"{result.capacity_bytes / GB:.2f} GB)")
