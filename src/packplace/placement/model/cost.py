@@ -827,14 +827,17 @@ class CostModel:
                         pp: int, tp: int, ep: int) -> tuple[float, float]:
         """``(one layer, the head)`` seconds of a micro-batch of ``tokens`` on the component table: forward
         (and backward when ``train``) with the kernels of :meth:`pass_kernels` (Megatron's under the
-        Transformer Engine release ``transformer_engine``)."""
+        Transformer Engine release ``transformer_engine``, times the GPU type's ``megatron_pass_factor``:
+        published Megatron-Core pre-training steps over the table's,
+        :data:`~packplace.placement.problem.hardware.MEGATRON_PASS_FACTOR_H100`)."""
         kernels = self.pass_kernels(pp, tp, ep)
         te = self.transformer_engine if kernels == "megatron" else None
         layer = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=1, head=False, tp=tp,
                            kernels=kernels, transformer_engine=te)
         top = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=0, head=True, tp=tp,
                          kernels=kernels, transformer_engine=te)
-        return layer.forward + layer.backward, top.forward + top.backward
+        factor = self.hw.megatron_pass_factor if kernels == "megatron" else 1.0
+        return factor * (layer.forward + layer.backward), factor * (top.forward + top.backward)
 
     def decode_step_times(self, model: ModelSpec, tp: int, pp: int, extent: tuple[int, int, int], dp: int,
                           running: np.ndarray, context_sum: np.ndarray, ep: int = 1,
