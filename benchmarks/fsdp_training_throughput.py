@@ -39,6 +39,7 @@ from pathlib import Path
 
 from packplace.placement.candidates import _parts
 from packplace.placement.model import components as C
+from packplace.placement.model import cost as cost_module
 from packplace.placement.model.cost import CostModel
 from packplace.placement.model.memory import TrainingOptions
 from packplace.placement.problem.hardware import Cluster, Hardware, resolve_preset
@@ -54,10 +55,14 @@ OP_SAC_RECOMPUTED = (False, True, False, True, False, True, False)
 
 
 class FusedKernels(CostModel):
-    """A cost model whose trainer passes run the fused kernel inventory (a compiled block)."""
+    """A cost model whose trainer passes run the fused kernel inventory (a compiled block) of a PyTorch-native
+    trainer: its training passes at the rate fraction of the Hugging Face kernels'."""
 
     def pass_kernels(self, pp: int, tp: int, ep: int = 1) -> str:
         return "megatron"
+
+    def train_rate_fraction(self, model, pp: int, tp: int, ep: int = 1, lora_rank: int = 0) -> float:
+        return CostModel(self.hw, self.cluster, self.workload).train_rate_fraction(model, pp, tp, ep, lora_rank)
 
 
 def hardware(spec: dict, flops: float | None = None) -> Hardware:
@@ -99,7 +104,14 @@ def op_sac_seconds(cost: CostModel, model, tokens: float, seq: float, tp: int, f
         gemms = [op for op in ops if op[0] == "gemm"]
         seconds = sum(table.eager_seconds([op]) for op, r in zip(gemms, OP_SAC_RECOMPUTED) if r)
     seconds += table.eager_seconds([op for op in ops if op[0] == "ew"])
-    return model.layers * seconds
+    return model.layers * seconds / rate_fraction(cost, model, tp)
+
+
+def rate_fraction(cost: CostModel, model, tp: int) -> float:
+    """The fraction of the table's rates the cost model's training passes run at (1 where the installed
+    packplace has no such fraction)."""
+    method = getattr(cost, "train_rate_fraction", None)
+    return method(model, 1, tp) if method is not None else 1.0
 
 
 def pass_breakdown(cost: CostModel, model, tokens: float, seq: float, tp: int, fused: bool) -> dict[str, float]:
@@ -158,6 +170,36 @@ def price(row: dict, document: dict, fused: bool, flops: float | None = None) ->
             "table": cost.components_for(model) is not None}
 
 
+def table_rows(document: dict) -> list[dict]:
+    """The rows a component table prices (the GPU types :data:`~packplace.placement.model.cost.PYTORCH_TRAIN_FRACTION`
+    is fitted on)."""
+    return [row for row in document["rows"] if price(row, document, fused=row["compile"])["table"]]
+
+
+def ratio_at(row: dict, document: dict, fraction: float) -> float:
+    """Predicted / published step time of ``row`` with the training rate fraction set to ``fraction``."""
+    saved = cost_module.PYTORCH_TRAIN_FRACTION
+    cost_module.PYTORCH_TRAIN_FRACTION = fraction
+    try:
+        return row["published_tps"] / price(row, document, fused=row["compile"])["tps_per_gpu"]
+    finally:
+        cost_module.PYTORCH_TRAIN_FRACTION = saved
+
+
+def held_out(document: dict, key: str) -> list[tuple[str, float, float]]:
+    """Each table row priced with the fraction fitted without the rows sharing its ``key`` (``id``: leave one
+    row out; ``model``: leave one model out): the fraction is the median predicted / published step time of
+    the other rows at fraction 1 (:data:`~packplace.placement.model.cost.PYTORCH_TRAIN_FRACTION`'s rule).
+    ``[(row id, fitted fraction, ratio)]``."""
+    rows = table_rows(document)
+    at_one = {row["id"]: ratio_at(row, document, 1.0) for row in rows}
+    out = []
+    for row in rows:
+        fraction = statistics.median(at_one[r["id"]] for r in rows if r[key] != row[key])
+        out.append((row["id"], fraction, ratio_at(row, document, fraction)))
+    return out
+
+
 def spread(ratios: list[float]) -> str:
     """``median (min-max), n`` of ``ratios``."""
     if not ratios:
@@ -208,6 +250,15 @@ def main() -> int:
     print(f"    at the NVL FLOP/s bound: {spread([r['ratio_nvl_flops'] for r in out if r['ratio_nvl_flops']])}")
     print(f"  efficiency-knob rows (A100): {spread(knobs)}")
     print(f"  every row: {spread([r['ratio'] for r in out])}")
+    if hasattr(cost_module, "PYTORCH_TRAIN_FRACTION"):
+        rows = table_rows(document)
+        at_one = [ratio_at(row, document, 1.0) for row in rows]
+        print(f"  component-table rows at fraction 1: {spread(at_one)}; fitted fraction (their median) "
+              f"{statistics.median(at_one):.4f}, shipped {cost_module.PYTORCH_TRAIN_FRACTION}")
+        for key, label in (("id", "leave one row out"), ("model", "leave one model out")):
+            fits = held_out(document, key)
+            print(f"  {label}: fraction {min(f for _, f, _ in fits):.3f}-{max(f for _, f, _ in fits):.3f}, "
+                  f"held-out ratio {spread([r for _, _, r in fits])}")
     if args.json:
         Path(args.json).write_text(json.dumps({"data": str(Path(args.data).name), "rows": out}, indent=1) + "\n")
     return 0

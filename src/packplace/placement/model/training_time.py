@@ -126,7 +126,7 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
     rank = options.lora_rank
     if options.recompute == "full":
         seconds += cost.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep, lora_rank=rank,
-                                  layers_only=True, pack="train")
+                                  layers_only=True, pack="train") / cost.train_rate_fraction(model, pp, tp, ep, rank)
     elif options.recompute == "selective":
         s = cost.attention_length(model, "train", dp, pp, tp, ep)   # packed: the packs' Σ l² over their tokens
         attention = 2.0 * model.layers * s * model.attention_dim * tokens   # forward attention FLOPs
