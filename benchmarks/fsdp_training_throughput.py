@@ -250,6 +250,13 @@ def main() -> int:
     print(f"    at the NVL FLOP/s bound: {spread([r['ratio_nvl_flops'] for r in out if r['ratio_nvl_flops']])}")
     print(f"  efficiency-knob rows (A100): {spread(knobs)}")
     print(f"  every row: {spread([r['ratio'] for r in out])}")
+    by_id = {r["id"]: r for r in out}
+    for bound in document.get("fp8_bounds", []):
+        bf16 = by_id.get(bound.get("bf16_row", ""))
+        if bf16 is not None:   # a BF16 step is slower than the FP8 one: published FP8 / predicted BF16 > 1
+            predicted = bf16["predicted"]["tps_per_gpu"]
+            print(f"  FP8 bound {bound['id']}: published FP8 {bound['published_tps']:g} / predicted BF16 "
+                  f"{predicted:.0f} = {bound['published_tps'] / predicted:.2f}")
     if hasattr(cost_module, "PYTORCH_TRAIN_FRACTION"):
         rows = table_rows(document)
         at_one = [ratio_at(row, document, 1.0) for row in rows]
