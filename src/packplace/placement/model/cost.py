@@ -101,7 +101,7 @@ ULYSSES_POSITION_BYTES = 8
 #: table reproduces within about 6 % against NVIDIA's published pre-training): the median of predicted /
 #: published step time over the 8 BF16 H100 rows of ``benchmarks/fsdp_training_throughput.json`` (torchtitan
 #: FSDP2 Llama 3.1 8B / 70B / 405B on 8-256 GPUs, eager and compiled; fms-fsdp FSDP1 Llama 2 7B on 96 GPUs),
-#: which the step model priced at 0.63-0.74 with this fraction at 1; leave-one-model-out 0.93-1.12
+#: which the step model prices at 0.63-0.74 with this fraction at 1 (held out one model at a time: 0.88-1.12)
 #: (docs/calibration-and-validation.md, "PyTorch FSDP training throughput"). No source sizes the mechanism.
 PYTORCH_TRAIN_FRACTION = 0.67
 #: Bytes per token of the fp32 log-probs verl's actor gathers over the Ulysses group per micro-batch
