@@ -96,6 +96,9 @@ STREAM_SEQUENCES = 16384
 #: ``torch.distributed.all_gather(position_ids_list, position_ids, ...)``,
 #: ``verl/models/transformers/monkey_patch.py`` ``_ulysses_flash_attention_forward``).
 ULYSSES_POSITION_BYTES = 8
+#: Bytes per token of the fp32 log-probs verl's actor gathers over the Ulysses group per micro-batch
+#: (``gather_outputs_and_unpad`` in ``verl/workers/actor/dp_actor.py`` ``_forward_micro_batch``).
+ULYSSES_LOGPROB_BYTES = 4
 #: Fraction of a component table's kernel rates that a PyTorch-native trainer's training passes sustain (the
 #: Hugging Face eager or compiled layer under FSDP / DTensor / DeepSpeed ZeRO; not Megatron-Core's, which the
 #: table reproduces within about 6 % against NVIDIA's published pre-training): the median of predicted /
@@ -104,9 +107,6 @@ ULYSSES_POSITION_BYTES = 8
 #: which the step model prices at 0.63-0.74 with this fraction at 1 (held out one model at a time: 0.88-1.12)
 #: (docs/calibration-and-validation.md, "PyTorch FSDP training throughput"). No source sizes the mechanism.
 PYTORCH_TRAIN_FRACTION = 0.67
-#: Bytes per token of the fp32 log-probs verl's actor gathers over the Ulysses group per micro-batch
-#: (``gather_outputs_and_unpad`` in ``verl/workers/actor/dp_actor.py`` ``_forward_micro_batch``).
-ULYSSES_LOGPROB_BYTES = 4
 
 
 def hardware_table(hardware: Hardware, table: ComponentTable | str | None) -> ComponentTable | None:
@@ -751,6 +751,9 @@ class CostModel:
 
         verl's Ulysses (:meth:`ulysses_size`): :meth:`ulysses_layer_seconds` per layer, :meth:`ulysses_output_seconds`.
 
+        On a component table a training pass runs at :meth:`train_rate_fraction` of the table's rates (a
+        PyTorch-native trainer's: :data:`PYTORCH_TRAIN_FRACTION`).
+
         ``include_update=False`` leaves out that end-of-step part (gradient all-reduce, Adam, tied
         embedding): the forward and backward passes alone, which ZeRO-3's per-micro-batch collectives
         overlap with (:func:`~packplace.placement.model.training_time.zero3_exposed_seconds`).
@@ -835,7 +838,8 @@ class CostModel:
                         pp: int, tp: int, ep: int) -> tuple[float, float]:
         """``(one layer, the head)`` seconds of a micro-batch of ``tokens`` on the component table: forward
         (and backward when ``train``) with the kernels of :meth:`pass_kernels` (Megatron's under the
-        Transformer Engine release ``transformer_engine``)."""
+        Transformer Engine release ``transformer_engine``); a training pass at :meth:`train_rate_fraction` of the
+        table's rates."""
         kernels = self.pass_kernels(pp, tp, ep)
         te = self.transformer_engine if kernels == "megatron" else None
         layer = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=1, head=False, tp=tp,
