@@ -751,9 +751,6 @@ class CostModel:
 
         verl's Ulysses (:meth:`ulysses_size`): :meth:`ulysses_layer_seconds` per layer, :meth:`ulysses_output_seconds`.
 
-        On a component table a training pass runs at :meth:`train_rate_fraction` of the table's rates (a
-        PyTorch-native trainer's: :data:`PYTORCH_TRAIN_FRACTION`).
-
         ``include_update=False`` leaves out that end-of-step part (gradient all-reduce, Adam, tied
         embedding): the forward and backward passes alone, which ZeRO-3's per-micro-batch collectives
         overlap with (:func:`~packplace.placement.model.training_time.zero3_exposed_seconds`).
