@@ -250,3 +250,57 @@ def test_nemo_rl_dtensor_takes_no_context_parallelism_with_packs():
     table = get_table(build_instance(cfg))
     trainers = table.all["actor.train"]
     assert trainers and all(c.strategy.pp > 1 or c.strategy.ep > 1 for c in trainers)
+
+
+def test_place_check_with_a_solver_checks_that_solvers_plan(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from packplace.cli import main
+    wide = dict(layers=2, hidden_dim=1024, ffn_dim=2048, vocab_size=256000, head_dim=128)
+    config = {"hardware": dict(HW, nodes_per_rack=1, gpus_per_node=8, memory_per_gpu=1e12),
+              "models": {"actor": wide, "critic": wide, "reward": wide},
+              "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
+              "policy": {"algorithm": "ppo"}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    # --solver anneal: the plan checked is anneal's (seed 0), the step its evaluator score, not greedy's
+    assert main(["place", "--config", str(path), "--check", "--solver", "anneal", "--time-limit", "5", "--json",
+                 "--quiet"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "whole plan" and doc["solver"] == "anneal"
+    assert "whole plan verified: the anneal solver's plan fits" in doc["message"]
+    assert doc["step_time_s"] > 0
+    inst = build_instance(config)
+    check = check_instance(inst, time_limit_s=5, solver="anneal")
+    assert check.solver == "anneal" and check.step_time == get_evaluator(inst).score(check.plan).step_time
+    # an unknown solver is refused with --check too (it had been ignored)
+    assert main(["place", "--config", str(path), "--check", "--solver", "bogus"]) == 2
+    assert "solver: unknown placement solver 'bogus'" in capsys.readouterr().err
+    # without --solver the check stays greedy, then concurrent
+    assert check_instance(inst, time_limit_s=5).solver == "greedy"
+
+
+def test_place_check_passes_its_seed_to_the_solvers(tmp_path, monkeypatch):
+    import yaml
+
+    from packplace.cli import main
+    from packplace.placement import api
+    seeds = []
+
+    def recording(**kwargs):
+        seeds.append((kwargs["solver"], kwargs["seed"]))
+        return solve_with(**kwargs)
+
+    monkeypatch.setattr(api, "solve_with", recording)
+    wide = dict(layers=2, hidden_dim=1024, ffn_dim=2048, vocab_size=256000, head_dim=128)
+    config = {"hardware": dict(HW, nodes_per_rack=1, gpus_per_node=8, memory_per_gpu=1e12),
+              "models": {"actor": wide, "reward": "rule"},
+              "workload": dict(batch_size=8, samples_per_prompt=1, context_length=1024, generation_length=64),
+              "policy": {"algorithm": "grpo"}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["place", "--config", str(path), "--check", "--solver", "anneal", "--seed", "7", "--quiet"]) == 0
+    assert main(["place", "--config", str(path), "--check", "--seed", "5", "--quiet"]) == 0
+    assert seeds == [("anneal", 7), ("greedy", 5)]   # it had run greedy at seed 0 whatever was given

@@ -156,7 +156,11 @@ def test_train_mb_tokens_without_packs_is_refused():
 
 def test_text_output_says_how_a_pack_was_priced():
     from packplace.placement.task_estimate import format_estimate
-    assert "pack: 7 sequences of 1026 tokens (7182) on NeMo RL's DTensor workers: padded to 8192 tokens" in \
+    # 1,025-token sequences rounded to 1,026 (TP 2): 1 pad token each, 7 in the pack; the DTensor pack padded
+    # to 8,192 holds 8,192 - 7,175 = 1,017 pad tokens, the Megatron-Core pack only the rounding's 7
+    rounded = ("pack: 7 sequences of 1025 tokens (7175), each padded to 1026 (a multiple of tp = 2: 1 pad token per "
+               "sequence, 7 in all), on NeMo RL's")
+    assert f"{rounded} DTensor workers: the pack padded to 8192 tokens (1017 pad tokens)" in \
         format_estimate(_packed("train")).splitlines()
-    assert "pack: 7 sequences of 1026 tokens (7182) on NeMo RL's Megatron-Core workers: its own tokens, no pad" in \
+    assert f"{rounded} Megatron-Core workers: 7182 tokens, 7 of them pad" in \
         format_estimate(_packed("train", pp=2)).splitlines()

@@ -17,10 +17,11 @@ from packplace.placement.task_estimate import estimate, resolve_hardware
     (["--hw", "preset=a100"],
      "hardware: preset 'a100' is set by estimate itself (give the preset as gpu (--gpu)); drop it"),
     (["--dp", "16", "--hw", "nodes_per_rack=1"],
-     "hardware: nodes_per_rack 1.0 is set by estimate itself (the cluster holds the strategy's tp x pp x dp GPUs); "
-     "drop it"),
+     "hardware: nodes_per_rack 1 is set by estimate itself (the cluster holds the strategy's tp x pp x cp x dp "
+     "GPUs); drop it"),
     (["--hw", "racks=2"],
-     "hardware: racks 2.0 is set by estimate itself (the cluster holds the strategy's tp x pp x dp GPUs); drop it"),
+     "hardware: racks 2 is set by estimate itself (the cluster holds the strategy's tp x pp x cp x dp GPUs); drop "
+     "it"),
     (["--hw", "gpus_per_node=2.5"], "[hardware] gpus_per_node: must be an integer >= 1, got 2.5"),
 ])
 def test_a_hardware_flag_estimate_cannot_apply_is_refused(capsys, flags, line):

@@ -153,3 +153,28 @@ def test_the_evaluator_refuses_a_plan_that_breaks_a_rule_and_conform_repairs_it(
     # the same plan under framework none is scored as before (no rules)
     plain = build_instance(dict(load_yaml(config)))
     assert not any("layout" in v for v in get_evaluator(plain).score(plan).violations)
+
+
+def test_verls_megatron_reference_keeps_the_actors_layout():
+    # verl builds the reference and the actor in one worker with one Megatron-Core parallel state: on the
+    # Megatron backend a reference with another tp than the actor's is refused, and conform gives it the actor's
+    from packplace.placement.evaluator import get_table
+    from packplace.placement.model.layout_rules import conform
+    from packplace.placement.problem.plan import Allocation, Plan, Strategy
+    config = ROOT / "configs" / "placement" / "grpo_qwen2.5-7b_2x8xh100.yaml"
+    block = Allocation((0, 0, 0), (1, 2, 8))
+    for backend, refused in (("megatron", True), ("fsdp", False)):
+        instance = planned_for(config, "verl", backend)
+        table = get_table(instance)
+        tp = 2 if backend == "megatron" else 1      # verl's FSDP trainer runs tp 1 only
+        plan = Plan.build({name: table.fastest(name, (1, 2, 8)).at(block) for name in instance.graph.names})
+        plan = Plan.build({**plan.by_vertex(), "actor.train": next(
+            c for c in table.feasible["actor.train"] if c.extent == (1, 2, 8) and c.strategy.tp == tp).at(block),
+            "reference.infer": next(c for c in table.feasible["reference.infer"] if c.extent == (1, 2, 8)
+                                    and c.strategy == Strategy(16, 1, 1)).at(block)})
+        broken = plan_refusals(instance, plan)
+        assert any("verl's Megatron reference and actor share one Megatron-Core parallel state" in line
+                   for line in broken) is refused
+        fixed = conform(instance, table, plan)
+        assert fixed["reference.infer"].strategy == fixed["actor.train"].strategy or not refused
+        assert plan_refusals(instance, fixed) == []

@@ -4,6 +4,7 @@ the trainer's passes costed with the CP plan as the data-parallel balance costs 
 
 from __future__ import annotations
 
+import json
 import os
 from types import SimpleNamespace
 
@@ -31,6 +32,7 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 GRPO = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
 SHAPE = TransformerShape(layers=2, hidden_dim=256, ffn_dim=512, vocab_size=1000, head_dim=64, num_kv_heads=2)
 MIB = 1 << 20
+VERL_KEYS = os.path.join(ROOT, "tests", "data", "frameworks", "verl.json")
 
 
 def _grpo(training=None, **workload):
@@ -135,6 +137,47 @@ def test_verl_settings_carry_the_trainers_context_parallelism(backend):
     else:
         assert not any("context_parallel" in key for key in emitted.settings)
         assert any("context parallelism 2 (dynamic)" in line for line in emitted.refusals)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_verls_megatron_reference_is_emitted_with_the_actors_context_parallelism(dynamic):
+    # verl initialises Megatron-Core's parallel state once per worker, from the engine built first (the
+    # reference's): ref.megatron.context_parallel_size must be the actor's, as the plan prices the reference
+    cfg = _grpo({"context_parallel": 4, "dynamic_context_parallel": dynamic, "max_tokens_per_rank": 6000})
+    cfg["policy"].update({"framework": "verl", "trainer_backend": "megatron"})
+    instance = build_instance(cfg)
+    block = Allocation((0, 0, 0), (1, 2, 8))
+    plan = Plan.build({v.name: VertexPlan(Strategy(16, 1, 1), 1, block) for v in instance.graph.vertices})
+    settings = emit(instance, plan, "verl").settings
+    ref = "actor_rollout_ref.ref.megatron."
+    actor = "actor_rollout_ref.actor.megatron."
+    assert settings[ref + "context_parallel_size"] == settings[actor + "context_parallel_size"] == 4
+    assert settings.get(ref + "dynamic_context_parallel") is (True if dynamic else None)
+    assert settings.get(ref + "max_seqlen_per_dp_cp_rank") == (6000 if dynamic else None)
+    known = set(json.loads(open(VERL_KEYS).read())["configs"]["megatron"])
+    assert {key for key in settings if key.startswith(ref)} <= known
+    # without context parallelism the reference gets no CP key
+    plain = build_instance({**cfg, "training": {}})
+    assert not any("context_parallel" in key for key in emit(plain, plan, "verl").settings)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_openrlhf_refuses_a_trainers_context_parallelism_it_cannot_express(dynamic):
+    # OpenRLHF's ring attention is one flag over every DeepSpeed model's packed samples: the plan's CP of the
+    # actor alone is a refusal line, no ring-attention key (it had been dropped without a word)
+    cfg = _grpo({"context_parallel": 2, "dynamic_context_parallel": dynamic})
+    cfg["policy"].update({"framework": "openrlhf"})
+    instance = build_instance(cfg)
+    block = Allocation((0, 0, 0), (1, 2, 8))
+    plan = Plan.build({v.name: VertexPlan(Strategy(16, 1, 1), 1, block) for v in instance.graph.vertices})
+    emitted = emit(instance, plan, "openrlhf")
+    assert not any("ring_attn" in key for key in emitted.settings)
+    assert [line for line in emitted.refusals if "context parallelism" in line] == [
+        f"actor context parallelism 2{' (dynamic)' if dynamic else ''}: OpenRLHF's ring attention "
+        "(--ds.ring_attn_size, with --ds.packing_samples) splits every DeepSpeed model's packed samples, not the "
+        "plan's micro-batches of one model; not emitted"]
+    assert not any("context parallelism" in line
+                   for line in emit(build_instance(_grpo() | {"policy": cfg["policy"]}), plan, "openrlhf").refusals)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])

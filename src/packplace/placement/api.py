@@ -142,21 +142,26 @@ def _table_cut(instance: PlacementInstance, solver: str, cut: TableBuildTimeout,
 
 
 def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
-                   time_limit_s: float = CHECK_TIME_LIMIT_S) -> PlacementCheck:
+                   time_limit_s: float = CHECK_TIME_LIMIT_S, solver: str | None = None,
+                   seed: int = 0) -> PlacementCheck:
     """Pre-launch checks: each task alone, what the tasks need together, and (``whole_plan``) a whole plan.
 
     1. Each task has a legal candidate that fits in memory on its own (:meth:`CandidateTable.shortfalls`,
        worded with the smallest grown cluster on which the ``concurrent`` solver fits a whole plan).
     2. No group of tasks that must share a GPU needs more than ``memory_per_gpu`` there
        (:func:`~packplace.placement.whole_plan.shared_gpu_shortfall`: a proof, from the candidate table).
-    3. With ``whole_plan``: the ``greedy`` solver, and where it finds nothing the ``concurrent`` one, build a
-       plan within ``time_limit_s`` seconds in all, scored by the evaluator; a plan found is the only claim
-       that a whole plan exists. None found is reported, not raised: it proves nothing.
+    3. With ``whole_plan``: the ``greedy`` solver, and where it finds nothing the ``concurrent`` one (or the
+       ``solver`` named, alone), build a plan within ``time_limit_s`` seconds in all, scored by the
+       evaluator; a plan found is the only claim that a whole plan exists. None found is reported, not
+       raised: it proves nothing.
 
     Args:
         instance: A validated instance.
         whole_plan: Also search for a whole plan (step 3); :func:`solve_placement` checks steps 1-2 only.
         time_limit_s: Seconds for step 3 (greedy and concurrent together), > 0.
+        solver: A placement solver's name: step 3 checks that solver's plan alone; ``None``: greedy, then
+            concurrent.
+        seed: The seed of step 3's solvers (same instance and seed, same verdict).
 
     Returns:
         A :class:`~packplace.placement.whole_plan.PlacementCheck`: verdict ``"whole plan"`` (with the plan,
@@ -164,7 +169,8 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
         message saying what was checked.
 
     Raises:
-        ConfigError: a vertex with no legal strategy, non-finite predicted times, a bad ``time_limit_s``.
+        ConfigError: a vertex with no legal strategy, non-finite predicted times, a bad ``time_limit_s``, an
+            unknown ``solver``.
         InfeasibleError: a vertex that fits on no cluster grown up to 64x (bytes needed and available, and
             the memory settings under which it fits with their step times: :mod:`packplace.placement.fit_hints`),
             "cluster has X GPUs; the smallest feasible plan for V needs Y (...); the smallest cluster of
@@ -175,6 +181,9 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
     """
     if not (isinstance(time_limit_s, (int, float)) and math.isfinite(time_limit_s) and time_limit_s > 0):
         raise ConfigError(f"time_limit_s: expected a finite number of seconds > 0, got {time_limit_s!r}")
+    check_limits(time_limit_s, seed)
+    if solver is not None:
+        get("placement", solver)   # an unknown name fails before any work
     table = get_table(instance)
     try:
         short = table.shortfalls()
@@ -190,18 +199,22 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
                f"must share a GPU is proven over memory")
     if not whole_plan:
         return PlacementCheck("tasks only", f"{checked}; no whole plan searched for")
-    return _search_whole_plan(instance, checked, time_limit_s)
+    return _search_whole_plan(instance, checked, time_limit_s, solver, seed)
 
 
-def _search_whole_plan(instance: PlacementInstance, checked: str, time_limit_s: float) -> PlacementCheck:
-    """Step 3 of :func:`check_instance`: ``greedy``, then ``concurrent`` with the time left, no fit hints."""
+def _search_whole_plan(instance: PlacementInstance, checked: str, time_limit_s: float,
+                       only: str | None = None, seed: int = 0) -> PlacementCheck:
+    """Step 3 of :func:`check_instance`: ``greedy``, then ``concurrent`` with the time left (or the solver
+    ``only`` alone), no fit hints."""
+    if only is not None:
+        return _check_with(instance, checked, time_limit_s, only, seed)
     deadline = time.perf_counter() + time_limit_s
     evaluator = get_evaluator(instance)
     greedy_why = None
     for solver in ("greedy", "concurrent"):
         left = max(1e-3, deadline - time.perf_counter())
         result = solve_with(problem="placement", instance=instance, solver=solver, evaluator=evaluator,
-                            time_limit_s=left, seed=0, params={}, analytic_bound=0.0)
+                            time_limit_s=left, seed=seed, params={}, analytic_bound=0.0)
         if result.solution is not None and evaluator.score(result.solution).feasible:
             greedy = "plan" if solver == "greedy" else greedy_why
             note = "" if solver == "greedy" else f" (greedy found none: {greedy_why})"
@@ -213,6 +226,22 @@ def _search_whole_plan(instance: PlacementInstance, checked: str, time_limit_s: 
     return PlacementCheck("no plan found", f"{checked}; no whole plan verified: neither greedy nor concurrent "
                           f"found one within {time_limit_s:g} s (not a proof that none exists): {result.message}",
                           greedy=greedy_why)
+
+
+def _check_with(instance: PlacementInstance, checked: str, time_limit_s: float, solver: str,
+                seed: int = 0) -> PlacementCheck:
+    """Step 3 of :func:`check_instance` with one named solver: its plan within ``time_limit_s`` (``seed``),
+    verified by the evaluator."""
+    evaluator = get_evaluator(instance)
+    result = solve_with(problem="placement", instance=instance, solver=solver, evaluator=evaluator,
+                        time_limit_s=time_limit_s, seed=seed, params={}, analytic_bound=0.0)
+    if result.solution is not None and evaluator.score(result.solution).feasible:
+        return PlacementCheck("whole plan", f"{checked}; whole plan verified: the {result.solver} solver's plan "
+                              f"fits, step {result.objective:.4g} s", result.solution, result.objective,
+                              result.solver)
+    return PlacementCheck("no plan found", f"{checked}; no whole plan verified: the {result.solver} solver found "
+                          f"none within {time_limit_s:g} s (not a proof that none exists): "
+                          f"{result.message or 'no plan'}")
 
 
 def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, short: list[Shortfall]) -> str:

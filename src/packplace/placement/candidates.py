@@ -428,18 +428,7 @@ class CandidateTable:
                 continue
             model = inst.models[vertex.model]
             if not self.all[name]:
-                why = _why_none(model, inst.cluster, inst.workload.sequences)
-                owner = name.split(".")[0] if vertex.kind == "train" else (
-                    CONTEXT_PARALLEL_FORWARDS[inst.framework][1] if forward_context_parallel(inst, name) else None)
-                cp = vertex_setting(inst, owner).context_parallel if owner is not None else None
-                if cp is not None and cp.degree > 1:
-                    why += (f", with training.context_parallel {cp.degree} dividing the data-parallel degree "
-                            f"(the cluster's {inst.cluster.num_gpus} GPUs take tp x pp x dp)")
-                dynamic = getattr(inst, "dynamic_bsz", None)
-                if dynamic is not None and dynamic[2] > 1 and vertex.kind in ("train", "infer"):
-                    why += (f", with GPUs a multiple of policy.ulysses_sequence_parallel_size {dynamic[2]} "
-                            "(verl's device mesh)")
-                raise ConfigError(f"[models] {vertex.model}: no legal strategy for {name} on the cluster: {why}")
+                raise ConfigError(self.no_strategy_message(name))
             fitting = [c for c in self.all[name] if c.fits]
             if fitting and not any(math.isfinite(c.time) for c in fitting):
                 raise ConfigError(f"[workload] {name}: predicted time is not finite ({fitting[0].time}) for every "
@@ -463,6 +452,31 @@ class CandidateTable:
                                   f"(least memory of any "
                                   f"candidate: {gb(worst.least.memory_bytes)} GB){capped}")
         return short
+
+    def no_strategy_message(self, name: str) -> str:
+        """The one-line error for vertex ``name`` when it has no legal strategy on the cluster: the hard rules
+        that failed (:func:`_why_none`), a context-parallel degree that must divide ``dp``, NeMo RL's DTensor
+        workers that refuse context parallelism with sequence packing, verl's Ulysses device mesh."""
+        inst = self.instance
+        vertex = inst.graph.vertex(name)
+        model = inst.models[vertex.model]
+        why = _why_none(model, inst.cluster, inst.workload.sequences)
+        owner = name.split(".")[0] if vertex.kind == "train" else (
+            CONTEXT_PARALLEL_FORWARDS[inst.framework][1] if forward_context_parallel(inst, name) else None)
+        cp = vertex_setting(inst, owner).context_parallel if owner is not None else None
+        if cp is not None and cp.degree > 1:
+            why += (f", with training.context_parallel {cp.degree} dividing the data-parallel degree "
+                    f"(the cluster's {inst.cluster.num_gpus} GPUs take tp x pp x dp)")
+        if vertex.kind == "train" and dtensor_packs_with_context_parallel(inst, name, Strategy(1, 1, 1)):
+            why = (_DTENSOR_PACKS_CP + ", and training.sharding zero3 or parameter offload keeps the trainer "
+                   "on them (the Megatron-Core workers shard no parameters)"
+                   if trainer_backend(Context.of(inst)) == "fsdp" else
+                   f"{why}, on NeMo RL's Megatron-Core workers (pp or ep above 1): {_DTENSOR_PACKS_CP}")
+        dynamic = getattr(inst, "dynamic_bsz", None)
+        if dynamic is not None and dynamic[2] > 1 and vertex.kind in ("train", "infer"):
+            why += (f", with GPUs a multiple of policy.ulysses_sequence_parallel_size {dynamic[2]} "
+                    "(verl's device mesh)")
+        return f"[models] {vertex.model}: no legal strategy for {name} on the cluster: {why}"
 
     def shortfall_message(self, short: list[Shortfall], whole: str) -> str:
         """The one-line error for a cluster too small for some vertex: the vertex needing the most GPUs
@@ -855,6 +869,11 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str |
     if not ctx.ruled:
         return True
     return strategy_refusal(ctx, name or f"?.{kind}", kind, strategy) is None
+
+
+#: Why a packed context-parallel NeMo RL trainer has no DTensor strategy (:func:`dtensor_packs_with_context_parallel`).
+_DTENSOR_PACKS_CP = ("NeMo RL's DTensor workers refuse context parallelism with sequence packing "
+                     "(policy.train_mb_tokens)")
 
 
 def dtensor_packs_with_context_parallel(instance, name: str, strategy: Strategy) -> bool:

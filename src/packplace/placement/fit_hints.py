@@ -56,6 +56,11 @@ HINTS_BUDGET_S = 15.0
 #: Times the sequence-packing hint halves both packs when the largest under which each task fits alone plans
 #: nothing (colocated tasks share the GPUs).
 PACK_HALVINGS = 4
+#: How the check words a proof that no plan fits by a layout rule (a task the framework runs on GPUs of its own
+#: finds none free), not by memory (``"[hardware] memory_per_gpu: ..."``).
+RULE_PROOF = "[policy] framework: "
+#: The label of the smaller-sequence-packs setting among the settings a layout rule refuses.
+PACKS_LABEL = "policy: {train_mb_tokens, logprob_mb_tokens} smaller"
 #: Set while :func:`fit_hints` plans the variants (their own failures are not hinted again).
 _ACTIVE: list[bool] = []
 
@@ -67,7 +72,8 @@ def hinting() -> bool:
 
 def _variant(instance, training: dict[str, Any], policy: dict[str, Any]):
     """``instance`` with ``training`` applied to every trained model and ``policy`` fields set; ``None``
-    when nothing changes or the framework cannot run it."""
+    when nothing changes or the framework cannot run it (not an option of that framework: skipped, not
+    reported)."""
     options = {}
     for model in ("actor", "critic"):
         if model not in instance.models:
@@ -144,31 +150,58 @@ def largest_fitting_packs(instance) -> tuple[int, int] | None:
 
 
 def with_hints(message: str, instance) -> str:
-    """``message`` followed by :func:`fit_hints` (``"; fits with ..."``), or with "no memory-saving setting
-    tried fits" when none does."""
-    hints = fit_hints(instance)
-    if not hints:
-        packs = ", smaller sequence packs" if getattr(instance, "sequence_packing", None) is not None else ""
-        return f"{message}; no memory-saving setting tried ({len(SETTINGS)}: zero3, offload, host-held " \
-               f"inference weights, the Megatron trainer backend, LoRA{packs}) fits either"
-    return f"{message}; {'; '.join(hints)}"
+    """``message`` followed by :func:`fit_hints` (``"; fits with ..."``); when none fits, with "no
+    memory-saving setting tried fits", and where a layout rule, not memory, refused settings (a task keeps no
+    legal strategy under them, or a task the framework runs on GPUs of its own finds none free) the rules, each
+    once, with the settings they refused."""
+    hints, refused = _report(instance)
+    if hints:
+        return f"{message}; {'; '.join(hints)}"
+    packed = getattr(instance, "sequence_packing", None) is not None
+    total = len(SETTINGS) + packed
+    tried = (f"no memory-saving setting tried ({total}: zero3, offload, host-held inference weights, the Megatron "
+             f"trainer backend, LoRA{', smaller sequence packs' if packed else ''}) fits")
+    if not refused:
+        return f"{message}; {tried} either"
+    rules: dict[str, list[str]] = {}
+    for label, rule in refused:
+        rules.setdefault(rule, []).append(label)
+
+    def which(labels: list[str]) -> str:
+        distinct = list(dict.fromkeys(labels))
+        if len(distinct) == total:
+            return "every setting"
+        return "; ".join(distinct) if len(distinct) <= 4 else f"{len(distinct)} settings"
+
+    named = [f"the layout rule above ({which(labels)})" if rule in message
+             else f"{rule} ({which(labels)})" for rule, labels in rules.items()]
+    count = len({label for label, _ in refused})
+    of = f"all {count}" if count == total else f"{count}"
+    return f"{message}; {tried}, and a layout rule, not memory, refuses {of} of them: {'; '.join(named)}"
 
 
 def fit_hints(instance, max_hints: int = 3) -> list[str]:
     """Lines naming the settings of :data:`SETTINGS` under which ``instance`` fits, fastest first (at most
     ``max_hints``; LoRA last), each with the ``greedy`` plan's step time and what the setting costs on it
     (module docstring); empty when none fits. Never raises on an instance that does not fit."""
+    return _report(instance, max_hints)[0]
+
+
+def _report(instance, max_hints: int = 3) -> tuple[list[str], list[tuple[str, str]]]:
+    """``(fit_hints lines, [(setting label, layout rule that refused it)])``: :func:`fit_hints` and, for the
+    settings that do not fit because of a framework's layout rule rather than memory, that rule (one line)."""
     from packplace.placement import api  # the placement front-end solves each variant
 
     if _ACTIVE:
-        return []
+        return [], []
     _ACTIVE.append(True)
+    refused: list[tuple[str, str]] = []
     try:
-        found = _fitting(instance, api)
+        found = _fitting(instance, api, refused)
     finally:
         _ACTIVE.pop()
     if not found:
-        return []
+        return [], refused
     changes_model = [f for f in found if "LoRA" in f[2]]
     ranked = sorted(f for f in found if f not in changes_model) + sorted(changes_model)
     lines = []
@@ -176,28 +209,45 @@ def fit_hints(instance, max_hints: int = 3) -> list[str]:
         cost = (f"step {seconds / without - 1:+.1%} over the same plan without it, memory aside"
                 if math.isfinite(without) and without > 0 else "the plan is not legal without it")
         lines.append(f"fits with {label}: step {seconds:.4g} s ({cost})")
-    return lines
+    return lines, refused
 
 
-def _fitting(instance, api) -> list[tuple[float, int, str, float]]:
+def _fitting(instance, api, refused: list[tuple[str, str]] | None = None) -> list[tuple[float, int, str, float]]:
     """``(step seconds, order, label, seconds of the same plan under the instance's own settings with memory
     not counted)`` of every setting under which the greedy solver plans ``instance``: the second time is
     what the setting costs on that plan (ZeRO-3's gathers, offload traffic), inf where the plan is not
-    legal without the setting."""
+    legal without the setting. ``refused`` (when given) receives ``(label, rule)`` for each setting a layout
+    rule refuses: a task has no legal strategy under it
+    (:meth:`~packplace.placement.candidates.CandidateTable.no_strategy_message`), or the check proves no plan by
+    a task the framework runs on GPUs of its own (an ``InfeasibleError`` on ``[policy] framework``). A setting
+    that is no option of the framework at all (:func:`_variant`) is skipped."""
     found: list[tuple[float, int, str, float]] = []
     deadline = time.perf_counter() + HINTS_BUDGET_S
-    def planned(variant):
-        """The greedy plan of ``variant`` within the hints' deadline, or ``None``."""
+    rules = refused if refused is not None else []
+
+    def planned(variant, label: str):
+        """The greedy plan of ``variant`` within the hints' deadline, or ``None`` (a layout rule that refused
+        it goes to ``rules``)."""
         left = deadline - time.perf_counter()
         if left <= 0 or variant is None:
             return None
         try:
             table = get_table(variant, deadline=deadline)
+            empty = [name for name, cands in table.all.items() if not cands]
+            if empty:   # a task without a legal strategy under the setting: a layout rule, not memory
+                rules.append((label, table.no_strategy_message(empty[0])))
+                return None
             if not all(table.feasible.values()):  # some task fits on no block of this cluster
                 return None
             result = api.solve_placement(variant, "greedy", time_limit_s=min(HINT_TIME_LIMIT_S, max(left, 1e-3)),
                                          seed=0)
-        except (ConfigError, InfeasibleError, TableBuildTimeout):
+        except ConfigError:
+            return None
+        except InfeasibleError as exc:
+            if str(exc).startswith(RULE_PROOF):
+                rules.append((label, str(exc).removeprefix(RULE_PROOF)))
+            return None
+        except TableBuildTimeout:
             return None
         return result if result.solution is not None and result.status in ("optimal", "feasible") else None
 
@@ -219,14 +269,14 @@ def _fitting(instance, api) -> list[tuple[float, int, str, float]]:
     for halvings in range(first, PACK_HALVINGS + 1):
         if packs is None:
             break
-        result = planned(replace(instance, sequence_packing=packs, _cache={}))
+        result = planned(replace(instance, sequence_packing=packs, _cache={}), PACKS_LABEL)
         if result is not None:
             which = "the largest packs that fit" if halvings == 0 else f"halved {halvings}x from {origin}"
             record(result, 0, f"policy: {{train_mb_tokens: {packs[0]}, logprob_mb_tokens: {packs[1]}}} ({which})")
             break
         packs = halved(packs)
     for order, (label, training, policy) in enumerate(SETTINGS, start=1):
-        result = planned(_variant(instance, training, policy))
+        result = planned(_variant(instance, training, policy), label)
         if result is not None:
             record(result, order, label)
     return found

@@ -61,7 +61,14 @@ from packplace.placement.model.nemo_rl_releases import release_for
 from packplace.placement.model.pass_memory import context_parallel_tokens, pass_memory, uses_autocast
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
 from packplace.placement.model.training_time import training_overhead_seconds
-from packplace.placement.problem.config import FIRST_PACKING_RELEASE, POLICY_FIELDS, _hardware, _model, load_yaml
+from packplace.placement.problem.config import (
+    CLUSTER_FIELDS,
+    FIRST_PACKING_RELEASE,
+    POLICY_FIELDS,
+    _hardware,
+    _model,
+    load_yaml,
+)
 from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
@@ -241,10 +248,10 @@ def _config_model(config: str, role: str) -> TransformerShape:
 
 
 #: ``[hardware]`` fields ``estimate`` sets itself: the preset (``gpu``) and the cluster's size, which holds
-#: the strategy's ``tp · pp · dp`` GPUs (:func:`resolve_hardware`).
+#: the strategy's ``tp · pp · cp · dp`` GPUs (:func:`resolve_hardware`).
 SIZED_FIELDS = {"preset": "give the preset as gpu (--gpu)",
-                "racks": "the cluster holds the strategy's tp x pp x dp GPUs",
-                "nodes_per_rack": "the cluster holds the strategy's tp x pp x dp GPUs"}
+                "racks": "the cluster holds the strategy's tp x pp x cp x dp GPUs",
+                "nodes_per_rack": "the cluster holds the strategy's tp x pp x cp x dp GPUs"}
 
 
 def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus: int = 1) -> tuple[Cluster, Hardware]:
@@ -271,8 +278,13 @@ def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus:
     per_node = min(int(node) if node is not None else 8, gpus)
     if isinstance(host, int) and per_node % host:
         per_node = host * math.ceil(per_node / host)
-    section = {"preset": gpu, "racks": 1, "nodes_per_rack": max(1, math.ceil(gpus / per_node)),
-               "gpus_per_node": per_node, **overrides}
+    nodes = max(1, math.ceil(gpus / per_node))
+    most = int(CLUSTER_FIELDS["nodes_per_rack"].maximum)
+    if nodes > most:
+        raise ConfigError(f"tp x pp x cp x dp: {gpus} GPUs take {nodes} nodes of {per_node} GPUs, more than the "
+                          f"{most} nodes estimate's one-rack cluster holds; give smaller degrees (or more GPUs per "
+                          "node: --hw gpus_per_node)")
+    section = {"preset": gpu, "racks": 1, "nodes_per_rack": nodes, "gpus_per_node": per_node, **overrides}
     return _hardware(section)
 
 
@@ -407,7 +419,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     """
     shape = resolve_model(model)
     _check_settings(task, recompute, optimizer, framework, enforce_eager)
-    _check_sharding(sharding, task)
+    _check_sharding(sharding, task, optimizer)
     engine_generation, version_eager = _engine(framework, framework_version)
     enforce_eager = enforce_eager or (version_eager and task in ("decode", "generate"))
     for name, value in (("micro_batch", micro_batch), ("batch", batch), ("tp", tp), ("pp", pp), ("dp", dp),
@@ -416,13 +428,14 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     seq_len, context = _lengths(task, seq_len, context, batch)
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
     cp = _context_parallel(cp, task)
+    given_length = seq_len   # the sequences' own tokens, before NeMo RL rounds them for its packs
     if pack_tokens is not None:
         micro_batch, seq_len = _context_parallel_pack(pack_tokens, seq_len, tp, cp, _packed_micro_batch(
             pack_tokens, task, framework, micro_batch, seq_len, tp))
     elif train_mb_tokens is not None:
         raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} is the training pack a NeMo RL log-prob pack "
                           "is padded to; it goes with pack_tokens (task infer); drop it")
-    _check_strategy(shape, tp, pp, dp, ep)
+    _check_strategy(shape, tp, pp, dp, ep, cp)
     pack = (_pack_pricing(shape, task, framework_version, int(pack_tokens), train_mb_tokens, micro_batch,
                           int(seq_len or 0), (dp, pp, tp, ep), cp) if pack_tokens is not None else None)
     cluster, hw = resolve_hardware(gpu, hardware, tp * pp * dp * cp)
@@ -435,7 +448,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
               "framework": framework, "framework_version": framework_version, "enforce_eager": enforce_eager,
               "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens}
     inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens, sharding=sharding, cp=cp,
-                  **(pack.inputs() if pack is not None else {}))
+                  **(pack.inputs(int(given_length or 0), pad_multiple(tp, cp)) if pack is not None else {}))
     parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
                         optimizer, tp, pp, dp * cp, ep, framework, enforce_eager,   # the DP x CP ranks
                         host_seconds_per_sequence(engine_generation), pack,
@@ -505,9 +518,14 @@ def _check_settings(task: str, recompute: str, optimizer: str, framework: str, e
                           "engine, whose eager kernel launches are inside its per-step overhead")
 
 
-def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int) -> None:
+def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int, cp: int = 1) -> None:
     """The strategy fits the model: ``pp`` at most its layers, ``tp`` dividing its attention heads (Megatron
-    and vLLM split the query heads evenly over TP ranks), ``ep`` only for a mixture of experts, dividing ``dp``.
+    and vLLM split the query heads evenly over TP ranks), ``ep`` only for a mixture of experts, dividing its
+    routed experts and the ``dp × cp`` ranks of the expert group. Megatron-Core lays the experts out over the
+    world's ``tp·pp·cp·dp`` ranks with ``tp·ep·pp`` per expert-data-parallel replica (``parallel_state.
+    initialize_model_parallel``: ``world_size % (expert_tensor_parallel_size · expert_model_parallel_size ·
+    pipeline_model_parallel_size)``, the expert TP defaulting to ``tp``), so ``ep`` must divide ``dp·cp``, the
+    context-parallel ranks included; and ``num_moe_experts % expert_model_parallel_size == 0``.
 
     Raises:
         ConfigError: naming the degree and the model's figure.
@@ -517,16 +535,26 @@ def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int) -> Non
     heads = getattr(shape, "heads", None)
     if isinstance(heads, int) and heads % tp:
         raise ConfigError(f"tp: {tp} does not divide the model's {heads} attention heads")
-    if ep > 1 and (not shape.is_moe or dp % ep):
-        raise ConfigError(f"ep: {ep} needs a mixture-of-experts model and must divide dp ({dp})")
+    if ep > 1 and not shape.is_moe:
+        raise ConfigError(f"ep: {ep} needs a mixture-of-experts model (this one is dense: ep must be 1)")
+    if ep > 1 and shape.num_experts % ep:
+        raise ConfigError(f"ep: {ep} does not divide the model's {shape.num_experts} routed experts")
+    if ep > 1 and (dp * cp) % ep:
+        raise ConfigError(f"ep: {ep} must divide the expert group's dp x cp = {dp} x {cp} = {dp * cp} ranks "
+                          "(Megatron-Core lays experts out over the data- and context-parallel ranks)")
 
 
-def _check_sharding(sharding: Any, task: str) -> None:
-    """``sharding`` is one of :data:`SHARDINGS`, and other than ``none`` only for ``train``.
+def _check_sharding(sharding: Any, task: str, optimizer: str = "adam") -> None:
+    """``sharding`` is one of :data:`SHARDINGS`, and other than ``none`` only for ``train`` with an optimizer:
+    ZeRO-1 and ZeRO-2 partition the optimizer's state (ZeRO-2 also the gradients the step reduces into) and
+    DeepSpeed runs them inside its ZeRO optimizer (``DeepSpeedZeroOptimizer``, ``deepspeed/runtime/zero/
+    stage_1_and_2.py``), so a pass with ``optimizer="none"`` (no optimizer state, no step) has nothing they
+    would shard; the inner micro-batch of a ZeRO run holds its optimizer's state, which ``optimizer="adam"``
+    prices.
 
     Raises:
-        ConfigError: ``sharding: ...`` naming the value: ``zero3`` (``place`` prices it), an unknown one, or
-            a sharding for a task that keeps no training state.
+        ConfigError: ``sharding: ...`` naming the value: ``zero3`` (``place`` prices it), an unknown one, a
+            sharding for a task that keeps no training state, or one with ``optimizer`` ``none``.
     """
     if sharding == "zero3":
         raise ConfigError("sharding: zero3 gathers every layer's weights per micro-batch, which estimate does not "
@@ -536,6 +564,10 @@ def _check_sharding(sharding: Any, task: str) -> None:
         raise ConfigError(f"sharding: must be one of {', '.join(SHARDINGS)}, got {show(sharding)}")
     if sharding != "none" and task != "train":
         raise ConfigError(f"sharding: {sharding} splits the training state; task {task} holds none (drop it)")
+    if sharding != "none" and optimizer == "none":
+        raise ConfigError(f"sharding: {sharding} with optimizer none: ZeRO-1/2 partition the optimizer's state "
+                          f"(ZeRO-2 also its gradients), which a pass without an optimizer does not hold; give "
+                          f"optimizer adam (a ZeRO run's micro-batch with its AdamW state) or sharding none")
 
 
 def _logit_bytes(framework: str, framework_version: str | None, task: str,
@@ -574,7 +606,9 @@ class _PackPricing:
         megatron: The trainer backend the strategy runs is Megatron-Core (else the DTensor workers).
         tokens: Tokens priced per pack (its pad included); attention: tokens of context per token of its
             causal attention (each packed sequence attends to itself: ``Σ l² / tokens``).
-        padded: The pack is padded beyond its sequences' tokens.
+        padded: The pack is padded beyond its sequences' (rounded) tokens.
+        sequences: Sequences per pack; rounded_length: tokens of each, rounded up to the pad multiple;
+        cp: the context-parallel degree its tokens are split over.
     """
 
     passes: PackedPasses
@@ -582,11 +616,21 @@ class _PackPricing:
     tokens: float
     attention: float
     padded: bool
+    sequences: int = 1
+    rounded_length: int = 0
+    cp: int = 1
 
-    def inputs(self) -> dict[str, Any]:
-        """The pricing's entries of :attr:`Estimate.inputs`."""
+    def inputs(self, own_length: int, multiple: int) -> dict[str, Any]:
+        """The pricing's entries of :attr:`Estimate.inputs`, for sequences of ``own_length`` tokens rounded up
+        to a multiple of ``multiple`` (:func:`~packplace.placement.model.sequence_packing.pad_multiple`):
+        ``pack_backend``, ``pack_priced_tokens`` (one GPU's tokens), ``pack_padded`` (the pack holds pad
+        tokens: a rounded sequence or a pack padded to its size), ``pack_sequence_tokens`` (one sequence's own
+        tokens), ``pack_pad_multiple`` and ``pack_pad_tokens`` (the pad tokens of the whole pack, over every
+        GPU of a CP group: the rounding's and the pack's)."""
         return {"pack_backend": "megatron" if self.megatron else "dtensor", "pack_priced_tokens": self.tokens,
-                "pack_padded": self.padded}
+                "pack_padded": self.padded or self.rounded_length > own_length,
+                "pack_sequence_tokens": own_length, "pack_pad_multiple": multiple,
+                "pack_pad_tokens": round(self.tokens * self.cp) - self.sequences * own_length}
 
 
 def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pack_tokens: int,
@@ -644,7 +688,7 @@ def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pa
                           frozenset((shape,)), cp)
     _, tokens, attention = passes.shape("train" if task == "train" else "logprob", dp * cp, pp, tp, megatron, False,
                                         1)
-    return _PackPricing(passes, megatron, tokens, attention, tokens * cp > sequences * padded)
+    return _PackPricing(passes, megatron, tokens, attention, tokens * cp > sequences * padded, sequences, padded, cp)
 
 
 def _engine(framework: str, framework_version: str | None) -> tuple[str | None, bool]:
@@ -919,7 +963,8 @@ def register_estimate(subparsers) -> None:
                    help="train only: none (default): every data-parallel rank holds all of the training state, "
                         "fp32 master weights under bf16 autocast (a bare PyTorch loop); zero1: the ZeRO "
                         "mixed-precision layout place prices by default (training.<role>.sharding), bf16 weights, "
-                        "the optimizer state split over --dp; zero2: and the gradients")
+                        "the optimizer state split over --dp; zero2: and the gradients (both need --optimizer "
+                        "adam: with --optimizer none there is no optimizer state to split)")
     p.add_argument("--optimizer", default=None, choices=OPTIMIZERS,
                    help="train only: adam (default): fp32 master weights + AdamW step; none: bf16 forward + "
                         "backward only")
@@ -981,22 +1026,46 @@ def _overrides(items: list[str]) -> dict[str, Any]:
         if key.strip() in out:
             raise ConfigError(f"--hw: {key.strip()} given twice ({show(out[key.strip()])}, then {value.strip()!r}); "
                               "give it once")
-        try:
-            out[key.strip()] = float(value)
+        try:   # an integer stays one (a message then shows the value as given: 0, not 0.0)
+            out[key.strip()] = int(value) if value.strip().lstrip("+-").isdigit() else float(value)
         except ValueError:
             out[key.strip()] = value.strip()
     return out
 
 
 def _pack_line(inputs: Mapping[str, Any]) -> str:
-    """The text line of a packed estimate: the pack's sequences and tokens, whether it is padded, and with
-    context parallelism each GPU's share (``pack_priced_tokens`` is one GPU's tokens)."""
+    """The text line of a packed estimate: the pack's sequences and tokens, each sequence's rounding to the pad
+    multiple (``tp``, or ``2·cp·tp`` with context parallelism) with its pad tokens, whether the pack is padded
+    to its size, and with context parallelism each GPU's share (``pack_priced_tokens`` is one GPU's tokens)."""
     n, length, priced = inputs["micro_batch"], inputs["seq_len"], inputs["pack_priced_tokens"]
-    cp = inputs.get("cp", 1)
+    cp, tp = inputs.get("cp", 1), inputs.get("tp", 1)
+    own = inputs.get("pack_sequence_tokens", length)
     backend = "Megatron-Core" if inputs["pack_backend"] == "megatron" else "DTensor"
-    pad = f"padded to {priced * cp:.0f} tokens" if inputs["pack_padded"] else "its own tokens, no pad"
+    whole = round(priced * cp)
     share = f", {priced:.0f} tokens on each of the {cp} GPUs of the CP group" if cp > 1 else ""
-    return f"pack: {n} sequences of {length} tokens ({n * length}) on NeMo RL's {backend} workers: {pad}{share}"
+    if own == length:   # no sequence rounded
+        pad = f"padded to {whole} tokens" if inputs["pack_padded"] else "its own tokens, no pad"
+        return f"pack: {n} sequences of {length} tokens ({n * length}) on NeMo RL's {backend} workers: {pad}{share}"
+    multiple = f"2·cp·tp = 2·{cp}·{tp} = {2 * cp * tp}" if cp > 1 else f"tp = {tp}"
+    each = length - own
+    rounded = (f"each padded to {length} (a multiple of {multiple}: {each} pad token{'s' if each > 1 else ''} per "
+               f"sequence, {n * each} in all)")
+    pad = (f"the pack padded to {whole} tokens ({whole - n * own} pad tokens)" if whole > n * length
+           else f"{whole} tokens, {whole - n * own} of them pad")
+    return (f"pack: {n} sequences of {own} tokens ({n * own}), {rounded}, on NeMo RL's {backend} workers: "
+            f"{pad}{share}")
+
+
+def _cp_line(inputs: Mapping[str, Any]) -> str:
+    """The text line of a context-parallel pass without packs: each sequence padded once to a multiple of
+    ``2·cp·tp`` (with its pad tokens when it is) and each GPU's share (:func:`_cp_share`)."""
+    n, length, cp, tp = inputs["micro_batch"], inputs["seq_len"], inputs["cp"], inputs.get("tp", 1)
+    padded = padded_length(length, pad_multiple(tp, cp))
+    share = _cp_share(n, length, tp, cp)
+    pad = (f"each padded to {padded} (a multiple of 2·cp·tp = 2·{cp}·{tp} = {2 * cp * tp}: {padded - length} pad "
+           f"token{'s' if padded - length > 1 else ''} per sequence)" if padded > length
+           else f"a multiple of 2·cp·tp = {2 * cp * tp}, no pad")
+    return f"cp: {n} sequence(s) of {length} tokens, {pad}, {share:.0f} tokens on each of the {cp} GPUs of the CP group"
 
 
 def format_estimate(result: Estimate) -> str:
@@ -1008,6 +1077,8 @@ def format_estimate(result: Estimate) -> str:
     lines += [f"  {name:<14} {seconds:.4f} s" for name, seconds in result.parts.items()]
     if "pack_backend" in result.inputs:
         lines.append(_pack_line(result.inputs))
+    elif result.inputs.get("cp", 1) > 1:
+        lines.append(_cp_line(result.inputs))
     verdict = "fits" if result.fits else "does NOT fit"
     lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({verdict} in "
                  f"{result.capacity_bytes / GB:.2f} GB)")
@@ -1043,6 +1114,10 @@ def _task_flags(args: Any) -> None:
         if getattr(args, flag[2:].replace("-", "_")) is not None:
             uses = sorted(task for task, ignored in IGNORED_FLAGS.items() if flag not in ignored)
             raise ConfigError(f"{flag}: means nothing for --task {args.task} (it sets {', '.join(uses)}); drop it")
+    if args.sharding not in (None, "none") and args.optimizer == "none":
+        raise ConfigError(f"--sharding: {args.sharding} with --optimizer none: ZeRO-1/2 partition the optimizer's "
+                          "state (ZeRO-2 also its gradients), which a pass without an optimizer does not hold; give "
+                          "--optimizer adam (a ZeRO run's micro-batch with its AdamW state) or drop --sharding")
     if getattr(args, "pack_tokens", None) is not None and args.micro_batch is not None:
         raise ConfigError(f"--micro-batch: {args.micro_batch} with --pack-tokens {args.pack_tokens}: the pack sets "
                           "the sequences per micro-batch; drop one")

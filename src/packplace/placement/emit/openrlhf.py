@@ -112,7 +112,18 @@ def _colocation(out: EmittedPlan, view: PlanView) -> None:
 
 
 def _deepspeed(out: EmittedPlan, trained: list[Task], view: PlanView) -> None:
-    """ZeRO stage, AutoTP size, Adam offload and gradient checkpointing (one setting for all trained models)."""
+    """ZeRO stage, AutoTP size, Adam offload and gradient checkpointing (one setting for all trained models);
+    a refusal for a trained model's context parallelism: the plan prices Megatron-Core's for that model alone,
+    while OpenRLHF's ring attention (``--ds.ring_attn_size``, over ``--ds.packing_samples`` packs) is one
+    setting for every DeepSpeed model of the run, its packing not the plan's micro-batches."""
+    for model in ("actor" if t.name == TRAIN else "critic" for t in trained):
+        if model not in view.context_parallel:
+            continue
+        degree, dynamic, _ = view.context_parallel[model]
+        out.refusals.append(f"{model} context parallelism {degree}{' (dynamic)' if dynamic else ''}: OpenRLHF's "
+                            f"ring attention (--ds.ring_attn_size, with --ds.packing_samples) splits every "
+                            f"DeepSpeed model's packed samples, not the plan's micro-batches of one model; not "
+                            f"emitted")
     options = [view.training["actor" if t.name == TRAIN else "critic"] for t in trained]
     out.settings["--ds.zero_stage"] = ZERO_STAGE[options[0].sharding]
     out.settings["--ds.tensor_parallel_size"] = trained[0].strategy.tp

@@ -14,7 +14,8 @@ the emitter reports any a plan breaks):
   only) and the Megatron backend shards no parameters: :func:`choose_backend` picks FSDP for a plan whose
   trainers and forwards are ``tp = pp = ep = 1`` or that shards with ``zero3``, Megatron
   (``--config-name ppo_megatron_trainer``) otherwise; ``policy.trainer_backend`` / ``--trainer-backend``
-  forces either;
+  forces either; on the Megatron backend the reference runs with the actor's layout, context parallelism
+  included (one Megatron-Core parallel state per worker: ``_reference_context_parallel``);
 * a reward model runs on a vLLM engine (``reward.reward_model.rollout``), on the trainer's GPUs or on a
   pool of its own (``reward.reward_model.enable_resource_pool`` with its ``nnodes`` / ``n_gpus_per_node``).
 """
@@ -103,6 +104,7 @@ def emit_verl(view: PlanView) -> EmittedPlan:
         if megatron:
             s["actor_rollout_ref.ref.megatron.tensor_model_parallel_size"] = ref.strategy.tp
             s["actor_rollout_ref.ref.megatron.pipeline_model_parallel_size"] = ref.strategy.pp
+            _reference_context_parallel(s, view.context_parallel.get("actor"))
         s["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = ref.micro_batch
     if gen is not None:
         _rollout(s, note, view, gen, train)
@@ -167,6 +169,24 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
         # PEFT adapters on every linear of the blocks (verl's ``all-linear``), as the plan's LoRA
         s[f"{model_key}.lora_rank"] = options.lora_rank
         s[f"{model_key}.target_modules"] = "all-linear"
+
+
+def _reference_context_parallel(s: dict[str, Any], context_parallel: tuple[int, bool, int] | None) -> None:
+    """The reference's context parallelism on the Megatron backend: the actor's (``(degree, dynamic, tokens per
+    rank)``), as the plan prices it. verl builds the reference in the actor's worker group and Megatron-Core's
+    parallel state is initialised once per process, by the engine built first (the reference's,
+    ``verl/workers/engine_workers.py`` ``init_model``; ``mpu.is_initialized()`` in
+    ``verl/workers/engine/megatron/transformer_impl.py``): ``ref.megatron.context_parallel_size``,
+    ``dynamic_context_parallel`` and ``max_seqlen_per_dp_cp_rank`` must equal the actor's. verl's
+    ``ref/megatron_ref.yaml`` defaults them to the actor's; they are written so that the command says it and a
+    user YAML that sets the reference's own does not split the group."""
+    if context_parallel is None:
+        return
+    degree, dynamic, cap = context_parallel
+    s["actor_rollout_ref.ref.megatron.context_parallel_size"] = degree
+    if dynamic:
+        s["actor_rollout_ref.ref.megatron.dynamic_context_parallel"] = True
+        s["actor_rollout_ref.ref.megatron.max_seqlen_per_dp_cp_rank"] = cap
 
 
 def _dynamic_bsz(out: EmittedPlan, dynamic: tuple[int, int, int], reference: bool, megatron: bool) -> None:

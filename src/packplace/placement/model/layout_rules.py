@@ -15,7 +15,8 @@ framework can run it as planned. The rules are read by
 The rules (sources: each framework's trainer entry point, as the emitters' module docstrings cite):
 
 * **verl** (``verl/trainer/main_ppo.py``, hybrid engine): the reference, critic and value forwards run
-  on the actor trainer's GPUs (one resource pool); the value forward runs in the critic's workers with
+  on the actor trainer's GPUs (one resource pool), on the Megatron backend the reference with the actor's
+  layout (one Megatron-Core parallel state per worker); the value forward runs in the critic's workers with
   the critic's layout; the rollout shares the trainer's GPUs, or (with staleness ≥ 1, ``trainer.v1``
   ``separate_async``) GPUs of its own; a reward model's vLLM engine shares the trainer's GPUs or has a
   pool of its own, without pipeline parallelism. The trainer backend (:func:`trainer_backend`): FSDP
@@ -320,6 +321,11 @@ def _verl(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, int
     if ref is not None and not _same(ref, train):
         out.append(f"{ref.layout} on other GPUs than actor.train: verl runs the reference in the actor's worker "
                    f"group (ActorRolloutRef), on the trainer's GPUs")
+    if ref is not None and ref.strategy != train.strategy and trainer_backend(
+            ctx, {name: task.strategy for name, task in tasks.items()}) == "megatron":
+        out.append(f"{ref.layout} differs from {train.layout}: verl's Megatron reference and actor share one "
+                   f"Megatron-Core parallel state per worker, set once by the engine built first "
+                   f"(engine_workers.py init_model; mpu.is_initialized in engine/megatron/transformer_impl.py)")
     for task in (critic, critic_infer):
         if task is not None and not _same(task, train):
             out.append(f"{task.layout} on other GPUs than actor.train: verl maps the critic to the trainer's "
@@ -562,8 +568,9 @@ class _Fixer:
         fw = ctx.framework
         stale = self.staleness.get("actor", 0)
         if fw == "verl":
-            for name in (REFERENCE, CRITIC_TRAIN):
-                self.follow(name, TRAIN)
+            strategies = {name: vp.strategy for name, vp in self.vertices.items()}
+            self.follow(REFERENCE, TRAIN, same_strategy=trainer_backend(ctx, strategies) == "megatron")
+            self.follow(CRITIC_TRAIN, TRAIN)
             self.follow(CRITIC_INFER, CRITIC_TRAIN if CRITIC_TRAIN in self.vertices else TRAIN,
                         same_strategy=CRITIC_TRAIN in self.vertices)
             self.same_or_disjoint(GENERATE, TRAIN, None if stale else "same", prefer_apart=bool(stale))

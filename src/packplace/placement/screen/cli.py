@@ -91,8 +91,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                     "Exit codes: 0 a feasible plan; 1 none found, or none exists (proven); 2 bad input.",
     )
     p.add_argument("--config", required=True, help="placement YAML config (see configs/placement/)")
-    p.add_argument("--solver", default="concurrent",
-                   help=f"one of {', '.join(available('placement'))}; default concurrent")
+    p.add_argument("--solver", default=None,
+                   help=f"one of {', '.join(available('placement'))}; default concurrent; with --check the "
+                        f"whole plan checked is this solver's alone (default: greedy, then concurrent)")
     p.add_argument("--time-limit", type=float, default=None, dest="time_limit", metavar="S",
                    help="time limit in seconds (default: the solver's own; anneal 30 s, cpsat 60 s)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -110,8 +111,10 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="also print the chosen plan's step time with each training.balance split")
     p.add_argument("--check", action="store_true",
                    help="only check: each task fits alone, no group of tasks that must share a GPU is proven over "
-                        "memory, and a whole plan is built (greedy, then concurrent, within --time-limit, default "
-                        f"{api.CHECK_TIME_LIMIT_S:g} s); prints what was checked. Exit 0: a whole plan fits; 1: "
+                        "memory, and a whole plan is built (greedy, then concurrent, or the --solver given alone, "
+                        "with --seed, "
+                        f"within --time-limit, default {api.CHECK_TIME_LIMIT_S:g} s); prints what was checked. "
+                        "Exit 0: a whole plan fits; 1: "
                         "proven infeasible, or no whole plan found (not a proof); 2: bad input")
     p.set_defaults(func=run)
     register_validate(subparsers)
@@ -248,7 +251,8 @@ def run(args: argparse.Namespace) -> int:
                                           getattr(args, "trainer_backend", None))
     if getattr(args, "check", False):
         return run_check(args, instance)
-    result = api.solve_placement(instance, args.solver, time_limit_s=args.time_limit, seed=args.seed)
+    result = api.solve_placement(instance, args.solver or api.DEFAULT_SOLVER, time_limit_s=args.time_limit,
+                                 seed=args.seed)
     print(format_table(instance, result))
     if planned_for:
         print(f"note: {planned_for}")
@@ -298,7 +302,8 @@ def run_check(args: argparse.Namespace, instance) -> int:
         if value is not None:
             raise ConfigError(f"{option}: --check plans nothing to write or compare; drop one of them")
     limit = api.CHECK_TIME_LIMIT_S if args.time_limit is None else max(args.time_limit, 1e-3)
-    check = api.check_instance(instance, time_limit_s=limit)
+    check = api.check_instance(instance, time_limit_s=limit, solver=getattr(args, "solver", None),
+                               seed=getattr(args, "seed", 0))
     print(f"check: {check.verdict}: {check.message}")
     args.json_document = {"verdict": check.verdict, "message": check.message, "solver": check.solver,
                           "step_time_s": check.step_time if check.whole_plan else None}

@@ -1,0 +1,123 @@
+"""``packplace estimate`` at its edges: the expert-parallel degree against the expert group's ``dp × cp``
+ranks, ZeRO sharding without an optimizer, and the ``pack:`` line of a sequence rounded to the pad
+multiple. Figures by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from packplace.cli import main
+from packplace.errors import ConfigError
+from packplace.placement.task_estimate import estimate, format_estimate
+from packplace.shape import TransformerShape
+
+# 8 routed experts (2 per token) on 2 layers of d = 256: a mixture of experts small enough to price fast
+MOE = TransformerShape(layers=2, hidden_dim=256, ffn_dim=512, vocab_size=1000, head_dim=64, num_kv_heads=2,
+                       num_experts=8, experts_per_token=2, expert_ffn_dim=128)
+
+
+@pytest.mark.parametrize("dp, cp, ep", [(2, 2, 4), (1, 4, 4), (4, 2, 8), (2, 1, 2)])
+def test_ep_dividing_dp_times_cp_is_accepted(dp, cp, ep):
+    # Megatron-Core: tp·ep·pp divides the world's tp·pp·cp·dp ranks, i.e. ep divides dp·cp
+    e = estimate(MOE, "h200", "train", seq_len=1024, dp=dp, cp=cp, ep=ep)
+    assert (e.inputs["dp"], e.inputs["cp"], e.inputs["ep"]) == (dp, cp, ep)
+
+
+@pytest.mark.parametrize("dp, cp, ep, ranks", [(2, 1, 4, "2 x 1 = 2"), (1, 2, 4, "1 x 2 = 2"),
+                                                (2, 2, 8, "2 x 2 = 4"), (3, 2, 4, "3 x 2 = 6")])
+def test_ep_not_dividing_dp_times_cp_is_refused_naming_the_ranks(dp, cp, ep, ranks):
+    with pytest.raises(ConfigError) as info:
+        estimate(MOE, "h200", "train", seq_len=1024, dp=dp, cp=cp, ep=ep)
+    assert str(info.value) == (f"ep: {ep} must divide the expert group's dp x cp = {ranks} ranks (Megatron-Core "
+                               "lays experts out over the data- and context-parallel ranks)")
+
+
+def test_ep_must_divide_the_routed_experts_and_needs_experts():
+    with pytest.raises(ConfigError, match=r"^ep: 16 does not divide the model's 8 routed experts$"):
+        estimate(MOE, "h200", "train", seq_len=1024, dp=16, ep=16)
+    with pytest.raises(ConfigError, match=r"^ep: 2 needs a mixture-of-experts model \(this one is dense"):
+        estimate("qwen2.5-0.5b", "h200", "train", dp=2, ep=2)
+
+
+def test_the_command_line_takes_ep_over_dp_times_cp(capsys):
+    args = ["estimate", "--model", "qwen2.5-0.5b", "--dp", "2", "--cp", "2", "--ep", "4"]
+    assert main(args) == 2   # a dense model: ep refused for that reason, not for the ranks
+    assert "needs a mixture-of-experts model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sharding", ["zero1", "zero2"])
+def test_zero_sharding_without_an_optimizer_is_refused_naming_both(sharding, capsys):
+    with pytest.raises(ConfigError) as info:
+        estimate("qwen2.5-0.5b", "h200", "train", sharding=sharding, optimizer="none", dp=4)
+    assert str(info.value).startswith(f"sharding: {sharding} with optimizer none: ZeRO-1/2 partition the "
+                                      "optimizer's state")
+    assert main(["estimate", "--model", "qwen2.5-0.5b", "--sharding", sharding, "--optimizer", "none",
+                 "--dp", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"packplace estimate: error: --sharding: {sharding} with --optimizer none:")
+    assert "--optimizer adam" in err
+    # each alone is accepted, and ZeRO with Adam shards the state: 12 bytes per parameter over dp 4
+    alone = estimate("qwen2.5-0.5b", "h200", "train", optimizer="none", dp=4).memory
+    assert alone["optimizer"] == 0.0
+    zero = estimate("qwen2.5-0.5b", "h200", "train", sharding=sharding, dp=4)
+    assert zero.memory["optimizer"] == pytest.approx(12.0 * zero.inputs["params"] / 4, rel=1e-12)
+
+
+def _pack_line(**kw) -> str:
+    text = format_estimate(estimate("qwen2.5-0.5b", "h200", "train", framework="nemo-rl", **kw))
+    return next(row for row in text.splitlines() if row.startswith("pack:"))
+
+
+def test_a_sequence_rounded_to_twice_cp_times_tp_is_called_padded_with_its_pad_tokens():
+    # 1,001-token sequences at CP 2, TP 1 round to 1,004 (a multiple of 4): 3 pad tokens each, 4 of them in a
+    # 4,096-token pack on the Megatron-Core workers (pp 2), 4,016 tokens of which 12 pad, 2,008 per GPU
+    e = estimate("qwen2.5-0.5b", "h200", "train", framework="nemo-rl", pack_tokens=4096, seq_len=1001, pp=2, cp=2)
+    assert (e.inputs["pack_padded"], e.inputs["pack_pad_tokens"], e.inputs["pack_sequence_tokens"],
+            e.inputs["pack_pad_multiple"]) == (True, 12, 1001, 4)
+    assert _pack_line(pack_tokens=4096, seq_len=1001, pp=2, cp=2) == (
+        "pack: 4 sequences of 1001 tokens (4004), each padded to 1004 (a multiple of 2·cp·tp = 2·2·1 = 4: 3 pad "
+        "tokens per sequence, 12 in all), on NeMo RL's Megatron-Core workers: 4016 tokens, 12 of them pad, 2008 "
+        "tokens on each of the 2 GPUs of the CP group")
+
+
+def test_a_tp_rounded_sequence_in_a_padded_pack_counts_both_pads():
+    # 1,001 tokens at TP 2 round to 1,002: 4 in a 4,096-token pack, which the DTensor workers pad to 4,096:
+    # 4,096 - 4,004 = 92 pad tokens, 4 of them the sequences' rounding
+    assert _pack_line(pack_tokens=4096, seq_len=1001, tp=2) == (
+        "pack: 4 sequences of 1001 tokens (4004), each padded to 1002 (a multiple of tp = 2: 1 pad token per "
+        "sequence, 4 in all), on NeMo RL's DTensor workers: the pack padded to 4096 tokens (92 pad tokens)")
+    # a length already on the multiple reads as before: its own tokens
+    assert _pack_line(pack_tokens=4096, seq_len=1000, pp=2, cp=2).endswith(
+        "its own tokens, no pad, 2000 tokens on each of the 2 GPUs of the CP group")
+
+
+def test_a_strategy_beyond_one_rack_names_the_degrees_not_a_field_estimate_sets():
+    # 40,000 GPUs at 8 per node are 5,000 nodes, above the 4,096 of one rack (it had said "[hardware]
+    # nodes_per_rack: ... got 5000", a field estimate sets itself); 4,096 nodes of 8 are accepted
+    with pytest.raises(ConfigError) as info:
+        estimate("qwen2.5-0.5b", "h200", "train", dp=40_000)
+    assert str(info.value).startswith("tp x pp x cp x dp: 40000 GPUs take 5000 nodes of 8 GPUs, more than the 4096 "
+                                      "nodes")
+    assert estimate("qwen2.5-0.5b", "h200", "train", dp=4096 * 8).inputs["dp"] == 32_768
+
+
+def test_an_integer_hw_value_is_shown_as_given(capsys):
+    assert main(["estimate", "--model", "qwen2.5-0.5b", "--hw", "gpus_per_node=0"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "packplace estimate: error: [hardware] gpus_per_node: must be an integer >= 1, got 0"]   # was "got 0.0"
+    assert main(["estimate", "--model", "qwen2.5-0.5b", "--hw", "memory_per_gpu=80000000000", "--json"]) == 0
+    assert '"capacity_bytes": 80000000000' in capsys.readouterr().out
+
+
+def test_a_cp_pass_without_packs_says_its_sequences_are_padded():
+    # 4,001 tokens at CP 2, TP 2 pad once to 4,008 (a multiple of 8): 7 pad tokens, 2,004 tokens per CP rank
+    def line(**kw) -> list[str]:
+        text = format_estimate(estimate("qwen2.5-0.5b", "h200", "train", **kw))
+        return [row for row in text.splitlines() if row.startswith("cp:")]
+    assert line(seq_len=4001, cp=2, tp=2) == [
+        "cp: 1 sequence(s) of 4001 tokens, each padded to 4008 (a multiple of 2·cp·tp = 2·2·2 = 8: 7 pad tokens per "
+        "sequence), 2004 tokens on each of the 2 GPUs of the CP group"]
+    assert line(seq_len=4096, cp=2, micro_batch=2) == [
+        "cp: 2 sequence(s) of 4096 tokens, a multiple of 2·cp·tp = 4, no pad, 4096 tokens on each of the 2 GPUs of "
+        "the CP group"]
+    assert line(seq_len=4001) == []
