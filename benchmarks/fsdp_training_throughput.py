@@ -70,6 +70,8 @@ def hardware(spec: dict, flops: float | None = None) -> Hardware:
     fields = {k: v for k, v in resolve_preset({"preset": spec["preset"]}).items()
               if k not in ("racks", "nodes_per_rack", "gpus_per_node")}
     fields.update(spec.get("overrides", {}))
+    if "megatron_pass_factor" in fields:   # the fused inventory stands for Inductor's kernels, not Megatron-Core's
+        fields["megatron_pass_factor"] = 1.0
     if flops is not None:
         fields["flops_per_gpu"] = flops
     return Hardware(**fields)

@@ -79,10 +79,12 @@ def test_training_pass_by_hand():
 
 def test_full_recompute_takes_the_fraction_too():
     """``recompute: full`` re-runs the 32 layers' forward of each micro-batch (no head): ``2·32·fwd/0.67``
-    on the eager trainer, ``2·32·fwd`` as measured on a Megatron-Core one (its own kernels)."""
+    on the eager trainer, ``2·32·fwd`` times the GPU type's ``megatron_pass_factor`` on a Megatron-Core one
+    (its own kernels, no fraction)."""
     full = TrainingOptions(sharding="zero1", recompute="full")
     none = TrainingOptions(sharding="zero1", recompute="none")
-    for backend, fraction, kernels in (("fsdp", 0.67, "hf"), ("megatron", 1.0, "megatron")):
+    megatron = hardware("h100-sxm").megatron_pass_factor
+    for backend, fraction, kernels in (("fsdp", 0.67, "hf"), ("megatron", 1.0 / megatron, "megatron")):
         cost = cost_model(backend, sharding="zero1")
         fwd = C.pass_times(cost.components, LLAMA_8B, tokens=1024, seq_len=1024, train=False, layers=1, head=False,
                            kernels=kernels)

@@ -835,23 +835,26 @@ class CostModel:
                         pp: int, tp: int, ep: int) -> tuple[float, float]:
         """``(one layer, the head)`` seconds of a micro-batch of ``tokens`` on the component table: forward
         (and backward when ``train``) with the kernels of :meth:`pass_kernels` (Megatron's under the
-        Transformer Engine release ``transformer_engine``); a training pass at :meth:`train_rate_fraction` of the
-        table's rates."""
+        Transformer Engine release ``transformer_engine``, times the GPU type's ``megatron_pass_factor``:
+        published Megatron-Core pre-training steps over the table's,
+        :data:`~packplace.placement.problem.hardware.MEGATRON_PASS_FACTOR_H100`); a training pass of the Hugging
+        Face kernels at :meth:`train_rate_fraction` of the table's rates."""
         kernels = self.pass_kernels(pp, tp, ep)
         te = self.transformer_engine if kernels == "megatron" else None
         layer = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=1, head=False, tp=tp,
                            kernels=kernels, transformer_engine=te)
         top = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=0, head=True, tp=tp,
                          kernels=kernels, transformer_engine=te)
+        factor = self.hw.megatron_pass_factor if kernels == "megatron" else 1.0
         rate = self.train_rate_fraction(model, pp, tp, ep) if train else 1.0
-        return (layer.forward + layer.backward) / rate, (top.forward + top.backward) / rate
+        return factor * (layer.forward + layer.backward) / rate, factor * (top.forward + top.backward) / rate
 
     def train_rate_fraction(self, model: ModelSpec, pp: int, tp: int, ep: int = 1, lora_rank: int = 0) -> float:
         """The fraction of the component table's rates at which this model's training passes (forward, backward
         and a full recompute's forward) run: :data:`PYTORCH_TRAIN_FRACTION` where a component table prices them
         (:meth:`components_for`) with the Hugging Face kernels of a PyTorch-native trainer (:meth:`pass_kernels`
-        ``hf``), else 1 (Megatron-Core's passes, and the knob model, whose ``gemm_peak_fraction`` is a whole-pass
-        efficiency already)."""
+        ``hf``), else 1 (Megatron-Core's passes, priced with ``megatron_pass_factor`` instead, and the knob
+        model, whose ``gemm_peak_fraction`` is a whole-pass efficiency already)."""
         if self.components_for(model, lora_rank) is None or self.pass_kernels(pp, tp, ep) != "hf":
             return 1.0
         return PYTORCH_TRAIN_FRACTION

@@ -143,6 +143,9 @@ HARDWARE_FIELDS: dict[str, Field] = {
     "moe_gemm_peak_fraction": Field("float", "", 0, 1, default=HARDWARE_DEFAULTS["moe_gemm_peak_fraction"],
                                     meaning="ceiling of the routed experts' GEMM efficiency in training and "
                                             "log-prob passes (0: gemm_peak_fraction)"),
+    "megatron_pass_factor": Field("float", "", 0.5, 2, default=HARDWARE_DEFAULTS["megatron_pass_factor"],
+                                  meaning="time factor on the component table's Megatron-Core pass kernels "
+                                          "(published pre-training step over the model's; 1: the table)"),
     "component_table": Field("enum", "", choices=COMPONENT_TABLES, default=HARDWARE_DEFAULTS["component_table"],
                              meaning="kernel-by-kernel table (measured h200; h100-sxm, b200, gb200 derived from "
                                      "it) pricing dense passes and decode steps (none: the efficiency knobs)"),
