@@ -121,3 +121,25 @@ def test_a_cp_pass_without_packs_says_its_sequences_are_padded():
         "cp: 2 sequence(s) of 4096 tokens, a multiple of 2·cp·tp = 4, no pad, 4096 tokens on each of the 2 GPUs of "
         "the CP group"]
     assert line(seq_len=4001) == []
+
+
+@pytest.mark.parametrize("framework", ["verl", "nemo-rl", "openrlhf", "deepspeed-chat"])
+def test_an_rl_trainers_training_passes_run_at_the_pytorch_fraction(framework):
+    # `place` prices a PyTorch-native trainer's training passes at PYTORCH_TRAIN_FRACTION of the table's rates;
+    # estimate adds the same time as its own part, on top of the one-GPU passes of --framework none
+    from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION
+    base = estimate("llama3.1-8b", "h100-sxm", "train", micro_batch=1, seq_len=2048, recompute="full")
+    named = estimate("llama3.1-8b", "h100-sxm", "train", micro_batch=1, seq_len=2048, recompute="full",
+                     framework=framework)
+    passes = sum(named.parts[k] for k in ("forward", "backward", "recompute"))
+    assert passes == pytest.approx(sum(base.parts[k] for k in ("forward", "backward", "recompute")))
+    assert "trainer_rate" not in base.parts
+    assert named.parts["trainer_rate"] == pytest.approx(passes * (1 / PYTORCH_TRAIN_FRACTION - 1))
+    assert passes + named.parts["trainer_rate"] == pytest.approx(passes / PYTORCH_TRAIN_FRACTION)
+
+
+def test_the_pytorch_fraction_leaves_forward_passes_and_the_knob_model_alone():
+    infer = estimate("llama3.1-8b", "h100-sxm", "infer", micro_batch=1, seq_len=2048, framework="verl")
+    knobs = estimate("llama3.1-8b", "a100-80gb-sxm", "train", micro_batch=1, seq_len=2048, framework="verl")
+    assert "trainer_rate" not in infer.parts
+    assert "trainer_rate" not in knobs.parts

@@ -44,7 +44,7 @@ from packplace.context_parallel.cost import cost_from_shape
 from packplace.contract import check_section
 from packplace.errors import ConfigError, show
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
-from packplace.placement.model.cost import CostModel, hardware_table
+from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION, CostModel, hardware_table
 from packplace.placement.model.engine import RolloutEngine
 from packplace.placement.model.framework import (
     FRAMEWORKS,
@@ -792,6 +792,9 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
                                          logits="last" if task == "prefill" else "all"))
             worst = max(stages, key=lambda t: t.total)
             parts.update({k: v for k, v in worst.as_dict().items() if v > 0 or k == "forward"})
+            if train and framework not in ("none", "vllm"):   # a PyTorch-native RL trainer, as `place` prices it
+                passes = sum(parts.get(k, 0.0) for k in ("forward", "backward", "recompute"))
+                parts["trainer_rate"] = passes * (1.0 / PYTORCH_TRAIN_FRACTION - 1.0)
         else:   # the knob model: its pass times hold the communication and the pipeline of one micro-batch
             whole = micro_batch * seq_len if pack is None else tokens   # the micro-batch its pass prices
             fwd_comm = 2 * max(layers) * cost.tp_allreduce(whole * d * 2.0, tp, extent) + (

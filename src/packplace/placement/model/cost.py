@@ -99,6 +99,14 @@ ULYSSES_POSITION_BYTES = 8
 #: Bytes per token of the fp32 log-probs verl's actor gathers over the Ulysses group per micro-batch
 #: (``gather_outputs_and_unpad`` in ``verl/workers/actor/dp_actor.py`` ``_forward_micro_batch``).
 ULYSSES_LOGPROB_BYTES = 4
+#: Fraction of a component table's kernel rates that a PyTorch-native trainer's training passes sustain (the
+#: Hugging Face eager or compiled layer under FSDP / DTensor / DeepSpeed ZeRO; not Megatron-Core's, which the
+#: table reproduces within about 6 % against NVIDIA's published pre-training): the median of predicted /
+#: published step time over the 8 BF16 H100 rows of ``benchmarks/fsdp_training_throughput.json`` (torchtitan
+#: FSDP2 Llama 3.1 8B / 70B / 405B on 8-256 GPUs, eager and compiled; fms-fsdp FSDP1 Llama 2 7B on 96 GPUs),
+#: which the step model prices at 0.63-0.74 with this fraction at 1 (held out one model at a time: 0.88-1.12)
+#: (docs/calibration-and-validation.md, "PyTorch FSDP training throughput"). No source sizes the mechanism.
+PYTORCH_TRAIN_FRACTION = 0.67
 
 
 def hardware_table(hardware: Hardware, table: ComponentTable | str | None) -> ComponentTable | None:
@@ -829,7 +837,8 @@ class CostModel:
         (and backward when ``train``) with the kernels of :meth:`pass_kernels` (Megatron's under the
         Transformer Engine release ``transformer_engine``, times the GPU type's ``megatron_pass_factor``:
         published Megatron-Core pre-training steps over the table's,
-        :data:`~packplace.placement.problem.hardware.MEGATRON_PASS_FACTOR_H100`)."""
+        :data:`~packplace.placement.problem.hardware.MEGATRON_PASS_FACTOR_H100`); a training pass of the Hugging
+        Face kernels at :meth:`train_rate_fraction` of the table's rates."""
         kernels = self.pass_kernels(pp, tp, ep)
         te = self.transformer_engine if kernels == "megatron" else None
         layer = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=1, head=False, tp=tp,
@@ -837,7 +846,18 @@ class CostModel:
         top = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=0, head=True, tp=tp,
                          kernels=kernels, transformer_engine=te)
         factor = self.hw.megatron_pass_factor if kernels == "megatron" else 1.0
-        return factor * (layer.forward + layer.backward), factor * (top.forward + top.backward)
+        rate = self.train_rate_fraction(model, pp, tp, ep) if train else 1.0
+        return factor * (layer.forward + layer.backward) / rate, factor * (top.forward + top.backward) / rate
+
+    def train_rate_fraction(self, model: ModelSpec, pp: int, tp: int, ep: int = 1, lora_rank: int = 0) -> float:
+        """The fraction of the component table's rates at which this model's training passes (forward, backward
+        and a full recompute's forward) run: :data:`PYTORCH_TRAIN_FRACTION` where a component table prices them
+        (:meth:`components_for`) with the Hugging Face kernels of a PyTorch-native trainer (:meth:`pass_kernels`
+        ``hf``), else 1 (Megatron-Core's passes, priced with ``megatron_pass_factor`` instead, and the knob
+        model, whose ``gemm_peak_fraction`` is a whole-pass efficiency already)."""
+        if self.components_for(model, lora_rank) is None or self.pass_kernels(pp, tp, ep) != "hf":
+            return 1.0
+        return PYTORCH_TRAIN_FRACTION
 
     def decode_step_times(self, model: ModelSpec, tp: int, pp: int, extent: tuple[int, int, int], dp: int,
                           running: np.ndarray, context_sum: np.ndarray, ep: int = 1,

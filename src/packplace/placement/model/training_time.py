@@ -9,7 +9,8 @@ Saving memory is not free, so the planner sees the trade-off:
   of the transformer layers over every micro-batch (Chen et al. 2016, "Training Deep Nets with Sublinear
   Memory Cost"; Korthikanti et al. 2022, Table 4: ≈ 33-36 % overhead), the inference pass time of the same
   strategy without the output head, which is not checkpointed (Hugging Face ``gradient_checkpointing``
-  wraps the decoder layers; Megatron-LM recomputes the transformer block);
+  wraps the decoder layers; Megatron-LM recomputes the transformer block), at the rate of the trainer's
+  training passes (:meth:`~packplace.placement.model.cost.CostModel.train_rate_fraction`);
 * ``offload: optimizer`` sends the gradients to the host and the updated bf16 weights back once per step
   (ZeRO-Offload, Ren et al. 2021, §4): ``(g + 2)·p_shard`` bytes at ``host_bandwidth``; the CPU Adam step
   is assumed to overlap with these transfers (ZeRO-Offload's one-step delayed update is not modelled);
@@ -126,7 +127,7 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
     rank = options.lora_rank
     if options.recompute == "full":
         seconds += cost.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep, lora_rank=rank,
-                                  layers_only=True, pack="train")
+                                  layers_only=True, pack="train") / cost.train_rate_fraction(model, pp, tp, ep, rank)
     elif options.recompute == "selective":
         s = cost.attention_length(model, "train", dp, pp, tp, ep)   # packed: the packs' Σ l² over their tokens
         attention = 2.0 * model.layers * s * model.attention_dim * tokens   # forward attention FLOPs
