@@ -201,6 +201,16 @@ ROWS: list[Row] = [
     Row("nemotron4-340b", "h100-sxm", 256, "bf16", 64, 1, 4096, 8, 8, 1, 12, 4.606,
         f"{DGXC_V25055} nemotron/README.md"),
     Row("nemotron4-340b", "h100-sxm", 256, "fp8", 64, 1, 4096, 8, 8, 1, 12, 3.107, f"{DGXC_V25055} nemotron/README.md"),
+    # B200 and GB200 FP8 bounds (Megatron-Bridge publishes no BF16 dense Blackwell row): 25.11 container,
+    # FP8 current scaling, no FSDP, tokens/s/GPU
+    Row("llama3.1-8b", "b200", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 128 * 8192 / (30624 * 8),
+        f"{BRIDGE}, 25.11 NeMo Container, System: DGX-B200, LLAMA3_8B FP8-CS"),
+    Row("llama3.1-405b-hf-vocab", "b200", 128, "fp8", 64, 1, 8192, 4, 8, 2, 8, 64 * 8192 / (661 * 128),
+        f"{BRIDGE}, 25.11 NeMo Container, System: DGX-B200, LLAMA3.1_405B FP8-CS"),
+    Row("llama3.1-8b", "gb200", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 128 * 8192 / (31508 * 8),
+        f"{BRIDGE}, 25.11 NeMo Container, System: DGX-GB200, LLAMA3_8B FP8-CS"),
+    Row("llama3.1-405b-hf-vocab", "gb200", 256, "fp8", 1536, 1, 8192, 4, 16, 1, 4, 1536 * 8192 / (813 * 256),
+        f"{BRIDGE}, 25.11 NeMo Container, System: DGX-GB200, LLAMA3.1_405B FP8-CS"),
     # mixture of experts (the knob model prices MoE passes), BF16 on H100: 5,993 tokens/s/GPU
     Row("gpt-oss-120b", "h100-sxm", 64, "bf16", 1280, 1, 4096, 1, 4, 1, 1, 1280 * 4096 / (5993 * 64),
         f"{BRIDGE}, 26.02 NeMo Container, GPT OSS 120B, DGX-H100", ep=8),
@@ -384,8 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     print("BF16 dense GB200, the component table alone (megatron_pass_factor 1):",
           summary([dict(r, ratio=r["table_ratio"]) for r in dense],
                   lambda r: r["precision"] == "bf16" and r["gpu"] == "gb200"))
-    print("FP8 bounds (BF16 predicted / FP8 published, should be > 1):",
-          summary(dense, lambda r: r["precision"] == "fp8"))
+    for gpu in ("h100-sxm", "b200", "gb200"):
+        print(f"FP8 bounds {gpu} (BF16 predicted / FP8 published, should be > 1):",
+              summary(dense, lambda r, g=gpu: r["precision"] == "fp8" and r["gpu"] == g))
     print("BF16 MoE H100 (gpt-oss-120b):", summary(results, lambda r: r["model"] == "gpt-oss-120b"))
     print("FP8 MoE bounds (qwen3-30b-a3b, BF16 predicted / FP8 published):",
           summary(results, lambda r: r["model"] == "qwen3-30b-a3b"))
