@@ -30,13 +30,17 @@ each by the rule its source gives, in the script (the library is unchanged):
 adds :func:`~packplace.placement.model.training_time.training_overhead_seconds`'s attention recompute.
 
 The rows (sources in :data:`ROWS`): the BF16 and FP8 tables of NVIDIA's DGX Cloud benchmarking recipes
-(github.com/NVIDIA/dgxc-benchmarking, NeMo 24.12 on DGX H100 at tag v25.02; NeMo 25.04.01 on GB200 at
-tag v25.05), whose YAML files give every setting, and Megatron-Bridge's performance summary for the one BF16
-mixture of experts on H100. BF16 rows are what the model prices; an FP8 row of the same setup is a bound
+(github.com/NVIDIA/dgxc-benchmarking, NeMo 24.12 on DGX H100 at tag v25.02; NeMo 25.04.01 on GB200 NVL72 and
+DGX H100 at tags v25.05 / v25.05.05: Llama 3.1 405B and Nemotron-4 340B), whose YAML files and launch scripts give
+every setting, and Megatron-Bridge's performance summary for the one BF16 mixture of experts on H100 (its dense
+B200 / GB200 rows are FP8 only, and no later dgxc-benchmarking tag publishes step times).
+BF16 rows are what the model prices; an FP8 row of the same setup is a bound
 (the BF16 step the model predicts should be slower than the published FP8 one). No row is a validation row.
-The BF16 dense H100 rows set the ``h100-sxm`` preset's ``megatron_pass_factor`` (:func:`fit_factor`, the
+The BF16 dense rows of a GPU type set its preset's ``megatron_pass_factor`` (:func:`fit_factor`, the
 factor on the component table's Megatron-Core kernels at which the median predicted / published step is 1;
-:func:`leave_one_model_out` holds each model out); every row is priced both with the preset as it is and with
+:func:`leave_one_model_out` holds each model out): H100 from the v25.02 rows, GB200 from its 9 rows of two
+models (:data:`FIT_SOURCES`); the NeMo 25.04.01 H100 rows check the H100 fit on the GB200 rows' container;
+every row is priced both with the preset as it is and with
 the table alone (factor 1). Discussion: docs/calibration-and-validation.md, "Megatron-Core pre-training
 throughput against NVIDIA's published tables".
 """
@@ -62,6 +66,7 @@ from packplace.shape import TransformerShape
 DGXC = "github.com/NVIDIA/dgxc-benchmarking"
 DGXC_V2502 = f"{DGXC} @ 8f5cbb3799ea8cc031ed2c2cee1cbdbc15b240ad (v25.02, nvcr.io/nvidia/nemo:24.12)"
 DGXC_V2505 = f"{DGXC} @ 68eaf7e117bf16cb018861ce101e8f80925f74d8 (v25.05, nvcr.io/nvidia/nemo:25.04.01)"
+DGXC_V25055 = f"{DGXC} @ c5c765f2684f983e787eaada4073b63c8287caf6 (v25.05.05, nvcr.io/nvidia/nemo:25.04.01)"
 BRIDGE = ("github.com/NVIDIA-NeMo/Megatron-Bridge @ 067f987df03b8355b03192d88d70f1709fedf51a "
           "docs/performance-summary-archive.md")
 
@@ -176,6 +181,36 @@ ROWS: list[Row] = [
            [(128, 64, 9.347), (256, 128, 9.484), (512, 256, 9.508)], f"{DGXC_V2505} llama3.1/README.md"),
     Row("llama3.1-405b-hf-vocab", "gb200", 128, "fp8", 64, 1, 8192, 4, 8, 2, 8, 6.131,
         f"{DGXC_V2505} llama3.1/README.md"),
+    # GB200 (NVL72) Nemotron-4 340B, NeMo 2.0 (nemotron/launch.sh: TP 8, PP 4, VP 12, MBS 1, CUDA graphs, no
+    # FSDP, no activation recompute; NullTokenizer of 256,000), weak scaling (GBS = GPUs / 4) and strong
+    # scaling (GBS 512), BF16 and FP8
+    *_weak("nemotron4-340b", "gb200", "bf16", 4096, 8, 4, 1, 12, 1,
+           [(128, 32, 2.189), (256, 64, 2.19), (512, 128, 2.229), (128, 512, 32.66), (256, 512, 16.58),
+            (512, 512, 8.468)], f"{DGXC_V25055} nemotron/README.md"),
+    *_weak("nemotron4-340b", "gb200", "fp8", 4096, 8, 4, 1, 12, 1,
+           [(128, 32, 1.483), (128, 512, 21.83)], f"{DGXC_V25055} nemotron/README.md"),
+    # H100 on the same NeMo 25.04.01 container (a reference for the GB200 rows; not in the H100 fit, which
+    # keeps the v25.02 rows): Llama 3.1 405B TP 8 PP 8 CP 2 VP 8 GBS 256; Nemotron-4 15B TP 2 MBS 2;
+    # Nemotron-4 340B TP 8 PP 8 VP 12 (no recompute)
+    Row("llama3.1-405b-hf-vocab", "h100-sxm", 512, "bf16", 256, 1, 8192, 8, 8, 2, 8, 19.81,
+        f"{DGXC_V25055} llama3.1/README.md"),
+    Row("llama3.1-405b-hf-vocab", "h100-sxm", 512, "fp8", 256, 1, 8192, 8, 8, 2, 8, 13.02,
+        f"{DGXC_V25055} llama3.1/README.md"),
+    Row("nemotron4-15b", "h100-sxm", 16, "bf16", 64, 2, 4096, 2, 1, 1, 1, 2.746, f"{DGXC_V25055} nemotron/README.md"),
+    Row("nemotron4-15b", "h100-sxm", 16, "fp8", 64, 2, 4096, 2, 1, 1, 1, 1.988, f"{DGXC_V25055} nemotron/README.md"),
+    Row("nemotron4-340b", "h100-sxm", 256, "bf16", 64, 1, 4096, 8, 8, 1, 12, 4.606,
+        f"{DGXC_V25055} nemotron/README.md"),
+    Row("nemotron4-340b", "h100-sxm", 256, "fp8", 64, 1, 4096, 8, 8, 1, 12, 3.107, f"{DGXC_V25055} nemotron/README.md"),
+    # B200 and GB200 FP8 bounds (Megatron-Bridge publishes no BF16 dense Blackwell row): 25.11 container,
+    # FP8 current scaling, no FSDP, tokens/s/GPU
+    Row("llama3.1-8b", "b200", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 128 * 8192 / (30624 * 8),
+        f"{BRIDGE}, 25.11 NeMo Container, System: DGX-B200, LLAMA3_8B FP8-CS"),
+    Row("llama3.1-405b-hf-vocab", "b200", 128, "fp8", 64, 1, 8192, 4, 8, 2, 8, 64 * 8192 / (661 * 128),
+        f"{BRIDGE}, 25.11 NeMo Container, System: DGX-B200, LLAMA3.1_405B FP8-CS"),
+    Row("llama3.1-8b", "gb200", 8, "fp8", 128, 2, 8192, 1, 1, 1, 1, 128 * 8192 / (31508 * 8),
+        f"{BRIDGE}, 25.11 NeMo Container, System: DGX-GB200, LLAMA3_8B FP8-CS"),
+    Row("llama3.1-405b-hf-vocab", "gb200", 256, "fp8", 1536, 1, 8192, 4, 16, 1, 4, 1536 * 8192 / (813 * 256),
+        f"{BRIDGE}, 25.11 NeMo Container, System: DGX-GB200, LLAMA3.1_405B FP8-CS"),
     # mixture of experts (the knob model prices MoE passes), BF16 on H100: 5,993 tokens/s/GPU
     Row("gpt-oss-120b", "h100-sxm", 64, "bf16", 1280, 1, 4096, 1, 4, 1, 1, 1280 * 4096 / (5993 * 64),
         f"{BRIDGE}, 26.02 NeMo Container, GPT OSS 120B, DGX-H100", ep=8),
@@ -301,19 +336,31 @@ def fit_factor(rows: list[Row]) -> float:
     return (lo + hi) / 2.0
 
 
-def fitting_rows() -> list[Row]:
-    """The rows ``megatron_pass_factor`` of ``h100-sxm`` is fitted to: BF16 dense on H100."""
-    return [r for r in ROWS if r.precision == "bf16" and r.gpu == "h100-sxm" and r.model not in MOE]
+#: The rows each GPU type's ``megatron_pass_factor`` is fitted to: BF16 dense rows of that GPU type. On H100
+#: only the v25.02 tables (NeMo 24.12), which set the preset; the later H100 rows (NeMo 25.04.01, the GB200 rows'
+#: container) are a check of that fit on the GB200 rows' software, not part of it.
+FIT_SOURCES = {"h100-sxm": DGXC_V2502, "gb200": DGXC}
 
 
-def leave_one_model_out() -> list[tuple[str, float, float, float]]:
+def fitting_rows(gpu: str = "h100-sxm") -> list[Row]:
+    """The rows ``megatron_pass_factor`` of preset ``gpu`` is fitted to (:data:`FIT_SOURCES`): BF16 dense."""
+    return [r for r in ROWS if r.precision == "bf16" and r.gpu == gpu and r.model not in MOE
+            and r.source.startswith(FIT_SOURCES[gpu])]
+
+
+def _family(model: str) -> str:
+    """The model a row belongs to for leave-one-model-out (a tokenizer variant is the same model)."""
+    return model.removesuffix("-hf-vocab")
+
+
+def leave_one_model_out(gpu: str = "h100-sxm") -> list[tuple[str, float, float, float]]:
     """``[(model, factor, held-out median ratio at factor 1, at the factor)]``: the factor fitted to the other
-    models' rows (:func:`fit_factor`), applied to the held-out model's."""
-    rows = fitting_rows()
+    models' rows of ``gpu`` (:func:`fit_factor`), applied to the held-out model's."""
+    rows = fitting_rows(gpu)
     out = []
-    for model in sorted({r.model for r in rows}):
-        factor = fit_factor([r for r in rows if r.model != model])
-        held = _linear_steps([r for r in rows if r.model == model])
+    for model in sorted({_family(r.model) for r in rows}):
+        factor = fit_factor([r for r in rows if _family(r.model) != model])
+        held = _linear_steps([r for r in rows if _family(r.model) == model])
         out.append((model, factor, statistics.median((a + b) / p for a, b, p in held),
                     statistics.median((a + b * factor) / p for a, b, p in held)))
     return out
@@ -337,20 +384,32 @@ def main(argv: list[str] | None = None) -> int:
     for model in ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "nemotron4-15b", "nemotron4-340b"):
         print(f"  {model}:", summary(dense, lambda r, m=model: r["precision"] == "bf16" and r["model"] == m
                                      and r["gpu"] == "h100-sxm"))
+    print("BF16 dense H100, NeMo 25.04.01 (the GB200 rows' container, not fitted):",
+          summary(dense, lambda r: r["precision"] == "bf16" and r["gpu"] == "h100-sxm"
+                  and r["source"].startswith(DGXC_V25055)))
     print("BF16 dense GB200:", summary(dense, lambda r: r["precision"] == "bf16" and r["gpu"] == "gb200"))
-    print("FP8 bounds (BF16 predicted / FP8 published, should be > 1):",
-          summary(dense, lambda r: r["precision"] == "fp8"))
+    for model in ("llama3.1-405b-hf-vocab", "nemotron4-340b"):
+        print(f"  {model}:", summary(dense, lambda r, m=model: r["precision"] == "bf16" and r["model"] == m
+                                     and r["gpu"] == "gb200"))
+    print("BF16 dense GB200, the component table alone (megatron_pass_factor 1):",
+          summary([dict(r, ratio=r["table_ratio"]) for r in dense],
+                  lambda r: r["precision"] == "bf16" and r["gpu"] == "gb200"))
+    for gpu in ("h100-sxm", "b200", "gb200"):
+        print(f"FP8 bounds {gpu} (BF16 predicted / FP8 published, should be > 1):",
+              summary(dense, lambda r, g=gpu: r["precision"] == "fp8" and r["gpu"] == g))
     print("BF16 MoE H100 (gpt-oss-120b):", summary(results, lambda r: r["model"] == "gpt-oss-120b"))
     print("FP8 MoE bounds (qwen3-30b-a3b, BF16 predicted / FP8 published):",
           summary(results, lambda r: r["model"] == "qwen3-30b-a3b"))
     print("BF16 dense H100, the component table alone (megatron_pass_factor 1):",
           summary([dict(r, ratio=r["table_ratio"]) for r in dense],
                   lambda r: r["precision"] == "bf16" and r["gpu"] == "h100-sxm"))
-    print(f"megatron_pass_factor fitted to the BF16 dense H100 rows: {fit_factor(fitting_rows()):.4f}")
-    print("Leave one model out (the factor fitted to the other models' rows; the held-out model's median ratio"
-          " at factor 1 -> at that factor):")
-    for model, factor, before, after in leave_one_model_out():
-        print(f"  {model}: factor {factor:.4f}, {before:.3f} -> {after:.3f}")
+    for gpu in FIT_SOURCES:
+        print(f"megatron_pass_factor fitted to the BF16 dense {gpu} rows ({len(fitting_rows(gpu))}):"
+              f" {fit_factor(fitting_rows(gpu)):.4f}")
+        print("  leave one model out (the factor fitted to the other models' rows; the held-out model's median"
+              " ratio at factor 1 -> at that factor):")
+        for model, factor, before, after in leave_one_model_out(gpu):
+            print(f"    {model}: factor {factor:.4f}, {before:.3f} -> {after:.3f}")
     if args.json:
         args.json.write_text(json.dumps({"rows": results}, indent=1) + "\n")
     return 0

@@ -763,10 +763,8 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
     # the workload's sequences, prompt + new tokens: a pass's seq_len; generate's prompt growing to context;
     # decode's running sequences holding context tokens (what a framework's dispatch carries)
-    if task == "generate":
-        prompt, new_tokens = seq_len, context - seq_len
-    else:
-        prompt, new_tokens = max(1, (context if task == "decode" else seq_len) - 1), 1
+    prompt, new_tokens = ((seq_len, context - seq_len) if task == "generate"
+                          else (max(1, (context if task == "decode" else seq_len) - 1), 1))
     cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager, pack)
     cost.components = table   # the knob model's passes (MoE) with the same table as the kernels below
     if table is not None and shape.is_moe:
@@ -792,9 +790,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
                                          logits="last" if task == "prefill" else "all"))
             worst = max(stages, key=lambda t: t.total)
             parts.update({k: v for k, v in worst.as_dict().items() if v > 0 or k == "forward"})
-            if train and framework not in ("none", "vllm"):   # a PyTorch-native RL trainer, as `place` prices it
-                passes = sum(parts.get(k, 0.0) for k in ("forward", "backward", "recompute"))
-                parts["trainer_rate"] = passes * (1.0 / PYTORCH_TRAIN_FRACTION - 1.0)
+            parts.update(_trainer_rate(parts, train, framework))
         else:   # the knob model: its pass times hold the communication and the pipeline of one micro-batch
             whole = micro_batch * seq_len if pack is None else tokens   # the micro-batch its pass prices
             fwd_comm = 2 * max(layers) * cost.tp_allreduce(whole * d * 2.0, tp, extent) + (
@@ -857,6 +853,17 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     dispatch = dispatch_seconds(cost, cost.framework, dp) if framework not in ("none", "vllm") else 0.0
     parts["overhead"] = steps * (step_overhead + host_per_sequence * batch) + dispatch
     return parts
+
+
+def _trainer_rate(parts: Mapping[str, float], train: bool, framework: str) -> dict[str, float]:
+    """``{"trainer_rate": seconds}`` a PyTorch-native RL trainer (``framework`` verl, nemo-rl, openrlhf,
+    deepspeed-chat) adds to a component table's one-GPU training passes (forward, backward, recompute in
+    ``parts``): they run at :data:`~packplace.placement.model.cost.PYTORCH_TRAIN_FRACTION` of the table's
+    rates, as ``place`` prices them; empty for a forward pass or ``framework`` none / vllm."""
+    if not train or framework in ("none", "vllm"):
+        return {}
+    passes = sum(parts.get(k, 0.0) for k in ("forward", "backward", "recompute"))
+    return {"trainer_rate": passes * (1.0 / PYTORCH_TRAIN_FRACTION - 1.0)}
 
 
 def _decode_comm(cost, shape: ModelSpec, running: float, tp: int, pp: int, extent: tuple[int, int, int],

@@ -837,8 +837,8 @@ class CostModel:
         (and backward when ``train``) with the kernels of :meth:`pass_kernels` (Megatron's under the
         Transformer Engine release ``transformer_engine``, times the GPU type's ``megatron_pass_factor``:
         published Megatron-Core pre-training steps over the table's,
-        :data:`~packplace.placement.problem.hardware.MEGATRON_PASS_FACTOR_H100`); a training pass of the Hugging
-        Face kernels at :meth:`train_rate_fraction` of the table's rates."""
+        :data:`~packplace.placement.problem.hardware.MEGATRON_PASS_FACTOR_H100`, ``..._GB200``); a training pass of
+        the Hugging Face kernels at :meth:`train_rate_fraction` of the table's rates."""
         kernels = self.pass_kernels(pp, tp, ep)
         te = self.transformer_engine if kernels == "megatron" else None
         layer = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=1, head=False, tp=tp,
