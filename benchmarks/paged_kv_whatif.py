@@ -22,6 +22,7 @@ import packplace.placement.model.cost as cost
 import packplace.placement.task_estimate as task_estimate
 from packplace import cli
 from packplace.placement.model.components import ComponentTable
+from packplace.placement.problem.hardware import COMPONENT_TABLES, PRESETS
 
 
 def main() -> int:
@@ -32,7 +33,12 @@ def main() -> int:
     args = parser.parse_args()
     if not 0.0 < args.factor <= 1.0:
         parser.error(f"factor must be in (0, 1], got {args.factor}")
-    chosen = {g for g in args.gpus.split(",") if g}
+    # a preset name (h100, gb200-nvl72) names the component table it prices with
+    chosen = {PRESETS[g]["component_table"] if g in PRESETS else g for g in args.gpus.split(",") if g}
+    unknown = chosen - set(COMPONENT_TABLES)
+    if unknown:
+        parser.error(f"--gpus: {', '.join(sorted(unknown))} names no component table "
+                     f"({', '.join(COMPONENT_TABLES[1:])})")
     priced = cost.hardware_table
 
     def scaled(hardware, table) -> ComponentTable | None:

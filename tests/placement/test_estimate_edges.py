@@ -135,7 +135,6 @@ def test_an_rl_trainers_training_passes_run_at_the_pytorch_fraction(framework):
     assert passes == pytest.approx(sum(base.parts[k] for k in ("forward", "backward", "recompute")))
     assert "trainer_rate" not in base.parts
     assert named.parts["trainer_rate"] == pytest.approx(passes * (1 / PYTORCH_TRAIN_FRACTION - 1))
-    assert passes + named.parts["trainer_rate"] == pytest.approx(passes / PYTORCH_TRAIN_FRACTION)
 
 
 def test_the_pytorch_fraction_leaves_forward_passes_and_the_knob_model_alone():
@@ -143,3 +142,23 @@ def test_the_pytorch_fraction_leaves_forward_passes_and_the_knob_model_alone():
     knobs = estimate("llama3.1-8b", "a100-80gb-sxm", "train", micro_batch=1, seq_len=2048, framework="verl")
     assert "trainer_rate" not in infer.parts
     assert "trainer_rate" not in knobs.parts
+
+
+@pytest.mark.parametrize("framework, degrees", [("nemo-rl", {"pp": 2}), ("verl", {"tp": 2}), ("verl", {"pp": 2}),
+                                                ("nemo-rl", {"pp": 2, "pack_tokens": 8192})])
+def test_a_strategy_on_megatron_core_takes_no_pytorch_fraction(framework, degrees):
+    # under trainer_backend auto these strategies run Megatron-Core, whose passes `place` prices without the
+    # fraction (train_rate_fraction 1); NeMo RL's DTensor policy has tensor parallelism, so nemo-rl --tp 2 keeps it
+    e = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=4096, framework=framework, **degrees)
+    assert "trainer_rate" not in e.parts
+    dtensor = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=4096, framework="nemo-rl", tp=2)
+    assert dtensor.parts["trainer_rate"] > 0
+
+
+def test_a_selective_recompute_takes_no_pytorch_fraction():
+    # `place` prices a selective recompute apart (training_overhead_seconds), at the table's rates
+    from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION
+    e = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=2048, recompute="selective", framework="verl")
+    assert e.parts["recompute"] > 0
+    assert e.parts["trainer_rate"] == pytest.approx(
+        (e.parts["forward"] + e.parts["backward"]) * (1 / PYTORCH_TRAIN_FRACTION - 1))

@@ -790,7 +790,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
                                          logits="last" if task == "prefill" else "all"))
             worst = max(stages, key=lambda t: t.total)
             parts.update({k: v for k, v in worst.as_dict().items() if v > 0 or k == "forward"})
-            parts.update(_trainer_rate(parts, train, framework))
+            parts.update(_trainer_rate(parts, train, framework, recompute, (dp, pp, tp, ep)))
         else:   # the knob model: its pass times hold the communication and the pipeline of one micro-batch
             whole = micro_batch * seq_len if pack is None else tokens   # the micro-batch its pass prices
             fwd_comm = 2 * max(layers) * cost.tp_allreduce(whole * d * 2.0, tp, extent) + (
@@ -855,14 +855,24 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     return parts
 
 
-def _trainer_rate(parts: Mapping[str, float], train: bool, framework: str) -> dict[str, float]:
-    """``{"trainer_rate": seconds}`` a PyTorch-native RL trainer (``framework`` verl, nemo-rl, openrlhf,
-    deepspeed-chat) adds to a component table's one-GPU training passes (forward, backward, recompute in
-    ``parts``): they run at :data:`~packplace.placement.model.cost.PYTORCH_TRAIN_FRACTION` of the table's
-    rates, as ``place`` prices them; empty for a forward pass or ``framework`` none / vllm."""
+def _trainer_rate(parts: Mapping[str, float], train: bool, framework: str, recompute: str,
+                  degrees: tuple[int, int, int, int]) -> dict[str, float]:
+    """``{"trainer_rate": seconds}`` a PyTorch-native RL trainer (``framework`` openrlhf, deepspeed-chat, or
+    verl / nemo-rl on the FSDP / DTensor backend its strategy ``degrees`` = ``(dp, pp, tp, ep)`` runs under
+    ``trainer_backend: auto``) adds to a component table's one-GPU training passes (``parts``' forward,
+    backward and a full recompute's forward): they run at
+    :data:`~packplace.placement.model.cost.PYTORCH_TRAIN_FRACTION` of the table's rates, as ``place`` prices
+    them (a selective recompute is priced apart there, at the table's rates). Empty for a forward pass,
+    ``framework`` none / vllm, or a strategy that runs Megatron-Core (``place`` prices its passes with
+    ``megatron_pass_factor`` instead; ``estimate`` keeps the Hugging Face kernels there)."""
     if not train or framework in ("none", "vllm"):
         return {}
-    passes = sum(parts.get(k, 0.0) for k in ("forward", "backward", "recompute"))
+    if framework in ("verl", "nemo-rl"):
+        dp, pp, tp, ep = degrees
+        if trainer_backend(Context(framework, "grpo", {}, False), {TRAIN: Strategy(dp, pp, tp, ep)}) == "megatron":
+            return {}
+    passes = parts.get("forward", 0.0) + parts.get("backward", 0.0) + (
+        parts.get("recompute", 0.0) if recompute == "full" else 0.0)
     return {"trainer_rate": passes * (1.0 / PYTORCH_TRAIN_FRACTION - 1.0)}
 
 
@@ -1055,15 +1065,16 @@ def _pack_line(inputs: Mapping[str, Any]) -> str:
     share = f", {priced:.0f} tokens on each of the {cp} GPUs of the CP group" if cp > 1 else ""
     if own == length:   # no sequence rounded
         pad = f"padded to {whole} tokens" if inputs["pack_padded"] else "its own tokens, no pad"
-        return f"pack: {n} sequences of {length} tokens ({n * length}) on NeMo RL's {backend} workers: {pad}{share}"
+        return (f"pack: {n} sequence{'s' if n != 1 else ''} of {length} tokens ({n * length}) on NeMo RL's "
+                f"{backend} workers: {pad}{share}")
     multiple = f"2·cp·tp = 2·{cp}·{tp} = {2 * cp * tp}" if cp > 1 else f"tp = {tp}"
     each = length - own
     rounded = (f"each padded to {length} (a multiple of {multiple}: {each} pad token{'s' if each > 1 else ''} per "
                f"sequence, {n * each} in all)")
     pad = (f"the pack padded to {whole} tokens ({whole - n * own} pad tokens)" if whole > n * length
            else f"{whole} tokens, {whole - n * own} of them pad")
-    return (f"pack: {n} sequences of {own} tokens ({n * own}), {rounded}, on NeMo RL's {backend} workers: "
-            f"{pad}{share}")
+    return (f"pack: {n} sequence{'s' if n != 1 else ''} of {own} tokens ({n * own}), {rounded}, on NeMo RL's "
+            f"{backend} workers: {pad}{share}")
 
 
 def _cp_line(inputs: Mapping[str, Any]) -> str:
