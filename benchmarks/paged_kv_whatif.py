@@ -34,8 +34,9 @@ def main() -> int:
     if not 0.0 < args.factor <= 1.0:
         parser.error(f"factor must be in (0, 1], got {args.factor}")
     # a preset name (h100, gb200-nvl72) names the component table it prices with
-    chosen = {PRESETS[g]["component_table"] if g in PRESETS else g for g in args.gpus.split(",") if g}
-    unknown = chosen - set(COMPONENT_TABLES)
+    tables = {g: PRESETS[g].get("component_table", "none") if g in PRESETS else g for g in args.gpus.split(",") if g}
+    chosen = set(tables.values())
+    unknown = {g for g, t in tables.items() if t not in COMPONENT_TABLES[1:]}
     if unknown:
         parser.error(f"--gpus: {', '.join(sorted(unknown))} names no component table "
                      f"({', '.join(COMPONENT_TABLES[1:])})")

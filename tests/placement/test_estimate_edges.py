@@ -115,10 +115,10 @@ def test_a_cp_pass_without_packs_says_its_sequences_are_padded():
         text = format_estimate(estimate("qwen2.5-0.5b", "h200", "train", **kw))
         return [row for row in text.splitlines() if row.startswith("cp:")]
     assert line(seq_len=4001, cp=2, tp=2) == [
-        "cp: 1 sequence(s) of 4001 tokens, each padded to 4008 (a multiple of 2·cp·tp = 2·2·2 = 8: 7 pad tokens per "
+        "cp: 1 sequence of 4001 tokens, each padded to 4008 (a multiple of 2·cp·tp = 2·2·2 = 8: 7 pad tokens per "
         "sequence), 2004 tokens on each of the 2 GPUs of the CP group"]
     assert line(seq_len=4096, cp=2, micro_batch=2) == [
-        "cp: 2 sequence(s) of 4096 tokens, a multiple of 2·cp·tp = 4, no pad, 4096 tokens on each of the 2 GPUs of "
+        "cp: 2 sequences of 4096 tokens, a multiple of 2·cp·tp = 4, no pad, 4096 tokens on each of the 2 GPUs of "
         "the CP group"]
     assert line(seq_len=4001) == []
 
@@ -156,7 +156,7 @@ def test_a_strategy_on_megatron_core_takes_no_pytorch_fraction(framework, degree
 
 
 def test_a_selective_recompute_takes_no_pytorch_fraction():
-    # `place` prices a selective recompute apart (training_overhead_seconds), at the table's rates
+    # `place` prices a selective recompute apart (training_overhead_seconds, by the efficiency knobs), no fraction
     from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION
     e = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=2048, recompute="selective", framework="verl")
     assert e.parts["recompute"] > 0

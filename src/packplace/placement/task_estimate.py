@@ -862,9 +862,9 @@ def _trainer_rate(parts: Mapping[str, float], train: bool, framework: str, recom
     ``trainer_backend: auto``) adds to a component table's one-GPU training passes (``parts``' forward,
     backward and a full recompute's forward): they run at
     :data:`~packplace.placement.model.cost.PYTORCH_TRAIN_FRACTION` of the table's rates, as ``place`` prices
-    them (a selective recompute is priced apart there, at the table's rates). Empty for a forward pass,
-    ``framework`` none / vllm, or a strategy that runs Megatron-Core (``place`` prices its passes with
-    ``megatron_pass_factor`` instead; ``estimate`` keeps the Hugging Face kernels there)."""
+    them (a selective recompute is priced apart there, by the efficiency knobs, without the fraction). Empty
+    for a forward pass, ``framework`` none / vllm, or a strategy that runs Megatron-Core (``place`` prices its
+    passes with ``megatron_pass_factor`` instead; ``estimate`` keeps the Hugging Face kernels there)."""
     if not train or framework in ("none", "vllm"):
         return {}
     if framework in ("verl", "nemo-rl"):
@@ -1086,7 +1086,8 @@ def _cp_line(inputs: Mapping[str, Any]) -> str:
     pad = (f"each padded to {padded} (a multiple of 2·cp·tp = 2·{cp}·{tp} = {2 * cp * tp}: {padded - length} pad "
            f"token{'s' if padded - length > 1 else ''} per sequence)" if padded > length
            else f"a multiple of 2·cp·tp = {2 * cp * tp}, no pad")
-    return f"cp: {n} sequence(s) of {length} tokens, {pad}, {share:.0f} tokens on each of the {cp} GPUs of the CP group"
+    return (f"cp: {n} sequence{'s' if n != 1 else ''} of {length} tokens, {pad}, {share:.0f} tokens on each of the "
+            f"{cp} GPUs of the CP group")
 
 
 def format_estimate(result: Estimate) -> str:
