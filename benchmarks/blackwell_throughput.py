@@ -35,8 +35,9 @@ state's output tokens/s add the prefill of the requests each iteration admits (:
 
 Assumption of this script: the mean prompt. ML.ENERGY publishes no input lengths; the rows take 300 tokens
 for ``lm-arena-chat`` and 250 for ``gpqa`` (a GPQA question, its four choices and the chat template);
-:func:`prompt_sensitivity` reprices the chat pairs at 100 and 1,000 tokens. None of these is a validation row
-and none sets a knob. What the table says: docs/calibration-and-validation.md, "Whole engines on Blackwell:
+:func:`prompt_sensitivity` reprices the chat pairs at 100 and 1,000 tokens. The script also prices the only BF16
+Megatron-Core step times published on B200 (:data:`MOE_TRAINING`, GPT-OSS 120B). None of these is a validation
+row and none sets a knob. What the table says: docs/calibration-and-validation.md, "Whole engines on Blackwell:
 vLLM against ML.ENERGY's B200 and H100 runs".
 """
 
