@@ -32,6 +32,11 @@ is the most sensitive to it.
 
 The arithmetic and what the table says: docs/calibration-and-validation.md, "vLLM offline throughput at
 RL loads".
+
+:data:`KERNEL_FIGURES` adds published decode-attention kernel timings (one query token per sequence over a
+cached batch) and :func:`kernel_rows` the rate each reached against the step model's KV rate on the same card
+(the last table printed); none set a knob: docs/calibration-and-validation.md, "Long-output vLLM runs and
+decode-attention kernel rates".
 """
 
 from __future__ import annotations
