@@ -32,6 +32,11 @@ is the most sensitive to it.
 
 The arithmetic and what the table says: docs/calibration-and-validation.md, "vLLM offline throughput at
 RL loads".
+
+:data:`KERNEL_FIGURES` adds published decode-attention kernel timings (one query token per sequence over a
+cached batch) and :func:`kernel_rows` the rate each reached against the step model's KV rate on the same card
+(the last table printed); none set a knob: docs/calibration-and-validation.md, "Long-output vLLM runs and
+decode-attention kernel rates".
 """
 
 from __future__ import annotations
@@ -231,6 +236,75 @@ def regime_rows() -> list[dict]:
     return out
 
 
+#: Published decode-attention kernel timings in the shape RL rollouts decode (one query token per sequence,
+#: head dim 128, bf16 K and V, 16-128 sequences of 2,000-8,192 cached tokens), the rate a component table's
+#: ``kv_bandwidth`` stands for. Each row: ``source`` (address, commit or date), ``gpu`` (as the source names
+#: it), ``datasheet`` (the card's HBM bytes/s: NVIDIA's H100 SXM 3.35e12, H200 4.8e12, A100 80GB PCIe
+#: 1.935e12), ``preset`` (the packplace preset of the same card, or ``None``), ``kernel``, ``layout``
+#: (``paged``: a page table indirection per page of ``page`` tokens; ``contiguous``: dense K and V),
+#: ``batch`` sequences of ``kv_len`` tokens, ``q_heads`` / ``kv_heads``, the published ``seconds`` per call and
+#: the source's own ``gbps`` (bytes / time as it counts them), which :func:`kernel_rows` reproduces.
+#: The cudnn-frontend rows run its ``cudnn`` backend, which builds dense K / V tensors with no page table
+#: (``benchmark/attention_inference/benchmark_single_attention.py``: "cuDNN frontend graph API (contiguous
+#: KV)"; the CSVs' ``page_size`` 16 is the sweep config's, used by its FlashInfer backend only).
+CUDNN_DECODE = "github.com/NVIDIA/cudnn-frontend benchmark/attention_inference/results/decode_sweep"
+KERNEL_FIGURES: list[dict] = [
+    *({"source": "github.com/Dao-AILab/flash-attention/issues/1572 (TheRainstorm, 2025-04-11), "
+                 "FA3 `flash_attn_with_kvcache` with a page table, CUDA graph, `num_splits` 0",
+       "gpu": "H100", "datasheet": 3.35e12, "preset": "h100-sxm", "kernel": "FlashAttention-3",
+       "layout": "paged", "page": 8, "batch": 16, "kv_len": kv_len, "q_heads": 32, "kv_heads": 32,
+       "seconds": us * 1e-6, "gbps": gbps}
+      for kv_len, us, gbps in ((2000, 292.0, 1796.0), (4000, 567.2, 1849.0))),
+    *({"source": f"{CUDNN_DECODE}/h200/decode_sweep_20260928_131747.csv @ b1214d5c (cuDNN 9.27, llama3.1 rows)",
+       "gpu": "H200", "datasheet": 4.8e12, "preset": "h200", "kernel": "cuDNN SDPA", "layout": "contiguous",
+       "page": None, "batch": batch, "kv_len": kv_len, "q_heads": 64, "kv_heads": 8, "seconds": ms * 1e-3,
+       "gbps": gbps}
+      for batch, kv_len, ms, gbps in ((32, 2048, 0.072767, 3703.382), (128, 2048, 0.256257, 4206.465),
+                                      (32, 8192, 0.251519, 4273.198), (128, 8192, 0.97052, 4429.751))),
+    *({"source": f"{CUDNN_DECODE}/a100/decode_sweep_20260928_140447.csv @ 104a33b0 (cuDNN 9.27, llama3.1 rows)",
+       "gpu": "A100 80GB PCIe", "datasheet": 1.935e12, "preset": None, "kernel": "cuDNN SDPA",
+       "layout": "contiguous", "page": None, "batch": batch, "kv_len": kv_len, "q_heads": 64, "kv_heads": 8,
+       "seconds": ms * 1e-3, "gbps": gbps}
+      for batch, kv_len, ms, gbps in ((32, 2048, 0.170818, 1577.609), (128, 2048, 0.647101, 1665.793),
+                                      (32, 8192, 0.651835, 1648.869), (128, 8192, 2.504612, 1716.498))),
+]
+#: Head dimension and bytes per element of every :data:`KERNEL_FIGURES` row (bf16, d 128).
+KERNEL_HEAD_DIM, KERNEL_BYTES = 128, 2
+
+
+def kernel_bytes(batch: int, kv_len: int, q_heads: int, kv_heads: int) -> int:
+    """Bytes one decode-attention call moves at least: every sequence's K and V (``kv_len`` tokens of
+    ``kv_heads`` heads each) read, one query token read and its output written (cudnn-frontend's
+    ``attention_bytes``; the FA3 benchmark counts the same to its printed precision)."""
+    kv = batch * kv_len * kv_heads * 2 * KERNEL_HEAD_DIM * KERNEL_BYTES
+    return kv + batch * q_heads * 2 * KERNEL_HEAD_DIM * KERNEL_BYTES
+
+
+def model_kv_rate(preset: str) -> float:
+    """Bytes/s at which the step model's decode iteration reads the KV cache on ``preset``: its component
+    table's ``kv_bandwidth`` where the GPU type has one, else the knob roofline's ``memory_bandwidth ×
+    decode_bw_eff``."""
+    from packplace.placement.model.cost import hardware_table
+    from packplace.placement.problem.hardware import PRESETS
+    _, hw = resolve_hardware(preset, None, 1)
+    table = hardware_table(hw, PRESETS[preset].get("component_table"))
+    return table.kv_bandwidth if table is not None else hw.memory_bandwidth * hw.decode_bw_eff
+
+
+def kernel_rows() -> list[dict]:
+    """Each :data:`KERNEL_FIGURES` row with the rate it reached (``tbps``, from :func:`kernel_bytes` over
+    the published time), as a fraction of the card's datasheet and of the step model's KV rate on the same
+    card (:func:`model_kv_rate`; ``None`` where no preset describes the card)."""
+    out = []
+    for fig in KERNEL_FIGURES:
+        rate = kernel_bytes(fig["batch"], fig["kv_len"], fig["q_heads"], fig["kv_heads"]) / fig["seconds"]
+        model = model_kv_rate(fig["preset"]) if fig["preset"] else None
+        out.append({**fig, "tbps": round(rate / 1e12, 4), "of_datasheet": round(rate / fig["datasheet"], 3),
+                    "model_kv_tbps": None if model is None else round(model / 1e12, 4),
+                    "of_model_kv": None if model is None else round(rate / model, 3)})
+    return out
+
+
 def implied_host(row: dict) -> float | None:
     """Host seconds per running sequence per decode iteration (beside the 1.4 ms per iteration) at which the
     ``vllm`` framing reproduces the published figure (bisection, 0-1 ms); ``None`` when even none is too slow
@@ -301,9 +375,20 @@ def main() -> None:
     for r in regime:
         print(f"| {r['gpu']} | {r['running']} | {r['context']} | {r['kernels_ms']:.2f} | {r['vllm_ms']:.2f} | "
               f"{r['host_share']:.2f} |")
+    kernels = kernel_rows()
+    print("\nPublished decode-attention kernel rates (one query token; the step model's KV rate on the card):")
+    print("| source | GPU | kernel | layout | batch × tokens | heads q/kv | TB/s | of datasheet | model's KV TB/s "
+          "| reached / model's |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for k in kernels:
+        model = "-" if k["model_kv_tbps"] is None else f"{k['model_kv_tbps']:.3f}"
+        share = "-" if k["of_model_kv"] is None else f"{k['of_model_kv']:.2f}"
+        print(f"| {k['source'].split(' ')[0]} | {k['gpu']} | {k['kernel']} | {k['layout']} | {k['batch']} × "
+              f"{k['kv_len']:,} | {k['q_heads']}/{k['kv_heads']} | {k['tbps']:.3f} | {k['of_datasheet']:.2f} | "
+              f"{model} | {share} |")
     if args.write:
         OUT.write_text(json.dumps({"rows": rows, "summary": summary, "whatif": whatif,
-                                    "regime": regime}, indent=1) + "\n")
+                                    "regime": regime, "kernel_figures": kernels}, indent=1) + "\n")
         print(f"wrote {OUT}")
 
 
