@@ -815,9 +815,32 @@ class CostModel:
         micro-batch's gradients instead (:func:`~packplace.placement.model.training_time.zero3_collective_seconds`;
         :func:`~packplace.placement.model.training_time.runs_gradient_allreduce` says which trainers), for
         the first global batch of a step as for the others."""
-        shard = (model.params if pp == 1 and not lora_rank
-                 else max(trainable_stage_params(model, pp, lora_rank))) / tp
-        total = 32.0 * shard / self.shard_ranks(model, dp) / self.hw.memory_bandwidth
+        return (self.adam_seconds(model, dp, pp, tp, lora_rank)
+                + self.gradient_sync_seconds(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce))
+
+    @staticmethod
+    def update_shard(model: ModelSpec, pp: int, tp: int, lora_rank: int = 0) -> float:
+        """Trainable parameters of the largest stage on one tensor-parallel rank (all of the model's for
+        ``pp = 1`` without LoRA): what :meth:`update_time`'s Adam step and gradient all-reduce cover."""
+        return (model.params if pp == 1 and not lora_rank
+                else max(trainable_stage_params(model, pp, lora_rank))) / tp
+
+    def adam_seconds(self, model: ModelSpec, dp: int, pp: int, tp: int, lora_rank: int = 0) -> float:
+        """The memory-bound Adam update of :meth:`update_time`, seconds: ``32·shard/f`` bytes (read + write of
+        16 bytes of state per parameter) at ``memory_bandwidth``, ``shard`` = :meth:`update_shard`, ``f`` the
+        ranks the state shards over (:meth:`shard_ranks`)."""
+        shard = self.update_shard(model, pp, tp, lora_rank)
+        return 32.0 * shard / self.shard_ranks(model, dp) / self.hw.memory_bandwidth
+
+    def gradient_sync_seconds(self, model: ModelSpec, dp: int, pp: int, tp: int, extent: tuple[int, int, int],
+                              ep: int = 1, lora_rank: int = 0, gradient_allreduce: bool = True) -> float:
+        """The communication of :meth:`update_time`, seconds: the bf16 gradient all-reduce of
+        :meth:`update_shard` over the ``dp`` ranks (with ``ep > 1`` the dense part over ``dp``, the routed
+        experts' ``2·P_e/(tp·pp·ep)`` bytes over the ``dp/ep`` ranks holding them; none with
+        ``gradient_allreduce=False``) and, for a tied LM head with ``pp > 1``, the word-embedding gradient
+        all-reduce between the first and last stage."""
+        total = 0.0
+        shard = self.update_shard(model, pp, tp, lora_rank)
         if gradient_allreduce:
             level, per_node = self.group_level(tp * dp, extent), self.ranks_per_node(dp, tp, extent)
             if ep > 1 and model.is_moe:
