@@ -204,3 +204,16 @@ def test_bare_kernels_of_a_mixture_of_experts_label_the_update_by_what_it_prices
         alltoall = 2 * shape.moe_layers * cost.moe_alltoall(shape, 4096.0, 1, ep, extent) if ep > 1 else 0.0
         assert e.parts["communication"] == pytest.approx(
             cost.gradient_sync_seconds(shape, 8, 1, 1, extent, ep) + alltoall, rel=1e-12)
+
+
+def test_the_cli_takes_the_backend_and_prints_it(capsys):
+    from packplace.cli import main   # the command line, as a user runs it
+    args = ["estimate", "--model", "qwen2.5-1.5b", "--gpu", "h100-sxm", "--framework", "verl", "--tp", "2"]
+    assert main(args) == 0
+    assert ("trainer: megatron (Megatron-Core; verl, --trainer-backend auto, as place resolves it); priced with "
+            "Megatron-Core kernels x megatron_pass_factor 1.07") in capsys.readouterr().out.splitlines()
+    assert main([*args, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"pass_kernels": "megatron"' in out and '"trainer_backend_resolved": "megatron"' in out
+    assert main(["estimate", "--model", "qwen2.5-1.5b", "--task", "decode", "--trainer-backend", "fsdp"]) == 2
+    assert "--trainer-backend: means nothing for --task decode (it sets infer, train)" in capsys.readouterr().err

@@ -134,8 +134,9 @@ class Estimate:
 
     Attributes:
         time_s: Seconds (the sum of ``parts``).
-        parts: Seconds by part: ``forward``, ``backward``, ``recompute``, ``optimizer`` (train),
-            ``prefill``, ``decode`` (generate, decode), ``communication``, ``overhead``.
+        parts: Seconds by part: ``forward``, ``backward``, ``recompute``, ``optimizer`` (train; ``trainer_rate``
+            on a PyTorch-native trainer's eager kernels), ``prefill``, ``decode`` (generate, decode),
+            ``communication``, ``overhead``.
         memory: Bytes per GPU: ``peak_bytes`` and the parts of :data:`MEMORY_PARTS`.
         capacity_bytes: The GPU's memory (``memory_per_gpu``), bytes; fits: ``peak_bytes <= capacity_bytes``.
         model: Parameters of the model; gpu: the preset; components: the component table that priced the
