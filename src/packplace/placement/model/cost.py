@@ -815,8 +815,10 @@ class CostModel:
         micro-batch's gradients instead (:func:`~packplace.placement.model.training_time.zero3_collective_seconds`;
         :func:`~packplace.placement.model.training_time.runs_gradient_allreduce` says which trainers), for
         the first global batch of a step as for the others."""
-        return (self.adam_seconds(model, dp, pp, tp, lora_rank)
-                + self.gradient_sync_seconds(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce))
+        total = self.adam_seconds(model, dp, pp, tp, lora_rank)
+        for seconds in self._sync_terms(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce):
+            total += seconds   # term by term, in this order (the sum is bit-for-bit what it has been)
+        return total
 
     @staticmethod
     def update_shard(model: ModelSpec, pp: int, tp: int, lora_rank: int = 0) -> float:
@@ -839,20 +841,26 @@ class CostModel:
         experts' ``2·P_e/(tp·pp·ep)`` bytes over the ``dp/ep`` ranks holding them; none with
         ``gradient_allreduce=False``) and, for a tied LM head with ``pp > 1``, the word-embedding gradient
         all-reduce between the first and last stage."""
-        total = 0.0
+        return sum(self._sync_terms(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce))
+
+    def _sync_terms(self, model: ModelSpec, dp: int, pp: int, tp: int, extent: tuple[int, int, int], ep: int,
+                    lora_rank: int, gradient_allreduce: bool) -> list[float]:
+        """The all-reduces of :meth:`gradient_sync_seconds`, seconds each, in the order :meth:`update_time` adds
+        them."""
+        terms = []
         shard = self.update_shard(model, pp, tp, lora_rank)
         if gradient_allreduce:
             level, per_node = self.group_level(tp * dp, extent), self.ranks_per_node(dp, tp, extent)
             if ep > 1 and model.is_moe:
                 experts = model.expert_params / (tp * pp)
-                total += self.allreduce(2.0 * (shard - experts), dp, level, per_node)
-                total += self.allreduce(2.0 * experts / ep, dp // ep, level, max(1, per_node // ep))
+                terms.append(self.allreduce(2.0 * (shard - experts), dp, level, per_node))
+                terms.append(self.allreduce(2.0 * experts / ep, dp // ep, level, max(1, per_node // ep)))
             else:
-                total += self.allreduce(2.0 * shard, dp, level, per_node)
+                terms.append(self.allreduce(2.0 * shard, dp, level, per_node))
         if pp > 1 and model.lm_head and model.tie_word_embeddings:
             tied = 2.0 * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp
-            total += self.allreduce(tied, 2, self.group_level(dp * pp * tp, extent))
-        return total
+            terms.append(self.allreduce(tied, 2, self.group_level(dp * pp * tp, extent)))
+        return terms
 
     def _component_pass(self, table: ComponentTable, model: ModelSpec, tokens: float, seq_len: float, train: bool,
                         pp: int, tp: int, ep: int) -> tuple[float, float]:
