@@ -39,8 +39,9 @@ the file loads, before any work. A wrong type, a non-finite or out-of-range numb
 boolean belongs (`padding: 'false'`), an unknown field at any level, or a sample key that is neither a
 string nor an integer is a one-line `ConfigError` naming the field (exit code 2).
 
-- Integers accept an integral float (`5e4`); a field set to `null` takes its default; bounds are
-  inclusive unless the interval opens with `(`.
+- Integers accept an integral float (`5e4`); a field set to `null` is not given: it takes its default,
+  and in a `[hardware]` section with a `preset` the preset's value (`preset: null` itself is refused);
+  bounds are inclusive unless the interval opens with `(`.
 - Sizes are refused up front, with the estimate: at most {max_samples} samples and bins,
   {max_documents} corpus documents after splitting, {max_gpus} GPUs, {max_sequences} sequences
   per step, staleness {max_staleness}. A suite's balance instance (a generator's `n` samples in `ranks` ×

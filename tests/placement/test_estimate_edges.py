@@ -126,11 +126,13 @@ def test_a_cp_pass_without_packs_says_its_sequences_are_padded():
 @pytest.mark.parametrize("framework", ["verl", "nemo-rl", "openrlhf", "deepspeed-chat"])
 def test_an_rl_trainers_training_passes_run_at_the_pytorch_fraction(framework):
     # `place` prices a PyTorch-native trainer's training passes at PYTORCH_TRAIN_FRACTION of the table's rates;
-    # estimate adds the same time as its own part, on top of the one-GPU passes of --framework none
+    # estimate adds the same time as its own part, on top of the one-GPU passes of --framework none (on bf16
+    # weights, zero1: place prices no autocast kernels)
     from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION
-    base = estimate("llama3.1-8b", "h100-sxm", "train", micro_batch=1, seq_len=2048, recompute="full")
+    base = estimate("llama3.1-8b", "h100-sxm", "train", micro_batch=1, seq_len=2048, recompute="full",
+                    sharding="zero1")
     named = estimate("llama3.1-8b", "h100-sxm", "train", micro_batch=1, seq_len=2048, recompute="full",
-                     framework=framework)
+                     framework=framework, sharding="zero1")
     passes = sum(named.parts[k] for k in ("forward", "backward", "recompute"))
     assert passes == pytest.approx(sum(base.parts[k] for k in ("forward", "backward", "recompute")))
     assert "trainer_rate" not in base.parts

@@ -24,7 +24,10 @@ sends, the data-parallel gradient all-reduce) comes from the hardware's α–β 
 bare kernels; a framework profile adds its per-task dispatch and its engine's per-decode-step overhead
 (:mod:`packplace.placement.model.framework`). The placement evaluator prices its passes with the same table
 (:meth:`~packplace.placement.model.cost.CostModel.pass_time`,
-:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`).
+:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`). A train or infer pass with an RL
+framework (or ``trainer_backend="megatron"``) is priced as the evaluator prices the trainer's vertex, on the
+backend ``place`` resolves (:mod:`packplace.placement.estimate_trainer`); ``framework="none"`` prices the bare
+one-GPU kernels the tables are fitted to.
 
 Memory: :func:`memory_parts`, the memory model's peak per GPU (:mod:`packplace.placement.model.pass_memory`).
 """
@@ -43,8 +46,9 @@ import numpy as np
 from packplace.context_parallel.cost import cost_from_shape
 from packplace.contract import check_section
 from packplace.errors import ConfigError, show
+from packplace.placement.estimate_trainer import TrainerBackend, resolve_trainer_backend, trainer_pass_parts
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
-from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION, CostModel, hardware_table
+from packplace.placement.model.cost import CostModel, hardware_table
 from packplace.placement.model.engine import RolloutEngine
 from packplace.placement.model.framework import (
     FRAMEWORKS,
@@ -55,12 +59,11 @@ from packplace.placement.model.framework import (
     trainer_logit_bytes,
     version_defaults,
 )
-from packplace.placement.model.layout_rules import TRAIN, Context, trainer_backend
-from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
+from packplace.placement.model.layout_rules import TRAIN, TRAINER_BACKENDS, Context, trainer_backend
+from packplace.placement.model.memory import stage_layers, stage_params
 from packplace.placement.model.nemo_rl_releases import release_for
 from packplace.placement.model.pass_memory import context_parallel_tokens, pass_memory, uses_autocast
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
-from packplace.placement.model.training_time import training_overhead_seconds
 from packplace.placement.problem.config import (
     CLUSTER_FIELDS,
     FIRST_PACKING_RELEASE,
@@ -131,8 +134,9 @@ class Estimate:
 
     Attributes:
         time_s: Seconds (the sum of ``parts``).
-        parts: Seconds by part: ``forward``, ``backward``, ``recompute``, ``optimizer`` (train),
-            ``prefill``, ``decode`` (generate, decode), ``communication``, ``overhead``.
+        parts: Seconds by part: ``forward``, ``backward``, ``recompute``, ``optimizer`` (train; ``trainer_rate``
+            on a PyTorch-native trainer's eager kernels), ``prefill``, ``decode`` (generate, decode),
+            ``communication``, ``overhead``.
         memory: Bytes per GPU: ``peak_bytes`` and the parts of :data:`MEMORY_PARTS`.
         capacity_bytes: The GPU's memory (``memory_per_gpu``), bytes; fits: ``peak_bytes <= capacity_bytes``.
         model: Parameters of the model; gpu: the preset; components: the component table that priced the
@@ -259,14 +263,16 @@ def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus:
     :data:`SIZED_FIELDS`) on a cluster of nodes holding ``gpus`` GPUs: nodes of ``overrides``'
     ``gpus_per_node``, else of the preset's own where it sets one (the ``gb200`` NVLink domain of 72), else
     of 8 (fewer: one node of ``gpus``, rounded up to whole hosts where the preset has hosts smaller than its
-    node, e.g. the ``gb200`` tray of 4), checked as a config's ``[hardware]`` section is.
+    node, e.g. the ``gb200`` tray of 4), checked as a config's ``[hardware]`` section is. An override of
+    ``None`` is not given (the preset's value), as a ``null`` field of a config's section
+    (:func:`~packplace.placement.problem.hardware.resolve_preset`).
 
     Raises:
         ConfigError: an unknown preset, an invalid field value, or a field of :data:`SIZED_FIELDS`.
     """
     if gpu not in PRESETS:
         raise ConfigError(f"gpu: unknown preset {gpu!r}; valid: {', '.join(sorted(PRESETS))}")
-    overrides = dict(overrides or {})
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}   # null: the preset's value
     for name, why in SIZED_FIELDS.items():
         if name in overrides:
             raise ConfigError(f"hardware: {name} {show(overrides[name])} is set by estimate itself ({why}); drop it")
@@ -371,7 +377,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
              enforce_eager: bool = False, framework_version: str | None = None,
              entropy_coeff: float = 0.0, train_mb_tokens: int | None = None,
              sharding: str = "none",
-             pack_tokens: int | None = None, cp: int = 1) -> Estimate:
+             pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto") -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -410,6 +416,10 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         train_mb_tokens: NeMo RL's training pack for ``task="infer"`` with ``pack_tokens`` where log-prob packs
             are padded to it (:func:`_pack_pricing`).
         cp: Context-parallel degree of a train / infer pass (:func:`_cp_share`) on ``tp·pp·cp·dp`` GPUs.
+        trainer_backend: ``policy.trainer_backend`` of a train / infer pass, resolved as ``place`` resolves it
+            (:func:`~packplace.placement.estimate_trainer.resolve_trainer_backend`); with an RL ``framework`` (or
+            ``megatron``) priced as the evaluator prices the vertex (:func:`~packplace.placement.estimate_trainer.
+            trainer_pass_parts`), ``framework="none"`` under ``auto``: the bare one-GPU kernels.
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -422,9 +432,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     _check_sharding(sharding, task, optimizer)
     engine_generation, version_eager = _engine(framework, framework_version)
     enforce_eager = enforce_eager or (version_eager and task in ("decode", "generate"))
-    for name, value in (("micro_batch", micro_batch), ("batch", batch), ("tp", tp), ("pp", pp), ("dp", dp),
-                        ("ep", ep)):
-        _check(name, value)
+    _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=dp, ep=ep)
     seq_len, context = _lengths(task, seq_len, context, batch)
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
     cp = _context_parallel(cp, task)
@@ -436,34 +444,55 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} is the training pack a NeMo RL log-prob pack "
                           "is padded to; it goes with pack_tokens (task infer); drop it")
     _check_strategy(shape, tp, pp, dp, ep, cp)
+    backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version)
     pack = (_pack_pricing(shape, task, framework_version, int(pack_tokens), train_mb_tokens, micro_batch,
-                          int(seq_len or 0), (dp, pp, tp, ep), cp) if pack_tokens is not None else None)
-    cluster, hw = resolve_hardware(gpu, hardware, tp * pp * dp * cp)
-    components = hardware_table(hw, _table(table, hw))  # scaled to the hardware's own datasheet figures
-    if components is None:
-        hw = replace(hw, component_table="none")
+                          int(seq_len or 0), (dp, pp, tp, ep), cp, trainer_backend) if pack_tokens is not None
+            else None)
+    cluster, hw, components = _hardware_table(gpu, hardware, tp * pp * dp * cp, table)
     inputs = {"model": str(model) if isinstance(model, (str, Path)) else "shape", "gpu": gpu, "task": task,
               "micro_batch": micro_batch, "seq_len": seq_len, "batch": batch, "context": context,
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
               "framework": framework, "framework_version": framework_version, "enforce_eager": enforce_eager,
               "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens}
+    inputs.update(trainer_backend=trainer_backend, **_backend_inputs(backend, shape, components, hw))
     inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens, sharding=sharding, cp=cp,
                   **(pack.inputs(int(given_length or 0), pad_multiple(tp, cp)) if pack is not None else {}))
     parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
                         optimizer, tp, pp, dp * cp, ep, framework, enforce_eager,   # the DP x CP ranks
                         host_seconds_per_sequence(engine_generation), pack,
-                        sharding=sharding, cp=cp)
+                        sharding=sharding, cp=cp, backend=backend)
     # a padded pack holds its pad's tokens too (SequencePacking.peak_tokens): one row of the priced tokens
     held = (1, round(pack.tokens * cp)) if pack is not None and pack.padded else (micro_batch, seq_len or 0)
     memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
-                          logit_bytes=logit_bytes,
-                          sharding=sharding, cp=cp)
+                          logit_bytes=logit_bytes, sharding=sharding, cp=cp)
     priced = components is not None and not shape.is_moe
-    return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory,
-                    components=components.gpu if priced else "knobs", inputs=inputs,
-                    capacity_bytes=float(hw.memory_per_gpu),
+    return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
+                    components=components.gpu if priced else "knobs", capacity_bytes=float(hw.memory_per_gpu),
                     components_derivation=components.derivation if priced else "")
+
+
+def _check_degrees(**degrees: Any) -> None:
+    """Each of ``degrees`` (``name=value``) is an integer >= 1.
+
+    Raises:
+        ConfigError: ``tp: must be an integer >= 1, got 0``.
+    """
+    for name, value in degrees.items():
+        _check(name, value)
+
+
+def _hardware_table(gpu: str, hardware: Mapping[str, Any] | None, gpus: int,
+                    table: ComponentTable | str | Path | None) -> tuple[Cluster, Hardware, ComponentTable | None]:
+    """``(cluster, hardware, component table)`` of :func:`estimate`: :func:`resolve_hardware` of ``gpus`` GPUs and
+    the table (:func:`_table`) scaled to the hardware's own datasheet figures
+    (:func:`~packplace.placement.model.cost.hardware_table`); without a table the hardware's
+    ``component_table`` is ``none``."""
+    cluster, hw = resolve_hardware(gpu, hardware, gpus)
+    components = hardware_table(hw, _table(table, hw))
+    if components is None:
+        hw = replace(hw, component_table="none")
+    return cluster, hw, components
 
 
 def _lengths(task: str, seq_len: int | None, context: int | None, batch: int) -> tuple[int | None, int]:
@@ -635,11 +664,11 @@ class _PackPricing:
 
 def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pack_tokens: int,
                   train_mb_tokens: Any, sequences: int, padded: int,
-                  degrees: tuple[int, int, int, int], cp: int = 1) -> _PackPricing:
+                  degrees: tuple[int, int, int, int], cp: int = 1, backend: str = "auto") -> _PackPricing:
     """The step model's price of a pack of ``sequences`` equal sequences of ``padded`` tokens: the
     trainer backend NeMo RL runs the strategy ``degrees`` = ``(dp, pp, tp, ep)`` on under
-    ``policy.trainer_backend: auto`` (:func:`~packplace.placement.model.layout_rules.trainer_backend`:
-    Megatron-Core with pipeline or expert parallelism, else the DTensor workers), then
+    ``policy.trainer_backend: backend`` (:func:`~packplace.placement.model.layout_rules.trainer_backend`:
+    under ``auto`` Megatron-Core with pipeline or expert parallelism, else the DTensor workers), then
     :meth:`PackedPasses.shape` of one pack per data-parallel rank: the DTensor workers pad a training pack
     to ``train_mb_tokens`` (``pack_tokens`` itself) and, from release 0.6
     (:attr:`~packplace.placement.model.nemo_rl_releases.NemoRLRelease.dtensor_pads_logprob_packs`), a
@@ -658,12 +687,13 @@ def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pa
                           "drop pack_tokens or give a later framework_version")
     release = release_for("nemo-rl", framework_version)
     pads_logprob = bool(release is not None and release.dtensor_pads_logprob_packs)
-    ctx = Context("nemo-rl", "grpo", {}, False)
+    ctx = Context("nemo-rl", "grpo", {}, False, backend)
     megatron = trainer_backend(ctx, {TRAIN: Strategy(dp, pp, tp, ep)}) == "megatron"
     if cp > 1 and not megatron:
-        raise ConfigError(f"cp: {cp} with pack_tokens on NeMo RL's DTensor workers (no --pp or --ep above 1): they "
+        raise ConfigError(f"cp: {cp} with pack_tokens on NeMo RL's DTensor workers (trainer_backend {backend}): they "
                           "refuse context parallelism with sequence packing (dtensor_policy_worker.py); give --pp or "
-                          "--ep above 1 (the Megatron-Core workers), or drop --cp or --pack-tokens")
+                          "--ep above 1 or --trainer-backend megatron (the Megatron-Core workers), or drop --cp or "
+                          "--pack-tokens")
     floor_needed = task == "infer" and pads_logprob and not megatron
     if task == "train" and train_mb_tokens is not None:
         raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} with task train: the training pack is "
@@ -741,90 +771,121 @@ def _table(table: ComponentTable | str | Path | None, hw: Hardware) -> Component
 
 
 def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prompt: int, new_tokens: int,
-          framework: str, enforce_eager: bool = False, pack: _PackPricing | None = None):
+          framework: str, enforce_eager: bool = False, pack: _PackPricing | None = None,
+          backend: TrainerBackend | None = None):
     """The cost model of ``sequences`` sequences of ``prompt`` tokens growing by ``new_tokens`` (its
-    workload: the knob model's prefill length and the tokens a framework's dispatch carries); with ``pack``
-    its passes are NeMo RL's packs (:class:`_PackPricing`), on the backend NeMo RL's rule picks."""
+    workload: the knob model's prefill length and the tokens a framework's dispatch carries), with the
+    trainer's layout and Transformer Engine release of ``backend`` (:class:`TrainerBackend`) as ``place``
+    builds its cost model; with ``pack`` its passes are NeMo RL's packs (:class:`_PackPricing`)."""
     profile = FRAMEWORKS["none" if framework in ("none", "vllm") else framework]
     workload = Workload(batch_size=sequences, samples_per_prompt=1, context_length=prompt,
                         generation_length=new_tokens)
-    if pack is None:
-        return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile)
+    layout = backend.layout if backend is not None else None
+    te = backend.transformer_engine if backend is not None else None
     return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile,
-                     layout=Context("nemo-rl", "grpo", {}, False), packing=pack.passes)
+                     layout=layout, transformer_engine=te, packing=pack.passes if pack is not None else None)
+
+
+def _backend_inputs(backend: TrainerBackend, shape: ModelSpec, table: ComponentTable | None,
+                    hw: Hardware) -> dict[str, Any]:
+    """The entries of :attr:`Estimate.inputs` that say which trainer priced a train / infer pass:
+    ``trainer_backend_resolved`` (:attr:`TrainerBackend.name`), ``pass_kernels`` (``megatron``, ``hf`` or
+    ``knobs``: a mixture of experts or a GPU type without a component table) and ``megatron_pass_factor``
+    (the factor on Megatron-Core's kernels, 1 on the others)."""
+    kernels = "knobs" if table is None or shape.is_moe else (
+        "megatron" if backend.place and backend.name == "megatron" else "hf")
+    return {"trainer_backend_resolved": backend.name, "pass_kernels": kernels,
+            "megatron_pass_factor": hw.megatron_pass_factor if kernels == "megatron" else 1.0}
 
 
 def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: ComponentTable | None, task: str,
                 micro_batch: int, seq_len: int | None, batch: int, context: int, recompute: str, optimizer: str,
                 tp: int, pp: int, dp: int, ep: int, framework: str, eager: bool = False,
                 host_per_sequence: float = 0.0, pack: _PackPricing | None = None,
-                sharding: str = "none", cp: int = 1) -> dict[str, float]:
+                sharding: str = "none", cp: int = 1, backend: TrainerBackend | None = None) -> dict[str, float]:
+    """Seconds by part of ``task`` (:attr:`Estimate.parts`): a trainer's pass priced as ``place`` prices it
+    where ``backend`` says so, or by the efficiency knobs (:func:`trainer_pass_parts`); the bare kernels of a
+    train, infer or prefill pass (:func:`_bare_pass_parts`); an engine's decode and generate
+    (:func:`_engine_parts`)."""
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
     # the workload's sequences, prompt + new tokens: a pass's seq_len; generate's prompt growing to context;
     # decode's running sequences holding context tokens (what a framework's dispatch carries)
     prompt, new_tokens = ((seq_len, context - seq_len) if task == "generate"
                           else (max(1, (context if task == "decode" else seq_len) - 1), 1))
-    cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager, pack)
+    cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager, pack, backend)
     cost.components = table   # the knob model's passes (MoE) with the same table as the kernels below
     if table is not None and shape.is_moe:
         table = None
+    if task not in ("train", "infer", "prefill"):
+        return _engine_parts(cost, shape, hw, table, task, seq_len or 0, batch, context, tp, pp, dp, ep, extent,
+                             eager, host_per_sequence, framework)
+    # a GPU's share under context parallelism (_cp_share; PackedPasses splits a pack itself)
+    tokens, attention = (pack.tokens, pack.attention) if pack is not None else (
+        _cp_share(micro_batch, seq_len, tp, cp), seq_len)
+    whole = micro_batch * seq_len if pack is None else tokens   # the micro-batch the knobs' pass prices
+    train = task == "train"
+    if task != "prefill" and (table is None or (backend is not None and backend.place)):
+        parts = trainer_pass_parts(cost, shape, train, tokens, attention, micro_batch, (dp, pp, tp, ep), extent,
+                                   recompute, optimizer, share=tokens / whole)
+        if backend is None or not backend.place:   # bare kernels: no framework, no phase overhead
+            parts["overhead"] = dispatch_seconds(cost, cost.framework, dp) if framework != "none" else 0.0
+    else:
+        parts = _bare_pass_parts(cost, shape, table, task, micro_batch, tokens, attention, recompute, optimizer,
+                                 (dp, pp, tp, ep), extent, sharding, framework)
+    parts["communication"] += _ring_seconds(shape, hw, cluster, micro_batch,
+                                            padded_length(seq_len, pad_multiple(tp, cp)), tp, cp, train,
+                                            max(stage_layers(shape.layers, pp)))
+    return parts
+
+
+def _bare_pass_parts(cost, shape: ModelSpec, table: ComponentTable | None, task: str, micro_batch: int,
+                     tokens: float, attention: float, recompute: str, optimizer: str,
+                     degrees: tuple[int, int, int, int], extent: tuple[int, int, int], sharding: str,
+                     framework: str) -> dict[str, float]:
+    """A train, infer or prefill pass on the bare kernels of the component table (one GPU's pass, the kernels the
+    tables are fitted to: ``recompute``, fp32 master weights under autocast with ``sharding`` none and the
+    fused AdamW step on the table), or a prefill by the efficiency knobs, with the stage's communication:
+    tensor-parallel all-reduces, pipeline sends and, for training with Adam, the gradient all-reduce."""
+    dp, pp, tp, ep = degrees
     layers = stage_layers(shape.layers, pp)
     d = shape.hidden_dim
+    train = task == "train"
     parts: dict[str, float] = {}
-    pp_level = cost.group_level(dp * pp * tp, extent)
-    if task in ("train", "infer", "prefill"):
-        # a GPU's share under context parallelism (_cp_share; PackedPasses splits a pack itself)
-        tokens, attention = (pack.tokens, pack.attention) if pack is not None else (
-            _cp_share(micro_batch, seq_len, tp, cp), seq_len)
-        train = task == "train"
-        if table is not None:
-            stages = []
-            for i, n in enumerate(layers):
-                last = i == pp - 1
-                params = stage_params(shape, pp)[i] / tp / (dp if sharding != "none" else 1)  # AdamW's share
-                stages.append(pass_times(table, shape, tokens=tokens, seq_len=attention, train=train, layers=n,
-                                         head=last, tp=tp, recompute=recompute if train else "none",
-                                         master_fp32=train and uses_autocast(optimizer, sharding),
-                                         optimizer=train and optimizer == "adam", params=params,
-                                         logits="last" if task == "prefill" else "all"))
-            worst = max(stages, key=lambda t: t.total)
-            parts.update({k: v for k, v in worst.as_dict().items() if v > 0 or k == "forward"})
-            parts.update(_trainer_rate(parts, train, framework, recompute, (dp, pp, tp, ep)))
-        else:   # the knob model: its pass times hold the communication and the pipeline of one micro-batch
-            whole = micro_batch * seq_len if pack is None else tokens   # the micro-batch its pass prices
-            fwd_comm = 2 * max(layers) * cost.tp_allreduce(whole * d * 2.0, tp, extent) + (
-                cost.p2p(whole * d * 2.0 / tp, pp_level) if pp > 1 else 0.0)
-            forward = (cost.pass_time(shape, False, dp, pp, tp, micro_batch, extent, ep,   # a training task's pack
-                                      pack="train" if train else None) if task != "prefill"
-                       else cost.prefill_time(shape, tp, micro_batch, micro_batch, ep, extent)) / pp - fwd_comm
-            parts["forward"] = max(0.0, forward)
-            if train:
-                both = cost.pass_time(shape, True, dp, pp, tp, micro_batch, extent, ep, include_update=False) / pp
-                parts["backward"] = max(0.0, both - 2.0 * fwd_comm - forward)
-                if recompute != "none":
-                    options = TrainingOptions(sharding="none", recompute=recompute)
-                    parts["recompute"] = training_overhead_seconds(cost, shape, options, dp, pp, tp, micro_batch,
-                                                                   extent, ep) / pp
-                if optimizer == "adam":
-                    full = cost.pass_time(shape, True, dp, pp, tp, micro_batch, extent, ep)
-                    parts["optimizer"] = max(0.0, full - both * pp - cost.allreduce(
-                        2.0 * max(stage_params(shape, pp)) / tp, dp, cost.group_level(tp * dp, extent),
-                        cost.ranks_per_node(dp, tp, extent)))
-            parts.update({k: v * tokens / whole for k, v in parts.items() if k in ("forward", "backward", "recompute")})
-        n = max(layers)
-        comm = (4 if train else 2) * n * cost.tp_allreduce(tokens * d * 2.0, tp, extent)
-        if pp > 1:
-            comm += (2 if train else 1) * cost.p2p(tokens * d * 2.0 / tp, pp_level)
-        if train and optimizer == "adam":
-            comm += cost.allreduce(2.0 * max(stage_params(shape, pp)) / tp, dp, cost.group_level(tp * dp, extent),
-                                   cost.ranks_per_node(dp, tp, extent))
-        comm += _ring_seconds(shape, hw, cluster, micro_batch, padded_length(seq_len, pad_multiple(tp, cp)), tp, cp,
-                              train, n)
-        parts["communication"] = comm
-        parts["overhead"] = dispatch_seconds(cost, cost.framework, dp) if framework != "none" else 0.0
-        return parts
-    # decode / generate
+    if table is not None:
+        stages = []
+        for i, n in enumerate(layers):
+            params = stage_params(shape, pp)[i] / tp / (dp if sharding != "none" else 1)  # AdamW's share
+            stages.append(pass_times(table, shape, tokens=tokens, seq_len=attention, train=train, layers=n,
+                                     head=i == pp - 1, tp=tp, recompute=recompute if train else "none",
+                                     master_fp32=train and uses_autocast(optimizer, sharding),
+                                     optimizer=train and optimizer == "adam", params=params,
+                                     logits="last" if task == "prefill" else "all"))
+        worst = max(stages, key=lambda t: t.total)
+        parts.update({k: v for k, v in worst.as_dict().items() if v > 0 or k == "forward"})
+    else:   # a prefill by the knob model: its pass time holds the communication of the micro-batch
+        fwd_comm = 2 * max(layers) * cost.tp_allreduce(tokens * d * 2.0, tp, extent) + (
+            cost.p2p(tokens * d * 2.0 / tp, cost.group_level(dp * pp * tp, extent)) if pp > 1 else 0.0)
+        forward = cost.prefill_time(shape, tp, micro_batch, micro_batch, ep, extent) / pp - fwd_comm
+        parts["forward"] = max(0.0, forward)
+    n = max(layers)
+    comm = (4 if train else 2) * n * cost.tp_allreduce(tokens * d * 2.0, tp, extent)
+    if pp > 1:
+        comm += (2 if train else 1) * cost.p2p(tokens * d * 2.0 / tp, cost.group_level(dp * pp * tp, extent))
+    if train and optimizer == "adam":
+        comm += cost.gradient_sync_seconds(shape, dp, pp, tp, extent, ep)
+    parts["communication"] = comm
+    parts["overhead"] = dispatch_seconds(cost, cost.framework, dp) if framework != "none" else 0.0
+    return parts
+
+
+def _engine_parts(cost, shape: ModelSpec, hw: Hardware, table: ComponentTable | None, task: str, seq_len: int,
+                  batch: int, context: int, tp: int, pp: int, dp: int, ep: int, extent: tuple[int, int, int],
+                  eager: bool, host_per_sequence: float, framework: str) -> dict[str, float]:
+    """Seconds by part of a decode iteration or a generation (prefill, then decode up to ``context``) on the
+    component table or the knob model, with the engine's per-step and per-sequence host time."""
+    layers = stage_layers(shape.layers, pp)
+    parts: dict[str, float] = {}
     step_overhead = decode_step_overhead(hw, cost.framework) if framework != "none" else 0.0
 
     def step(running: float, ctx: float) -> float:
@@ -853,27 +914,6 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     dispatch = dispatch_seconds(cost, cost.framework, dp) if framework not in ("none", "vllm") else 0.0
     parts["overhead"] = steps * (step_overhead + host_per_sequence * batch) + dispatch
     return parts
-
-
-def _trainer_rate(parts: Mapping[str, float], train: bool, framework: str, recompute: str,
-                  degrees: tuple[int, int, int, int]) -> dict[str, float]:
-    """``{"trainer_rate": seconds}`` a PyTorch-native RL trainer (``framework`` openrlhf, deepspeed-chat, or
-    verl / nemo-rl on the FSDP / DTensor backend its strategy ``degrees`` = ``(dp, pp, tp, ep)`` runs under
-    ``trainer_backend: auto``) adds to a component table's one-GPU training passes (``parts``' forward,
-    backward and a full recompute's forward): they run at
-    :data:`~packplace.placement.model.cost.PYTORCH_TRAIN_FRACTION` of the table's rates, as ``place`` prices
-    them (a selective recompute is priced apart there, by the efficiency knobs, without the fraction). Empty
-    for a forward pass, ``framework`` none / vllm, or a strategy that runs Megatron-Core (``place`` prices its
-    passes with ``megatron_pass_factor`` instead; ``estimate`` keeps the Hugging Face kernels there)."""
-    if not train or framework in ("none", "vllm"):
-        return {}
-    if framework in ("verl", "nemo-rl"):
-        dp, pp, tp, ep = degrees
-        if trainer_backend(Context(framework, "grpo", {}, False), {TRAIN: Strategy(dp, pp, tp, ep)}) == "megatron":
-            return {}
-    passes = parts.get("forward", 0.0) + parts.get("backward", 0.0) + (
-        parts.get("recompute", 0.0) if recompute == "full" else 0.0)
-    return {"trainer_rate": passes * (1.0 / PYTORCH_TRAIN_FRACTION - 1.0)}
 
 
 def _decode_comm(cost, shape: ModelSpec, running: float, tp: int, pp: int, extent: tuple[int, int, int],
@@ -996,6 +1036,14 @@ def register_estimate(subparsers) -> None:
                         "attention); the strategy holds tp x pp x cp x dp GPUs, the gradients reduced over dp x cp")
     p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
                    help="none: bare kernels; otherwise the framework's dispatch and engine overheads")
+    p.add_argument("--trainer-backend", default=None, dest="trainer_backend", choices=TRAINER_BACKENDS,
+                   help="train and infer: the trainer's workers, as policy.trainer_backend (default auto: for verl "
+                        "and nemo-rl Megatron-Core where the strategy needs it, verl --tp/--pp/--ep or NeMo RL "
+                        "--pp/--ep above 1, else FSDP / DTensor; DeepSpeed for openrlhf and deepspeed-chat, which "
+                        "refuse the others; with --framework none bare kernels, or megatron). With an RL framework "
+                        "(or megatron) the pass is priced as place prices the trainer's vertex: Megatron-Core's "
+                        "kernels x the GPU's megatron_pass_factor, or the Hugging Face kernels at "
+                        "PYTORCH_TRAIN_FRACTION of the table's rates; the trainer: line says which")
     p.add_argument("--framework-version", default=None, dest="framework_version", metavar="RELEASE",
                    help="the RL framework's release (e.g. 0.3.0), as policy.framework_version: its vLLM engine "
                         "generation (host time per running sequence) and enforce_eager default (decode, "
@@ -1090,6 +1138,23 @@ def _cp_line(inputs: Mapping[str, Any]) -> str:
             f"{cp} GPUs of the CP group")
 
 
+#: The trainers of :attr:`TrainerBackend.name`, as the ``trainer:`` line names them.
+_TRAINERS = {"megatron": "Megatron-Core", "fsdp": "FSDP / DTensor", "deepspeed": "DeepSpeed ZeRO"}
+
+
+def _backend_line(inputs: Mapping[str, Any]) -> str:
+    """The text line of a train / infer pass saying which trainer backend and kernels priced it."""
+    kernels = inputs["pass_kernels"]
+    priced = {"megatron": f"Megatron-Core kernels x megatron_pass_factor {inputs['megatron_pass_factor']:g}",
+              "hf": "Hugging Face kernels", "knobs": "the efficiency knobs"}[kernels]
+    name = inputs["trainer_backend_resolved"]
+    if name == "none":
+        return f"trainer: none (bare kernels, framework {inputs['framework']}); priced with {priced}"
+    given = inputs.get("trainer_backend", "auto")
+    how = "--trainer-backend auto, as place resolves it" if given == "auto" else f"--trainer-backend {given}"
+    return f"trainer: {name} ({_TRAINERS[name]}; {inputs['framework']}, {how}); priced with {priced}"
+
+
 def format_estimate(result: Estimate) -> str:
     """The estimate as text: the time and its parts, the peak memory and its parts."""
     GB = 1e9
@@ -1097,6 +1162,8 @@ def format_estimate(result: Estimate) -> str:
     if result.components_derivation:
         lines.append(f"  ({result.components} table {result.components_derivation})")
     lines += [f"  {name:<14} {seconds:.4f} s" for name, seconds in result.parts.items()]
+    if result.inputs.get("task") in ("train", "infer") and "trainer_backend_resolved" in result.inputs:
+        lines.append(_backend_line(result.inputs))
     if "pack_backend" in result.inputs:
         lines.append(_pack_line(result.inputs))
     elif result.inputs.get("cp", 1) > 1:
@@ -1114,16 +1181,16 @@ IGNORED_FLAGS = {
     "train": ("--batch", "--context", "--train-mb-tokens"),
     "infer": ("--batch", "--context", "--recompute", "--optimizer", "--sharding"),
     "prefill": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version", "--pack-tokens",
-                "--entropy-coeff", "--train-mb-tokens", "--sharding"),
+                "--entropy-coeff", "--train-mb-tokens", "--sharding", "--trainer-backend"),
     "decode": ("--micro-batch", "--seq-len", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
-               "--train-mb-tokens", "--sharding"),
+               "--train-mb-tokens", "--sharding", "--trainer-backend"),
     "generate": ("--micro-batch", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
-                 "--train-mb-tokens", "--sharding"),
+                 "--train-mb-tokens", "--sharding", "--trainer-backend"),
 }
 #: Defaults of the flags of :data:`IGNORED_FLAGS` (``None`` on the parser, so a given flag is told apart);
 #: ``--seq-len`` stays ``None`` for :func:`estimate` to resolve (:data:`DEFAULT_SEQ_LEN`; none for decode).
 _FLAG_DEFAULTS = {"micro_batch": 1, "batch": 1, "recompute": "none", "optimizer": "adam", "entropy_coeff": 0.0,
-                  "sharding": "none"}
+                  "sharding": "none", "trainer_backend": "auto"}
 
 
 def _task_flags(args: Any) -> None:
@@ -1164,7 +1231,7 @@ def run_estimate(args) -> int:
                       cp=getattr(args, "cp", 1),
                       framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None),
                       entropy_coeff=args.entropy_coeff, train_mb_tokens=args.train_mb_tokens,
-                      sharding=args.sharding)
+                      sharding=args.sharding, trainer_backend=args.trainer_backend)
     print(format_estimate(result))
     args.json_document = result.as_dict()
     return 0

@@ -815,21 +815,52 @@ class CostModel:
         micro-batch's gradients instead (:func:`~packplace.placement.model.training_time.zero3_collective_seconds`;
         :func:`~packplace.placement.model.training_time.runs_gradient_allreduce` says which trainers), for
         the first global batch of a step as for the others."""
-        shard = (model.params if pp == 1 and not lora_rank
-                 else max(trainable_stage_params(model, pp, lora_rank))) / tp
-        total = 32.0 * shard / self.shard_ranks(model, dp) / self.hw.memory_bandwidth
+        total = self.adam_seconds(model, dp, pp, tp, lora_rank)
+        for seconds in self._sync_terms(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce):
+            total += seconds   # term by term, in this order (the sum is bit-for-bit what it has been)
+        return total
+
+    @staticmethod
+    def update_shard(model: ModelSpec, pp: int, tp: int, lora_rank: int = 0) -> float:
+        """Trainable parameters of the largest stage on one tensor-parallel rank (all of the model's for
+        ``pp = 1`` without LoRA): what :meth:`update_time`'s Adam step and gradient all-reduce cover."""
+        return (model.params if pp == 1 and not lora_rank
+                else max(trainable_stage_params(model, pp, lora_rank))) / tp
+
+    def adam_seconds(self, model: ModelSpec, dp: int, pp: int, tp: int, lora_rank: int = 0) -> float:
+        """The memory-bound Adam update of :meth:`update_time`, seconds: ``32·shard/f`` bytes (read + write of
+        16 bytes of state per parameter) at ``memory_bandwidth``, ``shard`` = :meth:`update_shard`, ``f`` the
+        ranks the state shards over (:meth:`shard_ranks`)."""
+        shard = self.update_shard(model, pp, tp, lora_rank)
+        return 32.0 * shard / self.shard_ranks(model, dp) / self.hw.memory_bandwidth
+
+    def gradient_sync_seconds(self, model: ModelSpec, dp: int, pp: int, tp: int, extent: tuple[int, int, int],
+                              ep: int = 1, lora_rank: int = 0, gradient_allreduce: bool = True) -> float:
+        """The communication of :meth:`update_time`, seconds: the bf16 gradient all-reduce of
+        :meth:`update_shard` over the ``dp`` ranks (with ``ep > 1`` the dense part over ``dp``, the routed
+        experts' ``2·P_e/(tp·pp·ep)`` bytes over the ``dp/ep`` ranks holding them; none with
+        ``gradient_allreduce=False``) and, for a tied LM head with ``pp > 1``, the word-embedding gradient
+        all-reduce between the first and last stage."""
+        return sum(self._sync_terms(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce))
+
+    def _sync_terms(self, model: ModelSpec, dp: int, pp: int, tp: int, extent: tuple[int, int, int], ep: int,
+                    lora_rank: int, gradient_allreduce: bool) -> list[float]:
+        """The all-reduces of :meth:`gradient_sync_seconds`, seconds each, in the order :meth:`update_time` adds
+        them."""
+        terms = []
+        shard = self.update_shard(model, pp, tp, lora_rank)
         if gradient_allreduce:
             level, per_node = self.group_level(tp * dp, extent), self.ranks_per_node(dp, tp, extent)
             if ep > 1 and model.is_moe:
                 experts = model.expert_params / (tp * pp)
-                total += self.allreduce(2.0 * (shard - experts), dp, level, per_node)
-                total += self.allreduce(2.0 * experts / ep, dp // ep, level, max(1, per_node // ep))
+                terms.append(self.allreduce(2.0 * (shard - experts), dp, level, per_node))
+                terms.append(self.allreduce(2.0 * experts / ep, dp // ep, level, max(1, per_node // ep)))
             else:
-                total += self.allreduce(2.0 * shard, dp, level, per_node)
+                terms.append(self.allreduce(2.0 * shard, dp, level, per_node))
         if pp > 1 and model.lm_head and model.tie_word_embeddings:
             tied = 2.0 * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp
-            total += self.allreduce(tied, 2, self.group_level(dp * pp * tp, extent))
-        return total
+            terms.append(self.allreduce(tied, 2, self.group_level(dp * pp * tp, extent)))
+        return terms
 
     def _component_pass(self, table: ComponentTable, model: ModelSpec, tokens: float, seq_len: float, train: bool,
                         pp: int, tp: int, ep: int) -> tuple[float, float]:

@@ -445,15 +445,24 @@ def resolve_preset(section: dict) -> dict:
     """The ``hardware`` section with its ``preset`` (if any) expanded: the preset's figures and
     :data:`PRESET_CLUSTER` first, the section's own fields on top.
 
+    A field given as ``null`` (YAML ``~`` / ``null``, Python ``None``) is not given: with a preset it keeps the
+    preset's value (``{preset: h100-sxm, megatron_pass_factor: null}`` is the preset's 1.07), without one the
+    field's default, and a required field without a value is refused as missing. Every field alike; only
+    ``preset`` itself cannot be null.
+
     Raises:
-        ConfigError: ``[hardware] preset: unknown 'x100'; valid: ...``.
+        ConfigError: ``[hardware] preset: unknown 'x100'; valid: ...``; ``[hardware] preset: null ...``.
     """
-    if "preset" not in section:
-        return dict(section)
-    name = section["preset"]
+    given = {k: v for k, v in section.items() if v is not None or k == "preset"}
+    if "preset" not in given:
+        return given
+    name = given.pop("preset")
+    if name is None:
+        raise ConfigError(f"[hardware] preset: null names no preset; give one of {', '.join(sorted(PRESETS))} or "
+                          "drop the field (and give every figure)")
     base = PRESETS.get(name) if isinstance(name, str) else None
     if base is None:
         raise ConfigError(f"[hardware] preset: unknown {name!r}; valid: {', '.join(sorted(PRESETS))}")
     merged = {**PRESET_CLUSTER, **base}
-    merged.update({k: v for k, v in section.items() if k != "preset"})
+    merged.update(given)
     return merged

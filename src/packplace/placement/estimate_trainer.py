@@ -1,0 +1,226 @@
+"""How ``packplace estimate`` prices a trainer's pass (``--task train`` / ``infer``) as ``place`` prices the
+same vertex: which trainer backend runs it (:func:`resolve_trainer_backend`: ``policy.trainer_backend``'s
+rule, :func:`~packplace.placement.model.layout_rules.trainer_backend`) and the parts of one micro-batch on
+the slowest pipeline stage from the evaluator's own cost-model terms (:func:`trainer_pass_parts`).
+
+The evaluator prices a training vertex of ``m`` micro-batches per data-parallel rank as
+``(m + pp − 1)·stage + update`` plus ``memory_options`` (the recompute: ``(m + pp − 1)·recompute stage``)
+and ``overhead`` (:meth:`~packplace.placement.model.cost.CostModel.pass_time`,
+:func:`~packplace.placement.model.training_time.training_overhead_seconds`,
+:meth:`~packplace.placement.model.cost.CostModel.vertex_phases`); ``estimate`` gives ``stage`` by part
+(``forward``, ``backward``, ``trainer_rate``, the stage's share of ``communication``), the recompute stage
+(``recompute``, its rate share in ``trainer_rate``), ``update`` (``optimizer``, the gradient all-reduce in
+``communication``) and ``overhead``. With one micro-batch per rank and ``pp = 1`` the evaluator's
+``train + memory_options + overhead`` is ``estimate``'s total (``tests/placement/test_estimate_contract.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packplace.errors import ConfigError, show
+from packplace.placement.model.components import pass_times
+from packplace.placement.model.cost import ACT_BYTES, CostModel
+from packplace.placement.model.framework import dispatch_seconds
+from packplace.placement.model.layout_rules import TRAIN, TRAINER_BACKENDS, Context, strategy_refusal, trainer_backend
+from packplace.placement.model.memory import TrainingOptions, stage_layers
+from packplace.placement.model.nemo_rl_releases import release_for
+from packplace.placement.model.training_time import training_overhead_seconds
+from packplace.placement.problem.models import ModelSpec
+from packplace.placement.problem.plan import Strategy
+
+#: RL frameworks whose trainer runs on one of two backends (``policy.trainer_backend``).
+BACKEND_FRAMEWORKS = ("verl", "nemo-rl")
+#: RL frameworks that train with DeepSpeed (no ``trainer_backend``).
+DEEPSPEED_FRAMEWORKS = ("openrlhf", "deepspeed-chat")
+
+
+@dataclass(frozen=True)
+class TrainerBackend:
+    """The trainer that runs an ``estimate`` pass.
+
+    Attributes:
+        name: ``megatron`` (Megatron-Core), ``fsdp`` (verl's FSDP / NeMo RL's DTensor workers), ``deepspeed``
+            (OpenRLHF, DeepSpeed-Chat) or ``none`` (bare kernels: ``--framework none`` / ``vllm``, or an engine
+            task).
+        layout: The layout context ``place`` builds for it (``None``: bare kernels, priced as before).
+        transformer_engine: The Transformer Engine release a NeMo RL release pins (Megatron passes), else None.
+        given: ``--trainer-backend`` as given (``auto``, ``fsdp``, ``megatron``).
+    """
+
+    name: str
+    layout: Context | None = None
+    transformer_engine: str | None = None
+    given: str = "auto"
+
+    @property
+    def place(self) -> bool:
+        """The pass is priced as ``place`` prices the trainer's vertex (:func:`trainer_pass_parts`)."""
+        return self.layout is not None
+
+
+def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tuple[int, int, int, int],
+                            cp: int = 1, framework_version: str | None = None) -> TrainerBackend:
+    """The trainer backend of an ``estimate`` pass of ``task`` with ``framework`` and strategy ``degrees`` =
+    ``(dp, pp, tp, ep)``, as ``place`` resolves ``policy.trainer_backend`` (``backend``): for verl and NeMo RL
+    the given backend, or under ``auto`` Megatron-Core for a strategy only it runs (verl: ``tp``, ``pp`` or
+    ``ep`` above 1; NeMo RL: ``pp`` or ``ep``), else FSDP / DTensor; DeepSpeed for OpenRLHF and DeepSpeed-Chat;
+    for ``framework`` ``none`` Megatron-Core only when asked (``megatron``), else bare kernels.
+
+    Raises:
+        ConfigError: ``trainer_backend: ...`` naming the value: not one of ``auto``, ``fsdp``, ``megatron``;
+            other than ``auto`` for an engine task (prefill, decode, generate), ``vllm``, OpenRLHF or
+            DeepSpeed-Chat, or ``fsdp`` with framework ``none``; a strategy the backend does not run (the
+            layout rule's reason: verl's FSDP workers with ``tp``, NeMo RL's DTensor policy with ``pp``, ...);
+            ``cp`` above 1 on verl's FSDP workers (they split sequences with Ulysses, not context parallelism).
+    """
+    if backend not in TRAINER_BACKENDS:
+        raise ConfigError(f"trainer_backend: must be one of {', '.join(TRAINER_BACKENDS)}, got {show(backend)}")
+    if task not in ("train", "infer") or framework == "vllm":
+        if backend != "auto":
+            where = f"task {task} runs the rollout engine" if task not in ("train", "infer") else \
+                "framework vllm is an inference engine"
+            raise ConfigError(f"trainer_backend: {backend} picks the trainer's workers (task train or infer with an "
+                              f"RL framework or none); {where}: drop it")
+        return TrainerBackend("none", given=backend)
+    if framework in DEEPSPEED_FRAMEWORKS and backend != "auto":
+        raise ConfigError(f"trainer_backend: {backend}: {framework} trains with DeepSpeed (ZeRO), not with FSDP or "
+                          "Megatron workers; leave it auto")
+    if framework == "none" and backend == "fsdp":
+        raise ConfigError("trainer_backend: fsdp names verl's FSDP / NeMo RL's DTensor workers; framework none "
+                          "prices bare kernels (auto) or Megatron-Core's (megatron): give --framework verl or "
+                          "nemo-rl, or drop it")
+    if framework == "none" and backend == "auto":
+        return TrainerBackend("none", given=backend)
+    dp, pp, tp, ep = degrees
+    strategy = Strategy(dp, pp, tp, ep)
+    resolved = trainer_backend(Context(framework, "grpo", {}, False, backend), {TRAIN: strategy})
+    two = framework in BACKEND_FRAMEWORKS + ("none",)
+    name = resolved if two else "deepspeed"
+    layout = Context(framework, "grpo", {}, False, resolved if two else backend)
+    why = strategy_refusal(layout, TRAIN, "train", strategy) if framework != "none" else None
+    if why is not None:
+        on = f" (trainer_backend {backend}: its {name} workers)" if two else ""
+        raise ConfigError(f"tp / pp / ep: {tp} / {pp} / {ep} is a strategy {framework}'s trainer does not run"
+                          f"{on}: {why}; give other degrees" + (" or another --trainer-backend" if two else ""))
+    if framework == "verl" and resolved == "fsdp" and cp > 1:
+        raise ConfigError(f"cp: {cp} with framework verl on its FSDP workers (trainer_backend {backend}, tp = pp = "
+                          "ep = 1): they split sequences with Ulysses sequence parallelism "
+                          "(ulysses_sequence_parallel_size), not context parallelism, and estimate does not price "
+                          "Ulysses; give --trainer-backend megatron (verl's Megatron workers run context "
+                          "parallelism), or drop --cp")
+    release = release_for(framework, framework_version)
+    return TrainerBackend(name, layout, release.transformer_engine if release is not None else None, backend)
+
+
+def trainer_pass_parts(cost: CostModel, shape: ModelSpec, train: bool, tokens: float, attention: float,
+                       micro_batch: int, degrees: tuple[int, int, int, int], extent: tuple[int, int, int],
+                       recompute: str, optimizer: str, share: float = 1.0) -> dict[str, float]:
+    """Seconds by part of one micro-batch of ``tokens`` tokens (attention at ``attention`` tokens of context)
+    on the slowest pipeline stage of a trainer priced as the evaluator prices it (module docstring):
+    ``cost`` is the estimate's cost model with the trainer's layout (:attr:`TrainerBackend.layout`), a workload
+    of one micro-batch of ``micro_batch`` sequences per data-parallel rank, ``degrees`` ``(dp, pp, tp, ep)``
+    (``dp`` counting the DP × CP ranks), ``share`` the fraction of the micro-batch's tokens one GPU of a CP
+    group runs (the recompute's knob terms scale by it). Parts: ``forward``, ``backward``, ``trainer_rate``
+    (what :meth:`~packplace.placement.model.cost.CostModel.train_rate_fraction` adds), ``recompute``,
+    ``optimizer`` (:meth:`~packplace.placement.model.cost.CostModel.adam_seconds`), ``communication`` (the
+    stage's tensor-parallel all-reduces, MoE all-to-alls and pipeline sends, the step-end
+    :meth:`~packplace.placement.model.cost.CostModel.gradient_sync_seconds`), ``overhead`` (the framework's
+    dispatch plus ``phase_overhead``)."""
+    dp, pp, tp, ep = degrees
+    table = cost.components_for(shape)
+    if table is not None:
+        parts = _table_stage(cost, table, shape, train, tokens, attention, degrees, extent)
+    else:
+        parts = _knob_stage(cost, shape, train, tokens, micro_batch, degrees, extent, share)
+    if train and recompute != "none":
+        options = TrainingOptions(sharding="zero1", recompute=recompute)
+        seconds = training_overhead_seconds(cost, shape, options, dp, pp, tp, micro_batch, extent, ep) / pp * share
+        rate = cost.train_rate_fraction(shape, pp, tp, ep) if recompute == "full" else 1.0
+        parts["recompute"] = seconds * rate
+        if rate < 1.0:
+            parts["trainer_rate"] = parts.get("trainer_rate", 0.0) + seconds * (1.0 - rate)
+    if train and optimizer == "adam":
+        parts["optimizer"] = cost.adam_seconds(shape, dp, pp, tp)
+        parts["communication"] += cost.gradient_sync_seconds(shape, dp, pp, tp, extent, ep)
+    parts["overhead"] = cost.hw.phase_overhead + dispatch_seconds(cost, cost.framework, dp)
+    return parts
+
+
+def _layer_comm(cost: CostModel, shape: ModelSpec, train: bool, tokens: float, tp: int, ep: int,
+                extent: tuple[int, int, int]) -> float:
+    """One layer's communication in :meth:`~packplace.placement.model.cost.CostModel.pass_time`: the
+    tensor-parallel all-reduces (2 forward, 2 more backward) and, for a MoE model with ``ep > 1``, its share of
+    the MoE layers' all-to-alls (forward, and again backward)."""
+    comm = (4 if train else 2) * cost.tp_allreduce(tokens * shape.hidden_dim * ACT_BYTES, tp, extent)
+    if ep > 1 and shape.is_moe:
+        comm += (2 if train else 1) * shape.moe_layers * cost.moe_alltoall(shape, tokens, tp, ep, extent) / shape.layers
+    return comm
+
+
+def _send(cost: CostModel, shape: ModelSpec, train: bool, tokens: float, degrees: tuple[int, int, int, int],
+          extent: tuple[int, int, int]) -> float:
+    """The stage's pipeline sends of :meth:`~packplace.placement.model.cost.CostModel.pass_time` (one forward,
+    two in training; none for ``pp = 1``)."""
+    dp, pp, tp, _ = degrees
+    if pp == 1:
+        return 0.0
+    level = cost.group_level(dp * pp * tp, extent)
+    return (2 if train else 1) * cost.p2p(tokens * shape.hidden_dim * ACT_BYTES / tp, level)
+
+
+def _table_stage(cost: CostModel, table, shape: ModelSpec, train: bool, tokens: float, attention: float,
+                 degrees: tuple[int, int, int, int], extent: tuple[int, int, int]) -> dict[str, float]:
+    """The slowest stage on the component table, as
+    :meth:`~packplace.placement.model.cost.CostModel._component_pass` prices it: the kernels of
+    :meth:`~packplace.placement.model.cost.CostModel.pass_kernels` (Megatron's under the Transformer Engine
+    release, times ``megatron_pass_factor``), a training pass at
+    :meth:`~packplace.placement.model.cost.CostModel.train_rate_fraction` of the rates (the time that adds:
+    ``trainer_rate``), each layer with its communication."""
+    _, pp, tp, ep = degrees
+    kernels = cost.pass_kernels(pp, tp, ep)
+    te = cost.transformer_engine if kernels == "megatron" else None
+    factor = cost.hw.megatron_pass_factor if kernels == "megatron" else 1.0
+    rate = cost.train_rate_fraction(shape, pp, tp, ep) if train else 1.0
+    comm = _layer_comm(cost, shape, train, tokens, tp, ep, extent)
+    best: tuple[float, dict[str, float]] | None = None
+    for i, n in enumerate(stage_layers(shape.layers, pp)):
+        t = pass_times(table, shape, tokens=tokens, seq_len=attention, train=train, layers=n, head=i == pp - 1,
+                       tp=tp, kernels=kernels, transformer_engine=te)
+        forward, backward = factor * t.forward, factor * t.backward
+        parts = {"forward": forward, "backward": backward}
+        if rate < 1.0:
+            parts["trainer_rate"] = (forward + backward) * (1.0 / rate - 1.0)
+        parts["communication"] = n * comm
+        total = (forward + backward) / rate + n * comm
+        if best is None or total > best[0]:
+            best = (total, parts)
+    assert best is not None
+    best[1]["communication"] += _send(cost, shape, train, tokens, degrees, extent)
+    return best[1]
+
+
+def _knob_stage(cost: CostModel, shape: ModelSpec, train: bool, tokens: float, micro_batch: int,
+                degrees: tuple[int, int, int, int], extent: tuple[int, int, int],
+                share: float) -> dict[str, float]:
+    """The slowest stage by the efficiency knobs (a mixture of experts, a GPU type without a table):
+    :meth:`~packplace.placement.model.cost.CostModel.pass_time` of one micro-batch (``pp·stage``, so ``/pp``),
+    forward and training, without the step-end update, less the stage's communication (tensor-parallel
+    all-reduces, MoE all-to-alls, pipeline sends), which ``communication`` holds; the compute scaled by a CP
+    GPU's ``share`` of the tokens."""
+    dp, pp, tp, ep = degrees
+    n = max(stage_layers(shape.layers, pp))
+    whole = tokens / share   # the micro-batch's tokens, at which pass_time prices it
+    fwd_comm = n * _layer_comm(cost, shape, False, whole, tp, ep, extent) + _send(cost, shape, False, whole,
+                                                                                   degrees, extent)
+    forward = cost.pass_time(shape, False, dp, pp, tp, micro_batch, extent, ep,
+                             pack="train" if train else None) / pp - fwd_comm
+    parts = {"forward": max(0.0, forward) * share}
+    if train:
+        train_comm = n * _layer_comm(cost, shape, True, whole, tp, ep, extent) + _send(cost, shape, True, whole,
+                                                                                       degrees, extent)
+        both = cost.pass_time(shape, True, dp, pp, tp, micro_batch, extent, ep, include_update=False) / pp
+        parts["backward"] = max(0.0, both - train_comm - forward) * share
+    parts["communication"] = n * _layer_comm(cost, shape, train, tokens, tp, ep, extent) + _send(
+        cost, shape, train, tokens, degrees, extent)
+    return parts

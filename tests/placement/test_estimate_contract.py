@@ -1,0 +1,219 @@
+"""The contract between ``packplace estimate`` and the placement evaluator: a trainer's pass that ``estimate``
+prices (``--framework`` an RL trainer, or ``--trainer-backend megatron``) is the evaluator's vertex of the same
+strategy in a tiny placement instance built here, whose step is one micro-batch per data-parallel rank of
+equal sequences (``batch_size = dp · micro_batch`` prompts of ``seq_len − 1`` tokens, one generated token).
+
+The evaluator prices a training vertex as ``(m + pp − 1)·stage + update`` (``m = 1`` here) plus
+``memory_options`` (``pp ·`` the recompute stage) and ``overhead``; ``estimate`` gives the stage by part, the
+recompute stage, the update (``optimizer`` + the gradient all-reduce in ``communication``) and the overhead. So
+with ``pp = 1`` its total is the vertex's ``train + memory_options + overhead``, and with ``pp > 1`` the stage
+times ``pp`` plus the update is the vertex's ``train``. No clock is read: every number is the model's."""
+
+from __future__ import annotations
+
+import pytest
+
+from packplace.errors import ConfigError
+from packplace.placement.candidates import vertex_parts
+from packplace.placement.evaluator import get_evaluator
+from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION, CostModel
+from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.hardware import MEGATRON_PASS_FACTOR_H100
+from packplace.placement.problem.plan import Strategy
+from packplace.placement.problem.workload import Workload
+from packplace.placement.task_estimate import MODEL_PRESETS, estimate, format_estimate, resolve_hardware
+
+REL = 1e-9
+MOE = {"model_type": "qwen2_moe", "layers": 8, "hidden_dim": 1024, "ffn_dim": 2048, "vocab_size": 32000,
+       "head_dim": 64, "num_kv_heads": 4, "num_experts": 8, "experts_per_token": 2, "expert_ffn_dim": 512}
+
+
+def _instance(model, framework: str, gpus: int, sequences: int, seq_len: int, recompute: str,
+              backend: str = "auto", preset: str = "h100-sxm"):
+    config = {"hardware": {"preset": preset, "nodes_per_rack": 1, "gpus_per_node": gpus},
+              "models": {"actor": dict(model), "reward": "rule"},
+              "workload": {"batch_size": sequences, "samples_per_prompt": 1, "context_length": seq_len - 1,
+                           "generation_length": 1},
+              "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
+              "training": {"recompute": recompute}}
+    return build_instance(config)
+
+
+def _pair(model, framework: str, *, tp=1, pp=1, dp=1, ep=1, mb=1, seq_len=2048, recompute="none",
+          backend="auto", task="train"):
+    """``(estimate, the evaluator's parts of the vertex, the evaluator's cost model, the actor's shape)``."""
+    instance = _instance(model, framework, tp * pp * dp, dp * mb, seq_len, recompute, backend)
+    evaluator = get_evaluator(instance)
+    name = "actor.train" if task == "train" else "reference.infer"
+    vertex = vertex_parts(instance, evaluator.cost, name, Strategy(dp, pp, tp, ep), mb, (1, 1, tp * pp * dp))
+    e = estimate(instance.models["actor"], "h100-sxm", task, micro_batch=mb, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
+                 ep=ep, framework=framework, recompute=recompute, sharding="zero1", trainer_backend=backend)
+    return e, vertex, evaluator.cost, instance.models["actor"]
+
+
+DENSE = MODEL_PRESETS["qwen2.5-1.5b"]
+# (framework, degrees, recompute, backend, the backend place resolves, the kernels that price the pass)
+PP1 = [
+    ("verl", {"dp": 4}, "none", "auto", "fsdp", "hf"),                       # verl FSDP
+    ("verl", {"dp": 4, "mb": 2}, "full", "auto", "fsdp", "hf"),
+    ("verl", {"tp": 2, "dp": 2}, "selective", "auto", "megatron", "megatron"),   # verl Megatron (TP)
+    ("nemo-rl", {"tp": 2, "dp": 2}, "full", "auto", "fsdp", "hf"),           # NeMo RL DTensor with TP
+    ("nemo-rl", {"dp": 2}, "full", "megatron", "megatron", "megatron"),      # NeMo RL Megatron, asked for
+    ("openrlhf", {"dp": 4}, "full", "auto", "deepspeed", "hf"),             # OpenRLHF (DeepSpeed)
+    ("deepspeed-chat", {"tp": 2, "dp": 2}, "none", "auto", "deepspeed", "hf"),
+]
+
+
+@pytest.mark.parametrize("framework, degrees, recompute, backend, resolved, kernels", PP1)
+def test_a_training_pass_is_the_evaluators_vertex(framework, degrees, recompute, backend, resolved, kernels):
+    e, vertex, cost, shape = _pair(DENSE, framework, recompute=recompute, backend=backend, **degrees)
+    assert set(vertex) == {"train", "old_log_prob", "overhead", "memory_options"}
+    assert (e.inputs["trainer_backend_resolved"], e.inputs["pass_kernels"]) == (resolved, kernels)
+    assert e.time_s == pytest.approx(vertex["train"] + vertex["memory_options"] + vertex["overhead"], rel=REL)
+    assert e.parts["overhead"] == pytest.approx(vertex["overhead"], rel=REL)
+    assert (vertex["overhead"] > 0) == (framework != "deepspeed-chat")   # Ray dispatch; DeepSpeed-Chat: none
+    rate = PYTORCH_TRAIN_FRACTION if kernels == "hf" else 1.0
+    recomputed = e.parts.get("recompute", 0.0) / (rate if recompute == "full" else 1.0)
+    assert recomputed == pytest.approx(vertex["memory_options"], rel=REL)
+    assert (recomputed > 0) == (recompute != "none")
+    dp, tp = degrees.get("dp", 1), degrees.get("tp", 1)
+    assert e.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp, 1, tp), rel=REL)
+    if kernels == "hf":   # the PyTorch-native trainer's passes at the fraction: the part is what it adds
+        assert e.parts["trainer_rate"] == pytest.approx(
+            (e.parts["forward"] + e.parts["backward"] + e.parts.get("recompute", 0.0) * (recompute == "full"))
+            * (1 / PYTORCH_TRAIN_FRACTION - 1), rel=REL)
+    else:
+        assert "trainer_rate" not in e.parts
+
+
+@pytest.mark.parametrize("framework, degrees, backend", [
+    ("nemo-rl", {"pp": 2, "dp": 2}, "auto"),            # NeMo RL on Megatron-Core for PP
+    ("verl", {"pp": 2, "tp": 2}, "auto"),
+    ("nemo-rl", {"pp": 4, "dp": 1}, "megatron"),
+])
+def test_a_pipelined_pass_is_the_evaluators_stage_times_pp_plus_the_update(framework, degrees, backend):
+    e, vertex, cost, shape = _pair(DENSE, framework, recompute="selective", backend=backend, **degrees)
+    dp, pp, tp = degrees.get("dp", 1), degrees["pp"], degrees.get("tp", 1)
+    sync = cost.gradient_sync_seconds(shape, dp, pp, tp, (1, 1, dp * pp * tp))
+    assert e.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp, pp, tp), rel=REL)
+    stage = e.time_s - e.parts["optimizer"] - sync - e.parts["recompute"] - e.parts["overhead"]
+    assert vertex["train"] == pytest.approx(pp * stage + e.parts["optimizer"] + sync, rel=REL)
+    assert vertex["memory_options"] == pytest.approx(pp * e.parts["recompute"], rel=REL)
+    assert e.parts["overhead"] == pytest.approx(vertex["overhead"], rel=REL)
+    assert e.inputs["pass_kernels"] == "megatron"
+
+
+@pytest.mark.parametrize("framework, degrees, kernels", [
+    ("verl", {"dp": 4}, "hf"), ("verl", {"tp": 2, "dp": 2}, "megatron"), ("nemo-rl", {"tp": 2, "dp": 2}, "hf"),
+    ("openrlhf", {"dp": 4}, "hf"),
+])
+def test_a_log_prob_pass_is_the_evaluators_forward(framework, degrees, kernels):
+    # the actor's old log-probs (and verl's / NeMo RL's reference, on the trainer's strategy) at the table's rates
+    _, vertex, _, shape = _pair(DENSE, framework, **degrees)
+    infer = estimate(shape, "h100-sxm", "infer", seq_len=2048, framework=framework, **degrees)
+    assert infer.inputs["pass_kernels"] == kernels
+    assert infer.time_s - infer.parts["overhead"] == pytest.approx(vertex["old_log_prob"], rel=REL)
+    assert "trainer_rate" not in infer.parts
+
+
+@pytest.mark.parametrize("framework, degrees, recompute", [
+    ("nemo-rl", {"ep": 2, "dp": 4}, "none"),        # Megatron-Core for EP: the all-to-alls, the expert all-reduce
+    ("nemo-rl", {"ep": 4, "dp": 4}, "full"),
+    ("verl", {"ep": 2, "dp": 2}, "selective"),
+    ("nemo-rl", {"dp": 4}, "full"),                 # a MoE on the DTensor workers (knobs: no rate fraction)
+])
+def test_a_mixture_of_experts_pass_is_the_evaluators_vertex(framework, degrees, recompute):
+    e, vertex, cost, shape = _pair(MOE, framework, recompute=recompute, **degrees)
+    assert e.inputs["pass_kernels"] == "knobs"
+    assert e.time_s == pytest.approx(vertex["train"] + vertex["memory_options"] + vertex["overhead"], rel=REL)
+    dp, ep = degrees["dp"], degrees.get("ep", 1)
+    # the update part is the Adam step alone; the gradient all-reduce (dense over dp, experts over dp / ep) and
+    # the all-to-alls are communication
+    assert e.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp, 1, 1), rel=REL)
+    sync = cost.gradient_sync_seconds(shape, dp, 1, 1, (1, 1, dp), ep)
+    alltoall = 2 * shape.moe_layers * cost.moe_alltoall(shape, 2048.0, 1, ep, (1, 1, dp)) if ep > 1 else 0.0
+    assert e.parts["communication"] == pytest.approx(sync + alltoall, rel=REL)
+    assert e.parts["optimizer"] > 0 and e.parts["forward"] > 0 and e.parts["backward"] > 0
+
+
+def test_the_megatron_factor_scales_the_kernels_and_the_line_names_them():
+    fsdp = estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="nemo-rl", dp=2, sharding="zero1")
+    megatron = estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="nemo-rl", dp=2, sharding="zero1",
+                        trainer_backend="megatron")
+    unit = estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="nemo-rl", dp=2, sharding="zero1",
+                    trainer_backend="megatron", hardware={"megatron_pass_factor": 1.0})
+    for part in ("forward", "backward"):
+        assert megatron.parts[part] == pytest.approx(MEGATRON_PASS_FACTOR_H100 * unit.parts[part], rel=1e-12)
+    assert megatron.parts["forward"] != fsdp.parts["forward"]   # Transformer Engine's kernels, not the eager ones
+    text = format_estimate(megatron)
+    assert ("trainer: megatron (Megatron-Core; nemo-rl, --trainer-backend megatron); priced with Megatron-Core "
+            "kernels x megatron_pass_factor 1.07") in text.splitlines()
+    assert ("trainer: fsdp (FSDP / DTensor; nemo-rl, --trainer-backend auto, as place resolves it); priced with "
+            "Hugging Face kernels") in format_estimate(fsdp).splitlines()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"framework": "verl", "cp": 2, "dp": 2},
+     "cp: 2 with framework verl on its FSDP workers (trainer_backend auto, tp = pp = ep = 1): they split sequences "
+     "with Ulysses"),
+    ({"framework": "verl", "tp": 2, "trainer_backend": "fsdp"},
+     "tp / pp / ep: 2 / 1 / 1 is a strategy verl's trainer does not run (trainer_backend fsdp: its fsdp workers)"),
+    ({"framework": "nemo-rl", "pp": 2, "trainer_backend": "fsdp"},
+     "tp / pp / ep: 1 / 2 / 1 is a strategy nemo-rl's trainer does not run"),
+    ({"framework": "openrlhf", "trainer_backend": "megatron"},
+     "trainer_backend: megatron: openrlhf trains with DeepSpeed (ZeRO)"),
+    ({"framework": "none", "trainer_backend": "fsdp"}, "trainer_backend: fsdp names verl's FSDP"),
+    ({"framework": "verl", "trainer_backend": "deepspeed"},
+     "trainer_backend: must be one of auto, fsdp, megatron, got 'deepspeed'"),
+])
+def test_a_backend_that_cannot_run_the_strategy_is_refused(kwargs, message):
+    with pytest.raises(ConfigError) as info:
+        estimate("qwen2.5-1.5b", "h100-sxm", "train", **kwargs)
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_verl_context_parallelism_runs_on_its_megatron_workers():
+    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="verl", cp=2, dp=2, trainer_backend="megatron")
+    assert (e.inputs["trainer_backend_resolved"], e.inputs["pass_kernels"]) == ("megatron", "megatron")
+
+
+def test_an_engine_task_takes_no_trainer_backend():
+    with pytest.raises(ConfigError, match=r"^trainer_backend: megatron picks the trainer's workers"):
+        estimate("qwen2.5-1.5b", "h100-sxm", "decode", trainer_backend="megatron")
+    assert estimate("qwen2.5-1.5b", "h100-sxm", "decode").inputs["trainer_backend_resolved"] == "none"
+
+
+def test_bare_kernels_of_a_mixture_of_experts_label_the_update_by_what_it_prices():
+    # framework none with ep 8: the optimizer part was the update less the whole shard's all-reduce over dp (below
+    # 0, shown as 0) and communication that all-reduce; now the Adam step, and the split all-reduce + all-to-alls
+    shape = build_instance({"hardware": {"preset": "h100-sxm"}, "models": {"actor": dict(MOE), "reward": "rule"},
+                            "workload": {"batch_size": 8, "samples_per_prompt": 1, "context_length": 4095,
+                                         "generation_length": 1},
+                            "policy": {"algorithm": "grpo"}}).models["actor"]
+    ep1 = estimate(shape, "h100-sxm", "train", seq_len=4096, dp=8, sharding="zero1")
+    ep8 = estimate(shape, "h100-sxm", "train", seq_len=4096, dp=8, ep=8, sharding="zero1")
+    # Adam over the rank's eighth of the parameters: 32 bytes each at the H100's 3.35 TB/s
+    adam = 32.0 * shape.params / 8 / 3.35e12
+    assert ep1.parts["optimizer"] == pytest.approx(adam, rel=1e-12)
+    assert ep8.parts["optimizer"] == pytest.approx(adam, rel=1e-12)
+    cluster, hw = resolve_hardware("h100-sxm", None, 8)
+    cost = CostModel(hw, cluster, Workload(batch_size=8, samples_per_prompt=1, context_length=4095,
+                                           generation_length=1))
+    extent = (1, 1, 8)
+    for e, ep in ((ep1, 1), (ep8, 8)):
+        alltoall = 2 * shape.moe_layers * cost.moe_alltoall(shape, 4096.0, 1, ep, extent) if ep > 1 else 0.0
+        assert e.parts["communication"] == pytest.approx(
+            cost.gradient_sync_seconds(shape, 8, 1, 1, extent, ep) + alltoall, rel=1e-12)
+
+
+def test_the_cli_takes_the_backend_and_prints_it(capsys):
+    from packplace.cli import main   # the command line, as a user runs it
+    args = ["estimate", "--model", "qwen2.5-1.5b", "--gpu", "h100-sxm", "--framework", "verl", "--tp", "2"]
+    assert main(args) == 0
+    assert ("trainer: megatron (Megatron-Core; verl, --trainer-backend auto, as place resolves it); priced with "
+            "Megatron-Core kernels x megatron_pass_factor 1.07") in capsys.readouterr().out.splitlines()
+    assert main([*args, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"pass_kernels": "megatron"' in out and '"trainer_backend_resolved": "megatron"' in out
+    assert main(["estimate", "--model", "qwen2.5-1.5b", "--task", "decode", "--trainer-backend", "fsdp"]) == 2
+    assert "--trainer-backend: means nothing for --task decode (it sets infer, train)" in capsys.readouterr().err
