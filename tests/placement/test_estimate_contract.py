@@ -207,7 +207,7 @@ def test_bare_kernels_of_a_mixture_of_experts_label_the_update_by_what_it_prices
 
 
 def test_the_cli_takes_the_backend_and_prints_it(capsys):
-    from packplace.cli import main   # the command line, as a user runs it
+    from packplace.cli import main  # the command line, as a user runs it
     args = ["estimate", "--model", "qwen2.5-1.5b", "--gpu", "h100-sxm", "--framework", "verl", "--tp", "2"]
     assert main(args) == 0
     assert ("trainer: megatron (Megatron-Core; verl, --trainer-backend auto, as place resolves it); priced with "
