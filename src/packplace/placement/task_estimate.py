@@ -46,7 +46,12 @@ import numpy as np
 from packplace.context_parallel.cost import cost_from_shape
 from packplace.contract import check_section
 from packplace.errors import ConfigError, show
-from packplace.placement.estimate_trainer import TrainerBackend, resolve_trainer_backend, trainer_pass_parts
+from packplace.placement.estimate_trainer import (
+    TrainerBackend,
+    release_terms,
+    resolve_trainer_backend,
+    trainer_pass_parts,
+)
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
 from packplace.placement.model.cost import CostModel, hardware_table
 from packplace.placement.model.engine import RolloutEngine
@@ -60,7 +65,7 @@ from packplace.placement.model.framework import (
     version_defaults,
 )
 from packplace.placement.model.layout_rules import TRAIN, TRAINER_BACKENDS, Context, trainer_backend
-from packplace.placement.model.memory import stage_layers, stage_params
+from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
 from packplace.placement.model.nemo_rl_releases import release_for
 from packplace.placement.model.pass_memory import context_parallel_tokens, pass_memory, uses_autocast
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
@@ -826,8 +831,12 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     whole = micro_batch * seq_len if pack is None else tokens   # the micro-batch the knobs' pass prices
     train = task == "train"
     if task != "prefill" and (table is None or (backend is not None and backend.place)):
+        factor, offload = (release_terms(cost, backend, shape, (dp, pp, tp, ep),
+                                         TrainingOptions(sharding=sharding, recompute=recompute))
+                           if train and backend is not None else (1.0, 0.0))
         parts = trainer_pass_parts(cost, shape, train, tokens, attention, micro_batch, (dp, pp, tp, ep), extent,
-                                   recompute, optimizer, share=tokens / whole)
+                                   recompute, optimizer, share=tokens / whole, factor=factor,
+                                   offload=offload if optimizer == "adam" else 0.0)
         if backend is None or not backend.place:   # bare kernels: no framework, no phase overhead
             parts["overhead"] = dispatch_seconds(cost, cost.framework, dp) if framework != "none" else 0.0
     else:
