@@ -257,3 +257,13 @@ def test_a_nemo_rl_release_changes_the_pass_as_it_changes_the_vertex(version, ba
         sync = cost.gradient_sync_seconds(shape, degrees["dp"], pp, 1, (1, 1, 2 * pp)) * (1.25 if swiglu else 1.0)
         stage = train - e.parts["optimizer"] - sync
         assert vertex["train"] == pytest.approx(pp * stage + e.parts["optimizer"] + sync, rel=REL)
+
+
+@pytest.mark.parametrize("framework, degrees", [("nemo-rl", {"pp": 2, "dp": 2}), ("verl", {"pp": 2, "tp": 2}),
+                                                ("nemo-rl", {"pp": 4})])
+def test_a_pipelined_log_prob_pass_is_the_slowest_stage_and_the_vertex_pp_times_it(framework, degrees):
+    # docs/placement-model.md: one micro-batch through pp stages, (1 + pp - 1) x the slowest stage
+    _, vertex, _, shape = _pair(DENSE, framework, **degrees)
+    infer = estimate(shape, "h100-sxm", "infer", seq_len=2048, framework=framework, **degrees)
+    assert infer.inputs["pass_kernels"] == "megatron"
+    assert vertex["old_log_prob"] == pytest.approx(degrees["pp"] * (infer.time_s - infer.parts["overhead"]), rel=REL)

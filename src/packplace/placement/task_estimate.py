@@ -381,7 +381,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None,
              entropy_coeff: float = 0.0, train_mb_tokens: int | None = None,
-             sharding: str = "none",
+             sharding: str | None = None,
              pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto") -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
@@ -397,8 +397,11 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
             ``context`` unset: :data:`GENERATE_NEW_TOKENS` cached tokens (decode), the prompt plus as many
             (generate).
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`.
-        sharding: :data:`SHARDINGS` (train): ``none`` (default) a bare PyTorch loop's layout (fp32 master weights
-            under autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
+        sharding: :data:`SHARDINGS` (train): ``none`` a bare PyTorch loop's layout (fp32 master weights under
+            autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
+            Unset: :func:`default_sharding` (``zero1``, ``place``'s ``training.<role>.sharding`` default, for a
+            training pass with Adam priced as ``place`` prices the trainer's vertex; else ``none``); ``none`` is
+            refused for such a pass (:func:`check_trainer_sharding`).
         tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees.
         framework: :data:`ESTIMATE_FRAMEWORKS`.
         table: A component table (object, JSON path, ``"none"`` for the knob model); default: the
@@ -434,7 +437,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     """
     shape = resolve_model(model)
     _check_settings(task, recompute, optimizer, framework, enforce_eager)
-    _check_sharding(sharding, task, optimizer)
+    if sharding is not None:
+        _check_sharding(sharding, task, optimizer)
     engine_generation, version_eager = _engine(framework, framework_version)
     enforce_eager = enforce_eager or (version_eager and task in ("decode", "generate"))
     _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=dp, ep=ep)
@@ -450,6 +454,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
                           "is padded to; it goes with pack_tokens (task infer); drop it")
     _check_strategy(shape, tp, pp, dp, ep, cp)
     backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version)
+    sharding = default_sharding(task, optimizer, backend) if sharding is None else sharding
+    check_trainer_sharding(sharding, task, optimizer, backend)
     pack = (_pack_pricing(shape, task, framework_version, int(pack_tokens), train_mb_tokens, micro_batch,
                           int(seq_len or 0), (dp, pp, tp, ep), cp, trainer_backend) if pack_tokens is not None
             else None)
@@ -602,6 +608,37 @@ def _check_sharding(sharding: Any, task: str, optimizer: str = "adam") -> None:
         raise ConfigError(f"sharding: {sharding} with optimizer none: ZeRO-1/2 partition the optimizer's state "
                           f"(ZeRO-2 also its gradients), which a pass without an optimizer does not hold; give "
                           f"optimizer adam (a ZeRO run's micro-batch with its AdamW state) or sharding none")
+
+
+def default_sharding(task: str, optimizer: str, backend: TrainerBackend) -> str:
+    """The sharding :func:`estimate` prices when none is given: ``zero1`` (``place``'s default
+    ``training.<role>.sharding``, :data:`~packplace.placement.model.memory.DEFAULT_TRAINING`, the same for every
+    framework) for a ``train`` pass with ``optimizer="adam"`` priced as ``place`` prices the trainer's vertex
+    (:attr:`TrainerBackend.place`: an RL framework, or ``trainer_backend="megatron"``), whose time takes the
+    Adam step on each rank's ``1/dp`` share of the state; ``none`` otherwise (the bare PyTorch loop the
+    component tables are fitted to, or a pass without an optimizer)."""
+    return "zero1" if task == "train" and optimizer == "adam" and backend.place else "none"
+
+
+def check_trainer_sharding(sharding: str, task: str, optimizer: str, backend: TrainerBackend) -> None:
+    """A given sharding is priced from one layout, time and memory alike: ``none`` is refused for a training
+    pass with Adam priced as ``place`` prices the trainer's vertex, whose time takes the Adam step on each rank's
+    ``1/dp`` share (:meth:`~packplace.placement.model.cost.CostModel.adam_seconds`, whatever
+    ``training.<role>.sharding`` says) while ``none``'s memory holds all of the state on every rank. ``zero1``
+    and ``zero2`` are priced as ``place`` prices them: the same Adam share, their own memory and NeMo RL's
+    optimizer round trip of their state (:func:`~packplace.placement.estimate_trainer.release_terms`).
+
+    Raises:
+        ConfigError: ``sharding: none with framework ...``.
+    """
+    if sharding == "none" and default_sharding(task, optimizer, backend) != "none":
+        how = f"framework {backend.layout.framework}" if backend.layout is not None and \
+            backend.layout.framework != "none" else "trainer_backend megatron"
+        raise ConfigError(f"sharding: none with {how}: the pass is priced as place prices the trainer's vertex, "
+                          "whose Adam step runs on each rank's 1/dp share of the state (the zero1 layout, place's "
+                          "default training.<role>.sharding), while none holds all of it on every rank, so its time "
+                          "and memory would come from two layouts; give zero1 (the default) or zero2, or framework "
+                          "none for a bare PyTorch loop's layout")
 
 
 def _logit_bytes(framework: str, framework_version: str | None, task: str,
@@ -1029,11 +1066,13 @@ def register_estimate(subparsers) -> None:
                         "default the prompt's --seq-len + 2048)")
     p.add_argument("--recompute", default=None, choices=RECOMPUTE, help="train only; default none")
     p.add_argument("--sharding", default=None, metavar="{" + ",".join(SHARDINGS) + "}",
-                   help="train only: none (default): every data-parallel rank holds all of the training state, "
-                        "fp32 master weights under bf16 autocast (a bare PyTorch loop); zero1: the ZeRO "
-                        "mixed-precision layout place prices by default (training.<role>.sharding), bf16 weights, "
-                        "the optimizer state split over --dp; zero2: and the gradients (both need --optimizer "
-                        "adam: with --optimizer none there is no optimizer state to split)")
+                   help="train only: none: every data-parallel rank holds all of the training state, fp32 "
+                        "master weights under bf16 autocast (a bare PyTorch loop; the default with --framework "
+                        "none); zero1: the ZeRO mixed-precision layout place prices by default "
+                        "(training.<role>.sharding), bf16 weights, the optimizer state split over --dp (the "
+                        "default with an RL framework or --trainer-backend megatron, whose time takes place's Adam "
+                        "step on a 1/dp share; none is refused there); zero2: and the gradients (both need "
+                        "--optimizer adam: with --optimizer none there is no optimizer state to split)")
     p.add_argument("--optimizer", default=None, choices=OPTIMIZERS,
                    help="train only: adam (default): fp32 master weights + AdamW step; none: bf16 forward + "
                         "backward only")
@@ -1199,7 +1238,7 @@ IGNORED_FLAGS = {
 #: Defaults of the flags of :data:`IGNORED_FLAGS` (``None`` on the parser, so a given flag is told apart);
 #: ``--seq-len`` stays ``None`` for :func:`estimate` to resolve (:data:`DEFAULT_SEQ_LEN`; none for decode).
 _FLAG_DEFAULTS = {"micro_batch": 1, "batch": 1, "recompute": "none", "optimizer": "adam", "entropy_coeff": 0.0,
-                  "sharding": "none", "trainer_backend": "auto"}
+                  "trainer_backend": "auto"}   # --sharding: estimate's default_sharding
 
 
 def _task_flags(args: Any) -> None:
