@@ -73,11 +73,12 @@ from packplace.placement.problem.config import (
     CLUSTER_FIELDS,
     FIRST_PACKING_RELEASE,
     POLICY_FIELDS,
+    WORKLOAD_FIELDS,
     _hardware,
     _model,
     load_yaml,
 )
-from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
+from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware, resolve_preset
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
 from packplace.placement.problem.workload import Workload
@@ -223,14 +224,25 @@ def config_role(name: str) -> tuple[str, str] | None:
 
 def _config_preset(name: str) -> str | None:
     """The ``hardware.preset`` of the placement config that ``--model CONFIG.yaml:ROLE`` names (the GPU its
-    model runs on there), or None for any other model or a config that does not exist."""
+    model runs on there), or None for any other model, a config that does not exist or one without a preset.
+
+    Raises:
+        ConfigError: ``CONFIG.yaml: [hardware] preset: ...`` for a preset the config's own reader refuses
+            (``null``, not a preset name: :func:`~packplace.placement.problem.hardware.resolve_preset`'s message),
+            as ``place`` refuses it.
+    """
     named = config_role(name)
     if named is None or not Path(named[0]).exists():
         return None
     doc = load_yaml(named[0])
     hardware = doc.get("hardware") if isinstance(doc, Mapping) else None
-    preset = hardware.get("preset") if isinstance(hardware, Mapping) else None
-    return preset if isinstance(preset, str) else None
+    if not isinstance(hardware, Mapping) or "preset" not in hardware:
+        return None
+    try:
+        resolve_preset({"preset": hardware["preset"]})
+    except ConfigError as error:
+        raise ConfigError(f"{named[0]}: {error}") from None
+    return hardware["preset"]
 
 
 def _config_model(config: str, role: str) -> TransformerShape:
@@ -273,16 +285,21 @@ def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus:
     (:func:`~packplace.placement.problem.hardware.resolve_preset`).
 
     Raises:
-        ConfigError: an unknown preset, an invalid field value, or a field of :data:`SIZED_FIELDS`.
+        ConfigError: an unknown preset; ``overrides`` not a mapping; an unknown field (``None`` or not); an
+            invalid field value; a field of :data:`SIZED_FIELDS` (``None`` too: ``preset: None`` names no preset,
+            as a config's ``preset: null`` does not).
     """
     if gpu not in PRESETS:
         raise ConfigError(f"gpu: unknown preset {gpu!r}; valid: {', '.join(sorted(PRESETS))}")
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}   # null: the preset's value
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ConfigError(f"hardware: must be a mapping of [hardware] fields, got {show(overrides)}")
+    overrides = dict(overrides or {})
     for name, why in SIZED_FIELDS.items():
         if name in overrides:
             raise ConfigError(f"hardware: {name} {show(overrides[name])} is set by estimate itself ({why}); drop it")
     host = PRESETS[gpu].get("gpus_per_host")
-    node = overrides.pop("gpus_per_node", PRESETS[gpu].get("gpus_per_node"))
+    node = overrides.pop("gpus_per_node", None)   # null: the preset's value (the other nulls: _hardware's)
+    node = PRESETS[gpu].get("gpus_per_node") if node is None else node
     if node is not None and (isinstance(node, bool) or not isinstance(node, (int, float)) or node < 1
                              or node != int(node)):
         raise ConfigError(f"[hardware] gpus_per_node: must be an integer >= 1, got {show(node)}")
@@ -521,13 +538,31 @@ def _lengths(task: str, seq_len: int | None, context: int | None, batch: int) ->
             raise ConfigError(f"seq_len: means nothing for task decode (its {batch} running sequences hold "
                               f"context = {context} cached tokens each), got {show(seq_len)}; give context")
     else:
-        seq_len = _check("seq_len", DEFAULT_SEQ_LEN if seq_len is None else seq_len, 2)
+        seq_len = _at_most("seq_len", _check("seq_len", DEFAULT_SEQ_LEN if seq_len is None else seq_len, 2))
     if context is None:
         context = seq_len + GENERATE_NEW_TOKENS if task == "generate" else GENERATE_NEW_TOKENS
-    _check("context", context, 1)
+    _at_most("context", _check("context", context, 1))
     if task == "generate" and seq_len is not None and context <= seq_len:
         raise ConfigError(f"context: must exceed seq_len ({seq_len}) for generate (the final length), got {context}")
     return seq_len, context
+
+
+#: Most tokens a sequence of ``estimate`` may hold (``seq_len``, ``context``): a placement config's length limit
+#: (``workload.context_length``, ``generation_length``), beyond which no GPU holds the sequence.
+MAX_LENGTH = int(WORKLOAD_FIELDS["context_length"].maximum)
+
+
+def _at_most(name: str, tokens: int) -> int:
+    """``tokens`` checked against :data:`MAX_LENGTH`.
+
+    Raises:
+        ConfigError: ``seq_len: 1000000000 tokens is above 10000000, the most a config's workload.context_length
+            takes``.
+    """
+    if tokens > MAX_LENGTH:
+        raise ConfigError(f"{name}: {tokens} tokens is above {MAX_LENGTH}, the most a config's "
+                          "workload.context_length / generation_length takes (no GPU holds such a sequence)")
+    return tokens
 
 
 def _check_settings(task: str, recompute: str, optimizer: str, framework: str, enforce_eager: Any) -> None:
@@ -745,7 +780,9 @@ def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pa
                           f"{framework_version}: its DTensor workers pad every log-prob pack to train_mb_tokens "
                           "(the training pack); give it (--train-mb-tokens)")
     if task == "infer" and train_mb_tokens is not None and not floor_needed:
-        why = ("the Megatron-Core workers (pipeline or expert parallelism) do not pad to it" if megatron else
+        on = ("trainer_backend megatron" if backend == "megatron" else
+              f"which trainer_backend auto picks for pp {pp} / ep {ep}")
+        why = (f"the Megatron-Core workers ({on}) do not pad to it" if megatron else
                f"NeMo RL {framework_version} pads training packs only" if framework_version else
                "NeMo RL without --framework-version pads training packs only (as before 0.6; from 0.6 the DTensor "
                "workers pad log-prob packs to it: --framework-version 0.6)")
