@@ -454,8 +454,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     """
     shape = resolve_model(model)
     _check_settings(task, recompute, optimizer, framework, enforce_eager)
-    if sharding is not None:
-        _check_sharding(sharding, task, optimizer)
+    _check_sharding(sharding, task, optimizer)
     engine_generation, version_eager = _engine(framework, framework_version)
     enforce_eager = enforce_eager or (version_eager and task in ("decode", "generate"))
     _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=dp, ep=ep)
@@ -463,16 +462,10 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
     cp = _context_parallel(cp, task)
     given_length = seq_len   # the sequences' own tokens, before NeMo RL rounds them for its packs
-    if pack_tokens is not None:
-        micro_batch, seq_len = _context_parallel_pack(pack_tokens, seq_len, tp, cp, _packed_micro_batch(
-            pack_tokens, task, framework, micro_batch, seq_len, tp))
-    elif train_mb_tokens is not None:
-        raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} is the training pack a NeMo RL log-prob pack "
-                          "is padded to; it goes with pack_tokens (task infer); drop it")
+    micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
     _check_strategy(shape, tp, pp, dp, ep, cp)
     backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version)
-    sharding = default_sharding(task, optimizer, backend) if sharding is None else sharding
-    check_trainer_sharding(sharding, task, optimizer, backend)
+    sharding = check_trainer_sharding(sharding, task, optimizer, backend)
     pack = (_pack_pricing(shape, task, framework_version, int(pack_tokens), train_mb_tokens, micro_batch,
                           int(seq_len or 0), (dp, pp, tp, ep), cp, trainer_backend) if pack_tokens is not None
             else None)
@@ -498,6 +491,23 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
                     components=components.gpu if priced else "knobs", capacity_bytes=float(hw.memory_per_gpu),
                     components_derivation=components.derivation if priced else "")
+
+
+def _packs(pack_tokens: int | None, train_mb_tokens: int | None, task: str, framework: str, micro_batch: int,
+           seq_len: int | None, tp: int, cp: int) -> tuple[int, int | None]:
+    """``(micro_batch, seq_len)`` of :func:`estimate`: with ``pack_tokens`` a NeMo RL pack's
+    (:func:`_packed_micro_batch`, :func:`_context_parallel_pack`), else as given.
+
+    Raises:
+        ConfigError: the pack's errors; ``train_mb_tokens`` without ``pack_tokens``.
+    """
+    if pack_tokens is not None:
+        return _context_parallel_pack(pack_tokens, seq_len, tp, cp, _packed_micro_batch(
+            pack_tokens, task, framework, micro_batch, seq_len, tp))
+    if train_mb_tokens is not None:
+        raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} is the training pack a NeMo RL log-prob pack "
+                          "is padded to; it goes with pack_tokens (task infer); drop it")
+    return micro_batch, seq_len
 
 
 def _check_degrees(**degrees: Any) -> None:
@@ -620,7 +630,8 @@ def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int, cp: in
 
 
 def _check_sharding(sharding: Any, task: str, optimizer: str = "adam") -> None:
-    """``sharding`` is one of :data:`SHARDINGS`, and other than ``none`` only for ``train`` with an optimizer:
+    """``sharding`` (``None``: unset, nothing to check) is one of :data:`SHARDINGS`, and other than ``none`` only
+    for ``train`` with an optimizer:
     ZeRO-1 and ZeRO-2 partition the optimizer's state (ZeRO-2 also the gradients the step reduces into) and
     DeepSpeed runs them inside its ZeRO optimizer (``DeepSpeedZeroOptimizer``, ``deepspeed/runtime/zero/
     stage_1_and_2.py``), so a pass with ``optimizer="none"`` (no optimizer state, no step) has nothing they
@@ -631,6 +642,8 @@ def _check_sharding(sharding: Any, task: str, optimizer: str = "adam") -> None:
         ConfigError: ``sharding: ...`` naming the value: ``zero3`` (``place`` prices it), an unknown one, a
             sharding for a task that keeps no training state, or one with ``optimizer`` ``none``.
     """
+    if sharding is None:
+        return
     if sharding == "zero3":
         raise ConfigError("sharding: zero3 gathers every layer's weights per micro-batch, which estimate does not "
                           "price; give none, zero1 or zero2, or plan with packplace place (training.<role>.sharding: "
@@ -655,8 +668,9 @@ def default_sharding(task: str, optimizer: str, backend: TrainerBackend) -> str:
     return "zero1" if task == "train" and optimizer == "adam" and backend.place else "none"
 
 
-def check_trainer_sharding(sharding: str, task: str, optimizer: str, backend: TrainerBackend) -> None:
-    """A given sharding is priced from one layout, time and memory alike: ``none`` is refused for a training
+def check_trainer_sharding(sharding: str | None, task: str, optimizer: str, backend: TrainerBackend) -> str:
+    """The sharding :func:`estimate` prices: ``sharding``, or unset :func:`default_sharding`. A given sharding
+    is priced from one layout, time and memory alike: ``none`` is refused for a training
     pass with Adam priced as ``place`` prices the trainer's vertex, whose time takes the Adam step on each rank's
     ``1/dp`` share (:meth:`~packplace.placement.model.cost.CostModel.adam_seconds`, whatever
     ``training.<role>.sharding`` says) while ``none``'s memory holds all of the state on every rank. ``zero1``
@@ -666,6 +680,8 @@ def check_trainer_sharding(sharding: str, task: str, optimizer: str, backend: Tr
     Raises:
         ConfigError: ``sharding: none with framework ...``.
     """
+    if sharding is None:
+        return default_sharding(task, optimizer, backend)
     if sharding == "none" and default_sharding(task, optimizer, backend) != "none":
         how = f"framework {backend.layout.framework}" if backend.layout is not None and \
             backend.layout.framework != "none" else "trainer_backend megatron"
@@ -674,6 +690,7 @@ def check_trainer_sharding(sharding: str, task: str, optimizer: str, backend: Tr
                           "default training.<role>.sharding), while none holds all of it on every rank, so its time "
                           "and memory would come from two layouts; give zero1 (the default) or zero2, or framework "
                           "none for a bare PyTorch loop's layout")
+    return sharding
 
 
 def _logit_bytes(framework: str, framework_version: str | None, task: str,
@@ -1246,7 +1263,8 @@ def format_estimate(result: Estimate) -> str:
     lines = [f"time per GPU: {result.time_s:.4f} s  (kernels priced by: {result.components})"]
     if result.components_derivation:
         lines.append(f"  ({result.components} table {result.components_derivation})")
-    lines += [f"  {name:<14} {seconds:.4f} s" for name, seconds in result.parts.items()]
+    width = max([14, *(len(name) for name in result.parts)])   # optimizer_offload: 17
+    lines += [f"  {name:<{width}} {seconds:.4f} s" for name, seconds in result.parts.items()]
     if result.inputs.get("task") in ("train", "infer") and "trainer_backend_resolved" in result.inputs:
         lines.append(_backend_line(result.inputs))
     if "pack_backend" in result.inputs:
