@@ -17,6 +17,7 @@ from packplace.errors import ConfigError
 from packplace.placement.candidates import vertex_parts
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION, CostModel
+from packplace.placement.model.memory import stage_params
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.hardware import MEGATRON_PASS_FACTOR_H100
 from packplace.placement.problem.plan import Strategy
@@ -29,25 +30,28 @@ MOE = {"model_type": "qwen2_moe", "layers": 8, "hidden_dim": 1024, "ffn_dim": 20
 
 
 def _instance(model, framework: str, gpus: int, sequences: int, seq_len: int, recompute: str,
-              backend: str = "auto", preset: str = "h100-sxm"):
+              backend: str = "auto", preset: str = "h100-sxm", version: str | None = None):
     config = {"hardware": {"preset": preset, "nodes_per_rack": 1, "gpus_per_node": gpus},
               "models": {"actor": dict(model), "reward": "rule"},
               "workload": {"batch_size": sequences, "samples_per_prompt": 1, "context_length": seq_len - 1,
                            "generation_length": 1},
               "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
               "training": {"recompute": recompute}}
+    if version is not None:
+        config["policy"]["framework_version"] = version
     return build_instance(config)
 
 
 def _pair(model, framework: str, *, tp=1, pp=1, dp=1, ep=1, mb=1, seq_len=2048, recompute="none",
-          backend="auto", task="train"):
+          backend="auto", task="train", version=None):
     """``(estimate, the evaluator's parts of the vertex, the evaluator's cost model, the actor's shape)``."""
-    instance = _instance(model, framework, tp * pp * dp, dp * mb, seq_len, recompute, backend)
+    instance = _instance(model, framework, tp * pp * dp, dp * mb, seq_len, recompute, backend, version=version)
     evaluator = get_evaluator(instance)
     name = "actor.train" if task == "train" else "reference.infer"
     vertex = vertex_parts(instance, evaluator.cost, name, Strategy(dp, pp, tp, ep), mb, (1, 1, tp * pp * dp))
     e = estimate(instance.models["actor"], "h100-sxm", task, micro_batch=mb, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
-                 ep=ep, framework=framework, recompute=recompute, sharding="zero1", trainer_backend=backend)
+                 ep=ep, framework=framework, recompute=recompute, sharding="zero1", trainer_backend=backend,
+                 framework_version=version)
     return e, vertex, evaluator.cost, instance.models["actor"]
 
 
@@ -217,3 +221,49 @@ def test_the_cli_takes_the_backend_and_prints_it(capsys):
     assert '"pass_kernels": "megatron"' in out and '"trainer_backend_resolved": "megatron"' in out
     assert main(["estimate", "--model", "qwen2.5-1.5b", "--task", "decode", "--trainer-backend", "fsdp"]) == 2
     assert "--trainer-backend: means nothing for --task decode (it sets infer, train)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("version, backend, degrees, swiglu, offloads", [
+    ("0.4.0", "megatron", {"dp": 2}, True, True),     # Qwen's SwiGLU unfused on Megatron, the optimizer round trip
+    ("0.4.0", "auto", {"dp": 2}, False, True),        # DTensor: the round trip only
+    ("0.4.0", "auto", {"pp": 2, "dp": 2}, True, True),   # Megatron for PP under auto
+    ("0.5.0", "megatron", {"dp": 2}, False, False),
+    ("0.6.0", "megatron", {"dp": 2}, False, False),
+    ("0.6.0", "auto", {"dp": 2}, False, False),
+])
+def test_a_nemo_rl_release_changes_the_pass_as_it_changes_the_vertex(version, backend, degrees, swiglu, offloads):
+    e, vertex, cost, shape = _pair(DENSE, "nemo-rl", recompute="selective", backend=backend, version=version,
+                                   **degrees)
+    assert ("optimizer_offload" in vertex) == offloads == ("optimizer_offload" in e.parts)
+    if offloads:   # 2 x the GPU's Adam state (12 bytes x P / dp) over its PCIe link, as place prices it
+        dp = degrees["dp"]
+        state = 12.0 * max(stage_params(shape, degrees.get("pp", 1))) / dp
+        assert e.parts["optimizer_offload"] == pytest.approx(2 * state / cost.hw.host_bandwidth, rel=1e-3)
+        assert e.parts["optimizer_offload"] == pytest.approx(vertex["optimizer_offload"], rel=REL)
+    pp = degrees.get("pp", 1)
+    # the same shape as a Llama (its Megatron-Bridge provider fuses the SwiGLU): the release without the factor
+    plain, _, _, _ = _pair({**DENSE, "model_type": "llama"}, "nemo-rl", recompute="selective", backend=backend,
+                           version=version, **degrees)
+    train = e.time_s - e.parts["recompute"] - e.parts["overhead"] - e.parts.get("optimizer_offload", 0.0)
+    plain_train = (plain.time_s - plain.parts["recompute"] - plain.parts["overhead"]
+                   - plain.parts.get("optimizer_offload", 0.0))
+    # (a Llama has no QKV bias: 1e-5 of the pass; the factor is 25 %)
+    assert train == pytest.approx((1.25 if swiglu else 1.0) * plain_train, rel=1e-4)
+    assert e.parts["recompute"] == pytest.approx(plain.parts["recompute"], rel=1e-4)   # not the factor's
+    if pp == 1:
+        assert e.time_s == pytest.approx(vertex["train"] + vertex["memory_options"] + vertex["overhead"]
+                                         + vertex.get("optimizer_offload", 0.0), rel=REL)
+    else:
+        sync = cost.gradient_sync_seconds(shape, degrees["dp"], pp, 1, (1, 1, 2 * pp)) * (1.25 if swiglu else 1.0)
+        stage = train - e.parts["optimizer"] - sync
+        assert vertex["train"] == pytest.approx(pp * stage + e.parts["optimizer"] + sync, rel=REL)
+
+
+@pytest.mark.parametrize("framework, degrees", [("nemo-rl", {"pp": 2, "dp": 2}), ("verl", {"pp": 2, "tp": 2}),
+                                                ("nemo-rl", {"pp": 4})])
+def test_a_pipelined_log_prob_pass_is_the_slowest_stage_and_the_vertex_pp_times_it(framework, degrees):
+    # docs/placement-model.md: one micro-batch through pp stages, (1 + pp - 1) x the slowest stage
+    _, vertex, _, shape = _pair(DENSE, framework, **degrees)
+    infer = estimate(shape, "h100-sxm", "infer", seq_len=2048, framework=framework, **degrees)
+    assert infer.inputs["pass_kernels"] == "megatron"
+    assert vertex["old_log_prob"] == pytest.approx(degrees["pp"] * (infer.time_s - infer.parts["overhead"]), rel=REL)

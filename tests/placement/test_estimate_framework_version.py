@@ -137,7 +137,11 @@ def test_log_prob_packs_padded_from_release_0_6_on_dtensor_only():
     ("infer", {"framework_version": "0.5.0", "train_mb_tokens": 16384},
      "train_mb_tokens: 16384 changes nothing here: NeMo RL 0.5.0 pads training packs only; drop it"),
     ("infer", {"framework_version": "0.6.0", "train_mb_tokens": 16384, "pp": 2},
-     "train_mb_tokens: 16384 changes nothing here: the Megatron-Core workers"),
+     "train_mb_tokens: 16384 changes nothing here: the Megatron-Core workers (which trainer_backend auto picks for "
+     "pp 2 / ep 1) do not pad to it; drop it"),
+    ("infer", {"framework_version": "0.6.0", "train_mb_tokens": 16384, "trainer_backend": "megatron"},
+     "train_mb_tokens: 16384 changes nothing here: the Megatron-Core workers (trainer_backend megatron) do not pad "
+     "to it; drop it"),
     ("infer", {"framework_version": "0.6.0", "train_mb_tokens": 0}, "train_mb_tokens: must be an integer >= 1, got 0"),
     ("train", {"train_mb_tokens": 16384}, "train_mb_tokens: 16384 with task train: the training pack is pack_tokens"),
     ("train", {"framework_version": "0.2.0"}, "pack_tokens: NeMo RL 0.2.0 has no sequence packing"),

@@ -60,3 +60,24 @@ def test_a_ray_dispatch_carries_the_tokens_the_sequences_reach(framework):
     per_iteration = short - dispatch(2048)   # the engine's per-step cost, the same at every context
     generate = estimate(MODEL, task="generate", batch=batch, seq_len=1024, context=3072, framework=framework)
     assert generate.parts["overhead"] == pytest.approx((3072 - 1024) * per_iteration + dispatch(3072), rel=1e-9)
+
+
+@pytest.mark.parametrize("task, kwargs, message", [
+    ("train", {"seq_len": 10**9}, "seq_len: 1000000000 tokens is above 10000000, the most a config's "
+                                  "workload.context_length / generation_length takes"),
+    ("generate", {"seq_len": 10_000_001}, "seq_len: 10000001 tokens is above 10000000"),
+    ("decode", {"context": 10**9}, "context: 1000000000 tokens is above 10000000"),
+    ("generate", {"seq_len": 4096, "context": 10**9}, "context: 1000000000 tokens is above 10000000"),
+])
+def test_a_length_above_a_configs_limit_is_refused(task, kwargs, message):
+    with pytest.raises(ConfigError) as info:
+        estimate(MODEL, "h100-sxm", task, **kwargs)
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_the_limit_itself_is_accepted_and_the_cli_refuses_above_it(capsys):
+    from packplace.placement.problem.config import WORKLOAD_FIELDS
+    assert WORKLOAD_FIELDS["context_length"].maximum == 10_000_000
+    assert estimate(MODEL, "h100-sxm", "decode", context=10_000_000).inputs["context"] == 10_000_000
+    assert main(["estimate", "--model", MODEL, "--seq-len", "1000000000"]) == 2
+    assert "seq_len: 1000000000 tokens is above 10000000" in capsys.readouterr().err

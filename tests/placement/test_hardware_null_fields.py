@@ -1,6 +1,8 @@
 """A ``null`` field of a config's ``[hardware]`` section (or an ``estimate`` override of ``None``) is not given:
 the preset's value, else the field's default; ``preset: null`` itself is refused."""
 
+import re
+
 import pytest
 
 from packplace.errors import ConfigError
@@ -47,3 +49,42 @@ def test_estimate_takes_a_none_override_as_the_presets_value():
                      hardware={"megatron_pass_factor": None})
     assert given.time_s == estimate("qwen2.5-0.5b", "h100-sxm", "train", framework="nemo-rl", pp=2).time_s
     assert given.inputs["megatron_pass_factor"] == MEGATRON_PASS_FACTOR_H100
+
+
+@pytest.mark.parametrize("section", [
+    {"preset": "h100-sxm", "nodes_per_rack": 2, "bogus_field": None},    # null: was silently dropped
+    {"preset": "h100-sxm", "bogus_field": 3},
+])
+def test_an_unknown_field_is_refused_null_or_not(section):
+    with pytest.raises(ConfigError, match=r"^\[hardware\] Unknown field: 'bogus_field'; valid fields: racks, "):
+        _hardware(section)
+
+
+@pytest.mark.parametrize("hardware, message", [
+    ({"bogus": None}, r"^\[hardware\] Unknown field: 'bogus'; valid fields: racks, "),
+    ({"preset": None}, r"^hardware: preset None is set by estimate itself \(give the preset as gpu"),
+    ({"nodes_per_rack": None}, r"^hardware: nodes_per_rack None is set by estimate itself"),
+    ("h200", r"^hardware: must be a mapping of \[hardware\] fields, got 'h200'$"),
+    (["h200"], r"^hardware: must be a mapping of \[hardware\] fields, got "),
+])
+def test_estimate_refuses_an_override_a_config_would_refuse(hardware, message):
+    with pytest.raises(ConfigError, match=message):
+        estimate("qwen2.5-0.5b", "h100-sxm", "train", hardware=hardware)
+
+
+@pytest.mark.parametrize("preset, message", [
+    ("null", r"\[hardware\] preset: null names no preset; give one of "),
+    ("17", r"\[hardware\] preset: unknown 17; valid: "),
+    ("x100", r"\[hardware\] preset: unknown 'x100'; valid: "),
+])
+def test_a_config_models_bad_preset_is_refused_not_replaced_by_h200(tmp_path, capsys, preset, message):
+    from packplace.cli import main
+    config = tmp_path / "c.yaml"
+    config.write_text(f"hardware: {{preset: {preset}}}\nmodels: {{actor: {{hidden_dim: 512, layers: 4, ffn_dim: "
+                      "1024, vocab_size: 1000}}\n")
+    assert main(["estimate", "--model", f"{config}:actor"]) == 2
+    err = capsys.readouterr().err
+    assert str(config) in err
+    assert re.search(message, err), err
+    # --gpu names the GPU: the config's preset is not read
+    assert main(["estimate", "--model", f"{config}:actor", "--gpu", "h200"]) == 0

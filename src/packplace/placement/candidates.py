@@ -848,7 +848,8 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str |
     """Whether ``policy.framework`` can run vertex ``name`` (of ``kind``) with ``strategy``: no
     :func:`~packplace.placement.model.layout_rules.strategy_refusal` (the framework's own per-task rules: verl's
     FSDP backend without tensor, pipeline or expert parallelism, OpenRLHF's data-parallel reference and
-    reward forwards, ...). Frameworks without rules (``none``, ``deepspeed-chat``): every legal strategy.
+    reward forwards, ...). Frameworks without rules (``none``): every legal strategy; ``deepspeed-chat``: every
+    one without pipeline or expert parallelism.
     A trainer with ``training.context_parallel: C`` needs ``C`` to divide its data-parallel degree (and so does
     a forward that runs with it, :func:`forward_context_parallel`), and NeMo RL's DTensor workers take no
     context parallelism with sequence packing (:func:`dtensor_packs_with_context_parallel`); under verl's
@@ -865,9 +866,7 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str |
         cp = vertex_setting(instance, CONTEXT_PARALLEL_FORWARDS[instance.framework][1]).context_parallel
         if cp.refusal(strategy.dp) is not None:
             return False
-    ctx = Context.of(instance)
-    if not ctx.ruled:
-        return True
+    ctx = Context.of(instance)   # a framework without rules: strategy_refusal says None (DeepSpeed-Chat's one)
     return strategy_refusal(ctx, name or f"?.{kind}", kind, strategy) is None
 
 

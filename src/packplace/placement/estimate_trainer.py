@@ -24,7 +24,12 @@ from packplace.placement.model.cost import ACT_BYTES, CostModel
 from packplace.placement.model.framework import dispatch_seconds
 from packplace.placement.model.layout_rules import TRAIN, TRAINER_BACKENDS, Context, strategy_refusal, trainer_backend
 from packplace.placement.model.memory import TrainingOptions, stage_layers
-from packplace.placement.model.nemo_rl_releases import release_for
+from packplace.placement.model.nemo_rl_releases import (
+    NemoRLRelease,
+    TrainerRelease,
+    release_for,
+    release_train_parts,
+)
 from packplace.placement.model.training_time import training_overhead_seconds
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
@@ -46,12 +51,15 @@ class TrainerBackend:
         layout: The layout context ``place`` builds for it (``None``: bare kernels, priced as before).
         transformer_engine: The Transformer Engine release a NeMo RL release pins (Megatron passes), else None.
         given: ``--trainer-backend`` as given (``auto``, ``fsdp``, ``megatron``).
+        release: The NeMo RL release ``framework_version`` selects
+            (:func:`~packplace.placement.model.nemo_rl_releases.release_for`), else None.
     """
 
     name: str
     layout: Context | None = None
     transformer_engine: str | None = None
     given: str = "auto"
+    release: NemoRLRelease | None = None
 
     @property
     def place(self) -> bool:
@@ -110,12 +118,32 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
                           "Ulysses; give --trainer-backend megatron (verl's Megatron workers run context "
                           "parallelism), or drop --cp")
     release = release_for(framework, framework_version)
-    return TrainerBackend(name, layout, release.transformer_engine if release is not None else None, backend)
+    return TrainerBackend(name, layout, release.transformer_engine if release is not None else None, backend,
+                          release)
+
+
+def release_terms(cost: CostModel, backend: TrainerBackend, shape: ModelSpec, degrees: tuple[int, int, int, int],
+                  options: TrainingOptions) -> tuple[float, float]:
+    """``(factor, optimizer_offload seconds)`` a NeMo RL release adds to a training pass priced as ``place``
+    prices the policy's training vertex, from ``place``'s own
+    :func:`~packplace.placement.model.nemo_rl_releases.release_train_parts` on the same strategy (``degrees``
+    ``(dp, pp, tp, ep)``) and training ``options``: the factor on the vertex's ``train`` (the unfused SwiGLU of
+    a Qwen model on the Megatron workers before v0.5), and the optimizer's round trip to host memory around the
+    log-prob passes (v0.4: ``logprob_optimizer_offload``, both backends; the GRPO loop ``estimate`` prices, whose
+    step runs a rollout engine). ``(1, 0)`` without a release or a trainer priced as ``place`` prices it."""
+    if backend.release is None or backend.layout is None:
+        return 1.0, 0.0
+    dp, pp, tp, ep = degrees
+    setting = TrainerRelease(backend.release, getattr(shape, "model_type", None), backend.layout,
+                             optimizer_round_trip=backend.release.logprob_optimizer_offload)
+    parts = release_train_parts(cost, setting, shape, Strategy(dp, pp, tp, ep), {"train": 1.0}, options)
+    return parts["train"], parts.get("optimizer_offload", 0.0)
 
 
 def trainer_pass_parts(cost: CostModel, shape: ModelSpec, train: bool, tokens: float, attention: float,
                        micro_batch: int, degrees: tuple[int, int, int, int], extent: tuple[int, int, int],
-                       recompute: str, optimizer: str, share: float = 1.0) -> dict[str, float]:
+                       recompute: str, optimizer: str, share: float = 1.0, factor: float = 1.0,
+                       offload: float = 0.0) -> dict[str, float]:
     """Seconds by part of one micro-batch of ``tokens`` tokens (attention at ``attention`` tokens of context)
     on the slowest pipeline stage of a trainer priced as the evaluator prices it (module docstring):
     ``cost`` is the estimate's cost model with the trainer's layout (:attr:`TrainerBackend.layout`), a workload
@@ -125,14 +153,25 @@ def trainer_pass_parts(cost: CostModel, shape: ModelSpec, train: bool, tokens: f
     (what :meth:`~packplace.placement.model.cost.CostModel.train_rate_fraction` adds), ``recompute``,
     ``optimizer`` (:meth:`~packplace.placement.model.cost.CostModel.adam_seconds`), ``communication`` (the
     stage's tensor-parallel all-reduces, MoE all-to-alls and pipeline sends, the step-end
-    :meth:`~packplace.placement.model.cost.CostModel.gradient_sync_seconds`), ``overhead`` (the framework's
-    dispatch plus ``phase_overhead``)."""
+    :meth:`~packplace.placement.model.cost.CostModel.gradient_sync_seconds`), ``optimizer_offload`` (``offload``
+    seconds, when above 0), ``overhead`` (the framework's dispatch plus ``phase_overhead``). ``factor``
+    multiplies a training pass's stage and update (the parts of the vertex's ``train``; not the recompute, the
+    vertex's ``memory_options``) and ``offload`` is the part ``optimizer_offload``, as
+    :func:`~packplace.placement.model.nemo_rl_releases.release_train_parts` changes the vertex
+    (:func:`release_terms`)."""
     dp, pp, tp, ep = degrees
     table = cost.components_for(shape)
     if table is not None:
         parts = _table_stage(cost, table, shape, train, tokens, attention, degrees, extent)
     else:
         parts = _knob_stage(cost, shape, train, tokens, micro_batch, degrees, extent, share)
+    update = {}
+    if train and optimizer == "adam":
+        update = {"optimizer": cost.adam_seconds(shape, dp, pp, tp),
+                  "communication": cost.gradient_sync_seconds(shape, dp, pp, tp, extent, ep)}
+    if train and factor != 1.0:   # the release's factor on the vertex's train: the stage and the update
+        parts = {name: seconds * factor for name, seconds in parts.items()}
+        update = {name: seconds * factor for name, seconds in update.items()}
     if train and recompute != "none":
         options = TrainingOptions(sharding="zero1", recompute=recompute)
         seconds = training_overhead_seconds(cost, shape, options, dp, pp, tp, micro_batch, extent, ep) / pp * share
@@ -140,9 +179,11 @@ def trainer_pass_parts(cost: CostModel, shape: ModelSpec, train: bool, tokens: f
         parts["recompute"] = seconds * rate
         if rate < 1.0:
             parts["trainer_rate"] = parts.get("trainer_rate", 0.0) + seconds * (1.0 - rate)
-    if train and optimizer == "adam":
-        parts["optimizer"] = cost.adam_seconds(shape, dp, pp, tp)
-        parts["communication"] += cost.gradient_sync_seconds(shape, dp, pp, tp, extent, ep)
+    if update:
+        parts["optimizer"] = update["optimizer"]
+        parts["communication"] += update["communication"]
+    if train and offload > 0.0:
+        parts["optimizer_offload"] = offload
     parts["overhead"] = cost.hw.phase_overhead + dispatch_seconds(cost, cost.framework, dp)
     return parts
 

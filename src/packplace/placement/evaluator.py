@@ -196,7 +196,8 @@ class PlacementEvaluator:
         self.bound_cut = False
         self._total_flops = sum(self.table.vertex_flops.values())
         #: the framework's layout rules between tasks (:mod:`packplace.placement.model.layout_rules`), or None
-        self.rules = Context.of(instance) if Context.of(instance).ruled else None
+        self.rules = Context.of(instance) if Context.of(instance).ruled or instance.framework == "deepspeed-chat" \
+            else None   # DeepSpeed-Chat's one rule: no pipeline or expert parallelism
 
     # -- resolution ------------------------------------------------------------------------------
     def _resolve_one(self, name: str, vp: VertexPlan) -> tuple | str:

@@ -46,7 +46,12 @@ import numpy as np
 from packplace.context_parallel.cost import cost_from_shape
 from packplace.contract import check_section
 from packplace.errors import ConfigError, show
-from packplace.placement.estimate_trainer import TrainerBackend, resolve_trainer_backend, trainer_pass_parts
+from packplace.placement.estimate_trainer import (
+    TrainerBackend,
+    release_terms,
+    resolve_trainer_backend,
+    trainer_pass_parts,
+)
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
 from packplace.placement.model.cost import CostModel, hardware_table
 from packplace.placement.model.engine import RolloutEngine
@@ -60,7 +65,7 @@ from packplace.placement.model.framework import (
     version_defaults,
 )
 from packplace.placement.model.layout_rules import TRAIN, TRAINER_BACKENDS, Context, trainer_backend
-from packplace.placement.model.memory import stage_layers, stage_params
+from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
 from packplace.placement.model.nemo_rl_releases import release_for
 from packplace.placement.model.pass_memory import context_parallel_tokens, pass_memory, uses_autocast
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
@@ -68,11 +73,12 @@ from packplace.placement.problem.config import (
     CLUSTER_FIELDS,
     FIRST_PACKING_RELEASE,
     POLICY_FIELDS,
+    WORKLOAD_FIELDS,
     _hardware,
     _model,
     load_yaml,
 )
-from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
+from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware, resolve_preset
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
 from packplace.placement.problem.workload import Workload
@@ -218,14 +224,25 @@ def config_role(name: str) -> tuple[str, str] | None:
 
 def _config_preset(name: str) -> str | None:
     """The ``hardware.preset`` of the placement config that ``--model CONFIG.yaml:ROLE`` names (the GPU its
-    model runs on there), or None for any other model or a config that does not exist."""
+    model runs on there), or None for any other model, a config that does not exist or one without a preset.
+
+    Raises:
+        ConfigError: ``CONFIG.yaml: [hardware] preset: ...`` for a preset the config's own reader refuses
+            (``null``, not a preset name: :func:`~packplace.placement.problem.hardware.resolve_preset`'s message),
+            as ``place`` refuses it.
+    """
     named = config_role(name)
     if named is None or not Path(named[0]).exists():
         return None
     doc = load_yaml(named[0])
     hardware = doc.get("hardware") if isinstance(doc, Mapping) else None
-    preset = hardware.get("preset") if isinstance(hardware, Mapping) else None
-    return preset if isinstance(preset, str) else None
+    if not isinstance(hardware, Mapping) or "preset" not in hardware:
+        return None
+    try:
+        resolve_preset({"preset": hardware["preset"]})
+    except ConfigError as error:
+        raise ConfigError(f"{named[0]}: {error}") from None
+    return hardware["preset"]
 
 
 def _config_model(config: str, role: str) -> TransformerShape:
@@ -268,16 +285,21 @@ def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus:
     (:func:`~packplace.placement.problem.hardware.resolve_preset`).
 
     Raises:
-        ConfigError: an unknown preset, an invalid field value, or a field of :data:`SIZED_FIELDS`.
+        ConfigError: an unknown preset; ``overrides`` not a mapping; an unknown field (``None`` or not); an
+            invalid field value; a field of :data:`SIZED_FIELDS` (``None`` too: ``preset: None`` names no preset,
+            as a config's ``preset: null`` does not).
     """
     if gpu not in PRESETS:
         raise ConfigError(f"gpu: unknown preset {gpu!r}; valid: {', '.join(sorted(PRESETS))}")
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}   # null: the preset's value
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ConfigError(f"hardware: must be a mapping of [hardware] fields, got {show(overrides)}")
+    overrides = dict(overrides or {})
     for name, why in SIZED_FIELDS.items():
         if name in overrides:
             raise ConfigError(f"hardware: {name} {show(overrides[name])} is set by estimate itself ({why}); drop it")
     host = PRESETS[gpu].get("gpus_per_host")
-    node = overrides.pop("gpus_per_node", PRESETS[gpu].get("gpus_per_node"))
+    node = overrides.pop("gpus_per_node", None)   # null: the preset's value (the other nulls: _hardware's)
+    node = PRESETS[gpu].get("gpus_per_node") if node is None else node
     if node is not None and (isinstance(node, bool) or not isinstance(node, (int, float)) or node < 1
                              or node != int(node)):
         raise ConfigError(f"[hardware] gpus_per_node: must be an integer >= 1, got {show(node)}")
@@ -376,7 +398,7 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None,
              entropy_coeff: float = 0.0, train_mb_tokens: int | None = None,
-             sharding: str = "none",
+             sharding: str | None = None,
              pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto") -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
@@ -392,8 +414,11 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
             ``context`` unset: :data:`GENERATE_NEW_TOKENS` cached tokens (decode), the prompt plus as many
             (generate).
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`.
-        sharding: :data:`SHARDINGS` (train): ``none`` (default) a bare PyTorch loop's layout (fp32 master weights
-            under autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
+        sharding: :data:`SHARDINGS` (train): ``none`` a bare PyTorch loop's layout (fp32 master weights under
+            autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
+            Unset: :func:`default_sharding` (``zero1``, ``place``'s ``training.<role>.sharding`` default, for a
+            training pass with Adam priced as ``place`` prices the trainer's vertex; else ``none``); ``none`` is
+            refused for such a pass (:func:`check_trainer_sharding`).
         tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees.
         framework: :data:`ESTIMATE_FRAMEWORKS`.
         table: A component table (object, JSON path, ``"none"`` for the knob model); default: the
@@ -437,14 +462,10 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
     cp = _context_parallel(cp, task)
     given_length = seq_len   # the sequences' own tokens, before NeMo RL rounds them for its packs
-    if pack_tokens is not None:
-        micro_batch, seq_len = _context_parallel_pack(pack_tokens, seq_len, tp, cp, _packed_micro_batch(
-            pack_tokens, task, framework, micro_batch, seq_len, tp))
-    elif train_mb_tokens is not None:
-        raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} is the training pack a NeMo RL log-prob pack "
-                          "is padded to; it goes with pack_tokens (task infer); drop it")
+    micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
     _check_strategy(shape, tp, pp, dp, ep, cp)
     backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version)
+    sharding = check_trainer_sharding(sharding, task, optimizer, backend)
     pack = (_pack_pricing(shape, task, framework_version, int(pack_tokens), train_mb_tokens, micro_batch,
                           int(seq_len or 0), (dp, pp, tp, ep), cp, trainer_backend) if pack_tokens is not None
             else None)
@@ -470,6 +491,23 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
                     components=components.gpu if priced else "knobs", capacity_bytes=float(hw.memory_per_gpu),
                     components_derivation=components.derivation if priced else "")
+
+
+def _packs(pack_tokens: int | None, train_mb_tokens: int | None, task: str, framework: str, micro_batch: int,
+           seq_len: int | None, tp: int, cp: int) -> tuple[int, int | None]:
+    """``(micro_batch, seq_len)`` of :func:`estimate`: with ``pack_tokens`` a NeMo RL pack's
+    (:func:`_packed_micro_batch`, :func:`_context_parallel_pack`), else as given.
+
+    Raises:
+        ConfigError: the pack's errors; ``train_mb_tokens`` without ``pack_tokens``.
+    """
+    if pack_tokens is not None:
+        return _context_parallel_pack(pack_tokens, seq_len, tp, cp, _packed_micro_batch(
+            pack_tokens, task, framework, micro_batch, seq_len, tp))
+    if train_mb_tokens is not None:
+        raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} is the training pack a NeMo RL log-prob pack "
+                          "is padded to; it goes with pack_tokens (task infer); drop it")
+    return micro_batch, seq_len
 
 
 def _check_degrees(**degrees: Any) -> None:
@@ -510,13 +548,31 @@ def _lengths(task: str, seq_len: int | None, context: int | None, batch: int) ->
             raise ConfigError(f"seq_len: means nothing for task decode (its {batch} running sequences hold "
                               f"context = {context} cached tokens each), got {show(seq_len)}; give context")
     else:
-        seq_len = _check("seq_len", DEFAULT_SEQ_LEN if seq_len is None else seq_len, 2)
+        seq_len = _at_most("seq_len", _check("seq_len", DEFAULT_SEQ_LEN if seq_len is None else seq_len, 2))
     if context is None:
         context = seq_len + GENERATE_NEW_TOKENS if task == "generate" else GENERATE_NEW_TOKENS
-    _check("context", context, 1)
+    _at_most("context", _check("context", context, 1))
     if task == "generate" and seq_len is not None and context <= seq_len:
         raise ConfigError(f"context: must exceed seq_len ({seq_len}) for generate (the final length), got {context}")
     return seq_len, context
+
+
+#: Most tokens a sequence of ``estimate`` may hold (``seq_len``, ``context``): a placement config's length limit
+#: (``workload.context_length``, ``generation_length``), beyond which no GPU holds the sequence.
+MAX_LENGTH = int(WORKLOAD_FIELDS["context_length"].maximum)
+
+
+def _at_most(name: str, tokens: int) -> int:
+    """``tokens`` checked against :data:`MAX_LENGTH`.
+
+    Raises:
+        ConfigError: ``seq_len: 1000000000 tokens is above 10000000, the most a config's workload.context_length
+            takes``.
+    """
+    if tokens > MAX_LENGTH:
+        raise ConfigError(f"{name}: {tokens} tokens is above {MAX_LENGTH}, the most a config's "
+                          "workload.context_length / generation_length takes (no GPU holds such a sequence)")
+    return tokens
 
 
 def _check_settings(task: str, recompute: str, optimizer: str, framework: str, enforce_eager: Any) -> None:
@@ -574,7 +630,8 @@ def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int, cp: in
 
 
 def _check_sharding(sharding: Any, task: str, optimizer: str = "adam") -> None:
-    """``sharding`` is one of :data:`SHARDINGS`, and other than ``none`` only for ``train`` with an optimizer:
+    """``sharding`` (``None``: unset, nothing to check) is one of :data:`SHARDINGS`, and other than ``none`` only
+    for ``train`` with an optimizer:
     ZeRO-1 and ZeRO-2 partition the optimizer's state (ZeRO-2 also the gradients the step reduces into) and
     DeepSpeed runs them inside its ZeRO optimizer (``DeepSpeedZeroOptimizer``, ``deepspeed/runtime/zero/
     stage_1_and_2.py``), so a pass with ``optimizer="none"`` (no optimizer state, no step) has nothing they
@@ -585,6 +642,8 @@ def _check_sharding(sharding: Any, task: str, optimizer: str = "adam") -> None:
         ConfigError: ``sharding: ...`` naming the value: ``zero3`` (``place`` prices it), an unknown one, a
             sharding for a task that keeps no training state, or one with ``optimizer`` ``none``.
     """
+    if sharding is None:
+        return
     if sharding == "zero3":
         raise ConfigError("sharding: zero3 gathers every layer's weights per micro-batch, which estimate does not "
                           "price; give none, zero1 or zero2, or plan with packplace place (training.<role>.sharding: "
@@ -597,6 +656,41 @@ def _check_sharding(sharding: Any, task: str, optimizer: str = "adam") -> None:
         raise ConfigError(f"sharding: {sharding} with optimizer none: ZeRO-1/2 partition the optimizer's state "
                           f"(ZeRO-2 also its gradients), which a pass without an optimizer does not hold; give "
                           f"optimizer adam (a ZeRO run's micro-batch with its AdamW state) or sharding none")
+
+
+def default_sharding(task: str, optimizer: str, backend: TrainerBackend) -> str:
+    """The sharding :func:`estimate` prices when none is given: ``zero1`` (``place``'s default
+    ``training.<role>.sharding``, :data:`~packplace.placement.model.memory.DEFAULT_TRAINING`, the same for every
+    framework) for a ``train`` pass with ``optimizer="adam"`` priced as ``place`` prices the trainer's vertex
+    (:attr:`TrainerBackend.place`: an RL framework, or ``trainer_backend="megatron"``), whose time takes the
+    Adam step on each rank's ``1/dp`` share of the state; ``none`` otherwise (the bare PyTorch loop the
+    component tables are fitted to, or a pass without an optimizer)."""
+    return "zero1" if task == "train" and optimizer == "adam" and backend.place else "none"
+
+
+def check_trainer_sharding(sharding: str | None, task: str, optimizer: str, backend: TrainerBackend) -> str:
+    """The sharding :func:`estimate` prices: ``sharding``, or unset :func:`default_sharding`. A given sharding
+    is priced from one layout, time and memory alike: ``none`` is refused for a training
+    pass with Adam priced as ``place`` prices the trainer's vertex, whose time takes the Adam step on each rank's
+    ``1/dp`` share (:meth:`~packplace.placement.model.cost.CostModel.adam_seconds`, whatever
+    ``training.<role>.sharding`` says) while ``none``'s memory holds all of the state on every rank. ``zero1``
+    and ``zero2`` are priced as ``place`` prices them: the same Adam share, their own memory and NeMo RL's
+    optimizer round trip of their state (:func:`~packplace.placement.estimate_trainer.release_terms`).
+
+    Raises:
+        ConfigError: ``sharding: none with framework ...``.
+    """
+    if sharding is None:
+        return default_sharding(task, optimizer, backend)
+    if sharding == "none" and default_sharding(task, optimizer, backend) != "none":
+        how = f"framework {backend.layout.framework}" if backend.layout is not None and \
+            backend.layout.framework != "none" else "trainer_backend megatron"
+        raise ConfigError(f"sharding: none with {how}: the pass is priced as place prices the trainer's vertex, "
+                          "whose Adam step runs on each rank's 1/dp share of the state (the zero1 layout, place's "
+                          "default training.<role>.sharding), while none holds all of it on every rank, so its time "
+                          "and memory would come from two layouts; give zero1 (the default) or zero2, or framework "
+                          "none for a bare PyTorch loop's layout")
+    return sharding
 
 
 def _logit_bytes(framework: str, framework_version: str | None, task: str,
@@ -703,7 +797,9 @@ def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pa
                           f"{framework_version}: its DTensor workers pad every log-prob pack to train_mb_tokens "
                           "(the training pack); give it (--train-mb-tokens)")
     if task == "infer" and train_mb_tokens is not None and not floor_needed:
-        why = ("the Megatron-Core workers (pipeline or expert parallelism) do not pad to it" if megatron else
+        on = ("trainer_backend megatron" if backend == "megatron" else
+              f"which trainer_backend auto picks for pp {pp} / ep {ep}")
+        why = (f"the Megatron-Core workers ({on}) do not pad to it" if megatron else
                f"NeMo RL {framework_version} pads training packs only" if framework_version else
                "NeMo RL without --framework-version pads training packs only (as before 0.6; from 0.6 the DTensor "
                "workers pad log-prob packs to it: --framework-version 0.6)")
@@ -826,8 +922,12 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     whole = micro_batch * seq_len if pack is None else tokens   # the micro-batch the knobs' pass prices
     train = task == "train"
     if task != "prefill" and (table is None or (backend is not None and backend.place)):
+        factor, offload = (release_terms(cost, backend, shape, (dp, pp, tp, ep),
+                                         TrainingOptions(sharding=sharding, recompute=recompute))
+                           if train and backend is not None else (1.0, 0.0))
         parts = trainer_pass_parts(cost, shape, train, tokens, attention, micro_batch, (dp, pp, tp, ep), extent,
-                                   recompute, optimizer, share=tokens / whole)
+                                   recompute, optimizer, share=tokens / whole, factor=factor,
+                                   offload=offload if optimizer == "adam" else 0.0)
         if backend is None or not backend.place:   # bare kernels: no framework, no phase overhead
             parts["overhead"] = dispatch_seconds(cost, cost.framework, dp) if framework != "none" else 0.0
     else:
@@ -1020,11 +1120,13 @@ def register_estimate(subparsers) -> None:
                         "default the prompt's --seq-len + 2048)")
     p.add_argument("--recompute", default=None, choices=RECOMPUTE, help="train only; default none")
     p.add_argument("--sharding", default=None, metavar="{" + ",".join(SHARDINGS) + "}",
-                   help="train only: none (default): every data-parallel rank holds all of the training state, "
-                        "fp32 master weights under bf16 autocast (a bare PyTorch loop); zero1: the ZeRO "
-                        "mixed-precision layout place prices by default (training.<role>.sharding), bf16 weights, "
-                        "the optimizer state split over --dp; zero2: and the gradients (both need --optimizer "
-                        "adam: with --optimizer none there is no optimizer state to split)")
+                   help="train only: none: every data-parallel rank holds all of the training state, fp32 "
+                        "master weights under bf16 autocast (a bare PyTorch loop; the default with --framework "
+                        "none); zero1: the ZeRO mixed-precision layout place prices by default "
+                        "(training.<role>.sharding), bf16 weights, the optimizer state split over --dp (the "
+                        "default with an RL framework or --trainer-backend megatron, whose time takes place's Adam "
+                        "step on a 1/dp share; none is refused there); zero2: and the gradients (both need "
+                        "--optimizer adam: with --optimizer none there is no optimizer state to split)")
     p.add_argument("--optimizer", default=None, choices=OPTIMIZERS,
                    help="train only: adam (default): fp32 master weights + AdamW step; none: bf16 forward + "
                         "backward only")
@@ -1161,7 +1263,8 @@ def format_estimate(result: Estimate) -> str:
     lines = [f"time per GPU: {result.time_s:.4f} s  (kernels priced by: {result.components})"]
     if result.components_derivation:
         lines.append(f"  ({result.components} table {result.components_derivation})")
-    lines += [f"  {name:<14} {seconds:.4f} s" for name, seconds in result.parts.items()]
+    width = max([14, *(len(name) for name in result.parts)])   # optimizer_offload: 17
+    lines += [f"  {name:<{width}} {seconds:.4f} s" for name, seconds in result.parts.items()]
     if result.inputs.get("task") in ("train", "infer") and "trainer_backend_resolved" in result.inputs:
         lines.append(_backend_line(result.inputs))
     if "pack_backend" in result.inputs:
@@ -1190,7 +1293,7 @@ IGNORED_FLAGS = {
 #: Defaults of the flags of :data:`IGNORED_FLAGS` (``None`` on the parser, so a given flag is told apart);
 #: ``--seq-len`` stays ``None`` for :func:`estimate` to resolve (:data:`DEFAULT_SEQ_LEN`; none for decode).
 _FLAG_DEFAULTS = {"micro_batch": 1, "batch": 1, "recompute": "none", "optimizer": "adam", "entropy_coeff": 0.0,
-                  "sharding": "none", "trainer_backend": "auto"}
+                  "trainer_backend": "auto"}   # --sharding: estimate's default_sharding
 
 
 def _task_flags(args: Any) -> None:

@@ -37,7 +37,12 @@ The rules (sources: each framework's trainer entry point, as the emitters' modul
   critic+reward, or everything (``--train.colocate_all``); ``train_dpo`` holds the reference in the
   training processes.
 
-Frameworks without an emitter (``none``, ``deepspeed-chat``) have no rules here.
+* **DeepSpeed-Chat** (``applications/DeepSpeed-Chat/training/step3_rlhf_finetuning/main.py`` and its
+  ``training_scripts``): every model in a DeepSpeed ZeRO engine (``--actor_zero_stage``,
+  ``--critic_zero_stage``; generation through the hybrid engine with ``--inference_tp_size``), no pipeline or
+  expert parallelism: the one rule it has here (:func:`strategy_refusal`).
+
+Frameworks without an emitter (``none``, ``deepspeed-chat``) have no other rules here.
 """
 
 from __future__ import annotations
@@ -257,11 +262,18 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy) -> 
     (:func:`~packplace.placement.model.sequence_packing.packing_refusal`). OpenRLHF: vLLM engines take a
     tensor-parallel size only, DeepSpeed trains without pipeline parallelism, the reference and reward
     forwards run data-parallel only. Generation in verl
-    and NeMo RL: every strategy (vLLM's tensor, pipeline and expert parallelism)."""
-    if not ctx.ruled:
-        return None
+    and NeMo RL: every strategy (vLLM's tensor, pipeline and expert parallelism). OpenRLHF's DeepSpeed models
+    have no expert parallelism either (``openrlhf/utils/deepspeed/deepspeed.py`` ``DeepspeedStrategy``: ZeRO,
+    ring attention and ``--ds.tensor_parallel_size`` only). DeepSpeed-Chat (a framework without other rules):
+    no pipeline or expert parallelism for any task (its step-3 scripts, module docstring)."""
     s = strategy
     fw = ctx.framework
+    if fw == "deepspeed-chat" and (s.pp > 1 or s.ep > 1):
+        return ("DeepSpeed-Chat runs every model in a DeepSpeed ZeRO engine (step3_rlhf_finetuning/main.py: "
+                "--actor_zero_stage, --critic_zero_stage, the hybrid engine's --inference_tp_size), with no "
+                "pipeline or expert parallelism")
+    if not ctx.ruled:
+        return None
     if fw == "openrlhf":
         if kind == "generate" and (s.pp > 1 or s.ep > 1):
             return "OpenRLHF's vLLM engines take a tensor-parallel size only"
@@ -270,6 +282,9 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy) -> 
                     "--ds.tensor_parallel_size of the trained models)")
         if kind != "generate" and s.pp > 1:
             return "OpenRLHF trains with DeepSpeed ZeRO and no pipeline parallelism"
+        if kind != "generate" and s.ep > 1:
+            return ("OpenRLHF's DeepSpeed strategy (openrlhf/utils/deepspeed/deepspeed.py DeepspeedStrategy: ZeRO, "
+                    "ring attention, --ds.tensor_parallel_size) has no expert parallelism")
         return None
     if name == REWARD:
         if fw == "verl" and (s.pp > 1 or s.ep > 1):

@@ -532,6 +532,19 @@ _FORMATS: dict[str, Any] = {"missing": "{where} Missing required field: '{name}'
 
 
 def _hardware(hw: dict[str, Any]) -> tuple[Cluster, Hardware]:
+    """``(cluster, hardware)`` of a ``[hardware]`` section: every key a field name (checked before a ``null``
+    field is dropped, :func:`~packplace.placement.problem.hardware.resolve_preset`, so a misspelt one set to
+    ``null`` is refused too), the preset expanded, the fields checked.
+
+    Raises:
+        ConfigError: ``[hardware] Unknown field: 'x'; valid fields: ...``; the preset's and the fields' errors.
+    """
+    if isinstance(hw, Mapping):
+        valid = (*CLUSTER_FIELDS, *HARDWARE_FIELDS)
+        for key in hw:
+            if key not in valid and key != "preset":
+                raise ConfigError(_FORMATS["unknown"].format(where="[hardware]", name=key_shown(key),
+                                                             valid=", ".join(valid)))
     if "preset" in hw:
         hw = resolve_preset(hw)
     values = check_section(hw, {**CLUSTER_FIELDS, **HARDWARE_FIELDS}, "[hardware]", label=_label("hardware"),

@@ -1,0 +1,53 @@
+"""``estimate``'s training state sharding follows the layout its time is priced from: a training pass priced as
+``place`` prices the trainer's vertex (an RL framework, or ``trainer_backend="megatron"``) takes the Adam step on
+each rank's ``1/dp`` share, so its memory defaults to ``zero1`` (``place``'s ``training.<role>.sharding``
+default) and ``none`` is refused; bare kernels keep ``none``."""
+
+import pytest
+
+from packplace.errors import ConfigError
+from packplace.placement.model.memory import DEFAULT_TRAINING
+from packplace.placement.task_estimate import estimate
+
+P_1_5B = estimate("qwen2.5-1.5b", "h100-sxm", "infer").inputs["params"]
+
+
+@pytest.mark.parametrize("kwargs", [{"framework": "nemo-rl"}, {"framework": "verl"}, {"framework": "openrlhf"},
+                                    {"framework": "deepspeed-chat"}, {"trainer_backend": "megatron"}])
+def test_a_trainer_priced_as_place_defaults_to_places_sharding(kwargs):
+    assert DEFAULT_TRAINING.sharding == "zero1"
+    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, **kwargs)
+    assert e.inputs["sharding"] == "zero1"
+    # the Adam state (fp32 weights, both moments: 12 bytes a parameter) split over dp = 4, as the time's Adam step
+    assert e.memory["optimizer"] == pytest.approx(12.0 * P_1_5B / 4, rel=1e-9)
+    assert e.memory == estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, sharding="zero1", **kwargs).memory
+
+
+def test_bare_kernels_and_a_pass_without_an_optimizer_keep_none():
+    assert estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4).inputs["sharding"] == "none"
+    assert estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, framework="verl",
+                    optimizer="none").inputs["sharding"] == "none"
+    assert estimate("qwen2.5-1.5b", "h100-sxm", "infer", dp=4, framework="verl").inputs["sharding"] == "none"
+
+
+@pytest.mark.parametrize("kwargs, how", [({"framework": "verl"}, "framework verl"),
+                                         ({"trainer_backend": "megatron"}, "trainer_backend megatron")])
+def test_none_is_refused_where_the_time_takes_a_sharded_adam_step(kwargs, how):
+    with pytest.raises(ConfigError, match=rf"^sharding: none with {how}: the pass is priced as place prices"):
+        estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, sharding="none", **kwargs)
+
+
+def test_zero2_is_priced_as_place_prices_it():
+    zero1 = estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, framework="nemo-rl")
+    zero2 = estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, framework="nemo-rl", sharding="zero2")
+    assert zero2.time_s == zero1.time_s                        # place's Adam share is the same
+    assert zero2.inputs["sharding"] == "zero2" and zero2.memory["optimizer"] == zero1.memory["optimizer"]
+
+
+def test_the_command_line_defaults_to_zero1_with_a_framework(capsys):
+    from packplace.cli import main
+    assert main(["estimate", "--model", "qwen2.5-1.5b", "--gpu", "h100-sxm", "--framework", "nemo-rl", "--dp", "4",
+                 "--json"]) == 0
+    assert '"sharding": "zero1"' in capsys.readouterr().out
+    assert main(["estimate", "--model", "qwen2.5-1.5b", "--framework", "nemo-rl", "--sharding", "none"]) == 2
+    assert "sharding: none with framework nemo-rl" in capsys.readouterr().err
