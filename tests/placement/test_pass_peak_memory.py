@@ -20,11 +20,12 @@ QWEN32 = os.path.join(ROOT, "benchmarks", "validation", "nemo_rl_grpo_qwen3-32b_
 
 
 def test_packed_qwen_passes_hold_their_whole_pack():
-    # NeMo RL v0.4.0 Qwen3-32B: 128 prompt + a mean response of ~3,086 tokens, micro-batch 1, but a training pack
-    # holds up to 4,096 tokens and a log-prob pack up to 16,384 (train_mb_tokens / logprob_mb_tokens)
+    # NeMo RL v0.4.0 Qwen3-32B: 128 prompt + a mean response of 3,206 tokens (the row's G-Average Seq len, the mean
+    # generated tokens), micro-batch 1, but a training pack holds up to 4,096 tokens and a log-prob pack up to 16,384
+    # (train_mb_tokens / logprob_mb_tokens)
     inst, plan, _ = load_setup(QWEN32)
     cost, actor = cost_model(inst), inst.models["actor"]
-    assert inst.workload.train_seq_len < 3300
+    assert inst.workload.train_seq_len == pytest.approx(128 + 3206, abs=0.5)
     assert cost.peak_pass_tokens(actor, "train", 8, 1, 4, 1) == 4096.0
     assert cost.peak_pass_tokens(actor, "logprob", 2, 4, 4, 1) == 16384.0
     # the reference's last stage holds the logits of 16,384 tokens: 10 bytes x 151,936 vocabulary / TP 4
