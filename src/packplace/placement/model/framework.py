@@ -143,10 +143,9 @@ def _v1_host_seconds_per_sequence() -> float:
 #: 0.142 ms at 128 decode requests, 0.287 ms at 256, 1.1 µs per sequence). Asynchronous scheduling came in
 #: as an opt-in flag (``--async-scheduling``, github.com/vllm-project/vllm/pull/19970), which the RL
 #: frameworks' engine settings the model reads do not set. ML.ENERGY's vLLM 0.11.1 H100 runs (asynchronous
-#: scheduling, ``benchmarks/vllm_host_time.py``) do not size it: fitted to their chat runs 42 µs, to their
-#: long-context ``gpqa`` runs at the same running counts −5 ± 8 µs, the chat figure set by an unpublished prompt
-#: length (docs/calibration-and-validation.md, "vLLM's host time per running sequence against ML.ENERGY's H100
-#: runs").
+#: scheduling, ``benchmarks/vllm_host_time.py``) do not size it: their chat and long-context ``gpqa`` runs
+#: disagree, and the chat fit follows an unpublished prompt length (docs/calibration-and-validation.md,
+#: "vLLM's host time per running sequence against ML.ENERGY's H100 runs").
 VLLM_HOST_SECONDS_PER_SEQUENCE = {"v0": (20e-3 - VLLM_DECODE_STEP_OVERHEAD) / 200,
                                   "v1": _v1_host_seconds_per_sequence()}
 
