@@ -88,3 +88,16 @@ def test_a_config_models_bad_preset_is_refused_not_replaced_by_h200(tmp_path, ca
     assert re.search(message, err), err
     # --gpu names the GPU: the config's preset is not read
     assert main(["estimate", "--model", f"{config}:actor", "--gpu", "h200"]) == 0
+
+
+def test_the_command_lines_hw_null_keeps_the_presets_value_as_yaml_does(capsys):
+    from packplace.cli import main
+    args = ["estimate", "--model", "qwen2.5-0.5b", "--gpu", "h100-sxm", "--framework", "nemo-rl", "--pp", "2", "--json"]
+    assert main(args + ["--hw", "megatron_pass_factor=null"]) == 0
+    given = capsys.readouterr().out
+    assert main(args) == 0
+    assert given == capsys.readouterr().out
+    assert main(args + ["--hw", "megatron_pass_factor=2"]) == 0
+    assert capsys.readouterr().out != given   # the override is read at all
+    assert main(["estimate", "--model", "qwen2.5-0.5b", "--hw", "bogus=null"]) == 2
+    assert "Unknown field: 'bogus'" in capsys.readouterr().err

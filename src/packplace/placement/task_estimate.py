@@ -1103,7 +1103,8 @@ def register_estimate(subparsers) -> None:
                    help=f"hardware preset (default: the config's hardware.preset with --model CONFIG.yaml:ROLE, "
                         f"else h200; {', '.join(sorted(PRESETS))})")
     p.add_argument("--hw", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a hardware field of the preset (repeatable), e.g. --hw memory_per_gpu=80e9")
+                   help="override a hardware field of the preset (repeatable), e.g. --hw memory_per_gpu=80e9; "
+                        "FIELD=null keeps the preset's value, as null does in a config")
     p.add_argument("--table", default=None, metavar="PATH",
                    help="a component table JSON (from packplace calibrate --measurements), or 'none' for the "
                         "efficiency-knob model; default: the preset's own")
@@ -1196,6 +1197,9 @@ def _overrides(items: list[str]) -> dict[str, Any]:
         if key.strip() in out:
             raise ConfigError(f"--hw: {key.strip()} given twice ({show(out[key.strip()])}, then {value.strip()!r}); "
                               "give it once")
+        if value.strip() == "null":   # as in a config's YAML: the preset's value (an unknown field is still refused)
+            out[key.strip()] = None
+            continue
         try:   # an integer stays one (a message then shows the value as given: 0, not 0.0)
             out[key.strip()] = int(value) if value.strip().lstrip("+-").isdigit() else float(value)
         except ValueError:
