@@ -2,23 +2,13 @@
 priced with the component tables; the hand-checkable parts of its pricing, the transcription's consistency and
 the figures docs/calibration-and-validation.md quotes."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "blackwell_throughput.py"
+from benchmark_scripts import load
 
 
 def _script():
-    name = "benchmarks_blackwell_throughput"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load("blackwell_throughput")
 
 
 def test_mean_context_of_equal_quantiles():

@@ -2,12 +2,10 @@
 value against the published pre-training rows it is fitted to (benchmarks/training_throughput.py), and the
 hand-checkable parts of that script's pricing."""
 
-import importlib.util
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from benchmark_scripts import load
 
 from packplace.placement.model.cost import CostModel
 from packplace.placement.model.layout_rules import Context
@@ -17,17 +15,10 @@ from packplace.placement.task_estimate import resolve_hardware
 from packplace.shape import TransformerShape
 
 LLAMA_8B = TransformerShape(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "training_throughput.py"
 
 
 def _script():
-    name = "benchmarks_training_throughput"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module   # its dataclasses resolve their module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load("training_throughput")
 
 
 def preset(name: str):

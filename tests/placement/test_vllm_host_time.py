@@ -2,26 +2,16 @@
 (the transcription of ``benchmarks/blackwell_throughput.py``); the fitting arithmetic by hand, and the figures
 docs/calibration-and-validation.md quotes ("vLLM's host time per running sequence against ML.ENERGY's H100 runs")."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmark_scripts import load
 
 from packplace.placement.model.framework import VLLM_DECODE_STEP_OVERHEAD, VLLM_HOST_SECONDS_PER_SEQUENCE
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "vllm_host_time.py"
-
 
 def _script():
-    name = "benchmarks_vllm_host_time"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load("vllm_host_time")
 
 
 def _row(task, running, excess, gpu=10.0, kv=0.0, model="m", tp=1, mns=None):
