@@ -17,7 +17,7 @@ from packplace.errors import ConfigError
 from packplace.placement.candidates import vertex_parts
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION, CostModel
-from packplace.placement.model.memory import stage_params
+from packplace.placement.model.memory import stage_params, stage_split
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.hardware import MEGATRON_PASS_FACTOR_H100
 from packplace.placement.problem.plan import Strategy
@@ -30,27 +30,29 @@ MOE = {"model_type": "qwen2_moe", "layers": 8, "hidden_dim": 1024, "ffn_dim": 20
 
 
 def _instance(model, framework: str, gpus: int, sequences: int, seq_len: int, recompute: str,
-              backend: str = "auto", preset: str = "h100-sxm", version: str | None = None):
+              backend: str = "auto", preset: str = "h100-sxm", version: str | None = None,
+              sharding: str = "zero1"):
     config = {"hardware": {"preset": preset, "nodes_per_rack": 1, "gpus_per_node": gpus},
               "models": {"actor": dict(model), "reward": "rule"},
               "workload": {"batch_size": sequences, "samples_per_prompt": 1, "context_length": seq_len - 1,
                            "generation_length": 1},
               "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
-              "training": {"recompute": recompute}}
+              "training": {"recompute": recompute, "sharding": sharding}}
     if version is not None:
         config["policy"]["framework_version"] = version
     return build_instance(config)
 
 
 def _pair(model, framework: str, *, tp=1, pp=1, dp=1, ep=1, mb=1, seq_len=2048, recompute="none",
-          backend="auto", task="train", version=None):
+          backend="auto", task="train", version=None, sharding="zero1"):
     """``(estimate, the evaluator's parts of the vertex, the evaluator's cost model, the actor's shape)``."""
-    instance = _instance(model, framework, tp * pp * dp, dp * mb, seq_len, recompute, backend, version=version)
+    instance = _instance(model, framework, tp * pp * dp, dp * mb, seq_len, recompute, backend, version=version,
+                         sharding=sharding)
     evaluator = get_evaluator(instance)
     name = "actor.train" if task == "train" else "reference.infer"
     vertex = vertex_parts(instance, evaluator.cost, name, Strategy(dp, pp, tp, ep), mb, (1, 1, tp * pp * dp))
     e = estimate(instance.models["actor"], "h100-sxm", task, micro_batch=mb, seq_len=seq_len, tp=tp, pp=pp, dp=dp,
-                 ep=ep, framework=framework, recompute=recompute, sharding="zero1", trainer_backend=backend,
+                 ep=ep, framework=framework, recompute=recompute, sharding=sharding, trainer_backend=backend,
                  framework_version=version)
     return e, vertex, evaluator.cost, instance.models["actor"]
 
@@ -88,6 +90,38 @@ def test_a_training_pass_is_the_evaluators_vertex(framework, degrees, recompute,
             * (1 / PYTORCH_TRAIN_FRACTION - 1), rel=REL)
     else:
         assert "trainer_rate" not in e.parts
+
+
+@pytest.mark.parametrize("model, framework, degrees, recompute", [
+    (DENSE, "verl", {"dp": 4}, "full"),                  # verl FSDP, DDP-style: every rank steps all of Adam
+    (DENSE, "nemo-rl", {"tp": 2, "dp": 4}, "selective"),
+    (DENSE, "nemo-rl", {"pp": 2, "dp": 2}, "selective"),  # Megatron-Core without the distributed optimizer
+    (MOE, "nemo-rl", {"ep": 2, "dp": 4}, "none"),       # the dense part and half the experts on each rank
+    (DENSE, "nemo-rl", {"dp": 2, "version": "0.4.0"}, "selective"),   # v0.4's optimizer round trip: all the state
+])
+def test_sharding_none_is_the_evaluators_vertex(model, framework, degrees, recompute):
+    e, vertex, cost, shape = _pair(model, framework, recompute=recompute, sharding="none", **degrees)
+    zero1, _, _, _ = _pair(model, framework, recompute=recompute, sharding="zero1", **degrees)
+    dp, pp, tp, ep = (degrees.get(k, 1) for k in ("dp", "pp", "tp", "ep"))
+    assert e.inputs["sharding"] == "none"
+    assert cost.training[shape].sharding == "none"
+    # Adam's 32 bytes per parameter of the rank's whole (tp/pp/ep-local) shard: dp times zero1's share
+    shard = (max(d + x for d, x in stage_split(shape, pp, tp, ep)) if ep > 1
+             else max(stage_params(shape, pp)) / tp)
+    assert e.parts["optimizer"] == pytest.approx(32.0 * shard / cost.hw.memory_bandwidth, rel=REL)
+    assert e.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp, pp, tp, ep=ep), rel=REL)
+    if ep == 1:
+        assert e.parts["optimizer"] == pytest.approx(dp * zero1.parts["optimizer"], rel=REL)
+    assert e.parts.get("optimizer_offload", 0.0) == pytest.approx(vertex.get("optimizer_offload", 0.0), rel=REL)
+    if "version" in degrees:   # the round trip moves the rank's whole Adam state: dp times zero1's
+        assert e.parts["optimizer_offload"] == pytest.approx(dp * zero1.parts["optimizer_offload"], rel=1e-6)
+    extra = vertex["memory_options"] + vertex["overhead"] + vertex.get("optimizer_offload", 0.0)
+    if pp == 1:
+        assert e.time_s == pytest.approx(vertex["train"] + extra, rel=REL)
+    else:
+        sync = cost.gradient_sync_seconds(shape, dp, pp, tp, (1, 1, dp * pp * tp))
+        stage = e.time_s - e.parts["optimizer"] - sync - e.parts["recompute"] - e.parts["overhead"]
+        assert vertex["train"] == pytest.approx(pp * stage + e.parts["optimizer"] + sync, rel=REL)
 
 
 @pytest.mark.parametrize("framework, degrees, backend", [

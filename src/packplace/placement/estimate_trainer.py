@@ -167,7 +167,7 @@ def trainer_pass_parts(cost: CostModel, shape: ModelSpec, train: bool, tokens: f
         parts = _knob_stage(cost, shape, train, tokens, micro_batch, degrees, extent, share)
     update = {}
     if train and optimizer == "adam":
-        update = {"optimizer": cost.adam_seconds(shape, dp, pp, tp),
+        update = {"optimizer": cost.adam_seconds(shape, dp, pp, tp, ep=ep),
                   "communication": cost.gradient_sync_seconds(shape, dp, pp, tp, extent, ep)}
     if train and factor != 1.0:   # the release's factor on the vertex's train: the stage and the update
         parts = {name: seconds * factor for name, seconds in parts.items()}

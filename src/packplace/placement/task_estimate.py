@@ -417,8 +417,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
         sharding: :data:`SHARDINGS` (train): ``none`` a bare PyTorch loop's layout (fp32 master weights under
             autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
             Unset: :func:`default_sharding` (``zero1``, ``place``'s ``training.<role>.sharding`` default, for a
-            training pass with Adam priced as ``place`` prices the trainer's vertex; else ``none``); ``none`` is
-            refused for such a pass (:func:`check_trainer_sharding`).
+            training pass with Adam priced as ``place`` prices the trainer's vertex; else ``none``); the Adam
+            step takes the layout's share of the state (:func:`check_trainer_sharding`).
         tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees.
         framework: :data:`ESTIMATE_FRAMEWORKS`.
         table: A component table (object, JSON path, ``"none"`` for the knob model); default: the
@@ -670,26 +670,13 @@ def default_sharding(task: str, optimizer: str, backend: TrainerBackend) -> str:
 
 def check_trainer_sharding(sharding: str | None, task: str, optimizer: str, backend: TrainerBackend) -> str:
     """The sharding :func:`estimate` prices: ``sharding``, or unset :func:`default_sharding`. A given sharding
-    is priced from one layout, time and memory alike: ``none`` is refused for a training
-    pass with Adam priced as ``place`` prices the trainer's vertex, whose time takes the Adam step on each rank's
-    ``1/dp`` share (:meth:`~packplace.placement.model.cost.CostModel.adam_seconds`, whatever
-    ``training.<role>.sharding`` says) while ``none``'s memory holds all of the state on every rank. ``zero1``
-    and ``zero2`` are priced as ``place`` prices them: the same Adam share, their own memory and NeMo RL's
-    optimizer round trip of their state (:func:`~packplace.placement.estimate_trainer.release_terms`).
-
-    Raises:
-        ConfigError: ``sharding: none with framework ...``.
+    is priced from one layout, time and memory alike, as ``place`` prices ``training.<role>.sharding``: the Adam
+    step on each rank's ``1/dp`` share of the state under ``zero1`` / ``zero2`` and on all of it under ``none``
+    (:meth:`~packplace.placement.model.cost.CostModel.adam_seconds`), the memory of that layout, and NeMo RL's
+    optimizer round trip of the state the rank holds (:func:`~packplace.placement.estimate_trainer.release_terms`).
     """
     if sharding is None:
         return default_sharding(task, optimizer, backend)
-    if sharding == "none" and default_sharding(task, optimizer, backend) != "none":
-        how = f"framework {backend.layout.framework}" if backend.layout is not None and \
-            backend.layout.framework != "none" else "trainer_backend megatron"
-        raise ConfigError(f"sharding: none with {how}: the pass is priced as place prices the trainer's vertex, "
-                          "whose Adam step runs on each rank's 1/dp share of the state (the zero1 layout, place's "
-                          "default training.<role>.sharding), while none holds all of it on every rank, so its time "
-                          "and memory would come from two layouts; give zero1 (the default) or zero2, or framework "
-                          "none for a bare PyTorch loop's layout")
     return sharding
 
 
@@ -868,18 +855,21 @@ def _table(table: ComponentTable | str | Path | None, hw: Hardware) -> Component
 
 def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prompt: int, new_tokens: int,
           framework: str, enforce_eager: bool = False, pack: _PackPricing | None = None,
-          backend: TrainerBackend | None = None):
+          backend: TrainerBackend | None = None, sharding: str = "zero1"):
     """The cost model of ``sequences`` sequences of ``prompt`` tokens growing by ``new_tokens`` (its
     workload: the knob model's prefill length and the tokens a framework's dispatch carries), with the
     trainer's layout and Transformer Engine release of ``backend`` (:class:`TrainerBackend`) as ``place``
-    builds its cost model; with ``pack`` its passes are NeMo RL's packs (:class:`_PackPricing`)."""
+    builds its cost model; with ``pack`` its passes are NeMo RL's packs (:class:`_PackPricing`); ``shape``
+    trains with ``sharding`` (its Adam step's share,
+    :meth:`~packplace.placement.model.cost.CostModel.adam_seconds`)."""
     profile = FRAMEWORKS["none" if framework in ("none", "vllm") else framework]
     workload = Workload(batch_size=sequences, samples_per_prompt=1, context_length=prompt,
                         generation_length=new_tokens)
     layout = backend.layout if backend is not None else None
     te = backend.transformer_engine if backend is not None else None
     return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile,
-                     layout=layout, transformer_engine=te, packing=pack.passes if pack is not None else None)
+                     training={shape: TrainingOptions(sharding=sharding)}, layout=layout, transformer_engine=te,
+                     packing=pack.passes if pack is not None else None)
 
 
 def _backend_inputs(backend: TrainerBackend, shape: ModelSpec, table: ComponentTable | None,
@@ -909,7 +899,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     # decode's running sequences holding context tokens (what a framework's dispatch carries)
     prompt, new_tokens = ((seq_len, context - seq_len) if task == "generate"
                           else (max(1, (context if task == "decode" else seq_len) - 1), 1))
-    cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager, pack, backend)
+    cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager, pack, backend, sharding)
     cost.components = table   # the knob model's passes (MoE) with the same table as the kernels below
     if table is not None and shape.is_moe:
         table = None
@@ -1125,8 +1115,9 @@ def register_estimate(subparsers) -> None:
                         "master weights under bf16 autocast (a bare PyTorch loop; the default with --framework "
                         "none); zero1: the ZeRO mixed-precision layout place prices by default "
                         "(training.<role>.sharding), bf16 weights, the optimizer state split over --dp (the "
-                        "default with an RL framework or --trainer-backend megatron, whose time takes place's Adam "
-                        "step on a 1/dp share; none is refused there); zero2: and the gradients (both need "
+                        "default with an RL framework or --trainer-backend megatron); zero2: and the gradients; the "
+                        "Adam step's time takes the layout's share (all of the state under none, 1/dp under zero1 "
+                        "and zero2) as place prices training.<role>.sharding (zero1 and zero2 need "
                         "--optimizer adam: with --optimizer none there is no optimizer state to split)")
     p.add_argument("--optimizer", default=None, choices=OPTIMIZERS,
                    help="train only: adam (default): fp32 master weights + AdamW step; none: bf16 forward + "

@@ -71,6 +71,7 @@ from packplace.placement.model.memory import (
     resident_bytes,
     stage_gemm_share,
     stage_layers,
+    stage_split,
     trainable_stage_params,
 )
 from packplace.placement.model.nemo_rl_releases import optimizer_lower_bound_bytes
@@ -727,9 +728,10 @@ class CostModel:
         Training then all-reduces the bf16 gradients of the largest stage, ``2·max(stage_params)/tp``
         bytes, over the ``dp`` ranks at the level of the data-parallel group (:meth:`link`), and runs the
         Adam update, memory bound: ``32·max(stage_params)/(tp·dp)`` bytes (read + write of 16 bytes of state per
-        parameter) at HBM bandwidth; a tied LM head with ``pp > 1`` also all-reduces its word-embedding
-        gradient ``2·V·e/tp`` bytes between the first and last stage (Megatron-LM's embedding group,
-        ``_allreduce_word_embedding_grads``). One optimizer step (more: ``training_time.optimizer_steps_seconds``).
+        parameter) at HBM bandwidth, ``32·max(stage_params)/tp`` under ``sharding: none`` (:meth:`adam_seconds`);
+        a tied LM head with ``pp > 1`` also all-reduces its word-embedding gradient ``2·V·e/tp`` bytes between
+        the first and last stage (Megatron-LM's embedding group, ``_allreduce_word_embedding_grads``). One
+        optimizer step (more: ``training_time.optimizer_steps_seconds``).
 
         A MoE model: the compute of :meth:`compute_time` (active experts at their per-expert rows), per
         MoE layer :meth:`moe_alltoall` in the forward and again in the backward (the gradients of the
@@ -807,15 +809,14 @@ class CostModel:
                     lora_rank: int = 0, gradient_allreduce: bool = True) -> float:
         """The end of one optimizer step of :meth:`pass_time`, seconds: the bf16 gradient all-reduce of the
         largest stage's trainable shard over the ``dp`` ranks (the routed experts' over the ``dp/ep`` that
-        hold them), the memory-bound Adam update ``32·shard/f`` bytes at HBM bandwidth (``f`` the ranks the state
-        shards over, :meth:`shard_ranks`: ``dp``, or verl's ``fsdp_size``, each replica stepping its own
-        shard) and, for a tied LM
+        hold them), the memory-bound Adam update (:meth:`adam_seconds`: ``32·shard/f`` bytes at HBM bandwidth,
+        ``f`` the ranks the state shards over, 1 under ``sharding: none``) and, for a tied LM
         head with ``pp > 1``, the word-embedding gradient all-reduce. ``gradient_allreduce=False`` leaves
         out the data-parallel all-reduce: a ZeRO-3 / FSDP trainer never runs it, it reduce-scatters every
         micro-batch's gradients instead (:func:`~packplace.placement.model.training_time.zero3_collective_seconds`;
         :func:`~packplace.placement.model.training_time.runs_gradient_allreduce` says which trainers), for
         the first global batch of a step as for the others."""
-        total = self.adam_seconds(model, dp, pp, tp, lora_rank)
+        total = self.adam_seconds(model, dp, pp, tp, lora_rank, ep)
         for seconds in self._sync_terms(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce):
             total += seconds   # term by term, in this order (the sum is bit-for-bit what it has been)
         return total
@@ -827,12 +828,33 @@ class CostModel:
         return (model.params if pp == 1 and not lora_rank
                 else max(trainable_stage_params(model, pp, lora_rank))) / tp
 
-    def adam_seconds(self, model: ModelSpec, dp: int, pp: int, tp: int, lora_rank: int = 0) -> float:
+    def adam_seconds(self, model: ModelSpec, dp: int, pp: int, tp: int, lora_rank: int = 0, ep: int = 1) -> float:
         """The memory-bound Adam update of :meth:`update_time`, seconds: ``32·shard/f`` bytes (read + write of
         16 bytes of state per parameter) at ``memory_bandwidth``, ``shard`` = :meth:`update_shard`, ``f`` the
-        ranks the state shards over (:meth:`shard_ranks`)."""
-        shard = self.update_shard(model, pp, tp, lora_rank)
-        return 32.0 * shard / self.shard_ranks(model, dp) / self.hw.memory_bandwidth
+        ranks each rank's share of the state is ``1/f`` of (:meth:`optimizer_ranks`). It follows the model's
+        ``training.<role>.sharding``, as :func:`~packplace.placement.model.memory.train_state_bytes` keeps the
+        state: under ``zero1`` to ``zero3`` (Megatron-LM's distributed optimizer, ZeRO-1/2/3, FSDP full shard;
+        Rajbhandari et al. 2020, arXiv 1910.02054, §5.1: each data-parallel process updates its ``1/N_d``
+        partition) ``f`` is :meth:`shard_ranks` (``dp``, or verl's ``fsdp_size``); under ``none`` (DDP) every
+        data-parallel rank updates all of its tensor-, pipeline- and expert-parallel parameters, ``f = 1``, and
+        with ``ep > 1`` a MoE stage's shard is its dense parameters plus ``1/ep`` of its routed experts
+        (:func:`~packplace.placement.model.memory.stage_split`; under ``zero1``-``zero3`` the experts' share over
+        the ``dp/ep`` ranks holding them comes to the same ``1/dp``). Seconds ≥ 0; 0 for a model without
+        parameters."""
+        ranks = self.optimizer_ranks(model, dp)
+        if ranks == 1 and ep > 1 and model.is_moe:   # LoRA refuses MoE: every parameter trains
+            shard = max(dense + expert for dense, expert in stage_split(model, pp, tp, ep))
+        else:
+            shard = self.update_shard(model, pp, tp, lora_rank)
+        return 32.0 * shard / ranks / self.hw.memory_bandwidth
+
+    def optimizer_ranks(self, model: ModelSpec, dp: int) -> int:
+        """Ranks over which ``model``'s Adam state is partitioned at data-parallel degree ``dp``, so that each
+        rank updates ``1/f`` of it (:meth:`adam_seconds`): 1 under its training options' ``sharding: none``,
+        else :meth:`shard_ranks` (``dp``, or ``min(dp, fsdp_size)``)."""
+        if self.training.get(model, DEFAULT_TRAINING).sharding == "none":
+            return 1
+        return self.shard_ranks(model, dp)
 
     def gradient_sync_seconds(self, model: ModelSpec, dp: int, pp: int, tp: int, extent: tuple[int, int, int],
                               ep: int = 1, lora_rank: int = 0, gradient_allreduce: bool = True) -> float:
