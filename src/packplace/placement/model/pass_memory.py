@@ -45,7 +45,8 @@ The model follows what the tensors of a Hugging Face decoder layer are (``LlamaD
 Peak: a pass's memory rises and falls, so the peak is the largest of its phases (:func:`pass_memory`):
 the end of the forward (every activation saved, the loss's logits), the start of the backward (the
 loss's gradient over the vocabulary) and the end of the backward (every gradient, the last layer's
-working set, a tied embedding's second gradient). Units: bytes, tokens.
+working set, a tied embedding's second gradient). The gradients are in every phase with several micro-batches
+and where the layout keeps them as training state (:func:`resident_gradients`). Units: bytes, tokens.
 """
 
 from __future__ import annotations
@@ -342,6 +343,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             weights).
         micro_batches: Micro-batches per step: the pipeline's in-flight count, and with more than one
             the gradients of the earlier micro-batches are held throughout (gradient accumulation).
+            Gradients are also held in every phase of a step of one micro-batch where the layout keeps them as
+            training state (:func:`resident_gradients`).
         workspace_bytes: The workspace (a GPU preset's ``hardware.memory_workspace``); default the
             stack's (:data:`STACKS`).
         cp: Context-parallel degree (train, infer): each of the ``micro_batch`` sequences is padded to a
@@ -388,7 +391,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                          cp, micro_batch, tp, rounded=True)
         if task == "train":
             part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, tokens, recompute,
-                                optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep, cp, logit_bytes)
+                                optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep, cp, logit_bytes,
+                                resident_gradients(optimizer, sharding, framework))
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes)
@@ -526,14 +530,29 @@ def uses_autocast(optimizer: str, sharding: str) -> bool:
     return optimizer == "adam" and sharding == "none"
 
 
+def resident_gradients(optimizer: str, sharding: str, framework: str) -> bool:
+    """Whether a training pass holds its gradients in every phase, not only from the backward on: an Adam
+    trainer whose layout keeps them as training state, i.e. ``sharding`` ``zero1``-``zero3`` (the ZeRO /
+    distributed-optimizer layout) or a framework's trainer (``framework`` other than ``none``). That is the
+    state :func:`~packplace.placement.model.memory.train_state_bytes` charges ``place``'s training vertex for
+    the whole step (Rajbhandari et al. 2020, arXiv 1910.02054, §5.1: ``(2 + 2 + K)·Ψ`` with the ``2Ψ`` fp16
+    gradients kept whole by ZeRO-1 and partitioned ``1/N_d`` by ZeRO-2 and ZeRO-3); Megatron-Core's
+    ``DistributedDataParallel`` allocates its contiguous gradient buffer once (``ParamAndGradBuffer``) and
+    zeroes it between steps. A bare PyTorch loop (``framework`` ``none`` with ``sharding`` ``none``, the layout
+    of the measured rows, :func:`measured_row_memory`) frees its gradients with ``zero_grad(set_to_none=True)``,
+    PyTorch 2's default, and allocates them in the backward; a pass without an optimizer keeps that rule too."""
+    return optimizer == "adam" and (sharding != "none" or framework != "none")
+
+
 def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, first: bool, tokens: float,
                  recompute: str, optimizer: str, tp: int, ahead: int, dp: int, sharding: str,
                  micro_batches: int, ws: float, ep: int = 1, cp: int = 1,
-                 logit_bytes: tuple[float, float] | None = None) -> PassMemory:
+                 logit_bytes: tuple[float, float] | None = None, keep_gradients: bool = False) -> PassMemory:
     """One pipeline stage of a training micro-batch: the largest of the forward's end, the loss's
     backward and the backward's end (module docstring), and with context parallelism the last layer's ring
     attention forward and backward (``ring_forward``, ``ring_backward``). With ``micro_batches > 1`` the
-    gradients of the earlier micro-batches are held throughout (gradient accumulation)."""
+    gradients of the earlier micro-batches are held throughout (gradient accumulation), and with
+    ``keep_gradients`` (:func:`resident_gradients`) the layout's gradients are."""
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     part = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first, recompute=recompute,
@@ -553,7 +572,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
         grads = 2.0 * params
         if sharding in ("zero2", "zero3"):
             grads = 2.0 * (dense / states + expert / expert_states)
-    held = grads if micro_batches > 1 else 0.0
+    held = grads if micro_batches > 1 or keep_gradients else 0.0
     forward = _assemble("forward", weights + part.copies_forward, held, moments, part.saved, part.logits_forward,
                         0.0, ws + part.slack_forward)
     loss_backward = _assemble("loss_backward", weights + part.copies_backward, held, moments, part.saved,
