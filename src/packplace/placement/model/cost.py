@@ -727,11 +727,10 @@ class CostModel:
 
         Training then all-reduces the bf16 gradients of the largest stage, ``2·max(stage_params)/tp``
         bytes, over the ``dp`` ranks at the level of the data-parallel group (:meth:`link`), and runs the
-        Adam update, memory bound: ``32·max(stage_params)/(tp·dp)`` bytes (read + write of 16 bytes of state per
-        parameter) at HBM bandwidth, ``32·max(stage_params)/tp`` under ``sharding: none`` (:meth:`adam_seconds`);
-        a tied LM head with ``pp > 1`` also all-reduces its word-embedding gradient ``2·V·e/tp`` bytes between
-        the first and last stage (Megatron-LM's embedding group, ``_allreduce_word_embedding_grads``). One
-        optimizer step (more: ``training_time.optimizer_steps_seconds``).
+        Adam update, memory bound: ``32·max(stage_params)/(tp·dp)`` bytes, ``/tp`` under ``sharding: none``, at HBM
+        bandwidth (:meth:`adam_seconds`); a tied LM head with ``pp > 1`` also all-reduces its word-embedding
+        gradient ``2·V·e/tp`` bytes between the first and last stage (Megatron-LM's embedding group,
+        ``_allreduce_word_embedding_grads``). One optimizer step (more: ``training_time.optimizer_steps_seconds``).
 
         A MoE model: the compute of :meth:`compute_time` (active experts at their per-expert rows), per
         MoE layer :meth:`moe_alltoall` in the forward and again in the backward (the gradients of the
