@@ -27,6 +27,7 @@ from packplace.placement.model.nemo_rl_releases import (
     reference_swap_seconds,
     release_for,
     release_train_parts,
+    skips_old_log_prob,
     swaps_reference_weights,
     swiglu_training_factor,
 )
@@ -168,7 +169,7 @@ SMALL_PARAMS = 4 * (4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024 + 2 * 128) + 2 
 HOST_BANDWIDTH = 50e9   # h100-sxm preset, bytes/s per GPU
 
 
-def _small(version=None, model_type=None, backend="megatron", algorithm="grpo"):
+def _small(version=None, model_type=None, backend="megatron", algorithm="grpo", **extra):
     actor = {"num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 4096, "vocab_size": 32000,
              "num_attention_heads": 8, "num_key_value_heads": 8, "qk_norm": True}   # Qwen3's and OLMo-2's norms
     if model_type is not None:
@@ -176,6 +177,7 @@ def _small(version=None, model_type=None, backend="megatron", algorithm="grpo"):
     policy = {"algorithm": algorithm, "framework": "nemo-rl", "trainer_backend": backend}
     if version is not None:
         policy["framework_version"] = version
+    policy.update(extra)
     models = {"actor": actor} if algorithm == "dpo" else {"actor": actor, "reward": "rule"}
     return build_instance({
         "hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
@@ -312,3 +314,48 @@ def test_v05_te_host_time_slows_only_the_small_models_megatron_passes():
         assert v05.phases["actor.generate"] == v06.phases["actor.generate"]
         fsdp05, fsdp06 = _score(plan, version="0.5.0", backend="fsdp"), _score(plan, version="0.6.0", backend="fsdp")
         assert fsdp05.step_time == fsdp06.step_time and fsdp05.phases == fsdp06.phases
+
+
+# -- v0.7: loss_fn.force_on_policy_ratio drops the previous-policy log-prob pass ------------------------------
+def test_only_v07_and_later_skip_the_log_prob_pass_of_a_forced_ratio():
+    """v0.7.0 grpo.py skips get_logprobs when force_on_policy_ratio (and seq_logprob_error_threshold null);
+    v0.4.0-v0.6.0 compute it whatever the setting."""
+    assert [k for k, r in NEMO_RL_RELEASES.items() if r.forced_ratio_skips_logprob] == ["0.7"]
+    assert skips_old_log_prob("nemo-rl", "0.7.0", True)
+    assert skips_old_log_prob("nemo-rl", "v0.9", True)            # a later release: the newest entry's
+    assert not skips_old_log_prob("nemo-rl", "0.7.0", False)
+    for version in ("0.6.0", "0.5.0", "0.4.0", "0.3.0", None):
+        assert not skips_old_log_prob("nemo-rl", version, True)
+    assert not skips_old_log_prob("verl", "0.7.0", True)
+
+
+def test_a_v07_forced_ratio_drops_the_old_log_prob_phase_and_nothing_else():
+    for plan in (SPLIT, COLOCATED):
+        forced = _score(plan, version="0.7.0", force_on_policy_ratio=True).phases["actor.train"]
+        plain = _score(plan, version="0.7.0").phases["actor.train"]
+        v06 = _score(plan, version="0.6.0", force_on_policy_ratio=True).phases["actor.train"]
+        assert plain["old_log_prob"] > 0 and "old_log_prob" not in forced
+        assert v06 == plain                                          # v0.6: the setting leaves the pass
+        assert {k: v for k, v in plain.items() if k != "old_log_prob"} == forced
+
+
+def test_forced_ratio_is_refused_outside_nemo_rl_grpo_with_one_optimizer_step():
+    with pytest.raises(ConfigError, match=r"^\[policy\] force_on_policy_ratio: NeMo RL's"):
+        build_instance({
+            "hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
+            "models": {"actor": {"num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 4096,
+                                 "vocab_size": 32000, "num_attention_heads": 8}, "reward": "rule"},
+            "workload": {"batch_size": 8, "samples_per_prompt": 4, "context_length": 64, "generation_length": 128},
+            "policy": {"algorithm": "grpo", "framework": "verl", "force_on_policy_ratio": True}})
+    with pytest.raises(ConfigError, match=r"^\[policy\] force_on_policy_ratio: dpo has no policy ratio"):
+        _small(version="0.7.0", algorithm="dpo", force_on_policy_ratio=True)
+    config = {"hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
+              "models": {"actor": {"num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 4096,
+                                   "vocab_size": 32000, "num_attention_heads": 8}, "reward": "rule"},
+              "workload": {"batch_size": 8, "samples_per_prompt": 4, "context_length": 64, "generation_length": 128},
+              "policy": {"algorithm": "grpo", "framework": "nemo-rl", "framework_version": "0.7.0",
+                         "force_on_policy_ratio": True},
+              "training": {"actor": {"optimizer_steps": 4}}}
+    with pytest.raises(ConfigError, match=r"^\[training.actor\] optimizer_steps: 4 with policy.force_on_policy_ratio"):
+        build_instance(config)
+    assert build_instance({**config, "training": {"actor": {"optimizer_steps": 1}}}).force_on_policy_ratio

@@ -59,6 +59,7 @@ from packplace.placement.model.nemo_rl_releases import (
     reference_swap_seconds,
     release_for,
     release_train_parts,
+    skips_old_log_prob,
     swaps_reference_weights,
     trainer_release,
 )
@@ -569,8 +570,13 @@ def needs_old_log_prob(instance, vertex: str) -> bool:
     """Whether ``vertex`` is the actor's training of an on-policy algorithm (``old_log_prob`` in its
     :data:`~packplace.placement.problem.graph.RL_ALGORITHMS` entry) and the framework recomputes the old
     log-probs: it then also runs the old-log-prob forward pass
-    (:meth:`~packplace.placement.model.cost.CostModel.vertex_phases`)."""
-    return algorithm_spec(instance.algorithm).runs_old_log_prob(vertex) and profile(instance.framework).old_log_prob
+    (:meth:`~packplace.placement.model.cost.CostModel.vertex_phases`), unless the config's
+    ``policy.force_on_policy_ratio`` drops it at a NeMo RL release that skips it
+    (:func:`~packplace.placement.model.nemo_rl_releases.skips_old_log_prob`, v0.7.0 on)."""
+    if not (algorithm_spec(instance.algorithm).runs_old_log_prob(vertex) and profile(instance.framework).old_log_prob):
+        return False
+    return not skips_old_log_prob(instance.framework, getattr(instance, "framework_version", None),
+                                  bool(getattr(instance, "force_on_policy_ratio", False)))
 
 
 def inference_sharded(instance, vertex: str) -> bool:

@@ -284,7 +284,7 @@ class FrameworkProfile:
             rollout when the config does not set ``policy.max_num_seqs`` (0: the engine's own
             ``max_num_seqs``). NeMo RL async GRPO requires vLLM's async engine
             (nemo_rl/algorithms/grpo.py ``async_grpo_train`` asserts ``vllm_cfg.async_engine``), which
-            nemo_rl/models/generation/vllm/vllm_worker_async.py (v0.4.0-v0.6.0) builds with
+            nemo_rl/models/generation/vllm/vllm_worker_async.py (v0.4.0-v0.7.0) builds with
             ``AsyncLLM.from_engine_args`` and no ``max_num_seqs`` (neither the worker nor the GRPO
             recipes set one): :data:`VLLM_ASYNC_ENGINE_MAX_NUM_SEQS`. Its synchronous path (``vllm.LLM``)
             keeps the engine's ``max_num_seqs``.
@@ -294,7 +294,7 @@ class FrameworkProfile:
             verl ``verl/trainer/config/rollout/rollout.yaml`` ``enforce_eager: False`` from v0.6.0
             (commit ff6978c14; v0.1-v0.5 set ``True``, "to allow cache freeing"); NeMo RL
             ``examples/configs/grpo_math_1B.yaml`` ``policy.generation.vllm_cfg.enforce_eager: False``
-            (v0.3.0-v0.6.0; some recipes set ``true``); OpenRLHF ``openrlhf/cli/train_ppo_ray.py``
+            (v0.3.0-v0.7.0; some recipes set ``true``); OpenRLHF ``openrlhf/cli/train_ppo_ray.py``
             ``--vllm.enforce_eager`` (``store_true``, default False; before the flag, commit 391e1de4, its
             ``vllm.LLM`` took vLLM's default False); ``none``: vLLM's default False. ``None``: the engine is
             not vLLM (DeepSpeed-Chat's hybrid engine launches its kernels eagerly, and that launch time is
@@ -303,7 +303,7 @@ class FrameworkProfile:
         inprocess_engine: The framework's synchronous rollout runs vLLM's V1 engine core in its own process,
             one step after the other with the output processing of every running request (the per-token
             log-probs the framework asks for included): NeMo RL sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0``
-            (nemo_rl/models/generation/vllm/vllm_worker.py ``configure_worker``, v0.4.0-v0.6.0) and builds
+            (nemo_rl/models/generation/vllm/vllm_worker.py ``configure_worker``, v0.4.0-v0.7.0) and builds
             ``vllm.LLM`` when ``async_engine`` is false, whose ``LLMEngine`` then takes vLLM's
             ``InprocClient`` (vllm/v1/engine/core_client.py ``make_client``); its asynchronous rollout builds
             ``AsyncLLM``, which always runs the engine core in a background process

@@ -22,6 +22,10 @@ that the code at the release's tag shows (``github.com/NVIDIA-NeMo/RL``, tags ``
   model (github.com/NVIDIA-NeMo/RL/pull/1241), commented "gives ~25% training perf speedup with sequence
   packing and apply_rope_fusion" (:data:`UNFUSED_SWIGLU_TRAINING_FACTOR`). A Megatron setting: the DTensor
   workers run the Hugging Face model, whose activation no release changes.
+* ``forced_ratio_skips_logprob``: from v0.7.0 a recipe's ``loss_fn.force_on_policy_ratio`` (the config's
+  ``policy.force_on_policy_ratio``) drops the previous-policy log-prob pass from the GRPO loop
+  (:func:`skips_old_log_prob`); most v0.7.0 performance recipes set it. v0.6.0 has the setting but still
+  computes the pass.
 * ``vllm``: the vLLM version the release pins (``pyproject.toml``), for reference: v0.5 (0.11.2) and v0.6
   (0.17.1) publish the same recipes within 3 % of each other, so no per-version vLLM cost is modelled.
 
@@ -107,6 +111,15 @@ class NemoRLRelease:
         dtensor_pads_logprob_packs: The DTensor worker pads log-prob packs to ``train_mb_tokens`` as it does
             training packs (v0.6.0+: ``nemo_rl/models/automodel/data.py`` ``process_microbatch`` serves every
             pass; v0.4.0 / v0.5.0 ``dtensor_policy_worker_v2.py`` passes ``min_seq_len`` in ``train`` only).
+        forced_ratio_skips_logprob: With ``loss_fn.force_on_policy_ratio`` (``policy.force_on_policy_ratio``)
+            the GRPO loop skips the previous-policy log-prob pass and zero-fills ``prev_logprobs``
+            (:func:`skips_old_log_prob`). v0.7.0 ``nemo_rl/algorithms/grpo.py``: ``grpo_train`` and
+            ``async_grpo_train`` set ``skip_prev_logprobs = opd_module._skip_prev_logprobs(master_config)``
+            (``nemo_rl/algorithms/opd.py``: ``force_on_policy_ratio and seq_logprob_error_threshold is None``;
+            ``examples/configs/grpo_math_1B.yaml`` ``grpo.seq_logprob_error_threshold: null``) and call
+            ``policy.get_logprobs`` only ``if not skip_prev_logprobs``. v0.6.0 accepts the setting
+            (``loss_fn.force_on_policy_ratio``, ``grpo.py`` checks the batch sizes) but computes the pass
+            every step: its loss only forces the ratio to 1.
     """
 
     version: str
@@ -117,6 +130,7 @@ class NemoRLRelease:
     transformer_engine: str | None = None
     packs_worst_fit: bool = False
     dtensor_pads_logprob_packs: bool = False
+    forced_ratio_skips_logprob: bool = False
 
 
 #: The releases (keys: ``major.minor``).
@@ -141,8 +155,11 @@ NEMO_RL_RELEASES: dict[str, NemoRLRelease] = {
     "0.7": NemoRLRelease(
         "0.7", "0.20.0", logprob_optimizer_offload=False, qwen_fused_swiglu=True,
         sources="v0.7.0: pyproject.toml (vllm 0.20.0 wheels); grpo_math_1B.yaml as in v0.5.0; uv.lock "
-                "transformer-engine 2.15.0+42b8400 (release_v2.15)",
-        transformer_engine="2.15.0", packs_worst_fit=True, dtensor_pads_logprob_packs=True),
+                "transformer-engine 2.15.0+42b8400 (release_v2.15); algorithms/grpo.py grpo_train and "
+                "async_grpo_train skip get_logprobs when opd._skip_prev_logprobs (force_on_policy_ratio, "
+                "seq_logprob_error_threshold null)",
+        transformer_engine="2.15.0", packs_worst_fit=True, dtensor_pads_logprob_packs=True,
+        forced_ratio_skips_logprob=True),
 }
 
 
@@ -190,6 +207,22 @@ def release_for(framework: str, version: str | None) -> NemoRLRelease | None:
     known = sorted(NEMO_RL_RELEASES, key=lambda name: _key(parse_version(name)))
     at_or_before = [name for name in known if _key(parse_version(name)) <= wanted]
     return NEMO_RL_RELEASES[at_or_before[-1]] if at_or_before else None
+
+
+def skips_old_log_prob(framework: str, version: str | None, force_on_policy_ratio: bool) -> bool:
+    """Whether the policy's previous-policy log-prob pass (``old_log_prob``) is dropped: ``nemo-rl`` at a
+    release with ``forced_ratio_skips_logprob`` (:func:`release_for` of ``version``; v0.7.0 on) and
+    ``policy.force_on_policy_ratio`` set. False for any other framework, for no version (the table's
+    releases are only applied to a named release) and for v0.4-v0.6, which run the pass whatever the
+    setting.
+
+    Raises:
+        ConfigError: ``[policy] framework_version: 'x' is not a release ...`` (:func:`release_for`).
+    """
+    if not force_on_policy_ratio:
+        return False
+    release = release_for(framework, version)
+    return release is not None and release.forced_ratio_skips_logprob
 
 
 def reference_swap_seconds(cost, model: ModelSpec, pp: int, tp: int, ep: int = 1) -> float:

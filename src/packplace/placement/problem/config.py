@@ -184,6 +184,10 @@ POLICY_FIELDS: dict[str, Field] = {
                                meaning="release of the framework that ran (e.g. 0.5.0, v0.5, 0.5rc1): its own "
                                        "defaults for enforce_eager and the vLLM engine generation, and for nemo-rl "
                                        "v0.4+ the release's per-step settings (unset: the current ones)"),
+    "force_on_policy_ratio": Field("bool", default=False,
+                                   meaning="nemo-rl loss_fn.force_on_policy_ratio: the policy ratio is forced to 1 "
+                                           "and, from framework_version 0.7.0, the previous-policy log-prob pass "
+                                           "is skipped (needs one optimizer step per step)"),
     "inference_offload": Field("enum", choices=tuple(INFERENCE_OFFLOAD), default="none",
                                meaning="inference-only models whose weights stay in host memory between forwards"),
     "train_mb_tokens": Field("int", "tokens", 1, 10_000_000, default=None,
@@ -339,6 +343,9 @@ class PlacementInstance:
             (micro-batches by tokens, :meth:`~packplace.placement.model.cost.CostModel.pass_shape`), or ``None``.
         entropy_coeff: ``policy.entropy_coeff``: the actor's loss carries an entropy bonus when above 0
             (:func:`~packplace.placement.model.framework.trainer_logit_bytes`).
+        force_on_policy_ratio: ``policy.force_on_policy_ratio``: NeMo RL's ``loss_fn.force_on_policy_ratio``,
+            which from v0.7.0 drops the previous-policy log-prob pass
+            (:func:`~packplace.placement.model.nemo_rl_releases.skips_old_log_prob`).
     """
 
     cluster: Cluster
@@ -360,6 +367,7 @@ class PlacementInstance:
     sequence_packing: tuple[int, int] | None = None
     dynamic_bsz: tuple[int, int, int] | None = None
     entropy_coeff: float = 0.0
+    force_on_policy_ratio: bool = False
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -772,6 +780,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         workload.sequences, "sequences (batch_size x samples_per_prompt)")
     dynamic_bsz = _dynamic_bsz(policy, workload, models["actor"], cluster.num_gpus)
     _check_verl_only(policy, training, cluster.num_gpus)
+    _check_forced_ratio(policy, training)
     for role, options in training.items():
         if units[0] % options.optimizer_steps:
             raise ConfigError(f"[training.{role}] optimizer_steps: {options.optimizer_steps} does not divide the "
@@ -788,7 +797,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                                  sequence_packing=_sequence_packing(policy, algorithm, workload,
                                                                     _actor_context_parallel(balance)),
                                  dynamic_bsz=dynamic_bsz,
-                                 entropy_coeff=float(policy["entropy_coeff"]))
+                                 entropy_coeff=float(policy["entropy_coeff"]),
+                                 force_on_policy_ratio=bool(policy["force_on_policy_ratio"]))
     check_config(Context.of(instance))
     return instance
 
@@ -871,6 +881,31 @@ def _check_verl_only(policy: Mapping[str, Any], training: Mapping[str, TrainingO
             raise ConfigError(f"[training.{role}] fsdp_size: {options.fsdp_size} does not divide the cluster's "
                               f"{num_gpus} GPUs (verl's (world // fsdp_size, fsdp_size) device mesh; "
                               "a size of the whole cluster or more shards over all of it)")
+
+
+def _check_forced_ratio(policy: Mapping[str, Any], training: Mapping[str, TrainingOptions]) -> None:
+    """``policy.force_on_policy_ratio`` is NeMo RL's ``loss_fn.force_on_policy_ratio``: a ``nemo-rl`` setting of
+    an algorithm with the previous-policy log-prob pass, and NeMo RL requires ``train_global_batch_size ==
+    num_prompts_per_step * num_generations_per_prompt`` with it (``nemo_rl/algorithms/grpo.py``, v0.6.0 and
+    v0.7.0), i.e. one optimizer step per step.
+
+    Raises:
+        ConfigError: set for another framework, for an algorithm without the pass (``dpo``), or with
+            ``training.actor.optimizer_steps`` above 1.
+    """
+    if not policy["force_on_policy_ratio"]:
+        return
+    if policy["framework"] != "nemo-rl":
+        raise ConfigError(f"[policy] force_on_policy_ratio: NeMo RL's loss_fn.force_on_policy_ratio, not "
+                          f"{policy['framework']!r}'s; drop it")
+    if not algorithm_spec(policy["algorithm"]).old_log_prob:
+        raise ConfigError(f"[policy] force_on_policy_ratio: {policy['algorithm']} has no policy ratio "
+                          "(no previous-policy log-prob pass); drop it")
+    steps = training["actor"].optimizer_steps if "actor" in training else 1
+    if steps != 1:
+        raise ConfigError(f"[training.actor] optimizer_steps: {steps} with policy.force_on_policy_ratio; NeMo RL "
+                          "requires train_global_batch_size == num_prompts_per_step * "
+                          "num_generations_per_prompt (one optimizer step per step)")
 
 
 def _dynamic_bsz(policy: Mapping[str, Any], workload: Workload, actor: ModelSpec,
