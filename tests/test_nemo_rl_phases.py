@@ -1,0 +1,88 @@
+"""benchmarks/nemo_rl_phases.py: the published NeMo RL phase rows are consistent, and the deltas and the
+on-policy split are computed as the docs say (docs/calibration-and-validation.md, "NeMo RL phases against the
+team's published phase timings")."""
+
+import pytest
+from benchmark_scripts import load
+
+phases = load("nemo_rl_phases")
+
+#: Sub-phases inside another published phase (not added to the step's sum).
+SUB_PHASES = {"transfer_and_update_weights"}
+
+
+@pytest.mark.parametrize("row", phases.PHASE_ROWS, ids=lambda r: r["id"])
+def test_published_phases_fit_in_their_step(row):
+    pub = row["published"]
+    parts = {k: v for k, v in pub.items() if k != "step" and k not in SUB_PHASES}
+    assert len(parts) >= 3
+    assert pub["step"] >= max(parts.values())
+    # every run is colocated and synchronous: its timed phases run one after another inside the step
+    assert sum(parts.values()) <= pub["step"]
+    assert row["gpu"] in {"h100-sxm", "b200", "gb200"}
+    assert row["source"] and (row["config"] is not None or row["reason"])
+
+
+def test_gke_row_sums_by_hand():
+    gke = next(r for r in phases.PHASE_ROWS if r["id"] == "gke-b200-llama3.1-8b")["published"]
+    # 55.05 + 20.30 + 9.44 + 4.56 = 89.35 of 92.24 s; the refit's transfer 0.77 s inside the 4.56 s
+    assert gke["generation"] + gke["policy_training"] + gke["logprobs"] + gke["prepare_for_generation"] \
+        == pytest.approx(89.35)
+    assert gke["transfer_and_update_weights"] < gke["prepare_for_generation"]
+
+
+def test_priced_row_ratios():
+    row = next(r for r in phases.phase_rows() if r["id"] == "gke-b200-llama3.1-8b")
+    for key, ratio in row["ratio"].items():
+        assert ratio == pytest.approx(row["predicted"][key] / row["published"][key])
+    assert row["published"]["logprobs_and_training"] == pytest.approx(9.44 + 20.30)
+
+
+def test_kv_budget_delta_published_ratios_by_hand():
+    kv = phases.kv_budget_delta()
+    assert kv["published_exposed_ratio"] == pytest.approx(137.0 / 174.0)     # 0.787
+    assert kv["published_step_ratio"] == pytest.approx(51.5 / 57.8)          # 0.891
+    assert kv["published_exposed_drop_s"] == pytest.approx(37.0)
+    before, after = kv["predicted"]
+    assert (before["value"], after["value"]) == (0.80, 0.88)
+    # a larger KV budget never slows generation; the trainer chain does not depend on it
+    assert after["generation"] <= before["generation"]
+    assert after["trainer_chain"] == pytest.approx(before["trainer_chain"])
+    for p in (before, after):
+        assert p["exposed_generation"] == pytest.approx(max(0.0, p["step"] - p["trainer_chain"]))
+    assert kv["predicted_step_ratio"] == pytest.approx(after["step"] / before["step"])
+
+
+def test_force_on_policy_published_ranges_agree_with_each_other():
+    pub = phases.DELTAS[1]["published"]
+    lo, hi = pub["logprob_time_reduction_pct"]
+    glo, ghi = pub["logprob_throughput_gain_pct"]
+    # a time cut r is a throughput gain 1/(1-r) - 1: 41.6% -> 71.2%, 50.1% -> 100.4% (published 70.4%, 100.5%)
+    assert 100 * (1 / (1 - lo / 100) - 1) == pytest.approx(glo, abs=1.0)
+    assert 100 * (1 / (1 - hi / 100) - 1) == pytest.approx(ghi, abs=0.5)
+
+
+def test_force_on_policy_predicted_cut():
+    fop = phases.force_on_policy_delta()
+    assert len(fop["cases"]) == 6
+    for c in fop["cases"]:
+        # the reference pass is the same forward plus the reference-weight swap: the cut is at most half
+        assert 0.0 < c["old_log_prob"] <= c["logprobs"] / 2
+        assert c["predicted_reduction_pct"] == pytest.approx(100 * c["old_log_prob"] / c["logprobs"])
+    lo, hi = fop["predicted_reduction_pct"]
+    assert 40.0 < lo <= hi <= 50.0
+
+
+def test_onpolicy_split_adds_up():
+    split = phases.onpolicy_split()
+    assert split["published"] == {"onpolicy": 376, "offpolicy": 200}
+    assert split["trainer_bound"]
+    assert split["trainer_side_gap_s"] + split["generation_side_gap_s"] == pytest.approx(split["onpolicy_gap_s"])
+    assert split["onpolicy_gap_s"] == pytest.approx(376 - split["predicted"]["onpolicy"]["step"])
+    assert split["trainer_side_gap_s"] == pytest.approx(200 - split["predicted"]["offpolicy"]["trainer_chain"])
+
+
+def test_not_priced_rows_name_source_and_reason():
+    assert phases.NOT_PRICED
+    for n in phases.NOT_PRICED:
+        assert n["source"].startswith("github.com/") and n["what"] and n["reason"]
