@@ -31,14 +31,17 @@ reference-weight swap) plus ``actor.train``'s ``old_log_prob`` is ``policy_and_r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
 from packplace.placement.checking.validate import load_setup, plan_evaluator
+from packplace.placement.model import framework
 from packplace.yamlio import load_yaml
 
 OUT = Path(__file__).with_name("nemo_rl_phases.json")
@@ -91,7 +94,10 @@ DELTAS = [
      "config": "nemo_rl_v0.6_grpo_qwen3-235b-a22b_32x8xh100_1off.yaml",
      "published": {"exposed_generation": [174.0, 137.0], "e2e_tokens_per_s_per_gpu": [51.5, 57.8]},
      "published_note": "exposed generation ~174 s -> ~136-138 s (137 taken); E2E tokens/s/GPU ~51-52 -> ~57.8 "
-                       "(51.5 taken)"},
+                       "(51.5 taken)",
+     # the v0.6 performance summary's row of the same recipe (the config's source): 58.7 tokens/s/GPU at 231 s
+     # on 256 GPUs; taken as the PR's tokens per step (same data and caps) to turn its throughput into steps
+     "tokens_per_step": 58.7 * 231 * 256},
     {"id": "force-on-policy-ratio", "field": "loss_fn.force_on_policy_ratio", "values": [False, True],
      "gpu": "h100-sxm and gb200", "release": f"{NEMO_RL} main @ 37cb7de1a (2026-07-09)",
      "recipe": "performance recipes grpo-llama3.1-8b-instruct-2n8g(-async-1off), grpo-qwen3-32b-4n8g / "
@@ -196,6 +202,12 @@ def phase_rows() -> list[dict]:
     return out
 
 
+#: An H100 80GB's memory as CUDA reports it (79.1 GiB, docs/calibration-and-validation.md "NeMo RL colocated
+#: on-policy"), which vLLM multiplies by ``gpu_memory_utilization``; the preset keeps 80e9 bytes, which the
+#: docs find nearly cancels the non-KV memory vLLM also reserves. Used only for a what-if here.
+H100_CUDA_TOTAL_BYTES = 79.1 * 2**30
+
+
 def kv_budget_delta() -> dict:
     """The ``gpu_memory_utilization`` 0.80 -> 0.88 A/B (:data:`DELTAS` [0]) priced: the step and the exposed
     generation (the period less the trainer chain run without the policy log-prob pass, which the recipe's
@@ -211,7 +223,12 @@ def kv_budget_delta() -> dict:
     pub = d["published"]
     pub_step_ratio = pub["e2e_tokens_per_s_per_gpu"][0] / pub["e2e_tokens_per_s_per_gpu"][1]
     pub_exposed_ratio = pub["exposed_generation"][1] / pub["exposed_generation"][0]
-    return {"id": d["id"], "predicted": pred,
+    implied = [d["tokens_per_step"] / (t * 256) for t in pub["e2e_tokens_per_s_per_gpu"]]
+    physical = [price(d["config"], {d["field"]: v, "hardware.memory_per_gpu": H100_CUDA_TOTAL_BYTES})["step"]
+                for v in d["values"]]
+    return {"id": d["id"], "predicted": pred, "implied_published_step": implied,
+            "what_if_cuda_total_step": physical,
+            "step_ratio_at": [p["step"] / s for p, s in zip(pred, implied)],
             "published_step_ratio": pub_step_ratio,
             "predicted_step_ratio": pred[1]["step"] / pred[0]["step"],
             "published_exposed_ratio": pub_exposed_ratio,
@@ -221,53 +238,96 @@ def kv_budget_delta() -> dict:
             "predicted_generation_drop_s": pred[0]["generation"] - pred[1]["generation"]}
 
 
+@contextmanager
+def without_old_log_prob():
+    """The ``nemo-rl`` profile with ``old_log_prob`` false while the block runs (what
+    ``loss_fn.force_on_policy_ratio`` does to a GRPO step: NeMo RL grpo.py skips ``get_logprobs`` for the
+    previous log-probs); restored on exit. A benchmark-only switch: no config field sets it."""
+    saved = framework.FRAMEWORKS["nemo-rl"]
+    framework.FRAMEWORKS["nemo-rl"] = dataclasses.replace(saved, old_log_prob=False)
+    try:
+        yield
+    finally:
+        framework.FRAMEWORKS["nemo-rl"] = saved
+
+
 def force_on_policy_delta() -> dict:
-    """``force_on_policy_ratio`` (:data:`DELTAS` [1]): the model has no switch for it; its
+    """``force_on_policy_ratio`` (:data:`DELTAS` [1]): the model has no config switch for it; its
     ``policy_and_reference_logprobs`` is the reference forward (+ weight swap) plus the policy's old-log-prob
     forward, and the flag drops the second (NeMo RL grpo.py: ``skip_prev_logprobs``), so the predicted cut is
-    ``old_log_prob / logprobs`` per recipe, set beside the published 41.6-50.1%."""
+    ``old_log_prob / logprobs`` per recipe, set beside the published 41.6-50.1%. The E2E gain is the step
+    rescored with the pass dropped (:func:`without_old_log_prob`) and one optimizer step per step (the PR's
+    ``train_global_batch_size`` 2048 = the whole batch), against the published GB200 7.3-20.9% and H100 from
+    5.5%."""
     d = DELTAS[1]
     cases = []
     for config in d["configs"]:
         p = price(config)
+        with without_old_log_prob():
+            after = price(config, {"training.actor.optimizer_steps": 1})
         cases.append({"config": config, "logprobs": p["logprobs"], "old_log_prob": p["old_log_prob"],
                       "predicted_reduction_pct": 100.0 * p["old_log_prob"] / p["logprobs"],
-                      "logprob_share_of_step_pct": 100.0 * p["logprobs"] / p["step"]})
+                      "logprob_share_of_step_pct": 100.0 * p["logprobs"] / p["step"],
+                      "step_before": p["step"], "step_after": after["step"],
+                      "predicted_e2e_gain_pct": 100.0 * (p["step"] / after["step"] - 1.0)})
     lo, hi = d["published"]["logprob_time_reduction_pct"]
     reductions = [c["predicted_reduction_pct"] for c in cases]
+    gains = [c["predicted_e2e_gain_pct"] for c in cases]
     return {"id": d["id"], "cases": cases, "published_reduction_pct": [lo, hi],
             "predicted_reduction_pct": [min(reductions), max(reductions)],
             "published_throughput_gain_pct": d["published"]["logprob_throughput_gain_pct"],
             "predicted_throughput_gain_pct": [100.0 * (1.0 / (1.0 - r / 100.0) - 1.0)
-                                              for r in (min(reductions), max(reductions))]}
+                                              for r in (min(reductions), max(reductions))],
+            "predicted_e2e_gain_pct": [min(gains), max(gains)]}
 
 
-#: The one H100 pair whose on-policy (colocated) trainer and 1-step off-policy trainer share layout and GPUs
-#: count (Megatron TP 4 x PP 4 x DP 2 on 32 H100, vLLM TP 4 x 8 engines), from one publication (NeMo RL v0.5
-#: performance summary; 376 s and 200 s).
-SPLIT_PAIR = {"onpolicy": "nemo_rl_v0.5_grpo_qwen3-32b_4x8xh100_onpolicy.yaml",
-              "offpolicy": "nemo_rl_v0.5_grpo_qwen3-32b_8x8xh100_1off.yaml"}
+#: H100 pairs from one publication and release: a colocated on-policy run and its 1-step off-policy twin
+#: (NeMo RL performance summaries v0.4 / v0.5 / v0.6, published steps in the validation files). Only the
+#: Qwen3-32B pair runs the same trainer layout on both sides (Megatron TP 4 x PP 4 x DP 2 on 32 H100).
+PAIRS = [
+    {"id": "llama3.1-8b v0.4", "onpolicy": "nemo_rl_v0.4_grpo_llama3.1-8b_2x8xh100_onpolicy.yaml",
+     "offpolicy": "nemo_rl_v0.4_grpo_llama3.1-8b_2x8xh100_1off.yaml"},
+    {"id": "llama3.1-8b v0.5", "onpolicy": "nemo_rl_grpo_llama3.1-8b_2x8xh100.yaml",
+     "offpolicy": "nemo_rl_v0.5_grpo_llama3.1-8b_2x8xh100_1off.yaml"},
+    {"id": "qwen3-32b v0.5", "onpolicy": "nemo_rl_v0.5_grpo_qwen3-32b_4x8xh100_onpolicy.yaml",
+     "offpolicy": "nemo_rl_v0.5_grpo_qwen3-32b_8x8xh100_1off.yaml", "same_trainer": True},
+    {"id": "qwen3-30b-a3b v0.5", "onpolicy": "nemo_rl_v0.5_grpo_qwen3-30b-a3b_4x8xh100_onpolicy.yaml",
+     "offpolicy": "nemo_rl_v0.5_grpo_qwen3-30b-a3b_4x8xh100_1off.yaml"},
+    {"id": "qwen3-30b-a3b v0.6", "onpolicy": "nemo_rl_v0.6_grpo_qwen3-30b-a3b_4x8xh100_onpolicy.yaml",
+     "offpolicy": "nemo_rl_v0.6_grpo_qwen3-30b-a3b_4x8xh100_1off.yaml"},
+]
 
 
-def onpolicy_split() -> dict:
-    """Where the H100 on-policy gap lies, from the pair of :data:`SPLIT_PAIR`: the off-policy step is its
-    trainer chain where the model says the trainer bounds the period (``trainer_bound``), so the published
-    off-policy step less the predicted chain is what the trainer side misses; the same trainer on the same
-    tokens misses the same in the on-policy step, and the rest of the on-policy gap falls on synchronous
-    generation and the colocated transitions (an inference from published steps, not a published phase)."""
-    on, off = (price(SPLIT_PAIR[k]) for k in ("onpolicy", "offpolicy"))
-    pub_on = load_yaml(str(VALIDATION / SPLIT_PAIR["onpolicy"]))["validation"]["published"]["step"]
-    pub_off = load_yaml(str(VALIDATION / SPLIT_PAIR["offpolicy"]))["validation"]["published"]["step"]
-    trainer_gap = pub_off - off["trainer_chain"]
-    on_gap = pub_on - on["step"]
-    rest = on_gap - trainer_gap
+def _published_step(config: str) -> float:
+    return float(load_yaml(str(VALIDATION / config))["validation"]["published"]["step"])
+
+
+def onpolicy_split(pair: dict) -> dict:
+    """Where an H100 on-policy step's gap lies, from its 1-step off-policy twin (an inference from published
+    steps, not a published phase). Where the model says the off-policy trainer bounds the period
+    (``trainer_bound``), the published off-policy step times the trainer chain, so ``trainer_ratio`` = predicted
+    chain / published step is how fast the model prices that trainer. The on-policy step's trainer work
+    (reference + actor.train, no transitions) is assumed priced at the same ratio (exact when the layouts
+    match, ``same_trainer``): its shortfall is ``trainer_side_gap_s``; the rest of the on-policy gap falls on
+    the synchronous generation and the colocated transitions (``generation_side_gap_s``, and their ratio)."""
+    on, off = price(pair["onpolicy"]), price(pair["offpolicy"])
+    pub_on, pub_off = _published_step(pair["onpolicy"]), _published_step(pair["offpolicy"])
+    out = {"id": pair["id"], "pair": {k: pair[k] for k in ("onpolicy", "offpolicy")},
+           "same_trainer": pair.get("same_trainer", False),
+           "published": {"onpolicy": pub_on, "offpolicy": pub_off},
+           "predicted": {"onpolicy": on, "offpolicy": off},
+           "trainer_bound": off["trainer_chain"] >= off["generation"],
+           "onpolicy_gap_s": pub_on - on["step"]}
+    if not out["trainer_bound"]:
+        return out
+    trainer_ratio = off["trainer_chain"] / pub_off
+    on_trainer = on["trainer_chain"] - on["transitions"]
+    trainer_gap = on_trainer * (1.0 / trainer_ratio - 1.0)
+    rest = out["onpolicy_gap_s"] - trainer_gap
     gen_side = on["generation"] + on["transitions"]
-    return {"pair": SPLIT_PAIR, "published": {"onpolicy": pub_on, "offpolicy": pub_off},
-            "predicted": {"onpolicy": on, "offpolicy": off},
-            "trainer_bound": off["trainer_chain"] >= off["generation"],
-            "onpolicy_gap_s": on_gap, "trainer_side_gap_s": trainer_gap, "generation_side_gap_s": rest,
-            "trainer_side_ratio": off["trainer_chain"] / pub_off,
-            "generation_side_ratio": gen_side / (gen_side + rest)}
+    out.update(trainer_ratio=trainer_ratio, trainer_side_gap_s=trainer_gap, generation_side_gap_s=rest,
+               generation_side_ratio=gen_side / (gen_side + rest))
+    return out
 
 
 def main() -> None:
@@ -282,29 +342,40 @@ def main() -> None:
         else:
             print(f"{r['id']} ({r['gpu']}): published {r['published']}; not priced: {r['reason']}")
     kv = kv_budget_delta()
-    print(f"\n{kv['id']}: predicted step {kv['predicted'][0]['step']:.1f} -> {kv['predicted'][1]['step']:.1f} s "
+    print(f"\n{kv['id']}: steps implied by the published throughput (v0.6 tokens per step) "
+          f"{kv['implied_published_step'][0]:.1f} -> {kv['implied_published_step'][1]:.1f} s; predicted / implied "
+          f"{kv['step_ratio_at'][0]:.2f} -> {kv['step_ratio_at'][1]:.2f}")
+    print(f"{kv['id']}: what-if with the CUDA total ({H100_CUDA_TOTAL_BYTES / 1e9:.2f} GB) for the preset's 80 GB: "
+          f"step {kv['what_if_cuda_total_step'][0]:.1f} -> {kv['what_if_cuda_total_step'][1]:.1f} s")
+    print(f"{kv['id']}: predicted step {kv['predicted'][0]['step']:.1f} -> {kv['predicted'][1]['step']:.1f} s "
           f"(x{kv['predicted_step_ratio']:.3f}; published x{kv['published_step_ratio']:.3f}), exposed generation "
           f"{kv['predicted'][0]['exposed_generation']:.1f} -> {kv['predicted'][1]['exposed_generation']:.1f} s "
           f"(x{kv['predicted_exposed_ratio']:.3f}; published 174 -> 137, x{kv['published_exposed_ratio']:.3f})")
     fop = force_on_policy_delta()
     for c in fop["cases"]:
         print(f"  {c['config']}: log-probs {c['logprobs']:.1f} s, old-log-prob {c['old_log_prob']:.1f} s: "
-              f"cut {c['predicted_reduction_pct']:.1f}% ({c['logprob_share_of_step_pct']:.1f}% of the step)")
+              f"cut {c['predicted_reduction_pct']:.1f}% ({c['logprob_share_of_step_pct']:.1f}% of the step); step "
+              f"{c['step_before']:.1f} -> {c['step_after']:.1f} s, E2E +{c['predicted_e2e_gain_pct']:.1f}%")
     print(f"{fop['id']}: predicted cut {fop['predicted_reduction_pct'][0]:.1f}-{fop['predicted_reduction_pct'][1]:.1f}%"
           f", published {fop['published_reduction_pct'][0]}-{fop['published_reduction_pct'][1]}%")
-    split = onpolicy_split()
-    print(f"\nQwen3-32B H100 pair: on-policy gap {split['onpolicy_gap_s']:.1f} s = trainer side "
-          f"{split['trainer_side_gap_s']:.1f} s (trainer chain at {split['trainer_side_ratio']:.2f} of the "
-          f"off-policy step; trainer-bound: {split['trainer_bound']}) + generation side "
-          f"{split['generation_side_gap_s']:.1f} s (generation + transitions at "
-          f"{split['generation_side_ratio']:.2f})")
+    splits = [onpolicy_split(p) for p in PAIRS]
+    print()
+    for sp in splits:
+        if not sp["trainer_bound"]:
+            print(f"{sp['id']}: on-policy gap {sp['onpolicy_gap_s']:.1f} s; the off-policy twin is generation-bound "
+                  "in the model: no trainer ratio")
+            continue
+        print(f"{sp['id']}: on-policy {sp['predicted']['onpolicy']['step']:.1f}/{sp['published']['onpolicy']:.1f} s, "
+              f"gap {sp['onpolicy_gap_s']:.1f} s = trainer side {sp['trainer_side_gap_s']:.1f} s (off-policy "
+              f"trainer chain at {sp['trainer_ratio']:.2f}) + generation side {sp['generation_side_gap_s']:.1f} s "
+              f"(generation + transitions at {sp['generation_side_ratio']:.2f})")
     for n in NOT_PRICED:
         print(f"not priced: {n['source']}: {n['what']}: {n['reason']}")
     if args.write:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent).stdout.strip()
         OUT.write_text(json.dumps({"measured_at_commit": commit, "phase_rows": rows, "kv_budget": kv,
-                                   "force_on_policy_ratio": fop, "onpolicy_split": split,
+                                   "force_on_policy_ratio": fop, "onpolicy_split": splits,
                                    "not_priced": NOT_PRICED}, indent=1) + "\n")
         print(f"wrote {OUT}")
 

@@ -51,6 +51,10 @@ def test_kv_budget_delta_published_ratios_by_hand():
     for p in (before, after):
         assert p["exposed_generation"] == pytest.approx(max(0.0, p["step"] - p["trainer_chain"]))
     assert kv["predicted_step_ratio"] == pytest.approx(after["step"] / before["step"])
+    # 58.7 tokens/s/GPU x 231 s x 256 GPUs per step, at 51.5 and 57.8 tokens/s/GPU: 263.3 and 234.6 s
+    assert kv["implied_published_step"] == pytest.approx([58.7 * 231 / 51.5, 58.7 * 231 / 57.8])
+    # with the larger CUDA total the cache no longer binds at 0.80: no gain predicted from 0.88
+    assert kv["what_if_cuda_total_step"][0] == pytest.approx(kv["what_if_cuda_total_step"][1])
 
 
 def test_force_on_policy_published_ranges_agree_with_each_other():
@@ -74,15 +78,35 @@ def test_force_on_policy_predicted_cut():
 
 
 def test_onpolicy_split_adds_up():
-    split = phases.onpolicy_split()
-    assert split["published"] == {"onpolicy": 376, "offpolicy": 200}
-    assert split["trainer_bound"]
-    assert split["trainer_side_gap_s"] + split["generation_side_gap_s"] == pytest.approx(split["onpolicy_gap_s"])
-    assert split["onpolicy_gap_s"] == pytest.approx(376 - split["predicted"]["onpolicy"]["step"])
-    assert split["trainer_side_gap_s"] == pytest.approx(200 - split["predicted"]["offpolicy"]["trainer_chain"])
+    splits = {sp["id"]: sp for sp in (phases.onpolicy_split(p) for p in phases.PAIRS)}
+    for sp in splits.values():
+        assert sp["onpolicy_gap_s"] == pytest.approx(sp["published"]["onpolicy"] - sp["predicted"]["onpolicy"]["step"])
+        if sp["trainer_bound"]:
+            assert sp["trainer_side_gap_s"] + sp["generation_side_gap_s"] == pytest.approx(sp["onpolicy_gap_s"])
+            assert sp["trainer_ratio"] == pytest.approx(sp["predicted"]["offpolicy"]["trainer_chain"]
+                                                        / sp["published"]["offpolicy"])
+    same = splits["qwen3-32b v0.5"]
+    assert same["same_trainer"] and same["published"] == {"onpolicy": 376, "offpolicy": 200}
+    assert same["trainer_bound"]
+    # the same trainer on both sides: its work is the off-policy chain less the split refit, priced at one ratio
+    on, off = same["predicted"]["onpolicy"], same["predicted"]["offpolicy"]
+    assert on["logprobs"] == pytest.approx(off["logprobs"]) and on["training"] == pytest.approx(off["training"])
 
 
 def test_not_priced_rows_name_source_and_reason():
     assert phases.NOT_PRICED
     for n in phases.NOT_PRICED:
         assert n["source"].startswith("github.com/") and n["what"] and n["reason"]
+
+
+def test_force_on_policy_e2e_and_profile_restored():
+    saved = phases.framework.FRAMEWORKS["nemo-rl"]
+    fop = phases.force_on_policy_delta()
+    assert phases.framework.FRAMEWORKS["nemo-rl"] is saved and saved.old_log_prob
+    for c in fop["cases"]:
+        # dropping a pass and three optimizer steps never lengthens a step, and at most by the pass in a
+        # synchronous one
+        assert c["step_after"] <= c["step_before"]
+        assert c["predicted_e2e_gain_pct"] == pytest.approx(100 * (c["step_before"] / c["step_after"] - 1))
+    gains = [c["predicted_e2e_gain_pct"] for c in fop["cases"]]
+    assert fop["predicted_e2e_gain_pct"] == [min(gains), max(gains)]
