@@ -110,3 +110,18 @@ def test_force_on_policy_e2e_and_profile_restored():
         assert c["predicted_e2e_gain_pct"] == pytest.approx(100 * (c["step_before"] / c["step_after"] - 1))
     gains = [c["predicted_e2e_gain_pct"] for c in fop["cases"]]
     assert fop["predicted_e2e_gain_pct"] == [min(gains), max(gains)]
+
+
+def test_figures_the_docs_quote():
+    """docs/calibration-and-validation.md, "NeMo RL phases against the team's published phase timings"."""
+    gke = next(r for r in phases.phase_rows() if r["id"] == "gke-b200-llama3.1-8b")
+    assert round(gke["ratio"]["generation"], 2) == 0.45 and round(gke["ratio"]["step"], 2) == 0.49
+    kv = phases.kv_budget_delta()
+    assert [round(p["step"], 1) for p in kv["predicted"]] == [265.3, 217.7]
+    assert round(kv["predicted_exposed_ratio"], 3) == 0.720
+    fop = phases.force_on_policy_delta()
+    assert [round(x, 1) for x in fop["predicted_reduction_pct"]] == [47.3, 49.8]
+    splits = {sp["id"]: sp for sp in (phases.onpolicy_split(p) for p in phases.PAIRS)}
+    assert round(splits["qwen3-32b v0.5"]["generation_side_gap_s"], 1) == 35.0
+    shares = [sp["generation_side_gap_s"] / sp["onpolicy_gap_s"] for sp in splits.values()]
+    assert (round(100 * min(shares)), round(100 * max(shares))) == (58, 97)   # "58-97% of every on-policy gap"
