@@ -1141,8 +1141,9 @@ def register_estimate(subparsers) -> None:
                    help="none: bare kernels; otherwise the framework's dispatch and engine overheads")
     p.add_argument("--trainer-backend", default=None, dest="trainer_backend", choices=TRAINER_BACKENDS,
                    help="train and infer: the trainer's workers, as policy.trainer_backend (default auto: for verl "
-                        "and nemo-rl Megatron-Core where the strategy needs it, verl --tp/--pp/--ep or NeMo RL "
-                        "--pp/--ep above 1, else FSDP / DTensor; DeepSpeed for openrlhf and deepspeed-chat, which "
+                        "and nemo-rl Megatron-Core where the strategy needs it, verl --tp/--pp/--ep/--cp or NeMo RL "
+                        "--pp/--ep above 1, else FSDP / DTensor; verl --cp with fsdp is refused, as place refuses "
+                        "training.context_parallel with trainer_backend fsdp; DeepSpeed for openrlhf and deepspeed-chat, which "
                         "refuse the others; with --framework none bare kernels, or megatron). With an RL framework "
                         "(or megatron) the pass is priced as place prices the trainer's vertex: Megatron-Core's "
                         "kernels x the GPU's megatron_pass_factor, or the Hugging Face kernels at "
