@@ -76,6 +76,7 @@ from packplace.placement.problem.config import (
     WORKLOAD_FIELDS,
     _hardware,
     _model,
+    _section,
     load_yaml,
 )
 from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware, resolve_preset
@@ -222,27 +223,48 @@ def config_role(name: str) -> tuple[str, str] | None:
     return None
 
 
-def _config_preset(name: str) -> str | None:
-    """The ``hardware.preset`` of the placement config that ``--model CONFIG.yaml:ROLE`` names (the GPU its
-    model runs on there), or None for any other model, a config that does not exist or one without a preset.
+def config_hardware(name: str) -> dict[str, Any] | None:
+    """The ``[hardware]`` section of the placement config that ``--model CONFIG.yaml:ROLE`` names (its GPU and
+    every field it sets: ``memory_bandwidth``, ``decode_step_overhead``, ``inter_node_bandwidth``, ...), checked
+    by ``place``'s own reader (:func:`~packplace.placement.problem.config._hardware`, the function that builds a
+    config's cluster and hardware), or None for any other model or a config that does not exist.
 
     Raises:
-        ConfigError: ``CONFIG.yaml: [hardware] preset: ...`` for a preset the config's own reader refuses
-            (``null``, not a preset name: :func:`~packplace.placement.problem.hardware.resolve_preset`'s message),
-            as ``place`` refuses it.
+        ConfigError: ``CONFIG.yaml: <place's message>`` where ``place`` refuses the section: no ``[hardware]``
+            section, an unknown field (``null`` or not), a preset ``null`` or not a preset name, a field's
+            value out of its range (naming the field and the value).
     """
     named = config_role(name)
     if named is None or not Path(named[0]).exists():
         return None
     doc = load_yaml(named[0])
-    hardware = doc.get("hardware") if isinstance(doc, Mapping) else None
-    if not isinstance(hardware, Mapping) or "preset" not in hardware:
-        return None
     try:
-        resolve_preset({"preset": hardware["preset"]})
+        section = _section(doc if isinstance(doc, Mapping) else {}, "hardware")
+        _hardware(dict(section))
     except ConfigError as error:
         raise ConfigError(f"{named[0]}: {error}") from None
-    return hardware["preset"]
+    return section
+
+
+def estimate_hardware(model: str, gpu: str | None, overrides: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """``(preset, hardware fields)`` of ``packplace estimate``: the GPU and the ``[hardware]`` fields over it.
+
+    With ``--model CONFIG.yaml:ROLE`` the config's whole ``[hardware]`` section (:func:`config_hardware`, as
+    ``place`` reads it) is the base: its ``preset`` and its other fields, but ``racks`` and ``nodes_per_rack``
+    (estimate's cluster holds the strategy's GPUs, :func:`resolve_hardware`); the command line goes over it:
+    ``gpu`` (``--gpu``) replaces the config's preset (the config's other fields still apply, on the new
+    preset), each of ``overrides`` (``--hw FIELD=VALUE``) replaces the config's field (``None``: the preset's
+    value, as ``null`` in the config). A config without a preset and no ``gpu``: preset ``None``, the section's
+    own figures. Any other model: ``gpu``, else ``h200``, and ``overrides``.
+
+    Raises:
+        ConfigError: :func:`config_hardware`'s.
+    """
+    section = config_hardware(model)
+    if section is None:
+        return gpu or "h200", dict(overrides)
+    fields = {k: v for k, v in section.items() if k not in SIZED_FIELDS}
+    return gpu or section.get("preset"), {**fields, **overrides}
 
 
 def _config_model(config: str, role: str) -> TransformerShape:
@@ -275,8 +297,10 @@ SIZED_FIELDS = {"preset": "give the preset as gpu (--gpu)",
                 "nodes_per_rack": "the cluster holds the strategy's tp x pp x cp x dp GPUs"}
 
 
-def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus: int = 1) -> tuple[Cluster, Hardware]:
-    """The hardware preset ``gpu`` with ``overrides`` (any :class:`Hardware` field but those of
+def resolve_hardware(gpu: str | None, overrides: Mapping[str, Any] | None = None,
+                     gpus: int = 1) -> tuple[Cluster, Hardware]:
+    """The hardware preset ``gpu`` (``None``: no preset, ``overrides`` give every figure, as a config's
+    ``[hardware]`` without a preset does) with ``overrides`` (any :class:`Hardware` field but those of
     :data:`SIZED_FIELDS`) on a cluster of nodes holding ``gpus`` GPUs: nodes of ``overrides``'
     ``gpus_per_node``, else of the preset's own where it sets one (the ``gb200`` NVLink domain of 72), else
     of 8 (fewer: one node of ``gpus``, rounded up to whole hosts where the preset has hosts smaller than its
@@ -289,7 +313,7 @@ def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus:
             invalid field value; a field of :data:`SIZED_FIELDS` (``None`` too: ``preset: None`` names no preset,
             as a config's ``preset: null`` does not).
     """
-    if gpu not in PRESETS:
+    if gpu is not None and gpu not in PRESETS:
         raise ConfigError(f"gpu: unknown preset {gpu!r}; valid: {', '.join(sorted(PRESETS))}")
     if overrides is not None and not isinstance(overrides, Mapping):
         raise ConfigError(f"hardware: must be a mapping of [hardware] fields, got {show(overrides)}")
@@ -297,14 +321,15 @@ def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus:
     for name, why in SIZED_FIELDS.items():
         if name in overrides:
             raise ConfigError(f"hardware: {name} {show(overrides[name])} is set by estimate itself ({why}); drop it")
-    host = PRESETS[gpu].get("gpus_per_host")
+    preset = PRESETS[gpu] if gpu is not None else overrides
+    host = preset.get("gpus_per_host")
     node = overrides.pop("gpus_per_node", None)   # null: the preset's value (the other nulls: _hardware's)
-    node = PRESETS[gpu].get("gpus_per_node") if node is None else node
+    node = preset.get("gpus_per_node") if node is None else node
     if node is not None and (isinstance(node, bool) or not isinstance(node, (int, float)) or node < 1
                              or node != int(node)):
         raise ConfigError(f"[hardware] gpus_per_node: must be an integer >= 1, got {show(node)}")
     per_node = min(int(node) if node is not None else 8, gpus)
-    if isinstance(host, int) and per_node % host:
+    if isinstance(host, int) and host >= 1 and per_node % host:   # (a bad one: _hardware's message below)
         per_node = host * math.ceil(per_node / host)
     nodes = max(1, math.ceil(gpus / per_node))
     most = int(CLUSTER_FIELDS["nodes_per_rack"].maximum)
@@ -312,8 +337,8 @@ def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus:
         raise ConfigError(f"tp x pp x cp x dp: {gpus} GPUs take {nodes} nodes of {per_node} GPUs, more than the "
                           f"{most} nodes estimate's one-rack cluster holds; give smaller degrees (or more GPUs per "
                           "node: --hw gpus_per_node)")
-    section = {"preset": gpu, "racks": 1, "nodes_per_rack": nodes, "gpus_per_node": per_node, **overrides}
-    return _hardware(section)
+    section = {"racks": 1, "nodes_per_rack": nodes, "gpus_per_node": per_node, **overrides}
+    return _hardware({"preset": gpu, **section} if gpu is not None else section)
 
 
 def _check(name: str, value: Any, minimum: int = 1) -> int:
@@ -392,7 +417,7 @@ def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch:
     return max(0.0, exposed) * layers / shape.layers
 
 
-def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch: int = 1, seq_len: int | None = None,
+def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro_batch: int = 1, seq_len: int | None = None,
              batch: int = 1, context: int | None = None, recompute: str = "none", optimizer: str = "adam",
              tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
@@ -405,7 +430,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
     Args:
         model: A shape, mapping, preset name or file (:func:`resolve_model`).
         gpu: Hardware preset (:data:`~packplace.placement.problem.hardware.PRESETS`); ``hardware`` overrides any
-            of its fields.
+            of its fields (``None``: no preset, ``hardware`` gives every figure, as a config's ``[hardware]``
+            without a preset; the command line's config and flags: :func:`estimate_hardware`).
         task: One of :data:`TASKS`.
         micro_batch, seq_len: Sequences and tokens per sequence (train, infer, prefill; generate's prompts);
             ``seq_len`` unset: :data:`DEFAULT_SEQ_LEN`. A decode iteration has no prompt: ``seq_len`` is
@@ -1330,12 +1356,11 @@ def run_estimate(args) -> int:
         ConfigError: a flag that means nothing for the task (:data:`IGNORED_FLAGS`), or a bad argument.
     """
     _task_flags(args)
-    if args.gpu is None:
-        args.gpu = _config_preset(args.model) or "h200"
+    args.gpu, hardware = estimate_hardware(args.model, args.gpu, _overrides(args.hw))
     result = estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
                       batch=args.batch, context=_cli_context(args), recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
-                      hardware=_overrides(args.hw), table=args.table, enforce_eager=args.enforce_eager,
+                      hardware=hardware, table=args.table, enforce_eager=args.enforce_eager,
                       cp=getattr(args, "cp", 1),
                       framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None),
                       entropy_coeff=args.entropy_coeff, train_mb_tokens=args.train_mb_tokens,
