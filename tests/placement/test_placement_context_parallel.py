@@ -23,7 +23,7 @@ from packplace.placement.candidates import (
 from packplace.placement.emit import emit
 from packplace.placement.model.cp_balance import ContextParallelSetting, best_plan, cp_factor
 from packplace.placement.model.dp_balance import instance_balance
-from packplace.placement.model.memory import NO_CONTEXT_PARALLEL, ContextParallelSplit, vertex_memory
+from packplace.placement.model.memory import ContextParallelSplit, vertex_memory
 from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 from packplace.shape import TransformerShape

@@ -79,7 +79,7 @@ from packplace.placement.problem.config import (
     _section,
     load_yaml,
 )
-from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware, resolve_preset
+from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
 from packplace.placement.problem.workload import Workload
@@ -417,8 +417,9 @@ def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch:
     return max(0.0, exposed) * layers / shape.layers
 
 
-def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro_batch: int = 1, seq_len: int | None = None,
-             batch: int = 1, context: int | None = None, recompute: str = "none", optimizer: str = "adam",
+def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro_batch: int = 1,
+             seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str = "none",
+             optimizer: str = "adam",
              tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None,
@@ -1122,15 +1123,22 @@ def register_estimate(subparsers) -> None:
         description="Time and peak memory per GPU of one task (train, infer, prefill, decode, generate) of one "
                     "model on one GPU type and parallel strategy, each with its parts. On a GPU type with a "
                     "component table (h200 measured; h100-sxm, b200, gb200 derived from it by datasheet or "
-                    "published achieved ratios) the kernels are priced from measurement.")
+                    "published achieved ratios) the kernels are priced from measurement. The hardware, lowest "
+                    "precedence first: the preset; with --model CONFIG.yaml:ROLE the config's whole [hardware] "
+                    "section, read and checked as place reads it (its preset and every field it sets; racks and "
+                    "nodes_per_rack aside: the cluster holds the strategy's GPUs); --gpu, which replaces the "
+                    "preset (the config's other fields still apply); --hw FIELD=VALUE, which replaces a field.")
     p.add_argument("--model", required=True,
-                   help=f"a Hugging Face config.json, a YAML model entry or a preset ({', '.join(MODEL_PRESETS)})")
+                   help=f"a Hugging Face config.json, a YAML model entry, CONFIG.yaml:ROLE (a placement config's "
+                        f"model, priced on the config's [hardware]) or a preset ({', '.join(MODEL_PRESETS)})")
     p.add_argument("--gpu", default=None,
                    help=f"hardware preset (default: the config's hardware.preset with --model CONFIG.yaml:ROLE, "
-                        f"else h200; {', '.join(sorted(PRESETS))})")
+                        f"else h200; given, it replaces the config's preset and the config's other [hardware] "
+                        f"fields apply on it; {', '.join(sorted(PRESETS))})")
     p.add_argument("--hw", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a hardware field of the preset (repeatable), e.g. --hw memory_per_gpu=80e9; "
-                        "FIELD=null keeps the preset's value, as null does in a config")
+                   help="override a hardware field of the preset and of the config's [hardware] with --model "
+                        "CONFIG.yaml:ROLE (repeatable), e.g. --hw memory_per_gpu=80e9; FIELD=null keeps the "
+                        "preset's value, as null does in a config")
     p.add_argument("--table", default=None, metavar="PATH",
                    help="a component table JSON (from packplace calibrate --measurements), or 'none' for the "
                         "efficiency-knob model; default: the preset's own")
@@ -1168,12 +1176,13 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--trainer-backend", default=None, dest="trainer_backend", choices=TRAINER_BACKENDS,
                    help="train and infer: the trainer's workers, as policy.trainer_backend (default auto: for verl "
                         "and nemo-rl Megatron-Core where the strategy needs it, verl --tp/--pp/--ep/--cp or NeMo RL "
-                        "--pp/--ep above 1, else FSDP / DTensor; verl --cp with fsdp is refused, as place refuses "
-                        "training.context_parallel with trainer_backend fsdp; DeepSpeed for openrlhf and deepspeed-chat, which "
-                        "refuse the others; with --framework none bare kernels, or megatron). With an RL framework "
-                        "(or megatron) the pass is priced as place prices the trainer's vertex: Megatron-Core's "
-                        "kernels x the GPU's megatron_pass_factor, or the Hugging Face kernels at "
-                        "PYTORCH_TRAIN_FRACTION of the table's rates; the trainer: line says which")
+                        "--pp/--ep above 1, else FSDP / DTensor, as place resolves it; verl --cp with fsdp is "
+                        "refused, as place refuses training.context_parallel with trainer_backend fsdp; DeepSpeed "
+                        "for openrlhf and deepspeed-chat, which refuse the others; with --framework none bare "
+                        "kernels, or megatron). With an RL framework (or megatron) the pass is priced as place "
+                        "prices the trainer's vertex: Megatron-Core's kernels x the GPU's megatron_pass_factor, or "
+                        "the Hugging Face kernels at PYTORCH_TRAIN_FRACTION of the table's rates; the trainer: "
+                        "line says which")
     p.add_argument("--framework-version", default=None, dest="framework_version", metavar="RELEASE",
                    help="the RL framework's release (e.g. 0.3.0), as policy.framework_version: its vLLM engine "
                         "generation (host time per running sequence) and enforce_eager default (decode, "
