@@ -63,6 +63,30 @@ def test_fsdp_refuses_verls_context_parallelism_when_the_config_loads():
     assert trainer_backend(Context.of(plain)) == "fsdp"
 
 
+def test_ulysses_keeps_verl_on_fsdp_and_no_backend_runs_it_with_context_parallelism():
+    # verl's Ulysses sequence parallelism is its FSDP workers' ((world // sp, sp) device mesh): under auto it keeps
+    # the trainers at tp = pp = ep = 1, with Megatron it is refused, and with context parallelism (Megatron's) too
+    ulysses = {"ppo_max_token_len_per_gpu": 9000, "log_prob_max_token_len_per_gpu": 9000,
+               "ulysses_sequence_parallel_size": 2}
+    cfg = _config(context_parallel=1)
+    cfg["policy"].update(ulysses)
+    instance = build_instance(cfg)
+    assert Context.of(instance).ulysses == 2
+    assert trainer_backend(Context.of(instance), {TRAIN: Strategy(4, 1, 2)}) == "fsdp"
+    assert not framework_layout_allows(instance, "train", Strategy(4, 1, 2), TRAIN)
+    assert framework_layout_allows(instance, "train", Strategy(8, 1, 1), TRAIN)
+    cfg["policy"]["trainer_backend"] = "megatron"
+    with pytest.raises(ConfigError, match=r"^\[policy\] trainer_backend: megatron: verl's Megatron workers shard no "
+                                          r"parameters, offload only the optimizer state and have no Ulysses"):
+        build_instance(cfg)
+    cfg = _config()
+    cfg["policy"].update(ulysses)
+    with pytest.raises(ConfigError, match=r"^\[training\] context_parallel: 2 \(actor\) with \[policy\] "
+                                          r"ulysses_sequence_parallel_size: 2 .*: drop ulysses_sequence_parallel_size, "
+                                          r"or context_parallel 1"):
+        build_instance(cfg)
+
+
 def test_the_cli_refuses_it_on_fsdp_and_plans_it_on_megatron_under_auto(tmp_path, capsys):
     import yaml
 

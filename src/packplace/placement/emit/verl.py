@@ -53,7 +53,8 @@ def choose_backend(view: PlanView) -> tuple[str, str]:
     """``(backend, why)``: verl's trainer backend for the plan (``fsdp`` or ``megatron``) and a note.
 
     ``policy.trainer_backend`` (or ``--trainer-backend``) when forced; else FSDP when a trained model shards
-    with ``zero3`` (verl's Megatron workers shard no parameters), Megatron when a trained model has context
+    with ``zero3`` (verl's Megatron workers shard no parameters) or the config sets Ulysses sequence parallelism
+    (``ulysses_sequence_parallel_size`` above 1, the FSDP workers'), Megatron when a trained model has context
     parallelism or a trainer, the reference or the value forward has tensor, pipeline or expert parallelism
     (verl's FSDP workers have none: Ulysses sequence parallelism only), FSDP otherwise (``trainer_backend`` in
     :mod:`packplace.placement.model.layout_rules`)."""

@@ -100,6 +100,12 @@ def _context_parallel_models(instance) -> tuple[tuple[str, int, bool], ...]:
     return tuple(out)
 
 
+def _ulysses(instance) -> int:
+    """:attr:`Context.ulysses` of an instance: the Ulysses size of verl's dynamic batch size, else 1."""
+    dynamic = getattr(instance, "dynamic_bsz", None)
+    return int(dynamic[2]) if dynamic is not None else 1
+
+
 def _same(*tasks: Placed | None) -> bool:
     spans = [(t.lo, t.hi) for t in tasks if t is not None]
     return all(s == spans[0] for s in spans)
@@ -127,6 +133,7 @@ class Context:
         context_parallel_models: ``((model, degree, dynamic), ...)`` of the trained models whose context
             parallelism is active (a degree above 1 or dynamic CP:
             :attr:`~packplace.placement.model.cp_balance.ContextParallelSetting.active`), by model name.
+        ulysses: verl's ``policy.ulysses_sequence_parallel_size`` (1: none or unset).
     """
 
     framework: str
@@ -139,6 +146,7 @@ class Context:
     longest_sequence: int = 0
     context_parallel: int = 1
     context_parallel_models: tuple[tuple[str, int, bool], ...] = ()
+    ulysses: int = 1
 
     @classmethod
     def of(cls, instance) -> Context:
@@ -152,7 +160,7 @@ class Context:
                 instance.cluster.host_gpus, getattr(instance, "sequence_packing", None),
                 instance.workload.context_length + instance.workload.generation_length,
                 vertex_setting(instance, "actor").context_parallel.degree,
-                _context_parallel_models(instance))
+                _context_parallel_models(instance), _ulysses(instance))
         return hit
 
     @property
@@ -182,7 +190,8 @@ def trainer_backend(ctx: Context, strategies: Mapping[str, Strategy] | None = No
     """``fsdp`` or ``megatron``: the verl / NeMo RL trainer backend a plan runs on.
 
     ``policy.trainer_backend`` when set; under ``auto``: ``fsdp`` when a trained model shards with
-    ``zero3`` (Megatron shards no parameters: its distributed optimizer is ZeRO-1) or, for NeMo RL,
+    ``zero3`` (Megatron shards no parameters: its distributed optimizer is ZeRO-1), for verl with Ulysses
+    sequence parallelism (``ulysses_sequence_parallel_size`` above 1: its FSDP workers'), or, for NeMo RL,
     offloads its parameters or trains the value model with LoRA (options the Megatron policy lacks);
     ``megatron`` for verl when a trained model has context parallelism (:func:`_megatron_only`: verl's
     FSDP workers split sequences with Ulysses, its Megatron workers run ``context_parallel_size``), whatever
@@ -207,8 +216,12 @@ def trainer_backend(ctx: Context, strategies: Mapping[str, Strategy] | None = No
 
 
 def _fsdp_only(ctx: Context) -> bool:
-    """Training options only the FSDP / DTensor backend runs."""
+    """Training options only the FSDP / DTensor backend runs: ``zero3``; verl's Ulysses sequence parallelism
+    (``fsdp_workers.py``'s ``(world // sp, sp)`` device mesh; its Megatron workers have none); NeMo RL's
+    parameter offload and LoRA value model."""
     if any(o.sharding == "zero3" for o in ctx.training.values()):
+        return True
+    if ctx.framework == "verl" and ctx.ulysses > 1:
         return True
     if ctx.framework == "nemo-rl":
         return (any(o.offload == "optimizer+params" for o in ctx.training.values())
@@ -247,17 +260,22 @@ def config_refusals(ctx: Context) -> list[str]:
     if _megatron_only(ctx) and (ctx.backend == "fsdp" or (ctx.backend == "auto" and _fsdp_only(ctx))):
         models = ", ".join(f"{degree}{' dynamic' if dynamic else ''} ({model})"
                            for model, degree, dynamic in ctx.context_parallel_models)
-        why, fix = (("[policy] trainer_backend: fsdp", "use trainer_backend megatron or auto") if ctx.backend == "fsdp"
-                    else ("[training] sharding zero3 (verl's Megatron workers, the ones with context parallelism, "
-                          "shard no parameters)", "use sharding zero1 or zero2"))
+        why, fix = ("[policy] trainer_backend: fsdp", "use trainer_backend megatron or auto")
+        if ctx.backend == "auto" and ctx.ulysses > 1:
+            why, fix = (f"[policy] ulysses_sequence_parallel_size: {ctx.ulysses} (verl's Megatron workers, the ones "
+                        f"with context parallelism, have no Ulysses)", "drop ulysses_sequence_parallel_size")
+        elif ctx.backend == "auto":
+            why, fix = ("[training] sharding zero3 (verl's Megatron workers, the ones with context parallelism, "
+                        "shard no parameters)", "use sharding zero1 or zero2")
         out.append(f"[training] context_parallel: {models} with {why}: verl's FSDP workers split long sequences "
                    f"with Ulysses sequence parallelism ([policy] ulysses_sequence_parallel_size), not context "
                    f"parallelism, which its Megatron workers run (megatron.context_parallel_size): {fix}, or "
                    f"context_parallel 1 (and dynamic_context_parallel false)")
     if ctx.framework in ("verl", "nemo-rl") and ctx.backend == "megatron" and _fsdp_only(ctx):
-        out.append(f"[policy] trainer_backend: megatron: {ctx.framework}'s Megatron workers shard no parameters "
-                   f"and offload only the optimizer state; [training] asks for sharding zero3 (or parameter "
-                   f"offload, or a LoRA value model): use trainer_backend fsdp or auto")
+        out.append(f"[policy] trainer_backend: megatron: {ctx.framework}'s Megatron workers shard no parameters, "
+                   f"offload only the optimizer state and have no Ulysses sequence parallelism; the config asks for "
+                   f"sharding zero3 (or parameter offload, a LoRA value model, or ulysses_sequence_parallel_size "
+                   f"above 1): use trainer_backend fsdp or auto")
     if ctx.framework in ("openrlhf", "deepspeed-chat") and ctx.backend != "auto":
         out.append(f"[policy] trainer_backend: {ctx.backend}: {ctx.framework} trains with DeepSpeed (ZeRO), not "
                    "with FSDP or Megatron workers; leave trainer_backend auto (or unset)")
