@@ -20,8 +20,8 @@ The rules (sources: each framework's trainer entry point, as the emitters' modul
   the critic's layout; the rollout shares the trainer's GPUs, or (with staleness ≥ 1, ``trainer.v1``
   ``separate_async``) GPUs of its own; a reward model's vLLM engine shares the trainer's GPUs or has a
   pool of its own, without pipeline parallelism. The trainer backend (:func:`trainer_backend`): FSDP
-  has no tensor, pipeline or expert parallelism for the trainers and forwards; Megatron has them but
-  shards no parameters (no ``zero3``).
+  has no tensor, pipeline, expert or context parallelism for the trainers and forwards (it splits long
+  sequences with Ulysses); Megatron has them but shards no parameters (no ``zero3``) and has no Ulysses.
 * **NeMo RL** (``examples/run_grpo.py``, ``run_ppo.py``): the reference log-probs run in the policy
   workers with the policy's layout; the values in the value workers with the value model's layout; GRPO's
   generation is colocated with the whole policy or on GPUs of its own (whole nodes on a multi-node
@@ -232,9 +232,9 @@ def _fsdp_only(ctx: Context) -> bool:
 def _megatron_only(ctx: Context) -> bool:
     """Training options only the Megatron backend runs: verl's context parallelism (its Megatron workers'
     ``megatron.context_parallel_size`` / ``dynamic_context_parallel``; its FSDP workers split long sequences
-    with Ulysses sequence parallelism, ``ulysses_sequence_parallel_size``, which ``[policy]
-    ulysses_sequence_parallel_size`` sets apart). NeMo RL's DTensor policy has context parallelism of its own
-    (``dtensor_cfg.context_parallel_size``): none there."""
+    with Ulysses sequence parallelism instead, a setting of its own: ``[policy] ulysses_sequence_parallel_size``).
+    NeMo RL's DTensor policy has context parallelism of its own (``dtensor_cfg.context_parallel_size``): none
+    there."""
     return ctx.framework == "verl" and bool(ctx.context_parallel_models)
 
 
@@ -249,10 +249,10 @@ def own_gpus(ctx: Context) -> frozenset[str]:
 def config_refusals(ctx: Context) -> list[str]:
     """Training options the framework cannot run whatever the layout, ``[(field, line)]``-style lines
     ``"[training] field: why"``: verl's context parallelism on its FSDP workers (``trainer_backend: fsdp``, or
-    ``auto`` with ``sharding: zero3``, which keeps the trainer there: :func:`_megatron_only`); a
+    ``auto`` with ``sharding: zero3`` or Ulysses, which keep the trainer there: :func:`_megatron_only`); a
     ``trainer_backend`` other than ``auto`` for OpenRLHF or DeepSpeed-Chat (both
-    train with DeepSpeed); a forced ``megatron`` backend with ``sharding: zero3`` (or, for NeMo RL,
-    ``offload: optimizer+params`` or a LoRA value model); for OpenRLHF, parameter offload, or trained models
+    train with DeepSpeed); a forced ``megatron`` backend with ``sharding: zero3`` (or verl's Ulysses, or, for
+    NeMo RL, ``offload: optimizer+params`` or a LoRA value model); for OpenRLHF, parameter offload, or trained models
     with different ``sharding`` or ``lora_rank`` (one ``--ds.zero_stage`` and ``--ds.lora.rank`` for all); for
     DeepSpeed-Chat, parameter offload without ``sharding: zero3`` (DeepSpeed's ``offload_param`` is a ZeRO-3
     option: deepspeed.ai/docs/config-json, "Parameter offloading")."""
