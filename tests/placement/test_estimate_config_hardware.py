@@ -124,10 +124,30 @@ def test_a_bad_hardware_field_is_places_error(tmp_path, capsys, hardware):
     with pytest.raises(ConfigError) as info:
         estimate_hardware(f"{path}:actor", None, {})
     assert str(info.value) == f"{path}: {place.value}"
-    # the command line: exit 2, the same line, --gpu or not (the config is refused as place refuses it)
+    # the command line: exit 2, the same line; --gpu replaces the preset alone (a bad preset is then not read)
     for argv in ([], ["--gpu", "h200"]):
-        assert main(["estimate", "--model", f"{path}:actor", *argv]) == 2
+        code = main(["estimate", "--model", f"{path}:actor", *argv])
+        if argv and "preset" in hardware:
+            assert code == 0
+            continue
+        assert code == 2
         assert capsys.readouterr().err.strip() == f"packplace estimate: error: {path}: {place.value}"
+    # --hw FIELD=VALUE in the bad field's place: the config as edited, which place runs
+    field = next(iter(hardware))
+    if field not in ("preset", "bogus_field"):
+        fixed = f"{field}={CONFIG['hardware'].get(field) or 'null'}"
+        assert main(["estimate", "--model", f"{path}:actor", "--hw", fixed]) == 0
+
+
+def test_a_bad_hw_value_is_the_flags_error_not_the_configs(tmp_path, capsys):
+    path = _write(tmp_path, CONFIG)
+    assert main(["estimate", "--model", f"{path}:actor", "--hw", "memory_bandwidth=-5"]) == 2
+    assert capsys.readouterr().err.strip() == ("packplace estimate: error: [hardware] memory_bandwidth: must be a "
+                                               "finite number in [1e6, 1e16], got -5")
+    with pytest.raises(ConfigError, match=r"^gpu: unknown preset 'x100'; valid: "):
+        estimate_hardware(f"{path}:actor", "x100", {})
+    with pytest.raises(ConfigError, match=r"^hardware: racks 2 is set by estimate itself"):
+        estimate_hardware(f"{path}:actor", None, {"racks": 2})
 
 
 def test_a_config_without_a_hardware_section_is_places_error(tmp_path):

@@ -223,27 +223,31 @@ def config_role(name: str) -> tuple[str, str] | None:
     return None
 
 
-def config_hardware(name: str) -> dict[str, Any] | None:
+def config_hardware(name: str, replaced: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """The ``[hardware]`` section of the placement config that ``--model CONFIG.yaml:ROLE`` names (its GPU and
-    every field it sets: ``memory_bandwidth``, ``decode_step_overhead``, ``inter_node_bandwidth``, ...), checked
-    by ``place``'s own reader (:func:`~packplace.placement.problem.config._hardware`, the function that builds a
-    config's cluster and hardware), or None for any other model or a config that does not exist.
+    every field it sets: ``memory_bandwidth``, ``decode_step_overhead``, ``beta_coll_n``, ...), with the fields
+    of ``replaced`` (``{field: value}``: what the command line gives instead, :func:`estimate_hardware`) in
+    their place, checked by ``place``'s own reader (:func:`~packplace.placement.problem.config._hardware`, the
+    function that builds a config's cluster and hardware); None for any other model or a config that does not
+    exist.
 
     Raises:
-        ConfigError: ``CONFIG.yaml: <place's message>`` where ``place`` refuses the section: no ``[hardware]``
-            section, an unknown field (``null`` or not), a preset ``null`` or not a preset name, a field's
-            value out of its range (naming the field and the value).
+        ConfigError: ``CONFIG.yaml: <place's message>`` where ``place`` refuses the section (the config's own
+            values; ``replaced``'s are checked by their caller): no ``[hardware]`` section, an unknown field
+            (``null`` or not), a preset ``null`` or not a preset name, a field's value out of its range
+            (naming the field and the value).
     """
     named = config_role(name)
     if named is None or not Path(named[0]).exists():
         return None
     doc = load_yaml(named[0])
+    replaced = dict(replaced or {})
     try:
         section = _section(doc if isinstance(doc, Mapping) else {}, "hardware")
-        _hardware(dict(section))
+        _hardware({**section, **replaced})
     except ConfigError as error:
         raise ConfigError(f"{named[0]}: {error}") from None
-    return section
+    return {**section, **replaced}
 
 
 def estimate_hardware(model: str, gpu: str | None, overrides: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
@@ -251,20 +255,25 @@ def estimate_hardware(model: str, gpu: str | None, overrides: Mapping[str, Any])
 
     With ``--model CONFIG.yaml:ROLE`` the config's whole ``[hardware]`` section (:func:`config_hardware`, as
     ``place`` reads it) is the base: its ``preset`` and its other fields, but ``racks`` and ``nodes_per_rack``
-    (estimate's cluster holds the strategy's GPUs, :func:`resolve_hardware`); the command line goes over it:
-    ``gpu`` (``--gpu``) replaces the config's preset (the config's other fields still apply, on the new
-    preset), each of ``overrides`` (``--hw FIELD=VALUE``) replaces the config's field (``None``: the preset's
-    value, as ``null`` in the config). A config without a preset and no ``gpu``: preset ``None``, the section's
-    own figures. Any other model: ``gpu``, else ``h200``, and ``overrides``.
+    (estimate's cluster holds the strategy's GPUs, :func:`resolve_hardware`); the command line goes over it, as
+    if the config were edited: ``gpu`` (``--gpu``) replaces the config's preset (the config's other fields
+    still apply, on the new preset), each of ``overrides`` (``--hw FIELD=VALUE``) replaces the config's field
+    (``None``: the preset's value, as ``null`` in the config). A config without a preset and no ``gpu``:
+    preset ``None``, the section's own figures. Any other model: ``gpu``, else ``h200``, and ``overrides``.
 
     Raises:
-        ConfigError: :func:`config_hardware`'s.
+        ConfigError: ``gpu`` and ``overrides``' own errors first (:func:`resolve_hardware`'s, without a path),
+            then :func:`config_hardware`'s for the config's values the command line leaves (a replaced one is
+            not read: ``--gpu`` names the GPU of a config whose preset ``place`` refuses).
     """
-    section = config_hardware(model)
-    if section is None:
+    if config_role(model) is None:
         return gpu or "h200", dict(overrides)
-    fields = {k: v for k, v in section.items() if k not in SIZED_FIELDS}
-    return gpu or section.get("preset"), {**fields, **overrides}
+    resolve_hardware(gpu or "h200", overrides)   # the flags' own errors first, as without a config
+    replaced = {**overrides, **({"preset": gpu} if gpu is not None else {})}
+    section = config_hardware(model, replaced)
+    if section is None:   # no such file: resolve_model says so
+        return gpu or "h200", dict(overrides)
+    return section.get("preset"), {k: v for k, v in section.items() if k not in SIZED_FIELDS}
 
 
 def _config_model(config: str, role: str) -> TransformerShape:
@@ -303,9 +312,9 @@ def resolve_hardware(gpu: str | None, overrides: Mapping[str, Any] | None = None
     ``[hardware]`` without a preset does) with ``overrides`` (any :class:`Hardware` field but those of
     :data:`SIZED_FIELDS`) on a cluster of nodes holding ``gpus`` GPUs: nodes of ``overrides``'
     ``gpus_per_node``, else of the preset's own where it sets one (the ``gb200`` NVLink domain of 72), else
-    of 8 (fewer: one node of ``gpus``, rounded up to whole hosts where the preset has hosts smaller than its
-    node, e.g. the ``gb200`` tray of 4), checked as a config's ``[hardware]`` section is. An override of
-    ``None`` is not given (the preset's value), as a ``null`` field of a config's section
+    of 8 (fewer: one node of ``gpus``, rounded up to whole hosts where ``overrides``' ``gpus_per_host`` or the
+    preset's is smaller than the node, e.g. the ``gb200`` tray of 4), checked as a config's ``[hardware]``
+    section is. An override of ``None`` is not given (the preset's value), as a ``null`` field of a config's section
     (:func:`~packplace.placement.problem.hardware.resolve_preset`).
 
     Raises:
@@ -322,7 +331,8 @@ def resolve_hardware(gpu: str | None, overrides: Mapping[str, Any] | None = None
         if name in overrides:
             raise ConfigError(f"hardware: {name} {show(overrides[name])} is set by estimate itself ({why}); drop it")
     preset = PRESETS[gpu] if gpu is not None else overrides
-    host = preset.get("gpus_per_host")
+    host = overrides.get("gpus_per_host")   # a config's (or --hw's) host size, else the preset's
+    host = preset.get("gpus_per_host") if host is None else host
     node = overrides.pop("gpus_per_node", None)   # null: the preset's value (the other nulls: _hardware's)
     node = preset.get("gpus_per_node") if node is None else node
     if node is not None and (isinstance(node, bool) or not isinstance(node, (int, float)) or node < 1
@@ -430,9 +440,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
 
     Args:
         model: A shape, mapping, preset name or file (:func:`resolve_model`).
-        gpu: Hardware preset (:data:`~packplace.placement.problem.hardware.PRESETS`); ``hardware`` overrides any
-            of its fields (``None``: no preset, ``hardware`` gives every figure, as a config's ``[hardware]``
-            without a preset; the command line's config and flags: :func:`estimate_hardware`).
+        gpu: Hardware preset (:data:`~packplace.placement.problem.hardware.PRESETS`), ``hardware`` over it; None:
+            ``hardware`` gives every figure (a config's without a preset, :func:`estimate_hardware`).
         task: One of :data:`TASKS`.
         micro_batch, seq_len: Sequences and tokens per sequence (train, infer, prefill; generate's prompts);
             ``seq_len`` unset: :data:`DEFAULT_SEQ_LEN`. A decode iteration has no prompt: ``seq_len`` is
