@@ -191,9 +191,8 @@ def test_the_megatron_factor_scales_the_kernels_and_the_line_names_them():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"framework": "verl", "cp": 2, "dp": 2},
-     "cp: 2 with framework verl on its FSDP workers (trainer_backend auto, tp = pp = ep = 1): they split sequences "
-     "with Ulysses"),
+    ({"framework": "verl", "cp": 2, "dp": 2, "trainer_backend": "fsdp"},
+     "cp: 2 with framework verl on its FSDP workers (trainer_backend fsdp): they split sequences with Ulysses"),
     ({"framework": "verl", "tp": 2, "trainer_backend": "fsdp"},
      "tp / pp / ep: 2 / 1 / 1 is a strategy verl's trainer does not run (trainer_backend fsdp: its fsdp workers)"),
     ({"framework": "nemo-rl", "pp": 2, "trainer_backend": "fsdp"},
@@ -210,9 +209,14 @@ def test_a_backend_that_cannot_run_the_strategy_is_refused(kwargs, message):
     assert str(info.value).startswith(message), str(info.value)
 
 
-def test_verl_context_parallelism_runs_on_its_megatron_workers():
-    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="verl", cp=2, dp=2, trainer_backend="megatron")
+@pytest.mark.parametrize("backend", ["megatron", "auto"])
+def test_verl_context_parallelism_runs_on_its_megatron_workers(backend):
+    # under auto --cp resolves to Megatron as --tp does (verl's FSDP workers have Ulysses, not CP)
+    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="verl", cp=2, dp=2, trainer_backend=backend)
     assert (e.inputs["trainer_backend_resolved"], e.inputs["pass_kernels"]) == ("megatron", "megatron")
+    # NeMo RL's DTensor policy has context parallelism of its own: --cp keeps it there
+    nemo = estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="nemo-rl", cp=2, dp=2, trainer_backend=backend)
+    assert nemo.inputs["trainer_backend_resolved"] == ("megatron" if backend == "megatron" else "fsdp")
 
 
 def test_an_engine_task_takes_no_trainer_backend():

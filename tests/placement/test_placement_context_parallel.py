@@ -23,7 +23,7 @@ from packplace.placement.candidates import (
 from packplace.placement.emit import emit
 from packplace.placement.model.cp_balance import ContextParallelSetting, best_plan, cp_factor
 from packplace.placement.model.dp_balance import instance_balance
-from packplace.placement.model.memory import NO_CONTEXT_PARALLEL, ContextParallelSplit, vertex_memory
+from packplace.placement.model.memory import ContextParallelSplit, vertex_memory
 from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 from packplace.shape import TransformerShape
@@ -121,22 +121,26 @@ def test_the_trainer_is_costed_with_its_cp_plan_and_the_other_passes_are_not():
         pytest.approx((dp_only - 1) * 2.0)
 
 
-@pytest.mark.parametrize("backend", ["megatron", "fsdp"])
+@pytest.mark.parametrize("backend", ["megatron", "auto", "fsdp"])
 def test_verl_settings_carry_the_trainers_context_parallelism(backend):
     cfg = _grpo({"context_parallel": 2, "dynamic_context_parallel": True})
     cfg["policy"].update({"framework": "verl", "trainer_backend": backend})
+    if backend == "fsdp":   # verl's FSDP workers have Ulysses, not CP: refused when the config loads
+        with pytest.raises(ConfigError, match=r"^\[training\] context_parallel: 2 dynamic \(actor\) with \[policy\] "
+                                              r"trainer_backend: fsdp: verl's FSDP workers split long sequences "
+                                              r"with Ulysses"):
+            build_instance(cfg)
+        return
     instance = build_instance(cfg)
     block = Allocation((0, 0, 0), (1, 2, 8))
     plan = Plan.build({v.name: VertexPlan(Strategy(16, 1, 1), 1, block) for v in instance.graph.vertices})
-    emitted = emit(instance, plan, "verl")
+    emitted = emit(instance, plan, "verl")   # auto: Megatron, for the CP (the plan itself is tp = pp = 1)
     longest = cfg["workload"]["context_length"] + cfg["workload"]["generation_length"]
-    if backend == "megatron":
-        assert emitted.settings["actor_rollout_ref.actor.megatron.context_parallel_size"] == 2
-        assert emitted.settings["actor_rollout_ref.actor.megatron.dynamic_context_parallel"] is True
-        assert emitted.settings["actor_rollout_ref.actor.megatron.max_seqlen_per_dp_cp_rank"] == -(-longest // 2)
-    else:
-        assert not any("context_parallel" in key for key in emitted.settings)
-        assert any("context parallelism 2 (dynamic)" in line for line in emitted.refusals)
+    assert emitted.config == "megatron"
+    assert emitted.settings["actor_rollout_ref.actor.megatron.context_parallel_size"] == 2
+    assert emitted.settings["actor_rollout_ref.actor.megatron.dynamic_context_parallel"] is True
+    assert emitted.settings["actor_rollout_ref.actor.megatron.max_seqlen_per_dp_cp_rank"] == -(-longest // 2)
+    assert not any("context parallelism" in line for line in emitted.refusals)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -203,7 +207,9 @@ def test_the_reference_runs_with_the_actors_cp_in_verls_megatron_and_in_nemo_rl(
     instance = _verl_cp()
     assert forward_context_parallel(instance, "reference.infer")
     assert not forward_context_parallel(instance, "actor.train")
-    assert not forward_context_parallel(_verl_cp(backend="fsdp"), "reference.infer")     # verl runs CP on Megatron
+    assert forward_context_parallel(_verl_cp(backend="auto"), "reference.infer")     # verl runs CP on Megatron
+    with pytest.raises(ConfigError, match="trainer_backend: fsdp: verl's FSDP workers"):   # and on it alone
+        _verl_cp(backend="fsdp")
     # NeMo RL's reference log-probs run in the policy workers, on either backend: the policy's CP
     assert forward_context_parallel(_verl_cp(framework="nemo-rl"), "reference.infer")
     assert forward_context_parallel(_verl_cp(backend="fsdp", framework="nemo-rl"), "reference.infer")
@@ -214,7 +220,7 @@ def test_the_reference_runs_with_the_actors_cp_in_verls_megatron_and_in_nemo_rl(
     assert not framework_layout_allows(_verl_cp(framework="nemo-rl"), "infer", Strategy(1, 2, 8), "reference.infer")
     # memory: the actor's split on the reference's own dp
     assert context_parallel_split(instance, "reference.infer", 4) == ContextParallelSplit(2, None, 2)
-    assert context_parallel_split(_verl_cp(backend="fsdp"), "reference.infer", 4) == NO_CONTEXT_PARALLEL
+    assert context_parallel_split(_verl_cp(backend="auto"), "reference.infer", 4) == ContextParallelSplit(2, None, 2)
 
 
 def test_the_reference_forward_takes_the_cp_factor_at_a_forwards_cost():

@@ -71,8 +71,9 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
                             cp: int = 1, framework_version: str | None = None) -> TrainerBackend:
     """The trainer backend of an ``estimate`` pass of ``task`` with ``framework`` and strategy ``degrees`` =
     ``(dp, pp, tp, ep)``, as ``place`` resolves ``policy.trainer_backend`` (``backend``): for verl and NeMo RL
-    the given backend, or under ``auto`` Megatron-Core for a strategy only it runs (verl: ``tp``, ``pp`` or
-    ``ep`` above 1; NeMo RL: ``pp`` or ``ep``), else FSDP / DTensor; DeepSpeed for OpenRLHF and DeepSpeed-Chat;
+    the given backend, or under ``auto`` Megatron-Core for a strategy only it runs (verl: ``tp``, ``pp``, ``ep``
+    or ``cp`` above 1, its context parallelism being the Megatron workers'; NeMo RL: ``pp`` or ``ep``), else
+    FSDP / DTensor; DeepSpeed for OpenRLHF and DeepSpeed-Chat;
     for ``framework`` ``none`` Megatron-Core only when asked (``megatron``), else bare kernels.
 
     Raises:
@@ -80,7 +81,8 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
             other than ``auto`` for an engine task (prefill, decode, generate), ``vllm``, OpenRLHF or
             DeepSpeed-Chat, or ``fsdp`` with framework ``none``; a strategy the backend does not run (the
             layout rule's reason: verl's FSDP workers with ``tp``, NeMo RL's DTensor policy with ``pp``, ...);
-            ``cp`` above 1 on verl's FSDP workers (they split sequences with Ulysses, not context parallelism).
+            ``cp`` above 1 on verl's FSDP workers, forced (they split sequences with Ulysses, not context
+            parallelism; ``place`` refuses ``training.context_parallel`` with ``trainer_backend: fsdp`` alike).
     """
     if backend not in TRAINER_BACKENDS:
         raise ConfigError(f"trainer_backend: must be one of {', '.join(TRAINER_BACKENDS)}, got {show(backend)}")
@@ -102,7 +104,9 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
         return TrainerBackend("none", given=backend)
     dp, pp, tp, ep = degrees
     strategy = Strategy(dp, pp, tp, ep)
-    resolved = trainer_backend(Context(framework, "grpo", {}, False, backend), {TRAIN: strategy})
+    trained_cp = (("actor", cp, False),) if cp > 1 else ()   # verl's context parallelism: Megatron's, as place
+    resolved = trainer_backend(Context(framework, "grpo", {}, False, backend, context_parallel_models=trained_cp),
+                               {TRAIN: strategy})
     two = framework in BACKEND_FRAMEWORKS + ("none",)
     name = resolved if two else "deepspeed"
     layout = Context(framework, "grpo", {}, False, resolved if two else backend)
@@ -111,12 +115,11 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
         on = f" (trainer_backend {backend}: its {name} workers)" if two else ""
         raise ConfigError(f"tp / pp / ep: {tp} / {pp} / {ep} is a strategy {framework}'s trainer does not run"
                           f"{on}: {why}; give other degrees" + (" or another --trainer-backend" if two else ""))
-    if framework == "verl" and resolved == "fsdp" and cp > 1:
-        raise ConfigError(f"cp: {cp} with framework verl on its FSDP workers (trainer_backend {backend}, tp = pp = "
-                          "ep = 1): they split sequences with Ulysses sequence parallelism "
-                          "(ulysses_sequence_parallel_size), not context parallelism, and estimate does not price "
-                          "Ulysses; give --trainer-backend megatron (verl's Megatron workers run context "
-                          "parallelism), or drop --cp")
+    if framework == "verl" and resolved == "fsdp" and cp > 1:   # forced: under auto --cp resolves to Megatron
+        raise ConfigError(f"cp: {cp} with framework verl on its FSDP workers (trainer_backend {backend}): they split "
+                          "sequences with Ulysses sequence parallelism (ulysses_sequence_parallel_size), not "
+                          "context parallelism, and estimate does not price Ulysses; give --trainer-backend "
+                          "megatron or auto (verl's Megatron workers run context parallelism), or drop --cp")
     release = release_for(framework, framework_version)
     return TrainerBackend(name, layout, release.transformer_engine if release is not None else None, backend,
                           release)

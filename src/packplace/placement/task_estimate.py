@@ -76,9 +76,10 @@ from packplace.placement.problem.config import (
     WORKLOAD_FIELDS,
     _hardware,
     _model,
+    _section,
     load_yaml,
 )
-from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware, resolve_preset
+from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
 from packplace.placement.problem.workload import Workload
@@ -222,27 +223,57 @@ def config_role(name: str) -> tuple[str, str] | None:
     return None
 
 
-def _config_preset(name: str) -> str | None:
-    """The ``hardware.preset`` of the placement config that ``--model CONFIG.yaml:ROLE`` names (the GPU its
-    model runs on there), or None for any other model, a config that does not exist or one without a preset.
+def config_hardware(name: str, replaced: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """The ``[hardware]`` section of the placement config that ``--model CONFIG.yaml:ROLE`` names (its GPU and
+    every field it sets: ``memory_bandwidth``, ``decode_step_overhead``, ``beta_coll_n``, ...), with the fields
+    of ``replaced`` (``{field: value}``: what the command line gives instead, :func:`estimate_hardware`) in
+    their place, checked by ``place``'s own reader (:func:`~packplace.placement.problem.config._hardware`, the
+    function that builds a config's cluster and hardware); None for any other model or a config that does not
+    exist.
 
     Raises:
-        ConfigError: ``CONFIG.yaml: [hardware] preset: ...`` for a preset the config's own reader refuses
-            (``null``, not a preset name: :func:`~packplace.placement.problem.hardware.resolve_preset`'s message),
-            as ``place`` refuses it.
+        ConfigError: ``CONFIG.yaml: <place's message>`` where ``place`` refuses the section (the config's own
+            values; ``replaced``'s are checked by their caller): no ``[hardware]`` section, an unknown field
+            (``null`` or not), a preset ``null`` or not a preset name, a field's value out of its range
+            (naming the field and the value).
     """
     named = config_role(name)
     if named is None or not Path(named[0]).exists():
         return None
     doc = load_yaml(named[0])
-    hardware = doc.get("hardware") if isinstance(doc, Mapping) else None
-    if not isinstance(hardware, Mapping) or "preset" not in hardware:
-        return None
+    replaced = dict(replaced or {})
     try:
-        resolve_preset({"preset": hardware["preset"]})
+        section = _section(doc if isinstance(doc, Mapping) else {}, "hardware")
+        _hardware({**section, **replaced})
     except ConfigError as error:
         raise ConfigError(f"{named[0]}: {error}") from None
-    return hardware["preset"]
+    return {**section, **replaced}
+
+
+def estimate_hardware(model: str, gpu: str | None, overrides: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """``(preset, hardware fields)`` of ``packplace estimate``: the GPU and the ``[hardware]`` fields over it.
+
+    With ``--model CONFIG.yaml:ROLE`` the config's whole ``[hardware]`` section (:func:`config_hardware`, as
+    ``place`` reads it) is the base: its ``preset`` and its other fields, but ``racks`` and ``nodes_per_rack``
+    (estimate's cluster holds the strategy's GPUs, :func:`resolve_hardware`); the command line goes over it, as
+    if the config were edited: ``gpu`` (``--gpu``) replaces the config's preset (the config's other fields
+    still apply, on the new preset), each of ``overrides`` (``--hw FIELD=VALUE``) replaces the config's field
+    (``None``: the preset's value, as ``null`` in the config). A config without a preset and no ``gpu``:
+    preset ``None``, the section's own figures. Any other model: ``gpu``, else ``h200``, and ``overrides``.
+
+    Raises:
+        ConfigError: ``gpu`` and ``overrides``' own errors first (:func:`resolve_hardware`'s, without a path),
+            then :func:`config_hardware`'s for the config's values the command line leaves (a replaced one is
+            not read: ``--gpu`` names the GPU of a config whose preset ``place`` refuses).
+    """
+    if config_role(model) is None:
+        return gpu or "h200", dict(overrides)
+    resolve_hardware(gpu or "h200", overrides)   # the flags' own errors first, as without a config
+    replaced = {**overrides, **({"preset": gpu} if gpu is not None else {})}
+    section = config_hardware(model, replaced)
+    if section is None:   # no such file: resolve_model says so
+        return gpu or "h200", dict(overrides)
+    return section.get("preset"), {k: v for k, v in section.items() if k not in SIZED_FIELDS}
 
 
 def _config_model(config: str, role: str) -> TransformerShape:
@@ -275,13 +306,15 @@ SIZED_FIELDS = {"preset": "give the preset as gpu (--gpu)",
                 "nodes_per_rack": "the cluster holds the strategy's tp x pp x cp x dp GPUs"}
 
 
-def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus: int = 1) -> tuple[Cluster, Hardware]:
-    """The hardware preset ``gpu`` with ``overrides`` (any :class:`Hardware` field but those of
+def resolve_hardware(gpu: str | None, overrides: Mapping[str, Any] | None = None,
+                     gpus: int = 1) -> tuple[Cluster, Hardware]:
+    """The hardware preset ``gpu`` (``None``: no preset, ``overrides`` give every figure, as a config's
+    ``[hardware]`` without a preset does) with ``overrides`` (any :class:`Hardware` field but those of
     :data:`SIZED_FIELDS`) on a cluster of nodes holding ``gpus`` GPUs: nodes of ``overrides``'
     ``gpus_per_node``, else of the preset's own where it sets one (the ``gb200`` NVLink domain of 72), else
-    of 8 (fewer: one node of ``gpus``, rounded up to whole hosts where the preset has hosts smaller than its
-    node, e.g. the ``gb200`` tray of 4), checked as a config's ``[hardware]`` section is. An override of
-    ``None`` is not given (the preset's value), as a ``null`` field of a config's section
+    of 8 (fewer: one node of ``gpus``, rounded up to whole hosts where ``overrides``' ``gpus_per_host`` or the
+    preset's is smaller than the node, e.g. the ``gb200`` tray of 4), checked as a config's ``[hardware]``
+    section is. An override of ``None`` is not given (the preset's value), as a ``null`` field of a config's section
     (:func:`~packplace.placement.problem.hardware.resolve_preset`).
 
     Raises:
@@ -289,7 +322,7 @@ def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus:
             invalid field value; a field of :data:`SIZED_FIELDS` (``None`` too: ``preset: None`` names no preset,
             as a config's ``preset: null`` does not).
     """
-    if gpu not in PRESETS:
+    if gpu is not None and gpu not in PRESETS:
         raise ConfigError(f"gpu: unknown preset {gpu!r}; valid: {', '.join(sorted(PRESETS))}")
     if overrides is not None and not isinstance(overrides, Mapping):
         raise ConfigError(f"hardware: must be a mapping of [hardware] fields, got {show(overrides)}")
@@ -297,14 +330,16 @@ def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus:
     for name, why in SIZED_FIELDS.items():
         if name in overrides:
             raise ConfigError(f"hardware: {name} {show(overrides[name])} is set by estimate itself ({why}); drop it")
-    host = PRESETS[gpu].get("gpus_per_host")
+    preset = PRESETS[gpu] if gpu is not None else overrides
+    host = overrides.get("gpus_per_host")   # a config's (or --hw's) host size, else the preset's
+    host = preset.get("gpus_per_host") if host is None else host
     node = overrides.pop("gpus_per_node", None)   # null: the preset's value (the other nulls: _hardware's)
-    node = PRESETS[gpu].get("gpus_per_node") if node is None else node
+    node = preset.get("gpus_per_node") if node is None else node
     if node is not None and (isinstance(node, bool) or not isinstance(node, (int, float)) or node < 1
                              or node != int(node)):
         raise ConfigError(f"[hardware] gpus_per_node: must be an integer >= 1, got {show(node)}")
     per_node = min(int(node) if node is not None else 8, gpus)
-    if isinstance(host, int) and per_node % host:
+    if isinstance(host, int) and host >= 1 and per_node % host:   # (a bad one: _hardware's message below)
         per_node = host * math.ceil(per_node / host)
     nodes = max(1, math.ceil(gpus / per_node))
     most = int(CLUSTER_FIELDS["nodes_per_rack"].maximum)
@@ -312,8 +347,8 @@ def resolve_hardware(gpu: str, overrides: Mapping[str, Any] | None = None, gpus:
         raise ConfigError(f"tp x pp x cp x dp: {gpus} GPUs take {nodes} nodes of {per_node} GPUs, more than the "
                           f"{most} nodes estimate's one-rack cluster holds; give smaller degrees (or more GPUs per "
                           "node: --hw gpus_per_node)")
-    section = {"preset": gpu, "racks": 1, "nodes_per_rack": nodes, "gpus_per_node": per_node, **overrides}
-    return _hardware(section)
+    section = {"racks": 1, "nodes_per_rack": nodes, "gpus_per_node": per_node, **overrides}
+    return _hardware({"preset": gpu, **section} if gpu is not None else section)
 
 
 def _check(name: str, value: Any, minimum: int = 1) -> int:
@@ -392,8 +427,9 @@ def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch:
     return max(0.0, exposed) * layers / shape.layers
 
 
-def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch: int = 1, seq_len: int | None = None,
-             batch: int = 1, context: int | None = None, recompute: str = "none", optimizer: str = "adam",
+def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro_batch: int = 1,
+             seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str = "none",
+             optimizer: str = "adam",
              tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None,
@@ -404,8 +440,8 @@ def estimate(model: Any, gpu: str = "h200", task: str = "train", *, micro_batch:
 
     Args:
         model: A shape, mapping, preset name or file (:func:`resolve_model`).
-        gpu: Hardware preset (:data:`~packplace.placement.problem.hardware.PRESETS`); ``hardware`` overrides any
-            of its fields.
+        gpu: Hardware preset (:data:`~packplace.placement.problem.hardware.PRESETS`), ``hardware`` over it; None:
+            ``hardware`` gives every figure (a config's without a preset, :func:`estimate_hardware`).
         task: One of :data:`TASKS`.
         micro_batch, seq_len: Sequences and tokens per sequence (train, infer, prefill; generate's prompts);
             ``seq_len`` unset: :data:`DEFAULT_SEQ_LEN`. A decode iteration has no prompt: ``seq_len`` is
@@ -1086,15 +1122,22 @@ def register_estimate(subparsers) -> None:
         description="Time and peak memory per GPU of one task (train, infer, prefill, decode, generate) of one "
                     "model on one GPU type and parallel strategy, each with its parts. On a GPU type with a "
                     "component table (h200 measured; h100-sxm, b200, gb200 derived from it by datasheet or "
-                    "published achieved ratios) the kernels are priced from measurement.")
+                    "published achieved ratios) the kernels are priced from measurement. The hardware, lowest "
+                    "precedence first: the preset; with --model CONFIG.yaml:ROLE the config's whole [hardware] "
+                    "section, read and checked as place reads it (its preset and every field it sets; racks and "
+                    "nodes_per_rack aside: the cluster holds the strategy's GPUs); --gpu, which replaces the "
+                    "preset (the config's other fields still apply); --hw FIELD=VALUE, which replaces a field.")
     p.add_argument("--model", required=True,
-                   help=f"a Hugging Face config.json, a YAML model entry or a preset ({', '.join(MODEL_PRESETS)})")
+                   help=f"a Hugging Face config.json, a YAML model entry, CONFIG.yaml:ROLE (a placement config's "
+                        f"model, priced on the config's [hardware]) or a preset ({', '.join(MODEL_PRESETS)})")
     p.add_argument("--gpu", default=None,
                    help=f"hardware preset (default: the config's hardware.preset with --model CONFIG.yaml:ROLE, "
-                        f"else h200; {', '.join(sorted(PRESETS))})")
+                        f"else h200; given, it replaces the config's preset and the config's other [hardware] "
+                        f"fields apply on it; {', '.join(sorted(PRESETS))})")
     p.add_argument("--hw", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a hardware field of the preset (repeatable), e.g. --hw memory_per_gpu=80e9; "
-                        "FIELD=null keeps the preset's value, as null does in a config")
+                   help="override a hardware field of the preset and of the config's [hardware] with --model "
+                        "CONFIG.yaml:ROLE (repeatable), e.g. --hw memory_per_gpu=80e9; FIELD=null keeps the "
+                        "preset's value, as null does in a config")
     p.add_argument("--table", default=None, metavar="PATH",
                    help="a component table JSON (from packplace calibrate --measurements), or 'none' for the "
                         "efficiency-knob model; default: the preset's own")
@@ -1132,12 +1175,14 @@ def register_estimate(subparsers) -> None:
                    help="none: bare kernels; otherwise the framework's dispatch and engine overheads")
     p.add_argument("--trainer-backend", default=None, dest="trainer_backend", choices=TRAINER_BACKENDS,
                    help="train and infer: the trainer's workers, as policy.trainer_backend (default auto: for verl "
-                        "and nemo-rl Megatron-Core where the strategy needs it, verl --tp/--pp/--ep or NeMo RL "
-                        "--pp/--ep above 1, else FSDP / DTensor; DeepSpeed for openrlhf and deepspeed-chat, which "
-                        "refuse the others; with --framework none bare kernels, or megatron). With an RL framework "
-                        "(or megatron) the pass is priced as place prices the trainer's vertex: Megatron-Core's "
-                        "kernels x the GPU's megatron_pass_factor, or the Hugging Face kernels at "
-                        "PYTORCH_TRAIN_FRACTION of the table's rates; the trainer: line says which")
+                        "and nemo-rl Megatron-Core where the strategy needs it, verl --tp/--pp/--ep/--cp or NeMo RL "
+                        "--pp/--ep above 1, else FSDP / DTensor, as place resolves it; verl --cp with fsdp is "
+                        "refused, as place refuses training.context_parallel with trainer_backend fsdp; DeepSpeed "
+                        "for openrlhf and deepspeed-chat, which refuse the others; with --framework none bare "
+                        "kernels, or megatron). With an RL framework (or megatron) the pass is priced as place "
+                        "prices the trainer's vertex: Megatron-Core's kernels x the GPU's megatron_pass_factor, or "
+                        "the Hugging Face kernels at PYTORCH_TRAIN_FRACTION of the table's rates; the trainer: "
+                        "line says which")
     p.add_argument("--framework-version", default=None, dest="framework_version", metavar="RELEASE",
                    help="the RL framework's release (e.g. 0.3.0), as policy.framework_version: its vLLM engine "
                         "generation (host time per running sequence) and enforce_eager default (decode, "
@@ -1320,12 +1365,11 @@ def run_estimate(args) -> int:
         ConfigError: a flag that means nothing for the task (:data:`IGNORED_FLAGS`), or a bad argument.
     """
     _task_flags(args)
-    if args.gpu is None:
-        args.gpu = _config_preset(args.model) or "h200"
+    args.gpu, hardware = estimate_hardware(args.model, args.gpu, _overrides(args.hw))
     result = estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
                       batch=args.batch, context=_cli_context(args), recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
-                      hardware=_overrides(args.hw), table=args.table, enforce_eager=args.enforce_eager,
+                      hardware=hardware, table=args.table, enforce_eager=args.enforce_eager,
                       cp=getattr(args, "cp", 1),
                       framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None),
                       entropy_coeff=args.entropy_coeff, train_mb_tokens=args.train_mb_tokens,

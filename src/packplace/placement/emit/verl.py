@@ -10,10 +10,11 @@ the emitter reports any a plan breaks):
   in one worker group on the trainer's GPUs (``trainer.nnodes × trainer.n_gpus_per_node``), and so does
   the critic (every role maps to the global resource pool); a standalone rollout pool
   (``actor_rollout_ref.rollout.nnodes``) exists only for the asynchronous ``trainer.v1`` modes;
-* the FSDP backend has no tensor or pipeline parallelism for training (Ulysses sequence parallelism
+* the FSDP backend has no tensor, pipeline or context parallelism for training (Ulysses sequence parallelism
   only) and the Megatron backend shards no parameters: :func:`choose_backend` picks FSDP for a plan whose
-  trainers and forwards are ``tp = pp = ep = 1`` or that shards with ``zero3``, Megatron
-  (``--config-name ppo_megatron_trainer``) otherwise; ``policy.trainer_backend`` / ``--trainer-backend``
+  trainers and forwards are ``tp = pp = ep = 1`` without context parallelism or that shards with ``zero3``,
+  Megatron (``--config-name ppo_megatron_trainer``) otherwise (context parallelism on FSDP, forced or with
+  ``zero3``, is refused when the config loads); ``policy.trainer_backend`` / ``--trainer-backend``
   forces either; on the Megatron backend the reference runs with the actor's layout, context parallelism
   included (one Megatron-Core parallel state per worker: ``_reference_context_parallel``);
 * a reward model runs on a vLLM engine (``reward.reward_model.rollout``), on the trainer's GPUs or on a
@@ -52,9 +53,10 @@ def choose_backend(view: PlanView) -> tuple[str, str]:
     """``(backend, why)``: verl's trainer backend for the plan (``fsdp`` or ``megatron``) and a note.
 
     ``policy.trainer_backend`` (or ``--trainer-backend``) when forced; else FSDP when a trained model shards
-    with ``zero3`` (verl's Megatron workers shard no parameters), Megatron when a trainer, the reference or
-    the value forward has tensor, pipeline or expert parallelism (verl's FSDP workers have none: Ulysses
-    sequence parallelism only), FSDP otherwise (``trainer_backend`` in
+    with ``zero3`` (verl's Megatron workers shard no parameters) or the config sets Ulysses sequence parallelism
+    (``ulysses_sequence_parallel_size`` above 1, the FSDP workers'), Megatron when a trained model has context
+    parallelism or a trainer, the reference or the value forward has tensor, pipeline or expert parallelism
+    (verl's FSDP workers have none: Ulysses sequence parallelism only), FSDP otherwise (``trainer_backend`` in
     :mod:`packplace.placement.model.layout_rules`)."""
     ctx = view.rules
     strategies = {name: task.strategy for name, task in view.tasks.items()}
@@ -64,7 +66,9 @@ def choose_backend(view: PlanView) -> tuple[str, str]:
     if backend == "megatron":
         parallel = [t.layout for name, t in view.tasks.items() if name in (TRAIN, CRITIC_TRAIN, REFERENCE, CRITIC_INFER)
                     and (t.strategy.tp > 1 or t.strategy.pp > 1 or t.strategy.ep > 1)]
-        return backend, (f"Megatron backend: verl's FSDP workers have no tensor or pipeline parallelism "
+        parallel += [f"{model} context parallelism {degree}{' (dynamic)' if dynamic else ''}"
+                     for model, degree, dynamic in ctx.context_parallel_models]
+        return backend, (f"Megatron backend: verl's FSDP workers have no tensor, pipeline or context parallelism "
                          f"({'; '.join(parallel)})")
     return backend, "FSDP backend: every trainer and forward runs with tp = pp = ep = 1"
 

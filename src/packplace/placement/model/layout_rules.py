@@ -20,8 +20,8 @@ The rules (sources: each framework's trainer entry point, as the emitters' modul
   the critic's layout; the rollout shares the trainer's GPUs, or (with staleness ≥ 1, ``trainer.v1``
   ``separate_async``) GPUs of its own; a reward model's vLLM engine shares the trainer's GPUs or has a
   pool of its own, without pipeline parallelism. The trainer backend (:func:`trainer_backend`): FSDP
-  has no tensor, pipeline or expert parallelism for the trainers and forwards; Megatron has them but
-  shards no parameters (no ``zero3``).
+  has no tensor, pipeline, expert or context parallelism for the trainers and forwards (it splits long
+  sequences with Ulysses); Megatron has them but shards no parameters (no ``zero3``) and has no Ulysses.
 * **NeMo RL** (``examples/run_grpo.py``, ``run_ppo.py``): the reference log-probs run in the policy
   workers with the policy's layout; the values in the value workers with the value model's layout; GRPO's
   generation is colocated with the whole policy or on GPUs of its own (whole nodes on a multi-node
@@ -90,6 +90,22 @@ class Placed:
         return f"{self.name} (dp={s.dp}, pp={s.pp}, tp={s.tp}{f', ep={s.ep}' if s.ep > 1 else ''})"
 
 
+def _context_parallel_models(instance) -> tuple[tuple[str, int, bool], ...]:
+    """:attr:`Context.context_parallel_models` of an instance: its trained models' active CP settings."""
+    out = []
+    for model in sorted({v.model for v in instance.graph.vertices if v.kind == "train"}):
+        cp = vertex_setting(instance, model).context_parallel
+        if cp.active:
+            out.append((model, cp.degree, cp.dynamic))
+    return tuple(out)
+
+
+def _ulysses(instance) -> int:
+    """:attr:`Context.ulysses` of an instance: the Ulysses size of verl's dynamic batch size, else 1."""
+    dynamic = getattr(instance, "dynamic_bsz", None)
+    return int(dynamic[2]) if dynamic is not None else 1
+
+
 def _same(*tasks: Placed | None) -> bool:
     spans = [(t.lo, t.hi) for t in tasks if t is not None]
     return all(s == spans[0] for s in spans)
@@ -114,6 +130,10 @@ class Context:
         packing: NeMo RL's ``(train_mb_tokens, logprob_mb_tokens)``, or ``None`` (no sequence packing).
         longest_sequence: ``context_length + generation_length`` (tokens).
         context_parallel: The actor's ``training.context_parallel`` degree.
+        context_parallel_models: ``((model, degree, dynamic), ...)`` of the trained models whose context
+            parallelism is active (a degree above 1 or dynamic CP:
+            :attr:`~packplace.placement.model.cp_balance.ContextParallelSetting.active`), by model name.
+        ulysses: verl's ``policy.ulysses_sequence_parallel_size`` (1: none or unset).
     """
 
     framework: str
@@ -125,6 +145,8 @@ class Context:
     packing: tuple[int, int] | None = None
     longest_sequence: int = 0
     context_parallel: int = 1
+    context_parallel_models: tuple[tuple[str, int, bool], ...] = ()
+    ulysses: int = 1
 
     @classmethod
     def of(cls, instance) -> Context:
@@ -137,7 +159,8 @@ class Context:
                 instance.rule_reward is None, getattr(instance, "trainer_backend", "auto"),
                 instance.cluster.host_gpus, getattr(instance, "sequence_packing", None),
                 instance.workload.context_length + instance.workload.generation_length,
-                vertex_setting(instance, "actor").context_parallel.degree)
+                vertex_setting(instance, "actor").context_parallel.degree,
+                _context_parallel_models(instance), _ulysses(instance))
         return hit
 
     @property
@@ -167,15 +190,21 @@ def trainer_backend(ctx: Context, strategies: Mapping[str, Strategy] | None = No
     """``fsdp`` or ``megatron``: the verl / NeMo RL trainer backend a plan runs on.
 
     ``policy.trainer_backend`` when set; under ``auto``: ``fsdp`` when a trained model shards with
-    ``zero3`` (Megatron shards no parameters: its distributed optimizer is ZeRO-1) or, for NeMo RL,
+    ``zero3`` (Megatron shards no parameters: its distributed optimizer is ZeRO-1), for verl with Ulysses
+    sequence parallelism (``ulysses_sequence_parallel_size`` above 1: its FSDP workers'), or, for NeMo RL,
     offloads its parameters or trains the value model with LoRA (options the Megatron policy lacks);
-    else ``megatron`` when ``strategies`` (``{vertex: strategy}``) has a trainer or forward with tensor,
-    pipeline or expert parallelism FSDP lacks (verl: ``tp``, ``pp``, ``ep``; NeMo RL's DTensor policy has
-    tensor parallelism: ``pp``, ``ep``), else ``fsdp``."""
+    ``megatron`` for verl when a trained model has context parallelism (:func:`_megatron_only`: verl's
+    FSDP workers split sequences with Ulysses, its Megatron workers run ``context_parallel_size``), whatever
+    the strategies; else ``megatron`` when ``strategies`` (``{vertex: strategy}``) has a trainer or forward
+    with tensor, pipeline or expert parallelism FSDP lacks (verl: ``tp``, ``pp``, ``ep``; NeMo RL's DTensor
+    policy has tensor parallelism: ``pp``, ``ep``), else ``fsdp``; ``auto`` when ``strategies`` is None and
+    nothing above decides."""
     if ctx.backend != "auto":
         return ctx.backend
     if _fsdp_only(ctx):
         return "fsdp"
+    if _megatron_only(ctx):
+        return "megatron"
     if strategies is None:
         return "auto"
     names = (TRAIN, CRITIC_TRAIN, REFERENCE, CRITIC_INFER) if ctx.framework == "verl" else (TRAIN, CRITIC_TRAIN)
@@ -187,13 +216,26 @@ def trainer_backend(ctx: Context, strategies: Mapping[str, Strategy] | None = No
 
 
 def _fsdp_only(ctx: Context) -> bool:
-    """Training options only the FSDP / DTensor backend runs."""
+    """Training options only the FSDP / DTensor backend runs: ``zero3``; verl's Ulysses sequence parallelism
+    (``fsdp_workers.py``'s ``(world // sp, sp)`` device mesh; its Megatron workers have none); NeMo RL's
+    parameter offload and LoRA value model."""
     if any(o.sharding == "zero3" for o in ctx.training.values()):
+        return True
+    if ctx.framework == "verl" and ctx.ulysses > 1:
         return True
     if ctx.framework == "nemo-rl":
         return (any(o.offload == "optimizer+params" for o in ctx.training.values())
                 or ctx.options("critic").lora_rank > 0 and ctx.algorithm == "ppo")
     return False
+
+
+def _megatron_only(ctx: Context) -> bool:
+    """Training options only the Megatron backend runs: verl's context parallelism (its Megatron workers'
+    ``megatron.context_parallel_size`` / ``dynamic_context_parallel``; its FSDP workers split long sequences
+    with Ulysses sequence parallelism instead, a setting of its own: ``[policy] ulysses_sequence_parallel_size``).
+    NeMo RL's DTensor policy has context parallelism of its own (``dtensor_cfg.context_parallel_size``): none
+    there."""
+    return ctx.framework == "verl" and bool(ctx.context_parallel_models)
 
 
 def own_gpus(ctx: Context) -> frozenset[str]:
@@ -206,17 +248,34 @@ def own_gpus(ctx: Context) -> frozenset[str]:
 
 def config_refusals(ctx: Context) -> list[str]:
     """Training options the framework cannot run whatever the layout, ``[(field, line)]``-style lines
-    ``"[training] field: why"``: a ``trainer_backend`` other than ``auto`` for OpenRLHF or DeepSpeed-Chat (both
-    train with DeepSpeed); a forced ``megatron`` backend with ``sharding: zero3`` (or, for NeMo RL,
-    ``offload: optimizer+params`` or a LoRA value model); for OpenRLHF, parameter offload, or trained models
+    ``"[training] field: why"``: verl's context parallelism on its FSDP workers (``trainer_backend: fsdp``, or
+    ``auto`` with ``sharding: zero3`` or Ulysses, which keep the trainer there: :func:`_megatron_only`); a
+    ``trainer_backend`` other than ``auto`` for OpenRLHF or DeepSpeed-Chat (both
+    train with DeepSpeed); a forced ``megatron`` backend with ``sharding: zero3`` (or verl's Ulysses, or, for
+    NeMo RL, ``offload: optimizer+params`` or a LoRA value model); for OpenRLHF, parameter offload, or trained models
     with different ``sharding`` or ``lora_rank`` (one ``--ds.zero_stage`` and ``--ds.lora.rank`` for all); for
     DeepSpeed-Chat, parameter offload without ``sharding: zero3`` (DeepSpeed's ``offload_param`` is a ZeRO-3
     option: deepspeed.ai/docs/config-json, "Parameter offloading")."""
     out = []
+    if _megatron_only(ctx) and (ctx.backend == "fsdp" or (ctx.backend == "auto" and _fsdp_only(ctx))):
+        models = ", ".join(f"{degree}{' dynamic' if dynamic else ''} ({model})"
+                           for model, degree, dynamic in ctx.context_parallel_models)
+        why, fix = ("[policy] trainer_backend: fsdp", "use trainer_backend megatron or auto")
+        if ctx.backend == "auto" and ctx.ulysses > 1:
+            why, fix = (f"[policy] ulysses_sequence_parallel_size: {ctx.ulysses} (verl's Megatron workers, the ones "
+                        f"with context parallelism, have no Ulysses)", "drop ulysses_sequence_parallel_size")
+        elif ctx.backend == "auto":
+            why, fix = ("[training] sharding zero3 (verl's Megatron workers, the ones with context parallelism, "
+                        "shard no parameters)", "use sharding zero1 or zero2")
+        out.append(f"[training] context_parallel: {models} with {why}: verl's FSDP workers split long sequences "
+                   f"with Ulysses sequence parallelism ([policy] ulysses_sequence_parallel_size), not context "
+                   f"parallelism, which its Megatron workers run (megatron.context_parallel_size): {fix}, or "
+                   f"context_parallel 1 (and dynamic_context_parallel false)")
     if ctx.framework in ("verl", "nemo-rl") and ctx.backend == "megatron" and _fsdp_only(ctx):
-        out.append(f"[policy] trainer_backend: megatron: {ctx.framework}'s Megatron workers shard no parameters "
-                   f"and offload only the optimizer state; [training] asks for sharding zero3 (or parameter "
-                   f"offload, or a LoRA value model): use trainer_backend fsdp or auto")
+        out.append(f"[policy] trainer_backend: megatron: {ctx.framework}'s Megatron workers shard no parameters, "
+                   f"offload only the optimizer state and have no Ulysses sequence parallelism; the config asks for "
+                   f"sharding zero3 (or parameter offload, a LoRA value model, or ulysses_sequence_parallel_size "
+                   f"above 1): use trainer_backend fsdp or auto")
     if ctx.framework in ("openrlhf", "deepspeed-chat") and ctx.backend != "auto":
         out.append(f"[policy] trainer_backend: {ctx.backend}: {ctx.framework} trains with DeepSpeed (ZeRO), not "
                    "with FSDP or Megatron workers; leave trainer_backend auto (or unset)")

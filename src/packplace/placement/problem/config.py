@@ -216,7 +216,8 @@ POLICY_FIELDS: dict[str, Field] = {
                                                     "all-to-alls (set with ppo_max_token_len_per_gpu)"),
     "trainer_backend": Field("enum", choices=TRAINER_BACKENDS, default="auto",
                              meaning="verl / NeMo RL trainer workers (or framework none): fsdp (NeMo RL DTensor), "
-                                     "megatron, or auto (chosen by the plan); refused for OpenRLHF / DeepSpeed-Chat"),
+                                     "megatron, or auto (chosen by the plan; verl with context_parallel: megatron); "
+                                     "refused for OpenRLHF / DeepSpeed-Chat"),
 }
 #: Options of ``[training]`` (for every trained model, or per model under ``actor:`` / ``critic:``);
 #: formulas and sources in :mod:`packplace.placement.model.memory` and :mod:`packplace.placement.model.training_time`.
