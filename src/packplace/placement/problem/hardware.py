@@ -334,6 +334,11 @@ GB200_DENSE_BF16_FLOPS = 360e15 / 2 / GB200_NVLINK_DOMAIN
 #: HBM3e per GB200 GPU: "up to 13.4 TB" per NVL72 / 72 = 186 GB (the superchip's 372 GB over 2 GPUs; the
 #: MLCommons system description's "186 GB").
 GB200_HBM_BYTES = 13.4e12 / GB200_NVLINK_DOMAIN
+#: Bytes a 48 GB GDDR6 (ECC) Ada card gives CUDA: PyTorch's out-of-memory message on an L40 ("GPU 0 has a total
+#: capacity of 44.40 GiB", github.com/QwenLM/Qwen3-VL/issues/2097) and a vLLM start-up log on a 48 GB card
+#: (44.4 GiB, github.com/vllm-project/vllm/pull/29830); the L40S has the L40's 48 GB GDDR6 with ECC (L40S
+#: datasheet). 44.40 GiB = 47.67e9 bytes, 0.7% under the datasheet's 48e9 that the preset had used.
+L40S_CUDA_TOTAL_BYTES = 44.40 * 2**30
 #: HBM3e bandwidth per GB200 GPU: the NVL72's "576 TB/s" / 72 = 8 TB/s (the superchip's 16 TB/s over 2).
 GB200_HBM_BANDWIDTH = 576e12 / GB200_NVLINK_DOMAIN
 #: NCCL all-reduce bus bandwidth inside a GB200 NVLink domain, measured, not the 0.8-of-line rule the other
@@ -367,6 +372,10 @@ GEMM_PEAK_FRACTION_B200 = 0.55 * (1576 / 4500) / (744 / 1979)
 #: 1.44 TB per 8-GPU board, 8 TB/s, NVLink 5 1.8 TB/s); L40S datasheet (362 TFLOPS, 48 GB GDDR6,
 #: 864 GB/s, PCIe Gen4 x16, no NVLink); GB200 NVL72 product page (per GPU: :data:`GB200_DENSE_BF16_FLOPS`,
 #: :data:`GB200_HBM_BYTES`, :data:`GB200_HBM_BANDWIDTH`, NVLink 5 1.8 TB/s both directions).
+#: Memory is the smaller of the datasheet's and what the CUDA runtime reports as the card's total (the
+#: capacity an allocator can use): every HBM card reports more than its datasheet's decimal gigabytes (an
+#: H100 80 GB 79.2 GiB = 85.1e9 bytes), but a 48 GB GDDR6 card with ECC reports 44.40 GiB
+#: (:data:`L40S_CUDA_TOTAL_BYTES`), under 48e9, so ``l40s`` takes that figure.
 #:
 #: ``gb200`` (alias ``gb200-nvl72``): the grid's node is the NVLink domain (:data:`GB200_NVLINK_DOMAIN`,
 #: the preset's ``gpus_per_node`` 72), not the 4-GPU tray (:data:`GB200_TRAY_GPUS`, the preset's
@@ -432,7 +441,7 @@ PRESETS: dict[str, dict[str, Any]] = {
               **_links(GB200_NVLINK_BUS_BANDWIDTH, 45e9), "host_bandwidth": 180e9,
               "gemm_peak_fraction": GEMM_PEAK_FRACTION_GB200, "decode_bw_eff": 0.65, "component_table": "gb200",
               "megatron_pass_factor": MEGATRON_PASS_FACTOR_GB200},
-    "l40s": {"flops_per_gpu": 362e12, "memory_per_gpu": 48e9, "memory_bandwidth": 864e9,
+    "l40s": {"flops_per_gpu": 362e12, "memory_per_gpu": L40S_CUDA_TOTAL_BYTES, "memory_bandwidth": 864e9,
              **_links(20e9, 22.5e9), "host_bandwidth": 25e9,
              "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.7},
 }
