@@ -110,7 +110,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "trainers or zero3 sharding, Megatron otherwise (for verl also whenever a trained model "
                         "has training.context_parallel: verl's FSDP workers split sequences with Ulysses, "
                         "policy.ulysses_sequence_parallel_size); the search keeps to the backend's layouts, and a "
-                        "config the backend cannot run (verl context parallelism with fsdp or zero3) is refused")
+                        "config the backend cannot run (verl context parallelism with fsdp or zero3) is refused; "
+                        "the flag replaces the config's policy.trainer_backend before the config is checked")
     p.add_argument("--compare-balance", action="store_true", dest="compare_balance",
                    help="also print the chosen plan's step time with each training.balance split")
     p.add_argument("--check", action="store_true",
