@@ -4,7 +4,8 @@
     python benchmarks/nemo_rl_phases.py --write    # also refresh benchmarks/nemo_rl_phases.json
 
 The NeMo RL validation rows publish whole steps; the H100 on-policy (colocated) rows come out at 0.70-0.86 of
-them and their 1-step off-policy partners at 0.8-0.97. This script collects what the NeMo RL team published
+them out of sample and their 1-step off-policy partners of the same release at 0.80-0.97, but for v0.4's
+Qwen3-30B-A3B (1-off 0.71, on-policy 0.70). This script collects what the NeMo RL team published
 phase by phase (its GRPO timers: ``generation`` / ``exposed_generation``, ``policy_and_reference_logprobs``,
 ``policy_training``, ``prepare_for_generation`` / ``weight_sync``, ``total_step_time``) and prices the same
 recipe with the model (:func:`price`: a validation file of the recipe, with the fields that differ overridden,
@@ -42,6 +43,7 @@ import yaml
 
 from packplace.placement.checking.validate import load_setup, plan_evaluator
 from packplace.placement.model import framework
+from packplace.placement.model.nemo_rl_releases import release_for
 from packplace.yamlio import load_yaml
 
 OUT = Path(__file__).with_name("nemo_rl_phases.json")
@@ -241,8 +243,10 @@ def kv_budget_delta() -> dict:
 @contextmanager
 def without_old_log_prob():
     """The ``nemo-rl`` profile with ``old_log_prob`` false while the block runs (what
-    ``loss_fn.force_on_policy_ratio`` does to a GRPO step: NeMo RL grpo.py skips ``get_logprobs`` for the
-    previous log-probs); restored on exit. A benchmark-only switch: no config field sets it."""
+    ``loss_fn.force_on_policy_ratio`` does to a GRPO step from v0.7.0: NeMo RL grpo.py skips ``get_logprobs``
+    for the previous log-probs); restored on exit. A benchmark-only switch, used only for a file whose release
+    runs the pass whatever the setting (v0.5 / v0.6: :func:`forced_ratio_price`); from v0.7.0 the config's
+    ``policy.force_on_policy_ratio`` says it."""
     saved = framework.FRAMEWORKS["nemo-rl"]
     framework.FRAMEWORKS["nemo-rl"] = dataclasses.replace(saved, old_log_prob=False)
     try:
@@ -251,24 +255,46 @@ def without_old_log_prob():
         framework.FRAMEWORKS["nemo-rl"] = saved
 
 
+def forced_ratio_price(config: str, overrides: dict | None = None) -> tuple[dict, str]:
+    """:func:`price` of ``config`` (with ``overrides``) as the PR's ``force_on_policy_ratio`` runs it: one
+    optimizer step per step and no previous-policy log-prob pass, and how the pass was dropped: ``"config"``
+    (``policy.force_on_policy_ratio: true``) where the file's ``policy.framework_version`` is a release that
+    skips it (:func:`~packplace.placement.model.nemo_rl_releases.release_for`,
+    ``forced_ratio_skips_logprob``: v0.7.0 on), else ``"profile swap"`` (:func:`without_old_log_prob`): the
+    v0.5 / v0.6 files, whose release still runs the pass with the setting, priced as the PR's later main.
+
+    Raises:
+        ConfigError: as :func:`price`.
+    """
+    cfg = load_yaml(str(VALIDATION / config))
+    for key, value in (overrides or {}).items():
+        _set(cfg, key, value)
+    policy = cfg.get("policy") or {}
+    release = release_for(str(policy.get("framework", "none")), policy.get("framework_version"))
+    forced = {**(overrides or {}), "training.actor.optimizer_steps": 1}
+    if release is not None and release.forced_ratio_skips_logprob:
+        return price(config, {**forced, "policy.force_on_policy_ratio": True}), "config"
+    with without_old_log_prob():
+        return price(config, forced), "profile swap"
+
+
 def force_on_policy_delta() -> dict:
-    """``force_on_policy_ratio`` (:data:`DELTAS` [1]): the model has no config switch for it; its
-    ``policy_and_reference_logprobs`` is the reference forward (+ weight swap) plus the policy's old-log-prob
-    forward, and the flag drops the second (NeMo RL grpo.py: ``skip_prev_logprobs``), so the predicted cut is
-    ``old_log_prob / logprobs`` per recipe, set beside the published 41.6-50.1%. The E2E gain is the step
-    rescored with the pass dropped (:func:`without_old_log_prob`) and one optimizer step per step (the PR's
-    ``train_global_batch_size`` 2048 = the whole batch), against the published GB200 7.3-20.9% and H100 from
-    5.5%."""
+    """``force_on_policy_ratio`` (:data:`DELTAS` [1]): its ``policy_and_reference_logprobs`` is the reference
+    forward (+ weight swap) plus the policy's old-log-prob forward, and the flag drops the second (NeMo RL
+    grpo.py: ``skip_prev_logprobs``), so the predicted cut is ``old_log_prob / logprobs`` per recipe, set beside
+    the published 41.6-50.1%. The E2E gain is the step rescored with the pass dropped and one optimizer step per
+    step (the PR's ``train_global_batch_size`` 2048 = the whole batch; :func:`forced_ratio_price`: the config's
+    ``policy.force_on_policy_ratio`` for a v0.7+ file, the profile swap for the v0.5 / v0.6 files, all six
+    here), against the published GB200 7.3-20.9% and H100 from 5.5%."""
     d = DELTAS[1]
     cases = []
     for config in d["configs"]:
         p = price(config)
-        with without_old_log_prob():
-            after = price(config, {"training.actor.optimizer_steps": 1})
+        after, switch = forced_ratio_price(config)
         cases.append({"config": config, "logprobs": p["logprobs"], "old_log_prob": p["old_log_prob"],
                       "predicted_reduction_pct": 100.0 * p["old_log_prob"] / p["logprobs"],
                       "logprob_share_of_step_pct": 100.0 * p["logprobs"] / p["step"],
-                      "step_before": p["step"], "step_after": after["step"],
+                      "step_before": p["step"], "step_after": after["step"], "switch": switch,
                       "predicted_e2e_gain_pct": 100.0 * (p["step"] / after["step"] - 1.0)})
     lo, hi = d["published"]["logprob_time_reduction_pct"]
     reductions = [c["predicted_reduction_pct"] for c in cases]
@@ -355,7 +381,8 @@ def main() -> None:
     for c in fop["cases"]:
         print(f"  {c['config']}: log-probs {c['logprobs']:.1f} s, old-log-prob {c['old_log_prob']:.1f} s: "
               f"cut {c['predicted_reduction_pct']:.1f}% ({c['logprob_share_of_step_pct']:.1f}% of the step); step "
-              f"{c['step_before']:.1f} -> {c['step_after']:.1f} s, E2E +{c['predicted_e2e_gain_pct']:.1f}%")
+              f"{c['step_before']:.1f} -> {c['step_after']:.1f} s, E2E +{c['predicted_e2e_gain_pct']:.1f}% "
+              f"({c['switch']})")
     print(f"{fop['id']}: predicted cut {fop['predicted_reduction_pct'][0]:.1f}-{fop['predicted_reduction_pct'][1]:.1f}%"
           f", published {fop['published_reduction_pct'][0]}-{fop['published_reduction_pct'][1]}%")
     splits = [onpolicy_split(p) for p in PAIRS]

@@ -104,7 +104,8 @@ def test_output_and_argument_errors_come_before_any_work(capsys, monkeypatch, ar
 def test_place_out_and_gantt_are_checked_before_solving(tmp_path, capsys, monkeypatch):
     placement_cli = importlib.import_module("packplace.placement.screen.cli")
 
-    monkeypatch.setattr(placement_cli, "load_config", lambda path: pytest.fail("loaded"))  # nothing is solved
+    # the config is never read (place reads it through load_for_emit's load_yaml): nothing is solved
+    monkeypatch.setattr(placement_cli, "load_yaml", lambda path: pytest.fail("loaded"))
     code, _, err = run(capsys, "place", "--config", str(PLACEMENT), "--out", str(PLACEMENT))
     assert code == 2 and "--out:" in one_error_line(err) and "input file" in err
     code, _, err = run(capsys, "place", "--config", str(PLACEMENT), "--gantt", "/proc/version.png")

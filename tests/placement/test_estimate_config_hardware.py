@@ -159,3 +159,55 @@ def test_a_config_without_a_hardware_section_is_places_error(tmp_path):
     with pytest.raises(ConfigError) as info:
         estimate_hardware(f"{path}:actor", "h100-sxm", {})
     assert str(info.value) == f"{path}: {place.value}" == f"{path}: [hardware] Missing required section: 'hardware'"
+
+
+#: The GPU figures place requires of a [hardware] section without a preset (HARDWARE_FIELDS' required ones).
+GPU_FIGURES = ("flops_per_gpu", "memory_per_gpu", "memory_bandwidth", "alpha_coll_g", "beta_coll_g", "alpha_coll_n",
+               "beta_coll_n", "alpha_coll_r", "beta_coll_r", "alpha_p2p_g", "beta_p2p_g", "alpha_p2p_n", "beta_p2p_n",
+               "alpha_p2p_r", "beta_p2p_r")
+
+
+def test_a_partial_section_without_a_preset_names_what_estimate_needs(tmp_path, capsys):
+    # estimate sets racks and nodes_per_rack itself: a preset-less section is asked for its GPU's figures (or a
+    # preset), not for place's cluster size
+    config = copy.deepcopy(CONFIG)
+    config["hardware"] = {"memory_bandwidth": 2e12}
+    path = _write(tmp_path, config)
+    missing = [field for field in GPU_FIGURES if field != "memory_bandwidth"]
+    with pytest.raises(ConfigError) as info:
+        estimate_hardware(f"{path}:actor", None, {})
+    line = str(info.value)
+    assert line.startswith(f"{path}: [hardware] has no preset and lacks the GPU's figures estimate needs: "
+                           f"{', '.join(missing)} (null or absent); give a preset (the config's preset, or --gpu: ")
+    assert "racks" not in line.split("(null or absent)")[0]
+    assert main(["estimate", "--model", f"{path}:actor"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"packplace estimate: error: {line}" and "Traceback" not in err
+    # a null GPU figure is missing too; --hw gives one in its place
+    config["hardware"] = {field: None for field in GPU_FIGURES}
+    with pytest.raises(ConfigError, match=r"lacks the GPU's figures estimate needs: flops_per_gpu, memory_per_gpu, "):
+        estimate_hardware(f"{_write(tmp_path, config, 'nulls.yaml')}:actor", None, {})
+    # --gpu names the preset: the section's own figures on it
+    assert main(["estimate", "--model", f"{path}:actor", "--gpu", "h100-sxm"]) == 0
+    capsys.readouterr()
+    # place still asks for racks of the same config (its cluster is the config's)
+    with pytest.raises(ConfigError, match=r"^\[hardware\] Missing required field: 'racks'"):
+        build_instance(load_yaml(path))
+
+
+def test_a_whole_gpu_section_without_a_preset_or_racks_is_priced(tmp_path, capsys):
+    # every GPU figure and no cluster field: estimate needs no more (it had asked for racks)
+    from packplace.placement.problem.hardware import PRESETS
+    figures = {field: PRESETS["h100-sxm"][field] for field in GPU_FIGURES}
+    config = copy.deepcopy(CONFIG)
+    config["hardware"] = figures
+    path = _write(tmp_path, config)
+    assert estimate_hardware(f"{path}:actor", None, {}) == (None, figures)
+    e = _estimate(capsys, f"{path}:actor")
+    assert e["inputs"]["gpu"] is None and e["time_s"] > 0
+    # the same figures with place's cluster fields price the same: racks and nodes_per_rack are estimate's own,
+    # and its nodes hold 8 GPUs unless the section says otherwise
+    sized = copy.deepcopy(CONFIG)
+    sized["hardware"] = {**figures, "racks": 3, "nodes_per_rack": 5, "gpus_per_node": 8}
+    assert e["time_s"] == pytest.approx(_estimate(capsys, f"{_write(tmp_path, sized, 'sized.yaml')}:actor")["time_s"],
+                                        rel=1e-12)

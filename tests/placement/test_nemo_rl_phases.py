@@ -125,3 +125,20 @@ def test_figures_the_docs_quote():
     assert round(splits["qwen3-32b v0.5"]["generation_side_gap_s"], 1) == 35.0
     shares = [sp["generation_side_gap_s"] / sp["onpolicy_gap_s"] for sp in splits.values()]
     assert (round(100 * min(shares)), round(100 * max(shares))) == (58, 97)   # "58-97% of every on-policy gap"
+
+
+def test_force_on_policy_uses_the_config_switch_where_the_release_has_it():
+    # the six PR files are v0.5 / v0.6 (their release runs the pass whatever the setting): the profile swap
+    fop = phases.force_on_policy_delta()
+    assert [c["switch"] for c in fop["cases"]] == ["profile swap"] * 6
+    # at v0.7.0 the config's policy.force_on_policy_ratio drops the pass: the same step as the swap at that release
+    config = "nemo_rl_v0.6_grpo_qwen3-30b-a3b_4x8xh100_1off.yaml"
+    v07 = {"policy.framework_version": "0.7.0"}
+    forced, switch = phases.forced_ratio_price(config, v07)
+    assert switch == "config" and forced["old_log_prob"] == 0.0
+    with phases.without_old_log_prob():
+        swapped = phases.price(config, {**v07, "training.actor.optimizer_steps": 1})
+    assert forced["step"] == pytest.approx(swapped["step"], rel=1e-12)
+    assert forced["trainer_chain"] == pytest.approx(swapped["trainer_chain"], rel=1e-12)
+    before = phases.price(config, v07)
+    assert before["old_log_prob"] > 0 and forced["step"] <= before["step"]

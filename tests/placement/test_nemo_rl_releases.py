@@ -339,6 +339,25 @@ def test_a_v07_forced_ratio_drops_the_old_log_prob_phase_and_nothing_else():
         assert {k: v for k, v in plain.items() if k != "old_log_prob"} == forced
 
 
+def test_forced_ratio_without_a_framework_version_is_refused_not_ignored():
+    # an unset framework_version applies no release (release_for is None), so the setting would do nothing:
+    # whether the pass is skipped depends on the release (0.7.0 skips it, 0.6.0 runs it)
+    assert release_for("nemo-rl", None) is None
+    with pytest.raises(ConfigError) as info:
+        _small(force_on_policy_ratio=True)
+    assert str(info.value) == (
+        "[policy] force_on_policy_ratio: true needs policy.framework_version: whether NeMo RL skips the "
+        "previous-policy log-prob pass depends on the release (from 0.7.0 it does, 0.6.0 still runs it), and an "
+        "unset framework_version applies no release's settings; set framework_version (e.g. \"0.7.0\") or drop "
+        "force_on_policy_ratio")
+    with pytest.raises(ConfigError, match="needs policy.framework_version"):
+        _small(version=None, force_on_policy_ratio=True, framework_version=None)   # null is unset
+    # false (or null) without a release loads, as before
+    assert not _small(force_on_policy_ratio=False).force_on_policy_ratio
+    assert not _small(force_on_policy_ratio=None).force_on_policy_ratio
+    assert _small(version="0.7.0", force_on_policy_ratio=True).force_on_policy_ratio
+
+
 def test_forced_ratio_is_refused_outside_nemo_rl_grpo_with_one_optimizer_step():
     with pytest.raises(ConfigError, match=r"^\[policy\] force_on_policy_ratio: NeMo RL's"):
         build_instance({

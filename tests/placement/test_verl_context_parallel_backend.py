@@ -152,3 +152,52 @@ def test_place_and_estimate_agree_on_verls_backend_and_refusals(backend, cp, tp)
             == ("megatron" if backend == "megatron" or cp > 1 or tp > 1 else "fsdp")
         assert e.inputs["pass_kernels"] == get_evaluator(instance).cost.pass_kernels(1, tp, 1) \
             == ("megatron" if placed == "megatron" else "hf")
+
+
+@pytest.mark.parametrize("flag", ["megatron", "auto"])
+def test_the_trainer_backend_flag_overrides_the_configs_before_its_refusals(tmp_path, capsys, flag):
+    # --trainer-backend overrides policy.trainer_backend (a flag over the config) before the config's own refusals
+    # run: the FSDP refusal's "use trainer_backend megatron or auto" is a fix the flag can apply
+    import yaml
+
+    from packplace.cli import main
+    from packplace.placement.screen.cli import load_for_emit
+    path = tmp_path / "verl_cp_fsdp.yaml"
+    path.write_text(yaml.safe_dump(_config("fsdp")))
+    assert main(["place", "--config", str(path), "--solver", "greedy"]) == 2   # the refusal without the flag
+    assert capsys.readouterr().err.strip() == f"packplace place: error: {FSDP_REFUSAL}"
+    instance, note = load_for_emit(str(path), None, flag)
+    assert note == "" and Context.of(instance).backend == flag
+    assert trainer_backend(Context.of(instance)) == "megatron"
+    # priced on the flag's backend: the same plan and step time as the config written with it
+    result = solve_placement(instance, "greedy", seed=0)
+    written = solve_placement(build_instance(_config(flag)), "greedy", seed=0)
+    assert result.ok and result.objective == pytest.approx(written.objective, rel=1e-12)
+    train = result.solution.by_vertex()[TRAIN].strategy
+    assert get_evaluator(instance).cost.pass_kernels(train.pp, train.tp, train.ep) == "megatron"
+    assert main(["place", "--config", str(path), "--solver", "greedy", "--trainer-backend", flag,
+                 "--emit", "verl"]) == 0
+    out = capsys.readouterr().out
+    assert "status: feasible" in out and "verl (megatron):" in out.splitlines()
+
+
+def test_the_trainer_backend_flag_lifts_the_megatron_zero3_refusal(tmp_path, capsys):
+    import yaml
+
+    from packplace.cli import main
+    cfg = _config("megatron", context_parallel=1, sharding="zero3")
+    path = tmp_path / "verl_zero3_megatron.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["place", "--config", str(path), "--solver", "greedy"]) == 2
+    assert capsys.readouterr().err.startswith("packplace place: error: [policy] trainer_backend: megatron: verl's "
+                                              "Megatron workers shard no parameters")
+    for flag in ("fsdp", "auto"):
+        assert main(["place", "--config", str(path), "--solver", "greedy", "--trainer-backend", flag,
+                     "--emit", "verl"]) == 0
+        out = capsys.readouterr().out
+        assert "status: feasible" in out and "verl (fsdp):" in out.splitlines()
+    # a flag that keeps a refused combination is refused with the same message as the config
+    cfg["training"]["actor"]["context_parallel"] = 2
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["place", "--config", str(path), "--solver", "greedy", "--trainer-backend", "megatron"]) == 2
+    assert "trainer_backend: megatron: verl's Megatron workers" in capsys.readouterr().err

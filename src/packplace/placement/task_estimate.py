@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from packplace.context_parallel.cost import cost_from_shape
-from packplace.contract import check_section
+from packplace.contract import REQUIRED, check_section
 from packplace.errors import ConfigError, show
 from packplace.placement.estimate_trainer import (
     TrainerBackend,
@@ -72,6 +72,7 @@ from packplace.placement.model.sequence_packing import PackedPasses, SequencePac
 from packplace.placement.problem.config import (
     CLUSTER_FIELDS,
     FIRST_PACKING_RELEASE,
+    HARDWARE_FIELDS,
     POLICY_FIELDS,
     WORKLOAD_FIELDS,
     _hardware,
@@ -231,11 +232,19 @@ def config_hardware(name: str, replaced: Mapping[str, Any] | None = None) -> dic
     function that builds a config's cluster and hardware); None for any other model or a config that does not
     exist.
 
+    A section without a preset is checked as ``estimate`` uses it: the fields of :data:`SIZED_FIELDS`, which
+    ``estimate`` sets itself, are not asked for (``racks`` and ``nodes_per_rack`` are checked at 1 and
+    ``gpus_per_node`` at ``gpus_per_host``, else 8, where the section leaves them), and the GPU's own
+    figures ``place`` requires without a preset (``flops_per_gpu``, ``memory_per_gpu``, ``memory_bandwidth``,
+    the ``alpha_*`` / ``beta_*`` links) are listed together when any is missing.
+
     Raises:
         ConfigError: ``CONFIG.yaml: <place's message>`` where ``place`` refuses the section (the config's own
             values; ``replaced``'s are checked by their caller): no ``[hardware]`` section, an unknown field
             (``null`` or not), a preset ``null`` or not a preset name, a field's value out of its range
-            (naming the field and the value).
+            (naming the field and the value); ``CONFIG.yaml: [hardware] has no preset and lacks the GPU's
+            figures estimate needs: ...`` for a section without a preset that lacks (or sets ``null``) any of
+            the GPU fields, naming them, the preset and ``--gpu``.
     """
     named = config_role(name)
     if named is None or not Path(named[0]).exists():
@@ -244,10 +253,37 @@ def config_hardware(name: str, replaced: Mapping[str, Any] | None = None) -> dic
     replaced = dict(replaced or {})
     try:
         section = _section(doc if isinstance(doc, Mapping) else {}, "hardware")
-        _hardware({**section, **replaced})
+        _hardware(_as_estimate_uses({**section, **replaced}))
     except ConfigError as error:
         raise ConfigError(f"{named[0]}: {error}") from None
     return {**section, **replaced}
+
+
+def _as_estimate_uses(section: dict[str, Any]) -> dict[str, Any]:
+    """``section`` (a config's ``[hardware]`` with the command line's fields over it) as :func:`config_hardware`
+    checks it: unchanged with a preset (or any key ``place``'s reader refuses first); without one, the
+    cluster fields ``estimate`` sets itself filled where absent (``racks`` / ``nodes_per_rack`` 1,
+    ``gpus_per_node`` the section's ``gpus_per_host`` or 8: the check's values only, not estimate's cluster).
+
+    Raises:
+        ConfigError: ``[hardware] has no preset and lacks the GPU's figures estimate needs: F, G (null or
+            absent); ...``: every required :data:`~packplace.placement.problem.config.HARDWARE_FIELDS` entry the
+            section lacks, with the fixes (the config's ``preset``, ``--gpu``, the fields themselves);
+            :func:`config_hardware` puts the config's path in front.
+    """
+    if "preset" in section or any(not isinstance(key, str) for key in section):
+        return section
+    missing = [field for field, spec in HARDWARE_FIELDS.items() if spec.default is REQUIRED
+               and section.get(field) is None]
+    if missing:
+        raise ConfigError(f"[hardware] has no preset and lacks the GPU's figures estimate needs: "
+                          f"{', '.join(missing)} (null or absent); give a preset (the config's preset, or --gpu: "
+                          f"{', '.join(sorted(PRESETS))}) or set those fields (racks and nodes_per_rack "
+                          "estimate sets itself: its cluster holds the strategy's GPUs)")
+    host = section.get("gpus_per_host")
+    filled = {"racks": 1, "nodes_per_rack": 1,
+              "gpus_per_node": host if isinstance(host, int) and not isinstance(host, bool) and host > 0 else 8}
+    return {**section, **{key: value for key, value in filled.items() if section.get(key) is None}}
 
 
 def estimate_hardware(model: str, gpu: str | None, overrides: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:

@@ -213,8 +213,9 @@ def skips_old_log_prob(framework: str, version: str | None, force_on_policy_rati
     """Whether the policy's previous-policy log-prob pass (``old_log_prob``) is dropped: ``nemo-rl`` at a
     release with ``forced_ratio_skips_logprob`` (:func:`release_for` of ``version``; v0.7.0 on) and
     ``policy.force_on_policy_ratio`` set. False for any other framework, for no version (the table's
-    releases are only applied to a named release) and for v0.4-v0.6, which run the pass whatever the
-    setting.
+    releases are only applied to a named release; a config with the setting and no ``framework_version`` is
+    refused when it loads, :func:`~packplace.placement.problem.config.build_instance`) and for v0.4-v0.6,
+    which run the pass whatever the setting.
 
     Raises:
         ConfigError: ``[policy] framework_version: 'x' is not a release ...`` (:func:`release_for`).

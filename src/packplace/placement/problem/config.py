@@ -183,11 +183,15 @@ POLICY_FIELDS: dict[str, Field] = {
     "framework_version": Field("str", default=None,
                                meaning="release of the framework that ran (e.g. 0.5.0, v0.5, 0.5rc1): its own "
                                        "defaults for enforce_eager and the vLLM engine generation, and for nemo-rl "
-                                       "v0.4+ the release's per-step settings (unset: the current ones)"),
+                                       "v0.4+ the release's per-step settings (unset: the profile's current "
+                                       "enforce_eager and engine generation, and no release's per-step settings: "
+                                       "none of the nemo-rl release table is applied, and force_on_policy_ratio "
+                                       "is refused)"),
     "force_on_policy_ratio": Field("bool", default=False,
                                    meaning="nemo-rl loss_fn.force_on_policy_ratio: the policy ratio is forced to 1 "
                                            "and, from framework_version 0.7.0, the previous-policy log-prob pass "
-                                           "is skipped (needs one optimizer step per step)"),
+                                           "is skipped, while 0.6.0 still runs it (needs one optimizer step per "
+                                           "step and a framework_version)"),
     "inference_offload": Field("enum", choices=tuple(INFERENCE_OFFLOAD), default="none",
                                meaning="inference-only models whose weights stay in host memory between forwards"),
     "train_mb_tokens": Field("int", "tokens", 1, 10_000_000, default=None,
@@ -888,11 +892,15 @@ def _check_forced_ratio(policy: Mapping[str, Any], training: Mapping[str, Traini
     """``policy.force_on_policy_ratio`` is NeMo RL's ``loss_fn.force_on_policy_ratio``: a ``nemo-rl`` setting of
     an algorithm with the previous-policy log-prob pass, and NeMo RL requires ``train_global_batch_size ==
     num_prompts_per_step * num_generations_per_prompt`` with it (``nemo_rl/algorithms/grpo.py``, v0.6.0 and
-    v0.7.0), i.e. one optimizer step per step.
+    v0.7.0), i.e. one optimizer step per step. What it does to the step depends on the release: v0.7.0 on skips
+    the previous-policy log-prob pass, v0.6.0 still runs it
+    (:func:`~packplace.placement.model.nemo_rl_releases.skips_old_log_prob`). An unset ``framework_version``
+    applies no release's settings (:func:`~packplace.placement.model.nemo_rl_releases.release_for` is ``None``),
+    so the setting would silently do nothing: it is refused without a release.
 
     Raises:
-        ConfigError: set for another framework, for an algorithm without the pass (``dpo``), or with
-            ``training.actor.optimizer_steps`` above 1.
+        ConfigError: set for another framework, for an algorithm without the pass (``dpo``), without
+            ``policy.framework_version``, or with ``training.actor.optimizer_steps`` above 1.
     """
     if not policy["force_on_policy_ratio"]:
         return
@@ -902,6 +910,11 @@ def _check_forced_ratio(policy: Mapping[str, Any], training: Mapping[str, Traini
     if not algorithm_spec(policy["algorithm"]).old_log_prob:
         raise ConfigError(f"[policy] force_on_policy_ratio: {policy['algorithm']} has no policy ratio "
                           "(no previous-policy log-prob pass); drop it")
+    if policy.get("framework_version") is None:
+        raise ConfigError("[policy] force_on_policy_ratio: true needs policy.framework_version: whether NeMo RL "
+                          "skips the previous-policy log-prob pass depends on the release (from 0.7.0 it does, "
+                          "0.6.0 still runs it), and an unset framework_version applies no release's settings; "
+                          "set framework_version (e.g. \"0.7.0\") or drop force_on_policy_ratio")
     steps = training["actor"].optimizer_steps if "actor" in training else 1
     if steps != 1:
         raise ConfigError(f"[training.actor] optimizer_steps: {steps} with policy.force_on_policy_ratio; NeMo RL "

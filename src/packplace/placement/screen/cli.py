@@ -20,6 +20,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from packplace import interrupt, outputs, yamlio
@@ -55,7 +56,7 @@ from packplace.placement.emit import FRAMEWORKS, emit
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.framework import DEFAULT_FRAMEWORK
 from packplace.placement.model.layout_rules import TRAINER_BACKENDS
-from packplace.placement.problem.config import build_instance, load_config, load_yaml
+from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.problem.hardware import Hardware
 from packplace.placement.problem.plan import gpu_ranges, plan_to_json
 from packplace.placement.screen.balance_report import (
@@ -109,7 +110,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "trainers or zero3 sharding, Megatron otherwise (for verl also whenever a trained model "
                         "has training.context_parallel: verl's FSDP workers split sequences with Ulysses, "
                         "policy.ulysses_sequence_parallel_size); the search keeps to the backend's layouts, and a "
-                        "config the backend cannot run (verl context parallelism with fsdp or zero3) is refused")
+                        "config the backend cannot run (verl context parallelism with fsdp or zero3) is refused; "
+                        "the flag replaces the config's policy.trainer_backend before the config is checked")
     p.add_argument("--compare-balance", action="store_true", dest="compare_balance",
                    help="also print the chosen plan's step time with each training.balance split")
     p.add_argument("--check", action="store_true",
@@ -218,18 +220,24 @@ def load_for_emit(path: str, emit_for: str | None, backend: str | None) -> tuple
     A config without ``policy.framework`` is planned for the framework it is emitted for (its execution
     profile and layout rules, :mod:`packplace.placement.model.layout_rules`), so the emitted plan runs as planned;
     a config naming another framework keeps its own (the emitter then lists what the target cannot run).
-    ``backend`` (``--trainer-backend``) sets ``policy.trainer_backend``.
+    ``backend`` (``--trainer-backend``) sets ``policy.trainer_backend``. Both are applied to the parsed YAML
+    before the config is built, so the config's own checks (its layout refusals,
+    :func:`~packplace.placement.model.layout_rules.config_refusals`) judge the framework and backend it is
+    planned with: a command-line flag overrides the config's value, and a config refused for its own
+    ``trainer_backend`` (verl's FSDP workers with ``context_parallel`` above 1, its Megatron workers with
+    ``sharding: zero3``) loads with the flag that lifts the refusal.
 
     Raises:
-        ConfigError: as :func:`~packplace.placement.problem.config.load_config`.
+        ConfigError: as :func:`~packplace.placement.problem.config.load_config`, for the config with the
+            flags applied.
     """
-    instance = load_config(path)
-    if not (backend or (emit_for and instance.framework == DEFAULT_FRAMEWORK)):
-        return instance, ""
     raw = load_yaml(path)
-    policy = dict(raw.get("policy") or {})
+    policy = raw.get("policy")
+    if not (backend or emit_for) or (policy is not None and not isinstance(policy, Mapping)):
+        return build_instance(raw, source=str(path)), ""  # no flag to apply, or a policy section refused as is
+    policy = dict(policy or {})
     note = ""
-    if emit_for and instance.framework == DEFAULT_FRAMEWORK:
+    if emit_for and policy.get("framework") in (None, DEFAULT_FRAMEWORK):
         policy["framework"] = emit_for
         note = (f"planned with policy.framework: {emit_for} (the config sets none): {emit_for}'s execution profile "
                 f"and layout rules")
