@@ -335,7 +335,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   workspace_bytes: float | None = None, pass_tokens: float | None = None,
                   logprob_tokens: float | None = None, logit_bytes: tuple[float, float] | None = None,
                   offload_between_passes: bool = False,
-                  context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL) -> tuple[float, float]:
+                  context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
+                  bare_loop: bool = False) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -370,6 +371,14 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         offload_between_passes: ``options.offload`` brings the state back per pass (verl, :func:`_stage_train_state`).
         context_parallel: A ``train`` or ``infer`` vertex's context parallelism (:class:`ContextParallelSplit`,
             what it splits and what it does not); ``generate`` ignores it.
+        bare_loop: A ``train`` vertex trained by a bare PyTorch loop
+            (:func:`~packplace.placement.model.pass_memory.bare_loop`: framework ``none`` on no trainer backend,
+            ``sharding`` none; no LoRA, offload or fp32 gradient buffer): with one micro-batch per step in flight
+            (``micro_batches`` 1, no context parallelism) its fp32 gradients (``4p``) exist in the backward's
+            end only, not through the forward (``zero_grad(set_to_none=True)`` frees them between steps:
+            :func:`~packplace.placement.model.pass_memory.resident_gradients`), so they leave the resident state
+            for the transient's backward-end phase, as ``estimate``'s pass prices them
+            (:func:`~packplace.placement.model.pass_memory.pass_memory`).
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
@@ -402,9 +411,11 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         last = i == pp - 1
         if kind == "train":
             resident, loaded = _stage_train_state(model, options, i, p, pp, tp, dp, ep, offload_between_passes)
+            late = 4.0 * p if bare_loop and inflight == 1 and not cp.active else 0.0   # fp32 gradients
             transient = loaded + _train_vertex_transient(model, options, tokens, logprob_tokens, layers[i], i == 0,
                                                          last, tp, min(pp - i, inflight), ep, cp.ring,
-                                                         framework == "none", workspace, logit_bytes)
+                                                         framework == "none", workspace, logit_bytes, late)
+            resident -= late
         elif kind == "infer":
             # partitioned: the stage's weights over all tp·dp ranks (ZeRO-3 shards expert weights over the
             # expert-data-parallel group, ep·(dp/ep) = dp ranks with tp)
@@ -432,15 +443,16 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
 def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: float, logprob_tokens: float | None,
                             n_layers: int, first: bool, last: bool, tp: int, inflight: int, ep: int, ring: int,
                             kv_cache: bool, workspace: float,
-                            logit_bytes: tuple[float, float] | None = None) -> float:
+                            logit_bytes: tuple[float, float] | None = None, end_gradients: float = 0.0) -> float:
     """A training vertex's transient bytes on one stage (:func:`vertex_memory`): the training pass's peak
     (:func:`~packplace.placement.model.pass_memory.train_transient`), or the old-log-prob forward's when
     larger; ``tokens`` / ``logprob_tokens`` are the GPU's share under context parallelism, ``ring`` the CP
-    group the attention's ring runs over; ``logit_bytes`` the framework's logit bytes per vocabulary entry."""
+    group the attention's ring runs over; ``logit_bytes`` the framework's logit bytes per vocabulary entry;
+    ``end_gradients`` the gradient bytes a bare loop allocates in the backward, held at its end only."""
     autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
     transient = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,
                                 recompute=options.recompute, tp=tp, inflight=inflight, autocast=autocast, ep=ep,
-                                cp=ring, logit_bytes=logit_bytes).peak(workspace)
+                                cp=ring, logit_bytes=logit_bytes).peak(workspace, end_gradients)
     if logprob_tokens is None:
         return transient
     forward = infer_transient(model, tokens=logprob_tokens, n_layers=n_layers, last=last, tp=tp, kv_cache=kv_cache,
