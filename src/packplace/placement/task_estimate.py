@@ -476,8 +476,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             a pack on the strategy's trainer backend, the DTensor pad included (:func:`_pack_pricing`).
         train_mb_tokens: NeMo RL's training pack for ``task="infer"`` with ``pack_tokens`` where log-prob packs
             are padded to it (:func:`_pack_pricing`).
-        cp: Context-parallel degree of a train / infer pass (:func:`_cp_share`) on ``tp·pp·cp·dp`` GPUs; a training
-            pass's memory is ``place``'s vertex of ``micro_batch`` sequences per DP×CP rank (:func:`memory_parts`).
+        cp: The CP degree of a train / infer pass on ``tp·pp·cp·dp`` GPUs (:func:`_cp_share`, :func:`memory_parts`).
         trainer_backend: ``policy.trainer_backend`` of a train / infer pass, resolved as ``place`` resolves it
             (:func:`~packplace.placement.estimate_trainer.resolve_trainer_backend`); with an RL ``framework`` (or
             ``megatron``) priced as the evaluator prices the vertex (:func:`~packplace.placement.estimate_trainer.
@@ -487,8 +486,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
         :class:`Estimate` (seconds and bytes per GPU).
 
     Raises:
-        ConfigError: an invalid argument, naming it and its value.
-    """
+        ConfigError: an invalid argument, naming it and its value."""
     shape = resolve_model(model)
     _check_settings(task, recompute, optimizer, framework, enforce_eager)
     _check_sharding(sharding, task, optimizer)

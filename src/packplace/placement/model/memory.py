@@ -329,14 +329,12 @@ def train_state_bytes(params: float, layer_params: float, dp: int, options: Trai
 
 def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, micro_batch: int,
                   micro_batches: int, seq_len: float, prompt_len: int, live_len: float,
-                  options: TrainingOptions = DEFAULT_TRAINING,
-                  prefill_sequences: int | None = None, ep: int = 1, sharded_weights: bool = False,
-                  offloaded_weights: bool = False, framework: str = "none",
+                  options: TrainingOptions = DEFAULT_TRAINING, prefill_sequences: int | None = None, ep: int = 1,
+                  sharded_weights: bool = False, offloaded_weights: bool = False, framework: str = "none",
                   workspace_bytes: float | None = None, pass_tokens: float | None = None,
                   logprob_tokens: float | None = None, logit_bytes: tuple[float, float] | None = None,
-                  offload_between_passes: bool = False,
-                  context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
-                  bare_loop: bool = False) -> tuple[float, float]:
+                  offload_between_passes: bool = False, bare_loop: bool = False,
+                  context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -370,15 +368,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             pass (:func:`~packplace.placement.model.framework.trainer_logit_bytes`; ``None``: 10 / 12).
         offload_between_passes: ``options.offload`` brings the state back per pass (verl, :func:`_stage_train_state`).
         context_parallel: A ``train`` or ``infer`` vertex's context parallelism (:class:`ContextParallelSplit`,
-            what it splits and what it does not); ``generate`` ignores it.
-        bare_loop: A ``train`` vertex trained by a bare PyTorch loop
-            (:func:`~packplace.placement.model.pass_memory.bare_loop`: framework ``none`` on no trainer backend,
-            ``sharding`` none; no LoRA, offload or fp32 gradient buffer): with one micro-batch per step in flight
-            (``micro_batches`` 1, no context parallelism) its fp32 gradients (``4p``) exist in the backward's
-            end only, not through the forward (``zero_grad(set_to_none=True)`` frees them between steps:
-            :func:`~packplace.placement.model.pass_memory.resident_gradients`), so they leave the resident state
-            for the transient's backward-end phase, as ``estimate``'s pass prices them
-            (:func:`~packplace.placement.model.pass_memory.pass_memory`).
+            what it splits and what it does not); ``generate`` ignores it. ``bare_loop``: :func:`_bare_loop_gradients`.
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
@@ -411,11 +401,10 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         last = i == pp - 1
         if kind == "train":
             resident, loaded = _stage_train_state(model, options, i, p, pp, tp, dp, ep, offload_between_passes)
-            late = 4.0 * p if bare_loop and inflight == 1 and not cp.active else 0.0   # fp32 gradients
-            transient = loaded + _train_vertex_transient(model, options, tokens, logprob_tokens, layers[i], i == 0,
-                                                         last, tp, min(pp - i, inflight), ep, cp.ring,
-                                                         framework == "none", workspace, logit_bytes, late)
-            resident -= late
+            late = _bare_loop_gradients(p, bare_loop and inflight == 1 and not cp.active)   # resident -> the end
+            resident, transient = resident - late, loaded + _train_vertex_transient(
+                model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, min(pp - i, inflight), ep, cp.ring,
+                framework == "none", workspace, logit_bytes, late)
         elif kind == "infer":
             # partitioned: the stage's weights over all tp·dp ranks (ZeRO-3 shards expert weights over the
             # expert-data-parallel group, ep·(dp/ep) = dp ranks with tp)
@@ -438,6 +427,19 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         if resident + transient > best[0]:
             best = (resident + transient, resident, transient)
     return best[1], best[2]
+
+
+def _bare_loop_gradients(params: float, one_micro_batch: bool) -> float:
+    """Gradient bytes per GPU a bare PyTorch loop's training vertex (``vertex_memory(bare_loop=True)``,
+    :func:`~packplace.placement.model.pass_memory.bare_loop`: framework ``none`` on no trainer backend, ``sharding``
+    none, no LoRA, offload or fp32 gradient buffer) holds at the backward's end only, not through the forward:
+    its fp32 gradients, ``4·params``, when ``one_micro_batch`` (one micro-batch per rank in flight, no context
+    parallelism), since ``optimizer.zero_grad()`` sets them to ``None`` between steps (``set_to_none=True``,
+    PyTorch's default since 2.0; :func:`~packplace.placement.model.pass_memory.resident_gradients`); 0 otherwise
+    (several micro-batches: they exist from the first backward on). They leave the resident state for the
+    transient's backward-end phase, as ``estimate``'s pass prices them
+    (:func:`~packplace.placement.model.pass_memory.pass_memory`)."""
+    return 4.0 * params if one_micro_batch else 0.0
 
 
 def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: float, logprob_tokens: float | None,

@@ -355,13 +355,9 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             split by CP (``dp`` counts the data-parallel ranks that shard them).
         logit_bytes: The framework's ``(forward, loss backward)`` bytes per vocabulary entry per token of the
             logits in a training or log-prob pass (:func:`logit_bytes_per_token`; ``None``: 10 / 12).
-        trainer_backend: The trainer that runs a ``train`` pass (``none``: bare PyTorch; ``megatron``, ``fsdp``,
-            ``deepspeed``): a backend's trainer keeps its gradients through the step (:func:`resident_gradients`).
-        cp_exact: With ``cp > 1``, every sequence is exactly ``seq_len`` tokens and padded once to the CP
-            multiple (True); False: the sequences are of any length up to ``seq_len``, so each may carry up to
-            ``2·cp·tp − 1`` pad tokens and a GPU holds up to ``2·tp`` tokens more per sequence than
-            ``micro_batch·seq_len/cp`` (:func:`context_parallel_tokens` unrounded), the bound ``place``'s vertex
-            charges (:meth:`~packplace.placement.model.memory.ContextParallelSplit.rank_tokens`).
+        trainer_backend: The ``train`` pass's trainer (``none``: bare PyTorch; :func:`resident_gradients`).
+        cp_exact: With ``cp > 1``, the sequences' own lengths are ``seq_len`` (True) or any up to it (False):
+            :func:`_pass_tokens`.
 
     Returns:
         :class:`PassMemory`.
@@ -393,14 +389,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
     best: PassMemory | None = None
     for i in range(pp):
         last = i == pp - 1
-        # equal sequences: each padded once to the CP multiple (none where seq_len already is one); not exact:
-        # up to 2·tp pad tokens per sequence on each GPU
-        multiple = 2 * cp * tp
-        if cp_exact:
-            tokens = context_parallel_tokens(micro_batch * (-(-seq_len // multiple) * multiple if cp > 1 else seq_len),
-                                             cp, micro_batch, tp, rounded=True)
-        else:
-            tokens = context_parallel_tokens(micro_batch * seq_len, cp, micro_batch, tp)
+        tokens = _pass_tokens(micro_batch, seq_len, cp, tp, cp_exact)
         if task == "train":
             part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, tokens, recompute,
                                 optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep, cp, logit_bytes,
@@ -415,6 +404,20 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             best = part
     assert best is not None
     return best
+
+
+def _pass_tokens(micro_batch: int, seq_len: int, cp: int, tp: int, exact: bool) -> float:
+    """Tokens one GPU holds of a pass of ``micro_batch`` sequences of ``seq_len`` tokens on a CP group of ``cp``
+    (before the TP split; all of them for ``cp = 1``). ``exact``: every sequence is ``seq_len`` tokens, padded once
+    to a multiple of ``2·cp·tp`` (none where it already is one). Not ``exact``: the sequences are of any length up
+    to ``seq_len``, each carrying up to ``2·cp·tp − 1`` pad tokens, so a GPU holds up to ``2·tp`` tokens more per
+    sequence than ``micro_batch·seq_len/cp`` (:func:`context_parallel_tokens` unrounded), the bound ``place``'s
+    vertex charges (:meth:`~packplace.placement.model.memory.ContextParallelSplit.rank_tokens`)."""
+    if not exact:
+        return context_parallel_tokens(micro_batch * seq_len, cp, micro_batch, tp)
+    multiple = 2 * cp * tp
+    padded = -(-seq_len // multiple) * multiple if cp > 1 else seq_len
+    return context_parallel_tokens(micro_batch * padded, cp, micro_batch, tp, rounded=True)
 
 
 def _slack(tensors: float, mean_bytes: float = float("inf")) -> float:
