@@ -141,3 +141,14 @@ def test_memory_workspace_moves_estimate_as_it_moves_place():
 ])
 def test_only_the_bare_loop_frees_its_gradients_between_steps(optimizer, sharding, framework, backend, held):
     assert resident_gradients(optimizer, sharding, framework, backend) is held
+
+
+def test_the_bare_loop_frees_its_gradients_at_each_optimizer_step():
+    # two micro-batches per rank in two optimizer steps (training.optimizer_steps 2): one micro-batch per optimizer
+    # step, so zero_grad(set_to_none=True) frees the gradients before each forward, as with one micro-batch
+    one = _vertex_bytes(_config("none", "auto", "none", 4, 4), Strategy(4, 1, 1, 1), 1)
+    config = _config("none", "auto", "none", 4, 8)
+    config["training"]["optimizer_steps"] = 2
+    assert _vertex_bytes(config, Strategy(4, 1, 1, 1), 1) == pytest.approx(one, rel=REL)
+    config["training"]["optimizer_steps"] = 1   # one step of two micro-batches: the gradients held
+    assert _vertex_bytes(config, Strategy(4, 1, 1, 1), 1) > one

@@ -401,7 +401,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         last = i == pp - 1
         if kind == "train":
             resident, loaded = _stage_train_state(model, options, i, p, pp, tp, dp, ep, offload_between_passes)
-            late = _bare_loop_gradients(p, bare_loop and inflight == 1 and not cp.active)   # resident -> the end
+            late = _bare_loop_gradients(p, bare_loop and not cp.active and micro_batches <= options.optimizer_steps)
             resident, transient = resident - late, loaded + _train_vertex_transient(
                 model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, min(pp - i, inflight), ep, cp.ring,
                 framework == "none", workspace, logit_bytes, late)
@@ -433,10 +433,11 @@ def _bare_loop_gradients(params: float, one_micro_batch: bool) -> float:
     """Gradient bytes per GPU a bare PyTorch loop's training vertex (``vertex_memory(bare_loop=True)``,
     :func:`~packplace.placement.model.pass_memory.bare_loop`: framework ``none`` on no trainer backend, ``sharding``
     none, no LoRA, offload or fp32 gradient buffer) holds at the backward's end only, not through the forward:
-    its fp32 gradients, ``4·params``, when ``one_micro_batch`` (one micro-batch per rank in flight, no context
-    parallelism), since ``optimizer.zero_grad()`` sets them to ``None`` between steps (``set_to_none=True``,
-    PyTorch's default since 2.0; :func:`~packplace.placement.model.pass_memory.resident_gradients`); 0 otherwise
-    (several micro-batches: they exist from the first backward on). They leave the resident state for the
+    its fp32 gradients, ``4·params``, when ``one_micro_batch`` (one micro-batch per rank per optimizer step: the
+    vertex's ``micro_batches`` at most ``options.optimizer_steps``; no context parallelism), since
+    ``optimizer.zero_grad()`` sets them to ``None`` between steps (``set_to_none=True``, PyTorch's default since
+    2.0; :func:`~packplace.placement.model.pass_memory.resident_gradients`); 0 otherwise (several micro-batches
+    per optimizer step: they exist from the first backward on). They leave the resident state for the
     transient's backward-end phase, as ``estimate``'s pass prices them
     (:func:`~packplace.placement.model.pass_memory.pass_memory`)."""
     return 4.0 * params if one_micro_batch else 0.0
