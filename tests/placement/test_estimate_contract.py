@@ -305,3 +305,44 @@ def test_a_pipelined_log_prob_pass_is_the_slowest_stage_and_the_vertex_pp_times_
     infer = estimate(shape, "h100-sxm", "infer", seq_len=2048, framework=framework, **degrees)
     assert infer.inputs["pass_kernels"] == "megatron"
     assert vertex["old_log_prob"] == pytest.approx(degrees["pp"] * (infer.time_s - infer.parts["overhead"]), rel=REL)
+
+
+@pytest.mark.parametrize("framework, backend, degrees", [
+    ("verl", "auto", {"dp": 2}),                 # verl's CP: its Megatron workers
+    ("nemo-rl", "megatron", {"dp": 2}),
+    ("verl", "auto", {"dp": 1, "tp": 2}),
+])
+def test_a_context_parallel_pass_is_the_vertex_of_dp_times_cp_ranks(framework, backend, degrees):
+    # place's vertex on dp·cp DP×CP ranks of one 8,192-token sequence each (Strategy(dp·cp, ...), micro-batch 1):
+    # a CP group of 2 runs 2 micro-batches of one sequence, each GPU holding half of each. estimate --cp 2
+    # --micro-batch 1 is its memory to 1e-9 (the group's 2 micro-batches: gradients from the first, up to 2 in
+    # flight per stage; up to 2·tp pad tokens per sequence on a GPU, as place charges sequences of any length);
+    # its time is one of the 2 micro-batches, and --micro-batch 2 (both sequences in one micro-batch: each GPU the
+    # same tokens) is the vertex's train + memory_options + overhead up to the ring's exposed exchange, which the
+    # evaluator prices through its balance planner (3.8e-5 - 6.1e-5 relative here)
+    dp, tp, cp, seq_len = degrees["dp"], degrees.get("tp", 1), 2, 8192
+    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": dp * tp * cp},
+              "models": {"actor": dict(DENSE), "reward": "rule"},
+              "workload": {"batch_size": dp * cp, "samples_per_prompt": 1, "context_length": seq_len - 1,
+                           "generation_length": 1},
+              "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
+              "training": {"recompute": "none", "context_parallel": cp}}
+    instance = build_instance(config)
+    evaluator = get_evaluator(instance)
+    strategy = Strategy(dp * cp, 1, tp, 1)
+    cand = evaluator.table.lookup("actor.train", strategy, 1, (1, 1, strategy.gpus))
+    vertex = vertex_parts(instance, evaluator.cost, "actor.train", strategy, 1, (1, 1, strategy.gpus))
+    seconds = vertex["train"] + vertex["memory_options"] + vertex["overhead"]
+
+    def priced(mb):
+        return estimate(instance.models["actor"], "h100-sxm", "train", micro_batch=mb, seq_len=seq_len, tp=tp, dp=dp,
+                        cp=cp, framework=framework, trainer_backend=backend, recompute="none")
+
+    one, both = priced(1), priced(2)
+    assert one.memory["peak_bytes"] == pytest.approx(cand.resident_bytes + cand.transient_bytes, rel=REL)
+    assert both.time_s == pytest.approx(seconds, rel=1e-4)
+    assert one.time_s < 0.7 * seconds   # one micro-batch of the group's two
+    # the GPU's share: 8,192 / 2 tokens plus 2·tp pad tokens of the one sequence, at the framework's logit bytes
+    logit_forward, logit_backward = (2.0, 4.0) if framework == "verl" else (10.0, 12.0)
+    share = DENSE["vocab_size"] * (seq_len / cp + 2 * tp) / tp
+    assert any(one.memory["logits"] == pytest.approx(b * share, rel=1e-12) for b in (logit_forward, logit_backward))

@@ -114,12 +114,18 @@ def test_a_cp_pass_without_packs_says_its_sequences_are_padded():
     def line(**kw) -> list[str]:
         text = format_estimate(estimate("qwen2.5-0.5b", "h200", "train", **kw))
         return [row for row in text.splitlines() if row.startswith("cp:")]
+    # the memory: place's vertex (2 micro-batches per CP group) at up to 2·tp pad tokens per sequence on a GPU
     assert line(seq_len=4001, cp=2, tp=2) == [
         "cp: 1 sequence of 4001 tokens, each padded to 4008 (a multiple of 2·cp·tp = 2·2·2 = 8: 7 pad tokens per "
-        "sequence), 2004 tokens on each of the 2 GPUs of the CP group"]
+        "sequence), 2004 tokens on each of the 2 GPUs of the CP group; memory: place's vertex of 1 per DP×CP rank, "
+        "2 micro-batches per CP group, up to 4 pad tokens per sequence on a GPU (sequences up to 4001 tokens)"]
     assert line(seq_len=4096, cp=2, micro_batch=2) == [
         "cp: 2 sequences of 4096 tokens, a multiple of 2·cp·tp = 4, no pad, 4096 tokens on each of the 2 GPUs of "
-        "the CP group"]
+        "the CP group; memory: place's vertex of 2 per DP×CP rank, 2 micro-batches per CP group, up to 2 pad tokens "
+        "per sequence on a GPU (sequences up to 4096 tokens)"]
+    infer = format_estimate(estimate("qwen2.5-0.5b", "h200", "infer", seq_len=4096, cp=2))
+    assert [row for row in infer.splitlines() if row.startswith("cp:")][0].endswith(
+        "; memory at up to 2 pad tokens per sequence on a GPU (sequences up to 4096 tokens)")
     assert line(seq_len=4001) == []
 
 

@@ -63,6 +63,7 @@ from packplace.placement.model.nemo_rl_releases import (
     swaps_reference_weights,
     trainer_release,
 )
+from packplace.placement.model.pass_memory import bare_loop
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking
 from packplace.placement.model.training_time import runs_gradient_allreduce, training_overhead_seconds
 from packplace.placement.problem.graph import algorithm_spec
@@ -1000,13 +1001,24 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                                                              getattr(instance, "entropy_coeff", 0.0) > 0),
                              offload_between_passes=profile(instance.framework).offload_between_passes,
                              context_parallel=replace(context_parallel, rounded=True)
-                             if context_parallel.active and cost.packed(model) else context_parallel)
+                             if context_parallel.active and cost.packed(model) else context_parallel,
+                             bare_loop=kind == "train" and trains_in_a_bare_loop(instance, options))
     if weight_swap:
         # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into the
         # policy's own tensors for the pass (use_reference_model), on the policy's workers and layout
         # (layout_rules): no reference weights stay on the GPU beside the policy's
         res = 0.0
     return res, tra
+
+
+def trains_in_a_bare_loop(instance, options: TrainingOptions) -> bool:
+    """Whether ``instance``'s trainers are a bare PyTorch loop
+    (:func:`~packplace.placement.model.pass_memory.bare_loop`): ``policy.framework`` none on no trainer backend
+    (``policy.trainer_backend`` auto) with ``options`` (a model's training options) of ``sharding`` none and no
+    LoRA, offload or fp32 gradient buffer (each a trainer's option, whose gradients the memory model keeps
+    through the step)."""
+    return (bare_loop(options.sharding, instance.framework, getattr(instance, "trainer_backend", "auto"))
+            and not options.lora_rank and options.offload == "none" and not options.fp32_grad_buffer)
 
 
 def fits_alone(instance, cost: CostModel, name: str) -> bool:

@@ -512,7 +512,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             a pack on the strategy's trainer backend, the DTensor pad included (:func:`_pack_pricing`).
         train_mb_tokens: NeMo RL's training pack for ``task="infer"`` with ``pack_tokens`` where log-prob packs
             are padded to it (:func:`_pack_pricing`).
-        cp: Context-parallel degree of a train / infer pass (:func:`_cp_share`) on ``tp·pp·cp·dp`` GPUs.
+        cp: The CP degree of a train / infer pass on ``tp·pp·cp·dp`` GPUs (:func:`_cp_share`, :func:`memory_parts`).
         trainer_backend: ``policy.trainer_backend`` of a train / infer pass, resolved as ``place`` resolves it
             (:func:`~packplace.placement.estimate_trainer.resolve_trainer_backend`); with an RL ``framework`` (or
             ``megatron``) priced as the evaluator prices the vertex (:func:`~packplace.placement.estimate_trainer.
@@ -522,8 +522,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
         :class:`Estimate` (seconds and bytes per GPU).
 
     Raises:
-        ConfigError: an invalid argument, naming it and its value.
-    """
+        ConfigError: an invalid argument, naming it and its value."""
     shape = resolve_model(model)
     _check_settings(task, recompute, optimizer, framework, enforce_eager)
     _check_sharding(sharding, task, optimizer)
@@ -558,7 +557,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     held = (1, round(pack.tokens * cp)) if pack is not None and pack.padded else (micro_batch, seq_len or 0)
     memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
-                          logit_bytes=logit_bytes, sharding=sharding, cp=cp)
+                          logit_bytes=logit_bytes, sharding=sharding, cp=cp, trainer_backend=backend.name,
+                          cp_exact=pack is not None)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
                     components=components.gpu if priced else "knobs", capacity_bytes=float(hw.memory_per_gpu),
@@ -1098,21 +1098,33 @@ def _decode_comm(cost, shape: ModelSpec, running: float, tp: int, pp: int, exten
 def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int, seq_len: int, batch: int,
                  context: int, recompute: str, optimizer: str, tp: int, pp: int, dp: int, ep: int,
                  framework: str = "none", logit_bytes: tuple[float, float] | None = None,
-                 sharding: str = "none", cp: int = 1) -> dict[str, float]:
+                 sharding: str = "none", cp: int = 1, trainer_backend: str = "none",
+                 cp_exact: bool = True) -> dict[str, float]:
     """Peak bytes per GPU and its parts (:data:`MEMORY_PARTS`): the one adapter between ``estimate`` and the
     memory model, :func:`packplace.placement.model.pass_memory.pass_memory` (the pass's worst pipeline stage at
-    its peak phase). ``micro_batch`` sequences of ``seq_len`` for train / infer / prefill; ``batch``
-    sequences of ``context`` tokens for decode and generate. ``hw`` is not used by the memory model (the
-    caller compares ``peak_bytes`` with ``hw.memory_per_gpu``). ``logit_bytes``: the framework's logit bytes
+    its peak phase), so that a trainer's pass is the bytes ``place`` charges its vertex
+    (:func:`~packplace.placement.model.memory.vertex_memory`). ``micro_batch`` sequences of ``seq_len`` for train /
+    infer / prefill; ``batch`` sequences of ``context`` tokens for decode and generate. ``hw``: the
+    ``[hardware]`` field ``place``'s memory model reads, ``memory_workspace`` (the workspace of every pass; the
+    caller compares ``peak_bytes`` with ``hw.memory_per_gpu``, as ``place`` compares a vertex's bytes with it).
+    ``logit_bytes``: the framework's logit bytes
     (:func:`~packplace.placement.model.framework.trainer_logit_bytes`); ``sharding``: the training state's
-    (:data:`SHARDINGS`); ``cp``: the pass's context-parallel degree (each sequence's share per GPU plus the ring's
-    buffers; ``dp`` then counts the DP×CP ranks)."""
+    (:data:`SHARDINGS`); ``trainer_backend``: the resolved backend's name (``none`` for bare kernels; a backend's
+    trainer keeps its gradients through the step,
+    :func:`~packplace.placement.model.pass_memory.resident_gradients`); ``cp``: the pass's context-parallel
+    degree (``dp`` then counts the DP×CP ranks). Under ``cp = c`` a training pass is ``place``'s vertex of
+    ``micro_batch`` sequences per DP×CP rank: the CP group runs ``c`` micro-batches of ``micro_batch``
+    sequences, each GPU holding its share of each (up to ``min(pp − i, c)`` in flight on stage ``i``, the
+    gradients from the first backward on), and each sequence may be shorter than ``seq_len``: up to ``2·tp``
+    pad tokens per sequence on each GPU (``cp_exact`` False; True for NeMo RL's packs, whose sequences are
+    rounded before packing, as ``place`` rounds them)."""
     engine = task in ("decode", "generate")
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
                          seq_len=seq_len, context=context if engine else 0, recompute=recompute,
                          optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep,
                          framework="none" if framework == "vllm" else framework, logit_bytes=logit_bytes,
-                         sharding=sharding, cp=cp)
+                         sharding=sharding, cp=cp, micro_batches=cp if task == "train" else 1,
+                         workspace_bytes=hw.memory_workspace, trainer_backend=trainer_backend, cp_exact=cp_exact)
     return {"peak_bytes": result.peak_bytes, **{name: getattr(result, name) for name in MEMORY_PARTS}}
 
 
@@ -1305,15 +1317,21 @@ def _pack_line(inputs: Mapping[str, Any]) -> str:
 
 def _cp_line(inputs: Mapping[str, Any]) -> str:
     """The text line of a context-parallel pass without packs: each sequence padded once to a multiple of
-    ``2·cp·tp`` (with its pad tokens when it is) and each GPU's share (:func:`_cp_share`)."""
+    ``2·cp·tp`` (with its pad tokens when it is) and each GPU's share of the time (:func:`_cp_share`); the memory's
+    (:func:`memory_parts`): up to ``2·tp`` pad tokens per sequence on a GPU, and for a training pass ``place``'s
+    vertex of ``micro_batch`` sequences per DP×CP rank (``cp`` micro-batches per CP group)."""
     n, length, cp, tp = inputs["micro_batch"], inputs["seq_len"], inputs["cp"], inputs.get("tp", 1)
     padded = padded_length(length, pad_multiple(tp, cp))
     share = _cp_share(n, length, tp, cp)
     pad = (f"each padded to {padded} (a multiple of 2·cp·tp = 2·{cp}·{tp} = {2 * cp * tp}: {padded - length} pad "
            f"token{'s' if padded - length > 1 else ''} per sequence)" if padded > length
            else f"a multiple of 2·cp·tp = {2 * cp * tp}, no pad")
-    return (f"cp: {n} sequence{'s' if n != 1 else ''} of {length} tokens, {pad}, {share:.0f} tokens on each of the "
+    line = (f"cp: {n} sequence{'s' if n != 1 else ''} of {length} tokens, {pad}, {share:.0f} tokens on each of the "
             f"{cp} GPUs of the CP group")
+    if inputs.get("task") != "train":
+        return line + f"; memory at up to {2 * tp} pad tokens per sequence on a GPU (sequences up to {length} tokens)"
+    return (line + f"; memory: place's vertex of {n} per DP×CP rank, {cp} micro-batches per CP group, up to {2 * tp} "
+            f"pad tokens per sequence on a GPU (sequences up to {length} tokens)")
 
 
 #: The trainers of :attr:`TrainerBackend.name`, as the ``trainer:`` line names them.

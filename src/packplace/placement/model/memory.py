@@ -329,12 +329,11 @@ def train_state_bytes(params: float, layer_params: float, dp: int, options: Trai
 
 def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, micro_batch: int,
                   micro_batches: int, seq_len: float, prompt_len: int, live_len: float,
-                  options: TrainingOptions = DEFAULT_TRAINING,
-                  prefill_sequences: int | None = None, ep: int = 1, sharded_weights: bool = False,
-                  offloaded_weights: bool = False, framework: str = "none",
+                  options: TrainingOptions = DEFAULT_TRAINING, prefill_sequences: int | None = None, ep: int = 1,
+                  sharded_weights: bool = False, offloaded_weights: bool = False, framework: str = "none",
                   workspace_bytes: float | None = None, pass_tokens: float | None = None,
                   logprob_tokens: float | None = None, logit_bytes: tuple[float, float] | None = None,
-                  offload_between_passes: bool = False,
+                  offload_between_passes: bool = False, bare_loop: bool = False,
                   context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
@@ -369,7 +368,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             pass (:func:`~packplace.placement.model.framework.trainer_logit_bytes`; ``None``: 10 / 12).
         offload_between_passes: ``options.offload`` brings the state back per pass (verl, :func:`_stage_train_state`).
         context_parallel: A ``train`` or ``infer`` vertex's context parallelism (:class:`ContextParallelSplit`,
-            what it splits and what it does not); ``generate`` ignores it.
+            what it splits and what it does not); ``generate`` ignores it. ``bare_loop``: :func:`_bare_loop_gradients`.
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
@@ -402,9 +401,10 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         last = i == pp - 1
         if kind == "train":
             resident, loaded = _stage_train_state(model, options, i, p, pp, tp, dp, ep, offload_between_passes)
-            transient = loaded + _train_vertex_transient(model, options, tokens, logprob_tokens, layers[i], i == 0,
-                                                         last, tp, min(pp - i, inflight), ep, cp.ring,
-                                                         framework == "none", workspace, logit_bytes)
+            late = _bare_loop_gradients(p, bare_loop and not cp.active and micro_batches <= options.optimizer_steps)
+            resident, transient = resident - late, loaded + _train_vertex_transient(
+                model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, min(pp - i, inflight), ep, cp.ring,
+                framework == "none", workspace, logit_bytes, late)
         elif kind == "infer":
             # partitioned: the stage's weights over all tp·dp ranks (ZeRO-3 shards expert weights over the
             # expert-data-parallel group, ep·(dp/ep) = dp ranks with tp)
@@ -429,18 +429,33 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     return best[1], best[2]
 
 
+def _bare_loop_gradients(params: float, one_micro_batch: bool) -> float:
+    """Gradient bytes per GPU a bare PyTorch loop's training vertex (``vertex_memory(bare_loop=True)``,
+    :func:`~packplace.placement.model.pass_memory.bare_loop`: framework ``none`` on no trainer backend, ``sharding``
+    none, no LoRA, offload or fp32 gradient buffer) holds at the backward's end only, not through the forward:
+    its fp32 gradients, ``4·params``, when ``one_micro_batch`` (one micro-batch per rank per optimizer step: the
+    vertex's ``micro_batches`` at most ``options.optimizer_steps``; no context parallelism), since
+    ``optimizer.zero_grad()`` sets them to ``None`` between steps (``set_to_none=True``, PyTorch's default since
+    2.0; :func:`~packplace.placement.model.pass_memory.resident_gradients`); 0 otherwise (several micro-batches
+    per optimizer step: they exist from the first backward on). They leave the resident state for the
+    transient's backward-end phase, as ``estimate``'s pass prices them
+    (:func:`~packplace.placement.model.pass_memory.pass_memory`)."""
+    return 4.0 * params if one_micro_batch else 0.0
+
+
 def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: float, logprob_tokens: float | None,
                             n_layers: int, first: bool, last: bool, tp: int, inflight: int, ep: int, ring: int,
                             kv_cache: bool, workspace: float,
-                            logit_bytes: tuple[float, float] | None = None) -> float:
+                            logit_bytes: tuple[float, float] | None = None, end_gradients: float = 0.0) -> float:
     """A training vertex's transient bytes on one stage (:func:`vertex_memory`): the training pass's peak
     (:func:`~packplace.placement.model.pass_memory.train_transient`), or the old-log-prob forward's when
     larger; ``tokens`` / ``logprob_tokens`` are the GPU's share under context parallelism, ``ring`` the CP
-    group the attention's ring runs over; ``logit_bytes`` the framework's logit bytes per vocabulary entry."""
+    group the attention's ring runs over; ``logit_bytes`` the framework's logit bytes per vocabulary entry;
+    ``end_gradients`` the gradient bytes a bare loop allocates in the backward, held at its end only."""
     autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
     transient = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,
                                 recompute=options.recompute, tp=tp, inflight=inflight, autocast=autocast, ep=ep,
-                                cp=ring, logit_bytes=logit_bytes).peak(workspace)
+                                cp=ring, logit_bytes=logit_bytes).peak(workspace, end_gradients)
     if logprob_tokens is None:
         return transient
     forward = infer_transient(model, tokens=logprob_tokens, n_layers=n_layers, last=last, tp=tp, kv_cache=kv_cache,

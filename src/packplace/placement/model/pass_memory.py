@@ -312,7 +312,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                 recompute: str = "none", optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1,
                 ep: int = 1, framework: str = "none", sharding: str = "none", micro_batches: int = 1,
                 workspace_bytes: float | None = None, cp: int = 1,
-                logit_bytes: tuple[float, float] | None = None) -> PassMemory:
+                logit_bytes: tuple[float, float] | None = None, trainer_backend: str = "none",
+                cp_exact: bool = True) -> PassMemory:
     """Peak memory per GPU of one pass (bytes), the worst pipeline stage, with its parts.
 
     Args:
@@ -354,6 +355,9 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             split by CP (``dp`` counts the data-parallel ranks that shard them).
         logit_bytes: The framework's ``(forward, loss backward)`` bytes per vocabulary entry per token of the
             logits in a training or log-prob pass (:func:`logit_bytes_per_token`; ``None``: 10 / 12).
+        trainer_backend: The ``train`` pass's trainer (``none``: bare PyTorch; :func:`resident_gradients`).
+        cp_exact: With ``cp > 1``, the sequences' own lengths are ``seq_len`` (True) or any up to it (False):
+            :func:`_pass_tokens`.
 
     Returns:
         :class:`PassMemory`.
@@ -385,14 +389,11 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
     best: PassMemory | None = None
     for i in range(pp):
         last = i == pp - 1
-        # equal sequences: each padded once to the CP multiple (none where seq_len already is one)
-        multiple = 2 * cp * tp
-        tokens = context_parallel_tokens(micro_batch * (-(-seq_len // multiple) * multiple if cp > 1 else seq_len),
-                                         cp, micro_batch, tp, rounded=True)
+        tokens = _pass_tokens(micro_batch, seq_len, cp, tp, cp_exact)
         if task == "train":
             part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, tokens, recompute,
                                 optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep, cp, logit_bytes,
-                                resident_gradients(optimizer, sharding, framework))
+                                resident_gradients(optimizer, sharding, framework, trainer_backend))
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes)
@@ -403,6 +404,20 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             best = part
     assert best is not None
     return best
+
+
+def _pass_tokens(micro_batch: int, seq_len: int, cp: int, tp: int, exact: bool) -> float:
+    """Tokens one GPU holds of a pass of ``micro_batch`` sequences of ``seq_len`` tokens on a CP group of ``cp``
+    (before the TP split; all of them for ``cp = 1``). ``exact``: every sequence is ``seq_len`` tokens, padded once
+    to a multiple of ``2·cp·tp`` (none where it already is one). Not ``exact``: the sequences are of any length up
+    to ``seq_len``, each carrying up to ``2·cp·tp − 1`` pad tokens, so a GPU holds up to ``2·tp`` tokens more per
+    sequence than ``micro_batch·seq_len/cp`` (:func:`context_parallel_tokens` unrounded), the bound ``place``'s
+    vertex charges (:meth:`~packplace.placement.model.memory.ContextParallelSplit.rank_tokens`)."""
+    if not exact:
+        return context_parallel_tokens(micro_batch * seq_len, cp, micro_batch, tp)
+    multiple = 2 * cp * tp
+    padded = -(-seq_len // multiple) * multiple if cp > 1 else seq_len
+    return context_parallel_tokens(micro_batch * padded, cp, micro_batch, tp, rounded=True)
 
 
 def _slack(tensors: float, mean_bytes: float = float("inf")) -> float:
@@ -469,12 +484,13 @@ class TrainTransient:
     ring_forward: float = 0.0
     ring_backward: float = 0.0
 
-    def peak(self, workspace: float) -> float:
-        """Largest transient bytes over the phases, workspace included."""
+    def peak(self, workspace: float, end_gradients: float = 0.0) -> float:
+        """Largest transient bytes over the phases, workspace included; ``end_gradients``: gradient bytes
+        held at the backward's end only (a bare loop's, :func:`resident_gradients`)."""
         return workspace + max(
             self.copies_forward + self.saved + max(self.logits_forward, self.ring_forward) + self.slack_forward,
             self.copies_backward + self.saved + max(self.logits_backward, self.ring_backward) + self.slack_forward,
-            self.end + self.slack_end)
+            self.end + self.slack_end + end_gradients)
 
 
 def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, first: bool,
@@ -530,18 +546,31 @@ def uses_autocast(optimizer: str, sharding: str) -> bool:
     return optimizer == "adam" and sharding == "none"
 
 
-def resident_gradients(optimizer: str, sharding: str, framework: str) -> bool:
+def resident_gradients(optimizer: str, sharding: str, framework: str, trainer_backend: str = "none") -> bool:
     """Whether a training pass holds its gradients in every phase, not only from the backward on: an Adam
     trainer whose layout keeps them as training state, i.e. ``sharding`` ``zero1``-``zero3`` (the ZeRO /
-    distributed-optimizer layout) or a framework's trainer (``framework`` other than ``none``). That is the
+    distributed-optimizer layout), a framework's trainer (``framework`` other than ``none``) or a trainer
+    backend's (``trainer_backend`` ``megatron``, ``fsdp`` or ``deepspeed``, whatever the framework). That is the
     state :func:`~packplace.placement.model.memory.train_state_bytes` charges ``place``'s training vertex for
     the whole step (Rajbhandari et al. 2020, arXiv 1910.02054, §5.1: ``(2 + 2 + K)·Ψ`` with the ``2Ψ`` fp16
     gradients kept whole by ZeRO-1 and partitioned ``1/N_d`` by ZeRO-2 and ZeRO-3); Megatron-Core's
     ``DistributedDataParallel`` allocates its contiguous gradient buffer once (``ParamAndGradBuffer``) and
-    zeroes it between steps. A bare PyTorch loop (``framework`` ``none`` with ``sharding`` ``none``, the layout
-    of the measured rows, :func:`measured_row_memory`) frees its gradients with ``zero_grad(set_to_none=True)``,
-    PyTorch 2's default, and allocates them in the backward; a pass without an optimizer keeps that rule too."""
-    return optimizer == "adam" and (sharding != "none" or framework != "none")
+    zeroes it between steps, with or without its distributed optimizer. Only a bare PyTorch loop
+    (:func:`bare_loop`: ``framework`` ``none`` on no trainer backend, ``sharding`` ``none``, the layout of the
+    measured rows, :func:`measured_row_memory`) frees its gradients between steps: ``optimizer.zero_grad()``
+    sets them to ``None`` (``set_to_none=True``, PyTorch's default since 2.0: docs.pytorch.org/docs/stable/
+    generated/torch.optim.Optimizer.zero_grad.html; ``benchmarks/hardware/h200/measure.py`` calls it so) and the
+    next backward allocates them again; a pass without an optimizer keeps that rule too."""
+    return optimizer == "adam" and not bare_loop(sharding, framework, trainer_backend)
+
+
+def bare_loop(sharding: str, framework: str, trainer_backend: str = "none") -> bool:
+    """Whether a training pass is a bare PyTorch loop (fp32 master weights under ``torch.autocast``, fused
+    AdamW, ``zero_grad(set_to_none=True)`` between steps): ``framework`` ``none``, no trainer backend
+    (``trainer_backend`` ``none`` or ``auto``: not Megatron-Core's, FSDP's or DeepSpeed's) and ``sharding``
+    ``none``. Its gradients exist from the first backward of a step to its optimizer step only
+    (:func:`resident_gradients`)."""
+    return sharding == "none" and framework == "none" and trainer_backend in ("none", "auto")
 
 
 def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, first: bool, tokens: float,
