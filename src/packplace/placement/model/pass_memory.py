@@ -78,6 +78,17 @@ LOGIT_FORWARD_BYTES = 10
 #: Bytes per vocabulary entry per token while the loss's backward runs: the saved fp32 log-softmax, its
 #: incoming gradient and the gradient it produces (3 × 4).
 LOGIT_BACKWARD_BYTES = 12
+#: cuBLAS workspaces of the autograd engine's device thread, bytes: a training pass's backward runs its GEMMs on
+#: the engine's worker thread for the GPU (torch/csrc/autograd/engine.cpp, one thread per device), whose
+#: thread-local cuBLAS handle gets its own workspace per (handle, stream) from the caching allocator, kept for the
+#: process's life: 32 MiB on sm90 (``:4096:8``; 8 MiB + 128 KiB on other CUDA GPUs) and a 1 MiB cuBLASLt one
+#: (aten/src/ATen/cuda/CublasHandlePool.cpp, ``parseChosenWorkspaceSize``, ``parseCUDABlasLtWorkspaceSize``,
+#: ``setWorkspaceForHandle``). The calling thread's pair is in the stack's workspace (:data:`STACKS`, fitted on
+#: forward-only rows; a forward-only row measured after a training case in the same process may hold this pair
+#: too, so it can count twice: an over-count of 33 MiB at most); the sm90 figure, the largest, is charged on
+#: every GPU. Charged under full recomputation only, as :func:`head_input_bytes_per_token` is (its docstring says
+#: why).
+BACKWARD_BLAS_WORKSPACE = 33 * (1 << 20)
 
 
 @dataclass(frozen=True)
@@ -210,6 +221,46 @@ def checkpoint_bytes_per_token(model: ModelSpec, autocast: bool) -> float:
     """Bytes per token per layer kept under full recomputation: the layer's input (fp32 under autocast,
     bf16 otherwise)."""
     return (4.0 if autocast else 2.0) * model.hidden_dim
+
+
+def head_input_bytes_per_token(model: ModelSpec, autocast: bool, backward: bool) -> float:
+    """Bytes per token that the final norm and the output head's input hold while the logits and the loss
+    run (forward's end) and while the loss's backward runs (``backward``), on the last stage. Hugging Face
+    checkpoints the decoder layers only (``GradientCheckpointingLayer``, transformers ``modeling_layers.py``;
+    ``torch.utils.checkpoint``, non-reentrant by default there, keeps each call's inputs and recomputes the
+    rest), while ``LlamaModel.forward`` applies ``self.norm`` and ``LlamaForCausalLM.forward`` the ``lm_head``
+    outside them (``modeling_llama.py``), so autograd keeps their tensors as without checkpointing; under full
+    recomputation nothing else holds the last layer's output (:func:`checkpoint_bytes_per_token` counts each
+    layer's input). With ``d`` hidden:
+
+    * the final norm (:func:`_norm_bytes`): RMSNorm ``8d``: bf16 its fp32 input copy, the bf16 normalised
+      tensor and its bf16 output, the head's input (``4 + 2 + 2``); autocast (fp32 residual) its fp32 input
+      and the fp32 normalised tensor (``4 + 4``);
+    * autocast only: the head's bf16 cast of the fp32 norm output, ``2d``, and until the forward returns the
+      fp32 norm output itself, ``4d`` (``outputs.last_hidden_state`` in ``LlamaForCausalLM.forward``; freed
+      before the backward).
+
+    bf16: ``8d``; autocast: ``14d`` (forward's end) and ``10d`` (the loss's backward).
+
+    :func:`train_transient` charges them (and :data:`BACKWARD_BLAS_WORKSPACE`) under full recomputation, where
+    the saved set is otherwise the layers' inputs alone and the measured checkpointed rows fall up to 0.7 %
+    short without them (``python benchmarks/hardware/memory_table.py``; docs/placement-model.md, "Peak memory
+    of one pass"). The same tensors exist without recomputation; there they are not added: every measured
+    no-recompute training row keeps 0.36 GB or more over its measured peak without them.
+    """
+    d = model.hidden_dim
+    total = _norm_bytes(model, autocast)
+    if autocast:
+        total += 2.0 * d + (0.0 if backward else 4.0 * d)
+    return total
+
+
+def _head_bytes(model: ModelSpec, autocast: bool, backward: bool, tokens: float) -> float:
+    """:func:`head_input_bytes_per_token` of ``tokens`` tokens with its tensors' allocator slack (three, four
+    at the forward's end under autocast)."""
+    total = head_input_bytes_per_token(model, autocast, backward) * tokens
+    tensors = 4 if autocast and not backward else 3
+    return total + _slack(tensors, total / tensors)
 
 
 def logit_bytes_per_token(model: ModelSpec, backward: bool, logit_bytes: tuple[float, float] | None = None) -> float:
@@ -471,7 +522,9 @@ class TrainTransient:
     ``ring_forward`` / ``ring_backward``: a context-parallel layer's ring-attention buffers while its
     attention runs forward / backward (:func:`ring_attention_bytes_per_token`, 0 without CP). The ring's
     buffers and the loss's logits are never live together (the logits come after the last layer's forward
-    and are freed before its backward), so a phase holds the larger of the two."""
+    and are freed before its backward), so a phase holds the larger of the two. ``head_forward`` /
+    ``head_backward``: the final norm's and the output head's input tensors beside the logits
+    (:func:`head_input_bytes_per_token`, with their slack), only while the logits are live."""
 
     copies_forward: float
     copies_backward: float
@@ -483,13 +536,17 @@ class TrainTransient:
     slack_end: float
     ring_forward: float = 0.0
     ring_backward: float = 0.0
+    head_forward: float = 0.0
+    head_backward: float = 0.0
 
     def peak(self, workspace: float, end_gradients: float = 0.0) -> float:
         """Largest transient bytes over the phases, workspace included; ``end_gradients``: gradient bytes
         held at the backward's end only (a bare loop's, :func:`resident_gradients`)."""
         return workspace + max(
-            self.copies_forward + self.saved + max(self.logits_forward, self.ring_forward) + self.slack_forward,
-            self.copies_backward + self.saved + max(self.logits_backward, self.ring_backward) + self.slack_forward,
+            self.copies_forward + self.saved + max(self.logits_forward + self.head_forward, self.ring_forward)
+            + self.slack_forward,
+            self.copies_backward + self.saved + max(self.logits_backward + self.head_backward, self.ring_backward)
+            + self.slack_forward,
             self.end + self.slack_end + end_gradients)
 
 
@@ -528,14 +585,19 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     weights = weight_slack(model, n_layers, tp, ep)
     saved_each = (saved / saved_tensors) if saved_tensors else 0.0
     ring_backward = _ring_bytes(model, cp, tp, tokens, True)
+    # charged where the saved set is enumerated tensor by tensor (:func:`head_input_bytes_per_token`)
+    full = recompute == "full"
+    blas = BACKWARD_BLAS_WORKSPACE if full else 0.0
     return TrainTransient(
         copies_forward=copies_forward, copies_backward=copies_backward, saved=saved,
         logits_forward=logit_bytes_per_token(model, False, logit_bytes) * t if last else 0.0,
         logits_backward=logit_bytes_per_token(model, True, logit_bytes) * t if last else 0.0,
         end=max(embed_grad, a_layer + ring_backward),
-        slack_forward=weights + _slack(saved_tensors, saved_each),
-        slack_end=2 * weights + _slack(SAVED_TENSORS_PER_LAYER, a_layer / SAVED_TENSORS_PER_LAYER),
-        ring_forward=_ring_bytes(model, cp, tp, tokens, False), ring_backward=ring_backward)
+        slack_forward=weights + _slack(saved_tensors, saved_each) + blas,
+        slack_end=2 * weights + _slack(SAVED_TENSORS_PER_LAYER, a_layer / SAVED_TENSORS_PER_LAYER) + blas,
+        ring_forward=_ring_bytes(model, cp, tp, tokens, False), ring_backward=ring_backward,
+        head_forward=_head_bytes(model, autocast, False, t) if last and full else 0.0,
+        head_backward=_head_bytes(model, autocast, True, t) if last and full else 0.0)
 
 
 def uses_autocast(optimizer: str, sharding: str) -> bool:
@@ -602,10 +664,10 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
         if sharding in ("zero2", "zero3"):
             grads = 2.0 * (dense / states + expert / expert_states)
     held = grads if micro_batches > 1 or keep_gradients else 0.0
-    forward = _assemble("forward", weights + part.copies_forward, held, moments, part.saved, part.logits_forward,
-                        0.0, ws + part.slack_forward)
-    loss_backward = _assemble("loss_backward", weights + part.copies_backward, held, moments, part.saved,
-                              part.logits_backward, 0.0, ws + part.slack_forward)
+    forward = _assemble("forward", weights + part.copies_forward, held, moments, part.saved + part.head_forward,
+                        part.logits_forward, 0.0, ws + part.slack_forward)
+    loss_backward = _assemble("loss_backward", weights + part.copies_backward, held, moments,
+                              part.saved + part.head_backward, part.logits_backward, 0.0, ws + part.slack_forward)
     end = _assemble("backward_end", weights, grads, moments, part.end, 0.0, 0.0, ws + part.slack_end)
     phases = [forward, loss_backward, end]
     if cp > 1:
