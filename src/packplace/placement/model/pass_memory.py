@@ -243,10 +243,10 @@ def head_input_bytes_per_token(model: ModelSpec, autocast: bool, backward: bool)
     bf16: ``8d``; autocast: ``14d`` (forward's end) and ``10d`` (the loss's backward).
 
     :func:`train_transient` charges them (and :data:`BACKWARD_BLAS_WORKSPACE`) under full recomputation, where
-    the saved set is otherwise the layers' inputs alone and the measured checkpointed rows fall up to 0.7 %
-    short without them (``python benchmarks/hardware/memory_table.py``; docs/placement-model.md, "Peak memory
-    of one pass"). The same tensors exist without recomputation; there they are not added: every measured
-    no-recompute training row keeps 0.36 GB or more over its measured peak without them.
+    the saved set is otherwise the layers' inputs alone and the measured checkpointed rows fall short without
+    them. The same tensors exist without recomputation; there they are not added, since the measured
+    no-recompute training rows keep a margin over their peak without them (the figures:
+    ``python benchmarks/hardware/memory_table.py``; docs/placement-model.md, "Peak memory of one pass").
     """
     d = model.hidden_dim
     total = _norm_bytes(model, autocast)
