@@ -26,18 +26,22 @@ SEQ = 2048
 
 
 def _config(framework, backend, sharding, gpus, sequences, recompute="none", cp=1, workspace=None,
-            seq_len=SEQ, model=None):
+            seq_len=SEQ, model=None, pack=None, version=None):
     hardware = {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus}
     if workspace is not None:
         hardware["memory_workspace"] = workspace
     training = {"recompute": recompute, "sharding": sharding}
     if cp > 1:
         training["context_parallel"] = cp
+    policy = {"algorithm": "grpo", "framework": framework, "trainer_backend": backend}
+    if pack is not None:
+        policy.update(train_mb_tokens=pack, logprob_mb_tokens=pack)
+    if version is not None:
+        policy["framework_version"] = version
     return {"hardware": hardware, "models": {"actor": dict(model or DENSE), "reward": "rule"},
             "workload": {"batch_size": sequences, "samples_per_prompt": 1, "context_length": seq_len - 1,
                          "generation_length": 1},
-            "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
-            "training": training}
+            "policy": policy, "training": training}
 
 
 def _vertex_bytes(config, strategy: Strategy, mb: int) -> float:
@@ -120,6 +124,32 @@ def test_the_bare_loop_holds_its_gradients_from_the_first_backward_with_two_micr
     assert one == pytest.approx(single.peak_bytes, rel=REL)
     assert two == pytest.approx(double.peak_bytes, rel=REL)
     assert two - one == pytest.approx(4.0 * shape.params, rel=1e-9)
+
+
+@pytest.mark.parametrize("backend, dp, pp, cp, seq_len, pack, tokens", [
+    ("megatron", 2, 1, 1, 1500, 4096, 4096),   # two 1,500-token sequences fit; place sizes the whole pack
+    ("megatron", 2, 2, 1, 1500, 4096, 4096),   # pipeline parallelism
+    ("megatron", 2, 1, 1, 2048, 6000, 6000),
+    ("megatron", 2, 1, 2, 1500, 4096, 4096),   # context parallelism: each GPU holds its share of the pack
+    ("auto", 2, 2, 1, 1500, 4096, 4096),       # auto picks Megatron-Core at pp 2
+    ("fsdp", 2, 1, 1, 1500, 4096, 4096),       # the DTensor workers pad the pack to train_mb_tokens
+])
+def test_a_nemo_rl_pack_is_charged_as_place_charges_it(backend, dp, pp, cp, seq_len, pack, tokens):
+    # Qwen2.5-1.5B, NeMo RL 0.7.0, zero1: estimate had priced a Megatron pack at its sequences' tokens (3,000 of
+    # 1,500-token sequences in a 4,096-token pack: 31.32 GB) where place charged the full pack (36.50 GB)
+    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=seq_len, dp=dp, pp=pp, cp=cp, framework="nemo-rl",
+                 sharding="zero1", trainer_backend=backend, framework_version="0.7.0", pack_tokens=pack)
+    config = _config("nemo-rl", backend, "zero1", dp * cp * pp, dp * cp, cp=cp, seq_len=seq_len, pack=pack,
+                     version="0.7.0")
+    vertex = _vertex_bytes(config, Strategy(dp * cp, pp, 1, 1), 1)
+    assert e.memory["peak_bytes"] == pytest.approx(vertex, rel=REL)
+    # the pack's memory is that of one sequence of the pack's tokens, not of the sequences it holds
+    full = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=tokens, dp=dp, pp=pp, cp=cp, framework="nemo-rl",
+                    sharding="zero1", trainer_backend=backend, framework_version="0.7.0", pack_tokens=tokens)
+    assert e.memory["peak_bytes"] == pytest.approx(full.memory["peak_bytes"], rel=1e-12)
+    fewer = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=seq_len, dp=dp, pp=pp, cp=cp, framework="nemo-rl",
+                     sharding="zero1", trainer_backend=backend, framework_version="0.7.0")
+    assert e.memory["peak_bytes"] > fewer.memory["peak_bytes"]
 
 
 def test_memory_workspace_moves_estimate_as_it_moves_place():

@@ -553,8 +553,9 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                         optimizer, tp, pp, dp * cp, ep, framework, enforce_eager,   # the DP x CP ranks
                         host_seconds_per_sequence(engine_generation), pack,
                         sharding=sharding, cp=cp, backend=backend)
-    # a padded pack holds its pad's tokens too (SequencePacking.peak_tokens): one row of the priced tokens
-    held = (1, round(pack.tokens * cp)) if pack is not None and pack.padded else (micro_batch, seq_len or 0)
+    # a pack's memory is sized at the tokens place sizes it at (SequencePacking.peak_tokens: its capacity, or the
+    # DTensor pad): one row of them
+    held = (1, pack.peak) if pack is not None else (micro_batch, seq_len or 0)
     memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
                           logit_bytes=logit_bytes, sharding=sharding, cp=cp, trainer_backend=backend.name,
@@ -791,6 +792,11 @@ class _PackPricing:
         padded: The pack is padded beyond its sequences' (rounded) tokens.
         sequences: Sequences per pack; rounded_length: tokens of each, rounded up to the pad multiple;
         cp: the context-parallel degree its tokens are split over.
+        peak: Tokens of the whole pack (over every GPU of a CP group) its memory is sized at, as ``place``
+            sizes it (:meth:`~packplace.placement.model.sequence_packing.SequencePacking.peak_tokens`): the
+            pack's capacity, or ``train_mb_tokens`` where the DTensor workers pad to it. A Megatron pack of
+            equal sequences holds fewer tokens, but the packer fills a pack of sequences of many lengths up to
+            its capacity, which ``place`` charges; ``estimate`` charges the same (memory never below it).
     """
 
     passes: PackedPasses
@@ -801,6 +807,7 @@ class _PackPricing:
     sequences: int = 1
     rounded_length: int = 0
     cp: int = 1
+    peak: int = 0
 
     def inputs(self, own_length: int, multiple: int) -> dict[str, Any]:
         """The pricing's entries of :attr:`Estimate.inputs`, for sequences of ``own_length`` tokens rounded up
@@ -873,7 +880,9 @@ def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pa
                           frozenset((shape,)), cp)
     _, tokens, attention = passes.shape("train" if task == "train" else "logprob", dp * cp, pp, tp, megatron, False,
                                         1)
-    return _PackPricing(passes, megatron, tokens, attention, tokens * cp > sequences * padded, sequences, padded, cp)
+    kind = "train" if task == "train" else "logprob"
+    return _PackPricing(passes, megatron, tokens, attention, tokens * cp > sequences * padded, sequences, padded, cp,
+                        packing.peak_tokens(kind, megatron))
 
 
 def _engine(framework: str, framework_version: str | None) -> tuple[str | None, bool]:
