@@ -15,7 +15,8 @@ import pytest
 
 from packplace.errors import ConfigError
 from packplace.placement.evaluator import get_evaluator
-from packplace.placement.model.pass_memory import pass_memory, resident_gradients
+from packplace.placement.model.memory import stage_params
+from packplace.placement.model.pass_memory import bare_loop, pass_memory, resident_gradients
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.plan import Strategy
 from packplace.placement.task_estimate import MEMORY_PARTS, MODEL_PRESETS, estimate
@@ -171,6 +172,24 @@ def test_memory_workspace_moves_estimate_as_it_moves_place():
 ])
 def test_only_the_bare_loop_frees_its_gradients_between_steps(optimizer, sharding, framework, backend, held):
     assert resident_gradients(optimizer, sharding, framework, backend) is held
+    # any tensor, pipeline, expert or context parallelism is a trainer's: held
+    for degrees in ((2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 1), (1, 1, 1, 2)):
+        assert resident_gradients(optimizer, sharding, framework, backend, degrees) is (optimizer == "adam")
+
+
+@pytest.mark.parametrize("tp, pp, cp", [(1, 2, 1), (2, 1, 1), (1, 1, 2)])
+def test_only_plain_data_parallelism_is_a_bare_loop(tp, pp, cp):
+    # framework none under trainer_backend auto: place's layout rule resolves pp 2 to Megatron-Core, and tensor or
+    # context parallelism is a trainer's too; both tools hold the fp32 gradients (4 bytes per parameter of the
+    # GPU's share) through the step there, and free them only in the plain data-parallel loop
+    memory, vertex = _pair("none", "auto", "none", dp=2, tp=tp, pp=pp, cp=cp)
+    assert memory["peak_bytes"] == pytest.approx(vertex, rel=REL)
+    shape = build_instance(_config("none", "auto", "none", 2, 2)).models["actor"]
+    stage = max(stage_params(shape, pp)) / tp
+    assert memory["gradients"] == pytest.approx(4.0 * stage, rel=1e-12)
+    assert bare_loop("none", "none", "auto") and not bare_loop("none", "none", "auto", (tp, pp, 1, cp))
+    plain, plain_vertex = _pair("none", "auto", "none", dp=2)
+    assert plain["gradients"] == 0.0 and plain["peak_bytes"] == pytest.approx(plain_vertex, rel=REL)
 
 
 def test_the_bare_loop_frees_its_gradients_at_each_optimizer_step():

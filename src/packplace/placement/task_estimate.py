@@ -814,12 +814,14 @@ class _PackPricing:
         to a multiple of ``multiple`` (:func:`~packplace.placement.model.sequence_packing.pad_multiple`):
         ``pack_backend``, ``pack_priced_tokens`` (one GPU's tokens), ``pack_padded`` (the pack holds pad
         tokens: a rounded sequence or a pack padded to its size), ``pack_sequence_tokens`` (one sequence's own
-        tokens), ``pack_pad_multiple`` and ``pack_pad_tokens`` (the pad tokens of the whole pack, over every
-        GPU of a CP group: the rounding's and the pack's)."""
+        tokens), ``pack_pad_multiple``, ``pack_pad_tokens`` (the pad tokens of the whole pack, over every
+        GPU of a CP group: the rounding's and the pack's) and ``pack_memory_tokens`` (:attr:`peak`, the whole
+        pack's tokens the memory is sized at)."""
         return {"pack_backend": "megatron" if self.megatron else "dtensor", "pack_priced_tokens": self.tokens,
                 "pack_padded": self.padded or self.rounded_length > own_length,
                 "pack_sequence_tokens": own_length, "pack_pad_multiple": multiple,
-                "pack_pad_tokens": round(self.tokens * self.cp) - self.sequences * own_length}
+                "pack_pad_tokens": round(self.tokens * self.cp) - self.sequences * own_length,
+                "pack_memory_tokens": self.peak}
 
 
 def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pack_tokens: int,
@@ -1303,7 +1305,18 @@ def _overrides(items: list[str]) -> dict[str, Any]:
 def _pack_line(inputs: Mapping[str, Any]) -> str:
     """The text line of a packed estimate: the pack's sequences and tokens, each sequence's rounding to the pad
     multiple (``tp``, or ``2·cp·tp`` with context parallelism) with its pad tokens, whether the pack is padded
-    to its size, and with context parallelism each GPU's share (``pack_priced_tokens`` is one GPU's tokens)."""
+    to its size, with context parallelism each GPU's share (``pack_priced_tokens`` is one GPU's tokens), and
+    the pack's tokens the memory is sized at where more than those run (``pack_memory_tokens``)."""
+    line = _pack_tokens_line(inputs)
+    memory = inputs.get("pack_memory_tokens")
+    whole = round(inputs["pack_priced_tokens"] * inputs.get("cp", 1))
+    if memory is not None and memory > whole:
+        line += f"; memory sized at the whole {memory}-token pack, as place sizes it"
+    return line
+
+
+def _pack_tokens_line(inputs: Mapping[str, Any]) -> str:
+    """:func:`_pack_line` without the memory's pack size."""
     n, length, priced = inputs["micro_batch"], inputs["seq_len"], inputs["pack_priced_tokens"]
     cp, tp = inputs.get("cp", 1), inputs.get("tp", 1)
     own = inputs.get("pack_sequence_tokens", length)
