@@ -553,8 +553,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                         optimizer, tp, pp, dp * cp, ep, framework, enforce_eager,   # the DP x CP ranks
                         host_seconds_per_sequence(engine_generation), pack,
                         sharding=sharding, cp=cp, backend=backend)
-    # a pack's memory is sized at the tokens place sizes it at (SequencePacking.peak_tokens: its capacity, or the
-    # DTensor pad): one row of them
+    # a pack's memory: one row of the tokens place sizes it at (SequencePacking.peak_tokens, _PackPricing.peak)
     held = (1, pack.peak) if pack is not None else (micro_batch, seq_len or 0)
     memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
