@@ -17,7 +17,7 @@ import pytest
 from packplace.errors import ConfigError
 from packplace.placement import api
 from packplace.placement.emit import FRAMEWORKS, emit
-from packplace.placement.problem.config import load_config
+from packplace.placement.problem.config import build_instance, load_config
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -350,3 +350,24 @@ def test_nemo_rl_emits_the_packs_a_plan_was_priced_with():
     assert emitted.settings["policy.max_total_sequence_length"] == 4096
     assert {k: v for k, v in unpacked.settings.items() if k.startswith("policy.sequence_packing.")} == {
         "policy.sequence_packing.enabled": False}
+
+
+def test_nemo_rl_emits_the_forced_on_policy_ratio_the_plan_was_priced_with():
+    # a v0.7.0 config with policy.force_on_policy_ratio is planned without the previous-policy log-prob phase;
+    # the emitted run must set loss_fn.force_on_policy_ratio, else NeMo RL runs the pass the plan left out
+    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1},
+              "models": {"actor": {"model_type": "qwen2", "layers": 28, "hidden_dim": 1536, "ffn_dim": 8960,
+                                   "vocab_size": 151936, "head_dim": 128, "num_kv_heads": 2}, "reward": "rule"},
+              "workload": {"batch_size": 32, "samples_per_prompt": 8, "context_length": 256,
+                           "generation_length": 2048},
+              "policy": {"algorithm": "grpo", "framework": "nemo-rl", "framework_version": "0.7.0"}}
+    plain = build_instance(config)
+    config["policy"]["force_on_policy_ratio"] = True
+    forced = build_instance(config)
+    plan = api.solve_placement(forced, "greedy", seed=0).solution
+    assert plan is not None
+    out = emit(forced, plan, "nemo-rl")
+    assert out.settings["loss_fn.force_on_policy_ratio"] is True
+    assert "loss_fn.force_on_policy_ratio=true" in out.text().split()
+    assert_known_keys(out)
+    assert "loss_fn.force_on_policy_ratio" not in emit(plain, plan, "nemo-rl").settings

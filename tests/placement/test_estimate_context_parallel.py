@@ -104,4 +104,5 @@ def test_the_pack_line_says_padded_and_each_gpus_share_under_cp():
         return [row for row in text.splitlines() if row.startswith("pack:")]
     assert line() == ["pack: 4 sequences of 1000 tokens (4000) on NeMo RL's DTensor workers: padded to 4096 tokens"]
     assert line(pp=2, cp=2) == ["pack: 4 sequences of 1000 tokens (4000) on NeMo RL's Megatron-Core workers: its "
-                                "own tokens, no pad, 2000 tokens on each of the 2 GPUs of the CP group"]
+                                "own tokens, no pad, 2000 tokens on each of the 2 GPUs of the CP group; memory "
+                                "sized at the whole 4096-token pack, as place sizes it"]

@@ -77,7 +77,9 @@ def test_a_sequence_rounded_to_twice_cp_times_tp_is_called_padded_with_its_pad_t
     assert _pack_line(pack_tokens=4096, seq_len=1001, pp=2, cp=2) == (
         "pack: 4 sequences of 1001 tokens (4004), each padded to 1004 (a multiple of 2·cp·tp = 2·2·1 = 4: 3 pad "
         "tokens per sequence, 12 in all), on NeMo RL's Megatron-Core workers: 4016 tokens, 12 of them pad, 2008 "
-        "tokens on each of the 2 GPUs of the CP group")
+        "tokens on each of the 2 GPUs of the CP group; memory sized at the whole 4096-token pack, as place sizes "
+        "it")
+    assert e.inputs["pack_memory_tokens"] == 4096
 
 
 def test_a_tp_rounded_sequence_in_a_padded_pack_counts_both_pads():
@@ -88,7 +90,8 @@ def test_a_tp_rounded_sequence_in_a_padded_pack_counts_both_pads():
         "sequence, 4 in all), on NeMo RL's DTensor workers: the pack padded to 4096 tokens (92 pad tokens)")
     # a length already on the multiple reads as before: its own tokens
     assert _pack_line(pack_tokens=4096, seq_len=1000, pp=2, cp=2).endswith(
-        "its own tokens, no pad, 2000 tokens on each of the 2 GPUs of the CP group")
+        "its own tokens, no pad, 2000 tokens on each of the 2 GPUs of the CP group; memory sized at the whole "
+        "4096-token pack, as place sizes it")
 
 
 def test_a_strategy_beyond_one_rack_names_the_degrees_not_a_field_estimate_sets():

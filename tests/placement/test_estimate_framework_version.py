@@ -165,5 +165,6 @@ def test_text_output_says_how_a_pack_was_priced():
                "sequence, 7 in all), on NeMo RL's")
     assert f"{rounded} DTensor workers: the pack padded to 8192 tokens (1017 pad tokens)" in \
         format_estimate(_packed("train")).splitlines()
-    assert f"{rounded} Megatron-Core workers: 7182 tokens, 7 of them pad" in \
+    assert (f"{rounded} Megatron-Core workers: 7182 tokens, 7 of them pad; memory sized at the whole 8192-token "
+            "pack, as place sizes it") in \
         format_estimate(_packed("train", pp=2)).splitlines()

@@ -15,7 +15,8 @@ import pytest
 
 from packplace.errors import ConfigError
 from packplace.placement.evaluator import get_evaluator
-from packplace.placement.model.pass_memory import pass_memory, resident_gradients
+from packplace.placement.model.memory import stage_params
+from packplace.placement.model.pass_memory import bare_loop, pass_memory, resident_gradients
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.plan import Strategy
 from packplace.placement.task_estimate import MEMORY_PARTS, MODEL_PRESETS, estimate
@@ -26,18 +27,22 @@ SEQ = 2048
 
 
 def _config(framework, backend, sharding, gpus, sequences, recompute="none", cp=1, workspace=None,
-            seq_len=SEQ, model=None):
+            seq_len=SEQ, model=None, pack=None, version=None):
     hardware = {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus}
     if workspace is not None:
         hardware["memory_workspace"] = workspace
     training = {"recompute": recompute, "sharding": sharding}
     if cp > 1:
         training["context_parallel"] = cp
+    policy = {"algorithm": "grpo", "framework": framework, "trainer_backend": backend}
+    if pack is not None:
+        policy.update(train_mb_tokens=pack, logprob_mb_tokens=pack)
+    if version is not None:
+        policy["framework_version"] = version
     return {"hardware": hardware, "models": {"actor": dict(model or DENSE), "reward": "rule"},
             "workload": {"batch_size": sequences, "samples_per_prompt": 1, "context_length": seq_len - 1,
                          "generation_length": 1},
-            "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
-            "training": training}
+            "policy": policy, "training": training}
 
 
 def _vertex_bytes(config, strategy: Strategy, mb: int) -> float:
@@ -122,6 +127,32 @@ def test_the_bare_loop_holds_its_gradients_from_the_first_backward_with_two_micr
     assert two - one == pytest.approx(4.0 * shape.params, rel=1e-9)
 
 
+@pytest.mark.parametrize("backend, dp, pp, cp, seq_len, pack, tokens", [
+    ("megatron", 2, 1, 1, 1500, 4096, 4096),   # two 1,500-token sequences fit; place sizes the whole pack
+    ("megatron", 2, 2, 1, 1500, 4096, 4096),   # pipeline parallelism
+    ("megatron", 2, 1, 1, 2048, 6000, 6000),
+    ("megatron", 2, 1, 2, 1500, 4096, 4096),   # context parallelism: each GPU holds its share of the pack
+    ("auto", 2, 2, 1, 1500, 4096, 4096),       # auto picks Megatron-Core at pp 2
+    ("fsdp", 2, 1, 1, 1500, 4096, 4096),       # the DTensor workers pad the pack to train_mb_tokens
+])
+def test_a_nemo_rl_pack_is_charged_as_place_charges_it(backend, dp, pp, cp, seq_len, pack, tokens):
+    # Qwen2.5-1.5B, NeMo RL 0.7.0, zero1: estimate had priced a Megatron pack at its sequences' tokens (3,000 of
+    # 1,500-token sequences in a 4,096-token pack: 31.32 GB) where place charged the full pack (36.50 GB)
+    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=seq_len, dp=dp, pp=pp, cp=cp, framework="nemo-rl",
+                 sharding="zero1", trainer_backend=backend, framework_version="0.7.0", pack_tokens=pack)
+    config = _config("nemo-rl", backend, "zero1", dp * cp * pp, dp * cp, cp=cp, seq_len=seq_len, pack=pack,
+                     version="0.7.0")
+    vertex = _vertex_bytes(config, Strategy(dp * cp, pp, 1, 1), 1)
+    assert e.memory["peak_bytes"] == pytest.approx(vertex, rel=REL)
+    # the pack's memory is that of one sequence of the pack's tokens, not of the sequences it holds
+    full = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=tokens, dp=dp, pp=pp, cp=cp, framework="nemo-rl",
+                    sharding="zero1", trainer_backend=backend, framework_version="0.7.0", pack_tokens=tokens)
+    assert e.memory["peak_bytes"] == pytest.approx(full.memory["peak_bytes"], rel=1e-12)
+    fewer = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=seq_len, dp=dp, pp=pp, cp=cp, framework="nemo-rl",
+                     sharding="zero1", trainer_backend=backend, framework_version="0.7.0")
+    assert e.memory["peak_bytes"] > fewer.memory["peak_bytes"]
+
+
 def test_memory_workspace_moves_estimate_as_it_moves_place():
     # hardware.memory_workspace 5e9 instead of the preset's 1.02e9: 3.98 GB more in both
     base, vertex = _pair("verl", "auto", "zero1", dp=2, tp=2)
@@ -141,6 +172,24 @@ def test_memory_workspace_moves_estimate_as_it_moves_place():
 ])
 def test_only_the_bare_loop_frees_its_gradients_between_steps(optimizer, sharding, framework, backend, held):
     assert resident_gradients(optimizer, sharding, framework, backend) is held
+    # any tensor, pipeline, expert or context parallelism is a trainer's: held
+    for degrees in ((2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 1), (1, 1, 1, 2)):
+        assert resident_gradients(optimizer, sharding, framework, backend, degrees) is (optimizer == "adam")
+
+
+@pytest.mark.parametrize("tp, pp, cp", [(1, 2, 1), (2, 1, 1), (1, 1, 2)])
+def test_only_plain_data_parallelism_is_a_bare_loop(tp, pp, cp):
+    # framework none under trainer_backend auto: place's layout rule resolves pp 2 to Megatron-Core, and tensor or
+    # context parallelism is a trainer's too; both tools hold the fp32 gradients (4 bytes per parameter of the
+    # GPU's share) through the step there, and free them only in the plain data-parallel loop
+    memory, vertex = _pair("none", "auto", "none", dp=2, tp=tp, pp=pp, cp=cp)
+    assert memory["peak_bytes"] == pytest.approx(vertex, rel=REL)
+    shape = build_instance(_config("none", "auto", "none", 2, 2)).models["actor"]
+    stage = max(stage_params(shape, pp)) / tp
+    assert memory["gradients"] == pytest.approx(4.0 * stage, rel=1e-12)
+    assert bare_loop("none", "none", "auto") and not bare_loop("none", "none", "auto", (tp, pp, 1, cp))
+    plain, plain_vertex = _pair("none", "auto", "none", dp=2)
+    assert plain["gradients"] == 0.0 and plain["peak_bytes"] == pytest.approx(plain_vertex, rel=REL)
 
 
 def test_the_bare_loop_frees_its_gradients_at_each_optimizer_step():

@@ -477,11 +477,14 @@ def test_the_configs_own_packs_that_fit_each_task_alone_but_plan_nothing_are_hal
 def test_estimate_prices_a_pack_of_equal_sequences_as_its_micro_batch():
     from packplace.placement.task_estimate import estimate
     # 1,025-token sequences rounded to TP 2's multiple, 1,026: an 8,192-token pack holds 7 of them; on the
-    # Megatron workers (pipeline parallelism) the pack runs at its own 7 x 1,026 tokens
+    # Megatron workers (pipeline parallelism) the pack runs at its own 7 x 1,026 tokens; its memory is sized at
+    # the whole 8,192-token pack, as place sizes it (a pack of sequences of many lengths fills it)
     packed = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=1025, tp=2, pp=2, framework="nemo-rl",
                       pack_tokens=8192)
     plain = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=1026, tp=2, pp=2, framework="nemo-rl", micro_batch=7)
-    assert packed.time_s == plain.time_s and packed.memory == plain.memory
+    full = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=8192, tp=2, pp=2, framework="nemo-rl")
+    assert packed.time_s == plain.time_s and packed.memory == full.memory
+    assert packed.memory["peak_bytes"] > plain.memory["peak_bytes"]
     assert (packed.inputs["micro_batch"], packed.inputs["seq_len"], packed.inputs["pack_tokens"]) == (7, 1026, 8192)
     assert (packed.inputs["pack_backend"], packed.inputs["pack_priced_tokens"]) == ("megatron", 7 * 1026)
     with pytest.raises(ConfigError, match="pack_tokens: 1025 tokens is below seq_len 1025 rounded up to a multiple "

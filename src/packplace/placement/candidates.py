@@ -1002,7 +1002,8 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                              offload_between_passes=profile(instance.framework).offload_between_passes,
                              context_parallel=replace(context_parallel, rounded=True)
                              if context_parallel.active and cost.packed(model) else context_parallel,
-                             bare_loop=kind == "train" and trains_in_a_bare_loop(instance, options))
+                             bare_loop=kind == "train" and trains_in_a_bare_loop(
+                                 instance, options, (tp, pp, ep, context_parallel.ring)))
     if weight_swap:
         # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into the
         # policy's own tensors for the pass (use_reference_model), on the policy's workers and layout
@@ -1011,13 +1012,15 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
     return res, tra
 
 
-def trains_in_a_bare_loop(instance, options: TrainingOptions) -> bool:
-    """Whether ``instance``'s trainers are a bare PyTorch loop
+def trains_in_a_bare_loop(instance, options: TrainingOptions,
+                          degrees: tuple[int, int, int, int] = (1, 1, 1, 1)) -> bool:
+    """Whether ``instance``'s trainer on ``degrees`` = ``(tp, pp, ep, cp)`` is a bare PyTorch loop
     (:func:`~packplace.placement.model.pass_memory.bare_loop`): ``policy.framework`` none on no trainer backend
-    (``policy.trainer_backend`` auto) with ``options`` (a model's training options) of ``sharding`` none and no
-    LoRA, offload or fp32 gradient buffer (each a trainer's option, whose gradients the memory model keeps
-    through the step)."""
-    return (bare_loop(options.sharding, instance.framework, getattr(instance, "trainer_backend", "auto"))
+    (``policy.trainer_backend`` auto), plain data parallelism (every degree 1: at ``pp`` or ``ep`` above 1 the
+    layout rule resolves auto to Megatron-Core) with ``options`` (a model's training options) of ``sharding``
+    none and no LoRA, offload or fp32 gradient buffer (each a trainer's option, whose gradients the memory model
+    keeps through the step)."""
+    return (bare_loop(options.sharding, instance.framework, getattr(instance, "trainer_backend", "auto"), degrees)
             and not options.lora_rank and options.offload == "none" and not options.fp32_grad_buffer)
 
 

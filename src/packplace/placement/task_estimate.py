@@ -553,8 +553,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                         optimizer, tp, pp, dp * cp, ep, framework, enforce_eager,   # the DP x CP ranks
                         host_seconds_per_sequence(engine_generation), pack,
                         sharding=sharding, cp=cp, backend=backend)
-    # a padded pack holds its pad's tokens too (SequencePacking.peak_tokens): one row of the priced tokens
-    held = (1, round(pack.tokens * cp)) if pack is not None and pack.padded else (micro_batch, seq_len or 0)
+    # a pack's memory: one row of the tokens place sizes it at (SequencePacking.peak_tokens, _PackPricing.peak)
+    held = (1, pack.peak) if pack is not None else (micro_batch, seq_len or 0)
     memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
                           logit_bytes=logit_bytes, sharding=sharding, cp=cp, trainer_backend=backend.name,
@@ -791,6 +791,11 @@ class _PackPricing:
         padded: The pack is padded beyond its sequences' (rounded) tokens.
         sequences: Sequences per pack; rounded_length: tokens of each, rounded up to the pad multiple;
         cp: the context-parallel degree its tokens are split over.
+        peak: Tokens of the whole pack (over every GPU of a CP group) its memory is sized at, as ``place``
+            sizes it (:meth:`~packplace.placement.model.sequence_packing.SequencePacking.peak_tokens`): the
+            pack's capacity, or ``train_mb_tokens`` where the DTensor workers pad to it. A Megatron pack of
+            equal sequences holds fewer tokens, but the packer fills a pack of sequences of many lengths up to
+            its capacity, which ``place`` charges; ``estimate`` charges the same (memory never below it).
     """
 
     passes: PackedPasses
@@ -801,18 +806,21 @@ class _PackPricing:
     sequences: int = 1
     rounded_length: int = 0
     cp: int = 1
+    peak: int = 0
 
     def inputs(self, own_length: int, multiple: int) -> dict[str, Any]:
         """The pricing's entries of :attr:`Estimate.inputs`, for sequences of ``own_length`` tokens rounded up
         to a multiple of ``multiple`` (:func:`~packplace.placement.model.sequence_packing.pad_multiple`):
         ``pack_backend``, ``pack_priced_tokens`` (one GPU's tokens), ``pack_padded`` (the pack holds pad
         tokens: a rounded sequence or a pack padded to its size), ``pack_sequence_tokens`` (one sequence's own
-        tokens), ``pack_pad_multiple`` and ``pack_pad_tokens`` (the pad tokens of the whole pack, over every
-        GPU of a CP group: the rounding's and the pack's)."""
+        tokens), ``pack_pad_multiple``, ``pack_pad_tokens`` (the pad tokens of the whole pack, over every
+        GPU of a CP group: the rounding's and the pack's) and ``pack_memory_tokens`` (:attr:`peak`, the whole
+        pack's tokens the memory is sized at)."""
         return {"pack_backend": "megatron" if self.megatron else "dtensor", "pack_priced_tokens": self.tokens,
                 "pack_padded": self.padded or self.rounded_length > own_length,
                 "pack_sequence_tokens": own_length, "pack_pad_multiple": multiple,
-                "pack_pad_tokens": round(self.tokens * self.cp) - self.sequences * own_length}
+                "pack_pad_tokens": round(self.tokens * self.cp) - self.sequences * own_length,
+                "pack_memory_tokens": self.peak}
 
 
 def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pack_tokens: int,
@@ -873,7 +881,9 @@ def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pa
                           frozenset((shape,)), cp)
     _, tokens, attention = passes.shape("train" if task == "train" else "logprob", dp * cp, pp, tp, megatron, False,
                                         1)
-    return _PackPricing(passes, megatron, tokens, attention, tokens * cp > sequences * padded, sequences, padded, cp)
+    kind = "train" if task == "train" else "logprob"
+    return _PackPricing(passes, megatron, tokens, attention, tokens * cp > sequences * padded, sequences, padded, cp,
+                        packing.peak_tokens(kind, megatron))
 
 
 def _engine(framework: str, framework_version: str | None) -> tuple[str | None, bool]:
@@ -1294,7 +1304,18 @@ def _overrides(items: list[str]) -> dict[str, Any]:
 def _pack_line(inputs: Mapping[str, Any]) -> str:
     """The text line of a packed estimate: the pack's sequences and tokens, each sequence's rounding to the pad
     multiple (``tp``, or ``2·cp·tp`` with context parallelism) with its pad tokens, whether the pack is padded
-    to its size, and with context parallelism each GPU's share (``pack_priced_tokens`` is one GPU's tokens)."""
+    to its size, with context parallelism each GPU's share (``pack_priced_tokens`` is one GPU's tokens), and
+    the pack's tokens the memory is sized at where more than those run (``pack_memory_tokens``)."""
+    line = _pack_tokens_line(inputs)
+    memory = inputs.get("pack_memory_tokens")
+    whole = round(inputs["pack_priced_tokens"] * inputs.get("cp", 1))
+    if memory is not None and memory > whole:
+        line += f"; memory sized at the whole {memory}-token pack, as place sizes it"
+    return line
+
+
+def _pack_tokens_line(inputs: Mapping[str, Any]) -> str:
+    """:func:`_pack_line` without the memory's pack size."""
     n, length, priced = inputs["micro_batch"], inputs["seq_len"], inputs["pack_priced_tokens"]
     cp, tp = inputs.get("cp", 1), inputs.get("tp", 1)
     own = inputs.get("pack_sequence_tokens", length)

@@ -90,6 +90,9 @@ class PlanView:
         dynamic_bsz: verl's ``(ppo_max_token_len_per_gpu, log_prob_max_token_len_per_gpu,
             ulysses_sequence_parallel_size)`` the plan was priced with, or ``None``
             (``policy.ppo_max_token_len_per_gpu``).
+        entropy_coeff: ``policy.entropy_coeff``, the actor loss's entropy bonus.
+        force_on_policy_ratio: ``policy.force_on_policy_ratio`` (NeMo RL's ``loss_fn.force_on_policy_ratio``,
+            which from v0.7.0 drops the previous-policy log-prob pass the plan then has no phase for).
     """
 
     tasks: Mapping[str, Task]
@@ -108,6 +111,7 @@ class PlanView:
     sequence_tokens: int = 0
     dynamic_bsz: tuple[int, int, int] | None = None
     entropy_coeff: float = 0.0
+    force_on_policy_ratio: bool = False
 
     @classmethod
     def of(cls, instance: PlacementInstance, plan: Plan, framework: str | None = None) -> PlanView:
@@ -135,7 +139,8 @@ class PlanView:
                    sequence_packing=instance.sequence_packing,
                    sequence_tokens=instance.workload.context_length + instance.workload.generation_length,
                    dynamic_bsz=getattr(instance, "dynamic_bsz", None),
-                   entropy_coeff=float(getattr(instance, "entropy_coeff", 0.0)))
+                   entropy_coeff=float(getattr(instance, "entropy_coeff", 0.0)),
+                   force_on_policy_ratio=bool(getattr(instance, "force_on_policy_ratio", False)))
 
     def layout_refusals(self) -> list[str]:
         """The target framework's layout rules the plan breaks (``layout_rules.refusals``), and every task

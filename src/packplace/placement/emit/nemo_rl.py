@@ -75,6 +75,8 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
             view.sequences, "sequences", "NeMo RL trains whole global batches of train_global_batch_size", refuse)
         note.append(f"train_global_batch_size = prompts x generations / training.optimizer_steps: {steps} "
                     f"optimizer step(s) per RL step, as the plan trains")
+    if view.force_on_policy_ratio:   # the plan was priced with it (from v0.7.0 no previous-policy log-prob pass)
+        s["loss_fn.force_on_policy_ratio"] = True
     if view.algorithm == "dapo":
         s["loss_fn.reference_policy_kl_penalty"] = 0
         refuse.append("algorithm dapo: NeMo RL's GRPO computes the reference policy's log-probs every step "

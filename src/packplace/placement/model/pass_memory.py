@@ -444,7 +444,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         if task == "train":
             part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, tokens, recompute,
                                 optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep, cp, logit_bytes,
-                                resident_gradients(optimizer, sharding, framework, trainer_backend))
+                                resident_gradients(optimizer, sharding, framework, trainer_backend,
+                                                   (tp, pp, ep, cp)))
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes)
@@ -608,7 +609,8 @@ def uses_autocast(optimizer: str, sharding: str) -> bool:
     return optimizer == "adam" and sharding == "none"
 
 
-def resident_gradients(optimizer: str, sharding: str, framework: str, trainer_backend: str = "none") -> bool:
+def resident_gradients(optimizer: str, sharding: str, framework: str, trainer_backend: str = "none",
+                       degrees: tuple[int, int, int, int] = (1, 1, 1, 1)) -> bool:
     """Whether a training pass holds its gradients in every phase, not only from the backward on: an Adam
     trainer whose layout keeps them as training state, i.e. ``sharding`` ``zero1``-``zero3`` (the ZeRO /
     distributed-optimizer layout), a framework's trainer (``framework`` other than ``none``) or a trainer
@@ -618,21 +620,27 @@ def resident_gradients(optimizer: str, sharding: str, framework: str, trainer_ba
     gradients kept whole by ZeRO-1 and partitioned ``1/N_d`` by ZeRO-2 and ZeRO-3); Megatron-Core's
     ``DistributedDataParallel`` allocates its contiguous gradient buffer once (``ParamAndGradBuffer``) and
     zeroes it between steps, with or without its distributed optimizer. Only a bare PyTorch loop
-    (:func:`bare_loop`: ``framework`` ``none`` on no trainer backend, ``sharding`` ``none``, the layout of the
-    measured rows, :func:`measured_row_memory`) frees its gradients between steps: ``optimizer.zero_grad()``
+    (:func:`bare_loop`: ``framework`` ``none`` on no trainer backend, ``sharding`` ``none``, plain data
+    parallelism: ``degrees`` = ``(tp, pp, ep, cp)`` all 1; the layout of the measured rows,
+    :func:`measured_row_memory`) frees its gradients between steps: ``optimizer.zero_grad()``
     sets them to ``None`` (``set_to_none=True``, PyTorch's default since 2.0: docs.pytorch.org/docs/stable/
     generated/torch.optim.Optimizer.zero_grad.html; ``benchmarks/hardware/h200/measure.py`` calls it so) and the
     next backward allocates them again; a pass without an optimizer keeps that rule too."""
-    return optimizer == "adam" and not bare_loop(sharding, framework, trainer_backend)
+    return optimizer == "adam" and not bare_loop(sharding, framework, trainer_backend, degrees)
 
 
-def bare_loop(sharding: str, framework: str, trainer_backend: str = "none") -> bool:
+def bare_loop(sharding: str, framework: str, trainer_backend: str = "none",
+              degrees: tuple[int, int, int, int] = (1, 1, 1, 1)) -> bool:
     """Whether a training pass is a bare PyTorch loop (fp32 master weights under ``torch.autocast``, fused
     AdamW, ``zero_grad(set_to_none=True)`` between steps): ``framework`` ``none``, no trainer backend
-    (``trainer_backend`` ``none`` or ``auto``: not Megatron-Core's, FSDP's or DeepSpeed's) and ``sharding``
-    ``none``. Its gradients exist from the first backward of a step to its optimizer step only
-    (:func:`resident_gradients`)."""
-    return sharding == "none" and framework == "none" and trainer_backend in ("none", "auto")
+    (``trainer_backend`` ``none`` or ``auto``: not Megatron-Core's, FSDP's or DeepSpeed's), ``sharding``
+    ``none`` and plain data parallelism, ``degrees`` = ``(tp, pp, ep, cp)`` all 1. Tensor, pipeline, expert or
+    context parallelism is a trainer's (``place`` resolves framework ``none`` under ``trainer_backend: auto`` to
+    Megatron-Core at ``pp`` or ``ep`` above 1, :func:`~packplace.placement.model.layout_rules.trainer_backend`),
+    whose gradients the model keeps: the conservative reading. Its gradients exist from the first backward of
+    a step to its optimizer step only (:func:`resident_gradients`)."""
+    return (sharding == "none" and framework == "none" and trainer_backend in ("none", "auto")
+            and all(int(d) == 1 for d in degrees))
 
 
 def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, first: bool, tokens: float,
