@@ -63,7 +63,7 @@ def choose_backend(view: PlanView) -> tuple[str, str]:
     backend = trainer_backend(ctx, strategies) if ctx is not None else "fsdp"
     if ctx is not None and ctx.backend != "auto":
         return backend, f"{backend} backend: forced (trainer_backend {ctx.backend})"
-    if backend == "megatron":
+    if backend == "megatron" and ctx is not None:   # without rules the backend is fsdp
         parallel = [t.layout for name, t in view.tasks.items() if name in (TRAIN, CRITIC_TRAIN, REFERENCE, CRITIC_INFER)
                     and (t.strategy.tp > 1 or t.strategy.pp > 1 or t.strategy.ep > 1)]
         parallel += [f"{model} context parallelism {degree}{' (dynamic)' if dynamic else ''}"
