@@ -46,6 +46,7 @@ from packplace.placement.model.memory import (
 )
 from packplace.placement.model.pass_memory import stack, working_set_bytes_per_token
 from packplace.placement.problem.hardware import PRESETS
+from packplace.placement.task_estimate import MODEL_PRESETS
 from packplace.shape import from_hf_config
 
 OUT = Path(__file__).with_name("vllm_kv_budget.json")
@@ -58,9 +59,8 @@ PROMPT_LEN = 128
 
 #: Hugging Face config.json shapes of the logged models (huggingface.co/<name>/config.json).
 SHAPES = {
-    "Meta-Llama-3-8B": {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
-                        "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
-                        "vocab_size": 128256, "tie_word_embeddings": False},
+    # Llama 3 8B has Llama 3.1 8B's architecture fields (config.json of both): the package's preset.
+    "Meta-Llama-3-8B": MODEL_PRESETS["llama3.1-8b"],
     "Llama-2-7b": {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 11008,
                    "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000,
                    "tie_word_embeddings": False},
