@@ -1,5 +1,5 @@
-"""The third and fourth held-out sets of published runs (``benchmarks/validation_holdout3``,
-``benchmarks/validation_holdout4``) load and keep their sources.
+"""The third, fourth and fifth held-out sets of published runs (``benchmarks/validation_holdout3``,
+``benchmarks/validation_holdout4``, ``benchmarks/validation_holdout5``) load and keep their sources.
 
 Only that the files are well formed is asserted (``load_setup`` parses a file and checks its plan's layout
 rules without pricing it): the sets are frozen and never tuned on, so no test predicts, asserts or records a
@@ -17,10 +17,11 @@ from packplace.placement.checking.validate import load_setup, pairs_of, publicat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: Each set's folder name, the runs its README lists and the pairs its files declare.
-SETS = {"validation_holdout3": (10, 5), "validation_holdout4": (15, 9)}
+SETS = {"validation_holdout3": (10, 5), "validation_holdout4": (15, 9), "validation_holdout5": (6, 5)}
 FILES = {name: validation_files(os.path.join(ROOT, "benchmarks", name)) for name in SETS}
 ALL_FILES = [path for name in SETS for path in FILES[name]]
 HOLDOUT4_FILES = FILES["validation_holdout4"]
+HOLDOUT5_FILES = FILES["validation_holdout5"]
 
 
 def _name(path: str) -> str:
@@ -68,3 +69,38 @@ def test_each_holdout4_file_runs_the_v07_release_its_recipe_names(path):
     assert section["url"].endswith("/docs/about/performance-summary.md")
     assert instance.force_on_policy_ratio == (not _name(path).endswith("_8off"))
     assert instance.training["actor"].optimizer_steps == (4 if _name(path).endswith("_8off") else 1)
+
+
+@pytest.mark.parametrize("path", HOLDOUT5_FILES, ids=_name)
+def test_each_holdout5_file_is_its_lambda_log_transcribed(path):
+    """Every row of the fifth set is one of Lambda's DeepSpeed-Chat step-3 logs: the figure is the log's quoted
+    ``Execution time: T seconds for 10 steps`` over 10, and the quoted ``Throughput`` is 16 prompts x GPUs x
+    10 / T (a transcription check of the header, no prediction); the plan puts every model on every GPU of the
+    cluster the file name gives (``NxGxGPU``) at 16 sequences per GPU, as the command line quoted does."""
+    import yaml
+
+    instance, plan, section = load_setup(path)
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    nodes, per_node, gpu = re.search(r"_(\d+)x(\d+)x(a100|h100)$", _name(path)).groups()
+    gpus = int(nodes) * int(per_node)
+    assert yaml.safe_load(text)["hardware"]["preset"] == {"a100": "a100-80gb-sxm", "h100": "h100-sxm"}[gpu]
+    assert instance.num_gpus == gpus and instance.cluster.nodes_per_rack == int(nodes)
+    seconds = float(re.search(r'"Execution time: ([0-9.]+) seconds for 10 steps"', text).group(1))
+    throughput = float(re.search(r'"Throughput:\n# ([0-9.]+) samples/sec"', text).group(1))
+    assert section["published"] == {"step": pytest.approx(seconds / 10, abs=1e-9)}
+    assert 16 * gpus * 10 / seconds == pytest.approx(throughput, abs=5e-5)
+    assert section["url"].startswith("https://github.com/LambdaLabsML/DeepSpeedExamples/blob/7770cecf")
+    assert instance.framework == "deepspeed-chat" and instance.workload.batch_size == 16 * gpus
+    assert (instance.workload.context_length, instance.workload.generation_length) == (256, 256)
+    assert instance.training["actor"].lora_rank == 128 and instance.training["critic"].lora_rank == 0
+    assert {t.sharding for t in instance.training.values()} == {"zero3"}
+    assert all(t.optimizer_steps == 1 for t in instance.training.values())
+    vertices = plan.by_vertex()
+    assert len(vertices) == 6
+    for vertex in vertices.values():
+        s = vertex.strategy
+        assert (s.dp, s.tp, s.pp, s.ep, vertex.micro_batch) == (gpus, 1, 1, 1, 16)
+        assert vertex.allocation.origin == (0, 0, 0) and vertex.allocation.extent == (1, int(nodes), 8)
+    partners = [pair["setup"] for pair in pairs_of(section)]
+    assert partners == ([] if _name(path).endswith("_1x8xh100") else ["lambda_deepspeed_chat_ppo_opt-13b_1x8xh100"])
