@@ -369,7 +369,7 @@ GEMM_PEAK_FRACTION_B200 = 0.55 * (1576 / 4500) / (744 / 1979)
 #: ``vllm_kv_bandwidth_fraction`` of the ``b200`` and ``gb200`` presets (the same Blackwell die): a vLLM engine's
 #: decode attention on Blackwell reads the KV cache at ``1 / (1 + k)`` of the table's ``kv_bandwidth``,
 #: ``k`` = 1.304 fitted by ``benchmarks/blackwell_engine_term.py`` (non-negative least squares on the relative
-#: inter-token-latency residual) to the 60 B200 runs of the ML.ENERGY Leaderboard v3.0 (vLLM 0.11.1, ``vllm serve
+#: inter-token-latency residual) to the 62 B200 runs of the ML.ENERGY Leaderboard v3.0 (vLLM 0.11.1, ``vllm serve
 #: --async-scheduling``; five dense models on the chat and long-context ``gpqa`` tasks), chosen among a host time
 #: per running sequence, a per-iteration constant and their pairs by the error held out one model and one task
 #: at a time (docs/calibration-and-validation.md, "Whole engines on Blackwell"): 0.434, the rate of the H100
