@@ -373,9 +373,9 @@ GEMM_PEAK_FRACTION_B200 = 0.55 * (1576 / 4500) / (744 / 1979)
 #: --async-scheduling``; five dense models on the chat and long-context ``gpqa`` tasks), chosen among a host time
 #: per running sequence, a per-iteration constant and their pairs by the error held out one model and one task
 #: at a time (docs/calibration-and-validation.md, "Whole engines on Blackwell"): 0.434, the rate of the H100
-#: table. Measured on vLLM 0.11.1 only (FlashInfer's decode, TRT-LLM-gen kernels on SM100, is vLLM's Blackwell
-#: default from 0.10: github.com/vllm-project/vllm/pull/19118, /pull/19825); no source says why the whole engine
-#: reads slower than the kernel microbenchmarks, so it is applied to every vLLM V1 release alike.
+#: table. Measured on vLLM 0.11.1 only (V1 runs FlashInfer's decode on Blackwell by default, with TRT-LLM-gen
+#: kernels on SM100 since mid-2025: github.com/vllm-project/vllm/pull/19118, /pull/19825); no source says why the
+#: whole engine reads slower than the kernel microbenchmarks, so it is applied to every vLLM V1 release alike.
 VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL = 0.434
 
 #: Hardware presets: ``hardware: {preset: h100-sxm, nodes_per_rack: 2}``; every field may be overridden.
