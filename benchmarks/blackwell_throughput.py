@@ -27,7 +27,8 @@ and ``gpqa`` (GPQA Diamond with Qwen3's thinking on: ~7,000-8,300 output tokens)
 
 Pricing (the model's own pieces, as a placement prices a generation vertex on the GPU's component table):
 the decode iteration is ``packplace estimate --task decode --framework vllm`` (the component table's kernels,
-the bare vLLM profile's 1.4 ms per iteration and V1's host time per running sequence, as
+the bare vLLM profile's 1.4 ms per iteration, V1's host time per running sequence and, on the B200, the KV read at
+``vllm_kv_bandwidth_fraction``, which ``benchmarks/blackwell_engine_term.py`` fits to these B200 rows; as
 ``benchmarks/vllm_offline_throughput.py`` prices its ``vllm`` framing) at the published ``avg_batch_size``
 running sequences (what ran) of the steady state's mean cached tokens, ``prompt + E[L²]/(2E[L])`` over the
 published output-length histogram; it is set beside the published median inter-token latency. The steady
@@ -37,8 +38,9 @@ Assumption of this script: the mean prompt. ML.ENERGY publishes no input lengths
 for ``lm-arena-chat`` and 250 for ``gpqa`` (a GPQA question, its four choices and the chat template);
 :func:`prompt_sensitivity` reprices the chat pairs at 100 and 1,000 tokens. The script also prices the only BF16
 Megatron-Core step times published on B200 (:data:`MOE_TRAINING`, GPT-OSS 120B). None of these is a validation
-row and none sets a knob. What the table says: docs/calibration-and-validation.md, "Whole engines on Blackwell:
-vLLM against ML.ENERGY's B200 and H100 runs".
+row; this script sets no knob (the B200 rows size ``vllm_kv_bandwidth_fraction`` through
+``benchmarks/blackwell_engine_term.py``). What the table says: docs/calibration-and-validation.md, "Whole engines
+on Blackwell: vLLM against ML.ENERGY's B200 and H100 runs".
 """
 
 from __future__ import annotations

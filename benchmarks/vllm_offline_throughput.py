@@ -224,8 +224,9 @@ REGIME = [(gpu, running, context) for gpu in ("h100-sxm", "b200") for running in
 
 def regime_rows() -> list[dict]:
     """The model's V1 decode iteration of Llama-3.1-8B at :data:`REGIME`, ms: the kernels (``--framework
-    none``) and the whole (``--framework vllm``: plus ``decode_step_overhead`` and the V1 host time per
-    running sequence), as ``packplace estimate --task decode`` prices them."""
+    none``) and the whole (``--framework vllm``: plus ``decode_step_overhead``, the V1 host time per running
+    sequence and, on Blackwell, the KV read at ``vllm_kv_bandwidth_fraction``), as ``packplace estimate --task
+    decode`` prices them; ``host_share`` is ``1 − kernels / whole`` (on B200 it holds the slower KV read too)."""
     from packplace.placement.task_estimate import estimate
     out = []
     for gpu, running, context in REGIME:

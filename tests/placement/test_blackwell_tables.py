@@ -13,7 +13,7 @@ import pytest
 from packplace.errors import ConfigError
 from packplace.placement.checking import crossval
 from packplace.placement.model import components as C
-from packplace.placement.model.cost import CostModel, hardware_table
+from packplace.placement.model.cost import CostModel, hardware_table, vllm_decode_table
 from packplace.placement.model.framework import decode_step_overhead
 from packplace.placement.problem.config import _hardware
 from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware, resolve_preset
@@ -135,7 +135,8 @@ def test_the_placement_evaluator_prices_b200_decode_with_the_table_not_the_knobs
     knobs = CostModel(replace(hw, component_table="none"), Cluster(1, 1, 8), workload)
     t_table = table.decode_step_times(model, 1, 1, (1, 1, 1), 1, running, ctx)[0]
     t_knobs = knobs.decode_step_times(model, 1, 1, (1, 1, 1), 1, running, ctx)[0]
-    kernels = C.decode_step_array(C.load_table("b200"), model, running, ctx)[0]
+    # framework none is the bare vLLM profile: its KV read at the preset's vllm_kv_bandwidth_fraction (0.434)
+    kernels = C.decode_step_array(vllm_decode_table(C.load_table("b200"), hw), model, running, ctx)[0]
     # the engine's per-step and per-sequence host time, the same on both
     overhead = decode_step_overhead(hw, table.framework) + table.engine.host_seconds_per_sequence
     assert t_table == pytest.approx(overhead + kernels, rel=1e-9) and kernels > 242 * 3.34e-6

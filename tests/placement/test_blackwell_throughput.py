@@ -71,8 +71,9 @@ def test_the_documented_figures():
     b200_gpqa = summary["B200 gpqa TP 1 throughput predicted/published"]
     chat_pairs = summary["matched pairs lm-arena-chat: predicted/published B200 gain"]
     assert 0.9 < h100_chat[0] < 1.25 and h100_chat[3] == 32
-    assert b200_gpqa[0] > 2.0 and b200_gpqa[3] == 15
-    assert 1.2 < chat_pairs[0] < 1.5 and chat_pairs[1] > 1.0 and chat_pairs[3] == 23
+    # with the Blackwell vLLM KV-read fraction (0.434): the gpqa rows 2.78 -> 1.73, the chat pairs 1.27 -> 1.10
+    assert 1.5 < b200_gpqa[0] < 2.0 and b200_gpqa[3] == 15
+    assert 1.0 < chat_pairs[0] < 1.2 and chat_pairs[3] == 23
     # the small-batch B200 rows are priced right: the weight-bound decode iteration holds
     small = [r["ratio"] for r in rows if r["gpu"] == "B200" and r["max_num_seqs"] == 8 and r["task"] != "gpqa"]
     assert all(0.9 < x < 1.1 for x in small)

@@ -115,7 +115,8 @@ def test_force_on_policy_e2e_and_profile_restored():
 def test_figures_the_docs_quote():
     """docs/calibration-and-validation.md, "NeMo RL phases against the team's published phase timings"."""
     gke = next(r for r in phases.phase_rows() if r["id"] == "gke-b200-llama3.1-8b")
-    assert round(gke["ratio"]["generation"], 2) == 0.45 and round(gke["ratio"]["step"], 2) == 0.49
+    # with the Blackwell vLLM KV-read fraction (0.434); 0.45 and 0.49 without it
+    assert round(gke["ratio"]["generation"], 2) == 0.54 and round(gke["ratio"]["step"], 2) == 0.54
     kv = phases.kv_budget_delta()
     assert [round(p["step"], 1) for p in kv["predicted"]] == [265.3, 217.7]
     assert round(kv["predicted_exposed_ratio"], 3) == 0.720

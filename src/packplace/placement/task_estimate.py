@@ -53,7 +53,7 @@ from packplace.placement.estimate_trainer import (
     trainer_pass_parts,
 )
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
-from packplace.placement.model.cost import CostModel, hardware_table
+from packplace.placement.model.cost import CostModel, hardware_table, vllm_decode_table
 from packplace.placement.model.engine import RolloutEngine
 from packplace.placement.model.framework import (
     FRAMEWORKS,
@@ -549,9 +549,9 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     inputs.update(trainer_backend=trainer_backend, **_backend_inputs(backend, shape, components, hw))
     inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens, sharding=sharding, cp=cp,
                   **(pack.inputs(int(given_length or 0), pad_multiple(tp, cp)) if pack is not None else {}))
-    parts = _time_parts(shape, cluster, hw, components, task, micro_batch, seq_len, batch, context, recompute,
-                        optimizer, tp, pp, dp * cp, ep, framework, enforce_eager,   # the DP x CP ranks
-                        host_seconds_per_sequence(engine_generation), pack,
+    parts = _time_parts(shape, cluster, hw, _engine_table(components, hw, task, engine_generation, inputs), task,
+                        micro_batch, seq_len, batch, context, recompute, optimizer, tp, pp, dp * cp, ep, framework,
+                        enforce_eager, host_seconds_per_sequence(engine_generation), pack,   # dp x cp: the ranks
                         sharding=sharding, cp=cp, backend=backend)
     # a pack's memory: one row of the tokens place sizes it at (SequencePacking.peak_tokens, _PackPricing.peak)
     held = (1, pack.peak) if pack is not None else (micro_batch, seq_len or 0)
@@ -563,6 +563,17 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
                     components=components.gpu if priced else "knobs", capacity_bytes=float(hw.memory_per_gpu),
                     components_derivation=components.derivation if priced else "")
+
+
+def _engine_table(components: ComponentTable | None, hw: Hardware, task: str, engine_generation: str | None,
+                  inputs: dict[str, Any]) -> ComponentTable | None:
+    """The table :func:`estimate` prices ``task`` on: for a decode or a generation by a vLLM engine
+    (``engine_generation`` set) :func:`~packplace.placement.model.cost.vllm_decode_table` (the KV read at
+    ``hw.vllm_kv_bandwidth_fraction``, which ``inputs`` then records), else ``components`` itself."""
+    if components is None or engine_generation is None or task not in ("decode", "generate"):
+        return components
+    inputs["vllm_kv_bandwidth_fraction"] = hw.vllm_kv_bandwidth_fraction
+    return vllm_decode_table(components, hw)
 
 
 def _packs(pack_tokens: int | None, train_mb_tokens: int | None, task: str, framework: str, micro_batch: int,
@@ -1378,6 +1389,9 @@ def format_estimate(result: Estimate) -> str:
     lines = [f"time per GPU: {result.time_s:.4f} s  (kernels priced by: {result.components})"]
     if result.components_derivation:
         lines.append(f"  ({result.components} table {result.components_derivation})")
+    if result.inputs.get("vllm_kv_bandwidth_fraction", 1.0) != 1.0:
+        lines.append(f"  (vLLM decode attention: KV cache read at kv_bandwidth x vllm_kv_bandwidth_fraction "
+                     f"{result.inputs['vllm_kv_bandwidth_fraction']:g} of {result.inputs['gpu']})")
     width = max([14, *(len(name) for name in result.parts)])   # optimizer_offload: 17
     lines += [f"  {name:<{width}} {seconds:.4f} s" for name, seconds in result.parts.items()]
     if result.inputs.get("task") in ("train", "infer") and "trainer_backend_resolved" in result.inputs:

@@ -126,6 +126,15 @@ def hardware_table(hardware: Hardware, table: ComponentTable | str | None) -> Co
                         reference["flops_per_gpu"], reference["memory_bandwidth"])
 
 
+def vllm_decode_table(table: ComponentTable, hardware: Hardware) -> ComponentTable:
+    """The component table a vLLM engine's decode iteration on ``hardware`` is priced on: ``table`` with its
+    ``kv_bandwidth`` × ``hardware.vllm_kv_bandwidth_fraction`` (1 on every GPU type but Blackwell's:
+    :data:`~packplace.placement.problem.hardware.VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL`, fitted to ML.ENERGY's
+    vLLM 0.11.1 B200 runs by ``benchmarks/blackwell_engine_term.py``); ``table`` itself at 1."""
+    fraction = hardware.vllm_kv_bandwidth_fraction
+    return table if fraction == 1.0 else replace(table, kv_bandwidth=table.kv_bandwidth * fraction)
+
+
 class CostModel:
     """Analytic time model of the vertices of one instance.
 
@@ -286,6 +295,15 @@ class CostModel:
         if self.components is None or model.is_moe or lora_rank:
             return None
         return self.components
+
+    def decode_table(self, model: ModelSpec) -> ComponentTable | None:
+        """The component table of this model's decode iteration (:meth:`components_for`); for a vLLM engine (a
+        framework profile with an ``engine_generation``: not DeepSpeed's hybrid engine) with its KV read at
+        ``kv_bandwidth × vllm_kv_bandwidth_fraction`` (:func:`vllm_decode_table`; below 1 on Blackwell only)."""
+        table = self.components_for(model)
+        if table is None or self.framework.engine_generation is None:
+            return table
+        return vllm_decode_table(table, self.hw)
 
     def stream_bandwidth(self, model: ModelSpec) -> float:
         """Bytes read + written per second of an elementwise kernel (a device copy) in this model's
@@ -984,7 +1002,7 @@ class CostModel:
         if model.is_moe:
             weight_memory = weight_memory + 2.0 * experts * imbalance / tp / (
                 hw.memory_bandwidth * hw.expert_decode_bw_eff(self.expert_rows(model, running, ep)))
-        table = self.components_for(model)
+        table = self.decode_table(model)   # a vLLM engine's KV read at vllm_kv_bandwidth_fraction
         eager = self.engine.enforce_eager
         if table is not None:   # measured components: the step's kernels, captured or eager
             body = decode_step_array(table, model, running, context_sum, tp, eager) * imbalance

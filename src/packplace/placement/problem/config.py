@@ -146,6 +146,9 @@ HARDWARE_FIELDS: dict[str, Field] = {
     "megatron_pass_factor": Field("float", "", 0.5, 2, default=HARDWARE_DEFAULTS["megatron_pass_factor"],
                                   meaning="time factor on the component table's Megatron-Core pass kernels "
                                           "(published pre-training step over the model's; 1: the table)"),
+    "vllm_kv_bandwidth_fraction": Field("float", "", 0.01, 1, default=HARDWARE_DEFAULTS["vllm_kv_bandwidth_fraction"],
+                                        meaning="fraction of the component table's kv_bandwidth a vLLM engine's "
+                                                "decode iteration reads the KV cache at"),
     "component_table": Field("enum", "", choices=COMPONENT_TABLES, default=HARDWARE_DEFAULTS["component_table"],
                              meaning="kernel-by-kernel table (measured h200; h100-sxm, b200, gb200 derived from "
                                      "it) pricing dense passes and decode steps (none: the efficiency knobs)"),

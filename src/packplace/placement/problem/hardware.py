@@ -147,6 +147,11 @@ class Hardware:
             NVIDIA's published Megatron-Core pre-training step over the one the component model prices,
             per GPU type; 1 (the default): the table as it is. Sources of the H100 and GB200 values:
             :data:`MEGATRON_PASS_FACTOR_H100`, :data:`MEGATRON_PASS_FACTOR_GB200`.
+        vllm_kv_bandwidth_fraction: Fraction of the component table's ``kv_bandwidth`` at which a vLLM
+            engine's decode iteration reads the KV cache (every framework profile with a vLLM engine,
+            :attr:`~packplace.placement.model.framework.FrameworkProfile.engine_generation` set; not the
+            DeepSpeed hybrid engine, not the knob model); 1 (the default): the table's rate. Source of the
+            Blackwell value: :data:`VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL`.
         component_table: Name of the GPU type's component table (:mod:`packplace.placement.model.components`:
             ``h200`` measured kernel by kernel, ``h100-sxm``, ``b200`` and ``gb200`` derived from it,
             :data:`COMPONENT_TABLES`),
@@ -192,6 +197,7 @@ class Hardware:
     moe_decode_bw_eff: float = 0.0
     moe_gemm_peak_fraction: float = 0.0
     megatron_pass_factor: float = 1.0
+    vllm_kv_bandwidth_fraction: float = 1.0
     component_table: str = "none"
     memory_workspace: float = 1.02e9
 
@@ -233,7 +239,7 @@ HARDWARE_DEFAULTS = {
     "host_bandwidth": 25e9, "decode_step_overhead": None, "phase_overhead": 0.0, "weight_sync_overhead": 0.0,
     "inprocess_host_per_sequence": 0.0,
     "moe_decode_bw_eff": 0.0, "moe_gemm_peak_fraction": 0.0, "megatron_pass_factor": 1.0, "component_table": "none",
-    "memory_workspace": 1.02e9,
+    "vllm_kv_bandwidth_fraction": 1.0, "memory_workspace": 1.02e9,
 }
 #: Component tables shipped with the package (``placement/model/tables/<name>.json``); ``none`` uses the knobs.
 #: ``h200`` is measured (``benchmarks/hardware/h200/``); ``h100-sxm`` is derived from it (the same GH100
@@ -360,6 +366,17 @@ GEMM_PEAK_FRACTION_GB200 = 0.55 * (1622 / 5000) / (744 / 1979)
 #: 1,979 (0.376): 0.55 x 0.932 = 0.512 (it was 0.5, chosen with the validation rows in view). It prices only
 #: what the ``b200`` component table does not (mixture-of-experts and LoRA passes, recomputation).
 GEMM_PEAK_FRACTION_B200 = 0.55 * (1576 / 4500) / (744 / 1979)
+#: ``vllm_kv_bandwidth_fraction`` of the ``b200`` and ``gb200`` presets (the same Blackwell die): a vLLM engine's
+#: decode attention on Blackwell reads the KV cache at ``1 / (1 + k)`` of the table's ``kv_bandwidth``,
+#: ``k`` = 1.304 fitted by ``benchmarks/blackwell_engine_term.py`` (non-negative least squares on the relative
+#: inter-token-latency residual) to the 62 B200 runs of the ML.ENERGY Leaderboard v3.0 (vLLM 0.11.1, ``vllm serve
+#: --async-scheduling``; five dense models on the chat and long-context ``gpqa`` tasks), chosen among a host time
+#: per running sequence, a per-iteration constant and their pairs by the error held out one model and one task
+#: at a time (docs/calibration-and-validation.md, "Whole engines on Blackwell"): 0.434, the rate of the H100
+#: table. Measured on vLLM 0.11.1 only (V1 runs FlashInfer's decode on Blackwell by default, with TRT-LLM-gen
+#: kernels on SM100 since mid-2025: github.com/vllm-project/vllm/pull/19118, /pull/19825); no source says why the
+#: whole engine reads slower than the kernel microbenchmarks, so it is applied to every vLLM V1 release alike.
+VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL = 0.434
 
 #: Hardware presets: ``hardware: {preset: h100-sxm, nodes_per_rack: 2}``; every field may be overridden.
 #:
@@ -434,13 +451,15 @@ PRESETS: dict[str, dict[str, Any]] = {
             "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.65},
     "b200": {"flops_per_gpu": 2.25e15, "memory_per_gpu": 180e9, "memory_bandwidth": 8.0e12,
              **_links(720e9, 45e9), "host_bandwidth": 50e9,
-             "gemm_peak_fraction": GEMM_PEAK_FRACTION_B200, "decode_bw_eff": 0.65, "component_table": "b200"},
+             "gemm_peak_fraction": GEMM_PEAK_FRACTION_B200, "decode_bw_eff": 0.65, "component_table": "b200",
+             "vllm_kv_bandwidth_fraction": VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL},
     "gb200": {"gpus_per_node": GB200_NVLINK_DOMAIN, "gpus_per_host": GB200_TRAY_GPUS,
               "flops_per_gpu": GB200_DENSE_BF16_FLOPS,
               "memory_per_gpu": GB200_HBM_BYTES, "memory_bandwidth": GB200_HBM_BANDWIDTH,
               **_links(GB200_NVLINK_BUS_BANDWIDTH, 45e9), "host_bandwidth": 180e9,
               "gemm_peak_fraction": GEMM_PEAK_FRACTION_GB200, "decode_bw_eff": 0.65, "component_table": "gb200",
-              "megatron_pass_factor": MEGATRON_PASS_FACTOR_GB200},
+              "megatron_pass_factor": MEGATRON_PASS_FACTOR_GB200,
+              "vllm_kv_bandwidth_fraction": VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL},
     "l40s": {"flops_per_gpu": 362e12, "memory_per_gpu": L40S_CUDA_TOTAL_BYTES, "memory_bandwidth": 864e9,
              **_links(20e9, 22.5e9), "host_bandwidth": 25e9,
              "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.7},

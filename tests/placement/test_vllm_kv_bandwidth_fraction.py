@@ -1,0 +1,109 @@
+"""``vllm_kv_bandwidth_fraction``: a vLLM engine's decode attention on Blackwell reads the KV cache at 0.434 of the
+component table's ``kv_bandwidth`` (fitted by ``benchmarks/blackwell_engine_term.py`` to ML.ENERGY's B200 runs);
+every other GPU type, and every engine that is not vLLM, keeps the table's rate."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from packplace.errors import ConfigError
+from packplace.placement.model.components import load_table
+from packplace.placement.model.cost import CostModel, hardware_table, vllm_decode_table
+from packplace.placement.model.engine import RolloutEngine
+from packplace.placement.model.framework import FRAMEWORKS
+from packplace.placement.problem.hardware import PRESETS, VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL
+from packplace.placement.problem.workload import Workload
+from packplace.placement.task_estimate import estimate, format_estimate, resolve_hardware, resolve_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_only_the_blackwell_presets_set_it():
+    assert VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL == 0.434
+    for gpu in ("b200", "gb200", "gb200-nvl72"):
+        assert resolve_hardware(gpu)[1].vllm_kv_bandwidth_fraction == 0.434
+    for gpu in ("h100-sxm", "h200", "a100", "h20", "l40s"):
+        assert resolve_hardware(gpu)[1].vllm_kv_bandwidth_fraction == 1.0
+
+
+def test_the_engine_table_scales_only_the_kv_read():
+    hw = resolve_hardware("b200")[1]
+    table = hardware_table(hw, "b200")
+    got = vllm_decode_table(table, hw)
+    # the b200 table's KV read: the H200's device copy x 1.609 (decode attention's achieved ratio); x 0.434
+    assert got.kv_bandwidth == pytest.approx(table.kv_bandwidth * 0.434, rel=1e-12)
+    assert got.decode_weight_bandwidth == table.decode_weight_bandwidth and got.gemm_flops == table.gemm_flops
+    h100 = resolve_hardware("h100-sxm")[1]
+    assert vllm_decode_table(load_table("h100-sxm"), h100) is not None
+    assert vllm_decode_table(table, h100) is table   # fraction 1: the table itself
+
+
+def _decode(gpu, framework="vllm", **hardware):
+    return estimate("llama3.1-8b", gpu, "decode", batch=128, context=4000, framework=framework,
+                    hardware=hardware or None).time_s
+
+
+def test_the_added_time_is_the_kv_bytes_at_the_slower_rate():
+    # Llama-3.1-8B: 32 layers, 8 KV heads x 128; 128 sequences of 4,000 cached tokens read
+    # 32 x 128 x 4000 x 2 (K, V) x 8 x 128 x 2 bytes = 67.1 GB per iteration
+    kv_bytes = 32 * 128 * 4000 * 2 * 8 * 128 * 2
+    assert kv_bytes == 67_108_864_000
+    bw = load_table("b200").kv_bandwidth
+    extra = kv_bytes / (bw * 0.434) - kv_bytes / bw
+    assert _decode("b200") - _decode("b200", vllm_kv_bandwidth_fraction=1.0) == pytest.approx(extra, rel=1e-6)
+    assert extra == pytest.approx(kv_bytes / bw * (1 / 0.434 - 1), rel=1e-12)
+
+
+def test_h100_pricing_is_unchanged():
+    # the same decode iteration on main before the term (PYTHONPATH of that tree, same call): 32.3375 ms
+    assert _decode("h100-sxm") == pytest.approx(0.032337534035673236, rel=1e-9)
+    assert _decode("h100-sxm") == _decode("h100-sxm", vllm_kv_bandwidth_fraction=1.0)
+
+
+def test_blackwell_decode_is_slower_by_the_term_only_for_a_vllm_engine():
+    # framework none: the bare kernels, no engine; before the term b200 priced this iteration at 16.36 ms
+    assert _decode("b200", vllm_kv_bandwidth_fraction=1.0) == pytest.approx(0.01636293592313274, rel=1e-9)
+    assert _decode("b200", framework="none") == _decode("b200", framework="none", vllm_kv_bandwidth_fraction=1.0)
+    assert _decode("gb200") > _decode("gb200", vllm_kv_bandwidth_fraction=1.0)
+
+
+def _step(gpu, framework, fraction):
+    cluster, hw = resolve_hardware(gpu, {"vllm_kv_bandwidth_fraction": fraction}, 1)
+    cost = CostModel(hw, cluster, Workload(128, 1, 300, 4000), RolloutEngine(), framework=FRAMEWORKS[framework])
+    return float(cost.decode_step_times(resolve_model("llama3.1-8b"), 1, 1, (1, 1, 8), 1, np.array([128.0]),
+                                        np.array([128.0 * 4000]))[0])
+
+
+def test_the_step_model_applies_it_to_vllm_engines_not_deepspeed():
+    kv_bytes = 32 * 128 * 4000 * 2 * 8 * 128 * 2
+    bw = load_table("b200").kv_bandwidth
+    for framework in ("verl", "nemo-rl", "openrlhf", "none"):
+        assert _step("b200", framework, 0.434) - _step("b200", framework, 1.0) == pytest.approx(
+            kv_bytes / bw * (1 / 0.434 - 1), rel=1e-6)
+    assert _step("b200", "deepspeed-chat", 0.434) == _step("b200", "deepspeed-chat", 1.0)
+
+
+def test_estimate_names_it():
+    text = format_estimate(estimate("llama3.1-8b", "b200", "decode", batch=8, context=100, framework="vllm"))
+    assert "  (vLLM decode attention: KV cache read at kv_bandwidth x vllm_kv_bandwidth_fraction 0.434 of b200)" in (
+        text.splitlines())
+    text = format_estimate(estimate("llama3.1-8b", "h100-sxm", "decode", batch=8, context=100, framework="vllm"))
+    assert "vllm_kv_bandwidth_fraction" not in text
+
+
+@pytest.mark.parametrize("value", [0, 1.5, -0.2])
+def test_a_bad_value_is_refused_naming_the_field(value):
+    with pytest.raises(ConfigError, match="vllm_kv_bandwidth_fraction"):
+        resolve_hardware("b200", {"vllm_kv_bandwidth_fraction": value})
+
+
+def test_the_committed_fit_reproduces_the_preset():
+    fit = json.loads((ROOT / "benchmarks" / "blackwell_engine_term.json").read_text())["choice"]
+    assert fit["best"] == "kv" and fit["adopted"] is True
+    assert round(fit["kv_bandwidth_fraction_fitted"], 3) == VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL
+    # held out one model at a time, the KV form beats the current tables by more than a fifth
+    assert fit["by_model_mean_abs_log"]["kv"] < 0.8 * fit["by_model_mean_abs_log"]["none"]
+    assert fit["by_task_mean_abs_log"]["kv"] < fit["by_task_mean_abs_log"]["none"]
+    assert PRESETS["b200"]["vllm_kv_bandwidth_fraction"] == PRESETS["gb200"]["vllm_kv_bandwidth_fraction"]
