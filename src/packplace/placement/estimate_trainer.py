@@ -22,7 +22,14 @@ from packplace.errors import ConfigError, show
 from packplace.placement.model.components import pass_times
 from packplace.placement.model.cost import ACT_BYTES, CostModel
 from packplace.placement.model.framework import dispatch_seconds
-from packplace.placement.model.layout_rules import TRAIN, TRAINER_BACKENDS, Context, strategy_refusal, trainer_backend
+from packplace.placement.model.layout_rules import (
+    TRAIN,
+    TRAINER_BACKENDS,
+    Context,
+    strategy_refusal,
+    trainer_backend,
+    trainer_backend_name,
+)
 from packplace.placement.model.memory import TrainingOptions, stage_layers
 from packplace.placement.model.nemo_rl_releases import (
     NemoRLRelease,
@@ -105,10 +112,10 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
     dp, pp, tp, ep = degrees
     strategy = Strategy(dp, pp, tp, ep)
     trained_cp = (("actor", cp, False),) if cp > 1 else ()   # verl's context parallelism: Megatron's, as place
-    resolved = trainer_backend(Context(framework, "grpo", {}, False, backend, context_parallel_models=trained_cp),
-                               {TRAIN: strategy})
+    given = Context(framework, "grpo", {}, False, backend, context_parallel_models=trained_cp)
+    resolved = trainer_backend(given, {TRAIN: strategy})
     two = framework in BACKEND_FRAMEWORKS + ("none",)
-    name = resolved if two else "deepspeed"
+    name = trainer_backend_name(given, {TRAIN: strategy})   # the name place records (place --json)
     layout = Context(framework, "grpo", {}, False, resolved if two else backend)
     why = strategy_refusal(layout, TRAIN, "train", strategy) if framework != "none" else None
     if why is not None:
