@@ -781,7 +781,7 @@ def bare_loop_models(instance) -> frozenset:
         if m not in instance.models:
             continue
         cp = vertex_setting(instance, m).context_parallel
-        ring = 2 if cp.active and cp.degree == 1 else cp.degree   # dynamic CP: a ring of its own
+        ring = max(2, cp.degree) if cp.active else 1   # dynamic CP at degree 1 still runs rings
         if trains_in_a_bare_loop(instance, instance.training.get(m, DEFAULT_TRAINING), (1, 1, 1, ring)):
             out.add(instance.models[m])
     return frozenset(out)
