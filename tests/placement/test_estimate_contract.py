@@ -16,6 +16,7 @@ import pytest
 from packplace.errors import ConfigError
 from packplace.placement.candidates import vertex_parts
 from packplace.placement.evaluator import get_evaluator
+from packplace.placement.model.components import pass_times
 from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION, CostModel
 from packplace.placement.model.memory import stage_params, stage_split
 from packplace.placement.problem.config import build_instance
@@ -90,6 +91,56 @@ def test_a_training_pass_is_the_evaluators_vertex(framework, degrees, recompute,
             * (1 / PYTORCH_TRAIN_FRACTION - 1), rel=REL)
     else:
         assert "trainer_rate" not in e.parts
+
+
+@pytest.mark.parametrize("degrees, recompute", [
+    ({"dp": 4}, "none"), ({"dp": 2, "mb": 2}, "full"), ({"dp": 1}, "selective"), ({"dp": 8, "mb": 2}, "none"),
+])
+def test_a_bare_pytorch_loop_is_the_evaluators_vertex(degrees, recompute):
+    # framework none, sharding none, plain data parallelism: the bare loop the component tables are fitted to.
+    # place had priced its passes at PYTORCH_TRAIN_FRACTION with bf16 weights and 32 bytes of Adam per parameter
+    # (Qwen2.5-1.5B, dp 4, 2,048 tokens: 0.1790 s) where estimate priced the table's bare kernels (0.1387 s)
+    e, vertex, cost, shape = _pair(DENSE, "none", recompute=recompute, sharding="none", **degrees)
+    assert (e.inputs["trainer_backend_resolved"], e.inputs["pass_kernels"], e.inputs["sharding"]) == ("none", "hf",
+                                                                                                      "none")
+    assert e.time_s == pytest.approx(vertex["train"] + vertex["memory_options"] + vertex["overhead"], rel=REL)
+    assert e.parts.get("recompute", 0.0) == pytest.approx(vertex["memory_options"], rel=REL)
+    assert "trainer_rate" not in e.parts and vertex["overhead"] == 0.0
+    # the table's one-GPU kernels: fp32 master weights under autocast, the fused AdamW step over every parameter
+    mb = degrees.get("mb", 1)
+    t = pass_times(cost.components_for(shape), shape, tokens=mb * 2048, seq_len=2048, train=True, recompute=recompute,
+                   master_fp32=True, optimizer=True, params=shape.params)
+    for part in ("forward", "backward", "optimizer"):
+        assert e.parts[part] == pytest.approx(getattr(t, part), rel=1e-12), part
+    assert e.parts.get("recompute", 0.0) == pytest.approx(t.recompute, rel=1e-12)
+    sync = cost.gradient_sync_seconds(shape, degrees["dp"], 1, 1, (1, 1, degrees["dp"]))
+    assert vertex["train"] == pytest.approx(t.forward + t.backward + t.optimizer + sync, rel=REL)
+    assert cost.bare_loop_table(shape, 1, 1) is not None and cost.train_rate_fraction(shape, 1, 1) == 1.0
+    # a ZeRO layout is a trainer's (place: the Hugging Face kernels at the fraction, on bf16 weights)
+    _, _, zero1, _ = _pair(DENSE, "none", recompute=recompute, sharding="zero1", **degrees)
+    assert zero1.bare_loop_table(shape, 1, 1) is None
+    assert zero1.train_rate_fraction(shape, 1, 1) == PYTORCH_TRAIN_FRACTION
+
+
+def test_a_bare_loop_casts_its_weights_every_micro_batch_and_steps_adamw_once():
+    # two micro-batches per rank: the vertex runs the autocast casts with each and the AdamW step once
+    one = build_instance({"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": 2},
+                          "models": {"actor": dict(DENSE), "reward": "rule"},
+                          "workload": {"batch_size": 4, "samples_per_prompt": 1, "context_length": 2047,
+                                       "generation_length": 1},
+                          "policy": {"algorithm": "grpo"}, "training": {"recompute": "none", "sharding": "none"}})
+    cost = get_evaluator(one).cost
+    shape = one.models["actor"]
+    vertex = vertex_parts(one, cost, "actor.train", Strategy(2, 1, 1, 1), 1, (1, 1, 2))
+    table = cost.components_for(shape)
+    t = pass_times(table, shape, tokens=2048, seq_len=2048, train=True, master_fp32=True, optimizer=False,
+                   params=shape.params)
+    adamw = pass_times(table, shape, tokens=2048, seq_len=2048, train=True, master_fp32=True, optimizer=True,
+                       params=shape.params).optimizer - t.optimizer
+    assert t.optimizer > 0 and adamw > 0   # the casts; the AdamW step
+    assert cost.adam_seconds(shape, 2, 1, 1) == pytest.approx(adamw, rel=1e-12)
+    sync = cost.gradient_sync_seconds(shape, 2, 1, 1, (1, 1, 2))
+    assert vertex["train"] == pytest.approx(2 * (t.forward + t.backward + t.optimizer) + adamw + sync, rel=REL)
 
 
 @pytest.mark.parametrize("model, framework, degrees, recompute", [
@@ -346,3 +397,43 @@ def test_a_context_parallel_pass_is_the_vertex_of_dp_times_cp_ranks(framework, b
     logit_forward, logit_backward = (2.0, 4.0) if framework == "verl" else (10.0, 12.0)
     share = DENSE["vocab_size"] * (seq_len / cp + 2 * tp) / tp
     assert any(one.memory["logits"] == pytest.approx(b * share, rel=1e-12) for b in (logit_forward, logit_backward))
+
+
+@pytest.mark.parametrize("framework, backend, degrees, seq_len", [
+    ("nemo-rl", "megatron", {"dp": 1, "pp": 2}, 4096),
+    ("nemo-rl", "megatron", {"dp": 1, "pp": 4}, 8192),
+    ("nemo-rl", "auto", {"dp": 2, "pp": 2}, 4096),      # auto: Megatron-Core at pp 2
+    ("verl", "auto", {"dp": 1, "pp": 2, "tp": 2}, 8192),
+])
+def test_a_context_parallel_pipeline_runs_the_groups_micro_batches(framework, backend, degrees, seq_len):
+    # CP 2 with pp > 1: a CP group runs 2 micro-batches of one sequence, each GPU holding half of each (the memory
+    # model keeps them in flight), so the vertex's pipeline is m x the stage of the rank's tokens (estimate at
+    # --micro-batch 2) plus a bubble of pp - 1 stages of one micro-batch's half (estimate at --micro-batch 1), and
+    # the update. place had charged the bubble at the whole rank's tokens, (m + pp - 1) x the stage (Qwen2.5-1.5B,
+    # dp 1, cp 2, pp 2, 4,096 tokens: 0.1382 s against estimate's stage of 0.0749 s; now 0.1099 s)
+    dp, tp, pp, cp = degrees["dp"], degrees.get("tp", 1), degrees["pp"], 2
+    gpus = dp * tp * pp * cp    # at most a node of 8, as estimate's cluster holds them
+    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus},
+              "models": {"actor": dict(DENSE), "reward": "rule"},
+              "workload": {"batch_size": dp * cp, "samples_per_prompt": 1, "context_length": seq_len - 1,
+                           "generation_length": 1},
+              "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
+              "training": {"recompute": "none", "context_parallel": cp}}
+    instance = build_instance(config)
+    cost, shape = get_evaluator(instance).cost, instance.models["actor"]
+    strategy = Strategy(dp * cp, pp, tp, 1)
+    vertex = vertex_parts(instance, cost, "actor.train", strategy, 1, (1, 1, gpus))
+
+    def stage(mb):   # the slowest stage of one micro-batch of mb sequences' CP share, without the update
+        e = estimate(shape, "h100-sxm", "train", micro_batch=mb, seq_len=seq_len, tp=tp, pp=pp, dp=dp, cp=cp,
+                     framework=framework, trainer_backend=backend, recompute="none")
+        assert e.inputs["pass_kernels"] == "megatron"
+        return e.time_s - e.parts["optimizer"] - e.parts["overhead"] - sync, e
+
+    sync = cost.gradient_sync_seconds(shape, dp * cp, pp, tp, (1, 1, gpus))
+    (whole, _), (half, one) = stage(cp), stage(1)
+    update = one.parts["optimizer"] + sync
+    assert one.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp * cp, pp, tp), rel=REL)
+    assert vertex["train"] == pytest.approx(whole + (pp - 1) * half + update, rel=REL)
+    assert vertex["train"] < pp * whole + update   # the bubble of a half, not of the whole rank's tokens
+    assert cost.context_parallel == {shape: cp}

@@ -73,6 +73,7 @@ def test_gpu_ranges_format():
 
 
 DPO = os.path.join(ROOT, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml")
+GRPO = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
 
 
 def test_unknown_gantt_format_is_a_one_line_config_error(tmp_path):
@@ -120,3 +121,40 @@ def test_out_file_is_the_json_document(tmp_path, capsys):
     assert main(["place", "--config", DPO, "--solver", "greedy", "--emit", "verl", "--json", "--out", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert json.loads(out.read_text()) == printed and "emit" in printed
+
+
+@pytest.mark.parametrize("framework, backend, resolved", [
+    ("verl", "auto", None),           # resolved by the plan's strategies: what --emit verl runs
+    ("verl", "fsdp", "fsdp"),
+    ("nemo-rl", "megatron", "megatron"),
+    ("openrlhf", "auto", "deepspeed"),
+    ("none", "auto", "none"),         # no trainer framework: the bare PyTorch loop's kernels
+])
+def test_the_json_records_each_trained_vertex_s_trainer_backend(framework, backend, resolved, tmp_path, capsys):
+    # place --json had recorded no trainer backend: trainer_backend auto resolves per plan, and only --emit said it
+    from packplace.cli import main
+    from packplace.placement.emit import PlanView
+    from packplace.placement.emit.verl import choose_backend
+    from packplace.placement.problem.config import load_yaml
+
+    raw = load_yaml(GRPO)
+    raw.setdefault("policy", {}).update(framework=framework, trainer_backend=backend)
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps(raw))
+    assert main(["place", "--config", str(path), "--solver", "greedy", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    inst = load_config(str(path))
+    trained = [n for n in inst.graph.names if inst.graph.vertex(n).kind == "train"]
+    assert trained and all("trainer_backend" in doc["vertices"][n] for n in trained)
+    assert all("trainer_backend" not in v for n, v in doc["vertices"].items() if n not in trained)
+    plan = plan_from_json(doc)
+    if resolved is None:   # auto: the backend --emit verl chooses for the same plan
+        resolved = choose_backend(PlanView.of(inst, plan, "verl"))[0]
+    cost = get_evaluator(inst).cost
+    for name in trained:
+        entry, s = doc["vertices"][name], plan[name].strategy
+        assert entry["trainer_backend"] == resolved
+        assert entry["pass_kernels"] == cost.pass_kernels(s.pp, s.tp, s.ep)
+    import packplace
+    text = cli.format_table(inst, packplace.place(inst, "greedy"))
+    assert f"trainer actor.train: {resolved} ({framework}, policy.trainer_backend {backend}); priced with " in text

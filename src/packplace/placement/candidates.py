@@ -764,7 +764,27 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
                      profile(instance.framework), sharded, training, Context.of(instance), moves,
                      release.transformer_engine if release is not None else None,
                      packed_passes(instance, release), getattr(instance, "dynamic_bsz", None),
-                     frozenset((instance.models["actor"],)) if "actor" in instance.models else frozenset())
+                     frozenset((instance.models["actor"],)) if "actor" in instance.models else frozenset(),
+                     bare_loop_models(instance),
+                     {instance.models[m]: vertex_setting(instance, m).context_parallel.degree for m in trained
+                      if m in instance.models and vertex_setting(instance, m).context_parallel.degree > 1})
+
+
+def bare_loop_models(instance) -> frozenset:
+    """The shapes of ``instance``'s trained models whose trainer is a bare PyTorch loop on plain data
+    parallelism (:func:`trains_in_a_bare_loop` with tensor, pipeline and expert degree 1 and the model's
+    context-parallel degree), the same rule as the memory of their training vertex: the cost model prices their
+    passes on the component table's bare kernels
+    (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_table`)."""
+    out = set()
+    for m in algorithm_spec(instance.algorithm).trainable_models:
+        if m not in instance.models:
+            continue
+        cp = vertex_setting(instance, m).context_parallel
+        ring = max(2, cp.degree) if cp.active else 1   # dynamic CP at degree 1 still runs rings
+        if trains_in_a_bare_loop(instance, instance.training.get(m, DEFAULT_TRAINING), (1, 1, 1, ring)):
+            out.add(instance.models[m])
+    return frozenset(out)
 
 
 def packed_passes(instance, release=None) -> PackedPasses | None:

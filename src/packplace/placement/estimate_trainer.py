@@ -16,13 +16,20 @@ and ``overhead`` (:meth:`~packplace.placement.model.cost.CostModel.pass_time`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packplace.errors import ConfigError, show
 from packplace.placement.model.components import pass_times
 from packplace.placement.model.cost import ACT_BYTES, CostModel
 from packplace.placement.model.framework import dispatch_seconds
-from packplace.placement.model.layout_rules import TRAIN, TRAINER_BACKENDS, Context, strategy_refusal, trainer_backend
+from packplace.placement.model.layout_rules import (
+    TRAIN,
+    TRAINER_BACKENDS,
+    Context,
+    strategy_refusal,
+    trainer_backend,
+    trainer_backend_name,
+)
 from packplace.placement.model.memory import TrainingOptions, stage_layers
 from packplace.placement.model.nemo_rl_releases import (
     NemoRLRelease,
@@ -30,6 +37,7 @@ from packplace.placement.model.nemo_rl_releases import (
     release_for,
     release_train_parts,
 )
+from packplace.placement.model.pass_memory import bare_loop
 from packplace.placement.model.training_time import training_overhead_seconds
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
@@ -105,10 +113,10 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
     dp, pp, tp, ep = degrees
     strategy = Strategy(dp, pp, tp, ep)
     trained_cp = (("actor", cp, False),) if cp > 1 else ()   # verl's context parallelism: Megatron's, as place
-    resolved = trainer_backend(Context(framework, "grpo", {}, False, backend, context_parallel_models=trained_cp),
-                               {TRAIN: strategy})
+    given = Context(framework, "grpo", {}, False, backend, context_parallel_models=trained_cp)
+    resolved = trainer_backend(given, {TRAIN: strategy})
     two = framework in BACKEND_FRAMEWORKS + ("none",)
-    name = resolved if two else "deepspeed"
+    name = trainer_backend_name(given, {TRAIN: strategy})   # the name place records (place --json)
     layout = Context(framework, "grpo", {}, False, resolved if two else backend)
     why = strategy_refusal(layout, TRAIN, "train", strategy) if framework != "none" else None
     if why is not None:
@@ -123,6 +131,21 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
     release = release_for(framework, framework_version)
     return TrainerBackend(name, layout, release.transformer_engine if release is not None else None, backend,
                           release)
+
+
+def framework_none_trainer(backend: TrainerBackend, task: str, optimizer: str, sharding: str,
+                           degrees: tuple[int, int, int, int]) -> TrainerBackend:
+    """``backend`` with ``place``'s layout for framework ``none`` (no trainer backend: ``trainer_backend``
+    auto) when ``task`` is a bare PyTorch loop's training pass (Adam, ``sharding`` none, ``degrees`` =
+    ``(tp, pp, ep, cp)`` all 1: :func:`~packplace.placement.model.pass_memory.bare_loop`, the rule of its
+    memory), so that it is priced by :func:`trainer_pass_parts` from the evaluator's own terms: the component
+    table's bare kernels (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_table`), the one code path
+    of ``estimate`` and ``place``. Any other ``backend`` or pass is returned as is (framework ``none`` on
+    another layout: the table's bare kernels, :func:`~packplace.placement.task_estimate._bare_pass_parts`)."""
+    if (backend.name != "none" or backend.layout is not None or task != "train" or optimizer != "adam"
+            or not bare_loop(sharding, "none", backend.given, degrees)):
+        return backend
+    return replace(backend, layout=Context("none", "grpo", {}, False, backend.given))
 
 
 def release_terms(cost: CostModel, backend: TrainerBackend, shape: ModelSpec, degrees: tuple[int, int, int, int],
@@ -182,8 +205,8 @@ def trainer_pass_parts(cost: CostModel, shape: ModelSpec, train: bool, tokens: f
         parts["recompute"] = seconds * rate
         if rate < 1.0:
             parts["trainer_rate"] = parts.get("trainer_rate", 0.0) + seconds * (1.0 - rate)
-    if update:
-        parts["optimizer"] = update["optimizer"]
+    if update:   # a bare loop's stage holds its weight casts (_table_stage): the part is both
+        parts["optimizer"] = parts.get("optimizer", 0.0) + update["optimizer"]
         parts["communication"] += update["communication"]
     if train and offload > 0.0:
         parts["optimizer_offload"] = offload
@@ -220,23 +243,29 @@ def _table_stage(cost: CostModel, table, shape: ModelSpec, train: bool, tokens: 
     :meth:`~packplace.placement.model.cost.CostModel.pass_kernels` (Megatron's under the Transformer Engine
     release, times ``megatron_pass_factor``), a training pass at
     :meth:`~packplace.placement.model.cost.CostModel.train_rate_fraction` of the rates (the time that adds:
-    ``trainer_rate``), each layer with its communication."""
+    ``trainer_rate``), each layer with its communication; a bare PyTorch loop's
+    (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_table`) under autocast with fp32 master weights,
+    its micro-batch's weight casts the part ``optimizer``
+    (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_casts`), as the evaluator adds them to the stage."""
     _, pp, tp, ep = degrees
     kernels = cost.pass_kernels(pp, tp, ep)
     te = cost.transformer_engine if kernels == "megatron" else None
+    bare = train and cost.bare_loop_table(shape, pp, tp, ep) is not None
     factor = cost.hw.megatron_pass_factor if kernels == "megatron" else 1.0
     rate = cost.train_rate_fraction(shape, pp, tp, ep) if train else 1.0
     comm = _layer_comm(cost, shape, train, tokens, tp, ep, extent)
     best: tuple[float, dict[str, float]] | None = None
     for i, n in enumerate(stage_layers(shape.layers, pp)):
         t = pass_times(table, shape, tokens=tokens, seq_len=attention, train=train, layers=n, head=i == pp - 1,
-                       tp=tp, kernels=kernels, transformer_engine=te)
+                       tp=tp, kernels=kernels, transformer_engine=te, master_fp32=bare)
         forward, backward = factor * t.forward, factor * t.backward
         parts = {"forward": forward, "backward": backward}
+        if bare:
+            parts["optimizer"] = cost.bare_loop_casts(table, shape)
         if rate < 1.0:
             parts["trainer_rate"] = (forward + backward) * (1.0 / rate - 1.0)
         parts["communication"] = n * comm
-        total = (forward + backward) / rate + n * comm
+        total = (forward + backward) / rate + n * comm + parts.get("optimizer", 0.0)
         if best is None or total > best[0]:
             best = (total, parts)
     assert best is not None

@@ -48,6 +48,7 @@ from packplace.contract import REQUIRED, check_section
 from packplace.errors import ConfigError, show
 from packplace.placement.estimate_trainer import (
     TrainerBackend,
+    framework_none_trainer,
     release_terms,
     resolve_trainer_backend,
     trainer_pass_parts,
@@ -67,7 +68,7 @@ from packplace.placement.model.framework import (
 from packplace.placement.model.layout_rules import TRAIN, TRAINER_BACKENDS, Context, trainer_backend
 from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
 from packplace.placement.model.nemo_rl_releases import release_for
-from packplace.placement.model.pass_memory import context_parallel_tokens, pass_memory, uses_autocast
+from packplace.placement.model.pass_memory import bare_loop, context_parallel_tokens, pass_memory, uses_autocast
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
 from packplace.placement.problem.config import (
     CLUSTER_FIELDS,
@@ -948,21 +949,27 @@ def _table(table: ComponentTable | str | Path | None, hw: Hardware) -> Component
 
 def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prompt: int, new_tokens: int,
           framework: str, enforce_eager: bool = False, pack: _PackPricing | None = None,
-          backend: TrainerBackend | None = None, sharding: str = "zero1"):
+          backend: TrainerBackend | None = None, options: TrainingOptions | None = None,
+          bare_loop: bool = False):
     """The cost model of ``sequences`` sequences of ``prompt`` tokens growing by ``new_tokens`` (its
     workload: the knob model's prefill length and the tokens a framework's dispatch carries), with the
     trainer's layout and Transformer Engine release of ``backend`` (:class:`TrainerBackend`) as ``place``
     builds its cost model; with ``pack`` its passes are NeMo RL's packs (:class:`_PackPricing`); ``shape``
-    trains with ``sharding`` (its Adam step's share,
-    :meth:`~packplace.placement.model.cost.CostModel.adam_seconds`)."""
+    trains with ``options`` (default ``place``'s: its sharding sets the Adam step's share,
+    :meth:`~packplace.placement.model.cost.CostModel.adam_seconds`, its recompute a bare loop's weight casts,
+    :meth:`~packplace.placement.model.cost.CostModel.bare_loop_casts`); ``bare_loop``: ``shape`` trains in a bare
+    PyTorch loop (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_table`), as ``place``'s cost model
+    marks it (:func:`~packplace.placement.candidates.bare_loop_models`)."""
     profile = FRAMEWORKS["none" if framework in ("none", "vllm") else framework]
     workload = Workload(batch_size=sequences, samples_per_prompt=1, context_length=prompt,
                         generation_length=new_tokens)
     layout = backend.layout if backend is not None else None
     te = backend.transformer_engine if backend is not None else None
     return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile,
-                     training={shape: TrainingOptions(sharding=sharding)}, layout=layout, transformer_engine=te,
-                     packing=pack.passes if pack is not None else None)
+                     training={shape: options if options is not None else TrainingOptions()}, layout=layout,
+                     transformer_engine=te,
+                     packing=pack.passes if pack is not None else None,
+                     bare_loop_models=frozenset((shape,)) if bare_loop else frozenset())
 
 
 def _backend_inputs(backend: TrainerBackend, shape: ModelSpec, table: ComponentTable | None,
@@ -992,7 +999,12 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     # decode's running sequences holding context tokens (what a framework's dispatch carries)
     prompt, new_tokens = ((seq_len, context - seq_len) if task == "generate"
                           else (max(1, (context if task == "decode" else seq_len) - 1), 1))
-    cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager, pack, backend, sharding)
+    if backend is not None:   # framework none's bare loop: place's training vertex (framework_none_trainer)
+        backend = framework_none_trainer(backend, task, optimizer, sharding, (tp, pp, ep, cp))
+    bare = (task == "train" and backend is not None and backend.layout is not None and optimizer == "adam"
+            and bare_loop(sharding, backend.layout.framework, backend.layout.backend, (tp, pp, ep, cp)))
+    cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager, pack, backend,
+                 TrainingOptions(sharding=sharding, recompute=recompute), bare)
     cost.components = table   # the knob model's passes (MoE) with the same table as the kernels below
     if table is not None and shape.is_moe:
         table = None

@@ -31,6 +31,7 @@ from packplace.placement.model.components import (
     for_hardware,
     load_table,
     pass_times,
+    weight_update_kernels,
 )
 from packplace.placement.model.dp_balance import VertexBalance
 from packplace.placement.model.engine import (
@@ -169,6 +170,14 @@ class CostModel:
             each micro-batch (:meth:`peak_pass_tokens`); ``None``: micro-batches of the plan's sequences.
         dynamic_models: The shapes whose passes run ``dynamic_bsz`` (verl's actor, and its reference,
             which shares the shape).
+        bare_loop_models: The trained shapes whose trainer is a bare PyTorch loop when they train with plain
+            data parallelism (:func:`~packplace.placement.model.pass_memory.bare_loop`: framework ``none`` on
+            no trainer backend, ``sharding: none``, no context parallelism, LoRA, offload or fp32 gradient
+            buffer; :func:`~packplace.placement.candidates.trains_in_a_bare_loop`), priced on the component
+            table's bare kernels (:meth:`bare_loop_table`).
+        context_parallel: The context-parallel degree ``C`` of each trained shape that has one
+            (``training.context_parallel``; absent: 1): :meth:`pass_time` runs its training pass's ``C·m``
+            micro-batches of a ``C``-th of the tokens per GPU through the pipeline.
     """
 
     def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload,
@@ -178,7 +187,9 @@ class CostModel:
                  layout: Context | None = None,
                  trainer_moves_optimizer: frozenset = frozenset(),
                  transformer_engine: str | None = None, packing: PackedPasses | None = None,
-                 dynamic_bsz: tuple[int, int, int] | None = None, dynamic_models: frozenset = frozenset()) -> None:
+                 dynamic_bsz: tuple[int, int, int] | None = None, dynamic_models: frozenset = frozenset(),
+                 bare_loop_models: frozenset = frozenset(),
+                 context_parallel: dict[ModelSpec, int] | None = None) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
@@ -194,6 +205,8 @@ class CostModel:
         self.packing = packing
         self.dynamic_bsz = dynamic_bsz
         self.dynamic_models = dynamic_models
+        self.bare_loop_models = bare_loop_models
+        self.context_parallel = dict(context_parallel) if context_parallel else {}
 
     def pass_kernels(self, pp: int, tp: int, ep: int = 1) -> str:
         """Whose kernels a trainer-side pass (training, log-prob, reference and value forwards) of a task
@@ -213,6 +226,35 @@ class CostModel:
             return "hf"
         backend = trainer_backend(ctx, {TRAIN: Strategy(1, int(pp), int(tp), int(ep))})
         return "megatron" if backend == "megatron" else "hf"
+
+    def bare_loop_table(self, model: ModelSpec, pp: int, tp: int, ep: int = 1,
+                        lora_rank: int = 0) -> ComponentTable | None:
+        """The component table that prices ``model``'s training passes as a bare PyTorch loop's, else ``None``:
+        a shape of :attr:`bare_loop_models` on plain data parallelism (``pp = tp = ep = 1``, no LoRA) on a GPU
+        type with a table (:meth:`components_for`). The loop is the one the tables are fitted to (one GPU's
+        Hugging Face passes under ``torch.autocast`` with fp32 master weights, the fused AdamW step;
+        docs/calibration-and-validation.md): its passes run at the table's rates (no
+        :data:`PYTORCH_TRAIN_FRACTION`, which is fitted on FSDP trainers), with the autocast weight casts of
+        every micro-batch (:meth:`bare_loop_casts`) and the table's AdamW step (:meth:`adam_seconds`), as
+        ``packplace estimate --framework none`` prices it."""
+        if model not in self.bare_loop_models or (int(pp), int(tp), int(ep)) != (1, 1, 1) or lora_rank:
+            return None
+        return self.components_for(model)
+
+    @staticmethod
+    def bare_loop_weight_kernels(model: ModelSpec, casts: bool, recompute: bool) -> list[tuple]:
+        """The bare loop's per-step kernels on its weights (:func:`~packplace.placement.model.components.
+        weight_update_kernels` over all of the model's parameters, one kernel per weight tensor: 7 per layer
+        plus the embedding and the head, as :func:`~packplace.placement.model.components.pass_times` counts
+        them): ``casts`` the autocast bf16 copies of one micro-batch (and their fp32 gradients; a third copy
+        with full recomputation, ``recompute``), else the fused AdamW step."""
+        return weight_update_kernels(model, model.params, 7 * model.layers + 2, casts, not casts, recompute)
+
+    def bare_loop_casts(self, table: ComponentTable, model: ModelSpec) -> float:
+        """Seconds of the autocast weight casts of one micro-batch of the bare loop on ``table``
+        (:meth:`bare_loop_weight_kernels`; with ``recompute: full`` the recomputed forward's copy too)."""
+        full = self.training.get(model, DEFAULT_TRAINING).recompute == "full"
+        return table.eager_seconds(self.bare_loop_weight_kernels(model, True, full))
 
     def packed(self, model: ModelSpec) -> bool:
         """Whether ``model``'s passes run NeMo RL's sequence packing (:attr:`packing` covers its shape)."""
@@ -770,6 +812,15 @@ class CostModel:
 
         verl's Ulysses (:meth:`ulysses_size`): :meth:`ulysses_layer_seconds` per layer, :meth:`ulysses_output_seconds`.
 
+        Context parallelism of degree ``C`` (:attr:`context_parallel`, the training pass and its recomputed
+        forward; ``dp`` counts the DP × CP ranks): a CP group runs ``C·m`` micro-batches of ``mb`` sequences, each
+        GPU holding a ``C``-th of every sequence (Megatron-Core's ``context_parallel_size``; the micro-batches the
+        memory model keeps in flight, :class:`~packplace.placement.model.memory.ContextParallelSplit`), so with
+        ``pp > 1`` the pipeline is ``m·t_stage + (pp − 1)·t_share``: the steady part the ``m`` micro-batches'
+        compute per GPU (:meth:`pipeline`'s, unchanged), the bubble the stage of one micro-batch's ``C``-th,
+        ``t_share`` (:meth:`_stage_seconds` of ``tokens/C`` over the same attention span), not of ``C`` of them
+        at once. NeMo RL's packs are split over the CP group by :meth:`pass_shape` already.
+
         ``include_update=False`` leaves out that end-of-step part (gradient all-reduce, Adam, tied
         embedding): the forward and backward passes alone, which ZeRO-3's per-micro-batch collectives
         overlap with (:func:`~packplace.placement.model.training_time.zero3_exposed_seconds`).
@@ -788,6 +839,24 @@ class CostModel:
         micro_batches, tokens = self.pass_shape(model, pack or ("train" if train else "logprob"), dp, pp, tp,
                                                 micro_batch, ep)
         s = self.attention_length(model, pack or ("train" if train else "logprob"), dp, pp, tp, ep)
+        stage = self._stage_seconds(model, train, dp, pp, tp, tokens, s, extent, ep, lora_rank, layers_only)
+        # context parallelism (not NeMo RL's packs, which pass_shape splits already): a CP group of ring ranks runs
+        # ring·m micro-batches, each GPU a ring-th of each one's tokens; the pipeline's bubble is one such share
+        ring = self.context_parallel.get(model, 1) if (train or pack == "train") and not self.packed(model) else 1
+        if ring > 1 and pp > 1:
+            share = self._stage_seconds(model, train, dp, pp, tp, tokens / ring, s, extent, ep, lora_rank, layers_only)
+            total = micro_batches * stage + (pp - 1) * share
+        else:
+            total = self.pipeline(micro_batches, pp, stage)
+        if train and include_update:
+            total += self.update_time(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce)
+        return total
+
+    def _stage_seconds(self, model: ModelSpec, train: bool, dp: int, pp: int, tp: int, tokens: float, s: float,
+                       extent: tuple[int, int, int], ep: int, lora_rank: int, layers_only: bool) -> float:
+        """The slowest pipeline stage of :meth:`pass_time` for one micro-batch of ``tokens`` tokens per GPU whose
+        attention spans ``s`` tokens: its layers (compute and communication) plus the head on the last stage and
+        the stage's sends (module docstring of :meth:`pass_time`), seconds."""
         factor = 3.0 if train else 1.0
         head_flops = 2.0 * model.head_gemm_params
         block_flops = self.forward_flops_per_token(model, s) - head_flops
@@ -817,10 +886,7 @@ class CostModel:
         if pp > 1 and not layers_only:
             level = self.group_level(dp * pp * tp, extent)
             stage += (2 if train else 1) * self.p2p(tokens * model.hidden_dim * ACT_BYTES / tp, level)
-        total = self.pipeline(micro_batches, pp, stage)
-        if train and include_update:
-            total += self.update_time(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce)
-        return total
+        return stage
 
     def update_time(self, model: ModelSpec, dp: int, pp: int, tp: int, extent: tuple[int, int, int], ep: int = 1,
                     lora_rank: int = 0, gradient_allreduce: bool = True) -> float:
@@ -857,7 +923,11 @@ class CostModel:
         with ``ep > 1`` a MoE stage's shard is its dense parameters plus ``1/ep`` of its routed experts
         (:func:`~packplace.placement.model.memory.stage_split`; under ``zero1``-``zero3`` the experts' share over
         the ``dp/ep`` ranks holding them comes to the same ``1/dp``). Seconds ≥ 0; 0 for a model without
-        parameters."""
+        parameters. A bare PyTorch loop (:meth:`bare_loop_table`) steps the fused AdamW kernel priced on the
+        component table instead (:meth:`bare_loop_weight_kernels`)."""
+        table = self.bare_loop_table(model, pp, tp, ep, lora_rank)
+        if table is not None:
+            return table.eager_seconds(self.bare_loop_weight_kernels(model, False, False))
         ranks = self.optimizer_ranks(model, dp)
         if ranks == 1 and ep > 1 and model.is_moe:   # LoRA refuses MoE: every parameter trains
             shard = max(dense + expert for dense, expert in stage_split(model, pp, tp, ep))
@@ -908,24 +978,31 @@ class CostModel:
         Transformer Engine release ``transformer_engine``, times the GPU type's ``megatron_pass_factor``:
         published Megatron-Core pre-training steps over the table's,
         :data:`~packplace.placement.problem.hardware.MEGATRON_PASS_FACTOR_H100`, ``..._GB200``); a training pass of
-        the Hugging Face kernels at :meth:`train_rate_fraction` of the table's rates."""
+        the Hugging Face kernels at :meth:`train_rate_fraction` of the table's rates; a bare PyTorch loop's
+        (:meth:`bare_loop_table`) under autocast with fp32 master weights at the table's rates, its head adding
+        the micro-batch's weight casts (:meth:`bare_loop_casts`)."""
         kernels = self.pass_kernels(pp, tp, ep)
         te = self.transformer_engine if kernels == "megatron" else None
+        bare = train and self.bare_loop_table(model, pp, tp, ep) is not None   # fp32 weights under autocast
         layer = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=1, head=False, tp=tp,
-                           kernels=kernels, transformer_engine=te)
+                           kernels=kernels, transformer_engine=te, master_fp32=bare)
         top = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=0, head=True, tp=tp,
-                         kernels=kernels, transformer_engine=te)
+                         kernels=kernels, transformer_engine=te, master_fp32=bare)
         factor = self.hw.megatron_pass_factor if kernels == "megatron" else 1.0
         rate = self.train_rate_fraction(model, pp, tp, ep) if train else 1.0
-        return factor * (layer.forward + layer.backward) / rate, factor * (top.forward + top.backward) / rate
+        casts = self.bare_loop_casts(table, model) if bare else 0.0   # once per micro-batch, on the one stage
+        return (factor * (layer.forward + layer.backward) / rate,
+                factor * (top.forward + top.backward) / rate + casts)
 
     def train_rate_fraction(self, model: ModelSpec, pp: int, tp: int, ep: int = 1, lora_rank: int = 0) -> float:
         """The fraction of the component table's rates at which this model's training passes (forward, backward
         and a full recompute's forward) run: :data:`PYTORCH_TRAIN_FRACTION` where a component table prices them
         (:meth:`components_for`) with the Hugging Face kernels of a PyTorch-native trainer (:meth:`pass_kernels`
         ``hf``), else 1 (Megatron-Core's passes, priced with ``megatron_pass_factor`` instead, and the knob
-        model, whose ``gemm_peak_fraction`` is a whole-pass efficiency already)."""
-        if self.components_for(model, lora_rank) is None or self.pass_kernels(pp, tp, ep) != "hf":
+        model, whose ``gemm_peak_fraction`` is a whole-pass efficiency already), and 1 for a bare PyTorch loop's
+        passes (:meth:`bare_loop_table`: the one-GPU passes the tables are fitted to)."""
+        if self.components_for(model, lora_rank) is None or self.pass_kernels(pp, tp, ep) != "hf" \
+                or self.bare_loop_table(model, pp, tp, ep, lora_rank) is not None:
             return 1.0
         return PYTORCH_TRAIN_FRACTION
 

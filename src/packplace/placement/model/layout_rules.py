@@ -215,6 +215,24 @@ def trainer_backend(ctx: Context, strategies: Mapping[str, Strategy] | None = No
     return "fsdp"
 
 
+#: Frameworks whose trainer is DeepSpeed (ZeRO), with no ``trainer_backend`` choice.
+DEEPSPEED_TRAINERS = ("openrlhf", "deepspeed-chat")
+
+
+def trainer_backend_name(ctx: Context, strategies: Mapping[str, Strategy] | None = None) -> str:
+    """The trainer a plan's training vertices run on, by name, as ``place`` records it and ``estimate``
+    names it (``inputs.trainer_backend_resolved``): ``megatron`` or ``fsdp`` for verl and NeMo RL
+    (:func:`trainer_backend` of ``strategies``; ``auto`` while nothing decides), ``deepspeed`` for OpenRLHF and
+    DeepSpeed-Chat, and for framework ``none`` ``megatron`` when ``policy.trainer_backend`` asks for it, else
+    ``none`` (no trainer framework: a bare PyTorch loop on the Hugging Face kernels,
+    :meth:`~packplace.placement.model.cost.CostModel.pass_kernels`)."""
+    if ctx.framework in DEEPSPEED_TRAINERS:
+        return "deepspeed"
+    if ctx.framework == "none":
+        return "megatron" if ctx.backend == "megatron" else "none"
+    return trainer_backend(ctx, strategies)
+
+
 def _fsdp_only(ctx: Context) -> bool:
     """Training options only the FSDP / DTensor backend runs: ``zero3``; verl's Ulysses sequence parallelism
     (``fsdp_workers.py``'s ``(world // sp, sp)`` device mesh; its Megatron workers have none); NeMo RL's

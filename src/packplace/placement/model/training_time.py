@@ -11,6 +11,11 @@ Saving memory is not free, so the planner sees the trade-off:
   strategy without the output head, which is not checkpointed (Hugging Face ``gradient_checkpointing``
   wraps the decoder layers; Megatron-LM recomputes the transformer block), at the rate of the trainer's
   training passes (:meth:`~packplace.placement.model.cost.CostModel.train_rate_fraction`);
+* a bare PyTorch loop's recomputation (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_table`:
+  framework ``none``, ``sharding: none``, plain data parallelism) is priced on the component table as its
+  passes are, ``full`` the layers' forward under autocast again and ``selective`` the attention core's kernels
+  (:func:`~packplace.placement.model.components.pass_times`), per micro-batch, as ``packplace estimate
+  --framework none`` prices it;
 * ``offload: optimizer`` sends the gradients to the host and the updated bf16 weights back once per step
   (ZeRO-Offload, Ren et al. 2021, §4): ``(g + 2)·p_shard`` bytes at ``host_bandwidth``; the CPU Adam step
   is assumed to overlap with these transfers (ZeRO-Offload's one-step delayed update is not modelled);
@@ -97,6 +102,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from packplace.placement.model.components import pass_times
 from packplace.placement.model.framework import exposed_gather_seconds
 from packplace.placement.model.memory import (
     TrainingOptions,
@@ -125,7 +131,12 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
     micro_batches, tokens = cost.pass_shape(model, "train", dp, pp, tp, micro_batch, ep)
     seconds = 0.0
     rank = options.lora_rank
-    if options.recompute == "full":
+    bare = cost.bare_loop_table(model, pp, tp, ep, rank) if options.recompute != "none" else None
+    if bare is not None:   # a bare PyTorch loop: its recomputed forward (full) or attention (selective) on the table
+        s = cost.attention_length(model, "train", dp, pp, tp, ep)
+        seconds += micro_batches * pass_times(bare, model, tokens=tokens, seq_len=s, train=True,
+                                              recompute=options.recompute, master_fp32=True).recompute
+    elif options.recompute == "full":
         seconds += cost.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep, lora_rank=rank,
                                   layers_only=True, pack="train") / cost.train_rate_fraction(model, pp, tp, ep, rank)
     elif options.recompute == "selective":

@@ -55,7 +55,7 @@ from packplace.placement.checking.validate import (
 from packplace.placement.emit import FRAMEWORKS, emit
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.framework import DEFAULT_FRAMEWORK
-from packplace.placement.model.layout_rules import TRAINER_BACKENDS
+from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, trainer_backend_name
 from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.problem.hardware import Hardware
 from packplace.placement.problem.plan import gpu_ranges, plan_to_json
@@ -166,6 +166,10 @@ def format_table(instance, result) -> str:
             lines.append(f"{name:<16} {parts}")
         for edge, seconds in score.realloc.items():
             lines.append(f"weight sync {edge}: {seconds:.3f} s")
+        for name, trainer in trainer_backends(instance, plan).items():
+            lines.append(f"trainer {name}: {trainer['trainer_backend']} ({instance.framework}, "
+                         f"policy.trainer_backend {getattr(instance, 'trainer_backend', 'auto')}); priced with "
+                         f"{KERNEL_NAMES[trainer['pass_kernels']]} kernels")
         lines += format_plan_balance(plan_balance(instance, plan))
         lines.append("")
         lines.append("own GB: the vertex's peak per GPU (its model's resident weights/grads/optimizer state + its "
@@ -186,6 +190,28 @@ def format_table(instance, result) -> str:
     return "\n".join(lines)
 
 
+#: How the text names the kernels that priced a training vertex (:meth:`CostModel.pass_kernels`).
+KERNEL_NAMES = {"megatron": "Megatron-Core", "hf": "Hugging Face"}
+
+
+def trainer_backends(instance, plan) -> dict[str, dict[str, str]]:
+    """``{training vertex: {"trainer_backend": name, "pass_kernels": kernels}}`` of ``plan``: the trainer
+    ``policy.trainer_backend`` resolves to for the plan's strategies
+    (:func:`~packplace.placement.model.layout_rules.trainer_backend_name`: ``megatron``, ``fsdp``, ``deepspeed``
+    or ``none``, as ``--emit`` and ``estimate`` name it) and the kernels that priced the vertex
+    (:meth:`~packplace.placement.model.cost.CostModel.pass_kernels` of its strategy: ``megatron`` or ``hf``)."""
+    cost = get_evaluator(instance).cost
+    ctx = Context.of(instance)
+    strategies = {name: plan[name].strategy for name in instance.graph.names}
+    backend = trainer_backend_name(ctx, strategies)
+    out = {}
+    for name in instance.graph.names:
+        if instance.graph.vertex(name).kind == "train":
+            s = strategies[name]
+            out[name] = {"trainer_backend": backend, "pass_kernels": cost.pass_kernels(s.pp, s.tp, s.ep)}
+    return out
+
+
 def result_json(instance, result) -> dict[str, Any]:
     """JSON of a result: the plan with explicit GPU ids, per-vertex times and the summary numbers."""
     out: dict[str, Any] = {
@@ -201,9 +227,11 @@ def result_json(instance, result) -> dict[str, Any]:
         own = vertex_own_memory(instance, result.solution)
         out.update(plan_to_json(result.solution, instance.cluster))
         balance = plan_balance(instance, result.solution)
+        trainers = trainer_backends(instance, result.solution)
         for name, entry in out["vertices"].items():
             if name in balance:
                 entry["balance"] = balance[name]
+            entry.update(trainers.get(name, {}))
             entry.update({"start_s": score.start[name], "end_s": score.end[name],
                           "time_s": score.vertex_time[name], "phases_s": score.phases[name],
                           "memory_bytes": memory.get(name, 0.0),
