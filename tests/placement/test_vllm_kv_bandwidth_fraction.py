@@ -1,6 +1,7 @@
 """``vllm_kv_bandwidth_fraction``: a vLLM engine's decode attention on Blackwell reads the KV cache at 0.434 of the
-component table's ``kv_bandwidth`` (fitted by ``benchmarks/blackwell_engine_term.py`` to ML.ENERGY's B200 runs);
-every other GPU type, and every engine that is not vLLM, keeps the table's rate."""
+rate its kernels reach, the component table's ``kv_bandwidth`` or, for a mixture of experts (the knob model),
+``memory_bandwidth·decode_bw_eff`` (fitted by ``benchmarks/blackwell_engine_term.py`` to ML.ENERGY's B200 runs);
+every other GPU type, and every engine that is not vLLM, keeps the kernels' rate."""
 
 import json
 from pathlib import Path
@@ -70,7 +71,12 @@ def test_blackwell_decode_is_slower_by_the_term_only_for_a_vllm_engine():
 
 
 def _step(gpu, framework, fraction):
-    cluster, hw = resolve_hardware(gpu, {"vllm_kv_bandwidth_fraction": fraction}, 1)
+    return _step_on(gpu, framework, fraction)
+
+
+def _step_on(gpu, framework, fraction, table=None):
+    extra = {"vllm_kv_bandwidth_fraction": fraction} | ({"component_table": table} if table else {})
+    cluster, hw = resolve_hardware(gpu, extra, 1)
     cost = CostModel(hw, cluster, Workload(128, 1, 300, 4000), RolloutEngine(), framework=FRAMEWORKS[framework])
     return float(cost.decode_step_times(resolve_model("llama3.1-8b"), 1, 1, (1, 1, 8), 1, np.array([128.0]),
                                         np.array([128.0 * 4000]))[0])
@@ -107,3 +113,89 @@ def test_the_committed_fit_reproduces_the_preset():
     assert fit["by_model_mean_abs_log"]["kv"] < 0.8 * fit["by_model_mean_abs_log"]["none"]
     assert fit["by_task_mean_abs_log"]["kv"] < fit["by_task_mean_abs_log"]["none"]
     assert PRESETS["b200"]["vllm_kv_bandwidth_fraction"] == PRESETS["gb200"]["vllm_kv_bandwidth_fraction"]
+
+
+# -- the knob model (a mixture of experts): the same fraction of the knob model's KV-read rate -----------------
+MOE = str(ROOT / "tests" / "data" / "hf_configs" / "qwen3-30b-a3b.json")
+# Qwen3-30B-A3B: 48 layers, 4 KV heads x 128; 128 sequences of 4,000 cached tokens read
+# 48 x 128 x 4000 x 2 (K, V) x 4 x 128 x 2 bytes = 50.3 GB per iteration
+MOE_KV_BYTES = 48 * 128 * 4000 * 2 * 4 * 128 * 2
+
+
+def _moe_decode(gpu, framework="vllm", **hardware):
+    return estimate(MOE, gpu, "decode", batch=128, context=4000, framework=framework,
+                    hardware=hardware or None)
+
+
+def test_a_moe_decode_on_b200_reads_its_kv_cache_at_the_fraction_of_the_knob_rate():
+    assert MOE_KV_BYTES == 50_331_648_000
+    # b200 preset: 8 TB/s x decode_bw_eff 0.65 = 5.2 TB/s; x 0.434 = 2.2568 TB/s
+    knob = 8e12 * 0.65
+    extra = MOE_KV_BYTES / (knob * 0.434) - MOE_KV_BYTES / knob
+    assert extra == pytest.approx(0.012623, abs=1e-6)   # 22.302 ms - 9.679 ms
+    got, full = _moe_decode("b200"), _moe_decode("b200", vllm_kv_bandwidth_fraction=1.0)
+    assert full.time_s == pytest.approx(0.024344640479749477, rel=1e-12)   # main before: the kernels' rate
+    assert got.components == "knobs"
+    assert got.time_s - full.time_s == pytest.approx(extra, rel=1e-9)
+    assert got.parts["decode"] - full.parts["decode"] == pytest.approx(extra, rel=1e-9)
+    assert got.parts["overhead"] == full.parts["overhead"]   # the engine's host time does not move
+    assert "  (vLLM decode attention: KV cache read at memory_bandwidth x decode_bw_eff x vllm_kv_bandwidth_fraction " \
+           "0.434 of b200)" in format_estimate(got).splitlines()
+
+
+def test_a_moe_decode_keeps_the_kernels_rate_without_a_vllm_engine():
+    # bare kernels (framework none) and DeepSpeed's hybrid engine: the fraction does not apply, as on the table
+    for framework in ("none", "deepspeed-chat"):
+        assert (_moe_decode("b200", framework).time_s
+                == _moe_decode("b200", framework, vllm_kv_bandwidth_fraction=1.0).time_s)
+        assert "vllm_kv_bandwidth_fraction" not in format_estimate(_moe_decode("b200", framework))
+
+
+def test_a_moe_decode_on_h100_is_bit_identical():
+    # the same iteration on main before the knob path took the fraction (PYTHONPATH of that tree, same call)
+    assert _moe_decode("h100-sxm").time_s == pytest.approx(0.05390982039473911, rel=1e-12)
+    assert _moe_decode("h100-sxm").time_s == _moe_decode("h100-sxm", vllm_kv_bandwidth_fraction=1.0).time_s
+
+
+def _moe_step(gpu, framework, fraction, eager=False, running=128, context=4000):
+    cluster, hw = resolve_hardware(gpu, {"vllm_kv_bandwidth_fraction": fraction}, 1)
+    cost = CostModel(hw, cluster, Workload(128, 1, 300, 4000), RolloutEngine(enforce_eager=eager),
+                     framework=FRAMEWORKS[framework])
+    return float(cost.decode_step_times(resolve_model(MOE), 1, 1, (1, 1, 8), 1, np.array([float(running)]),
+                                        np.array([float(running * context)]))[0])
+
+
+def test_the_step_model_applies_it_to_a_moe_decode_of_every_vllm_engine_not_deepspeed():
+    extra = MOE_KV_BYTES / (8e12 * 0.65) * (1 / 0.434 - 1)
+    for framework in ("verl", "nemo-rl", "openrlhf", "none"):   # place's none is the bare vLLM engine
+        assert _moe_step("b200", framework, 0.434) - _moe_step("b200", framework, 1.0) == pytest.approx(
+            extra, rel=1e-6)
+        # gb200: the same die, the same knob rate
+        assert _moe_step("gb200", framework, 0.434) - _moe_step("gb200", framework, 1.0) == pytest.approx(
+            extra, rel=1e-6)
+    assert _moe_step("b200", "deepspeed-chat", 0.434) == _moe_step("b200", "deepspeed-chat", 1.0)
+    # a GPU type priced by the knob model alone (no table): a dense model takes it too (Llama-3.1-8B, 67.1 GB)
+    dense = 32 * 128 * 4000 * 2 * 8 * 128 * 2 / (8e12 * 0.65) * (1 / 0.434 - 1)
+    assert (_step_on("b200", "verl", 0.434, "none") - _step_on("b200", "verl", 1.0, "none")
+            == pytest.approx(dense, rel=1e-6))
+    # eager (enforce_eager): the host issues every kernel; at 128 x 4,000 tokens the attention kernels outlast
+    # their issue time either way, so the whole KV term is added
+    eager = _moe_step("b200", "verl", 0.434, eager=True) - _moe_step("b200", "verl", 1.0, eager=True)
+    assert eager == pytest.approx(extra, rel=1e-6)
+    # at 8 x 500 tokens (98.6 us more KV read, 2 us per layer) the slower attention stays under the 20.4 us
+    # each kernel takes to issue (the b200 table), which the step already pays: eager adds nothing, the
+    # captured step the KV term
+    small = 48 * 8 * 500 * 2 * 4 * 128 * 2 / (8e12 * 0.65) * (1 / 0.434 - 1)
+    assert small == pytest.approx(98.6e-6, abs=0.1e-6)
+    assert (_moe_step("b200", "verl", 0.434, False, 8, 500) - _moe_step("b200", "verl", 1.0, False, 8, 500)
+            == pytest.approx(small, rel=1e-6))
+    assert (_moe_step("b200", "verl", 0.434, True, 8, 500) - _moe_step("b200", "verl", 1.0, True, 8, 500)
+            == pytest.approx(0.0, abs=1e-12))
+
+
+def test_the_step_model_and_estimate_agree_on_a_moe_decode():
+    # place's iteration (framework verl's profile, overheads aside) and estimate's decode part move alike
+    step = _moe_step("b200", "verl", 0.434) - _moe_step("b200", "verl", 1.0)
+    est = _moe_decode("b200", "verl").parts["decode"] - _moe_decode("b200", "verl",
+                                                                    vllm_kv_bandwidth_fraction=1.0).parts["decode"]
+    assert step == pytest.approx(est, rel=1e-9)

@@ -550,7 +550,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     inputs.update(trainer_backend=trainer_backend, **_backend_inputs(backend, shape, components, hw))
     inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens, sharding=sharding, cp=cp,
                   **(pack.inputs(int(given_length or 0), pad_multiple(tp, cp)) if pack is not None else {}))
-    parts = _time_parts(shape, cluster, hw, _engine_table(components, hw, task, engine_generation, inputs), task,
+    parts = _time_parts(shape, cluster, *_engine_pricing(components, hw, task, engine_generation, inputs), task,
                         micro_batch, seq_len, batch, context, recompute, optimizer, tp, pp, dp * cp, ep, framework,
                         enforce_eager, host_seconds_per_sequence(engine_generation), pack,   # dp x cp: the ranks
                         sharding=sharding, cp=cp, backend=backend)
@@ -566,15 +566,22 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                     components_derivation=components.derivation if priced else "")
 
 
-def _engine_table(components: ComponentTable | None, hw: Hardware, task: str, engine_generation: str | None,
-                  inputs: dict[str, Any]) -> ComponentTable | None:
-    """The table :func:`estimate` prices ``task`` on: for a decode or a generation by a vLLM engine
-    (``engine_generation`` set) :func:`~packplace.placement.model.cost.vllm_decode_table` (the KV read at
-    ``hw.vllm_kv_bandwidth_fraction``, which ``inputs`` then records), else ``components`` itself."""
-    if components is None or engine_generation is None or task not in ("decode", "generate"):
-        return components
+def _engine_pricing(components: ComponentTable | None, hw: Hardware, task: str, engine_generation: str | None,
+                    inputs: dict[str, Any]) -> tuple[Hardware, ComponentTable | None]:
+    """The hardware and the table :func:`estimate` prices ``task`` on. A decode or a generation by a vLLM
+    engine (``engine_generation`` set) reads the KV cache at ``hw.vllm_kv_bandwidth_fraction`` of its
+    kernels' rate on either path, which ``inputs`` then records: the table's ``kv_bandwidth``
+    (:func:`~packplace.placement.model.cost.vllm_decode_table`) and, for a mixture of experts or a GPU type
+    without a table, the knob model's ``memory_bandwidth·decode_bw_eff``
+    (:meth:`~packplace.placement.model.cost.CostModel.kv_read_fraction`, whose profile has a vLLM engine).
+    Bare kernels (``--framework none``, no engine) and DeepSpeed's hybrid engine read at the kernels' rate
+    (``hw`` with the fraction 1); every other task is ``(hw, components)`` as given."""
+    if task not in ("decode", "generate"):
+        return hw, components
+    if engine_generation is None:
+        return replace(hw, vllm_kv_bandwidth_fraction=1.0), components
     inputs["vllm_kv_bandwidth_fraction"] = hw.vllm_kv_bandwidth_fraction
-    return vllm_decode_table(components, hw)
+    return hw, vllm_decode_table(components, hw) if components is not None else None
 
 
 def _packs(pack_tokens: int | None, train_mb_tokens: int | None, task: str, framework: str, micro_batch: int,
@@ -1402,7 +1409,8 @@ def format_estimate(result: Estimate) -> str:
     if result.components_derivation:
         lines.append(f"  ({result.components} table {result.components_derivation})")
     if result.inputs.get("vllm_kv_bandwidth_fraction", 1.0) != 1.0:
-        lines.append(f"  (vLLM decode attention: KV cache read at kv_bandwidth x vllm_kv_bandwidth_fraction "
+        rate = "memory_bandwidth x decode_bw_eff" if result.components == "knobs" else "kv_bandwidth"
+        lines.append(f"  (vLLM decode attention: KV cache read at {rate} x vllm_kv_bandwidth_fraction "
                      f"{result.inputs['vllm_kv_bandwidth_fraction']:g} of {result.inputs['gpu']})")
     width = max([14, *(len(name) for name in result.parts)])   # optimizer_offload: 17
     lines += [f"  {name:<{width}} {seconds:.4f} s" for name, seconds in result.parts.items()]

@@ -131,7 +131,10 @@ def vllm_decode_table(table: ComponentTable, hardware: Hardware) -> ComponentTab
     """The component table a vLLM engine's decode iteration on ``hardware`` is priced on: ``table`` with its
     ``kv_bandwidth`` × ``hardware.vllm_kv_bandwidth_fraction`` (1 on every GPU type but Blackwell's:
     :data:`~packplace.placement.problem.hardware.VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL`, fitted to ML.ENERGY's
-    vLLM 0.11.1 B200 runs by ``benchmarks/blackwell_engine_term.py``); ``table`` itself at 1."""
+    vLLM 0.11.1 B200 runs by ``benchmarks/blackwell_engine_term.py``); ``table`` itself at 1. The same
+    function scales the knob model's rates (:meth:`CostModel.eager_decode_table`, whose ``kv_bandwidth`` is
+    ``memory_bandwidth·decode_bw_eff``), so the fraction multiplies whichever KV-read rate the path's kernels
+    reach (:meth:`CostModel.kv_read_fraction`)."""
     fraction = hardware.vllm_kv_bandwidth_fraction
     return table if fraction == 1.0 else replace(table, kv_bandwidth=table.kv_bandwidth * fraction)
 
@@ -338,10 +341,23 @@ class CostModel:
             return None
         return self.components
 
+    def kv_read_fraction(self) -> float:
+        """Fraction of the KV-read rate its kernels reach at which this cost model's decode iteration reads the
+        KV cache: ``hardware.vllm_kv_bandwidth_fraction`` for a vLLM engine (a framework profile with an
+        ``engine_generation``: not DeepSpeed's hybrid engine), else 1. One definition on both pricing paths:
+        it multiplies the component table's ``kv_bandwidth`` (:meth:`decode_table`, a dense model) and the
+        knob model's ``memory_bandwidth·decode_bw_eff`` (:meth:`decode_step_times`, a mixture of experts or a
+        GPU type without a table); the KV read is the attention's, whatever prices the MLP. Source of
+        the Blackwell value: :data:`~packplace.placement.problem.hardware.VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL`
+        (a ratio of the whole engine's rate to the kernels', docs/calibration-and-validation.md, "A Blackwell
+        vLLM KV-read fraction")."""
+        return self.hw.vllm_kv_bandwidth_fraction if self.framework.engine_generation is not None else 1.0
+
     def decode_table(self, model: ModelSpec) -> ComponentTable | None:
         """The component table of this model's decode iteration (:meth:`components_for`); for a vLLM engine (a
         framework profile with an ``engine_generation``: not DeepSpeed's hybrid engine) with its KV read at
-        ``kv_bandwidth × vllm_kv_bandwidth_fraction`` (:func:`vllm_decode_table`; below 1 on Blackwell only)."""
+        ``kv_bandwidth × vllm_kv_bandwidth_fraction`` (:func:`vllm_decode_table`; below 1 on Blackwell only;
+        the knob model's KV read takes the same fraction, :meth:`kv_read_fraction`)."""
         table = self.components_for(model)
         if table is None or self.framework.engine_generation is None:
             return table
@@ -1016,10 +1032,10 @@ class CostModel:
 
         Roofline (Williams et al. 2009; applied to decoding by Pope et al. 2022, "Efficiently Scaling
         Transformer Inference", §2-3), each kernel class at its own: ``max(2N·a/R, 2W/(tp·B)) +
-        max(4·L·q·Σctx/R, kv_bytes_per_token·Σctx/B) + overheads`` with ``R = tp·F·gemm_peak_fraction`` and
-        ``B = memory_bandwidth·decode_bw_eff`` (the weight GEMMs and the attention run one after the other,
-        and at large batches the first turn compute-bound while the second stays bound by its KV-cache read;
-        the component tables price each GEMM and the attention the same way), where
+        max(4·L·q·Σctx/R, kv_bytes_per_token·Σctx/(B·f)) + overheads`` with ``R = tp·F·gemm_peak_fraction``,
+        ``B = memory_bandwidth·decode_bw_eff``, ``f`` = :meth:`kv_read_fraction` (the weight GEMMs and the
+        attention run one after the other; at large batches the first turn compute-bound, the second stays
+        bound by its KV-cache read; the component tables price each GEMM and the attention so), where
 
         * compute: ``2N·a`` matrix FLOPs of ``a`` new tokens, ``4·L·q·Σctx`` of attention over every cached
           token (``q = heads·head_dim``; :meth:`decode_flops_per_token`). No
@@ -1075,7 +1091,8 @@ class CostModel:
         experts = self.decode_expert_weights_read(model, running, ep)
         dense = self.decode_weights_read(model, running, ep) - experts
         weight_memory = 2.0 * dense * imbalance / tp / (hw.memory_bandwidth * hw.decode_bw_eff)
-        kv_memory = context_sum * model.kv_bytes_per_token(tp, 1) / (hw.memory_bandwidth * hw.decode_bw_eff)
+        kv_memory = context_sum * model.kv_bytes_per_token(tp, 1) / (   # the engine's, as decode_table's
+            hw.memory_bandwidth * hw.decode_bw_eff * self.kv_read_fraction())
         if model.is_moe:
             weight_memory = weight_memory + 2.0 * experts * imbalance / tp / (
                 hw.memory_bandwidth * hw.expert_decode_bw_eff(self.expert_rows(model, running, ep)))
@@ -1090,7 +1107,7 @@ class CostModel:
             body = (np.maximum(gemm_compute, weight_memory) + np.maximum(attention_compute, kv_memory)
                     + self._non_gemm(L, running / tp))
             if eager:   # the host's issue time the kernels of the knob model's step do not cover
-                rates = self.eager_decode_table()
+                rates = self.engine_eager_rates()
                 body = body + (decode_step_array(rates, model, running, context_sum, tp, True)
                                - decode_step_array(rates, model, running, context_sum, tp)) * imbalance
         step = body + decode_step_overhead(hw, self.framework) + self.host_per_sequence(synchronous) * running
@@ -1113,6 +1130,13 @@ class CostModel:
         (:attr:`~packplace.placement.model.framework.FrameworkProfile.inprocess_engine`)."""
         extra = self.hw.inprocess_host_per_sequence if synchronous and self.framework.inprocess_engine else 0.0
         return self.engine.host_seconds_per_sequence + extra
+
+    def engine_eager_rates(self) -> ComponentTable:
+        """:meth:`eager_decode_table` with this engine's KV read, ``kv_bandwidth × kv_read_fraction``
+        (:func:`vllm_decode_table`), as the knob model's captured iteration reads it (:meth:`decode_step_times`)
+        and :meth:`decode_table` scales the component table's."""
+        rates = self.eager_decode_table()
+        return vllm_decode_table(rates, self.hw) if self.kv_read_fraction() != 1.0 else rates
 
     def eager_decode_table(self) -> ComponentTable:
         """The rates at which :meth:`decode_step_times` prices an eager decode iteration's kernels on the

@@ -147,8 +147,10 @@ HARDWARE_FIELDS: dict[str, Field] = {
                                   meaning="time factor on the component table's Megatron-Core pass kernels "
                                           "(published pre-training step over the model's; 1: the table)"),
     "vllm_kv_bandwidth_fraction": Field("float", "", 0.01, 1, default=HARDWARE_DEFAULTS["vllm_kv_bandwidth_fraction"],
-                                        meaning="fraction of the component table's kv_bandwidth a vLLM engine's "
-                                                "decode iteration reads the KV cache at"),
+                                        meaning="fraction of its kernels' KV-read rate (the component table's "
+                                                "kv_bandwidth, or the knob model's memory_bandwidth x "
+                                                "decode_bw_eff for a mixture of experts) at which a vLLM "
+                                                "engine's decode iteration reads the KV cache"),
     "component_table": Field("enum", "", choices=COMPONENT_TABLES, default=HARDWARE_DEFAULTS["component_table"],
                              meaning="kernel-by-kernel table (measured h200; h100-sxm, b200, gb200 derived from "
                                      "it) pricing dense passes and decode steps (none: the efficiency knobs)"),

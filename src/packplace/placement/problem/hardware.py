@@ -147,11 +147,14 @@ class Hardware:
             NVIDIA's published Megatron-Core pre-training step over the one the component model prices,
             per GPU type; 1 (the default): the table as it is. Sources of the H100 and GB200 values:
             :data:`MEGATRON_PASS_FACTOR_H100`, :data:`MEGATRON_PASS_FACTOR_GB200`.
-        vllm_kv_bandwidth_fraction: Fraction of the component table's ``kv_bandwidth`` at which a vLLM
-            engine's decode iteration reads the KV cache (every framework profile with a vLLM engine,
+        vllm_kv_bandwidth_fraction: Fraction of the KV-read rate its kernels reach at which a vLLM engine's
+            decode iteration reads the KV cache (every framework profile with a vLLM engine,
             :attr:`~packplace.placement.model.framework.FrameworkProfile.engine_generation` set; not the
-            DeepSpeed hybrid engine, not the knob model); 1 (the default): the table's rate. Source of the
-            Blackwell value: :data:`VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL`.
+            DeepSpeed hybrid engine), in (0, 1]: it multiplies the rate of the path that prices the
+            iteration, the component table's ``kv_bandwidth`` (a dense model) or the knob model's
+            ``memory_bandwidth·decode_bw_eff`` (a mixture of experts or a GPU type without a table;
+            :meth:`~packplace.placement.model.cost.CostModel.kv_read_fraction`); 1 (the default): the
+            kernels' rate. Source of the Blackwell value: :data:`VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL`.
         component_table: Name of the GPU type's component table (:mod:`packplace.placement.model.components`:
             ``h200`` measured kernel by kernel, ``h100-sxm``, ``b200`` and ``gb200`` derived from it,
             :data:`COMPONENT_TABLES`),
@@ -376,6 +379,8 @@ GEMM_PEAK_FRACTION_B200 = 0.55 * (1576 / 4500) / (744 / 1979)
 #: table. Measured on vLLM 0.11.1 only (V1 runs FlashInfer's decode on Blackwell by default, with TRT-LLM-gen
 #: kernels on SM100 since mid-2025: github.com/vllm-project/vllm/pull/19118, /pull/19825); no source says why the
 #: whole engine reads slower than the kernel microbenchmarks, so it is applied to every vLLM V1 release alike.
+#: A ratio of the engine's rate to its kernels', it multiplies the knob model's KV read too (a mixture of
+#: experts: ``memory_bandwidth·decode_bw_eff``), :meth:`~packplace.placement.model.cost.CostModel.kv_read_fraction`.
 VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL = 0.434
 
 #: Hardware presets: ``hardware: {preset: h100-sxm, nodes_per_rack: 2}``; every field may be overridden.
