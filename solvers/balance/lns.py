@@ -334,6 +334,9 @@ def solve(
         analytic lower bound; ``iterations`` the neighbourhoods solved; ``info`` the start, its
         objective and the counts of neighbourhoods solved, accepted and proven optimal (and, where the
         every-partner re-split changed the start, its pair checks, splits and whether the time limit cut it).
+        Under ``lockstep`` also ``lockstep_start``, ``lockstep_start_objective`` and
+        ``lockstep_start_hit_time_limit``: repair's own lockstep plan, the answer's ceiling
+        (:func:`~packplace.solvers.balance.lockstep.solve_lockstep`).
 
     Raises:
         ConfigError: a bad ``ranks_per_neighbourhood``, ``neighbourhood_time_s`` or

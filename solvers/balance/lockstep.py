@@ -81,7 +81,9 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, run: Run, *, start: 
     worse than its start's. The backend gets the time left less :data:`LEVELLING_RESERVE` of it; the
     levelling pass then runs on its answer (at most :data:`LEVELLING_MOVES_PER_BIN` moves per bin,
     the limit a ceiling), and on a plan still more than :data:`WINDOW_MIN_GAP` above the bound the
-    layer windows of :func:`resolve_layer_windows`.
+    layer windows of :func:`resolve_layer_windows`. That start is stated in ``info``
+    (:func:`_no_worse_than_start`): ``lockstep_start_objective`` is the ceiling of the answer's objective,
+    which under a cut start may differ from the start backend's answer in a separate call.
 
     Returns:
         The backend's proposal for the original instance: D·m rank-major bins, each rank's bins by cost
@@ -155,18 +157,29 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, run: Run, *, start: 
 def _no_worse_than_start(proposal: Proposal, run: Run, start: str | None, other: Proposal | None) -> Proposal:
     """``proposal``, or ``other`` (the ``start`` backend's own lockstep plan) where the evaluator scores it
     strictly lower (or ``proposal`` has none), even when ``proposal`` is optimal within the tolerance;
-    unchanged without it."""
-    if other is None or other.solution is None:
+    unchanged without it.
+
+    With ``start``, the start the answer is measured against is stated in ``proposal.info``:
+    ``lockstep_start`` (its backend's registry name), ``lockstep_start_objective`` (the evaluator's
+    lockstep objective of its plan, in the instance's cost units; None when it returned no feasible plan,
+    which is then not used) and ``lockstep_start_hit_time_limit`` (whether the limit cut that backend, so
+    that its plan may differ from the one it returns alone under the same limit). The answer's objective is
+    never above ``lockstep_start_objective``.
+    """
+    if start is None or other is None:
         return proposal
     evaluator = run.evaluator
-    theirs = tuple(tuple(b) for b in (other.solution.bins if isinstance(other.solution, Assignment)
-                                      else other.solution))
-    if evaluator.violations(theirs):
+    theirs = None if other.solution is None else tuple(
+        tuple(b) for b in (other.solution.bins if isinstance(other.solution, Assignment) else other.solution))
+    start_objective = None if theirs is None or evaluator.violations(theirs) else evaluator.objective(theirs)
+    proposal.info.update(lockstep_start=start, lockstep_start_objective=start_objective,
+                         lockstep_start_hit_time_limit=bool(other.hit_time_limit))
+    if start_objective is None:
         return proposal
     if proposal.solution is not None:
         ours = tuple(tuple(b) for b in (proposal.solution.bins if isinstance(proposal.solution, Assignment)
                                         else proposal.solution))
-        if evaluator.violations(ours) or evaluator.objective(theirs) >= evaluator.objective(ours):
+        if evaluator.violations(ours) or start_objective >= evaluator.objective(ours):
             return proposal
     proposal.solution = theirs
     proposal.status = OPTIMAL if OPTIMAL in (other.status, proposal.status) else FEASIBLE  # lower than an optimum

@@ -378,7 +378,9 @@ def test_heuristic_properties(inst):
             assert result.objective == pytest.approx(evaluator.objective(result.solution))
         else:
             assert result.solution is None and result.message
-    if results["lpt"].ok:
+    # repair improves lpt's answer where neither was cut: a loaded machine may cut either under the short
+    # limit, and a cut answer is asked only for the properties above
+    if results["lpt"].ok and not (results["lpt"].hit_time_limit or results["repair"].hit_time_limit):
         assert results["repair"].ok
         assert results["repair"].objective <= results["lpt"].objective
 

@@ -200,7 +200,10 @@ def solve(
         A :class:`~packplace.result.Proposal`: rank-major bins; status ``optimal`` (proven, within
         ``optimality_tolerance``), ``feasible`` (time limit, or a solution no better than the start),
         ``infeasible`` (proven by CP-SAT or by counting) or ``unknown``; ``bound`` a proven lower
-        bound in true cost units; ``info`` the scale, rounding slack, tolerance and the start used.
+        bound in true cost units; ``info`` the scale, rounding slack, tolerance and the start used
+        (under ``lockstep`` also ``lockstep_start``, ``lockstep_start_objective`` and
+        ``lockstep_start_hit_time_limit``: repair's own lockstep plan, the answer's ceiling,
+        :func:`~packplace.solvers.balance.lockstep.solve_lockstep`).
 
     Raises:
         ConfigError: ``num_workers`` or ``max_booleans`` not an integer ≥ 1, an unknown
