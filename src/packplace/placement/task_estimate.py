@@ -561,8 +561,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
                           logit_bytes=logit_bytes, sharding=sharding, cp=cp, trainer_backend=backend.name,
                           cp_exact=pack is not None)
-    if "trainer_rate" in parts:   # the fraction a PyTorch trainer's passes run at (the trainer: line)
-        inputs["trainer_rate_fraction"] = PYTORCH_TRAIN_FRACTION
+    inputs.update({"trainer_rate_fraction": PYTORCH_TRAIN_FRACTION} if "trainer_rate" in parts else {})
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
                     components=components.gpu if priced else "knobs", capacity_bytes=float(hw.memory_per_gpu),
