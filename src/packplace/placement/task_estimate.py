@@ -466,12 +466,10 @@ def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch:
 
 def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro_batch: int = 1,
              seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str = "none",
-             optimizer: str = "adam",
-             tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
+             optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None,
-             entropy_coeff: float = 0.0, train_mb_tokens: int | None = None,
-             sharding: str | None = None,
+             entropy_coeff: float = 0.0, train_mb_tokens: int | None = None, sharding: str | None = None,
              pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto") -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
