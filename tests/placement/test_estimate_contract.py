@@ -469,3 +469,45 @@ def test_a_context_parallel_pipeline_runs_the_groups_micro_batches(framework, ba
     assert vertex["train"] == pytest.approx(whole + (pp - 1) * half + update, rel=REL)
     assert vertex["train"] < pp * whole + update   # the bubble of a half, not of the whole rank's tokens
     assert cost.context_parallel == {shape: cp}
+
+
+@pytest.mark.parametrize("framework, backend, degrees, seq_len", [
+    ("nemo-rl", "megatron", {"dp": 1, "pp": 2}, 4096),
+    ("nemo-rl", "auto", {"dp": 2, "pp": 2}, 4096),
+    ("verl", "auto", {"dp": 1, "pp": 2, "tp": 2}, 8192),
+])
+def test_a_context_parallel_pipeline_runs_the_groups_micro_batches_forward_too(framework, backend, degrees, seq_len):
+    # the old log-prob forward (and the reference's, in the same workers with the actor's CP) runs the CP group's
+    # 2·m micro-batches of one sequence's half through the same pipeline as the training pass: m x the stage of
+    # the rank's tokens plus pp - 1 stages of one half (the bubble). place had charged the forward's bubble at the
+    # whole rank's tokens, (m + pp - 1) x the stage
+    dp, tp, pp, cp = degrees["dp"], degrees.get("tp", 1), degrees["pp"], 2
+    gpus = dp * tp * pp * cp
+    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus},
+              "models": {"actor": dict(DENSE), "reward": "rule"},
+              "workload": {"batch_size": dp * cp, "samples_per_prompt": 1, "context_length": seq_len - 1,
+                           "generation_length": 1},
+              "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
+              "training": {"recompute": "none", "context_parallel": cp}}
+    instance = build_instance(config)
+    cost, shape = get_evaluator(instance).cost, instance.models["actor"]
+    strategy = Strategy(dp * cp, pp, tp, 1)
+    vertex = vertex_parts(instance, cost, "actor.train", strategy, 1, (1, 1, gpus))
+    # hand-computed from the stage: m = 1 micro-batch per DP x CP rank of seq_len tokens, its half on each GPU
+    whole = cost._stage_seconds(shape, False, dp * cp, pp, tp, seq_len, seq_len, (1, 1, gpus), 1, 0, False)
+    half = cost._stage_seconds(shape, False, dp * cp, pp, tp, seq_len / cp, seq_len, (1, 1, gpus), 1, 0, False)
+    assert half < whole
+    assert vertex["old_log_prob"] == pytest.approx(whole + (pp - 1) * half, rel=REL)
+    assert vertex["old_log_prob"] < pp * whole   # the bubble of a half, not of the whole rank's tokens
+    # estimate's forward gives the slowest stage: at --micro-batch 2 the rank's tokens, at 1 one half
+
+    def stage(mb):
+        e = estimate(shape, "h100-sxm", "infer", micro_batch=mb, seq_len=seq_len, tp=tp, pp=pp, dp=dp, cp=cp,
+                     framework=framework, trainer_backend=backend)
+        assert e.inputs["pass_kernels"] == "megatron"
+        return e.time_s - e.parts["overhead"]
+
+    assert vertex["old_log_prob"] == pytest.approx(stage(cp) + (pp - 1) * stage(1), rel=REL)
+    # the reference runs in the actor's workers with its CP: the same forward pipeline
+    reference = vertex_parts(instance, cost, "reference.infer", strategy, 1, (1, 1, gpus))
+    assert reference["forward"] == pytest.approx(vertex["old_log_prob"], rel=REL)
