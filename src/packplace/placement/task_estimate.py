@@ -1251,7 +1251,10 @@ def register_estimate(subparsers) -> None:
                         "multiple of 2 x cp x tp and split over cp GPUs (Megatron-Core's context parallelism, ring "
                         "attention); the strategy holds tp x pp x cp x dp GPUs, the gradients reduced over dp x cp")
     p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
-                   help="none: bare kernels; otherwise the framework's dispatch and engine overheads")
+                   help="none: bare kernels (a train pass with adam: place's vertex of framework none, the bare "
+                        "PyTorch loop at the table's rates with --sharding none and every degree but --dp 1, else a "
+                        "PyTorch trainer at PYTORCH_TRAIN_FRACTION); otherwise the framework's dispatch and engine "
+                        "overheads")
     p.add_argument("--trainer-backend", default=None, dest="trainer_backend", choices=TRAINER_BACKENDS,
                    help="train and infer: the trainer's workers, as policy.trainer_backend (default auto: for verl "
                         "and nemo-rl Megatron-Core where the strategy needs it, verl --tp/--pp/--ep/--cp or NeMo RL "
