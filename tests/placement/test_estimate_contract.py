@@ -122,6 +122,38 @@ def test_a_bare_pytorch_loop_is_the_evaluators_vertex(degrees, recompute):
     assert zero1.train_rate_fraction(shape, 1, 1) == PYTORCH_TRAIN_FRACTION
 
 
+@pytest.mark.parametrize("sharding, degrees, recompute", [
+    ("zero1", {"dp": 4}, "none"), ("zero2", {"dp": 2, "mb": 2}, "full"), ("none", {"tp": 2, "dp": 2}, "selective"),
+    ("zero1", {"pp": 2, "dp": 2}, "selective"), ("none", {"pp": 2, "tp": 2}, "none"),
+])
+def test_framework_none_on_a_trainers_layout_is_the_evaluators_vertex(sharding, degrees, recompute):
+    # framework none on a ZeRO layout or with tensor / pipeline parallelism is a PyTorch trainer's (the layout rule
+    # of its memory, pass_memory.bare_loop), whose passes place prices at PYTORCH_TRAIN_FRACTION of the table's
+    # rates. estimate had kept the table's bare kernels there (Qwen2.5-1.5B, dp 4, zero1, 2,048 tokens on H100:
+    # 0.1179 s against the vertex's 0.1679 s); now both price it through trainer_pass_parts
+    e, vertex, cost, shape = _pair(DENSE, "none", recompute=recompute, sharding=sharding, **degrees)
+    dp, pp, tp = (degrees.get(k, 1) for k in ("dp", "pp", "tp"))
+    assert (e.inputs["trainer_backend_resolved"], e.inputs["pass_kernels"]) == ("none", "hf")
+    assert cost.bare_loop_table(shape, pp, tp) is None and cost.train_rate_fraction(shape, pp, tp) == \
+        PYTORCH_TRAIN_FRACTION
+    assert e.parts["trainer_rate"] == pytest.approx(
+        (e.parts["forward"] + e.parts["backward"] + e.parts.get("recompute", 0.0) * (recompute == "full"))
+        * (1 / PYTORCH_TRAIN_FRACTION - 1), rel=REL)
+    assert e.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp, pp, tp), rel=REL)
+    if pp == 1:
+        assert e.time_s == pytest.approx(vertex["train"] + vertex["memory_options"] + vertex["overhead"], rel=REL)
+    else:
+        sync = cost.gradient_sync_seconds(shape, dp, pp, tp, (1, 1, dp * pp * tp))
+        stage = e.time_s - e.parts["optimizer"] - sync - e.parts.get("recompute", 0.0) - e.parts["overhead"]
+        assert vertex["train"] == pytest.approx(pp * stage + e.parts["optimizer"] + sync, rel=REL)
+    if (sharding, degrees) == ("zero1", {"dp": 4}):   # the brief's figure, priced as place prices it
+        assert e.time_s == pytest.approx(0.1679, abs=5e-5)
+    assert e.inputs["trainer_rate_fraction"] == PYTORCH_TRAIN_FRACTION   # the trainer: line names it
+    # a forward keeps the table's bare kernels (one GPU's passes; place has no rate on its log-prob forwards)
+    infer = estimate(shape, "h100-sxm", "infer", seq_len=2048, framework="none", tp=tp, pp=pp, dp=dp)
+    assert "trainer_rate" not in infer.parts and "trainer_rate_fraction" not in infer.inputs
+
+
 def test_a_bare_loop_casts_its_weights_every_micro_batch_and_steps_adamw_once():
     # two micro-batches per rank: the vertex runs the autocast casts with each and the AdamW step once
     one = build_instance({"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": 2},
@@ -437,3 +469,45 @@ def test_a_context_parallel_pipeline_runs_the_groups_micro_batches(framework, ba
     assert vertex["train"] == pytest.approx(whole + (pp - 1) * half + update, rel=REL)
     assert vertex["train"] < pp * whole + update   # the bubble of a half, not of the whole rank's tokens
     assert cost.context_parallel == {shape: cp}
+
+
+@pytest.mark.parametrize("framework, backend, degrees, seq_len", [
+    ("nemo-rl", "megatron", {"dp": 1, "pp": 2}, 4096),
+    ("nemo-rl", "auto", {"dp": 2, "pp": 2}, 4096),
+    ("verl", "auto", {"dp": 1, "pp": 2, "tp": 2}, 8192),
+])
+def test_a_context_parallel_pipeline_runs_the_groups_micro_batches_forward_too(framework, backend, degrees, seq_len):
+    # the old log-prob forward (and the reference's, in the same workers with the actor's CP) runs the CP group's
+    # 2·m micro-batches of one sequence's half through the same pipeline as the training pass: m x the stage of
+    # the rank's tokens plus pp - 1 stages of one half (the bubble). place had charged the forward's bubble at the
+    # whole rank's tokens, (m + pp - 1) x the stage
+    dp, tp, pp, cp = degrees["dp"], degrees.get("tp", 1), degrees["pp"], 2
+    gpus = dp * tp * pp * cp
+    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus},
+              "models": {"actor": dict(DENSE), "reward": "rule"},
+              "workload": {"batch_size": dp * cp, "samples_per_prompt": 1, "context_length": seq_len - 1,
+                           "generation_length": 1},
+              "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
+              "training": {"recompute": "none", "context_parallel": cp}}
+    instance = build_instance(config)
+    cost, shape = get_evaluator(instance).cost, instance.models["actor"]
+    strategy = Strategy(dp * cp, pp, tp, 1)
+    vertex = vertex_parts(instance, cost, "actor.train", strategy, 1, (1, 1, gpus))
+    # hand-computed from the stage: m = 1 micro-batch per DP x CP rank of seq_len tokens, its half on each GPU
+    whole = cost._stage_seconds(shape, False, dp * cp, pp, tp, seq_len, seq_len, (1, 1, gpus), 1, 0, False)
+    half = cost._stage_seconds(shape, False, dp * cp, pp, tp, seq_len / cp, seq_len, (1, 1, gpus), 1, 0, False)
+    assert half < whole
+    assert vertex["old_log_prob"] == pytest.approx(whole + (pp - 1) * half, rel=REL)
+    assert vertex["old_log_prob"] < pp * whole   # the bubble of a half, not of the whole rank's tokens
+    # estimate's forward gives the slowest stage: at --micro-batch 2 the rank's tokens, at 1 one half
+
+    def stage(mb):
+        e = estimate(shape, "h100-sxm", "infer", micro_batch=mb, seq_len=seq_len, tp=tp, pp=pp, dp=dp, cp=cp,
+                     framework=framework, trainer_backend=backend)
+        assert e.inputs["pass_kernels"] == "megatron"
+        return e.time_s - e.parts["overhead"]
+
+    assert vertex["old_log_prob"] == pytest.approx(stage(cp) + (pp - 1) * stage(1), rel=REL)
+    # the reference runs in the actor's workers with its CP: the same forward pipeline
+    reference = vertex_parts(instance, cost, "reference.infer", strategy, 1, (1, 1, gpus))
+    assert reference["forward"] == pytest.approx(vertex["old_log_prob"], rel=REL)

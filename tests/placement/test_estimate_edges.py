@@ -135,8 +135,10 @@ def test_a_cp_pass_without_packs_says_its_sequences_are_padded():
 @pytest.mark.parametrize("framework", ["verl", "nemo-rl", "openrlhf", "deepspeed-chat"])
 def test_an_rl_trainers_training_passes_run_at_the_pytorch_fraction(framework):
     # `place` prices a PyTorch-native trainer's training passes at PYTORCH_TRAIN_FRACTION of the table's rates;
-    # estimate adds the same time as its own part, on top of the one-GPU passes of --framework none (on bf16
-    # weights, zero1: place prices no autocast kernels)
+    # estimate adds the same time as its own part, on top of the table's passes (on bf16 weights, zero1: place
+    # prices no autocast kernels). Framework none on that ZeRO layout is a PyTorch trainer too (place prices it at
+    # the fraction, and so does estimate now: it had kept the bare kernels there); only the bare loop (sharding
+    # none, plain data parallelism) runs at the table's rates
     from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION
     base = estimate("llama3.1-8b", "h100-sxm", "train", micro_batch=1, seq_len=2048, recompute="full",
                     sharding="zero1")
@@ -144,8 +146,11 @@ def test_an_rl_trainers_training_passes_run_at_the_pytorch_fraction(framework):
                      framework=framework, sharding="zero1")
     passes = sum(named.parts[k] for k in ("forward", "backward", "recompute"))
     assert passes == pytest.approx(sum(base.parts[k] for k in ("forward", "backward", "recompute")))
-    assert "trainer_rate" not in base.parts
     assert named.parts["trainer_rate"] == pytest.approx(passes * (1 / PYTORCH_TRAIN_FRACTION - 1))
+    assert base.parts["trainer_rate"] == pytest.approx(named.parts["trainer_rate"], rel=1e-12)
+    bare = estimate("llama3.1-8b", "h100-sxm", "train", micro_batch=1, seq_len=2048, recompute="full",
+                    sharding="none")
+    assert "trainer_rate" not in bare.parts
 
 
 def test_the_pytorch_fraction_leaves_forward_passes_and_the_knob_model_alone():

@@ -158,3 +158,41 @@ def test_the_json_records_each_trained_vertex_s_trainer_backend(framework, backe
     import packplace
     text = cli.format_table(inst, packplace.place(inst, "greedy"))
     assert f"trainer actor.train: {resolved} ({framework}, policy.trainer_backend {backend}); priced with " in text
+
+
+PPO = os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml")
+
+
+@pytest.mark.parametrize("framework", ["verl", "nemo-rl"])
+def test_a_mixed_plan_reports_each_worker_groups_backend_as_it_is_priced(framework):
+    # verl picks the actor's workers by actor_rollout_ref.actor.strategy and the critic's by critic.strategy, NeMo
+    # RL the policy's by policy.megatron_cfg.enabled and the value model's by its own: one backend per trained
+    # model's worker group. Here the critic pipelines (pp 4: Megatron-Core) and the actor and its reference run
+    # plain data parallelism (FSDP / DTensor). place had reported megatron for the actor too (resolved over the
+    # whole plan) while pricing it with the Hugging Face kernels of its own strategy
+    from dataclasses import replace
+
+    import packplace
+    from packplace.placement.emit import emit
+    from packplace.placement.problem.config import build_instance, load_yaml
+    from packplace.placement.problem.plan import Strategy
+
+    raw = load_yaml(PPO)
+    raw.setdefault("policy", {}).update(framework=framework, trainer_backend="auto")
+    inst = build_instance(raw)
+    plan = packplace.place(inst, "greedy").solution
+    for name in ("actor.train", "reference.infer"):
+        vp = plan[name]
+        plan = plan.replace(name, replace(vp, strategy=Strategy(vp.strategy.gpus, 1, 1, 1)))
+    for name in ("critic.train", "critic.infer"):
+        vp = plan[name]
+        plan = plan.replace(name, replace(vp, strategy=Strategy(vp.strategy.gpus // 4, 4, 1, 1)))
+    trainers = cli.trainer_backends(inst, plan)
+    names = {"verl": "fsdp", "nemo-rl": "fsdp"}
+    assert trainers["actor.train"] == {"trainer_backend": names[framework], "pass_kernels": "hf"}
+    assert trainers["critic.train"] == {"trainer_backend": "megatron", "pass_kernels": "megatron"}
+    for entry in trainers.values():   # the reported backend is the one whose kernels priced the vertex
+        assert entry["pass_kernels"] == ("megatron" if entry["trainer_backend"] == "megatron" else "hf")
+    # the emitted config runs one backend for both (one --config-name / base config): it cannot run this plan
+    emitted = emit(inst, plan, framework)
+    assert any("actor.train runs fsdp" in line and "critic.train runs megatron" in line for line in emitted.refusals)

@@ -767,7 +767,9 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
                      frozenset((instance.models["actor"],)) if "actor" in instance.models else frozenset(),
                      bare_loop_models(instance),
                      {instance.models[m]: vertex_setting(instance, m).context_parallel.degree for m in trained
-                      if m in instance.models and vertex_setting(instance, m).context_parallel.degree > 1})
+                      if m in instance.models and vertex_setting(instance, m).context_parallel.degree > 1},
+                     frozenset(instance.models[name.split(".")[0]] for name, _ in CONTEXT_PARALLEL_FORWARDS.values()
+                               if forward_context_parallel(instance, name)))
 
 
 def bare_loop_models(instance) -> frozenset:

@@ -37,7 +37,6 @@ from packplace.placement.model.nemo_rl_releases import (
     release_for,
     release_train_parts,
 )
-from packplace.placement.model.pass_memory import bare_loop
 from packplace.placement.model.training_time import training_overhead_seconds
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
@@ -133,17 +132,20 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
                           release)
 
 
-def framework_none_trainer(backend: TrainerBackend, task: str, optimizer: str, sharding: str,
-                           degrees: tuple[int, int, int, int]) -> TrainerBackend:
+def framework_none_trainer(backend: TrainerBackend, task: str, optimizer: str) -> TrainerBackend:
     """``backend`` with ``place``'s layout for framework ``none`` (no trainer backend: ``trainer_backend``
-    auto) when ``task`` is a bare PyTorch loop's training pass (Adam, ``sharding`` none, ``degrees`` =
-    ``(tp, pp, ep, cp)`` all 1: :func:`~packplace.placement.model.pass_memory.bare_loop`, the rule of its
-    memory), so that it is priced by :func:`trainer_pass_parts` from the evaluator's own terms: the component
-    table's bare kernels (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_table`), the one code path
-    of ``estimate`` and ``place``. Any other ``backend`` or pass is returned as is (framework ``none`` on
-    another layout: the table's bare kernels, :func:`~packplace.placement.task_estimate._bare_pass_parts`)."""
-    if (backend.name != "none" or backend.layout is not None or task != "train" or optimizer != "adam"
-            or not bare_loop(sharding, "none", backend.given, degrees)):
+    auto) when ``task`` is a training pass with Adam, so that it is priced by :func:`trainer_pass_parts` from the
+    evaluator's own terms, the one code path of ``estimate`` and ``place``: on the bare PyTorch loop's layout
+    (``sharding`` none, ``degrees`` = ``(tp, pp, ep, cp)`` all 1: :func:`~packplace.placement.model.pass_memory.
+    bare_loop`, the rule of its memory) the component table's bare kernels
+    (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_table`); on any other (a ZeRO ``sharding``, or
+    tensor, pipeline, expert or context parallelism: a PyTorch trainer's, as the layout rule reads it) the
+    Hugging Face kernels at :data:`~packplace.placement.model.cost.PYTORCH_TRAIN_FRACTION` of the table's rates
+    (:meth:`~packplace.placement.model.cost.CostModel.train_rate_fraction`), as ``place`` prices framework
+    ``none``'s training vertex. Any other ``backend`` or pass (a forward, a pass without an optimizer, which
+    ``place`` has no vertex of) is returned as is: the table's bare kernels
+    (:func:`~packplace.placement.task_estimate._bare_pass_parts`)."""
+    if backend.name != "none" or backend.layout is not None or task != "train" or optimizer != "adam":
         return backend
     return replace(backend, layout=Context("none", "grpo", {}, False, backend.given))
 

@@ -54,7 +54,7 @@ from packplace.placement.estimate_trainer import (
     trainer_pass_parts,
 )
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
-from packplace.placement.model.cost import CostModel, hardware_table, vllm_decode_table
+from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION, CostModel, hardware_table, vllm_decode_table
 from packplace.placement.model.engine import RolloutEngine
 from packplace.placement.model.framework import (
     FRAMEWORKS,
@@ -466,12 +466,10 @@ def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch:
 
 def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro_batch: int = 1,
              seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str = "none",
-             optimizer: str = "adam",
-             tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
+             optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None,
-             entropy_coeff: float = 0.0, train_mb_tokens: int | None = None,
-             sharding: str | None = None,
+             entropy_coeff: float = 0.0, train_mb_tokens: int | None = None, sharding: str | None = None,
              pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto") -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
@@ -538,6 +536,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     _check_strategy(shape, tp, pp, dp, ep, cp)
     backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version)
     sharding = check_trainer_sharding(sharding, task, optimizer, backend)
+    backend = framework_none_trainer(backend, task, optimizer)   # framework none's training: place's vertex
     pack = (_pack_pricing(shape, task, framework_version, int(pack_tokens), train_mb_tokens, micro_batch,
                           int(seq_len or 0), (dp, pp, tp, ep), cp, trainer_backend) if pack_tokens is not None
             else None)
@@ -560,6 +559,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
                           logit_bytes=logit_bytes, sharding=sharding, cp=cp, trainer_backend=backend.name,
                           cp_exact=pack is not None)
+    inputs.update({"trainer_rate_fraction": PYTORCH_TRAIN_FRACTION} if "trainer_rate" in parts else {})
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
                     components=components.gpu if priced else "knobs", capacity_bytes=float(hw.memory_per_gpu),
@@ -1006,8 +1006,6 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     # decode's running sequences holding context tokens (what a framework's dispatch carries)
     prompt, new_tokens = ((seq_len, context - seq_len) if task == "generate"
                           else (max(1, (context if task == "decode" else seq_len) - 1), 1))
-    if backend is not None:   # framework none's bare loop: place's training vertex (framework_none_trainer)
-        backend = framework_none_trainer(backend, task, optimizer, sharding, (tp, pp, ep, cp))
     bare = (task == "train" and backend is not None and backend.layout is not None and optimizer == "adam"
             and bare_loop(sharding, backend.layout.framework, backend.layout.backend, (tp, pp, ep, cp)))
     cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager, pack, backend,
@@ -1260,7 +1258,10 @@ def register_estimate(subparsers) -> None:
                         "multiple of 2 x cp x tp and split over cp GPUs (Megatron-Core's context parallelism, ring "
                         "attention); the strategy holds tp x pp x cp x dp GPUs, the gradients reduced over dp x cp")
     p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
-                   help="none: bare kernels; otherwise the framework's dispatch and engine overheads")
+                   help="none: bare kernels (a train pass with adam: place's vertex of framework none, the bare "
+                        "PyTorch loop at the table's rates with --sharding none and every degree but --dp 1, else a "
+                        "PyTorch trainer at PYTORCH_TRAIN_FRACTION); otherwise the framework's dispatch and engine "
+                        "overheads")
     p.add_argument("--trainer-backend", default=None, dest="trainer_backend", choices=TRAINER_BACKENDS,
                    help="train and infer: the trainer's workers, as policy.trainer_backend (default auto: for verl "
                         "and nemo-rl Megatron-Core where the strategy needs it, verl --tp/--pp/--ep/--cp or NeMo RL "
@@ -1395,6 +1396,9 @@ def _backend_line(inputs: Mapping[str, Any]) -> str:
     priced = {"megatron": f"Megatron-Core kernels x megatron_pass_factor {inputs['megatron_pass_factor']:g}",
               "hf": "Hugging Face kernels", "knobs": "the efficiency knobs"}[kernels]
     name = inputs["trainer_backend_resolved"]
+    if name == "none" and inputs.get("trainer_rate_fraction", 1.0) < 1.0:   # framework none, a trainer's layout
+        return (f"trainer: none (framework {inputs['framework']} on a ZeRO or parallel layout: a PyTorch trainer, as "
+                f"place prices it); priced with {priced} at {inputs['trainer_rate_fraction']:g} of the table's rates")
     if name == "none":
         return f"trainer: none (bare kernels, framework {inputs['framework']}); priced with {priced}"
     given = inputs.get("trainer_backend", "auto")

@@ -34,7 +34,7 @@ from packplace.placement.emit.common import (
     disjoint,
     same_gpus,
 )
-from packplace.placement.model.layout_rules import config_refusals, trainer_backend, unsupported
+from packplace.placement.model.layout_rules import config_refusals, mixed_backends, trainer_backend, unsupported
 from packplace.placement.model.memory import TrainingOptions
 
 SCRIPTS = {"grpo": "examples/run_grpo.py", "dapo": "examples/run_grpo.py", "ppo": "examples/run_ppo.py",
@@ -58,6 +58,8 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
     if view.rules is not None:
         refuse += [line for line in (unsupported(view.rules),) if line]
         refuse += config_refusals(view.rules) + view.layout_refusals()
+        mixed = mixed_backends(view.rules, strategies) if view.rules.backend == "auto" else None
+        refuse += [mixed] if mixed else []   # one base config (_megatron or not) for the policy and the value model
     s["cluster.num_nodes"] = view.nodes
     s["cluster.gpus_per_node"] = len(view.all_gpus) if view.nodes == 1 else view.gpus_per_node
     if view.algorithm == "dpo":

@@ -38,7 +38,7 @@ from packplace.placement.emit.common import (
     disjoint,
     same_gpus,
 )
-from packplace.placement.model.layout_rules import config_refusals, trainer_backend, unsupported
+from packplace.placement.model.layout_rules import config_refusals, mixed_backends, trainer_backend, unsupported
 from packplace.placement.model.memory import TrainingOptions
 
 ENTRY = "python3 -m verl.trainer.main_ppo"
@@ -89,6 +89,9 @@ def emit_verl(view: PlanView) -> EmittedPlan:
         s["algorithm.adv_estimator"] = ADVANTAGE[view.algorithm]
         if view.rules is not None:
             refuse += config_refusals(view.rules) + view.layout_refusals()
+    if view.rules is not None and view.rules.backend == "auto":   # one --config-name: one backend for the plan
+        mixed = mixed_backends(view.rules, {name: task.strategy for name, task in view.tasks.items()})
+        refuse += [mixed] if mixed else []
     if view.algorithm == "dapo":   # no KL term, so verl starts no reference worker (need_reference_policy)
         s["actor_rollout_ref.actor.use_kl_loss"] = False
         s["algorithm.use_kl_in_reward"] = False

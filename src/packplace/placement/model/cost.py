@@ -180,7 +180,11 @@ class CostModel:
             table's bare kernels (:meth:`bare_loop_table`).
         context_parallel: The context-parallel degree ``C`` of each trained shape that has one
             (``training.context_parallel``; absent: 1): :meth:`pass_time` runs its training pass's ``C·m``
-            micro-batches of a ``C``-th of the tokens per GPU through the pipeline.
+            micro-batches of a ``C``-th of the tokens per GPU through the pipeline, and so does the old log-prob
+            forward of its training vertex.
+        context_parallel_forwards: The shapes whose forward (``infer``) vertex runs with its trainer's context
+            parallelism (:func:`~packplace.placement.candidates.forward_context_parallel`: verl's Megatron
+            reference, NeMo RL's), whose pipeline :meth:`pass_time` runs as the training pass's.
     """
 
     def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload,
@@ -192,7 +196,8 @@ class CostModel:
                  transformer_engine: str | None = None, packing: PackedPasses | None = None,
                  dynamic_bsz: tuple[int, int, int] | None = None, dynamic_models: frozenset = frozenset(),
                  bare_loop_models: frozenset = frozenset(),
-                 context_parallel: dict[ModelSpec, int] | None = None) -> None:
+                 context_parallel: dict[ModelSpec, int] | None = None,
+                 context_parallel_forwards: frozenset = frozenset()) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
@@ -210,6 +215,7 @@ class CostModel:
         self.dynamic_models = dynamic_models
         self.bare_loop_models = bare_loop_models
         self.context_parallel = dict(context_parallel) if context_parallel else {}
+        self.context_parallel_forwards = context_parallel_forwards
 
     def pass_kernels(self, pp: int, tp: int, ep: int = 1) -> str:
         """Whose kernels a trainer-side pass (training, log-prob, reference and value forwards) of a task
@@ -755,13 +761,14 @@ class CostModel:
                 if merge > 0.0:
                     phases["merge"] = merge
         elif kind == "infer":
-            phases = {"forward": self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep)}
+            phases = {"forward": self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep,
+                                                context_parallel=model in self.context_parallel_forwards)}
         else:
             phases = {"train": self.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, lora_rank=lora_rank,
                                               gradient_allreduce=gradient_allreduce)}
             if old_log_prob:
                 phases["old_log_prob"] = self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep,
-                                                        lora_rank=lora_rank)
+                                                        lora_rank=lora_rank, context_parallel=True)
         if sharded and kind != "generate" and (kind == "infer" or old_log_prob):
             passes = self.pass_shape(model, "logprob", dp, pp, tp, micro_batch, ep)[0]
             phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent)
@@ -782,7 +789,7 @@ class CostModel:
     def pass_time(self, model: ModelSpec, train: bool, dp: int, pp: int, tp: int, micro_batch: int,
                   extent: tuple[int, int, int], ep: int = 1, include_update: bool = True,
                   lora_rank: int = 0, layers_only: bool = False, gradient_allreduce: bool = True,
-                  pack: str | None = None) -> float:
+                  pack: str | None = None, context_parallel: bool = False) -> float:
         """A training step or an inference (log-prob / score) pass over the step's sequences.
 
         Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``), per layer:
@@ -828,14 +835,17 @@ class CostModel:
 
         verl's Ulysses (:meth:`ulysses_size`): :meth:`ulysses_layer_seconds` per layer, :meth:`ulysses_output_seconds`.
 
-        Context parallelism of degree ``C`` (:attr:`context_parallel`, the training pass and its recomputed
-        forward; ``dp`` counts the DP × CP ranks): a CP group runs ``C·m`` micro-batches of ``mb`` sequences, each
-        GPU holding a ``C``-th of every sequence (Megatron-Core's ``context_parallel_size``; the micro-batches the
-        memory model keeps in flight, :class:`~packplace.placement.model.memory.ContextParallelSplit`), so with
-        ``pp > 1`` the pipeline is ``m·t_stage + (pp − 1)·t_share``: the steady part the ``m`` micro-batches'
-        compute per GPU (:meth:`pipeline`'s, unchanged), the bubble the stage of one micro-batch's ``C``-th,
-        ``t_share`` (:meth:`_stage_seconds` of ``tokens/C`` over the same attention span), not of ``C`` of them
-        at once. NeMo RL's packs are split over the CP group by :meth:`pass_shape` already.
+        Context parallelism of degree ``C`` (:attr:`context_parallel`, the training pass and its recomputed forward,
+        and with ``context_parallel`` a forward the trainer's workers run with its CP: the old log-prob pass and a
+        reference of :attr:`context_parallel_forwards`, Megatron-Core's ``forward_backward_func`` with
+        ``forward_only`` over the same parallel state; ``dp`` counts the DP × CP ranks): a CP group runs ``C·m``
+        micro-batches of ``mb`` sequences, each GPU holding a ``C``-th of every sequence (Megatron-Core's
+        ``context_parallel_size``; the micro-batches the memory model keeps in flight,
+        :class:`~packplace.placement.model.memory.ContextParallelSplit`), so with ``pp > 1`` the pipeline is
+        ``m·t_stage + (pp − 1)·t_share``: the steady part the ``m`` micro-batches' compute per GPU
+        (:meth:`pipeline`'s, unchanged), the bubble the stage of one micro-batch's ``C``-th, ``t_share``
+        (:meth:`_stage_seconds` of ``tokens/C`` over the same attention span), not of ``C`` of them at once. NeMo
+        RL's packs are split over the CP group by :meth:`pass_shape` already.
 
         ``include_update=False`` leaves out that end-of-step part (gradient all-reduce, Adam, tied
         embedding): the forward and backward passes alone, which ZeRO-3's per-micro-batch collectives
@@ -858,7 +868,8 @@ class CostModel:
         stage = self._stage_seconds(model, train, dp, pp, tp, tokens, s, extent, ep, lora_rank, layers_only)
         # context parallelism (not NeMo RL's packs, which pass_shape splits already): a CP group of ring ranks runs
         # ring·m micro-batches, each GPU a ring-th of each one's tokens; the pipeline's bubble is one such share
-        ring = self.context_parallel.get(model, 1) if (train or pack == "train") and not self.packed(model) else 1
+        runs_ring = train or pack == "train" or context_parallel
+        ring = self.context_parallel.get(model, 1) if runs_ring and not self.packed(model) else 1
         if ring > 1 and pp > 1:
             share = self._stage_seconds(model, train, dp, pp, tp, tokens / ring, s, extent, ep, lora_rank, layers_only)
             total = micro_batches * stage + (pp - 1) * share

@@ -233,6 +233,36 @@ def trainer_backend_name(ctx: Context, strategies: Mapping[str, Strategy] | None
     return trainer_backend(ctx, strategies)
 
 
+#: Each trained model's worker group (its training vertex: the vertices whose strategies pick its backend): the
+#: actor's (verl's ActorRolloutRef workers run the actor's passes and the reference, on
+#: ``actor_rollout_ref.actor.strategy``; NeMo RL's policy workers, on ``policy.megatron_cfg.enabled``) and the
+#: value model's (verl's CriticWorker on ``critic.strategy``; NeMo RL's ``value`` workers on their own
+#: ``megatron_cfg``). Each framework picks a worker group's backend on its own settings.
+WORKER_GROUPS = {TRAIN: (TRAIN, REFERENCE), CRITIC_TRAIN: (CRITIC_TRAIN, CRITIC_INFER)}
+
+
+def group_backend_name(ctx: Context, strategies: Mapping[str, Strategy], vertex: str) -> str:
+    """The trainer backend (:func:`trainer_backend_name`) of the worker group of training vertex ``vertex``
+    (:data:`WORKER_GROUPS`), resolved from that group's strategies in ``strategies`` alone: what prices its
+    passes (:meth:`~packplace.placement.model.cost.CostModel.pass_kernels` of each vertex's own strategy, which on
+    a plan the layout rules accept is its group's: verl's reference and critic forward keep their trainer's
+    strategy on Megatron-Core) and what ``place --json`` records for it."""
+    group = WORKER_GROUPS.get(vertex, (vertex,))
+    return trainer_backend_name(ctx, {name: s for name, s in strategies.items() if name in group})
+
+
+def mixed_backends(ctx: Context, strategies: Mapping[str, Strategy]) -> str | None:
+    """A refusal line when the trained models' worker groups resolve to different backends under
+    ``trainer_backend: auto`` (:func:`group_backend_name`), which an emitted config of one backend per plan (verl's
+    ``--config-name``, NeMo RL's base config) does not run as the plan was priced; else ``None``."""
+    groups = {v: group_backend_name(ctx, strategies, v) for v in WORKER_GROUPS if v in strategies}
+    if len(set(groups.values())) < 2:
+        return None
+    runs = ", ".join(f"{v} runs {b}" for v, b in groups.items())
+    return (f"{runs}: each priced on its own worker group's backend, but the emitted config runs one backend for "
+            f"the plan; set policy.trainer_backend (megatron or fsdp) so that both train on one")
+
+
 def _fsdp_only(ctx: Context) -> bool:
     """Training options only the FSDP / DTensor backend runs: ``zero3``; verl's Ulysses sequence parallelism
     (``fsdp_workers.py``'s ``(world // sp, sp)`` device mesh; its Megatron workers have none); NeMo RL's

@@ -55,7 +55,7 @@ from packplace.placement.checking.validate import (
 from packplace.placement.emit import FRAMEWORKS, emit
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.framework import DEFAULT_FRAMEWORK
-from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, trainer_backend_name
+from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, group_backend_name
 from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.problem.hardware import Hardware
 from packplace.placement.problem.plan import gpu_ranges, plan_to_json
@@ -196,19 +196,20 @@ KERNEL_NAMES = {"megatron": "Megatron-Core", "hf": "Hugging Face"}
 
 def trainer_backends(instance, plan) -> dict[str, dict[str, str]]:
     """``{training vertex: {"trainer_backend": name, "pass_kernels": kernels}}`` of ``plan``: the trainer
-    ``policy.trainer_backend`` resolves to for the plan's strategies
-    (:func:`~packplace.placement.model.layout_rules.trainer_backend_name`: ``megatron``, ``fsdp``, ``deepspeed``
-    or ``none``, as ``--emit`` and ``estimate`` name it) and the kernels that priced the vertex
+    ``policy.trainer_backend`` resolves to for the strategies of the vertex's worker group
+    (:func:`~packplace.placement.model.layout_rules.group_backend_name`: ``megatron``, ``fsdp``, ``deepspeed``
+    or ``none``, as ``--emit`` and ``estimate`` name it; verl and NeMo RL pick the actor's and the value model's
+    backends on separate settings) and the kernels that priced the vertex
     (:meth:`~packplace.placement.model.cost.CostModel.pass_kernels` of its strategy: ``megatron`` or ``hf``)."""
     cost = get_evaluator(instance).cost
     ctx = Context.of(instance)
     strategies = {name: plan[name].strategy for name in instance.graph.names}
-    backend = trainer_backend_name(ctx, strategies)
     out = {}
     for name in instance.graph.names:
         if instance.graph.vertex(name).kind == "train":
             s = strategies[name]
-            out[name] = {"trainer_backend": backend, "pass_kernels": cost.pass_kernels(s.pp, s.tp, s.ep)}
+            out[name] = {"trainer_backend": group_backend_name(ctx, strategies, name),
+                         "pass_kernels": cost.pass_kernels(s.pp, s.tp, s.ep)}
     return out
 
 
