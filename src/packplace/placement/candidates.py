@@ -593,6 +593,18 @@ def inference_sharded(instance, vertex: str) -> bool:
     return owner is not None and instance.training.get(owner, DEFAULT_TRAINING).sharding == "zero3"
 
 
+def inference_shard_options(instance, vertex: str) -> TrainingOptions:
+    """The training options whose shard group the forward passes of ``vertex`` gather their ZeRO-3 / FSDP
+    weights over when :func:`inference_sharded`: those of the trained model its role follows
+    (:func:`~packplace.placement.model.framework.inference_owner`: the reference the actor's, the reward the
+    critic's when there is one, a trained model its own; verl builds the reference in the actor's worker on its
+    ``fsdp_size`` device mesh), the defaults without one. Resolved by role: two roles of one shape (a critic
+    and a reward model of the same trunk) keep their own settings."""
+    role = instance.graph.vertex(vertex).model
+    owner = inference_owner(role, algorithm_spec(instance.algorithm).trainable_models)
+    return instance.training.get(owner, DEFAULT_TRAINING) if owner is not None else DEFAULT_TRAINING
+
+
 def train_state_kept(instance, vertex: str) -> bool:
     """Whether ``vertex`` is a rollout engine whose model's training state stays resident while it generates
     (:attr:`~packplace.placement.model.framework.FrameworkProfile.colocated_train_state`, a model the graph
@@ -838,13 +850,14 @@ def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro
                   needs_old_log_prob(instance, name), inference_sharded(instance, name),
                   inference_offloaded(instance, name), vertex_balance(instance, name), reward,
                   swaps_reference_weights(instance.framework, vertex.model, vertex.kind),
-                  trainer_release(instance, name))
+                  trainer_release(instance, name), inference_shard_options(instance, name))
 
 
 def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOptions, strategy: Strategy,
            micro_batch: int, extent: tuple[int, int, int], old_log_prob: bool, sharded: bool, offloaded: bool,
            balance: VertexBalance | None, reward: float | None, weight_swap: bool = False,
-           release: TrainerRelease | None = None) -> dict[str, float]:
+           release: TrainerRelease | None = None,
+           shard_options: TrainingOptions = DEFAULT_TRAINING) -> dict[str, float]:
     """:func:`vertex_parts` with the vertex's settings resolved (the candidate builder resolves them once
     per vertex). ``weight_swap``: the forward runs in the policy workers on the reference weights swapped
     in through host memory (:func:`~packplace.placement.model.nemo_rl_releases.swaps_reference_weights`),
@@ -852,10 +865,11 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
     ``1/dp`` shard when the forward runs on ZeRO-3 / FSDP-partitioned weights). ``release``: the NeMo RL
     release of the policy's training vertex (:func:`~packplace.placement.model.nemo_rl_releases.trainer_release`),
     applied by :func:`~packplace.placement.model.nemo_rl_releases.release_train_parts` (the training pass's
-    SwiGLU factor, part ``optimizer_offload``)."""
+    SwiGLU factor, part ``optimizer_offload``). ``shard_options``: :func:`inference_shard_options`, whose
+    shard group a ``sharded`` forward gathers over."""
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
     parts = cost.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep, sharded=sharded,
-                               offloaded=offloaded, balance=balance,
+                               offloaded=offloaded, balance=balance, shard=shard_options.shard_ranks(dp),
                                lora_rank=options.lora_rank if kind == "train" else 0,
                                gradient_allreduce=kind != "train" or runs_gradient_allreduce(options))
     if weight_swap:
@@ -952,6 +966,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     w = instance.workload
     old_log_prob = needs_old_log_prob(instance, name)
     sharded = inference_sharded(instance, name)
+    shard_options = inference_shard_options(instance, name)
     offloaded = inference_offloaded(instance, name)
     balance = vertex_balance(instance, name)
     options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
@@ -978,12 +993,12 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                 continue
             res, tra = _candidate_memory(instance, cost, model, kind, strategy, mb, old_log_prob, sharded, offloaded,
                                          options, weight_swap, live_len, continuous,
-                                         context_parallel_split(instance, name, strategy.dp))
+                                         context_parallel_split(instance, name, strategy.dp), shard_options)
             try:
                 if cost.packing is not None:    # packing a chunk is the one long step inside a candidate
                     cost.packing.deadline = deadline
                 seconds = sum(_parts(cost, model, kind, options, strategy, mb, extent, old_log_prob, sharded,
-                                     offloaded, balance, reward, weight_swap, release).values())
+                                     offloaded, balance, reward, weight_swap, release, shard_options).values())
             except OutOfTime:
                 raise _table_cut(built_before + len(out), name,
                                  sum(d % whole == 0 for d in divisors(w.sequences // strategy.dp))) from None
@@ -997,9 +1012,11 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
 def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, strategy: Strategy, mb: int,
                       old_log_prob: bool, sharded: bool, offloaded: bool, options: TrainingOptions,
                       weight_swap: bool, live_len: float, continuous: bool,
-                      context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL) -> tuple[float, float]:
+                      context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
+                      shard_options: TrainingOptions = DEFAULT_TRAINING) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of one candidate (:func:`build_vertex_candidates`, with the
-    vertex's settings resolved; ``context_parallel``: a trainer's :func:`context_parallel_split`)."""
+    vertex's settings resolved; ``context_parallel``: a trainer's :func:`context_parallel_split`;
+    ``shard_options``: :func:`inference_shard_options`, the shard group of a ``sharded`` forward's weights)."""
     w = instance.workload
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
     held, rounds, prefill = mb, w.sequences // (dp * mb), None
@@ -1016,6 +1033,7 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                              seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
                              options=options, prefill_sequences=prefill, ep=ep,
                              sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded,
+                             weight_shard=shard_options.shard_ranks(dp),
                              framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace,
                              pass_tokens=pass_tokens, logprob_tokens=logprob_tokens,
                              logit_bytes=trainer_logit_bytes(instance.framework,
@@ -1062,7 +1080,8 @@ def fits_alone(instance, cost: CostModel, name: str) -> bool:
         for strategy, mb in legal_strategies(model, instance.cluster, batch, extent, kind, whole):
             if framework_layout_allows(instance, kind, strategy, name) and \
                     sum(_candidate_memory(instance, cost, model, kind, strategy, mb, *settings,
-                                          context_parallel_split(instance, name, strategy.dp))) <= limit:
+                                          context_parallel_split(instance, name, strategy.dp),
+                                          inference_shard_options(instance, name))) <= limit:
                 return True
     return False
 

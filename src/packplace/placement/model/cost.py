@@ -714,18 +714,19 @@ class CostModel:
     def vertex_time(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                     extent: tuple[int, int, int], old_log_prob: bool = False, ep: int = 1, *,
                     sharded: bool = False, offloaded: bool = False, balance: VertexBalance | None = None,
-                    lora_rank: int = 0, gradient_allreduce: bool = True) -> float:
+                    lora_rank: int = 0, gradient_allreduce: bool = True, shard: int | None = None) -> float:
         """Seconds of the vertex on a block of ``extent`` (the slowest data-parallel replica): the sum of
         :meth:`vertex_phases`."""
         return sum(self.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep,
                                       sharded=sharded, offloaded=offloaded, balance=balance,
-                                      lora_rank=lora_rank, gradient_allreduce=gradient_allreduce).values())
+                                      lora_rank=lora_rank, gradient_allreduce=gradient_allreduce,
+                                      shard=shard).values())
 
     def vertex_phases(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                       extent: tuple[int, int, int], old_log_prob: bool = False, ep: int = 1, *,
                       sharded: bool = False, offloaded: bool = False,
                       balance: VertexBalance | None = None, lora_rank: int = 0,
-                      gradient_allreduce: bool = True) -> dict[str, float]:
+                      gradient_allreduce: bool = True, shard: int | None = None) -> dict[str, float]:
         """The parts of a vertex's time, seconds: ``generate`` → ``generation`` (:meth:`generate_time`), and on
         an ``in_place`` framework's ZeRO-3 weights (DeepSpeed's hybrid engine) ``gather``
         (:func:`~packplace.placement.model.framework.hybrid_gather_seconds`) and ``merge``
@@ -736,7 +737,8 @@ class CostModel:
         experience maker; Schulman et al. 2017), run by the trainer with its own strategy. With
         ``sharded`` (a forward on ZeRO-3 / FSDP-partitioned weights,
         :func:`~packplace.placement.candidates.inference_sharded`) the forward passes add ``gather``:
-        :func:`~packplace.placement.model.framework.gather_seconds` once per micro-batch, less what FSDP's
+        :func:`~packplace.placement.model.framework.gather_seconds` once per micro-batch (over ``shard`` ranks:
+        the shard group of the trained model the vertex's role follows; ``None``: its shape's), less what FSDP's
         prefetching hides behind the passes' compute for a ``gather_prefetch`` framework
         (:func:`~packplace.placement.model.framework.exposed_gather_seconds`); with ``offloaded``
         (an inference model kept in host memory, ``policy.inference_offload``) an ``infer`` vertex adds
@@ -771,7 +773,7 @@ class CostModel:
                                                         lora_rank=lora_rank, context_parallel=True)
         if sharded and kind != "generate" and (kind == "infer" or old_log_prob):
             passes = self.pass_shape(model, "logprob", dp, pp, tp, micro_batch, ep)[0]
-            phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent)
+            phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent, shard)
             if self.framework.gather_prefetch:
                 compute = phases["forward"] if kind == "infer" else phases["old_log_prob"]
                 phases["gather"] = exposed_gather_seconds(phases["gather"], compute,

@@ -563,7 +563,7 @@ def inference_owner(role: str, trained: tuple[str, ...]) -> str | None:
 
 
 def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: int,
-                   extent: tuple[int, int, int]) -> float:
+                   extent: tuple[int, int, int], shard: int | None = None) -> float:
     """All-gather of ZeRO-3 / FSDP-partitioned weights for ``passes`` forward passes, seconds.
 
     A partitioned forward gathers every layer before using it and frees it after (ZeRO-3, Rajbhandari et
@@ -575,11 +575,16 @@ def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     ``stage3_prefetch_bucket_size`` 3e7 parameters, less than one layer of a 1B+ model. Hybrid sharding
     (verl's ``fsdp_size``, :meth:`~packplace.placement.model.cost.CostModel.shard_ranks` below ``dp``): the
     ring runs inside each shard group of ``f`` consecutive ranks, ``(f − 1)·(α + n/f·β)`` at that group's
-    level (:meth:`~packplace.placement.model.cost.CostModel.hybrid_shard_seconds`). 0 for ``dp = 1``."""
+    level (:meth:`~packplace.placement.model.cost.CostModel.hybrid_shard_seconds`). ``shard``: the ranks of that
+    group, those of the trained model whose sharding the forward's role follows (:func:`inference_owner`; the
+    caller resolves it by role, :func:`~packplace.placement.candidates.inference_shard_options`); ``None``: the
+    training options of ``model``'s shape (:meth:`~packplace.placement.model.cost.CostModel.shard_ranks`), which
+    a forward of an untrained role shares with any trained role of the same shape. 0 for ``dp = 1``."""
     if dp <= 1:
         return 0.0
     nbytes = 2.0 * max(stage_params(model, pp)) / tp
-    gather, _ = cost.hybrid_shard_seconds(nbytes, 0.0, dp, cost.shard_ranks(model, dp), tp, extent)
+    ranks = cost.shard_ranks(model, dp) if shard is None else shard
+    gather, _ = cost.hybrid_shard_seconds(nbytes, 0.0, dp, ranks, tp, extent)
     return passes * gather
 
 
