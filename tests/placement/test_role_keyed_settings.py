@@ -71,25 +71,24 @@ def test_full_recomputation_of_the_critic_prices_the_critic_only():
 
 
 @pytest.mark.parametrize("reward_vocab", [32000, 32768])   # the critic's shape, and a different one
-def test_a_sharded_reward_forward_gathers_over_its_owners_group_whatever_its_shape(reward_vocab):
-    # verl FSDP, zero3 everywhere, the critic sharded over groups of 2 of the 8 ranks (fsdp_size 2): the reward
-    # follows the critic's sharding (inference_owner), by role. Before, its gather went by shape: over groups of
-    # 2 when its shape equalled the critic's, over all 8 ranks when its vocabulary differed
+def test_a_sharded_reward_forward_gathers_over_its_own_group_whatever_its_shape(reward_vocab):
+    # verl FSDP, zero3 everywhere, the critic sharded over groups of 2 of the 8 ranks (fsdp_size 2). The reward
+    # model's worker builds its own device mesh (all ranks by default), so its gather runs over all 8. Before,
+    # its gather went by shape: over groups of 2 when its shape equalled the critic's, over 8 otherwise
     inst = _ppo({"sharding": "zero3", "critic": {"fsdp_size": 2}}, backend="fsdp",
                 reward=dict(TRUNK, vocab_size=reward_vocab), gpus=8)
     assert inference_sharded(inst, "reward.infer")
-    assert inference_shard_options(inst, "reward.infer").fsdp_size == 2
+    assert inference_shard_options(inst, "reward.infer").shard_ranks(8) == 8
+    assert inference_shard_options(inst, "critic.infer").shard_ranks(8) == 2
     cost, s, extent = cost_model(inst), Strategy(8, 1, 1), (1, 1, 8)
+    reward = inst.models["reward"]
+    passes = cost.pass_shape(reward, "logprob", 8, 1, 1, 2)[0]
+    assert gather_seconds(cost, reward, 8, 1, 1, passes, extent, shard=2) != \
+        pytest.approx(gather_seconds(cost, reward, 8, 1, 1, passes, extent, shard=8))
     parts = vertex_parts(inst, cost, "reward.infer", s, 2, extent)
-    passes = cost.pass_shape(inst.models["reward"], "logprob", 8, 1, 1, 2)[0]
-    two = gather_seconds(cost, inst.models["reward"], 8, 1, 1, passes, extent, shard=2)
-    eight = gather_seconds(cost, inst.models["reward"], 8, 1, 1, passes, extent, shard=8)
-    assert two != pytest.approx(eight)
-    raw = cost.vertex_phases(inst.models["reward"], "infer", 8, 1, 1, 2, extent, sharded=True, shard=2)
-    assert parts["gather"] == pytest.approx(raw["gather"], rel=1e-12)
-    assert raw["gather"] < two     # FSDP prefetch hides part of it behind the forward
-    raw8 = cost.vertex_phases(inst.models["reward"], "infer", 8, 1, 1, 2, extent, sharded=True, shard=8)
-    assert parts["gather"] != pytest.approx(raw8["gather"])
+    for shard, same in ((8, True), (2, False)):
+        raw = cost.vertex_phases(reward, "infer", 8, 1, 1, 2, extent, sharded=True, shard=shard)
+        assert (parts["gather"] == pytest.approx(raw["gather"], rel=1e-12)) is same
 
 
 def _resident(inst, name, dp):
@@ -100,14 +99,15 @@ def _resident(inst, name, dp):
     return cand.resident_bytes
 
 
-@pytest.mark.parametrize("name, owner", [("reference.infer", "actor"), ("critic.infer", "critic"),
-                                         ("reward.infer", "critic")])
-def test_a_sharded_forward_holds_its_share_of_its_owners_hybrid_shard_group(name, owner):
-    # verl builds the reference in the actor's worker on the actor's fsdp_size device mesh (FSDP HYBRID_SHARD):
-    # each rank holds 2P/f of the bf16 weights, not 2P/dp (the former figure under-predicted the memory)
+@pytest.mark.parametrize("name, owner, group", [("reference.infer", "actor", 2), ("critic.infer", "critic", 2),
+                                                ("reward.infer", "critic", 8)])
+def test_a_sharded_forward_holds_its_share_of_its_hybrid_shard_group(name, owner, group):
+    # verl builds the reference in the actor's worker on the actor's fsdp_size device mesh (FSDP HYBRID_SHARD) and
+    # the critic's forward in the critic's: each rank holds 2P/f of the bf16 weights, not 2P/dp (the former
+    # figure under-predicted the memory); the reward model's own worker shards over all ranks
     inst = _ppo({"sharding": "zero3", owner: {"fsdp_size": 2}}, backend="fsdp", gpus=8)
     model = inst.models[name.split(".")[0]]
     (params,) = stage_params(model, 1)
-    assert _resident(inst, name, 8) == pytest.approx(2.0 * params / 2)
+    assert _resident(inst, name, 8) == pytest.approx(2.0 * params / group)
     plain = _ppo({"sharding": "zero3"}, backend="fsdp", gpus=8)
     assert _resident(plain, name, 8) == pytest.approx(2.0 * params / 8)

@@ -593,16 +593,28 @@ def inference_sharded(instance, vertex: str) -> bool:
     return owner is not None and instance.training.get(owner, DEFAULT_TRAINING).sharding == "zero3"
 
 
+#: Untrained roles whose forward runs in a trained model's own workers, on its device mesh: verl's
+#: ``ActorRolloutRefWorker`` builds the reference on the mesh of ``actor.fsdp_config.fsdp_size``
+#: (``create_device_mesh``; FSDP ``HYBRID_SHARD`` on a 2-D mesh, ``get_sharding_strategy``). verl's reward model
+#: has a worker of its own, whose mesh its own ``reward_model.model.fsdp_config.fsdp_size`` sets (default: all ranks).
+SHARES_OWNER_MESH = frozenset({"reference"})
+
+
 def inference_shard_options(instance, vertex: str) -> TrainingOptions:
     """The training options whose shard group the forward passes of ``vertex`` gather their ZeRO-3 / FSDP
-    weights over when :func:`inference_sharded`: those of the trained model its role follows
-    (:func:`~packplace.placement.model.framework.inference_owner`: the reference the actor's, the reward the
-    critic's when there is one, a trained model its own; verl builds the reference in the actor's worker on its
-    ``fsdp_size`` device mesh), the defaults without one. Resolved by role: two roles of one shape (a critic
-    and a reward model of the same trunk) keep their own settings."""
+    weights over when :func:`inference_sharded` (:meth:`TrainingOptions.shard_ranks`): a trained model's own, the
+    reference's those of the trained model it follows
+    (:func:`~packplace.placement.model.framework.inference_owner`, the actor) in whose workers it runs
+    (:data:`SHARES_OWNER_MESH`), any other forward's the owner's without its ``fsdp_size`` (every rank of its own
+    group), the defaults without an owner. Resolved by role, not shape: two roles of one shape (a critic and a
+    reward model of the same trunk) keep their own settings."""
     role = instance.graph.vertex(vertex).model
-    owner = inference_owner(role, algorithm_spec(instance.algorithm).trainable_models)
-    return instance.training.get(owner, DEFAULT_TRAINING) if owner is not None else DEFAULT_TRAINING
+    trained = algorithm_spec(instance.algorithm).trainable_models
+    owner = inference_owner(role, trained)
+    if owner is None:
+        return DEFAULT_TRAINING
+    options = instance.training.get(owner, DEFAULT_TRAINING)
+    return options if role in trained or role in SHARES_OWNER_MESH else replace(options, fsdp_size=0)
 
 
 def train_state_kept(instance, vertex: str) -> bool:
