@@ -738,7 +738,7 @@ class CostModel:
         ``sharded`` (a forward on ZeRO-3 / FSDP-partitioned weights,
         :func:`~packplace.placement.candidates.inference_sharded`) the forward passes add ``gather``:
         :func:`~packplace.placement.model.framework.gather_seconds` once per micro-batch (over ``shard`` ranks:
-        the shard group of the trained model the vertex's role follows; ``None``: its shape's), less what FSDP's
+        the shard group of the workers it runs in, by role; ``None``: its shape's training options'), less what FSDP's
         prefetching hides behind the passes' compute for a ``gather_prefetch`` framework
         (:func:`~packplace.placement.model.framework.exposed_gather_seconds`); with ``offloaded``
         (an inference model kept in host memory, ``policy.inference_offload``) an ``infer`` vertex adds

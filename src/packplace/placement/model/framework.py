@@ -576,8 +576,8 @@ def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     (verl's ``fsdp_size``, :meth:`~packplace.placement.model.cost.CostModel.shard_ranks` below ``dp``): the
     ring runs inside each shard group of ``f`` consecutive ranks, ``(f − 1)·(α + n/f·β)`` at that group's
     level (:meth:`~packplace.placement.model.cost.CostModel.hybrid_shard_seconds`). ``shard``: the ranks of that
-    group, those of the trained model whose sharding the forward's role follows (:func:`inference_owner`; the
-    caller resolves it by role, :func:`~packplace.placement.candidates.inference_shard_options`); ``None``: the
+    group, the shard group of the workers the forward runs in (resolved by role:
+    :func:`~packplace.placement.candidates.inference_shard_options`); ``None``: the
     training options of ``model``'s shape (:meth:`~packplace.placement.model.cost.CostModel.shard_ranks`), which
     a forward of an untrained role shares with any trained role of the same shape. 0 for ``dp = 1``."""
     if dp <= 1:
