@@ -333,9 +333,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   sharded_weights: bool = False, offloaded_weights: bool = False, framework: str = "none",
                   workspace_bytes: float | None = None, pass_tokens: float | None = None,
                   logprob_tokens: float | None = None, logit_bytes: tuple[float, float] | None = None,
-                  offload_between_passes: bool = False, bare_loop: bool = False,
-                  context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
-                  weight_shard: int | None = None) -> tuple[float, float]:
+                  offload_between_passes: bool = False, bare_loop: bool = False, weight_shard: int | None = None,
+                  context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -355,9 +354,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             :func:`stage_split`, a trainer's state :func:`expert_train_state_bytes`.
         sharded_weights: An ``infer`` pass on ZeRO-3 / FSDP-partitioned weights (DeepSpeed-Chat's and
             OpenRLHF's reference and reward under ZeRO-3, verl's FSDP reference): the resident weights are
-            ``2p/(tp·f)`` and the pass holds one gathered layer ``2·p_L`` (Rajbhandari et al. 2020, §5.3), ``f``
-            the ranks they shard over: ``weight_shard`` (at most ``dp``; verl's hybrid shard of ``fsdp_size``
-            ranks, replicated across the groups: FSDP ``HYBRID_SHARD`` over its 2-D device mesh), default ``dp``.
+            ``2p/(tp·f)``, ``f`` = ``weight_shard`` ranks (default and at most ``dp``; verl's FSDP ``HYBRID_SHARD`` of
+            ``fsdp_size``), and the pass holds one gathered layer ``2·p_L`` (Rajbhandari et al. 2020, §5.3).
         offloaded_weights: An ``infer`` pass whose weights live in host memory (ZeRO-Infinity parameter
             offload, Rajbhandari et al. 2021; OpenRLHF ``--ref_reward_offload``): nothing resident; while
             it runs the GPU holds the gathered layer (sharded) or the whole weights (a replica).
@@ -409,10 +407,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                 model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, min(pp - i, inflight), ep, cp.ring,
                 framework == "none", workspace, logit_bytes, late)
         elif kind == "infer":
-            # partitioned: the stage's weights over all tp·dp ranks (ZeRO-3 shards expert weights over the
-            # expert-data-parallel group, ep·(dp/ep) = dp ranks with tp)
-            shard = dp if weight_shard is None else min(dp, weight_shard)
-            resident = 2.0 * params[i] / (tp * shard) if sharded_weights else 2.0 * p
+            # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
+            resident = 2.0 * params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else 2.0 * p
             parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp,
                                     kv_cache=framework == "none", ep=ep, cp=cp.ring, logit_bytes=logit_bytes)
             transient = sum(parts) + workspace
