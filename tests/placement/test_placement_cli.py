@@ -158,7 +158,10 @@ def test_the_json_records_each_trained_vertex_s_trainer_backend(framework, backe
         assert entry["pass_kernels"] == cost.pass_kernels(s.pp, s.tp, s.ep)
     import packplace
     text = cli.format_table(inst, packplace.place(inst, "greedy"))
-    assert f"trainer actor.train: {resolved} ({framework}, policy.trainer_backend {backend}); priced with " in text
+    # framework none also says which PyTorch trainer priced it (the bare loop or a trainer on its layout)
+    how = ({"bare_pytorch_loop": ": a bare PyTorch loop", "pytorch_trainer": ": a PyTorch trainer on a ZeRO or "
+            "parallel layout"}[doc["vertices"]["actor.train"]["trainer"]] if framework == "none" else "")
+    assert f"trainer actor.train: {resolved} ({framework}, policy.trainer_backend {backend}{how}" in text
 
 
 PPO = os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml")
