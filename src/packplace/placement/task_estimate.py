@@ -549,8 +549,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     inputs.update(trainer_backend=trainer_backend, **_backend_inputs(backend, shape, components, hw))
     inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens, sharding=sharding, cp=cp,
                   **(pack.inputs(int(given_length or 0), pad_multiple(tp, cp)) if pack is not None else {}))
-    _unused_kv_fraction(gpu, hw, task, engine_generation, inputs)
-    parts = _time_parts(shape, cluster, *_engine_pricing(components, hw, task, engine_generation, inputs), task,
+    parts = _time_parts(shape, cluster, *_engine_pricing(components, hw, task, engine_generation, inputs, gpu), task,
                         micro_batch, seq_len, batch, context, recompute, optimizer, tp, pp, dp * cp, ep, framework,
                         enforce_eager, host_seconds_per_sequence(engine_generation), pack,   # dp x cp: the ranks
                         sharding=sharding, cp=cp, backend=backend)
@@ -589,7 +588,7 @@ def _unused_kv_fraction(gpu: str | None, hw: Hardware, task: str, engine_generat
 
 
 def _engine_pricing(components: ComponentTable | None, hw: Hardware, task: str, engine_generation: str | None,
-                    inputs: dict[str, Any]) -> tuple[Hardware, ComponentTable | None]:
+                    inputs: dict[str, Any], gpu: str | None = None) -> tuple[Hardware, ComponentTable | None]:
     """The hardware and the table :func:`estimate` prices ``task`` on. A decode or a generation by a vLLM
     engine (``engine_generation`` set) reads the KV cache at ``hw.vllm_kv_bandwidth_fraction`` of its
     kernels' rate on either path, which ``inputs`` then records: the table's ``kv_bandwidth``
@@ -597,7 +596,9 @@ def _engine_pricing(components: ComponentTable | None, hw: Hardware, task: str, 
     without a table, the knob model's ``memory_bandwidth·decode_bw_eff``
     (:meth:`~packplace.placement.model.cost.CostModel.kv_read_fraction`, whose profile has a vLLM engine).
     Bare kernels (``--framework none``, no engine) and DeepSpeed's hybrid engine read at the kernels' rate
-    (``hw`` with the fraction 1); every other task is ``(hw, components)`` as given."""
+    (``hw`` with the fraction 1); every other task is ``(hw, components)`` as given. A fraction set away from
+    ``gpu``'s preset that prices nothing is noted in ``inputs`` (:func:`_unused_kv_fraction`)."""
+    _unused_kv_fraction(gpu, hw, task, engine_generation, inputs)
     if task not in ("decode", "generate"):
         return hw, components
     if engine_generation is None:
