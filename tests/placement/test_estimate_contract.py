@@ -511,3 +511,41 @@ def test_a_context_parallel_pipeline_runs_the_groups_micro_batches_forward_too(f
     # the reference runs in the actor's workers with its CP: the same forward pipeline
     reference = vertex_parts(instance, cost, "reference.infer", strategy, 1, (1, 1, gpus))
     assert reference["forward"] == pytest.approx(vertex["old_log_prob"], rel=REL)
+
+
+@pytest.mark.parametrize("recompute", ["full", "selective"])
+@pytest.mark.parametrize("pp", [1, 2])
+def test_a_context_parallel_recompute_is_the_vertex_of_the_groups_micro_batches(recompute, pp):
+    # the recomputed forward (full) or attention (selective) is a forward of the micro-batches the pass runs: a CP
+    # group of 2 runs 2 micro-batches of one sequence's half, so the vertex's memory_options is m x the recompute
+    # stage of the rank's tokens (estimate at --micro-batch 2) plus pp - 1 of one half (estimate at
+    # --micro-batch 1), at the trainer's rate (full). Before, estimate scaled the stage of both sequences by 1/2
+    # (full, pp 1: 0.0248 s against the vertex's 0.0287 s) and place's selective bubble was of the whole tokens
+    # (pp 2: 0.00265 s against 0.00199 s)
+    dp, cp, seq_len = 1, 2, 4096
+    gpus = dp * pp * cp
+    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus},
+              "models": {"actor": dict(DENSE), "reward": "rule"},
+              "workload": {"batch_size": dp * cp, "samples_per_prompt": 1, "context_length": seq_len - 1,
+                           "generation_length": 1},
+              "policy": {"algorithm": "grpo", "framework": "nemo-rl", "trainer_backend": "megatron"},
+              "training": {"recompute": recompute, "context_parallel": cp}}
+    instance = build_instance(config)
+    cost, shape = get_evaluator(instance).cost, instance.models["actor"]
+    vertex = vertex_parts(instance, cost, "actor.train", Strategy(dp * cp, pp, 1, 1), 1, (1, 1, gpus))
+
+    def stage(mb):
+        e = estimate(shape, "h100-sxm", "train", micro_batch=mb, seq_len=seq_len, pp=pp, dp=dp, cp=cp,
+                     framework="nemo-rl", trainer_backend="megatron", recompute=recompute)
+        return e.parts["recompute"]
+
+    rate = cost.train_rate_fraction(shape, pp, 1) if recompute == "full" else 1.0
+    whole, half = stage(cp), stage(1)
+    assert vertex["memory_options"] * rate == pytest.approx(whole + (pp - 1) * half, rel=REL)
+    if recompute == "selective":   # linear in the tokens: hand-computed FLOPs of the stage's layers
+        flops = 2.0 * shape.layers * seq_len * shape.attention_dim * seq_len / pp
+        per_gpu = cost.hw.flops_per_gpu * cost.hw.gemm_peak_fraction
+        assert whole == pytest.approx(flops / per_gpu, rel=1e-9)
+        assert half == pytest.approx(whole / cp, rel=1e-9)
+    else:   # a forward of 2,048 tokens runs at a lower GEMM efficiency than one of 4,096
+        assert half > whole / cp

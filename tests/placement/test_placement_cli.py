@@ -11,6 +11,7 @@ import pytest
 
 from packplace.errors import ConfigError
 from packplace.placement.evaluator import get_evaluator
+from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION
 from packplace.placement.problem.config import load_config
 from packplace.placement.problem.plan import plan_from_json
 from packplace.placement.screen import cli
@@ -157,7 +158,10 @@ def test_the_json_records_each_trained_vertex_s_trainer_backend(framework, backe
         assert entry["pass_kernels"] == cost.pass_kernels(s.pp, s.tp, s.ep)
     import packplace
     text = cli.format_table(inst, packplace.place(inst, "greedy"))
-    assert f"trainer actor.train: {resolved} ({framework}, policy.trainer_backend {backend}); priced with " in text
+    # framework none also says which PyTorch trainer priced it (the bare loop or a trainer on its layout)
+    how = ({"bare_pytorch_loop": ": a bare PyTorch loop", "pytorch_trainer": ": a PyTorch trainer on a ZeRO or "
+            "parallel layout"}[doc["vertices"]["actor.train"]["trainer"]] if framework == "none" else "")
+    assert f"trainer actor.train: {resolved} ({framework}, policy.trainer_backend {backend}{how}" in text
 
 
 PPO = os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml")
@@ -189,10 +193,56 @@ def test_a_mixed_plan_reports_each_worker_groups_backend_as_it_is_priced(framewo
         plan = plan.replace(name, replace(vp, strategy=Strategy(vp.strategy.gpus // 4, 4, 1, 1)))
     trainers = cli.trainer_backends(inst, plan)
     names = {"verl": "fsdp", "nemo-rl": "fsdp"}
-    assert trainers["actor.train"] == {"trainer_backend": names[framework], "pass_kernels": "hf"}
-    assert trainers["critic.train"] == {"trainer_backend": "megatron", "pass_kernels": "megatron"}
+    assert trainers["actor.train"] == {"trainer_backend": names[framework], "pass_kernels": "hf",
+                                       "trainer_rate_fraction": PYTORCH_TRAIN_FRACTION}
+    assert trainers["critic.train"] == {"trainer_backend": "megatron", "pass_kernels": "megatron",
+                                        "trainer_rate_fraction": 1.0}
     for entry in trainers.values():   # the reported backend is the one whose kernels priced the vertex
         assert entry["pass_kernels"] == ("megatron" if entry["trainer_backend"] == "megatron" else "hf")
     # the emitted config runs one backend for both (one --config-name / base config): it cannot run this plan
     emitted = emit(inst, plan, framework)
     assert any("actor.train runs fsdp" in line and "critic.train runs megatron" in line for line in emitted.refusals)
+
+
+@pytest.mark.parametrize("degrees, sharding, trainer, fraction", [
+    ((2, 1, 1), "none", "pytorch_trainer", PYTORCH_TRAIN_FRACTION),   # pp 2: a user's PyTorch trainer, not Megatron
+    ((1, 4, 1), "none", "pytorch_trainer", PYTORCH_TRAIN_FRACTION),   # tp 4
+    ((1, 1, 1), "zero1", "pytorch_trainer", PYTORCH_TRAIN_FRACTION),  # a ZeRO layout
+    ((1, 1, 1), "none", "bare_pytorch_loop", 1.0),                    # the bare loop: the table's rates
+])
+def test_framework_none_reports_the_trainer_that_priced_it(degrees, sharding, trainer, fraction):
+    # framework none under trainer_backend auto is a user's own PyTorch trainer at every strategy
+    # (docs/placement-model.md): memory, time and the report resolve it alike. The layout rule had said megatron
+    # at pp 2 while the vertex was priced with the Hugging Face kernels at 0.67 and the report said "none"
+    from dataclasses import replace
+
+    import packplace
+    from packplace.placement.model.layout_rules import TRAIN, Context, trainer_backend
+    from packplace.placement.problem.config import build_instance
+    from packplace.placement.problem.plan import Strategy
+    from packplace.placement.task_estimate import MODEL_PRESETS
+
+    pp, tp, _ = degrees
+    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": 8},
+              "models": {"actor": dict(MODEL_PRESETS["qwen2.5-1.5b"]), "reward": "rule"},
+              "workload": {"batch_size": 16, "samples_per_prompt": 1, "context_length": 512,
+                           "generation_length": 256},
+              "policy": {"algorithm": "grpo", "framework": "none", "trainer_backend": "auto"},
+              "training": {"sharding": sharding}}
+    inst = build_instance(config)
+    plan = packplace.place(inst, "greedy").solution
+    vp = plan["actor.train"]
+    strategy = Strategy(vp.strategy.gpus // (pp * tp), pp, tp, 1)
+    plan = plan.replace("actor.train", replace(vp, strategy=strategy))
+    assert trainer_backend(Context.of(inst), {TRAIN: strategy}) == "none"
+    entry = cli.trainer_backends(inst, plan)["actor.train"]
+    assert entry == {"trainer_backend": "none", "pass_kernels": "hf", "trainer_rate_fraction": fraction,
+                     "trainer": trainer}
+    cost = get_evaluator(inst).cost
+    assert cost.train_rate_fraction(inst.models["actor"], pp, tp) == fraction   # what priced the vertex
+    line = cli.trainer_line(inst, "actor.train", entry)
+    if trainer == "pytorch_trainer":
+        assert line.endswith(": a PyTorch trainer on a ZeRO or parallel layout); priced with Hugging Face kernels "
+                             f"at {PYTORCH_TRAIN_FRACTION:g} of the table's rates")
+    else:
+        assert line.endswith(": a bare PyTorch loop); priced with Hugging Face kernels")

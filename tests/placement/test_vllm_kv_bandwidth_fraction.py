@@ -199,3 +199,38 @@ def test_the_step_model_and_estimate_agree_on_a_moe_decode():
     est = _moe_decode("b200", "verl").parts["decode"] - _moe_decode("b200", "verl",
                                                                     vllm_kv_bandwidth_fraction=1.0).parts["decode"]
     assert step == pytest.approx(est, rel=1e-9)
+
+
+def test_place_s_framework_none_rollout_is_estimate_s_vllm_engine_not_its_bare_kernels(capsys):
+    # place's framework none rolls out on a bare vLLM engine, which estimate --framework vllm prices; estimate's
+    # --framework none decode is the kernels alone (documented in --help and docs/placement-model.md)
+    place = _moe_step("b200", "none", 0.434) - _moe_step("b200", "none", 1.0)
+    engine = _moe_decode("b200", "vllm").parts["decode"] - _moe_decode("b200", "none").parts["decode"]
+    assert place == pytest.approx(engine, rel=1e-9)
+    assert engine == pytest.approx(MOE_KV_BYTES / (8e12 * 0.65) * (1 / 0.434 - 1), rel=1e-9)   # 12.62 ms
+    assert FRAMEWORKS["none"].engine_generation is not None
+    from packplace.cli import main
+    with pytest.raises(SystemExit):
+        main(["estimate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "place's framework none rolls out on a bare vLLM engine: --framework vllm prices that" in help_text
+
+
+@pytest.mark.parametrize("task, framework, why", [
+    ("train", "verl", "--task train reads no KV cache in a decode loop"),
+    ("decode", "none", "--framework none runs bare kernels, no vLLM engine"),
+    ("decode", "deepspeed-chat", "--framework deepspeed-chat runs no vLLM engine"),
+])
+def test_a_fraction_that_prices_nothing_is_noted(task, framework, why):
+    kwargs = {"batch": 8, "context": 100} if task == "decode" else {}
+    given = estimate("llama3.1-8b", "b200", task, framework=framework, hardware={"vllm_kv_bandwidth_fraction": 0.5},
+                     **kwargs)
+    preset = estimate("llama3.1-8b", "b200", task, framework=framework, **kwargs)
+    assert given.time_s == preset.time_s   # it has no effect ...
+    assert given.inputs["vllm_kv_bandwidth_fraction_unused"].startswith(f"0.5: {why}")   # ... and says so
+    assert "(note: vllm_kv_bandwidth_fraction 0.5: " in format_estimate(given)
+    assert "vllm_kv_bandwidth_fraction_unused" not in preset.inputs   # the preset's own value: no note
+    assert "note:" not in format_estimate(preset)
+    applied = estimate("llama3.1-8b", "b200", "decode", batch=8, context=100, framework="vllm",
+                       hardware={"vllm_kv_bandwidth_fraction": 0.5})
+    assert "vllm_kv_bandwidth_fraction_unused" not in applied.inputs and "note:" not in format_estimate(applied)

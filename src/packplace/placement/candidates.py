@@ -1068,10 +1068,9 @@ def trains_in_a_bare_loop(instance, options: TrainingOptions,
                           degrees: tuple[int, int, int, int] = (1, 1, 1, 1)) -> bool:
     """Whether ``instance``'s trainer on ``degrees`` = ``(tp, pp, ep, cp)`` is a bare PyTorch loop
     (:func:`~packplace.placement.model.pass_memory.bare_loop`): ``policy.framework`` none on no trainer backend
-    (``policy.trainer_backend`` auto), plain data parallelism (every degree 1: at ``pp`` or ``ep`` above 1 the
-    layout rule resolves auto to Megatron-Core) with ``options`` (a model's training options) of ``sharding``
-    none and no LoRA, offload or fp32 gradient buffer (each a trainer's option, whose gradients the memory model
-    keeps through the step)."""
+    (``policy.trainer_backend`` auto), plain data parallelism (every degree 1: any other is a PyTorch trainer's)
+    with ``options`` (a model's training options) of ``sharding`` none and no LoRA, offload or fp32 gradient
+    buffer (each a trainer's option, whose gradients the memory model keeps through the step)."""
     return (bare_loop(options.sharding, instance.framework, getattr(instance, "trainer_backend", "auto"), degrees)
             and not options.lora_rank and options.offload == "none" and not options.fp32_grad_buffer)
 

@@ -4,7 +4,8 @@ rule, :func:`~packplace.placement.model.layout_rules.trainer_backend`) and the p
 the slowest pipeline stage from the evaluator's own cost-model terms (:func:`trainer_pass_parts`).
 
 The evaluator prices a training vertex of ``m`` micro-batches per data-parallel rank as
-``(m + pp − 1)·stage + update`` plus ``memory_options`` (the recompute: ``(m + pp − 1)·recompute stage``)
+``(m + pp − 1)·stage + update`` plus ``memory_options`` (the recompute: ``(m + pp − 1)·recompute stage``, under
+context parallelism with ``pp > 1`` ``m·recompute stage + (pp − 1)·the stage of one micro-batch's share``)
 and ``overhead`` (:meth:`~packplace.placement.model.cost.CostModel.pass_time`,
 :func:`~packplace.placement.model.training_time.training_overhead_seconds`,
 :meth:`~packplace.placement.model.cost.CostModel.vertex_phases`); ``estimate`` gives ``stage`` by part
@@ -37,7 +38,7 @@ from packplace.placement.model.nemo_rl_releases import (
     release_for,
     release_train_parts,
 )
-from packplace.placement.model.training_time import training_overhead_seconds
+from packplace.placement.model.training_time import recompute_stage_seconds
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
 
@@ -177,7 +178,9 @@ def trainer_pass_parts(cost: CostModel, shape: ModelSpec, train: bool, tokens: f
     ``cost`` is the estimate's cost model with the trainer's layout (:attr:`TrainerBackend.layout`), a workload
     of one micro-batch of ``micro_batch`` sequences per data-parallel rank, ``degrees`` ``(dp, pp, tp, ep)``
     (``dp`` counting the DP × CP ranks), ``share`` the fraction of the micro-batch's tokens one GPU of a CP
-    group runs (the recompute's knob terms scale by it). Parts: ``forward``, ``backward``, ``trainer_rate``
+    group runs (the knob stage's terms scale by it; the recompute is
+    :func:`~packplace.placement.model.training_time.recompute_stage_seconds` of ``tokens``, the evaluator's own
+    per-micro-batch term). Parts: ``forward``, ``backward``, ``trainer_rate``
     (what :meth:`~packplace.placement.model.cost.CostModel.train_rate_fraction` adds), ``recompute``,
     ``optimizer`` (:meth:`~packplace.placement.model.cost.CostModel.adam_seconds`), ``communication`` (the
     stage's tensor-parallel all-reduces, MoE all-to-alls and pipeline sends, the step-end
@@ -201,8 +204,8 @@ def trainer_pass_parts(cost: CostModel, shape: ModelSpec, train: bool, tokens: f
         parts = {name: seconds * factor for name, seconds in parts.items()}
         update = {name: seconds * factor for name, seconds in update.items()}
     if train and recompute != "none":
-        options = TrainingOptions(sharding="zero1", recompute=recompute)
-        seconds = training_overhead_seconds(cost, shape, options, dp, pp, tp, micro_batch, extent, ep) / pp * share
+        # the recompute of this micro-batch's tokens on the GPU, as place's vertex prices each of its micro-batches
+        seconds = recompute_stage_seconds(cost, shape, recompute, dp, pp, tp, tokens, attention, extent, ep)
         rate = cost.train_rate_fraction(shape, pp, tp, ep) if recompute == "full" else 1.0
         parts["recompute"] = seconds * rate
         if rate < 1.0:

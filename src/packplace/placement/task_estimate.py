@@ -549,7 +549,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     inputs.update(trainer_backend=trainer_backend, **_backend_inputs(backend, shape, components, hw))
     inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens, sharding=sharding, cp=cp,
                   **(pack.inputs(int(given_length or 0), pad_multiple(tp, cp)) if pack is not None else {}))
-    parts = _time_parts(shape, cluster, *_engine_pricing(components, hw, task, engine_generation, inputs), task,
+    parts = _time_parts(shape, cluster, *_engine_pricing(components, hw, task, engine_generation, inputs, gpu), task,
                         micro_batch, seq_len, batch, context, recompute, optimizer, tp, pp, dp * cp, ep, framework,
                         enforce_eager, host_seconds_per_sequence(engine_generation), pack,   # dp x cp: the ranks
                         sharding=sharding, cp=cp, backend=backend)
@@ -566,8 +566,29 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                     components_derivation=components.derivation if priced else "")
 
 
+def _unused_kv_fraction(gpu: str | None, hw: Hardware, task: str, engine_generation: str | None,
+                        inputs: dict[str, Any]) -> None:
+    """Record in ``inputs`` (``vllm_kv_bandwidth_fraction_unused``: the value and why) a
+    ``hw.vllm_kv_bandwidth_fraction`` set away from the preset's (1 without a preset) that prices nothing here: only
+    a vLLM engine's decode or generation reads the KV cache at it (:func:`_engine_pricing`), so the fraction of a
+    training or forward pass, of bare kernels (``--framework none``) or of DeepSpeed's hybrid engine is dropped,
+    and :func:`format_estimate` says so rather than leave the flag looking applied."""
+    preset = float(PRESETS[gpu].get("vllm_kv_bandwidth_fraction", 1.0)) if gpu in PRESETS else 1.0
+    if hw.vllm_kv_bandwidth_fraction == preset:
+        return
+    if task not in ("decode", "generate"):
+        why = f"--task {task} reads no KV cache in a decode loop"
+    elif engine_generation is None:
+        why = (f"--framework {inputs['framework']} runs "
+               + ("bare kernels, no vLLM engine (--framework vllm: the bare vLLM engine place's framework none "
+                  "rolls out on)" if inputs["framework"] == "none" else "no vLLM engine"))
+    else:
+        return
+    inputs["vllm_kv_bandwidth_fraction_unused"] = f"{hw.vllm_kv_bandwidth_fraction:g}: {why}"
+
+
 def _engine_pricing(components: ComponentTable | None, hw: Hardware, task: str, engine_generation: str | None,
-                    inputs: dict[str, Any]) -> tuple[Hardware, ComponentTable | None]:
+                    inputs: dict[str, Any], gpu: str | None = None) -> tuple[Hardware, ComponentTable | None]:
     """The hardware and the table :func:`estimate` prices ``task`` on. A decode or a generation by a vLLM
     engine (``engine_generation`` set) reads the KV cache at ``hw.vllm_kv_bandwidth_fraction`` of its
     kernels' rate on either path, which ``inputs`` then records: the table's ``kv_bandwidth``
@@ -575,7 +596,9 @@ def _engine_pricing(components: ComponentTable | None, hw: Hardware, task: str, 
     without a table, the knob model's ``memory_bandwidth·decode_bw_eff``
     (:meth:`~packplace.placement.model.cost.CostModel.kv_read_fraction`, whose profile has a vLLM engine).
     Bare kernels (``--framework none``, no engine) and DeepSpeed's hybrid engine read at the kernels' rate
-    (``hw`` with the fraction 1); every other task is ``(hw, components)`` as given."""
+    (``hw`` with the fraction 1); every other task is ``(hw, components)`` as given. A fraction set away from
+    ``gpu``'s preset that prices nothing is noted in ``inputs`` (:func:`_unused_kv_fraction`)."""
+    _unused_kv_fraction(gpu, hw, task, engine_generation, inputs)
     if task not in ("decode", "generate"):
         return hw, components
     if engine_generation is None:
@@ -1260,8 +1283,10 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
                    help="none: bare kernels (a train pass with adam: place's vertex of framework none, the bare "
                         "PyTorch loop at the table's rates with --sharding none and every degree but --dp 1, else a "
-                        "PyTorch trainer at PYTORCH_TRAIN_FRACTION); otherwise the framework's dispatch and engine "
-                        "overheads")
+                        "PyTorch trainer at PYTORCH_TRAIN_FRACTION; decode and generate: the kernels alone, no "
+                        "engine, so no host time per sequence and no vllm_kv_bandwidth_fraction, whereas place's "
+                        "framework none rolls out on a bare vLLM engine: --framework vllm prices that); otherwise "
+                        "the framework's dispatch and engine overheads")
     p.add_argument("--trainer-backend", default=None, dest="trainer_backend", choices=TRAINER_BACKENDS,
                    help="train and infer: the trainer's workers, as policy.trainer_backend (default auto: for verl "
                         "and nemo-rl Megatron-Core where the strategy needs it, verl --tp/--pp/--ep/--cp or NeMo RL "
@@ -1416,6 +1441,9 @@ def format_estimate(result: Estimate) -> str:
         rate = "memory_bandwidth x decode_bw_eff" if result.components == "knobs" else "kv_bandwidth"
         lines.append(f"  (vLLM decode attention: KV cache read at {rate} x vllm_kv_bandwidth_fraction "
                      f"{result.inputs['vllm_kv_bandwidth_fraction']:g} of {result.inputs['gpu']})")
+    if "vllm_kv_bandwidth_fraction_unused" in result.inputs:
+        lines.append(f"  (note: vllm_kv_bandwidth_fraction {result.inputs['vllm_kv_bandwidth_fraction_unused']}; "
+                     "it prices a vLLM engine's decode and generate only and has no effect here)")
     width = max([14, *(len(name) for name in result.parts)])   # optimizer_offload: 17
     lines += [f"  {name:<{width}} {seconds:.4f} s" for name, seconds in result.parts.items()]
     if result.inputs.get("task") in ("train", "infer") and "trainer_backend_resolved" in result.inputs:

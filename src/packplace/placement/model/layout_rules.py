@@ -198,7 +198,13 @@ def trainer_backend(ctx: Context, strategies: Mapping[str, Strategy] | None = No
     the strategies; else ``megatron`` when ``strategies`` (``{vertex: strategy}``) has a trainer or forward
     with tensor, pipeline or expert parallelism FSDP lacks (verl: ``tp``, ``pp``, ``ep``; NeMo RL's DTensor
     policy has tensor parallelism: ``pp``, ``ep``), else ``fsdp``; ``auto`` when ``strategies`` is None and
-    nothing above decides."""
+    nothing above decides. Framework ``none`` has no verl / NeMo RL workers to pick: ``megatron`` when
+    ``policy.trainer_backend`` asks for it, else ``none`` at every strategy, a user's own PyTorch trainer (the
+    bare loop on its layout, a PyTorch trainer at ``PYTORCH_TRAIN_FRACTION`` on any other;
+    docs/placement-model.md), never Megatron-Core for a ``pp`` or ``ep`` above 1, as
+    :meth:`~packplace.placement.model.cost.CostModel.pass_kernels` prices it."""
+    if ctx.framework == "none":
+        return "megatron" if ctx.backend == "megatron" else "none"
     if ctx.backend != "auto":
         return ctx.backend
     if _fsdp_only(ctx):
@@ -228,8 +234,6 @@ def trainer_backend_name(ctx: Context, strategies: Mapping[str, Strategy] | None
     :meth:`~packplace.placement.model.cost.CostModel.pass_kernels`)."""
     if ctx.framework in DEEPSPEED_TRAINERS:
         return "deepspeed"
-    if ctx.framework == "none":
-        return "megatron" if ctx.backend == "megatron" else "none"
     return trainer_backend(ctx, strategies)
 
 

@@ -635,8 +635,9 @@ def bare_loop(sharding: str, framework: str, trainer_backend: str = "none",
     AdamW, ``zero_grad(set_to_none=True)`` between steps): ``framework`` ``none``, no trainer backend
     (``trainer_backend`` ``none`` or ``auto``: not Megatron-Core's, FSDP's or DeepSpeed's), ``sharding``
     ``none`` and plain data parallelism, ``degrees`` = ``(tp, pp, ep, cp)`` all 1. Tensor, pipeline, expert or
-    context parallelism is a trainer's (``place`` resolves framework ``none`` under ``trainer_backend: auto`` to
-    Megatron-Core at ``pp`` or ``ep`` above 1, :func:`~packplace.placement.model.layout_rules.trainer_backend`),
+    context parallelism is a PyTorch trainer's (framework ``none`` under ``trainer_backend: auto`` at any
+    strategy: a user's own trainer, not Megatron-Core,
+    :func:`~packplace.placement.model.layout_rules.trainer_backend`; priced at ``PYTORCH_TRAIN_FRACTION``),
     whose gradients the model keeps: the conservative reading. Its gradients exist from the first backward of
     a step to its optimizer step only (:func:`resident_gradients`)."""
     return (sharding == "none" and framework == "none" and trainer_backend in ("none", "auto")

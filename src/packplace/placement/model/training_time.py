@@ -129,21 +129,19 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
     """
     hw = cost.hw
     micro_batches, tokens = cost.pass_shape(model, "train", dp, pp, tp, micro_batch, ep)
-    seconds = 0.0
     rank = options.lora_rank
-    bare = cost.bare_loop_table(model, pp, tp, ep, rank) if options.recompute != "none" else None
-    if bare is not None:   # a bare PyTorch loop: its recomputed forward (full) or attention (selective) on the table
-        s = cost.attention_length(model, "train", dp, pp, tp, ep)
-        seconds += micro_batches * pass_times(bare, model, tokens=tokens, seq_len=s, train=True,
-                                              recompute=options.recompute, master_fp32=True).recompute
-    elif options.recompute == "full":
-        seconds += cost.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep, lora_rank=rank,
-                                  layers_only=True, pack="train") / cost.train_rate_fraction(model, pp, tp, ep, rank)
-    elif options.recompute == "selective":
+    seconds = 0.0
+    if options.recompute != "none":
         s = cost.attention_length(model, "train", dp, pp, tp, ep)   # packed: the packs' Σ l² over their tokens
-        attention = 2.0 * model.layers * s * model.attention_dim * tokens   # forward attention FLOPs
-        stage = attention * stage_share(model.layers, pp) / (tp * hw.flops_per_gpu * hw.gemm_peak_fraction)
-        seconds += cost.pipeline(micro_batches, pp, stage)
+        ring = cost.context_parallel.get(model, 1) if not cost.packed(model) else 1
+
+        def stage(n: float) -> float:
+            return recompute_stage_seconds(cost, model, options.recompute, dp, pp, tp, n, s, extent, ep, rank)
+
+        if ring > 1 and pp > 1:   # as pass_time's CP pipeline: the bubble is one micro-batch's ring-th
+            seconds += micro_batches * stage(tokens) + (pp - 1) * stage(tokens / ring)
+        else:
+            seconds += cost.pipeline(micro_batches, pp, stage(tokens))
     if options.sharding == "zero3" and dp > 1:
         compute = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False,
                                  lora_rank=rank) + seconds
@@ -175,6 +173,45 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
     if options.optimizer_steps > 1:
         seconds += optimizer_steps_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
     return seconds
+
+
+def recompute_stage_seconds(cost, model: ModelSpec, recompute: str, dp: int, pp: int, tp: int, tokens: float,
+                            s: float, extent: tuple[int, int, int], ep: int = 1, lora_rank: int = 0) -> float:
+    """Seconds that ``recompute`` adds to the slowest pipeline stage for one micro-batch of ``tokens`` tokens per
+    GPU whose attention spans ``s`` tokens (module docstring), the one path by which ``place``
+    (:func:`training_overhead_seconds`: ``(m + pp − 1)`` such stages, or under context parallelism
+    ``m·t_stage + (pp − 1)·t_share`` as :meth:`~packplace.placement.model.cost.CostModel.pass_time` runs the pass
+    it recomputes) and ``packplace estimate`` (one micro-batch: the GPU's tokens) price it.
+
+    * A bare PyTorch loop (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_table`, ``pp = 1``): the
+      recomputed forward (``full``) or attention core (``selective``) on the component table
+      (:func:`~packplace.placement.model.components.pass_times`).
+    * ``full``: the layers' forward of the stage
+      (:meth:`~packplace.placement.model.cost.CostModel._stage_seconds` with ``layers_only``) at
+      :meth:`~packplace.placement.model.cost.CostModel.train_rate_fraction` of the rates.
+    * ``selective``: the forward attention FLOPs ``2·L·s·q·tokens`` of the stage's share of the layers, over
+      ``tp`` GPUs at ``gemm_peak_fraction`` of ``flops_per_gpu``.
+
+    Returns:
+        Seconds ≥ 0 (0 for ``none``).
+
+    Raises:
+        ValueError: ``recompute`` other than ``none``, ``selective``, ``full``.
+    """
+    if recompute == "none":
+        return 0.0
+    if recompute not in ("selective", "full"):
+        raise ValueError(f"recompute: expected none, selective or full, got {recompute!r}")
+    bare = cost.bare_loop_table(model, pp, tp, ep, lora_rank)
+    if bare is not None:
+        return pass_times(bare, model, tokens=tokens, seq_len=s, train=True, recompute=recompute,
+                          master_fp32=True).recompute
+    if recompute == "full":
+        return (cost._stage_seconds(model, False, dp, pp, tp, tokens, s, extent, ep, lora_rank, True)
+                / cost.train_rate_fraction(model, pp, tp, ep, lora_rank))
+    hw = cost.hw
+    attention = 2.0 * model.layers * s * model.attention_dim * tokens   # forward attention FLOPs
+    return attention * stage_share(model.layers, pp) / (tp * hw.flops_per_gpu * hw.gemm_peak_fraction)
 
 
 def optimizer_steps_seconds(cost, model: ModelSpec, options: TrainingOptions, dp: int, pp: int, tp: int,

@@ -150,9 +150,10 @@ class Hardware:
         vllm_kv_bandwidth_fraction: Fraction of the KV-read rate its kernels reach at which a vLLM engine's
             decode iteration reads the KV cache (every framework profile with a vLLM engine,
             :attr:`~packplace.placement.model.framework.FrameworkProfile.engine_generation` set; not the
-            DeepSpeed hybrid engine), in (0, 1]: it multiplies the rate of the path that prices the
-            iteration, the component table's ``kv_bandwidth`` (a dense model) or the knob model's
-            ``memory_bandwidth·decode_bw_eff`` (a mixture of experts or a GPU type without a table;
+            DeepSpeed hybrid engine), in [0.01, 1] (the config refuses a value outside it): it multiplies the
+            rate of the path that prices the iteration, the component table's ``kv_bandwidth`` (a dense model)
+            or the knob model's ``memory_bandwidth·decode_bw_eff`` (a mixture of experts or a GPU type without
+            a table;
             :meth:`~packplace.placement.model.cost.CostModel.kv_read_fraction`); 1 (the default): the
             kernels' rate. Source of the Blackwell value: :data:`VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL`.
         component_table: Name of the GPU type's component table (:mod:`packplace.placement.model.components`:

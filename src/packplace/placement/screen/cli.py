@@ -56,6 +56,7 @@ from packplace.placement.emit import FRAMEWORKS, emit
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.framework import DEFAULT_FRAMEWORK
 from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, group_backend_name
+from packplace.placement.model.memory import DEFAULT_TRAINING
 from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.problem.hardware import Hardware
 from packplace.placement.problem.plan import gpu_ranges, plan_to_json
@@ -167,9 +168,7 @@ def format_table(instance, result) -> str:
         for edge, seconds in score.realloc.items():
             lines.append(f"weight sync {edge}: {seconds:.3f} s")
         for name, trainer in trainer_backends(instance, plan).items():
-            lines.append(f"trainer {name}: {trainer['trainer_backend']} ({instance.framework}, "
-                         f"policy.trainer_backend {getattr(instance, 'trainer_backend', 'auto')}); priced with "
-                         f"{KERNEL_NAMES[trainer['pass_kernels']]} kernels")
+            lines.append(trainer_line(instance, name, trainer))
         lines += format_plan_balance(plan_balance(instance, plan))
         lines.append("")
         lines.append("own GB: the vertex's peak per GPU (its model's resident weights/grads/optimizer state + its "
@@ -194,13 +193,32 @@ def format_table(instance, result) -> str:
 KERNEL_NAMES = {"megatron": "Megatron-Core", "hf": "Hugging Face"}
 
 
+def trainer_line(instance, name: str, trainer: dict[str, Any]) -> str:
+    """The text line of training vertex ``name``'s entry of :func:`trainer_backends`: its trainer, the kernels
+    that priced it and, below 1, the fraction of the table's rates they ran at."""
+    what = {"bare_pytorch_loop": ": a bare PyTorch loop",
+            "pytorch_trainer": ": a PyTorch trainer on a ZeRO or parallel layout"}.get(trainer.get("trainer", ""), "")
+    rate = trainer["trainer_rate_fraction"]
+    at = f" at {rate:g} of the table's rates" if rate < 1.0 else ""
+    return (f"trainer {name}: {trainer['trainer_backend']} ({instance.framework}, policy.trainer_backend "
+            f"{getattr(instance, 'trainer_backend', 'auto')}{what}); priced with "
+            f"{KERNEL_NAMES[trainer['pass_kernels']]} kernels{at}")
+
+
 def trainer_backends(instance, plan) -> dict[str, dict[str, str]]:
     """``{training vertex: {"trainer_backend": name, "pass_kernels": kernels}}`` of ``plan``: the trainer
     ``policy.trainer_backend`` resolves to for the strategies of the vertex's worker group
     (:func:`~packplace.placement.model.layout_rules.group_backend_name`: ``megatron``, ``fsdp``, ``deepspeed``
     or ``none``, as ``--emit`` and ``estimate`` name it; verl and NeMo RL pick the actor's and the value model's
     backends on separate settings) and the kernels that priced the vertex
-    (:meth:`~packplace.placement.model.cost.CostModel.pass_kernels` of its strategy: ``megatron`` or ``hf``)."""
+    (:meth:`~packplace.placement.model.cost.CostModel.pass_kernels` of its strategy: ``megatron`` or ``hf``), the
+    fraction of the table's rates its training passes ran at (``trainer_rate_fraction``,
+    :meth:`~packplace.placement.model.cost.CostModel.train_rate_fraction`: ``PYTORCH_TRAIN_FRACTION`` for a
+    PyTorch trainer on the Hugging Face kernels, 1 for Megatron-Core, the knob model and the bare loop) and, for
+    framework ``none`` without a backend (a user's own PyTorch trainer, docs/placement-model.md), which one
+    priced it (``trainer``): ``bare_pytorch_loop``
+    (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_table`) or ``pytorch_trainer`` (a ZeRO or
+    parallel layout)."""
     cost = get_evaluator(instance).cost
     ctx = Context.of(instance)
     strategies = {name: plan[name].strategy for name in instance.graph.names}
@@ -208,8 +226,15 @@ def trainer_backends(instance, plan) -> dict[str, dict[str, str]]:
     for name in instance.graph.names:
         if instance.graph.vertex(name).kind == "train":
             s = strategies[name]
-            out[name] = {"trainer_backend": group_backend_name(ctx, strategies, name),
-                         "pass_kernels": cost.pass_kernels(s.pp, s.tp, s.ep)}
+            model = instance.models[instance.graph.vertex(name).model]
+            rank = instance.training.get(name.split(".")[0], DEFAULT_TRAINING).lora_rank
+            entry = {"trainer_backend": group_backend_name(ctx, strategies, name),
+                     "pass_kernels": cost.pass_kernels(s.pp, s.tp, s.ep),
+                     "trainer_rate_fraction": cost.train_rate_fraction(model, s.pp, s.tp, s.ep, rank)}
+            if instance.framework == "none" and entry["trainer_backend"] == "none":
+                entry["trainer"] = ("bare_pytorch_loop" if cost.bare_loop_table(model, s.pp, s.tp, s.ep, rank)
+                                    is not None else "pytorch_trainer")
+            out[name] = entry
     return out
 
 
