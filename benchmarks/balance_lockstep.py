@@ -14,6 +14,9 @@ project's cost model (:func:`packplace.balance.workload.sample_cost`, forward + 
 * ``rl-reasoning``: 512 prompts × 8 responses = 4,096 samples on 64 ranks × 9 bins, Qwen2.5-7B;
   prompts lognormal (median 300, σ 0.4), responses lognormal (median 2,500, σ 0.8), ≤ 32,768;
   ``seq_len`` 40,960.
+* ``longtail-160``: the long-tail mix of ``tests/balance/test_balance_lockstep.py`` (``_long_tail``): 160
+  samples lognormal (median 2,048, σ 0.3), 8 of them uniform in [16,384, 65,536], FLOPs of
+  ``packplace.harness.generators.cost_function("flops")``, on 4 ranks × 5 bins, ``seq_len`` 65,536.
 * ``rl-mix-groups``: ``rl-mix`` with each prompt's 8 responses kept on one rank (``groups``), which
   takes the solvers' makespan-under-the-rules route levelled within ranks.
 
@@ -36,7 +39,8 @@ Usage:
 
 With ``--seeds N`` each instance is drawn for seeds 0..N-1 and each solver's gap to the evaluator's
 lockstep bound is printed per seed, then its median, worst (seed), the count over 2% and the median and
-largest process CPU seconds of the call.
+largest process CPU seconds of the call; for ``lns`` and ``cpsat`` also when their search had its start
+in hand (wall seconds into the call) and how many times ``repair`` ran on the whole instance.
 """
 
 from __future__ import annotations
@@ -97,6 +101,14 @@ def build(name: str, seed: int, objective: str = "lockstep") -> BalanceInstance:
         tokens = np.clip(np.rint(rng.lognormal(math.log(2048), 0.3, size=512)), 64, 16384).astype(np.int64)
         tokens[rng.choice(512, size=26, replace=False)] = rng.integers(16384, 65537, size=26)
         shape, ranks, per_rank, seq_len = LLAMA31_8B, 8, 5, 65536
+    elif name == "longtail-160":  # tests/balance/test_balance_lockstep.py's _long_tail, FLOPs of its cost function
+        from packplace.harness.generators import cost_function
+
+        price = cost_function("flops")
+        tokens = np.clip(np.rint(rng.lognormal(math.log(2048), 0.3, size=160)), 64, 16384).astype(np.int64)
+        tokens[rng.choice(160, size=8, replace=False)] = rng.integers(16384, 65537, size=8)
+        return make_instance(tokens.tolist(), [price(int(t)) for t in tokens], seq_len=65536, data_parallel_size=4,
+                             local_batch_size=5, objective=objective, name=name)
     elif name == "rl-reasoning":
         tokens, shape, ranks, per_rank, seq_len = (_grpo(rng, 512, 8, 300, 0.4, 2500, 0.8, 32768), QWEN25_7B,
                                                    64, 9, 40960)
@@ -159,22 +171,62 @@ def run(name: str, solvers: Sequence[str], time_limit_s: float, seed: int) -> li
     return rows
 
 
+def _timed_searches() -> dict[str, list[float]]:
+    """Record, per call, the wall seconds at which a search's start was in hand (``lns``'s and ``cpsat``'s
+    start functions returned; under ``lockstep`` the inner search's start) and each ``repair`` call."""
+    import packplace.solvers.balance.cpsat.solver as cpsat_solver
+    import packplace.solvers.balance.lns as lns
+    from packplace.run import Run
+
+    marks: dict[str, list[float]] = {"start": [], "repair": []}
+
+    def timed(function):  # noqa: ANN001, ANN202 - a benchmark's wrapper
+        def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            answer = function(*args, **kwargs)
+            marks["start"].append(time.perf_counter())
+            return answer
+        return wrapper
+
+    lns._best_start = timed(lns._best_start)
+    cpsat_solver._heuristic_start = timed(cpsat_solver._heuristic_start)
+    call = Run.call
+
+    def counted(self, name, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if name == "repair" and kwargs.get("instance") is None and name not in self._answers.known:  # runs, not reuses
+            marks["repair"].append(time.perf_counter())
+        return call(self, name, *args, **kwargs)
+    Run.call = counted
+    return marks
+
+
 def over_seeds(name: str, solvers: Sequence[str], time_limit_s: float, seeds: int) -> None:
-    """Gap to the lockstep bound of each solver over seeds 0..seeds-1 of one instance, with a summary."""
+    """Gap to the lockstep bound of each solver over seeds 0..seeds-1 of one instance, with a summary; for
+    ``lns`` and ``cpsat`` also when the search had its start in hand (wall seconds into the call) and the
+    ``repair`` calls on the whole instance."""
+    marks = _timed_searches()
     for solver in solvers:
-        gaps, cpus = [], []
+        gaps, cpus, walls, starts = [], [], [], []
         for seed in range(seeds):
             instance = build(name, seed)
             bound = BalanceEvaluator(instance).lower_bound()
-            started = time.process_time()
+            marks["start"].clear()
+            marks["repair"].clear()
+            started, cpu = time.perf_counter(), time.process_time()
             result = packplace.balance(instance, solver=solver, time_limit_s=time_limit_s, seed=seed)
-            cpus.append(time.process_time() - started)
+            cpus.append(time.process_time() - cpu)
+            walls.append(time.perf_counter() - started)
             gaps.append(100 * (result.objective - bound) / result.objective)
-            print(f"{name} seed {seed} {solver}: gap {gaps[-1]:.3f}% ({result.status}), CPU {cpus[-1]:.2f} s")
+            start = f", search start at {marks['start'][0] - started:.2f} s" if marks["start"] else ""
+            if marks["start"]:
+                starts.append(marks["start"][0] - started)
+            print(f"{name} seed {seed} {solver}: objective {result.objective:.6g}, gap {gaps[-1]:.3f}% "
+                  f"({result.status}), wall {walls[-1]:.2f} s, CPU {cpus[-1]:.2f} s{start}, "
+                  f"repair calls {len(marks['repair'])}")
         worst = int(np.argmax(gaps))
+        start = f"; search start median {float(np.median(starts)):.2f} s" if starts else ""
         print(f"{name} {solver}, {seeds} seeds: gap median {float(np.median(gaps)):.3f}%, worst {gaps[worst]:.3f}% "
               f"(seed {worst}), over 2%: {sum(g > 2 for g in gaps)}; CPU median {float(np.median(cpus)):.2f} s, "
-              f"max {max(cpus):.2f} s")
+              f"max {max(cpus):.2f} s{start}")
 
 
 def main() -> None:

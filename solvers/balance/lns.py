@@ -336,7 +336,8 @@ def solve(
         every-partner re-split changed the start, its pair checks, splits and whether the time limit cut it).
         Under ``lockstep`` also ``lockstep_start``, ``lockstep_start_objective`` and
         ``lockstep_start_hit_time_limit``: repair's own lockstep plan, the answer's ceiling
-        (:func:`~packplace.solvers.balance.lockstep.solve_lockstep`).
+        (:func:`~packplace.solvers.balance.lockstep.solve_lockstep`), which is also the search's start on the
+        rounds or makespan instance (``repair`` runs once; ``start_objective`` is that plan's value there).
 
     Raises:
         ConfigError: a bad ``ranks_per_neighbourhood``, ``neighbourhood_time_s`` or

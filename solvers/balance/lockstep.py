@@ -16,6 +16,7 @@ Options: those of the wrapped backend. Performance: docs/performance.md
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,7 +79,9 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, run: Run, *, start: 
     With ``start`` (the registry name of the backend ``solve`` starts from), that backend's own lockstep
     plan is computed first, on the whole run (the budget it would get alone; it mostly ends far
     sooner), and returned where the evaluator scores it lower than the search's: the answer is never
-    worse than its start's. The backend gets the time left less :data:`LEVELLING_RESERVE` of it; the
+    worse than its start's. That plan is also the search's own start (:func:`_start_for`: the search's
+    call of that backend returns it), so the start backend runs once and the search's share of the
+    limit goes to searching. The backend gets the time left less :data:`LEVELLING_RESERVE` of it; the
     levelling pass then runs on its answer (at most :data:`LEVELLING_MOVES_PER_BIN` moves per bin,
     the limit a ceiling), and on a plan still more than :data:`WINDOW_MIN_GAP` above the bound the
     layer windows of :func:`resolve_layer_windows`. That start is stated in ``info``
@@ -98,7 +101,9 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, run: Run, *, start: 
     moves_cap = LEVELLING_MOVES_PER_BIN * instance.num_bins
     if instance.equal_count or instance.groups:
         makespan = without_lockstep(instance)
-        proposal = solve(makespan, run.on(makespan, time_limit_s=inner()), **params)
+        searched = run.on(makespan, time_limit_s=inner())
+        searched.know(_start_for(makespan, searched.evaluator, start, own_start))
+        proposal = solve(makespan, searched, **params)
         if proposal.status == OPTIMAL:
             proposal.status = FEASIBLE  # a makespan optimum, not a lockstep one (the evaluator may still prove it)
         note = "lockstep under equal_count/groups: the makespan answer under the same rules"
@@ -122,6 +127,7 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, run: Run, *, start: 
         return _no_worse_than_start(proposal, run, start, own_start)
     relaxed = as_rounds_instance(instance)
     rounds = run.on(relaxed, time_limit_s=inner())
+    rounds.know(_start_for(relaxed, rounds.evaluator, start, own_start))
     proposal = solve(relaxed, rounds, **params)
     if proposal.solution is not None:
         bins = proposal.solution.bins if isinstance(proposal.solution, Assignment) else proposal.solution
@@ -152,6 +158,32 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, run: Run, *, start: 
             return proposal
     proposal.info["lockstep_route"] = "rounds of D over D·m one-bin ranks"
     return _no_worse_than_start(proposal, run, start, own_start)
+
+
+def _start_for(inner: BalanceInstance, evaluator: BalanceEvaluator, start: str | None, own: Proposal | None
+               ) -> dict[str, Proposal]:
+    """``{start: own}`` restated for the instance the search runs on (``inner``: the ``rounds`` instance of
+    :func:`~packplace.balance.lockstep.as_rounds_instance` or the ``makespan`` one of
+    :func:`~packplace.balance.lockstep.without_lockstep`), so that the search's own start is this plan
+    instead of a second run of the start backend (:meth:`~packplace.run.Run.know`); empty
+    without a start, or when the plan is missing or infeasible there.
+
+    The plan carries over unchanged: its D·m rank-major bins are D·m one-bin ranks of the ``rounds``
+    instance, whose objective (Σ_j of the (j−1)·D+1-th costliest bin) is the plan's lockstep cost, since
+    each of its ranks runs its bins by cost descending (:func:`~packplace.balance.lockstep.lift_rounds_bins`);
+    under ``makespan`` (same rank rules) they are the same D ranks. Its status carries over on the
+    ``rounds`` instance (the two optima are equal) and becomes ``feasible`` under ``makespan``, where the
+    lockstep bound is no bound; its bound is dropped there for the same reason.
+    """
+    if start is None or own is None or own.solution is None:
+        return {}
+    bins = tuple(tuple(b) for b in (own.solution.bins if isinstance(own.solution, Assignment) else own.solution))
+    if len(bins) != inner.num_bins or evaluator.flatten(bins) is None or evaluator.violations(bins):
+        return {}
+    if inner.objective == "rounds":
+        return {start: dataclasses.replace(own, solution=bins, info=dict(own.info), log=list(own.log))}
+    return {start: dataclasses.replace(own, solution=bins, status=FEASIBLE, bound=None, info=dict(own.info),
+                                       log=list(own.log))}
 
 
 def _no_worse_than_start(proposal: Proposal, run: Run, start: str | None, other: Proposal | None) -> Proposal:

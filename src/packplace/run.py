@@ -25,11 +25,12 @@ package and no backend; the problems register their evaluator with :func:`regist
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import math
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from packplace import interrupt, progress
@@ -117,13 +118,15 @@ UNSET = _Unset()
 class _Answers:
     """The best answer offered so far, shared by a run and the shares cut from it (same instance): the
     answer, whether it meets the analytic lower bound, that bound once computed, and the finishing cost
-    once measured (:attr:`Run.finish_s`)."""
+    once measured (:attr:`Run.finish_s`), and the proposals of backends already run on the instance by
+    the caller (:meth:`Run.know`: :meth:`Run.call` returns them instead of running again)."""
 
     def __init__(self) -> None:
         self.best: Any = None
         self.at_bound = False
         self.bound: float | None = None
         self.finish_s: float | None = None
+        self.known: dict[str, Proposal] = {}
 
 
 class Run:
@@ -233,6 +236,14 @@ class Run:
             time_limit_s = None if self.deadline is None else max(0.0, self.deadline - now)
         return self._child(time_limit_s, instance=instance, answers=_Answers(), started=now)
 
+    def know(self, known: Mapping[str, Proposal]) -> None:
+        """Record proposals the caller already has for this run's instance, by backend name (e.g. a start
+        computed on the whole problem and restated for this sub-problem): :meth:`call` of such a name
+        without options, on this run or any share of it, then returns a copy of it instead of running the
+        backend again, so the budget goes to what follows. The caller vouches that each one is that
+        backend's answer for the instance (made with at least the budget it would get here)."""
+        self._answers.known.update(known)
+
     # ------------------------------------------------------------------------------- the evaluator
     @property
     def evaluator(self) -> Any:
@@ -307,12 +318,17 @@ class Run:
              instance: Any = None, **options: Any) -> Proposal:
         """Run the backend ``name`` of this problem and return its proposal: on this instance (same
         evaluator and incumbent) or on ``instance`` (a sub-problem, :meth:`on`), with ``share`` of the
-        time left, or exactly ``time_limit_s`` seconds from now when given (None: no limit).
+        time left, or exactly ``time_limit_s`` seconds from now when given (None: no limit). On this
+        instance without options, a proposal recorded by :meth:`know` for ``name`` is returned
+        (a copy: solution shared, info and log copied) without running the backend.
 
         Raises:
             ConfigError: unknown backend name.
         """
         spec = get(self.problem, name)
+        if instance is None and not options and name in self._answers.known:
+            given = self._answers.known[name]
+            return dataclasses.replace(given, info=dict(given.info), log=list(given.log))
         if instance is not None:
             child = self.on(instance, time_limit_s=time_limit_s)
         elif not isinstance(time_limit_s, _Unset):

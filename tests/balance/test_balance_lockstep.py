@@ -454,3 +454,59 @@ def test_a_search_worse_than_its_start_is_caught(solver: str, guarded: bool, mon
         assert result.objective == 10.0
         with pytest.raises(AssertionError):
             _never_worse_than_its_start(result)
+
+
+def _count_whole_repairs(monkeypatch: pytest.MonkeyPatch, samples: int) -> list[str]:
+    """Record the objective of every ``repair`` run on all ``samples`` samples (the layer windows run it on
+    a few layers' samples only, which are not counted)."""
+    from packplace.registry import SolverSpec
+
+    runs: list[str] = []
+    real = SolverSpec.backend
+
+    def counted(self: SolverSpec, instance: Any, run: Any, **options: Any) -> Any:
+        if self.name == "repair" and len(instance.samples) == samples:
+            runs.append(instance.objective)
+        return real(self, instance, run, **options)
+
+    monkeypatch.setattr(SolverSpec, "backend", counted)
+    return runs
+
+
+@pytest.mark.parametrize("solver", ["lns", "cpsat"])
+def test_the_search_starts_from_the_outer_start(solver: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # repair runs once, on the lockstep instance: the search on the rounds instance is handed that plan
+    # instead of running repair again on it, so the search's own start objective (the rounds objective of
+    # the same D·m bins: each rank runs its bins by cost descending) is the lockstep start's, and the
+    # answer is at most it. A generous limit and a counted budget keep the clock out of it.
+    instance = _long_tail(0)
+    runs = _count_whole_repairs(monkeypatch, 160)
+    options = {"max_neighbourhoods": 3} if solver == "lns" else {}
+    result = packplace.balance(instance, solver=solver, time_limit_s=60, seed=0, **options)
+    assert runs == ["lockstep"]
+    assert result.info["start"] == "repair"
+    assert result.info["start_objective"] == pytest.approx(result.info["lockstep_start_objective"], rel=1e-12)
+    assert result.objective <= result.info["lockstep_start_objective"]
+    assert result.info["lockstep_start_hit_time_limit"] is False
+
+
+def test_the_start_is_reused_under_the_rank_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    # equal_count: the makespan route. Samples of 4, 3, 3, 2, 2, 2 tokens (costs = tokens) on 2 ranks × 1 bin,
+    # 3 per rank: repair's plan {4, 2, 2} | {3, 3, 2} has makespan 8 = Σc/D, the bound, so lns's start
+    # (that same plan, repair not run again) already meets it and no neighbourhood runs.
+    instance = make_instance([4, 3, 3, 2, 2, 2], [4.0, 3.0, 3.0, 2.0, 2.0, 2.0], seq_len=64, data_parallel_size=2,
+                             local_batch_size=1, objective="lockstep", equal_count=True)
+    runs = _count_whole_repairs(monkeypatch, 6)
+    result = packplace.balance(instance, solver="lns", time_limit_s=60, seed=0)
+    assert runs == ["lockstep"]
+    assert result.objective == 8.0 == result.info["lockstep_start_objective"] == result.info["start_objective"]
+    assert result.iterations == 0
+
+
+def test_lns_lockstep_is_deterministic_for_a_counted_budget() -> None:
+    # same instance, seed and max_neighbourhoods: the same plan (the start is computed once and handed on)
+    instance = _long_tail(1)
+    first = packplace.balance(instance, solver="lns", time_limit_s=60, seed=3, max_neighbourhoods=4)
+    second = packplace.balance(instance, solver="lns", time_limit_s=60, seed=3, max_neighbourhoods=4)
+    assert first.solution.bins == second.solution.bins
+    assert first.objective == second.objective <= first.info["lockstep_start_objective"]

@@ -202,7 +202,8 @@ def solve(
         ``infeasible`` (proven by CP-SAT or by counting) or ``unknown``; ``bound`` a proven lower
         bound in true cost units; ``info`` the scale, rounding slack, tolerance and the start used
         (under ``lockstep`` also ``lockstep_start``, ``lockstep_start_objective`` and
-        ``lockstep_start_hit_time_limit``: repair's own lockstep plan, the answer's ceiling,
+        ``lockstep_start_hit_time_limit``: repair's own lockstep plan, the answer's ceiling and the
+        model's start on the rounds or makespan instance, ``repair`` run once,
         :func:`~packplace.solvers.balance.lockstep.solve_lockstep`).
 
     Raises:
