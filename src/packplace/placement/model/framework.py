@@ -184,6 +184,9 @@ class VersionDefaults:
         logit_bytes: ``(forward, loss backward)`` bytes per vocabulary entry per token the trainer holds for
             the output head's logits at those releases (:attr:`FrameworkProfile.logit_bytes`); ``None``: the
             model's default (``pass_memory.LOGIT_FORWARD_BYTES`` / ``LOGIT_BACKWARD_BYTES``).
+        vllm: The vLLM release those releases pin (numeric parts; the lowest of a pinned range), which sets what
+            the engine holds outside ``gpu_memory_utilization``
+            (:func:`~packplace.placement.model.memory.engine_reservation`); ``None``: the cited files pin none.
     """
 
     since: tuple[int, ...]
@@ -191,6 +194,7 @@ class VersionDefaults:
     engine_generation: str
     source: str
     logit_bytes: tuple[float, float] | None = None
+    vllm: tuple[int, ...] | None = None
 
 
 #: Version-dependent defaults per framework, oldest first; a release at or after the last entry takes the
@@ -204,16 +208,18 @@ FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
                         "verl v0.1-v0.2.x: setup.py vllm==0.6.3 (v0.2: vllm<=0.6.3); ppo_trainer.yaml "
                         "rollout.enforce_eager: True; logits at the model default (v0.2: transformers<4.48, "
                         "which before 4.46 upcasts the logits to fp32; the update always takes the entropy, "
-                        "entropy_coeff 0.001; flash-attn's cross entropy out of place)"),
+                        "entropy_coeff 0.001; flash-attn's cross entropy out of place)",
+                        vllm=(0, 6, 3)),
         VersionDefaults((0, 3), True, "v0",
                         "verl v0.3.x: requirements.txt '# vllm==0.6.3.post1' (setup.py vllm<=0.8.2); "
                         "docs/README_vllm0.7.md: V1 only when the user exports VLLM_USE_V1=1; "
-                        "ppo_trainer.yaml rollout.enforce_eager: True; logits at the model default (as v0.1)"),
+                        "ppo_trainer.yaml rollout.enforce_eager: True; logits at the model default (as v0.1)",
+                        vllm=(0, 6, 3)),
         VersionDefaults((0, 4), True, "v1",
                         "verl v0.4.0-v0.5.x: requirements.txt '# vllm==0.8.4' (setup.py vllm<=0.8.5); "
                         "docs/start/install.rst recommends VLLM_USE_V1=1, recipe/dapo/runtime_env.yaml sets it; "
                         "rollout enforce_eager: True; dp_actor.py logprobs_from_logits(inplace_backward=True), "
-                        "entropy_coeff: 0", VERL_LOGIT_BYTES),
+                        "entropy_coeff: 0", VERL_LOGIT_BYTES, vllm=(0, 8, 4)),
         VersionDefaults((0, 6), False, "v1",
                         "verl v0.6.0+: verl/trainer/config/rollout/rollout.yaml enforce_eager: False (commit "
                         "ff6978c14); vllm_rollout_spmd.py and vllm_async_server.py import vllm.v1",
@@ -223,7 +229,8 @@ FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
         VersionDefaults((0, 1), False, "v0",
                         "OpenRLHF before v0.6.3: dockerfile/Dockerfile vllm==0.4.2 (v0.2.7 at commit 391e1de4 "
                         "to v0.5.2), setup.py vllm==0.6.4.post1-0.7.2 (v0.5.2.post1-v0.6.2); vllm.LLM at vLLM's "
-                        "enforce_eager default False, from v0.4.4 the --enforce_eager flag (store_true)"),
+                        "enforce_eager default False, from v0.4.4 the --enforce_eager flag (store_true)",
+                        vllm=(0, 4, 2)),
         VersionDefaults((0, 6, 3), False, "v1",
                         "OpenRLHF v0.6.3+: setup.py vllm==0.8.1 and later; openrlhf/trainer/ray/vllm_engine.py "
                         "builds vllm.LLM with worker_extension_cls (V1's extension point; from v0.8.0 it sets "
@@ -232,13 +239,22 @@ FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
     "nemo-rl": (
         VersionDefaults((0, 1), True, "v0",
                         "NeMo RL v0.1.x: nemo_reinforcer/models/generation/vllm.py env VLLM_USE_V1=0 and "
-                        "vllm.LLM(enforce_eager=True); pyproject.toml vllm==0.8.0"),
+                        "vllm.LLM(enforce_eager=True); pyproject.toml vllm==0.8.0", vllm=(0, 8, 0)),
         VersionDefaults((0, 2), True, "v1",
                         "NeMo RL v0.2.x: pyproject.toml vllm==0.8.4 (no VLLM_USE_V1 override); "
-                        "nemo_rl/models/generation/vllm.py vllm.LLM(enforce_eager=True)"),
+                        "nemo_rl/models/generation/vllm.py vllm.LLM(enforce_eager=True)", vllm=(0, 8, 4)),
         VersionDefaults((0, 3), False, "v1",
                         "NeMo RL v0.3.0+: examples/configs/grpo_math_1B.yaml vllm_cfg.enforce_eager: False; "
-                        "NRL_VLLM_USE_V1 default 1 (vllm 0.9.0 and later)"),
+                        "NRL_VLLM_USE_V1 default 1 (vllm 0.9.0 and later); pyproject.toml vllm==0.9.0",
+                        vllm=(0, 9, 0)),
+        VersionDefaults((0, 4), False, "v1", "NeMo RL v0.4.x: as v0.3; pyproject.toml vllm==0.10.0",
+                        vllm=(0, 10, 0)),
+        VersionDefaults((0, 5), False, "v1", "NeMo RL v0.5.x: as v0.3; pyproject.toml vllm==0.11.2",
+                        vllm=(0, 11, 2)),
+        VersionDefaults((0, 6), False, "v1", "NeMo RL v0.6.x: as v0.3; pyproject.toml vllm==0.17.1",
+                        vllm=(0, 17, 1)),
+        VersionDefaults((0, 7), False, "v1", "NeMo RL v0.7.x: as v0.3; pyproject.toml vllm==0.20.0",
+                        vllm=(0, 20, 0)),
     ),
 }
 
@@ -507,6 +523,19 @@ def version_defaults(framework: str, version: str | None) -> VersionDefaults | N
         raise ConfigError(f"[policy] framework_version: {version!r} is before {framework} {first}, the first release "
                           "whose defaults the model knows")
     return chosen
+
+
+def engine_vllm_release(framework: str, version: str | None) -> tuple[int, ...] | None:
+    """The vLLM release the rollout engine of ``framework`` at release ``version`` runs
+    (:attr:`VersionDefaults.vllm`; with no ``version``, that of the table's last entry, the profile's current
+    defaults); ``None`` for a framework without a version table (``none``: a bare vLLM of any release;
+    ``deepspeed-chat``: no vLLM) or a release range whose files pin none (OpenRLHF from v0.6.3: "vllm 0.8.1 and
+    later"). Errors: :func:`version_defaults`'s."""
+    table = FRAMEWORK_VERSIONS.get(framework)
+    if table is None:
+        return None
+    entry = version_defaults(framework, version) if version is not None else table[-1]
+    return entry.vllm
 
 
 def trainer_logit_bytes(framework: str, version: str | None, entropy_in_loss: bool = False

@@ -44,6 +44,7 @@ from packplace.placement.model.framework import (
     FRAMEWORK_NAMES,
     INFERENCE_OFFLOAD,
     VersionDefaults,
+    engine_vllm_release,
     host_seconds_per_sequence,
     parse_version,
     profile,
@@ -747,7 +748,9 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     engine = RolloutEngine(policy["batching"], policy["max_num_seqs"], policy["gpu_memory_utilization"],
                            max_num_seqs_set="max_num_seqs" in policy_cfg, dispatch=policy["dispatch"],
                            enforce_eager=_enforce_eager(policy.get("enforce_eager"), policy["framework"], version),
-                           host_seconds_per_sequence=host_seconds_per_sequence(generation))
+                           host_seconds_per_sequence=host_seconds_per_sequence(generation),
+                           engine_generation=generation,
+                           vllm_release=engine_vllm_release(policy["framework"], policy.get("framework_version")))
     models_cfg = _section(config, "models")
     spec = algorithm_spec(algorithm)
     required = spec.required_roles
