@@ -16,6 +16,7 @@ from packplace.placement.model.framework import engine_vllm_release
 from packplace.placement.model.memory import (
     VLLM_CUDA_GRAPH_BYTES,
     VLLM_NCCL_BYTES,
+    VLLM_V0_CUDA_GRAPH_BYTES,
     EngineReservation,
     engine_held_bytes,
     engine_reservation,
@@ -39,6 +40,8 @@ def test_the_constants_are_the_logged_figures():
     assert VLLM_NCCL_BYTES == pytest.approx(4.52 * GIB) == pytest.approx(4_853_313_044.48)
     # github.com/vllm-project/vllm/pull/21489: ~1.3 GB of CUDA graphs (Llama 4 Maverick), read as GiB
     assert VLLM_CUDA_GRAPH_BYTES == pytest.approx(1_395_864_371.2)
+    # github.com/vllm-project/vllm/issues/15664: a V0 engine's capture "took 3.34 GiB"
+    assert VLLM_V0_CUDA_GRAPH_BYTES == pytest.approx(3_586_297_364.48)
 
 
 def test_tp_1_and_tp_2_footprints_by_hand_at_vllm_0_11():
@@ -68,8 +71,9 @@ def test_the_graph_term_by_release_and_enforce_eager():
     for release in ((0, 8, 4), (0, 20, 0), (0, 21, 0), None):
         eager = reservation(release=release, eager=True)
         assert eager.outside == pytest.approx(WS) and eager.in_pool == 0.0
-    # a V0 engine captures after the cache too; its NCCL is inside the pool
-    assert reservation(tp=2, generation="v0", release=(0, 6, 3)).outside == pytest.approx(WS + VLLM_CUDA_GRAPH_BYTES)
+    # a V0 engine captures after the cache too (its own, larger logged capture); its NCCL is inside the pool
+    assert reservation(tp=2, generation="v0", release=(0, 6, 3)).outside == pytest.approx(1.02e9 + 3_586_297_364.48)
+    assert reservation(tp=2, generation="v0", release=(0, 6, 3), eager=True).outside == pytest.approx(1.02e9)
 
 
 def test_an_unknown_release_never_counts_less_than_any_known_one():
@@ -173,6 +177,10 @@ def test_the_footprint_is_never_below_vllms_reservation(gmu, tp, pp, model, eage
     # vLLM's documented reservation: the whole fraction, plus what the release holds beside it
     documented = pool + WS + (VLLM_NCCL_BYTES if tp * pp > 1 and (release is None or release >= (0, 11)) else 0.0) \
         + (VLLM_CUDA_GRAPH_BYTES if not eager and (release is None or release < (0, 21)) else 0.0)
+    # a V0 engine: the pool, the workspace and its graphs
+    v0 = weights + engine_held_bytes(weights, need - weights, pool, reservation(tp=tp, pp=pp, generation="v0",
+                                                                                  release=(0, 6, 5), eager=eager))
+    assert v0 >= pool + WS + (0.0 if eager else VLLM_V0_CUDA_GRAPH_BYTES) - 1e-3
     assert held >= documented - 1e-3
     # a verdict "fits" at the package's capacity is a fit on a GPU whose CUDA total is at least it
     if held + beside <= memory:

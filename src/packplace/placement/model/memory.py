@@ -68,13 +68,17 @@ VLLM_NCCL_BYTES = 4.52 * _GIB
 VLLM_NCCL_OUTSIDE_POOL_SINCE = (0, 11)
 #: CUDA-graph memory per GPU of a vLLM engine that captures graphs (``enforce_eager`` false), bytes: "on
 #: LLAMA4 Maverick, it underestimates ~1.3 GB for CUDAGraph" (github.com/vllm-project/vllm/pull/21489), the
-#: largest of the published captures (Gemma-3-4B 0.65 GiB in the same pull request; Llama-3-70B AWQ at TP 8
-#: 0.62 GB, github.com/vllm-project/vllm/pull/5515), read as GiB. vLLM captures the graphs after the KV
+#: largest V1 capture among the published ones found (Gemma-3-4B 0.65 GiB in the same pull request; Llama-3-70B
+#: AWQ at TP 8 0.62 GB, github.com/vllm-project/vllm/pull/5515), read as GiB. vLLM captures the graphs after the KV
 #: cache, so before 0.21 they lie outside ``gpu_memory_utilization`` ("captured after memory profiling ...
 #: This can lead to oversized KV cache and subsequent OOM", github.com/vllm-project/vllm/pull/30515); from
 #: 0.21 vLLM estimates them and subtracts the estimate from the KV cache by default ("CUDA graph memory
 #: profiling is enabled (default since v0.21.0)", the start-up log).
 VLLM_CUDA_GRAPH_BYTES = 1.3 * _GIB
+#: CUDA-graph memory per GPU of a V0 engine that captures graphs, bytes: "Graph capturing finished in 29 secs,
+#: took 3.34 GiB" (vLLM 0.8.3 with ``VLLM_USE_V1=0``, github.com/vllm-project/vllm/issues/15664), the largest V0
+#: capture logged; V0 captures after the KV cache as V1 does (github.com/vllm-project/vllm/pull/10027 logs it there).
+VLLM_V0_CUDA_GRAPH_BYTES = 3.34 * _GIB
 #: Release from which vLLM subtracts its CUDA graphs from the KV cache (:data:`VLLM_CUDA_GRAPH_BYTES`).
 VLLM_GRAPHS_IN_POOL_SINCE = (0, 21)
 
@@ -615,7 +619,8 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     bytes), NCCL's buffers once the snapshot follows their initialisation (``vllm_release`` ≥
     :data:`VLLM_NCCL_OUTSIDE_POOL_SINCE`: :data:`VLLM_NCCL_BYTES` when ``tp·pp`` > 1) and the CUDA graphs
     captured after the cache (``enforce_eager`` false and ``vllm_release`` below
-    :data:`VLLM_GRAPHS_IN_POOL_SINCE`, a V0 engine too: :data:`VLLM_CUDA_GRAPH_BYTES`). From 0.21 the graphs'
+    :data:`VLLM_GRAPHS_IN_POOL_SINCE`: :data:`VLLM_CUDA_GRAPH_BYTES`; a V0 engine's
+    :data:`VLLM_V0_CUDA_GRAPH_BYTES`). From 0.21 the graphs'
     estimate is taken from the KV cache instead (``in_pool``). Before 0.11 NCCL's buffers are inside the
     fraction; the package prices the fraction at ``memory_per_gpu``, under the CUDA total (6% on an H100), and
     that difference stands in for the non-torch and activation bytes vLLM counts inside it, so they are not
@@ -635,9 +640,9 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
         raise ValueError(f"engine_reservation: workspace must be non-negative, got {workspace!r}")
     if engine_generation is None:
         return EngineReservation()
-    graph = 0.0 if enforce_eager else VLLM_CUDA_GRAPH_BYTES
     if engine_generation == "v0":
-        return EngineReservation(0.0, workspace + graph, True)
+        return EngineReservation(0.0, workspace + (0.0 if enforce_eager else VLLM_V0_CUDA_GRAPH_BYTES), True)
+    graph = 0.0 if enforce_eager else VLLM_CUDA_GRAPH_BYTES
     nccl_outside = vllm_release is None or tuple(vllm_release) >= VLLM_NCCL_OUTSIDE_POOL_SINCE
     graphs_inside = vllm_release is not None and tuple(vllm_release) >= VLLM_GRAPHS_IN_POOL_SINCE
     nccl = VLLM_NCCL_BYTES if tp * pp > 1 and nccl_outside else 0.0
