@@ -106,8 +106,7 @@ class Candidate:
         transient_bytes: Per-GPU bytes while the vertex runs (activations, logits, KV cache; a vLLM engine's
             whole ``gpu_memory_utilization`` pool less its weights and what it holds outside the pool,
             :func:`~packplace.placement.model.memory.engine_held_bytes`).
-        fits: :attr:`budget_bytes` within the vertex's own budget (:func:`memory_budget`) and, for a vLLM
-            engine, :attr:`memory_bytes` (its pool and what it holds beside it) within ``memory_per_gpu``.
+        fits: :attr:`budget_bytes` within the vertex's own budget (:func:`memory_budget`).
         pool_bytes: A vLLM engine's need inside its ``gpu_memory_utilization`` pool (weights, live KV, working
             set, logits and the release's non-torch bytes there); ``None`` for every other vertex.
     """
@@ -951,7 +950,6 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     weight_swap = swaps_reference_weights(instance.framework, instance.graph.vertex(name).model, kind)
     release = trainer_release(instance, name)
     limit = memory_budget(instance, kind)
-    capacity = float(instance.hardware.memory_per_gpu)
     reward = instance.rule_reward.seconds(w.sequences) if kind == "generate" and instance.rule_reward is not None \
         else None
     live_len = mean_live_tokens(w)
@@ -991,10 +989,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                 pool = res + tra if reservation.pooled else None
                 tra = engine_held_bytes(res, tra, limit, reservation)
             need = res + tra if pool is None else pool
-            # a pooled engine must also hold its pool and what lies beside it within the GPU: one that cannot,
-            # fits in no plan (the evaluator's memory check would refuse every one)
-            fits = need <= limit and (pool is None or res + tra <= capacity)
-            out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, fits, pool))
+            out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, need <= limit, pool))
     return out
 
 

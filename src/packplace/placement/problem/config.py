@@ -750,9 +750,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                           "drop dispatch)")
     version = version_defaults(policy["framework"], policy.get("framework_version"))
     generation = profile(policy["framework"]).engine_generation if version is None else version.engine_generation
-    gmu = policy.get("gpu_memory_utilization")
-    if gmu is None:   # unset: the framework's own default at its release
-        gmu = default_gpu_memory_utilization(policy["framework"], policy.get("framework_version"))
+    gmu = policy.get("gpu_memory_utilization") or default_gpu_memory_utilization(   # unset: the framework's
+        policy["framework"], policy.get("framework_version"))
     engine = RolloutEngine(policy["batching"], policy["max_num_seqs"], gmu,
                            max_num_seqs_set="max_num_seqs" in policy_cfg, dispatch=policy["dispatch"],
                            enforce_eager=_enforce_eager(policy.get("enforce_eager"), policy["framework"], version),
