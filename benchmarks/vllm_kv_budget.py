@@ -4,6 +4,12 @@
     python benchmarks/vllm_kv_budget.py --write    # also refresh benchmarks/vllm_kv_budget.json
     python benchmarks/vllm_kv_budget.py --no-ab    # skip the (slow) NeMo RL A/B re-pricing
 
+It also checks what the memory check of a plan counts for the engine (its footprint,
+:func:`~packplace.placement.model.memory.engine_held_bytes`: the whole pool at the preset's bytes plus what the
+release holds outside it, :func:`~packplace.placement.model.memory.engine_reservation`) against what vLLM holds
+(the pool at the logged CUDA total plus the same outside terms): the package's headroom on the GPU must never
+exceed vLLM's (:func:`footprint_check`).
+
 vLLM sizes its KV cache once, at start-up (V1: ``Worker.determine_available_memory``,
 vllm/v1/worker/gpu_worker.py at vllm-project/vllm 0012cf69, the 0.8 line; V0: ``Worker.determine_num_available_blocks``,
 vllm/worker/worker.py): ``total_gpu_memory`` is the second value of ``torch.cuda.mem_get_info()`` (what the
@@ -39,7 +45,9 @@ import sys
 from pathlib import Path
 
 from packplace.placement.model.memory import (
+    engine_held_bytes,
     engine_overhead_bytes,
+    engine_reservation,
     kv_cache_budget_bytes,
     stage_kv_bytes_per_token,
     weight_bytes,
@@ -201,6 +209,41 @@ def row_check(row: dict) -> dict:
     return out
 
 
+#: The engines whose footprint :func:`footprint_check` compares: the two logged H100 rows (vLLM 0.6.5 V0, CUDA
+#: graphs captured: ``vllm serve`` defaults) and the A/B's engine (Qwen3-235B-A22B at TP 8, NeMo RL r0.7.0 pins
+#: vLLM 0.20.0: NCCL and the graphs outside the pool), each at ``(tp, gmu, generation, release)``.
+FOOTPRINT_ENGINES = [
+    {"id": "llama3-8b-tp1-h100", "model": "Meta-Llama-3-8B", "tp": 1, "gmu": 0.90, "generation": "v0",
+     "release": (0, 6, 5), "total_gib": 79.22},
+    {"id": "llama3-8b-tp2-h100", "model": "Meta-Llama-3-8B", "tp": 2, "gmu": 0.90, "generation": "v0",
+     "release": (0, 6, 5), "total_gib": 79.22},
+    {"id": "ab-qwen3-235b-tp8-0.80", "model": "Qwen3-235B-A22B", "tp": 8, "gmu": 0.80, "generation": "v1",
+     "release": (0, 20, 0), "total_gib": 79.22},
+    {"id": "ab-qwen3-235b-tp8-0.88", "model": "Qwen3-235B-A22B", "tp": 8, "gmu": 0.88, "generation": "v1",
+     "release": (0, 20, 0), "total_gib": 79.22},
+]
+
+
+def footprint_check(engine: dict) -> dict:
+    """One engine's footprint on an H100 (preset 80e9 bytes, CUDA total ``total_gib``): the package's (the
+    pool ``gmu x 80e9`` and the release's outside terms) and vLLM's (``gmu x`` the CUDA total and the same
+    outside terms), and each one's headroom on its own GPU size. Bytes."""
+    model = shape(engine["model"])
+    memory = PRESETS["h100-sxm"]["memory_per_gpu"]
+    total = engine["total_gib"] * GIB
+    res = engine_reservation(tp=engine["tp"], pp=1, engine_generation=engine["generation"],
+                             vllm_release=engine["release"], enforce_eager=False,
+                             workspace=stack("none").workspace_bytes)
+    weights = weight_bytes(model, engine["tp"], 1)
+    pool = engine["gmu"] * memory
+    held = weights + engine_held_bytes(weights, 0.0, pool, res)
+    vllm_held = engine["gmu"] * total + res.outside
+    return {"id": engine["id"], "tp": engine["tp"], "gmu": engine["gmu"], "release": list(engine["release"]),
+            "outside_bytes": res.outside, "package_footprint_bytes": held, "package_headroom_bytes": memory - held,
+            "vllm_footprint_bytes": vllm_held, "vllm_headroom_bytes": total - vllm_held,
+            "package_headroom_within_vllms": memory - held <= total - vllm_held}
+
+
 def ab_engine() -> dict:
     """The NeMo RL ``gpu_memory_utilization`` 0.80 -> 0.88 A/B's engine (Qwen3-235B-A22B, vLLM TP 8 on H100):
     the package's budget at both values, and vLLM's (the CUDA total 79.22 GiB x utilisation, less the model's
@@ -268,7 +311,14 @@ def main() -> None:
     for rid, est in eng["vllm"].items():
         print(f"  vLLM with {rid}'s reservation {est['reserved_bytes'] / 1e9:.2f} GB: "
               f"{est['budgets'][0] / 1e9:.2f} -> {est['budgets'][1] / 1e9:.2f} GB (x{est['ratio']:.2f})")
-    result = {"rows": checks, "ab_engine": eng}
+    feet = [footprint_check(e) for e in FOOTPRINT_ENGINES]
+    print(f"\n{'engine footprint':26} {'outside GB':>10} {'package GB':>10} {'headroom':>8} {'vLLM GB':>8} "
+          f"{'headroom':>8}  package headroom <= vLLM's")
+    for f in feet:
+        print(f"{f['id']:26} {f['outside_bytes'] / 1e9:10.2f} {f['package_footprint_bytes'] / 1e9:10.2f} "
+              f"{f['package_headroom_bytes'] / 1e9:8.2f} {f['vllm_footprint_bytes'] / 1e9:8.2f} "
+              f"{f['vllm_headroom_bytes'] / 1e9:8.2f}  {f['package_headroom_within_vllms']}")
+    result = {"rows": checks, "ab_engine": eng, "footprint": feet}
     if not args.no_ab:
         rep = ab_repriced(eng)
         for rid, r in rep.items():

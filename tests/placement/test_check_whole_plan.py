@@ -44,8 +44,10 @@ def qwen7b_packed(train_mb_tokens: int, logprob_mb_tokens: int):
     """The shipped Qwen2.5-7B GRPO config on 16 H100 under NeMo RL 0.5.0 with sequence packs."""
     cfg = load_yaml(os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml"))
     cfg["models"]["actor"]["model_type"] = "qwen2"
+    # NeMo RL's own gpu_memory_utilization (examples/configs/grpo_math_1B.yaml, v0.4.0-v0.6.0): the engine holds
+    # that fraction of every GPU it runs on
     cfg["policy"].update(framework="nemo-rl", framework_version="0.5.0", train_mb_tokens=train_mb_tokens,
-                         logprob_mb_tokens=logprob_mb_tokens)
+                         logprob_mb_tokens=logprob_mb_tokens, gpu_memory_utilization=0.6)
     return build_instance(cfg)
 
 
@@ -151,7 +153,8 @@ def test_place_check_prints_what_it_checked_and_exits_by_verdict(tmp_path, capsy
     config = {"hardware": dict(HW, nodes_per_rack=1, gpus_per_node=8, memory_per_gpu=1e12),
               "models": {"actor": wide, "critic": wide, "reward": wide},
               "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
-              "policy": {"algorithm": "ppo"}}
+              # the engine holds its whole fraction: a small one, no CUDA graphs, so that the trainers bind
+              "policy": {"algorithm": "ppo", "gpu_memory_utilization": 0.4, "enforce_eager": True}}
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
     assert main(["place", "--config", str(path), "--check", "--quiet"]) == 0
@@ -168,8 +171,11 @@ def test_place_check_prints_what_it_checked_and_exits_by_verdict(tmp_path, capsy
 
 def test_a_task_the_framework_runs_alone_cannot_share_the_gpus_a_trainer_needs_whole():
     wide = dict(layers=2, hidden_dim=1024, ffn_dim=2048, vocab_size=256000, head_dim=128)
+    # the engine holds its whole fraction: a small one, no CUDA graphs, so that the trainer binds
     cfg = {"hardware": dict(HW, nodes_per_rack=1, gpus_per_node=4, memory_per_gpu=1e12),
-           "models": {"actor": wide, "reward": wide}, "policy": {"algorithm": "grpo", "framework": "nemo-rl"},
+           "models": {"actor": wide, "reward": wide},
+           "policy": {"algorithm": "grpo", "framework": "nemo-rl", "gpu_memory_utilization": 0.1,
+                      "enforce_eager": True},
            "workload": dict(batch_size=4, samples_per_prompt=2, context_length=8192, generation_length=64)}
     table = get_table(build_instance(cfg))
     on = {n: min(c.memory_bytes for c in table.feasible["actor.train"] if c.gpus == n) for n in (2, 4)}
@@ -203,7 +209,9 @@ def test_no_proof_where_a_legal_block_size_is_not_proposed():
     actor = dict(layers=40, hidden_dim=2048, ffn_dim=8192, vocab_size=32000, head_dim=128)
     reward = dict(layers=1, hidden_dim=12288, ffn_dim=49152, vocab_size=32000, head_dim=128)
     cfg = {"hardware": dict(HW, nodes_per_rack=11, gpus_per_node=1, memory_per_gpu=7.942867756154881e9),
-           "models": {"actor": actor, "reward": reward}, "policy": {"algorithm": "grpo"},
+           "models": {"actor": actor, "reward": reward},
+           # the engine holds its whole fraction: 0.78 of the GPU holds its 6 GB need, no CUDA graphs beside it
+           "policy": {"algorithm": "grpo", "gpu_memory_utilization": 0.78, "enforce_eager": True},
            "workload": dict(batch_size=10, samples_per_prompt=2, context_length=256, generation_length=64)}
     inst = build_instance(cfg)
     assert not every_block_size_proposed(inst.cluster)
@@ -262,7 +270,8 @@ def test_place_check_with_a_solver_checks_that_solvers_plan(tmp_path, capsys):
     config = {"hardware": dict(HW, nodes_per_rack=1, gpus_per_node=8, memory_per_gpu=1e12),
               "models": {"actor": wide, "critic": wide, "reward": wide},
               "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
-              "policy": {"algorithm": "ppo"}}
+              # the engine holds its whole fraction: a small one, no CUDA graphs, so that the trainers bind
+              "policy": {"algorithm": "ppo", "gpu_memory_utilization": 0.4, "enforce_eager": True}}
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
     # --solver anneal: the plan checked is anneal's (seed 0), the step its evaluator score, not greedy's

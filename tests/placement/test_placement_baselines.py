@@ -25,6 +25,9 @@ HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=8, flops_per_gpu=1e15, memory
 # Small weights, a huge vocabulary and 8k-token sequences: the actor's fp32 logits dominate memory, so the
 # actor's vertices need tensor parallelism over the whole 8-GPU node.
 WIDE = dict(layers=2, hidden_dim=1024, ffn_dim=2048, vocab_size=256000, head_dim=128)
+#: The engine's ``gpu_memory_utilization`` in :func:`ppo_one_node`: a vLLM engine holds that fraction of each GPU
+#: (and its CUDA graphs) while it runs, so a small one keeps the actor's training the memory-dominant task.
+SMALL_ENGINE_GMU = 0.5
 
 
 def ppo_one_node(memory_per_gpu: float):
@@ -32,7 +35,7 @@ def ppo_one_node(memory_per_gpu: float):
         "hardware": {**HW, "memory_per_gpu": memory_per_gpu},
         "models": {"actor": WIDE, "critic": WIDE, "reward": WIDE},
         "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
-        "policy": {"algorithm": "ppo"}})
+        "policy": {"algorithm": "ppo", "gpu_memory_utilization": SMALL_ENGINE_GMU}})
 
 
 def test_both_baselines_are_registered():
@@ -87,8 +90,9 @@ def test_greedy_without_a_plan_says_which_gpus_and_tasks_overflow():
     assert proposal.solution is None and proposal.status == "unknown"
     assert re.search(r"the colocated plan with every vertex on its least-memory candidate needs 5\.13 GB per GPU, "
                      r"5\.1 GB available \(8 GPUs; fullest GPUs \(0, 0, 0\)\.\.\(0, 0, 7\): 5\.13 GB needed, "
-                     r"5\.1 GB available \(reference\.infer 0\.136 GB resident, reward\.infer 0\.0708 GB resident, "
-                     r"actor\.train 1\.09 GB resident \+ 3\.27 GB while it runs, critic\.train 0\.566 GB resident\)\)",
+                     r"5\.1 GB available \(actor\.generate 1\.09 GB resident, reference\.infer 0\.136 GB resident, "
+                     r"reward\.infer 0\.0708 GB resident, actor\.train 3\.27 GB while it runs, critic\.train 0\.566 GB "
+                     r"resident\)\)",
                      proposal.message), proposal.message
     assert re.search(r"disjoint model layouts tried; smallest needs: actor\.generate [\d.]+ GB/GPU on \d+ GPUs, ",
                      proposal.message), proposal.message
@@ -171,7 +175,7 @@ def test_place_exits_1_when_no_plan_is_found_and_2_only_for_bad_input(tmp_path, 
     from packplace.cli import main
     config = {"hardware": {**HW, "memory_per_gpu": 4.6e9}, "models": {"actor": WIDE, "critic": WIDE, "reward": WIDE},
               "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
-              "policy": {"algorithm": "ppo"}}
+              "policy": {"algorithm": "ppo", "gpu_memory_utilization": SMALL_ENGINE_GMU}}
     path = tmp_path / "tight.yaml"
     path.write_text(yaml.safe_dump(config))
     assert main(["place", "--config", str(path), "--solver", "greedy"]) == 1   # proven: no plan fits in memory

@@ -128,7 +128,7 @@ def test_every_candidate_obeys_the_hard_rules(path):
             limit = inst.hardware.memory_per_gpu
             if vertex.kind == "generate":  # the engine's budget
                 limit *= inst.engine.gpu_memory_utilization
-            assert c.fits == (c.memory_bytes <= limit)
+            assert c.fits == (c.budget_bytes <= limit)   # a vLLM engine: its need inside the pool
         feasible = table.feasible[vertex.name]
         assert [c.time for c in feasible] == sorted(c.time for c in feasible)
         assert all(c.fits for c in feasible) and len(table.top(vertex.name)) == min(inst.k_eval, len(feasible))
@@ -157,28 +157,27 @@ def test_model_that_never_fits_says_bytes_needed_and_available():
 
 
 def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
-    # GRPO, Llama-3.1-8B actor, 1.5 GB per GPU: generation (the first vertex) needs 16 GPUs for its
-    # 16 GB of weights, training (weights, grads, Adam: 16 bytes/parameter; the first pipeline stage also
-    # holds the 0.5e9-parameter embedding) needs 192: 24 nodes, 3/4 of the 32-node rack (128 do not fit); the
-    # concurrent solver then fits the whole plan on 256 GPUs by splitting the rack 3:1 (192 + 64)
+    # GRPO, Llama-3.1-8B actor, 8 GB per GPU: generation (an eager engine at gpu_memory_utilization 0.3: 2.4 GB
+    # of pool, no CUDA graphs; a TP > 1 engine's 4.5 GiB of NCCL buffers beside it) fits on the 8-GPU node;
+    # training (weights, grads, Adam: 16 bytes/parameter; the first pipeline stage also holds the
+    # 0.5e9-parameter embedding) needs 16.4 GB per GPU on 8 GPUs, 131 GB in all, so more than 16 GPUs of 8 GB:
+    # 24, three nodes; the concurrent solver then fits the whole plan on the doubled cluster of 128 GPUs
     actor = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
     reward = dict(layers=4, hidden_dim=512, ffn_dim=1024, vocab_size=1000, head_dim=64)
-    cfg = {"hardware": {**HW, "memory_per_gpu": 1.5e9}, "models": {"actor": actor, "reward": reward},
+    cfg = {"hardware": {**HW, "memory_per_gpu": 8e9}, "models": {"actor": actor, "reward": reward},
            "workload": dict(batch_size=16, samples_per_prompt=2, context_length=128, generation_length=128),
-           "policy": {"algorithm": "grpo"}}
+           "policy": {"algorithm": "grpo", "gpu_memory_utilization": 0.3, "enforce_eager": True}}
     table = get_table(build_instance(cfg))
-    assert not table.feasible["actor.generate"] and not table.feasible["actor.train"]
+    assert table.feasible["actor.generate"] and not table.feasible["actor.train"]
     with pytest.raises(InfeasibleError) as info:
         check_instance(table.instance)
-    assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 192 "
-                               "(16.4 GB per GPU needed at the largest block (8 GPUs), 1.5 GB available); the smallest "
+    assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 24 "
+                               "(16.4 GB per GPU needed at the largest block (8 GPUs), 8 GB available); the smallest "
                                "cluster of this node and rack shape (doubled) on which the concurrent solver fits a "
-                               "whole plan has 256 GPUs (step 0.4171 s: actor.generate 192 GPUs, actor.train 192 "
-                               "GPUs, reference.infer 64 GPUs, reward.infer 256 GPUs)")
-    # On 192 GPUs (what actor.train alone needs) the colocated weights of the other tasks do not fit: the
-    # search reports the next doubling, and the table's own check (no search) gives the upper bound with
-    # every task on its own GPUs: 16 + 16 + 1 + 192
-    with pytest.raises(InfeasibleError, match=r"needs at most 225 \(actor.generate 16 GPUs"):
+                               "whole plan has 128 GPUs (step 1.123 s: actor.generate 128 GPUs, actor.train 112 "
+                               "GPUs, reference.infer 128 GPUs, reward.infer 32 GPUs)")
+    # the table's own check (no search) gives the upper bound with every task on its own GPUs: 8 + 4 + 1 + 24
+    with pytest.raises(InfeasibleError, match=r"needs at most 37 \(actor.generate 8 GPUs"):
         table.check()
 
 

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from packplace.placement.evaluator import PlacementEvaluator, evaluate_plan, get_evaluator, get_table
-from packplace.placement.problem.config import build_instance, load_config
+from packplace.placement.problem.config import build_instance, load_config, load_yaml
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan, plan_from_json, plan_to_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -184,7 +184,11 @@ def test_plan_is_canonical_hashable_and_round_trips_json():
 
 
 def test_fast_path_agrees_with_score_and_bound_holds_on_random_plans():
-    inst = load_config(GRPO)
+    # a half-GPU engine (verl's rollout default): at vLLM's 0.9 the engine holds nearly every GPU it runs on
+    # and no random plan of the top candidates fits beside it (0 of 300), which this test needs
+    config = load_yaml(GRPO)
+    config["policy"]["gpu_memory_utilization"] = 0.5
+    inst = build_instance(config)
     ev = PlacementEvaluator(inst)
     table = ev.table
     rng = random.Random(7)

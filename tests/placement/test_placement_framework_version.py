@@ -5,6 +5,7 @@ computed by hand at a given running count."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 
 import numpy as np
@@ -18,6 +19,7 @@ from packplace.placement.model.framework import (
     FRAMEWORKS,
     VLLM_DECODE_STEP_OVERHEAD,
     VLLM_HOST_SECONDS_PER_SEQUENCE,
+    default_gpu_memory_utilization,
     host_seconds_per_sequence,
     parse_version,
     version_defaults,
@@ -100,7 +102,30 @@ def test_the_newest_entry_repeats_the_profiles_current_defaults():
         assert table[-1].enforce_eager == FRAMEWORKS[name].enforce_eager
         assert table[-1].engine_generation == FRAMEWORKS[name].engine_generation == "v1"
         assert [e.since for e in table] == sorted(e.since for e in table)
+        assert default_gpu_memory_utilization(name, ".".join(map(str, table[-1].since))) == \
+            FRAMEWORKS[name].gpu_memory_utilization
     assert version_defaults("verl", None) is None
+
+
+@pytest.mark.parametrize("framework, version, fraction", [
+    # each framework's own config at its tags: verl rollout 0.5 (v0.1-v0.7), NeMo RL grpo_math_1B.yaml 0.6
+    # (v0.1.0-v0.7.0), OpenRLHF vLLM's 0.9 until --vllm_gpu_memory_utilization's default became 0.95 at v0.6.4
+    ("verl", None, 0.5), ("verl", "0.1", 0.5), ("verl", "0.7.0", 0.5),
+    ("nemo-rl", None, 0.6), ("nemo-rl", "0.1.0", 0.6), ("nemo-rl", "0.7.0", 0.6),
+    ("openrlhf", None, 0.95), ("openrlhf", "0.2.7", 0.9), ("openrlhf", "0.6.3", 0.9), ("openrlhf", "0.6.4", 0.95),
+    ("openrlhf", "0.9.0", 0.95), ("none", None, 0.9), ("deepspeed-chat", None, 0.9),
+])
+def test_an_unset_gpu_memory_utilization_takes_the_frameworks_default_at_its_release(framework, version, fraction):
+    assert default_gpu_memory_utilization(framework, version) == fraction
+    cfg = _config(OPENRLHF_13B)
+    cfg["policy"].pop("framework_version")
+    cfg["policy"].pop("gpu_memory_utilization", None)
+    cfg["policy"]["framework"] = framework
+    if version is not None:
+        cfg["policy"]["framework_version"] = version
+    assert build_instance(cfg).engine.gpu_memory_utilization == fraction
+    cfg["policy"]["gpu_memory_utilization"] = 0.42      # an explicit value always wins
+    assert build_instance(cfg).engine.gpu_memory_utilization == 0.42
 
 
 def test_versions_the_tables_do_not_cover_are_refused():
@@ -129,7 +154,10 @@ def test_a_config_applies_its_release_and_an_explicit_setting_still_wins():
     assert nemo["policy"]["framework_version"] == "0.5.0"
     with_version = build_instance(nemo).engine
     del nemo["policy"]["framework_version"]
-    assert build_instance(nemo).engine == with_version
+    # the pinned vLLM differs (0.11.2 against today's 0.20.0), what it holds outside the pool does not
+    current = build_instance(nemo).engine
+    assert (with_version.vllm_release, current.vllm_release) == ((0, 11, 2), (0, 20, 0))
+    assert current == dataclasses.replace(with_version, vllm_release=(0, 20, 0))
 
 
 @pytest.mark.parametrize("value, message", [

@@ -122,7 +122,7 @@ def test_generation_fits_within_gpu_memory_utilization():
     for table, util in ((get_table(inst), 0.9), (get_table(low), 0.3)):
         gen = table.all["actor.generate"]
         assert table.instance.engine.gpu_memory_utilization == util
-        assert all(c.fits == (c.memory_bytes <= util * 80e9) for c in gen)
+        assert all(c.fits == (c.budget_bytes <= util * 80e9) for c in gen)   # the need inside the pool
     # less memory for KV pages: one GPU's engine (tp 1) runs fewer sequences at once and is slower
     key = max((c.key for c in get_table(low).feasible["actor.generate"] if c.strategy.tp == 1 and c.gpus == 1),
               key=lambda k: k[1])
@@ -145,8 +145,11 @@ def test_continuous_engine_holds_the_kv_of_its_running_sequences_only():
     work = (4 * model.hidden_dim + 6 * model.ffn_dim) * inst.workload.context_length  # one prompt's prefill
     slack = model.layers * 7 * 2**20 + 2 * 2**20  # Llama-2-7B: every matrix over 10 MiB
     overhead = work + inst.hardware.memory_workspace + slack
-    assert cand.transient_bytes == pytest.approx(kv + logits + overhead, rel=1e-9)
-    assert cand.fits and cand.memory_bytes <= 0.9 * 80e9
+    # its need inside the pool; the engine holds the whole pool and what its release keeps beside it
+    assert cand.pool_bytes - cand.resident_bytes == pytest.approx(kv + logits + overhead, rel=1e-9)
+    assert cand.fits and cand.budget_bytes <= 0.9 * 80e9
+    outside = table.cost.engine_reservation(1, 1).outside
+    assert cand.memory_bytes == pytest.approx(0.9 * 80e9 + outside, rel=1e-12)
     # static rounds hold every sequence of the round: the same 512 do not fit
     static = build_instance({**load_yaml(inst.source), "policy": {"algorithm": "ppo", "batching": "static"}})
     assert not get_table(static).by_key["actor.generate"][(Strategy(2, 1, 1), 512, (1, 1, 2))].fits

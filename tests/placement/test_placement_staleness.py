@@ -116,7 +116,9 @@ def test_staleness_zero_is_exactly_the_synchronous_step_time():
     table = ev.table
     rng = random.Random(11)
     checked = 0
-    for _ in range(400):   # random plans of the top candidates, most over memory: enough to check > 10
+    # random plans of the top candidates, most over memory (a vLLM engine holds its whole pool while it runs):
+    # enough to check > 10
+    for _ in range(3000):
         vertices = {}
         for name in inst.graph.names:
             cand = rng.choice(table.top(name, 10))
@@ -142,7 +144,9 @@ def test_period_matches_a_long_unroll_and_is_bounded(path):
     models = sorted(inst.optimizer["staleness_candidates"])
     bound = ev.lower_bound()
     checked = 0
-    for _ in range(800):  # random plans, most over memory: draw until 10-25 feasible asynchronous ones
+    # random plans, most over memory (a vLLM engine holds its whole pool while it runs): draw until 10-25
+    # feasible asynchronous ones
+    for _ in range(6000):
         vertices = {}
         for name in inst.graph.names:
             cand = rng.choice(table.top(name, 4) + tuple(rng.sample(table.feasible[name], 3)))

@@ -51,6 +51,7 @@ from packplace.placement.model.memory import (
     NO_CONTEXT_PARALLEL,
     ContextParallelSplit,
     TrainingOptions,
+    engine_held_bytes,
     vertex_memory,
 )
 from packplace.placement.model.nemo_rl_releases import (
@@ -102,8 +103,12 @@ class Candidate:
         gpus: ``dp·pp·tp``.
         time: Predicted seconds (:class:`~packplace.placement.model.cost.CostModel`).
         resident_bytes: Per-GPU bytes kept while the model stays placed (weights, grads, Adam).
-        transient_bytes: Per-GPU bytes while the vertex runs (activations, logits, KV cache).
-        fits: ``resident + transient`` within the vertex's own budget (:func:`memory_budget`).
+        transient_bytes: Per-GPU bytes while the vertex runs (activations, logits, KV cache; a vLLM engine's
+            whole ``gpu_memory_utilization`` pool less its weights and what it holds outside the pool,
+            :func:`~packplace.placement.model.memory.engine_held_bytes`).
+        fits: :attr:`budget_bytes` within the vertex's own budget (:func:`memory_budget`).
+        pool_bytes: A vLLM engine's need inside its ``gpu_memory_utilization`` pool (weights, live KV, working
+            set, logits and the release's non-torch bytes there); ``None`` for every other vertex.
     """
 
     vertex: str
@@ -115,11 +120,18 @@ class Candidate:
     resident_bytes: float
     transient_bytes: float
     fits: bool
+    pool_bytes: float | None = None
 
     @property
     def memory_bytes(self) -> float:
         """``resident + transient`` per GPU (bytes)."""
         return self.resident_bytes + self.transient_bytes
+
+    @property
+    def budget_bytes(self) -> float:
+        """The bytes its own budget (:func:`memory_budget`) bounds: :attr:`pool_bytes` for a vLLM engine,
+        :attr:`memory_bytes` otherwise."""
+        return self.memory_bytes if self.pool_bytes is None else self.pool_bytes
 
     @property
     def key(self) -> tuple[Strategy, int, tuple[int, int, int]]:
@@ -964,12 +976,14 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     CP group holds its share of the micro-batch's tokens), a pass's activations and logits at its largest
     micro-batch
     (:meth:`~packplace.placement.model.cost.CostModel.peak_pass_tokens`; a trainer that recomputes the old
-    log-probs also at that forward's); a candidate fits within :func:`memory_budget` (a generation candidate within
-    ``gpu_memory_utilization`` of the GPU, the engine's budget). A continuously batched engine holds the
-    KV of the sequences it runs at once (:meth:`~packplace.placement.model.cost.CostModel.engine_concurrency`,
-    at most its KV capacity), whatever the number of requests ``mb`` handed to it. Training time adds
-    :func:`training_overhead_seconds` (recomputation, offload); with a rule-based reward, generation adds
-    the CPU scoring of the step's sequences.
+    log-probs also at that forward's); a candidate fits within :func:`memory_budget` (a generation candidate's
+    need inside ``gpu_memory_utilization`` of the GPU, the engine's budget, with its release's non-torch bytes
+    there; a vLLM engine then holds the whole pool and what lies outside it,
+    :func:`~packplace.placement.model.memory.engine_held_bytes`, the bytes the plan's memory check counts). A
+    continuously batched engine holds the KV of the sequences it runs at once
+    (:meth:`~packplace.placement.model.cost.CostModel.engine_concurrency`, at most its KV capacity), whatever
+    the number of requests ``mb`` handed to it. Training time adds :func:`training_overhead_seconds`
+    (recomputation, offload); with a rule-based reward, generation adds the CPU scoring of the step's sequences.
     ``deadline`` (``time.perf_counter()`` seconds) raises :class:`TableBuildTimeout` once passed (checked
     before every candidate: a generation candidate prices a whole engine schedule, a clock read is cheap;
     and before every chunk NeMo RL's sequence packing packs while a candidate is priced,
@@ -1017,7 +1031,14 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
             finally:
                 if cost.packing is not None:
                     cost.packing.deadline = None
-            out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, res + tra <= limit))
+            pool = None
+            if kind == "generate":   # the engine's pool and what it holds beside it (engine_held_bytes)
+                reservation = cost.engine_reservation(strategy.tp, strategy.pp)
+                tra += reservation.in_pool
+                pool = res + tra if reservation.pooled else None
+                tra = engine_held_bytes(res, tra, limit, reservation)
+            need = res + tra if pool is None else pool
+            out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, need <= limit, pool))
     return out
 
 

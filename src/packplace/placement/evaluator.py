@@ -531,7 +531,7 @@ class PlacementEvaluator:
             return INF, INF
         cap = self.capacity
         over = max((used - cap for _, _, used in self._memory_segments(res)), default=0.0)
-        own = max((r[0].memory_bytes - budget for r, budget in zip(res, self.own_budget)), default=0.0)
+        own = max((r[0].budget_bytes - budget for r, budget in zip(res, self.own_budget)), default=0.0)
         return self._objective(res, plan), max(0.0, over, own) / cap
 
     def score(self, plan: Plan) -> PlacementScore:
@@ -592,7 +592,7 @@ class PlacementEvaluator:
             if cand.fits or budget >= self.capacity:  # over memory_per_gpu alone: a segment line says so
                 continue
             first, last = self.cluster.coords(lo), self.cluster.coords(hi - 1)
-            out.append(f"GPUs {first}..{last}: {name} needs {gb(cand.memory_bytes)} GB, {gb(budget)} GB available "
+            out.append(f"GPUs {first}..{last}: {name} needs {gb(cand.budget_bytes)} GB, {gb(budget)} GB available "
                        f"to the rollout engine (gpu_memory_utilization "
                        f"{self.instance.engine.gpu_memory_utilization:g} of {gb(self.capacity)} GB)")
         return out

@@ -64,9 +64,11 @@ from packplace.placement.model.framework import (
 from packplace.placement.model.layout_rules import TRAIN, Context, trainer_backend
 from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
+    EngineReservation,
     TrainingOptions,
     dynamic_micro_batches,
     dynamic_peak_tokens,
+    engine_reservation,
     lora_params,
     peak_pass_tokens,
     resident_bytes,
@@ -1230,8 +1232,17 @@ class CostModel:
         """Sequences an engine replica runs at once: ``min(mb, max_num_seqs, KV capacity)`` with the
         capacity from :func:`packplace.placement.model.engine.kv_capacity_sequences`."""
         capacity = kv_capacity_sequences(model, self.hw.memory_per_gpu, self.workload, tp, pp,
-                                         self.engine.gpu_memory_utilization, ep, self.hw.memory_workspace)
+                                         self.engine.gpu_memory_utilization, ep, self.hw.memory_workspace,
+                                         self.engine_reservation(tp, pp).in_pool)
         return max(1, min(micro_batch, self.engine.max_num_seqs, capacity))
+
+    def engine_reservation(self, tp: int, pp: int) -> EngineReservation:
+        """What the rollout engine of ``tp·pp`` GPUs per replica holds per GPU beyond the package's own terms,
+        by its release (:func:`~packplace.placement.model.memory.engine_reservation` with the engine's
+        generation, vLLM release and ``enforce_eager`` and the GPU's ``memory_workspace``)."""
+        e = self.engine
+        return engine_reservation(tp=tp, pp=pp, engine_generation=e.engine_generation, vllm_release=e.vllm_release,
+                                  enforce_eager=e.enforce_eager, workspace=self.hw.memory_workspace)
 
     def generate_time(self, model: ModelSpec, dp: int, pp: int, tp: int, micro_batch: int,
                       extent: tuple[int, int, int], ep: int = 1) -> float:
@@ -1269,7 +1280,7 @@ class CostModel:
         if self.engine.batching == "continuous":
             slots = self.engine_concurrency(model, tp, pp, micro_batch, ep)
             kv = kv_capacity_tokens(model, self.hw.memory_per_gpu, w, tp, pp, self.engine.gpu_memory_utilization,
-                                    ep, self.hw.memory_workspace)
+                                    ep, self.hw.memory_workspace, self.engine_reservation(tp, pp).in_pool)
             prefill = self.prefill_time(model, tp, per_replica, min(slots, per_replica), ep, extent)
             if (dp > 1 and w.sequences % dp == 0 and w.gen_quantiles   # equal lengths: every share alike
                     and w.sequences <= MAX_SHARE_SEQUENCES):

@@ -85,6 +85,13 @@ class RolloutEngine:
             per-iteration ``decode_step_overhead``: the engine generation's
             (:data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`, which a config
             sets from its framework's engine generation); default 0, none charged.
+        engine_generation: The vLLM engine generation (``v0`` / ``v1``,
+            :data:`~packplace.placement.model.framework.VLLM_ENGINE_GENERATIONS`) that the config's framework
+            release runs; ``None``: the engine is not vLLM (DeepSpeed-Chat's hybrid engine) and reserves no
+            ``gpu_memory_utilization`` pool. Default ``v1``.
+        vllm_release: The vLLM release the framework release pins
+            (:func:`~packplace.placement.model.framework.engine_vllm_release`); ``None`` (the default): unknown,
+            priced on the side that never under-counts (:func:`~packplace.placement.model.memory.engine_reservation`).
     """
 
     batching: str = "continuous"
@@ -94,36 +101,41 @@ class RolloutEngine:
     dispatch: str = "rounds"
     enforce_eager: bool = False
     host_seconds_per_sequence: float = 0.0
+    engine_generation: str | None = "v1"
+    vllm_release: tuple[int, ...] | None = None
 
 
 def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,
                           gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, ep: int = 1,
-                          workspace_bytes: float | None = None) -> int:
+                          workspace_bytes: float | None = None, non_torch_bytes: float = 0.0) -> int:
     """Sequences a paged KV cache holds at once on one engine replica (at least 1): the memory model's
     :func:`packplace.placement.model.memory.max_concurrent_sequences` with live sequences of
     :func:`mean_live_tokens` tokens (vLLM reserves ``gpu_memory_utilization`` of the GPU, keeps the bf16 weights of the
     largest pipeline stage (its experts split ``ep`` ways under expert parallelism) and a prefill
-    workspace, and gives the rest to KV pages holding only live tokens; Kwon et al. 2023)."""
+    workspace, and gives the rest to KV pages holding only live tokens; Kwon et al. 2023). ``non_torch_bytes``:
+    what the engine's release takes from the cache besides
+    (:attr:`~packplace.placement.model.memory.EngineReservation.in_pool`)."""
     live = mean_live_tokens(workload)
     return max(1, max_concurrent_sequences(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
                                            gpu_memory_utilization=gpu_memory_utilization,
                                            prompt_len=workload.context_length, live_len=live, ep=ep,
-                                           workspace_bytes=workspace_bytes))
+                                           workspace_bytes=workspace_bytes, non_torch_bytes=non_torch_bytes))
 
 
 def kv_capacity_tokens(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,
                        gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, ep: int = 1,
-                       workspace_bytes: float | None = None) -> int:
+                       workspace_bytes: float | None = None, non_torch_bytes: float = 0.0) -> int:
     """Tokens the paged KV cache of one engine replica holds, all running sequences together (at least 1):
     the budget of :func:`packplace.placement.model.memory.max_concurrent_sequences` (``gpu_memory_utilization``
     of the GPU less the bf16 weights of the largest stage and one prompt's prefill workspace) over the KV
     bytes of one token on the largest stage's layers. vLLM sizes its cache the same way (the fraction of
     the GPU it may use less the weights and the profiled activations; the rest is KV blocks,
     docs.vllm.ai "Engine Arguments", ``--gpu-memory-utilization``) and allocates blocks to a sequence as
-    it grows (Kwon et al. 2023, §4)."""
+    it grows (Kwon et al. 2023, §4). ``non_torch_bytes``: as :func:`kv_capacity_sequences`."""
     budget = kv_cache_budget_bytes(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
                                    gpu_memory_utilization=gpu_memory_utilization,
-                                   prompt_len=workload.context_length, ep=ep, workspace_bytes=workspace_bytes)
+                                   prompt_len=workload.context_length, ep=ep, workspace_bytes=workspace_bytes,
+                                   non_torch_bytes=non_torch_bytes)
     per_token = stage_kv_bytes_per_token(model, tp, pp)
     if budget <= 0 or per_token <= 0:
         return 1

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from packplace.errors import ConfigError
+from packplace.placement.model.engine import DEFAULT_GPU_MEMORY_UTILIZATION
 from packplace.placement.model.memory import lora_params, stage_params
 from packplace.placement.problem.models import ModelSpec
 
@@ -170,6 +171,18 @@ VLLM_HOST_SECONDS_PER_SEQUENCE = {"v0": (20e-3 - VLLM_DECODE_STEP_OVERHEAD) / 20
 VERL_LOGIT_BYTES = (2.0, 4.0)
 
 
+#: verl's rollout ``gpu_memory_utilization`` default: ``actor_rollout_ref.rollout.gpu_memory_utilization: 0.5`` in
+#: verl/trainer/config/ppo_trainer.yaml at v0.1 to v0.4.1, verl/trainer/config/rollout/rollout.yaml from v0.5.0
+#: (and ``RolloutConfig.gpu_memory_utilization: float = 0.5``, verl/workers/config/rollout.py, v0.6.0-v0.7.0).
+VERL_GPU_MEMORY_UTILIZATION = 0.5
+#: NeMo RL's ``policy.generation.vllm_cfg.gpu_memory_utilization`` default: 0.6 in examples/configs/grpo_math_1B.yaml
+#: (the base config the recipes inherit) at every release from v0.1.0 to v0.7.0.
+NEMO_RL_GPU_MEMORY_UTILIZATION = 0.6
+#: OpenRLHF's ``--vllm_gpu_memory_utilization`` default from v0.6.4: ``default=0.95`` in openrlhf/cli/train_ppo_ray.py
+#: (v0.6.4 to v0.11.0, whose flag is ``--vllm.gpu_memory_utilization``); 0.9 before (:data:`FRAMEWORK_VERSIONS`).
+OPENRLHF_GPU_MEMORY_UTILIZATION = 0.95
+
+
 @dataclass(frozen=True)
 class VersionDefaults:
     """What a framework's own files set, from release ``since`` on, for the settings the model takes from
@@ -184,6 +197,12 @@ class VersionDefaults:
         logit_bytes: ``(forward, loss backward)`` bytes per vocabulary entry per token the trainer holds for
             the output head's logits at those releases (:attr:`FrameworkProfile.logit_bytes`); ``None``: the
             model's default (``pass_memory.LOGIT_FORWARD_BYTES`` / ``LOGIT_BACKWARD_BYTES``).
+        vllm: The vLLM release those releases pin (numeric parts; the lowest of a pinned range), which sets what
+            the engine holds outside ``gpu_memory_utilization``
+            (:func:`~packplace.placement.model.memory.engine_reservation`); ``None``: the cited files pin none.
+        gpu_memory_utilization: The rollout engine's ``gpu_memory_utilization`` default at those releases
+            (:func:`default_gpu_memory_utilization`); ``None``: the profile's
+            (:attr:`FrameworkProfile.gpu_memory_utilization`), which held at every release of the table.
     """
 
     since: tuple[int, ...]
@@ -191,6 +210,8 @@ class VersionDefaults:
     engine_generation: str
     source: str
     logit_bytes: tuple[float, float] | None = None
+    vllm: tuple[int, ...] | None = None
+    gpu_memory_utilization: float | None = None
 
 
 #: Version-dependent defaults per framework, oldest first; a release at or after the last entry takes the
@@ -204,16 +225,18 @@ FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
                         "verl v0.1-v0.2.x: setup.py vllm==0.6.3 (v0.2: vllm<=0.6.3); ppo_trainer.yaml "
                         "rollout.enforce_eager: True; logits at the model default (v0.2: transformers<4.48, "
                         "which before 4.46 upcasts the logits to fp32; the update always takes the entropy, "
-                        "entropy_coeff 0.001; flash-attn's cross entropy out of place)"),
+                        "entropy_coeff 0.001; flash-attn's cross entropy out of place)",
+                        vllm=(0, 6, 3)),
         VersionDefaults((0, 3), True, "v0",
                         "verl v0.3.x: requirements.txt '# vllm==0.6.3.post1' (setup.py vllm<=0.8.2); "
                         "docs/README_vllm0.7.md: V1 only when the user exports VLLM_USE_V1=1; "
-                        "ppo_trainer.yaml rollout.enforce_eager: True; logits at the model default (as v0.1)"),
+                        "ppo_trainer.yaml rollout.enforce_eager: True; logits at the model default (as v0.1)",
+                        vllm=(0, 6, 3)),
         VersionDefaults((0, 4), True, "v1",
                         "verl v0.4.0-v0.5.x: requirements.txt '# vllm==0.8.4' (setup.py vllm<=0.8.5); "
                         "docs/start/install.rst recommends VLLM_USE_V1=1, recipe/dapo/runtime_env.yaml sets it; "
                         "rollout enforce_eager: True; dp_actor.py logprobs_from_logits(inplace_backward=True), "
-                        "entropy_coeff: 0", VERL_LOGIT_BYTES),
+                        "entropy_coeff: 0", VERL_LOGIT_BYTES, vllm=(0, 8, 4)),
         VersionDefaults((0, 6), False, "v1",
                         "verl v0.6.0+: verl/trainer/config/rollout/rollout.yaml enforce_eager: False (commit "
                         "ff6978c14); vllm_rollout_spmd.py and vllm_async_server.py import vllm.v1",
@@ -223,22 +246,39 @@ FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
         VersionDefaults((0, 1), False, "v0",
                         "OpenRLHF before v0.6.3: dockerfile/Dockerfile vllm==0.4.2 (v0.2.7 at commit 391e1de4 "
                         "to v0.5.2), setup.py vllm==0.6.4.post1-0.7.2 (v0.5.2.post1-v0.6.2); vllm.LLM at vLLM's "
-                        "enforce_eager default False, from v0.4.4 the --enforce_eager flag (store_true)"),
+                        "enforce_eager default False, from v0.4.4 the --enforce_eager flag (store_true); "
+                        "gpu_memory_utilization: vLLM's 0.9 (no flag before v0.5.8; openrlhf/cli/train_ppo_ray.py "
+                        "--vllm_gpu_memory_utilization default=0.9 at v0.5.8-v0.6.3)",
+                        vllm=(0, 4, 2), gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION),
         VersionDefaults((0, 6, 3), False, "v1",
-                        "OpenRLHF v0.6.3+: setup.py vllm==0.8.1 and later; openrlhf/trainer/ray/vllm_engine.py "
+                        "OpenRLHF v0.6.3: setup.py vllm==0.8.1 and later; openrlhf/trainer/ray/vllm_engine.py "
                         "builds vllm.LLM with worker_extension_cls (V1's extension point; from v0.8.0 it sets "
-                        "VLLM_USE_V1=1); --enforce_eager default False"),
+                        "VLLM_USE_V1=1); --enforce_eager default False; --vllm_gpu_memory_utilization "
+                        "default=0.9", gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION),
+        VersionDefaults((0, 6, 4), False, "v1",
+                        "OpenRLHF v0.6.4+: as v0.6.3; openrlhf/cli/train_ppo_ray.py --vllm_gpu_memory_utilization "
+                        "default=0.95 (v0.11.0: --vllm.gpu_memory_utilization default=0.95)",
+                        gpu_memory_utilization=OPENRLHF_GPU_MEMORY_UTILIZATION),
     ),
     "nemo-rl": (
         VersionDefaults((0, 1), True, "v0",
                         "NeMo RL v0.1.x: nemo_reinforcer/models/generation/vllm.py env VLLM_USE_V1=0 and "
-                        "vllm.LLM(enforce_eager=True); pyproject.toml vllm==0.8.0"),
+                        "vllm.LLM(enforce_eager=True); pyproject.toml vllm==0.8.0", vllm=(0, 8, 0)),
         VersionDefaults((0, 2), True, "v1",
                         "NeMo RL v0.2.x: pyproject.toml vllm==0.8.4 (no VLLM_USE_V1 override); "
-                        "nemo_rl/models/generation/vllm.py vllm.LLM(enforce_eager=True)"),
+                        "nemo_rl/models/generation/vllm.py vllm.LLM(enforce_eager=True)", vllm=(0, 8, 4)),
         VersionDefaults((0, 3), False, "v1",
                         "NeMo RL v0.3.0+: examples/configs/grpo_math_1B.yaml vllm_cfg.enforce_eager: False; "
-                        "NRL_VLLM_USE_V1 default 1 (vllm 0.9.0 and later)"),
+                        "NRL_VLLM_USE_V1 default 1 (vllm 0.9.0 and later); pyproject.toml vllm==0.9.0",
+                        vllm=(0, 9, 0)),
+        VersionDefaults((0, 4), False, "v1", "NeMo RL v0.4.x: as v0.3; pyproject.toml vllm==0.10.0",
+                        vllm=(0, 10, 0)),
+        VersionDefaults((0, 5), False, "v1", "NeMo RL v0.5.x: as v0.3; pyproject.toml vllm==0.11.2",
+                        vllm=(0, 11, 2)),
+        VersionDefaults((0, 6), False, "v1", "NeMo RL v0.6.x: as v0.3; pyproject.toml vllm==0.17.1",
+                        vllm=(0, 17, 1)),
+        VersionDefaults((0, 7), False, "v1", "NeMo RL v0.7.x: as v0.3; pyproject.toml vllm==0.20.0",
+                        vllm=(0, 20, 0)),
     ),
 }
 
@@ -365,6 +405,15 @@ class FrameworkProfile:
             (``policy.framework_version``) takes :data:`FRAMEWORK_VERSIONS`' instead
             (:func:`trainer_logit_bytes`). verl: :data:`VERL_LOGIT_BYTES`. ``None``: the model's default,
             an fp32 upcast and log-softmax (``pass_memory.LOGIT_FORWARD_BYTES`` / ``LOGIT_BACKWARD_BYTES``).
+        gpu_memory_utilization: The framework's default for its rollout engine's ``gpu_memory_utilization`` (the
+            fraction of each GPU vLLM reserves) when a config leaves ``policy.gpu_memory_utilization`` unset, at
+            the releases the profile describes: verl :data:`VERL_GPU_MEMORY_UTILIZATION`, NeMo RL
+            :data:`NEMO_RL_GPU_MEMORY_UTILIZATION`, OpenRLHF :data:`OPENRLHF_GPU_MEMORY_UTILIZATION`; ``none`` (a
+            bare vLLM engine): vLLM's ``EngineArgs`` default
+            (:data:`~packplace.placement.model.engine.DEFAULT_GPU_MEMORY_UTILIZATION`, 0.9), which DeepSpeed-Chat's
+            hybrid engine (no vLLM pool) keeps as its generation budget. An older release
+            (``policy.framework_version``) takes :data:`FRAMEWORK_VERSIONS`' when it differs
+            (:func:`default_gpu_memory_utilization`).
         offload_between_passes: A trainer's ``offload`` moves its state to the host between passes and the
             whole state back for each pass (verl's FSDP ``param_offload`` / ``optimizer_offload``:
             ``verl/workers/fsdp_workers.py`` at commit b25bb7d4f, ``update_actor`` calls
@@ -396,6 +445,7 @@ class FrameworkProfile:
     logit_bytes: tuple[float, float] | None = None
     offload_between_passes: bool = False
     inprocess_engine: bool = False
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
 
 
 #: The profiles (``policy.framework``).
@@ -408,7 +458,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "reference module, rollout.resume(tags=['weights']) then update_weights over CUDA IPC); "
         "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)", gather_prefetch=True,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gradient_reduce_bytes=4.0, logit_bytes=VERL_LOGIT_BYTES,
-        offload_between_passes=True),
+        offload_between_passes=True, gpu_memory_utilization=VERL_GPU_MEMORY_UTILIZATION),
     "nemo-rl": FrameworkProfile(
         "nemo-rl", True, True, "cuda_ipc", True,
         "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "
@@ -424,13 +474,13 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, refit_gather_bandwidth=NEMO_RL_REFIT_GATHER_BANDWIDTH,
         refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True, gradient_reduce_bytes=4.0,
-        inprocess_engine=True),
+        inprocess_engine=True, gpu_memory_utilization=NEMO_RL_GPU_MEMORY_UTILIZATION),
     "openrlhf": FrameworkProfile(
         "openrlhf", True, True, "cuda_ipc", True,
         "OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (actor, critic, reward, reference forwards); "
         "utils/deepspeed/deepspeed.py get_ds_eval_config (stage 3 iff training stage 3); "
         "trainer/ray/ppo_actor.py broadcast_to_vllm (NCCL broadcast from rank 0, CUDA IPC when colocate_all)",
-        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH),
+        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gpu_memory_utilization=OPENRLHF_GPU_MEMORY_UTILIZATION),
     "deepspeed-chat": FrameworkProfile(
         "deepspeed-chat", True, True, "in_place", False,
         "DeepSpeedExamples applications/DeepSpeed-Chat/dschat/rlhf/rlhf_engine.py (_init_ref / _init_reward: "
@@ -507,6 +557,32 @@ def version_defaults(framework: str, version: str | None) -> VersionDefaults | N
         raise ConfigError(f"[policy] framework_version: {version!r} is before {framework} {first}, the first release "
                           "whose defaults the model knows")
     return chosen
+
+
+def default_gpu_memory_utilization(framework: str, version: str | None) -> float:
+    """The rollout engine's ``gpu_memory_utilization`` (a fraction in (0, 1]) that ``framework`` at release
+    ``version`` sets when a config leaves ``policy.gpu_memory_utilization`` unset: the release's
+    (:attr:`VersionDefaults.gpu_memory_utilization`) where the table sets one, else the profile's
+    (:attr:`FrameworkProfile.gpu_memory_utilization`; sources there). Errors: :func:`profile`'s and
+    :func:`version_defaults`'s."""
+    own = profile(framework).gpu_memory_utilization
+    entry = version_defaults(framework, version)
+    if entry is None or entry.gpu_memory_utilization is None:
+        return own
+    return entry.gpu_memory_utilization
+
+
+def engine_vllm_release(framework: str, version: str | None) -> tuple[int, ...] | None:
+    """The vLLM release the rollout engine of ``framework`` at release ``version`` runs
+    (:attr:`VersionDefaults.vllm`; with no ``version``, that of the table's last entry, the profile's current
+    defaults); ``None`` for a framework without a version table (``none``: a bare vLLM of any release;
+    ``deepspeed-chat``: no vLLM) or a release range whose files pin none (OpenRLHF from v0.6.3: "vllm 0.8.1 and
+    later"). Errors: :func:`version_defaults`'s."""
+    table = FRAMEWORK_VERSIONS.get(framework)
+    if table is None:
+        return None
+    entry = version_defaults(framework, version) if version is not None else table[-1]
+    return entry.vllm
 
 
 def trainer_logit_bytes(framework: str, version: str | None, entropy_in_loss: bool = False

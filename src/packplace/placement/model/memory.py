@@ -54,6 +54,34 @@ from packplace.placement.problem.workload import Workload
 RECOMPUTE = ("none", "selective", "full")
 OFFLOAD = ("none", "optimizer", "optimizer+params")
 
+_GIB = float(2**30)
+#: NCCL's buffers per GPU of a vLLM engine whose workers form a communicator (``tp·pp`` > 1), bytes: the free
+#: memory of an 80 GB-class GPU read 78.59 GiB before and 74.07 GiB after NCCL's initialisation, "NCCL
+#: buffers (~4.5 GiB for tensor parallelism)" (github.com/vllm-project/vllm/pull/25359). Before that pull
+#: request (vLLM < 0.11) the worker's start-up snapshot preceded ``init_worker_distributed_environment``, so
+#: these bytes fell inside ``gpu_memory_utilization`` (its non-torch increase, which grows with TP: 1.79 GiB
+#: at TP 1, 3.58 GiB at TP 2 in github.com/vllm-project/vllm/pull/10511) and shrank the KV cache; from vLLM
+#: 0.11 the snapshot follows NCCL's initialisation ("Initialize the distributed environment BEFORE taking
+#: memory snapshot", vllm/v1/worker/gpu_worker.py ``init_device``) and they lie outside it.
+VLLM_NCCL_BYTES = 4.52 * _GIB
+#: Release from which NCCL's buffers lie outside ``gpu_memory_utilization`` (:data:`VLLM_NCCL_BYTES`).
+VLLM_NCCL_OUTSIDE_POOL_SINCE = (0, 11)
+#: CUDA-graph memory per GPU of a vLLM engine that captures graphs (``enforce_eager`` false), bytes: "on
+#: LLAMA4 Maverick, it underestimates ~1.3 GB for CUDAGraph" (github.com/vllm-project/vllm/pull/21489), the
+#: largest V1 capture among the published ones found (Gemma-3-4B 0.65 GiB in the same pull request; Llama-3-70B
+#: AWQ at TP 8 0.62 GB, github.com/vllm-project/vllm/pull/5515), read as GiB. vLLM captures the graphs after the KV
+#: cache, so before 0.21 they lie outside ``gpu_memory_utilization`` ("captured after memory profiling ...
+#: This can lead to oversized KV cache and subsequent OOM", github.com/vllm-project/vllm/pull/30515); from
+#: 0.21 vLLM estimates them and subtracts the estimate from the KV cache by default ("CUDA graph memory
+#: profiling is enabled (default since v0.21.0)", the start-up log).
+VLLM_CUDA_GRAPH_BYTES = 1.3 * _GIB
+#: CUDA-graph memory per GPU of a V0 engine that captures graphs, bytes: "Graph capturing finished in 29 secs,
+#: took 3.34 GiB" (vLLM 0.8.3 with ``VLLM_USE_V1=0``, github.com/vllm-project/vllm/issues/15664), the largest V0
+#: capture logged; V0 captures after the KV cache as V1 does (github.com/vllm-project/vllm/pull/10027 logs it there).
+VLLM_V0_CUDA_GRAPH_BYTES = 3.34 * _GIB
+#: Release from which vLLM subtracts its CUDA graphs from the KV cache (:data:`VLLM_CUDA_GRAPH_BYTES`).
+VLLM_GRAPHS_IN_POOL_SINCE = (0, 21)
+
 
 @dataclass(frozen=True)
 class TrainingOptions:
@@ -534,18 +562,20 @@ def dynamic_peak_tokens(workload: Workload, sequences: float, budget: int, ulyss
 
 def kv_cache_budget_bytes(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,
                           gpu_memory_utilization: float, prompt_len: int, prefill_sequences: int = 1,
-                          ep: int = 1, workspace_bytes: float | None = None) -> float:
+                          ep: int = 1, workspace_bytes: float | None = None, non_torch_bytes: float = 0.0) -> float:
     """Bytes per GPU a paged-KV generation engine has for its KV cache (negative when the weights do not
     fit): ``gpu_memory_utilization · memory_per_gpu`` less the bf16 weights of the largest stage
-    (:func:`weight_bytes`) and :func:`engine_overhead_bytes` (the working set of ``prefill_sequences``
-    prompts of ``prompt_len`` tokens, the workspace, the weights' allocator slack). vLLM sizes its cache
-    this way (docs.vllm.ai "Engine
-    Arguments", ``--gpu-memory-utilization``)."""
+    (:func:`weight_bytes`), :func:`engine_overhead_bytes` (the working set of ``prefill_sequences``
+    prompts of ``prompt_len`` tokens, the workspace, the weights' allocator slack) and ``non_torch_bytes``
+    (what the engine's release counts inside the fraction besides those, by ``tp·pp``:
+    :attr:`EngineReservation.in_pool`). vLLM sizes its cache this way (docs.vllm.ai "Engine
+    Arguments", ``--gpu-memory-utilization``; vllm/v1/worker/gpu_worker.py ``determine_available_memory``:
+    ``requested_memory − non_kv_cache_memory``, the weights, the torch peak and the non-torch increase)."""
     budget = gpu_memory_utilization * memory_per_gpu - weight_bytes(model, tp, pp, ep)
     workspace = stack("none").workspace_bytes if workspace_bytes is None else workspace_bytes
     overhead = engine_overhead_bytes(model, max(stage_layers(model.layers, pp)), prompt_len, prefill_sequences, tp,
                                      workspace, ep)
-    return budget - overhead
+    return budget - overhead - non_torch_bytes
 
 
 def engine_overhead_bytes(model: ModelSpec, n_layers: int, prompt_len: int, prefill_sequences: int, tp: int,
@@ -558,6 +588,85 @@ def engine_overhead_bytes(model: ModelSpec, n_layers: int, prompt_len: int, pref
     return work + workspace + weight_slack(model, n_layers, tp, ep)
 
 
+@dataclass(frozen=True)
+class EngineReservation:
+    """What a vLLM engine holds per GPU beyond the package's own terms, bytes (:func:`engine_reservation`).
+
+    Attributes:
+        in_pool: Non-torch bytes the release counts inside ``gpu_memory_utilization``, taken from the KV cache
+            (:func:`kv_cache_budget_bytes` ``non_torch_bytes``).
+        outside: Bytes the engine holds outside ``gpu_memory_utilization`` (the process's CUDA context and
+            workspaces, NCCL's buffers from vLLM 0.11, CUDA graphs before 0.21).
+        pooled: The engine reserves ``gpu_memory_utilization`` of the GPU whatever its live KV (a vLLM
+            engine); false: it holds only what it uses (no such engine, DeepSpeed-Chat's hybrid engine).
+    """
+
+    in_pool: float = 0.0
+    outside: float = 0.0
+    pooled: bool = False
+
+
+def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_release: tuple[int, ...] | None,
+                       enforce_eager: bool, workspace: float) -> EngineReservation:
+    """What a vLLM engine of ``tp·pp`` GPUs per replica holds per GPU besides weights, KV cache, working set
+    and logits, by release (:class:`EngineReservation`).
+
+    vLLM reserves ``gpu_memory_utilization`` of the GPU at start-up: its KV cache fills what the weights,
+    the profiled peak and the non-torch increase since the worker's start-up snapshot leave
+    (vllm/v1/worker/gpu_worker.py ``determine_available_memory``, ``requested_memory =
+    total_memory · gpu_memory_utilization``), so the whole fraction is held whatever the live sequences. Outside
+    it: what existed at the snapshot (the CUDA context and workspaces: ``workspace``, the stack's per-process
+    bytes), NCCL's buffers once the snapshot follows their initialisation (``vllm_release`` ≥
+    :data:`VLLM_NCCL_OUTSIDE_POOL_SINCE`: :data:`VLLM_NCCL_BYTES` when ``tp·pp`` > 1) and the CUDA graphs
+    captured after the cache (``enforce_eager`` false and ``vllm_release`` below
+    :data:`VLLM_GRAPHS_IN_POOL_SINCE`: :data:`VLLM_CUDA_GRAPH_BYTES`; a V0 engine's
+    :data:`VLLM_V0_CUDA_GRAPH_BYTES`). From 0.21 the graphs'
+    estimate is taken from the KV cache instead (``in_pool``). Before 0.11 NCCL's buffers are inside the
+    fraction; the package prices the fraction at ``memory_per_gpu``, under the CUDA total (6% on an H100), and
+    that difference stands in for the non-torch and activation bytes vLLM counts inside it, so they are not
+    added again (docs/calibration-and-validation.md "The engine's KV budget against vLLM's start-up logs").
+    ``vllm_release`` ``None`` (unknown) takes the side that never under-counts what is held: NCCL and the graphs
+    outside. ``engine_generation`` ``None`` (not vLLM): nothing, unpooled.
+
+    Raises:
+        ValueError: ``tp`` or ``pp`` below 1, ``engine_generation`` not ``v0``/``v1``/``None``, or a negative
+            ``workspace``.
+    """
+    if tp < 1 or pp < 1:
+        raise ValueError(f"engine_reservation: tp and pp must be at least 1, got tp={tp!r}, pp={pp!r}")
+    if engine_generation not in ("v0", "v1", None):
+        raise ValueError(f"engine_reservation: engine_generation must be 'v0', 'v1' or None, got {engine_generation!r}")
+    if workspace < 0:
+        raise ValueError(f"engine_reservation: workspace must be non-negative, got {workspace!r}")
+    if engine_generation is None:
+        return EngineReservation()
+    if engine_generation == "v0":
+        return EngineReservation(0.0, workspace + (0.0 if enforce_eager else VLLM_V0_CUDA_GRAPH_BYTES), True)
+    graph = 0.0 if enforce_eager else VLLM_CUDA_GRAPH_BYTES
+    nccl_outside = vllm_release is None or tuple(vllm_release) >= VLLM_NCCL_OUTSIDE_POOL_SINCE
+    graphs_inside = vllm_release is not None and tuple(vllm_release) >= VLLM_GRAPHS_IN_POOL_SINCE
+    nccl = VLLM_NCCL_BYTES if tp * pp > 1 and nccl_outside else 0.0
+    if graphs_inside:
+        return EngineReservation(graph, workspace + nccl, True)
+    return EngineReservation(0.0, workspace + nccl + graph, True)
+
+
+def engine_held_bytes(resident: float, transient: float, pool: float, reservation: EngineReservation
+                      ) -> float:
+    """The transient bytes per GPU a generation engine holds while it runs, for the memory check of a plan:
+    ``max(transient, pool − resident) + outside`` for a pooled engine (vLLM keeps the whole ``pool`` =
+    ``gpu_memory_utilization · memory_per_gpu`` once its KV cache is allocated, weights ``resident``
+    included, and :attr:`EngineReservation.outside` beside it), ``transient`` otherwise. ``transient`` is
+    the engine's need inside the pool (live KV, working set, logits, :attr:`EngineReservation.in_pool`).
+
+    The pool is priced at the GPU's ``memory_per_gpu`` as the plan's capacity is: with a capacity ``M`` at
+    most the CUDA total ``T``, ``gmu·M + X ≤ M`` implies ``gmu·T + X ≤ T`` for any bytes ``X`` beside the
+    pool, so a plan that fits here fits on the GPU."""
+    if not reservation.pooled:
+        return transient
+    return max(transient, pool - resident) + reservation.outside
+
+
 def stage_kv_bytes_per_token(model: ModelSpec, tp: int, pp: int) -> float:
     """KV-cache bytes per token per GPU on the largest pipeline stage's layers (``tp``-way split heads)."""
     return model.kv_bytes_per_token(tp, 1) * max(stage_layers(model.layers, pp)) / model.layers
@@ -565,12 +674,14 @@ def stage_kv_bytes_per_token(model: ModelSpec, tp: int, pp: int) -> float:
 
 def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,
                              gpu_memory_utilization: float, prompt_len: int, live_len: float,
-                             prefill_sequences: int = 1, ep: int = 1, workspace_bytes: float | None = None) -> int:
+                             prefill_sequences: int = 1, ep: int = 1, workspace_bytes: float | None = None,
+                             non_torch_bytes: float = 0.0) -> int:
     """How many sequences a paged-KV generation engine holds at once (per data-parallel replica).
 
     The engine may use ``gpu_memory_utilization · memory_per_gpu`` bytes per GPU; after the bf16 weights
-    of the largest stage and :func:`engine_overhead_bytes` (``prefill_sequences`` prompts' working set,
-    workspace, allocator slack) the rest is KV cache, and each sequence holds ``live_len`` tokens on
+    of the largest stage, :func:`engine_overhead_bytes` (``prefill_sequences`` prompts' working set,
+    workspace, allocator slack) and the release's ``non_torch_bytes`` (:attr:`EngineReservation.in_pool`)
+    the rest is KV cache, and each sequence holds ``live_len`` tokens on
     average (prompt plus response so far: ``S + mean response``) and the logits of its next token
     (``V·10/tp``: bf16, fp32 copy and probabilities, sampled every iteration):
 
@@ -585,7 +696,8 @@ def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_g
     """
     budget = kv_cache_budget_bytes(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
                                    gpu_memory_utilization=gpu_memory_utilization, prompt_len=prompt_len,
-                                   prefill_sequences=prefill_sequences, ep=ep, workspace_bytes=workspace_bytes)
+                                   prefill_sequences=prefill_sequences, ep=ep, workspace_bytes=workspace_bytes,
+                                   non_torch_bytes=non_torch_bytes)
     per_sequence = stage_kv_bytes_per_token(model, tp, pp) * live_len + model.output_dim * LOGIT_FORWARD_BYTES / tp
     if budget <= 0 or per_sequence <= 0:
         return 0

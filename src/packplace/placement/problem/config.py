@@ -34,7 +34,6 @@ from packplace.placement.model.cp_balance import ContextParallelSetting
 from packplace.placement.model.dp_balance import BALANCE_CHOICES, BALANCE_OBJECTIVES, BalanceSetting
 from packplace.placement.model.engine import (
     BATCHING,
-    DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_MAX_NUM_SEQS,
     DISPATCH,
     RolloutEngine,
@@ -44,6 +43,8 @@ from packplace.placement.model.framework import (
     FRAMEWORK_NAMES,
     INFERENCE_OFFLOAD,
     VersionDefaults,
+    default_gpu_memory_utilization,
+    engine_vllm_release,
     host_seconds_per_sequence,
     parse_version,
     profile,
@@ -177,9 +178,13 @@ POLICY_FIELDS: dict[str, Field] = {
                               "handing each to the first free replica"),
     "max_num_seqs": Field("int", "sequences", 1, 1_000_000, default=DEFAULT_MAX_NUM_SEQS,
                           meaning="sequences a continuous-batching engine decodes at once (not with batching: static)"),
-    "gpu_memory_utilization": Field("float", "", 0, 1, exclusive_minimum=True,
-                                    default=DEFAULT_GPU_MEMORY_UTILIZATION,
-                                    meaning="fraction of a GPU the rollout engine may use (vLLM's default 0.9)"),
+    "gpu_memory_utilization": Field("float", "", 0, 1, exclusive_minimum=True, default=None,
+                                    meaning="fraction of a GPU the rollout engine reserves (unset: the framework's "
+                                            "default at its framework_version: verl 0.5, rollout.yaml / "
+                                            "ppo_trainer.yaml v0.1-v0.7; nemo-rl 0.6, grpo_math_1B.yaml "
+                                            "v0.1-v0.7; openrlhf 0.95 from v0.6.4, 0.9 before, train_ppo_ray.py "
+                                            "--vllm_gpu_memory_utilization; none and deepspeed-chat vLLM's "
+                                            "EngineArgs 0.9)"),
     "enforce_eager": Field("bool", default=None,
                            meaning="vLLM's enforce_eager: no CUDA graphs, every decode iteration issues each "
                                    "kernel from the host (unset: the framework's default)"),
@@ -333,7 +338,8 @@ class PlacementInstance:
             (defaults filled), ``staleness_candidates`` as ``{model: (0, 1, ...)}``.
         source: Where it came from (a path or ``"<dict>"``).
         engine: The rollout engine's batching and memory budget (``policy.batching``,
-            ``policy.max_num_seqs``, ``policy.gpu_memory_utilization``).
+            ``policy.max_num_seqs``, ``policy.gpu_memory_utilization``, unset: the framework's default at its
+            release, :func:`~packplace.placement.model.framework.default_gpu_memory_utilization`).
         training: ``{model: TrainingOptions}`` of the trained models (``[training]``; defaults when absent).
         rule_reward: The rule-based reward (``models.reward: rule``), or ``None`` for a reward model.
         framework: ``policy.framework``, the execution profile
@@ -749,10 +755,14 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                           "drop dispatch)")
     version = version_defaults(policy["framework"], policy.get("framework_version"))
     generation = profile(policy["framework"]).engine_generation if version is None else version.engine_generation
-    engine = RolloutEngine(policy["batching"], policy["max_num_seqs"], policy["gpu_memory_utilization"],
+    gmu = policy.get("gpu_memory_utilization") or default_gpu_memory_utilization(   # unset: the framework's
+        policy["framework"], policy.get("framework_version"))
+    engine = RolloutEngine(policy["batching"], policy["max_num_seqs"], gmu,
                            max_num_seqs_set="max_num_seqs" in policy_cfg, dispatch=policy["dispatch"],
                            enforce_eager=_enforce_eager(policy.get("enforce_eager"), policy["framework"], version),
-                           host_seconds_per_sequence=host_seconds_per_sequence(generation))
+                           host_seconds_per_sequence=host_seconds_per_sequence(generation),
+                           engine_generation=generation,
+                           vllm_release=engine_vllm_release(policy["framework"], policy.get("framework_version")))
     models_cfg = _section(config, "models")
     spec = algorithm_spec(algorithm)
     required = spec.required_roles

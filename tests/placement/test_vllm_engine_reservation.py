@@ -1,0 +1,187 @@
+"""What a vLLM engine holds per GPU (:func:`~packplace.placement.model.memory.engine_reservation`,
+:func:`~packplace.placement.model.memory.engine_held_bytes`): the whole ``gpu_memory_utilization`` pool plus,
+by release, the CUDA context, NCCL's buffers (outside the pool from vLLM 0.11) and the CUDA graphs (outside it
+before 0.21). The memory check of a plan never counts an engine below that."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from packplace.placement.candidates import CandidateTable, memory_budget
+from packplace.placement.model.framework import engine_vllm_release
+from packplace.placement.model.memory import (
+    VLLM_CUDA_GRAPH_BYTES,
+    VLLM_NCCL_BYTES,
+    VLLM_V0_CUDA_GRAPH_BYTES,
+    EngineReservation,
+    engine_held_bytes,
+    engine_reservation,
+    weight_bytes,
+)
+from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.plan import Strategy
+from packplace.placement.task_estimate import MODEL_PRESETS, resolve_model
+
+GIB = 2.0**30
+WS = 1.02e9   # the stack's per-process workspace (hardware.memory_workspace default)
+
+
+def reservation(tp=1, pp=1, generation="v1", release=(0, 11, 2), eager=False, workspace=WS):
+    return engine_reservation(tp=tp, pp=pp, engine_generation=generation, vllm_release=release,
+                              enforce_eager=eager, workspace=workspace)
+
+
+def test_the_constants_are_the_logged_figures():
+    # github.com/vllm-project/vllm/pull/25359: 78.59 GiB free before NCCL's initialisation, 74.07 after
+    assert VLLM_NCCL_BYTES == pytest.approx(4.52 * GIB) == pytest.approx(4_853_313_044.48)
+    # github.com/vllm-project/vllm/pull/21489: ~1.3 GB of CUDA graphs (Llama 4 Maverick), read as GiB
+    assert VLLM_CUDA_GRAPH_BYTES == pytest.approx(1_395_864_371.2)
+    # github.com/vllm-project/vllm/issues/15664: a V0 engine's capture "took 3.34 GiB"
+    assert VLLM_V0_CUDA_GRAPH_BYTES == pytest.approx(3_586_297_364.48)
+
+
+def test_tp_1_and_tp_2_footprints_by_hand_at_vllm_0_11():
+    one, two = reservation(tp=1), reservation(tp=2)
+    # TP 1: the context/workspace and the graphs outside the pool, nothing inside
+    assert one == EngineReservation(0.0, pytest.approx(1.02e9 + 1_395_864_371.2), True)
+    # TP 2: NCCL's 4.52 GiB join them (the snapshot follows NCCL's initialisation from 0.11)
+    assert two.outside == pytest.approx(1.02e9 + 1_395_864_371.2 + 4_853_313_044.48)
+    assert two.outside - one.outside == pytest.approx(4_853_313_044.48)
+    # pipeline stages form a communicator too
+    assert reservation(tp=1, pp=2).outside == pytest.approx(two.outside)
+
+
+def test_nccl_inside_the_pool_before_0_11_adds_nothing_outside():
+    assert reservation(tp=8, release=(0, 10, 0)).outside == pytest.approx(1.02e9 + 1_395_864_371.2)
+    assert reservation(tp=8, release=(0, 10, 0)).in_pool == 0.0
+    assert reservation(tp=8, release=(0, 11, 0)).outside == pytest.approx(1.02e9 + 1_395_864_371.2 + 4.52 * GIB)
+
+
+def test_the_graph_term_by_release_and_enforce_eager():
+    # captured after the KV cache, outside the pool, until 0.21
+    assert reservation(release=(0, 20, 0)).outside == pytest.approx(WS + VLLM_CUDA_GRAPH_BYTES)
+    # from 0.21 vLLM subtracts its estimate from the KV cache: inside, not outside
+    late = reservation(release=(0, 21, 0))
+    assert late.outside == pytest.approx(WS) and late.in_pool == pytest.approx(VLLM_CUDA_GRAPH_BYTES)
+    # no graphs at all under enforce_eager, whatever the release
+    for release in ((0, 8, 4), (0, 20, 0), (0, 21, 0), None):
+        eager = reservation(release=release, eager=True)
+        assert eager.outside == pytest.approx(WS) and eager.in_pool == 0.0
+    # a V0 engine captures after the cache too (its own, larger logged capture); its NCCL is inside the pool
+    assert reservation(tp=2, generation="v0", release=(0, 6, 3)).outside == pytest.approx(1.02e9 + 3_586_297_364.48)
+    assert reservation(tp=2, generation="v0", release=(0, 6, 3), eager=True).outside == pytest.approx(1.02e9)
+
+
+def test_an_unknown_release_never_counts_less_than_any_known_one():
+    unknown = reservation(tp=4, release=None)
+    for release in ((0, 8, 0), (0, 10, 0), (0, 11, 2), (0, 17, 1), (0, 20, 0), (0, 21, 0), (0, 30, 0)):
+        known = reservation(tp=4, release=release)
+        assert unknown.outside + unknown.in_pool >= known.outside + known.in_pool - 1e-6
+
+
+def test_a_non_vllm_engine_holds_no_pool():
+    none = reservation(generation=None)
+    assert none == EngineReservation() and not none.pooled
+    assert engine_held_bytes(30e9, 10e9, 48e9, none) == 10e9
+
+
+def test_held_bytes_by_hand():
+    r = EngineReservation(0.0, 7e9, True)
+    # the pool (48 GB) less the weights (30 GB) beats a live need of 10 GB: 18 + 7
+    assert engine_held_bytes(30e9, 10e9, 48e9, r) == pytest.approx(25e9)
+    # a need above the pool stays (the own budget then refuses the candidate)
+    assert engine_held_bytes(30e9, 20e9, 48e9, r) == pytest.approx(27e9)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(tp=0), "tp"), (dict(pp=0), "pp"), (dict(generation="v2"), "engine_generation"),
+    (dict(workspace=-1.0), "workspace"),
+])
+def test_bad_input_names_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        reservation(**kwargs)
+
+
+def test_framework_releases_pin_their_vllm():
+    assert engine_vllm_release("nemo-rl", "0.4.0") == (0, 10, 0)
+    assert engine_vllm_release("nemo-rl", "0.5.0") == (0, 11, 2)
+    assert engine_vllm_release("nemo-rl", "0.6.0") == (0, 17, 1)
+    assert engine_vllm_release("nemo-rl", None) == (0, 20, 0)   # the current defaults: the last entry
+    assert engine_vllm_release("verl", "0.4.1") == (0, 8, 4)
+    assert engine_vllm_release("openrlhf", "0.2.7") == (0, 4, 2)
+    assert engine_vllm_release("openrlhf", None) is None          # "vllm 0.8.1 and later": unknown
+    assert engine_vllm_release("none", None) is None
+    assert engine_vllm_release("deepspeed-chat", None) is None
+
+
+def _instance(version: str, utilization: float = 0.8):
+    return build_instance({
+        "hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
+        "models": {"actor": dict(MODEL_PRESETS["llama3.1-8b"]), "reward": "rule"},
+        "workload": {"batch_size": 64, "samples_per_prompt": 4, "context_length": 256, "generation_length": 512},
+        "policy": {"algorithm": "grpo", "framework": "nemo-rl", "framework_version": version,
+                   "gpu_memory_utilization": utilization}})
+
+
+def _generate(inst, tp: int):
+    table = CandidateTable(inst)
+    return next(c for c in table.all["actor.generate"]
+                if c.strategy == Strategy(8 // tp, 1, tp, 1) and c.extent == (1, 1, 8))
+
+
+def test_a_candidate_holds_the_pool_and_what_lies_outside_it():
+    inst = _instance("0.5.0")
+    pool = 0.8 * 80e9
+    assert memory_budget(inst, "generate") == pytest.approx(pool)
+    one, two = _generate(inst, 1), _generate(inst, 2)
+    outside_one = 1.02e9 + VLLM_CUDA_GRAPH_BYTES
+    assert one.memory_bytes == pytest.approx(pool + outside_one)
+    assert two.memory_bytes == pytest.approx(pool + outside_one + VLLM_NCCL_BYTES)
+    # the own budget bounds the need inside the pool, not what lies outside it
+    assert one.fits and one.budget_bytes <= pool and one.budget_bytes < one.memory_bytes
+    assert one.resident_bytes == pytest.approx(weight_bytes(resolve_model("llama3.1-8b"), 1, 1))
+    # v0.4 pins vLLM 0.10: NCCL inside the pool, TP 2 holds what TP 1 does
+    old = _instance("0.4.0")
+    assert _generate(old, 2).memory_bytes == pytest.approx(_generate(old, 1).memory_bytes)
+
+
+def test_the_release_moves_only_what_lies_outside_the_pool():
+    a, b = _instance("0.5.0"), _instance("0.4.0")
+    ca, cb = _generate(a, 2), _generate(b, 2)
+    assert ca.budget_bytes == pytest.approx(cb.budget_bytes)
+    assert ca.memory_bytes - cb.memory_bytes == pytest.approx(VLLM_NCCL_BYTES)
+    assert dataclasses.replace(a.engine, vllm_release=(0, 10, 0)) == b.engine
+
+
+PRESET_NAMES = sorted(MODEL_PRESETS)
+
+
+@settings(max_examples=200, deadline=None)
+@given(gmu=st.floats(0.05, 0.98), tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2]),
+       model=st.sampled_from(PRESET_NAMES), eager=st.booleans(),
+       release=st.sampled_from([(0, 8, 4), (0, 10, 0), (0, 11, 2), (0, 17, 1), (0, 20, 0), (0, 21, 0), None]),
+       live=st.floats(0.0, 1.0), beside=st.floats(0.0, 80e9), cuda_total=st.floats(80e9, 90e9))
+def test_the_footprint_is_never_below_vllms_reservation(gmu, tp, pp, model, eager, release, live, beside,
+                                                        cuda_total):
+    memory = 80e9
+    spec = resolve_model(model)
+    weights = weight_bytes(spec, tp, pp)
+    r = reservation(tp=tp, pp=pp, release=release, eager=eager)
+    pool = gmu * memory
+    need = weights + live * max(pool - weights, 0.0)    # any need inside the pool the KV budget allows
+    held = weights + engine_held_bytes(weights, need - weights, pool, r)
+    # vLLM's documented reservation: the whole fraction, plus what the release holds beside it
+    documented = pool + WS + (VLLM_NCCL_BYTES if tp * pp > 1 and (release is None or release >= (0, 11)) else 0.0) \
+        + (VLLM_CUDA_GRAPH_BYTES if not eager and (release is None or release < (0, 21)) else 0.0)
+    # a V0 engine: the pool, the workspace and its graphs
+    v0 = weights + engine_held_bytes(weights, need - weights, pool, reservation(tp=tp, pp=pp, generation="v0",
+                                                                                  release=(0, 6, 5), eager=eager))
+    assert v0 >= pool + WS + (0.0 if eager else VLLM_V0_CUDA_GRAPH_BYTES) - 1e-3
+    assert held >= documented - 1e-3
+    # a verdict "fits" at the package's capacity is a fit on a GPU whose CUDA total is at least it
+    if held + beside <= memory:
+        assert gmu * cuda_total + (held - pool) + beside <= cuda_total + 1e-3
