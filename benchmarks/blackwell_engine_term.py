@@ -46,6 +46,7 @@ from scipy.optimize import nnls
 
 sys.path.insert(0, str(Path(__file__).parent))
 import blackwell_throughput as bt  # noqa: E402  (the transcription and its pricing, not duplicated here)
+from vllm_host_time import design  # noqa: E402  (the fitted terms' matrix: the same columns, ms per unit)
 
 from packplace.placement.problem.hardware import VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL  # noqa: E402
 from packplace.placement.task_estimate import estimate  # noqa: E402
@@ -101,20 +102,6 @@ def b200_rows() -> list[dict]:
                         "kv_ms": round(it - bare, 4), "tokens_s": tokens_s,
                         "predicted_tokens_s": round(b / (it / 1e3 + prefill_s), 2)})
     return out
-
-
-def design(rows: list[dict], terms: tuple[str, ...]) -> np.ndarray:
-    """The ``len(rows) × len(terms)`` matrix of the fitted terms (:data:`FORMS`' columns), ms per unit.
-
-    Raises:
-        ValueError: an unknown term.
-    """
-    columns = {"one": lambda r: 1.0, "running": lambda r: float(max(1, round(r["running"]))),
-               "kv": lambda r: r["kv_ms"]}
-    unknown = [t for t in terms if t not in columns]
-    if unknown:
-        raise ValueError(f"terms: unknown {unknown}; valid: {sorted(columns)}")
-    return np.array([[columns[t](r) for t in terms] for r in rows], dtype=float).reshape(len(rows), len(terms))
 
 
 def fit(rows: list[dict], terms: tuple[str, ...]) -> np.ndarray:

@@ -101,7 +101,7 @@ def design(rows: list[dict], terms: tuple[str, ...]) -> np.ndarray:
     unknown = [t for t in terms if t not in columns]
     if unknown:
         raise ValueError(f"terms: unknown {unknown}; valid: {sorted(columns)}")
-    return np.array([[columns[t](r) for t in terms] for r in rows], dtype=float)
+    return np.array([[columns[t](r) for t in terms] for r in rows], dtype=float).reshape(len(rows), len(terms))
 
 
 def fit(rows: list[dict], terms: tuple[str, ...]) -> np.ndarray:

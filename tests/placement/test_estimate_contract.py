@@ -431,6 +431,26 @@ def test_a_context_parallel_pass_is_the_vertex_of_dp_times_cp_ranks(framework, b
     assert any(one.memory["logits"] == pytest.approx(b * share, rel=1e-12) for b in (logit_forward, logit_backward))
 
 
+def _cp_pipeline_vertex(framework, backend, degrees, seq_len):
+    """``(dp, tp, pp, cp, gpus, cost, shape, parts)`` of a GRPO actor at CP 2 with the given degrees on one node of
+    ``dp·tp·pp·cp`` H100s (at most 8, as estimate's cluster holds them), no recompute; ``parts(task)`` the
+    evaluator's vertex parts of a task on the whole node."""
+    dp, tp, pp, cp = degrees["dp"], degrees.get("tp", 1), degrees["pp"], 2
+    gpus = dp * tp * pp * cp
+    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus},
+              "models": {"actor": dict(DENSE), "reward": "rule"},
+              "workload": {"batch_size": dp * cp, "samples_per_prompt": 1, "context_length": seq_len - 1,
+                           "generation_length": 1},
+              "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
+              "training": {"recompute": "none", "context_parallel": cp}}
+    instance = build_instance(config)
+    cost, shape = get_evaluator(instance).cost, instance.models["actor"]
+
+    def parts(task):
+        return vertex_parts(instance, cost, task, Strategy(dp * cp, pp, tp, 1), 1, (1, 1, gpus))
+    return dp, tp, pp, cp, gpus, cost, shape, parts
+
+
 @pytest.mark.parametrize("framework, backend, degrees, seq_len", [
     ("nemo-rl", "megatron", {"dp": 1, "pp": 2}, 4096),
     ("nemo-rl", "megatron", {"dp": 1, "pp": 4}, 8192),
@@ -443,18 +463,8 @@ def test_a_context_parallel_pipeline_runs_the_groups_micro_batches(framework, ba
     # --micro-batch 2) plus a bubble of pp - 1 stages of one micro-batch's half (estimate at --micro-batch 1), and
     # the update. place had charged the bubble at the whole rank's tokens, (m + pp - 1) x the stage (Qwen2.5-1.5B,
     # dp 1, cp 2, pp 2, 4,096 tokens: 0.1382 s against estimate's stage of 0.0749 s; now 0.1099 s)
-    dp, tp, pp, cp = degrees["dp"], degrees.get("tp", 1), degrees["pp"], 2
-    gpus = dp * tp * pp * cp    # at most a node of 8, as estimate's cluster holds them
-    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus},
-              "models": {"actor": dict(DENSE), "reward": "rule"},
-              "workload": {"batch_size": dp * cp, "samples_per_prompt": 1, "context_length": seq_len - 1,
-                           "generation_length": 1},
-              "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
-              "training": {"recompute": "none", "context_parallel": cp}}
-    instance = build_instance(config)
-    cost, shape = get_evaluator(instance).cost, instance.models["actor"]
-    strategy = Strategy(dp * cp, pp, tp, 1)
-    vertex = vertex_parts(instance, cost, "actor.train", strategy, 1, (1, 1, gpus))
+    dp, tp, pp, cp, gpus, cost, shape, parts = _cp_pipeline_vertex(framework, backend, degrees, seq_len)
+    vertex = parts("actor.train")
 
     def stage(mb):   # the slowest stage of one micro-batch of mb sequences' CP share, without the update
         e = estimate(shape, "h100-sxm", "train", micro_batch=mb, seq_len=seq_len, tp=tp, pp=pp, dp=dp, cp=cp,
@@ -481,18 +491,8 @@ def test_a_context_parallel_pipeline_runs_the_groups_micro_batches_forward_too(f
     # 2·m micro-batches of one sequence's half through the same pipeline as the training pass: m x the stage of
     # the rank's tokens plus pp - 1 stages of one half (the bubble). place had charged the forward's bubble at the
     # whole rank's tokens, (m + pp - 1) x the stage
-    dp, tp, pp, cp = degrees["dp"], degrees.get("tp", 1), degrees["pp"], 2
-    gpus = dp * tp * pp * cp
-    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus},
-              "models": {"actor": dict(DENSE), "reward": "rule"},
-              "workload": {"batch_size": dp * cp, "samples_per_prompt": 1, "context_length": seq_len - 1,
-                           "generation_length": 1},
-              "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
-              "training": {"recompute": "none", "context_parallel": cp}}
-    instance = build_instance(config)
-    cost, shape = get_evaluator(instance).cost, instance.models["actor"]
-    strategy = Strategy(dp * cp, pp, tp, 1)
-    vertex = vertex_parts(instance, cost, "actor.train", strategy, 1, (1, 1, gpus))
+    dp, tp, pp, cp, gpus, cost, shape, parts = _cp_pipeline_vertex(framework, backend, degrees, seq_len)
+    vertex = parts("actor.train")
     # hand-computed from the stage: m = 1 micro-batch per DP x CP rank of seq_len tokens, its half on each GPU
     whole = cost._stage_seconds(shape, False, dp * cp, pp, tp, seq_len, seq_len, (1, 1, gpus), 1, 0, False)
     half = cost._stage_seconds(shape, False, dp * cp, pp, tp, seq_len / cp, seq_len, (1, 1, gpus), 1, 0, False)
@@ -509,7 +509,7 @@ def test_a_context_parallel_pipeline_runs_the_groups_micro_batches_forward_too(f
 
     assert vertex["old_log_prob"] == pytest.approx(stage(cp) + (pp - 1) * stage(1), rel=REL)
     # the reference runs in the actor's workers with its CP: the same forward pipeline
-    reference = vertex_parts(instance, cost, "reference.infer", strategy, 1, (1, 1, gpus))
+    reference = parts("reference.infer")
     assert reference["forward"] == pytest.approx(vertex["old_log_prob"], rel=REL)
 
 
