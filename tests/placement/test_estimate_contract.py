@@ -404,13 +404,7 @@ def test_a_context_parallel_pass_is_the_vertex_of_dp_times_cp_ranks(framework, b
     # same tokens) is the vertex's train + memory_options + overhead up to the ring's exposed exchange, which the
     # evaluator prices through its balance planner (3.8e-5 - 6.1e-5 relative here)
     dp, tp, cp, seq_len = degrees["dp"], degrees.get("tp", 1), 2, 8192
-    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": dp * tp * cp},
-              "models": {"actor": dict(DENSE), "reward": "rule"},
-              "workload": {"batch_size": dp * cp, "samples_per_prompt": 1, "context_length": seq_len - 1,
-                           "generation_length": 1},
-              "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
-              "training": {"recompute": "none", "context_parallel": cp}}
-    instance = build_instance(config)
+    instance = build_instance(_cp_config(framework, backend, dp, dp * tp * cp, seq_len))
     evaluator = get_evaluator(instance)
     strategy = Strategy(dp * cp, 1, tp, 1)
     cand = evaluator.table.lookup("actor.train", strategy, 1, (1, 1, strategy.gpus))
@@ -431,19 +425,24 @@ def test_a_context_parallel_pass_is_the_vertex_of_dp_times_cp_ranks(framework, b
     assert any(one.memory["logits"] == pytest.approx(b * share, rel=1e-12) for b in (logit_forward, logit_backward))
 
 
+def _cp_config(framework, backend, dp, gpus, seq_len):
+    """A GRPO config of one sequence of ``seq_len`` tokens per DP rank of a CP-2 group, on one node of ``gpus``
+    H100s, no recompute (the CP contract tests' instance)."""
+    return {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus},
+            "models": {"actor": dict(DENSE), "reward": "rule"},
+            "workload": {"batch_size": dp * 2, "samples_per_prompt": 1, "context_length": seq_len - 1,
+                         "generation_length": 1},
+            "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
+            "training": {"recompute": "none", "context_parallel": 2}}
+
+
 def _cp_pipeline_vertex(framework, backend, degrees, seq_len):
     """``(dp, tp, pp, cp, gpus, cost, shape, parts)`` of a GRPO actor at CP 2 with the given degrees on one node of
     ``dp·tp·pp·cp`` H100s (at most 8, as estimate's cluster holds them), no recompute; ``parts(task)`` the
     evaluator's vertex parts of a task on the whole node."""
     dp, tp, pp, cp = degrees["dp"], degrees.get("tp", 1), degrees["pp"], 2
     gpus = dp * tp * pp * cp
-    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus},
-              "models": {"actor": dict(DENSE), "reward": "rule"},
-              "workload": {"batch_size": dp * cp, "samples_per_prompt": 1, "context_length": seq_len - 1,
-                           "generation_length": 1},
-              "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
-              "training": {"recompute": "none", "context_parallel": cp}}
-    instance = build_instance(config)
+    instance = build_instance(_cp_config(framework, backend, dp, gpus, seq_len))
     cost, shape = get_evaluator(instance).cost, instance.models["actor"]
 
     def parts(task):
