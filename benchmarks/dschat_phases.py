@@ -1,0 +1,323 @@
+"""DeepSpeed-Chat step-3 phase timings from published logs against the model's phases of the same run.
+
+    python benchmarks/dschat_phases.py            # print the rows, the per-iteration residuals and the fits
+    python benchmarks/dschat_phases.py --write    # also refresh benchmarks/dschat_phases.json
+
+The DeepSpeed-Chat validation rows publish whole steps (DeepSpeedExamples' README Table 1 for OPT, the OpenRLHF
+README for "Optimized DSChat"), and the model's hybrid-engine step is too fast on most of them. This script collects
+step-3 logs published outside those tables, each with its run's settings, and prices the same run phase by phase
+(:func:`price`: a validation file, or one built from the log's settings, scored by the evaluator), to say whether
+the generation phase carries the gap and whether a per-layer decode-iteration cost (kernels launched eagerly, per
+layer) explains it better than the profile's flat ``DS_HYBRID_DECODE_STEP_OVERHEAD``. Nothing here is a validation
+row and nothing sets a knob; the write-up is docs/calibration-and-validation.md, "DeepSpeed-Chat phases against
+published step-3 logs".
+
+What the logs time (DeepSpeed-Chat ``main.py`` / ``ppo_trainer.py``, DeepSpeed ``runtime/hybrid_engine.py``):
+
+- DeepSpeed's hybrid-engine line ``|E2E latency=… |Gather latency=… |Generate time=… |Training time=… |Others=…``
+  (printed at every ``eval()``, v0.9.0 on): ``Generate time`` is the ``generate`` call less its ZeRO-3 gather;
+  ``Training time`` runs from the actor's ``train()`` (called by ``generate_experience`` right after generation) to
+  its ``step()``, so it holds the experience forwards (actor, reference, reward, critic) and the actor's training;
+  the critic's training falls into ``Others``.
+- DeepSpeed-Chat's ``Generation => Latency`` (from August 2023, ``utils/perf.py`` ``print_throughput_step3``):
+  the wall time of ``_generate_sequence`` (gather included); ``Per-token Latency`` is it over
+  ``max_answer_seq_len``; ``Training => Latency`` is the actor's and critic's training after the experience.
+- The OpenRLHF authors' fork (github.com/wuxibin89/DeepSpeedExamples, branch ``wuxibin/benchmark``) sums the same
+  phases over the 1,024 prompts of its step: generation, training, end to end (experience = the rest).
+
+The model's phases (``ScoreDetail`` ``vertex_phases_s``): ``actor.generate`` (+ the ``actor.train ->
+actor.generate`` refit edge, the first call's gather) is the generation; ``reference.infer``, ``reward.infer``,
+``critic.infer`` and ``actor.train``'s ``old_log_prob`` are the experience; ``actor.train`` / ``critic.train``'s
+``train`` + ``memory_options`` the training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import subprocess
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+
+from packplace.placement.checking.validate import load_setup, plan_evaluator
+from packplace.placement.model import framework
+from packplace.placement.problem.hardware import _links
+from packplace.yamlio import load_yaml
+
+OUT = Path(__file__).with_name("dschat_phases.json")
+VALIDATION = Path(__file__).with_name("validation")
+DSE = "github.com/deepspeedai/DeepSpeedExamples"
+LOG_3A77097A = (f"{DSE} @ 3a77097a applications/DeepSpeed-Chat/training/step3_rlhf_finetuning/training_log_output/"
+                "actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log")
+
+#: NVIDIA V100-SXM3-32GB of a DGX-2 (the DeepSpeedExamples training README's machine for its logs): 125 TFLOP/s
+#: fp16 tensor, 32 GB HBM2 at 900 GB/s (NVIDIA V100 datasheet); 16 GPUs on NVSwitch, six NVLink2 links of 25 GB/s
+#: per direction each (150 GB/s, taken as the NCCL bus bandwidth at 130 GB/s); PCIe 3.0 x16 to the host
+#: (12.5 GB/s). The efficiency fractions are the presets' defaults, as the 4.7 ms derivation used them.
+V100_DGX2 = {"flops_per_gpu": 125e12, "memory_per_gpu": 32e9, "memory_bandwidth": 900e9, **_links(130e9, 12.5e9),
+             "host_bandwidth": 12.5e9, "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65,
+             "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 16}
+
+#: Published step-3 logs with their run's settings. ``config``: the validation file whose models and plan the run
+#: shares (``overrides``: dotted fields set on it; ``build``: a function that rewrites the whole setup). ``fit``:
+#: whether the row may size a constant (False: the same runs as a validation row's source). ``published``: seconds
+#: of one logged step, in the log's own phase names; ``answer_len``: tokens decoded per ``generate`` call.
+LOGS = [
+    {"id": "dse-log-opt1.3b-16xv100", "gpu": "V100-SXM3-32GB (DGX-2)", "gpus": 16,
+     "source": LOG_3A77097A + " (the run of 2023-04-18; DeepSpeed's hybrid-engine line, 476 steps, medians)",
+     "deepspeed": "master of April 2023 (DeepSpeed-Chat's release, between v0.9.0 and v0.9.1)",
+     "actor": "OPT-1.3B", "critic": "OPT-350M", "zero": "2 / 2", "lora": 0, "per_device_batch": 4,
+     "prompt_len": 256, "answer_len": 256, "inference_tp": 1,
+     "notes": "--enable_hybrid_engine --enable_ema; min_length = max_length in that commit's ppo_trainer: every "
+              "sequence decodes 256 tokens. The row the profile's 4.7 ms is read from (in sample)",
+     "config": "deepspeed_chat_ppo_opt-1.3b_8xa100.yaml", "build": "v100_log", "fit": True,
+     "format": "hybrid_engine_line",
+     "published": {"generation": 2.52, "experience_and_actor_train": 1.06, "others": 0.22, "e2e": 3.80}},
+    {"id": "openrlhf-issue327-llama2-7b-16xa800", "gpu": "A800-80GB", "gpus": 16,
+     "source": "github.com/OpenRLHF/OpenRLHF/issues/327 (a user's rerun of the OpenRLHF authors' DeepSpeed-Chat fork, "
+               "\"About\" figures of its first steps, per 1,024 prompts)",
+     "deepspeed": "0.12.6 (the fork's patched wheel)",
+     "actor": "Llama-2-7B", "critic": "Llama-2-7B", "zero": "3 / 3 (+ offload, reference and reward offload)",
+     "lora": 0, "per_device_batch": 8, "prompt_len": 1024, "answer_len": 1024, "inference_tp": 1,
+     "notes": "the fork's run_llama2_7b_ray.sh as the validation file reads it (2 nodes x 8 A800, 1,024 prompts per "
+              "step); the same setup as the Optimized DSChat 7B validation row, run by someone else",
+     "config": "deepspeed_chat_optimized_ppo_llama2-7b_16xa800.yaml", "overrides": {}, "fit": True,
+     "format": "fork_sums",
+     "published": {"generation": 328.0, "training": 148.0, "e2e": 538.0}},
+]
+
+#: The DeepSpeed blog's phase split of its 8-A100 runs (github.com/deepspeedai/DeepSpeed blogs/deepspeed-chat/
+#: README.md Figure 6, generation and training TFLOPs per GPU turned into seconds per 1,024 samples with
+#: DeepSpeed-Chat's FLOP count: docs/calibration-and-validation.md, "The OPT-1.3B 8 -> 64 A100 pair"). The same
+#: runs as the Table 1 validation cells: priced, never fitted (``fit`` False).
+BLOG_ROWS = [
+    {"id": "blog-fig6-opt1.3b-8xa100", "config": "deepspeed_chat_ppo_opt-1.3b_8xa100.yaml",
+     "published": {"generation": 7.4, "training": 10.6}},
+    {"id": "blog-fig6-opt6.7b-8xa100", "config": "deepspeed_chat_ppo_opt-6.7b_8xa100.yaml",
+     "published": {"generation": 26.8}},
+    {"id": "blog-fig6-opt13b-8xa100", "config": "deepspeed_chat_ppo_opt-13b_8xa100.yaml",
+     "published": {"generation": 51.6}},
+]
+
+#: Published step-3 timings not priced, with the reason.
+NOT_PRICED = [
+    {"source": f"{DSE}/issues/444", "what": "OPT-1.3B + OPT-350M, single node: Generate time 1.59-1.64 s, "
+                                          "Training time 0.42 s, E2E 2.12-2.16 s",
+     "reason": "GPU type, GPU count and batch not given (\"a private GPU cluster\")"},
+    {"source": f"{DSE}/issues/419", "what": "OPT-1.3B + OPT-350M, 128 + 128 tokens, 4 per GPU: Gather 0.19 s, "
+                                          "Generate 2.96 s, Training 1.90 s, Others 1.62 s",
+     "reason": "GPU type and count not given; the ZeRO stage is a shell variable"},
+    {"source": f"{DSE}/issues/718", "what": "BLOOMZ-7B1 + BLOOM-560M, 256 + 256, ZeRO-3, 8 x A100-40G: generation "
+                                          "about 72 s (ZeRO-2: 0.8 s)",
+     "reason": "batch not given; the ZeRO-2 figure (0.8 s for 256 tokens of a 7B model, 3 ms per token) is below "
+               "the weight-read floor of an A100-40G, so the two figures cannot both be generate calls"},
+    {"source": f"{DSE}/issues/764", "what": "ZeRO-3 on 2 A800: per-token latency about 700 ms",
+     "reason": "model and batch only in screenshots"},
+    {"source": "github.com/deepspeedai/DeepSpeed/issues/4354", "what": "LLaMA-13B, ZeRO-3 + offload, 8 V100-32G, "
+                                                                     "256 + 512: generation 20-300 s",
+     "reason": "a range, batch not given"},
+    {"source": "github.com/fuyuantan/DeepSpeed-Chat-Training-Record README.md", "what": "OPT-1.3B LoRA 128 + "
+               "OPT-350M, one GPU, ZeRO 0, 16 prompts: Generation 13.43 s, 52.46 ms per token, Training 1.21 s",
+     "reason": "no --enable_hybrid_engine in its arguments (Hugging Face generate, not the hybrid engine) and the "
+               "GPU is not named"},
+]
+
+
+def _set(cfg: dict, dotted: str, value) -> None:
+    node = cfg
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+
+
+def _v100_log(cfg: dict) -> dict:
+    """The 3a77097a log's run on the OPT-1.3B file: 16 V100 of one DGX-2, 4 prompts per GPU (64 per step), one
+    optimizer step per model per step (``gradient_accumulation_steps`` 1), ZeRO 2, every model on every GPU."""
+    cfg["hardware"] = dict(V100_DGX2)
+    cfg["workload"]["batch_size"] = 64
+    cfg["training"]["optimizer_steps"] = 1
+    for vertex in cfg["validation"]["plan"].values():
+        vertex.update(dp=16, micro_batch=4, extent=[1, 1, 16])
+    return cfg
+
+
+BUILDERS = {"v100_log": _v100_log}
+
+
+@contextmanager
+def decode_overhead(seconds: float):
+    """The ``deepspeed-chat`` profile with ``decode_step_overhead`` = ``seconds`` while the block runs; restored on
+    exit (a benchmark-only switch, to take the profile's per-iteration term out of a price)."""
+    saved = framework.FRAMEWORKS["deepspeed-chat"]
+    framework.FRAMEWORKS["deepspeed-chat"] = dataclasses.replace(saved, decode_step_overhead=seconds)
+    try:
+        yield
+    finally:
+        framework.FRAMEWORKS["deepspeed-chat"] = saved
+
+
+def setup(row: dict) -> dict:
+    """The validation-file setup of ``row``: its ``config`` with ``build`` applied and ``overrides`` set."""
+    cfg = load_yaml(str(VALIDATION / row["config"]))
+    if row.get("build"):
+        cfg = BUILDERS[row["build"]](cfg)
+    for key, value in (row.get("overrides") or {}).items():
+        _set(cfg, key, value)
+    return cfg
+
+
+def price(cfg: dict) -> dict:
+    """The model's phases of the setup ``cfg``, seconds per step: ``generation`` (actor.generate + the refit edge
+    into it), ``experience`` (reference, reward and critic forwards and the actor's old log-probs),
+    ``actor_train`` / ``critic_train`` (train + memory_options), ``step``, and ``calls`` / ``layers`` / ``answer_len``
+    (generate calls per rank, the actor's layers, tokens decoded per call).
+
+    Raises:
+        ConfigError: ``cfg`` is not a loadable validation setup.
+    """
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        yaml.safe_dump(cfg, fh)
+        path = fh.name
+    try:
+        instance, plan, _ = load_setup(path)
+        detail = plan_evaluator(instance, plan).score(plan).detail()
+    finally:
+        Path(path).unlink()
+    ph = detail["vertex_phases_s"]
+    refit = detail["realloc_s"].get("actor.train->actor.generate", 0.0)
+    actor, critic = ph["actor.train"], ph["critic.train"]
+    experience = sum(ph["reference.infer"].values()) + sum(ph["reward.infer"].values()) \
+        + sum(ph["critic.infer"].values()) + actor.get("old_log_prob", 0.0)
+    gen_plan = cfg["validation"]["plan"]["actor.generate"]
+    sequences = cfg["workload"]["batch_size"] * cfg["workload"].get("samples_per_prompt", 1)
+    calls = -(-(sequences // gen_plan["dp"]) // gen_plan["micro_batch"])
+    return {"step": detail["step_time_s"], "generation": sum(ph["actor.generate"].values()) + refit,
+            "experience": experience,
+            "actor_train": actor.get("train", 0.0) + actor.get("memory_options", 0.0),
+            "critic_train": critic.get("train", 0.0) + critic.get("memory_options", 0.0),
+            "calls": calls, "layers": cfg["models"]["actor"]["num_hidden_layers"],
+            "answer_len": cfg["workload"]["generation_length"]}
+
+
+def predicted_phases(p: dict, fmt: str) -> dict:
+    """The model's phases ``p`` (:func:`price`) in the log format ``fmt``'s names."""
+    if fmt == "hybrid_engine_line":
+        return {"generation": p["generation"], "experience_and_actor_train": p["experience"] + p["actor_train"],
+                "others": p["critic_train"],
+                "e2e": p["generation"] + p["experience"] + p["actor_train"] + p["critic_train"]}
+    return {"generation": p["generation"], "training": p["actor_train"] + p["critic_train"],
+            "e2e": p["generation"] + p["experience"] + p["actor_train"] + p["critic_train"]}
+
+
+def price_row(row: dict) -> dict:
+    """One log row priced: ``predicted`` and ``ratio`` (predicted / published) per phase, the per-token latencies
+    (generation over ``calls · answer_len`` decode iterations) and the generation without the profile's
+    per-iteration term (``base_generation``), from which :func:`residuals` reads what a decode iteration lacks."""
+    cfg = setup(row)
+    p = price(cfg)
+    with decode_overhead(0.0):
+        base = price(cfg)["generation"]
+    pred = predicted_phases(p, row.get("format", "fork_sums"))
+    pub = row["published"]
+    iterations = p["calls"] * p["answer_len"]
+    out = {k: v for k, v in row.items() if k not in ("overrides",)}
+    out.update(predicted=pred, ratio={k: pred[k] / pub[k] for k in pub if k in pred},
+               calls=p["calls"], answer_len=p["answer_len"], layers=p["layers"], iterations=iterations,
+               per_token_ms={"published": 1e3 * pub["generation"] / iterations,
+                             "predicted": 1e3 * pred["generation"] / iterations},
+               base_generation=base,
+               flat_overhead_iterations=(p["generation"] - base) / framework.DS_HYBRID_DECODE_STEP_OVERHEAD)
+    return out
+
+
+def residuals(rows: list[dict]) -> list[dict]:
+    """Per row: the host time per decode iteration the published generation implies beyond the model's
+    generation without its per-iteration term, ``(published − base) / iterations`` (seconds), and that per layer of
+    the actor. Iterations are the ones the profile's term is charged on (its share of the price over 4.7 ms)."""
+    out = []
+    for r in rows:
+        n = r["flat_overhead_iterations"]
+        per_iter = (r["published"]["generation"] - r["base_generation"]) / n
+        out.append({"id": r["id"], "fit": r["fit"], "layers": r["layers"], "iterations": n,
+                    "per_iteration_s": per_iter, "per_layer_s": per_iter / r["layers"]})
+    return out
+
+
+def leave_one_out(res: list[dict], rows: list[dict]) -> dict:
+    """The flat per-iteration form (``b`` seconds) and the per-layer form (``c·L``) fitted on the ``fit`` rows
+    (median of the rows' own values), and each fitted row held out: its generation priced with the constant of the
+    others, over the published generation. Rows not fitted are priced with the constant of all fit rows."""
+    by_id = {r["id"]: r for r in rows}
+    fit = [x for x in res if x["fit"]]
+
+    def gen(x, b=None, c=None):
+        r = by_id[x["id"]]
+        extra = b if b is not None else c * x["layers"]
+        return (r["base_generation"] + x["iterations"] * extra) / r["published"]["generation"]
+
+    out = {"fit_rows": [x["id"] for x in fit], "held_out": []}
+    if not fit:
+        return out
+    b_all = statistics.median(x["per_iteration_s"] for x in fit)
+    c_all = statistics.median(x["per_layer_s"] for x in fit)
+    out.update(flat_s=b_all, per_layer_s=c_all)
+    for x in res:
+        others = [y for y in fit if y["id"] != x["id"]]
+        if x["fit"] and not others:
+            continue
+        b = statistics.median(y["per_iteration_s"] for y in others) if x["fit"] else b_all
+        c = statistics.median(y["per_layer_s"] for y in others) if x["fit"] else c_all
+        out["held_out"].append({"id": x["id"], "in_fit": x["fit"], "flat_s": b, "per_layer_s": c,
+                                "flat_ratio": gen(x, b=b), "per_layer_ratio": gen(x, c=c),
+                                "current_ratio": by_id[x["id"]]["ratio"]["generation"]})
+    return out
+
+
+def all_rows() -> list[dict]:
+    """:data:`LOGS` and :data:`BLOG_ROWS` priced (:func:`price_row`)."""
+    blog = [{**b, "gpu": "A100-80GB", "gpus": 8, "fit": False, "format": "fork_sums",
+             "source": "github.com/deepspeedai/DeepSpeed blogs/deepspeed-chat/README.md Figure 6 (per 1,024 samples)"}
+            for b in BLOG_ROWS]
+    return [price_row(r) for r in LOGS + blog]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"write {OUT.name}")
+    args = parser.parse_args()
+    rows = all_rows()
+    for r in rows:
+        phases = ", ".join(f"{k} {r['predicted'][k]:.2f}/{r['published'][k]:.2f} ({r['ratio'][k]:.2f})"
+                           for k in r["ratio"])
+        print(f"{r['id']} ({r['gpus']} x {r['gpu']}, {r['calls']} calls x {r['answer_len']} tokens, "
+              f"{r['layers']} layers): {phases}; per token {r['per_token_ms']['predicted']:.2f}/"
+              f"{r['per_token_ms']['published']:.2f} ms")
+    res = residuals(rows)
+    print()
+    for x in res:
+        print(f"{x['id']}: published generation implies {1e3 * x['per_iteration_s']:.2f} ms per decode iteration "
+              f"beyond the roofline ({1e3 * x['per_layer_s']:.3f} ms per layer){'' if x['fit'] else ' [not fitted]'}")
+    loo = leave_one_out(res, rows)
+    print(f"\nfit rows {loo['fit_rows']}: flat {1e3 * loo.get('flat_s', float('nan')):.2f} ms, per layer "
+          f"{1e3 * loo.get('per_layer_s', float('nan')):.3f} ms")
+    for h in loo["held_out"]:
+        print(f"  {h['id']}{' (held out)' if h['in_fit'] else ''}: generation ratio flat {h['flat_ratio']:.2f}, "
+              f"per layer {h['per_layer_ratio']:.2f}, model now {h['current_ratio']:.2f}")
+    for n in NOT_PRICED:
+        print(f"not priced: {n['source']}: {n['what']}: {n['reason']}")
+    if args.write:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent).stdout.strip()
+        OUT.write_text(json.dumps({"measured_at_commit": commit, "rows": rows, "residuals": res,
+                                   "leave_one_out": loo, "not_priced": NOT_PRICED}, indent=1) + "\n")
+        print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
