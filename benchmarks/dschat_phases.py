@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import statistics
 import subprocess
 import tempfile
@@ -59,9 +60,15 @@ LOG_3A77097A = (f"{DSE} @ 3a77097a applications/DeepSpeed-Chat/training/step3_rl
 #: fp16 tensor, 32 GB HBM2 at 900 GB/s (NVIDIA V100 datasheet); 16 GPUs on NVSwitch, six NVLink2 links of 25 GB/s
 #: per direction each (150 GB/s, taken as the NCCL bus bandwidth at 130 GB/s); PCIe 3.0 x16 to the host
 #: (12.5 GB/s). The efficiency fractions are the presets' defaults, as the 4.7 ms derivation used them.
+DS_BLOG_0831 = "github.com/deepspeedai/DeepSpeed blogs/deepspeed-chat/ds-chat-release-8-31/README.md"
 V100_DGX2 = {"flops_per_gpu": 125e12, "memory_per_gpu": 32e9, "memory_bandwidth": 900e9, **_links(130e9, 12.5e9),
              "host_bandwidth": 12.5e9, "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65,
              "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 16}
+
+#: Llama-2-13B config.json (huggingface.co/meta-llama/Llama-2-13b-hf).
+LLAMA2_13B = {"model_type": "llama", "num_hidden_layers": 40, "hidden_size": 5120, "intermediate_size": 13824,
+              "vocab_size": 32000, "num_attention_heads": 40, "num_key_value_heads": 40}
+
 
 #: Published step-3 logs with their run's settings. ``config``: the validation file whose models and plan the run
 #: shares (``overrides``: dotted fields set on it; ``build``: a function that rewrites the whole setup). ``fit``:
@@ -89,6 +96,36 @@ LOGS = [
      "config": "deepspeed_chat_optimized_ppo_llama2-7b_16xa800.yaml", "overrides": {}, "fit": True,
      "format": "fork_sums",
      "published": {"generation": 328.0, "training": 148.0, "e2e": 538.0}},
+    {"id": "ds-blog-0831-llama2-7b-8xa100", "gpu": "A100-80GB", "gpus": 8, "hardware": "a100-80gb-sxm",
+     "source": f"{DS_BLOG_0831} Figure 1 (assets/images/llama2-with-he.png): the hybrid engine's bar, the baseline's "
+               "50 s over the figure's 7.1x",
+     "deepspeed": "v0.10.1 / v0.10.2 (the blog's release)", "actor": "Llama-2-7B", "critic": "Llama-2-7B",
+     "zero": "3 / 3 (+ reference offload)", "lora": 0, "per_device_batch": 1, "prompt_len": 256, "answer_len": 256,
+     "inference_tp": 1,
+     "notes": "the GPU count is not published: one 8-GPU node assumed (the ZeRO-3 gather of one call is the only "
+              "term it moves); run_llama2_7b.sh at 6c83ac20, the only Llama-2 step-3 script of the release",
+     "config": "deepspeed_chat_optimized_ppo_llama2-7b_16xa800.yaml", "build": "llama2_script", "fit": True,
+     "format": "generation_only", "published": {"generation": 50.0 / 7.1}},
+    {"id": "ds-blog-0831-llama2-13b-8xa100", "gpu": "A100-80GB", "gpus": 8, "hardware": "a100-80gb-sxm",
+     "model": LLAMA2_13B,
+     "source": f"{DS_BLOG_0831} Figure 1 (assets/images/llama2-with-he.png): the hybrid engine's bar, the baseline's "
+               "65 s over the figure's 5.4x",
+     "deepspeed": "v0.10.1 / v0.10.2 (the blog's release)", "actor": "Llama-2-13B", "critic": "Llama-2-13B",
+     "zero": "3 / 3 (+ reference offload)", "lora": 0, "per_device_batch": 1, "prompt_len": 256, "answer_len": 256,
+     "inference_tp": 1,
+     "notes": "no 13B step-3 script at the release: the 7B script's settings with the 13B models; one 8-GPU node "
+              "assumed, as the 7B bar",
+     "config": "deepspeed_chat_optimized_ppo_llama2-7b_16xa800.yaml", "build": "llama2_script", "fit": True,
+     "format": "generation_only", "published": {"generation": 65.0 / 5.4}},
+    {"id": "ds-blog-0831-llama2-7b-16xv100", "gpu": "V100-32GB", "gpus": 16, "hardware": V100_DGX2,
+     "source": f"{DS_BLOG_0831} Figure 2 left (assets/images/dschat-llama-7b-HE-perf.png, \"16 V100 GPUs\"): the "
+               "hybrid engine's bar, 14.5 s on the chart (the baseline's 57.8 s over its 4x: 14.45 s)",
+     "deepspeed": "v0.10.1 / v0.10.2 (the blog's release)", "actor": "Llama-2-7B", "critic": "Llama-2-7B",
+     "zero": "3 / 3 (+ reference offload)", "lora": 0, "per_device_batch": 1, "prompt_len": 256, "answer_len": 256,
+     "inference_tp": 1,
+     "notes": "run_llama2_7b.sh at 6c83ac20; the 16 V100 taken as one DGX-2 (the V100 log's machine)",
+     "config": "deepspeed_chat_optimized_ppo_llama2-7b_16xa800.yaml", "build": "llama2_script", "fit": True,
+     "format": "generation_only", "published": {"generation": 14.5}},
 ]
 
 #: The DeepSpeed blog's phase split of its 8-A100 runs (github.com/deepspeedai/DeepSpeed blogs/deepspeed-chat/
@@ -136,7 +173,7 @@ def _set(cfg: dict, dotted: str, value) -> None:
     node[keys[-1]] = value
 
 
-def _v100_log(cfg: dict) -> dict:
+def _v100_log(cfg: dict, row: dict) -> dict:
     """The 3a77097a log's run on the OPT-1.3B file: 16 V100 of one DGX-2, 4 prompts per GPU (64 per step), one
     optimizer step per model per step (``gradient_accumulation_steps`` 1), ZeRO 2, every model on every GPU."""
     cfg["hardware"] = dict(V100_DGX2)
@@ -147,7 +184,30 @@ def _v100_log(cfg: dict) -> dict:
     return cfg
 
 
-BUILDERS = {"v100_log": _v100_log}
+def _llama2_script(cfg: dict, row: dict) -> dict:
+    """DeepSpeedExamples' Llama-2 step-3 script at the blog's release (6c83ac20, 2023-08-31,
+    training_scripts/llama2/run_llama2_7b.sh) on the Llama-2-7B Optimized DSChat file: 1 prompt per GPU
+    (``--per_device_generation_batch_size 1``), 256 + 256 tokens, actor and critic ZeRO 3 with gradient
+    checkpointing, ``--offload_reference_model`` (the reference only), ``--enable_hybrid_engine`` at inference TP 1,
+    no LoRA and no ``--offload``; ``row["gpus"]`` GPUs, ``row["hardware"]`` (a preset name or a section) and
+    ``row["model"]`` (a config for actor, critic and reward; the 7B file's own when absent)."""
+    hw = row["hardware"]
+    cfg["hardware"] = {"preset": hw, "nodes_per_rack": 1} if isinstance(hw, str) else dict(hw)
+    if row.get("model"):
+        for role in ("actor", "critic", "reward"):
+            cfg["models"][role] = dict(row["model"])
+    n = row["gpus"]
+    per_node = cfg["hardware"].get("gpus_per_node", 8)
+    cfg["workload"].update(batch_size=n, context_length=256, generation_length=256)
+    cfg["policy"]["inference_offload"] = "reference"
+    cfg["training"].pop("offload", None)
+    cfg["training"]["optimizer_steps"] = 1
+    for vertex in cfg["validation"]["plan"].values():
+        vertex.update(dp=n, micro_batch=1, extent=[1, max(1, n // per_node), min(n, per_node)])
+    return cfg
+
+
+BUILDERS = {"v100_log": _v100_log, "llama2_script": _llama2_script}
 
 
 @contextmanager
@@ -166,7 +226,7 @@ def setup(row: dict) -> dict:
     """The validation-file setup of ``row``: its ``config`` with ``build`` applied and ``overrides`` set."""
     cfg = load_yaml(str(VALIDATION / row["config"]))
     if row.get("build"):
-        cfg = BUILDERS[row["build"]](cfg)
+        cfg = BUILDERS[row["build"]](cfg, row)
     for key, value in (row.get("overrides") or {}).items():
         _set(cfg, key, value)
     return cfg
@@ -174,7 +234,8 @@ def setup(row: dict) -> dict:
 
 def price(cfg: dict) -> dict:
     """The model's phases of the setup ``cfg``, seconds per step: ``generation`` (actor.generate + the refit edge
-    into it), ``experience`` (reference, reward and critic forwards and the actor's old log-probs),
+    into it; of which ``merge``, the merged-buffer copies of the ZeRO-3 containers, and ``gather``, the per-call
+    gathers with the refit), ``experience`` (reference, reward and critic forwards and the actor's old log-probs),
     ``actor_train`` / ``critic_train`` (train + memory_options), ``step``, and ``calls`` / ``layers`` / ``answer_len``
     (generate calls per rank, the actor's layers, tokens decoded per call).
 
@@ -198,6 +259,8 @@ def price(cfg: dict) -> dict:
     sequences = cfg["workload"]["batch_size"] * cfg["workload"].get("samples_per_prompt", 1)
     calls = -(-(sequences // gen_plan["dp"]) // gen_plan["micro_batch"])
     return {"step": detail["step_time_s"], "generation": sum(ph["actor.generate"].values()) + refit,
+            "merge": ph["actor.generate"].get("merge", 0.0),
+            "gather": ph["actor.generate"].get("gather", 0.0) + refit,
             "experience": experience,
             "actor_train": actor.get("train", 0.0) + actor.get("memory_options", 0.0),
             "critic_train": critic.get("train", 0.0) + critic.get("memory_options", 0.0),
@@ -217,8 +280,9 @@ def predicted_phases(p: dict, fmt: str) -> dict:
 
 def price_row(row: dict) -> dict:
     """One log row priced: ``predicted`` and ``ratio`` (predicted / published) per phase, the per-token latencies
-    (generation over ``calls · answer_len`` decode iterations) and the generation without the profile's
-    per-iteration term (``base_generation``), from which :func:`residuals` reads what a decode iteration lacks."""
+    (generation over ``calls · answer_len`` decode iterations), the generation without the profile's
+    per-iteration term (``base_generation``), from which :func:`residuals` reads what a decode iteration lacks, and
+    the generation ratio without the merged-buffer copies (``generation_ratio_without_merge``)."""
     cfg = setup(row)
     p = price(cfg)
     with decode_overhead(0.0):
@@ -231,7 +295,8 @@ def price_row(row: dict) -> dict:
                calls=p["calls"], answer_len=p["answer_len"], layers=p["layers"], iterations=iterations,
                per_token_ms={"published": 1e3 * pub["generation"] / iterations,
                              "predicted": 1e3 * pred["generation"] / iterations},
-               base_generation=base,
+               base_generation=base, merge=p["merge"], gather=p["gather"],
+               generation_ratio_without_merge=(pred["generation"] - p["merge"]) / pub["generation"],
                flat_overhead_iterations=(p["generation"] - base) / framework.DS_HYBRID_DECODE_STEP_OVERHEAD)
     return out
 
@@ -252,7 +317,9 @@ def residuals(rows: list[dict]) -> list[dict]:
 def leave_one_out(res: list[dict], rows: list[dict]) -> dict:
     """The flat per-iteration form (``b`` seconds) and the per-layer form (``c·L``) fitted on the ``fit`` rows
     (median of the rows' own values), and each fitted row held out: its generation priced with the constant of the
-    others, over the published generation. Rows not fitted are priced with the constant of all fit rows."""
+    others, over the published generation. Rows not fitted are priced with the constant of all fit rows.
+    ``mean_abs_log``: the mean ``|ln(predicted / published)|`` of the held-out fit rows for each form and for the
+    model as it is (``current``: the flat 4.7 ms, whose source is the V100 log, so in sample on that row only)."""
     by_id = {r["id"]: r for r in rows}
     fit = [x for x in res if x["fit"]]
 
@@ -276,6 +343,9 @@ def leave_one_out(res: list[dict], rows: list[dict]) -> dict:
         out["held_out"].append({"id": x["id"], "in_fit": x["fit"], "flat_s": b, "per_layer_s": c,
                                 "flat_ratio": gen(x, b=b), "per_layer_ratio": gen(x, c=c),
                                 "current_ratio": by_id[x["id"]]["ratio"]["generation"]})
+    held = [h for h in out["held_out"] if h["in_fit"]]
+    out["mean_abs_log"] = {form: statistics.fmean(abs(math.log(h[f"{form}_ratio"])) for h in held)
+                           for form in ("flat", "per_layer", "current")}
     return out
 
 
@@ -297,7 +367,8 @@ def main() -> None:
                            for k in r["ratio"])
         print(f"{r['id']} ({r['gpus']} x {r['gpu']}, {r['calls']} calls x {r['answer_len']} tokens, "
               f"{r['layers']} layers): {phases}; per token {r['per_token_ms']['predicted']:.2f}/"
-              f"{r['per_token_ms']['published']:.2f} ms")
+              f"{r['per_token_ms']['published']:.2f} ms; merge copies {r['merge']:.2f} s (generation without them "
+              f"{r['generation_ratio_without_merge']:.2f})")
     res = residuals(rows)
     print()
     for x in res:
@@ -306,6 +377,8 @@ def main() -> None:
     loo = leave_one_out(res, rows)
     print(f"\nfit rows {loo['fit_rows']}: flat {1e3 * loo.get('flat_s', float('nan')):.2f} ms, per layer "
           f"{1e3 * loo.get('per_layer_s', float('nan')):.3f} ms")
+    print("mean |ln(predicted / published)| over the held-out fit rows: " + ", ".join(
+        f"{k} {v:.3f}" for k, v in loo.get("mean_abs_log", {}).items()))
     for h in loo["held_out"]:
         print(f"  {h['id']}{' (held out)' if h['in_fit'] else ''}: generation ratio flat {h['flat_ratio']:.2f}, "
               f"per layer {h['per_layer_ratio']:.2f}, model now {h['current_ratio']:.2f}")
