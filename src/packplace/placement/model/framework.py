@@ -64,8 +64,10 @@ VLLM_DECODE_STEP_OVERHEAD = 1.4e-3
 #: ``min_length = max_length``), per iteration, less the model's weight and KV-cache read at
 #: ``decode_bw_eff`` 0.65 of 900 GB/s and the prefill (the arithmetic:
 #: docs/calibration-and-validation.md). Per iteration, not per layer: one model (24 layers) cannot
-#: separate a per-layer launch cost from the per-iteration loop, so a per-layer form would be an
-#: assumption the source does not test.
+#: separate a per-layer launch cost from the per-iteration loop, and against four other published hybrid-engine
+#: runs (Llama-2-7B / 13B on A100, A800 and V100; benchmarks/dschat_phases.py) a per-layer form refitted on the
+#: others and held out predicts them worse than this figure does (docs/calibration-and-validation.md,
+#: "DeepSpeed-Chat phases against published step-3 logs").
 DS_HYBRID_DECODE_STEP_OVERHEAD = 4.7e-3
 #: Bytes of the full bf16 model that NeMo RL's refit moves per second in each of its three steps, from the
 #: refit breakdown the NeMo RL team published for DeepSeek-V3 (671 B parameters, 1,342 GB in bf16; training
