@@ -187,7 +187,7 @@ def test_sharding_none_is_the_evaluators_vertex(model, framework, degrees, recom
     zero1, _, _, _ = _pair(model, framework, recompute=recompute, sharding="zero1", **degrees)
     dp, pp, tp, ep = (degrees.get(k, 1) for k in ("dp", "pp", "tp", "ep"))
     assert e.inputs["sharding"] == "none"
-    assert cost.training[shape].sharding == "none"
+    assert cost.options(shape).sharding == "none"
     # Adam's 32 bytes per parameter of the rank's whole (tp/pp/ep-local) shard: dp times zero1's share
     shard = (max(d + x for d, x in stage_split(shape, pp, tp, ep)) if ep > 1
              else max(stage_params(shape, pp)) / tp)
@@ -477,7 +477,8 @@ def test_a_context_parallel_pipeline_runs_the_groups_micro_batches(framework, ba
     assert one.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp * cp, pp, tp), rel=REL)
     assert vertex["train"] == pytest.approx(whole + (pp - 1) * half + update, rel=REL)
     assert vertex["train"] < pp * whole + update   # the bubble of a half, not of the whole rank's tokens
-    assert cost.context_parallel == {shape: cp}
+    assert cost.context_parallel == {"actor": cp, "reference": cp}   # by role: the reference runs the actor's
+    assert cost.context_parallel_degree(shape) == cp
 
 
 @pytest.mark.parametrize("framework, backend, degrees, seq_len", [

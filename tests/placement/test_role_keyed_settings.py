@@ -1,9 +1,10 @@
 """Per-role training settings stay with their role when two roles have one shape.
 
-The cost model keys some settings by model shape; the actor and the critic never share one (the critic's value
-head, ``lm_head`` false), but the critic and a reward model of the same trunk do, and the reference shares the
-actor's. A setting given for one role must price that role (and the forwards that follow it by design), never
-another role because its shape happens to be equal."""
+The actor and the critic never share a shape (the critic's value head, ``lm_head`` false), but the critic and a
+reward model of the same trunk do, and the reference shares the actor's. The cost model keys every per-role
+setting by role (``CostModel.for_role``, tests/placement/test_cost_role_keys.py): a setting given for one role
+must price that role (and the forwards that follow it by design), never another role because its shape happens
+to be equal."""
 
 from __future__ import annotations
 

@@ -920,7 +920,7 @@ def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pa
         raise ConfigError(f"train_mb_tokens: {train} tokens is above {cap}, the most policy.train_mb_tokens takes")
     packing = SequencePacking(train, pack_tokens, dtensor_pads_every_pass=pads_logprob)
     passes = PackedPasses(packing, [np.full(sequences * dp, padded, dtype=np.int64)], sequences * dp,
-                          frozenset((shape,)), cp)
+                          frozenset((ESTIMATE_ROLE,)), cp)
     _, tokens, attention = passes.shape("train" if task == "train" else "logprob", dp * cp, pp, tp, megatron, False,
                                         1)
     kind = "train" if task == "train" else "logprob"
@@ -977,6 +977,11 @@ def _table(table: ComponentTable | str | Path | None, hw: Hardware) -> Component
     return table_from_dict(document, f"table {str(path)!r}")
 
 
+#: The role of the one model a task estimate prices (the key of its cost model's role-keyed settings,
+#: :class:`~packplace.placement.model.cost.CostModel`).
+ESTIMATE_ROLE = "model"
+
+
 def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prompt: int, new_tokens: int,
           framework: str, enforce_eager: bool = False, pack: _PackPricing | None = None,
           backend: TrainerBackend | None = None, options: TrainingOptions | None = None,
@@ -996,10 +1001,11 @@ def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prom
     layout = backend.layout if backend is not None else None
     te = backend.transformer_engine if backend is not None else None
     return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile,
-                     training={shape: options if options is not None else TrainingOptions()}, layout=layout,
+                     training={ESTIMATE_ROLE: options if options is not None else TrainingOptions()}, layout=layout,
                      transformer_engine=te,
                      packing=pack.passes if pack is not None else None,
-                     bare_loop_models=frozenset((shape,)) if bare_loop else frozenset())
+                     bare_loop_models=frozenset((ESTIMATE_ROLE,)) if bare_loop else frozenset(),
+                     models={ESTIMATE_ROLE: shape})
 
 
 def _backend_inputs(backend: TrainerBackend, shape: ModelSpec, table: ComponentTable | None,
