@@ -58,7 +58,9 @@ def test_context_parallel_of_one_role_leaves_the_other_roles_priced_as_without_i
     assert _parts(cp, f"{other}.train") == pytest.approx(_parts(plain, f"{other}.train"), rel=1e-12)
     # the reward shares the critic's shape and runs no CP of the critic's
     assert _parts(cp, "reward.infer") == pytest.approx(_parts(plain, "reward.infer"), rel=1e-12)
-    assert _parts(cp, "critic.infer")["forward"] == pytest.approx(_parts(plain, "critic.infer")["forward"], rel=1e-12)
+    # verl's Megatron critic computes its values with its own CP (MegatronPPOCritic.compute_values), never the actor's
+    critic_cp, critic = _parts(cp, "critic.infer")["forward"], _parts(plain, "critic.infer")["forward"]
+    assert (critic_cp < critic) if role == "critic" else critic_cp == pytest.approx(critic, rel=1e-12)
     # verl's Megatron reference runs with the actor's CP (its own design: the shape is shared on purpose)
     ref_cp, ref = _parts(cp, "reference.infer")["forward"], _parts(plain, "reference.infer")["forward"]
     assert (ref_cp < ref) if role == "actor" else ref_cp == pytest.approx(ref, rel=1e-12)

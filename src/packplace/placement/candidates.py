@@ -713,7 +713,7 @@ def vertex_balance(instance, vertex: str) -> VertexBalance | None:
 #: workers compute with the reference weights swapped into the policy's own model (``use_reference_model`` in
 #: ``nemo_rl/models/policy/workers/megatron_policy_worker.py`` and ``dtensor_policy_worker.py``, v0.4.0-v0.6.0),
 #: so under the policy's parallel state and its context-parallel split of each sequence, on either backend.
-CONTEXT_PARALLEL_FORWARDS = {"verl": (("reference.infer", "actor"),),
+CONTEXT_PARALLEL_FORWARDS = {"verl": (("reference.infer", "actor"), ("critic.infer", "critic")),
                              "nemo-rl": (("reference.infer", "actor"),)}
 #: Frameworks whose forward runs with the trainer's context parallelism only on the Megatron backend (verl's
 #: FSDP workers split sequences with Ulysses, not context parallelism).
