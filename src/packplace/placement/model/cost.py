@@ -199,6 +199,9 @@ class CostModel:
     its role (:meth:`for_role`), where a method's ``model`` is that role's shape; on the unbound model a shape
     resolves to the roles of that shape that have the setting, and a :class:`ValueError` names them when they
     disagree (price through :meth:`for_role` instead).
+
+    Raises:
+        ValueError: a role-keyed setting names a role that has no shape in ``models``.
     """
 
     def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload,
@@ -264,7 +267,10 @@ class CostModel:
         """The roles of ``roles`` (a role-keyed table or set) whose settings apply to ``model``: on a view
         (:meth:`for_role`) its role when ``model`` is its shape, on the unbound model every role of that shape."""
         if self.role is not None:
-            return [self.role] if self.role in roles and self.models.get(self.role) == model else []
+            if self.role not in roles:
+                return []
+            shape = self.models.get(self.role)
+            return [self.role] if shape is model or shape == model else []
         return [r for r in roles if self.models.get(r) == model]
 
     def _holds(self, roles, model: ModelSpec) -> bool:
