@@ -137,7 +137,7 @@ def test_a_shape_outside_the_set_is_sane():
 
 
 def test_estimate_train_matches_the_measured_semantics(document):
-    """``estimate --task train`` (adam) is the measurement's ``train`` mode; ``--optimizer none`` its
+    """``estimate --task train --sharding none`` (adam) is the measurement's ``train`` mode; ``--optimizer none`` its
     ``fwdbwd``; ``infer`` its ``fwd``: the same seconds as the table's row prediction."""
     table = C.load_table("h200")
     shapes = {k: from_hf_config(v) for k, v in document["configs"].items()}
@@ -147,7 +147,8 @@ def test_estimate_train_matches_the_measured_semantics(document):
         task = "infer" if row["mode"] == "fwd" else "train"
         got = estimate(shapes[row["model"]], "h200", task, micro_batch=row["b"], seq_len=row["s"],
                        recompute="full" if row["ckpt"] else "none",
-                       optimizer="adam" if row["mode"] == "train" else "none")
+                       optimizer="adam" if row["mode"] == "train" else "none",
+                       sharding="none" if task == "train" else None)   # the measured bare loop
         assert got.time_s == pytest.approx(C.predict_row(table, shapes, row), rel=1e-9)
         assert got.components == "h200"
 

@@ -51,7 +51,7 @@ def test_cli_estimates_a_config_model(capsys):
 def test_zero1_splits_the_optimizer_state_and_step_over_the_data_parallel_ranks():
     model = resolve_model("llama3.1-8b")
     params = model.params
-    plain = estimate("llama3.1-8b", "h100-sxm", "train", dp=8)
+    plain = estimate("llama3.1-8b", "h100-sxm", "train", dp=8, sharding="none")
     zero1 = estimate("llama3.1-8b", "h100-sxm", "train", dp=8, sharding="zero1")
     # bare PyTorch: fp32 master weights (4 bytes) and autocast's bf16 copies of the matrices the GEMMs read (2
     # bytes; not the input embedding's lookup nor the 2 · 32 + 1 RMSNorm weights), fp32 moments (8) on every rank

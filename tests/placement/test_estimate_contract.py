@@ -18,7 +18,7 @@ from packplace.placement.candidates import vertex_parts
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.components import pass_times
 from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION, CostModel
-from packplace.placement.model.memory import stage_params, stage_split
+from packplace.placement.model.memory import DEFAULT_TRAINING, stage_params, stage_split
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.hardware import MEGATRON_PASS_FACTOR_H100
 from packplace.placement.problem.plan import Strategy
@@ -32,13 +32,14 @@ MOE = {"model_type": "qwen2_moe", "layers": 8, "hidden_dim": 1024, "ffn_dim": 20
 
 def _instance(model, framework: str, gpus: int, sequences: int, seq_len: int, recompute: str,
               backend: str = "auto", preset: str = "h100-sxm", version: str | None = None,
-              sharding: str = "zero1"):
+              sharding: str | None = "zero1"):
+    """A GRPO instance of one actor; ``sharding`` ``None`` leaves ``training.sharding`` unset (place's default)."""
     config = {"hardware": {"preset": preset, "nodes_per_rack": 1, "gpus_per_node": gpus},
               "models": {"actor": dict(model), "reward": "rule"},
               "workload": {"batch_size": sequences, "samples_per_prompt": 1, "context_length": seq_len - 1,
                            "generation_length": 1},
               "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
-              "training": {"recompute": recompute, "sharding": sharding}}
+              "training": {"recompute": recompute, **({"sharding": sharding} if sharding is not None else {})}}
     if version is not None:
         config["policy"]["framework_version"] = version
     return build_instance(config)
@@ -46,7 +47,8 @@ def _instance(model, framework: str, gpus: int, sequences: int, seq_len: int, re
 
 def _pair(model, framework: str, *, tp=1, pp=1, dp=1, ep=1, mb=1, seq_len=2048, recompute="none",
           backend="auto", task="train", version=None, sharding="zero1"):
-    """``(estimate, the evaluator's parts of the vertex, the evaluator's cost model, the actor's shape)``."""
+    """``(estimate, the evaluator's parts of the vertex, the evaluator's cost model, the actor's shape)``;
+    ``sharding`` ``None``: unset on both sides (the config's ``training.sharding`` and ``estimate``'s)."""
     instance = _instance(model, framework, tp * pp * dp, dp * mb, seq_len, recompute, backend, version=version,
                          sharding=sharding)
     evaluator = get_evaluator(instance)
@@ -187,7 +189,7 @@ def test_sharding_none_is_the_evaluators_vertex(model, framework, degrees, recom
     zero1, _, _, _ = _pair(model, framework, recompute=recompute, sharding="zero1", **degrees)
     dp, pp, tp, ep = (degrees.get(k, 1) for k in ("dp", "pp", "tp", "ep"))
     assert e.inputs["sharding"] == "none"
-    assert cost.training[shape].sharding == "none"
+    assert cost.options(shape).sharding == "none"
     # Adam's 32 bytes per parameter of the rank's whole (tp/pp/ep-local) shard: dp times zero1's share
     shard = (max(d + x for d, x in stage_split(shape, pp, tp, ep)) if ep > 1
              else max(stage_params(shape, pp)) / tp)
@@ -477,7 +479,8 @@ def test_a_context_parallel_pipeline_runs_the_groups_micro_batches(framework, ba
     assert one.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp * cp, pp, tp), rel=REL)
     assert vertex["train"] == pytest.approx(whole + (pp - 1) * half + update, rel=REL)
     assert vertex["train"] < pp * whole + update   # the bubble of a half, not of the whole rank's tokens
-    assert cost.context_parallel == {shape: cp}
+    assert cost.context_parallel == {"actor": cp, "reference": cp}   # by role: the reference runs the actor's
+    assert cost.context_parallel_degree(shape) == cp
 
 
 @pytest.mark.parametrize("framework, backend, degrees, seq_len", [
@@ -548,3 +551,25 @@ def test_a_context_parallel_recompute_is_the_vertex_of_the_groups_micro_batches(
         assert half == pytest.approx(whole / cp, rel=1e-9)
     else:   # a forward of 2,048 tokens runs at a lower GEMM efficiency than one of 4,096
         assert half > whole / cp
+
+
+@pytest.mark.parametrize("framework, degrees", [
+    ("none", {"dp": 4}), ("none", {"tp": 2, "dp": 2}), ("verl", {"dp": 4}), ("nemo-rl", {"dp": 2}),
+    ("openrlhf", {"dp": 4}), ("deepspeed-chat", {"dp": 2}),
+])
+def test_an_unset_sharding_is_places_default_in_estimate_too(framework, degrees):
+    # estimate and place price the same setup when neither is told a sharding: place's training.<role>.sharding
+    # default (DEFAULT_TRAINING, docs/config-reference.md: zero1 for every framework) is estimate's. estimate
+    # had defaulted framework none to sharding none, the bare loop (Qwen2.5-1.5B, dp 4, 2,048 tokens on H100:
+    # 0.1387 s against place's vertex of 0.1679 s)
+    e, vertex, cost, shape = _pair(DENSE, framework, sharding=None, **degrees)
+    assert e.inputs["sharding"] == cost.for_role("actor").options(shape).sharding == DEFAULT_TRAINING.sharding
+    assert DEFAULT_TRAINING.sharding == "zero1"
+    assert e.time_s == pytest.approx(vertex["train"] + vertex["memory_options"] + vertex["overhead"], rel=REL)
+    dp, tp = degrees.get("dp", 1), degrees.get("tp", 1)
+    assert e.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp, 1, tp), rel=REL)
+    if (framework, degrees) == ("none", {"dp": 4}):
+        assert e.time_s == pytest.approx(0.1679, abs=5e-5)
+    # estimate's default is the one place reads: an explicit zero1 is the same estimate
+    assert estimate(shape, "h100-sxm", "train", seq_len=2048, framework=framework, sharding="zero1", **{
+        k: v for k, v in degrees.items()}).time_s == e.time_s

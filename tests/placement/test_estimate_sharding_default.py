@@ -1,7 +1,8 @@
-"""``estimate``'s training state sharding follows the layout its time is priced from: a training pass priced as
-``place`` prices the trainer's vertex (an RL framework, or ``trainer_backend="megatron"``) defaults to ``zero1``
-(``place``'s ``training.<role>.sharding`` default), whose Adam step takes each rank's ``1/dp`` share; ``none`` takes
-the whole state, in time as in memory; bare kernels keep ``none``."""
+"""``estimate``'s training state sharding follows the layout its time is priced from: a training pass with Adam
+defaults to ``place``'s ``training.<role>.sharding`` default (``DEFAULT_TRAINING``, ``zero1``) whatever the
+framework, ``none`` included, whose Adam step takes each rank's ``1/dp`` share; ``none`` takes the whole state, in
+time as in memory (with framework ``none``: the bare PyTorch loop, asked for by ``sharding="none"``); a pass
+without an optimizer keeps ``none``."""
 
 import pytest
 
@@ -12,7 +13,8 @@ P_1_5B = estimate("qwen2.5-1.5b", "h100-sxm", "infer").inputs["params"]
 
 
 @pytest.mark.parametrize("kwargs", [{"framework": "nemo-rl"}, {"framework": "verl"}, {"framework": "openrlhf"},
-                                    {"framework": "deepspeed-chat"}, {"trainer_backend": "megatron"}])
+                                    {"framework": "deepspeed-chat"}, {"trainer_backend": "megatron"},
+                                    {"framework": "none"}, {}])
 def test_a_trainer_priced_as_place_defaults_to_places_sharding(kwargs):
     assert DEFAULT_TRAINING.sharding == "zero1"
     e = estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, **kwargs)
@@ -22,8 +24,12 @@ def test_a_trainer_priced_as_place_defaults_to_places_sharding(kwargs):
     assert e.memory == estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, sharding="zero1", **kwargs).memory
 
 
-def test_bare_kernels_and_a_pass_without_an_optimizer_keep_none():
-    assert estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4).inputs["sharding"] == "none"
+def test_a_pass_without_an_optimizer_keeps_none_and_the_bare_loop_is_asked_for():
+    # framework none no longer defaults to the bare loop (place's framework none does not either)
+    assert estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4).inputs["sharding"] == "zero1"
+    bare = estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, sharding="none")
+    assert bare.inputs["sharding"] == "none" and "trainer_rate" not in bare.parts
+    assert estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, optimizer="none").inputs["sharding"] == "none"
     assert estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, framework="verl",
                     optimizer="none").inputs["sharding"] == "none"
     assert estimate("qwen2.5-1.5b", "h100-sxm", "infer", dp=4, framework="verl").inputs["sharding"] == "none"
@@ -57,3 +63,5 @@ def test_the_command_line_defaults_to_zero1_with_a_framework(capsys):
     assert main(["estimate", "--model", "qwen2.5-1.5b", "--framework", "nemo-rl", "--sharding", "none",
                  "--json"]) == 0
     assert '"sharding": "none"' in capsys.readouterr().out
+    assert main(["estimate", "--model", "qwen2.5-1.5b", "--framework", "none", "--dp", "4", "--json"]) == 0
+    assert '"sharding": "zero1"' in capsys.readouterr().out

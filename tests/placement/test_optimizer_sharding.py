@@ -141,7 +141,7 @@ def test_estimates_peak_is_what_place_charges_the_training_vertex(framework, deg
 def test_the_bare_loop_allocates_its_gradients_in_the_backward():
     # framework none, sharding none: the measured PyTorch loop (zero_grad(set_to_none=True)); where the forward
     # sets the peak the gradients are not there yet, and a framework's trainer holds them
-    bare = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=4096, micro_batch=4)
+    bare = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=4096, micro_batch=4, sharding="none")
     held = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=4096, micro_batch=4, framework="nemo-rl",
                     sharding="none")
     assert bare.memory["gradients"] == 0.0 and bare.memory["activations"] > 0

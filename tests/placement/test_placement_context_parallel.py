@@ -16,9 +16,11 @@ from packplace.context_parallel.cost import cost_from_shape
 from packplace.errors import ConfigError
 from packplace.placement.candidates import (
     context_parallel_split,
+    cost_model,
     forward_context_parallel,
     framework_layout_allows,
     vertex_balance,
+    vertex_parts,
 )
 from packplace.placement.emit import emit
 from packplace.placement.model.cp_balance import ContextParallelSetting, best_plan, cp_factor
@@ -253,3 +255,47 @@ def test_a_cp_forward_holds_its_share_and_the_rings_forward_buffers_by_hand():
         SHAPE, "infer", dp=8, pp=1, tp=1, micro_batch=1, micro_batches=1, seq_len=262_144, prompt_len=0,
         live_len=0, framework="verl", workspace_bytes=0.0, context_parallel=ContextParallelSplit(8, None, 8))
     assert transient == 4608 * share + 8832 * share + 25 * MIB
+
+
+def _verl_ppo_cp(critic_cp=2, framework="verl"):
+    """The shipped PPO 8B config (512 sequences) on verl's Megatron workers with the critic's CP ``critic_cp``."""
+    cfg = load_yaml(os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml"))
+    cfg["policy"].update({"framework": framework, "trainer_backend": "megatron"} if framework == "verl"
+                         else {"framework": framework})
+    cfg["training"] = {"critic": {"context_parallel": critic_cp}}
+    return build_instance(cfg)
+
+
+def test_verls_megatron_critic_computes_its_values_with_the_critics_cp():
+    # MegatronPPOCritic.compute_values: forward_backward_batch(forward_only=True) on the CriticWorker's parallel
+    # state of critic.megatron.context_parallel_size, the training pass's Megatron-Core schedule
+    instance = _verl_ppo_cp()
+    assert forward_context_parallel(instance, "critic.infer")
+    assert not forward_context_parallel(instance, "reward.infer")         # the reward's own worker, no CP
+    assert not forward_context_parallel(_verl_ppo_cp(framework="openrlhf"), "critic.infer")
+    assert vertex_balance(instance, "critic.infer").context_parallel_forward
+    assert context_parallel_split(instance, "critic.infer", 4) == ContextParallelSplit(2, None, 2)
+    assert framework_layout_allows(instance, "infer", Strategy(4, 2, 1), "critic.infer")
+    assert not framework_layout_allows(instance, "infer", Strategy(1, 2, 4), "critic.infer")   # 2 does not divide 1
+
+
+def test_verls_megatron_critic_forward_pipelines_the_cp_groups_micro_batches_by_hand():
+    # dp 4 (DP x CP ranks) x pp 2, micro-batch 2: m = 512 / (4 * 2) = 64 micro-batches per rank. CP 2: m stages of
+    # the rank's tokens plus a bubble of one stage of a micro-batch's half; CP 1: (m + pp - 1) whole stages
+    strategy, extent = Strategy(4, 2, 1), (1, 1, 8)
+    cp, plain = _verl_ppo_cp(2), _verl_ppo_cp(1)
+    shape = cp.models["critic"]
+    view = cost_model(cp).for_role("critic")
+    m, tokens = view.pass_shape(shape, "logprob", 4, 2, 1, 2)
+    assert m == 64 and tokens == 2 * cp.workload.train_seq_len
+    s = view.attention_length(shape, "logprob", 4, 2, 1)
+    stage = view._stage_seconds(shape, False, 4, 2, 1, tokens, s, extent, 1, 0, False)
+    half = view._stage_seconds(shape, False, 4, 2, 1, tokens / 2, s, extent, 1, 0, False)
+    with_cp = vertex_parts(cp, cost_model(cp), "critic.infer", strategy, 2, extent)["forward"]
+    without = vertex_parts(plain, cost_model(plain), "critic.infer", strategy, 2, extent)["forward"]
+    assert with_cp == pytest.approx(64 * stage + half, rel=1e-12)
+    assert without == pytest.approx(65 * stage, rel=1e-12)
+    assert 0.0 < half < stage and with_cp < without
+    # the reward, of the critic's very shape, keeps its whole pipeline (its settings are its own, not the shape's)
+    reward = vertex_parts(cp, cost_model(cp), "reward.infer", strategy, 2, extent)["forward"]
+    assert cp.models["reward"] == shape and reward == pytest.approx(without, rel=1e-12)

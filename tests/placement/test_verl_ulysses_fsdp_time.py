@@ -120,7 +120,7 @@ def test_the_passes_add_the_layers_all_to_alls():
                 - without.pass_time(model, train, dp, 1, 1, 2, FOUR_NODES)) == pytest.approx(extra, rel=1e-9)
     # full recomputation re-runs each layer's forward, its all-to-alls included (not the log-prob gather)
     m, tokens = cost.pass_shape(model, "train", dp, 1, 1, 2)
-    options = dataclasses.replace(cost.training[model], sharding="none", optimizer_steps=1)
+    options = dataclasses.replace(cost.options(model), sharding="none", optimizer_steps=1)
     assert options.recompute == "full"
     recompute = (training_overhead_seconds(cost, model, options, dp, 1, 1, 2, FOUR_NODES)
                  - training_overhead_seconds(without, model, options, dp, 1, 1, 2, FOUR_NODES))
@@ -153,7 +153,7 @@ def test_hybrid_shard_gather_inside_a_node_against_across_nodes():
 
 def test_hybrid_shard_training_collectives_by_hand():
     cost, model = verl_cost()
-    options = cost.training[model]
+    options = cost.options(model)
     assert options.fsdp_size == 8 and options.sharding == "zero3"
     n, g = 2.0 * model.params, 4.0 * model.params   # bf16 weights; fp32 gradients (verl's reduce_dtype)
     gather = 7 * (ALPHA_G + n / 8 * BETA_G)

@@ -476,7 +476,7 @@ class CandidateTable:
         model = inst.models[vertex.model]
         why = _why_none(model, inst.cluster, inst.workload.sequences)
         owner = name.split(".")[0] if vertex.kind == "train" else (
-            CONTEXT_PARALLEL_FORWARDS[inst.framework][1] if forward_context_parallel(inst, name) else None)
+            context_parallel_owner(inst, name) if forward_context_parallel(inst, name) else None)
         cp = vertex_setting(inst, owner).context_parallel if owner is not None else None
         if cp is not None and cp.degree > 1:
             why += (f", with training.context_parallel {cp.degree} dividing the data-parallel degree "
@@ -699,32 +699,49 @@ def vertex_balance(instance, vertex: str) -> VertexBalance | None:
                          forward_context_parallel(instance, vertex))
 
 
-#: The forward vertex that runs with the actor's context parallelism, per framework: verl's reference, built in
-#: the actor's worker (``ActorRolloutRefWorker``) whose Megatron parallel state is initialised once from
-#: ``actor.megatron.context_parallel_size`` whatever the role (``verl/workers/megatron_workers.py``, v0.4.1 to
-#: v0.7.0; from v0.7.0 ``ref.megatron.context_parallel_size`` also defaults to the actor's,
-#: ``verl/trainer/config/ref/megatron_ref.yaml``), its log-probs computed by the same Megatron actor code,
-#: which splits each sequence over the CP group; NeMo RL's reference, whose log-probs the policy workers compute
-#: with the reference weights swapped into the policy's own model (``use_reference_model`` in
+#: The forward vertices that run with a trainer's context parallelism, per framework, as ``(forward, trainer
+#: role)`` pairs. verl's reference, built in the actor's worker (``ActorRolloutRefWorker``) whose Megatron parallel
+#: state is initialised once from ``actor.megatron.context_parallel_size`` whatever the role
+#: (``verl/workers/megatron_workers.py``, v0.4.1 to v0.7.0; from v0.7.0 ``ref.megatron.context_parallel_size``
+#: also defaults to the actor's, ``verl/trainer/config/ref/megatron_ref.yaml``), its log-probs computed by the
+#: same Megatron actor code, which splits each sequence over the CP group; verl's critic, whose values
+#: ``MegatronPPOCritic.compute_values`` computes with ``forward_backward_batch(forward_only=True)``, the
+#: training pass's own Megatron-Core ``forward_backward_func`` over ``get_mcore_forward_fn`` (the actor's
+#: packed-sequence forward, which splits each sequence over the CP group), in the ``CriticWorker`` whose parallel
+#: state is initialised from ``critic.megatron.context_parallel_size`` (``verl/workers/critic/megatron_critic.py``,
+#: ``verl/workers/megatron_workers.py``, v0.4.1 to v0.7.0); NeMo RL's reference, whose log-probs the policy
+#: workers compute with the reference weights swapped into the policy's own model (``use_reference_model`` in
 #: ``nemo_rl/models/policy/workers/megatron_policy_worker.py`` and ``dtensor_policy_worker.py``, v0.4.0-v0.6.0),
 #: so under the policy's parallel state and its context-parallel split of each sequence, on either backend.
-CONTEXT_PARALLEL_FORWARDS = {"verl": ("reference.infer", "actor"), "nemo-rl": ("reference.infer", "actor")}
+CONTEXT_PARALLEL_FORWARDS = {"verl": (("reference.infer", "actor"), ("critic.infer", "critic")),
+                             "nemo-rl": (("reference.infer", "actor"),)}
 #: Frameworks whose forward runs with the trainer's context parallelism only on the Megatron backend (verl's
 #: FSDP workers split sequences with Ulysses, not context parallelism).
 MEGATRON_ONLY_CONTEXT_PARALLEL_FORWARDS = frozenset({"verl"})
 
 
+def context_parallel_forwards(instance) -> tuple[tuple[str, str], ...]:
+    """The ``(forward vertex, trainer role)`` pairs of :data:`CONTEXT_PARALLEL_FORWARDS` for ``instance``'s
+    framework whose forward is a vertex of its graph (empty for a framework without any)."""
+    return tuple(pair for pair in CONTEXT_PARALLEL_FORWARDS.get(instance.framework, ())
+                 if pair[0] in instance.graph.names)
+
+
+def context_parallel_owner(instance, vertex: str) -> str | None:
+    """The trained role whose context parallelism the forward ``vertex`` runs with
+    (:data:`CONTEXT_PARALLEL_FORWARDS`), or ``None`` for a vertex that is not such a forward."""
+    return next((owner for forward, owner in context_parallel_forwards(instance) if forward == vertex), None)
+
+
 def forward_context_parallel(instance, vertex: str) -> bool:
     """Whether the forward (``infer``) vertex ``vertex`` runs with its trained model's context parallelism
-    (:data:`CONTEXT_PARALLEL_FORWARDS`: verl's reference with the actor's, on its Megatron backend, the one
-    verl runs CP on; NeMo RL's reference with the policy's, on either backend): its time takes the actor's CP
-    factor at the forward's cost (:meth:`~packplace.placement.model.dp_balance.VertexBalance.seconds`) and its
-    memory the actor's split
+    (:data:`CONTEXT_PARALLEL_FORWARDS`: verl's reference with the actor's and its critic's value forward with
+    the critic's, on its Megatron backend, the one verl runs CP on; NeMo RL's reference with the policy's, on
+    either backend): its time takes the trainer's CP factor at the forward's cost
+    (:meth:`~packplace.placement.model.dp_balance.VertexBalance.seconds`) and its memory the trainer's split
     (:func:`context_parallel_split`)."""
-    forward = CONTEXT_PARALLEL_FORWARDS.get(instance.framework)
-    if forward is None or forward[0] != vertex or vertex not in instance.graph.names:
-        return False
-    if not vertex_setting(instance, forward[1]).context_parallel.active:
+    owner = context_parallel_owner(instance, vertex)
+    if owner is None or not vertex_setting(instance, owner).context_parallel.active:
         return False
     return instance.framework not in MEGATRON_ONLY_CONTEXT_PARALLEL_FORWARDS \
         or trainer_backend(Context.of(instance)) != "fsdp"
@@ -745,7 +762,7 @@ def context_parallel_split(instance, vertex: str, dp: int) -> ContextParallelSpl
     if v.kind == "train":
         cp = vertex_setting(instance, vertex.split(".")[0]).context_parallel
     elif forward_context_parallel(instance, vertex):
-        cp = vertex_setting(instance, CONTEXT_PARALLEL_FORWARDS[instance.framework][1]).context_parallel
+        cp = vertex_setting(instance, context_parallel_owner(instance, vertex)).context_parallel
     else:
         return NO_CONTEXT_PARALLEL
     if not cp.active:
@@ -781,35 +798,42 @@ def dynamic_ring(longest: int, cap: int, dp: int) -> int:
 
 def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostModel:
     """The :class:`CostModel` of ``instance`` (optionally on another cluster or hardware): its workload,
-    engine, framework profile, the shapes of its models that train with ``zero3``, the policy's shape
-    when its NeMo RL release moves the optimizer state in the training vertex
-    (:func:`~packplace.placement.model.nemo_rl_releases.trainer_release`) and the Transformer Engine release
-    a NeMo RL release pins (:func:`~packplace.placement.model.nemo_rl_releases.release_for`; the host time
-    of its Megatron passes' linear modules)."""
-    sharded = frozenset(instance.models[m] for m, o in instance.training.items()
-                        if o.sharding == "zero3" and m in instance.models)
-    trained = algorithm_spec(instance.algorithm).trainable_models
-    training = {instance.models[m]: instance.training.get(m, DEFAULT_TRAINING)
-                for m in reversed(trained) if m in instance.models}
+    engine, framework profile, and its per-role settings keyed by role (``models.<role>``, never by shape:
+    two roles of one shape keep their own): the roles that train with ``zero3``, each trained role's training
+    options and context-parallel degree, the policy when its NeMo RL release moves the optimizer state in the
+    training vertex (:func:`~packplace.placement.model.nemo_rl_releases.trainer_release`), the roles that run
+    verl's dynamic batch size and those that train in a bare loop (:func:`bare_loop_models`), the forwards that
+    run with their trainer's context parallelism (:func:`forward_context_parallel`, at that trainer's degree),
+    and the Transformer Engine release a NeMo RL release pins
+    (:func:`~packplace.placement.model.nemo_rl_releases.release_for`; the host time of its Megatron passes'
+    linear modules). The reference, which runs in the actor's workers wherever the actor's settings reach
+    it (verl's ``ActorRolloutRefWorker``, NeMo RL's policy workers), takes the actor's ZeRO-3 lockstep and
+    dynamic batch size."""
+    trained = [m for m in algorithm_spec(instance.algorithm).trainable_models if m in instance.models]
+    sharers = [m for m in SHARES_OWNER_MESH if m in instance.models]
+    sharded = frozenset(m for m in trained if instance.training.get(m, DEFAULT_TRAINING).sharding == "zero3")
+    if "actor" in sharded:
+        sharded |= frozenset(sharers)
+    training = {m: instance.training.get(m, DEFAULT_TRAINING) for m in trained}
     policy = trainer_release(instance, POLICY_TRAIN) if POLICY_TRAIN in instance.graph.names else None
-    moves = frozenset((instance.models["actor"],)) if policy is not None and policy.optimizer_round_trip \
-        else frozenset()
+    moves = frozenset(("actor",)) if policy is not None and policy.optimizer_round_trip else frozenset()
     release = release_for(instance.framework, getattr(instance, "framework_version", None))
+    forwards = [(name.split(".")[0], owner) for name, owner in context_parallel_forwards(instance)
+                if forward_context_parallel(instance, name)]
+    degrees = {m: vertex_setting(instance, m).context_parallel.degree for m in trained}
+    degrees.update({role: vertex_setting(instance, owner).context_parallel.degree for role, owner in forwards})
     return CostModel(hardware if hardware is not None else instance.hardware,
                      cluster if cluster is not None else instance.cluster, instance.workload, instance.engine,
                      profile(instance.framework), sharded, training, Context.of(instance), moves,
                      release.transformer_engine if release is not None else None,
                      packed_passes(instance, release), getattr(instance, "dynamic_bsz", None),
-                     frozenset((instance.models["actor"],)) if "actor" in instance.models else frozenset(),
-                     bare_loop_models(instance),
-                     {instance.models[m]: vertex_setting(instance, m).context_parallel.degree for m in trained
-                      if m in instance.models and vertex_setting(instance, m).context_parallel.degree > 1},
-                     frozenset(instance.models[name.split(".")[0]] for name, _ in CONTEXT_PARALLEL_FORWARDS.values()
-                               if forward_context_parallel(instance, name)))
+                     frozenset(["actor", *sharers]) if "actor" in instance.models else frozenset(),
+                     bare_loop_models(instance), {m: c for m, c in degrees.items() if c > 1},
+                     frozenset(role for role, _ in forwards), models=instance.models)
 
 
 def bare_loop_models(instance) -> frozenset:
-    """The shapes of ``instance``'s trained models whose trainer is a bare PyTorch loop on plain data
+    """The roles of ``instance``'s trained models whose trainer is a bare PyTorch loop on plain data
     parallelism (:func:`trains_in_a_bare_loop` with tensor, pipeline and expert degree 1 and the model's
     context-parallel degree), the same rule as the memory of their training vertex: the cost model prices their
     passes on the component table's bare kernels
@@ -821,14 +845,15 @@ def bare_loop_models(instance) -> frozenset:
         cp = vertex_setting(instance, m).context_parallel
         ring = max(2, cp.degree) if cp.active else 1   # dynamic CP at degree 1 still runs rings
         if trains_in_a_bare_loop(instance, instance.training.get(m, DEFAULT_TRAINING), (1, 1, 1, ring)):
-            out.add(instance.models[m])
+            out.add(m)
     return frozenset(out)
 
 
 def packed_passes(instance, release=None) -> PackedPasses | None:
     """NeMo RL's sequence packing of the instance's policy workers
     (:class:`~packplace.placement.model.sequence_packing.PackedPasses`) when ``policy.train_mb_tokens`` /
-    ``logprob_mb_tokens`` are set: the actor's shape (the reference shares it and runs in the same workers),
+    ``logprob_mb_tokens`` are set: the roles of the policy workers (the actor, and the reference, which runs in
+    them: :data:`SHARES_OWNER_MESH`),
     the lengths of :func:`~packplace.placement.model.dp_balance.instance_balance`'s draws, the packer of
     ``release`` (:class:`~packplace.placement.model.nemo_rl_releases.NemoRLRelease`; ``None``: v0.5.0's), the
     actor's context-parallel degree (the pad multiple,
@@ -844,8 +869,9 @@ def packed_passes(instance, release=None) -> PackedPasses | None:
     packing = SequencePacking(tokens[0], tokens[1],
                               worst_fit_leftovers=bool(release is not None and release.packs_worst_fit),
                               dtensor_pads_every_pass=bool(release is not None and release.dtensor_pads_logprob_packs))
+    roles = frozenset(m for m in ("actor", *SHARES_OWNER_MESH) if m in instance.models)
     hit = instance._cache[key] = PackedPasses(packing, instance_balance(instance).draws, instance.workload.sequences,
-                                              frozenset((instance.models["actor"],)),
+                                              roles,
                                               vertex_setting(instance, "actor").context_parallel.degree)
     return hit
 
@@ -870,7 +896,8 @@ def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro
     reward = instance.rule_reward.seconds(instance.workload.sequences) \
         if vertex.kind == "generate" and instance.rule_reward is not None else None
     options = instance.training.get(vertex.model, DEFAULT_TRAINING)
-    return _parts(cost, instance.models[vertex.model], vertex.kind, options, strategy, micro_batch, extent,
+    return _parts(cost.for_role(vertex.model), instance.models[vertex.model], vertex.kind, options, strategy,
+                  micro_batch, extent,
                   needs_old_log_prob(instance, name), inference_sharded(instance, name),
                   inference_offloaded(instance, name), vertex_balance(instance, name), reward,
                   swaps_reference_weights(instance.framework, vertex.model, vertex.kind),
@@ -901,7 +928,7 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
     if kind == "generate" and options.lora_rank and cost.framework.refit == "in_place":
         parts["lora_fuse"] = hybrid_lora_fuse_seconds(cost, model, options.lora_rank, tp,
                                                       generate_calls(cost, dp, micro_batch),
-                                                      model in cost.sharded_models)
+                                                      cost.shards(model))
     if kind == "train":
         parts["memory_options"] = training_overhead_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
         if release is not None:
@@ -930,7 +957,7 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str |
         if cp.refusal(strategy.dp) is not None or dtensor_packs_with_context_parallel(instance, name, strategy):
             return False
     if kind == "infer" and name is not None and forward_context_parallel(instance, name):
-        cp = vertex_setting(instance, CONTEXT_PARALLEL_FORWARDS[instance.framework][1]).context_parallel
+        cp = vertex_setting(instance, context_parallel_owner(instance, name)).context_parallel
         if cp.refusal(strategy.dp) is not None:
             return False
     ctx = Context.of(instance)   # a framework without rules: strategy_refusal says None (DeepSpeed-Chat's one)
@@ -990,6 +1017,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     :attr:`~packplace.placement.model.sequence_packing.PackedPasses.deadline`; ``built_before`` counts the
     earlier vertices')."""
     w = instance.workload
+    cost = cost.for_role(instance.graph.vertex(name).model)   # the vertex's role's settings (CostModel.for_role)
     old_log_prob = needs_old_log_prob(instance, name)
     sharded = inference_sharded(instance, name)
     shard_options = inference_shard_options(instance, name)

@@ -117,7 +117,8 @@ def largest_fitting_packs(instance) -> tuple[int, int] | None:
     if packs is None:
         return None
     cost = cost_model(instance)
-    names = [v.name for v in instance.graph.vertices if v.kind != "generate" and cost.packed(instance.models[v.model])]
+    names = [v.name for v in instance.graph.vertices
+             if v.kind != "generate" and cost.for_role(v.model).packed(instance.models[v.model])]
 
     def fits(train: int, logprob: int) -> bool:
         variant = replace(instance, sequence_packing=(train, logprob), _cache={})

@@ -4,8 +4,10 @@ parallel strategy, each with its parts.
 Tasks (one GPU's share; the strategy's slowest pipeline stage):
 
 * ``train`` — one micro-batch of ``micro_batch × seq_len`` tokens: forward, loss, backward, the layers'
-  forward again under ``recompute``; with ``optimizer="adam"`` fp32 master weights under bf16 autocast
-  and the fused AdamW step (fp32 gradients and moments), with ``optimizer="none"`` bf16 weights and
+  forward again under ``recompute``; with ``optimizer="adam"`` the Adam step on the layout of ``sharding``
+  (unset: ``place``'s default, :func:`default_sharding`; ``sharding="none"`` with ``framework="none"``: the
+  bare loop's fp32 master weights under bf16 autocast and the fused AdamW step, fp32 gradients and
+  moments), with ``optimizer="none"`` bf16 weights and
   gradients and no step (the inner micro-batch of gradient accumulation);
 * ``infer`` — forward plus the log-probability of every token (fp32 log-softmax over the vocabulary),
   as an RL log-prob pass computes them;
@@ -27,7 +29,8 @@ bare kernels; a framework profile adds its per-task dispatch and its engine's pe
 :meth:`~packplace.placement.model.cost.CostModel.decode_step_times`). A train or infer pass with an RL
 framework (or ``trainer_backend="megatron"``) is priced as the evaluator prices the trainer's vertex, on the
 backend ``place`` resolves (:mod:`packplace.placement.estimate_trainer`); ``framework="none"`` prices the bare
-one-GPU kernels the tables are fitted to.
+one-GPU kernels the tables are fitted to with ``sharding="none"`` on plain data parallelism (the bare loop), else
+a PyTorch trainer as ``place`` prices framework ``none``.
 
 Memory: :func:`memory_parts`, the memory model's peak per GPU (:mod:`packplace.placement.model.pass_memory`).
 """
@@ -66,7 +69,7 @@ from packplace.placement.model.framework import (
     version_defaults,
 )
 from packplace.placement.model.layout_rules import TRAIN, TRAINER_BACKENDS, Context, trainer_backend
-from packplace.placement.model.memory import TrainingOptions, stage_layers, stage_params
+from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, stage_layers, stage_params
 from packplace.placement.model.nemo_rl_releases import release_for
 from packplace.placement.model.pass_memory import bare_loop, context_parallel_tokens, pass_memory, uses_autocast
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
@@ -487,9 +490,9 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`.
         sharding: :data:`SHARDINGS` (train): ``none`` a bare PyTorch loop's layout (fp32 master weights under
             autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
-            Unset: :func:`default_sharding` (``zero1``, ``place``'s ``training.<role>.sharding`` default, for a
-            training pass with Adam priced as ``place`` prices the trainer's vertex; else ``none``); the Adam
-            step takes the layout's share of the state (:func:`check_trainer_sharding`).
+            Unset: :func:`default_sharding` (``place``'s ``training.<role>.sharding`` default, ``zero1``, for a
+            training pass with Adam whatever the framework; else ``none``); the Adam step takes the layout's
+            share of the state (:func:`check_trainer_sharding`).
         tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees.
         framework: :data:`ESTIMATE_FRAMEWORKS`.
         table: A component table (object, JSON path, ``"none"`` for the knob model); default: the
@@ -535,7 +538,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
     _check_strategy(shape, tp, pp, dp, ep, cp)
     backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version)
-    sharding = check_trainer_sharding(sharding, task, optimizer, backend)
+    sharding = check_trainer_sharding(sharding, task, optimizer)
     backend = framework_none_trainer(backend, task, optimizer)   # framework none's training: place's vertex
     pack = (_pack_pricing(shape, task, framework_version, int(pack_tokens), train_mb_tokens, micro_batch,
                           int(seq_len or 0), (dp, pp, tp, ep), cp, trainer_backend) if pack_tokens is not None
@@ -772,17 +775,18 @@ def _check_sharding(sharding: Any, task: str, optimizer: str = "adam") -> None:
                           f"optimizer adam (a ZeRO run's micro-batch with its AdamW state) or sharding none")
 
 
-def default_sharding(task: str, optimizer: str, backend: TrainerBackend) -> str:
-    """The sharding :func:`estimate` prices when none is given: ``zero1`` (``place``'s default
-    ``training.<role>.sharding``, :data:`~packplace.placement.model.memory.DEFAULT_TRAINING`, the same for every
-    framework) for a ``train`` pass with ``optimizer="adam"`` priced as ``place`` prices the trainer's vertex
-    (:attr:`TrainerBackend.place`: an RL framework, or ``trainer_backend="megatron"``), whose time takes the
-    Adam step on each rank's ``1/dp`` share of the state; ``none`` otherwise (the bare PyTorch loop the
-    component tables are fitted to, or a pass without an optimizer)."""
-    return "zero1" if task == "train" and optimizer == "adam" and backend.place else "none"
+def default_sharding(task: str, optimizer: str) -> str:
+    """The sharding :func:`estimate` prices when none is given: for a ``train`` pass with ``optimizer="adam"``
+    ``place``'s default ``training.<role>.sharding``, read from the one place that sets it
+    (:data:`~packplace.placement.model.memory.DEFAULT_TRAINING`: ``zero1``, the same for every framework,
+    ``none`` included, and whatever ``backend``, docs/config-reference.md), so an unset ``--sharding`` prices
+    the vertex an unset ``training.<role>.sharding`` does; ``none`` otherwise (a pass without an optimizer
+    holds no state to split). The bare PyTorch loop the component tables are fitted to is ``sharding none``
+    (``--framework none --sharding none``), as in a config."""
+    return DEFAULT_TRAINING.sharding if task == "train" and optimizer == "adam" else "none"
 
 
-def check_trainer_sharding(sharding: str | None, task: str, optimizer: str, backend: TrainerBackend) -> str:
+def check_trainer_sharding(sharding: str | None, task: str, optimizer: str) -> str:
     """The sharding :func:`estimate` prices: ``sharding``, or unset :func:`default_sharding`. A given sharding
     is priced from one layout, time and memory alike, as ``place`` prices ``training.<role>.sharding``: the Adam
     step on each rank's ``1/dp`` share of the state under ``zero1`` / ``zero2`` and on all of it under ``none``
@@ -790,7 +794,7 @@ def check_trainer_sharding(sharding: str | None, task: str, optimizer: str, back
     optimizer round trip of the state the rank holds (:func:`~packplace.placement.estimate_trainer.release_terms`).
     """
     if sharding is None:
-        return default_sharding(task, optimizer, backend)
+        return default_sharding(task, optimizer)
     return sharding
 
 
@@ -920,7 +924,7 @@ def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pa
         raise ConfigError(f"train_mb_tokens: {train} tokens is above {cap}, the most policy.train_mb_tokens takes")
     packing = SequencePacking(train, pack_tokens, dtensor_pads_every_pass=pads_logprob)
     passes = PackedPasses(packing, [np.full(sequences * dp, padded, dtype=np.int64)], sequences * dp,
-                          frozenset((shape,)), cp)
+                          frozenset((ESTIMATE_ROLE,)), cp)
     _, tokens, attention = passes.shape("train" if task == "train" else "logprob", dp * cp, pp, tp, megatron, False,
                                         1)
     kind = "train" if task == "train" else "logprob"
@@ -977,6 +981,11 @@ def _table(table: ComponentTable | str | Path | None, hw: Hardware) -> Component
     return table_from_dict(document, f"table {str(path)!r}")
 
 
+#: The role of the one model a task estimate prices (the key of its cost model's role-keyed settings,
+#: :class:`~packplace.placement.model.cost.CostModel`).
+ESTIMATE_ROLE = "model"
+
+
 def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prompt: int, new_tokens: int,
           framework: str, enforce_eager: bool = False, pack: _PackPricing | None = None,
           backend: TrainerBackend | None = None, options: TrainingOptions | None = None,
@@ -996,10 +1005,11 @@ def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prom
     layout = backend.layout if backend is not None else None
     te = backend.transformer_engine if backend is not None else None
     return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile,
-                     training={shape: options if options is not None else TrainingOptions()}, layout=layout,
+                     training={ESTIMATE_ROLE: options if options is not None else TrainingOptions()}, layout=layout,
                      transformer_engine=te,
                      packing=pack.passes if pack is not None else None,
-                     bare_loop_models=frozenset((shape,)) if bare_loop else frozenset())
+                     bare_loop_models=frozenset((ESTIMATE_ROLE,)) if bare_loop else frozenset(),
+                     models={ESTIMATE_ROLE: shape})
 
 
 def _backend_inputs(backend: TrainerBackend, shape: ModelSpec, table: ComponentTable | None,
@@ -1264,10 +1274,10 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--recompute", default=None, choices=RECOMPUTE, help="train only; default none")
     p.add_argument("--sharding", default=None, metavar="{" + ",".join(SHARDINGS) + "}",
                    help="train only: none: every data-parallel rank holds all of the training state, fp32 "
-                        "master weights under bf16 autocast (a bare PyTorch loop; the default with --framework "
-                        "none); zero1: the ZeRO mixed-precision layout place prices by default "
-                        "(training.<role>.sharding), bf16 weights, the optimizer state split over --dp (the "
-                        "default with an RL framework or --trainer-backend megatron); zero2: and the gradients; the "
+                        "master weights under bf16 autocast (with --framework none, a bare PyTorch loop); zero1 "
+                        "(default with --optimizer adam, whatever the --framework, as place's "
+                        "training.<role>.sharding): the ZeRO mixed-precision layout, bf16 weights, the optimizer "
+                        "state split over --dp; zero2: and the gradients; the "
                         "Adam step's time takes the layout's share (all of the state under none, 1/dp under zero1 "
                         "and zero2) as place prices training.<role>.sharding (zero1 and zero2 need "
                         "--optimizer adam: with --optimizer none there is no optimizer state to split)")

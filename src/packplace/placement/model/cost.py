@@ -20,7 +20,9 @@ dispatches each token to its ``k`` experts and combines the results, two all-to-
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -148,16 +150,17 @@ class CostModel:
         hardware, cluster, workload: The instance's figures.
         engine: The rollout engine's batching settings (default: continuous, ``max_num_seqs`` 256).
         framework: The framework profile (:mod:`packplace.placement.model.framework`; default ``none``).
-        sharded_models: Shapes of the trained models that shard their weights with ``zero3`` (their
+        sharded_models: Roles of the trained models that shard their weights with ``zero3`` (their
             weight sync into a hybrid engine gathers the partitions,
-            :func:`~packplace.placement.model.framework.refit_seconds`).
-        training: The training options of each trained model's shape (its state's bytes, which a
-            framework with ``colocated_offload`` moves to the host and back every step); a shape not in it
-            takes the defaults.
+            :func:`~packplace.placement.model.framework.refit_seconds`), and the roles whose passes run in
+            such a trainer's workers (NeMo RL's reference in the policy's: their packs run in lockstep).
+        training: The training options of each role that has them, by role (its state's bytes, which a
+            framework with ``colocated_offload`` moves to the host and back every step; its ``fsdp_size``,
+            ``sharding``, ``recompute`` and ``optimizer_steps``); a role not in it takes the defaults.
         layout: The instance's layout-rule context (framework, ``policy.trainer_backend``, training
             options: :class:`~packplace.placement.model.layout_rules.Context`), which says whose kernels
             the trainer's passes run (:meth:`pass_kernels`); ``None``: Hugging Face eager kernels.
-        trainer_moves_optimizer: Shapes whose training vertex already moves its optimizer state to the host
+        trainer_moves_optimizer: Roles whose training vertex already moves its optimizer state to the host
             and back every step (NeMo RL v0.4's policy around its log-prob passes,
             :mod:`~packplace.placement.model.nemo_rl_releases`): a colocated refit's offload leaves that
             state out (:meth:`colocated_sync_time`).
@@ -167,57 +170,137 @@ class CostModel:
             (:func:`~packplace.placement.model.components.te_linear_host_ratio`); ``None``: unknown, the
             kernels' own issue time.
         packing: NeMo RL's sequence packing of the policy workers' passes
-            (:class:`~packplace.placement.model.sequence_packing.PackedPasses`): their micro-batches are packs
-            by tokens (:meth:`pass_shape`); ``None``: micro-batches of the plan's sequences.
+            (:class:`~packplace.placement.model.sequence_packing.PackedPasses`, whose ``models`` are the roles
+            that run in those workers): their micro-batches are packs by tokens (:meth:`pass_shape`); ``None``:
+            micro-batches of the plan's sequences.
         dynamic_bsz: verl's dynamic batch size, ``(ppo_max_token_len_per_gpu,
             log_prob_max_token_len_per_gpu, ulysses_sequence_parallel_size)``: tokens per micro-batch per
-            GPU of the shapes in ``dynamic_models`` (:meth:`pass_shape`) and the Ulysses size that slices
+            GPU of the roles in ``dynamic_models`` (:meth:`pass_shape`) and the Ulysses size that slices
             each micro-batch (:meth:`peak_pass_tokens`); ``None``: micro-batches of the plan's sequences.
-        dynamic_models: The shapes whose passes run ``dynamic_bsz`` (verl's actor, and its reference,
-            which shares the shape).
-        bare_loop_models: The trained shapes whose trainer is a bare PyTorch loop when they train with plain
+        dynamic_models: The roles whose passes run ``dynamic_bsz`` (verl's actor, and its reference, which
+            runs in the actor's worker).
+        bare_loop_models: The trained roles whose trainer is a bare PyTorch loop when they train with plain
             data parallelism (:func:`~packplace.placement.model.pass_memory.bare_loop`: framework ``none`` on
             no trainer backend, ``sharding: none``, no context parallelism, LoRA, offload or fp32 gradient
             buffer; :func:`~packplace.placement.candidates.trains_in_a_bare_loop`), priced on the component
             table's bare kernels (:meth:`bare_loop_table`).
-        context_parallel: The context-parallel degree ``C`` of each trained shape that has one
-            (``training.context_parallel``; absent: 1): :meth:`pass_time` runs its training pass's ``C·m``
-            micro-batches of a ``C``-th of the tokens per GPU through the pipeline, and so does the old log-prob
-            forward of its training vertex.
-        context_parallel_forwards: The shapes whose forward (``infer``) vertex runs with its trainer's context
+        context_parallel: The context-parallel degree ``C`` of each role that has one, by role
+            (``training.context_parallel`` of a trained role, its trainer's of a forward that runs with it;
+            absent: 1): :meth:`pass_time` runs its training pass's ``C·m`` micro-batches of a ``C``-th of the
+            tokens per GPU through the pipeline, and so does the old log-prob forward of its training vertex.
+        context_parallel_forwards: The roles whose forward (``infer``) vertex runs with its trainer's context
             parallelism (:func:`~packplace.placement.candidates.forward_context_parallel`: verl's Megatron
-            reference, NeMo RL's), whose pipeline :meth:`pass_time` runs as the training pass's.
+            reference and critic, NeMo RL's reference), whose pipeline :meth:`pass_time` runs as the training
+            pass's.
+        models: The shape of each role (``models.<role>``), which resolves the role-keyed settings above.
+
+    Every setting above is keyed by role, never by shape: two roles of one shape (a reward model of the
+    critic's trunk, a reference identical to the actor) keep their own. A vertex's time is priced on the view of
+    its role (:meth:`for_role`), where a method's ``model`` is that role's shape; on the unbound model a shape
+    resolves to the roles of that shape that have the setting, and a :class:`ValueError` names them when they
+    disagree (price through :meth:`for_role` instead).
+
+    Raises:
+        ValueError: a role-keyed setting names a role that has no shape in ``models``.
     """
 
     def __init__(self, hardware: Hardware, cluster: Cluster, workload: Workload,
                  engine: RolloutEngine | None = None, framework: FrameworkProfile | None = None,
                  sharded_models: frozenset = frozenset(),
-                 training: dict[ModelSpec, TrainingOptions] | None = None,
+                 training: Mapping[str, TrainingOptions] | None = None,
                  layout: Context | None = None,
                  trainer_moves_optimizer: frozenset = frozenset(),
                  transformer_engine: str | None = None, packing: PackedPasses | None = None,
                  dynamic_bsz: tuple[int, int, int] | None = None, dynamic_models: frozenset = frozenset(),
                  bare_loop_models: frozenset = frozenset(),
-                 context_parallel: dict[ModelSpec, int] | None = None,
-                 context_parallel_forwards: frozenset = frozenset()) -> None:
+                 context_parallel: Mapping[str, int] | None = None,
+                 context_parallel_forwards: frozenset = frozenset(),
+                 models: Mapping[str, ModelSpec] | None = None) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
         self.engine = engine if engine is not None else RolloutEngine()
         self.framework = framework if framework is not None else FRAMEWORKS[DEFAULT_FRAMEWORK]
-        self.sharded_models = sharded_models
+        self.models = dict(models) if models else {}
+        settings = {"sharded_models": sharded_models, "training": training or {},
+                    "trainer_moves_optimizer": trainer_moves_optimizer, "dynamic_models": dynamic_models,
+                    "bare_loop_models": bare_loop_models, "context_parallel": context_parallel or {},
+                    "context_parallel_forwards": context_parallel_forwards}
+        for field, roles in settings.items():
+            unknown = sorted(str(r) for r in roles if r not in self.models)
+            if unknown:
+                raise ValueError(f"CostModel {field}: roles {unknown} have no shape in models "
+                                 f"(roles: {sorted(self.models)}); settings are keyed by role")
+        self.sharded_models = frozenset(sharded_models)
         self.training = dict(training) if training else {}
-        self.trainer_moves_optimizer = trainer_moves_optimizer
+        self.trainer_moves_optimizer = frozenset(trainer_moves_optimizer)
         self.transformer_engine = transformer_engine
         self.components = hardware_table(hardware, getattr(hardware, "component_table", "none"))
         self._eager_rates: ComponentTable | None = None
         self.layout = layout
         self.packing = packing
         self.dynamic_bsz = dynamic_bsz
-        self.dynamic_models = dynamic_models
-        self.bare_loop_models = bare_loop_models
+        self.dynamic_models = frozenset(dynamic_models)
+        self.bare_loop_models = frozenset(bare_loop_models)
         self.context_parallel = dict(context_parallel) if context_parallel else {}
-        self.context_parallel_forwards = context_parallel_forwards
+        self.context_parallel_forwards = frozenset(context_parallel_forwards)
+        #: The role this view prices (:meth:`for_role`); ``None``: the unbound model.
+        self.role: str | None = None
+        self._base: CostModel | None = None
+        self._views: dict[str, CostModel] = {}
+
+    def for_role(self, role: str) -> CostModel:
+        """The view of this cost model that prices the vertices of ``role`` (``models.<role>``): the same
+        figures, with every role-keyed setting (the constructor's) read for ``role`` alone, so a method's
+        ``model`` takes ``role``'s settings when it is ``role``'s shape and the defaults otherwise. Cached;
+        a view's :meth:`for_role` is the unbound model's."""
+        base = self if self._base is None else self._base
+        view = base._views.get(role)
+        if view is None:
+            view = copy.copy(base)
+            view.role = role
+            view._base = base
+            base._views[role] = view
+        return view
+
+    def _roles_of(self, roles, model: ModelSpec) -> list:
+        """The roles of ``roles`` (a role-keyed table or set) whose settings apply to ``model``: on a view
+        (:meth:`for_role`) its role when ``model`` is its shape, on the unbound model every role of that shape."""
+        if self.role is not None:
+            if self.role not in roles:
+                return []
+            shape = self.models.get(self.role)
+            return [self.role] if shape is model or shape == model else []
+        return [r for r in roles if self.models.get(r) == model]
+
+    def _holds(self, roles, model: ModelSpec) -> bool:
+        """Whether a role-keyed set ``roles`` covers ``model`` (:meth:`_roles_of`)."""
+        return bool(self._roles_of(roles, model))
+
+    def _setting(self, table: Mapping, model: ModelSpec, default, field: str):
+        """``model``'s entry in the role-keyed ``table`` (:meth:`_roles_of`), else ``default``.
+
+        Raises:
+            ValueError: on the unbound model, roles of ``model``'s shape whose entries in ``table`` (the
+                constructor's ``field``) differ.
+        """
+        values = {table[r] for r in self._roles_of(table, model)}
+        if len(values) > 1:
+            raise ValueError(f"CostModel {field}: roles {sorted(self._roles_of(table, model))} share one shape "
+                             f"with different settings; price them through for_role(role)")
+        return values.pop() if values else default
+
+    def options(self, model: ModelSpec) -> TrainingOptions:
+        """The training options of ``model``'s role (:attr:`training`; the defaults without any)."""
+        return self._setting(self.training, model, DEFAULT_TRAINING, "training")
+
+    def shards(self, model: ModelSpec) -> bool:
+        """Whether ``model``'s role shards its weights with ZeRO-3 / FSDP (:attr:`sharded_models`)."""
+        return self._holds(self.sharded_models, model)
+
+    def context_parallel_degree(self, model: ModelSpec) -> int:
+        """The context-parallel degree of ``model``'s role (:attr:`context_parallel`; 1 without one)."""
+        return int(self._setting(self.context_parallel, model, 1, "context_parallel"))
 
     def pass_kernels(self, pp: int, tp: int, ep: int = 1) -> str:
         """Whose kernels a trainer-side pass (training, log-prob, reference and value forwards) of a task
@@ -248,7 +331,7 @@ class CostModel:
         :data:`PYTORCH_TRAIN_FRACTION`, which is fitted on FSDP trainers), with the autocast weight casts of
         every micro-batch (:meth:`bare_loop_casts`) and the table's AdamW step (:meth:`adam_seconds`), as
         ``packplace estimate --framework none`` prices it."""
-        if model not in self.bare_loop_models or (int(pp), int(tp), int(ep)) != (1, 1, 1) or lora_rank:
+        if not self._holds(self.bare_loop_models, model) or (int(pp), int(tp), int(ep)) != (1, 1, 1) or lora_rank:
             return None
         return self.components_for(model)
 
@@ -264,12 +347,12 @@ class CostModel:
     def bare_loop_casts(self, table: ComponentTable, model: ModelSpec) -> float:
         """Seconds of the autocast weight casts of one micro-batch of the bare loop on ``table``
         (:meth:`bare_loop_weight_kernels`; with ``recompute: full`` the recomputed forward's copy too)."""
-        full = self.training.get(model, DEFAULT_TRAINING).recompute == "full"
+        full = self.options(model).recompute == "full"
         return table.eager_seconds(self.bare_loop_weight_kernels(model, True, full))
 
     def packed(self, model: ModelSpec) -> bool:
         """Whether ``model``'s passes run NeMo RL's sequence packing (:attr:`packing` covers its shape)."""
-        return self.packing is not None and model in self.packing.models
+        return self.packing is not None and self._holds(self.packing.models, model)
 
     def pass_shape(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                    ep: int = 1) -> tuple[float, float]:
@@ -284,9 +367,9 @@ class CostModel:
         w = self.workload
         if self.packed(model):
             assert self.packing is not None
-            steps = self.training[model].optimizer_steps if kind == "train" and model in self.training else 1
+            steps = self.options(model).optimizer_steps if kind == "train" else 1
             m, tokens, _ = self.packing.shape(kind, dp, pp, tp, self.pass_kernels(pp, tp, ep) == "megatron",
-                                              model in self.sharded_models, steps)
+                                              self.shards(model), steps)
             return m, tokens
         dynamic = self.dynamic_chunk(model, kind, dp)
         if dynamic is not None:
@@ -301,9 +384,9 @@ class CostModel:
         ``B·K/(dp·optimizer_steps)``, ``dp_actor.py`` ``update_policy`` per mini-batch; log-prob: its share
         of the whole batch, ``compute_log_prob``), the token budget per GPU, and how many such chunks the
         pass runs; ``None`` when ``model``'s passes do not run it (:attr:`dynamic_bsz`)."""
-        if self.dynamic_bsz is None or model not in self.dynamic_models:
+        if self.dynamic_bsz is None or not self._holds(self.dynamic_models, model):
             return None
-        steps = self.training[model].optimizer_steps if kind == "train" and model in self.training else 1
+        steps = self.options(model).optimizer_steps if kind == "train" else 1
         budget = self.dynamic_bsz[0] if kind == "train" else self.dynamic_bsz[1]
         return self.workload.sequences / (dp * steps), budget, steps
 
@@ -317,9 +400,9 @@ class CostModel:
         is the sum over its sequences, not its tokens times the mean length."""
         if self.packed(model):
             assert self.packing is not None
-            steps = self.training[model].optimizer_steps if kind == "train" and model in self.training else 1
+            steps = self.options(model).optimizer_steps if kind == "train" else 1
             return self.packing.shape(kind, dp, pp, tp, self.pass_kernels(pp, tp, ep) == "megatron",
-                                      model in self.sharded_models, steps)[2]
+                                      self.shards(model), steps)[2]
         return float(self.workload.train_seq_len)
 
     def peak_pass_tokens(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
@@ -514,7 +597,7 @@ class CostModel:
         worker builds the actor's device mesh (``fsdp_workers.py`` ``ActorRolloutRefWorker.__init__``:
         ``create_device_mesh(world_size, self.config.actor.fsdp_config.fsdp_size)``), so the reference, which
         shares the actor's shape, takes the actor's."""
-        return self.training.get(model, DEFAULT_TRAINING).shard_ranks(dp)
+        return self.options(model).shard_ranks(dp)
 
     def hybrid_shard_seconds(self, gather_bytes: float, reduce_bytes: float, dp: int, shard: int, tp: int,
                              extent: tuple[int, int, int]) -> tuple[float, float]:
@@ -550,7 +633,7 @@ class CostModel:
         """Ulysses sequence-parallel degree of ``model``'s trainer passes (training, log-prob, reference):
         verl's ``ulysses_sequence_parallel_size`` (:attr:`dynamic_bsz`) for a shape in :attr:`dynamic_models`
         (verl's actor and its reference, whose worker shares the actor's Ulysses mesh), else 1."""
-        if self.dynamic_bsz is None or model not in self.dynamic_models:
+        if self.dynamic_bsz is None or not self._holds(self.dynamic_models, model):
             return 1
         return max(1, int(self.dynamic_bsz[2]))
 
@@ -756,7 +839,7 @@ class CostModel:
         :meth:`update_time`)."""
         if kind == "generate":
             phases = {"generation": self.generate_time(model, dp, pp, tp, micro_batch, extent, ep)}
-            if self.framework.refit == "in_place" and model in self.sharded_models:
+            if self.framework.refit == "in_place" and self.shards(model):
                 calls = generate_calls(self, dp, micro_batch)
                 hybrid = hybrid_gather_seconds(self, model, dp, pp, tp, calls, extent, offloaded)
                 if hybrid > 0.0:
@@ -766,7 +849,7 @@ class CostModel:
                     phases["merge"] = merge
         elif kind == "infer":
             phases = {"forward": self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep,
-                                                context_parallel=model in self.context_parallel_forwards)}
+                                                context_parallel=self._holds(self.context_parallel_forwards, model))}
         else:
             phases = {"train": self.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, lora_rank=lora_rank,
                                               gradient_allreduce=gradient_allreduce)}
@@ -873,7 +956,7 @@ class CostModel:
         # context parallelism (not NeMo RL's packs, which pass_shape splits already): a CP group of ring ranks runs
         # ring·m micro-batches, each GPU a ring-th of each one's tokens; the pipeline's bubble is one such share
         runs_ring = train or pack == "train" or context_parallel
-        ring = self.context_parallel.get(model, 1) if runs_ring and not self.packed(model) else 1
+        ring = self.context_parallel_degree(model) if runs_ring and not self.packed(model) else 1
         if ring > 1 and pp > 1:
             share = self._stage_seconds(model, train, dp, pp, tp, tokens / ring, s, extent, ep, lora_rank, layers_only)
             total = micro_batches * stage + (pp - 1) * share
@@ -970,7 +1053,7 @@ class CostModel:
         """Ranks over which ``model``'s Adam state is partitioned at data-parallel degree ``dp``, so that each
         rank updates ``1/f`` of it (:meth:`adam_seconds`): 1 under its training options' ``sharding: none``,
         else :meth:`shard_ranks` (``dp``, or ``min(dp, fsdp_size)``)."""
-        if self.training.get(model, DEFAULT_TRAINING).sharding == "none":
+        if self.options(model).sharding == "none":
             return 1
         return self.shard_ranks(model, dp)
 
@@ -1423,7 +1506,7 @@ class CostModel:
         if engine and src_range == dst_range:
             return self.colocated_sync_time(model, dst_layout, src_range)
         if engine:
-            path = refit_seconds(self, model, src_range, dst_layout, dst_range, model in self.sharded_models)
+            path = refit_seconds(self, model, src_range, dst_layout, dst_range, self.shards(model))
             if path is not None:
                 return (path + refit_framework_seconds(self, model, dst_layout, colocated=False)
                         + self.hw.weight_sync_overhead)
@@ -1453,16 +1536,16 @@ class CostModel:
         hw = self.hw
         if self.framework.refit == "in_place":
             block = block if block is not None else (0, 1)
-            sharded = model in self.sharded_models
+            sharded = self.shards(model)
             return refit_seconds(self, model, block, dst_layout, block, sharded) + hw.weight_sync_overhead
         shard = self.layout_shard_bytes(model, dst_layout)
         seconds = 2.0 * shard / hw.memory_bandwidth + 2.0 * shard / hw.host_bandwidth + hw.weight_sync_overhead
         seconds += refit_framework_seconds(self, model, dst_layout, colocated=True)
         if self.framework.colocated_offload:
             state = self.train_state_bytes(model, block)
-            if model in self.trainer_moves_optimizer:
+            if self._holds(self.trainer_moves_optimizer, model):
                 n = block[1] - block[0] if block is not None else 1
-                state -= optimizer_lower_bound_bytes(model, n, self.training.get(model, DEFAULT_TRAINING))
+                state -= optimizer_lower_bound_bytes(model, n, self.options(model))
             seconds += offload_round_trip_seconds(self, state)
         return seconds
 
@@ -1474,7 +1557,7 @@ class CostModel:
         unsharded gradients only add), and independent of that layout, so that the search's tables,
         which price a colocated refit by the engine's block alone, price it as the evaluator does."""
         n = block[1] - block[0] if block is not None else 1
-        options = self.training.get(model, DEFAULT_TRAINING)
+        options = self.options(model)
         return resident_bytes(model, "train", max(1, n), 1, 1, replace(options, sharding="zero3"))
 
     def transfer_time(self, src_range: tuple[int, int], dst_range: tuple[int, int], dst_dp: int) -> float:

@@ -309,7 +309,7 @@ class VertexBalance:
     :mod:`packplace.placement.model.training_time`); ``lora_rank`` of a trainer with LoRA adapters
     (:meth:`~packplace.placement.model.cost.CostModel.pass_time`); ``context_parallel_forward``: a forward
     vertex that runs with its trained model's context parallelism (verl's Megatron reference with the
-    actor's, :func:`~packplace.placement.candidates.forward_context_parallel`)."""
+    actor's and critic values with the critic's, :func:`~packplace.placement.candidates.forward_context_parallel`)."""
 
     balance: DataParallelBalance
     setting: BalanceSetting

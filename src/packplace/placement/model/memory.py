@@ -229,9 +229,10 @@ class ContextParallelSplit:
     strategy, sets how many micro-batches a rank runs). The resident state is not split: the ZeRO /
     distributed-optimizer sharding over ``dp`` already counts the CP ranks (Megatron-Core shards over its
     data-parallel × context-parallel group). An ``infer`` vertex takes a split only where its framework runs it
-    with a trainer's CP (verl's Megatron reference with the actor's,
-    :func:`~packplace.placement.candidates.forward_context_parallel`); other forwards (NeMo RL's reference,
-    every critic's) stay whole: the larger figure where a framework would run them with CP.
+    with a trainer's CP (verl's Megatron reference with the actor's and its critic's values with the critic's,
+    NeMo RL's reference with the policy's: :func:`~packplace.placement.candidates.forward_context_parallel`);
+    other forwards (a reward model's, another framework's critic) stay whole: the larger figure where a
+    framework would run them with CP.
 
     Attributes:
         degree: The static CP degree ``c`` (1: none): each sequence of a micro-batch is split over ``c``

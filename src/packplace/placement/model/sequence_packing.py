@@ -460,8 +460,9 @@ class PackedPasses:
         draws: Batches of sequence lengths (tokens, each of shape ``(n,)``; the instance's
             :attr:`~packplace.placement.model.dp_balance.DataParallelBalance.draws`).
         sequences: The step's sequences (a drawn batch shorter than the step scales the pack count).
-        models: Model shapes whose passes run in the policy workers (the actor, and the reference that shares
-            its shape).
+        models: The roles whose passes run in the policy workers (the actor, and the reference, which runs in
+            them), the key the cost model reads them by
+            (:meth:`~packplace.placement.model.cost.CostModel.packed`).
         context_parallel: The policy's context-parallel degree ``C``: the pad multiple (:func:`pad_multiple`)
             and the data ranks the packer deals to (:meth:`shape`).
 

@@ -133,7 +133,7 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
     seconds = 0.0
     if options.recompute != "none":
         s = cost.attention_length(model, "train", dp, pp, tp, ep)   # packed: the packs' Σ l² over their tokens
-        ring = cost.context_parallel.get(model, 1) if not cost.packed(model) else 1
+        ring = cost.context_parallel_degree(model) if not cost.packed(model) else 1
 
         def stage(n: float) -> float:
             return recompute_stage_seconds(cost, model, options.recompute, dp, pp, tp, n, s, extent, ep, rank)

@@ -226,13 +226,14 @@ def trainer_backends(instance, plan) -> dict[str, dict[str, str]]:
     for name in instance.graph.names:
         if instance.graph.vertex(name).kind == "train":
             s = strategies[name]
-            model = instance.models[instance.graph.vertex(name).model]
+            role = instance.graph.vertex(name).model
+            model, view = instance.models[role], cost.for_role(role)
             rank = instance.training.get(name.split(".")[0], DEFAULT_TRAINING).lora_rank
             entry = {"trainer_backend": group_backend_name(ctx, strategies, name),
                      "pass_kernels": cost.pass_kernels(s.pp, s.tp, s.ep),
                      "trainer_rate_fraction": cost.train_rate_fraction(model, s.pp, s.tp, s.ep, rank)}
             if instance.framework == "none" and entry["trainer_backend"] == "none":
-                entry["trainer"] = ("bare_pytorch_loop" if cost.bare_loop_table(model, s.pp, s.tp, s.ep, rank)
+                entry["trainer"] = ("bare_pytorch_loop" if view.bare_loop_table(model, s.pp, s.tp, s.ep, rank)
                                     is not None else "pytorch_trainer")
             out[name] = entry
     return out
