@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
-from test_placement_cpsat import HW, SMALL, proven_optimal
+from test_placement_cpsat import HW, SMALL, every_kth, proven_optimal
 from test_placement_cpsat_periodic import max_cycle_mean
 
 import packplace
@@ -161,7 +161,7 @@ def _nemo_grpo():
         inst = build_instance(config)
         table = get_table(inst)
         _GRPO["inst"] = inst
-        candidates = {n: list(table.feasible[n])[::2] for n in inst.graph.names}
+        candidates = {n: every_kth(table, n, 2) for n in inst.graph.names}
         _GRPO["tables"] = cpsat.make_tables(get_evaluator(inst), candidates)
     return _GRPO["inst"], _GRPO["tables"]
 
