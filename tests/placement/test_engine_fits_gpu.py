@@ -73,8 +73,8 @@ def test_the_error_names_the_field_its_value_the_bytes_and_the_largest_value_tha
     assert text.startswith("[policy] gpu_memory_utilization 0.9699 leaves actor.generate no GPU it fits on: vLLM "
                            "reserves 77.6 GB of each 80 GB GPU (gpu_memory_utilization x memory_per_gpu) and holds "
                            "at least 2.42 GB outside that pool")
-    assert "80 GB in all; set policy.gpu_memory_utilization to at most 0.96 (76.8 GB pool beside 2.42 GB " in text
-    assert ", 1 GPUs per replica, whose need inside the pool is " in text
+    assert ("80 GB in all; set policy.gpu_memory_utilization to at most 0.96 (76.8 GB pool beside 2.42 GB outside it "
+            "at 1 GPU per replica, whose need inside the pool is ") in text
     # the suggested value fits: the TP 1 engine then holds 76.8 + 2.42 GB of the 80
     fixed = CandidateTable(build_instance(_config(0.96)))
     assert fixed.feasible["actor.generate"]
@@ -91,3 +91,24 @@ def test_place_check_names_gpu_memory_utilization(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "[policy] gpu_memory_utilization 0.99 leaves actor.generate no GPU it fits on" in err
     assert "at most 0.96" in err and "each task fits alone" not in err
+
+
+def test_openrlhf_default_at_tp_above_one_on_an_80_gb_gpu():
+    """OpenRLHF v0.6.4's default 0.95 (--vllm_gpu_memory_utilization) pins no vLLM release, so NCCL and the graphs
+    both lie outside the pool: 76 + 1.02 + 4.85 + 1.40 = 83.27 GB per GPU of a 70B engine, which needs TP >= 2;
+    the largest value that fits is floor(100 x (80 - 7.27) / 80) / 100 = 0.90."""
+    config = {"hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
+              "models": {"actor": dict(MODEL_PRESETS["llama3.1-70b"]), "reward": "rule"},
+              "workload": {"batch_size": 64, "samples_per_prompt": 4, "context_length": 256, "generation_length": 512},
+              "policy": {"algorithm": "grpo", "framework": "openrlhf", "framework_version": "0.6.4"}}
+    table = CandidateTable(build_instance(config))
+    gen = table.all["actor.generate"]
+    assert not table.feasible["actor.generate"]
+    held = [c.memory_bytes for c in gen if c.strategy.tp * c.strategy.pp > 1 and c.strategy.pp == 1]
+    assert held and all(m == pytest.approx(0.95 * GPU + WS + VLLM_NCCL_BYTES + VLLM_CUDA_GRAPH_BYTES) for m in held)
+    assert held[0] / 1e9 == pytest.approx(83.27, abs=0.005)
+    with pytest.raises(InfeasibleError, match=r"^\[policy\] gpu_memory_utilization 0\.95 leaves actor\.generate .*"
+                                              r"83\.3 GB in all; set policy\.gpu_memory_utilization to at most 0\.90 "):
+        table.shortfalls()
+    config["policy"]["gpu_memory_utilization"] = 0.90
+    assert CandidateTable(build_instance(config)).feasible["actor.generate"]

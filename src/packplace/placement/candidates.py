@@ -518,14 +518,14 @@ class CandidateTable:
             return None
         value, cand, outside = best
         least = min(over, key=lambda c: (c.memory_bytes - limit, c.gpus))
-        gmu = inst.engine.gpu_memory_utilization
+        gmu, per_replica = inst.engine.gpu_memory_utilization, cand.strategy.tp * cand.strategy.pp
         return (f"[policy] gpu_memory_utilization {gmu:g} leaves {name} no GPU it fits on: vLLM reserves "
                 f"{gb(limit)} GB of each {gb(capacity)} GB GPU (gpu_memory_utilization x memory_per_gpu) and "
                 f"holds at least {gb(least.memory_bytes - limit)} GB outside that pool (CUDA context and "
                 f"workspace, NCCL buffers, CUDA graphs by its release), {gb(least.memory_bytes)} GB in all; set "
                 f"policy.gpu_memory_utilization to at most {value:.2f} ({gb(value * capacity)} GB pool beside "
-                f"{gb(outside)} GB outside it, {cand.strategy.tp * cand.strategy.pp} GPUs per replica, whose "
-                f"need inside the pool is {gb(cand.pool_bytes)} GB)")
+                f"{gb(outside)} GB outside it at {per_replica} GPU{'s' if per_replica > 1 else ''} per replica, "
+                f"whose need inside the pool is {gb(cand.pool_bytes)} GB)")
 
     def no_strategy_message(self, name: str) -> str:
         """The one-line error for vertex ``name`` when it has no legal strategy on the cluster: the hard rules
