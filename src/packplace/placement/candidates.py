@@ -19,7 +19,8 @@ Hard rules (a candidate breaking one is not generated; :func:`explain` names the
 * the ``B·K`` sequences divide evenly over ``dp`` and each replica's share over micro-batches of ``mb``.
 
 Memory: a candidate whose own resident + transient bytes exceed its budget (:func:`memory_budget`:
-``memory_per_gpu``, for a rollout engine ``gpu_memory_utilization`` of it) is kept in
+``memory_per_gpu``, for a rollout engine ``gpu_memory_utilization`` of it), or a vLLM engine whose whole pool
+and the bytes it holds outside it exceed ``memory_per_gpu`` (:func:`candidate_fits`), is kept in
 :attr:`CandidateTable.all` (``fits = False``) but not in :attr:`CandidateTable.feasible`; the evaluator
 rejects a plan that runs it.
 """
@@ -1051,7 +1052,8 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     log-probs also at that forward's); a candidate fits within :func:`memory_budget` (a generation candidate's
     need inside ``gpu_memory_utilization`` of the GPU, the engine's budget, with its release's non-torch bytes
     there; a vLLM engine then holds the whole pool and what lies outside it,
-    :func:`~packplace.placement.model.memory.engine_held_bytes`, the bytes the plan's memory check counts). A
+    :func:`~packplace.placement.model.memory.engine_held_bytes`, the bytes the plan's memory check counts, which
+    must fit ``memory_per_gpu``: :func:`candidate_fits`). A
     continuously batched engine holds the KV of the sequences it runs at once
     (:meth:`~packplace.placement.model.cost.CostModel.engine_concurrency`, at most its KV capacity), whatever
     the number of requests ``mb`` handed to it. Training time adds :func:`training_overhead_seconds`
