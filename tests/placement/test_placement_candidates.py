@@ -128,7 +128,9 @@ def test_every_candidate_obeys_the_hard_rules(path):
             limit = inst.hardware.memory_per_gpu
             if vertex.kind == "generate":  # the engine's budget
                 limit *= inst.engine.gpu_memory_utilization
-            assert c.fits == (c.budget_bytes <= limit)   # a vLLM engine: its need inside the pool
+            # a vLLM engine: its need inside the pool, and the pool with what lies outside it within the GPU
+            assert c.fits == (c.budget_bytes <= limit and (
+                c.pool_bytes is None or c.memory_bytes <= inst.hardware.memory_per_gpu))
         feasible = table.feasible[vertex.name]
         assert [c.time for c in feasible] == sorted(c.time for c in feasible)
         assert all(c.fits for c in feasible) and len(table.top(vertex.name)) == min(inst.k_eval, len(feasible))

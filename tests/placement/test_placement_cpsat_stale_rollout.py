@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
-from test_placement_cpsat import HW, SMALL, proven_optimal
+from test_placement_cpsat import HW, SMALL, every_kth, proven_optimal
 from test_placement_cpsat_periodic import max_cycle_mean
 
 import packplace
@@ -161,7 +161,7 @@ def _nemo_grpo():
         inst = build_instance(config)
         table = get_table(inst)
         _GRPO["inst"] = inst
-        candidates = {n: list(table.feasible[n])[::2] for n in inst.graph.names}
+        candidates = {n: every_kth(table, n, 2) for n in inst.graph.names}
         _GRPO["tables"] = cpsat.make_tables(get_evaluator(inst), candidates)
     return _GRPO["inst"], _GRPO["tables"]
 
@@ -231,10 +231,12 @@ def test_pruning_keeps_candidates_whose_stale_rollout_is_faster(monkeypatch):
     assert by_time["actor.train"] == kept["actor.train"]
     extra = [c for c in kept["actor.generate"] if c not in by_time["actor.generate"]]
     assert set(by_time["actor.generate"]) <= set(kept["actor.generate"])
-    # batch times wait for the slowest engine share; a stale rollout streams past it. 207 of the engine's 347
+    # batch times wait for the slowest engine share; a stale rollout streams past it. 184 of the engine's 310
     # kept candidates: a vLLM engine holds its whole pool whatever its micro-batch, so candidates of one shape
-    # tie on memory and only a stale rollout's time keeps a slower-as-a-batch one
-    assert len(extra) == 207
+    # tie on memory and only a stale rollout's time keeps a slower-as-a-batch one (a pipelined engine holds the
+    # last stage's 8.76 GiB of NCCL buffers, memory.VLLM_NCCL_PP_BYTES, so more of them are dominated)
+    assert len(kept["actor.generate"]) == 310
+    assert len(extra) == 184
     b = ev.index["actor.generate"]
     for c in extra:  # each is slower as a batch than some candidate of its shape, but faster when stale
         assert any(d.extent == c.extent and d.time <= c.time and ev.stale_time(b, c, 1) < ev.stale_time(b, d, 1)

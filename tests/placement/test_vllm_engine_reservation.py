@@ -16,6 +16,7 @@ from packplace.placement.model.framework import engine_vllm_release
 from packplace.placement.model.memory import (
     VLLM_CUDA_GRAPH_BYTES,
     VLLM_NCCL_BYTES,
+    VLLM_NCCL_PP_BYTES,
     VLLM_V0_CUDA_GRAPH_BYTES,
     EngineReservation,
     engine_held_bytes,
@@ -40,7 +41,8 @@ def test_the_constants_are_the_logged_figures():
     assert VLLM_NCCL_BYTES == pytest.approx(4.52 * GIB) == pytest.approx(4_853_313_044.48)
     # github.com/vllm-project/vllm/pull/21489: ~1.3 GB of CUDA graphs (Llama 4 Maverick), read as GiB
     assert VLLM_CUDA_GRAPH_BYTES == pytest.approx(1_395_864_371.2)
-    # github.com/vllm-project/vllm/issues/15664: a V0 engine's capture "took 3.34 GiB"
+    # github.com/vllm-project/vllm/issues/15664 (2025-04-11 comment): a V0 engine's capture "took 3.34 GiB",
+    # above the V0 model runner's own "1~3 GiB" (vllm/worker/model_runner.py capture_model)
     assert VLLM_V0_CUDA_GRAPH_BYTES == pytest.approx(3_586_297_364.48)
 
 
@@ -51,8 +53,15 @@ def test_tp_1_and_tp_2_footprints_by_hand_at_vllm_0_11():
     # TP 2: NCCL's 4.52 GiB join them (the snapshot follows NCCL's initialisation from 0.11)
     assert two.outside == pytest.approx(1.02e9 + 1_395_864_371.2 + 4_853_313_044.48)
     assert two.outside - one.outside == pytest.approx(4_853_313_044.48)
-    # pipeline stages form a communicator too
-    assert reservation(tp=1, pp=2).outside == pytest.approx(two.outside)
+    # pipeline stages: the last stage's 8.76 GiB (23.56 GiB total - 14.8 GiB free at TP 2 PP 2,
+    # github.com/vllm-project/vllm/pull/45517) on every GPU, whatever the TP
+    pp_nccl = 23.56 * GIB - 14.8 * GIB
+    assert VLLM_NCCL_PP_BYTES == pytest.approx(pp_nccl) == pytest.approx(9_405_978_378.24)
+    for tp in (1, 2, 8):
+        assert reservation(tp=tp, pp=2).outside == pytest.approx(1.02e9 + 1_395_864_371.2 + pp_nccl)
+    assert reservation(tp=2, pp=4).outside - two.outside == pytest.approx(pp_nccl - 4_853_313_044.48)
+    # before vLLM 0.11 the stages' NCCL lies inside the pool as TP's does
+    assert reservation(tp=2, pp=2, release=(0, 10, 0)).outside == pytest.approx(one.outside)
 
 
 def test_nccl_inside_the_pool_before_0_11_adds_nothing_outside():
@@ -175,7 +184,8 @@ def test_the_footprint_is_never_below_vllms_reservation(gmu, tp, pp, model, eage
     need = weights + live * max(pool - weights, 0.0)    # any need inside the pool the KV budget allows
     held = weights + engine_held_bytes(weights, need - weights, pool, r)
     # vLLM's documented reservation: the whole fraction, plus what the release holds beside it
-    documented = pool + WS + (VLLM_NCCL_BYTES if tp * pp > 1 and (release is None or release >= (0, 11)) else 0.0) \
+    nccl = VLLM_NCCL_PP_BYTES if pp > 1 else VLLM_NCCL_BYTES
+    documented = pool + WS + (nccl if tp * pp > 1 and (release is None or release >= (0, 11)) else 0.0) \
         + (VLLM_CUDA_GRAPH_BYTES if not eager and (release is None or release < (0, 21)) else 0.0)
     # a V0 engine: the pool, the workspace and its graphs
     v0 = weights + engine_held_bytes(weights, need - weights, pool, reservation(tp=tp, pp=pp, generation="v0",

@@ -19,7 +19,8 @@ Hard rules (a candidate breaking one is not generated; :func:`explain` names the
 * the ``B·K`` sequences divide evenly over ``dp`` and each replica's share over micro-batches of ``mb``.
 
 Memory: a candidate whose own resident + transient bytes exceed its budget (:func:`memory_budget`:
-``memory_per_gpu``, for a rollout engine ``gpu_memory_utilization`` of it) is kept in
+``memory_per_gpu``, for a rollout engine ``gpu_memory_utilization`` of it), or a vLLM engine whose whole pool
+and the bytes it holds outside it exceed ``memory_per_gpu`` (:func:`candidate_fits`), is kept in
 :attr:`CandidateTable.all` (``fits = False``) but not in :attr:`CandidateTable.feasible`; the evaluator
 rejects a plan that runs it.
 """
@@ -106,7 +107,9 @@ class Candidate:
         transient_bytes: Per-GPU bytes while the vertex runs (activations, logits, KV cache; a vLLM engine's
             whole ``gpu_memory_utilization`` pool less its weights and what it holds outside the pool,
             :func:`~packplace.placement.model.memory.engine_held_bytes`).
-        fits: :attr:`budget_bytes` within the vertex's own budget (:func:`memory_budget`).
+        fits: :attr:`budget_bytes` within the vertex's own budget (:func:`memory_budget`) and, for a vLLM
+            engine, :attr:`memory_bytes` (its whole pool and what it holds outside it) within ``memory_per_gpu``
+            (:func:`candidate_fits`): an engine whose pool and outside bytes exceed the GPU fits in no plan.
         pool_bytes: A vLLM engine's need inside its ``gpu_memory_utilization`` pool (weights, live KV, working
             set, logits and the release's non-torch bytes there); ``None`` for every other vertex.
     """
@@ -431,8 +434,11 @@ class CandidateTable:
         Raises:
             ConfigError: a vertex with no legal strategy (the rules that failed on the full cluster) or a
                 non-finite predicted time for every candidate that fits.
-            InfeasibleError: a vertex that fits on no cluster grown up to 64x: "M does not fit: V needs Z GB
-                per GPU at the largest block, W GB available" naming the most demanding vertex.
+            InfeasibleError: a vLLM engine none of whose candidates fits only because its pool and the bytes it
+                holds outside it exceed the GPU: :meth:`engine_pool_message` ("[policy] gpu_memory_utilization G
+                leaves V no GPU it fits on: ... set policy.gpu_memory_utilization to at most g ..."); a vertex that
+                fits on no cluster grown up to 64x: "M does not fit: V needs Z GB per GPU at the largest block,
+                W GB available" (:meth:`available`) naming the most demanding vertex.
         """
         inst = self.instance
         short = []
@@ -443,6 +449,9 @@ class CandidateTable:
             model = inst.models[vertex.model]
             if not self.all[name]:
                 raise ConfigError(self.no_strategy_message(name))
+            engine = self.engine_pool_message(name)
+            if engine is not None:
+                raise InfeasibleError(engine)
             fitting = [c for c in self.all[name] if c.fits]
             if fitting and not any(math.isfinite(c.time) for c in fitting):
                 raise ConfigError(f"[workload] {name}: predicted time is not finite ({fitting[0].time}) for every "
@@ -452,7 +461,7 @@ class CandidateTable:
             at_largest = min(c.memory_bytes for c in self.all[name] if c.gpus == largest)
             needed = _smallest_fitting_gpus(vertex, model, inst, self.cost)
             detail = (f"{gb(at_largest)} GB per GPU needed at the largest block ({largest} GPUs), "
-                      f"{gb(memory_budget(inst, vertex.kind))} GB available")
+                      f"{self.available(name)}")
             short.append(Shortfall(needed, name, vertex.model, detail, least, at_largest, largest))
         never = [x for x in short if x.needed is None]
         if never:  # name the most demanding vertex (the most memory at its largest block)
@@ -461,11 +470,63 @@ class CandidateTable:
                       if worst.largest_gpus < inst.cluster.num_gpus else "")
             raise InfeasibleError(f"[models] {worst.model} does not fit: {worst.vertex} needs "
                                   f"{gb(worst.bytes_at_largest)} GB per GPU at the largest block "
-                                  f"({worst.largest_gpus} GPUs), "
-                                  f"{gb(memory_budget(inst, inst.graph.vertex(worst.vertex).kind))} GB available "
+                                  f"({worst.largest_gpus} GPUs), {self.available(worst.vertex)} "
                                   f"(least memory of any "
                                   f"candidate: {gb(worst.least.memory_bytes)} GB){capped}")
         return short
+
+    def available(self, name: str) -> str:
+        """What vertex ``name``'s bytes per GPU are measured against, for the no-fit messages: ``"W GB
+        available"`` (its own budget, :func:`memory_budget`), or for a vLLM engine, whose bytes hold its pool
+        and what lies outside it, ``"M GB per GPU available, P GB of it the engine's pool
+        (gpu_memory_utilization G)"``."""
+        inst = self.instance
+        kind = inst.graph.vertex(name).kind
+        if not any(c.pool_bytes is not None for c in self.all[name]):
+            return f"{gb(memory_budget(inst, kind))} GB available"
+        return (f"{gb(inst.hardware.memory_per_gpu)} GB per GPU available, {gb(memory_budget(inst, kind))} GB of it "
+                f"the engine's pool (gpu_memory_utilization {inst.engine.gpu_memory_utilization:g})")
+
+    def engine_pool_message(self, name: str) -> str | None:
+        """The one-line error for a vLLM engine ``name`` none of whose candidates fits because its
+        ``gpu_memory_utilization`` pool and the bytes it holds outside the pool exceed the GPU, or ``None``
+        when some candidate fits or none fits for that reason.
+
+        A candidate that fits its own budget (its need inside the pool at most ``gpu_memory_utilization ·
+        memory_per_gpu``) holds the whole pool ``P`` and its release's outside bytes ``X``
+        (:func:`~packplace.placement.model.memory.engine_held_bytes`), so it fits the GPU of ``M`` bytes
+        exactly when ``P + X ≤ M``. The message names ``policy.gpu_memory_utilization`` and its value, ``P``,
+        the least ``X`` of those candidates (the one at the fewest GPUs per replica on ties), ``M`` and the
+        largest value with two decimals, ``g = ⌊100·(M − X)/M⌋/100``, at which that candidate's need inside
+        the pool still fits ``g·M`` (the largest over the candidates); ``None`` where no candidate has such a
+        ``g`` (the engine's need inside the pool does not fit beside ``X`` on any block of this cluster, so a
+        larger cluster may help: :meth:`shortfalls` words that)."""
+        inst = self.instance
+        if inst.graph.vertex(name).kind != "generate":
+            return None
+        cands = self.all[name]
+        limit, capacity = memory_budget(inst, "generate"), float(inst.hardware.memory_per_gpu)
+        over = [c for c in cands if c.pool_bytes is not None and c.pool_bytes <= limit and c.memory_bytes > capacity]
+        if not over or any(c.fits for c in cands):
+            return None
+        best = None
+        for cand in over:
+            outside = cand.memory_bytes - limit
+            value = math.floor(100.0 * (capacity - outside) / capacity) / 100.0
+            if value > 0 and value * capacity >= cand.pool_bytes and (best is None or value > best[0]):
+                best = (value, cand, outside)
+        if best is None:
+            return None
+        value, cand, outside = best
+        least = min(over, key=lambda c: (c.memory_bytes - limit, c.gpus))
+        gmu, per_replica = inst.engine.gpu_memory_utilization, cand.strategy.tp * cand.strategy.pp
+        return (f"[policy] gpu_memory_utilization {gmu:g} leaves {name} no GPU it fits on: vLLM reserves "
+                f"{gb(limit)} GB of each {gb(capacity)} GB GPU (gpu_memory_utilization x memory_per_gpu) and "
+                f"holds at least {gb(least.memory_bytes - limit)} GB outside that pool (CUDA context and "
+                f"workspace, NCCL buffers, CUDA graphs by its release), {gb(least.memory_bytes)} GB in all; set "
+                f"policy.gpu_memory_utilization to at most {value:.2f} ({gb(value * capacity)} GB pool beside "
+                f"{gb(outside)} GB outside it at {per_replica} GPU{'s' if per_replica > 1 else ''} per replica, "
+                f"whose need inside the pool is {gb(cand.pool_bytes)} GB)")
 
     def no_strategy_message(self, name: str) -> str:
         """The one-line error for vertex ``name`` when it has no legal strategy on the cluster: the hard rules
@@ -992,6 +1053,18 @@ def memory_budget(instance, kind: str) -> float:
     return mem * instance.engine.gpu_memory_utilization if kind == "generate" else mem
 
 
+def candidate_fits(resident: float, transient: float, pool: float | None, limit: float, capacity: float) -> bool:
+    """Whether a candidate can run on a GPU of ``capacity`` bytes (``memory_per_gpu``) by itself, all in bytes
+    per GPU: its need (``pool`` for a vLLM engine, its need inside the ``gpu_memory_utilization`` pool; else
+    ``resident + transient``) within its own budget ``limit`` (:func:`memory_budget`), and for a vLLM engine
+    what it holds, ``resident + transient`` (the whole pool and the bytes outside it,
+    :func:`~packplace.placement.model.memory.engine_held_bytes`), within ``capacity``: the plan's memory check
+    counts those bytes, so an engine whose pool and outside bytes exceed the GPU fits in no plan."""
+    if pool is None:
+        return resident + transient <= limit
+    return pool <= limit and resident + transient <= capacity
+
+
 def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, cost: CostModel,
                             extents: list[tuple[int, int, int]], only: set | None = None, *,
                             deadline: float | None = None, built_before: int = 0) -> list[Candidate]:
@@ -1006,7 +1079,8 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     log-probs also at that forward's); a candidate fits within :func:`memory_budget` (a generation candidate's
     need inside ``gpu_memory_utilization`` of the GPU, the engine's budget, with its release's non-torch bytes
     there; a vLLM engine then holds the whole pool and what lies outside it,
-    :func:`~packplace.placement.model.memory.engine_held_bytes`, the bytes the plan's memory check counts). A
+    :func:`~packplace.placement.model.memory.engine_held_bytes`, the bytes the plan's memory check counts, which
+    must fit ``memory_per_gpu``: :func:`candidate_fits`). A
     continuously batched engine holds the KV of the sequences it runs at once
     (:meth:`~packplace.placement.model.cost.CostModel.engine_concurrency`, at most its KV capacity), whatever
     the number of requests ``mb`` handed to it. Training time adds :func:`training_overhead_seconds`
@@ -1027,6 +1101,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     weight_swap = swaps_reference_weights(instance.framework, instance.graph.vertex(name).model, kind)
     release = trainer_release(instance, name)
     limit = memory_budget(instance, kind)
+    capacity = float(instance.hardware.memory_per_gpu)
     reward = instance.rule_reward.seconds(w.sequences) if kind == "generate" and instance.rule_reward is not None \
         else None
     live_len = mean_live_tokens(w)
@@ -1065,8 +1140,8 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                 tra += reservation.in_pool
                 pool = res + tra if reservation.pooled else None
                 tra = engine_held_bytes(res, tra, limit, reservation)
-            need = res + tra if pool is None else pool
-            out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, need <= limit, pool))
+            fits = candidate_fits(res, tra, pool, limit, capacity)
+            out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, fits, pool))
     return out
 
 

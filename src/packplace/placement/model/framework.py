@@ -574,6 +574,41 @@ def default_gpu_memory_utilization(framework: str, version: str | None) -> float
     return entry.gpu_memory_utilization
 
 
+#: OpenRLHF releases that lower ``--vllm_gpu_memory_utilization`` under ``--colocate_all_models``: v0.5.8 (the
+#: release that added the flag, default 0.9) to v0.6.0; v0.6.0.post1 dropped the override
+#: (:func:`colocate_all_gpu_memory_utilization`).
+OPENRLHF_COLOCATE_ALL_OVERRIDE = ((0, 5, 8), (0, 6))
+#: The value OpenRLHF sets there, and the value at or above which it does (openrlhf/cli/train_ppo_ray.py).
+OPENRLHF_COLOCATE_ALL_GPU_MEMORY_UTILIZATION = 0.4
+OPENRLHF_COLOCATE_ALL_ABOVE = 0.9
+_POST_RELEASE = re.compile(r".*post\d*\s*$", re.IGNORECASE)
+
+
+def colocate_all_gpu_memory_utilization(framework: str, version: str | None, gpu_memory_utilization: float) -> float:
+    """The ``gpu_memory_utilization`` (a fraction in (0, 1]) the rollout engine of ``framework`` at release
+    ``version`` runs with when every model and the engine share the same GPUs (OpenRLHF's
+    ``--colocate_all_models``), given the configured ``gpu_memory_utilization`` (set or the framework's default,
+    :func:`default_gpu_memory_utilization`).
+
+    OpenRLHF v0.5.8, v0.5.9, v0.5.9.post1 and v0.6.0 override the value, the user's included: ``if
+    args.colocate_all_models and args.vllm_gpu_memory_utilization >= 0.9: args.vllm_gpu_memory_utilization =
+    0.4`` (openrlhf/cli/train_ppo_ray.py ``train``, before ``create_vllm_engines``, at each of those tags; absent
+    at v0.5.7, which has neither flag, and from v0.6.0.post1). Every other framework, release (``None``: the
+    current one) or value below 0.9 keeps ``gpu_memory_utilization``. A ``.postN`` release of v0.6.0 is past the
+    override; :func:`parse_version` drops the suffix, so it is read here from ``version``.
+
+    Raises:
+        ConfigError: a malformed ``version`` (:func:`parse_version`).
+    """
+    if framework != "openrlhf" or version is None or gpu_memory_utilization < OPENRLHF_COLOCATE_ALL_ABOVE:
+        return gpu_memory_utilization
+    release = parse_version(version)
+    first, last = OPENRLHF_COLOCATE_ALL_OVERRIDE
+    if release < first or release > last or (release == last and _POST_RELEASE.fullmatch(version)):
+        return gpu_memory_utilization
+    return OPENRLHF_COLOCATE_ALL_GPU_MEMORY_UTILIZATION
+
+
 def engine_vllm_release(framework: str, version: str | None) -> tuple[int, ...] | None:
     """The vLLM release the rollout engine of ``framework`` at release ``version`` runs
     (:attr:`VersionDefaults.vllm`; with no ``version``, that of the table's last entry, the profile's current

@@ -55,7 +55,8 @@ RECOMPUTE = ("none", "selective", "full")
 OFFLOAD = ("none", "optimizer", "optimizer+params")
 
 _GIB = float(2**30)
-#: NCCL's buffers per GPU of a vLLM engine whose workers form a communicator (``tp·pp`` > 1), bytes: the free
+#: NCCL's buffers per GPU of a vLLM engine whose tensor-parallel workers form a communicator in one pipeline
+#: stage (``tp`` > 1, ``pp`` 1; with stages :data:`VLLM_NCCL_PP_BYTES`), bytes: the free
 #: memory of an 80 GB-class GPU read 78.59 GiB before and 74.07 GiB after NCCL's initialisation, "NCCL
 #: buffers (~4.5 GiB for tensor parallelism)" (github.com/vllm-project/vllm/pull/25359). Before that pull
 #: request (vLLM < 0.11) the worker's start-up snapshot preceded ``init_worker_distributed_environment``, so
@@ -64,6 +65,14 @@ _GIB = float(2**30)
 #: 0.11 the snapshot follows NCCL's initialisation ("Initialize the distributed environment BEFORE taking
 #: memory snapshot", vllm/v1/worker/gpu_worker.py ``init_device``) and they lie outside it.
 VLLM_NCCL_BYTES = 4.52 * _GIB
+#: NCCL's bytes per GPU of a vLLM engine with pipeline stages (``pp`` > 1), bytes: on its last stage, the
+#: heaviest rank, "23.56 GiB total - 14.8 GiB free = 8.76 GiB NCCL footprint on the PP-terminal rank, vs. ~1-2
+#: GiB on rank 0" (TP 2, PP 2 on 24 GB GPUs, vLLM's start-up check "Free memory on cuda:2 (14.8/23.56 GiB) on
+#: startup is less than desired", github.com/vllm-project/vllm/pull/45517). That reading is the GPU's whole
+#: used memory at the worker's snapshot, the process's CUDA context included, so with the workspace
+#: (:func:`engine_reservation` ``workspace``) beside it the context is counted twice: over, never under. The
+#: package counts every GPU of a candidate at its worst stage, so every GPU of a pipelined engine takes it.
+VLLM_NCCL_PP_BYTES = 8.76 * _GIB
 #: Release from which NCCL's buffers lie outside ``gpu_memory_utilization`` (:data:`VLLM_NCCL_BYTES`).
 VLLM_NCCL_OUTSIDE_POOL_SINCE = (0, 11)
 #: CUDA-graph memory per GPU of a vLLM engine that captures graphs (``enforce_eager`` false), bytes: "on
@@ -75,9 +84,13 @@ VLLM_NCCL_OUTSIDE_POOL_SINCE = (0, 11)
 #: 0.21 vLLM estimates them and subtracts the estimate from the KV cache by default ("CUDA graph memory
 #: profiling is enabled (default since v0.21.0)", the start-up log).
 VLLM_CUDA_GRAPH_BYTES = 1.3 * _GIB
-#: CUDA-graph memory per GPU of a V0 engine that captures graphs, bytes: "Graph capturing finished in 29 secs,
-#: took 3.34 GiB" (vLLM 0.8.3 with ``VLLM_USE_V1=0``, github.com/vllm-project/vllm/issues/15664), the largest V0
-#: capture logged; V0 captures after the KV cache as V1 does (github.com/vllm-project/vllm/pull/10027 logs it there).
+#: CUDA-graph memory per GPU of a V0 engine that captures graphs, bytes: "[model_runner.py:1598] Graph capturing
+#: finished in 29 secs, took 3.34 GiB", a reproduction on an L40S with vLLM 0.8.3, ``VLLM_USE_V1=0``,
+#: Llama-3.3-Nemotron-Super-49B 4-bit GPTQ at ``--max-model-len 32768``, quoted in the 2025-04-11 comment of
+#: github.com/vllm-project/vllm/issues/15664 ("VLLM 0.8.2 OOM error"): the largest V0 capture logged, above the V0
+#: model runner's own "CUDA graphs can take additional 1~3 GiB memory per GPU" (vllm/worker/model_runner.py
+#: ``capture_model``), which it therefore does not take. V0 captures after the KV cache as V1 does
+#: (``capture_model`` takes the allocated ``kv_caches``), so outside ``gpu_memory_utilization``.
 VLLM_V0_CUDA_GRAPH_BYTES = 3.34 * _GIB
 #: Release from which vLLM subtracts its CUDA graphs from the KV cache (:data:`VLLM_CUDA_GRAPH_BYTES`).
 VLLM_GRAPHS_IN_POOL_SINCE = (0, 21)
@@ -618,7 +631,8 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     total_memory · gpu_memory_utilization``), so the whole fraction is held whatever the live sequences. Outside
     it: what existed at the snapshot (the CUDA context and workspaces: ``workspace``, the stack's per-process
     bytes), NCCL's buffers once the snapshot follows their initialisation (``vllm_release`` ≥
-    :data:`VLLM_NCCL_OUTSIDE_POOL_SINCE`: :data:`VLLM_NCCL_BYTES` when ``tp·pp`` > 1) and the CUDA graphs
+    :data:`VLLM_NCCL_OUTSIDE_POOL_SINCE`: :data:`VLLM_NCCL_BYTES` when ``tp`` > 1 with one stage,
+    :data:`VLLM_NCCL_PP_BYTES`, the last stage's, when ``pp`` > 1) and the CUDA graphs
     captured after the cache (``enforce_eager`` false and ``vllm_release`` below
     :data:`VLLM_GRAPHS_IN_POOL_SINCE`: :data:`VLLM_CUDA_GRAPH_BYTES`; a V0 engine's
     :data:`VLLM_V0_CUDA_GRAPH_BYTES`). From 0.21 the graphs'
@@ -646,7 +660,7 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     graph = 0.0 if enforce_eager else VLLM_CUDA_GRAPH_BYTES
     nccl_outside = vllm_release is None or tuple(vllm_release) >= VLLM_NCCL_OUTSIDE_POOL_SINCE
     graphs_inside = vllm_release is not None and tuple(vllm_release) >= VLLM_GRAPHS_IN_POOL_SINCE
-    nccl = VLLM_NCCL_BYTES if tp * pp > 1 and nccl_outside else 0.0
+    nccl = 0.0 if tp * pp == 1 or not nccl_outside else VLLM_NCCL_PP_BYTES if pp > 1 else VLLM_NCCL_BYTES
     if graphs_inside:
         return EngineReservation(graph, workspace + nccl, True)
     return EngineReservation(0.0, workspace + nccl + graph, True)
