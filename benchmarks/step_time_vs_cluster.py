@@ -5,7 +5,8 @@ The workload is the shipped ``configs/placement/ppo_llama3.1-8b_4x8xh100.yaml`` 
 critic and reward) with its hardware replaced by the ``h100-sxm`` preset, on 8 to 256 GPUs (8 GPUs per
 node, up to 8 nodes per rack). For each size it prints and plots:
 
-* **all colocated** — the ``greedy`` backend: every task on the whole cluster, one after another;
+* **all colocated** — the colocated plan (:func:`packplace.solvers.placement._common.colocated_plan`, the first
+  layout ``greedy`` scores): every task on the whole cluster, one after another;
 * **strict split** — generation on one half of the cluster, every other task on the other half (each
   task's fastest memory-feasible candidate on that half);
 * **HybridFlow split** — the actor's tasks and the reference on one half, the critic's and the reward on
@@ -27,6 +28,7 @@ import packplace
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.problem.plan import Allocation, Plan
+from packplace.solvers.placement._common import colocated_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml")
@@ -120,7 +122,8 @@ def main() -> None:
     print(f"{'GPUs':>5} {'colocated s':>12} {'split s':>10} {'actor|critic s':>15} {'planner s':>10}")
     for gpus in SIZES:
         inst = instance_for(gpus)
-        colocated = packplace.place(inst, "greedy").objective
+        ev = get_evaluator(inst)
+        colocated = ev.step_time(colocated_plan(ev)[0])
         split = split_plan(inst)
         hybridflow = hybridflow_split_plan(inst)
         planner = min(packplace.place(inst, "concurrent").objective,

@@ -9,8 +9,10 @@ blocks, each vertex on its fastest memory-feasible candidate of its block's shap
 its slowest block (vertices on one block serialise). The :data:`COMBINE_TOP` best partitions of every
 phase are combined and scored by the evaluator, stepping vertices down in memory on the same block
 (:func:`~packplace.solvers.placement._common.repair_memory`); still out of memory, the phase with the
-largest footprint moves to its next partition. Never slower than ``greedy``: the colocated plan is
-returned when faster; where neither fits, one block per model (disjoint layouts).
+largest footprint moves to its next partition. Never slower than ``greedy``: greedy's search
+(:func:`packplace.solvers.placement.greedy.search`: the colocated plan, its generation | training split
+layouts and, where colocation does not fit, one block per model) runs too, and its plan is returned when
+faster or when no partition fits.
 
 Options: ``time_limit_s`` (None: no limit on the step-down loop), ``seed`` (unused: deterministic).
 Performance: docs/performance.md.
@@ -20,75 +22,19 @@ from __future__ import annotations
 
 import itertools
 
-from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate
 from packplace.placement.problem.plan import Allocation
 from packplace.registry import register
 from packplace.result import FEASIBLE, Proposal
 from packplace.run import Run
-from packplace.solvers.placement._common import (
-    colocated_plan,
-    disjoint_plan,
-    no_plan_found,
-    repair_memory,
-    synchronous_only,
-)
+from packplace.solvers.placement._common import repair_memory, synchronous_only
+from packplace.solvers.placement._tilings import partitions
+from packplace.solvers.placement.greedy import search as greedy_search
 
 #: Best partitions per phase kept for assembling and stepping down.
 KEEP_PER_PHASE = 12
 #: Top partitions per phase whose combinations are all scored by the evaluator.
 COMBINE_TOP = 3
-
-
-def partitions(table, block: Allocation, max_parts: int) -> list[list[Allocation]]:
-    """Every way to tile ``block`` with at most ``max_parts`` blocks, obtained by recursively splitting a
-    block into the equal tiles of the next smaller shape that divides it (racks → node groups → nodes →
-    half nodes ...), plus, for a block of whole nodes or racks, every split into two blocks of unequal
-    counts (2:1 of 3 nodes, 3:1 of 4: :func:`two_way_splits`). ``[block]`` itself is the serialised option."""
-    out = [[block]]
-    if max_parts < 2:
-        return out
-    cluster = table.cluster
-    extents = table.extents
-    gpus = block.num_gpus
-    lo, hi = block.gpu_range(cluster)
-    smaller = [e for e in extents if e[0] * e[1] * e[2] < gpus and gpus % (e[0] * e[1] * e[2]) == 0]
-    if smaller:
-        child_ext = smaller[-1]
-        size = child_ext[0] * child_ext[1] * child_ext[2]
-        children = [a for a in table.origins(child_ext)
-                    if lo <= a.gpu_range(cluster)[0] < hi and (a.gpu_range(cluster)[0] - lo) % size == 0]
-        if len(children) * size == gpus and len(children) <= max_parts:
-            options = [partitions(table, child, max_parts - len(children) + 1) for child in children]
-            for combo in itertools.product(*options):
-                parts = [p for sub in combo for p in sub]
-                if len(parts) <= max_parts:
-                    out.append(parts)
-    seen = {tuple(parts) for parts in out}
-    for pair in two_way_splits(table, block):
-        if tuple(pair) not in seen:
-            seen.add(tuple(pair))
-            out.append(pair)
-    return out
-
-
-def two_way_splits(table, block: Allocation) -> list[list[Allocation]]:
-    """The splits of a block of whole nodes of one rack (or of whole racks) into two legal blocks (every
-    node or rack count, both orders) in the table's shapes and positions; empty below 3 nodes (racks)."""
-    cluster = table.cluster
-    lo, hi = block.gpu_range(cluster)
-    r_ext, n_ext, _ = block.extent
-    unit = cluster.gpus_per_rack if r_ext > 1 else cluster.gpus_per_node
-    count = (hi - lo) // unit
-    if count < 3 or (r_ext == 1 and n_ext == 1):
-        return []
-    positions = {a.gpu_range(cluster): a for e in table.extents for a in table.origins(e)}
-    out = []
-    for k in range(1, count):
-        first, second = positions.get((lo, lo + k * unit)), positions.get((lo + k * unit, hi))
-        if first is not None and second is not None:
-            out.append([first, second])
-    return out
 
 
 PhaseChoice = dict[str, tuple[Candidate, Allocation]]
@@ -133,7 +79,7 @@ def _choice(options, picks) -> dict:
 @register("placement", "concurrent")
 def solve(instance, run: Run) -> Proposal:
     """Phases by longest-path depth, each on the best partition of the cluster; steps down
-    when out of memory; never slower than ``greedy`` (returns the colocated plan when that is faster).
+    when out of memory; never slower than ``greedy`` (returns greedy's plan when that is faster).
     Synchronous plans only (a note says so when ``staleness_candidates`` allows stale ones)."""
     proposal = _solve(instance, run)
     if proposal.solution is not None:  # a caller (anneal, cpsat) stops if it meets the bound
@@ -174,30 +120,24 @@ def _solve(instance, run: Run) -> Proposal:
             evaluations += 1 + steps
             if t < float("inf"):
                 best_plan, best_time = plan, t
-    try:
-        tried = (f"the concurrent search's {evaluations} partition plans (disjoint phase blocks, stepped down in "
-                 f"memory) did not fit either" if evaluations else
-                 "the concurrent search had no partition plan to try (a phase has no memory-feasible candidate "
-                 "on the blocks it partitions)")
-        fallback, note = colocated_plan(ev, tried=tried)
-    except ConfigError as exc:
-        if best_plan is None:  # neither partitions nor colocation fit: one block per model, disjoint
-            plan, _, layouts = disjoint_plan(ev, run.deadline)
-            if plan is None:
-                return no_plan_found(ev, str(exc).split(": ", 1)[-1], layouts)
-            return Proposal(plan, FEASIBLE, log=log, iterations=evaluations + layouts, info={"fallback": "disjoint"},
-                            message=f"no phase partition or colocated plan fits; one block per model, disjoint "
-                                    f"({layouts} layouts scored)")
-        fallback, note = None, ""  # a partition fits where colocation does not: return it
-    fallback_time = ev.step_time(fallback) if fallback is not None else float("inf")
+    # 3) greedy's family (colocated, generation | training splits; one block per model where colocation does
+    #    not fit): concurrent is never slower than greedy
+    base = greedy_search(instance, run)
+    evaluations += base.iterations or 0
+    base_time = ev.step_time(base.solution) if base.solution is not None else float("inf")
     if best_plan is None:
-        message = f"no disjoint partition fits in memory on {c.num_gpus} GPUs; fell back to colocation ({note})"
-        return Proposal(fallback, FEASIBLE, message=message, log=log, iterations=evaluations,
-                        info={"fallback": "colocated"})
-    if fallback_time < best_time:
-        message = (f"the colocated (greedy) plan is faster ({fallback_time:.4g} s vs {best_time:.4g} s for the "
-                   f"best partition); returned it")
-        return Proposal(fallback, FEASIBLE, message=message, log=log, iterations=evaluations,
+        if base.solution is None:
+            return base
+        what = {"colocated": "fell back to colocation", "split": "fell back to greedy's split layout",
+                "disjoint": "fell back to one block per model, disjoint"}[base.info["layout"]]
+        message = (f"no phase partition fits in memory on {c.num_gpus} GPUs (or none was left to try); "
+                   f"{what} ({base.message})")
+        return Proposal(base.solution, FEASIBLE, message=message, log=log, iterations=evaluations,
+                        info={"fallback": base.info["layout"]})
+    if base_time < best_time:
+        message = (f"greedy's {base.info['layout']} plan is faster ({base_time:.4g} s vs {best_time:.4g} s for the "
+                   f"best partition); returned it ({base.message})")
+        return Proposal(base.solution, FEASIBLE, message=message, log=log, iterations=evaluations,
                         info={"fallback": "greedy-faster"})
     whole_gpus = whole.num_gpus
     if all(vp.allocation.num_gpus == whole_gpus for _, vp in best_plan.vertices):

@@ -1,24 +1,51 @@
-"""``greedy`` placement baseline: every vertex on its fastest memory-feasible candidate, all colocated.
+"""``greedy`` placement baseline: the best, by the evaluator, of a small deterministic family of layouts.
 
-Each vertex takes its fastest candidate that fits in memory on its own, every block starts at GPU
-(0, 0, 0), so all vertices share GPUs and run one after another in topological order (the evaluator's
-schedule). When the models placed together run out of memory, vertices step down to smaller-footprint
-candidates; where no colocated plan fits, the best layout with one block per model, disjoint where the
-cluster allows, is returned; where none fits either, no plan (status ``unknown``) with the smallest
-per-vertex needs. The helpers live in :mod:`packplace.solvers.placement._common`.
+In every layout each vertex runs its fastest memory-feasible candidate of its block's shape, stepped down
+to smaller-footprint candidates while a GPU is over-full
+(:func:`~packplace.solvers.placement._common.repair_memory`); the evaluator scores each plan and the
+fastest one is returned. The family, in the order it is scored:
 
-Options: ``time_limit_s`` (None: the disjoint search's own 10 s cap), ``seed`` (unused: deterministic).
-Status: ``feasible``, or ``unknown`` when no plan fits.
-Performance: docs/performance.md.
+1. **all colocated** (:func:`~packplace.solvers.placement._common.colocated_plan`): every block at GPU
+   (0, 0, 0), all vertices on shared GPUs, run one after another in topological order; always scored first,
+   so greedy is never slower than it.
+2. **generation | training splits** (:func:`layouts`): for every two-block tiling ``(A, B)`` of the cluster
+   in the candidate table's shapes and positions (:func:`tilings`: the aligned halves, and the unequal
+   node or rack splits 2:1, 3:1 ... that the block machinery places at both ends, both orders), the
+   generation vertices on ``A`` or the whole cluster ``W``, the training vertices on ``B`` or ``W``, and
+   every other vertex (inference) on ``W``, ``A`` or ``B``: ``4 · 3^k`` layouts per tiling for ``k``
+   inference vertices (GRPO 36, PPO 108), the all-``W`` and mirrored ones once. Every layout is first
+   scored memory-blind (:meth:`~packplace.placement.evaluator.PlacementEvaluator.relaxed_step_time` of
+   its fastest candidates, at most :data:`MAX_LAYOUTS`), then stepped down in memory in that order while
+   its memory-blind time is below the best step time found (step-downs only move a vertex to a slower
+   candidate, so a layout whose fastest candidates are already slower is not tried), within
+   :data:`MAX_EVALUATIONS` evaluator calls.
+3. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
+   allows (:func:`~packplace.solvers.placement._common.disjoint_plan`); where nothing fits, no plan
+   (status ``unknown``) with the smallest per-vertex needs.
+
+The search respects the run: it stops at :attr:`Run.deadline <packplace.run.Run.deadline>` and when
+:attr:`Run.stopped <packplace.run.Run.stopped>` (a signal, or an offered plan at the analytic lower bound),
+returning the best plan scored so far; the colocated plan is always scored. Synchronous plans only (a note
+says so when ``staleness_candidates`` allows stale ones).
+
+Options: ``time_limit_s`` (None: no limit on the family; the disjoint search's own 10 s cap), ``seed``
+(unused: deterministic). Status: ``feasible``, or ``unknown`` when no plan fits.
+Performance: docs/performance.md ("Greedy's layout family").
 """
 
 from __future__ import annotations
 
+import itertools
+
+from packplace.errors import ConfigError
+from packplace.placement.problem.plan import Allocation, Plan
 from packplace.registry import register
 from packplace.result import FEASIBLE, Proposal
 from packplace.run import Run
 from packplace.solvers.placement._common import (
+    ORIGIN,
     assemble,
+    assemble_for,
     baseline_or_disjoint,
     colocated_plan,
     disjoint_plan,
@@ -26,18 +53,181 @@ from packplace.solvers.placement._common import (
     repair_memory,
     synchronous_only,
 )
+from packplace.solvers.placement._tilings import partitions
 
-__all__ = ["assemble", "baseline_or_disjoint", "colocated_plan", "disjoint_plan", "no_plan_found", "repair_memory",
-           "solve"]
+__all__ = ["MAX_EVALUATIONS", "MAX_LAYOUTS", "LayoutSearch", "assemble", "baseline_or_disjoint", "best_layout",
+           "colocated_plan", "disjoint_plan", "layouts", "no_plan_found", "repair_memory", "search", "solve",
+           "tilings"]
+
+#: Most layouts of the family scored memory-blind per solve (the even tilings' layouts come first).
+MAX_LAYOUTS = 600
+#: Most evaluator calls (memory step-downs included) spent stepping the screened layouts down in memory.
+MAX_EVALUATIONS = 1500
+#: Most memory step-downs of one layout (:func:`repair_memory`'s ``max_steps``).
+LAYOUT_STEPS = 50
+
+Blocks = dict[str, Allocation]
+
+
+def tilings(table) -> list[tuple[Allocation, Allocation]]:
+    """Every ordered two-block tiling ``(A, B)`` of the whole cluster in ``table``'s block shapes and
+    positions (:func:`~packplace.solvers.placement._tilings.partitions` with at most two parts: the aligned
+    halves, and for whole nodes or racks the unequal splits), both orders, the most even first (ties in
+    partition order). Empty for a one-GPU cluster."""
+    whole = Allocation(ORIGIN, table.extents[-1])
+    pairs: list[tuple[Allocation, Allocation]] = []
+    for parts in partitions(table, whole, 2):
+        if len(parts) != 2:
+            continue
+        for pair in ((parts[0], parts[1]), (parts[1], parts[0])):
+            if pair not in pairs:
+                pairs.append(pair)
+    return sorted(pairs, key=lambda pair: abs(pair[0].num_gpus - pair[1].num_gpus))
+
+
+def layouts(instance, table) -> list[Blocks]:
+    """The generation | training split layouts of the module docstring (item 2): per tiling ``(A, B)`` of
+    :func:`tilings`, generation vertices on ``A`` or the whole cluster, training vertices on ``B`` or the
+    whole cluster, each other vertex on the whole cluster, ``A`` or ``B``; each distinct ``{vertex: block}``
+    once, in that order."""
+    whole = Allocation(ORIGIN, table.extents[-1])
+    vertices = instance.graph.vertices
+    gens = [v.name for v in vertices if v.kind == "generate"]
+    trains = [v.name for v in vertices if v.kind == "train"]
+    others = [v.name for v in vertices if v.kind not in ("generate", "train")]
+    out: list[Blocks] = []
+    seen: set[tuple] = set()
+    for a, b in tilings(table):
+        for gen_block, train_block in ((a, b), (a, whole), (whole, b), (whole, whole)):
+            for combo in itertools.product((whole, a, b), repeat=len(others)):
+                blocks = {**dict.fromkeys(gens, gen_block), **dict.fromkeys(trains, train_block),
+                          **dict(zip(others, combo))}
+                key = tuple(sorted(blocks.items()))
+                if key not in seen:
+                    seen.add(key)
+                    out.append(blocks)
+    return out
+
+
+class LayoutSearch:
+    """The outcome of :func:`best_layout`: ``plan`` (None when no layout beat ``best_time``) and its
+    ``step_time`` (seconds), ``screened`` layouts scored memory-blind, ``stepped`` layouts stepped down in
+    memory, ``evaluations`` evaluator calls in all, ``cut`` (why the search ended early: ``""``,
+    ``"time limit"``, ``"stopped"``, ``"layout cap"`` or ``"evaluation cap"``)."""
+
+    def __init__(self) -> None:
+        self.plan: Plan | None = None
+        self.step_time = float("inf")
+        self.screened = 0
+        self.stepped = 0
+        self.evaluations = 0
+        self.cut = ""
+
+
+def _fastest_choice(table, blocks: Blocks) -> dict | None:
+    """``{vertex: (fastest memory-feasible candidate of its block's shape, block)}``; None when a vertex
+    has none of that shape."""
+    choice = {}
+    for name, block in blocks.items():
+        cand = table.fastest(name, block.extent)
+        if cand is None:
+            return None
+        choice[name] = (cand, block)
+    return choice
+
+
+def best_layout(ev, run: Run, best_time: float = float("inf")) -> LayoutSearch:
+    """The fastest plan of :func:`layouts` (item 2 of the module docstring) that beats ``best_time``
+    (seconds; the colocated plan's): screened memory-blind, then stepped down in memory in order of the
+    memory-blind time while that is below the best found; each improvement is offered to ``run``. Ends at
+    ``run``'s deadline, when ``run.stopped``, after :data:`MAX_LAYOUTS` screened layouts or
+    :data:`MAX_EVALUATIONS` evaluator calls."""
+    out = LayoutSearch()
+    table = ev.table
+    ranked = []
+    for index, blocks in enumerate(layouts(ev.instance, table)):
+        if index >= MAX_LAYOUTS:
+            out.cut = "layout cap"
+            break
+        if run.expired() or run.stopped:
+            out.cut = "time limit" if run.expired() else "stopped"
+            return out
+        choice = _fastest_choice(table, blocks)
+        if choice is None:
+            continue
+        relaxed, _ = ev.relaxed_step_time(assemble_for(ev, choice))
+        out.screened += 1
+        out.evaluations += 1
+        if relaxed < best_time:
+            ranked.append((relaxed, index, choice))
+    ranked.sort(key=lambda item: item[:2])
+    best = best_time
+    for relaxed, _, choice in ranked:
+        if relaxed >= best:
+            break
+        if out.evaluations >= out.screened + MAX_EVALUATIONS or run.expired() or run.stopped:
+            out.cut = ("time limit" if run.expired() else "stopped" if run.stopped else "evaluation cap")
+            break
+        plan, t, steps = repair_memory(ev, choice, keep_blocks=True, max_steps=LAYOUT_STEPS)
+        out.stepped += 1
+        out.evaluations += 1 + steps
+        if t < best:
+            best, out.plan, out.step_time = t, plan, t
+            run.offer(plan, t)
+    return out
+
+
+def _describe(plan: Plan, cluster) -> str:
+    """``vertex GPUs lo-hi`` (``GPU i`` for one) per vertex, in linear GPU ids, for the message."""
+    parts = []
+    for name, vp in plan.vertices:
+        lo, hi = vp.allocation.gpu_range(cluster)
+        parts.append(f"{name} GPU {lo}" if hi - lo == 1 else f"{name} GPUs {lo}-{hi - 1}")
+    return ", ".join(parts)
 
 
 @register("placement", "greedy")
 def solve(instance, run: Run) -> Proposal:
-    """Fastest memory-feasible candidate per vertex, everything colocated and serialised; where
-    no colocated plan fits, the best disjoint layout of :func:`disjoint_plan`; where none fits either, no
-    plan (status ``unknown``) with the smallest per-vertex needs."""
-    plan, note, evaluations = baseline_or_disjoint(run.evaluator, run.deadline)
-    if plan is None:
-        return no_plan_found(run.evaluator, note, evaluations)
-    run.offer(plan, run.evaluator.step_time(plan))  # a caller (anneal, cpsat) stops if it meets the bound
-    return synchronous_only(Proposal(plan, FEASIBLE, message=note, iterations=evaluations or None), instance, "greedy")
+    """The best by the evaluator of the colocated plan, the generation | training split layouts and, where
+    no colocated plan fits, the one-block-per-model layouts (module docstring); no plan (status
+    ``unknown``) with the smallest per-vertex needs when none fits."""
+    return synchronous_only(search(instance, run), instance, "greedy")
+
+
+def search(instance, run: Run) -> Proposal:
+    """:func:`solve`'s search, without the staleness note (``concurrent`` runs it too). ``info["layout"]``
+    names the winner: ``colocated``, ``split`` (item 2) or ``disjoint`` (item 3); ``info`` also counts the
+    ``layouts_screened`` and ``layouts_stepped``."""
+    ev = run.evaluator
+    try:
+        plan, note = colocated_plan(ev, tried="then generation | training splits and one block per model, "
+                                              "disjoint where possible, were searched")
+        best_time, evaluations, colocated_failure, layout = ev.step_time(plan), 0, None, "colocated"
+        run.offer(plan, best_time)  # a caller (anneal, cpsat) stops if it meets the bound
+    except ConfigError as exc:
+        plan, note, best_time, evaluations, layout = None, "", float("inf"), 0, None
+        colocated_failure = str(exc).split(": ", 1)[-1]
+    found = LayoutSearch() if run.stopped else best_layout(ev, run, best_time)  # stopped: at the bound already
+    evaluations += found.evaluations
+    counted = (f"{found.screened} split layouts screened, {found.stepped} stepped down in memory"
+               + (f", cut short ({found.cut})" if found.cut else ""))
+    if found.plan is not None:
+        plan, best_time, layout = found.plan, found.step_time, "split"
+        than = "beats the colocated plan" if colocated_failure is None else "fits"
+        note = f"split layout ({_describe(plan, instance.cluster)}) {than}; {counted}"
+    elif plan is not None and found.screened:
+        note = f"{note}; no split layout is faster ({counted})"
+    if colocated_failure is not None:
+        disjoint, t, layouts_scored = disjoint_plan(ev, run.deadline)
+        evaluations += layouts_scored
+        if disjoint is not None and t < best_time:
+            plan, best_time, layout = disjoint, t, "disjoint"
+            note = (f"no colocated plan fits; one block per model, disjoint where the cluster allows "
+                    f"({layouts_scored} layouts scored; {counted})")
+            run.offer(plan, best_time)
+        elif plan is not None:
+            note = f"no colocated plan fits; {note}"
+        if plan is None:
+            return no_plan_found(ev, colocated_failure, layouts_scored)
+    return Proposal(plan, FEASIBLE, message=note, iterations=evaluations or None,
+                    info={"layout": layout, "layouts_screened": found.screened, "layouts_stepped": found.stepped})

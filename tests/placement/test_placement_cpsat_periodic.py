@@ -193,9 +193,10 @@ def _ppo_exact():
         inst = instance("ppo", staleness={"actor": [0, 1], "critic": [0, 1]}, memory_per_gpu=6e9, nodes_per_rack=2,
                         gpus_per_node=2, batch_size=8)
         exact = packplace.place(inst, "cpsat", time_limit_s=60, hint_solvers=("greedy", "concurrent"))
-        # the proven optimum makes the actor stale; the critic's staleness no longer pays now that the engine
-        # holds its whole pool and CUDA graphs while it runs (both were stale when it held only its KV)
-        assert exact.solution.staleness == (("actor", 1),)
+        # the proven optimum makes the actor stale; the critic's staleness is a tie now that the engine holds
+        # its whole pool and CUDA graphs while it runs (an optimal plan with the critic synchronous exists;
+        # which of the tied plans CP-SAT returns depends on its hint, greedy's split layout here)
+        assert ("actor", 1) in exact.solution.staleness
         _CACHE["ppo4"] = (inst, exact)
     return _CACHE["ppo4"]
 

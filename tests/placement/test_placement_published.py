@@ -85,9 +85,10 @@ def test_70b_on_one_80gb_gpu_is_rejected_with_numbers():
 
 
 def test_70b_ppo_on_one_h200_node_names_the_smallest_whole_cluster(tmp_path):
-    # The shipped 70B PPO config shrunk to one node of 8 H200: actor training needs 16 GPUs, but on 16 (two
-    # nodes) the concurrent solver fits no whole plan (the engine holds half of every GPU it runs on,
-    # gpu_memory_utilization 0.5), so the message names the next doubled cluster, 32 GPUs
+    # The shipped 70B PPO config shrunk to one node of 8 H200: actor training needs 16 GPUs, and on 16 (two
+    # nodes) the concurrent solver fits a whole plan with greedy's split layout: the engine (which holds half of
+    # every GPU it runs on, gpu_memory_utilization 0.5) on one node, the trainers and the reference on both;
+    # colocated on both nodes nothing fits
     with open(os.path.join(os.path.dirname(PUBLISHED), "ppo_llama3.1-70b_2x4x8xh200.yaml")) as f:
         text = f.read()
     assert "  racks: 2\n" in text and "  nodes_per_rack: 4\n" in text
@@ -97,4 +98,5 @@ def test_70b_ppo_on_one_h200_node_names_the_smallest_whole_cluster(tmp_path):
     with pytest.raises(InfeasibleError) as info:
         check_instance(load_config(str(path)))
     assert "actor.train needs 16" in str(info.value)
-    assert "fits a whole plan has 32 GPUs" in str(info.value)
+    assert "fits a whole plan has 16 GPUs (step " in str(info.value)
+    assert "actor.generate 8 GPUs, actor.train 16 GPUs" in str(info.value)

@@ -1,0 +1,196 @@
+"""``greedy``'s layout family: the colocated plan first, then generation | training splits over the cluster's
+two-block tilings, the best by the evaluator; never worse than the colocated plan, within the run's limits."""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import math
+import os
+import random
+
+import pytest
+from test_placement_cpsat import HW, SMALL
+from test_placement_node_splits import legal_blocks
+
+import packplace
+from packplace.errors import ConfigError
+from packplace.harness.adapters import PlacementAdapter
+from packplace.harness.suites import load_suite
+from packplace.placement.evaluator import get_evaluator
+from packplace.placement.problem.config import build_instance, load_config
+from packplace.placement.problem.hardware import Cluster
+from packplace.placement.problem.plan import Allocation, Plan
+from packplace.run import Run
+from packplace.solvers.placement import greedy
+from packplace.solvers.placement._common import colocated_plan, disjoint_plan
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
+SUITE = os.path.join(ROOT, "benchmarks", "suites", "regression_placement.yaml")
+
+
+def two_gpu_grpo(memory_per_gpu: float = 20e9):
+    """GRPO (rule reward: generate, reference, train) of an 8-layer 1k model on one node of 2 GPUs whose vLLM
+    engine holds 0.9 of a GPU: next to the trainer's state on the same GPU it does not fit."""
+    return build_instance({
+        "hardware": {**HW, "gpus_per_node": 2, "memory_per_gpu": memory_per_gpu},
+        "models": {"actor": SMALL, "reward": "rule"},
+        "workload": dict(batch_size=4, samples_per_prompt=2, context_length=256, generation_length=256),
+        "policy": {"algorithm": "grpo", "gpu_memory_utilization": 0.9}})
+
+
+def test_tilings_are_the_two_block_splits_of_the_block_machinery():
+    # 2 nodes of 8: the two nodes, both orders; 3 nodes: 1:2 and 2:1 at both ends; 1 node of 8: the halves
+    def ranges(cluster_shape):
+        inst = build_instance({"hardware": {**HW, "racks": cluster_shape[0], "nodes_per_rack": cluster_shape[1],
+                                            "gpus_per_node": cluster_shape[2]},
+                               "models": {"actor": SMALL}, "policy": {"algorithm": "dpo"},
+                               "workload": dict(batch_size=4, samples_per_prompt=2, context_length=128,
+                                                generation_length=128)})
+        c = inst.cluster
+        return [(a.gpu_range(c), b.gpu_range(c)) for a, b in greedy.tilings(get_evaluator(inst).table)]
+
+    assert ranges((1, 2, 8)) == [((0, 8), (8, 16)), ((8, 16), (0, 8))]
+    assert ranges((1, 1, 8)) == [((0, 4), (4, 8)), ((4, 8), (0, 4))]
+    assert sorted(ranges((1, 3, 4))) == [((0, 4), (4, 12)), ((0, 8), (8, 12)), ((4, 12), (0, 4)),
+                                         ((8, 12), (0, 8))]
+    assert ranges((1, 1, 1)) == []
+    # every tile is a legal block that the candidate table proposes, and the two cover the cluster disjointly
+    c = Cluster(1, 3, 4)
+    legal = set(legal_blocks(c))
+    inst = build_instance({"hardware": {**HW, "nodes_per_rack": 3}, "models": {"actor": SMALL},
+                           "policy": {"algorithm": "dpo"},
+                           "workload": dict(batch_size=4, samples_per_prompt=2, context_length=128,
+                                            generation_length=128)})
+    for a, b in greedy.tilings(get_evaluator(inst).table):
+        assert a in legal and b in legal and a.num_gpus + b.num_gpus == 12
+        assert a.gpu_range(c)[1] <= b.gpu_range(c)[0] or b.gpu_range(c)[1] <= a.gpu_range(c)[0]
+
+
+def test_layout_counts_are_four_times_three_to_the_inference_vertices_per_tiling():
+    # GRPO with a reward model: 2 inference vertices -> 4 * 9 = 36 per tiling; the second order of the
+    # two-node tiling repeats exactly the layouts with generation and training on the whole cluster (9)
+    inst = load_config(os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml"))
+    table = get_evaluator(inst).table
+    blocks = greedy.layouts(inst, table)
+    assert len(blocks) == 36 + 36 - 9
+    assert len({tuple(sorted(b.items())) for b in blocks}) == len(blocks)
+    whole = Allocation((0, 0, 0), (1, 2, 8))
+    node0, node1 = Allocation((0, 0, 0), (1, 1, 8)), Allocation((0, 1, 0), (1, 1, 8))
+    assert {"actor.generate": node0, "actor.train": node1, "reference.infer": node0, "reward.infer": node0} in blocks
+    assert {"actor.generate": whole, "actor.train": whole, "reference.infer": node0,
+            "reward.infer": node1} in blocks
+
+
+def test_where_colocation_does_not_fit_the_split_is_the_brute_force_optimum():
+    inst = two_gpu_grpo()
+    ev = get_evaluator(inst)
+    table = ev.table
+    with pytest.raises(ConfigError, match="the models do not fit together"):
+        colocated_plan(ev)          # the 18 GB engine next to the trainer's state on one 20 GB GPU
+    assert disjoint_plan(ev)[0] is None   # one block per model keeps generation and training together
+    result = packplace.place(inst, "greedy")
+    assert result.ok, result.message
+    plan = result.solution
+    # hand-derived: generation alone on one GPU, training alone on the other, the reference forward on both,
+    # each on its fastest candidate of that shape, run one after another (the step's chain)
+    gen, train, ref = plan["actor.generate"], plan["actor.train"], plan["reference.infer"]
+    assert {gen.allocation.gpu_range(inst.cluster), train.allocation.gpu_range(inst.cluster)} == {(0, 1), (1, 2)}
+    assert ref.allocation.extent == (1, 1, 2)
+    chosen = {}
+    for name, vp in plan.vertices:
+        fastest = table.fastest(name, vp.allocation.extent)
+        assert (vp.strategy, vp.micro_batch) == (fastest.strategy, fastest.micro_batch)
+        chosen[name] = fastest.time
+    score = ev.score(plan)
+    assert score.makespan == pytest.approx(sum(chosen.values()), rel=1e-4)   # plus microsecond transfers
+    assert score.makespan >= sum(chosen.values())
+    # the known best: every feasible candidate on every legal block of the 2 GPUs (19^3 plans)
+    blocks = legal_blocks(inst.cluster)
+    options = [[c.at(a) for c in table.feasible[n] for a in blocks if a.extent == c.extent] for n in ev.names]
+    brute = min(ev.step_time(Plan.build(dict(zip(ev.names, combo)))) for combo in itertools.product(*options))
+    assert math.isfinite(brute)
+    assert result.objective == pytest.approx(brute, rel=1e-12)
+    assert "no colocated plan fits; split layout (" in result.message
+    assert packplace.place(inst, "concurrent").objective <= result.objective + 1e-12
+
+
+def _random_instance(rng: random.Random):
+    algorithm = rng.choice(["dpo", "grpo", "ppo"])
+    models = {"dpo": {"actor": SMALL}, "grpo": {"actor": SMALL, "reward": rng.choice([SMALL, "rule"])},
+              "ppo": {"actor": SMALL, "critic": SMALL, "reward": SMALL}}[algorithm]
+    nodes, gpus = rng.choice([(1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (3, 2)])
+    hw = {**HW, "nodes_per_rack": nodes, "gpus_per_node": gpus, "memory_per_gpu": rng.choice([12e9, 20e9, 80e9])}
+    return build_instance({"hardware": hw, "models": models,
+                           "workload": dict(batch_size=rng.choice([4, 8, 16]), samples_per_prompt=2,
+                                            context_length=256, generation_length=rng.choice([128, 512])),
+                           "policy": {"algorithm": algorithm,
+                                      "gpu_memory_utilization": rng.choice([0.4, 0.6, 0.9])}})
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_greedy_is_never_worse_than_the_colocated_plan(seed):
+    inst = _random_instance(random.Random(seed))
+    ev = get_evaluator(inst)
+    try:
+        colocated = ev.step_time(colocated_plan(ev)[0])
+    except ConfigError:
+        colocated = math.inf
+    run = Run("placement", inst, time_limit_s=None, evaluator=ev)
+    proposal = greedy.search(inst, run)
+    found = math.inf if proposal.solution is None else ev.step_time(proposal.solution)
+    assert found <= colocated
+    if proposal.solution is not None:
+        assert ev.score(proposal.solution).feasible
+        assert proposal.info["layout"] in ("colocated", "split", "disjoint")
+        assert (proposal.info["layout"] == "colocated") == (found == colocated)
+
+
+def _suite_instances():
+    suite = load_suite(SUITE)
+    adapter = PlacementAdapter()
+    return [(spec.name, adapter.build(spec)[0]) for spec in suite.instances]
+
+
+def test_concurrent_is_never_slower_than_greedy_on_the_regression_suite():
+    # the shipped configs: test_placement_baselines.test_concurrent_never_slower_than_greedy_on_shipped_configs
+    for name, inst in _suite_instances():
+        ev = get_evaluator(inst)
+        g, c = packplace.place(inst, "greedy"), packplace.place(inst, "concurrent")
+        assert g.ok and c.ok, name
+        assert c.objective <= g.objective + 1e-12, name
+        assert g.objective <= ev.step_time(colocated_plan(ev)[0]), name
+
+
+def test_greedy_beats_the_colocated_plan_on_the_shipped_grpo_config():
+    inst = load_config(os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml"))
+    ev = get_evaluator(inst)
+    colocated = ev.step_time(colocated_plan(ev)[0])
+    result = packplace.place(inst, "greedy")
+    assert result.info["layout"] == "split"
+    # the 0.9 engine pool forces the colocated plan down 25 candidates; the split layout keeps the engine on
+    # one node, so the reference runs beside it on the other
+    assert result.objective < 0.7 * colocated
+    assert result.objective <= disjoint_plan(ev)[1]
+
+
+def test_the_family_stops_at_the_deadline_and_when_the_run_is_stopped():
+    inst = load_config(os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml"))
+    ev = get_evaluator(inst)
+    colocated = colocated_plan(ev)[0]
+    expired = Run("placement", inst, time_limit_s=1e-9, evaluator=ev)
+    while not expired.expired():
+        pass
+    cut = greedy.best_layout(ev, expired)
+    assert (cut.plan, cut.screened, cut.evaluations, cut.cut) == (None, 0, 0, "time limit")
+    assert greedy.search(inst, expired).solution == colocated   # the colocated plan is always scored
+    stopped = Run("placement", inst, time_limit_s=None, evaluator=ev)
+    stopped.offer(colocated, 0.0)   # as if at the analytic bound: nothing to improve
+    assert stopped.stopped
+    proposal = greedy.search(inst, stopped)
+    assert proposal.solution == colocated and proposal.info["layouts_screened"] == 0
+    full = greedy.best_layout(ev, Run("placement", inst, time_limit_s=None, evaluator=ev),
+                              ev.step_time(colocated))
+    assert full.cut == "" and 0 < full.stepped <= full.screened == len(greedy.layouts(inst, ev.table))
+    assert full.evaluations <= full.screened + greedy.MAX_EVALUATIONS + greedy.LAYOUT_STEPS
