@@ -12,8 +12,10 @@ import yaml
 from packplace.errors import InfeasibleError
 from packplace.placement.api import check_instance
 from packplace.placement.candidates import CandidateTable, candidate_fits
+from packplace.placement.evaluator import evaluate_plan
 from packplace.placement.model.memory import VLLM_CUDA_GRAPH_BYTES, VLLM_NCCL_BYTES
 from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.plan import Allocation, Plan
 from packplace.placement.task_estimate import MODEL_PRESETS
 
 GPU = 80e9                                    # the h100-sxm preset's memory_per_gpu
@@ -112,3 +114,21 @@ def test_openrlhf_default_at_tp_above_one_on_an_80_gb_gpu():
         table.shortfalls()
     config["policy"]["gpu_memory_utilization"] = 0.90
     assert CandidateTable(build_instance(config)).feasible["actor.generate"]
+
+
+def test_a_plan_over_the_gpu_only_is_not_said_to_be_over_the_engines_pool():
+    """At gmu 0.9699 the TP 1 engine needs less than its pool but holds 80.008 GB of the 80 GB GPU: the
+    evaluator's violation names the GPU (a segment line), never "needs X GB, Y GB available to the rollout
+    engine" with X within Y."""
+    inst = build_instance(_config(0.9699))
+    table = CandidateTable(inst)
+    gen = next(c for c in table.all["actor.generate"] if c.strategy.tp * c.strategy.pp == 1 and c.extent == (1, 1, 8))
+    assert gen.budget_bytes <= 0.9699 * GPU < gen.memory_bytes
+    node = Allocation((0, 0, 0), (1, 1, 8))
+    chosen = {name: next(c for c in cands if c.fits and c.extent == (1, 1, 8))
+              for name, cands in table.all.items() if name != "actor.generate"}
+    plan = Plan.build({"actor.generate": gen.at(node), **{n: c.at(node) for n, c in chosen.items()}})
+    score = evaluate_plan(inst, plan)
+    assert not score.feasible
+    assert not any("available to the rollout engine" in v for v in score.violations), score.violations
+    assert any(v.startswith("out of memory on GPUs") for v in score.violations), score.violations

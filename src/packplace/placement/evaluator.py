@@ -589,7 +589,8 @@ class PlacementEvaluator:
         ``gpu_memory_utilization`` of the GPU), in :meth:`score`'s ``oom`` form."""
         out = []
         for name, (cand, lo, hi), budget in zip(self.names, res, self.own_budget):
-            if cand.fits or budget >= self.capacity:  # over memory_per_gpu alone: a segment line says so
+            # over memory_per_gpu alone (or its pool with what lies outside it): a segment line says so
+            if cand.fits or budget >= self.capacity or cand.budget_bytes <= budget:
                 continue
             first, last = self.cluster.coords(lo), self.cluster.coords(hi - 1)
             out.append(f"GPUs {first}..{last}: {name} needs {gb(cand.budget_bytes)} GB, {gb(budget)} GB available "
