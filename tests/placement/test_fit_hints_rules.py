@@ -64,10 +64,12 @@ def test_a_rule_proof_is_named_not_called_a_memory_shortfall():
     # NeMo RL runs the reward-model environment on GPUs of its own; the trainer needs all 4 GPUs: every setting
     # is refused by that rule (the proof says so), which the hint says instead of "fits either"
     wide = dict(layers=2, hidden_dim=1024, ffn_dim=2048, vocab_size=256000, head_dim=128)
-    # the engine holds its whole fraction: a small one, no CUDA graphs, so that the trainer binds
+    # the engine holds its whole fraction: a small one, no CUDA graphs, so that the trainer binds; large enough
+    # for a TP-1 engine (at 0.1 only TP >= 2 fits its pool, and the NCCL buffers it keeps through training
+    # overflow the trainer's GPUs: a memory proof)
     cfg = {"hardware": dict(HW, nodes_per_rack=1, gpus_per_node=4, memory_per_gpu=1e12),
            "models": {"actor": wide, "reward": wide},
-           "policy": {"algorithm": "grpo", "framework": "nemo-rl", "gpu_memory_utilization": 0.1,
+           "policy": {"algorithm": "grpo", "framework": "nemo-rl", "gpu_memory_utilization": 0.15,
                       "enforce_eager": True},
            "workload": dict(batch_size=4, samples_per_prompt=2, context_length=8192, generation_length=64)}
     table = get_table(build_instance(cfg))

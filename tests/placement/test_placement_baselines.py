@@ -26,7 +26,8 @@ HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=8, flops_per_gpu=1e15, memory
 # actor's vertices need tensor parallelism over the whole 8-GPU node.
 WIDE = dict(layers=2, hidden_dim=1024, ffn_dim=2048, vocab_size=256000, head_dim=128)
 #: The engine's ``gpu_memory_utilization`` in :func:`ppo_one_node`: a vLLM engine holds that fraction of each GPU
-#: (and its CUDA graphs) while it runs, so a small one keeps the actor's training the memory-dominant task.
+#: while it runs, so a small one keeps the actor's training the memory-dominant task; ``enforce_eager`` (no CUDA
+#: graphs) so that a TP-1 engine keeps nothing beside the trainer while it sleeps (its graphs' 1.4 GB would).
 SMALL_ENGINE_GMU = 0.5
 
 
@@ -35,7 +36,7 @@ def ppo_one_node(memory_per_gpu: float):
         "hardware": {**HW, "memory_per_gpu": memory_per_gpu},
         "models": {"actor": WIDE, "critic": WIDE, "reward": WIDE},
         "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
-        "policy": {"algorithm": "ppo", "gpu_memory_utilization": SMALL_ENGINE_GMU}})
+        "policy": {"algorithm": "ppo", "gpu_memory_utilization": SMALL_ENGINE_GMU, "enforce_eager": True}})
 
 
 def test_both_baselines_are_registered():
@@ -183,7 +184,7 @@ def test_place_exits_1_when_no_plan_is_found_and_2_only_for_bad_input(tmp_path, 
     from packplace.cli import main
     config = {"hardware": {**HW, "memory_per_gpu": 4.6e9}, "models": {"actor": WIDE, "critic": WIDE, "reward": WIDE},
               "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
-              "policy": {"algorithm": "ppo", "gpu_memory_utilization": SMALL_ENGINE_GMU}}
+              "policy": {"algorithm": "ppo", "gpu_memory_utilization": SMALL_ENGINE_GMU, "enforce_eager": True}}
     path = tmp_path / "tight.yaml"
     path.write_text(yaml.safe_dump(config))
     assert main(["place", "--config", str(path), "--solver", "greedy"]) == 1   # proven: no plan fits in memory

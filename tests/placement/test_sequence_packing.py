@@ -430,8 +430,11 @@ def test_over_memory_packs_get_the_largest_packs_that_fit():
     train, logprob = largest_fitting_packs(inst)
     assert 128 <= train < 2_000_000 and 128 <= logprob < 4_000_000
     assert fits(train, logprob) and not fits(train + 1, logprob) and not fits(train, logprob + 1)
-    with pytest.raises(InfeasibleError, match=rf"fits with policy: {{train_mb_tokens: {train}, logprob_mb_tokens: "
-                                              rf"{logprob}}} \(the largest packs that fit\)"):
+    # the largest packs under which each task fits alone leave the trainer's GPUs no room for the bytes the
+    # sleeping engine keeps beside it (its CUDA graphs and context): the hint halves them once
+    with pytest.raises(InfeasibleError, match=rf"fits with policy: {{train_mb_tokens: {train // 2}, logprob_mb_tokens: "
+                                              rf"{logprob // 2}}} \(halved 1x from the largest under which each "
+                                              rf"task fits alone\)"):
         check_instance(inst)
     assert largest_fitting_packs(_instance(512, 1024)) is None        # fits already: no smaller pack offered
     assert largest_fitting_packs(_instance(None)) is None             # no packing

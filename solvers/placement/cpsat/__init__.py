@@ -4,7 +4,8 @@ candidates let a model be stale, of the asynchronous (periodic) step.
 Model: one Boolean per option (candidate × aligned origin) of each vertex, exactly one per vertex; the
 options are rectangles in time × linear GPU ids (``AddNoOverlap2D``); vertices sharing GPUs run in
 topological order; data edges wait for the transfer between the two blocks; memory per GPU segment
-(resident per model + the largest transient) fits ``memory_per_gpu``; the objective is the step time
+(resident per model + the kept bytes of every sleeping engine there + the largest transient beyond its own kept
+bytes) fits ``memory_per_gpu``; the objective is the step time
 (makespan and publication terms) or the period. Modules: :mod:`.tables` (options, integer tables),
 :mod:`.pruning` (dominance pruning), :mod:`.model` (synchronous model), :mod:`.periodic` (asynchronous
 model), :mod:`.solve` (the backend: hint, restriction, symmetry breaking, budget, checks).

@@ -10,7 +10,8 @@
   transfer time for the consumer's ``dp`` and the level both blocks span (reified same block/node/rack).
 * **Step**: ``step ≥ end[v]`` and, per publication edge, ``step ≥ end[trainer] + realloc − start[consumer]``;
   every vertex up to the last consumer gets a *tight* start (:func:`build_model`).
-* **Memory** per GPU segment: ``Σ_models max resident + max transient ≤ memory_per_gpu`` in KiB.
+* **Memory** per GPU segment: ``Σ_models max resident + Σ kept + max (transient − kept) ≤ memory_per_gpu`` in
+  KiB (kept: a sleeping engine's bytes that stay beside the other tasks, the evaluator's rule).
 
 The building blocks (:func:`add_occupancy`, :func:`add_memory_rows`, :class:`Locator`,
 :func:`add_data_edges`) are shared with :mod:`~packplace.solvers.placement.cpsat.periodic`.
@@ -97,8 +98,11 @@ def add_occupancy(m: cp_model.CpModel, tables: ModelTables, x: list[list[Any]],
 
 def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[list[Any]],
                     segments: list[tuple[int, int]], check) -> None:
-    """Per GPU segment: ``Σ_models max resident + max transient ≤ memory_per_gpu`` (KiB, each term rounded
-    down and the capacity up: a relaxation; the evaluator re-checks in bytes)."""
+    """Per GPU segment: ``Σ_models max resident + Σ_vertices kept + max (transient − kept) ≤ memory_per_gpu``
+    (KiB, each term rounded down and the capacity up: a relaxation; the evaluator re-checks in bytes). The kept
+    bytes (:attr:`~packplace.placement.candidates.Candidate.kept_bytes`, a sleeping engine's graphs, NCCL
+    buffers and own CUDA context) are the evaluator's: additive over the vertices on the segment, and a
+    running engine's whole transient bytes counted once."""
     opts, n = tables.options, len(tables.names)
     capacity = math.ceil(instance.hardware.memory_per_gpu / MEMORY_UNIT)
     vertex_model = [v.model for v in instance.graph.vertices]
@@ -131,11 +135,16 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
                     m.Add(r >= e)
                 resident_terms.append(r)
             worst += most
-        most_t, t_exprs = 0, []
+        most_t, t_exprs, kept_terms = 0, [], []
         for v in range(n):
             weights = adds[v] and not shared[v]
-            pairs = [(int((o.cand.transient_bytes + (o.cand.resident_bytes if weights else 0.0)) // MEMORY_UNIT),
-                      lit) for o, lit in zip(opts[v], x[v]) if o.lo <= a and b <= o.hi]
+            here = [(o, lit) for o, lit in zip(opts[v], x[v]) if o.lo <= a and b <= o.hi]
+            pairs = [(int((o.cand.transient_excess + (o.cand.resident_bytes if weights else 0.0)) // MEMORY_UNIT),
+                      lit) for o, lit in here]
+            kept = [(int(o.cand.kept_bytes // MEMORY_UNIT), lit) for o, lit in here if o.cand.kept_bytes > 0]
+            if kept:   # one option per vertex: the sum is its kept bytes here
+                kept_terms.append(sum(c * lit for c, lit in kept))
+                worst += max(c for c, _ in kept)
             if pairs:
                 t_exprs.append(sum(c * lit for c, lit in pairs))
                 most_t = max([most_t] + [c for c, _ in pairs])
@@ -144,7 +153,7 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
         transient = m.NewIntVar(0, most_t, f"transient[{s}]")
         for e in t_exprs:
             m.Add(transient >= e)
-        m.Add(sum(resident_terms) + transient <= capacity)
+        m.Add(sum(resident_terms) + sum(kept_terms) + transient <= capacity)
 
 
 class Locator:

@@ -2,7 +2,8 @@
 
 Only memory-feasible candidates enter the model (one over capacity on its own can never be placed).
 Within each vertex, a candidate is dropped when another one on the same block shape is at least as good
-on everything the evaluator can see: time, resident bytes, transient bytes, ``dp`` (a larger ``dp``
+on everything the evaluator can see: time, resident bytes, the transient bytes beyond the kept ones and the
+kept bytes (a sleeping engine's, which add on its GPUs beside every other task), ``dp`` (a larger ``dp``
 receives smaller transfers) and, for a vertex on a publication edge, the same ``(pp, tp, ep)`` layout (or
 both layouts unmatched by the partner vertex on that shape, with a larger ``pp·tp`` for the consumer: a
 smaller shard to receive), and for a rollout engine that a stale policy may feed under a continuous-rollout
@@ -87,9 +88,9 @@ def nondominated_candidates(evaluator) -> dict[str, list[Candidate]]:
     same ``(pp, tp, ep)`` layout when the partner vertex has a candidate of that shape and layout (a
     matching layout on the same block makes the reallocation free), else the group of unmatched
     layouts. Within a group, ``a`` dominates ``b`` when ``a`` is no worse in ``(time, resident bytes,
-    transient bytes, −dp if the vertex has data-edge inputs, −pp·tp if it is an unmatched reallocation
-    consumer, and for a rollout engine a stale policy may feed under a continuous-rollout framework its
-    steady-state time at each allowed staleness ≥ 1)``; of equal vectors the first in table order stays.
+    transient bytes less kept bytes, kept bytes, −dp if the vertex has data-edge inputs, −pp·tp if it is an
+    unmatched reallocation consumer, and for a rollout engine a stale policy may feed under a continuous-rollout
+    framework its steady-state time at each allowed staleness ≥ 1)``; of equal vectors the first in table order stays.
     Output keeps table order (fastest first).
     """
     instance, table = evaluator.instance, evaluator.table
@@ -114,7 +115,7 @@ def nondominated_candidates(evaluator) -> dict[str, list[Candidate]]:
                 key.append((pp, tp, ep) if matched else None)
                 if is_consumer and not matched:
                     shard_dim = -pp * tp
-            vector = (cand.time, cand.resident_bytes, cand.transient_bytes,
+            vector = (cand.time, cand.resident_bytes, cand.transient_excess, cand.kept_bytes,
                       -cand.strategy.dp if has_inputs else 0, shard_dim)
             if name in stale_times:
                 vector += stale_times[name](cand)

@@ -53,6 +53,7 @@ from packplace.placement.model.memory import (
     ContextParallelSplit,
     TrainingOptions,
     engine_held_bytes,
+    engine_sleep_kept_bytes,
     vertex_memory,
 )
 from packplace.placement.model.nemo_rl_releases import (
@@ -112,6 +113,13 @@ class Candidate:
             (:func:`candidate_fits`): an engine whose pool and outside bytes exceed the GPU fits in no plan.
         pool_bytes: A vLLM engine's need inside its ``gpu_memory_utilization`` pool (weights, live KV, working
             set, logits and the release's non-torch bytes there); ``None`` for every other vertex.
+        kept_bytes: Per-GPU bytes of :attr:`transient_bytes` the vertex keeps on its GPUs for the whole step,
+            also while other vertices run there: a sleeping vLLM engine's CUDA graphs, NCCL buffers and (in a
+            process of its own) CUDA context,
+            :func:`~packplace.placement.model.memory.engine_sleep_kept_bytes`, at most its transient bytes;
+            0 for every other vertex (its transient bytes are freed when it ends). The evaluator adds them on
+            every GPU of the block beside whatever else runs there (:meth:`transient_excess` is what only
+            its own run adds).
     """
 
     vertex: str
@@ -124,6 +132,12 @@ class Candidate:
     transient_bytes: float
     fits: bool
     pool_bytes: float | None = None
+    kept_bytes: float = 0.0
+
+    @property
+    def transient_excess(self) -> float:
+        """``transient − kept`` per GPU (bytes): what the vertex adds on its GPUs only while it runs."""
+        return self.transient_bytes - self.kept_bytes
 
     @property
     def memory_bytes(self) -> float:
@@ -1141,8 +1155,23 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                 pool = res + tra if reservation.pooled else None
                 tra = engine_held_bytes(res, tra, limit, reservation)
             fits = candidate_fits(res, tra, pool, limit, capacity)
-            out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, fits, pool))
+            kept = min(tra, _sleep_kept(cost, strategy)) if pool is not None else 0.0
+            out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, fits, pool, kept))
     return out
+
+
+def _sleep_kept(cost: CostModel, strategy: Strategy) -> float:
+    """What a pooled vLLM engine of ``strategy`` keeps per GPU while it sleeps
+    (:func:`~packplace.placement.model.memory.engine_sleep_kept_bytes` with the engine's generation and
+    ``enforce_eager``, the GPU's ``memory_workspace`` and the framework's ``engine_own_process``). Every
+    framework profile with a vLLM engine sleeps it where it shares GPUs with other tasks: the layout rules
+    let generation share GPUs only colocated with its trainer (verl's hybrid engine, NeMo RL's colocated
+    generation, OpenRLHF's ``--train.colocate_all`` with ``--vllm.enable_sleep``), and ``none`` is costed
+    the same way."""
+    e = cost.engine
+    return engine_sleep_kept_bytes(tp=strategy.tp, pp=strategy.pp, engine_generation=e.engine_generation,
+                                   enforce_eager=bool(e.enforce_eager), workspace=cost.hw.memory_workspace,
+                                   own_process=cost.framework.engine_own_process)
 
 
 def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, strategy: Strategy, mb: int,

@@ -426,7 +426,11 @@ class PlacementEvaluator:
 
     def _memory_segments(self, res: list) -> list[tuple[int, int, float]]:
         """``(lo, hi, bytes)`` for each maximal id range covered by the same set of vertices: per model the
-        largest resident bytes of its vertices there, plus the largest transient bytes.
+        largest resident bytes of its vertices there, plus every vertex's kept bytes there
+        (:attr:`~packplace.placement.candidates.Candidate.kept_bytes`: a sleeping vLLM engine's CUDA graphs,
+        NCCL buffers and own CUDA context stay beside whatever else runs, so they add across vertices), plus
+        the largest transient bytes less the vertex's own kept bytes (while the engine itself runs its whole
+        held bytes count once: ``kept + (transient − kept)``).
 
         A hybrid engine (an engine whose model's training state stays resident,
         :func:`~packplace.placement.candidates.train_state_kept`) on its trainer's GPUs holds no weights of
@@ -441,13 +445,14 @@ class PlacementEvaluator:
         for k in range(len(points) - 1):
             a, b = points[k], points[k + 1]
             resident: dict[int, float] = {}
-            transient = 0.0
+            transient = kept = 0.0
             covered = False
             for i, (cand, lo, hi) in enumerate(res):
                 if lo <= a and b <= hi:
                     covered = True
                     m = vm[i]
-                    own = cand.transient_bytes
+                    own = cand.transient_bytes - cand.kept_bytes
+                    kept += cand.kept_bytes
                     hybrid = self._hybrid_weights(res, i, a, b)
                     if hybrid is not None:
                         own += hybrid
@@ -456,7 +461,7 @@ class PlacementEvaluator:
                     if own > transient:
                         transient = own
             if covered:
-                out.append((a, b, sum(resident.values()) + transient))
+                out.append((a, b, sum(resident.values()) + kept + transient))
         return out
 
     def _hybrid_weights(self, res: list, engine: int, a: int, b: int) -> float | None:
@@ -625,7 +630,8 @@ class PlacementEvaluator:
         return dict(phases)
 
     def vertex_memory(self, plan: Plan) -> dict[str, float]:
-        """Per vertex, the peak bytes on the GPUs of its block (resident of co-placed models included)."""
+        """Per vertex, the peak bytes on the GPUs of its block (resident of co-placed models and the kept bytes
+        of a sleeping engine there included, :meth:`_memory_segments`)."""
         res = self._resolve(plan)
         if res.__class__ is str:
             return {}
@@ -635,20 +641,25 @@ class PlacementEvaluator:
 
     def fullest_gpus(self, plan: Plan) -> str:
         """Where ``plan`` needs the most memory, and which tasks put it there: "GPUs A..B: X GB needed, W GB
-        available (actor.train 8.71 GB resident + 71.3 GB while it runs, reward.infer 0.772 GB resident)":
-        per model the task with the largest resident bytes, and the task with the largest bytes while it
-        runs (the terms of :meth:`_memory_segments`; a hybrid engine's weights held only while it
-        generates count among those); empty for a plan that breaks a hard rule."""
+        available (actor.generate 5.82 GB kept while it sleeps, actor.train 8.71 GB resident + 71.3 GB while
+        it runs, reward.infer 0.772 GB resident)": per model the task with the largest resident bytes, every
+        task's kept bytes (a sleeping engine's CUDA graphs, NCCL buffers and own CUDA context), and the task
+        with the largest bytes while it runs beyond those (the terms of :meth:`_memory_segments`; a hybrid
+        engine's weights held only while it generates count among those; a running engine's kept bytes are
+        in its "while it runs" figure, once); empty for a plan that breaks a hard rule."""
         res = self._resolve(plan)
         if res.__class__ is str:
             return ""
         lo, hi, used = max(self._memory_segments(res), key=lambda seg: (seg[2], -seg[0]))
         resident: dict[int, tuple[float, int]] = {}
         transient = (0.0, -1)
+        kept: dict[int, float] = {}
         for i, (cand, a, b) in enumerate(res):
             if not (a <= lo and hi <= b):
                 continue
-            own = cand.transient_bytes
+            own = cand.transient_excess
+            if cand.kept_bytes > 0:
+                kept[i] = cand.kept_bytes
             hybrid = self._hybrid_weights(res, i, lo, hi)
             if hybrid is not None:
                 own += hybrid
@@ -657,10 +668,14 @@ class PlacementEvaluator:
             if own > transient[0]:
                 transient = (own, i)
         parts = {i: f"{self.names[i]} {gb(nbytes)} GB resident" for nbytes, i in resident.values()}
+        for i, nbytes in kept.items():
+            if i != transient[1]:
+                parts[i] = (f"{parts[i]} + " if i in parts else f"{self.names[i]} ") + \
+                    f"{gb(nbytes)} GB kept while it sleeps"
         if transient[1] >= 0:
-            name = self.names[transient[1]]
-            parts[transient[1]] = (f"{parts[transient[1]]} + " if transient[1] in parts else f"{name} ") + \
-                f"{gb(transient[0])} GB while it runs"
+            t = transient[1]
+            parts[t] = (f"{parts[t]} + " if t in parts else f"{self.names[t]} ") + \
+                f"{gb(transient[0] + kept.get(t, 0.0))} GB while it runs"
         first, last = self.cluster.coords(lo), self.cluster.coords(hi - 1)
         return (f"GPUs {first}..{last}: {gb(used)} GB needed, {gb(self.capacity)} GB available "
                 f"({', '.join(parts[i] for i in sorted(parts))})")

@@ -64,8 +64,9 @@ class PlacementCheck:
         return self.verdict == "whole plan"
 
 
-def _fronts(table: CandidateTable) -> dict[str, list[tuple[int, float, float]]]:
-    """Per task, the Pareto-least ``(gpus, resident lower bound, transient)`` over the candidates a feasible
+def _fronts(table: CandidateTable) -> dict[str, list[tuple[int, float, float, float]]]:
+    """Per task, the Pareto-least ``(gpus, resident lower bound, transient, kept)`` (least in GPUs, resident,
+    transient beyond kept, and kept bytes: the terms the evaluator adds) over the candidates a feasible
     plan can use (bytes per GPU): its memory-feasible ones. A rollout engine whose training state stays with
     its trainer (:func:`~packplace.placement.candidates.train_state_kept`) may hold no resident weights of its
     own on the trainer's GPUs, so its resident lower bound is 0, and a candidate of it over the whole GPU
@@ -79,16 +80,17 @@ def _fronts(table: CandidateTable) -> dict[str, list[tuple[int, float, float]]]:
         cands = table.feasible[name]
         if hybrid and memory_budget(table.instance, vertex.kind) >= capacity:
             cands = tuple(c for c in table.all[name] if math.isfinite(c.time))
-        points = sorted({(c.gpus, 0.0 if hybrid else c.resident_bytes, c.transient_bytes) for c in cands})
-        front: list[tuple[int, float, float]] = []
+        points = sorted({(c.gpus, 0.0 if hybrid else c.resident_bytes, c.transient_bytes, c.kept_bytes)
+                         for c in cands})
+        front: list[tuple[int, float, float, float]] = []
         for p in points:  # sorted by gpus first: keep p unless an earlier point is no worse in every part
-            if not any(q[1] <= p[1] and q[2] <= p[2] for q in front):
+            if not any(q[1] <= p[1] and q[2] - q[3] <= p[2] - p[3] and q[3] <= p[3] for q in front):
                 front.append(p)
         fronts[name] = front
     return fronts
 
 
-def _group_need(group: tuple[str, ...], choice: dict[str, tuple[int, float, float]], model_of: dict[str, str],
+def _group_need(group: tuple[str, ...], choice: dict[str, tuple[int, float, float, float]], model_of: dict[str, str],
                 alone: frozenset[str]) -> float:
     """:func:`_shared_bytes` of ``group`` under ``choice``, or ``inf`` for a group of two or more with a task
     that the framework runs on GPUs of its own (``alone``: it shares a GPU at no memory)."""
@@ -97,13 +99,14 @@ def _group_need(group: tuple[str, ...], choice: dict[str, tuple[int, float, floa
     return _shared_bytes(tuple(model_of[n] for n in group), tuple(choice[n] for n in group))
 
 
-def _shared_bytes(models: tuple[str, ...], choice: tuple[tuple[int, float, float], ...]) -> float:
+def _shared_bytes(models: tuple[str, ...], choice: tuple[tuple[int, float, float, float], ...]) -> float:
     """Least bytes on a GPU that all the chosen candidates share: per model its largest resident bytes, plus
-    the largest transient bytes (the evaluator's memory rule)."""
+    every task's kept bytes, plus the largest transient bytes beyond the task's own kept ones (the evaluator's
+    memory rule)."""
     resident: dict[str, float] = {}
-    for model, (_, res, _) in zip(models, choice):
+    for model, (_, res, _, _) in zip(models, choice):
         resident[model] = max(resident.get(model, 0.0), res)
-    return sum(resident.values()) + max(tr for _, _, tr in choice)
+    return sum(resident.values()) + sum(k for *_, k in choice) + max(tr - k for _, _, tr, k in choice)
 
 
 def every_block_size_proposed(cluster: Cluster) -> bool:
@@ -185,7 +188,7 @@ def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
             f"least-memory candidate, {', '.join(group)} share a GPU, {over}")
 
 
-def _refuting_group(names: list[str], choice: dict[str, tuple[int, float, float]], model_of: dict[str, str],
+def _refuting_group(names: list[str], choice: dict[str, tuple[int, float, float, float]], model_of: dict[str, str],
                     alone: frozenset[str], capacity: float, total: int,
                     last: str | None = None) -> tuple[tuple[str, ...], float]:
     """The group of ``names`` (containing ``last`` when given) that must share a GPU under ``choice`` and
@@ -204,7 +207,7 @@ def _refuting_group(names: list[str], choice: dict[str, tuple[int, float, float]
     return best
 
 
-def _refuted_with(last: str, others: list[str], choice: dict[str, tuple[int, float, float]],
+def _refuted_with(last: str, others: list[str], choice: dict[str, tuple[int, float, float, float]],
                   model_of: dict[str, str], alone: frozenset[str], capacity: float, total: int) -> bool:
     """Whether some group of ``last`` and tasks of ``others`` shares a GPU under ``choice`` and needs more
     than ``capacity`` there. A group shares a GPU when its members' missing GPUs ``G - gpus`` sum below ``G``
@@ -231,13 +234,13 @@ def _refuted_with(last: str, others: list[str], choice: dict[str, tuple[int, flo
     return grow(0, [last], total - choice[last][0])
 
 
-def _every_choice_refuted(names: list[str], fronts: dict[str, list[tuple[int, float, float]]],
+def _every_choice_refuted(names: list[str], fronts: dict[str, list[tuple[int, float, float, float]]],
                           model_of: dict[str, str], alone: frozenset[str], capacity: float, total: int,
                           max_nodes: int) -> bool:
     """Whether every choice of one front point per task has a group that shares a GPU over ``capacity``
     (depth-first, largest blocks first; False past ``max_nodes`` partial choices: no proof)."""
     order = sorted(names, key=lambda n: (-fronts[n][0][0], len(fronts[n]), n))
-    choice: dict[str, tuple[int, float, float]] = {}
+    choice: dict[str, tuple[int, float, float, float]] = {}
     nodes = 0
 
     def extend(depth: int) -> bool:   # True: some full choice survives (or the budget ran out)
@@ -258,8 +261,8 @@ def _every_choice_refuted(names: list[str], fronts: dict[str, list[tuple[int, fl
     return not extend(0)
 
 
-def _proof_line(group: tuple[str, ...], fronts: dict[str, list[tuple[int, float, float]]],
-                choice: tuple[tuple[int, float, float], ...], least: float, capacity: float, total: int,
+def _proof_line(group: tuple[str, ...], fronts: dict[str, list[tuple[int, float, float, float]]],
+                choice: tuple[tuple[int, float, float, float], ...], least: float, capacity: float, total: int,
                 alone: frozenset[str]) -> str:
     """The one-line proof of :func:`shared_gpu_shortfall` for ``group`` (``choice``: the least-bytes one)."""
     def at_least(n: int) -> str:
@@ -269,6 +272,7 @@ def _proof_line(group: tuple[str, ...], fronts: dict[str, list[tuple[int, float,
     if math.isinf(least):
         return (f"no plan fits: {tasks} share a GPU in any plan on {total} GPUs, and the framework runs "
                 f"{', '.join(sorted(alone.intersection(group)))} on GPUs of its own")
-    parts = ", ".join(f"{n} {gb(res)} + {gb(tr)} GB" for n, (_, res, tr) in zip(group, choice))
+    parts = ", ".join(f"{n} {gb(res)} + {gb(tr)} GB" + (f", {gb(k)} GB of it kept while it sleeps" if k else "")
+                      for n, (_, res, tr, k) in zip(group, choice))
     return (f"no plan fits in memory: {tasks} share a GPU in any plan on {total} GPUs, where they need at least "
             f"{gb(least)} GB ({parts} resident + while running), {gb(capacity)} GB available")

@@ -416,6 +416,12 @@ class FrameworkProfile:
             hybrid engine (no vLLM pool) keeps as its generation budget. An older release
             (``policy.framework_version``) takes :data:`FRAMEWORK_VERSIONS`' when it differs
             (:func:`default_gpu_memory_utilization`).
+        engine_own_process: The rollout engine runs in processes of its own, whose CUDA context stays on the GPU
+            while the engine sleeps beside its colocated trainer
+            (:func:`~packplace.placement.model.memory.engine_sleep_kept_bytes`): NeMo RL (its vLLM generation
+            worker is a Ray actor, nemo_rl/models/generation/vllm/vllm_worker.py), OpenRLHF (``LLMRayActor``) and a
+            bare engine (``none``). False: verl's hybrid engine builds vLLM inside the trainer's
+            ``ActorRolloutRefWorker`` process, DeepSpeed-Chat's hybrid engine is the training engine.
         offload_between_passes: A trainer's ``offload`` moves its state to the host between passes and the
             whole state back for each pass (verl's FSDP ``param_offload`` / ``optimizer_offload``:
             ``verl/workers/fsdp_workers.py`` at commit b25bb7d4f, ``update_actor`` calls
@@ -448,6 +454,7 @@ class FrameworkProfile:
     offload_between_passes: bool = False
     inprocess_engine: bool = False
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    engine_own_process: bool = True
 
 
 #: The profiles (``policy.framework``).
@@ -460,7 +467,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "reference module, rollout.resume(tags=['weights']) then update_weights over CUDA IPC); "
         "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)", gather_prefetch=True,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gradient_reduce_bytes=4.0, logit_bytes=VERL_LOGIT_BYTES,
-        offload_between_passes=True, gpu_memory_utilization=VERL_GPU_MEMORY_UTILIZATION),
+        offload_between_passes=True, gpu_memory_utilization=VERL_GPU_MEMORY_UTILIZATION,
+        engine_own_process=False),
     "nemo-rl": FrameworkProfile(
         "nemo-rl", True, True, "cuda_ipc", True,
         "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "
@@ -489,7 +497,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "ZeRO-3 iff the actor / critic stage is 3), ppo_trainer.py generate_experience (one process per GPU, "
         "hybrid engine generates with the training parameters gathered in place)",
         decode_step_overhead=DS_HYBRID_DECODE_STEP_OVERHEAD, colocated_train_state=True, enforce_eager=None,
-        engine_generation=None),
+        engine_generation=None, engine_own_process=False),
 }
 #: Frameworks by name.
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)

@@ -682,6 +682,53 @@ def engine_held_bytes(resident: float, transient: float, pool: float, reservatio
     return max(transient, pool - resident) + reservation.outside
 
 
+def engine_sleep_kept_bytes(*, tp: int, pp: int, engine_generation: str | None, enforce_eager: bool,
+                            workspace: float, own_process: bool) -> float:
+    """Bytes per GPU a vLLM engine of ``tp·pp`` GPUs per replica keeps while it sleeps beside a colocated
+    trainer: what ``LLM.sleep(level=1)`` does not free.
+
+    vLLM's sleep mode allocates the weights and the KV cache through ``CuMemAllocator`` under the tags
+    ``"weights"`` and ``"kv_cache"`` (vllm/device_allocator/cumem.py; docs.vllm.ai "Sleep Mode": level 1
+    offloads the weights to CPU memory and discards the KV cache) and frees only those; the rest of the
+    engine stays on the GPU through the trainer's passes:
+
+    * its CUDA graphs (``enforce_eager`` false: :data:`VLLM_CUDA_GRAPH_BYTES`, a V0 engine's
+      :data:`VLLM_V0_CUDA_GRAPH_BYTES`), captured into PyTorch's graph pool outside the tagged allocations,
+      whatever side of ``gpu_memory_utilization`` the release counts them on (verl
+      ``verl/trainer/config/rollout/rollout.yaml``, ``cudagraph_capture_sizes``: "cudagraph in inference
+      engine can not be offloaded during update policy");
+    * NCCL's buffers when its workers form a communicator (``tp·pp`` > 1: :data:`VLLM_NCCL_BYTES`, with
+      pipeline stages :data:`VLLM_NCCL_PP_BYTES`, the last stage's, as :func:`engine_reservation` takes them;
+      in every release: before 0.11 they lie inside the pool's accounting, but sleep frees only the tagged
+      tensors);
+    * the CUDA context and workspaces of the engine's own process (``workspace``, the stack's per-process
+      bytes) when ``own_process``: NeMo RL's vLLM generation worker is a Ray actor of its own that builds
+      ``vllm.LLM(..., enable_sleep_mode=True)`` (nemo_rl/models/generation/vllm/vllm_worker.py
+      ``BaseVllmGenerationWorker.__init__``; with ``tp·pp`` > 1 the ``ray`` executor's workers are processes
+      of their own too), as are OpenRLHF's ``LLMRayActor`` engines. verl's hybrid engine runs vLLM inside the
+      trainer's worker process (``ActorRolloutRefWorker``), whose context the trainer's own bytes count.
+
+    ``engine_generation`` ``None`` (not a vLLM engine): 0.
+
+    Raises:
+        ValueError: ``tp`` or ``pp`` below 1, ``engine_generation`` not ``v0``/``v1``/``None``, or a negative
+            ``workspace``.
+    """
+    if tp < 1 or pp < 1:
+        raise ValueError(f"engine_sleep_kept_bytes: tp and pp must be at least 1, got tp={tp!r}, pp={pp!r}")
+    if engine_generation not in ("v0", "v1", None):
+        raise ValueError(f"engine_sleep_kept_bytes: engine_generation must be 'v0', 'v1' or None, "
+                         f"got {engine_generation!r}")
+    if workspace < 0:
+        raise ValueError(f"engine_sleep_kept_bytes: workspace must be non-negative, got {workspace!r}")
+    if engine_generation is None:
+        return 0.0
+    graph = 0.0 if enforce_eager else (VLLM_V0_CUDA_GRAPH_BYTES if engine_generation == "v0"
+                                       else VLLM_CUDA_GRAPH_BYTES)
+    nccl = 0.0 if tp * pp == 1 else VLLM_NCCL_PP_BYTES if pp > 1 else VLLM_NCCL_BYTES
+    return graph + nccl + (workspace if own_process else 0.0)
+
+
 def stage_kv_bytes_per_token(model: ModelSpec, tp: int, pp: int) -> float:
     """KV-cache bytes per token per GPU on the largest pipeline stage's layers (``tp``-way split heads)."""
     return model.kv_bytes_per_token(tp, 1) * max(stage_layers(model.layers, pp)) / model.layers
