@@ -19,6 +19,7 @@ from packplace.placement.model.framework import profile
 from packplace.placement.model.memory import (
     VLLM_CUDA_GRAPH_BYTES,
     VLLM_NCCL_BYTES,
+    VLLM_NCCL_PP_BYTES,
     VLLM_V0_CUDA_GRAPH_BYTES,
     engine_sleep_kept_bytes,
 )
@@ -35,9 +36,9 @@ def test_what_a_sleeping_vllm_engine_keeps_by_release_parallelism_and_process():
     # TP 2 in a process of its own with CUDA graphs: NCCL 4.52 GiB + graphs 1.3 GiB + the context 1.02 GB
     assert engine_sleep_kept_bytes(tp=2, pp=1, engine_generation="v1", enforce_eager=False, workspace=1.02e9,
                                    own_process=True) == pytest.approx(4.52 * GIB + 1.3 * GIB + 1.02e9)
-    # pipeline stages form a communicator too
+    # pipeline stages form a communicator too, at the last stage's 8.76 GiB (as the engine's reservation)
     assert engine_sleep_kept_bytes(tp=1, pp=2, engine_generation="v1", enforce_eager=True, workspace=1.02e9,
-                                   own_process=False) == VLLM_NCCL_BYTES
+                                   own_process=False) == VLLM_NCCL_PP_BYTES == 8.76 * GIB
     # one GPU, eager, inside the trainer's process (verl's hybrid engine): nothing of its own stays
     assert engine_sleep_kept_bytes(tp=1, pp=1, engine_generation="v1", enforce_eager=True, workspace=1.02e9,
                                    own_process=False) == 0.0
@@ -118,9 +119,11 @@ def test_verl_keeps_no_context_of_its_own():
     cfg["policy"]["framework"] = "verl"
     cfg["policy"].pop("framework_version", None)
     table = get_table(build_instance(cfg))
-    by_tp = {c.strategy.tp * c.strategy.pp: c.kept_bytes for c in table.feasible["actor.generate"]}
+    by_layout = {(c.strategy.tp, c.strategy.pp): c.kept_bytes for c in table.feasible["actor.generate"]}
     graphs = 0.0 if profile("verl").enforce_eager else VLLM_CUDA_GRAPH_BYTES
-    assert by_tp[1] == graphs and by_tp[2] == pytest.approx(graphs + VLLM_NCCL_BYTES)
+    assert by_layout[(1, 1)] == graphs and by_layout[(2, 1)] == pytest.approx(graphs + VLLM_NCCL_BYTES)
+    if (1, 2) in by_layout:  # a pipelined engine keeps the last stage's NCCL bytes
+        assert by_layout[(1, 2)] == pytest.approx(graphs + VLLM_NCCL_PP_BYTES)
     assert all(c.kept_bytes == 0.0 for n in ("actor.train", "reference.infer") for c in table.all[n])
 
 
