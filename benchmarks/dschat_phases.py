@@ -176,6 +176,51 @@ NOT_PRICED = [
 #: hybrid engine's ``train()`` switch) are ``Training time`` less ``actor_train``.
 V100_LOG_SPLIT = {"actor_train": 64 / 85.96, "critic_train": 0.217}
 
+#: The same release's step-1 and step-2 training logs (DeepSpeedExamples @ 3a77097a
+#: ``training/step1_supervised_finetuning/training_log_output/opt-1.3b-globalBatchSize128.log``: OPT-1.3B, ZeRO 2,
+#: 8 sequences of 512 per GPU, 736 ThroughputTimer lines, median ``CurrSamplesPerSec`` 171.63 of a global batch of
+#: 128; ``training/step2_reward_model_finetuning/training_log_output/opt-350m_globalBatchSize-64.log``: OPT-350M,
+#: ZeRO 0, 4 chosen/rejected pairs, so 8 sequences of 512, per GPU, 184 lines, median 218.51 of 64): seconds of one
+#: forward + backward + step at 4,096 tokens per GPU on 16 GPUs of the same date, against the step-3 passes at
+#: 2,048 (:data:`V100_LOG_SPLIT`). No hybrid engine and no step-3 neighbours in memory.
+SAME_MACHINE_TRAINING = {"actor_train": 128 / 171.63, "critic_train": 64 / 218.51}
+
+
+def fixed_and_per_token(t_small: float, t_large: float, tokens_small: float, tokens_large: float) -> dict:
+    """The straight line through two step times of one training pass at two token counts per GPU:
+    ``per_token_s`` (slope, seconds per token) and ``fixed_s`` (intercept, seconds per step).
+
+    Raises:
+        ValueError: the token counts are not positive and distinct.
+    """
+    if not (tokens_small > 0 and tokens_large > 0) or tokens_small == tokens_large:
+        raise ValueError(f"fixed_and_per_token: token counts must be positive and distinct, got "
+                         f"{tokens_small!r} and {tokens_large!r}")
+    slope = (t_large - t_small) / (tokens_large - tokens_small)
+    return {"per_token_s": slope, "fixed_s": t_small - slope * tokens_small}
+
+
+def same_machine_training(cfg: dict, small: dict) -> dict:
+    """:data:`SAME_MACHINE_TRAINING` against the model: ``cfg`` (``LOGS[0]``'s setup) at 8 sequences per GPU
+    (global batch 128) priced for the actor's and critic's training passes (ZeRO 2 for both: the step-2 run's ZeRO 0
+    all-reduces the same gradient bytes, ``zero2_step_floor``'s ``reduce`` + ``all_gather``), and per pass the line
+    through its 2,048- and 4,096-token times (:func:`fixed_and_per_token`), published and predicted. ``small``:
+    :func:`price` of ``cfg`` as it is (4 sequences per GPU)."""
+    big = json.loads(json.dumps(cfg))
+    big["workload"]["batch_size"] = 128
+    for vertex in big["validation"]["plan"].values():
+        vertex["micro_batch"] = 8
+    large = price(big)
+    out = {}
+    for phase in ("actor_train", "critic_train"):
+        pub_small, pub_large = V100_LOG_SPLIT[phase], SAME_MACHINE_TRAINING[phase]
+        out[phase] = {"predicted_4096": large[phase], "published_4096": pub_large,
+                      "ratio_4096": large[phase] / pub_large,
+                      "published": fixed_and_per_token(pub_small, pub_large, 2048, 4096),
+                      "predicted": fixed_and_per_token(small[phase], large[phase], 2048, 4096)}
+    return out
+
+
 #: DeepSpeed FusedAdam's bytes per parameter of one step over the fp32 partition (reads parameter, gradient and
 #: both moments, writes parameter and moments: 4 x 4 + 3 x 4; ``csrc/adam/multi_tensor_adam.cu``).
 ADAM_BYTES_PER_PARAM = 28.0
@@ -470,12 +515,19 @@ def main() -> None:
                   f"{x['residual_per_gparam_s']:.3f} s per 1e9 parameters")
     for role, f in split["floors"].items():
         print(f"  ZeRO-2 step floors, {role}: " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in f.items()))
+    same = same_machine_training(v100, price(v100))
+    for phase, x in same.items():
+        print(f"  {phase} at 4,096 tokens per GPU (step-1/2 logs): {x['predicted_4096']:.3f} / "
+              f"{x['published_4096']:.3f} ({x['ratio_4096']:.2f}); per step + per token: published "
+              f"{x['published']['fixed_s']:.3f} s + {1e6 * x['published']['per_token_s']:.1f} us, predicted "
+              f"{x['predicted']['fixed_s']:.3f} s + {1e6 * x['predicted']['per_token_s']:.1f} us")
 
     if args.write:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent).stdout.strip()
         OUT.write_text(json.dumps({"measured_at_commit": commit, "rows": rows, "residuals": res,
                                    "leave_one_out": loo, "training_split": split,
+                                   "same_machine_training": same,
                                    "not_priced": NOT_PRICED}, indent=1) + "\n")
         print(f"wrote {OUT}")
 

@@ -187,3 +187,28 @@ def test_v100_training_gap_scales_with_parameters_not_layers():
     # the ZeRO-2 step's per-parameter traffic at its bandwidth floors is under a tenth of either residual
     for role, phase in (("actor", actor), ("critic", critic)):
         assert sum(s["floors"][role].values()) < 0.1 * phase["residual_s"]
+
+
+def test_fixed_and_per_token_by_hand():
+    line = phases.fixed_and_per_token(0.3, 0.5, 1000, 3000)
+    assert line["per_token_s"] == pytest.approx(1e-4)  # 0.2 s over 2,000 tokens
+    assert line["fixed_s"] == pytest.approx(0.2)  # 0.3 − 1,000 x 1e-4
+    with pytest.raises(ValueError, match="distinct"):
+        phases.fixed_and_per_token(0.3, 0.5, 1000, 1000)
+
+
+def test_same_machine_training_logs():
+    # step-1 SFT: 128 samples at 171.63 per second; step-2 reward model: 64 at 218.51
+    assert phases.SAME_MACHINE_TRAINING["actor_train"] == pytest.approx(0.7458, abs=1e-4)
+    assert phases.SAME_MACHINE_TRAINING["critic_train"] == pytest.approx(0.2929, abs=1e-4)
+    cfg = phases.setup(phases.LOGS[0])
+    small = phases.price(cfg)
+    same = phases.same_machine_training(cfg, small)
+    actor, critic = same["actor_train"], same["critic_train"]
+    # the model's passes grow with the tokens: 4,096 tokens cost more than 2,048 but under twice
+    assert small["actor_train"] < actor["predicted_4096"] < 2 * small["actor_train"]
+    assert actor["ratio_4096"] == pytest.approx(actor["predicted_4096"] / actor["published_4096"])
+    # plain SFT on the same machine is priced closer than the step-3 actor pass (0.69 against 0.40)
+    assert actor["ratio_4096"] > small["actor_train"] / phases.V100_LOG_SPLIT["actor_train"] + 0.2
+    # the critic's two logs put a per-step cost of over 0.1 s that the model prices at under 0.03 s
+    assert critic["published"]["fixed_s"] > 0.1 > 0.03 > critic["predicted"]["fixed_s"]
