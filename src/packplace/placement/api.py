@@ -41,6 +41,11 @@ MAX_GROWTH = 64
 SEARCH_TIME_LIMIT_S = 10.0
 #: Seconds :func:`check_instance` gives its whole-plan search (greedy, then concurrent) by default.
 CHECK_TIME_LIMIT_S = 10.0
+#: How an engine's ``gpu_memory_utilization`` refusal begins (too large or too small a pool,
+#: :meth:`~packplace.placement.candidates.CandidateTable.engine_pool_message`): no memory-saving setting of
+#: :mod:`packplace.placement.fit_hints` (the trainers', the inference-only models') changes the engine's pool,
+#: so none is tried or named.
+ENGINE_POOL_ERROR = "[policy] gpu_memory_utilization "
 
 
 def solve_placement(
@@ -171,7 +176,10 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
     Raises:
         ConfigError: a vertex with no legal strategy, non-finite predicted times, a bad ``time_limit_s``, an
             unknown ``solver``.
-        InfeasibleError: a vertex that fits on no cluster grown up to 64x (bytes needed and available, and
+        InfeasibleError: an engine whose ``gpu_memory_utilization`` is too large or too small for any of its
+            candidates to fit, with the value that fits (as is, no memory-saving setting named:
+            :data:`ENGINE_POOL_ERROR`), a vertex that fits on no cluster grown up to 64x (bytes needed and
+            available, and
             the memory settings under which it fits with their step times: :mod:`packplace.placement.fit_hints`),
             "cluster has X GPUs; the smallest feasible plan for V needs Y (...); the smallest cluster of
             this node and rack shape (doubled) on which the concurrent solver fits a whole plan has Z GPUs
@@ -188,6 +196,8 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
     try:
         short = table.shortfalls()
     except InfeasibleError as exc:  # fits on no cluster: say which memory setting would make it fit
+        if str(exc).startswith(ENGINE_POOL_ERROR):  # the engine's own pool: no trainer setting moves it
+            raise
         raise InfeasibleError(with_hints(str(exc), instance)) from None
     if short:
         raise InfeasibleError(table.shortfall_message(short, _smallest_whole_cluster(instance, table, short)))

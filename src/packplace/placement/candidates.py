@@ -450,9 +450,12 @@ class CandidateTable:
                 non-finite predicted time for every candidate that fits.
             InfeasibleError: a vLLM engine none of whose candidates fits only because its pool and the bytes it
                 holds outside it exceed the GPU: :meth:`engine_pool_message` ("[policy] gpu_memory_utilization G
-                leaves V no GPU it fits on: ... set policy.gpu_memory_utilization to at most g ..."); a vertex that
-                fits on no cluster grown up to 64x: "M does not fit: V needs Z GB per GPU at the largest block,
-                W GB available" (:meth:`available`) naming the most demanding vertex.
+                leaves V no GPU it fits on: ... set policy.gpu_memory_utilization to at most g ..."), or only
+                because its need exceeds its pool where a larger value fits ("... leaves V too small a pool: ...
+                set policy.gpu_memory_utilization to at least g ..."); a vertex that fits on no cluster grown up to
+                64x: "M does not fit: V needs Z GB per GPU at the largest block, W GB available"
+                (:meth:`available`; for an engine no value fits on this cluster, :meth:`engine_pool_detail`)
+                naming the most demanding vertex.
         """
         inst = self.instance
         short = []
@@ -474,14 +477,20 @@ class CandidateTable:
             largest = max(c.gpus for c in self.all[name])
             at_largest = min(c.memory_bytes for c in self.all[name] if c.gpus == largest)
             needed = _smallest_fitting_gpus(vertex, model, inst, self.cost)
-            detail = (f"{gb(at_largest)} GB per GPU needed at the largest block ({largest} GPUs), "
-                      f"{self.available(name)}")
+            pooled = self.engine_pool_detail(name)
+            detail = pooled or (f"{gb(at_largest)} GB per GPU needed at the largest block ({largest} GPUs), "
+                                f"{self.available(name)}")
             short.append(Shortfall(needed, name, vertex.model, detail, least, at_largest, largest))
         never = [x for x in short if x.needed is None]
         if never:  # name the most demanding vertex (the most memory at its largest block)
             worst = max(never, key=lambda x: x.bytes_at_largest)
             capped = (f"; no block larger than {worst.largest_gpus} GPUs is legal ({self.why_not_larger(worst.vertex)})"
                       if worst.largest_gpus < inst.cluster.num_gpus else "")
+            pooled = self.engine_pool_detail(worst.vertex)
+            if pooled is not None:
+                raise InfeasibleError(f"[models] {worst.model} does not fit: {worst.vertex}: {pooled}; at "
+                                      f"gpu_memory_utilization {inst.engine.gpu_memory_utilization:g} it fits on no "
+                                      f"cluster grown up to 64x either{capped}")
             raise InfeasibleError(f"[models] {worst.model} does not fit: {worst.vertex} needs "
                                   f"{gb(worst.bytes_at_largest)} GB per GPU at the largest block "
                                   f"({worst.largest_gpus} GPUs), {self.available(worst.vertex)} "
@@ -503,8 +512,9 @@ class CandidateTable:
 
     def engine_pool_message(self, name: str) -> str | None:
         """The one-line error for a vLLM engine ``name`` none of whose candidates fits because its
-        ``gpu_memory_utilization`` pool and the bytes it holds outside the pool exceed the GPU, or ``None``
-        when some candidate fits or none fits for that reason.
+        ``gpu_memory_utilization`` is too large (below) or too small (:meth:`_pool_too_small`: its need inside
+        the pool exceeds it where a larger value fits the GPU), or ``None`` when some candidate fits or none
+        fits for those reasons.
 
         A candidate that fits its own budget (its need inside the pool at most ``gpu_memory_utilization ·
         memory_per_gpu``) holds the whole pool ``P`` and its release's outside bytes ``X``
@@ -519,9 +529,18 @@ class CandidateTable:
         if inst.graph.vertex(name).kind != "generate":
             return None
         cands = self.all[name]
+        if any(c.fits for c in cands):
+            return None
+        return self._pool_too_large(name) or self._pool_too_small(name)
+
+    def _pool_too_large(self, name: str) -> str | None:
+        """:meth:`engine_pool_message` for a ``gpu_memory_utilization`` too large (its pool and the outside
+        bytes exceed the GPU), or ``None``."""
+        inst = self.instance
+        cands = self.all[name]
         limit, capacity = memory_budget(inst, "generate"), float(inst.hardware.memory_per_gpu)
         over = [c for c in cands if c.pool_bytes is not None and c.pool_bytes <= limit and c.memory_bytes > capacity]
-        if not over or any(c.fits for c in cands):
+        if not over:
             return None
         best = None
         for cand in over:
@@ -541,6 +560,67 @@ class CandidateTable:
                 f"policy.gpu_memory_utilization to at most {value:.2f} ({gb(value * capacity)} GB pool beside "
                 f"{gb(outside)} GB outside it at {per_replica} GPU{'s' if per_replica > 1 else ''} per replica, "
                 f"whose need inside the pool is {gb(cand.pool_bytes)} GB)")
+
+    def _pool_too_small(self, name: str) -> str | None:
+        """:meth:`engine_pool_message` for a ``gpu_memory_utilization`` too small: every candidate's need inside
+        the pool ``N`` exceeds ``G·M``. A candidate fits at ``g`` only if ``g·M ≥ N(g)`` and ``N(g) + X ≤ M``
+        (``X`` its bytes outside the pool); ``N`` does not shrink as ``g`` grows (the KV cache an engine runs at
+        once grows with its pool), so no value below ``⌈100·N(G)/M⌉/100`` fits and none above
+        ``⌊100·(M − X)/M⌋/100``. The values with two decimals between the least lower and the largest upper
+        bound are tried in turn, each priced at its own pool (:func:`engine_fit_at`); the message names the
+        smallest that fits ("set policy.gpu_memory_utilization to at least g"), or ``None`` when none does
+        (:meth:`engine_pool_detail` words that)."""
+        found = self.smallest_pool_fit(name)
+        if found is None:
+            return None
+        inst = self.instance
+        value, (strategy, need, held) = found
+        limit, capacity = memory_budget(inst, "generate"), float(inst.hardware.memory_per_gpu)
+        least = min((c for c in self.all[name] if c.pool_bytes is not None and c.pool_bytes > limit),
+                    key=lambda c: (c.pool_bytes, c.gpus))
+        gmu, per_replica = inst.engine.gpu_memory_utilization, strategy.tp * strategy.pp
+        return (f"[policy] gpu_memory_utilization {gmu:g} leaves {name} too small a pool: vLLM reserves "
+                f"{gb(limit)} GB of each {gb(capacity)} GB GPU (gpu_memory_utilization x memory_per_gpu) and "
+                f"{name} needs at least {gb(least.pool_bytes)} GB inside it (weights, KV cache, working set); set "
+                f"policy.gpu_memory_utilization to at least {value:.2f} ({gb(value * capacity)} GB pool at "
+                f"{per_replica} GPU{'s' if per_replica > 1 else ''} per replica, whose need inside the pool is "
+                f"{gb(need)} GB, beside {gb(held - value * capacity)} GB outside it: {gb(held)} GB of the GPU)")
+
+    def smallest_pool_fit(self, name: str) -> tuple[float, tuple[Strategy, float, float]] | None:
+        """The smallest ``gpu_memory_utilization`` with two decimals above the current one at which a candidate
+        of engine ``name`` whose need exceeds its pool fits the GPU of this cluster, with :func:`engine_fit_at`'s
+        answer there (bounds: :meth:`_pool_too_small`); ``None`` where none does."""
+        inst = self.instance
+        limit, capacity = memory_budget(inst, "generate"), float(inst.hardware.memory_per_gpu)
+        under = [c for c in self.all[name] if c.pool_bytes is not None and c.pool_bytes > limit]
+        bounds = [(math.ceil(100.0 * c.pool_bytes / capacity - 1e-9),
+                   math.floor(100.0 * (capacity - (c.memory_bytes - c.pool_bytes)) / capacity)) for c in under]
+        bounds = [(lo, hi) for lo, hi in bounds if lo <= hi]
+        if not bounds:
+            return None
+        for percent in range(min(lo for lo, _ in bounds), min(100, max(hi for _, hi in bounds)) + 1):
+            fit = engine_fit_at(inst, name, percent / 100.0)
+            if fit is not None:
+                return percent / 100.0, fit
+        return None
+
+    def engine_pool_detail(self, name: str) -> str | None:
+        """For an engine none of whose candidates fits because its need inside the pool exceeds it and no
+        ``gpu_memory_utilization`` fits it on this cluster (:meth:`smallest_pool_fit` ``None``): "no
+        gpu_memory_utilization fits it on this cluster: at the largest block (N GPUs) it needs Z GB inside the
+        engine's pool and X GB outside it, W GB of each M GB GPU" (the candidate holding the least there);
+        ``None`` for every other vertex."""
+        inst = self.instance
+        cands = [c for c in self.all[name] if c.pool_bytes is not None]
+        limit = memory_budget(inst, "generate")
+        if inst.graph.vertex(name).kind != "generate" or not cands or any(c.fits for c in self.all[name]) or \
+                not all(c.pool_bytes > limit for c in cands):
+            return None
+        largest = max(c.gpus for c in cands)
+        least = min((c for c in cands if c.gpus == largest), key=lambda c: c.memory_bytes)
+        return (f"no gpu_memory_utilization fits it on this cluster: at the largest block ({largest} GPUs) it needs "
+                f"{gb(least.pool_bytes)} GB inside the engine's pool and {gb(least.memory_bytes - least.pool_bytes)} "
+                f"GB outside it, {gb(least.memory_bytes)} GB of each {gb(inst.hardware.memory_per_gpu)} GB GPU")
 
     def no_strategy_message(self, name: str) -> str:
         """The one-line error for vertex ``name`` when it has no legal strategy on the cluster: the hard rules
@@ -1150,14 +1230,54 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                     cost.packing.deadline = None
             pool = None
             if kind == "generate":   # the engine's pool and what it holds beside it (engine_held_bytes)
-                reservation = cost.engine_reservation(strategy.tp, strategy.pp)
-                tra += reservation.in_pool
-                pool = res + tra if reservation.pooled else None
-                tra = engine_held_bytes(res, tra, limit, reservation)
+                tra, pool = _engine_held(cost, strategy, res, tra, limit)
             fits = candidate_fits(res, tra, pool, limit, capacity)
             kept = min(tra, _sleep_kept(cost, strategy)) if pool is not None else 0.0
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, fits, pool, kept))
     return out
+
+
+def _engine_held(cost: CostModel, strategy: Strategy, resident: float, transient: float,
+                 limit: float) -> tuple[float, float | None]:
+    """``(transient bytes held, need inside the pool)`` per GPU of a generation candidate of ``strategy`` with
+    ``resident`` and ``transient`` bytes (:func:`_candidate_memory`) under the engine's budget ``limit``
+    (:func:`memory_budget`): the release's in-pool bytes added to the need, then
+    :func:`~packplace.placement.model.memory.engine_held_bytes`; the need is ``None`` for an engine without a
+    pool."""
+    reservation = cost.engine_reservation(strategy.tp, strategy.pp)
+    transient += reservation.in_pool
+    pool = resident + transient if reservation.pooled else None
+    return engine_held_bytes(resident, transient, limit, reservation), pool
+
+
+def engine_fit_at(instance, name: str, gmu: float) -> tuple[Strategy, float, float] | None:
+    """Whether generation vertex ``name`` has a candidate on ``instance``'s cluster that fits the GPU on its own
+    (:func:`candidate_fits`, memory only: no time is priced) with ``policy.gpu_memory_utilization`` set to
+    ``gmu`` (a fraction in (0, 1]): ``(strategy, need inside the pool, bytes held)`` per GPU of the one holding
+    the least, or ``None``. The need is priced at ``gmu`` itself: the KV cache an engine runs at once grows with
+    its pool (:meth:`~packplace.placement.model.cost.CostModel.engine_concurrency`)."""
+    variant = replace(instance, engine=replace(instance.engine, gpu_memory_utilization=gmu), _cache={})
+    vertex = variant.graph.vertex(name)
+    model = variant.models[vertex.model]
+    cost = cost_model(variant).for_role(vertex.model)
+    settings = (needs_old_log_prob(variant, name), inference_sharded(variant, name),
+                inference_offloaded(variant, name), variant.training.get(name.split(".")[0], DEFAULT_TRAINING),
+                swaps_reference_weights(variant.framework, vertex.model, vertex.kind),
+                mean_live_tokens(variant.workload), variant.engine.batching == "continuous")
+    limit, capacity = memory_budget(variant, "generate"), float(variant.hardware.memory_per_gpu)
+    best = None
+    for extent in block_extents(variant.cluster):
+        for strategy, mb in legal_strategies(model, variant.cluster, global_batch(variant, name), extent,
+                                             "generate", sequences_together(variant)):
+            if not framework_layout_allows(variant, "generate", strategy, name):
+                continue
+            res, tra = _candidate_memory(variant, cost, model, "generate", strategy, mb, *settings,
+                                         context_parallel_split(variant, name, strategy.dp),
+                                         inference_shard_options(variant, name))
+            tra, pool = _engine_held(cost, strategy, res, tra, limit)
+            if candidate_fits(res, tra, pool, limit, capacity) and (best is None or res + tra < best[2]):
+                best = (strategy, res + tra if pool is None else pool, res + tra)
+    return best
 
 
 def _sleep_kept(cost: CostModel, strategy: Strategy) -> float:
