@@ -165,6 +165,127 @@ NOT_PRICED = [
 ]
 
 
+#: The 3a77097a log's own split of its training side (the log of ``LOGS[0]``; seconds of one step, medians).
+#: ``actor_train``: DeepSpeed's ThroughputTimer lines (``timer.py:199:stop``, every 10th actor step, 47 lines,
+#: median ``CurrSamplesPerSec`` 85.96): ``train_batch_size`` (4 x 16 = 64) over the seconds from the actor engine's
+#: last ``forward`` (v0.9.0 ``engine.forward`` restarts the timer after a device synchronize, so the training
+#: forward, not the experience one) to the end of its ``step()``. ``critic_train``: the gap between the actor's and
+#: the critic's ``logging.py:96:log_dist ... step=N`` lines (each printed inside that engine's ``step()``; 47 pairs,
+#: median 0.217 s, range 0.214-0.232): the critic's forward, backward and step, which is the whole of ``Others``
+#: (0.22), so the EMA update and the loop's logging after it take under 0.01 s. The experience forwards (and the
+#: hybrid engine's ``train()`` switch) are ``Training time`` less ``actor_train``.
+V100_LOG_SPLIT = {"actor_train": 64 / 85.96, "critic_train": 0.217}
+
+#: The same release's step-1 and step-2 training logs (DeepSpeedExamples @ 3a77097a
+#: ``training/step1_supervised_finetuning/training_log_output/opt-1.3b-globalBatchSize128.log``: OPT-1.3B, ZeRO 2,
+#: 8 sequences of 512 per GPU, 736 ThroughputTimer lines, median ``CurrSamplesPerSec`` 171.63 of a global batch of
+#: 128; ``training/step2_reward_model_finetuning/training_log_output/opt-350m_globalBatchSize-64.log``: OPT-350M,
+#: ZeRO 0, 4 chosen/rejected pairs, so 8 sequences of 512, per GPU, 184 lines, median 218.51 of 64): seconds of one
+#: forward + backward + step at 4,096 tokens per GPU on 16 GPUs of the same date, against the step-3 passes at
+#: 2,048 (:data:`V100_LOG_SPLIT`). No hybrid engine and no step-3 neighbours in memory.
+SAME_MACHINE_TRAINING = {"actor_train": 128 / 171.63, "critic_train": 64 / 218.51}
+
+
+def fixed_and_per_token(t_small: float, t_large: float, tokens_small: float, tokens_large: float) -> dict:
+    """The straight line through two step times of one training pass at two token counts per GPU:
+    ``per_token_s`` (slope, seconds per token) and ``fixed_s`` (intercept, seconds per step).
+
+    Raises:
+        ValueError: the token counts are not positive and distinct.
+    """
+    if not (tokens_small > 0 and tokens_large > 0) or tokens_small == tokens_large:
+        raise ValueError(f"fixed_and_per_token: token counts must be positive and distinct, got "
+                         f"{tokens_small!r} and {tokens_large!r}")
+    slope = (t_large - t_small) / (tokens_large - tokens_small)
+    return {"per_token_s": slope, "fixed_s": t_small - slope * tokens_small}
+
+
+def same_machine_training(cfg: dict, small: dict) -> dict:
+    """:data:`SAME_MACHINE_TRAINING` against the model: ``cfg`` (``LOGS[0]``'s setup) at 8 sequences per GPU
+    (global batch 128) priced for the actor's and critic's training passes (ZeRO 2 for both: the step-2 run's ZeRO 0
+    all-reduces the same gradient bytes, ``zero2_step_floor``'s ``reduce`` + ``all_gather``), and per pass the line
+    through its 2,048- and 4,096-token times (:func:`fixed_and_per_token`), published and predicted. ``small``:
+    :func:`price` of ``cfg`` as it is (4 sequences per GPU)."""
+    big = json.loads(json.dumps(cfg))
+    big["workload"]["batch_size"] = 128
+    for vertex in big["validation"]["plan"].values():
+        vertex["micro_batch"] = 8
+    large = price(big)
+    out = {}
+    for phase in ("actor_train", "critic_train"):
+        pub_small, pub_large = V100_LOG_SPLIT[phase], SAME_MACHINE_TRAINING[phase]
+        out[phase] = {"predicted_4096": large[phase], "published_4096": pub_large,
+                      "ratio_4096": large[phase] / pub_large,
+                      "published": fixed_and_per_token(pub_small, pub_large, 2048, 4096),
+                      "predicted": fixed_and_per_token(small[phase], large[phase], 2048, 4096)}
+    return out
+
+
+#: DeepSpeed FusedAdam's bytes per parameter of one step over the fp32 partition (reads parameter, gradient and
+#: both moments, writes parameter and moments: 4 x 4 + 3 x 4; ``csrc/adam/multi_tensor_adam.cu``).
+ADAM_BYTES_PER_PARAM = 28.0
+
+
+def zero2_step_floor(params: float, dp: int, hbm_bandwidth: float, bus_bandwidth: float) -> dict:
+    """The per-parameter costs of one ZeRO-2 step of DeepSpeed v0.9.0 (``runtime/zero/stage_1_and_2.py``) at their
+    bandwidth floors, seconds: ``adam`` (:data:`ADAM_BYTES_PER_PARAM` over the ``params/dp`` fp32 partition at
+    ``hbm_bandwidth`` bytes/s), ``reduce`` (``average_tensor``: one ``dist.reduce`` per owning rank's slice of each
+    bucket, so every fp16 gradient byte crosses the ring once: ``2·params/bus_bandwidth``) and ``all_gather`` (the
+    updated fp16 partitions, ``2·params·(dp−1)/dp/bus_bandwidth``). Latencies are left out (tens of calls).
+
+    Raises:
+        ValueError: ``params``, ``dp`` or a bandwidth is not positive.
+    """
+    for name, value in (("params", params), ("dp", dp), ("hbm_bandwidth", hbm_bandwidth),
+                        ("bus_bandwidth", bus_bandwidth)):
+        if not value > 0:
+            raise ValueError(f"zero2_step_floor: {name} must be positive, got {value!r}")
+    return {"adam": ADAM_BYTES_PER_PARAM * params / dp / hbm_bandwidth,
+            "reduce": 2.0 * params / bus_bandwidth,
+            "all_gather": 2.0 * params * (dp - 1) / dp / bus_bandwidth}
+
+
+def training_split(p: dict, published: dict, models: dict) -> dict:
+    """The V100 log's training side split (:data:`V100_LOG_SPLIT`) against the model's phases ``p``
+    (:func:`price` of ``LOGS[0]``'s setup). ``published``: ``LOGS[0]["published"]``; ``models``: role ->
+    ``(params, layers)``. Per phase (``experience``, ``actor_train``, ``critic_train``): ``predicted``,
+    ``published``, ``ratio``, ``residual_s`` (published − predicted), ``residual_per_layer_ms`` (over the
+    layers of the phase's model) and ``residual_per_gparam_s`` (over billions of its parameters; the experience's
+    over the four forwards' layers and parameters together), and ``floors``
+    (:func:`zero2_step_floor` of the actor and the critic on the log's 16 V100 at 900 GB/s HBM, 130 GB/s bus)."""
+    pub = {"actor_train": V100_LOG_SPLIT["actor_train"], "critic_train": V100_LOG_SPLIT["critic_train"],
+           "experience": published["experience_and_actor_train"] - V100_LOG_SPLIT["actor_train"]}
+    sizes = {"actor_train": models["actor"], "critic_train": models["critic"],
+             "experience": tuple(sum(models[m][i] for m in ("actor", "reference", "reward", "critic"))
+                                 for i in (0, 1))}
+    out = {}
+    for phase, seconds in pub.items():
+        residual = seconds - p[phase]
+        params, layers = sizes[phase]
+        out[phase] = {"predicted": p[phase], "published": seconds, "ratio": p[phase] / seconds,
+                      "residual_s": residual, "residual_per_layer_ms": 1e3 * residual / layers,
+                      "residual_per_gparam_s": residual / (params / 1e9)}
+    out["floors"] = {role: zero2_step_floor(models[role][0], 16, V100_DGX2["memory_bandwidth"], 130e9)
+                     for role in ("actor", "critic")}
+    return out
+
+
+def model_sizes(cfg: dict) -> dict:
+    """Role -> ``(parameters, layers)`` of the setup ``cfg``'s models, as the evaluator builds them.
+
+    Raises:
+        ConfigError: ``cfg`` is not a loadable validation setup.
+    """
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        yaml.safe_dump(cfg, fh)
+        path = fh.name
+    try:
+        instance, _, _ = load_setup(path)
+    finally:
+        Path(path).unlink()
+    return {role: (m.params, m.layers) for role, m in instance.models.items()}
+
+
 def _set(cfg: dict, dotted: str, value) -> None:
     node = cfg
     keys = dotted.split(".")
@@ -384,11 +505,30 @@ def main() -> None:
               f"per layer {h['per_layer_ratio']:.2f}, model now {h['current_ratio']:.2f}")
     for n in NOT_PRICED:
         print(f"not priced: {n['source']}: {n['what']}: {n['reason']}")
+    v100 = setup(LOGS[0])
+    split = training_split(price(v100), LOGS[0]["published"], model_sizes(v100))
+    print("\nV100 log, training side split by the log's own timers (predicted / published):")
+    for phase, x in split.items():
+        if phase != "floors":
+            print(f"  {phase}: {x['predicted']:.3f} / {x['published']:.3f} ({x['ratio']:.2f}); residual "
+                  f"{x['residual_s']:.3f} s = {x['residual_per_layer_ms']:.1f} ms per layer = "
+                  f"{x['residual_per_gparam_s']:.3f} s per 1e9 parameters")
+    for role, f in split["floors"].items():
+        print(f"  ZeRO-2 step floors, {role}: " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in f.items()))
+    same = same_machine_training(v100, price(v100))
+    for phase, x in same.items():
+        print(f"  {phase} at 4,096 tokens per GPU (step-1/2 logs): {x['predicted_4096']:.3f} / "
+              f"{x['published_4096']:.3f} ({x['ratio_4096']:.2f}); per step + per token: published "
+              f"{x['published']['fixed_s']:.3f} s + {1e6 * x['published']['per_token_s']:.1f} us, predicted "
+              f"{x['predicted']['fixed_s']:.3f} s + {1e6 * x['predicted']['per_token_s']:.1f} us")
+
     if args.write:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent).stdout.strip()
         OUT.write_text(json.dumps({"measured_at_commit": commit, "rows": rows, "residuals": res,
-                                   "leave_one_out": loo, "not_priced": NOT_PRICED}, indent=1) + "\n")
+                                   "leave_one_out": loo, "training_split": split,
+                                   "same_machine_training": same,
+                                   "not_priced": NOT_PRICED}, indent=1) + "\n")
         print(f"wrote {OUT}")
 
 

@@ -139,3 +139,76 @@ def test_merge_copies_by_hand(rows):
         (r["predicted"]["generation"] - r["merge"]) / r["published"]["generation"])
     # OPT on ZeRO 2 (the V100 log) copies nothing
     assert rows["dse-log-opt1.3b-16xv100"]["merge"] == 0.0
+
+
+def test_v100_log_split_fits_in_its_phases():
+    pub = phases.LOGS[0]["published"]
+    split = phases.V100_LOG_SPLIT
+    # ThroughputTimer: train_batch_size 64 over the median CurrSamplesPerSec 85.96
+    assert split["actor_train"] == pytest.approx(0.7445, abs=1e-4)
+    assert 0 < split["actor_train"] < pub["experience_and_actor_train"]
+    # the critic's forward, backward and step is all of Others (0.22) but the last 0.01 s
+    assert pub["others"] - 0.01 <= split["critic_train"] <= pub["others"]
+
+
+def test_zero2_step_floor_by_hand():
+    f = phases.zero2_step_floor(1.6e9, 16, 800e9, 100e9)
+    assert f["adam"] == pytest.approx(28 * 1e8 / 800e9)  # 3.5 ms: 28 bytes over the 1e8-parameter partition
+    assert f["reduce"] == pytest.approx(0.032)  # 2 bytes x 1.6e9 at 100 GB/s
+    assert f["all_gather"] == pytest.approx(0.032 * 15 / 16)
+    with pytest.raises(ValueError, match="dp"):
+        phases.zero2_step_floor(1e9, 0, 1e12, 1e11)
+
+
+def test_training_split_by_hand():
+    p = {"actor_train": 0.3, "critic_train": 0.1, "experience": 0.2}
+    models = {"actor": (2e9, 20), "reference": (2e9, 20), "critic": (5e8, 10), "reward": (5e8, 10)}
+    s = phases.training_split(p, {"experience_and_actor_train": 1.0}, models)
+    actor_pub = 64 / 85.96
+    assert s["actor_train"]["residual_s"] == pytest.approx(actor_pub - 0.3)
+    assert s["actor_train"]["residual_per_layer_ms"] == pytest.approx(1e3 * (actor_pub - 0.3) / 20)
+    assert s["critic_train"]["residual_per_gparam_s"] == pytest.approx((0.217 - 0.1) / 0.5)
+    assert s["experience"]["published"] == pytest.approx(1.0 - actor_pub)
+    assert s["experience"]["residual_per_layer_ms"] == pytest.approx(1e3 * (1.0 - actor_pub - 0.2) / 60)
+    assert s["experience"]["ratio"] == pytest.approx(0.2 / (1.0 - actor_pub))
+
+
+def test_v100_training_gap_scales_with_parameters_not_layers():
+    cfg = phases.setup(phases.LOGS[0])
+    sizes = phases.model_sizes(cfg)
+    assert sizes["actor"][1] == sizes["critic"][1] == 24
+    s = phases.training_split(phases.price(cfg), phases.LOGS[0]["published"], sizes)
+    actor, critic = s["actor_train"], s["critic_train"]
+    # the passes with a backward and a step are the ones far off; the forward-only experience much less
+    assert actor["ratio"] < 0.5 and critic["ratio"] < 0.5 and s["experience"]["ratio"] > 0.6
+    # same 24 layers, residuals 3x apart: no per-layer (launch) term fits both; per parameter within 1.5x
+    assert actor["residual_per_layer_ms"] > 2.5 * critic["residual_per_layer_ms"]
+    assert 1 / 1.5 < actor["residual_per_gparam_s"] / critic["residual_per_gparam_s"] < 1.5
+    # the ZeRO-2 step's per-parameter traffic at its bandwidth floors is under a tenth of either residual
+    for role, phase in (("actor", actor), ("critic", critic)):
+        assert sum(s["floors"][role].values()) < 0.1 * phase["residual_s"]
+
+
+def test_fixed_and_per_token_by_hand():
+    line = phases.fixed_and_per_token(0.3, 0.5, 1000, 3000)
+    assert line["per_token_s"] == pytest.approx(1e-4)  # 0.2 s over 2,000 tokens
+    assert line["fixed_s"] == pytest.approx(0.2)  # 0.3 − 1,000 x 1e-4
+    with pytest.raises(ValueError, match="distinct"):
+        phases.fixed_and_per_token(0.3, 0.5, 1000, 1000)
+
+
+def test_same_machine_training_logs():
+    # step-1 SFT: 128 samples at 171.63 per second; step-2 reward model: 64 at 218.51
+    assert phases.SAME_MACHINE_TRAINING["actor_train"] == pytest.approx(0.7458, abs=1e-4)
+    assert phases.SAME_MACHINE_TRAINING["critic_train"] == pytest.approx(0.2929, abs=1e-4)
+    cfg = phases.setup(phases.LOGS[0])
+    small = phases.price(cfg)
+    same = phases.same_machine_training(cfg, small)
+    actor, critic = same["actor_train"], same["critic_train"]
+    # the model's passes grow with the tokens: 4,096 tokens cost more than 2,048 but under twice
+    assert small["actor_train"] < actor["predicted_4096"] < 2 * small["actor_train"]
+    assert actor["ratio_4096"] == pytest.approx(actor["predicted_4096"] / actor["published_4096"])
+    # plain SFT on the same machine is priced closer than the step-3 actor pass (0.69 against 0.40)
+    assert actor["ratio_4096"] > small["actor_train"] / phases.V100_LOG_SPLIT["actor_train"] + 0.2
+    # the critic's two logs put a per-step cost of over 0.1 s that the model prices at under 0.03 s
+    assert critic["published"]["fixed_s"] > 0.1 > 0.03 > critic["predicted"]["fixed_s"]
