@@ -465,7 +465,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, tokens, recompute,
                                 optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep, cp, logit_bytes,
                                 resident_gradients(optimizer, sharding, framework, trainer_backend,
-                                                   (tp, pp, ep, cp)))
+                                                   (tp, pp, ep, cp)), trainer_backend == "megatron")
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes)
@@ -670,17 +670,19 @@ def bare_loop(sharding: str, framework: str, trainer_backend: str = "none",
 def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, first: bool, tokens: float,
                  recompute: str, optimizer: str, tp: int, ahead: int, dp: int, sharding: str,
                  micro_batches: int, ws: float, ep: int = 1, cp: int = 1,
-                 logit_bytes: tuple[float, float] | None = None, keep_gradients: bool = False) -> PassMemory:
+                 logit_bytes: tuple[float, float] | None = None, keep_gradients: bool = False,
+                 fused_kernels: bool = False) -> PassMemory:
     """One pipeline stage of a training micro-batch: the largest of the forward's end, the loss's
     backward and the backward's end (module docstring), and with context parallelism the last layer's ring
     attention forward and backward (``ring_forward``, ``ring_backward``). With ``micro_batches > 1`` the
     gradients of the earlier micro-batches are held throughout (gradient accumulation), and with
-    ``keep_gradients`` (:func:`resident_gradients`) the layout's gradients are."""
+    ``keep_gradients`` (:func:`resident_gradients`) the layout's gradients are; ``fused_kernels``: a
+    Megatron-Core trainer's (:func:`saved_activation_bytes_per_token`)."""
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     part = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first, recompute=recompute,
                            tp=tp, inflight=min(ahead, micro_batches), autocast=autocast, ep=ep, cp=cp,
-                           logit_bytes=logit_bytes)
+                           logit_bytes=logit_bytes, fused_kernels=fused_kernels)
     # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's
     # expert-data-parallel group), the rest over dp
     expert = n_layers * model.expert_params / model.layers / (tp * ep) if model.is_moe and ep > 1 else 0.0
