@@ -1328,7 +1328,8 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                              context_parallel=replace(context_parallel, rounded=True)
                              if context_parallel.active and cost.packed(model) else context_parallel,
                              bare_loop=kind == "train" and trains_in_a_bare_loop(
-                                 instance, options, (tp, pp, ep, context_parallel.ring)))
+                                 instance, options, (tp, pp, ep, context_parallel.ring)),
+                             fused_kernels=kind == "train" and cost.pass_kernels(pp, tp, ep) == "megatron")
     if weight_swap:
         # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into the
         # policy's own tensors for the pass (use_reference_model), on the policy's workers and layout
