@@ -19,9 +19,10 @@ Options: the ``optimizer`` knobs (:class:`AnnealSettings`; ``t_init`` 0.30, ``t_
 :data:`ANNEAL_TIME_SHARE` of it), ``seed`` (0), ``initial_plan``. Warm start: the better of ``greedy``
 and ``concurrent``; the result is never worse. A second start: concurrent's own best partition plan when
 concurrent returned greedy's faster plan instead (greedy's split layouts otherwise take away the start the
-annealing had before them: docs/performance.md, "Greedy's layout family"). Determinism: one ``random.Random(seed)`` and counts only
-(never the clock) drive cooling, restarts and stopping, so a run that ends on its own rule repeats exactly;
-a run cut by the clock returns the best plan of a prefix of that trajectory. Reference: Kirkpatrick,
+annealing had before them: docs/performance.md, "Greedy's layout family"). Determinism: ``random.Random(seed)``
+(afresh per chain) and counts only (never the clock) drive cooling, restarts and stopping, so a run that
+ends on its own rule repeats exactly; a run cut by the clock returns the best plan of a prefix of that
+trajectory. Reference: Kirkpatrick,
 Gelatt & Vecchi 1983. Performance: docs/performance.md.
 """
 
