@@ -149,18 +149,19 @@ def _solve(instance, run: Run) -> Proposal:
     evaluations += base.iterations or 0
     cut = cut or base.hit_time_limit
     base_time = ev.step_time(base.solution) if base.solution is not None else float("inf")
+    own_cut = "; phase partitions cut short (time limit)" if cut and not base.hit_time_limit else ""
     if best_plan is None:
         if base.solution is None:
             return base
         what = {"colocated": "fell back to colocation", "split": "fell back to greedy's split layout",
                 "disjoint": "fell back to one block per model, disjoint"}[base.info["layout"]]
         message = (f"no phase partition fits in memory on {c.num_gpus} GPUs (or none was left to try); "
-                   f"{what} ({base.message})")
+                   f"{what} ({base.message}){own_cut}")
         return Proposal(base.solution, FEASIBLE, message=message, log=log, iterations=evaluations,
                         hit_time_limit=cut, info={"fallback": base.info["layout"]})
     if base_time < best_time:
         message = (f"greedy's {base.info['layout']} plan is faster ({base_time:.4g} s vs {best_time:.4g} s for the "
-                   f"best partition); returned it ({base.message})")
+                   f"best partition); returned it ({base.message}){own_cut}")
         return Proposal(base.solution, FEASIBLE, message=message, log=log, iterations=evaluations,
                         hit_time_limit=cut, info={"fallback": "greedy-faster", "partition_s": best_time})
     whole_gpus = whole.num_gpus
