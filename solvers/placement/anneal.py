@@ -8,15 +8,21 @@ each vertex draws from the ``k_eval`` fastest memory-feasible candidates of each
 with the least memory. Acceptance (Metropolis, relative): a plan worse by ``Δ`` seconds than the current
 one (``c`` seconds) is accepted with probability ``exp(−Δ / (T·c))``; geometric cooling from ``t_init`` to
 ``t_min`` over ``e_max`` evaluations, restarts from the best plan at ``t_warm``, then a greedy polish; both
-stop once the best plan meets the evaluator's analytic lower bound (nothing can beat it).
+stop once the best plan meets the evaluator's analytic lower bound (nothing can beat it). With more than one
+start (below) the annealing runs one chain per start, in turn, each over an equal share of ``e_max`` and of
+the time, each drawing from ``random.Random(seed)`` afresh and restarting from its own best plan; the
+polish starts from the best plan of all.
 
 Options: the ``optimizer`` knobs (:class:`AnnealSettings`; ``t_init`` 0.30, ``t_min`` 0.03, ``t_warm``
 0.10, ``e_max`` 50,000, ``e_struct`` 400, ``stag_window`` 20, ``hard_oom`` true, ``oom_penalty`` 4.0,
 ``polish`` true, ``progress_s`` 3.0), ``time_limit_s`` (30 s; the annealing may use
 :data:`ANNEAL_TIME_SHARE` of it), ``seed`` (0), ``initial_plan``. Warm start: the better of ``greedy``
-and ``concurrent``; the result is never worse. Determinism: one ``random.Random(seed)`` and counts only
-(never the clock) drive cooling, restarts and stopping, so a run that ends on its own rule repeats exactly;
-a run cut by the clock returns the best plan of a prefix of that trajectory. Reference: Kirkpatrick,
+and ``concurrent``; the result is never worse. A second start: concurrent's own best partition plan when
+concurrent returned greedy's faster plan instead (greedy's split layouts otherwise take away the start the
+annealing had before them: docs/performance.md, "Greedy's layout family"). Determinism: ``random.Random(seed)``
+(afresh per chain) and counts only (never the clock) drive cooling, restarts and stopping, so a run that
+ends on its own rule repeats exactly; a run cut by the clock returns the best plan of a prefix of that
+trajectory. Reference: Kirkpatrick,
 Gelatt & Vecchi 1983. Performance: docs/performance.md.
 """
 
@@ -37,6 +43,7 @@ from packplace.progress import report
 from packplace.registry import register
 from packplace.result import FEASIBLE, Proposal
 from packplace.run import Run
+from packplace.solvers.placement.concurrent import partition_search
 
 #: Default wall-clock budget (seconds) when ``time_limit_s`` is None.
 DEFAULT_TIME_LIMIT_S = 30.0
@@ -415,12 +422,15 @@ class _Search:
                     yield plan.with_staleness(model, value)
 
 
-def _warm_start(run: Run) -> tuple[Plan | None, float, str, dict[str, float]]:
+def _warm_start(run: Run) -> tuple[Plan | None, float, str, dict[str, float], list[tuple[Plan, str]]]:
     """The better of the greedy and concurrent plans (by the evaluator), its time and name (``None`` when
-    neither found a plan). Both run through :meth:`~packplace.run.Run.call`, without a time limit (they
-    stop on their own rules); greedy is skipped when the concurrent plan meets the analytic lower bound."""
+    neither found a plan), the baselines' times, and the further starts of the annealing: concurrent's own
+    best partition plan (:func:`~packplace.solvers.placement.concurrent.partition_search`) when concurrent
+    returned greedy's faster plan instead, so that greedy's split layouts add a start rather than take one
+    away. Both baselines run through :meth:`~packplace.run.Run.call`, without a time limit (they stop on
+    their own rules); greedy is skipped when the concurrent plan meets the analytic lower bound."""
     ev = run.evaluator
-    times, plans = {}, {}
+    times, plans, proposals = {}, {}, {}
     for name in ("concurrent", "greedy"):
         if run.at_bound:
             break
@@ -432,12 +442,18 @@ def _warm_start(run: Run) -> tuple[Plan | None, float, str, dict[str, float]]:
             raise
         if proposal.solution is None:  # no plan found by this baseline (its message says why)
             continue
-        plans[name] = proposal.solution
+        plans[name], proposals[name] = proposal.solution, proposal
         times[name] = ev.step_time(proposal.solution)
     if not plans:
-        return None, float("inf"), "", times
+        return None, float("inf"), "", times, []
     best = min(sorted(times), key=lambda n: times[n])
-    return plans[best], times[best], best, times
+    others: list[tuple[Plan, str]] = []
+    if "concurrent" in proposals and proposals["concurrent"].info.get("fallback") == "greedy-faster" \
+            and not run.at_bound:
+        partition, partition_time, _, _, _ = partition_search(run.instance, run)
+        if partition is not None and partition_time < INF and partition != plans[best]:
+            others.append((partition, "concurrent's partition plan"))
+    return plans[best], times[best], best, times, others
 
 
 def faster_than(seconds: float, reference_s: float, reference: str) -> str:
@@ -475,7 +491,7 @@ def solve(instance, run: Run, *, initial_plan: Plan | None = None, **params: Any
         verdict = search.ev.score(initial_plan)
         if not verdict.feasible:
             raise ConfigError(f"initial_plan: infeasible: {'; '.join(verdict.violations[:2])}")
-        warm = (initial_plan, verdict.step_time, "initial plan", {})
+        warm = (initial_plan, verdict.step_time, "initial plan", {}, [])
     else:
         warm = _warm_start(run)
         if warm[0] is None:  # neither baseline (colocated, partitions, disjoint layouts) found a plan
@@ -491,8 +507,9 @@ class _Annealing:
     """One run's phases after the warm start: :meth:`anneal`, :meth:`polish`, :meth:`proposal`."""
 
     def __init__(self, search: _Search, run: Run, settings: AnnealSettings, warm: Plan, warm_time: float,
-                 warm_name: str, baseline_times: dict[str, float]) -> None:
+                 warm_name: str, baseline_times: dict[str, float], others: list[tuple[Plan, str]]) -> None:
         self.search, self.run, self.settings = search, run, settings
+        self.others = others
         self.warm_time, self.warm_name, self.baseline_times = warm_time, warm_name, baseline_times
         self.current, self.current_cost = search.best_staleness(warm)
         self.best = self.current
@@ -513,22 +530,56 @@ class _Annealing:
         self.trace.append((self.run.elapsed(), self.search.evaluations, time_s))
 
     def anneal(self) -> None:
-        """The annealing loop (module docstring), until ``e_max``, the proposal budget, an exhausted
-        neighbourhood, :data:`ANNEAL_TIME_SHARE` of the time limit or a best plan that meets the analytic
-        lower bound (:attr:`~packplace.run.Run.at_bound`: nothing can beat it)."""
-        search, settings, run, rng = self.search, self.settings, self.run, self.search.rng
+        """The annealing (module docstring): one chain from the warm start, then one from each further start
+        (:func:`_warm_start`), each with an equal share of ``e_max`` evaluations, of the proposal budget and of
+        :data:`ANNEAL_TIME_SHARE` of the time limit; a chain ends at its share, an exhausted neighbourhood,
+        the time or a best plan that meets the analytic lower bound (:attr:`~packplace.run.Run.at_bound`:
+        nothing can beat it, and no further chain runs). With one start this is the single chain of
+        ``e_max`` evaluations."""
+        search, settings, run = self.search, self.settings, self.run
         if run.at_bound:
             self.stopped_by = "bound"
             self.log.append(f"annealing: not run, the {self.warm_name} warm start meets the analytic lower bound")
             return
-        anneal_deadline = run.started + ANNEAL_TIME_SHARE * run.time_limit_s
+        chains = 1 + len(self.others)
+        for index in range(chains):
+            if index:
+                plan, name = self.others[index - 1]
+                start, cost = search.best_staleness(plan)
+                self.log.append(f"annealing: chain {index + 1} of {chains} from {name} "
+                                f"{search.ev.step_time(start):.6g} s")
+                if self.stopped_by in ("time", "bound") or not cost < INF:
+                    break
+            else:
+                start, cost = self.current, self.current_cost
+            end = settings.e_max * (index + 1) // chains
+            deadline = run.started + ANNEAL_TIME_SHARE * run.time_limit_s * (index + 1) / chains
+            if index:  # every chain draws from random.Random(seed) afresh, whatever the chains before it drew
+                search.rng = random.Random(run.seed)
+            self._chain(start, cost, 0 if index == 0 else search.evaluations, end, deadline)
+            if self.stopped_by in ("time", "bound"):
+                break
+        self.annealing_evaluations = search.evaluations
+        self.log.append(f"annealing: {self.proposals} proposals, {search.evaluations} evaluations, {self.accepted} "
+                        f"accepted, stopped by {self.stopped_by}, best {self.best_time:.6g} s")
+
+    def _chain(self, start: Plan, start_cost: float, base: int, end: int, anneal_deadline: float) -> None:
+        """One annealing chain from ``start`` (search cost ``start_cost``) while the evaluation count is
+        below ``end``: geometric cooling over the evaluations from ``base`` to ``end``, restarts from the
+        chain's own best plan, at most ``PROPOSALS_PER_EVALUATION·(end − base)`` proposals, until
+        ``anneal_deadline`` (a ``Run.now()`` value). Sets ``stopped_by``."""
+        search, settings, run, rng = self.search, self.settings, self.run, self.search.rng
+        self.current, self.current_cost = start, start_cost
+        chain_best, chain_best_cost = start, start_cost
+        self.stopped_by = "e_max"
+        span = max(1, end - base)
         temperature = settings.t_init
         ratio = settings.t_min / settings.t_init
         proposals = plateau = stale_plateaus = last_new = 0
-        max_proposals = PROPOSALS_PER_EVALUATION * settings.e_max
+        max_proposals = PROPOSALS_PER_EVALUATION * span
         next_report = run.started + settings.progress_s
         while True:
-            if search.evaluations >= settings.e_max:
+            if search.evaluations >= end:
                 break
             if proposals >= max_proposals or proposals - last_new >= EXHAUSTED_AFTER:
                 self.stopped_by = "proposals" if proposals >= max_proposals else "exhausted"
@@ -556,9 +607,11 @@ class _Annealing:
                         self.current, self.current_cost = candidate, cost
                         self.accepted += 1
                         self.accepted_oom += not feasible
+                        if feasible and cost < chain_best_cost:
+                            chain_best, chain_best_cost = candidate, cost
+                            stale_plateaus = -1  # reset at the plateau's end
                         if feasible and cost < self.best_time:
                             self.improved(candidate, cost)
-                            stale_plateaus = -1  # reset at the plateau's end
                             if run.at_bound:
                                 self.stopped_by = "bound"
                                 break
@@ -566,15 +619,12 @@ class _Annealing:
             if plateau >= settings.e_struct:
                 plateau = 0
                 stale_plateaus += 1
-                temperature = settings.t_init * ratio ** min(1.0, search.evaluations / settings.e_max)
+                temperature = settings.t_init * ratio ** min(1.0, (search.evaluations - base) / span)
                 if stale_plateaus >= settings.stag_window:
-                    self.current, self.current_cost = self.best, self.best_time
+                    self.current, self.current_cost = chain_best, chain_best_cost
                     temperature = max(temperature, settings.t_warm)
                     stale_plateaus = 0
-        self.proposals = proposals
-        self.annealing_evaluations = search.evaluations
-        self.log.append(f"annealing: {proposals} proposals, {search.evaluations} evaluations, {self.accepted} "
-                        f"accepted, stopped by {self.stopped_by}, best {self.best_time:.6g} s")
+        self.proposals += proposals
 
     def polish(self) -> None:
         """Best-improvement moves over the whole neighbourhood of the best plan until none improves, the
@@ -624,7 +674,8 @@ class _Annealing:
             "improvement": improvement, "evaluations": search.evaluations, "proposals": self.proposals,
             "annealing_evaluations": self.annealing_evaluations, "cache_hits": search.cache_hits,
             "accepted": self.accepted, "accepted_out_of_memory": self.accepted_oom,
-            "polish_moves": self.polish_moves, "stopped_by": self.stopped_by, "plan_staleness": stale,
+            "polish_moves": self.polish_moves, "stopped_by": self.stopped_by,
+            "starts": [self.warm_name] + [name for _, name in self.others], "plan_staleness": stale,
             "trace": [{"elapsed_s": e, "evaluations": n, "best_s": b} for e, n, b in self.trace],
             "settings": {k: getattr(settings, k) for k in DEFAULTS},
         }

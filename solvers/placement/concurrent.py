@@ -14,7 +14,9 @@ largest footprint moves to its next partition. Never slower than ``greedy``: gre
 layouts and, where colocation does not fit, one block per model) runs too, and its plan is returned when
 faster or when no partition fits.
 
-Options: ``time_limit_s`` (None: no limit on the step-down loop), ``seed`` (unused: deterministic).
+Options: ``time_limit_s`` (None: no limit; a limit stops the partition combinations, the step-down loop
+and greedy's family at the deadline, returning the best plan scored so far with ``hit_time_limit``),
+``seed`` (unused: deterministic apart from where the clock cuts the search).
 Performance: docs/performance.md.
 """
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 import itertools
 
 from packplace.placement.candidates import Candidate
-from packplace.placement.problem.plan import Allocation
+from packplace.placement.problem.plan import Allocation, Plan
 from packplace.registry import register
 from packplace.result import FEASIBLE, Proposal
 from packplace.run import Run
@@ -87,29 +89,41 @@ def solve(instance, run: Run) -> Proposal:
     return synchronous_only(proposal, instance, "concurrent")
 
 
-def _solve(instance, run: Run) -> Proposal:
-    """:func:`solve`'s search."""
+def partition_search(instance, run: Run) -> tuple[Plan | None, float, int, list[str], bool]:
+    """Steps 1 and 2 of the module docstring: the best combination of the phases' top partitions, stepped
+    down in memory, or the next partitions of the phase with the largest footprint while none fits.
+
+    Returns:
+        ``(plan, step_time, evaluations, log, cut)``: the fastest plan found (None, time ``inf``, when no
+        combination fits), its step time in seconds, the evaluator calls made, one log line per phase, and
+        whether ``run``'s deadline cut the search short (at least one combination is always scored).
+    """
     ev = run.evaluator
     table = ev.table
     table.check()
-    c = instance.cluster
     whole = Allocation((0, 0, 0), table.extents[-1])
     phases = instance.graph.phases()
     options = [phase_options(table, names, whole) for names in phases]
     log = [f"phase {i}: {', '.join(names)} — {len(opts)} partitions kept, best part time "
            f"{opts[0][0] if opts else float('inf'):.4g} s" for i, (names, opts) in enumerate(zip(phases, options))]
-    best_plan, best_time, evaluations = None, float("inf"), 0
+    best_plan, best_time, evaluations, cut = None, float("inf"), 0, False
     if all(options):
         # 1) every combination of the top partitions of each phase, scored by the evaluator (vertices on
         #    over-full GPUs step down to smaller-memory candidates on the same block first)
         for picks in itertools.product(*[range(min(COMBINE_TOP, len(o))) for o in options]):
+            if evaluations and run.expired():
+                cut = True
+                break
             plan, t, steps = repair_memory(ev, _choice(options, picks), keep_blocks=True)
             evaluations += 1 + steps
             if t < best_time:
                 best_plan, best_time = plan, t
         # 2) still out of memory: step down to the next partition of the phase with the largest footprint
         picks = [0] * len(options)
-        while best_plan is None and not run.expired():
+        while best_plan is None and not cut:
+            if run.expired():
+                cut = True
+                break
             footprints = sorted(
                 ((max(cand.memory_bytes for cand, _ in options[p][picks[p]][1].values()), p)
                  for p in range(len(options)) if picks[p] + 1 < len(options[p])), reverse=True)
@@ -120,28 +134,41 @@ def _solve(instance, run: Run) -> Proposal:
             evaluations += 1 + steps
             if t < float("inf"):
                 best_plan, best_time = plan, t
+    return best_plan, best_time, evaluations, log, cut
+
+
+def _solve(instance, run: Run) -> Proposal:
+    """:func:`solve`'s search."""
+    ev = run.evaluator
+    c = instance.cluster
+    whole = Allocation((0, 0, 0), ev.table.extents[-1])
+    best_plan, best_time, evaluations, log, cut = partition_search(instance, run)
     # 3) greedy's family (colocated, generation | training splits; one block per model where colocation does
     #    not fit): concurrent is never slower than greedy
     base = greedy_search(instance, run)
     evaluations += base.iterations or 0
+    cut = cut or base.hit_time_limit
     base_time = ev.step_time(base.solution) if base.solution is not None else float("inf")
+    own_cut = "; phase partitions cut short (time limit)" if cut and not base.hit_time_limit else ""
     if best_plan is None:
         if base.solution is None:
             return base
         what = {"colocated": "fell back to colocation", "split": "fell back to greedy's split layout",
                 "disjoint": "fell back to one block per model, disjoint"}[base.info["layout"]]
         message = (f"no phase partition fits in memory on {c.num_gpus} GPUs (or none was left to try); "
-                   f"{what} ({base.message})")
+                   f"{what} ({base.message}){own_cut}")
         return Proposal(base.solution, FEASIBLE, message=message, log=log, iterations=evaluations,
-                        info={"fallback": base.info["layout"]})
+                        hit_time_limit=cut, info={"fallback": base.info["layout"]})
     if base_time < best_time:
         message = (f"greedy's {base.info['layout']} plan is faster ({base_time:.4g} s vs {best_time:.4g} s for the "
-                   f"best partition); returned it ({base.message})")
+                   f"best partition); returned it ({base.message}){own_cut}")
         return Proposal(base.solution, FEASIBLE, message=message, log=log, iterations=evaluations,
-                        info={"fallback": "greedy-faster"})
+                        hit_time_limit=cut, info={"fallback": "greedy-faster", "partition_s": best_time})
     whole_gpus = whole.num_gpus
     if all(vp.allocation.num_gpus == whole_gpus for _, vp in best_plan.vertices):
         message = "every phase serialised on the whole cluster (colocation): no disjoint partition is faster or fits"
     else:
         message = "phases placed on cluster partitions"
-    return Proposal(best_plan, FEASIBLE, message=message, log=log, iterations=evaluations)
+    if cut:
+        message += "; cut short (time limit)"
+    return Proposal(best_plan, FEASIBLE, message=message, log=log, iterations=evaluations, hit_time_limit=cut)

@@ -25,11 +25,13 @@ fastest one is returned. The family, in the order it is scored:
 
 The search respects the run: it stops at :attr:`Run.deadline <packplace.run.Run.deadline>` and when
 :attr:`Run.stopped <packplace.run.Run.stopped>` (a signal, or an offered plan at the analytic lower bound),
-returning the best plan scored so far; the colocated plan is always scored. Synchronous plans only (a note
+returning the best plan scored so far, with ``hit_time_limit`` when the deadline cut it; the colocated plan
+is always scored. Synchronous plans only (a note
 says so when ``staleness_candidates`` allows stale ones).
 
 Options: ``time_limit_s`` (None: no limit on the family; the disjoint search's own 10 s cap), ``seed``
-(unused: deterministic). Status: ``feasible``, or ``unknown`` when no plan fits.
+(unused: deterministic, apart from where the clock cuts the family). Status: ``feasible``, or ``unknown`` when no
+plan fits.
 Performance: docs/performance.md ("Greedy's layout family").
 """
 
@@ -197,7 +199,9 @@ def solve(instance, run: Run) -> Proposal:
 def search(instance, run: Run) -> Proposal:
     """:func:`solve`'s search, without the staleness note (``concurrent`` runs it too). ``info["layout"]``
     names the winner: ``colocated``, ``split`` (item 2) or ``disjoint`` (item 3); ``info`` also counts the
-    ``layouts_screened`` and ``layouts_stepped``."""
+    ``layouts_screened`` and ``layouts_stepped``. ``hit_time_limit`` is set when the run's deadline cut the
+    layout family (or the disjoint search) short; the caps :data:`MAX_LAYOUTS` and :data:`MAX_EVALUATIONS`
+    are part of the family's definition and do not set it."""
     ev = run.evaluator
     try:
         plan, note = colocated_plan(ev, tried="then generation | training splits and one block per model, "
@@ -217,8 +221,12 @@ def search(instance, run: Run) -> Proposal:
         note = f"split layout ({_describe(plan, instance.cluster)}) {than}; {counted}"
     elif plan is not None and found.screened:
         note = f"{note}; no split layout is faster ({counted})"
+    elif plan is not None and found.cut == "time limit":
+        note = f"{note}; no split layout was scored: cut short (time limit)"
+    cut_by_time = found.cut == "time limit"
     if colocated_failure is not None:
         disjoint, t, layouts_scored = disjoint_plan(ev, run.deadline)
+        cut_by_time = cut_by_time or run.expired()
         evaluations += layouts_scored
         if disjoint is not None and t < best_time:
             plan, best_time, layout = disjoint, t, "disjoint"
@@ -229,5 +237,5 @@ def search(instance, run: Run) -> Proposal:
             note = f"no colocated plan fits; {note}"
         if plan is None:
             return no_plan_found(ev, colocated_failure, layouts_scored)
-    return Proposal(plan, FEASIBLE, message=note, iterations=evaluations or None,
+    return Proposal(plan, FEASIBLE, message=note, iterations=evaluations or None, hit_time_limit=cut_by_time,
                     info={"layout": layout, "layouts_screened": found.screened, "layouts_stepped": found.stepped})

@@ -194,3 +194,38 @@ def test_the_family_stops_at_the_deadline_and_when_the_run_is_stopped():
                               ev.step_time(colocated))
     assert full.cut == "" and 0 < full.stepped <= full.screened == len(greedy.layouts(inst, ev.table))
     assert full.evaluations <= full.screened + greedy.MAX_EVALUATIONS + greedy.LAYOUT_STEPS
+
+
+def test_a_family_cut_by_the_deadline_sets_hit_time_limit_for_greedy_and_concurrent():
+    # an expired run cuts greedy's layout family (and concurrent's partition combinations) after the colocated
+    # plan: both say so in hit_time_limit, as the message does; an unlimited run, and a run stopped at the
+    # bound (not by the clock), do not set it
+    from packplace.solvers.placement import concurrent
+
+    inst = load_config(os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml"))
+    ev = get_evaluator(inst)
+    colocated = colocated_plan(ev)[0]
+    assert greedy.search(inst, Run("placement", inst, time_limit_s=None, evaluator=ev)).info["layout"] == "split"
+    for search in (greedy.search, concurrent._solve):
+        expired = Run("placement", inst, time_limit_s=1e-9, evaluator=ev)
+        while not expired.expired():
+            pass
+        cut = search(inst, expired)
+        assert cut.hit_time_limit is True and "time limit" in cut.message
+        assert ev.step_time(cut.solution) <= ev.step_time(colocated)
+        full = search(inst, Run("placement", inst, time_limit_s=None, evaluator=ev))
+        assert full.hit_time_limit is False and ev.step_time(full.solution) < ev.step_time(colocated)
+        stopped = Run("placement", inst, time_limit_s=None, evaluator=ev)
+        stopped.offer(colocated, 0.0)
+        assert search(inst, stopped).hit_time_limit is False
+    # concurrent's partition combinations stop at the deadline too: at most one combination is scored
+    expired = Run("placement", inst, time_limit_s=1e-9, evaluator=ev)
+    while not expired.expired():
+        pass
+    plan, _, evaluations, _, was_cut = concurrent.partition_search(inst, expired)
+    unlimited = concurrent.partition_search(inst, Run("placement", inst, time_limit_s=None, evaluator=ev))
+    assert was_cut is True and plan is not None and 0 < evaluations < unlimited[2]
+    assert unlimited[4] is False
+    # through the front end: the library call reports it
+    result = packplace.place(inst, "greedy", time_limit_s=None)
+    assert result.hit_time_limit is False
