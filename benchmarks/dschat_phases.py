@@ -45,7 +45,7 @@ from pathlib import Path
 
 import yaml
 
-from packplace.placement.checking.validate import load_setup, plan_evaluator
+from packplace.placement.checking.validate import load_setup, setup_detail
 from packplace.placement.model import framework
 from packplace.placement.problem.hardware import _links
 from packplace.yamlio import load_yaml
@@ -363,14 +363,7 @@ def price(cfg: dict) -> dict:
     Raises:
         ConfigError: ``cfg`` is not a loadable validation setup.
     """
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-        yaml.safe_dump(cfg, fh)
-        path = fh.name
-    try:
-        instance, plan, _ = load_setup(path)
-        detail = plan_evaluator(instance, plan).score(plan).detail()
-    finally:
-        Path(path).unlink()
+    detail = setup_detail(cfg)
     ph = detail["vertex_phases_s"]
     refit = detail["realloc_s"].get("actor.train->actor.generate", 0.0)
     actor, critic = ph["actor.train"], ph["critic.train"]

@@ -35,13 +35,10 @@ import argparse
 import dataclasses
 import json
 import subprocess
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-import yaml
-
-from packplace.placement.checking.validate import load_setup, plan_evaluator
+from packplace.placement.checking.validate import setup_detail
 from packplace.placement.model import framework
 from packplace.placement.model.nemo_rl_releases import release_for
 from packplace.yamlio import load_yaml
@@ -163,14 +160,7 @@ def price(config: str, overrides: dict | None = None) -> dict:
     cfg = load_yaml(str(VALIDATION / config))
     for key, value in (overrides or {}).items():
         _set(cfg, key, value)
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-        yaml.safe_dump(cfg, fh)
-        path = fh.name
-    try:
-        instance, plan, _ = load_setup(path)
-        detail = plan_evaluator(instance, plan).score(plan).detail()
-    finally:
-        Path(path).unlink()
+    detail = setup_detail(cfg)
     ph = detail["vertex_phases_s"]
     train = ph["actor.train"]
     reference = sum(ph["reference.infer"].values())

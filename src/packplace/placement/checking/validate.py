@@ -39,9 +39,12 @@ from __future__ import annotations
 import glob
 import json
 import os
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
+
+import yaml
 
 from packplace.contract import Field, check_section, key_shown
 from packplace.errors import ConfigError, PackplaceError, show
@@ -370,6 +373,24 @@ def _allow_staleness(cfg: dict[str, Any], stale: dict[str, int]) -> None:
             return
         allowed[model] = sorted({0, t, *(listed or [])})
     cfg["optimizer"] = {**(optimizer or {}), "staleness_candidates": allowed}
+
+
+def setup_detail(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The evaluator's :meth:`~packplace.placement.evaluator.PlacementScore.detail` of the published plan of a
+    validation setup given as a mapping (a file's content, e.g. with fields overridden): per-vertex phases
+    (``vertex_phases_s``, seconds), transfer edges (``realloc_s``, seconds), ``step_time_s`` and the rest.
+
+    Raises:
+        ConfigError: ``cfg`` is not a loadable validation setup (as :func:`load_setup`).
+    """
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        yaml.safe_dump(cfg, fh)
+        path = fh.name
+    try:
+        instance, plan, _ = load_setup(path)
+        return plan_evaluator(instance, plan).score(plan).detail()
+    finally:
+        os.unlink(path)
 
 
 def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:
