@@ -39,16 +39,13 @@ import json
 import math
 import statistics
 import subprocess
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-import yaml
-
-from packplace.placement.checking.validate import load_setup, setup_detail
+from packplace.placement.checking.validate import load_setup_mapping, setup_detail
 from packplace.placement.model import framework
 from packplace.placement.problem.hardware import _links
-from packplace.yamlio import load_yaml
+from packplace.yamlio import load_yaml, set_dotted
 
 OUT = Path(__file__).with_name("dschat_phases.json")
 VALIDATION = Path(__file__).with_name("validation")
@@ -276,22 +273,8 @@ def model_sizes(cfg: dict) -> dict:
     Raises:
         ConfigError: ``cfg`` is not a loadable validation setup.
     """
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-        yaml.safe_dump(cfg, fh)
-        path = fh.name
-    try:
-        instance, _, _ = load_setup(path)
-    finally:
-        Path(path).unlink()
+    instance, _, _ = load_setup_mapping(cfg)
     return {role: (m.params, m.layers) for role, m in instance.models.items()}
-
-
-def _set(cfg: dict, dotted: str, value) -> None:
-    node = cfg
-    keys = dotted.split(".")
-    for k in keys[:-1]:
-        node = node.setdefault(k, {})
-    node[keys[-1]] = value
 
 
 def _v100_log(cfg: dict, row: dict) -> dict:
@@ -349,7 +332,7 @@ def setup(row: dict) -> dict:
     if row.get("build"):
         cfg = BUILDERS[row["build"]](cfg, row)
     for key, value in (row.get("overrides") or {}).items():
-        _set(cfg, key, value)
+        set_dotted(cfg, key, value)
     return cfg
 
 

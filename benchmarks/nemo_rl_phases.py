@@ -41,7 +41,7 @@ from pathlib import Path
 from packplace.placement.checking.validate import setup_detail
 from packplace.placement.model import framework
 from packplace.placement.model.nemo_rl_releases import release_for
-from packplace.yamlio import load_yaml
+from packplace.yamlio import load_yaml, set_dotted
 
 OUT = Path(__file__).with_name("nemo_rl_phases.json")
 VALIDATION = Path(__file__).with_name("validation")
@@ -138,14 +138,6 @@ NOT_PRICED = [
 ]
 
 
-def _set(cfg: dict, dotted: str, value) -> None:
-    node = cfg
-    keys = dotted.split(".")
-    for k in keys[:-1]:
-        node = node.setdefault(k, {})
-    node[keys[-1]] = value
-
-
 def price(config: str, overrides: dict | None = None) -> dict:
     """The model's phases for the validation file ``config`` (a name under benchmarks/validation/) with the
     dotted ``overrides`` set, in seconds per step: ``step``, ``generation`` (actor.generate),
@@ -159,7 +151,7 @@ def price(config: str, overrides: dict | None = None) -> dict:
     """
     cfg = load_yaml(str(VALIDATION / config))
     for key, value in (overrides or {}).items():
-        _set(cfg, key, value)
+        set_dotted(cfg, key, value)
     detail = setup_detail(cfg)
     ph = detail["vertex_phases_s"]
     train = ph["actor.train"]
@@ -258,7 +250,7 @@ def forced_ratio_price(config: str, overrides: dict | None = None) -> tuple[dict
     """
     cfg = load_yaml(str(VALIDATION / config))
     for key, value in (overrides or {}).items():
-        _set(cfg, key, value)
+        set_dotted(cfg, key, value)
     policy = cfg.get("policy") or {}
     release = release_for(str(policy.get("framework", "none")), policy.get("framework_version"))
     forced = {**(overrides or {}), "training.actor.optimizer_steps": 1}

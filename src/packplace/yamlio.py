@@ -334,3 +334,13 @@ def load_yaml(path: str | Path) -> Any:
     """
     text = read_regular_text(path)
     return loads_yaml(text, str(path))
+
+
+def set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    """Set ``tree[a][b]...[z] = value`` for ``dotted`` = ``"a.b...z"``, creating the mappings on the way (a config
+    override such as ``policy.framework_version``)."""
+    node = tree
+    keys = dotted.split(".")
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    node[keys[-1]] = value

@@ -375,10 +375,9 @@ def _allow_staleness(cfg: dict[str, Any], stale: dict[str, int]) -> None:
     cfg["optimizer"] = {**(optimizer or {}), "staleness_candidates": allowed}
 
 
-def setup_detail(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The evaluator's :meth:`~packplace.placement.evaluator.PlacementScore.detail` of the published plan of a
-    validation setup given as a mapping (a file's content, e.g. with fields overridden): per-vertex phases
-    (``vertex_phases_s``, seconds), transfer edges (``realloc_s``, seconds), ``step_time_s`` and the rest.
+def load_setup_mapping(cfg: dict[str, Any]) -> tuple[Any, Plan, dict[str, Any]]:
+    """:func:`load_setup` of a validation setup given as a mapping (a file's content, e.g. with fields
+    overridden).
 
     Raises:
         ConfigError: ``cfg`` is not a loadable validation setup (as :func:`load_setup`).
@@ -387,10 +386,21 @@ def setup_detail(cfg: dict[str, Any]) -> dict[str, Any]:
         yaml.safe_dump(cfg, fh)
         path = fh.name
     try:
-        instance, plan, _ = load_setup(path)
-        return plan_evaluator(instance, plan).score(plan).detail()
+        return load_setup(path)
     finally:
         os.unlink(path)
+
+
+def setup_detail(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The evaluator's :meth:`~packplace.placement.evaluator.PlacementScore.detail` of the published plan of a
+    validation setup given as a mapping (:func:`load_setup_mapping`): per-vertex phases (``vertex_phases_s``,
+    seconds), transfer edges (``realloc_s``, seconds), ``step_time_s`` and the rest.
+
+    Raises:
+        ConfigError: ``cfg`` is not a loadable validation setup (as :func:`load_setup`).
+    """
+    instance, plan, _ = load_setup_mapping(cfg)
+    return plan_evaluator(instance, plan).score(plan).detail()
 
 
 def load_setup(path: str) -> tuple[Any, Plan, dict[str, Any]]:

@@ -381,8 +381,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
-        model: The shape.
-        kind: ``train``, ``infer`` or ``generate``.
+        model, kind: The shape; ``train``, ``infer`` or ``generate``.
         dp, pp, tp: Parallel degrees.
         micro_batch: Sequences per micro-batch (generation: sequences decoded together per replica).
         micro_batches: Micro-batches per replica per step (generation: rounds).
@@ -456,12 +455,9 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             resident = 2.0 * params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else 2.0 * p
             parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp,
                                     kv_cache=framework == "none", ep=ep, cp=cp.ring, logit_bytes=logit_bytes)
-            transient = sum(parts) + workspace
-            if sharded_weights:
-                transient += 2.0 * per_layer_rank
-            if offloaded_weights:
-                transient += 0.0 if sharded_weights else resident
-                resident = 0.0
+            transient = sum(parts) + workspace + (2.0 * per_layer_rank if sharded_weights else 0.0)
+            if offloaded_weights:  # nothing resident; while it runs the gathered layer, or a replica's weights
+                transient, resident = transient + (0.0 if sharded_weights else resident), 0.0
         else:
             resident = 2.0 * p
             kv_per_token = model.kv_bytes_per_token(tp, 1) * layers[i] / model.layers
