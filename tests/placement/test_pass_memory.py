@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from packplace.errors import ConfigError
+from packplace.placement.model.nemo_rl_releases import megatron_fuses_swiglu
 from packplace.placement.model.pass_memory import (
     BACKWARD_BLAS_WORKSPACE,
     CARRIED_OVER_ROWS,
@@ -218,10 +219,13 @@ def test_megatron_fused_kernels_layer_tensors_by_hand() -> None:
     fused = 2 * (4 * d + 4) + attention + 2 * (q + k) + 4 * (h + kv) + 6 * f * top + dispatch
     assert bare == 194_176 and fused == 147_224
     assert saved_activation_bytes_per_token(moe, False) == bare
-    assert saved_activation_bytes_per_token(moe, False, fused_kernels=True) == fused
+    assert saved_activation_bytes_per_token(moe, False, fused_kernels=True, fused_swiglu=True) == fused
+    # Transformer Engine's norms without bias_activation_fusion (Megatron-Core's default): the SwiGLU keeps 8f
+    norms_only = fused + 2 * f * top
+    assert norms_only == 159_512 and saved_activation_bytes_per_token(moe, False, fused_kernels=True) == norms_only
     # the fused kernels are a bf16 trainer's: under autocast (fp32 master weights) nothing changes
     autocast = saved_activation_bytes_per_token(moe, True)
-    assert saved_activation_bytes_per_token(moe, True, fused_kernels=True) == autocast
+    assert saved_activation_bytes_per_token(moe, True, fused_kernels=True, fused_swiglu=True) == autocast
 
 
 def test_megatron_fused_kernels_cut_the_saved_set_of_a_packed_micro_batch() -> None:
@@ -231,7 +235,35 @@ def test_megatron_fused_kernels_cut_the_saved_set_of_a_packed_micro_batch() -> N
     kwargs = dict(tokens=4096, n_layers=48, last=True, first=True, recompute="selective", tp=1, inflight=1,
                   autocast=False, ep=8)
     bare = train_transient(moe, **kwargs)
-    fused = train_transient(moe, **kwargs, fused_kernels=True)
+    fused = train_transient(moe, **kwargs, fused_kernels=True, fused_swiglu=True)
     assert bare.saved == (194_176 - 128) * 4096 * 48 == pytest.approx(38.151e9, rel=1e-4)
     assert fused.saved == (147_224 - 128) * 4096 * 48 == pytest.approx(28.920e9, rel=1e-4)
     assert fused.logits_backward == bare.logits_backward
+
+
+def test_the_fused_swiglu_only_where_the_trainer_sets_bias_activation_fusion() -> None:
+    """Megatron-Core's ``TransformerConfig`` leaves ``bias_activation_fusion`` off: only NeMo RL from v0.5 (every
+    model), NeMo RL v0.4's Llama providers and verl's MoE converters set it; anywhere else the SwiGLU keeps 8f."""
+    hf = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
+    moe = from_hf_config(hf / "qwen3-30b-a3b.json")
+    llama, qwen = from_hf_config(hf / "llama-3.2-1b.json"), from_hf_config(hf / "qwen3-4b.json")
+    assert (llama.model_type, qwen.model_type, moe.model_type) == ("llama", "qwen3", "qwen3_moe")
+    assert megatron_fuses_swiglu("nemo-rl", "0.5.0", qwen) and megatron_fuses_swiglu("nemo-rl", "0.6.0", moe)
+    assert megatron_fuses_swiglu("nemo-rl", "0.4.0", llama)
+    assert not megatron_fuses_swiglu("nemo-rl", "0.4.0", qwen) and not megatron_fuses_swiglu("nemo-rl", "0.4.0", moe)
+    assert not megatron_fuses_swiglu("nemo-rl", None, llama)           # release unknown: not assumed
+    assert megatron_fuses_swiglu("verl", None, moe) and not megatron_fuses_swiglu("verl", None, llama)
+    assert not megatron_fuses_swiglu("none", None, llama) and not megatron_fuses_swiglu("openrlhf", "0.6.0", llama)
+
+
+def test_estimate_counts_an_unfused_swiglu_where_the_release_leaves_it_unfused() -> None:
+    """Qwen3-30B-A3B on NeMo RL's Megatron trainer, 4,096 tokens, EP 8: v0.4 runs Qwen's SwiGLU unfused, so its
+    saved set is 2f bytes per token and routed expert larger than v0.5's: 2·768·8·4,096·48 = 2.416 GB."""
+    from packplace.placement.task_estimate import estimate
+
+    hf = Path(__file__).resolve().parents[1] / "data" / "hf_configs" / "qwen3-30b-a3b.json"
+    args = dict(model=str(hf), gpu="h100-sxm", task="train", seq_len=4096, recompute="selective", sharding="zero1",
+                ep=8, dp=32, framework="nemo-rl", trainer_backend="megatron")
+    v05 = estimate(**args, framework_version="0.5.0")
+    v04 = estimate(**args, framework_version="0.4.0")
+    assert v04.memory["activations"] - v05.memory["activations"] == pytest.approx(2 * 768 * 8 * 4096 * 48, rel=1e-9)

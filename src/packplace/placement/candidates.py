@@ -59,6 +59,7 @@ from packplace.placement.model.memory import (
 from packplace.placement.model.nemo_rl_releases import (
     POLICY_TRAIN,
     TrainerRelease,
+    megatron_fuses_swiglu,
     reference_swap_seconds,
     release_for,
     release_train_parts,
@@ -1314,6 +1315,7 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
         pass_tokens = cost.peak_pass_tokens(model, "train" if kind == "train" else "logprob", dp, pp, tp, mb, ep)
         if kind == "train" and old_log_prob:
             logprob_tokens = cost.peak_pass_tokens(model, "logprob", dp, pp, tp, mb, ep)
+    megatron = kind == "train" and cost.pass_kernels(pp, tp, ep) == "megatron"   # Megatron-Core's kernels
     res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
                              seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
                              options=options, prefill_sequences=prefill, ep=ep,
@@ -1329,7 +1331,8 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                              if context_parallel.active and cost.packed(model) else context_parallel,
                              bare_loop=kind == "train" and trains_in_a_bare_loop(
                                  instance, options, (tp, pp, ep, context_parallel.ring)),
-                             fused_kernels=kind == "train" and cost.pass_kernels(pp, tp, ep) == "megatron")
+                             fused_kernels=megatron, fused_swiglu=megatron and megatron_fuses_swiglu(
+                                 instance.framework, getattr(instance, "framework_version", None), model))
     if weight_swap:
         # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into the
         # policy's own tensors for the pass (use_reference_model), on the policy's workers and layout

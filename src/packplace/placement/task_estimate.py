@@ -70,7 +70,7 @@ from packplace.placement.model.framework import (
 )
 from packplace.placement.model.layout_rules import TRAIN, TRAINER_BACKENDS, Context, trainer_backend
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, stage_layers, stage_params
-from packplace.placement.model.nemo_rl_releases import release_for
+from packplace.placement.model.nemo_rl_releases import megatron_fuses_swiglu, release_for
 from packplace.placement.model.pass_memory import bare_loop, context_parallel_tokens, pass_memory, uses_autocast
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
 from packplace.placement.problem.config import (
@@ -561,7 +561,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
                           logit_bytes=logit_bytes, sharding=sharding, cp=cp, trainer_backend=backend.name,
-                          cp_exact=pack is not None)
+                          cp_exact=pack is not None, framework_version=framework_version)
     inputs.update({"trainer_rate_fraction": PYTORCH_TRAIN_FRACTION} if "trainer_rate" in parts else {})
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
@@ -1170,7 +1170,7 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
                  context: int, recompute: str, optimizer: str, tp: int, pp: int, dp: int, ep: int,
                  framework: str = "none", logit_bytes: tuple[float, float] | None = None,
                  sharding: str = "none", cp: int = 1, trainer_backend: str = "none",
-                 cp_exact: bool = True) -> dict[str, float]:
+                 cp_exact: bool = True, framework_version: str | None = None) -> dict[str, float]:
     """Peak bytes per GPU and its parts (:data:`MEMORY_PARTS`): the one adapter between ``estimate`` and the
     memory model, :func:`packplace.placement.model.pass_memory.pass_memory` (the pass's worst pipeline stage at
     its peak phase), so that a trainer's pass is the bytes ``place`` charges its vertex
@@ -1188,14 +1188,17 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
     sequences, each GPU holding its share of each (up to ``min(pp − i, c)`` in flight on stage ``i``, the
     gradients from the first backward on), and each sequence may be shorter than ``seq_len``: up to ``2·tp``
     pad tokens per sequence on each GPU (``cp_exact`` False; True for NeMo RL's packs, whose sequences are
-    rounded before packing, as ``place`` rounds them)."""
+    rounded before packing, as ``place`` rounds them). ``framework_version``: the release, which decides whether
+    a Megatron trainer fuses its SwiGLU (:func:`~packplace.placement.model.nemo_rl_releases.megatron_fuses_swiglu`)."""
     engine = task in ("decode", "generate")
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
                          seq_len=seq_len, context=context if engine else 0, recompute=recompute,
                          optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep,
                          framework="none" if framework == "vllm" else framework, logit_bytes=logit_bytes,
                          sharding=sharding, cp=cp, micro_batches=cp if task == "train" else 1,
-                         workspace_bytes=hw.memory_workspace, trainer_backend=trainer_backend, cp_exact=cp_exact)
+                         workspace_bytes=hw.memory_workspace, trainer_backend=trainer_backend, cp_exact=cp_exact,
+                         fused_swiglu=trainer_backend == "megatron"
+                         and megatron_fuses_swiglu(framework, framework_version, shape))
     return {"peak_bytes": result.peak_bytes, **{name: getattr(result, name) for name in MEMORY_PARTS}}
 
 

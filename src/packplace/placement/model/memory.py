@@ -377,13 +377,12 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   logprob_tokens: float | None = None, logit_bytes: tuple[float, float] | None = None,
                   offload_between_passes: bool = False, bare_loop: bool = False, weight_shard: int | None = None,
                   context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
-                  fused_kernels: bool = False) -> tuple[float, float]:
+                  fused_kernels: bool = False, fused_swiglu: bool = False) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
         model, kind: The shape; ``train``, ``infer`` or ``generate``.
-        dp, pp, tp: Parallel degrees.
-        micro_batch: Sequences per micro-batch (generation: sequences decoded together per replica).
+        dp, pp, tp, micro_batch: Parallel degrees; sequences per micro-batch (generation: decoded together).
         micro_batches: Micro-batches per replica per step (generation: rounds).
         seq_len: Tokens per sequence of a training / inference pass: the pass's micro-batch holds
             ``micro_batch · seq_len`` tokens unless ``pass_tokens`` is given.
@@ -412,8 +411,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         offload_between_passes: ``options.offload`` brings the state back per pass (verl, :func:`_stage_train_state`).
         context_parallel: A ``train`` or ``infer`` vertex's context parallelism (:class:`ContextParallelSplit`,
             what it splits and what it does not); ``generate`` ignores it. ``bare_loop``: :func:`_bare_loop_gradients`.
-        fused_kernels: A ``train`` vertex on Megatron-Core, whose normalisation layers and SwiGLU are fused
-            kernels (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`).
+        fused_kernels, fused_swiglu: A ``train`` vertex on Megatron-Core (fused normalisation kernels), and one
+            that fuses its SwiGLU (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`).
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
@@ -449,7 +448,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             late = _bare_loop_gradients(p, bare_loop and not cp.active and micro_batches <= options.optimizer_steps)
             resident, transient = resident - late, loaded + _train_vertex_transient(
                 model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, min(pp - i, inflight), ep, cp.ring,
-                framework == "none", workspace, logit_bytes, late, fused_kernels)
+                framework == "none", workspace, logit_bytes, late, fused_kernels, fused_swiglu)
         elif kind == "infer":
             # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else 2.0 * p
@@ -488,19 +487,19 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
                             n_layers: int, first: bool, last: bool, tp: int, inflight: int, ep: int, ring: int,
                             kv_cache: bool, workspace: float,
                             logit_bytes: tuple[float, float] | None = None, end_gradients: float = 0.0,
-                            fused_kernels: bool = False) -> float:
+                            fused_kernels: bool = False, fused_swiglu: bool = False) -> float:
     """A training vertex's transient bytes on one stage (:func:`vertex_memory`): the training pass's peak
     (:func:`~packplace.placement.model.pass_memory.train_transient`), or the old-log-prob forward's when
     larger; ``tokens`` / ``logprob_tokens`` are the GPU's share under context parallelism, ``ring`` the CP
     group the attention's ring runs over; ``logit_bytes`` the framework's logit bytes per vocabulary entry;
     ``end_gradients`` the gradient bytes a bare loop allocates in the backward, held at its end only;
-    ``fused_kernels`` a Megatron-Core trainer's fused normalisation and SwiGLU kernels
+    ``fused_kernels`` / ``fused_swiglu`` a Megatron-Core trainer's fused normalisation kernels and SwiGLU
     (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`)."""
     autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
     transient = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,
                                 recompute=options.recompute, tp=tp, inflight=inflight, autocast=autocast, ep=ep,
                                 cp=ring, logit_bytes=logit_bytes,
-                                fused_kernels=fused_kernels).peak(workspace, end_gradients)
+                                fused_kernels=fused_kernels, fused_swiglu=fused_swiglu).peak(workspace, end_gradients)
     if logprob_tokens is None:
         return transient
     forward = infer_transient(model, tokens=logprob_tokens, n_layers=n_layers, last=last, tp=tp, kv_cache=kv_cache,

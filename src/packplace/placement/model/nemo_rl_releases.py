@@ -280,6 +280,38 @@ def swiglu_training_factor(release: NemoRLRelease, model_type: str | None) -> fl
     return 1.0
 
 
+#: Hugging Face ``model_type`` values whose Megatron-Bridge provider sets ``bias_activation_fusion`` itself at the
+#: commit NeMo RL v0.4.0 pins (62f4704b: the Llama providers set ``True``; ``GPTModelProvider``, which the others
+#: extend, defaults to ``False``).
+V04_FUSED_SWIGLU_MODEL_TYPES = ("llama",)
+
+
+def megatron_fuses_swiglu(framework: str, version: str | None, model: ModelSpec) -> bool:
+    """Whether a Megatron-Core trainer of ``framework`` at ``version`` runs ``model``'s SwiGLU as Megatron's fused
+    ``bias_swiglu_impl`` (``bias_activation_fusion`` true), which keeps only its input: ``6f`` saved bytes per
+    token and expert against the unfused ``8f``
+    (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`). False wherever the setting
+    is not known to be on (Megatron-Core's ``TransformerConfig`` defaults it to ``False``), so the saved set is
+    never under-counted:
+
+    * ``nemo-rl``: from v0.5.0 every model (``examples/configs/grpo_math_1B.yaml``
+      ``policy.megatron_cfg.bias_activation_fusion: True``, github.com/NVIDIA-NeMo/RL/pull/1241); v0.4 only the
+      models of :data:`V04_FUSED_SWIGLU_MODEL_TYPES` (``qwen_fused_swiglu``); no release or one before v0.4: false;
+    * ``verl``: a mixture of experts only (``verl/models/mcore/config_converter.py``: the MoE converters set
+      ``bias_activation_fusion=True``, the dense converter leaves the default);
+    * any other framework (``none`` on Megatron-Core): false.
+
+    Raises:
+        ConfigError: a malformed ``version`` (:func:`release_for`).
+    """
+    if framework == "verl":
+        return model.is_moe
+    release = release_for(framework, version)
+    if release is None:
+        return False
+    return release.qwen_fused_swiglu or model.model_type in V04_FUSED_SWIGLU_MODEL_TYPES
+
+
 #: Frameworks whose reference forward runs in the policy workers on swapped-in reference weights
 #: (:data:`REFERENCE_SWAP_COPIES`): NeMo RL's ``get_reference_policy_logprobs`` (every release).
 REFERENCE_SWAP_FRAMEWORKS = ("nemo-rl",)

@@ -163,7 +163,8 @@ def _norm_bytes(model: ModelSpec, autocast: bool) -> float:
     return 4.0 * d
 
 
-def saved_activation_bytes_per_token(model: ModelSpec, autocast: bool, fused_kernels: bool = False) -> float:
+def saved_activation_bytes_per_token(model: ModelSpec, autocast: bool, fused_kernels: bool = False,
+                                     fused_swiglu: bool = False) -> float:
     """Bytes autograd keeps per token for one layer's backward (``tp = 1``; flash / SDPA attention).
 
     ``autocast`` true: fp32 weights under ``torch.autocast(bf16)`` (the residual stream is fp32);
@@ -190,19 +191,20 @@ def saved_activation_bytes_per_token(model: ModelSpec, autocast: bool, fused_ker
     ``2d`` (the normalised tensor the next linear or the router keeps) and 4 bytes of ``rsigma``, Korthikanti
     et al. 2022 (arXiv 2205.05198) §4.1: "each layer norm stores its input with size 2sbh", the matmul after
     it "their shared input with size 2sbh"; Q/K-norm keeps its bf16 input ``2(q + k)`` and one fp32
-    ``rsigma`` per head (its output is the Q / K attention keeps, counted there); a gated MLP's SwiGLU is
-    one fused function that keeps only its input (``bias_swiglu_impl``, megatron/core/fusions/
-    fused_bias_swiglu.py, taken by ``MLP`` and the MoE experts when ``bias_activation_fusion`` is set: NeMo RL's
-    ``policy.megatron_cfg.bias_activation_fusion: True`` in examples/configs/grpo_math_1B.yaml, Megatron-LM's
-    default unless ``--no-bias-swiglu-fusion``), so it keeps ``6f`` per expert: fc1's gate and up outputs
-    (``4f``), the function's input, and its output (``2f``), fc2's input (Korthikanti et al.'s MLP: the
-    linears keep their inputs and the non-linearity its input).
+    ``rsigma`` per head (its output is the Q / K attention keeps, counted there). With ``fused_swiglu`` as well
+    (the trainer sets ``bias_activation_fusion``,
+    :func:`~packplace.placement.model.nemo_rl_releases.megatron_fuses_swiglu`) a gated MLP's SwiGLU is one fused
+    function that keeps only its input (``bias_swiglu_impl``, megatron/core/fusions/fused_bias_swiglu.py, taken
+    by ``MLP`` and the MoE experts when ``bias_activation_fusion`` is set; Megatron-Core's ``TransformerConfig``
+    defaults it to false, which keeps the unfused ``8f``), so it keeps ``6f`` per expert: fc1's gate and up
+    outputs (``4f``), the function's input, and its output (``2f``), fc2's input (Korthikanti et al.'s MLP:
+    the linears keep their inputs and the non-linearity its input).
     """
     d, q, k, h = model.hidden_dim, model.attention_dim, model.kv_dim, model.heads
     gated = model.mlp == "gated"
     per_mlp = 8.0 if gated else 4.0
     te = fused_kernels and not autocast
-    if te and gated:
+    if te and gated and fused_swiglu:
         per_mlp = 6.0
     total = 2.0 * (4.0 * d + 4.0) if te else 2.0 * _norm_bytes(model, autocast)
     if autocast:
@@ -382,9 +384,8 @@ def _stage(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[list[float], tu
 def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: int = 0, context: int = 0,
                 recompute: str = "none", optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1,
                 ep: int = 1, framework: str = "none", sharding: str = "none", micro_batches: int = 1,
-                workspace_bytes: float | None = None, cp: int = 1,
-                logit_bytes: tuple[float, float] | None = None, trainer_backend: str = "none",
-                cp_exact: bool = True) -> PassMemory:
+                workspace_bytes: float | None = None, cp: int = 1, logit_bytes: tuple[float, float] | None = None,
+                trainer_backend: str = "none", cp_exact: bool = True, fused_swiglu: bool = False) -> PassMemory:
     """Peak memory per GPU of one pass (bytes), the worst pipeline stage, with its parts.
 
     Args:
@@ -429,6 +430,9 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         trainer_backend: The ``train`` pass's trainer (``none``: bare PyTorch; :func:`resident_gradients`).
         cp_exact: With ``cp > 1``, the sequences' own lengths are ``seq_len`` (True) or any up to it (False):
             :func:`_pass_tokens`.
+        fused_swiglu: A ``megatron`` trainer that sets ``bias_activation_fusion``
+            (:func:`~packplace.placement.model.nemo_rl_releases.megatron_fuses_swiglu`;
+            :func:`saved_activation_bytes_per_token`).
 
     Returns:
         :class:`PassMemory`.
@@ -465,7 +469,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, tokens, recompute,
                                 optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep, cp, logit_bytes,
                                 resident_gradients(optimizer, sharding, framework, trainer_backend,
-                                                   (tp, pp, ep, cp)), trainer_backend == "megatron")
+                                                   (tp, pp, ep, cp)), trainer_backend == "megatron",
+                                fused_swiglu)
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes)
@@ -574,7 +579,7 @@ class TrainTransient:
 def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, first: bool,
                     recompute: str, tp: int, inflight: int, autocast: bool, ep: int = 1,
                     cp: int = 1, logit_bytes: tuple[float, float] | None = None,
-                    fused_kernels: bool = False) -> TrainTransient:
+                    fused_kernels: bool = False, fused_swiglu: bool = False) -> TrainTransient:
     """:class:`TrainTransient` of one stage of ``n_layers`` layers for a micro-batch of ``tokens`` tokens
     (``inflight`` micro-batches' activations held, 1F1B). ``autocast``: fp32 master weights under
     ``torch.autocast`` (bf16 copies of every matmul weight cached through the forward; under full
@@ -585,12 +590,12 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     micro-batch (:func:`context_parallel_tokens`: the caller divides) and the ring's buffers are added
     (``ring_forward``, ``ring_backward``; the backward's end holds the first layer's). ``logit_bytes``: the
     framework's ``(forward, backward)`` logit bytes per vocabulary entry (:func:`logit_bytes_per_token`).
-    ``fused_kernels``: a Megatron-Core trainer's fused normalisation and SwiGLU kernels
-    (:func:`saved_activation_bytes_per_token`)."""
+    ``fused_kernels`` / ``fused_swiglu``: a Megatron-Core trainer's fused normalisation kernels and its fused
+    SwiGLU (:func:`saved_activation_bytes_per_token`)."""
     head = model.head_gemm_params / tp if last else 0.0
     gemm = (model.gemm_params - model.head_gemm_params) / model.layers * n_layers / tp + head
     t = tokens / tp
-    a_layer = saved_activation_bytes_per_token(model, autocast, fused_kernels) * t
+    a_layer = saved_activation_bytes_per_token(model, autocast, fused_kernels, fused_swiglu) * t
     if recompute == "selective":
         # the attention core recomputed: its fp32 log-sum-exp is not kept (its output is: the output
         # projection keeps it as its input)
@@ -671,18 +676,18 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                  recompute: str, optimizer: str, tp: int, ahead: int, dp: int, sharding: str,
                  micro_batches: int, ws: float, ep: int = 1, cp: int = 1,
                  logit_bytes: tuple[float, float] | None = None, keep_gradients: bool = False,
-                 fused_kernels: bool = False) -> PassMemory:
+                 fused_kernels: bool = False, fused_swiglu: bool = False) -> PassMemory:
     """One pipeline stage of a training micro-batch: the largest of the forward's end, the loss's
     backward and the backward's end (module docstring), and with context parallelism the last layer's ring
     attention forward and backward (``ring_forward``, ``ring_backward``). With ``micro_batches > 1`` the
     gradients of the earlier micro-batches are held throughout (gradient accumulation), and with
-    ``keep_gradients`` (:func:`resident_gradients`) the layout's gradients are; ``fused_kernels``: a
-    Megatron-Core trainer's (:func:`saved_activation_bytes_per_token`)."""
+    ``keep_gradients`` (:func:`resident_gradients`) the layout's gradients are; ``fused_kernels`` /
+    ``fused_swiglu``: a Megatron-Core trainer's (:func:`saved_activation_bytes_per_token`)."""
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     part = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first, recompute=recompute,
                            tp=tp, inflight=min(ahead, micro_batches), autocast=autocast, ep=ep, cp=cp,
-                           logit_bytes=logit_bytes, fused_kernels=fused_kernels)
+                           logit_bytes=logit_bytes, fused_kernels=fused_kernels, fused_swiglu=fused_swiglu)
     # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's
     # expert-data-parallel group), the rest over dp
     expert = n_layers * model.expert_params / model.layers / (tp * ep) if model.is_moe and ep > 1 else 0.0
