@@ -75,8 +75,9 @@ def test_the_error_names_the_field_its_value_the_bytes_and_the_largest_value_tha
     assert text.startswith("[policy] gpu_memory_utilization 0.9699 leaves actor.generate no GPU it fits on: vLLM "
                            "reserves 77.6 GB of each 80 GB GPU (gpu_memory_utilization x memory_per_gpu) and holds "
                            "at least 2.42 GB outside that pool")
-    assert ("80 GB in all; set policy.gpu_memory_utilization to at most 0.96 (76.8 GB pool beside 2.42 GB outside it "
-            "at 1 GPU per replica, whose need inside the pool is ") in text
+    assert ("80 GB in all, 7.9 MB over the GPU; set policy.gpu_memory_utilization to at most 0.96 (76.8 GB pool "
+            "beside 2.42 GB outside it at 1 GPU per replica, whose need inside the pool is ") in text
+    assert text.endswith("; the engine alone: the whole plan is checked beside it)")
     # the suggested value fits: the TP 1 engine then holds 76.8 + 2.42 GB of the 80
     fixed = CandidateTable(build_instance(_config(0.96)))
     assert fixed.feasible["actor.generate"]
@@ -110,7 +111,8 @@ def test_openrlhf_default_at_tp_above_one_on_an_80_gb_gpu():
     assert held and all(m == pytest.approx(0.95 * GPU + WS + VLLM_NCCL_BYTES + VLLM_CUDA_GRAPH_BYTES) for m in held)
     assert held[0] / 1e9 == pytest.approx(83.27, abs=0.005)
     with pytest.raises(InfeasibleError, match=r"^\[policy\] gpu_memory_utilization 0\.95 leaves actor\.generate .*"
-                                              r"83\.3 GB in all; set policy\.gpu_memory_utilization to at most 0\.90 "):
+                                              r"83\.3 GB in all, 3\.27 GB over the GPU; set "
+                                              r"policy\.gpu_memory_utilization to at most 0\.90 "):
         table.shortfalls()
     config["policy"]["gpu_memory_utilization"] = 0.90
     assert CandidateTable(build_instance(config)).feasible["actor.generate"]

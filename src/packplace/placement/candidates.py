@@ -161,6 +161,11 @@ class Candidate:
         return VertexPlan(self.strategy, self.micro_batch, allocation)
 
 
+def _bytes_shown(nbytes: float) -> str:
+    """``nbytes`` for a message: GB from 1 GB, MB below (a few MB over a GPU must not read as "80 GB")."""
+    return f"{gb(nbytes)} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.1f} MB"
+
+
 class Shortfall(NamedTuple):
     """A vertex without a memory-feasible candidate on the cluster (:meth:`CandidateTable.shortfalls`).
 
@@ -557,10 +562,12 @@ class CandidateTable:
         return (f"[policy] gpu_memory_utilization {gmu:g} leaves {name} no GPU it fits on: vLLM reserves "
                 f"{gb(limit)} GB of each {gb(capacity)} GB GPU (gpu_memory_utilization x memory_per_gpu) and "
                 f"holds at least {gb(least.memory_bytes - limit)} GB outside that pool (CUDA context and "
-                f"workspace, NCCL buffers, CUDA graphs by its release), {gb(least.memory_bytes)} GB in all; set "
+                f"workspace, NCCL buffers, CUDA graphs by its release), {gb(least.memory_bytes)} GB in all, "
+                f"{_bytes_shown(least.memory_bytes - capacity)} over the GPU; set "
                 f"policy.gpu_memory_utilization to at most {value:.2f} ({gb(value * capacity)} GB pool beside "
                 f"{gb(outside)} GB outside it at {per_replica} GPU{'s' if per_replica > 1 else ''} per replica, "
-                f"whose need inside the pool is {gb(cand.pool_bytes)} GB)")
+                f"whose need inside the pool is {gb(cand.pool_bytes)} GB; the engine alone: the whole plan is "
+                f"checked beside it)")
 
     def _pool_too_small(self, name: str) -> str | None:
         """:meth:`engine_pool_message` for a ``gpu_memory_utilization`` too small: every candidate's need inside
