@@ -4,6 +4,7 @@ file with each model shape left out in turn (the workspace refitted on the other
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -253,6 +254,9 @@ def test_the_fused_swiglu_only_where_the_trainer_sets_bias_activation_fusion() -
     assert not megatron_fuses_swiglu("nemo-rl", "0.4.0", qwen) and not megatron_fuses_swiglu("nemo-rl", "0.4.0", moe)
     assert not megatron_fuses_swiglu("nemo-rl", None, llama)           # release unknown: not assumed
     assert megatron_fuses_swiglu("verl", None, moe) and not megatron_fuses_swiglu("verl", None, llama)
+    # mbridge's Mixtral config (verl from v0.7.0) leaves the fusion off: a Mixtral MoE keeps 8f
+    mixtral = replace(moe, model_type="mixtral")
+    assert mixtral.is_moe and not megatron_fuses_swiglu("verl", "0.7.0", mixtral)
     assert not megatron_fuses_swiglu("none", None, llama) and not megatron_fuses_swiglu("openrlhf", "0.6.0", llama)
 
 

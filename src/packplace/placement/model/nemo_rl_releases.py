@@ -284,6 +284,11 @@ def swiglu_training_factor(release: NemoRLRelease, model_type: str | None) -> fl
 #: commit NeMo RL v0.4.0 pins (62f4704b: the Llama providers set ``True``; ``GPTModelProvider``, which the others
 #: extend, defaults to ``False``).
 V04_FUSED_SWIGLU_MODEL_TYPES = ("llama",)
+#: Hugging Face ``model_type`` values whose verl Megatron config sets ``bias_activation_fusion`` at every release:
+#: the Qwen mixture-of-experts models, in both the ``verl/models/mcore/config_converter.py`` converters (before
+#: v0.7.0) and mbridge's ``qwen2moe.py`` / ``qwen3moe.py`` (from v0.7.0, ``use_mbridge`` by default). Mixtral's
+#: converter set it but mbridge's ``mixtral.py`` does not, so it is left out (over, never under, before v0.7.0).
+VERL_FUSED_SWIGLU_MODEL_TYPES = ("qwen2_moe", "qwen3_moe")
 
 
 def megatron_fuses_swiglu(framework: str, version: str | None, model: ModelSpec) -> bool:
@@ -297,15 +302,16 @@ def megatron_fuses_swiglu(framework: str, version: str | None, model: ModelSpec)
     * ``nemo-rl``: from v0.5.0 every model (``examples/configs/grpo_math_1B.yaml``
       ``policy.megatron_cfg.bias_activation_fusion: True``, github.com/NVIDIA-NeMo/RL/pull/1241); v0.4 only the
       models of :data:`V04_FUSED_SWIGLU_MODEL_TYPES` (``qwen_fused_swiglu``); no release or one before v0.4: false;
-    * ``verl``: a mixture of experts only (``verl/models/mcore/config_converter.py``: the MoE converters set
-      ``bias_activation_fusion=True``, the dense converter leaves the default);
+    * ``verl``: the models of :data:`VERL_FUSED_SWIGLU_MODEL_TYPES` (the dense converter and mbridge's dense and
+      Mixtral configs leave the default; verl's Megatron-Bridge path, ``vanilla_mbridge: false``, leaves it off for
+      Qwen3-MoE too and is not described here);
     * any other framework (``none`` on Megatron-Core): false.
 
     Raises:
         ConfigError: a malformed ``version`` (:func:`release_for`).
     """
     if framework == "verl":
-        return model.is_moe
+        return model.model_type in VERL_FUSED_SWIGLU_MODEL_TYPES
     release = release_for(framework, version)
     if release is None:
         return False
