@@ -34,7 +34,6 @@ actor.generate`` refit edge, the first call's gather) is the generation; ``refer
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import statistics
@@ -318,12 +317,8 @@ BUILDERS = {"v100_log": _v100_log, "llama2_script": _llama2_script}
 def decode_overhead(seconds: float):
     """The ``deepspeed-chat`` profile with ``decode_step_overhead`` = ``seconds`` while the block runs; restored on
     exit (a benchmark-only switch, to take the profile's per-iteration term out of a price)."""
-    saved = framework.FRAMEWORKS["deepspeed-chat"]
-    framework.FRAMEWORKS["deepspeed-chat"] = dataclasses.replace(saved, decode_step_overhead=seconds)
-    try:
+    with framework.overridden_profile("deepspeed-chat", decode_step_overhead=seconds):
         yield
-    finally:
-        framework.FRAMEWORKS["deepspeed-chat"] = saved
 
 
 def setup(row: dict) -> dict:

@@ -32,7 +32,6 @@ reference-weight swap) plus ``actor.train``'s ``old_log_prob`` is ``policy_and_r
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import subprocess
 from contextlib import contextmanager
@@ -229,12 +228,8 @@ def without_old_log_prob():
     for the previous log-probs); restored on exit. A benchmark-only switch, used only for a file whose release
     runs the pass whatever the setting (v0.5 / v0.6: :func:`forced_ratio_price`); from v0.7.0 the config's
     ``policy.force_on_policy_ratio`` says it."""
-    saved = framework.FRAMEWORKS["nemo-rl"]
-    framework.FRAMEWORKS["nemo-rl"] = dataclasses.replace(saved, old_log_prob=False)
-    try:
+    with framework.overridden_profile("nemo-rl", old_log_prob=False):
         yield
-    finally:
-        framework.FRAMEWORKS["nemo-rl"] = saved
 
 
 def forced_ratio_price(config: str, overrides: dict | None = None) -> tuple[dict, str]:

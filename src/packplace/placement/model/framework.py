@@ -20,7 +20,10 @@ mechanics: each profile's ``sources``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from packplace.errors import ConfigError
@@ -958,3 +961,19 @@ def offload_round_trip_seconds(cost, train_state_bytes: float) -> float:
     if not cost.framework.colocated_offload or train_state_bytes <= 0:
         return 0.0
     return 2.0 * train_state_bytes / cost.hw.host_bandwidth
+
+
+@contextmanager
+def overridden_profile(name: str, **fields) -> Iterator[FrameworkProfile]:
+    """The :data:`FRAMEWORKS` profile ``name`` with ``fields`` replaced while the block runs, restored on exit
+    (a benchmark's switch, to take one term out of a price and see what it weighs).
+
+    Raises:
+        KeyError: ``name`` is not a framework profile. TypeError: a field the profile does not have.
+    """
+    saved = FRAMEWORKS[name]
+    FRAMEWORKS[name] = dataclasses.replace(saved, **fields)
+    try:
+        yield FRAMEWORKS[name]
+    finally:
+        FRAMEWORKS[name] = saved

@@ -649,20 +649,15 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
         ValueError: ``tp`` or ``pp`` below 1, ``engine_generation`` not ``v0``/``v1``/``None``, or a negative
             ``workspace``.
     """
-    if tp < 1 or pp < 1:
-        raise ValueError(f"engine_reservation: tp and pp must be at least 1, got tp={tp!r}, pp={pp!r}")
-    if engine_generation not in ("v0", "v1", None):
-        raise ValueError(f"engine_reservation: engine_generation must be 'v0', 'v1' or None, got {engine_generation!r}")
-    if workspace < 0:
-        raise ValueError(f"engine_reservation: workspace must be non-negative, got {workspace!r}")
+    _check_engine_args("engine_reservation", tp, pp, engine_generation, workspace)
     if engine_generation is None:
         return EngineReservation()
+    graph = _graph_bytes(engine_generation, enforce_eager)
     if engine_generation == "v0":
-        return EngineReservation(0.0, workspace + (0.0 if enforce_eager else VLLM_V0_CUDA_GRAPH_BYTES), True)
-    graph = 0.0 if enforce_eager else VLLM_CUDA_GRAPH_BYTES
+        return EngineReservation(0.0, workspace + graph, True)
     nccl_outside = vllm_release is None or tuple(vllm_release) >= VLLM_NCCL_OUTSIDE_POOL_SINCE
     graphs_inside = vllm_release is not None and tuple(vllm_release) >= VLLM_GRAPHS_IN_POOL_SINCE
-    nccl = 0.0 if tp * pp == 1 or not nccl_outside else VLLM_NCCL_PP_BYTES if pp > 1 else VLLM_NCCL_BYTES
+    nccl = _nccl_bytes(tp, pp) if nccl_outside else 0.0
     if graphs_inside:
         return EngineReservation(graph, workspace + nccl, True)
     return EngineReservation(0.0, workspace + nccl + graph, True)
@@ -716,19 +711,42 @@ def engine_sleep_kept_bytes(*, tp: int, pp: int, engine_generation: str | None, 
         ValueError: ``tp`` or ``pp`` below 1, ``engine_generation`` not ``v0``/``v1``/``None``, or a negative
             ``workspace``.
     """
-    if tp < 1 or pp < 1:
-        raise ValueError(f"engine_sleep_kept_bytes: tp and pp must be at least 1, got tp={tp!r}, pp={pp!r}")
-    if engine_generation not in ("v0", "v1", None):
-        raise ValueError(f"engine_sleep_kept_bytes: engine_generation must be 'v0', 'v1' or None, "
-                         f"got {engine_generation!r}")
-    if workspace < 0:
-        raise ValueError(f"engine_sleep_kept_bytes: workspace must be non-negative, got {workspace!r}")
+    _check_engine_args("engine_sleep_kept_bytes", tp, pp, engine_generation, workspace)
     if engine_generation is None:
         return 0.0
-    graph = 0.0 if enforce_eager else (VLLM_V0_CUDA_GRAPH_BYTES if engine_generation == "v0"
-                                       else VLLM_CUDA_GRAPH_BYTES)
-    nccl = 0.0 if tp * pp == 1 else VLLM_NCCL_PP_BYTES if pp > 1 else VLLM_NCCL_BYTES
-    return graph + nccl + (workspace if own_process else 0.0)
+    return _graph_bytes(engine_generation, enforce_eager) + _nccl_bytes(tp, pp) + (workspace if own_process else 0.0)
+
+
+def _check_engine_args(caller: str, tp: int, pp: int, engine_generation: str | None, workspace: float) -> None:
+    """The argument checks of :func:`engine_reservation` and :func:`engine_sleep_kept_bytes` (``caller`` names
+    the function in the message).
+
+    Raises:
+        ValueError: ``tp`` or ``pp`` below 1, ``engine_generation`` not ``v0``/``v1``/``None``, or a negative
+            ``workspace``.
+    """
+    if tp < 1 or pp < 1:
+        raise ValueError(f"{caller}: tp and pp must be at least 1, got tp={tp!r}, pp={pp!r}")
+    if engine_generation not in ("v0", "v1", None):
+        raise ValueError(f"{caller}: engine_generation must be 'v0', 'v1' or None, got {engine_generation!r}")
+    if workspace < 0:
+        raise ValueError(f"{caller}: workspace must be non-negative, got {workspace!r}")
+
+
+def _graph_bytes(engine_generation: str, enforce_eager: bool) -> float:
+    """A vLLM engine's CUDA-graph bytes per GPU: none when eager, :data:`VLLM_V0_CUDA_GRAPH_BYTES` on a V0
+    engine, :data:`VLLM_CUDA_GRAPH_BYTES` on V1."""
+    if enforce_eager:
+        return 0.0
+    return VLLM_V0_CUDA_GRAPH_BYTES if engine_generation == "v0" else VLLM_CUDA_GRAPH_BYTES
+
+
+def _nccl_bytes(tp: int, pp: int) -> float:
+    """NCCL's buffers per GPU of a vLLM engine of ``tp·pp`` GPUs per replica: none on one GPU,
+    :data:`VLLM_NCCL_PP_BYTES` (the last stage's) with pipeline stages, else :data:`VLLM_NCCL_BYTES`."""
+    if tp * pp == 1:
+        return 0.0
+    return VLLM_NCCL_PP_BYTES if pp > 1 else VLLM_NCCL_BYTES
 
 
 def stage_kv_bytes_per_token(model: ModelSpec, tp: int, pp: int) -> float:
