@@ -211,19 +211,26 @@ def test_expert_state_shards_like_the_evaluator() -> None:
 
 def test_megatron_fused_kernels_layer_tensors_by_hand() -> None:
     """Qwen3-30B-A3B (d 2048, q 4096, k 512, 32 heads, 4 KV heads, Q/K-norm, 128 experts, 8 per token of
-    f 768): the bare bf16 layer against a Megatron-Core layer (Transformer Engine norms, fused SwiGLU)."""
+    f 768): the bare bf16 layer against a Megatron-Core layer (Transformer Engine norms, fused SwiGLU, the router
+    and dispatcher's own tensors, fp64 as NeMo RL runs it)."""
     moe = from_hf_config(Path(__file__).resolve().parents[1] / "data" / "hf_configs" / "qwen3-30b-a3b.json")
     d, q, k, h, kv, f, e, top = 2048, 4096, 512, 32, 4, 768, 128, 8
     attention = 4 * q + 4 * k + 4 * h
-    dispatch = 4 * d * top + 4 * e
-    bare = 2 * 8 * d + attention + 6 * (q + k) + 8 * f * top + dispatch
-    fused = 2 * (4 * d + 4) + attention + 2 * (q + k) + 4 * (h + kv) + 6 * f * top + dispatch
-    assert bare == 194_176 and fused == 147_224
+    dispatch = 4 * d * top
+    bare = 2 * 8 * d + attention + 6 * (q + k) + 8 * f * top + dispatch + 4 * e
+    # fp64: held probabilities 8e, routing map e, the permutation's transposed copy and mask 9e (> TE's row-id
+    # map 8e + 4 + 8·top), top-k indices 8·top, fp32 top-k softmax 4·top, dispatched probabilities 8·top
+    router = 8 * e + e + 9 * e + 8 * top + 4 * top + 8 * top
+    fused = 2 * (4 * d + 4) + attention + 2 * (q + k) + 4 * (h + kv) + 6 * f * top + dispatch + router
+    assert bare == 194_176 and router == 2_464 and fused == 149_176
     assert saved_activation_bytes_per_token(moe, False) == bare
-    assert saved_activation_bytes_per_token(moe, False, fused_kernels=True, fused_swiglu=True) == fused
-    # Transformer Engine's norms without bias_activation_fusion (Megatron-Core's default): the SwiGLU keeps 8f
-    norms_only = fused + 2 * f * top
-    assert norms_only == 159_512 and saved_activation_bytes_per_token(moe, False, fused_kernels=True) == norms_only
+    assert saved_activation_bytes_per_token(moe, False, fused_kernels=True, fused_swiglu=True,
+                                            router_dtype="fp64") == fused
+    # Transformer Engine's norms without bias_activation_fusion (Megatron-Core's default): a routed expert's
+    # SwiGLU keeps 8f and the product it weights by the probability, 10f
+    norms_only = fused + 4 * f * top
+    assert norms_only == 173_752
+    assert saved_activation_bytes_per_token(moe, False, fused_kernels=True, router_dtype="fp64") == norms_only
     # the fused kernels are a bf16 trainer's: under autocast (fp32 master weights) nothing changes
     autocast = saved_activation_bytes_per_token(moe, True)
     assert saved_activation_bytes_per_token(moe, True, fused_kernels=True, fused_swiglu=True) == autocast
@@ -231,14 +238,14 @@ def test_megatron_fused_kernels_layer_tensors_by_hand() -> None:
 
 def test_megatron_fused_kernels_cut_the_saved_set_of_a_packed_micro_batch() -> None:
     """48 layers of a 4,096-token micro-batch, selective recomputation (the 4·32 fp32 log-sum-exp bytes not
-    kept): 38.15 GB saved on the bare bf16 layer, 28.92 GB on Megatron-Core's."""
+    kept): 38.15 GB saved on the bare bf16 layer, 29.30 GB on Megatron-Core's with NeMo RL's fp64 router."""
     moe = from_hf_config(Path(__file__).resolve().parents[1] / "data" / "hf_configs" / "qwen3-30b-a3b.json")
     kwargs = dict(tokens=4096, n_layers=48, last=True, first=True, recompute="selective", tp=1, inflight=1,
                   autocast=False, ep=8)
     bare = train_transient(moe, **kwargs)
-    fused = train_transient(moe, **kwargs, fused_kernels=True, fused_swiglu=True)
+    fused = train_transient(moe, **kwargs, fused_kernels=True, fused_swiglu=True, router_dtype="fp64")
     assert bare.saved == (194_176 - 128) * 4096 * 48 == pytest.approx(38.151e9, rel=1e-4)
-    assert fused.saved == (147_224 - 128) * 4096 * 48 == pytest.approx(28.920e9, rel=1e-4)
+    assert fused.saved == (149_176 - 128) * 4096 * 48 == pytest.approx(29.304e9, rel=1e-4)
     assert fused.logits_backward == bare.logits_backward
 
 
@@ -262,7 +269,8 @@ def test_the_fused_swiglu_only_where_the_trainer_sets_bias_activation_fusion() -
 
 def test_estimate_counts_an_unfused_swiglu_where_the_release_leaves_it_unfused() -> None:
     """Qwen3-30B-A3B on NeMo RL's Megatron trainer, 4,096 tokens, EP 8: v0.4 runs Qwen's SwiGLU unfused, so its
-    saved set is 2f bytes per token and routed expert larger than v0.5's: 2·768·8·4,096·48 = 2.416 GB."""
+    saved set is 4f bytes per token and routed expert larger than v0.5's (8f + the weighted product 2f against
+    6f): 4·768·8·4,096·48 = 4.832 GB."""
     from packplace.placement.task_estimate import estimate
 
     hf = Path(__file__).resolve().parents[1] / "data" / "hf_configs" / "qwen3-30b-a3b.json"
@@ -270,4 +278,4 @@ def test_estimate_counts_an_unfused_swiglu_where_the_release_leaves_it_unfused()
                 ep=8, dp=32, framework="nemo-rl", trainer_backend="megatron")
     v05 = estimate(**args, framework_version="0.5.0")
     v04 = estimate(**args, framework_version="0.4.0")
-    assert v04.memory["activations"] - v05.memory["activations"] == pytest.approx(2 * 768 * 8 * 4096 * 48, rel=1e-9)
+    assert v04.memory["activations"] - v05.memory["activations"] == pytest.approx(4 * 768 * 8 * 4096 * 48, rel=1e-9)

@@ -60,6 +60,7 @@ from packplace.placement.model.nemo_rl_releases import (
     POLICY_TRAIN,
     TrainerRelease,
     megatron_fuses_swiglu,
+    megatron_router_dtype,
     reference_swap_seconds,
     release_for,
     release_train_parts,
@@ -1323,6 +1324,7 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
         if kind == "train" and old_log_prob:
             logprob_tokens = cost.peak_pass_tokens(model, "logprob", dp, pp, tp, mb, ep)
     megatron = kind == "train" and cost.pass_kernels(pp, tp, ep) == "megatron"   # Megatron-Core's kernels
+    version = getattr(instance, "framework_version", None)
     res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
                              seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
                              options=options, prefill_sequences=prefill, ep=ep,
@@ -1330,8 +1332,7 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                              weight_shard=shard_options.shard_ranks(dp),
                              framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace,
                              pass_tokens=pass_tokens, logprob_tokens=logprob_tokens,
-                             logit_bytes=trainer_logit_bytes(instance.framework,
-                                                             getattr(instance, "framework_version", None),
+                             logit_bytes=trainer_logit_bytes(instance.framework, version,
                                                              getattr(instance, "entropy_coeff", 0.0) > 0),
                              offload_between_passes=profile(instance.framework).offload_between_passes,
                              context_parallel=replace(context_parallel, rounded=True)
@@ -1339,7 +1340,9 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                              bare_loop=kind == "train" and trains_in_a_bare_loop(
                                  instance, options, (tp, pp, ep, context_parallel.ring)),
                              fused_kernels=megatron, fused_swiglu=megatron and megatron_fuses_swiglu(
-                                 instance.framework, getattr(instance, "framework_version", None), model))
+                                 instance.framework, version, model, options.bias_activation_fusion),
+                             router_dtype=megatron_router_dtype(instance.framework, version, model,
+                                                                options.moe_router_dtype))
     if weight_swap:
         # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into the
         # policy's own tensors for the pass (use_reference_model), on the policy's workers and layout

@@ -69,8 +69,14 @@ from packplace.placement.model.framework import (
     version_defaults,
 )
 from packplace.placement.model.layout_rules import TRAIN, TRAINER_BACKENDS, Context, trainer_backend
-from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, stage_layers, stage_params
-from packplace.placement.model.nemo_rl_releases import megatron_fuses_swiglu, release_for
+from packplace.placement.model.memory import (
+    DEFAULT_TRAINING,
+    ROUTER_DTYPES,
+    TrainingOptions,
+    stage_layers,
+    stage_params,
+)
+from packplace.placement.model.nemo_rl_releases import megatron_fuses_swiglu, megatron_router_dtype, release_for
 from packplace.placement.model.pass_memory import bare_loop, context_parallel_tokens, pass_memory, uses_autocast
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
 from packplace.placement.problem.config import (
@@ -471,9 +477,10 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
              seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str = "none",
              optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
-             enforce_eager: bool = False, framework_version: str | None = None,
-             entropy_coeff: float = 0.0, train_mb_tokens: int | None = None, sharding: str | None = None,
-             pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto") -> Estimate:
+             enforce_eager: bool = False, framework_version: str | None = None, entropy_coeff: float = 0.0,
+             train_mb_tokens: int | None = None, sharding: str | None = None, pack_tokens: int | None = None,
+             cp: int = 1, trainer_backend: str = "auto", bias_activation_fusion: bool | None = None,
+             moe_router_dtype: str | None = None) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -485,8 +492,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             ``seq_len`` unset: :data:`DEFAULT_SEQ_LEN`. A decode iteration has no prompt: ``seq_len`` is
             refused for ``decode`` (its sequences hold ``context`` tokens).
         batch, context: Running sequences and cached tokens per sequence (decode; generate's final length);
-            ``context`` unset: :data:`GENERATE_NEW_TOKENS` cached tokens (decode), the prompt plus as many
-            (generate).
+            ``context`` unset: :data:`GENERATE_NEW_TOKENS` cached tokens (decode), the prompt plus as many (generate).
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`.
         sharding: :data:`SHARDINGS` (train): ``none`` a bare PyTorch loop's layout (fp32 master weights under
             autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
@@ -519,6 +525,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             (:func:`~packplace.placement.estimate_trainer.resolve_trainer_backend`); with an RL ``framework`` (or
             ``megatron``) priced as the evaluator prices the vertex (:func:`~packplace.placement.estimate_trainer.
             trainer_pass_parts`), ``framework="none"`` under ``auto``: the bare one-GPU kernels.
+        bias_activation_fusion, moe_router_dtype: A Megatron-Core trainer's, as ``training.<role>`` (:func:`_megatron`).
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -527,6 +534,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
         ConfigError: an invalid argument, naming it and its value."""
     shape = resolve_model(model)
     _check_settings(task, recompute, optimizer, framework, enforce_eager)
+    megatron, megatron_inputs = _megatron(task, bias_activation_fusion, moe_router_dtype)
     _check_sharding(sharding, task, optimizer)
     engine_generation, version_eager = _engine(framework, framework_version)
     enforce_eager = enforce_eager or (version_eager and task in ("decode", "generate"))
@@ -540,28 +548,26 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version)
     sharding = check_trainer_sharding(sharding, task, optimizer)
     backend = framework_none_trainer(backend, task, optimizer)   # framework none's training: place's vertex
-    pack = (_pack_pricing(shape, task, framework_version, int(pack_tokens), train_mb_tokens, micro_batch,
-                          int(seq_len or 0), (dp, pp, tp, ep), cp, trainer_backend) if pack_tokens is not None
-            else None)
+    pack = (None if pack_tokens is None else _pack_pricing(shape, task, framework_version, int(pack_tokens),
+            train_mb_tokens, micro_batch, int(seq_len or 0), (dp, pp, tp, ep), cp, trainer_backend))
     cluster, hw, components = _hardware_table(gpu, hardware, tp * pp * dp * cp, table)
     inputs = {"model": str(model) if isinstance(model, (str, Path)) else "shape", "gpu": gpu, "task": task,
               "micro_batch": micro_batch, "seq_len": seq_len, "batch": batch, "context": context,
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
               "framework": framework, "framework_version": framework_version, "enforce_eager": enforce_eager,
               "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens}
-    inputs.update(trainer_backend=trainer_backend, **_backend_inputs(backend, shape, components, hw))
+    inputs.update(trainer_backend=trainer_backend, **_backend_inputs(backend, shape, components, hw), **megatron_inputs)
     inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens, sharding=sharding, cp=cp,
                   **(pack.inputs(int(given_length or 0), pad_multiple(tp, cp)) if pack is not None else {}))
     parts = _time_parts(shape, cluster, *_engine_pricing(components, hw, task, engine_generation, inputs, gpu), task,
                         micro_batch, seq_len, batch, context, recompute, optimizer, tp, pp, dp * cp, ep, framework,
                         enforce_eager, host_seconds_per_sequence(engine_generation), pack,   # dp x cp: the ranks
-                        sharding=sharding, cp=cp, backend=backend)
-    # a pack's memory: one row of the tokens place sizes it at (SequencePacking.peak_tokens, _PackPricing.peak)
-    held = (1, pack.peak) if pack is not None else (micro_batch, seq_len or 0)
+                        sharding=sharding, cp=cp, backend=backend, megatron=megatron)
+    held = (1, pack.peak) if pack is not None else (micro_batch, seq_len or 0)   # a pack: SequencePacking.peak_tokens
     memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
                           logit_bytes=logit_bytes, sharding=sharding, cp=cp, trainer_backend=backend.name,
-                          cp_exact=pack is not None, framework_version=framework_version)
+                          cp_exact=pack is not None, framework_version=framework_version, megatron=megatron)
     inputs.update({"trainer_rate_fraction": PYTORCH_TRAIN_FRACTION} if "trainer_rate" in parts else {})
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
@@ -690,6 +696,26 @@ def _at_most(name: str, tokens: int) -> int:
         raise ConfigError(f"{name}: {tokens} tokens is above {MAX_LENGTH}, the most a config's "
                           "workload.context_length / generation_length takes (no GPU holds such a sequence)")
     return tokens
+
+
+def _megatron(task: str, bias_activation_fusion: Any, moe_router_dtype: Any) -> tuple[TrainingOptions, dict[str, Any]]:
+    """``(options, inputs)`` of :func:`estimate`'s Megatron-Core settings: ``bias_activation_fusion`` and
+    ``moe_router_dtype`` as ``place`` reads ``training.<role>`` (:class:`~packplace.placement.model.memory.
+    TrainingOptions`; ``None``: the release's,
+    :func:`~packplace.placement.model.nemo_rl_releases.megatron_fuses_swiglu`,
+    :func:`~packplace.placement.model.nemo_rl_releases.megatron_router_dtype`), and the entries of
+    :attr:`Estimate.inputs` that record them.
+
+    Raises:
+        ConfigError: a value :class:`~packplace.placement.model.memory.TrainingOptions` refuses (naming the field),
+            or either set for a task other than ``train`` (the saved set of a training pass).
+    """
+    options = TrainingOptions(bias_activation_fusion=bias_activation_fusion, moe_router_dtype=moe_router_dtype)
+    for name, value in (("bias_activation_fusion", bias_activation_fusion), ("moe_router_dtype", moe_router_dtype)):
+        if value is not None and task != "train":
+            raise ConfigError(f"{name}: a Megatron-Core trainer's setting (its saved activations), got {show(value)} "
+                              f"for task {task}; drop it")
+    return options, {"bias_activation_fusion": bias_activation_fusion, "moe_router_dtype": moe_router_dtype}
 
 
 def _check_settings(task: str, recompute: str, optimizer: str, framework: str, enforce_eager: Any) -> None:
@@ -1028,11 +1054,13 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
                 micro_batch: int, seq_len: int | None, batch: int, context: int, recompute: str, optimizer: str,
                 tp: int, pp: int, dp: int, ep: int, framework: str, eager: bool = False,
                 host_per_sequence: float = 0.0, pack: _PackPricing | None = None,
-                sharding: str = "none", cp: int = 1, backend: TrainerBackend | None = None) -> dict[str, float]:
+                sharding: str = "none", cp: int = 1, backend: TrainerBackend | None = None,
+                megatron: TrainingOptions = DEFAULT_TRAINING) -> dict[str, float]:
     """Seconds by part of ``task`` (:attr:`Estimate.parts`): a trainer's pass priced as ``place`` prices it
     where ``backend`` says so, or by the efficiency knobs (:func:`trainer_pass_parts`); the bare kernels of a
     train, infer or prefill pass (:func:`_bare_pass_parts`); an engine's decode and generate
-    (:func:`_engine_parts`)."""
+    (:func:`_engine_parts`). ``megatron``: the Megatron-Core settings of :func:`estimate`
+    (``bias_activation_fusion`` sets the release's factor on the training pass, :func:`release_terms`)."""
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
     # the workload's sequences, prompt + new tokens: a pass's seq_len; generate's prompt growing to context;
@@ -1056,7 +1084,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     train = task == "train"
     if task != "prefill" and (table is None or (backend is not None and backend.place)):
         factor, offload = (release_terms(cost, backend, shape, (dp, pp, tp, ep),
-                                         TrainingOptions(sharding=sharding, recompute=recompute))
+                                         replace(megatron, sharding=sharding, recompute=recompute))
                            if train and backend is not None else (1.0, 0.0))
         parts = trainer_pass_parts(cost, shape, train, tokens, attention, micro_batch, (dp, pp, tp, ep), extent,
                                    recompute, optimizer, share=tokens / whole, factor=factor,
@@ -1170,7 +1198,8 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
                  context: int, recompute: str, optimizer: str, tp: int, pp: int, dp: int, ep: int,
                  framework: str = "none", logit_bytes: tuple[float, float] | None = None,
                  sharding: str = "none", cp: int = 1, trainer_backend: str = "none",
-                 cp_exact: bool = True, framework_version: str | None = None) -> dict[str, float]:
+                 cp_exact: bool = True, framework_version: str | None = None,
+                 megatron: TrainingOptions = DEFAULT_TRAINING) -> dict[str, float]:
     """Peak bytes per GPU and its parts (:data:`MEMORY_PARTS`): the one adapter between ``estimate`` and the
     memory model, :func:`packplace.placement.model.pass_memory.pass_memory` (the pass's worst pipeline stage at
     its peak phase), so that a trainer's pass is the bytes ``place`` charges its vertex
@@ -1189,7 +1218,10 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
     gradients from the first backward on), and each sequence may be shorter than ``seq_len``: up to ``2·tp``
     pad tokens per sequence on each GPU (``cp_exact`` False; True for NeMo RL's packs, whose sequences are
     rounded before packing, as ``place`` rounds them). ``framework_version``: the release, which decides whether
-    a Megatron trainer fuses its SwiGLU (:func:`~packplace.placement.model.nemo_rl_releases.megatron_fuses_swiglu`)."""
+    a Megatron trainer fuses its SwiGLU (:func:`~packplace.placement.model.nemo_rl_releases.megatron_fuses_swiglu`)
+    and its MoE router's dtype (:func:`~packplace.placement.model.nemo_rl_releases.megatron_router_dtype`) unless
+    ``megatron`` (:class:`~packplace.placement.model.memory.TrainingOptions`) sets ``bias_activation_fusion`` /
+    ``moe_router_dtype``, as ``place`` reads ``training.<role>``."""
     engine = task in ("decode", "generate")
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
                          seq_len=seq_len, context=context if engine else 0, recompute=recompute,
@@ -1198,7 +1230,10 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
                          sharding=sharding, cp=cp, micro_batches=cp if task == "train" else 1,
                          workspace_bytes=hw.memory_workspace, trainer_backend=trainer_backend, cp_exact=cp_exact,
                          fused_swiglu=trainer_backend == "megatron"
-                         and megatron_fuses_swiglu(framework, framework_version, shape))
+                         and megatron_fuses_swiglu(framework, framework_version, shape,
+                                                   megatron.bias_activation_fusion),
+                         router_dtype=megatron_router_dtype(framework, framework_version, shape,
+                                                            megatron.moe_router_dtype))
     return {"peak_bytes": result.peak_bytes, **{name: getattr(result, name) for name in MEMORY_PARTS}}
 
 
@@ -1333,10 +1368,23 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--train-mb-tokens", type=int, default=None, dest="train_mb_tokens", metavar="T",
                    help="NeMo RL's training pack (train_mb_tokens) with --task infer --pack-tokens, where the "
                         "DTensor workers pad each log-prob pack to it (--framework-version 0.6 and later)")
+    _setting_flags(p)
+    p.set_defaults(func=run_estimate)
+
+
+def _setting_flags(p) -> None:
+    """``estimate``'s flags of a Megatron-Core trainer's saved set (:func:`_megatron`) and ``--enforce-eager``."""
+    p.add_argument("--bias-activation-fusion", default=None, dest="bias_activation_fusion", choices=("true", "false"),
+                   help="train on the megatron backend: Megatron-Core's bias_activation_fusion, as "
+                        "training.<role>.bias_activation_fusion (true: the fused SwiGLU keeps 6f saved bytes per "
+                        "token and expert, false 8f, 10f per routed expert); default: the release's")
+    p.add_argument("--moe-router-dtype", default=None, dest="moe_router_dtype", choices=ROUTER_DTYPES,
+                   help="train on the megatron backend, a mixture of experts: Megatron-Core's moe_router_dtype, as "
+                        "training.<role>.moe_router_dtype (the bytes of the router's saved probabilities); default: "
+                        "the release's (nemo-rl fp64)")
     p.add_argument("--enforce-eager", action="store_true", dest="enforce_eager",
                    help="decode without CUDA graphs (vLLM's enforce_eager): every decode iteration issues each "
                         "kernel from the host (decode, generate)")
-    p.set_defaults(func=run_estimate)
 
 
 #: New tokens per sequence of ``estimate --task generate`` when ``--context`` is not given (and decode's
@@ -1474,15 +1522,16 @@ def format_estimate(result: Estimate) -> str:
 
 #: ``estimate`` flags that mean nothing for a task (``--flag``: attribute), refused when given so that a flag
 #: never looks applied when it is not.
+_MEGATRON_FLAGS = ("--bias-activation-fusion", "--moe-router-dtype")   # a Megatron-Core trainer's saved set
 IGNORED_FLAGS = {
     "train": ("--batch", "--context", "--train-mb-tokens"),
-    "infer": ("--batch", "--context", "--recompute", "--optimizer", "--sharding"),
+    "infer": ("--batch", "--context", "--recompute", "--optimizer", "--sharding", *_MEGATRON_FLAGS),
     "prefill": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version", "--pack-tokens",
-                "--entropy-coeff", "--train-mb-tokens", "--sharding", "--trainer-backend"),
+                "--entropy-coeff", "--train-mb-tokens", "--sharding", "--trainer-backend", *_MEGATRON_FLAGS),
     "decode": ("--micro-batch", "--seq-len", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
-               "--train-mb-tokens", "--sharding", "--trainer-backend"),
+               "--train-mb-tokens", "--sharding", "--trainer-backend", *_MEGATRON_FLAGS),
     "generate": ("--micro-batch", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
-                 "--train-mb-tokens", "--sharding", "--trainer-backend"),
+                 "--train-mb-tokens", "--sharding", "--trainer-backend", *_MEGATRON_FLAGS),
 }
 #: Defaults of the flags of :data:`IGNORED_FLAGS` (``None`` on the parser, so a given flag is told apart);
 #: ``--seq-len`` stays ``None`` for :func:`estimate` to resolve (:data:`DEFAULT_SEQ_LEN`; none for decode).
@@ -1497,7 +1546,7 @@ def _task_flags(args: Any) -> None:
         ConfigError: ``--flag: means nothing for --task T ...``.
     """
     for flag in IGNORED_FLAGS[args.task]:
-        if getattr(args, flag[2:].replace("-", "_")) is not None:
+        if getattr(args, flag[2:].replace("-", "_"), None) is not None:
             uses = sorted(task for task, ignored in IGNORED_FLAGS.items() if flag not in ignored)
             raise ConfigError(f"{flag}: means nothing for --task {args.task} (it sets {', '.join(uses)}); drop it")
     if args.sharding not in (None, "none") and args.optimizer == "none":
@@ -1527,7 +1576,10 @@ def run_estimate(args) -> int:
                       cp=getattr(args, "cp", 1),
                       framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None),
                       entropy_coeff=args.entropy_coeff, train_mb_tokens=args.train_mb_tokens,
-                      sharding=args.sharding, trainer_backend=args.trainer_backend)
+                      sharding=args.sharding, trainer_backend=args.trainer_backend,
+                      bias_activation_fusion={"true": True, "false": False}.get(
+                          getattr(args, "bias_activation_fusion", None)),
+                      moe_router_dtype=getattr(args, "moe_router_dtype", None))
     print(format_estimate(result))
     args.json_document = result.as_dict()
     return 0

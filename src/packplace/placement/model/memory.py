@@ -31,6 +31,7 @@ from functools import lru_cache
 from packplace.errors import ConfigError
 from packplace.placement.model.pass_memory import (
     LOGIT_FORWARD_BYTES,
+    ROUTER_DTYPE_BYTES,
     context_parallel_tokens,
     infer_transient,
     stack,
@@ -53,6 +54,9 @@ from packplace.placement.problem.workload import Workload
 
 RECOMPUTE = ("none", "selective", "full")
 OFFLOAD = ("none", "optimizer", "optimizer+params")
+#: Megatron-Core's ``moe_router_dtype`` values (``bf16``: unset, the model's dtype;
+#: :func:`~packplace.placement.model.nemo_rl_releases.megatron_router_dtype`).
+ROUTER_DTYPES = tuple(ROUTER_DTYPE_BYTES)
 
 _GIB = float(2**30)
 #: NCCL's buffers per GPU of a vLLM engine whose tensor-parallel workers form a communicator in one pipeline
@@ -124,6 +128,14 @@ class TrainingOptions:
             weights, gradients and optimizer state (:func:`shard_ranks`). The time model gathers and
             reduce-scatters inside those groups and all-reduces across the replicas
             (:meth:`~packplace.placement.model.cost.CostModel.hybrid_shard_seconds`).
+        bias_activation_fusion: a Megatron-Core trainer's ``bias_activation_fusion`` (``None``, the default: the
+            release's, :func:`~packplace.placement.model.nemo_rl_releases.megatron_fuses_swiglu`): true, the
+            fused SwiGLU keeps ``6f`` bytes per token and expert; false, ``8f`` (``10f`` per routed expert).
+        moe_router_dtype: a Megatron-Core trainer's ``moe_router_dtype``, one of :data:`ROUTER_DTYPES`
+            (``None``, the default: the release's,
+            :func:`~packplace.placement.model.nemo_rl_releases.megatron_router_dtype`): the bytes of the
+            router's saved probabilities
+            (:func:`~packplace.placement.model.pass_memory.megatron_router_bytes_per_token`).
 
     Raises:
         ConfigError: an unknown value (``sharding: must be one of ...``).
@@ -136,6 +148,8 @@ class TrainingOptions:
     lora_rank: int = 0
     optimizer_steps: int = 1
     fsdp_size: int = 0
+    bias_activation_fusion: bool | None = None
+    moe_router_dtype: str | None = None
 
     def __post_init__(self) -> None:
         for name, valid in (("sharding", SHARDING), ("recompute", RECOMPUTE), ("offload", OFFLOAD)):
@@ -152,6 +166,12 @@ class TrainingOptions:
         if isinstance(self.fsdp_size, bool) or not isinstance(self.fsdp_size, int) or self.fsdp_size < 0:
             raise ConfigError(f"fsdp_size: must be an integer >= 1 (0 = every data-parallel rank), "
                               f"got {self.fsdp_size!r}")
+        if self.bias_activation_fusion is not None and not isinstance(self.bias_activation_fusion, bool):
+            raise ConfigError(f"bias_activation_fusion: must be true or false (unset: the release's), "
+                              f"got {self.bias_activation_fusion!r}")
+        if self.moe_router_dtype is not None and self.moe_router_dtype not in ROUTER_DTYPES:
+            raise ConfigError(f"moe_router_dtype: must be one of {', '.join(ROUTER_DTYPES)} (unset: the release's), "
+                              f"got {self.moe_router_dtype!r}")
 
     def shard_ranks(self, dp: int) -> int:
         """Ranks the training state shards over at data-parallel degree ``dp``: ``min(dp, fsdp_size)``
@@ -377,7 +397,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   logprob_tokens: float | None = None, logit_bytes: tuple[float, float] | None = None,
                   offload_between_passes: bool = False, bare_loop: bool = False, weight_shard: int | None = None,
                   context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
-                  fused_kernels: bool = False, fused_swiglu: bool = False) -> tuple[float, float]:
+                  fused_kernels: bool = False, fused_swiglu: bool = False,
+                  router_dtype: str = "bf16") -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -411,8 +432,9 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         offload_between_passes: ``options.offload`` brings the state back per pass (verl, :func:`_stage_train_state`).
         context_parallel: A ``train`` or ``infer`` vertex's context parallelism (:class:`ContextParallelSplit`,
             what it splits and what it does not); ``generate`` ignores it. ``bare_loop``: :func:`_bare_loop_gradients`.
-        fused_kernels, fused_swiglu: A ``train`` vertex on Megatron-Core (fused normalisation kernels), and one
-            that fuses its SwiGLU (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`).
+        fused_kernels, fused_swiglu, router_dtype: A ``train`` vertex on Megatron-Core (fused normalisation
+            kernels), one that fuses its SwiGLU, and its MoE router's dtype
+            (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`).
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
@@ -448,7 +470,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             late = _bare_loop_gradients(p, bare_loop and not cp.active and micro_batches <= options.optimizer_steps)
             resident, transient = resident - late, loaded + _train_vertex_transient(
                 model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, min(pp - i, inflight), ep, cp.ring,
-                framework == "none", workspace, logit_bytes, late, fused_kernels, fused_swiglu)
+                framework == "none", workspace, logit_bytes, late, fused_kernels, fused_swiglu, router_dtype)
         elif kind == "infer":
             # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else 2.0 * p
@@ -487,19 +509,21 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
                             n_layers: int, first: bool, last: bool, tp: int, inflight: int, ep: int, ring: int,
                             kv_cache: bool, workspace: float,
                             logit_bytes: tuple[float, float] | None = None, end_gradients: float = 0.0,
-                            fused_kernels: bool = False, fused_swiglu: bool = False) -> float:
+                            fused_kernels: bool = False, fused_swiglu: bool = False,
+                            router_dtype: str = "bf16") -> float:
     """A training vertex's transient bytes on one stage (:func:`vertex_memory`): the training pass's peak
     (:func:`~packplace.placement.model.pass_memory.train_transient`), or the old-log-prob forward's when
     larger; ``tokens`` / ``logprob_tokens`` are the GPU's share under context parallelism, ``ring`` the CP
     group the attention's ring runs over; ``logit_bytes`` the framework's logit bytes per vocabulary entry;
     ``end_gradients`` the gradient bytes a bare loop allocates in the backward, held at its end only;
-    ``fused_kernels`` / ``fused_swiglu`` a Megatron-Core trainer's fused normalisation kernels and SwiGLU
-    (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`)."""
+    ``fused_kernels`` / ``fused_swiglu`` / ``router_dtype`` a Megatron-Core trainer's fused normalisation kernels,
+    SwiGLU and MoE router dtype (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`)."""
     autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
     transient = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,
                                 recompute=options.recompute, tp=tp, inflight=inflight, autocast=autocast, ep=ep,
                                 cp=ring, logit_bytes=logit_bytes,
-                                fused_kernels=fused_kernels, fused_swiglu=fused_swiglu).peak(workspace, end_gradients)
+                                fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
+                                router_dtype=router_dtype).peak(workspace, end_gradients)
     if logprob_tokens is None:
         return transient
     forward = infer_transient(model, tokens=logprob_tokens, n_layers=n_layers, last=last, tp=tp, kv_cache=kv_cache,

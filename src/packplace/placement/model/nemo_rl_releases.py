@@ -270,12 +270,14 @@ def logprob_optimizer_round_trip_seconds(cost, release: NemoRLRelease, model: Mo
     return 2.0 * optimizer_state_bytes(model, dp, pp, tp, options) / cost.hw.host_bandwidth
 
 
-def swiglu_training_factor(release: NemoRLRelease, model_type: str | None) -> float:
+def swiglu_training_factor(release: NemoRLRelease, model_type: str | None, fused: bool | None = None) -> float:
     """Factor on the Megatron training pass's time of a release for a model of the Hugging Face
-    ``model_type`` (``config.json``): :data:`UNFUSED_SWIGLU_TRAINING_FACTOR` when the release leaves the
-    SwiGLU unfused for it (``qwen_fused_swiglu`` false and one of :data:`UNFUSED_SWIGLU_MODEL_TYPES`), else 1
-    (also for ``None``: a model whose family the config does not name)."""
-    if not release.qwen_fused_swiglu and model_type in UNFUSED_SWIGLU_MODEL_TYPES:
+    ``model_type`` (``config.json``): :data:`UNFUSED_SWIGLU_TRAINING_FACTOR` when the SwiGLU runs unfused for
+    one of :data:`UNFUSED_SWIGLU_MODEL_TYPES`, else 1 (also for ``None``: a model whose family the config does
+    not name). Unfused: ``fused`` false (the config's ``training.<role>.bias_activation_fusion``), or ``fused``
+    unset and the release's ``qwen_fused_swiglu`` false."""
+    unfused = (not fused) if fused is not None else not release.qwen_fused_swiglu
+    if unfused and model_type in UNFUSED_SWIGLU_MODEL_TYPES:
         return UNFUSED_SWIGLU_TRAINING_FACTOR
     return 1.0
 
@@ -291,13 +293,16 @@ V04_FUSED_SWIGLU_MODEL_TYPES = ("llama",)
 VERL_FUSED_SWIGLU_MODEL_TYPES = ("qwen2_moe", "qwen3_moe")
 
 
-def megatron_fuses_swiglu(framework: str, version: str | None, model: ModelSpec) -> bool:
+def megatron_fuses_swiglu(framework: str, version: str | None, model: ModelSpec,
+                          override: bool | None = None) -> bool:
     """Whether a Megatron-Core trainer of ``framework`` at ``version`` runs ``model``'s SwiGLU as Megatron's fused
     ``bias_swiglu_impl`` (``bias_activation_fusion`` true), which keeps only its input: ``6f`` saved bytes per
-    token and expert against the unfused ``8f``
-    (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`). False wherever the setting
-    is not known to be on (Megatron-Core's ``TransformerConfig`` defaults it to ``False``), so the saved set is
-    never under-counted:
+    token and expert against the unfused ``8f`` (``10f`` for a routed expert, whose unfused path also keeps
+    the product it weights by the router's probability)
+    (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`). ``override`` (the
+    config's ``training.<role>.bias_activation_fusion``, what the run's ``policy.megatron_cfg`` sets) decides
+    when given; otherwise the release default, false wherever the setting is not known to be on (Megatron-Core's
+    ``TransformerConfig`` defaults it to ``False``), so the saved set is never under-counted:
 
     * ``nemo-rl``: from v0.5.0 every model (``examples/configs/grpo_math_1B.yaml``
       ``policy.megatron_cfg.bias_activation_fusion: True``, github.com/NVIDIA-NeMo/RL/pull/1241); v0.4 only the
@@ -310,12 +315,45 @@ def megatron_fuses_swiglu(framework: str, version: str | None, model: ModelSpec)
     Raises:
         ConfigError: a malformed ``version`` (:func:`release_for`).
     """
+    if override is not None:
+        return override
     if framework == "verl":
         return model.model_type in VERL_FUSED_SWIGLU_MODEL_TYPES
     release = release_for(framework, version)
     if release is None:
         return False
     return release.qwen_fused_swiglu or model.model_type in V04_FUSED_SWIGLU_MODEL_TYPES
+
+
+#: Hugging Face ``model_type`` values whose verl Megatron config sets ``moe_router_dtype: fp32`` itself: mbridge's
+#: ``deepseek_v3.py`` and ``glm4moe.py`` (github.com/ISEEKYAN/mbridge); verl's own converters and mbridge's other
+#: mixture-of-experts configs leave Megatron-Core's ``None``.
+VERL_FP32_ROUTER_MODEL_TYPES = ("deepseek_v3", "glm4_moe")
+
+
+def megatron_router_dtype(framework: str, version: str | None, model: ModelSpec, override: str | None = None) -> str:
+    """The ``moe_router_dtype`` (a key of :data:`~packplace.placement.model.pass_memory.ROUTER_DTYPE_BYTES`) a
+    Megatron-Core trainer of ``framework`` at
+    ``version`` runs ``model``'s router in: the dtype of its logits, routing probabilities and the probabilities
+    each routed expert weights its output by
+    (:func:`~packplace.placement.model.pass_memory.megatron_router_bytes_per_token`). ``override`` (the config's
+    ``training.<role>.moe_router_dtype``, what the run's ``policy.megatron_cfg`` or
+    ``override_transformer_config`` sets) decides when given; otherwise:
+
+    * ``nemo-rl``: ``fp64`` at every release (``examples/configs/grpo_math_1B.yaml``
+      ``policy.megatron_cfg.moe_router_dtype: "fp64"`` at the v0.4.0, v0.5.0, v0.6.0 and v0.7.0 tags, which the
+      Qwen3-30B-A3B and Qwen3-235B-A22B performance recipes inherit; ``nemo_rl/models/megatron/setup.py``
+      ``_apply_moe_config`` copies it onto the model config), also without a version (the largest);
+    * ``verl``: ``fp32`` for :data:`VERL_FP32_ROUTER_MODEL_TYPES`, else ``bf16``;
+    * any other framework: ``bf16`` (Megatron-Core's default ``None``).
+    """
+    if override is not None:
+        return override
+    if framework == "nemo-rl":
+        return "fp64"
+    if framework == "verl" and model.model_type in VERL_FP32_ROUTER_MODEL_TYPES:
+        return "fp32"
+    return "bf16"
 
 
 #: Frameworks whose reference forward runs in the policy workers on swapped-in reference weights
@@ -384,7 +422,8 @@ def release_train_parts(cost, setting: TrainerRelease, model: ModelSpec, strateg
     out = dict(parts)
     release = setting.release
     if model.mlp == "gated" and setting.megatron(strategy):
-        out["train"] = parts["train"] * swiglu_training_factor(release, setting.model_type)
+        out["train"] = parts["train"] * swiglu_training_factor(release, setting.model_type,
+                                                               options.bias_activation_fusion)
     extra = logprob_optimizer_round_trip_seconds(cost, release, model, strategy.dp, strategy.pp, strategy.tp,
                                                  options) if setting.optimizer_round_trip else 0.0
     if extra > 0.0:

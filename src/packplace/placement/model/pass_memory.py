@@ -66,6 +66,9 @@ OPTIMIZERS = ("adam", "none")
 #: matrix, so only its log-sum-exp is saved) or ``full`` (every layer's input only, one layer recomputed at
 #: a time).
 RECOMPUTE_MODES = ("none", "selective", "full")
+#: Bytes per element of Megatron-Core's ``moe_router_dtype`` (``TransformerConfig``: ``None``, ``fp32`` or
+#: ``fp64``; ``bf16`` here stands for ``None``, under which ``TopKRouter.gating`` keeps the input's dtype).
+ROUTER_DTYPE_BYTES = {"bf16": 2, "fp32": 4, "fp64": 8}
 #: Allocator slack per live tensor at most, bytes: a block is not split when 1 MiB or less would remain
 #: (PyTorch c10/cuda/CUDACachingAllocator.cpp, ``kSmallSize`` in ``should_split``).
 ALLOCATOR_BLOCK_SLACK = 1 << 20
@@ -163,8 +166,53 @@ def _norm_bytes(model: ModelSpec, autocast: bool) -> float:
     return 4.0 * d
 
 
+def megatron_router_bytes_per_token(model: ModelSpec, router_dtype: str = "bf16") -> float:
+    """Bytes a Megatron-Core MoE layer's router and token dispatcher keep per token until the layer's backward,
+    for ``E`` experts, top-``k`` routing and router dtype of ``p`` bytes (``router_dtype``, a key of
+    :data:`~packplace.placement.model.nemo_rl_releases.ROUTER_DTYPE_BYTES`; ``TransformerConfig.moe_router_dtype``):
+
+    ``p·E + E + max((p + 1)·E, 8·E + 4 + 8·k) + 8·k + 4·k + p·k``
+
+    * ``p·E``: the ``[tokens, E]`` routing probabilities in the router dtype (``topk_routing_with_score_function``:
+      ``torch.zeros_like(logits).scatter(1, top_indices, probs)``, ``logits`` the ``RouterGatingLinearFunction``
+      output in ``router_dtype``), which ``MoEAlltoAllTokenDispatcher.dispatch_preprocess`` holds as ``self.probs``
+      (and ``E`` bytes: the bool ``routing_map``, ``self.routing_map``) until the layer runs again;
+    * the permutation (``moe_utils.permute`` with ``probs``): unfused (``moe_permute_fusion`` false, NeMo RL's
+      ``grpo_math_1B.yaml`` default at v0.4.0-v0.6.0) ``probs.T.contiguous().masked_select(routing_map.T...)``,
+      whose backward keeps the transposed copy and the mask, ``(p + 1)·E``; fused (v0.7.0, Megatron-Bridge's
+      Qwen3-MoE provider) Transformer Engine's ``moe_permute_with_probs``, which keeps its int32
+      ``row_id_map`` of ``[tokens, 2E + 1]`` (transformer_engine/pytorch/triton/permutation.py
+      ``make_row_id_map``, TE 2.15) and the chunk sort's per routed token (``4·k`` at dispatch and at combine):
+      the larger of the two is counted;
+    * ``8·k``: the int64 top-k indices (``torch.topk`` and ``scatter`` keep them); ``4·k``: the fp32 softmax over
+      the top-k scores (``torch.softmax(scores, dtype=torch.float32)`` keeps its output; Qwen3's
+      ``moe_router_pre_softmax`` false);
+    * ``p·k``: the dispatched probabilities, which the routed experts keep to weight their output
+      (``WeightedSwiGLUFunction`` saves ``weights``; unfused, the ``intermediate * permuted_probs`` product).
+
+    Not counted, as nothing keeps them: the router's ``[tokens, E]`` logits (``torch.topk`` keeps only its
+    indices), its input (the normalised tensor, counted with the norm) and weight (``RouterGatingLinearFunction``
+    saves the bf16 ``inp`` and ``weight``; under ``fp64`` its ``torch.mm(inp.to(fp64), weight.to(fp64).t())``
+    makes an ``8d``-per-token copy in the forward and again in the backward, one layer's transient), the load-
+    balancing loss's scores (NeMo RL sets ``moe_router_load_balancing_type: "none"``). Sources: Megatron-LM
+    af73aa2c (NeMo RL v0.4.0's pin) and d30c3ae5 (v0.6.0's) ``megatron/core/transformer/moe/router.py``,
+    ``moe_utils.py``, ``token_dispatcher.py``, ``experts.py``; PyTorch ``derivatives.yaml`` (``masked_select``:
+    ``self`` and ``mask`` saved). Qwen3-30B-A3B and Qwen3-235B-A22B (``E`` 128, ``k`` 8): 2,464 bytes
+    (``fp64``), 1,860 (``fp32``), 1,588 (``bf16``). 0 for a dense model.
+
+    Raises:
+        ConfigError: ``router_dtype`` not one of :data:`ROUTER_DTYPE_BYTES`.
+    """
+    _check("router_dtype", router_dtype, tuple(ROUTER_DTYPE_BYTES))
+    if not model.is_moe:
+        return 0.0
+    p = float(ROUTER_DTYPE_BYTES[router_dtype])
+    e, k = float(model.num_experts), float(model.experts_per_token)
+    return p * e + e + max((p + 1.0) * e, 8.0 * e + 4.0 + 8.0 * k) + 8.0 * k + 4.0 * k + p * k
+
+
 def saved_activation_bytes_per_token(model: ModelSpec, autocast: bool, fused_kernels: bool = False,
-                                     fused_swiglu: bool = False) -> float:
+                                     fused_swiglu: bool = False, router_dtype: str = "bf16") -> float:
     """Bytes autograd keeps per token for one layer's backward (``tp = 1``; flash / SDPA attention).
 
     ``autocast`` true: fp32 weights under ``torch.autocast(bf16)`` (the residual stream is fp32);
@@ -198,7 +246,12 @@ def saved_activation_bytes_per_token(model: ModelSpec, autocast: bool, fused_ker
     by ``MLP`` and the MoE experts when ``bias_activation_fusion`` is set; Megatron-Core's ``TransformerConfig``
     defaults it to false, which keeps the unfused ``8f``), so it keeps ``6f`` per expert: fc1's gate and up
     outputs (``4f``), the function's input, and its output (``2f``), fc2's input (Korthikanti et al.'s MLP:
-    the linears keep their inputs and the non-linearity its input).
+    the linears keep their inputs and the non-linearity its input). A Megatron-Core MoE layer's routed experts
+    weight their SwiGLU's output by the router's probability (``TEGroupedMLP.forward`` ``bias_act_func``):
+    fused, inside ``weighted_bias_swiglu_impl`` (still ``6f``); unfused, ``intermediate_parallel *
+    permuted_probs`` keeps the SwiGLU's product and the weighted product is fc2's input, ``10f`` per routed
+    expert. Its router and dispatcher keep :func:`megatron_router_bytes_per_token` of ``router_dtype`` in place
+    of the ``4·num_experts`` fp32 router probabilities.
     """
     d, q, k, h = model.hidden_dim, model.attention_dim, model.kv_dim, model.heads
     gated = model.mlp == "gated"
@@ -216,8 +269,11 @@ def saved_activation_bytes_per_token(model: ModelSpec, autocast: bool, fused_ker
         total += (8.0 if autocast else 6.0) * (q + k)
     dense_mlp = per_mlp * model.ffn_dim
     if model.is_moe:
-        moe_mlp = (per_mlp * (model.experts_per_token * model.expert_ffn_dim + model.shared_expert_ffn_dim)
-                   + 4.0 * d * model.experts_per_token + 4.0 * model.num_experts)
+        # a Megatron-Core routed expert's unfused SwiGLU also keeps the product it weights by the probability
+        per_routed = per_mlp + (2.0 if te and gated and not fused_swiglu else 0.0)
+        router = megatron_router_bytes_per_token(model, router_dtype) if te else 4.0 * model.num_experts
+        moe_mlp = (per_routed * model.experts_per_token * model.expert_ffn_dim
+                   + per_mlp * model.shared_expert_ffn_dim + 4.0 * d * model.experts_per_token + router)
         total += (model.dense_layers * dense_mlp + model.moe_layers * moe_mlp) / model.layers
     else:
         total += dense_mlp
@@ -385,7 +441,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                 recompute: str = "none", optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1,
                 ep: int = 1, framework: str = "none", sharding: str = "none", micro_batches: int = 1,
                 workspace_bytes: float | None = None, cp: int = 1, logit_bytes: tuple[float, float] | None = None,
-                trainer_backend: str = "none", cp_exact: bool = True, fused_swiglu: bool = False) -> PassMemory:
+                trainer_backend: str = "none", cp_exact: bool = True, fused_swiglu: bool = False,
+                router_dtype: str = "bf16") -> PassMemory:
     """Peak memory per GPU of one pass (bytes), the worst pipeline stage, with its parts.
 
     Args:
@@ -430,9 +487,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         trainer_backend: The ``train`` pass's trainer (``none``: bare PyTorch; :func:`resident_gradients`).
         cp_exact: With ``cp > 1``, the sequences' own lengths are ``seq_len`` (True) or any up to it (False):
             :func:`_pass_tokens`.
-        fused_swiglu: A ``megatron`` trainer that sets ``bias_activation_fusion``
-            (:func:`~packplace.placement.model.nemo_rl_releases.megatron_fuses_swiglu`;
-            :func:`saved_activation_bytes_per_token`).
+        fused_swiglu, router_dtype: A ``megatron`` trainer's ``bias_activation_fusion`` and ``moe_router_dtype``
+            (:mod:`~packplace.placement.model.nemo_rl_releases`; :func:`saved_activation_bytes_per_token`).
 
     Returns:
         :class:`PassMemory`.
@@ -470,7 +526,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                 optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep, cp, logit_bytes,
                                 resident_gradients(optimizer, sharding, framework, trainer_backend,
                                                    (tp, pp, ep, cp)), trainer_backend == "megatron",
-                                fused_swiglu)
+                                fused_swiglu, router_dtype)
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes)
@@ -579,7 +635,8 @@ class TrainTransient:
 def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, first: bool,
                     recompute: str, tp: int, inflight: int, autocast: bool, ep: int = 1,
                     cp: int = 1, logit_bytes: tuple[float, float] | None = None,
-                    fused_kernels: bool = False, fused_swiglu: bool = False) -> TrainTransient:
+                    fused_kernels: bool = False, fused_swiglu: bool = False,
+                    router_dtype: str = "bf16") -> TrainTransient:
     """:class:`TrainTransient` of one stage of ``n_layers`` layers for a micro-batch of ``tokens`` tokens
     (``inflight`` micro-batches' activations held, 1F1B). ``autocast``: fp32 master weights under
     ``torch.autocast`` (bf16 copies of every matmul weight cached through the forward; under full
@@ -590,12 +647,12 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     micro-batch (:func:`context_parallel_tokens`: the caller divides) and the ring's buffers are added
     (``ring_forward``, ``ring_backward``; the backward's end holds the first layer's). ``logit_bytes``: the
     framework's ``(forward, backward)`` logit bytes per vocabulary entry (:func:`logit_bytes_per_token`).
-    ``fused_kernels`` / ``fused_swiglu``: a Megatron-Core trainer's fused normalisation kernels and its fused
-    SwiGLU (:func:`saved_activation_bytes_per_token`)."""
+    ``fused_kernels`` / ``fused_swiglu`` / ``router_dtype``: a Megatron-Core trainer's fused normalisation
+    kernels, its fused SwiGLU and its MoE router's dtype (:func:`saved_activation_bytes_per_token`)."""
     head = model.head_gemm_params / tp if last else 0.0
     gemm = (model.gemm_params - model.head_gemm_params) / model.layers * n_layers / tp + head
     t = tokens / tp
-    a_layer = saved_activation_bytes_per_token(model, autocast, fused_kernels, fused_swiglu) * t
+    a_layer = saved_activation_bytes_per_token(model, autocast, fused_kernels, fused_swiglu, router_dtype) * t
     if recompute == "selective":
         # the attention core recomputed: its fp32 log-sum-exp is not kept (its output is: the output
         # projection keeps it as its input)
@@ -676,18 +733,19 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                  recompute: str, optimizer: str, tp: int, ahead: int, dp: int, sharding: str,
                  micro_batches: int, ws: float, ep: int = 1, cp: int = 1,
                  logit_bytes: tuple[float, float] | None = None, keep_gradients: bool = False,
-                 fused_kernels: bool = False, fused_swiglu: bool = False) -> PassMemory:
+                 fused_kernels: bool = False, fused_swiglu: bool = False, router_dtype: str = "bf16") -> PassMemory:
     """One pipeline stage of a training micro-batch: the largest of the forward's end, the loss's
     backward and the backward's end (module docstring), and with context parallelism the last layer's ring
     attention forward and backward (``ring_forward``, ``ring_backward``). With ``micro_batches > 1`` the
     gradients of the earlier micro-batches are held throughout (gradient accumulation), and with
     ``keep_gradients`` (:func:`resident_gradients`) the layout's gradients are; ``fused_kernels`` /
-    ``fused_swiglu``: a Megatron-Core trainer's (:func:`saved_activation_bytes_per_token`)."""
+    ``fused_swiglu`` / ``router_dtype``: a Megatron-Core trainer's (:func:`saved_activation_bytes_per_token`)."""
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     part = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first, recompute=recompute,
                            tp=tp, inflight=min(ahead, micro_batches), autocast=autocast, ep=ep, cp=cp,
-                           logit_bytes=logit_bytes, fused_kernels=fused_kernels, fused_swiglu=fused_swiglu)
+                           logit_bytes=logit_bytes, fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
+                           router_dtype=router_dtype)
     # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's
     # expert-data-parallel group), the rest over dp
     expert = n_layers * model.expert_params / model.layers / (tp * ep) if model.is_moe and ep > 1 else 0.0

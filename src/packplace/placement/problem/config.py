@@ -51,7 +51,7 @@ from packplace.placement.model.framework import (
     version_defaults,
 )
 from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, check_config
-from packplace.placement.model.memory import OFFLOAD, RECOMPUTE, SHARDING, TrainingOptions, lora_params
+from packplace.placement.model.memory import OFFLOAD, RECOMPUTE, ROUTER_DTYPES, SHARDING, TrainingOptions, lora_params
 from packplace.placement.model.nemo_rl_releases import release_for
 from packplace.placement.model.sequence_packing import packing_refusal
 from packplace.placement.problem.graph import (
@@ -268,6 +268,16 @@ TRAINING_FIELDS: dict[str, Field] = {
     "max_tokens_per_rank": Field("int", "tokens", 1, 2**40, default=None,
                                  meaning="CP token cap per rank (Megatron's max_seqlen_per_dp_cp_rank); default the "
                                          "longest sequence / context_parallel"),
+    "bias_activation_fusion": Field("bool", default=None,
+                                    meaning="a Megatron-Core trainer's bias_activation_fusion (NeMo RL "
+                                            "policy.megatron_cfg): true, the fused SwiGLU keeps 6f saved bytes per "
+                                            "token and expert; false, 8f (10f per routed expert); unset: the "
+                                            "release's (nemo_rl_releases.megatron_fuses_swiglu)"),
+    "moe_router_dtype": Field("enum", choices=ROUTER_DTYPES, default=None,
+                              meaning="a Megatron-Core trainer's moe_router_dtype (NeMo RL policy.megatron_cfg; bf16: "
+                                      "unset in Megatron, the model's dtype): the bytes of the router's saved "
+                                      "probabilities; unset: the release's (nemo-rl fp64, "
+                                      "nemo_rl_releases.megatron_router_dtype)"),
 }
 #: ``[training]`` fields that set the data-parallel split (:mod:`packplace.placement.model.dp_balance`) and the
 #: context parallelism (:mod:`packplace.placement.model.cp_balance`), not memory.
