@@ -71,7 +71,13 @@ from packplace.placement.model.framework import (
 from packplace.placement.model.layout_rules import TRAIN, TRAINER_BACKENDS, Context, trainer_backend
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, stage_layers, stage_params
 from packplace.placement.model.nemo_rl_releases import megatron_fuses_swiglu, release_for
-from packplace.placement.model.pass_memory import bare_loop, context_parallel_tokens, pass_memory, uses_autocast
+from packplace.placement.model.pass_memory import (
+    bare_loop,
+    context_parallel_tokens,
+    in_flight,
+    pass_memory,
+    uses_autocast,
+)
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
 from packplace.placement.problem.config import (
     CLUSTER_FIELDS,
@@ -473,7 +479,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None,
              entropy_coeff: float = 0.0, train_mb_tokens: int | None = None, sharding: str | None = None,
-             pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto") -> Estimate:
+             pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto",
+             micro_batches: int | None = None) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -519,6 +526,13 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             (:func:`~packplace.placement.estimate_trainer.resolve_trainer_backend`); with an RL ``framework`` (or
             ``megatron``) priced as the evaluator prices the vertex (:func:`~packplace.placement.estimate_trainer.
             trainer_pass_parts`), ``framework="none"`` under ``auto``: the bare one-GPU kernels.
+        micro_batches: A training pass's micro-batches per DP×CP rank per optimizer step (gradient accumulation;
+            :func:`_micro_batches`): stage ``i`` of ``pp`` holds the saved activations of ``min(pp − i, M)`` of
+            them, as ``place``'s vertex of ``M`` micro-batches per rank does
+            (:func:`~packplace.placement.model.pass_memory.in_flight`), and with ``M`` above 1 the gradients of the
+            earlier ones. Unset: ``pp``, the fewest that fill a 1F1B pipeline (stage ``i`` holding ``pp − i``, the
+            most any ``M`` holds), 1 at ``pp = 1``. The time stays one micro-batch's on the slowest stage
+            (:mod:`~packplace.placement.estimate_trainer`).
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -534,6 +548,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     seq_len, context = _lengths(task, seq_len, context, batch)
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
     cp = _context_parallel(cp, task)
+    micro_batches = _micro_batches(micro_batches, task, pp)
     given_length = seq_len   # the sequences' own tokens, before NeMo RL rounds them for its packs
     micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
     _check_strategy(shape, tp, pp, dp, ep, cp)
@@ -551,6 +566,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
               "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens}
     inputs.update(trainer_backend=trainer_backend, **_backend_inputs(backend, shape, components, hw))
     inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens, sharding=sharding, cp=cp,
+                  micro_batches=micro_batches,
                   **(pack.inputs(int(given_length or 0), pad_multiple(tp, cp)) if pack is not None else {}))
     parts = _time_parts(shape, cluster, *_engine_pricing(components, hw, task, engine_generation, inputs, gpu), task,
                         micro_batch, seq_len, batch, context, recompute, optimizer, tp, pp, dp * cp, ep, framework,
@@ -561,7 +577,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
                           logit_bytes=logit_bytes, sharding=sharding, cp=cp, trainer_backend=backend.name,
-                          cp_exact=pack is not None, framework_version=framework_version)
+                          cp_exact=pack is not None, framework_version=framework_version,
+                          micro_batches=micro_batches)
     inputs.update({"trainer_rate_fraction": PYTORCH_TRAIN_FRACTION} if "trainer_rate" in parts else {})
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
@@ -625,6 +642,22 @@ def _packs(pack_tokens: int | None, train_mb_tokens: int | None, task: str, fram
         raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} is the training pack a NeMo RL log-prob pack "
                           "is padded to; it goes with pack_tokens (task infer); drop it")
     return micro_batch, seq_len
+
+
+def _micro_batches(micro_batches: Any, task: str, pp: int) -> int:
+    """:func:`estimate`'s ``micro_batches`` checked, or its default: ``pp`` for a training pass (the fewest that fill
+    a 1F1B pipeline, :func:`~packplace.placement.model.pass_memory.in_flight`), 1 for any other task.
+
+    Raises:
+        ConfigError: a value below 1 or not an integer; a value for a task other than train (its passes hold one
+            micro-batch's activations at a time).
+    """
+    if micro_batches is None:
+        return pp if task == "train" else 1
+    if task != "train":
+        raise ConfigError(f"micro_batches: {show(micro_batches)} sets a training pass's micro-batches per step; task "
+                          f"{task} holds one micro-batch at a time; drop it")
+    return _check("micro_batches", micro_batches)
 
 
 def _check_degrees(**degrees: Any) -> None:
@@ -1170,7 +1203,8 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
                  context: int, recompute: str, optimizer: str, tp: int, pp: int, dp: int, ep: int,
                  framework: str = "none", logit_bytes: tuple[float, float] | None = None,
                  sharding: str = "none", cp: int = 1, trainer_backend: str = "none",
-                 cp_exact: bool = True, framework_version: str | None = None) -> dict[str, float]:
+                 cp_exact: bool = True, framework_version: str | None = None,
+                 micro_batches: int = 1) -> dict[str, float]:
     """Peak bytes per GPU and its parts (:data:`MEMORY_PARTS`): the one adapter between ``estimate`` and the
     memory model, :func:`packplace.placement.model.pass_memory.pass_memory` (the pass's worst pipeline stage at
     its peak phase), so that a trainer's pass is the bytes ``place`` charges its vertex
@@ -1189,13 +1223,16 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
     gradients from the first backward on), and each sequence may be shorter than ``seq_len``: up to ``2·tp``
     pad tokens per sequence on each GPU (``cp_exact`` False; True for NeMo RL's packs, whose sequences are
     rounded before packing, as ``place`` rounds them). ``framework_version``: the release, which decides whether
-    a Megatron trainer fuses its SwiGLU (:func:`~packplace.placement.model.nemo_rl_releases.megatron_fuses_swiglu`)."""
+    a Megatron trainer fuses its SwiGLU (:func:`~packplace.placement.model.nemo_rl_releases.megatron_fuses_swiglu`).
+    ``micro_batches``: a training pass's micro-batches per DP×CP rank per step, ``M``: the CP group runs ``c·M``,
+    stage ``i`` holding ``min(pp − i, c·M)`` in flight (:func:`~packplace.placement.model.pass_memory.in_flight`,
+    the rule of ``place``'s vertex)."""
     engine = task in ("decode", "generate")
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
                          seq_len=seq_len, context=context if engine else 0, recompute=recompute,
                          optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep,
                          framework="none" if framework == "vllm" else framework, logit_bytes=logit_bytes,
-                         sharding=sharding, cp=cp, micro_batches=cp if task == "train" else 1,
+                         sharding=sharding, cp=cp, micro_batches=cp * micro_batches if task == "train" else 1,
                          workspace_bytes=hw.memory_workspace, trainer_backend=trainer_backend, cp_exact=cp_exact,
                          fused_swiglu=trainer_backend == "megatron"
                          and megatron_fuses_swiglu(framework, framework_version, shape))
@@ -1266,6 +1303,12 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--task", default="train", choices=TASKS, help="default train")
     p.add_argument("--micro-batch", type=int, default=None, dest="micro_batch", metavar="B",
                    help="sequences per micro-batch (train, infer, prefill; default 1; generate's prompts: --batch)")
+    p.add_argument("--micro-batches", type=int, default=None, dest="micro_batches", metavar="M",
+                   help="train only: micro-batches per data-parallel (x context-parallel) rank per optimizer step, as "
+                        "place's training vertex runs batch / (dp x micro-batch): pipeline stage i holds the "
+                        "activations of min(pp - i, M) of them in flight under 1F1B, and with M above 1 the "
+                        "gradients of the earlier ones; default --pp (the fewest that fill the pipeline, the most "
+                        "any M holds; 1 at --pp 1). The time stays one micro-batch's on the slowest stage")
     p.add_argument("--seq-len", type=int, default=None, dest="seq_len", metavar="S",
                    help=f"tokens per sequence (train, infer, prefill); prompt tokens (generate); default "
                         f"{DEFAULT_SEQ_LEN}; not for decode (its sequences hold --context tokens)")
@@ -1424,6 +1467,16 @@ def _cp_line(inputs: Mapping[str, Any]) -> str:
             f"pad tokens per sequence on a GPU (sequences up to {length} tokens)")
 
 
+def _pipeline_line(inputs: Mapping[str, Any]) -> str:
+    """The text line of a pipelined training pass: its micro-batches per rank per step and how many of them the
+    first stage holds in flight (:func:`~packplace.placement.model.pass_memory.in_flight`, ``place``'s rule)."""
+    pp, m, cp = inputs["pp"], inputs["micro_batches"], inputs.get("cp", 1)
+    group = f" ({cp * m} per CP group)" if cp > 1 else ""
+    return (f"pipeline: {m} micro-batch{'es' if m != 1 else ''} per rank per step{group}; under 1F1B stage i holds "
+            f"min(pp - i, {cp * m}) in flight, stage 0 {in_flight(pp, 0, cp * m)} (memory, as place's vertex; the time "
+            "is one micro-batch's on the slowest stage)")
+
+
 #: The trainers of :attr:`TrainerBackend.name`, as the ``trainer:`` line names them.
 _TRAINERS = {"megatron": "Megatron-Core", "fsdp": "FSDP / DTensor", "deepspeed": "DeepSpeed ZeRO"}
 
@@ -1465,6 +1518,8 @@ def format_estimate(result: Estimate) -> str:
         lines.append(_pack_line(result.inputs))
     elif result.inputs.get("cp", 1) > 1:
         lines.append(_cp_line(result.inputs))
+    if result.inputs.get("task") == "train" and result.inputs.get("pp", 1) > 1:
+        lines.append(_pipeline_line(result.inputs))
     verdict = "fits" if result.fits else "does NOT fit"
     lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({verdict} in "
                  f"{result.capacity_bytes / GB:.2f} GB)")
@@ -1476,12 +1531,12 @@ def format_estimate(result: Estimate) -> str:
 #: never looks applied when it is not.
 IGNORED_FLAGS = {
     "train": ("--batch", "--context", "--train-mb-tokens"),
-    "infer": ("--batch", "--context", "--recompute", "--optimizer", "--sharding"),
-    "prefill": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version", "--pack-tokens",
-                "--entropy-coeff", "--train-mb-tokens", "--sharding", "--trainer-backend"),
-    "decode": ("--micro-batch", "--seq-len", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
-               "--train-mb-tokens", "--sharding", "--trainer-backend"),
-    "generate": ("--micro-batch", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
+    "infer": ("--batch", "--context", "--recompute", "--optimizer", "--sharding", "--micro-batches"),
+    "prefill": ("--batch", "--context", "--micro-batches", "--recompute", "--optimizer", "--framework-version",
+                "--pack-tokens", "--entropy-coeff", "--train-mb-tokens", "--sharding", "--trainer-backend"),
+    "decode": ("--micro-batch", "--micro-batches", "--seq-len", "--recompute", "--optimizer", "--pack-tokens",
+               "--entropy-coeff", "--train-mb-tokens", "--sharding", "--trainer-backend"),
+    "generate": ("--micro-batch", "--micro-batches", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
                  "--train-mb-tokens", "--sharding", "--trainer-backend"),
 }
 #: Defaults of the flags of :data:`IGNORED_FLAGS` (``None`` on the parser, so a given flag is told apart);
@@ -1527,7 +1582,8 @@ def run_estimate(args) -> int:
                       cp=getattr(args, "cp", 1),
                       framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None),
                       entropy_coeff=args.entropy_coeff, train_mb_tokens=args.train_mb_tokens,
-                      sharding=args.sharding, trainer_backend=args.trainer_backend)
+                      sharding=args.sharding, trainer_backend=args.trainer_backend,
+                      micro_batches=args.micro_batches)
     print(format_estimate(result))
     args.json_document = result.as_dict()
     return 0
