@@ -98,7 +98,7 @@ def test_the_default_is_the_pipeline_depth_and_place_s_vertex_of_that_many(tmp_p
 
 
 def test_micro_batches_is_a_training_setting():
-    with pytest.raises(ConfigError, match=r"micro_batches: 2 sets a training pass's micro-batches per step; task infer"):
+    with pytest.raises(ConfigError, match=r"micro_batches: 2 sets a training pass's micro-batches per step; task "):
         estimate("qwen2.5-1.5b", "h100-sxm", "infer", seq_len=SEQ, micro_batches=2)
     with pytest.raises(ConfigError, match=r"micro_batches: must be an integer >= 1, got 0"):
         _estimate(0)
