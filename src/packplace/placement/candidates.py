@@ -1362,21 +1362,31 @@ def trains_in_a_bare_loop(instance, options: TrainingOptions,
 def fits_alone(instance, cost: CostModel, name: str) -> bool:
     """Whether vertex ``name`` has a legal candidate on ``instance``'s cluster that fits in memory on its own
     (:attr:`Candidate.fits`, memory only: no time is priced), under ``cost``'s pack sizes
-    (:meth:`~packplace.placement.model.cost.CostModel.peak_pass_tokens`)."""
+    (:meth:`~packplace.placement.model.cost.CostModel.peak_pass_tokens`) and its role's settings
+    (:meth:`~packplace.placement.model.cost.CostModel.for_role`). The rule is the table's, :func:`candidate_fits`:
+    a vLLM engine's need inside its pool (its release's in-pool bytes added, :func:`_engine_held`) within
+    ``gpu_memory_utilization · memory_per_gpu``, and its whole pool with the bytes it holds outside it within
+    ``memory_per_gpu``; every other vertex's ``resident + transient`` within ``memory_per_gpu``."""
     vertex = instance.graph.vertex(name)
     kind, model = vertex.kind, instance.models[vertex.model]
+    cost = cost.for_role(vertex.model)
     settings = (needs_old_log_prob(instance, name), inference_sharded(instance, name),
                 inference_offloaded(instance, name), instance.training.get(name.split(".")[0], DEFAULT_TRAINING),
                 swaps_reference_weights(instance.framework, vertex.model, kind),
                 mean_live_tokens(instance.workload), instance.engine.batching == "continuous")
-    limit = memory_budget(instance, kind)
+    limit, capacity = memory_budget(instance, kind), float(instance.hardware.memory_per_gpu)
     batch, whole = global_batch(instance, name), sequences_together(instance)
     for extent in block_extents(instance.cluster):
         for strategy, mb in legal_strategies(model, instance.cluster, batch, extent, kind, whole):
-            if framework_layout_allows(instance, kind, strategy, name) and \
-                    sum(_candidate_memory(instance, cost, model, kind, strategy, mb, *settings,
-                                          context_parallel_split(instance, name, strategy.dp),
-                                          inference_shard_options(instance, name))) <= limit:
+            if not framework_layout_allows(instance, kind, strategy, name):
+                continue
+            res, tra = _candidate_memory(instance, cost, model, kind, strategy, mb, *settings,
+                                         context_parallel_split(instance, name, strategy.dp),
+                                         inference_shard_options(instance, name))
+            pool = None
+            if kind == "generate":   # the engine's pool and what it holds beside it, as the table prices it
+                tra, pool = _engine_held(cost, strategy, res, tra, limit)
+            if candidate_fits(res, tra, pool, limit, capacity):
                 return True
     return False
 
