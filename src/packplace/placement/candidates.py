@@ -40,6 +40,7 @@ from packplace.placement.model.dp_balance import VertexBalance, instance_balance
 from packplace.placement.model.engine import mean_live_tokens
 from packplace.placement.model.framework import (
     INFERENCE_OFFLOAD,
+    colocated_engine_gpu_memory_utilization,
     generate_calls,
     hybrid_lora_fuse_seconds,
     inference_owner,
@@ -380,6 +381,12 @@ class CandidateTable:
             predicted time, sorted by
             ``(time, memory, gpus)`` — index 0 is the fastest.
         by_key: ``{vertex: {(strategy, micro_batch, extent): Candidate}}`` over ``all``.
+        colocated: ``{vertex: {(strategy, micro_batch, extent): Candidate}}``: the rollout engine's candidates
+            priced at the ``gpu_memory_utilization`` its framework's release runs it with where every model shares
+            its GPUs (:func:`~packplace.placement.model.framework.colocated_engine_gpu_memory_utilization`,
+            OpenRLHF v0.5.8-v0.6.0's ``--colocate_all_models``: 0.4), memory, KV budget and time; empty where no
+            release lowers it. The evaluator (:meth:`colocated_candidate`) and the CP-SAT model take them in a
+            plan whose engine runs on the GPUs of every trainer.
         vertex_flops: ``{vertex: FLOPs per step}`` (strategy independent, for MFU).
         build_seconds: Wall time to build the table.
     """
@@ -405,6 +412,7 @@ class CandidateTable:
         self.feasible: dict[str, tuple[Candidate, ...]] = {}
         self.by_key: dict[str, dict] = {}
         self.vertex_flops: dict[str, float] = {}
+        self.colocated: dict[str, dict] = {}
         for vertex in instance.graph.vertices:
             model = instance.models[vertex.model]
             cands = build_vertex_candidates(vertex.name, vertex.kind, model, instance, self.cost, self.extents,
@@ -417,7 +425,31 @@ class CandidateTable:
             self.by_key[vertex.name] = {c.key: c for c in cands}
             lora_rank = instance.training.get(vertex.model, DEFAULT_TRAINING).lora_rank
             self.vertex_flops[vertex.name] = self.cost.vertex_flops(model, vertex.kind, lora_rank)
+        self._build_colocated(only, deadline, built)
         self.build_seconds = time.perf_counter() - start
+
+    def _build_colocated(self, only: dict | None, deadline: float | None, built: int) -> None:
+        """:attr:`colocated`: every generation vertex's candidates again, on the instance with the
+        ``gpu_memory_utilization`` of a plan that colocates every model with the engine (nothing where it is the
+        configured one)."""
+        gmu = colocated_engine_gpu_memory_utilization(self.instance)
+        if gmu is None:
+            return
+        variant = replace(self.instance, engine=replace(self.instance.engine, gpu_memory_utilization=gmu), _cache={})
+        cost = cost_model(variant)
+        for vertex in variant.graph.vertices:
+            if vertex.kind != "generate":
+                continue
+            cands = build_vertex_candidates(vertex.name, vertex.kind, variant.models[vertex.model], variant, cost,
+                                            self.extents, None if only is None else only.get(vertex.name, set()),
+                                            deadline=deadline, built_before=built)
+            self.colocated[vertex.name] = {c.key: c for c in cands}
+
+    def colocated_candidate(self, vertex: str, cand: Candidate) -> Candidate | None:
+        """``cand``'s twin in :attr:`colocated` (the engine at the ``gpu_memory_utilization`` of a plan that
+        colocates every model with it), or ``None`` where the release keeps the configured value."""
+        twins = self.colocated.get(vertex)
+        return None if twins is None else twins.get(cand.key)
 
     def origins(self, extent: tuple[int, int, int]) -> tuple[Allocation, ...]:
         """Positions of a block of ``extent`` (:func:`block_origins`; empty for an illegal shape)."""
