@@ -24,6 +24,7 @@ from packplace.solvers.placement.cpsat.tables import TICKS_PER_S, make_tables, m
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "placement", "published",
                       "ppo_openrlhf_llama2-7b_1x8xa800.yaml")
 GPU = 80e9
+DP8 = Strategy(8, 1, 1, 1)
 
 
 def _instance(version):
@@ -32,7 +33,7 @@ def _instance(version):
     return build_instance(cfg)
 
 
-def _plan(engine_origin=(0, 0, 0), engine_extent=(1, 1, 8), engine=Strategy(8, 1, 1, 1)) -> Plan:
+def _plan(engine_origin=(0, 0, 0), engine_extent=(1, 1, 8), engine=DP8) -> Plan:
     """Every task on the node's eight GPUs at dp 8 (the greedy plan of the 0.6.0 instance), the engine where
     given."""
     whole = Allocation((0, 0, 0), (1, 1, 8))
