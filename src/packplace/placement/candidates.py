@@ -1393,8 +1393,15 @@ def trains_in_a_bare_loop(instance, options: TrainingOptions,
 
 def fits_alone(instance, cost: CostModel, name: str) -> bool:
     """Whether vertex ``name`` has a legal candidate on ``instance``'s cluster that fits in memory on its own
-    (:attr:`Candidate.fits`, memory only: no time is priced), under ``cost``'s pack sizes
-    (:meth:`~packplace.placement.model.cost.CostModel.peak_pass_tokens`) and its role's settings
+    (:func:`fit_alone`'s second verdict)."""
+    return fit_alone(instance, cost, name)[1]
+
+
+def fit_alone(instance, cost: CostModel, name: str) -> tuple[bool, bool]:
+    """``(legal, fits)``: whether vertex ``name`` has a legal candidate on ``instance``'s cluster (one the
+    candidate table lists in :attr:`CandidateTable.all`), and whether one of them fits in memory on its own
+    (:attr:`Candidate.fits`, memory only: no time is priced; it stops at the first that fits), under ``cost``'s
+    pack sizes (:meth:`~packplace.placement.model.cost.CostModel.peak_pass_tokens`) and its role's settings
     (:meth:`~packplace.placement.model.cost.CostModel.for_role`). The rule is the table's, :func:`candidate_fits`:
     a vLLM engine's need inside its pool (its release's in-pool bytes added, :func:`_engine_held`) within
     ``gpu_memory_utilization · memory_per_gpu``, and its whole pool with the bytes it holds outside it within
@@ -1408,10 +1415,12 @@ def fits_alone(instance, cost: CostModel, name: str) -> bool:
                 mean_live_tokens(instance.workload), instance.engine.batching == "continuous")
     limit, capacity = memory_budget(instance, kind), float(instance.hardware.memory_per_gpu)
     batch, whole = global_batch(instance, name), sequences_together(instance)
-    for extent in block_extents(instance.cluster):
+    legal = False
+    for extent in reversed(block_extents(instance.cluster)):   # the largest blocks first: the likeliest fit
         for strategy, mb in legal_strategies(model, instance.cluster, batch, extent, kind, whole):
             if not framework_layout_allows(instance, kind, strategy, name):
                 continue
+            legal = True
             res, tra = _candidate_memory(instance, cost, model, kind, strategy, mb, *settings,
                                          context_parallel_split(instance, name, strategy.dp),
                                          inference_shard_options(instance, name))
@@ -1419,8 +1428,8 @@ def fits_alone(instance, cost: CostModel, name: str) -> bool:
             if kind == "generate":   # the engine's pool and what it holds beside it, as the table prices it
                 tra, pool = _engine_held(cost, strategy, res, tra, limit)
             if candidate_fits(res, tra, pool, limit, capacity):
-                return True
-    return False
+                return True, True
+    return legal, False
 
 
 def _why_none(model: ModelSpec, cluster: Cluster, sequences: int) -> str:
