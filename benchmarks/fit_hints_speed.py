@@ -1,7 +1,9 @@
 """Wall time of the fit hints (``packplace.placement.fit_hints``) with and without their memory-only screen
 (:func:`~packplace.placement.fit_hints.may_fit`), and whether the hints are the same.
 
-Run: ``python benchmarks/fit_hints_speed.py [--repeats 3]``.
+Run: ``python benchmarks/fit_hints_speed.py [--repeats 3] [--case NAME] [--mode both|off|on]``; to profile one
+mode of one case: ``python -m cProfile -s cumulative benchmarks/fit_hints_speed.py --case one_node_70b --repeats 1
+--mode off`` (or ``on``).
 
 Cases: every shipped config under ``configs/placement/`` (and ``published/``), and the Llama-3.1-70B PPO config
 on one 8-GPU H200 node (``one_node_70b``: it does not fit there, so ``place`` runs the hints; most settings leave a
@@ -64,18 +66,26 @@ def run(config: dict, screen: bool) -> tuple[float, tuple, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per case and mode")
+    parser.add_argument("--case", default=None, help="run this case only (a config's path, or one_node_70b)")
+    parser.add_argument("--mode", choices=("both", "off", "on"), default="both",
+                        help="the screen off, on or both (default both)")
     args = parser.parse_args()
     fit_hints.HINTS_BUDGET_S = fit_hints.HINT_TIME_LIMIT_S = 1e9
     print(f"{'case':<58} {'unscreened s':>12} {'screened s':>10} {'skipped':>7}  same")
     for name, config in cases():
-        off, on, skipped, reports = [], [], 0, set()
+        if args.case is not None and name != args.case:
+            continue
+        off, on, skipped, reports = [float("nan")], [float("nan")], 0, set()
         for _ in range(args.repeats):
-            seconds, report, _ = run(config, False)
-            off.append(seconds)
-            reports.add(repr(report))
-            seconds, report, skipped = run(config, True)
-            on.append(seconds)
-            reports.add(repr(report))
+            if args.mode != "on":
+                seconds, report, _ = run(config, False)
+                off.append(seconds)
+                reports.add(repr(report))
+            if args.mode != "off":
+                seconds, report, skipped = run(config, True)
+                on.append(seconds)
+                reports.add(repr(report))
+        off, on = off[1:] or off, on[1:] or on
         print(f"{name:<58} {statistics.median(off):12.2f} {statistics.median(on):10.2f} {skipped:7d}  "
               f"{'yes' if len(reports) == 1 else 'NO'}", flush=True)
 
