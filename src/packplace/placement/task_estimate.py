@@ -8,7 +8,9 @@ Tasks (one GPU's share; the strategy's slowest pipeline stage):
   (unset: ``place``'s default, :func:`default_sharding`; ``sharding="none"`` with ``framework="none"``: the
   bare loop's fp32 master weights under bf16 autocast and the fused AdamW step, fp32 gradients and
   moments), with ``optimizer="none"`` bf16 weights and
-  gradients and no step (the inner micro-batch of gradient accumulation);
+  gradients and no step (the inner micro-batch of gradient accumulation); its memory is the step's of
+  ``micro_batches`` such micro-batches per rank, stage ``i`` of ``pp`` holding ``min(pp − i, micro_batches)`` in
+  flight (:func:`~packplace.placement.model.pass_memory.in_flight`, ``place``'s rule; default ``pp``);
 * ``infer`` — forward plus the log-probability of every token (fp32 log-softmax over the vocabulary),
   as an RL log-prob pass computes them;
 * ``prefill`` — forward over ``micro_batch`` prompts of ``seq_len`` tokens, the last token's logits;
