@@ -104,3 +104,19 @@ def test_the_cpsat_model_takes_the_twin_where_the_evaluator_does():
     assert choice[0].colocated is True and choice[0].cand is ev._resolve(plan)[0][0]
     step = model_schedule(tables, inst, choice)[2]
     assert abs(step - ev.step_time(plan) * TICKS_PER_S) <= tables.rounding_ticks
+
+
+def test_an_engine_over_its_colocated_pool_is_named_with_0_4():
+    # on 36 GB GPUs the dp-8 engine needs 15.62 GB inside its pool at 0.4 (Llama-2-7B's 13.5 GB of weights and its
+    # working set), over 0.4's 14.4 GB: the colocate-all plan is refused, and the verdict names the 0.4 pool, not
+    # 0.9's 32.4 GB (within which that need would have read as fitting)
+    cfg = load_yaml(CONFIG)
+    cfg["policy"]["framework_version"] = "0.6.0"
+    cfg["hardware"]["memory_per_gpu"] = 36e9
+    ev = PlacementEvaluator(build_instance(cfg))
+    twin = ev.table.colocated_candidate("actor.generate", ev.table.lookup("actor.generate", DP8, 128, (1, 1, 8)))
+    assert not twin.fits and 14.4e9 < twin.pool_bytes < 32.4e9
+    score = ev.score(_plan())
+    assert not score.feasible and ev.step_time(_plan()) == float("inf")
+    assert ("GPUs (0, 0, 0)..(0, 0, 7): actor.generate needs 15.6 GB, 14.4 GB available to the rollout engine "
+            "(gpu_memory_utilization 0.4 of 36 GB)") in score.oom, score.oom

@@ -37,6 +37,7 @@ from packplace.placement.candidates import (
     train_state_kept,
     vertex_parts,
 )
+from packplace.placement.model.framework import colocated_engine_gpu_memory_utilization
 from packplace.placement.model.layout_rules import Context, Placed, refusals, strategy_refusal
 from packplace.placement.problem.plan import Plan, VertexPlan
 from packplace.result import register_solution_type
@@ -630,13 +631,17 @@ class PlacementEvaluator:
         ``gpu_memory_utilization`` of the GPU), in :meth:`score`'s ``oom`` form."""
         out = []
         for name, (cand, lo, hi), budget in zip(self.names, res, self.own_budget):
+            gmu = self.instance.engine.gpu_memory_utilization
+            if self.colocate_all is not None and self.table.colocated_candidate(name, cand) is cand:
+                # the colocated engine's twin (_colocated_engine): its release's pool
+                gmu = colocated_engine_gpu_memory_utilization(self.instance)
+                budget = gmu * self.capacity
             # over memory_per_gpu alone (or its pool with what lies outside it): a segment line says so
             if cand.fits or budget >= self.capacity or cand.budget_bytes <= budget:
                 continue
             first, last = self.cluster.coords(lo), self.cluster.coords(hi - 1)
             out.append(f"GPUs {first}..{last}: {name} needs {gb(cand.budget_bytes)} GB, {gb(budget)} GB available "
-                       f"to the rollout engine (gpu_memory_utilization "
-                       f"{self.instance.engine.gpu_memory_utilization:g} of {gb(self.capacity)} GB)")
+                       f"to the rollout engine (gpu_memory_utilization {gmu:g} of {gb(self.capacity)} GB)")
         return out
 
     def _score_phases(self, i: int, cand, stale: dict[int, float], shifts: list[int] | None) -> dict[str, float]:
