@@ -479,10 +479,9 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
              seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str = "none",
              optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
-             enforce_eager: bool = False, framework_version: str | None = None,
+             enforce_eager: bool = False, framework_version: str | None = None, micro_batches: int | None = None,
              entropy_coeff: float = 0.0, train_mb_tokens: int | None = None, sharding: str | None = None,
-             pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto",
-             micro_batches: int | None = None) -> Estimate:
+             pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto") -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -496,7 +495,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
         batch, context: Running sequences and cached tokens per sequence (decode; generate's final length);
             ``context`` unset: :data:`GENERATE_NEW_TOKENS` cached tokens (decode), the prompt plus as many
             (generate).
-        recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`.
+        recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`; micro_batches: :func:`_micro_batches`.
         sharding: :data:`SHARDINGS` (train): ``none`` a bare PyTorch loop's layout (fp32 master weights under
             autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
             Unset: :func:`default_sharding` (``place``'s ``training.<role>.sharding`` default, ``zero1``, for a
@@ -528,13 +527,6 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             (:func:`~packplace.placement.estimate_trainer.resolve_trainer_backend`); with an RL ``framework`` (or
             ``megatron``) priced as the evaluator prices the vertex (:func:`~packplace.placement.estimate_trainer.
             trainer_pass_parts`), ``framework="none"`` under ``auto``: the bare one-GPU kernels.
-        micro_batches: A training pass's micro-batches per DP×CP rank per optimizer step (gradient accumulation;
-            :func:`_micro_batches`): stage ``i`` of ``pp`` holds the saved activations of ``min(pp − i, M)`` of
-            them, as ``place``'s vertex of ``M`` micro-batches per rank does
-            (:func:`~packplace.placement.model.pass_memory.in_flight`), and with ``M`` above 1 the gradients of the
-            earlier ones. Unset: ``pp``, the fewest that fill a 1F1B pipeline (stage ``i`` holding ``pp − i``, the
-            most any ``M`` holds), 1 at ``pp = 1``. The time stays one micro-batch's on the slowest stage
-            (:mod:`~packplace.placement.estimate_trainer`).
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -549,8 +541,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=dp, ep=ep)
     seq_len, context = _lengths(task, seq_len, context, batch)
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
-    cp = _context_parallel(cp, task)
-    micro_batches = _micro_batches(micro_batches, task, pp)
+    cp, mbs = _context_parallel(cp, task), _micro_batches(micro_batches, task, pp)
     given_length = seq_len   # the sequences' own tokens, before NeMo RL rounds them for its packs
     micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
     _check_strategy(shape, tp, pp, dp, ep, cp)
@@ -562,13 +553,12 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             else None)
     cluster, hw, components = _hardware_table(gpu, hardware, tp * pp * dp * cp, table)
     inputs = {"model": str(model) if isinstance(model, (str, Path)) else "shape", "gpu": gpu, "task": task,
-              "micro_batch": micro_batch, "seq_len": seq_len, "batch": batch, "context": context,
+              "micro_batch": micro_batch, "seq_len": seq_len, "batch": batch, "context": context, "micro_batches": mbs,
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
               "framework": framework, "framework_version": framework_version, "enforce_eager": enforce_eager,
               "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens}
     inputs.update(trainer_backend=trainer_backend, **_backend_inputs(backend, shape, components, hw))
     inputs.update(entropy_coeff=entropy_coeff, train_mb_tokens=train_mb_tokens, sharding=sharding, cp=cp,
-                  micro_batches=micro_batches,
                   **(pack.inputs(int(given_length or 0), pad_multiple(tp, cp)) if pack is not None else {}))
     parts = _time_parts(shape, cluster, *_engine_pricing(components, hw, task, engine_generation, inputs, gpu), task,
                         micro_batch, seq_len, batch, context, recompute, optimizer, tp, pp, dp * cp, ep, framework,
@@ -579,8 +569,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
                           logit_bytes=logit_bytes, sharding=sharding, cp=cp, trainer_backend=backend.name,
-                          cp_exact=pack is not None, framework_version=framework_version,
-                          micro_batches=micro_batches)
+                          cp_exact=pack is not None, framework_version=framework_version, micro_batches=mbs)
     inputs.update({"trainer_rate_fraction": PYTORCH_TRAIN_FRACTION} if "trainer_rate" in parts else {})
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
@@ -647,8 +636,13 @@ def _packs(pack_tokens: int | None, train_mb_tokens: int | None, task: str, fram
 
 
 def _micro_batches(micro_batches: Any, task: str, pp: int) -> int:
-    """:func:`estimate`'s ``micro_batches`` checked, or its default: ``pp`` for a training pass (the fewest that fill
-    a 1F1B pipeline, :func:`~packplace.placement.model.pass_memory.in_flight`), 1 for any other task.
+    """:func:`estimate`'s ``micro_batches`` checked, or its default. ``micro_batches``: a training pass's micro-batches
+    per DP×CP rank per optimizer step (gradient accumulation), ``M``: stage ``i`` of ``pp`` holds the saved activations
+    of ``min(pp − i, M)`` of them, as ``place``'s vertex of ``M`` micro-batches per rank does
+    (:func:`~packplace.placement.model.pass_memory.in_flight`), and with ``M`` above 1 the gradients of the earlier
+    ones. Unset: ``pp`` (the fewest that fill a 1F1B pipeline, stage ``i`` holding ``pp − i``, the most any ``M``
+    holds; 1 at ``pp = 1``) for a training pass, 1 for any other task. The time stays one micro-batch's on the
+    slowest stage (:mod:`~packplace.placement.estimate_trainer`).
 
     Raises:
         ConfigError: a value below 1 or not an integer; a value for a task other than train (its passes hold one
@@ -1276,6 +1270,23 @@ def _packed_micro_batch(pack_tokens: Any, task: str, framework: str, micro_batch
     return tokens // padded, padded
 
 
+def _add_parallel_flags(p) -> None:
+    """``estimate``'s parallel degrees (``--tp``, ``--pp``, ``--dp``, ``--ep``, ``--cp``) and a training pass's
+    micro-batches per rank per step (``--micro-batches``, :func:`_micro_batches`) on the parser ``p``."""
+    for name in ("tp", "pp", "dp", "ep"):
+        p.add_argument(f"--{name}", type=int, default=1, help=f"{name} degree (default 1)")
+    p.add_argument("--cp", type=int, default=1,
+                   help="context-parallel degree of a train or infer pass (default 1): each sequence padded to a "
+                        "multiple of 2 x cp x tp and split over cp GPUs (Megatron-Core's context parallelism, ring "
+                        "attention); the strategy holds tp x pp x cp x dp GPUs, the gradients reduced over dp x cp")
+    p.add_argument("--micro-batches", type=int, default=None, dest="micro_batches", metavar="M",
+                   help="train only: micro-batches per data-parallel (x context-parallel) rank per optimizer step, as "
+                        "place's training vertex runs batch / (dp x micro-batch): pipeline stage i holds the "
+                        "activations of min(pp - i, M) of them in flight under 1F1B, and with M above 1 the "
+                        "gradients of the earlier ones; default --pp (the fewest that fill the pipeline, the most "
+                        "any M holds; 1 at --pp 1). The time stays one micro-batch's on the slowest stage")
+
+
 def register_estimate(subparsers) -> None:
     """Add ``estimate`` to the CLI (``func`` set to :func:`run_estimate`)."""
     p = subparsers.add_parser(
@@ -1305,12 +1316,6 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--task", default="train", choices=TASKS, help="default train")
     p.add_argument("--micro-batch", type=int, default=None, dest="micro_batch", metavar="B",
                    help="sequences per micro-batch (train, infer, prefill; default 1; generate's prompts: --batch)")
-    p.add_argument("--micro-batches", type=int, default=None, dest="micro_batches", metavar="M",
-                   help="train only: micro-batches per data-parallel (x context-parallel) rank per optimizer step, as "
-                        "place's training vertex runs batch / (dp x micro-batch): pipeline stage i holds the "
-                        "activations of min(pp - i, M) of them in flight under 1F1B, and with M above 1 the "
-                        "gradients of the earlier ones; default --pp (the fewest that fill the pipeline, the most "
-                        "any M holds; 1 at --pp 1). The time stays one micro-batch's on the slowest stage")
     p.add_argument("--seq-len", type=int, default=None, dest="seq_len", metavar="S",
                    help=f"tokens per sequence (train, infer, prefill); prompt tokens (generate); default "
                         f"{DEFAULT_SEQ_LEN}; not for decode (its sequences hold --context tokens)")
@@ -1332,12 +1337,7 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--optimizer", default=None, choices=OPTIMIZERS,
                    help="train only: adam (default): fp32 master weights + AdamW step; none: bf16 forward + "
                         "backward only")
-    for name in ("tp", "pp", "dp", "ep"):
-        p.add_argument(f"--{name}", type=int, default=1, help=f"{name} degree (default 1)")
-    p.add_argument("--cp", type=int, default=1,
-                   help="context-parallel degree of a train or infer pass (default 1): each sequence padded to a "
-                        "multiple of 2 x cp x tp and split over cp GPUs (Megatron-Core's context parallelism, ring "
-                        "attention); the strategy holds tp x pp x cp x dp GPUs, the gradients reduced over dp x cp")
+    _add_parallel_flags(p)
     p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
                    help="none: bare kernels (a train pass with adam: place's vertex of framework none, the bare "
                         "PyTorch loop at the table's rates with --sharding none and every degree but --dp 1, else a "

@@ -426,9 +426,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             :func:`~packplace.placement.model.memory.train_state_bytes` (bf16 weights and activations);
             ``none``: bf16 weights and gradients, no optimizer state.
         tp, pp, dp, ep: Parallel degrees (activations and logits split ``tp`` ways as with sequence
-            parallelism and a vocabulary-parallel head; ``pp`` stages hold ``min(pp − i, micro_batches)``
-            micro-batches in flight under 1F1B (:func:`in_flight`); ``dp`` shards state only through
-            ``sharding``; ``ep`` splits the routed experts).
+            parallelism and a vocabulary-parallel head; stage ``i`` of ``pp`` holds :func:`in_flight` micro-batches
+            under 1F1B; ``dp`` shards state only through ``sharding``; ``ep`` splits the routed experts).
         framework: ``none`` (bare PyTorch, Hugging Face layers; a log-prob forward keeps the model's
             KV cache, as ``model(input_ids)`` does with ``use_cache`` on) or a framework profile name
             (its passes run with ``use_cache`` off).
