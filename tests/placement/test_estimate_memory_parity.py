@@ -1,7 +1,8 @@
 """``estimate``'s training memory is the bytes ``place`` charges the same training vertex: over frameworks,
 shardings, trainer backends, parallel degrees, micro-batch sizes, context parallelism and
 ``hardware.memory_workspace``, the peak equals the evaluator's ``resident + transient`` of the vertex built in
-a tiny placement instance (one micro-batch per data-parallel × context-parallel rank of equal sequences), and
+a tiny placement instance (``pp`` micro-batches per data-parallel × context-parallel rank of equal sequences,
+``estimate``'s default ``micro_batches``: a 1F1B pipeline's stage ``i`` holds ``pp − i`` in flight in both), and
 the displayed parts add up to it. Under ``--cp c`` the mapping is ``place``'s vertex of ``micro_batch``
 sequences per DP×CP rank (``Strategy(dp·c, ...)``): the CP group runs ``c`` micro-batches of ``micro_batch``
 sequences, each GPU holding its share of each (``task_estimate.memory_parts``). No clock is read."""
@@ -63,7 +64,7 @@ def _pair(framework, backend, sharding, dp=1, tp=1, pp=1, mb=1, cp=1, workspace=
     except ConfigError:
         return None
     gpus = dp * cp * tp * pp
-    config = _config(framework, backend, sharding, gpus, dp * cp * mb, recompute, cp, workspace)
+    config = _config(framework, backend, sharding, gpus, dp * cp * mb * pp, recompute, cp, workspace)
     return e.memory, _vertex_bytes(config, Strategy(dp * cp, pp, tp, 1), mb)
 
 

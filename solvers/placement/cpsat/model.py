@@ -156,6 +156,28 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
         m.Add(sum(resident_terms) + sum(kept_terms) + transient <= capacity)
 
 
+def add_colocate_all(m: cp_model.CpModel, tables: ModelTables, x: list[list[Any]], loc: Locator) -> None:
+    """The evaluator's colocated engine (:meth:`~packplace.placement.evaluator.PlacementEvaluator._colocated_engine`):
+    the engine's twin option (:attr:`~packplace.solvers.placement.cpsat.tables.Option.colocated` True) is taken
+    only where every trainer's block is the engine's, its option at the configured ``gpu_memory_utilization``
+    (False) only where not every trainer's is (nothing without twins)."""
+    if tables.colocate_all is None:
+        return
+    engine, trainers = tables.colocate_all
+    for o, lit in zip(tables.options[engine], x[engine]):
+        if o.colocated is None:
+            continue
+        on = [loc.block_of[t].get((o.lo, o.hi)) for t in trainers]
+        if o.colocated:
+            if any(b is None for b in on):
+                m.Add(lit == 0)
+            for b in on:
+                if b is not None:
+                    m.AddImplication(lit, b)
+        elif all(b is not None for b in on):
+            m.AddBoolOr([lit.Not(), *[b.Not() for b in on]])
+
+
 class Locator:
     """Where each vertex sits, as Booleans: its block, node, rack, ``dp`` (for same-block and level tests).
 
@@ -274,6 +296,7 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
 
     # -- where each vertex sits: block, node, rack (for same-block / level tests) ------------------
     loc = Locator(m, instance, tables, x, check)
+    add_colocate_all(m, tables, x, loc)
 
     # -- data edges: start[v] ≥ end[p] + transfer (0 on the same block) ----------------------------
     add_data_edges(m, tables, start, end, loc, check)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from packplace.lazy import lazy_module
 from packplace.solvers.placement.cpsat.model import (
     Locator,
+    add_colocate_all,
     add_data_edges,
     add_memory_rows,
     add_occupancy,
@@ -281,6 +282,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
 
     # -- data edges (distance 0) -----------------------------------------------------------------------
     loc = Locator(m, instance, tables, x, check)
+    add_colocate_all(m, tables, x, loc)
     add_data_edges(m, tables, start, end, loc, check)
 
     _modulo_order(m, n, occ, segments, terms, start, end, duration, period, check)

@@ -181,16 +181,24 @@ def first_block_at_origin(choice: list[Option], tables: ModelTables, sizes: list
                     lo_of[v] += here - left
     out = []
     for v, o in enumerate(choice):
-        out.append(next(q for q in tables.options[v] if q.cand == o.cand and q.lo == lo_of[v]))
+        out.append(next(q for q in tables.options[v]
+                        if q.cand == o.cand and q.colocated == o.colocated and q.lo == lo_of[v]))
     return out
 
 
 def _choice_of(tables: ModelTables, plan: Plan) -> list[Option]:
-    """The option of every vertex of ``plan`` (must be in the tables)."""
+    """The option of every vertex of ``plan`` (must be in the tables); the engine's the twin or not as ``plan``
+    colocates every trainer with it (:func:`~packplace.solvers.placement.cpsat.model.add_colocate_all`)."""
     out = []
+    colocated = None
+    if tables.colocate_all is not None:
+        engine, trainers = tables.colocate_all
+        colocated = all(plan[tables.names[t]].allocation == plan[tables.names[engine]].allocation for t in trainers)
     for v, name in enumerate(tables.names):
         vp = plan[name]
         for o in tables.options[v]:
+            if o.colocated is not None and o.colocated != colocated:
+                continue
             if o.alloc == vp.allocation and o.cand.key == (vp.strategy, vp.micro_batch, vp.allocation.extent):
                 out.append(o)
                 break

@@ -66,6 +66,11 @@ class Option:
         alloc: The block.
         lo, hi: Its linear GPU id range ``[lo, hi)``.
         duration: ``cand.time`` in integer ticks (:data:`TICKS_PER_S`), rounded up.
+        colocated: For a rollout engine the table also prices colocated with every model
+            (:meth:`~packplace.placement.candidates.CandidateTable.colocated_candidate`): True for the twin, taken
+            only where every trainer's block is this one, False for the candidate at the configured value, taken
+            only where it is not (:func:`~packplace.solvers.placement.cpsat.model.add_colocate_all`); None for
+            every other option.
     """
 
     vertex: int
@@ -74,6 +79,7 @@ class Option:
     lo: int
     hi: int
     duration: int
+    colocated: bool | None = None
 
     @property
     def layout(self) -> tuple[int, int, int]:
@@ -101,6 +107,8 @@ class ModelTables:
         rounding_ticks: ``E = 2·V``: how much the model's value of a plan can exceed the evaluator's.
         evaluator: The instance's :class:`~packplace.placement.evaluator.PlacementEvaluator` the tables
             were made from (the run's): the periodic model reads a stale rollout's steady-state times there.
+        colocate_all: ``(engine, trainers)`` vertex indices where the engine has colocated twins
+            (:attr:`Option.colocated`; the evaluator's :attr:`colocate_all`), else None.
     """
 
     names: tuple[str, ...]
@@ -113,6 +121,7 @@ class ModelTables:
     colocated_ticks: dict[tuple[int, tuple[tuple[int, int], int]], int]
     engine: list[bool]
     evaluator: Any = field(default=None, repr=False, compare=False)
+    colocate_all: tuple[int, tuple[int, ...]] | None = None
 
 
 def _level_ranges(cluster) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]:
@@ -149,13 +158,15 @@ def make_tables(evaluator, candidates: dict[str, list[Candidate]], deadline: flo
     names = graph.names
     index = {name: i for i, name in enumerate(names)}
     options: list[list[Option]] = []
+    colocate_all = getattr(evaluator, "colocate_all", None)
     for i, name in enumerate(names):
         opts = []
         for cand in candidates[name]:
             check("options of %s, %d so far", name, len(opts))
-            for alloc in table.origins(cand.extent):
-                lo, hi = alloc.gpu_range(cluster)
-                opts.append(Option(i, cand, alloc, lo, hi, to_ticks(cand.time)))
+            for variant, colocated in _variants(table, name, cand, colocate_all is not None and i == colocate_all[0]):
+                for alloc in table.origins(cand.extent):
+                    lo, hi = alloc.gpu_range(cluster)
+                    opts.append(Option(i, variant, alloc, lo, hi, to_ticks(variant.time), colocated))
         options.append(opts)
     preds = [tuple(index[p] for p in graph.predecessors(name)) for name in names]
     pubs = [(index[a], index[b]) for a, b in graph.publication_edges]
@@ -187,7 +198,20 @@ def make_tables(evaluator, candidates: dict[str, list[Candidate]], deadline: flo
                 realloc_ticks[(k, lvl, o.layout)] = to_ticks(cost.realloc_time(model, (0, 0), (o.lo, o.hi), o.layout,
                                                                          (o.lo, o.hi)))
     return ModelTables(names, options, preds, pubs, transfer_ticks, realloc_ticks, 2 * len(names), colocated_ticks,
-                       engine, evaluator)
+                       engine, evaluator, colocate_all)
+
+
+def _variants(table, name: str, cand: Candidate, engine: bool) -> list[tuple[Candidate, bool | None]]:
+    """The options' candidates of ``cand``: itself (``colocated`` None), or for the engine with a colocated twin
+    (:meth:`~packplace.placement.candidates.CandidateTable.colocated_candidate`) itself (False) and the twin
+    (True) where the twin fits and has a finite time."""
+    twin = table.colocated_candidate(name, cand) if engine else None
+    if twin is None:
+        return [(cand, None)]
+    out: list[tuple[Candidate, bool | None]] = [(cand, False)]
+    if twin.fits and math.isfinite(twin.time):
+        out.append((twin, True))
+    return out
 
 
 def model_schedule(tables: ModelTables, instance, choice: list[Option]) -> tuple[list[int], list[int], int]:

@@ -40,6 +40,7 @@ from packplace.placement.model.dp_balance import VertexBalance, instance_balance
 from packplace.placement.model.engine import mean_live_tokens
 from packplace.placement.model.framework import (
     INFERENCE_OFFLOAD,
+    colocated_engine_gpu_memory_utilization,
     generate_calls,
     hybrid_lora_fuse_seconds,
     inference_owner,
@@ -381,6 +382,12 @@ class CandidateTable:
             predicted time, sorted by
             ``(time, memory, gpus)`` — index 0 is the fastest.
         by_key: ``{vertex: {(strategy, micro_batch, extent): Candidate}}`` over ``all``.
+        colocated: ``{vertex: {(strategy, micro_batch, extent): Candidate}}``: the rollout engine's candidates
+            priced at the ``gpu_memory_utilization`` its framework's release runs it with where every model shares
+            its GPUs (:func:`~packplace.placement.model.framework.colocated_engine_gpu_memory_utilization`,
+            OpenRLHF v0.5.8-v0.6.0's ``--colocate_all_models``: 0.4), memory, KV budget and time; empty where no
+            release lowers it. The evaluator (:meth:`colocated_candidate`) and the CP-SAT model take them in a
+            plan whose engine runs on the GPUs of every trainer.
         vertex_flops: ``{vertex: FLOPs per step}`` (strategy independent, for MFU).
         build_seconds: Wall time to build the table.
     """
@@ -406,6 +413,7 @@ class CandidateTable:
         self.feasible: dict[str, tuple[Candidate, ...]] = {}
         self.by_key: dict[str, dict] = {}
         self.vertex_flops: dict[str, float] = {}
+        self.colocated: dict[str, dict] = {}
         for vertex in instance.graph.vertices:
             model = instance.models[vertex.model]
             cands = build_vertex_candidates(vertex.name, vertex.kind, model, instance, self.cost, self.extents,
@@ -418,7 +426,31 @@ class CandidateTable:
             self.by_key[vertex.name] = {c.key: c for c in cands}
             lora_rank = instance.training.get(vertex.model, DEFAULT_TRAINING).lora_rank
             self.vertex_flops[vertex.name] = self.cost.vertex_flops(model, vertex.kind, lora_rank)
+        self._build_colocated(only, deadline, built)
         self.build_seconds = time.perf_counter() - start
+
+    def _build_colocated(self, only: dict | None, deadline: float | None, built: int) -> None:
+        """:attr:`colocated`: every generation vertex's candidates again, on the instance with the
+        ``gpu_memory_utilization`` of a plan that colocates every model with the engine (nothing where it is the
+        configured one)."""
+        gmu = colocated_engine_gpu_memory_utilization(self.instance)
+        if gmu is None:
+            return
+        variant = replace(self.instance, engine=replace(self.instance.engine, gpu_memory_utilization=gmu), _cache={})
+        cost = cost_model(variant)
+        for vertex in variant.graph.vertices:
+            if vertex.kind != "generate":
+                continue
+            cands = build_vertex_candidates(vertex.name, vertex.kind, variant.models[vertex.model], variant, cost,
+                                            self.extents, None if only is None else only.get(vertex.name, set()),
+                                            deadline=deadline, built_before=built)
+            self.colocated[vertex.name] = {c.key: c for c in cands}
+
+    def colocated_candidate(self, vertex: str, cand: Candidate) -> Candidate | None:
+        """``cand``'s twin in :attr:`colocated` (the engine at the ``gpu_memory_utilization`` of a plan that
+        colocates every model with it), or ``None`` where the release keeps the configured value."""
+        twins = self.colocated.get(vertex)
+        return None if twins is None else twins.get(cand.key)
 
     def origins(self, extent: tuple[int, int, int]) -> tuple[Allocation, ...]:
         """Positions of a block of ``extent`` (:func:`block_origins`; empty for an illegal shape)."""
@@ -1364,24 +1396,43 @@ def trains_in_a_bare_loop(instance, options: TrainingOptions,
 
 def fits_alone(instance, cost: CostModel, name: str) -> bool:
     """Whether vertex ``name`` has a legal candidate on ``instance``'s cluster that fits in memory on its own
-    (:attr:`Candidate.fits`, memory only: no time is priced), under ``cost``'s pack sizes
-    (:meth:`~packplace.placement.model.cost.CostModel.peak_pass_tokens`)."""
+    (:func:`fit_alone`'s second verdict)."""
+    return fit_alone(instance, cost, name)[1]
+
+
+def fit_alone(instance, cost: CostModel, name: str) -> tuple[bool, bool]:
+    """``(legal, fits)``: whether vertex ``name`` has a legal candidate on ``instance``'s cluster (one the
+    candidate table lists in :attr:`CandidateTable.all`), and whether one of them fits in memory on its own
+    (:attr:`Candidate.fits`, memory only: no time is priced; it stops at the first that fits), under ``cost``'s
+    pack sizes (:meth:`~packplace.placement.model.cost.CostModel.peak_pass_tokens`) and its role's settings
+    (:meth:`~packplace.placement.model.cost.CostModel.for_role`). The rule is the table's, :func:`candidate_fits`:
+    a vLLM engine's need inside its pool (its release's in-pool bytes added, :func:`_engine_held`) within
+    ``gpu_memory_utilization · memory_per_gpu``, and its whole pool with the bytes it holds outside it within
+    ``memory_per_gpu``; every other vertex's ``resident + transient`` within ``memory_per_gpu``."""
     vertex = instance.graph.vertex(name)
     kind, model = vertex.kind, instance.models[vertex.model]
+    cost = cost.for_role(vertex.model)
     settings = (needs_old_log_prob(instance, name), inference_sharded(instance, name),
                 inference_offloaded(instance, name), instance.training.get(name.split(".")[0], DEFAULT_TRAINING),
                 swaps_reference_weights(instance.framework, vertex.model, kind),
                 mean_live_tokens(instance.workload), instance.engine.batching == "continuous")
-    limit = memory_budget(instance, kind)
+    limit, capacity = memory_budget(instance, kind), float(instance.hardware.memory_per_gpu)
     batch, whole = global_batch(instance, name), sequences_together(instance)
-    for extent in block_extents(instance.cluster):
+    legal = False
+    for extent in reversed(block_extents(instance.cluster)):   # the largest blocks first: the likeliest fit
         for strategy, mb in legal_strategies(model, instance.cluster, batch, extent, kind, whole):
-            if framework_layout_allows(instance, kind, strategy, name) and \
-                    sum(_candidate_memory(instance, cost, model, kind, strategy, mb, *settings,
-                                          context_parallel_split(instance, name, strategy.dp),
-                                          inference_shard_options(instance, name))) <= limit:
-                return True
-    return False
+            if not framework_layout_allows(instance, kind, strategy, name):
+                continue
+            legal = True
+            res, tra = _candidate_memory(instance, cost, model, kind, strategy, mb, *settings,
+                                         context_parallel_split(instance, name, strategy.dp),
+                                         inference_shard_options(instance, name))
+            pool = None
+            if kind == "generate":   # the engine's pool and what it holds beside it, as the table prices it
+                tra, pool = _engine_held(cost, strategy, res, tra, limit)
+            if candidate_fits(res, tra, pool, limit, capacity):
+                return True, True
+    return legal, False
 
 
 def _why_none(model: ModelSpec, cluster: Cluster, sequences: int) -> str:

@@ -37,6 +37,7 @@ from packplace.placement.candidates import (
     train_state_kept,
     vertex_parts,
 )
+from packplace.placement.model.framework import colocated_engine_gpu_memory_utilization
 from packplace.placement.model.layout_rules import Context, Placed, refusals, strategy_refusal
 from packplace.placement.problem.plan import Plan, VertexPlan
 from packplace.result import register_solution_type
@@ -129,6 +130,19 @@ class PlacementScore:
         }
 
 
+def colocate_all_vertices(instance, table: CandidateTable) -> tuple[int, tuple[int, ...]] | None:
+    """``(engine, trainers)`` vertex indices of ``instance`` (topological order) where ``table`` prices the
+    rollout engine at another ``gpu_memory_utilization`` in a plan that colocates every model with it
+    (:attr:`~packplace.placement.candidates.CandidateTable.colocated`), else ``None``: the evaluator and the
+    CP-SAT model take that twin where the engine's GPUs are those of every training vertex."""
+    if not table.colocated:
+        return None
+    names = instance.graph.names
+    engine = next(i for i, name in enumerate(names) if name in table.colocated)
+    trainers = tuple(i for i, v in enumerate(instance.graph.vertices) if v.kind == "train")
+    return (engine, trainers) if trainers else None
+
+
 def get_table(instance, deadline: float | None = None) -> CandidateTable:
     """The instance's candidate table, built once and cached on the instance; a build that passes
     ``deadline`` (``time.perf_counter()`` seconds) raises
@@ -195,6 +209,9 @@ class PlacementEvaluator:
         #: the last :meth:`lower_bound` stopped at its deadline and counted some stale times as 0
         self.bound_cut = False
         self._total_flops = sum(self.table.vertex_flops.values())
+        #: ``(engine, trainers)`` vertex indices where the engine runs at another gpu_memory_utilization in a plan
+        #: that colocates every model with it (:attr:`CandidateTable.colocated`, OpenRLHF v0.5.8-v0.6.0), else None
+        self.colocate_all = colocate_all_vertices(instance, self.table)
         #: the framework's layout rules between tasks (:mod:`packplace.placement.model.layout_rules`), or None
         self.rules = Context.of(instance) if Context.of(instance).ruled or instance.framework == "deepspeed-chat" \
             else None   # DeepSpeed-Chat's one rule: no pipeline or expert parallelism
@@ -240,6 +257,26 @@ class PlacementEvaluator:
         if len(plan.vertices) != n or None in out:
             missing = [self.names[i] for i in range(n) if out[i] is None]
             return f"vertices not placed: {', '.join(missing)}" if missing else "a vertex is listed twice"
+        if self.colocate_all is not None:
+            return self._colocated_engine(out)
+        return out
+
+    def _colocated_engine(self, out: list) -> list | str:
+        """``out`` with the engine's candidate replaced by its twin at the ``gpu_memory_utilization`` of a plan
+        that colocates every model with it (:meth:`CandidateTable.colocated_candidate`) where the engine's GPUs
+        are those of every trainer (OpenRLHF's ``--colocate_all_models``; the framework's layout rules refuse an
+        engine that shares some of them only), or the reason the twin cannot run."""
+        engine, trainers = self.colocate_all
+        cand, lo, hi = out[engine]
+        if not all(out[t][1] == lo and out[t][2] == hi for t in trainers):
+            return out
+        twin = self.table.colocated_candidate(self.names[engine], cand)
+        if twin is None:
+            return out
+        if not math.isfinite(twin.time):
+            return (f"{self.names[engine]}: predicted time is {twin.time} seconds at the colocated engine's "
+                    "gpu_memory_utilization (not finite); the plan cannot be scored")
+        out[engine] = (twin, lo, hi)
         return out
 
     # -- core ------------------------------------------------------------------------------------
@@ -594,13 +631,17 @@ class PlacementEvaluator:
         ``gpu_memory_utilization`` of the GPU), in :meth:`score`'s ``oom`` form."""
         out = []
         for name, (cand, lo, hi), budget in zip(self.names, res, self.own_budget):
+            gmu = self.instance.engine.gpu_memory_utilization
+            if self.colocate_all is not None and self.table.colocated_candidate(name, cand) is cand:
+                # the colocated engine's twin (_colocated_engine): its release's pool
+                gmu = colocated_engine_gpu_memory_utilization(self.instance)
+                budget = gmu * self.capacity
             # over memory_per_gpu alone (or its pool with what lies outside it): a segment line says so
             if cand.fits or budget >= self.capacity or cand.budget_bytes <= budget:
                 continue
             first, last = self.cluster.coords(lo), self.cluster.coords(hi - 1)
             out.append(f"GPUs {first}..{last}: {name} needs {gb(cand.budget_bytes)} GB, {gb(budget)} GB available "
-                       f"to the rollout engine (gpu_memory_utilization "
-                       f"{self.instance.engine.gpu_memory_utilization:g} of {gb(self.capacity)} GB)")
+                       f"to the rollout engine (gpu_memory_utilization {gmu:g} of {gb(self.capacity)} GB)")
         return out
 
     def _score_phases(self, i: int, cand, stale: dict[int, float], shifts: list[int] | None) -> dict[str, float]:
@@ -700,13 +741,13 @@ class PlacementEvaluator:
         Each steady-state time simulates a rollout stream, the costly part of the bound; once ``deadline``
         (``time.perf_counter()`` seconds) has passed, the candidates not yet priced count as 0 seconds
         (a valid, weaker bound). The flag is True when that happened."""
-        out = {name: [(c, c.time) for c in self.table.feasible[name]] for name in self.names}
+        out = {name: [(c, c.time) for c in self._bound_candidates(name)] for name in self.names}
         cut = False
         for b, (_, stale) in self.stale_engines().items():
             if stale:
                 name = self.names[b]
                 times = []
-                for c in self.table.feasible[name]:
+                for c in self._bound_candidates(name):
                     if not cut and deadline is not None and time.perf_counter() > deadline:
                         cut = True
                     if cut:
@@ -716,6 +757,16 @@ class PlacementEvaluator:
                     times.append((c, min([c.time, *steady])))
                 out[name] = times
         return out, cut
+
+    def _bound_candidates(self, name: str) -> list:
+        """The candidates the bounds count for vertex ``name``: its memory-feasible ones with a finite time
+        and, for a rollout engine the table also prices colocated with every model
+        (:meth:`CandidateTable.colocated_candidate`), their feasible twins (a plan may run either)."""
+        cands = [c for c in self.table.feasible[name]]
+        if self.colocate_all is None or name != self.names[self.colocate_all[0]]:
+            return cands
+        twins = [self.table.colocated_candidate(name, c) for c in cands]
+        return cands + [t for t in twins if t is not None and t.fits and math.isfinite(t.time)]
 
     def _busiest_gpu_bound(self, works: list[float],
                            times: dict[str, list[tuple[Any, float]]] | None = None) -> float:
@@ -728,7 +779,8 @@ class PlacementEvaluator:
         bounds both the step time and the period."""
         total = self.num_gpus
         bound = 0.0
-        times = times if times is not None else {n: [(c, c.time) for c in self.table.feasible[n]] for n in self.names}
+        times = times if times is not None else {n: [(c, c.time) for c in self._bound_candidates(n)]
+                                                 for n in self.names}
         for i, name in enumerate(self.names):
             part = min((t for c, t in times[name] if c.gpus < total), default=INF)
             whole = min((t for c, t in times[name] if c.gpus == total), default=INF)
@@ -766,12 +818,11 @@ class PlacementEvaluator:
 
     def _lower_bound(self, deadline: float | None) -> tuple[float, bool]:
         """:meth:`lower_bound` and whether ``deadline`` cut its pricing."""
-        table = self.table
-        fastest = [table.min_time(name) for name in self.names]
+        fastest = [min((c.time for c in self._bound_candidates(name)), default=INF) for name in self.names]
         longest: dict[int, float] = {}
         for i in range(len(self.names)):
             longest[i] = fastest[i] + max((longest[p] for p in self.preds[i]), default=0.0)
-        works = [table.min_work(name) for name in self.names]
+        works = [min((c.time * c.gpus for c in self._bound_candidates(name)), default=INF) for name in self.names]
         allowed = self.instance.optimizer.get("staleness_candidates", {})
         published = {self.models[self.vertex_model[a]] for a, _ in self.pubs}
         if not any(t > 0 for m, values in allowed.items() if m in published for t in values):

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from packplace.errors import ConfigError, InfeasibleError
-from packplace.placement.candidates import TableBuildTimeout, cost_model, fits_alone
+from packplace.placement.candidates import TableBuildTimeout, cost_model, fit_alone, fits_alone
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.model.layout_rules import Context, config_refusals
 from packplace.placement.model.memory import DEFAULT_TRAINING
@@ -150,6 +150,23 @@ def largest_fitting_packs(instance) -> tuple[int, int] | None:
     return train, logprob
 
 
+def may_fit(instance) -> bool:
+    """The fit hints' memory-only screen of a setting's instance, before its candidate table is priced (time
+    included) and the greedy solver plans it: False where every task has a legal strategy and some task has no
+    candidate that fits in memory on its own (:func:`~packplace.placement.candidates.fit_alone`, the table's
+    :attr:`~packplace.placement.candidates.Candidate.fits` rule), where the table would list that task with no
+    feasible candidate and the hint would be dropped all the same; True otherwise (a task with no legal strategy is
+    left to the table, whose refusal names the layout rule). It changes no hint, only skips the pricing that would
+    end in none.
+
+    Raises:
+        ConfigError: as the table's memory pricing raises it.
+    """
+    cost = cost_model(instance)
+    verdicts = [fit_alone(instance, cost, vertex.name) for vertex in instance.graph.vertices]
+    return not all(legal for legal, _ in verdicts) or all(fits for _, fits in verdicts)
+
+
 def with_hints(message: str, instance) -> str:
     """``message`` followed by :func:`fit_hints` (``"; fits with ..."``); when none fits, with "no
     memory-saving setting tried fits", and where a layout rule, not memory, refused settings (a task keeps no
@@ -233,6 +250,8 @@ def _fitting(instance, api, refused: list[tuple[str, str]] | None = None) -> lis
         if left <= 0 or variant is None:
             return None
         try:
+            if not may_fit(variant):   # memory only: the table would find a task without a feasible candidate
+                return None
             table = get_table(variant, deadline=deadline)
             empty = [name for name, cands in table.all.items() if not cands]
             if empty:   # a task without a legal strategy under the setting: a layout rule, not memory

@@ -8,7 +8,9 @@ Tasks (one GPU's share; the strategy's slowest pipeline stage):
   (unset: ``place``'s default, :func:`default_sharding`; ``sharding="none"`` with ``framework="none"``: the
   bare loop's fp32 master weights under bf16 autocast and the fused AdamW step, fp32 gradients and
   moments), with ``optimizer="none"`` bf16 weights and
-  gradients and no step (the inner micro-batch of gradient accumulation);
+  gradients and no step (the inner micro-batch of gradient accumulation); its memory is the step's of
+  ``micro_batches`` such micro-batches per rank, stage ``i`` of ``pp`` holding ``min(pp − i, micro_batches)`` in
+  flight (:func:`~packplace.placement.model.pass_memory.in_flight`, ``place``'s rule; default ``pp``);
 * ``infer`` — forward plus the log-probability of every token (fp32 log-softmax over the vocabulary),
   as an RL log-prob pass computes them;
 * ``prefill`` — forward over ``micro_batch`` prompts of ``seq_len`` tokens, the last token's logits;
@@ -77,7 +79,13 @@ from packplace.placement.model.memory import (
     stage_params,
 )
 from packplace.placement.model.nemo_rl_releases import megatron_fuses_swiglu, megatron_router_dtype, release_for
-from packplace.placement.model.pass_memory import bare_loop, context_parallel_tokens, pass_memory, uses_autocast
+from packplace.placement.model.pass_memory import (
+    bare_loop,
+    context_parallel_tokens,
+    in_flight,
+    pass_memory,
+    uses_autocast,
+)
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
 from packplace.placement.problem.config import (
     CLUSTER_FIELDS,
@@ -477,10 +485,10 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
              seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str = "none",
              optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
-             enforce_eager: bool = False, framework_version: str | None = None, entropy_coeff: float = 0.0,
-             train_mb_tokens: int | None = None, sharding: str | None = None, pack_tokens: int | None = None,
-             cp: int = 1, trainer_backend: str = "auto", bias_activation_fusion: bool | None = None,
-             moe_router_dtype: str | None = None) -> Estimate:
+             enforce_eager: bool = False, framework_version: str | None = None, micro_batches: int | None = None,
+             entropy_coeff: float = 0.0, train_mb_tokens: int | None = None, sharding: str | None = None,
+             pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto",
+             bias_activation_fusion: bool | None = None, moe_router_dtype: str | None = None) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -493,7 +501,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             refused for ``decode`` (its sequences hold ``context`` tokens).
         batch, context: Running sequences and cached tokens per sequence (decode; generate's final length);
             ``context`` unset: :data:`GENERATE_NEW_TOKENS` cached tokens (decode), the prompt plus as many (generate).
-        recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`.
+        recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`; micro_batches: :func:`_micro_batches`.
         sharding: :data:`SHARDINGS` (train): ``none`` a bare PyTorch loop's layout (fp32 master weights under
             autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
             Unset: :func:`default_sharding` (``place``'s ``training.<role>.sharding`` default, ``zero1``, for a
@@ -541,8 +549,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=dp, ep=ep)
     seq_len, context = _lengths(task, seq_len, context, batch)
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
-    cp = _context_parallel(cp, task)
-    given_length = seq_len   # the sequences' own tokens, before NeMo RL rounds them for its packs
+    cp, mbs, given_length = _context_parallel(cp, task), _micro_batches(micro_batches, task, pp), seq_len  # unpacked
     micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
     _check_strategy(shape, tp, pp, dp, ep, cp)
     backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version)
@@ -552,7 +559,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             train_mb_tokens, micro_batch, int(seq_len or 0), (dp, pp, tp, ep), cp, trainer_backend))
     cluster, hw, components = _hardware_table(gpu, hardware, tp * pp * dp * cp, table)
     inputs = {"model": str(model) if isinstance(model, (str, Path)) else "shape", "gpu": gpu, "task": task,
-              "micro_batch": micro_batch, "seq_len": seq_len, "batch": batch, "context": context,
+              "micro_batch": micro_batch, "seq_len": seq_len, "batch": batch, "context": context, "micro_batches": mbs,
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
               "framework": framework, "framework_version": framework_version, "enforce_eager": enforce_eager,
               "engine_generation": engine_generation, "params": shape.params, "pack_tokens": pack_tokens}
@@ -567,7 +574,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
                           logit_bytes=logit_bytes, sharding=sharding, cp=cp, trainer_backend=backend.name,
-                          cp_exact=pack is not None, framework_version=framework_version, megatron=megatron)
+                          cp_exact=pack is not None, framework_version=framework_version, megatron=megatron,
+                          micro_batches=mbs)
     inputs.update({"trainer_rate_fraction": PYTORCH_TRAIN_FRACTION} if "trainer_rate" in parts else {})
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
@@ -631,6 +639,27 @@ def _packs(pack_tokens: int | None, train_mb_tokens: int | None, task: str, fram
         raise ConfigError(f"train_mb_tokens: {show(train_mb_tokens)} is the training pack a NeMo RL log-prob pack "
                           "is padded to; it goes with pack_tokens (task infer); drop it")
     return micro_batch, seq_len
+
+
+def _micro_batches(micro_batches: Any, task: str, pp: int) -> int:
+    """:func:`estimate`'s ``micro_batches`` checked, or its default. ``micro_batches``: a training pass's micro-batches
+    per DP×CP rank per optimizer step (gradient accumulation), ``M``: stage ``i`` of ``pp`` holds the saved activations
+    of ``min(pp − i, M)`` of them, as ``place``'s vertex of ``M`` micro-batches per rank does
+    (:func:`~packplace.placement.model.pass_memory.in_flight`), and with ``M`` above 1 the gradients of the earlier
+    ones. Unset: ``pp`` (the fewest that fill a 1F1B pipeline, stage ``i`` holding ``pp − i``, the most any ``M``
+    holds; 1 at ``pp = 1``) for a training pass, 1 for any other task. The time stays one micro-batch's on the
+    slowest stage (:mod:`~packplace.placement.estimate_trainer`).
+
+    Raises:
+        ConfigError: a value below 1 or not an integer; a value for a task other than train (its passes hold one
+            micro-batch's activations at a time).
+    """
+    if micro_batches is None:
+        return pp if task == "train" else 1
+    if task != "train":
+        raise ConfigError(f"micro_batches: {show(micro_batches)} sets a training pass's micro-batches per step; task "
+                          f"{task} holds one micro-batch at a time; drop it")
+    return _check("micro_batches", micro_batches)
 
 
 def _check_degrees(**degrees: Any) -> None:
@@ -1199,7 +1228,7 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
                  framework: str = "none", logit_bytes: tuple[float, float] | None = None,
                  sharding: str = "none", cp: int = 1, trainer_backend: str = "none",
                  cp_exact: bool = True, framework_version: str | None = None,
-                 megatron: TrainingOptions = DEFAULT_TRAINING) -> dict[str, float]:
+                 megatron: TrainingOptions = DEFAULT_TRAINING, micro_batches: int = 1) -> dict[str, float]:
     """Peak bytes per GPU and its parts (:data:`MEMORY_PARTS`): the one adapter between ``estimate`` and the
     memory model, :func:`packplace.placement.model.pass_memory.pass_memory` (the pass's worst pipeline stage at
     its peak phase), so that a trainer's pass is the bytes ``place`` charges its vertex
@@ -1221,13 +1250,16 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
     a Megatron trainer fuses its SwiGLU (:func:`~packplace.placement.model.nemo_rl_releases.megatron_fuses_swiglu`)
     and its MoE router's dtype (:func:`~packplace.placement.model.nemo_rl_releases.megatron_router_dtype`) unless
     ``megatron`` (:class:`~packplace.placement.model.memory.TrainingOptions`) sets ``bias_activation_fusion`` /
-    ``moe_router_dtype``, as ``place`` reads ``training.<role>``."""
+    ``moe_router_dtype``, as ``place`` reads ``training.<role>``.
+    ``micro_batches``: a training pass's micro-batches per DP×CP rank per step, ``M``: the CP group runs ``c·M``,
+    stage ``i`` holding ``min(pp − i, c·M)`` in flight (:func:`~packplace.placement.model.pass_memory.in_flight`,
+    the rule of ``place``'s vertex)."""
     engine = task in ("decode", "generate")
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
                          seq_len=seq_len, context=context if engine else 0, recompute=recompute,
                          optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep,
                          framework="none" if framework == "vllm" else framework, logit_bytes=logit_bytes,
-                         sharding=sharding, cp=cp, micro_batches=cp if task == "train" else 1,
+                         sharding=sharding, cp=cp, micro_batches=cp * micro_batches if task == "train" else 1,
                          workspace_bytes=hw.memory_workspace, trainer_backend=trainer_backend, cp_exact=cp_exact,
                          fused_swiglu=trainer_backend == "megatron"
                          and megatron_fuses_swiglu(framework, framework_version, shape,
@@ -1270,6 +1302,23 @@ def _packed_micro_batch(pack_tokens: Any, task: str, framework: str, micro_batch
                           f"tensor-parallel size {tp} = {padded} (NeMo RL's packer refuses a sequence longer than "
                           "its pack)")
     return tokens // padded, padded
+
+
+def _add_parallel_flags(p) -> None:
+    """``estimate``'s parallel degrees (``--tp``, ``--pp``, ``--dp``, ``--ep``, ``--cp``) and a training pass's
+    micro-batches per rank per step (``--micro-batches``, :func:`_micro_batches`) on the parser ``p``."""
+    for name in ("tp", "pp", "dp", "ep"):
+        p.add_argument(f"--{name}", type=int, default=1, help=f"{name} degree (default 1)")
+    p.add_argument("--cp", type=int, default=1,
+                   help="context-parallel degree of a train or infer pass (default 1): each sequence padded to a "
+                        "multiple of 2 x cp x tp and split over cp GPUs (Megatron-Core's context parallelism, ring "
+                        "attention); the strategy holds tp x pp x cp x dp GPUs, the gradients reduced over dp x cp")
+    p.add_argument("--micro-batches", type=int, default=None, dest="micro_batches", metavar="M",
+                   help="train only: micro-batches per data-parallel (x context-parallel) rank per optimizer step, as "
+                        "place's training vertex runs batch / (dp x micro-batch): pipeline stage i holds the "
+                        "activations of min(pp - i, M) of them in flight under 1F1B, and with M above 1 the "
+                        "gradients of the earlier ones; default --pp (the fewest that fill the pipeline, the most "
+                        "any M holds; 1 at --pp 1). The time stays one micro-batch's on the slowest stage")
 
 
 def register_estimate(subparsers) -> None:
@@ -1322,12 +1371,7 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--optimizer", default=None, choices=OPTIMIZERS,
                    help="train only: adam (default): fp32 master weights + AdamW step; none: bf16 forward + "
                         "backward only")
-    for name in ("tp", "pp", "dp", "ep"):
-        p.add_argument(f"--{name}", type=int, default=1, help=f"{name} degree (default 1)")
-    p.add_argument("--cp", type=int, default=1,
-                   help="context-parallel degree of a train or infer pass (default 1): each sequence padded to a "
-                        "multiple of 2 x cp x tp and split over cp GPUs (Megatron-Core's context parallelism, ring "
-                        "attention); the strategy holds tp x pp x cp x dp GPUs, the gradients reduced over dp x cp")
+    _add_parallel_flags(p)
     p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
                    help="none: bare kernels (a train pass with adam: place's vertex of framework none, the bare "
                         "PyTorch loop at the table's rates with --sharding none and every degree but --dp 1, else a "
@@ -1472,6 +1516,16 @@ def _cp_line(inputs: Mapping[str, Any]) -> str:
             f"pad tokens per sequence on a GPU (sequences up to {length} tokens)")
 
 
+def _pipeline_line(inputs: Mapping[str, Any]) -> str:
+    """The text line of a pipelined training pass: its micro-batches per rank per step and how many of them the
+    first stage holds in flight (:func:`~packplace.placement.model.pass_memory.in_flight`, ``place``'s rule)."""
+    pp, m, cp = inputs["pp"], inputs["micro_batches"], inputs.get("cp", 1)
+    group = f" ({cp * m} per CP group)" if cp > 1 else ""
+    return (f"pipeline: {m} micro-batch{'es' if m != 1 else ''} per rank per step{group}; under 1F1B stage i holds "
+            f"min(pp - i, {cp * m}) in flight, stage 0 {in_flight(pp, 0, cp * m)} (memory, as place's vertex; the time "
+            "is one micro-batch's on the slowest stage)")
+
+
 #: The trainers of :attr:`TrainerBackend.name`, as the ``trainer:`` line names them.
 _TRAINERS = {"megatron": "Megatron-Core", "fsdp": "FSDP / DTensor", "deepspeed": "DeepSpeed ZeRO"}
 
@@ -1513,6 +1567,8 @@ def format_estimate(result: Estimate) -> str:
         lines.append(_pack_line(result.inputs))
     elif result.inputs.get("cp", 1) > 1:
         lines.append(_cp_line(result.inputs))
+    if result.inputs.get("task") == "train" and result.inputs.get("pp", 1) > 1:
+        lines.append(_pipeline_line(result.inputs))
     verdict = "fits" if result.fits else "does NOT fit"
     lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({verdict} in "
                  f"{result.capacity_bytes / GB:.2f} GB)")
@@ -1525,12 +1581,14 @@ def format_estimate(result: Estimate) -> str:
 _MEGATRON_FLAGS = ("--bias-activation-fusion", "--moe-router-dtype")   # a Megatron-Core trainer's saved set
 IGNORED_FLAGS = {
     "train": ("--batch", "--context", "--train-mb-tokens"),
-    "infer": ("--batch", "--context", "--recompute", "--optimizer", "--sharding", *_MEGATRON_FLAGS),
-    "prefill": ("--batch", "--context", "--recompute", "--optimizer", "--framework-version", "--pack-tokens",
-                "--entropy-coeff", "--train-mb-tokens", "--sharding", "--trainer-backend", *_MEGATRON_FLAGS),
-    "decode": ("--micro-batch", "--seq-len", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
-               "--train-mb-tokens", "--sharding", "--trainer-backend", *_MEGATRON_FLAGS),
-    "generate": ("--micro-batch", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
+    "infer": ("--batch", "--context", "--recompute", "--optimizer", "--sharding", "--micro-batches",
+              *_MEGATRON_FLAGS),
+    "prefill": ("--batch", "--context", "--micro-batches", "--recompute", "--optimizer", "--framework-version",
+                "--pack-tokens", "--entropy-coeff", "--train-mb-tokens", "--sharding", "--trainer-backend",
+                *_MEGATRON_FLAGS),
+    "decode": ("--micro-batch", "--micro-batches", "--seq-len", "--recompute", "--optimizer", "--pack-tokens",
+               "--entropy-coeff", "--train-mb-tokens", "--sharding", "--trainer-backend", *_MEGATRON_FLAGS),
+    "generate": ("--micro-batch", "--micro-batches", "--recompute", "--optimizer", "--pack-tokens", "--entropy-coeff",
                  "--train-mb-tokens", "--sharding", "--trainer-backend", *_MEGATRON_FLAGS),
 }
 #: Defaults of the flags of :data:`IGNORED_FLAGS` (``None`` on the parser, so a given flag is told apart);
@@ -1579,7 +1637,8 @@ def run_estimate(args) -> int:
                       sharding=args.sharding, trainer_backend=args.trainer_backend,
                       bias_activation_fusion={"true": True, "false": False}.get(
                           getattr(args, "bias_activation_fusion", None)),
-                      moe_router_dtype=getattr(args, "moe_router_dtype", None))
+                      moe_router_dtype=getattr(args, "moe_router_dtype", None),
+                      micro_batches=args.micro_batches)
     print(format_estimate(result))
     args.json_document = result.as_dict()
     return 0

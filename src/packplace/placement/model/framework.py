@@ -620,6 +620,20 @@ def colocate_all_gpu_memory_utilization(framework: str, version: str | None, gpu
     return OPENRLHF_COLOCATE_ALL_GPU_MEMORY_UTILIZATION
 
 
+def colocated_engine_gpu_memory_utilization(instance) -> float | None:
+    """The ``gpu_memory_utilization`` ``instance``'s rollout engine runs with in a plan that colocates every model
+    with it (the engine's GPUs those of every trainer: OpenRLHF's ``--colocate_all_models``, the only layout in
+    which OpenRLHF's vLLM engine shares GPUs), where it differs from the configured one
+    (:func:`colocate_all_gpu_memory_utilization`: OpenRLHF v0.5.8-v0.6.0 at 0.9 or more run it at 0.4); ``None``
+    where no release lowers it. The candidate table prices the engine at that value too
+    (:attr:`~packplace.placement.candidates.CandidateTable.colocated`), which the evaluator and the CP-SAT model
+    take where the plan colocates all models."""
+    configured = instance.engine.gpu_memory_utilization
+    value = colocate_all_gpu_memory_utilization(instance.framework, getattr(instance, "framework_version", None),
+                                                configured)
+    return None if value == configured else value
+
+
 def engine_vllm_release(framework: str, version: str | None) -> tuple[int, ...] | None:
     """The vLLM release the rollout engine of ``framework`` at release ``version`` runs
     (:attr:`VersionDefaults.vllm`; with no ``version``, that of the table's last entry, the profile's current

@@ -33,6 +33,7 @@ from packplace.placement.model.pass_memory import (
     LOGIT_FORWARD_BYTES,
     ROUTER_DTYPE_BYTES,
     context_parallel_tokens,
+    in_flight,
     infer_transient,
     stack,
     train_transient,
@@ -439,9 +440,9 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
     :func:`~packplace.placement.model.pass_memory.train_transient` (activations of its layers for
-    ``min(pp − i, m)`` micro-batches in flight, the loss's logits on the last stage, fp32-master autocast
-    copies when ``sharding`` is none) plus the workspace; infer — bf16 weights (``2p/dp`` resident plus
-    one gathered layer when ``sharded_weights``), transient
+    ``min(pp − i, m)`` micro-batches in flight (:func:`~packplace.placement.model.pass_memory.in_flight`), the
+    loss's logits on the last stage, fp32-master autocast copies when ``sharding`` is none) plus the workspace;
+    infer — bf16 weights (``2p/dp`` resident plus one gathered layer when ``sharded_weights``), transient
     :func:`~packplace.placement.model.pass_memory.infer_transient` (one layer's working set or the last
     stage's logits; the forward's KV cache for ``framework: none``) plus the workspace; generate — bf16
     weights, the paged KV of ``mb·min(pp, rounds)`` sequences of ``live_len`` tokens for the stage's
@@ -469,8 +470,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             resident, loaded = _stage_train_state(model, options, i, p, pp, tp, dp, ep, offload_between_passes)
             late = _bare_loop_gradients(p, bare_loop and not cp.active and micro_batches <= options.optimizer_steps)
             resident, transient = resident - late, loaded + _train_vertex_transient(
-                model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, min(pp - i, inflight), ep, cp.ring,
-                framework == "none", workspace, logit_bytes, late, fused_kernels, fused_swiglu, router_dtype)
+                model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, in_flight(pp, i, inflight), ep,
+                cp.ring, framework == "none", workspace, logit_bytes, late, fused_kernels, fused_swiglu, router_dtype)
         elif kind == "infer":
             # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else 2.0 * p

@@ -437,6 +437,26 @@ def _stage(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[list[float], tu
     return per, stage_layers(model.layers, pp)
 
 
+def in_flight(pp: int, stage: int, micro_batches: int) -> int:
+    """Micro-batches whose saved activations pipeline stage ``stage`` (0-based) of ``pp`` holds at once under
+    the one-forward-one-backward (1F1B) schedule, ``min(pp − stage, micro_batches)``: stage ``i`` runs
+    ``pp − i − 1`` warm-up forwards before its first backward, so it holds ``pp − i`` micro-batches at its
+    steady state, fewer where the step has fewer (Narayanan et al. 2021, arXiv 2104.04473, §2.2.1, "at most
+    ``p`` micro-batches in flight"; Megatron-Core's ``forward_backward_pipelining_without_interleaving``:
+    ``num_warmup_microbatches = min(pipeline_parallel_size − rank − 1, num_microbatches)``). The one rule of
+    ``place``'s training vertex (:func:`~packplace.placement.model.memory.vertex_memory`, ``micro_batches`` the
+    vertex's micro-batches per rank, times the CP group for a CP trainer) and of ``estimate``'s pass
+    (:func:`pass_memory`, ``micro_batches`` its ``--micro-batches``, likewise).
+
+    Raises:
+        ConfigError: a stage outside ``0..pp−1`` or a count below 1.
+    """
+    if not 0 <= stage < pp or micro_batches < 1:
+        raise ConfigError(f"in_flight: stage {stage} of pp {pp} with {micro_batches} micro-batches: the stage must "
+                          f"be in 0..{pp - 1} and the micro-batches at least 1")
+    return min(pp - stage, micro_batches)
+
+
 def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: int = 0, context: int = 0,
                 recompute: str = "none", optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1,
                 ep: int = 1, framework: str = "none", sharding: str = "none", micro_batches: int = 1,
@@ -463,9 +483,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             :func:`~packplace.placement.model.memory.train_state_bytes` (bf16 weights and activations);
             ``none``: bf16 weights and gradients, no optimizer state.
         tp, pp, dp, ep: Parallel degrees (activations and logits split ``tp`` ways as with sequence
-            parallelism and a vocabulary-parallel head; ``pp`` stages hold ``min(pp − i, micro_batches)``
-            micro-batches in flight under 1F1B; ``dp`` shards state only through ``sharding``; ``ep``
-            splits the routed experts).
+            parallelism and a vocabulary-parallel head; stage ``i`` of ``pp`` holds :func:`in_flight` micro-batches
+            under 1F1B; ``dp`` shards state only through ``sharding``; ``ep`` splits the routed experts).
         framework: ``none`` (bare PyTorch, Hugging Face layers; a log-prob forward keeps the model's
             KV cache, as ``model(input_ids)`` does with ``use_cache`` on) or a framework profile name
             (its passes run with ``use_cache`` off).
@@ -523,7 +542,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         tokens = _pass_tokens(micro_batch, seq_len, cp, tp, cp_exact)
         if task == "train":
             part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, tokens, recompute,
-                                optimizer, tp, pp - i, dp, sharding, micro_batches, ws, ep, cp, logit_bytes,
+                                optimizer, tp, in_flight(pp, i, micro_batches), dp, sharding, micro_batches, ws,
+                                ep, cp, logit_bytes,
                                 resident_gradients(optimizer, sharding, framework, trainer_backend,
                                                    (tp, pp, ep, cp)), trainer_backend == "megatron",
                                 fused_swiglu, router_dtype)
@@ -730,11 +750,12 @@ def bare_loop(sharding: str, framework: str, trainer_backend: str = "none",
 
 
 def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, first: bool, tokens: float,
-                 recompute: str, optimizer: str, tp: int, ahead: int, dp: int, sharding: str,
+                 recompute: str, optimizer: str, tp: int, inflight: int, dp: int, sharding: str,
                  micro_batches: int, ws: float, ep: int = 1, cp: int = 1,
                  logit_bytes: tuple[float, float] | None = None, keep_gradients: bool = False,
                  fused_kernels: bool = False, fused_swiglu: bool = False, router_dtype: str = "bf16") -> PassMemory:
-    """One pipeline stage of a training micro-batch: the largest of the forward's end, the loss's
+    """One pipeline stage of a training micro-batch, with the activations of ``inflight`` micro-batches saved
+    (:func:`in_flight`): the largest of the forward's end, the loss's
     backward and the backward's end (module docstring), and with context parallelism the last layer's ring
     attention forward and backward (``ring_forward``, ``ring_backward``). With ``micro_batches > 1`` the
     gradients of the earlier micro-batches are held throughout (gradient accumulation), and with
@@ -743,7 +764,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     part = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first, recompute=recompute,
-                           tp=tp, inflight=min(ahead, micro_batches), autocast=autocast, ep=ep, cp=cp,
+                           tp=tp, inflight=inflight, autocast=autocast, ep=ep, cp=cp,
                            logit_bytes=logit_bytes, fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
                            router_dtype=router_dtype)
     # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's

@@ -1,0 +1,171 @@
+"""The fit hints' memory-only screen (``fit_hints.may_fit``) changes no hint: on every shipped config (and on the
+70B PPO config on one H200 node, which does not fit) the hints are the ones ``fit_hints`` returned before it, and
+where a setting leaves a task with no candidate that fits alone its candidate table is no longer priced, nor the
+greedy solver run (the time ``python benchmarks/fit_hints_speed.py`` measures, docs/performance.md). The hints' wall
+budget and the greedy time limit are lifted, so that the machine's load decides neither which settings are reached
+nor greedy's plan."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import packplace.placement.fit_hints as fit_hints
+from packplace.placement.candidates import CandidateTable
+from packplace.placement.fit_hints import SETTINGS, _report, _variant, may_fit
+from packplace.placement.problem.config import build_instance, load_yaml
+
+CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "placement")
+
+#: ``(index of the setting in SETTINGS, step seconds, cost)`` of each hint line, in order, per config: what
+#: ``fit_hints`` returned with and without the screen (``python benchmarks/fit_hints_speed.py`` says "same").
+HINTS = {
+    'dpo_llama3.1-8b_1x8xh100.yaml': [
+        (6, '3.275', '-42.4%'),
+        (2, '5.243', '+6.3%'),
+        (1, '5.319', '+1.5%'),
+        (5, '5.382', '+7.8%'),
+        (4, '5.459', '+3.0%'),
+        (0, '5.524', '+3.2%'),
+        (3, '5.885', '+19.3%'),
+        (7, '2.72', '-44.9%'),
+    ],
+    'grpo_qwen2.5-7b_2x8xh100.yaml': [
+        (6, '33.76', '-15.6%'),
+        (4, '36.56', '+0.6%'),
+        (5, '39.01', '+7.3%'),
+        (1, '39.64', '+0.1%'),
+        (0, '42.44', '+6.1%'),
+        (2, '42.47', '+6.2%'),
+        (3, '43.69', '+9.3%'),
+        (7, '32.04', '-50.5%'),
+    ],
+    'ppo_llama3.1-70b_2x4x8xh200.yaml': [
+        (6, '48.34', '-19.3%'),
+        (4, '57.36', '+1.5%'),
+        (5, '58.26', '+7.2%'),
+        (1, '59.34', '+0.2%'),
+        (0, '59.51', '+0.0%'),
+        (2, '59.61', '+0.2%'),
+        (3, '64.49', '+10.9%'),
+        (7, '46.31', '-18.2%'),
+    ],
+    'ppo_llama3.1-8b_4x8xh100.yaml': [
+        (6, '15.37', '-22.1%'),
+        (2, '16.31', '+4.8%'),
+        (0, '16.35', '+4.5%'),
+        (5, '16.47', '+4.9%'),
+        (3, '16.75', '+6.6%'),
+        (1, '18.04', '+0.2%'),
+        (4, '19.06', '+1.7%'),
+        (7, '13.59', '-26.3%'),
+    ],
+    'published/grpo_nemo-rl_llama3.1-8b_2x8xh100.yaml': [
+        (1, '61.61', '-0.3%'),
+        (2, '61.61', '-0.3%'),
+        (4, '62.13', '+0.5%'),
+        (5, '62.13', '+0.5%'),
+        (3, '62.21', '+0.6%'),
+        (7, '51.47', '-16.7%'),
+    ],
+    'published/ppo_deepspeed-chat_opt13b_1x8xa100.yaml': [
+        (1, '70.46', '+0.0%'),
+        (2, '70.46', '+0.0%'),
+        (4, '70.58', '+0.2%'),
+        (5, '70.58', '+0.2%'),
+        (3, '72.78', '+3.3%'),
+        (7, '69.41', '-1.5%'),
+    ],
+    'published/ppo_openrlhf_llama2-7b_1x8xa800.yaml': [
+        (4, '353.1', '+0.1%'),
+        (5, '353.1', '+0.1%'),
+        (7, '319.8', '-9.4%'),
+    ],
+    # the 70B PPO config on one 8-GPU H200 node (it does not fit: place runs the hints there)
+    'one_node_70b': [
+        (1, '335.6', '+0.2%'),
+        (2, '335.7', '+0.2%'),
+        (3, '400.3', '+31.3%'),
+        (7, '218.9', '-24.8%'),
+    ],
+}
+
+
+def _config(name: str) -> dict:
+    if name == "one_node_70b":
+        cfg = load_yaml(os.path.join(CONFIGS, "ppo_llama3.1-70b_2x4x8xh200.yaml"))
+        cfg["hardware"].update(racks=1, nodes_per_rack=1)
+        return cfg
+    return load_yaml(os.path.join(CONFIGS, name))
+
+
+def _line(index: int, step: str, cost: str) -> str:
+    return (f"fits with {SETTINGS[index][0]}: step {step} s (step {cost} over the same plan without it, "
+            "memory aside)")
+
+
+@pytest.fixture
+def unhurried(monkeypatch):
+    monkeypatch.setattr(fit_hints, "HINTS_BUDGET_S", 1e9)
+    monkeypatch.setattr(fit_hints, "HINT_TIME_LIMIT_S", 1e9)
+
+
+#: the largest shipped cluster's hints take the longest (eight settings on 64 GPUs): in the slow run
+SLOW = {"ppo_llama3.1-70b_2x4x8xh200.yaml"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in HINTS])
+def test_the_hints_are_unchanged(name, unhurried):
+    hints, refused = _report(build_instance(_config(name)), 10)
+    assert hints == [_line(*hint) for hint in HINTS[name]]
+    assert refused == []
+
+
+def test_the_screen_skips_only_settings_whose_table_has_a_task_without_a_fit(unhurried, monkeypatch):
+    inst = build_instance(_config("one_node_70b"))
+    priced = []
+    original = fit_hints.get_table
+
+    def counted(variant, deadline=None):
+        priced.append(variant)
+        return original(variant, deadline=deadline)
+
+    monkeypatch.setattr(fit_hints, "get_table", counted)
+    hints, _ = _report(inst, 10)
+    assert hints == [_line(*hint) for hint in HINTS["one_node_70b"]]
+    # only the four settings that plan are priced (and the config's own table, for the hints' cost figures); the
+    # other four, screened out, would have priced a table in which some task has no feasible candidate
+    assert len([v for v in priced if v is not inst]) == 4
+    screened = [label for label, training, policy in SETTINGS
+                if (v := _variant(inst, training, policy)) is not None and not may_fit(v)]
+    assert len(screened) == 4 and not any(label in line for label in screened for line in hints)
+    for label, training, policy in SETTINGS:
+        variant = _variant(inst, training, policy)
+        if label in screened:
+            table = CandidateTable(variant)
+            assert all(table.all.values()) and not all(table.feasible.values()), label
+
+
+def test_a_task_without_a_legal_strategy_is_left_to_the_table_for_its_rule():
+    # NeMo RL with packs and a CP-2 policy under zero3 on 0.1 GB GPUs: the trainer has no legal strategy (the DTensor
+    # workers refuse CP with packs) and the engine fits nowhere; the screen lets the table name the rule
+    # (tests/placement/test_fit_hints_rules.py: the hint that says so)
+    hw = dict(racks=1, nodes_per_rack=1, gpus_per_node=8, memory_per_gpu=1e8, flops_per_gpu=1e15,
+              memory_bandwidth=2e12, memory_workspace=0.0)
+    for field in ("coll", "p2p"):
+        hw.update({f"alpha_{field}_{level}": 1e-6 for level in "gnr"})
+        hw.update({f"beta_{field}_{level}": 2e-11 for level in "gnr"})
+    packed = build_instance({
+        "hardware": hw,
+        "models": {"actor": dict(layers=2, hidden_dim=1024, ffn_dim=2048, vocab_size=32000, head_dim=128),
+                   "reward": "rule"},
+        "policy": {"algorithm": "grpo", "framework": "nemo-rl", "train_mb_tokens": 4096, "logprob_mb_tokens": 4096},
+        "training": {"actor": {"context_parallel": 2, "sharding": "zero3"}},
+        "workload": dict(batch_size=4, samples_per_prompt=2, context_length=1024, generation_length=64)})
+    table = CandidateTable(packed)
+    assert not table.all["actor.train"] and not table.feasible["actor.generate"]
+    assert may_fit(packed)
+    # every task legal, one without a fit: screened out; every task fitting: kept
+    assert not may_fit(build_instance(_config("one_node_70b")))
+    assert may_fit(build_instance(_config("dpo_llama3.1-8b_1x8xh100.yaml")))

@@ -1,0 +1,122 @@
+"""OpenRLHF v0.5.8-v0.6.0 run the vLLM engine at ``gpu_memory_utilization`` 0.4 under ``--colocate_all_models``
+when it is set at 0.9 or more (``framework.colocate_all_gpu_memory_utilization``), and plans now take it: the
+candidate table prices the engine at 0.4 as well (``CandidateTable.colocated``: pool, KV budget, time), and the
+evaluator and the CP-SAT model take that twin where the engine's GPUs are those of every trainer.
+
+The case: the published OpenRLHF PPO Llama-2-7B config on one 8-GPU A800 node (80 GB), at 0.9, with
+``framework_version`` 0.6.0. Every task on all eight GPUs fits there at 0.4 (69.81 GB per GPU); at 0.9 (0.6.0.post1,
+which dropped the override) the engine's 72 GB pool beside the trainers does not.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.model.framework import colocated_engine_gpu_memory_utilization
+from packplace.placement.problem.config import build_instance, load_yaml
+from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
+from packplace.solvers.placement.cpsat.solve import _choice_of
+from packplace.solvers.placement.cpsat.tables import TICKS_PER_S, make_tables, model_schedule
+
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "placement", "published",
+                      "ppo_openrlhf_llama2-7b_1x8xa800.yaml")
+GPU = 80e9
+DP8 = Strategy(8, 1, 1, 1)
+
+
+def _instance(version):
+    cfg = load_yaml(CONFIG)
+    cfg["policy"]["framework_version"] = version
+    return build_instance(cfg)
+
+
+def _plan(engine_origin=(0, 0, 0), engine_extent=(1, 1, 8), engine=DP8) -> Plan:
+    """Every task on the node's eight GPUs at dp 8 (the greedy plan of the 0.6.0 instance), the engine where
+    given."""
+    whole = Allocation((0, 0, 0), (1, 1, 8))
+    dp8 = Strategy(8, 1, 1, 1)
+    return Plan.build({
+        "actor.generate": VertexPlan(engine, 128, Allocation(engine_origin, engine_extent)),
+        "reference.infer": VertexPlan(dp8, 64, whole), "reward.infer": VertexPlan(dp8, 128, whole),
+        "critic.infer": VertexPlan(dp8, 128, whole), "actor.train": VertexPlan(dp8, 16, whole),
+        "critic.train": VertexPlan(dp8, 16, whole)})
+
+
+def test_the_override_applies_to_openrlhf_0_6_0_only():
+    assert colocated_engine_gpu_memory_utilization(_instance("0.6.0")) == 0.4
+    assert colocated_engine_gpu_memory_utilization(_instance("0.5.8")) == 0.4
+    for version in ("0.6.0.post1", "0.6.1", "0.5.7", None):
+        assert colocated_engine_gpu_memory_utilization(_instance(version)) is None
+    assert PlacementEvaluator(_instance("0.6.0.post1")).table.colocated == {}
+
+
+def test_a_colocate_all_plan_prices_the_engine_at_0_4():
+    inst = _instance("0.6.0")
+    ev = PlacementEvaluator(inst)
+    plan = _plan()
+    engine = ev._resolve(plan)[0][0]
+    normal = ev.table.lookup("actor.generate", Strategy(8, 1, 1, 1), 128, (1, 1, 8))
+    assert engine is ev.table.colocated_candidate("actor.generate", normal) and engine is not normal
+    # the engine holds its whole pool and the same bytes outside it: 0.9 - 0.4 of 80 GB less
+    assert (normal.resident_bytes + normal.transient_bytes) - (engine.resident_bytes + engine.transient_bytes) == \
+        pytest.approx(0.5 * GPU, rel=1e-12)
+    assert engine.pool_bytes <= 0.4 * GPU and engine.fits
+    # fits at 0.4 (69.81 GB on every GPU), not at 0.9: the release after the override refuses the same plan
+    assert ev.vertex_memory(plan)["actor.train"] / 1e9 == pytest.approx(69.81, abs=0.005)
+    assert ev.step_time(plan) == pytest.approx(419.3497, abs=1e-3)
+    later = PlacementEvaluator(_instance("0.6.0.post1"))
+    assert later.step_time(plan) == float("inf")
+    # there the engine's 72 GB pool sets the GPUs' peak while it generates: 83.65 GB of 80
+    assert later.vertex_memory(plan)["actor.generate"] / 1e9 == pytest.approx(83.65, abs=0.005)
+
+
+def test_the_engine_on_gpus_of_its_own_keeps_the_configured_value():
+    # the engine apart from the trainers (a layout OpenRLHF refuses here, scored all the same): the 0.9 pool
+    ev, later = PlacementEvaluator(_instance("0.6.0")), PlacementEvaluator(_instance("0.6.0.post1"))
+    plan = _plan((0, 0, 6), (1, 1, 2), Strategy(2, 1, 1, 1))
+    assert ev._resolve(plan)[0][0] is ev.table.lookup("actor.generate", Strategy(2, 1, 1, 1), 128, (1, 1, 2))
+    assert ev.vertex_memory(plan)["actor.generate"] == later.vertex_memory(plan)["actor.generate"]
+
+
+def test_the_smaller_pool_is_never_faster_and_the_bound_counts_it():
+    ev = PlacementEvaluator(_instance("0.6.0"))
+    twins = ev.table.colocated["actor.generate"]
+    assert twins
+    for cand in ev.table.all["actor.generate"]:
+        twin = twins[cand.key]
+        assert twin.time >= cand.time            # a smaller KV budget runs fewer sequences at once
+        assert twin.resident_bytes == cand.resident_bytes
+    assert ev.lower_bound() <= ev.step_time(_plan())
+
+
+def test_the_cpsat_model_takes_the_twin_where_the_evaluator_does():
+    inst = _instance("0.6.0")
+    ev = PlacementEvaluator(inst)
+    tables = make_tables(ev, {name: list(ev.table.feasible[name]) for name in inst.graph.names})
+    assert tables.colocate_all == ev.colocate_all
+    flags = {o.colocated for o in tables.options[0]}
+    assert flags == {False, True}
+    plan = _plan()
+    choice = _choice_of(tables, plan)
+    assert choice[0].colocated is True and choice[0].cand is ev._resolve(plan)[0][0]
+    step = model_schedule(tables, inst, choice)[2]
+    assert abs(step - ev.step_time(plan) * TICKS_PER_S) <= tables.rounding_ticks
+
+
+def test_an_engine_over_its_colocated_pool_is_named_with_0_4():
+    # on 36 GB GPUs the dp-8 engine needs 15.62 GB inside its pool at 0.4 (Llama-2-7B's 13.5 GB of weights and its
+    # working set), over 0.4's 14.4 GB: the colocate-all plan is refused, and the verdict names the 0.4 pool, not
+    # 0.9's 32.4 GB (within which that need would have read as fitting)
+    cfg = load_yaml(CONFIG)
+    cfg["policy"]["framework_version"] = "0.6.0"
+    cfg["hardware"]["memory_per_gpu"] = 36e9
+    ev = PlacementEvaluator(build_instance(cfg))
+    twin = ev.table.colocated_candidate("actor.generate", ev.table.lookup("actor.generate", DP8, 128, (1, 1, 8)))
+    assert not twin.fits and 14.4e9 < twin.pool_bytes < 32.4e9
+    score = ev.score(_plan())
+    assert not score.feasible and ev.step_time(_plan()) == float("inf")
+    assert ("GPUs (0, 0, 0)..(0, 0, 7): actor.generate needs 15.6 GB, 14.4 GB available to the rollout engine "
+            "(gpu_memory_utilization 0.4 of 36 GB)") in score.oom, score.oom
