@@ -41,7 +41,8 @@ def test_the_constants_are_the_logged_figures():
     # github.com/vllm-project/vllm/pull/25359: 78.59 GiB free before NCCL's initialisation, 74.07 after
     assert VLLM_NCCL_BYTES == pytest.approx(4.52 * GIB) == pytest.approx(4_853_313_044.48)
     # github.com/vllm-project/vllm/issues/18136: a V1 capture (vLLM 0.8.4, four TP workers) "took 2.28 GiB", the
-    # largest V1 capture logged; above Llama-3.1-8B INT8's 2.02 GiB at TP 1 (issues/14286) and Maverick's ~1.3 GB
+    # largest V1 capture logged; above Llama-3.1-8B INT8's 2.02 GiB at TP 1
+    # (github.com/vllm-project/vllm/issues/14286) and Maverick's ~1.3 GB
     assert VLLM_CUDA_GRAPH_BYTES == pytest.approx(2_448_131_358.72)
     assert VLLM_CUDA_GRAPH_BYTES >= 2.02 * GIB and VLLM_CUDA_GRAPH_BYTES >= 1.40 * GIB
     # github.com/vllm-project/vllm/issues/15664 (2025-04-11 comment): a V0 engine's capture "took 3.34 GiB",
