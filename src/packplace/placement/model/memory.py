@@ -79,7 +79,7 @@ VLLM_NCCL_OUTSIDE_POOL_SINCE = (0, 11)
 #: capture logged by a vLLM release, "[gpu_model_runner.py:1626] Graph capturing finished in 78 secs, took 2.28 GiB" on
 #: each of four tensor-parallel workers under vLLM 0.8.4 (github.com/vllm-project/vllm/issues/18136). An upper envelope
 #: of the V1 logs found (docs/calibration-and-validation.md "CUDA graphs by release: the logged captures and the
-#: envelope"): Llama-3.1-8B INT8 at TP 1, 2.02 GiB (vLLM 0.7.4 V1, capture sizes 1-512,
+#: envelope"): Llama-3.1-8B INT8 at TP 1, 2.02 GiB (vLLM 0.7.x V1, capture sizes 1-512,
 #: github.com/vllm-project/vllm/issues/14286); Llama 4 Maverick 1.40 GiB (vLLM 0.9.2,
 #: github.com/sgl-project/sglang/issues/8538; "~1.3 GB", github.com/vllm-project/vllm/pull/21489); Kimi-K2.6 at TP 8
 #: 1.40 GiB (github.com/vllm-project/vllm/issues/47654); Gemma-3-4B 0.65 GiB. The pool grows with the number of capture
