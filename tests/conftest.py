@@ -109,3 +109,25 @@ def one_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
     return lines[0]
+
+
+#: The CUDA-graph term the placement solver tests' toy instances were sized around, bytes (1.3 GiB).
+TOY_CUDA_GRAPH_BYTES = 1.3 * 2**30
+
+
+@pytest.fixture(scope="module")
+def toy_cuda_graphs():
+    """``memory.VLLM_CUDA_GRAPH_BYTES`` at :data:`TOY_CUDA_GRAPH_BYTES` for a whole module (module scope: such modules
+    cache their tables across tests, and property tests take no function-scoped fixture).
+
+    The placement solver tests' toy instances (an 8-layer, 1024-wide model on GPUs of 2.4-20 GB, a bare vLLM engine at
+    a small ``gpu_memory_utilization``) were sized so that the engine's pool and its CUDA graphs keep memory binding,
+    with the graph term at 1.3 GiB. The V1 envelope since (2.28 GiB, the largest capture a vLLM release logged) alone
+    fills most of such a GPU, which a model that small does not capture (a 1B model logs 0.21 GiB,
+    docs/calibration-and-validation.md "CUDA graphs by release"); the searches are what those tests test. The graph
+    figure itself is tested with the presets (``test_vllm_engine_reservation.py``, ``test_sleep_kept_memory.py``,
+    ``test_engine_fits_gpu.py``)."""
+    from packplace.placement.model import memory
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(memory, "VLLM_CUDA_GRAPH_BYTES", TOY_CUDA_GRAPH_BYTES)
+        yield TOY_CUDA_GRAPH_BYTES

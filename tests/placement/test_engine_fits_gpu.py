@@ -20,7 +20,7 @@ from packplace.placement.task_estimate import MODEL_PRESETS
 
 GPU = 80e9                                    # the h100-sxm preset's memory_per_gpu
 WS = 1.02e9                                   # hardware.memory_workspace default
-OUTSIDE_TP1 = WS + VLLM_CUDA_GRAPH_BYTES      # vLLM 0.11.2 (NeMo RL v0.5), TP 1: 2,415,864,371.2 bytes
+OUTSIDE_TP1 = WS + VLLM_CUDA_GRAPH_BYTES      # vLLM 0.11.2 (NeMo RL v0.5), TP 1: 3,468,131,358.72 bytes
 
 
 def _config(gmu: float) -> dict:
@@ -44,45 +44,45 @@ def test_candidate_fits_by_hand():
 
 
 def test_just_under_the_gpu_fits_and_just_over_does_not():
-    """Pool 0.9697 x 80 GB = 77.576 GB plus 2.416 GB outside (workspace, graphs) = 79.992 GB: 8.14 MB under the
-    GPU at TP 1; at 0.9699 the pool is 77.592 GB and the engine holds 80.008 GB, 7.86 MB over."""
-    under = CandidateTable(build_instance(_config(0.9697)))
+    """Pool 0.9566 x 80 GB = 76.528 GB plus 3.468 GB outside (workspace 1.02 GB, graphs 2.28 GiB) = 79.996 GB:
+    3.87 MB under the GPU at TP 1; at 0.9567 the pool is 76.536 GB and the engine holds 80.004 GB, 4.13 MB over."""
+    under = CandidateTable(build_instance(_config(0.9566)))
     gen = under.all["actor.generate"]
     tp1 = [c for c in gen if c.strategy.tp * c.strategy.pp == 1]
     assert tp1 and all(c.fits for c in tp1)
     for c in tp1:
-        assert c.memory_bytes == pytest.approx(0.9697 * GPU + OUTSIDE_TP1)
-        assert GPU - c.memory_bytes == pytest.approx(8_135_628.8, abs=1.0)
+        assert c.memory_bytes == pytest.approx(0.9566 * GPU + OUTSIDE_TP1)
+        assert GPU - c.memory_bytes == pytest.approx(3_868_641.28, abs=1.0)
     # TP 2 adds NCCL's 4.52 GiB outside the pool (vLLM 0.11): within its pool, over the GPU
     tp2 = [c for c in gen if c.strategy.tp == 2 and c.strategy.pp == 1]
     assert tp2 and not any(c.fits for c in tp2)
-    assert all(c.budget_bytes <= 0.9697 * GPU and c.memory_bytes == pytest.approx(
-        0.9697 * GPU + OUTSIDE_TP1 + VLLM_NCCL_BYTES) for c in tp2)
+    assert all(c.budget_bytes <= 0.9566 * GPU and c.memory_bytes == pytest.approx(
+        0.9566 * GPU + OUTSIDE_TP1 + VLLM_NCCL_BYTES) for c in tp2)
     assert under.feasible["actor.generate"] and all(c.strategy.tp == 1 for c in under.feasible["actor.generate"])
 
-    over = CandidateTable(build_instance(_config(0.9699)))
+    over = CandidateTable(build_instance(_config(0.9567)))
     assert not over.feasible["actor.generate"]
-    assert all(c.memory_bytes - GPU == pytest.approx(7_864_371.2, abs=1.0) for c in over.all["actor.generate"]
+    assert all(c.memory_bytes - GPU == pytest.approx(4_131_358.72, abs=1.0) for c in over.all["actor.generate"]
                if c.strategy.tp * c.strategy.pp == 1)
 
 
 def test_the_error_names_the_field_its_value_the_bytes_and_the_largest_value_that_fits():
-    inst = build_instance(_config(0.9699))
+    inst = build_instance(_config(0.9567))
     with pytest.raises(InfeasibleError) as info:
         CandidateTable(inst).shortfalls()
     text = str(info.value)
-    # floor(100 x (80e9 - 2.416e9) / 80e9) / 100 = floor(96.98) / 100 = 0.96
-    assert text.startswith("[policy] gpu_memory_utilization 0.9699 leaves actor.generate no GPU it fits on: vLLM "
-                           "reserves 77.6 GB of each 80 GB GPU (gpu_memory_utilization x memory_per_gpu) and holds "
-                           "at least 2.42 GB outside that pool")
-    assert ("80 GB in all, 7.9 MB over the GPU; set policy.gpu_memory_utilization to at most 0.96 (76.8 GB pool "
-            "beside 2.42 GB outside it at 1 GPU per replica, whose need inside the pool is ") in text
+    # floor(100 x (80e9 - 3.468e9) / 80e9) / 100 = floor(95.66) / 100 = 0.95
+    assert text.startswith("[policy] gpu_memory_utilization 0.9567 leaves actor.generate no GPU it fits on: vLLM "
+                           "reserves 76.5 GB of each 80 GB GPU (gpu_memory_utilization x memory_per_gpu) and holds "
+                           "at least 3.47 GB outside that pool")
+    assert ("80 GB in all, 4.1 MB over the GPU; set policy.gpu_memory_utilization to at most 0.95 (76 GB pool "
+            "beside 3.47 GB outside it at 1 GPU per replica, whose need inside the pool is ") in text
     assert text.endswith("; the engine alone: the whole plan is checked beside it)")
-    # the suggested value fits: the TP 1 engine then holds 76.8 + 2.42 GB of the 80
-    fixed = CandidateTable(build_instance(_config(0.96)))
+    # the suggested value fits: the TP 1 engine then holds 76 + 3.47 GB of the 80
+    fixed = CandidateTable(build_instance(_config(0.95)))
     assert fixed.feasible["actor.generate"]
     # --check says so too, not "each task fits alone"
-    with pytest.raises(InfeasibleError, match=r"^\[policy\] gpu_memory_utilization 0\.9699 leaves actor\.generate"):
+    with pytest.raises(InfeasibleError, match=r"^\[policy\] gpu_memory_utilization 0\.9567 leaves actor\.generate"):
         check_instance(inst, whole_plan=False)
 
 
@@ -93,13 +93,13 @@ def test_place_check_names_gpu_memory_utilization(tmp_path, capsys):
     assert main(["place", "--config", str(path), "--check", "--quiet"]) == 1
     err = capsys.readouterr().err
     assert "[policy] gpu_memory_utilization 0.99 leaves actor.generate no GPU it fits on" in err
-    assert "at most 0.96" in err and "each task fits alone" not in err
+    assert "at most 0.95" in err and "each task fits alone" not in err
 
 
 def test_openrlhf_default_at_tp_above_one_on_an_80_gb_gpu():
     """OpenRLHF v0.6.4's default 0.95 (--vllm_gpu_memory_utilization) pins no vLLM release, so NCCL and the graphs
-    both lie outside the pool: 76 + 1.02 + 4.85 + 1.40 = 83.27 GB per GPU of a 70B engine, which needs TP >= 2;
-    the largest value that fits is floor(100 x (80 - 7.27) / 80) / 100 = 0.90."""
+    both lie outside the pool: 76 + 1.02 + 4.85 + 2.45 = 84.32 GB per GPU of a 70B engine, which needs TP >= 2;
+    the largest value that fits is floor(100 x (80 - 8.32) / 80) / 100 = 0.89."""
     config = {"hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
               "models": {"actor": dict(MODEL_PRESETS["llama3.1-70b"]), "reward": "rule"},
               "workload": {"batch_size": 64, "samples_per_prompt": 4, "context_length": 256, "generation_length": 512},
@@ -109,23 +109,23 @@ def test_openrlhf_default_at_tp_above_one_on_an_80_gb_gpu():
     assert not table.feasible["actor.generate"]
     held = [c.memory_bytes for c in gen if c.strategy.tp * c.strategy.pp > 1 and c.strategy.pp == 1]
     assert held and all(m == pytest.approx(0.95 * GPU + WS + VLLM_NCCL_BYTES + VLLM_CUDA_GRAPH_BYTES) for m in held)
-    assert held[0] / 1e9 == pytest.approx(83.27, abs=0.005)
+    assert held[0] / 1e9 == pytest.approx(84.32, abs=0.005)
     with pytest.raises(InfeasibleError, match=r"^\[policy\] gpu_memory_utilization 0\.95 leaves actor\.generate .*"
-                                              r"83\.3 GB in all, 3\.27 GB over the GPU; set "
-                                              r"policy\.gpu_memory_utilization to at most 0\.90 "):
+                                              r"84\.3 GB in all, 4\.32 GB over the GPU; set "
+                                              r"policy\.gpu_memory_utilization to at most 0\.89 "):
         table.shortfalls()
-    config["policy"]["gpu_memory_utilization"] = 0.90
+    config["policy"]["gpu_memory_utilization"] = 0.89
     assert CandidateTable(build_instance(config)).feasible["actor.generate"]
 
 
 def test_a_plan_over_the_gpu_only_is_not_said_to_be_over_the_engines_pool():
-    """At gmu 0.9699 the TP 1 engine needs less than its pool but holds 80.008 GB of the 80 GB GPU: the
+    """At gmu 0.9567 the TP 1 engine needs less than its pool but holds 80.004 GB of the 80 GB GPU: the
     evaluator's violation names the GPU (a segment line), never "needs X GB, Y GB available to the rollout
     engine" with X within Y."""
-    inst = build_instance(_config(0.9699))
+    inst = build_instance(_config(0.9567))
     table = CandidateTable(inst)
     gen = next(c for c in table.all["actor.generate"] if c.strategy.tp * c.strategy.pp == 1 and c.extent == (1, 1, 8))
-    assert gen.budget_bytes <= 0.9699 * GPU < gen.memory_bytes
+    assert gen.budget_bytes <= 0.9567 * GPU < gen.memory_bytes
     node = Allocation((0, 0, 0), (1, 1, 8))
     chosen = {name: next(c for c in cands if c.fits and c.extent == (1, 1, 8))
               for name, cands in table.all.items() if name != "actor.generate"}

@@ -22,6 +22,9 @@ from packplace.run import run_for
 from packplace.solvers import available, get
 from packplace.solvers.placement import cpsat
 
+#: The toy instances keep the graph term their GPUs were sized around (tests/conftest.py toy_cuda_graphs).
+pytestmark = pytest.mark.usefixtures("toy_cuda_graphs")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
 SMALL_SHIPPED = [p for p in SHIPPED if load_config(p).num_gpus <= 32]

@@ -19,6 +19,9 @@ from packplace.placement.problem.plan import Plan
 from packplace.solvers.placement import cpsat
 from packplace.solvers.placement.cpsat import periodic
 
+#: The toy instances keep the graph term their GPUs were sized around (tests/conftest.py toy_cuda_graphs).
+pytestmark = pytest.mark.usefixtures("toy_cuda_graphs")
+
 _CACHE: dict = {}
 
 

@@ -108,7 +108,9 @@ def test_tp16_generation_plan_scores_with_the_inter_node_cost():
                         "gpus_per_node": 8},
            "models": {"actor": actor, "reward": "rule"},
            "workload": dict(batch_size=8, samples_per_prompt=2, context_length=128, generation_length=128),
-           "policy": {"algorithm": "grpo"}}
+           # vLLM's default 0.9 leaves 8 GB of the 80 GB GPU beside the pool, under the 8.32 GB a TP > 1 engine of
+           # no known release holds there (1.02 GB context, NCCL 4.85 GB, CUDA graphs 2.45 GB): 0.85 leaves 12 GB
+           "policy": {"algorithm": "grpo", "gpu_memory_utilization": 0.85}}
     inst = build_instance(cfg)
     two = Allocation((0, 0, 0), TWO_NODES)
     gen = get_table(inst).lookup("actor.generate", Strategy(1, 1, 16), 16, TWO_NODES)

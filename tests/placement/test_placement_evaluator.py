@@ -185,8 +185,9 @@ def test_plan_is_canonical_hashable_and_round_trips_json():
 
 def test_fast_path_agrees_with_score_and_bound_holds_on_random_plans():
     # a half-GPU engine (verl's rollout default): at vLLM's 0.9 the engine holds nearly every GPU it runs on
-    # and no random plan of the top candidates fits beside it (0 of 300), which this test needs; 48 of 300 fit
-    # (74 before the bytes a sleeping engine keeps beside the trainer counted: CUDA graphs, NCCL, its context)
+    # and no random plan of the top candidates fits beside it (0 of 300), which this test needs; 39 of 300 fit
+    # (48 with the CUDA graphs at 1.3 GiB, 74 before the bytes a sleeping engine keeps beside the trainer counted:
+    # CUDA graphs, NCCL, its context)
     config = load_yaml(GRPO)
     config["policy"]["gpu_memory_utilization"] = 0.5
     inst = build_instance(config)
@@ -208,7 +209,7 @@ def test_fast_path_agrees_with_score_and_bound_holds_on_random_plans():
             assert score.step_time >= bound - 1e-9
             assert max(score.gpu_memory_peak) <= inst.hardware.memory_per_gpu
             assert 0 < score.mfu < 1
-    assert feasible > 40, feasible
+    assert feasible > 30, feasible
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml"))),

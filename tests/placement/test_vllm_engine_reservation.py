@@ -21,6 +21,7 @@ from packplace.placement.model.memory import (
     EngineReservation,
     engine_held_bytes,
     engine_reservation,
+    engine_sleep_kept_bytes,
     weight_bytes,
 )
 from packplace.placement.problem.config import build_instance
@@ -39,8 +40,11 @@ def reservation(tp=1, pp=1, generation="v1", release=(0, 11, 2), eager=False, wo
 def test_the_constants_are_the_logged_figures():
     # github.com/vllm-project/vllm/pull/25359: 78.59 GiB free before NCCL's initialisation, 74.07 after
     assert VLLM_NCCL_BYTES == pytest.approx(4.52 * GIB) == pytest.approx(4_853_313_044.48)
-    # github.com/vllm-project/vllm/pull/21489: ~1.3 GB of CUDA graphs (Llama 4 Maverick), read as GiB
-    assert VLLM_CUDA_GRAPH_BYTES == pytest.approx(1_395_864_371.2)
+    # github.com/vllm-project/vllm/issues/18136: a V1 capture (vLLM 0.8.4, four TP workers) "took 2.28 GiB", the
+    # largest V1 capture logged; above Llama-3.1-8B INT8's 2.02 GiB at TP 1
+    # (github.com/vllm-project/vllm/issues/14286) and Maverick's ~1.3 GB
+    assert VLLM_CUDA_GRAPH_BYTES == pytest.approx(2_448_131_358.72)
+    assert VLLM_CUDA_GRAPH_BYTES >= 2.02 * GIB and VLLM_CUDA_GRAPH_BYTES >= 1.40 * GIB
     # github.com/vllm-project/vllm/issues/15664 (2025-04-11 comment): a V0 engine's capture "took 3.34 GiB",
     # above the V0 model runner's own "1~3 GiB" (vllm/worker/model_runner.py capture_model)
     assert VLLM_V0_CUDA_GRAPH_BYTES == pytest.approx(3_586_297_364.48)
@@ -49,25 +53,25 @@ def test_the_constants_are_the_logged_figures():
 def test_tp_1_and_tp_2_footprints_by_hand_at_vllm_0_11():
     one, two = reservation(tp=1), reservation(tp=2)
     # TP 1: the context/workspace and the graphs outside the pool, nothing inside
-    assert one == EngineReservation(0.0, pytest.approx(1.02e9 + 1_395_864_371.2), True)
+    assert one == EngineReservation(0.0, pytest.approx(1.02e9 + 2_448_131_358.72), True)
     # TP 2: NCCL's 4.52 GiB join them (the snapshot follows NCCL's initialisation from 0.11)
-    assert two.outside == pytest.approx(1.02e9 + 1_395_864_371.2 + 4_853_313_044.48)
+    assert two.outside == pytest.approx(1.02e9 + 2_448_131_358.72 + 4_853_313_044.48)
     assert two.outside - one.outside == pytest.approx(4_853_313_044.48)
     # pipeline stages: the last stage's 8.76 GiB (23.56 GiB total - 14.8 GiB free at TP 2 PP 2,
     # github.com/vllm-project/vllm/pull/45517) on every GPU, whatever the TP
     pp_nccl = 23.56 * GIB - 14.8 * GIB
     assert VLLM_NCCL_PP_BYTES == pytest.approx(pp_nccl) == pytest.approx(9_405_978_378.24)
     for tp in (1, 2, 8):
-        assert reservation(tp=tp, pp=2).outside == pytest.approx(1.02e9 + 1_395_864_371.2 + pp_nccl)
+        assert reservation(tp=tp, pp=2).outside == pytest.approx(1.02e9 + 2_448_131_358.72 + pp_nccl)
     assert reservation(tp=2, pp=4).outside - two.outside == pytest.approx(pp_nccl - 4_853_313_044.48)
     # before vLLM 0.11 the stages' NCCL lies inside the pool as TP's does
     assert reservation(tp=2, pp=2, release=(0, 10, 0)).outside == pytest.approx(one.outside)
 
 
 def test_nccl_inside_the_pool_before_0_11_adds_nothing_outside():
-    assert reservation(tp=8, release=(0, 10, 0)).outside == pytest.approx(1.02e9 + 1_395_864_371.2)
+    assert reservation(tp=8, release=(0, 10, 0)).outside == pytest.approx(1.02e9 + 2_448_131_358.72)
     assert reservation(tp=8, release=(0, 10, 0)).in_pool == 0.0
-    assert reservation(tp=8, release=(0, 11, 0)).outside == pytest.approx(1.02e9 + 1_395_864_371.2 + 4.52 * GIB)
+    assert reservation(tp=8, release=(0, 11, 0)).outside == pytest.approx(1.02e9 + 2_448_131_358.72 + 4.52 * GIB)
 
 
 def test_the_graph_term_by_release_and_enforce_eager():
@@ -83,6 +87,78 @@ def test_the_graph_term_by_release_and_enforce_eager():
     # a V0 engine captures after the cache too (its own, larger logged capture); its NCCL is inside the pool
     assert reservation(tp=2, generation="v0", release=(0, 6, 3)).outside == pytest.approx(1.02e9 + 3_586_297_364.48)
     assert reservation(tp=2, generation="v0", release=(0, 6, 3), eager=True).outside == pytest.approx(1.02e9)
+
+
+#: Logged captures (docs/calibration-and-validation.md "CUDA graphs by release"): (engine, vLLM, TP, GiB).
+LOGGED_CAPTURES = [
+    ("v1", (0, 8, 4), 4, 2.28),    # github.com/vllm-project/vllm/issues/18136, "took 2.28 GiB" on 4 workers
+    ("v1", (0, 8, 4), 1, 2.02),    # Llama-3.1-8B INT8, github.com/vllm-project/vllm/issues/14286 (0.7.x V1)
+    ("v1", (0, 9, 2), 8, 1.40),    # Llama 4 Maverick, github.com/sgl-project/sglang/issues/8538
+    ("v0", (0, 6, 3), 1, 3.34),    # 49B GPTQ on an L40S, github.com/vllm-project/vllm/issues/15664
+    ("v0", (0, 4, 2), 4, 2.41),    # Yi-1.5-34B, 23,859 - 21,395 MiB, github.com/vllm-project/vllm/issues/7553
+]
+
+
+@pytest.mark.parametrize("generation, release, tp, logged_gib", LOGGED_CAPTURES)
+def test_the_graph_term_is_never_below_a_logged_capture(generation, release, tp, logged_gib):
+    # the engine's graphs alone: what it holds outside the pool less its context and (from 0.11) NCCL's buffers
+    r = reservation(tp=tp, generation=generation, release=release)
+    nccl = VLLM_NCCL_BYTES if tp > 1 and generation == "v1" and release >= (0, 11) else 0.0
+    graphs = r.outside - WS - nccl
+    assert r.in_pool == 0.0 and graphs >= logged_gib * GIB
+    # a sleeping engine keeps the same graphs (NCCL and its context besides)
+    kept = engine_sleep_kept_bytes(tp=tp, pp=1, engine_generation=generation, enforce_eager=False, workspace=0.0,
+                                   own_process=False)
+    assert kept - (VLLM_NCCL_BYTES if tp > 1 else 0.0) == pytest.approx(graphs)
+
+
+def test_the_hand_computed_graph_bytes_of_the_tp_4_and_tp_1_captures():
+    # TP 4 at vLLM 0.8.4 (NCCL inside the pool before 0.11): outside = 1.02e9 + 2.28 x 2^30 = 3,468,131,358.72 bytes,
+    # of which 2,448,131,358.72 the graphs: at 1.3 GiB (1,395,864,371.2) the logged 2.28 GiB was 1.05 GB under
+    assert reservation(tp=4, release=(0, 8, 4)).outside == pytest.approx(3_468_131_358.72)
+    assert reservation(tp=4, release=(0, 8, 4)).outside - WS > 2.28 * GIB - 1.0 > 1_395_864_371.2
+    # TP 1 at 0.11.2 (NeMo RL v0.5): the same 2.28 GiB, above Llama-3.1-8B INT8's 2.02 GiB = 2,168,958,484.48
+    assert reservation(tp=1, release=(0, 11, 2)).outside - WS == pytest.approx(2_448_131_358.72)
+    assert 2.02 * GIB == pytest.approx(2_168_958_484.48) and 2.02 * GIB > 1_395_864_371.2
+    # a V0 engine keeps its own 3.34 GiB = 3,586,297,364.48, above the V1 term
+    assert reservation(tp=4, generation="v0", release=(0, 6, 3)).outside - WS == pytest.approx(3_586_297_364.48)
+
+
+@pytest.mark.parametrize("framework, version, side", [
+    ("openrlhf", "0.2.7", "outside"),    # vLLM 0.4.2, V0
+    ("verl", "0.1.0", "outside"),        # vLLM 0.6.3, V0
+    ("verl", "0.4.1", "outside"),        # vLLM 0.8.4
+    ("verl", "0.6.0", "outside"),        # vLLM 0.8.4 (setup.py <=0.9.1)
+    ("verl", "0.6.1", "outside"),        # no release: outside, the side that never under-counts
+    ("nemo-rl", "0.3.0", "outside"),     # vLLM 0.9.0
+    ("nemo-rl", "0.4.0", "outside"),     # vLLM 0.10.0
+    ("nemo-rl", "0.5.0", "outside"),     # vLLM 0.11.2
+    ("nemo-rl", "0.6.0", "outside"),     # vLLM 0.17.1
+    ("nemo-rl", "0.7.0", "outside"),     # vLLM 0.20.0: the estimate is still opt-in
+    ("openrlhf", None, "outside"),       # "0.8.1 and later": no release
+])
+def test_the_graphs_side_of_the_pool_at_each_pinned_release(framework, version, side):
+    from packplace.placement.model.framework import FRAMEWORK_VERSIONS, version_defaults
+    entry = version_defaults(framework, version) if version else FRAMEWORK_VERSIONS[framework][-1]
+    release = engine_vllm_release(framework, version)
+    r = reservation(tp=1, generation=entry.engine_generation, release=release)
+    graphs = VLLM_V0_CUDA_GRAPH_BYTES if entry.engine_generation == "v0" else VLLM_CUDA_GRAPH_BYTES
+    assert side == "outside" and r.in_pool == 0.0 and r.outside == pytest.approx(WS + graphs)
+
+
+def test_from_0_21_the_graphs_count_once_inside_the_pool():
+    for release in ((0, 21, 0), (0, 23, 1), (1, 0)):
+        r = reservation(tp=2, release=release)
+        # inside the pool (the KV cache shrinks by them), not also beside it: outside is the context and NCCL only
+        assert r.in_pool == pytest.approx(VLLM_CUDA_GRAPH_BYTES)
+        assert r.outside == pytest.approx(WS + VLLM_NCCL_BYTES)
+    # every release and generation: the graph bytes appear exactly once, inside or outside
+    for generation, release in (("v0", (0, 6, 3)), ("v1", (0, 8, 4)), ("v1", (0, 20, 0)), ("v1", (0, 21, 0)),
+                                ("v1", None)):
+        with_graphs = reservation(tp=1, generation=generation, release=release)
+        eager = reservation(tp=1, generation=generation, release=release, eager=True)
+        graphs = VLLM_V0_CUDA_GRAPH_BYTES if generation == "v0" else VLLM_CUDA_GRAPH_BYTES
+        assert (with_graphs.in_pool + with_graphs.outside) - (eager.in_pool + eager.outside) == pytest.approx(graphs)
 
 
 def test_an_unknown_release_never_counts_less_than_any_known_one():
@@ -121,6 +197,9 @@ def test_framework_releases_pin_their_vllm():
     assert engine_vllm_release("nemo-rl", "0.6.0") == (0, 17, 1)
     assert engine_vllm_release("nemo-rl", None) == (0, 20, 0)   # the current defaults: the last entry
     assert engine_vllm_release("verl", "0.4.1") == (0, 8, 4)
+    assert engine_vllm_release("verl", "0.6.0") == (0, 8, 4)      # setup.py vllm>=0.7.3,<=0.9.1
+    assert engine_vllm_release("verl", "0.6.1") is None           # vllm>=0.8.5,<=0.11.0: across 0.11
+    assert engine_vllm_release("verl", None) is None
     assert engine_vllm_release("openrlhf", "0.2.7") == (0, 4, 2)
     assert engine_vllm_release("openrlhf", None) is None          # "vllm 0.8.1 and later": unknown
     assert engine_vllm_release("none", None) is None

@@ -243,8 +243,13 @@ FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
                         "rollout enforce_eager: True; dp_actor.py logprobs_from_logits(inplace_backward=True), "
                         "entropy_coeff: 0", VERL_LOGIT_BYTES, vllm=(0, 8, 4)),
         VersionDefaults((0, 6), False, "v1",
-                        "verl v0.6.0+: verl/trainer/config/rollout/rollout.yaml enforce_eager: False (commit "
-                        "ff6978c14); vllm_rollout_spmd.py and vllm_async_server.py import vllm.v1",
+                        "verl v0.6.0: verl/trainer/config/rollout/rollout.yaml enforce_eager: False (commit "
+                        "ff6978c14); vllm_rollout_spmd.py and vllm_async_server.py import vllm.v1; requirements.txt "
+                        "'# vllm==0.8.4' (setup.py vllm>=0.7.3,<=0.9.1, as on main until v0.6.1, e.g. b25bb7d4f: "
+                        "every release of the range before 0.11)", VERL_LOGIT_BYTES, vllm=(0, 8, 4)),
+        VersionDefaults((0, 6, 1), False, "v1",
+                        "verl v0.6.1+: as v0.6.0, but setup.py vllm>=0.8.5,<=0.11.0 (v0.7.0: <=0.12.0), a range "
+                        "across 0.11, where NCCL's buffers leave gpu_memory_utilization: no release taken",
                         VERL_LOGIT_BYTES),
     ),
     "openrlhf": (

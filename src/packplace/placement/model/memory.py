@@ -80,22 +80,33 @@ VLLM_NCCL_BYTES = 4.52 * _GIB
 VLLM_NCCL_PP_BYTES = 8.76 * _GIB
 #: Release from which NCCL's buffers lie outside ``gpu_memory_utilization`` (:data:`VLLM_NCCL_BYTES`).
 VLLM_NCCL_OUTSIDE_POOL_SINCE = (0, 11)
-#: CUDA-graph memory per GPU of a vLLM engine that captures graphs (``enforce_eager`` false), bytes: "on
-#: LLAMA4 Maverick, it underestimates ~1.3 GB for CUDAGraph" (github.com/vllm-project/vllm/pull/21489), the
-#: largest V1 capture among the published ones found (Gemma-3-4B 0.65 GiB in the same pull request; Llama-3-70B
-#: AWQ at TP 8 0.62 GB, github.com/vllm-project/vllm/pull/5515), read as GiB. vLLM captures the graphs after the KV
-#: cache, so before 0.21 they lie outside ``gpu_memory_utilization`` ("captured after memory profiling ...
-#: This can lead to oversized KV cache and subsequent OOM", github.com/vllm-project/vllm/pull/30515); from
-#: 0.21 vLLM estimates them and subtracts the estimate from the KV cache by default ("CUDA graph memory
-#: profiling is enabled (default since v0.21.0)", the start-up log).
-VLLM_CUDA_GRAPH_BYTES = 1.3 * _GIB
+#: CUDA-graph memory per GPU of a V1 vLLM engine that captures graphs (``enforce_eager`` false), bytes: the largest V1
+#: capture logged by a vLLM release, "[gpu_model_runner.py:1626] Graph capturing finished in 78 secs, took 2.28 GiB" on
+#: each of four tensor-parallel workers under vLLM 0.8.4 (github.com/vllm-project/vllm/issues/18136). An upper envelope
+#: of the V1 logs found (docs/calibration-and-validation.md "CUDA graphs by release: the logged captures and the
+#: envelope"): Llama-3.1-8B INT8 at TP 1, 2.02 GiB (vLLM 0.7.x V1, capture sizes 1-512,
+#: github.com/vllm-project/vllm/issues/14286); Llama 4 Maverick 1.40 GiB (vLLM 0.9.2,
+#: github.com/sgl-project/sglang/issues/8538; "~1.3 GB", github.com/vllm-project/vllm/pull/21489); Kimi-K2.6 at TP 8
+#: 1.40 GiB (github.com/vllm-project/vllm/issues/47654); Gemma-3-4B 0.65 GiB. The pool grows with the number of capture
+#: sizes (V1's default ``[1, 2, 4] + range(8, 513, 8)``, 67 sizes capped by ``max_num_batched_tokens``, vllm/config.py
+#: ``_set_cudagraph_sizes``), the model's layers (one graph per piece per size under piecewise capture) and the
+#: release's kernels; no log gives those with its figure often enough to fit them, so one envelope for every V1 engine,
+#: model and TP. vLLM captures the graphs after the KV cache, so before 0.21 they lie outside ``gpu_memory_utilization``
+#: ("captured after memory profiling ... This can lead to oversized KV cache and subsequent OOM",
+#: github.com/vllm-project/vllm/pull/30515); from 0.21 vLLM estimates them and subtracts the estimate from the KV cache
+#: by default ("CUDA graph memory profiling is enabled (default since v0.21.0)", the start-up log;
+#: :data:`VLLM_GRAPHS_IN_POOL_SINCE`).
+VLLM_CUDA_GRAPH_BYTES = 2.28 * _GIB
 #: CUDA-graph memory per GPU of a V0 engine that captures graphs, bytes: "[model_runner.py:1598] Graph capturing
 #: finished in 29 secs, took 3.34 GiB", a reproduction on an L40S with vLLM 0.8.3, ``VLLM_USE_V1=0``,
 #: Llama-3.3-Nemotron-Super-49B 4-bit GPTQ at ``--max-model-len 32768``, quoted in the 2025-04-11 comment of
 #: github.com/vllm-project/vllm/issues/15664 ("VLLM 0.8.2 OOM error"): the largest V0 capture logged, above the V0
 #: model runner's own "CUDA graphs can take additional 1~3 GiB memory per GPU" (vllm/worker/model_runner.py
-#: ``capture_model``), which it therefore does not take. V0 captures after the KV cache as V1 does
-#: (``capture_model`` takes the allocated ``kv_caches``), so outside ``gpu_memory_utilization``.
+#: ``capture_model``), which it therefore does not take, and above a tensor-parallel V0 engine's 2.41 GiB (Yi-1.5-34B
+#: at TP 4, vLLM 0.5.4: 23,859 MiB used with graphs against 21,395 MiB with ``--enforce-eager``,
+#: github.com/vllm-project/vllm/issues/7553). V0 captures after the KV cache as V1 does (``Worker.initialize_cache``
+#: allocates the cache, then ``_warm_up_model`` runs ``capture_model(self.gpu_cache)``), so outside
+#: ``gpu_memory_utilization``.
 VLLM_V0_CUDA_GRAPH_BYTES = 3.34 * _GIB
 #: Release from which vLLM subtracts its CUDA graphs from the KV cache (:data:`VLLM_CUDA_GRAPH_BYTES`).
 VLLM_GRAPHS_IN_POOL_SINCE = (0, 21)
@@ -661,9 +672,9 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     :data:`VLLM_NCCL_OUTSIDE_POOL_SINCE`: :data:`VLLM_NCCL_BYTES` when ``tp`` > 1 with one stage,
     :data:`VLLM_NCCL_PP_BYTES`, the last stage's, when ``pp`` > 1) and the CUDA graphs
     captured after the cache (``enforce_eager`` false and ``vllm_release`` below
-    :data:`VLLM_GRAPHS_IN_POOL_SINCE`: :data:`VLLM_CUDA_GRAPH_BYTES`; a V0 engine's
-    :data:`VLLM_V0_CUDA_GRAPH_BYTES`). From 0.21 the graphs'
-    estimate is taken from the KV cache instead (``in_pool``). Before 0.11 NCCL's buffers are inside the
+    :data:`VLLM_GRAPHS_IN_POOL_SINCE`: :func:`_graph_bytes`, 2.28 GiB on V1, a V0 engine's 3.34 GiB). From 0.21 the
+    graphs' estimate is taken from the KV cache instead (``in_pool``, the same bytes, not also outside:
+    :func:`_graphs_in_pool`). Before 0.11 NCCL's buffers are inside the
     fraction; the package prices the fraction at ``memory_per_gpu``, under the CUDA total (6% on an H100), and
     that difference stands in for the non-torch and activation bytes vLLM counts inside it, so they are not
     added again (docs/calibration-and-validation.md "The engine's KV budget against vLLM's start-up logs").
@@ -681,9 +692,8 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     if engine_generation == "v0":
         return EngineReservation(0.0, workspace + graph, True)
     nccl_outside = vllm_release is None or tuple(vllm_release) >= VLLM_NCCL_OUTSIDE_POOL_SINCE
-    graphs_inside = vllm_release is not None and tuple(vllm_release) >= VLLM_GRAPHS_IN_POOL_SINCE
     nccl = _nccl_bytes(tp, pp) if nccl_outside else 0.0
-    if graphs_inside:
+    if _graphs_in_pool(engine_generation, vllm_release):
         return EngineReservation(graph, workspace + nccl, True)
     return EngineReservation(0.0, workspace + nccl + graph, True)
 
@@ -714,7 +724,7 @@ def engine_sleep_kept_bytes(*, tp: int, pp: int, engine_generation: str | None, 
     offloads the weights to CPU memory and discards the KV cache) and frees only those; the rest of the
     engine stays on the GPU through the trainer's passes:
 
-    * its CUDA graphs (``enforce_eager`` false: :data:`VLLM_CUDA_GRAPH_BYTES`, a V0 engine's
+    * its CUDA graphs (``enforce_eager`` false: :func:`_graph_bytes`, :data:`VLLM_CUDA_GRAPH_BYTES`, a V0 engine's
       :data:`VLLM_V0_CUDA_GRAPH_BYTES`), captured into PyTorch's graph pool outside the tagged allocations,
       whatever side of ``gpu_memory_utilization`` the release counts them on (verl
       ``verl/trainer/config/rollout/rollout.yaml``, ``cudagraph_capture_sizes``: "cudagraph in inference
@@ -759,11 +769,25 @@ def _check_engine_args(caller: str, tp: int, pp: int, engine_generation: str | N
 
 
 def _graph_bytes(engine_generation: str, enforce_eager: bool) -> float:
-    """A vLLM engine's CUDA-graph bytes per GPU: none when eager, :data:`VLLM_V0_CUDA_GRAPH_BYTES` on a V0
-    engine, :data:`VLLM_CUDA_GRAPH_BYTES` on V1."""
+    """A vLLM engine's CUDA-graph bytes per GPU, the one place :func:`engine_reservation` and
+    :func:`engine_sleep_kept_bytes` take them from: none when eager, :data:`VLLM_V0_CUDA_GRAPH_BYTES` (3.34 GiB)
+    on a V0 engine, :data:`VLLM_CUDA_GRAPH_BYTES` (2.28 GiB) on V1, whatever the model, TP or capture sizes: the
+    largest capture each engine generation's published start-up logs show (sources at the constants), an upper
+    envelope, never a fit. Where they lie (:func:`_graphs_in_pool`) is the release's, not this function's."""
     if enforce_eager:
         return 0.0
     return VLLM_V0_CUDA_GRAPH_BYTES if engine_generation == "v0" else VLLM_CUDA_GRAPH_BYTES
+
+
+def _graphs_in_pool(engine_generation: str, vllm_release: tuple[int, ...] | None) -> bool:
+    """Whether a vLLM engine's release counts its CUDA graphs inside ``gpu_memory_utilization`` (its KV cache
+    shrinks by them) rather than beside it: only a V1 engine of a known release from
+    :data:`VLLM_GRAPHS_IN_POOL_SINCE` (0.21, ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` on by default). Every
+    earlier release captures after the KV cache is sized and allocated (V0 ``Worker.initialize_cache`` then
+    ``capture_model``; V1 ``Worker.determine_available_memory`` profiles one dummy forward,
+    ``initialize_from_config`` allocates the cache, ``compile_or_warm_up_model`` captures, vllm/v1/worker/gpu_worker.py
+    at 0012cf69, the 0.8 line); an unknown release (``None``) takes the side that never under-counts, outside."""
+    return engine_generation == "v1" and vllm_release is not None and tuple(vllm_release) >= VLLM_GRAPHS_IN_POOL_SINCE
 
 
 def _nccl_bytes(tp: int, pp: int) -> float:
