@@ -49,6 +49,7 @@ import numpy as np
 from packplace.context_parallel.cost import cost_from_shape
 from packplace.contract import REQUIRED, check_section
 from packplace.errors import ConfigError, show
+from packplace.placement.estimate_engine import engine_gmu, engine_lines, engine_memory
 from packplace.placement.estimate_trainer import (
     TrainerBackend,
     framework_none_trainer,
@@ -149,8 +150,12 @@ class Estimate:
         parts: Seconds by part: ``forward``, ``backward``, ``recompute``, ``optimizer`` (train; ``trainer_rate``
             on a PyTorch-native trainer's eager kernels), ``prefill``, ``decode`` (generate, decode),
             ``communication``, ``overhead``.
-        memory: Bytes per GPU: ``peak_bytes`` and the parts of :data:`MEMORY_PARTS`.
-        capacity_bytes: The GPU's memory (``memory_per_gpu``), bytes; fits: ``peak_bytes <= capacity_bytes``.
+        memory: Bytes per GPU: ``peak_bytes`` and the parts of :data:`MEMORY_PARTS` (for a vLLM engine the need
+            inside its pool; ``peak_bytes`` then the pool and the bytes outside it, ``engine``).
+        capacity_bytes: The GPU's memory (``memory_per_gpu``), bytes; fits: ``peak_bytes <= capacity_bytes``
+            (a vLLM engine: ``place``'s rule, its need within the pool too).
+        engine: A vLLM engine's decode or generation: what ``place`` charges it
+            (:func:`~packplace.placement.estimate_engine.engine_memory`, bytes per GPU); else empty.
         model: Parameters of the model; gpu: the preset; components: the component table that priced the
             kernels, or ``knobs`` (the efficiency-knob model); components_derivation: for a derived table
             (``h100-sxm``, ``b200``, ``gb200``) how it follows from the measured one, else ``""``.
@@ -164,10 +169,14 @@ class Estimate:
     inputs: dict[str, Any] = field(default_factory=dict)
     capacity_bytes: float = float("inf")
     components_derivation: str = ""
+    engine: dict[str, float] = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
-        """Whether the predicted peak fits in the GPU's memory (the memory model never under-predicts)."""
+        """Whether the predicted peak fits in the GPU's memory (the memory model never under-predicts); a vLLM
+        engine's by ``place``'s rule (:func:`~packplace.placement.candidates.candidate_fits`)."""
+        if self.engine:
+            return bool(self.engine["fits"])
         return self.memory["peak_bytes"] <= self.capacity_bytes
 
     def as_dict(self) -> dict[str, Any]:
@@ -175,7 +184,7 @@ class Estimate:
         return {"time_s": self.time_s, "parts": dict(self.parts), "memory": dict(self.memory),
                 "capacity_bytes": self.capacity_bytes, "fits": self.fits,
                 "components": self.components, "components_derivation": self.components_derivation,
-                "inputs": dict(self.inputs)}
+                "inputs": dict(self.inputs), **({"engine": dict(self.engine)} if self.engine else {})}
 
 
 def resolve_model(spec: Any) -> TransformerShape:
@@ -473,7 +482,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool = False, framework_version: str | None = None,
              entropy_coeff: float = 0.0, train_mb_tokens: int | None = None, sharding: str | None = None,
-             pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto") -> Estimate:
+             pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto",
+             gpu_memory_utilization: float | None = None) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -519,6 +529,10 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             (:func:`~packplace.placement.estimate_trainer.resolve_trainer_backend`); with an RL ``framework`` (or
             ``megatron``) priced as the evaluator prices the vertex (:func:`~packplace.placement.estimate_trainer.
             trainer_pass_parts`), ``framework="none"`` under ``auto``: the bare one-GPU kernels.
+        gpu_memory_utilization: A vLLM engine's (decode, generate) pool, a fraction of the GPU; unset: the
+            framework's default, as ``place`` takes it (:func:`~packplace.placement.estimate_engine.engine_gmu`).
+            The engine's peak is then what ``place`` charges it: the pool and the bytes outside it
+            (:func:`~packplace.placement.estimate_engine.engine_memory`).
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -563,10 +577,37 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                           logit_bytes=logit_bytes, sharding=sharding, cp=cp, trainer_backend=backend.name,
                           cp_exact=pack is not None, framework_version=framework_version)
     inputs.update({"trainer_rate_fraction": PYTORCH_TRAIN_FRACTION} if "trainer_rate" in parts else {})
+    engine = _pooled_engine(memory, task, gpu_memory_utilization, hw=hw, cluster=cluster, tp=tp, pp=pp, ep=ep,
+                            framework=framework, framework_version=framework_version,
+                            engine_generation=engine_generation, enforce_eager=enforce_eager)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
                     components=components.gpu if priced else "knobs", capacity_bytes=float(hw.memory_per_gpu),
-                    components_derivation=components.derivation if priced else "")
+                    components_derivation=components.derivation if priced else "", engine=engine)
+
+
+def _pooled_engine(memory: dict[str, float], task: str, gmu: Any, **engine: Any) -> dict[str, float]:
+    """What ``place`` charges a vLLM engine's ``task`` (decode, generate) whose need inside the pool is
+    ``memory`` (:func:`~packplace.placement.estimate_engine.engine_memory`, ``engine`` its keywords); ``memory``'s
+    ``peak_bytes`` becomes that charge. Empty for any other task or an engine without a pool.
+
+    Raises:
+        ConfigError: ``gpu_memory_utilization`` given for a task or framework that reserves no pool, or out of
+            (0, 1].
+    """
+    pooled = task in ("decode", "generate") and engine["engine_generation"] is not None
+    if not pooled:
+        if gmu is not None:
+            raise ConfigError(f"gpu_memory_utilization: {show(gmu)} sizes a vLLM engine's pool (task decode or "
+                              f"generate with framework vllm, verl, nemo-rl or openrlhf), not task {task} with "
+                              f"framework {engine['framework']}; drop it")
+        return {}
+    gmu = engine_gmu(engine["framework"], engine["framework_version"], gmu)
+    charged = engine_memory(memory, gmu=gmu, **engine)
+    if charged is None:
+        return {}
+    memory["peak_bytes"] = charged["peak_bytes"]
+    return charged
 
 
 def _unused_kv_fraction(gpu: str | None, hw: Hardware, task: str, engine_generation: str | None,
@@ -1336,6 +1377,13 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--enforce-eager", action="store_true", dest="enforce_eager",
                    help="decode without CUDA graphs (vLLM's enforce_eager): every decode iteration issues each "
                         "kernel from the host (decode, generate)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=None, dest="gpu_memory_utilization",
+                   metavar="F", help="a vLLM engine's pool (decode, generate with --framework vllm, verl, nemo-rl or "
+                                     "openrlhf): the fraction of each GPU it reserves at start-up, as "
+                                     "policy.gpu_memory_utilization; default the framework's, as place takes it. The "
+                                     "peak is then what place charges the engine: the pool plus the CUDA graphs, NCCL "
+                                     "buffers and CUDA context outside it, and it fits by place's rule (its need "
+                                     "within the pool, the pool and the outside bytes within the GPU)")
     p.set_defaults(func=run_estimate)
 
 
@@ -1468,6 +1516,8 @@ def format_estimate(result: Estimate) -> str:
     verdict = "fits" if result.fits else "does NOT fit"
     lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({verdict} in "
                  f"{result.capacity_bytes / GB:.2f} GB)")
+    if result.engine:   # place's charge: the pool and what lies outside it
+        return "\n".join(lines + engine_lines(result.engine))
     lines += [f"  {name:<14} {result.memory[name] / GB:.2f} GB" for name in MEMORY_PARTS]
     return "\n".join(lines)
 
@@ -1527,7 +1577,8 @@ def run_estimate(args) -> int:
                       cp=getattr(args, "cp", 1),
                       framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None),
                       entropy_coeff=args.entropy_coeff, train_mb_tokens=args.train_mb_tokens,
-                      sharding=args.sharding, trainer_backend=args.trainer_backend)
+                      sharding=args.sharding, trainer_backend=args.trainer_backend,
+                      gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None))
     print(format_estimate(result))
     args.json_document = result.as_dict()
     return 0
