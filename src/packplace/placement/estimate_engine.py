@@ -90,6 +90,18 @@ def engine_memory(memory: dict[str, float], *, hw: Hardware, cluster: Cluster, t
             "fits": float(candidate_fits(weights, held, need, pool, capacity))}
 
 
+def add_engine_argument(parser: Any) -> None:
+    """Add ``--gpu-memory-utilization`` to ``estimate``'s argument ``parser``."""
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None, dest="gpu_memory_utilization",
+                        metavar="F", help="a vLLM engine's pool (decode, generate with --framework vllm, verl, nemo-rl "
+                                          "or openrlhf): the fraction of each GPU it reserves at start-up, as "
+                                          "policy.gpu_memory_utilization; default the framework's, as place takes "
+                                          "it. The peak is then what place charges the engine: the pool plus the "
+                                          "CUDA graphs, NCCL buffers and CUDA context outside it, and it fits by "
+                                          "place's rule (its need within the pool, the pool and the outside bytes "
+                                          "within the GPU)")
+
+
 def engine_lines(engine: dict[str, float]) -> list[str]:
     """The text lines of :func:`engine_memory`'s split (GB per GPU), under ``estimate``'s peak line."""
     GB = 1e9

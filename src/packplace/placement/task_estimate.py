@@ -49,7 +49,7 @@ import numpy as np
 from packplace.context_parallel.cost import cost_from_shape
 from packplace.contract import REQUIRED, check_section
 from packplace.errors import ConfigError, show
-from packplace.placement.estimate_engine import engine_gmu, engine_lines, engine_memory
+from packplace.placement.estimate_engine import add_engine_argument, engine_gmu, engine_lines, engine_memory
 from packplace.placement.estimate_trainer import (
     TrainerBackend,
     framework_none_trainer,
@@ -480,10 +480,9 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
              seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str = "none",
              optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
-             enforce_eager: bool = False, framework_version: str | None = None,
+             enforce_eager: bool = False, framework_version: str | None = None, pack_tokens: int | None = None,
              entropy_coeff: float = 0.0, train_mb_tokens: int | None = None, sharding: str | None = None,
-             pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto",
-             gpu_memory_utilization: float | None = None) -> Estimate:
+             cp: int = 1, trainer_backend: str = "auto", gpu_memory_utilization: float | None = None) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -503,13 +502,11 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             Unset: :func:`default_sharding` (``place``'s ``training.<role>.sharding`` default, ``zero1``, for a
             training pass with Adam whatever the framework; else ``none``); the Adam step takes the layout's
             share of the state (:func:`check_trainer_sharding`).
-        tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees.
-        framework: :data:`ESTIMATE_FRAMEWORKS`.
+        tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees; framework: :data:`ESTIMATE_FRAMEWORKS`.
         table: A component table (object, JSON path, ``"none"`` for the knob model); default: the
             preset's own (``component_table``).
-        enforce_eager: Decode without CUDA graphs (vLLM's ``enforce_eager``): every decode iteration (decode,
-            generate) issues each kernel from the host
-            (:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`).
+        enforce_eager: Decode without CUDA graphs (``enforce_eager``): every decode iteration (decode, generate)
+            issues each kernel from the host (:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`).
         framework_version: The RL framework's release (``"0.3.0"``), as ``policy.framework_version`` of a
             placement config: its vLLM engine generation (the host time per running sequence of every decode
             iteration, :func:`~packplace.placement.model.framework.host_seconds_per_sequence`) and its
@@ -529,10 +526,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             (:func:`~packplace.placement.estimate_trainer.resolve_trainer_backend`); with an RL ``framework`` (or
             ``megatron``) priced as the evaluator prices the vertex (:func:`~packplace.placement.estimate_trainer.
             trainer_pass_parts`), ``framework="none"`` under ``auto``: the bare one-GPU kernels.
-        gpu_memory_utilization: A vLLM engine's (decode, generate) pool, a fraction of the GPU; unset: the
-            framework's default, as ``place`` takes it (:func:`~packplace.placement.estimate_engine.engine_gmu`).
-            The engine's peak is then what ``place`` charges it: the pool and the bytes outside it
-            (:func:`~packplace.placement.estimate_engine.engine_memory`).
+        gpu_memory_utilization: A vLLM engine's pool (decode, generate); its peak ``place``'s (:func:`_pooled_engine`).
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -577,33 +571,35 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                           logit_bytes=logit_bytes, sharding=sharding, cp=cp, trainer_backend=backend.name,
                           cp_exact=pack is not None, framework_version=framework_version)
     inputs.update({"trainer_rate_fraction": PYTORCH_TRAIN_FRACTION} if "trainer_rate" in parts else {})
-    engine = _pooled_engine(memory, task, gpu_memory_utilization, hw=hw, cluster=cluster, tp=tp, pp=pp, ep=ep,
-                            framework=framework, framework_version=framework_version,
-                            engine_generation=engine_generation, enforce_eager=enforce_eager)
+    engine = _pooled_engine(memory, inputs, gpu_memory_utilization, hw, cluster)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
                     components=components.gpu if priced else "knobs", capacity_bytes=float(hw.memory_per_gpu),
                     components_derivation=components.derivation if priced else "", engine=engine)
 
 
-def _pooled_engine(memory: dict[str, float], task: str, gmu: Any, **engine: Any) -> dict[str, float]:
-    """What ``place`` charges a vLLM engine's ``task`` (decode, generate) whose need inside the pool is
-    ``memory`` (:func:`~packplace.placement.estimate_engine.engine_memory`, ``engine`` its keywords); ``memory``'s
+def _pooled_engine(memory: dict[str, float], inputs: Mapping[str, Any], gmu: Any, hw: Hardware,
+                   cluster: Cluster) -> dict[str, float]:
+    """What ``place`` charges the vLLM engine of :attr:`Estimate.inputs` ``inputs`` (task decode or generate)
+    whose need inside the pool is ``memory`` (:func:`~packplace.placement.estimate_engine.engine_memory`, with
+    ``gmu`` or the framework's default, :func:`~packplace.placement.estimate_engine.engine_gmu`); ``memory``'s
     ``peak_bytes`` becomes that charge. Empty for any other task or an engine without a pool.
 
     Raises:
         ConfigError: ``gpu_memory_utilization`` given for a task or framework that reserves no pool, or out of
             (0, 1].
     """
-    pooled = task in ("decode", "generate") and engine["engine_generation"] is not None
-    if not pooled:
+    task = inputs["task"]
+    if task not in ("decode", "generate") or inputs["engine_generation"] is None:
         if gmu is not None:
             raise ConfigError(f"gpu_memory_utilization: {show(gmu)} sizes a vLLM engine's pool (task decode or "
                               f"generate with framework vllm, verl, nemo-rl or openrlhf), not task {task} with "
-                              f"framework {engine['framework']}; drop it")
+                              f"framework {inputs['framework']}; drop it")
         return {}
-    gmu = engine_gmu(engine["framework"], engine["framework_version"], gmu)
-    charged = engine_memory(memory, gmu=gmu, **engine)
+    engine = {key: inputs[key] for key in ("tp", "pp", "ep", "framework", "framework_version", "engine_generation",
+                                           "enforce_eager")}
+    gmu = engine_gmu(inputs["framework"], inputs["framework_version"], gmu)
+    charged = engine_memory(memory, hw=hw, cluster=cluster, gmu=gmu, **engine)
     if charged is None:
         return {}
     memory["peak_bytes"] = charged["peak_bytes"]
@@ -1374,16 +1370,9 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--train-mb-tokens", type=int, default=None, dest="train_mb_tokens", metavar="T",
                    help="NeMo RL's training pack (train_mb_tokens) with --task infer --pack-tokens, where the "
                         "DTensor workers pad each log-prob pack to it (--framework-version 0.6 and later)")
-    p.add_argument("--enforce-eager", action="store_true", dest="enforce_eager",
-                   help="decode without CUDA graphs (vLLM's enforce_eager): every decode iteration issues each "
-                        "kernel from the host (decode, generate)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=None, dest="gpu_memory_utilization",
-                   metavar="F", help="a vLLM engine's pool (decode, generate with --framework vllm, verl, nemo-rl or "
-                                     "openrlhf): the fraction of each GPU it reserves at start-up, as "
-                                     "policy.gpu_memory_utilization; default the framework's, as place takes it. The "
-                                     "peak is then what place charges the engine: the pool plus the CUDA graphs, NCCL "
-                                     "buffers and CUDA context outside it, and it fits by place's rule (its need "
-                                     "within the pool, the pool and the outside bytes within the GPU)")
+    p.add_argument("--enforce-eager", action="store_true", dest="enforce_eager", help="decode without CUDA graphs "
+                   "(vLLM's enforce_eager): every decode iteration issues each kernel from the host (decode, generate)")
+    add_engine_argument(p)
     p.set_defaults(func=run_estimate)
 
 
