@@ -53,7 +53,7 @@ def test_place_and_compare_print_json(command, capsys):
     assert main([*command, "--json", "--quiet"]) == 0
     document = json.loads(capsys.readouterr().out)
     if command[0] == "place":
-        assert document["step_time_s"] > 0 and document["vertices"]
+        assert document["objective"] > 0 and document["report"]["vertices"]
     else:
         assert document["solvers"] == ["lpt", "repair"] and len(document["instances"]) == 5
 
@@ -92,9 +92,9 @@ def test_planner_solves_once_and_prints_what_lands(tmp_path, capsys, monkeypatch
     table = printed.split("landing layout")[1].splitlines()
     assert [line.split()[-1] for line in table[3:5]] == ["18", "2"]  # the reference's loads, not 10 | 10
     document = json.loads(out.read_text())
-    assert document["landing"] == "reference" and document["assignment"] == [[[0, 1]], [[2, 3]]]
-    assert document["rank_loads"] == [18, 2] and document["objective"] == 10  # the candidate's, as solved
-    assert document["landing_objective"] == 18 and document["landing_objectives"]["makespan"] == 18
+    assert document["report"]["landing"] == "reference" and document["report"]["assignment"] == [[[0, 1]], [[2, 3]]]
+    assert document["report"]["rank_loads"] == [18, 2] and document["objective"] == 10  # the candidate's, as solved
+    assert document["report"]["landing_objective"] == 18 and document["report"]["landing_objectives"]["makespan"] == 18
 
 
 def test_zero_bound_gap_is_na_not_100_percent(tmp_path, capsys):

@@ -40,7 +40,7 @@ def _place(config: Path, solver: str, out: Path, capsys) -> dict:
 
 def test_place_out_on_the_published_config_that_carries_a_numpy_bool(tmp_path, capsys):
     printed = _place(PUBLISHED, "greedy", tmp_path / "o.json", capsys)
-    assert printed["implausible_step_time"] is False and printed["status"] in ("feasible", "optimal")
+    assert printed["report"]["implausible_step_time"] is False and printed["status"] in ("feasible", "optimal")
 
 
 @pytest.mark.parametrize("config", PLACEMENT_CONFIGS, ids=lambda p: p.stem)

@@ -264,3 +264,35 @@ def test_readme_balance_command_runs(words, tmp_path, monkeypatch, capsys):
     for option in ("--out", "--plot"):
         if option in words:
             assert (tmp_path / words[words.index(option) + 1]).stat().st_size > 0
+
+
+def test_validate_exit_codes_say_what_the_command_does(tmp_path, capsys):
+    """The README and docs/command-line.md state each reason ``validate`` exits 1 (a ratio outside the fixed
+    ×1.3 band, a published plan over memory, a refused file among others) and that the shipped set exits 1; the
+    code agrees: the band is [1/1.3, 1.3] and a file whose figure is outside it exits 1 with its row complete."""
+    import json
+
+    import yaml
+
+    from packplace.cli import main
+    from packplace.placement.checking.validate import RATIO_RANGE
+    from packplace.yamlio import load_yaml
+
+    assert RATIO_RANGE == pytest.approx((1 / 1.3, 1.3))
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    manual = " ".join((ROOT / "docs" / "command-line.md").read_text(encoding="utf-8").split())
+    for text in (readme, manual):
+        assert "[1/1.3, 1.3]" in text and "`validate.RATIO_RANGE`" in text
+        assert "over memory" in text and "refused file among others" in text
+        assert "exits 1" in text   # the shipped benchmarks/validation/ set exits 1 by design
+    assert "packplace validate benchmarks/validation/   # exit 1 here by design" in (ROOT / "README.md").read_text(
+        encoding="utf-8")
+    # one figure published at half the prediction: its ratio ~2 is outside the band, exit 1, the row still printed
+    setup = load_yaml(ROOT / "benchmarks" / "validation" / "qwen2.5-7b_vllm_batch1_1xa100.yaml")
+    setup["validation"]["published"] = {"generation": 12.0}
+    path = tmp_path / "half.yaml"
+    path.write_text(yaml.safe_dump(setup), encoding="utf-8")
+    assert main(["validate", str(path), "--json", "--quiet"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    (row,) = document["rows"]
+    assert row["ratio"] > 1.3 and row["memory_ok"] and not row["ok"] and document["ok"] is False

@@ -289,6 +289,21 @@ class SolveResult:
         return cls.from_dict(data)
 
 
+#: The key of a command's own figures in its JSON document (:func:`command_document`).
+REPORT_KEY = "report"
+
+
+def command_document(result: SolveResult, figures: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON document ``packplace balance`` / ``place`` print (``--json``) and write (``--out``):
+    :meth:`SolveResult.to_dict` with the command's own figures (per-rank loads, per-task GPUs and times, ...)
+    under the one added key :data:`REPORT_KEY`, so :meth:`SolveResult.from_json` reads the document back.
+    A figure of ``figures`` that the result already holds under its own name (``solver``, ``status``,
+    ``objective``, ...) is left out of the report."""
+    document = result.to_dict()
+    document[REPORT_KEY] = {key: value for key, value in figures.items() if key not in document}
+    return document
+
+
 def relative_gap(objective: float, bound: float) -> float:
     """``(objective - bound) / objective``, clipped at 0; 0 for a zero objective; ``inf`` if unsolved."""
     if objective == float("inf"):

@@ -108,8 +108,8 @@ def test_packplace_balance_prints_each_micro_batchs_cp_groups_and_writes_them(tm
     assert header.split() == ["micro-batch", "ranks", "cp", "sequences", "tokens", "keys", "time", "(token^2)",
                               "micro-batch", "time", "(token^2)"]
     document = json.loads(out.read_text())
-    assert document["problem"] == "context_parallel" and document["parameters"]["ranks"] == 4
-    plan = document["plan"]
+    assert document["problem"] == "context_parallel" and document["report"]["parameters"]["ranks"] == 4
+    plan = document["report"]["plan"]
     keys = sorted(k for slot in plan for group in slot["groups"] for k in group["keys"])
     assert keys == list(range(6))
     for slot in plan:

@@ -19,8 +19,8 @@ def test_balance_prints_table_and_writes_json(tmp_path, capsys):
     assert "rank" in printed and "objective" in printed and "lpt" in printed
     data = json.loads(out.read_text())
     assert data["solver"] == "lpt" and data["status"] in ("optimal", "feasible")
-    assert sorted(k for rank in data["assignment"] for b in rank for k in b) == list("abcde")
-    assert data["objective"] == max(data["rank_loads"])
+    assert sorted(k for rank in data["solution"]["ranks"] for b in rank for k in b) == list("abcde")
+    assert data["objective"] == max(data["report"]["rank_loads"])
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
@@ -56,12 +56,12 @@ def test_min_gain_runs_the_planner_and_records_the_decision(tmp_path, capsys):
     out = tmp_path / "r.json"
     assert main(["balance", "--config", str(config), "--min-gain", "0", "--out", str(out)]) == 0
     assert "use the new layout" in capsys.readouterr().out
-    decision = json.loads(out.read_text())["planner"]["decision"]
+    decision = json.loads(out.read_text())["report"]["planner"]["decision"]
     assert decision["accepted"] is True
     assert decision["reference_objective"] == 18.0 and decision["accepted_objective"] == 10.0
     # a threshold above the achievable gain (8/18 = 44%) keeps the reference
     assert main(["balance", "--config", str(config), "--min-gain", "0.5", "--out", str(out)]) == 0
-    assert json.loads(out.read_text())["planner"]["decision"]["accepted"] is False
+    assert json.loads(out.read_text())["report"]["planner"]["decision"]["accepted"] is False
 
 
 def test_unwritable_out_fails_before_solving(tmp_path, capsys):

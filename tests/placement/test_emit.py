@@ -176,8 +176,8 @@ def test_place_emit_prints_the_settings_and_puts_them_in_the_json(capsys):
 
     assert main(["place", "--config", str(GRPO), "--solver", "greedy", "--emit", "openrlhf", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["emit"]["framework"] == "openrlhf"
-    assert document["emit"]["settings"]["--rollout.n_samples_per_prompt"] == 8
+    assert document["report"]["emit"]["framework"] == "openrlhf"
+    assert document["report"]["emit"]["settings"]["--rollout.n_samples_per_prompt"] == 8
 
 
 @pytest.mark.parametrize("config", [GRPO, PPO], ids=lambda p: p.stem)

@@ -132,7 +132,7 @@ def test_place_emit_on_a_config_without_a_framework_plans_for_it(capsys):
     assert main(["place", "--config", config, "--solver", "greedy", "--time-limit", "20", "--emit", "verl",
                  "--verl-backend", "megatron", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["emit"]["config"] == "megatron" and doc["emit"]["refusals"] == []
+    assert doc["report"]["emit"]["config"] == "megatron" and doc["report"]["emit"]["refusals"] == []
 
 
 def test_the_evaluator_refuses_a_plan_that_breaks_a_rule_and_conform_repairs_it():

@@ -41,12 +41,12 @@ def test_place_concurrent_on_every_shipped_config(path, tmp_path, capsys):
     assert "vertex" in text and "step time:" in text and "status:" in text and "gap:" in text
     data = json.loads(out.read_text())
     inst = load_config(path)
-    assert set(data["vertices"]) == set(inst.graph.names)
-    for entry in data["vertices"].values():
+    assert set(data["report"]["vertices"]) == set(inst.graph.names)
+    for entry in data["report"]["vertices"].values():
         assert entry["gpus"] and all(len(g) == 3 for g in entry["gpus"])
         assert len(entry["gpus"]) == entry["strategy"]["dp"] * entry["strategy"]["pp"] * entry["strategy"]["tp"]
-    plan = plan_from_json(data)
-    assert get_evaluator(inst).score(plan).step_time == pytest.approx(data["step_time_s"])
+    plan = plan_from_json(data["solution"])
+    assert get_evaluator(inst).score(plan).step_time == pytest.approx(data["objective"])
     for name in inst.graph.names:  # every vertex appears in the table
         assert name in text
 
@@ -121,7 +121,7 @@ def test_out_file_is_the_json_document(tmp_path, capsys):
     out = tmp_path / "plan.json"
     assert main(["place", "--config", DPO, "--solver", "greedy", "--emit", "verl", "--json", "--out", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert json.loads(out.read_text()) == printed and "emit" in printed
+    assert json.loads(out.read_text()) == printed and "emit" in printed["report"]
 
 
 @pytest.mark.parametrize("framework, backend, resolved", [
@@ -148,21 +148,21 @@ def test_the_json_records_each_trained_vertex_s_trainer_backend(framework, backe
     doc = json.loads(capsys.readouterr().out)
     inst = load_config(str(path))
     trained = [n for n in inst.graph.names if inst.graph.vertex(n).kind == "train"]
-    assert trained and all("trainer_backend" in doc["vertices"][n] for n in trained)
-    assert all("trainer_backend" not in v for n, v in doc["vertices"].items() if n not in trained)
-    plan = plan_from_json(doc)
+    assert trained and all("trainer_backend" in doc["report"]["vertices"][n] for n in trained)
+    assert all("trainer_backend" not in v for n, v in doc["report"]["vertices"].items() if n not in trained)
+    plan = plan_from_json(doc["solution"])
     if resolved is None:   # auto: the backend --emit verl chooses for the same plan
         resolved = choose_backend(PlanView.of(inst, plan, "verl"))[0]
     cost = get_evaluator(inst).cost
     for name in trained:
-        entry, s = doc["vertices"][name], plan[name].strategy
+        entry, s = doc["report"]["vertices"][name], plan[name].strategy
         assert entry["trainer_backend"] == resolved
         assert entry["pass_kernels"] == cost.pass_kernels(s.pp, s.tp, s.ep)
     import packplace
     text = cli.format_table(inst, packplace.place(inst, "greedy"))
     # framework none also says which PyTorch trainer priced it (the bare loop or a trainer on its layout)
     how = ({"bare_pytorch_loop": ": a bare PyTorch loop", "pytorch_trainer": ": a PyTorch trainer on a ZeRO or "
-            "parallel layout"}[doc["vertices"]["actor.train"]["trainer"]] if framework == "none" else "")
+            "parallel layout"}[doc["report"]["vertices"]["actor.train"]["trainer"]] if framework == "none" else "")
     assert f"trainer actor.train: {resolved} ({framework}, policy.trainer_backend {backend}{how}" in text
 
 

@@ -362,3 +362,29 @@ def test_a_dpo_step_trains_pairs_of_two_responses(responses):
         build_instance(cfg)
     assert str(info.value) == ("[workload] samples_per_prompt: a DPO step trains preference pairs, a chosen and a "
                                f"rejected response per prompt: must be 2, got {responses}")
+
+
+def test_an_unknown_staleness_key_lists_this_algorithms_keys_only():
+    cfg = config("grpo")
+    del cfg["models"]["critic"]
+    cfg["optimizer"]["staleness_candidates"] = {"reward": [1]}
+    assert error_of(cfg) == ("[optimizer.staleness_candidates] Unknown model 'reward'; valid names for grpo: "
+                             "actor")
+
+
+def test_dpo_refuses_a_stale_actor_it_cannot_use():
+    cfg = config("dpo")
+    del cfg["models"]["critic"], cfg["models"]["reward"]
+    cfg["optimizer"]["staleness_candidates"] = {"actor": [1]}
+    assert error_of(cfg) == ("[optimizer.staleness_candidates] actor: [1]: dpo has no rollout to be stale (its actor "
+                             "publishes no weights to a task of the next step, the only staleness is 0); give [0] or "
+                             "drop the entry")
+    cfg["optimizer"]["staleness_candidates"] = {"actor": [0]}   # the one staleness it has is accepted
+    assert build_instance(cfg).optimizer["staleness_candidates"]["actor"] == (0,)
+
+
+def test_shipped_dpo_config_with_a_stale_actor_is_refused():
+    from packplace.yamlio import load_yaml
+    cfg = load_yaml("configs/placement/dpo_llama3.1-8b_1x8xh100.yaml")
+    cfg.setdefault("optimizer", {})["staleness_candidates"] = {"actor": [1]}
+    assert "actor: [1]: dpo has no rollout to be stale" in error_of(cfg)

@@ -190,9 +190,10 @@ def test_compare_balance_and_cli(capsys, tmp_path):
     assert "balance actor.train: none (slowest rank), slowest/mean x" in stdout
     assert "step time of this plan with each training.balance split" in stdout
     doc = json.loads(out.read_text())
-    entry = doc["vertices"]["actor.train"]["balance"]
+    vertex = doc["report"]["vertices"]["actor.train"]
+    entry = vertex["balance"]
     assert entry["balance"] == "none" and entry["imbalance_factor"] >= 1.0
-    assert entry["imbalance_s"] == pytest.approx(doc["vertices"]["actor.train"]["phases_s"].get("imbalance", 0.0))
+    assert entry["imbalance_s"] == pytest.approx(vertex["phases_s"].get("imbalance", 0.0))
 
 
 def test_bad_balance_in_a_config_file_is_one_line(capsys, tmp_path):

@@ -25,7 +25,7 @@ from packplace.errors import ConfigError
 from packplace.jsontext import json_text
 from packplace.outputs import write_atomic
 from packplace.plots import check_format, plot_rank_loads
-from packplace.result import SolveResult
+from packplace.result import REPORT_KEY, SolveResult, command_document
 from packplace.run import check_limits
 from packplace.solvers import available
 from packplace.table import check_output_file, render_table
@@ -69,10 +69,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def result_json(result: SolveResult, instance: BalanceInstance, instance_name: str) -> dict[str, Any]:
-    """The JSON document ``--out`` writes: the instance's parameters, the result and the assignment."""
-    solution = result.solution
-    return {
-        "problem": "balance",
+    """The JSON document ``--out`` writes (:func:`~packplace.result.command_document`): the result's own
+    (:meth:`~packplace.result.SolveResult.to_dict`, the assignment as its ``solution``) and under ``report`` the
+    instance's parameters, the objectives and the per-rank loads and tokens."""
+    return command_document(result, {
         "instance": instance_name,
         "parameters": {
             "samples": len(instance.samples),
@@ -102,11 +102,7 @@ def result_json(result: SolveResult, instance: BalanceInstance, instance_name: s
         "objectives": {k: result.info.get(k) for k in ("makespan", "balance", "rounds", "lockstep")},
         "rank_loads": result.info.get("rank_loads"),
         "rank_tokens": result.info.get("rank_tokens"),
-        "assignment": solution.to_lists() if solution is not None else None,
-        # per rank, the positions of its bins in the order it runs them (cost descending)
-        "run_order": [list(rank) for rank in solution.run_order]
-        if solution is not None and solution.run_order is not None else None,
-    }
+    })
 
 
 def gap_text(result: SolveResult) -> str:
@@ -183,8 +179,9 @@ def _print_rank_table(instance: BalanceInstance, landing: Assignment, score: Bal
 
 def _report_planner(plan: BalancePlan, score: BalanceScore, instance: BalanceInstance,
                     document: dict[str, Any]) -> None:
-    """Print the planner's decision and put it, and the scores of the layout that lands, in ``document``."""
+    """Print the planner's decision and put it, the layout that lands and its scores, in ``document``'s report."""
     decision = plan.decision
+    report = document[REPORT_KEY]
     verdict = "use the new layout" if decision.accepted else "keep the reference grouping"
     print(
         f"planner: reference {decision.reference_objective:.6g} -> candidate "
@@ -193,15 +190,15 @@ def _report_planner(plan: BalancePlan, score: BalanceScore, instance: BalanceIns
         f"({decision.moved_samples} samples change rank; load spread "
         f"{100 * decision.loads_before.relative_spread:.1f}% -> {100 * decision.loads_after.relative_spread:.1f}%)"
     )
-    document["planner"] = plan.to_dict()
-    document["landing"] = "candidate" if decision.accepted else "reference"
-    document["assignment"] = plan.assignment.to_lists()  # what lands, not the candidate
-    document["rank_loads"] = score.rank_loads.tolist()
-    document["rank_tokens"] = score.rank_tokens.tolist()
-    document["run_order"] = score.run_order.tolist() if instance.local_batch_size > 1 else None
+    report["planner"] = plan.to_dict()
+    report["landing"] = "candidate" if decision.accepted else "reference"
+    report["assignment"] = plan.assignment.to_lists()  # what lands, not the candidate (the solution)
+    report["rank_loads"] = score.rank_loads.tolist()
+    report["rank_tokens"] = score.rank_tokens.tolist()
+    report["run_order"] = score.run_order.tolist() if instance.local_batch_size > 1 else None
     # objective / objectives / gap stay the solver's (its candidate); these score what lands
-    document["landing_objective"] = score.objective
-    document["landing_objectives"] = {k: getattr(score, k) for k in ("makespan", "balance", "rounds", "lockstep")}
+    report["landing_objective"] = score.objective
+    report["landing_objectives"] = {k: getattr(score, k) for k in ("makespan", "balance", "rounds", "lockstep")}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -364,9 +361,10 @@ def _run_context_parallel(args: argparse.Namespace, config: Any, started: float)
     print(f"{name}: {instance.n} sequences, D={instance.dp}, max CP={instance.max_cp} ({instance.ranks} ranks), "
           f"CP sizes {list(instance.sizes)}, max_tokens_per_rank={instance.max_tokens_per_rank}, "
           f"objective={instance.objective}")
-    document = context_parallel_json(result, instance, str(name))
-    if document["plan"] is not None:
-        _print_context_parallel_plan(document)
+    figures = context_parallel_json(result, instance, str(name))
+    if figures["plan"] is not None:
+        _print_context_parallel_plan(figures)
+    document = command_document(result, figures)
     status = result.status + (" (interrupted)" if result.interrupted else " (time limit)" if result.hit_time_limit
                               else "")
     summary = [[result.solver, result.objective if result.solution is not None else None, result.bound,

@@ -51,6 +51,7 @@ import numpy as np
 from packplace.context_parallel.cost import cost_from_shape
 from packplace.contract import REQUIRED, check_section
 from packplace.errors import ConfigError, show
+from packplace.placement.estimate_engine import add_engine_argument, engine_gmu, engine_lines, engine_memory
 from packplace.placement.estimate_trainer import (
     TrainerBackend,
     framework_none_trainer,
@@ -163,8 +164,12 @@ class Estimate:
         parts: Seconds by part: ``forward``, ``backward``, ``recompute``, ``optimizer`` (train; ``trainer_rate``
             on a PyTorch-native trainer's eager kernels), ``prefill``, ``decode`` (generate, decode),
             ``communication``, ``overhead``.
-        memory: Bytes per GPU: ``peak_bytes`` and the parts of :data:`MEMORY_PARTS`.
-        capacity_bytes: The GPU's memory (``memory_per_gpu``), bytes; fits: ``peak_bytes <= capacity_bytes``.
+        memory: Bytes per GPU: ``peak_bytes`` and the parts of :data:`MEMORY_PARTS` (for a vLLM engine the need
+            inside its pool; ``peak_bytes`` then the pool and the bytes outside it, ``engine``).
+        capacity_bytes: The GPU's memory (``memory_per_gpu``), bytes; fits: ``peak_bytes <= capacity_bytes``
+            (a vLLM engine: ``place``'s rule, its need within the pool too).
+        engine: A vLLM engine's decode or generation: what ``place`` charges it
+            (:func:`~packplace.placement.estimate_engine.engine_memory`, bytes per GPU); else empty.
         model: Parameters of the model; gpu: the preset; components: the component table that priced the
             kernels, or ``knobs`` (the efficiency-knob model); components_derivation: for a derived table
             (``h100-sxm``, ``b200``, ``gb200``) how it follows from the measured one, else ``""``.
@@ -178,10 +183,14 @@ class Estimate:
     inputs: dict[str, Any] = field(default_factory=dict)
     capacity_bytes: float = float("inf")
     components_derivation: str = ""
+    engine: dict[str, float] = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
-        """Whether the predicted peak fits in the GPU's memory (the memory model never under-predicts)."""
+        """Whether the predicted peak fits in the GPU's memory (the memory model never under-predicts); a vLLM
+        engine's by ``place``'s rule (:func:`~packplace.placement.candidates.candidate_fits`)."""
+        if self.engine:
+            return bool(self.engine["fits"])
         return self.memory["peak_bytes"] <= self.capacity_bytes
 
     def as_dict(self) -> dict[str, Any]:
@@ -189,7 +198,7 @@ class Estimate:
         return {"time_s": self.time_s, "parts": dict(self.parts), "memory": dict(self.memory),
                 "capacity_bytes": self.capacity_bytes, "fits": self.fits,
                 "components": self.components, "components_derivation": self.components_derivation,
-                "inputs": dict(self.inputs)}
+                "inputs": dict(self.inputs), **({"engine": dict(self.engine)} if self.engine else {})}
 
 
 def resolve_model(spec: Any) -> TransformerShape:
@@ -488,7 +497,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
              enforce_eager: bool = False, framework_version: str | None = None, micro_batches: int | None = None,
              entropy_coeff: float = 0.0, train_mb_tokens: int | None = None, sharding: str | None = None,
              pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto",
-             bias_activation_fusion: bool | None = None, moe_router_dtype: str | None = None) -> Estimate:
+             bias_activation_fusion: bool | None = None, moe_router_dtype: str | None = None,
+             gpu_memory_utilization: float | None = None) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -507,13 +517,11 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             Unset: :func:`default_sharding` (``place``'s ``training.<role>.sharding`` default, ``zero1``, for a
             training pass with Adam whatever the framework; else ``none``); the Adam step takes the layout's
             share of the state (:func:`check_trainer_sharding`).
-        tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees.
-        framework: :data:`ESTIMATE_FRAMEWORKS`.
+        tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees; framework: :data:`ESTIMATE_FRAMEWORKS`.
         table: A component table (object, JSON path, ``"none"`` for the knob model); default: the
             preset's own (``component_table``).
-        enforce_eager: Decode without CUDA graphs (vLLM's ``enforce_eager``): every decode iteration (decode,
-            generate) issues each kernel from the host
-            (:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`).
+        enforce_eager: Decode without CUDA graphs (``enforce_eager``): every decode iteration (decode, generate)
+            issues each kernel from the host (:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`).
         framework_version: The RL framework's release (``"0.3.0"``), as ``policy.framework_version`` of a
             placement config: its vLLM engine generation (the host time per running sequence of every decode
             iteration, :func:`~packplace.placement.model.framework.host_seconds_per_sequence`) and its
@@ -533,7 +541,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             (:func:`~packplace.placement.estimate_trainer.resolve_trainer_backend`); with an RL ``framework`` (or
             ``megatron``) priced as the evaluator prices the vertex (:func:`~packplace.placement.estimate_trainer.
             trainer_pass_parts`), ``framework="none"`` under ``auto``: the bare one-GPU kernels.
-        bias_activation_fusion, moe_router_dtype: A Megatron-Core trainer's, as ``training.<role>`` (:func:`_megatron`).
+        bias_activation_fusion, moe_router_dtype: :func:`_megatron`; gpu_memory_utilization: :func:`_pooled_engine`.
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -577,10 +585,39 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                           cp_exact=pack is not None, framework_version=framework_version, megatron=megatron,
                           micro_batches=mbs)
     inputs.update({"trainer_rate_fraction": PYTORCH_TRAIN_FRACTION} if "trainer_rate" in parts else {})
+    engine = _pooled_engine(memory, inputs, gpu_memory_utilization, hw, cluster)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
                     components=components.gpu if priced else "knobs", capacity_bytes=float(hw.memory_per_gpu),
-                    components_derivation=components.derivation if priced else "")
+                    components_derivation=components.derivation if priced else "", engine=engine)
+
+
+def _pooled_engine(memory: dict[str, float], inputs: Mapping[str, Any], gmu: Any, hw: Hardware,
+                   cluster: Cluster) -> dict[str, float]:
+    """What ``place`` charges the vLLM engine of :attr:`Estimate.inputs` ``inputs`` (task decode or generate)
+    whose need inside the pool is ``memory`` (:func:`~packplace.placement.estimate_engine.engine_memory`, with
+    ``gmu`` or the framework's default, :func:`~packplace.placement.estimate_engine.engine_gmu`); ``memory``'s
+    ``peak_bytes`` becomes that charge. Empty for any other task or an engine without a pool.
+
+    Raises:
+        ConfigError: ``gpu_memory_utilization`` given for a task or framework that reserves no pool, or out of
+            (0, 1].
+    """
+    task = inputs["task"]
+    if task not in ("decode", "generate") or inputs["engine_generation"] is None:
+        if gmu is not None:
+            raise ConfigError(f"gpu_memory_utilization: {show(gmu)} sizes a vLLM engine's pool (task decode or "
+                              f"generate with framework vllm, verl, nemo-rl or openrlhf), not task {task} with "
+                              f"framework {inputs['framework']}; drop it")
+        return {}
+    engine = {key: inputs[key] for key in ("tp", "pp", "ep", "framework", "framework_version", "engine_generation",
+                                           "enforce_eager")}
+    gmu = engine_gmu(inputs["framework"], inputs["framework_version"], gmu)
+    charged = engine_memory(memory, hw=hw, cluster=cluster, gmu=gmu, **engine)
+    if charged is None:
+        return {}
+    memory["peak_bytes"] = charged["peak_bytes"]
+    return charged
 
 
 def _unused_kv_fraction(gpu: str | None, hw: Hardware, task: str, engine_generation: str | None,
@@ -1413,6 +1450,7 @@ def register_estimate(subparsers) -> None:
                    help="NeMo RL's training pack (train_mb_tokens) with --task infer --pack-tokens, where the "
                         "DTensor workers pad each log-prob pack to it (--framework-version 0.6 and later)")
     _setting_flags(p)
+    add_engine_argument(p)
     p.set_defaults(func=run_estimate)
 
 
@@ -1572,6 +1610,8 @@ def format_estimate(result: Estimate) -> str:
     verdict = "fits" if result.fits else "does NOT fit"
     lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({verdict} in "
                  f"{result.capacity_bytes / GB:.2f} GB)")
+    if result.engine:   # place's charge: the pool and what lies outside it
+        return "\n".join(lines + engine_lines(result.engine))
     lines += [f"  {name:<14} {result.memory[name] / GB:.2f} GB" for name in MEMORY_PARTS]
     return "\n".join(lines)
 
@@ -1638,7 +1678,8 @@ def run_estimate(args) -> int:
                       bias_activation_fusion={"true": True, "false": False}.get(
                           getattr(args, "bias_activation_fusion", None)),
                       moe_router_dtype=getattr(args, "moe_router_dtype", None),
-                      micro_batches=args.micro_batches)
+                      micro_batches=args.micro_batches,
+                      gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None))
     print(format_estimate(result))
     args.json_document = result.as_dict()
     return 0

@@ -689,7 +689,11 @@ def resolve_optimizer_knobs(optimizer: Mapping[str, Any], overrides: Mapping[str
 def _optimizer(o: dict[str, Any], algorithm: str) -> dict[str, Any]:
     _no_unknown(o, OPTIMIZER_KEYS, "optimizer")
     out = validate_optimizer_knobs({k: v for k, v in o.items() if k != "staleness_candidates"})
-    trainable = algorithm_spec(algorithm).staleness_keys
+    spec = algorithm_spec(algorithm)
+    trainable = spec.staleness_keys
+    # the keys a step-late publication can make stale: a trained model that feeds a task of the next step (the
+    # actor's rollout, the critic's values) and the fused keys (PPO's ac_share); DPO's actor feeds none
+    published = {trainer.split(".")[0] for trainer, _ in spec.publication_edges} | set(spec.extra_staleness_keys)
     stale: dict[str, tuple[int, ...]] = {name: (0,) for name in trainable}
     raw = o.get("staleness_candidates")
     if raw is not None:
@@ -697,8 +701,8 @@ def _optimizer(o: dict[str, Any], algorithm: str) -> dict[str, Any]:
             raise ConfigError(f"[optimizer] staleness_candidates: must be a mapping, got {show(raw)}")
         for name, values in raw.items():
             if name not in all_staleness_keys():
-                raise ConfigError(f"[optimizer.staleness_candidates] Unknown model {show(name)}; valid names: "
-                                  f"{', '.join(all_staleness_keys())}")
+                raise ConfigError(f"[optimizer.staleness_candidates] Unknown model {show(name)}; valid names for "
+                                  f"{algorithm}: {', '.join(trainable)}")
             if not isinstance(values, list) or not values or len(values) > 4 * (MAX_STALENESS + 1):
                 raise ConfigError(f"[optimizer.staleness_candidates] {name}: must be a non-empty list of "
                                   f"integers in [0, {MAX_STALENESS}], got {show(values)}")
@@ -706,6 +710,10 @@ def _optimizer(o: dict[str, Any], algorithm: str) -> dict[str, Any]:
             if name not in trainable:
                 raise ConfigError(f"[optimizer.staleness_candidates] {name}: {algorithm} has no {name} to make "
                                   f"stale; valid for {algorithm}: {', '.join(trainable)}")
+            if max(values) > 0 and name not in published:
+                raise ConfigError(f"[optimizer.staleness_candidates] {name}: {show(raw[name])}: {algorithm} has no "
+                                  f"rollout to be stale (its {name} publishes no weights to a task of the next step, "
+                                  f"the only staleness is 0); give [0] or drop the entry")
             stale[name] = tuple(sorted(set(values)))
     out["staleness_candidates"] = stale
     return out

@@ -68,6 +68,7 @@ from packplace.placement.screen.balance_report import (
 )
 from packplace.placement.screen.gantt import check_format, draw_gantt
 from packplace.placement.task_estimate import register_estimate
+from packplace.result import REPORT_KEY, command_document
 from packplace.run import check_limits
 from packplace.solvers import available
 from packplace.table import check_output_file
@@ -240,13 +241,12 @@ def trainer_backends(instance, plan) -> dict[str, dict[str, str]]:
 
 
 def result_json(instance, result) -> dict[str, Any]:
-    """JSON of a result: the plan with explicit GPU ids, per-vertex times and the summary numbers."""
-    out: dict[str, Any] = {
-        "config": instance.source, "algorithm": instance.algorithm, "solver": result.solver,
-        "status": result.status, "step_time_s": result.objective, "bound_s": result.bound, "gap": result.gap,
-        "message": result.message, "wall_s": result.wall_s, "hit_time_limit": result.hit_time_limit,
-        "optimality_tolerance": result.optimality_tolerance, "interrupted": result.interrupted,
-    }
+    """JSON of a result (:func:`~packplace.result.command_document`): the result's own
+    (:meth:`~packplace.result.SolveResult.to_dict`: ``objective`` the step time, s; ``bound``; the plan as its
+    ``solution``) and under ``report`` the config, the plan with explicit GPU ids, per-vertex times and memory,
+    the weight sync and the throughput."""
+    out: dict[str, Any] = {"config": instance.source, "algorithm": instance.algorithm,
+                           "optimality_tolerance": result.optimality_tolerance}
     if result.solution is not None:
         ev = get_evaluator(instance)
         score = ev.score(result.solution)
@@ -266,7 +266,7 @@ def result_json(instance, result) -> dict[str, Any]:
         out["weight_sync_s"] = dict(score.realloc)
         out["throughput"] = {"samples_per_s": score.samples_per_s, "tokens_per_s": score.tokens_per_s,
                              "mfu": score.mfu}
-    return out
+    return command_document(result, out)
 
 
 def load_for_emit(path: str, emit_for: str | None, backend: str | None) -> tuple[Any, str]:
@@ -326,9 +326,9 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "compare_balance", False) and result.solution is not None:
         rows = compare_balance(instance, result.solution)
         print("\n".join(format_compare_balance(rows)))
-        args.json_document["compare_balance_s"] = dict(rows)
+        args.json_document[REPORT_KEY]["compare_balance_s"] = dict(rows)
     implausible = result.solution is not None and result.objective > MAX_PLAUSIBLE_STEP_S
-    args.json_document["implausible_step_time"] = implausible
+    args.json_document[REPORT_KEY]["implausible_step_time"] = implausible
     if implausible:
         w = instance.workload
         print(f"packplace place: step time {result.objective:,.0f} s is over the plausibility bound of "
@@ -345,13 +345,13 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(f"{framework} ({emitted.config}):")
         print(emitted.text())
-        args.json_document["emit"] = emitted.as_dict()
+        args.json_document[REPORT_KEY]["emit"] = emitted.as_dict()
     elif instance.framework in FRAMEWORKS and result.solution is not None:
         refusals = emit(instance, result.solution, instance.framework).refusals
         if refusals:   # a rule the search cannot keep (the framework has no trainer for the algorithm)
             print(f"note: {instance.framework} cannot run this plan as planned in {len(refusals)} way(s), e.g. "
                   f"{refusals[0]}; `--emit {instance.framework}` lists them all")
-        args.json_document["framework_refusals"] = refusals
+        args.json_document[REPORT_KEY]["framework_refusals"] = refusals
     if args.out:
         write_atomic(args.out, json_text(args.json_document) + "\n", "--out")
     if args.gantt and result.solution is not None:
@@ -382,7 +382,9 @@ def register_validate(subparsers) -> None:
         "validate", help="compare predicted step/phase times with published runs",
         description="Score the placements of published RL runs (config + validation section) and print "
                     "predicted, published and their ratio per phase, and the predicted against the published "
-                    "speed-up of declared pairs (validation.pair_with); exit 1 when a ratio is outside x1.3. "
+                    "speed-up of declared pairs (validation.pair_with); exit 1 when a ratio is outside x1.3 (the "
+                    "band [1/1.3, 1.3] is fixed) or a published plan is over memory, the report complete either "
+                    "way. "
                     "--cross-validate: leave one publication out, fit the knobs on the others, predict it "
                     "(out-of-sample ratios and their summary; exit 0; progress per fold on stderr). A refused file "
                     "(bad field) is reported on its own row and the others are scored (exit 1).")

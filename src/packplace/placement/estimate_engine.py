@@ -1,0 +1,120 @@
+"""What ``packplace estimate`` charges a vLLM engine's decode or generation per GPU: the bytes ``place`` charges
+the same engine's vertex (the whole ``gpu_memory_utilization`` pool and what the engine holds outside it), with
+``place``'s fits rule.
+
+vLLM reserves ``gpu_memory_utilization · memory_per_gpu`` at start-up whatever the live sequences (its KV cache
+fills what the weights and the profiled peak leave: vllm/v1/worker/gpu_worker.py ``determine_available_memory``),
+so a pooled engine's peak is ``max(need, pool) + outside``
+(:func:`~packplace.placement.model.memory.engine_held_bytes`, :func:`~packplace.placement.candidates._engine_held`)
+and it fits when its need fits the pool and the pool plus the outside bytes fit the GPU
+(:func:`~packplace.placement.candidates.candidate_fits`). The release's terms come from the cost model's
+:meth:`~packplace.placement.model.cost.CostModel.engine_reservation`, as ``place`` takes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from packplace.errors import ConfigError, show
+from packplace.placement.candidates import _engine_held, candidate_fits
+from packplace.placement.model.cost import CostModel
+from packplace.placement.model.engine import RolloutEngine
+from packplace.placement.model.framework import default_gpu_memory_utilization, engine_vllm_release
+from packplace.placement.problem.hardware import Cluster, Hardware
+from packplace.placement.problem.plan import Strategy
+from packplace.placement.problem.workload import Workload
+
+#: The parts of :func:`engine_memory`'s split, bytes per GPU: inside the pool the weights, the KV budget (what the
+#: pool leaves the KV cache), the other bytes the engine needs there (working set, logits, workspace) and the CUDA
+#: graphs a release takes from the KV cache; outside it the CUDA graphs, NCCL's buffers and the CUDA context.
+ENGINE_PARTS = ("weights", "kv_budget", "other_in_pool", "graphs_in_pool", "graphs", "nccl", "context")
+
+
+def engine_gmu(framework: str, framework_version: str | None, gmu: Any) -> float:
+    """The engine's ``gpu_memory_utilization`` (a fraction in (0, 1]): ``gmu`` when given, else the framework's
+    default as ``place`` takes it when ``policy.gpu_memory_utilization`` is unset
+    (:func:`~packplace.placement.model.framework.default_gpu_memory_utilization`; ``vllm`` and ``none``: vLLM's
+    0.9).
+
+    Raises:
+        ConfigError: ``gpu_memory_utilization`` not a number in (0, 1].
+    """
+    if gmu is None:
+        return default_gpu_memory_utilization("none" if framework == "vllm" else framework, framework_version)
+    if isinstance(gmu, bool) or not isinstance(gmu, (int, float)) or not 0 < gmu <= 1:
+        raise ConfigError(f"gpu_memory_utilization: must be a number in (0, 1] (the fraction of each GPU vLLM "
+                          f"reserves), got {show(gmu)}")
+    return float(gmu)
+
+
+def engine_memory(memory: dict[str, float], *, hw: Hardware, cluster: Cluster, tp: int, pp: int, ep: int,
+                  framework: str, framework_version: str | None, engine_generation: str | None,
+                  enforce_eager: bool, gmu: float) -> dict[str, float] | None:
+    """``place``'s charge per GPU for a vLLM engine whose need inside its pool is ``memory`` (the bytes of
+    :func:`~packplace.placement.task_estimate.memory_parts`: ``peak_bytes``, ``weights``, ``kv_cache``), or
+    ``None`` for an engine that reserves no pool (``engine_generation`` None).
+
+    Returns:
+        Bytes per GPU: ``peak_bytes`` (``max(need, pool) + outside``), ``need_bytes`` (the need inside the pool,
+        the release's in-pool graphs included), ``pool_bytes`` (``gmu · memory_per_gpu``), ``outside_bytes``,
+        the parts of :data:`ENGINE_PARTS` (they sum to ``peak_bytes``), ``kv_cache`` (the live KV of the batch,
+        within ``kv_budget`` when the need fits the pool), ``gpu_memory_utilization`` and ``fits``
+        (1.0 or 0.0: :func:`~packplace.placement.candidates.candidate_fits`).
+    """
+    if engine_generation is None:
+        return None
+    engine = RolloutEngine(gpu_memory_utilization=gmu, enforce_eager=enforce_eager,
+                           engine_generation=engine_generation,
+                           vllm_release=engine_vllm_release("none" if framework == "vllm" else framework,
+                                                            framework_version))
+    cost = CostModel(hw, cluster, Workload(batch_size=1, samples_per_prompt=1, context_length=1,
+                                           generation_length=1), engine)
+    reservation = cost.engine_reservation(tp, pp)
+    if not reservation.pooled:
+        return None
+    cost_eager = CostModel(hw, cluster, cost.workload, replace(engine, enforce_eager=True))
+    bare = cost_eager.engine_reservation(tp, pp)   # the same engine without CUDA graphs
+    pool = gmu * float(hw.memory_per_gpu)
+    weights = memory["weights"]
+    held, need = _engine_held(cost, Strategy(1, pp, tp, ep), weights, memory["peak_bytes"] - weights, pool)
+    capacity = float(hw.memory_per_gpu)
+    graphs_in, graphs_out = reservation.in_pool - bare.in_pool, reservation.outside - bare.outside
+    context = float(hw.memory_workspace)
+    other = need - weights - memory["kv_cache"] - graphs_in
+    return {"peak_bytes": weights + held, "need_bytes": need, "pool_bytes": pool,
+            "outside_bytes": reservation.outside, "weights": weights, "kv_cache": memory["kv_cache"],
+            "kv_budget": max(need, pool) - weights - other - graphs_in, "other_in_pool": other,
+            "graphs_in_pool": graphs_in, "graphs": graphs_out, "nccl": reservation.outside - graphs_out - context,
+            "context": context, "gpu_memory_utilization": gmu,
+            "fits": float(candidate_fits(weights, held, need, pool, capacity))}
+
+
+def add_engine_argument(parser: Any) -> None:
+    """Add ``--gpu-memory-utilization`` to ``estimate``'s argument ``parser``."""
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None, dest="gpu_memory_utilization",
+                        metavar="F", help="a vLLM engine's pool (decode, generate with --framework vllm, verl, nemo-rl "
+                                          "or openrlhf): the fraction of each GPU it reserves at start-up, as "
+                                          "policy.gpu_memory_utilization; default the framework's, as place takes "
+                                          "it. The peak is then what place charges the engine: the pool plus the "
+                                          "CUDA graphs, NCCL buffers and CUDA context outside it, and it fits by "
+                                          "place's rule (its need within the pool, the pool and the outside bytes "
+                                          "within the GPU)")
+
+
+def engine_lines(engine: dict[str, float]) -> list[str]:
+    """The text lines of :func:`engine_memory`'s split (GB per GPU), under ``estimate``'s peak line."""
+    GB = 1e9
+    over = ", more than the pool" if engine["need_bytes"] > engine["pool_bytes"] else ""
+    lines = [f"  pool           {engine['pool_bytes'] / GB:.2f} GB  (vLLM reserves gpu_memory_utilization "
+             f"{engine['gpu_memory_utilization']:g} of the GPU at start-up; needed inside it: "
+             f"{engine['need_bytes'] / GB:.2f} GB{over})"]
+    inside = {"weights": "", "kv_budget": f"  (what the pool leaves the KV cache; the batch's live KV: "
+                                          f"{engine['kv_cache'] / GB:.2f} GB)",
+              "other_in_pool": "  (working set, logits, workspace)", "graphs_in_pool": "  (CUDA graphs)"}
+    lines += [f"    {name:<14} {engine[name] / GB:.2f} GB{note}" for name, note in inside.items()
+              if name != "graphs_in_pool" or engine[name] > 0]
+    lines.append(f"  outside        {engine['outside_bytes'] / GB:.2f} GB")
+    notes = {"graphs": "  (CUDA graphs)", "nccl": "  (NCCL buffers)", "context": "  (CUDA context, workspaces)"}
+    lines += [f"    {name:<14} {engine[name] / GB:.2f} GB{note}" for name, note in notes.items()]
+    return lines
