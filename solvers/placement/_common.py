@@ -128,7 +128,7 @@ def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans we
     cause = "".join(f"; for {', '.join(names)} no block larger than {size} GPUs is legal ({why})"
                     for (size, why), names in capped.items())
     raise ConfigError(
-        f"[hardware] memory_per_gpu: the models do not fit together on this cluster: the colocated plan with "
+        f"[hardware] memory_per_gpu: the models do not fit together on the same GPUs: the colocated plan with "
         f"every vertex on its least-memory candidate needs {gb(peak)} GB per GPU, "
         f"{gb(instance.hardware.memory_per_gpu)} GB available ({instance.cluster.num_gpus} GPUs; fullest "
         f"{ev.fullest_gpus(plan)}){cause}; {tried}"

@@ -4,7 +4,8 @@ and ``greedy`` (generation | training splits) placement baselines.
 Only the block shapes and positions of the candidate table are used (:attr:`CandidateTable.extents`,
 :meth:`CandidateTable.origins`): aligned equal tiles of the next smaller shape, and the two-block splits of
 unequal node or rack counts (2:1 of 3 nodes, 3:1 of 4) that :func:`packplace.placement.candidates.block_origins`
-places at both ends.
+places at both ends; :func:`contiguous_tilings` gives every tiling of a block into a given number of
+consecutive legal blocks, of unequal sizes too (2 | 1 | 3 GPUs of a 6-GPU node).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import itertools
 
 from packplace.placement.problem.plan import Allocation
 
-__all__ = ["partitions", "two_way_splits"]
+__all__ = ["contiguous_tilings", "partitions", "two_way_splits"]
 
 
 def partitions(table, block: Allocation, max_parts: int) -> list[list[Allocation]]:
@@ -64,4 +65,42 @@ def two_way_splits(table, block: Allocation) -> list[list[Allocation]]:
         first, second = positions.get((lo, lo + k * unit)), positions.get((lo + k * unit, hi))
         if first is not None and second is not None:
             out.append([first, second])
+    return out
+
+
+def contiguous_tilings(table, block: Allocation, parts: int) -> list[list[Allocation]]:
+    """Every tiling of ``block`` into exactly ``parts`` consecutive blocks of the table's shapes and positions
+    (:attr:`CandidateTable.extents`, :meth:`CandidateTable.origins`), in linear GPU order, lowest first.
+
+    Unlike :func:`partitions`, the tiles need not be equal nor a shape dividing the block: a 6-GPU node
+    splits 2 | 1 | 3 (a 2-GPU block at GPU 0, one GPU at 2, a 3-GPU block at 3: each aligned to its own
+    size), which equal tiles of the next smaller shape (3 | 3, then 1 | 1 | 1) never reach. Empty when
+    ``parts`` exceeds the block's GPUs or no such tiling exists.
+
+    Raises:
+        ValueError: ``parts`` < 1.
+    """
+    if parts < 1:
+        raise ValueError(f"contiguous_tilings: parts must be >= 1, got {parts}")
+    cluster = table.cluster
+    lo, hi = block.gpu_range(cluster)
+    starting: dict[int, list[Allocation]] = {}
+    for extent in table.extents:
+        for alloc in table.origins(extent):
+            a, b = alloc.gpu_range(cluster)
+            if lo <= a and b <= hi:
+                starting.setdefault(a, []).append(alloc)
+    out: list[list[Allocation]] = []
+
+    def extend(at: int, prefix: list[Allocation]) -> None:
+        if len(prefix) == parts:
+            if at == hi:
+                out.append(list(prefix))
+            return
+        for alloc in sorted(starting.get(at, []), key=lambda x: x.gpu_range(cluster)):
+            prefix.append(alloc)
+            extend(alloc.gpu_range(cluster)[1], prefix)
+            prefix.pop()
+
+    extend(lo, [])
     return out

@@ -19,7 +19,14 @@ fastest one is returned. The family, in the order it is scored:
    its memory-blind time is below the best step time found (step-downs only move a vertex to a slower
    candidate, so a layout whose fastest candidates are already slower is not tried), within
    :data:`MAX_EVALUATIONS` evaluator calls.
-3. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
+3. **generation | inference | training splits** (:func:`three_way_layouts`): for every tiling of the cluster
+   into three consecutive blocks of the table's shapes and positions, unequal ones included
+   (:func:`~packplace.solvers.placement._tilings.contiguous_tilings`: 2 | 1 | 3 GPUs of a 6-GPU node), each
+   assignment of the generation vertices, the other vertices (together) and the training vertices to the
+   three blocks (6 per tiling): where no two-block tiling gives generation a legal block (3 GPUs of a 6-GPU
+   node: dp 3 does not divide the batch, tp 3 not the heads) a third block does. Screened and stepped down
+   with item 2's layouts, after them (the same caps).
+4. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
    allows (:func:`~packplace.solvers.placement._common.disjoint_plan`); where nothing fits, no plan
    (status ``unknown``) with the smallest per-vertex needs.
 
@@ -55,10 +62,11 @@ from packplace.solvers.placement._common import (
     repair_memory,
     synchronous_only,
 )
-from packplace.solvers.placement._tilings import partitions
+from packplace.solvers.placement._tilings import contiguous_tilings, partitions
 
 __all__ = ["MAX_EVALUATIONS", "MAX_LAYOUTS", "LayoutSearch", "assemble", "baseline_or_disjoint", "best_layout",
            "colocated_plan", "disjoint_plan", "layouts", "no_plan_found", "repair_memory", "search", "solve",
+           "three_way_layouts",
            "tilings"]
 
 #: Most layouts of the family scored memory-blind per solve (the even tilings' layouts come first).
@@ -111,6 +119,33 @@ def layouts(instance, table) -> list[Blocks]:
     return out
 
 
+def three_way_layouts(instance, table) -> list[Blocks]:
+    """The generation | inference | training layouts of the module docstring (item 3): per tiling
+    ``(X, Y, Z)`` of the cluster into three consecutive legal blocks
+    (:func:`~packplace.solvers.placement._tilings.contiguous_tilings`), each of the 6 ways to give the
+    generation vertices one block, the training vertices another and every other vertex the third; each
+    distinct ``{vertex: block}`` once. Empty without a vertex of each of the three roles or where the cluster
+    has no three-block tiling (fewer than 3 GPUs)."""
+    whole = Allocation(ORIGIN, table.extents[-1])
+    vertices = instance.graph.vertices
+    gens = [v.name for v in vertices if v.kind == "generate"]
+    trains = [v.name for v in vertices if v.kind == "train"]
+    others = [v.name for v in vertices if v.kind not in ("generate", "train")]
+    if not (gens and trains and others):
+        return []
+    out: list[Blocks] = []
+    seen: set[tuple] = set()
+    for tiling in contiguous_tilings(table, whole, 3):
+        for gen_block, other_block, train_block in itertools.permutations(tiling):
+            blocks = {**dict.fromkeys(gens, gen_block), **dict.fromkeys(trains, train_block),
+                      **dict.fromkeys(others, other_block)}
+            key = tuple(sorted(blocks.items()))
+            if key not in seen:
+                seen.add(key)
+                out.append(blocks)
+    return out
+
+
 class LayoutSearch:
     """The outcome of :func:`best_layout`: ``plan`` (None when no layout beat ``best_time``) and its
     ``step_time`` (seconds), ``screened`` layouts scored memory-blind, ``stepped`` layouts stepped down in
@@ -139,7 +174,8 @@ def _fastest_choice(table, blocks: Blocks) -> dict | None:
 
 
 def best_layout(ev, run: Run, best_time: float = float("inf")) -> LayoutSearch:
-    """The fastest plan of :func:`layouts` (item 2 of the module docstring) that beats ``best_time``
+    """The fastest plan of :func:`layouts` and :func:`three_way_layouts` (items 2 and 3 of the module
+    docstring) that beats ``best_time``
     (seconds; the colocated plan's): screened memory-blind, then stepped down in memory in order of the
     memory-blind time while that is below the best found; each improvement is offered to ``run``. Ends at
     ``run``'s deadline, when ``run.stopped``, after :data:`MAX_LAYOUTS` screened layouts or
@@ -147,7 +183,9 @@ def best_layout(ev, run: Run, best_time: float = float("inf")) -> LayoutSearch:
     out = LayoutSearch()
     table = ev.table
     ranked = []
-    for index, blocks in enumerate(layouts(ev.instance, table)):
+    family = layouts(ev.instance, table)
+    family += three_way_layouts(ev.instance, table)
+    for index, blocks in enumerate(family):
         if index >= MAX_LAYOUTS:
             out.cut = "layout cap"
             break
@@ -198,7 +236,7 @@ def solve(instance, run: Run) -> Proposal:
 
 def search(instance, run: Run) -> Proposal:
     """:func:`solve`'s search, without the staleness note (``concurrent`` runs it too). ``info["layout"]``
-    names the winner: ``colocated``, ``split`` (item 2) or ``disjoint`` (item 3); ``info`` also counts the
+    names the winner: ``colocated``, ``split`` (item 2) or ``disjoint`` (item 4); ``info`` also counts the
     ``layouts_screened`` and ``layouts_stepped``. ``hit_time_limit`` is set when the run's deadline cut the
     layout family (or the disjoint search) short; the caps :data:`MAX_LAYOUTS` and :data:`MAX_EVALUATIONS`
     are part of the family's definition and do not set it."""

@@ -193,7 +193,8 @@ def test_the_family_stops_at_the_deadline_and_when_the_run_is_stopped():
     assert proposal.solution == colocated and proposal.info["layouts_screened"] == 0
     full = greedy.best_layout(ev, Run("placement", inst, time_limit_s=None, evaluator=ev),
                               ev.step_time(colocated))
-    assert full.cut == "" and 0 < full.stepped <= full.screened == len(greedy.layouts(inst, ev.table))
+    family = len(greedy.layouts(inst, ev.table)) + len(greedy.three_way_layouts(inst, ev.table))
+    assert full.cut == "" and 0 < full.stepped <= full.screened == family
     assert full.evaluations <= full.screened + greedy.MAX_EVALUATIONS + greedy.LAYOUT_STEPS
 
 

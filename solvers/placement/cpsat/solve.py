@@ -99,6 +99,12 @@ BUILD_OPTIONS_PER_S = 1500
 #: the rest.
 DEFAULT_CP_PARAMETERS = {"cp_model_probing_level": 0, "relative_gap_limit": 5e-7,
                          "auto_detect_greater_than_at_least_one_of": False}
+#: Parameters of the second solve when CP-SAT answers INFEASIBLE on a model that accepts its hint: OR-Tools
+#: 9.15's presolve without probing also declares the periodic model of GRPO Qwen2.5-7B on 2 nodes of 6 H100s
+#: infeasible (its anneal hint, fixed, solves with presolve on: the model is satisfiable), while the same
+#: model without presolve, or with probing level 2, solves to the hint's optimum; the hint refutes the verdict
+#: (:meth:`_ExactPlacement.check_hint`), so the time left goes to the solve without presolve.
+PRESOLVE_FAULT_RETRY = {"cp_model_presolve": False}
 #: Deterministic-time budget (CP-SAT's work units, not seconds) of the check that the model accepts its
 #: hint (the hinted variables fixed, no presolve): a propagation, far below this on the shipped configs.
 HINT_CHECK_DTIME = 10.0
@@ -473,14 +479,36 @@ class _ExactPlacement:
     def search(self, built: _Built, num_workers: int, log_search: bool,
                cp_parameters: dict[str, Any] | None) -> Proposal:
         """CP-SAT on the model in the time left (at least 10 ms), progress lines on stderr, then
-        :meth:`answer`."""
+        :meth:`answer`. Where CP-SAT answers INFEASIBLE although the model accepts its hint
+        (:meth:`check_hint`: a verdict the hint refutes) and time is left, it solves again without presolve
+        (:data:`PRESOLVE_FAULT_RETRY`) and says so (``info["presolve_retry"]``)."""
+        parameters = {**DEFAULT_CP_PARAMETERS, **(cp_parameters or {})}
+        solver, cp_status, stopped = self._solve_once(built, num_workers, log_search, parameters)
+        retried = False
+        if (cp_status == cp_model.INFEASIBLE and self.hint_checked and self.limit - self.run.elapsed() > 0.01
+                and not self.run.stopped):
+            self.log.append("CP-SAT returned INFEASIBLE on a model that accepts its hint: solved again without "
+                            "presolve")
+            self.notes.append("CP-SAT's presolve answered INFEASIBLE on a model that accepts its hint (an OR-Tools "
+                              "fault, refuted by the hint); solved again without presolve")
+            solver, cp_status, stopped = self._solve_once(built, num_workers, log_search,
+                                                          {**parameters, **PRESOLVE_FAULT_RETRY})
+            retried = True
+        proposal = self.answer(solver, cp_status, built, at_bound=stopped)
+        proposal.info["presolve_retry"] = retried
+        return proposal
+
+    def _solve_once(self, built: _Built, num_workers: int, log_search: bool,
+                    parameters: dict[str, Any]) -> tuple[Any, Any, bool]:
+        """One CP-SAT solve of the model in the time left with ``parameters`` (``SatParameters`` fields);
+        ``(solver, status, stopped at a plan that meets the analytic lower bound)``."""
         run = self.run
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.01, self.limit - run.elapsed())
         solver.parameters.num_workers = num_workers
         solver.parameters.random_seed = run.seed
         solver.parameters.log_search_progress = bool(log_search)
-        for key, value in {**DEFAULT_CP_PARAMETERS, **(cp_parameters or {})}.items():
+        for key, value in parameters.items():
             try:
                 setattr(solver.parameters, key, value)
             except (AttributeError, TypeError, ValueError) as exc:
@@ -510,7 +538,7 @@ class _ExactPlacement:
             solver.parameters.catch_sigint_signal = False  # packplace.interrupt stops the search
             with run.native(solver.stop_search):
                 cp_status = solver.Solve(built.model.model, reporter)
-        return self.answer(solver, cp_status, built, at_bound=reporter.stopped)
+        return solver, cp_status, reporter.stopped
 
     def answer(self, solver: Any, cp_status: Any, built: _Built, at_bound: bool = False) -> Proposal:
         """The plan CP-SAT found (or the hint), checked against the evaluator, with its honest status;

@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from packplace.errors import ConfigError, InfeasibleError
+from packplace.placement.batch_limits import batch_note
 from packplace.placement.candidates import CandidateTable, Shortfall, TableBuildTimeout
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.fit_hints import hinting, with_hints
@@ -78,7 +79,9 @@ def solve_placement(
         (:meth:`~packplace.placement.evaluator.PlacementEvaluator.lower_bound`: max of the critical
         path at the fastest candidates and the total minimum GPU-seconds over all GPUs), and ``info``
         the per-vertex start/end/time, throughput, MFU and peak memory, and ``table_build_s`` (seconds
-        this call spent building the candidate table, 0 when the instance had one). ``wall_s`` is the
+        this call spent building the candidate table, 0 when the instance had one); where the batch's
+        divisibility kept a vertex off a wider data-parallel layout, ``batch_divisibility`` (also on the
+        message: :func:`~packplace.placement.batch_limits.batch_note`). ``wall_s`` is the
         whole call's seconds.
 
     Raises:
@@ -121,6 +124,10 @@ def solve_placement(
     result.info["table_build_s"] = build_s
     if result.solution is None and not result.interrupted and not hinting():  # which memory setting would fit
         result.message = with_hints(result.message or "no feasible plan found", instance)
+    limited = batch_note(instance, get_table(instance), result.solution) if result.solution is not None else ""
+    if limited:  # the batch's divisibility, not the search, kept a vertex off the wider layouts
+        result.message = f"{result.message}; {limited}" if result.message else limited
+        result.info["batch_divisibility"] = limited
     if time_limit_s is not None and (bound_cut or spent >= time_limit_s) and not result.interrupted:
         result.hit_time_limit = True
         why = (f"time limit reached before the search: the candidate table took {build_s:.3g} s and the analytic "
