@@ -7,7 +7,8 @@ such test (and by ``test_solver_contract.py``) with no other edit. Subsets are d
 (:data:`BALANCE_BASELINES`), the backend that returns the instance's own grouping instead of searching.
 
 Work counts: :func:`counting_calls` counts the Python function calls made inside a block, a measure
-of work that, unlike a stopwatch, gives the same number on any machine under any load.
+of work that, unlike a stopwatch, gives the same number on any machine under any load. The fixture
+:func:`work_clock` makes placement deadlines a count too: a clock that moves only with evaluator calls.
 
 Fixtures: a test that takes an argument ``balance_solver`` (``placement_solver``) is run once per
 registered balance (placement) solver; ``balance_heuristic`` / ``placement_heuristic`` once per
@@ -17,6 +18,7 @@ non-exact one that builds its own answer.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from packplace.cli import main as cli_main
+from packplace.placement.evaluator import PlacementEvaluator
 from packplace.solvers import available, get
 
 #: Every registered backend of each problem, sorted (aliases not included).
@@ -131,3 +134,39 @@ def toy_cuda_graphs():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(memory, "VLLM_CUDA_GRAPH_BYTES", TOY_CUDA_GRAPH_BYTES)
         yield TOY_CUDA_GRAPH_BYTES
+
+
+#: Fake seconds one evaluator call costs on :func:`work_clock` (500 calls a fake second).
+EVALUATION_S = 2e-3
+
+
+class WorkClock:
+    """The fake clock of :func:`work_clock`: ``now`` (seconds), ``evaluation_s`` (seconds per evaluator call)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.evaluation_s = EVALUATION_S
+
+    def read(self) -> float:
+        self.now += 1e-6
+        return self.now
+
+
+@pytest.fixture
+def work_clock(monkeypatch) -> WorkClock:
+    """Replace ``time.perf_counter`` (every deadline of a placement call reads it: the table's, the bound's,
+    the backends' through ``packplace.run.clock``) with a clock that moves only with work: 1 µs per reading
+    and :data:`EVALUATION_S` per evaluator call (``score``, ``step_time``, ``relaxed_step_time``), so that
+    a deadline falls at the same point of a search on any machine under any load; ``clock.now`` says how
+    much work a call did in these units."""
+    clock = WorkClock()
+    monkeypatch.setattr(time, "perf_counter", clock.read)
+    for name in ("score", "step_time", "relaxed_step_time"):
+        original = getattr(PlacementEvaluator, name)
+
+        def costed(self, *args, _original=original, **kwargs):
+            clock.now += EVALUATION_S
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(PlacementEvaluator, name, costed)
+    return clock

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+import packplace
 from packplace.balance import api as balance_api_module
 from packplace.balance import planner as planner_module
+from packplace.balance.config import load_config
 from packplace.cli import build_parser, main
 from packplace.registry import register, unregister
 
@@ -103,6 +105,23 @@ def test_zero_bound_gap_is_na_not_100_percent(tmp_path, capsys):
     assert main(["balance", "--config", str(config), "--solver", "lpt"]) == 0
     summary = capsys.readouterr().out.splitlines()[-1].split()
     assert summary[0] == "lpt" and summary[2] == "0" and summary[3] == "n/a"
+    # the JSON document agrees with the table: no gap where the bound proves nothing (it said 1.0)
+    assert main(["balance", "--config", str(config), "--solver", "lpt", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["bound"] == 0 and document["objective"] > 0 and document["gap"] is None
+    result = packplace.balance(load_config(str(config)), "lpt")
+    assert result.gap == 1.0 and result.shown_gap is None and json.loads(result.to_json())["gap"] is None
+
+
+def test_a_defined_gap_is_the_same_number_in_the_table_and_the_json(capsys):
+    config = str(ROOT / "configs/balance/two_way_small.yaml")
+    assert main(["balance", "--config", config, "--solver", "lpt", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["bound"] > 0 and document["gap"] == pytest.approx(
+        (document["objective"] - document["bound"]) / document["objective"])
+    assert main(["balance", "--config", config, "--solver", "lpt"]) == 0
+    cell = capsys.readouterr().out.splitlines()[-1].split()[3]
+    assert cell == f"{100 * document['gap']:.3f}%"
 
 
 def test_compare_exits_1_when_a_cell_errors(tmp_path, capsys):
@@ -150,9 +169,9 @@ def test_progress_goes_through_logging_and_quiet_silences_it(capsys):
         assert records == [] and "[compare]" not in capsys.readouterr().err
     finally:
         logger.removeHandler(keep)
-        from packplace import progress
+    from packplace import progress
 
-        progress.set_enabled(True)
+    assert not progress.enabled()  # the command's switch is restored: library calls stay quiet
 
 
 def test_balance_and_compare_pictures(tmp_path):

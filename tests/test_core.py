@@ -112,17 +112,25 @@ def test_registry_lists_both_problems_after_plain_import():
         packplace.solvers.get("balance", "magic")
 
 
-def test_progress_lines_can_be_silenced(capsys):
+def test_progress_lines_are_off_in_library_calls_until_switched_on(capsys, monkeypatch):
     from packplace import progress
 
-    progress.report("anneal: visible")
-    with progress.quiet():
-        progress.report("anneal: hidden")
-    with progress.quiet(False):
-        progress.report("anneal: still visible")
+    monkeypatch.delenv("PACKPLACE_QUIET", raising=False)
+    assert not progress.enabled()  # a library call prints nothing by default
+    progress.report("anneal: hidden by default")
+    with progress.shown():
+        progress.report("anneal: visible")
+        with progress.quiet():
+            progress.report("anneal: hidden")
+        with progress.quiet(False):
+            progress.report("anneal: still visible")
+        monkeypatch.setenv("PACKPLACE_QUIET", "1")
+        progress.report("anneal: silenced by the environment")
+        monkeypatch.delenv("PACKPLACE_QUIET")
+    progress.report("anneal: hidden again")
     err = capsys.readouterr().err
-    assert "visible" in err and "hidden" not in err and "still visible" in err
-    assert progress.enabled()
+    assert err.splitlines() == ["anneal: visible", "anneal: still visible"]
+    assert not progress.enabled()
 
 
 def test_a_signal_is_reported_as_an_interrupt_not_as_the_time_limit(monkeypatch):

@@ -42,15 +42,18 @@ def assemble_for(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, Allo
 
 
 def repair_memory(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, Allocation]], *,
-                  keep_blocks: bool, max_steps: int = 500) -> tuple[Plan, float, int]:
+                  keep_blocks: bool, max_steps: int = 500, deadline: float | None = None) -> tuple[Plan, float, int]:
     """Step down out-of-memory vertices until the plan fits.
 
     While the plan runs out of memory, the vertex with the largest per-GPU footprint among those on
     an over-full GPU moves to its next candidate (in time order) with a smaller footprint — of the same
     block shape when ``keep_blocks`` (the block stays), else of any shape placed at GPU (0, 0, 0).
+    ``deadline`` (a :func:`packplace.run.clock` reading; None: none) stops the step-downs once passed, the
+    plan then counting as not fitting (the caller's search was cut short by the same deadline).
 
     Returns:
-        ``(plan, step_time, steps)``; ``step_time`` is ``inf`` when no step-down makes it fit.
+        ``(plan, step_time, steps)``; ``step_time`` is ``inf`` when no step-down makes it fit (or the
+        deadline stopped them first).
     """
     table = ev.table
     choice = dict(choice)
@@ -59,6 +62,8 @@ def repair_memory(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, All
         t = ev.step_time(plan)
         if t < float("inf"):
             return plan, t, steps
+        if deadline is not None and clock() > deadline:
+            return plan, float("inf"), steps
         over = ev.oom_vertices(plan)
         moved = False
         for name in sorted(over, key=lambda n: (-choice[n][0].memory_bytes, n)):
@@ -88,6 +93,8 @@ def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans we
     together run out of memory, :func:`repair_memory` steps vertices down to smaller-footprint
     candidates; as a last resort every vertex takes its least-memory candidate. ``tried`` ends the
     out-of-memory message: what the caller searched (a solver that also tried disjoint blocks says so).
+    It takes no deadline: it is the minimum every placement backend's baseline does, past the time limit
+    if need be (at most 500 step-downs; ``packplace.placement.api.MINIMUM_WORK``).
 
     Raises:
         ConfigError: a vertex has no feasible candidate (pre-launch check), or even the least-memory
@@ -191,7 +198,7 @@ def disjoint_plan(ev: PlacementEvaluator, deadline: float | None = None,
             for name in names_of[model]:
                 cand = next(c for c in table.feasible[name] if c.extent == blocks[model].extent)
                 choice[name] = (cand, blocks[model])
-        plan, t, steps = repair_memory(ev, choice, keep_blocks=True, max_steps=50)
+        plan, t, steps = repair_memory(ev, choice, keep_blocks=True, max_steps=50, deadline=deadline)
         evaluations += 1 + steps
         if t < best_time:
             best, best_time = plan, t

@@ -17,7 +17,8 @@ Options: the ``optimizer`` knobs (:class:`AnnealSettings`; ``t_init`` 0.30, ``t_
 0.10, ``e_max`` 50,000, ``e_struct`` 400, ``stag_window`` 20, ``hard_oom`` true, ``oom_penalty`` 4.0,
 ``polish`` true, ``progress_s`` 3.0), ``time_limit_s`` (30 s; the annealing may use
 :data:`ANNEAL_TIME_SHARE` of it), ``seed`` (0), ``initial_plan``. Warm start: the better of ``greedy``
-and ``concurrent``; the result is never worse. A second start: concurrent's own best partition plan when
+and ``concurrent``, run on the same deadline (a limit too short for them cuts them: ``hit_time_limit``); the
+result is never worse. A second start: concurrent's own best partition plan when
 concurrent returned greedy's faster plan instead (greedy's split layouts otherwise take away the start the
 annealing had before them: docs/performance.md, "Greedy's layout family"). Determinism: ``random.Random(seed)``
 (afresh per chain) and counts only (never the clock) drive cooling, restarts and stopping, so a run that
@@ -41,7 +42,7 @@ from packplace.placement.problem.config import OPTIMIZER_DEFAULTS, resolve_optim
 from packplace.placement.problem.plan import Allocation, Plan
 from packplace.progress import report
 from packplace.registry import register
-from packplace.result import FEASIBLE, Proposal
+from packplace.result import FEASIBLE, UNKNOWN, Proposal
 from packplace.run import Run
 from packplace.solvers.placement.concurrent import partition_search
 
@@ -422,38 +423,45 @@ class _Search:
                     yield plan.with_staleness(model, value)
 
 
-def _warm_start(run: Run) -> tuple[Plan | None, float, str, dict[str, float], list[tuple[Plan, str]]]:
-    """The better of the greedy and concurrent plans (by the evaluator), its time and name (``None`` when
-    neither found a plan), the baselines' times, and the further starts of the annealing: concurrent's own
-    best partition plan (:func:`~packplace.solvers.placement.concurrent.partition_search`) when concurrent
+Warm = tuple[Plan, float, str, dict[str, float], list[tuple[Plan, str]]]
+
+
+def _warm_start(run: Run) -> tuple[Warm | None, bool, Proposal | None]:
+    """``(warm, cut, last)``. ``warm``: the better of the greedy and concurrent plans (by the evaluator), its
+    time and name, the baselines' times, and the further starts of the annealing: concurrent's own best
+    partition plan (:func:`~packplace.solvers.placement.concurrent.partition_search`) when concurrent
     returned greedy's faster plan instead, so that greedy's split layouts add a start rather than take one
-    away. Both baselines run through :meth:`~packplace.run.Run.call`, without a time limit (they stop on
-    their own rules); greedy is skipped when the concurrent plan meets the analytic lower bound."""
+    away; None when neither found a plan. ``cut``: the run's deadline cut a baseline short. ``last``: the
+    last baseline's proposal (what a run without a plan returns). Both baselines run through
+    :meth:`~packplace.run.Run.call` on this run, so its deadline stops them (each still scores its first
+    plan); greedy is skipped when the concurrent plan meets the analytic lower bound."""
     ev = run.evaluator
     times, plans, proposals = {}, {}, {}
+    cut, last = False, None
     for name in ("concurrent", "greedy"):
         if run.at_bound:
             break
         try:
-            proposal = run.call(name, time_limit_s=None)
+            proposal = run.call(name)
         except ConfigError:
             if plans:  # colocation runs out of memory where concurrent's partitions fit: start from those
                 continue
             raise
+        cut, last = cut or proposal.hit_time_limit, proposal
         if proposal.solution is None:  # no plan found by this baseline (its message says why)
             continue
         plans[name], proposals[name] = proposal.solution, proposal
         times[name] = ev.step_time(proposal.solution)
     if not plans:
-        return None, float("inf"), "", times, []
+        return None, cut, last
     best = min(sorted(times), key=lambda n: times[n])
     others: list[tuple[Plan, str]] = []
     if "concurrent" in proposals and proposals["concurrent"].info.get("fallback") == "greedy-faster" \
-            and not run.at_bound:
+            and not run.at_bound and not run.expired():
         partition, partition_time, _, _, _ = partition_search(run.instance, run)
         if partition is not None and partition_time < INF and partition != plans[best]:
             others.append((partition, "concurrent's partition plan"))
-    return plans[best], times[best], best, times, others
+    return (plans[best], times[best], best, times, others), cut, last
 
 
 def faster_than(seconds: float, reference_s: float, reference: str) -> str:
@@ -491,12 +499,16 @@ def solve(instance, run: Run, *, initial_plan: Plan | None = None, **params: Any
         verdict = search.ev.score(initial_plan)
         if not verdict.feasible:
             raise ConfigError(f"initial_plan: infeasible: {'; '.join(verdict.violations[:2])}")
-        warm = (initial_plan, verdict.step_time, "initial plan", {}, [])
+        warm, cut = (initial_plan, verdict.step_time, "initial plan", {}, []), False
     else:
-        warm = _warm_start(run)
-        if warm[0] is None:  # neither baseline (colocated, partitions, disjoint layouts) found a plan
-            return run.call("greedy", time_limit_s=run.time_limit_s)
+        found, cut, last = _warm_start(run)
+        if found is None:  # neither baseline (colocated, partitions, disjoint layouts) found a plan
+            if last is None:
+                return Proposal(None, UNKNOWN, hit_time_limit=cut, message="no baseline ran")
+            return last  # its message says why (a search cut short, or the smallest needs)
+        warm = found
     state = _Annealing(search, run, settings, *warm)
+    state.hit_time_limit = cut
     state.anneal()
     if settings.polish:
         state.polish()

@@ -96,7 +96,8 @@ def partition_search(instance, run: Run) -> tuple[Plan | None, float, int, list[
     Returns:
         ``(plan, step_time, evaluations, log, cut)``: the fastest plan found (None, time ``inf``, when no
         combination fits), its step time in seconds, the evaluator calls made, one log line per phase, and
-        whether ``run``'s deadline cut the search short (at least one combination is always scored).
+        whether ``run``'s deadline cut the search short (the first combination is always scored, with its
+        memory step-downs; every later combination, and its step-downs, stops at the deadline).
     """
     ev = run.evaluator
     table = ev.table
@@ -114,7 +115,8 @@ def partition_search(instance, run: Run) -> tuple[Plan | None, float, int, list[
             if evaluations and run.expired():
                 cut = True
                 break
-            plan, t, steps = repair_memory(ev, _choice(options, picks), keep_blocks=True)
+            plan, t, steps = repair_memory(ev, _choice(options, picks), keep_blocks=True,
+                                           deadline=run.deadline if evaluations else None)
             evaluations += 1 + steps
             if t < best_time:
                 best_plan, best_time = plan, t
@@ -130,7 +132,7 @@ def partition_search(instance, run: Run) -> tuple[Plan | None, float, int, list[
             if not footprints:
                 break
             picks[footprints[0][1]] += 1
-            plan, t, steps = repair_memory(ev, _choice(options, picks), keep_blocks=True)
+            plan, t, steps = repair_memory(ev, _choice(options, picks), keep_blocks=True, deadline=run.deadline)
             evaluations += 1 + steps
             if t < float("inf"):
                 best_plan, best_time = plan, t

@@ -33,7 +33,9 @@ fastest one is returned. The family, in the order it is scored:
 The search respects the run: it stops at :attr:`Run.deadline <packplace.run.Run.deadline>` and when
 :attr:`Run.stopped <packplace.run.Run.stopped>` (a signal, or an offered plan at the analytic lower bound),
 returning the best plan scored so far, with ``hit_time_limit`` when the deadline cut it; the colocated plan
-is always scored. Synchronous plans only (a note
+is always scored, with its memory step-downs (the minimum, past the deadline if need be); the split and
+disjoint layouts' step-downs stop at the deadline. A search the deadline cut before any plan fits says so
+(status ``unknown``, ``hit_time_limit``), not that the models do not fit. Synchronous plans only (a note
 says so when ``staleness_candidates`` allows stale ones).
 
 Options: ``time_limit_s`` (None: no limit on the family; the disjoint search's own 10 s cap), ``seed``
@@ -49,7 +51,7 @@ import itertools
 from packplace.errors import ConfigError
 from packplace.placement.problem.plan import Allocation, Plan
 from packplace.registry import register
-from packplace.result import FEASIBLE, Proposal
+from packplace.result import FEASIBLE, UNKNOWN, Proposal
 from packplace.run import Run
 from packplace.solvers.placement._common import (
     ORIGIN,
@@ -208,7 +210,7 @@ def best_layout(ev, run: Run, best_time: float = float("inf")) -> LayoutSearch:
         if out.evaluations >= out.screened + MAX_EVALUATIONS or run.expired() or run.stopped:
             out.cut = ("time limit" if run.expired() else "stopped" if run.stopped else "evaluation cap")
             break
-        plan, t, steps = repair_memory(ev, choice, keep_blocks=True, max_steps=LAYOUT_STEPS)
+        plan, t, steps = repair_memory(ev, choice, keep_blocks=True, max_steps=LAYOUT_STEPS, deadline=run.deadline)
         out.stepped += 1
         out.evaluations += 1 + steps
         if t < best:
@@ -273,6 +275,10 @@ def search(instance, run: Run) -> Proposal:
             run.offer(plan, best_time)
         elif plan is not None:
             note = f"no colocated plan fits; {note}"
+        if plan is None and cut_by_time:  # nothing shown not to fit: no memory advice, no "do not fit"
+            return Proposal(None, UNKNOWN, hit_time_limit=True, iterations=evaluations or None, message=(
+                f"no plan found before the time limit: the search was cut short (the colocated plan does not fit; "
+                f"{counted}; {layouts_scored} one-block-per-model layouts scored)"))
         if plan is None:
             return no_plan_found(ev, colocated_failure, layouts_scored)
     return Proposal(plan, FEASIBLE, message=note, iterations=evaluations or None, hit_time_limit=cut_by_time,

@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     tee = _Tee(sys.stderr)
     try:
         # both restored afterwards (main may run in-process); the scope records the files the command reads
-        with outputs.reading_scope(), progress.quiet(getattr(args, "quiet", False)):
+        with outputs.reading_scope(), progress.shown(not getattr(args, "quiet", False)):
             if not json_wanted:
                 return _run(args)
             with contextlib.redirect_stdout(tee):  # type: ignore[type-var]

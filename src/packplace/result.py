@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,6 +161,14 @@ class SolveResult:
         return relative_gap(self.objective, self.bound)
 
     @property
+    def shown_gap(self) -> float | None:
+        """The gap as reports show it: :attr:`gap`, or None where it is undefined (no solution, or a bound
+        of 0 or less under a positive objective: such a bound proves nothing relative, and
+        ``(objective - 0) / objective = 100%`` would read as a real gap). JSON documents write None as
+        ``null``; the text tables ``-`` (no solution) or ``n/a``."""
+        return defined_gap(self.objective, self.bound) if self.solution is not None else None
+
+    @property
     def ok(self) -> bool:
         """True when the result carries a feasible solution (status ``optimal`` or ``feasible``)."""
         return self.status in (OPTIMAL, FEASIBLE)
@@ -190,7 +199,7 @@ class SolveResult:
             "status": self.status,
             "objective": self.objective,
             "bound": self.bound,
-            "gap": self.gap,
+            "gap": self.shown_gap,
             "hit_time_limit": self.hit_time_limit,
             "interrupted": self.interrupted,
             "wall_s": self.wall_s,
@@ -302,6 +311,14 @@ def command_document(result: SolveResult, figures: Mapping[str, Any]) -> dict[st
     document = result.to_dict()
     document[REPORT_KEY] = {key: value for key, value in figures.items() if key not in document}
     return document
+
+
+def defined_gap(objective: float, bound: float) -> float | None:
+    """:func:`relative_gap` where it means something, else None: a non-finite objective, or a bound of 0 or
+    less under a positive objective (no relative proof)."""
+    if not math.isfinite(objective) or (bound <= 0 < objective):
+        return None
+    return relative_gap(objective, bound)
 
 
 def relative_gap(objective: float, bound: float) -> float:

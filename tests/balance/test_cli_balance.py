@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+import packplace
+from packplace.balance import make_instance
 from packplace.cli import main
+from packplace.errors import ConfigError
+from packplace.harness.comparison import run_instance
+from packplace.harness.suites import InstanceSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,6 +44,23 @@ def test_unknown_solver_exits_2(capsys):
     code = main(["balance", "--config", str(ROOT / "configs/balance/two_way_small.yaml"), "--solver", "magic"])
     assert code == 2
     assert "unknown balance solver 'magic'" in capsys.readouterr().err
+
+
+def test_the_reference_solver_without_reference_bins_is_bad_input(capsys):
+    # it was status unknown, exit 1: as if a search had failed
+    code = main(["balance", "--config", str(ROOT / "configs/balance/two_way_small.yaml"), "--solver", "reference"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("packplace balance: error: reference_bins: none given")
+    inst = make_instance(tokens=[5, 4, 3], seq_len=20, data_parallel_size=1)
+    with pytest.raises(ConfigError, match="^reference_bins: "):
+        packplace.balance(inst, "reference")
+    with_bins = make_instance(tokens=[5, 4, 3], seq_len=20, data_parallel_size=1, reference_bins=((0, 1, 2),))
+    assert packplace.balance(with_bins, "reference").objective == 12.0
+    # compare lists the baseline next to the others: on an instance without a reference, an unknown cell
+    outcome = run_instance("balance", InstanceSpec(0, "plain", "object", instance=inst), ["reference", "lpt"], None, 0)
+    assert [c.status for c in outcome["cells"]] == ["unknown", "optimal"]
+    assert outcome["cells"][0].message == "the instance has no reference_bins"
 
 
 def test_missing_config_file_exits_2(capsys):

@@ -8,6 +8,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -339,7 +340,7 @@ instances:
 def flaky_solver(temp_solver):
     """A solver whose behaviour the test switches: LPT, then the worse reference grouping, then slow LPT."""
     lpt = get("balance", "lpt").solve
-    mode = {"value": "good"}
+    mode: dict[str, Any] = {"value": "good", "good_s": 0.0}
 
     def flaky(instance, *, time_limit_s=None, seed=0):
         """LPT, or a deliberately worse answer."""
@@ -480,15 +481,21 @@ def broken_placement_solver():
     """A placement solver ``broken`` wrapping greedy: its plan, a plan with a slower strategy, or a slow run."""
     pytest.importorskip("packplace.placement.api")
     greedy = get("placement", "greedy").solve
-    mode = {"value": "good"}
+    mode: dict[str, Any] = {"value": "good", "good_s": 0.0}
 
     def broken(instance, *, time_limit_s=None, seed=0):
         """greedy's plan, or a deliberately worse one."""
+        from packplace.placement.evaluator import get_table
+
+        started = time.perf_counter()
         proposal = greedy(instance, time_limit_s=time_limit_s, seed=seed)
+        cell_s = get_table(instance).build_seconds + time.perf_counter() - started  # each cell builds its table
         if mode["value"] == "worse":
             return Proposal(_slower_strategy(instance, proposal.solution), FEASIBLE, message="slower strategy")
-        if mode["value"] == "slow":
-            time.sleep(SLOW_S)
+        if mode["value"] == "slow":  # far beyond 3x the slowest good cell (the baseline's), whatever the load
+            time.sleep(max(SLOW_S, 6 * max(mode["good_s"], cell_s)))
+        else:
+            mode["good_s"] = max(mode["good_s"], cell_s)
         return proposal
 
     register("placement", "broken")(broken)
@@ -517,7 +524,7 @@ def test_placement_bench_flags_a_worse_plan_and_a_slowdown(tmp_path, broken_plac
     assert [(r.instance, r.solver, r.kind) for r in outcome.regressions] == [("grpo-1x8", "broken", "objective")]
     assert float(outcome.regressions[0].current) > float(outcome.regressions[0].baseline)
 
-    broken_placement_solver["value"] = "slow"  # greedy takes milliseconds: SLOW_S is far beyond 3x + the floor
+    broken_placement_solver["value"] = "slow"  # beyond 3x the cell's time (table and greedy) + the floor
     outcome = run_bench(suite, baseline, floor_s=FLOOR_S, progress=False)
     assert [(r.solver, r.kind) for r in outcome.regressions] == [("broken", "time")]
 

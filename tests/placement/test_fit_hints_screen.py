@@ -45,14 +45,14 @@ SLOW = {"ppo_llama3.1-70b_2x4x8xh200.yaml"}
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in NAMES])
 def test_the_hints_are_unchanged(name, unhurried, monkeypatch):
     inst = build_instance(_config(name))
-    screened, refused = _report(inst, 10)
+    screened, refused, _ = _report(inst, 10)
     assert refused == []
     variants = [v for _, training, policy in SETTINGS if (v := _variant(inst, training, policy)) is not None]
     assert all(line.startswith("fits with ") and line.endswith("memory aside)") for line in screened)
     if all(may_fit(v) for v in variants):   # the screen skipped nothing: the hints are the unscreened ones
         return
     monkeypatch.setattr(fit_hints, "may_fit", lambda instance: True)   # every setting priced and planned
-    unscreened, _ = _report(build_instance(_config(name)), 10)
+    unscreened, _, _ = _report(build_instance(_config(name)), 10)
     assert screened == unscreened
 
 
@@ -66,7 +66,7 @@ def test_the_screen_skips_only_settings_whose_table_has_a_task_without_a_fit(unh
         return original(variant, deadline=deadline)
 
     monkeypatch.setattr(fit_hints, "get_table", counted)
-    hints, _ = _report(inst, 10)
+    hints, _, _ = _report(inst, 10)
     assert hints   # the settings that fit: LoRA among them (one_node_70b above: the same hints without the screen)
     # only the four settings that plan are priced (and the config's own table, for the hints' cost figures); the
     # other four, screened out, would have priced a table in which some task has no feasible candidate

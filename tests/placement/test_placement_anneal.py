@@ -21,6 +21,7 @@ from packplace.placement.problem.config import build_instance, load_config
 from packplace.placement.problem.plan import Plan
 from packplace.placement.screen import cli
 from packplace.solvers import available
+from packplace.solvers.placement.anneal import ANNEAL_TIME_SHARE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
@@ -217,7 +218,9 @@ def test_property_feasible_every_vertex_never_worse_than_baselines(algorithm, no
 GRPO = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
 
 
-def test_fixed_seed_repeats_exactly_and_a_time_cut_returns_a_prefix_of_the_same_trajectory():
+def test_fixed_seed_repeats_exactly_and_a_time_cut_returns_a_prefix_of_the_same_trajectory(work_clock):
+    # on a clock that moves only with work (1 evaluator call = 2 ms): the warm start (greedy, concurrent)
+    # runs on the same deadline as the annealing, so the cut falls after it at the same point on any machine
     inst = load_config(GRPO)
     runs = [packplace.place(inst, "anneal", time_limit_s=120, seed=5, e_max=2000) for _ in range(3)]
     for run in runs:
@@ -227,9 +230,13 @@ def test_fixed_seed_repeats_exactly_and_a_time_cut_returns_a_prefix_of_the_same_
     assert len({(r.info["evaluations"], r.info["proposals"], r.objective) for r in runs}) == 1
     assert [(e["evaluations"], e["best_s"]) for e in runs[0].info["trace"]] == \
         [(e["evaluations"], e["best_s"]) for e in runs[1].info["trace"]]
-    # a cut run (20,000 evaluations take ~1.4 s here; the annealing gets 90 ms) follows the same trajectory
-    full = packplace.place(inst, "anneal", time_limit_s=120, seed=5, e_max=20_000)
-    cut = packplace.place(inst, "anneal", time_limit_s=0.1, seed=5, e_max=20_000)
+    # a run cut 1,000 evaluations into the annealing (ANNEAL_TIME_SHARE of the limit, from the call's start,
+    # after the warm start) follows the same trajectory
+    full = packplace.place(inst, "anneal", time_limit_s=600, seed=5, e_max=20_000)
+    warm_s = full.info["trace"][0]["elapsed_s"]  # the call's seconds when the annealing starts
+    cut = packplace.place(inst, "anneal", seed=5, e_max=20_000,
+                          time_limit_s=(warm_s + 1000 * work_clock.evaluation_s) / ANNEAL_TIME_SHARE)
+    assert cut.info["warm_start_s"] == full.info["warm_start_s"]
     assert cut.hit_time_limit and cut.info["stopped_by"] == "time"
     k = cut.info["annealing_evaluations"]
     assert k < 20_000 and cut.info["proposals"] % 64 == 0
@@ -291,3 +298,16 @@ def test_concurrents_partition_plan_is_a_second_start_when_greedys_split_wins():
     # a run from a given plan has that one start only
     single = packplace.place(inst, "anneal", time_limit_s=60, seed=0, initial_plan=partition)
     assert single.info["starts"] == ["initial plan"]
+
+
+def test_a_library_call_prints_no_progress_unless_switched_on(capsys, monkeypatch):
+    from packplace import progress
+
+    monkeypatch.delenv("PACKPLACE_QUIET", raising=False)
+    config = yaml.safe_load(open(PPO8B))
+    config["optimizer"] = {**(config.get("optimizer") or {}), "progress_s": 1e-3, "e_max": 400}
+    packplace.place(build_instance(config), "anneal", time_limit_s=60)
+    assert "anneal:" not in capsys.readouterr().err  # quiet by default (the CLI switches progress on)
+    with progress.shown():
+        packplace.place(build_instance(config), "anneal", time_limit_s=60)
+    assert "anneal: done" in capsys.readouterr().err

@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import itertools
 import types
+from pathlib import Path
 
 import pytest
 
 import packplace
-from packplace.placement import candidates
+from packplace.errors import ConfigError
+from packplace.placement import candidates, load_config
 from packplace.placement.candidates import CandidateTable, TableBuildTimeout
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.problem.config import build_instance
+from packplace.run import Run
+from packplace.solvers.placement._common import colocated_plan
+from packplace.solvers.placement.concurrent import partition_search
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: A NeMo RL async GRPO step that may run one step stale: the bound prices every generation candidate's
 #: steady-state rollout (the costly part of the analytic bound).
@@ -78,3 +85,52 @@ def test_the_table_checks_its_deadline_at_every_candidate(monkeypatch):
     with pytest.raises(TableBuildTimeout) as cut:
         CandidateTable(stale_instance(), deadline=0.05)
     assert cut.value.built <= 50
+
+
+#: An OpenRLHF PPO step on one node where no colocated plan fits: greedy needs its disjoint layouts, and
+#: anneal and cpsat their baselines first, so every phase before the search proper is exercised.
+CROWDED = ROOT / "configs/placement/published/ppo_openrlhf_llama2-7b_1x8xa800.yaml"
+
+
+#: ``(greedy searches, concurrent partition searches)`` a backend runs, each with its minimum (the colocated
+#: plan; the first partition combination): concurrent runs greedy's too, anneal both baselines, cpsat the
+#: three as hints (anneal's two inside).
+RUNS = {"greedy": (1, 0), "concurrent": (1, 1), "anneal": (2, 1), "cpsat": (4, 2)}
+
+
+@pytest.mark.parametrize("solver", ["greedy", "concurrent", "anneal", "cpsat"])
+def test_every_phase_stops_at_the_one_deadline(work_clock, solver):
+    # the old anneal ran its greedy and concurrent warm start without a limit, cpsat's anneal hint the same,
+    # and a greedy cut short went on to 15 s of memory-setting hints: 7-45x the limit in evaluator calls
+    inst = load_config(str(CROWDED))
+    ev = get_evaluator(inst)
+    start = work_clock.now
+    with pytest.raises(ConfigError, match="do not fit together"):
+        colocated_plan(ev)  # api.MINIMUM_WORK: always done, past the deadline if need be
+    colocated = work_clock.now - start
+    assert colocated > 10 * work_clock.evaluation_s  # stepped down in memory before it gave up
+    start = work_clock.now
+    expired = Run("placement", inst, time_limit_s=1e-9, evaluator=ev)
+    assert partition_search(inst, expired)[2] > 0  # the first combination, the other minimum
+    first_partition = work_clock.now - start
+    inst = load_config(str(CROWDED))
+    limit = 0.5
+    start = work_clock.now
+    result = packplace.place(inst, solver, time_limit_s=limit)
+    used = work_clock.now - start
+    # past the deadline only the evaluator calls under way and the minimum: the colocated plan in each greedy
+    # search, the first partition combination in each concurrent one
+    greedy_runs, concurrent_runs = RUNS[solver]
+    minimum = greedy_runs * colocated + concurrent_runs * first_partition + 4 * work_clock.evaluation_s
+    assert used <= limit + minimum, (used, minimum, result.message)
+    assert result.hit_time_limit
+    assert result.wall_s == pytest.approx(used, abs=1e-3)
+
+
+def test_a_search_cut_short_is_not_reported_as_models_that_do_not_fit(work_clock):
+    result = packplace.place(load_config(str(CROWDED)), "greedy", time_limit_s=0.5)
+    assert result.status == "unknown" and result.solution is None
+    assert result.hit_time_limit
+    assert "the search was cut short" in result.message and "nothing was shown not to fit" in result.message
+    for advice in ("do not fit together", "fits with", "zero3", "offload", "LoRA", "smallest needs"):
+        assert advice not in result.message

@@ -34,7 +34,7 @@ from packplace.placement.model.layout_rules import conform, plan_refusals
 from packplace.placement.problem.config import OPTIMIZER_DEFAULTS
 from packplace.placement.problem.plan import Plan
 from packplace.registry import available, register
-from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, Proposal, optimality_level
+from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
 from packplace.run import OutOfTime, Run
 from packplace.solvers.placement._common import no_plan_found
 from packplace.solvers.placement.cpsat.model import build_model
@@ -112,11 +112,13 @@ HINT_CHECK_DTIME = 10.0
 
 # -- the backend -------------------------------------------------------------------------------------
 def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
-                   staleness: dict[str, int] | None = None) -> tuple[Plan, float, str] | None:
+                   staleness: dict[str, int] | None = None, cut: list[str] | None = None,
+                   ) -> tuple[Plan, float, str] | None:
     """The hint: the best plan of ``solvers`` (each run through :meth:`~packplace.run.Run.call` with
-    ``budget_s`` seconds) by the evaluator, each re-scored with ``staleness`` (None: every staleness 0, the
-    synchronous plan); None when none of them found a feasible plan (the greedy and concurrent baselines
-    search colocated, partitioned and disjoint one-block-per-model layouts).
+    ``budget_s`` seconds, never past ``run``'s deadline) by the evaluator, each re-scored with ``staleness``
+    (None: every staleness 0, the synchronous plan); None when none of them found a feasible plan (the
+    greedy and concurrent baselines search colocated, partitioned and disjoint one-block-per-model
+    layouts). ``cut`` (when given) receives the name of each solver the time limit cut short.
 
     Raises:
         ConfigError: a name is not a registered placement backend (or is ``cpsat``).
@@ -132,7 +134,9 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
         if name == "anneal":  # a count of evaluations, not the clock, ends it (HINT_EVALUATIONS_PER_S)
             configured = int(run.instance.optimizer.get("e_max", OPTIMIZER_DEFAULTS["e_max"]))
             options["e_max"] = max(1, min(configured, int(HINT_EVALUATIONS_PER_S * budget_s)))
-        proposal = run.call(name, time_limit_s=budget_s, **options)
+        proposal = run.call(name, time_limit_s=min(budget_s, run.left()), **options)
+        if proposal.hit_time_limit and cut is not None:
+            cut.append(name)
         if proposal.solution is None:
             continue
         # the staleness the model starts from, the framework's layout rules kept under it (conform)
@@ -333,7 +337,12 @@ class _ExactPlacement:
     def find_hint(self) -> Proposal | None:
         """The hint (:func:`_best_baseline`) and the candidates the model covers (restricted to the
         ``top_k`` fastest per shape, the hint's kept); the answer when no hint solver found a plan."""
-        hint = _best_baseline(self.run, self.hint_solvers, HINT_BUDGET * self.limit, self.most_stale)
+        cut: list[str] = []
+        hint = _best_baseline(self.run, self.hint_solvers, HINT_BUDGET * self.limit, self.most_stale, cut)
+        if hint is None and cut:  # the clock, not memory: no advice on what does not fit
+            return Proposal(None, UNKNOWN, hit_time_limit=True, message=(
+                f"no plan found before the time limit: the hint solvers ({', '.join(cut)}) were cut short before "
+                f"any found a plan; cpsat needs a feasible hint and did not run"))
         if hint is None:  # no plan to start from; cpsat never claims infeasibility it has not proved
             proposal = no_plan_found(self.ev, f"no hint solver ({', '.join(self.hint_solvers)}) found a plan", 0)
             proposal.message += "; cpsat needs a feasible hint and did not run"

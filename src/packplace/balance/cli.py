@@ -91,7 +91,7 @@ def result_json(result: SolveResult, instance: BalanceInstance, instance_name: s
         "status": result.status,
         "objective": result.objective if result.solution is not None else None,
         "bound": result.bound,
-        "gap": result.gap if result.solution is not None else None,
+        "gap": result.shown_gap,
         "wall_s": result.wall_s,
         "hit_time_limit": result.hit_time_limit,
         "optimality_tolerance": result.optimality_tolerance,
@@ -110,9 +110,8 @@ def gap_text(result: SolveResult) -> str:
     nothing relative, so ``(objective - 0) / objective = 100%`` would mislead), else a percentage."""
     if result.solution is None:
         return "-"
-    if result.bound <= 0 < result.objective:
-        return "n/a"
-    return f"{100 * result.gap:.3f}%"
+    gap = result.shown_gap  # the JSON document's value (null there where this says n/a)
+    return "n/a" if gap is None else f"{100 * gap:.3f}%"
 
 
 #: Least share of ``--time-limit`` the solve is given, however long the load took.
@@ -306,7 +305,7 @@ def context_parallel_json(result: SolveResult, instance: ContextParallelInstance
                        "cost": instance.cost.to_dict()},
         "solver": result.solver, "status": result.status,
         "objective": result.objective if plan is not None else None, "bound": result.bound,
-        "gap": result.gap if plan is not None else None, "wall_s": result.wall_s,
+        "gap": result.shown_gap if plan is not None else None, "wall_s": result.wall_s,
         "hit_time_limit": result.hit_time_limit, "interrupted": result.interrupted, "message": result.message,
         "objectives": {"step_time": score.step_time_s, "makespan": score.makespan_s, "balance": score.balance}
         if score is not None and score.feasible else None,

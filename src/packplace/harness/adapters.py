@@ -6,18 +6,22 @@ The harness itself is problem-agnostic; it only needs, per problem:
   and its size (samples for balance, GPUs for placement, sequences for context_parallel; compared with
   ``max_exact_size``);
 * ``solve(instance, solver, time_limit_s=..., seed=..., **params) -> SolveResult``: the problem's
-  front-end, which scores the backend's answer with the problem's evaluator.
+  front-end, which scores the backend's answer with the problem's evaluator;
+* ``cold(instance)``: the instance as a first solver sees it (nothing cached on it by an earlier solve),
+  so that every cell of a comparison pays for its own setup.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 from collections.abc import Mapping
 from typing import Any
 
 from packplace.balance.api import solve_balance
 from packplace.balance.config import load_config
+from packplace.balance.evaluator import SHARED_ATTR
 from packplace.balance.schema import BalanceInstance
 from packplace.contract import key_shown
 from packplace.errors import ConfigError
@@ -25,7 +29,7 @@ from packplace.harness import generators
 from packplace.harness.suites import SIZE_LIMIT_KEYS, InstanceSpec, check_instance_memory
 from packplace.placement.api import solve_placement
 from packplace.placement.problem import config as placement_config
-from packplace.result import SolveResult
+from packplace.result import UNKNOWN, SolveResult
 from packplace.yamlio import load_yaml
 
 
@@ -59,8 +63,24 @@ class BalanceAdapter:
                               f"instance {spec.name!r}")  # a config file's size bounds the load, not the solve
         return instance, len(instance.samples)
 
+    @staticmethod
+    def cold(instance: Any) -> Any:
+        """A shallow copy of ``instance`` without what an evaluator cached on it (its flattened keys, tokens
+        and costs, :data:`~packplace.balance.evaluator.SHARED_ATTR`, and the makespan bounds)."""
+        clone = copy.copy(instance)
+        for attr in (SHARED_ATTR, "_makespan_bounds"):
+            clone.__dict__.pop(attr, None)
+        return clone
+
     def solve(self, instance: Any, solver: str, *, time_limit_s: float | None, seed: int, **params: Any) -> SolveResult:
-        """``packplace.balance.api.solve_balance`` (the result is already re-scored by the evaluator)."""
+        """``packplace.balance.api.solve_balance`` (the result is already re-scored by the evaluator). The
+        ``reference`` baseline on an instance without ``reference_bins`` (bad input on its own: a
+        ``ConfigError``) is a cell of status ``unknown`` that says so: a suite lists it next to the other
+        solvers, on the instances that have a reference."""
+        if solver == "reference" and getattr(instance, "reference_bins", None) is None:
+            return SolveResult(problem="balance", solver=solver, solution=None, objective=float("inf"), bound=0.0,
+                               status=UNKNOWN, message="the instance has no reference_bins",
+                               params={"time_limit_s": time_limit_s, "seed": seed, **params})
         return solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **params)
 
 
@@ -130,6 +150,12 @@ class PlacementAdapter:
             size = _object_gpus(instance) or cluster_gpus(data)
         return instance, size
 
+    @staticmethod
+    def cold(instance: Any) -> Any:
+        """A copy of ``instance`` without its cache (candidate table, evaluator and its bound, layout and
+        balance helpers): the next solve builds them again and counts them in its time limit."""
+        return dataclasses.replace(instance, _cache={}) if hasattr(instance, "_cache") else instance
+
     def solve(self, instance: Any, solver: str, *, time_limit_s: float | None, seed: int, **params: Any) -> SolveResult:
         """``packplace.placement.api.solve_placement`` (re-scored by the placement evaluator)."""
         return solve_placement(instance, solver=solver, time_limit_s=time_limit_s, seed=seed, **params)
@@ -169,6 +195,11 @@ class ContextParallelAdapter:
         else:
             raise ConfigError(f"instance {spec.name!r}: context_parallel suites take generator entries only")
         return instance, instance.n
+
+    @staticmethod
+    def cold(instance: Any) -> Any:
+        """``instance`` itself: a context-parallel solve caches nothing on it."""
+        return instance
 
     def solve(self, instance: Any, solver: str, *, time_limit_s: float | None, seed: int, **params: Any) -> SolveResult:
         """``packplace.context_parallel.solve_context_parallel`` (re-scored by its evaluator)."""

@@ -6,6 +6,11 @@ re-scored by the problem's evaluator; the harness adds nothing to the numbers bu
 solvers: gaps to the best proven bound and to the best objective, win/tie/loss, aggregates (definitions:
 :class:`SolverSummary`).
 
+Every cell runs cold: the instance is built once per suite entry, but each solver gets it without what
+an earlier solver cached on it (the adapter's ``cold``: placement's candidate table, evaluator and
+analytic bound are rebuilt and counted in each cell's time limit and ``wall_s``), so a cell's result and
+time do not depend on which solvers ran before it.
+
 Skipped cells (status ``skipped``) are instances outside a solver's allow-list or, for exact solvers,
 larger than the suite's ``max_exact_size``; they count nowhere. A solver that raises gets status
 ``error`` with the exception as message, and the run continues.
@@ -40,7 +45,7 @@ from packplace.harness.executors import EXECUTORS, import_ray, run_pool, run_ray
 from packplace.harness.report import format_text, report_dict, write_report
 from packplace.harness.suites import InstanceSpec, Suite, load_suite
 from packplace.jsontext import json_text
-from packplace.progress import emit, quiet
+from packplace.progress import emit, shown
 from packplace.result import ERROR, FEASIBLE, OPTIMAL, relative_gap
 from packplace.run import check_limits
 from packplace.solvers import aliases, available, get
@@ -259,7 +264,9 @@ def run_instance(
         start = time.perf_counter()
         try:
             params = _solver_params(get(problem, name).solve, name, solver_params)
-            result = adapter.solve(instance, name, time_limit_s=time_limit_s, seed=seed, **params)
+            # every cell cold: what one solver cached on the instance (placement's candidate table and
+            # evaluator) is not the next one's, so a cell's result and time do not depend on the order
+            result = adapter.solve(adapter.cold(instance), name, time_limit_s=time_limit_s, seed=seed, **params)
         except Exception as exc:  # noqa: BLE001 - one failing solver must not stop the comparison
             last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
             where = f" (at {Path(last.filename).name}:{last.lineno})" if last else ""
@@ -469,7 +476,7 @@ def _run_instances(problem: str, specs: Sequence[InstanceSpec], names: Sequence[
 
     run_args = (problem, names, limit, run_seed)
     # solver progress lines (anneal, cpsat) follow the harness's own switch; forked workers inherit it
-    with quiet(not progress):
+    with shown(bool(progress)):
         if executor == "ray":
             run_ray(run_instance, _failed_outcome, specs, workers, finished, run_args, kwargs, address)
         elif workers <= 1:

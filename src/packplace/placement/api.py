@@ -19,7 +19,6 @@ Options: ``solver`` (default :data:`DEFAULT_SOLVER`), ``time_limit_s`` (None: th
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -33,7 +32,7 @@ from packplace.placement.problem.hardware import Cluster
 from packplace.placement.whole_plan import PlacementCheck, shared_gpu_shortfall
 from packplace.registry import get
 from packplace.result import UNKNOWN, SolveResult
-from packplace.run import check_limits, solve_with
+from packplace.run import Run, check_limits, clock, passed, solve_with
 
 DEFAULT_SOLVER = "concurrent"
 #: Largest growth factor of the cluster the whole-plan search of :func:`check_instance` tries.
@@ -63,12 +62,14 @@ def solve_placement(
         instance: A validated instance (:func:`packplace.placement.problem.config.load_config` /
             :func:`~packplace.placement.problem.config.build_instance`).
         solver: A name from ``packplace.solvers.available("placement")`` (``greedy``, ``concurrent``, ...).
-        time_limit_s: Wall-clock budget in seconds for the whole call (None: the backend's default):
-            building the candidate table and the analytic bound count against it, the backend gets the
-            rest (at least 1 ms); for an exact backend (``cpsat``, whose model holds every candidate) the
-            table and the bound are built whole first and the budget is the backend's. When the table
-            and bound use it up, the answer is the backend's 1 ms one (``hit_time_limit`` set, the
-            message says so); a table not built in time gives status ``unknown``.
+        time_limit_s: Wall-clock budget in seconds for the whole call (None: the backend's default), for
+            every backend (``cpsat`` included): building the candidate table, the checks and the analytic
+            bound count against it, and the backend runs on one :class:`~packplace.run.Run` that started
+            with the call (same deadline). A table not built in time gives status ``unknown``; when the
+            table and bound use the limit up, the backend does only its minimum (:data:`MINIMUM_WORK`, past
+            the deadline if need be), ``hit_time_limit`` is set and the message says so. A search cut short
+            without a plan says so (``hit_time_limit``), with no memory advice; one that ran its course
+            without a plan gets the memory-saving settings that fit, tried within the time left.
         seed: Seed for any randomness; same instance and seed give the same plan.
         **params: Backend options.
 
@@ -79,10 +80,10 @@ def solve_placement(
         (:meth:`~packplace.placement.evaluator.PlacementEvaluator.lower_bound`: max of the critical
         path at the fastest candidates and the total minimum GPU-seconds over all GPUs), and ``info``
         the per-vertex start/end/time, throughput, MFU and peak memory, and ``table_build_s`` (seconds
-        this call spent building the candidate table, 0 when the instance had one); where the batch's
-        divisibility kept a vertex off a wider data-parallel layout, ``batch_divisibility`` (also on the
-        message: :func:`~packplace.placement.batch_limits.batch_note`). ``wall_s`` is the
-        whole call's seconds.
+        this call spent building the candidate table, 0 when the instance had one) and ``setup_s`` (seconds
+        from the call's start to the backend's: table, checks and bound); where the batch's divisibility kept a
+        vertex off a wider data-parallel layout, ``batch_divisibility`` (also on the message:
+        :func:`~packplace.placement.batch_limits.batch_note`). ``wall_s`` is the whole call's seconds.
 
     Raises:
         ConfigError: unknown solver, bad ``time_limit_s``/``seed``, a vertex with no feasible candidate
@@ -95,48 +96,67 @@ def solve_placement(
     if not isinstance(instance, PlacementInstance):
         raise ConfigError(f"instance: expected a PlacementInstance, got {type(instance).__name__}")
     check_limits(time_limit_s, seed)
-    # an unknown solver name fails before the table is built; an exact backend's model holds every
-    # candidate, so its table and bound are built whole, before its time limit starts: cut by the clock,
-    # the same call would answer differently from run to run
-    exact = get("placement", solver).exact
-    started = time.perf_counter()
-    deadline = None if time_limit_s is None or exact else started + time_limit_s
+    get("placement", solver)  # an unknown solver name fails before the table is built
+    # one run for the whole call, exact backends included: the table, the checks and the bound count
+    # against time_limit_s, and the backend reads the same deadline (Run.started is the call's start)
+    started = clock()
+    deadline = None if time_limit_s is None else started + time_limit_s
     built_here = "table" not in instance._cache
-    if time_limit_s is not None and deadline is not None:
+    if deadline is not None:
         try:
             get_table(instance, deadline=deadline)
         except TableBuildTimeout as cut:
-            return _table_cut(instance, solver, cut, time_limit_s, seed, params, time.perf_counter() - started)
+            return _table_cut(instance, solver, cut, time_limit_s, seed, params, clock() - started)
     check_instance(instance, whole_plan=False)
     build_s = get_table(instance).build_seconds if built_here else 0.0
-    # time_limit_s covers the whole call: the candidate table and the analytic bound count against it, and
-    # the backend gets what is left (at least 1 ms); an exact backend gets all of it
     evaluator = get_evaluator(instance)
     bound = evaluator.lower_bound(deadline=deadline)
     bound_cut = evaluator.bound_cut
-    spent = 0.0 if exact else time.perf_counter() - started
-    remaining = None if time_limit_s is None else max(1e-3, time_limit_s - spent)
+    spent = clock() - started
+    run = Run("placement", instance, time_limit_s=time_limit_s, seed=seed, evaluator=evaluator, _started=started)
     result = solve_with(
         problem="placement", instance=instance, solver=solver, evaluator=evaluator,
-        time_limit_s=remaining, seed=seed, params=params, analytic_bound=bound,
+        time_limit_s=time_limit_s, seed=seed, params=params, analytic_bound=bound, run=run,
     )
     result.params["time_limit_s"] = time_limit_s
     result.info["table_build_s"] = build_s
-    if result.solution is None and not result.interrupted and not hinting():  # which memory setting would fit
-        result.message = with_hints(result.message or "no feasible plan found", instance)
+    result.info["setup_s"] = spent
     limited = batch_note(instance, get_table(instance), result.solution) if result.solution is not None else ""
     if limited:  # the batch's divisibility, not the search, kept a vertex off the wider layouts
         result.message = f"{result.message}; {limited}" if result.message else limited
         result.info["batch_divisibility"] = limited
     if time_limit_s is not None and (bound_cut or spent >= time_limit_s) and not result.interrupted:
         result.hit_time_limit = True
-        why = (f"time limit reached before the search: the candidate table took {build_s:.3g} s and the analytic "
-               f"bound {spent - build_s:.3g} s of time_limit_s={time_limit_s:g}"
+        why = (f"time limit reached before the search: the candidate table took {build_s:.3g} s and the checks "
+               f"and analytic bound {spent - build_s:.3g} s of time_limit_s={time_limit_s:g}"
                + (" (the bound is cut short, so weaker)" if bound_cut else "")
-               + f"; the {solver!r} search ran with the 1 ms left")
+               + f"; the {solver!r} search ran for its minimum only (its first plan: {MINIMUM_WORK})")
         result.message = f"{result.message}; {why}" if result.message else why
-    result.wall_s = time.perf_counter() - started
+    if result.solution is None and not result.interrupted and not hinting():
+        result.message = _no_plan_message(result, instance, deadline)
+        result.hit_time_limit = result.hit_time_limit or passed(deadline)  # the hints used up the limit
+    result.wall_s = clock() - started
     return result
+
+
+#: What a placement backend does even with no time left, past the deadline if need be (docs/solvers.md):
+#: the colocated plan with its memory step-downs (greedy's first plan; at most 500 step-downs), and for
+#: ``concurrent`` its first combination of phase partitions with its step-downs; ``anneal`` and ``cpsat`` run
+#: those baselines as their starts and hint.
+MINIMUM_WORK = "the colocated plan, and concurrent's first partition plan"
+
+
+def _no_plan_message(result: SolveResult, instance: PlacementInstance, deadline: float | None) -> str:
+    """The message of a call that found no plan: a search cut short by the time limit says so and gives no
+    memory advice (nothing was shown not to fit); a search that ran its course gets the memory-saving
+    settings that fit (:func:`~packplace.placement.fit_hints.with_hints`), tried within the call's
+    ``deadline`` (a :data:`~packplace.run.clock` reading, None: the hints' own budget)."""
+    message = result.message or "no feasible plan found"
+    limit = result.params.get("time_limit_s")
+    if result.hit_time_limit:
+        return (f"{message}; nothing was shown not to fit: a time_limit_s longer than {limit:g} s may find a "
+                f"plan")
+    return with_hints(message, instance, deadline=deadline)
 
 
 def _table_cut(instance: PlacementInstance, solver: str, cut: TableBuildTimeout, time_limit_s: float, seed: int,
@@ -225,11 +245,11 @@ def _search_whole_plan(instance: PlacementInstance, checked: str, time_limit_s: 
     ``only`` alone), no fit hints."""
     if only is not None:
         return _check_with(instance, checked, time_limit_s, only, seed)
-    deadline = time.perf_counter() + time_limit_s
+    deadline = clock() + time_limit_s
     evaluator = get_evaluator(instance)
     greedy_why = None
     for solver in ("greedy", "concurrent"):
-        left = max(1e-3, deadline - time.perf_counter())
+        left = max(1e-3, deadline - clock())
         result = solve_with(problem="placement", instance=instance, solver=solver, evaluator=evaluator,
                             time_limit_s=left, seed=seed, params={}, analytic_bound=0.0)
         if result.solution is not None and evaluator.score(result.solution).feasible:

@@ -23,7 +23,6 @@ that fit) ...").
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +32,7 @@ from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.model.layout_rules import Context, config_refusals
 from packplace.placement.model.memory import DEFAULT_TRAINING
 from packplace.placement.model.sequence_packing import pad_multiple, padded_length
+from packplace.run import clock
 
 #: Settings tried, in order: ``(label, training overrides for every trained model, policy overrides)``.
 SETTINGS: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...] = (
@@ -167,14 +167,19 @@ def may_fit(instance) -> bool:
     return not all(legal for legal, _ in verdicts) or all(fits for _, fits in verdicts)
 
 
-def with_hints(message: str, instance) -> str:
-    """``message`` followed by :func:`fit_hints` (``"; fits with ..."``); when none fits, with "no
-    memory-saving setting tried fits", and where a layout rule, not memory, refused settings (a task keeps no
+def with_hints(message: str, instance, *, deadline: float | None = None) -> str:
+    """``message`` followed by :func:`fit_hints` (``"; fits with ..."``), tried until ``deadline`` (a
+    ``packplace.run.clock()`` reading; None: :data:`HINTS_BUDGET_S` from now); when none fits, with "no
+    memory-saving setting tried fits" (or, when the deadline stopped them first, that not all were tried),
+    and where a layout rule, not memory, refused settings (a task keeps no
     legal strategy under them, or a task the framework runs on GPUs of its own finds none free) the rules, each
     once, with the settings they refused."""
-    hints, refused = _report(instance)
+    hints, refused, cut = _report(instance, deadline=deadline)
     if hints:
         return f"{message}; {'; '.join(hints)}"
+    if cut:
+        return (f"{message}; the memory-saving settings were not all tried: the time limit ran out first (a "
+                f"longer limit tries them)")
     packed = getattr(instance, "sequence_packing", None) is not None
     total = len(SETTINGS) + packed
     tried = (f"no memory-saving setting tried ({total}: zero3, offload, host-held inference weights, the Megatron "
@@ -205,21 +210,25 @@ def fit_hints(instance, max_hints: int = 3) -> list[str]:
     return _report(instance, max_hints)[0]
 
 
-def _report(instance, max_hints: int = 3) -> tuple[list[str], list[tuple[str, str]]]:
-    """``(fit_hints lines, [(setting label, layout rule that refused it)])``: :func:`fit_hints` and, for the
-    settings that do not fit because of a framework's layout rule rather than memory, that rule (one line)."""
+def _report(instance, max_hints: int = 3, deadline: float | None = None,
+            ) -> tuple[list[str], list[tuple[str, str]], bool]:
+    """``(fit_hints lines, [(setting label, layout rule that refused it)], cut)``: :func:`fit_hints` and, for
+    the settings that do not fit because of a framework's layout rule rather than memory, that rule (one
+    line); ``cut``: ``deadline`` (a ``packplace.run.clock()`` reading) stopped a setting before it was
+    decided."""
     from packplace.placement import api  # the placement front-end solves each variant
 
     if _ACTIVE:
-        return [], []
+        return [], [], False
     _ACTIVE.append(True)
     refused: list[tuple[str, str]] = []
+    cut: list[str] = []
     try:
-        found = _fitting(instance, api, refused)
+        found = _fitting(instance, api, refused, deadline, cut)
     finally:
         _ACTIVE.pop()
     if not found:
-        return [], refused
+        return [], refused, bool(cut)
     changes_model = [f for f in found if "LoRA" in f[2]]
     ranked = sorted(f for f in found if f not in changes_model) + sorted(changes_model)
     lines = []
@@ -227,10 +236,11 @@ def _report(instance, max_hints: int = 3) -> tuple[list[str], list[tuple[str, st
         cost = (f"step {seconds / without - 1:+.1%} over the same plan without it, memory aside"
                 if math.isfinite(without) and without > 0 else "the plan is not legal without it")
         lines.append(f"fits with {label}: step {seconds:.4g} s ({cost})")
-    return lines, refused
+    return lines, refused, bool(cut)
 
 
-def _fitting(instance, api, refused: list[tuple[str, str]] | None = None) -> list[tuple[float, int, str, float]]:
+def _fitting(instance, api, refused: list[tuple[str, str]] | None = None, until: float | None = None,
+             cut: list[str] | None = None) -> list[tuple[float, int, str, float]]:
     """``(step seconds, order, label, seconds of the same plan under the instance's own settings with memory
     not counted)`` of every setting under which the greedy solver plans ``instance``: the second time is
     what the setting costs on that plan (ZeRO-3's gathers, offload traffic), inf where the plan is not
@@ -238,16 +248,22 @@ def _fitting(instance, api, refused: list[tuple[str, str]] | None = None) -> lis
     rule refuses: a task has no legal strategy under it
     (:meth:`~packplace.placement.candidates.CandidateTable.no_strategy_message`), or the check proves no plan by
     a task the framework runs on GPUs of its own (an ``InfeasibleError`` on ``[policy] framework``). A setting
-    that is no option of the framework at all (:func:`_variant`) is skipped."""
+    that is no option of the framework at all (:func:`_variant`) is skipped. ``until`` (a
+    ``packplace.run.clock()`` reading; None: none) ends the search earlier than :data:`HINTS_BUDGET_S`;
+    ``cut`` (when given) receives the label of each setting the time ran out on before it was decided."""
     found: list[tuple[float, int, str, float]] = []
-    deadline = time.perf_counter() + HINTS_BUDGET_S
+    deadline = clock() + HINTS_BUDGET_S if until is None else min(until, clock() + HINTS_BUDGET_S)
     rules = refused if refused is not None else []
+    stopped = cut if cut is not None else []
 
     def planned(variant, label: str):
         """The greedy plan of ``variant`` within the hints' deadline, or ``None`` (a layout rule that refused
         it goes to ``rules``)."""
-        left = deadline - time.perf_counter()
-        if left <= 0 or variant is None:
+        left = deadline - clock()
+        if variant is None:
+            return None
+        if left <= 0:
+            stopped.append(label)
             return None
         try:
             if not may_fit(variant):   # memory only: the table would find a task without a feasible candidate
@@ -268,7 +284,10 @@ def _fitting(instance, api, refused: list[tuple[str, str]] | None = None) -> lis
                 rules.append((label, str(exc).removeprefix(RULE_PROOF)))
             return None
         except TableBuildTimeout:
+            stopped.append(label)
             return None
+        if result.solution is None and result.hit_time_limit:
+            stopped.append(label)
         return result if result.solution is not None and result.status in ("optimal", "feasible") else None
 
     def record(result, order: int, label: str) -> None:
