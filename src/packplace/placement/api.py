@@ -102,7 +102,7 @@ def solve_placement(
     started = clock()
     deadline = None if time_limit_s is None else started + time_limit_s
     built_here = "table" not in instance._cache
-    if deadline is not None:
+    if time_limit_s is not None and deadline is not None:
         try:
             get_table(instance, deadline=deadline)
         except TableBuildTimeout as cut:
