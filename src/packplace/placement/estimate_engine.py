@@ -103,14 +103,19 @@ def add_engine_argument(parser: Any) -> None:
 
 
 def engine_lines(engine: dict[str, float]) -> list[str]:
-    """The text lines of :func:`engine_memory`'s split (GB per GPU), under ``estimate``'s peak line."""
+    """The text lines of :func:`engine_memory`'s split (GB per GPU), under ``estimate``'s peak line. Where the need
+    exceeds the pool, the KV line is the batch's live KV and says by how much the pool is short (the pool then
+    leaves the KV cache nothing)."""
     GB = 1e9
     over = ", more than the pool" if engine["need_bytes"] > engine["pool_bytes"] else ""
     lines = [f"  pool           {engine['pool_bytes'] / GB:.2f} GB  (vLLM reserves gpu_memory_utilization "
              f"{engine['gpu_memory_utilization']:g} of the GPU at start-up; needed inside it: "
              f"{engine['need_bytes'] / GB:.2f} GB{over})"]
-    inside = {"weights": "", "kv_budget": f"  (what the pool leaves the KV cache; the batch's live KV: "
-                                          f"{engine['kv_cache'] / GB:.2f} GB)",
+    short = engine["need_bytes"] - engine["pool_bytes"]
+    kv_note = (f"  (the batch's live KV; the pool is short by {short / GB:.2f} GB of the need, so it leaves the KV "
+               f"cache nothing)" if short > 0 else
+               f"  (what the pool leaves the KV cache; the batch's live KV: {engine['kv_cache'] / GB:.2f} GB)")
+    inside = {"weights": "", "kv_budget": kv_note,
               "other_in_pool": "  (working set, logits, workspace)", "graphs_in_pool": "  (CUDA graphs)"}
     lines += [f"    {name:<14} {engine[name] / GB:.2f} GB{note}" for name, note in inside.items()
               if name != "graphs_in_pool" or engine[name] > 0]

@@ -71,7 +71,15 @@ from packplace.placement.model.framework import (
     trainer_logit_bytes,
     version_defaults,
 )
-from packplace.placement.model.layout_rules import TRAIN, TRAINER_BACKENDS, Context, trainer_backend
+from packplace.placement.model.layout_rules import (
+    GENERATE,
+    TRAIN,
+    TRAINER_BACKENDS,
+    Context,
+    megatron_field_refusal,
+    strategy_refusal,
+    trainer_backend,
+)
 from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
     ROUTER_DTYPES,
@@ -549,9 +557,9 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     Raises:
         ConfigError: an invalid argument, naming it and its value."""
     shape = resolve_model(model)
-    _check_settings(task, recompute, optimizer, framework, enforce_eager)
-    megatron, megatron_inputs = _megatron(task, bias_activation_fusion, moe_router_dtype)
-    _check_sharding(sharding, task, optimizer)
+    _check_settings(task, recompute, optimizer, framework, enforce_eager, sharding)
+    megatron, megatron_inputs = _megatron(task, bias_activation_fusion, moe_router_dtype, framework,
+                                          trainer_backend, shape)
     engine_generation, version_eager = _engine(framework, framework_version)
     enforce_eager = enforce_eager or (version_eager and task in ("decode", "generate"))
     _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=dp, ep=ep)
@@ -559,7 +567,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
     cp, mbs, given_length = _context_parallel(cp, task), _micro_batches(micro_batches, task, pp), seq_len  # unpacked
     micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
-    _check_strategy(shape, tp, pp, dp, ep, cp)
+    _check_strategy(shape, tp, pp, dp, ep, cp, framework=framework, task=task)
     backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version)
     sharding = check_trainer_sharding(sharding, task, optimizer)
     backend = framework_none_trainer(backend, task, optimizer)   # framework none's training: place's vertex
@@ -764,7 +772,8 @@ def _at_most(name: str, tokens: int) -> int:
     return tokens
 
 
-def _megatron(task: str, bias_activation_fusion: Any, moe_router_dtype: Any) -> tuple[TrainingOptions, dict[str, Any]]:
+def _megatron(task: str, bias_activation_fusion: Any, moe_router_dtype: Any, framework: str = "none",
+              trainer_backend: str = "auto", shape: ModelSpec | None = None) -> tuple[TrainingOptions, dict[str, Any]]:
     """``(options, inputs)`` of :func:`estimate`'s Megatron-Core settings: ``bias_activation_fusion`` and
     ``moe_router_dtype`` as ``place`` reads ``training.<role>`` (:class:`~packplace.placement.model.memory.
     TrainingOptions`; ``None``: the release's,
@@ -774,18 +783,26 @@ def _megatron(task: str, bias_activation_fusion: Any, moe_router_dtype: Any) -> 
 
     Raises:
         ConfigError: a value :class:`~packplace.placement.model.memory.TrainingOptions` refuses (naming the field),
-            or either set for a task other than ``train`` (the saved set of a training pass).
+            or either set for a task other than ``train`` (the saved set of a training pass), or where it can have
+            no effect (``framework`` / ``trainer_backend`` never on Megatron-Core, ``moe_router_dtype`` on a dense
+            model: :func:`~packplace.placement.model.layout_rules.megatron_field_refusal`, as ``place`` refuses
+            ``training.<role>``).
     """
     options = TrainingOptions(bias_activation_fusion=bias_activation_fusion, moe_router_dtype=moe_router_dtype)
     for name, value in (("bias_activation_fusion", bias_activation_fusion), ("moe_router_dtype", moe_router_dtype)):
         if value is not None and task != "train":
             raise ConfigError(f"{name}: a Megatron-Core trainer's setting (its saved activations), got {show(value)} "
                               f"for task {task}; drop it")
+        why = megatron_field_refusal(name, value, framework, trainer_backend, shape is None or shape.is_moe)
+        if why is not None:
+            raise ConfigError(f"{name}: {show(value)} can have no effect: {why}")
     return options, {"bias_activation_fusion": bias_activation_fusion, "moe_router_dtype": moe_router_dtype}
 
 
-def _check_settings(task: str, recompute: str, optimizer: str, framework: str, enforce_eager: Any) -> None:
-    """The task's settings of :func:`estimate`: the enumerations and where vLLM's ``enforce_eager`` applies.
+def _check_settings(task: str, recompute: str, optimizer: str, framework: str, enforce_eager: Any,
+                    sharding: Any = None) -> None:
+    """The task's settings of :func:`estimate`: the enumerations, where vLLM's ``enforce_eager`` applies, and
+    ``sharding`` (:func:`_check_sharding`).
 
     Raises:
         ConfigError: naming the field and the value.
@@ -810,19 +827,22 @@ def _check_settings(task: str, recompute: str, optimizer: str, framework: str, e
     if enforce_eager and FRAMEWORKS.get(framework, FRAMEWORKS["none"]).enforce_eager is None:
         raise ConfigError(f"enforce_eager: a vLLM setting; the {framework} framework generates with its own "
                           "engine, whose eager kernel launches are inside its per-step overhead")
+    _check_sharding(sharding, task, optimizer)
 
 
-def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int, cp: int = 1) -> None:
+def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int, cp: int = 1, *, framework: str = "none",
+                    task: str = "train") -> None:
     """The strategy fits the model: ``pp`` at most its layers, ``tp`` dividing its attention heads (Megatron
     and vLLM split the query heads evenly over TP ranks), ``ep`` only for a mixture of experts, dividing its
     routed experts and the ``dp × cp`` ranks of the expert group. Megatron-Core lays the experts out over the
     world's ``tp·pp·cp·dp`` ranks with ``tp·ep·pp`` per expert-data-parallel replica (``parallel_state.
     initialize_model_parallel``: ``world_size % (expert_tensor_parallel_size · expert_model_parallel_size ·
     pipeline_model_parallel_size)``, the expert TP defaulting to ``tp``), so ``ep`` must divide ``dp·cp``, the
-    context-parallel ranks included; and ``num_moe_experts % expert_model_parallel_size == 0``.
+    context-parallel ranks included; and ``num_moe_experts % expert_model_parallel_size == 0``. Then the rollout
+    engine's layout rule for ``framework``'s decode / generate (:func:`_check_engine_layout`).
 
     Raises:
-        ConfigError: naming the degree and the model's figure.
+        ConfigError: naming the degree and the model's figure, or the layout rule's reason.
     """
     if pp > shape.layers:
         raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
@@ -836,6 +856,27 @@ def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int, cp: in
     if ep > 1 and (dp * cp) % ep:
         raise ConfigError(f"ep: {ep} must divide the expert group's dp x cp = {dp} x {cp} = {dp * cp} ranks "
                           "(Megatron-Core lays experts out over the data- and context-parallel ranks)")
+    _check_engine_layout(framework, task, (dp, pp, tp, ep))
+
+
+def _check_engine_layout(framework: str, task: str, degrees: tuple[int, int, int, int]) -> None:
+    """Refuse a decode or generation layout ``degrees`` = ``(dp, pp, tp, ep)`` that ``framework``'s rollout engine
+    does not run, by the layout rule ``place`` applies to the generation vertex
+    (:func:`~packplace.placement.model.layout_rules.strategy_refusal`: OpenRLHF's vLLM engines take a
+    tensor-parallel size only, DeepSpeed-Chat's hybrid engine has no pipeline or expert parallelism); the
+    training and forward passes are refused by
+    :func:`~packplace.placement.estimate_trainer.resolve_trainer_backend`. ``none`` and ``vllm``: no rule.
+
+    Raises:
+        ConfigError: ``tp / pp / ep: ...`` with the rule's reason.
+    """
+    if task not in ("decode", "generate") or framework in ("none", "vllm"):
+        return
+    dp, pp, tp, ep = degrees
+    why = strategy_refusal(Context(framework, "grpo", {}, False), GENERATE, "generate", Strategy(dp, pp, tp, ep))
+    if why is not None:
+        raise ConfigError(f"tp / pp / ep: {tp} / {pp} / {ep} is a layout {framework}'s rollout engine does not run "
+                          f"(task {task}): {why}; give other degrees")
 
 
 def _check_sharding(sharding: Any, task: str, optimizer: str = "adam") -> None:
@@ -1409,13 +1450,15 @@ def register_estimate(subparsers) -> None:
                    help="train only: adam (default): fp32 master weights + AdamW step; none: bf16 forward + "
                         "backward only")
     _add_parallel_flags(p)
-    p.add_argument("--framework", default="none", choices=ESTIMATE_FRAMEWORKS,
-                   help="none: bare kernels (a train pass with adam: place's vertex of framework none, the bare "
-                        "PyTorch loop at the table's rates with --sharding none and every degree but --dp 1, else a "
-                        "PyTorch trainer at PYTORCH_TRAIN_FRACTION; decode and generate: the kernels alone, no "
-                        "engine, so no host time per sequence and no vllm_kv_bandwidth_fraction, whereas place's "
-                        "framework none rolls out on a bare vLLM engine: --framework vllm prices that); otherwise "
-                        "the framework's dispatch and engine overheads")
+    p.add_argument("--framework", default=None, choices=ESTIMATE_FRAMEWORKS,
+                   help="default none, or with --model CONFIG.yaml:ROLE the config's policy.framework (and its "
+                   "framework_version, gpu_memory_utilization and enforce_eager where the task uses them; a flag "
+                   "given wins). none: bare kernels (a train pass with adam: place's vertex of framework none, the"
+                   " bare PyTorch loop at the table's rates with --sharding none and every degree but --dp 1, else"
+                   " a PyTorch trainer at PYTORCH_TRAIN_FRACTION; decode and generate: the kernels alone, no "
+                   "engine, so no host time per sequence and no vllm_kv_bandwidth_fraction, whereas place's "
+                   "framework none rolls out on a bare vLLM engine: --framework vllm prices that); otherwise the "
+                   "framework's dispatch and engine overheads")
     p.add_argument("--trainer-backend", default=None, dest="trainer_backend", choices=TRAINER_BACKENDS,
                    help="train and infer: the trainer's workers, as policy.trainer_backend (default auto: for verl "
                         "and nemo-rl Megatron-Core where the strategy needs it, verl --tp/--pp/--ep/--cp or NeMo RL "
@@ -1464,7 +1507,7 @@ def _setting_flags(p) -> None:
                    help="train on the megatron backend, a mixture of experts: Megatron-Core's moe_router_dtype, as "
                         "training.<role>.moe_router_dtype (the bytes of the router's saved probabilities); default: "
                         "the release's (nemo-rl fp64)")
-    p.add_argument("--enforce-eager", action="store_true", dest="enforce_eager",
+    p.add_argument("--enforce-eager", action="store_true", default=None, dest="enforce_eager",
                    help="decode without CUDA graphs (vLLM's enforce_eager): every decode iteration issues each "
                         "kernel from the host (decode, generate)")
 
@@ -1666,6 +1709,11 @@ def run_estimate(args) -> int:
         ConfigError: a flag that means nothing for the task (:data:`IGNORED_FLAGS`), or a bad argument.
     """
     _task_flags(args)
+    taken = config_policy(args.model, args.task, vars(args))
+    for name, value in taken.items():
+        setattr(args, name, value)
+    args.framework = args.framework or "none"
+    args.enforce_eager = bool(args.enforce_eager)
     args.gpu, hardware = estimate_hardware(args.model, args.gpu, _overrides(args.hw))
     result = estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
                       batch=args.batch, context=_cli_context(args), recompute=args.recompute, optimizer=args.optimizer,
@@ -1680,6 +1728,52 @@ def run_estimate(args) -> int:
                       moe_router_dtype=getattr(args, "moe_router_dtype", None),
                       micro_batches=args.micro_batches,
                       gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None))
+    if taken:
+        result.inputs["from_config"] = dict(taken)
+        print(f"from {config_role(args.model)[0]} policy (a flag given wins): "
+              + ", ".join(f"{name} {value}" for name, value in taken.items()))
     print(format_estimate(result))
     args.json_document = result.as_dict()
     return 0
+
+
+#: ``policy`` fields of a placement config that ``estimate --model CONFIG.yaml:ROLE`` takes as the defaults of
+#: its flags of the same names, and the tasks each applies to (the release: every task but prefill, as
+#: :data:`IGNORED_FLAGS`; the vLLM engine's pool and CUDA graphs: decode and generate).
+CONFIG_POLICY = {"framework_version": ("train", "infer", "decode", "generate"),
+                 "gpu_memory_utilization": ("decode", "generate"), "enforce_eager": ("decode", "generate")}
+
+
+def config_policy(model: Any, task: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``policy`` values of the placement config that ``--model CONFIG.yaml:ROLE`` names which ``estimate``
+    takes for the flags ``given`` leaves unset (``{dest: value}``, ``None`` unset), so that it prices what
+    ``place`` prices for the config: ``framework`` (``none`` for decode and generate: ``vllm``, the bare vLLM
+    engine ``place``'s framework none rolls out on), and, where the framework is the config's and ``task`` uses
+    them (:data:`CONFIG_POLICY`), ``framework_version``, ``gpu_memory_utilization`` (not for DeepSpeed-Chat,
+    whose hybrid engine has no vLLM pool) and ``enforce_eager`` (when true, for a framework with a vLLM engine).
+    Empty for any other model, a config that does not exist or one without a ``policy`` section; values are
+    checked by :func:`estimate` as the flags are.
+    """
+    named = config_role(model) if isinstance(model, (str, Path)) else None
+    if named is None or not Path(named[0]).exists():
+        return {}
+    doc = load_yaml(named[0])
+    policy = doc.get("policy") if isinstance(doc, Mapping) else None
+    if not isinstance(policy, Mapping) or policy.get("framework", "none") is None:
+        return {}
+    own = policy.get("framework", "none")
+    own = "vllm" if own == "none" and task in ("decode", "generate") else own
+    out = {} if given.get("framework") is not None else {"framework": own}
+    if (given.get("framework") or own) != own:   # another framework: the config's release and engine are not its
+        return out
+    for name, tasks in CONFIG_POLICY.items():
+        value = policy.get(name)
+        if value is None or given.get(name) is not None or task not in tasks:
+            continue
+        if name == "gpu_memory_utilization" and own == "deepspeed-chat":
+            continue
+        if name == "enforce_eager" and (value is not True or FRAMEWORKS.get(own, FRAMEWORKS["none"]).enforce_eager
+                                        is None):
+            continue
+        out[name] = value
+    return out

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from packplace.errors import ConfigError
 from packplace.placement.model.dp_balance import vertex_setting
@@ -350,6 +351,37 @@ def config_refusals(ctx: Context) -> list[str]:
                            f"{getattr(critic, option)!r}: OpenRLHF gives every trained model the same {flag}; "
                            f"set one value for both")
     return out
+
+
+#: ``training.<role>`` fields that only a Megatron-Core trainer reads (its saved activations).
+MEGATRON_FIELDS = ("bias_activation_fusion", "moe_router_dtype")
+
+
+def megatron_field_refusal(field: str, value: Any, framework: str, backend: str, moe: bool) -> str | None:
+    """Why ``field`` (one of :data:`MEGATRON_FIELDS`) set to ``value`` can have no effect, or ``None``: where no
+    strategy puts the trainer on Megatron-Core (:func:`trainer_backend_name`): OpenRLHF and DeepSpeed-Chat
+    (DeepSpeed trainers), framework ``none`` without ``trainer_backend: megatron`` (a bare PyTorch loop), verl and
+    NeMo RL with ``trainer_backend: fsdp``; and ``moe_router_dtype`` on a dense model (no router). A
+    ``trainer_backend: auto`` of verl or NeMo RL may resolve to Megatron-Core per strategy: accepted.
+    ``value`` ``None`` (unset) is always accepted."""
+    if value is None:
+        return None
+    if framework in DEEPSPEED_TRAINERS:
+        return (f"{framework} trains with DeepSpeed (ZeRO), never with Megatron-Core, whose setting it is; "
+                "drop it")
+    if framework == "none" and backend != "megatron":
+        return ("framework none trains with a bare PyTorch loop unless trainer_backend is megatron; set "
+                "trainer_backend megatron or drop it")
+    if framework in BACKEND_CHOICE and backend == "fsdp":
+        return (f"trainer_backend fsdp keeps {framework}'s trainer on its FSDP / DTensor workers, never "
+                "Megatron-Core, whose setting it is; drop it or use trainer_backend auto or megatron")
+    if field == "moe_router_dtype" and not moe:
+        return "the model is dense (no experts, no router whose probabilities it sizes); drop it"
+    return None
+
+
+#: Frameworks with a ``trainer_backend`` choice between FSDP / DTensor and Megatron-Core workers.
+BACKEND_CHOICE = ("verl", "nemo-rl")
 
 
 def check_config(ctx: Context) -> None:

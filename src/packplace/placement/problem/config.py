@@ -50,7 +50,13 @@ from packplace.placement.model.framework import (
     profile,
     version_defaults,
 )
-from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, check_config
+from packplace.placement.model.layout_rules import (
+    MEGATRON_FIELDS,
+    TRAINER_BACKENDS,
+    Context,
+    check_config,
+    megatron_field_refusal,
+)
 from packplace.placement.model.memory import OFFLOAD, RECOMPUTE, ROUTER_DTYPES, SHARDING, TrainingOptions, lora_params
 from packplace.placement.model.nemo_rl_releases import release_for
 from packplace.placement.model.sequence_packing import packing_refusal
@@ -804,11 +810,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     models["reference"] = models["actor"]
     _check_release_model_type(policy, models["actor"])
     training, balance = _training(_section(config, "training", required=False), spec.trainable_models)
-    for role, options in training.items():
-        try:
-            lora_params(models[role], options.lora_rank)
-        except ConfigError as exc:
-            raise ConfigError(f"[training.{role}] {exc}") from None
+    _check_training_models(training, models, policy)
     workload = _workload(_section(config, "workload"))
     if algorithm == "dpo" and workload.samples_per_prompt != 2:   # NeMo RL and OpenRLHF DPO: chosen + rejected
         raise ConfigError(f"[workload] samples_per_prompt: a DPO step trains preference pairs, a chosen and a "
@@ -1005,6 +1007,29 @@ def _dynamic_bsz(policy: Mapping[str, Any], workload: Workload, actor: ModelSpec
         raise ConfigError(f"[policy] ulysses_sequence_parallel_size: {sp} is more than the cluster's {num_gpus} "
                           "GPUs (verl's (world // sp, sp) device mesh of a worker group)")
     return int(train), int(logprob), sp
+
+
+def _check_training_models(training: Mapping[str, TrainingOptions], models: Mapping[str, ModelSpec],
+                           policy: Mapping[str, Any]) -> None:
+    """Each trained model's ``[training.<role>]`` against its model and the policy: its LoRA rank
+    (:func:`lora_params`), and the Megatron-Core fields (``bias_activation_fusion``, ``moe_router_dtype``) where
+    they can have no effect (:func:`~packplace.placement.model.layout_rules.megatron_field_refusal`: a trainer no
+    strategy puts on Megatron-Core, a router dtype on a dense model).
+
+    Raises:
+        ConfigError: ``[training.<role>] field: value ...`` naming why.
+    """
+    for role, options in training.items():
+        try:
+            lora_params(models[role], options.lora_rank)
+        except ConfigError as exc:
+            raise ConfigError(f"[training.{role}] {exc}") from None
+        for name in MEGATRON_FIELDS:
+            value = getattr(options, name)
+            why = megatron_field_refusal(name, value, policy["framework"], policy["trainer_backend"],
+                                         models[role].is_moe)
+            if why is not None:
+                raise ConfigError(f"[training.{role}] {name}: {show(value)} can have no effect: {why}")
 
 
 def _check_release_model_type(policy: Mapping[str, Any], actor: ModelSpec) -> None:
