@@ -5,7 +5,9 @@ Only the block shapes and positions of the candidate table are used (:attr:`Cand
 :meth:`CandidateTable.origins`): aligned equal tiles of the next smaller shape, and the two-block splits of
 unequal node or rack counts (2:1 of 3 nodes, 3:1 of 4) that :func:`packplace.placement.candidates.block_origins`
 places at both ends; :func:`contiguous_tilings` gives every tiling of a block into a given number of
-consecutive legal blocks, of unequal sizes too (2 | 1 | 3 GPUs of a 6-GPU node).
+consecutive legal blocks, of unequal sizes too (2 | 1 | 3 GPUs of a 6-GPU node); :func:`packed_sequences`
+gives the sequences of legal blocks packed from the low end of a block that leave some of its GPUs idle
+(1 | 1 | idle | 3 GPUs of two 3-GPU nodes).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import itertools
 
 from packplace.placement.problem.plan import Allocation
 
-__all__ = ["contiguous_tilings", "partitions", "two_way_splits"]
+__all__ = ["contiguous_tilings", "packed_sequences", "partitions", "two_way_splits"]
 
 
 def partitions(table, block: Allocation, max_parts: int) -> list[list[Allocation]]:
@@ -103,4 +105,40 @@ def contiguous_tilings(table, block: Allocation, parts: int) -> list[list[Alloca
             prefix.pop()
 
     extend(lo, [])
+    return out
+
+
+def packed_sequences(table, block: Allocation, parts: int) -> list[list[Allocation]]:
+    """Every sequence of exactly ``parts`` blocks of the table's shapes inside ``block``, packed from its low
+    end: the first at the lowest position of its shape (:meth:`CandidateTable.origins`) at or after the
+    block's first GPU, each next one at the lowest position of its shape at or after the previous block's
+    last GPU, that leaves at least one GPU of ``block`` idle (the tilings that cover it are
+    :func:`contiguous_tilings`). A GPU is idle either where a block's alignment skips it (a 3-GPU node after
+    1 | 1 GPUs of a 3-GPU node starts at the next node) or after the last block. Ordered by the number of
+    idle GPUs, fewest first, then by the blocks' linear GPU ranges; ``parts`` shapes per sequence, so at most
+    ``len(extents) ** parts`` sequences.
+
+    Raises:
+        ValueError: ``parts`` < 1.
+    """
+    if parts < 1:
+        raise ValueError(f"packed_sequences: parts must be >= 1, got {parts}")
+    cluster = table.cluster
+    lo, hi = block.gpu_range(cluster)
+    by_extent = {extent: sorted((a for a in table.origins(extent)
+                                 if lo <= a.gpu_range(cluster)[0] and a.gpu_range(cluster)[1] <= hi),
+                                key=lambda a: a.gpu_range(cluster))
+                 for extent in table.extents}
+    out: list[list[Allocation]] = []
+    for shapes in itertools.product(table.extents, repeat=parts):
+        at, seq = lo, []
+        for extent in shapes:
+            alloc = next((a for a in by_extent[extent] if a.gpu_range(cluster)[0] >= at), None)
+            if alloc is None:
+                break
+            seq.append(alloc)
+            at = alloc.gpu_range(cluster)[1]
+        if len(seq) == parts and sum(a.num_gpus for a in seq) < hi - lo:
+            out.append(seq)
+    out.sort(key=lambda seq: (hi - lo - sum(a.num_gpus for a in seq), [a.gpu_range(cluster) for a in seq]))
     return out

@@ -26,7 +26,14 @@ fastest one is returned. The family, in the order it is scored:
    three blocks (6 per tiling): where no two-block tiling gives generation a legal block (3 GPUs of a 6-GPU
    node: dp 3 does not divide the batch, tp 3 not the heads) a third block does. Screened and stepped down
    with item 2's layouts, after them (the same caps).
-4. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
+4. **generation | inference | training with idle GPUs** (:func:`idle_layouts`): the same three roles on
+   three legal blocks packed from GPU 0 that leave GPUs idle
+   (:func:`~packplace.solvers.placement._tilings.packed_sequences`): where no tiling of the whole cluster
+   gives every role a block that fits (two 3-GPU nodes: 1 | 1 | 1 | 3 is four blocks, 3 | 3 two), generation
+   on GPU 0, the inference vertices on GPU 1 and training on node 1 leave GPU 2 idle. Screened and stepped
+   down like items 2 and 3, only where neither the colocated plan nor any of those fits, and under the same
+   caps, so they never change a plan found without them nor add work where one is.
+5. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
    allows (:func:`~packplace.solvers.placement._common.disjoint_plan`); where nothing fits, no plan
    (status ``unknown``) with the smallest per-vertex needs.
 
@@ -64,11 +71,11 @@ from packplace.solvers.placement._common import (
     repair_memory,
     synchronous_only,
 )
-from packplace.solvers.placement._tilings import contiguous_tilings, partitions
+from packplace.solvers.placement._tilings import contiguous_tilings, packed_sequences, partitions
 
 __all__ = ["MAX_EVALUATIONS", "MAX_LAYOUTS", "LayoutSearch", "assemble", "baseline_or_disjoint", "best_layout",
            "colocated_plan", "disjoint_plan", "layouts", "no_plan_found", "repair_memory", "search", "solve",
-           "three_way_layouts",
+           "idle_layouts", "three_way_layouts",
            "tilings"]
 
 #: Most layouts of the family scored memory-blind per solve (the even tilings' layouts come first).
@@ -138,14 +145,42 @@ def three_way_layouts(instance, table) -> list[Blocks]:
     out: list[Blocks] = []
     seen: set[tuple] = set()
     for tiling in contiguous_tilings(table, whole, 3):
-        for gen_block, other_block, train_block in itertools.permutations(tiling):
-            blocks = {**dict.fromkeys(gens, gen_block), **dict.fromkeys(trains, train_block),
-                      **dict.fromkeys(others, other_block)}
-            key = tuple(sorted(blocks.items()))
-            if key not in seen:
-                seen.add(key)
-                out.append(blocks)
+        _add_role_permutations(tiling, gens, others, trains, seen, out)
     return out
+
+
+def idle_layouts(instance, table) -> list[Blocks]:
+    """The generation | inference | training layouts with idle GPUs of the module docstring (item 4): per
+    sequence ``(X, Y, Z)`` of three legal blocks packed from GPU 0 that leaves GPUs idle
+    (:func:`~packplace.solvers.placement._tilings.packed_sequences`, fewest idle GPUs first), each of the 6
+    ways to give the generation vertices one block, the training vertices another and every other vertex the
+    third; each distinct ``{vertex: block}`` once. Empty without a vertex of each of the three roles, or
+    where no three legal blocks fit side by side (fewer than 3 GPUs)."""
+    whole = Allocation(ORIGIN, table.extents[-1])
+    vertices = instance.graph.vertices
+    gens = [v.name for v in vertices if v.kind == "generate"]
+    trains = [v.name for v in vertices if v.kind == "train"]
+    others = [v.name for v in vertices if v.kind not in ("generate", "train")]
+    if not (gens and trains and others):
+        return []
+    out: list[Blocks] = []
+    seen: set[tuple] = set()
+    for sequence in packed_sequences(table, whole, 3):
+        _add_role_permutations(sequence, gens, others, trains, seen, out)
+    return out
+
+
+def _add_role_permutations(blocks3: list[Allocation], gens: list[str], others: list[str], trains: list[str],
+                           seen: set[tuple], out: list[Blocks]) -> None:
+    """Append to ``out`` each of the 6 ways to give ``gens``, ``others`` and ``trains`` one of the three
+    blocks each, skipping (and recording in ``seen``) the ``{vertex: block}`` already there."""
+    for gen_block, other_block, train_block in itertools.permutations(blocks3):
+        blocks = {**dict.fromkeys(gens, gen_block), **dict.fromkeys(trains, train_block),
+                  **dict.fromkeys(others, other_block)}
+        key = tuple(sorted(blocks.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(blocks)
 
 
 class LayoutSearch:
@@ -176,36 +211,49 @@ def _fastest_choice(table, blocks: Blocks) -> dict | None:
 
 
 def best_layout(ev, run: Run, best_time: float = float("inf")) -> LayoutSearch:
-    """The fastest plan of :func:`layouts` and :func:`three_way_layouts` (items 2 and 3 of the module
-    docstring) that beats ``best_time``
-    (seconds; the colocated plan's): screened memory-blind, then stepped down in memory in order of the
-    memory-blind time while that is below the best found; each improvement is offered to ``run``. Ends at
-    ``run``'s deadline, when ``run.stopped``, after :data:`MAX_LAYOUTS` screened layouts or
-    :data:`MAX_EVALUATIONS` evaluator calls."""
+    """The fastest plan of :func:`layouts`, :func:`three_way_layouts` and :func:`idle_layouts` (items 2-4 of
+    the module docstring) that beats ``best_time`` (seconds; the colocated plan's). Items 2 and 3 are screened
+    memory-blind, then stepped down in memory in order of the memory-blind time while that is below the best
+    found; only where nothing fits yet (no colocated plan, ``best_time`` infinite, and none of items 2 and 3)
+    and neither a cap nor the run cut that pass, item 4's layouts follow the same way: they never change a
+    plan found without them, nor add work where one is. Each improvement is offered to ``run``. Ends at
+    ``run``'s deadline,
+    when ``run.stopped``, after :data:`MAX_LAYOUTS` screened layouts or :data:`MAX_EVALUATIONS` step-down
+    evaluator calls (both counted over the two passes)."""
     out = LayoutSearch()
+    out.step_time = best_time
+    first = layouts(ev.instance, ev.table) + three_way_layouts(ev.instance, ev.table)
+    if _search_pass(ev, run, first, 0, out) and not out.cut and out.plan is None and best_time == float("inf"):
+        _search_pass(ev, run, idle_layouts(ev.instance, ev.table), len(first), out)
+    if out.plan is None:
+        out.step_time = float("inf")
+    return out
+
+
+def _search_pass(ev, run: Run, family: list[Blocks], first_index: int, out: LayoutSearch) -> bool:
+    """One pass of :func:`best_layout` over ``family`` (its layouts numbered from ``first_index`` against
+    :data:`MAX_LAYOUTS`), beating ``out.step_time`` and updating ``out`` in place; False when the run's
+    deadline or stop cut the screening (``out.cut`` says which)."""
     table = ev.table
     ranked = []
-    family = layouts(ev.instance, table)
-    family += three_way_layouts(ev.instance, table)
-    for index, blocks in enumerate(family):
+    for index, blocks in enumerate(family, start=first_index):
         if index >= MAX_LAYOUTS:
             out.cut = "layout cap"
             break
         if run.expired() or run.stopped:
             out.cut = "time limit" if run.expired() else "stopped"
-            return out
+            return False
         choice = _fastest_choice(table, blocks)
         if choice is None:
             continue
         relaxed, _ = ev.relaxed_step_time(assemble_for(ev, choice))
         out.screened += 1
         out.evaluations += 1
-        if relaxed < best_time:
+        if relaxed < out.step_time:
             ranked.append((relaxed, index, choice))
     ranked.sort(key=lambda item: item[:2])
-    best = best_time
     for relaxed, _, choice in ranked:
-        if relaxed >= best:
+        if relaxed >= out.step_time:
             break
         if out.evaluations >= out.screened + MAX_EVALUATIONS or run.expired() or run.stopped:
             out.cut = ("time limit" if run.expired() else "stopped" if run.stopped else "evaluation cap")
@@ -213,10 +261,10 @@ def best_layout(ev, run: Run, best_time: float = float("inf")) -> LayoutSearch:
         plan, t, steps = repair_memory(ev, choice, keep_blocks=True, max_steps=LAYOUT_STEPS, deadline=run.deadline)
         out.stepped += 1
         out.evaluations += 1 + steps
-        if t < best:
-            best, out.plan, out.step_time = t, plan, t
+        if t < out.step_time:
+            out.plan, out.step_time = plan, t
             run.offer(plan, t)
-    return out
+    return True
 
 
 def _describe(plan: Plan, cluster) -> str:
@@ -238,7 +286,7 @@ def solve(instance, run: Run) -> Proposal:
 
 def search(instance, run: Run) -> Proposal:
     """:func:`solve`'s search, without the staleness note (``concurrent`` runs it too). ``info["layout"]``
-    names the winner: ``colocated``, ``split`` (item 2) or ``disjoint`` (item 4); ``info`` also counts the
+    names the winner: ``colocated``, ``split`` (items 2-4) or ``disjoint`` (item 5); ``info`` also counts the
     ``layouts_screened`` and ``layouts_stepped``. ``hit_time_limit`` is set when the run's deadline cut the
     layout family (or the disjoint search) short; the caps :data:`MAX_LAYOUTS` and :data:`MAX_EVALUATIONS`
     are part of the family's definition and do not set it."""

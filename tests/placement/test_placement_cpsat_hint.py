@@ -104,3 +104,46 @@ def test_a_cpsat_call_whose_hints_the_limit_cuts_says_so_every_time():
         assert result.status == "unknown" and result.hit_time_limit and result.solution is None
         assert result.message.startswith("no plan found before the time limit: the hint solvers (")
         assert "fits with" not in result.message and "do not fit together" not in result.message
+
+
+def test_an_infeasible_verdict_on_a_model_that_accepts_its_hint_is_solved_again_without_presolve():
+    # the first CP-SAT solve answers INFEASIBLE (as OR-Tools 9.15's presolve did on a model its hint satisfies);
+    # the hint check has accepted the hint, so the search solves again with PRESOLVE_FAULT_RETRY's parameters
+    import importlib
+
+    from ortools.sat.python import cp_model
+
+    cpsat = importlib.import_module("packplace.solvers.placement.cpsat.solve")
+    exact, built = built_model(os.path.join(ROOT, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml"))
+    assert exact.check_hint(built) is None and exact.hint_checked is True
+    calls = []
+    real = exact._solve_once
+
+    def first_infeasible(built_, num_workers, log_search, parameters):
+        calls.append(dict(parameters))
+        if len(calls) == 1:  # a solver that has answered INFEASIBLE (on a two-constraint contradiction)
+            contradiction = cp_model.CpModel()
+            x = contradiction.NewBoolVar("x")
+            contradiction.Add(x == 1)
+            contradiction.Add(x == 0)
+            solver = cp_model.CpSolver()
+            assert solver.Solve(contradiction) == cp_model.INFEASIBLE
+            return solver, cp_model.INFEASIBLE, False
+        return real(built_, num_workers, log_search, parameters)
+
+    exact._solve_once = first_infeasible
+    proposal = exact.search(built, 1, False, None)
+    assert len(calls) == 2
+    assert "cp_model_presolve" not in calls[0] and calls[1]["cp_model_presolve"] is False
+    assert calls[1] == {**calls[0], **cpsat.PRESOLVE_FAULT_RETRY}
+    assert proposal.info["presolve_retry"] is True
+    assert proposal.info["cp_status"] in ("OPTIMAL", "FEASIBLE") and proposal.status in ("optimal", "feasible")
+    assert exact.ev.step_time(proposal.solution) <= exact.hint_time
+    assert "solved again without presolve" in proposal.message
+    assert any(line.startswith("CP-SAT returned INFEASIBLE on a model that accepts its hint") for line in proposal.log)
+    # without the hint check's acceptance the verdict stands: no second solve, no retry
+    calls.clear()
+    exact.hint_checked = None
+    proposal = exact.search(built, 1, False, None)
+    assert len(calls) == 1 and proposal.info["presolve_retry"] is False
+    assert proposal.info["cp_status"] == "INFEASIBLE"
