@@ -204,10 +204,14 @@ def make_tables(evaluator, candidates: dict[str, list[Candidate]], deadline: flo
 def _variants(table, name: str, cand: Candidate, engine: bool) -> list[tuple[Candidate, bool | None]]:
     """The options' candidates of ``cand``: itself (``colocated`` None), or for the engine with a colocated twin
     (:meth:`~packplace.placement.candidates.CandidateTable.colocated_candidate`) itself (False) and the twin
-    (True) where the twin fits and has a finite time."""
+    (True) where the twin fits and has a finite time; for an engine that fits only colocated
+    (:attr:`~packplace.placement.candidates.CandidateTable.colocated_only`, whose candidates are the twins) the
+    twin alone."""
     twin = table.colocated_candidate(name, cand) if engine else None
     if twin is None:
         return [(cand, None)]
+    if twin is cand:
+        return [(cand, True)]
     out: list[tuple[Candidate, bool | None]] = [(cand, False)]
     if twin.fits and math.isfinite(twin.time):
         out.append((twin, True))

@@ -388,6 +388,9 @@ class CandidateTable:
             OpenRLHF v0.5.8-v0.6.0's ``--colocate_all_models``: 0.4), memory, KV budget and time; empty where no
             release lowers it. The evaluator (:meth:`colocated_candidate`) and the CP-SAT model take them in a
             plan whose engine runs on the GPUs of every trainer.
+        colocated_only: The engines none of whose configured candidates is memory-feasible but some of whose
+            :attr:`colocated` twins are (:func:`twin_feasible`): their :attr:`feasible` entry holds those twins
+            (sorted likewise), which run only in a plan whose engine's GPUs are those of every trainer.
         vertex_flops: ``{vertex: FLOPs per step}`` (strategy independent, for MFU).
         build_seconds: Wall time to build the table.
     """
@@ -414,6 +417,7 @@ class CandidateTable:
         self.by_key: dict[str, dict] = {}
         self.vertex_flops: dict[str, float] = {}
         self.colocated: dict[str, dict] = {}
+        self.colocated_only: frozenset[str] = frozenset()
         for vertex in instance.graph.vertices:
             model = instance.models[vertex.model]
             cands = build_vertex_candidates(vertex.name, vertex.kind, model, instance, self.cost, self.extents,
@@ -432,12 +436,15 @@ class CandidateTable:
     def _build_colocated(self, only: dict | None, deadline: float | None, built: int) -> None:
         """:attr:`colocated`: every generation vertex's candidates again, on the instance with the
         ``gpu_memory_utilization`` of a plan that colocates every model with the engine (nothing where it is the
-        configured one)."""
-        gmu = colocated_engine_gpu_memory_utilization(self.instance)
-        if gmu is None:
+        configured one).
+
+        An engine none of whose configured candidates is memory-feasible takes its feasible twins as its
+        :attr:`feasible` candidates (:attr:`colocated_only`): it fits, but only colocated with every trainer."""
+        variant = colocated_variant(self.instance)
+        if variant is None:
             return
-        variant = replace(self.instance, engine=replace(self.instance.engine, gpu_memory_utilization=gmu), _cache={})
         cost = cost_model(variant)
+        only_colocated = set()
         for vertex in variant.graph.vertices:
             if vertex.kind != "generate":
                 continue
@@ -445,6 +452,27 @@ class CandidateTable:
                                             self.extents, None if only is None else only.get(vertex.name, set()),
                                             deadline=deadline, built_before=built)
             self.colocated[vertex.name] = {c.key: c for c in cands}
+            if not self.feasible[vertex.name]:
+                twins = sorted((c for c in cands if twin_feasible(c)), key=_order)
+                if twins:
+                    self.feasible[vertex.name] = tuple(twins)
+                    only_colocated.add(vertex.name)
+        self.colocated_only = frozenset(only_colocated)
+
+    def fits_somewhere(self, name: str) -> bool:
+        """Whether vertex ``name`` has a candidate that fits in memory on its own (:attr:`Candidate.fits`), at
+        its configured settings or, for an engine the table also prices colocated with every model, as a
+        :attr:`colocated` twin: the one rule behind the engine's no-fit messages (:meth:`engine_pool_message`,
+        :meth:`engine_pool_detail`)."""
+        return any(c.fits for c in self.all[name]) or any(c.fits for c in self.colocated.get(name, {}).values())
+
+    def colocated_note(self, name: str) -> str:
+        """``" (fits only colocated with every trainer, at gpu_memory_utilization g)"`` for an engine of
+        :attr:`colocated_only`, else ``""``: what the no-fit messages add where they count its candidates."""
+        if name not in self.colocated_only:
+            return ""
+        gmu = colocated_engine_gpu_memory_utilization(self.instance)
+        return f" (fits only colocated with every trainer, at gpu_memory_utilization {gmu:g})"
 
     def colocated_candidate(self, vertex: str, cand: Candidate) -> Candidate | None:
         """``cand``'s twin in :attr:`colocated` (the engine at the ``gpu_memory_utilization`` of a plan that
@@ -567,8 +595,7 @@ class CandidateTable:
         inst = self.instance
         if inst.graph.vertex(name).kind != "generate":
             return None
-        cands = self.all[name]
-        if any(c.fits for c in cands):
+        if self.fits_somewhere(name):
             return None
         return self._pool_too_large(name) or self._pool_too_small(name)
 
@@ -654,7 +681,7 @@ class CandidateTable:
         inst = self.instance
         cands = [c for c in self.all[name] if c.pool_bytes is not None]
         limit = memory_budget(inst, "generate")
-        if inst.graph.vertex(name).kind != "generate" or not cands or any(c.fits for c in self.all[name]) or \
+        if inst.graph.vertex(name).kind != "generate" or not cands or self.fits_somewhere(name) or \
                 not all(c.pool_bytes > limit for c in cands):
             return None
         largest = max(c.gpus for c in cands)
@@ -723,7 +750,10 @@ class CandidateTable:
     def whole_plan_bound(self, short: list[Shortfall]) -> str:
         """The whole plan's GPU count with every task on its own smallest memory-feasible block (an upper
         bound on the smallest cluster: colocating tasks may need fewer), with each task's GPUs and, where
-        it fits on this cluster, its GB per GPU."""
+        it fits on this cluster, its GB per GPU. An engine that fits only colocated with every trainer
+        (:attr:`colocated_only`) runs on no GPUs of its own: it is named with :meth:`colocated_note` and its
+        GPUs are not counted, and the count is then no bound (the engine's bytes beside the trainers' are
+        not checked): "every other task on its own GPUs needs Z"."""
         grown = {entry.vertex: entry.needed for entry in short}
         parts, total = [], 0
         for vertex in self.instance.graph.vertices:
@@ -732,8 +762,12 @@ class CandidateTable:
                 parts.append(f"{vertex.name} {grown[vertex.name]} GPUs")
             else:
                 best = min(self.feasible[vertex.name], key=lambda c: (c.gpus, c.memory_bytes))
-                total += best.gpus
-                parts.append(f"{vertex.name} {best.gpus} GPUs at {gb(best.memory_bytes)} GB")
+                total += 0 if vertex.name in self.colocated_only else best.gpus
+                parts.append(f"{vertex.name} {best.gpus} GPUs at {gb(best.memory_bytes)} GB"
+                             f"{self.colocated_note(vertex.name)}")
+        if self.colocated_only:
+            return (f"with {', '.join(sorted(self.colocated_only))} on the trainers' GPUs, the whole plan with every "
+                    f"other task on its own GPUs needs {total} ({', '.join(parts)})")
         return f"the whole plan with every task on its own GPUs needs at most {total} ({', '.join(parts)})"
 
     def largest_legal_block(self, vertex: str) -> int:
@@ -1394,6 +1428,24 @@ def trains_in_a_bare_loop(instance, options: TrainingOptions,
             and not options.lora_rank and options.offload == "none" and not options.fp32_grad_buffer)
 
 
+def colocated_variant(instance):
+    """``instance`` with ``policy.gpu_memory_utilization`` set to the value its rollout engine runs with in a plan
+    that colocates every model with it
+    (:func:`~packplace.placement.model.framework.colocated_engine_gpu_memory_utilization`: OpenRLHF v0.5.8-v0.6.0
+    at 0.9 or more run it at 0.4), or ``None`` where the release keeps the configured value: the instance the
+    table's :attr:`CandidateTable.colocated` twins and :func:`fit_alone`'s colocated verdict are priced on."""
+    gmu = colocated_engine_gpu_memory_utilization(instance)
+    if gmu is None:
+        return None
+    return replace(instance, engine=replace(instance.engine, gpu_memory_utilization=gmu), _cache={})
+
+
+def twin_feasible(twin: Candidate | None) -> bool:
+    """Whether a colocated twin (:meth:`CandidateTable.colocated_candidate`) can run: it exists, fits in memory
+    on its own at the colocated ``gpu_memory_utilization`` (:attr:`Candidate.fits`) and has a finite time."""
+    return twin is not None and twin.fits and math.isfinite(twin.time)
+
+
 def fits_alone(instance, cost: CostModel, name: str) -> bool:
     """Whether vertex ``name`` has a legal candidate on ``instance``'s cluster that fits in memory on its own
     (:func:`fit_alone`'s second verdict)."""
@@ -1408,7 +1460,10 @@ def fit_alone(instance, cost: CostModel, name: str) -> tuple[bool, bool]:
     (:meth:`~packplace.placement.model.cost.CostModel.for_role`). The rule is the table's, :func:`candidate_fits`:
     a vLLM engine's need inside its pool (its release's in-pool bytes added, :func:`_engine_held`) within
     ``gpu_memory_utilization · memory_per_gpu``, and its whole pool with the bytes it holds outside it within
-    ``memory_per_gpu``; every other vertex's ``resident + transient`` within ``memory_per_gpu``."""
+    ``memory_per_gpu``; every other vertex's ``resident + transient`` within ``memory_per_gpu``. A rollout engine
+    none of whose candidates fits at the configured ``gpu_memory_utilization`` fits where one does at the value
+    its release runs it with colocated with every model (:func:`colocated_variant`, the table's
+    :attr:`CandidateTable.colocated_only`)."""
     vertex = instance.graph.vertex(name)
     kind, model = vertex.kind, instance.models[vertex.model]
     cost = cost.for_role(vertex.model)
@@ -1432,6 +1487,9 @@ def fit_alone(instance, cost: CostModel, name: str) -> tuple[bool, bool]:
                 tra, pool = _engine_held(cost, strategy, res, tra, limit)
             if candidate_fits(res, tra, pool, limit, capacity):
                 return True, True
+    variant = colocated_variant(instance) if kind == "generate" and legal else None
+    if variant is not None:
+        return True, fit_alone(variant, cost_model(variant), name)[1]
     return legal, False
 
 

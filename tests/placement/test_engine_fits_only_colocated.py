@@ -1,0 +1,97 @@
+"""An OpenRLHF v0.5.8-v0.6.0 rollout engine that fits no GPU at the configured ``gpu_memory_utilization`` but
+fits at the 0.4 its release runs it with under ``--colocate_all_models`` (``CandidateTable.colocated`` twins)
+fits: the pre-search checks (``CandidateTable.shortfalls``), ``fit_alone`` / ``fits_alone``,
+``fit_hints.may_fit`` and every solver take its twins (``CandidateTable.colocated_only``), which run only where
+every trainer shares the engine's GPUs. A release without the override (0.6.0.post1) is still refused with the
+``gpu_memory_utilization`` message.
+
+The case: the published OpenRLHF PPO Llama-2-7B config on one 8-GPU A800 node, on 40 GB GPUs at 0.9 (the engine
+holds its 36 GB pool and 4.61 GB outside it, 40.6 GB of 40), and on 80 GB at 0.95 (80.6 GB of 80) with 0.5.8.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from packplace.errors import InfeasibleError
+from packplace.placement import api
+from packplace.placement.candidates import CandidateTable, cost_model, fit_alone, fits_alone
+from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.fit_hints import may_fit
+from packplace.placement.problem.config import build_instance, load_yaml
+
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "placement", "published",
+                      "ppo_openrlhf_llama2-7b_1x8xa800.yaml")
+ENGINE = "actor.generate"
+REFUSED = "[policy] gpu_memory_utilization 0.9 leaves actor.generate no GPU it fits on"
+
+
+def _instance(version: str, memory: float, gmu: float = 0.9):
+    cfg = load_yaml(CONFIG)
+    cfg["policy"]["framework_version"] = version
+    cfg["policy"]["gpu_memory_utilization"] = gmu
+    cfg["hardware"]["memory_per_gpu"] = memory
+    return build_instance(cfg)
+
+
+def _engine_fits_only_colocated(inst) -> CandidateTable:
+    table = CandidateTable(inst)
+    # no configured candidate fits; the twins at 0.4 do, and they are the engine's feasible candidates
+    assert not any(c.fits for c in table.all[ENGINE])
+    assert table.colocated_only == frozenset({ENGINE})
+    assert table.feasible[ENGINE] and all(
+        table.colocated_candidate(ENGINE, c) is c and c.fits for c in table.feasible[ENGINE])
+    assert table.shortfalls() == [] and table.engine_pool_message(ENGINE) is None
+    assert fit_alone(inst, cost_model(inst), ENGINE) == (True, True) and fits_alone(inst, cost_model(inst), ENGINE)
+    assert may_fit(inst)
+    return table
+
+
+def _greedy_plan_is_colocated_and_accepted(inst) -> float:
+    result = api.solve_placement(inst, "greedy", time_limit_s=10.0, seed=0)
+    assert result.solution is not None and result.status in ("optimal", "feasible")
+    ev = PlacementEvaluator(inst)   # a fresh evaluator scores the plan again
+    score = ev.score(result.solution)
+    assert score.feasible and score.step_time == pytest.approx(result.objective, rel=1e-9)
+    assert max(score.gpu_memory_peak) <= inst.hardware.memory_per_gpu
+    plan = dict(result.solution.vertices)
+    trainers = [v.name for v in inst.graph.vertices if v.kind == "train"]
+    assert all(plan[t].allocation == plan[ENGINE].allocation for t in trainers)
+    engine = ev._resolve(result.solution)[inst.graph.names.index(ENGINE)][0]
+    assert engine.pool_bytes <= 0.4 * inst.hardware.memory_per_gpu and engine.fits
+    return result.objective
+
+
+def test_openrlhf_0_6_0_on_40_gb_plans_with_the_engine_at_0_4():
+    inst = _instance("0.6.0", 40e9)
+    table = _engine_fits_only_colocated(inst)
+    seconds = _greedy_plan_is_colocated_and_accepted(inst)
+    assert seconds == pytest.approx(425.5836, abs=1e-3)
+    # the whole-plan bound of the no-fit message says where the engine fits
+    # the engine's GPUs are not counted (it runs on the trainers'): 5 tasks on 1 GPU each
+    bound = table.whole_plan_bound([])
+    assert bound.startswith("with actor.generate on the trainers' GPUs, the whole plan with every other task on "
+                            "its own GPUs needs 5 (actor.generate 1 GPUs at 20.6 GB (fits only colocated with "
+                            "every trainer, at gpu_memory_utilization 0.4), ")
+
+
+def test_openrlhf_0_5_8_at_0_95_on_80_gb_plans_with_the_engine_at_0_4():
+    inst = _instance("0.5.8", 80e9, gmu=0.95)
+    _engine_fits_only_colocated(inst)
+    assert _greedy_plan_is_colocated_and_accepted(inst) == pytest.approx(384.7234, abs=1e-3)
+
+
+def test_openrlhf_0_6_0_post1_without_the_override_is_still_refused():
+    inst = _instance("0.6.0.post1", 40e9)
+    table = CandidateTable(inst)
+    assert table.colocated == {} and table.colocated_only == frozenset() and table.feasible[ENGINE] == ()
+    with pytest.raises(InfeasibleError, match=r"^\[policy\] gpu_memory_utilization 0\.9 leaves actor\.generate "
+                                              r"no GPU it fits on: .* set policy\.gpu_memory_utilization to at "
+                                              r"most 0\.88"):
+        table.shortfalls()
+    assert fit_alone(inst, cost_model(inst), ENGINE) == (True, False)
+    assert not may_fit(inst)
+    with pytest.raises(InfeasibleError, match=r"^\[policy\] gpu_memory_utilization 0\.9 leaves actor\.generate"):
+        api.solve_placement(inst, "greedy", time_limit_s=10.0, seed=0)
