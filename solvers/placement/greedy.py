@@ -135,18 +135,7 @@ def three_way_layouts(instance, table) -> list[Blocks]:
     generation vertices one block, the training vertices another and every other vertex the third; each
     distinct ``{vertex: block}`` once. Empty without a vertex of each of the three roles or where the cluster
     has no three-block tiling (fewer than 3 GPUs)."""
-    whole = Allocation(ORIGIN, table.extents[-1])
-    vertices = instance.graph.vertices
-    gens = [v.name for v in vertices if v.kind == "generate"]
-    trains = [v.name for v in vertices if v.kind == "train"]
-    others = [v.name for v in vertices if v.kind not in ("generate", "train")]
-    if not (gens and trains and others):
-        return []
-    out: list[Blocks] = []
-    seen: set[tuple] = set()
-    for tiling in contiguous_tilings(table, whole, 3):
-        _add_role_permutations(tiling, gens, others, trains, seen, out)
-    return out
+    return _role_layouts(instance, table, contiguous_tilings)
 
 
 def idle_layouts(instance, table) -> list[Blocks]:
@@ -156,6 +145,13 @@ def idle_layouts(instance, table) -> list[Blocks]:
     ways to give the generation vertices one block, the training vertices another and every other vertex the
     third; each distinct ``{vertex: block}`` once. Empty without a vertex of each of the three roles, or
     where no three legal blocks fit side by side (fewer than 3 GPUs)."""
+    return _role_layouts(instance, table, packed_sequences)
+
+
+def _role_layouts(instance, table, block_triples) -> list[Blocks]:
+    """The layouts of :func:`three_way_layouts` / :func:`idle_layouts` over ``block_triples(table, whole, 3)``
+    (the cluster's three-block sequences, in the order given): the generation, training and other vertices
+    one block each, every permutation, each distinct layout once."""
     whole = Allocation(ORIGIN, table.extents[-1])
     vertices = instance.graph.vertices
     gens = [v.name for v in vertices if v.kind == "generate"]
@@ -165,8 +161,8 @@ def idle_layouts(instance, table) -> list[Blocks]:
         return []
     out: list[Blocks] = []
     seen: set[tuple] = set()
-    for sequence in packed_sequences(table, whole, 3):
-        _add_role_permutations(sequence, gens, others, trains, seen, out)
+    for blocks3 in block_triples(table, whole, 3):
+        _add_role_permutations(blocks3, gens, others, trains, seen, out)
     return out
 
 

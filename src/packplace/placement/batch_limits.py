@@ -10,7 +10,7 @@ says so on the result where it bound the plan.
 
 from __future__ import annotations
 
-from packplace.placement.candidates import divisors, global_batch, sequences_together, tensor_parallel_degrees
+from packplace.placement.candidates import global_batch, model_parallel_shapes, sequences_together
 
 __all__ = ["batch_note", "data_parallel_degrees"]
 
@@ -27,16 +27,9 @@ def data_parallel_degrees(instance, table, name: str) -> tuple[list[int], list[i
     allowed: set[int] = set()
     refused: set[int] = set()
     for extent in table.extents:
-        gpus = extent[0] * extent[1] * extent[2]
-        for tp in tensor_parallel_degrees(instance.cluster, extent, vertex.kind):
-            if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads):
-                continue
-            for pp in divisors(gpus // tp):
-                if pp > model.layers:
-                    continue
-                dp = gpus // (tp * pp)
-                ok = sequences % dp == 0 and (sequences // dp) % whole == 0
-                (allowed if ok else refused).add(dp)
+        for dp, _, _ in model_parallel_shapes(model, instance.cluster, extent, vertex.kind):
+            ok = sequences % dp == 0 and (sequences // dp) % whole == 0
+            (allowed if ok else refused).add(dp)
     return sorted(allowed), sorted(refused - allowed)
 
 

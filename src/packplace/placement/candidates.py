@@ -330,6 +330,20 @@ def global_batch(instance, name: str) -> int:
     return sequences // instance.training.get(name.split(".")[0], DEFAULT_TRAINING).optimizer_steps
 
 
+def model_parallel_shapes(model: ModelSpec, cluster: Cluster, extent: tuple[int, int, int],
+                          kind: str | None = None) -> list[tuple[int, int, int]]:
+    """Every ``(dp, pp, tp)`` filling a block of ``extent`` for a task of ``kind`` before the batch is asked:
+    ``tp`` a degree :func:`tensor_parallel_degrees` allows that divides the attention heads (and the KV heads,
+    or is a multiple of them), ``pp`` a divisor of the rest no larger than the layers, ``dp`` what remains."""
+    gpus = extent[0] * extent[1] * extent[2]
+    out = []
+    for tp in tensor_parallel_degrees(cluster, extent, kind):
+        if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads):
+            continue
+        out.extend((gpus // (tp * pp), pp, tp) for pp in divisors(gpus // tp) if pp <= model.layers)
+    return out
+
+
 def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
                      extent: tuple[int, int, int], kind: str | None = None,
                      whole: int = 1) -> list[tuple[Strategy, int]]:
@@ -337,22 +351,15 @@ def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
     (micro-batches: every divisor of the per-replica sequence count that is a multiple of ``whole``, the
     sequences held together, :func:`sequences_together`; TP degrees: :func:`tensor_parallel_degrees`; for a
     MoE model every ``ep`` dividing both the experts and ``dp``)."""
-    gpus = extent[0] * extent[1] * extent[2]
     out = []
-    for tp in tensor_parallel_degrees(cluster, extent, kind):
-        if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads):
+    for dp, pp, tp in model_parallel_shapes(model, cluster, extent, kind):
+        if sequences % dp or (sequences // dp) % whole:
             continue
-        for pp in divisors(gpus // tp):
-            if pp > model.layers:
-                continue
-            dp = gpus // (tp * pp)
-            if sequences % dp or (sequences // dp) % whole:
-                continue
-            eps = [e for e in divisors(dp) if model.num_experts % e == 0] if model.is_moe else [1]
-            for ep in eps:
-                for mb in divisors(sequences // dp):
-                    if mb % whole == 0:
-                        out.append((Strategy(dp, pp, tp, ep), mb))
+        eps = [e for e in divisors(dp) if model.num_experts % e == 0] if model.is_moe else [1]
+        for ep in eps:
+            for mb in divisors(sequences // dp):
+                if mb % whole == 0:
+                    out.append((Strategy(dp, pp, tp, ep), mb))
     return out
 
 
