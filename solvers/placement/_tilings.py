@@ -88,10 +88,8 @@ def contiguous_tilings(table, block: Allocation, parts: int) -> list[list[Alloca
     lo, hi = block.gpu_range(cluster)
     starting: dict[int, list[Allocation]] = {}
     for extent in table.extents:
-        for alloc in table.origins(extent):
-            a, b = alloc.gpu_range(cluster)
-            if lo <= a and b <= hi:
-                starting.setdefault(a, []).append(alloc)
+        for alloc in _inside(table, extent, lo, hi):
+            starting.setdefault(alloc.gpu_range(cluster)[0], []).append(alloc)
     out: list[list[Allocation]] = []
 
     def extend(at: int, prefix: list[Allocation]) -> None:
@@ -125,9 +123,7 @@ def packed_sequences(table, block: Allocation, parts: int) -> list[list[Allocati
         raise ValueError(f"packed_sequences: parts must be >= 1, got {parts}")
     cluster = table.cluster
     lo, hi = block.gpu_range(cluster)
-    by_extent = {extent: sorted((a for a in table.origins(extent)
-                                 if lo <= a.gpu_range(cluster)[0] and a.gpu_range(cluster)[1] <= hi),
-                                key=lambda a: a.gpu_range(cluster))
+    by_extent = {extent: sorted(_inside(table, extent, lo, hi), key=lambda a: a.gpu_range(cluster))
                  for extent in table.extents}
     out: list[list[Allocation]] = []
     for shapes in itertools.product(table.extents, repeat=parts):
@@ -142,3 +138,10 @@ def packed_sequences(table, block: Allocation, parts: int) -> list[list[Allocati
             out.append(seq)
     out.sort(key=lambda seq: (hi - lo - sum(a.num_gpus for a in seq), [a.gpu_range(cluster) for a in seq]))
     return out
+
+
+def _inside(table, extent: tuple[int, int, int], lo: int, hi: int) -> list[Allocation]:
+    """The table's positions of shape ``extent`` (:meth:`CandidateTable.origins`, in its order) whose linear GPU
+    range ``[a, b)`` lies within ``[lo, hi)``."""
+    cluster = table.cluster
+    return [a for a in table.origins(extent) if lo <= a.gpu_range(cluster)[0] and a.gpu_range(cluster)[1] <= hi]
