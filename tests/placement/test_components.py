@@ -146,8 +146,8 @@ def test_estimate_train_matches_the_measured_semantics(document):
             continue
         task = "infer" if row["mode"] == "fwd" else "train"
         got = estimate(shapes[row["model"]], "h200", task, micro_batch=row["b"], seq_len=row["s"],
-                       recompute="full" if row["ckpt"] else "none",
-                       optimizer="adam" if row["mode"] == "train" else "none",
+                       recompute="full" if row["ckpt"] else "none",   # infer: an argument it ignores is refused
+                       optimizer="adam" if row["mode"] != "fwdbwd" else "none",
                        sharding="none" if task == "train" else None)   # the measured bare loop
         assert got.time_s == pytest.approx(C.predict_row(table, shapes, row), rel=1e-9)
         assert got.components == "h200"

@@ -563,7 +563,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     engine_generation, version_eager = _engine(framework, framework_version)
     enforce_eager = enforce_eager or (version_eager and task in ("decode", "generate"))
     _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=dp, ep=ep)
-    seq_len, context = _lengths(task, seq_len, context, batch)
+    seq_len, context = _lengths(task, seq_len, context, batch, micro_batch, recompute, optimizer, framework_version)
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
     cp, mbs, given_length = _context_parallel(cp, task), _micro_batches(micro_batches, task, pp), seq_len  # unpacked
     micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
@@ -730,15 +730,46 @@ def _hardware_table(gpu: str, hardware: Mapping[str, Any] | None, gpus: int,
     return cluster, hw, components
 
 
-def _lengths(task: str, seq_len: int | None, context: int | None, batch: int) -> tuple[int | None, int]:
+#: The library's arguments of :func:`estimate` that a task may leave unused, their defaults (a value equal to it
+#: is no request) and the flag of :data:`IGNORED_FLAGS` that names the tasks ignoring each.
+_TASK_ARGUMENT_DEFAULTS = {"micro_batch": 1, "batch": 1, "context": None, "recompute": "none", "optimizer": "adam",
+                           "framework_version": None}
+
+
+def _check_task_arguments(task: str, given: Mapping[str, Any]) -> None:
+    """Refuse an argument of ``given`` (``{name: value}``, :data:`_TASK_ARGUMENT_DEFAULTS`'s names) set away from
+    its default where ``task`` ignores it (:data:`IGNORED_FLAGS`), as the command line refuses the flag: the
+    library had priced ``estimate(..., task="decode", micro_batch=64)`` as one running sequence without a word.
+
+    Raises:
+        ConfigError: ``micro_batch: 64 means nothing for task decode (it sets train, infer, prefill); ...``.
+    """
+    for name, value in given.items():
+        default = _TASK_ARGUMENT_DEFAULTS[name]
+        if (value is default or (not isinstance(value, bool) and value == default)
+                or "--" + name.replace("_", "-") not in IGNORED_FLAGS[task]):
+            continue
+        uses = sorted(t for t, ignored in IGNORED_FLAGS.items() if "--" + name.replace("_", "-") not in ignored)
+        raise ConfigError(f"{name}: {show(value)} means nothing for task {task} (it sets {', '.join(uses)}); drop it "
+                          f"or leave it at its default ({show(default)})")
+
+
+def _lengths(task: str, seq_len: int | None, context: int | None, batch: int, micro_batch: int = 1,
+             recompute: str = "none", optimizer: str = "adam",
+             framework_version: str | None = None) -> tuple[int | None, int | None]:
     """``(seq_len, context)`` of ``task`` checked, the unset ones at their defaults: ``seq_len``
     :data:`DEFAULT_SEQ_LEN` (``None`` for decode, which has no prompt), ``context`` :data:`GENERATE_NEW_TOKENS`
-    cached tokens (decode) or the prompt plus as many (generate), as the command line takes them.
+    cached tokens (decode) or the prompt plus as many (generate), ``None`` for train, infer and prefill (no
+    cache), as the command line takes them; the other arguments are checked against the task
+    (:func:`_check_task_arguments`).
 
     Raises:
         ConfigError: ``seq_len`` given for decode, a length below its minimum, a generate ``context`` not
-            beyond its prompt.
+            beyond its prompt, an argument the task ignores set away from its default.
     """
+    _check_task_arguments(task, {"micro_batch": micro_batch, "batch": batch, "context": context,
+                                 "recompute": recompute, "optimizer": optimizer,
+                                 "framework_version": framework_version})
     if task == "decode":
         context = GENERATE_NEW_TOKENS if context is None else context
         if seq_len is not None:
@@ -746,6 +777,8 @@ def _lengths(task: str, seq_len: int | None, context: int | None, batch: int) ->
                               f"context = {context} cached tokens each), got {show(seq_len)}; give context")
     else:
         seq_len = _at_most("seq_len", _check("seq_len", DEFAULT_SEQ_LEN if seq_len is None else seq_len, 2))
+    if task not in ("decode", "generate"):
+        return seq_len, None
     if context is None:
         context = seq_len + GENERATE_NEW_TOKENS if task == "generate" else GENERATE_NEW_TOKENS
     _at_most("context", _check("context", context, 1))
@@ -1517,13 +1550,6 @@ def _setting_flags(p) -> None:
 GENERATE_NEW_TOKENS = 2048
 
 
-def _cli_context(args: Any) -> int:
-    """``--context``, or its default: 2048 cached tokens for decode; the prompt plus 2048 new tokens for generate."""
-    if args.context is not None:
-        return int(args.context)
-    return (args.seq_len or DEFAULT_SEQ_LEN) + GENERATE_NEW_TOKENS if args.task == "generate" else GENERATE_NEW_TOKENS
-
-
 def _overrides(items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
@@ -1716,7 +1742,7 @@ def run_estimate(args) -> int:
     args.enforce_eager = bool(args.enforce_eager)
     args.gpu, hardware = estimate_hardware(args.model, args.gpu, _overrides(args.hw))
     result = estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
-                      batch=args.batch, context=_cli_context(args), recompute=args.recompute, optimizer=args.optimizer,
+                      batch=args.batch, context=args.context, recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
                       hardware=hardware, table=args.table, enforce_eager=args.enforce_eager,
                       cp=getattr(args, "cp", 1),
