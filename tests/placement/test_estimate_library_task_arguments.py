@@ -58,3 +58,34 @@ def test_the_decode_batch_is_what_is_priced():
 def test_a_pass_without_cached_tokens_reports_no_context(task):
     # inputs.context had read 2048 (decode's default) for a pass that holds no cache; decode's seq_len is null
     assert estimate("qwen2.5-0.5b", "h100-sxm", task).inputs["context"] is None
+
+
+# Qwen2.5-14B's attention (huggingface.co/Qwen/Qwen2.5-14B config.json): 40 query heads, 8 KV heads
+QWEN14B = {"model_type": "qwen2", "layers": 48, "hidden_dim": 5120, "ffn_dim": 13824, "vocab_size": 152064,
+           "head_dim": 128, "num_kv_heads": 8}
+
+
+@pytest.mark.parametrize("tp", [5, 10, 20])
+def test_a_tp_that_splits_the_kv_heads_unevenly_is_refused_as_place_refuses_it(tp):
+    # 40 heads divide by 5, 10 and 20, but 8 KV heads neither divide by them nor divide them: Megatron-Core and
+    # vLLM give each TP rank whole KV heads (or whole replicas of one), and place's legal strategies leave such a tp
+    # out (candidates.model_parallel_shapes); estimate had priced it
+    from packplace.placement.candidates import model_parallel_shapes
+    from packplace.placement.task_estimate import resolve_model
+    from packplace.placement.problem.hardware import Cluster
+    shape = resolve_model(QWEN14B)
+    assert shape.heads == 40 and shape.kv_heads == 8
+    cluster = Cluster(racks=1, nodes_per_rack=1, gpus_per_node=tp)
+    assert all(t != tp for _, _, t in model_parallel_shapes(shape, cluster, (1, 1, tp)))
+    with pytest.raises(ConfigError, match=rf"^tp: {tp} neither divides nor is a multiple of the model's 8 KV heads"):
+        estimate(QWEN14B, "h100-sxm", "infer", tp=tp)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_a_tp_that_divides_or_replicates_the_kv_heads_is_priced(tp):
+    assert estimate(QWEN14B, "h100-sxm", "infer", tp=tp).inputs["tp"] == tp
+    # Qwen2.5-7B: 28 heads, 4 KV heads; tp 28 replicates each KV head over 7 ranks, tp 14 (14 % 4 = 2) is refused
+    if tp == 8:
+        assert estimate("qwen2.5-7b", "h100-sxm", "decode", tp=28, hardware={"gpus_per_node": 28}).inputs["tp"] == 28
+        with pytest.raises(ConfigError, match=r"^tp: 14 neither divides nor is a multiple of the model's 4 KV heads"):
+            estimate("qwen2.5-7b", "h100-sxm", "decode", tp=14, hardware={"gpus_per_node": 14})

@@ -866,7 +866,9 @@ def _check_settings(task: str, recompute: str, optimizer: str, framework: str, e
 def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int, cp: int = 1, *, framework: str = "none",
                     task: str = "train") -> None:
     """The strategy fits the model: ``pp`` at most its layers, ``tp`` dividing its attention heads (Megatron
-    and vLLM split the query heads evenly over TP ranks), ``ep`` only for a mixture of experts, dividing its
+    and vLLM split the query heads evenly over TP ranks) and dividing or a multiple of its KV heads (vLLM's
+    ``QKVParallelLinear`` gives each rank whole KV heads or replicates them; Megatron-Core's
+    ``num_query_groups % tensor_model_parallel_size``; ``place``'s rule, ``candidates.model_parallel_shapes``), ``ep`` only for a mixture of experts, dividing its
     routed experts and the ``dp × cp`` ranks of the expert group. Megatron-Core lays the experts out over the
     world's ``tp·pp·cp·dp`` ranks with ``tp·ep·pp`` per expert-data-parallel replica (``parallel_state.
     initialize_model_parallel``: ``world_size % (expert_tensor_parallel_size · expert_model_parallel_size ·
@@ -879,9 +881,12 @@ def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int, cp: in
     """
     if pp > shape.layers:
         raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
-    heads = getattr(shape, "heads", None)
+    heads, kv_heads = getattr(shape, "heads", None), getattr(shape, "kv_heads", None)
     if isinstance(heads, int) and heads % tp:
         raise ConfigError(f"tp: {tp} does not divide the model's {heads} attention heads")
+    if isinstance(kv_heads, int) and kv_heads % tp and tp % kv_heads:
+        raise ConfigError(f"tp: {tp} neither divides nor is a multiple of the model's {kv_heads} KV heads (each "
+                          "tensor-parallel rank holds whole KV heads or a replica of one, as place's strategies do)")
     if ep > 1 and not shape.is_moe:
         raise ConfigError(f"ep: {ep} needs a mixture-of-experts model (this one is dense: ep must be 1)")
     if ep > 1 and shape.num_experts % ep:
