@@ -71,8 +71,8 @@ def test_a_tp_that_splits_the_kv_heads_unevenly_is_refused_as_place_refuses_it(t
     # vLLM give each TP rank whole KV heads (or whole replicas of one), and place's legal strategies leave such a tp
     # out (candidates.model_parallel_shapes); estimate had priced it
     from packplace.placement.candidates import model_parallel_shapes
-    from packplace.placement.task_estimate import resolve_model
     from packplace.placement.problem.hardware import Cluster
+    from packplace.placement.task_estimate import resolve_model
     shape = resolve_model(QWEN14B)
     assert shape.heads == 40 and shape.kv_heads == 8
     cluster = Cluster(racks=1, nodes_per_rack=1, gpus_per_node=tp)
