@@ -868,7 +868,8 @@ def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int, cp: in
     """The strategy fits the model: ``pp`` at most its layers, ``tp`` dividing its attention heads (Megatron
     and vLLM split the query heads evenly over TP ranks) and dividing or a multiple of its KV heads (vLLM's
     ``QKVParallelLinear`` gives each rank whole KV heads or replicates one; ``place``'s rule,
-    ``candidates.model_parallel_shapes``), ``ep`` only for a mixture of experts, dividing its routed experts and the ``dp × cp`` ranks of the expert group. Megatron-Core lays the experts out over the
+    ``candidates.model_parallel_shapes``), ``ep`` only for a mixture of experts, dividing its routed experts
+    and the ``dp × cp`` ranks of the expert group. Megatron-Core lays the experts out over the
     world's ``tp·pp·cp·dp`` ranks with ``tp·ep·pp`` per expert-data-parallel replica (``parallel_state.
     initialize_model_parallel``: ``world_size % (expert_tensor_parallel_size · expert_model_parallel_size ·
     pipeline_model_parallel_size)``, the expert TP defaulting to ``tp``), so ``ep`` must divide ``dp·cp``, the
