@@ -60,7 +60,13 @@ from packplace.placement.estimate_trainer import (
     trainer_pass_parts,
 )
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
-from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION, CostModel, hardware_table, vllm_decode_table
+from packplace.placement.model.cost import (
+    ACT_BYTES,
+    PYTORCH_TRAIN_FRACTION,
+    CostModel,
+    hardware_table,
+    vllm_decode_table,
+)
 from packplace.placement.model.engine import RolloutEngine
 from packplace.placement.model.framework import (
     FRAMEWORKS,
@@ -96,6 +102,7 @@ from packplace.placement.model.pass_memory import (
     uses_autocast,
 )
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
+from packplace.placement.model.stages import stage_gemm_share
 from packplace.placement.problem.config import (
     CLUSTER_FIELDS,
     FIRST_PACKING_RELEASE,
@@ -1289,37 +1296,51 @@ def _engine_parts(cost, shape: ModelSpec, hw: Hardware, table: ComponentTable | 
                   batch: int, context: int, tp: int, pp: int, dp: int, ep: int, extent: tuple[int, int, int],
                   eager: bool, host_per_sequence: float, framework: str) -> dict[str, float]:
     """Seconds by part of a decode iteration or a generation (prefill, then decode up to ``context``) on the
-    component table or the knob model, with the engine's per-step and per-sequence host time."""
-    layers = stage_layers(shape.layers, pp)
+    component table or the knob model, with the engine's per-step and per-sequence host time: the evaluator's
+    generation vertex of one replica whose ``batch`` sequences all run at once (the prefill of
+    :meth:`~packplace.placement.model.cost.CostModel.prefill_time`, the whole model in one pass with its
+    tensor-parallel all-reduces in ``communication``; each decode iteration at the slowest pipeline stage's pace,
+    ``pp · stage_gemm_share``, as :meth:`~packplace.placement.model.cost.CostModel.decode_step_times` prices it;
+    ``tests/placement/test_estimate_generate_contract.py``)."""
     parts: dict[str, float] = {}
     step_overhead = decode_step_overhead(hw, cost.framework) if framework != "none" else 0.0
 
     def step(running: float, ctx: float) -> float:
-        if table is not None:
-            return max(decode_seconds(table, shape, running, ctx, tp, layers=n, head=i == pp - 1, eager=eager)
-                       for i, n in enumerate(layers)) * pp
+        if table is not None:   # the whole model's kernels at the slowest stage's pace, pp batches in flight, as
+            # CostModel.decode_step_times prices a pipelined engine's iteration (pp x stage_gemm_share)
+            return decode_seconds(table, shape, running, ctx, tp, eager=eager) * pp * stage_gemm_share(shape, pp)
         one = cost.decode_step_times(shape, tp, pp, extent, dp, np.array([float(running)]),
                                      np.array([float(running) * ctx]), ep)
         return float(one[0]) - decode_step_overhead(hw, cost.framework) - _decode_comm(cost, shape, running, tp, pp,
                                                                                       extent, dp, eager)
 
+    prefill_comm = 0.0
     if task == "decode":
         parts["decode"] = step(batch, context)
         steps = 1
     else:
         steps = context - seq_len
-        if table is not None:
-            prefill = max(pass_times(table, shape, tokens=batch * seq_len, seq_len=seq_len, train=False, layers=n,
-                                     head=i == pp - 1, tp=tp, logits="last").total for i, n in enumerate(layers))
-        else:
-            prefill = cost.prefill_time(shape, tp, batch, batch, ep, extent)
-        parts["prefill"] = prefill
-        parts["decode"] = steps * step(batch, (seq_len + context) / 2.0)   # linear in the context
-    parts["communication"] = steps * _decode_comm(cost, shape, batch, tp, pp, extent, dp, eager)
+        # place's prefill (CostModel.prefill_time): the batch's prompts through the whole model in one pass (every
+        # pipeline stage in turn), with its tensor-parallel all-reduces (and MoE all-to-alls), shown apart
+        prefill_comm = _prefill_comm(cost, shape, batch * seq_len, tp, ep, extent)
+        parts["prefill"] = cost.prefill_time(shape, tp, batch, batch, ep, extent) - prefill_comm
+        # linear in the context: the middle iteration's, as CostModel.schedule_decode prices a segment
+        parts["decode"] = steps * step(batch, (seq_len + context + 1) / 2.0)
+    parts["communication"] = steps * _decode_comm(cost, shape, batch, tp, pp, extent, dp, eager) + prefill_comm
     # the engine's host time per running sequence (scheduler, input preparation, output processing)
     dispatch = dispatch_seconds(cost, cost.framework, dp) if framework not in ("none", "vllm") else 0.0
     parts["overhead"] = steps * (step_overhead + host_per_sequence * batch) + dispatch
     return parts
+
+
+def _prefill_comm(cost, shape: ModelSpec, tokens: float, tp: int, ep: int, extent: tuple[int, int, int]) -> float:
+    """Seconds of the communication in :meth:`~packplace.placement.model.cost.CostModel.prefill_time`'s pass of
+    ``tokens`` prompt tokens: 2 tensor-parallel all-reduces of their bf16 activations per layer and, with
+    ``ep > 1``, the MoE layers' all-to-alls (0 at ``tp = ep = 1``)."""
+    comm = 2 * shape.layers * cost.tp_allreduce(tokens * shape.hidden_dim * ACT_BYTES, tp, extent)
+    if ep > 1 and shape.is_moe:
+        comm += shape.moe_layers * cost.moe_alltoall(shape, tokens, tp, ep, extent)
+    return comm
 
 
 def _decode_comm(cost, shape: ModelSpec, running: float, tp: int, pp: int, extent: tuple[int, int, int],
