@@ -1796,7 +1796,7 @@ def run_estimate(args) -> int:
                       gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None))
     if taken:
         result.inputs["from_config"] = dict(taken)
-        print(f"from {config_role(args.model)[0]} policy (a flag given wins): "
+        print(f"from {config_role(args.model)[0]} policy / training (a flag given wins): "
               + ", ".join(f"{name} {value}" for name, value in taken.items()))
     print(format_estimate(result))
     args.json_document = result.as_dict()
@@ -1818,15 +1818,43 @@ def config_policy(model: Any, task: str, given: Mapping[str, Any]) -> dict[str, 
     them (:data:`CONFIG_POLICY`), ``framework_version``, ``gpu_memory_utilization`` (not for DeepSpeed-Chat,
     whose hybrid engine has no vLLM pool) and ``enforce_eager`` (when true, for a framework with a vLLM engine).
     Empty for any other model, a config that does not exist or one without a ``policy`` section; values are
-    checked by :func:`estimate` as the flags are.
+    checked by :func:`estimate` as the flags are. For ``train`` the role's ``training`` ``recompute`` and ``sharding``
+    too (:func:`_config_training`).
     """
     named = config_role(model) if isinstance(model, (str, Path)) else None
     if named is None or not Path(named[0]).exists():
         return {}
     doc = load_yaml(named[0])
+    out = _config_training(doc, named[1], task, given)
     policy = doc.get("policy") if isinstance(doc, Mapping) else None
     if not isinstance(policy, Mapping) or policy.get("framework", "none") is None:
+        return out
+    return {**_config_policy_fields(policy, task, given), **out}
+
+
+def _config_training(doc: Any, role: str, task: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``training`` settings of ``role`` in the placement config ``doc`` that a ``train`` pass takes for the
+    flags ``given`` leaves unset (:data:`CONFIG_TRAINING`): the role's own entry over the section's common one, as
+    ``place`` merges them (``config._training``); ``sharding`` only with ``--optimizer adam`` (no state to shard
+    otherwise). Values are checked by :func:`estimate` as the flags are."""
+    training = doc.get("training") if isinstance(doc, Mapping) else None
+    if task != "train" or not isinstance(training, Mapping):
         return {}
+    own = training.get(role)
+    merged = {**training, **(own if isinstance(own, Mapping) else {})}
+    return {name: merged[name] for name in CONFIG_TRAINING
+            if merged.get(name) is not None and given.get(name) is None
+            and not (name == "sharding" and given.get("optimizer", "adam") == "none")}
+
+
+#: ``training.<role>`` fields that ``estimate --model CONFIG.yaml:ROLE --task train`` takes as the defaults of its
+#: flags of the same names (:func:`_config_training`).
+CONFIG_TRAINING = ("recompute", "sharding")
+
+
+def _config_policy_fields(policy: Mapping[str, Any], task: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`config_policy`'s ``policy`` fields (the framework, and its release, pool and eager flag where the
+    framework is the config's and ``task`` uses them)."""
     own = policy.get("framework", "none")
     own = "vllm" if own == "none" and task in ("decode", "generate") else own
     out = {} if given.get("framework") is not None else {"framework": own}
