@@ -8,8 +8,7 @@ fastest one is returned. The family, in the order it is scored:
 1. **all colocated** (:func:`~packplace.solvers.placement._common.colocated_plan`): every block at GPU
    (0, 0, 0), all vertices on shared GPUs, run one after another in topological order; always scored first,
    so greedy is never slower than it; where it needed memory step-downs it then climbs back
-   (:func:`climb_back`, item 5) before the deadline (PPO Llama-3.1-8B on one node of 6 H100s: 112.8203 s
-   -> 86.1432 s, the proven optimum 85.2923 s).
+   (:func:`climb_back`, item 5) before the deadline.
 2. **generation | training splits** (:func:`layouts`): for every two-block tiling ``(A, B)`` of the cluster
    in the candidate table's shapes and positions (:func:`tilings`: the aligned halves, and the unequal
    node or rack splits 2:1, 3:1 ... that the block machinery places at both ends, both orders), the
@@ -35,19 +34,18 @@ fastest one is returned. The family, in the order it is scored:
    on GPU 0, the inference vertices on GPU 1 and training on node 1 leave GPU 2 idle. Screened and stepped
    down like items 2 and 3, only where neither the colocated plan nor any of those fits, and under the same
    caps, so they never change a plan found without them nor add work where one is.
-5. **inference spread over the blocks** (:func:`spread_layouts`): per three-block sequence of items 3 and 4
-   and each role assignment, the training vertices on their block or the whole cluster ``W`` and each inference
+5. **inference spread over the blocks** (:func:`spread_layouts`): per three-block sequence of items 3 and 4 and
+   each role assignment, the training vertices on their block or the whole cluster ``W`` and each inference
    vertex on the third block or ``W`` (``6 · (2^(k+1) - 1)`` more layouts per sequence), and generation alone on
    the lowest position of each smaller block shape with training on ``W`` and each inference vertex there or on
-   ``W``: on two 3-GPU nodes the reference and reward forward on all 6 GPUs, generation on GPU 0 and training on
-   node 1 (165.5225 s, the optimum; 197.9305 s with both on GPU 1); on two 6-GPU nodes generation on 2 GPUs and
-   the rest on all 12 (66.4414 s against the colocated 84.0342 s). Screened and stepped down like item 2 after
-   items 2 and 3, with their own :data:`MAX_LAYOUTS` and :data:`MAX_EVALUATIONS` (so they never take a layout
-   of items 2-3 from their budget); the idle-GPU half only with item 4. A layout that needed memory step-downs
-   then climbs back (:func:`climb_back`): each vertex tries its faster candidates of the same block shape, the
-   first that lowers the step time staying, within :data:`CLIMB_EVALUATIONS` evaluator calls
-   (:func:`~packplace.solvers.placement._common.repair_memory` steps the largest footprint down first, which
-   can leave another vertex slower than memory needs).
+   ``W``: on two 3-GPU nodes the reference and reward forwards on all 6 GPUs, generation on GPU 0 and training on
+   node 1 beat both forwards on GPU 1 (docs/performance.md, "Small odd clusters"). Screened and stepped down like
+   item 2 after items 2 and 3, with their own :data:`MAX_LAYOUTS` and :data:`MAX_EVALUATIONS` (so they never take
+   a layout of items 2-3 from their budget); the idle-GPU half only with item 4. A layout that needed memory
+   step-downs then climbs back (:func:`climb_back`): each vertex tries its faster candidates of the same block
+   shape, the first that lowers the step time staying, within :data:`CLIMB_EVALUATIONS` evaluator calls
+   (:func:`~packplace.solvers.placement._common.repair_memory` steps the largest footprint down first, which can
+   leave another vertex slower than memory needs).
 6. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
    allows (:func:`~packplace.solvers.placement._common.disjoint_plan`); where nothing fits, no plan
    (status ``unknown``) with the smallest per-vertex needs.

@@ -1,12 +1,11 @@
 """Placement solver reliability: ``cpsat`` finds a plan wherever ``greedy`` does without needing another hint
-solver, ``disjoint_plan`` stops on the caller's deadline only and says when it was cut, CP-SAT's dominance
-pruning setup stops at the build deadline, ``concurrent`` runs greedy's cheap family first, and greedy's layout
-family spreads the inference vertices over the blocks on small odd clusters (exact ≤ heuristic there)."""
+solver, ``concurrent`` runs greedy's cheap family first, and greedy's layout family spreads the inference
+vertices over the blocks on small odd clusters (exact ≤ heuristic there). The deadline tests of
+``disjoint_plan`` and of CP-SAT's dominance pruning are in ``test_placement_time_limit.py``."""
 
 from __future__ import annotations
 
 import importlib
-import itertools
 import os
 
 import pytest
@@ -18,10 +17,8 @@ from packplace.placement.evaluator import get_evaluator
 from packplace.placement.problem.config import build_instance, load_config
 from packplace.placement.problem.plan import Allocation, Plan
 from packplace.result import OPTIMALITY_RTOL, UNKNOWN, Proposal
-from packplace.run import OutOfTime, Run, clock
+from packplace.run import Run
 from packplace.solvers.placement import concurrent, greedy
-from packplace.solvers.placement._common import baseline_or_disjoint, disjoint_plan
-from packplace.solvers.placement.cpsat import pruning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GRPO = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
@@ -43,7 +40,7 @@ def odd(path: str, nodes: int, gpus: int, synchronous: bool = True):
     return build_instance(config)
 
 
-# -- item 5: greedy spreads the inference vertices over the blocks ------------------------------------------
+# -- greedy spreads the inference vertices over the blocks ------------------------------------------
 def spread_plan(inst) -> Plan:
     """The hand plan on two 3-GPU nodes that greedy used to miss: generation dp 1 (micro-batch 1,024) on GPU 0,
     training dp 1 pp 3 (micro-batch 2) on node 1 (GPUs 3-5), the reference forward pp 6 (micro-batch 8) and
@@ -124,7 +121,7 @@ def test_climb_back_undoes_a_step_down_memory_did_not_need():
     assert greedy.climb_back(ev, slow, t_slow, max_calls=0) == (slow, t_slow, 0)
 
 
-# -- item 1: cpsat without another hint solver --------------------------------------------------------------
+# -- cpsat without another hint solver --------------------------------------------------------------
 def test_cpsat_finds_a_plan_where_its_hint_solvers_find_none(monkeypatch):
     # anneal (the only configured hint solver) is made to find nothing: cpsat seeds itself with greedy, the
     # cheapest, instead of answering "needs a feasible hint"
@@ -166,62 +163,7 @@ def test_greedy_as_a_hint_gets_every_second_left_the_others_their_share(monkeypa
     assert limits["concurrent"] <= share + 1e-9 and limits["anneal"] <= share + 1e-9
 
 
-# -- item 2: disjoint_plan obeys the caller's deadline only ---------------------------------------------------
-def test_disjoint_plan_without_a_deadline_has_no_clock_cap_of_its_own(monkeypatch):
-    ev = get_evaluator(load_config(CROWDED))
-    full = disjoint_plan(ev)
-    assert full[0] is not None and not full[3]
-    # a clock that jumps 20 s at every reading: the old own 10 s cap stopped the search at its first layout
-    ticks = itertools.count()
-    monkeypatch.setattr("time.perf_counter", lambda: next(ticks) * 20.0)
-    slow = disjoint_plan(ev)
-    assert slow == full
-
-
-def test_a_disjoint_search_cut_by_the_deadline_says_so(work_clock):
-    ev = get_evaluator(load_config(CROWDED))
-    assert disjoint_plan(ev, deadline=clock() - 1.0) == (None, float("inf"), 0, True)
-    full = disjoint_plan(ev)
-    deadline = clock() + 20 * work_clock.evaluation_s  # about 20 evaluator calls
-    plan, t, evaluations, cut = disjoint_plan(ev, deadline=deadline)
-    assert cut and evaluations < full[2]
-    assert evaluations <= 20 + 2
-    plan, note, _ = baseline_or_disjoint(ev, deadline=clock() - 1.0)
-    assert plan is None and note.startswith("no plan found before the time limit")
-    assert "do not fit" not in note
-
-
-# -- item 3: CP-SAT's dominance pruning setup stops at the build deadline -----------------------------------
-def test_dominance_pruning_checks_its_deadline_at_every_candidate(monkeypatch):
-    inst = odd(GRPO, 1, 6, synchronous=False)
-    ev = get_evaluator(inst)
-    full = pruning.nondominated_candidates(ev)
-    readings = itertools.count()
-    monkeypatch.setattr("time.perf_counter", lambda: float(next(readings)))
-    assert pruning.nondominated_candidates(ev, deadline=None) == full  # no deadline: no clock read, same answer
-    assert next(readings) == 0
-    with pytest.raises(OutOfTime, match="dominance pruning"):
-        pruning.nondominated_candidates(ev, deadline=30.0)
-    assert next(readings) <= 33  # stopped within a reading or two of the deadline, not at the end
-    with pytest.raises(OutOfTime, match="dominance pruning setup"):
-        pruning.publication_is_monotone(odd(GRPO, 1, 6), ev.table, deadline=-1.0)
-
-
-def test_cpsat_whose_pruning_passes_the_build_deadline_returns_its_hint(monkeypatch, work_clock):
-    real = cpsat_solve.nondominated_candidates
-
-    def late(ev, deadline=None):
-        work_clock.now += 1e6  # the build budget is spent before the pruning starts
-        return real(ev, deadline)
-
-    monkeypatch.setattr(cpsat_solve, "nondominated_candidates", late)
-    result = packplace.place(odd(GRPO, 1, 6, synchronous=False), "cpsat", time_limit_s=10, seed=0)
-    assert result.status == "feasible" and result.solution is not None and result.hit_time_limit
-    assert result.info["cp_status"] == "NOT_BUILT"
-    assert "dominance pruning" in result.info["build_stopped_at"]
-
-
-# -- item 4: concurrent runs greedy's family first ------------------------------------------------------------
+# -- concurrent runs greedy's family first ------------------------------------------------------------
 def test_concurrent_runs_greedy_first_and_a_short_limit_keeps_its_plan(monkeypatch, work_clock):
     inst = load_config(GRPO)
     ev = get_evaluator(inst)
