@@ -164,7 +164,8 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
     # training (weights, grads, Adam: 16 bytes/parameter; the first pipeline stage also holds the
     # 0.5e9-parameter embedding) needs 16.4 GB per GPU on 8 GPUs, 131 GB in all, so more than 16 GPUs of 8 GB:
     # 24, three nodes; the concurrent solver then fits the whole plan on the doubled cluster of 32 GPUs (greedy's
-    # 1:3 split of its 4 nodes: the engine on one node, training on the other three)
+    # 1:3 split of its 4 nodes: the engine on one node, training on the other three, the inference forwards
+    # spread over all 32 GPUs)
     actor = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
     reward = dict(layers=4, hidden_dim=512, ffn_dim=1024, vocab_size=1000, head_dim=64)
     cfg = {"hardware": {**HW, "memory_per_gpu": 8e9}, "models": {"actor": actor, "reward": reward},
@@ -177,8 +178,8 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
     assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 24 "
                                "(16.4 GB per GPU needed at the largest block (8 GPUs), 8 GB available); the smallest "
                                "cluster of this node and rack shape (doubled) on which the concurrent solver fits a "
-                               "whole plan has 32 GPUs (step 1.255 s: actor.generate 8 GPUs, actor.train 24 "
-                               "GPUs, reference.infer 24 GPUs, reward.infer 8 GPUs)")
+                               "whole plan has 32 GPUs (step 1.247 s: actor.generate 8 GPUs, actor.train 24 "
+                               "GPUs, reference.infer 32 GPUs, reward.infer 32 GPUs)")
     # the table's own check (no search) gives the upper bound with every task on its own GPUs: 8 + 4 + 1 + 24
     with pytest.raises(InfeasibleError, match=r"needs at most 37 \(actor.generate 8 GPUs"):
         table.check()
