@@ -158,7 +158,8 @@ def _solve(instance, run: Run) -> Proposal:
             return base
         what = {"colocated": "fell back to colocation", "split": "fell back to greedy's split layout",
                 "disjoint": "fell back to one block per model, disjoint"}[base.info["layout"]]
-        message = (f"no phase partition fits in memory on {c.num_gpus} GPUs (or none was left to try); "
+        message = (f"no phase partition of the {c.num_gpus} GPUs gave a plan (none fits in memory, none has a "
+                   f"legal layout on its blocks, or none was left to try); "
                    f"{what} ({base.message}){own_cut}")
         return Proposal(base.solution, FEASIBLE, message=message, log=log, iterations=evaluations,
                         hit_time_limit=cut, info={"fallback": base.info["layout"]})
