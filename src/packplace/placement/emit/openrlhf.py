@@ -21,6 +21,8 @@ plan whose ``policy.framework_version`` is older the names are that release's fl
 
 from __future__ import annotations
 
+from typing import Any
+
 from packplace.placement.emit.common import (
     CRITIC_INFER,
     CRITIC_TRAIN,
@@ -220,7 +222,7 @@ def for_release(out: EmittedPlan, view: PlanView) -> EmittedPlan:
     if release >= DOTTED_SINCE:
         return out
     tag = f"OpenRLHF {view.framework_version}"
-    settings: dict = {}
+    settings: dict[str, Any] = {}
     for key, value in out.settings.items():
         flat = FLAT_NAMES[key]
         if release < FLAT_SINCE.get(flat, ()):
@@ -244,7 +246,7 @@ def for_release(out: EmittedPlan, view: PlanView) -> EmittedPlan:
     return out
 
 
-def _shown(value) -> str:
+def _shown(value: Any) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
