@@ -738,7 +738,8 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     kernels, its fused SwiGLU and its MoE router's dtype (:func:`saved_activation_bytes_per_token`); ``expert_tp``:
     that trainer's expert tensor-parallel size (:func:`megatron_expert_tensor_parallel`), whose combine adds
     :func:`megatron_combine_bytes_per_token` of the GPU's ``tokens / tp`` tokens (``combine``; the backward's end
-    holds the first layer's beside its working set)."""
+    holds the first layer's beside its working set), with the allocator slack (:func:`_slack`) of the three tensors it
+    allocates."""
     head = model.head_gemm_params / tp if last else 0.0
     gemm = (model.gemm_params - model.head_gemm_params) / model.layers * n_layers / tp + head
     t = tokens / tp
@@ -765,6 +766,7 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     full = recompute == "full"
     blas = BACKWARD_BLAS_WORKSPACE if full else 0.0
     combine = megatron_combine_bytes_per_token(model, router_dtype, expert_tp) * t if fused_kernels else 0.0
+    combine += _slack(3, combine / 4.0) if combine else 0.0   # the cast, the stacked copy and the output
     return TrainTransient(
         copies_forward=copies_forward, copies_backward=copies_backward, saved=saved,
         logits_forward=logit_bytes_per_token(model, False, logit_bytes) * t if last else 0.0,
