@@ -109,6 +109,8 @@ def test_every_emitted_flag_is_an_option_of_its_release(tag) -> None:
                 assert (value is True) == (options[key] == "switch"), (tag, key, value)
                 emitted += 1
             assert not any("." in key for key in out.settings)
+            assert not any("--" + name in line for line in out.notes + out.refusals for name in
+                           ("actor.", "algo.", "train.", "vllm.", "ds.", "rollout.", "ref.", "critic.", "reward."))
             assert "--actor.num_nodes" not in out.text() and "--train.batch_size" not in out.text()
     assert emitted > 60
     used = {FLAT_NAMES[k] for k in FLAT_NAMES}
@@ -166,3 +168,11 @@ def test_a_config_s_release_reaches_the_emitter() -> None:
     assert any("--vllm_gpu_memory_utilization 0.4 under --colocate_all_models" in line for line in out.notes)
     # emitted for another framework, the instance's OpenRLHF release is not that framework's
     assert PlanView.of(instance, plan, "verl").framework_version is None
+
+
+def test_the_refusals_name_the_release_s_options() -> None:
+    """A trained model's context parallelism is refused naming v0.6.0's --ring_attn_size / --packing_samples."""
+    config, plan = _plans()[0]
+    view = dataclasses.replace(_views(config, plan, "v0.6.0")[0], context_parallel={"actor": (2, False, 1024)})
+    line = next(line for line in emit_openrlhf(view).refusals if line.startswith("actor context parallelism 2"))
+    assert "(--ring_attn_size, with --packing_samples)" in line and "--ds." not in line

@@ -67,6 +67,12 @@ FLAT_NAMES = {
     "--actor.gradient_checkpointing_enable": "--gradient_checkpointing",
     "--model.gradient_checkpointing_enable": "--gradient_checkpointing",
 }
+#: Options the notes and refusals name but the emitter never sets, by their flat names (``train_ppo_ray.py`` at
+#: v0.10.1; ``--eps_clip_low_high`` from v0.8.2, ``--dynamic_filtering`` from v0.8.1, ``--ring_attn_size`` from
+#: v0.6.0, ``--packing_samples`` at every tag from v0.5.0).
+NOTE_FLAT_NAMES = {"--actor.eps_clip_low_high": "--eps_clip_low_high",
+                   "--algo.dynamic_filtering_enable": "--dynamic_filtering",
+                   "--ds.ring_attn_size": "--ring_attn_size", "--ds.packing_samples": "--packing_samples"}
 #: Flat options some releases before :data:`DOTTED_SINCE` lack: the first tag that defines each
 #: (``openrlhf/cli/train_ppo_ray.py`` at every tag from v0.5.0 to v0.10.1; the others of :data:`FLAT_NAMES` are
 #: defined at all of them). ``--enforce_eager`` from v0.4.4 (:data:`~packplace.placement.model.framework.
@@ -251,7 +257,8 @@ def _shown(value: Any) -> str:
 
 
 def _flat_text(line: str) -> str:
-    """``line`` with the dotted option names of :data:`FLAT_NAMES` (with or without ``--``) in their flat form."""
-    for dotted, flat in sorted(FLAT_NAMES.items(), key=lambda item: -len(item[0])):
+    """``line`` with the dotted option names of :data:`FLAT_NAMES` (with or without ``--``) and
+    :data:`NOTE_FLAT_NAMES` in their flat form."""
+    for dotted, flat in sorted({**FLAT_NAMES, **NOTE_FLAT_NAMES}.items(), key=lambda item: -len(item[0])):
         line = line.replace(dotted, flat).replace(dotted[2:], flat[2:])
     return line
