@@ -503,8 +503,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
              seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str = "none",
              optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
-             enforce_eager: bool | None = None, framework_version: str | None = None,
-             micro_batches: int | None = None,
+             enforce_eager: bool | None = None, framework_version: str | None = None, micro_batches: int | None = None,
              entropy_coeff: float = 0.0, train_mb_tokens: int | None = None, sharding: str | None = None,
              pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto",
              bias_activation_fusion: bool | None = None, moe_router_dtype: str | None = None,
@@ -532,15 +531,12 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             preset's own (``component_table``).
         enforce_eager: Decode without CUDA graphs (``enforce_eager``): every decode iteration (decode, generate)
             issues each kernel from the host (:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`).
-            ``None``: the framework's release default; ``True`` / ``False`` win over it, as ``policy.enforce_eager``
-            does for ``place`` (``config._enforce_eager``), so ``False`` prices CUDA graphs on a release that
-            defaults to eager (verl v0.1-v0.5, NeMo RL v0.1-v0.2).
         framework_version: The RL framework's release (``"0.3.0"``), as ``policy.framework_version`` of a
             placement config: its vLLM engine generation (the host time per running sequence of every decode
             iteration, :func:`~packplace.placement.model.framework.host_seconds_per_sequence`) and its
-            ``enforce_eager`` default (a given ``enforce_eager``, true or false, overrides it); train and infer: the
-            trainer's logit bytes (:func:`_logit_bytes`); with ``pack_tokens`` the release's pad of log-prob packs
-            (:func:`_pack_pricing`). Unset: the current releases. ``vllm`` always runs the current (V1) engine.
+            ``enforce_eager`` default where ``enforce_eager`` is None (a bool wins, as ``policy.enforce_eager``);
+            train, infer: the trainer's logit bytes (:func:`_logit_bytes`); with ``pack_tokens`` the release's pad
+            of log-prob packs (:func:`_pack_pricing`). Unset: the current releases; ``vllm``: the current (V1) engine.
         entropy_coeff: verl's entropy bonus (``policy.entropy_coeff``; train, infer; :func:`_logit_bytes`).
         pack_tokens: NeMo RL's tokens per pack (``framework="nemo-rl"``; ``train_mb_tokens`` for ``train``,
             ``logprob_mb_tokens`` for ``infer``): the micro-batch priced is the ``⌊pack_tokens/s⌋`` equal

@@ -447,9 +447,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             what it splits and what it does not); ``generate`` ignores it. ``bare_loop``: :func:`_bare_loop_gradients`.
         fused_kernels, fused_swiglu, router_dtype: A ``train`` vertex on Megatron-Core (fused normalisation
             kernels), one that fuses its SwiGLU, and its MoE router's dtype
-            (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`); its expert
-            tensor-parallel size is ``framework``'s at ``tp``
-            (:func:`~packplace.placement.model.pass_memory.megatron_expert_tensor_parallel`).
+            (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`).
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
     adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
@@ -485,8 +483,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             late = _bare_loop_gradients(p, bare_loop and not cp.active and micro_batches <= options.optimizer_steps)
             resident, transient = resident - late, loaded + _train_vertex_transient(
                 model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, in_flight(pp, i, inflight), ep,
-                cp.ring, framework == "none", workspace, logit_bytes, late, fused_kernels, fused_swiglu, router_dtype,
-                megatron_expert_tensor_parallel(framework, tp))
+                cp.ring, framework, workspace, logit_bytes, late, fused_kernels, fused_swiglu, router_dtype)
         elif kind == "infer":
             # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else 2.0 * p
@@ -523,10 +520,10 @@ def _bare_loop_gradients(params: float, one_micro_batch: bool) -> float:
 
 def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: float, logprob_tokens: float | None,
                             n_layers: int, first: bool, last: bool, tp: int, inflight: int, ep: int, ring: int,
-                            kv_cache: bool, workspace: float,
+                            framework: str, workspace: float,
                             logit_bytes: tuple[float, float] | None = None, end_gradients: float = 0.0,
                             fused_kernels: bool = False, fused_swiglu: bool = False,
-                            router_dtype: str = "bf16", expert_tp: int = 1) -> float:
+                            router_dtype: str = "bf16") -> float:
     """A training vertex's transient bytes on one stage (:func:`vertex_memory`): the training pass's peak
     (:func:`~packplace.placement.model.pass_memory.train_transient`), or the old-log-prob forward's when
     larger; ``tokens`` / ``logprob_tokens`` are the GPU's share under context parallelism, ``ring`` the CP
@@ -534,8 +531,10 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
     ``end_gradients`` the gradient bytes a bare loop allocates in the backward, held at its end only;
     ``fused_kernels`` / ``fused_swiglu`` / ``router_dtype`` a Megatron-Core trainer's fused normalisation kernels,
     SwiGLU and MoE router dtype (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`);
-    ``expert_tp`` its expert tensor-parallel size (the MoE combine's transient,
-    :func:`~packplace.placement.model.pass_memory.megatron_combine_bytes_per_token`)."""
+    ``framework`` the run's: bare PyTorch's forward keeps its KV cache (``none``), and its Megatron-Core expert
+    tensor-parallel size (:func:`~packplace.placement.model.pass_memory.megatron_expert_tensor_parallel`) sizes the
+    MoE combine's transient (:func:`~packplace.placement.model.pass_memory.megatron_combine_bytes_per_token`)."""
+    kv_cache, expert_tp = framework == "none", megatron_expert_tensor_parallel(framework, tp)
     autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
     transient = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,
                                 recompute=options.recompute, tp=tp, inflight=inflight, autocast=autocast, ep=ep,

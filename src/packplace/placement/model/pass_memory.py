@@ -567,9 +567,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         cp_exact: With ``cp > 1``, the sequences' own lengths are ``seq_len`` (True) or any up to it (False):
             :func:`_pass_tokens`.
         fused_swiglu, router_dtype: A ``megatron`` trainer's ``bias_activation_fusion`` and ``moe_router_dtype``
-            (:mod:`~packplace.placement.model.nemo_rl_releases`; :func:`saved_activation_bytes_per_token`). Its expert
-            tensor-parallel size is ``framework``'s (:func:`megatron_expert_tensor_parallel`), which above 1 adds the
-            MoE combine's transient (:func:`megatron_combine_bytes_per_token`).
+            (:mod:`~packplace.placement.model.nemo_rl_releases`; :func:`saved_activation_bytes_per_token`).
 
     Returns:
         :class:`PassMemory`.
@@ -597,7 +595,6 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
     if pp > model.layers:
         raise ConfigError(f"pp: must be <= layers={model.layers}, got {pp}")
     ws = stack(framework).workspace_bytes if workspace_bytes is None else float(workspace_bytes)
-    expert_tp = megatron_expert_tensor_parallel(framework, tp)
     per_gpu, layers = _stage(model, pp, tp, ep)
     best: PassMemory | None = None
     for i in range(pp):
@@ -609,7 +606,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                 ep, cp, logit_bytes,
                                 resident_gradients(optimizer, sharding, framework, trainer_backend,
                                                    (tp, pp, ep, cp)), trainer_backend == "megatron",
-                                fused_swiglu, router_dtype, expert_tp)
+                                fused_swiglu, router_dtype, megatron_expert_tensor_parallel(framework, tp))
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes)
