@@ -39,6 +39,7 @@ Memory: :func:`memory_parts`, the memory model's peak per GPU (:mod:`packplace.p
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from collections.abc import Mapping
@@ -509,7 +510,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
              seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str | None = None,
              optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
-             enforce_eager: bool = False, framework_version: str | None = None, micro_batches: int | None = None,
+             enforce_eager: bool | None = None, framework_version: str | None = None, micro_batches: int | None = None,
              entropy_coeff: float = 0.0, train_mb_tokens: int | None = None, sharding: str | None = None,
              pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto",
              bias_activation_fusion: bool | None = None, moe_router_dtype: str | None = None,
@@ -540,9 +541,9 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
         framework_version: The RL framework's release (``"0.3.0"``), as ``policy.framework_version`` of a
             placement config: its vLLM engine generation (the host time per running sequence of every decode
             iteration, :func:`~packplace.placement.model.framework.host_seconds_per_sequence`) and its
-            ``enforce_eager`` default (``enforce_eager`` True overrides it); train and infer: the trainer's
-            logit bytes (:func:`_logit_bytes`); with ``pack_tokens`` the release's pad of log-prob packs
-            (:func:`_pack_pricing`). Unset: the current releases. ``vllm`` always runs the current (V1) engine.
+            ``enforce_eager`` default where ``enforce_eager`` is None (a bool wins, as ``policy.enforce_eager``);
+            train, infer: the trainer's logit bytes (:func:`_logit_bytes`); with ``pack_tokens`` the release's pad
+            of log-prob packs (:func:`_pack_pricing`). Unset: the current releases; ``vllm``: the current (V1) engine.
         entropy_coeff: verl's entropy bonus (``policy.entropy_coeff``; train, infer; :func:`_logit_bytes`).
         pack_tokens: NeMo RL's tokens per pack (``framework="nemo-rl"``; ``train_mb_tokens`` for ``train``,
             ``logprob_mb_tokens`` for ``infer``): the micro-batch priced is the ``⌊pack_tokens/s⌋`` equal
@@ -568,7 +569,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     megatron, megatron_inputs = _megatron(task, bias_activation_fusion, moe_router_dtype, framework,
                                           trainer_backend, shape)
     engine_generation, version_eager = _engine(framework, framework_version)
-    enforce_eager = enforce_eager or (version_eager and task in ("decode", "generate"))
+    enforce_eager = (version_eager if enforce_eager is None else enforce_eager) and task in ("decode", "generate")
     _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=dp, ep=ep)
     seq_len, context = _lengths(task, seq_len, context, batch, micro_batch, recompute, optimizer, framework_version)
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
@@ -857,7 +858,7 @@ def _check_settings(task: str, recompute: str | None, optimizer: str, framework:
         raise ConfigError(f"optimizer: must be one of {', '.join(OPTIMIZERS)}, got {show(optimizer)}")
     if framework not in ESTIMATE_FRAMEWORKS:
         raise ConfigError(f"framework: must be one of {', '.join(ESTIMATE_FRAMEWORKS)}, got {show(framework)}")
-    if not isinstance(enforce_eager, bool):
+    if enforce_eager is not None and not isinstance(enforce_eager, bool):
         raise ConfigError(f"enforce_eager: must be true or false, got {show(enforce_eager)}")
     if task == "train" and framework == "vllm":
         raise ConfigError("framework: vllm is an inference engine and does not train; for task train use none "
@@ -1580,9 +1581,10 @@ def _setting_flags(p) -> None:
                    help="train on the megatron backend, a mixture of experts: Megatron-Core's moe_router_dtype, as "
                         "training.<role>.moe_router_dtype (the bytes of the router's saved probabilities); default: "
                         "the release's (nemo-rl fp64)")
-    p.add_argument("--enforce-eager", action="store_true", default=None, dest="enforce_eager",
+    p.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None, dest="enforce_eager",
                    help="decode without CUDA graphs (vLLM's enforce_eager): every decode iteration issues each "
-                        "kernel from the host (decode, generate)")
+                        "kernel from the host (decode, generate); --no-enforce-eager: with CUDA graphs, on a "
+                        "release that defaults to eager too; default: the release's, as policy.enforce_eager")
 
 
 #: New tokens per sequence of ``estimate --task generate`` when ``--context`` is not given (and decode's
@@ -1768,6 +1770,24 @@ def _task_flags(args: Any) -> None:
             setattr(args, name, default)
 
 
+def _no_enforce_eager(args: Any) -> None:
+    """Refuse ``--no-enforce-eager`` where it means nothing, as ``--enforce-eager`` is refused
+    (:func:`_check_settings`): a task that decodes nothing, or a framework whose engine is not vLLM (``place``
+    refuses ``policy.enforce_eager`` false there too, ``config._enforce_eager``).
+
+    Raises:
+        ConfigError: ``--no-enforce-eager: ...`` naming the task or the framework.
+    """
+    if args.enforce_eager is not False:
+        return
+    if args.task not in ("decode", "generate"):
+        raise ConfigError(f"--no-enforce-eager: means nothing for --task {args.task} (it sets decode, generate); "
+                          "drop it")
+    if FRAMEWORKS.get(args.framework, FRAMEWORKS["none"]).enforce_eager is None:
+        raise ConfigError(f"--no-enforce-eager: a vLLM setting; the {args.framework} framework generates with its own "
+                          "engine, whose eager kernel launches are inside its per-step overhead; drop it")
+
+
 def run_estimate(args) -> int:
     """Print the estimate (``--json``: the document of :meth:`Estimate.as_dict`).
 
@@ -1779,7 +1799,7 @@ def run_estimate(args) -> int:
     for name, value in taken.items():
         setattr(args, name, value)
     args.framework = args.framework or "none"
-    args.enforce_eager = bool(args.enforce_eager)
+    _no_enforce_eager(args)
     args.gpu, hardware = estimate_hardware(args.model, args.gpu, _overrides(args.hw))
     result = estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
                       batch=args.batch, context=args.context, recompute=args.recompute, optimizer=args.optimizer,
@@ -1816,7 +1836,8 @@ def config_policy(model: Any, task: str, given: Mapping[str, Any]) -> dict[str, 
     ``place`` prices for the config: ``framework`` (``none`` for decode and generate: ``vllm``, the bare vLLM
     engine ``place``'s framework none rolls out on), and, where the framework is the config's and ``task`` uses
     them (:data:`CONFIG_POLICY`), ``framework_version``, ``gpu_memory_utilization`` (not for DeepSpeed-Chat,
-    whose hybrid engine has no vLLM pool) and ``enforce_eager`` (when true, for a framework with a vLLM engine).
+    whose hybrid engine has no vLLM pool) and ``enforce_eager`` (true or false, for a framework with a vLLM engine:
+    false prices CUDA graphs on a release that defaults to eager, as ``place`` does).
     Empty for any other model, a config that does not exist or one without a ``policy`` section; values are
     checked by :func:`estimate` as the flags are. For ``train`` the role's ``training`` ``recompute`` and ``sharding``
     too (:func:`_config_training`).
@@ -1866,8 +1887,8 @@ def _config_policy_fields(policy: Mapping[str, Any], task: str, given: Mapping[s
             continue
         if name == "gpu_memory_utilization" and own == "deepspeed-chat":
             continue
-        if name == "enforce_eager" and (value is not True or FRAMEWORKS.get(own, FRAMEWORKS["none"]).enforce_eager
-                                        is None):
+        if name == "enforce_eager" and (not isinstance(value, bool)
+                                        or FRAMEWORKS.get(own, FRAMEWORKS["none"]).enforce_eager is None):
             continue
         out[name] = value
     return out
