@@ -576,7 +576,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     cp, mbs, given_length = _context_parallel(cp, task), _micro_batches(micro_batches, task, pp), seq_len  # unpacked
     micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
     _check_strategy(shape, tp, pp, dp, ep, cp, framework=framework, task=task)
-    backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version)
+    backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version,
+                                      getattr(shape, "kv_heads", 0) or 0)
     sharding = check_trainer_sharding(sharding, task, optimizer)
     backend = framework_none_trainer(backend, task, optimizer)   # framework none's training: place's vertex
     pack = (None if pack_tokens is None else _pack_pricing(shape, task, framework_version, int(pack_tokens),
@@ -886,16 +887,17 @@ def default_recompute(task: str) -> str:
 
 def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int, cp: int = 1, *, framework: str = "none",
                     task: str = "train") -> None:
-    """The strategy fits the model: ``pp`` at most its layers, ``tp`` dividing its attention heads (Megatron
-    and vLLM split the query heads evenly over TP ranks) and dividing or a multiple of its KV heads (vLLM's
+    """The strategy fits the model: ``pp`` at most its layers, ``tp`` dividing its attention heads (Megatron and vLLM
+    split the query heads evenly over TP ranks) and dividing or a multiple of its KV heads (vLLM's
     ``QKVParallelLinear`` gives each rank whole KV heads or replicates one; ``place``'s rule,
-    ``candidates.model_parallel_shapes``), ``ep`` only for a mixture of experts, dividing its routed experts
-    and the ``dp × cp`` ranks of the expert group. Megatron-Core lays the experts out over the
-    world's ``tp·pp·cp·dp`` ranks with ``tp·ep·pp`` per expert-data-parallel replica (``parallel_state.
-    initialize_model_parallel``: ``world_size % (expert_tensor_parallel_size · expert_model_parallel_size ·
-    pipeline_model_parallel_size)``, the expert TP defaulting to ``tp``), so ``ep`` must divide ``dp·cp``, the
-    context-parallel ranks included; and ``num_moe_experts % expert_model_parallel_size == 0``. Then the rollout
-    engine's layout rule for ``framework``'s decode / generate (:func:`_check_engine_layout`).
+    ``candidates.model_parallel_shapes``; a Megatron-Core or DTensor trainer's ``tp`` must divide them, refused by
+    :func:`~packplace.placement.estimate_trainer.resolve_trainer_backend`), ``ep`` only for a mixture of experts,
+    dividing its routed experts and the ``dp × cp`` ranks of the expert group. Megatron-Core lays the experts out
+    over the world's ``tp·pp·cp·dp`` ranks with ``tp·ep·pp`` per expert-data-parallel replica
+    (``parallel_state.initialize_model_parallel``: ``world_size % (expert_tensor_parallel_size ·
+    expert_model_parallel_size · pipeline_model_parallel_size)``, the expert TP defaulting to ``tp``), so ``ep`` must
+    divide ``dp·cp``, the context-parallel ranks included; and ``num_moe_experts % expert_model_parallel_size == 0``.
+    Then the rollout engine's layout rule for ``framework``'s decode / generate (:func:`_check_engine_layout`).
 
     Raises:
         ConfigError: naming the degree and the model's figure, or the layout rule's reason.
