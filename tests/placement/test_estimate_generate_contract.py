@@ -24,7 +24,8 @@ MOE = {"model_type": "qwen2_moe", "layers": 8, "hidden_dim": 1024, "ffn_dim": 20
 
 
 def _vertex_and_estimate(model, preset, framework, pp, tp, ep, batch, prompt, new, dp=1):
-    """``(the vertex's generation + overhead, the estimate)`` of ``dp`` replicas of ``batch`` sequences each."""
+    """``(the vertex's generation + overhead, the estimate)`` of ``dp`` replicas of ``batch`` sequences each (the
+    estimate's per replica: ``dp`` only where it counts, ``pp > 1`` or ``ep``'s expert group)."""
     instance = build_instance({
         "hardware": {"preset": preset, "nodes_per_rack": 1, "gpus_per_node": dp * pp * tp},
         "models": {"actor": dict(model), "reward": "rule"},
@@ -34,7 +35,8 @@ def _vertex_and_estimate(model, preset, framework, pp, tp, ep, batch, prompt, ne
     cost = get_evaluator(instance).cost
     vertex = vertex_parts(instance, cost, "actor.generate", Strategy(dp, pp, tp, ep), batch, (1, 1, dp * pp * tp))
     e = estimate(instance.models["actor"], preset, "generate", batch=batch, seq_len=prompt, context=prompt + new,
-                 tp=tp, pp=pp, ep=ep, dp=dp, framework="vllm" if framework == "none" else framework)
+                 tp=tp, pp=pp, ep=ep, dp=dp if pp > 1 else ep,
+                 framework="vllm" if framework == "none" else framework)
     return vertex["generation"] + vertex["overhead"], e
 
 

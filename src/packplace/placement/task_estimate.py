@@ -80,6 +80,7 @@ from packplace.placement.model.framework import (
 )
 from packplace.placement.model.layout_rules import (
     GENERATE,
+    MEGATRON_FIELDS,
     TRAIN,
     TRAINER_BACKENDS,
     Context,
@@ -522,9 +523,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
         gpu: Hardware preset (:data:`~packplace.placement.problem.hardware.PRESETS`), ``hardware`` over it; None:
             ``hardware`` gives every figure (a config's without a preset, :func:`estimate_hardware`).
         task: One of :data:`TASKS`.
-        micro_batch, seq_len: Sequences and tokens per sequence (train, infer, prefill; generate's prompts);
-            ``seq_len`` unset: :data:`DEFAULT_SEQ_LEN`. A decode iteration has no prompt: ``seq_len`` is
-            refused for ``decode`` (its sequences hold ``context`` tokens).
+        micro_batch, seq_len: Sequences and tokens per sequence (train, infer, prefill; generate's prompts); ``seq_len``
+            unset: :data:`DEFAULT_SEQ_LEN`; refused for ``decode`` (its sequences hold ``context`` tokens).
         batch, context: Running sequences and cached tokens per sequence (decode; generate's final length);
             ``context`` unset: :data:`GENERATE_NEW_TOKENS` cached tokens (decode), the prompt plus as many (generate).
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`; micro_batches: :func:`_micro_batches`.
@@ -533,9 +533,9 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             Unset: :func:`default_sharding` (``place``'s ``training.<role>.sharding`` default, ``zero1``, for a
             training pass with Adam whatever the framework; else ``none``); the Adam step takes the layout's
             share of the state (:func:`check_trainer_sharding`).
-        tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees; framework: :data:`ESTIMATE_FRAMEWORKS`.
-        table: A component table (object, JSON path, ``"none"`` for the knob model); default: the
-            preset's own (``component_table``).
+        tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees (every task but train per replica:
+            ``dp`` only where it counts, :func:`_check_replica_dp`); framework: :data:`ESTIMATE_FRAMEWORKS`.
+        table: A component table (object, JSON path, ``"none"``: the knob model); default the preset's own.
         enforce_eager: Decode without CUDA graphs (``enforce_eager``): every decode iteration (decode, generate)
             issues each kernel from the host (:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`).
         framework_version: The RL framework's release (``"0.3.0"``), as ``policy.framework_version`` of a
@@ -574,6 +574,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     seq_len, context = _lengths(task, seq_len, context, batch, micro_batch, recompute, optimizer, framework_version)
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
     cp, mbs, given_length = _context_parallel(cp, task), _micro_batches(micro_batches, task, pp), seq_len  # unpacked
+    _check_replica_dp(task, dp, pp, ep, cp)
     micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
     _check_strategy(shape, tp, pp, dp, ep, cp, framework=framework, task=task)
     backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version,
@@ -714,6 +715,29 @@ def _micro_batches(micro_batches: Any, task: str, pp: int) -> int:
         raise ConfigError(f"micro_batches: {show(micro_batches)} sets a training pass's micro-batches per step; task "
                           f"{task} holds one micro-batch at a time; drop it")
     return _check("micro_batches", micro_batches)
+
+
+def _check_replica_dp(task: str, dp: int, pp: int, ep: int, cp: int) -> None:
+    """Refuse a ``dp`` that changes no figure of ``task``: every task but ``train`` is priced per replica (one
+    data-parallel rank's ``tp·pp·cp`` GPUs; no gradient, no optimizer state shared over ``dp``), so ``dp`` counts
+    only where it sets the pipeline hand-offs' link (``pp > 1``: the replica group of ``dp·pp·tp`` GPUs spans a
+    node or not, ``CostModel.group_level``, as ``place`` prices it) or holds ``ep``'s expert group (``ep`` divides
+    ``dp·cp``, :func:`_check_strategy`): at ``pp`` 1 the only ``dp`` taken is the fewest ranks that group needs,
+    ``ep / gcd(ep, cp)`` (1 without experts).
+
+    Raises:
+        ConfigError: ``dp: 4 changes nothing for task decode at pp 1: its figures are per replica ...``.
+    """
+    if task == "train" or pp > 1:   # the degrees are checked integers >= 1 (_check_degrees, _context_parallel)
+        return
+    need = ep // math.gcd(ep, cp)
+    if dp == need:
+        return
+    group = (f" (the fewest data-parallel ranks ep {ep} lays its experts over{f' with cp {cp}' if cp > 1 else ''})"
+             if need > 1 else "")
+    raise ConfigError(f"dp: {dp} changes nothing for task {task} at pp 1: its figures are per replica (one "
+                      f"data-parallel rank's tp x cp GPUs), the same at every dp; give dp {need}{group} or drop "
+                      "--dp")
 
 
 def _check_degrees(**degrees: Any) -> None:
@@ -864,13 +888,16 @@ def _check_settings(task: str, recompute: str | None, optimizer: str, framework:
     if task == "train" and framework == "vllm":
         raise ConfigError("framework: vllm is an inference engine and does not train; for task train use none "
                           f"or an RL framework ({', '.join(f for f in ESTIMATE_FRAMEWORKS if f != 'vllm')})")
-    if task == "train" and enforce_eager:
-        raise ConfigError("enforce_eager: a vLLM decode setting (no CUDA graphs); task train runs no vLLM engine")
-    if task in ("infer", "prefill") and enforce_eager:   # vLLM captures CUDA graphs for decode batches only
-        raise ConfigError(f"enforce_eager: a vLLM decode setting (no CUDA graphs); task {task} decodes nothing")
-    if enforce_eager and FRAMEWORKS.get(framework, FRAMEWORKS["none"]).enforce_eager is None:
-        raise ConfigError(f"enforce_eager: a vLLM setting; the {framework} framework generates with its own "
-                          "engine, whose eager kernel launches are inside its per-step overhead")
+    # True and False alike (None: unset), as the command line refuses --enforce-eager and --no-enforce-eager
+    if task == "train" and enforce_eager is not None:
+        raise ConfigError(f"enforce_eager: {enforce_eager}: a vLLM decode setting (no CUDA graphs); task train runs "
+                          "no vLLM engine; drop it")
+    if task in ("infer", "prefill") and enforce_eager is not None:   # vLLM captures graphs for decode batches only
+        raise ConfigError(f"enforce_eager: {enforce_eager}: a vLLM decode setting (no CUDA graphs); task {task} "
+                          "decodes nothing; drop it")
+    if enforce_eager is not None and FRAMEWORKS.get(framework, FRAMEWORKS["none"]).enforce_eager is None:
+        raise ConfigError(f"enforce_eager: {enforce_eager}: a vLLM setting; the {framework} framework generates with "
+                          "its own engine, whose eager kernel launches are inside its per-step overhead; drop it")
     _check_sharding(sharding, task, optimizer)
     return recompute
 
@@ -1460,8 +1487,13 @@ def _packed_micro_batch(pack_tokens: Any, task: str, framework: str, micro_batch
 def _add_parallel_flags(p) -> None:
     """``estimate``'s parallel degrees (``--tp``, ``--pp``, ``--dp``, ``--ep``, ``--cp``) and a training pass's
     micro-batches per rank per step (``--micro-batches``, :func:`_micro_batches`) on the parser ``p``."""
-    for name in ("tp", "pp", "dp", "ep"):
+    for name in ("tp", "pp", "ep"):
         p.add_argument(f"--{name}", type=int, default=1, help=f"{name} degree (default 1)")
+    p.add_argument("--dp", type=int, default=1,
+                   help="dp degree (default 1). Every task but train is priced per replica (one data-parallel "
+                        "rank's GPUs), so there --dp counts only with --pp above 1 (the dp x pp x tp GPUs' span sets "
+                        "the pipeline hand-offs' link, as place prices it) or as the fewest ranks --ep's expert group "
+                        "needs; any other value is refused")
     p.add_argument("--cp", type=int, default=1,
                    help="context-parallel degree of a train or infer pass (default 1): each sequence padded to a "
                         "multiple of 2 x cp x tp and split over cp GPUs (Megatron-Core's context parallelism, ring "
@@ -1528,7 +1560,8 @@ def register_estimate(subparsers) -> None:
     _add_parallel_flags(p)
     p.add_argument("--framework", default=None, choices=ESTIMATE_FRAMEWORKS,
                    help="default none, or with --model CONFIG.yaml:ROLE the config's policy.framework (and its "
-                   "framework_version, gpu_memory_utilization and enforce_eager where the task uses them; a flag "
+                   "framework_version, gpu_memory_utilization, enforce_eager and trainer_backend where the task "
+                   "uses them; a flag "
                    "given wins). none: bare kernels (a train pass with adam: place's vertex of framework none, the"
                    " bare PyTorch loop at the table's rates with --sharding none and every degree but --dp 1, else"
                    " a PyTorch trainer at PYTORCH_TRAIN_FRACTION; decode and generate: the kernels alone, no "
@@ -1536,7 +1569,8 @@ def register_estimate(subparsers) -> None:
                    "framework none rolls out on a bare vLLM engine: --framework vllm prices that); otherwise the "
                    "framework's dispatch and engine overheads")
     p.add_argument("--trainer-backend", default=None, dest="trainer_backend", choices=TRAINER_BACKENDS,
-                   help="train and infer: the trainer's workers, as policy.trainer_backend (default auto: for verl "
+                   help="train and infer: the trainer's workers, as policy.trainer_backend (default: the config's "
+                        "policy.trainer_backend with --model CONFIG.yaml:ROLE, else auto: for verl "
                         "and nemo-rl Megatron-Core where the strategy needs it, verl --tp/--pp/--ep/--cp or NeMo RL "
                         "--pp/--ep above 1, else FSDP / DTensor, as place resolves it; verl --cp with fsdp is "
                         "refused, as place refuses training.context_parallel with trainer_backend fsdp; DeepSpeed "
@@ -1578,11 +1612,13 @@ def _setting_flags(p) -> None:
     p.add_argument("--bias-activation-fusion", default=None, dest="bias_activation_fusion", choices=("true", "false"),
                    help="train on the megatron backend: Megatron-Core's bias_activation_fusion, as "
                         "training.<role>.bias_activation_fusion (true: the fused SwiGLU keeps 6f saved bytes per "
-                        "token and expert, false 8f, 10f per routed expert); default: the release's")
+                        "token and expert, false 8f, 10f per routed expert); default: the config's "
+                        "training.<role> one with --model CONFIG.yaml:ROLE, else the release's")
     p.add_argument("--moe-router-dtype", default=None, dest="moe_router_dtype", choices=ROUTER_DTYPES,
                    help="train on the megatron backend, a mixture of experts: Megatron-Core's moe_router_dtype, as "
                         "training.<role>.moe_router_dtype (the bytes of the router's saved probabilities); default: "
-                        "the release's (nemo-rl fp64)")
+                        "the config's training.<role> one with --model CONFIG.yaml:ROLE, else the release's (nemo-rl "
+                        "fp64)")
     p.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None, dest="enforce_eager",
                    help="decode without CUDA graphs (vLLM's enforce_eager): every decode iteration issues each "
                         "kernel from the host (decode, generate); --no-enforce-eager: with CUDA graphs, on a "
@@ -1682,7 +1718,8 @@ _TRAINERS = {"megatron": "Megatron-Core", "fsdp": "FSDP / DTensor", "deepspeed":
 
 
 def _backend_line(inputs: Mapping[str, Any]) -> str:
-    """The text line of a train / infer pass saying which trainer backend and kernels priced it."""
+    """The text line of a train / infer pass saying which trainer backend and kernels priced it, and where the
+    backend asked for came from (the flag, or the config's ``policy.trainer_backend``: ``inputs["from_config"]``)."""
     kernels = inputs["pass_kernels"]
     priced = {"megatron": f"Megatron-Core kernels x megatron_pass_factor {inputs['megatron_pass_factor']:g}",
               "hf": "Hugging Face kernels", "knobs": "the efficiency knobs"}[kernels]
@@ -1694,6 +1731,8 @@ def _backend_line(inputs: Mapping[str, Any]) -> str:
         return f"trainer: none (bare kernels, framework {inputs['framework']}); priced with {priced}"
     given = inputs.get("trainer_backend", "auto")
     how = "--trainer-backend auto, as place resolves it" if given == "auto" else f"--trainer-backend {given}"
+    if inputs.get("from_config", {}).get("trainer_backend") == given:   # the config's policy.trainer_backend
+        how = f"trainer_backend {given} from the config" + (", as place resolves it" if given == "auto" else "")
     return f"trainer: {name} ({_TRAINERS[name]}; {inputs['framework']}, {how}); priced with {priced}"
 
 
@@ -1790,14 +1829,21 @@ def _no_enforce_eager(args: Any) -> None:
                           "engine, whose eager kernel launches are inside its per-step overhead; drop it")
 
 
+def _flag_bool(value: Any) -> Any:
+    """``--bias-activation-fusion``'s ``true`` / ``false`` as a bool; a config's bool (or ``None``) as it is, any
+    other value as given (:func:`_megatron` refuses it, naming the field)."""
+    return {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value
+
+
 def run_estimate(args) -> int:
     """Print the estimate (``--json``: the document of :meth:`Estimate.as_dict`).
 
     Raises:
         ConfigError: a flag that means nothing for the task (:data:`IGNORED_FLAGS`), or a bad argument.
     """
+    given = dict(vars(args))   # the flags as given, before _task_flags fills the defaults (a config's then apply)
     _task_flags(args)
-    taken = config_policy(args.model, args.task, vars(args))
+    taken = config_policy(args.model, args.task, given)
     for name, value in taken.items():
         setattr(args, name, value)
     args.framework = args.framework or "none"
@@ -1811,8 +1857,7 @@ def run_estimate(args) -> int:
                       framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None),
                       entropy_coeff=args.entropy_coeff, train_mb_tokens=args.train_mb_tokens,
                       sharding=args.sharding, trainer_backend=args.trainer_backend,
-                      bias_activation_fusion={"true": True, "false": False}.get(
-                          getattr(args, "bias_activation_fusion", None)),
+                      bias_activation_fusion=_flag_bool(getattr(args, "bias_activation_fusion", None)),
                       moe_router_dtype=getattr(args, "moe_router_dtype", None),
                       micro_batches=args.micro_batches,
                       gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None))
@@ -1829,7 +1874,8 @@ def run_estimate(args) -> int:
 #: its flags of the same names, and the tasks each applies to (the release: every task but prefill, as
 #: :data:`IGNORED_FLAGS`; the vLLM engine's pool and CUDA graphs: decode and generate).
 CONFIG_POLICY = {"framework_version": ("train", "infer", "decode", "generate"),
-                 "gpu_memory_utilization": ("decode", "generate"), "enforce_eager": ("decode", "generate")}
+                 "gpu_memory_utilization": ("decode", "generate"), "enforce_eager": ("decode", "generate"),
+                 "trainer_backend": ("train", "infer")}
 
 
 def config_policy(model: Any, task: str, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -1841,38 +1887,49 @@ def config_policy(model: Any, task: str, given: Mapping[str, Any]) -> dict[str, 
     whose hybrid engine has no vLLM pool) and ``enforce_eager`` (true or false, for a framework with a vLLM engine:
     false prices CUDA graphs on a release that defaults to eager, as ``place`` does).
     Empty for any other model, a config that does not exist or one without a ``policy`` section; values are
-    checked by :func:`estimate` as the flags are. For ``train`` the role's ``training`` ``recompute`` and ``sharding``
-    too (:func:`_config_training`).
+    checked by :func:`estimate` as the flags are. ``trainer_backend`` too for train and infer (where the framework is
+    the config's, as the others). For ``train`` the role's ``training`` ``recompute``, ``sharding`` and Megatron-Core
+    settings too (:func:`_config_training`). ``given`` holds the flags as given (before any default is filled).
     """
     named = config_role(model) if isinstance(model, (str, Path)) else None
     if named is None or not Path(named[0]).exists():
         return {}
     doc = load_yaml(named[0])
-    out = _config_training(doc, named[1], task, given)
     policy = doc.get("policy") if isinstance(doc, Mapping) else None
-    if not isinstance(policy, Mapping) or policy.get("framework", "none") is None:
-        return out
-    return {**_config_policy_fields(policy, task, given), **out}
+    fields = ({} if not isinstance(policy, Mapping) or policy.get("framework", "none") is None
+              else _config_policy_fields(policy, task, given))
+    trainer = (given.get("framework") or fields.get("framework") or "none",
+               given.get("trainer_backend") or fields.get("trainer_backend") or "auto")
+    return {**fields, **_config_training(doc, named[1], task, given, trainer)}
 
 
-def _config_training(doc: Any, role: str, task: str, given: Mapping[str, Any]) -> dict[str, Any]:
+def _config_training(doc: Any, role: str, task: str, given: Mapping[str, Any],
+                     trainer: tuple[str, str] = ("none", "auto")) -> dict[str, Any]:
     """The ``training`` settings of ``role`` in the placement config ``doc`` that a ``train`` pass takes for the
     flags ``given`` leaves unset (:data:`CONFIG_TRAINING`): the role's own entry over the section's common one, as
     ``place`` merges them (``config._training``); ``sharding`` only with ``--optimizer adam`` (no state to shard
-    otherwise). Values are checked by :func:`estimate` as the flags are."""
+    otherwise); the Megatron-Core settings (``bias_activation_fusion``, ``moe_router_dtype``) not where a flag
+    given (``--framework``, ``--trainer-backend``) puts the ``trainer`` (``(framework, trainer_backend)``, the
+    flags' or the config's) off Megatron-Core, where they can have no effect
+    (:func:`~packplace.placement.model.layout_rules.megatron_field_refusal`; the config's own contradiction is
+    left to :func:`estimate`, which refuses it as ``place`` does). Values are checked by :func:`estimate` as the
+    flags are."""
     training = doc.get("training") if isinstance(doc, Mapping) else None
     if task != "train" or not isinstance(training, Mapping):
         return {}
     own = training.get(role)
     merged = {**training, **(own if isinstance(own, Mapping) else {})}
+    flagged = given.get("framework") is not None or given.get("trainer_backend") is not None
     return {name: merged[name] for name in CONFIG_TRAINING
             if merged.get(name) is not None and given.get(name) is None
-            and not (name == "sharding" and given.get("optimizer", "adam") == "none")}
+            and not (name == "sharding" and given.get("optimizer", "adam") == "none")
+            and not (name in MEGATRON_FIELDS and flagged
+                     and megatron_field_refusal(name, merged[name], *trainer, True) is not None)}
 
 
 #: ``training.<role>`` fields that ``estimate --model CONFIG.yaml:ROLE --task train`` takes as the defaults of its
 #: flags of the same names (:func:`_config_training`).
-CONFIG_TRAINING = ("recompute", "sharding")
+CONFIG_TRAINING = ("recompute", "sharding", *MEGATRON_FIELDS)
 
 
 def _config_policy_fields(policy: Mapping[str, Any], task: str, given: Mapping[str, Any]) -> dict[str, Any]:
