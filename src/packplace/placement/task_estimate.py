@@ -561,7 +561,6 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
-
     Raises:
         ConfigError: an invalid argument, naming it and its value."""
     shape = resolve_model(model)
