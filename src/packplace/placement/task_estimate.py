@@ -577,7 +577,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
     _check_strategy(shape, tp, pp, dp, ep, cp, framework=framework, task=task)
     backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version,
-                                      getattr(shape, "kv_heads", 0) or 0)
+                                      kv(shape))
     sharding = check_trainer_sharding(sharding, task, optimizer)
     backend = framework_none_trainer(backend, task, optimizer)   # framework none's training: place's vertex
     pack = (None if pack_tokens is None else _pack_pricing(shape, task, framework_version, int(pack_tokens),
@@ -909,6 +909,11 @@ def default_recompute(task: str) -> str:
     (it had been ``none``: Llama-3.1-8B at ``--tp 8``, 32,768 tokens, verl on H100, 0.877 s against the vertex's
     0.942 s); ``none`` for the other tasks, which recompute nothing."""
     return DEFAULT_TRAINING.recompute if task == "train" else "none"
+
+
+def kv(shape: ModelSpec) -> int:
+    """The KV heads of ``shape`` (0 when it gives none: no KV-head rule asked)."""
+    return getattr(shape, "kv_heads", 0) or 0
 
 
 def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int, cp: int = 1, *, framework: str = "none",
