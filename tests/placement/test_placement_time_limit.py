@@ -193,3 +193,36 @@ def test_cpsat_whose_pruning_passes_the_build_deadline_returns_its_hint(monkeypa
     assert result.status == "feasible" and result.solution is not None and result.hit_time_limit
     assert result.info["cp_status"] == "NOT_BUILT"
     assert "dominance pruning" in result.info["build_stopped_at"]
+
+
+# -- the search for the smallest cluster that would fit runs within the call's limit
+def _config(path: str, **hardware) -> dict:
+    import yaml
+
+    config = yaml.safe_load((ROOT / path).read_text())
+    config["hardware"].pop("racks", None)
+    config["hardware"].update(hardware)
+    return config
+
+
+#: PPO with a 70B actor on 2 nodes x 3 H200s: actor.train needs 42 GPUs, so the check grows the cluster.
+SMALL_70B = ("configs/placement/ppo_llama3.1-70b_2x4x8xh200.yaml", {"gpus_per_node": 3, "nodes_per_rack": 2})
+
+
+def test_the_smallest_cluster_search_stops_at_the_call_s_limit(work_clock):
+    from packplace.errors import InfeasibleError
+
+    path, hardware = SMALL_70B
+    inst = build_instance(_config(path, **hardware))
+    limit = 0.5
+    start = work_clock.now
+    with pytest.raises(InfeasibleError) as refused:
+        packplace.place(inst, "greedy", time_limit_s=limit)
+    used = work_clock.now - start
+    message = str(refused.value)
+    assert "cluster has 6 GPUs; the smallest feasible plan for actor.train needs 42" in message
+    # the old search gave every grown cluster 10 s of its own and named "... has 96 GPUs"
+    assert "cut by the time limit" in message
+    assert "fits a whole plan has" not in message
+    assert "the whole plan with every task on its own GPUs needs at most" in message
+    assert used <= limit + 1.0, used  # past the limit only the minimum of the solve under way

@@ -107,7 +107,7 @@ def solve_placement(
             get_table(instance, deadline=deadline)
         except TableBuildTimeout as cut:
             return _table_cut(instance, solver, cut, time_limit_s, seed, params, clock() - started)
-    check_instance(instance, whole_plan=False)
+    check_instance(instance, whole_plan=False, deadline=deadline)
     build_s = get_table(instance).build_seconds if built_here else 0.0
     evaluator = get_evaluator(instance)
     bound = evaluator.lower_bound(deadline=deadline)
@@ -175,7 +175,7 @@ def _table_cut(instance: PlacementInstance, solver: str, cut: TableBuildTimeout,
 
 def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
                    time_limit_s: float = CHECK_TIME_LIMIT_S, solver: str | None = None,
-                   seed: int = 0) -> PlacementCheck:
+                   seed: int = 0, deadline: float | None = None) -> PlacementCheck:
     """Pre-launch checks: each task alone, what the tasks need together, and (``whole_plan``) a whole plan.
 
     1. Each task has a legal candidate that fits in memory on its own (:meth:`CandidateTable.shortfalls`,
@@ -194,6 +194,9 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
         solver: A placement solver's name: step 3 checks that solver's plan alone; ``None``: greedy, then
             concurrent.
         seed: The seed of step 3's solvers (same instance and seed, same verdict).
+        deadline: A :data:`~packplace.run.clock` reading (None: none) that bounds step 1's search for the
+            smallest grown cluster (:func:`solve_placement` passes its own deadline): each grown cluster gets
+            the time left, and a search the deadline cut says so instead of naming a size.
 
     Returns:
         A :class:`~packplace.placement.whole_plan.PlacementCheck`: verdict ``"whole plan"`` (with the plan,
@@ -227,7 +230,8 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
             raise
         raise InfeasibleError(with_hints(str(exc), instance)) from None
     if short:
-        raise InfeasibleError(table.shortfall_message(short, _smallest_whole_cluster(instance, table, short)))
+        raise InfeasibleError(table.shortfall_message(short, _smallest_whole_cluster(instance, table, short,
+                                                                                      deadline)))
     proof = shared_gpu_shortfall(table)
     if proof is not None:
         field = "[hardware] memory_per_gpu" if proof.startswith("no plan fits in memory") else "[policy] framework"
@@ -281,10 +285,16 @@ def _check_with(instance: PlacementInstance, checked: str, time_limit_s: float, 
                           f"{result.message or 'no plan'}")
 
 
-def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, short: list[Shortfall]) -> str:
+def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, short: list[Shortfall],
+                            deadline: float | None = None) -> str:
     """The smallest grown cluster (same node and rack shape, doubled up to :data:`MAX_GROWTH` times) on which
     the ``concurrent`` solver finds a plan that fits in memory, with each task's GPUs in that plan; else
-    the upper bound of :meth:`CandidateTable.whole_plan_bound` and the largest size tried."""
+    the upper bound of :meth:`CandidateTable.whole_plan_bound` and the largest size tried.
+
+    ``deadline`` (a :data:`~packplace.run.clock` reading; None: :data:`SEARCH_TIME_LIMIT_S` per size, no
+    overall limit) bounds the whole search: each grown cluster's table and solve get the time left, and a size
+    whose table or solve the deadline cut (or a deadline passed before a size) ends the search with "cut by the
+    time limit" and the upper bound, never a size that a longer search might have beaten."""
     c = instance.cluster
     least = max(entry.needed or 0 for entry in short)  # no plan fits on fewer GPUs than its neediest task
     factor = 2
@@ -295,16 +305,31 @@ def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, 
         if grown.num_gpus < least:
             continue
         big = replace(instance, cluster=grown, _cache={})
+        left = SEARCH_TIME_LIMIT_S if deadline is None else deadline - clock()
+        if left <= 0:
+            return _search_cut(table, short, grown.num_gpus)
         try:
-            get_table(big).check()
+            get_table(big, deadline=deadline).check()
             if shared_gpu_shortfall(get_table(big)) is not None:  # proven: no plan on this size either
                 continue
-            result = solve_placement(big, "concurrent", time_limit_s=SEARCH_TIME_LIMIT_S, seed=0)
+            result = solve_placement(big, "concurrent", time_limit_s=left, seed=0)
+        except TableBuildTimeout:
+            return _search_cut(table, short, grown.num_gpus)
         except InfeasibleError:
             continue
+        if result.solution is None and result.hit_time_limit:  # cut: a larger size would not be the smallest
+            return _search_cut(table, short, grown.num_gpus)
         if result.solution is None or result.status not in ("optimal", "feasible"):
             continue
         parts = [f"{name} {choice.allocation.num_gpus} GPUs" for name, choice in result.solution.vertices]
         return (f"the smallest cluster of this node and rack shape (doubled) on which the concurrent solver "
                 f"fits a whole plan has {grown.num_gpus} GPUs (step {result.objective:.4g} s: {', '.join(parts)})")
     return f"no whole plan found on clusters up to {grown.num_gpus} GPUs; {table.whole_plan_bound(short)}"
+
+
+def _search_cut(table: CandidateTable, short: list[Shortfall], gpus: int) -> str:
+    """The end of :func:`_smallest_whole_cluster`'s message when the deadline cut its search at the grown
+    cluster of ``gpus`` GPUs: no smallest size is named, only the upper bound of every task on its own GPUs."""
+    return (f"the search for the smallest cluster of this node and rack shape (doubled) on which a whole plan fits "
+            f"was cut by the time limit at {gpus} GPUs (a longer time_limit_s searches on); "
+            f"{table.whole_plan_bound(short)}")
