@@ -226,3 +226,23 @@ def test_the_smallest_cluster_search_stops_at_the_call_s_limit(work_clock):
     assert "fits a whole plan has" not in message
     assert "the whole plan with every task on its own GPUs needs at most" in message
     assert used <= limit + 1.0, used  # past the limit only the minimum of the solve under way
+
+
+#: PPO with 8B actor, critic and reward on one node of 4 H100s: no colocated plan fits, greedy's search finds
+#: none within its caps, and the memory-saving settings (host offload, ZeRO-3) fit.
+CROWDED_8B = ("configs/placement/ppo_llama3.1-8b_4x8xh100.yaml", {"gpus_per_node": 4, "nodes_per_rack": 1})
+
+
+@pytest.mark.parametrize("limit", [2.0, 10.0])
+def test_a_limit_that_cuts_the_search_or_the_settings_says_which(work_clock, limit):
+    path, hardware = CROWDED_8B
+    result = packplace.place(build_instance(_config(path, **hardware)), "greedy", time_limit_s=limit)
+    assert result.status == "unknown" and result.solution is None and result.hit_time_limit
+    if limit == 2.0:  # 2 fake s: the split layouts are cut before any fits
+        assert "no plan found before the time limit: the search was cut short" in result.message
+        assert "nothing was shown not to fit" in result.message
+        assert "do not fit together" not in result.message and "fits with" not in result.message
+    else:  # 10 fake s: the search runs its course, then the time limit cuts the memory-saving settings
+        assert "the greedy search itself ran its course" in result.message
+        assert "the time limit cut only the memory-saving settings" in result.message
+        assert "the memory-saving settings were not all tried: the time limit ran out first" in result.message

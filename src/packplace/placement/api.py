@@ -150,13 +150,19 @@ def _no_plan_message(result: SolveResult, instance: PlacementInstance, deadline:
     """The message of a call that found no plan: a search cut short by the time limit says so and gives no
     memory advice (nothing was shown not to fit); a search that ran its course gets the memory-saving
     settings that fit (:func:`~packplace.placement.fit_hints.with_hints`), tried within the call's
-    ``deadline`` (a :data:`~packplace.run.clock` reading, None: the hints' own budget)."""
+    ``deadline`` (a :data:`~packplace.run.clock` reading, None: the hints' own budget); where the deadline
+    passed during them, the message says that the limit cut the settings, not the search (the caller then sets
+    ``hit_time_limit``)."""
     message = result.message or "no feasible plan found"
     limit = result.params.get("time_limit_s")
     if result.hit_time_limit:
         return (f"{message}; nothing was shown not to fit: a time_limit_s longer than {limit:g} s may find a "
                 f"plan")
-    return with_hints(message, instance, deadline=deadline)
+    hinted = with_hints(message, instance, deadline=deadline)
+    if passed(deadline):  # the settings, not the search, ran into the limit (hit_time_limit is set for them)
+        hinted = (f"{hinted}; the {result.solver} search itself ran its course within its layout caps (the time "
+                  f"limit cut only the memory-saving settings)")
+    return hinted
 
 
 def _table_cut(instance: PlacementInstance, solver: str, cut: TableBuildTimeout, time_limit_s: float, seed: int,
