@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import re
 import types
 from pathlib import Path
 
@@ -246,3 +247,35 @@ def test_a_limit_that_cuts_the_search_or_the_settings_says_which(work_clock, lim
         assert "the greedy search itself ran its course" in result.message
         assert "the time limit cut only the memory-saving settings" in result.message
         assert "the memory-saving settings were not all tried: the time limit ran out first" in result.message
+
+
+# -- cpsat whose model is not built: the message says why, and the time left goes to anneal from the hint
+GRPO_7B = "configs/placement/grpo_qwen2.5-7b_2x8xh100.yaml"
+
+
+def test_cpsat_projected_over_its_build_budget_says_so_and_anneals_from_the_hint(monkeypatch, work_clock):
+    # one option a second of the build budget: every model is projected past it, before the clock is
+    monkeypatch.setattr(CPSAT_SOLVE, "BUILD_OPTIONS_PER_S", 1)
+    inst = build_instance(_config(GRPO_7B, gpus_per_node=6, nodes_per_rack=2))
+    result = packplace.place(inst, "cpsat", time_limit_s=2)
+    assert result.info["cp_status"] == "NOT_BUILT" and result.hit_time_limit
+    # the old message: "model not built in time: 0.18 s spent, over the build budget of 0.25 s"
+    assert "s spent, over the build budget" not in result.message
+    match = re.search(r"projected to exceed the build budget of 1\.00 s \(50% of time_limit_s=2\): (\d+) options, "
+                      r"1 allowed", result.message)
+    assert match and int(match.group(1)) > 1
+    hint = result.info["hint_step_time_s"]
+    assert result.objective < hint  # anneal from the hint in the 1+ s the model would have had
+    assert result.objective == pytest.approx(get_evaluator(inst).step_time(result.solution), rel=1e-12)
+    assert "returned anneal's plan from the" in result.message
+
+
+def test_cpsat_whose_build_ran_out_of_time_anneals_in_the_time_left(work_clock):
+    # 1 node of 4 GPUs: the hint solvers use most of the 10 fake s, the pruning setup runs past the build
+    # budget on the clock; the old answer was greedy's hint (226.3 s) with seconds of the limit unused
+    inst = build_instance(_config(GRPO_7B, gpus_per_node=4, nodes_per_rack=1))
+    result = packplace.place(inst, "cpsat", time_limit_s=10)
+    assert result.info["cp_status"] == "NOT_BUILT"
+    assert "model not built in time" in result.message and "stopped at" in result.message
+    assert result.objective < result.info["hint_step_time_s"]
+    assert result.objective == pytest.approx(get_evaluator(inst).step_time(result.solution), rel=1e-12)
