@@ -8,7 +8,8 @@ time limit to the backend named ``solver`` through the registry and returns the
 
 When the cluster is too small for some task, :func:`check_instance` grows the cluster (same node and rack
 shape, doubled up to 64x) and names the smallest size on which the ``concurrent`` solver fits a whole
-plan; that search is why the error wording lives here and not in the candidate table. Called on its own,
+plan (within the call's time limit when :func:`solve_placement` runs it: a search the limit cut names no size, only
+the upper bound); that search is why the error wording lives here and not in the candidate table. Called on its own,
 :func:`check_instance` also builds a whole plan (greedy, then concurrent) and says whether it did: each task
 fitting alone is not a plan.
 
@@ -219,7 +220,8 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
             the memory settings under which it fits with their step times: :mod:`packplace.placement.fit_hints`),
             "cluster has X GPUs; the smallest feasible plan for V needs Y (...); the smallest cluster of
             this node and rack shape (doubled) on which the concurrent solver fits a whole plan has Z GPUs
-            (step T s: per task its GPUs)" (else the upper bound with every task on its own GPUs), or
+            (step T s: per task its GPUs)" (else the upper bound with every task on its own GPUs; where
+            ``deadline`` cut that search, "... was cut by the time limit at N GPUs" and the upper bound), or
             "no plan fits in memory: T1 and T2 share a GPU in any plan ..., where they need at least X GB"
             (with the memory settings that fit).
     """
