@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import re
 import types
 from pathlib import Path
 
@@ -193,3 +194,88 @@ def test_cpsat_whose_pruning_passes_the_build_deadline_returns_its_hint(monkeypa
     assert result.status == "feasible" and result.solution is not None and result.hit_time_limit
     assert result.info["cp_status"] == "NOT_BUILT"
     assert "dominance pruning" in result.info["build_stopped_at"]
+
+
+# -- the search for the smallest cluster that would fit runs within the call's limit
+def _config(path: str, **hardware) -> dict:
+    import yaml
+
+    config = yaml.safe_load((ROOT / path).read_text())
+    config["hardware"].pop("racks", None)
+    config["hardware"].update(hardware)
+    return config
+
+
+#: PPO with a 70B actor on 2 nodes x 3 H200s: actor.train needs 42 GPUs, so the check grows the cluster.
+SMALL_70B = ("configs/placement/ppo_llama3.1-70b_2x4x8xh200.yaml", {"gpus_per_node": 3, "nodes_per_rack": 2})
+
+
+def test_the_smallest_cluster_search_stops_at_the_call_s_limit(work_clock):
+    from packplace.errors import InfeasibleError
+
+    path, hardware = SMALL_70B
+    inst = build_instance(_config(path, **hardware))
+    limit = 0.5
+    start = work_clock.now
+    with pytest.raises(InfeasibleError) as refused:
+        packplace.place(inst, "greedy", time_limit_s=limit)
+    used = work_clock.now - start
+    message = str(refused.value)
+    assert "cluster has 6 GPUs; the smallest feasible plan for actor.train needs 42" in message
+    # the old search gave every grown cluster 10 s of its own and named "... has 96 GPUs"
+    assert "cut by the time limit" in message
+    assert "fits a whole plan has" not in message
+    assert "the whole plan with every task on its own GPUs needs at most" in message
+    assert used <= limit + 1.0, used  # past the limit only the minimum of the solve under way
+
+
+#: PPO with 8B actor, critic and reward on one node of 4 H100s: no colocated plan fits, greedy's search finds
+#: none within its caps, and the memory-saving settings (host offload, ZeRO-3) fit.
+CROWDED_8B = ("configs/placement/ppo_llama3.1-8b_4x8xh100.yaml", {"gpus_per_node": 4, "nodes_per_rack": 1})
+
+
+@pytest.mark.parametrize("limit", [2.0, 10.0])
+def test_a_limit_that_cuts_the_search_or_the_settings_says_which(work_clock, limit):
+    path, hardware = CROWDED_8B
+    result = packplace.place(build_instance(_config(path, **hardware)), "greedy", time_limit_s=limit)
+    assert result.status == "unknown" and result.solution is None and result.hit_time_limit
+    if limit == 2.0:  # 2 fake s: the split layouts are cut before any fits
+        assert "no plan found before the time limit: the search was cut short" in result.message
+        assert "nothing was shown not to fit" in result.message
+        assert "do not fit together" not in result.message and "fits with" not in result.message
+    else:  # 10 fake s: the search runs its course, then the time limit cuts the memory-saving settings
+        assert "the greedy search itself ran its course" in result.message
+        assert "the time limit cut only the memory-saving settings" in result.message
+        assert "the memory-saving settings were not all tried: the time limit ran out first" in result.message
+
+
+# -- cpsat whose model is not built: the message says why, and the time left goes to anneal from the hint
+GRPO_7B = "configs/placement/grpo_qwen2.5-7b_2x8xh100.yaml"
+
+
+def test_cpsat_projected_over_its_build_budget_says_so_and_anneals_from_the_hint(monkeypatch, work_clock):
+    # one option a second of the build budget: every model is projected past it, before the clock is
+    monkeypatch.setattr(CPSAT_SOLVE, "BUILD_OPTIONS_PER_S", 1)
+    inst = build_instance(_config(GRPO_7B, gpus_per_node=6, nodes_per_rack=2))
+    result = packplace.place(inst, "cpsat", time_limit_s=2)
+    assert result.info["cp_status"] == "NOT_BUILT" and result.hit_time_limit
+    # the old message: "model not built in time: 0.18 s spent, over the build budget of 0.25 s"
+    assert "s spent, over the build budget" not in result.message
+    match = re.search(r"projected to exceed the build budget of 1\.00 s \(50% of time_limit_s=2\): (\d+) options, "
+                      r"1 allowed", result.message)
+    assert match and int(match.group(1)) > 1
+    hint = result.info["hint_step_time_s"]
+    assert result.objective < hint  # anneal from the hint in the 1+ s the model would have had
+    assert result.objective == pytest.approx(get_evaluator(inst).step_time(result.solution), rel=1e-12)
+    assert "returned anneal's plan from the" in result.message
+
+
+def test_cpsat_whose_build_ran_out_of_time_anneals_in_the_time_left(work_clock):
+    # 1 node of 4 GPUs: the hint solvers use most of the 10 fake s, the pruning setup runs past the build
+    # budget on the clock; the old answer was greedy's hint (226.3 s) with seconds of the limit unused
+    inst = build_instance(_config(GRPO_7B, gpus_per_node=4, nodes_per_rack=1))
+    result = packplace.place(inst, "cpsat", time_limit_s=10)
+    assert result.info["cp_status"] == "NOT_BUILT"
+    assert "model not built in time" in result.message and "stopped at" in result.message
+    assert result.objective < result.info["hint_step_time_s"]
+    assert result.objective == pytest.approx(get_evaluator(inst).step_time(result.solution), rel=1e-12)

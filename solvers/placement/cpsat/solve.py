@@ -432,9 +432,10 @@ class _ExactPlacement:
         try:
             tables = make_tables(self.ev, self.candidates, deadline)
             options = sum(len(o) for o in tables.options)
-            if options > BUILD_OPTIONS_PER_S * build_budget:  # a count, not the clock (BUILD_OPTIONS_PER_S)
+            allowed = int(BUILD_OPTIONS_PER_S * build_budget)
+            if options > allowed:  # a count, not the clock (BUILD_OPTIONS_PER_S): projected over the budget
                 raise OutOfTime(f"{options} options, more than the {BUILD_OPTIONS_PER_S} a second of the build "
-                                f"budget allow ({int(BUILD_OPTIONS_PER_S * build_budget)})")
+                                f"budget allow ({allowed})", projected=True, options=options, allowed=allowed)
             hint_choice = _choice_of(tables, self.hint_plan)
             sizes = nested_block_sizes(tables, instance.cluster)
             if sizes is not None:  # symmetry breaking: the first vertex's block starts at GPU 0
@@ -477,21 +478,51 @@ class _ExactPlacement:
         return _Built(tables, built, n_options, h_step, rounding, build_s)
 
     def not_built(self, stage: OutOfTime, build_budget: float) -> Proposal:
-        """The hint as the answer when the build ran past its budget (the message says where it stopped)."""
+        """The answer when the model is not built: the build was projected past its budget (more options than
+        :data:`BUILD_OPTIONS_PER_S` a second of it allow, ``stage.projected``) or ran past it on the clock; the
+        message says which. The time left goes to :meth:`anneal_from_hint`; the better of it and the hint (by
+        the evaluator) is returned, never worse than the hint."""
         spent = self.run.elapsed()
-        self.notes.insert(0, f"model not built in time: {spent:.2f} s spent, over the build budget of "
-                             f"{build_budget:.2f} s ({BUILD_TIME_SHARE:.0%} of time_limit_s={self.limit:g}), "
-                             f"stopped at {stage}; returned the {self.hint_name} hint ({self.hint_time:.6g} s), "
-                             f"no CP-SAT search")
+        share = f"{BUILD_TIME_SHARE:.0%} of time_limit_s={self.limit:g}"
+        if stage.detail.get("projected"):
+            why = (f"model not built: projected to exceed the build budget of {build_budget:.2f} s ({share}): "
+                   f"{stage.options} options, {stage.allowed} allowed ({BUILD_OPTIONS_PER_S} a second of the "
+                   f"budget), after {spent:.2f} s")
+        else:
+            why = (f"model not built in time: {spent:.2f} s spent, over the build budget of {build_budget:.2f} s "
+                   f"({share}), stopped at {stage}")
+        hint_time, hint_name = self.hint_time, self.hint_name
+        plan, step_time, how = self.anneal_from_hint()
+        self.notes.insert(0, f"{why}; {how}, no CP-SAT search")
         info = {"build_s": spent, "build_budget_s": build_budget, "build_stopped_at": str(stage),
-                "restricted": self.restricted, "hint_solver": self.hint_name, "hint_step_time_s": self.hint_time,
+                "restricted": self.restricted, "hint_solver": hint_name, "hint_step_time_s": hint_time,
                 "hint_solvers": list(self.hint_solvers), "cp_status": "NOT_BUILT",
-                # no model value exists: the claim is the hint's evaluated value, exact (no rounding)
-                "model_step_time_s": self.hint_time, "rounding_s": 0.0,
+                # no model value exists: the claim is the plan's evaluated value, exact (no rounding)
+                "model_step_time_s": step_time, "rounding_s": 0.0,
                 "objective_kind": "period" if self.asynchronous else "step_time"}
         self.log.append(self.notes[0])
-        return Proposal(self.hint_plan, FEASIBLE, hit_time_limit=True, message="; ".join(self.notes), log=self.log,
+        return Proposal(plan, FEASIBLE, hit_time_limit=True, message="; ".join(self.notes), log=self.log,
                         info=info)
+
+    def anneal_from_hint(self) -> tuple[Plan, float, str]:
+        """``(plan, step time, note)``: where the model is not built and time is left, ``anneal`` (when it is one
+        of the ``hint_solvers``) restarts from the hint with the time left and at most
+        :data:`HINT_EVALUATIONS_PER_S` evaluations a second of the search's share of the limit
+        (``(1 − BUILD_TIME_SHARE)·time_limit_s``: a count, the clock the safety net); its plan, re-scored by the
+        evaluator, replaces the hint only where faster. Else the hint."""
+        hint = (self.hint_plan, self.hint_time, f"returned the {self.hint_name} hint ({self.hint_time:.6g} s)")
+        run = self.run
+        if "anneal" not in self.hint_solvers or run.expired() or run.stopped or run.at_bound:
+            return hint
+        evaluations = max(1, int(HINT_EVALUATIONS_PER_S * (1 - BUILD_TIME_SHARE) * self.limit))
+        proposal = run.call("anneal", time_limit_s=run.left(), initial_plan=self.hint_plan, e_max=evaluations)
+        if proposal.solution is None:
+            return hint
+        t = self.ev.step_time(proposal.solution)
+        if not t < self.hint_time:
+            return (*hint[:2], f"{hint[2]} (anneal from it in the time left found nothing faster)")
+        return (proposal.solution, t, f"returned anneal's plan from the {self.hint_name} hint in the time left "
+                                      f"({t:.6g} s, hint {self.hint_time:.6g} s)")
 
     def check_hint(self, built: _Built) -> Proposal | None:
         """Check that the model accepts its hint: CP-SAT on the model with every hinted variable (options,

@@ -8,7 +8,8 @@ time limit to the backend named ``solver`` through the registry and returns the
 
 When the cluster is too small for some task, :func:`check_instance` grows the cluster (same node and rack
 shape, doubled up to 64x) and names the smallest size on which the ``concurrent`` solver fits a whole
-plan; that search is why the error wording lives here and not in the candidate table. Called on its own,
+plan (within the call's time limit when :func:`solve_placement` runs it: a search the limit cut names no size, only
+the upper bound); that search is why the error wording lives here and not in the candidate table. Called on its own,
 :func:`check_instance` also builds a whole plan (greedy, then concurrent) and says whether it did: each task
 fitting alone is not a plan.
 
@@ -107,7 +108,7 @@ def solve_placement(
             get_table(instance, deadline=deadline)
         except TableBuildTimeout as cut:
             return _table_cut(instance, solver, cut, time_limit_s, seed, params, clock() - started)
-    check_instance(instance, whole_plan=False)
+    check_instance(instance, whole_plan=False, deadline=deadline)
     build_s = get_table(instance).build_seconds if built_here else 0.0
     evaluator = get_evaluator(instance)
     bound = evaluator.lower_bound(deadline=deadline)
@@ -150,13 +151,19 @@ def _no_plan_message(result: SolveResult, instance: PlacementInstance, deadline:
     """The message of a call that found no plan: a search cut short by the time limit says so and gives no
     memory advice (nothing was shown not to fit); a search that ran its course gets the memory-saving
     settings that fit (:func:`~packplace.placement.fit_hints.with_hints`), tried within the call's
-    ``deadline`` (a :data:`~packplace.run.clock` reading, None: the hints' own budget)."""
+    ``deadline`` (a :data:`~packplace.run.clock` reading, None: the hints' own budget); where the deadline
+    passed during them, the message says that the limit cut the settings, not the search (the caller then sets
+    ``hit_time_limit``)."""
     message = result.message or "no feasible plan found"
     limit = result.params.get("time_limit_s")
     if result.hit_time_limit:
         return (f"{message}; nothing was shown not to fit: a time_limit_s longer than {limit:g} s may find a "
                 f"plan")
-    return with_hints(message, instance, deadline=deadline)
+    hinted = with_hints(message, instance, deadline=deadline)
+    if passed(deadline):  # the settings, not the search, ran into the limit (hit_time_limit is set for them)
+        hinted = (f"{hinted}; the {result.solver} search itself ran its course within its layout caps (the time "
+                  f"limit cut only the memory-saving settings)")
+    return hinted
 
 
 def _table_cut(instance: PlacementInstance, solver: str, cut: TableBuildTimeout, time_limit_s: float, seed: int,
@@ -175,7 +182,7 @@ def _table_cut(instance: PlacementInstance, solver: str, cut: TableBuildTimeout,
 
 def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
                    time_limit_s: float = CHECK_TIME_LIMIT_S, solver: str | None = None,
-                   seed: int = 0) -> PlacementCheck:
+                   seed: int = 0, deadline: float | None = None) -> PlacementCheck:
     """Pre-launch checks: each task alone, what the tasks need together, and (``whole_plan``) a whole plan.
 
     1. Each task has a legal candidate that fits in memory on its own (:meth:`CandidateTable.shortfalls`,
@@ -194,6 +201,9 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
         solver: A placement solver's name: step 3 checks that solver's plan alone; ``None``: greedy, then
             concurrent.
         seed: The seed of step 3's solvers (same instance and seed, same verdict).
+        deadline: A :data:`~packplace.run.clock` reading (None: none) that bounds step 1's search for the
+            smallest grown cluster (:func:`solve_placement` passes its own deadline): each grown cluster gets
+            the time left, and a search the deadline cut says so instead of naming a size.
 
     Returns:
         A :class:`~packplace.placement.whole_plan.PlacementCheck`: verdict ``"whole plan"`` (with the plan,
@@ -210,7 +220,8 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
             the memory settings under which it fits with their step times: :mod:`packplace.placement.fit_hints`),
             "cluster has X GPUs; the smallest feasible plan for V needs Y (...); the smallest cluster of
             this node and rack shape (doubled) on which the concurrent solver fits a whole plan has Z GPUs
-            (step T s: per task its GPUs)" (else the upper bound with every task on its own GPUs), or
+            (step T s: per task its GPUs)" (else the upper bound with every task on its own GPUs; where
+            ``deadline`` cut that search, "... was cut by the time limit at N GPUs" and the upper bound), or
             "no plan fits in memory: T1 and T2 share a GPU in any plan ..., where they need at least X GB"
             (with the memory settings that fit).
     """
@@ -227,7 +238,8 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
             raise
         raise InfeasibleError(with_hints(str(exc), instance)) from None
     if short:
-        raise InfeasibleError(table.shortfall_message(short, _smallest_whole_cluster(instance, table, short)))
+        raise InfeasibleError(table.shortfall_message(short, _smallest_whole_cluster(instance, table, short,
+                                                                                      deadline)))
     proof = shared_gpu_shortfall(table)
     if proof is not None:
         field = "[hardware] memory_per_gpu" if proof.startswith("no plan fits in memory") else "[policy] framework"
@@ -281,10 +293,16 @@ def _check_with(instance: PlacementInstance, checked: str, time_limit_s: float, 
                           f"{result.message or 'no plan'}")
 
 
-def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, short: list[Shortfall]) -> str:
+def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, short: list[Shortfall],
+                            deadline: float | None = None) -> str:
     """The smallest grown cluster (same node and rack shape, doubled up to :data:`MAX_GROWTH` times) on which
     the ``concurrent`` solver finds a plan that fits in memory, with each task's GPUs in that plan; else
-    the upper bound of :meth:`CandidateTable.whole_plan_bound` and the largest size tried."""
+    the upper bound of :meth:`CandidateTable.whole_plan_bound` and the largest size tried.
+
+    ``deadline`` (a :data:`~packplace.run.clock` reading; None: :data:`SEARCH_TIME_LIMIT_S` per size, no
+    overall limit) bounds the whole search: each grown cluster's table and solve get the time left, and a size
+    whose table or solve the deadline cut (or a deadline passed before a size) ends the search with "cut by the
+    time limit" and the upper bound, never a size that a longer search might have beaten."""
     c = instance.cluster
     least = max(entry.needed or 0 for entry in short)  # no plan fits on fewer GPUs than its neediest task
     factor = 2
@@ -295,16 +313,31 @@ def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, 
         if grown.num_gpus < least:
             continue
         big = replace(instance, cluster=grown, _cache={})
+        left = SEARCH_TIME_LIMIT_S if deadline is None else deadline - clock()
+        if left <= 0:
+            return _search_cut(table, short, grown.num_gpus)
         try:
-            get_table(big).check()
+            get_table(big, deadline=deadline).check()
             if shared_gpu_shortfall(get_table(big)) is not None:  # proven: no plan on this size either
                 continue
-            result = solve_placement(big, "concurrent", time_limit_s=SEARCH_TIME_LIMIT_S, seed=0)
+            result = solve_placement(big, "concurrent", time_limit_s=left, seed=0)
+        except TableBuildTimeout:
+            return _search_cut(table, short, grown.num_gpus)
         except InfeasibleError:
             continue
+        if result.solution is None and result.hit_time_limit:  # cut: a larger size would not be the smallest
+            return _search_cut(table, short, grown.num_gpus)
         if result.solution is None or result.status not in ("optimal", "feasible"):
             continue
         parts = [f"{name} {choice.allocation.num_gpus} GPUs" for name, choice in result.solution.vertices]
         return (f"the smallest cluster of this node and rack shape (doubled) on which the concurrent solver "
                 f"fits a whole plan has {grown.num_gpus} GPUs (step {result.objective:.4g} s: {', '.join(parts)})")
     return f"no whole plan found on clusters up to {grown.num_gpus} GPUs; {table.whole_plan_bound(short)}"
+
+
+def _search_cut(table: CandidateTable, short: list[Shortfall], gpus: int) -> str:
+    """The end of :func:`_smallest_whole_cluster`'s message when the deadline cut its search at the grown
+    cluster of ``gpus`` GPUs: no smallest size is named, only the upper bound of every task on its own GPUs."""
+    return (f"the search for the smallest cluster of this node and rack shape (doubled) on which a whole plan fits "
+            f"was cut by the time limit at {gpus} GPUs (a longer time_limit_s searches on); "
+            f"{table.whole_plan_bound(short)}")

@@ -169,17 +169,19 @@ def may_fit(instance) -> bool:
 
 def with_hints(message: str, instance, *, deadline: float | None = None) -> str:
     """``message`` followed by :func:`fit_hints` (``"; fits with ..."``), tried until ``deadline`` (a
-    ``packplace.run.clock()`` reading; None: :data:`HINTS_BUDGET_S` from now); when none fits, with "no
-    memory-saving setting tried fits" (or, when the deadline stopped them first, that not all were tried),
+    ``packplace.run.clock()`` reading; None: :data:`HINTS_BUDGET_S` from now), and "not all tried" where the
+    deadline stopped a setting first; when none fits, with "no memory-saving setting tried fits" (or, when the
+    deadline stopped them first, that not all were tried),
     and where a layout rule, not memory, refused settings (a task keeps no
     legal strategy under them, or a task the framework runs on GPUs of its own finds none free) the rules, each
     once, with the settings they refused."""
     hints, refused, cut = _report(instance, deadline=deadline)
+    not_all = ("the memory-saving settings were not all tried: the time limit ran out first (a longer limit tries "
+               "them)")
     if hints:
-        return f"{message}; {'; '.join(hints)}"
+        return f"{message}; {'; '.join(hints)}" + (f"; {not_all}" if cut else "")
     if cut:
-        return (f"{message}; the memory-saving settings were not all tried: the time limit ran out first (a "
-                f"longer limit tries them)")
+        return f"{message}; {not_all}"
     packed = getattr(instance, "sequence_packing", None) is not None
     total = len(SETTINGS) + packed
     tried = (f"no memory-saving setting tried ({total}: zero3, offload, host-held inference weights, the Megatron "
