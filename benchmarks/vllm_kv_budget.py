@@ -5,8 +5,8 @@
     python benchmarks/vllm_kv_budget.py --no-ab    # skip the (slow) NeMo RL A/B re-pricing
 
 It also checks what the memory check of a plan counts for the engine (its footprint,
-:func:`~packplace.placement.model.memory.engine_held_bytes`: the whole pool at the preset's bytes plus what the
-release holds outside it, :func:`~packplace.placement.model.memory.engine_reservation`) against what vLLM holds
+:func:`~packplace.placement.model.memory.engine_held_bytes`: the whole pool at the preset's CUDA total plus what
+the release holds outside it, :func:`~packplace.placement.model.memory.engine_reservation`) against what vLLM holds
 (the pool at the logged CUDA total plus the same outside terms): the package's headroom on the GPU must never
 exceed vLLM's (:func:`footprint_check`).
 
@@ -26,14 +26,15 @@ in tokens is the budget over the bytes per token of all layers on the rank (V0: 
 block).
 
 packplace's engine budget (:func:`packplace.placement.model.memory.kv_cache_budget_bytes`) is
-``gpu_memory_utilization x memory_per_gpu`` (the preset's 80e9 bytes for an H100, not the 85.06e9 CUDA reports)
-less the bf16 weights and :func:`~packplace.placement.model.memory.engine_overhead_bytes` (one prompt's
-working set, the 1.02 GB workspace, allocator slack). The two differ in convention: the preset's bytes sit
-6% under the CUDA total, which stands in for the profile-run activations and the non-torch memory the
-model does not price one by one. Each row below prices the logged setup with the package's functions and
-gives predicted / logged; rows whose model cannot be priced (FP8 or vision weights, a GPU with no preset)
-are kept for their internal consistency (tokens x bytes per token against the logged bytes, the logged
-parts against the logged budget) and their components.
+``gpu_memory_utilization x memory_per_gpu`` (the preset's CUDA total: 79.11 GiB for an H100, the smallest
+published reading; the logged rows read 79.22 GiB) less the bf16 weights,
+:func:`~packplace.placement.model.memory.engine_overhead_bytes` (one prompt's working set, the 1.02 GB workspace,
+allocator slack) and the release's in-pool bytes (:attr:`~packplace.placement.model.memory.EngineReservation.in_pool`:
+NCCL's buffers at TP > 1 on these V0 engines). The profile-run activation at ``max_num_batched_tokens`` and the
+non-torch bytes besides NCCL are not priced one by one. Each row below prices the logged setup with the package's
+functions and gives predicted / logged; rows whose model cannot be priced (FP8 or vision weights, a GPU with no
+preset) are kept for their internal consistency (tokens x bytes per token against the logged bytes, the logged parts
+against the logged budget) and their components.
 """
 
 from __future__ import annotations
@@ -191,8 +192,12 @@ def row_check(row: dict) -> dict:
     if row["preset"] is None:
         return out
     memory = PRESETS[row["preset"]]["memory_per_gpu"]
+    in_pool = engine_reservation(tp=row["tp"], pp=row["pp"], engine_generation="v1" if "V1" in row["vllm"] else "v0",
+                                 vllm_release=None, enforce_eager=False,
+                                 workspace=stack("none").workspace_bytes).in_pool   # the priced rows are V0
     budget = kv_cache_budget_bytes(model, tp=row["tp"], pp=row["pp"], memory_per_gpu=memory,
-                                   gpu_memory_utilization=row["gmu"], prompt_len=PROMPT_LEN)
+                                   gpu_memory_utilization=row["gmu"], prompt_len=PROMPT_LEN, non_torch_bytes=in_pool)
+    out["in_pool_bytes"] = in_pool
     out["preset_memory_per_gpu"] = memory
     out["predicted_kv_bytes"] = budget
     out["predicted_kv_tokens"] = int(budget // per_token)
@@ -225,9 +230,9 @@ FOOTPRINT_ENGINES = [
 
 
 def footprint_check(engine: dict) -> dict:
-    """One engine's footprint on an H100 (preset 80e9 bytes, CUDA total ``total_gib``): the package's (the
-    pool ``gmu x 80e9`` and the release's outside terms) and vLLM's (``gmu x`` the CUDA total and the same
-    outside terms), and each one's headroom on its own GPU size. Bytes."""
+    """One engine's footprint on an H100 (the preset's CUDA total, 79.11 GiB; the logged ``total_gib``): the
+    package's (the pool ``gmu x`` the preset's bytes and the release's outside terms) and vLLM's (``gmu x`` the
+    logged CUDA total and the same outside terms), and each one's headroom on its own GPU size. Bytes."""
     model = shape(engine["model"])
     memory = PRESETS["h100-sxm"]["memory_per_gpu"]
     total = engine["total_gib"] * GIB

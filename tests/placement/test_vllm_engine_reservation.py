@@ -18,6 +18,7 @@ from packplace.placement.model.memory import (
     VLLM_NCCL_BYTES,
     VLLM_NCCL_PP_BYTES,
     VLLM_V0_CUDA_GRAPH_BYTES,
+    VLLM_V0_NCCL_BYTES,
     EngineReservation,
     engine_held_bytes,
     engine_reservation,
@@ -70,8 +71,24 @@ def test_tp_1_and_tp_2_footprints_by_hand_at_vllm_0_11():
 
 def test_nccl_inside_the_pool_before_0_11_adds_nothing_outside():
     assert reservation(tp=8, release=(0, 10, 0)).outside == pytest.approx(1.02e9 + 2_448_131_358.72)
-    assert reservation(tp=8, release=(0, 10, 0)).in_pool == 0.0
+    # the pool is the CUDA total's fraction, so NCCL's 4.52 GiB inside it (vLLM's non-torch increase before 0.11)
+    # comes out of the KV cache: in_pool, 4,853,313,044.48 bytes, and not also outside
+    assert reservation(tp=8, release=(0, 10, 0)).in_pool == pytest.approx(4_853_313_044.48)
     assert reservation(tp=8, release=(0, 11, 0)).outside == pytest.approx(1.02e9 + 2_448_131_358.72 + 4.52 * GIB)
+    assert reservation(tp=8, release=(0, 11, 0)).in_pool == 0.0
+    # one GPU forms no communicator: nothing inside at any release; a V0 engine's NCCL is inside too, at the V0
+    # log's own TP 1 -> TP 2 non-torch growth, 3.58 - 1.79 GiB = 1,921,997,864.96 bytes (github.com/vllm-project/
+    # vllm/pull/10511, vLLM 0.6.5), at any TP or PP
+    assert reservation(tp=1, release=(0, 10, 0)).in_pool == 0.0
+    assert VLLM_V0_NCCL_BYTES == pytest.approx((3.58 - 1.79) * GIB) == pytest.approx(1_921_997_864.96)
+    for tp, pp in ((2, 1), (8, 1), (2, 2)):
+        assert reservation(tp=tp, pp=pp, generation="v0", release=(0, 6, 3)).in_pool == pytest.approx(1_921_997_864.96)
+    assert reservation(tp=1, generation="v0", release=(0, 6, 3)).in_pool == 0.0
+    # with stages, the last stage's 8.76 GiB inside (9,405,978,378.24 bytes)
+    assert reservation(tp=2, pp=2, release=(0, 10, 0)).in_pool == pytest.approx(9_405_978_378.24)
+    # an unknown release keeps NCCL outside (the side that never under-counts the GPU), never on both sides
+    unknown = reservation(tp=8, release=None)
+    assert unknown.in_pool == 0.0 and unknown.outside == pytest.approx(1.02e9 + 2_448_131_358.72 + 4.52 * GIB)
 
 
 def test_the_graph_term_by_release_and_enforce_eager():
@@ -105,7 +122,8 @@ def test_the_graph_term_is_never_below_a_logged_capture(generation, release, tp,
     r = reservation(tp=tp, generation=generation, release=release)
     nccl = VLLM_NCCL_BYTES if tp > 1 and generation == "v1" and release >= (0, 11) else 0.0
     graphs = r.outside - WS - nccl
-    assert r.in_pool == 0.0 and graphs >= logged_gib * GIB
+    nccl_inside = 0.0 if tp == 1 or nccl else VLLM_V0_NCCL_BYTES if generation == "v0" else VLLM_NCCL_BYTES
+    assert r.in_pool == pytest.approx(nccl_inside) and graphs >= logged_gib * GIB
     # a sleeping engine keeps the same graphs (NCCL and its context besides)
     kept = engine_sleep_kept_bytes(tp=tp, pp=1, engine_generation=generation, enforce_eager=False, workspace=0.0,
                                    own_process=False)
@@ -223,7 +241,7 @@ def _generate(inst, tp: int):
 
 def test_a_candidate_holds_the_pool_and_what_lies_outside_it():
     inst = _instance("0.5.0")
-    pool = 0.8 * 80e9
+    pool = 0.8 * 79.11 * 2**30     # the h100-sxm preset's CUDA total: 67,954,972,557.31 bytes
     assert memory_budget(inst, "generate") == pytest.approx(pool)
     one, two = _generate(inst, 1), _generate(inst, 2)
     outside_one = 1.02e9 + VLLM_CUDA_GRAPH_BYTES
@@ -237,10 +255,12 @@ def test_a_candidate_holds_the_pool_and_what_lies_outside_it():
     assert _generate(old, 2).memory_bytes == pytest.approx(_generate(old, 1).memory_bytes)
 
 
-def test_the_release_moves_only_what_lies_outside_the_pool():
+def test_the_release_moves_nccl_across_the_pool_and_nothing_else():
+    # vLLM 0.11.2 (NeMo RL v0.5) holds NCCL's 4.52 GiB outside the pool; 0.10 (v0.4) inside it, where it comes
+    # out of the KV cache: the need inside the pool grows by it, what the GPU holds shrinks by it, once each
     a, b = _instance("0.5.0"), _instance("0.4.0")
     ca, cb = _generate(a, 2), _generate(b, 2)
-    assert ca.budget_bytes == pytest.approx(cb.budget_bytes)
+    assert cb.budget_bytes - ca.budget_bytes == pytest.approx(VLLM_NCCL_BYTES)
     assert ca.memory_bytes - cb.memory_bytes == pytest.approx(VLLM_NCCL_BYTES)
     assert dataclasses.replace(a.engine, vllm_release=(0, 10, 0)) == b.engine
 

@@ -78,6 +78,14 @@ VLLM_NCCL_BYTES = 4.52 * _GIB
 #: (:func:`engine_reservation` ``workspace``) beside it the context is counted twice: over, never under. The
 #: package counts every GPU of a candidate at its worst stage, so every GPU of a pipelined engine takes it.
 VLLM_NCCL_PP_BYTES = 8.76 * _GIB
+#: NCCL's bytes per GPU inside ``gpu_memory_utilization`` of a V0 vLLM engine whose workers form a communicator
+#: (``tp·pp`` > 1), bytes: what its non-torch memory grows by from TP 1 to TP 2 in the one V0 log with both, vLLM
+#: 0.6.5 on an H100 80GB serving Meta-Llama-3-8B, "non_torch_memory 1.79GiB" at TP 1 and "3.58GiB" at TP 2
+#: (github.com/vllm-project/vllm/pull/10511): 1.79 GiB, the V0 line's NCCL and custom all-reduce. V0 takes its
+#: start-up reading before the workers' distributed setup, so these bytes shrink the KV cache
+#: (:attr:`EngineReservation.in_pool`). :data:`VLLM_NCCL_BYTES` (4.52 GiB) is the V1 0.10 line's reading and
+#: stays the bytes a sleeping engine keeps (:func:`engine_sleep_kept_bytes`), the side that never under-counts.
+VLLM_V0_NCCL_BYTES = 1.79 * _GIB
 #: Release from which NCCL's buffers lie outside ``gpu_memory_utilization`` (:data:`VLLM_NCCL_BYTES`).
 VLLM_NCCL_OUTSIDE_POOL_SINCE = (0, 11)
 #: CUDA-graph memory per GPU of a V1 vLLM engine that captures graphs (``enforce_eager`` false), bytes: the largest V1
@@ -622,7 +630,8 @@ def kv_cache_budget_bytes(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu:
     (what the engine's release counts inside the fraction besides those, by ``tp·pp``:
     :attr:`EngineReservation.in_pool`). vLLM sizes its cache this way (docs.vllm.ai "Engine
     Arguments", ``--gpu-memory-utilization``; vllm/v1/worker/gpu_worker.py ``determine_available_memory``:
-    ``requested_memory − non_kv_cache_memory``, the weights, the torch peak and the non-torch increase)."""
+    ``requested_memory − non_kv_cache_memory``, the weights, the torch peak and the non-torch increase), with
+    ``memory_per_gpu`` the CUDA total its ``requested_memory`` is a fraction of."""
     budget = gpu_memory_utilization * memory_per_gpu - weight_bytes(model, tp, pp, ep)
     workspace = stack("none").workspace_bytes if workspace_bytes is None else workspace_bytes
     overhead = engine_overhead_bytes(model, max(stage_layers(model.layers, pp)), prompt_len, prefill_sequences, tp,
@@ -674,10 +683,12 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     captured after the cache (``enforce_eager`` false and ``vllm_release`` below
     :data:`VLLM_GRAPHS_IN_POOL_SINCE`: :func:`_graph_bytes`, 2.28 GiB on V1, a V0 engine's 3.34 GiB). From 0.21 the
     graphs' estimate is taken from the KV cache instead (``in_pool``, the same bytes, not also outside:
-    :func:`_graphs_in_pool`). Before 0.11 NCCL's buffers are inside the
-    fraction; the package prices the fraction at ``memory_per_gpu``, under the CUDA total (6% on an H100), and
-    that difference stands in for the non-torch and activation bytes vLLM counts inside it, so they are not
-    added again (docs/calibration-and-validation.md "The engine's KV budget against vLLM's start-up logs").
+    :func:`_graphs_in_pool`). Before 0.11 NCCL's buffers are inside the fraction, its non-torch increase, taken
+    from the KV cache and not also outside: ``in_pool`` :func:`_nccl_bytes` on a V1 release below
+    :data:`VLLM_NCCL_OUTSIDE_POOL_SINCE`, :data:`VLLM_V0_NCCL_BYTES` on a V0 engine (``tp·pp`` > 1). The fraction
+    is priced at ``memory_per_gpu``, the CUDA total vLLM takes it of (the presets' figures,
+    :data:`~packplace.placement.problem.hardware.PRESETS`), so no gap between the two stands in for these bytes
+    (docs/calibration-and-validation.md "What a vLLM engine holds on each GPU, by release").
     ``vllm_release`` ``None`` (unknown) takes the side that never under-counts what is held: NCCL and the graphs
     outside. ``engine_generation`` ``None`` (not vLLM): nothing, unpooled.
 
@@ -689,10 +700,11 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     if engine_generation is None:
         return EngineReservation()
     graph = _graph_bytes(engine_generation, enforce_eager)
+    nccl = _nccl_bytes(tp, pp)
     if engine_generation == "v0":
-        return EngineReservation(0.0, workspace + graph, True)
-    nccl_outside = vllm_release is None or tuple(vllm_release) >= VLLM_NCCL_OUTSIDE_POOL_SINCE
-    nccl = _nccl_bytes(tp, pp) if nccl_outside else 0.0
+        return EngineReservation(VLLM_V0_NCCL_BYTES if tp * pp > 1 else 0.0, workspace + graph, True)
+    if vllm_release is not None and tuple(vllm_release) < VLLM_NCCL_OUTSIDE_POOL_SINCE:
+        return EngineReservation(nccl, workspace + graph, True)
     if _graphs_in_pool(engine_generation, vllm_release):
         return EngineReservation(graph, workspace + nccl, True)
     return EngineReservation(0.0, workspace + nccl + graph, True)
@@ -706,9 +718,10 @@ def engine_held_bytes(resident: float, transient: float, pool: float, reservatio
     included, and :attr:`EngineReservation.outside` beside it), ``transient`` otherwise. ``transient`` is
     the engine's need inside the pool (live KV, working set, logits, :attr:`EngineReservation.in_pool`).
 
-    The pool is priced at the GPU's ``memory_per_gpu`` as the plan's capacity is: with a capacity ``M`` at
-    most the CUDA total ``T``, ``gmu·M + X ≤ M`` implies ``gmu·T + X ≤ T`` for any bytes ``X`` beside the
-    pool, so a plan that fits here fits on the GPU."""
+    The pool is priced at the GPU's ``memory_per_gpu`` as the plan's capacity is: both are the CUDA total ``T``
+    vLLM takes the fraction of (``gmu·T``), so the check ``gmu·T + X ≤ T`` is vLLM's own arithmetic with every
+    byte ``X`` beside the pool (the CUDA context among them, :attr:`EngineReservation.outside`). A config's smaller
+    ``memory_per_gpu`` ``M ≤ T`` stays safe: ``gmu·M + X ≤ M`` implies ``gmu·T + X ≤ T``."""
     if not reservation.pooled:
         return transient
     return max(transient, pool - resident) + reservation.outside
