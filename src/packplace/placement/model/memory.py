@@ -118,6 +118,29 @@ VLLM_CUDA_GRAPH_BYTES = 2.28 * _GIB
 VLLM_V0_CUDA_GRAPH_BYTES = 3.34 * _GIB
 #: Release from which vLLM subtracts its CUDA graphs from the KV cache (:data:`VLLM_CUDA_GRAPH_BYTES`).
 VLLM_GRAPHS_IN_POOL_SINCE = (0, 21)
+#: Bytes per logit (one row of the sampler's logits, one vocabulary entry) that vLLM's profile-run sampler holds at
+#: once, by engine generation: lower bounds read from the code, so the priced peak never exceeds vLLM's.
+#: ``v0``: the V0 profile run samples with ``SamplingParams(top_p=0.99, top_k=vocab_size - 1)`` (vllm/worker/
+#: model_runner.py ``profile_run``) so the sampler takes the sorting path (vllm/model_executor/layers/sampler.py
+#: ``_apply_top_k_top_p``), whose locals all live until its last line re-sorts the values: the fp32 logits (4) the
+#: sampler made of the bf16 ones (``Sampler.forward`` holds them), the sorted values (4) and their int64 indices (8),
+#: the top-k mask (bool, 1), the softmax of the sorted values (4), its cumulative sum (4), the top-p mask (1) and the
+#: re-sorted output (4): 30 (the bf16 logits the model runner may still hold are left out). ``v1``: the dummy
+#: sampler run (vllm/v1/worker/gpu_model_runner.py ``_dummy_sampler_run``, top-p 0.9, top-k ``V − 1``) may take
+#: FlashInfer's sampler, which sorts nothing, so only what every path holds: the bf16 logits the caller keeps (2),
+#: the sampler's fp32 copy (4) and the probabilities (4): 10,
+#: :data:`~packplace.placement.model.pass_memory.LOGIT_FORWARD_BYTES`.
+VLLM_PROFILE_SAMPLER_BYTES = {"v0": 30.0, "v1": float(LOGIT_FORWARD_BYTES)}
+#: Tokens of the profile run's forward (``max_num_batched_tokens``) when the framework sets none, by engine
+#: generation: the least vLLM's defaults give. ``v0``: ``max(max_model_len, 2048)`` without chunked prefill
+#: (vllm/config.py ``SchedulerConfig``), at least 2048. ``v1``: the ``vllm.LLM`` class (the frameworks' entry)
+#: defaults to 8192 below 70 GiB of GPU memory or on an A100 and 16384 above (vllm/engine/arg_utils.py
+#: ``EngineArgs`` ``default_max_num_batched_tokens``, ``UsageContext.LLM_CLASS``), at least 8192.
+VLLM_PROFILE_TOKENS = {"v0": 2048, "v1": 8192}
+#: ``max_num_batched_tokens`` of verl's vLLM rollout at every release the package knows (verl/trainer/config/
+#: ppo_trainer.yaml ``actor_rollout_ref.rollout.max_num_batched_tokens: 8192``, passed to ``vllm.LLM`` by the
+#: vLLM rollout with ``enable_chunked_prefill``).
+VERL_PROFILE_TOKENS = 8192
 
 
 @dataclass(frozen=True)
@@ -620,13 +643,87 @@ def dynamic_peak_tokens(workload: Workload, sequences: float, budget: int, ulyss
     return float(min(max(1, math.ceil(sequences - 1e-9)) * longest, budget + longest / ulysses))
 
 
+def profile_forward_bytes_per_token(model: ModelSpec, tp: int, ep: int = 1) -> float:
+    """Bytes per token of the largest set of tensors live at once in one layer of vLLM's bf16 profile forward,
+    on one of ``tp`` tensor-parallel ranks. vLLM's decoder layer (vllm/model_executor/models/llama.py
+    ``LlamaDecoderLayer``) keeps the residual and the normed hidden states (``2d``, full width on every rank)
+    while each block runs, and a block's output is all-reduced to full width ``d``:
+
+    * attention: the QKV projection ``(q + 2k)/tp``, the attention output ``q/tp`` and the ``o_proj`` output
+      ``d`` (``LlamaAttention.forward`` holds ``qkv`` until it returns): ``3d + (2q + 2k)/tp``;
+    * gated MLP: ``gate_up`` ``2f/tp``, ``SiluAndMul``'s output ``f/tp`` and ``down_proj``'s output ``d``
+      (``LlamaMLP.forward`` holds ``gate_up`` until it returns): ``3d + 3f/tp``; a plain MLP ``3d + 2f/tp``;
+    * MoE: the fused-MoE kernel's intermediate caches per routed pair, ``2f_e``, ``f_e`` and ``d``
+      (vllm/model_executor/layers/fused_moe/fused_moe.py ``intermediate_cache1..3``) over ``tp·ep`` ranks
+      (a lower bound: a rank's experts get ``1/ep`` of the pairs on average): ``3d + k_e·(3f_e + d)/(tp·ep)``;
+
+    each at 2 bytes (``q`` attention width, ``k`` K/V width, ``f`` MLP width, ``k_e`` experts per token).
+    Vendored rows of vLLM 0.6.4 (github.com/vllm-project/vllm/issues/10517: Llama-3.1-8B on one GPU, activation
+    peak 2.07 GiB at 20,000 profile tokens and 2.99 GiB at 29,000) give 110 KB per token; this gives 110,592 B
+    for that shape. Errors: ``tp`` or ``ep`` below 1 (``ValueError``)."""
+    if tp < 1 or ep < 1:
+        raise ValueError(f"profile_forward_bytes_per_token: tp {tp!r} and ep {ep!r} must be at least 1")
+    d, q, k = model.hidden_dim, model.attention_dim, model.kv_dim
+    attention = 3.0 * d + (2.0 * q + 2.0 * k) / tp
+    if model.is_moe:
+        mlp = 3.0 * d + model.experts_per_token * (3.0 * model.expert_ffn_dim + d) / (tp * ep)
+    else:
+        mlp = 3.0 * d + (3.0 if model.mlp == "gated" else 2.0) * model.ffn_dim / tp
+    return 2.0 * max(attention, mlp)
+
+
+def profile_run_peak_bytes(model: ModelSpec, *, tp: int, tokens: int, seqs: int, engine_generation: str | None,
+                           ep: int = 1) -> float:
+    """The torch activation peak of vLLM's start-up profile run on one GPU, bytes: the larger of one forward of
+    ``tokens`` dummy tokens (``max_num_batched_tokens``; :func:`profile_forward_bytes_per_token` per token) and
+    the sampler over ``min(seqs, tokens)`` rows (``max_num_seqs`` dummy requests, one logit row each) with the
+    final hidden states ``2d·tokens`` still held, at :data:`VLLM_PROFILE_SAMPLER_BYTES` per logit over the full
+    vocabulary (the logits are gathered before sampling, and the engine's KV cache is the smallest over its
+    workers, so the sampling rank binds). vLLM subtracts this peak from ``gpu_memory_utilization`` before the
+    KV cache (V0 ``Worker.determine_num_available_blocks`` after ``ModelRunner.profile_run``, vllm/worker/worker.py;
+    V1 ``Worker.determine_available_memory`` after ``GPUModelRunner.profile_run``, which runs
+    ``_dummy_sampler_run``, vllm/v1/worker/gpu_worker.py). ``engine_generation`` ``None`` (not vLLM) or
+    ``tokens`` 0: 0.
+
+    Raises:
+        ValueError: ``tokens`` or ``seqs`` negative, ``engine_generation`` not ``v0``/``v1``/``None``, or
+            :func:`profile_forward_bytes_per_token`'s errors.
+    """
+    if tokens < 0 or seqs < 0:
+        raise ValueError(f"profile_run_peak_bytes: tokens {tokens!r} and seqs {seqs!r} must be non-negative")
+    if engine_generation is None or tokens == 0:
+        return 0.0
+    if engine_generation not in VLLM_PROFILE_SAMPLER_BYTES:
+        raise ValueError(f"profile_run_peak_bytes: engine_generation {engine_generation!r} is not one of "
+                         f"{sorted(VLLM_PROFILE_SAMPLER_BYTES)} or None")
+    forward = profile_forward_bytes_per_token(model, tp, ep) * tokens
+    rows = min(seqs, tokens)
+    sampler = 2.0 * model.hidden_dim * tokens + rows * model.output_dim * VLLM_PROFILE_SAMPLER_BYTES[engine_generation]
+    return max(forward, sampler)
+
+
+def vllm_profile_tokens(engine_generation: str | None, framework: str | None = None) -> int:
+    """``max_num_batched_tokens`` of the profile run of a framework's vLLM engine, tokens: verl's
+    :data:`VERL_PROFILE_TOKENS`, else the least default of the engine generation (:data:`VLLM_PROFILE_TOKENS`);
+    0 when the engine is not vLLM (``engine_generation`` ``None``). Errors: an unknown generation (``ValueError``)."""
+    if engine_generation is None:
+        return 0
+    if engine_generation not in VLLM_PROFILE_TOKENS:
+        raise ValueError(f"vllm_profile_tokens: engine_generation {engine_generation!r} is not one of "
+                         f"{sorted(VLLM_PROFILE_TOKENS)} or None")
+    return VERL_PROFILE_TOKENS if framework == "verl" else VLLM_PROFILE_TOKENS[engine_generation]
+
+
 def kv_cache_budget_bytes(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,
                           gpu_memory_utilization: float, prompt_len: int, prefill_sequences: int = 1,
-                          ep: int = 1, workspace_bytes: float | None = None, non_torch_bytes: float = 0.0) -> float:
+                          ep: int = 1, workspace_bytes: float | None = None, non_torch_bytes: float = 0.0,
+                          profile_bytes: float = 0.0) -> float:
     """Bytes per GPU a paged-KV generation engine has for its KV cache (negative when the weights do not
     fit): ``gpu_memory_utilization · memory_per_gpu`` less the bf16 weights of the largest stage
     (:func:`weight_bytes`), :func:`engine_overhead_bytes` (the working set of ``prefill_sequences``
-    prompts of ``prompt_len`` tokens, the workspace, the weights' allocator slack) and ``non_torch_bytes``
+    prompts of ``prompt_len`` tokens, the workspace, the weights' allocator slack), what the start-up profile
+    run's activation peak ``profile_bytes`` (:func:`profile_run_peak_bytes`) exceeds that working set by (vLLM
+    subtracts the peak, which covers a prompt's working set), and ``non_torch_bytes``
     (what the engine's release counts inside the fraction besides those, by ``tp·pp``:
     :attr:`EngineReservation.in_pool`). vLLM sizes its cache this way (docs.vllm.ai "Engine
     Arguments", ``--gpu-memory-utilization``; vllm/v1/worker/gpu_worker.py ``determine_available_memory``:
@@ -636,7 +733,8 @@ def kv_cache_budget_bytes(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu:
     workspace = stack("none").workspace_bytes if workspace_bytes is None else workspace_bytes
     overhead = engine_overhead_bytes(model, max(stage_layers(model.layers, pp)), prompt_len, prefill_sequences, tp,
                                      workspace, ep)
-    return budget - overhead - non_torch_bytes
+    work = working_set_bytes_per_token(model) * prompt_len * prefill_sequences / tp
+    return budget - overhead - max(0.0, profile_bytes - work) - non_torch_bytes
 
 
 def engine_overhead_bytes(model: ModelSpec, n_layers: int, prompt_len: int, prefill_sequences: int, tp: int,
@@ -819,12 +917,13 @@ def stage_kv_bytes_per_token(model: ModelSpec, tp: int, pp: int) -> float:
 def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,
                              gpu_memory_utilization: float, prompt_len: int, live_len: float,
                              prefill_sequences: int = 1, ep: int = 1, workspace_bytes: float | None = None,
-                             non_torch_bytes: float = 0.0) -> int:
+                             non_torch_bytes: float = 0.0, profile_bytes: float = 0.0) -> int:
     """How many sequences a paged-KV generation engine holds at once (per data-parallel replica).
 
     The engine may use ``gpu_memory_utilization · memory_per_gpu`` bytes per GPU; after the bf16 weights
     of the largest stage, :func:`engine_overhead_bytes` (``prefill_sequences`` prompts' working set,
-    workspace, allocator slack) and the release's ``non_torch_bytes`` (:attr:`EngineReservation.in_pool`)
+    workspace, allocator slack), the profile run's peak beyond that working set (``profile_bytes``,
+    :func:`kv_cache_budget_bytes`) and the release's ``non_torch_bytes`` (:attr:`EngineReservation.in_pool`)
     the rest is KV cache, and each sequence holds ``live_len`` tokens on
     average (prompt plus response so far: ``S + mean response``) and the logits of its next token
     (``V·10/tp``: bf16, fp32 copy and probabilities, sampled every iteration):
@@ -841,7 +940,7 @@ def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_g
     budget = kv_cache_budget_bytes(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
                                    gpu_memory_utilization=gpu_memory_utilization, prompt_len=prompt_len,
                                    prefill_sequences=prefill_sequences, ep=ep, workspace_bytes=workspace_bytes,
-                                   non_torch_bytes=non_torch_bytes)
+                                   non_torch_bytes=non_torch_bytes, profile_bytes=profile_bytes)
     per_sequence = stage_kv_bytes_per_token(model, tp, pp) * live_len + model.output_dim * LOGIT_FORWARD_BYTES / tp
     if budget <= 0 or per_sequence <= 0:
         return 0
