@@ -50,7 +50,9 @@ from packplace.placement.model.memory import (
     engine_overhead_bytes,
     engine_reservation,
     kv_cache_budget_bytes,
+    profile_run_peak_bytes,
     stage_kv_bytes_per_token,
+    vllm_profile_tokens,
     weight_bytes,
 )
 from packplace.placement.model.pass_memory import stack, working_set_bytes_per_token
@@ -65,6 +67,9 @@ V0_BLOCK_TOKENS = 16
 #: A prompt length for the package's budget (its engine prices one prompt's working set; the A/B recipe's
 #: prompts are ~128 tokens): the term is under 0.1 GB for every row here.
 PROMPT_LEN = 128
+#: vLLM's default ``max_num_seqs`` on the logged rows that set none (vllm/config.py ``SchedulerConfig``, 256 on the
+#: V0 line), the profile run's dummy sequences.
+V0_MAX_NUM_SEQS = 256
 
 #: Hugging Face config.json shapes of the logged models (huggingface.co/<name>/config.json).
 SHAPES = {
@@ -184,19 +189,28 @@ def row_check(row: dict) -> dict:
     out["kv_bytes_per_token"] = per_token
     if kv_bytes is not None and row["kv_tokens"]:
         out["tokens_over_bytes_per_token"] = row["kv_tokens"] / (kv_bytes / per_token)
+    generation = "v1" if "V1" in row["vllm"] else "v0"
+    profile = 0.0
+    if row["max_num_batched_tokens"]:
+        profile = profile_run_peak_bytes(model, tp=row["tp"], tokens=row["max_num_batched_tokens"],
+                                         seqs=row.get("max_num_seqs", V0_MAX_NUM_SEQS), engine_generation=generation)
+        out["profile_peak_bytes"] = profile
     if parts:
         out["weights_logged_over_model"] = parts["weights"] * GIB / weight_bytes(model, row["tp"], row["pp"])
         if row["max_num_batched_tokens"]:
             out["activation_per_token_bytes"] = parts["activation"] * GIB / row["max_num_batched_tokens"]
             out["working_set_per_token_bytes"] = working_set_bytes_per_token(model) / row["tp"]
+            # the priced peak never exceeds what vLLM logged (the term is a lower bound)
+            out["profile_peak_over_logged_activation"] = profile / (parts["activation"] * GIB)
     if row["preset"] is None:
         return out
     memory = PRESETS[row["preset"]]["memory_per_gpu"]
-    in_pool = engine_reservation(tp=row["tp"], pp=row["pp"], engine_generation="v1" if "V1" in row["vllm"] else "v0",
+    in_pool = engine_reservation(tp=row["tp"], pp=row["pp"], engine_generation=generation,
                                  vllm_release=None, enforce_eager=False,
                                  workspace=stack("none").workspace_bytes).in_pool   # the priced rows are V0
     budget = kv_cache_budget_bytes(model, tp=row["tp"], pp=row["pp"], memory_per_gpu=memory,
-                                   gpu_memory_utilization=row["gmu"], prompt_len=PROMPT_LEN, non_torch_bytes=in_pool)
+                                   gpu_memory_utilization=row["gmu"], prompt_len=PROMPT_LEN, non_torch_bytes=in_pool,
+                                   profile_bytes=profile)
     out["in_pool_bytes"] = in_pool
     out["preset_memory_per_gpu"] = memory
     out["predicted_kv_bytes"] = budget
@@ -257,9 +271,14 @@ def ab_engine() -> dict:
     model = shape("Qwen3-235B-A22B")
     weights = weight_bytes(model, 8, 1)
     total = 79.22 * GIB
+    # the engine's start-up profile peak as the package prices NeMo RL's V1 engine (default max_num_seqs)
+    profile = profile_run_peak_bytes(model, tp=8, tokens=vllm_profile_tokens("v1", "nemo-rl"), seqs=V0_MAX_NUM_SEQS,
+                                     engine_generation="v1")
     pkg = [kv_cache_budget_bytes(model, tp=8, pp=1, memory_per_gpu=PRESETS["h100-sxm"]["memory_per_gpu"],
-                                 gpu_memory_utilization=g, prompt_len=PROMPT_LEN) for g in (0.80, 0.88)]
-    out = {"weights_bytes": weights, "package": pkg, "package_ratio": pkg[1] / pkg[0], "vllm": {}}
+                                 gpu_memory_utilization=g, prompt_len=PROMPT_LEN, profile_bytes=profile)
+           for g in (0.80, 0.88)]
+    out = {"weights_bytes": weights, "profile_peak_bytes": profile, "package": pkg, "package_ratio": pkg[1] / pkg[0],
+           "vllm": {}}
     for rid in ("llama3-8b-tp1-h100", "llama3-8b-tp2-h100"):
         parts = next(r for r in ROWS if r["id"] == rid)["parts"]
         reserved = (parts["non_torch"] + parts["activation"]) * GIB
