@@ -125,7 +125,8 @@ def test_figures_the_docs_quote():
     fop = phases.force_on_policy_delta()
     assert [round(x, 1) for x in fop["predicted_reduction_pct"]] == [47.3, 49.8]
     splits = {sp["id"]: sp for sp in (phases.onpolicy_split(p) for p in phases.PAIRS)}
-    assert round(splits["qwen3-32b v0.5"]["generation_side_gap_s"], 1) == 52.6   # 35.0 at a datasheet 80e9
+    # 51.8 with the profile run's activation peak taken from the KV cache; 52.6 before it, 35.0 at a datasheet 80e9
+    assert round(splits["qwen3-32b v0.5"]["generation_side_gap_s"], 1) == 51.8
     shares = [sp["generation_side_gap_s"] / sp["onpolicy_gap_s"] for sp in splits.values()]
     assert (round(100 * min(shares)), round(100 * max(shares))) == (67, 95)   # "67-95% of every on-policy gap"
 
