@@ -66,7 +66,8 @@ def test_a_colocate_all_plan_prices_the_engine_at_0_4():
     assert engine.pool_bytes <= 0.4 * GPU and engine.fits
     # fits at 0.4 (69.81 GB on every GPU), not at 0.9: the release after the override refuses the same plan
     assert ev.vertex_memory(plan)["actor.train"] / 1e9 == pytest.approx(69.81, abs=0.005)
-    assert ev.step_time(plan) == pytest.approx(407.8354, abs=1e-3)   # 419.3497 at a datasheet 80e9: a 34 GB pool
+    # 419.3497 at a datasheet 80e9: a 34 GB pool; 407.8354 before the start-up profile-run peak left the KV cache
+    assert ev.step_time(plan) == pytest.approx(408.2527, abs=1e-3)
     later = PlacementEvaluator(_instance("0.6.0.post1"))
     assert later.step_time(plan) == float("inf")
     # there the engine's 76.58 GB pool sets the GPUs' peak while it generates: 88.24 GB of 85.09
