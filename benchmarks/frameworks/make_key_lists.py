@@ -19,7 +19,12 @@ Run (the wheel from the package index, the repositories as git directories and a
     python benchmarks/frameworks/make_key_lists.py --verl-wheel /tmp/verl/verl-0.9.1-py3-none-any.whl \\
         --nemo-rl PATH/TO/NeMo-RL.git --nemo-rl-ref v0.7.0 --openrlhf PATH/TO/OpenRLHF.git --openrlhf-ref v0.11.0
 
-Writes ``tests/data/frameworks/{verl,nemo-rl,openrlhf}.json`` (only the frameworks given).
+Writes ``tests/data/frameworks/{verl,nemo-rl,openrlhf}.json`` (only the frameworks given). The OpenRLHF releases
+whose flags the emitter writes by their older names (``emit.openrlhf.FLAT_NAMES``) are kept one file each,
+``openrlhf-<tag>.json``, by ``--openrlhf-releases``:
+
+    python benchmarks/frameworks/make_key_lists.py --openrlhf PATH/TO/OpenRLHF.git \
+        --openrlhf-releases v0.5.8 v0.5.9 v0.6.0
 """
 
 from __future__ import annotations
@@ -125,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nemo-rl-ref", default="v0.7.0", help="tag or commit (default v0.7.0)")
     parser.add_argument("--openrlhf", type=Path, help="a git directory of OpenRLHF")
     parser.add_argument("--openrlhf-ref", default="v0.11.0", help="tag or commit (default v0.11.0)")
+    parser.add_argument("--openrlhf-releases", nargs="*", default=[],
+                        help="older OpenRLHF tags, written one file each (openrlhf-<tag>.json) instead of "
+                             "--openrlhf-ref")
     parser.add_argument("--out", type=Path, default=OUT, help=f"output folder (default {OUT})")
     args = parser.parse_args(argv)
     made = []
@@ -132,11 +140,13 @@ def main(argv: list[str] | None = None) -> int:
         made.append(verl(args.verl_wheel))
     if args.nemo_rl:
         made.append(nemo_rl(args.nemo_rl, args.nemo_rl_ref))
-    if args.openrlhf:
+    if args.openrlhf and not args.openrlhf_releases:
         made.append(openrlhf(args.openrlhf, args.openrlhf_ref))
+    for ref in args.openrlhf_releases if args.openrlhf else ():
+        made.append(openrlhf(args.openrlhf, ref) | {"file": f"openrlhf-{ref}"})
     args.out.mkdir(parents=True, exist_ok=True)
     for data in made:
-        path = args.out / f"{data['framework']}.json"
+        path = args.out / f"{data.pop('file', data['framework'])}.json"
         path.write_text(json.dumps(data, indent=1) + "\n")
         sizes = ", ".join(f"{name} {len(keys)}" for name, keys in data["configs"].items())
         print(f"{path}: {data['framework']} {data['version']}: {sizes}")

@@ -24,7 +24,7 @@ from packplace.placement.evaluator import PlacementEvaluator
 from packplace.placement.model.layout_rules import conform
 from packplace.placement.problem.plan import Allocation, Plan
 from packplace.result import UNKNOWN, Proposal
-from packplace.run import clock
+from packplace.run import clock, passed
 
 #: Origin of every block of the colocated plan.
 ORIGIN = (0, 0, 0)
@@ -144,12 +144,10 @@ def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans we
 
 #: Most plans (evaluator calls, memory step-downs included) :func:`disjoint_plan` scores.
 DISJOINT_EVALUATIONS = 3000
-#: Longest :func:`disjoint_plan` search when the caller gives no deadline (seconds).
-DISJOINT_TIME_S = 10.0
 
 
 def disjoint_plan(ev: PlacementEvaluator, deadline: float | None = None,
-                  max_evaluations: int = DISJOINT_EVALUATIONS) -> tuple[Plan | None, float, int]:
+                  max_evaluations: int = DISJOINT_EVALUATIONS) -> tuple[Plan | None, float, int, bool]:
     """The fastest feasible plan found with one block per *model* (its vertices share it), the blocks as
     disjoint as the cluster allows: what fits when colocating every model on the same GPUs does not.
 
@@ -159,13 +157,19 @@ def disjoint_plan(ev: PlacementEvaluator, deadline: float | None = None,
     each vertex runs its fastest candidate of that shape, stepped down in memory on the same block
     (:func:`repair_memory`) while a GPU is over-full.
 
+    The caller's ``deadline`` (a :func:`packplace.run.clock` reading, the run's :attr:`~packplace.run.Run.deadline`;
+    None: no clock limit) is the only clock that stops it: no cap of its own, so a search the caller gave time
+    to runs to its ``max_evaluations``, and a shorter deadline stops it there (the layout under way, its memory
+    step-downs included, stops at the deadline too).
+
     Returns:
-        ``(plan, step_time, evaluations)``; ``plan`` is None (time ``inf``) when no layout tried fits,
-        within ``max_evaluations`` scored plans and ``deadline`` (a ``packplace.run.clock()`` value).
+        ``(plan, step_time, evaluations, cut)``; ``plan`` is None (time ``inf``) when no layout tried fits,
+        within ``max_evaluations`` scored plans and ``deadline``; ``cut`` is True when the deadline stopped the
+        search before every layout was tried (or stopped a layout's step-downs): a ``plan`` None then shows
+        nothing about whether the models fit.
     """
     instance, table = ev.instance, ev.table
     cluster = instance.cluster
-    deadline = clock() + DISJOINT_TIME_S if deadline is None else deadline
     names_of: dict[str, list[str]] = {}
     for vertex in instance.graph.vertices:
         names_of.setdefault(vertex.model, []).append(vertex.name)
@@ -175,16 +179,19 @@ def disjoint_plan(ev: PlacementEvaluator, deadline: float | None = None,
         common = set.intersection(*({c.extent for c in table.feasible[name]} for name in names_of[model]))
         shapes[model] = sorted(common, key=lambda e: (-(e[0] * e[1] * e[2]), e))
         if not shapes[model]:
-            return None, float("inf"), 0
+            return None, float("inf"), 0, False
 
     def size(extent: tuple[int, int, int]) -> int:
         return extent[0] * extent[1] * extent[2]
 
     layouts = sorted(itertools.product(*(shapes[m] for m in models)),
                      key=lambda combo: (sum(map(size, combo)) > cluster.num_gpus, -sum(map(size, combo)), combo))
-    best, best_time, evaluations = None, float("inf"), 0
+    best, best_time, evaluations, cut = None, float("inf"), 0, False
     for combo in layouts:
-        if evaluations >= max_evaluations or clock() > deadline:
+        if evaluations >= max_evaluations:
+            break
+        if passed(deadline):
+            cut = True
             break
         used: list[tuple[int, int]] = []
         blocks: dict[str, Allocation] = {}
@@ -200,9 +207,11 @@ def disjoint_plan(ev: PlacementEvaluator, deadline: float | None = None,
                 choice[name] = (cand, blocks[model])
         plan, t, steps = repair_memory(ev, choice, keep_blocks=True, max_steps=50, deadline=deadline)
         evaluations += 1 + steps
+        if t == float("inf") and passed(deadline):  # the deadline may have stopped its step-downs
+            cut = True
         if t < best_time:
             best, best_time = plan, t
-    return best, best_time, evaluations
+    return best, best_time, evaluations, cut
 
 
 def _overlap(block: tuple[int, int], used: list[tuple[int, int]]) -> int:
@@ -232,13 +241,17 @@ def no_plan_found(ev: PlacementEvaluator, why: str, evaluations: int) -> Proposa
 
 def baseline_or_disjoint(ev: PlacementEvaluator, deadline: float | None = None) -> tuple[Plan | None, str, int]:
     """The colocated plan (:func:`colocated_plan`), or where no colocated plan fits the best
-    :func:`disjoint_plan`; ``(plan or None, note, evaluations)``."""
+    :func:`disjoint_plan` within ``deadline`` (the caller's; None: none); ``(plan or None, note, evaluations)``,
+    the note saying so where the deadline cut the search before any plan fit."""
     try:
         plan, note = colocated_plan(ev, tried="then one block per model, disjoint where possible, was searched")
         return plan, note, 0
     except ConfigError as exc:
         colocated_failure = str(exc).split(": ", 1)[-1]
-    plan, _, evaluations = disjoint_plan(ev, deadline)
+    plan, _, evaluations, cut = disjoint_plan(ev, deadline)
+    if plan is None and cut:
+        return None, (f"no plan found before the time limit: the one-block-per-model search was cut short "
+                      f"({evaluations} layouts scored)"), evaluations
     if plan is None:
         return None, colocated_failure, evaluations
     return plan, (f"no colocated plan fits; one block per model, disjoint where the cluster allows "

@@ -11,8 +11,8 @@ phase are combined and scored by the evaluator, stepping vertices down in memory
 (:func:`~packplace.solvers.placement._common.repair_memory`); still out of memory, the phase with the
 largest footprint moves to its next partition. Never slower than ``greedy``: greedy's search
 (:func:`packplace.solvers.placement.greedy.search`: the colocated plan, its generation | training split
-layouts and, where colocation does not fit, one block per model) runs too, and its plan is returned when
-faster or when no partition fits.
+layouts and, where colocation does not fit, one block per model) runs first, so that a time limit that cuts
+the search short still returns its plan, and its plan is returned when faster or when no partition fits.
 
 Options: ``time_limit_s`` (None: no limit; a limit stops the partition combinations, the step-down loop
 and greedy's family at the deadline, returning the best plan scored so far with ``hit_time_limit``),
@@ -144,10 +144,11 @@ def _solve(instance, run: Run) -> Proposal:
     ev = run.evaluator
     c = instance.cluster
     whole = Allocation((0, 0, 0), ev.table.extents[-1])
-    best_plan, best_time, evaluations, log, cut = partition_search(instance, run)
-    # 3) greedy's family (colocated, generation | training splits; one block per model where colocation does
-    #    not fit): concurrent is never slower than greedy
+    # 3) greedy's family first (colocated, generation | training splits; one block per model where colocation
+    #    does not fit), the cheap deterministic path: a tiny limit still returns its plan; concurrent is never
+    #    slower than greedy
     base = greedy_search(instance, run)
+    best_plan, best_time, evaluations, log, cut = partition_search(instance, run)
     evaluations += base.iterations or 0
     cut = cut or base.hit_time_limit
     base_time = ev.step_time(base.solution) if base.solution is not None else float("inf")
@@ -157,7 +158,8 @@ def _solve(instance, run: Run) -> Proposal:
             return base
         what = {"colocated": "fell back to colocation", "split": "fell back to greedy's split layout",
                 "disjoint": "fell back to one block per model, disjoint"}[base.info["layout"]]
-        message = (f"no phase partition fits in memory on {c.num_gpus} GPUs (or none was left to try); "
+        message = (f"no phase partition of the {c.num_gpus} GPUs gave a plan (none fits in memory, none has a "
+                   f"legal layout on its blocks, or none was left to try); "
                    f"{what} ({base.message}){own_cut}")
         return Proposal(base.solution, FEASIBLE, message=message, log=log, iterations=evaluations,
                         hit_time_limit=cut, info={"fallback": base.info["layout"]})

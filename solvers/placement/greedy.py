@@ -7,7 +7,8 @@ fastest one is returned. The family, in the order it is scored:
 
 1. **all colocated** (:func:`~packplace.solvers.placement._common.colocated_plan`): every block at GPU
    (0, 0, 0), all vertices on shared GPUs, run one after another in topological order; always scored first,
-   so greedy is never slower than it.
+   so greedy is never slower than it; where it needed memory step-downs it then climbs back
+   (:func:`climb_back`, item 5) before the deadline.
 2. **generation | training splits** (:func:`layouts`): for every two-block tiling ``(A, B)`` of the cluster
    in the candidate table's shapes and positions (:func:`tilings`: the aligned halves, and the unequal
    node or rack splits 2:1, 3:1 ... that the block machinery places at both ends, both orders), the
@@ -33,7 +34,19 @@ fastest one is returned. The family, in the order it is scored:
    on GPU 0, the inference vertices on GPU 1 and training on node 1 leave GPU 2 idle. Screened and stepped
    down like items 2 and 3, only where neither the colocated plan nor any of those fits, and under the same
    caps, so they never change a plan found without them nor add work where one is.
-5. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
+5. **inference spread over the blocks** (:func:`spread_layouts`): per three-block sequence of items 3 and 4 and
+   each role assignment, the training vertices on their block or the whole cluster ``W`` and each inference
+   vertex on the third block or ``W`` (``6 · (2^(k+1) - 1)`` more layouts per sequence), and generation alone on
+   the lowest position of each smaller block shape with training on ``W`` and each inference vertex there or on
+   ``W``: on two 3-GPU nodes the reference and reward forwards on all 6 GPUs, generation on GPU 0 and training on
+   node 1 beat both forwards on GPU 1 (docs/performance.md, "Small odd clusters"). Screened and stepped down like
+   item 2 after items 2 and 3, with their own :data:`MAX_LAYOUTS` and :data:`MAX_EVALUATIONS` (so they never take
+   a layout of items 2-3 from their budget); the idle-GPU half only with item 4. A layout that needed memory
+   step-downs then climbs back (:func:`climb_back`): each vertex tries its faster candidates of the same block
+   shape, the first that lowers the step time staying, within :data:`CLIMB_EVALUATIONS` evaluator calls
+   (:func:`~packplace.solvers.placement._common.repair_memory` steps the largest footprint down first, which can
+   leave another vertex slower than memory needs).
+6. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
    allows (:func:`~packplace.solvers.placement._common.disjoint_plan`); where nothing fits, no plan
    (status ``unknown``) with the smallest per-vertex needs.
 
@@ -45,7 +58,8 @@ disjoint layouts' step-downs stop at the deadline. A search the deadline cut bef
 (status ``unknown``, ``hit_time_limit``), not that the models do not fit. Synchronous plans only (a note
 says so when ``staleness_candidates`` allows stale ones).
 
-Options: ``time_limit_s`` (None: no limit on the family; the disjoint search's own 10 s cap), ``seed``
+Options: ``time_limit_s`` (None: no limit on the family nor on the disjoint search, which its evaluation cap
+ends), ``seed``
 (unused: deterministic, apart from where the clock cuts the family). Status: ``feasible``, or ``unknown`` when no
 plan fits.
 Performance: docs/performance.md ("Greedy's layout family").
@@ -56,10 +70,11 @@ from __future__ import annotations
 import itertools
 
 from packplace.errors import ConfigError
+from packplace.placement.model.layout_rules import conform
 from packplace.placement.problem.plan import Allocation, Plan
 from packplace.registry import register
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
-from packplace.run import Run
+from packplace.run import Run, passed
 from packplace.solvers.placement._common import (
     ORIGIN,
     assemble,
@@ -75,7 +90,7 @@ from packplace.solvers.placement._tilings import contiguous_tilings, packed_sequ
 
 __all__ = ["MAX_EVALUATIONS", "MAX_LAYOUTS", "LayoutSearch", "assemble", "baseline_or_disjoint", "best_layout",
            "colocated_plan", "disjoint_plan", "layouts", "no_plan_found", "repair_memory", "search", "solve",
-           "idle_layouts", "three_way_layouts",
+           "idle_layouts", "spread_layouts", "three_way_layouts",
            "tilings"]
 
 #: Most layouts of the family scored memory-blind per solve (the even tilings' layouts come first).
@@ -148,17 +163,56 @@ def idle_layouts(instance, table) -> list[Blocks]:
     return _role_layouts(instance, table, packed_sequences)
 
 
-def _role_layouts(instance, table, block_triples) -> list[Blocks]:
-    """The layouts of :func:`three_way_layouts` / :func:`idle_layouts` over ``block_triples(table, whole, 3)``
-    (the cluster's three-block sequences, in the order given): the generation, training and other vertices
-    one block each, every permutation, each distinct layout once."""
+def spread_layouts(instance, table, idle: bool = False) -> list[Blocks]:
+    """The layouts of the module docstring's item 5 (``idle``: its idle-GPU half): per three-block sequence of
+    :func:`three_way_layouts` (``idle``: of :func:`idle_layouts`) and each of its 6 role assignments, the training
+    vertices on their block or the whole cluster ``W`` and each other (inference) vertex on the third block or
+    ``W``, every combination but the one of :func:`three_way_layouts` itself (``2^(k+1) - 1`` per assignment for
+    ``k`` inference vertices); then (not ``idle``) per block shape of the table but the whole cluster, the
+    generation vertices on its lowest position ``X`` (:meth:`CandidateTable.origins`' first), the training
+    vertices on ``W`` and each other vertex on ``X`` or ``W``. Each distinct ``{vertex: block}`` once, none of
+    :func:`three_way_layouts`' (``idle``: :func:`idle_layouts`') among them. Empty without a vertex of each of
+    the three roles."""
+    roles = _roles(instance)
+    if roles is None:
+        return []
+    gens, others, trains = roles
     whole = Allocation(ORIGIN, table.extents[-1])
+    walker = packed_sequences if idle else contiguous_tilings
+    seen: set[tuple] = set()
+    for blocks3 in walker(table, whole, 3):  # the plain role layouts: recorded, not returned again
+        _add_role_permutations(blocks3, gens, others, trains, seen, [])
+    out: list[Blocks] = []
+    for blocks3 in walker(table, whole, 3):
+        _add_role_permutations(blocks3, gens, others, trains, seen, out, spread_to=whole)
+    if idle:
+        return out
+    for extent in table.extents[:-1]:
+        apart = table.origins(extent)[0]
+        for combo in itertools.product((apart, whole), repeat=len(others)):
+            _add_layout({**dict.fromkeys(gens, apart), **dict.fromkeys(trains, whole), **dict(zip(others, combo))},
+                        seen, out)
+    return out
+
+
+def _roles(instance) -> tuple[list[str], list[str], list[str]] | None:
+    """``(generation, other, training)`` vertex names in graph order; None unless each role has one."""
     vertices = instance.graph.vertices
     gens = [v.name for v in vertices if v.kind == "generate"]
     trains = [v.name for v in vertices if v.kind == "train"]
     others = [v.name for v in vertices if v.kind not in ("generate", "train")]
-    if not (gens and trains and others):
+    return (gens, others, trains) if gens and trains and others else None
+
+
+def _role_layouts(instance, table, block_triples) -> list[Blocks]:
+    """The layouts of :func:`three_way_layouts` / :func:`idle_layouts` over ``block_triples(table, whole, 3)``
+    (the cluster's three-block sequences, in the order given): the generation, training and other vertices
+    one block each, every permutation, each distinct layout once."""
+    roles = _roles(instance)
+    if roles is None:
         return []
+    gens, others, trains = roles
+    whole = Allocation(ORIGIN, table.extents[-1])
     out: list[Blocks] = []
     seen: set[tuple] = set()
     for blocks3 in block_triples(table, whole, 3):
@@ -166,17 +220,29 @@ def _role_layouts(instance, table, block_triples) -> list[Blocks]:
     return out
 
 
+def _add_layout(blocks: Blocks, seen: set[tuple], out: list[Blocks]) -> None:
+    """Append ``blocks`` to ``out`` unless ``seen`` has it (recording it there)."""
+    key = tuple(sorted(blocks.items()))
+    if key not in seen:
+        seen.add(key)
+        out.append(blocks)
+
+
 def _add_role_permutations(blocks3: list[Allocation], gens: list[str], others: list[str], trains: list[str],
-                           seen: set[tuple], out: list[Blocks]) -> None:
+                           seen: set[tuple], out: list[Blocks], spread_to: Allocation | None = None) -> None:
     """Append to ``out`` each of the 6 ways to give ``gens``, ``others`` and ``trains`` one of the three
-    blocks each, skipping (and recording in ``seen``) the ``{vertex: block}`` already there."""
+    blocks each, skipping (and recording in ``seen``) the ``{vertex: block}`` already there; with
+    ``spread_to`` (the whole cluster) also every variant with the training vertices on it instead and each
+    other vertex on its block or on it, one at a time (:func:`spread_layouts`)."""
     for gen_block, other_block, train_block in itertools.permutations(blocks3):
-        blocks = {**dict.fromkeys(gens, gen_block), **dict.fromkeys(trains, train_block),
-                  **dict.fromkeys(others, other_block)}
-        key = tuple(sorted(blocks.items()))
-        if key not in seen:
-            seen.add(key)
-            out.append(blocks)
+        if spread_to is None:
+            _add_layout({**dict.fromkeys(gens, gen_block), **dict.fromkeys(trains, train_block),
+                         **dict.fromkeys(others, other_block)}, seen, out)
+            continue
+        for train_at in (train_block, spread_to):
+            for combo in itertools.product((other_block, spread_to), repeat=len(others)):
+                _add_layout({**dict.fromkeys(gens, gen_block), **dict.fromkeys(trains, train_at),
+                             **dict(zip(others, combo))}, seen, out)
 
 
 class LayoutSearch:
@@ -207,23 +273,71 @@ def _fastest_choice(table, blocks: Blocks) -> dict | None:
 
 
 def best_layout(ev, run: Run, best_time: float = float("inf")) -> LayoutSearch:
-    """The fastest plan of :func:`layouts`, :func:`three_way_layouts` and :func:`idle_layouts` (items 2-4 of
-    the module docstring) that beats ``best_time`` (seconds; the colocated plan's). Items 2 and 3 are screened
-    memory-blind, then stepped down in memory in order of the memory-blind time while that is below the best
-    found; only where nothing fits yet (no colocated plan, ``best_time`` infinite, and none of items 2 and 3)
-    and neither a cap nor the run cut that pass, item 4's layouts follow the same way: they never change a
-    plan found without them, nor add work where one is. Each improvement is offered to ``run``. Ends at
-    ``run``'s deadline,
-    when ``run.stopped``, after :data:`MAX_LAYOUTS` screened layouts or :data:`MAX_EVALUATIONS` step-down
-    evaluator calls (both counted over the two passes)."""
+    """The fastest plan of :func:`layouts`, :func:`three_way_layouts`, :func:`spread_layouts` and
+    :func:`idle_layouts` (items 2-5 of the module docstring) that beats ``best_time`` (seconds; the colocated
+    plan's). Items 2 and 3 are screened memory-blind, then stepped down in memory in order of the memory-blind
+    time while that is below the best found (a layout that needed step-downs then climbs back,
+    :func:`climb_back`); where neither a cap nor the run cut that pass, item 5's whole-cluster layouts follow
+    in a pass of their own; only where nothing fits yet (no colocated plan, ``best_time`` infinite, and none
+    of those) and neither a cap nor the run cut them, item 4's layouts and item 5's idle-GPU ones follow the
+    same way: they never change a plan found without them, nor add work where one is. Each improvement is
+    offered to ``run``. Ends at ``run``'s deadline, when ``run.stopped``, or per pass after
+    :data:`MAX_LAYOUTS` screened layouts (items 2-3 and 4 counted together) or :data:`MAX_EVALUATIONS`
+    step-down evaluator calls."""
     out = LayoutSearch()
     out.step_time = best_time
     first = layouts(ev.instance, ev.table) + three_way_layouts(ev.instance, ev.table)
-    if _search_pass(ev, run, first, 0, out) and not out.cut and out.plan is None and best_time == float("inf"):
-        _search_pass(ev, run, idle_layouts(ev.instance, ev.table), len(first), out)
+    whole = _search_pass(ev, run, first, 0, out) and not out.cut
+    if whole:  # item 5: its own caps, so that it never takes a layout of items 2-3 from their budget
+        whole = _search_pass(ev, run, spread_layouts(ev.instance, ev.table), 0, out) and not out.cut
+    if whole and out.plan is None and best_time == float("inf"):
+        idle = idle_layouts(ev.instance, ev.table) + spread_layouts(ev.instance, ev.table, idle=True)
+        _search_pass(ev, run, idle, len(first), out)
     if out.plan is None:
         out.step_time = float("inf")
     return out
+
+
+#: Most evaluator calls of one :func:`climb_back` (per stepped-down layout).
+CLIMB_EVALUATIONS = 50
+
+
+def climb_back(ev, plan: Plan, step_time: float, deadline: float | None = None,
+               max_calls: int = CLIMB_EVALUATIONS) -> tuple[Plan, float, int]:
+    """Undo memory step-downs that were not needed: per vertex in name order, its memory-feasible candidates
+    of the same block shape that are faster than its own (fastest first) are tried in its place, on the same
+    block; the first that lowers the evaluator's step time stays (then the next vertex); passes repeat while
+    one improves, within ``max_calls`` evaluator calls and ``deadline`` (a
+    :func:`packplace.run.clock` reading; None: none).
+
+    :func:`~packplace.solvers.placement._common.repair_memory` steps down the vertex with the largest
+    footprint first, which may leave another vertex on a slower candidate than the memory needs.
+
+    Returns:
+        ``(plan, step_time, evaluator calls)``: the plan (``plan`` itself when nothing improved) and its step
+        time in seconds.
+    """
+    table = ev.table
+    calls = 0
+    improved = True
+    while improved:
+        improved = False
+        for name, vp in plan.vertices:
+            current = table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
+            if current is None:
+                continue
+            for cand in table.feasible[name]:
+                if cand.time >= current.time or calls >= max_calls or passed(deadline):
+                    break
+                if cand.extent != current.extent:
+                    continue
+                trial = conform(ev.instance, table, plan.replace(name, cand.at(vp.allocation)))
+                t = ev.step_time(trial)
+                calls += 1
+                if t < step_time:
+                    plan, step_time, improved = trial, t, True
+                    break
+    return plan, step_time, calls
 
 
 def _search_pass(ev, run: Run, family: list[Blocks], first_index: int, out: LayoutSearch) -> bool:
@@ -232,6 +346,7 @@ def _search_pass(ev, run: Run, family: list[Blocks], first_index: int, out: Layo
     deadline or stop cut the screening (``out.cut`` says which)."""
     table = ev.table
     ranked = []
+    stepped_before = out.evaluations - out.screened  # evaluator calls of earlier passes' step-downs
     for index, blocks in enumerate(family, start=first_index):
         if index >= MAX_LAYOUTS:
             out.cut = "layout cap"
@@ -251,16 +366,25 @@ def _search_pass(ev, run: Run, family: list[Blocks], first_index: int, out: Layo
     for relaxed, _, choice in ranked:
         if relaxed >= out.step_time:
             break
-        if out.evaluations >= out.screened + MAX_EVALUATIONS or run.expired() or run.stopped:
+        if out.evaluations >= out.screened + stepped_before + MAX_EVALUATIONS or run.expired() or run.stopped:
             out.cut = ("time limit" if run.expired() else "stopped" if run.stopped else "evaluation cap")
             break
         plan, t, steps = repair_memory(ev, choice, keep_blocks=True, max_steps=LAYOUT_STEPS, deadline=run.deadline)
         out.stepped += 1
         out.evaluations += 1 + steps
+        if steps and t < float("inf"):  # stepped down: take back the step-downs memory did not need
+            plan, t, calls = climb_back(ev, plan, t, run.deadline)
+            out.evaluations += calls
         if t < out.step_time:
             out.plan, out.step_time = plan, t
             run.offer(plan, t)
     return True
+
+
+def _climbed(before: Plan, after: Plan) -> str:
+    """How many vertices :func:`climb_back` moved, for the message (``1 vertex``, ``3 vertices``)."""
+    moved = sum(1 for (_, a), (_, b) in zip(before.vertices, after.vertices) if a != b)
+    return f"{moved} vertex" if moved == 1 else f"{moved} vertices"
 
 
 def _describe(plan: Plan, cluster) -> str:
@@ -282,7 +406,7 @@ def solve(instance, run: Run) -> Proposal:
 
 def search(instance, run: Run) -> Proposal:
     """:func:`solve`'s search, without the staleness note (``concurrent`` runs it too). ``info["layout"]``
-    names the winner: ``colocated``, ``split`` (items 2-4) or ``disjoint`` (item 5); ``info`` also counts the
+    names the winner: ``colocated``, ``split`` (items 2-5) or ``disjoint`` (item 6); ``info`` also counts the
     ``layouts_screened`` and ``layouts_stepped``. ``hit_time_limit`` is set when the run's deadline cut the
     layout family (or the disjoint search) short; the caps :data:`MAX_LAYOUTS` and :data:`MAX_EVALUATIONS`
     are part of the family's definition and do not set it."""
@@ -291,6 +415,11 @@ def search(instance, run: Run) -> Proposal:
         plan, note = colocated_plan(ev, tried="then generation | training splits and one block per model, "
                                               "disjoint where possible, were searched")
         best_time, evaluations, colocated_failure, layout = ev.step_time(plan), 0, None, "colocated"
+        if not run.expired() and not run.stopped:  # the colocated plan's step-downs, undone where not needed
+            climbed, climbed_time, evaluations = climb_back(ev, plan, best_time, run.deadline)
+            if climbed_time < best_time:
+                note = f"{note}; {_climbed(plan, climbed)} climbed back to faster candidates"
+                plan, best_time = climbed, climbed_time
         run.offer(plan, best_time)  # a caller (anneal, cpsat) stops if it meets the bound
     except ConfigError as exc:
         plan, note, best_time, evaluations, layout = None, "", float("inf"), 0, None
@@ -309,8 +438,8 @@ def search(instance, run: Run) -> Proposal:
         note = f"{note}; no split layout was scored: cut short (time limit)"
     cut_by_time = found.cut == "time limit"
     if colocated_failure is not None:
-        disjoint, t, layouts_scored = disjoint_plan(ev, run.deadline)
-        cut_by_time = cut_by_time or run.expired()
+        disjoint, t, layouts_scored, disjoint_cut = disjoint_plan(ev, run.deadline)
+        cut_by_time = cut_by_time or disjoint_cut
         evaluations += layouts_scored
         if disjoint is not None and t < best_time:
             plan, best_time, layout = disjoint, t, "disjoint"

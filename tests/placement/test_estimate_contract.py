@@ -152,7 +152,9 @@ def test_framework_none_on_a_trainers_layout_is_the_evaluators_vertex(sharding, 
         assert e.time_s == pytest.approx(0.1679, abs=5e-5)
     assert e.inputs["trainer_rate_fraction"] == PYTORCH_TRAIN_FRACTION   # the trainer: line names it
     # a forward keeps the table's bare kernels (one GPU's passes; place has no rate on its log-prob forwards)
-    infer = estimate(shape, "h100-sxm", "infer", seq_len=2048, framework="none", tp=tp, pp=pp, dp=dp)
+    # (per replica: dp only at pp > 1, where it sets the pipeline hand-offs' link)
+    infer = estimate(shape, "h100-sxm", "infer", seq_len=2048, framework="none", tp=tp, pp=pp,
+                     dp=dp if pp > 1 else 1)
     assert "trainer_rate" not in infer.parts and "trainer_rate_fraction" not in infer.inputs
 
 
@@ -233,7 +235,8 @@ def test_a_pipelined_pass_is_the_evaluators_stage_times_pp_plus_the_update(frame
 def test_a_log_prob_pass_is_the_evaluators_forward(framework, degrees, kernels):
     # the actor's old log-probs (and verl's / NeMo RL's reference, on the trainer's strategy) at the table's rates
     _, vertex, _, shape = _pair(DENSE, framework, **degrees)
-    infer = estimate(shape, "h100-sxm", "infer", seq_len=2048, framework=framework, **degrees)
+    # one replica's pass (estimate refuses a dp that changes nothing): the vertex of dp replicas runs it on each
+    infer = estimate(shape, "h100-sxm", "infer", seq_len=2048, framework=framework, **{**degrees, "dp": 1})
     assert infer.inputs["pass_kernels"] == kernels
     assert infer.time_s - infer.parts["overhead"] == pytest.approx(vertex["old_log_prob"], rel=REL)
     assert "trainer_rate" not in infer.parts
@@ -571,5 +574,5 @@ def test_an_unset_sharding_is_places_default_in_estimate_too(framework, degrees)
     if (framework, degrees) == ("none", {"dp": 4}):
         assert e.time_s == pytest.approx(0.1679, abs=5e-5)
     # estimate's default is the one place reads: an explicit zero1 is the same estimate
-    assert estimate(shape, "h100-sxm", "train", seq_len=2048, framework=framework, sharding="zero1", **{
-        k: v for k, v in degrees.items()}).time_s == e.time_s
+    assert estimate(shape, "h100-sxm", "train", seq_len=2048, framework=framework, sharding="zero1",
+                    recompute="none", **degrees).time_s == e.time_s

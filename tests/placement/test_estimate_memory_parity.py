@@ -140,17 +140,19 @@ def test_a_nemo_rl_pack_is_charged_as_place_charges_it(backend, dp, pp, cp, seq_
     # Qwen2.5-1.5B, NeMo RL 0.7.0, zero1: estimate had priced a Megatron pack at its sequences' tokens (3,000 of
     # 1,500-token sequences in a 4,096-token pack: 31.32 GB) where place charged the full pack (36.50 GB)
     e = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=seq_len, dp=dp, pp=pp, cp=cp, framework="nemo-rl",
-                 sharding="zero1", trainer_backend=backend, framework_version="0.7.0", pack_tokens=pack)
+                 sharding="zero1", trainer_backend=backend, framework_version="0.7.0", pack_tokens=pack,
+                 recompute="none")   # the config's training.actor.recompute
     config = _config("nemo-rl", backend, "zero1", dp * cp * pp, dp * cp, cp=cp, seq_len=seq_len, pack=pack,
                      version="0.7.0")
     vertex = _vertex_bytes(config, Strategy(dp * cp, pp, 1, 1), 1)
     assert e.memory["peak_bytes"] == pytest.approx(vertex, rel=REL)
     # the pack's memory is that of one sequence of the pack's tokens, not of the sequences it holds
     full = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=tokens, dp=dp, pp=pp, cp=cp, framework="nemo-rl",
-                    sharding="zero1", trainer_backend=backend, framework_version="0.7.0", pack_tokens=tokens)
+                    sharding="zero1", trainer_backend=backend, framework_version="0.7.0", pack_tokens=tokens,
+                    recompute="none")
     assert e.memory["peak_bytes"] == pytest.approx(full.memory["peak_bytes"], rel=1e-12)
     fewer = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=seq_len, dp=dp, pp=pp, cp=cp, framework="nemo-rl",
-                     sharding="zero1", trainer_backend=backend, framework_version="0.7.0")
+                     sharding="zero1", trainer_backend=backend, framework_version="0.7.0", recompute="none")
     assert e.memory["peak_bytes"] > fewer.memory["peak_bytes"]
 
 

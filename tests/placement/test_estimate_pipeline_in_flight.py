@@ -53,7 +53,7 @@ def _setup(tmp_path, micro_batches: int):
 
 def _estimate(micro_batches=None):
     return estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=SEQ, dp=DP, pp=PP, sharding="zero1",
-                    trainer_backend="megatron", micro_batches=micro_batches)
+                    trainer_backend="megatron", micro_batches=micro_batches, recompute="none")
 
 
 def test_in_flight_is_1f1b_depth_capped_by_the_micro_batches():

@@ -32,7 +32,7 @@ def test_a_pass_without_an_optimizer_keeps_none_and_the_bare_loop_is_asked_for()
     assert estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, optimizer="none").inputs["sharding"] == "none"
     assert estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, framework="verl",
                     optimizer="none").inputs["sharding"] == "none"
-    assert estimate("qwen2.5-1.5b", "h100-sxm", "infer", dp=4, framework="verl").inputs["sharding"] == "none"
+    assert estimate("qwen2.5-1.5b", "h100-sxm", "infer", framework="verl").inputs["sharding"] == "none"
 
 
 @pytest.mark.parametrize("kwargs", [{"framework": "verl"}, {"trainer_backend": "megatron"}])

@@ -164,7 +164,8 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
     # training (weights, grads, Adam: 16 bytes/parameter; the first pipeline stage also holds the
     # 0.5e9-parameter embedding) needs 16.4 GB per GPU on 8 GPUs, 131 GB in all, so more than 16 GPUs of 8 GB:
     # 24, three nodes; the concurrent solver then fits the whole plan on the doubled cluster of 32 GPUs (greedy's
-    # 1:3 split of its 4 nodes: the engine on one node, training on the other three)
+    # 1:3 split of its 4 nodes: the engine on one node, training on the other three, the inference forwards
+    # spread over all 32 GPUs)
     actor = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
     reward = dict(layers=4, hidden_dim=512, ffn_dim=1024, vocab_size=1000, head_dim=64)
     cfg = {"hardware": {**HW, "memory_per_gpu": 8e9}, "models": {"actor": actor, "reward": reward},

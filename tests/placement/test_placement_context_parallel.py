@@ -216,10 +216,10 @@ def test_the_reference_runs_with_the_actors_cp_in_verls_megatron_and_in_nemo_rl(
     assert forward_context_parallel(_verl_cp(framework="nemo-rl"), "reference.infer")
     assert forward_context_parallel(_verl_cp(backend="fsdp", framework="nemo-rl"), "reference.infer")
     assert not forward_context_parallel(build_instance(_grpo()), "reference.infer")      # no CP
-    # the reference's dp holds whole CP groups, as the actor's does
-    assert framework_layout_allows(instance, "infer", Strategy(2, 1, 8), "reference.infer")
-    assert not framework_layout_allows(instance, "infer", Strategy(1, 2, 8), "reference.infer")
-    assert not framework_layout_allows(_verl_cp(framework="nemo-rl"), "infer", Strategy(1, 2, 8), "reference.infer")
+    # the reference's dp holds whole CP groups, as the actor's does (tp 4: Megatron-Core's tp divides the 4 KV heads)
+    assert framework_layout_allows(instance, "infer", Strategy(4, 1, 4), "reference.infer")
+    assert not framework_layout_allows(instance, "infer", Strategy(1, 4, 4), "reference.infer")
+    assert not framework_layout_allows(_verl_cp(framework="nemo-rl"), "infer", Strategy(1, 4, 4), "reference.infer")
     # memory: the actor's split on the reference's own dp
     assert context_parallel_split(instance, "reference.infer", 4) == ContextParallelSplit(2, None, 2)
     assert context_parallel_split(_verl_cp(backend="auto"), "reference.infer", 4) == ContextParallelSplit(2, None, 2)

@@ -85,7 +85,8 @@ def test_registered_as_exact():
 
 def test_tiny_dpo_matches_brute_force_over_every_candidate_and_origin():
     # 1 node of 4 GPUs, 2.4 GB per GPU: the fastest training candidates do not fit next to the reference
-    # weights, so both baselines step down to a slower colocated plan; the optimum is elsewhere.
+    # weights, so both baselines step down to a slower colocated plan; the optimum is elsewhere (they missed
+    # it by 5.8% until greedy climbed back the step-downs memory did not need: now they reach it).
     inst = instance("dpo", memory_per_gpu=2.4e9, batch_size=16)
     table, ev = get_table(inst), get_evaluator(inst)
     names = ev.names
@@ -100,7 +101,8 @@ def test_tiny_dpo_matches_brute_force_over_every_candidate_and_origin():
     assert 0 <= result.objective - result.bound <= result.info["rounding_s"]  # proof up to the ticks rounding
     assert claim_holds(result)
     for baseline in ("greedy", "concurrent"):
-        assert packplace.place(inst, baseline).objective > brute * 1.01  # the baselines miss it (by 5.8%)
+        heuristic = packplace.place(inst, baseline).objective
+        assert brute - 1e-12 <= heuristic <= result.objective + result.info["rounding_s"]  # exact <= heuristic
 
 
 def test_grpo_on_two_gpus_matches_brute_force_with_a_publication_edge():

@@ -11,6 +11,7 @@ import pytest
 
 import packplace
 from packplace.placement.config import load_config
+from packplace.placement.evaluator import get_evaluator
 from packplace.run import run_for
 from packplace.solvers.placement.cpsat.solve import _ExactPlacement
 
@@ -95,17 +96,24 @@ def test_the_same_short_cpsat_call_gives_the_same_answer(name, limit):
     assert answers[1] == answers[0] and answers[2] == answers[0]
 
 
-def test_a_cpsat_call_whose_hints_the_limit_cuts_says_so_every_time():
-    # OpenRLHF PPO on one node: no colocated plan fits, and greedy needs its one-block-per-model layouts
-    # (about 1.5 s here) before any plan does; each hint solver gets 20% of 1 s, so no hint is found. The
-    # table and the hints run on the call's deadline now (they had run whole, 5-6 s, before a "1 s" answer)
+def test_a_cpsat_call_whose_hints_the_limit_cuts_says_so_and_finds_a_plan_wherever_greedy_does(work_clock):
+    # OpenRLHF PPO on one node: no colocated plan fits, and greedy needs its one-block-per-model layouts before
+    # any plan does. On the work clock (deadlines a count of evaluator calls): at 0.5 s neither greedy alone nor
+    # cpsat finds one, and cpsat says its hints were cut; at 5 s greedy alone finds one (cut short), and so does
+    # cpsat, whose greedy hint gets every second left (at 20% of the limit, 1 s, it had found none: "unknown")
+    path = os.path.join(ROOT, "configs", "placement", "published", "ppo_openrlhf_llama2-7b_1x8xa800.yaml")
     for _ in range(2):
-        result = packplace.place(load_config(os.path.join(ROOT, "configs", "placement", "published",
-                                                          "ppo_openrlhf_llama2-7b_1x8xa800.yaml")),
-                                 solver="cpsat", time_limit_s=1.0, seed=0)
+        result = packplace.place(load_config(path), solver="cpsat", time_limit_s=0.5, seed=0)
         assert result.status == "unknown" and result.hit_time_limit and result.solution is None
         assert result.message.startswith("no plan found before the time limit: the hint solvers (")
         assert "fits with" not in result.message and "do not fit together" not in result.message
+    alone = packplace.place(load_config(path), solver="greedy", time_limit_s=5.0, seed=0)
+    assert alone.status == "feasible" and alone.hit_time_limit
+    inst = load_config(path)
+    result = packplace.place(inst, solver="cpsat", time_limit_s=5.0, seed=0)
+    assert result.status == "feasible" and result.solution is not None and result.hit_time_limit
+    assert result.objective == pytest.approx(get_evaluator(inst).step_time(result.solution), rel=1e-12)
+    assert result.objective <= alone.objective + 1e-9
 
 
 def test_an_infeasible_verdict_on_a_model_that_accepts_its_hint_is_solved_again_without_presolve():

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -150,26 +152,38 @@ def test_small_dapo_matches_brute_force_over_every_plan_and_staleness(kw, winner
 _GRPO: dict = {}
 
 
-def _nemo_grpo():
-    """GRPO (generate, reference, reward, train) under NeMo RL on two GPUs, 256 sequences."""
-    if "inst" not in _GRPO:
+def _nemo_grpo(engines: str = "with_slower"):
+    """GRPO (generate, reference, reward, train) under NeMo RL on two GPUs, 256 sequences, and the model's
+    tables on every 2nd candidate of each vertex. ``engines``: ``"with_slower"`` adds every engine candidate
+    that streams slower (in ticks) when stale than as one batch: where one exists the model admits every
+    staleness 0; ``"never_slower"`` drops them: the model then requires a staleness ≥ 1 (periodic module
+    docstring)."""
+    if engines not in _GRPO:
         config = {"hardware": {**HW, "gpus_per_node": 2, "memory_per_gpu": 8e9},
                   "models": {"actor": SMALL, "reward": SMALL},
                   "workload": dict(batch_size=128, samples_per_prompt=2, context_length=256, generation_length=256),
                   "policy": {"algorithm": "grpo", "framework": "nemo-rl"},
                   "optimizer": {"e_max": 4000, "staleness_candidates": {"actor": [0, 1]}}}
         inst = build_instance(config)
-        table = get_table(inst)
-        _GRPO["inst"] = inst
+        table, ev = get_table(inst), get_evaluator(inst)
         candidates = {n: every_kth(table, n, 2) for n in inst.graph.names}
-        _GRPO["tables"] = cpsat.make_tables(get_evaluator(inst), candidates)
-    return _GRPO["inst"], _GRPO["tables"]
+        b = ev.index["actor.generate"]
+
+        def slower(c) -> bool:  # in the model's ticks (periodic.stale_ticks against the option's duration)
+            return (s := ev.stale_time(b, c, 1)) is not None and cpsat.to_ticks(s) > cpsat.to_ticks(c.time)
+
+        strided = {id(c) for c in candidates["actor.generate"]}
+        candidates["actor.generate"] = [c for c in table.feasible["actor.generate"] if (
+            (id(c) in strided or slower(c)) if engines == "with_slower" else (id(c) in strided and not slower(c)))]
+        _GRPO[engines] = inst, cpsat.make_tables(ev, candidates)
+    return _GRPO[engines]
 
 
+@pytest.mark.parametrize("engines", ["with_slower", "never_slower"])
 @settings(max_examples=30, deadline=None)
 @given(st.data())
-def test_model_period_matches_the_evaluator_with_stale_rollout_durations(data):
-    inst, tables = _nemo_grpo()
+def test_model_period_matches_the_evaluator_with_stale_rollout_durations(engines, data):
+    inst, tables = _nemo_grpo(engines)
     choice = [data.draw(st.sampled_from(opts)) for opts in tables.options]
     staleness = {"actor": data.draw(st.sampled_from([0, 1]))}
     plan = cpsat._plan_of(choice, tables.names, staleness)
@@ -190,11 +204,23 @@ def test_model_period_matches_the_evaluator_with_stale_rollout_durations(data):
     if not score.feasible:
         assert status == cp_model.INFEASIBLE
         return
+    # the model admits every staleness 0 exactly when some engine option streams slower when stale
+    b = ev.index["actor.generate"]
+    slower = any(periodic.stale_ticks(ev, b, o, 1) > o.duration for o in tables.options[b])
+    assert built.synchronous == slower
+    rounding = periodic.rounding_ticks(tables)
+    if not staleness["actor"] and not built.synchronous:
+        # excluded, and dominated: its stale twin (same options) is a plan of the model whose period is below
+        # this plan's synchronous step time plus the rounding, and the evaluator scores the twin no slower
+        assert status == cp_model.INFEASIBLE
+        twin = periodic.model_period(tables, inst, choice, {"actor": 1})[0]
+        assert twin < score.step_time * cpsat.TICKS_PER_S + rounding
+        assert ev.step_time(cpsat._plan_of(choice, tables.names, {"actor": 1})) <= score.step_time
+        return
     assert status == cp_model.OPTIMAL
     value, _ = periodic.model_period(tables, inst, choice, staleness)
     assert int(solver.ObjectiveValue()) == value
     assert value == math.ceil(max_cycle_mean(len(choice), periodic.cycle_edges(tables, inst, choice, staleness)))
-    rounding = periodic.rounding_ticks(tables)
     if staleness["actor"]:
         # the documented agreement: the evaluator's period ≤ the model's P < it + E (when the period, not the
         # synchronous step time, is the evaluator's objective)
@@ -204,6 +230,45 @@ def test_model_period_matches_the_evaluator_with_stale_rollout_durations(data):
         assert ticks - 1e-3 <= value < ticks + rounding
     else:  # every staleness 0: a relaxation of the synchronous step time
         assert value < score.step_time * cpsat.TICKS_PER_S + rounding
+
+
+def _fixed_solve(inst, tables, choice, staleness: int) -> tuple[Any, int | None]:
+    """CP-SAT on the periodic model with the options and the actor's staleness fixed: ``(status, period)``."""
+    built = periodic.build_periodic_model(inst, tables, horizon=10**10)
+    for v, chosen in enumerate(choice):
+        for option, lit in zip(tables.options[v], built.x[v]):
+            built.model.Add(lit == int(option is chosen))
+    for t, lit in built.stale["actor"].items():
+        built.model.Add(lit == int(t == staleness))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    status = solver.Solve(built.model)
+    return status, (int(solver.ObjectiveValue()) if status == cp_model.OPTIMAL else None)
+
+
+def test_periodic_model_without_slower_stale_rollouts_drops_only_dominated_synchronous_plans():
+    # the engine's options never stream slower when stale: the model requires staleness >= 1, so an
+    # evaluator-feasible plan with every staleness 0 is INFEASIBLE there, and its stale twin (same options)
+    # is a plan of the model at most the synchronous step time, which the evaluator scores no slower
+    inst, tables = _nemo_grpo("never_slower")
+    ev = get_evaluator(inst)
+    assert not periodic.build_periodic_model(inst, tables, horizon=10**10).synchronous
+    rounding = periodic.rounding_ticks(tables)
+    rng, checked = random.Random(0), 0
+    while checked < 6:
+        choice = [rng.choice(opts) for opts in tables.options]
+        sync = ev.score(cpsat._plan_of(choice, tables.names, {"actor": 0}))
+        if not sync.feasible:
+            continue
+        checked += 1
+        assert _fixed_solve(inst, tables, choice, 0)[0] == cp_model.INFEASIBLE
+        status, value = _fixed_solve(inst, tables, choice, 1)
+        assert status == cp_model.OPTIMAL
+        assert value == periodic.model_period(tables, inst, choice, {"actor": 1})[0]
+        assert value < sync.step_time * cpsat.TICKS_PER_S + rounding
+        twin = ev.score(cpsat._plan_of(choice, tables.names, {"actor": 1}))
+        assert twin.feasible and twin.gpu_memory_peak == sync.gpu_memory_peak
+        assert twin.step_time <= sync.step_time
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(batch_size=256), dict(generation_length=1024),

@@ -169,9 +169,10 @@ def test_greedy_beats_the_colocated_plan_on_the_shipped_grpo_config():
     ev = get_evaluator(inst)
     colocated = ev.step_time(colocated_plan(ev)[0])
     result = packplace.place(inst, "greedy")
-    assert result.info["layout"] == "split"
-    # the 0.9 engine pool forces the colocated plan down 25 candidates; the split layout keeps the engine on
-    # one node, so the reference runs beside it on the other
+    # the 0.9 engine pool forces the colocated plan down 30 candidates; the split layouts (39.9996 s: the engine
+    # on one node, the reference beside it on the other) beat it, and the colocated plan with the step-downs
+    # memory did not need climbed back beats both (37.5056 s)
+    assert result.info["layout"] == "colocated" and "climbed back to faster candidates" in result.message
     assert result.objective < 0.7 * colocated
     assert result.objective <= disjoint_plan(ev)[1]
 
@@ -193,9 +194,12 @@ def test_the_family_stops_at_the_deadline_and_when_the_run_is_stopped():
     assert proposal.solution == colocated and proposal.info["layouts_screened"] == 0
     full = greedy.best_layout(ev, Run("placement", inst, time_limit_s=None, evaluator=ev),
                               ev.step_time(colocated))
-    family = len(greedy.layouts(inst, ev.table)) + len(greedy.three_way_layouts(inst, ev.table))
+    family = (len(greedy.layouts(inst, ev.table)) + len(greedy.three_way_layouts(inst, ev.table))
+              + len(greedy.spread_layouts(inst, ev.table)))
     assert full.cut == "" and 0 < full.stepped <= full.screened == family
-    assert full.evaluations <= full.screened + greedy.MAX_EVALUATIONS + greedy.LAYOUT_STEPS
+    # two passes (items 2-3, then item 6), each within its evaluation cap plus one layout's step-downs and climb
+    per_pass = greedy.MAX_EVALUATIONS + 1 + greedy.LAYOUT_STEPS + greedy.CLIMB_EVALUATIONS
+    assert full.evaluations <= full.screened + 2 * per_pass
 
 
 def test_a_family_cut_by_the_deadline_sets_hit_time_limit_for_greedy_and_concurrent():
@@ -207,7 +211,8 @@ def test_a_family_cut_by_the_deadline_sets_hit_time_limit_for_greedy_and_concurr
     inst = load_config(os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml"))
     ev = get_evaluator(inst)
     colocated = colocated_plan(ev)[0]
-    assert greedy.search(inst, Run("placement", inst, time_limit_s=None, evaluator=ev)).info["layout"] == "split"
+    unlimited_greedy = greedy.search(inst, Run("placement", inst, time_limit_s=None, evaluator=ev))
+    assert ev.step_time(unlimited_greedy.solution) < ev.step_time(colocated)
     for search in (greedy.search, concurrent._solve):
         expired = Run("placement", inst, time_limit_s=1e-9, evaluator=ev)
         while not expired.expired():

@@ -98,10 +98,13 @@ def test_greedy_finds_a_plan_leaving_a_gpu_idle_on_two_three_gpu_nodes():
     assert result.objective == pytest.approx(ev.step_time(result.solution), rel=1e-12)
     assert result.objective <= hand + 1e-9
     used = set()
-    for _, vp in result.solution.vertices:
-        lo, hi = vp.allocation.gpu_range(inst.cluster)
-        used |= set(range(lo, hi))
-    assert len(used) < 6  # a GPU left idle: no plan of item 2 or 3 fits
+    for name, vp in result.solution.vertices:
+        if name in ("actor.generate", "actor.train"):
+            lo, hi = vp.allocation.gpu_range(inst.cluster)
+            used |= set(range(lo, hi))
+    # generation and training on packed blocks that leave a GPU to the inference vertices (which, spread over
+    # the whole cluster, are faster there than on the idle GPU's block): no plan of item 2 or 3 fits
+    assert len(used) < 6
     assert "no colocated plan fits; split layout" in result.message
 
 

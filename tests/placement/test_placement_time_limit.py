@@ -3,6 +3,7 @@ and analytic bound included), and a call whose table and bound use up the limit 
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import types
 from pathlib import Path
@@ -15,11 +16,14 @@ from packplace.placement import candidates, load_config
 from packplace.placement.candidates import CandidateTable, TableBuildTimeout
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.problem.config import build_instance
-from packplace.run import Run
-from packplace.solvers.placement._common import colocated_plan
+from packplace.run import OutOfTime, Run, clock
+from packplace.solvers.placement._common import baseline_or_disjoint, colocated_plan, disjoint_plan
 from packplace.solvers.placement.concurrent import partition_search
+from packplace.solvers.placement.cpsat import pruning
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The cpsat backend's module (the package's ``solve`` attribute is its function).
+CPSAT_SOLVE = importlib.import_module("packplace.solvers.placement.cpsat.solve")
 
 #: A NeMo RL async GRPO step that may run one step stale: the bound prices every generation candidate's
 #: steady-state rollout (the costly part of the analytic bound).
@@ -134,3 +138,58 @@ def test_a_search_cut_short_is_not_reported_as_models_that_do_not_fit(work_clock
     assert "the search was cut short" in result.message and "nothing was shown not to fit" in result.message
     for advice in ("do not fit together", "fits with", "zero3", "offload", "LoRA", "smallest needs"):
         assert advice not in result.message
+
+
+# -- disjoint_plan obeys the caller's deadline only, and says when it cut the search
+def test_disjoint_plan_without_a_deadline_has_no_clock_cap_of_its_own(monkeypatch):
+    ev = get_evaluator(load_config(str(CROWDED)))
+    full = disjoint_plan(ev)
+    assert full[0] is not None and not full[3]
+    # a clock that jumps 20 s at every reading: the old own 10 s cap stopped the search at its first layout
+    ticks = itertools.count()
+    monkeypatch.setattr("time.perf_counter", lambda: next(ticks) * 20.0)
+    slow = disjoint_plan(ev)
+    assert slow == full
+
+
+def test_a_disjoint_search_cut_by_the_deadline_says_so(work_clock):
+    ev = get_evaluator(load_config(str(CROWDED)))
+    assert disjoint_plan(ev, deadline=clock() - 1.0) == (None, float("inf"), 0, True)
+    full = disjoint_plan(ev)
+    deadline = clock() + 20 * work_clock.evaluation_s  # about 20 evaluator calls
+    plan, t, evaluations, cut = disjoint_plan(ev, deadline=deadline)
+    assert cut and evaluations < full[2]
+    assert evaluations <= 20 + 2
+    plan, note, _ = baseline_or_disjoint(ev, deadline=clock() - 1.0)
+    assert plan is None and note.startswith("no plan found before the time limit")
+    assert "do not fit" not in note
+
+
+# -- CP-SAT's dominance pruning setup stops at the build deadline
+def test_dominance_pruning_checks_its_deadline_at_every_candidate(monkeypatch):
+    inst = stale_instance()
+    ev = get_evaluator(inst)
+    full = pruning.nondominated_candidates(ev)
+    readings = itertools.count()
+    monkeypatch.setattr("time.perf_counter", lambda: float(next(readings)))
+    assert pruning.nondominated_candidates(ev, deadline=None) == full  # no deadline: no clock read, same answer
+    assert next(readings) == 0
+    with pytest.raises(OutOfTime, match="dominance pruning"):
+        pruning.nondominated_candidates(ev, deadline=30.0)
+    assert next(readings) <= 33  # stopped within a reading or two of the deadline, not at the end
+    with pytest.raises(OutOfTime, match="dominance pruning setup"):
+        pruning.publication_is_monotone(stale_instance(), ev.table, deadline=-1.0)
+
+
+def test_cpsat_whose_pruning_passes_the_build_deadline_returns_its_hint(monkeypatch, work_clock):
+    real = CPSAT_SOLVE.nondominated_candidates
+
+    def late(ev, deadline=None):
+        work_clock.now += 1e6  # the build budget is spent before the pruning starts
+        return real(ev, deadline)
+
+    monkeypatch.setattr(CPSAT_SOLVE, "nondominated_candidates", late)
+    result = packplace.place(stale_instance(), "cpsat", time_limit_s=10, seed=0)
+    assert result.status == "feasible" and result.solution is not None and result.hit_time_limit
+    assert result.info["cp_status"] == "NOT_BUILT"
+    assert "dominance pruning" in result.info["build_stopped_at"]

@@ -30,6 +30,7 @@ from packplace.solvers.placement.cpsat.model import (
 from packplace.solvers.placement.cpsat.pruning import nondominated_candidates, publication_is_monotone
 from packplace.solvers.placement.cpsat.solve import (
     BUILD_TIME_SHARE,
+    CHEAPEST_HINT,
     DEFAULT_CP_PARAMETERS,
     DEFAULT_PROGRESS_S,
     DEFAULT_TIME_LIMIT_S,
@@ -54,7 +55,8 @@ from packplace.solvers.placement.cpsat.tables import (
 )
 
 __all__ = [
-    "BUILD_TIME_SHARE", "DEFAULT_CP_PARAMETERS", "DEFAULT_PROGRESS_S", "DEFAULT_TIME_LIMIT_S", "HINT_BUDGET",
+    "BUILD_TIME_SHARE", "CHEAPEST_HINT", "DEFAULT_CP_PARAMETERS", "DEFAULT_PROGRESS_S", "DEFAULT_TIME_LIMIT_S",
+    "HINT_BUDGET",
     "HINT_SOLVERS", "MAX_EXACT_GPUS", "MEMORY_UNIT", "TICKS_PER_S", "Locator", "Model", "ModelBuildTimeout",
     "ModelTables", "Option", "_plan_of", "add_data_edges", "add_memory_rows", "add_occupancy", "build_model",
     "first_block_at_origin", "make_tables", "match_literal", "model_schedule", "nested_block_sizes",

@@ -188,6 +188,13 @@ class PeriodicModel:
 
     Attributes:
         stale: ``{model: {t: Boolean}}`` the staleness decision per published model.
+        synchronous: True when a plan may have every staleness 0 (some option's stale rollout runs slower
+            than its batch, so a stale plan can lose to its synchronous twin); False when the model requires
+            some staleness ≥ 1. Then it excludes no better plan: with no stale duration above the option's own,
+            a plan's stale twin (same options, a staleness ≥ 1) has a period at most that of every staleness 0,
+            which is below the synchronous step time plus :func:`rounding_ticks` (:func:`model_period`), at
+            the same memory rows; the evaluator scores the twin at the smaller of its period and that step
+            time. A test that fixes every staleness to 0 must expect INFEASIBLE when this is False.
     """
 
     model: cp_model.CpModel
@@ -196,6 +203,7 @@ class PeriodicModel:
     end: list[cp_model.IntVar]
     period: cp_model.IntVar
     stale: dict[str, dict[int, Any]]
+    synchronous: bool
 
 
 def build_periodic_model(instance, tables: ModelTables, horizon: int,
@@ -297,7 +305,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
     m.Add(sum(d * (o.hi - o.lo) * lit for v in range(n) for d, lit, o in terms[v])
           <= instance.cluster.num_gpus * period)
     m.Minimize(period)
-    return PeriodicModel(m, x, start, end, period, stale)
+    return PeriodicModel(m, x, start, end, period, stale, synchronous=slower)
 
 
 def _modulo_order(m: Any, n: int, occ: list, segments: list, terms: list, start: list, end: list, duration: list,

@@ -22,9 +22,10 @@ from collections import defaultdict
 from typing import Any
 
 from packplace.placement.candidates import Candidate, CandidateTable
+from packplace.run import OutOfTime, passed
 
 
-def publication_is_monotone(instance, table: CandidateTable) -> tuple[bool, str]:
+def publication_is_monotone(instance, table: CandidateTable, deadline: float | None = None) -> tuple[bool, str]:
     """Whether the step time is monotone in vertex times, transfers and memory (pruning is lossless).
 
     The evaluator's step is ``max(makespan, end[trainer] + realloc − start[consumer])``. For the first
@@ -33,9 +34,16 @@ def publication_is_monotone(instance, table: CandidateTable) -> tuple[bool, str]
     into ``b`` (any candidate of ``b``, any level of the cluster) is at most ``b``'s earliest start, the
     longest data-edge path of fastest candidates before it.
 
+    ``deadline``: a :func:`packplace.run.clock` reading (None: none), checked at every consumer candidate.
+
     Returns:
         ``(monotone, reason)``; ``reason`` names the failing edge, or is empty.
+
+    Raises:
+        OutOfTime: the clock passed ``deadline`` (``packplace.run.OutOfTime``).
     """
+    check = _deadline_check(deadline)
+    check("dominance pruning setup")
     graph = instance.graph
     names = graph.names
     earliest_end: dict[str, float] = {}
@@ -51,6 +59,7 @@ def publication_is_monotone(instance, table: CandidateTable) -> tuple[bool, str]
         model = instance.models[graph.vertex(trainer).model]
         worst = 0.0
         for cand in table.feasible[consumer]:
+            check("dominance pruning setup (reallocation bounds)")
             for level in range(top_level + 1):
                 shard = 2.0 * model.params / (cand.strategy.pp * cand.strategy.tp)
                 worst = max(worst, table.cost.p2p(shard, level))
@@ -79,7 +88,16 @@ def _stale_times(evaluator) -> dict[str, Any]:
     return out
 
 
-def nondominated_candidates(evaluator) -> dict[str, list[Candidate]]:
+def _deadline_check(deadline: float | None):
+    """``check(stage)``: raises :class:`~packplace.run.OutOfTime` naming ``stage`` once the clock passes
+    ``deadline`` (no-op when it is None)."""
+    def check(stage: str) -> None:
+        if passed(deadline):
+            raise OutOfTime(stage)
+    return check
+
+
+def nondominated_candidates(evaluator, deadline: float | None = None) -> dict[str, list[Candidate]]:
     """Per vertex, the memory-feasible candidates of ``evaluator``'s candidate table that no other
     candidate dominates (module docstring). ``evaluator``: the instance's
     :class:`~packplace.placement.evaluator.PlacementEvaluator` (the run's).
@@ -91,8 +109,13 @@ def nondominated_candidates(evaluator) -> dict[str, list[Candidate]]:
     transient bytes less kept bytes, kept bytes, −dp if the vertex has data-edge inputs, −pp·tp if it is an
     unmatched reallocation consumer, and for a rollout engine a stale policy may feed under a continuous-rollout
     framework its steady-state time at each allowed staleness ≥ 1)``; of equal vectors the first in table order stays.
-    Output keeps table order (fastest first).
+    Output keeps table order (fastest first). ``deadline``: a :func:`packplace.run.clock` reading (None:
+    none), checked at every candidate (grouping and the dominance test).
+
+    Raises:
+        OutOfTime: the clock passed ``deadline`` (``packplace.run.OutOfTime``).
     """
+    check = _deadline_check(deadline)
     instance, table = evaluator.instance, evaluator.table
     graph = instance.graph
     partner_edges: dict[str, list[tuple[str, bool]]] = defaultdict(list)  # vertex -> [(partner, is_consumer)]
@@ -107,6 +130,7 @@ def nondominated_candidates(evaluator) -> dict[str, list[Candidate]]:
         has_inputs = bool(graph.predecessors(name))
         groups: dict[tuple, list[tuple[tuple, int, Candidate]]] = defaultdict(list)
         for index, cand in enumerate(table.feasible[name]):
+            check("dominance pruning setup (candidate groups)")
             pp, tp, ep = cand.strategy.pp, cand.strategy.tp, cand.strategy.ep
             key: list[Any] = [cand.extent]
             shard_dim = 0
@@ -123,6 +147,7 @@ def nondominated_candidates(evaluator) -> dict[str, list[Candidate]]:
         kept: list[tuple[int, Candidate]] = []
         for members in groups.values():
             for vector, index, cand in members:
+                check("dominance pruning (dominance test)")
                 beaten = any(_dominates(other, vector) and (other != vector or j < index)
                              for other, j, _ in members if j != index)
                 if not beaten:

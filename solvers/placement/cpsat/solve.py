@@ -1,12 +1,14 @@
 """The ``cpsat`` placement backend: hint, candidate set, symmetry breaking, time budget, solve, checks.
 
 Hint and fallback: the best (evaluator objective) of the ``hint_solvers`` plans (default ``greedy``,
-``concurrent``, ``anneal``; a budget-taking solver gets :data:`HINT_BUDGET` of the limit) is the hint
+``concurrent``, ``anneal``; a budget-taking solver gets :data:`HINT_BUDGET` of the limit, :data:`CHEAPEST_HINT`
+(greedy) all the time left while no plan is found, and runs after the others where they find none) is the hint
 (options, starts and ends of its integer schedule), the upper bound of the objective and the fallback.
-Restriction: ``top_k``, or a cluster above ``max_gpus`` (32) GPUs, keeps per vertex its ``top_k`` fastest
-candidates of each block shape plus the hint's; the status is then at most ``feasible`` and CP-SAT's
-bound goes to ``info["restricted_bound_s"]`` only. Symmetry breaking: when block sizes nest, the first
-vertex's block is fixed at GPU 0 (:func:`first_block_at_origin`). Time limit: preparation may use
+Dominance pruning (:mod:`.pruning`) runs after the hint, within the build budget below (past it: the
+hint, ``cp_status`` ``NOT_BUILT``). Restriction: ``top_k``, or a cluster above ``max_gpus`` (32) GPUs, keeps
+per vertex its ``top_k`` fastest candidates of each block shape plus the hint's; the status is then at most
+``feasible`` and CP-SAT's bound goes to ``info["restricted_bound_s"]`` only. Symmetry breaking: when block
+sizes nest, the first vertex's block is fixed at GPU 0 (:func:`first_block_at_origin`). Time limit: preparation may use
 :data:`BUILD_TIME_SHARE` of ``time_limit_s``; the anneal hint stops after :data:`HINT_EVALUATIONS_PER_S`
 evaluations a second of its budget and a model of more than :data:`BUILD_OPTIONS_PER_S` options a second
 of the build budget is not built (counts, so a short limit answers the same on every run; the clock is
@@ -72,8 +74,13 @@ HINT_SOLVERS = ("greedy", "concurrent", "anneal")
 BUILD_TIME_SHARE = 0.5
 #: Seconds between progress lines on stderr when the config has no ``optimizer.progress_s``.
 DEFAULT_PROGRESS_S = 3.0
-#: Share of ``time_limit_s`` given to each hint solver that takes a budget (e.g. ``anneal``).
+#: Share of ``time_limit_s`` given to each hint solver that takes a budget (e.g. ``anneal``), but
+#: :data:`CHEAPEST_HINT` before any plan is found.
 HINT_BUDGET = 0.2
+#: The hint solver that gets every second left while no hint is found (and runs when ``hint_solvers`` lacks it
+#: and none of them found a plan): deterministic and the cheapest (its layout family, docs/performance.md), so a
+#: ``cpsat`` call finds a feasible plan whenever ``greedy`` alone does within the same limit.
+CHEAPEST_HINT = "greedy"
 #: ``anneal`` as a hint stops after this many evaluations per second of its budget (its ``e_max``, at
 #: most the configured one): a count, so the hint does not depend on the machine's speed; its clock
 #: budget stays as the safety net (the shipped configs evaluate 1,500 to 6,000 plans a second).
@@ -115,7 +122,9 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
                    staleness: dict[str, int] | None = None, cut: list[str] | None = None,
                    ) -> tuple[Plan, float, str] | None:
     """The hint: the best plan of ``solvers`` (each run through :meth:`~packplace.run.Run.call` with
-    ``budget_s`` seconds, never past ``run``'s deadline) by the evaluator, each re-scored with ``staleness``
+    ``budget_s`` seconds, never past ``run``'s deadline; :data:`CHEAPEST_HINT` with every second left while no
+    plan is found yet, and run after the others when ``solvers`` lacks it and none of them found a plan, so that
+    ``cpsat`` finds a plan whenever ``greedy`` alone does) by the evaluator, each re-scored with ``staleness``
     (None: every staleness 0, the synchronous plan); None when none of them found a feasible plan (the
     greedy and concurrent baselines search colocated, partitioned and disjoint one-block-per-model
     layouts). ``cut`` (when given) receives the name of each solver the time limit cut short.
@@ -131,10 +140,13 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
             raise ConfigError(f"cpsat: hint_solvers: {name!r} is not a usable placement backend; "
                               f"valid: {', '.join(n for n in names if n != 'cpsat')}")
         options: dict[str, Any] = {}
+        budget = min(budget_s, run.left())
+        if name == CHEAPEST_HINT and best is None:  # the cheap deterministic seed: every second left (item doc)
+            budget = run.left()
         if name == "anneal":  # a count of evaluations, not the clock, ends it (HINT_EVALUATIONS_PER_S)
             configured = int(run.instance.optimizer.get("e_max", OPTIMIZER_DEFAULTS["e_max"]))
             options["e_max"] = max(1, min(configured, int(HINT_EVALUATIONS_PER_S * budget_s)))
-        proposal = run.call(name, time_limit_s=min(budget_s, run.left()), **options)
+        proposal = run.call(name, time_limit_s=budget, **options)
         if proposal.hit_time_limit and cut is not None:
             cut.append(name)
         if proposal.solution is None:
@@ -149,6 +161,9 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
             best = (plan, t, name)
         if run.at_bound:  # a plan meets the analytic lower bound: no other solver can beat it
             break
+    if (best is None or best[1] == float("inf")) and CHEAPEST_HINT not in solvers:
+        # none of the configured hint solvers found a plan: the cheapest one seeds the model in the time left
+        return _best_baseline(run, (CHEAPEST_HINT,), budget_s, staleness, cut)
     if best is None or best[1] == float("inf"):
         return None
     return best
@@ -245,7 +260,9 @@ def solve(instance, run: Run, *, num_workers: int = 1,
             :data:`DEFAULT_CP_PARAMETERS`.
         hint_solvers: Registered backends whose best plan (re-scored with each model's largest staleness
             when the objective is the period, else with staleness 0) is the hint (default
-            :data:`HINT_SOLVERS`; each budget-taking solver gets ``HINT_BUDGET·time_limit_s``).
+            :data:`HINT_SOLVERS`; each budget-taking solver gets ``HINT_BUDGET·time_limit_s``, but
+            :data:`CHEAPEST_HINT` every second left until a plan is found, and it runs after them where they
+            find none).
 
     Returns:
         A :class:`~packplace.result.Proposal` with the plan (and its staleness), status ``optimal``
@@ -326,10 +343,24 @@ class _ExactPlacement:
         self.top_k = instance.k_eval if self.restricted and top_k is None else top_k
         self.why_restricted = (f"{instance.num_gpus} GPUs > max_gpus={max_gpus}" if instance.num_gpus > max_gpus
                                else f"top_k={top_k}")
+        self.monotone = False
+        self.candidates: dict[str, list] = {}
+
+    def prune(self) -> None:
+        """The candidates the model covers (:attr:`candidates`): the non-dominated ones where pruning is
+        lossless (:attr:`monotone`), else every memory-feasible one; within the build budget
+        (:data:`BUILD_TIME_SHARE` of the limit, the deadline :meth:`build` uses).
+
+        Raises:
+            OutOfTime: the build deadline passed during the dominance pruning setup.
+        """
+        instance = self.instance
+        deadline = self.run.started + BUILD_TIME_SHARE * self.limit
         # the period is monotone in every latency and in memory, so pruning is lossless there
-        self.monotone, why = (True, "") if self.asynchronous else publication_is_monotone(instance, self.table)
+        self.monotone, why = ((True, "") if self.asynchronous
+                              else publication_is_monotone(instance, self.table, deadline))
         if self.monotone:
-            self.candidates = nondominated_candidates(self.ev)
+            self.candidates = nondominated_candidates(self.ev, deadline)
         else:
             self.candidates = {name: list(self.table.feasible[name]) for name in instance.graph.names}
             self.notes.append(f"no dominance pruning ({why})")
@@ -348,6 +379,12 @@ class _ExactPlacement:
             proposal.message += "; cpsat needs a feasible hint and did not run"
             return proposal
         self.hint_plan, self.hint_time, self.hint_name = hint
+        try:
+            self.prune()
+        except OutOfTime as stage:
+            if self.restricted:  # what the model would have covered: never an optimality claim
+                self.notes.append(f"restricted ({self.why_restricted}): no optimality claim for the full problem")
+            return self.not_built(stage, BUILD_TIME_SHARE * self.limit)
         candidates, table = self.candidates, self.table
         for name in candidates:
             vp = self.hint_plan[name]

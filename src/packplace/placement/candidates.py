@@ -11,7 +11,9 @@ Hard rules (a candidate breaking one is not generated; :func:`explain` names the
   whole nodes of one rack (``tp = k·G``, ``k`` dividing the block's nodes per rack), costed over the
   inter-node links (:meth:`~packplace.placement.model.cost.CostModel.group_level`);
 * ``tp`` divides the attention heads, and divides the KV heads or is a multiple of them (the KV heads
-  are then replicated, and the KV cache counted on every rank);
+  are then replicated, and the KV cache counted on every rank: vLLM's rule); a trainer or forward on
+  Megatron-Core or NeMo RL's DTensor workers needs ``tp`` to divide them
+  (:func:`~packplace.placement.model.layout_rules.kv_head_refusal`, through :func:`framework_layout_allows`);
 * ``pp`` is at most the layer count (when it does not divide them the stages are uneven,
   :func:`~packplace.placement.model.memory.stage_layers`);
 * ``ep`` (expert parallelism) is 1 for a dense model; for a MoE model it divides the routed experts and
@@ -1185,7 +1187,9 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str |
     a forward that runs with it, :func:`forward_context_parallel`), and NeMo RL's DTensor workers take no
     context parallelism with sequence packing (:func:`dtensor_packs_with_context_parallel`); under verl's
     dynamic batch size a training or forward vertex's GPUs must be a multiple of the Ulysses size (verl's
-    ``(world // sp, sp)`` device mesh of each worker group, ``fsdp_workers.py``)."""
+    ``(world // sp, sp)`` device mesh of each worker group, ``fsdp_workers.py``). A named vertex's ``tp`` must
+    divide its model's KV heads on a Megatron-Core or DTensor trainer
+    (:func:`~packplace.placement.model.layout_rules.kv_head_refusal`; engines keep the generic rule)."""
     dynamic = getattr(instance, "dynamic_bsz", None)
     if dynamic is not None and kind in ("train", "infer") and strategy.gpus % dynamic[2]:
         return False
@@ -1198,7 +1202,8 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str |
         if cp.refusal(strategy.dp) is not None:
             return False
     ctx = Context.of(instance)   # a framework without rules: strategy_refusal says None (DeepSpeed-Chat's one)
-    return strategy_refusal(ctx, name or f"?.{kind}", kind, strategy) is None
+    kv_heads = instance.models[instance.graph.vertex(name).model].kv_heads if name is not None else 0
+    return strategy_refusal(ctx, name or f"?.{kind}", kind, strategy, kv_heads) is None
 
 
 #: Why a packed context-parallel NeMo RL trainer has no DTensor strategy (:func:`dtensor_packs_with_context_parallel`).

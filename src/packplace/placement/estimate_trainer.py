@@ -76,13 +76,17 @@ class TrainerBackend:
 
 
 def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tuple[int, int, int, int],
-                            cp: int = 1, framework_version: str | None = None) -> TrainerBackend:
+                            cp: int = 1, framework_version: str | None = None,
+                            kv_heads: int = 0) -> TrainerBackend:
     """The trainer backend of an ``estimate`` pass of ``task`` with ``framework`` and strategy ``degrees`` =
     ``(dp, pp, tp, ep)``, as ``place`` resolves ``policy.trainer_backend`` (``backend``): for verl and NeMo RL
     the given backend, or under ``auto`` Megatron-Core for a strategy only it runs (verl: ``tp``, ``pp``, ``ep``
     or ``cp`` above 1, its context parallelism being the Megatron workers'; NeMo RL: ``pp`` or ``ep``), else
     FSDP / DTensor; DeepSpeed for OpenRLHF and DeepSpeed-Chat;
-    for ``framework`` ``none`` Megatron-Core only when asked (``megatron``), else bare kernels.
+    for ``framework`` ``none`` Megatron-Core only when asked (``megatron``), else bare kernels. ``kv_heads``: the
+    model's KV heads (0: not asked), which ``tp`` must divide on Megatron-Core (before NeMo RL v0.6's
+    Megatron-LM) and NeMo RL's DTensor workers
+    (:func:`~packplace.placement.model.layout_rules.kv_head_refusal`, as ``place``'s candidates).
 
     Raises:
         ConfigError: ``trainer_backend: ...`` naming the value: not one of ``auto``, ``fsdp``, ``megatron``;
@@ -117,8 +121,10 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
     resolved = trainer_backend(given, {TRAIN: strategy})
     two = framework in BACKEND_FRAMEWORKS + ("none",)
     name = trainer_backend_name(given, {TRAIN: strategy})   # the name place records (place --json)
-    layout = Context(framework, "grpo", {}, False, resolved if two else backend)
-    why = strategy_refusal(layout, TRAIN, "train", strategy) if framework != "none" else None
+    release = release_for(framework, framework_version)
+    layout = Context(framework, "grpo", {}, False, resolved if two else backend,
+                     megatron_splits_kv_heads=release is not None and release.megatron_splits_kv_heads)
+    why = strategy_refusal(layout, TRAIN, "train", strategy, kv_heads)   # framework none: the KV-head rule only
     if why is not None:
         on = f" (trainer_backend {backend}: its {name} workers)" if two else ""
         raise ConfigError(f"tp / pp / ep: {tp} / {pp} / {ep} is a strategy {framework}'s trainer does not run"
@@ -128,7 +134,6 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
                           "sequences with Ulysses sequence parallelism (ulysses_sequence_parallel_size), not "
                           "context parallelism, and estimate does not price Ulysses; give --trainer-backend "
                           "megatron or auto (verl's Megatron workers run context parallelism), or drop --cp")
-    release = release_for(framework, framework_version)
     return TrainerBackend(name, layout, release.transformer_engine if release is not None else None, backend,
                           release)
 

@@ -39,6 +39,7 @@ Memory: :func:`memory_parts`, the memory model's peak per GPU (:mod:`packplace.p
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from collections.abc import Mapping
@@ -60,7 +61,13 @@ from packplace.placement.estimate_trainer import (
     trainer_pass_parts,
 )
 from packplace.placement.model.components import ComponentTable, decode_seconds, load_table, pass_times, table_from_dict
-from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION, CostModel, hardware_table, vllm_decode_table
+from packplace.placement.model.cost import (
+    ACT_BYTES,
+    PYTORCH_TRAIN_FRACTION,
+    CostModel,
+    hardware_table,
+    vllm_decode_table,
+)
 from packplace.placement.model.engine import RolloutEngine
 from packplace.placement.model.framework import (
     FRAMEWORKS,
@@ -73,6 +80,7 @@ from packplace.placement.model.framework import (
 )
 from packplace.placement.model.layout_rules import (
     GENERATE,
+    MEGATRON_FIELDS,
     TRAIN,
     TRAINER_BACKENDS,
     Context,
@@ -96,6 +104,7 @@ from packplace.placement.model.pass_memory import (
     uses_autocast,
 )
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
+from packplace.placement.model.stages import stage_gemm_share
 from packplace.placement.problem.config import (
     CLUSTER_FIELDS,
     FIRST_PACKING_RELEASE,
@@ -499,10 +508,10 @@ def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch:
 
 
 def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro_batch: int = 1,
-             seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str = "none",
+             seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str | None = None,
              optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
-             enforce_eager: bool = False, framework_version: str | None = None, micro_batches: int | None = None,
+             enforce_eager: bool | None = None, framework_version: str | None = None, micro_batches: int | None = None,
              entropy_coeff: float = 0.0, train_mb_tokens: int | None = None, sharding: str | None = None,
              pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto",
              bias_activation_fusion: bool | None = None, moe_router_dtype: str | None = None,
@@ -514,9 +523,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
         gpu: Hardware preset (:data:`~packplace.placement.problem.hardware.PRESETS`), ``hardware`` over it; None:
             ``hardware`` gives every figure (a config's without a preset, :func:`estimate_hardware`).
         task: One of :data:`TASKS`.
-        micro_batch, seq_len: Sequences and tokens per sequence (train, infer, prefill; generate's prompts);
-            ``seq_len`` unset: :data:`DEFAULT_SEQ_LEN`. A decode iteration has no prompt: ``seq_len`` is
-            refused for ``decode`` (its sequences hold ``context`` tokens).
+        micro_batch, seq_len: Sequences and tokens per sequence (train, infer, prefill; generate's prompts); ``seq_len``
+            unset: :data:`DEFAULT_SEQ_LEN`; refused for ``decode`` (its sequences hold ``context`` tokens).
         batch, context: Running sequences and cached tokens per sequence (decode; generate's final length);
             ``context`` unset: :data:`GENERATE_NEW_TOKENS` cached tokens (decode), the prompt plus as many (generate).
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`; micro_batches: :func:`_micro_batches`.
@@ -525,17 +533,17 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             Unset: :func:`default_sharding` (``place``'s ``training.<role>.sharding`` default, ``zero1``, for a
             training pass with Adam whatever the framework; else ``none``); the Adam step takes the layout's
             share of the state (:func:`check_trainer_sharding`).
-        tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees; framework: :data:`ESTIMATE_FRAMEWORKS`.
-        table: A component table (object, JSON path, ``"none"`` for the knob model); default: the
-            preset's own (``component_table``).
+        tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees (every task but train per replica:
+            ``dp`` only where it counts, :func:`_check_replica_dp`); framework: :data:`ESTIMATE_FRAMEWORKS`.
+        table: A component table (object, JSON path, ``"none"``: the knob model); default the preset's own.
         enforce_eager: Decode without CUDA graphs (``enforce_eager``): every decode iteration (decode, generate)
             issues each kernel from the host (:meth:`~packplace.placement.model.cost.CostModel.decode_step_times`).
         framework_version: The RL framework's release (``"0.3.0"``), as ``policy.framework_version`` of a
             placement config: its vLLM engine generation (the host time per running sequence of every decode
             iteration, :func:`~packplace.placement.model.framework.host_seconds_per_sequence`) and its
-            ``enforce_eager`` default (``enforce_eager`` True overrides it); train and infer: the trainer's
-            logit bytes (:func:`_logit_bytes`); with ``pack_tokens`` the release's pad of log-prob packs
-            (:func:`_pack_pricing`). Unset: the current releases. ``vllm`` always runs the current (V1) engine.
+            ``enforce_eager`` default where ``enforce_eager`` is None (a bool wins, as ``policy.enforce_eager``);
+            train, infer: the trainer's logit bytes (:func:`_logit_bytes`); with ``pack_tokens`` the release's pad
+            of log-prob packs (:func:`_pack_pricing`). Unset: the current releases; ``vllm``: the current (V1) engine.
         entropy_coeff: verl's entropy bonus (``policy.entropy_coeff``; train, infer; :func:`_logit_bytes`).
         pack_tokens: NeMo RL's tokens per pack (``framework="nemo-rl"``; ``train_mb_tokens`` for ``train``,
             ``logprob_mb_tokens`` for ``infer``): the micro-batch priced is the ``⌊pack_tokens/s⌋`` equal
@@ -553,22 +561,23 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
-
     Raises:
         ConfigError: an invalid argument, naming it and its value."""
     shape = resolve_model(model)
-    _check_settings(task, recompute, optimizer, framework, enforce_eager, sharding)
+    recompute = _check_settings(task, recompute, optimizer, framework, enforce_eager, sharding)
     megatron, megatron_inputs = _megatron(task, bias_activation_fusion, moe_router_dtype, framework,
                                           trainer_backend, shape)
     engine_generation, version_eager = _engine(framework, framework_version)
-    enforce_eager = enforce_eager or (version_eager and task in ("decode", "generate"))
+    enforce_eager = (version_eager if enforce_eager is None else enforce_eager) and task in ("decode", "generate")
     _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=dp, ep=ep)
-    seq_len, context = _lengths(task, seq_len, context, batch)
+    seq_len, context = _lengths(task, seq_len, context, batch, micro_batch, recompute, optimizer, framework_version)
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
     cp, mbs, given_length = _context_parallel(cp, task), _micro_batches(micro_batches, task, pp), seq_len  # unpacked
+    _check_replica_dp(task, dp, pp, ep, cp)
     micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
     _check_strategy(shape, tp, pp, dp, ep, cp, framework=framework, task=task)
-    backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version)
+    backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version,
+                                      kv(shape))
     sharding = check_trainer_sharding(sharding, task, optimizer)
     backend = framework_none_trainer(backend, task, optimizer)   # framework none's training: place's vertex
     pack = (None if pack_tokens is None else _pack_pricing(shape, task, framework_version, int(pack_tokens),
@@ -707,6 +716,29 @@ def _micro_batches(micro_batches: Any, task: str, pp: int) -> int:
     return _check("micro_batches", micro_batches)
 
 
+def _check_replica_dp(task: str, dp: int, pp: int, ep: int, cp: int) -> None:
+    """Refuse a ``dp`` that changes no figure of ``task``: every task but ``train`` is priced per replica (one
+    data-parallel rank's ``tp·pp·cp`` GPUs; no gradient, no optimizer state shared over ``dp``), so ``dp`` counts
+    only where it sets the pipeline hand-offs' link (``pp > 1``: the replica group of ``dp·pp·tp`` GPUs spans a
+    node or not, ``CostModel.group_level``, as ``place`` prices it) or holds ``ep``'s expert group (``ep`` divides
+    ``dp·cp``, :func:`_check_strategy`): at ``pp`` 1 the only ``dp`` taken is the fewest ranks that group needs,
+    ``ep / gcd(ep, cp)`` (1 without experts).
+
+    Raises:
+        ConfigError: ``dp: 4 changes nothing for task decode at pp 1: its figures are per replica ...``.
+    """
+    if task == "train" or pp > 1:   # the degrees are checked integers >= 1 (_check_degrees, _context_parallel)
+        return
+    need = ep // math.gcd(ep, cp)
+    if dp == need:
+        return
+    group = (f" (the fewest data-parallel ranks ep {ep} lays its experts over{f' with cp {cp}' if cp > 1 else ''})"
+             if need > 1 else "")
+    raise ConfigError(f"dp: {dp} changes nothing for task {task} at pp 1: its figures are per replica (one "
+                      f"data-parallel rank's tp x cp GPUs), the same at every dp; give dp {need}{group} or drop "
+                      "--dp")
+
+
 def _check_degrees(**degrees: Any) -> None:
     """Each of ``degrees`` (``name=value``) is an integer >= 1.
 
@@ -730,15 +762,46 @@ def _hardware_table(gpu: str, hardware: Mapping[str, Any] | None, gpus: int,
     return cluster, hw, components
 
 
-def _lengths(task: str, seq_len: int | None, context: int | None, batch: int) -> tuple[int | None, int]:
+#: The library's arguments of :func:`estimate` that a task may leave unused, their defaults (a value equal to it
+#: is no request) and the flag of :data:`IGNORED_FLAGS` that names the tasks ignoring each.
+_TASK_ARGUMENT_DEFAULTS = {"micro_batch": 1, "batch": 1, "context": None, "recompute": "none", "optimizer": "adam",
+                           "framework_version": None}
+
+
+def _check_task_arguments(task: str, given: Mapping[str, Any]) -> None:
+    """Refuse an argument of ``given`` (``{name: value}``, :data:`_TASK_ARGUMENT_DEFAULTS`'s names) set away from
+    its default where ``task`` ignores it (:data:`IGNORED_FLAGS`), as the command line refuses the flag: the
+    library had priced ``estimate(..., task="decode", micro_batch=64)`` as one running sequence without a word.
+
+    Raises:
+        ConfigError: ``micro_batch: 64 means nothing for task decode (it sets train, infer, prefill); ...``.
+    """
+    for name, value in given.items():
+        default = _TASK_ARGUMENT_DEFAULTS[name]
+        if (value is default or (not isinstance(value, bool) and value == default)
+                or "--" + name.replace("_", "-") not in IGNORED_FLAGS[task]):
+            continue
+        uses = sorted(t for t, ignored in IGNORED_FLAGS.items() if "--" + name.replace("_", "-") not in ignored)
+        raise ConfigError(f"{name}: {show(value)} means nothing for task {task} (it sets {', '.join(uses)}); drop it "
+                          f"or leave it at its default ({show(default)})")
+
+
+def _lengths(task: str, seq_len: int | None, context: int | None, batch: int, micro_batch: int = 1,
+             recompute: str = "none", optimizer: str = "adam",
+             framework_version: str | None = None) -> tuple[int | None, int | None]:
     """``(seq_len, context)`` of ``task`` checked, the unset ones at their defaults: ``seq_len``
     :data:`DEFAULT_SEQ_LEN` (``None`` for decode, which has no prompt), ``context`` :data:`GENERATE_NEW_TOKENS`
-    cached tokens (decode) or the prompt plus as many (generate), as the command line takes them.
+    cached tokens (decode) or the prompt plus as many (generate), ``None`` for train, infer and prefill (no
+    cache), as the command line takes them; the other arguments are checked against the task
+    (:func:`_check_task_arguments`).
 
     Raises:
         ConfigError: ``seq_len`` given for decode, a length below its minimum, a generate ``context`` not
-            beyond its prompt.
+            beyond its prompt, an argument the task ignores set away from its default.
     """
+    _check_task_arguments(task, {"micro_batch": micro_batch, "batch": batch, "context": context,
+                                 "recompute": recompute, "optimizer": optimizer,
+                                 "framework_version": framework_version})
     if task == "decode":
         context = GENERATE_NEW_TOKENS if context is None else context
         if seq_len is not None:
@@ -746,6 +809,8 @@ def _lengths(task: str, seq_len: int | None, context: int | None, batch: int) ->
                               f"context = {context} cached tokens each), got {show(seq_len)}; give context")
     else:
         seq_len = _at_most("seq_len", _check("seq_len", DEFAULT_SEQ_LEN if seq_len is None else seq_len, 2))
+    if task not in ("decode", "generate"):
+        return seq_len, None
     if context is None:
         context = seq_len + GENERATE_NEW_TOKENS if task == "generate" else GENERATE_NEW_TOKENS
     _at_most("context", _check("context", context, 1))
@@ -799,56 +864,83 @@ def _megatron(task: str, bias_activation_fusion: Any, moe_router_dtype: Any, fra
     return options, {"bias_activation_fusion": bias_activation_fusion, "moe_router_dtype": moe_router_dtype}
 
 
-def _check_settings(task: str, recompute: str, optimizer: str, framework: str, enforce_eager: Any,
-                    sharding: Any = None) -> None:
+def _check_settings(task: str, recompute: str | None, optimizer: str, framework: str, enforce_eager: Any,
+                    sharding: Any = None) -> str:
     """The task's settings of :func:`estimate`: the enumerations, where vLLM's ``enforce_eager`` applies, and
-    ``sharding`` (:func:`_check_sharding`).
+    ``sharding`` (:func:`_check_sharding`); returns the recompute priced: ``recompute``, or unset
+    :func:`default_recompute`.
 
     Raises:
         ConfigError: naming the field and the value.
     """
     if task not in TASKS:
         raise ConfigError(f"task: must be one of {', '.join(TASKS)}, got {show(task)}")
+    recompute = default_recompute(task) if recompute is None else recompute
     if recompute not in RECOMPUTE:
         raise ConfigError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {show(recompute)}")
     if optimizer not in OPTIMIZERS:
         raise ConfigError(f"optimizer: must be one of {', '.join(OPTIMIZERS)}, got {show(optimizer)}")
     if framework not in ESTIMATE_FRAMEWORKS:
         raise ConfigError(f"framework: must be one of {', '.join(ESTIMATE_FRAMEWORKS)}, got {show(framework)}")
-    if not isinstance(enforce_eager, bool):
+    if enforce_eager is not None and not isinstance(enforce_eager, bool):
         raise ConfigError(f"enforce_eager: must be true or false, got {show(enforce_eager)}")
     if task == "train" and framework == "vllm":
         raise ConfigError("framework: vllm is an inference engine and does not train; for task train use none "
                           f"or an RL framework ({', '.join(f for f in ESTIMATE_FRAMEWORKS if f != 'vllm')})")
-    if task == "train" and enforce_eager:
-        raise ConfigError("enforce_eager: a vLLM decode setting (no CUDA graphs); task train runs no vLLM engine")
-    if task in ("infer", "prefill") and enforce_eager:   # vLLM captures CUDA graphs for decode batches only
-        raise ConfigError(f"enforce_eager: a vLLM decode setting (no CUDA graphs); task {task} decodes nothing")
-    if enforce_eager and FRAMEWORKS.get(framework, FRAMEWORKS["none"]).enforce_eager is None:
-        raise ConfigError(f"enforce_eager: a vLLM setting; the {framework} framework generates with its own "
-                          "engine, whose eager kernel launches are inside its per-step overhead")
+    # True and False alike (None: unset), as the command line refuses --enforce-eager and --no-enforce-eager
+    if task == "train" and enforce_eager is not None:
+        raise ConfigError(f"enforce_eager: {enforce_eager}: a vLLM decode setting (no CUDA graphs); task train runs "
+                          "no vLLM engine; drop it")
+    if task in ("infer", "prefill") and enforce_eager is not None:   # vLLM captures graphs for decode batches only
+        raise ConfigError(f"enforce_eager: {enforce_eager}: a vLLM decode setting (no CUDA graphs); task {task} "
+                          "decodes nothing; drop it")
+    if enforce_eager is not None and FRAMEWORKS.get(framework, FRAMEWORKS["none"]).enforce_eager is None:
+        raise ConfigError(f"enforce_eager: {enforce_eager}: a vLLM setting; the {framework} framework generates with "
+                          "its own engine, whose eager kernel launches are inside its per-step overhead; drop it")
     _check_sharding(sharding, task, optimizer)
+    return recompute
+
+
+def default_recompute(task: str) -> str:
+    """The recompute :func:`estimate` prices when none is given: for a ``train`` pass ``place``'s default
+    ``training.<role>.recompute``, read from the one place that sets it
+    (:data:`~packplace.placement.model.memory.DEFAULT_TRAINING`: ``selective``), so an unset ``--recompute`` prices
+    the vertex an unset ``training.<role>.recompute`` does, as :func:`default_sharding` does for the sharding
+    (it had been ``none``: Llama-3.1-8B at ``--tp 8``, 32,768 tokens, verl on H100, 0.877 s against the vertex's
+    0.942 s); ``none`` for the other tasks, which recompute nothing."""
+    return DEFAULT_TRAINING.recompute if task == "train" else "none"
+
+
+def kv(shape: ModelSpec) -> int:
+    """The KV heads of ``shape`` (0 when it gives none: no KV-head rule asked)."""
+    return getattr(shape, "kv_heads", 0) or 0
 
 
 def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int, cp: int = 1, *, framework: str = "none",
                     task: str = "train") -> None:
-    """The strategy fits the model: ``pp`` at most its layers, ``tp`` dividing its attention heads (Megatron
-    and vLLM split the query heads evenly over TP ranks), ``ep`` only for a mixture of experts, dividing its
-    routed experts and the ``dp × cp`` ranks of the expert group. Megatron-Core lays the experts out over the
-    world's ``tp·pp·cp·dp`` ranks with ``tp·ep·pp`` per expert-data-parallel replica (``parallel_state.
-    initialize_model_parallel``: ``world_size % (expert_tensor_parallel_size · expert_model_parallel_size ·
-    pipeline_model_parallel_size)``, the expert TP defaulting to ``tp``), so ``ep`` must divide ``dp·cp``, the
-    context-parallel ranks included; and ``num_moe_experts % expert_model_parallel_size == 0``. Then the rollout
-    engine's layout rule for ``framework``'s decode / generate (:func:`_check_engine_layout`).
+    """The strategy fits the model: ``pp`` at most its layers, ``tp`` dividing its attention heads (Megatron and vLLM
+    split the query heads evenly over TP ranks) and dividing or a multiple of its KV heads (vLLM's
+    ``QKVParallelLinear`` gives each rank whole KV heads or replicates one; ``place``'s rule,
+    ``candidates.model_parallel_shapes``; a Megatron-Core or DTensor trainer's ``tp`` must divide them, refused by
+    :func:`~packplace.placement.estimate_trainer.resolve_trainer_backend`), ``ep`` only for a mixture of experts,
+    dividing its routed experts and the ``dp × cp`` ranks of the expert group. Megatron-Core lays the experts out
+    over the world's ``tp·pp·cp·dp`` ranks with ``tp·ep·pp`` per expert-data-parallel replica
+    (``parallel_state.initialize_model_parallel``: ``world_size % (expert_tensor_parallel_size ·
+    expert_model_parallel_size · pipeline_model_parallel_size)``, the expert TP defaulting to ``tp``), so ``ep`` must
+    divide ``dp·cp``, the context-parallel ranks included; and ``num_moe_experts % expert_model_parallel_size == 0``.
+    Then the rollout engine's layout rule for ``framework``'s decode / generate (:func:`_check_engine_layout`).
 
     Raises:
         ConfigError: naming the degree and the model's figure, or the layout rule's reason.
     """
     if pp > shape.layers:
         raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
-    heads = getattr(shape, "heads", None)
+    heads, kv_heads = getattr(shape, "heads", None), getattr(shape, "kv_heads", None)
     if isinstance(heads, int) and heads % tp:
         raise ConfigError(f"tp: {tp} does not divide the model's {heads} attention heads")
+    if isinstance(kv_heads, int) and kv_heads % tp and tp % kv_heads:
+        raise ConfigError(f"tp: {tp} neither divides nor is a multiple of the model's {kv_heads} KV heads (each "
+                          "tensor-parallel rank holds whole KV heads or a replica of one, as place's strategies do)")
     if ep > 1 and not shape.is_moe:
         raise ConfigError(f"ep: {ep} needs a mixture-of-experts model (this one is dense: ep must be 1)")
     if ep > 1 and shape.num_experts % ep:
@@ -1251,37 +1343,51 @@ def _engine_parts(cost, shape: ModelSpec, hw: Hardware, table: ComponentTable | 
                   batch: int, context: int, tp: int, pp: int, dp: int, ep: int, extent: tuple[int, int, int],
                   eager: bool, host_per_sequence: float, framework: str) -> dict[str, float]:
     """Seconds by part of a decode iteration or a generation (prefill, then decode up to ``context``) on the
-    component table or the knob model, with the engine's per-step and per-sequence host time."""
-    layers = stage_layers(shape.layers, pp)
+    component table or the knob model, with the engine's per-step and per-sequence host time: the evaluator's
+    generation vertex of one replica whose ``batch`` sequences all run at once (the prefill of
+    :meth:`~packplace.placement.model.cost.CostModel.prefill_time`, the whole model in one pass with its
+    tensor-parallel all-reduces in ``communication``; each decode iteration at the slowest pipeline stage's pace,
+    ``pp · stage_gemm_share``, as :meth:`~packplace.placement.model.cost.CostModel.decode_step_times` prices it;
+    ``tests/placement/test_estimate_generate_contract.py``)."""
     parts: dict[str, float] = {}
     step_overhead = decode_step_overhead(hw, cost.framework) if framework != "none" else 0.0
 
     def step(running: float, ctx: float) -> float:
-        if table is not None:
-            return max(decode_seconds(table, shape, running, ctx, tp, layers=n, head=i == pp - 1, eager=eager)
-                       for i, n in enumerate(layers)) * pp
+        if table is not None:   # the whole model's kernels at the slowest stage's pace, pp batches in flight, as
+            # CostModel.decode_step_times prices a pipelined engine's iteration (pp x stage_gemm_share)
+            return decode_seconds(table, shape, running, ctx, tp, eager=eager) * pp * stage_gemm_share(shape, pp)
         one = cost.decode_step_times(shape, tp, pp, extent, dp, np.array([float(running)]),
                                      np.array([float(running) * ctx]), ep)
         return float(one[0]) - decode_step_overhead(hw, cost.framework) - _decode_comm(cost, shape, running, tp, pp,
                                                                                       extent, dp, eager)
 
+    prefill_comm = 0.0
     if task == "decode":
         parts["decode"] = step(batch, context)
         steps = 1
     else:
         steps = context - seq_len
-        if table is not None:
-            prefill = max(pass_times(table, shape, tokens=batch * seq_len, seq_len=seq_len, train=False, layers=n,
-                                     head=i == pp - 1, tp=tp, logits="last").total for i, n in enumerate(layers))
-        else:
-            prefill = cost.prefill_time(shape, tp, batch, batch, ep, extent)
-        parts["prefill"] = prefill
-        parts["decode"] = steps * step(batch, (seq_len + context) / 2.0)   # linear in the context
-    parts["communication"] = steps * _decode_comm(cost, shape, batch, tp, pp, extent, dp, eager)
+        # place's prefill (CostModel.prefill_time): the batch's prompts through the whole model in one pass (every
+        # pipeline stage in turn), with its tensor-parallel all-reduces (and MoE all-to-alls), shown apart
+        prefill_comm = _prefill_comm(cost, shape, batch * seq_len, tp, ep, extent)
+        parts["prefill"] = cost.prefill_time(shape, tp, batch, batch, ep, extent) - prefill_comm
+        # linear in the context: the middle iteration's, as CostModel.schedule_decode prices a segment
+        parts["decode"] = steps * step(batch, (seq_len + context + 1) / 2.0)
+    parts["communication"] = steps * _decode_comm(cost, shape, batch, tp, pp, extent, dp, eager) + prefill_comm
     # the engine's host time per running sequence (scheduler, input preparation, output processing)
     dispatch = dispatch_seconds(cost, cost.framework, dp) if framework not in ("none", "vllm") else 0.0
     parts["overhead"] = steps * (step_overhead + host_per_sequence * batch) + dispatch
     return parts
+
+
+def _prefill_comm(cost, shape: ModelSpec, tokens: float, tp: int, ep: int, extent: tuple[int, int, int]) -> float:
+    """Seconds of the communication in :meth:`~packplace.placement.model.cost.CostModel.prefill_time`'s pass of
+    ``tokens`` prompt tokens: 2 tensor-parallel all-reduces of their bf16 activations per layer and, with
+    ``ep > 1``, the MoE layers' all-to-alls (0 at ``tp = ep = 1``)."""
+    comm = 2 * shape.layers * cost.tp_allreduce(tokens * shape.hidden_dim * ACT_BYTES, tp, extent)
+    if ep > 1 and shape.is_moe:
+        comm += shape.moe_layers * cost.moe_alltoall(shape, tokens, tp, ep, extent)
+    return comm
 
 
 def _decode_comm(cost, shape: ModelSpec, running: float, tp: int, pp: int, extent: tuple[int, int, int],
@@ -1385,8 +1491,13 @@ def _packed_micro_batch(pack_tokens: Any, task: str, framework: str, micro_batch
 def _add_parallel_flags(p) -> None:
     """``estimate``'s parallel degrees (``--tp``, ``--pp``, ``--dp``, ``--ep``, ``--cp``) and a training pass's
     micro-batches per rank per step (``--micro-batches``, :func:`_micro_batches`) on the parser ``p``."""
-    for name in ("tp", "pp", "dp", "ep"):
+    for name in ("tp", "pp", "ep"):
         p.add_argument(f"--{name}", type=int, default=1, help=f"{name} degree (default 1)")
+    p.add_argument("--dp", type=int, default=1,
+                   help="dp degree (default 1). Every task but train is priced per replica (one data-parallel "
+                        "rank's GPUs), so there --dp counts only with --pp above 1 (the dp x pp x tp GPUs' span sets "
+                        "the pipeline hand-offs' link, as place prices it) or as the fewest ranks --ep's expert group "
+                        "needs; any other value is refused")
     p.add_argument("--cp", type=int, default=1,
                    help="context-parallel degree of a train or infer pass (default 1): each sequence padded to a "
                         "multiple of 2 x cp x tp and split over cp GPUs (Megatron-Core's context parallelism, ring "
@@ -1436,7 +1547,8 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--context", type=int, default=None, metavar="C",
                    help="cached tokens per sequence (decode; default 2048); final tokens per sequence (generate; "
                         "default the prompt's --seq-len + 2048)")
-    p.add_argument("--recompute", default=None, choices=RECOMPUTE, help="train only; default none")
+    p.add_argument("--recompute", default=None, choices=RECOMPUTE,
+                   help="train only; default selective, place's training.<role>.recompute default")
     p.add_argument("--sharding", default=None, metavar="{" + ",".join(SHARDINGS) + "}",
                    help="train only: none: every data-parallel rank holds all of the training state, fp32 "
                         "master weights under bf16 autocast (with --framework none, a bare PyTorch loop); zero1 "
@@ -1452,7 +1564,8 @@ def register_estimate(subparsers) -> None:
     _add_parallel_flags(p)
     p.add_argument("--framework", default=None, choices=ESTIMATE_FRAMEWORKS,
                    help="default none, or with --model CONFIG.yaml:ROLE the config's policy.framework (and its "
-                   "framework_version, gpu_memory_utilization and enforce_eager where the task uses them; a flag "
+                   "framework_version, gpu_memory_utilization, enforce_eager and trainer_backend where the task "
+                   "uses them; a flag "
                    "given wins). none: bare kernels (a train pass with adam: place's vertex of framework none, the"
                    " bare PyTorch loop at the table's rates with --sharding none and every degree but --dp 1, else"
                    " a PyTorch trainer at PYTORCH_TRAIN_FRACTION; decode and generate: the kernels alone, no "
@@ -1460,7 +1573,8 @@ def register_estimate(subparsers) -> None:
                    "framework none rolls out on a bare vLLM engine: --framework vllm prices that); otherwise the "
                    "framework's dispatch and engine overheads")
     p.add_argument("--trainer-backend", default=None, dest="trainer_backend", choices=TRAINER_BACKENDS,
-                   help="train and infer: the trainer's workers, as policy.trainer_backend (default auto: for verl "
+                   help="train and infer: the trainer's workers, as policy.trainer_backend (default: the config's "
+                        "policy.trainer_backend with --model CONFIG.yaml:ROLE, else auto: for verl "
                         "and nemo-rl Megatron-Core where the strategy needs it, verl --tp/--pp/--ep/--cp or NeMo RL "
                         "--pp/--ep above 1, else FSDP / DTensor, as place resolves it; verl --cp with fsdp is "
                         "refused, as place refuses training.context_parallel with trainer_backend fsdp; DeepSpeed "
@@ -1502,26 +1616,22 @@ def _setting_flags(p) -> None:
     p.add_argument("--bias-activation-fusion", default=None, dest="bias_activation_fusion", choices=("true", "false"),
                    help="train on the megatron backend: Megatron-Core's bias_activation_fusion, as "
                         "training.<role>.bias_activation_fusion (true: the fused SwiGLU keeps 6f saved bytes per "
-                        "token and expert, false 8f, 10f per routed expert); default: the release's")
+                        "token and expert, false 8f, 10f per routed expert); default: the config's "
+                        "training.<role> one with --model CONFIG.yaml:ROLE, else the release's")
     p.add_argument("--moe-router-dtype", default=None, dest="moe_router_dtype", choices=ROUTER_DTYPES,
                    help="train on the megatron backend, a mixture of experts: Megatron-Core's moe_router_dtype, as "
                         "training.<role>.moe_router_dtype (the bytes of the router's saved probabilities); default: "
-                        "the release's (nemo-rl fp64)")
-    p.add_argument("--enforce-eager", action="store_true", default=None, dest="enforce_eager",
+                        "the config's training.<role> one with --model CONFIG.yaml:ROLE, else the release's (nemo-rl "
+                        "fp64)")
+    p.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None, dest="enforce_eager",
                    help="decode without CUDA graphs (vLLM's enforce_eager): every decode iteration issues each "
-                        "kernel from the host (decode, generate)")
+                        "kernel from the host (decode, generate); --no-enforce-eager: with CUDA graphs, on a "
+                        "release that defaults to eager too; default: the release's, as policy.enforce_eager")
 
 
 #: New tokens per sequence of ``estimate --task generate`` when ``--context`` is not given (and decode's
 #: default cached tokens).
 GENERATE_NEW_TOKENS = 2048
-
-
-def _cli_context(args: Any) -> int:
-    """``--context``, or its default: 2048 cached tokens for decode; the prompt plus 2048 new tokens for generate."""
-    if args.context is not None:
-        return int(args.context)
-    return (args.seq_len or DEFAULT_SEQ_LEN) + GENERATE_NEW_TOKENS if args.task == "generate" else GENERATE_NEW_TOKENS
 
 
 def _overrides(items: list[str]) -> dict[str, Any]:
@@ -1612,7 +1722,8 @@ _TRAINERS = {"megatron": "Megatron-Core", "fsdp": "FSDP / DTensor", "deepspeed":
 
 
 def _backend_line(inputs: Mapping[str, Any]) -> str:
-    """The text line of a train / infer pass saying which trainer backend and kernels priced it."""
+    """The text line of a train / infer pass saying which trainer backend and kernels priced it, and where the
+    backend asked for came from (the flag, or the config's ``policy.trainer_backend``: ``inputs["from_config"]``)."""
     kernels = inputs["pass_kernels"]
     priced = {"megatron": f"Megatron-Core kernels x megatron_pass_factor {inputs['megatron_pass_factor']:g}",
               "hf": "Hugging Face kernels", "knobs": "the efficiency knobs"}[kernels]
@@ -1624,6 +1735,8 @@ def _backend_line(inputs: Mapping[str, Any]) -> str:
         return f"trainer: none (bare kernels, framework {inputs['framework']}); priced with {priced}"
     given = inputs.get("trainer_backend", "auto")
     how = "--trainer-backend auto, as place resolves it" if given == "auto" else f"--trainer-backend {given}"
+    if inputs.get("from_config", {}).get("trainer_backend") == given:   # the config's policy.trainer_backend
+        how = f"trainer_backend {given} from the config" + (", as place resolves it" if given == "auto" else "")
     return f"trainer: {name} ({_TRAINERS[name]}; {inputs['framework']}, {how}); priced with {priced}"
 
 
@@ -1676,8 +1789,8 @@ IGNORED_FLAGS = {
 }
 #: Defaults of the flags of :data:`IGNORED_FLAGS` (``None`` on the parser, so a given flag is told apart);
 #: ``--seq-len`` stays ``None`` for :func:`estimate` to resolve (:data:`DEFAULT_SEQ_LEN`; none for decode).
-_FLAG_DEFAULTS = {"micro_batch": 1, "batch": 1, "recompute": "none", "optimizer": "adam", "entropy_coeff": 0.0,
-                  "trainer_backend": "auto"}   # --sharding: estimate's default_sharding
+_FLAG_DEFAULTS = {"micro_batch": 1, "batch": 1, "optimizer": "adam", "entropy_coeff": 0.0,
+                  "trainer_backend": "auto"}   # --sharding, --recompute: estimate's default_sharding, default_recompute
 
 
 def _task_flags(args: Any) -> None:
@@ -1702,35 +1815,59 @@ def _task_flags(args: Any) -> None:
             setattr(args, name, default)
 
 
+def _no_enforce_eager(args: Any) -> None:
+    """Refuse ``--no-enforce-eager`` where it means nothing, as ``--enforce-eager`` is refused
+    (:func:`_check_settings`): a task that decodes nothing, or a framework whose engine is not vLLM (``place``
+    refuses ``policy.enforce_eager`` false there too, ``config._enforce_eager``).
+
+    Raises:
+        ConfigError: ``--no-enforce-eager: ...`` naming the task or the framework.
+    """
+    if args.enforce_eager is not False:
+        return
+    if args.task not in ("decode", "generate"):
+        raise ConfigError(f"--no-enforce-eager: means nothing for --task {args.task} (it sets decode, generate); "
+                          "drop it")
+    if FRAMEWORKS.get(args.framework, FRAMEWORKS["none"]).enforce_eager is None:
+        raise ConfigError(f"--no-enforce-eager: a vLLM setting; the {args.framework} framework generates with its own "
+                          "engine, whose eager kernel launches are inside its per-step overhead; drop it")
+
+
+def _flag_bool(value: Any) -> Any:
+    """``--bias-activation-fusion``'s ``true`` / ``false`` as a bool; a config's bool (or ``None``) as it is, any
+    other value as given (:func:`_megatron` refuses it, naming the field)."""
+    return {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value
+
+
 def run_estimate(args) -> int:
     """Print the estimate (``--json``: the document of :meth:`Estimate.as_dict`).
 
     Raises:
         ConfigError: a flag that means nothing for the task (:data:`IGNORED_FLAGS`), or a bad argument.
     """
+    given = dict(vars(args))   # the flags as given, before _task_flags fills the defaults (a config's then apply)
     _task_flags(args)
-    taken = config_policy(args.model, args.task, vars(args))
+    taken = config_policy(args.model, args.task, given)
     for name, value in taken.items():
         setattr(args, name, value)
     args.framework = args.framework or "none"
-    args.enforce_eager = bool(args.enforce_eager)
+    _no_enforce_eager(args)
     args.gpu, hardware = estimate_hardware(args.model, args.gpu, _overrides(args.hw))
     result = estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
-                      batch=args.batch, context=_cli_context(args), recompute=args.recompute, optimizer=args.optimizer,
+                      batch=args.batch, context=args.context, recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
                       hardware=hardware, table=args.table, enforce_eager=args.enforce_eager,
                       cp=getattr(args, "cp", 1),
                       framework_version=args.framework_version, pack_tokens=getattr(args, "pack_tokens", None),
                       entropy_coeff=args.entropy_coeff, train_mb_tokens=args.train_mb_tokens,
                       sharding=args.sharding, trainer_backend=args.trainer_backend,
-                      bias_activation_fusion={"true": True, "false": False}.get(
-                          getattr(args, "bias_activation_fusion", None)),
+                      bias_activation_fusion=_flag_bool(getattr(args, "bias_activation_fusion", None)),
                       moe_router_dtype=getattr(args, "moe_router_dtype", None),
                       micro_batches=args.micro_batches,
                       gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None))
     if taken:
         result.inputs["from_config"] = dict(taken)
-        print(f"from {config_role(args.model)[0]} policy (a flag given wins): "
+        print(f"from {config_role(args.model)[0]} policy / training (a flag given wins): "
               + ", ".join(f"{name} {value}" for name, value in taken.items()))
     print(format_estimate(result))
     args.json_document = result.as_dict()
@@ -1741,7 +1878,8 @@ def run_estimate(args) -> int:
 #: its flags of the same names, and the tasks each applies to (the release: every task but prefill, as
 #: :data:`IGNORED_FLAGS`; the vLLM engine's pool and CUDA graphs: decode and generate).
 CONFIG_POLICY = {"framework_version": ("train", "infer", "decode", "generate"),
-                 "gpu_memory_utilization": ("decode", "generate"), "enforce_eager": ("decode", "generate")}
+                 "gpu_memory_utilization": ("decode", "generate"), "enforce_eager": ("decode", "generate"),
+                 "trainer_backend": ("train", "infer")}
 
 
 def config_policy(model: Any, task: str, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -1750,17 +1888,57 @@ def config_policy(model: Any, task: str, given: Mapping[str, Any]) -> dict[str, 
     ``place`` prices for the config: ``framework`` (``none`` for decode and generate: ``vllm``, the bare vLLM
     engine ``place``'s framework none rolls out on), and, where the framework is the config's and ``task`` uses
     them (:data:`CONFIG_POLICY`), ``framework_version``, ``gpu_memory_utilization`` (not for DeepSpeed-Chat,
-    whose hybrid engine has no vLLM pool) and ``enforce_eager`` (when true, for a framework with a vLLM engine).
+    whose hybrid engine has no vLLM pool) and ``enforce_eager`` (true or false, for a framework with a vLLM engine:
+    false prices CUDA graphs on a release that defaults to eager, as ``place`` does).
     Empty for any other model, a config that does not exist or one without a ``policy`` section; values are
-    checked by :func:`estimate` as the flags are.
+    checked by :func:`estimate` as the flags are. ``trainer_backend`` too for train and infer (where the framework is
+    the config's, as the others). For ``train`` the role's ``training`` ``recompute``, ``sharding`` and Megatron-Core
+    settings too (:func:`_config_training`). ``given`` holds the flags as given (before any default is filled).
     """
     named = config_role(model) if isinstance(model, (str, Path)) else None
     if named is None or not Path(named[0]).exists():
         return {}
     doc = load_yaml(named[0])
     policy = doc.get("policy") if isinstance(doc, Mapping) else None
-    if not isinstance(policy, Mapping) or policy.get("framework", "none") is None:
+    fields = ({} if not isinstance(policy, Mapping) or policy.get("framework", "none") is None
+              else _config_policy_fields(policy, task, given))
+    trainer = (given.get("framework") or fields.get("framework") or "none",
+               given.get("trainer_backend") or fields.get("trainer_backend") or "auto")
+    return {**fields, **_config_training(doc, named[1], task, given, trainer)}
+
+
+def _config_training(doc: Any, role: str, task: str, given: Mapping[str, Any],
+                     trainer: tuple[str, str] = ("none", "auto")) -> dict[str, Any]:
+    """The ``training`` settings of ``role`` in the placement config ``doc`` that a ``train`` pass takes for the
+    flags ``given`` leaves unset (:data:`CONFIG_TRAINING`): the role's own entry over the section's common one, as
+    ``place`` merges them (``config._training``); ``sharding`` only with ``--optimizer adam`` (no state to shard
+    otherwise); the Megatron-Core settings (``bias_activation_fusion``, ``moe_router_dtype``) not where a flag
+    given (``--framework``, ``--trainer-backend``) puts the ``trainer`` (``(framework, trainer_backend)``, the
+    flags' or the config's) off Megatron-Core, where they can have no effect
+    (:func:`~packplace.placement.model.layout_rules.megatron_field_refusal`; the config's own contradiction is
+    left to :func:`estimate`, which refuses it as ``place`` does). Values are checked by :func:`estimate` as the
+    flags are."""
+    training = doc.get("training") if isinstance(doc, Mapping) else None
+    if task != "train" or not isinstance(training, Mapping):
         return {}
+    own = training.get(role)
+    merged = {**training, **(own if isinstance(own, Mapping) else {})}
+    flagged = given.get("framework") is not None or given.get("trainer_backend") is not None
+    return {name: merged[name] for name in CONFIG_TRAINING
+            if merged.get(name) is not None and given.get(name) is None
+            and not (name == "sharding" and given.get("optimizer", "adam") == "none")
+            and not (name in MEGATRON_FIELDS and flagged
+                     and megatron_field_refusal(name, merged[name], *trainer, True) is not None)}
+
+
+#: ``training.<role>`` fields that ``estimate --model CONFIG.yaml:ROLE --task train`` takes as the defaults of its
+#: flags of the same names (:func:`_config_training`).
+CONFIG_TRAINING = ("recompute", "sharding", *MEGATRON_FIELDS)
+
+
+def _config_policy_fields(policy: Mapping[str, Any], task: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`config_policy`'s ``policy`` fields (the framework, and its release, pool and eager flag where the
+    framework is the config's and ``task`` uses them)."""
     own = policy.get("framework", "none")
     own = "vllm" if own == "none" and task in ("decode", "generate") else own
     out = {} if given.get("framework") is not None else {"framework": own}
@@ -1772,8 +1950,8 @@ def config_policy(model: Any, task: str, given: Mapping[str, Any]) -> dict[str, 
             continue
         if name == "gpu_memory_utilization" and own == "deepspeed-chat":
             continue
-        if name == "enforce_eager" and (value is not True or FRAMEWORKS.get(own, FRAMEWORKS["none"]).enforce_eager
-                                        is None):
+        if name == "enforce_eager" and (not isinstance(value, bool)
+                                        or FRAMEWORKS.get(own, FRAMEWORKS["none"]).enforce_eager is None):
             continue
         out[name] = value
     return out

@@ -183,25 +183,27 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
             "hardware": hw, "cost": float(fit.cost), "status": fit.message}
 
 
-def parse_scoped_knobs(specs) -> tuple[tuple[str, str], ...]:
-    """``(knob, scope)`` pairs from ``"knob:scope"`` strings (a comma-separated string or a list).
+def parse_scoped_knobs(specs, field: str = "--knobs") -> tuple[tuple[str, str], ...]:
+    """``(knob, scope)`` pairs from ``"knob:scope"`` strings (a comma-separated string or a list), as
+    ``validate --cross-validate --knobs`` takes them; ``field`` names the input in the errors.
 
     Raises:
-        ConfigError: an unknown knob or scope, or a knob given twice.
+        ConfigError: an unknown knob or scope, or a knob given twice: ``--knobs: unknown knob 'speed' in
+            'speed:gpu'; valid: ...``.
     """
     items = [x.strip() for x in (specs.split(",") if isinstance(specs, str) else specs) if x.strip()]
     if not items:
-        raise ConfigError(f"calibrate: no knob to fit; valid: {', '.join(KNOB_BOUNDS)} as knob:scope")
+        raise ConfigError(f"{field}: no knob to fit; valid: {', '.join(KNOB_BOUNDS)} as knob:scope, got {specs!r}")
     out = []
     for item in items:
         knob, _, scope = item.partition(":")
         if knob not in KNOB_BOUNDS:
-            raise ConfigError(f"calibrate: unknown knob {knob!r}; valid: {', '.join(KNOB_BOUNDS)}")
+            raise ConfigError(f"{field}: unknown knob {knob!r} in {item!r}; valid: {', '.join(KNOB_BOUNDS)}")
         if scope not in KNOB_SCOPES:
-            raise ConfigError(f"calibrate: {item!r}: scope must be one of {', '.join(KNOB_SCOPES)} (one value per "
+            raise ConfigError(f"{field}: {item!r}: scope must be one of {', '.join(KNOB_SCOPES)} (one value per "
                               f"GPU type or per framework, never per run), as {knob}:gpu")
         if any(k == knob for k, _ in out):
-            raise ConfigError(f"calibrate: knob {knob!r} given twice")
+            raise ConfigError(f"{field}: knob {knob!r} given twice")
         out.append((knob, scope))
     return tuple(out)
 

@@ -93,6 +93,8 @@ class PlanView:
         entropy_coeff: ``policy.entropy_coeff``, the actor loss's entropy bonus.
         force_on_policy_ratio: ``policy.force_on_policy_ratio`` (NeMo RL's ``loss_fn.force_on_policy_ratio``,
             which from v0.7.0 drops the previous-policy log-prob pass the plan then has no phase for).
+        framework_version: ``policy.framework_version`` where the target framework is the instance's (an emitter
+            may write a release's own flag names), else ``None`` (the emitter's current release).
     """
 
     tasks: Mapping[str, Task]
@@ -112,6 +114,7 @@ class PlanView:
     dynamic_bsz: tuple[int, int, int] | None = None
     entropy_coeff: float = 0.0
     force_on_policy_ratio: bool = False
+    framework_version: str | None = None
 
     @classmethod
     def of(cls, instance: PlacementInstance, plan: Plan, framework: str | None = None) -> PlanView:
@@ -140,7 +143,9 @@ class PlanView:
                    sequence_tokens=instance.workload.context_length + instance.workload.generation_length,
                    dynamic_bsz=getattr(instance, "dynamic_bsz", None),
                    entropy_coeff=float(getattr(instance, "entropy_coeff", 0.0)),
-                   force_on_policy_ratio=bool(getattr(instance, "force_on_policy_ratio", False)))
+                   force_on_policy_ratio=bool(getattr(instance, "force_on_policy_ratio", False)),
+                   framework_version=getattr(instance, "framework_version", None)
+                   if (framework or instance.framework) == instance.framework else None)
 
     def layout_refusals(self) -> list[str]:
         """The target framework's layout rules the plan breaks (``layout_rules.refusals``), and every task

@@ -1,9 +1,13 @@
-"""The plan as OpenRLHF v0.11.0 command-line options (``openrlhf.cli.train_ppo_ray``; DPO: ``train_dpo``).
+"""The plan as OpenRLHF command-line options (``openrlhf.cli.train_ppo_ray``; DPO: ``train_dpo``).
 
 Options: the ``argparse`` definitions of ``openrlhf/cli/train_ppo_ray.py`` and ``train_dpo.py`` at tag
-v0.11.0. OpenRLHF's layout rules (the same file's ``train()``; held by
-:mod:`packplace.placement.model.layout_rules`: the search keeps them when ``policy.framework`` is openrlhf, the
-emitter reports any a plan breaks):
+v0.11.0 (the dotted names, ``--actor.num_nodes``, from v0.10.2: the same options at v0.10.2 and v0.11.0). For a
+plan whose ``policy.framework_version`` is older the names are that release's flat ones (``--actor_num_nodes``;
+:data:`FLAT_NAMES`, :func:`for_release`), checked against the argparse options at v0.5.8, v0.5.9 and v0.6.0
+(``tests/data/frameworks/openrlhf-<tag>.json``), and an option the release does not have yet
+(:data:`FLAT_SINCE`) is a refusal line, or dropped where the plan asks for its default. OpenRLHF's layout rules
+(the same file's ``train()``; held by :mod:`packplace.placement.model.layout_rules`: the search keeps them when
+``policy.framework`` is openrlhf, the emitter reports any a plan breaks):
 
 * each model is a Ray actor group with its own ``--<model>.num_nodes`` / ``--<model>.num_gpus_per_node``
   and its own GPUs, unless colocated: ``--train.colocate_actor_ref`` (actor and reference share a
@@ -17,6 +21,8 @@ emitter reports any a plan breaks):
 
 from __future__ import annotations
 
+from typing import Any
+
 from packplace.placement.emit.common import (
     CRITIC_INFER,
     CRITIC_TRAIN,
@@ -29,12 +35,58 @@ from packplace.placement.emit.common import (
     Task,
     same_gpus,
 )
+from packplace.placement.model.framework import colocate_all_gpu_memory_utilization, parse_version
 from packplace.placement.model.layout_rules import config_refusals
 
 #: ``--ds.zero_stage`` per packplace sharding.
 ZERO_STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
 #: ``--algo.advantage.estimator`` per packplace algorithm.
 ADVANTAGE = {"ppo": "gae", "grpo": "group_norm", "dapo": "group_norm"}
+#: The first release whose options have the dotted names the emitter writes (``--actor.num_nodes``): v0.10.2
+#: (``openrlhf/cli/train_ppo_ray.py`` and ``train_dpo.py`` at v0.10.1 still define ``--actor_num_nodes``).
+DOTTED_SINCE = (0, 10, 2)
+#: The flat name (before :data:`DOTTED_SINCE`) of every option the emitter writes, from the argparse definitions
+#: of ``openrlhf/cli/train_ppo_ray.py`` / ``train_dpo.py`` at v0.5.8, v0.5.9 and v0.6.0 (the emitter's
+#: ``--actor.gradient_checkpointing_enable`` and ``train_dpo``'s ``--model.gradient_checkpointing_enable`` are both
+#: the one ``--gradient_checkpointing`` there, which sets every trained model's).
+FLAT_NAMES = {
+    "--algo.advantage.estimator": "--advantage_estimator", "--algo.kl.init_coef": "--init_kl_coef",
+    **{f"--{m}.{n}": f"--{m}_{n}" for m in ("actor", "ref", "reward", "critic")
+       for n in ("num_nodes", "num_gpus_per_node")},
+    "--vllm.num_engines": "--vllm_num_engines", "--vllm.tensor_parallel_size": "--vllm_tensor_parallel_size",
+    "--vllm.gpu_memory_utilization": "--vllm_gpu_memory_utilization", "--vllm.enforce_eager": "--enforce_eager",
+    "--vllm.enable_sleep": "--vllm_enable_sleep",
+    "--rollout.batch_size": "--rollout_batch_size", "--rollout.n_samples_per_prompt": "--n_samples_per_prompt",
+    "--rollout.micro_batch_size": "--micro_rollout_batch_size",
+    "--train.batch_size": "--train_batch_size", "--train.micro_batch_size": "--micro_train_batch_size",
+    "--train.async_enable": "--async_train", "--train.async_queue_size": "--async_queue_size",
+    "--train.colocate_all": "--colocate_all_models", "--train.colocate_actor_ref": "--colocate_actor_ref",
+    "--train.colocate_critic_reward": "--colocate_critic_reward",
+    "--ds.zero_stage": "--zero_stage", "--ds.tensor_parallel_size": "--ds_tensor_parallel_size",
+    "--ds.adam_offload": "--adam_offload", "--ds.lora.rank": "--lora_rank",
+    "--actor.gradient_checkpointing_enable": "--gradient_checkpointing",
+    "--model.gradient_checkpointing_enable": "--gradient_checkpointing",
+}
+#: Options the notes and refusals name but the emitter never sets, by their flat names (``train_ppo_ray.py`` at
+#: v0.10.1; ``--eps_clip_low_high`` from v0.8.2, ``--dynamic_filtering`` from v0.8.1, ``--ring_attn_size`` from
+#: v0.6.0, ``--packing_samples`` at every tag from v0.5.0).
+NOTE_FLAT_NAMES = {"--actor.eps_clip_low_high": "--eps_clip_low_high",
+                   "--algo.dynamic_filtering_enable": "--dynamic_filtering",
+                   "--ds.ring_attn_size": "--ring_attn_size", "--ds.packing_samples": "--packing_samples"}
+#: Flat options some releases before :data:`DOTTED_SINCE` lack: the first tag that defines each
+#: (``openrlhf/cli/train_ppo_ray.py`` at every tag from v0.5.0 to v0.10.1; the others of :data:`FLAT_NAMES` are
+#: defined at all of them). ``--enforce_eager`` from v0.4.4 (:data:`~packplace.placement.model.framework.
+#: FRAMEWORK_VERSIONS`).
+FLAT_SINCE = {
+    "--enforce_eager": (0, 4, 4), "--advantage_estimator": (0, 5, 1),
+    "--colocate_all_models": (0, 5, 8), "--vllm_enable_sleep": (0, 5, 8), "--vllm_gpu_memory_utilization": (0, 5, 8),
+    "--ds_tensor_parallel_size": (0, 7, 4), "--async_train": (0, 8), "--async_queue_size": (0, 9, 1),
+}
+#: The ``--advantage_estimator`` value ``group_norm`` (GRPO's group-normalised advantage) from v0.6.0: the
+#: option's ``choices`` at v0.5.3-v0.5.9 are ``gae``, ``reinforce``, ``rloo``.
+GROUP_NORM_SINCE = (0, 6)
+#: Values of options that a release without the option runs anyway (its default): no refusal when dropped.
+FLAT_DEFAULTS = {"--ds_tensor_parallel_size": 1, "--vllm_gpu_memory_utilization": 0.9}
 
 
 def emit_openrlhf(view: PlanView) -> EmittedPlan:
@@ -91,7 +143,7 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
     if stale:
         s["--train.async_enable"] = True
         s["--train.async_queue_size"] = stale
-    return out
+    return for_release(out, view)
 
 
 def _colocation(out: EmittedPlan, view: PlanView) -> None:
@@ -155,4 +207,58 @@ def _dpo(view: PlanView) -> EmittedPlan:
                      f"{train.nodes} --num_gpus {train.gpus_per_node}); train.batch_size counts preference pairs (the "
                      "step's pairs / training.optimizer_steps), and so does train.micro_batch_size (the plan's "
                      f"{train.micro_batch} sequences per micro-batch)")
+    return for_release(out, view)
+
+
+def for_release(out: EmittedPlan, view: PlanView) -> EmittedPlan:
+    """``out`` (v0.11.0's option names) in the option names of the plan's release (``view.framework_version``):
+    unchanged from :data:`DOTTED_SINCE` or without a release; before it each option by its flat name
+    (:data:`FLAT_NAMES`; the names in the notes and refusals too), and an option the release does not define yet
+    (:data:`FLAT_SINCE`) dropped, with a refusal line unless the plan asks for the value the release runs without
+    it (:data:`FLAT_DEFAULTS`); GRPO's ``group_norm`` advantage before :data:`GROUP_NORM_SINCE` is a refusal line.
+    Under ``--colocate_all_models`` a note says where the release lowers the engine's memory fraction to 0.4
+    (:func:`~packplace.placement.model.framework.colocate_all_gpu_memory_utilization`), as the plan was priced.
+
+    Raises:
+        ConfigError: a malformed ``framework_version`` (:func:`~packplace.placement.model.framework.parse_version`).
+    """
+    if view.framework_version is None:
+        return out
+    release = parse_version(view.framework_version)
+    if release >= DOTTED_SINCE:
+        return out
+    tag = f"OpenRLHF {view.framework_version}"
+    settings: dict[str, Any] = {}
+    for key, value in out.settings.items():
+        flat = FLAT_NAMES[key]
+        if release < FLAT_SINCE.get(flat, ()):
+            if FLAT_DEFAULTS.get(flat) != value:
+                since = ".".join(map(str, FLAT_SINCE[flat]))
+                out.refusals.append(f"{flat} {_shown(value)}: {tag} has no such option (it arrives in v{since}); "
+                                    f"not emitted")
+            continue
+        settings[flat] = value
+    if settings.get("--advantage_estimator") == "group_norm" and release < GROUP_NORM_SINCE:
+        del settings["--advantage_estimator"]
+        out.refusals.append(f"{view.algorithm}: {tag}'s --advantage_estimator has no group_norm (choices gae, "
+                            f"reinforce, rloo; group_norm from v0.6.0); not emitted")
+    lowered = colocate_all_gpu_memory_utilization("openrlhf", view.framework_version, view.gpu_memory_utilization)
+    if settings.get("--colocate_all_models") and lowered != view.gpu_memory_utilization:
+        out.notes.append(f"{tag} runs the vLLM engines at --vllm_gpu_memory_utilization {lowered} under "
+                         f"--colocate_all_models (it lowers {view.gpu_memory_utilization}), as the plan was priced")
+    out.settings = settings
+    out.notes = [_flat_text(line) for line in out.notes]
+    out.refusals = [_flat_text(line) for line in out.refusals]
     return out
+
+
+def _shown(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def _flat_text(line: str) -> str:
+    """``line`` with the dotted option names of :data:`FLAT_NAMES` (with or without ``--``) and
+    :data:`NOTE_FLAT_NAMES` in their flat form."""
+    for dotted, flat in sorted({**FLAT_NAMES, **NOTE_FLAT_NAMES}.items(), key=lambda item: -len(item[0])):
+        line = line.replace(dotted, flat).replace(dotted[2:], flat[2:])
+    return line

@@ -107,6 +107,14 @@ def _ulysses(instance) -> int:
     return int(dynamic[2]) if dynamic is not None else 1
 
 
+def _megatron_splits_kv_heads(instance) -> bool:
+    """:attr:`Context.megatron_splits_kv_heads` of an instance: its NeMo RL release's (no release named: ``False``)."""
+    from packplace.placement.model.nemo_rl_releases import release_for  # it imports this module
+
+    release = release_for(instance.framework, getattr(instance, "framework_version", None))
+    return release is not None and release.megatron_splits_kv_heads
+
+
 def _same(*tasks: Placed | None) -> bool:
     spans = [(t.lo, t.hi) for t in tasks if t is not None]
     return all(s == spans[0] for s in spans)
@@ -135,6 +143,10 @@ class Context:
             parallelism is active (a degree above 1 or dynamic CP:
             :attr:`~packplace.placement.model.cp_balance.ContextParallelSetting.active`), by model name.
         ulysses: verl's ``policy.ulysses_sequence_parallel_size`` (1: none or unset).
+        megatron_splits_kv_heads: The framework release's Megatron-Core runs a tensor-parallel degree that is a
+            multiple of the KV heads (NeMo RL from v0.6, ``policy.framework_version``:
+            :attr:`~packplace.placement.model.nemo_rl_releases.NemoRLRelease.megatron_splits_kv_heads`);
+            ``False``: tp must divide them (:func:`kv_head_refusal`).
     """
 
     framework: str
@@ -148,6 +160,7 @@ class Context:
     context_parallel: int = 1
     context_parallel_models: tuple[tuple[str, int, bool], ...] = ()
     ulysses: int = 1
+    megatron_splits_kv_heads: bool = False
 
     @classmethod
     def of(cls, instance) -> Context:
@@ -161,7 +174,8 @@ class Context:
                 instance.cluster.host_gpus, getattr(instance, "sequence_packing", None),
                 instance.workload.context_length + instance.workload.generation_length,
                 vertex_setting(instance, "actor").context_parallel.degree,
-                _context_parallel_models(instance), _ulysses(instance))
+                _context_parallel_models(instance), _ulysses(instance),
+                _megatron_splits_kv_heads(instance))
         return hit
 
     @property
@@ -395,7 +409,61 @@ def check_config(ctx: Context) -> None:
         raise ConfigError(f"{lines[0]} (policy.framework: {ctx.framework})")
 
 
-def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy) -> str | None:
+#: Each training / forward vertex's worker group's training vertex, whose strategy picks its backend under
+#: ``trainer_backend: auto`` (:func:`trainer_backend`; the forward keeps its trainer's layout, :func:`refusals`).
+_GROUP_TRAINER = {TRAIN: TRAIN, REFERENCE: TRAIN, CRITIC_TRAIN: CRITIC_TRAIN, CRITIC_INFER: CRITIC_TRAIN}
+#: Where each backend's KV-head rule is read (:func:`kv_head_refusal`).
+_KV_HEAD_SOURCES = {
+    "megatron": ("on Megatron-Core, which splits whole KV heads (query groups) over its tensor-parallel ranks: "
+                 "attention.py divide(num_query_groups, tp) at Megatron-LM af73aa2c, NeMo RL v0.4.0's pin, and "
+                 "core_v0.15.0, verl's; a multiple of them only from Megatron-LM f7dfb99795, NeMo RL "
+                 "policy.framework_version 0.6 on"),
+    "dtensor": ("on NeMo RL's DTensor workers, whose nemo_rl/models/dtensor/parallelize.py asserts "
+                "num_key_value_heads % tp == 0 (v0.4.0-v0.7.0)"),
+}
+
+
+def kv_head_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_heads: int) -> str | None:
+    """Why a trainer or forward of ``ctx.framework`` cannot run ``strategy.tp`` over ``kv_heads`` KV heads (one
+    line), or ``None``. The generic rule (:func:`~packplace.placement.candidates.explain`) lets ``tp`` divide
+    the KV heads or be a multiple of them, which is vLLM's (``QKVParallelLinear`` replicates a KV head over
+    ``tp / kv_heads`` ranks) and stays so for every engine (``generate``; verl's reward-model engine). A
+    trainer's backend needs ``tp`` to divide them:
+
+    * Megatron-Core (verl's and NeMo RL's Megatron workers, framework ``none`` with ``trainer_backend:
+      megatron``): ``attention.py`` ``divide(num_query_groups, world_size)`` (Megatron-LM af73aa2c, pinned by
+      NeMo RL v0.4.0; ``core_v0.15.0``, installed by verl's ``docker/Dockerfile.stable.vllm``), unless the
+      release's Megatron-LM sub-shards the QKV activations (:attr:`Context.megatron_splits_kv_heads`: NeMo RL
+      v0.6.0 on, Megatron-LM f7dfb99795);
+    * NeMo RL's DTensor workers (its ``fsdp`` backend and the reward-model environment's ``dtensor_cfg``):
+      ``nemo_rl/models/dtensor/parallelize.py`` asserts ``num_key_value_heads % tp_mesh.size() == 0``
+      (v0.4.0-v0.7.0).
+
+    OpenRLHF's and DeepSpeed-Chat's DeepSpeed tensor parallelism: no rule read here. ``kv_heads`` 0: unknown,
+    no rule.
+    """
+    tp, fw = strategy.tp, ctx.framework
+    if tp == 1 or kv_heads <= 0 or kv_heads % tp == 0 or kind == "generate":
+        return None
+    if fw == "nemo-rl":
+        if name == REWARD:
+            backend = "dtensor"
+        else:
+            group = {_GROUP_TRAINER[name]: strategy} if name in _GROUP_TRAINER else {TRAIN: strategy}
+            backend = "megatron" if trainer_backend(ctx, group) == "megatron" else "dtensor"
+        if backend == "megatron" and ctx.megatron_splits_kv_heads:
+            return None
+    elif fw == "verl" and name != REWARD:   # tp > 1 runs on its Megatron workers (FSDP has no TP)
+        backend = "megatron"
+    elif fw == "none" and ctx.backend == "megatron":
+        backend = "megatron"
+    else:
+        return None
+    return (f"tensor-parallel degree {tp} does not divide the model's {kv_heads} KV heads: {name} runs "
+            f"{_KV_HEAD_SOURCES[backend]}; tp must divide {kv_heads}")
+
+
+def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_heads: int = 0) -> str | None:
     """Why ``ctx.framework`` cannot run vertex ``name`` (of ``kind``) with ``strategy`` (one line), or ``None``.
 
     verl: the trainers and forwards on the FSDP backend keep ``tp = pp = ep = 1``; a reward model's vLLM
@@ -408,7 +476,9 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy) -> 
     and NeMo RL: every strategy (vLLM's tensor, pipeline and expert parallelism). OpenRLHF's DeepSpeed models
     have no expert parallelism either (``openrlhf/utils/deepspeed/deepspeed.py`` ``DeepspeedStrategy``: ZeRO,
     ring attention and ``--ds.tensor_parallel_size`` only). DeepSpeed-Chat (a framework without other rules):
-    no pipeline or expert parallelism for any task (its step-3 scripts, module docstring)."""
+    no pipeline or expert parallelism for any task (its step-3 scripts, module docstring). With ``kv_heads``
+    (the model's KV heads; 0: not asked) a trainer's or forward's ``tp`` must divide them where its backend
+    needs it (:func:`kv_head_refusal`)."""
     s = strategy
     fw = ctx.framework
     if fw == "deepspeed-chat" and (s.pp > 1 or s.ep > 1):
@@ -416,7 +486,7 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy) -> 
                 "--actor_zero_stage, --critic_zero_stage, the hybrid engine's --inference_tp_size), with no "
                 "pipeline or expert parallelism")
     if not ctx.ruled:
-        return None
+        return kv_head_refusal(ctx, name, kind, s, kv_heads) if fw == "none" else None
     if fw == "openrlhf":
         if kind == "generate" and (s.pp > 1 or s.ep > 1):
             return "OpenRLHF's vLLM engines take a tensor-parallel size only"
@@ -436,7 +506,7 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy) -> 
         if fw == "nemo-rl" and (s.pp > 1 or s.ep > 1):
             return ("NeMo RL's reward-model environment runs a DTensor model (env.reward_model.dtensor_cfg): "
                     "tensor parallelism only")
-        return None
+        return kv_head_refusal(ctx, name, kind, s, kv_heads)
     if kind == "generate":
         return None
     if fw == "nemo-rl" and ctx.packing is not None and name in (TRAIN, REFERENCE):
@@ -448,7 +518,7 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy) -> 
         return "verl's FSDP workers have no tensor, pipeline or expert parallelism (Ulysses sequence parallelism only)"
     if fw == "nemo-rl" and backend == "fsdp" and kind == "train" and (s.pp > 1 or s.ep > 1):
         return "NeMo RL's DTensor policy has no pipeline or expert parallelism"
-    return None
+    return kv_head_refusal(ctx, name, kind, s, kv_heads)
 
 
 def refusals(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, int]) -> list[str]:

@@ -35,6 +35,7 @@ from packplace.placement.model.pass_memory import (
     context_parallel_tokens,
     in_flight,
     infer_transient,
+    megatron_expert_tensor_parallel,
     stack,
     train_transient,
     uses_autocast,
@@ -513,7 +514,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             late = _bare_loop_gradients(p, bare_loop and not cp.active and micro_batches <= options.optimizer_steps)
             resident, transient = resident - late, loaded + _train_vertex_transient(
                 model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, in_flight(pp, i, inflight), ep,
-                cp.ring, framework == "none", workspace, logit_bytes, late, fused_kernels, fused_swiglu, router_dtype)
+                cp.ring, framework, workspace, logit_bytes, late, fused_kernels, fused_swiglu, router_dtype)
         elif kind == "infer":
             # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else 2.0 * p
@@ -550,7 +551,7 @@ def _bare_loop_gradients(params: float, one_micro_batch: bool) -> float:
 
 def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: float, logprob_tokens: float | None,
                             n_layers: int, first: bool, last: bool, tp: int, inflight: int, ep: int, ring: int,
-                            kv_cache: bool, workspace: float,
+                            framework: str, workspace: float,
                             logit_bytes: tuple[float, float] | None = None, end_gradients: float = 0.0,
                             fused_kernels: bool = False, fused_swiglu: bool = False,
                             router_dtype: str = "bf16") -> float:
@@ -560,13 +561,17 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
     group the attention's ring runs over; ``logit_bytes`` the framework's logit bytes per vocabulary entry;
     ``end_gradients`` the gradient bytes a bare loop allocates in the backward, held at its end only;
     ``fused_kernels`` / ``fused_swiglu`` / ``router_dtype`` a Megatron-Core trainer's fused normalisation kernels,
-    SwiGLU and MoE router dtype (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`)."""
+    SwiGLU and MoE router dtype (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`);
+    ``framework`` the run's: bare PyTorch's forward keeps its KV cache (``none``), and its Megatron-Core expert
+    tensor-parallel size (:func:`~packplace.placement.model.pass_memory.megatron_expert_tensor_parallel`) sizes the
+    MoE combine's transient (:func:`~packplace.placement.model.pass_memory.megatron_combine_bytes_per_token`)."""
+    kv_cache, expert_tp = framework == "none", megatron_expert_tensor_parallel(framework, tp)
     autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
     transient = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,
                                 recompute=options.recompute, tp=tp, inflight=inflight, autocast=autocast, ep=ep,
                                 cp=ring, logit_bytes=logit_bytes,
                                 fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
-                                router_dtype=router_dtype).peak(workspace, end_gradients)
+                                router_dtype=router_dtype, expert_tp=expert_tp).peak(workspace, end_gradients)
     if logprob_tokens is None:
         return transient
     forward = infer_transient(model, tokens=logprob_tokens, n_layers=n_layers, last=last, tp=tp, kv_cache=kv_cache,

@@ -120,6 +120,15 @@ class NemoRLRelease:
             ``policy.get_logprobs`` only ``if not skip_prev_logprobs``. v0.6.0 accepts the setting
             (``loss_fn.force_on_policy_ratio``, ``grpo.py`` checks the batch sizes) but computes the pass
             every step: its loss only forces the ratio to 1.
+        megatron_splits_kv_heads: The Megatron-LM the release pins runs a tensor-parallel degree above the
+            KV heads (a multiple of them: QKV activation sub-sharding, github.com/NVIDIA/Megatron-LM commit
+            f7dfb99795, "Support TP greater than num_kv_heads", 2025-12-07). v0.6.0 pins d30c3ae5, which has it
+            (``megatron/core/transformer/attention.py``: ``num_query_groups < world_size`` → one query group per
+            rank; ``transformer_config.py``: a multiple or divisor); v0.4.0 pins af73aa2c, whose
+            ``attention.py`` line 160 is ``divide(self.config.num_query_groups, world_size)`` (tp must divide
+            the KV heads); v0.5.0 pins b73ae5cd of a fork not in the mirror: treated as v0.4. v0.7.0 pins a
+            later Megatron-LM (inside Megatron-Bridge) than v0.6.0: has it
+            (:func:`~packplace.placement.model.layout_rules.kv_head_refusal`).
     """
 
     version: str
@@ -131,6 +140,7 @@ class NemoRLRelease:
     packs_worst_fit: bool = False
     dtensor_pads_logprob_packs: bool = False
     forced_ratio_skips_logprob: bool = False
+    megatron_splits_kv_heads: bool = False
 
 
 #: The releases (keys: ``major.minor``).
@@ -151,7 +161,8 @@ NEMO_RL_RELEASES: dict[str, NemoRLRelease] = {
         "0.6", "0.17.1", logprob_optimizer_offload=False, qwen_fused_swiglu=True,
         sources="v0.6.0: pyproject.toml (vllm==0.17.1); grpo_math_1B.yaml as in v0.5.0; uv.lock "
                 "transformer-engine 2.14.0+71bbefb (git)",
-        transformer_engine="2.14.0", packs_worst_fit=True, dtensor_pads_logprob_packs=True),
+        transformer_engine="2.14.0", packs_worst_fit=True, dtensor_pads_logprob_packs=True,
+        megatron_splits_kv_heads=True),
     "0.7": NemoRLRelease(
         "0.7", "0.20.0", logprob_optimizer_offload=False, qwen_fused_swiglu=True,
         sources="v0.7.0: pyproject.toml (vllm 0.20.0 wheels); grpo_math_1B.yaml as in v0.5.0; uv.lock "
@@ -159,7 +170,7 @@ NEMO_RL_RELEASES: dict[str, NemoRLRelease] = {
                 "async_grpo_train skip get_logprobs when opd._skip_prev_logprobs (force_on_policy_ratio, "
                 "seq_logprob_error_threshold null)",
         transformer_engine="2.15.0", packs_worst_fit=True, dtensor_pads_logprob_packs=True,
-        forced_ratio_skips_logprob=True),
+        forced_ratio_skips_logprob=True, megatron_splits_kv_heads=True),
 }
 
 

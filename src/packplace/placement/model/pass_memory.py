@@ -211,6 +211,66 @@ def megatron_router_bytes_per_token(model: ModelSpec, router_dtype: str = "bf16"
     return p * e + e + max((p + 1.0) * e, 8.0 * e + 4.0 + 8.0 * k) + 8.0 * k + 4.0 * k + p * k
 
 
+#: Frameworks whose Megatron-Core trainer runs the routed experts unsplit over its tensor-parallel ranks
+#: (``expert_tensor_parallel_size: 1``): NeMo RL, whose ``examples/configs/grpo_math_1B.yaml`` sets
+#: ``policy.megatron_cfg.expert_tensor_parallel_size: 1`` at the v0.4.0, v0.5.0, v0.6.0 and v0.7.0 tags (the
+#: recipes inherit it; the NeMo RL emitter writes no other value).
+EXPERT_TP_ONE_FRAMEWORKS = ("nemo-rl",)
+
+
+def megatron_expert_tensor_parallel(framework: str, tp: int) -> int:
+    """The expert tensor-parallel size (``expert_tensor_parallel_size``, ETP) a Megatron-Core trainer of
+    ``framework`` runs at tensor-parallel size ``tp``: 1 for :data:`EXPERT_TP_ONE_FRAMEWORKS`; otherwise
+    Megatron-Core's default, ``tp`` (``ModelParallelConfig.__post_init__``: ``if self.expert_tensor_parallel_size is
+    None: self.expert_tensor_parallel_size = self.tensor_model_parallel_size``, megatron/core/model_parallel_config.py
+    at Megatron-LM af73aa2c and d30c3ae5; verl's ``megatron.expert_tensor_parallel_size`` defaults to ``null``), the
+    layout the model prices (each routed expert split over the ``tp`` ranks, docs/placement-model.md "Expert
+    parallelism")."""
+    return 1 if framework in EXPERT_TP_ONE_FRAMEWORKS else max(1, int(tp))
+
+
+def megatron_combine_bytes_per_token(model: ModelSpec, router_dtype: str = "bf16", expert_tp: int = 1) -> float:
+    """Transient bytes per token (of those entering a MoE layer on the GPU) while a Megatron-Core MoE layer's
+    all-to-all dispatcher combines its routed experts' output over an expert tensor-parallel group of
+    ``expert_tp`` > 1 ranks, ``d`` hidden, top-``k``, router dtype of ``p`` bytes; 0 for a dense model or
+    ``expert_tp`` 1:
+
+    ``k·d·(2·ETP + c·ETP + p·ETP + p)``, ``c`` = ``p`` unless the router runs in bf16 (then 0)
+
+    ``MoEAlltoAllTokenDispatcher.combine_preprocess`` (megatron/core/transformer/moe/token_dispatcher.py at
+    Megatron-LM af73aa2c, NeMo RL v0.4.0's pin, and d30c3ae5, v0.6.0's; the same at d98e8a64) runs, where the expert
+    TP group's size is above 1, ``reduce_scatter_to_sequence_parallel_region(hidden_states.to(self.probs.dtype),
+    group=self.tp_group, input_split_sizes=...).to(hidden_states.dtype)`` on the expert output gathered from the
+    ETP group's ranks (``dispatch_postprocess`` all-gathers the dispatched tokens over that group), ``[ETP·k·t, d]``
+    rows for ``t`` tokens on the GPU:
+
+    * ``2·ETP``: the bf16 expert output (fc2's, the cast's source, live until the expression ends);
+    * ``c·ETP``: its copy in the router's dtype (``self.probs`` is the ``[tokens, E]`` routing probabilities in
+      ``moe_router_dtype``; a cast to the tensor's own dtype allocates nothing);
+    * ``p·ETP``: the flattened input of the reduce-scatter: ``_reduce_scatter_along_first_dim`` passes a list of
+      per-rank splits to ``torch.distributed.reduce_scatter``, and PyTorch's ``ProcessGroupNCCL`` copies a list of
+      equal-sized tensors into one new stacked tensor (``newLikeFlat``) before the collective: counted, as the
+      splits can be equal (memory is never under-counted);
+    * ``p``: the reduce-scatter's output ``[k·t, d]`` in the router dtype (``torch.empty_like``).
+
+    Nothing of it is saved for the backward (``_ReduceScatterToSequenceParallelRegion`` saves no tensor; a dtype
+    cast keeps none), so it is one layer's transient beside the saved activations. The backward mirrors it (the
+    incoming gradient cast to the router dtype, ``p``; the all-gather's output and flattened list, ``2p·ETP``;
+    the cast back to bf16, ``2·ETP``), no more than the forward's figure. Qwen3-30B-A3B (``d`` 2,048, ``k`` 8) in
+    fp64 at ETP 2: ``8·2,048·(4 + 16 + 16 + 8)`` = 720,896 bytes per token.
+
+    Raises:
+        ConfigError: ``router_dtype`` not one of :data:`ROUTER_DTYPE_BYTES` or ``expert_tp`` below 1.
+    """
+    _check("router_dtype", router_dtype, tuple(ROUTER_DTYPE_BYTES))
+    _check_positive("expert_tp", expert_tp)
+    if not model.is_moe or expert_tp == 1:
+        return 0.0
+    p = float(ROUTER_DTYPE_BYTES[router_dtype])
+    cast = 0.0 if router_dtype == "bf16" else p
+    return float(model.experts_per_token) * model.hidden_dim * (expert_tp * (2.0 + cast + p) + p)
+
+
 def saved_activation_bytes_per_token(model: ModelSpec, autocast: bool, fused_kernels: bool = False,
                                      fused_swiglu: bool = False, router_dtype: str = "bf16") -> float:
     """Bytes autograd keeps per token for one layer's backward (``tp = 1``; flash / SDPA attention).
@@ -546,7 +606,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                 ep, cp, logit_bytes,
                                 resident_gradients(optimizer, sharding, framework, trainer_backend,
                                                    (tp, pp, ep, cp)), trainer_backend == "megatron",
-                                fused_swiglu, router_dtype)
+                                fused_swiglu, router_dtype, megatron_expert_tensor_parallel(framework, tp))
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes)
@@ -626,7 +686,10 @@ class TrainTransient:
     buffers and the loss's logits are never live together (the logits come after the last layer's forward
     and are freed before its backward), so a phase holds the larger of the two. ``head_forward`` /
     ``head_backward``: the final norm's and the output head's input tensors beside the logits
-    (:func:`head_input_bytes_per_token`, with their slack), only while the logits are live."""
+    (:func:`head_input_bytes_per_token`, with their slack), only while the logits are live. ``combine``: a
+    Megatron-Core MoE layer's combine over an expert tensor-parallel group above 1 while it runs
+    (:func:`megatron_combine_bytes_per_token`), never live with the logits or the ring's buffers (another step of
+    the layer, or after the last layer), so it is the third term of each phase's larger-of."""
 
     copies_forward: float
     copies_backward: float
@@ -640,15 +703,16 @@ class TrainTransient:
     ring_backward: float = 0.0
     head_forward: float = 0.0
     head_backward: float = 0.0
+    combine: float = 0.0
 
     def peak(self, workspace: float, end_gradients: float = 0.0) -> float:
         """Largest transient bytes over the phases, workspace included; ``end_gradients``: gradient bytes
         held at the backward's end only (a bare loop's, :func:`resident_gradients`)."""
         return workspace + max(
-            self.copies_forward + self.saved + max(self.logits_forward + self.head_forward, self.ring_forward)
-            + self.slack_forward,
-            self.copies_backward + self.saved + max(self.logits_backward + self.head_backward, self.ring_backward)
-            + self.slack_forward,
+            self.copies_forward + self.saved
+            + max(self.logits_forward + self.head_forward, self.ring_forward, self.combine) + self.slack_forward,
+            self.copies_backward + self.saved
+            + max(self.logits_backward + self.head_backward, self.ring_backward, self.combine) + self.slack_forward,
             self.end + self.slack_end + end_gradients)
 
 
@@ -656,7 +720,7 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
                     recompute: str, tp: int, inflight: int, autocast: bool, ep: int = 1,
                     cp: int = 1, logit_bytes: tuple[float, float] | None = None,
                     fused_kernels: bool = False, fused_swiglu: bool = False,
-                    router_dtype: str = "bf16") -> TrainTransient:
+                    router_dtype: str = "bf16", expert_tp: int = 1) -> TrainTransient:
     """:class:`TrainTransient` of one stage of ``n_layers`` layers for a micro-batch of ``tokens`` tokens
     (``inflight`` micro-batches' activations held, 1F1B). ``autocast``: fp32 master weights under
     ``torch.autocast`` (bf16 copies of every matmul weight cached through the forward; under full
@@ -668,7 +732,11 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     (``ring_forward``, ``ring_backward``; the backward's end holds the first layer's). ``logit_bytes``: the
     framework's ``(forward, backward)`` logit bytes per vocabulary entry (:func:`logit_bytes_per_token`).
     ``fused_kernels`` / ``fused_swiglu`` / ``router_dtype``: a Megatron-Core trainer's fused normalisation
-    kernels, its fused SwiGLU and its MoE router's dtype (:func:`saved_activation_bytes_per_token`)."""
+    kernels, its fused SwiGLU and its MoE router's dtype (:func:`saved_activation_bytes_per_token`); ``expert_tp``:
+    that trainer's expert tensor-parallel size (:func:`megatron_expert_tensor_parallel`), whose combine adds
+    :func:`megatron_combine_bytes_per_token` of the GPU's ``tokens / tp`` tokens (``combine``; the backward's end
+    holds the first layer's beside its working set), with the allocator slack (:func:`_slack`) of the three tensors it
+    allocates."""
     head = model.head_gemm_params / tp if last else 0.0
     gemm = (model.gemm_params - model.head_gemm_params) / model.layers * n_layers / tp + head
     t = tokens / tp
@@ -694,16 +762,18 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     # charged where the saved set is enumerated tensor by tensor (:func:`head_input_bytes_per_token`)
     full = recompute == "full"
     blas = BACKWARD_BLAS_WORKSPACE if full else 0.0
+    combine = megatron_combine_bytes_per_token(model, router_dtype, expert_tp) * t if fused_kernels else 0.0
+    combine += _slack(3, combine / 4.0) if combine else 0.0   # the cast, the stacked copy and the output
     return TrainTransient(
         copies_forward=copies_forward, copies_backward=copies_backward, saved=saved,
         logits_forward=logit_bytes_per_token(model, False, logit_bytes) * t if last else 0.0,
         logits_backward=logit_bytes_per_token(model, True, logit_bytes) * t if last else 0.0,
-        end=max(embed_grad, a_layer + ring_backward),
+        end=max(embed_grad, a_layer + max(ring_backward, combine)),
         slack_forward=weights + _slack(saved_tensors, saved_each) + blas,
         slack_end=2 * weights + _slack(SAVED_TENSORS_PER_LAYER, a_layer / SAVED_TENSORS_PER_LAYER) + blas,
         ring_forward=_ring_bytes(model, cp, tp, tokens, False), ring_backward=ring_backward,
         head_forward=_head_bytes(model, autocast, False, t) if last and full else 0.0,
-        head_backward=_head_bytes(model, autocast, True, t) if last and full else 0.0)
+        head_backward=_head_bytes(model, autocast, True, t) if last and full else 0.0, combine=combine)
 
 
 def uses_autocast(optimizer: str, sharding: str) -> bool:
@@ -753,20 +823,23 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                  recompute: str, optimizer: str, tp: int, inflight: int, dp: int, sharding: str,
                  micro_batches: int, ws: float, ep: int = 1, cp: int = 1,
                  logit_bytes: tuple[float, float] | None = None, keep_gradients: bool = False,
-                 fused_kernels: bool = False, fused_swiglu: bool = False, router_dtype: str = "bf16") -> PassMemory:
+                 fused_kernels: bool = False, fused_swiglu: bool = False, router_dtype: str = "bf16",
+                 expert_tp: int = 1) -> PassMemory:
     """One pipeline stage of a training micro-batch, with the activations of ``inflight`` micro-batches saved
     (:func:`in_flight`): the largest of the forward's end, the loss's
     backward and the backward's end (module docstring), and with context parallelism the last layer's ring
     attention forward and backward (``ring_forward``, ``ring_backward``). With ``micro_batches > 1`` the
     gradients of the earlier micro-batches are held throughout (gradient accumulation), and with
     ``keep_gradients`` (:func:`resident_gradients`) the layout's gradients are; ``fused_kernels`` /
-    ``fused_swiglu`` / ``router_dtype``: a Megatron-Core trainer's (:func:`saved_activation_bytes_per_token`)."""
+    ``fused_swiglu`` / ``router_dtype``: a Megatron-Core trainer's (:func:`saved_activation_bytes_per_token`);
+    ``expert_tp``: its expert tensor-parallel size, whose MoE combine adds the ``moe_combine`` phases
+    (:func:`megatron_combine_bytes_per_token`)."""
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     part = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first, recompute=recompute,
                            tp=tp, inflight=inflight, autocast=autocast, ep=ep, cp=cp,
                            logit_bytes=logit_bytes, fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
-                           router_dtype=router_dtype)
+                           router_dtype=router_dtype, expert_tp=expert_tp)
     # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's
     # expert-data-parallel group), the rest over dp
     expert = n_layers * model.expert_params / model.layers / (tp * ep) if model.is_moe and ep > 1 else 0.0
@@ -793,6 +866,11 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                              part.saved + part.ring_forward, 0.0, 0.0, ws + part.slack_forward),
                    _assemble("ring_backward", weights + part.copies_backward, held, moments,
                              part.saved + part.ring_backward, 0.0, 0.0, ws + part.slack_forward)]
+    if part.combine > 0.0:
+        phases += [_assemble("moe_combine_forward", weights + part.copies_forward, held, moments,
+                             part.saved + part.combine, 0.0, 0.0, ws + part.slack_forward),
+                   _assemble("moe_combine_backward", weights + part.copies_backward, held, moments,
+                             part.saved + part.combine, 0.0, 0.0, ws + part.slack_forward)]
     return max(phases, key=lambda p: p.peak_bytes)
 
 

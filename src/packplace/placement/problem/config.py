@@ -21,6 +21,7 @@ needs and no other (both from :data:`packplace.placement.problem.graph.RL_ALGORI
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -418,8 +419,13 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML file with bare scientific notation as floats (:func:`packplace.yamlio.load_yaml`).
 
     Raises:
-        ConfigError: missing file, YAML syntax error, or a top level that is not a mapping.
+        ConfigError: ``path`` not a file path (``None``, a mapping, ...: named with its type), missing file, YAML
+            syntax error, or a top level that is not a mapping.
     """
+    if not isinstance(path, (str, os.PathLike)) or isinstance(path, bytes):
+        raise ConfigError(f"config path: expected a file path (str or os.PathLike), got {type(path).__name__} "
+                          f"{path!r}" + ("; a parsed config mapping goes to build_instance"
+                                         if isinstance(path, Mapping) else ""))
     data = _shared_load_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"config: {str(path)!r} must be a mapping of sections, got {type(data).__name__}")
@@ -430,7 +436,8 @@ def load_config(path: str | Path) -> PlacementInstance:
     """Load and validate a placement YAML config.
 
     Raises:
-        ConfigError: ``[section] field ...`` for the first missing or invalid field.
+        ConfigError: ``config path: ...`` when ``path`` is not a file path (e.g. ``None``), else
+            ``[section] field ...`` for the first missing or invalid field.
     """
     return build_instance(load_yaml(path), source=str(path))
 
@@ -444,6 +451,16 @@ def _section(cfg: Mapping[str, Any], name: str, required: bool = True) -> dict[s
     if not isinstance(value, Mapping):
         raise ConfigError(f"[{name}] must be a mapping, got {type(value).__name__} {show(value)}")
     return dict(value)
+
+
+def _defaulted_algorithm(policy_cfg: Mapping[str, Any], algorithm: str) -> str:
+    """A note for a ``[models]`` error when the algorithm was not given: ``policy`` null or absent, or without
+    ``algorithm``, defaults to ``algorithm`` (``ppo``), whose roles the error names; ``""`` when it was given."""
+    if "algorithm" in policy_cfg:
+        return ""
+    unset = "[policy] is null or absent" if not policy_cfg else "[policy] algorithm is unset"
+    return (f" ({unset}, so the algorithm defaulted to {algorithm}, which needs "
+            f"{', '.join(algorithm_spec(algorithm).required_roles)}; set policy.algorithm, e.g. grpo)")
 
 
 def _require(section: Mapping[str, Any], keys: tuple[str, ...], where: str) -> None:
@@ -805,8 +822,12 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
             raise ConfigError(f"[models] Unknown role {show(role)}; valid roles: {', '.join(roles)}")
         if role not in required:
             raise ConfigError(f"[models] {role}: {algorithm} has no {role} model; remove it "
-                              f"({algorithm} needs: {', '.join(required)})")
-    _require(models_cfg, required, "models")
+                              f"({algorithm} needs: {', '.join(required)})" + _defaulted_algorithm(policy_cfg,
+                                                                                                  algorithm))
+    for role in required:
+        if role not in models_cfg:
+            raise ConfigError(f"[models] Missing required field: '{role}'"
+                              + _defaulted_algorithm(policy_cfg, algorithm))
     models = {role: _model(role, models_cfg[role], source) for role in required}
     models["reference"] = models["actor"]
     _check_release_model_type(policy, models["actor"])
