@@ -76,34 +76,39 @@ def test_kv_bytes_per_token_and_weights_by_hand():
     assert c["llama3-8b-tp1-h100"]["weights_logged_over_model"] == pytest.approx(1.0, abs=5e-4)
 
 
-def test_h100_budget_within_two_percent_over_vllm():
-    """The documented finding, with the pool at the preset's CUDA total (79.11 GiB; the logs read 79.22) and the
-    profile run's activation peak priced: on the two H100 rows with a full breakdown the package's budget is 1.5%
-    (TP 1) and 1.4% (TP 2) over vLLM's: its reservation besides the weights, measured from vLLM's requested
-    memory, 2.24 / 4.00 GiB (at TP 2 with V0's 1.79 GiB of NCCL inside the pool), is under vLLM's logged
-    non-torch + activation, 3.05 / 4.84 GiB. The priced peak is 0.78 of the logged 1.26 GiB (a lower bound), and
-    even the whole logged activation would leave TP 1 at 1.010: the rest is non-torch memory besides NCCL."""
+def test_h100_budget_at_or_under_vllms_with_v0_non_torch_inside_the_pool():
+    """With the pool at the preset's CUDA total (79.11 GiB; the logs read 79.22), the profile run's activation peak
+    priced and V0's non-torch bytes inside the pool (1.79 GiB at TP 1, of which the KV budget's overhead already
+    holds the 1.02 GB workspace, so 0.84 GiB more; at TP 2 NCCL's 1.79 GiB besides), the two H100 rows with a full
+    breakdown are priced at 0.9995 (TP 1) and 0.99999 (TP 2) of vLLM's budget. Both figures are read from the same
+    log (vllm-project/vllm pull 10511), so this checks the arithmetic, not an independent prediction."""
     c = _checks()
-    assert c["llama3-8b-tp1-h100"]["predicted_over_logged_bytes"] == pytest.approx(1.0153, abs=0.0005)
-    assert c["llama3-8b-tp2-h100"]["predicted_over_logged_bytes"] == pytest.approx(1.0142, abs=0.0005)
-    assert c["llama3-8b-tp1-h100"]["in_pool_bytes"] == 0.0
-    assert c["llama3-8b-tp2-h100"]["in_pool_bytes"] == pytest.approx(1.79 * GIB)
     one, two = c["llama3-8b-tp1-h100"], c["llama3-8b-tp2-h100"]
+    assert one["predicted_over_logged_bytes"] == pytest.approx(0.9995, abs=0.0002)
+    assert two["predicted_over_logged_bytes"] == pytest.approx(1.0000, abs=0.0002)
+    assert one["predicted_over_logged_bytes"] <= 1.0 and two["predicted_over_logged_bytes"] <= 1.0
+    # in-pool by hand: 1.79 GiB less the 1.02e9 B workspace = 0.8401 GiB; TP 2 adds V0's 1.79 GiB of NCCL
+    assert one["in_pool_bytes"] == pytest.approx(1.79 * GIB - 1.02e9)
+    assert one["in_pool_bytes"] / GIB == pytest.approx(0.8401, abs=1e-4)
+    assert two["in_pool_bytes"] == pytest.approx(2 * 1.79 * GIB - 1.02e9)
+    # what the package reserves besides the weights, from vLLM's requested memory (79.22 GiB), is now at or above
+    # vLLM's logged non-torch + activation, 3.05 / 4.84 GiB (3.08 / 4.84 GiB: the pool's 0.1 GiB smaller total)
+    assert one["model_reserved_besides_weights_bytes"] / GIB == pytest.approx(3.077, abs=0.002)
+    assert two["model_reserved_besides_weights_bytes"] / GIB == pytest.approx(4.842, abs=0.002)
     for row in (one, two):
-        assert row["model_reserved_besides_weights_bytes"] < row["reserved_besides_weights_bytes"]
-    assert two["model_reserved_besides_weights_bytes"] / GIB == pytest.approx(4.00, abs=0.005)
+        assert row["model_reserved_besides_weights_bytes"] >= row["reserved_besides_weights_bytes"]
     # the profile peak at 8,192 tokens and 256 rows is V0's sampler: the final hidden states (2 x 4,096 x 8,192 B)
     # and 30 B a logit over 256 x 128,256 logits, 1,052,114,944 B = 0.98 GiB, under the logged 1.26 GiB
     assert one["profile_peak_bytes"] == 2 * 4096 * 8192 + 256 * 128256 * 30 == 1_052_114_944
     assert one["profile_peak_bytes"] < 1.26 * GIB
     # TP 1 by hand: 0.9 x 79.11 GiB = 71.20 GiB less 14.96 GiB of weights (logged; the package's bf16 weights are
-    # 1.0002 x), the package's 1.17 GiB overhead (one prompt's working set, the 1.02 GB workspace, slack) and the
-    # profile peak beyond that prompt's working set (0.98 - 0.012 GiB) is 54.10 GiB, 1.015 x the logged 53.29 GiB
+    # 1.0002 x), the package's 1.17 GiB overhead (one prompt's working set, the 1.02 GB workspace, slack), the
+    # profile peak beyond that prompt's working set (0.98 - 0.012 GiB) and the 0.84 GiB in-pool rest is 53.26 GiB,
+    # 0.9995 x the logged 53.29 GiB
     work = 102400 * 128 / GIB
     assert one["engine_overhead_bytes"] / GIB == pytest.approx(1.17, abs=0.005)
-    assert one["predicted_kv_bytes"] / GIB == pytest.approx(54.10, abs=0.01)
-    assert (0.9 * 79.11 - 14.96 - 1.17 - (0.98 - work)) / 53.29 == pytest.approx(1.015, abs=0.001)
-    assert (0.9 * 79.11 - 14.96 - 1.17 - (1.26 - work)) / 53.29 == pytest.approx(1.010, abs=0.001)
+    assert one["predicted_kv_bytes"] / GIB == pytest.approx(53.26, abs=0.01)
+    assert (0.9 * 79.11 - 14.96 - 1.17 - (0.98 - work) - 0.84) / 53.29 == pytest.approx(0.9995, abs=0.001)
 
 
 def test_the_priced_profile_peak_never_exceeds_the_logged_activation():
@@ -122,13 +127,16 @@ def test_the_priced_profile_peak_never_exceeds_the_logged_activation():
 
 
 def test_every_priced_row_moves_down_by_its_profile_peak():
-    """The term only lowers budgets: each priced row's predicted/logged fell from the CUDA-total figures (H100
-    1.033 / 1.031, A100 Llama-2-7B 1.001 / Llama-2-70B TP 4 1.410) to 1.015 / 1.014 / 0.995 / 1.396."""
+    """The terms only lower budgets: each priced row's predicted/logged fell from the CUDA-total figures (H100
+    1.033 / 1.031, A100 Llama-2-7B 1.001 / Llama-2-70B TP 4 1.410) to 1.015 / 1.014 / 0.995 / 1.396 with the
+    profile peak, then to 0.9995 / 1.000 / 0.981 / 1.363 with V0's non-torch bytes inside the pool. The TP 4 row
+    (vLLM 0.2.4 on PyTorch before ``TORCH_NCCL_AVOID_RECORD_STREAMS``) stays above: its profile held fragmented
+    activation blocks the package does not price (vllm-project/vllm issue 2248)."""
     c = _checks()
     got = {rid: c[rid].get("predicted_over_logged_bytes", c[rid].get("predicted_over_logged_tokens"))
            for rid in ("llama3-8b-tp1-h100", "llama3-8b-tp2-h100", "llama2-7b-tp1-a100", "llama2-70b-tp4-a100")}
-    want = {"llama3-8b-tp1-h100": 1.015, "llama3-8b-tp2-h100": 1.014, "llama2-7b-tp1-a100": 0.995,
-            "llama2-70b-tp4-a100": 1.396}
+    want = {"llama3-8b-tp1-h100": 0.9995, "llama3-8b-tp2-h100": 1.000, "llama2-7b-tp1-a100": 0.981,
+            "llama2-70b-tp4-a100": 1.363}
     for rid, ratio in want.items():
         assert got[rid] == pytest.approx(ratio, abs=0.001), rid
 

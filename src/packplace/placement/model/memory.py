@@ -87,6 +87,18 @@ VLLM_NCCL_PP_BYTES = 8.76 * _GIB
 #: (:attr:`EngineReservation.in_pool`). :data:`VLLM_NCCL_BYTES` (4.52 GiB) is the V1 0.10 line's reading and
 #: stays the bytes a sleeping engine keeps (:func:`engine_sleep_kept_bytes`), the side that never under-counts.
 VLLM_V0_NCCL_BYTES = 1.79 * _GIB
+#: Non-torch bytes per GPU a V0 vLLM engine counts inside ``gpu_memory_utilization`` on one GPU (no communicator),
+#: bytes: the largest V0 reading logged, vLLM 0.6.5 on an H100 80GB serving Meta-Llama-3-8B at TP 1,
+#: "non_torch_memory 1.79GiB" (github.com/vllm-project/vllm/pull/10511; vLLM 0.6.4 on an RTX 3090 logs 0.35 GiB,
+#: github.com/vllm-project/vllm/issues/10517, 0.6.6 on an H100 0.16 GiB, github.com/vllm-project/vllm/pull/12126).
+#: Every V0 release counts inside the fraction the GPU memory that is not PyTorch's and appeared after the worker's
+#: start-up reading: up to 0.6.4 ``determine_num_available_blocks`` adds ``mem_get_info``'s used bytes less
+#: ``memory_stats()["allocated_bytes.all.current"]`` to the peak (that reading includes the CUDA context), from
+#: 0.6.5 ``memory_profiling(baseline_memory_in_bytes=total_gpu_memory - self.init_gpu_memory, ...)`` subtracts
+#: ``non_torch_increase_in_bytes`` (the context, created before ``init_gpu_memory`` is read in ``init_device``, is
+#: in the baseline, outside). The KV budget already takes the stack's workspace from the pool
+#: (:func:`engine_overhead_bytes`), so :func:`engine_reservation` adds only what this figure exceeds it by.
+VLLM_V0_NON_TORCH_BYTES = 1.79 * _GIB
 #: Release from which NCCL's buffers lie outside ``gpu_memory_utilization`` (:data:`VLLM_NCCL_BYTES`).
 VLLM_NCCL_OUTSIDE_POOL_SINCE = (0, 11)
 #: CUDA-graph memory per GPU of a V1 vLLM engine that captures graphs (``enforce_eager`` false), bytes: the largest V1
@@ -788,7 +800,13 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     graphs' estimate is taken from the KV cache instead (``in_pool``, the same bytes, not also outside:
     :func:`_graphs_in_pool`). Before 0.11 NCCL's buffers are inside the fraction, its non-torch increase, taken
     from the KV cache and not also outside: ``in_pool`` :func:`_nccl_bytes` on a V1 release below
-    :data:`VLLM_NCCL_OUTSIDE_POOL_SINCE`, :data:`VLLM_V0_NCCL_BYTES` on a V0 engine (``tp·pp`` > 1). The fraction
+    :data:`VLLM_NCCL_OUTSIDE_POOL_SINCE`, :data:`VLLM_V0_NCCL_BYTES` on a V0 engine (``tp·pp`` > 1). A V0 engine
+    (every V0 release, the unknown one included) also counts its non-torch bytes inside the fraction,
+    :data:`VLLM_V0_NON_TORCH_BYTES`, of which the KV budget already takes ``workspace``: ``in_pool`` adds
+    ``max(0, VLLM_V0_NON_TORCH_BYTES − workspace)``; ``outside`` keeps ``workspace`` for the CUDA context (which
+    0.6.5 on counts in its baseline, outside the fraction; the workspace bounds it from above). On V1 the logged
+    non-torch bytes besides NCCL (0.04-0.43 GiB, docs/calibration-and-validation.md) stay within ``workspace``,
+    which the KV budget takes already: nothing more. The fraction
     is priced at ``memory_per_gpu``, the CUDA total vLLM takes it of (the presets' figures,
     :data:`~packplace.placement.problem.hardware.PRESETS`), so no gap between the two stands in for these bytes
     (docs/calibration-and-validation.md "What a vLLM engine holds on each GPU, by release").
@@ -805,7 +823,8 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     graph = _graph_bytes(engine_generation, enforce_eager)
     nccl = _nccl_bytes(tp, pp)
     if engine_generation == "v0":
-        return EngineReservation(VLLM_V0_NCCL_BYTES if tp * pp > 1 else 0.0, workspace + graph, True)
+        in_pool = max(0.0, VLLM_V0_NON_TORCH_BYTES - workspace) + (VLLM_V0_NCCL_BYTES if tp * pp > 1 else 0.0)
+        return EngineReservation(in_pool, workspace + graph, True)
     if vllm_release is not None and tuple(vllm_release) < VLLM_NCCL_OUTSIDE_POOL_SINCE:
         return EngineReservation(nccl, workspace + graph, True)
     if _graphs_in_pool(engine_generation, vllm_release):
