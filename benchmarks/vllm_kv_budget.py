@@ -29,9 +29,10 @@ packplace's engine budget (:func:`packplace.placement.model.memory.kv_cache_budg
 ``gpu_memory_utilization x memory_per_gpu`` (the preset's CUDA total: 79.11 GiB for an H100, the smallest
 published reading; the logged rows read 79.22 GiB) less the bf16 weights,
 :func:`~packplace.placement.model.memory.engine_overhead_bytes` (one prompt's working set, the 1.02 GB workspace,
-allocator slack) and the release's in-pool bytes (:attr:`~packplace.placement.model.memory.EngineReservation.in_pool`:
-NCCL's buffers at TP > 1 on these V0 engines). The profile-run activation at ``max_num_batched_tokens`` and the
-non-torch bytes besides NCCL are not priced one by one. Each row below prices the logged setup with the package's
+allocator slack), the profile-run activation peak beyond that prompt's working set
+(:func:`~packplace.placement.model.memory.profile_run_peak_bytes`) and the release's in-pool bytes
+(:attr:`~packplace.placement.model.memory.EngineReservation.in_pool`: on these V0 engines the 1.79 GiB of non-torch
+memory vLLM counts inside the pool less the workspace already taken, and NCCL's buffers at TP > 1). Each row below prices the logged setup with the package's
 functions and gives predicted / logged; rows whose model cannot be priced (FP8 or vision weights, a GPU with no
 preset) are kept for their internal consistency (tokens x bytes per token against the logged bytes, the logged parts
 against the logged budget) and their components.
