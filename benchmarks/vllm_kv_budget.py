@@ -32,7 +32,8 @@ published reading; the logged rows read 79.22 GiB) less the bf16 weights,
 allocator slack), the profile-run activation peak beyond that prompt's working set
 (:func:`~packplace.placement.model.memory.profile_run_peak_bytes`) and the release's in-pool bytes
 (:attr:`~packplace.placement.model.memory.EngineReservation.in_pool`: on these V0 engines the 1.79 GiB of non-torch
-memory vLLM counts inside the pool less the workspace already taken, and NCCL's buffers at TP > 1). Each row below prices the logged setup with the package's
+memory vLLM counts inside the pool less the workspace already taken, and NCCL's buffers at TP > 1). Each row below
+prices the logged setup with the package's
 functions and gives predicted / logged; rows whose model cannot be priced (FP8 or vision weights, a GPU with no
 preset) are kept for their internal consistency (tokens x bytes per token against the logged bytes, the logged parts
 against the logged budget) and their components.
