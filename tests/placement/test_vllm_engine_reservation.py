@@ -20,6 +20,7 @@ from packplace.placement.model.memory import (
     VLLM_V0_CUDA_GRAPH_BYTES,
     VLLM_V0_NCCL_BYTES,
     VLLM_V0_NON_TORCH_BYTES,
+    VLLM_V0_NON_TORCH_RELEASES,
     EngineReservation,
     engine_held_bytes,
     engine_reservation,
@@ -82,11 +83,10 @@ def test_nccl_inside_the_pool_before_0_11_adds_nothing_outside():
     # vllm/pull/10511, vLLM 0.6.5), at any TP or PP
     assert reservation(tp=1, release=(0, 10, 0)).in_pool == 0.0
     assert VLLM_V0_NCCL_BYTES == pytest.approx((3.58 - 1.79) * GIB) == pytest.approx(1_921_997_864.96)
-    # besides V0's non-torch bytes at one GPU beyond the workspace (1.79 GiB - 1.02e9 B = 901,997,864.96 bytes)
+    # (vLLM 0.6.3: no other non-torch bytes beyond the workspace; 0.6.5-0.6.x adds 0.84 GiB, tested below)
     for tp, pp in ((2, 1), (8, 1), (2, 2)):
-        assert reservation(tp=tp, pp=pp, generation="v0", release=(0, 6, 3)).in_pool == pytest.approx(
-            901_997_864.96 + 1_921_997_864.96)
-    assert reservation(tp=1, generation="v0", release=(0, 6, 3)).in_pool == pytest.approx(901_997_864.96)
+        assert reservation(tp=tp, pp=pp, generation="v0", release=(0, 6, 3)).in_pool == pytest.approx(1_921_997_864.96)
+    assert reservation(tp=1, generation="v0", release=(0, 6, 3)).in_pool == 0.0
     # with stages, the last stage's 8.76 GiB inside (9,405,978,378.24 bytes)
     assert reservation(tp=2, pp=2, release=(0, 10, 0)).in_pool == pytest.approx(9_405_978_378.24)
     # an unknown release keeps NCCL outside (the side that never under-counts the GPU), never on both sides
@@ -126,7 +126,6 @@ def test_the_graph_term_is_never_below_a_logged_capture(generation, release, tp,
     nccl = VLLM_NCCL_BYTES if tp > 1 and generation == "v1" and release >= (0, 11) else 0.0
     graphs = r.outside - WS - nccl
     nccl_inside = 0.0 if tp == 1 or nccl else VLLM_V0_NCCL_BYTES if generation == "v0" else VLLM_NCCL_BYTES
-    nccl_inside += VLLM_V0_NON_TORCH_BYTES - WS if generation == "v0" else 0.0
     assert r.in_pool == pytest.approx(nccl_inside) and graphs >= logged_gib * GIB
     # a sleeping engine keeps the same graphs (NCCL and its context besides)
     kept = engine_sleep_kept_bytes(tp=tp, pp=1, engine_generation=generation, enforce_eager=False, workspace=0.0,
@@ -165,28 +164,34 @@ def test_the_graphs_side_of_the_pool_at_each_pinned_release(framework, version, 
     release = engine_vllm_release(framework, version)
     r = reservation(tp=1, generation=entry.engine_generation, release=release)
     graphs = VLLM_V0_CUDA_GRAPH_BYTES if entry.engine_generation == "v0" else VLLM_CUDA_GRAPH_BYTES
-    # a V0 engine's graphs are outside too; its pool holds its non-torch bytes beyond the workspace (0.84 GiB)
-    inside = VLLM_V0_NON_TORCH_BYTES - WS if entry.engine_generation == "v0" else 0.0
-    assert side == "outside" and r.in_pool == pytest.approx(inside) and r.outside == pytest.approx(WS + graphs)
+    # every pinned V0 release (0.4.2, 0.6.3, 0.8.0) is outside 0.6.5-0.6.x: nothing inside at TP 1
+    assert side == "outside" and r.in_pool == 0.0 and r.outside == pytest.approx(WS + graphs)
 
 
-def test_v0_non_torch_inside_the_pool_by_hand_and_never_below_the_logs():
-    """V0 counts inside the pool the non-torch bytes that appear after the worker's start-up reading: the largest
-    V0 reading, 1.79 GiB (vLLM 0.6.5, H100, TP 1), of which the KV budget already takes the workspace; the
-    context stays outside (the workspace). Every V0 release and the unknown one alike."""
+def test_v0_non_torch_inside_the_pool_by_hand_and_by_release():
+    """vLLM 0.6.5-0.6.x (pull 10511's ``memory_profiling``) logs 1.79 GiB of non-torch memory at TP 1 on an H100,
+    counted inside the pool; the KV budget already takes the 1.02e9 B workspace, so ``in_pool`` adds the rest,
+    1.79 x 2^30 - 1.02e9 = 901,997,864.96 B (0.84 GiB). An unknown release takes it too (never a cache above vLLM's);
+    the other V0 lines' readings (0.35, 0.16, 0.20 GiB) stay within the workspace: nothing. The context stays outside
+    (the workspace), so ``outside`` does not change."""
     assert VLLM_V0_NON_TORCH_BYTES == pytest.approx(1.79 * GIB) == pytest.approx(1_921_997_864.96)
-    for release in ((0, 4, 2), (0, 6, 3), (0, 6, 5), None):
+    assert VLLM_V0_NON_TORCH_RELEASES == ((0, 6, 5), (0, 7))
+    for release in ((0, 6, 5), (0, 6, 6), None):
         r = reservation(tp=1, generation="v0", release=release)
-        assert r.in_pool == pytest.approx(1_921_997_864.96 - 1.02e9) and r.outside == pytest.approx(
+        assert r.in_pool == pytest.approx(901_997_864.96) and r.outside == pytest.approx(
             1.02e9 + VLLM_V0_CUDA_GRAPH_BYTES)
-        # workspace + in_pool is the logged 1.79 GiB, and covers the other V0 TP 1 logs (0.35, 0.16 GiB)
-        assert WS + r.in_pool == pytest.approx(1.79 * GIB) and WS + r.in_pool >= 0.35 * GIB
+        assert WS + r.in_pool == pytest.approx(1.79 * GIB)
+        # with a communicator, V0's NCCL besides: 901,997,864.96 + 1,921,997,864.96 B
+        assert reservation(tp=2, generation="v0", release=release).in_pool == pytest.approx(2_823_995_729.92)
+    for release in ((0, 4, 2), (0, 6, 4), (0, 7, 0), (0, 8, 0)):
+        assert reservation(tp=1, generation="v0", release=release).in_pool == 0.0
     # a workspace above the figure leaves nothing more inside (never negative); the footprint keeps it outside
     big = reservation(tp=1, generation="v0", release=None, workspace=2.5e9)
     assert big.in_pool == 0.0 and big.outside == pytest.approx(2.5e9 + VLLM_V0_CUDA_GRAPH_BYTES)
     # V1 adds nothing: its logged non-torch bytes besides NCCL (0.04-0.43 GiB) stay within the 0.95 GiB workspace
-    assert reservation(tp=1, generation="v1", release=(0, 8, 4)).in_pool == 0.0
+    assert reservation(tp=1, generation="v1", release=None).in_pool == 0.0
     assert WS >= 0.43 * GIB
+
 
 
 def test_from_0_21_the_graphs_count_once_inside_the_pool():

@@ -96,9 +96,16 @@ VLLM_V0_NCCL_BYTES = 1.79 * _GIB
 #: ``memory_stats()["allocated_bytes.all.current"]`` to the peak (that reading includes the CUDA context), from
 #: 0.6.5 ``memory_profiling(baseline_memory_in_bytes=total_gpu_memory - self.init_gpu_memory, ...)`` subtracts
 #: ``non_torch_increase_in_bytes`` (the context, created before ``init_gpu_memory`` is read in ``init_device``, is
-#: in the baseline, outside). The KV budget already takes the stack's workspace from the pool
-#: (:func:`engine_overhead_bytes`), so :func:`engine_reservation` adds only what this figure exceeds it by.
+#: in the baseline, outside). The KV budget already takes the stack's workspace (1.02 GB = 0.95 GiB) from the pool
+#: (:func:`engine_overhead_bytes`), so :func:`engine_reservation` adds only what this figure exceeds it by, on the
+#: releases of that first ``memory_profiling`` (:data:`VLLM_V0_NON_TORCH_RELEASES`, pull 10511) and an unknown one:
+#: the readings of the other V0 lines stay within the workspace (0.6.4 0.35 GiB, context included; the 0.7 line's
+#: "further polish memory profiling", pull 12126 on pull 11809, 0.16 GiB on an H100 at TP 1, and 0.20 GiB on a V0
+#: engine at TP > 1, github.com/vllm-project/vllm/pull/14447).
 VLLM_V0_NON_TORCH_BYTES = 1.79 * _GIB
+#: The V0 releases ``[first, end)`` whose non-torch reading is :data:`VLLM_V0_NON_TORCH_BYTES`: 0.6.5 (pull 10511's
+#: ``memory_profiling``) until 0.7 (pulls 11809 and 12126).
+VLLM_V0_NON_TORCH_RELEASES = ((0, 6, 5), (0, 7))
 #: Release from which NCCL's buffers lie outside ``gpu_memory_utilization`` (:data:`VLLM_NCCL_BYTES`).
 VLLM_NCCL_OUTSIDE_POOL_SINCE = (0, 11)
 #: CUDA-graph memory per GPU of a V1 vLLM engine that captures graphs (``enforce_eager`` false), bytes: the largest V1
@@ -801,12 +808,12 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     :func:`_graphs_in_pool`). Before 0.11 NCCL's buffers are inside the fraction, its non-torch increase, taken
     from the KV cache and not also outside: ``in_pool`` :func:`_nccl_bytes` on a V1 release below
     :data:`VLLM_NCCL_OUTSIDE_POOL_SINCE`, :data:`VLLM_V0_NCCL_BYTES` on a V0 engine (``tp·pp`` > 1). A V0 engine
-    (every V0 release, the unknown one included) also counts its non-torch bytes inside the fraction,
-    :data:`VLLM_V0_NON_TORCH_BYTES`, of which the KV budget already takes ``workspace``: ``in_pool`` adds
-    ``max(0, VLLM_V0_NON_TORCH_BYTES − workspace)``; ``outside`` keeps ``workspace`` for the CUDA context (which
-    0.6.5 on counts in its baseline, outside the fraction; the workspace bounds it from above). On V1 the logged
-    non-torch bytes besides NCCL (0.04-0.43 GiB, docs/calibration-and-validation.md) stay within ``workspace``,
-    which the KV budget takes already: nothing more. The fraction
+    also counts its other non-torch bytes inside the fraction, of which the KV budget already takes ``workspace``:
+    on vLLM 0.6.5-0.6.x or an unknown release ``in_pool`` adds ``max(0, VLLM_V0_NON_TORCH_BYTES − workspace)``
+    (:func:`_v0_non_torch_beyond`); ``outside`` keeps ``workspace`` for the CUDA context (which 0.6.5 on counts in
+    its baseline, outside the fraction; the workspace bounds it from above). On V1 the logged non-torch bytes
+    besides NCCL (0.04-0.43 GiB, docs/calibration-and-validation.md) stay within ``workspace``: nothing more. The
+    fraction
     is priced at ``memory_per_gpu``, the CUDA total vLLM takes it of (the presets' figures,
     :data:`~packplace.placement.problem.hardware.PRESETS`), so no gap between the two stands in for these bytes
     (docs/calibration-and-validation.md "What a vLLM engine holds on each GPU, by release").
@@ -823,13 +830,24 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     graph = _graph_bytes(engine_generation, enforce_eager)
     nccl = _nccl_bytes(tp, pp)
     if engine_generation == "v0":
-        in_pool = max(0.0, VLLM_V0_NON_TORCH_BYTES - workspace) + (VLLM_V0_NCCL_BYTES if tp * pp > 1 else 0.0)
+        in_pool = _v0_non_torch_beyond(workspace, vllm_release) + (VLLM_V0_NCCL_BYTES if tp * pp > 1 else 0.0)
         return EngineReservation(in_pool, workspace + graph, True)
     if vllm_release is not None and tuple(vllm_release) < VLLM_NCCL_OUTSIDE_POOL_SINCE:
         return EngineReservation(nccl, workspace + graph, True)
     if _graphs_in_pool(engine_generation, vllm_release):
         return EngineReservation(graph, workspace + nccl, True)
     return EngineReservation(0.0, workspace + nccl + graph, True)
+
+
+def _v0_non_torch_beyond(workspace: float, vllm_release: tuple[int, ...] | None) -> float:
+    """Bytes per GPU of a V0 engine's non-torch memory inside ``gpu_memory_utilization`` beyond the ``workspace``
+    the KV budget already takes: ``max(0, VLLM_V0_NON_TORCH_BYTES − workspace)`` for a release in
+    :data:`VLLM_V0_NON_TORCH_RELEASES` or an unknown one (``None``: the side that never prices the cache above
+    vLLM's), else 0 (those lines' readings stay within the workspace)."""
+    first, end = VLLM_V0_NON_TORCH_RELEASES
+    if vllm_release is not None and not first <= tuple(vllm_release) < end:
+        return 0.0
+    return max(0.0, VLLM_V0_NON_TORCH_BYTES - workspace)
 
 
 def engine_held_bytes(resident: float, transient: float, pool: float, reservation: EngineReservation
