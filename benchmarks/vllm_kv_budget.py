@@ -5,8 +5,8 @@
     python benchmarks/vllm_kv_budget.py --no-ab    # skip the (slow) NeMo RL A/B re-pricing
 
 It also checks what the memory check of a plan counts for the engine (its footprint,
-:func:`~packplace.placement.model.memory.engine_held_bytes`: the whole pool at the preset's bytes plus what the
-release holds outside it, :func:`~packplace.placement.model.memory.engine_reservation`) against what vLLM holds
+:func:`~packplace.placement.model.memory.engine_held_bytes`: the whole pool at the preset's CUDA total plus what
+the release holds outside it, :func:`~packplace.placement.model.memory.engine_reservation`) against what vLLM holds
 (the pool at the logged CUDA total plus the same outside terms): the package's headroom on the GPU must never
 exceed vLLM's (:func:`footprint_check`).
 
@@ -26,14 +26,17 @@ in tokens is the budget over the bytes per token of all layers on the rank (V0: 
 block).
 
 packplace's engine budget (:func:`packplace.placement.model.memory.kv_cache_budget_bytes`) is
-``gpu_memory_utilization x memory_per_gpu`` (the preset's 80e9 bytes for an H100, not the 85.06e9 CUDA reports)
-less the bf16 weights and :func:`~packplace.placement.model.memory.engine_overhead_bytes` (one prompt's
-working set, the 1.02 GB workspace, allocator slack). The two differ in convention: the preset's bytes sit
-6% under the CUDA total, which stands in for the profile-run activations and the non-torch memory the
-model does not price one by one. Each row below prices the logged setup with the package's functions and
-gives predicted / logged; rows whose model cannot be priced (FP8 or vision weights, a GPU with no preset)
-are kept for their internal consistency (tokens x bytes per token against the logged bytes, the logged
-parts against the logged budget) and their components.
+``gpu_memory_utilization x memory_per_gpu`` (the preset's CUDA total: 79.11 GiB for an H100, the smallest
+published reading; the logged rows read 79.22 GiB) less the bf16 weights,
+:func:`~packplace.placement.model.memory.engine_overhead_bytes` (one prompt's working set, the 1.02 GB workspace,
+allocator slack), the profile-run activation peak beyond that prompt's working set
+(:func:`~packplace.placement.model.memory.profile_run_peak_bytes`) and the release's in-pool bytes
+(:attr:`~packplace.placement.model.memory.EngineReservation.in_pool`: on these V0 engines the 1.79 GiB of non-torch
+memory vLLM counts inside the pool less the workspace already taken, and NCCL's buffers at TP > 1). Each row below
+prices the logged setup with the package's
+functions and gives predicted / logged; rows whose model cannot be priced (FP8 or vision weights, a GPU with no
+preset) are kept for their internal consistency (tokens x bytes per token against the logged bytes, the logged parts
+against the logged budget) and their components.
 """
 
 from __future__ import annotations
@@ -49,7 +52,9 @@ from packplace.placement.model.memory import (
     engine_overhead_bytes,
     engine_reservation,
     kv_cache_budget_bytes,
+    profile_run_peak_bytes,
     stage_kv_bytes_per_token,
+    vllm_profile_tokens,
     weight_bytes,
 )
 from packplace.placement.model.pass_memory import stack, working_set_bytes_per_token
@@ -64,6 +69,9 @@ V0_BLOCK_TOKENS = 16
 #: A prompt length for the package's budget (its engine prices one prompt's working set; the A/B recipe's
 #: prompts are ~128 tokens): the term is under 0.1 GB for every row here.
 PROMPT_LEN = 128
+#: vLLM's default ``max_num_seqs`` on the logged rows that set none (vllm/config.py ``SchedulerConfig``, 256 on the
+#: V0 line), the profile run's dummy sequences.
+V0_MAX_NUM_SEQS = 256
 
 #: Hugging Face config.json shapes of the logged models (huggingface.co/<name>/config.json).
 SHAPES = {
@@ -92,11 +100,13 @@ ROWS = [
     {"id": "llama3-8b-tp1-h100", "url": "https://github.com/vllm-project/vllm/pull/10511",
      "vllm": "0.6.5.dev (V0, 2024-12-13)", "model": "Meta-Llama-3-8B", "dtype": "bf16", "tp": 1, "pp": 1,
      "gpu": "H100 80GB", "preset": "h100-sxm", "gmu": 0.90, "total_gib": 79.22, "max_num_batched_tokens": 8192,
+     "release": (0, 6, 5),
      "parts": {"weights": 14.96, "non_torch": 1.79, "activation": 1.26}, "kv_gib": 53.29, "kv_tokens": None,
      "note": "vllm serve defaults; max_num_batched_tokens = max_model_len 8,192 (V0 without chunked prefill)"},
     {"id": "llama3-8b-tp2-h100", "url": "https://github.com/vllm-project/vllm/pull/10511",
      "vllm": "0.6.5.dev (V0, 2024-12-13)", "model": "Meta-Llama-3-8B", "dtype": "bf16", "tp": 2, "pp": 1,
      "gpu": "H100 80GB", "preset": "h100-sxm", "gmu": 0.90, "total_gib": 79.22, "max_num_batched_tokens": 8192,
+     "release": (0, 6, 5),
      "parts": {"weights": 7.48, "non_torch": 3.58, "activation": 1.26}, "kv_gib": None, "kv_tokens": None,
      "note": "the thread's excerpt ends before the available KV line: the budget is the logged parts' remainder"},
     {"id": "llama3.2-11b-vision-h100", "url": "https://github.com/vllm-project/vllm/pull/12126",
@@ -108,11 +118,13 @@ ROWS = [
     {"id": "llama2-7b-tp1-a100", "url": "https://github.com/vllm-project/vllm/pull/2031",
      "vllm": "0.2.4 (V0, 2023-12)", "model": "Llama-2-7b", "dtype": "fp16", "tp": 1, "pp": 1,
      "gpu": "A100 80GB", "preset": "a100-80gb-sxm", "gmu": 0.90, "total_gib": None, "max_num_batched_tokens": 4096,
+     "release": (0, 2, 4),
      "parts": None, "kv_gib": None, "kv_tokens": 7351 * V0_BLOCK_TOKENS,
      "note": "# GPU blocks 7,351 with the PR's peak profiling (non-torch memory counted)"},
     {"id": "llama2-70b-tp4-a100", "url": "https://github.com/vllm-project/vllm/pull/2031",
      "vllm": "0.2.4 (V0, 2023-12)", "model": "Llama-2-70b", "dtype": "fp16", "tp": 4, "pp": 1,
      "gpu": "A100 80GB", "preset": "a100-80gb-sxm", "gmu": 0.90, "total_gib": None, "max_num_batched_tokens": 4096,
+     "release": (0, 2, 4),
      "parts": None, "kv_gib": None, "kv_tokens": 20865 * V0_BLOCK_TOKENS,
      "note": "# GPU blocks 20,865 with the PR's fix (31,615 before it, when NCCL memory was missed)"},
     {"id": "qwen3-235b-fp8-tp4-h100", "url": "https://github.com/vllm-project/vllm/issues/21348",
@@ -183,16 +195,29 @@ def row_check(row: dict) -> dict:
     out["kv_bytes_per_token"] = per_token
     if kv_bytes is not None and row["kv_tokens"]:
         out["tokens_over_bytes_per_token"] = row["kv_tokens"] / (kv_bytes / per_token)
+    generation = "v1" if "V1" in row["vllm"] else "v0"
+    profile = 0.0
+    if row["max_num_batched_tokens"]:
+        profile = profile_run_peak_bytes(model, tp=row["tp"], tokens=row["max_num_batched_tokens"],
+                                         seqs=row.get("max_num_seqs", V0_MAX_NUM_SEQS), engine_generation=generation)
+        out["profile_peak_bytes"] = profile
     if parts:
         out["weights_logged_over_model"] = parts["weights"] * GIB / weight_bytes(model, row["tp"], row["pp"])
         if row["max_num_batched_tokens"]:
             out["activation_per_token_bytes"] = parts["activation"] * GIB / row["max_num_batched_tokens"]
             out["working_set_per_token_bytes"] = working_set_bytes_per_token(model) / row["tp"]
+            # the priced peak never exceeds what vLLM logged (the term is a lower bound)
+            out["profile_peak_over_logged_activation"] = profile / (parts["activation"] * GIB)
     if row["preset"] is None:
         return out
     memory = PRESETS[row["preset"]]["memory_per_gpu"]
+    in_pool = engine_reservation(tp=row["tp"], pp=row["pp"], engine_generation=generation,
+                                 vllm_release=row.get("release"), enforce_eager=False,
+                                 workspace=stack("none").workspace_bytes).in_pool   # the priced rows are V0
     budget = kv_cache_budget_bytes(model, tp=row["tp"], pp=row["pp"], memory_per_gpu=memory,
-                                   gpu_memory_utilization=row["gmu"], prompt_len=PROMPT_LEN)
+                                   gpu_memory_utilization=row["gmu"], prompt_len=PROMPT_LEN, non_torch_bytes=in_pool,
+                                   profile_bytes=profile)
+    out["in_pool_bytes"] = in_pool
     out["preset_memory_per_gpu"] = memory
     out["predicted_kv_bytes"] = budget
     out["predicted_kv_tokens"] = int(budget // per_token)
@@ -225,9 +250,9 @@ FOOTPRINT_ENGINES = [
 
 
 def footprint_check(engine: dict) -> dict:
-    """One engine's footprint on an H100 (preset 80e9 bytes, CUDA total ``total_gib``): the package's (the
-    pool ``gmu x 80e9`` and the release's outside terms) and vLLM's (``gmu x`` the CUDA total and the same
-    outside terms), and each one's headroom on its own GPU size. Bytes."""
+    """One engine's footprint on an H100 (the preset's CUDA total, 79.11 GiB; the logged ``total_gib``): the
+    package's (the pool ``gmu x`` the preset's bytes and the release's outside terms) and vLLM's (``gmu x`` the
+    logged CUDA total and the same outside terms), and each one's headroom on its own GPU size. Bytes."""
     model = shape(engine["model"])
     memory = PRESETS["h100-sxm"]["memory_per_gpu"]
     total = engine["total_gib"] * GIB
@@ -252,9 +277,14 @@ def ab_engine() -> dict:
     model = shape("Qwen3-235B-A22B")
     weights = weight_bytes(model, 8, 1)
     total = 79.22 * GIB
+    # the engine's start-up profile peak as the package prices NeMo RL's V1 engine (default max_num_seqs)
+    profile = profile_run_peak_bytes(model, tp=8, tokens=vllm_profile_tokens("v1", "nemo-rl"), seqs=V0_MAX_NUM_SEQS,
+                                     engine_generation="v1")
     pkg = [kv_cache_budget_bytes(model, tp=8, pp=1, memory_per_gpu=PRESETS["h100-sxm"]["memory_per_gpu"],
-                                 gpu_memory_utilization=g, prompt_len=PROMPT_LEN) for g in (0.80, 0.88)]
-    out = {"weights_bytes": weights, "package": pkg, "package_ratio": pkg[1] / pkg[0], "vllm": {}}
+                                 gpu_memory_utilization=g, prompt_len=PROMPT_LEN, profile_bytes=profile)
+           for g in (0.80, 0.88)]
+    out = {"weights_bytes": weights, "profile_peak_bytes": profile, "package": pkg, "package_ratio": pkg[1] / pkg[0],
+           "vllm": {}}
     for rid in ("llama3-8b-tp1-h100", "llama3-8b-tp2-h100"):
         parts = next(r for r in ROWS if r["id"] == rid)["parts"]
         reserved = (parts["non_torch"] + parts["activation"]) * GIB

@@ -18,14 +18,16 @@ from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.plan import Allocation, Plan
 from packplace.placement.task_estimate import MODEL_PRESETS
 
-GPU = 80e9                                    # the h100-sxm preset's memory_per_gpu
+GPU = 80e9                                    # an explicit memory_per_gpu (the CUDA total a config may give)
+H100 = 79.11 * 2**30                          # the h100-sxm preset's: the CUDA total, 84,943,715,696.64 bytes
 WS = 1.02e9                                   # hardware.memory_workspace default
 OUTSIDE_TP1 = WS + VLLM_CUDA_GRAPH_BYTES      # vLLM 0.11.2 (NeMo RL v0.5), TP 1: 3,468,131,358.72 bytes
 
 
 def _config(gmu: float) -> dict:
     return {
-        "hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
+        "hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8,
+                     "memory_per_gpu": GPU},
         "models": {"actor": dict(MODEL_PRESETS["llama3.1-8b"]), "reward": "rule"},
         "workload": {"batch_size": 64, "samples_per_prompt": 4, "context_length": 256, "generation_length": 512},
         "policy": {"algorithm": "grpo", "framework": "nemo-rl", "framework_version": "0.5.0",
@@ -98,8 +100,9 @@ def test_place_check_names_gpu_memory_utilization(tmp_path, capsys):
 
 def test_openrlhf_default_at_tp_above_one_on_an_80_gb_gpu():
     """OpenRLHF v0.6.4's default 0.95 (--vllm_gpu_memory_utilization) pins no vLLM release, so NCCL and the graphs
-    both lie outside the pool: 76 + 1.02 + 4.85 + 2.45 = 84.32 GB per GPU of a 70B engine, which needs TP >= 2;
-    the largest value that fits is floor(100 x (80 - 8.32) / 80) / 100 = 0.89."""
+    both lie outside the pool: 0.95 x 84.944 = 80.697 GB + 1.02 + 4.853 + 2.448 = 89.018 GB per GPU of a 70B
+    engine (TP >= 2) on the preset's CUDA total of 84.944 GB, 4.074 GB over it: still refused. The largest value
+    that fits is floor(100 x (84.944 - 8.321) / 84.944) / 100 = floor(90.2) / 100 = 0.90."""
     config = {"hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
               "models": {"actor": dict(MODEL_PRESETS["llama3.1-70b"]), "reward": "rule"},
               "workload": {"batch_size": 64, "samples_per_prompt": 4, "context_length": 256, "generation_length": 512},
@@ -108,14 +111,16 @@ def test_openrlhf_default_at_tp_above_one_on_an_80_gb_gpu():
     gen = table.all["actor.generate"]
     assert not table.feasible["actor.generate"]
     held = [c.memory_bytes for c in gen if c.strategy.tp * c.strategy.pp > 1 and c.strategy.pp == 1]
-    assert held and all(m == pytest.approx(0.95 * GPU + WS + VLLM_NCCL_BYTES + VLLM_CUDA_GRAPH_BYTES) for m in held)
-    assert held[0] / 1e9 == pytest.approx(84.32, abs=0.005)
+    assert held and all(m == pytest.approx(0.95 * H100 + WS + VLLM_NCCL_BYTES + VLLM_CUDA_GRAPH_BYTES) for m in held)
+    assert held[0] == pytest.approx(89_017_974_315.008)
     with pytest.raises(InfeasibleError, match=r"^\[policy\] gpu_memory_utilization 0\.95 leaves actor\.generate .*"
-                                              r"84\.3 GB in all, 4\.32 GB over the GPU; set "
-                                              r"policy\.gpu_memory_utilization to at most 0\.89 "):
+                                              r"89 GB in all, 4\.07 GB over the GPU; set "
+                                              r"policy\.gpu_memory_utilization to at most 0\.90 "):
         table.shortfalls()
-    config["policy"]["gpu_memory_utilization"] = 0.89
+    config["policy"]["gpu_memory_utilization"] = 0.90
     assert CandidateTable(build_instance(config)).feasible["actor.generate"]
+    config["policy"]["gpu_memory_utilization"] = 0.91    # 77.30 + 8.32 = 85.62 GB: over the 84.94
+    assert not CandidateTable(build_instance(config)).feasible["actor.generate"]
 
 
 def test_a_plan_over_the_gpu_only_is_not_said_to_be_over_the_engines_pool():

@@ -21,7 +21,7 @@ from packplace.placement.task_estimate import MODEL_PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
 NEMO_8B = ROOT / "configs/placement/published/grpo_nemo-rl_llama3.1-8b_2x8xh100.yaml"
-GPU = 80e9                                    # the h100-sxm preset's memory_per_gpu
+GPU = 79.11 * 2**30                           # the h100-sxm preset's memory_per_gpu, the CUDA total
 
 
 def _nemo_8b(gmu: float) -> dict:
@@ -39,8 +39,9 @@ def _synthetic(model: str, gmu: float, nodes: int = 2, gpus_per_node: int = 8) -
 
 
 def test_nemo_8b_at_0_02_names_0_03_which_fits_and_0_02_does_not():
-    """The least need inside the pool of any 0.02 candidate lies in (1.6, 2.4] GB: above 0.02 x 80 GB and within
-    0.03 x 80 GB, so ceil(100 x N / 80 GB) / 100 = 0.03 is the first value with two decimals to try; it fits."""
+    """The least need inside the pool of any 0.02 candidate lies in (1.70, 2.55] GB: above 0.02 x 84.94 GB and
+    within 0.03 x 84.94 GB (the preset's CUDA total), so ceil(100 x N / 84.94 GB) / 100 = 0.03 is the first value
+    with two decimals to try; it fits."""
     inst = build_instance(_nemo_8b(0.02))
     table = CandidateTable(inst)
     assert not table.feasible["actor.generate"]
@@ -51,8 +52,8 @@ def test_nemo_8b_at_0_02_names_0_03_which_fits_and_0_02_does_not():
         check_instance(inst, whole_plan=False)
     text = str(info.value)
     assert text.startswith("[policy] gpu_memory_utilization 0.02 leaves actor.generate too small a pool: vLLM "
-                           "reserves 1.6 GB of each 80 GB GPU")
-    assert "set policy.gpu_memory_utilization to at least 0.03 (2.4 GB pool" in text
+                           "reserves 1.7 GB of each 84.9 GB GPU")
+    assert "set policy.gpu_memory_utilization to at least 0.03 (2.55 GB pool" in text
     # not contradicted by a "more GPUs" line, nor by trainer settings that cannot move the engine's pool
     assert "cluster has" not in text and "needs 32" not in text and "memory-saving" not in text
     assert CandidateTable(build_instance(_nemo_8b(0.03))).feasible["actor.generate"]
@@ -109,11 +110,12 @@ def test_no_value_fits_says_so():
 
 
 def test_too_large_a_pool_lists_no_memory_saving_setting():
-    """gmu 0.9567 on an 8B engine: its pool and outside bytes (76.5 + 3.47 GB) exceed the 80 GB GPU; no trainer
-    setting changes that, so the check names none (formerly "no memory-saving setting tried (8: zero3, ...) fits
-    either")."""
+    """gmu 0.9592 on an 8B engine: its pool and outside bytes (81.48 + 3.47 GB) exceed the GPU's CUDA total of
+    84.94 GB by 2.4 MB (0.9591 fits, 6.1 MB under it); no trainer setting changes that, so the check names none
+    (formerly "no memory-saving setting tried (8: zero3, ...) fits either")."""
+    assert CandidateTable(build_instance(_synthetic("llama3.1-8b", 0.9591, nodes=1))).feasible["actor.generate"]
     with pytest.raises(InfeasibleError) as info:
-        check_instance(build_instance(_synthetic("llama3.1-8b", 0.9567, nodes=1)), whole_plan=False)
+        check_instance(build_instance(_synthetic("llama3.1-8b", 0.9592, nodes=1)), whole_plan=False)
     text = str(info.value)
-    assert text.startswith("[policy] gpu_memory_utilization 0.9567 leaves actor.generate no GPU it fits on")
+    assert text.startswith("[policy] gpu_memory_utilization 0.9592 leaves actor.generate no GPU it fits on")
     assert "at most 0.95 " in text and "memory-saving" not in text and "zero3" not in text

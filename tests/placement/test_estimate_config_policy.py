@@ -30,7 +30,8 @@ def _run(capsys, argv: list[str]) -> dict:
 
 def test_config_policy_is_the_default_and_matches_place(capsys) -> None:
     """The config's policy (nemo-rl 0.5.0, gpu_memory_utilization 0.8) prices the engine as the flags would, and
-    as ``place``'s evaluator charges that engine's vertex (the need, 44.90 GB, within the 64 GB pool: the pool
+    as ``place``'s evaluator charges that engine's vertex (the need, 44.90 GB, within the 67.95 GB pool, 0.8 of the
+    h100-sxm preset's CUDA total of 79.11 GiB: the pool
     plus what lies outside it, whatever the batch); the old code priced bare kernels, 44.90 GB with no pool."""
     implicit = _run(capsys, GENERATE)
     explicit = _run(capsys, [*GENERATE, "--framework", "nemo-rl", "--framework-version", "0.5.0",
@@ -39,7 +40,7 @@ def test_config_policy_is_the_default_and_matches_place(capsys) -> None:
     assert implicit["inputs"]["from_config"] == {"framework": "nemo-rl", "framework_version": "0.5.0",
                                                  "gpu_memory_utilization": 0.8}
     assert "from_config" not in explicit["inputs"]   # every flag given: nothing taken from the config
-    assert implicit["engine"]["pool_bytes"] == pytest.approx(0.8 * 80e9)
+    assert implicit["engine"]["pool_bytes"] == pytest.approx(0.8 * 79.11 * 2**30)
     instance, plan, _ = load_setup(NEMO_30B_1OFF)
     charged = plan_evaluator(instance, plan).vertex_memory(plan)["actor.generate"]
     assert implicit["engine"]["need_bytes"] < implicit["engine"]["pool_bytes"]
@@ -47,13 +48,13 @@ def test_config_policy_is_the_default_and_matches_place(capsys) -> None:
 
 
 def test_a_flag_given_wins_over_the_config(capsys) -> None:
-    """``--gpu-memory-utilization 0.6`` replaces the config's 0.8 (a 48 GB pool), and ``--framework vllm`` drops the
+    """``--gpu-memory-utilization 0.6`` replaces the config's 0.8 (a 50.97 GB pool), and ``--framework vllm`` drops the
     config's release and pool (vLLM's own 0.9)."""
     lower = _run(capsys, [*GENERATE, "--gpu-memory-utilization", "0.6"])
-    assert lower["engine"]["pool_bytes"] == pytest.approx(0.6 * 80e9)
+    assert lower["engine"]["pool_bytes"] == pytest.approx(0.6 * 79.11 * 2**30)
     assert lower["inputs"]["from_config"] == {"framework": "nemo-rl", "framework_version": "0.5.0"}
     vllm = _run(capsys, [*GENERATE, "--framework", "vllm"])
-    assert vllm["engine"]["pool_bytes"] == pytest.approx(0.9 * 80e9)
+    assert vllm["engine"]["pool_bytes"] == pytest.approx(0.9 * 79.11 * 2**30)
     assert vllm["inputs"]["framework_version"] is None and "from_config" not in vllm["inputs"]
 
 

@@ -35,6 +35,7 @@ def _setup(framework: str, version: str | None, tp: int, gmu: float | None) -> d
 
 @pytest.mark.parametrize("framework, version, tp, gmu, nccl", [
     ("none", None, 1, None, 0.0),            # a bare vLLM, release unknown: graphs outside, 0.9 of the GPU
+    ("none", None, 2, None, VLLM_NCCL_BYTES),   # and at TP 2 NCCL outside too: 76.48 + 8.32 GB of 84.98, it fits
     ("nemo-rl", "0.5.0", 2, None, VLLM_NCCL_BYTES),   # vLLM 0.11.2: NCCL outside the pool
     ("nemo-rl", "0.4.0", 2, 0.8, 0.0),       # vLLM 0.10: NCCL inside the pool
 ])
@@ -46,7 +47,7 @@ def test_generation_memory_is_the_evaluators_vertex_memory(framework, version, t
                       framework="vllm" if framework == "none" else framework, framework_version=version,
                       hardware=hardware, gpu_memory_utilization=gmu)
     assert result.memory["peak_bytes"] == pytest.approx(placed, rel=1e-12)
-    pool = instance.engine.gpu_memory_utilization * 80e9   # the a100-80gb-sxm's memory_per_gpu
+    pool = instance.engine.gpu_memory_utilization * 79.14 * 2**30   # the a100-80gb-sxm's CUDA total
     engine = result.engine
     assert engine["pool_bytes"] == pytest.approx(pool)
     assert engine["nccl"] == pytest.approx(nccl)
@@ -60,12 +61,13 @@ def test_generation_memory_is_the_evaluators_vertex_memory(framework, version, t
 
 def test_fits_is_places_rule_the_need_within_the_pool():
     # 7B weights 15.2 GB + the KV of 64 sequences of 4096 tokens (57,344 bytes a token: ~15 GB) exceed
-    # 0.3 x 80 GB = 24 GB of pool, though the need and the bytes outside it (~35 GB) are well under the GPU's 80 GB
+    # 0.3 x 84.94 GB = 25.48 GB of pool (the h100-sxm's CUDA total), though the need and the bytes outside it
+    # (~35 GB) are well under the GPU
     gpu, hardware = estimate_hardware(GRPO + ":actor", None, {})
     result = estimate(GRPO + ":actor", gpu, "generate", batch=64, seq_len=2048, context=4096, framework="vllm",
                       hardware=hardware, gpu_memory_utilization=0.3)
     engine = result.engine
-    assert engine["need_bytes"] > engine["pool_bytes"] == pytest.approx(24e9)
+    assert engine["need_bytes"] > engine["pool_bytes"] == pytest.approx(25_483_114_708.992)
     assert result.memory["peak_bytes"] == pytest.approx(engine["need_bytes"] + engine["outside_bytes"])
     assert result.memory["peak_bytes"] < result.capacity_bytes
     assert not result.fits
@@ -75,9 +77,10 @@ def test_cli_prints_places_charge_and_its_split(capsys):
     assert main(["estimate", "--model", GRPO + ":actor", "--task", "generate", "--batch", "128", "--seq-len", "512",
                  "--context", "2560", "--framework", "vllm"]) == 0
     out = capsys.readouterr().out
-    # 0.9 x 80 GB + 1.02 GB context + 2.28 GiB of CUDA graphs = 75.47 GB, place's own GB for this engine
-    assert "peak memory per GPU: 75.47 GB  (fits in 80.00 GB)" in out
-    for line in ("pool           72.00 GB", "weights        15.23 GB", "graphs         2.45 GB",
+    # 0.9 x 84.94 GB (the h100-sxm's CUDA total, 79.11 GiB) + 1.02 GB context + 2.28 GiB of CUDA graphs
+    # = 79.92 GB, place's own GB for this engine
+    assert "peak memory per GPU: 79.92 GB  (fits in 84.94 GB)" in out
+    for line in ("pool           76.45 GB", "weights        15.23 GB", "graphs         2.45 GB",
                  "nccl           0.00 GB", "context        1.02 GB"):
         assert line in out
 

@@ -315,7 +315,10 @@ def test_hardware_preset_fills_datasheet_figures_and_fields_override_it():
     inst = build_instance(cfg)
     assert (inst.cluster.racks, inst.cluster.nodes_per_rack, inst.cluster.gpus_per_node) == (1, 2, 8)
     hw = inst.hardware
-    assert (hw.flops_per_gpu, hw.memory_per_gpu, hw.memory_bandwidth) == (989e12, 80e9, 3.35e12)
+    # memory: the CUDA total, 79.11 GiB (hardware.H100_CUDA_TOTAL_BYTES), not the datasheet's 80 GB
+    assert (hw.flops_per_gpu, hw.memory_per_gpu, hw.memory_bandwidth) == (989e12, 79.11 * 2**30, 3.35e12)
+    cfg["hardware"] = {"preset": "h100-sxm", "memory_per_gpu": 80e9}    # a config's own figure overrides it
+    assert build_instance(cfg).hardware.memory_per_gpu == 80e9
     assert hw.decode_bw_eff == 0.5 and hw.gemm_peak_fraction == PRESETS["h100-sxm"]["gemm_peak_fraction"]
     for name in ("h100-sxm", "h200", "a100-80gb-sxm", "a800", "h20", "b200", "gb200", "l40s"):
         cfg["hardware"] = {"preset": name}

@@ -70,8 +70,10 @@ def test_openrlhf_ppo_is_solved_to_its_optimum_from_the_greedy_hint():
     # engine's 12.85 µs per running sequence and the knob model's two decode rooflines; 340.9096 s with one
     # optimizer step per 1,024 prompts before the config took its scripts' 8: 7 more Adam updates and gradient
     # syncs on the actor and the critic; 342.4549 s while the vLLM engine held only its weights and live KV,
-    # not its whole gpu_memory_utilization 0.9 pool and CUDA graphs, which now leave the models beside it less)
-    assert result.info["cp_objective_s"] == pytest.approx(469.2570, abs=5e-4)
+    # not its whole gpu_memory_utilization 0.9 pool and CUDA graphs, which now leave the models beside it less;
+    # 469.2570 s at the A800's datasheet 80e9 before the preset took its CUDA total, 79.25 GiB; 467.9965 s before
+    # the engine's KV budget gave up vLLM's start-up profile-run activation peak, memory.profile_run_peak_bytes)
+    assert result.info["cp_objective_s"] == pytest.approx(468.1275, abs=5e-4)
     assert result.bound <= result.info["cp_objective_s"] + 1e-6
     assert result.bound <= result.objective <= result.info["hint_step_time_s"]
 

@@ -192,13 +192,24 @@ def test_the_family_stops_at_the_deadline_and_when_the_run_is_stopped():
     assert stopped.stopped
     proposal = greedy.search(inst, stopped)
     assert proposal.solution == colocated and proposal.info["layouts_screened"] == 0
+    # two passes (items 2-3, then item 6), each within its evaluation cap plus one layout's step-downs and climb
+    per_pass = greedy.MAX_EVALUATIONS + 1 + greedy.LAYOUT_STEPS + greedy.CLIMB_EVALUATIONS
+    # unlimited on GRPO 2x8, the re-priced memory makes each stepped layout take about 60 evaluator calls: items
+    # 2-3 (75 layouts) end at the evaluation cap after 25 step-downs, and the spread layouts' pass does not run (without
+    # the cap the whole family of 167 gives the same 37.0039 s)
     full = greedy.best_layout(ev, Run("placement", inst, time_limit_s=None, evaluator=ev),
                               ev.step_time(colocated))
+    first = len(greedy.layouts(inst, ev.table)) + len(greedy.three_way_layouts(inst, ev.table))
+    assert full.cut == "evaluation cap" and 0 < full.stepped <= full.screened == first
+    assert full.screened + greedy.MAX_EVALUATIONS <= full.evaluations <= full.screened + per_pass
+    # unlimited on DPO 1x8, nothing cuts the family: every layout of both passes is screened
+    inst = load_config(os.path.join(ROOT, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml"))
+    ev = get_evaluator(inst)
+    full = greedy.best_layout(ev, Run("placement", inst, time_limit_s=None, evaluator=ev),
+                              ev.step_time(colocated_plan(ev)[0]))
     family = (len(greedy.layouts(inst, ev.table)) + len(greedy.three_way_layouts(inst, ev.table))
               + len(greedy.spread_layouts(inst, ev.table)))
     assert full.cut == "" and 0 < full.stepped <= full.screened == family
-    # two passes (items 2-3, then item 6), each within its evaluation cap plus one layout's step-downs and climb
-    per_pass = greedy.MAX_EVALUATIONS + 1 + greedy.LAYOUT_STEPS + greedy.CLIMB_EVALUATIONS
     assert full.evaluations <= full.screened + 2 * per_pass
 
 

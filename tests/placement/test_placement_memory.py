@@ -122,10 +122,13 @@ def test_generation_fits_within_gpu_memory_utilization():
     for table, util in ((get_table(inst), 0.9), (get_table(low), 0.3)):
         gen = table.all["actor.generate"]
         assert table.instance.engine.gpu_memory_utilization == util
-        # the need inside the pool, and the pool with what the engine holds outside it within the GPU (at 0.9 a
-        # pipelined engine's 72 + 1.02 + 9.41 + 1.40 GB does not fit; at 0.3 every engine within its pool does)
-        assert all(c.fits == (c.budget_bytes <= util * 80e9 and c.memory_bytes <= 80e9) for c in gen)
-        assert any(c.budget_bytes <= util * 80e9 and not c.fits for c in gen) == (util == 0.9)
+        # the need inside the pool, and the pool with what the engine holds outside it within the GPU's CUDA total
+        # (84.94 GB: at 0.9 a pipelined engine's 76.45 + 1.02 + 9.41 + 2.45 GB does not fit; at 0.3 every engine
+        # within its pool does)
+        gpu = table.instance.hardware.memory_per_gpu
+        assert gpu == pytest.approx(79.11 * 2**30)
+        assert all(c.fits == (c.budget_bytes <= util * gpu and c.memory_bytes <= gpu) for c in gen)
+        assert any(c.budget_bytes <= util * gpu and not c.fits for c in gen) == (util == 0.9)
     # less memory for KV pages: one GPU's engine (tp 1) runs fewer sequences at once and is slower
     key = max((c.key for c in get_table(low).feasible["actor.generate"] if c.strategy.tp == 1 and c.gpus == 1),
               key=lambda k: k[1])
@@ -150,9 +153,11 @@ def test_continuous_engine_holds_the_kv_of_its_running_sequences_only():
     overhead = work + inst.hardware.memory_workspace + slack
     # its need inside the pool; the engine holds the whole pool and what its release keeps beside it
     assert cand.pool_bytes - cand.resident_bytes == pytest.approx(kv + logits + overhead, rel=1e-9)
-    assert cand.fits and cand.budget_bytes <= 0.9 * 80e9
+    gpu = inst.hardware.memory_per_gpu          # the a800 preset's CUDA total, 79.25 GiB
+    assert gpu == pytest.approx(79.25 * 2**30)
+    assert cand.fits and cand.budget_bytes <= 0.9 * gpu
     outside = table.cost.engine_reservation(1, 1).outside
-    assert cand.memory_bytes == pytest.approx(0.9 * 80e9 + outside, rel=1e-12)
+    assert cand.memory_bytes == pytest.approx(0.9 * gpu + outside, rel=1e-12)
     # static rounds hold every sequence of the round: the same 512 do not fit
     static = build_instance({**load_yaml(inst.source), "policy": {"algorithm": "ppo", "batching": "static"}})
     assert not get_table(static).by_key["actor.generate"][(Strategy(2, 1, 1), 512, (1, 1, 2))].fits

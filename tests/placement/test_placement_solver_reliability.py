@@ -93,15 +93,23 @@ def test_exact_is_never_worse_than_greedy_on_small_odd_clusters(shape):
     assert exact.objective <= heuristic.objective * (1 + OPTIMALITY_RTOL) + 1e-9  # the hint is greedy's at worst
 
 
-def test_greedy_reaches_the_proven_optimum_it_used_to_miss_on_two_six_gpu_nodes():
-    # the colocated plan (84.0342 s) had won; generation alone on 2 GPUs and the rest on all 12 gives the optimum
+def test_greedy_finds_the_optimums_layout_it_used_to_miss_on_two_six_gpu_nodes():
+    # the colocated plan (84.0342 s) had won; greedy now finds the optimum's layout (generation on 2 GPUs, the
+    # rest on all 12). With the re-priced memory (vLLM's profile-run peak and a V0 engine's non-torch bytes
+    # inside the pool) the optimum (65.4006 s) trades the reference and reward forwards down to pp 6 for
+    # training's micro-batch 8, a two-vertex exchange greedy's one-vertex step-downs and climb-back do not
+    # make: greedy's plan on that layout is 66.4414 s, 1.6% above the optimum
     inst = odd(GRPO, 2, 6)
     result = packplace.place(inst, "greedy", time_limit_s=30)
     exact = packplace.place(odd(GRPO, 2, 6), "cpsat", time_limit_s=30, seed=0)
     assert exact.status == "optimal"
     colocated = get_evaluator(inst).step_time(greedy.colocated_plan(get_evaluator(inst))[0])
     assert result.objective < 0.85 * colocated
-    assert result.objective == pytest.approx(exact.objective, rel=1e-6)
+    extents = {name: vp.allocation.extent for name, vp in exact.solution.vertices}
+    assert extents == {"actor.generate": (1, 1, 2), "actor.train": (1, 2, 6), "reference.infer": (1, 2, 6),
+                       "reward.infer": (1, 2, 6)}
+    assert {name: vp.allocation.extent for name, vp in result.solution.vertices} == extents
+    assert exact.objective <= result.objective * (1 + OPTIMALITY_RTOL) <= 1.02 * exact.objective
 
 
 def test_climb_back_undoes_a_step_down_memory_did_not_need():

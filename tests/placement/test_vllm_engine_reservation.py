@@ -18,6 +18,9 @@ from packplace.placement.model.memory import (
     VLLM_NCCL_BYTES,
     VLLM_NCCL_PP_BYTES,
     VLLM_V0_CUDA_GRAPH_BYTES,
+    VLLM_V0_NCCL_BYTES,
+    VLLM_V0_NON_TORCH_BYTES,
+    VLLM_V0_NON_TORCH_RELEASES,
     EngineReservation,
     engine_held_bytes,
     engine_reservation,
@@ -70,8 +73,25 @@ def test_tp_1_and_tp_2_footprints_by_hand_at_vllm_0_11():
 
 def test_nccl_inside_the_pool_before_0_11_adds_nothing_outside():
     assert reservation(tp=8, release=(0, 10, 0)).outside == pytest.approx(1.02e9 + 2_448_131_358.72)
-    assert reservation(tp=8, release=(0, 10, 0)).in_pool == 0.0
+    # the pool is the CUDA total's fraction, so NCCL's 4.52 GiB inside it (vLLM's non-torch increase before 0.11)
+    # comes out of the KV cache: in_pool, 4,853,313,044.48 bytes, and not also outside
+    assert reservation(tp=8, release=(0, 10, 0)).in_pool == pytest.approx(4_853_313_044.48)
     assert reservation(tp=8, release=(0, 11, 0)).outside == pytest.approx(1.02e9 + 2_448_131_358.72 + 4.52 * GIB)
+    assert reservation(tp=8, release=(0, 11, 0)).in_pool == 0.0
+    # one GPU forms no communicator: nothing inside at any release; a V0 engine's NCCL is inside too, at the V0
+    # log's own TP 1 -> TP 2 non-torch growth, 3.58 - 1.79 GiB = 1,921,997,864.96 bytes (github.com/vllm-project/
+    # vllm/pull/10511, vLLM 0.6.5), at any TP or PP
+    assert reservation(tp=1, release=(0, 10, 0)).in_pool == 0.0
+    assert VLLM_V0_NCCL_BYTES == pytest.approx((3.58 - 1.79) * GIB) == pytest.approx(1_921_997_864.96)
+    # (vLLM 0.6.3: no other non-torch bytes beyond the workspace; 0.6.5-0.6.x adds 0.84 GiB, tested below)
+    for tp, pp in ((2, 1), (8, 1), (2, 2)):
+        assert reservation(tp=tp, pp=pp, generation="v0", release=(0, 6, 3)).in_pool == pytest.approx(1_921_997_864.96)
+    assert reservation(tp=1, generation="v0", release=(0, 6, 3)).in_pool == 0.0
+    # with stages, the last stage's 8.76 GiB inside (9,405,978,378.24 bytes)
+    assert reservation(tp=2, pp=2, release=(0, 10, 0)).in_pool == pytest.approx(9_405_978_378.24)
+    # an unknown release keeps NCCL outside (the side that never under-counts the GPU), never on both sides
+    unknown = reservation(tp=8, release=None)
+    assert unknown.in_pool == 0.0 and unknown.outside == pytest.approx(1.02e9 + 2_448_131_358.72 + 4.52 * GIB)
 
 
 def test_the_graph_term_by_release_and_enforce_eager():
@@ -105,7 +125,8 @@ def test_the_graph_term_is_never_below_a_logged_capture(generation, release, tp,
     r = reservation(tp=tp, generation=generation, release=release)
     nccl = VLLM_NCCL_BYTES if tp > 1 and generation == "v1" and release >= (0, 11) else 0.0
     graphs = r.outside - WS - nccl
-    assert r.in_pool == 0.0 and graphs >= logged_gib * GIB
+    nccl_inside = 0.0 if tp == 1 or nccl else VLLM_V0_NCCL_BYTES if generation == "v0" else VLLM_NCCL_BYTES
+    assert r.in_pool == pytest.approx(nccl_inside) and graphs >= logged_gib * GIB
     # a sleeping engine keeps the same graphs (NCCL and its context besides)
     kept = engine_sleep_kept_bytes(tp=tp, pp=1, engine_generation=generation, enforce_eager=False, workspace=0.0,
                                    own_process=False)
@@ -143,7 +164,34 @@ def test_the_graphs_side_of_the_pool_at_each_pinned_release(framework, version, 
     release = engine_vllm_release(framework, version)
     r = reservation(tp=1, generation=entry.engine_generation, release=release)
     graphs = VLLM_V0_CUDA_GRAPH_BYTES if entry.engine_generation == "v0" else VLLM_CUDA_GRAPH_BYTES
+    # every pinned V0 release (0.4.2, 0.6.3, 0.8.0) is outside 0.6.5-0.6.x: nothing inside at TP 1
     assert side == "outside" and r.in_pool == 0.0 and r.outside == pytest.approx(WS + graphs)
+
+
+def test_v0_non_torch_inside_the_pool_by_hand_and_by_release():
+    """vLLM 0.6.5-0.6.x (pull 10511's ``memory_profiling``) logs 1.79 GiB of non-torch memory at TP 1 on an H100,
+    counted inside the pool; the KV budget already takes the 1.02e9 B workspace, so ``in_pool`` adds the rest,
+    1.79 x 2^30 - 1.02e9 = 901,997,864.96 B (0.84 GiB). An unknown release takes it too (never a cache above vLLM's);
+    the other V0 lines' readings (0.35, 0.16, 0.20 GiB) stay within the workspace: nothing. The context stays outside
+    (the workspace), so ``outside`` does not change."""
+    assert VLLM_V0_NON_TORCH_BYTES == pytest.approx(1.79 * GIB) == pytest.approx(1_921_997_864.96)
+    assert VLLM_V0_NON_TORCH_RELEASES == ((0, 6, 5), (0, 7))
+    for release in ((0, 6, 5), (0, 6, 6), None):
+        r = reservation(tp=1, generation="v0", release=release)
+        assert r.in_pool == pytest.approx(901_997_864.96) and r.outside == pytest.approx(
+            1.02e9 + VLLM_V0_CUDA_GRAPH_BYTES)
+        assert WS + r.in_pool == pytest.approx(1.79 * GIB)
+        # with a communicator, V0's NCCL besides: 901,997,864.96 + 1,921,997,864.96 B
+        assert reservation(tp=2, generation="v0", release=release).in_pool == pytest.approx(2_823_995_729.92)
+    for release in ((0, 4, 2), (0, 6, 4), (0, 7, 0), (0, 8, 0)):
+        assert reservation(tp=1, generation="v0", release=release).in_pool == 0.0
+    # a workspace above the figure leaves nothing more inside (never negative); the footprint keeps it outside
+    big = reservation(tp=1, generation="v0", release=None, workspace=2.5e9)
+    assert big.in_pool == 0.0 and big.outside == pytest.approx(2.5e9 + VLLM_V0_CUDA_GRAPH_BYTES)
+    # V1 adds nothing: its logged non-torch bytes besides NCCL (0.04-0.43 GiB) stay within the 0.95 GiB workspace
+    assert reservation(tp=1, generation="v1", release=None).in_pool == 0.0
+    assert WS >= 0.43 * GIB
+
 
 
 def test_from_0_21_the_graphs_count_once_inside_the_pool():
@@ -223,7 +271,7 @@ def _generate(inst, tp: int):
 
 def test_a_candidate_holds_the_pool_and_what_lies_outside_it():
     inst = _instance("0.5.0")
-    pool = 0.8 * 80e9
+    pool = 0.8 * 79.11 * 2**30     # the h100-sxm preset's CUDA total: 67,954,972,557.31 bytes
     assert memory_budget(inst, "generate") == pytest.approx(pool)
     one, two = _generate(inst, 1), _generate(inst, 2)
     outside_one = 1.02e9 + VLLM_CUDA_GRAPH_BYTES
@@ -237,10 +285,12 @@ def test_a_candidate_holds_the_pool_and_what_lies_outside_it():
     assert _generate(old, 2).memory_bytes == pytest.approx(_generate(old, 1).memory_bytes)
 
 
-def test_the_release_moves_only_what_lies_outside_the_pool():
+def test_the_release_moves_nccl_across_the_pool_and_nothing_else():
+    # vLLM 0.11.2 (NeMo RL v0.5) holds NCCL's 4.52 GiB outside the pool; 0.10 (v0.4) inside it, where it comes
+    # out of the KV cache: the need inside the pool grows by it, what the GPU holds shrinks by it, once each
     a, b = _instance("0.5.0"), _instance("0.4.0")
     ca, cb = _generate(a, 2), _generate(b, 2)
-    assert ca.budget_bytes == pytest.approx(cb.budget_bytes)
+    assert cb.budget_bytes - ca.budget_bytes == pytest.approx(VLLM_NCCL_BYTES)
     assert ca.memory_bytes - cb.memory_bytes == pytest.approx(VLLM_NCCL_BYTES)
     assert dataclasses.replace(a.engine, vllm_release=(0, 10, 0)) == b.engine
 

@@ -73,11 +73,13 @@ from packplace.placement.model.memory import (
     engine_reservation,
     lora_params,
     peak_pass_tokens,
+    profile_run_peak_bytes,
     resident_bytes,
     stage_gemm_share,
     stage_layers,
     stage_split,
     trainable_stage_params,
+    vllm_profile_tokens,
 )
 from packplace.placement.model.nemo_rl_releases import optimizer_lower_bound_bytes
 from packplace.placement.model.sequence_packing import PackedPasses
@@ -1316,8 +1318,19 @@ class CostModel:
         capacity from :func:`packplace.placement.model.engine.kv_capacity_sequences`."""
         capacity = kv_capacity_sequences(model, self.hw.memory_per_gpu, self.workload, tp, pp,
                                          self.engine.gpu_memory_utilization, ep, self.hw.memory_workspace,
-                                         self.engine_reservation(tp, pp).in_pool)
+                                         self.engine_reservation(tp, pp).in_pool,
+                                         self.engine_profile_bytes(model, tp, ep))
         return max(1, min(micro_batch, self.engine.max_num_seqs, capacity))
+
+    def engine_profile_bytes(self, model: ModelSpec, tp: int, ep: int = 1) -> float:
+        """The activation peak of the rollout engine's start-up profile run per GPU, bytes, which vLLM takes from
+        its KV cache (:func:`~packplace.placement.model.memory.profile_run_peak_bytes` at the framework's
+        ``max_num_batched_tokens``, :func:`~packplace.placement.model.memory.vllm_profile_tokens`, and the
+        engine's ``max_num_seqs``); 0 for an engine that is not vLLM."""
+        gen = self.engine.engine_generation
+        tokens = vllm_profile_tokens(gen, self.framework.name)
+        return profile_run_peak_bytes(model, tp=tp, tokens=tokens, seqs=self.engine.max_num_seqs,
+                                      engine_generation=gen, ep=ep)
 
     def engine_reservation(self, tp: int, pp: int) -> EngineReservation:
         """What the rollout engine of ``tp·pp`` GPUs per replica holds per GPU beyond the package's own terms,
@@ -1363,7 +1376,8 @@ class CostModel:
         if self.engine.batching == "continuous":
             slots = self.engine_concurrency(model, tp, pp, micro_batch, ep)
             kv = kv_capacity_tokens(model, self.hw.memory_per_gpu, w, tp, pp, self.engine.gpu_memory_utilization,
-                                    ep, self.hw.memory_workspace, self.engine_reservation(tp, pp).in_pool)
+                                    ep, self.hw.memory_workspace, self.engine_reservation(tp, pp).in_pool,
+                                    self.engine_profile_bytes(model, tp, ep))
             prefill = self.prefill_time(model, tp, per_replica, min(slots, per_replica), ep, extent)
             if (dp > 1 and w.sequences % dp == 0 and w.gen_quantiles   # equal lengths: every share alike
                     and w.sequences <= MAX_SHARE_SEQUENCES):

@@ -107,35 +107,39 @@ class RolloutEngine:
 
 def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,
                           gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, ep: int = 1,
-                          workspace_bytes: float | None = None, non_torch_bytes: float = 0.0) -> int:
+                          workspace_bytes: float | None = None, non_torch_bytes: float = 0.0,
+                          profile_bytes: float = 0.0) -> int:
     """Sequences a paged KV cache holds at once on one engine replica (at least 1): the memory model's
     :func:`packplace.placement.model.memory.max_concurrent_sequences` with live sequences of
     :func:`mean_live_tokens` tokens (vLLM reserves ``gpu_memory_utilization`` of the GPU, keeps the bf16 weights of the
     largest pipeline stage (its experts split ``ep`` ways under expert parallelism) and a prefill
     workspace, and gives the rest to KV pages holding only live tokens; Kwon et al. 2023). ``non_torch_bytes``:
     what the engine's release takes from the cache besides
-    (:attr:`~packplace.placement.model.memory.EngineReservation.in_pool`)."""
+    (:attr:`~packplace.placement.model.memory.EngineReservation.in_pool`); ``profile_bytes``: vLLM's start-up
+    profile-run peak (:func:`~packplace.placement.model.memory.profile_run_peak_bytes`), taken from it too."""
     live = mean_live_tokens(workload)
     return max(1, max_concurrent_sequences(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
                                            gpu_memory_utilization=gpu_memory_utilization,
                                            prompt_len=workload.context_length, live_len=live, ep=ep,
-                                           workspace_bytes=workspace_bytes, non_torch_bytes=non_torch_bytes))
+                                           workspace_bytes=workspace_bytes, non_torch_bytes=non_torch_bytes,
+                                           profile_bytes=profile_bytes))
 
 
 def kv_capacity_tokens(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,
                        gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, ep: int = 1,
-                       workspace_bytes: float | None = None, non_torch_bytes: float = 0.0) -> int:
+                       workspace_bytes: float | None = None, non_torch_bytes: float = 0.0,
+                       profile_bytes: float = 0.0) -> int:
     """Tokens the paged KV cache of one engine replica holds, all running sequences together (at least 1):
     the budget of :func:`packplace.placement.model.memory.max_concurrent_sequences` (``gpu_memory_utilization``
     of the GPU less the bf16 weights of the largest stage and one prompt's prefill workspace) over the KV
     bytes of one token on the largest stage's layers. vLLM sizes its cache the same way (the fraction of
     the GPU it may use less the weights and the profiled activations; the rest is KV blocks,
     docs.vllm.ai "Engine Arguments", ``--gpu-memory-utilization``) and allocates blocks to a sequence as
-    it grows (Kwon et al. 2023, §4). ``non_torch_bytes``: as :func:`kv_capacity_sequences`."""
+    it grows (Kwon et al. 2023, §4). ``non_torch_bytes``, ``profile_bytes``: as :func:`kv_capacity_sequences`."""
     budget = kv_cache_budget_bytes(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
                                    gpu_memory_utilization=gpu_memory_utilization,
                                    prompt_len=workload.context_length, ep=ep, workspace_bytes=workspace_bytes,
-                                   non_torch_bytes=non_torch_bytes)
+                                   non_torch_bytes=non_torch_bytes, profile_bytes=profile_bytes)
     per_token = stage_kv_bytes_per_token(model, tp, pp)
     if budget <= 0 or per_token <= 0:
         return 1

@@ -79,6 +79,33 @@ VLLM_NCCL_BYTES = 4.52 * _GIB
 #: (:func:`engine_reservation` ``workspace``) beside it the context is counted twice: over, never under. The
 #: package counts every GPU of a candidate at its worst stage, so every GPU of a pipelined engine takes it.
 VLLM_NCCL_PP_BYTES = 8.76 * _GIB
+#: NCCL's bytes per GPU inside ``gpu_memory_utilization`` of a V0 vLLM engine whose workers form a communicator
+#: (``tp·pp`` > 1), bytes: what its non-torch memory grows by from TP 1 to TP 2 in the one V0 log with both, vLLM
+#: 0.6.5 on an H100 80GB serving Meta-Llama-3-8B, "non_torch_memory 1.79GiB" at TP 1 and "3.58GiB" at TP 2
+#: (github.com/vllm-project/vllm/pull/10511): 1.79 GiB, the V0 line's NCCL and custom all-reduce. V0 takes its
+#: start-up reading before the workers' distributed setup, so these bytes shrink the KV cache
+#: (:attr:`EngineReservation.in_pool`). :data:`VLLM_NCCL_BYTES` (4.52 GiB) is the V1 0.10 line's reading and
+#: stays the bytes a sleeping engine keeps (:func:`engine_sleep_kept_bytes`), the side that never under-counts.
+VLLM_V0_NCCL_BYTES = 1.79 * _GIB
+#: Non-torch bytes per GPU a V0 vLLM engine counts inside ``gpu_memory_utilization`` on one GPU (no communicator),
+#: bytes: the largest V0 reading logged, vLLM 0.6.5 on an H100 80GB serving Meta-Llama-3-8B at TP 1,
+#: "non_torch_memory 1.79GiB" (github.com/vllm-project/vllm/pull/10511; vLLM 0.6.4 on an RTX 3090 logs 0.35 GiB,
+#: github.com/vllm-project/vllm/issues/10517, 0.6.6 on an H100 0.16 GiB, github.com/vllm-project/vllm/pull/12126).
+#: Every V0 release counts inside the fraction the GPU memory that is not PyTorch's and appeared after the worker's
+#: start-up reading: up to 0.6.4 ``determine_num_available_blocks`` adds ``mem_get_info``'s used bytes less
+#: ``memory_stats()["allocated_bytes.all.current"]`` to the peak (that reading includes the CUDA context), from
+#: 0.6.5 ``memory_profiling(baseline_memory_in_bytes=total_gpu_memory - self.init_gpu_memory, ...)`` subtracts
+#: ``non_torch_increase_in_bytes`` (the context, created before ``init_gpu_memory`` is read in ``init_device``, is
+#: in the baseline, outside). The KV budget already takes the stack's workspace (1.02 GB = 0.95 GiB) from the pool
+#: (:func:`engine_overhead_bytes`), so :func:`engine_reservation` adds only what this figure exceeds it by, on the
+#: releases of that first ``memory_profiling`` (:data:`VLLM_V0_NON_TORCH_RELEASES`, pull 10511) and an unknown one:
+#: the readings of the other V0 lines stay within the workspace (0.6.4 0.35 GiB, context included; the 0.7 line's
+#: "further polish memory profiling", pull 12126 on pull 11809, 0.16 GiB on an H100 at TP 1, and 0.20 GiB on a V0
+#: engine at TP > 1, github.com/vllm-project/vllm/pull/14447).
+VLLM_V0_NON_TORCH_BYTES = 1.79 * _GIB
+#: The V0 releases ``[first, end)`` whose non-torch reading is :data:`VLLM_V0_NON_TORCH_BYTES`: 0.6.5 (pull 10511's
+#: ``memory_profiling``) until 0.7 (pulls 11809 and 12126).
+VLLM_V0_NON_TORCH_RELEASES = ((0, 6, 5), (0, 7))
 #: Release from which NCCL's buffers lie outside ``gpu_memory_utilization`` (:data:`VLLM_NCCL_BYTES`).
 VLLM_NCCL_OUTSIDE_POOL_SINCE = (0, 11)
 #: CUDA-graph memory per GPU of a V1 vLLM engine that captures graphs (``enforce_eager`` false), bytes: the largest V1
@@ -111,6 +138,29 @@ VLLM_CUDA_GRAPH_BYTES = 2.28 * _GIB
 VLLM_V0_CUDA_GRAPH_BYTES = 3.34 * _GIB
 #: Release from which vLLM subtracts its CUDA graphs from the KV cache (:data:`VLLM_CUDA_GRAPH_BYTES`).
 VLLM_GRAPHS_IN_POOL_SINCE = (0, 21)
+#: Bytes per logit (one row of the sampler's logits, one vocabulary entry) that vLLM's profile-run sampler holds at
+#: once, by engine generation: lower bounds read from the code, so the priced peak never exceeds vLLM's.
+#: ``v0``: the V0 profile run samples with ``SamplingParams(top_p=0.99, top_k=vocab_size - 1)`` (vllm/worker/
+#: model_runner.py ``profile_run``) so the sampler takes the sorting path (vllm/model_executor/layers/sampler.py
+#: ``_apply_top_k_top_p``), whose locals all live until its last line re-sorts the values: the fp32 logits (4) the
+#: sampler made of the bf16 ones (``Sampler.forward`` holds them), the sorted values (4) and their int64 indices (8),
+#: the top-k mask (bool, 1), the softmax of the sorted values (4), its cumulative sum (4), the top-p mask (1) and the
+#: re-sorted output (4): 30 (the bf16 logits the model runner may still hold are left out). ``v1``: the dummy
+#: sampler run (vllm/v1/worker/gpu_model_runner.py ``_dummy_sampler_run``, top-p 0.9, top-k ``V − 1``) may take
+#: FlashInfer's sampler, which sorts nothing, so only what every path holds: the bf16 logits the caller keeps (2),
+#: the sampler's fp32 copy (4) and the probabilities (4): 10,
+#: :data:`~packplace.placement.model.pass_memory.LOGIT_FORWARD_BYTES`.
+VLLM_PROFILE_SAMPLER_BYTES = {"v0": 30.0, "v1": float(LOGIT_FORWARD_BYTES)}
+#: Tokens of the profile run's forward (``max_num_batched_tokens``) when the framework sets none, by engine
+#: generation: the least vLLM's defaults give. ``v0``: ``max(max_model_len, 2048)`` without chunked prefill
+#: (vllm/config.py ``SchedulerConfig``), at least 2048. ``v1``: the ``vllm.LLM`` class (the frameworks' entry)
+#: defaults to 8192 below 70 GiB of GPU memory or on an A100 and 16384 above (vllm/engine/arg_utils.py
+#: ``EngineArgs`` ``default_max_num_batched_tokens``, ``UsageContext.LLM_CLASS``), at least 8192.
+VLLM_PROFILE_TOKENS = {"v0": 2048, "v1": 8192}
+#: ``max_num_batched_tokens`` of verl's vLLM rollout at every release the package knows (verl/trainer/config/
+#: ppo_trainer.yaml ``actor_rollout_ref.rollout.max_num_batched_tokens: 8192``, passed to ``vllm.LLM`` by the
+#: vLLM rollout with ``enable_chunked_prefill``).
+VERL_PROFILE_TOKENS = 8192
 
 
 @dataclass(frozen=True)
@@ -617,22 +667,98 @@ def dynamic_peak_tokens(workload: Workload, sequences: float, budget: int, ulyss
     return float(min(max(1, math.ceil(sequences - 1e-9)) * longest, budget + longest / ulysses))
 
 
+def profile_forward_bytes_per_token(model: ModelSpec, tp: int, ep: int = 1) -> float:
+    """Bytes per token of the largest set of tensors live at once in one layer of vLLM's bf16 profile forward,
+    on one of ``tp`` tensor-parallel ranks. vLLM's decoder layer (vllm/model_executor/models/llama.py
+    ``LlamaDecoderLayer``) keeps the residual and the normed hidden states (``2d``, full width on every rank)
+    while each block runs, and a block's output is all-reduced to full width ``d``:
+
+    * attention: the QKV projection ``(q + 2k)/tp``, the attention output ``q/tp`` and the ``o_proj`` output
+      ``d`` (``LlamaAttention.forward`` holds ``qkv`` until it returns): ``3d + (2q + 2k)/tp``;
+    * gated MLP: ``gate_up`` ``2f/tp``, ``SiluAndMul``'s output ``f/tp`` and ``down_proj``'s output ``d``
+      (``LlamaMLP.forward`` holds ``gate_up`` until it returns): ``3d + 3f/tp``; a plain MLP ``3d + 2f/tp``;
+    * MoE: the fused-MoE kernel's intermediate caches per routed pair, ``2f_e``, ``f_e`` and ``d``
+      (vllm/model_executor/layers/fused_moe/fused_moe.py ``intermediate_cache1..3``) over ``tp·ep`` ranks
+      (a lower bound: a rank's experts get ``1/ep`` of the pairs on average): ``3d + k_e·(3f_e + d)/(tp·ep)``;
+
+    each at 2 bytes (``q`` attention width, ``k`` K/V width, ``f`` MLP width, ``k_e`` experts per token).
+    Vendored rows of vLLM 0.6.4 (github.com/vllm-project/vllm/issues/10517: Llama-3.1-8B on one GPU, activation
+    peak 2.07 GiB at 20,000 profile tokens and 2.99 GiB at 29,000) give 110 KB per token; this gives 110,592 B
+    for that shape. Errors: ``tp`` or ``ep`` below 1 (``ValueError``)."""
+    if tp < 1 or ep < 1:
+        raise ValueError(f"profile_forward_bytes_per_token: tp {tp!r} and ep {ep!r} must be at least 1")
+    d, q, k = model.hidden_dim, model.attention_dim, model.kv_dim
+    attention = 3.0 * d + (2.0 * q + 2.0 * k) / tp
+    if model.is_moe:
+        mlp = 3.0 * d + model.experts_per_token * (3.0 * model.expert_ffn_dim + d) / (tp * ep)
+    else:
+        mlp = 3.0 * d + (3.0 if model.mlp == "gated" else 2.0) * model.ffn_dim / tp
+    return 2.0 * max(attention, mlp)
+
+
+def profile_run_peak_bytes(model: ModelSpec, *, tp: int, tokens: int, seqs: int, engine_generation: str | None,
+                           ep: int = 1) -> float:
+    """The torch activation peak of vLLM's start-up profile run on one GPU, bytes: the larger of one forward of
+    ``tokens`` dummy tokens (``max_num_batched_tokens``; :func:`profile_forward_bytes_per_token` per token) and
+    the sampler over ``min(seqs, tokens)`` rows (``max_num_seqs`` dummy requests, one logit row each) with the
+    final hidden states ``2d·tokens`` still held, at :data:`VLLM_PROFILE_SAMPLER_BYTES` per logit over the full
+    vocabulary (the logits are gathered before sampling, and the engine's KV cache is the smallest over its
+    workers, so the sampling rank binds). vLLM subtracts this peak from ``gpu_memory_utilization`` before the
+    KV cache (V0 ``Worker.determine_num_available_blocks`` after ``ModelRunner.profile_run``, vllm/worker/worker.py;
+    V1 ``Worker.determine_available_memory`` after ``GPUModelRunner.profile_run``, which runs
+    ``_dummy_sampler_run``, vllm/v1/worker/gpu_worker.py). ``engine_generation`` ``None`` (not vLLM) or
+    ``tokens`` 0: 0.
+
+    Raises:
+        ValueError: ``tokens`` or ``seqs`` negative, ``engine_generation`` not ``v0``/``v1``/``None``, or
+            :func:`profile_forward_bytes_per_token`'s errors.
+    """
+    if tokens < 0 or seqs < 0:
+        raise ValueError(f"profile_run_peak_bytes: tokens {tokens!r} and seqs {seqs!r} must be non-negative")
+    if engine_generation is None or tokens == 0:
+        return 0.0
+    if engine_generation not in VLLM_PROFILE_SAMPLER_BYTES:
+        raise ValueError(f"profile_run_peak_bytes: engine_generation {engine_generation!r} is not one of "
+                         f"{sorted(VLLM_PROFILE_SAMPLER_BYTES)} or None")
+    forward = profile_forward_bytes_per_token(model, tp, ep) * tokens
+    rows = min(seqs, tokens)
+    sampler = 2.0 * model.hidden_dim * tokens + rows * model.output_dim * VLLM_PROFILE_SAMPLER_BYTES[engine_generation]
+    return max(forward, sampler)
+
+
+def vllm_profile_tokens(engine_generation: str | None, framework: str | None = None) -> int:
+    """``max_num_batched_tokens`` of the profile run of a framework's vLLM engine, tokens: verl's
+    :data:`VERL_PROFILE_TOKENS`, else the least default of the engine generation (:data:`VLLM_PROFILE_TOKENS`);
+    0 when the engine is not vLLM (``engine_generation`` ``None``). Errors: an unknown generation (``ValueError``)."""
+    if engine_generation is None:
+        return 0
+    if engine_generation not in VLLM_PROFILE_TOKENS:
+        raise ValueError(f"vllm_profile_tokens: engine_generation {engine_generation!r} is not one of "
+                         f"{sorted(VLLM_PROFILE_TOKENS)} or None")
+    return VERL_PROFILE_TOKENS if framework == "verl" else VLLM_PROFILE_TOKENS[engine_generation]
+
+
 def kv_cache_budget_bytes(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,
                           gpu_memory_utilization: float, prompt_len: int, prefill_sequences: int = 1,
-                          ep: int = 1, workspace_bytes: float | None = None, non_torch_bytes: float = 0.0) -> float:
+                          ep: int = 1, workspace_bytes: float | None = None, non_torch_bytes: float = 0.0,
+                          profile_bytes: float = 0.0) -> float:
     """Bytes per GPU a paged-KV generation engine has for its KV cache (negative when the weights do not
     fit): ``gpu_memory_utilization · memory_per_gpu`` less the bf16 weights of the largest stage
     (:func:`weight_bytes`), :func:`engine_overhead_bytes` (the working set of ``prefill_sequences``
-    prompts of ``prompt_len`` tokens, the workspace, the weights' allocator slack) and ``non_torch_bytes``
+    prompts of ``prompt_len`` tokens, the workspace, the weights' allocator slack), what the start-up profile
+    run's activation peak ``profile_bytes`` (:func:`profile_run_peak_bytes`) exceeds that working set by (vLLM
+    subtracts the peak, which covers a prompt's working set), and ``non_torch_bytes``
     (what the engine's release counts inside the fraction besides those, by ``tp·pp``:
     :attr:`EngineReservation.in_pool`). vLLM sizes its cache this way (docs.vllm.ai "Engine
     Arguments", ``--gpu-memory-utilization``; vllm/v1/worker/gpu_worker.py ``determine_available_memory``:
-    ``requested_memory − non_kv_cache_memory``, the weights, the torch peak and the non-torch increase)."""
+    ``requested_memory − non_kv_cache_memory``, the weights, the torch peak and the non-torch increase), with
+    ``memory_per_gpu`` the CUDA total its ``requested_memory`` is a fraction of."""
     budget = gpu_memory_utilization * memory_per_gpu - weight_bytes(model, tp, pp, ep)
     workspace = stack("none").workspace_bytes if workspace_bytes is None else workspace_bytes
     overhead = engine_overhead_bytes(model, max(stage_layers(model.layers, pp)), prompt_len, prefill_sequences, tp,
                                      workspace, ep)
-    return budget - overhead - non_torch_bytes
+    work = working_set_bytes_per_token(model) * prompt_len * prefill_sequences / tp
+    return budget - overhead - max(0.0, profile_bytes - work) - non_torch_bytes
 
 
 def engine_overhead_bytes(model: ModelSpec, n_layers: int, prompt_len: int, prefill_sequences: int, tp: int,
@@ -679,10 +805,18 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     captured after the cache (``enforce_eager`` false and ``vllm_release`` below
     :data:`VLLM_GRAPHS_IN_POOL_SINCE`: :func:`_graph_bytes`, 2.28 GiB on V1, a V0 engine's 3.34 GiB). From 0.21 the
     graphs' estimate is taken from the KV cache instead (``in_pool``, the same bytes, not also outside:
-    :func:`_graphs_in_pool`). Before 0.11 NCCL's buffers are inside the
-    fraction; the package prices the fraction at ``memory_per_gpu``, under the CUDA total (6% on an H100), and
-    that difference stands in for the non-torch and activation bytes vLLM counts inside it, so they are not
-    added again (docs/calibration-and-validation.md "The engine's KV budget against vLLM's start-up logs").
+    :func:`_graphs_in_pool`). Before 0.11 NCCL's buffers are inside the fraction, its non-torch increase, taken
+    from the KV cache and not also outside: ``in_pool`` :func:`_nccl_bytes` on a V1 release below
+    :data:`VLLM_NCCL_OUTSIDE_POOL_SINCE`, :data:`VLLM_V0_NCCL_BYTES` on a V0 engine (``tp·pp`` > 1). A V0 engine
+    also counts its other non-torch bytes inside the fraction, of which the KV budget already takes ``workspace``:
+    on vLLM 0.6.5-0.6.x or an unknown release ``in_pool`` adds ``max(0, VLLM_V0_NON_TORCH_BYTES − workspace)``
+    (:func:`_v0_non_torch_beyond`); ``outside`` keeps ``workspace`` for the CUDA context (which 0.6.5 on counts in
+    its baseline, outside the fraction; the workspace bounds it from above). On V1 the logged non-torch bytes
+    besides NCCL (0.04-0.43 GiB, docs/calibration-and-validation.md) stay within ``workspace``: nothing more. The
+    fraction
+    is priced at ``memory_per_gpu``, the CUDA total vLLM takes it of (the presets' figures,
+    :data:`~packplace.placement.problem.hardware.PRESETS`), so no gap between the two stands in for these bytes
+    (docs/calibration-and-validation.md "What a vLLM engine holds on each GPU, by release").
     ``vllm_release`` ``None`` (unknown) takes the side that never under-counts what is held: NCCL and the graphs
     outside. ``engine_generation`` ``None`` (not vLLM): nothing, unpooled.
 
@@ -694,13 +828,26 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     if engine_generation is None:
         return EngineReservation()
     graph = _graph_bytes(engine_generation, enforce_eager)
+    nccl = _nccl_bytes(tp, pp)
     if engine_generation == "v0":
-        return EngineReservation(0.0, workspace + graph, True)
-    nccl_outside = vllm_release is None or tuple(vllm_release) >= VLLM_NCCL_OUTSIDE_POOL_SINCE
-    nccl = _nccl_bytes(tp, pp) if nccl_outside else 0.0
+        in_pool = _v0_non_torch_beyond(workspace, vllm_release) + (VLLM_V0_NCCL_BYTES if tp * pp > 1 else 0.0)
+        return EngineReservation(in_pool, workspace + graph, True)
+    if vllm_release is not None and tuple(vllm_release) < VLLM_NCCL_OUTSIDE_POOL_SINCE:
+        return EngineReservation(nccl, workspace + graph, True)
     if _graphs_in_pool(engine_generation, vllm_release):
         return EngineReservation(graph, workspace + nccl, True)
     return EngineReservation(0.0, workspace + nccl + graph, True)
+
+
+def _v0_non_torch_beyond(workspace: float, vllm_release: tuple[int, ...] | None) -> float:
+    """Bytes per GPU of a V0 engine's non-torch memory inside ``gpu_memory_utilization`` beyond the ``workspace``
+    the KV budget already takes: ``max(0, VLLM_V0_NON_TORCH_BYTES − workspace)`` for a release in
+    :data:`VLLM_V0_NON_TORCH_RELEASES` or an unknown one (``None``: the side that never prices the cache above
+    vLLM's), else 0 (those lines' readings stay within the workspace)."""
+    first, end = VLLM_V0_NON_TORCH_RELEASES
+    if vllm_release is not None and not first <= tuple(vllm_release) < end:
+        return 0.0
+    return max(0.0, VLLM_V0_NON_TORCH_BYTES - workspace)
 
 
 def engine_held_bytes(resident: float, transient: float, pool: float, reservation: EngineReservation
@@ -711,9 +858,10 @@ def engine_held_bytes(resident: float, transient: float, pool: float, reservatio
     included, and :attr:`EngineReservation.outside` beside it), ``transient`` otherwise. ``transient`` is
     the engine's need inside the pool (live KV, working set, logits, :attr:`EngineReservation.in_pool`).
 
-    The pool is priced at the GPU's ``memory_per_gpu`` as the plan's capacity is: with a capacity ``M`` at
-    most the CUDA total ``T``, ``gmu·M + X ≤ M`` implies ``gmu·T + X ≤ T`` for any bytes ``X`` beside the
-    pool, so a plan that fits here fits on the GPU."""
+    The pool is priced at the GPU's ``memory_per_gpu`` as the plan's capacity is: both are the CUDA total ``T``
+    vLLM takes the fraction of (``gmu·T``), so the check ``gmu·T + X ≤ T`` is vLLM's own arithmetic with every
+    byte ``X`` beside the pool (the CUDA context among them, :attr:`EngineReservation.outside`). A config's smaller
+    ``memory_per_gpu`` ``M ≤ T`` stays safe: ``gmu·M + X ≤ M`` implies ``gmu·T + X ≤ T``."""
     if not reservation.pooled:
         return transient
     return max(transient, pool - resident) + reservation.outside
@@ -811,12 +959,13 @@ def stage_kv_bytes_per_token(model: ModelSpec, tp: int, pp: int) -> float:
 def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,
                              gpu_memory_utilization: float, prompt_len: int, live_len: float,
                              prefill_sequences: int = 1, ep: int = 1, workspace_bytes: float | None = None,
-                             non_torch_bytes: float = 0.0) -> int:
+                             non_torch_bytes: float = 0.0, profile_bytes: float = 0.0) -> int:
     """How many sequences a paged-KV generation engine holds at once (per data-parallel replica).
 
     The engine may use ``gpu_memory_utilization · memory_per_gpu`` bytes per GPU; after the bf16 weights
     of the largest stage, :func:`engine_overhead_bytes` (``prefill_sequences`` prompts' working set,
-    workspace, allocator slack) and the release's ``non_torch_bytes`` (:attr:`EngineReservation.in_pool`)
+    workspace, allocator slack), the profile run's peak beyond that working set (``profile_bytes``,
+    :func:`kv_cache_budget_bytes`) and the release's ``non_torch_bytes`` (:attr:`EngineReservation.in_pool`)
     the rest is KV cache, and each sequence holds ``live_len`` tokens on
     average (prompt plus response so far: ``S + mean response``) and the logits of its next token
     (``V·10/tp``: bf16, fp32 copy and probabilities, sampled every iteration):
@@ -833,7 +982,7 @@ def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_g
     budget = kv_cache_budget_bytes(model, tp=tp, pp=pp, memory_per_gpu=memory_per_gpu,
                                    gpu_memory_utilization=gpu_memory_utilization, prompt_len=prompt_len,
                                    prefill_sequences=prefill_sequences, ep=ep, workspace_bytes=workspace_bytes,
-                                   non_torch_bytes=non_torch_bytes)
+                                   non_torch_bytes=non_torch_bytes, profile_bytes=profile_bytes)
     per_sequence = stage_kv_bytes_per_token(model, tp, pp) * live_len + model.output_dim * LOGIT_FORWARD_BYTES / tp
     if budget <= 0 or per_sequence <= 0:
         return 0

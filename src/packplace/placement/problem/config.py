@@ -109,7 +109,8 @@ _LEVELS = {"g": "inside a node", "n": "across nodes of a rack", "r": "across rac
 #: large. A new hardware field needs a row here (a test checks that every field has one).
 HARDWARE_FIELDS: dict[str, Field] = {
     "flops_per_gpu": Field("float", "FLOP/s", 1e6, 1e18, meaning="peak dense bf16 throughput"),
-    "memory_per_gpu": Field("float", "bytes", 1e6, 1e15, meaning="HBM capacity"),
+    "memory_per_gpu": Field("float", "bytes", 1e6, 1e15,
+                            meaning="the GPU's memory as CUDA reports it (torch.cuda.mem_get_info total)"),
     "memory_bandwidth": Field("float", "bytes/s", 1e6, 1e16, meaning="HBM bandwidth"),
     **{f"{kind}_{what}_{level}": Field("float", "s" if kind == "alpha" else "s/byte", 0, 1,
                                        meaning=(_ALPHA if kind == "alpha" else _BETA).format(

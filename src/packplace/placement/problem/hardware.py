@@ -90,7 +90,9 @@ class Hardware:
 
     Attributes:
         flops_per_gpu: Peak dense bf16 throughput, FLOP/s.
-        memory_per_gpu: HBM capacity, bytes.
+        memory_per_gpu: The GPU's memory as CUDA reports it, bytes: the total of ``torch.cuda.mem_get_info()``
+            (vLLM's ``gpu_memory_utilization`` is a fraction of it; the CUDA context within it is
+            ``memory_workspace``, counted on its own). A config's own value is taken as that total.
         memory_bandwidth: HBM bandwidth, bytes/s.
         alpha_coll_{g,n,r}: Per-step latency of a ring collective at level g/n/r, seconds.
         beta_coll_{g,n,r}: Inverse bus bandwidth of a collective, seconds/byte.
@@ -344,6 +346,28 @@ GB200_DENSE_BF16_FLOPS = 360e15 / 2 / GB200_NVLINK_DOMAIN
 #: HBM3e per GB200 GPU: "up to 13.4 TB" per NVL72 / 72 = 186 GB (the superchip's 372 GB over 2 GPUs; the
 #: MLCommons system description's "186 GB").
 GB200_HBM_BYTES = 13.4e12 / GB200_NVLINK_DOMAIN
+#: Bytes the CUDA runtime reports as an H100 80GB's total (``torch.cuda.mem_get_info()[1]``, the total vLLM's
+#: ``gpu_memory_utilization`` is a fraction of and the PyTorch allocator can fill): 79.11 GiB in PyTorch's
+#: out-of-memory message of a vLLM engine on an H100 ("GPU 0 has a total capacity of 79.11 GiB",
+#: github.com/vllm-project/vllm/issues/27508); vLLM's start-up log on an H100 80GB reads 79.22 GiB
+#: ("total_gpu_memory 79.22GiB", github.com/vllm-project/vllm/pull/10511), nvidia-smi 81,559 MiB (79.65 GiB,
+#: github.com/vllm-project/vllm/issues/55169: the driver's reserve is not the CUDA total). The smaller of the two
+#: CUDA readings, 79.11 GiB = 84.94e9 bytes, 6.2% over the datasheet's 80e9 the preset had used.
+H100_CUDA_TOTAL_BYTES = 79.11 * 2**30
+#: Bytes the CUDA runtime reports as an A100 80GB's total: PyTorch's out-of-memory message on "a single NVIDIA
+#: A100 card which has 80GB" ("GPU 0 has a total capacity of 79.14 GiB", github.com/lianqi1008/Control-GIC/issues/6);
+#: another A100 reads 79.25 GiB (github.com/HiDream-ai/VAREdit/issues/6). The smaller, 79.14 GiB = 84.98e9 bytes.
+A100_80GB_CUDA_TOTAL_BYTES = 79.14 * 2**30
+#: Bytes the CUDA runtime reports as an A800 80GB's total: PyTorch's out-of-memory message on "A800-80G" GPUs, "GPU 0
+#: has a total capacity of 79.25 GiB" (github.com/sgl-project/sglang/issues/1463); two others read 79.33 GiB
+#: (github.com/hahnyuan/PB-LLM/issues/3, github.com/sgl-project/sglang/issues/21730). The smaller, 79.25 GiB =
+#: 85.09e9 bytes (the A800 is A100 silicon with its NVLink cut, the same 80 GB of HBM2e).
+A800_CUDA_TOTAL_BYTES = 79.25 * 2**30
+#: Bytes the CUDA runtime reports as a B200's total: ``cudaGetDeviceProperties`` on an NVIDIA B200 with ECC on,
+#: "Total Global Memory: 178.35 GB" (GiB: 2^30 bytes; github.com/pytorch/ao/pull/4002), under nvidia-smi's 183,359
+#: MiB (179.06 GiB, github.com/NVIDIA/TensorRT-LLM/issues/10278) by the driver's reserve as on the H100.
+#: 178.35 GiB = 191.50e9 bytes, over the HGX B200 datasheet's 180 GB per GPU (1.44 TB per 8 GPUs) the preset had used.
+B200_CUDA_TOTAL_BYTES = 178.35 * 2**30
 #: Bytes a 48 GB GDDR6 (ECC) Ada card gives CUDA: PyTorch's out-of-memory message on an L40 ("GPU 0 has a total
 #: capacity of 44.40 GiB", github.com/QwenLM/Qwen3-VL/issues/2097) and a vLLM start-up log on a 48 GB card
 #: (44.4 GiB, github.com/vllm-project/vllm/pull/29830); the L40S has the L40's 48 GB GDDR6 with ECC (L40S
@@ -395,10 +419,14 @@ VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL = 0.434
 #: 1.44 TB per 8-GPU board, 8 TB/s, NVLink 5 1.8 TB/s); L40S datasheet (362 TFLOPS, 48 GB GDDR6,
 #: 864 GB/s, PCIe Gen4 x16, no NVLink); GB200 NVL72 product page (per GPU: :data:`GB200_DENSE_BF16_FLOPS`,
 #: :data:`GB200_HBM_BYTES`, :data:`GB200_HBM_BANDWIDTH`, NVLink 5 1.8 TB/s both directions).
-#: Memory is the smaller of the datasheet's and what the CUDA runtime reports as the card's total (the
-#: capacity an allocator can use): every HBM card reports more than its datasheet's decimal gigabytes (an
-#: H100 80 GB 79.2 GiB = 85.1e9 bytes), but a 48 GB GDDR6 card with ECC reports 44.40 GiB
-#: (:data:`L40S_CUDA_TOTAL_BYTES`), under 48e9, so ``l40s`` takes that figure.
+#: ``memory_per_gpu`` is the CUDA total, bytes: what ``torch.cuda.mem_get_info()[1]`` reports, the total vLLM takes
+#: ``gpu_memory_utilization`` of and the PyTorch allocator can fill (the CUDA context inside it is the model's
+#: ``memory_workspace``, counted on its own): :data:`H100_CUDA_TOTAL_BYTES` (79.11 GiB),
+#: :data:`A100_80GB_CUDA_TOTAL_BYTES` (79.14 GiB), :data:`A800_CUDA_TOTAL_BYTES` (79.25 GiB),
+#: :data:`B200_CUDA_TOTAL_BYTES` (178.35 GiB), :data:`L40S_CUDA_TOTAL_BYTES` (44.40 GiB), each the smallest published
+#: reading. Where no reading of the CUDA total was found (``h200``, ``h20``, ``gb200``) the preset keeps the
+#: datasheet's decimal bytes, under the CUDA total on every HBM card read (an H100 80GB reads 6% over its 80e9, a
+#: B200 6% over its 180e9), so it under-states what the GPU holds rather than over-stating it.
 #:
 #: ``gb200`` (alias ``gb200-nvl72``): the grid's node is the NVLink domain (:data:`GB200_NVLINK_DOMAIN`,
 #: the preset's ``gpus_per_node`` 72), not the 4-GPU tray (:data:`GB200_TRAY_GPUS`, the preset's
@@ -438,7 +466,7 @@ VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL = 0.434
 #: ``gemm_peak_fraction`` and ``decode_bw_eff`` price only what the table does not (mixture-of-experts and
 #: LoRA passes, a preempted sequence's recompute, selective recomputation, context-parallel balance).
 PRESETS: dict[str, dict[str, Any]] = {
-    "h100-sxm": {"flops_per_gpu": 989e12, "memory_per_gpu": 80e9, "memory_bandwidth": 3.35e12,
+    "h100-sxm": {"flops_per_gpu": 989e12, "memory_per_gpu": H100_CUDA_TOTAL_BYTES, "memory_bandwidth": 3.35e12,
                  **_links(360e9, 45e9), "host_bandwidth": 50e9,
                  "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "component_table": "h100-sxm",
                  "moe_decode_bw_eff": MOE_DECODE_BW_EFF_H100, "moe_gemm_peak_fraction": MOE_GEMM_PEAK_FRACTION_H100,
@@ -446,16 +474,18 @@ PRESETS: dict[str, dict[str, Any]] = {
     "h200": {"flops_per_gpu": 989e12, "memory_per_gpu": 141e9, "memory_bandwidth": 4.8e12,
              **_links(360e9, 45e9), "host_bandwidth": 50e9,
              "gemm_peak_fraction": 0.55, "decode_bw_eff": 0.65, "component_table": "h200"},
-    "a100-80gb-sxm": {"flops_per_gpu": 312e12, "memory_per_gpu": 80e9, "memory_bandwidth": 2.039e12,
+    "a100-80gb-sxm": {"flops_per_gpu": 312e12, "memory_per_gpu": A100_80GB_CUDA_TOTAL_BYTES,
+                      "memory_bandwidth": 2.039e12,
                       **_links(240e9, 22.5e9), "host_bandwidth": 25e9,
                       "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65},
-    "a800": {"flops_per_gpu": 312e12, "memory_per_gpu": 80e9, "memory_bandwidth": 2.039e12,
+    "a800": {"flops_per_gpu": 312e12, "memory_per_gpu": A800_CUDA_TOTAL_BYTES,
+             "memory_bandwidth": 2.039e12,
              **_links(160e9, 22.5e9), "host_bandwidth": 25e9,
              "gemm_peak_fraction": 0.6, "decode_bw_eff": 0.65},
     "h20": {"flops_per_gpu": 148e12, "memory_per_gpu": 96e9, "memory_bandwidth": 4.0e12,
             **_links(360e9, 45e9), "host_bandwidth": 50e9,
             "gemm_peak_fraction": 0.7, "decode_bw_eff": 0.65},
-    "b200": {"flops_per_gpu": 2.25e15, "memory_per_gpu": 180e9, "memory_bandwidth": 8.0e12,
+    "b200": {"flops_per_gpu": 2.25e15, "memory_per_gpu": B200_CUDA_TOTAL_BYTES, "memory_bandwidth": 8.0e12,
              **_links(720e9, 45e9), "host_bandwidth": 50e9,
              "gemm_peak_fraction": GEMM_PEAK_FRACTION_B200, "decode_bw_eff": 0.65, "component_table": "b200",
              "vllm_kv_bandwidth_fraction": VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL},
