@@ -509,7 +509,8 @@ def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch:
 
 def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro_batch: int = 1,
              seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str | None = None,
-             optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int | None = None, ep: int = 1, framework: str = "none",
+             optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int | None = None, ep: int = 1,
+             framework: str = "none",
              hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
              enforce_eager: bool | None = None, framework_version: str | None = None, micro_batches: int | None = None,
              entropy_coeff: float = 0.0, train_mb_tokens: int | None = None, sharding: str | None = None,
