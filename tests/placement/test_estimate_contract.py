@@ -75,7 +75,7 @@ def _swiglu(e, shape) -> float:
     if e.inputs["trainer_backend_resolved"] != "megatron":
         return 1.0
     return unfused_swiglu_factor(shape, megatron_fuses_swiglu(e.inputs["framework"], e.inputs["framework_version"],
-                                                              shape))
+                                                              shape), e.inputs["framework"])
 
 
 DENSE = MODEL_PRESETS["qwen2.5-1.5b"]

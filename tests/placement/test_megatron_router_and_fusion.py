@@ -152,9 +152,10 @@ def test_estimate_time_follows_the_fusion_its_memory_holds() -> None:
     for part in scaled:
         assert unfused.parts.get(part, 0.0) == pytest.approx(1.25 * fused.parts.get(part, 0.0), rel=1e-12)
     assert unfused.time_s > 1.2 * fused.time_s
-    # verl's dense converter leaves bias_activation_fusion off: the unfused time unless the field sets it
+    # verl's dense converter leaves bias_activation_fusion off: the unfused bytes, but not NeMo RL's time factor
+    # (its 1.25 is NeMo RL's documented figure for its own workers)
     dense = dict(model="qwen3-4b", gpu="h100-sxm", task="train", seq_len=4096, recompute="selective",
                  sharding="zero1", dp=8, framework="verl", framework_version="0.7.0", trainer_backend="megatron")
     verl, verl_fused = estimate(**dense), estimate(**dense, bias_activation_fusion=True)
-    assert verl.time_s == estimate(**dense, bias_activation_fusion=False).time_s > 1.2 * verl_fused.time_s
+    assert verl.time_s == estimate(**dense, bias_activation_fusion=False).time_s == verl_fused.time_s
     assert verl.memory["activations"] > verl_fused.memory["activations"]

@@ -1142,7 +1142,8 @@ def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro
                   inference_offloaded(instance, name), vertex_balance(instance, name), reward,
                   swaps_reference_weights(instance.framework, vertex.model, vertex.kind),
                   trainer_release(instance, name), inference_shard_options(instance, name),
-                  vertex_fuses_swiglu(instance, instance.models[vertex.model], options))
+                  vertex_fuses_swiglu(instance, instance.models[vertex.model], options)
+                  or instance.framework != "nemo-rl")   # the time factor is NeMo RL's (unfused_swiglu_factor)
 
 
 def vertex_fuses_swiglu(instance, model: ModelSpec, options: TrainingOptions) -> bool:
@@ -1296,7 +1297,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
     weight_swap = swaps_reference_weights(instance.framework, instance.graph.vertex(name).model, kind)
     release = trainer_release(instance, name)
-    fused = vertex_fuses_swiglu(instance, model, options)
+    fused = vertex_fuses_swiglu(instance, model, options) or instance.framework != "nemo-rl"  # time (above)
     limit = memory_budget(instance, kind)
     capacity = float(instance.hardware.memory_per_gpu)
     reward = instance.rule_reward.seconds(w.sequences) if kind == "generate" and instance.rule_reward is not None \

@@ -173,8 +173,8 @@ def release_terms(cost: CostModel, backend: TrainerBackend, shape: ModelSpec, de
     if backend.layout is None:
         return 1.0, 0.0
     factor = unfused_swiglu_factor(shape, release_fuses_swiglu(backend.layout.framework, backend.release, shape,
-                                                               options.bias_activation_fusion)) \
-        if backend.name == "megatron" else 1.0
+                                                               options.bias_activation_fusion),
+                                   backend.layout.framework) if backend.name == "megatron" else 1.0
     if backend.release is None:
         return factor, 0.0
     dp, pp, tp, ep = degrees

@@ -281,12 +281,14 @@ def logprob_optimizer_round_trip_seconds(cost, release: NemoRLRelease, model: Mo
     return 2.0 * optimizer_state_bytes(model, dp, pp, tp, options) / cost.hw.host_bandwidth
 
 
-def unfused_swiglu_factor(model: ModelSpec, fused: bool) -> float:
+def unfused_swiglu_factor(model: ModelSpec, fused: bool, framework: str = "nemo-rl") -> float:
     """Factor on a Megatron-Core training pass's time (the vertex's ``train``; ``estimate``'s stage and update)
     for ``model``'s SwiGLU run as resolved by :func:`megatron_fuses_swiglu` (``fused``, the same setting that
     decides the pass's ``6f`` / ``8f`` saved bytes): :data:`UNFUSED_SWIGLU_TRAINING_FACTOR` for a gated MLP
-    run unfused, else 1 (a fused one, or a plain MLP, which has no SwiGLU)."""
-    return UNFUSED_SWIGLU_TRAINING_FACTOR if model.mlp == "gated" and not fused else 1.0
+    run unfused by NeMo RL (``framework``), else 1 (a fused one, a plain MLP, which has no SwiGLU, or another
+    framework: the 1.25 is NeMo RL's own figure for its workers, with sequence packing and RoPE fusion; the
+    unfused activation's extra HBM traffic alone is about 1 % of a step, so no other framework takes it)."""
+    return UNFUSED_SWIGLU_TRAINING_FACTOR if framework == "nemo-rl" and model.mlp == "gated" and not fused else 1.0
 
 
 #: Hugging Face ``model_type`` values whose Megatron-Bridge provider sets ``bias_activation_fusion`` itself at the
