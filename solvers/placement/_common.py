@@ -231,11 +231,13 @@ def smallest_needs(ev: PlacementEvaluator) -> str:
     return ", ".join(parts)
 
 
-def no_plan_found(ev: PlacementEvaluator, why: str, evaluations: int) -> Proposal:
+def no_plan_found(ev: PlacementEvaluator, why: str, evaluations: int | None) -> Proposal:
     """The proposal of a search that found no feasible plan (colocated or disjoint): not a proof of
-    infeasibility (status ``unknown``; the command exits 1), with the smallest per-vertex needs."""
+    infeasibility (status ``unknown``; the command exits 1), with the smallest per-vertex needs. ``evaluations``:
+    the disjoint model layouts this search scored (``None``: it scored none itself, and ``why`` says what ran)."""
+    tried = f"{evaluations} disjoint model layouts tried; " if evaluations is not None else ""
     return Proposal(None, UNKNOWN, iterations=evaluations, message=(
-        f"no feasible plan found: {why}; {evaluations} disjoint model layouts tried; smallest needs: "
+        f"no feasible plan found: {why}; {tried}smallest needs: "
         f"{smallest_needs(ev)}; memory_per_gpu {gb(ev.instance.hardware.memory_per_gpu)} GB"))
 
 

@@ -396,6 +396,21 @@ def _describe(plan: Plan, cluster) -> str:
     return ", ".join(parts)
 
 
+def _split_winner(plan: Plan, cluster, colocated_fits: bool) -> str:
+    """The message's words for a winner of the split-layout search: ``split layout (<blocks>) beats the
+    colocated plan`` (``fits`` where no colocated plan did), or, when every vertex's block is the same GPUs,
+    what the plan is: the colocated layout with other per-vertex settings (strategies, micro-batches) than
+    :func:`colocated_plan` chose."""
+    ranges = {vp.allocation.gpu_range(cluster) for _, vp in plan.vertices}
+    if len(ranges) == 1:
+        lo, hi = next(iter(ranges))
+        gpus = f"GPU {lo}" if hi - lo == 1 else f"GPUs {lo}-{hi - 1}"
+        than = "beats the first colocated plan" if colocated_fits else "fits where the first colocated plan did not"
+        return f"colocated plan with other per-vertex settings (every vertex on {gpus}, from the split-layout " \
+               f"search) {than}"
+    return f"split layout ({_describe(plan, cluster)}) {'beats the colocated plan' if colocated_fits else 'fits'}"
+
+
 @register("placement", "greedy")
 def solve(instance, run: Run) -> Proposal:
     """The best by the evaluator of the colocated plan, the generation | training split layouts and, where
@@ -430,8 +445,7 @@ def search(instance, run: Run) -> Proposal:
                + (f", cut short ({found.cut})" if found.cut else ""))
     if found.plan is not None:
         plan, best_time, layout = found.plan, found.step_time, "split"
-        than = "beats the colocated plan" if colocated_failure is None else "fits"
-        note = f"split layout ({_describe(plan, instance.cluster)}) {than}; {counted}"
+        note = f"{_split_winner(plan, instance.cluster, colocated_failure is None)}; {counted}"
     elif plan is not None and found.screened:
         note = f"{note}; no split layout is faster ({counted})"
     elif plan is not None and found.cut == "time limit":

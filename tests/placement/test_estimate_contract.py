@@ -19,6 +19,7 @@ from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.components import pass_times
 from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION, CostModel
 from packplace.placement.model.memory import DEFAULT_TRAINING, stage_params, stage_split
+from packplace.placement.model.nemo_rl_releases import megatron_fuses_swiglu, unfused_swiglu_factor
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.hardware import MEGATRON_PASS_FACTOR_H100
 from packplace.placement.problem.plan import Strategy
@@ -60,6 +61,23 @@ def _pair(model, framework: str, *, tp=1, pp=1, dp=1, ep=1, mb=1, seq_len=2048, 
     return e, vertex, evaluator.cost, instance.models["actor"]
 
 
+@pytest.fixture
+def factor_one(monkeypatch):
+    """The unfused-SwiGLU factor at 1, for the tests that rebuild a vertex's ``train`` from the stage's own
+    parts (the factor's place / estimate parity: the other tests here, and test_megatron_router_and_fusion.py)."""
+    from packplace.placement.model import nemo_rl_releases
+    monkeypatch.setattr(nemo_rl_releases, "UNFUSED_SWIGLU_TRAINING_FACTOR", 1.0)
+
+
+def _swiglu(e, shape) -> float:
+    """The unfused-SwiGLU factor on a Megatron-Core pass's stage and update (``release_terms``): the fusion of
+    ``megatron_fuses_swiglu`` for the estimate's framework and release, 1 off Megatron-Core."""
+    if e.inputs["trainer_backend_resolved"] != "megatron":
+        return 1.0
+    return unfused_swiglu_factor(shape, megatron_fuses_swiglu(e.inputs["framework"], e.inputs["framework_version"],
+                                                              shape), e.inputs["framework"])
+
+
 DENSE = MODEL_PRESETS["qwen2.5-1.5b"]
 # (framework, degrees, recompute, backend, the backend place resolves, the kernels that price the pass)
 PP1 = [
@@ -86,7 +104,7 @@ def test_a_training_pass_is_the_evaluators_vertex(framework, degrees, recompute,
     assert recomputed == pytest.approx(vertex["memory_options"], rel=REL)
     assert (recomputed > 0) == (recompute != "none")
     dp, tp = degrees.get("dp", 1), degrees.get("tp", 1)
-    assert e.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp, 1, tp), rel=REL)
+    assert e.parts["optimizer"] == pytest.approx(_swiglu(e, shape) * cost.adam_seconds(shape, dp, 1, tp), rel=REL)
     if kernels == "hf":   # the PyTorch-native trainer's passes at the fraction: the part is what it adds
         assert e.parts["trainer_rate"] == pytest.approx(
             (e.parts["forward"] + e.parts["backward"] + e.parts.get("recompute", 0.0) * (recompute == "full"))
@@ -141,7 +159,7 @@ def test_framework_none_on_a_trainers_layout_is_the_evaluators_vertex(sharding, 
     assert e.parts["trainer_rate"] == pytest.approx(
         (e.parts["forward"] + e.parts["backward"] + e.parts.get("recompute", 0.0) * (recompute == "full"))
         * (1 / PYTORCH_TRAIN_FRACTION - 1), rel=REL)
-    assert e.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp, pp, tp), rel=REL)
+    assert e.parts["optimizer"] == pytest.approx(_swiglu(e, shape) * cost.adam_seconds(shape, dp, pp, tp), rel=REL)
     if pp == 1:
         assert e.time_s == pytest.approx(vertex["train"] + vertex["memory_options"] + vertex["overhead"], rel=REL)
     else:
@@ -186,7 +204,7 @@ def test_a_bare_loop_casts_its_weights_every_micro_batch_and_steps_adamw_once():
     (MOE, "nemo-rl", {"ep": 2, "dp": 4}, "none"),       # the dense part and half the experts on each rank
     (DENSE, "nemo-rl", {"dp": 2, "version": "0.4.0"}, "selective"),   # v0.4's optimizer round trip: all the state
 ])
-def test_sharding_none_is_the_evaluators_vertex(model, framework, degrees, recompute):
+def test_sharding_none_is_the_evaluators_vertex(model, framework, degrees, recompute, factor_one):
     e, vertex, cost, shape = _pair(model, framework, recompute=recompute, sharding="none", **degrees)
     zero1, _, _, _ = _pair(model, framework, recompute=recompute, sharding="zero1", **degrees)
     dp, pp, tp, ep = (degrees.get(k, 1) for k in ("dp", "pp", "tp", "ep"))
@@ -195,8 +213,10 @@ def test_sharding_none_is_the_evaluators_vertex(model, framework, degrees, recom
     # Adam's 32 bytes per parameter of the rank's whole (tp/pp/ep-local) shard: dp times zero1's share
     shard = (max(d + x for d, x in stage_split(shape, pp, tp, ep)) if ep > 1
              else max(stage_params(shape, pp)) / tp)
-    assert e.parts["optimizer"] == pytest.approx(32.0 * shard / cost.hw.memory_bandwidth, rel=REL)
-    assert e.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp, pp, tp, ep=ep), rel=REL)
+    assert e.parts["optimizer"] == pytest.approx(_swiglu(e, shape) * 32.0 * shard / cost.hw.memory_bandwidth,
+                                                 rel=REL)
+    assert e.parts["optimizer"] == pytest.approx(_swiglu(e, shape) * cost.adam_seconds(shape, dp, pp, tp, ep=ep),
+                                                 rel=REL)
     if ep == 1:
         assert e.parts["optimizer"] == pytest.approx(dp * zero1.parts["optimizer"], rel=REL)
     assert e.parts.get("optimizer_offload", 0.0) == pytest.approx(vertex.get("optimizer_offload", 0.0), rel=REL)
@@ -216,11 +236,11 @@ def test_sharding_none_is_the_evaluators_vertex(model, framework, degrees, recom
     ("verl", {"pp": 2, "tp": 2}, "auto"),
     ("nemo-rl", {"pp": 4, "dp": 1}, "megatron"),
 ])
-def test_a_pipelined_pass_is_the_evaluators_stage_times_pp_plus_the_update(framework, degrees, backend):
+def test_a_pipelined_pass_is_the_evaluators_stage_times_pp_plus_the_update(framework, degrees, backend, factor_one):
     e, vertex, cost, shape = _pair(DENSE, framework, recompute="selective", backend=backend, **degrees)
     dp, pp, tp = degrees.get("dp", 1), degrees["pp"], degrees.get("tp", 1)
     sync = cost.gradient_sync_seconds(shape, dp, pp, tp, (1, 1, dp * pp * tp))
-    assert e.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp, pp, tp), rel=REL)
+    assert e.parts["optimizer"] == pytest.approx(_swiglu(e, shape) * cost.adam_seconds(shape, dp, pp, tp), rel=REL)
     stage = e.time_s - e.parts["optimizer"] - sync - e.parts["recompute"] - e.parts["overhead"]
     assert vertex["train"] == pytest.approx(pp * stage + e.parts["optimizer"] + sync, rel=REL)
     assert vertex["memory_options"] == pytest.approx(pp * e.parts["recompute"], rel=REL)
@@ -248,14 +268,14 @@ def test_a_log_prob_pass_is_the_evaluators_forward(framework, degrees, kernels):
     ("verl", {"ep": 2, "dp": 2}, "selective"),
     ("nemo-rl", {"dp": 4}, "full"),                 # a MoE on the DTensor workers (knobs: no rate fraction)
 ])
-def test_a_mixture_of_experts_pass_is_the_evaluators_vertex(framework, degrees, recompute):
+def test_a_mixture_of_experts_pass_is_the_evaluators_vertex(framework, degrees, recompute, factor_one):
     e, vertex, cost, shape = _pair(MOE, framework, recompute=recompute, **degrees)
     assert e.inputs["pass_kernels"] == "knobs"
     assert e.time_s == pytest.approx(vertex["train"] + vertex["memory_options"] + vertex["overhead"], rel=REL)
     dp, ep = degrees["dp"], degrees.get("ep", 1)
     # the update part is the Adam step alone; the gradient all-reduce (dense over dp, experts over dp / ep) and
     # the all-to-alls are communication
-    assert e.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp, 1, 1), rel=REL)
+    assert e.parts["optimizer"] == pytest.approx(_swiglu(e, shape) * cost.adam_seconds(shape, dp, 1, 1), rel=REL)
     sync = cost.gradient_sync_seconds(shape, dp, 1, 1, (1, 1, dp), ep)
     alltoall = 2 * shape.moe_layers * cost.moe_alltoall(shape, 2048.0, 1, ep, (1, 1, dp)) if ep > 1 else 0.0
     assert e.parts["communication"] == pytest.approx(sync + alltoall, rel=REL)
@@ -461,7 +481,7 @@ def _cp_pipeline_vertex(framework, backend, degrees, seq_len):
     ("nemo-rl", "auto", {"dp": 2, "pp": 2}, 4096),      # auto: Megatron-Core at pp 2
     ("verl", "auto", {"dp": 1, "pp": 2, "tp": 2}, 8192),
 ])
-def test_a_context_parallel_pipeline_runs_the_groups_micro_batches(framework, backend, degrees, seq_len):
+def test_a_context_parallel_pipeline_runs_the_groups_micro_batches(framework, backend, degrees, seq_len, factor_one):
     # CP 2 with pp > 1: a CP group runs 2 micro-batches of one sequence, each GPU holding half of each (the memory
     # model keeps them in flight), so the vertex's pipeline is m x the stage of the rank's tokens (estimate at
     # --micro-batch 2) plus a bubble of pp - 1 stages of one micro-batch's half (estimate at --micro-batch 1), and
@@ -479,7 +499,8 @@ def test_a_context_parallel_pipeline_runs_the_groups_micro_batches(framework, ba
     sync = cost.gradient_sync_seconds(shape, dp * cp, pp, tp, (1, 1, gpus))
     (whole, _), (half, one) = stage(cp), stage(1)
     update = one.parts["optimizer"] + sync
-    assert one.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp * cp, pp, tp), rel=REL)
+    assert one.parts["optimizer"] == pytest.approx(_swiglu(one, shape) * cost.adam_seconds(shape, dp * cp, pp, tp),
+                                                   rel=REL)
     assert vertex["train"] == pytest.approx(whole + (pp - 1) * half + update, rel=REL)
     assert vertex["train"] < pp * whole + update   # the bubble of a half, not of the whole rank's tokens
     assert cost.context_parallel == {"actor": cp, "reference": cp}   # by role: the reference runs the actor's
@@ -570,7 +591,7 @@ def test_an_unset_sharding_is_places_default_in_estimate_too(framework, degrees)
     assert DEFAULT_TRAINING.sharding == "zero1"
     assert e.time_s == pytest.approx(vertex["train"] + vertex["memory_options"] + vertex["overhead"], rel=REL)
     dp, tp = degrees.get("dp", 1), degrees.get("tp", 1)
-    assert e.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp, 1, tp), rel=REL)
+    assert e.parts["optimizer"] == pytest.approx(_swiglu(e, shape) * cost.adam_seconds(shape, dp, 1, tp), rel=REL)
     if (framework, degrees) == ("none", {"dp": 4}):
         assert e.time_s == pytest.approx(0.1679, abs=5e-5)
     # estimate's default is the one place reads: an explicit zero1 is the same estimate

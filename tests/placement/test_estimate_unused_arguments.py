@@ -57,3 +57,21 @@ def test_dp_counts_where_it_sets_the_pipeline_link_or_the_expert_group():
     # train: dp sets the ZeRO shares and the gradient all-reduce
     assert estimate("qwen2.5-7b", "h100-sxm", "train", dp=4).memory["optimizer"] < estimate(
         "qwen2.5-7b", "h100-sxm", "train").memory["optimizer"]
+
+
+def test_unset_dp_below_the_expert_group_asks_for_the_group_not_to_drop_dp():
+    """``--ep 4`` without ``--dp`` (the default 1): the refusal names the degree to give (4), not "drop --dp",
+    which would change nothing; a given dp below the group is told the same degree and not to drop it either."""
+    with pytest.raises(ConfigError) as info:
+        estimate(MOE, "h100-sxm", "decode", ep=4, batch=64)
+    message = str(info.value)
+    assert message.startswith("dp: not given (1), but ep 4 lays its experts over 4 data-parallel ranks")
+    assert message.endswith("give --dp 4") and "drop" not in message
+    args = build_parser().parse_args(["estimate", "--model", MOE, "--task", "decode", "--ep", "4", "--batch", "64"])
+    with pytest.raises(ConfigError, match=r"^dp: not given \(1\), but ep 4 .*give --dp 4$"):
+        run_estimate(args)
+    with pytest.raises(ConfigError) as info:
+        estimate(MOE, "h100-sxm", "decode", ep=4, batch=64, dp=2)
+    assert str(info.value).startswith("dp: 2 changes nothing") and "give dp 4" in str(info.value)
+    assert "drop --dp" not in str(info.value)
+    assert estimate(MOE, "h100-sxm", "decode", ep=4, batch=64, dp=4).inputs["dp"] == 4

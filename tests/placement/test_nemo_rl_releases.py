@@ -6,6 +6,7 @@ config's release (``policy.framework_version``, ``models.actor.model_type``) to 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -26,12 +27,14 @@ from packplace.placement.model.nemo_rl_releases import (
     optimizer_state_bytes,
     reference_swap_seconds,
     release_for,
+    release_fuses_swiglu,
     release_train_parts,
     skips_old_log_prob,
     swaps_reference_weights,
-    swiglu_training_factor,
+    unfused_swiglu_factor,
 )
 from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -61,11 +64,16 @@ def test_only_v04_offloads_the_optimizer_around_log_probs_and_leaves_qwen_swiglu
     v04, v05, v06 = (NEMO_RL_RELEASES[k] for k in ("0.4", "0.5", "0.6"))
     assert v04.logprob_optimizer_offload and not v05.logprob_optimizer_offload and not v06.logprob_optimizer_offload
     assert not v04.qwen_fused_swiglu and v05.qwen_fused_swiglu and v06.qwen_fused_swiglu
-    assert swiglu_training_factor(v04, "qwen3_moe") == UNFUSED_SWIGLU_TRAINING_FACTOR == 1.25
-    assert swiglu_training_factor(v04, "qwen3") == swiglu_training_factor(v04, "qwen2") == 1.25
-    assert swiglu_training_factor(v04, "llama") == 1.0   # Megatron-Bridge's Llama provider fuses
-    assert swiglu_training_factor(v04, None) == 1.0      # a model whose family the config does not name
-    assert swiglu_training_factor(v05, "qwen3_moe") == 1.0
+    gated = ModelSpec(layers=8, hidden_dim=1024, ffn_dim=4096, vocab_size=32000, mlp="gated")
+    for model_type in ("qwen3_moe", "qwen3", "qwen2"):
+        qwen = replace(gated, model_type=model_type)
+        assert not release_fuses_swiglu("nemo-rl", v04, qwen) and release_fuses_swiglu("nemo-rl", v05, qwen)
+        assert unfused_swiglu_factor(qwen, release_fuses_swiglu("nemo-rl", v04, qwen)) == 1.25
+        assert unfused_swiglu_factor(qwen, release_fuses_swiglu("nemo-rl", v05, qwen)) == 1.0
+    llama = replace(gated, model_type="llama")   # Megatron-Bridge's Llama provider fuses
+    assert release_fuses_swiglu("nemo-rl", v04, llama)
+    assert unfused_swiglu_factor(llama, False) == UNFUSED_SWIGLU_TRAINING_FACTOR == 1.25   # the field wins
+    assert unfused_swiglu_factor(replace(gated, mlp="plain"), False) == 1.0   # no SwiGLU to fuse
 
 
 def test_reference_swap_of_qwen3_30b_a3b_at_ep8_by_hand():
@@ -131,17 +139,18 @@ def test_release_train_parts_scale_the_megatron_training_pass_and_add_the_round_
     megatron, dtensor = Strategy(8, 1, 2, 8), Strategy(16, 1, 1, 1)   # expert parallelism: Megatron under auto
     assert qwen04.megatron(megatron) and not qwen04.megatron(dtensor)
     trip = 2 * 12 * PARAMS / 16 / 50e9
+    # the SwiGLU's factor is every Megatron vertex's (vertex_parts), not the release's parts
     assert release_train_parts(cost, qwen04, model, megatron, parts, zero1) == pytest.approx(
-        {"train": 100.0, "old_log_prob": 30.0, "overhead": 0.5, "optimizer_offload": trip}, rel=1e-12)
+        {**parts, "optimizer_offload": trip}, rel=1e-12)
     # the DTensor workers run the Hugging Face model (no factor) but move the optimizer the same way
     assert release_train_parts(cost, qwen04, model, dtensor, parts, zero1) == pytest.approx(
         {**parts, "optimizer_offload": trip}, rel=1e-12)
     assert release_train_parts(cost, llama04, model, megatron, parts, zero1) == pytest.approx(
         {**parts, "optimizer_offload": trip}, rel=1e-12)
     assert release_train_parts(cost, qwen05, model, megatron, parts, zero1) == parts
-    # a step without log-prob passes around training (NeMo RL's DPO loop): the SwiGLU factor alone
+    # a step without log-prob passes around training (NeMo RL's DPO loop): nothing
     dpo04 = TrainerRelease(v04, "qwen3_moe", ctx, False)
-    assert release_train_parts(cost, dpo04, model, megatron, parts, zero1) == {**parts, "train": 100.0}
+    assert release_train_parts(cost, dpo04, model, megatron, parts, zero1) == parts
     assert parts == {"train": 80.0, "old_log_prob": 30.0, "overhead": 0.5}   # the input is left as it is
     # the colocated refit leaves out the Adam state of the block's GPUs as if fully sharded: 12 P / 16
     assert optimizer_lower_bound_bytes(model, 16, zero1) == pytest.approx(12 * PARAMS / 16, rel=1e-12)
@@ -169,7 +178,7 @@ SMALL_PARAMS = 4 * (4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024 + 2 * 128) + 2 
 HOST_BANDWIDTH = 50e9   # h100-sxm preset, bytes/s per GPU
 
 
-def _small(version=None, model_type=None, backend="megatron", algorithm="grpo", **extra):
+def _small(version=None, model_type=None, backend="megatron", algorithm="grpo", training=None, **extra):
     actor = {"num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 4096, "vocab_size": 32000,
              "num_attention_heads": 8, "num_key_value_heads": 8, "qk_norm": True}   # Qwen3's and OLMo-2's norms
     if model_type is not None:
@@ -184,7 +193,7 @@ def _small(version=None, model_type=None, backend="megatron", algorithm="grpo", 
         "models": models,
         "workload": {"batch_size": 8, "samples_per_prompt": 2 if algorithm == "dpo" else 4, "context_length": 64,
                      "generation_length": 128},
-        "policy": policy})
+        "policy": policy, **({"training": {"actor": training}} if training else {})})
 
 
 def _vertex(dp, mb, first_gpu, gpus):
@@ -205,27 +214,41 @@ def _score(plan, **config):
     return score
 
 
-def test_unset_version_or_model_type_changes_nothing():
+def test_unset_version_prices_the_unfused_swiglu_its_memory_holds():
+    """Without a release (no version, or one before v0.4) the Megatron trainer's SwiGLU is unfused for memory
+    (8f, ``megatron_fuses_swiglu``) and for time alike: the training pass 1.25x that of v0.6 / v0.7, which fuse
+    it; ``model_type`` alone changes nothing."""
     assert SMALL_PARAMS == 132_655_104 == _small().models["actor"].params
     for plan in (SPLIT, COLOCATED):
         base = _score(plan)
         assert "optimizer_offload" not in base.phases["actor.train"]
-        for config in ({"model_type": "qwen3"}, {"model_type": "olmo2"}, {"version": "0.6.0"}, {"version": "0.7.0"},
-                       {"version": "0.6.0", "model_type": "qwen3"}, {"version": "0.3.0", "model_type": "qwen3"}):
+        for config in ({"model_type": "qwen3"}, {"model_type": "olmo2"}, {"version": "0.3.0", "model_type": "qwen3"}):
             other = _score(plan, **config)
             assert other.step_time == base.step_time and other.phases == base.phases and other.realloc == base.realloc
+        for config in ({"version": "0.6.0"}, {"version": "0.7.0"}, {"version": "0.6.0", "model_type": "qwen3"},
+                       {"training": {"bias_activation_fusion": True}}):
+            fused = _score(plan, **config).phases["actor.train"]
+            assert base.phases["actor.train"]["train"] == pytest.approx(1.25 * fused["train"], rel=1e-12)
+            assert {k: v for k, v in fused.items() if k != "train"} == {
+                k: v for k, v in base.phases["actor.train"].items() if k != "train"}
 
 
-def test_v04_qwen_training_pass_is_the_unfused_swiglu_factor_of_v05s_on_megatron_only():
+def test_v04_training_pass_is_the_unfused_swiglu_factor_of_v05s_on_megatron_only():
     for plan in (SPLIT, COLOCATED):
         v05 = _score(plan, version="0.5.0", model_type="qwen3").phases["actor.train"]
         v04 = _score(plan, version="0.4.0", model_type="qwen3").phases["actor.train"]
         assert v04["train"] == pytest.approx(1.25 * v05["train"], rel=1e-12)
         assert {k: v for k, v in v04.items() if k not in ("train", "optimizer_offload")} == {
             k: v for k, v in v05.items() if k != "train"}
-        other_family = _score(plan, version="0.4.0", model_type="olmo2").phases["actor.train"]
+        # Megatron-Bridge's provider at v0.4 fuses only Llama's; OLMo-2's keeps GPTModelProvider's False, which
+        # the config's bias_activation_fusion overrides (as it overrides v0.5's true)
+        llama = _score(plan, version="0.4.0", model_type="olmo2", training={"bias_activation_fusion": True}
+                       ).phases["actor.train"]
+        olmo = _score(plan, version="0.4.0", model_type="olmo2").phases["actor.train"]
+        unfused05 = _score(plan, version="0.5.0", training={"bias_activation_fusion": False}).phases["actor.train"]
+        assert unfused05["train"] == pytest.approx(v04["train"], rel=1e-12)
         dtensor = _score(plan, version="0.4.0", model_type="qwen3", backend="fsdp").phases["actor.train"]
-        assert other_family["train"] == v05["train"]
+        assert llama["train"] == v05["train"] and olmo["train"] == v04["train"]
         assert dtensor["train"] == _score(plan, version="0.5.0", model_type="qwen3", backend="fsdp").phases[
             "actor.train"]["train"]
 
@@ -241,16 +264,21 @@ def test_v04_needs_the_family_of_a_gated_actor_that_may_train_on_megatron():
     assert _small(version="0.5.0").models["actor"].model_type is None
 
 
+FUSED = {"bias_activation_fusion": True}   # the SwiGLU as v0.5 runs it: the round trip alone between them
+
+
 def test_v04_optimizer_round_trip_adds_to_a_split_plan_and_not_to_a_colocated_one():
     # the trainer's 4 GPUs (dp 4, zero1): 12 bytes of Adam state per parameter / 4, to the host and back
     trip = 2 * 12 * SMALL_PARAMS / 4 / HOST_BANDWIDTH
     assert trip == pytest.approx(0.01591861248, rel=1e-12)
-    split04, split05 = _score(SPLIT, version="0.4.0", model_type="olmo2"), _score(SPLIT, version="0.5.0")
+    split04, split05 = (_score(SPLIT, version="0.4.0", model_type="olmo2", training=FUSED),
+                        _score(SPLIT, version="0.5.0"))
     assert split04.phases["actor.train"]["optimizer_offload"] == pytest.approx(trip, rel=1e-12)
     assert split04.realloc == split05.realloc
     assert split04.step_time - split05.step_time == pytest.approx(trip, rel=1e-9)   # the trainer ends the step
     # colocated: the round trip moves from the refit's offload of the training state to the trainer, once
-    co04, co05 = _score(COLOCATED, version="0.4.0", model_type="olmo2"), _score(COLOCATED, version="0.5.0")
+    co04, co05 = (_score(COLOCATED, version="0.4.0", model_type="olmo2", training=FUSED),
+                  _score(COLOCATED, version="0.5.0"))
     moved = co04.phases["actor.train"]["optimizer_offload"]
     assert moved == pytest.approx(2 * 12 * SMALL_PARAMS / 8 / HOST_BANDWIDTH, rel=1e-12)
     edge = "actor.train->actor.generate"

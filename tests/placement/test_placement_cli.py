@@ -248,3 +248,24 @@ def test_framework_none_reports_the_trainer_that_priced_it(degrees, sharding, tr
                              f"at {PYTORCH_TRAIN_FRACTION:g} of the table's rates")
     else:
         assert line.endswith(": a bare PyTorch loop); priced with Hugging Face kernels")
+
+
+def test_a_moe_trainer_says_the_knobs_priced_it_as_estimate_does():
+    """Qwen3-30B-A3B on NeMo RL's Megatron workers (EP 8): the component table prices dense layers only, so the
+    knob model prices the vertex; place named Megatron-Core's kernels while estimate said ``knobs``."""
+    from packplace.placement.checking.validate import load_setup
+    from packplace.placement.task_estimate import estimate
+
+    path = os.path.join(ROOT, "benchmarks", "validation", "nemo_rl_v0.5_grpo_qwen3-30b-a3b_4x8xh100_onpolicy.yaml")
+    inst, plan, _ = load_setup(path)
+    s = plan["actor.train"].strategy
+    cost = get_evaluator(inst).cost
+    assert cost.pass_kernels(s.pp, s.tp, s.ep) == "megatron"   # the trainer's fused kernels (memory, packing)
+    entry = cli.trainer_backends(inst, plan)["actor.train"]
+    assert entry["trainer_backend"] == "megatron" and entry["pass_kernels"] == "knobs"
+    e = estimate(inst.models["actor"], "h100-sxm", "train", framework="nemo-rl", seq_len=4096, dp=s.dp, tp=s.tp,
+                 pp=s.pp, ep=s.ep)
+    assert e.inputs["pass_kernels"] == entry["pass_kernels"]
+    line = cli.trainer_line(inst, "actor.train", entry)
+    assert line.endswith("priced with the efficiency knobs (no component table for a mixture of experts, LoRA or "
+                         "this GPU)") and "Megatron-Core" not in line

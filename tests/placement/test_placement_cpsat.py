@@ -369,3 +369,34 @@ def test_every_cut_return_path_sets_the_claim_keys(limits):
     for key in ("model_step_time_s", "rounding_s", "objective_kind", "hint_step_time_s", "cp_status"):
         assert key in result.info, key
     assert claim_holds(result), (result.objective, result.info["model_step_time_s"])
+
+
+def _no_fit_ppo():
+    """PPO Llama-3.1-8B actor, critic and reward on 1x4 H100 at gpu_memory_utilization 0.5: no plan fits."""
+    llama = {"layers": 32, "hidden_dim": 4096, "ffn_dim": 14336, "vocab_size": 128256, "head_dim": 128,
+             "num_kv_heads": 8}
+    return build_instance({
+        "hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": 4},
+        "models": {"actor": llama, "critic": llama, "reward": llama},
+        "workload": {"batch_size": 512, "samples_per_prompt": 1, "context_length": 1024, "generation_length": 1024,
+                     "gen_quantiles": [[0.5, 300], [0.9, 700], [0.99, 1000]]},
+        "policy": {"gpu_memory_utilization": 0.5, "algorithm": "ppo"},
+        "optimizer": {"k_eval": 8, "staleness_candidates": {"actor": [0, 1], "critic": [0, 1]}}})
+
+
+def test_cpsat_without_a_hint_counts_the_layouts_greedy_tried_and_not_its_own_search():
+    """cpsat never ran (no hint): the message gave "0 disjoint model layouts tried" where greedy alone tried
+    over a thousand, and where the hints' settings ran out of time, that "the cpsat search itself ran its
+    course"."""
+    inst = _no_fit_ppo()
+    greedy = packplace.place(inst, "greedy", time_limit_s=30)
+    assert greedy.solution is None and greedy.iterations > 1000
+    result = packplace.place(inst, "cpsat", time_limit_s=30, hint_solvers=("greedy",))
+    assert result.solution is None and result.info["search_ran"] is False
+    assert f"found a plan ({greedy.iterations} disjoint model layouts tried by greedy)" in result.message
+    assert "0 disjoint model layouts tried" not in result.message
+    assert "cpsat needs a feasible hint and did not run" in result.message
+    # the settings cut by the deadline: the words name the searches that ran, not cpsat's
+    from packplace.placement.api import _no_plan_message
+    message = _no_plan_message(result, inst, deadline=0.0)
+    assert "the hint solvers' searches ran their course" in message and "cpsat search itself" not in message

@@ -20,7 +20,7 @@ from packplace.harness.suites import load_suite
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.problem.config import build_instance, load_config
 from packplace.placement.problem.hardware import Cluster
-from packplace.placement.problem.plan import Allocation, Plan
+from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 from packplace.run import Run
 from packplace.solvers.placement import greedy
 from packplace.solvers.placement._common import colocated_plan, disjoint_plan
@@ -247,3 +247,21 @@ def test_a_family_cut_by_the_deadline_sets_hit_time_limit_for_greedy_and_concurr
     # through the front end: the library call reports it
     result = packplace.place(inst, "greedy", time_limit_s=None)
     assert result.hit_time_limit is False
+
+
+def test_a_split_search_winner_on_one_block_is_called_colocated():
+    """Every vertex on the whole 1x1x8 cluster is a colocated plan whatever its settings: the message says so
+    rather than "split layout (... GPUs 0-7, ... GPUs 0-7) beats the colocated plan"; distinct blocks stay a split."""
+    cluster = Cluster(1, 1, 8)
+
+    def vertex(first, gpus):
+        return VertexPlan(Strategy(gpus, 1, 1, 1), 1, Allocation((0, 0, first), (1, 1, gpus)))
+
+    same = Plan.build({"actor.generate": vertex(0, 8), "actor.train": vertex(0, 8)})
+    assert greedy._split_winner(same, cluster, True) == (
+        "colocated plan with other per-vertex settings (every vertex on GPUs 0-7, from the split-layout search) "
+        "beats the first colocated plan")
+    assert greedy._split_winner(same, cluster, False).endswith("fits where the first colocated plan did not")
+    split = Plan.build({"actor.generate": vertex(0, 4), "actor.train": vertex(4, 4)})
+    assert greedy._split_winner(split, cluster, True) == (
+        "split layout (actor.generate GPUs 0-3, actor.train GPUs 4-7) beats the colocated plan")

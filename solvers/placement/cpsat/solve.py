@@ -120,14 +120,15 @@ HINT_CHECK_DTIME = 10.0
 # -- the backend -------------------------------------------------------------------------------------
 def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
                    staleness: dict[str, int] | None = None, cut: list[str] | None = None,
-                   ) -> tuple[Plan, float, str] | None:
+                   tried: dict[str, int] | None = None) -> tuple[Plan, float, str] | None:
     """The hint: the best plan of ``solvers`` (each run through :meth:`~packplace.run.Run.call` with
     ``budget_s`` seconds, never past ``run``'s deadline; :data:`CHEAPEST_HINT` with every second left while no
     plan is found yet, and run after the others when ``solvers`` lacks it and none of them found a plan, so that
     ``cpsat`` finds a plan whenever ``greedy`` alone does) by the evaluator, each re-scored with ``staleness``
     (None: every staleness 0, the synchronous plan); None when none of them found a feasible plan (the
     greedy and concurrent baselines search colocated, partitioned and disjoint one-block-per-model
-    layouts). ``cut`` (when given) receives the name of each solver the time limit cut short.
+    layouts). ``cut`` (when given) receives the name of each solver the time limit cut short, ``tried`` (when
+    given) each solver's ``iterations`` (greedy's: the disjoint model layouts it scored where no plan fit).
 
     Raises:
         ConfigError: a name is not a registered placement backend (or is ``cpsat``).
@@ -147,6 +148,8 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
             configured = int(run.instance.optimizer.get("e_max", OPTIMIZER_DEFAULTS["e_max"]))
             options["e_max"] = max(1, min(configured, int(HINT_EVALUATIONS_PER_S * budget_s)))
         proposal = run.call(name, time_limit_s=budget, **options)
+        if tried is not None and proposal.iterations is not None:
+            tried[name] = proposal.iterations
         if proposal.hit_time_limit and cut is not None:
             cut.append(name)
         if proposal.solution is None:
@@ -369,14 +372,18 @@ class _ExactPlacement:
         """The hint (:func:`_best_baseline`) and the candidates the model covers (restricted to the
         ``top_k`` fastest per shape, the hint's kept); the answer when no hint solver found a plan."""
         cut: list[str] = []
-        hint = _best_baseline(self.run, self.hint_solvers, HINT_BUDGET * self.limit, self.most_stale, cut)
+        tried: dict[str, int] = {}
+        hint = _best_baseline(self.run, self.hint_solvers, HINT_BUDGET * self.limit, self.most_stale, cut, tried)
         if hint is None and cut:  # the clock, not memory: no advice on what does not fit
             return Proposal(None, UNKNOWN, hit_time_limit=True, message=(
                 f"no plan found before the time limit: the hint solvers ({', '.join(cut)}) were cut short before "
                 f"any found a plan; cpsat needs a feasible hint and did not run"))
         if hint is None:  # no plan to start from; cpsat never claims infeasibility it has not proved
-            proposal = no_plan_found(self.ev, f"no hint solver ({', '.join(self.hint_solvers)}) found a plan", 0)
+            layouts = (f" ({tried['greedy']} disjoint model layouts tried by greedy)" if "greedy" in tried else "")
+            proposal = no_plan_found(self.ev, f"no hint solver ({', '.join(self.hint_solvers)}) found a plan"
+                                     f"{layouts}", None)
             proposal.message += "; cpsat needs a feasible hint and did not run"
+            proposal.info["search_ran"] = False   # the hint solvers searched; the CP-SAT model was never built
             return proposal
         self.hint_plan, self.hint_time, self.hint_name = hint
         try:

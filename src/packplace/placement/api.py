@@ -161,8 +161,10 @@ def _no_plan_message(result: SolveResult, instance: PlacementInstance, deadline:
                 f"plan")
     hinted = with_hints(message, instance, deadline=deadline)
     if passed(deadline):  # the settings, not the search, ran into the limit (hit_time_limit is set for them)
-        hinted = (f"{hinted}; the {result.solver} search itself ran its course within its layout caps (the time "
-                  f"limit cut only the memory-saving settings)")
+        searched = (f"the {result.solver} search itself ran its course within its layout caps"
+                    if result.info.get("search_ran", True)   # cpsat without a hint never ran its own search
+                    else "the hint solvers' searches ran their course within their layout caps")
+        hinted = f"{hinted}; {searched} (the time limit cut only the memory-saving settings)"
     return hinted
 
 

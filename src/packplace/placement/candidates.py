@@ -70,6 +70,7 @@ from packplace.placement.model.nemo_rl_releases import (
     skips_old_log_prob,
     swaps_reference_weights,
     trainer_release,
+    unfused_swiglu_factor,
 )
 from packplace.placement.model.pass_memory import bare_loop
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking
@@ -1140,14 +1141,25 @@ def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro
                   needs_old_log_prob(instance, name), inference_sharded(instance, name),
                   inference_offloaded(instance, name), vertex_balance(instance, name), reward,
                   swaps_reference_weights(instance.framework, vertex.model, vertex.kind),
-                  trainer_release(instance, name), inference_shard_options(instance, name))
+                  trainer_release(instance, name), inference_shard_options(instance, name),
+                  vertex_fuses_swiglu(instance, instance.models[vertex.model], options)
+                  or instance.framework != "nemo-rl")   # the time factor is NeMo RL's (unfused_swiglu_factor)
+
+
+def vertex_fuses_swiglu(instance, model: ModelSpec, options: TrainingOptions) -> bool:
+    """Whether a Megatron-Core trainer of ``model`` with training ``options`` runs its SwiGLU fused
+    (:func:`~packplace.placement.model.nemo_rl_releases.megatron_fuses_swiglu` of the instance's framework and
+    ``policy.framework_version``, ``training.<role>.bias_activation_fusion`` deciding when given): the one
+    setting behind a training vertex's saved bytes (:func:`_candidate_memory`) and its time (:func:`_parts`)."""
+    return megatron_fuses_swiglu(instance.framework, getattr(instance, "framework_version", None), model,
+                                 options.bias_activation_fusion)
 
 
 def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOptions, strategy: Strategy,
            micro_batch: int, extent: tuple[int, int, int], old_log_prob: bool, sharded: bool, offloaded: bool,
            balance: VertexBalance | None, reward: float | None, weight_swap: bool = False,
            release: TrainerRelease | None = None,
-           shard_options: TrainingOptions = DEFAULT_TRAINING) -> dict[str, float]:
+           shard_options: TrainingOptions = DEFAULT_TRAINING, fused_swiglu: bool = True) -> dict[str, float]:
     """:func:`vertex_parts` with the vertex's settings resolved (the candidate builder resolves them once
     per vertex). ``weight_swap``: the forward runs in the policy workers on the reference weights swapped
     in through host memory (:func:`~packplace.placement.model.nemo_rl_releases.swaps_reference_weights`),
@@ -1155,8 +1167,10 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
     ``1/dp`` shard when the forward runs on ZeRO-3 / FSDP-partitioned weights). ``release``: the NeMo RL
     release of the policy's training vertex (:func:`~packplace.placement.model.nemo_rl_releases.trainer_release`),
     applied by :func:`~packplace.placement.model.nemo_rl_releases.release_train_parts` (the training pass's
-    SwiGLU factor, part ``optimizer_offload``). ``shard_options``: :func:`inference_shard_options`, whose
-    shard group a ``sharded`` forward gathers over."""
+    part ``optimizer_offload``). ``shard_options``: :func:`inference_shard_options`, whose shard group a
+    ``sharded`` forward gathers over. ``fused_swiglu``: :func:`vertex_fuses_swiglu`; a training vertex on
+    Megatron-Core's kernels (``pass_kernels``, the rule of its memory) with it false has its ``train`` times
+    :func:`~packplace.placement.model.nemo_rl_releases.unfused_swiglu_factor`."""
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
     parts = cost.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep, sharded=sharded,
                                offloaded=offloaded, balance=balance, shard=shard_options.shard_ranks(dp),
@@ -1170,6 +1184,8 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
                                                       cost.shards(model))
     if kind == "train":
         parts["memory_options"] = training_overhead_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
+        if cost.pass_kernels(pp, tp, ep) == "megatron":
+            parts["train"] *= unfused_swiglu_factor(model, fused_swiglu)
         if release is not None:
             parts = release_train_parts(cost, release, model, strategy, parts, options)
     elif reward is not None:
@@ -1281,6 +1297,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
     weight_swap = swaps_reference_weights(instance.framework, instance.graph.vertex(name).model, kind)
     release = trainer_release(instance, name)
+    fused = vertex_fuses_swiglu(instance, model, options) or instance.framework != "nemo-rl"  # time (above)
     limit = memory_budget(instance, kind)
     capacity = float(instance.hardware.memory_per_gpu)
     reward = instance.rule_reward.seconds(w.sequences) if kind == "generate" and instance.rule_reward is not None \
@@ -1308,7 +1325,8 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                 if cost.packing is not None:    # packing a chunk is the one long step inside a candidate
                     cost.packing.deadline = deadline
                 seconds = sum(_parts(cost, model, kind, options, strategy, mb, extent, old_log_prob, sharded,
-                                     offloaded, balance, reward, weight_swap, release, shard_options).values())
+                                     offloaded, balance, reward, weight_swap, release, shard_options,
+                                     fused).values())
             except OutOfTime:
                 raise _table_cut(built_before + len(out), name,
                                  sum(d % whole == 0 for d in divisors(w.sequences // strategy.dp))) from None
@@ -1417,8 +1435,8 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                              if context_parallel.active and cost.packed(model) else context_parallel,
                              bare_loop=kind == "train" and trains_in_a_bare_loop(
                                  instance, options, (tp, pp, ep, context_parallel.ring)),
-                             fused_kernels=megatron, fused_swiglu=megatron and megatron_fuses_swiglu(
-                                 instance.framework, version, model, options.bias_activation_fusion),
+                             fused_kernels=megatron,
+                             fused_swiglu=megatron and vertex_fuses_swiglu(instance, model, options),
                              router_dtype=megatron_router_dtype(instance.framework, version, model,
                                                                 options.moe_router_dtype))
     if weight_swap:

@@ -36,7 +36,9 @@ from packplace.placement.model.nemo_rl_releases import (
     NemoRLRelease,
     TrainerRelease,
     release_for,
+    release_fuses_swiglu,
     release_train_parts,
+    unfused_swiglu_factor,
 )
 from packplace.placement.model.training_time import recompute_stage_seconds
 from packplace.placement.problem.models import ModelSpec
@@ -158,20 +160,28 @@ def framework_none_trainer(backend: TrainerBackend, task: str, optimizer: str) -
 
 def release_terms(cost: CostModel, backend: TrainerBackend, shape: ModelSpec, degrees: tuple[int, int, int, int],
                   options: TrainingOptions) -> tuple[float, float]:
-    """``(factor, optimizer_offload seconds)`` a NeMo RL release adds to a training pass priced as ``place``
-    prices the policy's training vertex, from ``place``'s own
-    :func:`~packplace.placement.model.nemo_rl_releases.release_train_parts` on the same strategy (``degrees``
-    ``(dp, pp, tp, ep)``) and training ``options``: the factor on the vertex's ``train`` (the unfused SwiGLU of
-    a Qwen model on the Megatron workers before v0.5), and the optimizer's round trip to host memory around the
-    log-prob passes (v0.4: ``logprob_optimizer_offload``, both backends; the GRPO loop ``estimate`` prices, whose
-    step runs a rollout engine). ``(1, 0)`` without a release or a trainer priced as ``place`` prices it."""
-    if backend.release is None or backend.layout is None:
+    """``(factor, optimizer_offload seconds)`` on a training pass priced as ``place`` prices a training vertex
+    with the same strategy (``degrees`` ``(dp, pp, tp, ep)``) and training ``options``: the factor on the
+    vertex's ``train``, :func:`~packplace.placement.model.nemo_rl_releases.unfused_swiglu_factor` on the Megatron
+    workers of the SwiGLU setting that also decides the pass's saved bytes
+    (:func:`~packplace.placement.model.nemo_rl_releases.release_fuses_swiglu`: ``bias_activation_fusion`` when
+    given, else the framework's and release's default), and from ``place``'s own
+    :func:`~packplace.placement.model.nemo_rl_releases.release_train_parts` the optimizer's round trip to host
+    memory around the log-prob passes (v0.4: ``logprob_optimizer_offload``, both backends; the GRPO loop
+    ``estimate`` prices, whose step runs a rollout engine). ``(1, 0)`` for a trainer not priced as ``place``
+    prices it."""
+    if backend.layout is None:
         return 1.0, 0.0
+    factor = unfused_swiglu_factor(shape, release_fuses_swiglu(backend.layout.framework, backend.release, shape,
+                                                               options.bias_activation_fusion),
+                                   backend.layout.framework) if backend.name == "megatron" else 1.0
+    if backend.release is None:
+        return factor, 0.0
     dp, pp, tp, ep = degrees
     setting = TrainerRelease(backend.release, getattr(shape, "model_type", None), backend.layout,
                              optimizer_round_trip=backend.release.logprob_optimizer_offload)
     parts = release_train_parts(cost, setting, shape, Strategy(dp, pp, tp, ep), {"train": 1.0}, options)
-    return parts["train"], parts.get("optimizer_offload", 0.0)
+    return factor, parts.get("optimizer_offload", 0.0)
 
 
 def trainer_pass_parts(cost: CostModel, shape: ModelSpec, train: bool, tokens: float, attention: float,

@@ -509,13 +509,13 @@ def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch:
 
 def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro_batch: int = 1,
              seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str | None = None,
-             optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, framework: str = "none",
-             hardware: Mapping[str, Any] | None = None, table: ComponentTable | str | Path | None = None,
-             enforce_eager: bool | None = None, framework_version: str | None = None, micro_batches: int | None = None,
-             entropy_coeff: float = 0.0, train_mb_tokens: int | None = None, sharding: str | None = None,
-             pack_tokens: int | None = None, cp: int = 1, trainer_backend: str = "auto",
-             bias_activation_fusion: bool | None = None, moe_router_dtype: str | None = None,
-             gpu_memory_utilization: float | None = None) -> Estimate:
+             optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int | None = None, ep: int = 1,
+             framework: str = "none", hardware: Mapping[str, Any] | None = None,
+             table: ComponentTable | str | Path | None = None, enforce_eager: bool | None = None,
+             framework_version: str | None = None, micro_batches: int | None = None, entropy_coeff: float = 0.0,
+             train_mb_tokens: int | None = None, sharding: str | None = None, pack_tokens: int | None = None,
+             cp: int = 1, trainer_backend: str = "auto", bias_activation_fusion: bool | None = None,
+             moe_router_dtype: str | None = None, gpu_memory_utilization: float | None = None) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -569,11 +569,11 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                                           trainer_backend, shape)
     engine_generation, version_eager = _engine(framework, framework_version)
     enforce_eager = (version_eager if enforce_eager is None else enforce_eager) and task in ("decode", "generate")
-    _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=dp, ep=ep)
+    _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=1 if dp is None else dp, ep=ep)
     seq_len, context = _lengths(task, seq_len, context, batch, micro_batch, recompute, optimizer, framework_version)
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
     cp, mbs, given_length = _context_parallel(cp, task), _micro_batches(micro_batches, task, pp), seq_len  # unpacked
-    _check_replica_dp(task, dp, pp, ep, cp)
+    dp = _check_replica_dp(task, dp, pp, ep, cp)
     micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
     _check_strategy(shape, tp, pp, dp, ep, cp, framework=framework, task=task)
     backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version,
@@ -716,27 +716,35 @@ def _micro_batches(micro_batches: Any, task: str, pp: int) -> int:
     return _check("micro_batches", micro_batches)
 
 
-def _check_replica_dp(task: str, dp: int, pp: int, ep: int, cp: int) -> None:
+def _check_replica_dp(task: str, dp: int | None, pp: int, ep: int, cp: int) -> int:
     """Refuse a ``dp`` that changes no figure of ``task``: every task but ``train`` is priced per replica (one
     data-parallel rank's ``tp·pp·cp`` GPUs; no gradient, no optimizer state shared over ``dp``), so ``dp`` counts
     only where it sets the pipeline hand-offs' link (``pp > 1``: the replica group of ``dp·pp·tp`` GPUs spans a
     node or not, ``CostModel.group_level``, as ``place`` prices it) or holds ``ep``'s expert group (``ep`` divides
     ``dp·cp``, :func:`_check_strategy`): at ``pp`` 1 the only ``dp`` taken is the fewest ranks that group needs,
-    ``ep / gcd(ep, cp)`` (1 without experts).
+    ``ep / gcd(ep, cp)`` (1 without experts). ``dp`` ``None`` (not given) is 1, and where that is below the
+    expert group the refusal asks for the group's degree rather than to drop it. Returns ``dp`` (1 for None).
 
     Raises:
-        ConfigError: ``dp: 4 changes nothing for task decode at pp 1: its figures are per replica ...``.
+        ConfigError: ``dp: 4 changes nothing for task decode at pp 1: its figures are per replica ...``; unset
+            ``dp`` below the expert group: ``dp: not given (1), but ep 4 lays its experts over 4 ...``.
     """
+    given, dp = dp is not None, 1 if dp is None else dp
     if task == "train" or pp > 1:   # the degrees are checked integers >= 1 (_check_degrees, _context_parallel)
-        return
+        return dp
     need = ep // math.gcd(ep, cp)
     if dp == need:
-        return
-    group = (f" (the fewest data-parallel ranks ep {ep} lays its experts over{f' with cp {cp}' if cp > 1 else ''})"
+        return dp
+    with_cp = f" with cp {cp}" if cp > 1 else ""
+    if not given:
+        raise ConfigError(f"dp: not given (1), but ep {ep} lays its experts over {need} data-parallel ranks"
+                          f"{with_cp} (ep divides dp x cp); task {task} is priced per replica, the same at every "
+                          f"such dp: give --dp {need}")
+    group = (f" (the fewest data-parallel ranks ep {ep} lays its experts over{with_cp})"
              if need > 1 else "")
     raise ConfigError(f"dp: {dp} changes nothing for task {task} at pp 1: its figures are per replica (one "
-                      f"data-parallel rank's tp x cp GPUs), the same at every dp; give dp {need}{group} or drop "
-                      "--dp")
+                      f"data-parallel rank's tp x cp GPUs), the same at every dp; give dp {need}{group}"
+                      + (" or drop --dp" if need == 1 else ""))
 
 
 def _check_degrees(**degrees: Any) -> None:
@@ -1493,7 +1501,7 @@ def _add_parallel_flags(p) -> None:
     micro-batches per rank per step (``--micro-batches``, :func:`_micro_batches`) on the parser ``p``."""
     for name in ("tp", "pp", "ep"):
         p.add_argument(f"--{name}", type=int, default=1, help=f"{name} degree (default 1)")
-    p.add_argument("--dp", type=int, default=1,
+    p.add_argument("--dp", type=int, default=None,
                    help="dp degree (default 1). Every task but train is priced per replica (one data-parallel "
                         "rank's GPUs), so there --dp counts only with --pp above 1 (the dp x pp x tp GPUs' span sets "
                         "the pipeline hand-offs' link, as place prices it) or as the fewest ranks --ep's expert group "

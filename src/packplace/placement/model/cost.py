@@ -323,6 +323,16 @@ class CostModel:
         backend = trainer_backend(ctx, {TRAIN: Strategy(1, int(pp), int(tp), int(ep))})
         return "megatron" if backend == "megatron" else "hf"
 
+    def pricing_kernels(self, model: ModelSpec, pp: int, tp: int, ep: int = 1, lora_rank: int = 0) -> str:
+        """What prices a trainer-side pass of ``model`` at pipeline, tensor and expert degrees ``pp``, ``tp``,
+        ``ep``: ``knobs`` where the component table does not (:meth:`components_for`: a mixture of experts,
+        LoRA adapters, or a GPU type without a table; the efficiency knobs price it), else the table's kernels
+        of :meth:`pass_kernels` (``megatron`` or ``hf``). The names of ``estimate``'s ``pass_kernels`` input;
+        what ``place`` reports for a training vertex."""
+        if self.components_for(model, lora_rank) is None:
+            return "knobs"
+        return self.pass_kernels(pp, tp, ep)
+
     def bare_loop_table(self, model: ModelSpec, pp: int, tp: int, ep: int = 1,
                         lora_rank: int = 0) -> ComponentTable | None:
         """The component table that prices ``model``'s training passes as a bare PyTorch loop's, else ``None``:

@@ -36,11 +36,11 @@ policy model and back (``use_reference_model``): :func:`reference_swap_seconds`.
 A config selects a release with the policy's framework version (``policy.framework_version``, any
 spelling :func:`~packplace.placement.model.framework.parse_version` reads): :func:`release_for` resolves it
 (:func:`nemo_rl_release` for one of the table's own releases). The candidate builder applies it to the
-policy's training vertex (:func:`trainer_release`, :func:`release_train_parts`): the training pass times
-:func:`swiglu_training_factor` of the model's Hugging Face ``model_type`` (``models.actor.model_type``;
-unset: no factor) on the Megatron backend, and a part ``optimizer_offload``, the round trip of the
-optimizer state, under a release with ``logprob_optimizer_offload``. That round trip happens every step
-whatever the placement; on a colocated block the framework profile's refit offload
+policy's training vertex (:func:`trainer_release`, :func:`release_train_parts`): a part
+``optimizer_offload``, the round trip of the optimizer state, under a release with
+``logprob_optimizer_offload``. The release's ``qwen_fused_swiglu`` reaches every Megatron training vertex
+through :func:`megatron_fuses_swiglu` (memory's ``6f`` / ``8f``, time's :func:`unfused_swiglu_factor`).
+That round trip happens every step whatever the placement; on a colocated block the framework profile's refit offload
 (:meth:`~packplace.placement.model.cost.CostModel.colocated_sync_time`) then leaves the optimizer state out
 of its own round trip (:func:`optimizer_lower_bound_bytes`), so a colocated plan pays it once and a plan
 whose engine has GPUs of its own pays it on top of the refit. The reference swap is applied to every
@@ -281,16 +281,14 @@ def logprob_optimizer_round_trip_seconds(cost, release: NemoRLRelease, model: Mo
     return 2.0 * optimizer_state_bytes(model, dp, pp, tp, options) / cost.hw.host_bandwidth
 
 
-def swiglu_training_factor(release: NemoRLRelease, model_type: str | None, fused: bool | None = None) -> float:
-    """Factor on the Megatron training pass's time of a release for a model of the Hugging Face
-    ``model_type`` (``config.json``): :data:`UNFUSED_SWIGLU_TRAINING_FACTOR` when the SwiGLU runs unfused for
-    one of :data:`UNFUSED_SWIGLU_MODEL_TYPES`, else 1 (also for ``None``: a model whose family the config does
-    not name). Unfused: ``fused`` false (the config's ``training.<role>.bias_activation_fusion``), or ``fused``
-    unset and the release's ``qwen_fused_swiglu`` false."""
-    unfused = (not fused) if fused is not None else not release.qwen_fused_swiglu
-    if unfused and model_type in UNFUSED_SWIGLU_MODEL_TYPES:
-        return UNFUSED_SWIGLU_TRAINING_FACTOR
-    return 1.0
+def unfused_swiglu_factor(model: ModelSpec, fused: bool, framework: str = "nemo-rl") -> float:
+    """Factor on a Megatron-Core training pass's time (the vertex's ``train``; ``estimate``'s stage and update)
+    for ``model``'s SwiGLU run as resolved by :func:`megatron_fuses_swiglu` (``fused``, the same setting that
+    decides the pass's ``6f`` / ``8f`` saved bytes): :data:`UNFUSED_SWIGLU_TRAINING_FACTOR` for a gated MLP
+    run unfused by NeMo RL (``framework``), else 1 (a fused one, a plain MLP, which has no SwiGLU, or another
+    framework: the 1.25 is NeMo RL's own figure for its workers, with sequence packing and RoPE fusion; the
+    unfused activation's extra HBM traffic alone is about 1 % of a step, so no other framework takes it)."""
+    return UNFUSED_SWIGLU_TRAINING_FACTOR if framework == "nemo-rl" and model.mlp == "gated" and not fused else 1.0
 
 
 #: Hugging Face ``model_type`` values whose Megatron-Bridge provider sets ``bias_activation_fusion`` itself at the
@@ -328,9 +326,17 @@ def megatron_fuses_swiglu(framework: str, version: str | None, model: ModelSpec,
     """
     if override is not None:
         return override
+    return release_fuses_swiglu(framework, release_for(framework, version), model)
+
+
+def release_fuses_swiglu(framework: str, release: NemoRLRelease | None, model: ModelSpec,
+                         override: bool | None = None) -> bool:
+    """:func:`megatron_fuses_swiglu` with the release already resolved (:func:`release_for`; ``None``: no
+    release), for a caller that holds the release rather than the version string (``estimate``'s trainer)."""
+    if override is not None:
+        return override
     if framework == "verl":
         return model.model_type in VERL_FUSED_SWIGLU_MODEL_TYPES
-    release = release_for(framework, version)
     if release is None:
         return False
     return release.qwen_fused_swiglu or model.model_type in V04_FUSED_SWIGLU_MODEL_TYPES
@@ -421,20 +427,15 @@ def trainer_release(instance, name: str) -> TrainerRelease | None:
 
 def release_train_parts(cost, setting: TrainerRelease, model: ModelSpec, strategy: Strategy,
                         parts: dict[str, float], options: TrainingOptions = DEFAULT_TRAINING) -> dict[str, float]:
-    """The policy training vertex's parts (``{part: seconds}``, with ``train``) under ``setting``'s release:
-    ``train`` times :func:`swiglu_training_factor` of the model's ``model_type`` when the trainer runs on
-    the Megatron backend (:meth:`TrainerRelease.megatron`) with a gated MLP, and a part
-    ``optimizer_offload`` (:func:`logprob_optimizer_round_trip_seconds` of the strategy's ``dp``, ``pp``,
-    ``tp``) when the trainer pays it (``optimizer_round_trip``). A new dict; ``parts`` is left as it is.
-
-    Raises:
-        KeyError: ``parts`` has no ``train``.
+    """The policy training vertex's parts (``{part: seconds}``, with ``train``) under ``setting``'s release: a
+    part ``optimizer_offload`` (:func:`logprob_optimizer_round_trip_seconds` of the strategy's ``dp``, ``pp``,
+    ``tp``) when the trainer pays it (``optimizer_round_trip``). A new dict; ``parts`` is left as it is. The
+    SwiGLU's factor is not a release's alone (an explicit ``bias_activation_fusion``, verl's rule): every
+    Megatron training vertex takes :func:`unfused_swiglu_factor` of :func:`megatron_fuses_swiglu`
+    (:func:`~packplace.placement.candidates.vertex_parts`).
     """
     out = dict(parts)
     release = setting.release
-    if model.mlp == "gated" and setting.megatron(strategy):
-        out["train"] = parts["train"] * swiglu_training_factor(release, setting.model_type,
-                                                               options.bias_activation_fusion)
     extra = logprob_optimizer_round_trip_seconds(cost, release, model, strategy.dp, strategy.pp, strategy.tp,
                                                  options) if setting.optimizer_round_trip else 0.0
     if extra > 0.0:

@@ -1056,7 +1056,7 @@ def _check_training_models(training: Mapping[str, TrainingOptions], models: Mapp
 
 def _check_release_model_type(policy: Mapping[str, Any], actor: ModelSpec) -> None:
     """A NeMo RL release whose Megatron trainer runs the Qwen models' SwiGLU unfused
-    (:func:`~packplace.placement.model.nemo_rl_releases.swiglu_training_factor`) prices the policy's training
+    (:func:`~packplace.placement.model.nemo_rl_releases.megatron_fuses_swiglu`) prices the policy's training
     by its family, so a gated-MLP actor that may train on Megatron (``trainer_backend`` other than ``fsdp``)
     must name it: without ``model_type`` the charge would be silently left out.
 

@@ -190,8 +190,9 @@ def format_table(instance, result) -> str:
     return "\n".join(lines)
 
 
-#: How the text names the kernels that priced a training vertex (:meth:`CostModel.pass_kernels`).
-KERNEL_NAMES = {"megatron": "Megatron-Core", "hf": "Hugging Face"}
+#: How the text names what priced a training vertex (:meth:`CostModel.pricing_kernels`).
+KERNEL_NAMES = {"megatron": "Megatron-Core kernels", "hf": "Hugging Face kernels",
+                "knobs": "the efficiency knobs (no component table for a mixture of experts, LoRA or this GPU)"}
 
 
 def trainer_line(instance, name: str, trainer: dict[str, Any]) -> str:
@@ -203,7 +204,7 @@ def trainer_line(instance, name: str, trainer: dict[str, Any]) -> str:
     at = f" at {rate:g} of the table's rates" if rate < 1.0 else ""
     return (f"trainer {name}: {trainer['trainer_backend']} ({instance.framework}, policy.trainer_backend "
             f"{getattr(instance, 'trainer_backend', 'auto')}{what}); priced with "
-            f"{KERNEL_NAMES[trainer['pass_kernels']]} kernels{at}")
+            f"{KERNEL_NAMES[trainer['pass_kernels']]}{at}")
 
 
 def trainer_backends(instance, plan) -> dict[str, dict[str, str]]:
@@ -212,7 +213,8 @@ def trainer_backends(instance, plan) -> dict[str, dict[str, str]]:
     (:func:`~packplace.placement.model.layout_rules.group_backend_name`: ``megatron``, ``fsdp``, ``deepspeed``
     or ``none``, as ``--emit`` and ``estimate`` name it; verl and NeMo RL pick the actor's and the value model's
     backends on separate settings) and the kernels that priced the vertex
-    (:meth:`~packplace.placement.model.cost.CostModel.pass_kernels` of its strategy: ``megatron`` or ``hf``), the
+    (:meth:`~packplace.placement.model.cost.CostModel.pricing_kernels` of its strategy: ``megatron``, ``hf``, or
+    ``knobs`` where no component table prices it, as ``estimate`` names it), the
     fraction of the table's rates its training passes ran at (``trainer_rate_fraction``,
     :meth:`~packplace.placement.model.cost.CostModel.train_rate_fraction`: ``PYTORCH_TRAIN_FRACTION`` for a
     PyTorch trainer on the Hugging Face kernels, 1 for Megatron-Core, the knob model and the bare loop) and, for
@@ -231,7 +233,7 @@ def trainer_backends(instance, plan) -> dict[str, dict[str, str]]:
             model, view = instance.models[role], cost.for_role(role)
             rank = instance.training.get(name.split(".")[0], DEFAULT_TRAINING).lora_rank
             entry = {"trainer_backend": group_backend_name(ctx, strategies, name),
-                     "pass_kernels": cost.pass_kernels(s.pp, s.tp, s.ep),
+                     "pass_kernels": view.pricing_kernels(model, s.pp, s.tp, s.ep, rank),
                      "trainer_rate_fraction": cost.train_rate_fraction(model, s.pp, s.tp, s.ep, rank)}
             if instance.framework == "none" and entry["trainer_backend"] == "none":
                 entry["trainer"] = ("bare_pytorch_loop" if view.bare_loop_table(model, s.pp, s.tp, s.ep, rank)
