@@ -254,12 +254,23 @@ FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
     ),
     "openrlhf": (
         VersionDefaults((0, 1), False, "v0",
-                        "OpenRLHF before v0.6.3: dockerfile/Dockerfile vllm==0.4.2 (v0.2.7 at commit 391e1de4 "
-                        "to v0.5.2), setup.py vllm==0.6.4.post1-0.7.2 (v0.5.2.post1-v0.6.2); vllm.LLM at vLLM's "
-                        "enforce_eager default False, from v0.4.4 the --enforce_eager flag (store_true); "
-                        "gpu_memory_utilization: vLLM's 0.9 (no flag before v0.5.8; openrlhf/cli/train_ppo_ray.py "
-                        "--vllm_gpu_memory_utilization default=0.9 at v0.5.8-v0.6.3)",
+                        "OpenRLHF before v0.5.3: dockerfile/Dockerfile vllm==0.4.2 (v0.2.7 at commit 391e1de4 "
+                        "to v0.5.2), setup.py vllm==0.4.2 (v0.4.0-v0.5.2; v0.5.2.post1, which a release number "
+                        "without its .postN cannot tell from v0.5.2, pins 0.6.4.post1: the same engine rules, "
+                        "V0 with NCCL in the pool and no non-torch bytes beyond the workspace); vllm.LLM at "
+                        "vLLM's enforce_eager default False, from v0.4.4 the --enforce_eager flag (store_true); "
+                        "gpu_memory_utilization: vLLM's 0.9 (no flag before v0.5.8)",
                         vllm=(0, 4, 2), gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION),
+        VersionDefaults((0, 5, 3), False, "v0",
+                        "OpenRLHF v0.5.3-v0.5.4: setup.py vllm==0.6.4.post1 (from v0.5.2.post1); otherwise as "
+                        "before", vllm=(0, 6, 4), gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION),
+        VersionDefaults((0, 5, 5), False, "v0",
+                        "OpenRLHF v0.5.5-v0.5.7: setup.py vllm==0.6.5; otherwise as before",
+                        vllm=(0, 6, 5), gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION),
+        VersionDefaults((0, 5, 8), False, "v0",
+                        "OpenRLHF v0.5.8-v0.6.2: setup.py vllm==0.7.2 (V0 its default engine); "
+                        "openrlhf/cli/train_ppo_ray.py --vllm_gpu_memory_utilization default=0.9 (v0.5.8-v0.6.3)",
+                        vllm=(0, 7, 2), gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION),
         VersionDefaults((0, 6, 3), False, "v1",
                         "OpenRLHF v0.6.3: setup.py vllm==0.8.1 and later; openrlhf/trainer/ray/vllm_engine.py "
                         "builds vllm.LLM with worker_extension_cls (V1's extension point; from v0.8.0 it sets "
