@@ -2,13 +2,21 @@
 whole ``gpu_memory_utilization`` pool plus the bytes outside it, and it fits by ``place``'s rule."""
 
 import copy
+import json
 
 import pytest
 
 from packplace.cli import main
 from packplace.errors import ConfigError
 from packplace.placement.checking.validate import load_setup_mapping, plan_evaluator
-from packplace.placement.model.memory import VLLM_CUDA_GRAPH_BYTES, VLLM_NCCL_BYTES
+from packplace.placement.estimate_engine import ENGINE_PARTS
+from packplace.placement.model.framework import engine_vllm_release
+from packplace.placement.model.memory import (
+    VLLM_CUDA_GRAPH_BYTES,
+    VLLM_NCCL_BYTES,
+    VLLM_V0_NCCL_BYTES,
+    VLLM_V0_NON_TORCH_BYTES,
+)
 from packplace.placement.task_estimate import estimate, estimate_hardware
 from packplace.yamlio import load_yaml
 
@@ -54,8 +62,7 @@ def test_generation_memory_is_the_evaluators_vertex_memory(framework, version, t
     assert engine["graphs"] == pytest.approx(VLLM_CUDA_GRAPH_BYTES)
     assert engine["context"] == pytest.approx(instance.hardware.memory_workspace)
     # the split adds up to the charge: the pool (weights, KV budget, the rest) and the bytes outside it
-    parts = ("weights", "kv_budget", "other_in_pool", "graphs_in_pool", "graphs", "nccl", "context")
-    assert sum(engine[p] for p in parts) == pytest.approx(result.memory["peak_bytes"])
+    assert sum(engine[p] for p in ENGINE_PARTS) == pytest.approx(result.memory["peak_bytes"])
     assert result.fits
 
 
@@ -91,3 +98,47 @@ def test_gpu_memory_utilization_is_checked():
         estimate(GRPO + ":actor", gpu, "generate", framework="vllm", hardware=hardware, gpu_memory_utilization=1.5)
     with pytest.raises(ConfigError, match="gpu_memory_utilization: 0.5 sizes a vLLM engine's pool.*task train"):
         estimate(GRPO + ":actor", gpu, "train", hardware=hardware, gpu_memory_utilization=0.5)
+
+
+@pytest.mark.parametrize("version, vllm", [
+    ("0.5.2", (0, 4, 2)),      # setup.py vllm==0.4.2 at v0.4.0-v0.5.2
+    ("0.5.3", (0, 6, 4)),      # vllm==0.6.4.post1 at v0.5.2.post1-v0.5.4
+    ("0.5.4", (0, 6, 4)),
+    ("0.5.5", (0, 6, 5)),      # vllm==0.6.5 at v0.5.5-v0.5.7
+    ("0.5.7", (0, 6, 5)),
+    ("0.5.8", (0, 7, 2)),      # vllm==0.7.2 at v0.5.8-v0.6.2
+    ("0.6.0", (0, 7, 2)),
+    ("0.6.2.post1", (0, 7, 2)),
+    ("0.6.3", None),           # vllm==0.8.1 and later: no one release
+])
+def test_openrlhf_releases_take_the_vllm_their_setup_py_pins(version, vllm):
+    assert engine_vllm_release("openrlhf", version) == vllm
+
+
+@pytest.mark.parametrize("version, tp, non_torch", [
+    ("0.5.5", 1, True),        # vLLM 0.6.5: the V0 non-torch bytes beyond the workspace sit in the pool
+    ("0.5.5", 2, True),
+    ("0.5.4", 2, False),       # vLLM 0.6.4.post1: within the workspace
+    ("0.6.0", 2, False),       # vLLM 0.7.2: within the workspace
+])
+def test_openrlhf_engine_split_shows_in_pool_nccl_and_non_torch(version, tp, non_torch):
+    result = estimate("llama3.1-8b", "h100-sxm", "generate", framework="openrlhf", framework_version=version, tp=tp)
+    engine = result.engine
+    beyond = VLLM_V0_NON_TORCH_BYTES - engine["context"]     # 1.79 GiB - 1.02 GB = 0.90 GB
+    assert engine["non_torch_in_pool"] == pytest.approx(beyond if non_torch else 0.0)
+    assert engine["nccl_in_pool"] == pytest.approx(VLLM_V0_NCCL_BYTES if tp > 1 else 0.0)
+    assert engine["nccl"] == 0.0                              # V0: NCCL inside the pool, none beside it
+    assert engine["other_in_pool"] > 0
+    assert sum(engine[p] for p in ENGINE_PARTS) == pytest.approx(result.memory["peak_bytes"])
+    assert engine["fits"] is True
+    assert json.loads(json.dumps(result.as_dict()))["engine"]["fits"] is True
+
+
+def test_cli_prints_in_pool_nccl_and_non_torch_lines(capsys):
+    assert main(["estimate", "--model", "llama3.1-8b", "--task", "generate", "--framework", "openrlhf",
+                 "--framework-version", "0.5.5", "--gpu", "h100-sxm", "--tp", "2"]) == 0
+    out = capsys.readouterr().out
+    # 1.79 GiB = 1.92 GB of V0 NCCL; 1.79 GiB - 1.02 GB of workspace = 0.90 GB of non-torch bytes
+    assert "nccl_in_pool   1.92 GB  (NCCL buffers: this vLLM release counts them inside the pool)" in out
+    assert "non_torch_in_pool 0.90 GB" in out
+    assert "nccl           0.00 GB  (NCCL buffers: inside the pool on this release, above)" in out

@@ -21,14 +21,18 @@ from packplace.placement.candidates import _engine_held, candidate_fits
 from packplace.placement.model.cost import CostModel
 from packplace.placement.model.engine import RolloutEngine
 from packplace.placement.model.framework import default_gpu_memory_utilization, engine_vllm_release
+from packplace.placement.model.memory import _v0_non_torch_beyond
 from packplace.placement.problem.hardware import Cluster, Hardware
 from packplace.placement.problem.plan import Strategy
 from packplace.placement.problem.workload import Workload
 
 #: The parts of :func:`engine_memory`'s split, bytes per GPU: inside the pool the weights, the KV budget (what the
-#: pool leaves the KV cache), the other bytes the engine needs there (working set, logits, workspace) and the CUDA
-#: graphs a release takes from the KV cache; outside it the CUDA graphs, NCCL's buffers and the CUDA context.
-ENGINE_PARTS = ("weights", "kv_budget", "other_in_pool", "graphs_in_pool", "graphs", "nccl", "context")
+#: pool leaves the KV cache), the other bytes the engine needs there (working set, logits, workspace), NCCL's
+#: buffers on a release that counts them there (before vLLM 0.11), a V0 engine's non-torch bytes beyond the
+#: workspace (vLLM 0.6.5-0.6.x) and the CUDA graphs a release takes from the KV cache; outside it the CUDA graphs,
+#: NCCL's buffers (from vLLM 0.11) and the CUDA context.
+ENGINE_PARTS = ("weights", "kv_budget", "other_in_pool", "nccl_in_pool", "non_torch_in_pool", "graphs_in_pool",
+                "graphs", "nccl", "context")
 
 
 def engine_gmu(framework: str, framework_version: str | None, gmu: Any) -> float:
@@ -60,14 +64,15 @@ def engine_memory(memory: dict[str, float], *, hw: Hardware, cluster: Cluster, t
         the release's in-pool graphs included), ``pool_bytes`` (``gmu · memory_per_gpu``), ``outside_bytes``,
         the parts of :data:`ENGINE_PARTS` (they sum to ``peak_bytes``), ``kv_cache`` (the live KV of the batch,
         within ``kv_budget`` when the need fits the pool), ``gpu_memory_utilization`` and ``fits``
-        (1.0 or 0.0: :func:`~packplace.placement.candidates.candidate_fits`).
+        (a ``bool``: :func:`~packplace.placement.candidates.candidate_fits`). ``non_torch_in_pool`` is
+        :func:`~packplace.placement.model.memory._v0_non_torch_beyond` of a V0 engine (0 on V1);
+        ``nccl_in_pool`` the rest of the release's in-pool reservation without CUDA graphs.
     """
     if engine_generation is None:
         return None
+    release = engine_vllm_release("none" if framework == "vllm" else framework, framework_version)
     engine = RolloutEngine(gpu_memory_utilization=gmu, enforce_eager=enforce_eager,
-                           engine_generation=engine_generation,
-                           vllm_release=engine_vllm_release("none" if framework == "vllm" else framework,
-                                                            framework_version))
+                           engine_generation=engine_generation, vllm_release=release)
     cost = CostModel(hw, cluster, Workload(batch_size=1, samples_per_prompt=1, context_length=1,
                                            generation_length=1), engine)
     reservation = cost.engine_reservation(tp, pp)
@@ -81,13 +86,16 @@ def engine_memory(memory: dict[str, float], *, hw: Hardware, cluster: Cluster, t
     capacity = float(hw.memory_per_gpu)
     graphs_in, graphs_out = reservation.in_pool - bare.in_pool, reservation.outside - bare.outside
     context = float(hw.memory_workspace)
-    other = need - weights - memory["kv_cache"] - graphs_in
+    non_torch = _v0_non_torch_beyond(context, release) if engine_generation == "v0" else 0.0
+    nccl_in = bare.in_pool - non_torch
+    other = need - weights - memory["kv_cache"] - graphs_in - nccl_in - non_torch
     return {"peak_bytes": weights + held, "need_bytes": need, "pool_bytes": pool,
             "outside_bytes": reservation.outside, "weights": weights, "kv_cache": memory["kv_cache"],
-            "kv_budget": max(need, pool) - weights - other - graphs_in, "other_in_pool": other,
+            "kv_budget": max(need, pool) - weights - other - graphs_in - nccl_in - non_torch,
+            "other_in_pool": other, "nccl_in_pool": nccl_in, "non_torch_in_pool": non_torch,
             "graphs_in_pool": graphs_in, "graphs": graphs_out, "nccl": reservation.outside - graphs_out - context,
             "context": context, "gpu_memory_utilization": gmu,
-            "fits": float(candidate_fits(weights, held, need, pool, capacity))}
+            "fits": bool(candidate_fits(weights, held, need, pool, capacity))}
 
 
 def add_engine_argument(parser: Any) -> None:
@@ -116,10 +124,16 @@ def engine_lines(engine: dict[str, float]) -> list[str]:
                f"cache nothing)" if short > 0 else
                f"  (what the pool leaves the KV cache; the batch's live KV: {engine['kv_cache'] / GB:.2f} GB)")
     inside = {"weights": "", "kv_budget": kv_note,
-              "other_in_pool": "  (working set, logits, workspace)", "graphs_in_pool": "  (CUDA graphs)"}
+              "other_in_pool": "  (working set, logits, workspace)",
+              "nccl_in_pool": "  (NCCL buffers: this vLLM release counts them inside the pool)",
+              "non_torch_in_pool": "  (V0 non-torch bytes beyond the workspace, vLLM 0.6.5-0.6.x)",
+              "graphs_in_pool": "  (CUDA graphs)"}
+    optional = ("nccl_in_pool", "non_torch_in_pool", "graphs_in_pool")   # printed where they hold bytes
     lines += [f"    {name:<14} {engine[name] / GB:.2f} GB{note}" for name, note in inside.items()
-              if name != "graphs_in_pool" or engine[name] > 0]
+              if name not in optional or engine[name] > 0]
     lines.append(f"  outside        {engine['outside_bytes'] / GB:.2f} GB")
-    notes = {"graphs": "  (CUDA graphs)", "nccl": "  (NCCL buffers)", "context": "  (CUDA context, workspaces)"}
+    nccl_note = "  (NCCL buffers: inside the pool on this release, above)" if engine["nccl_in_pool"] > 0 else \
+        "  (NCCL buffers)"
+    notes = {"graphs": "  (CUDA graphs)", "nccl": nccl_note, "context": "  (CUDA context, workspaces)"}
     lines += [f"    {name:<14} {engine[name] / GB:.2f} GB{note}" for name, note in notes.items()]
     return lines

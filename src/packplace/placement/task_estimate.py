@@ -1539,8 +1539,9 @@ def register_estimate(subparsers) -> None:
                         f"fields apply on it; {', '.join(sorted(PRESETS))})")
     p.add_argument("--hw", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a hardware field of the preset and of the config's [hardware] with --model "
-                        "CONFIG.yaml:ROLE (repeatable), e.g. --hw memory_per_gpu=80e9; FIELD=null keeps the "
-                        "preset's value, as null does in a config")
+                        "CONFIG.yaml:ROLE (repeatable), e.g. --hw memory_per_gpu=84.94e9 (the CUDA-reported "
+                        "total in bytes: 84.94e9 for an H100 80GB); FIELD=null keeps the preset's value, as null "
+                        "does in a config")
     p.add_argument("--table", default=None, metavar="PATH",
                    help="a component table JSON (from packplace calibrate --measurements), or 'none' for the "
                         "efficiency-knob model; default: the preset's own")
