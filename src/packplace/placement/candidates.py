@@ -1142,8 +1142,7 @@ def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro
                   inference_offloaded(instance, name), vertex_balance(instance, name), reward,
                   swaps_reference_weights(instance.framework, vertex.model, vertex.kind),
                   trainer_release(instance, name), inference_shard_options(instance, name),
-                  vertex_fuses_swiglu(instance, instance.models[vertex.model], options)
-                  or instance.framework != "nemo-rl")   # the time factor is NeMo RL's (unfused_swiglu_factor)
+                  vertex_swiglu_factor(instance, instance.models[vertex.model], options))
 
 
 def vertex_fuses_swiglu(instance, model: ModelSpec, options: TrainingOptions) -> bool:
@@ -1155,11 +1154,18 @@ def vertex_fuses_swiglu(instance, model: ModelSpec, options: TrainingOptions) ->
                                  options.bias_activation_fusion)
 
 
+def vertex_swiglu_factor(instance, model: ModelSpec, options: TrainingOptions) -> float:
+    """The factor on a Megatron-Core training vertex's ``train`` for its SwiGLU setting
+    (:func:`~packplace.placement.model.nemo_rl_releases.unfused_swiglu_factor` of :func:`vertex_fuses_swiglu`
+    and the instance's framework: NeMo RL's documented figure, 1 elsewhere)."""
+    return unfused_swiglu_factor(model, vertex_fuses_swiglu(instance, model, options), instance.framework)
+
+
 def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOptions, strategy: Strategy,
            micro_batch: int, extent: tuple[int, int, int], old_log_prob: bool, sharded: bool, offloaded: bool,
            balance: VertexBalance | None, reward: float | None, weight_swap: bool = False,
            release: TrainerRelease | None = None,
-           shard_options: TrainingOptions = DEFAULT_TRAINING, fused_swiglu: bool = True) -> dict[str, float]:
+           shard_options: TrainingOptions = DEFAULT_TRAINING, swiglu_factor: float = 1.0) -> dict[str, float]:
     """:func:`vertex_parts` with the vertex's settings resolved (the candidate builder resolves them once
     per vertex). ``weight_swap``: the forward runs in the policy workers on the reference weights swapped
     in through host memory (:func:`~packplace.placement.model.nemo_rl_releases.swaps_reference_weights`),
@@ -1168,9 +1174,8 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
     release of the policy's training vertex (:func:`~packplace.placement.model.nemo_rl_releases.trainer_release`),
     applied by :func:`~packplace.placement.model.nemo_rl_releases.release_train_parts` (the training pass's
     part ``optimizer_offload``). ``shard_options``: :func:`inference_shard_options`, whose shard group a
-    ``sharded`` forward gathers over. ``fused_swiglu``: :func:`vertex_fuses_swiglu`; a training vertex on
-    Megatron-Core's kernels (``pass_kernels``, the rule of its memory) with it false has its ``train`` times
-    :func:`~packplace.placement.model.nemo_rl_releases.unfused_swiglu_factor`."""
+    ``sharded`` forward gathers over. ``swiglu_factor``: :func:`vertex_swiglu_factor`, on the ``train`` of a
+    training vertex on Megatron-Core's kernels (``pass_kernels``, the rule of its memory)."""
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
     parts = cost.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep, sharded=sharded,
                                offloaded=offloaded, balance=balance, shard=shard_options.shard_ranks(dp),
@@ -1185,7 +1190,7 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
     if kind == "train":
         parts["memory_options"] = training_overhead_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
         if cost.pass_kernels(pp, tp, ep) == "megatron":
-            parts["train"] *= unfused_swiglu_factor(model, fused_swiglu)
+            parts["train"] *= swiglu_factor
         if release is not None:
             parts = release_train_parts(cost, release, model, strategy, parts, options)
     elif reward is not None:
@@ -1297,7 +1302,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
     weight_swap = swaps_reference_weights(instance.framework, instance.graph.vertex(name).model, kind)
     release = trainer_release(instance, name)
-    fused = vertex_fuses_swiglu(instance, model, options) or instance.framework != "nemo-rl"  # time (above)
+    swiglu = vertex_swiglu_factor(instance, model, options)
     limit = memory_budget(instance, kind)
     capacity = float(instance.hardware.memory_per_gpu)
     reward = instance.rule_reward.seconds(w.sequences) if kind == "generate" and instance.rule_reward is not None \
@@ -1326,7 +1331,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                     cost.packing.deadline = deadline
                 seconds = sum(_parts(cost, model, kind, options, strategy, mb, extent, old_log_prob, sharded,
                                      offloaded, balance, reward, weight_swap, release, shard_options,
-                                     fused).values())
+                                     swiglu).values())
             except OutOfTime:
                 raise _table_cut(built_before + len(out), name,
                                  sum(d % whole == 0 for d in divisors(w.sequences // strategy.dp))) from None
