@@ -126,6 +126,10 @@ class Candidate:
             0 for every other vertex (its transient bytes are freed when it ends). The evaluator adds them on
             every GPU of the block beside whatever else runs there (:meth:`transient_excess` is what only
             its own run adds).
+        refused: ``(available, needed)`` KV-cache bytes per GPU where vLLM refuses to start this engine (its
+            KV cache cannot hold one request of ``max_model_len``:
+            :meth:`~packplace.placement.model.cost.CostModel.engine_start_refusal`); :attr:`fits` is then
+            false. ``None`` for every engine vLLM starts and every other vertex.
     """
 
     vertex: str
@@ -139,6 +143,7 @@ class Candidate:
     fits: bool
     pool_bytes: float | None = None
     kept_bytes: float = 0.0
+    refused: tuple[float, float] | None = None
 
     @property
     def transient_excess(self) -> float:
@@ -607,7 +612,35 @@ class CandidateTable:
             return None
         if self.fits_somewhere(name):
             return None
-        return self._pool_too_large(name) or self._pool_too_small(name)
+        return self._pool_too_large(name) or self._pool_too_small(name) or self._start_refused(name)
+
+    def _start_refused(self, name: str) -> str | None:
+        """:meth:`engine_pool_message` for an engine every candidate of which vLLM would refuse to start or that
+        fits for no other reason (:attr:`Candidate.refused`: its KV cache cannot hold one request of
+        ``max_model_len``), or ``None`` where no candidate is refused. Names the refused candidate with the most KV
+        bytes available (:func:`engine_refusal_line`) and the smallest ``gpu_memory_utilization`` with two
+        decimals above the current one at which a candidate starts and fits (:func:`engine_fit_at`, up to the
+        largest value whose pool fits the GPU beside that candidate's outside bytes), or says that none does."""
+        inst = self.instance
+        refused = [c for c in self.all[name] if c.refused is not None]
+        if not refused:
+            return None
+        best = max(refused, key=lambda c: (c.refused[0], -c.gpus))
+        gmu, capacity = inst.engine.gpu_memory_utilization, float(inst.hardware.memory_per_gpu)
+        limit = memory_budget(inst, "generate")
+        outside = min(c.memory_bytes - max(limit, c.pool_bytes or 0.0) for c in refused)
+        top = math.floor(100.0 * (capacity - outside) / capacity + 1e-9)
+        hint = ("; no gpu_memory_utilization up to the largest whose pool fits the GPU starts it: shorten "
+                "workload.context_length + generation_length or give the engine more GPUs per replica")
+        for percent in range(math.floor(100.0 * gmu + 1e-9) + 1, min(100, top) + 1):
+            fit = engine_fit_at(inst, name, percent / 100.0)
+            if fit is not None:
+                strategy = fit[0]
+                hint = (f"; set policy.gpu_memory_utilization to at least {percent / 100.0:.2f} (vLLM starts it "
+                        f"there at TP {strategy.tp}, PP {strategy.pp}), or shorten workload.context_length + "
+                        f"generation_length")
+                break
+        return f"[policy] gpu_memory_utilization {gmu:g}: {engine_refusal_line(name, best, gmu, inst)}{hint}"
 
     def _pool_too_large(self, name: str) -> str | None:
         """:meth:`engine_pool_message` for a ``gpu_memory_utilization`` too large (its pool and the outside
@@ -1338,12 +1371,14 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
             finally:
                 if cost.packing is not None:
                     cost.packing.deadline = None
-            pool = None
+            pool, refused = None, None
             if kind == "generate":   # the engine's pool and what it holds beside it (engine_held_bytes)
                 tra, pool = _engine_held(cost, strategy, res, tra, limit)
-            fits = candidate_fits(res, tra, pool, limit, capacity)
+                refused = _start_refusal(cost, model, strategy, pool)
+            fits = candidate_fits(res, tra, pool, limit, capacity) and refused is None
             kept = min(tra, _sleep_kept(cost, strategy)) if pool is not None else 0.0
-            out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, fits, pool, kept))
+            out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, fits, pool, kept,
+                                 refused))
     return out
 
 
@@ -1358,6 +1393,33 @@ def _engine_held(cost: CostModel, strategy: Strategy, resident: float, transient
     transient += reservation.in_pool
     pool = resident + transient if reservation.pooled else None
     return engine_held_bytes(resident, transient, limit, reservation), pool
+
+
+def engine_refusal_line(name: str, cand: Candidate, gmu: float, instance) -> str:
+    """Why vLLM refuses to start engine ``name``'s candidate ``cand`` (:attr:`Candidate.refused` set) at
+    ``gpu_memory_utilization`` ``gmu``: "V (TP t, PP p) would not start: vLLM refuses an engine whose KV cache
+    cannot hold one request of max_model_len L tokens: A per GPU available for the KV cache, N needed ...",
+    for the evaluator's verdict and ``place``'s no-fit error."""
+    available, needed = cand.refused
+    gen = instance.engine.engine_generation
+    length = int(instance.workload.context_length + instance.workload.generation_length)
+    what = (f"the pool leaves the KV cache nothing ({_bytes_shown(-available)} short)" if available <= 0 else
+            f"{_bytes_shown(available)} per GPU available for the KV cache")
+    return (f"{name} (TP {cand.strategy.tp}, PP {cand.strategy.pp}) would not start: vLLM ({gen}) refuses an engine "
+            f"whose KV cache cannot hold one request of max_model_len {length} tokens (workload.context_length + "
+            f"generation_length): {what}, {_bytes_shown(needed)} needed, in a pool of gpu_memory_utilization {gmu:g} "
+            f"x {gb(instance.hardware.memory_per_gpu)} GB after the weights, the start-up profile run's peak and "
+            f"the release's non-torch bytes")
+
+
+def _start_refusal(cost: CostModel, model: ModelSpec, strategy: Strategy,
+                   pool: float | None) -> tuple[float, float] | None:
+    """``(available, needed)`` KV bytes per GPU where vLLM refuses to start a pooled engine of ``strategy``
+    (:meth:`~packplace.placement.model.cost.CostModel.engine_start_refusal`), else ``None``; ``None`` when
+    ``pool`` is ``None`` (no vLLM pool: DeepSpeed-Chat's hybrid engine starts whatever its cache)."""
+    if pool is None:
+        return None
+    return cost.engine_start_refusal(model, strategy.tp, strategy.pp, strategy.ep)
 
 
 def engine_fit_at(instance, name: str, gmu: float) -> tuple[Strategy, float, float] | None:
@@ -1385,6 +1447,8 @@ def engine_fit_at(instance, name: str, gmu: float) -> tuple[Strategy, float, flo
                                          context_parallel_split(variant, name, strategy.dp),
                                          inference_shard_options(variant, name))
             tra, pool = _engine_held(cost, strategy, res, tra, limit)
+            if _start_refusal(cost, model, strategy, pool) is not None:
+                continue
             if candidate_fits(res, tra, pool, limit, capacity) and (best is None or res + tra < best[2]):
                 best = (strategy, res + tra if pool is None else pool, res + tra)
     return best

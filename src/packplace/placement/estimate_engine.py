@@ -20,9 +20,10 @@ from packplace.errors import ConfigError, show
 from packplace.placement.candidates import _engine_held, candidate_fits
 from packplace.placement.model.cost import CostModel
 from packplace.placement.model.engine import RolloutEngine
-from packplace.placement.model.framework import default_gpu_memory_utilization, engine_vllm_release
-from packplace.placement.model.memory import _v0_non_torch_beyond
+from packplace.placement.model.framework import FRAMEWORKS, default_gpu_memory_utilization, engine_vllm_release
+from packplace.placement.model.memory import _v0_non_torch_beyond, one_sequence_kv_bytes, vllm_refuses_to_start
 from packplace.placement.problem.hardware import Cluster, Hardware
+from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
 from packplace.placement.problem.workload import Workload
 
@@ -54,7 +55,8 @@ def engine_gmu(framework: str, framework_version: str | None, gmu: Any) -> float
 
 def engine_memory(memory: dict[str, float], *, hw: Hardware, cluster: Cluster, tp: int, pp: int, ep: int,
                   framework: str, framework_version: str | None, engine_generation: str | None,
-                  enforce_eager: bool, gmu: float) -> dict[str, float] | None:
+                  enforce_eager: bool, gmu: float, shape: ModelSpec | None = None, prompt_len: int = 1,
+                  max_model_len: int = 2) -> dict[str, float] | None:
     """``place``'s charge per GPU for a vLLM engine whose need inside its pool is ``memory`` (the bytes of
     :func:`~packplace.placement.task_estimate.memory_parts`: ``peak_bytes``, ``weights``, ``kv_cache``), or
     ``None`` for an engine that reserves no pool (``engine_generation`` None).
@@ -63,18 +65,32 @@ def engine_memory(memory: dict[str, float], *, hw: Hardware, cluster: Cluster, t
         Bytes per GPU: ``peak_bytes`` (``max(need, pool) + outside``), ``need_bytes`` (the need inside the pool,
         the release's in-pool graphs included), ``pool_bytes`` (``gmu · memory_per_gpu``), ``outside_bytes``,
         the parts of :data:`ENGINE_PARTS` (they sum to ``peak_bytes``), ``kv_cache`` (the live KV of the batch,
-        within ``kv_budget`` when the need fits the pool), ``gpu_memory_utilization`` and ``fits``
-        (a ``bool``: :func:`~packplace.placement.candidates.candidate_fits`). ``non_torch_in_pool`` is
+        within ``kv_budget`` when the need fits the pool), ``gpu_memory_utilization``, ``kv_needed`` (the KV bytes
+        vLLM requires at start-up, one request of ``max_model_len`` in whole blocks,
+        :func:`~packplace.placement.model.memory.one_sequence_kv_bytes`), ``starts`` (a ``bool``: vLLM starts the
+        engine, :func:`~packplace.placement.model.memory.vllm_refuses_to_start` false) and ``fits`` (a ``bool``:
+        :func:`~packplace.placement.candidates.candidate_fits`, and the engine starts). ``non_torch_in_pool`` is
         :func:`~packplace.placement.model.memory._v0_non_torch_beyond` of a V0 engine (0 on V1);
         ``nccl_in_pool`` the rest of the release's in-pool reservation without CUDA graphs.
+
+        ``kv_budget`` is the evaluator's KV budget for the same engine where its need fits the pool
+        (:meth:`~packplace.placement.model.cost.CostModel.engine_kv_budget` on ``shape`` with prompts of
+        ``prompt_len`` tokens: the pool less the weights, the working set, workspace and allocator slack, the
+        start-up profile run's peak beyond that working set and the release's in-pool bytes; negative where the
+        pool holds less than those, and vLLM then refuses to start); ``other_in_pool`` is then what the pool holds
+        besides the weights, that budget and the in-pool parts. Where the need exceeds the pool, ``kv_budget`` is
+        the batch's live KV (the pool is short of the need). ``shape`` ``None``: no budget is priced, the old
+        split (``kv_budget`` the pool's remainder beside the need) and ``starts`` true.
     """
     if engine_generation is None:
         return None
     release = engine_vllm_release("none" if framework == "vllm" else framework, framework_version)
     engine = RolloutEngine(gpu_memory_utilization=gmu, enforce_eager=enforce_eager,
                            engine_generation=engine_generation, vllm_release=release)
-    cost = CostModel(hw, cluster, Workload(batch_size=1, samples_per_prompt=1, context_length=1,
-                                           generation_length=1), engine)
+    profile = FRAMEWORKS.get("none" if framework == "vllm" else framework)
+    workload = Workload(batch_size=1, samples_per_prompt=1, context_length=int(prompt_len),
+                        generation_length=max(1, int(max_model_len) - int(prompt_len)))
+    cost = CostModel(hw, cluster, workload, engine, framework=profile)
     reservation = cost.engine_reservation(tp, pp)
     if not reservation.pooled:
         return None
@@ -89,13 +105,23 @@ def engine_memory(memory: dict[str, float], *, hw: Hardware, cluster: Cluster, t
     non_torch = _v0_non_torch_beyond(context, release) if engine_generation == "v0" else 0.0
     nccl_in = bare.in_pool - non_torch
     other = need - weights - memory["kv_cache"] - graphs_in - nccl_in - non_torch
+    budget = max(need, pool) - weights - other - graphs_in - nccl_in - non_torch
+    needed, starts = 0.0, True
+    if shape is not None:
+        needed = one_sequence_kv_bytes(shape, tp=tp, pp=pp, max_model_len=int(max_model_len),
+                                       engine_generation=engine_generation)
+        priced = cost.engine_kv_budget(shape, tp, pp, ep)
+        starts = not vllm_refuses_to_start(priced, needed)
+        if need <= pool:   # the evaluator's budget; the pool's other bytes what it leaves besides
+            budget = priced
+            other = pool - weights - budget - graphs_in - nccl_in - non_torch
     return {"peak_bytes": weights + held, "need_bytes": need, "pool_bytes": pool,
             "outside_bytes": reservation.outside, "weights": weights, "kv_cache": memory["kv_cache"],
-            "kv_budget": max(need, pool) - weights - other - graphs_in - nccl_in - non_torch,
+            "kv_budget": budget, "kv_needed": needed, "starts": starts,
             "other_in_pool": other, "nccl_in_pool": nccl_in, "non_torch_in_pool": non_torch,
             "graphs_in_pool": graphs_in, "graphs": graphs_out, "nccl": reservation.outside - graphs_out - context,
             "context": context, "gpu_memory_utilization": gmu,
-            "fits": bool(candidate_fits(weights, held, need, pool, capacity))}
+            "fits": bool(candidate_fits(weights, held, need, pool, capacity)) and starts}
 
 
 def add_engine_argument(parser: Any) -> None:
@@ -124,7 +150,7 @@ def engine_lines(engine: dict[str, float]) -> list[str]:
                f"cache nothing)" if short > 0 else
                f"  (what the pool leaves the KV cache; the batch's live KV: {engine['kv_cache'] / GB:.2f} GB)")
     inside = {"weights": "", "kv_budget": kv_note,
-              "other_in_pool": "  (working set, logits, workspace)",
+              "other_in_pool": "  (working set, start-up profile peak, logits, workspace)",
               "nccl_in_pool": "  (NCCL buffers: this vLLM release counts them inside the pool)",
               "non_torch_in_pool": "  (V0 non-torch bytes beyond the workspace, vLLM 0.6.5-0.6.x)",
               "graphs_in_pool": "  (CUDA graphs)"}
@@ -136,4 +162,8 @@ def engine_lines(engine: dict[str, float]) -> list[str]:
         "  (NCCL buffers)"
     notes = {"graphs": "  (CUDA graphs)", "nccl": nccl_note, "context": "  (CUDA context, workspaces)"}
     lines += [f"    {name:<14} {engine[name] / GB:.2f} GB{note}" for name, note in notes.items()]
+    if not engine.get("starts", True):
+        lines.append(f"  vLLM would refuse to start this engine: its KV cache cannot hold one request of "
+                     f"max_model_len ({engine['kv_budget'] / GB:.3f} GB available for it, "
+                     f"{engine['kv_needed'] / GB:.3f} GB needed in whole blocks of 16 tokens)")
     return lines

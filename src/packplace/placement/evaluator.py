@@ -28,6 +28,7 @@ from typing import Any
 
 from packplace.placement.candidates import (
     CandidateTable,
+    engine_refusal_line,
     explain,
     gb,
     global_batch,
@@ -629,7 +630,9 @@ class PlacementEvaluator:
 
     def _over_own_budget(self, res: list) -> list[str]:
         """One line per vertex whose own bytes per GPU exceed its budget (a rollout engine over
-        ``gpu_memory_utilization`` of the GPU), in :meth:`score`'s ``oom`` form."""
+        ``gpu_memory_utilization`` of the GPU), or a rollout engine vLLM refuses to start (its KV cache cannot
+        hold one request of ``max_model_len``: :attr:`~packplace.placement.candidates.Candidate.refused`,
+        :func:`~packplace.placement.candidates.engine_refusal_line`), in :meth:`score`'s ``oom`` form."""
         out = []
         for name, (cand, lo, hi), budget in zip(self.names, res, self.own_budget):
             gmu = self.instance.engine.gpu_memory_utilization
@@ -637,10 +640,13 @@ class PlacementEvaluator:
                 # the colocated engine's twin (_colocated_engine): its release's pool
                 gmu = colocated_engine_gpu_memory_utilization(self.instance)
                 budget = gmu * self.capacity
+            first, last = self.cluster.coords(lo), self.cluster.coords(hi - 1)
+            if cand.refused is not None:
+                out.append(f"GPUs {first}..{last}: {engine_refusal_line(name, cand, gmu, self.instance)}")
+                continue
             # over memory_per_gpu alone (or its pool with what lies outside it): a segment line says so
             if cand.fits or budget >= self.capacity or cand.budget_bytes <= budget:
                 continue
-            first, last = self.cluster.coords(lo), self.cluster.coords(hi - 1)
             out.append(f"GPUs {first}..{last}: {name} needs {gb(cand.budget_bytes)} GB, {gb(budget)} GB available "
                        f"to the rollout engine (gpu_memory_utilization {gmu:g} of {gb(self.capacity)} GB)")
         return out

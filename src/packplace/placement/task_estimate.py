@@ -602,7 +602,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                           cp_exact=pack is not None, framework_version=framework_version, megatron=megatron,
                           micro_batches=mbs)
     inputs.update({"trainer_rate_fraction": PYTORCH_TRAIN_FRACTION} if "trainer_rate" in parts else {})
-    engine = _pooled_engine(memory, inputs, gpu_memory_utilization, hw, cluster)
+    engine = _pooled_engine(memory, inputs, gpu_memory_utilization, hw, cluster, shape)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
                     components=components.gpu if priced else "knobs", capacity_bytes=float(hw.memory_per_gpu),
@@ -610,11 +610,13 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
 
 
 def _pooled_engine(memory: dict[str, float], inputs: Mapping[str, Any], gmu: Any, hw: Hardware,
-                   cluster: Cluster) -> dict[str, float]:
+                   cluster: Cluster, shape: ModelSpec | None = None) -> dict[str, float]:
     """What ``place`` charges the vLLM engine of :attr:`Estimate.inputs` ``inputs`` (task decode or generate)
     whose need inside the pool is ``memory`` (:func:`~packplace.placement.estimate_engine.engine_memory`, with
     ``gmu`` or the framework's default, :func:`~packplace.placement.estimate_engine.engine_gmu`); ``memory``'s
-    ``peak_bytes`` becomes that charge. Empty for any other task or an engine without a pool.
+    ``peak_bytes`` becomes that charge. Empty for any other task or an engine without a pool. With ``shape`` (the
+    model) the KV budget is the evaluator's and the engine's start-up check is priced: prompts of ``seq_len``
+    tokens and ``max_model_len`` the final ``context`` (generate), or ``context`` cached tokens (decode).
 
     Raises:
         ConfigError: ``gpu_memory_utilization`` given for a task or framework that reserves no pool, or out of
@@ -630,7 +632,8 @@ def _pooled_engine(memory: dict[str, float], inputs: Mapping[str, Any], gmu: Any
     engine = {key: inputs[key] for key in ("tp", "pp", "ep", "framework", "framework_version", "engine_generation",
                                            "enforce_eager")}
     gmu = engine_gmu(inputs["framework"], inputs["framework_version"], gmu)
-    charged = engine_memory(memory, hw=hw, cluster=cluster, gmu=gmu, **engine)
+    lengths = {"prompt_len": int(inputs["seq_len"] or inputs["context"]), "max_model_len": int(inputs["context"])}
+    charged = engine_memory(memory, hw=hw, cluster=cluster, gmu=gmu, shape=shape, **lengths, **engine)
     if charged is None:
         return {}
     memory["peak_bytes"] = charged["peak_bytes"]

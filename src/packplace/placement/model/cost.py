@@ -71,7 +71,9 @@ from packplace.placement.model.memory import (
     dynamic_micro_batches,
     dynamic_peak_tokens,
     engine_reservation,
+    kv_cache_budget_bytes,
     lora_params,
+    one_sequence_kv_bytes,
     peak_pass_tokens,
     profile_run_peak_bytes,
     resident_bytes,
@@ -80,6 +82,7 @@ from packplace.placement.model.memory import (
     stage_split,
     trainable_stage_params,
     vllm_profile_tokens,
+    vllm_refuses_to_start,
 )
 from packplace.placement.model.nemo_rl_releases import optimizer_lower_bound_bytes
 from packplace.placement.model.sequence_packing import PackedPasses
@@ -1341,6 +1344,40 @@ class CostModel:
         tokens = vllm_profile_tokens(gen, self.framework.name)
         return profile_run_peak_bytes(model, tp=tp, tokens=tokens, seqs=self.engine.max_num_seqs,
                                       engine_generation=gen, ep=ep)
+
+    def engine_kv_budget(self, model: ModelSpec, tp: int, pp: int, ep: int = 1) -> float:
+        """Bytes per GPU the rollout engine has for its KV cache, as vLLM sizes it at start-up
+        (:func:`~packplace.placement.model.memory.kv_cache_budget_bytes` at the engine's
+        ``gpu_memory_utilization``, the GPU's ``memory_workspace``, the release's in-pool bytes,
+        :meth:`engine_reservation`, and the profile run's peak, :meth:`engine_profile_bytes`): the budget
+        :meth:`engine_concurrency` and :meth:`generate_time` run on; negative when the pool does not hold the rest."""
+        return kv_cache_budget_bytes(model, tp=tp, pp=pp, memory_per_gpu=self.hw.memory_per_gpu,
+                                     gpu_memory_utilization=self.engine.gpu_memory_utilization,
+                                     prompt_len=self.workload.context_length, ep=ep,
+                                     workspace_bytes=self.hw.memory_workspace,
+                                     non_torch_bytes=self.engine_reservation(tp, pp).in_pool,
+                                     profile_bytes=self.engine_profile_bytes(model, tp, ep))
+
+    def engine_max_model_len(self) -> int:
+        """``max_model_len`` of the rollout engine, tokens: the prompt plus the longest response the workload allows,
+        ``S + T``, what the frameworks pass to vLLM (verl ``max_model_len = config.max_model_len or
+        config.prompt_length + config.response_length``, verl/workers/rollout/vllm_rollout; NeMo RL's
+        ``vllm_cfg.max_model_len``, set to ``policy.max_total_sequence_length`` in its example configs; OpenRLHF
+        ``max_model_len = max_len or prompt_max_len + generate_max_len``): the least a run of this workload sets."""
+        return int(self.workload.context_length + self.workload.generation_length)
+
+    def engine_start_refusal(self, model: ModelSpec, tp: int, pp: int, ep: int = 1) -> tuple[float, float] | None:
+        """``(available, needed)`` KV bytes per GPU where vLLM refuses to start the rollout engine of ``tp·pp`` GPUs
+        per replica (:func:`~packplace.placement.model.memory.vllm_refuses_to_start`: :meth:`engine_kv_budget`
+        against :func:`~packplace.placement.model.memory.one_sequence_kv_bytes` at :meth:`engine_max_model_len`),
+        else ``None``; ``None`` for an engine that is not vLLM (``engine_generation`` None)."""
+        gen = self.engine.engine_generation
+        if gen is None:
+            return None
+        available = self.engine_kv_budget(model, tp, pp, ep)
+        needed = one_sequence_kv_bytes(model, tp=tp, pp=pp, max_model_len=self.engine_max_model_len(),
+                                       engine_generation=gen)
+        return (available, needed) if vllm_refuses_to_start(available, needed) else None
 
     def engine_reservation(self, tp: int, pp: int) -> EngineReservation:
         """What the rollout engine of ``tp·pp`` GPUs per replica holds per GPU beyond the package's own terms,

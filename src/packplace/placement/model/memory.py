@@ -157,6 +157,12 @@ VLLM_PROFILE_SAMPLER_BYTES = {"v0": 30.0, "v1": float(LOGIT_FORWARD_BYTES)}
 #: defaults to 8192 below 70 GiB of GPU memory or on an A100 and 16384 above (vllm/engine/arg_utils.py
 #: ``EngineArgs`` ``default_max_num_batched_tokens``, ``UsageContext.LLM_CLASS``), at least 8192.
 VLLM_PROFILE_TOKENS = {"v0": 2048, "v1": 8192}
+#: Tokens per KV-cache block of a vLLM engine on a CUDA GPU (``--block-size``), every release the package knows:
+#: ``CacheConfig.block_size`` defaults to 16 on CUDA (vllm/config.py ``CacheConfig``; docs.vllm.ai "Engine Arguments",
+#: ``--block-size``: "on CUDA devices, only block sizes up to 32 are supported", default 16), and none of verl's,
+#: NeMo RL's or OpenRLHF's rollouts sets another. A block holds the K and V of ``block_size`` tokens on every layer
+#: of the worker's stage; vLLM sizes its cache in whole blocks (:func:`vllm_refuses_to_start`).
+VLLM_BLOCK_SIZE = 16
 #: ``max_num_batched_tokens`` of verl's vLLM rollout at every release the package knows (verl/trainer/config/
 #: ppo_trainer.yaml ``actor_rollout_ref.rollout.max_num_batched_tokens: 8192``, passed to ``vllm.LLM`` by the
 #: vLLM rollout with ``enable_chunked_prefill``).
@@ -987,6 +993,52 @@ def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_g
     if budget <= 0 or per_sequence <= 0:
         return 0
     return int(math.floor(budget / per_sequence))
+
+
+def one_sequence_kv_bytes(model: ModelSpec, *, tp: int, pp: int, max_model_len: int, engine_generation: str,
+                          block_size: int = VLLM_BLOCK_SIZE) -> float:
+    """The KV-cache bytes per GPU below which a vLLM engine refuses to start: the cache must hold one request of
+    ``max_model_len`` tokens in whole blocks of ``block_size`` tokens, each block ``block_size ·``
+    :func:`stage_kv_bytes_per_token` bytes on the largest stage's layers (the worker whose cache is the
+    smallest binds: the engine takes the minimum over its workers).
+
+    * ``v0``: ``Worker.initialize_cache`` calls ``raise_if_cache_size_invalid`` (vllm/worker/worker.py), which
+      raises "No available memory for the cache blocks" when ``num_gpu_blocks <= 0`` and "The model's max seq
+      len (L) is larger than the maximum number of tokens that can be stored in KV cache" when ``L >
+      block_size · (num_gpu_blocks // pipeline_parallel_size)`` (``num_gpu_blocks = ⌊available /
+      cache_block_size⌋``; the ``// pp`` since V0's pipeline runs ``pp`` virtual engines, each with its share of
+      the blocks; the releases before V0 ran pipelines compare ``num_gpu_blocks`` itself). So it starts iff
+      ``available ≥ pp · ⌈L/B⌉`` blocks: ``pp · ⌈L/B⌉ · B`` tokens' bytes.
+    * ``v1``: ``check_enough_kv_cache_memory`` (vllm/v1/core/kv_cache_utils.py) raises "No available memory for
+      the cache blocks" when ``available_memory <= 0`` and "To serve at least one request with the models's max
+      seq len (L), (X GiB KV cache is needed, which is larger than the available KV cache memory (Y GiB)" when
+      the layers' ``max_memory_usage_bytes`` (``cdiv(L, block_size) · page_size_bytes``) exceed it: ``⌈L/B⌉``
+      blocks. One more block is taken: V1's ``BlockPool`` holds block 0 back as its null block
+      (vllm/v1/core/block_pool.py ``self.null_block = self.free_block_queue.popleft()``), so a cache of
+      ``⌈L/B⌉`` blocks cannot schedule a request of ``L`` tokens, and vLLM's latest check subtracts that
+      block before comparing ("Reserve the null block BlockPool permanently holds back"); on a release whose
+      check does not, this refuses one block (``B`` tokens) earlier than vLLM does: never a false start.
+
+    Raises:
+        ValueError: ``max_model_len`` or ``block_size`` below 1, ``tp`` or ``pp`` below 1, or
+            ``engine_generation`` not ``v0``/``v1``.
+    """
+    if max_model_len < 1 or block_size < 1 or tp < 1 or pp < 1:
+        raise ValueError(f"one_sequence_kv_bytes: max_model_len {max_model_len!r}, block_size {block_size!r}, tp "
+                         f"{tp!r} and pp {pp!r} must be at least 1")
+    if engine_generation not in ("v0", "v1"):
+        raise ValueError(f"one_sequence_kv_bytes: engine_generation must be 'v0' or 'v1', got {engine_generation!r}")
+    blocks = math.ceil(max_model_len / block_size)
+    blocks = blocks * pp if engine_generation == "v0" else blocks + 1
+    return blocks * block_size * stage_kv_bytes_per_token(model, tp, pp)
+
+
+def vllm_refuses_to_start(available: float, needed: float) -> bool:
+    """Whether a vLLM engine with ``available`` bytes per GPU for its KV cache (:func:`kv_cache_budget_bytes`,
+    the release's in-pool bytes and the profile peak taken) refuses to start, needing ``needed``
+    (:func:`one_sequence_kv_bytes`): no memory at all for the cache (``available ≤ 0``, V0's ``num_gpu_blocks
+    <= 0``, V1's ``available_memory <= 0``) or less than one request of ``max_model_len`` in whole blocks."""
+    return available <= 0 or available < needed
 
 
 def resident_bytes(model: ModelSpec, kind: str, dp: int, pp: int, tp: int,

@@ -1,0 +1,193 @@
+"""vLLM refuses to start an engine whose KV cache cannot hold one request of ``max_model_len`` (V0
+``raise_if_cache_size_invalid``, V1 ``check_enough_kv_cache_memory``): the memory model prices that check
+(:func:`~packplace.placement.model.memory.one_sequence_kv_bytes`,
+:func:`~packplace.placement.model.memory.vllm_refuses_to_start`), the candidate table marks such an engine unfit
+(:attr:`~packplace.placement.candidates.Candidate.refused`), the evaluator refuses a plan holding it, ``place``
+says why, and ``estimate --task generate`` prints the evaluator's KV budget and the refusal."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from packplace.errors import InfeasibleError
+from packplace.placement.api import check_instance
+from packplace.placement.candidates import CandidateTable, cost_model
+from packplace.placement.estimate_engine import engine_lines
+from packplace.placement.evaluator import get_evaluator
+from packplace.placement.model.cost import CostModel
+from packplace.placement.model.engine import kv_capacity_tokens
+from packplace.placement.model.memory import (
+    VLLM_BLOCK_SIZE,
+    one_sequence_kv_bytes,
+    stage_kv_bytes_per_token,
+    vllm_refuses_to_start,
+)
+from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.plan import Allocation, Plan
+from packplace.placement.task_estimate import MODEL_PRESETS, estimate
+from packplace.shape import TransformerShape
+
+#: Llama-3.1-8B: 32 layers, 8 KV heads of 128: 2 x 32 x 8 x 128 x 2 = 131,072 KV bytes a token on one GPU
+LLAMA8 = TransformerShape(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
+PER_TOKEN = 131_072
+#: the toy GRPO of test_placement_candidates.py: Llama-3.1-8B on 8 GB GPUs, an eager bare engine
+HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=8, flops_per_gpu=1e15, memory_per_gpu=8e9,
+          memory_bandwidth=2e12, alpha_coll_g=1e-6, beta_coll_g=3e-12, alpha_coll_n=5e-6, beta_coll_n=2e-11,
+          alpha_coll_r=8e-6, beta_coll_r=2.5e-11, alpha_p2p_g=2e-6, beta_p2p_g=2.5e-12, alpha_p2p_n=5e-6,
+          beta_p2p_n=2e-11, alpha_p2p_r=8e-6, beta_p2p_r=2.4e-11, decode_step_overhead=0.0,
+          memory_workspace=0.0)
+
+
+def _toy(gmu: float) -> dict:
+    actor = dict(layers=32, hidden_dim=4096, ffn_dim=14336, vocab_size=128256, num_kv_heads=8)
+    reward = dict(layers=4, hidden_dim=512, ffn_dim=1024, vocab_size=1000, head_dim=64)
+    return {"hardware": dict(HW), "models": {"actor": actor, "reward": reward},
+            "workload": dict(batch_size=16, samples_per_prompt=2, context_length=128, generation_length=128),
+            "policy": {"algorithm": "grpo", "gpu_memory_utilization": gmu, "enforce_eager": True}}
+
+
+def test_one_sequence_kv_bytes_by_hand():
+    assert stage_kv_bytes_per_token(LLAMA8, 1, 1) == PER_TOKEN
+    # V0: ceil(L/16) blocks; 256 tokens are 16 blocks, 257 are 17
+    assert one_sequence_kv_bytes(LLAMA8, tp=1, pp=1, max_model_len=256, engine_generation="v0") == 16 * 16 * PER_TOKEN
+    assert one_sequence_kv_bytes(LLAMA8, tp=1, pp=1, max_model_len=257, engine_generation="v0") == 17 * 16 * PER_TOKEN
+    # V1: one block more, the BlockPool's null block: 17 blocks of 2,097,152 B = 35,651,584 B
+    assert one_sequence_kv_bytes(LLAMA8, tp=1, pp=1, max_model_len=256, engine_generation="v1") == 35_651_584
+    # TP 8: one KV head a rank, 16,384 B a token: 17 x 16 x 16,384 = 4,456,448 B
+    assert one_sequence_kv_bytes(LLAMA8, tp=8, pp=1, max_model_len=256, engine_generation="v1") == 4_456_448
+    # V0 with 2 stages: 16 layers a stage (65,536 B a token), and each of the 2 virtual engines needs its 16
+    # blocks (num_gpu_blocks // pipeline_parallel_size): 32 x 16 x 65,536 = 33,554,432 B
+    assert one_sequence_kv_bytes(LLAMA8, tp=1, pp=2, max_model_len=256, engine_generation="v0") == 33_554_432
+    with pytest.raises(ValueError, match="max_model_len"):
+        one_sequence_kv_bytes(LLAMA8, tp=1, pp=1, max_model_len=0, engine_generation="v1")
+    with pytest.raises(ValueError, match="engine_generation"):
+        one_sequence_kv_bytes(LLAMA8, tp=1, pp=1, max_model_len=16, engine_generation=None)
+
+
+def test_refusal_at_the_block_boundary():
+    block = VLLM_BLOCK_SIZE * PER_TOKEN                   # 2,097,152 B
+    v0 = one_sequence_kv_bytes(LLAMA8, tp=1, pp=1, max_model_len=4096, engine_generation="v0")
+    assert v0 == 256 * block
+    assert not vllm_refuses_to_start(256 * block, v0)     # exactly 256 blocks: max_seq_len 4096 = max_model_len
+    assert vllm_refuses_to_start(256 * block - 1, v0)     # 255 whole blocks: 4080 tokens < 4096
+    v1 = one_sequence_kv_bytes(LLAMA8, tp=1, pp=1, max_model_len=4096, engine_generation="v1")
+    assert vllm_refuses_to_start(256 * block, v1)         # V1: the null block leaves 255 usable
+    assert not vllm_refuses_to_start(257 * block, v1)
+    # no memory for the cache at all: refused whatever the request needs
+    assert vllm_refuses_to_start(0.0, 0.0) and vllm_refuses_to_start(-1.0, 0.0)
+
+
+@pytest.mark.parametrize("delta_blocks, refused", [(-1, True), (0, False), (1, False)])
+def test_candidate_at_one_block_either_side_of_the_boundary(monkeypatch, delta_blocks, refused):
+    """The candidate table's engine with its KV budget set one block under, at and one block over what one request
+    of max_model_len 256 needs at TP 8 (17 blocks of 16 x 16,384 B: 4,456,448 B)."""
+    needed = 4_456_448
+    block = 16 * 16_384
+
+    def budget(self, model, tp, pp, ep=1):
+        per_token = stage_kv_bytes_per_token(model, tp, pp)
+        return needed / 16_384 * per_token + delta_blocks * block * per_token / 16_384
+
+    monkeypatch.setattr(CostModel, "engine_kv_budget", budget)
+    table = CandidateTable(build_instance(_toy(0.35)))
+    tp8 = [c for c in table.all["actor.generate"] if c.strategy.tp == 8 and c.strategy.pp == 1]
+    assert tp8
+    for c in tp8:
+        assert (c.refused is not None) == refused
+        if refused:
+            assert c.refused == (needed - block, needed) and not c.fits
+
+
+def test_toy_grpo_on_8gb_is_refused_with_a_message_naming_the_bytes():
+    """At 0.3 x 8 GB no candidate's pool holds the weights and the profile run's peak: vLLM would refuse every one
+    (the engine had been priced at one sequence at a time, a 32.92 s step on 32 GPUs); 0.32 is the least two-decimal
+    value at which a candidate starts (TP 8)."""
+    inst = build_instance(_toy(0.3))
+    table = CandidateTable(inst)
+    assert not table.feasible["actor.generate"]
+    assert all(c.refused is not None for c in table.all["actor.generate"])
+    with pytest.raises(InfeasibleError) as info:
+        check_instance(inst)
+    text = str(info.value)
+    assert text.startswith("[policy] gpu_memory_utilization 0.3: actor.generate (TP 4, PP 2) would not start: vLLM "
+                           "(v1) refuses an engine whose KV cache cannot hold one request of max_model_len 256 tokens")
+    assert "needed" in text and "set policy.gpu_memory_utilization to at least 0.32" in text
+    started = CandidateTable(build_instance(_toy(0.32)))
+    assert {c.strategy.tp for c in started.feasible["actor.generate"]} == {8}
+
+
+def test_evaluator_refuses_a_plan_holding_a_refused_engine():
+    """Every task on the node's 8 GPUs, the engine at TP 8: the evaluator's verdict names the refusal and its bytes
+    (the pool leaves the cache nothing; one request of 256 tokens needs 17 blocks of 16 x 16,384 B)."""
+    inst = build_instance(_toy(0.3))
+    ev = get_evaluator(inst)
+    whole = (1, 1, 8)
+
+    def pick(name):
+        cands = [c for c in ev.table.all[name] if c.extent == whole]
+        if name == "actor.generate":
+            cands = [c for c in cands if c.strategy.tp == 8 and c.strategy.pp == 1]
+        return cands[0]
+
+    chosen = {v.name: pick(v.name) for v in inst.graph.vertices}
+    plan = Plan.build({name: c.at(Allocation((0, 0, 0), whole)) for name, c in chosen.items()})
+    score = ev.score(plan)
+    assert not score.feasible and math.isinf(ev.step_time(plan))
+    line = next(v for v in score.violations if "would not start" in v)
+    available, needed = chosen["actor.generate"].refused
+    assert available <= 0 < needed == 4_456_448
+    assert "actor.generate (TP 8, PP 1) would not start" in line and "4.5 MB needed" in line
+
+
+@pytest.mark.parametrize("framework, version, tp", [
+    ("vllm", None, 1),            # a bare engine, no release: V1
+    ("nemo-rl", "0.4.0", 2),      # vLLM 0.10: NCCL's buffers inside the pool
+    ("nemo-rl", "0.5.0", 2),      # vLLM 0.11.2: NCCL outside
+    ("openrlhf", "0.5.5", 2),     # vLLM 0.6.5 V0: NCCL and the non-torch bytes inside
+    ("verl", "0.3.0", 1),         # vLLM 0.6.3 V0, verl's 8,192 profile tokens
+])
+def test_estimate_kv_budget_is_the_evaluators(framework, version, tp):
+    """``estimate --task generate``'s ``kv_budget`` is the budget the evaluator's engine runs on: the same
+    model, GPU, release, pool and prompt priced through the placement instance's cost model."""
+    prompt, final, gmu = 512, 2048, 0.85
+    est = estimate("llama3.1-8b", "h100-sxm", "generate", framework=framework, framework_version=version, tp=tp,
+                   seq_len=prompt, context=final, batch=8, gpu_memory_utilization=gmu)
+    policy = {"algorithm": "grpo", "framework": "none" if framework == "vllm" else framework,
+              "gpu_memory_utilization": gmu}
+    if version is not None:
+        policy["framework_version"] = version
+    inst = build_instance({
+        "hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
+        "models": {"actor": dict(MODEL_PRESETS["llama3.1-8b"]), "reward": "rule"},
+        "workload": {"batch_size": 8, "samples_per_prompt": 1, "context_length": prompt,
+                     "generation_length": final - prompt}, "policy": policy})
+    cost = cost_model(inst).for_role("actor")
+    model = inst.models["actor"]
+    evaluator_budget = cost.engine_kv_budget(model, tp, 1)
+    assert est.engine["kv_budget"] == pytest.approx(evaluator_budget, rel=1e-12)
+    # the cache the evaluator's generation runs on is that budget in tokens
+    tokens = kv_capacity_tokens(model, inst.hardware.memory_per_gpu, inst.workload, tp, 1, gmu, 1,
+                                inst.hardware.memory_workspace, cost.engine_reservation(tp, 1).in_pool,
+                                cost.engine_profile_bytes(model, tp))
+    assert tokens == int(est.engine["kv_budget"] // stage_kv_bytes_per_token(model, tp, 1))
+    assert est.engine["starts"] and est.fits
+
+
+def test_estimate_says_vllm_would_refuse():
+    """Llama-3.1-8B at TP 1 in a 0.215 x 79.11 GiB pool (18.26 GB): one sequence's live KV fits the pool, but the
+    16 GB of weights, the working set, workspace and the profile run's peak (906 MB at 8,192 tokens) leave the
+    cache 53 MB, under the 271 MB one request of 2,048 tokens needs; vLLM refuses to start it. At 0.22 it starts."""
+    est = estimate("llama3.1-8b", "h100-sxm", "generate", framework="vllm", tp=1, seq_len=512, context=2048,
+                   batch=1, gpu_memory_utilization=0.215)
+    engine = est.engine
+    assert engine["need_bytes"] <= engine["pool_bytes"]     # the live KV of one sequence fits the pool...
+    assert not engine["starts"] and not est.fits            # ...but vLLM's start-up check does not pass
+    # V1: ceil(2048 / 16) + 1 = 129 blocks of 16 x 131,072 B
+    assert engine["kv_needed"] == 129 * 16 * PER_TOKEN
+    assert engine["kv_budget"] < engine["kv_needed"]
+    assert any("vLLM would refuse to start this engine" in line for line in engine_lines(engine))
+    roomier = estimate("llama3.1-8b", "h100-sxm", "generate", framework="vllm", tp=1, seq_len=512, context=2048,
+                       batch=1, gpu_memory_utilization=0.22)
+    assert roomier.engine["kv_budget"] >= roomier.engine["kv_needed"] and roomier.engine["starts"] and roomier.fits
