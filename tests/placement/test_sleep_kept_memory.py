@@ -39,6 +39,9 @@ def test_what_a_sleeping_vllm_engine_keeps_by_release_parallelism_and_process():
     # pipeline stages form a communicator too, at the last stage's 8.76 GiB (as the engine's reservation)
     assert engine_sleep_kept_bytes(tp=1, pp=2, engine_generation="v1", enforce_eager=True, workspace=1.02e9,
                                    own_process=False) == VLLM_NCCL_PP_BYTES == 8.76 * GIB
+    # in a process of its own the same: that reading (total - free in the worker) holds the process's context
+    assert engine_sleep_kept_bytes(tp=1, pp=2, engine_generation="v1", enforce_eager=True, workspace=1.02e9,
+                                   own_process=True) == 8.76 * GIB
     # one GPU, eager, inside the trainer's process (verl's hybrid engine): nothing of its own stays
     assert engine_sleep_kept_bytes(tp=1, pp=1, engine_generation="v1", enforce_eager=True, workspace=1.02e9,
                                    own_process=False) == 0.0

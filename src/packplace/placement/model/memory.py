@@ -74,10 +74,13 @@ VLLM_NCCL_BYTES = 4.52 * _GIB
 #: NCCL's bytes per GPU of a vLLM engine with pipeline stages (``pp`` > 1), bytes: on its last stage, the
 #: heaviest rank, "23.56 GiB total - 14.8 GiB free = 8.76 GiB NCCL footprint on the PP-terminal rank, vs. ~1-2
 #: GiB on rank 0" (TP 2, PP 2 on 24 GB GPUs, vLLM's start-up check "Free memory on cuda:2 (14.8/23.56 GiB) on
-#: startup is less than desired", github.com/vllm-project/vllm/pull/45517). That reading is the GPU's whole
-#: used memory at the worker's snapshot, the process's CUDA context included, so with the workspace
-#: (:func:`engine_reservation` ``workspace``) beside it the context is counted twice: over, never under. The
-#: package counts every GPU of a candidate at its worst stage, so every GPU of a pipelined engine takes it.
+#: startup is less than desired", github.com/vllm-project/vllm/pull/45517). That reading is ``total −
+#: free`` of ``torch.cuda.mem_get_info()`` in the worker, after ``set_device`` and the distributed setup: the
+#: GPU's whole used memory at the worker's snapshot, the process's CUDA context included (``mem_get_info`` runs
+#: in that context), so where the engine's context lies beside the pool (:func:`engine_reservation`
+#: ``outside``, :func:`engine_sleep_kept_bytes` of an engine in its own process) it is this figure, not this
+#: figure plus the workspace (:func:`_context_and_nccl`): never below the log. The package counts every GPU
+#: of a candidate at its worst stage, so every GPU of a pipelined engine takes it.
 VLLM_NCCL_PP_BYTES = 8.76 * _GIB
 #: NCCL's bytes per GPU inside ``gpu_memory_utilization`` of a V0 vLLM engine whose workers form a communicator
 #: (``tp·pp`` > 1), bytes: what its non-torch memory grows by from TP 1 to TP 2 in the one V0 log with both, vLLM
@@ -807,7 +810,8 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     it: what existed at the snapshot (the CUDA context and workspaces: ``workspace``, the stack's per-process
     bytes), NCCL's buffers once the snapshot follows their initialisation (``vllm_release`` ≥
     :data:`VLLM_NCCL_OUTSIDE_POOL_SINCE`: :data:`VLLM_NCCL_BYTES` when ``tp`` > 1 with one stage,
-    :data:`VLLM_NCCL_PP_BYTES`, the last stage's, when ``pp`` > 1) and the CUDA graphs
+    :data:`VLLM_NCCL_PP_BYTES`, the last stage's, when ``pp`` > 1, a reading that holds the context, so
+    ``max(VLLM_NCCL_PP_BYTES, workspace)`` for both: :func:`_context_and_nccl`) and the CUDA graphs
     captured after the cache (``enforce_eager`` false and ``vllm_release`` below
     :data:`VLLM_GRAPHS_IN_POOL_SINCE`: :func:`_graph_bytes`, 2.28 GiB on V1, a V0 engine's 3.34 GiB). From 0.21 the
     graphs' estimate is taken from the KV cache instead (``in_pool``, the same bytes, not also outside:
@@ -841,8 +845,20 @@ def engine_reservation(*, tp: int, pp: int, engine_generation: str | None, vllm_
     if vllm_release is not None and tuple(vllm_release) < VLLM_NCCL_OUTSIDE_POOL_SINCE:
         return EngineReservation(nccl, workspace + graph, True)
     if _graphs_in_pool(engine_generation, vllm_release):
-        return EngineReservation(graph, workspace + nccl, True)
-    return EngineReservation(0.0, workspace + nccl + graph, True)
+        return EngineReservation(graph, _context_and_nccl(workspace, tp, pp), True)
+    return EngineReservation(0.0, _context_and_nccl(workspace, tp, pp) + graph, True)
+
+
+def _context_and_nccl(workspace: float, tp: int, pp: int) -> float:
+    """Bytes per GPU of a vLLM engine's CUDA context (``workspace``, the stack's per-process bytes) and NCCL's
+    buffers together, where both lie beside the pool: ``workspace +`` :data:`VLLM_NCCL_BYTES` at ``tp`` > 1 with
+    one stage (the free-memory difference across NCCL's initialisation, which holds no context), ``workspace``
+    alone on one GPU, and with pipeline stages ``max(VLLM_NCCL_PP_BYTES, workspace)``: that figure is the GPU's
+    whole used memory at the worker's snapshot, its CUDA context already inside (:data:`VLLM_NCCL_PP_BYTES`), so
+    the workspace is not added again; never below the logged 8.76 GiB."""
+    if pp > 1:
+        return max(VLLM_NCCL_PP_BYTES, workspace)
+    return workspace + _nccl_bytes(tp, pp)
 
 
 def _v0_non_torch_beyond(workspace: float, vllm_release: tuple[int, ...] | None) -> float:
@@ -893,11 +909,13 @@ def engine_sleep_kept_bytes(*, tp: int, pp: int, engine_generation: str | None, 
       in every release: before 0.11 they lie inside the pool's accounting, but sleep frees only the tagged
       tensors);
     * the CUDA context and workspaces of the engine's own process (``workspace``, the stack's per-process
-      bytes) when ``own_process``: NeMo RL's vLLM generation worker is a Ray actor of its own that builds
-      ``vllm.LLM(..., enable_sleep_mode=True)`` (nemo_rl/models/generation/vllm/vllm_worker.py
-      ``BaseVllmGenerationWorker.__init__``; with ``tp·pp`` > 1 the ``ray`` executor's workers are processes
-      of their own too), as are OpenRLHF's ``LLMRayActor`` engines. verl's hybrid engine runs vLLM inside the
-      trainer's worker process (``ActorRolloutRefWorker``), whose context the trainer's own bytes count.
+      bytes) when ``own_process``, except with pipeline stages, whose NCCL figure already holds the process's
+      context (:func:`_context_and_nccl`: ``max(VLLM_NCCL_PP_BYTES, workspace)``): NeMo RL's vLLM
+      generation worker is a Ray actor of its own that builds ``vllm.LLM(..., enable_sleep_mode=True)``
+      (nemo_rl/models/generation/vllm/vllm_worker.py ``BaseVllmGenerationWorker.__init__``; with ``tp·pp`` > 1
+      the ``ray`` executor's workers are processes of their own too), as are OpenRLHF's ``LLMRayActor``
+      engines. verl's hybrid engine runs vLLM inside the trainer's worker process (``ActorRolloutRefWorker``),
+      whose context the trainer's own bytes count.
 
     ``engine_generation`` ``None`` (not a vLLM engine): 0.
 
@@ -908,7 +926,8 @@ def engine_sleep_kept_bytes(*, tp: int, pp: int, engine_generation: str | None, 
     _check_engine_args("engine_sleep_kept_bytes", tp, pp, engine_generation, workspace)
     if engine_generation is None:
         return 0.0
-    return _graph_bytes(engine_generation, enforce_eager) + _nccl_bytes(tp, pp) + (workspace if own_process else 0.0)
+    held = _context_and_nccl(workspace, tp, pp) if own_process else _nccl_bytes(tp, pp)
+    return _graph_bytes(engine_generation, enforce_eager) + held
 
 
 def _check_engine_args(caller: str, tp: int, pp: int, engine_generation: str | None, workspace: float) -> None:
