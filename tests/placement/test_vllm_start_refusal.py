@@ -111,7 +111,7 @@ def test_toy_grpo_on_8gb_is_refused_with_a_message_naming_the_bytes():
     with pytest.raises(InfeasibleError) as info:
         check_instance(inst)
     text = str(info.value)
-    assert text.startswith("[policy] gpu_memory_utilization 0.3: actor.generate (TP 4, PP 2) would not start: vLLM "
+    assert text.startswith("[policy] gpu_memory_utilization 0.3: actor.generate (TP 8, PP 1) would not start: vLLM "
                            "(v1) refuses an engine whose KV cache cannot hold one request of max_model_len 256 tokens")
     assert "needed" in text and "set policy.gpu_memory_utilization to at least 0.32" in text
     started = CandidateTable(build_instance(_toy(0.32)))

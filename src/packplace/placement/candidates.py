@@ -615,19 +615,20 @@ class CandidateTable:
         return self._pool_too_large(name) or self._pool_too_small(name) or self._start_refused(name)
 
     def _start_refused(self, name: str) -> str | None:
-        """:meth:`engine_pool_message` for an engine every candidate of which vLLM would refuse to start or that
-        fits for no other reason (:attr:`Candidate.refused`: its KV cache cannot hold one request of
-        ``max_model_len``), or ``None`` where no candidate is refused. Names the refused candidate with the most KV
+        """:meth:`engine_pool_message` for an engine some candidate of which fits its pool and the GPU but vLLM would
+        refuse to start (:attr:`Candidate.refused`: its KV cache cannot hold one request of ``max_model_len``), or
+        ``None`` where no candidate is unfit for that reason alone. Names the refused candidate with the most KV
         bytes available (:func:`engine_refusal_line`) and the smallest ``gpu_memory_utilization`` with two
         decimals above the current one at which a candidate starts and fits (:func:`engine_fit_at`, up to the
         largest value whose pool fits the GPU beside that candidate's outside bytes), or says that none does."""
         inst = self.instance
-        refused = [c for c in self.all[name] if c.refused is not None]
-        if not refused:
-            return None
-        best = max(refused, key=lambda c: (c.refused[0], -c.gpus))
         gmu, capacity = inst.engine.gpu_memory_utilization, float(inst.hardware.memory_per_gpu)
         limit = memory_budget(inst, "generate")
+        refused = [c for c in self.all[name] if c.refused is not None and c.pool_bytes is not None
+                   and candidate_fits(c.resident_bytes, c.transient_bytes, c.pool_bytes, limit, capacity)]
+        if not refused:   # none refused only for its start-up check: the other messages say why
+            return None
+        best = max(refused, key=lambda c: (c.refused[0], -c.gpus))
         outside = min(c.memory_bytes - max(limit, c.pool_bytes or 0.0) for c in refused)
         top = math.floor(100.0 * (capacity - outside) / capacity + 1e-9)
         hint = ("; no gpu_memory_utilization up to the largest whose pool fits the GPU starts it: shorten "
