@@ -71,11 +71,16 @@ def test_openrlhf_0_6_0_on_40_gb_plans_with_the_engine_at_0_4():
     # NCCL's 1.79 GiB inside the 16 GB pool at TP > 1 (V0) and the start-up profile-run peak (434.1770 s without it)
     assert seconds == pytest.approx(438.9619, abs=1e-3)
     # the whole-plan bound of the no-fit message says where the engine fits
-    # the engine's GPUs are not counted (it runs on the trainers'): 5 tasks on 1 GPU each
+    # the engine's GPUs are not counted (it runs on the trainers'): 5 tasks on 1 GPU each. The engine's least
+    # block is 2 GPUs (TP 2 or 4): at TP 1 vLLM 0.7.2 would refuse to start it, its 0.4 x 40 GB pool leaving the
+    # KV cache 1,003,653,376 B after the 13.5 GB of weights, under one request of max_model_len 2,048 (128 blocks
+    # of 16 x 524,288 B = 1 GiB; test_vllm_start_refusal.py)
     bound = table.whole_plan_bound([])
     assert bound.startswith("with actor.generate on the trainers' GPUs, the whole plan with every other task on "
-                            "its own GPUs needs 5 (actor.generate 1 GPUs at 20.6 GB (fits only colocated with "
+                            "its own GPUs needs 5 (actor.generate 2 GPUs at 20.6 GB (fits only colocated with "
                             "every trainer, at gpu_memory_utilization 0.4), ")
+    tp1 = [c for c in table.colocated[ENGINE].values() if c.gpus == 1]
+    assert tp1 and all(not c.fits and c.refused == (pytest.approx(1_003_653_376.0), 1_073_741_824.0) for c in tp1)
 
 
 def test_openrlhf_0_5_8_at_0_95_on_80_gb_plans_with_the_engine_at_0_4():

@@ -1560,10 +1560,10 @@ def fit_alone(instance, cost: CostModel, name: str) -> tuple[bool, bool]:
     (:meth:`~packplace.placement.model.cost.CostModel.for_role`). The rule is the table's, :func:`candidate_fits`:
     a vLLM engine's need inside its pool (its release's in-pool bytes added, :func:`_engine_held`) within
     ``gpu_memory_utilization · memory_per_gpu``, and its whole pool with the bytes it holds outside it within
-    ``memory_per_gpu``; every other vertex's ``resident + transient`` within ``memory_per_gpu``. A rollout engine
-    none of whose candidates fits at the configured ``gpu_memory_utilization`` fits where one does at the value
-    its release runs it with colocated with every model (:func:`colocated_variant`, the table's
-    :attr:`CandidateTable.colocated_only`)."""
+    ``memory_per_gpu``, and one vLLM starts (:func:`_start_refusal`); every other vertex's ``resident + transient``
+    within ``memory_per_gpu``. A rollout engine none of whose candidates fits at the configured
+    ``gpu_memory_utilization`` fits where one does at the value its release runs it with colocated with every
+    model (:func:`colocated_variant`, the table's :attr:`CandidateTable.colocated_only`)."""
     vertex = instance.graph.vertex(name)
     kind, model = vertex.kind, instance.models[vertex.model]
     cost = cost.for_role(vertex.model)
@@ -1585,6 +1585,8 @@ def fit_alone(instance, cost: CostModel, name: str) -> tuple[bool, bool]:
             pool = None
             if kind == "generate":   # the engine's pool and what it holds beside it, as the table prices it
                 tra, pool = _engine_held(cost, strategy, res, tra, limit)
+                if _start_refusal(cost, model, strategy, pool) is not None:   # vLLM would not start it
+                    continue
             if candidate_fits(res, tra, pool, limit, capacity):
                 return True, True
     variant = colocated_variant(instance) if kind == "generate" and legal else None

@@ -641,11 +641,10 @@ class PlacementEvaluator:
                 gmu = colocated_engine_gpu_memory_utilization(self.instance)
                 budget = gmu * self.capacity
             first, last = self.cluster.coords(lo), self.cluster.coords(hi - 1)
-            if cand.refused is not None:
-                out.append(f"GPUs {first}..{last}: {engine_refusal_line(name, cand, gmu, self.instance)}")
-                continue
             # over memory_per_gpu alone (or its pool with what lies outside it): a segment line says so
             if cand.fits or budget >= self.capacity or cand.budget_bytes <= budget:
+                if cand.refused is not None:   # within its pool, but vLLM would not start it
+                    out.append(f"GPUs {first}..{last}: {engine_refusal_line(name, cand, gmu, self.instance)}")
                 continue
             out.append(f"GPUs {first}..{last}: {name} needs {gb(cand.budget_bytes)} GB, {gb(budget)} GB available "
                        f"to the rollout engine (gpu_memory_utilization {gmu:g} of {gb(self.capacity)} GB)")
