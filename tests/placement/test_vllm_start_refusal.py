@@ -26,7 +26,7 @@ from packplace.placement.model.memory import (
 )
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.plan import Allocation, Plan
-from packplace.placement.task_estimate import MODEL_PRESETS, estimate
+from packplace.placement.task_estimate import MODEL_PRESETS, estimate, format_estimate
 from packplace.shape import TransformerShape
 
 #: Llama-3.1-8B: 32 layers, 8 KV heads of 128: 2 x 32 x 8 x 128 x 2 = 131,072 KV bytes a token on one GPU
@@ -188,6 +188,7 @@ def test_estimate_says_vllm_would_refuse():
     assert engine["kv_needed"] == 129 * 16 * PER_TOKEN
     assert engine["kv_budget"] < engine["kv_needed"]
     assert any("vLLM would refuse to start this engine" in line for line in engine_lines(engine))
+    assert "does NOT fit in 84.94 GB: vLLM would refuse to start the engine" in format_estimate(est)
     roomier = estimate("llama3.1-8b", "h100-sxm", "generate", framework="vllm", tp=1, seq_len=512, context=2048,
                        batch=1, gpu_memory_utilization=0.22)
     assert roomier.engine["kv_budget"] >= roomier.engine["kv_needed"] and roomier.engine["starts"] and roomier.fits

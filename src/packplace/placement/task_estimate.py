@@ -1776,8 +1776,9 @@ def format_estimate(result: Estimate) -> str:
     if result.inputs.get("task") == "train" and result.inputs.get("pp", 1) > 1:
         lines.append(_pipeline_line(result.inputs))
     verdict = "fits" if result.fits else "does NOT fit"
+    refused = bool(result.engine) and not result.engine.get("starts", True)   # vLLM's start-up check (below)
     lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({verdict} in "
-                 f"{result.capacity_bytes / GB:.2f} GB)")
+                 f"{result.capacity_bytes / GB:.2f} GB{': vLLM would refuse to start the engine' if refused else ''})")
     if result.engine:   # place's charge: the pool and what lies outside it
         return "\n".join(lines + engine_lines(result.engine))
     lines += [f"  {name:<14} {result.memory[name] / GB:.2f} GB" for name in MEMORY_PARTS]
