@@ -186,7 +186,7 @@ def test_estimate_says_vllm_would_refuse():
     assert not engine["starts"] and not est.fits            # ...but vLLM's start-up check does not pass
     # V1: ceil(2048 / 16) + 1 = 129 blocks of 16 x 131,072 B
     assert engine["kv_needed"] == 129 * 16 * PER_TOKEN
-    assert engine["kv_budget"] < engine["kv_needed"]
+    assert engine["kv_budget"] == engine["kv_available"] < engine["kv_needed"]
     assert any("vLLM would refuse to start this engine" in line for line in engine_lines(engine))
     assert "does NOT fit in 84.94 GB: vLLM would refuse to start the engine" in format_estimate(est)
     roomier = estimate("llama3.1-8b", "h100-sxm", "generate", framework="vllm", tp=1, seq_len=512, context=2048,

@@ -67,7 +67,8 @@ def engine_memory(memory: dict[str, float], *, hw: Hardware, cluster: Cluster, t
         the parts of :data:`ENGINE_PARTS` (they sum to ``peak_bytes``), ``kv_cache`` (the live KV of the batch,
         within ``kv_budget`` when the need fits the pool), ``gpu_memory_utilization``, ``kv_needed`` (the KV bytes
         vLLM requires at start-up, one request of ``max_model_len`` in whole blocks,
-        :func:`~packplace.placement.model.memory.one_sequence_kv_bytes`), ``starts`` (a ``bool``: vLLM starts the
+        :func:`~packplace.placement.model.memory.one_sequence_kv_bytes`), ``kv_available`` (the evaluator's KV
+        budget, what vLLM's start-up check compares with ``kv_needed``), ``starts`` (a ``bool``: vLLM starts the
         engine, :func:`~packplace.placement.model.memory.vllm_refuses_to_start` false) and ``fits`` (a ``bool``:
         :func:`~packplace.placement.candidates.candidate_fits`, and the engine starts). ``non_torch_in_pool`` is
         :func:`~packplace.placement.model.memory._v0_non_torch_beyond` of a V0 engine (0 on V1);
@@ -106,7 +107,7 @@ def engine_memory(memory: dict[str, float], *, hw: Hardware, cluster: Cluster, t
     nccl_in = bare.in_pool - non_torch
     other = need - weights - memory["kv_cache"] - graphs_in - nccl_in - non_torch
     budget = max(need, pool) - weights - other - graphs_in - nccl_in - non_torch
-    needed, starts = 0.0, True
+    needed, starts, priced = 0.0, True, budget
     if shape is not None:
         needed = one_sequence_kv_bytes(shape, tp=tp, pp=pp, max_model_len=int(max_model_len),
                                        engine_generation=engine_generation)
@@ -117,7 +118,7 @@ def engine_memory(memory: dict[str, float], *, hw: Hardware, cluster: Cluster, t
             other = pool - weights - budget - graphs_in - nccl_in - non_torch
     return {"peak_bytes": weights + held, "need_bytes": need, "pool_bytes": pool,
             "outside_bytes": reservation.outside, "weights": weights, "kv_cache": memory["kv_cache"],
-            "kv_budget": budget, "kv_needed": needed, "starts": starts,
+            "kv_budget": budget, "kv_available": priced, "kv_needed": needed, "starts": starts,
             "other_in_pool": other, "nccl_in_pool": nccl_in, "non_torch_in_pool": non_torch,
             "graphs_in_pool": graphs_in, "graphs": graphs_out, "nccl": reservation.outside - graphs_out - context,
             "context": context, "gpu_memory_utilization": gmu,
@@ -164,6 +165,6 @@ def engine_lines(engine: dict[str, float]) -> list[str]:
     lines += [f"    {name:<14} {engine[name] / GB:.2f} GB{note}" for name, note in notes.items()]
     if not engine.get("starts", True):
         lines.append(f"  vLLM would refuse to start this engine: its KV cache cannot hold one request of "
-                     f"max_model_len ({engine['kv_budget'] / GB:.3f} GB available for it, "
+                     f"max_model_len ({engine['kv_available'] / GB:.3f} GB available for it, "
                      f"{engine['kv_needed'] / GB:.3f} GB needed in whole blocks of 16 tokens)")
     return lines
