@@ -1362,8 +1362,10 @@ class CostModel:
         """``max_model_len`` of the rollout engine, tokens: the prompt plus the longest response the workload allows,
         ``S + T``, what the frameworks pass to vLLM (verl ``max_model_len = config.max_model_len or
         config.prompt_length + config.response_length``, verl/workers/rollout/vllm_rollout; NeMo RL's
-        ``vllm_cfg.max_model_len``, set to ``policy.max_total_sequence_length`` in its example configs; OpenRLHF
-        ``max_model_len = max_len or prompt_max_len + generate_max_len``): the least a run of this workload sets."""
+        ``vllm_cfg.max_model_len``, ``${policy.max_total_sequence_length}`` in examples/configs/grpo_math_1B.yaml;
+        OpenRLHF ``max_len``, "Max total sequence length (prompt + response)", openrlhf/cli/train_ppo_ray.py): the
+        least a run of this workload sets (a larger one, e.g. OpenRLHF's default 2048 for a shorter workload, makes
+        vLLM refuse sooner than priced here)."""
         return int(self.workload.context_length + self.workload.generation_length)
 
     def engine_start_refusal(self, model: ModelSpec, tp: int, pp: int, ep: int = 1) -> tuple[float, float] | None:
