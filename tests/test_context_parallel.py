@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from packplace.context_parallel import (
@@ -142,6 +143,13 @@ def test_make_instance_rejects_bad_tokens_and_proves_infeasibility():
         make_instance([5, 6], dp=4, context_parallel={"max": 1})
     with pytest.raises(InfeasibleError, match="sequence 0 has 9000 tokens"):
         make_instance([9000], dp=2, context_parallel={"max": 2, "max_tokens_per_rank": 4000})
+    # an empty batch is bad input, as for the balance problem ("samples: the instance has no samples"); it was
+    # built, and the backends disagreed on it: greedy and static 'optimal' 0, cpsat 'infeasible', megatron a bare
+    # ValueError from max() of an empty sequence
+    with pytest.raises(ConfigError, match="^tokens: the instance has no sequences$"):
+        make_instance([], dp=1, context_parallel={"max": 2})
+    with pytest.raises(ConfigError, match="^tokens: the instance has no sequences$"):
+        make_instance(np.array([], dtype=np.int64), dp=2, context_parallel={"max": 1})
 
 
 def test_defaults_sizes_and_the_balance_entry():
