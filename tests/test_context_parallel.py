@@ -168,6 +168,21 @@ def test_defaults_sizes_and_the_balance_entry():
         balance_instance([1, 2], [1.0, 2.0], seq_len=4, data_parallel_size=1, context_parallel={"max": 1})
 
 
+def test_a_balance_solver_named_for_a_context_parallel_instance_is_refused_not_replaced():
+    # solver="repair" (the balance default, named) had silently run greedy; only an unnamed solver takes the
+    # context_parallel default
+    import packplace
+    from packplace.balance import make_instance as balance_instance
+    from packplace.balance import solve_balance
+
+    inst = balance_instance([100, 300, 200, 50], seq_len=400, data_parallel_size=2, context_parallel={"max": 1})
+    assert solve_balance(inst).solver == "greedy" and packplace.balance(inst).solver == "greedy"
+    for call in (solve_balance, packplace.balance):
+        with pytest.raises(ConfigError, match=r"^solver: unknown context_parallel solver 'repair'; available: "):
+            call(inst, "repair")
+    assert solve_balance(balance_instance([1, 2], seq_len=4, data_parallel_size=1)).solver == "repair"
+
+
 def test_static_packs_in_order_like_megatron():
     # 4 ranks at CP 2 -> 2 groups per slot; cap 2 x 2000 = 4000 tokens: packs [a b] [c] [d e]; 3 packs -> move e
     inst = _instance()
