@@ -468,6 +468,11 @@ def get_reverse_idx(idx_map: Any) -> Any:
     values = as_values(idx_map, "idx_map")
     if sorted(values) != list(range(len(values))):
         raise ConfigError(f"idx_map: must be a permutation of 0..{len(values) - 1}, got {show(values)}")
+    if isinstance(idx_map, tuple):   # immutable: verl's item assignment would raise TypeError
+        inverse = [0] * len(values)
+        for position, index in enumerate(values):
+            inverse[index] = position
+        return tuple(inverse)
     reverse = copy.deepcopy(idx_map)
     for position, index in enumerate(values):
         reverse[index] = position
