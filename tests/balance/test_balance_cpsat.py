@@ -454,3 +454,21 @@ def test_cp_parameters_are_taken_and_checked_like_placement():
         packplace.balance(inst, solver="cpsat", time_limit_s=1, cp_parameters={"relative_gap_limit": "tight"})
     with pytest.raises(ConfigError, match="cp_parameters must be a mapping"):
         packplace.balance(inst, solver="cpsat", time_limit_s=1, cp_parameters=[("relative_gap_limit", 0.1)])
+
+
+@pytest.mark.parametrize("problem", ["balance", "context_parallel"])
+@pytest.mark.parametrize("entry, message", [
+    ({"num_workers": "x"}, "cpsat: cp_parameters.num_workers: must be of type int, got 'x'"),
+    ({"log_search_progress": "yes"}, "cpsat: cp_parameters.log_search_progress: must be of type bool, got 'yes'"),
+    ({"bogus": 1}, "cpsat: cp_parameters.bogus: not a CP-SAT parameter (SatParameters has no field 'bogus'), got 1"),
+])
+def test_a_cp_parameter_of_the_wrong_type_is_one_line(problem, entry, message):
+    # pybind's own text ("(): incompatible function arguments. The following argument types are supported: ...")
+    # had made the message several lines long
+    from packplace.context_parallel import make_instance as cp_instance
+
+    inst = (make_instance([2, 6, 3, 3, 2, 9, 4], seq_len=10, data_parallel_size=3) if problem == "balance"
+            else cp_instance([8, 4, 3, 2, 2, 1], dp=2, context_parallel={"max": 2}))
+    with pytest.raises(ConfigError) as caught:
+        packplace.balance(inst, solver="cpsat", time_limit_s=1, cp_parameters=entry)
+    assert str(caught.value) == message

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey, key_order
-from packplace.errors import ConfigError
+from packplace.errors import ConfigError, cp_parameter_error
 from packplace.lazy import lazy_module
 from packplace.registry import register
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
@@ -452,7 +452,7 @@ def _apply_cp_parameters(solver: cp_model.CpSolver, cp_parameters: Mapping[str, 
         try:
             setattr(solver.parameters, key, value)
         except (AttributeError, TypeError, ValueError) as exc:
-            raise ConfigError(f"cpsat: cp_parameters.{key}: {exc}") from None
+            raise cp_parameter_error(solver.parameters, key, value, exc) from None
 
 
 def _check_cp_parameters(cp_parameters: Any) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
-from packplace.errors import ConfigError
+from packplace.errors import ConfigError, cp_parameter_error
 from packplace.lazy import lazy_module
 from packplace.registry import available, get, register
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, Proposal, optimality_level
@@ -90,7 +90,7 @@ def _apply_cp_parameters(solver: Any, cp_parameters: Mapping[str, Any] | None) -
         try:
             setattr(solver.parameters, key, value)
         except (AttributeError, TypeError, ValueError) as exc:
-            raise ConfigError(f"cpsat: cp_parameters.{key}: {exc}") from None
+            raise cp_parameter_error(solver.parameters, key, value, exc) from None
 
 
 @register(PROBLEM, "cpsat", exact=True)
