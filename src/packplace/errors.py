@@ -66,6 +66,11 @@ def show_kind(value: Any) -> str:
     return type(value).__name__
 
 
+#: CP-SAT's range for ``num_workers`` (its parameter check: "parameter 'num_workers' should be in [0,10000]"): a
+#: model solved with more ends MODEL_INVALID.
+MAX_CP_WORKERS = 10_000
+
+
 def cp_parameter_error(parameters: Any, key: str, value: Any, exc: Exception) -> ConfigError:
     """The one-line :class:`ConfigError` for a ``cp_parameters`` entry CP-SAT's ``SatParameters`` refused with
     ``exc`` (its own text spans several lines for a value of the wrong type): an unknown name, or the type the
