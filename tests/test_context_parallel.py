@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from packplace.context_parallel import (
@@ -142,6 +143,13 @@ def test_make_instance_rejects_bad_tokens_and_proves_infeasibility():
         make_instance([5, 6], dp=4, context_parallel={"max": 1})
     with pytest.raises(InfeasibleError, match="sequence 0 has 9000 tokens"):
         make_instance([9000], dp=2, context_parallel={"max": 2, "max_tokens_per_rank": 4000})
+    # an empty batch is bad input, as for the balance problem ("samples: the instance has no samples"); it was
+    # built, and the backends disagreed on it: greedy and static 'optimal' 0, cpsat 'infeasible', megatron a bare
+    # ValueError from max() of an empty sequence
+    with pytest.raises(ConfigError, match="^tokens: the instance has no sequences$"):
+        make_instance([], dp=1, context_parallel={"max": 2})
+    with pytest.raises(ConfigError, match="^tokens: the instance has no sequences$"):
+        make_instance(np.array([], dtype=np.int64), dp=2, context_parallel={"max": 1})
 
 
 def test_defaults_sizes_and_the_balance_entry():
@@ -158,6 +166,21 @@ def test_defaults_sizes_and_the_balance_entry():
     assert result.ok and result.problem == "context_parallel"
     with pytest.raises(ConfigError, match="costs: per-sample costs do not apply"):
         balance_instance([1, 2], [1.0, 2.0], seq_len=4, data_parallel_size=1, context_parallel={"max": 1})
+
+
+def test_a_balance_solver_named_for_a_context_parallel_instance_is_refused_not_replaced():
+    # solver="repair" (the balance default, named) had silently run greedy; only an unnamed solver takes the
+    # context_parallel default
+    import packplace
+    from packplace.balance import make_instance as balance_instance
+    from packplace.balance import solve_balance
+
+    inst = balance_instance([100, 300, 200, 50], seq_len=400, data_parallel_size=2, context_parallel={"max": 1})
+    assert solve_balance(inst).solver == "greedy" and packplace.balance(inst).solver == "greedy"
+    for call in (solve_balance, packplace.balance):
+        with pytest.raises(ConfigError, match=r"^solver: unknown context_parallel solver 'repair'; available: "):
+            call(inst, "repair")
+    assert solve_balance(balance_instance([1, 2], seq_len=4, data_parallel_size=1)).solver == "repair"
 
 
 def test_static_packs_in_order_like_megatron():

@@ -84,4 +84,10 @@ def test_the_lazy_entry_points_are_the_library_functions():
 
     assert packplace.place is solve_placement and packplace.compare is compare
     assert packplace.SolveResult is SolveResult
-    assert inspect.signature(packplace.balance).parameters["solver"].default == DEFAULT_SOLVER
+    # solver=None: the problem's default (repair for a balance instance, greedy for a context-parallel one), so
+    # that a balance solver named for a context-parallel instance is refused, not replaced
+    from packplace.balance.api import solve_balance
+
+    assert inspect.signature(packplace.balance).parameters["solver"].default is None
+    assert inspect.signature(solve_balance).parameters["solver"].default is None
+    assert DEFAULT_SOLVER == "repair"

@@ -50,13 +50,16 @@ def construct_indices(instance: BalanceInstance, deadline: float | None = None) 
     the exact packing that ``local_batch_size: "auto"`` found, then — where n·D·m ≤
     :data:`~packplace.balance.rank_rules.EXACT_MAX_BOOLEANS` — CP-SAT's feasibility model under every
     rule (:func:`~packplace.balance.rank_rules.exact_packing`; capped at ``deadline``, a
-    ``packplace.run.clock()`` value). On a dead end the second item says why: "proven" (CP-SAT proved that
-    no packing keeps the rules), "time_limit" (the deadline stopped the feasibility model first) or
-    ""."""
+    ``packplace.run.clock()`` value; the constructions stop at it too). On a dead end the second item says
+    why: "proven" (CP-SAT proved that no packing keeps the rules), "construction_cut" (the deadline stopped
+    a construction), "time_limit" (it stopped the feasibility model first) or ""."""
+    stop = None if deadline is None else (lambda: passed(deadline))
     for by in ("cost", "tokens"):
-        bins = construct(instance.packing_columns(by))
+        bins = construct(instance.packing_columns(by), stop=stop)
         if bins is not None:
             return bins, by
+        if passed(deadline):   # the deadline stopped the construction: no verdict
+            return None, "construction_cut"
     if instance.auto_packing is not None:
         index = {key: i for i, key in enumerate(instance.keys)}
         return [[index[key] for key in b] for b in instance.auto_packing], "auto"
@@ -88,11 +91,13 @@ def construct_proposal(instance: BalanceInstance, solver: str, deadline: float |
 def _dead_end(instance: BalanceInstance, solver: str, why: str) -> Proposal:
     """The reference bins (``feasible``) after every construction dead-ended, else ``infeasible`` when
     CP-SAT's feasibility model proved that no packing keeps the rules, else ``unknown``; ``hit_time_limit``
-    when the deadline stopped that model (``why`` "time_limit")."""
+    when the deadline stopped a construction or that model (``why`` "construction_cut", "time_limit")."""
     proof = {"proven": "CP-SAT's feasibility model proved that no packing keeps them",
              "time_limit": "time limit reached before CP-SAT's feasibility model found a packing; a longer "
-                           "limit may find one"}.get(why, "construction dead end; try cpsat for a proof")
-    hit = why == "time_limit"
+                           "limit may find one",
+             "construction_cut": f"time limit reached during the construction over {len(instance.samples)} samples; "
+                                 "a longer limit may find one"}.get(why, "construction dead end; try cpsat for a proof")
+    hit = why in ("time_limit", "construction_cut")
     if instance.reference_bins is not None:
         return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=hit,
                         message=f"{solver}: the construction under the rank rules dead-ended ({proof}); "
@@ -190,6 +195,9 @@ def repair_proposal(instance: BalanceInstance, run: Run) -> Proposal:
     if bins is None:
         return _dead_end(instance, "repair", by)
     constructed = _keys(instance, bins)
+    if passed(deadline):   # improve's set-up alone is O(n): no time for it
+        return Proposal(constructed, FEASIBLE, hit_time_limit=True, message=(
+            ("" if by == "cost" else _NOTES[by] + "; ") + "time limit reached before the rank-level moves"))
     bins, moves = improve(instance, bins, deadline)
     hit = passed(deadline)
     note = "" if by == "cost" else _NOTES[by] + "; "

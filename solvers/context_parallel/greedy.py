@@ -724,6 +724,9 @@ def solve(instance: ContextParallelInstance, run: Any, *, extra_slots: int = 0, 
     plan = assemble(instance, slots)
     if plan is None:
         return Proposal(None, UNKNOWN, message="the CP sizes of a slot do not tile the ranks")
+    cut = bool(run.expired())   # the constructions and the moves stop at the deadline: the plan depends on it
     plan, note = _polish(instance, run, plan, polish)
-    return Proposal(plan, FEASIBLE, iterations=spent,
-                    message=f"{len(slots)} micro-batches, {spent} candidate moves scored{note}")
+    cut = cut or bool(run.expired())
+    return Proposal(plan, FEASIBLE, iterations=spent, hit_time_limit=cut,
+                    message=f"{len(slots)} micro-batches, {spent} candidate moves scored{note}"
+                            + ("; time limit reached" if cut else ""))

@@ -74,7 +74,7 @@ class BalanceEntry:
     def __call__(
         self,
         instance: BalanceInstance,
-        solver: str = "repair",
+        solver: str | None = None,
         *,
         time_limit_s: float | None = None,
         seed: int = 0,
@@ -83,7 +83,8 @@ class BalanceEntry:
         """Solve a balance instance with the named backend; the evaluator scores the answer.
 
         The same call as :func:`packplace.balance.api.solve_balance` (arguments, result and errors are
-        documented there): ``solver`` from ``packplace.solvers.available("balance")``, ``time_limit_s`` in
+        documented there): ``solver`` from ``packplace.solvers.available("balance")`` (None: ``repair``, or
+        ``greedy`` for a context-parallel instance), ``time_limit_s`` in
         seconds, ``seed`` for any randomness, ``**params`` backend options.
 
         Raises:

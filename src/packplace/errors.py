@@ -64,3 +64,21 @@ def show_kind(value: Any) -> str:
     if isinstance(value, (dict, list, str)) and not value:
         return f"an empty {type(value).__name__}"
     return type(value).__name__
+
+
+#: CP-SAT's range for ``num_workers`` (its parameter check: "parameter 'num_workers' should be in [0,10000]"): a
+#: model solved with more ends MODEL_INVALID.
+MAX_CP_WORKERS = 10_000
+
+
+def cp_parameter_error(parameters: Any, key: str, value: Any, exc: Exception) -> ConfigError:
+    """The one-line :class:`ConfigError` for a ``cp_parameters`` entry CP-SAT's ``SatParameters`` refused with
+    ``exc`` (its own text spans several lines for a value of the wrong type): an unknown name, or the type the
+    parameter holds (read from ``parameters``) and the value given."""
+    if isinstance(exc, AttributeError):
+        return ConfigError(f"cpsat: cp_parameters.{key}: not a CP-SAT parameter (SatParameters has no field "
+                           f"{key!r}), got {show(value)}")
+    expected = type(getattr(parameters, key, None)).__name__
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    reason = f"must be of type {expected}" if isinstance(exc, TypeError) else first
+    return ConfigError(f"cpsat: cp_parameters.{key}: {reason}, got {show(value)}")

@@ -454,3 +454,37 @@ def test_cp_parameters_are_taken_and_checked_like_placement():
         packplace.balance(inst, solver="cpsat", time_limit_s=1, cp_parameters={"relative_gap_limit": "tight"})
     with pytest.raises(ConfigError, match="cp_parameters must be a mapping"):
         packplace.balance(inst, solver="cpsat", time_limit_s=1, cp_parameters=[("relative_gap_limit", 0.1)])
+
+
+@pytest.mark.parametrize("problem", ["balance", "context_parallel"])
+@pytest.mark.parametrize("entry, message", [
+    ({"num_workers": "x"}, "cpsat: cp_parameters.num_workers: must be of type int, got 'x'"),
+    ({"log_search_progress": "yes"}, "cpsat: cp_parameters.log_search_progress: must be of type bool, got 'yes'"),
+    ({"bogus": 1}, "cpsat: cp_parameters.bogus: not a CP-SAT parameter (SatParameters has no field 'bogus'), got 1"),
+])
+def test_a_cp_parameter_of_the_wrong_type_is_one_line(problem, entry, message):
+    # pybind's own text ("(): incompatible function arguments. The following argument types are supported: ...")
+    # had made the message several lines long
+    from packplace.context_parallel import make_instance as cp_instance
+
+    inst = (make_instance([2, 6, 3, 3, 2, 9, 4], seq_len=10, data_parallel_size=3) if problem == "balance"
+            else cp_instance([8, 4, 3, 2, 2, 1], dp=2, context_parallel={"max": 2}))
+    with pytest.raises(ConfigError) as caught:
+        packplace.balance(inst, solver="cpsat", time_limit_s=1, cp_parameters=entry)
+    assert str(caught.value) == message
+
+
+def test_num_workers_above_cp_sats_range_is_refused_and_a_refused_model_says_why():
+    from packplace.context_parallel import make_instance as cp_instance
+
+    inst = make_instance([2, 6, 3, 3, 2, 9, 4], seq_len=10, data_parallel_size=3)
+    cp = cp_instance([8, 4, 3, 2, 2, 1], dp=2, context_parallel={"max": 2})
+    # CP-SAT takes num_workers in [0, 10000]; 10**6 had ended MODEL_INVALID, the repair start returned, no word why
+    for instance in (inst, cp):
+        with pytest.raises(ConfigError) as caught:
+            packplace.balance(instance, solver="cpsat", time_limit_s=5, num_workers=10**6)
+        assert str(caught.value) == "num_workers: must be an integer in [1, 10000], got 1000000"
+    result = packplace.balance(inst, solver="cpsat", time_limit_s=5, cp_parameters={"max_time_in_seconds": -1})
+    assert result.status == "feasible" and result.objective == 10.0
+    assert result.message == ("CP-SAT ended MODEL_INVALID (Parameters max_time_in_seconds must be non-negative) "
+                              "without a solution; returning the repair start")

@@ -306,3 +306,31 @@ def test_a_limit_that_stops_the_feasibility_model_says_so(solver):
     full = packplace.balance(inst, solver=solver, time_limit_s=30)
     assert full.status == "feasible" and not full.hit_time_limit
     assert BalanceEvaluator(inst).score(full.solution).feasible
+
+
+def test_the_construction_stops_when_told():
+    from packplace.balance.rank_rules import STOP_EVERY, construct
+
+    tokens = (np.arange(3 * STOP_EVERY) % 50 + 1).tolist()
+    inst = make_instance(tokens, seq_len=8192, data_parallel_size=8, local_batch_size=2, equal_count=True)
+    columns = inst.packing_columns("cost")
+    whole = construct(columns)
+    assert whole is not None and construct(columns, stop=lambda: False) == whole
+    assert construct(columns, stop=lambda: True) is None
+    readings = []
+    assert construct(columns, stop=lambda: readings.append(1) or False) == whole
+    # 3,072 units: readings after units 1,024, 2,048 and 3,072; then 384 samples a rank, read before ranks 3 and 6
+    assert len(readings) == 5
+
+
+@pytest.mark.parametrize("solver", ["lpt", "repair", "kk"])
+def test_a_limit_spent_before_the_rank_rule_construction_ends_is_honoured(solver):
+    # the construction had no deadline: at 200,000 samples with equal_count a 1 s limit returned after 2.4 s (lpt)
+    # to 6.6 s (cpsat); a limit long gone when it starts now stops it at its first reading, STOP_EVERY units in
+    tokens = (np.arange(5000) % 97 + 1).tolist()
+    inst = make_instance(tokens, seq_len=8192, data_parallel_size=16, local_batch_size=2, equal_count=True)
+    cut = packplace.balance(inst, solver=solver, time_limit_s=1e-6)
+    assert cut.status == "unknown" and cut.hit_time_limit and cut.solution is None
+    assert "time limit reached during the construction over 5000 samples" in cut.message
+    full = packplace.balance(inst, solver=solver)
+    assert full.status in ("optimal", "feasible") and BalanceEvaluator(inst).score(full.solution).feasible

@@ -160,3 +160,13 @@ def test_a_rule_equals_the_brute_force_fewest_allowed_count(tokens, ranks, multi
 def test_with_objective_keeps_the_rule():
     inst = _rule_instance().with_objective("balance")
     assert inst.local_batch_size_rule == LocalBatchSizeRule(2, 1) and inst.local_batch_size == 2
+
+
+@pytest.mark.parametrize("rule, what", [("auto", "'auto'"), ({"multiple_of": 2}, "'auto' with multiple_of 2")])
+def test_fewer_samples_than_ranks_under_auto_names_the_counts(rule, what):
+    # n < D leaves no count of bins per rank to search; the message had read "no bins per rank in [1, 0]"
+    message = (f"samples: 3 samples cannot give each of data_parallel_size=4 ranks a non-empty bin "
+               f"(local_batch_size {what})")
+    with pytest.raises(InfeasibleError) as caught:
+        make_instance([1, 2, 3], seq_len=9, data_parallel_size=4, local_batch_size=rule)
+    assert str(caught.value) == message

@@ -193,6 +193,16 @@ def test_suite_parsing_and_errors(tmp_path):
     bad({"instances": [{"generator": "uniform", "seeds": [1]}, {"name": "uniform-s1", "generator": "uniform"}]},
         "duplicate instance name 'uniform-s1'")
     bad({"instances": []}, "instances: must be a non-empty list")
+    # bad values of the sizes and seeds are bad input when the suite is read (exit 2), not instances that fail to
+    # build in every cell (exit 1; a negative seed had read numpy's "expected non-negative integer")
+    uniform = {"generator": "uniform", "params": {"n": 10, "ranks": 2, "seq_len": 4096}}
+    bad({"instances": [{**uniform, "seeds": [1, -1]}]},
+        r"^suite: instances\[0\]\.seeds: must be a count or a non-empty list of integers >= 0 \(numpy seeds\), "
+        r"got \[1, -1\]$")
+    for key, value, least in (("n", -4, 1), ("ranks", 0, 1), ("bins_per_rank", 1.5, 1), ("seed", -2, 0)):
+        entry = {**uniform, "params": {**uniform["params"], key: value}}
+        bad({"instances": [entry]}, rf"^suite: instances\[0\]\.params\.{key}: must be an integer >= {least}, "
+                                    rf"got {value}$")
     bad({"instances": [{"generator": "uniform"}], "max_exact_gpus": 3}, "max_exact_samples")
     with pytest.raises(ConfigError, match="problem: 'placement' does not match"):
         load_suite(SUITES / "smoke.yaml", "placement")

@@ -16,7 +16,7 @@ from verl_oracle import verl_micro_batches, verl_partitions
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.integrations import partition
 from packplace.integrations.hyper_parallel import PackplaceBalancingAlgorithm
-from packplace.integrations.partition import largest_part
+from packplace.integrations.partition import largest_part, snake_deal
 from packplace.integrations.verl import (
     differencing_partitions,
     get_seqlen_balanced_partitions,
@@ -88,6 +88,36 @@ def test_partition_of_plain_weights():
     parts = partition([1.0, 1.5, 2.0, 2.5, 3.0], 2)
     assert largest_part([1.0, 1.5, 2.0, 2.5, 3.0], parts) == 5.0  # {2, 3} | {1, 1.5, 2.5}
     assert partition([3, 1], 1) == [[0, 1]]
+
+
+def test_snake_deal_by_hand():
+    # weights descending: 9 (3), 7 (0), 5 (4), 4 (1), 2 (2), 1 (5) dealt to parts 0, 1, 1, 0, 0, 1
+    assert snake_deal(np.array([7.0, 4.0, 2.0, 9.0, 5.0, 1.0]), 2) == [[1, 2, 3], [0, 4, 5]]
+    assert snake_deal(np.array([1.0, 1.0, 1.0]), 3) == [[0], [1], [2]]
+
+
+@pytest.mark.parametrize("equal", [False, True])
+def test_partition_answers_when_the_time_limit_cuts_every_backend(monkeypatch, equal):
+    # a time limit that cut both repair and karmarkar_karp before they had an answer (200,000 weights at 1 ms)
+    # raised RuntimeError, documented "cannot happen", and so did verl's get_seqlen_balanced_partitions
+    import importlib
+
+    from packplace.result import SolveResult
+
+    module = importlib.import_module("packplace.integrations.partition")   # the package's name is the function
+
+    def cut(instance, solver, **kwargs):
+        return SolveResult("balance", solver, None, math.inf, 0.0, "unknown", hit_time_limit=True)
+
+    monkeypatch.setattr(module, "solve_balance", cut)
+    weights = [7, 4, 2, 9, 5, 1, 3]
+    parts, proven = partition(weights, 3, equal_count=equal, time_limit_s=0.001, with_proof=True)
+    # the snake deal: 9 7 5 | 4 3 2 | 1 to parts 0 1 2 | 2 1 0 | 0: {9, 2, 1} {7, 3} {5, 4}, sizes within one
+    assert parts == [[2, 3, 5], [0, 6], [1, 4]] and not proven
+    assert largest_part(weights, parts) == 12.0
+    # verl's drop-in then keeps verl's own answer where it is better: never worse than verl
+    ours = get_seqlen_balanced_partitions(weights, 3, False, time_limit_s=0.001)
+    assert largest_part(weights, ours) <= largest_part(weights, verl_partitions(weights, 3, False))
 
 
 @settings(max_examples=15, deadline=None)

@@ -506,3 +506,20 @@ def test_install_on_a_megatron_without_max_num_seqs_does_not_pass_it():
     groups = installed(4, 2, 2, None, min_cp_size=1).run(seqlens)
     protocol.check_dynamic_cp_groups(groups, seqlens, dp_size=2, cp_size=2, max_seqlen_per_dp_cp_rank=4)
     assert uninstall(data_schedule=module) and module.scheduler_map[DYNAMIC_CP_SLOT] is OldDynamic
+
+
+def test_build_plan_of_packs_reports_a_bound_on_the_sequences_step_time():
+    # build_plan places packs whole, each costed as if its attention spanned the pack (above its time); the plan
+    # had reported that problem's bound, 69 s, beside a step time of 49 s, with status 'optimal'
+    planner = PackplaceDynamicCPPlanner(4, dp_size=2, cp_size=2, types=planning)
+    packs = planner.build_packs(_sequences([8, 4, 3, 2, 2, 1]), planning.PackingConstraints(16))
+    assert [list(p.sample_ids) for p in packs] == [[10], [11, 15], [12, 13, 14]]   # ids 10 + position
+    plan = planner.build_plan(packs, planning.PlacementResources(dp_size=1, cp_size=2))
+    # 2 ranks of 4 tokens: each pack (8, 5, 7 tokens) takes both, s^2/2 each: 32 + 8.5 + 8.5; the work bound is
+    # the sum of s^2 (98) over 2 ranks, 49: the plan is optimal
+    assert plan.metadata["step_time_s"] == 49.0 and plan.metadata["bound_s"] == 49.0
+    assert plan.metadata["status"] == "optimal"
+    for resources in (planning.PlacementResources(dp_size=2, cp_size=2), planning.PlacementResources(dp_size=1,
+                                                                                                       cp_size=4)):
+        again = planner.build_plan(list(reversed(packs)), resources)
+        assert again.metadata["bound_s"] <= again.metadata["step_time_s"] * (1 + 1e-9)

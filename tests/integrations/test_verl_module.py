@@ -226,3 +226,25 @@ def test_signatures_match_the_installed_verl():
     assert public <= set(pv.VERL_FUNCTIONS)
     for name in public:
         assert _positional(getattr(pv, name)) == _positional(getattr(theirs, name)), name
+
+
+@pytest.mark.parametrize("lengths, group", [([0, 0, 0], 1), ([0, 0, 0, 0], 2), ([0], 1)])
+def test_rearrange_micro_batches_keeps_every_row_of_a_batch_of_zero_length_rows(lengths, group):
+    # verl's start count min(groups, ceil(0 / cap)) is 0; a count of 0 once returned [[2]] for three rows,
+    # dropping rows 0 and 1. All rows fit one micro-batch of 0 tokens.
+    micro, indices = pv.rearrange_micro_batches(lengths, 2, force_group_size=group)
+    assert indices == [list(range(len(lengths)))]
+    assert micro == [lengths]
+    assert pv.required_micro_batches(lengths, 2, force_group_size=group) == 1
+    mask = {"attention_mask": np.zeros((len(lengths), 2), dtype=np.int64)}
+    assert pv.rearrange_micro_batches(mask, 2, force_group_size=group)[1] == [list(range(len(lengths)))]
+
+
+def test_get_reverse_idx_keeps_each_container_type_a_tuple_included():
+    # a tuple (immutable) had raised a bare TypeError from item assignment
+    assert pv.get_reverse_idx((2, 0, 1)) == (1, 2, 0)
+    assert pv.get_reverse_idx([2, 0, 1]) == [1, 2, 0]
+    reverse = pv.get_reverse_idx(np.array([2, 0, 1]))
+    assert isinstance(reverse, np.ndarray) and reverse.tolist() == [1, 2, 0]
+    with pytest.raises(ConfigError, match=r"^idx_map: must be a permutation of 0\.\.2, got \[2, 2, 1\]$"):
+        pv.get_reverse_idx((2, 2, 1))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey, key_order
-from packplace.errors import ConfigError
+from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_parameter_error
 from packplace.lazy import lazy_module
 from packplace.registry import register
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
@@ -238,8 +238,8 @@ def _check_options(num_workers: Any, max_booleans: Any, formulation: Any, coarse
         raise ConfigError(f"coarse_share: must be a number in [0, 1), got {coarse_share!r}")
     if formulation not in FORMULATIONS:
         raise ConfigError(f"formulation: must be one of {', '.join(FORMULATIONS)}, got {formulation!r}")
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-        raise ConfigError(f"num_workers: must be an integer >= 1, got {num_workers!r}")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 1 <= num_workers <= MAX_CP_WORKERS:
+        raise ConfigError(f"num_workers: must be an integer in [1, {MAX_CP_WORKERS}], got {num_workers!r}")
     if isinstance(max_booleans, bool) or not isinstance(max_booleans, int) or max_booleans < 1:
         raise ConfigError(f"max_booleans: must be an integer >= 1, got {max_booleans!r}")
     _check_cp_parameters(cp_parameters)
@@ -435,7 +435,8 @@ class _ExactSolve:
         elif cp_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             message = f"CP-SAT did not beat the {source} start; returning it"
         else:
-            message = f"CP-SAT ended {status_name} without a solution; returning the {source} start"
+            why = f" ({solver.SolutionInfo()})" if cp_status == cp_model.MODEL_INVALID and solver.SolutionInfo() else ""
+            message = f"CP-SAT ended {status_name}{why} without a solution; returning the {source} start"
         if cp_status == cp_model.OPTIMAL and not proven:
             note = "optimal for the scaled model only (rounding tolerance too loose or restricted budgets)"
             message = f"{message}; {note}" if message else note
@@ -452,7 +453,7 @@ def _apply_cp_parameters(solver: cp_model.CpSolver, cp_parameters: Mapping[str, 
         try:
             setattr(solver.parameters, key, value)
         except (AttributeError, TypeError, ValueError) as exc:
-            raise ConfigError(f"cpsat: cp_parameters.{key}: {exc}") from None
+            raise cp_parameter_error(solver.parameters, key, value, exc) from None
 
 
 def _check_cp_parameters(cp_parameters: Any) -> None:

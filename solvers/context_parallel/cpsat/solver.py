@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
-from packplace.errors import ConfigError
+from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_parameter_error
 from packplace.lazy import lazy_module
 from packplace.registry import available, get, register
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, Proposal, optimality_level
@@ -76,8 +76,8 @@ def _option_error(num_workers: Any, max_booleans: Any, cp_parameters: Any, start
                 "cp_parameters, start")
     if not isinstance(start, (bool, ContextParallelPlan)):
         return f"start: must be true, false or a ContextParallelPlan, got {start!r}"
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-        return f"num_workers: must be an integer >= 1, got {num_workers!r}"
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 1 <= num_workers <= MAX_CP_WORKERS:
+        return f"num_workers: must be an integer in [1, {MAX_CP_WORKERS}], got {num_workers!r}"
     if isinstance(max_booleans, bool) or not isinstance(max_booleans, int) or max_booleans < 1:
         return f"max_booleans: must be an integer >= 1, got {max_booleans!r}"
     if cp_parameters is not None and not isinstance(cp_parameters, Mapping):
@@ -90,7 +90,7 @@ def _apply_cp_parameters(solver: Any, cp_parameters: Mapping[str, Any] | None) -
         try:
             setattr(solver.parameters, key, value)
         except (AttributeError, TypeError, ValueError) as exc:
-            raise ConfigError(f"cpsat: cp_parameters.{key}: {exc}") from None
+            raise cp_parameter_error(solver.parameters, key, value, exc) from None
 
 
 @register(PROBLEM, "cpsat", exact=True)

@@ -30,7 +30,7 @@ QUICK_PACKING_MIN_SAMPLES = 100_000
 
 def solve_balance(
     instance: BalanceInstance | ContextParallelInstance,
-    solver: str = DEFAULT_SOLVER,
+    solver: str | None = None,
     *,
     time_limit_s: float | None = None,
     seed: int = 0,
@@ -45,7 +45,9 @@ def solve_balance(
     Args:
         instance: The problem (validated on construction).
         solver: A name from ``packplace.solvers.available("balance")``: ``reference``, ``lpt``,
-            ``repair`` (default), ``karmarkar_karp`` (alias ``kk``), ``cpsat``.
+            ``repair`` (the default, :data:`DEFAULT_SOLVER`), ``karmarkar_karp`` (alias ``kk``), ``lns``,
+            ``cpsat``; for a context-parallel instance one of ``available("context_parallel")``
+            (default ``greedy``: a balance solver's name is refused there, not replaced).
         time_limit_s: Wall-clock budget in seconds for the whole call (None: the backend's default):
             the backend gets what the checks before it leave, less the finish (the canonical order, the
             evaluator's score and the JSON of the result afterwards) as measured on the instance
@@ -69,11 +71,12 @@ def solve_balance(
             ``reference_bins`` that are not a feasible assignment.
     """
     if isinstance(instance, ContextParallelInstance):
-        return solve_context_parallel(instance, CONTEXT_PARALLEL_DEFAULT if solver == DEFAULT_SOLVER else solver,
+        return solve_context_parallel(instance, CONTEXT_PARALLEL_DEFAULT if solver is None else solver,
                                       time_limit_s=time_limit_s, seed=seed, **params)
     if not isinstance(instance, BalanceInstance):
         raise ConfigError(f"instance: expected a BalanceInstance, got {type(instance).__name__}")
 
+    solver = DEFAULT_SOLVER if solver is None else solver
     check_limits(time_limit_s, seed)
     run = Run("balance", instance, time_limit_s=time_limit_s, seed=seed)  # the whole call's clock and budget
     # an instance built directly (not by make_instance or load_config) has unchecked reference bins,

@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--config", required=True, help="balance YAML config (see configs/balance/)")
     parser.add_argument(
-        "--solver", default=DEFAULT_SOLVER,
+        "--solver", default=None,
         help=f"one of {', '.join(available('balance'))} (alias kk); default {DEFAULT_SOLVER}; for a config with a "
              f"context_parallel section one of {', '.join(available('context_parallel'))}, default "
              f"{CONTEXT_PARALLEL_SOLVER}",
@@ -222,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     plan = None
     if args.min_gain is not None:
         try:
-            plan = plan_balance(instance, args.solver, args.min_gain, time_limit_s=limit, seed=args.seed)
+            plan = plan_balance(instance, _balance_solver(args), args.min_gain, time_limit_s=limit, seed=args.seed)
         except RuntimeError as exc:  # the backend failed or proposed an infeasible layout: nothing lands
             print(f"packplace balance: error: {exc}", file=sys.stderr)
             return 1
@@ -230,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
         result = plan.result
         landing: Assignment | None = plan.assignment
     else:
-        result = solve_balance(instance, args.solver, time_limit_s=limit, seed=args.seed)
+        result = solve_balance(instance, _balance_solver(args), time_limit_s=limit, seed=args.seed)
         landing = result.solution
     name = instance.name or Path(args.config).stem
     print(
@@ -345,6 +345,11 @@ def _print_context_parallel_plan(document: dict[str, Any]) -> None:
     print()
 
 
+def _balance_solver(args: argparse.Namespace) -> str:
+    """``--solver`` for a balance config: the balance default when the flag is not given."""
+    return DEFAULT_SOLVER if args.solver is None else str(args.solver)
+
+
 def _run_context_parallel(args: argparse.Namespace, config: Any, started: float) -> int:
     """``packplace balance`` on a config with a ``context_parallel`` section: solve the dynamic-CP instance,
     print each micro-batch's CP groups and the summary, write the JSON document."""
@@ -352,7 +357,8 @@ def _run_context_parallel(args: argparse.Namespace, config: Any, started: float)
         flag = "--min-gain" if args.min_gain is not None else "--plot"
         raise ConfigError(f"{flag}: not available for a context_parallel config")
     instance = build_context_parallel_instance(config, source=str(args.config))
-    solver = CONTEXT_PARALLEL_SOLVER if args.solver == DEFAULT_SOLVER else args.solver
+    # an explicit balance solver's name (--solver repair) is refused there, not replaced by the default
+    solver = CONTEXT_PARALLEL_SOLVER if args.solver is None else args.solver
     # A dynamic-CP plan is one JSON row per CP group (thousands at most): writing it is not worth reserving.
     limit = solve_budget(args.time_limit, time.monotonic() - started, 0.0)
     result = solve_context_parallel(instance, solver, time_limit_s=limit, seed=args.seed)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,8 +112,14 @@ def units_of(group_of: np.ndarray) -> list[list[int]]:
     return units
 
 
-def assign_ranks(columns: PackingColumns, units: list[list[int]]) -> list[list[int]] | None:
-    """Level 1: the samples of each rank (see the module docstring), or None at a dead end.
+#: Units placed between two readings of the construction's ``stop`` callable.
+STOP_EVERY = 1024
+
+
+def assign_ranks(columns: PackingColumns, units: list[list[int]],
+                 stop: Callable[[], bool] | None = None) -> list[list[int]] | None:
+    """Level 1: the samples of each rank (see the module docstring), or None at a dead end, or when
+    ``stop()`` (read every :data:`STOP_EVERY` units) returns True: a caller's deadline.
 
     A heap of ranks keyed by (load, rank); ranks that cannot take the current unit are set aside
     and pushed back afterwards, so a unit costs O(log D) plus the ranks it skips.
@@ -150,7 +156,9 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]]) -> list[list[i
     deficit = ranks * rules.lo  # Σ_r max(0, lo − count_r)
     above = 0  # ranks holding more than lo samples
     lo, hi, spare = rules.lo, rules.hi, rules.spare
-    for u in order:
+    for placed, u in enumerate(order):
+        if stop is not None and placed % STOP_EVERY == STOP_EVERY - 1 and stop():
+            return None
         s, o, t = size_list[u], over_list[u], token_list[u]
         skipped = []
         chosen = None
@@ -283,14 +291,23 @@ def normalise_groups(groups: Any, keys: Sequence[Any], ranks: int,
     return groups, group_of
 
 
-def construct(columns: PackingColumns, units: list[list[int]] | None = None) -> list[list[int]] | None:
-    """Rank-major bins of sample indices (D·m bins) under every rule, or None at a dead end."""
+def construct(columns: PackingColumns, units: list[list[int]] | None = None,
+              stop: Callable[[], bool] | None = None) -> list[list[int]] | None:
+    """Rank-major bins of sample indices (D·m bins) under every rule, or None at a dead end or when
+    ``stop()`` returns True (read every :data:`STOP_EVERY` units placed and samples packed: the caller
+    tells the two apart by its own clock)."""
     units = units_of(columns.group_of) if units is None else units
-    members = assign_ranks(columns, units)
+    members = assign_ranks(columns, units, stop)
     if members is None:
         return None
     bins: list[list[int]] = []
+    packed = 0
     for rank_members in members:
+        if stop is not None and packed >= STOP_EVERY:
+            if stop():
+                return None
+            packed = 0
+        packed += len(rank_members)
         rank_bins = pack_rank(columns, rank_members)
         if rank_bins is None:
             return None

@@ -182,6 +182,11 @@ class BalanceInstance:
         self._check_rank_rules(n, ranks)
         cap = self.max_samples_per_bin
         if auto:
+            if n < ranks:   # no count of bins per rank in [1, n // ranks] to search
+                rule = self.local_batch_size_rule
+                what = "'auto'" if rule.is_default else f"'auto' with {rule.describe()}"
+                raise InfeasibleError(f"samples: {n} samples cannot give each of data_parallel_size={ranks} ranks a "
+                                      f"non-empty bin (local_batch_size {what})")
             rules = (f"seq_len {seq_len}, max_samples_per_bin {cap}, equal_count {self.equal_count}, "
                      f"{len(self.groups)} groups, local_batch_size {self.local_batch_size_rule.describe()}")
             lower = local_batch_size_bound(tokens, seq_len, cap, self.group_of, ranks, tight=True)

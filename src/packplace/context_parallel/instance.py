@@ -34,7 +34,7 @@ class ContextParallelInstance:
 
     Attributes:
         keys: Sequence ids, shape (n,), unique ints or strs.
-        tokens: Token counts, int64 array of shape (n,), each in [1, 2^40].
+        tokens: Token counts, int64 array of shape (n,), n >= 1, each in [1, 2^40].
         dp: ``D`` data-parallel groups.
         max_cp: ``C``, the largest CP degree of the run; ``R = D · C`` ranks.
         sizes: Allowed CP group sizes, ascending, each dividing ``R``.
@@ -76,6 +76,8 @@ class ContextParallelInstance:
             raise ConfigError(f"cost: must be a CPCost, got {show(self.cost)}")
         if len(self.keys) != len(self.tokens):
             raise ConfigError(f"keys: {len(self.keys)} keys for {len(self.tokens)} sequences")
+        if not len(self.tokens):
+            raise ConfigError("tokens: the instance has no sequences")
         ranks = self.ranks
         if not self.sizes:
             raise ConfigError("context_parallel.sizes: no allowed CP size")
@@ -97,7 +99,7 @@ class ContextParallelInstance:
                     f"the largest CP group holds ({self.sizes[-1]} ranks x max_tokens_per_rank "
                     f"{self.max_tokens_per_rank})")
         fewest_groups = ranks // self.sizes[-1]
-        if 0 < len(self.tokens) < fewest_groups:
+        if len(self.tokens) < fewest_groups:
             raise InfeasibleError(
                 f"tokens: {len(self.tokens)} sequences cannot fill the {ranks} ranks of a micro-batch: every group "
                 f"runs at least one, and groups of at most {self.sizes[-1]} ranks need {fewest_groups}")
@@ -205,7 +207,7 @@ def make_instance(
     """Build a dynamic-CP instance.
 
     Args:
-        tokens: Token counts, shape (n,): integers in [1, 2^40].
+        tokens: Token counts, shape (n,), n >= 1: integers in [1, 2^40].
         keys: Sequence ids, shape (n,), unique ints or strs (default 0..n-1).
         dp: ``D`` data-parallel groups (``data_parallel_size`` is the same argument under the balance
             problem's name).

@@ -125,11 +125,11 @@ def _expand_seeds(value: Any, where: str) -> list[int]:
         check_count(value, MAX_SEEDS, where, "seeds")
         return list(range(value))
     if isinstance(value, Sequence) and not isinstance(value, str) and value and all(
-        isinstance(s, int) and not isinstance(s, bool) for s in value
+        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value
     ):
         check_count(len(value), MAX_SEEDS, where, "seeds")
         return list(value)
-    raise ConfigError(f"{where}: must be a count or a non-empty list of integers, got {value!r}")
+    raise ConfigError(f"{where}: must be a count or a non-empty list of integers >= 0 (numpy seeds), got {value!r}")
 
 
 def _resolve(path: Any, base_dir: Path, where: str) -> str:
@@ -181,8 +181,15 @@ def check_instance_memory(samples: int, bins: int, where: str) -> None:
 
 
 def _check_generator_sizes(params: Mapping[str, Any], where: str) -> None:
-    """Refuse generator sizes above :data:`GENERATOR_LIMITS`, or whose memory estimate is above
-    :data:`MAX_INSTANCE_BYTES` (:func:`check_instance_memory`), before anything is generated."""
+    """Refuse generator sizes (``n``, ``ranks``, ``bins_per_rank``) that are not integers >= 1 or a ``seed``
+    that is not an integer >= 0 (bad input, not an instance that fails to build), sizes above
+    :data:`GENERATOR_LIMITS`, or whose memory estimate is above :data:`MAX_INSTANCE_BYTES`
+    (:func:`check_instance_memory`), before anything is generated."""
+    for key, least in (("n", 1), ("ranks", 1), ("bins_per_rank", 1), ("seed", 0)):
+        value = params.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise ConfigError(f"{where}.{key}: must be an integer >= {least}, got {show(value)}")
+
     def count(key: str, default: int = 1) -> int:
         value = params.get(key, default)
         return value if isinstance(value, int) and not isinstance(value, bool) else default

@@ -49,7 +49,7 @@ from packplace.context_parallel.instance import ContextParallelInstance, make_in
 from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
 from packplace.errors import ConfigError, InfeasibleError, show
 from packplace.integrations import megatron_planning
-from packplace.result import SolveResult
+from packplace.result import FEASIBLE, OPTIMAL, SolveResult, optimality_level
 from packplace.solvers import available
 
 #: Megatron's packing-scheduler name for dynamic CP (``config.sequence_packing_scheduler``).
@@ -456,18 +456,26 @@ class PackplaceDynamicCPPlanner:
                         local_cp_size=group.size, metadata={"micro_batch": j}))
             sequence_slots.append(sequence_groups)
             groups.append(t.ExecutionGroup(group_id=j, assignments=assignments, requires_barrier_after=True))
-        score = self._sequence_score(instance, packs, sequence_slots)
+        score, bound = self._sequence_score(instance, packs, sequence_slots)
+        status = result.status
+        if per_pack:
+            # the packs were solved as whole items, each costed as if its attention spanned the pack (above its
+            # time): that problem's bound is no bound on the sequences' step time, nor its status about it
+            status = OPTIMAL if score.step_time_s <= optimality_level(bound) else FEASIBLE
+        else:
+            bound = max(bound, result.bound)
         lengths = [int(x) for p in packs for x in p.sequence_lengths]
         return t.ExecutionPlan(
             groups=groups, num_microbatches=len(groups), total_tokens=sum(lengths),
             sequence_square_sum=sum(x * x for x in lengths),
-            metadata={"planner": "packplace", "solver": result.solver, "status": result.status,
+            metadata={"planner": "packplace", "solver": result.solver, "status": status,
                       "step_time_s": score.step_time_s, "slot_times_s": list(score.slot_times_s),
-                      "bound_s": result.bound, "compared_with": result.info.get("compared_with")})
+                      "bound_s": bound, "compared_with": result.info.get("compared_with")})
 
     def _sequence_score(self, instance: ContextParallelInstance, packs: list[Any],
-                        slots: list[list[tuple[int, int, list[Any]]]]) -> Any:
-        """The evaluator's score of the plan at the sequence level (each sequence its own item)."""
+                        slots: list[list[tuple[int, int, list[Any]]]]) -> tuple[Any, float]:
+        """The evaluator's score of the plan at the sequence level (each sequence its own item), and its lower
+        bound on every plan of those sequences on those ranks (seconds)."""
         keys = [sample for p in packs for sample in p.sample_ids]
         lengths = [int(x) for p in packs for x in (p.padded_sequence_lengths or p.sequence_lengths)]
         sequences = make_instance(lengths, keys=keys, dp=instance.dp,
@@ -475,10 +483,11 @@ class PackplaceDynamicCPPlanner:
                                                     "max_tokens_per_rank": instance.max_tokens_per_rank,
                                                     "gpus_per_node": instance.gpus_per_node},
                                   cost=instance.cost, objective=instance.objective)
-        score = ContextParallelEvaluator(sequences).score(plan_from_slots(slots))
+        evaluator = ContextParallelEvaluator(sequences)
+        score = evaluator.score(plan_from_slots(slots))
         if not score.feasible:   # the same groups, the same caps: a pack-level plan is a sequence-level one
             raise RuntimeError(f"dynamic CP: the plan fails at the sequence level: {score.violations[0]}")
-        return score
+        return score, evaluator.lower_bound()
 
 
 def _data_schedule(data_schedule: ModuleType | None) -> ModuleType:

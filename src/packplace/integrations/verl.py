@@ -262,7 +262,8 @@ def rearrange_micro_batches(
 ) -> tuple[list[Any], list[list[int]]]:
     """Split a batch into micro-batches of at most ``max_token_len`` tokens with balanced workloads.
 
-    verl 0.9.1's rules: the count starts at min(groups, ceil(tokens / max_token_len)), raised to
+    verl 0.9.1's rules: the count starts at min(groups, ceil(tokens / max_token_len)) (at least 1: a
+    batch of zero-length rows is one micro-batch), raised to
     ``min_num_micro_batch`` and to ``num_micro_batches``, rounded up to a multiple of
     ``num_batches_divided_by``, and grows by that step until a partition of the group workloads
     (verl's proxy :func:`workload`) keeps every micro-batch within the cap; groups of
@@ -381,7 +382,9 @@ class _MicroBatchPlan:
         self.workloads, self.tokens = _group_workloads(lengths, self.group_size)
         if max(self.tokens) > self.cap:
             raise ConfigError(f"max_token_len: a forced group holds {max(self.tokens)} tokens, above {self.cap}")
-        count = min(len(self.tokens), -(-sum(lengths) // self.cap))
+        # verl's start, min(groups, ceil(tokens / cap)), is 0 for a batch of zero-length rows; one
+        # micro-batch still has to hold them (a count of 0 would drop every sample)
+        count = max(1, min(len(self.tokens), -(-sum(lengths) // self.cap)))
         if minimum is not None:
             count = max(count, _positive(minimum, "min_num_micro_batch"))
             if count > len(self.tokens):
@@ -465,6 +468,11 @@ def get_reverse_idx(idx_map: Any) -> Any:
     values = as_values(idx_map, "idx_map")
     if sorted(values) != list(range(len(values))):
         raise ConfigError(f"idx_map: must be a permutation of 0..{len(values) - 1}, got {show(values)}")
+    if isinstance(idx_map, tuple):   # immutable: verl's item assignment would raise TypeError
+        inverse = [0] * len(values)
+        for position, index in enumerate(values):
+            inverse[index] = position
+        return tuple(inverse)
     reverse = copy.deepcopy(idx_map)
     for position, index in enumerate(values):
         reverse[index] = position
