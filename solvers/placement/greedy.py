@@ -7,14 +7,18 @@ fastest one is returned. The family, in the order it is scored:
 
 1. **all colocated** (:func:`~packplace.solvers.placement._common.colocated_plan`): every block at GPU
    (0, 0, 0), all vertices on shared GPUs, run one after another in topological order; always scored first,
-   so greedy is never slower than it; where it needed memory step-downs it then climbs back
-   (:func:`climb_back`, item 5) before the deadline.
+   so greedy is never slower than it; where it needed memory step-downs it then climbs back with trades
+   (:func:`trade_climb`: :func:`climb_back`'s one-vertex moves, then :func:`trade`: one vertex faster, the others
+   stepped down to make room, within :data:`TRADE_EVALUATIONS` evaluator calls) before the deadline.
 2. **generation | training splits** (:func:`layouts`): for every two-block tiling ``(A, B)`` of the cluster
    in the candidate table's shapes and positions (:func:`tilings`: the aligned halves, and the unequal
    node or rack splits 2:1, 3:1 ... that the block machinery places at both ends, both orders), the
    generation vertices on ``A`` or the whole cluster ``W``, the training vertices on ``B`` or ``W``, and
    every other vertex (inference) on ``W``, ``A`` or ``B``: ``4 · 3^k`` layouts per tiling for ``k``
-   inference vertices (GRPO 36, PPO 108), the all-``W`` and mirrored ones once. Every layout is first
+   inference vertices (GRPO 36, PPO 108), the all-``W`` and mirrored ones once, and none whose mirror image
+   (:func:`mirror_image`: every rack, node and GPU position reflected) is already there: on the homogeneous
+   cluster a layout and its mirror image score the same (not where the framework's rules between tasks move
+   tasks to the first free block, :func:`_mirror_of`; the same for items 3-5). Every layout is first
    scored memory-blind (:meth:`~packplace.placement.evaluator.PlacementEvaluator.relaxed_step_time` of
    its fastest candidates, at most :data:`MAX_LAYOUTS`), then stepped down in memory in that order while
    its memory-blind time is below the best step time found (step-downs only move a vertex to a slower
@@ -46,6 +50,7 @@ fastest one is returned. The family, in the order it is scored:
    shape, the first that lowers the step time staying, within :data:`CLIMB_EVALUATIONS` evaluator calls
    (:func:`~packplace.solvers.placement._common.repair_memory` steps the largest footprint down first, which can
    leave another vertex slower than memory needs).
+   The winner of items 2-5 then climbs back with trades (:func:`trade_climb`), as the colocated plan did.
 6. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
    allows (:func:`~packplace.solvers.placement._common.disjoint_plan`); where nothing fits, no plan
    (status ``unknown``) with the smallest per-vertex needs.
