@@ -89,6 +89,7 @@ def test_post_releases_order_after_their_release_and_before_the_next():
     assert (0, 5, 2) < post < (0, 5, 3) and post > (0, 5, 2, 0) and post != (0, 5, 2)
     assert parse_version("0.6.0") == (0, 6) == parse_version("v0.6") and parse_version("0.6.0.post1") > (0, 6)
     assert hash(parse_version("0.6.0")) == hash(parse_version("0.6"))
+    assert parse_version("0.5.8") in {(0, 5, 8)} and parse_version("0.5.8.post1") not in {(0, 5, 8)}   # hash follows ==
     assert parse_version("0.5.2.post1") == parse_version("0.5.2.0.post1")
     assert pickle.loads(pickle.dumps(post)) == post and pickle.loads(pickle.dumps(post)).post == 1
     assert post[:2] == (0, 5) and ".".join(map(str, post)) == "0.5.2"   # the numbers read as before

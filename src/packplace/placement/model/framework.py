@@ -254,8 +254,8 @@ class Release(tuple):
     def __ge__(self, other: object) -> bool:
         return self._compare(other, operator.ge)
 
-    def __hash__(self) -> int:
-        return hash(Release._key(self))
+    def __hash__(self) -> int:   # a final release hashes as its plain tuple, to which it is equal
+        return hash(tuple(self)) if self.post is None else hash((tuple(self), self.post))
 
 
 @dataclass(frozen=True)
