@@ -42,14 +42,16 @@ def assemble_for(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, Allo
 
 
 def repair_memory(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, Allocation]], *,
-                  keep_blocks: bool, max_steps: int = 500, deadline: float | None = None) -> tuple[Plan, float, int]:
+                  keep_blocks: bool, max_steps: int = 500, deadline: float | None = None,
+                  pinned: frozenset[str] = frozenset()) -> tuple[Plan, float, int]:
     """Step down out-of-memory vertices until the plan fits.
 
     While the plan runs out of memory, the vertex with the largest per-GPU footprint among those on
     an over-full GPU moves to its next candidate (in time order) with a smaller footprint — of the same
     block shape when ``keep_blocks`` (the block stays), else of any shape placed at GPU (0, 0, 0).
     ``deadline`` (a :func:`packplace.run.clock` reading; None: none) stops the step-downs once passed, the
-    plan then counting as not fitting (the caller's search was cut short by the same deadline).
+    plan then counting as not fitting (the caller's search was cut short by the same deadline). The vertices
+    in ``pinned`` are never stepped down (``greedy``'s trade move keeps the one it made faster).
 
     Returns:
         ``(plan, step_time, steps)``; ``step_time`` is ``inf`` when no step-down makes it fit (or the
@@ -66,7 +68,7 @@ def repair_memory(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, All
             return plan, float("inf"), steps
         over = ev.oom_vertices(plan)
         moved = False
-        for name in sorted(over, key=lambda n: (-choice[n][0].memory_bytes, n)):
+        for name in sorted(set(over) - pinned, key=lambda n: (-choice[n][0].memory_bytes, n)):
             cand, alloc = choice[name]
             for nxt in table.feasible[name]:
                 if nxt.memory_bytes >= cand.memory_bytes or (keep_blocks and nxt.extent != cand.extent):

@@ -7,14 +7,18 @@ fastest one is returned. The family, in the order it is scored:
 
 1. **all colocated** (:func:`~packplace.solvers.placement._common.colocated_plan`): every block at GPU
    (0, 0, 0), all vertices on shared GPUs, run one after another in topological order; always scored first,
-   so greedy is never slower than it; where it needed memory step-downs it then climbs back
-   (:func:`climb_back`, item 5) before the deadline.
+   so greedy is never slower than it; where it needed memory step-downs it then climbs back with trades
+   (:func:`trade_climb`: :func:`climb_back`'s one-vertex moves, then :func:`trade`: one vertex faster, the others
+   stepped down to make room, within :data:`TRADE_EVALUATIONS` evaluator calls) before the deadline.
 2. **generation | training splits** (:func:`layouts`): for every two-block tiling ``(A, B)`` of the cluster
    in the candidate table's shapes and positions (:func:`tilings`: the aligned halves, and the unequal
    node or rack splits 2:1, 3:1 ... that the block machinery places at both ends, both orders), the
    generation vertices on ``A`` or the whole cluster ``W``, the training vertices on ``B`` or ``W``, and
    every other vertex (inference) on ``W``, ``A`` or ``B``: ``4 · 3^k`` layouts per tiling for ``k``
-   inference vertices (GRPO 36, PPO 108), the all-``W`` and mirrored ones once. Every layout is first
+   inference vertices (GRPO 36, PPO 108), the all-``W`` and mirrored ones once, and none whose mirror image
+   (:func:`mirror_image`: every rack, node and GPU position reflected) is already there: on the homogeneous
+   cluster a layout and its mirror image score the same (not where the framework's rules between tasks move
+   tasks to the first free block, :func:`_mirror_of`; the same for items 3-5). Every layout is first
    scored memory-blind (:meth:`~packplace.placement.evaluator.PlacementEvaluator.relaxed_step_time` of
    its fastest candidates, at most :data:`MAX_LAYOUTS`), then stepped down in memory in that order while
    its memory-blind time is below the best step time found (step-downs only move a vertex to a slower
@@ -46,6 +50,7 @@ fastest one is returned. The family, in the order it is scored:
    shape, the first that lowers the step time staying, within :data:`CLIMB_EVALUATIONS` evaluator calls
    (:func:`~packplace.solvers.placement._common.repair_memory` steps the largest footprint down first, which can
    leave another vertex slower than memory needs).
+   The winner of items 2-5 then climbs back with trades (:func:`trade_climb`), as the colocated plan did.
 6. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
    allows (:func:`~packplace.solvers.placement._common.disjoint_plan`); where nothing fits, no plan
    (status ``unknown``) with the smallest per-vertex needs.
@@ -70,7 +75,7 @@ from __future__ import annotations
 import itertools
 
 from packplace.errors import ConfigError
-from packplace.placement.model.layout_rules import conform
+from packplace.placement.model.layout_rules import Context, conform
 from packplace.placement.problem.plan import Allocation, Plan
 from packplace.registry import register
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
@@ -91,7 +96,7 @@ from packplace.solvers.placement._tilings import contiguous_tilings, packed_sequ
 __all__ = ["MAX_EVALUATIONS", "MAX_LAYOUTS", "LayoutSearch", "assemble", "baseline_or_disjoint", "best_layout",
            "colocated_plan", "disjoint_plan", "layouts", "no_plan_found", "repair_memory", "search", "solve",
            "idle_layouts", "spread_layouts", "three_way_layouts",
-           "tilings"]
+           "tilings", "trade", "trade_climb", "mirror_image", "climb_back", "CLIMB_EVALUATIONS", "TRADE_EVALUATIONS"]
 
 #: Most layouts of the family scored memory-blind per solve (the even tilings' layouts come first).
 MAX_LAYOUTS = 600
@@ -123,7 +128,7 @@ def layouts(instance, table) -> list[Blocks]:
     """The generation | training split layouts of the module docstring (item 2): per tiling ``(A, B)`` of
     :func:`tilings`, generation vertices on ``A`` or the whole cluster, training vertices on ``B`` or the
     whole cluster, each other vertex on the whole cluster, ``A`` or ``B``; each distinct ``{vertex: block}``
-    once, in that order."""
+    once, and none whose mirror image (:func:`mirror_image`) is already there, in that order."""
     whole = Allocation(ORIGIN, table.extents[-1])
     vertices = instance.graph.vertices
     gens = [v.name for v in vertices if v.kind == "generate"]
@@ -131,16 +136,34 @@ def layouts(instance, table) -> list[Blocks]:
     others = [v.name for v in vertices if v.kind not in ("generate", "train")]
     out: list[Blocks] = []
     seen: set[tuple] = set()
+    mirror = _mirror_of(instance)
     for a, b in tilings(table):
         for gen_block, train_block in ((a, b), (a, whole), (whole, b), (whole, whole)):
             for combo in itertools.product((whole, a, b), repeat=len(others)):
-                blocks = {**dict.fromkeys(gens, gen_block), **dict.fromkeys(trains, train_block),
-                          **dict(zip(others, combo))}
-                key = tuple(sorted(blocks.items()))
-                if key not in seen:
-                    seen.add(key)
-                    out.append(blocks)
+                _add_layout({**dict.fromkeys(gens, gen_block), **dict.fromkeys(trains, train_block),
+                             **dict(zip(others, combo))}, seen, out, mirror)
     return out
+
+
+def mirror_image(cluster, block: Allocation) -> Allocation:
+    """``block`` reflected on every level of ``cluster``: rack ``r`` of a block ``e_r`` racks wide to
+    ``R - r - e_r``, node ``n`` to ``N - n - e_n``, GPU ``g`` to ``G - g - e_g`` (the same shape; GPU ids
+    ``[lo, hi)`` become ``[R·N·G - hi, R·N·G - lo)``). The cluster is homogeneous
+    (:class:`~packplace.placement.problem.hardware.Cluster`: identical racks, nodes, GPUs and links, hosts
+    dividing the node), so a layout and its mirror image have the same memory per GPU, transfers and step
+    time: the family scores one of the two."""
+    (r, n, g), (er, en, eg) = block.origin, block.extent
+    return Allocation((cluster.racks - r - er, cluster.nodes_per_rack - n - en, cluster.gpus_per_node - g - eg),
+                      block.extent)
+
+
+def _mirror_of(instance):
+    """:func:`mirror_image` on ``instance``'s cluster, or None where the framework's rules between tasks
+    (:func:`~packplace.placement.model.layout_rules.conform`) move tasks to the first free block of a shape,
+    which is no mirror-symmetric rule: there each mirror image is scored too."""
+    if Context.of(instance).ruled:
+        return None
+    return lambda block: mirror_image(instance.cluster, block)
 
 
 def three_way_layouts(instance, table) -> list[Blocks]:
@@ -180,18 +203,19 @@ def spread_layouts(instance, table, idle: bool = False) -> list[Blocks]:
     whole = Allocation(ORIGIN, table.extents[-1])
     walker = packed_sequences if idle else contiguous_tilings
     seen: set[tuple] = set()
+    mirror = _mirror_of(instance)
     for blocks3 in walker(table, whole, 3):  # the plain role layouts: recorded, not returned again
-        _add_role_permutations(blocks3, gens, others, trains, seen, [])
+        _add_role_permutations(blocks3, gens, others, trains, seen, [], mirror=mirror)
     out: list[Blocks] = []
     for blocks3 in walker(table, whole, 3):
-        _add_role_permutations(blocks3, gens, others, trains, seen, out, spread_to=whole)
+        _add_role_permutations(blocks3, gens, others, trains, seen, out, spread_to=whole, mirror=mirror)
     if idle:
         return out
     for extent in table.extents[:-1]:
         apart = table.origins(extent)[0]
         for combo in itertools.product((apart, whole), repeat=len(others)):
             _add_layout({**dict.fromkeys(gens, apart), **dict.fromkeys(trains, whole), **dict(zip(others, combo))},
-                        seen, out)
+                        seen, out, mirror)
     return out
 
 
@@ -215,34 +239,41 @@ def _role_layouts(instance, table, block_triples) -> list[Blocks]:
     whole = Allocation(ORIGIN, table.extents[-1])
     out: list[Blocks] = []
     seen: set[tuple] = set()
+    mirror = _mirror_of(instance)
     for blocks3 in block_triples(table, whole, 3):
-        _add_role_permutations(blocks3, gens, others, trains, seen, out)
+        _add_role_permutations(blocks3, gens, others, trains, seen, out, mirror=mirror)
     return out
 
 
-def _add_layout(blocks: Blocks, seen: set[tuple], out: list[Blocks]) -> None:
-    """Append ``blocks`` to ``out`` unless ``seen`` has it (recording it there)."""
+def _add_layout(blocks: Blocks, seen: set[tuple], out: list[Blocks], mirror=None) -> None:
+    """Append ``blocks`` to ``out`` unless ``seen`` has it (recording it there); with ``mirror`` (a block's
+    :func:`mirror_image`) also unless ``seen`` has its mirror image, which scores the same."""
     key = tuple(sorted(blocks.items()))
-    if key not in seen:
-        seen.add(key)
-        out.append(blocks)
+    if key in seen:
+        return
+    if mirror is not None and tuple(sorted((name, mirror(block)) for name, block in blocks.items())) in seen:
+        return
+    seen.add(key)
+    out.append(blocks)
 
 
 def _add_role_permutations(blocks3: list[Allocation], gens: list[str], others: list[str], trains: list[str],
-                           seen: set[tuple], out: list[Blocks], spread_to: Allocation | None = None) -> None:
+                           seen: set[tuple], out: list[Blocks], spread_to: Allocation | None = None,
+                           mirror=None) -> None:
     """Append to ``out`` each of the 6 ways to give ``gens``, ``others`` and ``trains`` one of the three
     blocks each, skipping (and recording in ``seen``) the ``{vertex: block}`` already there; with
     ``spread_to`` (the whole cluster) also every variant with the training vertices on it instead and each
-    other vertex on its block or on it, one at a time (:func:`spread_layouts`)."""
+    other vertex on its block or on it, one at a time (:func:`spread_layouts`); ``mirror``: as
+    :func:`_add_layout`'s."""
     for gen_block, other_block, train_block in itertools.permutations(blocks3):
         if spread_to is None:
             _add_layout({**dict.fromkeys(gens, gen_block), **dict.fromkeys(trains, train_block),
-                         **dict.fromkeys(others, other_block)}, seen, out)
+                         **dict.fromkeys(others, other_block)}, seen, out, mirror)
             continue
         for train_at in (train_block, spread_to):
             for combo in itertools.product((other_block, spread_to), repeat=len(others)):
                 _add_layout({**dict.fromkeys(gens, gen_block), **dict.fromkeys(trains, train_at),
-                             **dict(zip(others, combo))}, seen, out)
+                             **dict(zip(others, combo))}, seen, out, mirror)
 
 
 class LayoutSearch:
@@ -300,6 +331,8 @@ def best_layout(ev, run: Run, best_time: float = float("inf")) -> LayoutSearch:
 
 #: Most evaluator calls of one :func:`climb_back` (per stepped-down layout).
 CLIMB_EVALUATIONS = 50
+#: Most evaluator calls of one :func:`trade_climb` (run on the colocated plan and on the split-search winner).
+TRADE_EVALUATIONS = 300
 
 
 def climb_back(ev, plan: Plan, step_time: float, deadline: float | None = None,
@@ -317,6 +350,35 @@ def climb_back(ev, plan: Plan, step_time: float, deadline: float | None = None,
         ``(plan, step_time, evaluator calls)``: the plan (``plan`` itself when nothing improved) and its step
         time in seconds.
     """
+    return _climb_singles(ev, plan, step_time, deadline, max_calls)
+
+
+def trade_climb(ev, plan: Plan, step_time: float, deadline: float | None = None,
+                max_calls: int = TRADE_EVALUATIONS) -> tuple[Plan, float, int]:
+    """:func:`climb_back` with trades: where no single move improves ``plan``, :func:`trade` makes one vertex
+    faster and steps the others down in memory to make room; an improving trade stays and the single moves
+    resume, until neither improves, within ``max_calls`` evaluator calls and ``deadline`` (a
+    :func:`packplace.run.clock` reading; None: none). A plan one move cannot improve may still improve by two
+    or more vertices changing together: on two nodes of 5 GPUs the GRPO config's training takes a faster
+    candidate once the reference forward takes a smaller one (docs/performance.md, "Small odd clusters").
+
+    Returns:
+        ``(plan, step_time, evaluator calls)``, as :func:`climb_back`.
+    """
+    calls = 0
+    while True:
+        plan, step_time, used = _climb_singles(ev, plan, step_time, deadline, max_calls - calls)
+        calls += used
+        traded, traded_time, used = trade(ev, plan, step_time, deadline, max_calls - calls)
+        calls += used
+        if traded_time >= step_time:
+            return plan, step_time, calls
+        plan, step_time = traded, traded_time
+
+
+def _climb_singles(ev, plan: Plan, step_time: float, deadline: float | None,
+                   max_calls: int) -> tuple[Plan, float, int]:
+    """:func:`climb_back`'s single-vertex moves: ``(plan, step_time, evaluator calls)``."""
     table = ev.table
     calls = 0
     improved = True
@@ -337,6 +399,48 @@ def climb_back(ev, plan: Plan, step_time: float, deadline: float | None = None,
                 if t < step_time:
                     plan, step_time, improved = trial, t, True
                     break
+    return plan, step_time, calls
+
+
+def trade(ev, plan: Plan, step_time: float, deadline: float | None = None,
+          max_calls: int = TRADE_EVALUATIONS) -> tuple[Plan, float, int]:
+    """The first improving trade of ``plan``: per vertex ``v`` in plan order and each of its memory-feasible
+    candidates of the same block shape faster than its own (fastest first), ``v`` takes it and keeps it while
+    the other vertices are stepped down in memory until the plan fits
+    (:func:`~packplace.solvers.placement._common.repair_memory` with ``v`` pinned, at most
+    :data:`LAYOUT_STEPS` step-downs), then the others climb back one at a time (:func:`climb_back`'s single
+    moves: a step-down the memory did not need is undone). The first such plan whose evaluator step time is
+    below ``step_time`` (seconds) is returned; every plan is the evaluator's, every block unchanged.
+
+    Within ``max_calls`` evaluator calls and ``deadline`` (a :func:`packplace.run.clock` reading).
+
+    Returns:
+        ``(plan, step_time, evaluator calls)``: ``plan`` and ``step_time`` themselves when no trade improves.
+    """
+    table = ev.table
+    calls = 0
+    choice = {}
+    for name, vp in plan.vertices:
+        cand = table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
+        if cand is None:
+            return plan, step_time, 0
+        choice[name] = (cand, vp.allocation)
+    for name, (current, alloc) in choice.items():
+        for cand in table.feasible[name]:
+            if cand.time >= current.time or calls >= max_calls or passed(deadline):
+                break
+            if cand.extent != current.extent:
+                continue
+            steps = min(LAYOUT_STEPS, max_calls - calls - 1)   # repair_memory scores once more at the end
+            trial, t, used = repair_memory(ev, {**choice, name: (cand, alloc)}, keep_blocks=True, max_steps=steps,
+                                           deadline=deadline, pinned=frozenset({name}))
+            calls += used + 1
+            if t == float("inf"):
+                continue
+            trial, t, used = _climb_singles(ev, trial, t, deadline, max_calls - calls)
+            calls += used
+            if t < step_time:
+                return trial, t, calls
     return plan, step_time, calls
 
 
@@ -431,7 +535,7 @@ def search(instance, run: Run) -> Proposal:
                                               "disjoint where possible, were searched")
         best_time, evaluations, colocated_failure, layout = ev.step_time(plan), 0, None, "colocated"
         if not run.expired() and not run.stopped:  # the colocated plan's step-downs, undone where not needed
-            climbed, climbed_time, evaluations = climb_back(ev, plan, best_time, run.deadline)
+            climbed, climbed_time, evaluations = trade_climb(ev, plan, best_time, run.deadline)
             if climbed_time < best_time:
                 note = f"{note}; {_climbed(plan, climbed)} climbed back to faster candidates"
                 plan, best_time = climbed, climbed_time
@@ -446,6 +550,13 @@ def search(instance, run: Run) -> Proposal:
     if found.plan is not None:
         plan, best_time, layout = found.plan, found.step_time, "split"
         note = f"{_split_winner(plan, instance.cluster, colocated_failure is None)}; {counted}"
+        if not run.expired() and not run.stopped:  # the winner's trades (the colocated plan had its own)
+            climbed, climbed_time, calls = trade_climb(ev, plan, best_time, run.deadline)
+            evaluations += calls
+            if climbed_time < best_time:
+                note = f"{note}; {_climbed(plan, climbed)} traded to other candidates"
+                plan, best_time = climbed, climbed_time
+                run.offer(plan, best_time)
     elif plan is not None and found.screened:
         note = f"{note}; no split layout is faster ({counted})"
     elif plan is not None and found.cut == "time limit":

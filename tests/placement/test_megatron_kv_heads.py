@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 
 from packplace.errors import ConfigError
+from packplace.placement.batch_limits import data_parallel_degrees
+from packplace.placement.candidates import kv_head_rule, model_parallel_shapes
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.model.layout_rules import REWARD, TRAIN, Context, kv_head_refusal
 from packplace.placement.problem.config import build_instance
@@ -104,3 +106,50 @@ def test_estimate_refuses_tp8_for_the_megatron_trainer():
                       framework_version="0.6.0")
     engine = estimate(QWEN3_30B_A3B, "h100-sxm", "generate", tp=8, framework="nemo-rl")
     assert at_v06.time_s > 0 and engine.time_s > 0
+
+
+def _two_kv_heads(framework: str) -> dict:
+    """GRPO of a 2-layer model with 16 attention heads and 2 KV heads on 2 nodes of 8 GPUs, 2 sequences a step:
+    pp <= 2 and dp <= 2 bound a block to 2 * 2 * tp GPUs."""
+    from test_placement_cpsat import HW
+
+    actor = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 2048, "intermediate_size": 4096,
+             "vocab_size": 32000, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 128}
+    policy = {"algorithm": "grpo", "framework": framework}
+    if framework == "verl":
+        policy["trainer_backend"] = "megatron"
+    return {"hardware": {**HW, "nodes_per_rack": 2, "gpus_per_node": 8},
+            "models": {"actor": actor, "reward": {"kind": "rule", "verifier": "math-verify", "workers": 8}},
+            "workload": {"batch_size": 1, "samples_per_prompt": 2, "context_length": 128, "generation_length": 128},
+            "policy": policy}
+
+
+def test_why_no_larger_block_quotes_the_kv_head_rule_that_refused_it():
+    # generically tp 8 (a multiple of the 2 KV heads) with dp 2 fills 16 GPUs; verl's Megatron trainer needs tp to
+    # divide the KV heads (tp <= 2), so its largest block is 2 * 2 * 2 = 8 GPUs, and the line says so and why: the
+    # old line read "tp <= 8 (divides 16 attention heads and 8 GPUs per node) ... no dp*pp*tp = 16"
+    table = get_table(build_instance(_two_kv_heads("verl")))
+    assert table.largest_legal_block("actor.train") == 8
+    why = table.why_not_larger("actor.train")
+    assert why.startswith("tp/pp/dp divisibility: tp <= 2 (divides 16 attention heads and 8 GPUs per node; not 8: "
+                          "tensor-parallel degree 8 does not divide the model's 2 KV heads: actor.train runs on "
+                          "Megatron-Core")
+    assert why.endswith("pp <= 2 (at most 2 layers), dp <= 2 (divides 2 sequences per step); no dp*pp*tp = 16")
+    assert table.largest_legal_block("actor.generate") == 16   # vLLM replicates a KV head: tp 8 stays
+    bare = get_table(build_instance(_two_kv_heads("none")))     # no backend rule: the generic bound
+    assert bare.largest_legal_block("actor.train") == 16
+
+
+def test_model_parallel_shapes_drop_what_the_kv_head_rule_refuses():
+    inst = build_instance(_two_kv_heads("verl"))
+    model = inst.models["actor"]
+    generic = model_parallel_shapes(model, inst.cluster, (1, 1, 8), "train")
+    ruled = model_parallel_shapes(model, inst.cluster, (1, 1, 8), "train", kv_head_rule(inst, "actor.train"))
+    assert {tp for _, _, tp in generic} == {1, 2, 4, 8}
+    assert ruled == [s for s in generic if s[2] <= 2] and {tp for _, _, tp in ruled} == {1, 2}
+    engine = model_parallel_shapes(model, inst.cluster, (1, 1, 8), "generate", kv_head_rule(inst, "actor.generate"))
+    assert engine == model_parallel_shapes(model, inst.cluster, (1, 1, 8), "generate")
+    # the batch note reads the degrees through the same rule: the 2 sequences allow dp 1 and 2 only
+    table = get_table(inst)
+    allowed, refused = data_parallel_degrees(inst, table, "actor.train")
+    assert (allowed, refused) == ([1, 2], [4, 8, 16])

@@ -70,15 +70,17 @@ def test_anneal_is_registered():
 def test_tiny_instance_brute_force_optimum():
     inst = tiny_dpo()
     optimum, _, slowest = brute_force(inst)
+    # greedy's trades (a faster candidate for one vertex, the other stepped down) now reach the optimum here, so the
+    # warm start is already optimal; anneal keeps it
     baselines = min(packplace.place(inst, s).objective for s in ("greedy", "concurrent"))
-    assert baselines > optimum * (1 + 1e-6)  # the warm start is not already optimal
+    assert baselines == pytest.approx(optimum, rel=1e-12)
     result = packplace.place(inst, "anneal", time_limit_s=20, seed=0, e_max=3000)
     assert result.ok and result.objective == pytest.approx(optimum, rel=1e-12)
-    assert result.info["improvement"] > 0 and "better than the concurrent warm start" in result.message
     # from the slowest feasible plan (2x worse or more) the search still reaches the optimum
     far = packplace.place(inst, "anneal", time_limit_s=20, seed=1, e_max=3000, initial_plan=slowest)
     assert get_evaluator(inst).step_time(slowest) > 2 * optimum
     assert far.objective == pytest.approx(optimum, rel=1e-12)
+    assert far.info["improvement"] > 0.5 and "better than the initial plan warm start" in far.message
 
 
 def test_same_seed_same_plan_and_one_second_budget():

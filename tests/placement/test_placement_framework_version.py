@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from packplace.placement.model.framework import (
     VLLM_DECODE_STEP_OVERHEAD,
     VLLM_HOST_SECONDS_PER_SEQUENCE,
     default_gpu_memory_utilization,
+    engine_vllm_release,
     host_seconds_per_sequence,
     parse_version,
     version_defaults,
@@ -68,10 +70,36 @@ def test_v1_host_time_lands_on_the_held_out_rows():
         host_seconds_per_sequence("v2")
 
 
-@pytest.mark.parametrize("text, parts", [("0.5.0", (0, 5)), ("0.6", (0, 6)), ("v0.6.3.post2", (0, 6, 3)),
-                                         ("0.4.1.dev", (0, 4, 1)), ("1.0.0rc1", (1,)), (" 0.10.2 ", (0, 10, 2))])
-def test_release_strings_parse_to_their_numbers(text, parts):
-    assert parse_version(text) == parts
+@pytest.mark.parametrize("text, parts, post", [("0.5.0", (0, 5), None), ("0.6", (0, 6), None),
+                                               ("v0.6.3.post2", (0, 6, 3), 2), ("0.5.2.POST", (0, 5, 2), 0),
+                                               ("0.4.1.dev", (0, 4, 1), None), ("1.0.0rc1", (1,), None),
+                                               (" 0.10.2 ", (0, 10, 2), None)])
+def test_release_strings_parse_to_their_numbers(text, parts, post):
+    release = parse_version(text)
+    assert (tuple(release), release.post) == (parts, post)
+    assert (release == parts) is (post is None)   # a post-release is not its base release
+
+
+def test_post_releases_order_after_their_release_and_before_the_next():
+    # PEP 440: 0.5.2 < 0.5.2.post1 < 0.5.2.post2 < 0.5.3; trailing zeros do not count; plain tuples are final releases
+    spellings = ["0.5.3", "0.5.2.post2", "v0.5.2", "0.5.2.post1", "0.5.1.post9", "0.5.2.0.post3"]
+    ordered = sorted(spellings, key=parse_version)
+    assert ordered == ["0.5.1.post9", "v0.5.2", "0.5.2.post1", "0.5.2.post2", "0.5.2.0.post3", "0.5.3"]
+    post = parse_version("0.5.2.post1")
+    assert (0, 5, 2) < post < (0, 5, 3) and post > (0, 5, 2, 0) and post != (0, 5, 2)
+    assert parse_version("0.6.0") == (0, 6) == parse_version("v0.6") and parse_version("0.6.0.post1") > (0, 6)
+    assert hash(parse_version("0.6.0")) == hash(parse_version("0.6"))
+    assert parse_version("0.5.8") in {(0, 5, 8)} and parse_version("0.5.8.post1") not in {(0, 5, 8)}   # hash follows ==
+    assert parse_version("0.5.2.post1") == parse_version("0.5.2.0.post1")
+    assert pickle.loads(pickle.dumps(post)) == post and pickle.loads(pickle.dumps(post)).post == 1
+    assert post[:2] == (0, 5) and ".".join(map(str, post)) == "0.5.2"   # the numbers read as before
+
+
+@pytest.mark.parametrize("version, vllm", [("0.5.2", (0, 4, 2)), ("0.5.2.post1", (0, 6, 4)), ("0.5.2.post2", (0, 6, 4)),
+                                          ("0.5.1.post1", (0, 4, 2))])
+def test_openrlhf_v0_5_2_post1_takes_the_vllm_its_setup_py_pins(version, vllm):
+    # setup.py vllm==0.4.2 at v0.5.2, vllm==0.6.4.post1 from v0.5.2.post1 (the old parser read it as v0.5.2)
+    assert engine_vllm_release("openrlhf", version) == vllm
 
 
 @pytest.mark.parametrize("text", ["", "abc", "0.5.x", "0..5", "v", "0.5.0-beta", "1.2.3.4.5"])

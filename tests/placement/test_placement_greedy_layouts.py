@@ -10,6 +10,7 @@ import os
 import random
 
 import pytest
+import yaml
 from test_placement_cpsat import HW, SMALL
 from test_placement_node_splits import legal_blocks
 
@@ -23,7 +24,7 @@ from packplace.placement.problem.hardware import Cluster
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 from packplace.run import Run
 from packplace.solvers.placement import greedy
-from packplace.solvers.placement._common import colocated_plan, disjoint_plan
+from packplace.solvers.placement._common import assemble_for, colocated_plan, disjoint_plan, repair_memory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
@@ -69,18 +70,55 @@ def test_tilings_are_the_two_block_splits_of_the_block_machinery():
 
 
 def test_layout_counts_are_four_times_three_to_the_inference_vertices_per_tiling():
-    # GRPO with a reward model: 2 inference vertices -> 4 * 9 = 36 per tiling; the second order of the
-    # two-node tiling repeats exactly the layouts with generation and training on the whole cluster (9)
+    # GRPO with a reward model: 2 inference vertices -> 4 * 9 = 36 per tiling. The second order of the two-node
+    # tiling (node 1 | node 0) is the mirror image of the first, layout for layout, and so scores the same: none of
+    # it is kept; in the first order the 9 layouts with generation and training on the whole cluster hold 4 pairs
+    # of mirror images (reference on node 0 and reward on node 1, and the other way round, ...): 36 - 4 = 32
     inst = load_config(os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml"))
     table = get_evaluator(inst).table
     blocks = greedy.layouts(inst, table)
-    assert len(blocks) == 36 + 36 - 9
+    assert len(blocks) == 36 - 4
     assert len({tuple(sorted(b.items())) for b in blocks}) == len(blocks)
+    for b in blocks:   # a layout's mirror image is itself or not in the family
+        image = {n: greedy.mirror_image(inst.cluster, a) for n, a in b.items()}
+        assert image == b or image not in blocks
     whole = Allocation((0, 0, 0), (1, 2, 8))
     node0, node1 = Allocation((0, 0, 0), (1, 1, 8)), Allocation((0, 1, 0), (1, 1, 8))
     assert {"actor.generate": node0, "actor.train": node1, "reference.infer": node0, "reward.infer": node0} in blocks
     assert {"actor.generate": whole, "actor.train": whole, "reference.infer": node0,
             "reward.infer": node1} in blocks
+
+
+@pytest.mark.parametrize("config, shape", [("grpo_qwen2.5-7b_2x8xh100", None), ("ppo_llama3.1-8b_4x8xh100", (2, 3)),
+                                           ("grpo_qwen2.5-7b_2x8xh100", (3, 4))])
+def test_a_layout_and_its_mirror_image_score_the_same(monkeypatch, config, shape):
+    # the property behind leaving mirror images out of the family: on the homogeneous cluster, every layout of the
+    # whole family (mirror images kept) has the same memory-blind time and, stepped down in memory, the same step
+    # time as its mirror image, to the last bit the evaluator's sums allow
+    with open(os.path.join(ROOT, "configs", "placement", f"{config}.yaml")) as f:
+        raw = yaml.safe_load(f)
+    if shape is not None:
+        raw["hardware"].update(nodes_per_rack=shape[0], gpus_per_node=shape[1])
+    inst = build_instance(raw)
+    ev = get_evaluator(inst)
+    monkeypatch.setattr(greedy, "_mirror_of", lambda instance: None)
+    family = (greedy.layouts(inst, ev.table) + greedy.three_way_layouts(inst, ev.table)
+              + greedy.spread_layouts(inst, ev.table))
+    pairs = 0
+    for blocks in family:
+        image = {n: greedy.mirror_image(inst.cluster, a) for n, a in blocks.items()}
+        if image == blocks or image not in family:
+            continue
+        pairs += 1
+        choice, mirrored = greedy._fastest_choice(ev.table, blocks), greedy._fastest_choice(ev.table, image)
+        if choice is None:
+            assert mirrored is None
+            continue
+        relaxed = [ev.relaxed_step_time(assemble_for(ev, c)) for c in (choice, mirrored)]
+        assert relaxed[0] == pytest.approx(relaxed[1], rel=1e-12, abs=1e-12)
+        stepped = [repair_memory(ev, c, keep_blocks=True, max_steps=greedy.LAYOUT_STEPS)[1] for c in (choice, mirrored)]
+        assert stepped[0] == pytest.approx(stepped[1], rel=1e-12)
+    assert pairs >= 8
 
 
 @pytest.mark.usefixtures("toy_cuda_graphs")   # the 20 GB toy GPUs were sized around 1.3 GiB of graphs
@@ -194,14 +232,21 @@ def test_the_family_stops_at_the_deadline_and_when_the_run_is_stopped():
     assert proposal.solution == colocated and proposal.info["layouts_screened"] == 0
     # two passes (items 2-3, then item 6), each within its evaluation cap plus one layout's step-downs and climb
     per_pass = greedy.MAX_EVALUATIONS + 1 + greedy.LAYOUT_STEPS + greedy.CLIMB_EVALUATIONS
-    # unlimited on GRPO 2x8, the re-priced memory makes each stepped layout take about 60 evaluator calls: items
-    # 2-3 (75 layouts) end at the evaluation cap after 25 step-downs, and the spread layouts' pass does not run (without
-    # the cap the whole family of 167 gives the same 37.0039 s)
+    # unlimited on GRPO 2x8, each stepped layout takes about 60 evaluator calls; with every layout's mirror image
+    # (which scores the same) left out, both passes (91 layouts: 38 of items 2-3, 53 spread) run to their end
+    # within the caps (with the mirror images, 167 layouts, items 2-3 had ended at the evaluation cap after 25
+    # step-downs and the spread pass had not run)
     full = greedy.best_layout(ev, Run("placement", inst, time_limit_s=None, evaluator=ev),
                               ev.step_time(colocated))
-    first = len(greedy.layouts(inst, ev.table)) + len(greedy.three_way_layouts(inst, ev.table))
-    assert full.cut == "evaluation cap" and 0 < full.stepped <= full.screened == first
-    assert full.screened + greedy.MAX_EVALUATIONS <= full.evaluations <= full.screened + per_pass
+    family = (len(greedy.layouts(inst, ev.table)) + len(greedy.three_way_layouts(inst, ev.table))
+              + len(greedy.spread_layouts(inst, ev.table)))
+    assert (family, full.cut) == (91, "") and 0 < full.stepped <= full.screened == family
+    assert full.evaluations <= full.screened + 2 * per_pass
+    with pytest.MonkeyPatch.context() as patch:   # the same plan as with no cap at all
+        patch.setattr(greedy, "MAX_EVALUATIONS", 10**9)
+        uncapped = greedy.best_layout(ev, Run("placement", inst, time_limit_s=None, evaluator=ev),
+                                      ev.step_time(colocated))
+    assert uncapped.plan == full.plan and uncapped.step_time == full.step_time
     # unlimited on DPO 1x8, nothing cuts the family: every layout of both passes is screened
     inst = load_config(os.path.join(ROOT, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml"))
     ev = get_evaluator(inst)
@@ -265,3 +310,15 @@ def test_a_split_search_winner_on_one_block_is_called_colocated():
     split = Plan.build({"actor.generate": vertex(0, 4), "actor.train": vertex(4, 4)})
     assert greedy._split_winner(split, cluster, True) == (
         "split layout (actor.generate GPUs 0-3, actor.train GPUs 4-7) beats the colocated plan")
+
+
+def test_a_framework_with_rules_between_tasks_keeps_the_mirror_images():
+    # conform moves a task to the first free block of a shape, a rule that is not mirror-symmetric: under NeMo RL's
+    # rules both orders of the two-node tiling are scored (4 * 3^k per order for k inference vertices, the 3^k with
+    # generation and training on the whole cluster once)
+    path = os.path.join(ROOT, "configs", "placement", "published", "grpo_nemo-rl_llama3.1-8b_2x8xh100.yaml")
+    inst = load_config(path)
+    assert greedy._mirror_of(inst) is None
+    table = get_evaluator(inst).table
+    inference = sum(1 for v in inst.graph.vertices if v.kind not in ("generate", "train"))
+    assert len(greedy.layouts(inst, table)) == 2 * 4 * 3 ** inference - 3 ** inference

@@ -11,10 +11,12 @@ per vertex its ``top_k`` fastest candidates of each block shape plus the hint's;
 sizes nest, the first vertex's block is fixed at GPU 0 (:func:`first_block_at_origin`). Time limit: preparation may use
 :data:`BUILD_TIME_SHARE` of ``time_limit_s``; the anneal hint stops after :data:`HINT_EVALUATIONS_PER_S`
 evaluations a second of its budget and a model of more than :data:`BUILD_OPTIONS_PER_S` options a second
-of the build budget is not built (counts, so a short limit answers the same on every run; the clock is
-the safety net); past either the hint is returned (``cp_status`` ``NOT_BUILT``). Bound: a hint that meets
-the evaluator's analytic lower bound is the answer (``optimal``, no model), and the search stops at a
-plan that meets it. The model must accept its hint (:meth:`_ExactPlacement.check_hint`).
+of the build budget is not built (counts, so whether a short limit builds the model is the same on every run;
+the clock is the safety net); past either, ``anneal`` runs from the hint in the time left as the standalone
+solver would (:meth:`_ExactPlacement.anneal_from_hint`: its own ``e_max``, the run's seed; the clock cuts it
+as it cuts ``anneal``) and the better of it and the hint is returned (``cp_status`` ``NOT_BUILT``).
+Bound: a hint that meets the evaluator's analytic lower bound is the answer (``optimal``, no model), and the
+search stops at a plan that meets it. The model must accept its hint (:meth:`_ExactPlacement.check_hint`).
 Checks: the plan is re-scored by the evaluator and compared with the model's value within the rounding
 ``E``; a discrepancy returns the better of hint and plan, ``feasible``, no bound. Determinism:
 ``random_seed = seed``, ``num_workers = 1``; OR-Tools documents multi-worker search as deterministic only
@@ -513,16 +515,17 @@ class _ExactPlacement:
 
     def anneal_from_hint(self) -> tuple[Plan, float, str]:
         """``(plan, step time, note)``: where the model is not built and time is left, ``anneal`` (when it is one
-        of the ``hint_solvers``) restarts from the hint with the time left and at most
-        :data:`HINT_EVALUATIONS_PER_S` evaluations a second of the search's share of the limit
-        (``(1 − BUILD_TIME_SHARE)·time_limit_s``: a count, the clock the safety net); its plan, re-scored by the
+        of the ``hint_solvers``) restarts from the hint exactly as the standalone solver would with the time
+        left and that hint: ``anneal`` with ``time_limit_s`` the time left, ``initial_plan`` the hint, the run's
+        seed and the instance's own ``optimizer`` knobs (its ``e_max`` included: no count of this backend's
+        own), so that it is never worse than ``anneal`` given the same time and hint (the same plan where the
+        anneal ends on its own rule, ``e_max`` or the bound, before the clock). Its plan, re-scored by the
         evaluator, replaces the hint only where faster. Else the hint."""
         hint = (self.hint_plan, self.hint_time, f"returned the {self.hint_name} hint ({self.hint_time:.6g} s)")
         run = self.run
         if "anneal" not in self.hint_solvers or run.expired() or run.stopped or run.at_bound:
             return hint
-        evaluations = max(1, int(HINT_EVALUATIONS_PER_S * (1 - BUILD_TIME_SHARE) * self.limit))
-        proposal = run.call("anneal", time_limit_s=run.left(), initial_plan=self.hint_plan, e_max=evaluations)
+        proposal = run.call("anneal", time_limit_s=run.left(), initial_plan=self.hint_plan)
         if proposal.solution is None:
             return hint
         t = self.ev.step_time(proposal.solution)

@@ -10,14 +10,15 @@ says so on the result where it bound the plan.
 
 from __future__ import annotations
 
-from packplace.placement.candidates import global_batch, model_parallel_shapes, sequences_together
+from packplace.placement.candidates import global_batch, kv_head_rule, model_parallel_shapes, sequences_together
 
 __all__ = ["batch_note", "data_parallel_degrees"]
 
 
 def data_parallel_degrees(instance, table, name: str) -> tuple[list[int], list[int]]:
     """``(allowed, refused)``: the data-parallel degrees, increasing, that the block shapes of ``table``
-    (:attr:`CandidateTable.extents`) offer vertex ``name`` with a legal ``tp`` (node and head rules) and
+    (:attr:`CandidateTable.extents`) offer vertex ``name`` with a legal ``tp`` (node and head rules, and its
+    backend's KV-head rule: :func:`~packplace.placement.candidates.kv_head_rule`) and
     ``pp`` (at most the layers), split by whether ``dp`` divides the vertex's sequences
     (:func:`~packplace.placement.candidates.global_batch`) into whole groups of
     :func:`~packplace.placement.candidates.sequences_together`."""
@@ -26,8 +27,9 @@ def data_parallel_degrees(instance, table, name: str) -> tuple[list[int], list[i
     sequences, whole = global_batch(instance, name), sequences_together(instance)
     allowed: set[int] = set()
     refused: set[int] = set()
+    rule = kv_head_rule(instance, name)
     for extent in table.extents:
-        for dp, _, _ in model_parallel_shapes(model, instance.cluster, extent, vertex.kind):
+        for dp, _, _ in model_parallel_shapes(model, instance.cluster, extent, vertex.kind, rule):
             ok = sequences % dp == 0 and (sequences // dp) % whole == 0
             (allowed if ok else refused).add(dp)
     return sorted(allowed), sorted(refused - allowed)

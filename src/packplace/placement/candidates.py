@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import NamedTuple
@@ -49,7 +50,7 @@ from packplace.placement.model.framework import (
     profile,
     trainer_logit_bytes,
 )
-from packplace.placement.model.layout_rules import Context, strategy_refusal, trainer_backend
+from packplace.placement.model.layout_rules import Context, kv_head_refusal, strategy_refusal, trainer_backend
 from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
     NO_CONTEXT_PARALLEL,
@@ -339,17 +340,34 @@ def global_batch(instance, name: str) -> int:
 
 
 def model_parallel_shapes(model: ModelSpec, cluster: Cluster, extent: tuple[int, int, int],
-                          kind: str | None = None) -> list[tuple[int, int, int]]:
+                          kind: str | None = None,
+                          tp_refusal: Callable[[Strategy], str | None] | None = None) -> list[tuple[int, int, int]]:
     """Every ``(dp, pp, tp)`` filling a block of ``extent`` for a task of ``kind`` before the batch is asked:
     ``tp`` a degree :func:`tensor_parallel_degrees` allows that divides the attention heads (and the KV heads,
-    or is a multiple of them), ``pp`` a divisor of the rest no larger than the layers, ``dp`` what remains."""
+    or is a multiple of them: the generic rule, vLLM's), ``pp`` a divisor of the rest no larger than the layers,
+    ``dp`` what remains. ``tp_refusal`` (:func:`kv_head_rule`: a trainer's backend that needs ``tp`` to divide
+    the KV heads) drops each ``(dp, pp, tp)`` it refuses."""
     gpus = extent[0] * extent[1] * extent[2]
     out = []
     for tp in tensor_parallel_degrees(cluster, extent, kind):
         if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads):
             continue
-        out.extend((gpus // (tp * pp), pp, tp) for pp in divisors(gpus // tp) if pp <= model.layers)
+        for pp in divisors(gpus // tp):
+            if pp <= model.layers and (tp_refusal is None or tp_refusal(Strategy(gpus // (tp * pp), pp, tp)) is None):
+                out.append((gpus // (tp * pp), pp, tp))
     return out
+
+
+def kv_head_rule(instance, name: str) -> Callable[[Strategy], str | None]:
+    """The KV-head rule of vertex ``name``'s backend as a ``tp_refusal`` of :func:`model_parallel_shapes` and
+    :func:`block_rules_broken`: ``strategy`` -> why the backend cannot split the model's KV heads over its
+    ``tp`` (:func:`~packplace.placement.model.layout_rules.kv_head_refusal`: Megatron-Core and NeMo RL's
+    DTensor workers need ``tp`` to divide them), or ``None``; always ``None`` for an engine or a framework
+    without the rule."""
+    vertex = instance.graph.vertex(name)
+    kv_heads = instance.models[vertex.model].kv_heads
+    ctx = Context.of(instance)
+    return lambda strategy: kv_head_refusal(ctx, name, vertex.kind, strategy, kv_heads)
 
 
 def legal_strategies(model: ModelSpec, cluster: Cluster, sequences: int,
@@ -828,24 +846,37 @@ class CandidateTable:
         if not bigger:
             return f"{vertex} already uses the whole cluster"
         return block_rules_broken(model, self.cluster, self.instance.workload.sequences, bigger[0], spec.kind,
-                                  sequences_together(self.instance))
+                                  sequences_together(self.instance), kv_head_rule(self.instance, vertex))
 
 
 def block_rules_broken(model: ModelSpec, cluster: Cluster, sequences: int, extent: tuple[int, int, int],
-                       kind: str | None = None, whole: int = 1) -> str:
+                       kind: str | None = None, whole: int = 1,
+                       tp_refusal: Callable[[Strategy], str | None] | None = None) -> str:
     """Why no ``(dp, pp, tp)`` fills a block of ``extent`` (one line): the divisibility rules with the
     largest degree each allows, e.g. ``"tp/pp/dp divisibility: tp <= 2 (divides 2 attention heads, fits
     a node of 8), pp <= 1 (divides 1 layers), dp <= 2 (divides 2 sequences per step); no dp*pp*tp = 8"``;
-    ``whole``: sequences a replica holds together (:func:`sequences_together`, a DPO pair: dp divides the pairs)."""
+    ``whole``: sequences a replica holds together (:func:`sequences_together`, a DPO pair: dp divides the pairs).
+    ``tp_refusal`` (:func:`kv_head_rule`): the backend's own KV-head rule; a ``tp`` the generic rule allows (a
+    multiple of the KV heads) but it refuses at every ``pp`` is left out of the bound, and the line quotes that
+    rule for the largest such ``tp`` instead of the generic one."""
     gpus = extent[0] * extent[1] * extent[2]
     tps = [t for t in tensor_parallel_degrees(cluster, extent, kind)
            if model.heads % t == 0 and (model.kv_heads % t == 0 or t % model.kv_heads == 0)]
     pps = [p for p in divisors(gpus) if p <= model.layers]
+    refused = {}
+    if tp_refusal is not None:
+        for t in tps:
+            whys = [tp_refusal(Strategy(max(gpus // (t * p), 1), p, t)) for p in pps]
+            if whys and all(whys):
+                refused[t] = whys[0]
+    allowed = [t for t in tps if t not in refused]
     dps = [d for d in divisors(gpus) if sequences % d == 0 and (sequences // d) % whole == 0]
     units = f"{sequences} sequences per step" if whole == 1 else f"{sequences // whole} preference pairs per step"
-    return (f"tp/pp/dp divisibility: tp <= {max(tps, default=0)} (divides {model.heads} attention heads and "
-            f"{extent[2]} GPUs per node), pp <= {max(pps)} (at most {model.layers} layers), dp <= {max(dps)} "
-            f"(divides {units}); no dp*pp*tp = {gpus}")
+    tp_rule = f"divides {model.heads} attention heads and {extent[2]} GPUs per node"
+    if refused:
+        tp_rule += f"; not {max(refused)}: {refused[max(refused)]}"
+    return (f"tp/pp/dp divisibility: tp <= {max(allowed, default=0)} ({tp_rule}), pp <= {max(pps)} (at most "
+            f"{model.layers} layers), dp <= {max(dps)} (divides {units}); no dp*pp*tp = {gpus}")
 
 
 def _order(c: Candidate) -> tuple:

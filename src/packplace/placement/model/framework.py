@@ -21,6 +21,7 @@ mechanics: each profile's ``sources``.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -188,6 +189,75 @@ NEMO_RL_GPU_MEMORY_UTILIZATION = 0.6
 OPENRLHF_GPU_MEMORY_UTILIZATION = 0.95
 
 
+def _strip(parts: tuple[int, ...]) -> tuple[int, ...]:
+    """``parts`` without trailing zeros (at least one part): ``(0, 6, 0)`` -> ``(0, 6)``."""
+    out = list(parts)
+    while len(out) > 1 and out[-1] == 0:
+        out.pop()
+    return tuple(out)
+
+
+class Release(tuple):
+    """A parsed release (:func:`parse_version`): a tuple of its numeric parts, trailing zeros dropped (so
+    ``release[:2]`` and ``".".join(map(str, release))`` read them as before), and :attr:`post`, its post-release
+    number (``None``: not a post-release).
+
+    Ordered as PEP 440 orders final and post-releases (packaging.org, "Version specifiers": a post-release sorts
+    after its release and before the next one): ``0.5.2 < 0.5.2.post1 < 0.5.2.post2 < 0.5.3``, trailing zeros
+    ignored (``0.6 == 0.6.0``). A plain tuple of numbers compares as a final release, so the tables' ``since``
+    tuples stay plain: ``Release 0.5.2.post1 > (0, 5, 2)`` and ``!= (0, 5, 2)``.
+    """
+
+    post: int | None
+
+    def __new__(cls, parts: tuple[int, ...], post: int | None = None) -> Release:
+        self = super().__new__(cls, _strip(tuple(parts)))
+        self.post = post
+        return self
+
+    def __getnewargs__(self) -> tuple:
+        return tuple(self), self.post
+
+    def __repr__(self) -> str:
+        return f"Release({tuple(self)!r}, post={self.post!r})"
+
+    @staticmethod
+    def _key(other: object) -> tuple | None:
+        """``(numbers without trailing zeros, post)`` (``post`` -1 for a final release); None: not a release."""
+        if isinstance(other, Release):
+            return tuple(other), -1 if other.post is None else other.post
+        if isinstance(other, tuple) and all(isinstance(x, int) for x in other):
+            return _strip(other) if other else (), -1
+        return None
+
+    def _compare(self, other: object, op) -> bool:
+        theirs = Release._key(other)
+        if theirs is None:
+            return NotImplemented
+        return op(Release._key(self), theirs)
+
+    def __eq__(self, other: object) -> bool:
+        return self._compare(other, operator.eq)
+
+    def __ne__(self, other: object) -> bool:
+        return self._compare(other, operator.ne)
+
+    def __lt__(self, other: object) -> bool:
+        return self._compare(other, operator.lt)
+
+    def __le__(self, other: object) -> bool:
+        return self._compare(other, operator.le)
+
+    def __gt__(self, other: object) -> bool:
+        return self._compare(other, operator.gt)
+
+    def __ge__(self, other: object) -> bool:
+        return self._compare(other, operator.ge)
+
+    def __hash__(self) -> int:   # a final release hashes as its plain tuple, to which it is equal
+        return hash(tuple(self)) if self.post is None else hash((tuple(self), self.post))
+
+
 @dataclass(frozen=True)
 class VersionDefaults:
     """What a framework's own files set, from release ``since`` on, for the settings the model takes from
@@ -255,15 +325,14 @@ FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
     "openrlhf": (
         VersionDefaults((0, 1), False, "v0",
                         "OpenRLHF before v0.5.3: dockerfile/Dockerfile vllm==0.4.2 (v0.2.7 at commit 391e1de4 "
-                        "to v0.5.2), setup.py vllm==0.4.2 (v0.4.0-v0.5.2; v0.5.2.post1, which a release number "
-                        "without its .postN cannot tell from v0.5.2, pins 0.6.4.post1: the same engine rules, "
-                        "V0 with NCCL in the pool and no non-torch bytes beyond the workspace); vllm.LLM at "
+                        "to v0.5.2), setup.py vllm==0.4.2 (v0.4.0-v0.5.2; v0.5.2.post1 pins 0.6.4.post1, the next "
+                        "entry); vllm.LLM at "
                         "vLLM's enforce_eager default False, from v0.4.4 the --enforce_eager flag (store_true); "
                         "gpu_memory_utilization: vLLM's 0.9 (no flag before v0.5.8)",
                         vllm=(0, 4, 2), gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION),
-        VersionDefaults((0, 5, 3), False, "v0",
-                        "OpenRLHF v0.5.3-v0.5.4: setup.py vllm==0.6.4.post1 (from v0.5.2.post1); otherwise as "
-                        "before", vllm=(0, 6, 4), gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION),
+        VersionDefaults(Release((0, 5, 2), post=1), False, "v0",
+                        "OpenRLHF v0.5.2.post1-v0.5.4: setup.py vllm==0.6.4.post1; otherwise as before",
+                        vllm=(0, 6, 4), gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION),
         VersionDefaults((0, 5, 5), False, "v0",
                         "OpenRLHF v0.5.5-v0.5.7: setup.py vllm==0.6.5; otherwise as before",
                         vllm=(0, 6, 5), gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION),
@@ -537,16 +606,18 @@ def profile(name: str) -> FrameworkProfile:
 
 
 #: A release string: optional ``v``, one to four dot-separated numbers, an optional ``.postN`` / ``rcN`` /
-#: ``.devN`` suffix (which does not change the release's defaults); letters in any case (``V0.5``,
-#: ``0.5RC1``: a tag or a package version as a user may copy it). The one rule behind every
-#: ``policy.framework_version`` reader (:func:`version_defaults`,
+#: ``.devN`` suffix; letters in any case (``V0.5``, ``0.5RC1``: a tag or a package version as a user may copy it).
+#: The one rule behind every ``policy.framework_version`` reader (:func:`version_defaults`,
 #: :func:`~packplace.placement.model.nemo_rl_releases.release_for`).
-_VERSION = re.compile(r"v?(\d+(?:\.\d+){0,3})(?:\.?(?:post|rc|dev)\d*)?", re.IGNORECASE)
+_VERSION = re.compile(r"v?(\d+(?:\.\d+){0,3})(?:\.?(post|rc|dev)(\d*))?", re.IGNORECASE)
 
 
-def parse_version(text: str) -> tuple[int, ...]:
-    """The numeric parts of a release string (``"0.5.0"`` → ``(0, 5)``; ``"v0.6.3.post2"`` and ``"V0.6.3"`` →
-    ``(0, 6, 3)``; ``"0.5rc1"`` → ``(0, 5)``), trailing zeros dropped so ``"0.6"`` and ``"0.6.0"`` compare equal.
+def parse_version(text: str) -> Release:
+    """The release a release string names (:class:`Release`): its numeric parts, trailing zeros dropped so ``"0.6"``
+    and ``"0.6.0"`` compare equal (``"0.5.0"`` -> ``(0, 5)``), and its post-release number: ``"v0.6.3.post2"``
+    -> ``(0, 6, 3)`` post 2, after ``"V0.6.3"`` and before ``"0.6.4"`` (PEP 440's order). A pre-release or
+    development suffix (``"0.5rc1"``, ``"0.4.1.dev"``) reads as its release, ``(0, 5)`` and ``(0, 4, 1)``: the
+    tables hold final releases, and a candidate of one is taken to ship its pins.
 
     Raises:
         ConfigError: ``[policy] framework_version: 'x' is not a release ...`` for anything else.
@@ -555,10 +626,9 @@ def parse_version(text: str) -> tuple[int, ...]:
     if match is None:
         raise ConfigError(f"[policy] framework_version: {text!r} is not a release; expected numbers separated by "
                           "dots such as '0.5.0' (an optional 'v' prefix and '.postN' / 'rcN' suffix are accepted)")
-    parts = [int(x) for x in match.group(1).split(".")]
-    while len(parts) > 1 and parts[-1] == 0:
-        parts.pop()
-    return tuple(parts)
+    parts = tuple(int(x) for x in match.group(1).split("."))
+    post = int(match.group(3) or 0) if (match.group(2) or "").lower() == "post" else None
+    return Release(parts, post)
 
 
 def version_defaults(framework: str, version: str | None) -> VersionDefaults | None:
@@ -608,7 +678,6 @@ OPENRLHF_COLOCATE_ALL_OVERRIDE = ((0, 5, 8), (0, 6))
 #: The value OpenRLHF sets there, and the value at or above which it does (openrlhf/cli/train_ppo_ray.py).
 OPENRLHF_COLOCATE_ALL_GPU_MEMORY_UTILIZATION = 0.4
 OPENRLHF_COLOCATE_ALL_ABOVE = 0.9
-_POST_RELEASE = re.compile(r".*post\d*\s*$", re.IGNORECASE)
 
 
 def colocate_all_gpu_memory_utilization(framework: str, version: str | None, gpu_memory_utilization: float) -> float:
@@ -622,7 +691,7 @@ def colocate_all_gpu_memory_utilization(framework: str, version: str | None, gpu
     0.4`` (openrlhf/cli/train_ppo_ray.py ``train``, before ``create_vllm_engines``, at each of those tags; absent
     at v0.5.7, which has neither flag, and from v0.6.0.post1). Every other framework, release (``None``: the
     current one) or value below 0.9 keeps ``gpu_memory_utilization``. A ``.postN`` release of v0.6.0 is past the
-    override; :func:`parse_version` drops the suffix, so it is read here from ``version``.
+    override (:func:`parse_version` orders it after v0.6.0).
 
     Raises:
         ConfigError: a malformed ``version`` (:func:`parse_version`).
@@ -631,7 +700,7 @@ def colocate_all_gpu_memory_utilization(framework: str, version: str | None, gpu
         return gpu_memory_utilization
     release = parse_version(version)
     first, last = OPENRLHF_COLOCATE_ALL_OVERRIDE
-    if release < first or release > last or (release == last and _POST_RELEASE.fullmatch(version)):
+    if release < first or release > last:
         return gpu_memory_utilization
     return OPENRLHF_COLOCATE_ALL_GPU_MEMORY_UTILIZATION
 
