@@ -306,7 +306,7 @@ def _ppo70b(**hardware):
     return cfg
 
 
-def test_model_building_counts_against_the_time_limit_on_1024_gpus():
+def test_model_building_counts_against_the_time_limit_on_1024_gpus(work_clock):
     inst = build_instance(_ppo70b(racks=16, nodes_per_rack=8))
     assert inst.num_gpus == 1024
     proposal = get("placement", "cpsat").backend(inst, run_for("placement", inst, time_limit_s=1),
