@@ -13,6 +13,7 @@ from packplace.errors import ConfigError
 from packplace.placement.checking.calibrate import fit_published, parse_scoped_knobs
 from packplace.placement.checking.crossval import cross_validate, load_setups, pair_rows, summarize
 from packplace.placement.checking.validate import declared_staleness, not_fitted, validate, validation_files
+from packplace.placement.problem.config import load_yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VALIDATION = os.path.join(ROOT, "benchmarks", "validation")
@@ -171,6 +172,25 @@ def test_cross_validate_command_on_real_files(capsys):
     qwen = rows["qwen2.5-7b_vllm_batch1_1xa100"]
     assert qwen["out_of_sample_ratio"] != qwen["in_sample_ratio"] and qwen["unfitted"] == []
     assert document["summary"]["out_of_sample"]["runs"] == 3
+
+
+#: The OpenRLHF README "Performance" table at commit 391e1de4 (OpenRLHF / Optimized DSChat, seconds per 1,024
+#: prompts): every row the model can express, one file per column, the two columns of a row paired.
+OPENRLHF_TABLE = {"llama2-7b_16xa800": (471.11, 855.09), "llama2-13b_32xa800": (608.93, 1528.93),
+                  "codellama-34b_32xa800": (1526.4, 3634.98), "llama2-70b_32xa800": (4488.53, 10407.0)}
+
+
+def test_every_row_of_the_openrlhf_table_is_a_pair_of_files_of_one_model():
+    setups = {s.name: s for s in load_setups(FULL_SET)}
+    for row, (openrlhf, dschat) in OPENRLHF_TABLE.items():
+        a, b = setups[f"openrlhf_ppo_{row}"], setups[f"deepspeed_chat_optimized_ppo_{row}"]
+        assert (a.published["step"], b.published["step"]) == (openrlhf, dschat), row
+        assert [p["setup"] for p in a.pairs] == [b.name], row
+        assert a.section["url"] == b.section["url"] == "https://github.com/OpenRLHF/OpenRLHF/blob/391e1de4/README.md"
+        # both columns of a row train one architecture (actor, critic and reward alike)
+        models_a, models_b = (load_yaml(os.path.join(VALIDATION, s.name + ".yaml"))["models"] for s in (a, b))
+        for role in ("actor", "critic", "reward"):
+            assert models_a[role] == models_b[role], (row, role)
 
 
 def test_validate_reports_skipped_asynchronous_rows_and_pairs(capsys):

@@ -36,6 +36,8 @@ ADDED = {
     ("deepspeed_chat_optimized_ppo_llama2-7b_16xa800", "step"): 855.09,
     ("deepspeed_chat_optimized_ppo_llama2-13b_32xa800", "step"): 1528.93,
     ("deepspeed_chat_optimized_ppo_llama2-70b_32xa800", "step"): 10407.0,
+    ("openrlhf_ppo_codellama-34b_32xa800", "step"): 1526.4,
+    ("deepspeed_chat_optimized_ppo_codellama-34b_32xa800", "step"): 3634.98,
 }
 
 
