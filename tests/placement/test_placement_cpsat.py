@@ -241,6 +241,22 @@ def test_same_seed_same_plan_and_bad_parameters():
             packplace.place(inst, "cpsat", time_limit_s=1, **bad)
 
 
+@pytest.mark.parametrize("bad, message", [
+    ({"num_workers": 10_001}, "cpsat: num_workers must be an integer in [1, 10000] (CP-SAT's range), got 10001"),
+    ({"cp_parameters": {"num_workers": "x"}}, "cpsat: cp_parameters.num_workers: must be of type int, got 'x'"),
+    ({"cp_parameters": {"bogus": 1}},
+     "cpsat: cp_parameters.bogus: not a CP-SAT parameter (SatParameters has no field 'bogus'), got 1"),
+])
+def test_placement_cpsat_refuses_what_cp_sat_refuses_in_one_line(bad, message):
+    # the same one-line messages as the balance and context-parallel cpsat backends (errors.cp_parameter_error):
+    # pybind's own text for a value of the wrong type spans several lines, and CP-SAT ends a model solved with
+    # more than 10,000 workers MODEL_INVALID without saying why
+    inst = instance("ppo", memory_per_gpu=6e9, nodes_per_rack=2, gpus_per_node=2)
+    with pytest.raises(ConfigError) as info:
+        packplace.place(inst, "cpsat", time_limit_s=5, hint_solvers=("greedy",), **bad)
+    assert str(info.value) == message
+
+
 @pytest.mark.parametrize("path", SMALL_SHIPPED, ids=os.path.basename)
 def test_rescored_step_time_equals_the_claim_on_shipped_configs(path):
     from packplace.placement.problem.config import load_yaml

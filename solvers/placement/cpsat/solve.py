@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from packplace.errors import ConfigError
+from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_parameter_error
 from packplace.lazy import lazy_module
 from packplace.placement.model.layout_rules import conform, plan_refusals
 from packplace.placement.problem.config import OPTIMIZER_DEFAULTS
@@ -303,6 +303,9 @@ def _check_options(num_workers: Any, max_gpus: Any, top_k: Any, log_search: Any,
     for field_name, value in (("num_workers", num_workers), ("max_gpus", max_gpus)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"cpsat: {field_name} must be an integer >= 1, got {value!r}")
+    if num_workers > MAX_CP_WORKERS:
+        raise ConfigError(f"cpsat: num_workers must be an integer in [1, {MAX_CP_WORKERS}] (CP-SAT's range), "
+                          f"got {num_workers!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ConfigError(f"cpsat: top_k must be an integer >= 1 or None, got {top_k!r}")
     if not isinstance(log_search, bool):
@@ -599,7 +602,7 @@ class _ExactPlacement:
             try:
                 setattr(solver.parameters, key, value)
             except (AttributeError, TypeError, ValueError) as exc:
-                raise ConfigError(f"cpsat: cp_parameters.{key}: {exc}") from None
+                raise cp_parameter_error(solver.parameters, key, value, exc) from None
         progress_s = float(self.instance.optimizer.get("progress_s", DEFAULT_PROGRESS_S))
         # start-up time: the reporter subclasses an OR-Tools class, so its module loads OR-Tools
         from packplace.solvers.placement.cpsat.progress import ProgressReporter
