@@ -90,6 +90,15 @@ def test_post_releases_order_after_their_release_and_before_the_next():
     assert parse_version("0.6.0") == (0, 6) == parse_version("v0.6") and parse_version("0.6.0.post1") > (0, 6)
     assert hash(parse_version("0.6.0")) == hash(parse_version("0.6"))
     assert parse_version("0.5.8") in {(0, 5, 8)} and parse_version("0.5.8.post1") not in {(0, 5, 8)}   # hash follows ==
+    # equal objects hash alike: a plain tuple equals a final release only as it is held (trailing zeros dropped),
+    # while ordering ignores trailing zeros
+    assert parse_version("0.6.0") == (0, 6) and parse_version("0.6.0") != (0, 6, 0)
+    assert parse_version("0.6.0") not in {(0, 6, 0)} and parse_version("0.6.0") in {(0, 6)}
+    assert parse_version("0.6.0") >= (0, 6, 0) and parse_version("0.6.0") <= (0, 6, 0)
+    for a in ("0.6.0", "0.6", "0.5.2.post1", "0.5.8"):
+        for b in ((0, 6), (0, 6, 0), (0, 5, 2), (0, 5, 8), parse_version("0.5.2.post1")):
+            if parse_version(a) == b:
+                assert hash(parse_version(a)) == hash(b), (a, b)
     assert parse_version("0.5.2.post1") == parse_version("0.5.2.0.post1")
     assert pickle.loads(pickle.dumps(post)) == post and pickle.loads(pickle.dumps(post)).post == 1
     assert post[:2] == (0, 5) and ".".join(map(str, post)) == "0.5.2"   # the numbers read as before

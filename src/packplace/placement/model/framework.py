@@ -204,8 +204,10 @@ class Release(tuple):
 
     Ordered as PEP 440 orders final and post-releases (packaging.org, "Version specifiers": a post-release sorts
     after its release and before the next one): ``0.5.2 < 0.5.2.post1 < 0.5.2.post2 < 0.5.3``, trailing zeros
-    ignored (``0.6 == 0.6.0``). A plain tuple of numbers compares as a final release, so the tables' ``since``
-    tuples stay plain: ``Release 0.5.2.post1 > (0, 5, 2)`` and ``!= (0, 5, 2)``.
+    ignored (``0.6 == 0.6.0``). A plain tuple of numbers orders as a final release, so the tables' ``since``
+    tuples stay plain: ``Release 0.5.2.post1 > (0, 5, 2)`` and ``!= (0, 5, 2)``; it is *equal* to a final release
+    only as tuples are, to the parts held (``(0, 6) == parse_version("0.6.0")``, ``(0, 6, 0)`` is not), so that
+    equal objects hash alike (a final release hashes as its plain tuple) and set and dict lookups hold.
     """
 
     post: int | None
@@ -237,10 +239,15 @@ class Release(tuple):
         return op(Release._key(self), theirs)
 
     def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Release) and isinstance(other, tuple):
+            # a plain tuple equals a final release written as it is held (trailing zeros dropped), as tuples
+            # compare, so that equal objects hash alike: (0, 6) == parse_version("0.6.0"), (0, 6, 0) does not
+            return self.post is None and tuple(self) == other
         return self._compare(other, operator.eq)
 
     def __ne__(self, other: object) -> bool:
-        return self._compare(other, operator.ne)
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
 
     def __lt__(self, other: object) -> bool:
         return self._compare(other, operator.lt)
