@@ -178,11 +178,11 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
     assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 24 "
                                "(16.4 GB per GPU needed at the largest block (8 GPUs), 8 GB available); the smallest "
                                "cluster of this node and rack shape (doubled) on which the concurrent solver fits a "
-                               "whole plan has 32 GPUs (step 1.255 s: actor.generate 8 GPUs, actor.train 24 "
+                               "whole plan has 32 GPUs (step 1.249 s: actor.generate 8 GPUs, actor.train 24 "
                                "GPUs, reference.infer 24 GPUs, reward.infer 8 GPUs)")
     # (at 0.3, the value this test had, the 2.4 GB pool less the weights and the start-up profile run's peak
     # leaves the KV cache nothing: the engine had been priced at one sequence at a time, a 32.92 s step; vLLM
-    # refuses to start it, test_vllm_start_refusal.py)
+    # refuses to start it, test_vllm_start_refusal.py; 1.255 s before greedy's trades, concurrent's first family)
     # the table's own check (no search) gives the upper bound with every task on its own GPUs: 8 + 4 + 1 + 24
     with pytest.raises(InfeasibleError, match=r"needs at most 37 \(actor.generate 8 GPUs"):
         table.check()
