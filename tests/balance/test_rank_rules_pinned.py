@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 import packplace
-from packplace.balance import make_instance
+from packplace.balance import make_instance, rank_rules
 from packplace.balance.rank_rules import RankRules, assign_ranks, construct, units_of
 
-RULES = ("equal_count", "groups", "cap", "groups_equal_count", "oversized_equal_count")
+RULES = ("equal_count", "groups", "cap", "groups_equal_count", "oversized_equal_count", "skewed_equal_count")
 
 
 def _instance(rule: str, seed: int, ties: bool):
@@ -37,11 +37,14 @@ def _instance(rule: str, seed: int, ties: bool):
         tokens = np.clip(rng.lognormal(np.log(300), 0.8, n).astype(np.int64), 1, 2048)
         costs = tokens + tokens * tokens / 4096
     kwargs: dict = {}
+    if rule == "skewed_equal_count":  # half the ranks take one huge sample, the others fill up first
+        costs = costs.astype(np.float64)
+        costs[: ranks // 2] = 1e9
     if rule == "oversized_equal_count":
         tokens[rng.choice(n, size=ranks, replace=False)] = 5000
         costs = tokens + tokens * tokens / 4096
         kwargs["oversized_policy"] = "single"
-    if rule in ("equal_count", "groups_equal_count", "oversized_equal_count"):
+    if rule in ("equal_count", "groups_equal_count", "oversized_equal_count", "skewed_equal_count"):
         kwargs["equal_count"] = True
     if rule == "cap":
         kwargs["max_samples_per_bin"] = 5
@@ -119,6 +122,29 @@ def test_assign_ranks_picks_the_rank_the_single_heap_picked(rule):
             assert assign_ranks(columns, units) == expected, (rule, seed, by)
             answered += expected is not None
     assert answered >= 20  # the comparison is over real assignments, not dead ends
+
+
+def test_full_ranks_leave_the_heap_once(monkeypatch):
+    # 21 ranks of 4 bins, 346 samples (lo 16, hi 17), 10 of cost 1e9: the 11 other ranks fill up first;
+    # the single heap popped past the full ranks for each unit placed after that, the retiring heap
+    # pops each full rank once (at most one pop per unit plus one per rank)
+    inst = _instance("skewed_equal_count", 0, ties=False)
+    columns = inst.packing_columns("cost")
+    units = units_of(columns.group_of)
+    pops = [0]
+    real_pop = heapq.heappop
+
+    def counting_pop(heap):
+        pops[0] += 1
+        return real_pop(heap)
+
+    monkeypatch.setattr(rank_rules.heapq, "heappop", counting_pop)
+    members = assign_ranks(columns, units)
+    assert members is not None
+    assert pops[0] <= len(units) + columns.ranks
+    pops[0] = 0
+    assert _reference_assign_ranks(columns, units) == members
+    assert pops[0] > len(units) + columns.ranks  # the instance does make the single heap pop past full ranks
 
 
 def test_assign_ranks_keeps_the_lower_rank_on_equal_loads():

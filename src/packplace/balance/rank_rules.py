@@ -112,6 +112,27 @@ def units_of(group_of: np.ndarray) -> list[list[int]]:
     return units
 
 
+def unit_layout(units: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The units flattened: ``(size, flat, starts)``, int64 arrays of shapes (U,), (Σ size,) and (U,);
+    unit u is ``flat[starts[u]:starts[u] + size[u]]``. Every unit must be non-empty."""
+    size = np.fromiter((len(u) for u in units), dtype=np.int64, count=len(units))
+    flat = np.fromiter((i for u in units for i in u), dtype=np.int64, count=int(size.sum()))
+    starts = np.zeros(len(units), dtype=np.int64)
+    np.cumsum(size[:-1], out=starts[1:])
+    return size, flat, starts
+
+
+def unit_sums(values: np.ndarray, units: list[list[int]], size: np.ndarray, flat: np.ndarray,
+              starts: np.ndarray) -> np.ndarray:
+    """``values`` (float array (n,)) summed per unit, float64 array (U,), each the float
+    ``values[members].sum()`` gives (a unit of one sample: its value; a group: that numpy sum, so the
+    rounding is numpy's own); ``size``, ``flat``, ``starts`` from :func:`unit_layout`."""
+    sums = values[flat[starts]].astype(np.float64)
+    for u in np.flatnonzero(size > 1).tolist():
+        sums[u] = float(values[units[u]].sum())
+    return sums
+
+
 #: Units placed between two readings of the construction's ``stop`` callable.
 STOP_EVERY = 1024
 
@@ -122,7 +143,16 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
     ``stop()`` (read every :data:`STOP_EVERY` units) returns True: a caller's deadline.
 
     A heap of ranks keyed by (load, rank); ranks that cannot take the current unit are set aside
-    and pushed back afterwards, so a unit costs O(log D) plus the ranks it skips.
+    and pushed back afterwards, so a unit costs O(log D) plus the ranks it skips. A skipped rank that
+    can take no later unit leaves the heap for good: its count plus the smallest unit still to come
+    exceeds ``hi``; or its tokens plus the fewest (non-oversized) tokens of a unit still to come exceed
+    ``(m − oversized)·seq_len``; or it holds at least ``lo`` samples and the slack ``remaining − deficit`` (which
+    never grows) is below that smallest unit; or it holds exactly ``lo`` while ``spare`` ranks are
+    already above ``lo`` (that number never falls). Its count never changes again, so it could never
+    be chosen and the choice, the least (load, rank) among the ranks that can take the unit, is the
+    one a heap of every rank gives; under ``equal_count`` each full rank is popped past once, not
+    once per unit. Per-unit sums of groups are numpy reductions (priorities of groups summed as
+    ``priority[members].sum()``, so the floats are the same).
     """
     tokens, priority = columns.tokens, columns.priority
     n, ranks, m, seq_len = len(tokens), columns.ranks, columns.per_rank, columns.seq_len
@@ -138,13 +168,16 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
         unit_priority = priority[flat].astype(np.float64)
         unit_tie = columns.key_rank[flat]
     else:
-        size = np.array([len(u) for u in units], dtype=np.int64)
-        unit_over = np.array([int(oversized[u].sum()) for u in units], dtype=np.int64)
-        unit_tokens = np.array([int(tokens[u][~oversized[u]].sum()) for u in units], dtype=np.int64)
-        unit_priority = np.array([float(priority[u].sum()) for u in units])
-        unit_tie = np.array([int(columns.key_rank[u].min()) for u in units], dtype=np.int64)
+        size, flat, starts = unit_layout(units)
+        unit_over = np.add.reduceat(oversized[flat].astype(np.int64), starts)
+        unit_tokens = np.add.reduceat(np.where(oversized[flat], 0, tokens[flat]), starts)
+        unit_priority = unit_sums(priority, units, size, flat, starts)
+        unit_tie = np.minimum.reduceat(columns.key_rank[flat], starts)
     order = np.lexsort((unit_tie, -(unit_tokens + unit_over * seq_len), -unit_priority)).tolist()
     size_list, over_list = size.tolist(), unit_over.tolist()
+    # smallest unit still to come from each position on: a rank that cannot take it never takes any
+    least_left = np.minimum.accumulate(size[order][::-1])[::-1].tolist() if order else []
+    lightest_left = np.minimum.accumulate(unit_tokens[order][::-1])[::-1].tolist() if order else []
     token_list, priority_list = unit_tokens.tolist(), unit_priority.tolist()
 
     count = [0] * ranks
@@ -160,21 +193,26 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
         if stop is not None and placed % STOP_EVERY == STOP_EVERY - 1 and stop():
             return None
         s, o, t = size_list[u], over_list[u], token_list[u]
+        least, lightest, slack = least_left[placed], lightest_left[placed], remaining - deficit
         skipped = []
         chosen = None
         while heap:
             load, r = heapq.heappop(heap)
-            new_count = count[r] + s
-            short = max(0, lo - count[r])
+            c = count[r]
+            new_count = c + s
+            short = max(0, lo - c)
             fits = (
                 new_count <= hi and over[r] + o <= m and used[r] + t <= (m - over[r] - o) * seq_len
-                and not (above >= spare and count[r] <= lo < new_count)
+                and not (above >= spare and c <= lo < new_count)
                 and remaining - s >= deficit - min(short, s)
             )
             if fits:
                 chosen = (load, r)
                 break
-            skipped.append((load, r))
+            # a rank that can take no unit from here on leaves the heap for good (see the docstring)
+            if not (c + least > hi or used[r] + lightest > (m - over[r]) * seq_len
+                    or (c >= lo and (slack < least or (c == lo and above >= spare)))):
+                skipped.append((load, r))
         for entry in skipped:
             heapq.heappush(heap, entry)
         if chosen is None:
