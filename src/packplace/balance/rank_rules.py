@@ -189,44 +189,40 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
     deficit = ranks * rules.lo  # Σ_r max(0, lo − count_r)
     above = 0  # ranks holding more than lo samples
     lo, hi, spare = rules.lo, rules.hi, rules.spare
-    for placed, u in enumerate(order):
+    heappop, heapreplace, heappush = heapq.heappop, heapq.heapreplace, heapq.heappush
+    columns_in_order = zip(order, [size_list[u] for u in order], [over_list[u] for u in order],
+                           [token_list[u] for u in order], least_left, lightest_left)
+    for placed, (u, s, o, t, least, lightest) in enumerate(columns_in_order):
         if stop is not None and placed % STOP_EVERY == STOP_EVERY - 1 and stop():
             return None
-        s, o, t = size_list[u], over_list[u], token_list[u]
-        least, lightest, slack = least_left[placed], lightest_left[placed], remaining - deficit
+        slack = remaining - deficit
         skipped = []
-        chosen = None
         while heap:
-            load, r = heapq.heappop(heap)
+            load, r = heap[0]
             c = count[r]
             new_count = c + s
-            short = max(0, lo - c)
-            fits = (
-                new_count <= hi and over[r] + o <= m and used[r] + t <= (m - over[r] - o) * seq_len
-                and not (above >= spare and c <= lo < new_count)
-                and remaining - s >= deficit - min(short, s)
-            )
-            if fits:
-                chosen = (load, r)
+            if (new_count <= hi and over[r] + o <= m and used[r] + t <= (m - over[r] - o) * seq_len
+                    and not (above >= spare and c <= lo < new_count)
+                    and remaining - s >= deficit - min(max(0, lo - c), s)):
                 break
+            heappop(heap)
             # a rank that can take no unit from here on leaves the heap for good (see the docstring)
             if not (c + least > hi or used[r] + lightest > (m - over[r]) * seq_len
                     or (c >= lo and (slack < least or (c == lo and above >= spare)))):
                 skipped.append((load, r))
-        for entry in skipped:
-            heapq.heappush(heap, entry)
-        if chosen is None:
+        else:
             return None
-        load, r = chosen
-        if count[r] <= lo < count[r] + s:
+        if c <= lo < new_count:
             above += 1
-        deficit -= min(max(0, lo - count[r]), s)
-        count[r] += s
+        deficit -= min(max(0, lo - c), s)
+        count[r] = new_count
         over[r] += o
         used[r] += t
         members[r].extend(units[u])
         remaining -= s
-        heapq.heappush(heap, (load + priority_list[u], r))
+        heapreplace(heap, (load + priority_list[u], r))  # the heap's set as pop, set-asides back, push
+        for entry in skipped:
+            heappush(heap, entry)
     if not rules.counts_hold(np.array(count)):
         return None
     return members
