@@ -206,3 +206,19 @@ def test_construct_bins_hold_every_sample_once():
     bins = construct(inst.packing_columns("cost"))
     assert bins is not None
     assert sorted(i for b in bins for i in b) == list(range(len(inst.samples)))
+
+
+def test_first_cells_is_the_stable_argsort_prefix():
+    from packplace.solvers.balance.constrained import _first_cells
+
+    score = np.array([[2.0, 1.0, np.inf], [1.0, 0.5, 1.0]])
+    # 0.5 (cell 4), then the three 1.0 cells in index order (1, 3, 5)
+    assert _first_cells(score, 3).tolist() == [4, 1, 3]
+    assert _first_cells(score, 10).tolist() == [4, 1, 3, 5, 0, 2]
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        shape = (int(rng.integers(1, 20)), int(rng.integers(1, 20)))
+        score = rng.integers(0, 4, size=shape).astype(float)
+        score[rng.random(shape) < 0.3] = np.inf
+        k = int(rng.integers(1, 10))
+        assert _first_cells(score, k).tolist() == np.argsort(score, axis=None, kind="stable")[:k].tolist()

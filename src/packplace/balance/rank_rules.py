@@ -234,7 +234,10 @@ def pack_rank(columns: PackingColumns, members: list[int]) -> list[list[int]] | 
     if len(members) < m:
         return None
     tokens = columns.tokens
-    ordered = sorted(members, key=lambda i: (-int(tokens[i]), int(columns.key_rank[i])))
+    index = np.asarray(members, dtype=np.int64)
+    # decreasing tokens, then key order: a stable lexsort, the order sorted() gave with that key
+    index = index[np.lexsort((columns.key_rank[index], -tokens[index]))]
+    ordered, ordered_tokens = index.tolist(), tokens[index].tolist()
     bins: list[list[int]] = [[] for _ in range(m)]
     limits = columns.limits
     if limits.size:
@@ -242,8 +245,7 @@ def pack_rank(columns: PackingColumns, members: list[int]) -> list[list[int]] | 
         spent = np.zeros((m, limits.size))
         sizes = np.zeros(m, dtype=np.int64)
         closed = np.zeros(m, dtype=bool)
-        for i in ordered:
-            t = int(tokens[i])
+        for i, t in zip(ordered, ordered_tokens):
             fits = ~closed & ((used + t <= seq_len) | (columns.single & (used == 0)))
             if cap is not None:
                 fits &= sizes < cap
@@ -258,10 +260,9 @@ def pack_rank(columns: PackingColumns, members: list[int]) -> list[list[int]] | 
             closed[b] |= t > seq_len
         return bins if all(bins) else None
     heap = [(0, b) for b in range(m)]
-    for i in ordered:
+    for i, t in zip(ordered, ordered_tokens):
         if not heap:
             return None
-        t = int(tokens[i])
         filled, b = heap[0]
         if filled + t > seq_len and not (columns.single and filled == 0):
             return None
