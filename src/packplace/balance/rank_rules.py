@@ -161,7 +161,7 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
         return None
     oversized = tokens > seq_len
     if all(len(u) == 1 for u in units):
-        flat = np.array([u[0] for u in units], dtype=np.int64)
+        flat = np.fromiter((u[0] for u in units), dtype=np.int64, count=len(units))
         size = np.ones(len(units), dtype=np.int64)
         unit_over = oversized[flat].astype(np.int64)
         unit_tokens = np.where(oversized[flat], 0, tokens[flat])
@@ -173,12 +173,14 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
         unit_tokens = np.add.reduceat(np.where(oversized[flat], 0, tokens[flat]), starts)
         unit_priority = unit_sums(priority, units, size, flat, starts)
         unit_tie = np.minimum.reduceat(columns.key_rank[flat], starts)
-    order = np.lexsort((unit_tie, -(unit_tokens + unit_over * seq_len), -unit_priority)).tolist()
-    size_list, over_list = size.tolist(), unit_over.tolist()
-    # smallest unit still to come from each position on: a rank that cannot take it never takes any
-    least_left = np.minimum.accumulate(size[order][::-1])[::-1].tolist() if order else []
-    lightest_left = np.minimum.accumulate(unit_tokens[order][::-1])[::-1].tolist() if order else []
-    token_list, priority_list = unit_tokens.tolist(), unit_priority.tolist()
+    order = np.lexsort((unit_tie, -(unit_tokens + unit_over * seq_len), -unit_priority))
+    size, unit_tokens = size[order], unit_tokens[order]  # from here on, in placing order
+    # smallest unit (samples, tokens) still to come from each position on: a rank that cannot take
+    # that many never takes any later unit
+    least_left = np.minimum.accumulate(size[::-1])[::-1].tolist()
+    lightest_left = np.minimum.accumulate(unit_tokens[::-1])[::-1].tolist()
+    columns_in_order = zip(order.tolist(), size.tolist(), unit_over[order].tolist(), unit_tokens.tolist(),
+                           unit_priority[order].tolist(), least_left, lightest_left)
 
     count = [0] * ranks
     over = [0] * ranks
@@ -190,9 +192,7 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
     above = 0  # ranks holding more than lo samples
     lo, hi, spare = rules.lo, rules.hi, rules.spare
     heappop, heapreplace, heappush = heapq.heappop, heapq.heapreplace, heapq.heappush
-    columns_in_order = zip(order, [size_list[u] for u in order], [over_list[u] for u in order],
-                           [token_list[u] for u in order], least_left, lightest_left)
-    for placed, (u, s, o, t, least, lightest) in enumerate(columns_in_order):
+    for placed, (u, s, o, t, p, least, lightest) in enumerate(columns_in_order):
         if stop is not None and placed % STOP_EVERY == STOP_EVERY - 1 and stop():
             return None
         slack = remaining - deficit
@@ -220,7 +220,7 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
         used[r] += t
         members[r].extend(units[u])
         remaining -= s
-        heapreplace(heap, (load + priority_list[u], r))  # the heap's set as pop, set-asides back, push
+        heapreplace(heap, (load + p, r))  # the heap's set as pop, set-asides back, push
         for entry in skipped:
             heappush(heap, entry)
     if not rules.counts_hold(np.array(count)):
