@@ -11,7 +11,8 @@ levels, both deterministic:
    when counts must be equal, enough samples left to bring every rank up to ``lo`` (m samples, one
    per bin, or ⌊n/D⌋ with ``equal_count``), at most m oversized samples and at most
    ``(m − oversized)·seq_len`` other tokens per rank. Cost: O(units·log D) with a heap of ranks
-   (plus the ranks skipped because they cannot take a unit).
+   (plus the ranks skipped because they cannot take a unit; a rank that can take no later unit
+   leaves the heap, so it is skipped once).
 2. **Bins.** Each rank's samples are packed into its m bins by worst-fit decreasing on tokens (a
    heap keyed by used tokens; an oversized sample under policy ``single`` closes an empty bin; a
    bin at ``max_samples_per_bin`` leaves the heap), O(k log m) for k samples; with budgets, a scan
