@@ -20,7 +20,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from packplace.balance.rank_rules import EXACT_MAX_BOOLEANS, RankRules, construct, exact_packing, pack_rank, units_of
+from packplace.balance.rank_rules import (
+    EXACT_MAX_BOOLEANS,
+    RankRules,
+    construct,
+    exact_packing,
+    pack_rank,
+    unit_layout,
+    unit_sums,
+    units_of,
+)
 from packplace.balance.schema import BalanceInstance
 from packplace.result import FEASIBLE, INFEASIBLE, UNKNOWN, Proposal
 from packplace.run import Run, clock, passed
@@ -108,6 +117,28 @@ def _dead_end(instance: BalanceInstance, solver: str, why: str) -> Proposal:
     ))
 
 
+def _first_cells(score: np.ndarray, k: int) -> np.ndarray:
+    """The flat indices of the k smallest cells of ``score`` (any shape, no NaN), ordered by (score, flat
+    index): ``np.argsort(score, axis=None, kind="stable")[:k]``, found by a partition first (O(cells))."""
+    values = score.ravel()
+    if values.size <= k:
+        return np.argsort(values, kind="stable")
+    kth = np.partition(values, k - 1)[k - 1]
+    candidates = np.flatnonzero(values <= kth)  # every cell that can rank among the first k, in index order
+    return candidates[np.argsort(values[candidates], kind="stable")[:k]]
+
+
+def _rank_units(bins: list[list[int]], unit_of: np.ndarray, ranks: int, m: int, unit_count: int) -> list[list[int]]:
+    """The units on each rank, ascending, from rank-major ``bins`` (D·m bins of sample indices) and the
+    unit of each sample ``unit_of`` (int64 (n,)): one numpy ``unique`` over rank·U + unit."""
+    lengths = np.fromiter((len(b) for b in bins), dtype=np.int64, count=len(bins))
+    samples = np.fromiter((i for b in bins for i in b), dtype=np.int64, count=int(lengths.sum()))
+    rank = np.repeat(np.arange(len(bins), dtype=np.int64) // m, lengths)
+    pairs = np.unique(rank * unit_count + unit_of[samples])
+    cuts = np.searchsorted(pairs, np.arange(1, ranks, dtype=np.int64) * unit_count)
+    return [(part % unit_count).tolist() for part in np.split(pairs, cuts)]
+
+
 def improve(instance: BalanceInstance, bins: list[list[int]], deadline: float | None,
             max_rounds: int | None = None) -> tuple[list[list[int]], int]:
     """Rank-level moves and swaps of units that keep every rule; returns (bins, accepted moves)."""
@@ -115,15 +146,11 @@ def improve(instance: BalanceInstance, bins: list[list[int]], deadline: float | 
     ranks, m = instance.data_parallel_size, instance.local_batch_size
     rules: RankRules = instance.rank_rules()
     units = units_of(columns.group_of)
+    unit_size, flat, starts = unit_layout(units)
     unit_of = np.empty(len(instance.samples), dtype=np.int64)
-    for u, members in enumerate(units):
-        unit_of[members] = u
-    unit_cost = np.array([float(instance.costs[u].sum()) for u in units])
-    unit_size = np.array([len(u) for u in units], dtype=np.int64)
-    members: list[list[int]] = []
-    for r in range(ranks):
-        rank_samples = [i for b in bins[r * m:(r + 1) * m] for i in b]
-        members.append(sorted(set(unit_of[rank_samples].tolist())))
+    unit_of[flat] = np.repeat(np.arange(len(units), dtype=np.int64), unit_size)
+    unit_cost = unit_sums(instance.costs, units, unit_size, flat, starts)
+    members = _rank_units(bins, unit_of, ranks, m, len(units))
     load = np.array([unit_cost[u].sum() for u in members])
     count = np.array([int(unit_size[u].sum()) for u in members], dtype=np.int64)
     packed = [bins[r * m:(r + 1) * m] for r in range(ranks)]
@@ -157,7 +184,7 @@ def improve(instance: BalanceInstance, bins: list[list[int]], deadline: float | 
             if not ok.any():
                 continue
             score = np.where(ok, np.abs(transfer - gap / 2), np.inf)
-            flat = np.argsort(score, axis=None, kind="stable")[:ATTEMPTS]
+            flat = _first_cells(score, ATTEMPTS)
             for cell in flat.tolist():
                 gi, ti = divmod(cell, take.size)
                 if not np.isfinite(score[gi, ti]):

@@ -11,7 +11,8 @@ levels, both deterministic:
    when counts must be equal, enough samples left to bring every rank up to ``lo`` (m samples, one
    per bin, or ⌊n/D⌋ with ``equal_count``), at most m oversized samples and at most
    ``(m − oversized)·seq_len`` other tokens per rank. Cost: O(units·log D) with a heap of ranks
-   (plus the ranks skipped because they cannot take a unit).
+   (plus the ranks skipped because they cannot take a unit; a rank that can take no later unit
+   leaves the heap, so it is skipped once).
 2. **Bins.** Each rank's samples are packed into its m bins by worst-fit decreasing on tokens (a
    heap keyed by used tokens; an oversized sample under policy ``single`` closes an empty bin; a
    bin at ``max_samples_per_bin`` leaves the heap), O(k log m) for k samples; with budgets, a scan
@@ -112,6 +113,27 @@ def units_of(group_of: np.ndarray) -> list[list[int]]:
     return units
 
 
+def unit_layout(units: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The units flattened: ``(size, flat, starts)``, int64 arrays of shapes (U,), (Σ size,) and (U,);
+    unit u is ``flat[starts[u]:starts[u] + size[u]]``. Every unit must be non-empty."""
+    size = np.fromiter((len(u) for u in units), dtype=np.int64, count=len(units))
+    flat = np.fromiter((i for u in units for i in u), dtype=np.int64, count=int(size.sum()))
+    starts = np.zeros(len(units), dtype=np.int64)
+    np.cumsum(size[:-1], out=starts[1:])
+    return size, flat, starts
+
+
+def unit_sums(values: np.ndarray, units: list[list[int]], size: np.ndarray, flat: np.ndarray,
+              starts: np.ndarray) -> np.ndarray:
+    """``values`` (float array (n,)) summed per unit, float64 array (U,), each the float
+    ``values[members].sum()`` gives (a unit of one sample: its value; a group: that numpy sum, so the
+    rounding is numpy's own); ``size``, ``flat``, ``starts`` from :func:`unit_layout`."""
+    sums = values[flat[starts]].astype(np.float64)
+    for u in np.flatnonzero(size > 1).tolist():
+        sums[u] = float(values[units[u]].sum())
+    return sums
+
+
 #: Units placed between two readings of the construction's ``stop`` callable.
 STOP_EVERY = 1024
 
@@ -122,7 +144,16 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
     ``stop()`` (read every :data:`STOP_EVERY` units) returns True: a caller's deadline.
 
     A heap of ranks keyed by (load, rank); ranks that cannot take the current unit are set aside
-    and pushed back afterwards, so a unit costs O(log D) plus the ranks it skips.
+    and pushed back afterwards, so a unit costs O(log D) plus the ranks it skips. A skipped rank that
+    can take no later unit leaves the heap for good: its count plus the smallest unit still to come
+    exceeds ``hi``; or its tokens plus the fewest (non-oversized) tokens of a unit still to come exceed
+    ``(m − oversized)·seq_len``; or it holds at least ``lo`` samples and the slack ``remaining − deficit`` (which
+    never grows) is below that smallest unit; or it holds exactly ``lo`` while ``spare`` ranks are
+    already above ``lo`` (that number never falls). Its count never changes again, so it could never
+    be chosen and the choice, the least (load, rank) among the ranks that can take the unit, is the
+    one a heap of every rank gives; under ``equal_count`` each full rank is popped past once, not
+    once per unit. Per-unit sums of groups are numpy reductions (priorities of groups summed as
+    ``priority[members].sum()``, so the floats are the same).
     """
     tokens, priority = columns.tokens, columns.priority
     n, ranks, m, seq_len = len(tokens), columns.ranks, columns.per_rank, columns.seq_len
@@ -131,21 +162,26 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
         return None
     oversized = tokens > seq_len
     if all(len(u) == 1 for u in units):
-        flat = np.array([u[0] for u in units], dtype=np.int64)
+        flat = np.fromiter((u[0] for u in units), dtype=np.int64, count=len(units))
         size = np.ones(len(units), dtype=np.int64)
         unit_over = oversized[flat].astype(np.int64)
         unit_tokens = np.where(oversized[flat], 0, tokens[flat])
         unit_priority = priority[flat].astype(np.float64)
         unit_tie = columns.key_rank[flat]
     else:
-        size = np.array([len(u) for u in units], dtype=np.int64)
-        unit_over = np.array([int(oversized[u].sum()) for u in units], dtype=np.int64)
-        unit_tokens = np.array([int(tokens[u][~oversized[u]].sum()) for u in units], dtype=np.int64)
-        unit_priority = np.array([float(priority[u].sum()) for u in units])
-        unit_tie = np.array([int(columns.key_rank[u].min()) for u in units], dtype=np.int64)
-    order = np.lexsort((unit_tie, -(unit_tokens + unit_over * seq_len), -unit_priority)).tolist()
-    size_list, over_list = size.tolist(), unit_over.tolist()
-    token_list, priority_list = unit_tokens.tolist(), unit_priority.tolist()
+        size, flat, starts = unit_layout(units)
+        unit_over = np.add.reduceat(oversized[flat].astype(np.int64), starts)
+        unit_tokens = np.add.reduceat(np.where(oversized[flat], 0, tokens[flat]), starts)
+        unit_priority = unit_sums(priority, units, size, flat, starts)
+        unit_tie = np.minimum.reduceat(columns.key_rank[flat], starts)
+    order = np.lexsort((unit_tie, -(unit_tokens + unit_over * seq_len), -unit_priority))
+    size, unit_tokens = size[order], unit_tokens[order]  # from here on, in placing order
+    # smallest unit (samples, tokens) still to come from each position on: a rank that cannot take
+    # that many never takes any later unit
+    least_left = np.minimum.accumulate(size[::-1])[::-1].tolist()
+    lightest_left = np.minimum.accumulate(unit_tokens[::-1])[::-1].tolist()
+    columns_in_order = zip(order.tolist(), size.tolist(), unit_over[order].tolist(), unit_tokens.tolist(),
+                           unit_priority[order].tolist(), least_left, lightest_left)
 
     count = [0] * ranks
     over = [0] * ranks
@@ -156,39 +192,38 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
     deficit = ranks * rules.lo  # Σ_r max(0, lo − count_r)
     above = 0  # ranks holding more than lo samples
     lo, hi, spare = rules.lo, rules.hi, rules.spare
-    for placed, u in enumerate(order):
+    heappop, heapreplace, heappush = heapq.heappop, heapq.heapreplace, heapq.heappush
+    for placed, (u, s, o, t, p, least, lightest) in enumerate(columns_in_order):
         if stop is not None and placed % STOP_EVERY == STOP_EVERY - 1 and stop():
             return None
-        s, o, t = size_list[u], over_list[u], token_list[u]
+        slack = remaining - deficit
         skipped = []
-        chosen = None
         while heap:
-            load, r = heapq.heappop(heap)
-            new_count = count[r] + s
-            short = max(0, lo - count[r])
-            fits = (
-                new_count <= hi and over[r] + o <= m and used[r] + t <= (m - over[r] - o) * seq_len
-                and not (above >= spare and count[r] <= lo < new_count)
-                and remaining - s >= deficit - min(short, s)
-            )
-            if fits:
-                chosen = (load, r)
+            load, r = heap[0]
+            c = count[r]
+            new_count = c + s
+            if (new_count <= hi and over[r] + o <= m and used[r] + t <= (m - over[r] - o) * seq_len
+                    and not (above >= spare and c <= lo < new_count)
+                    and remaining - s >= deficit - min(max(0, lo - c), s)):
                 break
-            skipped.append((load, r))
-        for entry in skipped:
-            heapq.heappush(heap, entry)
-        if chosen is None:
+            heappop(heap)
+            # a rank that can take no unit from here on leaves the heap for good (see the docstring)
+            if not (c + least > hi or used[r] + lightest > (m - over[r]) * seq_len
+                    or (c >= lo and (slack < least or (c == lo and above >= spare)))):
+                skipped.append((load, r))
+        else:
             return None
-        load, r = chosen
-        if count[r] <= lo < count[r] + s:
+        if c <= lo < new_count:
             above += 1
-        deficit -= min(max(0, lo - count[r]), s)
-        count[r] += s
+        deficit -= min(max(0, lo - c), s)
+        count[r] = new_count
         over[r] += o
         used[r] += t
         members[r].extend(units[u])
         remaining -= s
-        heapq.heappush(heap, (load + priority_list[u], r))
+        heapreplace(heap, (load + p, r))  # the heap's set as pop, set-asides back, push
+        for entry in skipped:
+            heappush(heap, entry)
     if not rules.counts_hold(np.array(count)):
         return None
     return members
@@ -200,7 +235,10 @@ def pack_rank(columns: PackingColumns, members: list[int]) -> list[list[int]] | 
     if len(members) < m:
         return None
     tokens = columns.tokens
-    ordered = sorted(members, key=lambda i: (-int(tokens[i]), int(columns.key_rank[i])))
+    index = np.asarray(members, dtype=np.int64)
+    # decreasing tokens, then key order: a stable lexsort, the order sorted() gave with that key
+    index = index[np.lexsort((columns.key_rank[index], -tokens[index]))]
+    ordered, ordered_tokens = index.tolist(), tokens[index].tolist()
     bins: list[list[int]] = [[] for _ in range(m)]
     limits = columns.limits
     if limits.size:
@@ -208,8 +246,7 @@ def pack_rank(columns: PackingColumns, members: list[int]) -> list[list[int]] | 
         spent = np.zeros((m, limits.size))
         sizes = np.zeros(m, dtype=np.int64)
         closed = np.zeros(m, dtype=bool)
-        for i in ordered:
-            t = int(tokens[i])
+        for i, t in zip(ordered, ordered_tokens):
             fits = ~closed & ((used + t <= seq_len) | (columns.single & (used == 0)))
             if cap is not None:
                 fits &= sizes < cap
@@ -224,10 +261,9 @@ def pack_rank(columns: PackingColumns, members: list[int]) -> list[list[int]] | 
             closed[b] |= t > seq_len
         return bins if all(bins) else None
     heap = [(0, b) for b in range(m)]
-    for i in ordered:
+    for i, t in zip(ordered, ordered_tokens):
         if not heap:
             return None
-        t = int(tokens[i])
         filled, b = heap[0]
         if filled + t > seq_len and not (columns.single and filled == 0):
             return None
