@@ -216,7 +216,8 @@ def cut_answer(instance: BalanceInstance, prepared: PreparedSamples | None, why:
     proposal.hit_time_limit = proposal.hit_time_limit or timed_out or by_limit
     answered = f"answered by {how}" if proposal.solution is not None else f"{how}; no answer"
     note = f"karmarkar_karp: {why}; {answered}"
-    proposal.message = f"{note}; {proposal.message}" if proposal.message else note
+    said = proposal.message.removeprefix("karmarkar_karp: ")  # one prefix
+    proposal.message = f"{note}; {said}" if said else note
     return proposal
 
 
@@ -224,8 +225,10 @@ def _constructed(instance: BalanceInstance, why: str, deadline: float | None = N
     """The rank-rule construction's answer (:func:`~packplace.solvers.balance.constrained.construct_proposal`:
     LPT over units under every rule) for an instance the differencing cannot serve; the message says so."""
     proposal = construct_proposal(instance, "karmarkar_karp", deadline)
-    note = f"karmarkar_karp: {why}; answered by the rank-rule construction (LPT over units)"
-    proposal.message = f"{note}; {proposal.message}" if proposal.message else note
+    answered = "answered by" if proposal.solution is not None else "tried"
+    note = f"karmarkar_karp: {why}; {answered} the rank-rule construction (LPT over units)"
+    said = proposal.message.removeprefix("karmarkar_karp: ")  # one prefix
+    proposal.message = f"{note}; {said}" if said else note
     return proposal
 
 

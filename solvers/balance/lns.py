@@ -238,7 +238,8 @@ def _best_start(instance: BalanceInstance, run: Run, time_limit_s: float,
         proposal = run.call(name, time_limit_s=left)
         if proposal.solution is None:
             cut = cut or proposal.hit_time_limit
-            notes.append(f"{name}: {proposal.message or proposal.status}")
+            said = proposal.message or proposal.status
+            notes.append(said if said.startswith(f"{name}: ") else f"{name}: {said}")  # one prefix each
             continue
         bins = tuple(tuple(b) for b in getattr(proposal.solution, "bins", proposal.solution))
         score = evaluator.score(bins)

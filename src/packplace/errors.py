@@ -82,3 +82,31 @@ def cp_parameter_error(parameters: Any, key: str, value: Any, exc: Exception) ->
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     reason = f"must be of type {expected}" if isinstance(exc, TypeError) else first
     return ConfigError(f"cpsat: cp_parameters.{key}: {reason}, got {show(value)}")
+
+
+def set_cp_parameters(parameters: Any, cp_parameters: Any) -> None:
+    """Set each ``cp_parameters`` entry (a mapping of ``SatParameters`` field names to values) on
+    ``parameters`` (a CP-SAT ``SatParameters``), as every cpsat backend does.
+
+    Raises:
+        ConfigError: an entry CP-SAT refuses (:func:`cp_parameter_error`), or ``num_workers`` outside CP-SAT's
+            range [0, :data:`MAX_CP_WORKERS`] (0: CP-SAT picks the count), which CP-SAT itself would only
+            report by ending the solve MODEL_INVALID.
+    """
+    for key, value in (cp_parameters or {}).items():
+        try:
+            setattr(parameters, key, value)
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise cp_parameter_error(parameters, key, value, exc) from None
+        if key == "num_workers" and not 0 <= parameters.num_workers <= MAX_CP_WORKERS:
+            raise ConfigError(f"cpsat: cp_parameters.num_workers: must be an integer in [0, {MAX_CP_WORKERS}] "
+                              f"(CP-SAT's range), got {show(value)}")
+
+
+def cp_status_text(solver: Any, cp_status: Any) -> str:
+    """CP-SAT's status name for ``cp_status`` (``solver.StatusName``), and for MODEL_INVALID the reason CP-SAT
+    gives (``solver.SolutionInfo()``, its model/parameter validation text, e.g. "MODEL_INVALID (Parameters
+    max_time_in_seconds must be non-negative)"), so that no message hides why CP-SAT never searched."""
+    name = solver.StatusName(cp_status)
+    reason = solver.SolutionInfo() if name == "MODEL_INVALID" else ""
+    return f"{name} ({reason})" if reason else name

@@ -488,3 +488,34 @@ def test_num_workers_above_cp_sats_range_is_refused_and_a_refused_model_says_why
     assert result.status == "feasible" and result.objective == 10.0
     assert result.message == ("CP-SAT ended MODEL_INVALID (Parameters max_time_in_seconds must be non-negative) "
                               "without a solution; returning the repair start")
+
+
+@pytest.mark.parametrize("problem", ["balance", "context_parallel"])
+def test_cp_parameters_num_workers_obeys_cp_sats_range(problem):
+    # cp_parameters={"num_workers": 20000} had got around the num_workers check: CP-SAT ended MODEL_INVALID
+    from packplace.context_parallel import make_instance as cp_instance
+
+    inst = (make_instance([2, 6, 3, 3, 2, 9, 4], seq_len=10, data_parallel_size=3) if problem == "balance"
+            else cp_instance([8, 4, 3, 2, 2, 1], dp=2, context_parallel={"max": 2}))
+    for workers in (20_000, -1):
+        with pytest.raises(ConfigError) as caught:
+            packplace.balance(inst, solver="cpsat", time_limit_s=5, cp_parameters={"num_workers": workers})
+        assert str(caught.value) == (f"cpsat: cp_parameters.num_workers: must be an integer in [0, 10000] "
+                                     f"(CP-SAT's range), got {workers}")
+
+
+def test_context_parallel_cpsat_says_why_a_model_was_invalid():
+    # a MODEL_INVALID end had read "CP-SAT did not beat the greedy start; returning it" although CP-SAT never ran
+    from packplace.context_parallel import make_instance as cp_instance
+
+    cp = cp_instance([5, 5, 4, 4, 3, 3, 3], dp=2, context_parallel={"max": 2})
+    assert packplace.balance(cp, solver="greedy").objective == 28.5  # the start CP-SAT is handed
+    bad = {"max_time_in_seconds": -5}
+    result = packplace.balance(cp, solver="cpsat", time_limit_s=5, cp_parameters=bad)
+    assert (result.status, result.objective, result.info["cp_status"]) == ("feasible", 28.5, "MODEL_INVALID")
+    assert result.message == ("CP-SAT ended MODEL_INVALID (Parameters max_time_in_seconds must be non-negative) "
+                              "without a plan; returning the greedy start")
+    alone = packplace.balance(cp, solver="cpsat", time_limit_s=5, cp_parameters=bad, start=False)
+    assert alone.status == "unknown" and alone.solution is None
+    assert alone.message == ("CP-SAT ended MODEL_INVALID (Parameters max_time_in_seconds must be non-negative) "
+                             "without a plan and there is no start")

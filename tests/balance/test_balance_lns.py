@@ -274,3 +274,30 @@ def test_the_start_gets_the_whole_limit(monkeypatch):
     name, given = limits[0]
     assert name == "repair"
     assert given > 10.0 - lns_module.READBACK_RESERVE_S - 0.5  # before: 0.9 of the limit less the setup
+
+
+def test_a_failed_start_is_named_once(monkeypatch):
+    # every rank-rule construction cut by the limit (7 samples on 2 ranks: kk's differencing cannot keep
+    # equal_count, so it too constructs): lns had read "no feasible start: repair: repair: ...; lpt: lpt: ...",
+    # kk "...; answered by the rank-rule construction (LPT over units); karmarkar_karp: no assignment ..."
+    import packplace.solvers.balance.constrained as constrained
+
+    monkeypatch.setattr(constrained, "construct_indices", lambda instance, deadline=None: (None, "construction_cut"))
+    instance = make_instance([8, 7, 6, 5, 4, 3, 2], seq_len=100, data_parallel_size=2, equal_count=True)
+    why = ("no assignment found that keeps equal_count=True, max_samples_per_bin=None and 0 groups (time limit "
+           "reached during the construction over 7 samples; a longer limit may find one)")
+    kk = packplace.balance(instance, solver="kk", time_limit_s=5)
+    assert kk.status == "unknown" and kk.message == (
+        "karmarkar_karp: differencing does not model groups, max_samples_per_bin or equal_count with n not "
+        f"divisible by D (n=7, D=2); tried the rank-rule construction (LPT over units); {why}")
+    repair = packplace.balance(instance, solver="repair", time_limit_s=5)
+    assert repair.status == "unknown" and repair.message == f"repair: {why}"
+    result = packplace.balance(instance, solver="lns", time_limit_s=5)
+    assert result.status == "unknown"
+    assert result.message == f"no feasible start: repair: {why}; lpt: {why}"
+    # 6 samples: kk's differencing keeps equal_count and beats the failed repair, named once
+    even = make_instance([8, 7, 6, 5, 4, 3], seq_len=100, data_parallel_size=2, equal_count=True)
+    repaired = packplace.balance(even, solver="repair", time_limit_s=5)
+    assert repaired.status == "feasible" and repaired.objective == 17.0  # 8+5+4 | 7+6+3, the mean bound 16.5 up
+    assert repaired.message == ("karmarkar_karp's answer (better than the rule-keeping repair: "
+                                f"{why.replace('7 samples', '6 samples')})")

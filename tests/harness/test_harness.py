@@ -203,6 +203,13 @@ def test_suite_parsing_and_errors(tmp_path):
         entry = {**uniform, "params": {**uniform["params"], key: value}}
         bad({"instances": [entry]}, rf"^suite: instances\[0\]\.params\.{key}: must be an integer >= {least}, "
                                     rf"got {value}$")
+    # fewer samples than bins: every cell had failed to build ("8 samples cannot fill 16 non-empty bins", exit 1)
+    few = {"generator": "uniform", "params": {"n": 8, "ranks": 4, "bins_per_rank": 4, "seq_len": 8192}}
+    bad({"instances": [few]}, r"^suite: instances\[0\]\.params\.n: 8 samples cannot fill the 16 non-empty bins of "
+                              r"ranks 4 x bins_per_rank 4; give n >= 16 or fewer ranks / bins_per_rank$")
+    bad({"instances": [{**uniform, "params": {**uniform["params"], "n": 1}}]},
+        r"^suite: instances\[0\]\.params\.n: 1 samples cannot fill the 2 non-empty bins of ranks 2 x bins_per_rank 1")
+    assert load_suite({"problem": "balance", "instances": [{**few, "params": {**few["params"], "n": 16}}]})
     bad({"instances": [{"generator": "uniform"}], "max_exact_gpus": 3}, "max_exact_samples")
     with pytest.raises(ConfigError, match="problem: 'placement' does not match"):
         load_suite(SUITES / "smoke.yaml", "placement")
@@ -662,3 +669,18 @@ def test_committed_placement_baseline_holds_the_constructions_current_answers():
     assert set(fresh) == {(name, s) for name in committed for s in ("greedy", "concurrent")}
     for (name, solver), objective in fresh.items():
         assert objective == pytest.approx(committed[name][solver]["objective"], rel=1e-9), (name, solver)
+
+
+def test_a_suite_with_fewer_samples_than_bins_is_bad_input(tmp_path, capsys):
+    # every cell had ended in error (exit 1) with "8 samples cannot fill 16 non-empty bins"; now the suite is
+    # refused when read, naming the fields (exit 2), before any solving
+    from packplace.cli import main
+
+    suite = tmp_path / "few.yaml"
+    suite.write_text("problem: balance\ninstances:\n  - {generator: uniform, params: {n: 8, ranks: 4, "
+                     "bins_per_rank: 4, seq_len: 8192}}\n")
+    for extra in (["compare", "--problem", "balance", "--solvers", "lpt"],
+                  ["bench", "--baseline", str(tmp_path / "b.json"), "--update"]):
+        assert main([*extra, "--suite", str(suite)]) == 2
+        err = capsys.readouterr().err
+        assert "instances[0].params.n: 8 samples cannot fill the 16 non-empty bins of ranks 4 x bins_per_rank 4" in err

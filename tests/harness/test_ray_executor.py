@@ -18,9 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _smoke_with_a_broken_instance() -> dict:
     suite = dict(load_yaml(ROOT / "benchmarks/suites/smoke.yaml"))
-    # 2 samples cannot fill 4 non-empty bins: the instance fails to build in the worker -> error cells
-    suite["instances"] = [*suite["instances"], {"name": "too-few-samples", "generator": "uniform",
-                                                "params": {"n": 2, "ranks": 4, "seq_len": 8192}, "seeds": [1]}]
+    # 4 samples of 90-100 tokens cannot fit in one bin of 100: the instance fails to build in the worker -> error
+    # cells (fewer samples than bins is refused when the suite is read)
+    suite["instances"] = [*suite["instances"], {"name": "too-many-tokens", "generator": "uniform",
+                                                "params": {"n": 4, "ranks": 1, "seq_len": 100, "low": 90,
+                                                           "high": 100}, "seeds": [1]}]
     return suite
 
 
@@ -34,7 +36,8 @@ def test_ray_report_equals_the_serial_report_with_the_same_error_cells():
     broken = on_ray.rows[-1]
     assert {c.status for c in broken.cells.values()} <= {"error", "skipped"}
     assert "error" in {c.status for c in broken.cells.values()}
-    assert "cannot fill 4 non-empty bins" in next(c.message for c in broken.cells.values() if c.status == "error")
+    message = next(c.message for c in broken.cells.values() if c.status == "error")
+    assert "cannot fit in 1 bins of seq_len 100" in message
     assert all(c.status != "error" for row in on_ray.rows[:-1] for c in row.cells.values())
 
 
@@ -45,7 +48,7 @@ def test_ray_from_the_command_line_exits_1_on_the_error_cells(tmp_path, capsys):
     code = main(["compare", "--problem", "balance", "--suite", str(path), "--executor", "ray", "--jobs", "2",
                  "--solvers", "lpt,repair", "--quiet", "--json"])
     captured = capsys.readouterr()
-    assert code == 1 and "2 cell(s) ended in error (first: lpt on too-few-samples-s1" in captured.err
+    assert code == 1 and "2 cell(s) ended in error (first: lpt on too-many-tokens-s1" in captured.err
     assert json.loads(captured.out)["settings"]["executor"] == "ray"
 
 

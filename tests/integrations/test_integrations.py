@@ -255,6 +255,31 @@ def test_hyper_parallel_backend_dead_end_falls_back_to_the_default_rules():
         unregister("balance", "test-dead-end")
 
 
+def test_rearrange_micro_batches_names_what_was_passed():
+    import numpy as np
+
+    from packplace.errors import ConfigError
+    from packplace.integrations.verl import rearrange_micro_batches
+    # had blamed max_token_len ("max_token_len: 5 non-empty micro-batches needed, but the batch has only 4 groups")
+    with pytest.raises(ConfigError) as caught:
+        rearrange_micro_batches([0, 0, 0, 0], 8, num_micro_batches=5)
+    assert str(caught.value) == ("num_micro_batches: 5 non-empty micro-batches asked for, but the batch has only 4 "
+                                 "groups of force_group_size=1")
+    with pytest.raises(ConfigError) as caught:
+        rearrange_micro_batches([1, 1, 1, 1, 1], 8, num_batches_divided_by=2, num_micro_batches=5)
+    assert str(caught.value) == ("num_micro_batches: 5 non-empty micro-batches asked for (rounded up to 6: "
+                                 "num_batches_divided_by=2), but the batch has only 5 groups of force_group_size=1")
+    assert rearrange_micro_batches([0, 0, 0, 0], 8, num_micro_batches=4)[1] == [[1], [3], [2], [0]]
+    # a plain list had been called an attention_mask
+    for empty, kind in (([], "list"), ((), "tuple"), (np.array([], dtype=np.int64), "ndarray")):
+        with pytest.raises(ConfigError) as caught:
+            rearrange_micro_batches(empty, 8)
+        assert str(caught.value) == f"batch: the {kind} of lengths is empty (an empty batch has no micro-batches)"
+    with pytest.raises(ConfigError) as caught:
+        rearrange_micro_batches({"attention_mask": np.zeros((0, 4))}, 8)
+    assert str(caught.value) == "batch: attention_mask has no rows (an empty batch has no micro-batches)"
+
+
 def test_planner_protocol_name_is_deprecated_alias():
     from packplace.balance import planner
 

@@ -244,6 +244,8 @@ def test_same_seed_same_plan_and_bad_parameters():
 @pytest.mark.parametrize("bad, message", [
     ({"num_workers": 10_001}, "cpsat: num_workers must be an integer in [1, 10000] (CP-SAT's range), got 10001"),
     ({"cp_parameters": {"num_workers": "x"}}, "cpsat: cp_parameters.num_workers: must be of type int, got 'x'"),
+    ({"cp_parameters": {"num_workers": 20_000}},
+     "cpsat: cp_parameters.num_workers: must be an integer in [0, 10000] (CP-SAT's range), got 20000"),
     ({"cp_parameters": {"bogus": 1}},
      "cpsat: cp_parameters.bogus: not a CP-SAT parameter (SatParameters has no field 'bogus'), got 1"),
 ])
@@ -255,6 +257,18 @@ def test_placement_cpsat_refuses_what_cp_sat_refuses_in_one_line(bad, message):
     with pytest.raises(ConfigError) as info:
         packplace.place(inst, "cpsat", time_limit_s=5, hint_solvers=("greedy",), **bad)
     assert str(info.value) == message
+
+
+def test_placement_cpsat_says_why_a_model_was_invalid():
+    # CP-SAT's reason for MODEL_INVALID (it never searched) had been left out of the message
+    inst = instance("grpo", nodes_per_rack=2, gpus_per_node=2)
+    greedy = packplace.place(inst, "greedy", time_limit_s=5)
+    result = packplace.place(inst, "cpsat", time_limit_s=5, hint_solvers=("greedy",),
+                             cp_parameters={"max_time_in_seconds": -5})
+    assert (result.status, result.info["cp_status"]) == ("feasible", "MODEL_INVALID")
+    assert result.objective == greedy.objective
+    assert result.message == ("CP-SAT returned MODEL_INVALID (Parameters max_time_in_seconds must be non-negative); "
+                              "returned the greedy hint")
 
 
 @pytest.mark.parametrize("path", SMALL_SHIPPED, ids=os.path.basename)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey, key_order
-from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_parameter_error
+from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_status_text, set_cp_parameters
 from packplace.lazy import lazy_module
 from packplace.registry import register
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
@@ -422,9 +422,10 @@ class _ExactSolve:
         if start is not None and start.objective < objective:
             solution, source, objective = self.in_key_order(start.bins), start.source, start.objective
         info["returned"] = source
+        ended = cp_status_text(solver, cp_status)  # MODEL_INVALID with CP-SAT's reason
         if solution is None:
             return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=hit_limit, iterations=solver.NumBranches(),
-                            message=f"CP-SAT found no solution ({status_name}) and there is no start", log=log,
+                            message=f"CP-SAT ended {ended} without a solution and there is no start", log=log,
                             info=info)
         proven = (
             cp_status == cp_model.OPTIMAL and exact_model and tolerance <= MAX_CLAIM_TOLERANCE
@@ -435,8 +436,7 @@ class _ExactSolve:
         elif cp_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             message = f"CP-SAT did not beat the {source} start; returning it"
         else:
-            why = f" ({solver.SolutionInfo()})" if cp_status == cp_model.MODEL_INVALID and solver.SolutionInfo() else ""
-            message = f"CP-SAT ended {status_name}{why} without a solution; returning the {source} start"
+            message = f"CP-SAT ended {ended} without a solution; returning the {source} start"
         if cp_status == cp_model.OPTIMAL and not proven:
             note = "optimal for the scaled model only (rounding tolerance too loose or restricted budgets)"
             message = f"{message}; {note}" if message else note
@@ -449,11 +449,7 @@ class _ExactSolve:
 
 def _apply_cp_parameters(solver: cp_model.CpSolver, cp_parameters: Mapping[str, Any] | None) -> None:
     """Set each ``cp_parameters`` entry on ``solver.parameters``; ConfigError naming the entry CP-SAT refuses."""
-    for key, value in (cp_parameters or {}).items():
-        try:
-            setattr(solver.parameters, key, value)
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise cp_parameter_error(solver.parameters, key, value, exc) from None
+    set_cp_parameters(solver.parameters, cp_parameters)
 
 
 def _check_cp_parameters(cp_parameters: Any) -> None:

@@ -103,7 +103,8 @@ def better_of_kk(instance: BalanceInstance, proposal: Proposal, run: Run) -> Pro
     if proposal.solution is not None and evaluator.objective(other.solution) >= evaluator.objective(proposal.solution):
         return proposal
     return Proposal(other.solution, FEASIBLE, iterations=proposal.iterations, hit_time_limit=proposal.hit_time_limit,
-                    message=f"karmarkar_karp's answer (better than the rule-keeping repair: {proposal.message})")
+                    message=f"karmarkar_karp's answer (better than the rule-keeping repair: "
+                            f"{proposal.message.removeprefix('repair: ')})")  # one prefix
 
 
 def makespan_target(instance: BalanceInstance, bound: float) -> float | None:

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
-from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_parameter_error
+from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_status_text, set_cp_parameters
 from packplace.lazy import lazy_module
 from packplace.registry import available, get, register
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, Proposal, optimality_level
@@ -86,11 +86,7 @@ def _option_error(num_workers: Any, max_booleans: Any, cp_parameters: Any, start
 
 
 def _apply_cp_parameters(solver: Any, cp_parameters: Mapping[str, Any] | None) -> None:
-    for key, value in (cp_parameters or {}).items():
-        try:
-            setattr(solver.parameters, key, value)
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise cp_parameter_error(solver.parameters, key, value, exc) from None
+    set_cp_parameters(solver.parameters, cp_parameters)
 
 
 @register(PROBLEM, "cpsat", exact=True)
@@ -389,11 +385,17 @@ class _ExactSolve:
         if self.start is not None and self.start_objective <= objective:
             plan, source, objective = self.start, self.start_source, self.start_objective
         info["returned"] = source
+        ended = cp_status_text(solver, cp_status)  # MODEL_INVALID with CP-SAT's reason: it never searched
         if plan is None:
             return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=hit_limit, iterations=solver.NumBranches(),
-                            message=f"CP-SAT found no plan ({name}) and there is no start", log=log, info=info)
+                            message=f"CP-SAT ended {ended} without a plan and there is no start", log=log, info=info)
         proven = cp_status == cp_model.OPTIMAL and objective <= optimality_level(bound)
-        message = "" if source == "cpsat" else f"CP-SAT did not beat the {source} start; returning it"
+        if source == "cpsat":
+            message = ""
+        elif cp_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            message = f"CP-SAT did not beat the {source} start; returning it"
+        else:
+            message = f"CP-SAT ended {ended} without a plan; returning the {source} start"
         if cp_status == cp_model.OPTIMAL and not proven:
             note = "optimal for the tick-rounded model only"
             message = f"{message}; {note}" if message else note

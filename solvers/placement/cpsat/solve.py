@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_parameter_error
+from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_status_text, set_cp_parameters
 from packplace.lazy import lazy_module
 from packplace.placement.model.layout_rules import conform, plan_refusals
 from packplace.placement.problem.config import OPTIMIZER_DEFAULTS
@@ -598,11 +598,7 @@ class _ExactPlacement:
         solver.parameters.num_workers = num_workers
         solver.parameters.random_seed = run.seed
         solver.parameters.log_search_progress = bool(log_search)
-        for key, value in parameters.items():
-            try:
-                setattr(solver.parameters, key, value)
-            except (AttributeError, TypeError, ValueError) as exc:
-                raise cp_parameter_error(solver.parameters, key, value, exc) from None
+        set_cp_parameters(solver.parameters, parameters)
         progress_s = float(self.instance.optimizer.get("progress_s", DEFAULT_PROGRESS_S))
         # start-up time: the reporter subclasses an OR-Tools class, so its module loads OR-Tools
         from packplace.solvers.placement.cpsat.progress import ProgressReporter
@@ -647,7 +643,7 @@ class _ExactPlacement:
         }
         self.log.append(f"CP-SAT {status_name} in {solver.WallTime():.2f} s, {solver.NumBranches()} branches")
         if cp_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            notes.insert(0, f"CP-SAT returned {status_name}; returned the {self.hint_name} hint")
+            notes.insert(0, f"CP-SAT returned {cp_status_text(solver, cp_status)}; returned the {self.hint_name} hint")
             if cp_status == cp_model.INFEASIBLE and self.hint_checked:
                 # the model accepts the hint (check_hint): this INFEASIBLE is CP-SAT's fault, not a proof
                 notes.append("the model accepts the hint, so that verdict is a solver fault, not a proof; no bound")

@@ -184,7 +184,8 @@ def _check_generator_sizes(params: Mapping[str, Any], where: str) -> None:
     """Refuse generator sizes (``n``, ``ranks``, ``bins_per_rank``) that are not integers >= 1 or a ``seed``
     that is not an integer >= 0 (bad input, not an instance that fails to build), sizes above
     :data:`GENERATOR_LIMITS`, or whose memory estimate is above :data:`MAX_INSTANCE_BYTES`
-    (:func:`check_instance_memory`), before anything is generated."""
+    (:func:`check_instance_memory`), or ``n`` below ``ranks`` x ``bins_per_rank`` (every bin is non-empty),
+    before anything is generated."""
     for key, least in (("n", 1), ("ranks", 1), ("bins_per_rank", 1), ("seed", 0)):
         value = params.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
@@ -200,6 +201,12 @@ def _check_generator_sizes(params: Mapping[str, Any], where: str) -> None:
                 f"{where}.bins_per_rank", "bins (ranks x bins_per_rank)")
     if "n" in params:
         check_instance_memory(count("n"), count("ranks") * count("bins_per_rank"), where)
+    if "n" in params and "ranks" in params:  # corpus without ranks: the config's layout, read when built
+        bins = count("ranks") * count("bins_per_rank")
+        if count("n") < bins:  # every bin is non-empty (BalanceInstance), so no instance of these sizes builds
+            raise ConfigError(f"{where}.n: {count('n')} samples cannot fill the {bins} non-empty bins of ranks "
+                              f"{count('ranks')} x bins_per_rank {count('bins_per_rank')}; give n >= {bins} or "
+                              f"fewer ranks / bins_per_rank")
 
 
 def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, start: int) -> list[InstanceSpec]:

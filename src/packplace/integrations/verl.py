@@ -177,10 +177,23 @@ def as_counts(values: Iterable[Any], field: str) -> list[int]:
 
 def _lengths(batch: Any) -> tuple[list[int], int]:
     """(effective tokens per sample, padded width) of a verl batch: a TensorDict or dict with nested
-    ``input_ids`` (no padding) or an ``attention_mask`` (B x S), or a plain sequence of lengths."""
+    ``input_ids`` (no padding) or an ``attention_mask`` (B x S), or a plain sequence of lengths.
+
+    Raises:
+        ConfigError: a batch with no rows, naming what was passed (the sequence of lengths, ``input_ids``
+            or ``attention_mask``), or rows that are not token counts.
+    """
+    lengths, width, what = _rows(batch)
+    if not lengths:
+        raise ConfigError(f"batch: {what} (an empty batch has no micro-batches)")
+    return lengths, width
+
+
+def _rows(batch: Any) -> tuple[list[int], int, str]:
+    """:func:`_lengths`, and what an empty batch's message says was passed."""
     if not (isinstance(batch, Mapping) or is_tensordict(batch) or hasattr(batch, "batch_size")):
         lengths = as_counts(batch, "batch")
-        return lengths, max(lengths, default=0)
+        return lengths, max(lengths, default=0), f"the {type(batch).__name__} of lengths is empty"
     keys = list(batch.keys())
     input_ids = batch["input_ids"] if "input_ids" in keys else None
     if input_ids is not None and getattr(input_ids, "is_nested", False):
@@ -190,18 +203,21 @@ def _lengths(batch: Any) -> tuple[list[int], int]:
             lengths = as_counts(input_ids.offsets().diff(), "batch['input_ids'] row lengths")
         else:
             lengths = [int(row.shape[0]) for row in input_ids.unbind()]
-        return lengths, max(lengths, default=0)
+        return lengths, max(lengths, default=0), "input_ids has no rows"
     if "attention_mask" not in keys:
         raise ConfigError(f"batch: needs an 'attention_mask' (B x S) or nested 'input_ids', got keys {show(keys)}")
     mask = batch["attention_mask"]
     if hasattr(mask, "shape") and hasattr(mask, "sum") and not getattr(mask, "is_nested", False):
         if len(mask.shape) != 2:
             raise ConfigError(f"batch['attention_mask']: must be B x S, got shape {show(tuple(mask.shape))}")
-        return as_counts(mask.sum(-1), "batch['attention_mask'] row sums"), int(mask.shape[-1])
+        return as_counts(mask.sum(-1), "batch['attention_mask'] row sums"), int(mask.shape[-1]), _NO_MASK_ROWS
     if isinstance(mask, (str, bytes)) or not isinstance(mask, Iterable):
         raise ConfigError(f"batch['attention_mask']: must be B x S, got {show(mask)}")
     rows = [as_counts(row, f"batch['attention_mask'][{i}]") for i, row in enumerate(mask)]
-    return [sum(row) for row in rows], max((len(row) for row in rows), default=0)
+    return [sum(row) for row in rows], max((len(row) for row in rows), default=0), _NO_MASK_ROWS
+
+
+_NO_MASK_ROWS = "attention_mask has no rows"
 
 
 def _select(batch: Any, index: list[int]) -> Any:
@@ -375,7 +391,7 @@ class _MicroBatchPlan:
         if widest > self.cap:
             raise ConfigError(f"max_token_len: must be at least the sequence length {widest}, got {self.cap}")
         if not lengths:
-            raise ConfigError("batch: attention_mask has no rows (an empty batch has no micro-batches)")
+            raise ConfigError("lengths: must hold at least one sample, got none")
         if len(lengths) % self.group_size:
             raise ConfigError(f"force_group_size: batch size {len(lengths)} must be a positive multiple "
                               f"of {self.group_size}")
@@ -408,8 +424,18 @@ class _MicroBatchPlan:
                               f"{len(self.tokens)} groups of force_group_size={self.group_size}")
 
     def synced(self, count: Any) -> int:
-        """A count agreed across ranks, rounded up to the step; this rank's own if that is larger."""
-        return max(self.count, self._round(_positive(count, "num_micro_batches")))
+        """A count agreed across ranks, rounded up to the step; this rank's own if that is larger.
+
+        Raises:
+            ConfigError: naming ``num_micro_batches`` where that count (rounded) is above the groups.
+        """
+        given = _positive(count, "num_micro_batches")
+        target = max(self.count, self._round(given))
+        if target > len(self.tokens):  # this rank's own count never is: the given one is at fault
+            rounded = "" if target == given else f" (rounded up to {target}: num_batches_divided_by={self.step})"
+            raise ConfigError(f"num_micro_batches: {given} non-empty micro-batches asked for{rounded}, but the batch "
+                              f"has only {len(self.tokens)} groups of force_group_size={self.group_size}")
+        return target
 
     def partition(self, count: int) -> list[list[int]]:
         """Sorted sample indices of ``count`` micro-batches within the cap (count >= :attr:`count`):
