@@ -192,3 +192,56 @@ def test_estimate_says_vllm_would_refuse():
     roomier = estimate("llama3.1-8b", "h100-sxm", "generate", framework="vllm", tp=1, seq_len=512, context=2048,
                        batch=1, gpu_memory_utilization=0.22)
     assert roomier.engine["kv_budget"] >= roomier.engine["kv_needed"] and roomier.engine["starts"] and roomier.fits
+
+
+def _verl_toy(gmu: float) -> dict:
+    """The toy on verl 0.3.0 (vLLM V0, CUDA graphs): at 0.53-0.63 TP 8 and TP 4 / PP 2 fit their pool but vLLM
+    would refuse to start them, while TP 4 and below need more than the pool."""
+    config = _toy(gmu)
+    config["policy"].update(framework="verl", framework_version="0.3.0")
+    config["policy"].pop("enforce_eager")
+    return config
+
+
+@pytest.mark.parametrize("gmu", [0.53, 0.59, 0.6, 0.63])
+def test_refused_within_the_pool_is_named_before_too_small_a_pool(gmu):
+    """Some candidates over their pool, the others within it but refused at start-up: the message names the
+    start-up refusal (the pool is not what stops those) and the smallest value that starts an engine, 0.64, not
+    the smallest value at which an over-pool candidate fits (0.76 from 0.60) nor the over-pool candidates' need."""
+    table = CandidateTable(build_instance(_verl_toy(gmu)))
+    cands = table.all["actor.generate"]
+    within = [c for c in cands if c.pool_bytes <= gmu * 8e9]
+    assert within and all(c.refused is not None for c in within)
+    assert any(c.pool_bytes > gmu * 8e9 for c in cands)
+    with pytest.raises(InfeasibleError) as info:
+        check_instance(build_instance(_verl_toy(gmu)))
+    text = str(info.value)
+    assert text.startswith(f"[policy] gpu_memory_utilization {gmu:g}: actor.generate (TP 4, PP 2) would not start")
+    assert text.endswith("; set policy.gpu_memory_utilization to at least 0.64 (vLLM starts it there at TP 4, PP 2), "
+                         "or shorten workload.context_length + generation_length")
+    assert "too small a pool" not in text and "needs at least" not in text
+
+
+def test_the_suggested_0_64_starts_the_engine_and_0_63_does_not():
+    assert not CandidateTable(build_instance(_verl_toy(0.63))).feasible["actor.generate"]
+    started = CandidateTable(build_instance(_verl_toy(0.64))).feasible["actor.generate"]
+    assert {(c.strategy.tp, c.strategy.pp) for c in started} >= {(4, 2)}
+    with pytest.raises(InfeasibleError) as info:   # the check at 0.64 passes the engine; the trainer is next
+        check_instance(build_instance(_verl_toy(0.64)))
+    assert "gpu_memory_utilization" not in str(info.value) and "actor.train" in str(info.value)
+
+
+def test_every_candidate_over_its_pool_keeps_too_small_a_pool():
+    """At 0.50 (4 GB pool) every candidate needs more than its pool (the least, TP 8, 4.02 GB): the pool message,
+    its need the least of all candidates', and the same 0.64."""
+    table = CandidateTable(build_instance(_verl_toy(0.5)))
+    cands = table.all["actor.generate"]
+    assert all(c.pool_bytes > 4e9 for c in cands)
+    assert round(min(c.pool_bytes for c in cands) / 1e9, 2) == 4.02
+    with pytest.raises(InfeasibleError) as info:
+        check_instance(build_instance(_verl_toy(0.5)))
+    text = str(info.value)
+    assert text.startswith("[policy] gpu_memory_utilization 0.5 leaves actor.generate too small a pool: vLLM "
+                           "reserves 4 GB of each 8 GB GPU (gpu_memory_utilization x memory_per_gpu) and "
+                           "actor.generate needs at least 4.02 GB inside it")
+    assert "set policy.gpu_memory_utilization to at least 0.64 (5.12 GB pool" in text
