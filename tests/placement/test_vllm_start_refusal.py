@@ -13,7 +13,7 @@ import pytest
 
 from packplace.errors import InfeasibleError
 from packplace.placement.api import check_instance
-from packplace.placement.candidates import CandidateTable, cost_model
+from packplace.placement.candidates import CandidateTable, cost_model, engine_refusal_line
 from packplace.placement.estimate_engine import engine_lines
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.cost import CostModel
@@ -245,3 +245,78 @@ def test_every_candidate_over_its_pool_keeps_too_small_a_pool():
                            "reserves 4 GB of each 8 GB GPU (gpu_memory_utilization x memory_per_gpu) and "
                            "actor.generate needs at least 4.02 GB inside it")
     assert "set policy.gpu_memory_utilization to at least 0.64 (5.12 GB pool" in text
+
+
+def _openrlhf(version: str | None, max_position_embeddings: int | None) -> dict:
+    """The toy on OpenRLHF ``version`` (no framework_version: None), its actor's context length given or not."""
+    config = _toy(0.45)
+    config["policy"].update(framework="openrlhf")
+    if version is not None:
+        config["policy"]["framework_version"] = version
+    config["policy"].pop("enforce_eager")
+    if max_position_embeddings is not None:
+        config["models"]["actor"]["max_position_embeddings"] = max_position_embeddings
+    return config
+
+
+@pytest.mark.parametrize("version, mpe, length", [
+    ("0.2.7", 4096, 4096),       # create_vllm_engines passes no max_model_len: vLLM takes config.json's
+    ("0.3.1", 131072, 131072),
+    ("0.3.2", 4096, 256),        # from v0.3.2 it passes max_len or prompt + response
+    ("0.6.0", 4096, 256),
+    (None, 4096, 256),           # no release: the current releases, which pass it
+    ("0.2.7", None, 256),        # no context length given: prompt + response, a lower bound
+])
+def test_openrlhf_before_0_3_2_takes_the_model_context_length(version, mpe, length):
+    inst = build_instance(_openrlhf(version, mpe))
+    assert inst.engine.model_context == (version in ("0.2.7", "0.3.1"))
+    cost = cost_model(inst).for_role("actor")
+    assert cost.engine_max_model_len(inst.models["actor"]) == length
+    assert cost.engine_max_model_len() == 256      # no model: prompt + response
+
+
+def test_llama_3_1_context_on_openrlhf_0_2_7_refuses_tp_4_naming_the_source():
+    """Llama-3.1-8B's 131,072-token context at TP 4 (V0): 32,768 B a token on each GPU, 8,192 blocks of 16 tokens,
+    4,294,967,296 B, above the 4,091,218,903 B a 0.7 x 16 GB pool leaves its KV cache, so vLLM would refuse TP 4
+    (and TP 2), which start at prompt + response (256 tokens); TP 8 needs half as much and starts."""
+    needed = one_sequence_kv_bytes(LLAMA8, tp=4, pp=1, max_model_len=131072, engine_generation="v0")
+    assert needed == 8192 * 16 * 32_768 == 4_294_967_296
+
+    def table(mpe):
+        config = _openrlhf("0.2.7", mpe)
+        config["policy"]["gpu_memory_utilization"] = 0.7
+        config["hardware"]["memory_per_gpu"] = 16e9
+        inst = build_instance(config)
+        return inst, CandidateTable(inst)
+
+    def started(t):
+        return {c.strategy.tp for c in t.feasible["actor.generate"]}
+
+    # TP 2's cache holds 49,244,733 B: one request of 256 tokens (16 blocks of 16 x 65,536 B) but not of 4,096
+    assert started(table(None)[1]) == {2, 4, 8} and started(table(4096)[1]) == {4, 8}
+    inst, long = table(131072)
+    assert started(long) == {8}
+    tp4 = [c for c in long.all["actor.generate"] if (c.strategy.tp, c.strategy.pp) == (4, 1)]
+    assert tp4 and all(c.refused is not None and c.refused[1] == needed for c in tp4)
+    assert all(round(c.refused[0]) == 4_091_218_903 for c in tp4)
+    line = engine_refusal_line("actor.generate", tp4[0], 0.7, inst)
+    assert ("refuses an engine whose KV cache cannot hold one request of max_model_len 131072 tokens (the model's "
+            "max_position_embeddings: this OpenRLHF release passes vLLM no max_model_len)") in line
+
+
+@pytest.mark.parametrize("value", [0, -4096, 2.5, "4k", True])
+def test_bad_max_position_embeddings_is_refused_naming_the_field(value):
+    config = _openrlhf("0.2.7", None)
+    config["models"]["actor"]["max_position_embeddings"] = value
+    with pytest.raises(ValueError, match=r"max_position_embeddings: must be an integer >= 1, got|"
+                                         r"max_position_embeddings: must be an integer in \[0"):
+        build_instance(config)
+
+
+def test_hf_config_gives_max_position_embeddings():
+    from packplace.shape import from_hf_config
+    llama2 = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 11008,
+              "num_attention_heads": 32, "vocab_size": 32000, "max_position_embeddings": 4096}
+    assert from_hf_config(llama2).max_position_embeddings == 4096
+    assert from_hf_config({k: v for k, v in llama2.items() if k != "max_position_embeddings"}
+                          ).max_position_embeddings is None

@@ -1451,12 +1451,16 @@ def engine_refusal_line(name: str, cand: Candidate, gmu: float, instance) -> str
     for the evaluator's verdict and ``place``'s no-fit error."""
     available, needed = cand.refused
     gen = instance.engine.engine_generation
-    length = int(instance.workload.context_length + instance.workload.generation_length)
+    model = instance.models[instance.graph.vertex(name).model]
+    length = cost_model(instance).for_role(instance.graph.vertex(name).model).engine_max_model_len(model)
+    source = ("the model's max_position_embeddings: this OpenRLHF release passes vLLM no max_model_len"
+              if instance.engine.model_context and model.max_position_embeddings is not None else
+              "workload.context_length + generation_length")
     what = (f"the pool leaves the KV cache nothing ({_bytes_shown(-available)} short)" if available <= 0 else
             f"{_bytes_shown(available)} per GPU available for the KV cache")
     return (f"{name} (TP {cand.strategy.tp}, PP {cand.strategy.pp}) would not start: vLLM ({gen}) refuses an engine "
-            f"whose KV cache cannot hold one request of max_model_len {length} tokens (workload.context_length + "
-            f"generation_length): {what}, {_bytes_shown(needed)} needed, in a pool of gpu_memory_utilization {gmu:g} "
+            f"whose KV cache cannot hold one request of max_model_len {length} tokens ({source}): {what}, "
+            f"{_bytes_shown(needed)} needed, in a pool of gpu_memory_utilization {gmu:g} "
             f"x {gb(instance.hardware.memory_per_gpu)} GB after the weights, the start-up profile run's peak and "
             f"the release's non-torch bytes")
 
