@@ -188,7 +188,10 @@ def test_estimate_says_vllm_would_refuse():
     assert engine["kv_needed"] == 129 * 16 * PER_TOKEN
     assert engine["kv_budget"] == engine["kv_available"] < engine["kv_needed"]
     assert any("vLLM would refuse to start this engine" in line for line in engine_lines(engine))
-    assert "does NOT fit in 84.94 GB: vLLM would refuse to start the engine" in format_estimate(est)
+    peak = est.memory["peak_bytes"] / 1e9
+    assert f"{peak:.2f}" == "21.73" and engine["peak_bytes"] <= 84.94e9     # the memory fits the GPU
+    assert ("peak memory per GPU: 21.73 GB  (fits in 84.94 GB, but vLLM would refuse to start the engine: its KV "
+            "cache cannot hold one request of max_model_len)") in format_estimate(est).splitlines()
     roomier = estimate("llama3.1-8b", "h100-sxm", "generate", framework="vllm", tp=1, seq_len=512, context=2048,
                        batch=1, gpu_memory_utilization=0.22)
     assert roomier.engine["kv_budget"] >= roomier.engine["kv_needed"] and roomier.engine["starts"] and roomier.fits
@@ -320,3 +323,21 @@ def test_hf_config_gives_max_position_embeddings():
     assert from_hf_config(llama2).max_position_embeddings == 4096
     assert from_hf_config({k: v for k, v in llama2.items() if k != "max_position_embeddings"}
                           ).max_position_embeddings is None
+
+
+def test_estimate_line_when_the_pool_is_too_small_and_vllm_would_refuse():
+    """At 0.1 x 84.94 GB the 8.49 GB pool is below the 16 GB of weights: the need exceeds the pool (no fit) and
+    the pool leaves the cache nothing (refused): both are said."""
+    est = estimate("llama3.1-8b", "h100-sxm", "generate", framework="vllm", tp=1, seq_len=512, context=2048,
+                   batch=1, gpu_memory_utilization=0.1)
+    assert est.engine["need_bytes"] > est.engine["pool_bytes"] and not est.engine["starts"] and not est.fits
+    line = next(x for x in format_estimate(est).splitlines() if x.startswith("peak memory per GPU"))
+    assert line.endswith("GB  (does NOT fit in 84.94 GB, and vLLM would refuse to start the engine: its KV cache "
+                         "cannot hold one request of max_model_len)")
+
+
+def test_estimate_line_when_the_engine_fits_and_starts():
+    est = estimate("llama3.1-8b", "h100-sxm", "generate", framework="vllm", tp=1, seq_len=512, context=2048,
+                   batch=1, gpu_memory_utilization=0.22)
+    line = next(x for x in format_estimate(est).splitlines() if x.startswith("peak memory per GPU"))
+    assert est.fits and line.endswith("GB  (fits in 84.94 GB)")
