@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,11 @@ class TransformerShape:
         embedding_dim: Width of the token embedding when it differs from ``d`` (OPT-350M: projected in
             and out with two ``embedding_dim × d`` matrices); ``None`` = ``d``.
         lm_head: ``True`` for a language model (output ``V``), ``False`` for a scalar value head.
+        max_position_embeddings: The model's context length, tokens (Hugging Face ``config.json``
+            ``max_position_embeddings``; GPT-2 ``n_positions``), or ``None`` when not given: the
+            ``max_model_len`` vLLM derives where a framework passes it none (OpenRLHF before v0.3.2,
+            :meth:`~packplace.placement.model.cost.CostModel.engine_max_model_len`). Not compared: two shapes that
+            differ only here are one shape (its sizes and costs are the same).
         model_type: The Hugging Face ``config.json`` ``model_type`` (``llama``, ``qwen2``, ``qwen3``,
             ``qwen3_moe``, ``opt``, …), or ``None`` when not given. It names the model family for what a
             framework does per family (NeMo RL v0.4's unfused SwiGLU of the Qwen models,
@@ -107,6 +112,7 @@ class TransformerShape:
     embedding_dim: int | None = None
     lm_head: bool = True
     model_type: str | None = None
+    max_position_embeddings: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden_dim", "ffn_dim", "vocab_size", "head_dim"):
@@ -114,7 +120,7 @@ class TransformerShape:
         for name in ("num_experts", "experts_per_token", "expert_ffn_dim", "shared_expert_ffn_dim",
                      "dense_layers", "position_embeddings"):
             _check_int(name, getattr(self, name), 0)
-        for name in ("num_heads", "num_kv_heads", "embedding_dim"):
+        for name in ("num_heads", "num_kv_heads", "embedding_dim", "max_position_embeddings"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), 1)
         if self.num_heads is None and self.hidden_dim % self.head_dim:
@@ -368,6 +374,7 @@ FIELD_ALIASES: dict[str, str] = {
     "bias": "bias", "norm": "norm", "qk_norm": "qk_norm",
     "position_embeddings": "position_embeddings", "embedding_dim": "embedding_dim",
     "model_type": "model_type",
+    "max_position_embeddings": "max_position_embeddings",
 }
 #: ``model_type`` values a YAML model mapping may give: Hugging Face ``config.json`` ``model_type`` names
 #: (``transformers`` ``CONFIG_MAPPING`` keys) of the decoder-only families this shape describes. A
@@ -494,7 +501,7 @@ def _coerce(value: Any, key: str, name: str, where: str) -> Any:
                           f"{', '.join(MODEL_TYPES)}")
     if name in _STR_FIELDS:
         return value
-    if value is None and name in ("num_heads", "num_kv_heads", "embedding_dim"):
+    if value is None and name in ("num_heads", "num_kv_heads", "embedding_dim", "max_position_embeddings"):
         return None
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
@@ -526,9 +533,9 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any]) -> TransformerS
     :data:`TIED_BY_DEFAULT_TYPES`), and for MoE ``num_experts`` / ``num_local_experts`` /
     ``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size`` (Mixtral: the expert width is
     ``intermediate_size``), ``n_shared_experts`` / ``shared_expert_intermediate_size``,
-    ``first_k_dense_replace``, ``mlp_only_layers``. MLP kind, norm, biases and Q/K norm follow
-    ``model_type`` (:data:`PLAIN_MLP_TYPES`, …), ``attention_bias`` / ``enable_bias`` when present.
-    A ``text_config`` sub-mapping (multimodal wrappers) is used when present.
+    ``first_k_dense_replace``, ``mlp_only_layers``, ``max_position_embeddings`` (GPT-2 ``n_positions``). MLP
+    kind, norm, biases and Q/K norm follow ``model_type`` (:data:`PLAIN_MLP_TYPES`, …), ``attention_bias`` /
+    ``enable_bias`` when present. A ``text_config`` sub-mapping (multimodal wrappers) is used when present.
 
     Raises:
         ConfigError: unreadable file, invalid JSON, a missing size field, or multi-head latent attention
@@ -583,6 +590,7 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any]) -> TransformerS
         "norm": "layer" if model_type in LAYER_NORM_TYPES else "rms",
         "qk_norm": model_type in QK_NORM_TYPES,
         "model_type": model_type or None,
+        "max_position_embeddings": first("max_position_embeddings", "n_positions", default=None) or None,
     }
     if model_type == "falcon" and not cfg.get("new_decoder_architecture") and cfg.get("multi_query", True):
         values["num_kv_heads"] = 1
@@ -607,7 +615,8 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any]) -> TransformerS
             values["shared_expert_ffn_dim"] = cfg["shared_expert_intermediate_size"]
         dense = int(first("first_k_dense_replace", default=0) or 0) + len(cfg.get("mlp_only_layers") or ())
         values["dense_layers"] = min(dense, layers)
-    for key in ("layers", "hidden_dim", "ffn_dim", "vocab_size", "num_heads", "head_dim", "num_kv_heads"):
+    for key in ("layers", "hidden_dim", "ffn_dim", "vocab_size", "num_heads", "head_dim", "num_kv_heads",
+                "max_position_embeddings"):
         if isinstance(values[key], float) and values[key].is_integer():
             values[key] = int(values[key])
     try:

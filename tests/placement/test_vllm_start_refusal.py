@@ -13,7 +13,7 @@ import pytest
 
 from packplace.errors import InfeasibleError
 from packplace.placement.api import check_instance
-from packplace.placement.candidates import CandidateTable, cost_model
+from packplace.placement.candidates import CandidateTable, cost_model, engine_refusal_line
 from packplace.placement.estimate_engine import engine_lines
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.cost import CostModel
@@ -188,7 +188,156 @@ def test_estimate_says_vllm_would_refuse():
     assert engine["kv_needed"] == 129 * 16 * PER_TOKEN
     assert engine["kv_budget"] == engine["kv_available"] < engine["kv_needed"]
     assert any("vLLM would refuse to start this engine" in line for line in engine_lines(engine))
-    assert "does NOT fit in 84.94 GB: vLLM would refuse to start the engine" in format_estimate(est)
+    peak = est.memory["peak_bytes"] / 1e9
+    assert f"{peak:.2f}" == "21.73" and engine["peak_bytes"] <= 84.94e9     # the memory fits the GPU
+    assert ("peak memory per GPU: 21.73 GB  (fits in 84.94 GB, but vLLM would refuse to start the engine: its KV "
+            "cache cannot hold one request of max_model_len)") in format_estimate(est).splitlines()
     roomier = estimate("llama3.1-8b", "h100-sxm", "generate", framework="vllm", tp=1, seq_len=512, context=2048,
                        batch=1, gpu_memory_utilization=0.22)
     assert roomier.engine["kv_budget"] >= roomier.engine["kv_needed"] and roomier.engine["starts"] and roomier.fits
+
+
+def _verl_toy(gmu: float) -> dict:
+    """The toy on verl 0.3.0 (vLLM V0, CUDA graphs): at 0.53-0.63 TP 8 and TP 4 / PP 2 fit their pool but vLLM
+    would refuse to start them, while TP 4 and below need more than the pool."""
+    config = _toy(gmu)
+    config["policy"].update(framework="verl", framework_version="0.3.0")
+    config["policy"].pop("enforce_eager")
+    return config
+
+
+@pytest.mark.parametrize("gmu", [0.53, 0.59, 0.6, 0.63])
+def test_refused_within_the_pool_is_named_before_too_small_a_pool(gmu):
+    """Some candidates over their pool, the others within it but refused at start-up: the message names the
+    start-up refusal (the pool is not what stops those) and the smallest value that starts an engine, 0.64, not
+    the smallest value at which an over-pool candidate fits (0.76 from 0.60) nor the over-pool candidates' need."""
+    table = CandidateTable(build_instance(_verl_toy(gmu)))
+    cands = table.all["actor.generate"]
+    within = [c for c in cands if c.pool_bytes <= gmu * 8e9]
+    assert within and all(c.refused is not None for c in within)
+    assert any(c.pool_bytes > gmu * 8e9 for c in cands)
+    with pytest.raises(InfeasibleError) as info:
+        check_instance(build_instance(_verl_toy(gmu)))
+    text = str(info.value)
+    assert text.startswith(f"[policy] gpu_memory_utilization {gmu:g}: actor.generate (TP 4, PP 2) would not start")
+    assert text.endswith("; set policy.gpu_memory_utilization to at least 0.64 (vLLM starts it there at TP 4, PP 2), "
+                         "or shorten workload.context_length + generation_length")
+    assert "too small a pool" not in text and "needs at least" not in text
+
+
+def test_the_suggested_0_64_starts_the_engine_and_0_63_does_not():
+    assert not CandidateTable(build_instance(_verl_toy(0.63))).feasible["actor.generate"]
+    started = CandidateTable(build_instance(_verl_toy(0.64))).feasible["actor.generate"]
+    assert {(c.strategy.tp, c.strategy.pp) for c in started} >= {(4, 2)}
+    with pytest.raises(InfeasibleError) as info:   # the check at 0.64 passes the engine; the trainer is next
+        check_instance(build_instance(_verl_toy(0.64)))
+    assert "gpu_memory_utilization" not in str(info.value) and "actor.train" in str(info.value)
+
+
+def test_every_candidate_over_its_pool_keeps_too_small_a_pool():
+    """At 0.50 (4 GB pool) every candidate needs more than its pool (the least, TP 8, 4.02 GB): the pool message,
+    its need the least of all candidates', and the same 0.64."""
+    table = CandidateTable(build_instance(_verl_toy(0.5)))
+    cands = table.all["actor.generate"]
+    assert all(c.pool_bytes > 4e9 for c in cands)
+    assert round(min(c.pool_bytes for c in cands) / 1e9, 2) == 4.02
+    with pytest.raises(InfeasibleError) as info:
+        check_instance(build_instance(_verl_toy(0.5)))
+    text = str(info.value)
+    assert text.startswith("[policy] gpu_memory_utilization 0.5 leaves actor.generate too small a pool: vLLM "
+                           "reserves 4 GB of each 8 GB GPU (gpu_memory_utilization x memory_per_gpu) and "
+                           "actor.generate needs at least 4.02 GB inside it")
+    assert "set policy.gpu_memory_utilization to at least 0.64 (5.12 GB pool" in text
+
+
+def _openrlhf(version: str | None, max_position_embeddings: int | None) -> dict:
+    """The toy on OpenRLHF ``version`` (no framework_version: None), its actor's context length given or not."""
+    config = _toy(0.45)
+    config["policy"].update(framework="openrlhf")
+    if version is not None:
+        config["policy"]["framework_version"] = version
+    config["policy"].pop("enforce_eager")
+    if max_position_embeddings is not None:
+        config["models"]["actor"]["max_position_embeddings"] = max_position_embeddings
+    return config
+
+
+@pytest.mark.parametrize("version, mpe, length", [
+    ("0.2.7", 4096, 4096),       # create_vllm_engines passes no max_model_len: vLLM takes config.json's
+    ("0.3.1", 131072, 131072),
+    ("0.3.2", 4096, 256),        # from v0.3.2 it passes max_len or prompt + response
+    ("0.6.0", 4096, 256),
+    (None, 4096, 256),           # no release: the current releases, which pass it
+    ("0.2.7", None, 256),        # no context length given: prompt + response, a lower bound
+])
+def test_openrlhf_before_0_3_2_takes_the_model_context_length(version, mpe, length):
+    inst = build_instance(_openrlhf(version, mpe))
+    assert inst.engine.model_context == (version in ("0.2.7", "0.3.1"))
+    cost = cost_model(inst).for_role("actor")
+    assert cost.engine_max_model_len(inst.models["actor"]) == length
+    assert cost.engine_max_model_len() == 256      # no model: prompt + response
+
+
+def test_llama_3_1_context_on_openrlhf_0_2_7_refuses_tp_4_naming_the_source():
+    """Llama-3.1-8B's 131,072-token context at TP 4 (V0): 32,768 B a token on each GPU, 8,192 blocks of 16 tokens,
+    4,294,967,296 B, above the 4,091,218,903 B a 0.7 x 16 GB pool leaves its KV cache, so vLLM would refuse TP 4
+    (and TP 2), which start at prompt + response (256 tokens); TP 8 needs half as much and starts."""
+    needed = one_sequence_kv_bytes(LLAMA8, tp=4, pp=1, max_model_len=131072, engine_generation="v0")
+    assert needed == 8192 * 16 * 32_768 == 4_294_967_296
+
+    def table(mpe):
+        config = _openrlhf("0.2.7", mpe)
+        config["policy"]["gpu_memory_utilization"] = 0.7
+        config["hardware"]["memory_per_gpu"] = 16e9
+        inst = build_instance(config)
+        return inst, CandidateTable(inst)
+
+    def started(t):
+        return {c.strategy.tp for c in t.feasible["actor.generate"]}
+
+    # TP 2's cache holds 49,244,733 B: one request of 256 tokens (16 blocks of 16 x 65,536 B) but not of 4,096
+    assert started(table(None)[1]) == {2, 4, 8} and started(table(4096)[1]) == {4, 8}
+    inst, long = table(131072)
+    assert started(long) == {8}
+    tp4 = [c for c in long.all["actor.generate"] if (c.strategy.tp, c.strategy.pp) == (4, 1)]
+    assert tp4 and all(c.refused is not None and c.refused[1] == needed for c in tp4)
+    assert all(round(c.refused[0]) == 4_091_218_903 for c in tp4)
+    line = engine_refusal_line("actor.generate", tp4[0], 0.7, inst)
+    assert ("refuses an engine whose KV cache cannot hold one request of max_model_len 131072 tokens (the model's "
+            "max_position_embeddings: this OpenRLHF release passes vLLM no max_model_len)") in line
+
+
+@pytest.mark.parametrize("value", [0, -4096, 2.5, "4k", True])
+def test_bad_max_position_embeddings_is_refused_naming_the_field(value):
+    config = _openrlhf("0.2.7", None)
+    config["models"]["actor"]["max_position_embeddings"] = value
+    with pytest.raises(ValueError, match=r"max_position_embeddings: must be an integer >= 1, got|"
+                                         r"max_position_embeddings: must be an integer in \[0"):
+        build_instance(config)
+
+
+def test_hf_config_gives_max_position_embeddings():
+    from packplace.shape import from_hf_config
+    llama2 = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 11008,
+              "num_attention_heads": 32, "vocab_size": 32000, "max_position_embeddings": 4096}
+    assert from_hf_config(llama2).max_position_embeddings == 4096
+    assert from_hf_config({k: v for k, v in llama2.items() if k != "max_position_embeddings"}
+                          ).max_position_embeddings is None
+
+
+def test_estimate_line_when_the_pool_is_too_small_and_vllm_would_refuse():
+    """At 0.1 x 84.94 GB the 8.49 GB pool is below the 16 GB of weights: the need exceeds the pool (no fit) and
+    the pool leaves the cache nothing (refused): both are said."""
+    est = estimate("llama3.1-8b", "h100-sxm", "generate", framework="vllm", tp=1, seq_len=512, context=2048,
+                   batch=1, gpu_memory_utilization=0.1)
+    assert est.engine["need_bytes"] > est.engine["pool_bytes"] and not est.engine["starts"] and not est.fits
+    line = next(x for x in format_estimate(est).splitlines() if x.startswith("peak memory per GPU"))
+    assert line.endswith("GB  (does NOT fit in 84.94 GB, and vLLM would refuse to start the engine: its KV cache "
+                         "cannot hold one request of max_model_len)")
+
+
+def test_estimate_line_when_the_engine_fits_and_starts():
+    est = estimate("llama3.1-8b", "h100-sxm", "generate", framework="vllm", tp=1, seq_len=512, context=2048,
+                   batch=1, gpu_memory_utilization=0.22)
+    line = next(x for x in format_estimate(est).splitlines() if x.startswith("peak memory per GPU"))
+    assert est.fits and line.endswith("GB  (fits in 84.94 GB)")

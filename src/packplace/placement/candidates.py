@@ -624,42 +624,49 @@ class CandidateTable:
         largest value with two decimals, ``g = ⌊100·(M − X)/M⌋/100``, at which that candidate's need inside
         the pool still fits ``g·M`` (the largest over the candidates); ``None`` where no candidate has such a
         ``g`` (the engine's need inside the pool does not fit beside ``X`` on any block of this cluster, so a
-        larger cluster may help: :meth:`shortfalls` words that)."""
+        larger cluster may help: :meth:`shortfalls` words that).
+
+        The causes are tried in that order, then the start-up refusal (:meth:`_start_refused`: some candidate fits
+        its pool and the GPU, so its pool is not what stops it), then the pool too small
+        (:meth:`_pool_too_small`, for an engine every candidate of which needs more than its pool); both name the
+        smallest value with two decimals at which any candidate starts and fits (:meth:`smallest_pool_fit`)."""
         inst = self.instance
         if inst.graph.vertex(name).kind != "generate":
             return None
         if self.fits_somewhere(name):
             return None
-        return self._pool_too_large(name) or self._pool_too_small(name) or self._start_refused(name)
+        return self._pool_too_large(name) or self._start_refused(name) or self._pool_too_small(name)
 
     def _start_refused(self, name: str) -> str | None:
         """:meth:`engine_pool_message` for an engine some candidate of which fits its pool and the GPU but vLLM would
         refuse to start (:attr:`Candidate.refused`: its KV cache cannot hold one request of ``max_model_len``), or
         ``None`` where no candidate is unfit for that reason alone. Names the refused candidate with the most KV
         bytes available (:func:`engine_refusal_line`) and the smallest ``gpu_memory_utilization`` with two
-        decimals above the current one at which a candidate starts and fits (:func:`engine_fit_at`, up to the
-        largest value whose pool fits the GPU beside that candidate's outside bytes), or says that none does."""
+        decimals above the current one at which a candidate (refused now or over its pool now) starts and fits
+        (:meth:`smallest_pool_fit`), or says that none does."""
         inst = self.instance
-        gmu, capacity = inst.engine.gpu_memory_utilization, float(inst.hardware.memory_per_gpu)
-        limit = memory_budget(inst, "generate")
-        refused = [c for c in self.all[name] if c.refused is not None and c.pool_bytes is not None
-                   and candidate_fits(c.resident_bytes, c.transient_bytes, c.pool_bytes, limit, capacity)]
+        gmu = inst.engine.gpu_memory_utilization
+        refused = self._refused_in_pool(name)
         if not refused:   # none refused only for its start-up check: the other messages say why
             return None
         best = max(refused, key=lambda c: (c.refused[0], -c.gpus))
-        outside = min(c.memory_bytes - max(limit, c.pool_bytes or 0.0) for c in refused)
-        top = math.floor(100.0 * (capacity - outside) / capacity + 1e-9)
         hint = ("; no gpu_memory_utilization up to the largest whose pool fits the GPU starts it: shorten "
                 "workload.context_length + generation_length or give the engine more GPUs per replica")
-        for percent in range(math.floor(100.0 * gmu + 1e-9) + 1, min(100, top) + 1):
-            fit = engine_fit_at(inst, name, percent / 100.0)
-            if fit is not None:
-                strategy = fit[0]
-                hint = (f"; set policy.gpu_memory_utilization to at least {percent / 100.0:.2f} (vLLM starts it "
-                        f"there at TP {strategy.tp}, PP {strategy.pp}), or shorten workload.context_length + "
-                        f"generation_length")
-                break
+        found = self.smallest_pool_fit(name)
+        if found is not None:
+            value, (strategy, _, _) = found
+            hint = (f"; set policy.gpu_memory_utilization to at least {value:.2f} (vLLM starts it "
+                    f"there at TP {strategy.tp}, PP {strategy.pp}), or shorten workload.context_length + "
+                    f"generation_length")
         return f"[policy] gpu_memory_utilization {gmu:g}: {engine_refusal_line(name, best, gmu, inst)}{hint}"
+
+    def _refused_in_pool(self, name: str) -> list[Candidate]:
+        """Engine ``name``'s candidates that fit their pool and the GPU (:func:`candidate_fits`) but vLLM would
+        refuse to start (:attr:`Candidate.refused`)."""
+        inst = self.instance
+        limit, capacity = memory_budget(inst, "generate"), float(inst.hardware.memory_per_gpu)
+        return [c for c in self.all[name] if c.refused is not None and c.pool_bytes is not None
+                and candidate_fits(c.resident_bytes, c.transient_bytes, c.pool_bytes, limit, capacity)]
 
     def _pool_too_large(self, name: str) -> str | None:
         """:meth:`engine_pool_message` for a ``gpu_memory_utilization`` too large (its pool and the outside
@@ -692,14 +699,12 @@ class CandidateTable:
                 f"checked beside it)")
 
     def _pool_too_small(self, name: str) -> str | None:
-        """:meth:`engine_pool_message` for a ``gpu_memory_utilization`` too small: every candidate's need inside
-        the pool ``N`` exceeds ``G·M``. A candidate fits at ``g`` only if ``g·M ≥ N(g)`` and ``N(g) + X ≤ M``
-        (``X`` its bytes outside the pool); ``N`` does not shrink as ``g`` grows (the KV cache an engine runs at
-        once grows with its pool), so no value below ``⌈100·N(G)/M⌉/100`` fits and none above
-        ``⌊100·(M − X)/M⌋/100``. The values with two decimals between the least lower and the largest upper
-        bound are tried in turn, each priced at its own pool (:func:`engine_fit_at`); the message names the
-        smallest that fits ("set policy.gpu_memory_utilization to at least g"), or ``None`` when none does
-        (:meth:`engine_pool_detail` words that)."""
+        """:meth:`engine_pool_message` for a ``gpu_memory_utilization`` too small: no candidate fits its pool and
+        the GPU only to be refused at start-up (:meth:`_start_refused` words that case), and those whose need
+        inside the pool ``N`` exceeds ``G·M`` are the ones the message quotes ("needs at least" the least ``N``).
+        The message names the smallest value with two decimals at which a candidate starts and fits
+        (:meth:`smallest_pool_fit`: "set policy.gpu_memory_utilization to at least g"), or ``None`` when none
+        does (:meth:`engine_pool_detail` words that)."""
         found = self.smallest_pool_fit(name)
         if found is None:
             return None
@@ -717,14 +722,26 @@ class CandidateTable:
                 f"{gb(need)} GB, beside {gb(held - value * capacity)} GB outside it: {gb(held)} GB of the GPU)")
 
     def smallest_pool_fit(self, name: str) -> tuple[float, tuple[Strategy, float, float]] | None:
-        """The smallest ``gpu_memory_utilization`` with two decimals above the current one at which a candidate
-        of engine ``name`` whose need exceeds its pool fits the GPU of this cluster, with :func:`engine_fit_at`'s
-        answer there (bounds: :meth:`_pool_too_small`); ``None`` where none does."""
+        """The smallest ``gpu_memory_utilization`` ``g`` with two decimals above the current one ``G`` at which a
+        candidate of engine ``name`` starts and fits the GPU of ``M`` bytes (``memory_per_gpu``), with
+        :func:`engine_fit_at`'s answer there; ``None`` where none does.
+
+        Only candidates unfit now for their pool are tried: those whose need inside the pool ``N`` exceeds
+        ``G·M``, and those within their pool and the GPU that vLLM refuses to start (:meth:`_refused_in_pool`).
+        A candidate fits at ``g`` only if ``g·M ≥ N(g)``, ``N(g) + X ≤ M`` (``X`` its bytes outside the pool)
+        and vLLM starts it at ``g``. ``N`` does not shrink as ``g`` grows (the KV cache an engine runs at once
+        grows with its pool), so a candidate over its pool fits at no value below ``⌈100·N(G)/M⌉/100``; a
+        refused one's KV cache grows with ``g``, so it may start at any value above ``G``. No candidate fits
+        above ``⌊100·(M − X)/M⌋/100``. The values between the least lower and the largest upper bound are tried
+        in turn, each priced at its own pool (:func:`engine_fit_at`)."""
         inst = self.instance
         limit, capacity = memory_budget(inst, "generate"), float(inst.hardware.memory_per_gpu)
         under = [c for c in self.all[name] if c.pool_bytes is not None and c.pool_bytes > limit]
         bounds = [(math.ceil(100.0 * c.pool_bytes / capacity - 1e-9),
                    math.floor(100.0 * (capacity - (c.memory_bytes - c.pool_bytes)) / capacity)) for c in under]
+        above = math.floor(100.0 * inst.engine.gpu_memory_utilization + 1e-9) + 1
+        bounds += [(above, math.floor(100.0 * (capacity - (c.memory_bytes - max(limit, c.pool_bytes))) / capacity
+                                      + 1e-9)) for c in self._refused_in_pool(name)]
         bounds = [(lo, hi) for lo, hi in bounds if lo <= hi]
         if not bounds:
             return None
@@ -1434,12 +1451,16 @@ def engine_refusal_line(name: str, cand: Candidate, gmu: float, instance) -> str
     for the evaluator's verdict and ``place``'s no-fit error."""
     available, needed = cand.refused
     gen = instance.engine.engine_generation
-    length = int(instance.workload.context_length + instance.workload.generation_length)
+    model = instance.models[instance.graph.vertex(name).model]
+    length = cost_model(instance).for_role(instance.graph.vertex(name).model).engine_max_model_len(model)
+    source = ("the model's max_position_embeddings: this OpenRLHF release passes vLLM no max_model_len"
+              if instance.engine.model_context and model.max_position_embeddings is not None else
+              "workload.context_length + generation_length")
     what = (f"the pool leaves the KV cache nothing ({_bytes_shown(-available)} short)" if available <= 0 else
             f"{_bytes_shown(available)} per GPU available for the KV cache")
     return (f"{name} (TP {cand.strategy.tp}, PP {cand.strategy.pp}) would not start: vLLM ({gen}) refuses an engine "
-            f"whose KV cache cannot hold one request of max_model_len {length} tokens (workload.context_length + "
-            f"generation_length): {what}, {_bytes_shown(needed)} needed, in a pool of gpu_memory_utilization {gmu:g} "
+            f"whose KV cache cannot hold one request of max_model_len {length} tokens ({source}): {what}, "
+            f"{_bytes_shown(needed)} needed, in a pool of gpu_memory_utilization {gmu:g} "
             f"x {gb(instance.hardware.memory_per_gpu)} GB after the weights, the start-up profile run's peak and "
             f"the release's non-torch bytes")
 

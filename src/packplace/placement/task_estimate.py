@@ -1775,14 +1775,25 @@ def format_estimate(result: Estimate) -> str:
         lines.append(_cp_line(result.inputs))
     if result.inputs.get("task") == "train" and result.inputs.get("pp", 1) > 1:
         lines.append(_pipeline_line(result.inputs))
-    verdict = "fits" if result.fits else "does NOT fit"
-    refused = bool(result.engine) and not result.engine.get("starts", True)   # vLLM's start-up check (below)
-    lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({verdict} in "
-                 f"{result.capacity_bytes / GB:.2f} GB{': vLLM would refuse to start the engine' if refused else ''})")
+    lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({_fit_verdict(result)})")
     if result.engine:   # place's charge: the pool and what lies outside it
         return "\n".join(lines + engine_lines(result.engine))
     lines += [f"  {name:<14} {result.memory[name] / GB:.2f} GB" for name in MEMORY_PARTS]
     return "\n".join(lines)
+
+
+def _fit_verdict(result: Estimate) -> str:
+    """The memory line's verdict: "fits in M GB" or "does NOT fit in M GB" by memory alone (a vLLM engine's need
+    within its pool and what it holds within the GPU, :func:`~packplace.placement.candidates.candidate_fits`),
+    and for a vLLM engine its start-up check (``engine["starts"]``) as a separate cause: ", but vLLM would refuse
+    to start the engine: ..." where the memory fits, ", and vLLM would ..." where it does not."""
+    capacity = f"{result.capacity_bytes / 1e9:.2f} GB"   # format_estimate's GB, 1e9 bytes
+    engine = result.engine
+    if not engine or engine.get("starts", True):
+        return f"{'fits' if result.fits else 'does NOT fit'} in {capacity}"
+    fits = engine["need_bytes"] <= engine["pool_bytes"] and engine["peak_bytes"] <= result.capacity_bytes
+    return (f"{'fits' if fits else 'does NOT fit'} in {capacity}, {'but' if fits else 'and'} vLLM would refuse to "
+            f"start the engine: its KV cache cannot hold one request of max_model_len")
 
 
 #: ``estimate`` flags that mean nothing for a task (``--flag``: attribute), refused when given so that a flag

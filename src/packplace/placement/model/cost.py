@@ -1358,14 +1358,26 @@ class CostModel:
                                      non_torch_bytes=self.engine_reservation(tp, pp).in_pool,
                                      profile_bytes=self.engine_profile_bytes(model, tp, ep))
 
-    def engine_max_model_len(self) -> int:
-        """``max_model_len`` of the rollout engine, tokens: the prompt plus the longest response the workload allows,
-        ``S + T``, what the frameworks pass to vLLM (verl ``max_model_len = config.max_model_len or
-        config.prompt_length + config.response_length``, verl/workers/rollout/vllm_rollout; NeMo RL's
-        ``vllm_cfg.max_model_len``, ``${policy.max_total_sequence_length}`` in examples/configs/grpo_math_1B.yaml;
-        OpenRLHF ``max_len``, "Max total sequence length (prompt + response)", openrlhf/cli/train_ppo_ray.py): the
-        least a run of this workload sets (a larger one, e.g. OpenRLHF's default 2048 for a shorter workload, makes
-        vLLM refuse sooner than priced here)."""
+    def engine_max_model_len(self, model: ModelSpec | None = None) -> int:
+        """``max_model_len`` of the rollout engine of ``model``, tokens.
+
+        Where the framework passes one, the prompt plus the longest response the workload allows, ``S + T``
+        (verl ``max_model_len = config.max_model_len or config.prompt_length + config.response_length``,
+        verl/workers/rollout/vllm_rollout; NeMo RL's ``vllm_cfg.max_model_len``,
+        ``${policy.max_total_sequence_length}`` in examples/configs/grpo_math_1B.yaml; OpenRLHF from v0.3.2
+        ``args.max_len or args.prompt_max_len + args.generate_max_len``, examples/train_ppo_ray.py at v0.3.2,
+        later ``max_len``, "Max total sequence length (prompt + response)", openrlhf/cli/train_ppo_ray.py): the
+        least a run of this workload sets (a larger one, e.g. OpenRLHF's default 2048 for a shorter workload,
+        makes vLLM refuse sooner than priced here).
+
+        OpenRLHF before v0.3.2 passes none (``create_vllm_engines``,
+        :data:`~packplace.placement.model.framework.OPENRLHF_PASSES_MAX_MODEL_LEN`;
+        :attr:`~packplace.placement.model.engine.RolloutEngine.model_context`), so vLLM takes the model's
+        context length: ``model.max_position_embeddings`` (``config.json``, e.g. 4096 for Llama-2, 16384 for
+        CodeLlama) where the model gives it. Where it does not, ``S + T`` stands in: a lower
+        bound, so the start-up check (:meth:`engine_start_refusal`) may miss a refusal there."""
+        if self.engine.model_context and model is not None and model.max_position_embeddings is not None:
+            return int(model.max_position_embeddings)
         return int(self.workload.context_length + self.workload.generation_length)
 
     def engine_start_refusal(self, model: ModelSpec, tp: int, pp: int, ep: int = 1) -> tuple[float, float] | None:
@@ -1377,7 +1389,7 @@ class CostModel:
         if gen is None:
             return None
         available = self.engine_kv_budget(model, tp, pp, ep)
-        needed = one_sequence_kv_bytes(model, tp=tp, pp=pp, max_model_len=self.engine_max_model_len(),
+        needed = one_sequence_kv_bytes(model, tp=tp, pp=pp, max_model_len=self.engine_max_model_len(model),
                                        engine_generation=gen)
         return (available, needed) if vllm_refuses_to_start(available, needed) else None
 

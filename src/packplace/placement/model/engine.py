@@ -92,6 +92,9 @@ class RolloutEngine:
         vllm_release: The vLLM release the framework release pins
             (:func:`~packplace.placement.model.framework.engine_vllm_release`); ``None`` (the default): unknown,
             priced on the side that never under-counts (:func:`~packplace.placement.model.memory.engine_reservation`).
+        model_context: The framework release starts vLLM without a ``max_model_len``, so vLLM takes the model's
+            context length (:func:`~packplace.placement.model.framework.engine_takes_model_context`: OpenRLHF
+            before v0.3.2); default false (the framework passes prompt + response).
     """
 
     batching: str = "continuous"
@@ -103,6 +106,7 @@ class RolloutEngine:
     host_seconds_per_sequence: float = 0.0
     engine_generation: str | None = "v1"
     vllm_release: tuple[int, ...] | None = None
+    model_context: bool = False
 
 
 def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,

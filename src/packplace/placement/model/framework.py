@@ -712,6 +712,28 @@ def colocate_all_gpu_memory_utilization(framework: str, version: str | None, gpu
     return OPENRLHF_COLOCATE_ALL_GPU_MEMORY_UTILIZATION
 
 
+#: The first OpenRLHF release whose ``create_vllm_engines`` passes vLLM a ``max_model_len``
+#: (openrlhf/trainer/ray/vllm_engine.py at tag v0.3.2: ``max_model_len=max_model_len``, from
+#: ``args.max_len or args.prompt_max_len + args.generate_max_len`` in examples/train_ppo_ray.py); from v0.1.0
+#: (the file's first release) to v0.3.1 it passes only ``pretrain``, ``trust_remote_code``,
+#: ``tensor_parallel_size``, ``dtype`` and ``seed``, so vLLM takes the model's own context length.
+OPENRLHF_PASSES_MAX_MODEL_LEN = (0, 3, 2)
+
+
+def engine_takes_model_context(framework: str, version: str | None) -> bool:
+    """Whether the rollout engine of ``framework`` at release ``version`` starts vLLM without a
+    ``max_model_len``, so that vLLM takes the model's context length (``config.json``
+    ``max_position_embeddings``): OpenRLHF before :data:`OPENRLHF_PASSES_MAX_MODEL_LEN`. False for every other
+    framework and for OpenRLHF with no ``version`` (its current releases pass one).
+
+    Raises:
+        ConfigError: a malformed ``version`` (:func:`parse_version`).
+    """
+    if framework != "openrlhf" or version is None:
+        return False
+    return parse_version(version) < OPENRLHF_PASSES_MAX_MODEL_LEN
+
+
 def colocated_engine_gpu_memory_utilization(instance) -> float | None:
     """The ``gpu_memory_utilization`` ``instance``'s rollout engine runs with in a plan that colocates every model
     with it (the engine's GPUs those of every trainer: OpenRLHF's ``--colocate_all_models``, the only layout in

@@ -45,6 +45,7 @@ from packplace.placement.model.framework import (
     INFERENCE_OFFLOAD,
     VersionDefaults,
     default_gpu_memory_utilization,
+    engine_takes_model_context,
     engine_vllm_release,
     host_seconds_per_sequence,
     parse_version,
@@ -763,6 +764,23 @@ def _enforce_eager(value: bool | None, framework: str, version: VersionDefaults 
     return default if value is None else value
 
 
+def _rollout_engine(policy: Mapping[str, Any], policy_cfg: Mapping[str, Any], version) -> RolloutEngine:
+    """The rollout engine of a checked ``[policy]`` section ``policy`` (``policy_cfg``: the section as given;
+    ``version``: :func:`version_defaults` of its release, or ``None``): its batching, ``max_num_seqs`` and
+    ``gpu_memory_utilization`` (unset: the framework's, :func:`default_gpu_memory_utilization`), the engine
+    generation, vLLM release, ``enforce_eager`` and host seconds the framework release implies, and whether that
+    release passes vLLM no ``max_model_len`` (:func:`engine_takes_model_context`)."""
+    framework, release = policy["framework"], policy.get("framework_version")
+    generation = profile(framework).engine_generation if version is None else version.engine_generation
+    gmu = policy.get("gpu_memory_utilization") or default_gpu_memory_utilization(framework, release)
+    return RolloutEngine(policy["batching"], policy["max_num_seqs"], gmu,
+                         max_num_seqs_set="max_num_seqs" in policy_cfg, dispatch=policy["dispatch"],
+                         enforce_eager=_enforce_eager(policy.get("enforce_eager"), framework, version),
+                         host_seconds_per_sequence=host_seconds_per_sequence(generation),
+                         engine_generation=generation, vllm_release=engine_vllm_release(framework, release),
+                         model_context=engine_takes_model_context(framework, release))
+
+
 def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> PlacementInstance:
     """Validate a config mapping (the parsed YAML) and build the instance.
 
@@ -796,15 +814,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                           "continuous-batching engine takes every request at once (set batching: static, or "
                           "drop dispatch)")
     version = version_defaults(policy["framework"], policy.get("framework_version"))
-    generation = profile(policy["framework"]).engine_generation if version is None else version.engine_generation
-    gmu = policy.get("gpu_memory_utilization") or default_gpu_memory_utilization(   # unset: the framework's
-        policy["framework"], policy.get("framework_version"))
-    engine = RolloutEngine(policy["batching"], policy["max_num_seqs"], gmu,
-                           max_num_seqs_set="max_num_seqs" in policy_cfg, dispatch=policy["dispatch"],
-                           enforce_eager=_enforce_eager(policy.get("enforce_eager"), policy["framework"], version),
-                           host_seconds_per_sequence=host_seconds_per_sequence(generation),
-                           engine_generation=generation,
-                           vllm_release=engine_vllm_release(policy["framework"], policy.get("framework_version")))
+    engine = _rollout_engine(policy, policy_cfg, version)
     models_cfg = _section(config, "models")
     spec = algorithm_spec(algorithm)
     required = spec.required_roles
