@@ -764,7 +764,8 @@ def _enforce_eager(value: bool | None, framework: str, version: VersionDefaults 
     return default if value is None else value
 
 
-def _rollout_engine(policy: Mapping[str, Any], policy_cfg: Mapping[str, Any], version) -> RolloutEngine:
+def _rollout_engine(policy: Mapping[str, Any], policy_cfg: Mapping[str, Any],
+                    version: VersionDefaults | None) -> RolloutEngine:
     """The rollout engine of a checked ``[policy]`` section ``policy`` (``policy_cfg``: the section as given;
     ``version``: :func:`version_defaults` of its release, or ``None``): its batching, ``max_num_seqs`` and
     ``gpu_memory_utilization`` (unset: the framework's, :func:`default_gpu_memory_utilization`), the engine
