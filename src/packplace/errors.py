@@ -110,3 +110,14 @@ def cp_status_text(solver: Any, cp_status: Any) -> str:
     name = solver.StatusName(cp_status)
     reason = solver.SolutionInfo() if name == "MODEL_INVALID" else ""
     return f"{name} ({reason})" if reason else name
+
+
+def cp_start_message(source: str, cp_status_name: str, ended: str, what: str) -> str:
+    """The message of a cpsat backend whose answer came from ``source`` (``"cpsat"``: CP-SAT's own, no message;
+    else the start it was given): CP-SAT searched (``cp_status_name`` OPTIMAL or FEASIBLE) and did not beat the
+    start, or ended ``ended`` (:func:`cp_status_text`) without a ``what`` ("plan", "solution") of its own."""
+    if source == "cpsat":
+        return ""
+    if cp_status_name in ("OPTIMAL", "FEASIBLE"):
+        return f"CP-SAT did not beat the {source} start; returning it"
+    return f"CP-SAT ended {ended} without a {what}; returning the {source} start"

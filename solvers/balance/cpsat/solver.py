@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey, key_order
-from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_status_text, set_cp_parameters
+from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_start_message, cp_status_text, set_cp_parameters
 from packplace.lazy import lazy_module
 from packplace.registry import register
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
@@ -431,12 +431,7 @@ class _ExactSolve:
             cp_status == cp_model.OPTIMAL and exact_model and tolerance <= MAX_CLAIM_TOLERANCE
             and objective <= bound * (1 + tolerance) + 1e-12
         )
-        if source == "cpsat":
-            message = ""
-        elif cp_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            message = f"CP-SAT did not beat the {source} start; returning it"
-        else:
-            message = f"CP-SAT ended {ended} without a solution; returning the {source} start"
+        message = cp_start_message(source, solver.StatusName(cp_status), ended, "solution")
         if cp_status == cp_model.OPTIMAL and not proven:
             note = "optimal for the scaled model only (rounding tolerance too loose or restricted budgets)"
             message = f"{message}; {note}" if message else note

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
-from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_status_text, set_cp_parameters
+from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_start_message, cp_status_text, set_cp_parameters
 from packplace.lazy import lazy_module
 from packplace.registry import available, get, register
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, Proposal, optimality_level
@@ -390,12 +390,7 @@ class _ExactSolve:
             return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=hit_limit, iterations=solver.NumBranches(),
                             message=f"CP-SAT ended {ended} without a plan and there is no start", log=log, info=info)
         proven = cp_status == cp_model.OPTIMAL and objective <= optimality_level(bound)
-        if source == "cpsat":
-            message = ""
-        elif cp_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            message = f"CP-SAT did not beat the {source} start; returning it"
-        else:
-            message = f"CP-SAT ended {ended} without a plan; returning the {source} start"
+        message = cp_start_message(source, solver.StatusName(cp_status), ended, "plan")
         if cp_status == cp_model.OPTIMAL and not proven:
             note = "optimal for the tick-rounded model only"
             message = f"{message}; {note}" if message else note
