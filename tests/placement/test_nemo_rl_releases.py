@@ -301,7 +301,7 @@ def test_a_v04_dpo_step_has_no_log_prob_round_trip_but_keeps_the_swiglu_factor()
 
 
 @pytest.mark.parametrize("spelling", ["0.5", "v0.5", "V0.5", "0.5.0", "v0.5.0", "0.5rc1", "0.5.0RC1", "0.5.0.post1",
-                                      " 0.5.1 ", "0.5.dev3"])
+                                      " 0.5.1 ", "0.5.dev3", "0.5-beta", "0.5.0-rc.1", "0.5.0_post1"])
 def test_release_spellings_the_config_accepts_select_the_same_release(spelling):
     assert parse_version(spelling)[:2] == (0, 5)
     assert release_for("nemo-rl", spelling) is NEMO_RL_RELEASES["0.5"]
@@ -309,7 +309,7 @@ def test_release_spellings_the_config_accepts_select_the_same_release(spelling):
     assert _small(version=spelling).framework_version == spelling
 
 
-@pytest.mark.parametrize("spelling", ["0.5.x", "latest", "V", "0.5-beta", "w0.5", ""])
+@pytest.mark.parametrize("spelling", ["0.5.x", "latest", "V", "0.5+local", "w0.5", ""])
 def test_release_spellings_the_config_refuses_release_for_refuses_with_the_same_line(spelling):
     with pytest.raises(ConfigError) as parsed:
         parse_version(spelling)

@@ -20,7 +20,9 @@ from packplace.placement.model.framework import (
     FRAMEWORKS,
     VLLM_DECODE_STEP_OVERHEAD,
     VLLM_HOST_SECONDS_PER_SEQUENCE,
+    colocate_all_gpu_memory_utilization,
     default_gpu_memory_utilization,
+    engine_takes_model_context,
     engine_vllm_release,
     host_seconds_per_sequence,
     parse_version,
@@ -70,14 +72,72 @@ def test_v1_host_time_lands_on_the_held_out_rows():
         host_seconds_per_sequence("v2")
 
 
-@pytest.mark.parametrize("text, parts, post", [("0.5.0", (0, 5), None), ("0.6", (0, 6), None),
-                                               ("v0.6.3.post2", (0, 6, 3), 2), ("0.5.2.POST", (0, 5, 2), 0),
-                                               ("0.4.1.dev", (0, 4, 1), None), ("1.0.0rc1", (1,), None),
-                                               (" 0.10.2 ", (0, 10, 2), None)])
-def test_release_strings_parse_to_their_numbers(text, parts, post):
+@pytest.mark.parametrize("text, parts, post, final", [("0.5.0", (0, 5), None, True), ("0.6", (0, 6), None, True),
+                                                      ("v0.6.3.post2", (0, 6, 3), 2, False),
+                                                      ("0.5.2.POST", (0, 5, 2), 0, False),
+                                                      ("0.4.1.dev", (0, 4, 1), None, False),
+                                                      ("1.0.0rc1", (1,), None, False),
+                                                      (" 0.10.2 ", (0, 10, 2), None, True)])
+def test_release_strings_parse_to_their_numbers(text, parts, post, final):
     release = parse_version(text)
     assert (tuple(release), release.post) == (parts, post)
-    assert (release == parts) is (post is None)   # a post-release is not its base release
+    assert (release == parts) is final   # a post-, pre- or development release is not its base release
+
+
+@pytest.mark.parametrize("spellings, parts, pre, post, dev", [
+    # PEP 440 normalisation (peps.python.org/pep-0440/#normalization): separators '.', '-', '_' or none,
+    # alternative spellings, implicit numbers, a bare '-N' post-release, case and a leading 'v'
+    (["0.5.2.post1", "0.5.2-post1", "0.5.2_post1", "0.5.2post1", "0.5.2-1", "0.5.2.rev1", "0.5.2-r.1",
+      "V0.5.2.POST1", "0.5.2.0.post1"], (0, 5, 2), None, 1, None),
+    (["0.6.0rc1", "0.6.0-rc.1", "0.6.0.rc1", "0.6.0_RC_1", "0.6rc1", "0.6.0c1", "0.6.0-pre1", "0.6.0preview.1",
+      "v0.6.0rc1"], (0, 6), ("rc", 1), None, None),
+    (["0.6.0.dev3", "0.6.0dev3", "0.6.0-dev-3", "0.6.0_dev.3"], (0, 6), None, None, 3),
+    (["0.6.0a0", "0.6.0-alpha", "0.6.0.ALPHA.0"], (0, 6), ("a", 0), None, None),
+    (["0.5.0-beta", "0.5.0b", "0.5.0.beta0"], (0, 5), ("b", 0), None, None),
+    (["0.6.0rc1.post2.dev3", "0.6.0-rc1-post2-dev3", "0.6.0rc1-2.dev3"], (0, 6), ("rc", 1), 2, 3),
+    (["0.1.pre", "0.1rc", "0.1.rc0"], (0, 1), ("rc", 0), None, None),   # verl v0.1rc's version file: 0.1.pre
+])
+def test_pep_440_spellings_read_as_their_normal_form(spellings, parts, pre, post, dev):
+    releases = [parse_version(text) for text in spellings]
+    for release in releases:
+        assert (tuple(release), release.pre, release.post, release.dev) == (parts, pre, post, dev)
+    assert len(set(releases)) == 1 and all(r == releases[0] for r in releases)
+
+
+def test_pre_and_development_releases_order_before_their_release():
+    # PEP 440's order ("Version specifiers", packaging.org): dev < a < b < rc < release < post < next release
+    ordered = ["0.5.2.post3", "0.6.dev3", "0.6.0a1", "0.6b2", "0.6.0rc1.dev1", "0.6rc1", "0.6.0rc1.post1", "0.6.0",
+               "0.6.post1.dev0", "0.6.0.post1", "0.6.1.dev0", "0.6.1"]
+    assert sorted(reversed(ordered), key=parse_version) == ordered
+    rc = parse_version("0.6.0rc1")
+    assert (0, 5, 9) < rc < (0, 6) and rc < (0, 6, 0) and rc != (0, 6) and rc not in {(0, 6)}
+    assert parse_version("0.6.0.dev3") < (0, 6) and parse_version("0.6.0.dev3") != (0, 6)
+    assert hash(rc) == hash(parse_version("0.6-RC.1")) and rc in {parse_version("v0.6.0c1")}
+    assert pickle.loads(pickle.dumps(rc)) == rc and pickle.loads(pickle.dumps(rc)).pre == ("rc", 1)
+    assert rc.leads_to() == (0, 6) and parse_version("0.5.2.post1.dev0").leads_to() == parse_version("0.5.2.post1")
+
+
+@pytest.mark.parametrize("framework, version, same_as", [
+    # the tables read a pre-release as the release it leads to: verl's v0.3.0.rc0 tag (setup.py vllm<=0.6.3,
+    # enforce_eager True, version file 0.3.0) and v0.1rc (version 0.1.pre, vllm==0.5.4, enforce_eager True);
+    # NeMo RL's v0.5.0 tag reports 0.5.0rc0 and v0.2.1 0.2.0dev (nemo_rl/package_info.py)
+    ("verl", "0.3.0.rc0", "0.3.0"), ("verl", "0.1.pre", "0.1"), ("verl", "v0.1rc", "0.1"),
+    ("nemo-rl", "0.5.0rc0", "0.5.0"), ("nemo-rl", "0.2.0dev", "0.2.0"), ("openrlhf", "0.6.3rc1", "0.6.3"),
+    ("openrlhf", "0.5.2.post1.dev0", "0.5.2.post1"), ("openrlhf", "0.5.2-post1", "0.5.2.post1"),
+])
+def test_the_tables_read_a_pre_release_as_the_release_it_leads_to(framework, version, same_as):
+    assert version_defaults(framework, version) == version_defaults(framework, same_as)
+    assert engine_vllm_release(framework, version) == engine_vllm_release(framework, same_as)
+    assert default_gpu_memory_utilization(framework, version) == default_gpu_memory_utilization(framework, same_as)
+
+
+def test_release_rules_at_a_switch_read_a_pre_release_as_its_release():
+    # OpenRLHF passes vLLM a max_model_len from v0.3.2; v0.5.8-v0.6.0 lower a colocated engine to 0.4
+    assert engine_takes_model_context("openrlhf", "0.3.2rc1") is engine_takes_model_context("openrlhf", "0.3.2") \
+        is False
+    assert engine_takes_model_context("openrlhf", "0.3.1.post1") is True
+    assert colocate_all_gpu_memory_utilization("openrlhf", "0.5.8.dev2", 0.9) == 0.4
+    assert colocate_all_gpu_memory_utilization("openrlhf", "0.6.0_post1", 0.9) == 0.9
 
 
 def test_post_releases_order_after_their_release_and_before_the_next():
@@ -111,7 +171,8 @@ def test_openrlhf_v0_5_2_post1_takes_the_vllm_its_setup_py_pins(version, vllm):
     assert engine_vllm_release("openrlhf", version) == vllm
 
 
-@pytest.mark.parametrize("text", ["", "abc", "0.5.x", "0..5", "v", "0.5.0-beta", "1.2.3.4.5"])
+@pytest.mark.parametrize("text", ["", "abc", "0.5.x", "0..5", "v", "1.2.3.4.5", "1!0.5", "0.6.3+cu121",
+                                  "0.5rc1rc2", "0.5-", "0.5.post1.post2"])
 def test_a_malformed_release_names_the_field_and_the_value(text):
     with pytest.raises(ConfigError, match=r"\[policy\] framework_version: .* is not a release"):
         parse_version(text)

@@ -74,7 +74,7 @@ from packplace.placement.model.framework import (
     decode_step_overhead,
     dispatch_seconds,
     host_seconds_per_sequence,
-    parse_version,
+    table_release,
     trainer_logit_bytes,
     version_defaults,
 )
@@ -1125,7 +1125,7 @@ def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pa
             config's range.
     """
     dp, pp, tp, ep = degrees
-    if framework_version is not None and parse_version(framework_version) < FIRST_PACKING_RELEASE:
+    if framework_version is not None and table_release(framework_version) < FIRST_PACKING_RELEASE:
         raise ConfigError(f"pack_tokens: NeMo RL {framework_version} has no sequence packing (it arrived in 0.3); "
                           "drop pack_tokens or give a later framework_version")
     release = release_for("nemo-rl", framework_version)

@@ -35,7 +35,7 @@ from packplace.placement.emit.common import (
     Task,
     same_gpus,
 )
-from packplace.placement.model.framework import colocate_all_gpu_memory_utilization, parse_version
+from packplace.placement.model.framework import colocate_all_gpu_memory_utilization, table_release
 from packplace.placement.model.layout_rules import config_refusals
 
 #: ``--ds.zero_stage`` per packplace sharding.
@@ -220,11 +220,11 @@ def for_release(out: EmittedPlan, view: PlanView) -> EmittedPlan:
     (:func:`~packplace.placement.model.framework.colocate_all_gpu_memory_utilization`), as the plan was priced.
 
     Raises:
-        ConfigError: a malformed ``framework_version`` (:func:`~packplace.placement.model.framework.parse_version`).
+        ConfigError: a malformed ``framework_version`` (:func:`~packplace.placement.model.framework.table_release`).
     """
     if view.framework_version is None:
         return out
-    release = parse_version(view.framework_version)
+    release = table_release(view.framework_version)
     if release >= DOTTED_SINCE:
         return out
     tag = f"OpenRLHF {view.framework_version}"

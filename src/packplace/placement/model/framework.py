@@ -21,6 +21,7 @@ mechanics: each profile's ``sources``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 import re
 from collections.abc import Iterator
@@ -197,39 +198,75 @@ def _strip(parts: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
+#: PEP 440's pre-release phases in their order, and the spellings its normalisation reads as each
+#: (peps.python.org/pep-0440/#normalization: ``alpha`` is ``a``, ``beta`` is ``b``, ``c`` / ``pre`` / ``preview``
+#: are ``rc``).
+PRE_RELEASE_PHASES = ("a", "b", "rc")
+_PRE_SPELLINGS = {"a": "a", "alpha": "a", "b": "b", "beta": "b", "rc": "rc", "c": "rc", "pre": "rc", "preview": "rc"}
+
+
 class Release(tuple):
     """A parsed release (:func:`parse_version`): a tuple of its numeric parts, trailing zeros dropped (so
-    ``release[:2]`` and ``".".join(map(str, release))`` read them as before), and :attr:`post`, its post-release
-    number (``None``: not a post-release).
+    ``release[:2]`` and ``".".join(map(str, release))`` read them as before), and its PEP 440 suffixes:
+    :attr:`pre` (``("a" | "b" | "rc", n)``), :attr:`post` and :attr:`dev` (numbers; ``None``: absent).
 
-    Ordered as PEP 440 orders final and post-releases (packaging.org, "Version specifiers": a post-release sorts
-    after its release and before the next one): ``0.5.2 < 0.5.2.post1 < 0.5.2.post2 < 0.5.3``, trailing zeros
-    ignored (``0.6 == 0.6.0``). A plain tuple of numbers orders as a final release, so the tables' ``since``
-    tuples stay plain: ``Release 0.5.2.post1 > (0, 5, 2)`` and ``!= (0, 5, 2)``; it is *equal* to a final release
-    only as tuples are, to the parts held (``(0, 6) == parse_version("0.6.0")``, ``(0, 6, 0)`` is not), so that
-    equal objects hash alike (a final release hashes as its plain tuple) and set and dict lookups hold.
+    Ordered as PEP 440 orders releases (packaging.org, "Version specifiers"): a development release sorts before
+    its pre-releases, a pre-release before its release, a post-release after it and before the next:
+    ``0.6.dev3 < 0.6a1 < 0.6b2 < 0.6rc1.dev1 < 0.6rc1 < 0.6rc1.post1 < 0.6 < 0.6.post1.dev0 < 0.6.post1 < 0.6.1``,
+    trailing zeros ignored (``0.6 == 0.6.0``). A plain tuple of numbers orders as a final release, so the tables'
+    ``since`` tuples stay plain: ``Release 0.5.2.post1 > (0, 5, 2)``, ``0.6.0rc1 < (0, 6)``, both ``!=`` the
+    tuple; a release is *equal* to a plain tuple only when final (no suffix) and only as tuples are, to the parts
+    held (``(0, 6) == parse_version("0.6.0")``, ``(0, 6, 0)`` is not), so that equal objects hash alike (a final
+    release hashes as its plain tuple) and set and dict lookups hold. The framework tables read a pre-release or
+    development release as the release it leads to (:meth:`leads_to`, :func:`table_release`).
     """
 
+    pre: tuple[str, int] | None
     post: int | None
+    dev: int | None
 
-    def __new__(cls, parts: tuple[int, ...], post: int | None = None) -> Release:
+    def __new__(cls, parts: tuple[int, ...], post: int | None = None, pre: tuple[str, int] | None = None,
+                dev: int | None = None) -> Release:
+        if pre is not None and pre[0] not in PRE_RELEASE_PHASES:
+            raise ValueError(f"Release: pre must name one of {', '.join(PRE_RELEASE_PHASES)}, got {pre!r}")
         self = super().__new__(cls, _strip(tuple(parts)))
-        self.post = post
+        self.pre, self.post, self.dev = (None if pre is None else (pre[0], pre[1])), post, dev
         return self
 
     def __getnewargs__(self) -> tuple:
-        return tuple(self), self.post
+        return tuple(self), self.post, self.pre, self.dev
 
     def __repr__(self) -> str:
-        return f"Release({tuple(self)!r}, post={self.post!r})"
+        return f"Release({tuple(self)!r}, post={self.post!r}, pre={self.pre!r}, dev={self.dev!r})"
+
+    @property
+    def final(self) -> bool:
+        """No pre-, post- or development suffix: the release a plain tuple of its parts names."""
+        return self.pre is None and self.post is None and self.dev is None
+
+    def leads_to(self) -> Release:
+        """The release a pre-release or development release is a step towards, itself otherwise: ``0.6.0rc1``,
+        ``0.6.0.dev3`` and ``0.6.0rc1.post1`` -> ``0.6``; ``0.5.2.post1.dev0`` -> ``0.5.2.post1``."""
+        if self.pre is None and self.dev is None:
+            return self
+        return Release(tuple(self), None if self.pre is not None else self.post)
 
     @staticmethod
     def _key(other: object) -> tuple | None:
-        """``(numbers without trailing zeros, post)`` (``post`` -1 for a final release); None: not a release."""
+        """PEP 440's sort key: ``(numbers without trailing zeros, pre, post, dev)``; ``pre`` ``(-1,)`` for a
+        development release of the release itself, ``(len(PRE_RELEASE_PHASES),)`` for none; ``post`` -1 for none;
+        ``dev`` infinite for none. None: not a release."""
         if isinstance(other, Release):
-            return tuple(other), -1 if other.post is None else other.post
+            if other.pre is not None:
+                pre: tuple = (PRE_RELEASE_PHASES.index(other.pre[0]), other.pre[1])
+            elif other.dev is not None and other.post is None:
+                pre = (-1,)
+            else:
+                pre = (len(PRE_RELEASE_PHASES),)
+            return (tuple(other), pre, -1 if other.post is None else other.post,
+                    math.inf if other.dev is None else other.dev)
         if isinstance(other, tuple) and all(isinstance(x, int) for x in other):
-            return _strip(other) if other else (), -1
+            return (_strip(other) if other else ()), (len(PRE_RELEASE_PHASES),), -1, math.inf
         return None
 
     def _compare(self, other: object, op) -> bool:
@@ -242,7 +279,7 @@ class Release(tuple):
         if not isinstance(other, Release) and isinstance(other, tuple):
             # a plain tuple equals a final release written as it is held (trailing zeros dropped), as tuples
             # compare, so that equal objects hash alike: (0, 6) == parse_version("0.6.0"), (0, 6, 0) does not
-            return self.post is None and tuple(self) == other
+            return self.final and tuple(self) == other
         return self._compare(other, operator.eq)
 
     def __ne__(self, other: object) -> bool:
@@ -262,7 +299,7 @@ class Release(tuple):
         return self._compare(other, operator.ge)
 
     def __hash__(self) -> int:   # a final release hashes as its plain tuple, to which it is equal
-        return hash(tuple(self)) if self.post is None else hash((tuple(self), self.post))
+        return hash(tuple(self)) if self.final else hash(Release._key(self))
 
 
 @dataclass(frozen=True)
@@ -612,30 +649,66 @@ def profile(name: str) -> FrameworkProfile:
         raise ConfigError(f"[policy] framework: unknown {name!r}; valid: {', '.join(FRAMEWORKS)}") from None
 
 
-#: A release string: optional ``v``, one to four dot-separated numbers, an optional ``.postN`` / ``rcN`` /
-#: ``.devN`` suffix; letters in any case (``V0.5``, ``0.5RC1``: a tag or a package version as a user may copy it).
-#: The one rule behind every ``policy.framework_version`` reader (:func:`version_defaults`,
+#: A release string as PEP 440 normalises it (peps.python.org/pep-0440/#normalization), without an epoch or a
+#: local label: an optional ``v``, one to four dot-separated numbers, then optionally a pre-release (``a`` / ``b`` /
+#: ``rc`` or their spellings ``alpha``, ``beta``, ``c``, ``pre``, ``preview``), a post-release (``post`` / ``rev``
+#: / ``r``, or ``-N``) and a development release (``dev``), each with an optional ``.``, ``-`` or ``_`` before it
+#: and before its number (a missing number is 0); letters in any case (``V0.5``, ``0.5RC1``, ``0.5.2-post1``,
+#: ``0.6.0-rc.1``: a tag or a package version as a user may copy it). The one rule behind every
+#: ``policy.framework_version`` reader (:func:`version_defaults`,
 #: :func:`~packplace.placement.model.nemo_rl_releases.release_for`).
-_VERSION = re.compile(r"v?(\d+(?:\.\d+){0,3})(?:\.?(post|rc|dev)(\d*))?", re.IGNORECASE)
+_VERSION = re.compile(r"v?(?P<release>\d+(?:\.\d+){0,3})"
+                      r"(?:[-_.]?(?P<pre>alpha|beta|preview|pre|rc|a|b|c)[-_.]?(?P<pre_n>\d+)?)?"
+                      r"(?:-(?P<post_bare>\d+)|[-_.]?(?:post|rev|r)[-_.]?(?P<post_n>\d*))?"
+                      r"(?:[-_.]?(?P<dev>dev)[-_.]?(?P<dev_n>\d+)?)?", re.IGNORECASE)
 
 
 def parse_version(text: str) -> Release:
-    """The release a release string names (:class:`Release`): its numeric parts, trailing zeros dropped so ``"0.6"``
-    and ``"0.6.0"`` compare equal (``"0.5.0"`` -> ``(0, 5)``), and its post-release number: ``"v0.6.3.post2"``
-    -> ``(0, 6, 3)`` post 2, after ``"V0.6.3"`` and before ``"0.6.4"`` (PEP 440's order). A pre-release or
-    development suffix (``"0.5rc1"``, ``"0.4.1.dev"``) reads as its release, ``(0, 5)`` and ``(0, 4, 1)``: the
-    tables hold final releases, and a candidate of one is taken to ship its pins.
+    """The release a release string names (:class:`Release`), read as PEP 440 normalises it: its numeric parts,
+    trailing zeros dropped so ``"0.6"`` and ``"0.6.0"`` compare equal (``"0.5.0"`` -> ``(0, 5)``), and its
+    suffixes: ``"v0.6.3.post2"``, ``"0.6.3-post2"``, ``"0.6.3_post2"`` and ``"0.6.3-2"`` -> ``(0, 6, 3)`` post 2,
+    after ``"V0.6.3"`` and before ``"0.6.4"``; ``"0.6.0rc1"``, ``"0.6.0-rc.1"``, ``"0.6.0c1"`` -> ``(0, 6)`` pre
+    ``("rc", 1)`` and ``"0.6.0.dev3"`` -> ``(0, 6)`` dev 3, both before ``"0.6.0"`` (PEP 440's order). The
+    framework tables read a pre-release or development release as the release it leads to
+    (:func:`table_release`).
 
     Raises:
-        ConfigError: ``[policy] framework_version: 'x' is not a release ...`` for anything else.
+        ConfigError: ``[policy] framework_version: 'x' is not a release ...`` for anything else (an epoch
+            ``N!`` or a local label ``+x`` included).
     """
     match = _VERSION.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
         raise ConfigError(f"[policy] framework_version: {text!r} is not a release; expected numbers separated by "
-                          "dots such as '0.5.0' (an optional 'v' prefix and '.postN' / 'rcN' suffix are accepted)")
-    parts = tuple(int(x) for x in match.group(1).split("."))
-    post = int(match.group(3) or 0) if (match.group(2) or "").lower() == "post" else None
-    return Release(parts, post)
+                          "dots such as '0.5.0' (an optional 'v' prefix and PEP 440 pre-, post- and development-"
+                          "release suffixes such as 'rc1', '.post1', '.dev3' are accepted)")
+    parts = tuple(int(x) for x in match.group("release").split("."))
+    pre = None
+    if match.group("pre") is not None:
+        pre = (_PRE_SPELLINGS[match.group("pre").lower()], int(match.group("pre_n") or 0))
+    post = None
+    if match.group("post_bare") is not None:
+        post = int(match.group("post_bare"))
+    elif match.group("post_n") is not None:
+        post = int(match.group("post_n") or 0)
+    dev = int(match.group("dev_n") or 0) if match.group("dev") is not None else None
+    return Release(parts, post, pre, dev)
+
+
+def table_release(text: str) -> Release:
+    """The release whose defaults the framework tables give ``text`` (:func:`parse_version`): a pre-release or
+    development release reads as the release it leads to (:meth:`Release.leads_to`: ``"0.6.0rc1"`` and
+    ``"0.6.0.dev3"`` as 0.6.0), a final or post-release as itself. The tables cite the files of final tags, and
+    the frameworks' own pre-release strings name the release they precede: verl's only pre-release tags
+    (v0.1rc, version ``0.1.pre``; v0.3.0.rc0, version ``0.3.0``) ship the ``enforce_eager``, engine generation
+    and vLLM reservation of the release they lead to, NeMo RL's v0.5.0 tag reports ``0.5.0rc0`` and v0.2.1
+    ``0.2.0dev`` (``nemo_rl/package_info.py``), and OpenRLHF tags none; which defaults an untagged development
+    snapshot ran where a table switches at the release it leads to is not knowable from the string
+    (docs/placement-model.md, ``framework_version``).
+
+    Raises:
+        ConfigError: a malformed release (:func:`parse_version`).
+    """
+    return parse_version(text).leads_to()
 
 
 def version_defaults(framework: str, version: str | None) -> VersionDefaults | None:
@@ -648,7 +721,7 @@ def version_defaults(framework: str, version: str | None) -> VersionDefaults | N
     """
     if version is None:
         return None
-    release = parse_version(version)
+    release = table_release(version)
     table = FRAMEWORK_VERSIONS.get(framework)
     if table is None:
         raise ConfigError(f"[policy] framework_version: {version!r} is set, but the {framework} framework has no "
@@ -705,7 +778,7 @@ def colocate_all_gpu_memory_utilization(framework: str, version: str | None, gpu
     """
     if framework != "openrlhf" or version is None or gpu_memory_utilization < OPENRLHF_COLOCATE_ALL_ABOVE:
         return gpu_memory_utilization
-    release = parse_version(version)
+    release = table_release(version)
     first, last = OPENRLHF_COLOCATE_ALL_OVERRIDE
     if release < first or release > last:
         return gpu_memory_utilization
@@ -731,7 +804,7 @@ def engine_takes_model_context(framework: str, version: str | None) -> bool:
     """
     if framework != "openrlhf" or version is None:
         return False
-    return parse_version(version) < OPENRLHF_PASSES_MAX_MODEL_LEN
+    return table_release(version) < OPENRLHF_PASSES_MAX_MODEL_LEN
 
 
 def colocated_engine_gpu_memory_utilization(instance) -> float | None:

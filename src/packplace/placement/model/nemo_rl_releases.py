@@ -207,7 +207,8 @@ def release_for(framework: str, version: str | None) -> NemoRLRelease | None:
     ``None`` for another framework, no version, or a release before the table's first (v0.1-v0.3 built the
     Megatron model through NeMo, not Megatron-Bridge, and are not described here). The version is read by
     :func:`~packplace.placement.model.framework.parse_version`, the rule of the config parser: exactly the
-    spellings a config accepts (``"0.5.0"``, ``"v0.5"``, ``"V0.5"``, ``"0.5rc1"``, ``"0.5.0.post1"``).
+    spellings a config accepts (``"0.5.0"``, ``"v0.5"``, ``"V0.5"``, ``"0.5rc1"``, ``"0.5.0.post1"``,
+    ``"0.5.0-post1"``).
 
     Raises:
         ConfigError: ``[policy] framework_version: 'x' is not a release ...`` (:func:`parse_version`).

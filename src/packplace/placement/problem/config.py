@@ -48,8 +48,8 @@ from packplace.placement.model.framework import (
     engine_takes_model_context,
     engine_vllm_release,
     host_seconds_per_sequence,
-    parse_version,
     profile,
+    table_release,
     version_defaults,
 )
 from packplace.placement.model.layout_rules import (
@@ -200,7 +200,8 @@ POLICY_FIELDS: dict[str, Field] = {
     "framework": Field("enum", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
                        meaning="RL framework whose execution profile runs the step (none: the model's own mechanics)"),
     "framework_version": Field("str", default=None,
-                               meaning="release of the framework that ran (e.g. 0.5.0, v0.5, 0.5rc1): its own "
+                               meaning="release of the framework that ran (e.g. 0.5.0, v0.5, 0.5.2-post1; PEP "
+                                       "440 spellings, a pre-release read as its release): its own "
                                        "defaults for enforce_eager and the vLLM engine generation, and for nemo-rl "
                                        "v0.4+ the release's per-step settings (unset: the profile's current "
                                        "enforce_eager and engine generation, and no release's per-step settings: "
@@ -916,7 +917,7 @@ def _sequence_packing(policy: Mapping[str, Any], algorithm: str, workload: Workl
                           f"(framework: nemo-rl), not {policy['framework']!r}'s; drop train_mb_tokens and "
                           "logprob_mb_tokens")
     version = policy.get("framework_version")
-    if version is not None and parse_version(version) < FIRST_PACKING_RELEASE:
+    if version is not None and table_release(version) < FIRST_PACKING_RELEASE:
         raise ConfigError(f"[policy] train_mb_tokens: NeMo RL {version} has no sequence packing (it arrived in "
                           f"0.3); drop train_mb_tokens and logprob_mb_tokens or set a later framework_version")
     if algorithm == "dpo":
