@@ -671,6 +671,38 @@ def test_committed_placement_baseline_holds_the_constructions_current_answers():
         assert objective == pytest.approx(committed[name][solver]["objective"], rel=1e-9), (name, solver)
 
 
+def test_a_planted_entry_with_fewer_samples_per_rank_than_bins_is_refused_when_read(tmp_path, capsys):
+    # planted_balance refuses samples_per_rank below bins_per_rank only when the instance is built, so every cell
+    # had ended in error (exit 1); the suite is now refused when read, naming the field (exit 2)
+    from packplace.cli import main
+
+    def refused(params, match):
+        with pytest.raises(ConfigError, match=match):
+            load_suite({"problem": "balance", "instances": [{"generator": "planted", "params": params}]})
+
+    base = {"ranks": 2, "seq_len": 512}
+    refused({**base, "bins_per_rank": 3, "samples_per_rank": 2},
+            r"^suite: instances\[0\]\.params\.samples_per_rank: 2 is below bins_per_rank 3 \(every planted bin needs "
+            r"a sample\); give samples_per_rank >= 3 or fewer bins_per_rank$")
+    # the generator's default samples_per_rank (4) against 5 bins per rank
+    refused({**base, "bins_per_rank": 5}, r"samples_per_rank: 4 is below bins_per_rank 5")
+    for value in (0, 2.5, True, "4"):
+        refused({**base, "samples_per_rank": value},
+                r"^suite: instances\[0\]\.params\.samples_per_rank: must be an integer >= 1, got ")
+    for params in ({**base, "bins_per_rank": 3, "samples_per_rank": 3}, {**base, "bins_per_rank": 4}, base):
+        suite = load_suite({"problem": "balance", "instances": [{"generator": "planted", "params": params}]})
+        instance, samples = get_adapter("balance").build(suite.instances[0])
+        assert samples == params["ranks"] * params.get("samples_per_rank", 4) == len(instance.samples)
+    suite = tmp_path / "planted.yaml"
+    suite.write_text("problem: balance\ninstances:\n  - {generator: planted, params: {ranks: 2, seq_len: 512, "
+                     "bins_per_rank: 3, samples_per_rank: 2}}\n")
+    for extra in (["compare", "--problem", "balance", "--solvers", "lpt"],
+                  ["bench", "--baseline", str(tmp_path / "b.json"), "--update"]):
+        assert main([*extra, "--suite", str(suite)]) == 2
+        assert "instances[0].params.samples_per_rank: 2 is below bins_per_rank 3" in capsys.readouterr().err
+    assert not (tmp_path / "b.json").exists()
+
+
 def test_a_suite_with_fewer_samples_than_bins_is_bad_input(tmp_path, capsys):
     # every cell had ended in error (exit 1) with "8 samples cannot fill 16 non-empty bins"; now the suite is
     # refused when read, naming the fields (exit 2), before any solving

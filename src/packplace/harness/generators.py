@@ -356,12 +356,16 @@ def _cut(rng: np.random.Generator, total: int, pieces: int) -> np.ndarray:
     return np.diff(np.concatenate(([0], cuts, [total]))).astype(np.int64)
 
 
+#: Pieces per rank of a ``planted`` instance when a suite entry gives no ``samples_per_rank``.
+PLANTED_SAMPLES_PER_RANK = 4
+
+
 def planted_balance(
     *,
     ranks: int,
     seq_len: int,
     bins_per_rank: int = 1,
-    samples_per_rank: int = 4,
+    samples_per_rank: int = PLANTED_SAMPLES_PER_RANK,
     fill: float = 1.0,
     replicate: bool = False,
     seed: int = 0,

@@ -180,11 +180,12 @@ def check_instance_memory(samples: int, bins: int, where: str) -> None:
                           "take; use fewer samples or ranks")
 
 
-def _check_generator_sizes(params: Mapping[str, Any], where: str) -> None:
+def _check_generator_sizes(params: Mapping[str, Any], where: str, generator: str | None = None) -> None:
     """Refuse generator sizes (``n``, ``ranks``, ``bins_per_rank``) that are not integers >= 1 or a ``seed``
     that is not an integer >= 0 (bad input, not an instance that fails to build), sizes above
     :data:`GENERATOR_LIMITS`, or whose memory estimate is above :data:`MAX_INSTANCE_BYTES`
     (:func:`check_instance_memory`), or ``n`` below ``ranks`` x ``bins_per_rank`` (every bin is non-empty),
+    and of ``generator`` ``planted`` a ``samples_per_rank`` below ``bins_per_rank`` (:func:`_check_planted_sizes`),
     before anything is generated."""
     for key, least in (("n", 1), ("ranks", 1), ("bins_per_rank", 1), ("seed", 0)):
         value = params.get(key)
@@ -207,6 +208,22 @@ def _check_generator_sizes(params: Mapping[str, Any], where: str) -> None:
             raise ConfigError(f"{where}.n: {count('n')} samples cannot fill the {bins} non-empty bins of ranks "
                               f"{count('ranks')} x bins_per_rank {count('bins_per_rank')}; give n >= {bins} or "
                               f"fewer ranks / bins_per_rank")
+    if generator == "planted":
+        _check_planted_sizes(params, where, count("bins_per_rank"))
+
+
+def _check_planted_sizes(params: Mapping[str, Any], where: str, bins_per_rank: int) -> None:
+    """Refuse a ``planted`` entry's ``samples_per_rank`` that is not an integer >= 1, or below ``bins_per_rank``
+    (every planted bin holds a piece, so no instance of these sizes builds), when the suite is read."""
+    # numpy and the generators load only when a suite has a planted entry
+    from packplace.harness.generators import PLANTED_SAMPLES_PER_RANK
+
+    value = params.get("samples_per_rank", PLANTED_SAMPLES_PER_RANK)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}.samples_per_rank: must be an integer >= 1, got {show(value)}")
+    if value < bins_per_rank:
+        raise ConfigError(f"{where}.samples_per_rank: {value} is below bins_per_rank {bins_per_rank} (every planted "
+                          f"bin needs a sample); give samples_per_rank >= {bins_per_rank} or fewer bins_per_rank")
 
 
 def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, start: int) -> list[InstanceSpec]:
@@ -239,7 +256,7 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
             raise ConfigError(
                 f"{where}.generator: unknown {problem} generator {generator!r}; valid: {', '.join(valid) or 'none'}"
             )
-        _check_generator_sizes(params, f"{where}.params")
+        _check_generator_sizes(params, f"{where}.params", generator)
         if problem != "placement":   # a misspelt parameter is bad input, not an instance that fails to build
             # numpy and the generators load only when a suite has a generator entry
             from packplace.harness.generators import context_parallel_parameter_names, parameter_names
