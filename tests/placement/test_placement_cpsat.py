@@ -6,6 +6,7 @@ import glob
 import itertools
 import math
 import os
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -257,6 +258,29 @@ def test_placement_cpsat_refuses_what_cp_sat_refuses_in_one_line(bad, message):
     with pytest.raises(ConfigError) as info:
         packplace.place(inst, "cpsat", time_limit_s=5, hint_solvers=("greedy",), **bad)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("cp_parameters, message", [
+    ({"bogus": 1}, "cpsat: cp_parameters.bogus: not a CP-SAT parameter (SatParameters has no field 'bogus'), got 1"),
+    ({"relative_gap_limit": "tight"}, "cpsat: cp_parameters.relative_gap_limit: must be of type float, got 'tight'"),
+    ({"num_workers": 20_000},
+     "cpsat: cp_parameters.num_workers: must be an integer in [0, 10000] (CP-SAT's range), got 20000"),
+])
+def test_placement_cpsat_checks_cp_parameters_before_any_work(monkeypatch, cp_parameters, message):
+    # the entries had been checked only when set on the solver, after the hint backends and the model build had
+    # run (a whole hint budget spent before the refusal); the balance and context-parallel backends check first
+    solve_module = sys.modules[cpsat.solve.__module__]
+    started = []
+
+    def no_work(*args, **kwargs):
+        started.append(args)
+        raise AssertionError("cpsat started work before checking cp_parameters")
+
+    monkeypatch.setattr(solve_module, "_ExactPlacement", no_work)
+    inst = instance("ppo", memory_per_gpu=6e9, nodes_per_rack=2, gpus_per_node=2)
+    with pytest.raises(ConfigError) as info:
+        packplace.place(inst, "cpsat", time_limit_s=5, hint_solvers=("greedy",), cp_parameters=cp_parameters)
+    assert str(info.value) == message and started == []
 
 
 def test_placement_cpsat_says_why_a_model_was_invalid():

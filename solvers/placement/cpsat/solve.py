@@ -278,8 +278,8 @@ def solve(instance, run: Run, *, num_workers: int = 1,
 
     Raises:
         ConfigError: bad ``num_workers``/``max_gpus``/``top_k``/``log_search``, a ``cp_parameters`` that is
-            not a mapping, an empty ``hint_solvers``, or no baseline plan exists (the
-            pre-launch checks of the candidate table explain why).
+            not a mapping or has an entry CP-SAT refuses (checked before any work), an empty ``hint_solvers``,
+            or no baseline plan exists (the pre-launch checks of the candidate table explain why).
     """
     _check_options(num_workers, max_gpus, top_k, log_search, cp_parameters, hint_solvers)
     exact = _ExactPlacement(instance, run.default(DEFAULT_TIME_LIMIT_S), max_gpus, top_k, tuple(hint_solvers))
@@ -313,6 +313,8 @@ def _check_options(num_workers: Any, max_gpus: Any, top_k: Any, log_search: Any,
     if cp_parameters is not None and not isinstance(cp_parameters, Mapping):
         raise ConfigError(f"cpsat: cp_parameters must be a mapping of CP-SAT parameter names to values, "
                           f"got {type(cp_parameters).__name__}")
+    if cp_parameters:   # each entry on a scratch solver, as the balance and context-parallel backends check them
+        set_cp_parameters(cp_model.CpSolver().parameters, cp_parameters)
     if isinstance(hint_solvers, str) or not hint_solvers:
         raise ConfigError(f"cpsat: hint_solvers must be a non-empty list of placement backends (the search "
                           f"starts from their best plan), got {hint_solvers!r}")
