@@ -59,6 +59,20 @@ def _instance(rule: str, seed: int, ties: bool):
     return make_instance(tokens, costs, seq_len=4096, data_parallel_size=ranks, local_batch_size=m, **kwargs)
 
 
+def _starved(seed: int, fill: float):
+    """64 ranks of 2 bins of 4,096 tokens, 768 samples whose tokens fill about ``fill`` of them and whose costs are
+    drawn apart from their tokens (``equal_count``): a rank that took long samples cheaply is left with little token
+    room and the least load, so it stays at the heap's top, set aside by every longer sample, and the construction
+    ends at a dead end."""
+    rng = np.random.default_rng(seed)
+    ranks, m, seq_len = 64, 2, 4096
+    n = ranks * m * 6
+    mu = fill * m * ranks * seq_len / n / np.exp(0.5)
+    tokens = np.clip(rng.lognormal(np.log(mu), 1.0, n).astype(np.int64), 1, seq_len)
+    return make_instance(tokens, rng.random(n) * 1000, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=m,
+                         equal_count=True)
+
+
 def _reference_assign_ranks(columns, units):
     """The rank of every unit as :func:`assign_ranks` chose it with every rank in one heap (no stop)."""
     tokens, priority = columns.tokens, columns.priority
@@ -147,6 +161,80 @@ def test_full_ranks_leave_the_heap_once(monkeypatch):
     assert pops[0] > len(units) + columns.ranks  # the instance does make the single heap pop past full ranks
 
 
+def _counting(monkeypatch, name):
+    calls = [0]
+    real = getattr(rank_rules._RankMirror, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rank_rules._RankMirror, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("scan_after", [1, rank_rules.SCAN_AFTER])
+def test_the_vectorised_scan_picks_the_rank_the_single_heap_picked(monkeypatch, scan_after):
+    # starved batches set ranks aside (the rule instances above retire them instead); with a scan after every
+    # rank set aside, each such unit's rank comes from _RankMirror.scan, its old heap entry left behind (and
+    # dropped when it surfaces), and still every rank, and every dead end, is the reference's
+    monkeypatch.setattr(rank_rules, "SCAN_AFTER", scan_after)
+    scans = _counting(monkeypatch, "scan")
+    answered = dead = 0
+    for seed in range(6):
+        for fill in (0.5, 0.6, 0.75, 0.9):
+            inst = _starved(seed, fill)
+            for by in ("cost", "tokens"):
+                columns = inst.packing_columns(by)
+                units = units_of(columns.group_of)
+                expected = _reference_assign_ranks(columns, units)
+                assert assign_ranks(columns, units) == expected, (seed, fill, by)
+                answered += expected is not None
+                dead += expected is None
+    assert answered >= 15 and dead >= 15 and scans[0] > (500 if scan_after == 1 else 50)
+
+
+@pytest.mark.parametrize("seed, fill", [(3, 0.93), (3, 0.96), (2, 0.85), (0, 0.9), (1, 0.96)])
+def test_a_dead_end_where_ranks_run_out_of_tokens_is_found_without_popping_past_them(monkeypatch, seed, fill):
+    # the single heap popped past every starved rank for each longer sample (O(D) pops and pushes a unit); now a
+    # unit sets at most SCAN_AFTER ranks aside before one numpy scan, which finds the same rank or the dead end
+    columns = _starved(seed, fill).packing_columns("cost")
+    units = units_of(columns.group_of)
+    pops = [0]
+    real_pop = heapq.heappop
+
+    def counting_pop(heap):
+        pops[0] += 1
+        return real_pop(heap)
+
+    monkeypatch.setattr(rank_rules.heapq, "heappop", counting_pop)
+    scans = _counting(monkeypatch, "scan")
+    assert assign_ranks(columns, units) is None
+    # set-asides and retirements, plus at most one left-behind entry per scan
+    assert pops[0] <= len(units) * rank_rules.SCAN_AFTER + columns.ranks + scans[0]
+    assert scans[0] >= 1
+    pops[0] = 0
+    assert _reference_assign_ranks(columns, units) is None
+
+
+def test_a_starved_batch_makes_the_single_heap_pop_past_the_starved_ranks(monkeypatch):
+    columns = _starved(3, 0.96).packing_columns("cost")
+    units = units_of(columns.group_of)
+    pops = [0]
+    real_pop = heapq.heappop
+
+    def counting_pop(heap):
+        pops[0] += 1
+        return real_pop(heap)
+
+    monkeypatch.setattr(rank_rules.heapq, "heappop", counting_pop)
+    assign_ranks(columns, units)
+    scanned = pops[0]
+    pops[0] = 0
+    _reference_assign_ranks(columns, units)
+    assert pops[0] > 2 * scanned   # the instance is one where the heap's pops dominate
+
+
 def test_assign_ranks_keeps_the_lower_rank_on_equal_loads():
     # eight equal samples on four ranks: each round of four goes to ranks 0, 1, 2, 3 in order
     inst = make_instance([10] * 8, seq_len=100, data_parallel_size=4, equal_count=True)
@@ -191,6 +279,16 @@ PINNED = {
     ('oversized_equal_count', 5, True, 'lpt'): ('77abb8905f85180b', 19827.515625),
     ('oversized_equal_count', 5, True, 'repair'): ('9d94d7b7e1563e6b', 19827.515625),
 }
+#: (seed, fill, solver) -> the same, on :func:`_starved` batches, whose cost-first construction dead-ends (lpt and
+#: repair then take the tokens-first one): answered before the vectorised scan.
+PINNED_STARVED = {
+    (3, 0.93, 'lpt'): ('dd45ad7201415af8', 7750.698097111763),
+    (3, 0.93, 'repair'): ('988f5fdd675fc822', 6123.766923484955),
+    (3, 0.96, 'lpt'): ('ae962b710826330e', 8542.843954676084),
+    (3, 0.96, 'repair'): ('71ca1ecaf7df25ea', 6125.645222018822),
+    (2, 0.85, 'lpt'): ('82848f9fd4bb4458', 7998.536083936191),
+    (2, 0.85, 'repair'): ('f38dded9907f2ce3', 6160.336185607479),
+}
 
 
 @pytest.mark.parametrize("key", sorted(PINNED))
@@ -199,6 +297,14 @@ def test_lpt_and_repair_answers_are_pinned(key):
     result = packplace.balance(_instance(rule, seed, ties), solver=solver)
     assert result.status in ("optimal", "feasible")
     assert (_digest(result.solution.bins), result.objective) == PINNED[key]
+
+
+@pytest.mark.parametrize("key", sorted(PINNED_STARVED))
+def test_lpt_and_repair_answers_after_a_dead_end_are_pinned(key):
+    seed, fill, solver = key
+    result = packplace.balance(_starved(seed, fill), solver=solver)
+    assert result.status == "feasible" and "cost-first construction dead-ended" in result.message
+    assert (_digest(result.solution.bins), result.objective) == PINNED_STARVED[key]
 
 
 def test_construct_bins_hold_every_sample_once():

@@ -138,28 +138,61 @@ def unit_sums(values: np.ndarray, units: list[list[int]], size: np.ndarray, flat
 STOP_EVERY = 1024
 
 
-def assign_ranks(columns: PackingColumns, units: list[list[int]],
-                 stop: Callable[[], bool] | None = None) -> list[list[int]] | None:
-    """Level 1: the samples of each rank (see the module docstring), or None at a dead end, or when
-    ``stop()`` (read every :data:`STOP_EVERY` units) returns True: a caller's deadline.
+#: Ranks a unit may set aside in :func:`assign_ranks`'s heap before the rank is found by one vectorised scan of
+#: every rank instead (:class:`_RankMirror`): where ranks run short of token room, a unit can otherwise pop past
+#: most of the heap (each of those ranks could still take a lighter unit, so none leaves it).
+SCAN_AFTER = 4
 
-    A heap of ranks keyed by (load, rank); ranks that cannot take the current unit are set aside
-    and pushed back afterwards, so a unit costs O(log D) plus the ranks it skips. A skipped rank that
-    can take no later unit leaves the heap for good: its count plus the smallest unit still to come
-    exceeds ``hi``; or its tokens plus the fewest (non-oversized) tokens of a unit still to come exceed
-    ``(m − oversized)·seq_len``; or it holds at least ``lo`` samples and the slack ``remaining − deficit`` (which
-    never grows) is below that smallest unit; or it holds exactly ``lo`` while ``spare`` ranks are
-    already above ``lo`` (that number never falls). Its count never changes again, so it could never
-    be chosen and the choice, the least (load, rank) among the ranks that can take the unit, is the
-    one a heap of every rank gives; under ``equal_count`` each full rank is popped past once, not
-    once per unit. Per-unit sums of groups are numpy reductions (priorities of groups summed as
-    ``priority[members].sum()``, so the floats are the same).
-    """
-    tokens, priority = columns.tokens, columns.priority
-    n, ranks, m, seq_len = len(tokens), columns.ranks, columns.per_rank, columns.seq_len
-    rules = RankRules.of(n, ranks, m, columns.equal_count, columns.max_samples_per_bin)
-    if rules.lo > rules.hi:
-        return None
+
+class _RankMirror:
+    """numpy copies of :func:`assign_ranks`'s per-rank state (samples; token room, ``(m − oversized)·seq_len −
+    tokens``, -1 once the rank has left the heap for good or holds ``hi`` samples; load), brought up to date only
+    for the ranks changed since the last scan, and the scan itself."""
+
+    def __init__(self, ranks: int, room: int) -> None:
+        self.count = np.zeros(ranks, dtype=np.int64)
+        self.room = np.full(ranks, room, dtype=np.int64)
+        self.load = np.zeros(ranks, dtype=np.float64)
+        self.changed: list[int] = []   # ranks given a unit since the last scan
+        self.retired: list[int] = []   # ranks that left the heap for good since the last scan
+
+    def _sync(self, state: tuple[list, list, list, list], hi: int, m: int, seq_len: int) -> None:
+        count, over, used, load = state
+        for r in set(self.changed):
+            self.count[r] = count[r]
+            self.room[r] = (m - over[r]) * seq_len - used[r] if count[r] < hi else -1
+            self.load[r] = load[r]
+        self.changed.clear()
+        if self.retired:
+            self.room[self.retired] = -1
+            self.retired.clear()
+
+    def scan(self, state: tuple[list, list, list, list], unit: tuple[int, int, int], rules: RankRules, m: int,
+             seq_len: int, remaining: int, deficit: int, above: int) -> int | None:
+        """The rank :func:`assign_ranks`'s heap would choose for a unit of ``(samples, oversized, tokens)``: the
+        least ``(load, rank)`` among the ranks that can take it (the same test, on every rank at once), or None."""
+        self._sync(state, rules.hi, m, seq_len)
+        s, o, t = unit
+        lo, c = rules.lo, self.count
+        # tokens: used + t <= (m − over − o)·seq_len; oversized: over + o <= m, which a room of o·seq_len + t
+        # implies (used >= 0); samples: count + s <= hi (a rank at hi has room -1)
+        fits = self.room >= t + o * seq_len
+        if s > 1:
+            fits &= c <= rules.hi - s
+        if above >= rules.spare:
+            fits &= (c > lo) | (c + s <= lo)
+        need = deficit - remaining + s  # the deficit the rank must take up: remaining - s >= deficit - taken
+        if need > 0:
+            fits &= np.minimum(lo - c, s) >= need
+        best = int(np.argmin(np.where(fits, self.load, np.inf)))  # the first of equal loads: the lower rank
+        return best if fits[best] else None
+
+
+def _placing_order(columns: PackingColumns, units: list[list[int]]) -> tuple[np.ndarray, ...]:
+    """``(order, samples, oversized, tokens, priority)`` of each unit, in placing order (decreasing priority,
+    then tokens with an oversized sample counted as ``seq_len``, then the unit's first key); ``order`` the
+    unit's index."""
+    tokens, priority, seq_len = columns.tokens, columns.priority, columns.seq_len
     oversized = tokens > seq_len
     if all(len(u) == 1 for u in units):
         flat = np.fromiter((u[0] for u in units), dtype=np.int64, count=len(units))
@@ -175,19 +208,46 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
         unit_priority = unit_sums(priority, units, size, flat, starts)
         unit_tie = np.minimum.reduceat(columns.key_rank[flat], starts)
     order = np.lexsort((unit_tie, -(unit_tokens + unit_over * seq_len), -unit_priority))
-    size, unit_tokens = size[order], unit_tokens[order]  # from here on, in placing order
+    return order, size[order], unit_over[order], unit_tokens[order], unit_priority[order]
+
+
+def assign_ranks(columns: PackingColumns, units: list[list[int]],
+                 stop: Callable[[], bool] | None = None) -> list[list[int]] | None:
+    """Level 1: the samples of each rank (see the module docstring), or None at a dead end, or when
+    ``stop()`` (read every :data:`STOP_EVERY` units) returns True: a caller's deadline.
+
+    A heap of ranks keyed by (load, rank); ranks that cannot take the current unit are set aside
+    and pushed back afterwards, so a unit costs O(log D) plus the ranks it skips. A skipped rank that
+    can take no later unit leaves the heap for good: its count plus the smallest unit still to come
+    exceeds ``hi``; or its tokens plus the fewest (non-oversized) tokens of a unit still to come exceed
+    ``(m − oversized)·seq_len``; or it holds at least ``lo`` samples and the slack ``remaining − deficit`` (which
+    never grows) is below that smallest unit; or it holds exactly ``lo`` while ``spare`` ranks are
+    already above ``lo`` (that number never falls). Its count never changes again, so it could never
+    be chosen and the choice, the least (load, rank) among the ranks that can take the unit, is the
+    one a heap of every rank gives; under ``equal_count`` each full rank is popped past once, not
+    once per unit. A unit that sets :data:`SCAN_AFTER` ranks aside finds its rank by one numpy scan of every
+    rank (:meth:`_RankMirror.scan`: the same test and the same least (load, rank)), its old heap entry left
+    behind and dropped when it surfaces (its load no longer the rank's); so a unit that ranks short of token
+    room (each still able to take a lighter unit) would pop past costs O(D) in numpy, not D heap pops and
+    pushes, and a dead end is found in one scan. Per-unit sums of groups are numpy reductions (priorities of
+    groups summed as ``priority[members].sum()``, so the floats are the same).
+    """
+    n, ranks, m, seq_len = len(columns.tokens), columns.ranks, columns.per_rank, columns.seq_len
+    rules = RankRules.of(n, ranks, m, columns.equal_count, columns.max_samples_per_bin)
+    if rules.lo > rules.hi:
+        return None
+    order, size, unit_over, unit_tokens, unit_priority = _placing_order(columns, units)
     # smallest unit (samples, tokens) still to come from each position on: a rank that cannot take
     # that many never takes any later unit
     least_left = np.minimum.accumulate(size[::-1])[::-1].tolist()
     lightest_left = np.minimum.accumulate(unit_tokens[::-1])[::-1].tolist()
-    columns_in_order = zip(order.tolist(), size.tolist(), unit_over[order].tolist(), unit_tokens.tolist(),
-                           unit_priority[order].tolist(), least_left, lightest_left)
+    columns_in_order = zip(order.tolist(), size.tolist(), unit_over.tolist(), unit_tokens.tolist(),
+                           unit_priority.tolist(), least_left, lightest_left)
 
-    count = [0] * ranks
-    over = [0] * ranks
-    used = [0] * ranks
+    count, over, used, loads = [0] * ranks, [0] * ranks, [0] * ranks, [0.0] * ranks
     members: list[list[int]] = [[] for _ in range(ranks)]
     heap = [(0.0, r) for r in range(ranks)]
+    mirror = _RankMirror(ranks, m * seq_len)
     remaining = n
     deficit = ranks * rules.lo  # Σ_r max(0, lo − count_r)
     above = 0  # ranks holding more than lo samples
@@ -198,8 +258,12 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
             return None
         slack = remaining - deficit
         skipped = []
+        scanned = False
         while heap:
             load, r = heap[0]
+            if load != loads[r]:  # left behind by a scan's choice: the rank's entry is the newer one
+                heappop(heap)
+                continue
             c = count[r]
             new_count = c + s
             if (new_count <= hi and over[r] + o <= m and used[r] + t <= (m - over[r] - o) * seq_len
@@ -211,6 +275,17 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
             if not (c + least > hi or used[r] + lightest > (m - over[r]) * seq_len
                     or (c >= lo and (slack < least or (c == lo and above >= spare)))):
                 skipped.append((load, r))
+                if len(skipped) >= SCAN_AFTER:
+                    found = mirror.scan((count, over, used, loads), (s, o, t), rules, m, seq_len, remaining,
+                                        deficit, above)
+                    if found is None:
+                        return None
+                    r, scanned = found, True
+                    load, c = loads[r], count[r]
+                    new_count = c + s
+                    break
+            else:
+                mirror.retired.append(r)
         else:
             return None
         if c <= lo < new_count:
@@ -219,9 +294,14 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
         count[r] = new_count
         over[r] += o
         used[r] += t
+        loads[r] = load + p
+        mirror.changed.append(r)
         members[r].extend(units[u])
         remaining -= s
-        heapreplace(heap, (load + p, r))  # the heap's set as pop, set-asides back, push
+        if scanned:
+            heappush(heap, (load + p, r))
+        else:
+            heapreplace(heap, (load + p, r))  # the heap's set as pop, set-asides back, push
         for entry in skipped:
             heappush(heap, entry)
     if not rules.counts_hold(np.array(count)):
