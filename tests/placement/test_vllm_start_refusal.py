@@ -8,6 +8,7 @@ says why, and ``estimate --task generate`` prints the evaluator's KV budget and 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -341,3 +342,46 @@ def test_estimate_line_when_the_engine_fits_and_starts():
                    batch=1, gpu_memory_utilization=0.22)
     line = next(x for x in format_estimate(est).splitlines() if x.startswith("peak memory per GPU"))
     assert est.fits and line.endswith("GB  (fits in 84.94 GB)")
+
+
+OPENRLHF_027 = "benchmarks/validation/openrlhf_ppo_llama2-7b_16xa800.yaml"
+
+
+def test_estimate_checks_the_model_context_length_where_openrlhf_passes_no_max_model_len():
+    """OpenRLHF 0.2.7 (the file's release) starts vLLM without a max_model_len, so vLLM checks the model's 4,096
+    tokens (config.json max_position_embeddings), not --context 512: Llama-2-7B at TP 1 in a 0.19 x 80 GiB pool
+    leaves its cache 1.17 GB, under the 256 blocks of 16 x 524,288 B one such request needs (V0), so vLLM refuses,
+    as the evaluator refuses the same engine; estimate had checked 512 tokens (33 blocks) and said it fits."""
+    from packplace.placement.problem.config import load_yaml
+    from packplace.placement.task_estimate import estimate_hardware
+
+    root = Path(__file__).resolve().parents[2]
+    model = f"{root / OPENRLHF_027}:actor"
+    gpu, hardware = estimate_hardware(model, None, {})   # the config's A800 section, as the command line takes it
+
+    def run(version):
+        return estimate(model, gpu, "generate", tp=1, seq_len=256, context=512, batch=1, framework="openrlhf",
+                        framework_version=version, hardware=hardware, gpu_memory_utilization=0.19)
+
+    est = run("0.2.7")
+    engine = est.engine
+    assert est.inputs["framework_version"] == "0.2.7"
+    assert engine["max_model_len"] == 4096 and engine["kv_needed"] == 256 * 16 * 524_288 == 2_147_483_648
+    assert not engine["starts"] and not est.fits
+    assert engine["kv_available"] == pytest.approx(1.17e9, abs=0.01e9)
+    lines = format_estimate(est).splitlines()
+    assert ("  max_model_len  4096 tokens  (vLLM's start-up check holds one request of it in the KV cache; from the "
+            "model's max_position_embeddings: OpenRLHF 0.2.7 passes vLLM no max_model_len; --context 512 is not "
+            "what vLLM checks)") in lines
+    assert any("cannot hold one request of max_model_len 4096 tokens (1.172 GB available" in line for line in lines)
+    # the evaluator refuses the same engine, needing the same bytes
+    config = load_yaml(root / OPENRLHF_027)
+    config.pop("validation", None)   # the published figures, which validate reads
+    config["policy"]["gpu_memory_utilization"] = 0.19
+    table = CandidateTable(build_instance(config, source=str(root / OPENRLHF_027)))
+    tp1 = [c for c in table.all["actor.generate"] if (c.strategy.tp, c.strategy.pp) == (1, 1)]
+    assert tp1 and all(c.refused is not None and c.refused[1] == engine["kv_needed"] for c in tp1)
+    # v0.3.2 passes prompt + response: --context 512 is what vLLM checks, and the engine starts
+    later = run("0.3.2")
+    assert later.engine["max_model_len"] == 512 and later.engine["max_model_len_source"] == "--context"
+    assert later.engine["starts"] and later.fits

@@ -163,8 +163,12 @@ def engine_lines(engine: dict[str, float]) -> list[str]:
         "  (NCCL buffers)"
     notes = {"graphs": "  (CUDA graphs)", "nccl": nccl_note, "context": "  (CUDA context, workspaces)"}
     lines += [f"    {name:<14} {engine[name] / GB:.2f} GB{note}" for name, note in notes.items()]
+    if "max_model_len" in engine:
+        lines.append(f"  max_model_len  {engine['max_model_len']} tokens  (vLLM's start-up check holds one request "
+                     f"of it in the KV cache; from {engine['max_model_len_source']})")
     if not engine.get("starts", True):
+        length = f" {engine['max_model_len']} tokens" if "max_model_len" in engine else ""
         lines.append(f"  vLLM would refuse to start this engine: its KV cache cannot hold one request of "
-                     f"max_model_len ({engine['kv_available'] / GB:.3f} GB available for it, "
+                     f"max_model_len{length} ({engine['kv_available'] / GB:.3f} GB available for it, "
                      f"{engine['kv_needed'] / GB:.3f} GB needed in whole blocks of 16 tokens)")
     return lines

@@ -73,6 +73,7 @@ from packplace.placement.model.framework import (
     FRAMEWORKS,
     decode_step_overhead,
     dispatch_seconds,
+    engine_takes_model_context,
     host_seconds_per_sequence,
     table_release,
     trainer_logit_bytes,
@@ -616,7 +617,9 @@ def _pooled_engine(memory: dict[str, float], inputs: Mapping[str, Any], gmu: Any
     ``gmu`` or the framework's default, :func:`~packplace.placement.estimate_engine.engine_gmu`); ``memory``'s
     ``peak_bytes`` becomes that charge. Empty for any other task or an engine without a pool. With ``shape`` (the
     model) the KV budget is the evaluator's and the engine's start-up check is priced: prompts of ``seq_len``
-    tokens and ``max_model_len`` the final ``context`` (generate), or ``context`` cached tokens (decode).
+    tokens and ``max_model_len`` the final ``context`` (generate), or ``context`` cached tokens (decode), or the
+    model's ``max_position_embeddings`` where the framework release passes vLLM none (:func:`engine_model_len`;
+    the charge's ``max_model_len`` and ``max_model_len_source`` say which).
 
     Raises:
         ConfigError: ``gpu_memory_utilization`` given for a task or framework that reserves no pool, or out of
@@ -632,12 +635,32 @@ def _pooled_engine(memory: dict[str, float], inputs: Mapping[str, Any], gmu: Any
     engine = {key: inputs[key] for key in ("tp", "pp", "ep", "framework", "framework_version", "engine_generation",
                                            "enforce_eager")}
     gmu = engine_gmu(inputs["framework"], inputs["framework_version"], gmu)
-    lengths = {"prompt_len": int(inputs["seq_len"] or inputs["context"]), "max_model_len": int(inputs["context"])}
+    length, source = engine_model_len(inputs, shape)
+    lengths = {"prompt_len": int(inputs["seq_len"] or inputs["context"]), "max_model_len": length}
     charged = engine_memory(memory, hw=hw, cluster=cluster, gmu=gmu, shape=shape, **lengths, **engine)
     if charged is None:
         return {}
     memory["peak_bytes"] = charged["peak_bytes"]
+    charged["max_model_len"] = length
+    charged["max_model_len_source"] = source
     return charged
+
+
+def engine_model_len(inputs: Mapping[str, Any], shape: ModelSpec | None) -> tuple[int, str]:
+    """``(max_model_len, where it comes from)`` of the vLLM engine whose start-up check ``estimate`` prices, as
+    the evaluator takes it (:meth:`~packplace.placement.model.cost.CostModel.engine_max_model_len`): the model's
+    ``max_position_embeddings`` where the framework release starts vLLM without a ``max_model_len``
+    (:func:`~packplace.placement.model.framework.engine_takes_model_context`: OpenRLHF before v0.3.2) and the
+    model gives it, else ``--context`` (there a lower bound of what vLLM takes)."""
+    framework, version, context = inputs["framework"], inputs["framework_version"], int(inputs["context"])
+    if not engine_takes_model_context(framework, version):
+        return context, "--context"
+    release = f"OpenRLHF {version} passes vLLM no max_model_len"
+    if shape is not None and shape.max_position_embeddings is not None:
+        return int(shape.max_position_embeddings), (f"the model's max_position_embeddings: {release}; --context "
+                                                    f"{context} is not what vLLM checks")
+    return context, (f"--context, a lower bound: {release}, so vLLM takes the model's max_position_embeddings, "
+                     "which the model does not give")
 
 
 def _unused_kv_fraction(gpu: str | None, hw: Hardware, task: str, engine_generation: str | None,
