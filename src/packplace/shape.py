@@ -78,7 +78,9 @@ class TransformerShape:
         max_position_embeddings: The model's context length, tokens (Hugging Face ``config.json``
             ``max_position_embeddings``; GPT-2 ``n_positions``), or ``None`` when not given: the
             ``max_model_len`` vLLM derives where a framework passes it none (OpenRLHF before v0.3.2,
-            :meth:`~packplace.placement.model.cost.CostModel.engine_max_model_len`). Not compared: two shapes that
+            :meth:`~packplace.placement.model.cost.CostModel.engine_max_model_len`), without the ``rope_scaling``
+            factor vLLM applies to it, which the shape does not carry (a model whose config.json scales its rope
+            gives the scaled length here; docs/calibration-and-validation.md). Not compared: two shapes that
             differ only here are one shape (its sizes and costs are the same).
         model_type: The Hugging Face ``config.json`` ``model_type`` (``llama``, ``qwen2``, ``qwen3``,
             ``qwen3_moe``, ``opt``, …), or ``None`` when not given. It names the model family for what a

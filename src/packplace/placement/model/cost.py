@@ -1375,7 +1375,9 @@ class CostModel:
         :attr:`~packplace.placement.model.engine.RolloutEngine.model_context`), so vLLM takes the model's
         context length: ``model.max_position_embeddings`` (``config.json``, e.g. 4096 for Llama-2, 16384 for
         CodeLlama) where the model gives it. Where it does not, ``S + T`` stands in: a lower
-        bound, so the start-up check (:meth:`engine_start_refusal`) may miss a refusal there."""
+        bound, so the start-up check (:meth:`engine_start_refusal`) may miss a refusal there. vLLM multiplies the
+        length by a config.json ``rope_scaling`` factor (vllm/config.py ``_get_and_verify_max_len``), which the
+        model does not carry: not applied (docs/calibration-and-validation.md)."""
         if self.engine.model_context and model is not None and model.max_position_embeddings is not None:
             return int(model.max_position_embeddings)
         return int(self.workload.context_length + self.workload.generation_length)
