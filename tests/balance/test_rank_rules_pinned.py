@@ -138,13 +138,8 @@ def test_assign_ranks_picks_the_rank_the_single_heap_picked(rule):
     assert answered >= 20  # the comparison is over real assignments, not dead ends
 
 
-def test_full_ranks_leave_the_heap_once(monkeypatch):
-    # 21 ranks of 4 bins, 346 samples (lo 16, hi 17), 10 of cost 1e9: the 11 other ranks fill up first;
-    # the single heap popped past the full ranks for each unit placed after that, the retiring heap
-    # pops each full rank once (at most one pop per unit plus one per rank)
-    inst = _instance("skewed_equal_count", 0, ties=False)
-    columns = inst.packing_columns("cost")
-    units = units_of(columns.group_of)
+def _counting_pops(monkeypatch) -> list[int]:
+    """``[pops]``: the heap pops of :mod:`~packplace.balance.rank_rules` (its own and the reference's) from here on."""
     pops = [0]
     real_pop = heapq.heappop
 
@@ -153,6 +148,17 @@ def test_full_ranks_leave_the_heap_once(monkeypatch):
         return real_pop(heap)
 
     monkeypatch.setattr(rank_rules.heapq, "heappop", counting_pop)
+    return pops
+
+
+def test_full_ranks_leave_the_heap_once(monkeypatch):
+    # 21 ranks of 4 bins, 346 samples (lo 16, hi 17), 10 of cost 1e9: the 11 other ranks fill up first;
+    # the single heap popped past the full ranks for each unit placed after that, the retiring heap
+    # pops each full rank once (at most one pop per unit plus one per rank)
+    inst = _instance("skewed_equal_count", 0, ties=False)
+    columns = inst.packing_columns("cost")
+    units = units_of(columns.group_of)
+    pops = _counting_pops(monkeypatch)
     members = assign_ranks(columns, units)
     assert members is not None
     assert pops[0] <= len(units) + columns.ranks
@@ -200,14 +206,7 @@ def test_a_dead_end_where_ranks_run_out_of_tokens_is_found_without_popping_past_
     # unit sets at most SCAN_AFTER ranks aside before one numpy scan, which finds the same rank or the dead end
     columns = _starved(seed, fill).packing_columns("cost")
     units = units_of(columns.group_of)
-    pops = [0]
-    real_pop = heapq.heappop
-
-    def counting_pop(heap):
-        pops[0] += 1
-        return real_pop(heap)
-
-    monkeypatch.setattr(rank_rules.heapq, "heappop", counting_pop)
+    pops = _counting_pops(monkeypatch)
     scans = _counting(monkeypatch, "scan")
     assert assign_ranks(columns, units) is None
     # set-asides and retirements, plus at most one left-behind entry per scan
@@ -220,14 +219,7 @@ def test_a_dead_end_where_ranks_run_out_of_tokens_is_found_without_popping_past_
 def test_a_starved_batch_makes_the_single_heap_pop_past_the_starved_ranks(monkeypatch):
     columns = _starved(3, 0.96).packing_columns("cost")
     units = units_of(columns.group_of)
-    pops = [0]
-    real_pop = heapq.heappop
-
-    def counting_pop(heap):
-        pops[0] += 1
-        return real_pop(heap)
-
-    monkeypatch.setattr(rank_rules.heapq, "heappop", counting_pop)
+    pops = _counting_pops(monkeypatch)
     assign_ranks(columns, units)
     scanned = pops[0]
     pops[0] = 0
