@@ -376,3 +376,13 @@ def test_validate_and_cross_validate_rows_name_their_figure_alike():
     assert "phase" not in row.as_dict() and "phase" not in cross.as_dict()
     with pytest.warns(DeprecationWarning, match=r"ValidationRow\.phase is deprecated; use ValidationRow\.figure"):
         assert row.phase == "step"   # the attribute's deprecated alias, still the figure
+
+
+def test_calibrate_refuses_the_component_table_flags_without_measurements(tmp_path, capsys):
+    # --gpu and --out belong to --measurements: a knob fit had ignored them, exit 0 and no file written
+    out = tmp_path / "fitted.json"
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED, "--out", str(out)]) == 2
+    assert "calibrate: --out " in capsys.readouterr().err and not out.exists()
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED, "--gpu", "h200"]) == 2
+    assert "calibrate: --gpu 'h200': only --measurements" in capsys.readouterr().err
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED]) == 0

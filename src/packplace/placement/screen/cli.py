@@ -518,6 +518,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
     (``--measurements``: :func:`run_calibrate_components`)."""
     if args.measurements is not None:
         return run_calibrate_components(args)
+    for option, value in (("--gpu", args.gpu), ("--out", args.out)):
+        if value is not None:   # a knob fit writes nothing and reads the GPU from the config: refused, not ignored
+            raise ConfigError(f"calibrate: {option} {value!r}: only --measurements (a component table fit) takes "
+                              f"it; a knob fit (--config, --measured) prints the fitted hardware block (--json for "
+                              f"a document) and takes the GPU from the config's [hardware]")
     if not args.config or not args.measured:
         raise ConfigError("calibrate: needs --config and --measured (or --measurements for a component table)")
     instance, plan, _ = load_setup(args.config)
