@@ -386,3 +386,19 @@ def test_calibrate_refuses_the_component_table_flags_without_measurements(tmp_pa
     assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED, "--gpu", "h200"]) == 2
     assert "calibrate: --gpu 'h200': only --measurements" in capsys.readouterr().err
     assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED]) == 0
+
+
+def test_calibrate_refuses_a_knob_named_twice_and_an_empty_knobs_list(tmp_path, capsys):
+    instance, plan, _ = load_setup(OPENRLHF)
+    measured = task_times(instance, plan, instance.hardware)
+    # the second column had replaced the first: "knob 'gemm_peak_fraction' does not change any measured task time"
+    with pytest.raises(ConfigError, match="knob 'gemm_peak_fraction' is named twice"):
+        calibrate(instance, plan, measured, ("gemm_peak_fraction", "gemm_peak_fraction"))
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED, "--knobs",
+                 "decode_bw_eff,decode_bw_eff"]) == 2
+    assert "named twice" in capsys.readouterr().err
+    # `knobs: []` in the measured file names no knob: refused, as `--knobs ''` is (it had fitted the 3 defaults)
+    empty = tmp_path / "measured.yaml"
+    empty.write_text("times: {actor.generate: 24.3}\nengine_only: [actor.generate]\nknobs: []\n")
+    assert main(["calibrate", "--config", QWEN, "--measured", str(empty)]) == 2
+    assert "no knob to fit" in capsys.readouterr().err

@@ -532,7 +532,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if args.knobs is not None:
         knobs = tuple(k.strip() for k in args.knobs.split(",") if k.strip())
     else:
-        knobs = measured["knobs"] or DEFAULT_KNOBS
+        knobs = DEFAULT_KNOBS if measured["knobs"] is None else measured["knobs"]   # knobs: [] is no knob
     result = calibrate(instance, plan, measured["times"], knobs, measured["engine_only"])
     if measured["source"]:
         print(f"measured: {measured['source']}")
