@@ -42,7 +42,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -1877,7 +1878,38 @@ def run_estimate(args) -> int:
     args.framework = args.framework or "none"
     _no_enforce_eager(args)
     args.gpu, hardware = estimate_hardware(args.model, args.gpu, _overrides(args.hw))
-    result = estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
+    with _naming_the_config(args.model, taken):
+        result = _estimate_args(args, hardware)
+    if taken:
+        result.inputs["from_config"] = dict(taken)
+        print(f"from {config_role(args.model)[0]} policy / training (a flag given wins): "
+              + ", ".join(f"{name} {value}" for name, value in taken.items()))
+    print(format_estimate(result))
+    args.json_document = result.as_dict()
+    return 0
+
+
+@contextmanager
+def _naming_the_config(model: str, taken: Mapping[str, Any]) -> Iterator[None]:
+    """Re-raise a refusal of a value ``taken`` from ``--model CONFIG.yaml:ROLE``'s policy / training (its message
+    begins with the field's name) saying that the config set it and which flag overrides it: the user gave no
+    such flag (``--model CONFIG.yaml:actor`` of a config with ``training.sharding: zero3`` had read ``sharding:
+    zero3 gathers ...`` as if ``--sharding zero3`` had been given)."""
+    try:
+        yield
+    except ConfigError as exc:
+        text = str(exc)
+        for name, value in taken.items():
+            if text.startswith(f"{name}: "):
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{text} ({name} {value} is {config_role(model)[0]}'s own setting, taken for the "
+                                  f"unset {flag}: give {flag} to price another)") from None
+        raise
+
+
+def _estimate_args(args: Any, hardware: Mapping[str, Any]) -> Estimate:
+    """:func:`estimate` of ``run_estimate``'s resolved flags on ``hardware``."""
+    return estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
                       batch=args.batch, context=args.context, recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
                       hardware=hardware, table=args.table, enforce_eager=args.enforce_eager,
@@ -1889,13 +1921,6 @@ def run_estimate(args) -> int:
                       moe_router_dtype=getattr(args, "moe_router_dtype", None),
                       micro_batches=args.micro_batches,
                       gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None))
-    if taken:
-        result.inputs["from_config"] = dict(taken)
-        print(f"from {config_role(args.model)[0]} policy / training (a flag given wins): "
-              + ", ".join(f"{name} {value}" for name, value in taken.items()))
-    print(format_estimate(result))
-    args.json_document = result.as_dict()
-    return 0
 
 
 #: ``policy`` fields of a placement config that ``estimate --model CONFIG.yaml:ROLE`` takes as the defaults of
