@@ -266,3 +266,16 @@ def test_model_from_a_yaml_entry_or_a_config_json(tmp_path):
                       "model_type: qwen2\n")
     assert resolve_model(str(entry)) == resolve_model("qwen3-4b") == resolve_model(HF_CONFIGS / "qwen3-4b.json")
     assert resolve_model(str(fields)) == resolve_model("qwen2.5-0.5b")
+
+
+def test_cli_calibrate_measurements_checks_out_before_the_fit(tmp_path, capsys):
+    from packplace.cli import main
+
+    # an --out that cannot be written had failed only after the fit, its table and leave-one-out rows printed
+    missing = tmp_path / "no_such_folder" / "gpu.json"
+    assert main(["calibrate", "--measurements", str(MEASUREMENTS), "--gpu", "h200", "--out", str(missing)]) == 2
+    captured = capsys.readouterr()
+    assert f"--out: directory {str(missing.parent)!r} does not exist" in captured.err
+    assert captured.out == ""   # nothing fitted, nothing printed
+    assert main(["calibrate", "--measurements", str(MEASUREMENTS), "--out", str(MEASUREMENTS)]) == 2
+    assert capsys.readouterr().out == ""

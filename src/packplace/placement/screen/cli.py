@@ -479,6 +479,8 @@ def run_calibrate_components(args: argparse.Namespace) -> int:
 
     if args.config or args.measured:
         raise ConfigError("calibrate: --measurements fits a component table; give it without --config/--measured")
+    if args.out is not None:   # an output that cannot be written fails before the fit, as place's --out does
+        check_output_file(args.out, "--out", inputs=[args.measurements])
     text = yamlio.read_regular_text(args.measurements, "measurements")
     try:
         document = json.loads(text)
