@@ -58,7 +58,7 @@ from packplace.placement.model.framework import DEFAULT_FRAMEWORK
 from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, group_backend_name
 from packplace.placement.model.memory import DEFAULT_TRAINING
 from packplace.placement.problem.config import build_instance, load_yaml
-from packplace.placement.problem.hardware import Hardware
+from packplace.placement.problem.hardware import PRESETS, Hardware
 from packplace.placement.problem.plan import gpu_ranges, plan_to_json
 from packplace.placement.screen.balance_report import (
     compare_balance,
@@ -467,7 +467,9 @@ def register_calibrate(subparsers) -> None:
                         f"{','.join(DEFAULT_KNOBS)}; valid: {', '.join(KNOB_BOUNDS)})")
     p.add_argument("--measurements", default=None, metavar="JSON",
                    help="a component measurement file: fit a component table instead of the knobs")
-    p.add_argument("--gpu", default=None, help="with --measurements: the GPU type's name (a hardware preset)")
+    p.add_argument("--gpu", default=None, help="with --measurements (required there): the GPU type the file was "
+                   "measured on, a hardware preset (its table is scaled to other GPU types; another name is used "
+                   "as is)")
     p.add_argument("--out", default=None, help="with --measurements: write the component table JSON here")
     p.set_defaults(func=run_calibrate)
 
@@ -479,6 +481,12 @@ def run_calibrate_components(args: argparse.Namespace) -> int:
 
     if args.config or args.measured:
         raise ConfigError("calibrate: --measurements fits a component table; give it without --config/--measured")
+    if not args.gpu:   # the table's name decides how it is scaled to other GPUs (cost.hardware_table)
+        raise ConfigError("calibrate: --measurements needs --gpu NAME, the GPU type the file was measured on: a "
+                          f"hardware preset ({', '.join(sorted(PRESETS))}) is scaled to another GPU's datasheet "
+                          "figures where estimate or place use the table; any other name is used as is on every "
+                          "GPU (without --gpu the table had been named 'gpu', and so priced every GPU at the "
+                          "measured one's rates)")
     if args.out is not None:   # an output that cannot be written fails before the fit, as place's --out does
         check_output_file(args.out, "--out", inputs=[args.measurements])
     text = yamlio.read_regular_text(args.measurements, "measurements")
@@ -488,7 +496,7 @@ def run_calibrate_components(args: argparse.Namespace) -> int:
         raise ConfigError(f"measurements {args.measurements!r}: invalid JSON ({exc.msg} at line {exc.lineno})") \
             from None
     where = f"measurements {str(args.measurements)!r}"
-    gpu = args.gpu or "gpu"
+    gpu = args.gpu
     table = fit_table(document, gpu, where=where)
     print(f"component table {gpu} from {args.measurements}:")
     for name in CONSTANTS:
